@@ -1,0 +1,26 @@
+// Package parkway is an embeddable library for sharded message streams:
+// streams hold topics, topics hold partitions, and every partition is owned
+// by exactly one shard — one goroutine with a bounded inbox.
+//
+// A host opens a Node, creates streams and topics, and produces to and polls
+// from partitions. The Node's router always finds a partition's owner (a
+// table of rows written by the shards, with a murmur3 hash fallback), and a
+// reconciler per shard materialises partitions after metadata commits.
+//
+// The central guarantee is the materialisation barrier: a request that
+// reaches its owner before the partition exists there is parked and
+// re-dispatched, in arrival order, once the partition lands. A parked
+// request is never dropped silently, never served against a dead
+// incarnation after a delete and recreate, and always answered — with a
+// result or with a typed error. Errors that mean "the node is converging,
+// retry here shortly" match ErrRetry and are retried in place by the Node
+// until the caller's deadline; they are distinct from ErrNotLeader, which
+// tells a client to go elsewhere.
+//
+// Package layout, imports pointing one way:
+//
+//	parkway (Node) → reconciler → shard → router → partition → metadata
+//
+// Everything with a side effect — the clock, the filesystem — sits behind a
+// narrow interface so tests can drive it deterministically.
+package parkway
