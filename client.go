@@ -1,0 +1,221 @@
+package parkway
+
+import (
+	"context"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/spaolacci/murmur3"
+
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/shard"
+)
+
+// Partitioning chooses the partition a produce goes to.
+type Partitioning struct {
+	kind partitioningKind
+	id   uint32
+	key  []byte
+}
+
+type partitioningKind uint8
+
+const (
+	byBalanced partitioningKind = iota
+	byID
+	byKey
+)
+
+// PartitionID sends to one partition by id.
+func PartitionID(id uint32) Partitioning { return Partitioning{kind: byID, id: id} }
+
+// Key sends to the partition murmur3(key) mod partition count, so one key's
+// messages stay in one partition, in order, while the count is unchanged.
+func Key(key []byte) Partitioning { return Partitioning{kind: byKey, key: key} }
+
+// Balanced spreads produces round-robin over the topic's partitions. It is
+// the zero Partitioning.
+func Balanced() Partitioning { return Partitioning{} }
+
+// Ack acknowledges a produce.
+type Ack struct {
+	// Partition is the partition the batch went to.
+	Partition uint32
+	// FirstOffset is the offset of the batch's first message; the rest
+	// follow densely.
+	FirstOffset uint64
+	// Count is the number of messages appended.
+	Count int
+}
+
+// Produce appends msgs to one partition of a topic, whole or not at all,
+// and returns once they are appended. A partition that is still
+// materialising (the topic was just created) parks the request at its
+// shard, so a produce right after CreateTopic succeeds. Payloads are copied;
+// the caller may reuse msgs afterwards.
+func (n *Node) Produce(ctx context.Context, stream, topic uint32, to Partitioning, msgs ...Message) (Ack, error) {
+	if err := n.begin(ctx); err != nil {
+		return Ack{}, err
+	}
+	if len(msgs) == 0 {
+		return Ack{}, ErrEmptyBatch
+	}
+	if len(msgs) > n.cfg.MaxBatchMessages {
+		return Ack{}, fmt.Errorf("%w: %d messages > %d", ErrBatchTooLarge, len(msgs), n.cfg.MaxBatchMessages)
+	}
+	// The batch is copied so timestamps can be set without writing to the
+	// caller's slice; payload bytes are copied later by the partition.
+	now := n.cfg.Clock.Now().UnixMicro()
+	batch := make([]Message, len(msgs))
+	for i := range msgs {
+		size := len(msgs[i].Payload)
+		for _, h := range msgs[i].Headers {
+			size += len(h.Key) + len(h.Value)
+		}
+		if size > n.cfg.MaxMessageSize {
+			return Ack{}, fmt.Errorf("%w: message %d is %d bytes > %d", ErrMessageTooLarge, i, size, n.cfg.MaxMessageSize)
+		}
+		batch[i] = msgs[i]
+		batch[i].Offset = 0
+		batch[i].Timestamp = now
+	}
+	part, err := n.choose(stream, topic, to)
+	if err != nil {
+		return Ack{}, err
+	}
+	ns, err := n.resolve(stream, topic, part)
+	if err != nil {
+		return Ack{}, err
+	}
+	req := &shard.Request{Op: shard.OpProduce, NS: ns, Messages: batch}
+	r, err := n.call(ctx, req, stream, topic, part)
+	if err != nil {
+		return Ack{}, err
+	}
+	return Ack{Partition: part, FirstOffset: r.Offset, Count: len(batch)}, nil
+}
+
+// choose applies a Partitioning against the committed partition count.
+func (n *Node) choose(stream, topic uint32, to Partitioning) (uint32, error) {
+	if to.kind == byID {
+		return to.id, nil
+	}
+	t, ok := n.meta.Topic(stream, topic)
+	if !ok {
+		return 0, n.missing(stream, topic)
+	}
+	if t.Partitions == 0 {
+		return 0, fmt.Errorf("%w: topic %d in stream %d has no partitions", ErrPartitionNotFound, topic, stream)
+	}
+	switch to.kind {
+	case byKey:
+		return murmur3.Sum32(to.key) % uint32(t.Partitions), nil
+	case byBalanced:
+		return uint32(n.roundRobin.Add(1)-1) % uint32(t.Partitions), nil
+	}
+	return 0, fmt.Errorf("%w: unknown partitioning", ErrInvalidArgument)
+}
+
+// Start says where a poll begins.
+type Start struct {
+	offset   uint64
+	consumer string
+}
+
+// AtOffset starts a poll at an offset.
+func AtOffset(offset uint64) Start { return Start{offset: offset} }
+
+// AtConsumer starts a poll at the consumer's stored offset (0 if it has
+// none). The stored offset is the next offset to read, as in Kafka.
+func AtConsumer(consumer string) Start { return Start{consumer: consumer} }
+
+// Batch is the result of a poll.
+type Batch struct {
+	// Messages are in offset order. Treat them as read-only: they may share
+	// memory with the partition.
+	Messages []Message
+	// Next is the offset to poll from next.
+	Next uint64
+}
+
+// Poll reads up to max messages from a partition.
+func (n *Node) Poll(ctx context.Context, stream, topic, part uint32, from Start, max int) (Batch, error) {
+	if err := n.begin(ctx); err != nil {
+		return Batch{}, err
+	}
+	if max <= 0 {
+		return Batch{}, fmt.Errorf("%w: poll count %d must be positive", ErrInvalidArgument, max)
+	}
+	req := &shard.Request{Op: shard.OpPoll, Offset: from.offset, Count: max}
+	if from.consumer != "" {
+		if err := validConsumer(from.consumer); err != nil {
+			return Batch{}, err
+		}
+		req.Consumer, req.UseConsumer = from.consumer, true
+	}
+	ns, err := n.resolve(stream, topic, part)
+	if err != nil {
+		return Batch{}, err
+	}
+	req.NS = ns
+	r, err := n.call(ctx, req, stream, topic, part)
+	if err != nil {
+		return Batch{}, err
+	}
+	return Batch{Messages: r.Messages, Next: r.Offset}, nil
+}
+
+// StoreOffset records consumer's offset in a partition: the next offset it
+// will read.
+func (n *Node) StoreOffset(ctx context.Context, consumer string, stream, topic, part uint32, offset uint64) error {
+	if err := n.begin(ctx); err != nil {
+		return err
+	}
+	if err := validConsumer(consumer); err != nil {
+		return err
+	}
+	ns, err := n.resolve(stream, topic, part)
+	if err != nil {
+		return err
+	}
+	req := &shard.Request{Op: shard.OpStoreOffset, NS: ns, Consumer: consumer, Offset: offset}
+	_, err = n.call(ctx, req, stream, topic, part)
+	return err
+}
+
+// ConsumerOffset returns consumer's stored offset in a partition and
+// whether one is stored.
+func (n *Node) ConsumerOffset(ctx context.Context, consumer string, stream, topic, part uint32) (uint64, bool, error) {
+	if err := n.begin(ctx); err != nil {
+		return 0, false, err
+	}
+	if err := validConsumer(consumer); err != nil {
+		return 0, false, err
+	}
+	ns, err := n.resolve(stream, topic, part)
+	if err != nil {
+		return 0, false, err
+	}
+	req := &shard.Request{Op: shard.OpGetOffset, NS: ns, Consumer: consumer}
+	r, err := n.call(ctx, req, stream, topic, part)
+	if err != nil {
+		return 0, false, err
+	}
+	return r.Offset, r.Found, nil
+}
+
+// validConsumer accepts 1–255 bytes of letters, digits, '.', '_' and '-',
+// other than "." and "..": consumer names become file names on disk, so
+// anything that could escape the offsets directory is refused up front.
+func validConsumer(name string) error {
+	if name == "" || len(name) > metadata.MaxNameLength || !utf8.ValidString(name) || name == "." || name == ".." {
+		return fmt.Errorf("%w: %q", ErrInvalidConsumer, name)
+	}
+	for _, r := range name {
+		ok := r == '.' || r == '_' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z'
+		if !ok {
+			return fmt.Errorf("%w: %q", ErrInvalidConsumer, name)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,169 @@
+package parkway
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/parkway-io/parkway/internal/clock"
+	"github.com/parkway-io/parkway/reconciler"
+	"github.com/parkway-io/parkway/shard"
+)
+
+// Clock is the source of time: Config.Clock lets tests and simulations
+// drive a Node on virtual time.
+type Clock = clock.Clock
+
+// Timer is a Clock's one-shot timer.
+type Timer = clock.Timer
+
+// ParkLimits bounds each shard's park buffer; see shard.ParkLimits.
+type ParkLimits = shard.ParkLimits
+
+// Config configures a Node. The zero value is valid: an in-memory node
+// with one shard per CPU and the reference server's defaults.
+type Config struct {
+	// DataDir is where partitions are stored. Empty keeps everything in
+	// memory. Metadata is not yet persisted, so reopening a DataDir does not
+	// bring streams back (see the README's status section).
+	DataDir string
+	// SegmentSize is the size at which a partition's segment rolls over
+	// (default 1 GiB; 1 MiB to 1 GiB). Only with DataDir.
+	SegmentSize int64
+	// Preallocate reserves each new segment's full size on disk with
+	// fallocate, so appends never fail for lack of space mid-segment.
+	Preallocate bool
+
+	// Shards is the number of shards (default: GOMAXPROCS).
+	Shards int
+	// InboxSize bounds each shard's inbox (default 1,024 frames).
+	InboxSize int
+	// PinShards pins shard i's pump to CPU i mod NumCPU (Linux only). Off
+	// by default: the library lives in the host's process and should not
+	// take cores without being asked.
+	PinShards bool
+
+	// ReconcileInterval is the period of each shard's reconcile pass when
+	// no metadata commit wakes it (default 1 s, at most 30 s). It also
+	// paces park aging: a parked frame is answered after at most
+	// Park.MaxPasses intervals.
+	ReconcileInterval time.Duration
+	// Park bounds each shard's park buffer (defaults: 128 frames and 4 MiB
+	// per namespace, 16 MiB per shard, 4 KiB alignment, 3 passes).
+	Park ParkLimits
+	// BuildBackoffMin and BuildBackoffMax bound the retry delay of a failed
+	// partition build or removal (defaults 1 s and 60 s).
+	BuildBackoffMin, BuildBackoffMax time.Duration
+
+	// MaxMessageSize caps one message's payload plus headers (default
+	// 1 MiB).
+	MaxMessageSize int
+	// MaxBatchMessages caps the messages of one produce (default 10,000).
+	MaxBatchMessages int
+
+	// RequestTimeout bounds a call whose context has no deadline (default
+	// 10 s). Retriable answers are retried in place until the deadline, so
+	// it must exceed Park.MaxPasses × ReconcileInterval for a request that
+	// races a topic creation to be served rather than failed.
+	RequestTimeout time.Duration
+	// RetryBackoffMin and RetryBackoffMax bound the pause between in-place
+	// retries (defaults 100 µs and 50 ms, doubling).
+	RetryBackoffMin, RetryBackoffMax time.Duration
+
+	// Logger receives diagnostics (default: silent).
+	Logger hclog.Logger
+	// Clock is the source of time (default: the wall clock).
+	Clock Clock
+}
+
+// Defaults for Config.
+const (
+	DefaultMaxMessageSize   = 1 << 20
+	DefaultMaxBatchMessages = 10_000
+	DefaultRequestTimeout   = 10 * time.Second
+	DefaultRetryBackoffMin  = 100 * time.Microsecond
+	DefaultRetryBackoffMax  = 50 * time.Millisecond
+	DefaultSegmentSize      = 1 << 30
+	MinSegmentSize          = 1 << 20
+	MaxSegmentSize          = 1 << 30
+)
+
+// Validate reports every problem with c, joined.
+func (c Config) Validate() error {
+	var errs []error
+	neg := func(name string, v int64) {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("%s %d < 0", name, v))
+		}
+	}
+	neg("Shards", int64(c.Shards))
+	neg("InboxSize", int64(c.InboxSize))
+	neg("MaxMessageSize", int64(c.MaxMessageSize))
+	neg("MaxBatchMessages", int64(c.MaxBatchMessages))
+	neg("RequestTimeout", int64(c.RequestTimeout))
+	neg("RetryBackoffMin", int64(c.RetryBackoffMin))
+	neg("RetryBackoffMax", int64(c.RetryBackoffMax))
+	neg("BuildBackoffMin", int64(c.BuildBackoffMin))
+	neg("BuildBackoffMax", int64(c.BuildBackoffMax))
+	if c.SegmentSize != 0 && (c.SegmentSize < MinSegmentSize || c.SegmentSize > MaxSegmentSize) {
+		errs = append(errs, fmt.Errorf("SegmentSize %d outside [%d, %d]", c.SegmentSize, MinSegmentSize, MaxSegmentSize))
+	}
+	if c.ReconcileInterval != 0 {
+		if err := reconciler.ValidatePeriod(c.ReconcileInterval); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.RetryBackoffMax != 0 && c.RetryBackoffMin > c.RetryBackoffMax {
+		errs = append(errs, fmt.Errorf("RetryBackoffMin %v > RetryBackoffMax %v", c.RetryBackoffMin, c.RetryBackoffMax))
+	}
+	if c.BuildBackoffMax != 0 && c.BuildBackoffMin > c.BuildBackoffMax {
+		errs = append(errs, fmt.Errorf("BuildBackoffMin %v > BuildBackoffMax %v", c.BuildBackoffMin, c.BuildBackoffMax))
+	}
+	if err := (shard.Config{Park: c.Park}).Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+// ErrInvalidConfig wraps every problem Config.Validate reports.
+var ErrInvalidConfig = errors.New("parkway: invalid config")
+
+func (c Config) withDefaults() Config {
+	if c.Shards == 0 {
+		c.Shards = runtime.GOMAXPROCS(0)
+	}
+	if c.ReconcileInterval == 0 {
+		c.ReconcileInterval = reconciler.DefaultPeriod
+	}
+	if c.MaxMessageSize == 0 {
+		c.MaxMessageSize = DefaultMaxMessageSize
+	}
+	if c.MaxBatchMessages == 0 {
+		c.MaxBatchMessages = DefaultMaxBatchMessages
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.RetryBackoffMin == 0 {
+		c.RetryBackoffMin = DefaultRetryBackoffMin
+	}
+	if c.RetryBackoffMax == 0 {
+		c.RetryBackoffMax = max(DefaultRetryBackoffMax, c.RetryBackoffMin)
+	}
+	if c.SegmentSize == 0 {
+		c.SegmentSize = DefaultSegmentSize
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	return c
+}

@@ -1,0 +1,71 @@
+package parkway
+
+import (
+	"errors"
+
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
+	"github.com/parkway-io/parkway/router"
+	"github.com/parkway-io/parkway/shard"
+)
+
+// Errors returned by a Node. Check them with errors.Is: they are usually
+// wrapped with the name or id that caused them.
+var (
+	// ErrClosed reports a call on a closed Node.
+	ErrClosed = errors.New("parkway: node closed")
+
+	// ErrRetry is the root of every transient, node-local answer: a
+	// partition still materialising, mid-teardown, changing incarnation, a
+	// full inbox or park buffer. The Node retries these in place until the
+	// caller's deadline and returns one only when the deadline passes.
+	ErrRetry = shard.ErrRetry
+	// ErrStaleIncarnation reports a request that reached a partition after a
+	// delete and recreate replaced the incarnation it was meant for. It
+	// wraps ErrRetry.
+	ErrStaleIncarnation = shard.ErrStaleIncarnation
+	// ErrNotLeader means "go elsewhere": the node does not lead the
+	// partition. It is distinct from ErrRetry — a client never fails over
+	// because of ErrRetry, and never retries ErrNotLeader in place. A
+	// single node leads everything, so only replicated deployments return
+	// it.
+	ErrNotLeader = errors.New("parkway: not the leader")
+
+	// ErrInvalidName reports an empty, over-long or malformed name.
+	ErrInvalidName = metadata.ErrInvalidName
+	// ErrStreamExists and ErrTopicExists report a duplicate name.
+	ErrStreamExists = metadata.ErrStreamExists
+	ErrTopicExists  = metadata.ErrTopicExists
+	// ErrStreamNotFound, ErrTopicNotFound and ErrPartitionNotFound report
+	// an id that is not committed.
+	ErrStreamNotFound    = metadata.ErrStreamNotFound
+	ErrTopicNotFound     = metadata.ErrTopicNotFound
+	ErrPartitionNotFound = errors.New("parkway: partition not found")
+	// ErrInvalidPartitionCount reports a partition count out of range.
+	ErrInvalidPartitionCount = metadata.ErrInvalidPartitionCount
+
+	// ErrEmptyBatch reports a produce with no messages.
+	ErrEmptyBatch = partition.ErrEmptyBatch
+	// ErrBatchTooLarge reports a produce over Config.MaxBatchMessages.
+	ErrBatchTooLarge = errors.New("parkway: batch too large")
+	// ErrMessageTooLarge reports a message over Config.MaxMessageSize; the
+	// batch holding it is refused whole.
+	ErrMessageTooLarge = errors.New("parkway: message too large")
+	// ErrOffsetOutOfRange reports an offset outside a partition's log.
+	ErrOffsetOutOfRange = partition.ErrOffsetOutOfRange
+	// ErrInvalidConsumer reports a malformed consumer name.
+	ErrInvalidConsumer = errors.New("parkway: invalid consumer name")
+	// ErrInvalidArgument reports any other bad argument (a negative count,
+	// an unknown partitioning).
+	ErrInvalidArgument = errors.New("parkway: invalid argument")
+)
+
+// retryInPlace reports whether err means "the same request to this node
+// will likely succeed shortly". ErrNotLeader is deliberately not one of
+// them: retrying it here can never succeed.
+func retryInPlace(err error) bool {
+	if errors.Is(err, ErrNotLeader) {
+		return false
+	}
+	return errors.Is(err, shard.ErrRetry) || errors.Is(err, router.ErrFull)
+}

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package affinity
+
+func setAffinity(int) error { return ErrUnsupported }

@@ -1,0 +1,150 @@
+// Package metrics holds parkway's Prometheus collectors. A Node owns one
+// Metrics; the host registers it on its own registry (parkway never touches
+// the global default registry, so two Nodes in one process do not collide
+// unless the host registers both on one registry).
+package metrics
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Drop reasons, the label values of parkway_frame_drops_total{reason}.
+const (
+	ReasonFull           = "full"
+	ReasonDisconnected   = "disconnected"
+	ReasonUnroutable     = "unroutable"
+	ReasonDeliveryFailed = "delivery_failed"
+	ReasonMisrouted      = "misrouted"
+	ReasonParkOverflow   = "park_overflow"
+	ReasonParkExpired    = "park_expired"
+	ReasonNotOwner       = "not_owner"
+	ReasonRemoved        = "removed"
+	ReasonBuildFailed    = "build_failed"
+	ReasonShutdown       = "shutdown"
+)
+
+// Transient deny reasons, the label values of
+// parkway_transient_denies_total{reason}.
+const (
+	DenyTombstoned  = "tombstoned"
+	DenyIncarnation = "incarnation_mismatch"
+)
+
+// Metrics is the set of parkway collectors. It implements
+// prometheus.Collector.
+type Metrics struct {
+	FrameDrops      *prometheus.CounterVec // shard, variant, reason
+	Materialised    *prometheus.CounterVec // shard
+	Removed         *prometheus.CounterVec // shard
+	BuildFailures   *prometheus.CounterVec // shard
+	ParkedFrames    *prometheus.GaugeVec   // shard
+	ParkedBytes     *prometheus.GaugeVec   // shard
+	StaleRejects    *prometheus.CounterVec // shard
+	TransientDenies *prometheus.CounterVec // shard, reason
+	Forwarded       *prometheus.CounterVec // shard
+}
+
+// New returns fresh, unregistered collectors.
+func New() *Metrics {
+	shard := []string{"shard"}
+	return &Metrics{
+		FrameDrops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "parkway_frame_drops_total",
+			Help: "Frames not delivered to a partition, by frame variant and reason. Every dropped client frame was answered with an error.",
+		}, []string{"shard", "variant", "reason"}),
+		Materialised: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "parkway_partitions_materialised_total",
+			Help: "Partitions built and handed to their owning shard.",
+		}, shard),
+		Removed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "parkway_partitions_removed_total",
+			Help: "Partitions torn down after their deletion committed.",
+		}, shard),
+		BuildFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "parkway_partition_builds_failed_total",
+			Help: "Failed partition builds and removals; each is retried with backoff.",
+		}, shard),
+		ParkedFrames: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "parkway_parked_frames",
+			Help: "Frames parked waiting for their partition to materialise.",
+		}, shard),
+		ParkedBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "parkway_parked_bytes",
+			Help: "Resident footprint of parked frames (lengths rounded up to the park alignment).",
+		}, shard),
+		StaleRejects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "parkway_stale_rejects_total",
+			Help: "Frames stamped with a dead incarnation, rejected instead of served into its replacement.",
+		}, shard),
+		TransientDenies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "parkway_transient_denies_total",
+			Help: "Requests answered with a retry-here error while the shard converges.",
+		}, []string{"shard", "reason"}),
+		Forwarded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "parkway_frames_forwarded_total",
+			Help: "Frames a non-owner shard forwarded to the committed owner.",
+		}, shard),
+	}
+}
+
+func (m *Metrics) all() []prometheus.Collector {
+	return []prometheus.Collector{m.FrameDrops, m.Materialised, m.Removed, m.BuildFailures,
+		m.ParkedFrames, m.ParkedBytes, m.StaleRejects, m.TransientDenies, m.Forwarded}
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m.all() {
+		c.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range m.all() {
+		c.Collect(ch)
+	}
+}
+
+// Shard returns the pre-resolved per-shard handles, so hot paths never
+// look up label values.
+func (m *Metrics) Shard(id int) *Shard {
+	s := strconv.Itoa(id)
+	return &Shard{
+		m:            m,
+		id:           s,
+		Materialised: m.Materialised.WithLabelValues(s),
+		Removed:      m.Removed.WithLabelValues(s),
+		BuildFailed:  m.BuildFailures.WithLabelValues(s),
+		ParkedFrames: m.ParkedFrames.WithLabelValues(s),
+		ParkedBytes:  m.ParkedBytes.WithLabelValues(s),
+		StaleRejects: m.StaleRejects.WithLabelValues(s),
+		Forwarded:    m.Forwarded.WithLabelValues(s),
+	}
+}
+
+// Shard is one shard's view of the metrics.
+type Shard struct {
+	m            *Metrics
+	id           string
+	Materialised prometheus.Counter
+	Removed      prometheus.Counter
+	BuildFailed  prometheus.Counter
+	ParkedFrames prometheus.Gauge
+	ParkedBytes  prometheus.Gauge
+	StaleRejects prometheus.Counter
+	Forwarded    prometheus.Counter
+}
+
+// Drop counts one dropped frame. Drops are rare, so the label lookup here
+// is off the hot path.
+func (s *Shard) Drop(variant, reason string) {
+	s.m.FrameDrops.WithLabelValues(s.id, variant, reason).Inc()
+}
+
+// Deny counts one transient deny that was handed to the reply path.
+func (s *Shard) Deny(reason string) {
+	s.m.TransientDenies.WithLabelValues(s.id, reason).Inc()
+}

@@ -1,0 +1,609 @@
+package metadata
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/google/btree"
+)
+
+const (
+	// MaxNameLength is the longest stream or topic name, in bytes. The
+	// reference server stores names with a one-byte length prefix.
+	MaxNameLength = 255
+
+	// MaxPartitionsPerTopic bounds CreateTopic.Partitions. It is the
+	// reference server's limit on the partitions one create command may
+	// ask for: it bounds the work, the Result and the wake fan-out of a
+	// single commit, where the namespace alone would allow a million.
+	// CreatePartitions may still grow a topic up to MaxPartitionID.
+	MaxPartitionsPerTopic = 1000
+)
+
+// Result describes what a successful Apply did.
+type Result struct {
+	Revision uint64          // store revision after the command
+	Stream   uint32          // id created/affected
+	Topic    uint32          // id created/affected (0 for stream commands)
+	Created  []PartitionInfo // partitions created, in id order
+	Removed  []PartitionInfo // partitions removed, in id order
+}
+
+// PartitionInfo describes a committed partition.
+type PartitionInfo struct {
+	NS                       Namespace
+	Stream, Topic, Partition uint32
+	// CreatedRevision is the revision of the commit that created the
+	// partition: its incarnation, or epoch.
+	CreatedRevision uint64
+	// Owner is the partition's owner shard, Config.Assign(NS, Config.Shards).
+	Owner int
+}
+
+// StreamInfo describes a committed stream.
+type StreamInfo struct {
+	ID              uint32
+	Name            string
+	CreatedRevision uint64
+	Topics          int // number of topics
+}
+
+// TopicInfo describes a committed topic.
+type TopicInfo struct {
+	Stream, ID      uint32
+	Name            string
+	Partitions      int // number of partitions, ids 0..Partitions-1
+	CreatedRevision uint64
+	// PurgedRevision is the revision of the last PurgeTopic that took
+	// effect, 0 if none.
+	PurgedRevision uint64
+}
+
+// Snapshot is a consistent copy of the store's partitions.
+type Snapshot struct {
+	Revision   uint64
+	Partitions []PartitionInfo // sorted by NS ascending
+}
+
+type stream struct {
+	id         uint32
+	name       string
+	createdRev uint64
+	topics     *btree.BTreeG[*topic] // by id
+	topicNames map[string]*topic     // lookups only, never iterated
+	topicIDs   slab
+}
+
+type topic struct {
+	id         uint32
+	name       string
+	createdRev uint64
+	purgedRev  uint64
+	parts      []PartitionInfo // dense: parts[i].Partition == i
+}
+
+type subscription struct {
+	ch        chan struct{}
+	cancelled atomic.Bool
+}
+
+// Store is the committed metadata state machine. All mutation goes through
+// Apply; the other methods are read-only. It is safe for concurrent use.
+type Store struct {
+	cfg Config
+
+	mu          sync.RWMutex
+	revision    uint64
+	streams     *btree.BTreeG[*stream] // by id
+	streamNames map[string]*stream     // lookups only, never iterated
+	streamIDs   slab
+	partitions  map[Namespace]PartitionInfo // O(1) lookups, never iterated
+	// subs is copy-on-write, in subscribe order: Apply hands the current
+	// slice to its notification step after releasing mu.
+	subs []*subscription
+}
+
+// NewStore returns an empty store at revision 0.
+func NewStore(cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Store{
+		cfg:         cfg,
+		streams:     btree.NewG(8, func(a, b *stream) bool { return a.id < b.id }),
+		streamNames: make(map[string]*stream),
+		streamIDs:   newSlab(MaxStreamID),
+		partitions:  make(map[Namespace]PartitionInfo),
+	}, nil
+}
+
+// Apply applies one command and returns what it did. A command that fails
+// changes nothing: not the state, not the revision, and it wakes no one.
+//
+// Every successful command bumps the revision by one, except PurgeTopic on a
+// topic without partitions, which does nothing. That is the reference
+// server's list (create topic / partitions, delete topic / stream /
+// partitions, purge when partitions exist) plus CreateStream: bumping there
+// too keeps the revision strictly increasing per state-changing commit, so a
+// revision names one state, and it costs nothing since no partition carries
+// a stream's revision.
+//
+// CreateTopic and CreatePartitions stamp each new partition with the new
+// revision (its CreatedRevision). PurgeTopic records it as the topic's
+// PurgedRevision.
+//
+// Subscribers are woken after the commit, once the lock is released, by
+// every partition-shaping command: CreateTopic, DeleteTopic,
+// CreatePartitions, DeletePartitions, PurgeTopic (when the topic has
+// partitions) and DeleteStream (when the stream had partitions).
+// CreateStream shapes no partition and wakes no one.
+func (s *Store) Apply(cmd Command) (Result, error) {
+	cmd, ok := deref(cmd)
+	if !ok {
+		return Result{}, fmt.Errorf("%w: %T", ErrUnknownCommand, cmd)
+	}
+	s.mu.Lock()
+	res, wake, err := s.apply(cmd)
+	var subs []*subscription
+	if err == nil && wake {
+		subs = s.subs
+	}
+	s.mu.Unlock()
+	for _, sub := range subs {
+		if sub.cancelled.Load() {
+			continue
+		}
+		select {
+		case sub.ch <- struct{}{}:
+		default: // a wake is already pending: coalesce
+		}
+	}
+	return res, err
+}
+
+// deref turns a non-nil pointer command into its value; it reports false for
+// nil and for types that are not this package's commands.
+func deref(cmd Command) (Command, bool) {
+	switch c := cmd.(type) {
+	case CreateStream, DeleteStream, CreateTopic, DeleteTopic,
+		CreatePartitions, DeletePartitions, PurgeTopic:
+		return c, true
+	case *CreateStream:
+		if c != nil {
+			return *c, true
+		}
+	case *DeleteStream:
+		if c != nil {
+			return *c, true
+		}
+	case *CreateTopic:
+		if c != nil {
+			return *c, true
+		}
+	case *DeleteTopic:
+		if c != nil {
+			return *c, true
+		}
+	case *CreatePartitions:
+		if c != nil {
+			return *c, true
+		}
+	case *DeletePartitions:
+		if c != nil {
+			return *c, true
+		}
+	case *PurgeTopic:
+		if c != nil {
+			return *c, true
+		}
+	}
+	return cmd, false
+}
+
+// apply runs one command under the write lock. Each case validates
+// everything (and computes everything that can fail) before its first
+// mutation, so an error leaves the store untouched.
+func (s *Store) apply(cmd Command) (res Result, wake bool, err error) {
+	switch c := cmd.(type) {
+	case CreateStream:
+		return s.createStream(c)
+	case DeleteStream:
+		return s.deleteStream(c)
+	case CreateTopic:
+		return s.createTopic(c)
+	case DeleteTopic:
+		return s.deleteTopic(c)
+	case CreatePartitions:
+		return s.createPartitions(c)
+	case DeletePartitions:
+		return s.deletePartitions(c)
+	case PurgeTopic:
+		return s.purgeTopic(c)
+	}
+	return Result{}, false, fmt.Errorf("%w: %T", ErrUnknownCommand, cmd)
+}
+
+func (s *Store) createStream(c CreateStream) (Result, bool, error) {
+	if err := validateName("stream", c.Name); err != nil {
+		return Result{}, false, err
+	}
+	if _, ok := s.streamNames[c.Name]; ok {
+		return Result{}, false, fmt.Errorf("%w: %q", ErrStreamExists, c.Name)
+	}
+	id, ok := s.streamIDs.alloc()
+	if !ok {
+		return Result{}, false, fmt.Errorf("%w: all %d stream ids in use", ErrTooManyStreams, uint64(s.streamIDs.max)+1)
+	}
+	s.revision++
+	st := &stream{
+		id:         id,
+		name:       c.Name,
+		createdRev: s.revision,
+		topics:     btree.NewG(8, func(a, b *topic) bool { return a.id < b.id }),
+		topicNames: make(map[string]*topic),
+		topicIDs:   newSlab(MaxTopicID),
+	}
+	s.streams.ReplaceOrInsert(st)
+	s.streamNames[c.Name] = st
+	return Result{Revision: s.revision, Stream: id}, false, nil
+}
+
+func (s *Store) deleteStream(c DeleteStream) (Result, bool, error) {
+	st, err := s.lookupStream(c.Stream)
+	if err != nil {
+		return Result{}, false, err
+	}
+	var removed []PartitionInfo
+	st.topics.Ascend(func(t *topic) bool {
+		removed = append(removed, t.parts...)
+		return true
+	})
+	for _, p := range removed {
+		delete(s.partitions, p.NS)
+	}
+	s.streams.Delete(st)
+	delete(s.streamNames, st.name)
+	s.streamIDs.release(st.id)
+	s.revision++
+	return Result{Revision: s.revision, Stream: st.id, Removed: removed}, len(removed) > 0, nil
+}
+
+func (s *Store) createTopic(c CreateTopic) (Result, bool, error) {
+	st, err := s.lookupStream(c.Stream)
+	if err != nil {
+		return Result{}, false, err
+	}
+	if err := validateName("topic", c.Name); err != nil {
+		return Result{}, false, err
+	}
+	if c.Partitions < 1 || c.Partitions > MaxPartitionsPerTopic {
+		return Result{}, false, fmt.Errorf("%w: topic %q: %d partitions, want 1..%d",
+			ErrInvalidPartitionCount, c.Name, c.Partitions, MaxPartitionsPerTopic)
+	}
+	if _, ok := st.topicNames[c.Name]; ok {
+		return Result{}, false, fmt.Errorf("%w: %q in stream %d", ErrTopicExists, c.Name, st.id)
+	}
+	id, ok := st.topicIDs.peek()
+	if !ok {
+		return Result{}, false, fmt.Errorf("%w: all %d topic ids of stream %d in use",
+			ErrTooManyTopics, uint64(st.topicIDs.max)+1, st.id)
+	}
+	rev := s.revision + 1
+	parts, err := s.newPartitions(st.id, id, 0, c.Partitions, rev)
+	if err != nil {
+		return Result{}, false, err
+	}
+	// Committed from here on.
+	st.topicIDs.alloc()
+	s.revision = rev
+	t := &topic{id: id, name: c.Name, createdRev: rev, parts: parts}
+	st.topics.ReplaceOrInsert(t)
+	st.topicNames[c.Name] = t
+	s.addPartitions(parts)
+	return Result{Revision: rev, Stream: st.id, Topic: id, Created: slices.Clone(parts)}, true, nil
+}
+
+func (s *Store) deleteTopic(c DeleteTopic) (Result, bool, error) {
+	st, t, err := s.lookupTopic(c.Stream, c.Topic)
+	if err != nil {
+		return Result{}, false, err
+	}
+	removed := t.parts
+	for _, p := range removed {
+		delete(s.partitions, p.NS)
+	}
+	st.topics.Delete(t)
+	delete(st.topicNames, t.name)
+	st.topicIDs.release(t.id)
+	s.revision++
+	return Result{Revision: s.revision, Stream: st.id, Topic: t.id, Removed: removed}, true, nil
+}
+
+func (s *Store) createPartitions(c CreatePartitions) (Result, bool, error) {
+	st, t, err := s.lookupTopic(c.Stream, c.Topic)
+	if err != nil {
+		return Result{}, false, err
+	}
+	have := len(t.parts)
+	if c.Count < 1 {
+		return Result{}, false, fmt.Errorf("%w: create %d partitions in %d/%d, want >= 1",
+			ErrInvalidPartitionCount, c.Count, st.id, t.id)
+	}
+	if room := MaxPartitionID + 1 - have; c.Count > room {
+		return Result{}, false, fmt.Errorf("%w: create %d partitions in %d/%d: %d exist, ids stop at %d",
+			ErrInvalidPartitionCount, c.Count, st.id, t.id, have, MaxPartitionID)
+	}
+	rev := s.revision + 1
+	parts, err := s.newPartitions(st.id, t.id, uint32(have), c.Count, rev)
+	if err != nil {
+		return Result{}, false, err
+	}
+	s.revision = rev
+	t.parts = append(t.parts, parts...)
+	s.addPartitions(parts)
+	return Result{Revision: rev, Stream: st.id, Topic: t.id, Created: parts}, true, nil
+}
+
+func (s *Store) deletePartitions(c DeletePartitions) (Result, bool, error) {
+	st, t, err := s.lookupTopic(c.Stream, c.Topic)
+	if err != nil {
+		return Result{}, false, err
+	}
+	have := len(t.parts)
+	if c.Count < 1 || c.Count > have {
+		return Result{}, false, fmt.Errorf("%w: delete %d partitions from %d/%d, want 1..%d",
+			ErrInvalidPartitionCount, c.Count, st.id, t.id, have)
+	}
+	keep := have - c.Count
+	removed := slices.Clone(t.parts[keep:])
+	for _, p := range removed {
+		delete(s.partitions, p.NS)
+	}
+	t.parts = slices.Clip(t.parts[:keep])
+	s.revision++
+	return Result{Revision: s.revision, Stream: st.id, Topic: t.id, Removed: removed}, true, nil
+}
+
+func (s *Store) purgeTopic(c PurgeTopic) (Result, bool, error) {
+	st, t, err := s.lookupTopic(c.Stream, c.Topic)
+	if err != nil {
+		return Result{}, false, err
+	}
+	if len(t.parts) == 0 {
+		// Nothing to purge: no bump, no wake (as the reference server).
+		return Result{Revision: s.revision, Stream: st.id, Topic: t.id}, false, nil
+	}
+	s.revision++
+	t.purgedRev = s.revision
+	return Result{Revision: s.revision, Stream: st.id, Topic: t.id}, true, nil
+}
+
+// newPartitions builds partitions first..first+count-1 of a topic at
+// revision rev, without touching the store.
+func (s *Store) newPartitions(streamID, topicID, first uint32, count int, rev uint64) ([]PartitionInfo, error) {
+	parts := make([]PartitionInfo, count)
+	for i := range parts {
+		id := first + uint32(i)
+		ns, err := NewNamespace(streamID, topicID, id)
+		if err != nil {
+			return nil, err // unreachable: callers bound every id
+		}
+		owner := s.cfg.Assign(ns, s.cfg.Shards)
+		if owner < 0 || owner >= s.cfg.Shards {
+			return nil, fmt.Errorf("parkway: Config.Assign(%v, %d) = %d, want 0..%d",
+				ns, s.cfg.Shards, owner, s.cfg.Shards-1)
+		}
+		parts[i] = PartitionInfo{
+			NS: ns, Stream: streamID, Topic: topicID, Partition: id,
+			CreatedRevision: rev, Owner: owner,
+		}
+	}
+	return parts, nil
+}
+
+func (s *Store) addPartitions(parts []PartitionInfo) {
+	for _, p := range parts {
+		s.partitions[p.NS] = p
+	}
+}
+
+func (s *Store) lookupStream(id uint32) (*stream, error) {
+	st, ok := s.streams.Get(&stream{id: id})
+	if !ok {
+		return nil, fmt.Errorf("%w: stream %d", ErrStreamNotFound, id)
+	}
+	return st, nil
+}
+
+func (s *Store) lookupTopic(streamID, topicID uint32) (*stream, *topic, error) {
+	st, err := s.lookupStream(streamID)
+	if err != nil {
+		return nil, nil, err
+	}
+	t, ok := st.topics.Get(&topic{id: topicID})
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: topic %d in stream %d", ErrTopicNotFound, topicID, streamID)
+	}
+	return st, t, nil
+}
+
+func validateName(kind, name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: empty %s name", ErrInvalidName, kind)
+	case len(name) > MaxNameLength:
+		return fmt.Errorf("%w: %s name is %d bytes, at most %d", ErrInvalidName, kind, len(name), MaxNameLength)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%w: %s name %q is not valid UTF-8", ErrInvalidName, kind, name)
+	}
+	for _, r := range name {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%w: %s name %q contains control character %U", ErrInvalidName, kind, name, r)
+		}
+	}
+	return nil
+}
+
+// Revision returns the current revision.
+func (s *Store) Revision() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.revision
+}
+
+// Partition returns the committed partition with namespace ns. It is an O(1)
+// map lookup.
+func (s *Store) Partition(ns Namespace) (PartitionInfo, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	p, ok := s.partitions[ns]
+	return p, ok
+}
+
+// CreatedRevision returns the committed incarnation of the partition with
+// namespace ns. It is an O(1) map lookup.
+func (s *Store) CreatedRevision(ns Namespace) (uint64, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	p, ok := s.partitions[ns]
+	return p.CreatedRevision, ok
+}
+
+// Stream returns the stream with the given id.
+func (s *Store) Stream(id uint32) (StreamInfo, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	st, ok := s.streams.Get(&stream{id: id})
+	if !ok {
+		return StreamInfo{}, false
+	}
+	return st.info(), true
+}
+
+// StreamByName returns the stream with the given name (case-sensitive).
+func (s *Store) StreamByName(name string) (StreamInfo, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	st, ok := s.streamNames[name]
+	if !ok {
+		return StreamInfo{}, false
+	}
+	return st.info(), true
+}
+
+// Streams returns every stream, in id order.
+func (s *Store) Streams() []StreamInfo {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]StreamInfo, 0, s.streams.Len())
+	s.streams.Ascend(func(st *stream) bool {
+		out = append(out, st.info())
+		return true
+	})
+	return out
+}
+
+// Topic returns topic `topic` of stream `stream`.
+func (s *Store) Topic(stream, topic uint32) (TopicInfo, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	st, t, err := s.lookupTopic(stream, topic)
+	if err != nil {
+		return TopicInfo{}, false
+	}
+	return t.info(st.id), true
+}
+
+// TopicByName returns the topic of the stream with the given name
+// (case-sensitive).
+func (s *Store) TopicByName(stream uint32, name string) (TopicInfo, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	st, err := s.lookupStream(stream)
+	if err != nil {
+		return TopicInfo{}, false
+	}
+	t, ok := st.topicNames[name]
+	if !ok {
+		return TopicInfo{}, false
+	}
+	return t.info(st.id), true
+}
+
+// Topics returns the topics of a stream, in id order; nil if the stream does
+// not exist.
+func (s *Store) Topics(stream uint32) []TopicInfo {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	st, err := s.lookupStream(stream)
+	if err != nil {
+		return nil
+	}
+	out := make([]TopicInfo, 0, st.topics.Len())
+	st.topics.Ascend(func(t *topic) bool {
+		out = append(out, t.info(st.id))
+		return true
+	})
+	return out
+}
+
+// Snapshot returns a consistent copy of the revision and every committed
+// partition, taken under one read lock. Partitions are sorted by NS
+// ascending: walking streams, topics and partitions in id order yields
+// exactly that order, because the namespace packs the ids high to low.
+func (s *Store) Snapshot() Snapshot {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	parts := make([]PartitionInfo, 0, len(s.partitions))
+	s.streams.Ascend(func(st *stream) bool {
+		st.topics.Ascend(func(t *topic) bool {
+			parts = append(parts, t.parts...)
+			return true
+		})
+		return true
+	})
+	return Snapshot{Revision: s.revision, Partitions: parts}
+}
+
+// Subscribe returns a channel of capacity 1 that receives a value after every
+// partition-shaping commit (create/delete stream with partitions,
+// create/delete topic, create/delete partitions, purge). Sends never block:
+// while a value is pending, further commits coalesce into it, so a receiver
+// must treat a wake as "re-read the store", not as one event. Subscribers are
+// woken in subscribe order, after Apply has released the store's lock; no
+// goroutine is started.
+//
+// cancel unsubscribes and is idempotent. The channel is never closed; a
+// commit racing with cancel may still leave one value in it.
+func (s *Store) Subscribe() (wake <-chan struct{}, cancel func()) {
+	sub := &subscription{ch: make(chan struct{}, 1)}
+	s.mu.Lock()
+	s.subs = append(s.subs, sub)
+	s.mu.Unlock()
+	var once sync.Once
+	return sub.ch, func() {
+		once.Do(func() {
+			sub.cancelled.Store(true)
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			// Copy on write: Apply may be iterating the old slice.
+			i := slices.Index(s.subs, sub)
+			s.subs = slices.Concat(s.subs[:i], s.subs[i+1:])
+		})
+	}
+}
+
+func (st *stream) info() StreamInfo {
+	return StreamInfo{ID: st.id, Name: st.name, CreatedRevision: st.createdRev, Topics: st.topics.Len()}
+}
+
+func (t *topic) info(streamID uint32) TopicInfo {
+	return TopicInfo{
+		Stream: streamID, ID: t.id, Name: t.name, Partitions: len(t.parts),
+		CreatedRevision: t.createdRev, PurgedRevision: t.purgedRev,
+	}
+}

@@ -1,0 +1,342 @@
+package parkway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/parkway-io/parkway/internal/metrics"
+	"github.com/parkway-io/parkway/internal/run"
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
+	"github.com/parkway-io/parkway/reconciler"
+	"github.com/parkway-io/parkway/router"
+	"github.com/parkway-io/parkway/shard"
+)
+
+// Message is one message of a partition log. Producers set ID, Headers
+// and Payload; Offset and Timestamp are assigned when it is appended.
+type Message = partition.Message
+
+// Header is a message's user header.
+type Header = partition.Header
+
+// StreamInfo, TopicInfo and PartitionInfo describe committed metadata.
+type (
+	StreamInfo    = metadata.StreamInfo
+	TopicInfo     = metadata.TopicInfo
+	PartitionInfo = metadata.PartitionInfo
+)
+
+// Node is one parkway node: its metadata, its shards, the router in front
+// of them and a reconciler per shard. All methods are safe for concurrent
+// use.
+type Node struct {
+	cfg     Config
+	meta    *metadata.Store
+	store   partition.Store
+	router  *router.Router[shard.Frame]
+	shards  []*shard.Shard
+	metrics *metrics.Metrics
+	drops   *metrics.Shard // client-side drop counters, labelled shard="client"
+	group   *run.Group
+	wakes   []func()
+
+	roundRobin atomic.Uint64
+	closed     atomic.Bool
+	closeOnce  sync.Once
+}
+
+// Open validates cfg, applies its defaults and starts a Node.
+func Open(cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	n := &Node{cfg: cfg, metrics: metrics.New(), group: run.NewGroup()}
+	n.drops = n.metrics.Shard(-1)
+
+	var err error
+	n.meta, err = metadata.NewStore(metadata.Config{Shards: cfg.Shards, Assign: router.Assign})
+	if err != nil {
+		return nil, err
+	}
+	if cfg.DataDir == "" {
+		n.store = partition.NewMemStore()
+	} else {
+		n.store, err = partition.NewFileStore(partition.FileConfig{
+			Dir: cfg.DataDir, SegmentSize: cfg.SegmentSize, Preallocate: cfg.Preallocate,
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	table := &router.Table{}
+	n.router, err = router.New[shard.Frame](table, cfg.Shards)
+	if err != nil {
+		return nil, err
+	}
+	for i := range cfg.Shards {
+		s, err := shard.New(shard.Config{
+			ID: i, InboxSize: cfg.InboxSize, Park: cfg.Park,
+			PinCPU: cfg.PinShards, CPU: i % runtime.NumCPU(),
+			Logger: cfg.Logger, Metrics: n.metrics,
+		}, n.meta, n.router)
+		if err != nil {
+			n.closeShards()
+			return nil, err
+		}
+		n.router.Register(i, s)
+		n.shards = append(n.shards, s)
+	}
+	for _, s := range n.shards {
+		s.Start()
+	}
+	for _, s := range n.shards {
+		rec, err := reconciler.New(reconciler.Config{
+			Shard: s, Meta: n.meta, Store: n.store, Clock: cfg.Clock,
+			BackoffMin: cfg.BuildBackoffMin, BackoffMax: cfg.BuildBackoffMax,
+			Logger: cfg.Logger, Metrics: n.metrics,
+		}, table)
+		if err != nil {
+			n.group.Stop()
+			n.closeShards()
+			return nil, err
+		}
+		wake, cancel := n.meta.Subscribe()
+		n.wakes = append(n.wakes, cancel)
+		n.group.Go(func(ctx context.Context) {
+			reconciler.Run(ctx, rec, wake, cfg.Clock, cfg.ReconcileInterval, cfg.Logger)
+		})
+	}
+	return n, nil
+}
+
+// Close stops the reconcilers and the shards. Requests still queued or
+// parked are answered with an error; calls made after Close return
+// ErrClosed. Close is idempotent and waits for every goroutine it started.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		n.closed.Store(true)
+		n.group.Stop()
+		for _, cancel := range n.wakes {
+			cancel()
+		}
+		n.closeShards()
+	})
+	return nil
+}
+
+func (n *Node) closeShards() {
+	for _, s := range n.shards {
+		_ = s.Close()
+	}
+}
+
+// Metrics returns the Node's Prometheus collectors; register them on the
+// host's registry. Series are labelled by shard; drops the client side of
+// the Node counts (an inbox refusing a request) carry shard="-1".
+func (n *Node) Metrics() prometheus.Collector { return n.metrics }
+
+// Shards returns the number of shards.
+func (n *Node) Shards() int { return len(n.shards) }
+
+// begin is the common guard of every call.
+func (n *Node) begin(ctx context.Context) error {
+	if n.closed.Load() {
+		return ErrClosed
+	}
+	return ctx.Err()
+}
+
+// apply commits a metadata command. On one node a commit is a local apply;
+// the replication issue puts consensus behind this same call.
+func (n *Node) apply(ctx context.Context, cmd metadata.Command) (metadata.Result, error) {
+	if err := n.begin(ctx); err != nil {
+		return metadata.Result{}, err
+	}
+	return n.meta.Apply(cmd)
+}
+
+// CreateStream creates a stream and returns its id (the lowest free one).
+func (n *Node) CreateStream(ctx context.Context, name string) (uint32, error) {
+	res, err := n.apply(ctx, metadata.CreateStream{Name: name})
+	return res.Stream, err
+}
+
+// DeleteStream deletes a stream with all its topics and partitions.
+func (n *Node) DeleteStream(ctx context.Context, stream uint32) error {
+	_, err := n.apply(ctx, metadata.DeleteStream{Stream: stream})
+	return err
+}
+
+// CreateTopic creates a topic with partitions partitions and returns its
+// id. The call returns once the topic is committed; its partitions
+// materialise asynchronously, and requests that arrive first are parked
+// until they do.
+func (n *Node) CreateTopic(ctx context.Context, stream uint32, name string, partitions int) (uint32, error) {
+	res, err := n.apply(ctx, metadata.CreateTopic{Stream: stream, Name: name, Partitions: partitions})
+	return res.Topic, err
+}
+
+// DeleteTopic deletes a topic and its partitions.
+func (n *Node) DeleteTopic(ctx context.Context, stream, topic uint32) error {
+	_, err := n.apply(ctx, metadata.DeleteTopic{Stream: stream, Topic: topic})
+	return err
+}
+
+// CreatePartitions adds count partitions to a topic (ids continue densely).
+func (n *Node) CreatePartitions(ctx context.Context, stream, topic uint32, count int) error {
+	_, err := n.apply(ctx, metadata.CreatePartitions{Stream: stream, Topic: topic, Count: count})
+	return err
+}
+
+// DeletePartitions removes count partitions from the tail of a topic.
+func (n *Node) DeletePartitions(ctx context.Context, stream, topic uint32, count int) error {
+	_, err := n.apply(ctx, metadata.DeletePartitions{Stream: stream, Topic: topic, Count: count})
+	return err
+}
+
+// Stream returns a committed stream by name.
+func (n *Node) Stream(name string) (StreamInfo, bool) { return n.meta.StreamByName(name) }
+
+// Topic returns a committed topic by name.
+func (n *Node) Topic(stream uint32, name string) (TopicInfo, bool) {
+	return n.meta.TopicByName(stream, name)
+}
+
+// Partitions lists the committed partitions of a topic in id order.
+func (n *Node) Partitions(stream, topic uint32) ([]PartitionInfo, error) {
+	t, ok := n.meta.Topic(stream, topic)
+	if !ok {
+		return nil, n.missing(stream, topic)
+	}
+	out := make([]PartitionInfo, 0, t.Partitions)
+	for p := range uint32(t.Partitions) {
+		ns, _ := metadata.NewNamespace(stream, topic, p)
+		if info, ok := n.meta.Partition(ns); ok {
+			out = append(out, info)
+		}
+	}
+	return out, nil
+}
+
+// missing builds the not-found error of a stream/topic pair.
+func (n *Node) missing(stream, topic uint32) error {
+	if _, ok := n.meta.Stream(stream); !ok {
+		return fmt.Errorf("%w: stream %d", ErrStreamNotFound, stream)
+	}
+	return fmt.Errorf("%w: topic %d in stream %d", ErrTopicNotFound, topic, stream)
+}
+
+// resolve turns ids into a committed namespace, or a typed not-found error.
+func (n *Node) resolve(stream, topic, part uint32) (metadata.Namespace, error) {
+	ns, err := metadata.NewNamespace(stream, topic, part)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	if _, ok := n.meta.Partition(ns); ok {
+		return ns, nil
+	}
+	if _, ok := n.meta.Topic(stream, topic); ok {
+		return 0, fmt.Errorf("%w: %v", ErrPartitionNotFound, ns)
+	}
+	return 0, n.missing(stream, topic)
+}
+
+// call sends req to the owner of its namespace and waits for the answer,
+// retrying "retry here" answers in place until the deadline: the context's,
+// or RequestTimeout when it has none. Before every retry the namespace is
+// re-resolved, so a request whose partition was deleted meanwhile ends with
+// a not-found error instead of waiting out its deadline.
+func (n *Node) call(ctx context.Context, req *shard.Request, stream, topic, part uint32) (shard.Response, error) {
+	reply := make(chan shard.Response, 1)
+	f := shard.Frame{Req: req, Reply: reply}
+	var (
+		deadline time.Time
+		pause    = n.cfg.RetryBackoffMin
+		timer    Timer
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		if n.closed.Load() {
+			return shard.Response{}, ErrClosed
+		}
+		_, err := n.router.Send(req.NS, f)
+		if err == nil {
+			select {
+			case r := <-reply:
+				if r.Err == nil {
+					return r, nil
+				}
+				err = r.Err
+			case <-ctx.Done():
+				// The shard will still answer into the buffered reply
+				// channel; the request may or may not have been applied.
+				return shard.Response{}, ctx.Err()
+			}
+		} else {
+			n.countSendFailure(req, err)
+			if errors.Is(err, router.ErrDisconnected) && n.closed.Load() {
+				return shard.Response{}, ErrClosed
+			}
+		}
+		if errors.Is(err, shard.ErrClosed) {
+			return shard.Response{}, fmt.Errorf("%w: %w", ErrClosed, err)
+		}
+		if !retryInPlace(err) {
+			return shard.Response{}, err
+		}
+		// Retry in place. The deadline is computed only now: the first
+		// attempt of almost every call succeeds and pays for no timer.
+		now := n.cfg.Clock.Now()
+		if deadline.IsZero() {
+			deadline = now.Add(n.cfg.RequestTimeout)
+			if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+				deadline = d
+			}
+		}
+		if !now.Before(deadline) {
+			return shard.Response{}, fmt.Errorf("parkway: deadline passed while retrying: %w", err)
+		}
+		wait := min(pause, deadline.Sub(now))
+		pause = min(pause*2, n.cfg.RetryBackoffMax)
+		if timer == nil {
+			timer = n.cfg.Clock.NewTimer(wait)
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-timer.C():
+		case <-ctx.Done():
+			return shard.Response{}, ctx.Err()
+		}
+		ns, rerr := n.resolve(stream, topic, part)
+		if rerr != nil {
+			return shard.Response{}, rerr
+		}
+		req.NS = ns
+	}
+}
+
+// countSendFailure counts a frame the router could not hand to a shard.
+func (n *Node) countSendFailure(req *shard.Request, err error) {
+	reason := metrics.ReasonUnroutable
+	switch {
+	case errors.Is(err, router.ErrFull):
+		reason = metrics.ReasonFull
+	case errors.Is(err, router.ErrDisconnected):
+		reason = metrics.ReasonDisconnected
+	}
+	n.drops.Drop(req.Op.String(), reason)
+}

@@ -1,0 +1,20 @@
+package partition
+
+import "errors"
+
+var (
+	// ErrInUse reports a Build or Remove of a namespace whose Partition,
+	// built by the same store, is still open (or which another goroutine is
+	// building or removing right now). Two open handles on one log would
+	// interleave their appends, and removing a log under its open handle
+	// would let the handle write consumer offsets into the next
+	// incarnation's directory, so the owner must Close the partition first.
+	ErrInUse = errors.New("parkway: partition in use")
+	// ErrTooLarge reports a FileStore Append with a message or batch that
+	// does not fit the segment format: a record longer than 4 GiB (its
+	// length field is a uint32), or a batch over 4 GiB (the sparse index
+	// stores file positions as uint32).
+	ErrTooLarge = errors.New("parkway: message or batch too large")
+	// ErrInvalidConfig wraps each problem reported by FileConfig.Validate.
+	ErrInvalidConfig = errors.New("parkway: invalid partition store config")
+)

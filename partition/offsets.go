@@ -1,0 +1,171 @@
+package partition
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Small files beside the log: consumer offsets and the incarnation marker.
+// All of them are replaced atomically (write a temporary file, fsync,
+// rename, fsync the directory), so a reader sees the old or the new
+// content, never a mix. Temporary files start with "." and are ignored (and
+// cleaned up) when a partition is reopened.
+
+const (
+	incarnationFile = "incarnation"
+	// maxConsumerFileName bounds escaped consumer file names, leaving room
+	// under the usual 255-byte NAME_MAX for the temporary-file decoration.
+	maxConsumerFileName = 200
+	// consumerFileHeader is the fixed part of a consumer offset file:
+	// CRC-32C u32 of the rest, offset u64; the consumer name follows.
+	consumerFileHeader = 12
+)
+
+// consumerFileName maps a consumer name to a file name. Bytes in
+// [A-Za-z0-9_-] (and '.' except first, so "." and ".." and temporary
+// files cannot occur) are kept, others become %XX, which keeps simple names
+// readable. An empty name or one whose escape is too long becomes "~" and
+// the SHA-256 of the name instead ("~" itself is always escaped, so the two
+// forms cannot collide). The name is also stored inside the file, so the
+// mapping need not be reversible.
+func consumerFileName(name string) string {
+	var b strings.Builder
+	for i := 0; i < len(name) && b.Len() <= maxConsumerFileName; i++ {
+		c := name[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '-', c == '.' && i > 0:
+			b.WriteByte(c)
+		default:
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	if name == "" || b.Len() > maxConsumerFileName {
+		sum := sha256.Sum256([]byte(name))
+		return "~" + hex.EncodeToString(sum[:])
+	}
+	return b.String()
+}
+
+func encodeConsumerOffset(name string, offset uint64) []byte {
+	b := make([]byte, consumerFileHeader, consumerFileHeader+len(name))
+	le.PutUint64(b[4:], offset)
+	b = append(b, name...)
+	le.PutUint32(b, crc32.Checksum(b[4:], castagnoli))
+	return b
+}
+
+func decodeConsumerOffset(b []byte, path string) (string, uint64, error) {
+	if len(b) < consumerFileHeader {
+		return "", 0, corruptf(path, 0, "consumer offset file of %d bytes", len(b))
+	}
+	if sum := crc32.Checksum(b[4:], castagnoli); sum != le.Uint32(b) {
+		return "", 0, corruptf(path, 0, "checksum %#08x, computed %#08x", le.Uint32(b), sum)
+	}
+	return string(b[consumerFileHeader:]), le.Uint64(b[4:]), nil
+}
+
+// loadConsumerOffsets reads every consumer offset file in dir, removing
+// leftover temporary files. Offsets past next (possible when a tail whose
+// writes were not synced was lost in a crash) are clamped to next: the
+// offsets beyond it will be reused by new messages the consumer never saw.
+func loadConsumerOffsets(dir string, next uint64) (map[string]uint64, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]uint64, len(entries))
+	for _, e := range entries {
+		path := filepath.Join(dir, e.Name())
+		if strings.HasPrefix(e.Name(), ".") {
+			_ = os.Remove(path) // a crashed atomic write; harmless if it stays
+			continue
+		}
+		if !e.Type().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		name, off, err := decodeConsumerOffset(b, path)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = min(off, next)
+	}
+	return out, nil
+}
+
+// readIncarnation returns the epoch recorded in dir. A missing directory
+// or file is fs.ErrNotExist; unparsable content is errBadIncarnation. Both
+// mean the directory holds no live incarnation.
+func readIncarnation(dir string) (uint64, error) {
+	b, err := os.ReadFile(filepath.Join(dir, incarnationFile))
+	if err != nil {
+		return 0, err
+	}
+	epoch, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, errBadIncarnation
+	}
+	return epoch, nil
+}
+
+var errBadIncarnation = errors.New("partition: unparsable incarnation file")
+
+func writeIncarnation(dir string, epoch uint64) error {
+	return writeFileAtomic(dir, incarnationFile, []byte(strconv.FormatUint(epoch, 10)+"\n"))
+}
+
+// writeFileAtomic replaces dir/name with data durably: write a temporary
+// file in dir, fsync it, rename it over name and fsync dir.
+func writeFileAtomic(dir, name string, data []byte) (err error) {
+	f, err := os.CreateTemp(dir, "."+name+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			_ = os.Remove(tmp)
+		}
+	}()
+	if _, err = f.Write(data); err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err = os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+// syncDir fsyncs a directory so entries created, renamed or removed in it
+// survive a crash.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// isNotExist reports a missing file or directory.
+func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }

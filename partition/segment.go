@@ -1,0 +1,297 @@
+package partition
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Segment files. A segment is <base>.log, its records (see codec.go), and
+// <base>.index, a sparse index: one 8-byte entry (offset relative to base
+// u32, file position u32, little endian) for the first record starting at
+// least indexInterval bytes after the previously indexed record (or after
+// position 0, which needs no entry). The rule depends only on the record
+// positions, so an index rebuilt by a scan is byte-identical to the one
+// written by appends.
+
+const (
+	logExt            = ".log"
+	indexExt          = ".index"
+	baseDigits        = 20
+	indexInterval     = 4 << 10
+	indexEntrySize    = 8
+	readChunk         = 32 << 10 // initial read size for Read
+	scanChunk         = 1 << 20  // read size for recovery scans
+	maxRetainedBuffer = 8 << 20  // larger scratch buffers are dropped
+)
+
+func segmentName(base uint64, ext string) string {
+	return fmt.Sprintf("%0*d%s", baseDigits, base, ext)
+}
+
+// parseSegmentName returns the base offset of a "<20 digits>.log" name.
+func parseSegmentName(name string) (uint64, bool) {
+	digits, ok := strings.CutSuffix(name, logExt)
+	if !ok || len(digits) != baseDigits {
+		return 0, false
+	}
+	for i := 0; i < len(digits); i++ {
+		if digits[i] < '0' || digits[i] > '9' {
+			return 0, false
+		}
+	}
+	base, err := strconv.ParseUint(digits, 10, 64)
+	return base, err == nil
+}
+
+// listSegments returns the sorted base offsets of the segments in dir.
+func listSegments(dir string) ([]uint64, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var bases []uint64
+	for _, e := range entries {
+		if base, ok := parseSegmentName(e.Name()); ok && e.Type().IsRegular() {
+			bases = append(bases, base)
+		}
+	}
+	slices.Sort(bases)
+	return bases, nil
+}
+
+type indexEntry struct {
+	rel uint32 // offset - segment base
+	pos uint32 // file position of the record
+}
+
+func appendIndexEntries(dst []byte, es []indexEntry) []byte {
+	for _, e := range es {
+		dst = le.AppendUint32(dst, e.rel)
+		dst = le.AppendUint32(dst, e.pos)
+	}
+	return dst
+}
+
+// segment is one segment of a file partition. Only the tail is written;
+// every segment's log stays open for reads.
+type segment struct {
+	base    uint64
+	next    uint64 // offset after the last whole record
+	size    int64  // logical size: the end of the last whole record
+	logPath string
+	log     *os.File
+	idx     *os.File // the tail's index file; nil for older segments
+
+	index        []indexEntry // in memory, so reads never touch the file
+	lastIndexed  int64        // position of the last indexed record, 0 if none
+	idxPersisted int          // entries of index already in the index file
+}
+
+func (s *segment) indexPath() string {
+	return strings.TrimSuffix(s.logPath, logExt) + indexExt
+}
+
+// track applies the sparse index rule to the record of offset off at pos.
+// Positions or relative offsets beyond uint32 (only in a foreign or
+// damaged file) are simply not indexed: reads then start earlier.
+func (s *segment) track(off uint64, pos int64) {
+	if pos-s.lastIndexed < indexInterval {
+		return
+	}
+	rel := off - s.base
+	if pos > math.MaxUint32 || rel > math.MaxUint32 {
+		return
+	}
+	s.index = append(s.index, indexEntry{rel: uint32(rel), pos: uint32(pos)})
+	s.lastIndexed = pos
+}
+
+// seek returns the position and offset to start decoding at to reach from.
+func (s *segment) seek(from uint64) (int64, uint64) {
+	i := sort.Search(len(s.index), func(i int) bool { return s.base+uint64(s.index[i].rel) > from })
+	if i == 0 {
+		return 0, s.base
+	}
+	e := s.index[i-1]
+	return int64(e.pos), s.base + uint64(e.rel)
+}
+
+// scan walks the records from pos (expected to hold offset off) to end,
+// verifying each and applying the index rule. It stops at end or at an
+// all-zero header (the end of data), returning the logical end and the
+// next offset. A damaged or torn record stops it with a *CorruptError,
+// and the returned end and next are those of the last whole record; any
+// other error is an I/O error. buf is scratch space.
+func (s *segment) scan(pos int64, off uint64, end int64, buf []byte) (int64, uint64, []byte, error) {
+	if len(buf) < recordHeaderSize {
+		buf = make([]byte, scanChunk)
+	}
+	for pos < end {
+		b := buf[:min(int64(len(buf)), end-pos)]
+		if _, err := s.log.ReadAt(b, pos); err != nil {
+			return pos, off, buf, err
+		}
+		used := 0
+		for used < len(b) {
+			at := pos + int64(used)
+			h, rn, err := parseRecord(b[used:], s.logPath, at)
+			if err == io.EOF {
+				return at, off, buf, nil
+			}
+			if err == errIncomplete {
+				if used > 0 {
+					break // read on from the start of this record
+				}
+				need := int64(recordHeaderSize)
+				if len(b) >= 8 {
+					need = int64(le.Uint32(b[4:]))
+				}
+				if at+need > end || need <= int64(len(b)) {
+					return at, off, buf, corruptf(s.logPath, at, "torn record: %d bytes left", end-at)
+				}
+				buf = make([]byte, need) // a record larger than the buffer
+				break
+			}
+			if err != nil {
+				return at, off, buf, err
+			}
+			if h.offset != off {
+				return at, off, buf, corruptf(s.logPath, at, "record offset %d, expected %d", h.offset, off)
+			}
+			s.track(off, at)
+			off++
+			used += rn
+		}
+		pos += int64(used)
+	}
+	return pos, off, buf, nil
+}
+
+// read appends to out up to count messages from offset from, which must be
+// in [s.base, s.next). Payloads alias freshly allocated read buffers.
+func (s *segment) read(from uint64, count int, out []Message) ([]Message, error) {
+	pos, off := s.seek(from)
+	want := int64(readChunk)
+	for count > 0 && pos < s.size {
+		n := min(want, s.size-pos)
+		buf := make([]byte, n)
+		if _, err := s.log.ReadAt(buf, pos); err != nil {
+			if errors.Is(err, io.EOF) {
+				return out, corruptf(s.logPath, pos, "file shorter than its logical size %d", s.size)
+			}
+			return out, err
+		}
+		want = readChunk
+		used := 0
+		for count > 0 && used < len(buf) {
+			at := pos + int64(used)
+			m, rn, err := decodeRecord(buf[used:], s.logPath, at)
+			if err == errIncomplete {
+				if used == 0 { // a record larger than the chunk
+					if len(buf) < 8 {
+						return out, corruptf(s.logPath, at, "torn record inside the logical size")
+					}
+					want = int64(le.Uint32(buf[4:]))
+					if want <= int64(len(buf)) || at+want > s.size {
+						return out, corruptf(s.logPath, at, "record of %d bytes overruns the logical size %d", want, s.size)
+					}
+				}
+				break
+			}
+			if err == io.EOF {
+				return out, corruptf(s.logPath, at, "end of data inside the logical size %d", s.size)
+			}
+			if err != nil {
+				return out, err
+			}
+			if m.Offset != off {
+				return out, corruptf(s.logPath, at, "record offset %d, expected %d", m.Offset, off)
+			}
+			if off >= from {
+				out = append(out, m)
+				count--
+			}
+			off++
+			used += rn
+		}
+		pos += int64(used)
+	}
+	return out, nil
+}
+
+// loadIndex reads an index file, dropping a torn last entry. A missing
+// file yields no entries.
+func loadIndex(path string) ([]indexEntry, error) {
+	b, err := os.ReadFile(path)
+	if isNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	es := make([]indexEntry, len(b)/indexEntrySize)
+	for i := range es {
+		es[i] = indexEntry{rel: le.Uint32(b[i*indexEntrySize:]), pos: le.Uint32(b[i*indexEntrySize+4:])}
+	}
+	return es, nil
+}
+
+// plausibleIndex checks what can be checked without reading the log:
+// entries strictly increasing, spaced by the index rule, inside the file.
+func plausibleIndex(es []indexEntry, fileSize int64) bool {
+	var prevPos int64
+	var prevRel uint32
+	for i, e := range es {
+		if int64(e.pos)-prevPos < indexInterval || int64(e.pos) >= fileSize || (i > 0 && e.rel <= prevRel) {
+			return false
+		}
+		prevPos, prevRel = int64(e.pos), e.rel
+	}
+	return true
+}
+
+// writeIndexFile replaces the index file's content with s.index and leaves
+// it open in s.idx if keepOpen. The index is derived data, so a crash
+// halfway is repaired by the next reopen's scan.
+func (s *segment) writeIndexFile(keepOpen bool) error {
+	f, err := os.OpenFile(s.indexPath(), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(appendIndexEntries(nil, s.index)); err != nil {
+		f.Close()
+		return err
+	}
+	s.idxPersisted = len(s.index)
+	if keepOpen {
+		s.idx = f
+		return nil
+	}
+	return f.Close()
+}
+
+// close closes the segment's files.
+func (s *segment) close() error {
+	var errs []error
+	if s.idx != nil {
+		errs = append(errs, s.idx.Close())
+		s.idx = nil
+	}
+	if s.log != nil {
+		errs = append(errs, s.log.Close())
+		s.log = nil
+	}
+	return errors.Join(errs...)
+}
+
+func newSegment(dir string, base uint64) *segment {
+	return &segment{base: base, next: base, logPath: filepath.Join(dir, segmentName(base, logExt))}
+}

@@ -1,0 +1,276 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/parkway-io/parkway/internal/clock"
+	"github.com/parkway-io/parkway/internal/metrics"
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
+	"github.com/parkway-io/parkway/router"
+	"github.com/parkway-io/parkway/shard"
+)
+
+// Backoff defaults, the reference server's: 1 s doubling, clamped at 60 s.
+const (
+	DefaultBackoffMin = time.Second
+	DefaultBackoffMax = time.Minute
+)
+
+// Config configures the default Partitions reconciler.
+type Config struct {
+	Shard *shard.Shard
+	Meta  *metadata.Store
+	Store partition.Store
+	// Clock times backoffs (default: the wall clock).
+	Clock clock.Clock
+	// BackoffMin and BackoffMax bound the retry delay of a failed build or
+	// removal (defaults 1 s and 60 s).
+	BackoffMin, BackoffMax time.Duration
+	Logger                 hclog.Logger
+	Metrics                *metrics.Metrics
+}
+
+// cause separates backoffs of the same namespace: a failing delete must not
+// delay the build of its replacement, and vice versa.
+type cause uint8
+
+const (
+	causeAdd cause = iota
+	causeDelete
+)
+
+type backoffKey struct {
+	ns    metadata.Namespace
+	cause cause
+}
+
+type backoff struct {
+	delay time.Duration
+	next  time.Time
+}
+
+// Partitions is the default reconciler of one shard. It is not safe for
+// concurrent passes; Run calls it from one goroutine.
+type Partitions struct {
+	cfg   Config
+	id    int
+	log   hclog.Logger
+	m     *metrics.Shard
+	table *router.Table
+
+	backoffs map[backoffKey]backoff
+
+	ran     bool
+	lastRev uint64
+	lastDid bool
+}
+
+// New returns the default reconciler for cfg.Shard.
+func New(cfg Config, table *router.Table) (*Partitions, error) {
+	if cfg.Shard == nil || cfg.Meta == nil || cfg.Store == nil || table == nil {
+		return nil, errNilDependency
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.BackoffMin == 0 {
+		cfg.BackoffMin = DefaultBackoffMin
+	}
+	if cfg.BackoffMax == 0 {
+		cfg.BackoffMax = DefaultBackoffMax
+	}
+	if cfg.BackoffMin < 0 || cfg.BackoffMax < cfg.BackoffMin {
+		return nil, fmt.Errorf("parkway: backoff bounds [%v, %v] invalid", cfg.BackoffMin, cfg.BackoffMax)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New()
+	}
+	id := cfg.Shard.ID()
+	return &Partitions{
+		cfg:      cfg,
+		id:       id,
+		log:      cfg.Logger.Named(fmt.Sprintf("reconciler-%d", id)),
+		m:        cfg.Metrics.Shard(id),
+		table:    table,
+		backoffs: make(map[backoffKey]backoff),
+	}, nil
+}
+
+// Reconcile runs one pass (DESIGN behaviours 12–16). The pass is skipped
+// only when all four hold: the metadata revision is unchanged since the
+// last pass, the last pass did no work, no failure is waiting for a retry,
+// and the park buffer is empty. Any one of them alone would be wrong: a
+// parked frame must age even when nothing commits, and a backed-off build
+// must be retried even when the revision stands still.
+func (r *Partitions) Reconcile(ctx context.Context) (Report, error) {
+	snap := r.cfg.Meta.Snapshot()
+	rep := Report{Revision: snap.Revision}
+	if r.ran && snap.Revision == r.lastRev && !r.lastDid && len(r.backoffs) == 0 && r.cfg.Shard.Parked() == 0 {
+		rep.Skipped = true
+		return rep, nil
+	}
+	st, err := r.cfg.Shard.Inspect(ctx)
+	if err != nil {
+		return rep, err
+	}
+	now := r.cfg.Clock.Now()
+	want := make(map[metadata.Namespace]metadata.PartitionInfo, len(snap.Partitions))
+	for _, p := range snap.Partitions {
+		want[p.NS] = p
+	}
+
+	// Removals first, so a recreated namespace is torn down before its new
+	// incarnation is built into the same directory. Both maps are walked in
+	// namespace order for determinism.
+	for _, ns := range sortedKeys(st.Owned) {
+		info, ok := want[ns]
+		if ok && info.Owner == r.id && info.CreatedRevision == st.Owned[ns] {
+			continue
+		}
+		if err := r.remove(ctx, ns, now, &rep); err != nil {
+			return rep, err
+		}
+	}
+	for _, ns := range sortedKeys(st.Tombstoned) {
+		// A removal whose delete failed earlier: retry when due.
+		if err := r.remove(ctx, ns, now, &rep); err != nil {
+			return rep, err
+		}
+	}
+
+	// Additions and rows.
+	for _, info := range snap.Partitions {
+		if info.Owner != r.id {
+			row := router.Row{Owner: info.Owner, Epoch: info.CreatedRevision}
+			if cur, ok := r.table.Get(info.NS); !ok || cur != row {
+				if err := r.cfg.Shard.SetRow(ctx, info.NS, row); err != nil {
+					return rep, err
+				}
+				rep.RowsWritten++
+			}
+			continue
+		}
+		if epoch, ok := st.Owned[info.NS]; ok && epoch == info.CreatedRevision {
+			continue
+		}
+		if r.backedOff(backoffKey{info.NS, causeDelete}) {
+			// The dead incarnation's teardown failed; building the new one
+			// over its leftovers would mix the two. Wait for the retry.
+			continue
+		}
+		if err := r.build(ctx, info, now, &rep); err != nil {
+			return rep, err
+		}
+	}
+	// Backoffs of namespaces no longer committed here are moot.
+	for k := range r.backoffs {
+		info, ok := want[k.ns]
+		if k.cause == causeAdd && (!ok || info.Owner != r.id) {
+			delete(r.backoffs, k)
+		}
+	}
+
+	// Sweep. Absence from committed metadata is NOT evidence of deletion —
+	// a lagging replica looks the same — so such frames only age.
+	verdicts := make(map[metadata.Namespace]shard.Verdict)
+	for _, pn := range st.Parked {
+		info, ok := want[pn.NS]
+		switch {
+		case ok && info.Owner != r.id:
+			verdicts[pn.NS] = shard.VerdictNotOwner
+		case r.backedOff(backoffKey{pn.NS, causeAdd}), r.backedOff(backoffKey{pn.NS, causeDelete}):
+			verdicts[pn.NS] = shard.VerdictBuildFailed
+		}
+	}
+	if st.ParkedFrames > 0 || r.cfg.Shard.Parked() > 0 {
+		res, err := r.cfg.Shard.Sweep(ctx, verdicts)
+		if err != nil {
+			return rep, err
+		}
+		rep.Answered, rep.Expired = res.Answered, res.Expired
+	}
+	rep.Parked = r.cfg.Shard.Parked()
+	rep.Pending = len(r.backoffs)
+	r.ran, r.lastRev, r.lastDid = true, snap.Revision, rep.DidWork()
+	return rep, nil
+}
+
+// build materialises info on this shard (behaviour 13): the store builds
+// the partition off the pump, then the shard takes it on its pump.
+func (r *Partitions) build(ctx context.Context, info metadata.PartitionInfo, now time.Time, rep *Report) error {
+	key := backoffKey{info.NS, causeAdd}
+	if !r.due(key, now) {
+		return nil
+	}
+	p, err := r.cfg.Store.Build(info.NS, info.CreatedRevision)
+	if err != nil {
+		r.fail(key, now, rep, "build", err)
+		return nil
+	}
+	if err := r.cfg.Shard.InsertOwned(ctx, p); err != nil {
+		if errors.Is(err, shard.ErrAlreadyOwned) {
+			return nil // a concurrent pass got there; level-triggered, harmless
+		}
+		return err
+	}
+	delete(r.backoffs, key)
+	rep.Built++
+	return nil
+}
+
+// remove is the two-phase teardown (behaviour 14): tombstone on the pump,
+// delete from disk here, confirm on the pump.
+func (r *Partitions) remove(ctx context.Context, ns metadata.Namespace, now time.Time, rep *Report) error {
+	key := backoffKey{ns, causeDelete}
+	if !r.due(key, now) {
+		return nil
+	}
+	if _, err := r.cfg.Shard.Tombstone(ctx, ns); err != nil {
+		return err
+	}
+	if err := r.cfg.Store.Remove(ns); err != nil {
+		r.fail(key, now, rep, "remove", err)
+		return nil
+	}
+	if err := r.cfg.Shard.RemoveOwned(ctx, ns); err != nil {
+		return err
+	}
+	delete(r.backoffs, key)
+	rep.Removed++
+	return nil
+}
+
+// fail records a failure and backs its retry off exponentially (behaviour
+// 16). Other namespaces carry on in the same pass.
+func (r *Partitions) fail(key backoffKey, now time.Time, rep *Report, what string, err error) {
+	b, ok := r.backoffs[key]
+	if !ok {
+		b.delay = r.cfg.BackoffMin
+	} else {
+		b.delay = min(b.delay*2, r.cfg.BackoffMax)
+	}
+	b.next = now.Add(b.delay)
+	r.backoffs[key] = b
+	rep.Failed++
+	r.m.BuildFailed.Inc()
+	r.log.Warn("partition "+what+" failed; backing off", "ns", key.ns, "retry_in", b.delay, "error", err)
+}
+
+func (r *Partitions) due(key backoffKey, now time.Time) bool {
+	b, ok := r.backoffs[key]
+	return !ok || !now.Before(b.next)
+}
+
+func (r *Partitions) backedOff(key backoffKey) bool {
+	_, ok := r.backoffs[key]
+	return ok
+}

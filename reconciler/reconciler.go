@@ -1,0 +1,98 @@
+// Package reconciler decides what each shard should hold and tells it.
+//
+// A reconciler is level-triggered: every pass diffs the committed metadata
+// against what its shard holds and converges the difference — build what is
+// missing, tear down what was deleted, rewrite stale routing rows, and sweep
+// the park buffer. Passes run when a partition-shaping metadata commit wakes
+// the reconciler and on a periodic tick, so a lost wake only delays
+// convergence by one period; nothing is edge-triggered.
+//
+// The reconciler talks to its shard only through the shard's exported
+// operations; the shard never calls back.
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/parkway-io/parkway/internal/clock"
+)
+
+// Reconciler converges one shard towards committed metadata. Hosts can
+// supply their own (for example to place partitions differently); the
+// default is Partitions.
+type Reconciler interface {
+	// Reconcile runs one pass. It may skip the pass when nothing can have
+	// changed since the last one (see Partitions for the exact rule).
+	Reconcile(ctx context.Context) (Report, error)
+}
+
+// Report says what a pass did.
+type Report struct {
+	// Revision is the metadata revision the pass reconciled against.
+	Revision uint64
+	// Skipped is true when the pass took the fast-skip.
+	Skipped bool
+	// Built, Removed and RowsWritten count partitions materialised, torn
+	// down, and routing rows rewritten.
+	Built, Removed, RowsWritten int
+	// Failed counts builds and removals that failed (and are backed off).
+	Failed int
+	// Answered and Expired count parked frames the sweep answered by
+	// verdict and by age.
+	Answered, Expired int
+	// Parked is the number of frames still parked after the pass.
+	Parked int
+	// Pending is the number of backed-off failures awaiting retry.
+	Pending int
+}
+
+// DidWork reports whether the pass changed anything.
+func (r Report) DidWork() bool {
+	return r.Built+r.Removed+r.RowsWritten+r.Failed+r.Answered+r.Expired > 0
+}
+
+// Default and limit of the pass period, the reference server's.
+const (
+	DefaultPeriod = time.Second
+	MaxPeriod     = 30 * time.Second
+)
+
+// Run drives r until ctx is done: one pass at start, then one on every
+// wake and on every period without a wake. Pass errors are logged and do
+// not stop the loop (the next pass retries). The timer is re-armed after
+// each pass, so an idle node has one timer per shard firing once per
+// period and nothing else.
+func Run(ctx context.Context, r Reconciler, wake <-chan struct{}, clk clock.Clock, period time.Duration, log hclog.Logger) {
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	timer := clk.NewTimer(period)
+	defer timer.Stop()
+	for {
+		if _, err := r.Reconcile(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("reconcile pass failed", "error", err)
+		}
+		timer.Reset(period)
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+		case <-timer.C():
+		}
+	}
+}
+
+// ValidatePeriod checks a pass period against the reference bounds.
+func ValidatePeriod(d time.Duration) error {
+	if d <= 0 || d > MaxPeriod {
+		return fmt.Errorf("reconcile period %v outside (0, %v]", d, MaxPeriod)
+	}
+	return nil
+}
+
+var errNilDependency = errors.New("parkway: reconciler needs a shard, a metadata store and a partition store")

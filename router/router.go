@@ -1,0 +1,161 @@
+// Package router finds the shard that owns a namespace and hands it a
+// frame without blocking.
+//
+// The shards table is a cache of namespace → (owner shard, epoch) rows
+// written by the shards as they apply reconcile operations. A row is a
+// hint, never a readiness proof: it may exist before its partition does.
+// A miss falls back to the hash assignment, which is what the committed
+// metadata uses too, so a frame for a freshly created topic still reaches
+// the shard that will own it: a namespace is never "unroutable" for lack of
+// a row.
+//
+// The router does not know the shard type; it sends through the Sender
+// interface, with the frame type as a type parameter.
+package router
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/spaolacci/murmur3"
+
+	"github.com/parkway-io/parkway/metadata"
+)
+
+// Assign returns the owner shard of ns among shards: murmur3 x86_32 with
+// seed 0 over the namespace's 8 little-endian bytes, shifted right by 16,
+// modulo shards. It is the reference server's assignment, a pure function
+// of (ns, shards), so every node and every shard derives the same owner.
+// The shift discards the low bits, which murmur3's finaliser mixes less
+// well for inputs that differ only in their low bytes.
+func Assign(ns metadata.Namespace, shards int) int {
+	if shards <= 0 {
+		return 0
+	}
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(ns))
+	return int((murmur3.Sum32WithSeed(b[:], 0) >> 16) % uint32(shards))
+}
+
+// Row is one entry of the shards table.
+type Row struct {
+	Owner int
+	// Epoch is the committed created_revision the row was derived from.
+	Epoch uint64
+}
+
+// Table is the shards table. It is read on every request and written only
+// when metadata changes, so it is a sync.Map: lock-free reads.
+type Table struct {
+	rows sync.Map // metadata.Namespace → Row
+}
+
+// Get returns the row of ns.
+func (t *Table) Get(ns metadata.Namespace) (Row, bool) {
+	v, ok := t.rows.Load(ns)
+	if !ok {
+		return Row{}, false
+	}
+	return v.(Row), true
+}
+
+// Set writes row for ns unless an identical row is there, and reports
+// whether it wrote. Presence alone never suppresses the write: a delete and
+// recreate keeps the namespace and changes the epoch, and the stale row
+// must be rewritten.
+func (t *Table) Set(ns metadata.Namespace, row Row) bool {
+	if old, ok := t.Get(ns); ok && old == row {
+		return false
+	}
+	t.rows.Store(ns, row)
+	return true
+}
+
+// Delete removes the row of ns if it still carries epoch, so a late
+// teardown of a dead incarnation cannot erase its replacement's row.
+func (t *Table) Delete(ns metadata.Namespace, epoch uint64) bool {
+	if old, ok := t.Get(ns); ok && old.Epoch == epoch {
+		return t.rows.CompareAndDelete(ns, old)
+	}
+	return false
+}
+
+// Len counts the rows (a scan; for tests and diagnostics only).
+func (t *Table) Len() int {
+	n := 0
+	t.rows.Range(func(any, any) bool { n++; return true })
+	return n
+}
+
+var (
+	// ErrFull reports an owner inbox at capacity. The frame was not taken;
+	// the sender still owns it and must answer or retry it.
+	ErrFull = errors.New("parkway: shard inbox full")
+	// ErrDisconnected reports an owner that no longer takes frames (it is
+	// closing or closed).
+	ErrDisconnected = errors.New("parkway: shard disconnected")
+	// ErrUnroutable reports an owner index with no shard behind it, which
+	// only a corrupt row can produce.
+	ErrUnroutable = errors.New("parkway: unroutable namespace")
+)
+
+// Sender is a shard inbox as the router sees it.
+type Sender[F any] interface {
+	// TrySend hands f to the shard without blocking, or returns ErrFull or
+	// ErrDisconnected (then f was not taken).
+	TrySend(f F) error
+}
+
+// Router routes frames of type F to the owning shard's inbox.
+type Router[F any] struct {
+	table  *Table
+	shards []Sender[F]
+}
+
+// New returns a router over table for n shards. Register every shard
+// before the first Send; the slice is not guarded afterwards.
+func New[F any](table *Table, n int) (*Router[F], error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("parkway: router needs at least one shard, got %d", n)
+	}
+	if table == nil {
+		return nil, errors.New("parkway: router needs a table")
+	}
+	return &Router[F]{table: table, shards: make([]Sender[F], n)}, nil
+}
+
+// Register installs the inbox of shard i.
+func (r *Router[F]) Register(i int, s Sender[F]) { r.shards[i] = s }
+
+// Shards returns the shard count.
+func (r *Router[F]) Shards() int { return len(r.shards) }
+
+// Table returns the shards table.
+func (r *Router[F]) Table() *Table { return r.table }
+
+// Owner returns the owner of ns: the table row, or on a miss the hash
+// assignment.
+func (r *Router[F]) Owner(ns metadata.Namespace) int {
+	if row, ok := r.table.Get(ns); ok {
+		return row.Owner
+	}
+	return Assign(ns, len(r.shards))
+}
+
+// Send hands f to the owner of ns without blocking and returns the owner.
+// On ErrFull, ErrDisconnected or ErrUnroutable the frame was not taken and
+// the caller must answer it; the caller also counts the drop, since only it
+// knows the frame's variant.
+func (r *Router[F]) Send(ns metadata.Namespace, f F) (int, error) {
+	return r.SendTo(r.Owner(ns), f)
+}
+
+// SendTo hands f to shard owner without blocking.
+func (r *Router[F]) SendTo(owner int, f F) (int, error) {
+	if owner < 0 || owner >= len(r.shards) || r.shards[owner] == nil {
+		return owner, ErrUnroutable
+	}
+	return owner, r.shards[owner].TrySend(f)
+}

@@ -1,0 +1,316 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+
+	"github.com/parkway-io/parkway/internal/metrics"
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
+	"github.com/parkway-io/parkway/router"
+)
+
+// A control operation runs on the pump, ahead of inbox frames. The
+// reconciler issues them through the exported methods below, which wait
+// for the pump to apply them.
+type control struct {
+	fn      func(s *Shard) error
+	done    chan error
+	abandon func() // releases what fn would have taken over (may be nil)
+}
+
+func (c control) apply(s *Shard) { c.done <- c.fn(s) }
+
+func (c control) abandonIt() {
+	if c.abandon != nil {
+		c.abandon()
+	}
+}
+
+// ErrAlreadyOwned reports an InsertOwned for a namespace the shard already
+// holds; the reconciler must remove the old incarnation first.
+var ErrAlreadyOwned = errors.New("parkway: namespace already owned by this shard")
+
+// do enqueues fn and waits for the pump to apply it. If ctx ends first the
+// operation may still apply later; if the shard closes before applying it,
+// abandon runs instead.
+func (s *Shard) do(ctx context.Context, fn func(s *Shard) error, abandon func()) error {
+	c := control{fn: fn, done: make(chan error, 1), abandon: abandon}
+	if err := s.enqueue(ctx, c); err != nil {
+		c.abandonIt()
+		return err
+	}
+	select {
+	case err := <-c.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.group.Done():
+		// The pump stopped; shutdown applies abandon to whatever it did not
+		// run. If it did run, done holds its result.
+		select {
+		case err := <-c.done:
+			return err
+		default:
+			return ErrClosed
+		}
+	}
+}
+
+// enqueue puts c on the control channel unless the shard is closed. It
+// holds sendMu shared so Close cannot slip between the check and the send
+// (the pump is still running while closed is false, so the send completes).
+func (s *Shard) enqueue(ctx context.Context, c control) error {
+	s.sendMu.RLock()
+	defer s.sendMu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	select {
+	case s.ctrl <- c:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// InsertOwned hands a built partition to the shard (DESIGN behaviour 13).
+// On the pump it becomes owned at p.Epoch(), the shard writes its routing
+// row, and the namespace's parked frames are served at once in arrival
+// order: those stamped with p.Epoch() or unstamped are delivered, those
+// stamped with another epoch are rejected as stale. If the shard does not
+// take p (closed, ErrAlreadyOwned), p is closed.
+func (s *Shard) InsertOwned(ctx context.Context, p partition.Partition) error {
+	return s.do(ctx, func(s *Shard) error {
+		ns := p.Namespace()
+		if _, ok := s.owned[ns]; ok {
+			_ = p.Close()
+			return fmt.Errorf("%w: %v", ErrAlreadyOwned, ns)
+		}
+		epoch := p.Epoch()
+		s.owned[ns] = p
+		delete(s.tombstoned, ns)
+		s.table.Set(ns, router.Row{Owner: s.id, Epoch: epoch})
+		s.m.Materialised.Inc()
+		s.redispatch(ns, p)
+		return nil
+	}, func() { _ = p.Close() })
+}
+
+// redispatch serves ns's parked frames against p, oldest first, before the
+// pump looks at the inbox again, so they stay ahead of newer frames for the
+// same namespace (DESIGN behaviour 5).
+func (s *Shard) redispatch(ns metadata.Namespace, p partition.Partition) {
+	q := s.park.take(ns)
+	if q == nil {
+		return
+	}
+	epoch := p.Epoch()
+	for q.len() > 0 {
+		pf := q.pop()
+		if pf.stamp != 0 && pf.stamp != epoch {
+			s.stale(pf.frame)
+			continue
+		}
+		s.serveOwned(p, pf.frame)
+	}
+	s.gauges()
+}
+
+// Tombstone starts the removal of ns (DESIGN behaviour 14, phase one): the
+// shard stops serving it, closes the partition and drops its routing row.
+// Requests for ns are answered with a retriable error until RemoveOwned.
+// It returns the epoch that was owned (0 if none).
+func (s *Shard) Tombstone(ctx context.Context, ns metadata.Namespace) (uint64, error) {
+	var epoch uint64
+	err := s.do(ctx, func(s *Shard) error {
+		p, ok := s.owned[ns]
+		if !ok {
+			if e, ok := s.tombstoned[ns]; ok {
+				epoch = e
+			}
+			return nil
+		}
+		epoch = p.Epoch()
+		delete(s.owned, ns)
+		s.tombstoned[ns] = epoch
+		s.table.Delete(ns, epoch)
+		if err := p.Close(); err != nil {
+			s.log.Warn("closing tombstoned partition", "ns", ns, "error", err)
+		}
+		return nil
+	}, nil)
+	return epoch, err
+}
+
+// RemoveOwned confirms the removal of ns once its data is gone from disk
+// (phase three): the tombstone is cleared and any frames parked for ns are
+// answered.
+func (s *Shard) RemoveOwned(ctx context.Context, ns metadata.Namespace) error {
+	return s.do(ctx, func(s *Shard) error {
+		if _, ok := s.tombstoned[ns]; ok {
+			delete(s.tombstoned, ns)
+			s.m.Removed.Inc()
+		}
+		s.answerParked(ns, metrics.ReasonRemoved, errRemoved)
+		return nil
+	}, nil)
+}
+
+// SetRow writes the routing row of a namespace this shard does not own
+// (DESIGN behaviour 2: rewritten when the epoch differs). Frames parked
+// here for ns are forwarded to the owner in arrival order; a frame the
+// owner's inbox refuses as full is re-parked with its age, one refused as
+// disconnected is answered (behaviour 6).
+func (s *Shard) SetRow(ctx context.Context, ns metadata.Namespace, row router.Row) error {
+	return s.do(ctx, func(s *Shard) error {
+		s.table.Set(ns, row)
+		if row.Owner != s.id {
+			s.forwardParked(ns, row.Owner)
+		}
+		return nil
+	}, nil)
+}
+
+func (s *Shard) forwardParked(ns metadata.Namespace, owner int) {
+	q := s.park.take(ns)
+	if q == nil {
+		return
+	}
+	for q.len() > 0 {
+		_, err := s.router.SendTo(owner, q.frames[q.head].frame)
+		if errors.Is(err, router.ErrFull) {
+			break // the rest stays parked, in order, with its age
+		}
+		pf := q.pop()
+		if err == nil {
+			s.m.Forwarded.Inc()
+			continue
+		}
+		s.drop(pf.frame, metrics.ReasonDisconnected, fmt.Errorf("%w: %w", ErrRetry, err))
+	}
+	s.park.restore(q)
+	s.gauges()
+}
+
+// answerParked answers every frame parked for ns with err.
+func (s *Shard) answerParked(ns metadata.Namespace, reason string, err error) int {
+	q := s.park.take(ns)
+	if q == nil {
+		return 0
+	}
+	n := q.len()
+	for q.len() > 0 {
+		s.drop(q.pop().frame, reason, err)
+	}
+	s.gauges()
+	return n
+}
+
+// Verdict is the reconciler's decision about a parked namespace.
+type Verdict uint8
+
+// Verdicts for Sweep.
+const (
+	// VerdictAge keeps the frames parked and ages them (the default for a
+	// namespace not named in the sweep).
+	VerdictAge Verdict = iota
+	// VerdictNotOwner answers the frames now: committed metadata puts the
+	// namespace on another shard.
+	VerdictNotOwner
+	// VerdictBuildFailed answers the frames now: the namespace's build is
+	// backed off after a failure, so waiting here would only time out.
+	VerdictBuildFailed
+)
+
+// SweepResult counts what a sweep answered.
+type SweepResult struct {
+	Answered int // frames answered because of a verdict
+	Expired  int // frames answered because they outlived MaxPasses
+}
+
+// Sweep is one pass over the park buffer (DESIGN behaviours 8 and 15):
+// namespaces with a verdict are answered now, every other parked frame ages
+// by one pass and is answered once it has survived MaxPasses passes.
+func (s *Shard) Sweep(ctx context.Context, verdicts map[metadata.Namespace]Verdict) (SweepResult, error) {
+	var res SweepResult
+	err := s.do(ctx, func(s *Shard) error {
+		s.pass++
+		var emptied []*parkQueue
+		s.park.order.Ascend(func(q *parkQueue) bool {
+			switch verdicts[q.ns] {
+			case VerdictNotOwner:
+				res.Answered += q.len()
+				emptied = append(emptied, q)
+			case VerdictBuildFailed:
+				res.Answered += q.len()
+				emptied = append(emptied, q)
+			default:
+				// Frames are in arrival order, so the expired ones are a
+				// prefix: the scan stops at the first young frame.
+				for q.len() > 0 && s.pass-q.frames[q.head].pass >= uint64(s.cfg.Park.MaxPasses) {
+					pf := q.pop()
+					s.park.frames--
+					s.park.bytes -= pf.size
+					s.drop(pf.frame, metrics.ReasonParkExpired, errParkExpired)
+					res.Expired++
+				}
+				if q.len() == 0 {
+					emptied = append(emptied, q)
+				}
+			}
+			return true
+		})
+		for _, q := range emptied {
+			switch verdicts[q.ns] {
+			case VerdictNotOwner:
+				s.answerParked(q.ns, metrics.ReasonNotOwner, errNotOwner)
+			case VerdictBuildFailed:
+				s.answerParked(q.ns, metrics.ReasonBuildFailed, errBuildFailed)
+			default:
+				s.park.take(q.ns)
+			}
+		}
+		s.gauges()
+		return nil
+	}, nil)
+	return res, err
+}
+
+// State is a snapshot of what a shard holds, for the reconciler's diff.
+type State struct {
+	// Owned maps each materialised namespace to its epoch.
+	Owned map[metadata.Namespace]uint64
+	// Tombstoned maps each namespace mid-teardown to the epoch torn down.
+	Tombstoned map[metadata.Namespace]uint64
+	// Parked lists the parked namespaces in namespace order.
+	Parked       []ParkedNamespace
+	ParkedFrames int
+	ParkedBytes  int64
+	// Passes is the number of sweeps applied.
+	Passes uint64
+}
+
+// Inspect returns the shard's state, read on the pump.
+func (s *Shard) Inspect(ctx context.Context) (State, error) {
+	var st State
+	err := s.do(ctx, func(s *Shard) error {
+		st.Owned = make(map[metadata.Namespace]uint64, len(s.owned))
+		for ns, p := range s.owned {
+			st.Owned[ns] = p.Epoch()
+		}
+		st.Tombstoned = maps.Clone(s.tombstoned)
+		s.park.order.Ascend(func(q *parkQueue) bool {
+			st.Parked = append(st.Parked, ParkedNamespace{
+				NS: q.ns, Frames: q.len(), Bytes: q.bytes,
+				OldestPasses: int(s.pass - q.frames[q.head].pass),
+			})
+			return true
+		})
+		st.ParkedFrames, st.ParkedBytes, st.Passes = s.park.frames, s.park.bytes, s.pass
+		return nil
+	}, nil)
+	return st, err
+}

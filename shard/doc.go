@@ -1,0 +1,22 @@
+// Package shard runs one shard: a pump goroutine that owns a set of
+// partitions and a bounded inbox of frames addressed to them.
+//
+// The pump is the only goroutine that touches the shard's partitions, its
+// park buffer and its tombstones, so none of them needs a lock. It takes
+// control operations (the reconciler's InsertOwned, Tombstone, RemoveOwned,
+// SetRow, Sweep, Inspect) before inbox frames, so a materialised partition
+// starts serving before the next request is looked at.
+//
+// The materialisation barrier lives here. A frame for a namespace this
+// shard does not hold yet is parked, stamped with the committed
+// created_revision at park time (none if the local metadata does not know
+// the namespace). When the partition lands at epoch E, its parked frames are
+// served at once, in arrival order, ahead of anything still in the inbox;
+// frames stamped with another epoch are rejected as stale. Parked frames are
+// bounded in count and resident bytes, aged by reconciler passes, and always
+// answered.
+//
+// Every client frame gets exactly one answer on its reply channel: a result
+// or a typed error. Errors that wrap ErrRetry mean "retry here shortly"; the
+// Node's client side retries them in place until its deadline.
+package shard

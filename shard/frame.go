@@ -1,0 +1,115 @@
+package shard
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
+)
+
+// Op is what a frame asks of a partition.
+type Op uint8
+
+// The partition operations.
+const (
+	OpProduce Op = iota + 1
+	OpPoll
+	OpStoreOffset
+	OpGetOffset
+)
+
+// String is the op's name, used as the variant label of drop counters.
+func (o Op) String() string {
+	switch o {
+	case OpProduce:
+		return "produce"
+	case OpPoll:
+		return "poll"
+	case OpStoreOffset:
+		return "store_offset"
+	case OpGetOffset:
+		return "get_offset"
+	}
+	return "unknown"
+}
+
+// Request is a partition operation addressed to a namespace.
+type Request struct {
+	Op Op
+	NS metadata.Namespace
+	// Epoch, when non-zero, is the incarnation the sender addresses: the
+	// frame is served only by a partition of that epoch. Client frames leave
+	// it zero and are stamped when parked; replicated traffic carries it.
+	Epoch uint64
+	// Messages is the batch of a produce.
+	Messages []partition.Message
+	// Offset is where a poll starts, or the offset a consumer stores.
+	Offset uint64
+	// Count is the most messages a poll returns.
+	Count int
+	// Consumer names the consumer of a get/store offset, or of a poll that
+	// starts at the consumer's stored offset (UseConsumer).
+	Consumer    string
+	UseConsumer bool
+}
+
+// Response is the answer to a Request.
+type Response struct {
+	// Err is nil on success. Errors wrapping ErrRetry are transient.
+	Err error
+	// Offset is the first offset of a produce, the next offset after a
+	// poll, or a consumer's stored offset.
+	Offset uint64
+	// Found reports whether a consumer offset was stored.
+	Found bool
+	// Messages are a poll's messages (read-only).
+	Messages []partition.Message
+}
+
+// Frame is a request in flight with its reply path.
+type Frame struct {
+	Req *Request
+	// Reply receives exactly one Response. It must have room for it
+	// (capacity ≥ 1) so the pump never blocks on an answer. Nil for traffic
+	// that has no client waiting.
+	Reply chan<- Response
+}
+
+// payloadBytes is the frame's payload length, the basis of its park
+// footprint.
+func (f Frame) payloadBytes() int64 {
+	var n int64
+	for i := range f.Req.Messages {
+		m := &f.Req.Messages[i]
+		n += int64(len(m.Payload))
+		for _, h := range m.Headers {
+			n += int64(len(h.Key) + len(h.Value))
+		}
+	}
+	return n
+}
+
+var (
+	// ErrRetry is the root of every "retry here shortly" answer: the node
+	// is converging (a partition is materialising, being torn down, or a
+	// buffer is full) and the same request sent to the same node shortly
+	// will likely succeed. It never means "go to another node".
+	ErrRetry = errors.New("parkway: not ready here, retry shortly")
+	// ErrStaleIncarnation answers a frame addressed to (or stamped with) an
+	// incarnation that is not the one materialised: a delete and recreate
+	// happened in between. The frame was not served. It wraps ErrRetry: a
+	// client retry re-resolves the incarnation.
+	ErrStaleIncarnation = fmt.Errorf("%w: frame addressed a dead incarnation", ErrRetry)
+	// ErrClosed answers frames still queued or parked when the shard closes.
+	ErrClosed = errors.New("parkway: shard closed")
+
+	errTombstoned   = fmt.Errorf("%w: partition is being removed", ErrRetry)
+	errIncarnation  = fmt.Errorf("%w: partition incarnation is changing", ErrRetry)
+	errParkOverflow = fmt.Errorf("%w: park buffer full", ErrRetry)
+	errParkExpired  = fmt.Errorf("%w: partition not materialised in time", ErrRetry)
+	errNotOwner     = fmt.Errorf("%w: namespace owned by another shard", ErrRetry)
+	errRemoved      = fmt.Errorf("%w: partition removed", ErrRetry)
+	errForwardFull  = fmt.Errorf("%w: owner inbox full", ErrRetry)
+	errBuildFailed  = fmt.Errorf("%w: partition build failed, backing off", ErrRetry)
+)

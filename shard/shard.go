@@ -1,0 +1,393 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/parkway-io/parkway/internal/affinity"
+	"github.com/parkway-io/parkway/internal/metrics"
+	"github.com/parkway-io/parkway/internal/run"
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
+	"github.com/parkway-io/parkway/router"
+)
+
+// Defaults for Config.
+const (
+	// DefaultInboxSize is the reference server's inbox bound.
+	DefaultInboxSize = 1024
+	// DefaultControlSize bounds queued control operations. The reconciler
+	// waits for each operation, so a handful is plenty.
+	DefaultControlSize = 16
+)
+
+// Config configures a Shard. Zero fields take defaults.
+type Config struct {
+	// ID is the shard's index on its node, 0 ≤ ID < router shard count.
+	ID int
+	// InboxSize bounds the inbox (default 1,024 frames). Sends never block:
+	// a full inbox refuses the frame and the sender answers it.
+	InboxSize int
+	// ControlSize bounds queued control operations (default 16).
+	ControlSize int
+	// Park bounds the park buffer.
+	Park ParkLimits
+	// PinCPU, when true, pins the pump's OS thread to CPU (Linux only).
+	PinCPU bool
+	CPU    int
+	// Logger receives diagnostics (default: silent).
+	Logger hclog.Logger
+	// Metrics receives counters (default: a private, unregistered set).
+	Metrics *metrics.Metrics
+}
+
+// Validate reports every problem with c.
+func (c Config) Validate() error {
+	var errs []error
+	if c.ID < 0 {
+		errs = append(errs, fmt.Errorf("shard ID %d < 0", c.ID))
+	}
+	if c.InboxSize < 0 {
+		errs = append(errs, fmt.Errorf("shard InboxSize %d < 0", c.InboxSize))
+	}
+	if c.ControlSize < 0 {
+		errs = append(errs, fmt.Errorf("shard ControlSize %d < 0", c.ControlSize))
+	}
+	if c.PinCPU && c.CPU < 0 {
+		errs = append(errs, fmt.Errorf("shard CPU %d < 0", c.CPU))
+	}
+	errs = append(errs, c.Park.validate()...)
+	return errors.Join(errs...)
+}
+
+// Shard owns partitions and serves the frames addressed to them.
+type Shard struct {
+	id     int
+	cfg    Config
+	log    hclog.Logger
+	m      *metrics.Shard
+	meta   *metadata.Store
+	router *router.Router[Frame]
+	table  *router.Table
+
+	inbox chan Frame
+	ctrl  chan control
+
+	// sendMu orders TrySend against Close: senders hold it shared while
+	// they check closed and enqueue, Close takes it exclusively to flip
+	// closed. After that no frame can enter the inbox, so the final drain
+	// answers every frame that did.
+	sendMu sync.RWMutex
+	closed bool
+
+	// parked mirrors the park buffer's frame count for readers off the
+	// pump (the reconciler's fast-skip), without a round trip to the pump.
+	parked atomic.Int64
+
+	group     *run.Group
+	startOnce sync.Once
+	closeOnce sync.Once
+
+	// Pump-owned state: touched only by the pump goroutine.
+	owned      map[metadata.Namespace]partition.Partition
+	tombstoned map[metadata.Namespace]uint64 // ns → epoch being torn down
+	park       *parkBuffer
+	pass       uint64 // sweeps applied
+}
+
+// New returns a shard reading committed metadata from meta and routing
+// forwarded frames through rt. Call Start to run its pump.
+func New(cfg Config, meta *metadata.Store, rt *router.Router[Frame]) (*Shard, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if meta == nil || rt == nil {
+		return nil, errors.New("parkway: shard needs a metadata store and a router")
+	}
+	if cfg.ID >= rt.Shards() {
+		return nil, fmt.Errorf("parkway: shard ID %d out of range for %d shards", cfg.ID, rt.Shards())
+	}
+	if cfg.InboxSize == 0 {
+		cfg.InboxSize = DefaultInboxSize
+	}
+	if cfg.ControlSize == 0 {
+		cfg.ControlSize = DefaultControlSize
+	}
+	cfg.Park = cfg.Park.withDefaults()
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New()
+	}
+	s := &Shard{
+		id:         cfg.ID,
+		cfg:        cfg,
+		log:        cfg.Logger.Named(fmt.Sprintf("shard-%d", cfg.ID)),
+		m:          cfg.Metrics.Shard(cfg.ID),
+		meta:       meta,
+		router:     rt,
+		table:      rt.Table(),
+		inbox:      make(chan Frame, cfg.InboxSize),
+		ctrl:       make(chan control, cfg.ControlSize),
+		group:      run.NewGroup(),
+		owned:      make(map[metadata.Namespace]partition.Partition),
+		tombstoned: make(map[metadata.Namespace]uint64),
+		park:       newParkBuffer(cfg.Park),
+	}
+	return s, nil
+}
+
+// ID is the shard's index.
+func (s *Shard) ID() int { return s.id }
+
+// Start runs the pump. It is idempotent.
+func (s *Shard) Start() {
+	s.startOnce.Do(func() { s.group.Go(s.pump) })
+}
+
+// Close stops taking frames, stops the pump, answers every queued and
+// parked frame with ErrClosed and closes the owned partitions. It is
+// idempotent and waits for the pump to exit.
+func (s *Shard) Close() error {
+	s.closeOnce.Do(func() {
+		s.sendMu.Lock()
+		s.closed = true
+		s.sendMu.Unlock()
+		s.group.Stop()
+		s.shutdown()
+	})
+	return nil
+}
+
+// TrySend hands f to the inbox without blocking. It returns
+// router.ErrFull or router.ErrDisconnected when it did not take f.
+func (s *Shard) TrySend(f Frame) error {
+	s.sendMu.RLock()
+	defer s.sendMu.RUnlock()
+	if s.closed {
+		return router.ErrDisconnected
+	}
+	select {
+	case s.inbox <- f:
+		return nil
+	default:
+		return router.ErrFull
+	}
+}
+
+// pump is the shard's goroutine. Order of precedence: stop, control
+// operations, inbox frames. Control first means a partition that just
+// materialised serves its parked frames before newer frames are looked at.
+// There is no periodic tick: re-dispatch happens when InsertOwned applies,
+// and aging when the reconciler sweeps, so an idle shard sleeps.
+func (s *Shard) pump(ctx context.Context) {
+	if s.cfg.PinCPU {
+		if err := affinity.Pin(s.cfg.CPU); err != nil {
+			s.log.Warn("cpu pinning failed; running unpinned", "cpu", s.cfg.CPU, "error", err)
+		}
+	}
+	done := ctx.Done()
+	for {
+		select {
+		case <-done:
+			return
+		case c := <-s.ctrl:
+			c.apply(s)
+			continue
+		default:
+		}
+		select {
+		case <-done:
+			return
+		case c := <-s.ctrl:
+			c.apply(s)
+		case f := <-s.inbox:
+			s.handle(f)
+		}
+	}
+}
+
+// shutdown runs after the pump has exited (so it owns the pump state) and
+// after closed was set (so nothing new enters the inbox).
+func (s *Shard) shutdown() {
+	for {
+		select {
+		case f := <-s.inbox:
+			s.drop(f, metrics.ReasonShutdown, ErrClosed)
+			continue
+		case c := <-s.ctrl:
+			c.abandonIt()
+			continue
+		default:
+		}
+		break
+	}
+	s.park.order.Ascend(func(q *parkQueue) bool {
+		for q.len() > 0 {
+			s.drop(q.pop().frame, metrics.ReasonShutdown, ErrClosed)
+		}
+		return true
+	})
+	s.park = newParkBuffer(s.cfg.Park)
+	s.gauges()
+	for ns, p := range s.owned {
+		if err := p.Close(); err != nil {
+			s.log.Warn("closing partition", "ns", ns, "error", err)
+		}
+	}
+	clear(s.owned)
+}
+
+// handle routes one frame on the pump: serve, fence, forward or park.
+func (s *Shard) handle(f Frame) {
+	ns := f.Req.NS
+	if p, ok := s.owned[ns]; ok {
+		s.serveOwned(p, f)
+		return
+	}
+	if _, ok := s.tombstoned[ns]; ok {
+		// Behaviour 9: mid-teardown, not served.
+		s.deny(f, metrics.DenyTombstoned, errTombstoned)
+		return
+	}
+	info, known := s.meta.Partition(ns)
+	if known && info.Owner != s.id {
+		// The committed owner is another shard: a frame routed by a stale
+		// row or by the hash fallback under a placement that differs from
+		// the hash. Forward it rather than park it where it can never
+		// materialise.
+		s.forward(f, info.Owner)
+		return
+	}
+	stamp := f.Req.Epoch
+	if stamp == 0 && known {
+		stamp = info.CreatedRevision
+	}
+	s.parkFrame(f, stamp, s.pass)
+}
+
+// serveOwned applies the incarnation fences and serves f.
+func (s *Shard) serveOwned(p partition.Partition, f Frame) {
+	epoch := p.Epoch()
+	if f.Req.Epoch != 0 && f.Req.Epoch != epoch {
+		s.stale(f)
+		return
+	}
+	// Behaviour 10: an ack must never land in an incarnation that teardown
+	// is about to erase. The committed created_revision is the truth; the
+	// partition we hold is only as fresh as the last reconcile.
+	if rev, ok := s.meta.CreatedRevision(f.Req.NS); !ok || rev != epoch {
+		s.deny(f, metrics.DenyIncarnation, errIncarnation)
+		return
+	}
+	s.answer(f, serve(p, f.Req))
+}
+
+// serve runs a request against its partition.
+func serve(p partition.Partition, r *Request) Response {
+	switch r.Op {
+	case OpProduce:
+		first, err := p.Append(r.Messages)
+		return Response{Err: err, Offset: first}
+	case OpPoll:
+		from := r.Offset
+		if r.UseConsumer {
+			off, ok, err := p.ConsumerOffset(r.Consumer)
+			if err != nil {
+				return Response{Err: err}
+			}
+			if ok {
+				from = off
+			} else {
+				from = 0
+			}
+		}
+		msgs, err := p.Read(from, r.Count)
+		next := from
+		if n := len(msgs); n > 0 {
+			next = msgs[n-1].Offset + 1
+		}
+		return Response{Err: err, Messages: msgs, Offset: next}
+	case OpStoreOffset:
+		return Response{Err: p.StoreConsumerOffset(r.Consumer, r.Offset), Offset: r.Offset}
+	case OpGetOffset:
+		off, ok, err := p.ConsumerOffset(r.Consumer)
+		return Response{Err: err, Offset: off, Found: ok}
+	}
+	return Response{Err: fmt.Errorf("parkway: unknown op %d", r.Op)}
+}
+
+// parkFrame parks f, or sheds it when a bound is reached (behaviour 7).
+func (s *Shard) parkFrame(f Frame, stamp, pass uint64) {
+	p := parkedFrame{frame: f, stamp: stamp, pass: pass, size: s.cfg.Park.footprint(f.payloadBytes())}
+	if !s.park.park(f.Req.NS, p) {
+		s.drop(f, metrics.ReasonParkOverflow, errParkOverflow)
+		return
+	}
+	s.gauges()
+}
+
+// forward hands f to shard owner's inbox. A full inbox answers the client
+// with a retriable error (the shard cannot block its pump on a peer).
+func (s *Shard) forward(f Frame, owner int) {
+	_, err := s.router.SendTo(owner, f)
+	switch {
+	case err == nil:
+		s.m.Forwarded.Inc()
+	case errors.Is(err, router.ErrFull):
+		s.drop(f, metrics.ReasonFull, errForwardFull)
+	default:
+		s.drop(f, metrics.ReasonMisrouted, fmt.Errorf("%w: %w", ErrRetry, err))
+	}
+}
+
+// answer delivers r on f's reply path and reports whether it was taken.
+func (s *Shard) answer(f Frame, r Response) bool {
+	if f.Reply == nil {
+		return false
+	}
+	select {
+	case f.Reply <- r:
+		return true
+	default:
+		// The reply channel had no room: a caller broke the capacity-1
+		// contract or a frame was answered twice. Count it; never block.
+		s.m.Drop(f.Req.Op.String(), metrics.ReasonDeliveryFailed)
+		s.log.Error("reply channel full; answer lost", "ns", f.Req.NS, "op", f.Req.Op)
+		return false
+	}
+}
+
+// deny answers with a transient error and counts it once it is handed over.
+func (s *Shard) deny(f Frame, reason string, err error) {
+	if s.answer(f, Response{Err: err}) {
+		s.m.Deny(reason)
+	}
+}
+
+// drop answers a frame that will not be delivered and counts the drop.
+func (s *Shard) drop(f Frame, reason string, err error) {
+	s.m.Drop(f.Req.Op.String(), reason)
+	s.answer(f, Response{Err: err})
+}
+
+// stale rejects a frame addressed to a dead incarnation (behaviour 4).
+func (s *Shard) stale(f Frame) {
+	s.m.StaleRejects.Inc()
+	s.answer(f, Response{Err: ErrStaleIncarnation})
+}
+
+// Parked returns how many frames are parked right now.
+func (s *Shard) Parked() int { return int(s.parked.Load()) }
+
+func (s *Shard) gauges() {
+	s.parked.Store(int64(s.park.frames))
+	s.m.ParkedFrames.Set(float64(s.park.frames))
+	s.m.ParkedBytes.Set(float64(s.park.bytes))
+}
