@@ -3,6 +3,8 @@ package parkway
 import (
 	"context"
 	"fmt"
+	"hash"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/spaolacci/murmur3"
@@ -109,11 +111,24 @@ func (n *Node) choose(stream, topic uint32, to Partitioning) (uint32, error) {
 	}
 	switch to.kind {
 	case byKey:
-		return murmur3.Sum32(to.key) % uint32(t.Partitions), nil
+		return keyHash(to.key) % uint32(t.Partitions), nil
 	case byBalanced:
 		return uint32(n.roundRobin.Add(1)-1) % uint32(t.Partitions), nil
 	}
 	return 0, fmt.Errorf("%w: unknown partitioning", ErrInvalidArgument)
+}
+
+// keyHashers pools murmur3 hashers. The streaming hasher is used rather
+// than murmur3.Sum32, whose uintptr walk the race detector rejects.
+var keyHashers = sync.Pool{New: func() any { return murmur3.New32() }}
+
+func keyHash(key []byte) uint32 {
+	h := keyHashers.Get().(hash.Hash32)
+	h.Reset()
+	_, _ = h.Write(key)
+	sum := h.Sum32()
+	keyHashers.Put(h)
+	return sum
 }
 
 // Start says where a poll begins.

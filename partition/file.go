@@ -184,12 +184,11 @@ func (s *FileStore) Remove(ns metadata.Namespace) error {
 }
 
 // open creates (fresh) or reopens the partition in dir.
-func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh bool) (p *filePartition, err error) {
-	p = &filePartition{store: s, ns: ns, epoch: epoch, dir: dir}
+func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh bool) (_ *filePartition, err error) {
+	p := &filePartition{store: s, ns: ns, epoch: epoch, dir: dir}
 	defer func() {
 		if err != nil {
 			_ = p.closeFiles()
-			p = nil
 		}
 	}()
 	for _, sub := range []string{consumersDir, groupsDir} {

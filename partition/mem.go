@@ -2,7 +2,6 @@ package partition
 
 import (
 	"fmt"
-	"slices"
 	"sync"
 
 	"github.com/parkway-io/parkway/metadata"
@@ -23,11 +22,20 @@ type MemStore struct {
 // consumers; the store's mutex guards open, and handing the log from one
 // handle to the next goes through that mutex, which orders the accesses.
 type memLog struct {
-	epoch     uint64
-	msgs      []Message // msgs[i].Offset == i
+	epoch uint64
+	// chunks hold the messages, memChunk per chunk (the last one may be
+	// partial): message i is chunks[i/memChunk][i%memChunk]. Fixed-size
+	// chunks instead of one growing slice mean appends never copy the
+	// whole log, which for millions of pointer-holding Message structs
+	// costs more than the append itself.
+	chunks    [][]Message
+	next      uint64
 	consumers map[string]uint64
 	open      bool
 }
+
+// memChunk is the number of messages per chunk (80 KiB of Message structs).
+const memChunk = 1024
 
 // NewMemStore returns an empty MemStore.
 func NewMemStore() *MemStore {
@@ -72,7 +80,7 @@ func (p *memPartition) Namespace() metadata.Namespace { return p.ns }
 
 func (p *memPartition) Epoch() uint64 { return p.log.epoch }
 
-func (p *memPartition) NextOffset() uint64 { return uint64(len(p.log.msgs)) }
+func (p *memPartition) NextOffset() uint64 { return p.log.next }
 
 // Append copies the batch into three allocations however many messages it
 // holds: one arena for all payloads, one for all header values, and one
@@ -106,8 +114,7 @@ func (p *memPartition) Append(msgs []Message) (uint64, error) {
 	}
 
 	l := p.log
-	first := uint64(len(l.msgs))
-	l.msgs = slices.Grow(l.msgs, len(msgs))
+	first := l.next
 	for i := range msgs {
 		in := &msgs[i]
 		out := Message{Offset: first + uint64(i), ID: in.ID, Timestamp: in.Timestamp}
@@ -129,7 +136,12 @@ func (p *memPartition) Append(msgs []Message) (uint64, error) {
 			}
 			out.Headers = hs
 		}
-		l.msgs = append(l.msgs, out)
+		if l.next%memChunk == 0 {
+			l.chunks = append(l.chunks, make([]Message, 0, memChunk))
+		}
+		last := &l.chunks[len(l.chunks)-1]
+		*last = append(*last, out)
+		l.next++
 	}
 	return first, nil
 }
@@ -138,13 +150,15 @@ func (p *memPartition) Read(from uint64, max int) ([]Message, error) {
 	if p.closed {
 		return nil, ErrClosed
 	}
-	next := uint64(len(p.log.msgs))
+	next := p.log.next
 	if max <= 0 || from >= next {
 		return nil, nil
 	}
-	n := min(uint64(max), next-from)
-	out := make([]Message, n)
-	copy(out, p.log.msgs[from:from+n])
+	out := make([]Message, min(uint64(max), next-from))
+	for k := 0; k < len(out); {
+		off := from + uint64(k)
+		k += copy(out[k:], p.log.chunks[off/memChunk][off%memChunk:])
+	}
 	return out, nil
 }
 
@@ -152,7 +166,7 @@ func (p *memPartition) StoreConsumerOffset(consumer string, offset uint64) error
 	if p.closed {
 		return ErrClosed
 	}
-	if next := uint64(len(p.log.msgs)); offset > next {
+	if next := p.log.next; offset > next {
 		return fmt.Errorf("%w: consumer offset %d past next offset %d", ErrOffsetOutOfRange, offset, next)
 	}
 	p.log.consumers[consumer] = offset

@@ -14,12 +14,10 @@
 package router
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"sync"
-
-	"github.com/spaolacci/murmur3"
 
 	"github.com/parkway-io/parkway/metadata"
 )
@@ -34,9 +32,35 @@ func Assign(ns metadata.Namespace, shards int) int {
 	if shards <= 0 {
 		return 0
 	}
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], uint64(ns))
-	return int((murmur3.Sum32WithSeed(b[:], 0) >> 16) % uint32(shards))
+	return int((hashNamespace(ns) >> 16) % uint32(shards))
+}
+
+// hashNamespace is murmur3 x86_32 (seed 0) of the namespace's 8
+// little-endian bytes, unrolled for that fixed length. The murmur3 module's
+// Sum32 walks its input with uintptr arithmetic that the race detector's
+// checkptr instrumentation rejects, and its hasher allocates; this is the
+// same function with neither problem. A test pins it against the module.
+func hashNamespace(ns metadata.Namespace) uint32 {
+	const (
+		c1 = 0xcc9e2d51
+		c2 = 0x1b873593
+	)
+	var h uint32
+	for _, k := range [2]uint32{uint32(ns), uint32(ns >> 32)} {
+		k *= c1
+		k = bits.RotateLeft32(k, 15)
+		k *= c2
+		h ^= k
+		h = bits.RotateLeft32(h, 13)
+		h = h*5 + 0xe6546b64
+	}
+	h ^= 8 // length
+	h ^= h >> 16
+	h *= 0x85ebca6b
+	h ^= h >> 13
+	h *= 0xc2b2ae35
+	h ^= h >> 16
+	return h
 }
 
 // Row is one entry of the shards table.

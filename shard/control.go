@@ -15,10 +15,18 @@ import (
 // A control operation runs on the pump, ahead of inbox frames. The
 // reconciler issues them through the exported methods below, which wait
 // for the pump to apply them.
+//
+// Each operation is built by an op* constructor and applied by the pump;
+// tests apply the same values directly to an unstarted shard, stepping it
+// like a state machine without a goroutine.
 type control struct {
 	fn      func(s *Shard) error
 	done    chan error
 	abandon func() // releases what fn would have taken over (may be nil)
+}
+
+func newControl(fn func(s *Shard) error, abandon func()) control {
+	return control{fn: fn, done: make(chan error, 1), abandon: abandon}
 }
 
 func (c control) apply(s *Shard) { c.done <- c.fn(s) }
@@ -36,8 +44,7 @@ var ErrAlreadyOwned = errors.New("parkway: namespace already owned by this shard
 // do enqueues fn and waits for the pump to apply it. If ctx ends first the
 // operation may still apply later; if the shard closes before applying it,
 // abandon runs instead.
-func (s *Shard) do(ctx context.Context, fn func(s *Shard) error, abandon func()) error {
-	c := control{fn: fn, done: make(chan error, 1), abandon: abandon}
+func (s *Shard) do(ctx context.Context, c control) error {
 	if err := s.enqueue(ctx, c); err != nil {
 		c.abandonIt()
 		return err
@@ -83,7 +90,11 @@ func (s *Shard) enqueue(ctx context.Context, c control) error {
 // stamped with another epoch are rejected as stale. If the shard does not
 // take p (closed, ErrAlreadyOwned), p is closed.
 func (s *Shard) InsertOwned(ctx context.Context, p partition.Partition) error {
-	return s.do(ctx, func(s *Shard) error {
+	return s.do(ctx, opInsertOwned(p))
+}
+
+func opInsertOwned(p partition.Partition) control {
+	return newControl(func(s *Shard) error {
 		ns := p.Namespace()
 		if _, ok := s.owned[ns]; ok {
 			_ = p.Close()
@@ -125,31 +136,39 @@ func (s *Shard) redispatch(ns metadata.Namespace, p partition.Partition) {
 // It returns the epoch that was owned (0 if none).
 func (s *Shard) Tombstone(ctx context.Context, ns metadata.Namespace) (uint64, error) {
 	var epoch uint64
-	err := s.do(ctx, func(s *Shard) error {
+	err := s.do(ctx, opTombstone(ns, &epoch))
+	return epoch, err
+}
+
+func opTombstone(ns metadata.Namespace, epoch *uint64) control {
+	return newControl(func(s *Shard) error {
 		p, ok := s.owned[ns]
 		if !ok {
 			if e, ok := s.tombstoned[ns]; ok {
-				epoch = e
+				*epoch = e
 			}
 			return nil
 		}
-		epoch = p.Epoch()
+		*epoch = p.Epoch()
 		delete(s.owned, ns)
-		s.tombstoned[ns] = epoch
-		s.table.Delete(ns, epoch)
+		s.tombstoned[ns] = *epoch
+		s.table.Delete(ns, *epoch)
 		if err := p.Close(); err != nil {
 			s.log.Warn("closing tombstoned partition", "ns", ns, "error", err)
 		}
 		return nil
 	}, nil)
-	return epoch, err
 }
 
 // RemoveOwned confirms the removal of ns once its data is gone from disk
 // (phase three): the tombstone is cleared and any frames parked for ns are
 // answered.
 func (s *Shard) RemoveOwned(ctx context.Context, ns metadata.Namespace) error {
-	return s.do(ctx, func(s *Shard) error {
+	return s.do(ctx, opRemoveOwned(ns))
+}
+
+func opRemoveOwned(ns metadata.Namespace) control {
+	return newControl(func(s *Shard) error {
 		if _, ok := s.tombstoned[ns]; ok {
 			delete(s.tombstoned, ns)
 			s.m.Removed.Inc()
@@ -165,7 +184,11 @@ func (s *Shard) RemoveOwned(ctx context.Context, ns metadata.Namespace) error {
 // owner's inbox refuses as full is re-parked with its age, one refused as
 // disconnected is answered (behaviour 6).
 func (s *Shard) SetRow(ctx context.Context, ns metadata.Namespace, row router.Row) error {
-	return s.do(ctx, func(s *Shard) error {
+	return s.do(ctx, opSetRow(ns, row))
+}
+
+func opSetRow(ns metadata.Namespace, row router.Row) control {
+	return newControl(func(s *Shard) error {
 		s.table.Set(ns, row)
 		if row.Owner != s.id {
 			s.forwardParked(ns, row.Owner)
@@ -236,7 +259,12 @@ type SweepResult struct {
 // by one pass and is answered once it has survived MaxPasses passes.
 func (s *Shard) Sweep(ctx context.Context, verdicts map[metadata.Namespace]Verdict) (SweepResult, error) {
 	var res SweepResult
-	err := s.do(ctx, func(s *Shard) error {
+	err := s.do(ctx, opSweep(verdicts, &res))
+	return res, err
+}
+
+func opSweep(verdicts map[metadata.Namespace]Verdict, res *SweepResult) control {
+	return newControl(func(s *Shard) error {
 		s.pass++
 		var emptied []*parkQueue
 		s.park.order.Ascend(func(q *parkQueue) bool {
@@ -276,7 +304,6 @@ func (s *Shard) Sweep(ctx context.Context, verdicts map[metadata.Namespace]Verdi
 		s.gauges()
 		return nil
 	}, nil)
-	return res, err
 }
 
 // State is a snapshot of what a shard holds, for the reconciler's diff.
@@ -296,7 +323,12 @@ type State struct {
 // Inspect returns the shard's state, read on the pump.
 func (s *Shard) Inspect(ctx context.Context) (State, error) {
 	var st State
-	err := s.do(ctx, func(s *Shard) error {
+	err := s.do(ctx, opInspect(&st))
+	return st, err
+}
+
+func opInspect(st *State) control {
+	return newControl(func(s *Shard) error {
 		st.Owned = make(map[metadata.Namespace]uint64, len(s.owned))
 		for ns, p := range s.owned {
 			st.Owned[ns] = p.Epoch()
@@ -312,5 +344,4 @@ func (s *Shard) Inspect(ctx context.Context) (State, error) {
 		st.ParkedFrames, st.ParkedBytes, st.Passes = s.park.frames, s.park.bytes, s.pass
 		return nil
 	}, nil)
-	return st, err
 }

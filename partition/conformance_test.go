@@ -1,0 +1,431 @@
+package partition_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
+)
+
+// harness is one Store implementation under the shared conformance tests.
+type harness struct {
+	name string
+	// open returns a fresh store and a restart function that returns the
+	// store as a restarted process would see it (the same MemStore; a new
+	// FileStore on the same directory).
+	open func(t *testing.T) (store partition.Store, restart func() partition.Store)
+}
+
+func harnesses() []harness {
+	return []harness{
+		{"mem", func(t *testing.T) (partition.Store, func() partition.Store) {
+			s := partition.NewMemStore()
+			return s, func() partition.Store { return s }
+		}},
+		{"file", func(t *testing.T) (partition.Store, func() partition.Store) {
+			cfg := partition.FileConfig{Dir: t.TempDir()}
+			return newFileStore(t, cfg), func() partition.Store { return newFileStore(t, cfg) }
+		}},
+	}
+}
+
+func newFileStore(t testing.TB, cfg partition.FileConfig) *partition.FileStore {
+	t.Helper()
+	s, err := partition.NewFileStore(cfg)
+	if err != nil {
+		t.Fatalf("NewFileStore: %v", err)
+	}
+	return s
+}
+
+func mustNS(t testing.TB, stream, topic, part uint32) metadata.Namespace {
+	t.Helper()
+	ns, err := metadata.NewNamespace(stream, topic, part)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+func mustBuild(t testing.TB, s partition.Store, ns metadata.Namespace, epoch uint64) partition.Partition {
+	t.Helper()
+	p, err := s.Build(ns, epoch)
+	if err != nil {
+		t.Fatalf("Build(%v, %d): %v", ns, epoch, err)
+	}
+	return p
+}
+
+func mustClose(t testing.TB, p partition.Partition) {
+	t.Helper()
+	if err := p.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+}
+
+// msg is message number i of a test: its payload, id, timestamp and
+// headers are derived from i, so checkRead can verify any offset.
+func msg(i uint64, size int) partition.Message {
+	m := partition.Message{Timestamp: int64(i) * 1000, Payload: payload(i, size)}
+	m.ID[0], m.ID[15] = byte(i), byte(i>>8)
+	if i%3 == 0 {
+		m.Headers = []partition.Header{{Key: "n", Value: []byte(fmt.Sprint(i))}, {Key: "flag"}}
+	}
+	return m
+}
+
+func payload(i uint64, size int) []byte {
+	p := make([]byte, size)
+	for j := range p {
+		p[j] = byte(i) + byte(j)
+	}
+	return p
+}
+
+func batch(first uint64, n, size int) []partition.Message {
+	msgs := make([]partition.Message, n)
+	for i := range msgs {
+		msgs[i] = msg(first+uint64(i), size)
+	}
+	return msgs
+}
+
+func mustAppend(t testing.TB, p partition.Partition, msgs []partition.Message) uint64 {
+	t.Helper()
+	want := p.NextOffset()
+	first, err := p.Append(msgs)
+	if err != nil {
+		t.Fatalf("Append: %v", err)
+	}
+	if first != want {
+		t.Fatalf("Append returned first offset %d, want %d", first, want)
+	}
+	if got := p.NextOffset(); got != want+uint64(len(msgs)) {
+		t.Fatalf("NextOffset after Append = %d, want %d", got, want+uint64(len(msgs)))
+	}
+	return first
+}
+
+// checkRead reads [from, from+n) and checks every message against msg.
+func checkRead(t testing.TB, p partition.Partition, from uint64, max, wantN, size int) {
+	t.Helper()
+	got, err := p.Read(from, max)
+	if err != nil {
+		t.Fatalf("Read(%d, %d): %v", from, max, err)
+	}
+	if len(got) != wantN {
+		t.Fatalf("Read(%d, %d) returned %d messages, want %d", from, max, len(got), wantN)
+	}
+	for k, m := range got {
+		i := from + uint64(k)
+		w := msg(i, size)
+		if m.Offset != i || m.ID != w.ID || m.Timestamp != w.Timestamp || !bytes.Equal(m.Payload, w.Payload) {
+			t.Fatalf("Read(%d, %d)[%d] = {Offset %d, Timestamp %d, %d bytes}, want offset %d",
+				from, max, k, m.Offset, m.Timestamp, len(m.Payload), i)
+		}
+		if len(m.Headers) != len(w.Headers) {
+			t.Fatalf("message %d has %d headers, want %d", i, len(m.Headers), len(w.Headers))
+		}
+		for j := range w.Headers {
+			if m.Headers[j].Key != w.Headers[j].Key || !bytes.Equal(m.Headers[j].Value, w.Headers[j].Value) {
+				t.Fatalf("message %d header %d = %q:%q, want %q:%q", i, j,
+					m.Headers[j].Key, m.Headers[j].Value, w.Headers[j].Key, w.Headers[j].Value)
+			}
+		}
+	}
+}
+
+func TestConformance(t *testing.T) {
+	for _, h := range harnesses() {
+		t.Run(h.name, func(t *testing.T) {
+			for _, c := range conformanceCases {
+				t.Run(c.name, func(t *testing.T) {
+					store, restart := h.open(t)
+					c.run(t, store, restart)
+				})
+			}
+		})
+	}
+}
+
+var conformanceCases = []struct {
+	name string
+	run  func(t *testing.T, s partition.Store, restart func() partition.Store)
+}{
+	{"AppendRead", func(t *testing.T, s partition.Store, _ func() partition.Store) {
+		ns := mustNS(t, 1, 2, 3)
+		p := mustBuild(t, s, ns, 7)
+		defer mustClose(t, p)
+		if p.Namespace() != ns || p.Epoch() != 7 || p.NextOffset() != 0 {
+			t.Fatalf("new partition: ns %v epoch %d next %d", p.Namespace(), p.Epoch(), p.NextOffset())
+		}
+		var next uint64
+		for _, n := range []int{1, 5, 100, 2} {
+			if first := mustAppend(t, p, batch(next, n, 64)); first != next {
+				t.Fatalf("first = %d, want %d", first, next)
+			}
+			next += uint64(n)
+		}
+		checkRead(t, p, 0, 1000, int(next), 64)
+		checkRead(t, p, 0, 1, 1, 64)
+		checkRead(t, p, 3, 10, 10, 64)
+		checkRead(t, p, 50, 1000, int(next)-50, 64)
+		checkRead(t, p, next-1, 5, 1, 64)
+		// Every single offset.
+		for i := range next {
+			checkRead(t, p, i, 1, 1, 64)
+		}
+	}},
+	{"EmptyBatch", func(t *testing.T, s partition.Store, _ func() partition.Store) {
+		p := mustBuild(t, s, mustNS(t, 0, 0, 0), 1)
+		defer mustClose(t, p)
+		for _, b := range [][]partition.Message{nil, {}} {
+			if _, err := p.Append(b); !errors.Is(err, partition.ErrEmptyBatch) {
+				t.Fatalf("Append(empty) = %v, want ErrEmptyBatch", err)
+			}
+		}
+		if p.NextOffset() != 0 {
+			t.Fatalf("NextOffset after empty batch = %d", p.NextOffset())
+		}
+	}},
+	{"ReadBounds", func(t *testing.T, s partition.Store, _ func() partition.Store) {
+		p := mustBuild(t, s, mustNS(t, 0, 0, 1), 1)
+		defer mustClose(t, p)
+		if got, err := p.Read(0, 10); err != nil || len(got) != 0 {
+			t.Fatalf("Read on empty log = %d msgs, %v", len(got), err)
+		}
+		mustAppend(t, p, batch(0, 10, 8))
+		for _, from := range []uint64{10, 11, 1 << 40} {
+			if got, err := p.Read(from, 10); err != nil || len(got) != 0 {
+				t.Fatalf("Read(%d) at/past end = %d msgs, %v", from, len(got), err)
+			}
+		}
+		for _, max := range []int{0, -1} {
+			if got, err := p.Read(0, max); err != nil || len(got) != 0 {
+				t.Fatalf("Read(0, %d) = %d msgs, %v", max, len(got), err)
+			}
+		}
+	}},
+	{"ConsumerOffsets", func(t *testing.T, s partition.Store, restart func() partition.Store) {
+		ns := mustNS(t, 4, 5, 6)
+		p := mustBuild(t, s, ns, 3)
+		if _, ok, err := p.ConsumerOffset("c"); ok || err != nil {
+			t.Fatalf("unknown consumer: ok=%v err=%v", ok, err)
+		}
+		if err := p.StoreConsumerOffset("c", 1); !errors.Is(err, partition.ErrOffsetOutOfRange) {
+			t.Fatalf("offset past empty log: %v, want ErrOffsetOutOfRange", err)
+		}
+		if err := p.StoreConsumerOffset("c", 0); err != nil {
+			t.Fatal(err)
+		}
+		mustAppend(t, p, batch(0, 5, 8))
+		names := []string{"c", "", "a/b", "..", ".hidden", "~x", strings.Repeat("long/", 100)}
+		for i, name := range names {
+			if err := p.StoreConsumerOffset(name, uint64(i%6)); err != nil {
+				t.Fatalf("StoreConsumerOffset(%q): %v", name, err)
+			}
+		}
+		if err := p.StoreConsumerOffset("c", 5); err != nil { // == NextOffset is fine
+			t.Fatal(err)
+		}
+		if err := p.StoreConsumerOffset("c", 6); !errors.Is(err, partition.ErrOffsetOutOfRange) {
+			t.Fatalf("offset past NextOffset: %v, want ErrOffsetOutOfRange", err)
+		}
+		check := func(p partition.Partition) {
+			t.Helper()
+			for i, name := range names {
+				want := uint64(i % 6)
+				if name == "c" {
+					want = 5
+				}
+				if got, ok, err := p.ConsumerOffset(name); !ok || err != nil || got != want {
+					t.Fatalf("ConsumerOffset(%q) = %d, %v, %v; want %d", name, got, ok, err, want)
+				}
+			}
+		}
+		check(p)
+		mustClose(t, p)
+		p = mustBuild(t, restart(), ns, 3)
+		defer mustClose(t, p)
+		check(p)
+	}},
+	{"BufferReuse", func(t *testing.T, s partition.Store, _ func() partition.Store) {
+		p := mustBuild(t, s, mustNS(t, 1, 1, 1), 1)
+		defer mustClose(t, p)
+		buf := []byte("original")
+		val := []byte("value")
+		key := []byte("key")
+		msgs := []partition.Message{{Payload: buf, Headers: []partition.Header{{Key: string(key), Value: val}}}, {Payload: buf[:4]}}
+		mustAppend(t, p, msgs)
+		copy(buf, "XXXXXXXX")
+		copy(val, "YYYYY")
+		msgs[0].Headers[0].Key = "changed"
+		msgs[0].Payload = nil
+		got, err := p.Read(0, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got[0].Payload) != "original" || string(got[1].Payload) != "orig" ||
+			got[0].Headers[0].Key != "key" || string(got[0].Headers[0].Value) != "value" {
+			t.Fatalf("stored data changed with the caller's buffers: %q %q %+v", got[0].Payload, got[1].Payload, got[0].Headers)
+		}
+		// Appending to a read payload must not spill into the next message.
+		_ = append(got[0].Payload, "!!!!"...)
+		again, _ := p.Read(1, 1)
+		if string(again[0].Payload) != "orig" {
+			t.Fatalf("appending to a read payload changed the next message: %q", again[0].Payload)
+		}
+	}},
+	{"ReopenSameEpoch", func(t *testing.T, s partition.Store, restart func() partition.Store) {
+		ns := mustNS(t, 9, 8, 7)
+		p := mustBuild(t, s, ns, 42)
+		mustAppend(t, p, batch(0, 20, 100))
+		if err := p.StoreConsumerOffset("g", 12); err != nil {
+			t.Fatal(err)
+		}
+		mustClose(t, p)
+		p = mustBuild(t, restart(), ns, 42)
+		if p.NextOffset() != 20 {
+			t.Fatalf("reopened NextOffset = %d, want 20", p.NextOffset())
+		}
+		checkRead(t, p, 0, 100, 20, 100)
+		if off, ok, _ := p.ConsumerOffset("g"); !ok || off != 12 {
+			t.Fatalf("reopened consumer offset = %d, %v", off, ok)
+		}
+		mustAppend(t, p, batch(20, 5, 100))
+		checkRead(t, p, 0, 100, 25, 100)
+		mustClose(t, p)
+		p = mustBuild(t, restart(), ns, 42)
+		defer mustClose(t, p)
+		checkRead(t, p, 0, 100, 25, 100)
+	}},
+	{"OtherEpochDiscards", func(t *testing.T, s partition.Store, restart func() partition.Store) {
+		ns := mustNS(t, 1, 2, 3)
+		p := mustBuild(t, s, ns, 1)
+		mustAppend(t, p, batch(0, 10, 10))
+		if err := p.StoreConsumerOffset("g", 4); err != nil {
+			t.Fatal(err)
+		}
+		mustClose(t, p)
+		p = mustBuild(t, restart(), ns, 2)
+		if p.NextOffset() != 0 || p.Epoch() != 2 {
+			t.Fatalf("new incarnation: NextOffset %d, epoch %d", p.NextOffset(), p.Epoch())
+		}
+		if _, ok, _ := p.ConsumerOffset("g"); ok {
+			t.Fatal("consumer offset survived into a new incarnation")
+		}
+		if got, _ := p.Read(0, 10); len(got) != 0 {
+			t.Fatalf("new incarnation reads %d old messages", len(got))
+		}
+		mustAppend(t, p, batch(0, 3, 10))
+		mustClose(t, p)
+		// And the old epoch is gone for good: going back is another discard.
+		p = mustBuild(t, restart(), ns, 2)
+		checkRead(t, p, 0, 10, 3, 10)
+		mustClose(t, p)
+	}},
+	{"RemoveThenBuild", func(t *testing.T, s partition.Store, restart func() partition.Store) {
+		ns := mustNS(t, 3, 3, 3)
+		if err := s.Remove(ns); err != nil {
+			t.Fatalf("Remove of an absent namespace: %v", err)
+		}
+		p := mustBuild(t, s, ns, 5)
+		mustAppend(t, p, batch(0, 4, 10))
+		if err := p.StoreConsumerOffset("g", 4); err != nil {
+			t.Fatal(err)
+		}
+		mustClose(t, p)
+		if err := s.Remove(ns); err != nil {
+			t.Fatalf("Remove: %v", err)
+		}
+		if err := s.Remove(ns); err != nil {
+			t.Fatalf("second Remove: %v", err)
+		}
+		p = mustBuild(t, restart(), ns, 5) // same epoch, but nothing to reopen
+		defer mustClose(t, p)
+		if p.NextOffset() != 0 {
+			t.Fatalf("NextOffset after Remove = %d", p.NextOffset())
+		}
+		if _, ok, _ := p.ConsumerOffset("g"); ok {
+			t.Fatal("consumer offset survived Remove")
+		}
+	}},
+	{"Closed", func(t *testing.T, s partition.Store, _ func() partition.Store) {
+		p := mustBuild(t, s, mustNS(t, 0, 1, 0), 1)
+		mustAppend(t, p, batch(0, 2, 10))
+		mustClose(t, p)
+		if _, err := p.Append(batch(2, 1, 1)); !errors.Is(err, partition.ErrClosed) {
+			t.Errorf("Append after Close: %v", err)
+		}
+		if _, err := p.Read(0, 1); !errors.Is(err, partition.ErrClosed) {
+			t.Errorf("Read after Close: %v", err)
+		}
+		if err := p.StoreConsumerOffset("c", 0); !errors.Is(err, partition.ErrClosed) {
+			t.Errorf("StoreConsumerOffset after Close: %v", err)
+		}
+		if _, _, err := p.ConsumerOffset("c"); !errors.Is(err, partition.ErrClosed) {
+			t.Errorf("ConsumerOffset after Close: %v", err)
+		}
+		if err := p.Close(); !errors.Is(err, partition.ErrClosed) {
+			t.Errorf("second Close: %v", err)
+		}
+	}},
+	{"InUse", func(t *testing.T, s partition.Store, _ func() partition.Store) {
+		ns := mustNS(t, 2, 2, 2)
+		p := mustBuild(t, s, ns, 1)
+		if _, err := s.Build(ns, 1); !errors.Is(err, partition.ErrInUse) {
+			t.Fatalf("Build of an open namespace: %v, want ErrInUse", err)
+		}
+		if _, err := s.Build(ns, 2); !errors.Is(err, partition.ErrInUse) {
+			t.Fatalf("Build of an open namespace at another epoch: %v, want ErrInUse", err)
+		}
+		if err := s.Remove(ns); !errors.Is(err, partition.ErrInUse) {
+			t.Fatalf("Remove of an open namespace: %v, want ErrInUse", err)
+		}
+		mustAppend(t, p, batch(0, 1, 1)) // the open handle is unaffected
+		mustClose(t, p)
+		p = mustBuild(t, s, ns, 1)
+		checkRead(t, p, 0, 10, 1, 1)
+		mustClose(t, p)
+		if err := s.Remove(ns); err != nil {
+			t.Fatal(err)
+		}
+	}},
+	{"ConcurrentBuildRemove", func(t *testing.T, s partition.Store, _ func() partition.Store) {
+		var wg sync.WaitGroup
+		errs := make(chan error, 16)
+		for g := range uint32(8) {
+			ns := mustNS(t, g, 1, 0)
+			wg.Go(func() {
+				for epoch := range uint64(4) {
+					p, err := s.Build(ns, epoch)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if _, err := p.Append(batch(0, 3, 10)); err != nil {
+						errs <- err
+					}
+					if err := p.Close(); err != nil {
+						errs <- err
+					}
+					if epoch%2 == 1 {
+						if err := s.Remove(ns); err != nil {
+							errs <- err
+						}
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+	}},
+}

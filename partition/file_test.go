@@ -1,0 +1,522 @@
+package partition_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
+)
+
+const mib = 1 << 20
+
+func partDir(root string, ns metadata.Namespace) string {
+	return filepath.Join(root, "streams", fmt.Sprint(ns.Stream()), "topics", fmt.Sprint(ns.Topic()),
+		"partitions", fmt.Sprint(ns.Partition()))
+}
+
+func segName(base uint64, ext string) string { return fmt.Sprintf("%020d%s", base, ext) }
+
+// recSize is the on-disk size of m: the 48-byte record header, the
+// headers (two u32 lengths each) and the payload.
+func recSize(m partition.Message) int64 {
+	n := int64(48 + len(m.Payload))
+	for _, h := range m.Headers {
+		n += int64(8 + len(h.Key) + len(h.Value))
+	}
+	return n
+}
+
+func listDir(t *testing.T, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range es {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+func segmentsIn(t *testing.T, dir string) []string {
+	t.Helper()
+	var logs []string
+	for _, n := range listDir(t, dir) {
+		if strings.HasSuffix(n, ".log") {
+			logs = append(logs, n)
+		}
+	}
+	return logs
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
+
+func TestFileLayout(t *testing.T) {
+	root := t.TempDir()
+	s := newFileStore(t, partition.FileConfig{Dir: root})
+	ns := mustNS(t, 1, 2, 3)
+	p := mustBuild(t, s, ns, 7)
+	mustAppend(t, p, batch(0, 3, 10))
+	if err := p.StoreConsumerOffset("worker-1", 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.StoreConsumerOffset("worker-1", 3); err != nil { // overwrite leaves no temporaries
+		t.Fatal(err)
+	}
+	mustClose(t, p)
+
+	dir := filepath.Join(root, "streams", "1", "topics", "2", "partitions", "3")
+	want := []string{"00000000000000000000.index", "00000000000000000000.log", "incarnation", "offsets"}
+	if got := listDir(t, dir); !slices.Equal(got, want) {
+		t.Fatalf("partition dir holds %q, want %q", got, want)
+	}
+	if got := listDir(t, filepath.Join(dir, "offsets")); !slices.Equal(got, []string{"consumers", "groups"}) {
+		t.Fatalf("offsets dir holds %q", got)
+	}
+	if got := listDir(t, filepath.Join(dir, "offsets", "consumers")); !slices.Equal(got, []string{"worker-1"}) {
+		t.Fatalf("consumers dir holds %q", got)
+	}
+	if inc, err := os.ReadFile(filepath.Join(dir, "incarnation")); err != nil || strings.TrimSpace(string(inc)) != "7" {
+		t.Fatalf("incarnation = %q, %v", inc, err)
+	}
+	var want0 int64
+	for _, m := range batch(0, 3, 10) {
+		want0 += recSize(m)
+	}
+	if got := fileSize(t, filepath.Join(dir, segName(0, ".log"))); got != want0 {
+		t.Fatalf("log is %d bytes, want %d", got, want0)
+	}
+}
+
+// fillSegments appends batches of up to n messages of size bytes until
+// NextOffset reaches count.
+func fillSegments(t *testing.T, p partition.Partition, count, n, size int) {
+	t.Helper()
+	for next := int(p.NextOffset()); next < count; next += n {
+		mustAppend(t, p, batch(uint64(next), min(n, count-next), size))
+	}
+}
+
+// expectedBases replays the roll rule: a batch that would take a
+// non-empty segment past segSize starts a new segment at its first offset.
+func expectedBases(batches [][]partition.Message, segSize int64) []uint64 {
+	bases := []uint64{0}
+	var size int64
+	var off uint64
+	for _, b := range batches {
+		var n int64
+		for _, m := range b {
+			n += recSize(m)
+		}
+		if size > 0 && size+n > segSize {
+			bases = append(bases, off)
+			size = 0
+		}
+		size += n
+		off += uint64(len(b))
+	}
+	return bases
+}
+
+func TestFileRollover(t *testing.T) {
+	root := t.TempDir()
+	cfg := partition.FileConfig{Dir: root, SegmentSize: mib}
+	s := newFileStore(t, cfg)
+	ns := mustNS(t, 0, 0, 0)
+	p := mustBuild(t, s, ns, 1)
+	const size = 100 << 10
+	var batches [][]partition.Message
+	var next uint64
+	for _, n := range []int{3, 3, 3, 3, 12, 1, 3, 3, 3} { // 12×100 KiB is larger than a segment
+		b := batch(next, n, size)
+		batches = append(batches, b)
+		mustAppend(t, p, b)
+		next += uint64(n)
+	}
+	dir := partDir(root, ns)
+	var want []string
+	for _, base := range expectedBases(batches, mib) {
+		want = append(want, segName(base, ".log"))
+	}
+	got := segmentsIn(t, dir)
+	if !slices.Equal(got, want) || len(got) < 4 {
+		t.Fatalf("segments %q, want %q", got, want)
+	}
+	// Only the oversized batch's segment may exceed SegmentSize.
+	for _, name := range got {
+		if sz := fileSize(t, filepath.Join(dir, name)); sz > mib && name != segName(12, ".log") {
+			t.Errorf("segment %s is %d bytes, over the segment size", name, sz)
+		}
+	}
+	if sz := fileSize(t, filepath.Join(dir, segName(12, ".log"))); sz < mib {
+		t.Errorf("the oversized batch's segment is only %d bytes", sz)
+	}
+	check := func(p partition.Partition) {
+		checkRead(t, p, 0, 1000, int(next), size)
+		for from := range next {
+			checkRead(t, p, from, 5, int(min(5, next-from)), size)
+		}
+	}
+	check(p)
+	mustClose(t, p)
+	p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	check(p)
+	mustAppend(t, p, batch(next, 3, size))
+	checkRead(t, p, next-2, 10, 5, size)
+}
+
+// smallMessageLog builds a multi-segment log of many small messages, so
+// every segment has many sparse index entries.
+func smallMessageLog(t *testing.T, cfg partition.FileConfig, ns metadata.Namespace) (next uint64) {
+	t.Helper()
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	fillSegments(t, p, 25_000, 500, 100)
+	if n := len(segmentsIn(t, partDir(cfg.Dir, ns))); n < 3 {
+		t.Fatalf("only %d segments", n)
+	}
+	return p.NextOffset()
+}
+
+func checkSampled(t *testing.T, p partition.Partition, next uint64, size int) {
+	t.Helper()
+	for from := uint64(0); from < next; from += 97 {
+		checkRead(t, p, from, 3, int(min(3, next-from)), size)
+	}
+	checkRead(t, p, next-1, 3, 1, size)
+	checkRead(t, p, 0, int(next), int(next), size)
+}
+
+func readIndexes(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	for _, n := range listDir(t, dir) {
+		if strings.HasSuffix(n, ".index") {
+			b, err := os.ReadFile(filepath.Join(dir, n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[n] = b
+		}
+	}
+	return out
+}
+
+func TestFileIndexRebuild(t *testing.T) {
+	cases := map[string]func(path string, b []byte) error{
+		"missing": func(path string, _ []byte) error { return os.Remove(path) },
+		"short":   func(path string, b []byte) error { return os.WriteFile(path, b[:len(b)/2+3], 0o644) },
+		"empty":   func(path string, _ []byte) error { return os.WriteFile(path, nil, 0o644) },
+		"wrong": func(path string, b []byte) error {
+			b = bytes.Clone(b)
+			b[len(b)-4]++ // the last entry's position now points inside a record
+			return os.WriteFile(path, b, 0o644)
+		},
+		"too long": func(path string, b []byte) error {
+			return os.WriteFile(path, append(bytes.Clone(b), 1, 0, 0, 0, 0, 0, 0, 1), 0o644)
+		},
+	}
+	for name, damage := range cases {
+		t.Run(name, func(t *testing.T) {
+			cfg := partition.FileConfig{Dir: t.TempDir(), SegmentSize: mib}
+			ns := mustNS(t, 5, 5, 5)
+			next := smallMessageLog(t, cfg, ns)
+			dir := partDir(cfg.Dir, ns)
+			before := readIndexes(t, dir)
+			for n, b := range before {
+				if len(b) < 16 {
+					t.Fatalf("index %s has only %d bytes", n, len(b))
+				}
+				if err := damage(filepath.Join(dir, n), b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+			defer mustClose(t, p)
+			if p.NextOffset() != next {
+				t.Fatalf("NextOffset = %d, want %d", p.NextOffset(), next)
+			}
+			checkSampled(t, p, next, 100)
+			after := readIndexes(t, dir)
+			for n, b := range before {
+				if !bytes.Equal(after[n], b) {
+					t.Errorf("index %s rebuilt as %d bytes, want the original %d", n, len(after[n]), len(b))
+				}
+			}
+		})
+	}
+}
+
+func TestFileTornTail(t *testing.T) {
+	cases := map[string]func(path string, size int64) error{
+		"truncated": func(path string, size int64) error { return os.Truncate(path, size-3) },
+		"torn header": func(path string, size int64) error {
+			return os.Truncate(path, size-recSize(msg(99, 100))+20)
+		},
+		"bit flip": func(path string, size int64) error {
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = f.WriteAt([]byte{0xff}, size-10)
+			return err
+		},
+	}
+	for name, damage := range cases {
+		t.Run(name, func(t *testing.T) {
+			cfg := partition.FileConfig{Dir: t.TempDir()}
+			ns := mustNS(t, 1, 0, 1)
+			p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+			fillSegments(t, p, 100, 10, 100)
+			if err := p.StoreConsumerOffset("c", 100); err != nil {
+				t.Fatal(err)
+			}
+			mustClose(t, p)
+			logPath := filepath.Join(partDir(cfg.Dir, ns), segName(0, ".log"))
+			size := fileSize(t, logPath)
+			if err := damage(logPath, size); err != nil {
+				t.Fatal(err)
+			}
+
+			p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+			if p.NextOffset() != 99 {
+				t.Fatalf("NextOffset after a torn tail = %d, want 99", p.NextOffset())
+			}
+			if got := fileSize(t, logPath); got != size-recSize(msg(99, 100)) {
+				t.Fatalf("log is %d bytes after recovery, want %d", got, size-recSize(msg(99, 100)))
+			}
+			if off, _, _ := p.ConsumerOffset("c"); off != 99 {
+				t.Fatalf("consumer offset past the recovered end = %d, want it clamped to 99", off)
+			}
+			checkRead(t, p, 0, 200, 99, 100)
+			mustAppend(t, p, batch(99, 5, 100))
+			checkRead(t, p, 0, 200, 104, 100)
+			mustClose(t, p)
+
+			p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+			defer mustClose(t, p)
+			checkRead(t, p, 0, 200, 104, 100)
+		})
+	}
+}
+
+func TestFileZeroFilledTail(t *testing.T) {
+	cfg := partition.FileConfig{Dir: t.TempDir()}
+	ns := mustNS(t, 2, 0, 0)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	mustAppend(t, p, batch(0, 10, 50))
+	mustClose(t, p)
+	logPath := filepath.Join(partDir(cfg.Dir, ns), segName(0, ".log"))
+	size := fileSize(t, logPath)
+	// What a preallocation that does extend the file leaves behind.
+	f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(make([]byte, 64<<10)); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+	if p.NextOffset() != 10 {
+		t.Fatalf("NextOffset = %d, want 10", p.NextOffset())
+	}
+	mustAppend(t, p, batch(10, 5, 50))
+	checkRead(t, p, 0, 100, 15, 50)
+	mustClose(t, p)
+	if got, want := fileSize(t, logPath), size+recSize(msg(10, 50))*5; got > want+64 || got < size {
+		t.Fatalf("log is %d bytes, appends did not continue at the logical end %d", got, size)
+	}
+	p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	checkRead(t, p, 0, 100, 15, 50)
+}
+
+func TestFilePreallocate(t *testing.T) {
+	cfg := partition.FileConfig{Dir: t.TempDir(), SegmentSize: mib, Preallocate: true}
+	ns := mustNS(t, 3, 1, 4)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	dir := partDir(cfg.Dir, ns)
+	if got := fileSize(t, filepath.Join(dir, segName(0, ".log"))); got != 0 {
+		t.Fatalf("preallocated segment reports size %d, want 0 (FALLOC_FL_KEEP_SIZE)", got)
+	}
+	msgs := batch(0, 4, 1000)
+	mustAppend(t, p, msgs)
+	var want int64
+	for _, m := range msgs {
+		want += recSize(m)
+	}
+	if got := fileSize(t, filepath.Join(dir, segName(0, ".log"))); got != want {
+		t.Fatalf("segment size %d after append, want the logical %d", got, want)
+	}
+	fillSegments(t, p, 3000, 100, 1000) // appends continue; rolls over
+	next := p.NextOffset()
+	mustClose(t, p)
+	if n := len(segmentsIn(t, dir)); n < 2 {
+		t.Fatalf("%d segments, want a rollover", n)
+	}
+	p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	checkSampled(t, p, next, 1000)
+	mustAppend(t, p, batch(next, 1, 1000))
+}
+
+func TestFileReadBelowStart(t *testing.T) {
+	cfg := partition.FileConfig{Dir: t.TempDir(), SegmentSize: mib}
+	ns := mustNS(t, 0, 4, 0)
+	next := smallMessageLog(t, cfg, ns)
+	dir := partDir(cfg.Dir, ns)
+	segs := segmentsIn(t, dir)
+	for _, ext := range []string{".log", ".index"} {
+		if err := os.Remove(filepath.Join(dir, strings.TrimSuffix(segs[0], ".log")+ext)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var start uint64
+	fmt.Sscanf(segs[1], "%d.log", &start)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	for _, from := range []uint64{0, start - 1} {
+		if _, err := p.Read(from, 1); !errors.Is(err, partition.ErrOffsetOutOfRange) {
+			t.Fatalf("Read(%d) below start %d: %v, want ErrOffsetOutOfRange", from, start, err)
+		}
+	}
+	checkRead(t, p, start, 10, 10, 100)
+	checkRead(t, p, start, int(next), int(next-start), 100)
+}
+
+func TestFileCorruptSealedSegment(t *testing.T) {
+	cfg := partition.FileConfig{Dir: t.TempDir(), SegmentSize: mib}
+	ns := mustNS(t, 7, 7, 7)
+	smallMessageLog(t, cfg, ns)
+	dir := partDir(cfg.Dir, ns)
+	first := filepath.Join(dir, segmentsIn(t, dir)[0])
+	flip := func(pos int64) {
+		t.Helper()
+		f, err := os.OpenFile(first, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		b := make([]byte, 1)
+		f.ReadAt(b, pos)
+		b[0] ^= 0x10
+		if _, err := f.WriteAt(b, pos); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Damage found while reading an open partition.
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	flip(200)
+	_, err := p.Read(0, 10)
+	var ce *partition.CorruptError
+	if !errors.As(err, &ce) || !errors.Is(err, partition.ErrCorrupt) || ce.Path != first || ce.Offset > 200 {
+		t.Fatalf("Read of a damaged record: %v, want a *CorruptError in %s", err, first)
+	}
+	checkRead(t, p, 1000, 10, 10, 100) // other records still read
+	mustClose(t, p)
+
+	// Damage after the last index entry of a sealed segment is found on
+	// reopen and reported rather than truncated.
+	flip(200) // undo
+	flip(fileSize(t, first) - 10)
+	_, err = newFileStore(t, cfg).Build(ns, 1)
+	if !errors.As(err, &ce) || ce.Path != first {
+		t.Fatalf("Build over a damaged sealed segment: %v, want a *CorruptError in %s", err, first)
+	}
+}
+
+func TestFileSegmentGap(t *testing.T) {
+	cfg := partition.FileConfig{Dir: t.TempDir(), SegmentSize: mib}
+	ns := mustNS(t, 7, 7, 8)
+	smallMessageLog(t, cfg, ns)
+	dir := partDir(cfg.Dir, ns)
+	if err := os.Remove(filepath.Join(dir, segmentsIn(t, dir)[1])); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newFileStore(t, cfg).Build(ns, 1); !errors.Is(err, partition.ErrCorrupt) {
+		t.Fatalf("Build with a missing middle segment: %v, want ErrCorrupt", err)
+	}
+}
+
+func TestFileDeadIncarnation(t *testing.T) {
+	cfg := partition.FileConfig{Dir: t.TempDir()}
+	ns := mustNS(t, 1, 1, 1)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 4)
+	mustAppend(t, p, batch(0, 3, 10))
+	mustClose(t, p)
+	// A crash while building leaves a directory without its incarnation.
+	dir := partDir(cfg.Dir, ns)
+	if err := os.Remove(filepath.Join(dir, "incarnation")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "stray"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p = mustBuild(t, newFileStore(t, cfg), ns, 4)
+	defer mustClose(t, p)
+	if p.NextOffset() != 0 {
+		t.Fatalf("NextOffset = %d, want a fresh log", p.NextOffset())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "stray")); !os.IsNotExist(err) {
+		t.Fatalf("dead incarnation's files kept: %v", err)
+	}
+}
+
+func TestFileRejectsAliasingNamespace(t *testing.T) {
+	s := newFileStore(t, partition.FileConfig{Dir: t.TempDir()})
+	for _, ns := range []metadata.Namespace{metadata.MetadataNamespace, metadata.Namespace(1<<52 | 1), metadata.Namespace(1_000_000)} {
+		if _, err := s.Build(ns, 1); !errors.Is(err, metadata.ErrIDOutOfRange) {
+			t.Errorf("Build(%#x) = %v, want ErrIDOutOfRange", uint64(ns), err)
+		}
+		if err := s.Remove(ns); !errors.Is(err, metadata.ErrIDOutOfRange) {
+			t.Errorf("Remove(%#x) = %v, want ErrIDOutOfRange", uint64(ns), err)
+		}
+	}
+}
+
+func TestFileConfigValidate(t *testing.T) {
+	if err := (partition.FileConfig{Dir: "x"}).Validate(); err != nil {
+		t.Fatalf("minimal config: %v", err)
+	}
+	for _, size := range []int64{mib, 1 << 30} {
+		if err := (partition.FileConfig{Dir: "x", SegmentSize: size}).Validate(); err != nil {
+			t.Fatalf("SegmentSize %d: %v", size, err)
+		}
+	}
+	for _, size := range []int64{-1, 1, mib - 1, 1<<30 + 1} {
+		if err := (partition.FileConfig{Dir: "x", SegmentSize: size}).Validate(); !errors.Is(err, partition.ErrInvalidConfig) {
+			t.Errorf("SegmentSize %d: %v, want ErrInvalidConfig", size, err)
+		}
+	}
+	err := partition.FileConfig{SegmentSize: 5}.Validate()
+	if !errors.Is(err, partition.ErrInvalidConfig) {
+		t.Fatalf("Validate = %v", err)
+	}
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok || len(joined.Unwrap()) != 2 || !strings.Contains(err.Error(), "Dir") || !strings.Contains(err.Error(), "SegmentSize") {
+		t.Fatalf("Validate did not report both problems: %v", err)
+	}
+	if _, err := partition.NewFileStore(partition.FileConfig{}); !errors.Is(err, partition.ErrInvalidConfig) {
+		t.Fatalf("NewFileStore with an invalid config: %v", err)
+	}
+}
