@@ -137,7 +137,13 @@ func (s *FileStore) release(ns metadata.Namespace) {
 // Build implements Store. A namespace with an open Partition from this
 // store is ErrInUse. Reopening at the same epoch verifies the tail segment
 // record by record and truncates a torn or damaged tail back to the last
-// whole record; damage in an older segment is a *CorruptError.
+// whole record; damage in an older segment is a *CorruptError. Consumer
+// offsets past the recovered end (a crash lost unsynced appends) are
+// clamped to NextOffset.
+//
+// Namespaces that do not round-trip through metadata.NewNamespace, such as
+// metadata.MetadataNamespace, are metadata.ErrIDOutOfRange: their
+// directory would alias another partition's.
 func (s *FileStore) Build(ns metadata.Namespace, epoch uint64) (Partition, error) {
 	if err := checkNamespace(ns); err != nil {
 		return nil, err
@@ -265,27 +271,30 @@ func (s *FileStore) openSealed(seg *segment, buf []byte) ([]byte, error) {
 		return buf, err
 	}
 	size := fi.Size()
-	es, err := loadIndex(seg.indexPath())
+	es, exact, err := loadIndex(seg.indexPath())
 	if err != nil {
 		return buf, err
 	}
 	var end int64
 	var next uint64
-	scanErr := errIncomplete // anything non-nil: no index scan yet
-	if len(es) > 0 && plausibleIndex(es, size) {
-		last := es[len(es)-1]
-		seg.index, seg.lastIndexed = es, int64(last.pos)
-		end, next, buf, scanErr = seg.scan(int64(last.pos), seg.base+uint64(last.rel), size, buf)
-		if scanErr != nil && !errors.Is(scanErr, ErrCorrupt) {
-			return buf, scanErr
+	rewrite, scanned := !exact, false
+	if len(es) > 0 {
+		rewrite = true // unless the checks below pass
+		if plausibleIndex(es, size) {
+			last := es[len(es)-1]
+			seg.index, seg.lastIndexed = es, int64(last.pos)
+			end, next, buf, err = seg.scan(int64(last.pos), seg.base+uint64(last.rel), size, buf)
+			switch {
+			case err == nil:
+				rewrite, scanned = !exact, true
+			case !errors.Is(err, ErrCorrupt):
+				return buf, err
+			}
 		}
 	}
-	rewrite := false
-	if scanErr != nil {
-		rewrite = true
+	if !scanned { // no usable index: scan it all
 		seg.index, seg.lastIndexed = nil, 0
-		end, next, buf, err = seg.scan(0, seg.base, size, buf)
-		if err != nil {
+		if end, next, buf, err = seg.scan(0, seg.base, size, buf); err != nil {
 			return buf, err
 		}
 	}

@@ -520,3 +520,76 @@ func TestFileConfigValidate(t *testing.T) {
 		t.Fatalf("NewFileStore with an invalid config: %v", err)
 	}
 }
+
+func TestFileLargeRecord(t *testing.T) {
+	cfg := partition.FileConfig{Dir: t.TempDir(), SegmentSize: mib}
+	ns := mustNS(t, 6, 0, 0)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	mustAppend(t, p, batch(0, 2, 10))
+	mustAppend(t, p, batch(2, 1, 3*mib)) // larger than a segment and the scan buffer
+	mustAppend(t, p, batch(3, 2, 10))
+	mustClose(t, p)
+	if got := segmentsIn(t, partDir(cfg.Dir, ns)); !slices.Equal(got, []string{segName(0, ".log"), segName(2, ".log"), segName(3, ".log")}) {
+		t.Fatalf("segments %q", got)
+	}
+	// Make the big record the tail, so the reopen scan has to verify it.
+	if err := os.Remove(filepath.Join(partDir(cfg.Dir, ns), segName(3, ".log"))); err != nil {
+		t.Fatal(err)
+	}
+	p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	if p.NextOffset() != 3 {
+		t.Fatalf("NextOffset = %d, want 3", p.NextOffset())
+	}
+	got, err := p.Read(0, 10)
+	if err != nil || len(got) != 3 || len(got[2].Payload) != 3*mib || !bytes.Equal(got[2].Payload, payload(2, 3*mib)) {
+		t.Fatalf("Read: %d msgs, %v", len(got), err)
+	}
+}
+
+func TestFileCorruptConsumerOffset(t *testing.T) {
+	cfg := partition.FileConfig{Dir: t.TempDir()}
+	ns := mustNS(t, 6, 0, 1)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	if err := p.StoreConsumerOffset("c", 0); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, p)
+	path := filepath.Join(partDir(cfg.Dir, ns), "offsets", "consumers", "c")
+	// A crashed atomic write leaves a temporary file: ignored and removed.
+	tmp := filepath.Join(partDir(cfg.Dir, ns), "offsets", "consumers", ".c.tmp-123")
+	if err := os.WriteFile(tmp, []byte("junk"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+	if off, ok, _ := p.ConsumerOffset("c"); !ok || off != 0 {
+		t.Fatalf("ConsumerOffset = %d, %v", off, ok)
+	}
+	if _, err := os.Stat(tmp); !os.IsNotExist(err) {
+		t.Fatalf("temporary file left behind: %v", err)
+	}
+	mustClose(t, p)
+	if err := os.WriteFile(path, []byte("junk that fails its checksum"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var ce *partition.CorruptError
+	if _, err := newFileStore(t, cfg).Build(ns, 1); !errors.As(err, &ce) || ce.Path != path {
+		t.Fatalf("Build with a damaged consumer offset file: %v, want a *CorruptError for %s", err, path)
+	}
+}
+
+func TestFileBadIncarnation(t *testing.T) {
+	cfg := partition.FileConfig{Dir: t.TempDir()}
+	ns := mustNS(t, 6, 0, 2)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	mustAppend(t, p, batch(0, 3, 10))
+	mustClose(t, p)
+	if err := os.WriteFile(filepath.Join(partDir(cfg.Dir, ns), "incarnation"), []byte("1x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	if p.NextOffset() != 0 {
+		t.Fatalf("NextOffset = %d after an unreadable incarnation, want a fresh log", p.NextOffset())
+	}
+}

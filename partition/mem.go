@@ -18,7 +18,7 @@ type MemStore struct {
 	logs map[metadata.Namespace]*memLog
 }
 
-// memLog is one partition's data. Only the open partition touches msgs and
+// memLog is one partition's data. Only the open partition touches chunks, next and
 // consumers; the store's mutex guards open, and handing the log from one
 // handle to the next goes through that mutex, which orders the accesses.
 type memLog struct {

@@ -11,8 +11,12 @@
 //
 //	<dir>/streams/<s>/topics/<t>/partitions/<p>/<base offset, 20 digits>.log
 //	                                           /<base offset, 20 digits>.index
+//	                                           /incarnation (the epoch)
 //	                                           /offsets/consumers/<name>
 //	                                           /offsets/groups/
+//
+// Build and Remove of a namespace whose Partition is still open are
+// ErrInUse in both stores: Close the partition first.
 package partition
 
 import (

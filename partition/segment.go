@@ -131,8 +131,8 @@ func (s *segment) seek(from uint64) (int64, uint64) {
 // and the returned end and next are those of the last whole record; any
 // other error is an I/O error. buf is scratch space.
 func (s *segment) scan(pos int64, off uint64, end int64, buf []byte) (int64, uint64, []byte, error) {
-	if len(buf) < recordHeaderSize {
-		buf = make([]byte, scanChunk)
+	if want := max(min(scanChunk, end-pos), recordHeaderSize); int64(len(buf)) < want {
+		buf = make([]byte, want)
 	}
 	for pos < end {
 		b := buf[:min(int64(len(buf)), end-pos)]
@@ -228,20 +228,21 @@ func (s *segment) read(from uint64, count int, out []Message) ([]Message, error)
 }
 
 // loadIndex reads an index file, dropping a torn last entry. A missing
-// file yields no entries.
-func loadIndex(path string) ([]indexEntry, error) {
+// file yields no entries. exact is false if the file was missing or had a
+// torn entry, so it needs rewriting.
+func loadIndex(path string) (es []indexEntry, exact bool, err error) {
 	b, err := os.ReadFile(path)
 	if isNotExist(err) {
-		return nil, nil
+		return nil, false, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	es := make([]indexEntry, len(b)/indexEntrySize)
+	es = make([]indexEntry, len(b)/indexEntrySize)
 	for i := range es {
 		es[i] = indexEntry{rel: le.Uint32(b[i*indexEntrySize:]), pos: le.Uint32(b[i*indexEntrySize+4:])}
 	}
-	return es, nil
+	return es, len(b)%indexEntrySize == 0, nil
 }
 
 // plausibleIndex checks what can be checked without reading the log:

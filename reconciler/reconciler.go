@@ -62,11 +62,11 @@ const (
 	MaxPeriod     = 30 * time.Second
 )
 
-// Run drives r until ctx is done: one pass at start, then one on every
-// wake and on every period without a wake. Pass errors are logged and do
-// not stop the loop (the next pass retries). The timer is re-armed after
-// each pass, so an idle node has one timer per shard firing once per
-// period and nothing else.
+// Run drives r until ctx is done: one pass at start, one on every wake,
+// and one every period. The period is a steady tick — a wake does not push
+// it back — so a stream of commits cannot starve park aging. An idle node
+// has one timer per shard firing once per period and nothing else. Pass
+// errors are logged and do not stop the loop: the next pass retries.
 func Run(ctx context.Context, r Reconciler, wake <-chan struct{}, clk clock.Clock, period time.Duration, log hclog.Logger) {
 	if log == nil {
 		log = hclog.NewNullLogger()
@@ -77,12 +77,12 @@ func Run(ctx context.Context, r Reconciler, wake <-chan struct{}, clk clock.Cloc
 		if _, err := r.Reconcile(ctx); err != nil && ctx.Err() == nil {
 			log.Warn("reconcile pass failed", "error", err)
 		}
-		timer.Reset(period)
 		select {
 		case <-ctx.Done():
 			return
 		case <-wake:
 		case <-timer.C():
+			timer.Reset(period)
 		}
 	}
 }

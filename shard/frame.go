@@ -17,6 +17,9 @@ const (
 	OpPoll
 	OpStoreOffset
 	OpGetOffset
+
+	// opFlush is Flush's marker frame; it never reaches a partition.
+	opFlush Op = 255
 )
 
 // String is the op's name, used as the variant label of drop counters.

@@ -181,6 +181,41 @@ func (s *Shard) TrySend(f Frame) error {
 	}
 }
 
+// Flush waits until every frame that entered the inbox before it has been
+// handled (served, parked, forwarded or answered). It is a barrier through
+// the inbox itself, so it orders with frames the way control operations,
+// which overtake the inbox, cannot: a test or simulator that sends a frame
+// and then flushes knows the frame has reached its fate.
+func (s *Shard) Flush(ctx context.Context) error {
+	reply := make(chan Response, 1)
+	if err := s.sendWait(ctx, Frame{Req: &Request{Op: opFlush}, Reply: reply}); err != nil {
+		return err
+	}
+	select {
+	case r := <-reply:
+		return r.Err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// sendWait is TrySend that waits for room. Holding sendMu shared while
+// blocked is safe: closed is still false, so the pump is running and frees
+// a slot.
+func (s *Shard) sendWait(ctx context.Context, f Frame) error {
+	s.sendMu.RLock()
+	defer s.sendMu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	select {
+	case s.inbox <- f:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // pump is the shard's goroutine. Order of precedence: stop, control
 // operations, inbox frames. Control first means a partition that just
 // materialised serves its parked frames before newer frames are looked at.
@@ -246,6 +281,10 @@ func (s *Shard) shutdown() {
 
 // handle routes one frame on the pump: serve, fence, forward or park.
 func (s *Shard) handle(f Frame) {
+	if f.Req.Op == opFlush {
+		s.answer(f, Response{})
+		return
+	}
 	ns := f.Req.NS
 	if p, ok := s.owned[ns]; ok {
 		s.serveOwned(p, f)

@@ -48,6 +48,7 @@ func (r realTimer) Reset(d time.Duration) { r.t.Reset(d) }
 // deadline order (ties in creation order), so a run is reproducible.
 type Manual struct {
 	mu     sync.Mutex
+	armed  *sync.Cond // broadcast whenever a timer is armed
 	now    time.Time
 	seq    uint64
 	timers *btree.BTreeG[*manualTimer]
@@ -55,12 +56,25 @@ type Manual struct {
 
 // NewManual returns a Manual clock reading start.
 func NewManual(start time.Time) *Manual {
-	return &Manual{now: start, timers: btree.NewG(8, func(a, b *manualTimer) bool {
+	m := &Manual{now: start, timers: btree.NewG(8, func(a, b *manualTimer) bool {
 		if !a.at.Equal(b.at) {
 			return a.at.Before(b.at)
 		}
 		return a.seq < b.seq
 	})}
+	m.armed = sync.NewCond(&m.mu)
+	return m
+}
+
+// WaitPending blocks until at least n timers are armed: a test lets a
+// goroutine re-arm its timer before advancing the clock past it, with no
+// sleep and no spin.
+func (m *Manual) WaitPending(n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for m.timers.Len() < n {
+		m.armed.Wait()
+	}
 }
 
 // Now returns the manual time.
@@ -146,4 +160,5 @@ func (t *manualTimer) Reset(d time.Duration) {
 	t.at = t.m.now.Add(d)
 	t.armed = true
 	t.m.timers.ReplaceOrInsert(t)
+	t.m.armed.Broadcast()
 }

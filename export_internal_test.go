@@ -1,0 +1,20 @@
+package parkway
+
+// Test-only access to a Node's committed metadata, for the external tests
+// (package parkway_test) that check a refused call changed nothing.
+
+// MetadataState describes everything committed on a node.
+type MetadataState struct {
+	Revision uint64
+	Streams  []StreamInfo
+	Topics   map[uint32][]TopicInfo
+}
+
+// CommittedState returns n's committed revision, streams and topics.
+func CommittedState(n *Node) MetadataState {
+	st := MetadataState{Revision: n.meta.Revision(), Streams: n.meta.Streams(), Topics: map[uint32][]TopicInfo{}}
+	for _, s := range st.Streams {
+		st.Topics[s.ID] = n.meta.Topics(s.ID)
+	}
+	return st
+}
