@@ -499,3 +499,43 @@ func contains(s, sub string) bool {
 	}
 	return false
 }
+
+// Behaviour 19: a deny counts only once it is handed to the reply path; an
+// answer that cannot be delivered counts as delivery_failed instead.
+func TestBehaviour19DenyCountedOnlyWhenDelivered(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	s := h.shards[0]
+	ns, epoch := h.topic("t")
+	h.insert(s, h.build(ns, epoch))
+	var e uint64
+	if err := h.step(s, opTombstone(ns, &e)); err != nil {
+		t.Fatal(err)
+	}
+	c := produce(ns, "x")
+	c.reply <- Response{} // a reply path with no room
+	s.handle(c.f)
+	if got := testutil.ToFloat64(h.m.TransientDenies.WithLabelValues("0", metrics.DenyTombstoned)); got != 0 {
+		t.Fatalf("undelivered deny counted: %v", got)
+	}
+	if got := h.drops("0", "produce", metrics.ReasonDeliveryFailed); got != 1 {
+		t.Fatalf("delivery_failed = %v, want 1", got)
+	}
+}
+
+// Behaviour 14 (shard side): confirming a removal answers frames parked for
+// the namespace.
+func TestBehaviour14RemoveAnswersParked(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	s := h.shards[0]
+	ns, _ := h.topic("t")
+	c := produce(ns, "x")
+	s.handle(c.f)
+	c.pending(t)
+	if err := h.step(s, opRemoveOwned(ns)); err != nil {
+		t.Fatal(err)
+	}
+	mustErr(t, c.answered(t), ErrRetry)
+	if got := h.drops("0", "produce", metrics.ReasonRemoved); got != 1 {
+		t.Fatalf("removed drops = %v, want 1", got)
+	}
+}
