@@ -16,7 +16,7 @@ import (
 // to handle and control operations straight to apply, on the test
 // goroutine, so every test is deterministic without sleeps or barriers.
 type harness struct {
-	t      *testing.T
+	t      testing.TB
 	meta   *metadata.Store
 	store  *partition.MemStore
 	rt     *router.Router[Frame]
@@ -26,7 +26,7 @@ type harness struct {
 
 type harnessOpt func(*Config)
 
-func newHarness(t *testing.T, n int, assign func(metadata.Namespace, int) int, opts ...harnessOpt) *harness {
+func newHarness(t testing.TB, n int, assign func(metadata.Namespace, int) int, opts ...harnessOpt) *harness {
 	t.Helper()
 	if assign == nil {
 		assign = router.Assign
