@@ -242,6 +242,9 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 			return nil, err
 		}
 		// Make the new directories themselves durable, up to Dir.
+		if err := syncDir(filepath.Join(dir, "offsets")); err != nil {
+			return nil, err
+		}
 		for d := dir; ; d = filepath.Dir(d) {
 			if err := syncDir(d); err != nil {
 				return nil, err
