@@ -51,7 +51,10 @@ type Ack struct {
 }
 
 // Produce appends msgs to one partition of a topic, whole or not at all,
-// and returns once they are appended. A partition that is still
+// and returns once they are appended. A produce is never acknowledged
+// against a dead incarnation; one racing a delete and recreate of its topic
+// may land in the new incarnation (the client re-resolves before each
+// retry), or fail with a not-found error. A partition that is still
 // materialising (the topic was just created) parks the request at its
 // shard, so a produce right after CreateTopic succeeds. Payloads are copied;
 // the caller may reuse msgs afterwards.
@@ -133,8 +136,9 @@ func keyHash(key []byte) uint32 {
 
 // Start says where a poll begins.
 type Start struct {
-	offset   uint64
-	consumer string
+	offset     uint64
+	consumer   string
+	atConsumer bool
 }
 
 // AtOffset starts a poll at an offset.
@@ -142,7 +146,7 @@ func AtOffset(offset uint64) Start { return Start{offset: offset} }
 
 // AtConsumer starts a poll at the consumer's stored offset (0 if it has
 // none). The stored offset is the next offset to read, as in Kafka.
-func AtConsumer(consumer string) Start { return Start{consumer: consumer} }
+func AtConsumer(consumer string) Start { return Start{consumer: consumer, atConsumer: true} }
 
 // Batch is the result of a poll.
 type Batch struct {
@@ -162,7 +166,7 @@ func (n *Node) Poll(ctx context.Context, stream, topic, part uint32, from Start,
 		return Batch{}, fmt.Errorf("%w: poll count %d must be positive", ErrInvalidArgument, max)
 	}
 	req := &shard.Request{Op: shard.OpPoll, Offset: from.offset, Count: max}
-	if from.consumer != "" {
+	if from.atConsumer {
 		if err := validConsumer(from.consumer); err != nil {
 			return Batch{}, err
 		}

@@ -94,26 +94,31 @@ const (
 // Validate reports every problem with c, joined.
 func (c Config) Validate() error {
 	var errs []error
-	neg := func(name string, v int64) {
+	negInt := func(name string, v int) {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("%s %d < 0", name, v))
 		}
 	}
-	neg("Shards", int64(c.Shards))
-	neg("InboxSize", int64(c.InboxSize))
-	neg("MaxMessageSize", int64(c.MaxMessageSize))
-	neg("MaxBatchMessages", int64(c.MaxBatchMessages))
-	neg("RequestTimeout", int64(c.RequestTimeout))
-	neg("RetryBackoffMin", int64(c.RetryBackoffMin))
-	neg("RetryBackoffMax", int64(c.RetryBackoffMax))
-	neg("BuildBackoffMin", int64(c.BuildBackoffMin))
-	neg("BuildBackoffMax", int64(c.BuildBackoffMax))
+	negDur := func(name string, v time.Duration) {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("%s %v < 0", name, v))
+		}
+	}
+	negInt("Shards", c.Shards)
+	negInt("InboxSize", c.InboxSize)
+	negInt("MaxMessageSize", c.MaxMessageSize)
+	negInt("MaxBatchMessages", c.MaxBatchMessages)
+	negDur("RequestTimeout", c.RequestTimeout)
+	negDur("RetryBackoffMin", c.RetryBackoffMin)
+	negDur("RetryBackoffMax", c.RetryBackoffMax)
+	negDur("BuildBackoffMin", c.BuildBackoffMin)
+	negDur("BuildBackoffMax", c.BuildBackoffMax)
 	if c.SegmentSize != 0 && (c.SegmentSize < MinSegmentSize || c.SegmentSize > MaxSegmentSize) {
 		errs = append(errs, fmt.Errorf("SegmentSize %d outside [%d, %d]", c.SegmentSize, MinSegmentSize, MaxSegmentSize))
 	}
 	if c.ReconcileInterval != 0 {
 		if err := reconciler.ValidatePeriod(c.ReconcileInterval); err != nil {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("ReconcileInterval: %w", err))
 		}
 	}
 	if c.RetryBackoffMax != 0 && c.RetryBackoffMin > c.RetryBackoffMax {

@@ -1,10 +1,12 @@
 package parkway_test
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 
 	"github.com/parkway-io/parkway"
 	"github.com/parkway-io/parkway/metadata"
@@ -56,124 +58,174 @@ func TestConvergenceNamespacesStraddleBothShards(t *testing.T) {
 // be readable.
 func TestConvergenceCreateThenProduce(t *testing.T) {
 	t.Run("sequential", func(t *testing.T) {
-		n := open(t, parkway.Config{Shards: convShards})
-		stream := mustStream(t, n, "conv")
-		if stream != 0 {
-			t.Fatalf("first stream got id %d, want 0", stream)
-		}
-		// All creations first: the produces then race the reconcilers.
-		ids := make([]uint32, convTopics)
-		for i := range ids {
-			ids[i] = mustTopic(t, n, stream, fmt.Sprintf("t%d", i), 1)
-			if ids[i] != uint32(i) {
-				t.Fatalf("topic %d got id %d, want %d", i, ids[i], i)
+		synctest.Test(t, func(t *testing.T) {
+			n := open(t, parkway.Config{Shards: convShards})
+			stream := mustStream(t, n, "conv")
+			if stream != 0 {
+				t.Fatalf("first stream got id %d, want 0", stream)
 			}
-		}
-		for i, topic := range ids {
-			ack := mustProduce(t, n, stream, topic, parkway.PartitionID(0), fmt.Sprintf("m%d", i))
-			if ack.FirstOffset != 0 || ack.Partition != 0 {
-				t.Fatalf("topic %d: acked at partition %d offset %d, want 0/0", i, ack.Partition, ack.FirstOffset)
+			// All creations first: the produces then race the reconcilers.
+			ids := make([]uint32, convTopics)
+			for i := range ids {
+				ids[i] = mustTopic(t, n, stream, fmt.Sprintf("t%d", i), 1)
+				if ids[i] != uint32(i) {
+					t.Fatalf("topic %d got id %d, want %d", i, ids[i], i)
+				}
 			}
-		}
-		for i, topic := range ids {
-			expectLog(t, n, stream, topic, 0, fmt.Sprintf("m%d", i))
-		}
-		checkOwners(t, n, stream, ids)
+			for i, topic := range ids {
+				ack := mustProduce(t, n, stream, topic, parkway.PartitionID(0), fmt.Sprintf("m%d", i))
+				if ack.FirstOffset != 0 || ack.Partition != 0 {
+					t.Fatalf("topic %d: acked at partition %d offset %d, want 0/0", i, ack.Partition, ack.FirstOffset)
+				}
+			}
+			for i, topic := range ids {
+				expectLog(t, n, stream, topic, 0, fmt.Sprintf("m%d", i))
+			}
+			checkOwners(t, n, stream, ids)
+		})
 	})
 
 	t.Run("interleaved", func(t *testing.T) {
-		// Create, produce at once, create the next: each produce chases a
-		// commit whose reconcile pass is still running.
-		n := open(t, parkway.Config{Shards: convShards})
-		stream := mustStream(t, n, "conv")
-		ids := make([]uint32, convTopics)
-		for i := range ids {
-			ids[i] = mustTopic(t, n, stream, fmt.Sprintf("t%d", i), 1)
-			ack := mustProduce(t, n, stream, ids[i], parkway.PartitionID(0), fmt.Sprintf("m%d", i))
-			if ack.FirstOffset != 0 {
-				t.Fatalf("topic %d: acked at offset %d, want 0", i, ack.FirstOffset)
+		synctest.Test(t, func(t *testing.T) {
+			// Create, produce at once, create the next: each produce chases a
+			// commit whose reconcile pass is still running.
+			n := open(t, parkway.Config{Shards: convShards})
+			stream := mustStream(t, n, "conv")
+			ids := make([]uint32, convTopics)
+			for i := range ids {
+				ids[i] = mustTopic(t, n, stream, fmt.Sprintf("t%d", i), 1)
+				ack := mustProduce(t, n, stream, ids[i], parkway.PartitionID(0), fmt.Sprintf("m%d", i))
+				if ack.FirstOffset != 0 {
+					t.Fatalf("topic %d: acked at offset %d, want 0", i, ack.FirstOffset)
+				}
 			}
-		}
-		for i, topic := range ids {
-			expectLog(t, n, stream, topic, 0, fmt.Sprintf("m%d", i))
-		}
-		checkOwners(t, n, stream, ids)
+			for i, topic := range ids {
+				expectLog(t, n, stream, topic, 0, fmt.Sprintf("m%d", i))
+			}
+			checkOwners(t, n, stream, ids)
+		})
 	})
 
 	t.Run("concurrent producers", func(t *testing.T) {
-		// Eight producers, each waiting for its topic id and producing the
-		// moment it is created, while the next topics are still being
-		// created.
-		n := open(t, parkway.Config{Shards: convShards})
-		stream := mustStream(t, n, "conv")
-		ctx := ctxFor(t)
-		created := make([]chan uint32, convTopics)
-		acks := make([]parkway.Ack, convTopics)
-		errs := make([]error, convTopics)
-		var wg sync.WaitGroup
-		for i := range convTopics {
-			created[i] = make(chan uint32, 1)
-			wg.Go(func() {
-				topic := <-created[i]
-				acks[i], errs[i] = n.Produce(ctx, stream, topic, parkway.PartitionID(0),
-					parkway.Message{Payload: fmt.Appendf(nil, "m%d", i)})
-			})
-		}
-		ids := make([]uint32, convTopics)
-		for i := range ids {
-			ids[i] = mustTopic(t, n, stream, fmt.Sprintf("t%d", i), 1)
-			created[i] <- ids[i]
-		}
-		wg.Wait()
-		for i := range convTopics {
-			if errs[i] != nil {
-				t.Fatalf("produce to topic %d: %v", i, errs[i])
+		synctest.Test(t, func(t *testing.T) {
+			// Eight producers, each waiting for its topic id and producing the
+			// moment it is created, while the next topics are still being
+			// created.
+			n := open(t, parkway.Config{Shards: convShards})
+			stream := mustStream(t, n, "conv")
+			ctx := ctxFor(t)
+			created := make([]chan uint32, convTopics)
+			acks := make([]parkway.Ack, convTopics)
+			errs := make([]error, convTopics)
+			var wg sync.WaitGroup
+			for i := range convTopics {
+				created[i] = make(chan uint32, 1)
+				wg.Go(func() {
+					topic := <-created[i]
+					acks[i], errs[i] = n.Produce(ctx, stream, topic, parkway.PartitionID(0),
+						parkway.Message{Payload: fmt.Appendf(nil, "m%d", i)})
+				})
 			}
-			if acks[i].FirstOffset != 0 || acks[i].Count != 1 {
-				t.Fatalf("topic %d: acked %d at offset %d, want 1 at 0", i, acks[i].Count, acks[i].FirstOffset)
+			ids := make([]uint32, convTopics)
+			for i := range ids {
+				ids[i] = mustTopic(t, n, stream, fmt.Sprintf("t%d", i), 1)
+				created[i] <- ids[i]
 			}
-		}
-		for i, topic := range ids {
-			expectLog(t, n, stream, topic, 0, fmt.Sprintf("m%d", i))
-		}
-		checkOwners(t, n, stream, ids)
+			wg.Wait()
+			for i := range convTopics {
+				if errs[i] != nil {
+					t.Fatalf("produce to topic %d: %v", i, errs[i])
+				}
+				if acks[i].FirstOffset != 0 || acks[i].Count != 1 {
+					t.Fatalf("topic %d: acked %d at offset %d, want 1 at 0", i, acks[i].Count, acks[i].FirstOffset)
+				}
+			}
+			for i, topic := range ids {
+				expectLog(t, n, stream, topic, 0, fmt.Sprintf("m%d", i))
+			}
+			checkOwners(t, n, stream, ids)
+		})
 	})
 
 	t.Run("concurrent creators and producers", func(t *testing.T) {
-		// Eight goroutines each create their own topic and produce to it
-		// at once; ids are handed out in whatever order the commits land.
-		n := open(t, parkway.Config{Shards: convShards})
-		stream := mustStream(t, n, "conv")
-		ctx := ctxFor(t)
-		ids := make([]uint32, convTopics)
-		acks := make([]parkway.Ack, convTopics)
-		errs := make([]error, convTopics)
-		var wg sync.WaitGroup
-		for i := range convTopics {
-			wg.Go(func() {
-				ids[i], errs[i] = n.CreateTopic(ctx, stream, fmt.Sprintf("t%d", i), 1)
+		synctest.Test(t, func(t *testing.T) {
+			// Eight goroutines each create their own topic and produce to it
+			// at once; ids are handed out in whatever order the commits land.
+			n := open(t, parkway.Config{Shards: convShards})
+			stream := mustStream(t, n, "conv")
+			ctx := ctxFor(t)
+			ids := make([]uint32, convTopics)
+			acks := make([]parkway.Ack, convTopics)
+			errs := make([]error, convTopics)
+			var wg sync.WaitGroup
+			for i := range convTopics {
+				wg.Go(func() {
+					ids[i], errs[i] = n.CreateTopic(ctx, stream, fmt.Sprintf("t%d", i), 1)
+					if errs[i] != nil {
+						return
+					}
+					acks[i], errs[i] = n.Produce(ctx, stream, ids[i], parkway.PartitionID(0),
+						parkway.Message{Payload: fmt.Appendf(nil, "m%d", i)})
+				})
+			}
+			wg.Wait()
+			for i := range convTopics {
 				if errs[i] != nil {
-					return
+					t.Fatalf("goroutine %d: %v", i, errs[i])
 				}
-				acks[i], errs[i] = n.Produce(ctx, stream, ids[i], parkway.PartitionID(0),
-					parkway.Message{Payload: fmt.Appendf(nil, "m%d", i)})
+				if acks[i].FirstOffset != 0 {
+					t.Fatalf("topic %d: acked at offset %d, want 0", ids[i], acks[i].FirstOffset)
+				}
+			}
+			sorted := slices.Sorted(slices.Values(ids))
+			if want := []uint32{0, 1, 2, 3, 4, 5, 6, 7}; !slices.Equal(sorted, want) {
+				t.Fatalf("topic ids %v, want %v", sorted, want)
+			}
+			for i, topic := range ids {
+				expectLog(t, n, stream, topic, 0, fmt.Sprintf("m%d", i))
+			}
+		})
+	})
+}
+
+// TestConvergeManyPartitionsAtOnce: one topic of 64 partitions, a produce
+// to every partition from its own goroutine right after the creation, so
+// dozens of namespaces are parked on both shards at once and materialised
+// by the same passes. Every produce is acked at offset 0.
+func TestConvergeManyPartitionsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const parts = 64
+		n := open(t, parkway.Config{Shards: convShards})
+		ctx := ctxFor(t)
+		stream := mustStream(t, n, "wide")
+		topic := mustTopic(t, n, stream, "t", parts)
+		errs := make([]error, parts)
+		acks := make([]parkway.Ack, parts)
+		var wg sync.WaitGroup
+		for p := range uint32(parts) {
+			wg.Go(func() {
+				acks[p], errs[p] = n.Produce(ctx, stream, topic, parkway.PartitionID(p),
+					parkway.Message{Payload: fmt.Appendf(nil, "p%d", p)})
 			})
 		}
 		wg.Wait()
-		for i := range convTopics {
-			if errs[i] != nil {
-				t.Fatalf("goroutine %d: %v", i, errs[i])
-			}
-			if acks[i].FirstOffset != 0 {
-				t.Fatalf("topic %d: acked at offset %d, want 0", ids[i], acks[i].FirstOffset)
-			}
+		owners := map[int]int{}
+		infos, err := n.Partitions(stream, topic)
+		if err != nil || len(infos) != parts {
+			t.Fatalf("Partitions: %d, %v", len(infos), err)
 		}
-		sorted := slices.Sorted(slices.Values(ids))
-		if want := []uint32{0, 1, 2, 3, 4, 5, 6, 7}; !slices.Equal(sorted, want) {
-			t.Fatalf("topic ids %v, want %v", sorted, want)
+		for p := range uint32(parts) {
+			if errs[p] != nil {
+				t.Fatalf("partition %d: %v", p, errs[p])
+			}
+			if acks[p].Partition != p || acks[p].FirstOffset != 0 {
+				t.Fatalf("partition %d: acked %+v", p, acks[p])
+			}
+			expectLog(t, n, stream, topic, p, fmt.Sprintf("p%d", p))
+			owners[infos[p].Owner]++
 		}
-		for i, topic := range ids {
-			expectLog(t, n, stream, topic, 0, fmt.Sprintf("m%d", i))
+		if len(owners) != convShards {
+			t.Fatalf("partitions per shard %v: want both shards used", owners)
 		}
 	})
 }
@@ -207,79 +259,81 @@ func checkOwners(t *testing.T, n *parkway.Node, stream uint32, ids []uint32) {
 func TestConvergenceDeleteRecreateServesOnlyNewIncarnation(t *testing.T) {
 	for _, mode := range []string{"delete all then recreate all", "delete and recreate one by one"} {
 		t.Run(mode, func(t *testing.T) {
-			n := open(t, parkway.Config{Shards: convShards})
-			stream := mustStream(t, n, "conv")
-			ids := make([]uint32, convTopics)
-			for i := range ids {
-				ids[i] = mustTopic(t, n, stream, fmt.Sprintf("t%d", i), 1)
-				// Several messages, so a leak of the old log would show as
-				// extra messages or a non-zero offset.
-				mustProduce(t, n, stream, ids[i], parkway.PartitionID(0), "old-a", "old-b", "old-c")
-			}
-			incarnations := map[uint32]parkway.PartitionInfo{}
-			for _, topic := range ids {
-				parts, err := n.Partitions(stream, topic)
-				if err != nil {
-					t.Fatal(err)
+			synctest.Test(t, func(t *testing.T) {
+				n := open(t, parkway.Config{Shards: convShards})
+				stream := mustStream(t, n, "conv")
+				ids := make([]uint32, convTopics)
+				for i := range ids {
+					ids[i] = mustTopic(t, n, stream, fmt.Sprintf("t%d", i), 1)
+					// Several messages, so a leak of the old log would show as
+					// extra messages or a non-zero offset.
+					mustProduce(t, n, stream, ids[i], parkway.PartitionID(0), "old-a", "old-b", "old-c")
 				}
-				incarnations[topic] = parts[0]
-			}
-
-			for round := 1; round <= 3; round++ {
-				deleteTopic := func(i int) {
-					if err := n.DeleteTopic(ctxFor(t), stream, ids[i]); err != nil {
-						t.Fatalf("round %d: DeleteTopic(%d): %v", round, ids[i], err)
-					}
-					if _, err := n.Partitions(stream, ids[i]); err == nil {
-						t.Fatalf("round %d: topic %d still listed after delete", round, ids[i])
-					}
-				}
-				create := func(i int) {
-					id := mustTopic(t, n, stream, fmt.Sprintf("t%d", i), 1)
-					if id != ids[i] {
-						t.Fatalf("round %d: recreated t%d got id %d, want the reused slab id %d", round, i, id, ids[i])
-					}
-				}
-				produce := func(i int) {
-					payload := fmt.Sprintf("new-%d-%d", round, i)
-					ack := mustProduce(t, n, stream, ids[i], parkway.PartitionID(0), payload)
-					if ack.FirstOffset != 0 {
-						t.Fatalf("round %d: produce to recreated t%d acked at offset %d, want 0 (fresh incarnation)", round, i, ack.FirstOffset)
-					}
-				}
-				if mode == "delete all then recreate all" {
-					for i := range ids {
-						deleteTopic(i)
-					}
-					for i := range ids {
-						create(i)
-					}
-					for i := range ids {
-						produce(i)
-					}
-				} else {
-					for i := range ids {
-						deleteTopic(i)
-						create(i)
-						produce(i)
-					}
-				}
-				for i, topic := range ids {
-					expectLog(t, n, stream, topic, 0, fmt.Sprintf("new-%d-%d", round, i))
+				incarnations := map[uint32]parkway.PartitionInfo{}
+				for _, topic := range ids {
 					parts, err := n.Partitions(stream, topic)
 					if err != nil {
 						t.Fatal(err)
 					}
-					old := incarnations[topic]
-					if parts[0].NS != old.NS {
-						t.Fatalf("round %d: recreated t%d has namespace %v, want the old %v", round, i, parts[0].NS, old.NS)
-					}
-					if parts[0].CreatedRevision <= old.CreatedRevision {
-						t.Fatalf("round %d: recreated t%d has incarnation %d, not newer than %d", round, i, parts[0].CreatedRevision, old.CreatedRevision)
-					}
 					incarnations[topic] = parts[0]
 				}
-			}
+
+				for round := 1; round <= 3; round++ {
+					deleteTopic := func(i int) {
+						if err := n.DeleteTopic(ctxFor(t), stream, ids[i]); err != nil {
+							t.Fatalf("round %d: DeleteTopic(%d): %v", round, ids[i], err)
+						}
+						if _, err := n.Partitions(stream, ids[i]); err == nil {
+							t.Fatalf("round %d: topic %d still listed after delete", round, ids[i])
+						}
+					}
+					create := func(i int) {
+						id := mustTopic(t, n, stream, fmt.Sprintf("t%d", i), 1)
+						if id != ids[i] {
+							t.Fatalf("round %d: recreated t%d got id %d, want the reused slab id %d", round, i, id, ids[i])
+						}
+					}
+					produce := func(i int) {
+						payload := fmt.Sprintf("new-%d-%d", round, i)
+						ack := mustProduce(t, n, stream, ids[i], parkway.PartitionID(0), payload)
+						if ack.FirstOffset != 0 {
+							t.Fatalf("round %d: produce to recreated t%d acked at offset %d, want 0 (fresh incarnation)", round, i, ack.FirstOffset)
+						}
+					}
+					if mode == "delete all then recreate all" {
+						for i := range ids {
+							deleteTopic(i)
+						}
+						for i := range ids {
+							create(i)
+						}
+						for i := range ids {
+							produce(i)
+						}
+					} else {
+						for i := range ids {
+							deleteTopic(i)
+							create(i)
+							produce(i)
+						}
+					}
+					for i, topic := range ids {
+						expectLog(t, n, stream, topic, 0, fmt.Sprintf("new-%d-%d", round, i))
+						parts, err := n.Partitions(stream, topic)
+						if err != nil {
+							t.Fatal(err)
+						}
+						old := incarnations[topic]
+						if parts[0].NS != old.NS {
+							t.Fatalf("round %d: recreated t%d has namespace %v, want the old %v", round, i, parts[0].NS, old.NS)
+						}
+						if parts[0].CreatedRevision <= old.CreatedRevision {
+							t.Fatalf("round %d: recreated t%d has incarnation %d, not newer than %d", round, i, parts[0].CreatedRevision, old.CreatedRevision)
+						}
+						incarnations[topic] = parts[0]
+					}
+				}
+			})
 		})
 	}
 }
@@ -290,36 +344,125 @@ func TestConvergenceDeleteRecreateServesOnlyNewIncarnation(t *testing.T) {
 // router.Assign names, which materialises the partition; no shard has to
 // forward it, and nothing is dropped.
 func TestBehaviour01FreshTopicReachesOwner(t *testing.T) {
-	n := open(t, parkway.Config{Shards: convShards})
-	reg := registry(t, n)
-	stream := mustStream(t, n, "b01")
+	synctest.Test(t, func(t *testing.T) {
+		n := open(t, parkway.Config{Shards: convShards})
+		reg := registry(t, n)
+		stream := mustStream(t, n, "b01")
 
-	const materialised = "parkway_partitions_materialised_total"
-	for shard := range convShards {
-		if v := metricValue(t, reg, materialised, "shard", fmt.Sprint(shard)); v != 0 {
-			t.Fatalf("shard %d materialised %v partitions before any topic exists", shard, v)
-		}
-	}
-	want := make([]float64, convShards)
-	for topic := range uint32(4) { // owners 1 1 0 0: both shards, twice each
-		id := mustTopic(t, n, stream, fmt.Sprintf("t%d", topic), 1)
-		mustProduce(t, n, stream, id, parkway.PartitionID(0), "hello")
-		ns, _ := metadata.NewNamespace(stream, id, 0)
-		owner := router.Assign(ns, convShards)
-		want[owner]++
-		// The produce was served, so its partition exists, and only on the
-		// owner: the counters are exact, not eventually so.
+		const materialised = "parkway_partitions_materialised_total"
 		for shard := range convShards {
-			if got := metricValue(t, reg, materialised, "shard", fmt.Sprint(shard)); got != want[shard] {
-				t.Fatalf("after producing to %v (owner %d): shard %d materialised %v partitions, want %v",
-					ns, owner, shard, got, want[shard])
+			if v := metricValue(t, reg, materialised, "shard", fmt.Sprint(shard)); v != 0 {
+				t.Fatalf("shard %d materialised %v partitions before any topic exists", shard, v)
 			}
 		}
-	}
-	if v := metricValue(t, reg, "parkway_frames_forwarded_total"); v != 0 {
-		t.Fatalf("%v frames were forwarded: a fresh topic's frame did not reach its owner directly", v)
-	}
-	if v := metricValue(t, reg, "parkway_frame_drops_total"); v != 0 {
-		t.Fatalf("%v frames dropped", v)
-	}
+		want := make([]float64, convShards)
+		for topic := range uint32(4) { // owners 1 1 0 0: both shards, twice each
+			id := mustTopic(t, n, stream, fmt.Sprintf("t%d", topic), 1)
+			mustProduce(t, n, stream, id, parkway.PartitionID(0), "hello")
+			ns, _ := metadata.NewNamespace(stream, id, 0)
+			owner := router.Assign(ns, convShards)
+			want[owner]++
+			// The produce was served, so its partition exists, and only on the
+			// owner: the counters are exact, not eventually so.
+			for shard := range convShards {
+				if got := metricValue(t, reg, materialised, "shard", fmt.Sprint(shard)); got != want[shard] {
+					t.Fatalf("after producing to %v (owner %d): shard %d materialised %v partitions, want %v",
+						ns, owner, shard, got, want[shard])
+				}
+			}
+		}
+		if v := metricValue(t, reg, "parkway_frames_forwarded_total"); v != 0 {
+			t.Fatalf("%v frames were forwarded: a fresh topic's frame did not reach its owner directly", v)
+		}
+		if v := metricValue(t, reg, "parkway_frame_drops_total"); v != 0 {
+			t.Fatalf("%v frames dropped", v)
+		}
+	})
+}
+
+// TestRecreatedStreamAndPartitionsServeOnlyNewIncarnation extends the
+// second scenario to the other ways a namespace comes back: deleting and
+// recreating the whole stream (its slab id is reused too), and shrinking a
+// topic's partitions and growing them again (partition ids are dense, so
+// the regrown partitions have the old namespaces). Either way only the new
+// incarnation's messages and consumer offsets may be served.
+func TestRecreatedStreamAndPartitionsServeOnlyNewIncarnation(t *testing.T) {
+	t.Run("stream", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			n := open(t, parkway.Config{Shards: convShards})
+			ctx := ctxFor(t)
+			stream := mustStream(t, n, "conv")
+			for i := range convTopics {
+				topic := mustTopic(t, n, stream, fmt.Sprintf("t%d", i), 1)
+				mustProduce(t, n, stream, topic, parkway.PartitionID(0), "old")
+				if err := n.StoreOffset(ctx, "reader", stream, topic, 0, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := n.DeleteStream(ctx, stream); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := n.Poll(ctx, stream, 0, 0, parkway.AtOffset(0), 10); !errors.Is(err, parkway.ErrStreamNotFound) {
+				t.Fatalf("poll of a deleted stream: %v, want ErrStreamNotFound", err)
+			}
+			if again := mustStream(t, n, "conv"); again != stream {
+				t.Fatalf("recreated stream got id %d, want the reused slab id %d", again, stream)
+			}
+			for i := range convTopics {
+				topic := mustTopic(t, n, stream, fmt.Sprintf("t%d", i), 1)
+				if topic != uint32(i) {
+					t.Fatalf("recreated topic t%d got id %d", i, topic)
+				}
+				if ack := mustProduce(t, n, stream, topic, parkway.PartitionID(0), "new"); ack.FirstOffset != 0 {
+					t.Fatalf("t%d: acked at %d, want 0", i, ack.FirstOffset)
+				}
+				expectLog(t, n, stream, topic, 0, "new")
+				if _, ok, err := n.ConsumerOffset(ctx, "reader", stream, topic, 0); err != nil || ok {
+					t.Fatalf("t%d: the dead incarnation's consumer offset is served (stored %v, %v)", i, ok, err)
+				}
+			}
+		})
+	})
+
+	t.Run("partitions", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			n := open(t, parkway.Config{Shards: convShards})
+			ctx := ctxFor(t)
+			stream := mustStream(t, n, "conv")
+			topic := mustTopic(t, n, stream, "t", 4)
+			for p := range uint32(4) {
+				mustProduce(t, n, stream, topic, parkway.PartitionID(p), fmt.Sprintf("old-%d", p))
+			}
+			before, _ := n.Partitions(stream, topic)
+			// Shrink to one partition, then grow back to four.
+			if err := n.DeletePartitions(ctx, stream, topic, 3); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := n.Produce(ctx, stream, topic, parkway.PartitionID(3), parkway.Message{Payload: []byte("x")}); !errors.Is(err, parkway.ErrPartitionNotFound) {
+				t.Fatalf("produce to a deleted partition: %v, want ErrPartitionNotFound", err)
+			}
+			if err := n.CreatePartitions(ctx, stream, topic, 3); err != nil {
+				t.Fatal(err)
+			}
+			after, _ := n.Partitions(stream, topic)
+			if len(after) != 4 {
+				t.Fatalf("%d partitions after regrowing, want 4", len(after))
+			}
+			for p := range uint32(4) {
+				if after[p].NS != before[p].NS {
+					t.Fatalf("partition %d: namespace %v, was %v", p, after[p].NS, before[p].NS)
+				}
+				regrown := p > 0
+				if regrown != (after[p].CreatedRevision != before[p].CreatedRevision) {
+					t.Fatalf("partition %d: incarnation %d, was %d", p, after[p].CreatedRevision, before[p].CreatedRevision)
+				}
+				mustProduce(t, n, stream, topic, parkway.PartitionID(p), fmt.Sprintf("new-%d", p))
+				if regrown {
+					expectLog(t, n, stream, topic, p, fmt.Sprintf("new-%d", p))
+				} else {
+					expectLog(t, n, stream, topic, p, "old-0", "new-0")
+				}
+			}
+		})
+	})
 }

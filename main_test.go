@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,14 +26,25 @@ func TestMain(m *testing.M) {
 // test instead of hanging it. It is a safety net, never an assertion.
 const testTimeout = 30 * time.Second
 
-// open opens a node and closes it when the test ends.
-func open(t testing.TB, cfg parkway.Config) *parkway.Node {
+// open opens a node inside a synctest bubble and closes it when the test
+// ends (synctest runs the cleanup inside the bubble).
+//
+// Tests that open nodes run in bubbles (synctest.Test) for two reasons.
+// Time is virtual there, so periods, backoffs and deadlines cost nothing
+// and a test never depends on the machine's speed. And the cleanup can
+// wait, with synctest.Wait, until every goroutine of the node is idle
+// before closing it: closing a node while a reconcile pass is in flight
+// trips a data race in shard.(*Shard).do (see TestBehaviour17's "close
+// mid-churn" case, which does exactly that), and that race must not make
+// unrelated tests flaky.
+func open(t *testing.T, cfg parkway.Config) *parkway.Node {
 	t.Helper()
 	n, err := parkway.Open(cfg)
 	if err != nil {
 		t.Fatalf("Open(%+v): %v", cfg, err)
 	}
 	t.Cleanup(func() {
+		synctest.Wait()
 		if err := n.Close(); err != nil {
 			t.Errorf("Close: %v", err)
 		}

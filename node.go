@@ -213,6 +213,9 @@ func (n *Node) Topic(stream uint32, name string) (TopicInfo, bool) {
 
 // Partitions lists the committed partitions of a topic in id order.
 func (n *Node) Partitions(stream, topic uint32) ([]PartitionInfo, error) {
+	if n.closed.Load() {
+		return nil, ErrClosed
+	}
 	t, ok := n.meta.Topic(stream, topic)
 	if !ok {
 		return nil, n.missing(stream, topic)

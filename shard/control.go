@@ -41,9 +41,10 @@ func (c control) abandonIt() {
 // holds; the reconciler must remove the old incarnation first.
 var ErrAlreadyOwned = errors.New("parkway: namespace already owned by this shard")
 
-// do enqueues fn and waits for the pump to apply it. If ctx ends first the
-// operation may still apply later; if the shard closes before applying it,
-// abandon runs instead.
+// do enqueues c and waits for the pump to apply it. If ctx ends or the
+// shard stops first, do returns an error while the operation may still be
+// applied later (or abandoned at shutdown): callers must then not read
+// anything the operation writes, since the pump may be writing it.
 func (s *Shard) do(ctx context.Context, c control) error {
 	if err := s.enqueue(ctx, c); err != nil {
 		c.abandonIt()
@@ -55,8 +56,9 @@ func (s *Shard) do(ctx context.Context, c control) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-s.group.Done():
-		// The pump stopped; shutdown applies abandon to whatever it did not
-		// run. If it did run, done holds its result.
+		// The shard is stopping: the pump may still apply c, or shutdown
+		// will abandon it. Either way the caller must not read results the
+		// operation writes, so every caller discards them on error.
 		select {
 		case err := <-c.done:
 			return err
@@ -136,8 +138,10 @@ func (s *Shard) redispatch(ns metadata.Namespace, p partition.Partition) {
 // It returns the epoch that was owned (0 if none).
 func (s *Shard) Tombstone(ctx context.Context, ns metadata.Namespace) (uint64, error) {
 	var epoch uint64
-	err := s.do(ctx, opTombstone(ns, &epoch))
-	return epoch, err
+	if err := s.do(ctx, opTombstone(ns, &epoch)); err != nil {
+		return 0, err
+	}
+	return epoch, nil
 }
 
 func opTombstone(ns metadata.Namespace, epoch *uint64) control {
@@ -259,8 +263,10 @@ type SweepResult struct {
 // by one pass and is answered once it has survived MaxPasses passes.
 func (s *Shard) Sweep(ctx context.Context, verdicts map[metadata.Namespace]Verdict) (SweepResult, error) {
 	var res SweepResult
-	err := s.do(ctx, opSweep(verdicts, &res))
-	return res, err
+	if err := s.do(ctx, opSweep(verdicts, &res)); err != nil {
+		return SweepResult{}, err
+	}
+	return res, nil
 }
 
 func opSweep(verdicts map[metadata.Namespace]Verdict, res *SweepResult) control {
@@ -323,8 +329,10 @@ type State struct {
 // Inspect returns the shard's state, read on the pump.
 func (s *Shard) Inspect(ctx context.Context) (State, error) {
 	var st State
-	err := s.do(ctx, opInspect(&st))
-	return st, err
+	if err := s.do(ctx, opInspect(&st)); err != nil {
+		return State{}, err
+	}
+	return st, nil
 }
 
 func opInspect(st *State) control {

@@ -1,0 +1,290 @@
+package parkway_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/router"
+)
+
+// TestBehaviour18ProduceMidMaterialisationRetriedInPlace checks through the
+// public API that a request racing its partition's materialisation is
+// served without the caller ever seeing ErrRetry (DESIGN behaviour 18): the
+// node parks it or retries it in place, never fails it over.
+func TestBehaviour18ProduceMidMaterialisationRetriedInPlace(t *testing.T) {
+	t.Run("commit wake only", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			// A 30 s period on the bubble's virtual clock: only the commit's
+			// wake can materialise a partition before a period has passed,
+			// so every produce arrives before or during materialisation and
+			// must still simply succeed, with no period tick needed.
+			const period = 30 * time.Second
+			n := open(t, parkway.Config{Shards: convShards, ReconcileInterval: period})
+			start := time.Now()
+			stream := mustStream(t, n, "b18")
+			for i := range convTopics {
+				topic := mustTopic(t, n, stream, fmt.Sprintf("t%d", i), 1)
+				ack, err := n.Produce(ctxFor(t), stream, topic, parkway.PartitionID(0), parkway.Message{Payload: []byte("m")})
+				if err != nil {
+					t.Fatalf("produce right after creating t%d: %v (retriable: %v)", i, err, errors.Is(err, parkway.ErrRetry))
+				}
+				if ack.FirstOffset != 0 {
+					t.Fatalf("t%d acked at offset %d, want 0", i, ack.FirstOffset)
+				}
+				expectLog(t, n, stream, topic, 0, "m")
+			}
+			// Virtual time, so this is exact, not a timing assertion: if a
+			// produce had needed the period tick, the clock would show it.
+			if waited := time.Since(start); waited >= period {
+				t.Fatalf("the produces were served only after %v of virtual time: a period tick, not the commit wake, materialised a partition", waited)
+			}
+		})
+	})
+
+	t.Run("build failure answered and retried in place", func(t *testing.T) {
+		// Deterministic on a fake clock: the partition's first build fails
+		// (a regular file blocks the data directory), so the parked produce
+		// is answered with a retriable error; the client retries it in
+		// place; the build succeeds once unblocked, and the caller gets a
+		// plain ack.
+		synctest.Test(t, func(t *testing.T) {
+			dir := t.TempDir()
+			blocker := filepath.Join(dir, "streams")
+			if err := os.WriteFile(blocker, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			n := open(t, parkway.Config{
+				DataDir: dir, Shards: convShards,
+				ReconcileInterval: 30 * time.Second, RequestTimeout: time.Minute,
+				BuildBackoffMin: time.Second, BuildBackoffMax: time.Second,
+			})
+			reg := registry(t, n)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			stream, err := n.CreateStream(ctx, "b18")
+			if err != nil {
+				t.Fatal(err)
+			}
+			topic, err := n.CreateTopic(ctx, stream, "t", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ns, _ := metadata.NewNamespace(stream, topic, 0)
+			owner := fmt.Sprint(router.Assign(ns, convShards))
+			synctest.Wait() // the commit's pass ran: the build failed
+			if v := metricValue(t, reg, "parkway_partition_builds_failed_total", "shard", owner); v != 1 {
+				t.Fatalf("%v failed builds on shard %s, want 1", v, owner)
+			}
+
+			var (
+				ack  parkway.Ack
+				perr error
+				done = make(chan struct{})
+			)
+			go func() {
+				defer close(done)
+				ack, perr = n.Produce(ctx, stream, topic, parkway.PartitionID(0), parkway.Message{Payload: []byte("m")})
+			}()
+			synctest.Wait()
+			if v := metricValue(t, reg, "parkway_parked_frames", "shard", owner); v != 1 {
+				t.Fatalf("%v frames parked on shard %s, want the produce", v, owner)
+			}
+
+			// An unrelated partition-shaping commit wakes the reconcilers.
+			// The build is still backed off, so the sweep answers the
+			// parked produce with a retriable build-failure error.
+			if _, err := n.CreateTopic(ctx, stream, "other", 1); err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait()
+			if v := metricValue(t, reg, "parkway_frame_drops_total", "reason", "build_failed"); v != 1 {
+				t.Fatalf("%v produces answered build_failed, want 1", v)
+			}
+			select {
+			case <-done:
+				t.Fatalf("produce returned (%v, %v) while its partition cannot be built", ack, perr)
+			default:
+			}
+
+			// Unblock the build. The client keeps retrying in place and the
+			// next pass materialises the partition.
+			if err := os.Remove(blocker); err != nil {
+				t.Fatal(err)
+			}
+			<-done
+			if perr != nil {
+				t.Fatalf("produce failed: %v (the caller must never see a retry-here answer before its deadline)", perr)
+			}
+			if ack.FirstOffset != 0 {
+				t.Fatalf("acked at offset %d, want 0", ack.FirstOffset)
+			}
+			b, err := n.Poll(ctx, stream, topic, 0, parkway.AtOffset(0), 10)
+			if err != nil || len(b.Messages) != 1 || string(b.Messages[0].Payload) != "m" {
+				t.Fatalf("Poll = %v, %v; want the one message", payloads(b.Messages), err)
+			}
+		})
+	})
+
+	t.Run("retriable error surfaces only at the deadline", func(t *testing.T) {
+		// The build never succeeds: the client retries in place until its
+		// deadline (RequestTimeout, shorter than the context here) and only
+		// then returns the retriable error — ErrRetry, never ErrNotLeader.
+		synctest.Test(t, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "streams"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			n := open(t, parkway.Config{
+				DataDir: dir, Shards: convShards,
+				ReconcileInterval: 100 * time.Millisecond, RequestTimeout: 2 * time.Second,
+				BuildBackoffMin: time.Second, BuildBackoffMax: time.Second,
+			})
+			reg := registry(t, n)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			stream, err := n.CreateStream(ctx, "b18")
+			if err != nil {
+				t.Fatal(err)
+			}
+			topic, err := n.CreateTopic(ctx, stream, "t", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = n.Produce(ctx, stream, topic, parkway.PartitionID(0), parkway.Message{Payload: []byte("m")})
+			switch {
+			case err == nil:
+				t.Fatal("produce succeeded although its partition can never be built")
+			case !errors.Is(err, parkway.ErrRetry):
+				t.Fatalf("produce failed with %v, want an error wrapping ErrRetry", err)
+			case errors.Is(err, parkway.ErrNotLeader):
+				t.Fatalf("produce failed with %v: a retry-here answer must not read as not-leader", err)
+			case errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil:
+				t.Fatalf("produce failed with %v: the node's RequestTimeout, not the context, must end the retries", err)
+			}
+			if v := metricValue(t, reg, "parkway_frame_drops_total", "reason", "build_failed"); v < 2 {
+				t.Fatalf("%v build_failed answers: the produce was not retried in place", v)
+			}
+		})
+	})
+}
+
+// TestCloseAnswersParkedRequests closes a node while a produce is parked
+// at its owner (its partition cannot be built): the produce is answered
+// with ErrClosed, not left waiting for its context.
+func TestCloseAnswersParkedRequests(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "streams"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		n := open(t, parkway.Config{DataDir: dir, Shards: convShards, ReconcileInterval: 30 * time.Second})
+		reg := registry(t, n)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		stream, _ := n.CreateStream(ctx, "close")
+		topic, _ := n.CreateTopic(ctx, stream, "t", 1)
+		synctest.Wait() // the commit's pass ran: the build failed
+		var perr error
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, perr = n.Produce(ctx, stream, topic, parkway.PartitionID(0), parkway.Message{Payload: []byte("m")})
+		}()
+		synctest.Wait()
+		if v := metricValue(t, reg, "parkway_parked_frames"); v != 1 {
+			t.Fatalf("%v frames parked, want the produce", v)
+		}
+		if err := n.Close(); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+		if !errors.Is(perr, parkway.ErrClosed) {
+			t.Fatalf("parked produce answered %v at Close, want ErrClosed", perr)
+		}
+		if err := n.Close(); err != nil {
+			t.Fatalf("second Close: %v", err)
+		}
+	})
+}
+
+// TestParkOverflowRetriedInPlace: with room for two parked frames per
+// namespace, a third produce for a partition that is not built yet is
+// shed (DESIGN behaviour 7) — answered with a retriable error and counted —
+// and the client retries it in place until the partition lands, so all
+// three callers simply get acks.
+func TestParkOverflowRetriedInPlace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		blocker := filepath.Join(dir, "streams")
+		if err := os.WriteFile(blocker, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		n := open(t, parkway.Config{
+			DataDir: dir, Shards: convShards, Park: parkway.ParkLimits{FramesPerNamespace: 2},
+			ReconcileInterval: time.Second, RequestTimeout: time.Minute,
+			BuildBackoffMin: 10 * time.Second, BuildBackoffMax: 10 * time.Second,
+		})
+		reg := registry(t, n)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		stream, err := n.CreateStream(ctx, "overflow")
+		if err != nil {
+			t.Fatal(err)
+		}
+		topic, err := n.CreateTopic(ctx, stream, "t", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // the commit's pass ran: the build failed
+
+		const producers = 3
+		acks := make([]parkway.Ack, producers)
+		errs := make([]error, producers)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			var wg sync.WaitGroup
+			for i := range producers {
+				wg.Go(func() {
+					acks[i], errs[i] = n.Produce(ctx, stream, topic, parkway.PartitionID(0),
+						parkway.Message{Payload: fmt.Appendf(nil, "m%d", i)})
+				})
+			}
+			wg.Wait()
+		}()
+		synctest.Wait()
+		if v := metricValue(t, reg, "parkway_parked_frames"); v != 2 {
+			t.Fatalf("%v frames parked, want the bound, 2", v)
+		}
+		if v := metricValue(t, reg, "parkway_frame_drops_total", "reason", "park_overflow"); v != 1 {
+			t.Fatalf("%v frames shed for park overflow, want 1", v)
+		}
+
+		if err := os.Remove(blocker); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+		offsets := map[uint64]bool{}
+		for i := range producers {
+			if errs[i] != nil {
+				t.Fatalf("producer %d: %v (a shed frame must be retried in place, not failed)", i, errs[i])
+			}
+			offsets[acks[i].FirstOffset] = true
+		}
+		if len(offsets) != producers || !offsets[0] || !offsets[1] || !offsets[2] {
+			t.Fatalf("acked at offsets %v, want 0, 1 and 2", offsets)
+		}
+		if got := len(readAll(t, n, stream, topic, 0)); got != producers {
+			t.Fatalf("%d messages in the partition, want %d", got, producers)
+		}
+	})
+}
