@@ -37,6 +37,20 @@ type Config struct {
 	// fallocate, so appends never fail for lack of space mid-segment.
 	Preallocate bool
 
+	// Fsync is the default fsync policy of topics that do not set one
+	// (default FsyncAlways: an acknowledged produce survives power loss;
+	// concurrent produces share fsyncs through group commit).
+	Fsync FsyncPolicy
+	// FsyncInterval is the default loss window of FsyncInterval topics
+	// (default 1 s).
+	FsyncInterval time.Duration
+	// RetentionAge and RetentionBytes are the default retention bounds of
+	// topics that set none (default: keep everything).
+	RetentionAge   time.Duration
+	RetentionBytes int64
+	// RetentionInterval is how often retention is enforced (default 10 s).
+	RetentionInterval time.Duration
+
 	// Shards is the number of shards (default: GOMAXPROCS).
 	Shards int
 	// InboxSize bounds each shard's inbox (default 1,024 frames).
@@ -113,6 +127,15 @@ func (c Config) Validate() error {
 	negDur("RetryBackoffMax", c.RetryBackoffMax)
 	negDur("BuildBackoffMin", c.BuildBackoffMin)
 	negDur("BuildBackoffMax", c.BuildBackoffMax)
+	negDur("FsyncInterval", c.FsyncInterval)
+	negDur("RetentionAge", c.RetentionAge)
+	negDur("RetentionInterval", c.RetentionInterval)
+	if c.RetentionBytes < 0 {
+		errs = append(errs, fmt.Errorf("RetentionBytes %d < 0", c.RetentionBytes))
+	}
+	if c.Fsync > FsyncNever {
+		errs = append(errs, fmt.Errorf("Fsync: unknown policy %d", c.Fsync))
+	}
 	if c.SegmentSize != 0 && (c.SegmentSize < MinSegmentSize || c.SegmentSize > MaxSegmentSize) {
 		errs = append(errs, fmt.Errorf("SegmentSize %d outside [%d, %d]", c.SegmentSize, MinSegmentSize, MaxSegmentSize))
 	}

@@ -84,7 +84,7 @@ func Open(cfg Config) (*Node, error) {
 	}
 	for i := range cfg.Shards {
 		s, err := shard.New(shard.Config{
-			ID: i, InboxSize: cfg.InboxSize, Park: cfg.Park,
+			ID: i, InboxSize: cfg.InboxSize, Park: cfg.Park, Clock: cfg.Clock,
 			PinCPU: cfg.PinShards, CPU: i % runtime.NumCPU(),
 			Logger: cfg.Logger, Metrics: n.metrics,
 		}, n.meta, n.router)
@@ -102,7 +102,12 @@ func Open(cfg Config) (*Node, error) {
 		rec, err := reconciler.New(reconciler.Config{
 			Shard: s, Meta: n.meta, Store: n.store, Clock: cfg.Clock,
 			BackoffMin: cfg.BuildBackoffMin, BackoffMax: cfg.BuildBackoffMax,
-			Logger: cfg.Logger, Metrics: n.metrics,
+			Defaults: TopicConfig{
+				Fsync: cfg.Fsync, FsyncInterval: cfg.FsyncInterval,
+				RetentionAge: cfg.RetentionAge, RetentionBytes: cfg.RetentionBytes,
+			},
+			RetentionInterval: cfg.RetentionInterval,
+			Logger:            cfg.Logger, Metrics: n.metrics,
 		}, table)
 		if err != nil {
 			n.group.Stop()
@@ -180,8 +185,12 @@ func (n *Node) DeleteStream(ctx context.Context, stream uint32) error {
 // id. The call returns once the topic is committed; its partitions
 // materialise asynchronously, and requests that arrive first are parked
 // until they do.
-func (n *Node) CreateTopic(ctx context.Context, stream uint32, name string, partitions int) (uint32, error) {
-	res, err := n.apply(ctx, metadata.CreateTopic{Stream: stream, Name: name, Partitions: partitions})
+func (n *Node) CreateTopic(ctx context.Context, stream uint32, name string, partitions int, opts ...TopicOption) (uint32, error) {
+	var cfg TopicConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	res, err := n.apply(ctx, metadata.CreateTopic{Stream: stream, Name: name, Partitions: partitions, Config: cfg})
 	return res.Topic, err
 }
 

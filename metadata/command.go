@@ -1,5 +1,10 @@
 package metadata
 
+import (
+	"fmt"
+	"time"
+)
+
 // Command is a metadata mutation, applied with Store.Apply. The set is
 // sealed: the concrete commands are the struct types of this package. They
 // are plain values with exported fields only, so a consensus log can
@@ -14,11 +19,13 @@ type CreateStream struct{ Name string }
 type DeleteStream struct{ Stream uint32 }
 
 // CreateTopic creates a topic named Name in Stream, at the lowest free topic
-// id of that stream, with partitions 0..Partitions-1.
+// id of that stream, with partitions 0..Partitions-1. Config is optional:
+// its zero value asks for the node's defaults throughout.
 type CreateTopic struct {
 	Stream     uint32
 	Name       string
 	Partitions int
+	Config     TopicConfig
 }
 
 // DeleteTopic deletes a topic with all its partitions.
@@ -43,6 +50,80 @@ type DeletePartitions struct {
 // and wakes subscribers; the storage layer acts on it.
 type PurgeTopic struct{ Stream, Topic uint32 }
 
+// SetTopicConfig replaces a topic's configuration. It always bumps the
+// revision and wakes subscribers, even when the configuration is unchanged:
+// retention is partition-shaping work for the storage layer.
+type SetTopicConfig struct {
+	Stream, Topic uint32
+	Config        TopicConfig
+}
+
+// TopicConfig is the per-topic storage configuration. Its zero value means
+// "the node's defaults" for every field; a topic stores it as given, and the
+// storage layer resolves defaults when it acts on it.
+type TopicConfig struct {
+	// Fsync is when appends to the topic's partitions are made durable.
+	Fsync FsyncPolicy
+	// FsyncInterval is the sync period under the FsyncInterval policy;
+	// zero means the node's default interval, negative is invalid (like
+	// every negative duration here). It is kept, but unused, under the
+	// other policies.
+	FsyncInterval time.Duration
+	// RetentionAge discards messages older than this; zero keeps them
+	// (or applies the node's default). Negative is invalid.
+	RetentionAge time.Duration
+	// RetentionBytes bounds each partition's size; zero means unbounded
+	// (or the node's default). Negative is invalid.
+	RetentionBytes int64
+}
+
+// Validate reports a policy this package does not know, or a negative
+// duration or size, as ErrInvalidTopicConfig.
+func (c TopicConfig) Validate() error {
+	switch {
+	case c.Fsync > FsyncNever:
+		return fmt.Errorf("%w: unknown fsync policy %v", ErrInvalidTopicConfig, c.Fsync)
+	case c.FsyncInterval < 0:
+		return fmt.Errorf("%w: negative fsync interval %v", ErrInvalidTopicConfig, c.FsyncInterval)
+	case c.RetentionAge < 0:
+		return fmt.Errorf("%w: negative retention age %v", ErrInvalidTopicConfig, c.RetentionAge)
+	case c.RetentionBytes < 0:
+		return fmt.Errorf("%w: negative retention bytes %d", ErrInvalidTopicConfig, c.RetentionBytes)
+	}
+	return nil
+}
+
+// FsyncPolicy says when a topic's appends are fsynced.
+type FsyncPolicy uint8
+
+const (
+	// FsyncDefault leaves the choice to the node's default policy.
+	FsyncDefault FsyncPolicy = iota
+	// FsyncAlways syncs every append before acknowledging it.
+	FsyncAlways
+	// FsyncInterval syncs periodically, every TopicConfig.FsyncInterval
+	// (the node's default interval when that is zero).
+	FsyncInterval
+	// FsyncNever leaves syncing to the operating system.
+	FsyncNever
+)
+
+// String returns "default", "always", "interval" or "never", or
+// FsyncPolicy(n) for an unknown value.
+func (p FsyncPolicy) String() string {
+	switch p {
+	case FsyncDefault:
+		return "default"
+	case FsyncAlways:
+		return "always"
+	case FsyncInterval:
+		return "interval"
+	case FsyncNever:
+		return "never"
+	}
+	return fmt.Sprintf("FsyncPolicy(%d)", uint8(p))
+}
+
 func (CreateStream) isCommand()     {}
 func (DeleteStream) isCommand()     {}
 func (CreateTopic) isCommand()      {}
@@ -50,3 +131,4 @@ func (DeleteTopic) isCommand()      {}
 func (CreatePartitions) isCommand() {}
 func (DeletePartitions) isCommand() {}
 func (PurgeTopic) isCommand()       {}
+func (SetTopicConfig) isCommand()   {}

@@ -33,5 +33,15 @@
 // subscriber (a reconciler) then diffs Store.Snapshot against what it holds:
 // the wake carries no payload, it only says "look again" (level-triggered).
 //
+// # Persistence
+//
+// Commands encode with EncodeCommand (a compact, versioned binary form that
+// round-trips every field value, invalid ones included) and a store's whole
+// state exports as a StoreSnapshot (Store.Export, EncodeSnapshot) from which
+// Restore rebuilds an indistinguishable store. Durable ties them together
+// the way a consensus log would: it appends every command to a write-ahead
+// log and fsyncs it before applying it, snapshots periodically, and on open
+// restores the newest snapshot and replays the log after it.
+//
 // Store is safe for concurrent use.
 package metadata

@@ -35,4 +35,7 @@ var (
 	// ErrUnknownCommand reports a nil command, or one that is not one of
 	// this package's command types.
 	ErrUnknownCommand = errors.New("parkway: unknown command")
+	// ErrInvalidTopicConfig reports a TopicConfig with an unknown fsync
+	// policy or a negative duration or size.
+	ErrInvalidTopicConfig = errors.New("parkway: invalid topic config")
 )

@@ -61,6 +61,9 @@ type TopicInfo struct {
 	// PurgedRevision is the revision of the last PurgeTopic that took
 	// effect, 0 if none.
 	PurgedRevision uint64
+	// Config is the topic's configuration, as last set by CreateTopic or
+	// SetTopicConfig.
+	Config TopicConfig
 }
 
 // Snapshot is a consistent copy of the store's partitions.
@@ -83,6 +86,7 @@ type topic struct {
 	name       string
 	createdRev uint64
 	purgedRev  uint64
+	config     TopicConfig
 	parts      []PartitionInfo // dense: parts[i].Partition == i
 }
 
@@ -127,10 +131,10 @@ func NewStore(cfg Config) (*Store, error) {
 // Every successful command bumps the revision by one, except PurgeTopic on a
 // topic without partitions, which does nothing. That is the reference
 // server's list (create topic / partitions, delete topic / stream /
-// partitions, purge when partitions exist) plus CreateStream: bumping there
-// too keeps the revision strictly increasing per state-changing commit, so a
-// revision names one state, and it costs nothing since no partition carries
-// a stream's revision.
+// partitions, purge when partitions exist) plus CreateStream and
+// SetTopicConfig: bumping there too keeps the revision strictly increasing
+// per state-changing commit, so a revision names one state, and it costs
+// nothing since no partition carries a stream's revision.
 //
 // CreateTopic and CreatePartitions stamp each new partition with the new
 // revision (its CreatedRevision). PurgeTopic records it as the topic's
@@ -139,7 +143,8 @@ func NewStore(cfg Config) (*Store, error) {
 // Subscribers are woken after the commit, once the lock is released, by
 // every partition-shaping command: CreateTopic, DeleteTopic,
 // CreatePartitions, DeletePartitions, PurgeTopic (when the topic has
-// partitions) and DeleteStream (when the stream had partitions).
+// partitions), SetTopicConfig (retention shapes partitions) and DeleteStream
+// (when the stream had partitions).
 // CreateStream shapes no partition and wakes no one.
 func (s *Store) Apply(cmd Command) (Result, error) {
 	cmd, ok := deref(cmd)
@@ -170,7 +175,7 @@ func (s *Store) Apply(cmd Command) (Result, error) {
 func deref(cmd Command) (Command, bool) {
 	switch c := cmd.(type) {
 	case CreateStream, DeleteStream, CreateTopic, DeleteTopic,
-		CreatePartitions, DeletePartitions, PurgeTopic:
+		CreatePartitions, DeletePartitions, PurgeTopic, SetTopicConfig:
 		return c, true
 	case *CreateStream:
 		if c != nil {
@@ -200,6 +205,10 @@ func deref(cmd Command) (Command, bool) {
 		if c != nil {
 			return *c, true
 		}
+	case *SetTopicConfig:
+		if c != nil {
+			return *c, true
+		}
 	}
 	return cmd, false
 }
@@ -223,6 +232,8 @@ func (s *Store) apply(cmd Command) (res Result, wake bool, err error) {
 		return s.deletePartitions(c)
 	case PurgeTopic:
 		return s.purgeTopic(c)
+	case SetTopicConfig:
+		return s.setTopicConfig(c)
 	}
 	return Result{}, false, fmt.Errorf("%w: %T", ErrUnknownCommand, cmd)
 }
@@ -284,6 +295,9 @@ func (s *Store) createTopic(c CreateTopic) (Result, bool, error) {
 		return Result{}, false, fmt.Errorf("%w: topic %q: %d partitions, want 1..%d",
 			ErrInvalidPartitionCount, c.Name, c.Partitions, MaxPartitionsPerTopic)
 	}
+	if err := c.Config.Validate(); err != nil {
+		return Result{}, false, fmt.Errorf("%w (topic %q)", err, c.Name)
+	}
 	if _, ok := st.topicNames[c.Name]; ok {
 		return Result{}, false, fmt.Errorf("%w: %q in stream %d", ErrTopicExists, c.Name, st.id)
 	}
@@ -300,7 +314,7 @@ func (s *Store) createTopic(c CreateTopic) (Result, bool, error) {
 	// Committed from here on.
 	st.topicIDs.alloc()
 	s.revision = rev
-	t := &topic{id: id, name: c.Name, createdRev: rev, parts: parts}
+	t := &topic{id: id, name: c.Name, createdRev: rev, config: c.Config, parts: parts}
 	st.topics.ReplaceOrInsert(t)
 	st.topicNames[c.Name] = t
 	s.addPartitions(parts)
@@ -379,6 +393,19 @@ func (s *Store) purgeTopic(c PurgeTopic) (Result, bool, error) {
 	}
 	s.revision++
 	t.purgedRev = s.revision
+	return Result{Revision: s.revision, Stream: st.id, Topic: t.id}, true, nil
+}
+
+func (s *Store) setTopicConfig(c SetTopicConfig) (Result, bool, error) {
+	st, t, err := s.lookupTopic(c.Stream, c.Topic)
+	if err != nil {
+		return Result{}, false, err
+	}
+	if err := c.Config.Validate(); err != nil {
+		return Result{}, false, fmt.Errorf("%w (topic %d/%d)", err, st.id, t.id)
+	}
+	s.revision++
+	t.config = c.Config
 	return Result{Revision: s.revision, Stream: st.id, Topic: t.id}, true, nil
 }
 
@@ -571,7 +598,8 @@ func (s *Store) Snapshot() Snapshot {
 
 // Subscribe returns a channel of capacity 1 that receives a value after every
 // partition-shaping commit (create/delete stream with partitions,
-// create/delete topic, create/delete partitions, purge). Sends never block:
+// create/delete topic, create/delete partitions, purge, set topic config).
+// Sends never block:
 // while a value is pending, further commits coalesce into it, so a receiver
 // must treat a wake as "re-read the store", not as one event. Subscribers are
 // woken in subscribe order, after Apply has released the store's lock; no
@@ -604,6 +632,6 @@ func (st *stream) info() StreamInfo {
 func (t *topic) info(streamID uint32) TopicInfo {
 	return TopicInfo{
 		Stream: streamID, ID: t.id, Name: t.name, Partitions: len(t.parts),
-		CreatedRevision: t.createdRev, PurgedRevision: t.purgedRev,
+		CreatedRevision: t.createdRev, PurgedRevision: t.purgedRev, Config: t.config,
 	}
 }

@@ -216,6 +216,8 @@ func TestRevisionBumpsAndWakes(t *testing.T) {
 		{CreateStream{Name: "empty"}, true, false},
 		{CreateTopic{Stream: 0, Name: "t", Partitions: 3}, true, true},
 		{CreatePartitions{Stream: 0, Topic: 0, Count: 2}, true, true},
+		{SetTopicConfig{Stream: 0, Topic: 0, Config: TopicConfig{RetentionBytes: 1 << 20}}, true, true},
+		{SetTopicConfig{Stream: 0, Topic: 0, Config: TopicConfig{RetentionBytes: 1 << 20}}, true, true}, // unchanged
 		{PurgeTopic{Stream: 0, Topic: 0}, true, true},
 		{DeletePartitions{Stream: 0, Topic: 0, Count: 2}, true, true},
 		{DeletePartitions{Stream: 0, Topic: 0, Count: 3}, true, true}, // all of them
@@ -348,6 +350,16 @@ func TestErrorsChangeNothing(t *testing.T) {
 		{"shrink too far", DeletePartitions{Stream: 0, Topic: 0, Count: 3}, ErrInvalidPartitionCount},
 		{"purge missing topic", PurgeTopic{Stream: 0, Topic: 9}, ErrTopicNotFound},
 		{"purge missing stream", PurgeTopic{Stream: 9, Topic: 0}, ErrStreamNotFound},
+		{"nil SetTopicConfig pointer", (*SetTopicConfig)(nil), ErrUnknownCommand},
+		{"topic config: bad policy", CreateTopic{Stream: 0, Name: "u", Partitions: 1, Config: TopicConfig{Fsync: FsyncNever + 1}}, ErrInvalidTopicConfig},
+		{"topic config: negative interval", CreateTopic{Stream: 0, Name: "u", Partitions: 1, Config: TopicConfig{Fsync: FsyncInterval, FsyncInterval: -1}}, ErrInvalidTopicConfig},
+		{"topic config: negative age", CreateTopic{Stream: 0, Name: "u", Partitions: 1, Config: TopicConfig{RetentionAge: -1}}, ErrInvalidTopicConfig},
+		{"topic config: negative bytes", CreateTopic{Stream: 0, Name: "u", Partitions: 1, Config: TopicConfig{RetentionBytes: -1}}, ErrInvalidTopicConfig},
+		{"set config: missing topic", SetTopicConfig{Stream: 0, Topic: 9}, ErrTopicNotFound},
+		{"set config: missing stream", SetTopicConfig{Stream: 9, Topic: 0}, ErrStreamNotFound},
+		{"set config: bad policy", SetTopicConfig{Stream: 0, Topic: 0, Config: TopicConfig{Fsync: 200}}, ErrInvalidTopicConfig},
+		{"set config: negative age", SetTopicConfig{Stream: 0, Topic: 0, Config: TopicConfig{RetentionAge: -5}}, ErrInvalidTopicConfig},
+		{"set config: negative bytes", SetTopicConfig{Stream: 0, Topic: 0, Config: TopicConfig{RetentionBytes: -5}}, ErrInvalidTopicConfig},
 	}
 	s := newTestStore(t)
 	mustApply(t, s, CreateStream{Name: "s"})
@@ -381,6 +393,8 @@ func TestSentinelsArePrefixed(t *testing.T) {
 	for _, err := range []error{
 		ErrInvalidName, ErrStreamExists, ErrTopicExists, ErrStreamNotFound, ErrTopicNotFound,
 		ErrInvalidPartitionCount, ErrTooManyStreams, ErrTooManyTopics, ErrUnknownCommand,
+		ErrInvalidTopicConfig, ErrInvalidEncoding, ErrInvalidSnapshot, ErrLogBroken, ErrCorruptLog,
+		ErrDurableClosed, &DecodeError{What: "command", Reason: "x"},
 	} {
 		if !strings.HasPrefix(err.Error(), "parkway: ") {
 			t.Errorf("%q lacks the parkway: prefix", err)
@@ -514,6 +528,7 @@ func TestPointerCommands(t *testing.T) {
 		CreatePartitions{Stream: 0, Topic: 0, Count: 1},
 		DeletePartitions{Stream: 0, Topic: 0, Count: 1},
 		PurgeTopic{Stream: 0, Topic: 0},
+		SetTopicConfig{Stream: 0, Topic: 0, Config: TopicConfig{Fsync: FsyncAlways}},
 		DeleteTopic{Stream: 0, Topic: 0},
 		DeleteStream{Stream: 0},
 	}
@@ -523,6 +538,7 @@ func TestPointerCommands(t *testing.T) {
 		&CreatePartitions{Stream: 0, Topic: 0, Count: 1},
 		&DeletePartitions{Stream: 0, Topic: 0, Count: 1},
 		&PurgeTopic{Stream: 0, Topic: 0},
+		&SetTopicConfig{Stream: 0, Topic: 0, Config: TopicConfig{Fsync: FsyncAlways}},
 		&DeleteTopic{Stream: 0, Topic: 0},
 		&DeleteStream{Stream: 0},
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,11 @@ import (
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
 )
+
+// lister is the List method of the stores.
+type lister interface {
+	List() ([]partition.Stored, error)
+}
 
 // harness is one Store implementation under the shared conformance tests.
 type harness struct {
@@ -394,6 +400,185 @@ var conformanceCases = []struct {
 		mustClose(t, p)
 		if err := s.Remove(ns); err != nil {
 			t.Fatal(err)
+		}
+	}},
+	{"TruncateBefore", func(t *testing.T, s partition.Store, restart func() partition.Store) {
+		ns := mustNS(t, 5, 1, 0)
+		p := mustBuild(t, s, ns, 2)
+		if p.StartOffset() != 0 {
+			t.Fatalf("StartOffset of a new partition = %d", p.StartOffset())
+		}
+		if err := p.TruncateBefore(0); err != nil {
+			t.Fatalf("TruncateBefore(0) on an empty log: %v", err)
+		}
+		if err := p.TruncateBefore(1); !errors.Is(err, partition.ErrOffsetOutOfRange) {
+			t.Fatalf("TruncateBefore past NextOffset: %v, want ErrOffsetOutOfRange", err)
+		}
+		fillSegments(t, p, 100, 10, 50)
+		if err := p.StoreConsumerOffset("g", 10); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.TruncateBefore(35); err != nil {
+			t.Fatal(err)
+		}
+		check := func(p partition.Partition, next uint64) {
+			t.Helper()
+			if p.StartOffset() != 35 || p.NextOffset() != next {
+				t.Fatalf("StartOffset %d NextOffset %d, want 35, %d", p.StartOffset(), p.NextOffset(), next)
+			}
+			for _, from := range []uint64{0, 34} {
+				if _, err := p.Read(from, 1); !errors.Is(err, partition.ErrOffsetOutOfRange) {
+					t.Fatalf("Read(%d) below start: %v, want ErrOffsetOutOfRange", from, err)
+				}
+			}
+			checkRead(t, p, 35, 1000, int(next-35), 50)
+			if off, ok, _ := p.ConsumerOffset("g"); !ok || off != 10 {
+				t.Fatalf("consumer offset = %d, %v; truncation must keep it", off, ok)
+			}
+		}
+		check(p, 100)
+		for _, off := range []uint64{0, 20, 35} { // at or below start: no-ops
+			if err := p.TruncateBefore(off); err != nil {
+				t.Fatalf("TruncateBefore(%d) below start: %v", off, err)
+			}
+		}
+		if err := p.TruncateBefore(101); !errors.Is(err, partition.ErrOffsetOutOfRange) {
+			t.Fatalf("TruncateBefore past NextOffset: %v", err)
+		}
+		check(p, 100)
+		mustAppend(t, p, batch(100, 5, 50)) // offsets continue
+		mustClose(t, p)
+		p = mustBuild(t, restart(), ns, 2)
+		defer mustClose(t, p)
+		check(p, 105)
+	}},
+	{"Purge", func(t *testing.T, s partition.Store, restart func() partition.Store) {
+		ns := mustNS(t, 5, 1, 1)
+		p := mustBuild(t, s, ns, 1)
+		mustAppend(t, p, batch(0, 30, 40))
+		if err := p.TruncateBefore(p.NextOffset()); err != nil {
+			t.Fatalf("purge: %v", err)
+		}
+		check := func(p partition.Partition, next uint64) {
+			t.Helper()
+			if p.StartOffset() != next || p.NextOffset() != next || p.Size() != 0 {
+				t.Fatalf("after purge: StartOffset %d NextOffset %d Size %d; want %d, %d, 0",
+					p.StartOffset(), p.NextOffset(), p.Size(), next, next)
+			}
+			if got, err := p.Read(next, 10); err != nil || len(got) != 0 {
+				t.Fatalf("Read at the end after purge: %d, %v", len(got), err)
+			}
+			if _, err := p.Read(next-1, 10); !errors.Is(err, partition.ErrOffsetOutOfRange) {
+				t.Fatalf("Read of a purged offset: %v", err)
+			}
+		}
+		check(p, 30)
+		if err := p.TruncateBefore(30); err != nil { // purging an empty log again
+			t.Fatal(err)
+		}
+		mustClose(t, p)
+		p = mustBuild(t, restart(), ns, 1)
+		check(p, 30)
+		mustAppend(t, p, batch(30, 5, 40)) // offsets are never reused
+		checkRead(t, p, 30, 10, 5, 40)
+		if err := p.TruncateBefore(35); err != nil {
+			t.Fatal(err)
+		}
+		check(p, 35)
+		mustClose(t, p)
+		p = mustBuild(t, restart(), ns, 1)
+		defer mustClose(t, p)
+		check(p, 35)
+	}},
+	{"SizeAndSync", func(t *testing.T, s partition.Store, restart func() partition.Store) {
+		ns := mustNS(t, 5, 1, 2)
+		p := mustBuild(t, s, ns, 1)
+		if p.Size() != 0 {
+			t.Fatalf("Size of a new partition = %d", p.Size())
+		}
+		if err := p.Sync(); err != nil {
+			t.Fatalf("Sync of an empty partition: %v", err)
+		}
+		var want int64
+		for i := range uint64(20) {
+			m := msg(i, int(i)*7)
+			want += recSize(m)
+			mustAppend(t, p, []partition.Message{m})
+			if p.Size() != want {
+				t.Fatalf("Size after %d messages = %d, want %d", i+1, p.Size(), want)
+			}
+		}
+		if err := p.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Sync(); err != nil { // nothing new
+			t.Fatal(err)
+		}
+		mustClose(t, p)
+		if err := p.Sync(); !errors.Is(err, partition.ErrClosed) {
+			t.Fatalf("Sync after Close: %v", err)
+		}
+		for name, err := range map[string]error{
+			"TruncateBefore": p.TruncateBefore(0),
+			"EnforceRetention": func() error {
+				_, err := p.EnforceRetention(1, 1)
+				return err
+			}(),
+		} {
+			if !errors.Is(err, partition.ErrClosed) {
+				t.Fatalf("%s after Close: %v", name, err)
+			}
+		}
+		p = mustBuild(t, restart(), ns, 1)
+		defer mustClose(t, p)
+		if p.Size() != want {
+			t.Fatalf("Size after reopen = %d, want %d", p.Size(), want)
+		}
+	}},
+	{"RetentionDisabled", func(t *testing.T, s partition.Store, _ func() partition.Store) {
+		p := mustBuild(t, s, mustNS(t, 5, 1, 3), 1)
+		defer mustClose(t, p)
+		mustAppend(t, p, batch(0, 10, 10))
+		if n, err := p.EnforceRetention(0, 0); n != 0 || err != nil {
+			t.Fatalf("EnforceRetention(0, 0) = %d, %v", n, err)
+		}
+		if n, err := p.EnforceRetention(0, -5); n != 0 || err != nil {
+			t.Fatalf("EnforceRetention(0, -5) = %d, %v", n, err)
+		}
+		// Nothing is older than the oldest message, and everything fits.
+		if n, err := p.EnforceRetention(msg(0, 10).Timestamp, 1<<30); n != 0 || err != nil {
+			t.Fatalf("EnforceRetention with nothing to remove = %d, %v", n, err)
+		}
+		checkRead(t, p, 0, 100, 10, 10)
+	}},
+	{"List", func(t *testing.T, s partition.Store, restart func() partition.Store) {
+		l := s.(lister)
+		if got, err := l.List(); err != nil || len(got) != 0 {
+			t.Fatalf("List of an empty store = %v, %v", got, err)
+		}
+		want := []partition.Stored{
+			{NS: mustNS(t, 0, 0, 7), Epoch: 3},
+			{NS: mustNS(t, 0, 1, 0), Epoch: 1},
+			{NS: mustNS(t, 2, 0, 0), Epoch: 9},
+			{NS: mustNS(t, 2, 0, 1), Epoch: 9},
+		}
+		for _, i := range []int{2, 0, 3, 1} {
+			p := mustBuild(t, s, want[i].NS, want[i].Epoch)
+			if i != 1 { // an open partition is listed too
+				mustClose(t, p)
+			}
+		}
+		for _, st := range []partition.Store{s, restart()} {
+			if got, err := st.(lister).List(); err != nil || !slices.Equal(got, want) {
+				t.Fatalf("List = %v, %v; want %v", got, err, want)
+			}
+		}
+		if err := s.Remove(want[2].NS); err != nil {
+			t.Fatal(err)
+		}
+		want = slices.Delete(want, 2, 3)
+		if got, err := restart().(lister).List(); err != nil || !slices.Equal(got, want) {
+			t.Fatalf("List after Remove = %v, %v; want %v", got, err, want)
 		}
 	}},
 	{"ConcurrentBuildRemove", func(t *testing.T, s partition.Store, _ func() partition.Store) {

@@ -1,14 +1,18 @@
 package partition
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
+	"github.com/parkway-io/parkway/internal/vfs"
 	"github.com/parkway-io/parkway/metadata"
 )
 
@@ -23,6 +27,11 @@ const (
 	// the uint32 of the sparse index.
 	MaxSegmentSize int64 = 1 << 30
 )
+
+// minSegmentSize is the smallest SegmentSize Validate accepts:
+// MinSegmentSize, lowered only by tests (export_test.go) so crash tests
+// can roll segments without writing megabytes per crash point.
+var minSegmentSize = MinSegmentSize
 
 // FileConfig configures a FileStore.
 type FileConfig struct {
@@ -39,11 +48,24 @@ type FileConfig struct {
 	// and on filesystems that do not support it), trading disk space for
 	// unfragmented segments and an early out-of-space error.
 	Preallocate bool
-	// Sync fsyncs the log after every Append, so an acknowledged batch
-	// survives a power loss. Without it a crash may lose the latest
-	// batches (never corrupt earlier ones: a torn tail is truncated on
-	// reopen). Consumer offsets are always written durably.
+	// Sync makes every Append call Partition.Sync before it returns, so an
+	// appended batch is durable at once (one fsync per batch). Without it
+	// (the default) appends only write, and the owner calls Sync when it
+	// wants durability, typically once for several batches (group commit)
+	// before acknowledging them. Consumer offsets, truncations and the
+	// partition's creation are always durable when they return.
 	Sync bool
+	// VerifyOnOpen makes Build (at the same epoch) read and verify every
+	// record of every segment, so damage anywhere is reported as a
+	// *CorruptError before the partition is used, at the cost of reading
+	// the whole log. Without it, Build verifies the active (tail) segment
+	// fully and each older segment from its last sparse-index entry on;
+	// damage before that is reported by the Read that reaches it.
+	VerifyOnOpen bool
+	// FS is the filesystem the store uses; nil means vfs.Default, the
+	// operating system. Tests substitute an in-memory or fault-injecting
+	// one.
+	FS vfs.FS
 }
 
 // Validate reports every problem with c, joined, each wrapping
@@ -55,9 +77,9 @@ func (c FileConfig) Validate() error {
 	} else if strings.IndexByte(c.Dir, 0) >= 0 {
 		errs = append(errs, fmt.Errorf("%w: Dir contains a NUL byte", ErrInvalidConfig))
 	}
-	if c.SegmentSize != 0 && (c.SegmentSize < MinSegmentSize || c.SegmentSize > MaxSegmentSize) {
+	if c.SegmentSize != 0 && (c.SegmentSize < minSegmentSize || c.SegmentSize > MaxSegmentSize) {
 		errs = append(errs, fmt.Errorf("%w: SegmentSize %d outside [%d, %d] (0 for the default)",
-			ErrInvalidConfig, c.SegmentSize, MinSegmentSize, MaxSegmentSize))
+			ErrInvalidConfig, c.SegmentSize, minSegmentSize, MaxSegmentSize))
 	}
 	return errors.Join(errs...)
 }
@@ -69,6 +91,7 @@ func (c FileConfig) Validate() error {
 //	    <base offset, 20 digits>.log    records (format in codec.go)
 //	    <base offset, 20 digits>.index  sparse index (format in segment.go)
 //	    incarnation                     the epoch, decimal
+//	    start                           the start offset, decimal (once truncated)
 //	    offsets/consumers/<consumer>    one file per consumer
 //	    offsets/groups/
 //
@@ -76,11 +99,23 @@ func (c FileConfig) Validate() error {
 // directory without a readable one is a dead or half-built incarnation and
 // is discarded by Build.
 //
-// FileStore is safe for concurrent Build and Remove. Each Partition is for
-// one goroutine. Two FileStores must not share a Dir: the in-use check
-// that keeps two handles off one log is per FileStore.
+// Durability. Appends only write; Partition.Sync fsyncs. Everything else
+// that a crash must not undo is made durable before it returns: a new
+// partition's files and directories (fsync of every directory created, up
+// to Dir), a new segment's directory entry (so messages synced into it
+// cannot lose their file), the sealed segment at a roll (fsynced before
+// the next segment exists, so only the tail can ever be torn), consumer
+// offsets, the incarnation and the start offset (each written to a
+// temporary file, fsynced, renamed, directory fsynced). Index files are
+// derived data: they are not fsynced, and a reopen rebuilds any that is
+// missing, short or wrong.
+//
+// FileStore is safe for concurrent Build, Remove and List. Each Partition
+// is for one goroutine. Two FileStores must not share a Dir: the in-use
+// check that keeps two handles off one log is per FileStore.
 type FileStore struct {
 	cfg FileConfig
+	fs  vfs.FS
 
 	mu   sync.Mutex
 	busy map[metadata.Namespace]struct{} // open, being built or being removed
@@ -95,10 +130,14 @@ func NewFileStore(cfg FileConfig) (*FileStore, error) {
 	if cfg.SegmentSize == 0 {
 		cfg.SegmentSize = DefaultSegmentSize
 	}
-	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+	fsys := cfg.FS
+	if fsys == nil {
+		fsys = vfs.Default
+	}
+	if err := fsys.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	return &FileStore{cfg: cfg, busy: make(map[metadata.Namespace]struct{})}, nil
+	return &FileStore{cfg: cfg, fs: fsys, busy: make(map[metadata.Namespace]struct{})}, nil
 }
 
 // checkNamespace rejects namespaces that do not round-trip through
@@ -135,11 +174,30 @@ func (s *FileStore) release(ns metadata.Namespace) {
 }
 
 // Build implements Store. A namespace with an open Partition from this
-// store is ErrInUse. Reopening at the same epoch verifies the tail segment
-// record by record and truncates a torn or damaged tail back to the last
-// whole record; damage in an older segment is a *CorruptError. Consumer
-// offsets past the recovered end (a crash lost unsynced appends) are
-// clamped to NextOffset.
+// store is ErrInUse.
+//
+// Recovery when reopening at the same epoch:
+//   - The tail (active) segment is verified record by record and
+//     truncated back to the last whole record before the first torn or
+//     damaged one. This includes damage in its middle: the tail is where a
+//     crash tears writes, so damage there is treated as a torn write, not
+//     reported (the messages after it, synced or not, are lost).
+//   - Older segments are sealed: they were fsynced before the next segment
+//     was created, so they cannot be torn by a crash, and damage found in
+//     them (see FileConfig.VerifyOnOpen for how much is checked) is
+//     reported as a *CorruptError naming the segment file and the byte
+//     position of the damaged record; the partition does not open. So is
+//     a gap between segments.
+//   - Index files that are missing, short or wrong are rebuilt.
+//   - Segments wholly below a recorded start offset (a truncation
+//     interrupted by a crash) are deleted, and leftover temporary files
+//     are removed.
+//   - Consumer offsets past the recovered end (a crash lost unsynced
+//     appends) are clamped to NextOffset.
+//
+// A failed Build (ENOSPC while creating the first segment, say) returns
+// the error and leaves nothing that keeps a later Build from succeeding:
+// a half-built directory has no incarnation file and is discarded.
 //
 // Namespaces that do not round-trip through metadata.NewNamespace, such as
 // metadata.MetadataNamespace, are metadata.ErrIDOutOfRange: their
@@ -161,7 +219,7 @@ func (s *FileStore) Build(ns metadata.Namespace, epoch uint64) (Partition, error
 
 func (s *FileStore) build(ns metadata.Namespace, epoch uint64) (*filePartition, error) {
 	dir := s.partitionDir(ns)
-	inc, err := readIncarnation(dir)
+	inc, err := readIncarnation(s.fs, dir)
 	switch {
 	case err == nil && inc == epoch:
 		return s.open(ns, epoch, dir, false)
@@ -170,14 +228,21 @@ func (s *FileStore) build(ns metadata.Namespace, epoch uint64) (*filePartition, 
 	default:
 		return nil, err // unreadable: keep the data, report
 	}
-	if err := os.RemoveAll(dir); err != nil {
+	if err := s.fs.RemoveAll(dir); err != nil {
 		return nil, err
 	}
-	return s.open(ns, epoch, dir, true)
+	p, err := s.open(ns, epoch, dir, true)
+	if err != nil {
+		// Best effort: a later Build discards a half-built directory anyway.
+		_ = s.fs.RemoveAll(dir)
+		return nil, err
+	}
+	return p, nil
 }
 
 // Remove implements Store. A namespace with an open Partition from this
-// store is ErrInUse.
+// store is ErrInUse. The removal is made durable (the parent directory is
+// fsynced) before Remove returns.
 func (s *FileStore) Remove(ns metadata.Namespace) error {
 	if err := checkNamespace(ns); err != nil {
 		return err
@@ -186,30 +251,120 @@ func (s *FileStore) Remove(ns metadata.Namespace) error {
 		return err
 	}
 	defer s.release(ns)
-	return os.RemoveAll(s.partitionDir(ns))
+	dir := s.partitionDir(ns)
+	if err := s.fs.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := s.fs.SyncDir(filepath.Dir(dir)); err != nil && !isNotExist(err) {
+		return err
+	}
+	return nil
+}
+
+// List implements Store by walking Dir/streams/*/topics/*/partitions/*.
+// Entries whose names are not canonical decimal ids in range are not
+// parkway's and are skipped. A partition directory whose incarnation file
+// is missing or unparsable is listed with Epoch 0. It is meant for a
+// node's start, before partitions are built: run concurrently with Build
+// or Remove it may or may not see their effect.
+func (s *FileStore) List() ([]Stored, error) {
+	var out []Stored
+	root := filepath.Join(s.cfg.Dir, "streams")
+	streams, err := s.readDirIDs(root)
+	if err != nil {
+		return nil, err
+	}
+	for _, st := range streams {
+		tdir := filepath.Join(root, strconv.FormatUint(uint64(st), 10), "topics")
+		topics, err := s.readDirIDs(tdir)
+		if err != nil {
+			return nil, err
+		}
+		for _, tp := range topics {
+			pdir := filepath.Join(tdir, strconv.FormatUint(uint64(tp), 10), "partitions")
+			parts, err := s.readDirIDs(pdir)
+			if err != nil {
+				return nil, err
+			}
+			for _, pt := range parts {
+				ns, err := metadata.NewNamespace(st, tp, pt)
+				if err != nil {
+					continue
+				}
+				dir := filepath.Join(pdir, strconv.FormatUint(uint64(pt), 10))
+				if fi, err := s.fs.Stat(dir); err != nil || !fi.IsDir() {
+					if err != nil && !isNotExist(err) {
+						return nil, err
+					}
+					continue
+				}
+				epoch, err := readIncarnation(s.fs, dir)
+				if err != nil {
+					if !isNotExist(err) && !errors.Is(err, errBadIncarnation) {
+						return nil, err
+					}
+					epoch = 0
+				}
+				out = append(out, Stored{NS: ns, Epoch: epoch})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Stored) int { return cmp.Compare(a.NS, b.NS) })
+	return out, nil
+}
+
+// readDirIDs returns the canonical decimal names in dir as ids; a missing
+// dir (or a file in its place) has none.
+func (s *FileStore) readDirIDs(dir string) ([]uint32, error) {
+	names, err := s.fs.ReadDir(dir)
+	if isNotExist(err) || errors.Is(err, syscall.ENOTDIR) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ids []uint32
+	for _, n := range names {
+		id, err := strconv.ParseUint(n, 10, 32)
+		if err == nil && strconv.FormatUint(id, 10) == n {
+			ids = append(ids, uint32(id))
+		}
+	}
+	return ids, nil
 }
 
 // open creates (fresh) or reopens the partition in dir.
 func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh bool) (_ *filePartition, err error) {
-	p := &filePartition{store: s, ns: ns, epoch: epoch, dir: dir}
+	p := &filePartition{store: s, fs: s.fs, ns: ns, epoch: epoch, dir: dir}
 	defer func() {
 		if err != nil {
 			_ = p.closeFiles()
 		}
 	}()
 	for _, sub := range []string{consumersDir, groupsDir} {
-		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+		if err := s.fs.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 			return nil, err
 		}
 	}
 	var bases []uint64
+	var start uint64
 	if !fresh {
-		if bases, err = listSegments(dir); err != nil {
+		if bases, err = p.listSegments(); err != nil {
 			return nil, err
+		}
+		if start, err = readStart(s.fs, dir); err != nil {
+			return nil, err
+		}
+		// Finish a truncation a crash interrupted: segments wholly below
+		// start (the next one starts at or below it) are deleted. Best
+		// effort: they are unreadable anyway, and this is retried.
+		for len(bases) > 1 && bases[1] <= start {
+			_ = removeSegmentFiles(s.fs, newSegment(dir, bases[0]))
+			bases = bases[1:]
 		}
 	}
 	if len(bases) == 0 {
-		seg, err := p.createSegment(0)
+		seg, err := p.createSegment(start)
 		if err != nil {
 			return nil, err
 		}
@@ -233,20 +388,44 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 			return nil, err
 		}
 	}
-	p.next = p.tail().next
-	if p.consumers, err = loadConsumerOffsets(filepath.Join(dir, consumersDir), p.next); err != nil {
+	tail := p.tail()
+	p.next = tail.next
+	// What the tail holds may not be durable yet (a process crash keeps
+	// unsynced writes in the page cache); sealed segments are.
+	p.synced = min(tail.base, p.next)
+	if tail.synced {
+		p.synced = p.next
+	}
+	if start > p.next {
+		// The log ends below a durably recorded start: possible only if an
+		// fsync lied. Offsets are never reused, so the log restarts empty
+		// at start.
+		seg, err := p.createSegment(start)
+		if err != nil {
+			return nil, err
+		}
+		p.segs = append(p.segs, seg)
+		p.next, p.synced = start, start
+	}
+	p.start = max(start, p.segs[0].base)
+	if err := p.dropSegments(); err != nil {
+		return nil, err
+	}
+	if p.consumers, err = loadConsumerOffsets(s.fs, filepath.Join(dir, consumersDir), p.next); err != nil {
 		return nil, err
 	}
 	if fresh {
-		if err := writeIncarnation(dir, epoch); err != nil {
+		if err := writeIncarnation(s.fs, dir, epoch); err != nil {
 			return nil, err
 		}
 		// Make the new directories themselves durable, up to Dir.
-		if err := syncDir(filepath.Join(dir, "offsets")); err != nil {
-			return nil, err
+		for _, d := range []string{filepath.Join(dir, consumersDir), filepath.Join(dir, groupsDir), filepath.Join(dir, "offsets")} {
+			if err := s.fs.SyncDir(d); err != nil {
+				return nil, err
+			}
 		}
 		for d := dir; ; d = filepath.Dir(d) {
-			if err := syncDir(d); err != nil {
+			if err := s.fs.SyncDir(d); err != nil {
 				return nil, err
 			}
 			if d == filepath.Clean(s.cfg.Dir) || d == filepath.Dir(d) {
@@ -257,14 +436,14 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 	return p, nil
 }
 
-// openSealed opens a segment that is no longer written. Its index is
-// trusted if plausible and if its last entry points at the record it
-// names; the scan then only covers the records after that entry. An index
-// that fails the checks, is missing or is short is rebuilt by the scan and
-// rewritten. Damage in a sealed segment cannot be a torn append, so it is
-// reported, not truncated.
+// openSealed opens a segment that is no longer written. Unless
+// VerifyOnOpen is set, its index is trusted if plausible and if its last
+// entry points at the record it names; the scan then only covers the
+// records after that entry. An index that fails the checks, is missing or
+// is short is rebuilt by a full scan and rewritten. Damage in a sealed
+// segment cannot be a torn append, so it is reported, not truncated.
 func (s *FileStore) openSealed(seg *segment, buf []byte) ([]byte, error) {
-	f, err := os.Open(seg.logPath)
+	f, err := s.fs.OpenFile(seg.logPath, os.O_RDONLY, 0)
 	if err != nil {
 		return buf, err
 	}
@@ -274,19 +453,19 @@ func (s *FileStore) openSealed(seg *segment, buf []byte) ([]byte, error) {
 		return buf, err
 	}
 	size := fi.Size()
-	es, exact, err := loadIndex(seg.indexPath())
+	es, exact, err := loadIndex(s.fs, seg.indexPath())
 	if err != nil {
 		return buf, err
 	}
 	var end int64
 	var next uint64
 	rewrite, scanned := !exact, false
-	if len(es) > 0 {
+	if len(es) > 0 && !s.cfg.VerifyOnOpen {
 		rewrite = true // unless the checks below pass
 		if plausibleIndex(es, size) {
 			last := es[len(es)-1]
 			seg.index, seg.lastIndexed = es, int64(last.pos)
-			end, next, buf, err = seg.scan(int64(last.pos), seg.base+uint64(last.rel), size, buf)
+			end, next, buf, err = seg.scan(int64(last.pos), seg.base+uint64(last.rel), size, buf, true)
 			switch {
 			case err == nil:
 				rewrite, scanned = !exact, true
@@ -295,26 +474,30 @@ func (s *FileStore) openSealed(seg *segment, buf []byte) ([]byte, error) {
 			}
 		}
 	}
-	if !scanned { // no usable index: scan it all
+	if !scanned { // no usable index, or VerifyOnOpen: scan it all
 		seg.index, seg.lastIndexed = nil, 0
-		if end, next, buf, err = seg.scan(0, seg.base, size, buf); err != nil {
+		if end, next, buf, err = seg.scan(0, seg.base, size, buf, true); err != nil {
 			return buf, err
 		}
+		seg.maxTSKnown = true
+		rewrite = rewrite || !slices.Equal(seg.index, es)
 	}
 	seg.size, seg.next = end, next
+	seg.synced = true
 	if rewrite || len(seg.index) != len(es) {
-		return buf, seg.writeIndexFile(false)
+		return buf, seg.writeIndexFile(s.fs, false)
 	}
 	seg.idxPersisted = len(seg.index)
 	return buf, nil
 }
 
 // openTail opens the segment appends go to. Every record is verified; a
-// torn or damaged tail is truncated back to the last whole record, and so
-// is a zero-filled tail (re-reserving the preallocation). The index is
-// rebuilt from the scan and rewritten if the file differs.
+// torn or damaged tail is truncated back to the last whole record (and
+// fsynced), and so is a zero-filled tail (re-reserving the
+// preallocation). The index is rebuilt from the scan and rewritten if the
+// file differs.
 func (s *FileStore) openTail(seg *segment, buf []byte) ([]byte, error) {
-	f, err := os.OpenFile(seg.logPath, os.O_RDWR, 0)
+	f, err := s.fs.OpenFile(seg.logPath, os.O_RDWR, 0)
 	if err != nil {
 		return buf, err
 	}
@@ -323,11 +506,11 @@ func (s *FileStore) openTail(seg *segment, buf []byte) ([]byte, error) {
 	if err != nil {
 		return buf, err
 	}
-	end, next, buf, err := seg.scan(0, seg.base, fi.Size(), buf)
+	end, next, buf, err := seg.scan(0, seg.base, fi.Size(), buf, true)
 	if err != nil && !errors.Is(err, ErrCorrupt) {
 		return buf, err
 	}
-	seg.size, seg.next = end, next
+	seg.size, seg.next, seg.maxTSKnown = end, next, true
 	if end < fi.Size() {
 		if err := f.Truncate(end); err != nil {
 			return buf, err
@@ -340,20 +523,31 @@ func (s *FileStore) openTail(seg *segment, buf []byte) ([]byte, error) {
 		if err := f.Sync(); err != nil {
 			return buf, err
 		}
+		seg.synced = true
 	}
 	want := appendIndexEntries(nil, seg.index)
-	have, err := os.ReadFile(seg.indexPath())
+	have, err := vfs.ReadFile(s.fs, seg.indexPath())
 	if err != nil && !isNotExist(err) {
 		return buf, err
 	}
 	if err != nil || string(have) != string(want) {
-		return buf, seg.writeIndexFile(true)
+		return buf, seg.writeIndexFile(s.fs, true)
 	}
-	if seg.idx, err = os.OpenFile(seg.indexPath(), os.O_RDWR, 0); err != nil {
+	if seg.idx, err = s.fs.OpenFile(seg.indexPath(), os.O_RDWR, 0); err != nil {
 		return buf, err
 	}
 	seg.idxPersisted = len(seg.index)
 	return buf, nil
+}
+
+// preallocate reserves size bytes for f, treating a filesystem that cannot
+// (errors.ErrUnsupported) as success: preallocation is an optimisation.
+// Any other error (ENOSPC) is returned.
+func preallocate(f vfs.File, size int64) error {
+	if err := f.Preallocate(0, size); err != nil && !vfs.IsUnsupported(err) {
+		return err
+	}
+	return nil
 }
 
 const (

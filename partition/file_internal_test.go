@@ -4,27 +4,28 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
+	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 
+	"github.com/parkway-io/parkway/internal/vfs"
+	"github.com/parkway-io/parkway/internal/vfs/errorfs"
 	"github.com/parkway-io/parkway/metadata"
 )
 
-// failWrites makes the log write fail after writing part of its buffer,
-// like a disk filling up halfway through a batch, until the returned
-// function restores it.
-func failWrites(t *testing.T) (fail func(bool)) {
-	errDisk := errors.New("injected: no space left")
-	failing := false
-	writeAt = func(f *os.File, b []byte, off int64) (int, error) {
-		if !failing {
-			return f.WriteAt(b, off)
+// failWrites returns an FS whose segment log writes, while failing is
+// on, write half their buffer and fail, like a disk filling up halfway
+// through a batch.
+func failWrites() (vfs.FS, func(bool)) {
+	var failing atomic.Bool
+	fsys := errorfs.New(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if failing.Load() && op.Kind == errorfs.OpWriteAt && strings.HasSuffix(op.Path, logExt) {
+			return &errorfs.TornWrite{N: 1000}
 		}
-		n, _ := f.WriteAt(b[:len(b)/2], off)
-		return n, errDisk
-	}
-	t.Cleanup(func() { writeAt = (*os.File).WriteAt })
-	return func(on bool) { failing = on }
+		return nil
+	}))
+	return fsys, failing.Store
 }
 
 func testMessages(first uint64, n, size int) []Message {
@@ -38,8 +39,8 @@ func testMessages(first uint64, n, size int) []Message {
 func TestFileFailedWriteLeavesNothing(t *testing.T) {
 	for _, syncOn := range []bool{false, true} {
 		t.Run(fmt.Sprintf("sync=%v", syncOn), func(t *testing.T) {
-			fail := failWrites(t)
-			cfg := FileConfig{Dir: t.TempDir(), SegmentSize: MinSegmentSize, Sync: syncOn}
+			fsys, fail := failWrites()
+			cfg := FileConfig{Dir: "/data", SegmentSize: MinSegmentSize, Sync: syncOn, FS: fsys}
 			s, err := NewFileStore(cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -61,8 +62,8 @@ func TestFileFailedWriteLeavesNothing(t *testing.T) {
 			}
 
 			fail(true)
-			if _, err := p.Append(testMessages(50, 50, 200)); err == nil {
-				t.Fatal("Append succeeded through a failing write")
+			if _, err := p.Append(testMessages(50, 50, 200)); !errors.Is(err, syscall.EIO) {
+				t.Fatalf("Append through a failing write: %v, want EIO", err)
 			}
 			if p.NextOffset() != 50 || tail.size != size || len(tail.index) != indexLen {
 				t.Fatalf("failed Append moved state: next %d, size %d (was %d), index %d (was %d)",

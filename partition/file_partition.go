@@ -10,28 +10,33 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/parkway-io/parkway/internal/vfs"
 	"github.com/parkway-io/parkway/metadata"
 )
-
-// writeAt is the log write; a test seam for failing writes.
-var writeAt = (*os.File).WriteAt
 
 // filePartition is a FileStore partition. segs is never empty; the last
 // one is the tail that appends go to.
 type filePartition struct {
-	store     *FileStore
-	ns        metadata.Namespace
-	epoch     uint64
-	dir       string
-	segs      []*segment
-	next      uint64
+	store *FileStore
+	fs    vfs.FS
+	ns    metadata.Namespace
+	epoch uint64
+	dir   string
+	segs  []*segment
+	next  uint64
+	// start is the first readable offset: the recorded start offset or
+	// the first segment's base, whichever is larger.
+	start uint64
+	// synced is the offset below which every message is durable.
+	synced    uint64
 	consumers map[string]uint64
 	buf       []byte // append scratch
 	idxBuf    []byte // index scratch
 	closed    bool
-	// broken is set when a failed append could not be rolled back, so
-	// the file may hold bytes past the logical end; appending over them
-	// could leave a stale record that a reopen would resurrect.
+	// broken is set when a failed append could not be rolled back (the
+	// file may hold bytes past the logical end; appending over them could
+	// leave a stale record that a reopen would resurrect) or when an fsync
+	// failed (what is durable is unknown). Every later write returns it.
 	broken error
 }
 
@@ -41,23 +46,32 @@ func (p *filePartition) Epoch() uint64 { return p.epoch }
 
 func (p *filePartition) NextOffset() uint64 { return p.next }
 
+func (p *filePartition) StartOffset() uint64 { return p.start }
+
 func (p *filePartition) tail() *segment { return p.segs[len(p.segs)-1] }
 
+// fail marks the partition broken by err and returns the error to report.
+func (p *filePartition) fail(what string, err error) error {
+	p.broken = fmt.Errorf("partition %v unusable (close and build it again): %s: %w", p.ns, what, err)
+	return p.broken
+}
+
 // createSegment creates the log and index files of a new segment starting
-// at base, preallocated when configured.
-func (p *filePartition) createSegment(base uint64) (seg *segment, err error) {
-	seg = newSegment(p.dir, base)
-	defer func() {
+// at base, preallocated when configured, and fsyncs the directory so the
+// new files survive a crash (messages synced into them must not lose
+// their file).
+func (p *filePartition) createSegment(base uint64) (_ *segment, err error) {
+	seg := newSegment(p.dir, base)
+	defer func() { // seg, not the result: that is nil on error
 		if err != nil {
 			_ = seg.close()
-			_ = os.Remove(seg.logPath)
-			_ = os.Remove(seg.indexPath())
+			_ = removeSegmentFiles(p.fs, seg)
 		}
 	}()
-	if seg.log, err = os.OpenFile(seg.logPath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644); err != nil {
+	if seg.log, err = p.fs.OpenFile(seg.logPath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644); err != nil {
 		return nil, err
 	}
-	if seg.idx, err = os.OpenFile(seg.indexPath(), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644); err != nil {
+	if seg.idx, err = p.fs.OpenFile(seg.indexPath(), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644); err != nil {
 		return nil, err
 	}
 	if p.store.cfg.Preallocate {
@@ -65,30 +79,44 @@ func (p *filePartition) createSegment(base uint64) (seg *segment, err error) {
 			return nil, err
 		}
 	}
-	if p.store.cfg.Sync {
-		if err = syncDir(p.dir); err != nil {
-			return nil, err
+	if err = p.fs.SyncDir(p.dir); err != nil {
+		return nil, err
+	}
+	seg.maxTSKnown, seg.synced = true, true
+	return seg, nil
+}
+
+// removeSegmentFiles deletes a segment's log and index; missing files are
+// not an error.
+func removeSegmentFiles(fsys vfs.FS, s *segment) error {
+	var errs []error
+	for _, path := range []string{s.logPath, s.indexPath()} {
+		if err := fsys.Remove(path); err != nil && !isNotExist(err) {
+			errs = append(errs, err)
 		}
 	}
-	return seg, nil
+	return errors.Join(errs...)
 }
 
 // roll seals the tail and starts a new segment at NextOffset. On error the
 // old tail stays the tail.
 //
-// The old tail is fsynced first, even without Sync: otherwise the new
-// segment's data could reach the disk before the old segment's end, and a
-// crash would leave a torn sealed segment, which a reopen reports instead
-// of repairing. That is one fsync per segment. With Preallocate, the old
-// tail is also truncated to its size, which releases the unused part of its
-// reservation.
+// The old tail is fsynced first, even though appends do not sync:
+// otherwise the new segment's data could reach the disk before the old
+// segment's end, and a crash would leave a torn sealed segment, which a
+// reopen reports instead of repairing. That is one fsync per segment. With
+// Preallocate, the old tail is also truncated to its size, which releases
+// the unused part of its reservation.
 func (p *filePartition) roll() error {
 	old := p.tail()
 	if p.store.cfg.Preallocate {
 		_ = old.log.Truncate(old.size) // only frees space; harmless if it fails
 	}
-	if err := old.log.Sync(); err != nil {
-		return err
+	if p.synced < p.next {
+		if err := old.log.Sync(); err != nil {
+			return p.fail("fsync of the segment being sealed", err)
+		}
+		p.synced = p.next
 	}
 	seg, err := p.createSegment(p.next)
 	if err != nil {
@@ -119,8 +147,9 @@ func (p *filePartition) persistIndex(s *segment) {
 
 // Append encodes the batch into one buffer and writes it with one write at
 // the tail's logical end, rolling first if the batch would take the tail
-// past SegmentSize. A failed write (or fsync, with Sync) is truncated
-// away, leaving the partition as it was.
+// past SegmentSize. A failed write is truncated away, leaving the
+// partition as it was. Append does not fsync (see Sync) unless
+// FileConfig.Sync is set.
 func (p *filePartition) Append(msgs []Message) (uint64, error) {
 	if p.closed {
 		return 0, ErrClosed
@@ -152,11 +181,13 @@ func (p *filePartition) Append(msgs []Message) (uint64, error) {
 
 	first := p.next
 	indexLen, lastIndexed := len(tail.index), tail.lastIndexed
+	maxTS := tail.maxTS
 	buf := slices.Grow(p.buf[:0], int(total))
 	for i := range msgs {
 		off := first + uint64(i)
 		tail.track(off, tail.size+int64(len(buf)))
 		buf = appendRecord(buf, &msgs[i], off)
+		maxTS = max(maxTS, msgs[i].Timestamp)
 	}
 	if cap(buf) <= maxRetainedBuffer {
 		p.buf = buf[:0]
@@ -170,29 +201,186 @@ func (p *filePartition) Append(msgs []Message) (uint64, error) {
 	}
 	tail.size += int64(len(buf))
 	tail.next += uint64(len(msgs))
+	tail.maxTS = maxTS
 	p.next = tail.next
 	p.persistIndex(tail)
+	if p.store.cfg.Sync {
+		if err := p.Sync(); err != nil {
+			return 0, err
+		}
+	}
 	return first, nil
 }
 
-// writeTail writes buf at the tail's logical end (fsyncing with Sync) or,
-// failing, truncates the log back to its logical end.
+// writeTail writes buf at the tail's logical end or, failing, truncates
+// the log back to its logical end.
 func (p *filePartition) writeTail(tail *segment, buf []byte) error {
-	n, err := writeAt(tail.log, buf, tail.size)
+	n, err := tail.log.WriteAt(buf, tail.size)
 	if err == nil && n != len(buf) {
 		err = io.ErrShortWrite
-	}
-	if err == nil && p.store.cfg.Sync {
-		err = tail.log.Sync()
 	}
 	if err == nil {
 		return nil
 	}
 	if terr := tail.log.Truncate(tail.size); terr != nil {
-		p.broken = fmt.Errorf("partition %v unusable: append failed (%w) and could not be rolled back: %w", p.ns, err, terr)
-		return p.broken
+		return p.fail(fmt.Sprintf("append failed (%v) and could not be rolled back", err), terr)
 	}
 	return err
+}
+
+// Sync fsyncs the tail segment if anything was appended since the last
+// Sync. Segments sealed since then need nothing: a roll fsyncs the
+// segment it seals.
+func (p *filePartition) Sync() error {
+	if p.closed {
+		return ErrClosed
+	}
+	if p.broken != nil {
+		return p.broken
+	}
+	if p.synced == p.next {
+		return nil
+	}
+	if err := p.tail().log.Sync(); err != nil {
+		return p.fail("fsync", err)
+	}
+	p.synced = p.next
+	return nil
+}
+
+// Size is the sum of the segments' logical sizes.
+func (p *filePartition) Size() int64 {
+	var n int64
+	for _, s := range p.segs {
+		n += s.size
+	}
+	return n
+}
+
+// TruncateBefore implements Partition. Purging (offset == NextOffset)
+// with messages in the tail first rolls a fresh, empty tail at
+// NextOffset, so the old tail can be deleted like any other segment.
+func (p *filePartition) TruncateBefore(offset uint64) error {
+	if p.closed {
+		return ErrClosed
+	}
+	if p.broken != nil {
+		return p.broken
+	}
+	if offset > p.next {
+		return fmt.Errorf("%w: truncate before %d past next offset %d", ErrOffsetOutOfRange, offset, p.next)
+	}
+	if offset <= p.start {
+		return p.dropSegments() // retry a deletion that failed before
+	}
+	if tail := p.tail(); offset == p.next && tail.next > tail.base {
+		if err := p.roll(); err != nil {
+			return err
+		}
+	}
+	return p.advanceStart(offset)
+}
+
+// advanceStart records offset as the start durably, then deletes the
+// segments wholly below it. The messages below offset are synced first,
+// so the recorded start never points past what a crash leaves of the log.
+func (p *filePartition) advanceStart(offset uint64) error {
+	if offset > p.synced {
+		if err := p.Sync(); err != nil {
+			return err
+		}
+	}
+	if err := writeStart(p.fs, p.dir, offset); err != nil {
+		return err
+	}
+	p.start = offset
+	return p.dropSegments()
+}
+
+// dropSegments deletes the segments other than the tail that hold only
+// messages below start, oldest first, then fsyncs the directory. A
+// segment whose files cannot be deleted stays listed (closed: reads never
+// reach below start) and is retried next time.
+func (p *filePartition) dropSegments() error {
+	n := 0
+	for n < len(p.segs)-1 && p.segs[n].next <= p.start {
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	var err error
+	dropped := 0
+	for _, s := range p.segs[:n] {
+		_ = s.close()
+		if err = removeSegmentFiles(p.fs, s); err != nil {
+			break
+		}
+		dropped++
+	}
+	p.segs = slices.Delete(p.segs, 0, dropped)
+	if serr := p.fs.SyncDir(p.dir); err == nil {
+		err = serr
+	}
+	return err
+}
+
+// EnforceRetention implements Partition with whole non-active segments as
+// the unit. A segment's newest timestamp is the largest message timestamp
+// in it (producers set timestamps, so they need not be monotonic); it is
+// known from appends and open scans, or found by reading the segment once.
+func (p *filePartition) EnforceRetention(olderThanMicros, maxBytes int64) (uint64, error) {
+	if p.closed {
+		return 0, ErrClosed
+	}
+	if p.broken != nil {
+		return 0, p.broken
+	}
+	sealed := p.segs[:len(p.segs)-1]
+	cut := p.start
+	i := 0
+	for i < len(sealed) && sealed[i].next <= cut {
+		i++ // already below start; its deletion failed before
+	}
+	if olderThanMicros != 0 {
+		for ; i < len(sealed); i++ {
+			ts, err := p.maxTimestamp(sealed[i])
+			if err != nil {
+				return 0, err
+			}
+			if ts >= olderThanMicros {
+				break
+			}
+			cut = max(cut, sealed[i].next)
+		}
+	}
+	if maxBytes > 0 {
+		var total int64
+		for _, s := range p.segs[i:] {
+			total += s.size
+		}
+		for ; i < len(sealed) && total > maxBytes; i++ {
+			total -= sealed[i].size
+			cut = max(cut, sealed[i].next)
+		}
+	}
+	if cut <= p.start {
+		return 0, p.dropSegments()
+	}
+	removed := cut - p.start
+	return removed, p.advanceStart(cut)
+}
+
+// maxTimestamp returns the newest timestamp in s, scanning it if unknown.
+func (p *filePartition) maxTimestamp(s *segment) (int64, error) {
+	if !s.maxTSKnown {
+		ts, err := s.scanMaxTimestamp()
+		if err != nil {
+			return 0, err
+		}
+		s.maxTS, s.maxTSKnown = ts, true
+	}
+	return s.maxTS, nil
 }
 
 // Read finds the segment by binary search over the base offsets, seeks
@@ -203,8 +391,8 @@ func (p *filePartition) Read(from uint64, max int) ([]Message, error) {
 	if p.closed {
 		return nil, ErrClosed
 	}
-	if start := p.segs[0].base; from < start {
-		return nil, fmt.Errorf("%w: offset %d below log start %d", ErrOffsetOutOfRange, from, start)
+	if from < p.start {
+		return nil, fmt.Errorf("%w: offset %d below log start %d", ErrOffsetOutOfRange, from, p.start)
 	}
 	if max <= 0 || from >= p.next {
 		return nil, nil
@@ -235,8 +423,8 @@ func (p *filePartition) StoreConsumerOffset(consumer string, offset uint64) erro
 	if offset > p.next {
 		return fmt.Errorf("%w: consumer offset %d past next offset %d", ErrOffsetOutOfRange, offset, p.next)
 	}
-	dir := filepath.Join(p.dir, consumersDir)
-	if err := writeFileAtomic(dir, consumerFileName(consumer), encodeConsumerOffset(consumer, offset)); err != nil {
+	path := filepath.Join(p.dir, consumersDir, consumerFileName(consumer))
+	if err := vfs.WriteFileAtomic(p.fs, path, encodeConsumerOffset(consumer, offset)); err != nil {
 		return err
 	}
 	p.consumers[consumer] = offset
@@ -263,7 +451,9 @@ func (p *filePartition) Close() error {
 	if p.broken == nil {
 		tail := p.tail()
 		p.persistIndex(tail)
-		errs = append(errs, tail.log.Sync())
+		if p.synced < p.next {
+			errs = append(errs, tail.log.Sync())
+		}
 		if tail.idx != nil {
 			errs = append(errs, tail.idx.Sync())
 		}

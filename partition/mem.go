@@ -1,7 +1,9 @@
 package partition
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/parkway-io/parkway/metadata"
@@ -24,14 +26,26 @@ type MemStore struct {
 type memLog struct {
 	epoch uint64
 	// chunks hold the messages, memChunk per chunk (the last one may be
-	// partial): message i is chunks[i/memChunk][i%memChunk]. Fixed-size
-	// chunks instead of one growing slice mean appends never copy the
-	// whole log, which for millions of pointer-holding Message structs
-	// costs more than the append itself.
-	chunks    [][]Message
-	next      uint64
+	// partial): message i is chunks[(i-first)/memChunk][i%memChunk].
+	// Fixed-size chunks instead of one growing slice mean appends never
+	// copy the whole log, which for millions of pointer-holding Message
+	// structs costs more than the append itself, and truncation frees
+	// whole chunks.
+	chunks [][]Message
+	// first is the offset of chunks[0][0], a multiple of memChunk.
+	first uint64
+	// start is the first readable offset, in [first, next].
+	start uint64
+	next  uint64
+	// bytes is the encoded size of the messages in [start, next).
+	bytes     int64
 	consumers map[string]uint64
 	open      bool
+}
+
+// memSize is the size m would occupy in a FileStore segment.
+func memSize(m *Message) int64 {
+	return recordHeaderSize + int64(headersSize(m.Headers)) + int64(len(m.Payload))
 }
 
 // memChunk is the number of messages per chunk (80 KiB of Message structs).
@@ -58,6 +72,19 @@ func (s *MemStore) Build(ns metadata.Namespace, epoch uint64) (Partition, error)
 	return &memPartition{store: s, ns: ns, log: l}, nil
 }
 
+// List implements Store: every namespace the store holds, with its epoch,
+// sorted by namespace.
+func (s *MemStore) List() ([]Stored, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Stored, 0, len(s.logs))
+	for ns, l := range s.logs {
+		out = append(out, Stored{NS: ns, Epoch: l.epoch})
+	}
+	slices.SortFunc(out, func(a, b Stored) int { return cmp.Compare(a.NS, b.NS) })
+	return out, nil
+}
+
 // Remove implements Store. A namespace with an open Partition is ErrInUse.
 func (s *MemStore) Remove(ns metadata.Namespace) error {
 	s.mu.Lock()
@@ -81,6 +108,75 @@ func (p *memPartition) Namespace() metadata.Namespace { return p.ns }
 func (p *memPartition) Epoch() uint64 { return p.log.epoch }
 
 func (p *memPartition) NextOffset() uint64 { return p.log.next }
+
+func (p *memPartition) StartOffset() uint64 { return p.log.start }
+
+func (p *memPartition) Size() int64 { return p.log.bytes }
+
+// at returns the message at offset off, which must be in [first, next).
+func (l *memLog) at(off uint64) *Message {
+	return &l.chunks[(off-l.first)/memChunk][off%memChunk]
+}
+
+// Sync does nothing: a MemStore is not durable.
+func (p *memPartition) Sync() error {
+	if p.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// TruncateBefore implements Partition, freeing whole chunks of messages.
+func (p *memPartition) TruncateBefore(offset uint64) error {
+	if p.closed {
+		return ErrClosed
+	}
+	l := p.log
+	if offset > l.next {
+		return fmt.Errorf("%w: truncate before %d past next offset %d", ErrOffsetOutOfRange, offset, l.next)
+	}
+	if offset <= l.start {
+		return nil
+	}
+	for off := l.start; off < offset; off++ {
+		l.bytes -= memSize(l.at(off))
+	}
+	l.start = offset
+	drop := 0
+	for drop < len(l.chunks) && l.first+memChunk <= offset {
+		l.chunks[drop] = nil
+		l.first += memChunk
+		drop++
+	}
+	l.chunks = l.chunks[drop:]
+	return nil
+}
+
+// EnforceRetention implements Partition with single messages as the
+// unit: it may remove every message.
+func (p *memPartition) EnforceRetention(olderThanMicros, maxBytes int64) (uint64, error) {
+	if p.closed {
+		return 0, ErrClosed
+	}
+	l := p.log
+	cut, size := l.start, l.bytes
+	if olderThanMicros != 0 {
+		for ; cut < l.next; cut++ {
+			m := l.at(cut)
+			if m.Timestamp >= olderThanMicros {
+				break
+			}
+			size -= memSize(m)
+		}
+	}
+	if maxBytes > 0 {
+		for ; cut < l.next && size > maxBytes; cut++ {
+			size -= memSize(l.at(cut))
+		}
+	}
+	removed := cut - l.start
+	return removed, p.TruncateBefore(cut)
+}
 
 // Append copies the batch into three allocations however many messages it
 // holds: one arena for all payloads, one for all header values, and one
@@ -137,10 +233,14 @@ func (p *memPartition) Append(msgs []Message) (uint64, error) {
 			out.Headers = hs
 		}
 		if l.next%memChunk == 0 {
+			if len(l.chunks) == 0 {
+				l.first = l.next
+			}
 			l.chunks = append(l.chunks, make([]Message, 0, memChunk))
 		}
 		last := &l.chunks[len(l.chunks)-1]
 		*last = append(*last, out)
+		l.bytes += memSize(in)
 		l.next++
 	}
 	return first, nil
@@ -150,14 +250,17 @@ func (p *memPartition) Read(from uint64, max int) ([]Message, error) {
 	if p.closed {
 		return nil, ErrClosed
 	}
-	next := p.log.next
-	if max <= 0 || from >= next {
+	l := p.log
+	if from < l.start {
+		return nil, fmt.Errorf("%w: offset %d below log start %d", ErrOffsetOutOfRange, from, l.start)
+	}
+	if max <= 0 || from >= l.next {
 		return nil, nil
 	}
-	out := make([]Message, min(uint64(max), next-from))
+	out := make([]Message, min(uint64(max), l.next-from))
 	for k := 0; k < len(out); {
 		off := from + uint64(k)
-		k += copy(out[k:], p.log.chunks[off/memChunk][off%memChunk:])
+		k += copy(out[k:], l.chunks[(off-l.first)/memChunk][off%memChunk:])
 	}
 	return out, nil
 }

@@ -7,20 +7,23 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
+
+	"github.com/parkway-io/parkway/internal/vfs"
 )
 
-// Small files beside the log: consumer offsets and the incarnation marker.
-// All of them are replaced atomically (write a temporary file, fsync,
-// rename, fsync the directory), so a reader sees the old or the new
-// content, never a mix. Temporary files start with "." and are ignored (and
+// Small files beside the log: consumer offsets, the incarnation marker and
+// the start offset. All of them are replaced atomically with
+// vfs.WriteFileAtomic (write a temporary file, fsync, rename, fsync the
+// directory), so a reader sees the old or the new content, never a mix. Temporary files start with "." and are ignored (and
 // cleaned up) when a partition is reopened.
 
 const (
 	incarnationFile = "incarnation"
+	startFile       = "start"
 	// maxConsumerFileName bounds escaped consumer file names, leaving room
 	// under the usual 255-byte NAME_MAX for the temporary-file decoration.
 	maxConsumerFileName = 200
@@ -76,22 +79,22 @@ func decodeConsumerOffset(b []byte, path string) (string, uint64, error) {
 // leftover temporary files. Offsets past next (possible when a tail whose
 // writes were not synced was lost in a crash) are clamped to next: the
 // offsets beyond it will be reused by new messages the consumer never saw.
-func loadConsumerOffsets(dir string, next uint64) (map[string]uint64, error) {
-	entries, err := os.ReadDir(dir)
+func loadConsumerOffsets(fsys vfs.FS, dir string, next uint64) (map[string]uint64, error) {
+	names, err := fsys.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]uint64, len(entries))
-	for _, e := range entries {
-		path := filepath.Join(dir, e.Name())
-		if strings.HasPrefix(e.Name(), ".") {
-			_ = os.Remove(path) // a crashed atomic write; harmless if it stays
+	out := make(map[string]uint64, len(names))
+	for _, n := range names {
+		path := filepath.Join(dir, n)
+		if strings.HasPrefix(n, ".") {
+			_ = fsys.Remove(path) // a crashed atomic write; harmless if it stays
 			continue
 		}
-		if !e.Type().IsRegular() {
-			continue
+		b, err := vfs.ReadFile(fsys, path)
+		if errors.Is(err, syscall.EISDIR) {
+			continue // not ours
 		}
-		b, err := os.ReadFile(path)
 		if err != nil {
 			return nil, err
 		}
@@ -107,8 +110,8 @@ func loadConsumerOffsets(dir string, next uint64) (map[string]uint64, error) {
 // readIncarnation returns the epoch recorded in dir. A missing directory
 // or file is fs.ErrNotExist; unparsable content is errBadIncarnation. Both
 // mean the directory holds no live incarnation.
-func readIncarnation(dir string) (uint64, error) {
-	b, err := os.ReadFile(filepath.Join(dir, incarnationFile))
+func readIncarnation(fsys vfs.FS, dir string) (uint64, error) {
+	b, err := vfs.ReadFile(fsys, filepath.Join(dir, incarnationFile))
 	if err != nil {
 		return 0, err
 	}
@@ -121,50 +124,32 @@ func readIncarnation(dir string) (uint64, error) {
 
 var errBadIncarnation = errors.New("partition: unparsable incarnation file")
 
-func writeIncarnation(dir string, epoch uint64) error {
-	return writeFileAtomic(dir, incarnationFile, []byte(strconv.FormatUint(epoch, 10)+"\n"))
+func writeIncarnation(fsys vfs.FS, dir string, epoch uint64) error {
+	return vfs.WriteFileAtomic(fsys, filepath.Join(dir, incarnationFile), []byte(strconv.FormatUint(epoch, 10)+"\n"))
 }
 
-// writeFileAtomic replaces dir/name with data durably: write a temporary
-// file in dir, fsync it, rename it over name and fsync dir.
-func writeFileAtomic(dir, name string, data []byte) (err error) {
-	f, err := os.CreateTemp(dir, "."+name+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = os.Remove(tmp)
-		}
-	}()
-	if _, err = f.Write(data); err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
+// readStart returns the start offset recorded in dir, 0 if none is.
+// Unparsable content is a *CorruptError: the file is written atomically,
+// so that is damage, and guessing could resurrect truncated messages or
+// hide live ones.
+func readStart(fsys vfs.FS, dir string) (uint64, error) {
+	path := filepath.Join(dir, startFile)
+	b, err := vfs.ReadFile(fsys, path)
+	if isNotExist(err) {
+		return 0, nil
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if err = os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-		return err
+	start, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, corruptf(path, 0, "unparsable start offset %q", b)
 	}
-	return syncDir(dir)
+	return start, nil
 }
 
-// syncDir fsyncs a directory so entries created, renamed or removed in it
-// survive a crash.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
+func writeStart(fsys vfs.FS, dir string, start uint64) error {
+	return vfs.WriteFileAtomic(fsys, filepath.Join(dir, startFile), []byte(strconv.FormatUint(start, 10)+"\n"))
 }
 
 // isNotExist reports a missing file or directory.

@@ -12,6 +12,7 @@
 //	<dir>/streams/<s>/topics/<t>/partitions/<p>/<base offset, 20 digits>.log
 //	                                           /<base offset, 20 digits>.index
 //	                                           /incarnation (the epoch)
+//	                                           /start (the start offset, once truncated)
 //	                                           /offsets/consumers/<name>
 //	                                           /offsets/groups/
 //
@@ -65,6 +66,56 @@ type Partition interface {
 	Read(from uint64, max int) ([]Message, error)
 	// NextOffset is the offset the next appended message will get.
 	NextOffset() uint64
+	// StartOffset is the first readable offset: 0 until TruncateBefore or
+	// EnforceRetention removes a prefix of the log. Reads below it are
+	// ErrOffsetOutOfRange. StartOffset <= NextOffset always.
+	StartOffset() uint64
+	// Sync makes every message appended so far durable: once it returns
+	// nil they survive a crash of the process or of the machine. Append
+	// itself does not sync (unless FileConfig.Sync is set), so the owner
+	// decides when to pay for it: per topic fsync policy, group commit of
+	// several batches. A message is acknowledged to a producer only after
+	// a Sync that followed its Append returned nil.
+	//
+	// A failed Sync leaves the partition unusable (every later Append,
+	// Sync and TruncateBefore returns the same error): after a failed
+	// fsync the kernel may have dropped the dirty data, so what is durable
+	// is unknown. Close it and Build it again, which recovers the log from
+	// what is on disk. MemStore's Sync does nothing.
+	Sync() error
+	// TruncateBefore makes the messages below offset unreadable and
+	// deletes whatever only they occupy (FileStore: whole segments, never
+	// the active one). The new StartOffset is recorded durably before
+	// anything is deleted, so it survives a reopen. offset at or below
+	// StartOffset is a no-op; offset past NextOffset is
+	// ErrOffsetOutOfRange. Offsets are never reused: NextOffset does not
+	// change, and TruncateBefore(NextOffset()) purges the partition (the
+	// next message still gets NextOffset). Consumer offsets are kept.
+	//
+	// On error StartOffset may already have advanced (the truncation took
+	// effect but not every file was deleted); the deletion is retried by
+	// the next TruncateBefore or EnforceRetention and on reopen.
+	TruncateBefore(offset uint64) error
+	// EnforceRetention removes a prefix of the log by age and by size,
+	// and returns the number of messages removed (StartOffset advances by
+	// that much). Units are removed oldest first, and only as a prefix:
+	//
+	//   - if olderThanMicros != 0, units whose newest message timestamp is
+	//     below olderThanMicros, stopping at the first unit that is not;
+	//   - then, if maxBytes > 0, the oldest units while Size() > maxBytes.
+	//
+	// The unit is a whole non-active segment for FileStore (so the log
+	// never shrinks below its active segment, and a removed segment's
+	// space is returned to the filesystem), a single message for MemStore
+	// (which may remove every message). Removal goes through
+	// TruncateBefore, so it is durable before files are deleted.
+	EnforceRetention(olderThanMicros int64, maxBytes int64) (removed uint64, err error)
+	// Size is the number of bytes the log occupies. FileStore: the sum of
+	// its segments' logical sizes (a prefix hidden by TruncateBefore in
+	// the oldest segment still counts until that segment is deleted).
+	// MemStore: the encoded size of the readable messages (as FileStore
+	// would store them), so byte limits mean the same in both stores.
+	Size() int64
 	// StoreConsumerOffset records a consumer's offset (durably for
 	// FileStore). Storing an offset past NextOffset is ErrOffsetOutOfRange.
 	StoreConsumerOffset(consumer string, offset uint64) error
@@ -86,6 +137,15 @@ type Store interface {
 	// Remove deletes everything the store holds for ns. Removing a
 	// namespace the store does not hold is not an error.
 	Remove(ns metadata.Namespace) error
+}
+
+// Stored is one partition a Store holds, as listed by List.
+type Stored struct {
+	NS metadata.Namespace
+	// Epoch is the incarnation the data was built for; 0 for a partition
+	// directory without a valid incarnation (a half-built or damaged one,
+	// which Build discards).
+	Epoch uint64
 }
 
 var (

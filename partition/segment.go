@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/parkway-io/parkway/internal/vfs"
 )
 
 // Segment files. A segment is <base>.log, its records (see codec.go), and
@@ -51,15 +53,21 @@ func parseSegmentName(name string) (uint64, bool) {
 	return base, err == nil
 }
 
-// listSegments returns the sorted base offsets of the segments in dir.
-func listSegments(dir string) ([]uint64, error) {
-	entries, err := os.ReadDir(dir)
+// listSegments returns the sorted base offsets of the segments in the
+// partition directory, removing leftover temporary files (names starting
+// with ".", from atomic writes a crash interrupted) on the way.
+func (p *filePartition) listSegments() ([]uint64, error) {
+	names, err := p.fs.ReadDir(p.dir)
 	if err != nil {
 		return nil, err
 	}
 	var bases []uint64
-	for _, e := range entries {
-		if base, ok := parseSegmentName(e.Name()); ok && e.Type().IsRegular() {
+	for _, name := range names {
+		if strings.HasPrefix(name, ".") {
+			_ = p.fs.Remove(filepath.Join(p.dir, name)) // harmless if it stays
+			continue
+		}
+		if base, ok := parseSegmentName(name); ok {
 			bases = append(bases, base)
 		}
 	}
@@ -87,8 +95,17 @@ type segment struct {
 	next    uint64 // offset after the last whole record
 	size    int64  // logical size: the end of the last whole record
 	logPath string
-	log     *os.File
-	idx     *os.File // the tail's index file; nil for older segments
+	log     vfs.File
+	idx     vfs.File // the tail's index file; nil for older segments
+
+	// maxTS is the largest message timestamp seen by appends and scans
+	// (math.MinInt64 for none); it is the segment's newest timestamp once
+	// maxTSKnown (every record was seen).
+	maxTS      int64
+	maxTSKnown bool
+	// synced is set when the whole segment is known to be durable: sealed
+	// segments, and a tail that open truncated and fsynced.
+	synced bool
 
 	index        []indexEntry // in memory, so reads never touch the file
 	lastIndexed  int64        // position of the last indexed record, 0 if none
@@ -125,12 +142,13 @@ func (s *segment) seek(from uint64) (int64, uint64) {
 }
 
 // scan walks the records from pos (expected to hold offset off) to end,
-// verifying each and applying the index rule. It stops at end or at an
-// all-zero header (the end of data), returning the logical end and the
-// next offset. A damaged or torn record stops it with a *CorruptError,
-// and the returned end and next are those of the last whole record; any
-// other error is an I/O error. buf is scratch space.
-func (s *segment) scan(pos int64, off uint64, end int64, buf []byte) (int64, uint64, []byte, error) {
+// verifying each, raising maxTS and, if index, applying the index rule.
+// It stops at end or at an all-zero header (the end of data), returning
+// the logical end and the next offset. A damaged or torn record stops it
+// with a *CorruptError, and the returned end and next are those of the
+// last whole record; any other error is an I/O error. buf is scratch
+// space.
+func (s *segment) scan(pos int64, off uint64, end int64, buf []byte, index bool) (int64, uint64, []byte, error) {
 	if want := max(min(scanChunk, end-pos), recordHeaderSize); int64(len(buf)) < want {
 		buf = make([]byte, want)
 	}
@@ -166,13 +184,31 @@ func (s *segment) scan(pos int64, off uint64, end int64, buf []byte) (int64, uin
 			if h.offset != off {
 				return at, off, buf, corruptf(s.logPath, at, "record offset %d, expected %d", h.offset, off)
 			}
-			s.track(off, at)
+			if index {
+				s.track(off, at)
+			}
+			s.maxTS = max(s.maxTS, h.timestamp)
 			off++
 			used += rn
 		}
 		pos += int64(used)
 	}
 	return pos, off, buf, nil
+}
+
+// scanMaxTimestamp reads the whole segment for its newest timestamp.
+// The segment is sealed, so anything but whole records up to its size is
+// damage (*CorruptError).
+func (s *segment) scanMaxTimestamp() (int64, error) {
+	s.maxTS = math.MinInt64
+	end, next, _, err := s.scan(0, s.base, s.size, nil, false)
+	if err == nil && (end != s.size || next != s.next) {
+		err = corruptf(s.logPath, end, "records end at byte %d offset %d, expected byte %d offset %d", end, next, s.size, s.next)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return s.maxTS, nil
 }
 
 // read appends to out up to count messages from offset from, which must be
@@ -230,8 +266,8 @@ func (s *segment) read(from uint64, count int, out []Message) ([]Message, error)
 // loadIndex reads an index file, dropping a torn last entry. A missing
 // file yields no entries. exact is false if the file was missing or had a
 // torn entry, so it needs rewriting.
-func loadIndex(path string) (es []indexEntry, exact bool, err error) {
-	b, err := os.ReadFile(path)
+func loadIndex(fsys vfs.FS, path string) (es []indexEntry, exact bool, err error) {
+	b, err := vfs.ReadFile(fsys, path)
 	if isNotExist(err) {
 		return nil, false, nil
 	}
@@ -262,8 +298,8 @@ func plausibleIndex(es []indexEntry, fileSize int64) bool {
 // writeIndexFile replaces the index file's content with s.index and leaves
 // it open in s.idx if keepOpen. The index is derived data, so a crash
 // halfway is repaired by the next reopen's scan.
-func (s *segment) writeIndexFile(keepOpen bool) error {
-	f, err := os.OpenFile(s.indexPath(), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+func (s *segment) writeIndexFile(fsys vfs.FS, keepOpen bool) error {
+	f, err := fsys.OpenFile(s.indexPath(), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
 	}
@@ -294,5 +330,5 @@ func (s *segment) close() error {
 }
 
 func newSegment(dir string, base uint64) *segment {
-	return &segment{base: base, next: base, logPath: filepath.Join(dir, segmentName(base, logExt))}
+	return &segment{base: base, next: base, logPath: filepath.Join(dir, segmentName(base, logExt)), maxTS: math.MinInt64}
 }

@@ -34,7 +34,21 @@ type Config struct {
 	BackoffMin, BackoffMax time.Duration
 	Logger                 hclog.Logger
 	Metrics                *metrics.Metrics
+	// Defaults fills the fields a topic's configuration leaves zero. An
+	// fsync policy left at FsyncDefault by both resolves to FsyncAlways.
+	Defaults metadata.TopicConfig
+	// RetentionInterval is how often retention is enforced on partitions
+	// that have a bound (default 10 s). It runs even when a pass would
+	// otherwise be skipped: age-based retention changes with time alone.
+	RetentionInterval time.Duration
 }
+
+// DefaultRetentionInterval is how often retention bounds are enforced.
+const DefaultRetentionInterval = 10 * time.Second
+
+// DefaultFsyncInterval is the loss window of FsyncInterval when neither
+// the topic nor the node sets one.
+const DefaultFsyncInterval = time.Second
 
 // cause separates backoffs of the same namespace: a failing delete must not
 // delay the build of its replacement, and vice versa.
@@ -69,6 +83,37 @@ type Partitions struct {
 	ran     bool
 	lastRev uint64
 	lastDid bool
+
+	retain     bool      // some owned partition has a retention bound
+	nextRetain time.Time // when retention is next enforced
+}
+
+// durability resolves info's topic configuration against the defaults.
+func (r *Partitions) durability(info metadata.PartitionInfo) shard.Durability {
+	var tc metadata.TopicConfig
+	if t, ok := r.cfg.Meta.Topic(info.Stream, info.Topic); ok {
+		tc = t.Config
+	}
+	d := r.cfg.Defaults
+	if tc.Fsync != metadata.FsyncDefault {
+		d.Fsync = tc.Fsync
+	}
+	if tc.FsyncInterval != 0 {
+		d.FsyncInterval = tc.FsyncInterval
+	}
+	if tc.RetentionAge != 0 {
+		d.RetentionAge = tc.RetentionAge
+	}
+	if tc.RetentionBytes != 0 {
+		d.RetentionBytes = tc.RetentionBytes
+	}
+	if d.Fsync == metadata.FsyncDefault {
+		d.Fsync = metadata.FsyncAlways
+	}
+	if d.FsyncInterval <= 0 {
+		d.FsyncInterval = DefaultFsyncInterval
+	}
+	return shard.Durability{Fsync: d.Fsync, Interval: d.FsyncInterval, RetentionAge: d.RetentionAge, RetentionBytes: d.RetentionBytes}
 }
 
 // New returns the default reconciler for cfg.Shard.
@@ -94,6 +139,9 @@ func New(cfg Config, table *router.Table) (*Partitions, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.New()
 	}
+	if cfg.RetentionInterval <= 0 {
+		cfg.RetentionInterval = DefaultRetentionInterval
+	}
 	id := cfg.Shard.ID()
 	return &Partitions{
 		cfg:      cfg,
@@ -114,6 +162,11 @@ func New(cfg Config, table *router.Table) (*Partitions, error) {
 func (r *Partitions) Reconcile(ctx context.Context) (Report, error) {
 	snap := r.cfg.Meta.Snapshot()
 	rep := Report{Revision: snap.Revision}
+	if r.retain && !r.cfg.Clock.Now().Before(r.nextRetain) {
+		if err := r.enforceRetention(ctx, &rep); err != nil {
+			return rep, err
+		}
+	}
 	if r.ran && snap.Revision == r.lastRev && !r.lastDid && len(r.backoffs) == 0 && r.cfg.Shard.Parked() == 0 {
 		rep.Skipped = true
 		return rep, nil
@@ -159,7 +212,19 @@ func (r *Partitions) Reconcile(ctx context.Context) (Report, error) {
 			}
 			continue
 		}
+		dur := r.durability(info)
+		if dur.RetentionAge > 0 || dur.RetentionBytes > 0 {
+			if !r.retain {
+				r.retain, r.nextRetain = true, now
+			}
+		}
 		if epoch, ok := st.Owned[info.NS]; ok && epoch == info.CreatedRevision {
+			if st.Durability[info.NS] != dur {
+				if err := r.cfg.Shard.SetDurability(ctx, info.NS, dur); err != nil {
+					return rep, err
+				}
+				rep.Reconfigured++
+			}
 			continue
 		}
 		if r.backedOff(backoffKey{info.NS, causeDelete}) {
@@ -167,7 +232,7 @@ func (r *Partitions) Reconcile(ctx context.Context) (Report, error) {
 			// over its leftovers would mix the two. Wait for the retry.
 			continue
 		}
-		if err := r.build(ctx, info, now, &rep); err != nil {
+		if err := r.build(ctx, info, dur, now, &rep); err != nil {
 			return rep, err
 		}
 	}
@@ -206,7 +271,7 @@ func (r *Partitions) Reconcile(ctx context.Context) (Report, error) {
 
 // build materialises info on this shard (behaviour 13): the store builds
 // the partition off the pump, then the shard takes it on its pump.
-func (r *Partitions) build(ctx context.Context, info metadata.PartitionInfo, now time.Time, rep *Report) error {
+func (r *Partitions) build(ctx context.Context, info metadata.PartitionInfo, want shard.Durability, now time.Time, rep *Report) error {
 	key := backoffKey{info.NS, causeAdd}
 	if !r.due(key, now) {
 		return nil
@@ -216,7 +281,7 @@ func (r *Partitions) build(ctx context.Context, info metadata.PartitionInfo, now
 		r.fail(key, now, rep, "build", err)
 		return nil
 	}
-	if err := r.cfg.Shard.InsertOwned(ctx, p); err != nil {
+	if err := r.cfg.Shard.InsertOwned(ctx, p, want); err != nil {
 		if errors.Is(err, shard.ErrAlreadyOwned) {
 			return nil // a concurrent pass got there; level-triggered, harmless
 		}
@@ -273,4 +338,16 @@ func (r *Partitions) due(key backoffKey, now time.Time) bool {
 func (r *Partitions) backedOff(key backoffKey) bool {
 	_, ok := r.backoffs[key]
 	return ok
+}
+
+// enforceRetention runs the shard's retention pass and schedules the next.
+func (r *Partitions) enforceRetention(ctx context.Context, rep *Report) error {
+	now := r.cfg.Clock.Now()
+	res, err := r.cfg.Shard.EnforceRetention(ctx, now)
+	if err != nil {
+		return err
+	}
+	rep.Retained = res.Messages
+	r.nextRetain = now.Add(r.cfg.RetentionInterval)
+	return nil
 }

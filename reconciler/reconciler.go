@@ -49,11 +49,15 @@ type Report struct {
 	Parked int
 	// Pending is the number of backed-off failures awaiting retry.
 	Pending int
+	// Reconfigured counts partitions whose durability changed.
+	Reconfigured int
+	// Retained counts messages removed by retention.
+	Retained uint64
 }
 
 // DidWork reports whether the pass changed anything.
 func (r Report) DidWork() bool {
-	return r.Built+r.Removed+r.RowsWritten+r.Failed+r.Answered+r.Expired > 0
+	return r.Built+r.Removed+r.RowsWritten+r.Failed+r.Answered+r.Expired+r.Reconfigured > 0 || r.Retained > 0
 }
 
 // Default and limit of the pass period, the reference server's.

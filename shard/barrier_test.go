@@ -108,7 +108,7 @@ func TestBehaviour05RedispatchKeepsArrivalOrderAheadOfInbox(t *testing.T) {
 		newer = append(newer, c)
 	}
 	p := h.build(ns, epoch)
-	op := opInsertOwned(p)
+	op := opInsertOwned(p, noSync)
 	s.ctrl <- op
 	s.Start()
 	if err := <-op.done; err != nil {
@@ -431,7 +431,7 @@ func TestBehaviour17EveryFrameAnsweredExactlyOnce(t *testing.T) {
 			case 4:
 				if _, ok := s.owned[ns]; !ok {
 					rev, _ := h.meta.CreatedRevision(ns)
-					_ = h.step(s, opInsertOwned(h.build(ns, rev)))
+					_ = h.step(s, opInsertOwned(h.build(ns, rev), noSync))
 				}
 			case 5:
 				var e uint64

@@ -27,6 +27,11 @@ func (p *nopPartition) NextOffset() uint64                            { return p
 func (p *nopPartition) StoreConsumerOffset(string, uint64) error      { return nil }
 func (p *nopPartition) ConsumerOffset(string) (uint64, bool, error)   { return 0, false, nil }
 func (p *nopPartition) Close() error                                  { return nil }
+func (p *nopPartition) StartOffset() uint64                           { return 0 }
+func (p *nopPartition) Sync() error                                   { return nil }
+func (p *nopPartition) TruncateBefore(uint64) error                   { return nil }
+func (p *nopPartition) EnforceRetention(int64, int64) (uint64, error) { return 0, nil }
+func (p *nopPartition) Size() int64                                   { return 0 }
 
 // BenchmarkParkRedispatch measures the park → re-dispatch path per frame
 // with 1k and 100k frames parked at once (100 frames per namespace). The
@@ -60,8 +65,9 @@ func BenchmarkParkRedispatch(b *testing.B) {
 				}
 				for _, info := range infos {
 					p := &nopPartition{ns: info.NS, epoch: info.CreatedRevision}
-					s.owned[info.NS] = p
-					s.redispatch(info.NS, p)
+					o := &owned{p: p, dur: noSync}
+					s.owned[info.NS] = o
+					s.redispatch(info.NS, o)
 					delete(s.owned, info.NS)
 					for range perNS {
 						<-reply

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 
 	"github.com/parkway-io/parkway/internal/metrics"
 	"github.com/parkway-io/parkway/metadata"
@@ -29,7 +30,12 @@ func newControl(fn func(s *Shard) error, abandon func()) control {
 	return control{fn: fn, done: make(chan error, 1), abandon: abandon}
 }
 
-func (c control) apply(s *Shard) { c.done <- c.fn(s) }
+// apply runs the operation. The open commit group is closed first: an
+// operation may close or replace a partition that pending acks wait on.
+func (c control) apply(s *Shard) {
+	s.flushGroup()
+	c.done <- c.fn(s)
+}
 
 func (c control) abandonIt() {
 	if c.abandon != nil {
@@ -91,11 +97,11 @@ func (s *Shard) enqueue(ctx context.Context, c control) error {
 // order: those stamped with p.Epoch() or unstamped are delivered, those
 // stamped with another epoch are rejected as stale. If the shard does not
 // take p (closed, ErrAlreadyOwned), p is closed.
-func (s *Shard) InsertOwned(ctx context.Context, p partition.Partition) error {
-	return s.do(ctx, opInsertOwned(p))
+func (s *Shard) InsertOwned(ctx context.Context, p partition.Partition, d Durability) error {
+	return s.do(ctx, opInsertOwned(p, d))
 }
 
-func opInsertOwned(p partition.Partition) control {
+func opInsertOwned(p partition.Partition, d Durability) control {
 	return newControl(func(s *Shard) error {
 		ns := p.Namespace()
 		if _, ok := s.owned[ns]; ok {
@@ -103,11 +109,12 @@ func opInsertOwned(p partition.Partition) control {
 			return fmt.Errorf("%w: %v", ErrAlreadyOwned, ns)
 		}
 		epoch := p.Epoch()
-		s.owned[ns] = p
+		o := &owned{p: p, dur: d}
+		s.owned[ns] = o
 		delete(s.tombstoned, ns)
 		s.table.Set(ns, router.Row{Owner: s.id, Epoch: epoch})
 		s.m.Materialised.Inc()
-		s.redispatch(ns, p)
+		s.redispatch(ns, o)
 		return nil
 	}, func() { _ = p.Close() })
 }
@@ -115,19 +122,19 @@ func opInsertOwned(p partition.Partition) control {
 // redispatch serves ns's parked frames against p, oldest first, before the
 // pump looks at the inbox again, so they stay ahead of newer frames for the
 // same namespace (DESIGN behaviour 5).
-func (s *Shard) redispatch(ns metadata.Namespace, p partition.Partition) {
+func (s *Shard) redispatch(ns metadata.Namespace, o *owned) {
 	q := s.park.take(ns)
 	if q == nil {
 		return
 	}
-	epoch := p.Epoch()
+	epoch := o.p.Epoch()
 	for q.len() > 0 {
 		pf := q.pop()
 		if pf.stamp != 0 && pf.stamp != epoch {
 			s.stale(pf.frame)
 			continue
 		}
-		s.serveOwned(p, pf.frame)
+		s.serveOwned(o, pf.frame)
 	}
 	s.gauges()
 }
@@ -146,18 +153,18 @@ func (s *Shard) Tombstone(ctx context.Context, ns metadata.Namespace) (uint64, e
 
 func opTombstone(ns metadata.Namespace, epoch *uint64) control {
 	return newControl(func(s *Shard) error {
-		p, ok := s.owned[ns]
+		o, ok := s.owned[ns]
 		if !ok {
 			if e, ok := s.tombstoned[ns]; ok {
 				*epoch = e
 			}
 			return nil
 		}
-		*epoch = p.Epoch()
+		*epoch = o.p.Epoch()
 		delete(s.owned, ns)
 		s.tombstoned[ns] = *epoch
 		s.table.Delete(ns, *epoch)
-		if err := p.Close(); err != nil {
+		if err := o.p.Close(); err != nil {
 			s.log.Warn("closing tombstoned partition", "ns", ns, "error", err)
 		}
 		return nil
@@ -316,6 +323,8 @@ func opSweep(verdicts map[metadata.Namespace]Verdict, res *SweepResult) control 
 type State struct {
 	// Owned maps each materialised namespace to its epoch.
 	Owned map[metadata.Namespace]uint64
+	// Durability maps each owned namespace to its durability.
+	Durability map[metadata.Namespace]Durability
 	// Tombstoned maps each namespace mid-teardown to the epoch torn down.
 	Tombstoned map[metadata.Namespace]uint64
 	// Parked lists the parked namespaces in namespace order.
@@ -338,8 +347,10 @@ func (s *Shard) Inspect(ctx context.Context) (State, error) {
 func opInspect(st *State) control {
 	return newControl(func(s *Shard) error {
 		st.Owned = make(map[metadata.Namespace]uint64, len(s.owned))
-		for ns, p := range s.owned {
-			st.Owned[ns] = p.Epoch()
+		st.Durability = make(map[metadata.Namespace]Durability, len(s.owned))
+		for ns, o := range s.owned {
+			st.Owned[ns] = o.p.Epoch()
+			st.Durability[ns] = o.dur
 		}
 		st.Tombstoned = maps.Clone(s.tombstoned)
 		s.park.order.Ascend(func(q *parkQueue) bool {
@@ -352,4 +363,8 @@ func opInspect(st *State) control {
 		st.ParkedFrames, st.ParkedBytes, st.Passes = s.park.frames, s.park.bytes, s.pass
 		return nil
 	}, nil)
+}
+
+func sortedOwned(m map[metadata.Namespace]*owned) []metadata.Namespace {
+	return slices.Sorted(maps.Keys(m))
 }

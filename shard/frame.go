@@ -17,6 +17,10 @@ const (
 	OpPoll
 	OpStoreOffset
 	OpGetOffset
+	// OpTruncate makes messages below Offset unreadable.
+	OpTruncate
+	// OpPurge removes every message (offsets continue, never reused).
+	OpPurge
 
 	// opFlush is Flush's marker frame; it never reaches a partition.
 	opFlush Op = 255
@@ -33,6 +37,10 @@ func (o Op) String() string {
 		return "store_offset"
 	case OpGetOffset:
 		return "get_offset"
+	case OpTruncate:
+		return "truncate"
+	case OpPurge:
+		return "purge"
 	}
 	return "unknown"
 }

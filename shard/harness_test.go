@@ -109,7 +109,7 @@ func (h *harness) step(s *Shard, c control) error {
 
 func (h *harness) insert(s *Shard, p partition.Partition) {
 	h.t.Helper()
-	if err := h.step(s, opInsertOwned(p)); err != nil {
+	if err := h.step(s, opInsertOwned(p, noSync)); err != nil {
 		h.t.Fatal(err)
 	}
 }
@@ -131,6 +131,10 @@ func (h *harness) inspect(s *Shard) State {
 	}
 	return st
 }
+
+// noSync is the durability of the barrier tests: acks are immediate, so
+// stepping a frame answers it at once. Group commit is tested on its own.
+var noSync = Durability{Fsync: metadata.FsyncNever}
 
 // call is one client frame and its reply channel.
 type call struct {

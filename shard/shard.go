@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/parkway-io/parkway/internal/affinity"
+	"github.com/parkway-io/parkway/internal/clock"
 	"github.com/parkway-io/parkway/internal/metrics"
 	"github.com/parkway-io/parkway/internal/run"
 	"github.com/parkway-io/parkway/metadata"
@@ -44,6 +46,8 @@ type Config struct {
 	Logger hclog.Logger
 	// Metrics receives counters (default: a private, unregistered set).
 	Metrics *metrics.Metrics
+	// Clock times interval fsyncs (default: the wall clock).
+	Clock clock.Clock
 }
 
 // Validate reports every problem with c.
@@ -93,8 +97,13 @@ type Shard struct {
 	startOnce sync.Once
 	closeOnce sync.Once
 
+	clock clock.Clock
+
 	// Pump-owned state: touched only by the pump goroutine.
-	owned      map[metadata.Namespace]partition.Partition
+	owned      map[metadata.Namespace]*owned
+	pending    []pendingAck                  // acks waiting for the group's fsync
+	syncTimer  clock.Timer                   // interval-policy fsync timer, armed while needed
+	syncAt     time.Time                     // when syncTimer fires; zero when disarmed
 	tombstoned map[metadata.Namespace]uint64 // ns → epoch being torn down
 	park       *parkBuffer
 	pass       uint64 // sweeps applied
@@ -125,6 +134,9 @@ func New(cfg Config, meta *metadata.Store, rt *router.Router[Frame]) (*Shard, er
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.New()
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
 	s := &Shard{
 		id:         cfg.ID,
 		cfg:        cfg,
@@ -136,7 +148,8 @@ func New(cfg Config, meta *metadata.Store, rt *router.Router[Frame]) (*Shard, er
 		inbox:      make(chan Frame, cfg.InboxSize),
 		ctrl:       make(chan control, cfg.ControlSize),
 		group:      run.NewGroup(),
-		owned:      make(map[metadata.Namespace]partition.Partition),
+		clock:      cfg.Clock,
+		owned:      make(map[metadata.Namespace]*owned),
 		tombstoned: make(map[metadata.Namespace]uint64),
 		park:       newParkBuffer(cfg.Park),
 	}
@@ -228,12 +241,18 @@ func (s *Shard) pump(ctx context.Context) {
 		}
 	}
 	done := ctx.Done()
+	defer func() {
+		if s.syncTimer != nil {
+			s.syncTimer.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-done:
 			return
 		case c := <-s.ctrl:
 			c.apply(s)
+			s.maybeFlush()
 			continue
 		default:
 		}
@@ -244,7 +263,19 @@ func (s *Shard) pump(ctx context.Context) {
 			c.apply(s)
 		case f := <-s.inbox:
 			s.handle(f)
+		case <-s.syncC():
+			s.syncDue()
 		}
+		s.maybeFlush()
+	}
+}
+
+// maybeFlush closes the commit group when nothing else is waiting in the
+// inbox (the pump is about to block, so waiting longer only adds latency)
+// or when the group is full.
+func (s *Shard) maybeFlush() {
+	if len(s.pending) > 0 && (len(s.inbox) == 0 || len(s.pending) >= maxGroup) {
+		s.flushGroup()
 	}
 }
 
@@ -271,8 +302,9 @@ func (s *Shard) shutdown() {
 	})
 	s.park = newParkBuffer(s.cfg.Park)
 	s.gauges()
-	for ns, p := range s.owned {
-		if err := p.Close(); err != nil {
+	s.flushGroup()
+	for ns, o := range s.owned {
+		if err := o.p.Close(); err != nil {
 			s.log.Warn("closing partition", "ns", ns, "error", err)
 		}
 	}
@@ -286,8 +318,8 @@ func (s *Shard) handle(f Frame) {
 		return
 	}
 	ns := f.Req.NS
-	if p, ok := s.owned[ns]; ok {
-		s.serveOwned(p, f)
+	if o, ok := s.owned[ns]; ok {
+		s.serveOwned(o, f)
 		return
 	}
 	if _, ok := s.tombstoned[ns]; ok {
@@ -312,8 +344,8 @@ func (s *Shard) handle(f Frame) {
 }
 
 // serveOwned applies the incarnation fences and serves f.
-func (s *Shard) serveOwned(p partition.Partition, f Frame) {
-	epoch := p.Epoch()
+func (s *Shard) serveOwned(o *owned, f Frame) {
+	epoch := o.p.Epoch()
 	if f.Req.Epoch != 0 && f.Req.Epoch != epoch {
 		s.stale(f)
 		return
@@ -325,15 +357,26 @@ func (s *Shard) serveOwned(p partition.Partition, f Frame) {
 		s.deny(f, metrics.DenyIncarnation, errIncarnation)
 		return
 	}
-	s.answer(f, serve(p, f.Req))
+	if f.Req.Op == OpProduce {
+		first, err := o.p.Append(f.Req.Messages)
+		if err != nil {
+			s.answer(f, Response{Err: err})
+			return
+		}
+		s.appended(o, f, Response{Offset: first})
+		return
+	}
+	if o.dirty && o.dur.always() {
+		// Never show a reader what has not been acknowledged: close the
+		// group (sync and ack) before reading past it.
+		s.flushGroup()
+	}
+	s.answer(f, serve(o.p, f.Req))
 }
 
-// serve runs a request against its partition.
+// serve runs a non-produce request against its partition.
 func serve(p partition.Partition, r *Request) Response {
 	switch r.Op {
-	case OpProduce:
-		first, err := p.Append(r.Messages)
-		return Response{Err: err, Offset: first}
 	case OpPoll:
 		from := r.Offset
 		if r.UseConsumer {
@@ -344,7 +387,7 @@ func serve(p partition.Partition, r *Request) Response {
 			if ok {
 				from = off
 			} else {
-				from = 0
+				from = p.StartOffset()
 			}
 		}
 		msgs, err := p.Read(from, r.Count)
@@ -358,6 +401,10 @@ func serve(p partition.Partition, r *Request) Response {
 	case OpGetOffset:
 		off, ok, err := p.ConsumerOffset(r.Consumer)
 		return Response{Err: err, Offset: off, Found: ok}
+	case OpTruncate:
+		return Response{Err: p.TruncateBefore(r.Offset), Offset: p.StartOffset()}
+	case OpPurge:
+		return Response{Err: p.TruncateBefore(p.NextOffset()), Offset: p.StartOffset()}
 	}
 	return Response{Err: fmt.Errorf("parkway: unknown op %d", r.Op)}
 }

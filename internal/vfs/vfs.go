@@ -1,0 +1,142 @@
+// Package vfs is the filesystem seam: every file parkway touches goes
+// through an FS, so tests can swap the operating system for an in-memory
+// filesystem that loses un-synced data on a simulated crash, or for one
+// that fails chosen operations (in the spirit of pebble's vfs and errorfs).
+//
+// Three implementations exist: Default (the operating system), MemFS
+// (in memory, with crash semantics; see NewMem) and errorfs.New (a
+// wrapper around any FS that injects errors and torn writes).
+//
+// Durability contract, which every caller must follow to be crash-correct
+// on a real disk (MemFS enforces it): a file's data survives a crash only
+// up to its last File.Sync; a directory entry created, renamed into or
+// removed from a directory survives a crash only after SyncDir of that
+// directory.
+package vfs
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// File is an open file.
+type File interface {
+	io.Reader
+	io.ReaderAt
+	io.Writer
+	io.WriterAt
+	io.Closer
+	// Name is the path the file was opened with.
+	Name() string
+	// Stat describes the file.
+	Stat() (os.FileInfo, error)
+	// Sync makes the file's written data durable.
+	Sync() error
+	// Truncate changes the file's size.
+	Truncate(size int64) error
+	// Preallocate reserves [off, off+n) on disk without changing the
+	// file's size (fallocate with FALLOC_FL_KEEP_SIZE). Filesystems that
+	// cannot do it return an error matching errors.ErrUnsupported; callers
+	// treat that as a no-op.
+	Preallocate(off, n int64) error
+}
+
+// FS is a filesystem. Paths are slash- or OS-separated as for package os.
+type FS interface {
+	// OpenFile opens a file as os.OpenFile does.
+	OpenFile(name string, flag int, perm os.FileMode) (File, error)
+	// Remove removes a file or an empty directory.
+	Remove(name string) error
+	// RemoveAll removes a path and everything below it; a missing path is
+	// not an error.
+	RemoveAll(name string) error
+	// Rename renames a file, replacing the target atomically.
+	Rename(oldname, newname string) error
+	// MkdirAll creates a directory and its parents.
+	MkdirAll(dir string, perm os.FileMode) error
+	// ReadDir lists a directory's entry names, sorted.
+	ReadDir(dir string) ([]string, error)
+	// Stat describes a path.
+	Stat(name string) (os.FileInfo, error)
+	// SyncDir makes a directory's entries durable: files created, renamed
+	// into or removed from it survive a crash only after SyncDir.
+	SyncDir(dir string) error
+}
+
+// ReadFile returns the whole content of the named file.
+func ReadFile(fs FS, name string) (_ []byte, err error) {
+	f, err := fs.OpenFile(name, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	var size int64
+	if fi, err := f.Stat(); err == nil {
+		size = fi.Size()
+	}
+	buf := make([]byte, 0, size+1) // +1: see EOF without growing
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := f.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// WriteFileAtomic replaces name with data durably and atomically: after a
+// crash the file holds the old content or data, never a mix, and once it
+// returns nil the new content survives a crash. It writes a temporary file
+// "."+base(name)+".tmp" in the same directory, fsyncs and closes it,
+// renames it over name and fsyncs the directory. On failure the temporary
+// file is removed (best effort); one left behind by a crash starts with
+// "." so callers can recognise and remove it.
+//
+// Two concurrent WriteFileAtomic calls for the same name share the
+// temporary file and must not happen.
+func WriteFileAtomic(fs FS, name string, data []byte) (err error) {
+	dir, base := filepath.Split(name)
+	tmp := filepath.Join(dir, "."+base+".tmp")
+	f, err := fs.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = fs.Remove(tmp)
+		}
+	}()
+	if _, err = f.Write(data); err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err = fs.Rename(tmp, name); err != nil {
+		return err
+	}
+	if dir == "" {
+		dir = "."
+	}
+	return fs.SyncDir(dir)
+}
+
+// IsUnsupported reports whether err says the filesystem cannot do the
+// operation (errors.ErrUnsupported), which callers of File.Preallocate
+// treat as success.
+func IsUnsupported(err error) bool { return errors.Is(err, errors.ErrUnsupported) }

@@ -1,0 +1,390 @@
+// Package wal is an append-only log of records on a vfs.FS: the write-ahead
+// log of parkway's metadata (and anything else small enough to be read
+// whole on open).
+//
+// # Format
+//
+// A log is one file of back-to-back records, with no file header:
+//
+//	length  uint32, little endian: the number of data bytes
+//	crc     uint32, little endian: CRC-32C (Castagnoli) of the 4 length
+//	        bytes followed by the data
+//	data    length bytes
+//
+// The checksum covers the length too, so a corrupt length is caught rather
+// than followed. An all-zero header never validates (the CRC-32C of four
+// zero bytes is not zero), so zero-filled tails read as garbage, not as
+// empty records. Records are numbered: the first has Options.FirstIndex, each
+// next one the index after.
+//
+// # Recovery
+//
+// Open reads the whole file and validates every record. Whatever follows the
+// last valid record is a torn write if no valid record can be found anywhere
+// after it: a partial record, a record with a bad checksum, zeros, garbage.
+// Open truncates it away, so the next append lands right behind the last
+// good record. Open always syncs the file before returning, so the records
+// it found are durable even if a previous process wrote them and died before
+// its own sync (they may have been only in the page cache); callers can act
+// on what Replay returns. (After a failed fsync, Linux may report later
+// fsyncs as successful for pages it dropped; no user-space log can detect
+// that, and this one does not try.) If a valid record does
+// follow the first bad one, the damage is in the middle of the log: records
+// that were once acknowledged would be lost by truncating, so Open refuses
+// with a *CorruptError (errors.Is(err, ErrCorrupt)) and changes nothing.
+// (A torn final record whose data happens to contain a valid frame is thus
+// reported as corruption: Open errs on the side of never dropping a record.)
+//
+// # Write failures
+//
+// Append writes each framed record with one WriteAt at the end of the log.
+// If that write fails, the log truncates the file back to its last good
+// size; if the truncation fails too, the log is broken. A failed Sync always
+// breaks the log: after a failed fsync the kernel may have dropped the dirty
+// pages and a retry can report success for data that is gone, so nothing
+// written since the last good Sync can be trusted. A broken log refuses
+// Append and Sync with an error matching ErrBroken until it is closed and
+// reopened (Open then recovers whatever reached the disk).
+//
+// A Log is not safe for concurrent use.
+package wal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/parkway-io/parkway/internal/vfs"
+)
+
+const (
+	// HeaderSize is the size of a record's header.
+	HeaderSize = 8
+	// DefaultMaxRecordSize is the default bound on a record's data.
+	DefaultMaxRecordSize = 16 << 20
+)
+
+var (
+	// ErrCorrupt reports a log damaged in a way recovery must not repair:
+	// a bad record followed by a valid one. The error is a *CorruptError.
+	ErrCorrupt = errors.New("wal: corrupt log")
+	// ErrBroken reports a log that refuses writes after a failure it could
+	// not undo (see the package documentation).
+	ErrBroken = errors.New("wal: log broken by an earlier failure")
+	// ErrTooLarge reports an Append of more than Options.MaxRecordSize
+	// bytes. It does not break the log.
+	ErrTooLarge = errors.New("wal: record too large")
+	// ErrClosed reports use of a closed log.
+	ErrClosed = errors.New("wal: log closed")
+)
+
+// CorruptError locates corruption in the middle of a log.
+type CorruptError struct {
+	Path   string
+	Offset int64 // offset of the first bad record
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("wal: corrupt log %s: bad record at offset %d is followed by valid records", e.Path, e.Offset)
+}
+
+// Is reports whether target is ErrCorrupt.
+func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
+
+// Options configures a log.
+type Options struct {
+	// FirstIndex is the index of the log's first record.
+	FirstIndex uint64
+	// MaxRecordSize bounds a record's data, at most 1<<31; zero means
+	// DefaultMaxRecordSize. Open treats a record claiming more as
+	// garbage, so it must not shrink between runs.
+	MaxRecordSize int
+}
+
+// Log is an open log file.
+type Log struct {
+	fs     vfs.FS
+	path   string
+	f      vfs.File
+	first  uint64
+	max    int
+	n      uint64 // records
+	size   int64  // bytes of valid records
+	broken error  // why writes are refused, or nil
+	closed bool
+}
+
+// Create creates a new, empty log at path (failing if something exists
+// there) and makes it durable: the file is synced, and so is its directory,
+// so the log survives a crash from the moment Create returns.
+func Create(fs vfs.FS, path string, opts Options) (*Log, error) {
+	if err := opts.check(); err != nil {
+		return nil, err
+	}
+	f, err := fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("wal: create %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("wal: create %s: sync: %w", path, err)
+	}
+	if err := fs.SyncDir(filepath.Dir(path)); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("wal: create %s: sync directory: %w", path, err)
+	}
+	return &Log{fs: fs, path: path, f: f, first: opts.FirstIndex, max: opts.max()}, nil
+}
+
+// Open opens an existing log and recovers it (see the package
+// documentation): a torn tail is truncated away and the truncation synced;
+// corruption in the middle is a *CorruptError.
+func Open(fs vfs.FS, path string, opts Options) (*Log, error) {
+	if err := opts.check(); err != nil {
+		return nil, err
+	}
+	f, err := fs.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("wal: open %s: %w", path, err)
+	}
+	l := &Log{fs: fs, path: path, f: f, first: opts.FirstIndex, max: opts.max()}
+	if err := l.recover(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *Log) recover() error {
+	b, err := readAll(l.f)
+	if err != nil {
+		return fmt.Errorf("wal: open %s: %w", l.path, err)
+	}
+	n, good, tail := scan(b, l.max, nil)
+	if tail == tailCorrupt {
+		return &CorruptError{Path: l.path, Offset: int64(good)}
+	}
+	l.n, l.size = n, int64(good)
+	if tail == tailTorn {
+		if err := l.f.Truncate(l.size); err != nil {
+			return fmt.Errorf("wal: open %s: truncate torn tail at %d: %w", l.path, l.size, err)
+		}
+	}
+	// Sync even with nothing truncated: the records just read may still be
+	// only in the page cache (a previous process wrote them and died, or
+	// its fsync failed), and a caller acts on what Replay returns.
+	if err := l.f.Sync(); err != nil {
+		return fmt.Errorf("wal: open %s: sync: %w", l.path, err)
+	}
+	return nil
+}
+
+// Path returns the log's path.
+func (l *Log) Path() string { return l.path }
+
+// FirstIndex returns the index of the first record.
+func (l *Log) FirstIndex() uint64 { return l.first }
+
+// NextIndex returns the index the next Append will get.
+func (l *Log) NextIndex() uint64 { return l.first + l.n }
+
+// Len returns the number of records.
+func (l *Log) Len() uint64 { return l.n }
+
+// Size returns the log's size in bytes: the end of its last good record.
+func (l *Log) Size() int64 { return l.size }
+
+// Err returns why the log is broken, or nil.
+func (l *Log) Err() error { return l.broken }
+
+// Append writes one record behind the last and returns its index. The
+// record is durable only after a successful Sync.
+func (l *Log) Append(data []byte) (uint64, error) {
+	if err := l.usable(); err != nil {
+		return 0, err
+	}
+	if len(data) > l.max {
+		return 0, fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, len(data), l.max)
+	}
+	rec := appendRecord(make([]byte, 0, HeaderSize+len(data)), data)
+	if _, err := l.f.WriteAt(rec, l.size); err != nil {
+		werr := fmt.Errorf("wal: append to %s: %w", l.path, err)
+		// Cut off whatever part of the record reached the file, so the
+		// next append is not written behind an unknown tail.
+		if terr := l.f.Truncate(l.size); terr != nil {
+			l.broken = errors.Join(werr, fmt.Errorf("wal: truncate %s back to %d: %w", l.path, l.size, terr))
+			return 0, fmt.Errorf("%w: %w", ErrBroken, l.broken)
+		}
+		return 0, werr
+	}
+	idx := l.first + l.n
+	l.n++
+	l.size += int64(len(rec))
+	return idx, nil
+}
+
+// Sync makes every appended record durable. A failure breaks the log.
+func (l *Log) Sync() error {
+	if err := l.usable(); err != nil {
+		return err
+	}
+	if err := l.f.Sync(); err != nil {
+		l.broken = fmt.Errorf("wal: sync %s: %w", l.path, err)
+		return l.broken
+	}
+	return nil
+}
+
+func (l *Log) usable() error {
+	switch {
+	case l.closed:
+		return ErrClosed
+	case l.broken != nil:
+		return fmt.Errorf("%w: %w", ErrBroken, l.broken)
+	}
+	return nil
+}
+
+// Replay reads the log's records from the file and calls fn with each, in
+// order, stopping at the first error fn returns (which Replay returns). The
+// data slice is fn's to keep. It reads what was appended, synced or not; a
+// record that no longer validates is a *CorruptError.
+func (l *Log) Replay(fn func(index uint64, data []byte) error) error {
+	if l.closed {
+		return ErrClosed
+	}
+	b, err := readAt(l.f, l.size)
+	if err != nil {
+		return fmt.Errorf("wal: replay %s: %w", l.path, err)
+	}
+	var ferr error
+	n, good, _ := scan(b, l.max, func(i uint64, data []byte) bool {
+		ferr = fn(l.first+i, data)
+		return ferr == nil
+	})
+	if ferr != nil {
+		return ferr
+	}
+	if n != l.n || int64(good) != l.size {
+		return &CorruptError{Path: l.path, Offset: int64(good)}
+	}
+	return nil
+}
+
+// Close closes the file. It does not sync.
+func (l *Log) Close() error {
+	if l.closed {
+		return ErrClosed
+	}
+	l.closed = true
+	return l.f.Close()
+}
+
+func (o Options) check() error {
+	if o.MaxRecordSize < 0 || int64(o.MaxRecordSize) > 1<<31 {
+		return fmt.Errorf("wal: MaxRecordSize %d out of range 0..%d", o.MaxRecordSize, 1<<31)
+	}
+	return nil
+}
+
+func (o Options) max() int {
+	if o.MaxRecordSize == 0 {
+		return DefaultMaxRecordSize
+	}
+	return o.MaxRecordSize
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// appendRecord appends data, framed, to dst.
+func appendRecord(dst, data []byte) []byte {
+	var h [HeaderSize]byte
+	binary.LittleEndian.PutUint32(h[:4], uint32(len(data)))
+	crc := crc32.Update(crc32.Checksum(h[:4], castagnoli), castagnoli, data)
+	binary.LittleEndian.PutUint32(h[4:], crc)
+	return append(append(dst, h[:]...), data...)
+}
+
+// decodeRecord decodes the record at the start of b: its data and its
+// framed size, or ok false if b does not start with a valid record.
+func decodeRecord(b []byte, max int) (data []byte, size int, ok bool) {
+	if len(b) < HeaderSize {
+		return nil, 0, false
+	}
+	n := binary.LittleEndian.Uint32(b[:4])
+	if uint64(n) > uint64(max) || uint64(n) > uint64(len(b)-HeaderSize) {
+		return nil, 0, false
+	}
+	end := HeaderSize + int(n)
+	crc := crc32.Update(crc32.Checksum(b[:4], castagnoli), castagnoli, b[HeaderSize:end])
+	if crc != binary.LittleEndian.Uint32(b[4:8]) {
+		return nil, 0, false
+	}
+	return b[HeaderSize:end:end], end, true
+}
+
+type tailKind int
+
+const (
+	tailClean   tailKind = iota // b ends at a record boundary
+	tailTorn                    // garbage after the last valid record, and nothing valid in it
+	tailCorrupt                 // a bad record followed, somewhere, by a valid one
+)
+
+// scan walks the records of b, calling fn (if not nil) with each record's
+// position and data until fn returns false. It returns the number of valid
+// records, the offset just past the last of them, and what follows. It never
+// panics, whatever b holds.
+func scan(b []byte, max int, fn func(i uint64, data []byte) bool) (n uint64, good int, tail tailKind) {
+	for good < len(b) {
+		data, size, ok := decodeRecord(b[good:], max)
+		if !ok {
+			break
+		}
+		if fn != nil && !fn(n, data) {
+			return n, good, tailClean
+		}
+		n++
+		good += size
+	}
+	if good == len(b) {
+		return n, good, tailClean
+	}
+	// The record at good is bad. If a valid record starts anywhere after
+	// it, the damage is in the middle.
+	for off := good + 1; off+HeaderSize <= len(b); off++ {
+		if _, _, ok := decodeRecord(b[off:], max); ok {
+			return n, good, tailCorrupt
+		}
+	}
+	return n, good, tailTorn
+}
+
+// readAll reads the whole file.
+func readAll(f vfs.File) ([]byte, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	return readAt(f, fi.Size())
+}
+
+// readAt reads the first size bytes of f.
+func readAt(f vfs.File, size int64) ([]byte, error) {
+	if size < 0 || int64(int(size)) != size {
+		return nil, fmt.Errorf("file size %d out of range", size)
+	}
+	b := make([]byte, size)
+	if size == 0 {
+		return b, nil
+	}
+	n, err := f.ReadAt(b, 0)
+	if err != nil && !(errors.Is(err, io.EOF) && n == len(b)) {
+		return nil, err
+	}
+	return b, nil
+}

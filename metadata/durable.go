@@ -1,0 +1,425 @@
+package metadata
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/parkway-io/parkway/internal/vfs"
+	"github.com/parkway-io/parkway/internal/wal"
+)
+
+// DefaultSnapshotEvery is the default number of logged commands between
+// two snapshots.
+const DefaultSnapshotEvery = 1024
+
+var (
+	// ErrLogBroken reports a Durable that refuses commands because an
+	// earlier write to its log or snapshot failed: what reached the disk
+	// is unknown, and nothing may be appended behind an unknown tail.
+	// Reopening (OpenDurable) recovers what is durable.
+	ErrLogBroken = errors.New("parkway: metadata log broken")
+	// ErrCorruptLog reports persisted metadata that OpenDurable cannot
+	// load without losing acknowledged commands: a log damaged in the
+	// middle, a gap between snapshot and log, a record that does not
+	// decode.
+	ErrCorruptLog = errors.New("parkway: corrupt metadata log")
+	// ErrDurableClosed reports an Apply on a closed Durable.
+	ErrDurableClosed = errors.New("parkway: metadata log closed")
+)
+
+// DurableOptions configures a Durable.
+type DurableOptions struct {
+	// SnapshotEvery is the number of logged commands after which Apply
+	// writes a snapshot and starts a new log; 0 means
+	// DefaultSnapshotEvery. Failed commands count: they are logged too.
+	SnapshotEvery int
+}
+
+// Durable is a Store persisted in a directory, the way a consensus log
+// would persist it: every command is appended to a write-ahead log and
+// fsynced before it is applied, and every SnapshotEvery commands the whole
+// state is written to a snapshot and the log starts afresh.
+//
+// # Files
+//
+//	<dir>/snapshot-<revision, 20 digits>   the newest snapshot (see below)
+//	<dir>/wal-<first index, 20 digits>     the log after it (package wal)
+//
+// Commands are numbered from 1 in log order (their index); a snapshot file
+// records the index of the last command it covers. A snapshot is written
+// with vfs.WriteFileAtomic; only once it is durable is the next log created
+// (synced, directory synced), and only then are older snapshots and logs
+// removed. A crash at any point therefore leaves a snapshot whose log
+// continues it, possibly alongside files that OpenDurable skips.
+//
+// A snapshot file is: "PWMS", a version byte (1), the index (8 bytes,
+// little endian), EncodeSnapshot's bytes, and a CRC-32C (4 bytes, little
+// endian) of everything before it.
+//
+// # Recovery
+//
+// OpenDurable restores the newest snapshot that decodes and validates
+// (falling back to older ones), then replays the log records after its
+// index, ignoring the commands' errors: a command that failed when it was
+// first applied fails identically on replay. The log's torn tail, if any,
+// is truncated (package wal). Replay uses the Config given to OpenDurable;
+// partition owners are recomputed with it, as in Restore.
+//
+// Only Apply may change the store: a command applied directly to Store()
+// is not logged and is lost on restart.
+//
+// A Durable is safe for concurrent use; Applies are serialised.
+type Durable struct {
+	fs    vfs.FS
+	dir   string
+	every uint64
+	store *Store
+
+	mu        sync.Mutex
+	log       *wal.Log
+	applied   uint64 // index of the last logged command
+	snapIndex uint64 // index covered by the newest durable snapshot
+	broken    error
+	closed    bool
+}
+
+const (
+	snapshotPrefix = "snapshot-"
+	walPrefix      = "wal-"
+	snapshotMagic  = "PWMS"
+	snapshotFileV1 = 1
+)
+
+// OpenDurable opens (creating it if needed) the persisted metadata in dir
+// and loads it into a new store. See Durable.
+func OpenDurable(fs vfs.FS, dir string, cfg Config, opts DurableOptions) (*Durable, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.SnapshotEvery < 0 {
+		return nil, fmt.Errorf("parkway: DurableOptions.SnapshotEvery is %d, must be >= 0", opts.SnapshotEvery)
+	}
+	every := uint64(opts.SnapshotEvery)
+	if every == 0 {
+		every = DefaultSnapshotEvery
+	}
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("parkway: metadata dir: %w", err)
+	}
+	if err := fs.SyncDir(filepath.Dir(filepath.Clean(dir))); err != nil {
+		return nil, fmt.Errorf("parkway: metadata dir: %w", err)
+	}
+	names, err := fs.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("parkway: metadata dir: %w", err)
+	}
+	var snaps, wals []uint64
+	for _, name := range names {
+		if n, ok := parseName(name, snapshotPrefix); ok {
+			snaps = append(snaps, n)
+		} else if n, ok := parseName(name, walPrefix); ok {
+			wals = append(wals, n)
+		} else if strings.HasPrefix(name, "."+snapshotPrefix) && strings.HasSuffix(name, ".tmp") {
+			// A crashed WriteFileAtomic's leftover: never needed.
+			_ = fs.Remove(filepath.Join(dir, name))
+		}
+	}
+	d := &Durable{fs: fs, dir: dir, every: every}
+	if err := d.load(cfg, snaps, wals); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// load restores the newest usable snapshot and replays the log after it.
+func (d *Durable) load(cfg Config, snaps, wals []uint64) error {
+	slices.Sort(snaps)
+	slices.Sort(wals)
+	var base uint64 // index covered by the snapshot
+	var skipped []error
+	for _, rev := range slices.Backward(snaps) {
+		path := filepath.Join(d.dir, snapshotName(rev))
+		b, err := vfs.ReadFile(d.fs, path)
+		if err != nil {
+			return fmt.Errorf("parkway: read metadata snapshot: %w", err)
+		}
+		index, snap, err := decodeSnapshotFile(b)
+		if err == nil && snap.Revision != rev {
+			err = fmt.Errorf("%w: holds revision %d", ErrInvalidSnapshot, snap.Revision)
+		}
+		var s *Store
+		if err == nil {
+			s, err = Restore(cfg, snap)
+		}
+		if err != nil {
+			if !errors.Is(err, ErrInvalidEncoding) && !errors.Is(err, ErrInvalidSnapshot) {
+				return fmt.Errorf("parkway: restore %s: %w", path, err)
+			}
+			skipped = append(skipped, fmt.Errorf("%s: %w", path, err))
+			continue
+		}
+		d.store, base = s, index
+		break
+	}
+	if d.store == nil {
+		s, err := NewStore(cfg)
+		if err != nil {
+			return err
+		}
+		d.store = s
+	}
+	corrupt := func(format string, args ...any) error {
+		return errors.Join(append([]error{fmt.Errorf("%w: %s: %s", ErrCorruptLog, d.dir, fmt.Sprintf(format, args...))}, skipped...)...)
+	}
+
+	// Logs wholly covered by the snapshot (the next log starts at or
+	// before base+1) are not needed; the rest must chain without gaps.
+	next := base + 1 // index of the next command to replay
+	for len(wals) > 1 && wals[1] <= next {
+		wals = wals[1:]
+	}
+	if len(wals) > 0 && wals[0] > next {
+		return corrupt("the log starts at index %d, the snapshot covers up to %d", wals[0], base)
+	}
+	for i, first := range wals {
+		if first != next && i > 0 {
+			return corrupt("log %s starts at index %d, want %d", walName(first), first, next)
+		}
+		l, err := wal.Open(d.fs, filepath.Join(d.dir, walName(first)), wal.Options{FirstIndex: first})
+		if err != nil {
+			if errors.Is(err, wal.ErrCorrupt) {
+				return corrupt("%v", err)
+			}
+			return fmt.Errorf("parkway: open metadata log: %w", err)
+		}
+		err = l.Replay(func(index uint64, data []byte) error {
+			if index < next {
+				return nil // covered by the snapshot
+			}
+			cmd, err := DecodeCommand(data)
+			if err != nil {
+				return corrupt("record %d of %s: %v", index, l.Path(), err)
+			}
+			d.store.Apply(cmd) //nolint:errcheck // it failed the first time too
+			next = index + 1
+			return nil
+		})
+		if err != nil {
+			l.Close()
+			if errors.Is(err, wal.ErrCorrupt) {
+				return corrupt("%v", err)
+			}
+			return err
+		}
+		if i == len(wals)-1 && l.NextIndex() == next {
+			d.log = l // append behind the last record
+		} else {
+			l.Close()
+		}
+	}
+	d.applied, d.snapIndex = next-1, base
+	if d.log == nil {
+		// No log, or the last one ends before the snapshot (it covered
+		// it): start the one after the snapshot.
+		l, err := wal.Create(d.fs, filepath.Join(d.dir, walName(next)), wal.Options{FirstIndex: next})
+		if err != nil {
+			return fmt.Errorf("parkway: create metadata log: %w", err)
+		}
+		d.log = l
+	}
+	// A previous run may have created files (a log, a snapshot) and
+	// failed or crashed before syncing the directory: make every entry
+	// this run builds on durable before appending behind it.
+	if err := d.fs.SyncDir(d.dir); err != nil {
+		d.log.Close()
+		return fmt.Errorf("parkway: metadata dir: %w", err)
+	}
+	return nil
+}
+
+// Store returns the store. Read it freely; change it only through Apply.
+func (d *Durable) Store() *Store { return d.store }
+
+// Apply logs the command, syncs the log, then applies it to the store, and
+// returns what the store's Apply returned: a command is logged whether or
+// not it then fails, exactly as a consensus log would hold it.
+//
+// If the log append or sync fails, Apply returns that error, the store is
+// unchanged, and the Durable is broken: every later Apply fails with
+// ErrLogBroken until it is reopened. After every SnapshotEvery logged
+// commands Apply also writes a snapshot and starts a new log; if that fails,
+// the command itself has still succeeded (it is durable and applied) and its
+// result is returned, but the Durable is broken likewise (see Err).
+//
+// Commands that fail whatever the state (nil, foreign, or with a name longer
+// than MaxNameLength) go straight to the store, unlogged: they change
+// nothing.
+func (d *Durable) Apply(cmd Command) (Result, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case d.closed:
+		return Result{}, ErrDurableClosed
+	case d.broken != nil:
+		return Result{}, fmt.Errorf("%w: %w", ErrLogBroken, d.broken)
+	}
+	c, ok := deref(cmd)
+	if !ok || hasLongName(c) {
+		return d.store.Apply(cmd)
+	}
+	b, err := EncodeCommand(c)
+	if err != nil {
+		return Result{}, err
+	}
+	if _, err := d.log.Append(b); err != nil {
+		d.broken = err
+		return Result{}, fmt.Errorf("parkway: metadata log: %w", err)
+	}
+	if err := d.log.Sync(); err != nil {
+		d.broken = err
+		return Result{}, fmt.Errorf("parkway: metadata log: %w", err)
+	}
+	d.applied++
+	res, applyErr := d.store.Apply(c)
+	if d.applied-d.snapIndex >= d.every {
+		if err := d.snapshot(); err != nil {
+			d.broken = fmt.Errorf("parkway: metadata snapshot: %w", err)
+		}
+	}
+	return res, applyErr
+}
+
+// Err returns why the Durable is broken, or nil.
+func (d *Durable) Err() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.broken
+}
+
+// Close closes the log. The store stays readable; Apply fails with
+// ErrDurableClosed. Closing twice returns ErrDurableClosed.
+func (d *Durable) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return ErrDurableClosed
+	}
+	d.closed = true
+	return d.log.Close()
+}
+
+// snapshot writes a snapshot at d.applied, starts the log after it and
+// removes the files it supersedes. d.mu must be held.
+func (d *Durable) snapshot() error {
+	snap := d.store.Export()
+	b, err := encodeSnapshotFile(d.applied, snap)
+	if err != nil {
+		return err
+	}
+	name := snapshotName(snap.Revision)
+	if err := vfs.WriteFileAtomic(d.fs, filepath.Join(d.dir, name), b); err != nil {
+		return err
+	}
+	next := d.applied + 1
+	l, err := wal.Create(d.fs, filepath.Join(d.dir, walName(next)), wal.Options{FirstIndex: next})
+	if err != nil {
+		return err
+	}
+	old := d.log
+	d.log, d.snapIndex = l, d.applied
+	_ = old.Close()
+	// Clean up, best effort: leftovers are skipped on open and removed
+	// after the next snapshot.
+	names, err := d.fs.ReadDir(d.dir)
+	if err != nil {
+		return nil
+	}
+	removed := false
+	for _, n := range names {
+		_, isSnap := parseName(n, snapshotPrefix)
+		_, isWAL := parseName(n, walPrefix)
+		if (isSnap && n != name) || (isWAL && n != walName(next)) {
+			if d.fs.Remove(filepath.Join(d.dir, n)) == nil {
+				removed = true
+			}
+		}
+	}
+	if removed {
+		_ = d.fs.SyncDir(d.dir)
+	}
+	return nil
+}
+
+func hasLongName(c Command) bool {
+	switch c := c.(type) {
+	case CreateStream:
+		return len(c.Name) > MaxNameLength
+	case CreateTopic:
+		return len(c.Name) > MaxNameLength
+	}
+	return false
+}
+
+func snapshotName(rev uint64) string { return fmt.Sprintf("%s%020d", snapshotPrefix, rev) }
+func walName(first uint64) string    { return fmt.Sprintf("%s%020d", walPrefix, first) }
+
+// parseName parses prefix followed by exactly 20 decimal digits.
+func parseName(name, prefix string) (uint64, bool) {
+	digits, ok := strings.CutPrefix(name, prefix)
+	if !ok || len(digits) != 20 {
+		return 0, false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseUint(digits, 10, 64)
+	return n, err == nil
+}
+
+func encodeSnapshotFile(index uint64, snap StoreSnapshot) ([]byte, error) {
+	body, err := EncodeSnapshot(snap)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, len(snapshotMagic)+1+8+len(body)+4)
+	b = append(b, snapshotMagic...)
+	b = append(b, snapshotFileV1)
+	b = binary.LittleEndian.AppendUint64(b, index)
+	b = append(b, body...)
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli)), nil
+}
+
+func decodeSnapshotFile(b []byte) (uint64, StoreSnapshot, error) {
+	const header = len(snapshotMagic) + 1 + 8
+	bad := func(off int, reason string) error {
+		return &DecodeError{What: "snapshot file", Offset: off, Reason: reason}
+	}
+	if len(b) < header+4 {
+		return 0, StoreSnapshot{}, bad(len(b), "too short")
+	}
+	body, sum := b[:len(b)-4], binary.LittleEndian.Uint32(b[len(b)-4:])
+	if crc32.Checksum(body, castagnoli) != sum {
+		return 0, StoreSnapshot{}, bad(len(body), "checksum mismatch")
+	}
+	if string(b[:len(snapshotMagic)]) != snapshotMagic {
+		return 0, StoreSnapshot{}, bad(0, "bad magic")
+	}
+	if v := b[len(snapshotMagic)]; v != snapshotFileV1 {
+		return 0, StoreSnapshot{}, bad(len(snapshotMagic), "unknown version "+strconv.Itoa(int(v)))
+	}
+	index := binary.LittleEndian.Uint64(b[len(snapshotMagic)+1:])
+	snap, err := DecodeSnapshot(body[header:])
+	if err != nil {
+		return 0, StoreSnapshot{}, err
+	}
+	return index, snap, nil
+}

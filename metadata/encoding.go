@@ -1,0 +1,298 @@
+package metadata
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+)
+
+// ErrInvalidEncoding reports bytes that DecodeCommand or DecodeSnapshot
+// cannot decode. The error returned is a *DecodeError wrapping it.
+var ErrInvalidEncoding = errors.New("parkway: invalid metadata encoding")
+
+// DecodeError describes where and why decoding failed. It matches
+// ErrInvalidEncoding with errors.Is.
+type DecodeError struct {
+	What   string // "command" or "snapshot"
+	Offset int    // byte offset of the problem in the input
+	Reason string
+}
+
+func (e *DecodeError) Error() string {
+	return fmt.Sprintf("%v: %s at byte %d: %s", ErrInvalidEncoding, e.What, e.Offset, e.Reason)
+}
+
+// Unwrap returns ErrInvalidEncoding.
+func (e *DecodeError) Unwrap() error { return ErrInvalidEncoding }
+
+// Command encoding
+//
+// A command encodes as
+//
+//	type    1 byte (cmdCreateStream ... cmdSetTopicConfig)
+//	version 1 byte (1: the layout below)
+//	fields  in declaration order:
+//	        uint32         uvarint
+//	        int, Duration,
+//	        int64          zig-zag varint
+//	        string         uvarint byte length, then the raw bytes
+//	        FsyncPolicy    1 byte
+//	        TopicConfig    Fsync, FsyncInterval, RetentionAge, RetentionBytes
+//
+// Every field value round-trips, including the invalid ones (negative
+// counts, over-long or non-UTF-8 names, unknown fsync policies): a log
+// records commands before they are validated, so a command that fails must
+// fail identically when replayed. Decoding is strict and canonical: varints
+// must be minimal, ids must fit a uint32, and nothing may follow the last
+// field, so Encode(Decode(b)) == b for every b that decodes.
+const (
+	cmdCreateStream byte = iota + 1
+	cmdDeleteStream
+	cmdCreateTopic
+	cmdDeleteTopic
+	cmdCreatePartitions
+	cmdDeletePartitions
+	cmdPurgeTopic
+	cmdSetTopicConfig
+)
+
+const commandVersion = 1
+
+// EncodeCommand encodes a command (a value or a non-nil pointer). It fails
+// only with ErrUnknownCommand.
+func EncodeCommand(c Command) ([]byte, error) {
+	c, ok := deref(c)
+	if !ok {
+		return nil, fmt.Errorf("%w: %T", ErrUnknownCommand, c)
+	}
+	var e encoder
+	switch c := c.(type) {
+	case CreateStream:
+		e.header(cmdCreateStream)
+		e.str(c.Name)
+	case DeleteStream:
+		e.header(cmdDeleteStream)
+		e.uvarint(uint64(c.Stream))
+	case CreateTopic:
+		e.header(cmdCreateTopic)
+		e.uvarint(uint64(c.Stream))
+		e.str(c.Name)
+		e.varint(int64(c.Partitions))
+		e.config(c.Config)
+	case DeleteTopic:
+		e.header(cmdDeleteTopic)
+		e.uvarint(uint64(c.Stream))
+		e.uvarint(uint64(c.Topic))
+	case CreatePartitions:
+		e.header(cmdCreatePartitions)
+		e.uvarint(uint64(c.Stream))
+		e.uvarint(uint64(c.Topic))
+		e.varint(int64(c.Count))
+	case DeletePartitions:
+		e.header(cmdDeletePartitions)
+		e.uvarint(uint64(c.Stream))
+		e.uvarint(uint64(c.Topic))
+		e.varint(int64(c.Count))
+	case PurgeTopic:
+		e.header(cmdPurgeTopic)
+		e.uvarint(uint64(c.Stream))
+		e.uvarint(uint64(c.Topic))
+	case SetTopicConfig:
+		e.header(cmdSetTopicConfig)
+		e.uvarint(uint64(c.Stream))
+		e.uvarint(uint64(c.Topic))
+		e.config(c.Config)
+	}
+	return e.b, nil
+}
+
+// DecodeCommand decodes what EncodeCommand produced into a command value
+// (never a pointer). Anything else is rejected with a *DecodeError; it
+// never panics.
+func DecodeCommand(b []byte) (Command, error) {
+	d := decoder{b: b, what: "command"}
+	typ := d.byte()
+	if ver := d.byte(); d.err == nil && ver != commandVersion {
+		d.failAt(1, "unknown version "+strconv.Itoa(int(ver)))
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	var c Command
+	switch typ {
+	case cmdCreateStream:
+		c = CreateStream{Name: d.str()}
+	case cmdDeleteStream:
+		c = DeleteStream{Stream: d.u32()}
+	case cmdCreateTopic:
+		c = CreateTopic{Stream: d.u32(), Name: d.str(), Partitions: d.int(), Config: d.config()}
+	case cmdDeleteTopic:
+		c = DeleteTopic{Stream: d.u32(), Topic: d.u32()}
+	case cmdCreatePartitions:
+		c = CreatePartitions{Stream: d.u32(), Topic: d.u32(), Count: d.int()}
+	case cmdDeletePartitions:
+		c = DeletePartitions{Stream: d.u32(), Topic: d.u32(), Count: d.int()}
+	case cmdPurgeTopic:
+		c = PurgeTopic{Stream: d.u32(), Topic: d.u32()}
+	case cmdSetTopicConfig:
+		c = SetTopicConfig{Stream: d.u32(), Topic: d.u32(), Config: d.config()}
+	default:
+		d.failAt(0, "unknown command type "+strconv.Itoa(int(typ)))
+	}
+	if err := d.finish(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// encoder appends fields to b.
+type encoder struct{ b []byte }
+
+func (e *encoder) header(typ byte)  { e.b = append(e.b, typ, commandVersion) }
+func (e *encoder) byte(v byte)      { e.b = append(e.b, v) }
+func (e *encoder) uvarint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
+func (e *encoder) varint(v int64)   { e.b = binary.AppendVarint(e.b, v) }
+func (e *encoder) str(s string)     { e.uvarint(uint64(len(s))); e.b = append(e.b, s...) }
+func (e *encoder) config(c TopicConfig) {
+	e.byte(byte(c.Fsync))
+	e.varint(int64(c.FsyncInterval))
+	e.varint(int64(c.RetentionAge))
+	e.varint(c.RetentionBytes)
+}
+
+// decoder reads fields from b. The first failure sticks: later reads return
+// zero values and the error reports the first problem.
+type decoder struct {
+	b    []byte
+	off  int
+	what string
+	err  error
+}
+
+func (d *decoder) failAt(off int, reason string) {
+	if d.err == nil {
+		d.err = &DecodeError{What: d.what, Offset: off, Reason: reason}
+	}
+}
+
+func (d *decoder) byte() byte {
+	if d.err != nil {
+		return 0
+	}
+	if d.off >= len(d.b) {
+		d.failAt(d.off, "unexpected end of input")
+		return 0
+	}
+	v := d.b[d.off]
+	d.off++
+	return v
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b[d.off:])
+	switch {
+	case n == 0:
+		d.failAt(d.off, "unexpected end of input")
+		return 0
+	case n < 0:
+		d.failAt(d.off, "varint overflows 64 bits")
+		return 0
+	case n != uvarintLen(v):
+		d.failAt(d.off, "varint not minimally encoded")
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	u := d.uvarint()
+	// Zig-zag, as binary.Varint.
+	v := int64(u >> 1)
+	if u&1 != 0 {
+		v = ^v
+	}
+	return v
+}
+
+func (d *decoder) u32() uint32 {
+	off := d.off
+	v := d.uvarint()
+	if v > math.MaxUint32 {
+		d.failAt(off, fmt.Sprintf("id %d overflows 32 bits", v))
+		return 0
+	}
+	return uint32(v)
+}
+
+func (d *decoder) int() int {
+	off := d.off
+	v := d.varint()
+	if strconv.IntSize == 32 && (v < math.MinInt32 || v > math.MaxInt32) {
+		d.failAt(off, fmt.Sprintf("%d overflows int", v))
+		return 0
+	}
+	return int(v)
+}
+
+func (d *decoder) str() string {
+	off := d.off
+	n := d.uvarint()
+	if d.err != nil {
+		return ""
+	}
+	if n > uint64(len(d.b)-d.off) {
+		d.failAt(off, fmt.Sprintf("string of %d bytes overruns the input", n))
+		return ""
+	}
+	s := string(d.b[d.off : d.off+int(n)])
+	d.off += int(n)
+	return s
+}
+
+func (d *decoder) config() TopicConfig {
+	return TopicConfig{
+		Fsync:          FsyncPolicy(d.byte()),
+		FsyncInterval:  time.Duration(d.varint()),
+		RetentionAge:   time.Duration(d.varint()),
+		RetentionBytes: d.varint(),
+	}
+}
+
+// count reads a list length; every element takes at least one byte, so a
+// length beyond the remaining input is garbage. It bounds allocations.
+func (d *decoder) count() int {
+	off := d.off
+	n := d.uvarint()
+	if d.err != nil {
+		return 0
+	}
+	if n > uint64(len(d.b)-d.off) {
+		d.failAt(off, fmt.Sprintf("list of %d elements overruns the input", n))
+		return 0
+	}
+	return int(n)
+}
+
+// finish reports the first failure, or trailing bytes.
+func (d *decoder) finish() error {
+	if d.err == nil && d.off != len(d.b) {
+		d.failAt(d.off, fmt.Sprintf("%d trailing bytes", len(d.b)-d.off))
+	}
+	return d.err
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}

@@ -1,0 +1,305 @@
+package metadata
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"strconv"
+
+	"github.com/google/btree"
+)
+
+// ErrInvalidSnapshot reports a StoreSnapshot that Restore rejects: one that
+// no store could have exported (ids out of order or out of range, invalid or
+// duplicate names, revisions out of order, an invalid topic config).
+var ErrInvalidSnapshot = errors.New("parkway: invalid metadata snapshot")
+
+// StoreSnapshot is a complete, self-contained copy of a store's state: what
+// Restore needs to rebuild a store that is indistinguishable from the
+// original, in what it reports and in every command it applies from then on.
+//
+// Slab state is not stored: which id the next stream or topic gets is a pure
+// function of which ids are occupied, and those are the listed ones. Owners
+// are not stored either: Restore recomputes them with its Config.
+type StoreSnapshot struct {
+	Revision uint64
+	Streams  []StreamSnapshot // by ID, strictly ascending
+}
+
+// StreamSnapshot is one stream of a StoreSnapshot.
+type StreamSnapshot struct {
+	ID              uint32
+	Name            string
+	CreatedRevision uint64
+	Topics          []TopicSnapshot // by ID, strictly ascending
+}
+
+// TopicSnapshot is one topic of a StreamSnapshot.
+type TopicSnapshot struct {
+	ID              uint32
+	Name            string
+	CreatedRevision uint64
+	PurgedRevision  uint64
+	Config          TopicConfig
+	// Partitions[i] is partition i: ids are dense.
+	Partitions []PartitionSnapshot
+}
+
+// PartitionSnapshot is one partition of a TopicSnapshot.
+type PartitionSnapshot struct {
+	CreatedRevision uint64
+}
+
+// Export returns a consistent copy of the whole state, taken under one read
+// lock. Empty lists are nil.
+func (s *Store) Export() StoreSnapshot {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	snap := StoreSnapshot{Revision: s.revision}
+	s.streams.Ascend(func(st *stream) bool {
+		ss := StreamSnapshot{ID: st.id, Name: st.name, CreatedRevision: st.createdRev}
+		st.topics.Ascend(func(t *topic) bool {
+			ts := TopicSnapshot{
+				ID: t.id, Name: t.name, CreatedRevision: t.createdRev,
+				PurgedRevision: t.purgedRev, Config: t.config,
+			}
+			if len(t.parts) > 0 {
+				ts.Partitions = make([]PartitionSnapshot, len(t.parts))
+				for i, p := range t.parts {
+					ts.Partitions[i] = PartitionSnapshot{CreatedRevision: p.CreatedRevision}
+				}
+			}
+			ss.Topics = append(ss.Topics, ts)
+			return true
+		})
+		snap.Streams = append(snap.Streams, ss)
+		return true
+	})
+	return snap
+}
+
+// Restore builds a store from a snapshot, validating it first: a snapshot no
+// store could have exported is rejected with ErrInvalidSnapshot (or the
+// error of Config.Validate).
+//
+// The restored store reports the same Snapshot, Streams, Topics and lookups
+// as the exported one and applies every later command identically, slab
+// reuse included, provided cfg is the one the original used. Partition
+// owners are recomputed with cfg.Assign: restoring with another shard count
+// re-assigns every partition (and Restore fails if Assign answers out of
+// range). The new store has no subscribers.
+func Restore(cfg Config, snap StoreSnapshot) (*Store, error) {
+	s, err := NewStore(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.revision = snap.Revision
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidSnapshot, fmt.Sprintf(format, args...))
+	}
+	var streamIDs []uint32
+	for i, ss := range snap.Streams {
+		switch {
+		case ss.ID > MaxStreamID:
+			return nil, bad("stream id %d > %d", ss.ID, MaxStreamID)
+		case i > 0 && ss.ID <= snap.Streams[i-1].ID:
+			return nil, bad("stream ids not ascending: %d after %d", ss.ID, snap.Streams[i-1].ID)
+		case ss.CreatedRevision == 0 || ss.CreatedRevision > snap.Revision:
+			return nil, bad("stream %d created at revision %d, snapshot at %d", ss.ID, ss.CreatedRevision, snap.Revision)
+		}
+		if err := validateName("stream", ss.Name); err != nil {
+			return nil, bad("stream %d: %v", ss.ID, err)
+		}
+		if _, dup := s.streamNames[ss.Name]; dup {
+			return nil, bad("duplicate stream name %q", ss.Name)
+		}
+		st := &stream{
+			id:         ss.ID,
+			name:       ss.Name,
+			createdRev: ss.CreatedRevision,
+			topics:     btree.NewG(8, func(a, b *topic) bool { return a.id < b.id }),
+			topicNames: make(map[string]*topic),
+		}
+		var topicIDs []uint32
+		for j, ts := range ss.Topics {
+			t, err := s.restoreTopic(snap.Revision, st, ts)
+			if err != nil {
+				return nil, err
+			}
+			if j > 0 && ts.ID <= ss.Topics[j-1].ID {
+				return nil, bad("stream %d: topic ids not ascending: %d after %d", ss.ID, ts.ID, ss.Topics[j-1].ID)
+			}
+			if _, dup := st.topicNames[ts.Name]; dup {
+				return nil, bad("stream %d: duplicate topic name %q", ss.ID, ts.Name)
+			}
+			st.topics.ReplaceOrInsert(t)
+			st.topicNames[t.name] = t
+			s.addPartitions(t.parts)
+			topicIDs = append(topicIDs, t.id)
+		}
+		st.topicIDs = slabOf(MaxTopicID, topicIDs)
+		s.streams.ReplaceOrInsert(st)
+		s.streamNames[st.name] = st
+		streamIDs = append(streamIDs, st.id)
+	}
+	s.streamIDs = slabOf(MaxStreamID, streamIDs)
+	return s, nil
+}
+
+// restoreTopic validates and builds one topic of stream st.
+func (s *Store) restoreTopic(rev uint64, st *stream, ts TopicSnapshot) (*topic, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: topic %d/%d: %s", ErrInvalidSnapshot, st.id, ts.ID, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case ts.ID > MaxTopicID:
+		return nil, bad("id > %d", MaxTopicID)
+	case ts.CreatedRevision <= st.createdRev || ts.CreatedRevision > rev:
+		return nil, bad("created at revision %d, its stream at %d, snapshot at %d", ts.CreatedRevision, st.createdRev, rev)
+	case ts.PurgedRevision != 0 && (ts.PurgedRevision <= ts.CreatedRevision || ts.PurgedRevision > rev):
+		return nil, bad("purged at revision %d, created at %d, snapshot at %d", ts.PurgedRevision, ts.CreatedRevision, rev)
+	case len(ts.Partitions) > MaxPartitionID+1:
+		return nil, bad("%d partitions, ids stop at %d", len(ts.Partitions), MaxPartitionID)
+	}
+	if err := validateName("topic", ts.Name); err != nil {
+		return nil, bad("%v", err)
+	}
+	if err := ts.Config.Validate(); err != nil {
+		return nil, bad("%v", err)
+	}
+	t := &topic{
+		id: ts.ID, name: ts.Name, createdRev: ts.CreatedRevision,
+		purgedRev: ts.PurgedRevision, config: ts.Config,
+	}
+	if len(ts.Partitions) > 0 {
+		t.parts = make([]PartitionInfo, len(ts.Partitions))
+	}
+	prev := ts.CreatedRevision
+	for i, ps := range ts.Partitions {
+		// Partitions are appended after the highest id and removed from
+		// the tail, so creation revisions never decrease with the id.
+		if ps.CreatedRevision < prev || ps.CreatedRevision > rev {
+			return nil, bad("partition %d created at revision %d, after %d, snapshot at %d", i, ps.CreatedRevision, prev, rev)
+		}
+		prev = ps.CreatedRevision
+		parts, err := s.newPartitions(st.id, ts.ID, uint32(i), 1, ps.CreatedRevision)
+		if err != nil {
+			return nil, err
+		}
+		t.parts[i] = parts[0]
+	}
+	return t, nil
+}
+
+// slabOf returns the slab whose occupied ids are exactly ids (ascending,
+// each <= max). Since the representation is canonical, it equals the slab of
+// any history that left those ids occupied.
+func slabOf(max uint32, ids []uint32) slab {
+	s := newSlab(max)
+	for _, id := range ids {
+		for hole := s.next; hole < uint64(id); hole++ {
+			s.free.ReplaceOrInsert(uint32(hole))
+		}
+		s.next = uint64(id) + 1
+	}
+	return s
+}
+
+// Snapshot encoding
+//
+//	version     1 byte (1)
+//	revision    uvarint
+//	streams     uvarint count, then each:
+//	  id, name, created revision, topics: uvarint count, then each:
+//	    id, name, created revision, purged revision, config,
+//	    partitions: uvarint count, then each partition's created revision
+//	crc         4 bytes little endian, CRC-32C (Castagnoli) of all the above
+//
+// with the field encodings of commands (see EncodeCommand). Decoding is
+// structural (lengths, varints, checksum, no trailing bytes); Restore checks
+// the meaning.
+const snapshotVersion = 1
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// EncodeSnapshot encodes a snapshot. It does not validate it (Restore
+// does) and cannot fail today; the error is for future formats.
+func EncodeSnapshot(snap StoreSnapshot) ([]byte, error) {
+	e := encoder{b: []byte{snapshotVersion}}
+	e.uvarint(snap.Revision)
+	e.uvarint(uint64(len(snap.Streams)))
+	for _, ss := range snap.Streams {
+		e.uvarint(uint64(ss.ID))
+		e.str(ss.Name)
+		e.uvarint(ss.CreatedRevision)
+		e.uvarint(uint64(len(ss.Topics)))
+		for _, ts := range ss.Topics {
+			e.uvarint(uint64(ts.ID))
+			e.str(ts.Name)
+			e.uvarint(ts.CreatedRevision)
+			e.uvarint(ts.PurgedRevision)
+			e.config(ts.Config)
+			e.uvarint(uint64(len(ts.Partitions)))
+			for _, p := range ts.Partitions {
+				e.uvarint(p.CreatedRevision)
+			}
+		}
+	}
+	return binary.LittleEndian.AppendUint32(e.b, crc32.Checksum(e.b, castagnoli)), nil
+}
+
+// DecodeSnapshot decodes what EncodeSnapshot produced. Anything else,
+// including a checksum mismatch, is rejected with a *DecodeError; it never
+// panics. Empty lists decode as nil.
+func DecodeSnapshot(b []byte) (StoreSnapshot, error) {
+	if len(b) < 5 {
+		return StoreSnapshot{}, &DecodeError{What: "snapshot", Offset: len(b), Reason: "too short"}
+	}
+	body := b[:len(b)-4]
+	if want, got := binary.LittleEndian.Uint32(b[len(b)-4:]), crc32.Checksum(body, castagnoli); want != got {
+		return StoreSnapshot{}, &DecodeError{What: "snapshot", Offset: len(body),
+			Reason: fmt.Sprintf("checksum %#08x, want %#08x", got, want)}
+	}
+	d := decoder{b: body, what: "snapshot"}
+	if ver := d.byte(); ver != snapshotVersion {
+		d.failAt(0, "unknown version "+strconv.Itoa(int(ver)))
+	}
+	snap := StoreSnapshot{Revision: d.uvarint()}
+	n := d.count()
+	if n > 0 {
+		snap.Streams = make([]StreamSnapshot, 0, n)
+	}
+	for range n {
+		ss := StreamSnapshot{ID: d.u32(), Name: d.str(), CreatedRevision: d.uvarint()}
+		nt := d.count()
+		if nt > 0 {
+			ss.Topics = make([]TopicSnapshot, 0, nt)
+		}
+		for range nt {
+			ts := TopicSnapshot{
+				ID: d.u32(), Name: d.str(), CreatedRevision: d.uvarint(),
+				PurgedRevision: d.uvarint(), Config: d.config(),
+			}
+			np := d.count()
+			if np > 0 {
+				ts.Partitions = make([]PartitionSnapshot, np)
+			}
+			for i := range np {
+				ts.Partitions[i].CreatedRevision = d.uvarint()
+			}
+			ss.Topics = append(ss.Topics, ts)
+			if d.err != nil {
+				break
+			}
+		}
+		snap.Streams = append(snap.Streams, ss)
+		if d.err != nil {
+			break
+		}
+	}
+	if err := d.finish(); err != nil {
+		return StoreSnapshot{}, err
+	}
+	return snap, nil
+}

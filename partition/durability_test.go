@@ -1,0 +1,680 @@
+package partition_test
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/parkway-io/parkway/internal/vfs"
+	"github.com/parkway-io/parkway/internal/vfs/errorfs"
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
+)
+
+// memBases returns the base offsets of the segments in dir, sorted.
+func memBases(t *testing.T, fsys vfs.FS, dir string) []uint64 {
+	t.Helper()
+	var bases []uint64
+	for _, n := range memSegments(t, fsys, dir) {
+		var b uint64
+		if _, err := fmt.Sscanf(n, "%d.log", &b); err != nil {
+			t.Fatal(err)
+		}
+		bases = append(bases, b)
+	}
+	return bases
+}
+
+func memFileSize(t *testing.T, fsys vfs.FS, path string) int64 {
+	t.Helper()
+	fi, err := fsys.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
+
+// flipByte inverts some bits of the byte at pos of path.
+func flipByte(t *testing.T, fsys vfs.FS, path string, pos int64) {
+	t.Helper()
+	f, err := fsys.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, pos); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0x5a
+	if _, err := f.WriteAt(b, pos); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// recordStart returns the file position of the record holding byte pos of
+// the segment starting at base, whose messages are msg(off, size).
+func recordStart(base uint64, size int, pos int64) (start int64, off uint64) {
+	for off = base; ; off++ {
+		n := recSize(msg(off, size))
+		if start+n > pos {
+			return start, off
+		}
+		start += n
+	}
+}
+
+// smallSegmentLog builds, on a fresh MemFS with 32 KiB segments, a log of
+// count messages of size bytes in batches of n, closes it and returns the
+// FS, the config and the segment bases.
+func smallSegmentLog(t *testing.T, ns metadata.Namespace, count, n, size int) (*vfs.MemFS, partition.FileConfig, []uint64) {
+	t.Helper()
+	partition.AllowSmallSegments(t, smallSegment)
+	mem := vfs.NewMem()
+	cfg := memConfig(mem)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	fillSegments(t, p, count, n, size)
+	mustClose(t, p)
+	bases := memBases(t, mem, partDir(cfg.Dir, ns))
+	if len(bases) < 4 {
+		t.Fatalf("only %d segments", len(bases))
+	}
+	return mem, cfg, bases
+}
+
+func TestFileCorruptMiddleSegment(t *testing.T) {
+	const size = 500
+	ns := mustNS(t, 8, 0, 1)
+	for _, c := range []struct {
+		name string
+		at   func(segSize int64, base uint64) int64 // byte to damage in the middle segment
+		// atOpen: found by Build even without VerifyOnOpen (after the
+		// segment's last index entry).
+		atOpen bool
+	}{
+		{"payload", func(n int64, _ uint64) int64 { return n / 2 }, false},
+		{"length field", func(n int64, base uint64) int64 { s, _ := recordStart(base, size, n/2); return s + 5 }, false},
+		{"near the end", func(n int64, _ uint64) int64 { return n - 10 }, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mem, cfg, bases := smallSegmentLog(t, ns, 300, 5, size)
+			dir := partDir(cfg.Dir, ns)
+			mid := filepath.Join(dir, segName(bases[1], ".log"))
+			pos := c.at(memFileSize(t, mem, mid), bases[1])
+			// The segment's messages start at bases[1]; positions are
+			// relative to the segment.
+			wantPos, wantOff := recordStart(bases[1], size, pos)
+			flipByte(t, mem, mid, pos)
+
+			checkErr := func(err error, what string) {
+				t.Helper()
+				var ce *partition.CorruptError
+				if !errors.As(err, &ce) || !errors.Is(err, partition.ErrCorrupt) || ce.Path != mid || ce.Offset != wantPos {
+					t.Fatalf("%s: %v, want a *CorruptError for %s at byte %d (the record of offset %d)", what, err, mid, wantPos, wantOff)
+				}
+			}
+			verify := cfg
+			verify.VerifyOnOpen = true
+			_, err := newFileStore(t, verify).Build(ns, 1)
+			checkErr(err, "Build with VerifyOnOpen")
+
+			p, err := newFileStore(t, cfg).Build(ns, 1)
+			if c.atOpen {
+				checkErr(err, "Build")
+				return
+			}
+			if err != nil {
+				t.Fatalf("Build: %v (damage before the last index entry is found by reads)", err)
+			}
+			defer mustClose(t, p)
+			_, err = p.Read(0, 1000)
+			checkErr(err, "Read across the damage")
+			_, err = p.Read(wantOff, 1)
+			checkErr(err, "Read of the damaged record")
+			checkRead(t, p, 0, int(wantOff), int(wantOff), size) // before it
+			checkRead(t, p, bases[2], 1000, int(p.NextOffset()-bases[2]), size)
+			// Retention by age has to read the segment for its newest
+			// timestamp, and must report the damage rather than skip it.
+			if _, err := p.EnforceRetention(math.MaxInt64, 0); !errors.Is(err, partition.ErrCorrupt) {
+				t.Fatalf("EnforceRetention over the damaged segment: %v", err)
+			}
+		})
+	}
+}
+
+// TestFileTailDamageTruncates checks the documented choice for damage in
+// the middle of the tail segment: it is treated like a torn write, and the
+// tail is truncated back to the last whole record before it.
+func TestFileTailDamageTruncates(t *testing.T) {
+	const size = 500
+	ns := mustNS(t, 8, 0, 2)
+	mem, cfg, bases := smallSegmentLog(t, ns, 300, 5, size)
+	dir := partDir(cfg.Dir, ns)
+	tailBase := bases[len(bases)-1]
+	tail := filepath.Join(dir, segName(tailBase, ".log"))
+	pos := memFileSize(t, mem, tail) / 2
+	wantPos, wantOff := recordStart(tailBase, size, pos)
+	flipByte(t, mem, tail, pos)
+
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	if p.NextOffset() != wantOff {
+		t.Fatalf("NextOffset %d, want %d (the damaged record's offset)", p.NextOffset(), wantOff)
+	}
+	if got := memFileSize(t, mem, tail); got != wantPos {
+		t.Fatalf("tail is %d bytes, want it truncated to %d", got, wantPos)
+	}
+	checkRead(t, p, 0, 1000, int(wantOff), size)
+	mustAppend(t, p, batch(wantOff, 5, size))
+	mustClose(t, p)
+	p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	checkRead(t, p, 0, 1000, int(wantOff)+5, size)
+}
+
+// TestFileIndexRepairMem damages every index file on MemFS (the OS variant
+// is TestFileIndexRebuild): truncated to a torn entry, or missing. Reads
+// stay correct and the index files are rewritten as they were.
+func TestFileIndexRepairMem(t *testing.T) {
+	const size = 500
+	ns := mustNS(t, 8, 0, 3)
+	for _, damage := range []string{"truncated", "missing"} {
+		t.Run(damage, func(t *testing.T) {
+			mem, cfg, bases := smallSegmentLog(t, ns, 300, 5, size)
+			dir := partDir(cfg.Dir, ns)
+			before := map[string][]byte{}
+			for _, b := range bases {
+				path := filepath.Join(dir, segName(b, ".index"))
+				data, err := vfs.ReadFile(mem, path)
+				if err != nil || len(data) < 16 {
+					t.Fatalf("index %s: %d bytes, %v", path, len(data), err)
+				}
+				before[path] = data
+				if damage == "missing" {
+					err = mem.Remove(path)
+				} else {
+					err = vfs.WriteFileAtomic(mem, path, data[:len(data)-11])
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+			defer mustClose(t, p)
+			checkRead(t, p, 0, 1000, 300, size)
+			for from := uint64(0); from < 300; from += 7 {
+				checkRead(t, p, from, 2, 2, size)
+			}
+			for path, want := range before {
+				if got, err := vfs.ReadFile(mem, path); err != nil || string(got) != string(want) {
+					t.Fatalf("index %s rebuilt as %d bytes (%v), want %d", path, len(got), err, len(want))
+				}
+			}
+		})
+	}
+}
+
+func TestFileRetention(t *testing.T) {
+	const size = 3000
+	ns := mustNS(t, 8, 1, 0)
+	mem, cfg, bases := smallSegmentLog(t, ns, 100, 1, size)
+	dir := partDir(cfg.Dir, ns)
+	segBytes := func(base uint64) int64 { return memFileSize(t, mem, filepath.Join(dir, segName(base, ".log"))) }
+	var total int64
+	for _, b := range bases {
+		total += segBytes(b)
+	}
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	if p.Size() != total {
+		t.Fatalf("Size = %d, want the segments' %d bytes", p.Size(), total)
+	}
+
+	// By age: msg(i) is stamped i*1000, so a segment is older than the
+	// first message of bases[2] iff it ends before it.
+	n, err := p.EnforceRetention(msg(bases[2], size).Timestamp, 0)
+	if err != nil || n != bases[2] || p.StartOffset() != bases[2] {
+		t.Fatalf("by age: removed %d, %v, StartOffset %d; want %d", n, err, p.StartOffset(), bases[2])
+	}
+	if got := memBases(t, mem, dir); !slices.Equal(got, bases[2:]) {
+		t.Fatalf("segments %v after retention by age, want %v", got, bases[2:])
+	}
+	total = 0
+	for _, b := range bases[2:] {
+		total += segBytes(b)
+	}
+	if p.Size() != total {
+		t.Fatalf("Size = %d after retention, want %d", p.Size(), total)
+	}
+
+	// By size: exactly one segment has to go to fit.
+	n, err = p.EnforceRetention(0, total-segBytes(bases[2]))
+	if err != nil || n != bases[3]-bases[2] || p.StartOffset() != bases[3] {
+		t.Fatalf("by size: removed %d, %v, StartOffset %d; want %d, %d", n, err, p.StartOffset(), bases[3]-bases[2], bases[3])
+	}
+	checkRead(t, p, bases[3], 1000, int(100-bases[3]), size)
+
+	// The active segment is never removed, however small the limit.
+	tailBase := bases[len(bases)-1]
+	n, err = p.EnforceRetention(math.MaxInt64, 1)
+	if err != nil || n != tailBase-bases[3] || p.StartOffset() != tailBase {
+		t.Fatalf("everything: removed %d, %v, StartOffset %d; want %d", n, err, p.StartOffset(), tailBase)
+	}
+	if n, err := p.EnforceRetention(math.MaxInt64, 1); n != 0 || err != nil {
+		t.Fatalf("again: %d, %v", n, err)
+	}
+	if got := memBases(t, mem, dir); !slices.Equal(got, []uint64{tailBase}) {
+		t.Fatalf("segments %v, want only the tail %d", got, tailBase)
+	}
+	checkRead(t, p, tailBase, 1000, int(100-tailBase), size)
+	mustAppend(t, p, batch(100, 1, size))
+	mustClose(t, p)
+
+	p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	if p.StartOffset() != tailBase || p.NextOffset() != 101 {
+		t.Fatalf("reopened: StartOffset %d NextOffset %d", p.StartOffset(), p.NextOffset())
+	}
+	checkRead(t, p, tailBase, 1000, int(101-tailBase), size)
+}
+
+// TestFileRetentionTimestamps checks age retention with timestamps that
+// are not monotonic (producers set them): a segment's newest timestamp is
+// its largest, found by reading the segment after a reopen (the open
+// only scans sealed segments from their last index entry).
+func TestFileRetentionTimestamps(t *testing.T) {
+	const size = 3000
+	partition.AllowSmallSegments(t, smallSegment)
+	mem := vfs.NewMem()
+	cfg := memConfig(mem)
+	ns := mustNS(t, 8, 1, 1)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	for i := range uint64(60) {
+		m := msg(i, size)
+		if i == 3 {
+			m.Timestamp = 1 << 50 // far in the future, early in segment 0
+		}
+		mustAppend(t, p, []partition.Message{m})
+	}
+	mustClose(t, p)
+	bases := memBases(t, mem, partDir(cfg.Dir, ns))
+	for _, reopen := range []bool{false, true} {
+		st := newFileStore(t, cfg)
+		p := mustBuild(t, st, ns, 1)
+		if n, err := p.EnforceRetention(60_000, 0); n != 0 || err != nil {
+			t.Fatalf("reopen %v: a new message in the first segment must keep it (and the later ones): removed %d, %v", reopen, n, err)
+		}
+		mustClose(t, p)
+	}
+	// Rewrite without the outlier: now the first two segments go, also
+	// after a reopen that has not read their timestamps yet.
+	mem = vfs.NewMem()
+	cfg = memConfig(mem)
+	p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+	fillSegments(t, p, 60, 1, size)
+	mustClose(t, p)
+	bases = memBases(t, mem, partDir(cfg.Dir, ns))
+	p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	if n, err := p.EnforceRetention(msg(bases[2], size).Timestamp, 0); n != bases[2] || err != nil {
+		t.Fatalf("after reopen: removed %d, %v; want %d", n, err, bases[2])
+	}
+}
+
+func TestFileTruncateDeletesSegments(t *testing.T) {
+	const size = 500
+	ns := mustNS(t, 8, 2, 0)
+	mem, cfg, bases := smallSegmentLog(t, ns, 300, 5, size)
+	dir := partDir(cfg.Dir, ns)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	before := p.Size()
+	cut := bases[2] + 3 // inside segment 2
+	if err := p.TruncateBefore(cut); err != nil {
+		t.Fatal(err)
+	}
+	if got := memBases(t, mem, dir); !slices.Equal(got, bases[2:]) {
+		t.Fatalf("segments %v, want %v", got, bases[2:])
+	}
+	var gone int64
+	for _, b := range bases[:2] {
+		for off := b; off < bases[slices.Index(bases, b)+1]; off++ {
+			gone += recSize(msg(off, size))
+		}
+	}
+	if p.Size() != before-gone {
+		t.Fatalf("Size %d, want %d", p.Size(), before-gone)
+	}
+	checkRead(t, p, cut, 1000, int(300-cut), size)
+	if start, err := vfs.ReadFile(mem, filepath.Join(dir, "start")); err != nil || strings.TrimSpace(string(start)) != fmt.Sprint(cut) {
+		t.Fatalf("start file %q, %v", start, err)
+	}
+	mustClose(t, p)
+
+	// A crash after the start file was written but before the segments
+	// below it were deleted: the reopen deletes them.
+	if err := vfs.WriteFileAtomic(mem, filepath.Join(dir, "start"), []byte(fmt.Sprint(bases[4]+1))); err != nil {
+		t.Fatal(err)
+	}
+	p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+	if p.StartOffset() != bases[4]+1 {
+		t.Fatalf("StartOffset %d, want %d", p.StartOffset(), bases[4]+1)
+	}
+	if got := memBases(t, mem, dir); !slices.Equal(got, bases[4:]) {
+		t.Fatalf("segments %v after reopen, want %v", got, bases[4:])
+	}
+	checkRead(t, p, bases[4]+1, 1000, int(300-bases[4]-1), size)
+	mustClose(t, p)
+
+	// A start offset past the log's end (an fsync that lied): the log
+	// restarts empty there, and offsets are not reused.
+	if err := vfs.WriteFileAtomic(mem, filepath.Join(dir, "start"), []byte("310\n")); err != nil {
+		t.Fatal(err)
+	}
+	p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+	if p.StartOffset() != 310 || p.NextOffset() != 310 || p.Size() != 0 {
+		t.Fatalf("StartOffset %d NextOffset %d Size %d, want 310, 310, 0", p.StartOffset(), p.NextOffset(), p.Size())
+	}
+	mustAppend(t, p, batch(310, 2, size))
+	checkRead(t, p, 310, 10, 2, size)
+	mustClose(t, p)
+	if got := memBases(t, mem, dir); !slices.Equal(got, []uint64{310}) {
+		t.Fatalf("segments %v, want [310]", got)
+	}
+
+	// An unparsable start file is damage, reported with its path.
+	if err := vfs.WriteFileAtomic(mem, filepath.Join(dir, "start"), []byte("x1")); err != nil {
+		t.Fatal(err)
+	}
+	var ce *partition.CorruptError
+	if _, err := newFileStore(t, cfg).Build(ns, 1); !errors.As(err, &ce) || ce.Path != filepath.Join(dir, "start") {
+		t.Fatalf("Build with a damaged start file: %v", err)
+	}
+}
+
+// TestFileBuildENOSPC runs out of space while building a partition in
+// several ways: Build reports an error matching ENOSPC, and once space
+// returns a Build succeeds (nothing half-built is in its way) and the
+// partition survives a crash.
+func TestFileBuildENOSPC(t *testing.T) {
+	createOpen := func(op errorfs.Op) bool { return op.Kind == errorfs.OpOpen && op.Flag&os.O_CREATE != 0 }
+	for _, c := range []struct {
+		name        string
+		match       func(errorfs.Op) bool
+		preallocate bool
+	}{
+		{"every write", errorfs.Op.Mutating, false},
+		{"file creation", createOpen, false},
+		{"data writes", func(op errorfs.Op) bool { return op.Kind == errorfs.OpWrite || op.Kind == errorfs.OpWriteAt }, false},
+		{"preallocation", func(op errorfs.Op) bool { return op.Kind == errorfs.OpPreallocate }, true},
+		{"directory fsync", func(op errorfs.Op) bool { return op.Kind == errorfs.OpSyncDir }, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mem := vfs.NewMem()
+			sw := errorfs.NewSwitchFunc(syscall.ENOSPC, c.match)
+			cfg := partition.FileConfig{Dir: "/data", FS: errorfs.New(mem, sw), Preallocate: c.preallocate}
+			s := newFileStore(t, cfg)
+			ns := mustNS(t, 9, 0, 0)
+			old := mustNS(t, 9, 0, 1) // an existing partition, rebuilt at a new epoch
+			mustClose(t, mustBuild(t, s, old, 1))
+
+			sw.Set(true)
+			for _, n := range []metadata.Namespace{ns, old} {
+				_, err := s.Build(n, 2)
+				if !errors.Is(err, syscall.ENOSPC) {
+					t.Fatalf("Build(%v) while the disk is full: %v, want ENOSPC", n, err)
+				}
+				var pe *os.PathError
+				if !errors.As(err, &pe) || pe.Path == "" {
+					t.Fatalf("Build error %v carries no path", err)
+				}
+			}
+			sw.Set(false)
+			for _, n := range []metadata.Namespace{ns, old} {
+				p := mustBuild(t, s, n, 2)
+				if p.NextOffset() != 0 || p.Epoch() != 2 {
+					t.Fatalf("Build after space returned: next %d epoch %d", p.NextOffset(), p.Epoch())
+				}
+				mustAppend(t, p, batch(0, 3, 100))
+				if err := p.Sync(); err != nil {
+					t.Fatal(err)
+				}
+				mustClose(t, p)
+			}
+			crashed := mem.Crash()
+			cfg.FS = crashed
+			s = newFileStore(t, cfg)
+			for _, n := range []metadata.Namespace{ns, old} {
+				p := mustBuild(t, s, n, 2)
+				checkRead(t, p, 0, 10, 3, 100)
+				mustClose(t, p)
+			}
+			if got, err := s.List(); err != nil || len(got) != 2 || got[0].Epoch != 2 || got[1].Epoch != 2 {
+				t.Fatalf("List = %v, %v", got, err)
+			}
+		})
+	}
+}
+
+// TestFileAppendENOSPC fills the disk under appends and rolls: each
+// failing Append reports ENOSPC and changes nothing; once space returns
+// appends continue at the same offsets.
+func TestFileAppendENOSPC(t *testing.T) {
+	partition.AllowSmallSegments(t, smallSegment)
+	mem := vfs.NewMem()
+	// What a full disk fails: writes that need space and creations
+	// (truncating down and deleting still work).
+	sw := errorfs.NewSwitchFunc(syscall.ENOSPC, func(op errorfs.Op) bool {
+		switch op.Kind {
+		case errorfs.OpWrite, errorfs.OpWriteAt, errorfs.OpPreallocate, errorfs.OpMkdirAll:
+			return true
+		case errorfs.OpOpen:
+			return op.Flag&os.O_CREATE != 0
+		}
+		return false
+	})
+	cfg := memConfig(errorfs.New(mem, sw))
+	ns := mustNS(t, 9, 1, 0)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	var next uint64
+	for round := range 12 { // crosses several segment rolls
+		sw.Set(true)
+		size := p.Size()
+		if _, err := p.Append(batch(next, 4, 1500)); !errors.Is(err, syscall.ENOSPC) {
+			t.Fatalf("round %d: Append on a full disk: %v", round, err)
+		}
+		if p.NextOffset() != next || p.Size() != size {
+			t.Fatalf("round %d: failed Append moved NextOffset to %d, Size %d → %d", round, p.NextOffset(), size, p.Size())
+		}
+		sw.Set(false)
+		mustAppend(t, p, batch(next, 4, 1500))
+		next += 4
+		if err := p.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkRead(t, p, 0, 1000, int(next), 1500)
+	p2 := mustBuild(t, newFileStore(t, memConfig(mem.Crash())), ns, 1)
+	defer mustClose(t, p2)
+	checkRead(t, p2, 0, 1000, int(next), 1500)
+	mustClose(t, p)
+}
+
+// TestFileSyncFailure checks that a failed fsync makes the partition
+// refuse further writes (what is durable is unknown), and that closing
+// and building it again recovers.
+func TestFileSyncFailure(t *testing.T) {
+	mem := vfs.NewMem()
+	sw := errorfs.NewSwitch(syscall.EIO, errorfs.OpSync)
+	cfg := partition.FileConfig{Dir: "/data", FS: errorfs.New(mem, sw)}
+	ns := mustNS(t, 9, 2, 0)
+	s := newFileStore(t, cfg)
+	p := mustBuild(t, s, ns, 1)
+	mustAppend(t, p, batch(0, 5, 100))
+	if err := p.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, p, batch(5, 5, 100))
+	sw.Set(true)
+	if err := p.Sync(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Sync: %v, want EIO", err)
+	}
+	sw.Set(false)
+	if _, err := p.Append(batch(10, 1, 100)); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Append after a failed Sync: %v, want the fsync error", err)
+	}
+	if err := p.Sync(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Sync after a failed Sync: %v, want the fsync error", err)
+	}
+	if err := p.TruncateBefore(1); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("TruncateBefore after a failed Sync: %v", err)
+	}
+	checkRead(t, p, 0, 100, 10, 100) // reads still work
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p = mustBuild(t, s, ns, 1)
+	defer mustClose(t, p)
+	if p.NextOffset() < 5 {
+		t.Fatalf("synced messages lost: NextOffset %d", p.NextOffset())
+	}
+	mustAppend(t, p, batch(p.NextOffset(), 1, 100))
+	if err := p.Sync(); err != nil {
+		t.Fatal(err)
+	}
+
+	// With FileConfig.Sync, every Append syncs, and a failing fsync fails it.
+	cfg.Sync = true
+	ns2 := mustNS(t, 9, 2, 1)
+	p2 := mustBuild(t, newFileStore(t, cfg), ns2, 1)
+	defer mustClose(t, p2)
+	mustAppend(t, p2, batch(0, 2, 10))
+	c := mem.Crash() // no explicit Sync: Append synced
+	sw.Set(true)
+	if _, err := p2.Append(batch(2, 2, 10)); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Append with Sync on a failing fsync: %v", err)
+	}
+	sw.Set(false)
+	q := mustBuild(t, newFileStore(t, partition.FileConfig{Dir: "/data", FS: c}), ns2, 1)
+	defer mustClose(t, q)
+	checkRead(t, q, 0, 10, 2, 10)
+}
+
+func TestFileListSkipsForeignEntries(t *testing.T) {
+	mem := vfs.NewMem()
+	cfg := partition.FileConfig{Dir: "/data", FS: mem}
+	s := newFileStore(t, cfg)
+	good := mustNS(t, 3, 4, 5)
+	mustClose(t, mustBuild(t, s, good, 11))
+	halfBuilt := mustNS(t, 3, 4, 6)
+	mustClose(t, mustBuild(t, s, halfBuilt, 12))
+	if err := mem.Remove(filepath.Join(partDir("/data", halfBuilt), "incarnation")); err != nil {
+		t.Fatal(err)
+	}
+	badInc := mustNS(t, 3, 4, 7)
+	mustClose(t, mustBuild(t, s, badInc, 13))
+	if err := vfs.WriteFileAtomic(mem, filepath.Join(partDir("/data", badInc), "incarnation"), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{
+		"/data/streams/x/topics/1/partitions/1",        // not an id
+		"/data/streams/01/topics/1/partitions/1",       // not canonical
+		"/data/streams/3/topics/4/partitions/99999999", // out of range
+		"/data/streams/7/topics",                       // no partitions
+		"/data/other",
+	} {
+		if err := mem.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, _ := mem.OpenFile("/data/streams/3/topics/4/partitions/8", os.O_CREATE|os.O_RDWR, 0o644) // a file, not a dir
+	f.Close()
+	got, err := s.List()
+	want := []partition.Stored{{NS: good, Epoch: 11}, {NS: halfBuilt}, {NS: badInc}}
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("List = %v, %v; want %v", got, err, want)
+	}
+	// The node removes orphans it lists.
+	for _, st := range got[1:] {
+		if err := s.Remove(st.NS); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := newFileStore(t, partition.FileConfig{Dir: "/data", FS: mem.Crash()}).List(); err != nil || !slices.Equal(got, want[:1]) {
+		t.Fatalf("List after removing orphans and a crash = %v, %v", got, err)
+	}
+	empty := newFileStore(t, partition.FileConfig{Dir: "/empty", FS: mem})
+	if got, err := empty.List(); err != nil || len(got) != 0 {
+		t.Fatalf("List of an empty store = %v, %v", got, err)
+	}
+}
+
+func TestMemRetention(t *testing.T) {
+	s := partition.NewMemStore()
+	p := mustBuild(t, s, mustNS(t, 1, 0, 0), 1)
+	defer mustClose(t, p)
+	fillSegments(t, p, 100, 7, 30)
+	n, err := p.EnforceRetention(msg(50, 30).Timestamp, 0)
+	if err != nil || n != 50 || p.StartOffset() != 50 {
+		t.Fatalf("by age: removed %d, %v, StartOffset %d", n, err, p.StartOffset())
+	}
+	var size int64
+	for i := range uint64(50) {
+		size += recSize(msg(50+i, 30))
+	}
+	if p.Size() != size {
+		t.Fatalf("Size %d, want %d", p.Size(), size)
+	}
+	n, err = p.EnforceRetention(0, size-recSize(msg(50, 30)))
+	if err != nil || n != 1 || p.StartOffset() != 51 {
+		t.Fatalf("by size: removed %d, %v, StartOffset %d", n, err, p.StartOffset())
+	}
+	checkRead(t, p, 51, 100, 49, 30)
+	// Both at once: age first, then size. Mem may remove everything.
+	n, err = p.EnforceRetention(msg(60, 30).Timestamp, 1)
+	if err != nil || n != 49 || p.StartOffset() != 100 || p.Size() != 0 {
+		t.Fatalf("everything: removed %d, %v, StartOffset %d Size %d", n, err, p.StartOffset(), p.Size())
+	}
+	mustAppend(t, p, batch(100, 3, 30))
+	checkRead(t, p, 100, 10, 3, 30)
+
+	// Timestamps are not monotonic: an outlier stops age retention.
+	q := mustBuild(t, s, mustNS(t, 1, 0, 1), 1)
+	defer mustClose(t, q)
+	mustAppend(t, q, batch(0, 5, 10))
+	mustAppend(t, q, []partition.Message{{Timestamp: 1 << 50}})
+	mustAppend(t, q, batch(6, 5, 10))
+	if n, err := q.EnforceRetention(1<<40, 0); n != 5 || err != nil {
+		t.Fatalf("with an outlier: removed %d, %v; want 5", n, err)
+	}
+}
+
+// TestMemTruncateChunks truncates across MemStore's internal chunks.
+func TestMemTruncateChunks(t *testing.T) {
+	p := mustBuild(t, partition.NewMemStore(), mustNS(t, 1, 1, 0), 1)
+	defer mustClose(t, p)
+	fillSegments(t, p, 3000, 250, 4)
+	for _, cut := range []uint64{1, 1023, 1024, 1025, 2048, 2999} {
+		if err := p.TruncateBefore(cut); err != nil {
+			t.Fatal(err)
+		}
+		checkRead(t, p, cut, 5000, int(3000-cut), 4)
+	}
+	if err := p.TruncateBefore(3000); err != nil {
+		t.Fatal(err)
+	}
+	fillSegments(t, p, 5000, 333, 4)
+	checkRead(t, p, 3000, 5000, 2000, 4)
+	if err := p.TruncateBefore(4096); err != nil { // a chunk boundary
+		t.Fatal(err)
+	}
+	checkRead(t, p, 4096, 5000, 904, 4)
+	if err := p.TruncateBefore(5000); err != nil {
+		t.Fatal(err)
+	}
+	fillSegments(t, p, 5121, 121, 4) // 5000 is not a chunk boundary, 5120 is
+	checkRead(t, p, 5000, 500, 121, 4)
+}

@@ -1,0 +1,217 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
+)
+
+// Durability is how a partition's appends are made durable and retained:
+// its topic's configuration with the node's defaults resolved.
+type Durability struct {
+	// Fsync is FsyncAlways, FsyncInterval or FsyncNever (FsyncDefault is
+	// treated as FsyncAlways: an unresolved default errs on the safe side).
+	Fsync metadata.FsyncPolicy
+	// Interval bounds how long an append may stay un-synced under
+	// FsyncInterval: the loss window on power failure.
+	Interval time.Duration
+	// RetentionAge and RetentionBytes bound the log (0 disables each).
+	RetentionAge   time.Duration
+	RetentionBytes int64
+}
+
+// always reports whether acks wait for fsync.
+func (d Durability) always() bool {
+	return d.Fsync == metadata.FsyncAlways || d.Fsync == metadata.FsyncDefault
+}
+
+// owned is a partition the shard holds, with its durability state.
+type owned struct {
+	p   partition.Partition
+	dur Durability
+	// dirty: appended since the last Sync.
+	dirty bool
+	// deadline is when an interval-policy partition must be synced by.
+	deadline time.Time
+}
+
+// pendingAck is a produce appended under FsyncAlways whose answer waits
+// for the group's fsync.
+type pendingAck struct {
+	f Frame
+	r Response
+	o *owned
+}
+
+// maxGroup bounds a commit group: after this many pending acks the pump
+// syncs even if more frames wait, so latency stays bounded under load.
+const maxGroup = 256
+
+// appended records a successful append to o and either answers it now
+// (never / interval) or queues the answer for the group's fsync (always).
+func (s *Shard) appended(o *owned, f Frame, r Response) {
+	switch {
+	case o.dur.always():
+		o.dirty = true
+		s.pending = append(s.pending, pendingAck{f: f, r: r, o: o})
+		return
+	case o.dur.Fsync == metadata.FsyncInterval:
+		if !o.dirty {
+			o.dirty = true
+			o.deadline = s.clock.Now().Add(o.dur.Interval)
+			s.armSync(o.deadline)
+		}
+	}
+	s.answer(f, r)
+}
+
+// flushGroup is group commit: one fsync per dirty partition for every ack
+// queued since the last flush, then the answers. Concurrent producers to a
+// partition pile up in the inbox while the previous group syncs, so the
+// group grows with the load and one fsync covers all of them. If a sync
+// fails, every ack that depended on it is answered with the error: the
+// batch is in the log but was never acknowledged as durable.
+func (s *Shard) flushGroup() {
+	if len(s.pending) == 0 {
+		return
+	}
+	failed := make(map[*owned]error)
+	for _, pa := range s.pending {
+		o := pa.o
+		if !o.dirty {
+			continue
+		}
+		o.dirty = false
+		if err := o.p.Sync(); err != nil {
+			failed[o] = err
+			s.log.Error("fsync failed; acks withheld", "ns", o.p.Namespace(), "error", err)
+		}
+	}
+	for i, pa := range s.pending {
+		if err, ok := failed[pa.o]; ok {
+			pa.r = Response{Err: fmt.Errorf("parkway: fsync: %w", err)}
+		}
+		s.answer(pa.f, pa.r)
+		s.pending[i] = pendingAck{}
+	}
+	s.pending = s.pending[:0]
+}
+
+// armSync makes sure the interval timer fires by at.
+func (s *Shard) armSync(at time.Time) {
+	if s.syncTimer != nil && !s.syncAt.IsZero() && !at.Before(s.syncAt) {
+		return
+	}
+	d := max(at.Sub(s.clock.Now()), 0)
+	if s.syncTimer == nil {
+		s.syncTimer = s.clock.NewTimer(d)
+	} else {
+		s.syncTimer.Reset(d)
+	}
+	s.syncAt = at
+}
+
+// syncDue syncs every interval-policy partition whose deadline has passed
+// and re-arms the timer for the earliest remaining one. The timer exists
+// only while some partition is dirty, so an idle shard has none.
+func (s *Shard) syncDue() {
+	now := s.clock.Now()
+	s.syncAt = time.Time{}
+	var next time.Time
+	for _, o := range s.owned {
+		if !o.dirty || o.dur.always() {
+			continue
+		}
+		if !now.Before(o.deadline) {
+			o.dirty = false
+			if err := o.p.Sync(); err != nil {
+				s.log.Error("interval fsync failed", "ns", o.p.Namespace(), "error", err)
+			}
+			continue
+		}
+		if next.IsZero() || o.deadline.Before(next) {
+			next = o.deadline
+		}
+	}
+	if !next.IsZero() {
+		s.armSync(next)
+	}
+}
+
+// syncC is the interval timer's channel, or nil (blocks forever) when no
+// timer is armed.
+func (s *Shard) syncC() <-chan time.Time {
+	if s.syncTimer == nil || s.syncAt.IsZero() {
+		return nil
+	}
+	return s.syncTimer.C()
+}
+
+// SetDurability changes the durability of an owned namespace (after a
+// topic configuration change). A partition leaving FsyncAlways or
+// FsyncInterval is synced first, so nothing acked under the stricter policy
+// is left behind.
+func (s *Shard) SetDurability(ctx context.Context, ns metadata.Namespace, d Durability) error {
+	return s.do(ctx, opSetDurability(ns, d))
+}
+
+func opSetDurability(ns metadata.Namespace, d Durability) control {
+	return newControl(func(s *Shard) error {
+		o, ok := s.owned[ns]
+		if !ok {
+			return nil
+		}
+		s.flushGroup()
+		if o.dirty {
+			o.dirty = false
+			if err := o.p.Sync(); err != nil {
+				return err
+			}
+		}
+		o.dur = d
+		return nil
+	}, nil)
+}
+
+// RetentionResult counts what a retention pass removed.
+type RetentionResult struct {
+	Messages uint64
+	Errors   int
+}
+
+// EnforceRetention applies every owned partition's retention bounds at
+// now: whole segments older than the age bound, then the oldest while over
+// the size bound. It runs on the pump (deleting a segment file is quick
+// and must not race an append or a read).
+func (s *Shard) EnforceRetention(ctx context.Context, now time.Time) (RetentionResult, error) {
+	var res RetentionResult
+	if err := s.do(ctx, opRetain(now, &res)); err != nil {
+		return RetentionResult{}, err
+	}
+	return res, nil
+}
+
+func opRetain(now time.Time, res *RetentionResult) control {
+	return newControl(func(s *Shard) error {
+		for _, ns := range sortedOwned(s.owned) {
+			o := s.owned[ns]
+			if o.dur.RetentionAge == 0 && o.dur.RetentionBytes == 0 {
+				continue
+			}
+			var olderThan int64
+			if o.dur.RetentionAge > 0 {
+				olderThan = now.Add(-o.dur.RetentionAge).UnixMicro()
+			}
+			n, err := o.p.EnforceRetention(olderThan, o.dur.RetentionBytes)
+			res.Messages += n
+			if err != nil {
+				res.Errors++
+				s.log.Warn("retention failed", "ns", ns, "error", err)
+			}
+		}
+		return nil
+	}, nil)
+}

@@ -1,0 +1,166 @@
+package shard
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/parkway-io/parkway/internal/clock"
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
+)
+
+// syncCounter wraps a partition, counting (and optionally failing) Sync.
+type syncCounter struct {
+	partition.Partition
+	syncs int
+	fail  error
+}
+
+func (c *syncCounter) Sync() error {
+	c.syncs++
+	return c.fail
+}
+
+var always = Durability{Fsync: metadata.FsyncAlways}
+
+// Under FsyncAlways an ack waits for fsync, and the produces that queued
+// while the pump was busy share one fsync (group commit).
+func TestGroupCommitSharesOneFsync(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	s := h.shards[0]
+	ns, epoch := h.topic("t")
+	p := &syncCounter{Partition: h.build(ns, epoch)}
+	if err := h.step(s, opInsertOwned(p, always)); err != nil {
+		t.Fatal(err)
+	}
+	var calls []call
+	for _, m := range []string{"a", "b", "c"} {
+		c := produce(ns, m)
+		if err := s.TrySend(c.f); err != nil {
+			t.Fatal(err)
+		}
+		calls = append(calls, c)
+	}
+	// Step the pump by hand: each frame is handled with more waiting
+	// behind it, so the group stays open until the inbox drains.
+	for range calls {
+		s.handle(<-s.inbox)
+		if len(s.inbox) > 0 {
+			s.maybeFlush()
+			for _, c := range calls {
+				c.pending(t)
+			}
+		}
+	}
+	if p.syncs != 0 {
+		t.Fatalf("synced %d times before the group closed", p.syncs)
+	}
+	s.maybeFlush()
+	if p.syncs != 1 {
+		t.Fatalf("group of 3 produces took %d fsyncs, want 1", p.syncs)
+	}
+	for i, c := range calls {
+		if r := c.answered(t); r.Err != nil || r.Offset != uint64(i) {
+			t.Fatalf("ack %d: %+v", i, r)
+		}
+	}
+}
+
+// A reader never sees an un-acknowledged (un-synced) append: a poll closes
+// the open group first.
+func TestPollClosesOpenGroup(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	s := h.shards[0]
+	ns, epoch := h.topic("t")
+	p := &syncCounter{Partition: h.build(ns, epoch)}
+	_ = h.step(s, opInsertOwned(p, always))
+	w := produce(ns, "w")
+	s.handle(w.f)
+	w.pending(t)
+	ch := make(chan Response, 1)
+	s.handle(Frame{Req: &Request{Op: OpPoll, NS: ns, Count: 10}, Reply: ch})
+	if p.syncs != 1 {
+		t.Fatalf("poll read past an un-synced append (syncs=%d)", p.syncs)
+	}
+	if r := w.answered(t); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if r := <-ch; len(r.Messages) != 1 {
+		t.Fatalf("poll: %+v", r)
+	}
+}
+
+// A failed fsync withholds the acks of its group: each is answered with
+// the error, never with success.
+func TestFsyncFailureWithholdsAcks(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	s := h.shards[0]
+	ns, epoch := h.topic("t")
+	eio := errors.New("EIO")
+	p := &syncCounter{Partition: h.build(ns, epoch), fail: eio}
+	_ = h.step(s, opInsertOwned(p, always))
+	a := produce(ns, "a")
+	s.handle(a.f)
+	s.maybeFlush()
+	if r := a.answered(t); !errors.Is(r.Err, eio) {
+		t.Fatalf("ack after failed fsync: %+v", r)
+	}
+}
+
+// Under FsyncInterval the ack is immediate and the partition is synced
+// within the interval, by a timer armed only while something is dirty.
+func TestIntervalFsync(t *testing.T) {
+	clk := clock.NewManual(time.Unix(0, 0))
+	h := newHarness(t, 1, nil, func(c *Config) { c.Clock = clk })
+	s := h.shards[0]
+	ns, epoch := h.topic("t")
+	p := &syncCounter{Partition: h.build(ns, epoch)}
+	_ = h.step(s, opInsertOwned(p, Durability{Fsync: metadata.FsyncInterval, Interval: time.Second}))
+	if s.syncC() != nil {
+		t.Fatal("sync timer armed with nothing dirty")
+	}
+	a := produce(ns, "a")
+	s.handle(a.f)
+	if r := a.answered(t); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if s.syncC() == nil || p.syncs != 0 {
+		t.Fatalf("after an append: timer %v, syncs %d", s.syncC() != nil, p.syncs)
+	}
+	clk.Advance(time.Second)
+	<-s.syncC()
+	s.syncDue()
+	if p.syncs != 1 || s.syncC() != nil {
+		t.Fatalf("after the interval: syncs %d, timer still armed %v", p.syncs, s.syncC() != nil)
+	}
+}
+
+// Tightening or loosening durability syncs what is dirty first.
+func TestSetDurabilitySyncsFirst(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	s := h.shards[0]
+	ns, epoch := h.topic("t")
+	p := &syncCounter{Partition: h.build(ns, epoch)}
+	_ = h.step(s, opInsertOwned(p, Durability{Fsync: metadata.FsyncInterval, Interval: time.Hour}))
+	s.handle(produce(ns, "a").f)
+	if err := h.step(s, opSetDurability(ns, noSync)); err != nil {
+		t.Fatal(err)
+	}
+	if p.syncs != 1 || s.owned[ns].dur != noSync {
+		t.Fatalf("syncs %d, durability %+v", p.syncs, s.owned[ns].dur)
+	}
+}
+
+// Retention runs per owned partition with its own bounds.
+func TestRetentionOp(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	s := h.shards[0]
+	ns, epoch := h.topic("t")
+	p := h.build(ns, epoch)
+	_ = h.step(s, opInsertOwned(p, Durability{Fsync: metadata.FsyncNever, RetentionBytes: 1}))
+	var res RetentionResult
+	if err := h.step(s, opRetain(time.Unix(1000, 0), &res)); err != nil || res.Errors != 0 {
+		t.Fatalf("retain: %+v %v", res, err)
+	}
+}
