@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/parkway-io/parkway/internal/clock"
+	"github.com/parkway-io/parkway/internal/vfs"
 	"github.com/parkway-io/parkway/reconciler"
 	"github.com/parkway-io/parkway/shard"
 )
@@ -20,16 +21,30 @@ type Clock = clock.Clock
 // Timer is a Clock's one-shot timer.
 type Timer = clock.Timer
 
+// FS is the filesystem seam under Config.DataDir, and File one of its open
+// files.
+type (
+	FS   = vfs.FS
+	File = vfs.File
+)
+
 // ParkLimits bounds each shard's park buffer; see shard.ParkLimits.
 type ParkLimits = shard.ParkLimits
 
 // Config configures a Node. The zero value is valid: an in-memory node
 // with one shard per CPU and the reference server's defaults.
 type Config struct {
-	// DataDir is where partitions are stored. Empty keeps everything in
-	// memory. Metadata is not yet persisted, so reopening a DataDir does not
-	// bring streams back (see the README's status section).
+	// DataDir is where metadata and partitions are stored. Empty keeps
+	// everything in memory. Opening an existing DataDir brings back every
+	// stream, topic, partition (same incarnation), message and consumer
+	// offset that was durable.
 	DataDir string
+	// FS is the filesystem under DataDir (default: the operating system).
+	// Tests inject an in-memory or fault-injecting one.
+	FS FS
+	// MetadataSnapshotEvery is how many metadata commands are logged
+	// between snapshots (default 1,024).
+	MetadataSnapshotEvery int
 	// SegmentSize is the size at which a partition's segment rolls over
 	// (default 1 GiB; 1 MiB to 1 GiB). Only with DataDir.
 	SegmentSize int64
@@ -122,6 +137,7 @@ func (c Config) Validate() error {
 	negInt("InboxSize", c.InboxSize)
 	negInt("MaxMessageSize", c.MaxMessageSize)
 	negInt("MaxBatchMessages", c.MaxBatchMessages)
+	negInt("MetadataSnapshotEvery", c.MetadataSnapshotEvery)
 	negDur("RequestTimeout", c.RequestTimeout)
 	negDur("RetryBackoffMin", c.RetryBackoffMin)
 	negDur("RetryBackoffMax", c.RetryBackoffMax)

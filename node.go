@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/parkway-io/parkway/internal/metrics"
 	"github.com/parkway-io/parkway/internal/run"
+	"github.com/parkway-io/parkway/internal/vfs"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/reconciler"
@@ -40,6 +42,7 @@ type (
 type Node struct {
 	cfg     Config
 	meta    *metadata.Store
+	durable *metadata.Durable // nil for an in-memory node
 	store   partition.Store
 	router  *router.Router[shard.Frame]
 	shards  []*shard.Shard
@@ -63,17 +66,36 @@ func Open(cfg Config) (*Node, error) {
 	n.drops = n.metrics.Shard(-1)
 
 	var err error
-	n.meta, err = metadata.NewStore(metadata.Config{Shards: cfg.Shards, Assign: router.Assign})
-	if err != nil {
-		return nil, err
-	}
+	metaCfg := metadata.Config{Shards: cfg.Shards, Assign: router.Assign}
 	if cfg.DataDir == "" {
 		n.store = partition.NewMemStore()
+		if n.meta, err = metadata.NewStore(metaCfg); err != nil {
+			return nil, err
+		}
 	} else {
-		n.store, err = partition.NewFileStore(partition.FileConfig{
-			Dir: cfg.DataDir, SegmentSize: cfg.SegmentSize, Preallocate: cfg.Preallocate,
+		fs := cfg.FS
+		if fs == nil {
+			fs = vfs.Default
+		}
+		if err := fs.MkdirAll(cfg.DataDir, 0o755); err != nil {
+			return nil, fmt.Errorf("parkway: data dir: %w", err)
+		}
+		n.durable, err = metadata.OpenDurable(fs, filepath.Join(cfg.DataDir, "metadata"), metaCfg,
+			metadata.DurableOptions{SnapshotEvery: cfg.MetadataSnapshotEvery})
+		if err != nil {
+			return nil, fmt.Errorf("parkway: open metadata: %w", err)
+		}
+		n.meta = n.durable.Store()
+		fstore, err := partition.NewFileStore(partition.FileConfig{
+			Dir: cfg.DataDir, FS: fs, SegmentSize: cfg.SegmentSize, Preallocate: cfg.Preallocate,
 		})
 		if err != nil {
+			_ = n.durable.Close()
+			return nil, err
+		}
+		n.store = fstore
+		if err := n.removeOrphans(fstore); err != nil {
+			_ = n.durable.Close()
 			return nil, err
 		}
 	}
@@ -126,7 +148,7 @@ func Open(cfg Config) (*Node, error) {
 // Close stops the reconcilers and the shards. Requests still queued or
 // parked are answered with an error; calls made after Close return
 // ErrClosed. Close is idempotent and waits for every goroutine it started.
-func (n *Node) Close() error {
+func (n *Node) Close() (err error) {
 	n.closeOnce.Do(func() {
 		n.closed.Store(true)
 		n.group.Stop()
@@ -134,7 +156,32 @@ func (n *Node) Close() error {
 			cancel()
 		}
 		n.closeShards()
+		if n.durable != nil {
+			err = n.durable.Close()
+		}
 	})
+	return err
+}
+
+// removeOrphans deletes partitions the store holds that committed metadata
+// does not (or holds at another incarnation): a crash between a delete's
+// commit and its teardown leaves them behind, and nothing else would ever
+// remove them. Partitions whose incarnation matches are left for the
+// reconcilers, which reopen them from disk instead of building them fresh.
+func (n *Node) removeOrphans(store partition.Lister) error {
+	stored, err := store.List()
+	if err != nil {
+		return fmt.Errorf("parkway: list partitions: %w", err)
+	}
+	for _, st := range stored {
+		if rev, ok := n.meta.CreatedRevision(st.NS); ok && rev == st.Epoch {
+			continue
+		}
+		if err := n.store.Remove(st.NS); err != nil {
+			return fmt.Errorf("parkway: remove orphan partition %v: %w", st.NS, err)
+		}
+		n.cfg.Logger.Info("removed orphan partition", "ns", st.NS, "epoch", st.Epoch)
+	}
 	return nil
 }
 
@@ -165,6 +212,9 @@ func (n *Node) begin(ctx context.Context) error {
 func (n *Node) apply(ctx context.Context, cmd metadata.Command) (metadata.Result, error) {
 	if err := n.begin(ctx); err != nil {
 		return metadata.Result{}, err
+	}
+	if n.durable != nil {
+		return n.durable.Apply(cmd)
 	}
 	return n.meta.Apply(cmd)
 }

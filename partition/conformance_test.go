@@ -13,11 +13,6 @@ import (
 	"github.com/parkway-io/parkway/partition"
 )
 
-// lister is the List method of the stores.
-type lister interface {
-	List() ([]partition.Stored, error)
-}
-
 // harness is one Store implementation under the shared conformance tests.
 type harness struct {
 	name string
@@ -552,7 +547,7 @@ var conformanceCases = []struct {
 		checkRead(t, p, 0, 100, 10, 10)
 	}},
 	{"List", func(t *testing.T, s partition.Store, restart func() partition.Store) {
-		l := s.(lister)
+		l := s.(partition.Lister)
 		if got, err := l.List(); err != nil || len(got) != 0 {
 			t.Fatalf("List of an empty store = %v, %v", got, err)
 		}
@@ -569,7 +564,7 @@ var conformanceCases = []struct {
 			}
 		}
 		for _, st := range []partition.Store{s, restart()} {
-			if got, err := st.(lister).List(); err != nil || !slices.Equal(got, want) {
+			if got, err := st.(partition.Lister).List(); err != nil || !slices.Equal(got, want) {
 				t.Fatalf("List = %v, %v; want %v", got, err, want)
 			}
 		}
@@ -577,7 +572,7 @@ var conformanceCases = []struct {
 			t.Fatal(err)
 		}
 		want = slices.Delete(want, 2, 3)
-		if got, err := restart().(lister).List(); err != nil || !slices.Equal(got, want) {
+		if got, err := restart().(partition.Lister).List(); err != nil || !slices.Equal(got, want) {
 			t.Fatalf("List after Remove = %v, %v; want %v", got, err, want)
 		}
 	}},

@@ -558,6 +558,13 @@ func TestFileSyncFailure(t *testing.T) {
 		t.Fatalf("Append with Sync on a failing fsync: %v", err)
 	}
 	sw.Set(false)
+	if p2.NextOffset() != 2 {
+		t.Fatalf("an Append whose fsync failed moved NextOffset to %d", p2.NextOffset())
+	}
+	checkRead(t, p2, 0, 10, 2, 10)
+	if _, err := p2.Append(batch(2, 2, 10)); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Append after the failed fsync: %v, want the partition broken", err)
+	}
 	q := mustBuild(t, newFileStore(t, partition.FileConfig{Dir: "/data", FS: c}), ns2, 1)
 	defer mustClose(t, q)
 	checkRead(t, q, 0, 10, 2, 10)
@@ -677,4 +684,47 @@ func TestMemTruncateChunks(t *testing.T) {
 	}
 	fillSegments(t, p, 5121, 121, 4) // 5000 is not a chunk boundary, 5120 is
 	checkRead(t, p, 5000, 500, 121, 4)
+}
+
+// TestFileReopenReadErrors fails each read-side operation (open for
+// reading, read, stat, directory listing) of reopening a partition in
+// turn: Build either succeeds or returns the injected error, never
+// panics, and never loses data — the next clean Build finds everything.
+func TestFileReopenReadErrors(t *testing.T) {
+	const size = 500
+	ns := mustNS(t, 9, 3, 0)
+	base, _, _ := smallSegmentLog(t, ns, 200, 5, size)
+	reads := []errorfs.OpKind{errorfs.OpOpen, errorfs.OpRead, errorfs.OpReadAt, errorfs.OpStat, errorfs.OpReadDir}
+	isRead := func(op errorfs.Op) bool { return slices.Contains(reads, op.Kind) && !op.Mutating() }
+	count := errorfs.OnIndex(-1, nil, reads...)
+	p := mustBuild(t, newFileStore(t, memConfig(errorfs.New(base.Crash(), count))), ns, 1)
+	mustClose(t, p)
+	for i := range count.Count() {
+		mem := base.Crash()
+		var n int64 = -1
+		active := true // only during Build (one goroutine: no atomics needed)
+		inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+			if active && isRead(op) {
+				if n++; n == i {
+					return syscall.EIO
+				}
+			}
+			return nil
+		})
+		s := newFileStore(t, memConfig(errorfs.New(mem, inj)))
+		p, err := s.Build(ns, 1)
+		active = false
+		if err == nil {
+			checkRead(t, p, 0, 1000, 200, size)
+			mustClose(t, p)
+		} else if !errors.Is(err, syscall.EIO) {
+			t.Fatalf("read %d: Build: %v, want the injected EIO", i, err)
+		}
+		p = mustBuild(t, newFileStore(t, memConfig(mem)), ns, 1)
+		if p.NextOffset() != 200 {
+			t.Fatalf("read %d failed (%v): the next Build finds NextOffset %d, want 200", i, err, p.NextOffset())
+		}
+		checkRead(t, p, 0, 1000, 200, size)
+		mustClose(t, p)
+	}
 }

@@ -48,11 +48,13 @@ type FileConfig struct {
 	// and on filesystems that do not support it), trading disk space for
 	// unfragmented segments and an early out-of-space error.
 	Preallocate bool
-	// Sync makes every Append call Partition.Sync before it returns, so an
-	// appended batch is durable at once (one fsync per batch). Without it
-	// (the default) appends only write, and the owner calls Sync when it
-	// wants durability, typically once for several batches (group commit)
-	// before acknowledging them. Consumer offsets, truncations and the
+	// Sync makes every Append fsync before it returns, so an appended
+	// batch is durable at once (one fsync per batch); an Append whose
+	// fsync fails appends nothing and breaks the partition as a failed
+	// Partition.Sync does. Without it (the default) appends only write,
+	// and the owner calls Partition.Sync when it wants durability,
+	// typically once for several batches (group commit) before
+	// acknowledging them. Consumer offsets, truncations and the
 	// partition's creation are always durable when they return.
 	Sync bool
 	// VerifyOnOpen makes Build (at the same epoch) read and verify every
@@ -392,7 +394,7 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 	p.next = tail.next
 	// What the tail holds may not be durable yet (a process crash keeps
 	// unsynced writes in the page cache); sealed segments are.
-	p.synced = min(tail.base, p.next)
+	p.synced = tail.base
 	if tail.synced {
 		p.synced = p.next
 	}

@@ -82,7 +82,7 @@ func (p *filePartition) createSegment(base uint64) (_ *segment, err error) {
 	if err = p.fs.SyncDir(p.dir); err != nil {
 		return nil, err
 	}
-	seg.maxTSKnown, seg.synced = true, true
+	seg.maxTSKnown = true
 	return seg, nil
 }
 
@@ -203,27 +203,35 @@ func (p *filePartition) Append(msgs []Message) (uint64, error) {
 	tail.next += uint64(len(msgs))
 	tail.maxTS = maxTS
 	p.next = tail.next
-	p.persistIndex(tail)
 	if p.store.cfg.Sync {
-		if err := p.Sync(); err != nil {
-			return 0, err
-		}
+		p.synced = p.next // writeTail fsynced; a roll fsyncs what it seals
 	}
+	p.persistIndex(tail)
 	return first, nil
 }
 
-// writeTail writes buf at the tail's logical end or, failing, truncates
-// the log back to its logical end.
+// writeTail writes buf at the tail's logical end (and fsyncs it with
+// FileConfig.Sync) or, failing, truncates the log back to its logical end,
+// so a failed Append leaves nothing behind. A failed fsync also breaks the
+// partition (see Sync).
 func (p *filePartition) writeTail(tail *segment, buf []byte) error {
 	n, err := tail.log.WriteAt(buf, tail.size)
 	if err == nil && n != len(buf) {
 		err = io.ErrShortWrite
+	}
+	var syncErr error
+	if err == nil && p.store.cfg.Sync {
+		err = tail.log.Sync()
+		syncErr = err
 	}
 	if err == nil {
 		return nil
 	}
 	if terr := tail.log.Truncate(tail.size); terr != nil {
 		return p.fail(fmt.Sprintf("append failed (%v) and could not be rolled back", err), terr)
+	}
+	if syncErr != nil {
+		return p.fail("fsync", syncErr)
 	}
 	return err
 }

@@ -48,6 +48,13 @@ func memSize(m *Message) int64 {
 	return recordHeaderSize + int64(headersSize(m.Headers)) + int64(len(m.Payload))
 }
 
+var (
+	_ Store  = (*MemStore)(nil)
+	_ Lister = (*MemStore)(nil)
+	_ Store  = (*FileStore)(nil)
+	_ Lister = (*FileStore)(nil)
+)
+
 // memChunk is the number of messages per chunk (80 KiB of Message structs).
 const memChunk = 1024
 

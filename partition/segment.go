@@ -103,8 +103,10 @@ type segment struct {
 	// maxTSKnown (every record was seen).
 	maxTS      int64
 	maxTSKnown bool
-	// synced is set when the whole segment is known to be durable: sealed
-	// segments, and a tail that open truncated and fsynced.
+	// synced is set by open when the whole segment is known to be
+	// durable: a sealed segment, or a tail that open truncated and
+	// fsynced. Only open reads it; afterwards filePartition.synced tracks
+	// durability.
 	synced bool
 
 	index        []indexEntry // in memory, so reads never touch the file

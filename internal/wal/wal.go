@@ -107,7 +107,6 @@ type Options struct {
 
 // Log is an open log file.
 type Log struct {
-	fs     vfs.FS
 	path   string
 	f      vfs.File
 	first  uint64
@@ -120,7 +119,8 @@ type Log struct {
 
 // Create creates a new, empty log at path (failing if something exists
 // there) and makes it durable: the file is synced, and so is its directory,
-// so the log survives a crash from the moment Create returns.
+// so the log survives a crash from the moment Create returns. If it fails
+// after creating the file, the file may be left behind (empty).
 func Create(fs vfs.FS, path string, opts Options) (*Log, error) {
 	if err := opts.check(); err != nil {
 		return nil, err
@@ -137,7 +137,7 @@ func Create(fs vfs.FS, path string, opts Options) (*Log, error) {
 		f.Close()
 		return nil, fmt.Errorf("wal: create %s: sync directory: %w", path, err)
 	}
-	return &Log{fs: fs, path: path, f: f, first: opts.FirstIndex, max: opts.max()}, nil
+	return &Log{path: path, f: f, first: opts.FirstIndex, max: opts.max()}, nil
 }
 
 // Open opens an existing log and recovers it (see the package
@@ -151,7 +151,7 @@ func Open(fs vfs.FS, path string, opts Options) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wal: open %s: %w", path, err)
 	}
-	l := &Log{fs: fs, path: path, f: f, first: opts.FirstIndex, max: opts.max()}
+	l := &Log{path: path, f: f, first: opts.FirstIndex, max: opts.max()}
 	if err := l.recover(); err != nil {
 		f.Close()
 		return nil, err

@@ -1,0 +1,270 @@
+package parkway_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/internal/vfs"
+	"github.com/parkway-io/parkway/internal/vfs/errorfs"
+)
+
+// Restart brings back every stream, topic, partition (same incarnation),
+// message and consumer offset; a delete + recreate before the restart
+// comes back as the new incarnation only.
+func TestRestartKeepsEverything(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := vfs.NewMem()
+		cfg := parkway.Config{DataDir: "/data", FS: fs, Shards: 2, MetadataSnapshotEvery: 3}
+		n, err := parkway.Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := mustStream(t, n, "s")
+		keep := mustTopic(t, n, s, "keep", 2)
+		mustProduce(t, n, s, keep, parkway.PartitionID(0), "a", "b")
+		mustProduce(t, n, s, keep, parkway.PartitionID(1), "c")
+		if err := n.StoreOffset(ctxFor(t), "reader", s, keep, 0, 1); err != nil {
+			t.Fatal(err)
+		}
+		gone := mustTopic(t, n, s, "gone", 1)
+		mustProduce(t, n, s, gone, parkway.PartitionID(0), "dead")
+		if err := n.DeleteTopic(ctxFor(t), s, gone); err != nil {
+			t.Fatal(err)
+		}
+		again := mustTopic(t, n, s, "gone", 1)
+		if again != gone {
+			t.Fatalf("recreated topic id %d, want the slab id %d", again, gone)
+		}
+		mustProduce(t, n, s, again, parkway.PartitionID(0), "alive")
+		other := mustStream(t, n, "other")
+		if err := n.DeleteStream(ctxFor(t), other); err != nil {
+			t.Fatal(err)
+		}
+		before, _ := n.Partitions(s, again)
+		synctest.Wait()
+		if err := n.Close(); err != nil {
+			t.Fatal(err)
+		}
+
+		n2 := open(t, cfg)
+		if st, ok := n2.Stream("s"); !ok || st.ID != s {
+			t.Fatalf("stream after restart: %+v %v", st, ok)
+		}
+		if _, ok := n2.Stream("other"); ok {
+			t.Fatal("deleted stream came back")
+		}
+		expectLog(t, n2, s, keep, 0, "a", "b")
+		expectLog(t, n2, s, keep, 1, "c")
+		expectLog(t, n2, s, again, 0, "alive")
+		off, ok, err := n2.ConsumerOffset(ctxFor(t), "reader", s, keep, 0)
+		if err != nil || !ok || off != 1 {
+			t.Fatalf("consumer offset after restart: %d %v %v", off, ok, err)
+		}
+		after, _ := n2.Partitions(s, again)
+		if !slices.Equal(before, after) {
+			t.Fatalf("partitions after restart %+v, want %+v (same incarnation)", after, before)
+		}
+		// Slab allocation continues where it was: the freed stream id is
+		// reused first.
+		if id := mustStream(t, n2, "third"); id != other {
+			t.Fatalf("new stream got id %d, want the freed %d", id, other)
+		}
+		mustProduce(t, n2, s, keep, parkway.PartitionID(0), "d")
+		expectLog(t, n2, s, keep, 0, "a", "b", "d")
+	})
+}
+
+// attempt is one produce of the crash workload.
+type attempt struct {
+	part     uint32
+	payloads []string
+	acked    bool
+	offset   uint64
+}
+
+// crashWorkload runs against a node until the first error a client sees:
+// a real writer stops there. It returns what it attempted.
+func crashWorkload(ctx context.Context, n *parkway.Node) (stream, topic uint32, topicOK bool, attempts []attempt, offsetAcked bool) {
+	s, err := n.CreateStream(ctx, "s")
+	if err != nil {
+		return 0, 0, false, nil, false
+	}
+	tp, err := n.CreateTopic(ctx, s, "t", 2)
+	if err != nil {
+		return s, 0, false, nil, false
+	}
+	for k := range 8 {
+		a := attempt{part: uint32(k % 2)}
+		msgs := make([]parkway.Message, 3)
+		for j := range msgs {
+			a.payloads = append(a.payloads, fmt.Sprintf("%d-%d", k, j))
+			msgs[j].Payload = []byte(a.payloads[j])
+		}
+		ack, err := n.Produce(ctx, s, tp, parkway.PartitionID(a.part), msgs...)
+		a.acked, a.offset = err == nil, ack.FirstOffset
+		attempts = append(attempts, a)
+		if err != nil {
+			return s, tp, true, attempts, false
+		}
+	}
+	err = n.StoreOffset(ctx, "c", s, tp, 0, 3)
+	return s, tp, true, attempts, err == nil
+}
+
+// Crash at every write point of a produce workload under FsyncAlways (the
+// default): the i-th mutating filesystem operation fails (EIO, or a torn
+// write), the machine then loses power (everything not fsynced is gone),
+// and the node is reopened. Every acknowledged message must be readable at
+// its acknowledged offset; a partition holds a prefix of the batches
+// attempted on it, each whole, with dense offsets — nothing unacknowledged
+// is half-visible.
+func TestCrashAtEveryWritePoint(t *testing.T) {
+	count := errorfs.OnIndex(-1, nil)
+	synctest.Test(t, func(t *testing.T) {
+		n := open(t, parkway.Config{DataDir: "/data", FS: errorfs.New(vfs.NewMem(), count), Shards: 2})
+		if _, _, ok, att, off := crashWorkload(ctxFor(t), n); !ok || len(att) != 8 || !off {
+			t.Fatal("clean run failed")
+		}
+	})
+	points := count.Count()
+	if points < 20 {
+		t.Fatalf("only %d write points: the workload is not exercising storage", points)
+	}
+	t.Logf("%d write points", points)
+	faults := []error{syscall.EIO, &errorfs.TornWrite{N: 5}}
+	for i := range points {
+		for _, fault := range faults {
+			synctest.Test(t, func(t *testing.T) {
+				checkCrashAt(t, i, fault)
+			})
+		}
+	}
+}
+
+func checkCrashAt(t *testing.T, i int64, fault error) {
+	mem := vfs.NewMem()
+	inj := errorfs.OnIndex(i, fault)
+	cfg := parkway.Config{DataDir: "/data", FS: errorfs.New(mem, inj), Shards: 2,
+		BuildBackoffMin: time.Millisecond, BuildBackoffMax: 10 * time.Millisecond, RequestTimeout: time.Second}
+	n, err := parkway.Open(cfg)
+	var (
+		s, tp    uint32
+		topicOK  bool
+		attempts []attempt
+		offAcked bool
+	)
+	if err == nil {
+		s, tp, topicOK, attempts, offAcked = crashWorkload(ctxFor(t), n)
+	}
+	crashed := mem.Crash() // power loss: only what was fsynced survives
+	if n != nil {
+		synctest.Wait()
+		_ = n.Close() // writes to the dead filesystem; irrelevant
+	}
+
+	n2, err := parkway.Open(parkway.Config{DataDir: "/data", FS: crashed, Shards: 2})
+	if err != nil {
+		t.Fatalf("op %d (%v): reopen after crash: %v", i, fault, err)
+	}
+	defer func() {
+		synctest.Wait()
+		_ = n2.Close()
+	}()
+	if !topicOK {
+		return // nothing acknowledged beyond metadata we do not check here
+	}
+	if _, ok := n2.Stream("s"); !ok {
+		t.Fatalf("op %d (%v): acknowledged stream lost", i, fault)
+	}
+	for part := range uint32(2) {
+		got := readAll(t, n2, s, tp, part)
+		var want []string // every batch attempted on part, in order
+		ackedEnd := 0     // end of the last acknowledged batch
+		for _, a := range attempts {
+			if a.part != part {
+				continue
+			}
+			if a.acked {
+				if a.offset != uint64(len(want)) {
+					t.Fatalf("op %d: batch acked at %d behind %d messages", i, a.offset, len(want))
+				}
+				ackedEnd = len(want) + len(a.payloads)
+			}
+			want = append(want, a.payloads...)
+		}
+		if len(got) < ackedEnd {
+			t.Fatalf("op %d (%v): partition %d holds %v after the crash; acknowledged up to %d of %q",
+				i, fault, part, payloads(got), ackedEnd, want)
+		}
+		if len(got) > len(want) || len(got)%3 != 0 {
+			t.Fatalf("op %d (%v): partition %d holds %v: not whole batches of %q", i, fault, part, payloads(got), want)
+		}
+		for j, m := range got {
+			if string(m.Payload) != want[j] {
+				t.Fatalf("op %d (%v): partition %d holds %v, not a prefix of %q", i, fault, part, payloads(got), want)
+			}
+		}
+	}
+	if offAcked {
+		off, ok, err := n2.ConsumerOffset(ctxFor(t), "c", s, tp, 0)
+		if err != nil || !ok || off != 3 {
+			t.Fatalf("op %d (%v): acknowledged consumer offset lost: %d %v %v", i, fault, off, ok, err)
+		}
+	}
+}
+
+// ENOSPC while a partition is built: the build backs off, the produce
+// waiting for it is retried in place (the client sees no error as long as
+// space returns within its deadline), other partitions keep working, and
+// the build succeeds once space returns.
+func TestENOSPCDuringBuildBacksOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// The disk is full for partition data only: the metadata commit
+		// goes through, the partition build does not.
+		full := errorfs.NewSwitchFunc(syscall.ENOSPC, func(op errorfs.Op) bool {
+			return op.Mutating() && strings.Contains(op.Path, "/topics/1/")
+		})
+		n := open(t, parkway.Config{DataDir: "/data", FS: errorfs.New(vfs.NewMem(), full), Shards: 1,
+			BuildBackoffMin: 100 * time.Millisecond, RequestTimeout: time.Minute})
+		reg := registry(t, n)
+		s := mustStream(t, n, "s")
+		ok := mustTopic(t, n, s, "ok", 1)
+		mustProduce(t, n, s, ok, parkway.PartitionID(0), "before")
+
+		full.Set(true)
+		tp := mustTopic(t, n, s, "t", 1)
+		if tp != 1 {
+			t.Fatalf("topic id %d, want 1", tp)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := n.Produce(ctxFor(t), s, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("waited")})
+			done <- err
+		}()
+		time.Sleep(5 * time.Second) // virtual time: several backoff rounds
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("produce finished while the disk was full: %v", err)
+		default:
+		}
+		if got := metricValue(t, reg, "parkway_partition_builds_failed_total"); got < 2 {
+			t.Fatalf("build failures = %v, want repeated backed-off attempts", got)
+		}
+		mustProduce(t, n, s, ok, parkway.PartitionID(0), "during") // not wedged
+
+		full.Set(false)
+		if err := <-done; err != nil {
+			t.Fatalf("produce after space returned: %v", err)
+		}
+		expectLog(t, n, s, tp, 0, "waited")
+		expectLog(t, n, s, ok, 0, "before", "during")
+	})
+}
