@@ -42,6 +42,12 @@ type Config struct {
 	// FS is the filesystem under DataDir (default: the operating system).
 	// Tests inject an in-memory or fault-injecting one.
 	FS FS
+	// VerifyOnOpen makes reopening a partition verify the checksum of every
+	// message of every segment (a full read of the log). Without it only
+	// the tail segment, where a crash tears, is verified at open; damage in
+	// an older segment is reported by the read that reaches it, as a
+	// *partition.CorruptError naming the file and byte offset.
+	VerifyOnOpen bool
 	// MetadataSnapshotEvery is how many metadata commands are logged
 	// between snapshots (default 1,024).
 	MetadataSnapshotEvery int

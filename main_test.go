@@ -29,14 +29,10 @@ const testTimeout = 30 * time.Second
 // open opens a node inside a synctest bubble and closes it when the test
 // ends (synctest runs the cleanup inside the bubble).
 //
-// Tests that open nodes run in bubbles (synctest.Test) for two reasons.
-// Time is virtual there, so periods, backoffs and deadlines cost nothing
-// and a test never depends on the machine's speed. And the cleanup can
-// wait, with synctest.Wait, until every goroutine of the node is idle
-// before closing it: closing a node while a reconcile pass is in flight
-// trips a data race in shard.(*Shard).do (see TestBehaviour17's "close
-// mid-churn" case, which does exactly that), and that race must not make
-// unrelated tests flaky.
+// Tests that open nodes run in bubbles (synctest.Test): time is virtual
+// there, so periods, backoffs and deadlines cost nothing and a test never
+// depends on the machine's speed; and the cleanup waits, with
+// synctest.Wait, until the node is idle, so a test ends on a settled node.
 func open(t *testing.T, cfg parkway.Config) *parkway.Node {
 	t.Helper()
 	n, err := parkway.Open(cfg)

@@ -88,6 +88,7 @@ func Open(cfg Config) (*Node, error) {
 		n.meta = n.durable.Store()
 		fstore, err := partition.NewFileStore(partition.FileConfig{
 			Dir: cfg.DataDir, FS: fs, SegmentSize: cfg.SegmentSize, Preallocate: cfg.Preallocate,
+			VerifyOnOpen: cfg.VerifyOnOpen,
 		})
 		if err != nil {
 			_ = n.durable.Close()
@@ -168,7 +169,7 @@ func (n *Node) Close() (err error) {
 // commit and its teardown leaves them behind, and nothing else would ever
 // remove them. Partitions whose incarnation matches are left for the
 // reconcilers, which reopen them from disk instead of building them fresh.
-func (n *Node) removeOrphans(store partition.Lister) error {
+func (n *Node) removeOrphans(store partition.Store) error {
 	stored, err := store.List()
 	if err != nil {
 		return fmt.Errorf("parkway: list partitions: %w", err)

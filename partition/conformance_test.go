@@ -547,7 +547,7 @@ var conformanceCases = []struct {
 		checkRead(t, p, 0, 100, 10, 10)
 	}},
 	{"List", func(t *testing.T, s partition.Store, restart func() partition.Store) {
-		l := s.(partition.Lister)
+		l := s
 		if got, err := l.List(); err != nil || len(got) != 0 {
 			t.Fatalf("List of an empty store = %v, %v", got, err)
 		}
@@ -564,7 +564,7 @@ var conformanceCases = []struct {
 			}
 		}
 		for _, st := range []partition.Store{s, restart()} {
-			if got, err := st.(partition.Lister).List(); err != nil || !slices.Equal(got, want) {
+			if got, err := st.List(); err != nil || !slices.Equal(got, want) {
 				t.Fatalf("List = %v, %v; want %v", got, err, want)
 			}
 		}
@@ -572,7 +572,7 @@ var conformanceCases = []struct {
 			t.Fatal(err)
 		}
 		want = slices.Delete(want, 2, 3)
-		if got, err := restart().(partition.Lister).List(); err != nil || !slices.Equal(got, want) {
+		if got, err := restart().List(); err != nil || !slices.Equal(got, want) {
 			t.Fatalf("List after Remove = %v, %v; want %v", got, err, want)
 		}
 	}},

@@ -49,10 +49,8 @@ func memSize(m *Message) int64 {
 }
 
 var (
-	_ Store  = (*MemStore)(nil)
-	_ Lister = (*MemStore)(nil)
-	_ Store  = (*FileStore)(nil)
-	_ Lister = (*FileStore)(nil)
+	_ Store = (*MemStore)(nil)
+	_ Store = (*FileStore)(nil)
 )
 
 // memChunk is the number of messages per chunk (80 KiB of Message structs).

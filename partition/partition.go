@@ -137,18 +137,10 @@ type Store interface {
 	// Remove deletes everything the store holds for ns. Removing a
 	// namespace the store does not hold is not an error.
 	Remove(ns metadata.Namespace) error
-}
-
-// Lister lists what a store holds; MemStore and FileStore implement it.
-// The node uses it at open to remove orphans: partitions the committed
-// metadata no longer has, or has at another incarnation.
-//
-// List is meant to be part of Store. It is a separate interface only until
-// every Store implementation in the module (the reconciler's test fake)
-// has the method; then Store gains List (or embeds Lister).
-type Lister interface {
 	// List returns every partition the store holds, with the epoch it was
-	// built for, sorted by namespace.
+	// built for, sorted by namespace. The node uses it at open to remove
+	// orphans: partitions the committed metadata no longer has, or has at
+	// another incarnation.
 	List() ([]Stored, error)
 }
 

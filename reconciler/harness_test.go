@@ -55,6 +55,8 @@ func (f *faultyStore) Remove(ns metadata.Namespace) error {
 	return f.inner.Remove(ns)
 }
 
+func (f *faultyStore) List() ([]partition.Stored, error) { return f.inner.List() }
+
 func (f *faultyStore) setFail(ns metadata.Namespace, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

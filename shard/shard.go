@@ -314,6 +314,7 @@ func (s *Shard) shutdown() {
 // handle routes one frame on the pump: serve, fence, forward or park.
 func (s *Shard) handle(f Frame) {
 	if f.Req.Op == opFlush {
+		s.flushGroup() // frames before the barrier include their acks
 		s.answer(f, Response{})
 		return
 	}
