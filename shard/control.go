@@ -110,6 +110,12 @@ func opInsertOwned(p partition.Partition, d Durability) control {
 		}
 		epoch := p.Epoch()
 		o := &owned{p: p, dur: d}
+		if s.cfg.Replication != nil {
+			if err := s.replicate(o); err != nil {
+				_ = p.Close()
+				return err
+			}
+		}
 		s.owned[ns] = o
 		delete(s.tombstoned, ns)
 		s.table.Set(ns, router.Row{Owner: s.id, Epoch: epoch})
@@ -161,6 +167,7 @@ func opTombstone(ns metadata.Namespace, epoch *uint64) control {
 			return nil
 		}
 		*epoch = o.p.Epoch()
+		s.unreplicate(o, errTombstoned)
 		delete(s.owned, ns)
 		s.tombstoned[ns] = *epoch
 		s.table.Delete(ns, *epoch)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/parkway-io/parkway/internal/replica"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
 )
@@ -36,6 +37,13 @@ type owned struct {
 	dirty bool
 	// deadline is when an interval-policy partition must be synced by.
 	deadline time.Time
+
+	// Replication (nil grp on a single node): the partition's raft group,
+	// the produces this node proposed by proposal id, and whether the
+	// group is queued for processReady.
+	grp     *replica.Group
+	pending map[uint64]Frame
+	ready   bool
 }
 
 // pendingAck is a produce appended under FsyncAlways whose answer waits

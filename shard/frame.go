@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"go.etcd.io/raft/v3/raftpb"
+
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
 )
@@ -21,6 +23,10 @@ const (
 	OpTruncate
 	// OpPurge removes every message (offsets continue, never reused).
 	OpPurge
+	// OpRaft carries a raft message between replicas of a partition. It
+	// has no client: it is never answered, and dropping it is safe
+	// because raft re-sends.
+	OpRaft
 
 	// opFlush is Flush's marker frame; it never reaches a partition.
 	opFlush Op = 255
@@ -41,6 +47,8 @@ func (o Op) String() string {
 		return "truncate"
 	case OpPurge:
 		return "purge"
+	case OpRaft:
+		return "raft"
 	}
 	return "unknown"
 }
@@ -63,6 +71,9 @@ type Request struct {
 	// starts at the consumer's stored offset (UseConsumer).
 	Consumer    string
 	UseConsumer bool
+	// Raft is the message of an OpRaft frame; Epoch is then the sender's
+	// incarnation of the partition.
+	Raft *raftpb.Message
 }
 
 // Response is the answer to a Request.

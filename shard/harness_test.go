@@ -204,3 +204,7 @@ func payloads(t *testing.T, p partition.Partition) []string {
 func (h *harness) drops(shard, variant, reason string) float64 {
 	return testutil.ToFloat64(h.m.FrameDrops.WithLabelValues(shard, variant, reason))
 }
+
+func testutilStale(h *harness) float64 {
+	return testutil.ToFloat64(h.m.StaleRejects.WithLabelValues("0"))
+}

@@ -46,8 +46,10 @@ type Config struct {
 	Logger hclog.Logger
 	// Metrics receives counters (default: a private, unregistered set).
 	Metrics *metrics.Metrics
-	// Clock times interval fsyncs (default: the wall clock).
+	// Clock times interval fsyncs and raft ticks (default: the wall clock).
 	Clock clock.Clock
+	// Replication, when set, replicates every owned partition with raft.
+	Replication *Replication
 }
 
 // Validate reports every problem with c.
@@ -66,6 +68,14 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("shard CPU %d < 0", c.CPU))
 	}
 	errs = append(errs, c.Park.validate()...)
+	if r := c.Replication; r != nil {
+		if r.Node == 0 || len(r.Peers) == 0 || r.Send == nil {
+			errs = append(errs, errors.New("shard Replication needs Node, Peers and Send"))
+		}
+		if r.TickInterval < 0 || r.ElectionTicks < 0 {
+			errs = append(errs, errors.New("shard Replication TickInterval and ElectionTicks must not be negative"))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -104,6 +114,10 @@ type Shard struct {
 	pending    []pendingAck                  // acks waiting for the group's fsync
 	syncTimer  clock.Timer                   // interval-policy fsync timer, armed while needed
 	syncAt     time.Time                     // when syncTimer fires; zero when disarmed
+	replicated map[metadata.Namespace]*owned // owned partitions with a raft group
+	readyList  []*owned                      // groups with work for processReady
+	raftTimer  clock.Timer
+	tickArmed  bool
 	tombstoned map[metadata.Namespace]uint64 // ns → epoch being torn down
 	park       *parkBuffer
 	pass       uint64 // sweeps applied
@@ -137,6 +151,13 @@ func New(cfg Config, meta *metadata.Store, rt *router.Router[Frame]) (*Shard, er
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
+	if r := cfg.Replication; r != nil {
+		rc := *r
+		if rc.TickInterval == 0 {
+			rc.TickInterval = DefaultTickInterval
+		}
+		cfg.Replication = &rc
+	}
 	s := &Shard{
 		id:         cfg.ID,
 		cfg:        cfg,
@@ -150,6 +171,7 @@ func New(cfg Config, meta *metadata.Store, rt *router.Router[Frame]) (*Shard, er
 		group:      run.NewGroup(),
 		clock:      cfg.Clock,
 		owned:      make(map[metadata.Namespace]*owned),
+		replicated: make(map[metadata.Namespace]*owned),
 		tombstoned: make(map[metadata.Namespace]uint64),
 		park:       newParkBuffer(cfg.Park),
 	}
@@ -245,6 +267,9 @@ func (s *Shard) pump(ctx context.Context) {
 		if s.syncTimer != nil {
 			s.syncTimer.Stop()
 		}
+		if s.raftTimer != nil {
+			s.raftTimer.Stop()
+		}
 	}()
 	for {
 		select {
@@ -252,6 +277,7 @@ func (s *Shard) pump(ctx context.Context) {
 			return
 		case c := <-s.ctrl:
 			c.apply(s)
+			s.processReady()
 			s.maybeFlush()
 			continue
 		default:
@@ -265,7 +291,11 @@ func (s *Shard) pump(ctx context.Context) {
 			s.handle(f)
 		case <-s.syncC():
 			s.syncDue()
+		case <-s.tickC():
+			s.tickArmed = false
+			s.tickRaft()
 		}
+		s.processReady()
 		s.maybeFlush()
 	}
 }
@@ -303,6 +333,9 @@ func (s *Shard) shutdown() {
 	s.park = newParkBuffer(s.cfg.Park)
 	s.gauges()
 	s.flushGroup()
+	for _, o := range s.replicated {
+		s.unreplicate(o, ErrClosed)
+	}
 	for ns, o := range s.owned {
 		if err := o.p.Close(); err != nil {
 			s.log.Warn("closing partition", "ns", ns, "error", err)
@@ -351,11 +384,21 @@ func (s *Shard) serveOwned(o *owned, f Frame) {
 		s.stale(f)
 		return
 	}
+	if f.Req.Op == OpRaft {
+		// Behaviour 20: the epoch matched, so the message is for this
+		// incarnation; raft itself orders it against the group.
+		s.stepRaft(o, f)
+		return
+	}
 	// Behaviour 10: an ack must never land in an incarnation that teardown
 	// is about to erase. The committed created_revision is the truth; the
 	// partition we hold is only as fresh as the last reconcile.
 	if rev, ok := s.meta.CreatedRevision(f.Req.NS); !ok || rev != epoch {
 		s.deny(f, metrics.DenyIncarnation, errIncarnation)
+		return
+	}
+	if f.Req.Op == OpProduce && o.grp != nil {
+		s.proposeProduce(o, f)
 		return
 	}
 	if f.Req.Op == OpProduce {

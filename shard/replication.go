@@ -1,0 +1,251 @@
+package shard
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/parkway-io/parkway/internal/replica"
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
+)
+
+// Replication makes every partition this shard owns a member of a raft
+// group spanning the nodes (multi-raft: one group per partition, all driven
+// from this pump). Nil Config.Replication means a single node.
+type Replication struct {
+	// Node is this node's id; Peers every node's id (this one included):
+	// every node holds a replica of every partition.
+	Node  uint64
+	Peers []uint64
+	// Send hands a raft message of the partition (ns, epoch) to the
+	// transport. It must not block; a message it loses is re-sent by raft.
+	Send func(to uint64, ns metadata.Namespace, epoch uint64, m *raftpb.Message)
+	// TickInterval is the raft tick (default 10 ms); a leader is elected
+	// within ElectionTicks..2·ElectionTicks ticks of losing the last one
+	// (default 10).
+	TickInterval  time.Duration
+	ElectionTicks int
+}
+
+// DefaultTickInterval is the raft tick of replicated partitions.
+const DefaultTickInterval = 10 * time.Millisecond
+
+var (
+	// ErrNotLeader means "go elsewhere": this node does not lead the
+	// partition. The error is a *NotLeaderError carrying the leader's id
+	// when one is known. It never matches ErrRetry.
+	ErrNotLeader = errors.New("parkway: not the leader")
+	// ErrOutcomeUnknown answers a produce whose leader lost leadership
+	// before the batch committed: the batch may still commit under the new
+	// leader, or may be gone. It is deliberately not retriable — a blind
+	// retry could apply the batch twice.
+	ErrOutcomeUnknown = errors.New("parkway: leadership changed before the write committed; it may or may not have been applied")
+
+	errNoLeader = fmt.Errorf("%w: partition has no leader yet", ErrRetry)
+)
+
+// NotLeaderError is ErrNotLeader with the leader's node id (0: unknown).
+type NotLeaderError struct{ Leader uint64 }
+
+func (e *NotLeaderError) Error() string {
+	return fmt.Sprintf("parkway: not the leader (leader is node %d)", e.Leader)
+}
+
+// Is makes errors.Is(err, ErrNotLeader) hold.
+func (e *NotLeaderError) Is(target error) bool { return target == ErrNotLeader }
+
+// replicate makes o a raft group member. The preferred leader — a pure
+// function of the namespace, so leadership spreads across nodes — campaigns
+// at once instead of waiting out an election timeout; its votes may reach
+// nodes that have not materialised the partition yet, where they park and
+// are stepped once it lands.
+func (s *Shard) replicate(o *owned) error {
+	r := s.cfg.Replication
+	ns := o.p.Namespace()
+	g, err := replica.New(replica.Config{
+		Group: uint64(ns), Node: r.Node, Peers: r.Peers,
+		ElectionTicks: r.ElectionTicks, Logger: s.log,
+	})
+	if err != nil {
+		return err
+	}
+	o.grp = g
+	o.pending = make(map[uint64]Frame)
+	if r.Peers[int(uint64(ns)%uint64(len(r.Peers)))] == r.Node {
+		if err := g.Campaign(); err != nil {
+			return err
+		}
+	}
+	s.replicated[ns] = o
+	s.markReady(o)
+	s.armTick()
+	return nil
+}
+
+// unreplicate drops o's group; its waiting produces are answered.
+func (s *Shard) unreplicate(o *owned, err error) {
+	if o.grp == nil {
+		return
+	}
+	delete(s.replicated, o.p.Namespace())
+	for id, f := range o.pending {
+		s.answer(f, Response{Err: err})
+		delete(o.pending, id)
+	}
+	o.grp = nil
+}
+
+// proposeProduce serves a produce on a replicated partition: only the
+// leader proposes; the ack comes when the batch is committed by a quorum
+// and applied here.
+func (s *Shard) proposeProduce(o *owned, f Frame) {
+	if !o.grp.IsLeader() {
+		if lead := o.grp.Leader(); lead != 0 {
+			s.answer(f, Response{Err: &NotLeaderError{Leader: lead}})
+		} else {
+			s.deny(f, "no_leader", errNoLeader)
+		}
+		return
+	}
+	data, err := partition.EncodeBatch(nil, f.Req.Messages)
+	if err != nil {
+		s.answer(f, Response{Err: err})
+		return
+	}
+	id, err := o.grp.Propose(data)
+	if err != nil {
+		s.answer(f, Response{Err: fmt.Errorf("%w: %w", ErrRetry, err)})
+		return
+	}
+	o.pending[id] = f
+	s.markReady(o)
+}
+
+// stepRaft feeds a peer's message to the partition's group.
+func (s *Shard) stepRaft(o *owned, f Frame) {
+	if o.grp == nil {
+		s.m.Drop(f.Req.Op.String(), "not_replicated")
+		return
+	}
+	if err := o.grp.Step(f.Req.Raft); err != nil {
+		s.log.Debug("raft step refused", "ns", f.Req.NS, "error", err)
+	}
+	s.markReady(o)
+}
+
+func (s *Shard) markReady(o *owned) {
+	if !o.ready {
+		o.ready = true
+		s.readyList = append(s.readyList, o)
+	}
+}
+
+// processReady handles every group with pending work: persist, send,
+// apply. It runs after each pump step, so a Step or Propose is followed by
+// its messages without waiting for a tick.
+func (s *Shard) processReady() {
+	for len(s.readyList) > 0 {
+		list := s.readyList
+		s.readyList = nil
+		for _, o := range list {
+			o.ready = false
+			if o.grp == nil {
+				continue
+			}
+			h := groupHandler{s: s, o: o}
+			for o.grp != nil && o.grp.HasReady() {
+				if err := o.grp.Handle(h); err != nil {
+					s.log.Error("raft ready failed", "ns", o.p.Namespace(), "error", err)
+					break
+				}
+			}
+		}
+	}
+}
+
+// tickRaft ticks every replicated group.
+func (s *Shard) tickRaft() {
+	for _, o := range s.replicated {
+		o.grp.Tick()
+		s.markReady(o)
+	}
+	s.armTick()
+}
+
+func (s *Shard) armTick() {
+	if len(s.replicated) == 0 || s.tickArmed {
+		return
+	}
+	d := s.cfg.Replication.TickInterval
+	if s.raftTimer == nil {
+		s.raftTimer = s.clock.NewTimer(d)
+	} else {
+		s.raftTimer.Reset(d)
+	}
+	s.tickArmed = true
+}
+
+// tickC is the raft tick channel, nil (never ready) while no group exists,
+// so a shard with nothing replicated has no timer.
+func (s *Shard) tickC() <-chan time.Time {
+	if !s.tickArmed {
+		return nil
+	}
+	return s.raftTimer.C()
+}
+
+// groupHandler applies one partition group's Ready.
+type groupHandler struct {
+	s *Shard
+	o *owned
+}
+
+func (h groupHandler) Send(m *raftpb.Message) {
+	h.s.cfg.Replication.Send(m.GetTo(), h.o.p.Namespace(), h.o.p.Epoch(), m)
+}
+
+// Apply appends a committed batch to the local log. On the proposer the
+// waiting produce is answered through the fsync policy, like a local one.
+func (h groupHandler) Apply(index, id uint64, payload []byte) error {
+	msgs, err := partition.DecodeBatch(payload)
+	if err != nil {
+		return err
+	}
+	first, err := h.o.p.Append(msgs)
+	f, waiting := h.o.pending[id]
+	delete(h.o.pending, id)
+	if err != nil {
+		if waiting {
+			h.s.answer(f, Response{Err: err})
+		}
+		// The replica's log now lacks a committed entry: it must not
+		// serve reads past this point. Surfacing it loudly is the most a
+		// replica without a snapshot path can do.
+		return fmt.Errorf("apply index %d: %w", index, err)
+	}
+	if waiting {
+		h.s.appended(h.o, f, Response{Offset: first})
+	} else if h.o.dur.Fsync == metadata.FsyncInterval && !h.o.dirty {
+		// A follower's copy follows the interval policy; under
+		// FsyncAlways the quorum's copies are what the ack promised.
+		h.o.dirty = true
+		h.o.deadline = h.s.clock.Now().Add(h.o.dur.Interval)
+		h.s.armSync(h.o.deadline)
+	}
+	return nil
+}
+
+// LeaderChanged fails the produces this node proposed as leader: their
+// outcome is now unknown (behaviour: never silently applied twice).
+func (h groupHandler) LeaderChanged(lead uint64) {
+	if lead == h.s.cfg.Replication.Node {
+		return
+	}
+	for id, f := range h.o.pending {
+		h.s.answer(f, Response{Err: ErrOutcomeUnknown})
+		delete(h.o.pending, id)
+	}
+}
