@@ -84,11 +84,17 @@ func (n *Node) Produce(ctx context.Context, stream, topic uint32, to Partitionin
 		batch[i].Offset = 0
 		batch[i].Timestamp = now
 	}
-	part, err := n.choose(stream, topic, to)
-	if err != nil {
-		return Ack{}, err
-	}
-	ns, err := n.resolve(stream, topic, part)
+	var (
+		part uint32
+		ns   metadata.Namespace
+	)
+	err := n.awaitMetadata(ctx, func() (err error) {
+		if part, err = n.choose(stream, topic, to); err != nil {
+			return err
+		}
+		ns, err = n.resolve(stream, topic, part)
+		return err
+	})
 	if err != nil {
 		return Ack{}, err
 	}
@@ -172,7 +178,7 @@ func (n *Node) Poll(ctx context.Context, stream, topic, part uint32, from Start,
 		}
 		req.Consumer, req.UseConsumer = from.consumer, true
 	}
-	ns, err := n.resolve(stream, topic, part)
+	ns, err := n.resolveWait(ctx, stream, topic, part)
 	if err != nil {
 		return Batch{}, err
 	}
@@ -193,7 +199,7 @@ func (n *Node) StoreOffset(ctx context.Context, consumer string, stream, topic, 
 	if err := validConsumer(consumer); err != nil {
 		return err
 	}
-	ns, err := n.resolve(stream, topic, part)
+	ns, err := n.resolveWait(ctx, stream, topic, part)
 	if err != nil {
 		return err
 	}
@@ -211,7 +217,7 @@ func (n *Node) ConsumerOffset(ctx context.Context, consumer string, stream, topi
 	if err := validConsumer(consumer); err != nil {
 		return 0, false, err
 	}
-	ns, err := n.resolve(stream, topic, part)
+	ns, err := n.resolveWait(ctx, stream, topic, part)
 	if err != nil {
 		return 0, false, err
 	}

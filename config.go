@@ -108,6 +108,14 @@ type Config struct {
 	// retries (defaults 100 µs and 50 ms, doubling).
 	RetryBackoffMin, RetryBackoffMax time.Duration
 
+	// Cluster, when set, makes the node one replica of a cluster: every
+	// partition and the metadata are replicated with raft, a produce is
+	// acknowledged once a quorum has it, and a request to a follower is
+	// forwarded to the leader. The node takes ownership of Cluster.Bus and
+	// closes it on Close. Cluster mode keeps raft state in memory and
+	// requires an empty DataDir for now.
+	Cluster *Cluster
+
 	// Logger receives diagnostics (default: silent).
 	Logger hclog.Logger
 	// Clock is the source of time (default: the wall clock).
@@ -171,6 +179,12 @@ func (c Config) Validate() error {
 	}
 	if c.BuildBackoffMax != 0 && c.BuildBackoffMin > c.BuildBackoffMax {
 		errs = append(errs, fmt.Errorf("BuildBackoffMin %v > BuildBackoffMax %v", c.BuildBackoffMin, c.BuildBackoffMax))
+	}
+	if c.Cluster != nil {
+		errs = append(errs, c.Cluster.validate()...)
+		if c.DataDir != "" {
+			errs = append(errs, errors.New("Cluster with a DataDir: replicated nodes keep raft state in memory for now"))
+		}
 	}
 	if err := (shard.Config{Park: c.Park}).Validate(); err != nil {
 		errs = append(errs, err)

@@ -29,7 +29,13 @@ var (
 	// because of ErrRetry, and never retries ErrNotLeader in place. A
 	// single node leads everything, so only replicated deployments return
 	// it.
-	ErrNotLeader = errors.New("parkway: not the leader")
+	ErrNotLeader = shard.ErrNotLeader
+	// ErrOutcomeUnknown reports a write whose leader changed (or whose
+	// deadline passed) after it was proposed: it may or may not have been
+	// applied. The Node never retries it by itself, so it never applies a
+	// write twice; a producer that needs exactly-once retries with its own
+	// message ids and deduplicates on read.
+	ErrOutcomeUnknown = shard.ErrOutcomeUnknown
 
 	// ErrInvalidName reports an empty, over-long or malformed name.
 	ErrInvalidName = metadata.ErrInvalidName

@@ -43,6 +43,7 @@ type Node struct {
 	cfg     Config
 	meta    *metadata.Store
 	durable *metadata.Durable // nil for an in-memory node
+	cluster *cluster          // nil for a single node
 	store   partition.Store
 	router  *router.Router[shard.Frame]
 	shards  []*shard.Shard
@@ -105,9 +106,15 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	var repl *shard.Replication
+	if cfg.Cluster != nil {
+		n.cluster = newCluster(n)
+		repl = &shard.Replication{Node: uint64(cfg.Cluster.ID), Peers: peersOf(*cfg.Cluster),
+			Send: n.cluster.sendRaft, TickInterval: cfg.Cluster.TickInterval}
+	}
 	for i := range cfg.Shards {
 		s, err := shard.New(shard.Config{
-			ID: i, InboxSize: cfg.InboxSize, Park: cfg.Park, Clock: cfg.Clock,
+			ID: i, InboxSize: cfg.InboxSize, Park: cfg.Park, Clock: cfg.Clock, Replication: repl,
 			PinCPU: cfg.PinShards, CPU: i % runtime.NumCPU(),
 			Logger: cfg.Logger, Metrics: n.metrics,
 		}, n.meta, n.router)
@@ -143,6 +150,9 @@ func Open(cfg Config) (*Node, error) {
 			reconciler.Run(ctx, rec, wake, cfg.Clock, cfg.ReconcileInterval, cfg.Logger)
 		})
 	}
+	if n.cluster != nil {
+		n.cluster.start()
+	}
 	return n, nil
 }
 
@@ -157,6 +167,9 @@ func (n *Node) Close() (err error) {
 			cancel()
 		}
 		n.closeShards()
+		if n.cluster != nil {
+			err = n.cluster.bus.Close()
+		}
 		if n.durable != nil {
 			err = n.durable.Close()
 		}
@@ -213,6 +226,9 @@ func (n *Node) begin(ctx context.Context) error {
 func (n *Node) apply(ctx context.Context, cmd metadata.Command) (metadata.Result, error) {
 	if err := n.begin(ctx); err != nil {
 		return metadata.Result{}, err
+	}
+	if n.cluster != nil {
+		return n.cluster.applyReplicated(ctx, cmd)
 	}
 	if n.durable != nil {
 		return n.durable.Apply(cmd)
@@ -354,6 +370,25 @@ func (n *Node) call(ctx context.Context, req *shard.Request, stream, topic, part
 				return shard.Response{}, ErrClosed
 			}
 		}
+		// "Not leader" is never retried here: the request follows the
+		// hint to the leader, and only a "retry here" from there brings it
+		// back into this loop.
+		var nl *shard.NotLeaderError
+		for n.cluster != nil && errors.As(err, &nl) && nl.Leader != 0 {
+			var r shard.Response
+			r, err = n.cluster.forward(ctx, nl.Leader, req)
+			if err == nil {
+				err = r.Err
+			}
+			if err == nil {
+				return r, nil
+			}
+			if errors.As(err, &nl) && nl.Leader == uint64(n.cluster.cfg.ID) {
+				// Leadership is moving to this node: retry here.
+				err = fmt.Errorf("%w: leadership moving here", ErrRetry)
+				break
+			}
+		}
 		if errors.Is(err, shard.ErrClosed) {
 			return shard.Response{}, fmt.Errorf("%w: %w", ErrClosed, err)
 		}
@@ -389,6 +424,41 @@ func (n *Node) call(ctx context.Context, req *shard.Request, stream, topic, part
 			return shard.Response{}, rerr
 		}
 		req.NS = ns
+	}
+}
+
+// once runs req on this node's owner shard and returns its answer,
+// without retrying or forwarding (the serving side of a forwarded request).
+func (n *Node) once(ctx context.Context, req *shard.Request) shard.Response {
+	reply := make(chan shard.Response, 1)
+	if _, err := n.router.Send(req.NS, shard.Frame{Req: req, Reply: reply}); err != nil {
+		return shard.Response{Err: fmt.Errorf("%w: %w", ErrRetry, err)}
+	}
+	select {
+	case r := <-reply:
+		return r
+	case <-ctx.Done():
+		return shard.Response{Err: ErrClosed}
+	}
+}
+
+// deadline bounds ctx by RequestTimeout when it has no earlier deadline.
+func (n *Node) deadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= n.cfg.RequestTimeout {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, n.cfg.RequestTimeout)
+}
+
+// sleep waits d on the node's clock, or until ctx ends.
+func (n *Node) sleep(ctx context.Context, d time.Duration) error {
+	t := n.cfg.Clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

@@ -91,7 +91,7 @@ func (n *Node) partitionOp(ctx context.Context, op shard.Op, stream, topic, part
 	if err := n.begin(ctx); err != nil {
 		return err
 	}
-	ns, err := n.resolve(stream, topic, part)
+	ns, err := n.resolveWait(ctx, stream, topic, part)
 	if err != nil {
 		return err
 	}

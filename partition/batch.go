@@ -3,7 +3,7 @@ package partition
 import "fmt"
 
 // The wire form of a batch is the same checksummed records the segments
-// hold (offsets zero), so a batch shipped through a consensus log is
+// hold (each with its Offset field as given), so a batch shipped through a consensus log is
 // verified on decode exactly as it is on disk.
 
 // EncodeBatch appends the wire form of msgs to dst.
@@ -14,7 +14,7 @@ func EncodeBatch(dst []byte, msgs []Message) ([]byte, error) {
 		}
 	}
 	for i := range msgs {
-		dst = appendRecord(dst, &msgs[i], 0)
+		dst = appendRecord(dst, &msgs[i], msgs[i].Offset)
 	}
 	return dst, nil
 }

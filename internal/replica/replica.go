@@ -36,6 +36,11 @@ type Config struct {
 	ElectionTicks, HeartbeatTicks int
 	// Logger receives raft's own logging (default: silent).
 	Logger hclog.Logger
+	// ForwardProposals lets a follower propose: raft forwards the entry
+	// to the leader. The proposer learns the outcome only by seeing its
+	// proposal id applied, so its caller needs a deadline. Partition
+	// groups leave it off and answer "not leader" instead.
+	ForwardProposals bool
 }
 
 // Group is one raft group member. Not safe for concurrent use.
@@ -50,7 +55,9 @@ type Group struct {
 var (
 	// ErrNotLeader is returned by Propose on a follower.
 	ErrNotLeader = errors.New("parkway: not the raft leader")
-	errShort     = errors.New("parkway: raft entry shorter than its envelope")
+	// ErrNoLeader is returned by Propose while no leader is known.
+	ErrNoLeader = errors.New("parkway: no raft leader known")
+	errShort    = errors.New("parkway: raft entry shorter than its envelope")
 )
 
 // New starts a group member. Every member of a new group is created with
@@ -117,8 +124,11 @@ func (g *Group) IsLeader() bool { return g.Leader() == g.cfg.Node }
 // proposes: a follower would forward the proposal, and an entry forwarded
 // and then dropped by a leader change leaves its request with no outcome.
 func (g *Group) Propose(payload []byte) (uint64, error) {
-	if !g.IsLeader() {
+	if !g.cfg.ForwardProposals && !g.IsLeader() {
 		return 0, ErrNotLeader
+	}
+	if g.Leader() == 0 {
+		return 0, ErrNoLeader
 	}
 	g.nextID++
 	id := g.nextID

@@ -1,0 +1,98 @@
+// Command compare runs parkway and an embedded NATS JetStream server side
+// by side, case by case, with the raw limits of the machine, and prints a
+// markdown table of medians, ranges and ratios. From the repository root:
+//
+//	go -C bench run ./cmd/compare                 # full run, 3 rounds (~10 min on 2 cores)
+//	go -C bench run ./cmd/compare -quick          # smoke run (< 1 min)
+//	go -C bench run ./cmd/compare -out RESULTS.md # also write the report (relative to bench/)
+//
+// -run selects cases by "<set>/<key>" (sets: interval, always, limits) and
+// -cpuprofile writes a CPU profile of the parkway side of every selected
+// case, for example:
+//
+//	go -C bench run ./cmd/compare -run 'interval/batch$' -cpuprofile /tmp/prof
+//	go tool pprof -top /tmp/prof/interval-batch-r*.pprof
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"regexp"
+	"strings"
+	"syscall"
+
+	"github.com/parkway-io/parkway/bench"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
+	rounds := fs.Int("rounds", 3, "rounds per case and system (-quick defaults it to 1)")
+	quick := fs.Bool("quick", false, "smoke run: a tenth of the messages, 1 round unless -rounds is given")
+	out := fs.String("out", "", "also write the report to this file")
+	filter := fs.String("run", "", "only cases whose \"<set>/<key>\" matches this regexp (sets: interval, always, limits)")
+	cpuprofile := fs.String("cpuprofile", "", "directory for CPU profiles of the parkway side, one per case and round")
+	tmp := fs.String("tmpdir", "", "where data directories are created (default: the system temp dir)")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	cfg := bench.Config{Rounds: *rounds, TempDir: *tmp, CPUProfileDir: *cpuprofile, Progress: os.Stderr}
+	if *quick {
+		sizes := bench.QuickSizes()
+		cfg.Sizes = &sizes
+		roundsSet := false
+		fs.Visit(func(f *flag.Flag) { roundsSet = roundsSet || f.Name == "rounds" })
+		if !roundsSet {
+			cfg.Rounds = 1
+		}
+	}
+	if *filter != "" {
+		re, err := regexp.Compile(*filter)
+		if err != nil {
+			return fmt.Errorf("-run: %w", err)
+		}
+		cfg.Filter = re
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := bench.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	// The command as a user types it from the repository root; the
+	// binary's own path (a go run temp file) would tell a reader nothing.
+	command := strings.Join(append([]string{"go -C bench run ./cmd/compare"}, quoteArgs(os.Args[1:])...), " ")
+	md := rep.Markdown(command)
+	fmt.Print(md)
+	if *out != "" {
+		if err := os.WriteFile(*out, []byte(md), 0o644); err != nil {
+			return fmt.Errorf("-out: %w", err)
+		}
+	}
+	return nil
+}
+
+// quoteArgs single-quotes arguments a shell would split or expand.
+func quoteArgs(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\n'\"$*?[]()|&;<>\\`") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		out[i] = a
+	}
+	return out
+}

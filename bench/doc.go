@@ -1,0 +1,21 @@
+// Package bench compares parkway with an embedded NATS JetStream server in
+// one process, case by case, and measures two raw limits of the machine (a
+// buffered file append and a channel hand-off) in the same run.
+//
+// It is a separate module so that the library never depends on
+// nats-server; the command is
+//
+//	go -C bench run ./cmd/compare
+//
+// Every case runs for both systems on fresh data directories, alternating
+// which system goes first from round to round (so neither always runs on a
+// warmer or cooler machine), for Config.Rounds rounds. The report gives the
+// median and the min–max range of each metric and the ratio parkway /
+// JetStream of the medians.
+//
+// Both systems write through the same durability setting, stated in the
+// report: a set with interval fsync (JetStream's default sync_interval,
+// read back from the running server, and a parkway FsyncInterval topic
+// policy with that interval) and a set with fsync on every write
+// (JetStream's SyncAlways, parkway's FsyncAlways).
+package bench

@@ -1,0 +1,137 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+)
+
+// recordHeader is the size of parkway's on-disk record header (checksum,
+// length, offset, id, timestamp, header and payload lengths; see
+// partition/codec.go), so the file-append limit writes the same bytes per
+// record as parkway's file store does for a message without headers.
+const recordHeader = 48
+
+// limit is one raw limit of the machine, measured in the same run.
+type limit struct {
+	key   string
+	title string
+	unit  string // what one operation is
+	run   func(ctx context.Context, dir string, count int, m *meter) error
+}
+
+func limits() []limit {
+	return []limit{
+		{key: "file-append", unit: "record",
+			title: "buffered file append: bufio.Writer 64 KiB, 48 + 100 = 148-byte records, one Flush at the end, no fsync",
+			run:   func(ctx context.Context, dir string, n int, m *meter) error { return fileAppend(ctx, dir, n, 0, m) }},
+		{key: "file-append-fsync100", unit: "record",
+			title: "the same, plus Flush and fsync after every 100 records (the fsync-always counterpart of case 3)",
+			run:   func(ctx context.Context, dir string, n int, m *meter) error { return fileAppend(ctx, dir, n, 100, m) }},
+		{key: "chan-handoff", unit: "op",
+			title: "channel hand-off: one goroutine sends to another over a chan of 1,024 (parkway's default shard inbox size)",
+			run:   func(ctx context.Context, _ string, n int, m *meter) error { return chanHandoff(ctx, n, m) }},
+	}
+}
+
+// fileAppend writes count 148-byte records to a new file in dir through a
+// 64 KiB bufio.Writer; with syncEvery > 0 it flushes and fsyncs after
+// every syncEvery records. The timed section ends after the final Flush
+// (and fsync), excluding the file's close and removal.
+func fileAppend(ctx context.Context, dir string, count, syncEvery int, m *meter) (err error) {
+	f, err := os.Create(filepath.Join(dir, "append.log"))
+	if err != nil {
+		return fmt.Errorf("file append: %w", err)
+	}
+	defer func() { err = errors.Join(err, f.Close()) }()
+	w := bufio.NewWriterSize(f, 64<<10)
+	// A record is its 48-byte header followed by a 100-byte payload;
+	// the header carries a length and an offset like parkway's, so the
+	// bytes are not all zero (some filesystems treat zero pages
+	// specially).
+	rec := make([]byte, recordHeader+100)
+	binary.LittleEndian.PutUint32(rec[4:], uint32(len(rec)))
+	if err := m.start(); err != nil {
+		return err
+	}
+	for i := range count {
+		if i%4096 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		binary.LittleEndian.PutUint64(rec[8:], uint64(i))
+		if _, err := w.Write(rec); err != nil {
+			return fmt.Errorf("file append: %w", err)
+		}
+		if syncEvery > 0 && (i+1)%syncEvery == 0 {
+			if err := flushSync(w, f); err != nil {
+				return err
+			}
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("file append: %w", err)
+	}
+	if syncEvery > 0 {
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("file append: %w", err)
+		}
+	}
+	// bytes counted as record bytes written (148 per record), not payload.
+	return m.stop(count, len(rec))
+}
+
+func flushSync(w *bufio.Writer, f *os.File) error {
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("file append: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("file append: %w", err)
+	}
+	return nil
+}
+
+// chanHandoff sends count values from one goroutine to another over a
+// buffered channel and stops the clock when the receiver has taken the
+// last one. The value is a small struct standing in for a frame pointer.
+func chanHandoff(ctx context.Context, count int, m *meter) error {
+	type frame struct{ offset uint64 }
+	ch := make(chan *frame, 1024)
+	f := &frame{}
+	var (
+		wg  sync.WaitGroup
+		got int
+	)
+	if err := m.start(); err != nil {
+		return err
+	}
+	wg.Go(func() {
+		for range ch {
+			got++
+		}
+	})
+	var err error
+	for i := range count {
+		if i%4096 == 0 && ctx.Err() != nil {
+			err = ctx.Err()
+			break
+		}
+		ch <- f
+	}
+	close(ch)
+	wg.Wait()
+	if err != nil {
+		return err
+	}
+	if err := m.stop(count, 0); err != nil {
+		return err
+	}
+	if got != count {
+		return fmt.Errorf("channel hand-off: received %d of %d", got, count)
+	}
+	return nil
+}

@@ -1,0 +1,439 @@
+package bench
+
+import (
+	"bufio"
+	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// Report is the outcome of a comparison run.
+type Report struct {
+	machine machine
+	rounds  int
+	limits  []limitResult
+	sets    []setResult
+	elapsed time.Duration
+}
+
+type limitResult struct {
+	limit   limit
+	count   int
+	samples []sample
+}
+
+type setResult struct {
+	name  string
+	d     durability
+	sizes SetSizes
+	cases []caseResult
+}
+
+type caseResult struct {
+	spec    caseSpec
+	samples [2][]sample // [0] parkway, [1] JetStream, one per round
+}
+
+// machine describes where the run happened.
+type machine struct {
+	cpus, procs         int
+	model               string
+	goVersion, platform string
+	kernel              string
+	tempDir             string
+	natsServer, natsGoV string
+}
+
+func describeMachine(tempDir string) machine {
+	m := machine{
+		cpus: runtime.NumCPU(), procs: runtime.GOMAXPROCS(0),
+		model: "unknown", goVersion: runtime.Version(), platform: runtime.GOOS + "/" + runtime.GOARCH,
+		kernel: "unknown", tempDir: tempDir, natsServer: server.VERSION, natsGoV: nats.Version,
+	}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.model = strings.TrimSpace(v)
+				break
+			}
+		}
+		_ = f.Close()
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.kernel = strings.TrimSpace(string(b))
+	}
+	return m
+}
+
+// --- statistics ------------------------------------------------------------
+
+func rate(s sample) float64 {
+	if s.elapsed <= 0 {
+		return 0
+	}
+	return float64(s.msgs) / s.elapsed.Seconds()
+}
+
+func sortedCopy(d []time.Duration) []time.Duration {
+	c := slices.Clone(d)
+	slices.Sort(c)
+	return c
+}
+
+// percentile is the nearest-rank percentile of sorted latencies.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p*float64(len(sorted)))) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+// value is a metric of one sample.
+func value(k metric, s sample) float64 {
+	switch k {
+	case msgsPerSec:
+		return rate(s)
+	case mbPerSec:
+		if s.elapsed <= 0 {
+			return 0
+		}
+		return float64(s.bytes) / 1e6 / s.elapsed.Seconds()
+	case p50, p99:
+		p := 0.50
+		if k == p99 {
+			p = 0.99
+		}
+		return float64(percentile(sortedCopy(s.lat), p))
+	case allocsPerMsg:
+		if s.msgs == 0 {
+			return 0
+		}
+		return float64(s.mallocs) / float64(s.msgs)
+	}
+	return math.NaN()
+}
+
+// summary is the median and range of a metric over the rounds.
+type summary struct{ median, lo, hi float64 }
+
+func summarize(k metric, samples []sample) summary {
+	if len(samples) == 0 {
+		return summary{math.NaN(), math.NaN(), math.NaN()}
+	}
+	v := make([]float64, len(samples))
+	for i, s := range samples {
+		v[i] = value(k, s)
+	}
+	slices.Sort(v)
+	med := v[len(v)/2]
+	if len(v)%2 == 0 {
+		med = (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	return summary{med, v[0], v[len(v)-1]}
+}
+
+// --- formatting ------------------------------------------------------------
+
+// sig3 prints v with three significant digits.
+func sig3(v float64) string {
+	switch a := math.Abs(v); {
+	case a >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+func formatRate(v float64) string {
+	switch {
+	case v >= 1e6:
+		return sig3(v/1e6) + "M"
+	case v >= 1e3:
+		return sig3(v/1e3) + "k"
+	}
+	return sig3(v)
+}
+
+func formatDuration(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		return sig3(d.Seconds()) + " s"
+	case d >= time.Millisecond:
+		return sig3(float64(d)/1e6) + " ms"
+	}
+	return sig3(float64(d)/1e3) + " µs"
+}
+
+func formatMetric(k metric, v float64) string {
+	switch k {
+	case msgsPerSec:
+		return formatRate(v)
+	case mbPerSec, allocsPerMsg:
+		return sig3(v)
+	case p50, p99:
+		return formatDuration(time.Duration(v))
+	}
+	return fmt.Sprint(v)
+}
+
+func formatSummary(k metric, s summary) string {
+	return fmt.Sprintf("%s (%s–%s)", formatMetric(k, s.median), formatMetric(k, s.lo), formatMetric(k, s.hi))
+}
+
+func formatRatio(r float64) string { return sig3(r) + "×" }
+
+func formatCount(n int) string {
+	s := fmt.Sprint(n)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+func formatPayload(n int) string {
+	if n >= 1<<10 && n%(1<<10) == 0 {
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// --- the report ------------------------------------------------------------
+
+// howItRuns documents, next to every table, what each side of each case
+// does, so a reader never has to open the code to interpret a number.
+const howItRuns = `Each system runs every case on a fresh data directory: parkway is
+` + "`parkway.Open(parkway.Config{DataDir: tmp, Shards: 2})`" + ` with one stream and one
+topic (the case's partitions); JetStream is an embedded nats-server
+(` + "`server.NewServer(&server.Options{JetStream: true, StoreDir: tmp, DontListen: true})`" + `,
+started, ready) reached by nats.go over ` + "`nats.InProcessServer(srv)`" + `, one
+file-storage stream with 1 replica per partition. One warm message per
+partition/stream is written before the clock starts (so parkway's
+asynchronous partition materialisation is not in cases 1–5 and 7; case 6
+measures it). A Go GC runs before each timed section. allocs/msg counts
+every heap allocation in the process (both sides of the hand-off; for
+JetStream, client and server) during the timed section, divided by the
+messages.
+
+| case | parkway | JetStream |
+| --- | --- | --- |
+| 1 produce and wait | ` + "`Produce`" + ` of one message, sequential | ` + "`js.Publish`" + `, sequential |
+| 2 pipelined, 4,096 outstanding | 4,096 goroutines, each looping "take the next index from a shared counter, ` + "`Produce`" + ` one message, wait" (` + "`Produce`" + ` is synchronous; this keeps exactly min(4,096, remaining) calls in flight) | ` + "`js.PublishAsync`" + ` with ` + "`PublishAsyncMaxPending(4096)`" + `; a ring of 4,096 ack futures, the oldest awaited (and its error checked) before its slot is reused, the rest at the end |
+| 3 batched, 100 per call | ` + "`Produce`" + ` with 100 messages, sequential | no batch publish exists: 100 ` + "`PublishAsync`" + ` calls, then wait on all 100 futures, sequential |
+| 4 8 partitions, 8 goroutines | topic of 8 partitions; goroutine g produces one message per call to partition g | 8 streams (one subject each); goroutine g ` + "`js.Publish`" + `es to stream g |
+| 5 consume, 1,000 per call | prefill (not timed), then ` + "`Poll(AtOffset(next), 1000)`" + ` from offset 0 | prefill (not timed), a durable pull consumer (` + "`DeliverAll`, `AckNone`" + `, pending limits lifted; created before the clock), then ` + "`Fetch(1000)`" + ` |
+| 6 convergence | ` + "`CreateTopic`" + ` (1 partition) then ` + "`Produce`" + ` one message at once; latency to the ack, over N topics in one stream | ` + "`js.AddStream`" + ` then ` + "`js.Publish`" + ` at once; latency to the ack, over N streams |
+| 7 payload sizes | cases 2 and 5 with 1 KiB and 64 KiB payloads | same |
+`
+
+// Markdown renders the report; command is the command line to state.
+func (r *Report) Markdown(command string) string {
+	var b strings.Builder
+	m := r.machine
+	fmt.Fprintf(&b, "# parkway vs embedded NATS JetStream, side by side\n\n")
+	fmt.Fprintf(&b, "Command, from the repository root:\n\n```sh\n%s\n```\n\n", command)
+	fmt.Fprintf(&b, "Machine: %d CPUs (runtime.NumCPU; GOMAXPROCS %d), %s, %s, Linux kernel %s, %s. "+
+		"nats-server %s embedded with nats.go %s. Data directories under %s. Total run time %v.\n\n",
+		m.cpus, m.procs, m.model, m.platform, m.kernel, m.goVersion, m.natsServer, m.natsGoV, m.tempDir,
+		r.elapsed.Round(time.Second))
+	fmt.Fprintf(&b, "Every case ran %d round(s) per system, alternating which system ran first. "+
+		"A cell is the median over the rounds with the range (min–max) in parentheses; "+
+		"the ratio is parkway's median / JetStream's median. Payloads are 100 bytes unless stated. "+
+		"Absolute numbers on a shared machine are noisy: compare ratios within one run.\n\n", r.rounds)
+	b.WriteString(howItRuns)
+	b.WriteString("\n")
+
+	for _, s := range r.sets {
+		r.writeSet(&b, s)
+	}
+	r.writeLimits(&b)
+	r.writeTargets(&b)
+	return b.String()
+}
+
+func (r *Report) writeSet(b *strings.Builder, s setResult) {
+	title := "Interval fsync"
+	if s.d.always {
+		title = "Fsync on every write"
+	}
+	fmt.Fprintf(b, "## %s\n\nDurability, the same on both sides: %s.\n\n", title, s.d)
+	if s.d.always && s.sizes.Consume == 0 && s.sizes.Consume1K == 0 && s.sizes.Consume64K == 0 {
+		b.WriteString("Case 5 and its case-7 variants are not repeated here: reads do not depend on the fsync " +
+			"policy, and prefilling under per-message fsync would dominate the run. Message and topic counts " +
+			"are smaller than the interval set's, for the same reason.\n\n")
+	}
+	b.WriteString("| case | messages | metric | parkway | JetStream | parkway / JetStream |\n")
+	b.WriteString("| --- | ---: | --- | ---: | ---: | ---: |\n")
+	for _, c := range s.cases {
+		count := formatCount(c.spec.count)
+		if c.spec.key == "convergence" {
+			count += " topics"
+		}
+		for i, k := range c.spec.metrics {
+			name := ""
+			if i == 0 {
+				name = fmt.Sprintf("%s %s (%s, %s)", c.spec.id, c.spec.title, c.spec.key, formatPayload(c.spec.payload))
+			}
+			label := k.label()
+			if !k.higherIsBetter() {
+				label += " (lower is better)"
+			}
+			pw, js := summarize(k, c.samples[0]), summarize(k, c.samples[1])
+			ratio := "–"
+			if js.median > 0 {
+				ratio = formatRatio(pw.median / js.median)
+			}
+			cnt := ""
+			if i == 0 {
+				cnt = count
+			}
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", name, cnt, label,
+				formatSummary(k, pw), formatSummary(k, js), ratio)
+		}
+	}
+	b.WriteString("\n")
+}
+
+func (r *Report) writeLimits(b *strings.Builder) {
+	if len(r.limits) == 0 {
+		return
+	}
+	b.WriteString("## Raw limits, same machine, same run\n\n")
+	b.WriteString("| limit | count | ops/s | MB/s (record bytes) |\n| --- | ---: | ---: | ---: |\n")
+	for _, l := range r.limits {
+		mb := "–"
+		if l.limit.unit == "record" {
+			mb = formatSummary(mbPerSec, summarize(mbPerSec, l.samples))
+		}
+		fmt.Fprintf(b, "| %s: %s | %s %ss | %s | %s |\n", l.limit.key, l.limit.title, formatCount(l.count), l.limit.unit,
+			formatSummary(msgsPerSec, summarize(msgsPerSec, l.samples)), mb)
+	}
+	b.WriteString("\n")
+	for _, pair := range []struct{ set, limit string }{{"interval", "file-append"}, {"always", "file-append-fsync100"}} {
+		if pw, lim, ok := r.caseVsLimit(pair.set, pair.limit); ok {
+			fmt.Fprintf(b, "parkway case 3 (%s set) / %s, msgs/s: %s / %s = **%.0f%%**.\n\n",
+				pair.set, pair.limit, formatRate(pw), formatRate(lim), 100*pw/lim)
+		}
+	}
+}
+
+// caseVsLimit returns parkway's case-3 median msgs/s in set and the
+// limit's median msgs/s.
+func (r *Report) caseVsLimit(set, limitKey string) (pw, lim float64, ok bool) {
+	c, ok1 := r.find(set, "batch")
+	var l *limitResult
+	for i := range r.limits {
+		if r.limits[i].limit.key == limitKey {
+			l = &r.limits[i]
+		}
+	}
+	if !ok1 || l == nil {
+		return 0, 0, false
+	}
+	pw = summarize(msgsPerSec, c.samples[0]).median
+	lim = summarize(msgsPerSec, l.samples).median
+	return pw, lim, lim > 0
+}
+
+func (r *Report) find(set, key string) (caseResult, bool) {
+	for _, s := range r.sets {
+		if s.name != set {
+			continue
+		}
+		for _, c := range s.cases {
+			if c.spec.key == key {
+				return c, true
+			}
+		}
+	}
+	return caseResult{}, false
+}
+
+// Target is one of the issue's targets, evaluated on this run.
+type Target struct {
+	Name, Set, Measured string
+	Met                 bool
+	Shortfall           string // how far off, when missed
+}
+
+// Targets evaluates the issue's targets: cases 1, 2, 4, 5 parkway ≥ 10×
+// JetStream in msgs/s; case 3 ≥ 50% of the buffered file-append limit;
+// case 6 p99 < 1 ms; ≤ 1 allocation per message in case 3.
+func (r *Report) Targets() []Target {
+	var out []Target
+	for _, s := range r.sets {
+		for _, key := range []string{"produce-wait", "pipelined", "partitions", "consume"} {
+			c, ok := r.find(s.name, key)
+			if !ok {
+				continue
+			}
+			pw, js := summarize(msgsPerSec, c.samples[0]).median, summarize(msgsPerSec, c.samples[1]).median
+			ratio := pw / js
+			t := Target{Name: fmt.Sprintf("case %s (%s) msgs/s ≥ 10× JetStream", c.spec.id, key), Set: s.name,
+				Measured: formatRatio(ratio), Met: ratio >= 10}
+			if !t.Met {
+				t.Shortfall = fmt.Sprintf("%s short of 10× (needs %s more)", formatRatio(10-ratio), formatRatio(10/ratio))
+			}
+			out = append(out, t)
+		}
+		if s.name == "interval" {
+			if pw, lim, ok := r.caseVsLimit("interval", "file-append"); ok {
+				share := pw / lim
+				t := Target{Name: "case 3 msgs/s ≥ 50% of the buffered file append", Set: s.name,
+					Measured: fmt.Sprintf("%.0f%%", 100*share), Met: share >= 0.5}
+				if !t.Met {
+					t.Shortfall = fmt.Sprintf("%.0f points short (needs %s more)", 100*(0.5-share), formatRatio(0.5/share))
+				}
+				out = append(out, t)
+			}
+		}
+		if c, ok := r.find(s.name, "convergence"); ok {
+			p := time.Duration(summarize(p99, c.samples[0]).median)
+			t := Target{Name: "case 6 p99 < 1 ms", Set: s.name, Measured: formatDuration(p), Met: p < time.Millisecond}
+			if !t.Met {
+				t.Shortfall = fmt.Sprintf("%s over (%s the target)", formatDuration(p-time.Millisecond),
+					formatRatio(float64(p)/float64(time.Millisecond)))
+			}
+			out = append(out, t)
+		}
+		if c, ok := r.find(s.name, "batch"); ok {
+			a := summarize(allocsPerMsg, c.samples[0]).median
+			t := Target{Name: "case 3 allocations per message ≤ 1", Set: s.name, Measured: sig3(a), Met: a <= 1}
+			if !t.Met {
+				t.Shortfall = fmt.Sprintf("%s over (%s the target)", sig3(a-1), formatRatio(a))
+			}
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func (r *Report) writeTargets(b *strings.Builder) {
+	ts := r.Targets()
+	if len(ts) == 0 {
+		return
+	}
+	b.WriteString("## Targets (reported, not asserted)\n\n| target | set | parkway | result |\n| --- | --- | ---: | --- |\n")
+	for _, t := range ts {
+		res := "met"
+		if !t.Met {
+			res = "**missed**: " + t.Shortfall
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", t.Name, t.Set, t.Measured, res)
+	}
+	b.WriteString("\n")
+}

@@ -1,0 +1,381 @@
+package parkway
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/parkway-io/parkway/internal/bus"
+	"github.com/parkway-io/parkway/internal/replica"
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/shard"
+)
+
+// NodeID identifies a node of a cluster (non-zero).
+type NodeID = bus.NodeID
+
+// Bus is a node's endpoint on the node-to-node transport.
+type Bus = bus.Bus
+
+// Network is the in-memory transport, for tests and for hosts that run
+// several nodes in one process: Endpoint(id) gives each node its Bus, and
+// Disconnect, Partition, Heal and SetFaults inject network faults.
+type Network = bus.Network
+
+// NetworkOptions configures a Network.
+type NetworkOptions = bus.NetworkOptions
+
+// NewNetwork returns an in-memory network.
+func NewNetwork(opts NetworkOptions) *Network { return bus.NewNetwork(opts) }
+
+// Cluster makes a Node one replica of a cluster with static membership:
+// every node holds every partition, each partition is its own raft group
+// driven by its owner shard, and the metadata is one more raft group.
+type Cluster struct {
+	// ID is this node; Peers lists every node, this one included.
+	ID    NodeID
+	Peers []NodeID
+	// Bus is this node's endpoint on the transport.
+	Bus Bus
+	// TickInterval is the raft tick (default 10 ms); leaders are elected
+	// within 10–20 ticks.
+	TickInterval time.Duration
+}
+
+func (c *Cluster) validate() []error {
+	var errs []error
+	if c.ID == 0 || !slices.Contains(c.Peers, c.ID) {
+		errs = append(errs, fmt.Errorf("Cluster.ID %d must be non-zero and listed in Peers", c.ID))
+	}
+	if c.Bus == nil {
+		errs = append(errs, errors.New("Cluster.Bus is required"))
+	} else if c.Bus.ID() != c.ID {
+		errs = append(errs, fmt.Errorf("Cluster.Bus is node %d's endpoint, not %d's", c.Bus.ID(), c.ID))
+	}
+	if c.TickInterval < 0 {
+		errs = append(errs, fmt.Errorf("Cluster.TickInterval %v < 0", c.TickInterval))
+	}
+	return errs
+}
+
+// Message kinds on the bus.
+const (
+	kindPartitionRaft uint8 = iota + 1
+	kindMetaRaft
+	kindRequest
+	kindReply
+)
+
+// cluster is the replicated side of a Node.
+type cluster struct {
+	n    *Node
+	cfg  Cluster
+	bus  Bus
+	meta chan metaOp          // proposals and raft messages for the metadata group
+	in   chan *raftpb.Message // metadata raft messages from peers
+
+	reqID   atomic.Uint64
+	mu      sync.Mutex
+	waiting map[uint64]chan []byte // forwarded requests awaiting replies
+}
+
+type metaOp struct {
+	data  []byte
+	reply chan metaResult
+}
+
+type metaResult struct {
+	res metadata.Result
+	err error
+}
+
+func peersOf(c Cluster) []uint64 {
+	out := make([]uint64, len(c.Peers))
+	for i, p := range c.Peers {
+		out[i] = uint64(p)
+	}
+	return out
+}
+
+func newCluster(n *Node) *cluster {
+	cfg := *n.cfg.Cluster
+	if cfg.TickInterval == 0 {
+		cfg.TickInterval = shard.DefaultTickInterval
+	}
+	return &cluster{n: n, cfg: cfg, bus: cfg.Bus,
+		meta: make(chan metaOp), in: make(chan *raftpb.Message, 1024),
+		waiting: make(map[uint64]chan []byte)}
+}
+
+// start runs the receiver and the metadata group.
+func (c *cluster) start() {
+	c.n.group.Go(c.receive)
+	c.n.group.Go(c.runMetadata)
+}
+
+// sendRaft is the shards' transport for partition raft messages: the
+// incarnation travels with every message (behaviour 20).
+func (c *cluster) sendRaft(to uint64, ns metadata.Namespace, epoch uint64, m *raftpb.Message) {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return
+	}
+	payload := binary.LittleEndian.AppendUint64(make([]byte, 0, 8+len(b)), epoch)
+	payload = append(payload, b...)
+	_ = c.bus.Send(bus.Message{To: NodeID(to), Kind: kindPartitionRaft, Group: uint64(ns), Payload: payload})
+}
+
+// receive dispatches what the bus delivers. It never blocks on a shard:
+// raft traffic goes through the router's non-blocking send, and a full
+// inbox drops it (raft re-sends).
+func (c *cluster) receive(ctx context.Context) {
+	recv := c.bus.Recv()
+	for {
+		var m bus.Message
+		var ok bool
+		select {
+		case <-ctx.Done():
+			return
+		case m, ok = <-recv:
+			if !ok {
+				return
+			}
+		}
+		switch m.Kind {
+		case kindPartitionRaft:
+			if len(m.Payload) < 8 {
+				continue
+			}
+			msg := &raftpb.Message{}
+			if proto.Unmarshal(m.Payload[8:], msg) != nil {
+				continue
+			}
+			ns := metadata.Namespace(m.Group)
+			f := shard.Frame{Req: &shard.Request{Op: shard.OpRaft, NS: ns,
+				Epoch: binary.LittleEndian.Uint64(m.Payload), Raft: msg}}
+			if _, err := c.n.router.Send(ns, f); err != nil {
+				c.n.countSendFailure(f.Req, err)
+			}
+		case kindMetaRaft:
+			msg := &raftpb.Message{}
+			if proto.Unmarshal(m.Payload, msg) != nil {
+				continue
+			}
+			select {
+			case c.in <- msg:
+			default: // raft re-sends
+			}
+		case kindRequest:
+			c.n.group.Go(func(ctx context.Context) { c.serveRemote(ctx, m) })
+		case kindReply:
+			c.mu.Lock()
+			ch := c.waiting[m.Group]
+			delete(c.waiting, m.Group)
+			c.mu.Unlock()
+			if ch != nil {
+				ch <- m.Payload
+			}
+		}
+	}
+}
+
+// runMetadata drives the metadata raft group: every node applies committed
+// commands to its own metadata store, in log order, and its reconcilers
+// wake as on a single node. A command is acknowledged to its proposer
+// only once committed and applied.
+func (c *cluster) runMetadata(ctx context.Context) {
+	g, err := replica.New(replica.Config{Group: uint64(metadata.MetadataNamespace), Node: uint64(c.cfg.ID),
+		Peers: peersOf(c.cfg), Logger: c.n.cfg.Logger, ForwardProposals: true})
+	if err != nil {
+		c.n.cfg.Logger.Error("metadata group failed to start", "error", err)
+		return
+	}
+	if c.cfg.Peers[0] == c.cfg.ID {
+		_ = g.Campaign() // a deterministic first leader: no election wait
+	}
+	h := &metaHandler{c: c, pending: make(map[uint64]chan metaResult)}
+	tick := c.n.cfg.Clock.NewTimer(c.cfg.TickInterval)
+	defer tick.Stop()
+	for {
+		for g.HasReady() {
+			if err := g.Handle(h); err != nil {
+				c.n.cfg.Logger.Error("metadata raft ready failed", "error", err)
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			for _, ch := range h.pending {
+				ch <- metaResult{err: ErrClosed}
+			}
+			return
+		case op := <-c.meta:
+			id, err := g.Propose(op.data)
+			if err != nil {
+				op.reply <- metaResult{err: fmt.Errorf("%w: %w", ErrRetry, err)}
+				continue
+			}
+			h.pending[id] = op.reply
+		case m := <-c.in:
+			_ = g.Step(m)
+		case <-tick.C():
+			g.Tick()
+			tick.Reset(c.cfg.TickInterval)
+		}
+	}
+}
+
+type metaHandler struct {
+	c       *cluster
+	pending map[uint64]chan metaResult
+}
+
+func (h *metaHandler) Send(m *raftpb.Message) {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return
+	}
+	_ = h.c.bus.Send(bus.Message{To: NodeID(m.GetTo()), Kind: kindMetaRaft,
+		Group: uint64(metadata.MetadataNamespace), Payload: b})
+}
+
+// Apply applies a committed command. A command that fails validation fails
+// identically on every node, so its error is only the proposer's answer.
+func (h *metaHandler) Apply(_, id uint64, payload []byte) error {
+	cmd, err := metadata.DecodeCommand(payload)
+	var res metadata.Result
+	if err == nil {
+		res, err = h.c.n.meta.Apply(cmd)
+	}
+	if ch, ok := h.pending[id]; ok {
+		delete(h.pending, id)
+		ch <- metaResult{res: res, err: err}
+	}
+	return nil
+}
+
+// LeaderChanged: a proposal made through a leader that is gone may never
+// commit; its proposer learns so from its deadline (the outcome is unknown
+// until then, so it is not failed here).
+func (h *metaHandler) LeaderChanged(uint64) {}
+
+// applyReplicated commits cmd through the metadata group.
+func (c *cluster) applyReplicated(ctx context.Context, cmd metadata.Command) (metadata.Result, error) {
+	data, err := metadata.EncodeCommand(cmd)
+	if err != nil {
+		return metadata.Result{}, err
+	}
+	ctx, cancel := c.n.deadline(ctx)
+	defer cancel()
+	pause := c.n.cfg.RetryBackoffMin
+	for {
+		reply := make(chan metaResult, 1)
+		select {
+		case c.meta <- metaOp{data: data, reply: reply}:
+		case <-ctx.Done():
+			return metadata.Result{}, ctx.Err()
+		}
+		var r metaResult
+		select {
+		case r = <-reply:
+		case <-ctx.Done():
+			// Proposed but not seen committed: it may still commit.
+			return metadata.Result{}, fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
+		}
+		if r.err == nil || !errors.Is(r.err, ErrRetry) {
+			return r.res, r.err
+		}
+		if err := c.n.sleep(ctx, pause); err != nil {
+			return metadata.Result{}, err
+		}
+		pause = min(pause*2, c.n.cfg.RetryBackoffMax)
+	}
+}
+
+// forward sends a partition request to the node that leads it and waits
+// for the answer: the client following a "not leader" hint.
+func (c *cluster) forward(ctx context.Context, to uint64, req *shard.Request) (shard.Response, error) {
+	id := c.reqID.Add(1)
+	ch := make(chan []byte, 1)
+	c.mu.Lock()
+	c.waiting[id] = ch
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.waiting, id)
+		c.mu.Unlock()
+	}()
+	payload, err := encodeRequest(req)
+	if err != nil {
+		return shard.Response{}, err
+	}
+	if err := c.bus.Send(bus.Message{To: NodeID(to), Kind: kindRequest, Group: id, Payload: payload}); err != nil {
+		return shard.Response{}, fmt.Errorf("%w: forward to node %d: %w", ErrRetry, to, err)
+	}
+	select {
+	case b := <-ch:
+		return decodeResponse(b)
+	case <-ctx.Done():
+		return shard.Response{}, fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
+	}
+}
+
+// serveRemote runs a forwarded request on this node's owner shard, once,
+// and replies. It does not forward again: a request that reaches a node
+// that no longer leads is answered "not leader" and the client follows the
+// new hint.
+func (c *cluster) serveRemote(ctx context.Context, m bus.Message) {
+	req, err := decodeRequest(m.Payload)
+	var r shard.Response
+	if err != nil {
+		r = shard.Response{Err: err}
+	} else {
+		r = c.n.once(ctx, req)
+	}
+	b := encodeResponse(r)
+	_ = c.bus.Send(bus.Message{To: m.From, Kind: kindReply, Group: m.Group, Payload: b})
+}
+
+// awaitMetadata runs f, and in a cluster retries it while it reports a
+// stream, topic or partition as missing: this node's metadata may simply
+// lag the commit that created it (a client that creates a topic on one node
+// and produces through another must not be told it does not exist). The
+// wait is bounded by the request deadline; then the not-found error stands.
+func (n *Node) awaitMetadata(ctx context.Context, f func() error) error {
+	err := f()
+	if n.cluster == nil || !missing(err) {
+		return err
+	}
+	ctx, cancel := n.deadline(ctx)
+	defer cancel()
+	pause := n.cfg.RetryBackoffMin
+	for missing(err) {
+		if n.sleep(ctx, pause) != nil {
+			return err
+		}
+		pause = min(pause*2, n.cfg.RetryBackoffMax)
+		err = f()
+	}
+	return err
+}
+
+func missing(err error) bool {
+	return errors.Is(err, ErrStreamNotFound) || errors.Is(err, ErrTopicNotFound) || errors.Is(err, ErrPartitionNotFound)
+}
+
+// resolveWait is resolve through awaitMetadata.
+func (n *Node) resolveWait(ctx context.Context, stream, topic, part uint32) (ns metadata.Namespace, err error) {
+	err = n.awaitMetadata(ctx, func() (err error) {
+		ns, err = n.resolve(stream, topic, part)
+		return err
+	})
+	return ns, err
+}

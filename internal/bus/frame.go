@@ -1,0 +1,99 @@
+package bus
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Wire format of one frame (all integers big-endian):
+//
+//	uint32 length   // bytes that follow: header + payload
+//	uint64 from
+//	uint64 to
+//	uint8  kind
+//	uint64 group
+//	[]byte payload  // length - headerLen bytes
+//
+// There is no handshake, checksum or authentication: TCP provides integrity
+// against line noise and the cluster network is trusted.
+const (
+	prefixLen     = 4
+	headerLen     = 8 + 8 + 1 + 8
+	frameOverhead = prefixLen + headerLen
+
+	// DefaultMaxFrame bounds a frame's length field (header + payload).
+	DefaultMaxFrame = 64 << 20
+)
+
+// errBadFrame marks a frame that violates the format; the connection that
+// carried it is closed.
+var errBadFrame = errors.New("bus: bad frame")
+
+// putHeader encodes m's length prefix and header into h.
+func putHeader(h *[frameOverhead]byte, m *Message) {
+	binary.BigEndian.PutUint32(h[0:], uint32(headerLen+len(m.Payload)))
+	binary.BigEndian.PutUint64(h[4:], uint64(m.From))
+	binary.BigEndian.PutUint64(h[12:], uint64(m.To))
+	h[20] = m.Kind
+	binary.BigEndian.PutUint64(h[21:], m.Group)
+}
+
+// appendFrame appends the encoding of m to dst.
+func appendFrame(dst []byte, m *Message) []byte {
+	var h [frameOverhead]byte
+	putHeader(&h, m)
+	dst = append(dst, h[:]...)
+	return append(dst, m.Payload...)
+}
+
+// writeFrame writes m to w, using h as scratch.
+func writeFrame(w io.Writer, h *[frameOverhead]byte, m *Message) error {
+	putHeader(h, m)
+	if _, err := w.Write(h[:]); err != nil {
+		return err
+	}
+	if len(m.Payload) == 0 {
+		return nil
+	}
+	_, err := w.Write(m.Payload)
+	return err
+}
+
+// readFrame reads exactly one frame from r, using h as scratch. A length
+// field below the header size or above maxFrame is errBadFrame (checked
+// before anything is allocated); io.EOF means r ended cleanly between
+// frames, io.ErrUnexpectedEOF inside one. An empty payload decodes as nil.
+func readFrame(r io.Reader, h *[frameOverhead]byte, maxFrame uint32) (Message, error) {
+	if _, err := io.ReadFull(r, h[:prefixLen]); err != nil {
+		return Message{}, err
+	}
+	n := binary.BigEndian.Uint32(h[0:])
+	if n < headerLen || n > maxFrame {
+		return Message{}, fmt.Errorf("%w: length %d outside [%d, %d]", errBadFrame, n, headerLen, maxFrame)
+	}
+	if _, err := io.ReadFull(r, h[prefixLen:]); err != nil {
+		return Message{}, noEOF(err)
+	}
+	m := Message{
+		From:  NodeID(binary.BigEndian.Uint64(h[4:])),
+		To:    NodeID(binary.BigEndian.Uint64(h[12:])),
+		Kind:  h[20],
+		Group: binary.BigEndian.Uint64(h[21:]),
+	}
+	if p := n - headerLen; p > 0 {
+		m.Payload = make([]byte, p)
+		if _, err := io.ReadFull(r, m.Payload); err != nil {
+			return Message{}, noEOF(err)
+		}
+	}
+	return m, nil
+}
+
+func noEOF(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}

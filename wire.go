@@ -1,0 +1,166 @@
+package parkway
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
+	"github.com/parkway-io/parkway/shard"
+)
+
+// The wire form of forwarded requests and their replies. Requests carry
+// what a shard needs; replies carry the outcome with the error reduced to
+// a code, so errors.Is keeps working on the client side for every error a
+// caller can act on.
+
+var errWire = errors.New("parkway: malformed forwarded message")
+
+func encodeRequest(r *shard.Request) ([]byte, error) {
+	b := make([]byte, 0, 64)
+	b = append(b, byte(r.Op))
+	b = binary.LittleEndian.AppendUint64(b, uint64(r.NS))
+	b = binary.LittleEndian.AppendUint64(b, r.Epoch)
+	b = binary.LittleEndian.AppendUint64(b, r.Offset)
+	b = binary.LittleEndian.AppendUint32(b, uint32(r.Count))
+	b = appendString(b, r.Consumer)
+	if r.UseConsumer {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	return partition.EncodeBatch(b, r.Messages)
+}
+
+func decodeRequest(b []byte) (*shard.Request, error) {
+	const fixed = 1 + 8 + 8 + 8 + 4
+	if len(b) < fixed {
+		return nil, errWire
+	}
+	r := &shard.Request{
+		Op:     shard.Op(b[0]),
+		NS:     metadata.Namespace(binary.LittleEndian.Uint64(b[1:])),
+		Epoch:  binary.LittleEndian.Uint64(b[9:]),
+		Offset: binary.LittleEndian.Uint64(b[17:]),
+		Count:  int(binary.LittleEndian.Uint32(b[25:])),
+	}
+	b = b[fixed:]
+	var ok bool
+	if r.Consumer, b, ok = readString(b); !ok || len(b) < 1 {
+		return nil, errWire
+	}
+	r.UseConsumer = b[0] == 1
+	if r.Op == shard.OpRaft || r.Op == 0 || r.Op > shard.OpPurge {
+		return nil, fmt.Errorf("%w: op %d", errWire, r.Op)
+	}
+	msgs, err := partition.DecodeBatch(b[1:])
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errWire, err)
+	}
+	r.Messages = msgs
+	return r, nil
+}
+
+// Error codes of a forwarded reply.
+const (
+	codeOK byte = iota
+	codeRetry
+	codeNotLeader
+	codeOutcomeUnknown
+	codeOffsetOutOfRange
+	codeStale
+	codeOther
+)
+
+func encodeResponse(r shard.Response) []byte {
+	b := make([]byte, 0, 64)
+	var nl *shard.NotLeaderError
+	switch {
+	case r.Err == nil:
+		b = append(b, codeOK)
+	case errors.As(r.Err, &nl):
+		b = binary.LittleEndian.AppendUint64(append(b, codeNotLeader), nl.Leader)
+	case errors.Is(r.Err, shard.ErrStaleIncarnation):
+		b = append(b, codeStale)
+	case errors.Is(r.Err, shard.ErrRetry):
+		b = append(b, codeRetry)
+	case errors.Is(r.Err, shard.ErrOutcomeUnknown):
+		b = append(b, codeOutcomeUnknown)
+	case errors.Is(r.Err, partition.ErrOffsetOutOfRange):
+		b = append(b, codeOffsetOutOfRange)
+	default:
+		b = appendString(append(b, codeOther), r.Err.Error())
+	}
+	if r.Err != nil {
+		return b
+	}
+	b = binary.LittleEndian.AppendUint64(b, r.Offset)
+	if r.Found {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	out, err := partition.EncodeBatch(b, r.Messages)
+	if err != nil {
+		return appendString([]byte{codeOther}, err.Error())
+	}
+	return out
+}
+
+func decodeResponse(b []byte) (shard.Response, error) {
+	if len(b) < 1 {
+		return shard.Response{}, errWire
+	}
+	code, b := b[0], b[1:]
+	switch code {
+	case codeOK:
+	case codeNotLeader:
+		if len(b) < 8 {
+			return shard.Response{}, errWire
+		}
+		return shard.Response{Err: &shard.NotLeaderError{Leader: binary.LittleEndian.Uint64(b)}}, nil
+	case codeRetry:
+		return shard.Response{Err: fmt.Errorf("%w (at the leader)", shard.ErrRetry)}, nil
+	case codeStale:
+		return shard.Response{Err: shard.ErrStaleIncarnation}, nil
+	case codeOutcomeUnknown:
+		return shard.Response{Err: shard.ErrOutcomeUnknown}, nil
+	case codeOffsetOutOfRange:
+		return shard.Response{Err: partition.ErrOffsetOutOfRange}, nil
+	case codeOther:
+		msg, _, ok := readString(b)
+		if !ok {
+			return shard.Response{}, errWire
+		}
+		return shard.Response{Err: errors.New(msg)}, nil
+	default:
+		return shard.Response{}, errWire
+	}
+	if len(b) < 9 {
+		return shard.Response{}, errWire
+	}
+	r := shard.Response{Offset: binary.LittleEndian.Uint64(b), Found: b[8] == 1}
+	msgs, err := partition.DecodeBatch(b[9:])
+	if err != nil {
+		return shard.Response{}, fmt.Errorf("%w: %w", errWire, err)
+	}
+	r.Messages = msgs
+	return r, nil
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(s)))
+	return append(b, s...)
+}
+
+func readString(b []byte) (string, []byte, bool) {
+	if len(b) < 4 {
+		return "", b, false
+	}
+	n := binary.LittleEndian.Uint32(b)
+	if uint64(len(b)-4) < uint64(n) {
+		return "", b, false
+	}
+	return string(b[4 : 4+n]), b[4+n:], true
+}
