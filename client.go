@@ -99,6 +99,9 @@ func (n *Node) Produce(ctx context.Context, stream, topic uint32, to Partitionin
 		return Ack{}, err
 	}
 	req := &shard.Request{Op: shard.OpProduce, NS: ns, Messages: batch}
+	if n.cluster != nil {
+		req.Producer, req.Seq = n.cluster.producer, n.cluster.seq.Add(1)
+	}
 	r, err := n.call(ctx, req, stream, topic, part)
 	if err != nil {
 		return Ack{}, err

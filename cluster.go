@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -82,9 +83,11 @@ type cluster struct {
 	meta chan metaOp          // proposals and raft messages for the metadata group
 	in   chan *raftpb.Message // metadata raft messages from peers
 
-	reqID   atomic.Uint64
-	mu      sync.Mutex
-	waiting map[uint64]chan []byte // forwarded requests awaiting replies
+	reqID    atomic.Uint64
+	producer uint64        // this Node's producer id for deduplication
+	seq      atomic.Uint64 // per-produce sequence numbers
+	mu       sync.Mutex
+	waiting  map[uint64]chan []byte // forwarded requests awaiting replies
 }
 
 type metaOp struct {
@@ -110,7 +113,7 @@ func newCluster(n *Node) *cluster {
 	if cfg.TickInterval == 0 {
 		cfg.TickInterval = shard.DefaultTickInterval
 	}
-	return &cluster{n: n, cfg: cfg, bus: cfg.Bus,
+	return &cluster{n: n, cfg: cfg, bus: cfg.Bus, producer: rand.Uint64() | 1,
 		meta: make(chan metaOp), in: make(chan *raftpb.Message, 1024),
 		waiting: make(map[uint64]chan []byte)}
 }
@@ -236,7 +239,13 @@ func (c *cluster) runMetadata(ctx context.Context) {
 type metaHandler struct {
 	c       *cluster
 	pending map[uint64]chan metaResult
+	seen    map[[2]uint64]metaResult // (proposer, sequence) → result
+	order   [][2]uint64              // FIFO of seen keys, bounded
 }
+
+// metaDedupeWindow bounds how many recent metadata commands are remembered
+// for deduplicating re-proposals.
+const metaDedupeWindow = 4096
 
 func (h *metaHandler) Send(m *raftpb.Message) {
 	b, err := proto.Marshal(m)
@@ -250,29 +259,59 @@ func (h *metaHandler) Send(m *raftpb.Message) {
 // Apply applies a committed command. A command that fails validation fails
 // identically on every node, so its error is only the proposer's answer.
 func (h *metaHandler) Apply(_, id uint64, payload []byte) error {
-	cmd, err := metadata.DecodeCommand(payload)
-	var res metadata.Result
-	if err == nil {
-		res, err = h.c.n.meta.Apply(cmd)
+	var r metaResult
+	if len(payload) < 16 {
+		r.err = errWire
+	} else {
+		key := [2]uint64{binary.LittleEndian.Uint64(payload), binary.LittleEndian.Uint64(payload[8:])}
+		if prev, dup := h.seen[key]; dup {
+			r = prev
+		} else {
+			cmd, err := metadata.DecodeCommand(payload[16:])
+			if err == nil {
+				r.res, err = h.c.n.meta.Apply(cmd)
+			}
+			r.err = err
+			h.remember(key, r)
+		}
 	}
 	if ch, ok := h.pending[id]; ok {
 		delete(h.pending, id)
-		ch <- metaResult{res: res, err: err}
+		ch <- r
 	}
 	return nil
 }
 
-// LeaderChanged: a proposal made through a leader that is gone may never
-// commit; its proposer learns so from its deadline (the outcome is unknown
-// until then, so it is not failed here).
-func (h *metaHandler) LeaderChanged(uint64) {}
+func (h *metaHandler) remember(key [2]uint64, r metaResult) {
+	if h.seen == nil {
+		h.seen = make(map[[2]uint64]metaResult)
+	}
+	if len(h.order) >= metaDedupeWindow {
+		delete(h.seen, h.order[0])
+		h.order = h.order[1:]
+	}
+	h.order = append(h.order, key)
+	h.seen[key] = r
+}
+
+// LeaderChanged forgets the waiters of proposals in flight: they may never
+// commit. Each waiter re-proposes after its bounded wait, and if the old
+// copy commits after all, deduplication turns the new one into a no-op.
+func (h *metaHandler) LeaderChanged(uint64) { clear(h.pending) }
 
 // applyReplicated commits cmd through the metadata group.
 func (c *cluster) applyReplicated(ctx context.Context, cmd metadata.Command) (metadata.Result, error) {
-	data, err := metadata.EncodeCommand(cmd)
+	enc, err := metadata.EncodeCommand(cmd)
 	if err != nil {
 		return metadata.Result{}, err
 	}
+	// The (proposer, sequence) header makes re-proposing safe: a proposal
+	// lost with a leader is proposed again after a bounded wait, and if
+	// both copies commit, the second applies as a no-op returning the
+	// first's result.
+	data := binary.LittleEndian.AppendUint64(nil, c.producer)
+	data = binary.LittleEndian.AppendUint64(data, c.seq.Add(1))
+	data = append(data, enc...)
 	ctx, cancel := c.n.deadline(ctx)
 	defer cancel()
 	pause := c.n.cfg.RetryBackoffMin
@@ -284,12 +323,17 @@ func (c *cluster) applyReplicated(ctx context.Context, cmd metadata.Command) (me
 			return metadata.Result{}, ctx.Err()
 		}
 		var r metaResult
+		t := c.n.cfg.Clock.NewTimer(forwardTimeout(c.cfg))
 		select {
 		case r = <-reply:
+		case <-t.C():
+			r.err = fmt.Errorf("%w: not committed yet", ErrRetry)
 		case <-ctx.Done():
+			t.Stop()
 			// Proposed but not seen committed: it may still commit.
 			return metadata.Result{}, fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
 		}
+		t.Stop()
 		if r.err == nil || !errors.Is(r.err, ErrRetry) {
 			return r.res, r.err
 		}
@@ -320,13 +364,25 @@ func (c *cluster) forward(ctx context.Context, to uint64, req *shard.Request) (s
 	if err := c.bus.Send(bus.Message{To: NodeID(to), Kind: kindRequest, Group: id, Payload: payload}); err != nil {
 		return shard.Response{}, fmt.Errorf("%w: forward to node %d: %w", ErrRetry, to, err)
 	}
+	// One attempt waits a bounded time: a leader that died with the
+	// request never answers, and the caller's deadline may be far off.
+	// The outcome is then unknown; produces carry a (producer, sequence)
+	// pair, so the retry that follows cannot apply a batch twice.
+	t := c.n.cfg.Clock.NewTimer(forwardTimeout(c.cfg))
+	defer t.Stop()
 	select {
 	case b := <-ch:
 		return decodeResponse(b)
+	case <-t.C():
+		return shard.Response{}, fmt.Errorf("%w: no reply from node %d", ErrOutcomeUnknown, to)
 	case <-ctx.Done():
 		return shard.Response{}, fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
 	}
 }
+
+// forwardTimeout bounds one forwarded attempt: several election timeouts,
+// so a dead leader is replaced before the retry.
+func forwardTimeout(c Cluster) time.Duration { return 50 * c.TickInterval }
 
 // serveRemote runs a forwarded request on this node's owner shard, once,
 // and replies. It does not forward again: a request that reaches a node
@@ -378,4 +434,22 @@ func (n *Node) resolveWait(ctx context.Context, stream, topic, part uint32) (ns 
 		return err
 	})
 	return ns, err
+}
+
+// Leader returns the node that leads a partition's raft group, as this
+// node sees it (0 while no leader is known). It is ErrInvalidArgument on a
+// node that is not part of a cluster.
+func (n *Node) Leader(ctx context.Context, stream, topic, part uint32) (NodeID, error) {
+	if err := n.begin(ctx); err != nil {
+		return 0, err
+	}
+	if n.cluster == nil {
+		return 0, fmt.Errorf("%w: not a cluster node", ErrInvalidArgument)
+	}
+	ns, err := n.resolveWait(ctx, stream, topic, part)
+	if err != nil {
+		return 0, err
+	}
+	lead, err := n.shards[n.router.Owner(ns)].Leader(ctx, ns)
+	return NodeID(lead), err
 }

@@ -70,7 +70,7 @@ var (
 // will likely succeed shortly". ErrNotLeader is deliberately not one of
 // them: retrying it here can never succeed.
 func retryInPlace(err error) bool {
-	if errors.Is(err, ErrNotLeader) {
+	if errors.Is(err, ErrNotLeader) || errors.Is(err, ErrOutcomeUnknown) {
 		return false
 	}
 	return errors.Is(err, shard.ErrRetry) || errors.Is(err, router.ErrFull)

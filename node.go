@@ -392,7 +392,10 @@ func (n *Node) call(ctx context.Context, req *shard.Request, stream, topic, part
 		if errors.Is(err, shard.ErrClosed) {
 			return shard.Response{}, fmt.Errorf("%w: %w", ErrClosed, err)
 		}
-		if !retryInPlace(err) {
+		// In a cluster an unknown outcome is retried too: a produce
+		// carries its (producer, sequence) pair, which the partition
+		// deduplicates, and every other operation is idempotent.
+		if !retryInPlace(err) && !(n.cluster != nil && errors.Is(err, ErrOutcomeUnknown) && ctx.Err() == nil) {
 			return shard.Response{}, err
 		}
 		// Retry in place. The deadline is computed only now: the first

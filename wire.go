@@ -24,6 +24,8 @@ func encodeRequest(r *shard.Request) ([]byte, error) {
 	b = binary.LittleEndian.AppendUint64(b, r.Epoch)
 	b = binary.LittleEndian.AppendUint64(b, r.Offset)
 	b = binary.LittleEndian.AppendUint32(b, uint32(r.Count))
+	b = binary.LittleEndian.AppendUint64(b, r.Producer)
+	b = binary.LittleEndian.AppendUint64(b, r.Seq)
 	b = appendString(b, r.Consumer)
 	if r.UseConsumer {
 		b = append(b, 1)
@@ -34,7 +36,7 @@ func encodeRequest(r *shard.Request) ([]byte, error) {
 }
 
 func decodeRequest(b []byte) (*shard.Request, error) {
-	const fixed = 1 + 8 + 8 + 8 + 4
+	const fixed = 1 + 8 + 8 + 8 + 4 + 8 + 8
 	if len(b) < fixed {
 		return nil, errWire
 	}
@@ -45,6 +47,8 @@ func decodeRequest(b []byte) (*shard.Request, error) {
 		Offset: binary.LittleEndian.Uint64(b[17:]),
 		Count:  int(binary.LittleEndian.Uint32(b[25:])),
 	}
+	r.Producer = binary.LittleEndian.Uint64(b[29:])
+	r.Seq = binary.LittleEndian.Uint64(b[37:])
 	b = b[fixed:]
 	var ok bool
 	if r.Consumer, b, ok = readString(b); !ok || len(b) < 1 {

@@ -48,6 +48,7 @@ type machine struct {
 	goVersion, platform string
 	kernel              string
 	tempDir             string
+	loadStart, loadEnd  string // /proc/loadavg's 1/5/15-minute load averages
 	natsServer, natsGoV string
 }
 
@@ -70,7 +71,22 @@ func describeMachine(tempDir string) machine {
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.kernel = strings.TrimSpace(string(b))
 	}
+	m.loadStart = loadAverage()
 	return m
+}
+
+// loadAverage returns the 1, 5 and 15-minute load averages. The report
+// states them at the start and the end of the run: on a shared machine,
+// other processes' load is the first suspect for an outlier.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	if f := strings.Fields(string(b)); len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
 }
 
 // --- statistics ------------------------------------------------------------
@@ -247,9 +263,10 @@ func (r *Report) Markdown(command string) string {
 	fmt.Fprintf(&b, "# parkway vs embedded NATS JetStream, side by side\n\n")
 	fmt.Fprintf(&b, "Command, from the repository root:\n\n```sh\n%s\n```\n\n", command)
 	fmt.Fprintf(&b, "Machine: %d CPUs (runtime.NumCPU; GOMAXPROCS %d), %s, %s, Linux kernel %s, %s. "+
-		"nats-server %s embedded with nats.go %s. Data directories under %s. Total run time %v.\n\n",
+		"nats-server %s embedded with nats.go %s. Data directories under %s. Total run time %v; "+
+		"load average (1/5/15 min) %s at the start, %s at the end.\n\n",
 		m.cpus, m.procs, m.model, m.platform, m.kernel, m.goVersion, m.natsServer, m.natsGoV, m.tempDir,
-		r.elapsed.Round(time.Second))
+		r.elapsed.Round(time.Second), m.loadStart, m.loadEnd)
 	fmt.Fprintf(&b, "Every case ran %d round(s) per system, alternating which system ran first. "+
 		"A cell is the median over the rounds with the range (min–max) in parentheses; "+
 		"the ratio is parkway's median / JetStream's median. Payloads are 100 bytes unless stated. "+

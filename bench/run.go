@@ -209,6 +209,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		}
 	}
 	rep.elapsed = time.Since(start)
+	rep.machine.loadEnd = loadAverage()
 	return rep, nil
 }
 

@@ -44,6 +44,7 @@ type owned struct {
 	grp     *replica.Group
 	pending map[uint64]Frame
 	ready   bool
+	dedupe  dedupeTable
 }
 
 // pendingAck is a produce appended under FsyncAlways whose answer waits

@@ -74,6 +74,10 @@ type Request struct {
 	// Raft is the message of an OpRaft frame; Epoch is then the sender's
 	// incarnation of the partition.
 	Raft *raftpb.Message
+	// Producer and Seq identify a produce across retries on a replicated
+	// partition: a batch whose (Producer, Seq) was applied already is not
+	// applied again. Zero Producer disables deduplication.
+	Producer, Seq uint64
 }
 
 // Response is the answer to a Request.

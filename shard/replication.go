@@ -1,6 +1,8 @@
 package shard
 
 import (
+	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -110,7 +112,10 @@ func (s *Shard) proposeProduce(o *owned, f Frame) {
 		}
 		return
 	}
-	data, err := partition.EncodeBatch(nil, f.Req.Messages)
+	var hdr [16]byte
+	binary.LittleEndian.PutUint64(hdr[:], f.Req.Producer)
+	binary.LittleEndian.PutUint64(hdr[8:], f.Req.Seq)
+	data, err := partition.EncodeBatch(hdr[:], f.Req.Messages)
 	if err != nil {
 		s.answer(f, Response{Err: err})
 		return
@@ -209,14 +214,34 @@ func (h groupHandler) Send(m *raftpb.Message) {
 
 // Apply appends a committed batch to the local log. On the proposer the
 // waiting produce is answered through the fsync policy, like a local one.
+//
+// A batch carrying a (producer, sequence) pair that was applied before is
+// not appended again: the waiting produce is answered with the first
+// application's offset. Every replica applies the same log, so every
+// replica's table agrees and a retry through a new leader dedupes too.
 func (h groupHandler) Apply(index, id uint64, payload []byte) error {
-	msgs, err := partition.DecodeBatch(payload)
+	if len(payload) < 16 {
+		return fmt.Errorf("apply index %d: entry shorter than its header", index)
+	}
+	key := produceKey{binary.LittleEndian.Uint64(payload), binary.LittleEndian.Uint64(payload[8:])}
+	f, waiting := h.o.pending[id]
+	delete(h.o.pending, id)
+	if key.producer != 0 {
+		if first, dup := h.o.dedupe.get(key); dup {
+			if waiting {
+				h.s.appended(h.o, f, Response{Offset: first})
+			}
+			return nil
+		}
+	}
+	msgs, err := partition.DecodeBatch(payload[16:])
 	if err != nil {
 		return err
 	}
 	first, err := h.o.p.Append(msgs)
-	f, waiting := h.o.pending[id]
-	delete(h.o.pending, id)
+	if err == nil && key.producer != 0 {
+		h.o.dedupe.put(key, first)
+	}
 	if err != nil {
 		if waiting {
 			h.s.answer(f, Response{Err: err})
@@ -248,4 +273,53 @@ func (h groupHandler) LeaderChanged(lead uint64) {
 		h.s.answer(f, Response{Err: ErrOutcomeUnknown})
 		delete(h.o.pending, id)
 	}
+}
+
+// produceKey identifies one logical produce across retries.
+type produceKey struct{ producer, seq uint64 }
+
+// dedupeWindow is how many recent produces a partition remembers for
+// deduplication. A retry older than the window could apply twice; the
+// Node retries within its request deadline, far inside it.
+const dedupeWindow = 1 << 16
+
+// dedupeTable is a FIFO-bounded map from produce key to first offset.
+type dedupeTable struct {
+	seen  map[produceKey]uint64
+	order []produceKey
+	next  int
+}
+
+func (d *dedupeTable) get(k produceKey) (uint64, bool) {
+	off, ok := d.seen[k]
+	return off, ok
+}
+
+func (d *dedupeTable) put(k produceKey, first uint64) {
+	if d.seen == nil {
+		d.seen = make(map[produceKey]uint64)
+	}
+	if len(d.order) < dedupeWindow {
+		d.order = append(d.order, k)
+	} else {
+		delete(d.seen, d.order[d.next])
+		d.order[d.next] = k
+		d.next = (d.next + 1) % dedupeWindow
+	}
+	d.seen[k] = first
+}
+
+// Leader reports the node this shard believes leads ns's group (0: none
+// known, or ns is not replicated here).
+func (s *Shard) Leader(ctx context.Context, ns metadata.Namespace) (uint64, error) {
+	var lead uint64
+	if err := s.do(ctx, newControl(func(s *Shard) error {
+		if o := s.owned[ns]; o != nil && o.grp != nil {
+			lead = o.grp.Leader()
+		}
+		return nil
+	}, nil)); err != nil {
+		return 0, err
+	}
+	return lead, nil
 }
