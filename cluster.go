@@ -453,3 +453,16 @@ func (n *Node) Leader(ctx context.Context, stream, topic, part uint32) (NodeID, 
 	lead, err := n.shards[n.router.Owner(ns)].Leader(ctx, ns)
 	return NodeID(lead), err
 }
+
+// TCPOptions configures a TCP bus.
+type TCPOptions = bus.TCPOptions
+
+// TCPBus is the TCP transport: length-prefixed frames, one connection per
+// peer dialled lazily with backoff, bounded send queues. It is
+// unauthenticated: run it on a trusted network.
+type TCPBus = bus.TCPBus
+
+// ListenTCP starts node id's TCP endpoint on addr, with peers' addresses.
+func ListenTCP(id NodeID, addr string, peers map[NodeID]string, opts TCPOptions) (*TCPBus, error) {
+	return bus.ListenTCP(id, addr, peers, opts)
+}
