@@ -251,3 +251,28 @@ func TestClusterRecreateWhileBackupAway(t *testing.T) {
 		expectLog(t, nodes[3], s, again, 0, "new")
 	})
 }
+
+// Losing the metadata leader: the survivors elect a new one and metadata
+// commands keep committing (a proposal lost with the old leader is
+// re-proposed, and deduplication keeps it from applying twice).
+func TestClusterSurvivesMetadataLeaderLoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net, nodes := threeNodes(t)
+		s := mustStream(t, nodes[2], "s")
+		// Node 1 campaigns first for the metadata group; cut it off.
+		net.Partition([]parkway.NodeID{1}, []parkway.NodeID{2, 3})
+		tp := mustTopic(t, nodes[2], s, "after", 1)
+		mustProduce(t, nodes[3], s, tp, parkway.PartitionID(0), "x")
+		if _, err := nodes[3].CreateStream(ctxFor(t), "s2"); err != nil {
+			t.Fatal(err)
+		}
+		net.Heal()
+		waitFor(t, "node 1 to catch up", func() bool {
+			_, ok := nodes[1].Stream("s2")
+			return ok
+		})
+		if streams := len(nodes[1].Streams()); streams != 2 {
+			t.Fatalf("node 1 has %d streams after healing, want 2 (a re-proposal applied twice?)", streams)
+		}
+	})
+}

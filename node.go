@@ -282,6 +282,12 @@ func (n *Node) DeletePartitions(ctx context.Context, stream, topic uint32, count
 // Stream returns a committed stream by name.
 func (n *Node) Stream(name string) (StreamInfo, bool) { return n.meta.StreamByName(name) }
 
+// Streams lists the committed streams in id order.
+func (n *Node) Streams() []StreamInfo { return n.meta.Streams() }
+
+// Topics lists a stream's committed topics in id order.
+func (n *Node) Topics(stream uint32) []TopicInfo { return n.meta.Topics(stream) }
+
 // Topic returns a committed topic by name.
 func (n *Node) Topic(stream uint32, name string) (TopicInfo, bool) {
 	return n.meta.TopicByName(stream, name)
