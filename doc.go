@@ -17,6 +17,11 @@
 // until the caller's deadline; they are distinct from ErrNotLeader, which
 // tells a client to go elsewhere.
 //
+// With Config.Cluster, a node is one replica of a cluster: the metadata and
+// every partition are replicated with raft (go.etcd.io/raft/v3), a produce
+// is acknowledged once a quorum has it, and a request to a follower is
+// forwarded to the leader.
+//
 // Package layout, imports pointing one way:
 //
 //	parkway (Node) → reconciler → shard → router → partition → metadata

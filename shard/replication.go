@@ -9,6 +9,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/parkway-io/parkway/internal/metrics"
 	"github.com/parkway-io/parkway/internal/replica"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
@@ -108,7 +109,7 @@ func (s *Shard) proposeProduce(o *owned, f Frame) {
 		if lead := o.grp.Leader(); lead != 0 {
 			s.answer(f, Response{Err: &NotLeaderError{Leader: lead}})
 		} else {
-			s.deny(f, "no_leader", errNoLeader)
+			s.deny(f, metrics.DenyNoLeader, errNoLeader)
 		}
 		return
 	}
@@ -132,7 +133,7 @@ func (s *Shard) proposeProduce(o *owned, f Frame) {
 // stepRaft feeds a peer's message to the partition's group.
 func (s *Shard) stepRaft(o *owned, f Frame) {
 	if o.grp == nil {
-		s.m.Drop(f.Req.Op.String(), "not_replicated")
+		s.m.Drop(f.Req.Op.String(), metrics.ReasonNotReplicated)
 		return
 	}
 	if err := o.grp.Step(f.Req.Raft); err != nil {

@@ -23,6 +23,9 @@ const (
 	ReasonRemoved        = "removed"
 	ReasonBuildFailed    = "build_failed"
 	ReasonShutdown       = "shutdown"
+	// ReasonNotReplicated: raft traffic for a partition this node holds
+	// without a raft group (a single-node peer, a misconfiguration).
+	ReasonNotReplicated = "not_replicated"
 )
 
 // Transient deny reasons, the label values of
@@ -30,6 +33,8 @@ const (
 const (
 	DenyTombstoned  = "tombstoned"
 	DenyIncarnation = "incarnation_mismatch"
+	// DenyNoLeader: a replicated partition with no leader elected yet.
+	DenyNoLeader = "no_leader"
 )
 
 // Metrics is the set of parkway collectors. It implements
