@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,6 +21,7 @@ type Report struct {
 	rounds  int
 	limits  []limitResult
 	sets    []setResult
+	started time.Time
 	elapsed time.Duration
 }
 
@@ -159,9 +161,12 @@ func summarize(k metric, samples []sample) summary {
 
 // --- formatting ------------------------------------------------------------
 
-// sig3 prints v with three significant digits.
+// sig3 prints v with three significant digits, or two below 0.1, so a
+// small ratio such as 0.0012 does not print as 0.00.
 func sig3(v float64) string {
 	switch a := math.Abs(v); {
+	case a > 0 && a < 0.1:
+		return strconv.FormatFloat(v, 'g', 2, 64)
 	case a >= 100:
 		return fmt.Sprintf("%.0f", v)
 	case a >= 10:
@@ -261,7 +266,8 @@ func (r *Report) Markdown(command string) string {
 	var b strings.Builder
 	m := r.machine
 	fmt.Fprintf(&b, "# parkway vs embedded NATS JetStream, side by side\n\n")
-	fmt.Fprintf(&b, "Command, from the repository root:\n\n```sh\n%s\n```\n\n", command)
+	fmt.Fprintf(&b, "Run on %s. Command, from the repository root:\n\n```sh\n%s\n```\n\n",
+		r.started.UTC().Format("2006-01-02 15:04 MST"), command)
 	fmt.Fprintf(&b, "Machine: %d CPUs (runtime.NumCPU; GOMAXPROCS %d), %s, %s, Linux kernel %s, %s. "+
 		"nats-server %s embedded with nats.go %s. Data directories under %s. Total run time %v; "+
 		"load average (1/5/15 min) %s at the start, %s at the end.\n\n",
@@ -336,7 +342,7 @@ func (r *Report) writeLimits(b *strings.Builder) {
 		if l.limit.unit == "record" {
 			mb = formatSummary(mbPerSec, summarize(mbPerSec, l.samples))
 		}
-		fmt.Fprintf(b, "| %s: %s | %s %ss | %s | %s |\n", l.limit.key, l.limit.title, formatCount(l.count), l.limit.unit,
+		fmt.Fprintf(b, "| `%s`: %s | %s %ss | %s | %s |\n", l.limit.key, l.limit.title, formatCount(l.count), l.limit.unit,
 			formatSummary(msgsPerSec, summarize(msgsPerSec, l.samples)), mb)
 	}
 	b.WriteString("\n")
@@ -403,7 +409,7 @@ func (r *Report) Targets() []Target {
 			t := Target{Name: fmt.Sprintf("case %s (%s) msgs/s ≥ 10× JetStream", c.spec.id, key), Set: s.name,
 				Measured: formatRatio(ratio), Met: ratio >= 10}
 			if !t.Met {
-				t.Shortfall = fmt.Sprintf("%s short of 10× (needs %s more)", formatRatio(10-ratio), formatRatio(10/ratio))
+				t.Shortfall = fmt.Sprintf("by a factor of %s (target ≥ 10×)", sig3(10/ratio))
 			}
 			out = append(out, t)
 		}
@@ -413,7 +419,7 @@ func (r *Report) Targets() []Target {
 				t := Target{Name: "case 3 msgs/s ≥ 50% of the buffered file append", Set: s.name,
 					Measured: fmt.Sprintf("%.0f%%", 100*share), Met: share >= 0.5}
 				if !t.Met {
-					t.Shortfall = fmt.Sprintf("%.0f points short (needs %s more)", 100*(0.5-share), formatRatio(0.5/share))
+					t.Shortfall = fmt.Sprintf("by a factor of %s (target ≥ 50%%)", sig3(0.5/share))
 				}
 				out = append(out, t)
 			}
@@ -422,8 +428,7 @@ func (r *Report) Targets() []Target {
 			p := time.Duration(summarize(p99, c.samples[0]).median)
 			t := Target{Name: "case 6 p99 < 1 ms", Set: s.name, Measured: formatDuration(p), Met: p < time.Millisecond}
 			if !t.Met {
-				t.Shortfall = fmt.Sprintf("%s over (%s the target)", formatDuration(p-time.Millisecond),
-					formatRatio(float64(p)/float64(time.Millisecond)))
+				t.Shortfall = fmt.Sprintf("by a factor of %s (target < 1 ms)", sig3(float64(p)/float64(time.Millisecond)))
 			}
 			out = append(out, t)
 		}
@@ -431,7 +436,7 @@ func (r *Report) Targets() []Target {
 			a := summarize(allocsPerMsg, c.samples[0]).median
 			t := Target{Name: "case 3 allocations per message ≤ 1", Set: s.name, Measured: sig3(a), Met: a <= 1}
 			if !t.Met {
-				t.Shortfall = fmt.Sprintf("%s over (%s the target)", sig3(a-1), formatRatio(a))
+				t.Shortfall = fmt.Sprintf("by a factor of %s (target ≤ 1)", sig3(a))
 			}
 			out = append(out, t)
 		}

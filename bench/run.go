@@ -153,7 +153,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	// case 3 of the set they are compared with.
 	for _, l := range limits() {
 		count := sizes.Interval.Batch
-		if l.key == "file-append-fsync100" {
+		if l.always {
 			count = sizes.Always.Batch
 		}
 		if count == 0 || !r.selected("limits/"+l.key) {
@@ -208,7 +208,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			rep.sets = append(rep.sets, sr)
 		}
 	}
-	rep.elapsed = time.Since(start)
+	rep.started, rep.elapsed = start, time.Since(start)
 	rep.machine.loadEnd = loadAverage()
 	return rep, nil
 }

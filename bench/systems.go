@@ -33,7 +33,9 @@ const jetStreamDefaultSyncInterval = 2 * time.Minute
 
 func (d durability) String() string {
 	if d.always {
-		return "fsync on every write (JetStream: server option SyncAlways=true; parkway: FsyncAlways topic policy)"
+		return "fsync on every write (JetStream: server option SyncAlways=true, which flushes and fsyncs the " +
+			"message block after every stored message; parkway: FsyncAlways topic policy, which acknowledges " +
+			"a produce after an fsync covering it, one fsync shared by the produces queued at the shard: group commit)"
 	}
 	return fmt.Sprintf("interval fsync every %v (JetStream: its default sync_interval, option left unset; "+
 		"parkway: FsyncInterval topic policy with interval %v)", d.interval, d.interval)
