@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/parkway-io/parkway/internal/metrics"
+	"github.com/parkway-io/parkway/internal/testhooks"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/router"
@@ -51,7 +52,13 @@ var ErrAlreadyOwned = errors.New("parkway: namespace already owned by this shard
 // shard stops first, do returns an error while the operation may still be
 // applied later (or abandoned at shutdown): callers must then not read
 // anything the operation writes, since the pump may be writing it.
+//
+// On a Manual shard the caller is the pump: c is applied inline, at once,
+// and its result returned.
 func (s *Shard) do(ctx context.Context, c control) error {
+	if s.cfg.Manual {
+		return s.doManual(ctx, c)
+	}
 	if err := s.enqueue(ctx, c); err != nil {
 		c.abandonIt()
 		return err
@@ -72,6 +79,21 @@ func (s *Shard) do(ctx context.Context, c control) error {
 			return ErrClosed
 		}
 	}
+}
+
+// doManual applies c inline on a Manual shard, exactly as the pump would
+// (runControl), unless the shard is closed or ctx is done.
+func (s *Shard) doManual(ctx context.Context, c control) error {
+	if s.isClosed() {
+		c.abandonIt()
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		c.abandonIt()
+		return err
+	}
+	s.runControl(c)
+	return <-c.done
 }
 
 // enqueue puts c on the control channel unless the shard is closed. It
@@ -134,9 +156,12 @@ func (s *Shard) redispatch(ns metadata.Namespace, o *owned) {
 		return
 	}
 	epoch := o.p.Epoch()
+	// A deliberately broken build for the simulator's self-test (see
+	// package testhooks); always false in production.
+	serveStale := testhooks.ServeStaleParked.Load()
 	for q.len() > 0 {
 		pf := q.pop()
-		if pf.stamp != 0 && pf.stamp != epoch {
+		if pf.stamp != 0 && pf.stamp != epoch && !serveStale {
 			s.stale(pf.frame)
 			continue
 		}

@@ -16,6 +16,18 @@
 // bounded in count and resident bytes, aged by reconciler passes, and always
 // answered.
 //
+// # Manual mode
+//
+// With Config.Manual the shard runs no goroutine and is driven by hand,
+// like etcd raft's RawNode: control operations issued through the exported
+// methods are applied inline on the caller's goroutine, and Step does one
+// unit of pump work (a control operation, else one inbox frame, else a due
+// timer) without blocking and reports whether there was any. The pump and
+// Step share every unit of work, so a manual shard behaves exactly as a
+// started one; only the choice of what runs next moves to the driver. The
+// deterministic simulator (internal/sim) drives every shard this way from
+// one seeded RNG.
+//
 // Every client frame gets exactly one answer on its reply channel: a result
 // or a typed error. Errors that wrap ErrRetry mean "retry here shortly"; the
 // Node's client side retries them in place until its deadline.

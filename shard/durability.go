@@ -45,6 +45,14 @@ type owned struct {
 	pending map[uint64]Frame
 	ready   bool
 	dedupe  dedupeTable
+
+	// failed is set when a group-commit fsync of the partition failed.
+	// Everything appended since its last good fsync was answered with the
+	// error, yet sits in the log, readable: it may or may not survive a
+	// crash, and after one its offsets may hold other messages. So the
+	// shard serves nothing more from the partition (reads included) until
+	// the node restarts and recovers it from what is durable.
+	failed error
 }
 
 // pendingAck is a produce appended under FsyncAlways whose answer waits
@@ -96,7 +104,8 @@ func (s *Shard) flushGroup() {
 		o.dirty = false
 		if err := o.p.Sync(); err != nil {
 			failed[o] = err
-			s.log.Error("fsync failed; acks withheld", "ns", o.p.Namespace(), "error", err)
+			o.failed = err
+			s.log.Error("fsync failed; acks withheld, partition fenced until restart", "ns", o.p.Namespace(), "error", err)
 		}
 	}
 	for i, pa := range s.pending {

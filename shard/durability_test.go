@@ -164,3 +164,51 @@ func TestRetentionOp(t *testing.T) {
 		t.Fatalf("retain: %+v %v", res, err)
 	}
 }
+
+// After a failed group-commit fsync the partition serves nothing more —
+// reads included: the batch the fsync covered was answered with the error
+// but sits in the log, and a reader must not see what a crash may erase
+// (found by the simulator: a poll saw it, a power loss erased it, and its
+// offset later held another message).
+func TestFsyncFailureFencesPartition(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	s := h.shards[0]
+	ns, epoch := h.topic("t")
+	p := &syncCounter{Partition: h.build(ns, epoch)}
+	_ = h.step(s, opInsertOwned(p, always))
+	ok := produce(ns, "ok")
+	s.handle(ok.f)
+	s.maybeFlush()
+	if r := ok.answered(t); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	eio := errors.New("EIO")
+	p.fail = eio
+	lost := produce(ns, "lost")
+	s.handle(lost.f)
+	poll := make(chan Response, 1)
+	s.handle(Frame{Req: &Request{Op: OpPoll, NS: ns, Count: 10}, Reply: poll})
+	if r := lost.answered(t); !errors.Is(r.Err, eio) {
+		t.Fatalf("ack after failed fsync: %+v", r)
+	}
+	if r := <-poll; !errors.Is(r.Err, ErrPartitionFailed) || len(r.Messages) != 0 {
+		t.Fatalf("poll after failed fsync: %+v, want ErrPartitionFailed and no messages", r)
+	}
+	p.fail = nil // even if the disk recovers, what it lost is unknown
+	for _, req := range []*Request{
+		{Op: OpPoll, NS: ns, Count: 10},
+		{Op: OpProduce, NS: ns, Messages: produce(ns, "x").f.Req.Messages},
+		{Op: OpStoreOffset, NS: ns, Consumer: "c", Offset: 1},
+		{Op: OpGetOffset, NS: ns, Consumer: "c"},
+	} {
+		ch := make(chan Response, 1)
+		s.handle(Frame{Req: req, Reply: ch})
+		s.maybeFlush()
+		if r := <-ch; !errors.Is(r.Err, ErrPartitionFailed) || errors.Is(r.Err, ErrRetry) {
+			t.Fatalf("%v after failed fsync: %+v, want ErrPartitionFailed (not retriable)", req.Op, r)
+		}
+	}
+	if got := payloads(t, p); len(got) != 2 {
+		t.Fatalf("partition holds %q", got)
+	}
+}

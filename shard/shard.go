@@ -50,6 +50,25 @@ type Config struct {
 	Clock clock.Clock
 	// Replication, when set, replicates every owned partition with raft.
 	Replication *Replication
+	// Manual, when true, runs the shard without a goroutine, as a state
+	// machine driven by hand (etcd raft's RawNode style), for the
+	// deterministic simulator and for tests:
+	//
+	//   - Start launches nothing.
+	//   - Control operations issued through the exported methods
+	//     (InsertOwned, Tombstone, RemoveOwned, SetRow, Sweep, Inspect,
+	//     SetDurability, EnforceRetention, Leader) are applied inline, on
+	//     the caller's goroutine, before the method returns: the caller is
+	//     the pump.
+	//   - Frames handed to TrySend wait in the inbox until Step handles
+	//     them, one per call.
+	//
+	// A manual shard is not safe for concurrent use: every method except
+	// Parked and ID must be called from one goroutine (the driver), and
+	// Step never runs concurrently with a control operation. What the
+	// shard does is otherwise exactly what the pump does: both run the
+	// same units of work in the same order of precedence.
+	Manual bool
 }
 
 // Validate reports every problem with c.
@@ -109,7 +128,8 @@ type Shard struct {
 
 	clock clock.Clock
 
-	// Pump-owned state: touched only by the pump goroutine.
+	// Pump-owned state: touched only by the pump goroutine (or, in Manual
+	// mode, by the driver's goroutine, which is the pump).
 	owned      map[metadata.Namespace]*owned
 	pending    []pendingAck                  // acks waiting for the group's fsync
 	syncTimer  clock.Timer                   // interval-policy fsync timer, armed while needed
@@ -181,8 +201,12 @@ func New(cfg Config, meta *metadata.Store, rt *router.Router[Frame]) (*Shard, er
 // ID is the shard's index.
 func (s *Shard) ID() int { return s.id }
 
-// Start runs the pump. It is idempotent.
+// Start runs the pump. It is idempotent. A Manual shard starts no
+// goroutine: its driver calls Step instead.
 func (s *Shard) Start() {
+	if s.cfg.Manual {
+		return
+	}
 	s.startOnce.Do(func() { s.group.Go(s.pump) })
 }
 
@@ -195,6 +219,9 @@ func (s *Shard) Close() error {
 		s.closed = true
 		s.sendMu.Unlock()
 		s.group.Stop()
+		if s.cfg.Manual {
+			s.stopTimers() // the pump's exit does this in goroutine mode
+		}
 		s.shutdown()
 	})
 	return nil
@@ -222,6 +249,9 @@ func (s *Shard) TrySend(f Frame) error {
 // which overtake the inbox, cannot: a test or simulator that sends a frame
 // and then flushes knows the frame has reached its fate.
 func (s *Shard) Flush(ctx context.Context) error {
+	if s.cfg.Manual {
+		return s.flushManual(ctx)
+	}
 	reply := make(chan Response, 1)
 	if err := s.sendWait(ctx, Frame{Req: &Request{Op: opFlush}, Reply: reply}); err != nil {
 		return err
@@ -256,6 +286,9 @@ func (s *Shard) sendWait(ctx context.Context, f Frame) error {
 // materialised serves its parked frames before newer frames are looked at.
 // There is no periodic tick: re-dispatch happens when InsertOwned applies,
 // and aging when the reconciler sweeps, so an idle shard sleeps.
+//
+// Each unit of work (runControl, handleFrame, syncFired, tickFired) is
+// shared with Step, which runs the same units without blocking.
 func (s *Shard) pump(ctx context.Context) {
 	if s.cfg.PinCPU {
 		if err := affinity.Pin(s.cfg.CPU); err != nil {
@@ -263,22 +296,13 @@ func (s *Shard) pump(ctx context.Context) {
 		}
 	}
 	done := ctx.Done()
-	defer func() {
-		if s.syncTimer != nil {
-			s.syncTimer.Stop()
-		}
-		if s.raftTimer != nil {
-			s.raftTimer.Stop()
-		}
-	}()
+	defer s.stopTimers()
 	for {
 		select {
 		case <-done:
 			return
 		case c := <-s.ctrl:
-			c.apply(s)
-			s.processReady()
-			s.maybeFlush()
+			s.runControl(c)
 			continue
 		default:
 		}
@@ -286,17 +310,134 @@ func (s *Shard) pump(ctx context.Context) {
 		case <-done:
 			return
 		case c := <-s.ctrl:
-			c.apply(s)
+			s.runControl(c)
 		case f := <-s.inbox:
-			s.handle(f)
+			s.handleFrame(f)
 		case <-s.syncC():
-			s.syncDue()
+			s.syncFired()
 		case <-s.tickC():
-			s.tickArmed = false
-			s.tickRaft()
+			s.tickFired()
 		}
-		s.processReady()
-		s.maybeFlush()
+	}
+}
+
+// Step does one unit of pump work on a Manual shard without blocking and
+// reports whether there was any: a queued control operation first, else
+// one inbox frame, else a due interval-fsync timer, else a due raft tick —
+// each followed, as on the pump, by raft ready processing and the
+// commit-group flush check. It returns false, doing nothing, when the shard
+// is idle, closed, or not Manual (a started shard's pump owns its state).
+//
+// Unlike the pump's select, which picks at random among ready cases, Step
+// always takes the first ready unit in that order, so a driver that steps
+// with a fixed schedule gets a reproducible run.
+func (s *Shard) Step() bool {
+	if !s.cfg.Manual || s.isClosed() {
+		return false
+	}
+	select {
+	case c := <-s.ctrl:
+		s.runControl(c)
+		return true
+	default:
+	}
+	select {
+	case f := <-s.inbox:
+		s.handleFrame(f)
+		return true
+	default:
+	}
+	select {
+	case <-s.syncC():
+		s.syncFired()
+		return true
+	default:
+	}
+	select {
+	case <-s.tickC():
+		s.tickFired()
+		return true
+	default:
+	}
+	return false
+}
+
+// runControl applies one control operation, as the pump does.
+func (s *Shard) runControl(c control) {
+	c.apply(s)
+	s.settle()
+}
+
+// handleFrame handles one inbox frame, as the pump does.
+func (s *Shard) handleFrame(f Frame) {
+	s.handle(f)
+	s.settle()
+}
+
+// syncFired runs the interval-fsync timer's work.
+func (s *Shard) syncFired() {
+	s.syncDue()
+	s.settle()
+}
+
+// tickFired runs the raft tick's work.
+func (s *Shard) tickFired() {
+	s.tickArmed = false
+	s.tickRaft()
+	s.settle()
+}
+
+// settle ends every unit of pump work: raft groups with work are
+// processed and the commit group is closed if nothing else waits.
+func (s *Shard) settle() {
+	s.processReady()
+	s.maybeFlush()
+}
+
+func (s *Shard) stopTimers() {
+	if s.syncTimer != nil {
+		s.syncTimer.Stop()
+	}
+	if s.raftTimer != nil {
+		s.raftTimer.Stop()
+	}
+}
+
+func (s *Shard) isClosed() bool {
+	s.sendMu.RLock()
+	defer s.sendMu.RUnlock()
+	return s.closed
+}
+
+// flushManual is Flush on a Manual shard: the caller is the pump, so it
+// steps the shard until the marker frame has been handled.
+func (s *Shard) flushManual(ctx context.Context) error {
+	reply := make(chan Response, 1)
+	f := Frame{Req: &Request{Op: opFlush}, Reply: reply}
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		err := s.TrySend(f)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, router.ErrFull) || !s.Step() {
+			return ErrClosed
+		}
+	}
+	for {
+		select {
+		case r := <-reply:
+			return r.Err
+		default:
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if !s.Step() {
+			return ErrClosed // closed meanwhile: shutdown answered the marker
+		}
 	}
 }
 
@@ -397,6 +538,10 @@ func (s *Shard) serveOwned(o *owned, f Frame) {
 		s.deny(f, metrics.DenyIncarnation, errIncarnation)
 		return
 	}
+	if o.failed != nil {
+		s.fenceFailed(o, f)
+		return
+	}
 	if f.Req.Op == OpProduce && o.grp != nil {
 		s.proposeProduce(o, f)
 		return
@@ -414,8 +559,18 @@ func (s *Shard) serveOwned(o *owned, f Frame) {
 		// Never show a reader what has not been acknowledged: close the
 		// group (sync and ack) before reading past it.
 		s.flushGroup()
+		if o.failed != nil {
+			s.fenceFailed(o, f) // the sync failed: what it covered is not acknowledged
+			return
+		}
 	}
 	s.answer(f, serve(o.p, f.Req))
+}
+
+// fenceFailed answers a request to a partition whose fsync failed (see
+// owned.failed).
+func (s *Shard) fenceFailed(o *owned, f Frame) {
+	s.answer(f, Response{Err: fmt.Errorf("%w: %v: %w", ErrPartitionFailed, o.p.Namespace(), o.failed)})
 }
 
 // serve runs a non-produce request against its partition.
