@@ -57,6 +57,11 @@ var (
 	// ErrMessageTooLarge reports a message over Config.MaxMessageSize; the
 	// batch holding it is refused whole.
 	ErrMessageTooLarge = errors.New("parkway: message too large")
+	// ErrPartitionFailed reports a partition fenced after a failed fsync:
+	// what it holds past its last durable point may not survive a power
+	// loss, so it serves nothing until the node restarts and recovers it
+	// from disk. Not retriable.
+	ErrPartitionFailed = shard.ErrPartitionFailed
 	// ErrOffsetOutOfRange reports an offset outside a partition's log.
 	ErrOffsetOutOfRange = partition.ErrOffsetOutOfRange
 	// ErrInvalidConsumer reports a malformed consumer name.

@@ -118,7 +118,10 @@ func (s *Shard) enqueue(ctx context.Context, c control) error {
 // row, and the namespace's parked frames are served at once in arrival
 // order: those stamped with p.Epoch() or unstamped are delivered, those
 // stamped with another epoch are rejected as stale. If the shard does not
-// take p (closed, ErrAlreadyOwned), p is closed.
+// take p (closed, ErrAlreadyOwned), p is closed. Under FsyncAlways, p is
+// synced before anything is served from it (a reopened log may hold
+// writes that were never fsynced); if that fails, the partition is fenced
+// like one whose group commit failed (ErrPartitionFailed).
 func (s *Shard) InsertOwned(ctx context.Context, p partition.Partition, d Durability) error {
 	return s.do(ctx, opInsertOwned(p, d))
 }
@@ -132,6 +135,21 @@ func opInsertOwned(p partition.Partition, d Durability) control {
 		}
 		epoch := p.Epoch()
 		o := &owned{p: p, dur: d}
+		if d.always() {
+			// A partition reopened after a process crash may hold writes
+			// that reached the page cache but were never fsynced (and
+			// were never acknowledged). Under FsyncAlways nothing
+			// un-synced may be served: a power loss would erase it and
+			// hand its offsets to other messages. Sync first (a fresh,
+			// empty partition has nothing to sync); if that fails,
+			// fence it.
+			if p.NextOffset() > 0 {
+				if err := p.Sync(); err != nil {
+					o.failed = err
+					s.log.Error("fsync of a materialised partition failed; partition fenced until restart", "ns", ns, "error", err)
+				}
+			}
+		}
 		if s.cfg.Replication != nil {
 			if err := s.replicate(o); err != nil {
 				_ = p.Close()

@@ -129,12 +129,13 @@ var (
 	ErrStaleIncarnation = fmt.Errorf("%w: frame addressed a dead incarnation", ErrRetry)
 	// ErrClosed answers frames still queued or parked when the shard closes.
 	ErrClosed = errors.New("parkway: shard closed")
-	// ErrPartitionFailed answers every request to a partition after a
-	// group-commit fsync of it failed under FsyncAlways: the messages that
-	// fsync covered were answered with its error yet sit in the log, and
-	// a crash may erase them and hand their offsets to other messages, so
-	// no reader may see them. The partition stays fenced until the node
-	// restarts and recovers it from what is durable. It is not retriable.
+	// ErrPartitionFailed answers every request to a partition after an
+	// fsync of it failed under FsyncAlways (a group commit's, or the one
+	// that makes a reopened log durable before it is served): what that
+	// fsync covered is in the log but not durable, and a crash may erase
+	// it and hand its offsets to other messages, so no reader may see it.
+	// The partition stays fenced until the node restarts and recovers it
+	// from what is durable. It is not retriable.
 	ErrPartitionFailed = errors.New("parkway: partition fenced after a failed fsync; restart the node to recover it")
 
 	errTombstoned   = fmt.Errorf("%w: partition is being removed", ErrRetry)

@@ -1,0 +1,549 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/parkway-io/parkway/internal/metrics"
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/shard"
+)
+
+// timeline records, per namespace, when each incarnation was committed:
+// the trace events of its creation and deletion.
+type timeline struct {
+	m map[metadata.Namespace][]span
+}
+
+type span struct {
+	epoch    uint64
+	from, to int64 // to < 0: still committed
+}
+
+func newTimeline() *timeline { return &timeline{m: make(map[metadata.Namespace][]span)} }
+
+func (t *timeline) apply(res metadata.Result, ev int64) {
+	for _, p := range res.Removed {
+		spans := t.m[p.NS]
+		for i := range spans {
+			if spans[i].epoch == p.CreatedRevision && spans[i].to < 0 {
+				spans[i].to = ev
+			}
+		}
+	}
+	for _, p := range res.Created {
+		t.m[p.NS] = append(t.m[p.NS], span{epoch: p.CreatedRevision, from: ev, to: -1})
+	}
+}
+
+// gone lists, in order, the namespaces that had an incarnation and are not
+// committed now.
+func (t *timeline) gone(meta *metadata.Store) []metadata.Namespace {
+	var out []metadata.Namespace
+	for ns := range t.m {
+		if _, ok := meta.Partition(ns); !ok {
+			out = append(out, ns)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// during returns the incarnations of ns committed at some point of the
+// closed event interval [from, to].
+func (t *timeline) during(ns metadata.Namespace, from, to int64) []uint64 {
+	var out []uint64
+	for _, sp := range t.m[ns] {
+		if sp.from <= to && (sp.to < 0 || sp.to >= from) {
+			out = append(out, sp.epoch)
+		}
+	}
+	return out
+}
+
+// Quiescence bounds: the run must settle within quiesceLimit of virtual
+// time once work and faults stop (the longest wait is a build backoff,
+// then a client retry deadline), and stay settled for calmRounds passes.
+const (
+	quiesceLimit = 2 * time.Minute
+	calmRounds   = shard.DefaultMaxPasses + 2
+)
+
+// quiesce stops new work and faults, then steps shards, retries due
+// client operations and runs passes while the clock advances, until
+// nothing is in flight, nothing is parked and no client waits — or the
+// limit passes, which violates invariant 1 or 4.
+//
+// A partition fenced after a failed fsync (shard.ErrPartitionFailed) is
+// unreadable until the node restarts, by design; when a final read meets
+// one, the simulator does what an operator would — restarts the node
+// process (the page cache survives, unlike in a crash) — and settles and
+// reads again.
+func (s *sim) quiesce() {
+	s.quiescing = true
+	s.faultsOff()
+	s.event("quiesce")
+	for restarts := 0; s.viol == nil; restarts++ {
+		if !s.settle() {
+			return
+		}
+		fenced := s.finalReads()
+		if !fenced || s.viol != nil {
+			return
+		}
+		if restarts == 3 {
+			s.fail(4, "partitions still fenced after %d restarts", restarts)
+			return
+		}
+		s.restart()
+	}
+}
+
+// settle runs rounds until the node is idle for calmRounds rounds in a
+// row, or reports what kept it busy past quiesceLimit.
+func (s *sim) settle() bool {
+	deadline := s.clk.Now().Add(quiesceLimit)
+	calm := 0
+	for s.viol == nil {
+		s.settleRound()
+		if s.idle() {
+			if calm++; calm >= calmRounds {
+				return true
+			}
+		} else {
+			calm = 0
+		}
+		if !s.clk.Now().Before(deadline) {
+			s.notQuiescent()
+			return false
+		}
+		s.advanceQuiet()
+	}
+	return false
+}
+
+// restart stops the node process and starts it again on the same disk:
+// unlike a crash, nothing written is lost.
+func (s *sim) restart() {
+	s.restarts++
+	old := s.n
+	old.inj.dead = true
+	s.event("RESTART gen=%d inflight=%d", old.gen, len(s.inflight))
+	s.abandonInflight()
+	old.close()
+	s.n = s.openNode()
+}
+
+// settleRound steps every shard until idle, retries what is due, and runs
+// one pass of every reconciler.
+func (s *sim) settleRound() {
+	s.stepAll()
+	s.retryDue()
+	s.stepAll()
+	for i := range s.n.shards {
+		s.reconcile(i)
+	}
+	s.stepAll()
+}
+
+// advanceQuiet advances the clock to the next due retry, or by one pass
+// period.
+func (s *sim) advanceQuiet() {
+	now := s.clk.Now()
+	next := now.Add(passPeriod)
+	for _, o := range s.waitingOps() {
+		if o.retryAt.Before(next) {
+			next = o.retryAt
+		}
+	}
+	s.advance(max(next.Sub(now), time.Microsecond))
+}
+
+func (s *sim) waitingOps() []*op {
+	var out []*op
+	for _, c := range s.clients {
+		if c.op != nil && c.op.waiting {
+			out = append(out, c.op)
+		}
+	}
+	for _, o := range s.finalOps {
+		if !o.done && o.waiting {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// idle: no request in flight or waiting to be retried, no frame queued or
+// parked anywhere.
+func (s *sim) idle() bool {
+	if len(s.inflight) > 0 || len(s.waitingOps()) > 0 {
+		return false
+	}
+	for i, sh := range s.n.shards {
+		if len(s.n.shadow[i]) > 0 || sh.Parked() > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// notQuiescent reports what kept the run from settling.
+func (s *sim) notQuiescent() {
+	var parked []string
+	for i, sh := range s.n.shards {
+		if sh.Parked() > 0 {
+			st, err := sh.Inspect(s.ctx)
+			if err != nil {
+				s.fail(0, "inspect shard %d: %v", i, err)
+				return
+			}
+			for _, pn := range st.Parked {
+				parked = append(parked, fmt.Sprintf("shard %d: %d frames for %v (survived %d passes)", i, pn.Frames, pn.NS, pn.OldestPasses))
+			}
+		}
+	}
+	var unanswered []string
+	for _, a := range s.inflight {
+		unanswered = append(unanswered, fmt.Sprintf("attempt %d (op %d %v %v, sent at event %d)", a.id, a.op.id, a.op.kind, a.op.ns, a.sendEv))
+	}
+	limit := fmt.Sprintf("%v after work stopped", quiesceLimit)
+	switch {
+	case len(parked) > 0:
+		s.fail(4, "park buffers not empty %s: %s; %d requests unanswered", limit, strings.Join(parked, "; "), len(unanswered))
+	case len(unanswered) > 0:
+		s.fail(1, "requests never answered (%s): %s", limit, strings.Join(unanswered, "; "))
+	default:
+		s.fail(4, "the node did not quiesce %s: %d operations still retrying", limit, len(s.waitingOps()))
+	}
+}
+
+// finalReads reads every committed partition from offset 0 through the
+// router, like a client, and checks it against the oracle: it holds
+// exactly what was appended to its incarnation and survived, so every
+// acknowledged message at its offset, with dense offsets (invariant 3).
+//
+// It reports true, having read nothing to the end, when a read meets a
+// partition fenced after a failed fsync.
+func (s *sim) finalReads() bool {
+	snap := s.n.meta.Snapshot()
+	for _, p := range snap.Partitions {
+		if s.viol != nil {
+			return false
+		}
+		o := s.dataOpFinal(p.NS)
+		deadline := s.clk.Now().Add(quiesceLimit)
+		for !o.done && s.viol == nil {
+			s.settleRound()
+			if o.done {
+				break
+			}
+			if !s.clk.Now().Before(deadline) {
+				s.fail(4, "final read of %v never answered", p.NS)
+				return false
+			}
+			s.advanceQuiet()
+		}
+		if s.viol != nil {
+			return false
+		}
+		key := incKey{p.NS, p.CreatedRevision}
+		if errors.Is(o.err, shard.ErrPartitionFailed) {
+			s.event("final read of %v: fenced after a failed fsync", key)
+			return true
+		}
+		if o.outcome != outcomeOK {
+			s.fail(4, "committed partition %v not readable at quiescence: %v", key, o.err)
+			return false
+		}
+		log := s.oracle[key]
+		if log == nil {
+			s.fail(4, "committed partition %v was never built", key)
+			return false
+		}
+		got := make([]uint64, 0, len(o.resp.Messages))
+		for _, m := range o.resp.Messages {
+			id, _ := decodePayload(m.Payload)
+			got = append(got, id)
+		}
+		if !slices.Equal(got, log.ids) {
+			s.fail(3, "final read of %v returned %d messages, the incarnation holds %d", key, len(got), len(log.ids))
+			return false
+		}
+		if o.resp.Offset != uint64(len(log.ids)) {
+			s.fail(3, "final read of %v: next offset %d, want %d", key, o.resp.Offset, len(log.ids))
+			return false
+		}
+		acked := 0
+		for _, a := range log.acked {
+			if a {
+				acked++
+			}
+		}
+		s.event("final %v messages=%d acked=%d", key, len(got), acked)
+	}
+	return false
+}
+
+// dataOpFinal issues a final read of ns (no client: it is not part of the
+// workload).
+func (s *sim) dataOpFinal(ns metadata.Namespace) *op {
+	s.nextOp++
+	o := &op{id: s.nextOp, kind: kindPoll, ns: ns, count: 1 << 20}
+	s.allOps = append(s.allOps, o)
+	s.finalOps = append(s.finalOps, o)
+	a := s.newAttempt(o)
+	o.callEv = s.event("call op=%d final read ns=%v", o.id, ns)
+	s.send(a)
+	return o
+}
+
+// finalChecks asserts invariants 1, 4 and 5 on the settled run.
+func (s *sim) finalChecks() {
+	s.checkAnswers()
+	s.checkParkAndDrops()
+	s.checkLinearizable()
+}
+
+// checkAnswers: every attempt was answered once (or by the crash), and no
+// second answer waits in any reply channel (invariant 1).
+func (s *sim) checkAnswers() {
+	if s.viol != nil {
+		return
+	}
+	for _, a := range s.allAttempts {
+		if !a.answered && !a.crashed {
+			s.fail(1, "attempt %d (op %d %v %v) never answered", a.id, a.op.id, a.op.kind, a.op.ns)
+			return
+		}
+		if len(a.reply) > 0 && !a.crashed {
+			s.fail(1, "attempt %d (op %d %v %v) answered twice", a.id, a.op.id, a.op.kind, a.op.ns)
+			return
+		}
+	}
+	for _, o := range s.allOps {
+		if !o.done {
+			s.fail(1, "op %d (%v %v) never finished", o.id, o.kind, o.ns)
+			return
+		}
+	}
+}
+
+// dropGates says which injected fault explains a drop reason; a reason
+// missing from it is never acceptable.
+var dropGates = map[string]func(s *sim) bool{
+	// Convergence, not faults: frames parked for a namespace that was
+	// deleted, that age out, or that another shard owns.
+	metrics.ReasonParkExpired: func(*sim) bool { return true },
+	metrics.ReasonNotOwner:    func(*sim) bool { return true },
+	metrics.ReasonRemoved:     func(*sim) bool { return true },
+	// Small inboxes under bursts.
+	metrics.ReasonFull:         func(s *sim) bool { return s.faults.InboxFull > 0 },
+	metrics.ReasonParkOverflow: func(s *sim) bool { return s.bursts > 0 },
+	// Disk faults back builds off.
+	metrics.ReasonBuildFailed: func(s *sim) bool { return s.faults.DiskFull+s.faults.DiskError > 0 },
+	// A crashed node's shards shut down.
+	metrics.ReasonShutdown:     func(s *sim) bool { return s.faults.Crash+s.restarts > 0 },
+	metrics.ReasonDisconnected: func(s *sim) bool { return s.faults.Crash+s.restarts > 0 },
+	// (A process crash closes nothing: its shards are abandoned.)
+}
+
+// checkParkAndDrops: at quiescence every park buffer is empty, and every
+// frame drop is explained by an injected fault or by convergence
+// (invariant 4).
+func (s *sim) checkParkAndDrops() {
+	if s.viol != nil {
+		return
+	}
+	for i, sh := range s.n.shards {
+		st, err := sh.Inspect(context.Background())
+		if err != nil {
+			s.fail(0, "inspect shard %d: %v", i, err)
+			return
+		}
+		if st.ParkedFrames != 0 || st.ParkedBytes != 0 || len(st.Parked) != 0 || sh.Parked() != 0 {
+			s.fail(4, "shard %d park buffer not empty at quiescence: %d frames, %d bytes, %d namespaces",
+				i, st.ParkedFrames, st.ParkedBytes, len(st.Parked))
+			return
+		}
+	}
+	for gen, m := range s.allMetrics {
+		reg := prometheus.NewRegistry()
+		if err := reg.Register(m); err != nil {
+			s.fail(0, "metrics: %v", err)
+			return
+		}
+		fams, err := reg.Gather()
+		if err != nil {
+			s.fail(0, "metrics: %v", err)
+			return
+		}
+		for _, f := range fams {
+			if f.GetName() != "parkway_frame_drops_total" {
+				continue
+			}
+			for _, mt := range f.GetMetric() {
+				if mt.GetCounter().GetValue() == 0 {
+					continue
+				}
+				labels := map[string]string{}
+				for _, l := range mt.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				gate, ok := dropGates[labels["reason"]]
+				if !ok || !gate(s) {
+					s.fail(4, "node gen %d shard %s dropped %v %s frames for reason %q, which no injected fault explains",
+						gen+1, labels["shard"], mt.GetCounter().GetValue(), labels["variant"], labels["reason"])
+					return
+				}
+				s.event("drops gen=%d shard=%s %s %s=%v", gen+1, labels["shard"], labels["variant"], labels["reason"], mt.GetCounter().GetValue())
+			}
+		}
+	}
+}
+
+// Linearizability (invariant 5). Each partition incarnation is an
+// append-only log with consumer offsets; the operations the clients saw
+// against it must be linearizable. An operation's incarnation is where the
+// storage tap saw its messages land (produce) or the one whose partition
+// served it (the others). Unknown outcomes never return, so the checker
+// may also place them after everything else: not applied.
+const unknownReturn int64 = 1 << 62
+
+func (s *sim) checkLinearizable() {
+	if s.viol != nil {
+		return
+	}
+	hist := make(map[incKey][]linOp)
+	for _, o := range s.allOps {
+		key, in, out, ok := s.linearizeOp(o)
+		if s.viol != nil {
+			return
+		}
+		if !ok {
+			continue
+		}
+		ret := o.retEv
+		if out.unknown {
+			ret = unknownReturn + int64(o.id)
+		}
+		hist[key] = append(hist[key], linOp{client: clientID(o.client), in: in, out: out, call: o.callEv, ret: ret, op: o.id})
+	}
+	keys := make([]incKey, 0, len(hist))
+	for k := range hist {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].compare(keys[j]) < 0 })
+	for _, k := range keys {
+		switch check(hist[k]) {
+		case checkIllegal:
+			s.fail(5, "history of %v is not linearizable:\n%s", k, describeHistory(hist[k]))
+			return
+		case checkUnknown:
+			s.ops.Unchecked++
+		default:
+			s.ops.Linearized++
+		}
+	}
+}
+
+// linearizeOp places o in a partition history, or reports false to leave
+// it out.
+func (s *sim) linearizeOp(o *op) (incKey, linIn, linOut, bool) {
+	in := linIn{kind: o.kind, from: o.from, count: o.count, consumer: o.consumer, useConsumer: o.useConsumer, offset: o.offset}
+	var out linOut
+	switch o.kind {
+	case kindProduce, kindBatch:
+		var applied *attempt
+		for _, a := range o.attempts {
+			if len(a.ids) > 0 && s.msgs[a.ids[0]].appended {
+				if applied != nil {
+					s.fail(5, "op %d applied twice: attempts %d and %d", o.id, applied.id, a.id)
+					return incKey{}, in, out, false
+				}
+				applied = a
+			}
+		}
+		switch o.outcome {
+		case outcomeOK:
+			out.offset = o.resp.Offset
+		case outcomeUnknown:
+			out.unknown = true
+		default:
+			if applied != nil {
+				s.fail(5, "op %d ended %v (%v), yet attempt %d was appended", o.id, o.outcome, o.err, applied.id)
+			}
+			return incKey{}, in, out, false
+		}
+		if applied == nil {
+			return incKey{}, in, out, false // unknown and never appended
+		}
+		in.ids = applied.ids
+		return s.msgs[applied.ids[0]].key, in, out, true
+	case kindPoll:
+		if o.outcome != outcomeOK {
+			return incKey{}, in, out, false
+		}
+		out.offset = o.resp.Offset
+		for _, m := range o.resp.Messages {
+			id, _ := decodePayload(m.Payload)
+			out.ids = append(out.ids, id)
+		}
+	case kindStore:
+		switch o.outcome {
+		case outcomeOK:
+		case outcomeError:
+			out.outOfRange = true
+		case outcomeUnknown:
+			out.unknown = true
+		default:
+			return incKey{}, in, out, false
+		}
+	case kindGet:
+		if o.outcome != outcomeOK {
+			return incKey{}, in, out, false
+		}
+		out.offset, out.found = o.resp.Offset, o.resp.Found
+	}
+	// The incarnation that served the final attempt (the tap saw it), which
+	// was committed at that moment (the tap checked the fence), so at some
+	// point while the operation ran.
+	last := o.attempts[len(o.attempts)-1]
+	if last.crashed || !servedAnswer(last.resp.Err) {
+		// In flight at a crash: no shard served it (answers are collected
+		// after every engine action, crashes fall between them), so it
+		// had no effect.
+		return incKey{}, in, out, false
+	}
+	key := incKey{o.ns, last.served}
+	cands := s.incs.during(o.ns, o.callEv, o.retEv)
+	if last.served == 0 || !slices.Contains(cands, key.epoch) {
+		s.fail(2, "op %d on %v answered %v by incarnation %d, not committed while it ran (%v)", o.id, o.ns, o.outcome, last.served, cands)
+		return incKey{}, in, out, false
+	}
+	if len(out.ids) > 0 {
+		info := s.msgs[out.ids[0]]
+		if info == nil || !info.appended {
+			s.fail(2, "op %d read message %d that was never appended", o.id, out.ids[0])
+			return incKey{}, in, out, false
+		}
+		for _, id := range out.ids {
+			if x := s.msgs[id]; x == nil || x.key != info.key {
+				s.fail(2, "op %d read one batch from two incarnations", o.id)
+				return incKey{}, in, out, false
+			}
+		}
+		if info.key != key {
+			s.fail(2, "op %d was served by %v but read messages of %v", o.id, key, info.key)
+			return incKey{}, in, out, false
+		}
+	}
+	return key, in, out, true
+}

@@ -1,0 +1,427 @@
+package sim
+
+import (
+	"errors"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/parkway-io/parkway/internal/metrics"
+	"github.com/parkway-io/parkway/internal/vfs/errorfs"
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
+	"github.com/parkway-io/parkway/reconciler"
+	"github.com/parkway-io/parkway/router"
+	"github.com/parkway-io/parkway/shard"
+)
+
+// Where the node keeps its data on the simulated disk.
+const (
+	dataDir = "/data"
+	metaDir = "/data/metadata"
+)
+
+// Engine parameters of the simulated node. The build backoff is clamped
+// at 8 s instead of the default 60 s so that quiescence, which must wait
+// out the longest backoff, stays short in virtual time.
+const (
+	passPeriod     = reconciler.DefaultPeriod
+	backoffMin     = time.Second
+	backoffMax     = 8 * time.Second
+	requestTimeout = 10 * time.Second
+	retryMin       = 100 * time.Microsecond
+	retryMax       = 50 * time.Millisecond
+	snapshotEvery  = 16
+)
+
+// node is one incarnation of the simulated process, built the way
+// parkway.Open builds a Node, with Manual shards.
+type node struct {
+	gen     int
+	durable *metadata.Durable
+	meta    *metadata.Store
+	inj     *injector
+	store   *simStore
+	table   *router.Table
+	rt      *router.Router[shard.Frame]
+	shards  []*shard.Shard
+	recs    []*reconciler.Partitions
+	wakes   []<-chan struct{}
+	cancels []func()
+	// nextPass is when each reconciler's periodic pass is due.
+	nextPass []time.Time
+	// busy marks a reconciler whose pass is blocked in a slow build.
+	busy []bool
+	// shadow mirrors each shard's inbox, in order: the attempts whose
+	// frames are queued there.
+	shadow [][]*attempt
+	m      *metrics.Metrics
+}
+
+// passDue reports whether shard i's reconciler would run now: a commit
+// woke it or its period elapsed (reconciler.Run's two triggers). It
+// consumes the wake and re-arms the period as Run does.
+func (n *node) passDue(i int, now time.Time) bool {
+	due := false
+	select {
+	case <-n.wakes[i]:
+		due = true
+	default:
+	}
+	if !now.Before(n.nextPass[i]) {
+		due = true
+		n.nextPass[i] = now.Add(passPeriod)
+	}
+	return due
+}
+
+// openNode opens the node from the current disk, as parkway.Open does.
+// Faults are held off while it opens.
+func (s *sim) openNode() *node {
+	s.gen++
+	n := &node{gen: s.gen, m: metrics.New()}
+	s.allMetrics = append(s.allMetrics, n.m)
+	n.inj = s.newInjector()
+	n.inj.quiet++
+	defer func() { n.inj.quiet-- }()
+
+	mcfg := metadata.Config{Shards: s.cfg.Shards, Assign: router.Assign}
+	var err error
+	n.durable, err = metadata.OpenDurable(s.mem, metaDir, mcfg, metadata.DurableOptions{SnapshotEvery: snapshotEvery})
+	if err != nil {
+		s.fail(0, "open metadata (gen %d): %v", n.gen, err)
+		return n
+	}
+	n.meta = n.durable.Store()
+	fstore, err := partition.NewFileStore(partition.FileConfig{
+		Dir: dataDir, FS: errorfs.New(s.mem, n.inj), SegmentSize: partition.MinSegmentSize,
+	})
+	if err != nil {
+		s.fail(0, "open partition store (gen %d): %v", n.gen, err)
+		return n
+	}
+	n.store = &simStore{s: s, n: n, inner: fstore}
+	// Orphans: partitions whose deletion committed before the crash.
+	stored, err := fstore.List()
+	if err != nil {
+		s.fail(0, "list partitions (gen %d): %v", n.gen, err)
+		return n
+	}
+	for _, st := range stored {
+		if rev, ok := n.meta.CreatedRevision(st.NS); ok && rev == st.Epoch {
+			continue
+		}
+		if err := n.store.Remove(st.NS); err != nil {
+			s.fail(0, "remove orphan %v (gen %d): %v", st.NS, n.gen, err)
+			return n
+		}
+		s.event("orphan removed ns=%v epoch=%d", st.NS, st.Epoch)
+	}
+	n.table = &router.Table{}
+	n.rt, err = router.New[shard.Frame](n.table, s.cfg.Shards)
+	if err != nil {
+		s.fail(0, "router: %v", err)
+		return n
+	}
+	n.shadow = make([][]*attempt, s.cfg.Shards)
+	n.busy = make([]bool, s.cfg.Shards)
+	for i := range s.cfg.Shards {
+		sh, err := shard.New(shard.Config{
+			ID: i, InboxSize: s.cfg.InboxSize, Manual: true, Clock: s.clk, Metrics: n.m,
+		}, n.meta, n.rt)
+		if err != nil {
+			s.fail(0, "shard %d: %v", i, err)
+			return n
+		}
+		n.rt.Register(i, &mirror{s: s, n: n, i: i, sh: sh})
+		sh.Start()
+		n.shards = append(n.shards, sh)
+	}
+	for i, sh := range n.shards {
+		rec, err := reconciler.New(reconciler.Config{
+			Shard: sh, Meta: n.meta, Store: n.store, Clock: s.clk,
+			BackoffMin: backoffMin, BackoffMax: backoffMax, Metrics: n.m,
+			Defaults: metadata.TopicConfig{Fsync: metadata.FsyncAlways},
+		}, n.table)
+		if err != nil {
+			s.fail(0, "reconciler %d: %v", i, err)
+			return n
+		}
+		wake, cancel := n.meta.Subscribe()
+		n.recs = append(n.recs, rec)
+		n.wakes = append(n.wakes, wake)
+		n.cancels = append(n.cancels, cancel)
+		n.nextPass = append(n.nextPass, s.clk.Now()) // one pass at start
+	}
+	s.event("node open gen=%d revision=%d orphans-checked=%d", n.gen, n.meta.Revision(), len(stored))
+	return n
+}
+
+// close releases the node's resources after a crash. Its injector is dead
+// already, and every request in flight was answered by the crash, so what
+// the shutdown answers and syncs reaches nobody and nothing durable.
+func (n *node) close() {
+	for _, c := range n.cancels {
+		c()
+	}
+	for _, sh := range n.shards {
+		_ = sh.Close()
+	}
+	if n.durable != nil {
+		_ = n.durable.Close()
+	}
+}
+
+// mirror is the router's view of shard i: it forwards to the shard and
+// records every frame the inbox takes, so the simulator knows which frame
+// each Step handles.
+type mirror struct {
+	s  *sim
+	n  *node
+	i  int
+	sh *shard.Shard
+}
+
+// TrySend implements router.Sender.
+func (m *mirror) TrySend(f shard.Frame) error {
+	err := m.sh.TrySend(f)
+	a := m.s.attempts[f.Req]
+	if a == nil {
+		m.s.fail(0, "shard %d was sent a frame the simulator did not issue", m.i)
+		return err
+	}
+	switch {
+	case err == nil:
+		m.n.shadow[m.i] = append(m.n.shadow[m.i], a)
+	case errors.Is(err, router.ErrFull):
+		m.s.faults.InboxFull++
+	}
+	m.s.event("enqueue shard=%d a=%d err=%v", m.i, a.id, errString(err))
+	return err
+}
+
+// stepShard steps shard i once. The frame it handles, if any, is the head
+// of the inbox mirror; its stamp is the committed created_revision at this
+// instant, which is what the shard parks it with (or, if the shard owns
+// the namespace, the incarnation it is served against).
+func (s *sim) stepShard(i int) {
+	n := s.n
+	var a *attempt
+	if q := n.shadow[i]; len(q) > 0 {
+		a, n.shadow[i] = q[0], q[1:]
+		rev, _ := n.meta.CreatedRevision(a.op.ns)
+		a.stamp = rev
+		a.handles++
+	}
+	did := n.shards[i].Step()
+	switch {
+	case a == nil && !did:
+		s.event("step shard=%d idle", i)
+		return
+	case a == nil:
+		s.fail(0, "shard %d stepped with an empty inbox mirror", i)
+		return
+	case !did:
+		s.fail(0, "shard %d did not step with attempt %d queued", i, a.id)
+		return
+	}
+	s.event("step shard=%d a=%d stamp=%d", i, a.id, a.stamp)
+	s.collect()
+}
+
+// stepAll steps every shard until all are idle.
+func (s *sim) stepAll() {
+	for s.viol == nil {
+		did := false
+		for i := range s.n.shards {
+			if len(s.n.shadow[i]) > 0 {
+				s.stepShard(i)
+				did = true
+			}
+		}
+		if !did {
+			return
+		}
+	}
+}
+
+// reconcile runs one pass of shard i's reconciler. A slow build inside it
+// runs further scheduler steps; the reconciler is marked busy meanwhile.
+func (s *sim) reconcile(i int) {
+	n := s.n
+	n.busy[i] = true
+	s.building = append(s.building, i)
+	rep, err := n.recs[i].Reconcile(s.ctx)
+	s.building = s.building[:len(s.building)-1]
+	n.busy[i] = false
+	if err != nil {
+		s.fail(0, "reconcile shard %d: %v", i, err)
+		return
+	}
+	if rep.Skipped {
+		s.event("pass shard=%d rev=%d skipped", i, rep.Revision)
+	} else {
+		s.event("pass shard=%d rev=%d built=%d removed=%d rows=%d failed=%d answered=%d expired=%d parked=%d pending=%d",
+			i, rep.Revision, rep.Built, rep.Removed, rep.RowsWritten, rep.Failed, rep.Answered, rep.Expired, rep.Parked, rep.Pending)
+	}
+	s.collect()
+}
+
+// crash is a power loss: every request in flight is answered by the
+// crash, the disk keeps only what was synced, and the node is rebuilt
+// from it.
+//
+// One crash in three is a process crash instead: the node's process dies
+// but the machine does not, so everything written — synced or not — is
+// still there (the page cache survives) when the node is rebuilt.
+func (s *sim) crash() {
+	old := s.n
+	old.inj.dead = true
+	power := s.rng.IntN(3) != 0
+	kind := "power loss"
+	if power {
+		s.faults.Crash++
+	} else {
+		s.faults.ProcessCrash++
+		kind = "process crash"
+	}
+	s.event("CRASH (%s) gen=%d inflight=%d", kind, old.gen, len(s.inflight))
+	s.abandonInflight()
+	if power {
+		s.mem = s.mem.Crash()
+		old.close() // writes to the lost disk: irrelevant
+	}
+	// A crashed process is not closed: it neither flushes nor syncs
+	// anything; its open files and its shards are simply abandoned.
+	s.n = s.openNode()
+}
+
+// abandonInflight answers every request in flight on a node that is going
+// away: its client sees the connection drop.
+func (s *sim) abandonInflight() {
+	for _, a := range s.inflight {
+		a.crashed = true
+		a.ansEv = s.event("answer a=%d crashed", a.id)
+		oc := outcomeError // a read that never returned did nothing
+		if k := a.op.kind; k == kindProduce || k == kindBatch || k == kindStore {
+			oc = outcomeUnknown
+		}
+		s.finish(a.op, oc, shard.Response{}, errCrashed)
+	}
+	s.inflight = s.inflight[:0]
+}
+
+var errCrashed = errors.New("sim: node crashed with the request in flight")
+
+// injector decides the data disk's faults. Only the simulator's goroutine
+// touches it, so its decisions follow the seed.
+type injector struct {
+	s *sim
+	// dead: the node crashed; its disk is gone and fails nothing.
+	dead bool
+	// quiet > 0 while the simulator does its own I/O (opening a node,
+	// verifying a reopened partition).
+	quiet int
+	// enospc fails space-consuming operations while on (disk full).
+	enospc *errorfs.Switch
+	// eio, when armed, fails one of the next operations of its kind.
+	eio     *errorfs.Index
+	eioKind string
+}
+
+func (s *sim) newInjector() *injector {
+	return &injector{s: s, enospc: errorfs.NewSwitchFunc(syscall.ENOSPC, needsSpace)}
+}
+
+// needsSpace selects the operations a full disk fails: writes, file and
+// directory creation, preallocation.
+func needsSpace(op errorfs.Op) bool {
+	switch op.Kind {
+	case errorfs.OpWrite, errorfs.OpWriteAt, errorfs.OpPreallocate, errorfs.OpMkdirAll:
+		return true
+	case errorfs.OpOpen:
+		return op.Flag&os.O_CREATE != 0
+	}
+	return false
+}
+
+// MaybeError implements errorfs.Injector.
+func (j *injector) MaybeError(op errorfs.Op) error {
+	if j.dead || j.quiet > 0 {
+		return nil
+	}
+	if err := j.enospc.MaybeError(op); err != nil {
+		j.s.faults.DiskFull++
+		j.s.event("fault ENOSPC %v %s", op.Kind, op.Path)
+		return err
+	}
+	if j.eio != nil {
+		if err := j.eio.MaybeError(op); err != nil {
+			j.eio = nil
+			j.s.faults.DiskError++
+			j.s.event("fault EIO (%s) %v %s", j.eioKind, op.Kind, op.Path)
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *sim) startDiskFull() {
+	d := time.Duration(50+s.rng.IntN(1950)) * time.Millisecond
+	s.diskFullUntil = s.clk.Now().Add(d)
+	s.n.inj.enospc.Set(true)
+	s.event("disk full for %v", d)
+}
+
+func (s *sim) expireDiskFull() {
+	if s.n.inj.enospc.On() && !s.clk.Now().Before(s.diskFullUntil) {
+		s.n.inj.enospc.Set(false)
+		s.event("disk space back")
+	}
+}
+
+// armDiskError arms a one-shot EIO on one of the next few fsyncs, or a
+// torn write on one of the next few writes.
+func (s *sim) armDiskError() {
+	k := int64(s.rng.IntN(4))
+	if s.rng.IntN(10) < 6 {
+		s.n.inj.eio, s.n.inj.eioKind = errorfs.OnIndex(k, syscall.EIO, errorfs.OpSync), "fsync"
+	} else {
+		torn := &errorfs.TornWrite{N: s.rng.IntN(64)}
+		s.n.inj.eio, s.n.inj.eioKind = errorfs.OnIndex(k, torn, errorfs.OpWriteAt), "torn write"
+	}
+	s.event("disk error armed: %s #%d", s.n.inj.eioKind, k)
+}
+
+// faultsOff ends every fault for quiescence.
+func (s *sim) faultsOff() {
+	s.n.inj.enospc.Set(false)
+	s.n.inj.eio = nil
+}
+
+// readAll reads p from offset 0 to its end without faults (the
+// simulator's own verification).
+func (s *sim) readAll(n *node, p partition.Partition) ([]partition.Message, error) {
+	n.inj.quiet++
+	defer func() { n.inj.quiet-- }()
+	var out []partition.Message
+	for from := p.StartOffset(); from < p.NextOffset(); {
+		msgs, err := p.Read(from, 1024)
+		if err != nil {
+			return nil, err
+		}
+		if len(msgs) == 0 {
+			break
+		}
+		out = append(out, msgs...)
+		from = msgs[len(msgs)-1].Offset + 1
+	}
+	return out, nil
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "nil"
+	}
+	return err.Error()
+}

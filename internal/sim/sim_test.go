@@ -1,0 +1,303 @@
+package sim_test
+
+import (
+	"errors"
+	"flag"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/parkway-io/parkway/internal/sim"
+	"github.com/parkway-io/parkway/internal/testhooks"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// defaultSeeds is how many seeds `go test` runs: sized so the package
+// stays under ~20 s with -race on a 2-core machine.
+const defaultSeeds = 200
+
+var (
+	flagSeeds = flag.Int("sim.seeds", defaultSeeds, "number of seeds to run, starting at -sim.start")
+	flagStart = flag.Uint64("sim.start", 0, "first seed of the range")
+	flagSeed  = flag.String("sim.seed", "", "run only this seed (replay)")
+	flagTrace = flag.Bool("sim.trace", false, "with -sim.seed and -v: print the seed's event trace")
+)
+
+// replaySeed is -sim.seed, if set.
+func replaySeed(t *testing.T) (uint64, bool) {
+	if *flagSeed == "" {
+		return 0, false
+	}
+	seed, err := strconv.ParseUint(*flagSeed, 10, 64)
+	if err != nil {
+		t.Fatalf("-sim.seed: %v", err)
+	}
+	return seed, true
+}
+
+// seeds is the range TestSimulation runs.
+func seeds(t *testing.T) []uint64 {
+	if seed, ok := replaySeed(t); ok {
+		return []uint64{seed}
+	}
+	out := make([]uint64, *flagSeeds)
+	for i := range out {
+		out[i] = *flagStart + uint64(i)
+	}
+	return out
+}
+
+type outcome struct {
+	res sim.Result
+	err error
+}
+
+// runSeeds runs cfg(seed) for every seed on GOMAXPROCS workers and returns
+// the outcomes in seed order. With stopEarly, workers stop taking seeds
+// once one run has failed.
+func runSeeds(list []uint64, cfg func(uint64) sim.Config, stopEarly bool) []outcome {
+	out := make([]outcome, len(list))
+	var (
+		mu     sync.Mutex
+		next   int
+		failed bool
+		wg     sync.WaitGroup
+	)
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				if next == len(list) || (stopEarly && failed) {
+					mu.Unlock()
+					return
+				}
+				i := next
+				next++
+				mu.Unlock()
+				res, err := sim.Run(cfg(list[i]))
+				mu.Lock()
+				out[i] = outcome{res, err}
+				failed = failed || err != nil
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// The default seed range is run once and shared by TestSimulation and
+// TestFaultsFire.
+var (
+	defaultOnce sync.Once
+	defaultRuns []outcome
+	defaultTime time.Duration
+)
+
+func defaultOutcomes() []outcome {
+	defaultOnce.Do(func() {
+		start := time.Now()
+		list := make([]uint64, defaultSeeds)
+		for i := range list {
+			list[i] = uint64(i)
+		}
+		defaultRuns = runSeeds(list, sim.DefaultConfig, false)
+		defaultTime = time.Since(start)
+	})
+	return defaultRuns
+}
+
+func isDefaultRange() bool {
+	return *flagSeed == "" && *flagSeeds == defaultSeeds && *flagStart == 0
+}
+
+// TestSimulation runs the seeds (default 0..defaultSeeds-1; -sim.seeds N
+// and -sim.start S for more, -sim.seed S to replay one) under the default
+// faults and asserts every invariant on each.
+func TestSimulation(t *testing.T) {
+	var runs []outcome
+	list := seeds(t)
+	_, replay := replaySeed(t)
+	if isDefaultRange() {
+		runs = defaultOutcomes()
+	} else {
+		runs = runSeeds(list, func(seed uint64) sim.Config {
+			cfg := sim.DefaultConfig(seed)
+			if *flagTrace && replay {
+				cfg.Trace = os.Stdout
+			}
+			return cfg
+		}, false)
+	}
+	var total sim.FaultCounts
+	var ops sim.OpCounts
+	failures := 0
+	for i, r := range runs {
+		addFaults(&total, r.res.Faults)
+		addOps(&ops, r.res.Ops)
+		if r.err != nil {
+			failures++
+			if failures <= 5 {
+				t.Errorf("seed %d: %v", list[i], r.err)
+			}
+		}
+	}
+	if failures > 5 {
+		t.Errorf("... %d failing seeds in all", failures)
+	}
+	t.Logf("%d seeds: faults %+v", len(runs), total)
+	t.Logf("ops %+v", ops)
+	if isDefaultRange() {
+		t.Logf("default seeds took %v", defaultTime)
+	}
+}
+
+func addFaults(t *sim.FaultCounts, f sim.FaultCounts) {
+	t.InboxFull += f.InboxFull
+	t.DiskFull += f.DiskFull
+	t.DiskError += f.DiskError
+	t.SlowBuild += f.SlowBuild
+	t.Crash += f.Crash
+	t.ProcessCrash += f.ProcessCrash
+}
+
+func addOps(t *sim.OpCounts, o sim.OpCounts) {
+	t.Metadata += o.Metadata
+	t.Produce += o.Produce
+	t.ProduceBatch += o.ProduceBatch
+	t.Poll += o.Poll
+	t.StoreOffset += o.StoreOffset
+	t.GetOffset += o.GetOffset
+	t.Attempts += o.Attempts
+	t.Retries += o.Retries
+	t.Acked += o.Acked
+	t.Unknown += o.Unknown
+	t.Linearized += o.Linearized
+	t.Unchecked += o.Unchecked
+}
+
+// Two runs of one seed produce the same event trace, byte for byte (its
+// hash), and the same counts; different seeds produce different traces.
+func TestSameSeedSameTrace(t *testing.T) {
+	hashes := map[uint64]uint64{}
+	for _, seed := range []uint64{0, 1, 7} {
+		a, errA := sim.Run(sim.DefaultConfig(seed))
+		b, errB := sim.Run(sim.DefaultConfig(seed))
+		if (errA == nil) != (errB == nil) || (errA != nil && errA.Error() != errB.Error()) {
+			t.Fatalf("seed %d: errors differ: %v / %v", seed, errA, errB)
+		}
+		if a != b {
+			t.Fatalf("seed %d: runs differ:\n%+v\n%+v", seed, a, b)
+		}
+		if a.Events < 1000 {
+			t.Fatalf("seed %d: only %d events", seed, a.Events)
+		}
+		if other, dup := hashes[a.TraceHash]; dup {
+			t.Fatalf("seeds %d and %d have the same trace hash", other, seed)
+		}
+		hashes[a.TraceHash] = seed
+	}
+}
+
+// Every fault kind fires within the default seeds.
+func TestFaultsFire(t *testing.T) {
+	var total sim.FaultCounts
+	for _, r := range defaultOutcomes() {
+		addFaults(&total, r.res.Faults)
+	}
+	t.Logf("faults over %d default seeds: %+v", defaultSeeds, total)
+	for _, c := range []struct {
+		name string
+		n    int
+	}{
+		{"inbox full", total.InboxFull},
+		{"disk full (ENOSPC)", total.DiskFull},
+		{"disk error (EIO, torn write)", total.DiskError},
+		{"slow build", total.SlowBuild},
+		{"crash (power loss)", total.Crash},
+		{"crash (process)", total.ProcessCrash},
+	} {
+		if c.n == 0 {
+			t.Errorf("fault %q never fired in %d default seeds", c.name, defaultSeeds)
+		}
+	}
+}
+
+// expectCaught runs the default seeds with a deliberately broken build and
+// expects the simulator to report a violation of one of the invariants.
+func expectCaught(t *testing.T, hook interface{ Store(bool) }, invariants ...int) {
+	t.Helper()
+	hook.Store(true)
+	defer hook.Store(false)
+	list := make([]uint64, defaultSeeds)
+	for i := range list {
+		list[i] = uint64(i)
+	}
+	runs := runSeeds(list, sim.DefaultConfig, true)
+	caught := 0
+	for i, r := range runs {
+		if r.err == nil {
+			continue
+		}
+		var v *sim.Violation
+		if !errors.As(r.err, &v) {
+			t.Fatalf("seed %d: %v", list[i], r.err)
+		}
+		for _, inv := range invariants {
+			if v.Invariant == inv {
+				caught++
+				if caught == 1 {
+					t.Logf("caught by seed %d: invariant %d: %s", list[i], v.Invariant, v.Detail)
+				}
+			}
+		}
+		if caught == 0 {
+			t.Errorf("seed %d failed on invariant %d, want one of %v: %v", list[i], v.Invariant, invariants, r.err)
+		}
+	}
+	if caught == 0 {
+		t.Fatalf("the broken build passed all %d default seeds", defaultSeeds)
+	}
+}
+
+// Serving parked frames stamped with another incarnation (instead of
+// rejecting them) is caught as a message crossing incarnations.
+func TestCatchesServeStaleParked(t *testing.T) {
+	expectCaught(t, &testhooks.ServeStaleParked, 2)
+}
+
+// A fast-skip that ignores the park buffer leaves frames parked and
+// unanswered forever.
+func TestCatchesFastSkipIgnoringParked(t *testing.T) {
+	expectCaught(t, &testhooks.FastSkipIgnoresParked, 4, 1)
+}
+
+// A run without fault rates injects nothing and passes; a bad Config is
+// refused before anything runs.
+func TestNoFaultsAndBadConfig(t *testing.T) {
+	res, err := sim.Run(sim.Config{Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Faults != (sim.FaultCounts{}) {
+		t.Fatalf("faults fired with zero rates: %+v", res.Faults)
+	}
+	if res.Ops.Acked == 0 || res.Ops.Linearized == 0 {
+		t.Fatalf("nothing acknowledged or checked: %+v", res.Ops)
+	}
+	if _, err := sim.Run(sim.Config{Faults: sim.FaultRates{Crash: 2}}); err == nil {
+		t.Fatal("a fault probability of 2 was accepted")
+	}
+	var v *sim.Violation
+	if _, err := sim.Run(sim.Config{Steps: -1}); err == nil || errors.As(err, &v) {
+		t.Fatalf("negative Steps: %v", err)
+	}
+}

@@ -1,0 +1,308 @@
+package sim
+
+import (
+	"cmp"
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
+)
+
+// incKey names one incarnation of a partition.
+type incKey struct {
+	ns    metadata.Namespace
+	epoch uint64
+}
+
+func (k incKey) String() string { return fmt.Sprintf("%v@%d", k.ns, k.epoch) }
+
+func (k incKey) compare(o incKey) int {
+	if c := cmp.Compare(k.ns, o.ns); c != 0 {
+		return c
+	}
+	return cmp.Compare(k.epoch, o.epoch)
+}
+
+// incLog is the oracle's copy of one incarnation's log, as the storage tap
+// saw it appended: the message id at each offset, and whether a client was
+// told it is acknowledged.
+type incLog struct {
+	ids   []uint64
+	acked []bool
+}
+
+// msgInfo is what the simulator knows about one produced message.
+type msgInfo struct {
+	a        *attempt
+	appended bool
+	key      incKey // where it was appended
+	off      uint64
+}
+
+// Payloads carry the message id and a filler derived from it, so a read
+// can tell which message it got and whether its bytes are intact.
+func (s *sim) payload(id uint64) []byte {
+	n := s.rng.IntN(41)
+	b := make([]byte, 8+n)
+	binary.LittleEndian.PutUint64(b, id)
+	for j := range n {
+		b[8+j] = byte(id*31 + uint64(j))
+	}
+	return b
+}
+
+func decodePayload(b []byte) (uint64, bool) {
+	if len(b) < 8 {
+		return 0, false
+	}
+	id := binary.LittleEndian.Uint64(b)
+	for j, c := range b[8:] {
+		if c != byte(id*31+uint64(j)) {
+			return id, false
+		}
+	}
+	return id, true
+}
+
+// simStore wraps the node's FileStore: it slows builds down (the SlowBuild
+// fault), checks what a build opens against the oracle, and wraps every
+// partition in a tap.
+type simStore struct {
+	s     *sim
+	n     *node
+	inner *partition.FileStore
+}
+
+// Build implements partition.Store.
+func (st *simStore) Build(ns metadata.Namespace, epoch uint64) (partition.Partition, error) {
+	s := st.s
+	if s.depth == 0 && !s.quiescing && s.roll(s.cfg.Faults.SlowBuild) {
+		// The pass that called Build is blocked here while the rest of the
+		// node goes on: more scheduler steps run now, with this
+		// reconciler marked busy. Crashes wait until depth is 0 again, so
+		// st.n is still the node when they are done.
+		s.faults.SlowBuild++
+		k := 5 + s.rng.IntN(36)
+		s.event("slow build ns=%v epoch=%d by shard %d: %d steps", ns, epoch, s.building[len(s.building)-1], k)
+		s.depth++
+		for range k {
+			if s.viol != nil {
+				break
+			}
+			s.tick()
+		}
+		s.depth--
+		s.event("slow build ns=%v epoch=%d resumes", ns, epoch)
+	}
+	p, err := st.inner.Build(ns, epoch)
+	if err != nil {
+		s.event("build ns=%v epoch=%d err=%v", ns, epoch, err)
+		return nil, err
+	}
+	key := incKey{ns, epoch}
+	if log := s.oracle[key]; log != nil {
+		s.verifyReopen(st.n, key, log, p)
+	} else {
+		if p.NextOffset() != 0 || p.StartOffset() != 0 {
+			s.fail(2, "a fresh build of %v holds offsets [%d, %d): data of another incarnation", key, p.StartOffset(), p.NextOffset())
+		}
+		s.oracle[key] = &incLog{}
+	}
+	s.event("build ns=%v epoch=%d next=%d", ns, epoch, p.NextOffset())
+	return &tap{Partition: p, s: s, key: key}, nil
+}
+
+// verifyReopen checks a partition reopened at an incarnation the oracle
+// knows (after a crash): every acknowledged message is there, the log is
+// a prefix of what was appended, and the oracle drops the rest (lost
+// unacknowledged appends, whose offsets will be reused).
+func (s *sim) verifyReopen(n *node, key incKey, log *incLog, p partition.Partition) {
+	next := p.NextOffset()
+	if next > uint64(len(log.ids)) {
+		s.fail(3, "%v reopened with %d messages, only %d were ever appended", key, next, len(log.ids))
+		return
+	}
+	for off := next; off < uint64(len(log.ids)); off++ {
+		if log.acked[off] {
+			s.fail(3, "%v reopened with %d messages: acknowledged message %d at offset %d lost", key, next, log.ids[off], off)
+			return
+		}
+	}
+	msgs, err := s.readAll(n, p)
+	if err != nil {
+		s.fail(3, "%v reopened but unreadable: %v", key, err)
+		return
+	}
+	for i, m := range msgs {
+		id, ok := decodePayload(m.Payload)
+		if m.Offset != uint64(i) || !ok || id != log.ids[i] {
+			s.fail(3, "%v reopened: offset %d holds message %d (intact %v) at position %d, want message %d",
+				key, m.Offset, id, ok, i, log.ids[i])
+			return
+		}
+	}
+	if uint64(len(msgs)) != next {
+		s.fail(3, "%v reopened: read %d messages, next offset %d", key, len(msgs), next)
+		return
+	}
+	if lost := uint64(len(log.ids)) - next; lost > 0 {
+		s.event("reopen %v: %d unacknowledged messages lost", key, lost)
+	}
+	log.ids, log.acked = log.ids[:next], log.acked[:next]
+}
+
+// Remove implements partition.Store. Removing the data of the committed
+// incarnation would lose acknowledged messages: the oracle checks that
+// only dead incarnations (or orphans) are removed.
+func (st *simStore) Remove(ns metadata.Namespace) error {
+	s := st.s
+	if err := st.inner.Remove(ns); err != nil {
+		s.event("remove ns=%v err=%v", ns, err)
+		return err
+	}
+	rev, committed := st.n.meta.CreatedRevision(ns)
+	keys := slices.SortedFunc(maps.Keys(s.oracle), incKey.compare)
+	for _, k := range keys {
+		if k.ns != ns {
+			continue
+		}
+		if committed && k.epoch == rev && len(s.oracle[k].ids) > 0 {
+			s.fail(3, "the committed incarnation %v was removed with %d messages", k, len(s.oracle[k].ids))
+		}
+		delete(s.oracle, k)
+	}
+	s.event("remove ns=%v", ns)
+	return nil
+}
+
+// List implements partition.Store.
+func (st *simStore) List() ([]partition.Stored, error) { return st.inner.List() }
+
+// tap observes one partition incarnation: every successful append and
+// read is checked against the oracle.
+type tap struct {
+	partition.Partition
+	s   *sim
+	key incKey
+}
+
+// serving records that the shard is serving a client request of this
+// incarnation and checks the incarnation fence (behaviour 10): a shard
+// serves only the committed incarnation.
+func (t *tap) serving(what string) {
+	s := t.s
+	s.lastServe[t.key.ns] = t.key.epoch
+	if rev, ok := s.n.meta.CreatedRevision(t.key.ns); !ok || rev != t.key.epoch {
+		s.fail(2, "%s served on %v while the committed incarnation is %d (committed: %v)", what, t.key, rev, ok)
+	}
+}
+
+// Append implements partition.Partition.
+func (t *tap) Append(msgs []partition.Message) (uint64, error) {
+	t.serving("append")
+	first, err := t.Partition.Append(msgs)
+	if err == nil {
+		t.s.onAppend(t.key, first, msgs)
+	} else {
+		t.s.event("append %v err=%v", t.key, err)
+	}
+	return first, err
+}
+
+// Read implements partition.Partition.
+func (t *tap) Read(from uint64, max int) ([]partition.Message, error) {
+	t.serving("read")
+	msgs, err := t.Partition.Read(from, max)
+	if err == nil {
+		t.s.onRead(t.key, from, msgs)
+	}
+	return msgs, err
+}
+
+// onAppend checks an append (invariants 2, 3 and 5) and records it.
+func (s *sim) onAppend(key incKey, first uint64, msgs []partition.Message) {
+	log := s.oracle[key]
+	if log == nil {
+		s.fail(0, "append to %v, which the simulator never saw built", key)
+		return
+	}
+	if first != uint64(len(log.ids)) {
+		s.fail(3, "append to %v at offset %d, but %d messages precede it: offsets not dense", key, first, len(log.ids))
+		return
+	}
+	var aid uint64
+	for i, m := range msgs {
+		id, ok := decodePayload(m.Payload)
+		info := s.msgs[id]
+		if !ok || info == nil {
+			s.fail(3, "append to %v: message %d of the batch is not one the clients sent intact", key, i)
+			return
+		}
+		a := info.a
+		aid = a.id
+		if info.appended {
+			s.fail(5, "message %d of attempt %d appended twice: at %v/%d and %v/%d",
+				id, a.id, info.key, info.off, key, first+uint64(i))
+			return
+		}
+		if a.handles == 0 {
+			s.fail(0, "message %d of attempt %d appended before any shard took its frame", id, a.id)
+			return
+		}
+		if a.stamp != 0 && a.stamp != key.epoch {
+			s.fail(2, "attempt %d (op %d) was taken from its inbox while incarnation %d of %v was committed, "+
+				"but its message %d was appended to incarnation %d", a.id, a.op.id, a.stamp, key.ns, id, key.epoch)
+			return
+		}
+		info.appended, info.key, info.off = true, key, first+uint64(i)
+		log.ids = append(log.ids, id)
+		log.acked = append(log.acked, false)
+	}
+	s.event("append %v first=%d n=%d a=%d", key, first, len(msgs), aid)
+}
+
+// onRead checks that a read returns, at each offset, the message appended
+// to this incarnation there (invariants 2 and 3).
+func (s *sim) onRead(key incKey, from uint64, msgs []partition.Message) {
+	log := s.oracle[key]
+	if log == nil {
+		s.fail(0, "read of %v, which the simulator never saw built", key)
+		return
+	}
+	for i, m := range msgs {
+		want := from + uint64(i)
+		if m.Offset != want {
+			s.fail(3, "read of %v from %d returned offset %d at position %d: offsets not dense", key, from, m.Offset, i)
+			return
+		}
+		id, ok := decodePayload(m.Payload)
+		if !ok {
+			s.fail(3, "read of %v returned a corrupt message at offset %d", key, m.Offset)
+			return
+		}
+		if m.Offset >= uint64(len(log.ids)) || log.ids[m.Offset] != id {
+			where := "never appended"
+			if info := s.msgs[id]; info != nil && info.appended {
+				where = fmt.Sprintf("appended to %v at %d", info.key, info.off)
+			}
+			s.fail(2, "read of %v returned message %d at offset %d, which is not what was appended there (it was %s)",
+				key, id, m.Offset, where)
+			return
+		}
+	}
+}
+
+// StoreConsumerOffset implements partition.Partition.
+func (t *tap) StoreConsumerOffset(consumer string, offset uint64) error {
+	t.serving("store offset")
+	return t.Partition.StoreConsumerOffset(consumer, offset)
+}
+
+// ConsumerOffset implements partition.Partition.
+func (t *tap) ConsumerOffset(consumer string) (uint64, bool, error) {
+	t.serving("get offset")
+	return t.Partition.ConsumerOffset(consumer)
+}

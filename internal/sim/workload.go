@@ -1,0 +1,617 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
+	"github.com/parkway-io/parkway/router"
+	"github.com/parkway-io/parkway/shard"
+)
+
+type opKind uint8
+
+const (
+	kindProduce opKind = iota + 1
+	kindBatch
+	kindPoll
+	kindStore
+	kindGet
+)
+
+var kindNames = [...]string{kindProduce: "produce", kindBatch: "batch", kindPoll: "poll", kindStore: "store", kindGet: "get"}
+
+func (k opKind) String() string { return kindNames[k] }
+
+// outcome is how a client operation ended, as the client knows it.
+type outcome uint8
+
+const (
+	outcomePending outcome = iota
+	// outcomeOK: answered with a result.
+	outcomeOK
+	// outcomeNotApplied: nothing happened — every try was answered "retry
+	// here" until the deadline, or the partition went away.
+	outcomeNotApplied
+	// outcomeError: a definite error with a known meaning (a consumer
+	// offset past the end of the log), or a failed read.
+	outcomeError
+	// outcomeUnknown: a crash or an I/O error; it may or may not have
+	// taken effect.
+	outcomeUnknown
+)
+
+var outcomeNames = [...]string{"pending", "ok", "not-applied", "error", "unknown"}
+
+func (o outcome) String() string { return outcomeNames[o] }
+
+// client issues one operation at a time. Extra clients exist only for
+// bursts: they never start operations of their own.
+type client struct {
+	id    int
+	extra bool
+	op    *op
+}
+
+// op is one client operation, over one or more tries (attempts).
+type op struct {
+	id     uint64
+	client *client // nil for the final reads
+	kind   opKind
+	ns     metadata.Namespace
+	// Inputs.
+	n           int // messages of a produce
+	from        uint64
+	count       int
+	consumer    string
+	useConsumer bool
+	offset      uint64
+	// Progress.
+	attempts []*attempt
+	waiting  bool // for retryAt
+	retryAt  time.Time
+	deadline time.Time
+	pause    time.Duration
+	// End.
+	callEv, retEv int64
+	done          bool
+	outcome       outcome
+	resp          shard.Response
+	err           error
+}
+
+// attempt is one try of an operation: one frame sent through the router.
+type attempt struct {
+	id    uint64
+	op    *op
+	req   *shard.Request
+	reply chan shard.Response
+	ids   []uint64 // message ids of a produce
+	// stamp is the committed created_revision of the namespace when a
+	// shard last took the frame from its inbox; handles counts how often.
+	stamp   uint64
+	handles int
+	sendEv  int64
+	ansEv   int64
+	// answered: the engine (or the router) answered; crashed: the node
+	// crashed with the frame in flight.
+	answered bool
+	crashed  bool
+	resp     shard.Response
+	// served is the incarnation that served the request, when its answer
+	// says it was served (a result, or an error from the partition).
+	served uint64
+}
+
+// Data operations weigh: produce 34, batch 16, poll 28, store 12, get 10.
+func (s *sim) pickKind() opKind {
+	switch w := s.rng.IntN(100); {
+	case w < 34:
+		return kindProduce
+	case w < 50:
+		return kindBatch
+	case w < 78:
+		return kindPoll
+	case w < 90:
+		return kindStore
+	default:
+		return kindGet
+	}
+}
+
+// clientAct lets c act: retry its operation if that is due, or start a
+// new one.
+func (s *sim) clientAct(c *client) {
+	if c.op != nil {
+		if c.op.waiting && !s.clk.Now().Before(c.op.retryAt) {
+			s.retry(c.op)
+		}
+		return
+	}
+	if c.extra || s.quiescing {
+		return
+	}
+	snap := s.n.meta.Snapshot()
+	if len(snap.Partitions) == 0 || s.rng.IntN(100) < 16 {
+		s.metaOp(c)
+		return
+	}
+	if s.rng.IntN(100) < 5 {
+		// A client whose view lags: it still resolves a partition that
+		// has been deleted (its request parks unstamped, ages out, and the
+		// retry finds it gone).
+		if gone := s.incs.gone(s.n.meta); len(gone) > 0 {
+			s.dataOp(c, gone[s.rng.IntN(len(gone))], s.pickKind())
+			return
+		}
+	}
+	p := snap.Partitions[s.rng.IntN(len(snap.Partitions))]
+	s.dataOp(c, p.NS, s.pickKind())
+}
+
+// knownLen is the length of ns's committed incarnation as the oracle knows
+// it, to pick plausible offsets.
+func (s *sim) knownLen(ns metadata.Namespace) uint64 {
+	rev, ok := s.n.meta.CreatedRevision(ns)
+	if !ok {
+		return 0
+	}
+	if log := s.oracle[incKey{ns, rev}]; log != nil {
+		return uint64(len(log.ids))
+	}
+	return 0
+}
+
+// dataOp starts a partition operation of kind on ns for c.
+func (s *sim) dataOp(c *client, ns metadata.Namespace, kind opKind) *op {
+	s.nextOp++
+	o := &op{id: s.nextOp, client: c, kind: kind, ns: ns}
+	consumers := [...]string{"c0", "c1"}
+	switch kind {
+	case kindProduce:
+		o.n = 1
+		s.ops.Produce++
+	case kindBatch:
+		o.n = 2 + s.rng.IntN(4)
+		s.ops.ProduceBatch++
+	case kindPoll:
+		if s.rng.IntN(10) < 4 {
+			o.from = 0
+		} else {
+			o.from = uint64(s.rng.IntN(int(s.knownLen(ns)) + 3))
+		}
+		o.count = 1 + s.rng.IntN(8)
+		if s.rng.IntN(4) == 0 {
+			o.useConsumer, o.consumer = true, consumers[s.rng.IntN(2)]
+		}
+		s.ops.Poll++
+	case kindStore:
+		o.consumer = consumers[s.rng.IntN(2)]
+		o.offset = uint64(s.rng.IntN(int(s.knownLen(ns)) + 2))
+		s.ops.StoreOffset++
+	case kindGet:
+		o.consumer = consumers[s.rng.IntN(2)]
+		s.ops.GetOffset++
+	}
+	if c != nil {
+		c.op = o
+	}
+	s.allOps = append(s.allOps, o)
+	a := s.newAttempt(o)
+	o.callEv = s.event("call op=%d client=%d %v ns=%v%s", o.id, clientID(c), kind, ns, o.args())
+	s.send(a)
+	return o
+}
+
+func clientID(c *client) int {
+	if c == nil {
+		return -1
+	}
+	return c.id
+}
+
+func (o *op) args() string {
+	switch o.kind {
+	case kindProduce, kindBatch:
+		return fmt.Sprintf(" n=%d", o.n)
+	case kindPoll:
+		if o.useConsumer {
+			return fmt.Sprintf(" consumer=%s count=%d", o.consumer, o.count)
+		}
+		return fmt.Sprintf(" from=%d count=%d", o.from, o.count)
+	case kindStore:
+		return fmt.Sprintf(" consumer=%s offset=%d", o.consumer, o.offset)
+	case kindGet:
+		return " consumer=" + o.consumer
+	}
+	return ""
+}
+
+// newAttempt builds the next try of o: a fresh request (and, for a
+// produce, fresh message ids, so the storage tap can tell tries apart).
+func (s *sim) newAttempt(o *op) *attempt {
+	s.nextAttempt++
+	a := &attempt{id: s.nextAttempt, op: o, reply: make(chan shard.Response, 1)}
+	req := &shard.Request{NS: o.ns}
+	switch o.kind {
+	case kindProduce, kindBatch:
+		req.Op = shard.OpProduce
+		ts := s.clk.Now().UnixMicro()
+		for range o.n {
+			s.nextMsg++
+			id := s.nextMsg
+			a.ids = append(a.ids, id)
+			s.msgs[id] = &msgInfo{a: a}
+			req.Messages = append(req.Messages, partition.Message{Timestamp: ts, Payload: s.payload(id)})
+		}
+	case kindPoll:
+		req.Op, req.Offset, req.Count = shard.OpPoll, o.from, o.count
+		req.Consumer, req.UseConsumer = o.consumer, o.useConsumer
+	case kindStore:
+		req.Op, req.Consumer, req.Offset = shard.OpStoreOffset, o.consumer, o.offset
+	case kindGet:
+		req.Op, req.Consumer = shard.OpGetOffset, o.consumer
+	}
+	a.req = req
+	s.attempts[req] = a
+	s.allAttempts = append(s.allAttempts, a)
+	o.attempts = append(o.attempts, a)
+	s.ops.Attempts++
+	return a
+}
+
+// send hands a's frame to the router. A refusal is the attempt's answer.
+func (s *sim) send(a *attempt) {
+	a.sendEv = s.event("send a=%d op=%d", a.id, a.op.id)
+	if _, err := s.n.rt.Send(a.op.ns, shard.Frame{Req: a.req, Reply: a.reply}); err != nil {
+		if !errors.Is(err, router.ErrFull) {
+			s.fail(0, "router refused attempt %d with %v", a.id, err)
+			return
+		}
+		s.onAnswer(a, shard.Response{Err: err})
+		return
+	}
+	s.inflight = append(s.inflight, a)
+}
+
+// collect takes every answer waiting on an in-flight attempt's reply
+// channel, in send order.
+func (s *sim) collect() {
+	pending := append([]*attempt(nil), s.inflight...)
+	s.inflight = s.inflight[:0]
+	for _, a := range pending {
+		select {
+		case r := <-a.reply:
+			s.onAnswer(a, r)
+		default:
+			s.inflight = append(s.inflight, a)
+		}
+	}
+}
+
+// retryable is the Node's retry-in-place rule: "retry here" answers and
+// full inboxes.
+func retryable(err error) bool {
+	return errors.Is(err, shard.ErrRetry) || errors.Is(err, router.ErrFull)
+}
+
+// servedAnswer reports whether an answer comes from the request's
+// partition (a result, or an error the partition returned), as opposed to
+// a shard or router refusing it.
+func servedAnswer(err error) bool {
+	return err == nil || !retryable(err) && !errors.Is(err, shard.ErrPartitionFailed) && !errors.Is(err, shard.ErrClosed)
+}
+
+// onAnswer handles an attempt's answer.
+func (s *sim) onAnswer(a *attempt, r shard.Response) {
+	o := a.op
+	if a.answered {
+		s.fail(1, "attempt %d answered twice", a.id)
+		return
+	}
+	a.answered, a.resp = true, r
+	if servedAnswer(r.Err) {
+		a.served = s.lastServe[o.ns]
+	}
+	a.ansEv = s.event("answer a=%d op=%d %s", a.id, o.id, describe(r))
+	switch {
+	case r.Err == nil:
+		s.onSuccess(a, r)
+	case retryable(r.Err):
+		for _, id := range a.ids {
+			if info := s.msgs[id]; info.appended {
+				s.fail(5, "attempt %d was answered %q (not applied, retry) but its message %d was appended to %v at %d",
+					a.id, r.Err, id, info.key, info.off)
+				return
+			}
+		}
+		s.scheduleRetry(o, r.Err)
+	default:
+		oc := outcomeError
+		switch {
+		case o.kind == kindProduce || o.kind == kindBatch:
+			oc = outcomeUnknown
+		case o.kind == kindStore && !errors.Is(r.Err, partition.ErrOffsetOutOfRange):
+			oc = outcomeUnknown
+		}
+		if !servedAnswer(r.Err) && oc == outcomeUnknown {
+			oc = outcomeError // refused before reaching the partition: no effect
+		}
+		s.finish(o, oc, r, r.Err)
+	}
+}
+
+func describe(r shard.Response) string {
+	if r.Err != nil {
+		return "err=" + r.Err.Error()
+	}
+	if len(r.Messages) == 0 {
+		return fmt.Sprintf("ok offset=%d found=%v", r.Offset, r.Found)
+	}
+	first, last := r.Messages[0], r.Messages[len(r.Messages)-1]
+	idf, _ := decodePayload(first.Payload)
+	idl, _ := decodePayload(last.Payload)
+	return fmt.Sprintf("ok offset=%d msgs=%d [%d:%d .. %d:%d]", r.Offset, len(r.Messages), first.Offset, idf, last.Offset, idl)
+}
+
+// onSuccess checks an acknowledged produce against the storage tap
+// (invariant 3) and marks its messages acknowledged.
+func (s *sim) onSuccess(a *attempt, r shard.Response) {
+	o := a.op
+	if o.kind == kindProduce || o.kind == kindBatch {
+		var key incKey
+		for i, id := range a.ids {
+			info := s.msgs[id]
+			if !info.appended {
+				s.fail(3, "attempt %d acknowledged at offset %d, but its message %d was never appended", a.id, r.Offset, id)
+				return
+			}
+			if i == 0 {
+				key = info.key
+			}
+			if info.key != key || info.off != r.Offset+uint64(i) {
+				s.fail(3, "attempt %d acknowledged at offset %d, but its message %d landed at %v/%d",
+					a.id, r.Offset, id, info.key, info.off)
+				return
+			}
+		}
+		if log := s.oracle[key]; log != nil {
+			for i, id := range a.ids {
+				off := r.Offset + uint64(i)
+				if off >= uint64(len(log.ids)) || log.ids[off] != id {
+					s.fail(3, "attempt %d acknowledged message %d at %v/%d, which no longer holds it", a.id, id, key, off)
+					return
+				}
+				log.acked[off] = true
+			}
+		}
+		s.ops.Acked++
+	}
+	s.finish(o, outcomeOK, r, nil)
+}
+
+// scheduleRetry retries o in place after a pause (doubling, clamped),
+// until its deadline, as the Node's client side does.
+func (s *sim) scheduleRetry(o *op, err error) {
+	now := s.clk.Now()
+	if o.deadline.IsZero() {
+		o.deadline = now.Add(requestTimeout)
+		o.pause = retryMin
+	}
+	if !now.Before(o.deadline) {
+		s.finish(o, outcomeNotApplied, shard.Response{}, fmt.Errorf("deadline passed while retrying: %w", err))
+		return
+	}
+	wait := min(o.pause, o.deadline.Sub(now))
+	o.pause = min(o.pause*2, retryMax)
+	o.waiting, o.retryAt = true, now.Add(wait)
+}
+
+var errGone = errors.New("sim: partition no longer committed")
+
+// retry re-resolves o's partition and sends a new attempt.
+func (s *sim) retry(o *op) {
+	o.waiting = false
+	if _, ok := s.n.meta.Partition(o.ns); !ok {
+		s.event("retry op=%d: ns=%v no longer committed", o.id, o.ns)
+		s.finish(o, outcomeNotApplied, shard.Response{}, errGone)
+		return
+	}
+	s.ops.Retries++
+	s.send(s.newAttempt(o))
+}
+
+// retryDue retries every operation whose pause is over, in client order.
+func (s *sim) retryDue() {
+	now := s.clk.Now()
+	for _, c := range s.clients {
+		if c.op != nil && c.op.waiting && !now.Before(c.op.retryAt) {
+			s.retry(c.op)
+		}
+	}
+	for _, o := range s.finalOps {
+		if !o.done && o.waiting && !now.Before(o.retryAt) {
+			s.retry(o)
+		}
+	}
+}
+
+// finish ends o.
+func (s *sim) finish(o *op, oc outcome, r shard.Response, err error) {
+	o.done, o.outcome, o.resp, o.err, o.waiting = true, oc, r, err, false
+	o.retEv = s.event("done op=%d %v", o.id, oc)
+	if oc == outcomeUnknown {
+		s.ops.Unknown++
+	}
+	if o.client != nil {
+		o.client.op = nil
+	}
+}
+
+// maxBurstClients bounds the clients added for bursts, so at most
+// Clients+maxBurstClients operations are ever in flight: the
+// linearizability check is exponential in concurrency.
+const maxBurstClients = 8
+
+// burst makes several idle clients send to one partition at once, so
+// its shard's small inbox overflows.
+func (s *sim) burst() {
+	snap := s.n.meta.Snapshot()
+	if len(snap.Partitions) == 0 {
+		return
+	}
+	s.bursts++
+	ns := snap.Partitions[s.rng.IntN(len(snap.Partitions))].NS
+	k := 4 + s.rng.IntN(7)
+	s.event("burst ns=%v requests=%d", ns, k)
+	for range k {
+		var c *client
+		for _, x := range s.clients {
+			if x.op == nil {
+				c = x
+				break
+			}
+		}
+		if c == nil {
+			if len(s.clients) >= s.cfg.Clients+maxBurstClients {
+				break // every client is busy: concurrency stays bounded
+			}
+			c = &client{id: len(s.clients), extra: true}
+			s.clients = append(s.clients, c)
+		}
+		kind := kindProduce
+		if s.rng.IntN(3) == 0 {
+			kind = kindPoll
+		}
+		s.dataOp(c, ns, kind)
+	}
+}
+
+// Metadata commands. Names are few so that deletes and recreates reuse
+// slab ids and namespaces.
+const (
+	maxStreams    = 2
+	maxTopics     = 3
+	maxPartitions = 4
+)
+
+// metaOp commits one metadata command (or a delete and recreate) for c,
+// then issues data operations against the partitions it created at once,
+// before any reconciler has seen the commit.
+func (s *sim) metaOp(c *client) {
+	meta := s.n.meta
+	streams := meta.Streams()
+	var topics []metadata.TopicInfo
+	for _, st := range streams {
+		topics = append(topics, meta.Topics(st.ID)...)
+	}
+	var created []metadata.PartitionInfo
+	switch w := s.rng.IntN(20); {
+	case len(streams) == 0 || (w < 2 && len(streams) < maxStreams):
+		created = s.createStream()
+	case w < 3:
+		st := streams[s.rng.IntN(len(streams))]
+		s.commit(metadata.DeleteStream{Stream: st.ID})
+	case w < 5:
+		st := streams[s.rng.IntN(len(streams))]
+		if _, err := s.commit(metadata.DeleteStream{Stream: st.ID}); err == nil {
+			created = s.createStreamNamed(st.Name)
+		}
+	case w < 8 && len(topics) > 0:
+		t := topics[s.rng.IntN(len(topics))]
+		s.commit(metadata.DeleteTopic{Stream: t.Stream, Topic: t.ID})
+	case w < 13 && len(topics) > 0:
+		// Recreate, preferring the newest topic: the one most likely to
+		// have frames parked for an incarnation not built yet.
+		t := topics[s.rng.IntN(len(topics))]
+		if s.rng.IntN(2) == 0 {
+			for _, x := range topics {
+				if x.CreatedRevision > t.CreatedRevision {
+					t = x
+				}
+			}
+		}
+		if _, err := s.commit(metadata.DeleteTopic{Stream: t.Stream, Topic: t.ID}); err == nil {
+			created = s.createTopic(t.Stream, t.Name, t.Partitions)
+		}
+	case w < 15 && len(topics) > 0:
+		t := topics[s.rng.IntN(len(topics))]
+		if t.Partitions < maxPartitions {
+			res, err := s.commit(metadata.CreatePartitions{Stream: t.Stream, Topic: t.ID, Count: 1})
+			if err == nil {
+				created = res.Created
+			}
+		}
+	default:
+		st := streams[s.rng.IntN(len(streams))]
+		if st.Topics < maxTopics {
+			created = s.createTopic(st.ID, s.freeTopicName(st.ID), 1+s.rng.IntN(3))
+		}
+	}
+	if len(created) == 0 {
+		return
+	}
+	// Data operations right after the commit: this client and up to two
+	// idle others.
+	s.dataOp(c, created[s.rng.IntN(len(created))].NS, s.pickKind())
+	for i, n := 0, s.rng.IntN(3); i < len(s.clients) && n > 0; i++ {
+		if x := s.clients[i]; x.op == nil && !x.extra {
+			s.dataOp(x, created[s.rng.IntN(len(created))].NS, s.pickKind())
+			n--
+		}
+	}
+}
+
+func (s *sim) createStream() []metadata.PartitionInfo {
+	for i := range maxStreams {
+		name := fmt.Sprintf("s%d", i)
+		if _, ok := s.n.meta.StreamByName(name); !ok {
+			return s.createStreamNamed(name)
+		}
+	}
+	return nil
+}
+
+// createStreamNamed creates a stream and one topic in it.
+func (s *sim) createStreamNamed(name string) []metadata.PartitionInfo {
+	res, err := s.commit(metadata.CreateStream{Name: name})
+	if err != nil {
+		return nil
+	}
+	return s.createTopic(res.Stream, "t0", 1+s.rng.IntN(3))
+}
+
+func (s *sim) freeTopicName(stream uint32) string {
+	for i := 0; ; i++ {
+		name := fmt.Sprintf("t%d", i)
+		if _, ok := s.n.meta.TopicByName(stream, name); !ok {
+			return name
+		}
+	}
+}
+
+func (s *sim) createTopic(stream uint32, name string, partitions int) []metadata.PartitionInfo {
+	res, err := s.commit(metadata.CreateTopic{Stream: stream, Name: name, Partitions: max(partitions, 1),
+		Config: metadata.TopicConfig{Fsync: metadata.FsyncAlways}})
+	if err != nil {
+		return nil
+	}
+	return res.Created
+}
+
+// commit applies a metadata command through the durable log, as a
+// single node's Node.apply does, and records the incarnations it creates
+// and ends.
+func (s *sim) commit(cmd metadata.Command) (metadata.Result, error) {
+	res, err := s.n.durable.Apply(cmd)
+	if err != nil {
+		s.event("commit %T%+v err=%v", cmd, cmd, err)
+		return res, err
+	}
+	s.ops.Metadata++
+	ev := s.event("commit %T%+v rev=%d created=%d removed=%d", cmd, cmd, res.Revision, len(res.Created), len(res.Removed))
+	s.incs.apply(res, ev)
+	return res, nil
+}
