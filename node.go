@@ -357,7 +357,23 @@ func (n *Node) call(ctx context.Context, req *shard.Request, stream, topic, part
 		if n.closed.Load() {
 			return shard.Response{}, ErrClosed
 		}
-		_, err := n.router.Send(req.NS, f)
+		owner, err := n.router.Send(req.NS, f)
+		if err != nil {
+			n.countSendFailure(req, err)
+			switch {
+			case errors.Is(err, router.ErrFull):
+				// Backpressure: wait for room in the owner's inbox (bounded
+				// by the request deadline) rather than retrying on a timer.
+				wctx, cancel := n.deadline(ctx)
+				err = n.shards[owner].Send(wctx, f)
+				cancel()
+				if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+					err = fmt.Errorf("%w: inbox full until the deadline", ErrRetry)
+				}
+			case errors.Is(err, router.ErrDisconnected) && n.closed.Load():
+				return shard.Response{}, ErrClosed
+			}
+		}
 		if err == nil {
 			select {
 			case r := <-reply:
@@ -370,11 +386,9 @@ func (n *Node) call(ctx context.Context, req *shard.Request, stream, topic, part
 				// channel; the request may or may not have been applied.
 				return shard.Response{}, ctx.Err()
 			}
-		} else {
-			n.countSendFailure(req, err)
-			if errors.Is(err, router.ErrDisconnected) && n.closed.Load() {
-				return shard.Response{}, ErrClosed
-			}
+		}
+		if ctx.Err() != nil {
+			return shard.Response{}, ctx.Err()
 		}
 		// "Not leader" is never retried here: the request follows the
 		// hint to the leader, and only a "retry here" from there brings it

@@ -253,7 +253,7 @@ func (s *Shard) Flush(ctx context.Context) error {
 		return s.flushManual(ctx)
 	}
 	reply := make(chan Response, 1)
-	if err := s.sendWait(ctx, Frame{Req: &Request{Op: opFlush}, Reply: reply}); err != nil {
+	if err := s.Send(ctx, Frame{Req: &Request{Op: opFlush}, Reply: reply}); err != nil {
 		return err
 	}
 	select {
@@ -264,10 +264,12 @@ func (s *Shard) Flush(ctx context.Context) error {
 	}
 }
 
-// sendWait is TrySend that waits for room. Holding sendMu shared while
+// Send is TrySend that waits for room in the inbox until ctx ends: the
+// backpressure a client applies after a refusal, instead of polling. It
+// needs a running pump (not manual mode). Holding sendMu shared while
 // blocked is safe: closed is still false, so the pump is running and frees
 // a slot.
-func (s *Shard) sendWait(ctx context.Context, f Frame) error {
+func (s *Shard) Send(ctx context.Context, f Frame) error {
 	s.sendMu.RLock()
 	defer s.sendMu.RUnlock()
 	if s.closed {
