@@ -268,3 +268,47 @@ func TestENOSPCDuringBuildBacksOff(t *testing.T) {
 		expectLog(t, n, s, ok, 0, "before", "during")
 	})
 }
+
+// FsyncInterval's contract: an acknowledged produce is durable within the
+// interval. Produce, let the interval pass (virtual time), lose power,
+// reopen: the message is there. FsyncNever makes no such promise, and
+// the same power loss right after the ack takes the message with it (the
+// in-memory filesystem drops everything not fsynced).
+func TestFsyncIntervalLossWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := vfs.NewMem()
+		n, err := parkway.Open(parkway.Config{DataDir: "/data", FS: mem, Shards: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := mustStream(t, n, "s")
+		iv, err := n.CreateTopic(ctxFor(t), s, "interval", 1, parkway.WithFsync(parkway.FsyncInterval, 100*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		never, err := n.CreateTopic(ctxFor(t), s, "never", 1, parkway.WithFsync(parkway.FsyncNever, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Materialise both (and sync their creation) before the test proper.
+		mustProduce(t, n, s, iv, parkway.PartitionID(0), "warm")
+		mustProduce(t, n, s, never, parkway.PartitionID(0), "warm")
+		time.Sleep(time.Second)
+		synctest.Wait()
+
+		mustProduce(t, n, s, iv, parkway.PartitionID(0), "within-window")
+		time.Sleep(200 * time.Millisecond) // virtual: past the interval
+		synctest.Wait()
+		mustProduce(t, n, s, never, parkway.PartitionID(0), "never-synced")
+		crashed := mem.Crash()
+		_ = n.Close()
+
+		n2 := open(t, parkway.Config{DataDir: "/data", FS: crashed, Shards: 1})
+		expectLog(t, n2, s, iv, 0, "warm", "within-window")
+		for _, m := range readAll(t, n2, s, never, 0) {
+			if string(m.Payload) == "never-synced" {
+				t.Fatal("an un-synced FsyncNever message survived a power loss in MemFS: the crash model is not dropping data")
+			}
+		}
+	})
+}
