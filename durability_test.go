@@ -2,6 +2,7 @@ package parkway_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -309,6 +310,39 @@ func TestFsyncIntervalLossWindow(t *testing.T) {
 			if string(m.Payload) == "never-synced" {
 				t.Fatal("an un-synced FsyncNever message survived a power loss in MemFS: the crash model is not dropping data")
 			}
+		}
+	})
+}
+
+// A failed fsync fences the partition (nothing past the last durable point
+// is served or acknowledged); the reconciler then evicts it and rebuilds it
+// from disk behind the build backoff, and it serves again once the disk
+// recovers — no restart needed.
+func TestFailedFsyncFencesThenRebuilds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		broken := errorfs.NewSwitchFunc(syscall.EIO, func(op errorfs.Op) bool {
+			return op.Kind == errorfs.OpSync && strings.Contains(op.Path, "/partitions/")
+		})
+		n := open(t, parkway.Config{DataDir: "/data", FS: errorfs.New(vfs.NewMem(), broken), Shards: 1,
+			RequestTimeout: time.Second})
+		s := mustStream(t, n, "s")
+		tp := mustTopic(t, n, s, "t", 1)
+		mustProduce(t, n, s, tp, parkway.PartitionID(0), "durable")
+
+		broken.Set(true)
+		if _, err := n.Produce(ctxFor(t), s, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("lost-ack")}); !errors.Is(err, syscall.EIO) {
+			t.Fatalf("produce whose fsync failed: %v", err)
+		}
+		if _, err := n.Poll(ctxFor(t), s, tp, 0, parkway.AtOffset(0), 10); err == nil {
+			t.Fatal("a fenced partition served a read")
+		}
+		broken.Set(false)
+		time.Sleep(5 * time.Second) // virtual: reconcile passes and the build backoff
+		synctest.Wait()
+		mustProduce(t, n, s, tp, parkway.PartitionID(0), "after")
+		got := payloads(readAll(t, n, s, tp, 0))
+		if len(got) < 2 || got[0] != "durable@0" || got[len(got)-1] != fmt.Sprintf("after@%d", len(got)-1) {
+			t.Fatalf("after the rebuild the partition holds %v", got)
 		}
 	})
 }

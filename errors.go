@@ -59,8 +59,8 @@ var (
 	ErrMessageTooLarge = errors.New("parkway: message too large")
 	// ErrPartitionFailed reports a partition fenced after a failed fsync:
 	// what it holds past its last durable point may not survive a power
-	// loss, so it serves nothing until the node restarts and recovers it
-	// from disk. Not retriable.
+	// loss, so it serves nothing until the reconciler has rebuilt it from
+	// disk (behind the build backoff). Not retried in place.
 	ErrPartitionFailed = shard.ErrPartitionFailed
 	// ErrOffsetOutOfRange reports an offset outside a partition's log.
 	ErrOffsetOutOfRange = partition.ErrOffsetOutOfRange

@@ -156,8 +156,9 @@ func New(cfg Config, table *router.Table) (*Partitions, error) {
 
 // Reconcile runs one pass (DESIGN behaviours 12–16). The pass is skipped
 // only when all four hold: the metadata revision is unchanged since the
-// last pass, the last pass did no work, no failure is waiting for a retry,
-// and the park buffer is empty. Any one of them alone would be wrong: a
+// last pass, the last pass did no work, no failure is waiting for a retry
+// (a partition fenced after a failed fsync counts as one), and the park
+// buffer is empty. Any one of them alone would be wrong: a
 // parked frame must age even when nothing commits, and a backed-off build
 // must be retried even when the revision stands still.
 func (r *Partitions) Reconcile(ctx context.Context) (Report, error) {
@@ -168,7 +169,7 @@ func (r *Partitions) Reconcile(ctx context.Context) (Report, error) {
 			return rep, err
 		}
 	}
-	if r.ran && snap.Revision == r.lastRev && !r.lastDid && len(r.backoffs) == 0 &&
+	if r.ran && snap.Revision == r.lastRev && !r.lastDid && len(r.backoffs) == 0 && r.cfg.Shard.Fenced() == 0 &&
 		(r.cfg.Shard.Parked() == 0 || testhooks.FastSkipIgnoresParked.Load()) {
 		// (FastSkipIgnoresParked is the simulator's deliberately broken
 		// build, see package testhooks; always false in production.)
@@ -183,6 +184,20 @@ func (r *Partitions) Reconcile(ctx context.Context) (Report, error) {
 	want := make(map[metadata.Namespace]metadata.PartitionInfo, len(snap.Partitions))
 	for _, p := range snap.Partitions {
 		want[p.NS] = p
+	}
+
+	// Partitions fenced after a failed fsync are evicted and rebuilt from
+	// disk (reopening recovers what is durable), behind the build backoff
+	// so a disk that keeps failing is not hammered every pass.
+	for _, ns := range st.Failed {
+		evicted, err := r.cfg.Shard.Evict(ctx, ns)
+		if err != nil {
+			return rep, err
+		}
+		if evicted {
+			delete(st.Owned, ns)
+			r.fail(backoffKey{ns, causeAdd}, now, &rep, "fsync", errPartitionFenced)
+		}
 	}
 
 	// Removals first, so a recreated namespace is torn down before its new

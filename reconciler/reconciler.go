@@ -99,4 +99,6 @@ func ValidatePeriod(d time.Duration) error {
 	return nil
 }
 
+var errPartitionFenced = errors.New("parkway: partition fenced after a failed fsync; rebuilding")
+
 var errNilDependency = errors.New("parkway: reconciler needs a shard, a metadata store and a partition store")

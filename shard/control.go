@@ -145,8 +145,8 @@ func opInsertOwned(p partition.Partition, d Durability) control {
 			// fence it.
 			if p.NextOffset() > 0 {
 				if err := p.Sync(); err != nil {
-					o.failed = err
-					s.log.Error("fsync of a materialised partition failed; partition fenced until restart", "ns", ns, "error", err)
+					s.fence(o, err)
+					s.log.Error("fsync of a materialised partition failed; partition fenced until rebuilt", "ns", ns, "error", err)
 				}
 			}
 		}
@@ -210,6 +210,9 @@ func opTombstone(ns metadata.Namespace, epoch *uint64) control {
 			return nil
 		}
 		*epoch = o.p.Epoch()
+		if o.failed != nil {
+			s.fenced.Add(-1)
+		}
 		s.unreplicate(o, errTombstoned)
 		delete(s.owned, ns)
 		s.tombstoned[ns] = *epoch
@@ -377,6 +380,9 @@ type State struct {
 	Durability map[metadata.Namespace]Durability
 	// Tombstoned maps each namespace mid-teardown to the epoch torn down.
 	Tombstoned map[metadata.Namespace]uint64
+	// Failed lists owned namespaces fenced after a failed fsync, in
+	// namespace order: the reconciler evicts and rebuilds them.
+	Failed []metadata.Namespace
 	// Parked lists the parked namespaces in namespace order.
 	Parked       []ParkedNamespace
 	ParkedFrames int
@@ -401,7 +407,11 @@ func opInspect(st *State) control {
 		for ns, o := range s.owned {
 			st.Owned[ns] = o.p.Epoch()
 			st.Durability[ns] = o.dur
+			if o.failed != nil {
+				st.Failed = append(st.Failed, ns)
+			}
 		}
+		slices.Sort(st.Failed)
 		st.Tombstoned = maps.Clone(s.tombstoned)
 		s.park.order.Ascend(func(q *parkQueue) bool {
 			st.Parked = append(st.Parked, ParkedNamespace{
@@ -413,6 +423,32 @@ func opInspect(st *State) control {
 		st.ParkedFrames, st.ParkedBytes, st.Passes = s.park.frames, s.park.bytes, s.pass
 		return nil
 	}, nil)
+}
+
+// Evict drops a partition fenced after a failed fsync so the reconciler can
+// rebuild it: the partition is closed (its data stays in the store, and
+// reopening it recovers what is durable), its routing row is kept, and
+// requests arriving until the rebuild park as for any unmaterialised
+// partition. A partition that is not fenced is left alone (false).
+func (s *Shard) Evict(ctx context.Context, ns metadata.Namespace) (bool, error) {
+	var evicted bool
+	if err := s.do(ctx, newControl(func(s *Shard) error {
+		o, ok := s.owned[ns]
+		if !ok || o.failed == nil {
+			return nil
+		}
+		s.unreplicate(o, ErrPartitionFailed)
+		delete(s.owned, ns)
+		s.fenced.Add(-1)
+		if err := o.p.Close(); err != nil {
+			s.log.Warn("closing a fenced partition", "ns", ns, "error", err)
+		}
+		evicted = true
+		return nil
+	}, nil)); err != nil {
+		return false, err
+	}
+	return evicted, nil
 }
 
 func sortedOwned(m map[metadata.Namespace]*owned) []metadata.Namespace {

@@ -104,7 +104,7 @@ func (s *Shard) flushGroup() {
 		o.dirty = false
 		if err := o.p.Sync(); err != nil {
 			failed[o] = err
-			o.failed = err
+			s.fence(o, err)
 			s.log.Error("fsync failed; acks withheld, partition fenced until restart", "ns", o.p.Namespace(), "error", err)
 		}
 	}
@@ -117,6 +117,19 @@ func (s *Shard) flushGroup() {
 	}
 	s.pending = s.pending[:0]
 }
+
+// fence marks o failed (once) and counts it, so the reconciler's fast-skip
+// sees there is work: the partition must be evicted and rebuilt.
+func (s *Shard) fence(o *owned, err error) {
+	if o.failed == nil {
+		s.fenced.Add(1)
+	}
+	o.failed = err
+}
+
+// Fenced returns how many owned partitions are fenced after a failed
+// fsync, for readers off the pump (the reconciler's fast-skip).
+func (s *Shard) Fenced() int { return int(s.fenced.Load()) }
 
 // armSync makes sure the interval timer fires by at.
 func (s *Shard) armSync(at time.Time) {

@@ -136,7 +136,7 @@ var (
 	// it and hand its offsets to other messages, so no reader may see it.
 	// The partition stays fenced until the node restarts and recovers it
 	// from what is durable. It is not retriable.
-	ErrPartitionFailed = errors.New("parkway: partition fenced after a failed fsync; restart the node to recover it")
+	ErrPartitionFailed = errors.New("parkway: partition fenced after a failed fsync until it is rebuilt from disk")
 
 	errTombstoned   = fmt.Errorf("%w: partition is being removed", ErrRetry)
 	errIncarnation  = fmt.Errorf("%w: partition incarnation is changing", ErrRetry)

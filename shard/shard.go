@@ -121,6 +121,8 @@ type Shard struct {
 	// parked mirrors the park buffer's frame count for readers off the
 	// pump (the reconciler's fast-skip), without a round trip to the pump.
 	parked atomic.Int64
+	// fenced counts owned partitions fenced after a failed fsync.
+	fenced atomic.Int64
 
 	group     *run.Group
 	startOnce sync.Once
