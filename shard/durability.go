@@ -42,9 +42,12 @@ type owned struct {
 	// the produces this node proposed by proposal id, and whether the
 	// group is queued for processReady.
 	grp     *replica.Group
-	pending map[uint64]Frame
-	ready   bool
-	dedupe  dedupeTable
+	pending map[uint64][]Frame // proposal id → the produces it carries
+	// proposeBuf holds produces waiting to be proposed together as one
+	// raft entry when the pump runs out of queued frames.
+	proposeBuf []Frame
+	ready      bool
+	dedupe     dedupeTable
 
 	// failed is set when a group-commit fsync of the partition failed.
 	// Everything appended since its last good fsync was answered with the

@@ -76,7 +76,7 @@ func (s *Shard) replicate(o *owned) error {
 		return err
 	}
 	o.grp = g
-	o.pending = make(map[uint64]Frame)
+	o.pending = make(map[uint64][]Frame)
 	if r.Peers[int(uint64(ns)%uint64(len(r.Peers)))] == r.Node {
 		if err := g.Campaign(); err != nil {
 			return err
@@ -94,10 +94,16 @@ func (s *Shard) unreplicate(o *owned, err error) {
 		return
 	}
 	delete(s.replicated, o.p.Namespace())
-	for id, f := range o.pending {
-		s.answer(f, Response{Err: err})
+	for id, fs := range o.pending {
+		for _, f := range fs {
+			s.answer(f, Response{Err: err})
+		}
 		delete(o.pending, id)
 	}
+	for _, f := range o.proposeBuf {
+		s.answer(f, Response{Err: err})
+	}
+	o.proposeBuf = nil
 	o.grp = nil
 }
 
@@ -113,21 +119,58 @@ func (s *Shard) proposeProduce(o *owned, f Frame) {
 		}
 		return
 	}
-	var hdr [16]byte
-	binary.LittleEndian.PutUint64(hdr[:], f.Req.Producer)
-	binary.LittleEndian.PutUint64(hdr[8:], f.Req.Seq)
-	data, err := partition.EncodeBatch(hdr[:], f.Req.Messages)
-	if err != nil {
-		s.answer(f, Response{Err: err})
-		return
+	if len(o.proposeBuf) == 0 {
+		s.proposing = append(s.proposing, o)
 	}
-	id, err := o.grp.Propose(data)
-	if err != nil {
-		s.answer(f, Response{Err: fmt.Errorf("%w: %w", ErrRetry, err)})
-		return
+	o.proposeBuf = append(o.proposeBuf, f)
+	s.proposed++
+}
+
+// flushProposals proposes every buffered produce of each partition as one
+// raft entry: concurrent producers share the entry's round of consensus,
+// as they share an fsync in a commit group. It runs when the inbox is
+// momentarily empty or enough produces are buffered.
+func (s *Shard) flushProposals() {
+	list := s.proposing
+	s.proposing = nil
+	s.proposed = 0
+	for _, o := range list {
+		frames := o.proposeBuf
+		o.proposeBuf = nil
+		if o.grp == nil || len(frames) == 0 {
+			continue
+		}
+		if !o.grp.IsLeader() {
+			for _, f := range frames {
+				s.proposeProduce(o, f) // answers "not leader" / "no leader"
+			}
+			continue
+		}
+		data := binary.LittleEndian.AppendUint32(nil, uint32(len(frames)))
+		var err error
+		for _, f := range frames {
+			data = binary.LittleEndian.AppendUint64(data, f.Req.Producer)
+			data = binary.LittleEndian.AppendUint64(data, f.Req.Seq)
+			lenAt := len(data)
+			data = append(data, 0, 0, 0, 0)
+			if data, err = partition.EncodeBatch(data, f.Req.Messages); err != nil {
+				break
+			}
+			binary.LittleEndian.PutUint32(data[lenAt:], uint32(len(data)-lenAt-4))
+		}
+		var id uint64
+		if err == nil {
+			id, err = o.grp.Propose(data)
+		}
+		if err != nil {
+			for _, f := range frames {
+				s.answer(f, Response{Err: fmt.Errorf("%w: %w", ErrRetry, err)})
+			}
+			continue
+		}
+		o.pending[id] = frames
+		s.markReady(o)
 	}
-	o.pending[id] = f
-	s.markReady(o)
 }
 
 // stepRaft feeds a peer's message to the partition's group.
@@ -221,12 +264,38 @@ func (h groupHandler) Send(m *raftpb.Message) {
 // application's offset. Every replica applies the same log, so every
 // replica's table agrees and a retry through a new leader dedupes too.
 func (h groupHandler) Apply(index, id uint64, payload []byte) error {
-	if len(payload) < 16 {
+	frames := h.o.pending[id]
+	delete(h.o.pending, id)
+	if len(payload) < 4 {
 		return fmt.Errorf("apply index %d: entry shorter than its header", index)
 	}
-	key := produceKey{binary.LittleEndian.Uint64(payload), binary.LittleEndian.Uint64(payload[8:])}
-	f, waiting := h.o.pending[id]
-	delete(h.o.pending, id)
+	n := int(binary.LittleEndian.Uint32(payload))
+	rest := payload[4:]
+	for i := range n {
+		if len(rest) < 20 {
+			return fmt.Errorf("apply index %d: produce %d truncated", index, i)
+		}
+		key := produceKey{binary.LittleEndian.Uint64(rest), binary.LittleEndian.Uint64(rest[8:])}
+		size := int(binary.LittleEndian.Uint32(rest[16:]))
+		if len(rest)-20 < size {
+			return fmt.Errorf("apply index %d: produce %d truncated", index, i)
+		}
+		batch := rest[20 : 20+size]
+		rest = rest[20+size:]
+		var f Frame
+		waiting := i < len(frames)
+		if waiting {
+			f = frames[i]
+		}
+		if err := h.applyOne(index, key, batch, f, waiting); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyOne applies one produce of a committed entry.
+func (h groupHandler) applyOne(index uint64, key produceKey, batch []byte, f Frame, waiting bool) error {
 	if key.producer != 0 {
 		if first, dup := h.o.dedupe.get(key); dup {
 			if waiting {
@@ -235,7 +304,7 @@ func (h groupHandler) Apply(index, id uint64, payload []byte) error {
 			return nil
 		}
 	}
-	msgs, err := partition.DecodeBatch(payload[16:])
+	msgs, err := partition.DecodeBatch(batch)
 	if err != nil {
 		return err
 	}
@@ -270,8 +339,10 @@ func (h groupHandler) LeaderChanged(lead uint64) {
 	if lead == h.s.cfg.Replication.Node {
 		return
 	}
-	for id, f := range h.o.pending {
-		h.s.answer(f, Response{Err: ErrOutcomeUnknown})
+	for id, fs := range h.o.pending {
+		for _, f := range fs {
+			h.s.answer(f, Response{Err: ErrOutcomeUnknown})
+		}
 		delete(h.o.pending, id)
 	}
 }

@@ -48,8 +48,7 @@ func (n *replNet) shard(id uint64) *Shard { return n.nodes[id].shards[0] }
 func (n *replNet) settle() {
 	for range 10000 {
 		for id := uint64(1); id <= 3; id++ {
-			n.shard(id).processReady()
-			n.shard(id).maybeFlush()
+			n.shard(id).settle()
 		}
 		q := n.queue
 		n.queue = nil
@@ -94,6 +93,29 @@ func (n *replNet) materialise(id uint64, ns metadata.Namespace, epoch uint64) pa
 	return p
 }
 
+// tickUntilLeader ticks until ns has a leader among the materialised
+// replicas. Raft randomises election timeouts, so a split vote can take a
+// few rounds; the bound only catches a group that never elects.
+func (n *replNet) tickUntilLeader(ns metadata.Namespace) uint64 {
+	for range 500 {
+		if lead := n.leader(ns); lead != 0 {
+			return lead
+		}
+		n.tick(1)
+	}
+	return 0
+}
+
+// leaderAmong returns a leader of ns other than except (0: none).
+func (n *replNet) leaderAmong(ns metadata.Namespace, except uint64) uint64 {
+	for id := uint64(1); id <= 3; id++ {
+		if o := n.shard(id).owned[ns]; id != except && o != nil && o.grp != nil && o.grp.IsLeader() {
+			return id
+		}
+	}
+	return 0
+}
+
 func (n *replNet) leader(ns metadata.Namespace) uint64 {
 	for id := uint64(1); id <= 3; id++ {
 		if o := n.shard(id).owned[ns]; o != nil && o.grp != nil && o.grp.IsLeader() {
@@ -113,11 +135,11 @@ func TestBehaviour20LaggingBackupParksAndCatchesUp(t *testing.T) {
 	p1 := n.materialise(1, ns, epoch)
 	p2 := n.materialise(2, ns, epoch)
 	n.settle()
-	n.tick(30)
-	lead := n.leader(ns)
+	lead := n.tickUntilLeader(ns)
 	if lead == 0 {
 		t.Fatal("no leader among the two materialised replicas")
 	}
+	n.tick(30) // heartbeats reach the lagging backup, which parks them
 	if st := n.nodes[3].inspect(n.shard(3)); st.ParkedFrames == 0 {
 		t.Fatal("the lagging backup did not park the partition's raft traffic")
 	}
@@ -156,8 +178,15 @@ func TestBehaviour20LaggingBackupParksAndCatchesUp(t *testing.T) {
 	for id := uint64(1); id <= 3; id++ {
 		n.cut[id] = id == lead
 	}
-	n.tick(40)
-	newLead := n.leader(ns)
+	var newLead uint64
+	for range 500 { // until the majority elects someone other than the cut-off leader
+		n.tick(1)
+		if l := n.leaderAmong(ns, lead); l != 0 {
+			newLead = l
+			break
+		}
+	}
+	n.tick(40) // long enough for the cut-off leader to step down (CheckQuorum)
 	if newLead == 0 || newLead == lead {
 		t.Fatalf("majority did not elect a new leader (got %d)", newLead)
 	}
@@ -200,5 +229,52 @@ func TestBehaviour20DeadIncarnationRejectedWhenMaterialised(t *testing.T) {
 	}
 	if after := h.inspect(n.shard(1)); after.ParkedFrames != before.ParkedFrames {
 		t.Fatal("dead-incarnation message parked instead of rejected")
+	}
+}
+
+// Produces that queue while the pump is busy are proposed together as one
+// raft entry (they share its consensus round), each still answered with
+// its own offsets and deduplicated on its own.
+func TestConcurrentProducesShareOneEntry(t *testing.T) {
+	n := newReplNet(t)
+	ns, epoch := n.create("t", 1, 2, 3)
+	for id := uint64(1); id <= 3; id++ {
+		n.materialise(id, ns, epoch)
+	}
+	n.settle()
+	lead := n.tickUntilLeader(ns)
+	if lead == 0 {
+		t.Fatal("no leader")
+	}
+	s := n.shard(lead)
+	var calls []call
+	for _, p := range []string{"a", "b", "c"} {
+		c := produce(ns, p)
+		c.f.Req.Producer, c.f.Req.Seq = 7, uint64(len(calls)+1)
+		s.handle(c.f) // buffered: the pump has more work queued
+		calls = append(calls, c)
+	}
+	s.flushProposals()
+	o := s.owned[ns]
+	if len(o.pending) != 1 {
+		t.Fatalf("%d proposals for 3 queued produces, want 1", len(o.pending))
+	}
+	n.settle()
+	for i, c := range calls {
+		if r := c.answered(t); r.Err != nil || r.Offset != uint64(i) {
+			t.Fatalf("produce %d: %+v", i, r)
+		}
+	}
+	// A retry of the second produce (same producer and sequence) does not
+	// apply again: it is answered with the first application's offset.
+	retry := produce(ns, "b")
+	retry.f.Req.Producer, retry.f.Req.Seq = 7, 2
+	s.handle(retry.f)
+	n.settle()
+	if r := retry.answered(t); r.Err != nil || r.Offset != 1 {
+		t.Fatalf("deduplicated retry: %+v", r)
+	}
+	if got := payloads(t, o.p); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("leader log %q", got)
 	}
 }

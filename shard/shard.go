@@ -137,6 +137,8 @@ type Shard struct {
 	syncTimer  clock.Timer                   // interval-policy fsync timer, armed while needed
 	syncAt     time.Time                     // when syncTimer fires; zero when disarmed
 	replicated map[metadata.Namespace]*owned // owned partitions with a raft group
+	proposing  []*owned                      // partitions with buffered produces
+	proposed   int                           // produces buffered across them
 	readyList  []*owned                      // groups with work for processReady
 	raftTimer  clock.Timer
 	tickArmed  bool
@@ -394,6 +396,9 @@ func (s *Shard) tickFired() {
 // settle ends every unit of pump work: raft groups with work are
 // processed and the commit group is closed if nothing else waits.
 func (s *Shard) settle() {
+	if len(s.proposing) > 0 && (len(s.inbox) == 0 || s.proposed >= maxGroup) {
+		s.flushProposals()
+	}
 	s.processReady()
 	s.maybeFlush()
 }
