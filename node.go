@@ -168,10 +168,10 @@ func (n *Node) Close() (err error) {
 		}
 		n.closeShards()
 		if n.cluster != nil {
-			err = n.cluster.bus.Close()
+			err = errors.Join(err, n.cluster.bus.Close())
 		}
 		if n.durable != nil {
-			err = n.durable.Close()
+			err = errors.Join(err, n.durable.Close())
 		}
 	})
 	return err
