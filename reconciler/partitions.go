@@ -220,6 +220,11 @@ func (r *Partitions) Reconcile(ctx context.Context) (Report, error) {
 	}
 
 	// Additions and rows.
+	var (
+		dur     shard.Durability
+		durOf   [2]uint32 // the (stream, topic) dur was resolved for
+		haveDur bool
+	)
 	for _, info := range snap.Partitions {
 		if info.Owner != r.id {
 			row := router.Row{Owner: info.Owner, Epoch: info.CreatedRevision}
@@ -231,7 +236,11 @@ func (r *Partitions) Reconcile(ctx context.Context) (Report, error) {
 			}
 			continue
 		}
-		dur := r.durability(info)
+		// Snapshot partitions are sorted by namespace, so a topic's
+		// partitions are adjacent: resolve its durability once.
+		if !haveDur || info.Stream != durOf[0] || info.Topic != durOf[1] {
+			dur, durOf, haveDur = r.durability(info), [2]uint32{info.Stream, info.Topic}, true
+		}
 		if dur.RetentionAge > 0 || dur.RetentionBytes > 0 {
 			if !r.retain {
 				r.retain, r.nextRetain = true, now

@@ -290,8 +290,12 @@ func (s *Shard) Send(ctx context.Context, f Frame) error {
 // pump is the shard's goroutine. Order of precedence: stop, control
 // operations, inbox frames. Control first means a partition that just
 // materialised serves its parked frames before newer frames are looked at.
-// There is no periodic tick: re-dispatch happens when InsertOwned applies,
-// and aging when the reconciler sweeps, so an idle shard sleeps.
+// There is no periodic tick of the shard's own: re-dispatch happens when
+// InsertOwned applies, and aging when the reconciler sweeps. The only
+// timers are the interval-fsync timer, armed while an FsyncInterval
+// partition is dirty, and the raft tick, armed while the shard holds
+// replicated partitions (raft needs heartbeats). An idle single node's
+// shard sleeps.
 //
 // Each unit of work (runControl, handleFrame, syncFired, tickFired) is
 // shared with Step, which runs the same units without blocking.
