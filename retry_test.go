@@ -288,3 +288,35 @@ func TestParkOverflowRetriedInPlace(t *testing.T) {
 		}
 	})
 }
+
+// A full inbox is backpressure, not failure: with an inbox of one frame
+// and many concurrent producers, the refusals are counted and every
+// produce still succeeds (the client waits for room in the owner's inbox
+// within its deadline).
+func TestFullInboxIsBackpressure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := open(t, parkway.Config{Shards: 1, InboxSize: 1})
+		reg := registry(t, n)
+		s := mustStream(t, n, "s")
+		tp := mustTopic(t, n, s, "t", 1)
+		mustProduce(t, n, s, tp, parkway.PartitionID(0), "warm")
+		errs := make(chan error, 64)
+		for i := range 64 {
+			go func() {
+				_, err := n.Produce(ctxFor(t), s, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte(fmt.Sprint(i))})
+				errs <- err
+			}()
+		}
+		for range 64 {
+			if err := <-errs; err != nil {
+				t.Fatalf("produce against a full inbox: %v", err)
+			}
+		}
+		if got := metricValue(t, reg, "parkway_frame_drops_total", "reason", "full"); got == 0 {
+			t.Fatal("the inbox never refused a frame: the test did not exercise backpressure")
+		}
+		if got := len(readAll(t, n, s, tp, 0)); got != 65 {
+			t.Fatalf("partition holds %d messages, want 65", got)
+		}
+	})
+}
