@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/parkway-io/parkway/internal/bus"
 	"github.com/parkway-io/parkway/internal/replica"
+	"github.com/parkway-io/parkway/internal/vfs"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/shard"
 )
@@ -49,6 +51,10 @@ type Cluster struct {
 	// TickInterval is the raft tick (default 10 ms); leaders are elected
 	// within 10–20 ticks.
 	TickInterval time.Duration
+	// CompactEntries and CompactBytes bound each partition's raft log
+	// (see shard.Replication; defaults 4096 entries, 16 MiB).
+	CompactEntries uint64
+	CompactBytes   int64
 }
 
 func (c *Cluster) validate() []error {
@@ -60,6 +66,9 @@ func (c *Cluster) validate() []error {
 		errs = append(errs, errors.New("Cluster.Bus is required"))
 	} else if c.Bus.ID() != c.ID {
 		errs = append(errs, fmt.Errorf("Cluster.Bus is node %d's endpoint, not %d's", c.Bus.ID(), c.ID))
+	}
+	if c.CompactBytes < 0 {
+		errs = append(errs, fmt.Errorf("Cluster.CompactBytes %d < 0", c.CompactBytes))
 	}
 	if c.TickInterval < 0 {
 		errs = append(errs, fmt.Errorf("Cluster.TickInterval %v < 0", c.TickInterval))
@@ -73,7 +82,12 @@ const (
 	kindMetaRaft
 	kindRequest
 	kindReply
+	kindCatchUp
 )
+
+// metaCompactEvery is how many metadata commands the metadata group's raft
+// log holds before it is compacted behind a snapshot of the store.
+const metaCompactEvery = 1024
 
 // cluster is the replicated side of a Node.
 type cluster struct {
@@ -88,6 +102,11 @@ type cluster struct {
 	seq      atomic.Uint64 // per-produce sequence numbers
 	mu       sync.Mutex
 	waiting  map[uint64]chan []byte // forwarded requests awaiting replies
+
+	// The metadata group and its handler: opened with the Node, driven by
+	// runMetadata once started.
+	g *replica.Group
+	h *metaHandler
 }
 
 type metaOp struct {
@@ -116,6 +135,61 @@ func newCluster(n *Node) *cluster {
 	return &cluster{n: n, cfg: cfg, bus: cfg.Bus, producer: rand.Uint64() | 1,
 		meta: make(chan metaOp), in: make(chan *raftpb.Message, 1024),
 		waiting: make(map[uint64]chan []byte)}
+}
+
+// openMetadata opens the metadata raft group and builds the node's
+// metadata store from it: the snapshot in its log, then every command the
+// log holds as committed, applied here before anything else runs — so the
+// orphan sweep and the reconcilers of a restarted node start from at least
+// what it had applied before. fsys nil keeps the raft state in memory.
+// The metadata log is always synced: it is small, and a member that loses
+// its vote or acknowledged entries undermines every partition.
+func (c *cluster) openMetadata(fsys vfs.FS, dir string, metaCfg metadata.Config) error {
+	var disk *replica.Disk
+	if fsys != nil {
+		var err error
+		if disk, err = replica.OpenDisk(fsys, filepath.Join(dir, "raft.log"), true); err != nil {
+			return fmt.Errorf("parkway: open metadata raft log: %w", err)
+		}
+	}
+	g, err := replica.New(replica.Config{Group: uint64(metadata.MetadataNamespace), Node: uint64(c.cfg.ID),
+		Peers: peersOf(c.cfg), Logger: c.n.cfg.Logger, ForwardProposals: true, Disk: disk})
+	if err != nil {
+		if disk != nil {
+			_ = disk.Close()
+		}
+		return fmt.Errorf("parkway: metadata group: %w", err)
+	}
+	fail := func(err error) error {
+		_ = g.Close()
+		return err
+	}
+	store, err := metadata.NewStore(metaCfg)
+	if _, data := g.Snapshot(); len(data) > 0 && err == nil {
+		var snap metadata.StoreSnapshot
+		if snap, err = metadata.DecodeSnapshot(data); err == nil {
+			store, err = metadata.Restore(metaCfg, snap)
+		}
+	}
+	if err != nil {
+		return fail(fmt.Errorf("parkway: metadata snapshot: %w", err))
+	}
+	c.n.meta = store
+	c.g, c.h = g, &metaHandler{c: c, pending: make(map[uint64]chan metaResult)}
+	for g.HasReady() {
+		if err := g.Handle(c.h); err != nil {
+			return fail(fmt.Errorf("parkway: replaying the metadata log: %w", err))
+		}
+	}
+	return nil
+}
+
+// sendCatchUp is the shards' transport for partition catch-up traffic,
+// with the incarnation, like sendRaft.
+func (c *cluster) sendCatchUp(to uint64, ns metadata.Namespace, epoch uint64, data []byte) {
+	payload := binary.LittleEndian.AppendUint64(make([]byte, 0, 8+len(data)), epoch)
+	payload = append(payload, data...)
+	_ = c.bus.Send(bus.Message{To: NodeID(to), Kind: kindCatchUp, Group: uint64(ns), Payload: payload})
 }
 
 // start runs the receiver and the metadata group.
@@ -167,6 +241,16 @@ func (c *cluster) receive(ctx context.Context) {
 			if _, err := c.n.router.Send(ns, f); err != nil {
 				c.n.countSendFailure(f.Req, err)
 			}
+		case kindCatchUp:
+			if len(m.Payload) < 8 {
+				continue
+			}
+			ns := metadata.Namespace(m.Group)
+			f := shard.Frame{Req: &shard.Request{Op: shard.OpCatchUp, NS: ns,
+				Epoch: binary.LittleEndian.Uint64(m.Payload), Payload: m.Payload[8:]}}
+			if _, err := c.n.router.Send(ns, f); err != nil {
+				c.n.countSendFailure(f.Req, err)
+			}
 		case kindMetaRaft:
 			msg := &raftpb.Message{}
 			if proto.Unmarshal(m.Payload, msg) != nil {
@@ -195,16 +279,15 @@ func (c *cluster) receive(ctx context.Context) {
 // wake as on a single node. A command is acknowledged to its proposer
 // only once committed and applied.
 func (c *cluster) runMetadata(ctx context.Context) {
-	g, err := replica.New(replica.Config{Group: uint64(metadata.MetadataNamespace), Node: uint64(c.cfg.ID),
-		Peers: peersOf(c.cfg), Logger: c.n.cfg.Logger, ForwardProposals: true})
-	if err != nil {
-		c.n.cfg.Logger.Error("metadata group failed to start", "error", err)
-		return
-	}
+	g, h := c.g, c.h
+	defer func() {
+		if err := g.Close(); err != nil {
+			c.n.cfg.Logger.Warn("closing the metadata raft log", "error", err)
+		}
+	}()
 	if c.cfg.Peers[0] == c.cfg.ID {
 		_ = g.Campaign() // a deterministic first leader: no election wait
 	}
-	h := &metaHandler{c: c, pending: make(map[uint64]chan metaResult)}
 	tick := c.n.cfg.Clock.NewTimer(c.cfg.TickInterval)
 	defer tick.Stop()
 	for {
@@ -214,6 +297,7 @@ func (c *cluster) runMetadata(ctx context.Context) {
 				break
 			}
 		}
+		c.compactMetadata()
 		select {
 		case <-ctx.Done():
 			for _, ch := range h.pending {
@@ -292,6 +376,38 @@ func (h *metaHandler) remember(key [2]uint64, r metaResult) {
 	}
 	h.order = append(h.order, key)
 	h.seen[key] = r
+}
+
+// ApplySnapshot installs the leader's store: this node lagged behind the
+// metadata group's compacted log. The shards and reconcilers see the new
+// state through the same store and wake as after a commit. The
+// deduplication table is not part of the snapshot: a re-proposal of a
+// command older than the snapshot would apply again and fail as a
+// duplicate name, an error, never a second object.
+func (h *metaHandler) ApplySnapshot(_ uint64, data []byte) error {
+	snap, err := metadata.DecodeSnapshot(data)
+	if err != nil {
+		return err
+	}
+	return h.c.n.meta.Replace(snap)
+}
+
+// compactMetadata compacts the metadata group's log behind a snapshot of
+// the store once metaCompactEvery commands were applied since the last.
+// Only this goroutine applies commands, so the store is exactly the state
+// at the applied index.
+func (c *cluster) compactMetadata() {
+	g := c.g
+	if g.Applied()-g.SnapshotIndex() < metaCompactEvery {
+		return
+	}
+	data, err := metadata.EncodeSnapshot(c.n.meta.Export())
+	if err == nil {
+		err = g.Compact(g.Applied(), data)
+	}
+	if err != nil {
+		c.n.cfg.Logger.Error("metadata raft log compaction failed", "error", err)
+	}
 }
 
 // LeaderChanged forgets the waiters of proposals in flight: they may never

@@ -112,8 +112,11 @@ type Config struct {
 	// partition and the metadata are replicated with raft, a produce is
 	// acknowledged once a quorum has it, and a request to a follower is
 	// forwarded to the leader. The node takes ownership of Cluster.Bus and
-	// closes it on Close. Cluster mode keeps raft state in memory and
-	// requires an empty DataDir for now.
+	// closes it on Close. With a DataDir every raft group's state (the
+	// metadata group's and each partition's) is kept on disk, so a node
+	// restarted on the same DataDir rejoins as the same member; without
+	// one it is kept in memory, and such a node must not be restarted
+	// under the same ID (it would have forgotten its votes).
 	Cluster *Cluster
 
 	// Logger receives diagnostics (default: silent).
@@ -182,9 +185,6 @@ func (c Config) Validate() error {
 	}
 	if c.Cluster != nil {
 		errs = append(errs, c.Cluster.validate()...)
-		if c.DataDir != "" {
-			errs = append(errs, errors.New("Cluster with a DataDir: replicated nodes keep raft state in memory for now"))
-		}
 	}
 	if err := (shard.Config{Park: c.Park}).Validate(); err != nil {
 		errs = append(errs, err)

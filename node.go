@@ -68,9 +68,24 @@ func Open(cfg Config) (*Node, error) {
 
 	var err error
 	metaCfg := metadata.Config{Shards: cfg.Shards, Assign: router.Assign}
+	if cfg.Cluster != nil {
+		n.cluster = newCluster(n)
+	}
+	started := false
+	defer func() {
+		// The metadata group is closed by its goroutine once started.
+		if !started && n.cluster != nil && n.cluster.g != nil {
+			_ = n.cluster.g.Close()
+		}
+	}()
 	if cfg.DataDir == "" {
 		n.store = partition.NewMemStore()
-		if n.meta, err = metadata.NewStore(metaCfg); err != nil {
+		if n.cluster != nil {
+			err = n.cluster.openMetadata(nil, "", metaCfg)
+		} else {
+			n.meta, err = metadata.NewStore(metaCfg)
+		}
+		if err != nil {
 			return nil, err
 		}
 	} else {
@@ -81,23 +96,35 @@ func Open(cfg Config) (*Node, error) {
 		if err := fs.MkdirAll(cfg.DataDir, 0o755); err != nil {
 			return nil, fmt.Errorf("parkway: data dir: %w", err)
 		}
-		n.durable, err = metadata.OpenDurable(fs, filepath.Join(cfg.DataDir, "metadata"), metaCfg,
-			metadata.DurableOptions{SnapshotEvery: cfg.MetadataSnapshotEvery})
+		if n.cluster != nil {
+			// A replica's metadata lives in the metadata group's raft log.
+			err = n.cluster.openMetadata(fs, filepath.Join(cfg.DataDir, "metadata-raft"), metaCfg)
+		} else {
+			n.durable, err = metadata.OpenDurable(fs, filepath.Join(cfg.DataDir, "metadata"), metaCfg,
+				metadata.DurableOptions{SnapshotEvery: cfg.MetadataSnapshotEvery})
+			if err == nil {
+				n.meta = n.durable.Store()
+			}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("parkway: open metadata: %w", err)
 		}
-		n.meta = n.durable.Store()
+		closeMeta := func() {
+			if n.durable != nil {
+				_ = n.durable.Close()
+			}
+		}
 		fstore, err := partition.NewFileStore(partition.FileConfig{
 			Dir: cfg.DataDir, FS: fs, SegmentSize: cfg.SegmentSize, Preallocate: cfg.Preallocate,
 			VerifyOnOpen: cfg.VerifyOnOpen,
 		})
 		if err != nil {
-			_ = n.durable.Close()
+			closeMeta()
 			return nil, err
 		}
 		n.store = fstore
 		if err := n.removeOrphans(fstore); err != nil {
-			_ = n.durable.Close()
+			closeMeta()
 			return nil, err
 		}
 	}
@@ -107,10 +134,10 @@ func Open(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	var repl *shard.Replication
-	if cfg.Cluster != nil {
-		n.cluster = newCluster(n)
+	if n.cluster != nil {
 		repl = &shard.Replication{Node: uint64(cfg.Cluster.ID), Peers: peersOf(*cfg.Cluster),
-			Send: n.cluster.sendRaft, TickInterval: cfg.Cluster.TickInterval}
+			Send: n.cluster.sendRaft, SendCatchUp: n.cluster.sendCatchUp, TickInterval: cfg.Cluster.TickInterval,
+			CompactEntries: cfg.Cluster.CompactEntries, CompactBytes: cfg.Cluster.CompactBytes}
 	}
 	for i := range cfg.Shards {
 		s, err := shard.New(shard.Config{
@@ -152,6 +179,7 @@ func Open(cfg Config) (*Node, error) {
 	}
 	if n.cluster != nil {
 		n.cluster.start()
+		started = true
 	}
 	return n, nil
 }

@@ -303,3 +303,34 @@ func DecodeSnapshot(b []byte) (StoreSnapshot, error) {
 	}
 	return snap, nil
 }
+
+// Replace makes the store's state snap's, in place, and wakes its
+// subscribers: a replica that lagged behind its group's compacted log is
+// sent the leader's state whole, and the shards and reconcilers holding
+// this store must see it. snap must not be older than the store (the
+// revision never goes back); an invalid snapshot changes nothing.
+func (s *Store) Replace(snap StoreSnapshot) error {
+	r, err := Restore(s.cfg, snap)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if snap.Revision < s.revision {
+		rev := s.revision
+		s.mu.Unlock()
+		return fmt.Errorf("%w: snapshot at revision %d is older than the store's %d", ErrInvalidSnapshot, snap.Revision, rev)
+	}
+	s.revision, s.streams, s.streamNames, s.streamIDs, s.partitions = r.revision, r.streams, r.streamNames, r.streamIDs, r.partitions
+	subs := s.subs
+	s.mu.Unlock()
+	for _, sub := range subs {
+		if sub.cancelled.Load() {
+			continue
+		}
+		select {
+		case sub.ch <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}

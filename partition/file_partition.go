@@ -478,3 +478,6 @@ func (p *filePartition) closeFiles() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Location implements Located.
+func (p *filePartition) Location() (vfs.FS, string) { return p.fs, p.dir }

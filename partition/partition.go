@@ -23,6 +23,7 @@ package partition
 import (
 	"errors"
 
+	"github.com/parkway-io/parkway/internal/vfs"
 	"github.com/parkway-io/parkway/metadata"
 )
 
@@ -164,3 +165,14 @@ var (
 	// ErrClosed reports use of a closed partition.
 	ErrClosed = errors.New("parkway: partition closed")
 )
+
+// Located is implemented by partitions kept in a directory of a
+// filesystem (FileStore's). A replicated partition keeps its raft log in
+// that directory, so building a new incarnation, removing the partition
+// and sweeping orphans carry the log along with the segments.
+type Located interface {
+	// Location is the partition's filesystem and directory. Files the
+	// partition does not know (names that are not segments) are left
+	// alone by it.
+	Location() (vfs.FS, string)
+}

@@ -48,6 +48,14 @@ type owned struct {
 	proposeBuf []Frame
 	ready      bool
 	dedupe     dedupeTable
+	// cursor is the replicated log's next offset: where the next applied
+	// produce lands in every replica's partition log. The local log can
+	// be ahead of it (re-applying after a restart) or, while catchup is
+	// set, behind it.
+	cursor uint64
+	// sinceSnap counts payload bytes applied since the last snapshot.
+	sinceSnap int64
+	catchup   *catchUp
 
 	// failed is set when a group-commit fsync of the partition failed.
 	// Everything appended since its last good fsync was answered with the
@@ -164,6 +172,11 @@ func (s *Shard) syncDue() {
 			if err := o.p.Sync(); err != nil {
 				s.log.Error("interval fsync failed", "ns", o.p.Namespace(), "error", err)
 			}
+			if o.grp != nil && o.grp.Disk() != nil {
+				if err := o.grp.Disk().Sync(); err != nil {
+					s.log.Error("interval fsync of a raft log failed", "ns", o.p.Namespace(), "error", err)
+				}
+			}
 			continue
 		}
 		if next.IsZero() || o.deadline.Before(next) {
@@ -204,6 +217,13 @@ func opSetDurability(ns metadata.Namespace, d Durability) control {
 			if err := o.p.Sync(); err != nil {
 				return err
 			}
+		}
+		if o.grp != nil && o.grp.Disk() != nil {
+			// The raft log carries the acks of a replicated partition.
+			if err := o.grp.Disk().Sync(); err != nil {
+				return err
+			}
+			o.grp.Disk().SetSync(d.always())
 		}
 		o.dur = d
 		return nil

@@ -27,6 +27,11 @@ const (
 	// has no client: it is never answered, and dropping it is safe
 	// because raft re-sends.
 	OpRaft
+	// OpCatchUp carries a catch-up fetch or its data between replicas of
+	// a partition (Payload): a replica sent a snapshot fetches the messages
+	// its log lacks. Like OpRaft it has no client and may be dropped: the
+	// fetch is repeated.
+	OpCatchUp
 
 	// opFlush is Flush's marker frame; it never reaches a partition.
 	opFlush Op = 255
@@ -49,6 +54,8 @@ func (o Op) String() string {
 		return "purge"
 	case OpRaft:
 		return "raft"
+	case OpCatchUp:
+		return "catchup"
 	}
 	return "unknown"
 }
@@ -74,6 +81,9 @@ type Request struct {
 	// Raft is the message of an OpRaft frame; Epoch is then the sender's
 	// incarnation of the partition.
 	Raft *raftpb.Message
+	// Payload is an OpCatchUp frame's message; Epoch is the sender's
+	// incarnation.
+	Payload []byte
 	// Producer and Seq identify a produce across retries on a replicated
 	// partition: a batch whose (Producer, Seq) was applied already is not
 	// applied again. Zero Producer disables deduplication.

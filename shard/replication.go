@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -31,7 +32,28 @@ type Replication struct {
 	// (default 10).
 	TickInterval  time.Duration
 	ElectionTicks int
+	// SendCatchUp hands a catch-up message of the partition (ns, epoch) to
+	// the transport: a replica that was sent a snapshot fetches the
+	// messages it lacks from a peer's partition log with it. Delivered
+	// messages enter the peer's shard as OpCatchUp frames. Like Send, it
+	// must not block, and a loss is repaired by a re-fetch.
+	SendCatchUp func(to uint64, ns metadata.Namespace, epoch uint64, payload []byte)
+	// CompactEntries and CompactBytes bound a partition's raft log: once
+	// this many entries (or payload bytes) were applied since the last
+	// snapshot, the partition is synced and its log compacted behind a
+	// snapshot (defaults 4096 and 16 MiB).
+	CompactEntries uint64
+	CompactBytes   int64
 }
+
+// Raft log defaults.
+const (
+	DefaultCompactEntries = 4096
+	DefaultCompactBytes   = 16 << 20
+	// raftLogName is the partition's raft log, kept in the partition's
+	// directory so it is built, swept and removed with the partition.
+	raftLogName = "raft.log"
+)
 
 // DefaultTickInterval is the raft tick of replicated partitions.
 const DefaultTickInterval = 10 * time.Millisecond
@@ -60,23 +82,50 @@ func (e *NotLeaderError) Error() string {
 // Is makes errors.Is(err, ErrNotLeader) hold.
 func (e *NotLeaderError) Is(target error) bool { return target == ErrNotLeader }
 
-// replicate makes o a raft group member. The preferred leader — a pure
-// function of the namespace, so leadership spreads across nodes — campaigns
-// at once instead of waiting out an election timeout; its votes may reach
-// nodes that have not materialised the partition yet, where they park and
-// are stepped once it lands.
+// replicate makes o a raft group member. A partition kept in a directory
+// keeps its raft log there: a restarted node restores the group from it —
+// term, vote, the entries it acknowledged — and the partition's state from
+// the log's snapshot, then re-applies the entries after the snapshot over
+// what the partition log already holds (see applyOne). The preferred
+// leader — a pure function of the namespace, so leadership spreads across
+// nodes — campaigns at once instead of waiting out an election timeout;
+// its votes may reach nodes that have not materialised the partition yet,
+// where they park and are stepped once it lands.
 func (s *Shard) replicate(o *owned) error {
 	r := s.cfg.Replication
 	ns := o.p.Namespace()
+	var disk *replica.Disk
+	if loc, ok := o.p.(partition.Located); ok {
+		fsys, dir := loc.Location()
+		var err error
+		if disk, err = replica.OpenDisk(fsys, filepath.Join(dir, raftLogName), o.dur.always()); err != nil {
+			return err
+		}
+	}
 	g, err := replica.New(replica.Config{
 		Group: uint64(ns), Node: r.Node, Peers: r.Peers,
-		ElectionTicks: r.ElectionTicks, Logger: s.log,
+		ElectionTicks: r.ElectionTicks, Logger: s.log, Disk: disk,
 	})
 	if err != nil {
+		if disk != nil {
+			_ = disk.Close()
+		}
 		return err
+	}
+	_, data := g.Snapshot()
+	st, err := decodeState(data)
+	if err != nil {
+		_ = g.Close()
+		return fmt.Errorf("partition %v: raft snapshot: %w", ns, err)
 	}
 	o.grp = g
 	o.pending = make(map[uint64][]Frame)
+	o.restore(st)
+	if o.p.NextOffset() < o.cursor {
+		// The snapshot says the partition holds more than it does (it was
+		// lost, or a catch-up was interrupted): fetch the rest first.
+		s.startCatchUp(o, o.cursor)
+	}
 	if r.Peers[int(uint64(ns)%uint64(len(r.Peers)))] == r.Node {
 		if err := g.Campaign(); err != nil {
 			return err
@@ -88,7 +137,8 @@ func (s *Shard) replicate(o *owned) error {
 	return nil
 }
 
-// unreplicate drops o's group; its waiting produces are answered.
+// unreplicate drops o's group; its waiting produces are answered. The
+// raft log is synced (unless the policy is never) and closed.
 func (s *Shard) unreplicate(o *owned, err error) {
 	if o.grp == nil {
 		return
@@ -104,7 +154,16 @@ func (s *Shard) unreplicate(o *owned, err error) {
 		s.answer(f, Response{Err: err})
 	}
 	o.proposeBuf = nil
+	if d := o.grp.Disk(); d != nil && o.dur.Fsync != metadata.FsyncNever {
+		if serr := d.Sync(); serr != nil {
+			s.log.Warn("syncing a raft log on close", "ns", o.p.Namespace(), "error", serr)
+		}
+	}
+	if cerr := o.grp.Close(); cerr != nil {
+		s.log.Warn("closing a raft log", "ns", o.p.Namespace(), "error", cerr)
+	}
 	o.grp = nil
+	o.catchup = nil
 }
 
 // proposeProduce serves a produce on a replicated partition: only the
@@ -207,18 +266,54 @@ func (s *Shard) processReady() {
 			h := groupHandler{s: s, o: o}
 			for o.grp != nil && o.grp.HasReady() {
 				if err := o.grp.Handle(h); err != nil {
-					s.log.Error("raft ready failed", "ns", o.p.Namespace(), "error", err)
+					// The group cannot go on (its log or its partition
+					// refused a write): fence the partition; the
+					// reconciler evicts and rebuilds it, and the rebuilt
+					// group restores from the raft log.
+					s.log.Error("raft ready failed; partition fenced", "ns", o.p.Namespace(), "error", err)
+					if o.failed == nil {
+						s.fence(o, err)
+					}
+					s.unreplicate(o, fmt.Errorf("%w: %w", ErrPartitionFailed, err))
 					break
 				}
 			}
+			s.maybeCompact(o)
 		}
 	}
+}
+
+// maybeCompact compacts o's raft log once enough was applied since the
+// last snapshot: the partition is synced (the snapshot will claim its
+// content), then the log is cut behind a snapshot of the partition's
+// state.
+func (s *Shard) maybeCompact(o *owned) {
+	g := o.grp
+	if g == nil || o.catchup != nil || o.failed != nil {
+		return
+	}
+	r := s.cfg.Replication
+	if g.Applied()-g.SnapshotIndex() < r.CompactEntries && o.sinceSnap < r.CompactBytes {
+		return
+	}
+	if err := o.p.Sync(); err != nil {
+		s.fence(o, err)
+		s.log.Error("fsync before a raft snapshot failed; partition fenced", "ns", o.p.Namespace(), "error", err)
+		return
+	}
+	if err := g.Compact(g.Applied(), o.encodeState()); err != nil {
+		s.log.Error("raft log compaction failed", "ns", o.p.Namespace(), "error", err)
+		return
+	}
+	o.sinceSnap = 0
+	s.m.RaftCompactions.Inc()
 }
 
 // tickRaft ticks every replicated group.
 func (s *Shard) tickRaft() {
 	for _, o := range s.replicated {
 		o.grp.Tick()
+		s.tickCatchUp(o)
 		s.markReady(o)
 	}
 	s.armTick()
@@ -257,15 +352,29 @@ func (h groupHandler) Send(m *raftpb.Message) {
 }
 
 // Apply appends a committed batch to the local log. On the proposer the
-// waiting produce is answered through the fsync policy, like a local one.
+// waiting produce is answered: the batch is in a quorum's raft logs,
+// synced there under FsyncAlways, so the partition log itself need not be
+// synced before the ack — after a crash it is rebuilt from the raft log.
 //
 // A batch carrying a (producer, sequence) pair that was applied before is
 // not appended again: the waiting produce is answered with the first
 // application's offset. Every replica applies the same log, so every
 // replica's table agrees and a retry through a new leader dedupes too.
+//
+// While the replica catches up after a snapshot, committed entries wait
+// in order behind the fetch.
 func (h groupHandler) Apply(index, id uint64, payload []byte) error {
+	if c := h.o.catchup; c != nil {
+		c.deferred = append(c.deferred, deferredEntry{index: index, id: id, payload: payload})
+		return nil
+	}
+	return h.apply(index, id, payload)
+}
+
+func (h groupHandler) apply(index, id uint64, payload []byte) error {
 	frames := h.o.pending[id]
 	delete(h.o.pending, id)
+	h.o.sinceSnap += int64(len(payload))
 	if len(payload) < 4 {
 		return fmt.Errorf("apply index %d: entry shorter than its header", index)
 	}
@@ -294,42 +403,85 @@ func (h groupHandler) Apply(index, id uint64, payload []byte) error {
 	return nil
 }
 
-// applyOne applies one produce of a committed entry.
+// applyOne applies one produce of a committed entry. The replicated state
+// is (cursor, dedupe table): cursor is the offset the produce's first
+// message gets in every replica's log. The local partition log may already
+// hold it — the node restarted and is re-applying the entries after its
+// snapshot over a log that kept them — so only what lies at or past the
+// log's end is appended.
 func (h groupHandler) applyOne(index uint64, key produceKey, batch []byte, f Frame, waiting bool) error {
+	o := h.o
 	if key.producer != 0 {
-		if first, dup := h.o.dedupe.get(key); dup {
+		if first, dup := o.dedupe.get(key); dup {
 			if waiting {
-				h.s.appended(h.o, f, Response{Offset: first})
+				h.s.answer(f, Response{Offset: first})
 			}
 			return nil
 		}
 	}
 	msgs, err := partition.DecodeBatch(batch)
 	if err != nil {
-		return err
-	}
-	first, err := h.o.p.Append(msgs)
-	if err == nil && key.producer != 0 {
-		h.o.dedupe.put(key, first)
-	}
-	if err != nil {
-		if waiting {
-			h.s.answer(f, Response{Err: err})
-		}
-		// The replica's log now lacks a committed entry: it must not
-		// serve reads past this point. Surfacing it loudly is the most a
-		// replica without a snapshot path can do.
 		return fmt.Errorf("apply index %d: %w", index, err)
 	}
-	if waiting {
-		h.s.appended(h.o, f, Response{Offset: first})
-	} else if h.o.dur.Fsync == metadata.FsyncInterval && !h.o.dirty {
-		// A follower's copy follows the interval policy; under
-		// FsyncAlways the quorum's copies are what the ack promised.
-		h.o.dirty = true
-		h.o.deadline = h.s.clock.Now().Add(h.o.dur.Interval)
-		h.s.armSync(h.o.deadline)
+	first := o.cursor
+	have := o.p.NextOffset()
+	switch {
+	case have < first:
+		return fmt.Errorf("apply index %d: partition log ends at %d, before the entry's offset %d", index, have, first)
+	case have-first < uint64(len(msgs)):
+		got, err := o.p.Append(msgs[have-first:])
+		if err != nil {
+			if waiting {
+				h.s.answer(f, Response{Err: err})
+			}
+			// The replica's log now lacks a committed entry: the group
+			// stops here and the partition is fenced and rebuilt.
+			return fmt.Errorf("apply index %d: %w", index, err)
+		}
+		if got != have {
+			return fmt.Errorf("apply index %d: appended at %d, want %d", index, got, have)
+		}
 	}
+	o.cursor += uint64(len(msgs))
+	if key.producer != 0 {
+		o.dedupe.put(key, first)
+	}
+	if waiting {
+		h.s.answer(f, Response{Offset: first})
+	}
+	if o.dur.Fsync == metadata.FsyncInterval && !o.dirty {
+		o.dirty = true
+		o.deadline = h.s.clock.Now().Add(o.dur.Interval)
+		h.s.armSync(o.deadline)
+	}
+	return nil
+}
+
+// ApplySnapshot installs a snapshot the leader sent: the replica's state
+// becomes the snapshot's, and if its partition log is shorter than the
+// snapshot says, it fetches the missing messages before applying anything
+// more.
+func (h groupHandler) ApplySnapshot(index uint64, data []byte) error {
+	st, err := decodeState(data)
+	if err != nil {
+		return fmt.Errorf("raft snapshot at %d: %w", index, err)
+	}
+	o := h.o
+	o.restore(st)
+	o.sinceSnap = 0
+	if c := o.catchup; c != nil {
+		kept := c.deferred[:0]
+		for _, e := range c.deferred {
+			if e.index > index {
+				kept = append(kept, e)
+			}
+		}
+		c.deferred = kept
+	}
+	if have := o.p.NextOffset(); have < o.cursor {
+		h.s.startCatchUp(o, o.cursor)
+	}
+	h.s.m.RaftSnapshots.Inc()
 	return nil
 }
 

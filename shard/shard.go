@@ -180,6 +180,12 @@ func New(cfg Config, meta *metadata.Store, rt *router.Router[Frame]) (*Shard, er
 		if rc.TickInterval == 0 {
 			rc.TickInterval = DefaultTickInterval
 		}
+		if rc.CompactEntries == 0 {
+			rc.CompactEntries = DefaultCompactEntries
+		}
+		if rc.CompactBytes == 0 {
+			rc.CompactBytes = DefaultCompactBytes
+		}
 		cfg.Replication = &rc
 	}
 	s := &Shard{
@@ -542,6 +548,10 @@ func (s *Shard) serveOwned(o *owned, f Frame) {
 		// Behaviour 20: the epoch matched, so the message is for this
 		// incarnation; raft itself orders it against the group.
 		s.stepRaft(o, f)
+		return
+	}
+	if f.Req.Op == OpCatchUp {
+		s.catchUpFrame(o, f)
 		return
 	}
 	// Behaviour 10: an ack must never land in an incarnation that teardown

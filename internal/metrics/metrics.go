@@ -49,6 +49,9 @@ type Metrics struct {
 	StaleRejects    *prometheus.CounterVec // shard
 	TransientDenies *prometheus.CounterVec // shard, reason
 	Forwarded       *prometheus.CounterVec // shard
+	RaftCompactions *prometheus.CounterVec // shard
+	RaftSnapshots   *prometheus.CounterVec // shard
+	CaughtUp        *prometheus.CounterVec // shard
 }
 
 // New returns fresh, unregistered collectors.
@@ -91,12 +94,25 @@ func New() *Metrics {
 			Name: "parkway_frames_forwarded_total",
 			Help: "Frames a non-owner shard forwarded to the committed owner.",
 		}, shard),
+		RaftCompactions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "parkway_raft_compactions_total",
+			Help: "Partition raft logs compacted behind a snapshot.",
+		}, shard),
+		RaftSnapshots: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "parkway_raft_snapshots_installed_total",
+			Help: "Raft snapshots installed by a replica that lagged behind its leader's compacted log.",
+		}, shard),
+		CaughtUp: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "parkway_catchup_messages_total",
+			Help: "Messages a replica fetched from a peer's partition log after installing a snapshot.",
+		}, shard),
 	}
 }
 
 func (m *Metrics) all() []prometheus.Collector {
 	return []prometheus.Collector{m.FrameDrops, m.Materialised, m.Removed, m.BuildFailures,
-		m.ParkedFrames, m.ParkedBytes, m.StaleRejects, m.TransientDenies, m.Forwarded}
+		m.ParkedFrames, m.ParkedBytes, m.StaleRejects, m.TransientDenies, m.Forwarded,
+		m.RaftCompactions, m.RaftSnapshots, m.CaughtUp}
 }
 
 // Describe implements prometheus.Collector.
@@ -118,15 +134,18 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 func (m *Metrics) Shard(id int) *Shard {
 	s := strconv.Itoa(id)
 	return &Shard{
-		m:            m,
-		id:           s,
-		Materialised: m.Materialised.WithLabelValues(s),
-		Removed:      m.Removed.WithLabelValues(s),
-		BuildFailed:  m.BuildFailures.WithLabelValues(s),
-		ParkedFrames: m.ParkedFrames.WithLabelValues(s),
-		ParkedBytes:  m.ParkedBytes.WithLabelValues(s),
-		StaleRejects: m.StaleRejects.WithLabelValues(s),
-		Forwarded:    m.Forwarded.WithLabelValues(s),
+		m:               m,
+		id:              s,
+		Materialised:    m.Materialised.WithLabelValues(s),
+		Removed:         m.Removed.WithLabelValues(s),
+		BuildFailed:     m.BuildFailures.WithLabelValues(s),
+		ParkedFrames:    m.ParkedFrames.WithLabelValues(s),
+		ParkedBytes:     m.ParkedBytes.WithLabelValues(s),
+		StaleRejects:    m.StaleRejects.WithLabelValues(s),
+		Forwarded:       m.Forwarded.WithLabelValues(s),
+		RaftCompactions: m.RaftCompactions.WithLabelValues(s),
+		RaftSnapshots:   m.RaftSnapshots.WithLabelValues(s),
+		CaughtUp:        m.CaughtUp.WithLabelValues(s),
 	}
 }
 
@@ -141,6 +160,10 @@ type Shard struct {
 	ParkedBytes  prometheus.Gauge
 	StaleRejects prometheus.Counter
 	Forwarded    prometheus.Counter
+	// Replicated partitions.
+	RaftCompactions prometheus.Counter
+	RaftSnapshots   prometheus.Counter
+	CaughtUp        prometheus.Counter
 }
 
 // Drop counts one dropped frame. Drops are rare, so the label lookup here

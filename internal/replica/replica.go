@@ -14,6 +14,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 
 	"github.com/hashicorp/go-hclog"
 	"go.etcd.io/raft/v3"
@@ -41,6 +43,17 @@ type Config struct {
 	// proposal id applied, so its caller needs a deadline. Partition
 	// groups leave it off and answer "not leader" instead.
 	ForwardProposals bool
+	// Disk persists the member's raft state; nil keeps it in memory only,
+	// and such a member must never restart under the same id (it would
+	// forget its votes and the entries it acknowledged). A Disk that
+	// holds state restores the member from it: the owner reads the
+	// snapshot with Snapshot and restores its state machine, and the
+	// entries after it are applied again through Handle.
+	Disk *Disk
+	// CatchUpEntries is how many entries before a snapshot stay in memory
+	// after compaction, so a follower that lags by less catches up from
+	// the log instead of needing the snapshot (default 512).
+	CatchUpEntries uint64
 }
 
 // Group is one raft group member. Not safe for concurrent use.
@@ -48,6 +61,10 @@ type Group struct {
 	cfg     Config
 	rn      *raft.RawNode
 	storage *raft.MemoryStorage
+	disk    *Disk
+	cs      *raftpb.ConfState // the voters as of the last applied entry
+	applied uint64
+	snap    uint64 // index of the latest snapshot
 	nextID  uint64
 	lead    uint64
 }
@@ -60,8 +77,10 @@ var (
 	errShort    = errors.New("parkway: raft entry shorter than its envelope")
 )
 
-// New starts a group member. Every member of a new group is created with
-// the same Peers, so their bootstrap entries agree.
+// New starts a group member. A new group starts every member from the
+// same initial snapshot — index 1, term 1, every peer a voter — rather
+// than from raft's bootstrap entries, so the voters are always in the
+// snapshot and a restarted member knows them before it applies anything.
 func New(cfg Config) (*Group, error) {
 	if cfg.Node == 0 || len(cfg.Peers) == 0 {
 		return nil, fmt.Errorf("parkway: raft group %d needs a node id and peers", cfg.Group)
@@ -72,15 +91,55 @@ func New(cfg Config) (*Group, error) {
 	if cfg.HeartbeatTicks == 0 {
 		cfg.HeartbeatTicks = 1
 	}
+	if cfg.CatchUpEntries == 0 {
+		cfg.CatchUpEntries = 512
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
 	storage := raft.NewMemoryStorage()
+	g := &Group{cfg: cfg, storage: storage, disk: cfg.Disk, nextID: cfg.Node << 40}
+	var rec Recovered
+	if g.disk != nil {
+		rec = g.disk.Recovered()
+	}
+	if rec.empty() {
+		rec = Recovered{
+			Snapshot: &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{
+				Index: new(uint64(1)), Term: new(uint64(1)),
+				ConfState: &raftpb.ConfState{Voters: slices.Clone(cfg.Peers)},
+			}},
+			HardState: &raftpb.HardState{Term: new(uint64(1)), Commit: new(uint64(1))},
+		}
+		if g.disk != nil {
+			if err := g.disk.Save(rec.Snapshot, nil, rec.HardState); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if rec.Snapshot == nil || rec.Snapshot.GetMetadata().GetIndex() == 0 {
+		return nil, fmt.Errorf("%w: group %d: no snapshot", ErrCorruptLog, cfg.Group)
+	}
+	if err := storage.ApplySnapshot(rec.Snapshot); err != nil {
+		return nil, err
+	}
+	if rec.HardState != nil {
+		if err := storage.SetHardState(rec.HardState); err != nil {
+			return nil, err
+		}
+	}
+	if err := storage.Append(rec.Entries); err != nil {
+		return nil, err
+	}
+	g.snap = rec.Snapshot.GetMetadata().GetIndex()
+	g.applied = g.snap
+	g.cs = rec.Snapshot.GetMetadata().GetConfState()
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:                        cfg.Node,
 		ElectionTick:              cfg.ElectionTicks,
 		HeartbeatTick:             cfg.HeartbeatTicks,
 		Storage:                   storage,
+		Applied:                   g.applied,
 		MaxSizePerMsg:             1 << 20,
 		MaxInflightMsgs:           256,
 		MaxUncommittedEntriesSize: 64 << 20,
@@ -94,14 +153,73 @@ func New(cfg Config) (*Group, error) {
 	if err != nil {
 		return nil, err
 	}
-	peers := make([]raft.Peer, len(cfg.Peers))
-	for i, p := range cfg.Peers {
-		peers[i] = raft.Peer{ID: p}
+	g.rn = rn
+	return g, nil
+}
+
+// Snapshot returns the index and data of the member's latest snapshot:
+// after New, what the owner restores its state machine from before Handle
+// applies the entries that follow it (nil data: the initial, empty state).
+func (g *Group) Snapshot() (index uint64, data []byte) {
+	s, err := g.storage.Snapshot()
+	if err != nil {
+		return g.snap, nil
 	}
-	if err := rn.Bootstrap(peers); err != nil {
-		return nil, err
+	return s.GetMetadata().GetIndex(), s.GetData()
+}
+
+// Applied is the index of the last entry applied (or of the snapshot
+// restored).
+func (g *Group) Applied() uint64 { return g.applied }
+
+// SnapshotIndex is the index of the latest snapshot.
+func (g *Group) SnapshotIndex() uint64 { return g.snap }
+
+// Compact records data as the state machine's state at index (at most
+// Applied) and drops the log before it, keeping CatchUpEntries entries in
+// memory for lagging followers. With a Disk the log file is rewritten to
+// the snapshot plus the entries after it. The owner must have made the
+// state at index durable first: after this, the entries that built it are
+// gone.
+func (g *Group) Compact(index uint64, data []byte) error {
+	if index > g.applied || index <= g.snap {
+		return fmt.Errorf("parkway: raft group %d: compact at %d outside (%d, %d]", g.cfg.Group, index, g.snap, g.applied)
 	}
-	return &Group{cfg: cfg, rn: rn, storage: storage, nextID: cfg.Node << 40}, nil
+	snap, err := g.storage.CreateSnapshot(index, g.cs, data)
+	if err != nil {
+		return err
+	}
+	if g.disk != nil {
+		hs, _, _ := g.storage.InitialState()
+		last, _ := g.storage.LastIndex()
+		var ents []*raftpb.Entry
+		if last > index {
+			if ents, err = g.storage.Entries(index+1, last+1, math.MaxUint64); err != nil {
+				return err
+			}
+		}
+		if err := g.disk.Rewrite(snap, hs, ents); err != nil {
+			return err
+		}
+	}
+	g.snap = index
+	if index > g.cfg.CatchUpEntries {
+		if err := g.storage.Compact(index - g.cfg.CatchUpEntries); err != nil && !errors.Is(err, raft.ErrCompacted) {
+			return err
+		}
+	}
+	return nil
+}
+
+// Disk is the member's raft log (nil: memory only).
+func (g *Group) Disk() *Disk { return g.disk }
+
+// Close closes the member's raft log.
+func (g *Group) Close() error {
+	if g.disk == nil {
+		return nil
+	}
+	return g.disk.Close()
 }
 
 // Tick advances the group's logical clock by one tick.
@@ -155,12 +273,16 @@ type Handler interface {
 	// LeaderChanged reports a change of leader (0: none known). Proposals
 	// this member made as leader may or may not commit after it.
 	LeaderChanged(lead uint64)
+	// ApplySnapshot replaces the state machine with a snapshot the leader
+	// sent (the member lagged behind the leader's compacted log). The
+	// entries after index follow through Apply.
+	ApplySnapshot(index uint64, data []byte) error
 }
 
-// Handle processes one Ready: entries are persisted before messages that
-// depend on them are sent, committed entries are applied in order, and the
-// group is advanced. The storage is in memory: a member that restarts
-// rejoins empty and catches up from the others.
+// Handle processes one Ready: the snapshot, entries and hard state are
+// persisted (synced if the Disk says so) before the messages that depend
+// on them are sent, committed entries are applied in order, and the group
+// is advanced.
 func (g *Group) Handle(h Handler) error {
 	if !g.rn.HasReady() {
 		return nil
@@ -170,12 +292,27 @@ func (g *Group) Handle(h Handler) error {
 		g.lead = rd.SoftState.Lead
 		h.LeaderChanged(g.lead)
 	}
-	if !raft.IsEmptySnap(rd.Snapshot) {
-		if err := g.storage.ApplySnapshot(rd.Snapshot); err != nil {
+	hasSnap := !raft.IsEmptySnap(rd.Snapshot)
+	if g.disk != nil {
+		var snap *raftpb.Snapshot
+		if hasSnap {
+			snap = rd.Snapshot
+		}
+		if err := g.disk.Save(snap, rd.Entries, rd.HardState); err != nil {
 			return err
 		}
 	}
-	if !raft.IsEmptyHardState(rd.HardState) {
+	if hasSnap {
+		if err := g.storage.ApplySnapshot(rd.Snapshot); err != nil {
+			return err
+		}
+		md := rd.Snapshot.GetMetadata()
+		if err := h.ApplySnapshot(md.GetIndex(), rd.Snapshot.GetData()); err != nil {
+			return err
+		}
+		g.snap, g.applied, g.cs = md.GetIndex(), md.GetIndex(), md.GetConfState()
+	}
+	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
 		if err := g.storage.SetHardState(rd.HardState); err != nil {
 			return err
 		}
@@ -185,6 +322,12 @@ func (g *Group) Handle(h Handler) error {
 	}
 	for _, m := range rd.Messages {
 		h.Send(m)
+		if m.GetType() == raftpb.MsgSnap {
+			// The transport cannot tell whether the snapshot arrived;
+			// reporting it finished puts the follower back in probing, and
+			// a lost snapshot is simply sent again.
+			g.rn.ReportSnapshot(m.GetTo(), raft.SnapshotFinish)
+		}
 	}
 	for _, e := range rd.CommittedEntries {
 		switch e.GetType() {
@@ -193,17 +336,17 @@ func (g *Group) Handle(h Handler) error {
 			if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
 				return err
 			}
-			g.rn.ApplyConfChange(&cc)
+			g.cs = g.rn.ApplyConfChange(&cc)
 		case raftpb.EntryConfChangeV2:
 			var cc raftpb.ConfChangeV2
 			if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
 				return err
 			}
-			g.rn.ApplyConfChange(&cc)
+			g.cs = g.rn.ApplyConfChange(&cc)
 		case raftpb.EntryNormal:
 			data := e.GetData()
 			if len(data) == 0 {
-				continue // a new leader's empty entry
+				break // a new leader's empty entry
 			}
 			if len(data) < 8 {
 				return fmt.Errorf("%w: index %d", errShort, e.GetIndex())
@@ -212,6 +355,7 @@ func (g *Group) Handle(h Handler) error {
 				return err
 			}
 		}
+		g.applied = e.GetIndex()
 	}
 	g.rn.Advance(rd)
 	return nil

@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/parkway-io/parkway/internal/replica"
+	"github.com/parkway-io/parkway/internal/vfs"
 )
 
 // cluster wires members on the test goroutine: messages queue and are
@@ -20,6 +22,9 @@ type cluster struct {
 	leaders map[uint64]uint64
 	queue   []*raftpb.Message
 	cut     map[uint64]bool // members whose traffic is dropped
+	snaps   map[uint64]int  // snapshots installed per member
+	disks   map[uint64]*replica.Disk
+	fs      vfs.FS
 }
 
 type member struct {
@@ -33,22 +38,62 @@ func (m member) Apply(index, id uint64, payload []byte) error {
 	return nil
 }
 func (m member) LeaderChanged(lead uint64) { m.c.leaders[m.id] = lead }
+func (m member) ApplySnapshot(index uint64, data []byte) error {
+	// The test state machine is the list of applied payloads; a snapshot
+	// carries it whole.
+	m.c.applied[m.id] = decodeState(data)
+	m.c.snaps[m.id]++
+	return nil
+}
 
 func newCluster(t *testing.T, n int) *cluster {
+	return newClusterOn(t, n, nil)
+}
+
+// newClusterOn is newCluster with every member's raft log on fsys (nil:
+// in memory).
+func newClusterOn(t *testing.T, n int, fsys vfs.FS) *cluster {
 	c := &cluster{t: t, members: map[uint64]*replica.Group{}, applied: map[uint64][]string{},
-		leaders: map[uint64]uint64{}, cut: map[uint64]bool{}}
+		leaders: map[uint64]uint64{}, cut: map[uint64]bool{}, snaps: map[uint64]int{},
+		disks: map[uint64]*replica.Disk{}, fs: fsys}
+	for i := 1; i <= n; i++ {
+		c.start(uint64(i), n)
+	}
+	return c
+}
+
+// start (re)starts member id from its raft log, restoring its state
+// machine from the log's snapshot as an owner must.
+func (c *cluster) start(id uint64, n int) {
 	var peers []uint64
 	for i := 1; i <= n; i++ {
 		peers = append(peers, uint64(i))
 	}
-	for _, id := range peers {
-		g, err := replica.New(replica.Config{Group: 7, Node: id, Peers: peers})
+	cfg := replica.Config{Group: 7, Node: id, Peers: peers, CatchUpEntries: 4}
+	if c.fs != nil {
+		d, err := replica.OpenDisk(c.fs, fmt.Sprintf("/raft/%d/log", id), true)
 		if err != nil {
-			t.Fatal(err)
+			c.t.Fatal(err)
 		}
-		c.members[id] = g
+		c.disks[id] = d
+		cfg.Disk = d
 	}
-	return c
+	g, err := replica.New(cfg)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	_, data := g.Snapshot()
+	c.applied[id] = decodeState(data)
+	c.members[id] = g
+}
+
+func encodeState(s []string) []byte { return []byte(strings.Join(s, ",")) }
+
+func decodeState(b []byte) []string {
+	if len(b) == 0 {
+		return nil
+	}
+	return strings.Split(string(b), ",")
 }
 
 // settle handles and delivers until nothing moves. Messages between a cut
@@ -163,5 +208,134 @@ func TestReplicateAndFailOver(t *testing.T) {
 func TestNewValidates(t *testing.T) {
 	if _, err := replica.New(replica.Config{}); err == nil {
 		t.Fatal("empty config accepted")
+	}
+}
+
+// TestRestartFromDisk: a member restarted from its raft log comes back
+// with its term, vote and entries, re-applies the committed ones from its
+// snapshot, and keeps replicating — and a member stopped while entries
+// committed catches up when it returns.
+func TestRestartFromDisk(t *testing.T) {
+	c := newClusterOn(t, 3, vfs.NewMem())
+	c.settle()
+	if err := c.members[1].Campaign(); err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	var want []string
+	propose := func(lead uint64, from, to int) {
+		for i := from; i < to; i++ {
+			v := fmt.Sprintf("m%d", i)
+			if _, err := c.members[lead].Propose([]byte(v)); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, v)
+		}
+		c.settle()
+	}
+	propose(1, 0, 5)
+	// Member 2 stops and restarts: nothing applied survives in memory.
+	if err := c.members[2].Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.cut[2] = true
+	propose(1, 5, 8)
+	c.start(2, 3)
+	if got := c.applied[2]; len(got) != 0 {
+		t.Fatalf("restarted member starts from %q, want the initial state", got)
+	}
+	c.cut[2] = false
+	c.tick(5)
+	if got := c.applied[2]; !slices.Equal(got, want) {
+		t.Fatalf("restarted member applied %q, want %q", got, want)
+	}
+	// The leader restarts too; the group elects again and goes on.
+	if err := c.members[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.start(1, 3)
+	c.tick(40)
+	lead := c.leaderAmong(1, 2, 3)
+	if lead == 0 {
+		t.Fatal("no leader after the leader restarted")
+	}
+	propose(lead, 8, 10)
+	for id := uint64(1); id <= 3; id++ {
+		if got := c.applied[id]; !slices.Equal(got, want) {
+			t.Fatalf("member %d applied %q, want %q", id, got, want)
+		}
+	}
+}
+
+// TestCompactAndSnapshot: compaction bounds the log, a restart restores
+// from the snapshot and re-applies only what follows it, and a member that
+// lags behind the leader's compacted log is sent the snapshot.
+func TestCompactAndSnapshot(t *testing.T) {
+	fsys := vfs.NewMem()
+	c := newClusterOn(t, 3, fsys)
+	c.settle()
+	if err := c.members[1].Campaign(); err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	c.cut[3] = true
+	var want []string
+	for i := range 40 {
+		v := fmt.Sprintf("m%d", i)
+		if _, err := c.members[1].Propose([]byte(v)); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, v)
+		c.settle()
+	}
+	for _, id := range []uint64{1, 2} {
+		g := c.members[id]
+		sizeBefore := c.disks[id].Size()
+		if err := g.Compact(g.Applied(), encodeState(c.applied[id])); err != nil {
+			t.Fatal(err)
+		}
+		if g.SnapshotIndex() != g.Applied() {
+			t.Fatalf("member %d snapshot at %d, applied %d", id, g.SnapshotIndex(), g.Applied())
+		}
+		if after := c.disks[id].Size(); after >= sizeBefore {
+			t.Fatalf("member %d log %d bytes after compaction, %d before", id, after, sizeBefore)
+		}
+		if err := g.Compact(g.Applied(), nil); err == nil {
+			t.Fatal("compacting twice at one index accepted")
+		}
+	}
+	// Member 2 restarts from its snapshot: its state comes back whole
+	// without replaying the compacted entries.
+	if err := c.members[2].Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.start(2, 3)
+	if got := c.applied[2]; !slices.Equal(got, want) {
+		t.Fatalf("member 2 restored %q from its snapshot", got)
+	}
+	// Member 3 lags by more than the log kept: it gets the snapshot.
+	c.cut[3] = false
+	c.tick(10)
+	if c.snaps[3] == 0 {
+		t.Fatal("lagging member was not sent a snapshot")
+	}
+	if _, err := c.members[1].Propose([]byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	want = append(want, "after")
+	for id := uint64(1); id <= 3; id++ {
+		if got := c.applied[id]; !slices.Equal(got, want) {
+			t.Fatalf("member %d applied %q, want %q", id, got, want)
+		}
+	}
+	// And member 3 restarts from the snapshot it was sent.
+	if err := c.members[3].Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.start(3, 3)
+	c.tick(3)
+	if got := c.applied[3]; !slices.Equal(got, want) {
+		t.Fatalf("member 3 after restart %q, want %q", got, want)
 	}
 }
