@@ -1,0 +1,219 @@
+package parkway_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/internal/vfs"
+)
+
+// diskCluster is a 3-node cluster whose nodes keep their data — partition
+// logs and every raft group's log — on their own in-memory disks, so a
+// node can be stopped and started again on what it wrote, or lose power.
+type diskCluster struct {
+	t     *testing.T
+	net   *parkway.Network
+	peers []parkway.NodeID
+	disks map[parkway.NodeID]*vfs.MemFS
+	nodes map[parkway.NodeID]*parkway.Node
+	cfg   func(id parkway.NodeID) parkway.Config
+}
+
+func newDiskCluster(t *testing.T, tweak func(*parkway.Config)) *diskCluster {
+	c := &diskCluster{t: t, net: parkway.NewNetwork(parkway.NetworkOptions{}),
+		peers: []parkway.NodeID{1, 2, 3}, disks: map[parkway.NodeID]*vfs.MemFS{},
+		nodes: map[parkway.NodeID]*parkway.Node{}}
+	c.cfg = func(id parkway.NodeID) parkway.Config {
+		cfg := parkway.Config{Shards: 2, RequestTimeout: 10 * time.Second, DataDir: "/data", FS: c.disks[id],
+			Cluster: &parkway.Cluster{ID: id, Peers: c.peers, Bus: c.net.Endpoint(id)}}
+		if tweak != nil {
+			tweak(&cfg)
+		}
+		return cfg
+	}
+	t.Cleanup(func() {
+		synctest.Wait()
+		for id := range c.nodes {
+			c.stop(id)
+		}
+		_ = c.net.Close()
+	})
+	for _, id := range c.peers {
+		c.disks[id] = vfs.NewMem()
+		c.start(id)
+	}
+	return c
+}
+
+func (c *diskCluster) start(id parkway.NodeID) *parkway.Node {
+	c.t.Helper()
+	n, err := parkway.Open(c.cfg(id))
+	if err != nil {
+		c.t.Fatalf("open node %d: %v", id, err)
+	}
+	c.nodes[id] = n
+	return n
+}
+
+func (c *diskCluster) stop(id parkway.NodeID) {
+	c.t.Helper()
+	if err := c.nodes[id].Close(); err != nil {
+		c.t.Errorf("close node %d: %v", id, err)
+	}
+	delete(c.nodes, id)
+}
+
+// powerLoss stops node id and throws away everything its disk had not
+// synced.
+func (c *diskCluster) powerLoss(id parkway.NodeID) {
+	// The image is taken before the node stops: a clean Close syncs.
+	crashed := c.disks[id].Crash()
+	c.stop(id)
+	c.disks[id] = crashed
+}
+
+// produce sends payloads one by one through node via, each acknowledged.
+func (c *diskCluster) produce(via parkway.NodeID, s, tp uint32, prefix string, n int) []string {
+	c.t.Helper()
+	var out []string
+	for i := range n {
+		p := fmt.Sprintf("%s%d", prefix, i)
+		if _, err := c.nodes[via].Produce(context.Background(), s, tp, parkway.PartitionID(0),
+			parkway.Message{Payload: []byte(p)}); err != nil {
+			c.t.Fatalf("produce %s via node %d: %v", p, via, err)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// converged waits until every running node's copy of partition 0 holds
+// exactly want, in order, at offsets 0, 1, ….
+func (c *diskCluster) converged(s, tp uint32, want []string) {
+	c.t.Helper()
+	for id, n := range c.nodes {
+		waitFor(c.t, fmt.Sprintf("node %d to hold %d messages", id, len(want)), func() bool {
+			if _, ok := n.Topic(s, "t"); !ok {
+				return false
+			}
+			return len(readAll(c.t, n, s, tp, 0)) == len(want)
+		})
+		var got []string
+		for _, m := range readAll(c.t, n, s, tp, 0) {
+			got = append(got, string(m.Payload))
+		}
+		if !slices.Equal(got, want) {
+			c.t.Fatalf("node %d holds %q, want %q", id, got, want)
+		}
+	}
+}
+
+// A replica stopped while the others go on, restarted on its data
+// directory, rejoins as the same raft member: it keeps what it had,
+// catches up on what it missed, and the cluster's logs agree. The leader
+// restarting works the same way, and so does the whole cluster.
+func TestClusterNodeRestartsOnItsDataDir(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newDiskCluster(t, nil)
+		s := mustStream(t, c.nodes[1], "s")
+		tp := mustTopic(t, c.nodes[1], s, "t", 1)
+		want := c.produce(1, s, tp, "a", 10)
+		c.converged(s, tp, want)
+
+		c.stop(3)
+		want = append(want, c.produce(1, s, tp, "b", 10)...)
+		c.start(3)
+		c.converged(s, tp, want)
+
+		leader, err := c.nodes[1].Leader(context.Background(), s, tp, 0)
+		if err != nil || leader == 0 {
+			t.Fatalf("leader: %d, %v", leader, err)
+		}
+		c.stop(leader)
+		via := others(leader)[0]
+		want = append(want, c.produce(via, s, tp, "c", 5)...)
+		c.start(leader)
+		want = append(want, c.produce(leader, s, tp, "d", 5)...)
+		c.converged(s, tp, want)
+
+		// Everyone stops; everyone comes back with metadata and logs.
+		for _, id := range c.peers {
+			c.stop(id)
+		}
+		for _, id := range c.peers {
+			c.start(id)
+		}
+		want = append(want, c.produce(2, s, tp, "e", 3)...)
+		c.converged(s, tp, want)
+		if _, err := c.nodes[2].CreateStream(context.Background(), "s"); err == nil {
+			t.Fatal("stream created twice: metadata forgotten across a restart")
+		}
+	})
+}
+
+// Power loss on every node at once, under FsyncAlways: every acknowledged
+// produce is in the quorum's synced raft logs, so after the restart every
+// replica holds every acked message, whatever its partition log kept.
+func TestClusterPowerLossKeepsAcked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newDiskCluster(t, nil)
+		s := mustStream(t, c.nodes[1], "s")
+		tp := mustTopic(t, c.nodes[1], s, "t", 1)
+		want := c.produce(2, s, tp, "a", 20)
+		synctest.Wait()
+		for _, id := range c.peers {
+			c.powerLoss(id)
+		}
+		for _, id := range c.peers {
+			c.start(id)
+		}
+		want = append(want, c.produce(1, s, tp, "b", 3)...)
+		c.converged(s, tp, want)
+	})
+}
+
+// A replica away while the leader compacts its raft log past what the
+// replica has is sent a snapshot, fetches the messages its partition log
+// lacks from a peer, and converges — also across its own restart; the
+// raft logs stay bounded by compaction.
+func TestClusterSnapshotCatchUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newDiskCluster(t, func(cfg *parkway.Config) {
+			cfg.Cluster.CompactEntries = 8
+		})
+		s := mustStream(t, c.nodes[1], "s")
+		tp := mustTopic(t, c.nodes[1], s, "t", 1)
+		want := c.produce(1, s, tp, "a", 5)
+		c.converged(s, tp, want)
+
+		c.stop(3)
+		want = append(want, c.produce(1, s, tp, "b", 1500)...)
+		reg3 := registry(t, c.start(3))
+		c.converged(s, tp, want)
+		if v := metricValue(t, reg3, "parkway_raft_snapshots_installed_total"); v == 0 {
+			t.Fatal("the lagging replica caught up without a snapshot: the leader's log was not compacted")
+		}
+		if v := metricValue(t, reg3, "parkway_catchup_messages_total"); v < 1000 {
+			t.Fatalf("the replica fetched %v messages, want the ≥1000 it lacked", v)
+		}
+		// The catch-up is durable: a restart keeps it.
+		c.stop(3)
+		c.start(3)
+		want = append(want, c.produce(2, s, tp, "c", 3)...)
+		c.converged(s, tp, want)
+		for _, id := range c.peers {
+			info, err := c.disks[id].Stat(fmt.Sprintf("/data/streams/%d/topics/%d/partitions/0/raft.log", s, tp))
+			if err != nil {
+				t.Fatalf("node %d raft log: %v", id, err)
+			}
+			if info.Size() > 64<<10 {
+				t.Fatalf("node %d raft log is %d bytes after compaction", id, info.Size())
+			}
+		}
+	})
+}
