@@ -151,6 +151,7 @@ func (c *cluster) openMetadata(fsys vfs.FS, dir string, metaCfg metadata.Config)
 		if disk, err = replica.OpenDisk(fsys, filepath.Join(dir, "raft.log"), true); err != nil {
 			return fmt.Errorf("parkway: open metadata raft log: %w", err)
 		}
+		disk.SyncCommit()
 	}
 	g, err := replica.New(replica.Config{Group: uint64(metadata.MetadataNamespace), Node: uint64(c.cfg.ID),
 		Peers: peersOf(c.cfg), Logger: c.n.cfg.Logger, ForwardProposals: true, Disk: disk})

@@ -214,66 +214,87 @@ func durableNode(b *testing.B, inj errorfs.Injector) (*parkway.Node, uint32) {
 // one process over the in-memory network (100-byte messages, one topic
 // partition, produced through its leader): one producer (latency p50/p99)
 // and 64 concurrent producers (pipelined throughput).
+//
+// storage=mem keeps everything in memory (no DataDir); storage=disk gives
+// each node a data directory on the real filesystem, where every raft
+// group's log is persisted, with the topic's fsync policy: always (each
+// raft Ready synced before it is acknowledged) or never.
 func BenchmarkCluster(b *testing.B) {
-	for _, producers := range []int{1, 64} {
-		b.Run(fmt.Sprintf("producers=%d", producers), func(b *testing.B) {
-			net := parkway.NewNetwork(parkway.NetworkOptions{})
-			defer net.Close()
-			peers := []parkway.NodeID{1, 2, 3}
-			nodes := map[parkway.NodeID]*parkway.Node{}
-			for _, id := range peers {
-				n, err := parkway.Open(parkway.Config{Shards: 2,
-					Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
-				if err != nil {
-					b.Fatal(err)
+	type storage struct {
+		name   string
+		disk   bool
+		policy parkway.FsyncPolicy
+	}
+	for _, st := range []storage{{"mem", false, parkway.FsyncNever}, {"disk-fsync=never", true, parkway.FsyncNever},
+		{"disk-fsync=always", true, parkway.FsyncAlways}} {
+		for _, producers := range []int{1, 64} {
+			b.Run(fmt.Sprintf("storage=%s/producers=%d", st.name, producers), func(b *testing.B) {
+				benchCluster(b, st.disk, st.policy, producers)
+			})
+		}
+	}
+}
+
+func benchCluster(b *testing.B, disk bool, policy parkway.FsyncPolicy, producers int) {
+	net := parkway.NewNetwork(parkway.NetworkOptions{})
+	defer net.Close()
+	peers := []parkway.NodeID{1, 2, 3}
+	nodes := map[parkway.NodeID]*parkway.Node{}
+	for _, id := range peers {
+		cfg := parkway.Config{Shards: 2,
+			Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}}
+		if disk {
+			cfg.DataDir = b.TempDir()
+		}
+		n, err := parkway.Open(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer n.Close()
+		nodes[id] = n
+	}
+	ctx := context.Background()
+	s, err := nodes[1].CreateStream(ctx, "s")
+	if err != nil {
+		b.Fatal(err)
+	}
+	tp, err := nodes[1].CreateTopic(ctx, s, "t", 1, parkway.WithFsync(policy, 0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	payload := make([]byte, 100)
+	if _, err := nodes[1].Produce(ctx, s, tp, parkway.PartitionID(0), parkway.Message{Payload: payload}); err != nil {
+		b.Fatal(err)
+	}
+	lead, err := nodes[1].Leader(ctx, s, tp, 0)
+	if err != nil || lead == 0 {
+		b.Fatalf("leader %d: %v", lead, err)
+	}
+	n := nodes[lead]
+	lat := make([]time.Duration, b.N)
+	var next atomic.Int64
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for range producers {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(b.N) {
+					return
 				}
-				defer n.Close()
-				nodes[id] = n
+				start := time.Now()
+				if _, err := n.Produce(ctx, s, tp, parkway.PartitionID(0), parkway.Message{Payload: payload}); err != nil {
+					b.Error(err)
+					return
+				}
+				lat[i] = time.Since(start)
 			}
-			ctx := context.Background()
-			s, err := nodes[1].CreateStream(ctx, "s")
-			if err != nil {
-				b.Fatal(err)
-			}
-			tp, err := nodes[1].CreateTopic(ctx, s, "t", 1)
-			if err != nil {
-				b.Fatal(err)
-			}
-			payload := make([]byte, 100)
-			if _, err := nodes[1].Produce(ctx, s, tp, parkway.PartitionID(0), parkway.Message{Payload: payload}); err != nil {
-				b.Fatal(err)
-			}
-			lead, err := nodes[1].Leader(ctx, s, tp, 0)
-			if err != nil || lead == 0 {
-				b.Fatalf("leader %d: %v", lead, err)
-			}
-			n := nodes[lead]
-			lat := make([]time.Duration, b.N)
-			var next atomic.Int64
-			b.ResetTimer()
-			var wg sync.WaitGroup
-			for range producers {
-				wg.Go(func() {
-					for {
-						i := next.Add(1) - 1
-						if i >= int64(b.N) {
-							return
-						}
-						start := time.Now()
-						if _, err := n.Produce(ctx, s, tp, parkway.PartitionID(0), parkway.Message{Payload: payload}); err != nil {
-							b.Error(err)
-							return
-						}
-						lat[i] = time.Since(start)
-					}
-				})
-			}
-			wg.Wait()
-			b.StopTimer()
-			slices.Sort(lat)
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
-			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
-			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 		})
 	}
+	wg.Wait()
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/parkway-io/parkway/partition"
 )
@@ -57,25 +58,32 @@ func (s *Shard) startCatchUp(o *owned, target uint64) {
 	} else if target > o.catchup.target {
 		o.catchup.target = target
 	}
-	s.sendFetch(o, true)
+	s.sendFetch(o, false)
 }
 
-// sendFetch asks a peer for the next chunk: the leader when one is known
-// and it is not this node, else the next peer in turn.
+// sendFetch asks a peer for the next chunk. The first fetch of a
+// catch-up, and each fetch after progress, goes to the peer that last
+// answered or, at first, to the leader when one is known; a fetch sent
+// again after a timeout or an empty answer goes to the next peer in turn,
+// so one peer that cannot serve never stalls the replica.
 func (s *Shard) sendFetch(o *owned, rotate bool) {
 	c, r := o.catchup, s.cfg.Replication
 	if r.SendCatchUp == nil || len(r.Peers) < 2 {
 		return
 	}
 	c.idle = 0
-	to := o.grp.Leader()
-	if to == 0 || to == r.Node || !rotate && c.peer >= 0 {
-		if rotate || c.peer < 0 {
-			for range r.Peers {
-				c.peer = (c.peer + 1) % len(r.Peers)
-				if r.Peers[c.peer] != r.Node {
-					break
-				}
+	var to uint64
+	switch lead := o.grp.Leader(); {
+	case !rotate && c.peer >= 0:
+		to = r.Peers[c.peer]
+	case !rotate && lead != 0 && lead != r.Node:
+		to = lead
+		c.peer = slices.Index(r.Peers, lead)
+	default:
+		for range r.Peers {
+			c.peer = (c.peer + 1) % len(r.Peers)
+			if r.Peers[c.peer] != r.Node {
+				break
 			}
 		}
 		to = r.Peers[c.peer]

@@ -37,6 +37,9 @@ type Disk struct {
 	sync bool
 	rec  Recovered
 	buf  []byte
+	// term and vote of the last hard state saved: see Save.
+	term, vote uint64
+	syncCommit bool
 }
 
 // Recovered is what a Disk held when it was opened.
@@ -92,6 +95,7 @@ func OpenDisk(fsys vfs.FS, path string, sync bool) (*Disk, error) {
 		l.Close()
 		return nil, fmt.Errorf("%w: %s: %w", ErrCorruptLog, path, err)
 	}
+	d.term, d.vote = d.rec.HardState.GetTerm(), d.rec.HardState.GetVote()
 	return d, nil
 }
 
@@ -156,9 +160,16 @@ func (d *Disk) Recovered() Recovered { return d.rec }
 // changed).
 func (d *Disk) SetSync(sync bool) { d.sync = sync }
 
+// SyncCommit makes a synced Disk sync hard states that only move the
+// commit index too. An owner that acts on what it applied before it could
+// re-learn the commit after a restart needs it: the metadata group, whose
+// store decides at startup which partition directories are orphans.
+func (d *Disk) SyncCommit() { d.syncCommit = true }
+
 // Save appends a Ready's snapshot, entries and hard state, in that order,
 // so that a torn tail never leaves a hard state committing entries the log
-// lacks. It syncs when the Disk was opened with sync.
+// lacks. When the Disk was opened with sync it syncs, unless all that
+// changed is the commit index.
 func (d *Disk) Save(snap *raftpb.Snapshot, ents []*raftpb.Entry, hs *raftpb.HardState) error {
 	wrote := false
 	if snap != nil && snap.GetMetadata().GetIndex() != 0 {
@@ -178,7 +189,15 @@ func (d *Disk) Save(snap *raftpb.Snapshot, ents []*raftpb.Entry, hs *raftpb.Hard
 		if err := d.append(recHardState, hs); err != nil {
 			return err
 		}
-		wrote = true
+		// Only the term and the vote must be durable before raft acts on
+		// them (a forgotten vote is a second vote). A commit index that
+		// is lost is learned again from the leader, so a hard state that
+		// only moved the commit forward is not worth an fsync (raft's
+		// MustSync rule).
+		if hs.GetTerm() != d.term || hs.GetVote() != d.vote || d.syncCommit {
+			wrote = true
+		}
+		d.term, d.vote = hs.GetTerm(), hs.GetVote()
 	}
 	if wrote && d.sync {
 		return d.log.Sync()

@@ -151,3 +151,50 @@ func TestDiskRewriteCrashAtEveryWritePoint(t *testing.T) {
 		}
 	}
 }
+
+// TestDiskSyncsWhatRaftNeeds: a synced Disk makes entries, terms and votes
+// durable at once, but a hard state that only moves the commit forward
+// waits for the next sync — unless SyncCommit asked for it.
+func TestDiskSyncsWhatRaftNeeds(t *testing.T) {
+	for _, syncCommit := range []bool{false, true} {
+		mem := vfs.NewMem()
+		d, err := replica.OpenDisk(mem, "/g/log", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if syncCommit {
+			d.SyncCommit()
+		}
+		if err := d.Save(snapAt(1, 1, ""), entries(2, 3, 2), hardState(2, 1, 1)); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Save(nil, nil, hardState(2, 1, 3)); err != nil { // commit only
+			t.Fatal(err)
+		}
+		got := describe(mustRecover(t, mem.Crash()))
+		want := "snap=1/ hs=2/1/1 ents=2.2:e2 3.2:e3 "
+		if syncCommit {
+			want = "snap=1/ hs=2/1/3 ents=2.2:e2 3.2:e3 "
+		}
+		if got != want {
+			t.Fatalf("syncCommit=%v: after power loss %s, want %s", syncCommit, got, want)
+		}
+		if err := d.Save(nil, nil, hardState(3, 2, 3)); err != nil { // a new term and vote
+			t.Fatal(err)
+		}
+		if got := describe(mustRecover(t, mem.Crash())); got != "snap=1/ hs=3/2/3 ents=2.2:e2 3.2:e3 " {
+			t.Fatalf("a vote was not made durable: %s", got)
+		}
+		d.Close()
+	}
+}
+
+func mustRecover(t *testing.T, fsys vfs.FS) replica.Recovered {
+	t.Helper()
+	d, err := replica.OpenDisk(fsys, "/g/log", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	return d.Recovered()
+}

@@ -281,7 +281,7 @@ type Handler interface {
 
 // Handle processes one Ready: the snapshot, entries and hard state are
 // persisted (synced if the Disk says so) before the messages that depend
-// on them are sent, committed entries are applied in order, and the group
+// on them are sent (a leader's messages depend on nothing it persists), committed entries are applied in order, and the group
 // is advanced.
 func (g *Group) Handle(h Handler) error {
 	if !g.rn.HasReady() {
@@ -293,6 +293,15 @@ func (g *Group) Handle(h Handler) error {
 		h.LeaderChanged(g.lead)
 	}
 	hasSnap := !raft.IsEmptySnap(rd.Snapshot)
+	// A leader sends before it persists: its appends reach the followers
+	// while it writes its own copy, so a commit waits for the slowest of
+	// the quorum's fsyncs, not for the leader's and then a follower's.
+	// Safe (raft thesis §10.2.1): the leader counts its own copy toward a
+	// commit only when Advance confirms it was persisted.
+	early := g.rn.BasicStatus().RaftState == raft.StateLeader
+	if early {
+		g.send(h, rd.Messages)
+	}
 	if g.disk != nil {
 		var snap *raftpb.Snapshot
 		if hasSnap {
@@ -320,14 +329,8 @@ func (g *Group) Handle(h Handler) error {
 	if err := g.storage.Append(rd.Entries); err != nil {
 		return err
 	}
-	for _, m := range rd.Messages {
-		h.Send(m)
-		if m.GetType() == raftpb.MsgSnap {
-			// The transport cannot tell whether the snapshot arrived;
-			// reporting it finished puts the follower back in probing, and
-			// a lost snapshot is simply sent again.
-			g.rn.ReportSnapshot(m.GetTo(), raft.SnapshotFinish)
-		}
+	if !early {
+		g.send(h, rd.Messages)
 	}
 	for _, e := range rd.CommittedEntries {
 		switch e.GetType() {
@@ -359,6 +362,18 @@ func (g *Group) Handle(h Handler) error {
 	}
 	g.rn.Advance(rd)
 	return nil
+}
+
+func (g *Group) send(h Handler, msgs []*raftpb.Message) {
+	for _, m := range msgs {
+		h.Send(m)
+		if m.GetType() == raftpb.MsgSnap {
+			// The transport cannot tell whether the snapshot arrived;
+			// reporting it finished puts the follower back in probing, and
+			// a lost snapshot is simply sent again.
+			g.rn.ReportSnapshot(m.GetTo(), raft.SnapshotFinish)
+		}
+	}
 }
 
 // raftLogger adapts hclog to raft's logger. Raft's Panic and Fatal are
