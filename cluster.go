@@ -85,9 +85,6 @@ const (
 	kindCatchUp
 )
 
-// metaCompactEvery is how many metadata commands the metadata group's raft
-// log holds before it is compacted behind a snapshot of the store.
-const metaCompactEvery = 1024
 
 // cluster is the replicated side of a Node.
 type cluster struct {
@@ -153,8 +150,11 @@ func (c *cluster) openMetadata(fsys vfs.FS, dir string, metaCfg metadata.Config)
 		}
 		disk.SyncCommit()
 	}
+	// The log keeps as many commands behind a snapshot as between two, so
+	// a node that lags by less than that catches up without one.
 	g, err := replica.New(replica.Config{Group: uint64(metadata.MetadataNamespace), Node: uint64(c.cfg.ID),
-		Peers: peersOf(c.cfg), Logger: c.n.cfg.Logger, ForwardProposals: true, Disk: disk})
+		Peers: peersOf(c.cfg), Logger: c.n.cfg.Logger, ForwardProposals: true, Disk: disk,
+		CatchUpEntries: c.snapshotEvery()})
 	if err != nil {
 		if disk != nil {
 			_ = disk.Close()
@@ -394,12 +394,13 @@ func (h *metaHandler) ApplySnapshot(_ uint64, data []byte) error {
 }
 
 // compactMetadata compacts the metadata group's log behind a snapshot of
-// the store once metaCompactEvery commands were applied since the last.
+// the store once Config.MetadataSnapshotEvery commands were applied since
+// the last.
 // Only this goroutine applies commands, so the store is exactly the state
 // at the applied index.
 func (c *cluster) compactMetadata() {
 	g := c.g
-	if g.Applied()-g.SnapshotIndex() < metaCompactEvery {
+	if g.Applied()-g.SnapshotIndex() < c.snapshotEvery() {
 		return
 	}
 	data, err := metadata.EncodeSnapshot(c.n.meta.Export())
@@ -409,6 +410,14 @@ func (c *cluster) compactMetadata() {
 	if err != nil {
 		c.n.cfg.Logger.Error("metadata raft log compaction failed", "error", err)
 	}
+}
+
+// snapshotEvery is Config.MetadataSnapshotEvery with its default.
+func (c *cluster) snapshotEvery() uint64 {
+	if c.n.cfg.MetadataSnapshotEvery > 0 {
+		return uint64(c.n.cfg.MetadataSnapshotEvery)
+	}
+	return metadata.DefaultSnapshotEvery
 }
 
 // LeaderChanged forgets the waiters of proposals in flight: they may never

@@ -217,3 +217,43 @@ func TestClusterSnapshotCatchUp(t *testing.T) {
 		}
 	})
 }
+
+// A node away while the metadata group compacts its log past what the
+// node has is sent the store whole: its reconcilers see the new state,
+// build what it holds, and the node serves it — topics created while it
+// was away included. It also restarts from the snapshot in its own log.
+func TestClusterMetadataSnapshot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newDiskCluster(t, func(cfg *parkway.Config) { cfg.MetadataSnapshotEvery = 5 })
+		ctx := context.Background()
+		s := mustStream(t, c.nodes[1], "s")
+		c.stop(3)
+		var topics []uint32
+		for i := range 12 {
+			tp, err := c.nodes[1].CreateTopic(ctx, s, fmt.Sprintf("t%d", i), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			topics = append(topics, tp)
+		}
+		if err := c.nodes[2].DeleteTopic(ctx, s, topics[0]); err != nil {
+			t.Fatal(err)
+		}
+		last := topics[len(topics)-1]
+		want := c.produce(1, s, last, "m", 3)
+		n3 := c.start(3)
+		waitFor(t, "node 3 to learn the last topic", func() bool { _, ok := n3.Topic(s, "t11"); return ok })
+		if _, ok := n3.Topic(s, "t0"); ok {
+			t.Fatal("node 3 still has the topic deleted while it was away")
+		}
+		waitFor(t, "node 3 to serve the last topic", func() bool { return len(readAll(t, n3, s, last, 0)) == len(want) })
+		c.stop(3)
+		n3 = c.start(3)
+		if _, ok := n3.Topic(s, "t11"); !ok {
+			t.Fatal("node 3 restarted without the metadata of its snapshot")
+		}
+		if got := len(readAll(t, n3, s, last, 0)); got != len(want) {
+			t.Fatalf("node 3 serves %d messages after restarting, want %d", got, len(want))
+		}
+	})
+}

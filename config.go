@@ -49,7 +49,9 @@ type Config struct {
 	// *partition.CorruptError naming the file and byte offset.
 	VerifyOnOpen bool
 	// MetadataSnapshotEvery is how many metadata commands are logged
-	// between snapshots (default 1,024).
+	// between snapshots (default 1,024). In a cluster it is how many
+	// commands the metadata group's raft log holds before it is compacted
+	// behind a snapshot of the store.
 	MetadataSnapshotEvery int
 	// SegmentSize is the size at which a partition's segment rolls over
 	// (default 1 GiB; 1 MiB to 1 GiB). Only with DataDir.
