@@ -1,7 +1,9 @@
 // Command cluster runs three parkway nodes in one process over the
-// in-memory network: it creates a topic, produces, stops the node that
-// leads the partition, produces again through a survivor, and reads
-// everything back from both survivors.
+// in-memory network, each on its own temporary data directory: it creates
+// a topic, produces, stops the node that leads the partition, produces
+// again through a survivor, restarts the stopped node on its data
+// directory — it rejoins as the same raft member and catches up — and
+// reads everything back from all three.
 //
 //	go run ./examples/cluster
 //
@@ -34,14 +36,31 @@ func run() error {
 	defer net.Close()
 	peers := []parkway.NodeID{1, 2, 3}
 	nodes := map[parkway.NodeID]*parkway.Node{}
-	for _, id := range peers {
-		n, err := parkway.Open(parkway.Config{Shards: 2,
+	defer func() {
+		for _, n := range nodes {
+			n.Close()
+		}
+	}()
+	dirs := map[parkway.NodeID]string{}
+	start := func(id parkway.NodeID) error {
+		n, err := parkway.Open(parkway.Config{Shards: 2, DataDir: dirs[id],
 			Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
 		if err != nil {
 			return err
 		}
-		defer n.Close()
 		nodes[id] = n
+		return nil
+	}
+	for _, id := range peers {
+		dir, err := os.MkdirTemp("", fmt.Sprintf("parkway-cluster-node%d-", id))
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		dirs[id] = dir
+		if err := start(id); err != nil {
+			return err
+		}
 	}
 
 	stream, err := nodes[1].CreateStream(ctx, "orders")
@@ -91,7 +110,11 @@ func run() error {
 	}
 	fmt.Printf("produced 100 more through node %d; node %d leads now\n", survivors[0], newLeader)
 
-	for _, id := range survivors {
+	if err := start(leader); err != nil {
+		return fmt.Errorf("restart node %d: %w", leader, err)
+	}
+	fmt.Printf("restarted node %d on its data directory; it rejoins and catches up\n", leader)
+	for _, id := range peers {
 		got, err := readAll(ctx, nodes[id], stream, topic, len(acked))
 		if err != nil {
 			return fmt.Errorf("node %d: %w", id, err)
@@ -101,7 +124,7 @@ func run() error {
 		}
 		fmt.Printf("node %d holds all %d acknowledged messages in order\n", id, len(got))
 	}
-	fmt.Printf("cluster: OK: 3 nodes, leader %d stopped, %d acknowledged, 0 lost\n", leader, len(acked))
+	fmt.Printf("cluster: OK: 3 nodes, leader %d stopped and restarted, %d acknowledged, 0 lost\n", leader, len(acked))
 	return nil
 }
 
