@@ -148,7 +148,16 @@ type Start struct {
 	offset     uint64
 	consumer   string
 	atConsumer bool
+	local      bool
 }
+
+// Local makes the poll read this node's own replica of the partition
+// instead of the leader's. In a cluster a poll is served by the
+// partition's leader, so it sees every acknowledged write (a follower
+// forwards it); a local read is not forwarded, but the replica may be
+// behind the leader: it serves committed messages only, possibly not the
+// latest acknowledged ones. On a single node it changes nothing.
+func (s Start) Local() Start { s.local = true; return s }
 
 // AtOffset starts a poll at an offset.
 func AtOffset(offset uint64) Start { return Start{offset: offset} }
@@ -174,7 +183,7 @@ func (n *Node) Poll(ctx context.Context, stream, topic, part uint32, from Start,
 	if max <= 0 {
 		return Batch{}, fmt.Errorf("%w: poll count %d must be positive", ErrInvalidArgument, max)
 	}
-	req := &shard.Request{Op: shard.OpPoll, Offset: from.offset, Count: max}
+	req := &shard.Request{Op: shard.OpPoll, Offset: from.offset, Count: max, FromLeader: !from.local}
 	if from.atConsumer {
 		if err := validConsumer(from.consumer); err != nil {
 			return Batch{}, err
@@ -224,7 +233,7 @@ func (n *Node) ConsumerOffset(ctx context.Context, consumer string, stream, topi
 	if err != nil {
 		return 0, false, err
 	}
-	req := &shard.Request{Op: shard.OpGetOffset, NS: ns, Consumer: consumer}
+	req := &shard.Request{Op: shard.OpGetOffset, NS: ns, Consumer: consumer, FromLeader: true}
 	r, err := n.call(ctx, req, stream, topic, part)
 	if err != nil {
 		return 0, false, err

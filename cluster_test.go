@@ -2,6 +2,7 @@ package parkway_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"testing/synctest"
@@ -273,6 +274,93 @@ func TestClusterSurvivesMetadataLeaderLoss(t *testing.T) {
 		})
 		if streams := len(nodes[1].Streams()); streams != 2 {
 			t.Fatalf("node 1 has %d streams after healing, want 2 (a re-proposal applied twice?)", streams)
+		}
+	})
+}
+
+// Reads see every acknowledged write wherever they are sent: a poll or a
+// consumer-offset lookup on a follower is served by the partition's
+// leader. Consumer offsets, truncation and purge are replicated writes:
+// they reach every replica and survive the loss of the node that took
+// them.
+func TestClusterReadsAndPartitionWritesAreReplicated(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net, nodes := threeNodes(t)
+		ctx := context.Background()
+		s := mustStream(t, nodes[1], "s")
+		tp := mustTopic(t, nodes[1], s, "t", 1)
+		mustProduce(t, nodes[1], s, tp, parkway.PartitionID(0), "warm")
+		leader, err := nodes[1].Leader(ctx, s, tp, 0)
+		if err != nil || leader == 0 {
+			t.Fatalf("leader %d: %v", leader, err)
+		}
+		follower := others(leader)[0]
+
+		// Read-your-writes through a follower, right after each ack.
+		for i := range 20 {
+			p := fmt.Sprintf("m%d", i)
+			ack, err := nodes[leader].Produce(ctx, s, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte(p)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := nodes[follower].Poll(ctx, s, tp, 0, parkway.AtOffset(ack.FirstOffset), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b.Messages) != 1 || string(b.Messages[0].Payload) != p {
+				t.Fatalf("poll on a follower right after the ack of %s got %v", p, payloads(b.Messages))
+			}
+		}
+
+		// A consumer offset stored through one follower is seen through
+		// the other, and on every replica.
+		if err := nodes[follower].StoreOffset(ctx, "c", s, tp, 0, 7); err != nil {
+			t.Fatal(err)
+		}
+		other := others(leader)[1]
+		if off, ok, err := nodes[other].ConsumerOffset(ctx, "c", s, tp, 0); err != nil || !ok || off != 7 {
+			t.Fatalf("consumer offset through the other follower: %d %v %v", off, ok, err)
+		}
+		b, err := nodes[other].Poll(ctx, s, tp, 0, parkway.AtConsumer("c"), 1)
+		if err != nil || len(b.Messages) != 1 || string(b.Messages[0].Payload) != "m6" {
+			t.Fatalf("poll at the consumer's offset: %v %v", payloads(b.Messages), err)
+		}
+
+		// Truncation through a follower reaches every replica.
+		if err := nodes[follower].TruncatePartition(ctx, s, tp, 0, 5); err != nil {
+			t.Fatal(err)
+		}
+		for id, n := range nodes {
+			waitFor(t, fmt.Sprintf("node %d to truncate", id), func() bool {
+				_, err := n.Poll(ctx, s, tp, 0, parkway.AtOffset(4).Local(), 1)
+				return errors.Is(err, parkway.ErrOffsetOutOfRange)
+			})
+		}
+
+		// The leader is lost: the consumer offset and the truncation
+		// survive on the new leader.
+		net.Partition([]parkway.NodeID{leader}, others(leader))
+		waitFor(t, "a new leader", func() bool {
+			l, err := nodes[follower].Leader(ctx, s, tp, 0)
+			return err == nil && l != 0 && l != leader
+		})
+		if off, ok, err := nodes[follower].ConsumerOffset(ctx, "c", s, tp, 0); err != nil || !ok || off != 7 {
+			t.Fatalf("consumer offset after the leader was lost: %d %v %v", off, ok, err)
+		}
+		if _, err := nodes[other].Poll(ctx, s, tp, 0, parkway.AtOffset(4), 1); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
+			t.Fatalf("truncated offset readable after the leader was lost: %v", err)
+		}
+
+		// Purge goes through the majority too.
+		if err := nodes[follower].PurgeTopic(ctx, s, tp); err != nil {
+			t.Fatal(err)
+		}
+		net.Heal()
+		for id, n := range nodes {
+			waitFor(t, fmt.Sprintf("node %d to purge", id), func() bool {
+				_, err := n.Poll(ctx, s, tp, 0, parkway.AtOffset(20).Local(), 1)
+				return errors.Is(err, parkway.ErrOffsetOutOfRange)
+			})
 		}
 	})
 }

@@ -65,9 +65,9 @@ func mustStream(t testing.TB, n *parkway.Node, name string) uint32 {
 	return id
 }
 
-func mustTopic(t testing.TB, n *parkway.Node, stream uint32, name string, partitions int) uint32 {
+func mustTopic(t testing.TB, n *parkway.Node, stream uint32, name string, partitions int, opts ...parkway.TopicOption) uint32 {
 	t.Helper()
-	id, err := n.CreateTopic(ctxFor(t), stream, name, partitions)
+	id, err := n.CreateTopic(ctxFor(t), stream, name, partitions, opts...)
 	if err != nil {
 		t.Fatalf("CreateTopic(%d, %q, %d): %v", stream, name, partitions, err)
 	}
@@ -90,13 +90,14 @@ func mustProduce(t testing.TB, n *parkway.Node, stream, topic uint32, to parkway
 	return ack
 }
 
-// readAll polls a partition from offset 0 to its end.
+// readAll polls a partition from offset 0 to its end. It reads the node's
+// own replica (Local): cluster tests check what each replica holds.
 func readAll(t testing.TB, n *parkway.Node, stream, topic, part uint32) []parkway.Message {
 	t.Helper()
 	var out []parkway.Message
 	from := uint64(0)
 	for {
-		b, err := n.Poll(ctxFor(t), stream, topic, part, parkway.AtOffset(from), 1000)
+		b, err := n.Poll(ctxFor(t), stream, topic, part, parkway.AtOffset(from).Local(), 1000)
 		if err != nil {
 			t.Fatalf("Poll(%d/%d/%d @%d): %v", stream, topic, part, from, err)
 		}

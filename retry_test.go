@@ -7,11 +7,14 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/internal/vfs"
+	"github.com/parkway-io/parkway/internal/vfs/errorfs"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/router"
 )
@@ -290,16 +293,26 @@ func TestParkOverflowRetriedInPlace(t *testing.T) {
 }
 
 // A full inbox is backpressure, not failure: with an inbox of one frame
-// and many concurrent producers, the refusals are counted and every
-// produce still succeeds (the client waits for room in the owner's inbox
+// and a shard pump held in an fsync, 64 concurrent producers find the
+// inbox full; the refusals are counted and every produce still succeeds
+// once the pump moves (the client waits for room in the owner's inbox
 // within its deadline).
 func TestFullInboxIsBackpressure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := open(t, parkway.Config{Shards: 1, InboxSize: 1})
+		gate := make(chan struct{})
+		var hold atomic.Bool
+		fsys := errorfs.New(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+			if op.Kind == errorfs.OpSync && hold.Load() {
+				<-gate // the pump is stuck in a slow fsync
+			}
+			return nil
+		}))
+		n := open(t, parkway.Config{DataDir: "/data", FS: fsys, Shards: 1, InboxSize: 1})
 		reg := registry(t, n)
 		s := mustStream(t, n, "s")
-		tp := mustTopic(t, n, s, "t", 1)
+		tp := mustTopic(t, n, s, "t", 1, parkway.WithFsync(parkway.FsyncAlways, 0))
 		mustProduce(t, n, s, tp, parkway.PartitionID(0), "warm")
+		hold.Store(true)
 		errs := make(chan error, 64)
 		for i := range 64 {
 			go func() {
@@ -307,13 +320,16 @@ func TestFullInboxIsBackpressure(t *testing.T) {
 				errs <- err
 			}()
 		}
+		synctest.Wait() // every producer is blocked: in the pump's fsync, or waiting for room
+		if got := metricValue(t, reg, "parkway_frame_drops_total", "reason", "full"); got == 0 {
+			t.Fatal("the inbox never refused a frame: the test did not exercise backpressure")
+		}
+		hold.Store(false)
+		close(gate)
 		for range 64 {
 			if err := <-errs; err != nil {
 				t.Fatalf("produce against a full inbox: %v", err)
 			}
-		}
-		if got := metricValue(t, reg, "parkway_frame_drops_total", "reason", "full"); got == 0 {
-			t.Fatal("the inbox never refused a frame: the test did not exercise backpressure")
 		}
 		if got := len(readAll(t, n, s, tp, 0)); got != 65 {
 			t.Fatalf("partition holds %d messages, want 65", got)

@@ -17,6 +17,12 @@ import (
 
 var errWire = errors.New("parkway: malformed forwarded message")
 
+// Flags of a forwarded request.
+const (
+	flagUseConsumer byte = 1 << iota
+	flagFromLeader
+)
+
 func encodeRequest(r *shard.Request) ([]byte, error) {
 	b := make([]byte, 0, 64)
 	b = append(b, byte(r.Op))
@@ -27,11 +33,14 @@ func encodeRequest(r *shard.Request) ([]byte, error) {
 	b = binary.LittleEndian.AppendUint64(b, r.Producer)
 	b = binary.LittleEndian.AppendUint64(b, r.Seq)
 	b = appendString(b, r.Consumer)
+	var flags byte
 	if r.UseConsumer {
-		b = append(b, 1)
-	} else {
-		b = append(b, 0)
+		flags |= flagUseConsumer
 	}
+	if r.FromLeader {
+		flags |= flagFromLeader
+	}
+	b = append(b, flags)
 	return partition.EncodeBatch(b, r.Messages)
 }
 
@@ -54,7 +63,10 @@ func decodeRequest(b []byte) (*shard.Request, error) {
 	if r.Consumer, b, ok = readString(b); !ok || len(b) < 1 {
 		return nil, errWire
 	}
-	r.UseConsumer = b[0] == 1
+	if b[0]&^(flagUseConsumer|flagFromLeader) != 0 {
+		return nil, fmt.Errorf("%w: flags %#x", errWire, b[0])
+	}
+	r.UseConsumer, r.FromLeader = b[0]&flagUseConsumer != 0, b[0]&flagFromLeader != 0
 	if r.Op == shard.OpRaft || r.Op == 0 || r.Op > shard.OpPurge {
 		return nil, fmt.Errorf("%w: op %d", errWire, r.Op)
 	}

@@ -158,6 +158,52 @@ var conformanceCases = []struct {
 	name string
 	run  func(t *testing.T, s partition.Store, restart func() partition.Store)
 }{
+	{"SkipTo", func(t *testing.T, s partition.Store, restart func() partition.Store) {
+		ns := mustNS(t, 1, 2, 3)
+		p := mustBuild(t, s, ns, 7)
+		mustAppend(t, p, batch(0, 5, 64))
+		if err := p.StoreConsumerOffset("c", 3); err != nil {
+			t.Fatal(err)
+		}
+		// Past the end and not on a chunk or segment boundary.
+		const to = 1000 + 37
+		if err := p.SkipTo(to); err != nil {
+			t.Fatalf("SkipTo: %v", err)
+		}
+		check := func(p partition.Partition, next uint64) {
+			t.Helper()
+			if p.StartOffset() != to || p.NextOffset() != next {
+				t.Fatalf("start %d next %d, want %d and %d", p.StartOffset(), p.NextOffset(), to, next)
+			}
+			if _, err := p.Read(4, 10); !errors.Is(err, partition.ErrOffsetOutOfRange) {
+				t.Fatalf("read of a skipped offset: %v", err)
+			}
+			if off, ok, err := p.ConsumerOffset("c"); err != nil || !ok || off != 3 {
+				t.Fatalf("consumer offset after skip: %d %v %v", off, ok, err)
+			}
+		}
+		check(p, to)
+		if got := mustAppend(t, p, batch(to, 3, 64)); got != to {
+			t.Fatalf("append after skip at %d", got)
+		}
+		checkRead(t, p, to, 10, 3, 64)
+		check(p, to+3)
+		// At or below the end it is a truncation (here a no-op).
+		if err := p.SkipTo(to + 1); err != nil {
+			t.Fatal(err)
+		}
+		if p.StartOffset() != to+1 {
+			t.Fatalf("SkipTo inside the log: start %d", p.StartOffset())
+		}
+		mustClose(t, p)
+		s = restart()
+		p = mustBuild(t, s, ns, 7)
+		defer mustClose(t, p)
+		if p.StartOffset() != to+1 || p.NextOffset() != to+3 {
+			t.Fatalf("after reopen: start %d next %d", p.StartOffset(), p.NextOffset())
+		}
+		checkRead(t, p, to+1, 10, 2, 64)
+	}},
 	{"AppendRead", func(t *testing.T, s partition.Store, _ func() partition.Store) {
 		ns := mustNS(t, 1, 2, 3)
 		p := mustBuild(t, s, ns, 7)

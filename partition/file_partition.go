@@ -289,6 +289,45 @@ func (p *filePartition) TruncateBefore(offset uint64) error {
 	return p.advanceStart(offset)
 }
 
+// SkipTo implements Partition. The tail is synced (it becomes a sealed
+// segment), the new start is recorded durably — from then on a reopen
+// restarts the log empty at offset — and a segment is created at offset;
+// the old segments, wholly below the start, are deleted.
+func (p *filePartition) SkipTo(offset uint64) error {
+	if p.closed {
+		return ErrClosed
+	}
+	if p.broken != nil {
+		return p.broken
+	}
+	if offset <= p.next {
+		return p.TruncateBefore(offset)
+	}
+	if p.synced < p.next {
+		if err := p.tail().log.Sync(); err != nil {
+			return p.fail("fsync before skipping offsets", err)
+		}
+		p.synced = p.next
+	}
+	if err := writeStart(p.fs, p.dir, offset); err != nil {
+		return err
+	}
+	seg, err := p.createSegment(offset)
+	if err != nil {
+		// The recorded start already skips: a reopen creates the segment.
+		return p.fail("creating the segment after skipped offsets", err)
+	}
+	old := p.tail()
+	p.persistIndex(old)
+	if old.idx != nil {
+		_ = old.idx.Close()
+		old.idx = nil
+	}
+	p.segs = append(p.segs, seg)
+	p.start, p.next, p.synced = offset, offset, offset
+	return p.dropSegments()
+}
+
 // advanceStart records offset as the start durably, then deletes the
 // segments wholly below it. The messages below offset are synced first,
 // so the recorded start never points past what a crash leaves of the log.

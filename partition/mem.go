@@ -157,6 +157,26 @@ func (p *memPartition) TruncateBefore(offset uint64) error {
 	return nil
 }
 
+// SkipTo implements Partition.
+func (p *memPartition) SkipTo(offset uint64) error {
+	if p.closed {
+		return ErrClosed
+	}
+	l := p.log
+	if offset <= l.next {
+		return p.TruncateBefore(offset)
+	}
+	// Keep the chunk arithmetic: the chunk holding offset starts at a
+	// multiple of memChunk, padded up to offset.
+	l.first = offset - offset%memChunk
+	l.chunks = nil
+	if pad := offset % memChunk; pad != 0 {
+		l.chunks = [][]Message{make([]Message, pad, memChunk)}
+	}
+	l.start, l.next, l.bytes = offset, offset, 0
+	return nil
+}
+
 // EnforceRetention implements Partition with single messages as the
 // unit: it may remove every message.
 func (p *memPartition) EnforceRetention(olderThanMicros, maxBytes int64) (uint64, error) {

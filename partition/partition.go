@@ -97,6 +97,14 @@ type Partition interface {
 	// effect but not every file was deleted); the deletion is retried by
 	// the next TruncateBefore or EnforceRetention and on reopen.
 	TruncateBefore(offset uint64) error
+	// SkipTo makes the partition empty and continues it at offset: every
+	// message is removed and StartOffset = NextOffset = offset. A replica
+	// catching up uses it when its peers have removed (truncated, purged
+	// or retired) the messages it lacks: the offsets are skipped, never
+	// reused. offset at or below NextOffset is TruncateBefore(offset).
+	// Durable once it returns (FileStore: the new start is recorded before
+	// a segment is created at offset). Consumer offsets are kept.
+	SkipTo(offset uint64) error
 	// EnforceRetention removes a prefix of the log by age and by size,
 	// and returns the number of messages removed (StartOffset advances by
 	// that much). Units are removed oldest first, and only as a prefix:

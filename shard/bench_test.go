@@ -30,6 +30,7 @@ func (p *nopPartition) Close() error                                  { return n
 func (p *nopPartition) StartOffset() uint64                           { return 0 }
 func (p *nopPartition) Sync() error                                   { return nil }
 func (p *nopPartition) TruncateBefore(uint64) error                   { return nil }
+func (p *nopPartition) SkipTo(uint64) error                           { return nil }
 func (p *nopPartition) EnforceRetention(int64, int64) (uint64, error) { return 0, nil }
 func (p *nopPartition) Size() int64                                   { return 0 }
 

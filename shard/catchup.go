@@ -3,7 +3,7 @@ package shard
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/parkway-io/parkway/partition"
@@ -46,10 +46,6 @@ const (
 	// is sent again, to the next peer.
 	catchUpRetryTicks = 5
 )
-
-// errReplicaGap fences a replica whose peers no longer hold the messages
-// it lacks (retention removed them everywhere before it caught up).
-var errReplicaGap = errors.New("parkway: replica fell behind its peers' retention; its log cannot be completed")
 
 // startCatchUp begins (or extends) fetching up to target.
 func (s *Shard) startCatchUp(o *owned, target uint64) {
@@ -171,28 +167,42 @@ func (s *Shard) caughtUp(o *owned, from, start uint64, msgs []partition.Message)
 		return // a duplicate or a reply to an older fetch
 	}
 	if start > from {
-		// The peer no longer holds what this replica lacks.
-		s.fence(o, fmt.Errorf("%w: needs offset %d, peer starts at %d", errReplicaGap, from, start))
-		s.log.Error("replica cannot catch up; partition fenced", "ns", o.p.Namespace(), "from", from, "peer_start", start)
-		return
+		// The peer no longer holds what this replica lacks: the messages
+		// were truncated, purged or retired there. The offsets are
+		// skipped, as on the peer, and the fetch goes on from its start.
+		if err := o.p.SkipTo(min(start, c.target)); err != nil {
+			s.fence(o, err)
+			s.log.Error("skipping removed offsets failed; partition fenced", "ns", o.p.Namespace(), "error", err)
+			return
+		}
+		if from, msgs = o.p.NextOffset(), nil; from < c.target {
+			s.sendFetch(o, false)
+			return
+		}
 	}
-	if len(msgs) == 0 {
+	if len(msgs) > 0 {
+		if n := c.target - from; uint64(len(msgs)) > n {
+			msgs = msgs[:n]
+		}
+		if _, err := o.p.Append(msgs); err != nil {
+			s.fence(o, err)
+			s.log.Error("appending catch-up data failed; partition fenced", "ns", o.p.Namespace(), "error", err)
+			return
+		}
+		s.m.CaughtUp.Add(float64(len(msgs)))
+	} else if from < c.target {
 		return // this peer lacks it too: the retry asks the next one
 	}
-	if n := c.target - from; uint64(len(msgs)) > n {
-		msgs = msgs[:n]
-	}
-	if _, err := o.p.Append(msgs); err != nil {
-		s.fence(o, err)
-		s.log.Error("appending catch-up data failed; partition fenced", "ns", o.p.Namespace(), "error", err)
-		return
-	}
-	s.m.CaughtUp.Add(float64(len(msgs)))
 	if o.p.NextOffset() < c.target {
 		s.sendFetch(o, false)
 		return
 	}
 	o.catchup = nil
+	if err := o.settle(); err != nil {
+		s.fence(o, err)
+		s.log.Error("settling a caught-up partition failed; partition fenced", "ns", o.p.Namespace(), "error", err)
+		return
+	}
 	h := groupHandler{s: s, o: o}
 	for _, e := range c.deferred {
 		if err := h.apply(e.index, e.id, e.payload); err != nil {
@@ -206,8 +216,9 @@ func (s *Shard) caughtUp(o *owned, from, start uint64, msgs []partition.Message)
 // replicatedState is a partition group's state machine beyond the
 // messages themselves: what a raft snapshot carries.
 type replicatedState struct {
-	next   uint64
-	dedupe []dedupeEntry
+	next, start uint64
+	dedupe      []dedupeEntry
+	consumers   map[string]uint64
 }
 
 type dedupeEntry struct {
@@ -215,16 +226,17 @@ type dedupeEntry struct {
 	first uint64
 }
 
-const stateVersion = 1
+const stateVersion = 2
 
-// encodeState is o's replicated state: version, next offset, then the
-// deduplication table oldest first (so a restore keeps its eviction
-// order).
+// encodeState is o's replicated state: version, next offset, start
+// offset, the deduplication table oldest first (so a restore keeps its
+// eviction order), then the consumer offsets sorted by name.
 func (o *owned) encodeState() []byte {
 	d := &o.dedupe
-	b := make([]byte, 0, 13+24*len(d.order))
+	b := make([]byte, 0, 21+24*len(d.order)+32*len(o.consumers))
 	b = append(b, stateVersion)
 	b = binary.LittleEndian.AppendUint64(b, o.cursor)
+	b = binary.LittleEndian.AppendUint64(b, o.start)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(d.order)))
 	for i := range d.order {
 		k := d.order[(d.next+i)%len(d.order)]
@@ -232,8 +244,16 @@ func (o *owned) encodeState() []byte {
 		b = binary.LittleEndian.AppendUint64(b, k.seq)
 		b = binary.LittleEndian.AppendUint64(b, d.seen[k])
 	}
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(o.consumers)))
+	for _, name := range slices.Sorted(maps.Keys(o.consumers)) {
+		b = append(b, byte(len(name)))
+		b = append(b, name...)
+		b = binary.LittleEndian.AppendUint64(b, o.consumers[name])
+	}
 	return b
 }
+
+var errBadState = errors.New("partition snapshot state malformed")
 
 // decodeState decodes a snapshot's state; empty data is the initial state.
 func decodeState(b []byte) (replicatedState, error) {
@@ -241,14 +261,15 @@ func decodeState(b []byte) (replicatedState, error) {
 	if len(b) == 0 {
 		return st, nil
 	}
-	if len(b) < 13 || b[0] != stateVersion {
-		return st, errors.New("partition snapshot header malformed")
+	if len(b) < 21 || b[0] != stateVersion {
+		return st, errBadState
 	}
 	st.next = binary.LittleEndian.Uint64(b[1:])
-	n := binary.LittleEndian.Uint32(b[9:])
-	b = b[13:]
-	if uint64(len(b)) != 24*uint64(n) {
-		return st, errors.New("partition snapshot dedupe table truncated")
+	st.start = binary.LittleEndian.Uint64(b[9:])
+	n := binary.LittleEndian.Uint32(b[17:])
+	b = b[21:]
+	if uint64(len(b)) < 24*uint64(n)+4 {
+		return st, errBadState
 	}
 	st.dedupe = make([]dedupeEntry, n)
 	for i := range st.dedupe {
@@ -258,14 +279,53 @@ func decodeState(b []byte) (replicatedState, error) {
 		}
 		b = b[24:]
 	}
+	nc := binary.LittleEndian.Uint32(b)
+	b = b[4:]
+	st.consumers = make(map[string]uint64, min(nc, 1<<16))
+	for range nc {
+		if len(b) < 1 || len(b) < 1+int(b[0])+8 {
+			return st, errBadState
+		}
+		name := string(b[1 : 1+int(b[0])])
+		st.consumers[name] = binary.LittleEndian.Uint64(b[1+int(b[0]):])
+		b = b[1+int(b[0])+8:]
+	}
+	if len(b) != 0 {
+		return st, errBadState
+	}
 	return st, nil
 }
 
 // restore makes st o's replicated state.
 func (o *owned) restore(st replicatedState) {
-	o.cursor = st.next
+	o.cursor, o.start = st.next, st.start
 	o.dedupe = dedupeTable{}
 	for _, e := range st.dedupe {
 		o.dedupe.put(e.key, e.first)
 	}
+	o.consumers = st.consumers
+}
+
+func (o *owned) setConsumer(name string, off uint64) {
+	if o.consumers == nil {
+		o.consumers = make(map[string]uint64)
+	}
+	o.consumers[name] = off
+}
+
+// settle brings the local partition in line with the replicated state a
+// snapshot installed, once its log holds every message up to the cursor:
+// the replicated truncation and the consumer offsets.
+func (o *owned) settle() error {
+	if o.start > o.p.StartOffset() {
+		if err := o.p.TruncateBefore(min(o.start, o.p.NextOffset())); err != nil {
+			return err
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(o.consumers)) {
+		if err := o.p.StoreConsumerOffset(name, o.consumers[name]); err != nil {
+			return err
+		}
+	}
+	return nil
 }

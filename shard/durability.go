@@ -53,6 +53,11 @@ type owned struct {
 	// be ahead of it (re-applying after a restart) or, while catchup is
 	// set, behind it.
 	cursor uint64
+	// start is the replicated start offset (raised by replicated
+	// truncations and purges) and consumers the replicated consumer
+	// offsets: with cursor and dedupe, the state a snapshot carries.
+	start     uint64
+	consumers map[string]uint64
 	// sinceSnap counts payload bytes applied since the last snapshot.
 	sinceSnap int64
 	catchup   *catchUp

@@ -84,6 +84,12 @@ type Request struct {
 	// Payload is an OpCatchUp frame's message; Epoch is the sender's
 	// incarnation.
 	Payload []byte
+	// FromLeader asks for a read (poll, consumer offset) of a replicated
+	// partition to be served by its leader, which has applied every
+	// acknowledged write: a follower answers NotLeaderError. Without it a
+	// replica serves its own copy — committed messages only, but possibly
+	// behind the leader.
+	FromLeader bool
 	// Producer and Seq identify a produce across retries on a replicated
 	// partition: a batch whose (Producer, Seq) was applied already is not
 	// applied again. Zero Producer disables deduplication.

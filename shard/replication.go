@@ -69,7 +69,8 @@ var (
 	// retry could apply the batch twice.
 	ErrOutcomeUnknown = errors.New("parkway: leadership changed before the write committed; it may or may not have been applied")
 
-	errNoLeader = fmt.Errorf("%w: partition has no leader yet", ErrRetry)
+	errNoLeader       = fmt.Errorf("%w: partition has no leader yet", ErrRetry)
+	errLeaderNotReady = fmt.Errorf("%w: the partition's new leader has not caught up with its term yet", ErrRetry)
 )
 
 // NotLeaderError is ErrNotLeader with the leader's node id (0: unknown).
@@ -166,16 +167,25 @@ func (s *Shard) unreplicate(o *owned, err error) {
 	o.catchup = nil
 }
 
-// proposeProduce serves a produce on a replicated partition: only the
-// leader proposes; the ack comes when the batch is committed by a quorum
-// and applied here.
-func (s *Shard) proposeProduce(o *owned, f Frame) {
+// notLeader answers f on a follower: "not leader" with the leader's id,
+// or "retry here" while no leader is known.
+func (s *Shard) notLeader(o *owned, f Frame) {
+	if lead := o.grp.Leader(); lead != 0 && lead != s.cfg.Replication.Node {
+		s.answer(f, Response{Err: &NotLeaderError{Leader: lead}})
+	} else {
+		s.deny(f, metrics.DenyNoLeader, errNoLeader)
+	}
+}
+
+// propose serves a write on a replicated partition — a produce, a
+// consumer offset, a truncation or a purge: only the leader proposes; the
+// answer comes when the entry is committed by a quorum and applied here,
+// so every replica applies the same writes in the same order (consumer
+// offsets and truncations included: they survive the loss of the node
+// that took them).
+func (s *Shard) propose(o *owned, f Frame) {
 	if !o.grp.IsLeader() {
-		if lead := o.grp.Leader(); lead != 0 {
-			s.answer(f, Response{Err: &NotLeaderError{Leader: lead}})
-		} else {
-			s.deny(f, metrics.DenyNoLeader, errNoLeader)
-		}
+		s.notLeader(o, f)
 		return
 	}
 	if len(o.proposeBuf) == 0 {
@@ -185,10 +195,71 @@ func (s *Shard) proposeProduce(o *owned, f Frame) {
 	s.proposed++
 }
 
-// flushProposals proposes every buffered produce of each partition as one
+// readReplicated serves a read of a replicated partition. A read asking
+// for the leader (Request.FromLeader) is served only by a leader that has
+// applied an entry of its own term: before that, entries an earlier leader
+// acknowledged may be committed but not yet applied here, and serving
+// would hide acknowledged writes.
+func (s *Shard) readReplicated(o *owned, f Frame) bool {
+	if !f.Req.FromLeader {
+		return false
+	}
+	switch {
+	case !o.grp.IsLeader():
+		s.notLeader(o, f)
+	case !o.grp.LeaderReady() || o.catchup != nil:
+		s.deny(f, metrics.DenyNoLeader, errLeaderNotReady)
+	default:
+		return false
+	}
+	return true
+}
+
+// Kinds of the operations a replicated entry carries.
+const (
+	entryProduce     byte = 1 // producer u64, seq u64, len u32, batch
+	entryStoreOffset byte = 2 // offset u64, len u8, consumer
+	entryTruncate    byte = 3 // offset u64
+	entryPurge       byte = 4
+)
+
+// appendOp encodes f's operation into an entry.
+func appendOp(data []byte, f Frame) ([]byte, error) {
+	r := f.Req
+	switch r.Op {
+	case OpProduce:
+		data = append(data, entryProduce)
+		data = binary.LittleEndian.AppendUint64(data, r.Producer)
+		data = binary.LittleEndian.AppendUint64(data, r.Seq)
+		lenAt := len(data)
+		data = append(data, 0, 0, 0, 0)
+		data, err := partition.EncodeBatch(data, r.Messages)
+		if err != nil {
+			return data, err
+		}
+		binary.LittleEndian.PutUint32(data[lenAt:], uint32(len(data)-lenAt-4))
+		return data, nil
+	case OpStoreOffset:
+		if len(r.Consumer) > 255 {
+			return data, errors.New("parkway: consumer name longer than 255 bytes")
+		}
+		data = append(data, entryStoreOffset)
+		data = binary.LittleEndian.AppendUint64(data, r.Offset)
+		data = append(data, byte(len(r.Consumer)))
+		return append(data, r.Consumer...), nil
+	case OpTruncate:
+		data = append(data, entryTruncate)
+		return binary.LittleEndian.AppendUint64(data, r.Offset), nil
+	case OpPurge:
+		return append(data, entryPurge), nil
+	}
+	return data, fmt.Errorf("parkway: op %v is not replicated", r.Op)
+}
+
+// flushProposals proposes every buffered write of each partition as one
 // raft entry: concurrent producers share the entry's round of consensus,
 // as they share an fsync in a commit group. It runs when the inbox is
-// momentarily empty or enough produces are buffered.
+// momentarily empty or enough writes are buffered.
 func (s *Shard) flushProposals() {
 	list := s.proposing
 	s.proposing = nil
@@ -201,33 +272,33 @@ func (s *Shard) flushProposals() {
 		}
 		if !o.grp.IsLeader() {
 			for _, f := range frames {
-				s.proposeProduce(o, f) // answers "not leader" / "no leader"
+				s.notLeader(o, f)
 			}
 			continue
 		}
 		data := binary.LittleEndian.AppendUint32(nil, uint32(len(frames)))
-		var err error
+		kept := frames[:0]
 		for _, f := range frames {
-			data = binary.LittleEndian.AppendUint64(data, f.Req.Producer)
-			data = binary.LittleEndian.AppendUint64(data, f.Req.Seq)
-			lenAt := len(data)
-			data = append(data, 0, 0, 0, 0)
-			if data, err = partition.EncodeBatch(data, f.Req.Messages); err != nil {
-				break
+			next, err := appendOp(data, f)
+			if err != nil {
+				s.answer(f, Response{Err: err}) // bad input: never proposed
+				continue
 			}
-			binary.LittleEndian.PutUint32(data[lenAt:], uint32(len(data)-lenAt-4))
+			data = next
+			kept = append(kept, f)
 		}
-		var id uint64
-		if err == nil {
-			id, err = o.grp.Propose(data)
+		if len(kept) == 0 {
+			continue
 		}
+		binary.LittleEndian.PutUint32(data, uint32(len(kept)))
+		id, err := o.grp.Propose(data)
 		if err != nil {
-			for _, f := range frames {
+			for _, f := range kept {
 				s.answer(f, Response{Err: fmt.Errorf("%w: %w", ErrRetry, err)})
 			}
 			continue
 		}
-		o.pending[id] = frames
+		o.pending[id] = kept
 		s.markReady(o)
 	}
 }
@@ -381,26 +452,81 @@ func (h groupHandler) apply(index, id uint64, payload []byte) error {
 	n := int(binary.LittleEndian.Uint32(payload))
 	rest := payload[4:]
 	for i := range n {
-		if len(rest) < 20 {
-			return fmt.Errorf("apply index %d: produce %d truncated", index, i)
-		}
-		key := produceKey{binary.LittleEndian.Uint64(rest), binary.LittleEndian.Uint64(rest[8:])}
-		size := int(binary.LittleEndian.Uint32(rest[16:]))
-		if len(rest)-20 < size {
-			return fmt.Errorf("apply index %d: produce %d truncated", index, i)
-		}
-		batch := rest[20 : 20+size]
-		rest = rest[20+size:]
 		var f Frame
 		waiting := i < len(frames)
 		if waiting {
 			f = frames[i]
 		}
-		if err := h.applyOne(index, key, batch, f, waiting); err != nil {
+		var err error
+		if rest, err = h.applyOp(index, rest, f, waiting); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// applyOp applies the operation at the head of rest and returns what
+// follows it.
+func (h groupHandler) applyOp(index uint64, rest []byte, f Frame, waiting bool) ([]byte, error) {
+	truncated := fmt.Errorf("apply index %d: operation truncated", index)
+	if len(rest) < 1 {
+		return nil, truncated
+	}
+	kind, rest := rest[0], rest[1:]
+	o := h.o
+	switch kind {
+	case entryProduce:
+		if len(rest) < 20 {
+			return nil, truncated
+		}
+		key := produceKey{binary.LittleEndian.Uint64(rest), binary.LittleEndian.Uint64(rest[8:])}
+		size := int(binary.LittleEndian.Uint32(rest[16:]))
+		if len(rest)-20 < size {
+			return nil, truncated
+		}
+		return rest[20+size:], h.applyOne(index, key, rest[20:20+size], f, waiting)
+	case entryStoreOffset:
+		if len(rest) < 9 || len(rest)-9 < int(rest[8]) {
+			return nil, truncated
+		}
+		off := binary.LittleEndian.Uint64(rest)
+		consumer := string(rest[9 : 9+int(rest[8])])
+		err := o.p.StoreConsumerOffset(consumer, off)
+		if err == nil {
+			o.setConsumer(consumer, off)
+		}
+		h.answered(f, waiting, Response{Err: err, Offset: off})
+		return rest[9+int(rest[8]):], nil
+	case entryTruncate, entryPurge:
+		off := o.cursor
+		if kind == entryTruncate {
+			if len(rest) < 8 {
+				return nil, truncated
+			}
+			off, rest = binary.LittleEndian.Uint64(rest), rest[8:]
+		}
+		// Judged against the replicated log's end, not the local log's,
+		// so every replica decides alike.
+		var err error
+		if off > o.cursor {
+			err = fmt.Errorf("%w: truncate before %d past the log's end %d", partition.ErrOffsetOutOfRange, off, o.cursor)
+		} else {
+			if off > o.start {
+				o.start = off
+			}
+			err = o.p.TruncateBefore(min(off, o.p.NextOffset()))
+		}
+		h.answered(f, waiting, Response{Err: err, Offset: o.start})
+		return rest, nil
+	}
+	return nil, fmt.Errorf("apply index %d: unknown operation %d", index, kind)
+}
+
+// answered answers a waiting frame.
+func (h groupHandler) answered(f Frame, waiting bool, r Response) {
+	if waiting {
+		h.s.answer(f, r)
+	}
 }
 
 // applyOne applies one produce of a committed entry. The replicated state
@@ -478,11 +604,12 @@ func (h groupHandler) ApplySnapshot(index uint64, data []byte) error {
 		}
 		c.deferred = kept
 	}
+	h.s.m.RaftSnapshots.Inc()
 	if have := o.p.NextOffset(); have < o.cursor {
 		h.s.startCatchUp(o, o.cursor)
+		return nil
 	}
-	h.s.m.RaftSnapshots.Inc()
-	return nil
+	return o.settle()
 }
 
 // LeaderChanged fails the produces this node proposed as leader: their

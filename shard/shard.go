@@ -565,9 +565,16 @@ func (s *Shard) serveOwned(o *owned, f Frame) {
 		s.fenceFailed(o, f)
 		return
 	}
-	if f.Req.Op == OpProduce && o.grp != nil {
-		s.proposeProduce(o, f)
-		return
+	if o.grp != nil {
+		switch f.Req.Op {
+		case OpProduce, OpStoreOffset, OpTruncate, OpPurge:
+			s.propose(o, f)
+			return
+		case OpPoll, OpGetOffset:
+			if s.readReplicated(o, f) {
+				return
+			}
+		}
 	}
 	if f.Req.Op == OpProduce {
 		first, err := o.p.Append(f.Req.Messages)

@@ -128,12 +128,13 @@ func run() error {
 	return nil
 }
 
-// readAll polls a survivor until it holds want messages (it may still be
-// applying the last commits) or the context ends.
+// readAll polls a node's own replica until it holds want messages (it may
+// still be applying the last commits) or the context ends.
 func readAll(ctx context.Context, n *parkway.Node, stream, topic uint32, want int) ([]string, error) {
 	for {
 		var out []string
-		b, err := n.Poll(ctx, stream, topic, 0, parkway.AtOffset(0), want+1)
+		// Local: read this node's own replica, not the leader's.
+		b, err := n.Poll(ctx, stream, topic, 0, parkway.AtOffset(0).Local(), want+1)
 		if err != nil {
 			return nil, err
 		}

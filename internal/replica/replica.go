@@ -64,9 +64,11 @@ type Group struct {
 	disk    *Disk
 	cs      *raftpb.ConfState // the voters as of the last applied entry
 	applied uint64
-	snap    uint64 // index of the latest snapshot
-	nextID  uint64
-	lead    uint64
+	// appliedTerm is the term of the last entry applied.
+	appliedTerm uint64
+	snap        uint64 // index of the latest snapshot
+	nextID      uint64
+	lead        uint64
 }
 
 var (
@@ -132,7 +134,7 @@ func New(cfg Config) (*Group, error) {
 		return nil, err
 	}
 	g.snap = rec.Snapshot.GetMetadata().GetIndex()
-	g.applied = g.snap
+	g.applied, g.appliedTerm = g.snap, rec.Snapshot.GetMetadata().GetTerm()
 	g.cs = rec.Snapshot.GetMetadata().GetConfState()
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:                        cfg.Node,
@@ -235,6 +237,16 @@ func (g *Group) Campaign() error { return g.rn.Campaign() }
 // Leader is the member this one believes leads (0: none known).
 func (g *Group) Leader() uint64 { return g.rn.BasicStatus().Lead }
 
+// LeaderReady reports whether this member leads and has applied an entry
+// of its own term. A new leader learns which entries of earlier terms are
+// committed only by committing one of its own (the empty entry it
+// proposes on election); until it has applied that, entries an earlier
+// leader acknowledged may be missing from its state, so it must not serve
+// reads that promise to include every acknowledged write.
+func (g *Group) LeaderReady() bool {
+	return g.IsLeader() && g.appliedTerm == g.rn.BasicStatus().HardState.GetTerm()
+}
+
 // IsLeader reports whether this member leads.
 func (g *Group) IsLeader() bool { return g.Leader() == g.cfg.Node }
 
@@ -320,6 +332,7 @@ func (g *Group) Handle(h Handler) error {
 			return err
 		}
 		g.snap, g.applied, g.cs = md.GetIndex(), md.GetIndex(), md.GetConfState()
+		g.appliedTerm = md.GetTerm()
 	}
 	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
 		if err := g.storage.SetHardState(rd.HardState); err != nil {
@@ -358,7 +371,7 @@ func (g *Group) Handle(h Handler) error {
 				return err
 			}
 		}
-		g.applied = e.GetIndex()
+		g.applied, g.appliedTerm = e.GetIndex(), e.GetTerm()
 	}
 	g.rn.Advance(rd)
 	return nil
