@@ -2,6 +2,7 @@ package parkway_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -193,8 +194,29 @@ func TestClusterSnapshotCatchUp(t *testing.T) {
 
 		c.stop(3)
 		want = append(want, c.produce(1, s, tp, "b", 1500)...)
-		reg3 := registry(t, c.start(3))
-		c.converged(s, tp, want)
+		// Replicated writes the snapshot must carry: a consumer offset and
+		// a truncation.
+		ctx := context.Background()
+		if err := c.nodes[2].StoreOffset(ctx, "c", s, tp, 0, 1000); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.nodes[2].TruncatePartition(ctx, s, tp, 0, 3); err != nil {
+			t.Fatal(err)
+		}
+		c.produce(1, s, tp, "x", 20) // the log moves past both before node 3 returns
+		n3 := c.start(3)
+		reg3 := registry(t, n3)
+		waitFor(t, "node 3 to catch up", func() bool {
+			b, err := n3.Poll(ctx, s, tp, 0, parkway.AtOffset(1524).Local(), 10)
+			return err == nil && len(b.Messages) == 1
+		})
+		if _, err := n3.Poll(ctx, s, tp, 0, parkway.AtOffset(2).Local(), 1); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
+			t.Fatalf("node 3 serves an offset truncated while it was away: %v", err)
+		}
+		b, err := n3.Poll(ctx, s, tp, 0, parkway.AtConsumer("c").Local(), 1)
+		if err != nil || len(b.Messages) != 1 || b.Messages[0].Offset != 1000 {
+			t.Fatalf("node 3's copy of the consumer offset: %v %v", payloads(b.Messages), err)
+		}
 		if v := metricValue(t, reg3, "parkway_raft_snapshots_installed_total"); v == 0 {
 			t.Fatal("the lagging replica caught up without a snapshot: the leader's log was not compacted")
 		}
@@ -203,9 +225,12 @@ func TestClusterSnapshotCatchUp(t *testing.T) {
 		}
 		// The catch-up is durable: a restart keeps it.
 		c.stop(3)
-		c.start(3)
-		want = append(want, c.produce(2, s, tp, "c", 3)...)
-		c.converged(s, tp, want)
+		n3 = c.start(3)
+		c.produce(2, s, tp, "c", 3)
+		waitFor(t, "node 3 after its restart", func() bool {
+			b, err := n3.Poll(ctx, s, tp, 0, parkway.AtOffset(1527).Local(), 10)
+			return err == nil && len(b.Messages) == 1
+		})
 		for _, id := range c.peers {
 			info, err := c.disks[id].Stat(fmt.Sprintf("/data/streams/%d/topics/%d/partitions/0/raft.log", s, tp))
 			if err != nil {
