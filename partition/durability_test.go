@@ -728,3 +728,53 @@ func TestFileReopenReadErrors(t *testing.T) {
 		mustClose(t, p)
 	}
 }
+
+// A build syncs nothing: the new partition's layout (its incarnation file
+// and directories) is made durable by its first Sync, before any message
+// it holds is. A crash before that leaves a half-built directory that the
+// next Build starts over; after it, synced messages survive.
+func TestBuildDefersLayoutSync(t *testing.T) {
+	mem := vfs.NewMem()
+	log := &errorfs.Log{}
+	s := newFileStore(t, partition.FileConfig{Dir: "/data", FS: errorfs.New(mem, log)})
+	ns := mustNS(t, 4, 5, 6)
+	p := mustBuild(t, s, ns, 3)
+	for _, op := range log.Ops() {
+		if op.Kind == errorfs.OpSync || op.Kind == errorfs.OpSyncDir {
+			t.Fatalf("Build synced %s %s", op.Kind, op.Path)
+		}
+	}
+	mustAppend(t, p, batch(0, 2, 10))
+
+	// Power loss before any Sync: the directory is half-built, the next
+	// Build starts it over, empty.
+	q := mustBuild(t, newFileStore(t, partition.FileConfig{Dir: "/data", FS: mem.Crash()}), ns, 3)
+	if q.NextOffset() != 0 {
+		t.Fatalf("unsynced partition came back with %d messages", q.NextOffset())
+	}
+	mustClose(t, q)
+
+	if err := p.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	synced := map[string]bool{}
+	for _, op := range log.Ops() {
+		if op.Kind == errorfs.OpSyncDir {
+			synced[op.Path] = true
+		}
+	}
+	for _, d := range []string{"/data/streams/4/topics/5/partitions/6", "/data/streams/4/topics/5/partitions",
+		"/data/streams/4/topics/5", "/data/streams", "/data"} {
+		if !synced[d] {
+			t.Fatalf("first Sync did not sync new directory %s (synced %v)", d, synced)
+		}
+	}
+	mustAppend(t, p, batch(2, 1, 10))
+	r := mustBuild(t, newFileStore(t, partition.FileConfig{Dir: "/data", FS: mem.Crash()}), ns, 3)
+	defer mustClose(t, r)
+	if r.NextOffset() != 2 {
+		t.Fatalf("after the first Sync and a power loss: %d messages, want the 2 synced", r.NextOffset())
+	}
+	checkRead(t, r, 0, 10, 2, 10)
+	mustClose(t, p)
+}

@@ -343,6 +343,11 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 			_ = p.closeFiles()
 		}
 	}()
+	if fresh {
+		// The directories whose entries this build changes: the new ones
+		// and the deepest one that existed. syncLayout makes them durable.
+		p.layout, p.layoutPending = s.newDirs(dir), true
+	}
 	for _, sub := range []string{consumersDir, groupsDir} {
 		if err := s.fs.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 			return nil, err
@@ -417,25 +422,34 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 		return nil, err
 	}
 	if fresh {
+		// Nothing is synced here: a build costs no fsync. The layout —
+		// the incarnation file, the new directories — is made durable by
+		// the partition's first Sync (syncLayout), before any message
+		// could be acknowledged as durable. A crash before that leaves at
+		// most a half-built directory, which the next Build starts over.
 		if err := writeIncarnation(s.fs, dir, epoch); err != nil {
 			return nil, err
 		}
-		// Make the new directories themselves durable, up to Dir.
-		for _, d := range []string{filepath.Join(dir, consumersDir), filepath.Join(dir, groupsDir), filepath.Join(dir, "offsets")} {
-			if err := s.fs.SyncDir(d); err != nil {
-				return nil, err
-			}
-		}
-		for d := dir; ; d = filepath.Dir(d) {
-			if err := s.fs.SyncDir(d); err != nil {
-				return nil, err
-			}
-			if d == filepath.Clean(s.cfg.Dir) || d == filepath.Dir(d) {
-				break
-			}
-		}
+		p.layout = append(p.layout, filepath.Join(dir, consumersDir), filepath.Join(dir, groupsDir), filepath.Join(dir, "offsets"))
 	}
 	return p, nil
+}
+
+// newDirs lists dir and its ancestors up to the first that exists (or
+// Dir), deepest first: after MkdirAll(dir) these are the directories
+// whose entries changed.
+func (s *FileStore) newDirs(dir string) []string {
+	var out []string
+	root := filepath.Clean(s.cfg.Dir)
+	for d := dir; ; d = filepath.Dir(d) {
+		out = append(out, d)
+		if d == root || d == filepath.Dir(d) {
+			return out
+		}
+		if _, err := s.fs.Stat(d); err == nil {
+			return out
+		}
+	}
 }
 
 // openSealed opens a segment that is no longer written. Unless

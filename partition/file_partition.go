@@ -28,7 +28,11 @@ type filePartition struct {
 	// the first segment's base, whichever is larger.
 	start uint64
 	// synced is the offset below which every message is durable.
-	synced    uint64
+	synced uint64
+	// layoutPending: the partition was just built and its layout (the
+	// incarnation file, the directories in layout) is not durable yet.
+	layout        []string
+	layoutPending bool
 	consumers map[string]uint64
 	buf       []byte // append scratch
 	idxBuf    []byte // index scratch
@@ -79,8 +83,11 @@ func (p *filePartition) createSegment(base uint64) (_ *segment, err error) {
 			return nil, err
 		}
 	}
-	if err = p.fs.SyncDir(p.dir); err != nil {
-		return nil, err
+	// A partition whose layout is pending syncs its directory with it.
+	if !p.layoutPending {
+		if err = p.fs.SyncDir(p.dir); err != nil {
+			return nil, err
+		}
 	}
 	seg.maxTSKnown = true
 	return seg, nil
@@ -221,6 +228,9 @@ func (p *filePartition) writeTail(tail *segment, buf []byte) error {
 	}
 	var syncErr error
 	if err == nil && p.store.cfg.Sync {
+		if err = p.syncLayout(); err != nil {
+			return err // the partition is broken: nothing more is appended
+		}
 		err = tail.log.Sync()
 		syncErr = err
 	}
@@ -246,6 +256,9 @@ func (p *filePartition) Sync() error {
 	if p.broken != nil {
 		return p.broken
 	}
+	if err := p.syncLayout(); err != nil {
+		return err
+	}
 	if p.synced == p.next {
 		return nil
 	}
@@ -253,6 +266,36 @@ func (p *filePartition) Sync() error {
 		return p.fail("fsync", err)
 	}
 	p.synced = p.next
+	return nil
+}
+
+// syncLayout makes a new partition's layout durable: the incarnation
+// file's content, then every directory whose entries the build changed,
+// deepest first (the segment files and the incarnation in the partition
+// directory, the partition directory in its parent, …). Everything that
+// syncs data into the partition runs it first, so a durable message never
+// sits in a directory a crash could lose.
+func (p *filePartition) syncLayout() error {
+	if !p.layoutPending {
+		return nil
+	}
+	f, err := p.fs.OpenFile(filepath.Join(p.dir, incarnationFile), os.O_RDWR, 0)
+	if err != nil {
+		return p.fail("opening the incarnation file", err)
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return p.fail("fsync of the incarnation file", err)
+	}
+	for _, d := range p.layout {
+		if err := p.fs.SyncDir(d); err != nil {
+			return p.fail("fsync of a new directory", err)
+		}
+	}
+	p.layoutPending, p.layout = false, nil
 	return nil
 }
 
@@ -303,6 +346,9 @@ func (p *filePartition) SkipTo(offset uint64) error {
 	if offset <= p.next {
 		return p.TruncateBefore(offset)
 	}
+	if err := p.syncLayout(); err != nil {
+		return err
+	}
 	if p.synced < p.next {
 		if err := p.tail().log.Sync(); err != nil {
 			return p.fail("fsync before skipping offsets", err)
@@ -332,6 +378,9 @@ func (p *filePartition) SkipTo(offset uint64) error {
 // segments wholly below it. The messages below offset are synced first,
 // so the recorded start never points past what a crash leaves of the log.
 func (p *filePartition) advanceStart(offset uint64) error {
+	if err := p.syncLayout(); err != nil {
+		return err
+	}
 	if offset > p.synced {
 		if err := p.Sync(); err != nil {
 			return err
@@ -470,6 +519,9 @@ func (p *filePartition) StoreConsumerOffset(consumer string, offset uint64) erro
 	if offset > p.next {
 		return fmt.Errorf("%w: consumer offset %d past next offset %d", ErrOffsetOutOfRange, offset, p.next)
 	}
+	if err := p.syncLayout(); err != nil {
+		return err
+	}
 	path := filepath.Join(p.dir, consumersDir, consumerFileName(consumer))
 	if err := vfs.WriteFileAtomic(p.fs, path, encodeConsumerOffset(consumer, offset)); err != nil {
 		return err
@@ -496,6 +548,7 @@ func (p *filePartition) Close() error {
 	p.closed = true
 	var errs []error
 	if p.broken == nil {
+		errs = append(errs, p.syncLayout())
 		tail := p.tail()
 		p.persistIndex(tail)
 		if p.synced < p.next {

@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"os"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -115,6 +116,12 @@ func readIncarnation(fsys vfs.FS, dir string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	// The newline ends the record: without it the write was torn (the
+	// file is written in place at build and synced before anything in
+	// the partition is), and the directory is a half-built one.
+	if len(b) == 0 || b[len(b)-1] != '\n' {
+		return 0, errBadIncarnation
+	}
 	epoch, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
 	if err != nil {
 		return 0, errBadIncarnation
@@ -124,8 +131,20 @@ func readIncarnation(fsys vfs.FS, dir string) (uint64, error) {
 
 var errBadIncarnation = errors.New("partition: unparsable incarnation file")
 
+// writeIncarnation writes the incarnation file of a partition being built,
+// without syncing it: filePartition.syncLayout does, before anything
+// written into the partition is made durable. A crash before that leaves
+// a missing or torn file, which marks the directory half-built.
 func writeIncarnation(fsys vfs.FS, dir string, epoch uint64) error {
-	return vfs.WriteFileAtomic(fsys, filepath.Join(dir, incarnationFile), []byte(strconv.FormatUint(epoch, 10)+"\n"))
+	f, err := fsys.OpenFile(filepath.Join(dir, incarnationFile), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write([]byte(strconv.FormatUint(epoch, 10) + "\n"))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // readStart returns the start offset recorded in dir, 0 if none is.

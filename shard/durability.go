@@ -224,7 +224,11 @@ func opSetDurability(ns metadata.Namespace, d Durability) control {
 			}
 		}
 		if o.grp != nil && o.grp.Disk() != nil {
-			// The raft log carries the acks of a replicated partition.
+			// The raft log carries the acks of a replicated partition; it
+			// lives in the partition's directory, synced with it.
+			if err := o.p.Sync(); err != nil {
+				return err
+			}
 			if err := o.grp.Disk().Sync(); err != nil {
 				return err
 			}

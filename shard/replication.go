@@ -98,6 +98,14 @@ func (s *Shard) replicate(o *owned) error {
 	var disk *replica.Disk
 	if loc, ok := o.p.(partition.Located); ok {
 		fsys, dir := loc.Location()
+		if o.dur.always() {
+			// The raft log lives in the partition's directory: the
+			// directory must be durable before the log's fsyncs mean
+			// anything (a new partition's layout is synced lazily).
+			if err := o.p.Sync(); err != nil {
+				return err
+			}
+		}
 		var err error
 		if disk, err = replica.OpenDisk(fsys, filepath.Join(dir, raftLogName), o.dur.always()); err != nil {
 			return err
