@@ -85,7 +85,6 @@ const (
 	kindCatchUp
 )
 
-
 // cluster is the replicated side of a Node.
 type cluster struct {
 	n    *Node

@@ -395,6 +395,42 @@ func TestFileTruncateDeletesSegments(t *testing.T) {
 	}
 }
 
+// TestFileFirstSyncENOSPC: a build syncs nothing, so a directory fsync
+// that fails surfaces at the partition's first Sync, which makes its
+// layout durable: the Sync fails (the partition is broken, so nothing
+// unsynced is acknowledged), and once space returns a Build of the same
+// incarnation recovers it and its first Sync succeeds.
+func TestFileFirstSyncENOSPC(t *testing.T) {
+	mem := vfs.NewMem()
+	sw := errorfs.NewSwitchFunc(syscall.ENOSPC, func(op errorfs.Op) bool { return op.Kind == errorfs.OpSyncDir })
+	cfg := partition.FileConfig{Dir: "/data", FS: errorfs.New(mem, sw)}
+	s := newFileStore(t, cfg)
+	ns := mustNS(t, 9, 0, 0)
+	sw.Set(true)
+	p := mustBuild(t, s, ns, 2)
+	mustAppend(t, p, batch(0, 3, 100))
+	if err := p.Sync(); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("first Sync while directory fsyncs fail: %v, want ENOSPC", err)
+	}
+	if _, err := p.Append(batch(3, 1, 100)); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Append after the failed first Sync: %v, want the partition broken", err)
+	}
+	_ = p.Close()
+	sw.Set(false)
+	p = mustBuild(t, s, ns, 2)
+	mustAppend(t, p, batch(p.NextOffset(), 1, 100))
+	if err := p.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	n := p.NextOffset()
+	mustClose(t, p)
+	q := mustBuild(t, newFileStore(t, partition.FileConfig{Dir: "/data", FS: mem.Crash()}), ns, 2)
+	defer mustClose(t, q)
+	if q.NextOffset() != n {
+		t.Fatalf("after a power loss: %d messages, want the %d synced", q.NextOffset(), n)
+	}
+}
+
 // TestFileBuildENOSPC runs out of space while building a partition in
 // several ways: Build reports an error matching ENOSPC, and once space
 // returns a Build succeeds (nothing half-built is in its way) and the
@@ -410,7 +446,6 @@ func TestFileBuildENOSPC(t *testing.T) {
 		{"file creation", createOpen, false},
 		{"data writes", func(op errorfs.Op) bool { return op.Kind == errorfs.OpWrite || op.Kind == errorfs.OpWriteAt }, false},
 		{"preallocation", func(op errorfs.Op) bool { return op.Kind == errorfs.OpPreallocate }, true},
-		{"directory fsync", func(op errorfs.Op) bool { return op.Kind == errorfs.OpSyncDir }, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			mem := vfs.NewMem()

@@ -346,8 +346,15 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 	if fresh {
 		// The directories whose entries this build changes: the new ones
 		// and the deepest one that existed. syncLayout makes them durable.
-		p.layout, p.layoutPending = s.newDirs(dir), true
+		p.layout = s.newDirs(dir)
+	} else {
+		// An existing directory may come from a build whose layout never
+		// became durable (its first Sync failed, or it was never synced
+		// before the process stopped): the first Sync makes sure, once,
+		// for every directory up to Dir.
+		p.layout = s.ancestors(dir)
 	}
+	p.layoutPending = true
 	for _, sub := range []string{consumersDir, groupsDir} {
 		if err := s.fs.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 			return nil, err
@@ -421,6 +428,7 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 	if p.consumers, err = loadConsumerOffsets(s.fs, filepath.Join(dir, consumersDir), p.next); err != nil {
 		return nil, err
 	}
+	p.layout = append(p.layout, filepath.Join(dir, consumersDir), filepath.Join(dir, groupsDir), filepath.Join(dir, "offsets"))
 	if fresh {
 		// Nothing is synced here: a build costs no fsync. The layout —
 		// the incarnation file, the new directories — is made durable by
@@ -430,7 +438,6 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 		if err := writeIncarnation(s.fs, dir, epoch); err != nil {
 			return nil, err
 		}
-		p.layout = append(p.layout, filepath.Join(dir, consumersDir), filepath.Join(dir, groupsDir), filepath.Join(dir, "offsets"))
 	}
 	return p, nil
 }
@@ -447,6 +454,18 @@ func (s *FileStore) newDirs(dir string) []string {
 			return out
 		}
 		if _, err := s.fs.Stat(d); err == nil {
+			return out
+		}
+	}
+}
+
+// ancestors lists dir and its ancestors up to Dir, deepest first.
+func (s *FileStore) ancestors(dir string) []string {
+	var out []string
+	root := filepath.Clean(s.cfg.Dir)
+	for d := dir; ; d = filepath.Dir(d) {
+		out = append(out, d)
+		if d == root || d == filepath.Dir(d) {
 			return out
 		}
 	}

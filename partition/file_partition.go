@@ -33,10 +33,10 @@ type filePartition struct {
 	// incarnation file, the directories in layout) is not durable yet.
 	layout        []string
 	layoutPending bool
-	consumers map[string]uint64
-	buf       []byte // append scratch
-	idxBuf    []byte // index scratch
-	closed    bool
+	consumers     map[string]uint64
+	buf           []byte // append scratch
+	idxBuf        []byte // index scratch
+	closed        bool
 	// broken is set when a failed append could not be rolled back (the
 	// file may hold bytes past the logical end; appending over them could
 	// leave a stale record that a reopen would resurrect) or when an fsync

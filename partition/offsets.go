@@ -1,13 +1,13 @@
 package partition
 
 import (
-	"os"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
