@@ -155,18 +155,26 @@ func BenchmarkDurability(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N*100)/b.Elapsed().Seconds(), "msgs/s")
 	})
-	for _, producers := range []int{1, 8, 64} {
-		b.Run(fmt.Sprintf("always/producers=%d", producers), func(b *testing.B) {
+	for _, c := range []struct {
+		policy    parkway.FsyncPolicy
+		producers int
+	}{{parkway.FsyncAlways, 1}, {parkway.FsyncAlways, 8}, {parkway.FsyncAlways, 64}, {parkway.FsyncNever, 64}} {
+		producers := c.producers
+		b.Run(fmt.Sprintf("%v/producers=%d", c.policy, producers), func(b *testing.B) {
 			syncs := errorfs.OnIndex(-1, nil, errorfs.OpSync)
-			n, s := durableNode(b, syncs)
-			tp, err := n.CreateTopic(context.Background(), s, "always", 1, parkway.WithFsync(parkway.FsyncAlways, 0))
+			writes := errorfs.OnIndex(-1, nil, errorfs.OpWriteAt)
+			n, s := durableNode(b, errorfs.InjectorFunc(func(op errorfs.Op) error {
+				_ = syncs.MaybeError(op)
+				return writes.MaybeError(op)
+			}))
+			tp, err := n.CreateTopic(context.Background(), s, "t", 1, parkway.WithFsync(c.policy, 0))
 			if err != nil {
 				b.Fatal(err)
 			}
 			if _, err := n.Produce(context.Background(), s, tp, parkway.PartitionID(0), parkway.Message{Payload: payload}); err != nil {
 				b.Fatal(err)
 			}
-			before := syncs.Count()
+			before, writesBefore := syncs.Count(), writes.Count()
 			var next atomic.Int64
 			b.ResetTimer()
 			var wg sync.WaitGroup
@@ -185,6 +193,9 @@ func BenchmarkDurability(b *testing.B) {
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 			if fsyncs := syncs.Count() - before; fsyncs > 0 {
 				b.ReportMetric(float64(b.N)/float64(fsyncs), "msgs/fsync")
+			}
+			if w := writes.Count() - writesBefore; w > 0 {
+				b.ReportMetric(float64(b.N)/float64(w), "msgs/write")
 			}
 		})
 	}

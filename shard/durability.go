@@ -38,6 +38,10 @@ type owned struct {
 	// deadline is when an interval-policy partition must be synced by.
 	deadline time.Time
 
+	// appendBuf holds produces queued to be appended together (see
+	// coalesce.go).
+	appendBuf []Frame
+
 	// Replication (nil grp on a single node): the partition's raft group,
 	// the produces this node proposed by proposal id, and whether the
 	// group is queued for processReady.

@@ -132,19 +132,22 @@ type Shard struct {
 
 	// Pump-owned state: touched only by the pump goroutine (or, in Manual
 	// mode, by the driver's goroutine, which is the pump).
-	owned      map[metadata.Namespace]*owned
-	pending    []pendingAck                  // acks waiting for the group's fsync
-	syncTimer  clock.Timer                   // interval-policy fsync timer, armed while needed
-	syncAt     time.Time                     // when syncTimer fires; zero when disarmed
-	replicated map[metadata.Namespace]*owned // owned partitions with a raft group
-	proposing  []*owned                      // partitions with buffered produces
-	proposed   int                           // produces buffered across them
-	readyList  []*owned                      // groups with work for processReady
-	raftTimer  clock.Timer
-	tickArmed  bool
-	tombstoned map[metadata.Namespace]uint64 // ns → epoch being torn down
-	park       *parkBuffer
-	pass       uint64 // sweeps applied
+	owned        map[metadata.Namespace]*owned
+	pending      []pendingAck                  // acks waiting for the group's fsync
+	syncTimer    clock.Timer                   // interval-policy fsync timer, armed while needed
+	syncAt       time.Time                     // when syncTimer fires; zero when disarmed
+	replicated   map[metadata.Namespace]*owned // owned partitions with a raft group
+	proposing    []*owned                      // partitions with buffered produces
+	proposed     int                           // produces buffered across them
+	appending    []*owned                      // partitions with produces queued for one Append
+	appendQueued int                           // produces queued across them
+	coalesceBuf  []partition.Message           // scratch for a coalesced batch
+	readyList    []*owned                      // groups with work for processReady
+	raftTimer    clock.Timer
+	tickArmed    bool
+	tombstoned   map[metadata.Namespace]uint64 // ns → epoch being torn down
+	park         *parkBuffer
+	pass         uint64 // sweeps applied
 }
 
 // New returns a shard reading committed metadata from meta and routing
@@ -380,6 +383,9 @@ func (s *Shard) Step() bool {
 
 // runControl applies one control operation, as the pump does.
 func (s *Shard) runControl(c control) {
+	// A control operation may close, evict or re-configure a partition:
+	// queued produces are appended (and answered) first.
+	s.flushAppends()
 	c.apply(s)
 	s.settle()
 }
@@ -460,10 +466,13 @@ func (s *Shard) flushManual(ctx context.Context) error {
 	}
 }
 
-// maybeFlush closes the commit group when nothing else is waiting in the
-// inbox (the pump is about to block, so waiting longer only adds latency)
-// or when the group is full.
+// maybeFlush appends the queued produces and closes the commit group when
+// nothing else is waiting in the inbox (the pump is about to block, so
+// waiting longer only adds latency) or when the group is full.
 func (s *Shard) maybeFlush() {
+	if len(s.appending) > 0 && (len(s.inbox) == 0 || s.appendQueued >= maxGroup) {
+		s.flushAppends()
+	}
 	if len(s.pending) > 0 && (len(s.inbox) == 0 || len(s.pending) >= maxGroup) {
 		s.flushGroup()
 	}
@@ -492,6 +501,7 @@ func (s *Shard) shutdown() {
 	})
 	s.park = newParkBuffer(s.cfg.Park)
 	s.gauges()
+	s.flushAppends()
 	s.flushGroup()
 	for _, o := range s.replicated {
 		s.unreplicate(o, ErrClosed)
@@ -507,6 +517,7 @@ func (s *Shard) shutdown() {
 // handle routes one frame on the pump: serve, fence, forward or park.
 func (s *Shard) handle(f Frame) {
 	if f.Req.Op == opFlush {
+		s.flushAppends()
 		s.flushGroup() // frames before the barrier include their acks
 		s.answer(f, Response{})
 		return
@@ -577,14 +588,19 @@ func (s *Shard) serveOwned(o *owned, f Frame) {
 		}
 	}
 	if f.Req.Op == OpProduce {
-		first, err := o.p.Append(f.Req.Messages)
-		if err != nil {
-			s.answer(f, Response{Err: err})
-			return
+		if coalescible(f.Req.Messages) {
+			s.queueAppend(o, f)
+			if len(s.inbox) == 0 || s.appendQueued >= maxGroup {
+				s.flushAppends() // nothing more to wait for
+			}
+		} else {
+			s.flushAppendsOf(o)
+			s.appendOne(o, f) // answers the bad input alone
 		}
-		s.appended(o, f, Response{Offset: first})
 		return
 	}
+	// Anything else sees the partition with every produce queued before it.
+	s.flushAppendsOf(o)
 	if o.dirty && o.dur.always() {
 		// Never show a reader what has not been acknowledged: close the
 		// group (sync and ack) before reading past it.

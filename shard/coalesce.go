@@ -1,0 +1,80 @@
+package shard
+
+import "github.com/parkway-io/parkway/partition"
+
+// Write coalescing. Produces to one partition that arrive together — the
+// inbox holds several when producers outpace the pump — are appended with
+// one Append call: one record-encoding pass and one write instead of one
+// per produce. They queue while the pump drains its inbox and are
+// appended when it runs dry (settle), when enough are queued, or before
+// anything else touches the partition (a read, a control operation), so
+// no one observes the partition without them and arrival order is kept.
+// Each produce is then answered with its own first offset, through the
+// partition's fsync policy, exactly as if it had been appended alone.
+
+// queueAppend queues f, a produce already admitted to o.
+func (s *Shard) queueAppend(o *owned, f Frame) {
+	if len(o.appendBuf) == 0 {
+		s.appending = append(s.appending, o)
+	}
+	o.appendBuf = append(o.appendBuf, f)
+	s.appendQueued++
+}
+
+// flushAppends appends everything queued, partition by partition.
+func (s *Shard) flushAppends() {
+	for _, o := range s.appending {
+		s.flushAppendsOf(o)
+	}
+	clear(s.appending)
+	s.appending = s.appending[:0]
+	s.appendQueued = 0
+}
+
+// flushAppendsOf appends o's queued produces. A lone produce is appended
+// as is. Several are appended as one batch; if that fails, each is
+// appended alone, so one produce's bad input (or whatever else made the
+// batch fail) is answered to it alone and never costs its neighbours.
+func (s *Shard) flushAppendsOf(o *owned) {
+	frames := o.appendBuf
+	if len(frames) == 0 {
+		return
+	}
+	defer func() {
+		clear(frames)
+		o.appendBuf = frames[:0]
+	}()
+	if len(frames) > 1 {
+		msgs := s.coalesceBuf[:0]
+		for _, f := range frames {
+			msgs = append(msgs, f.Req.Messages...)
+		}
+		first, err := o.p.Append(msgs)
+		clear(msgs)
+		s.coalesceBuf = msgs[:0]
+		if err == nil {
+			for _, f := range frames {
+				s.appended(o, f, Response{Offset: first})
+				first += uint64(len(f.Req.Messages))
+			}
+			return
+		}
+	}
+	for _, f := range frames {
+		s.appendOne(o, f)
+	}
+}
+
+// appendOne appends a single produce and answers it.
+func (s *Shard) appendOne(o *owned, f Frame) {
+	first, err := o.p.Append(f.Req.Messages)
+	if err != nil {
+		s.answer(f, Response{Err: err})
+		return
+	}
+	s.appended(o, f, Response{Offset: first})
+}
+
+// coalescible reports whether a produce may be queued for a batch: a
+// batch of it alone would pass the partition's own checks.
+func coalescible(msgs []partition.Message) bool { return len(msgs) > 0 }

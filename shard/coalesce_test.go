@@ -1,0 +1,96 @@
+package shard
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/parkway-io/parkway/partition"
+)
+
+// appendCounter counts Append calls and refuses batches holding a message
+// whose payload is "bad" (bad input a partition rejects whole).
+type appendCounter struct {
+	partition.Partition
+	calls int
+}
+
+var errBad = errors.New("bad message")
+
+func (c *appendCounter) Append(msgs []partition.Message) (uint64, error) {
+	c.calls++
+	for _, m := range msgs {
+		if string(m.Payload) == "bad" {
+			return 0, errBad
+		}
+	}
+	return c.Partition.Append(msgs)
+}
+
+// Produces queued together in the inbox are appended with one Append and
+// each answered with its own first offset, in arrival order; a poll queued
+// behind them sees them all.
+func TestQueuedProducesShareOneAppend(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	s := h.shards[0]
+	ns, epoch := h.topic("t")
+	p := &appendCounter{Partition: h.build(ns, epoch)}
+	h.insert(s, p)
+	var calls []call
+	for _, m := range []string{"a", "b", "c", "d"} {
+		c := produce(ns, m)
+		if err := s.TrySend(c.f); err != nil {
+			t.Fatal(err)
+		}
+		calls = append(calls, c)
+	}
+	poll := make(chan Response, 1)
+	if err := s.TrySend(Frame{Req: &Request{Op: OpPoll, NS: ns, Count: 10}, Reply: poll}); err != nil {
+		t.Fatal(err)
+	}
+	for len(s.inbox) > 0 {
+		s.handleFrame(<-s.inbox)
+	}
+	if p.calls != 1 {
+		t.Fatalf("4 queued produces took %d appends, want 1", p.calls)
+	}
+	for i, c := range calls {
+		if r := c.answered(t); r.Err != nil || r.Offset != uint64(i) {
+			t.Fatalf("produce %d: %+v", i, r)
+		}
+	}
+	r := <-poll
+	if r.Err != nil || len(r.Messages) != 4 || string(r.Messages[3].Payload) != "d" {
+		t.Fatalf("poll behind the produces: %+v", r)
+	}
+}
+
+// A produce the partition rejects costs its neighbours nothing: the
+// coalesced batch fails, each produce is appended alone, and only the bad
+// one gets the error.
+func TestCoalescedBadInputIsAnsweredAlone(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	s := h.shards[0]
+	ns, epoch := h.topic("t")
+	p := &appendCounter{Partition: h.build(ns, epoch)}
+	h.insert(s, p)
+	var calls []call
+	for _, m := range []string{"a", "bad", "c"} {
+		c := produce(ns, m)
+		if err := s.TrySend(c.f); err != nil {
+			t.Fatal(err)
+		}
+		calls = append(calls, c)
+	}
+	for len(s.inbox) > 0 {
+		s.handleFrame(<-s.inbox)
+	}
+	if r := calls[0].answered(t); r.Err != nil || r.Offset != 0 {
+		t.Fatalf("first produce: %+v", r)
+	}
+	if r := calls[1].answered(t); !errors.Is(r.Err, errBad) {
+		t.Fatalf("bad produce: %+v", r)
+	}
+	if r := calls[2].answered(t); r.Err != nil || r.Offset != 1 {
+		t.Fatalf("third produce: %+v", r)
+	}
+}
