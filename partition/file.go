@@ -428,7 +428,9 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 	if p.consumers, err = loadConsumerOffsets(s.fs, filepath.Join(dir, consumersDir), p.next); err != nil {
 		return nil, err
 	}
-	p.layout = append(p.layout, filepath.Join(dir, consumersDir), filepath.Join(dir, groupsDir), filepath.Join(dir, "offsets"))
+	// offsets/ gained consumers/ and groups/; those two are empty, so the
+	// entry in their parent is all there is to make durable.
+	p.layout = append(p.layout, filepath.Join(dir, "offsets"))
 	if fresh {
 		// Nothing is synced here: a build costs no fsync. The layout —
 		// the incarnation file, the new directories — is made durable by
