@@ -291,3 +291,37 @@ func TestFileBackedNode(t *testing.T) {
 		}
 	})
 }
+
+// ProduceAsync pipelines: many produces are started before any is waited
+// for, each is acknowledged at its own offset, in the order started, and
+// bad input is reported by Wait without costing the others.
+func TestProduceAsyncPipelines(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := open(t, parkway.Config{Shards: 2, InboxSize: 8})
+		s := mustStream(t, n, "s")
+		tp := mustTopic(t, n, s, "t", 1)
+		ctx := ctxFor(t)
+		var pending []*parkway.PendingAck
+		for i := range 100 {
+			pending = append(pending, n.ProduceAsync(ctx, s, tp, parkway.PartitionID(0),
+				parkway.Message{Payload: fmt.Appendf(nil, "m%d", i)}))
+		}
+		bad := n.ProduceAsync(ctx, s, tp, parkway.PartitionID(0))
+		for i, p := range pending {
+			ack, err := p.Wait(ctx)
+			if err != nil || ack.FirstOffset != uint64(i) || ack.Count != 1 {
+				t.Fatalf("produce %d: %+v %v", i, ack, err)
+			}
+			if again, err := p.Wait(ctx); err != nil || again != ack {
+				t.Fatalf("second Wait: %+v %v", again, err)
+			}
+		}
+		if _, err := bad.Wait(ctx); !errors.Is(err, parkway.ErrEmptyBatch) {
+			t.Fatalf("empty async produce: %v", err)
+		}
+		got := readAll(t, n, s, tp, 0)
+		if len(got) != 100 || string(got[99].Payload) != "m99" {
+			t.Fatalf("partition holds %v", payloads(got))
+		}
+	})
+}

@@ -59,14 +59,28 @@ type Ack struct {
 // shard, so a produce right after CreateTopic succeeds. Payloads are copied;
 // the caller may reuse msgs afterwards.
 func (n *Node) Produce(ctx context.Context, stream, topic uint32, to Partitioning, msgs ...Message) (Ack, error) {
-	if err := n.begin(ctx); err != nil {
+	req, part, err := n.prepareProduce(ctx, stream, topic, to, msgs)
+	if err != nil {
 		return Ack{}, err
 	}
+	r, err := n.call(ctx, req, stream, topic, part)
+	if err != nil {
+		return Ack{}, err
+	}
+	return Ack{Partition: part, FirstOffset: r.Offset, Count: len(req.Messages)}, nil
+}
+
+// prepareProduce validates and copies a batch, chooses its partition and
+// resolves its namespace: everything of a produce before it is sent.
+func (n *Node) prepareProduce(ctx context.Context, stream, topic uint32, to Partitioning, msgs []Message) (*shard.Request, uint32, error) {
+	if err := n.begin(ctx); err != nil {
+		return nil, 0, err
+	}
 	if len(msgs) == 0 {
-		return Ack{}, ErrEmptyBatch
+		return nil, 0, ErrEmptyBatch
 	}
 	if len(msgs) > n.cfg.MaxBatchMessages {
-		return Ack{}, fmt.Errorf("%w: %d messages > %d", ErrBatchTooLarge, len(msgs), n.cfg.MaxBatchMessages)
+		return nil, 0, fmt.Errorf("%w: %d messages > %d", ErrBatchTooLarge, len(msgs), n.cfg.MaxBatchMessages)
 	}
 	// The batch is copied so timestamps can be set without writing to the
 	// caller's slice; payload bytes are copied later by the partition.
@@ -78,7 +92,7 @@ func (n *Node) Produce(ctx context.Context, stream, topic uint32, to Partitionin
 			size += len(h.Key) + len(h.Value)
 		}
 		if size > n.cfg.MaxMessageSize {
-			return Ack{}, fmt.Errorf("%w: message %d is %d bytes > %d", ErrMessageTooLarge, i, size, n.cfg.MaxMessageSize)
+			return nil, 0, fmt.Errorf("%w: message %d is %d bytes > %d", ErrMessageTooLarge, i, size, n.cfg.MaxMessageSize)
 		}
 		batch[i] = msgs[i]
 		batch[i].Offset = 0
@@ -96,17 +110,63 @@ func (n *Node) Produce(ctx context.Context, stream, topic uint32, to Partitionin
 		return err
 	})
 	if err != nil {
-		return Ack{}, err
+		return nil, 0, err
 	}
 	req := &shard.Request{Op: shard.OpProduce, NS: ns, Messages: batch}
 	if n.cluster != nil {
 		req.Producer, req.Seq = n.cluster.producer, n.cluster.seq.Add(1)
 	}
-	r, err := n.call(ctx, req, stream, topic, part)
+	return req, part, nil
+}
+
+// PendingAck is a produce started by ProduceAsync.
+type PendingAck struct {
+	n                   *Node
+	f                   shard.Frame
+	reply               chan shard.Response
+	sent                error
+	stream, topic, part uint32
+	done                bool
+	ack                 Ack
+	err                 error
+}
+
+// ProduceAsync starts a produce and returns without waiting for its
+// acknowledgement: pipelining without a goroutine per message. It returns
+// once the batch is queued at the partition's shard (a full inbox makes it
+// wait, bounded by ctx and RequestTimeout: backpressure). Wait returns the
+// outcome. The semantics are Produce's: Wait retries "retry here" answers
+// and follows "not leader" hints as Produce does.
+//
+// Produces started from one goroutine to one partition are appended in the
+// order they were started, except one that had to be retried: it is sent
+// again when it is waited for, after the others.
+func (n *Node) ProduceAsync(ctx context.Context, stream, topic uint32, to Partitioning, msgs ...Message) *PendingAck {
+	req, part, err := n.prepareProduce(ctx, stream, topic, to, msgs)
 	if err != nil {
-		return Ack{}, err
+		return &PendingAck{done: true, err: err}
 	}
-	return Ack{Partition: part, FirstOffset: r.Offset, Count: len(batch)}, nil
+	p := &PendingAck{n: n, reply: make(chan shard.Response, 1), stream: stream, topic: topic, part: part}
+	p.f = shard.Frame{Req: req, Reply: p.reply}
+	p.sent = n.dispatch(ctx, p.f)
+	return p
+}
+
+// Wait returns the produce's acknowledgement or error, waiting for it
+// (and retrying) within ctx and RequestTimeout. Every later call returns
+// the same. A Wait ended by ctx returns ctx's error, as Produce does: the
+// produce may or may not have been applied. A PendingAck is not safe for
+// concurrent use.
+func (p *PendingAck) Wait(ctx context.Context) (Ack, error) {
+	if p.done {
+		return p.ack, p.err
+	}
+	r, err := p.n.await(ctx, p.f, p.reply, p.sent, p.stream, p.topic, p.part)
+	p.done, p.err = true, err
+	if err == nil {
+		p.ack = Ack{Partition: p.part, FirstOffset: r.Offset, Count: len(p.f.Req.Messages)}
+	}
+	return p.ack, p.err
 }
 
 // choose applies a Partitioning against the committed partition count.

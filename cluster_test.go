@@ -364,3 +364,31 @@ func TestClusterReadsAndPartitionWritesAreReplicated(t *testing.T) {
 		}
 	})
 }
+
+// ProduceAsync through a follower: each produce is answered "not leader"
+// and forwarded when it is waited for; all are acknowledged, in order.
+func TestClusterProduceAsyncThroughFollower(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, nodes := threeNodes(t)
+		ctx := context.Background()
+		s := mustStream(t, nodes[1], "s")
+		tp := mustTopic(t, nodes[1], s, "t", 1)
+		mustProduce(t, nodes[1], s, tp, parkway.PartitionID(0), "warm")
+		leader, err := nodes[1].Leader(ctx, s, tp, 0)
+		if err != nil || leader == 0 {
+			t.Fatalf("leader %d: %v", leader, err)
+		}
+		follower := others(leader)[0]
+		var pending []*parkway.PendingAck
+		for i := range 20 {
+			pending = append(pending, nodes[follower].ProduceAsync(ctx, s, tp, parkway.PartitionID(0),
+				parkway.Message{Payload: fmt.Appendf(nil, "m%d", i)}))
+		}
+		for i, p := range pending {
+			ack, err := p.Wait(ctx)
+			if err != nil || ack.FirstOffset != uint64(i+1) {
+				t.Fatalf("async produce %d through a follower: %+v %v", i, ack, err)
+			}
+		}
+	})
+}

@@ -90,3 +90,37 @@ func ExampleNode_Produce() {
 	// partition 1 @2: alice: checkout
 	// partition 1 @3: alice: pay
 }
+
+// ProduceAsync pipelines produces without a goroutine each: start many,
+// then wait for their acknowledgements in order.
+func ExampleNode_ProduceAsync() {
+	node, err := parkway.Open(parkway.Config{Shards: 2})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer node.Close()
+	ctx := context.Background()
+	stream, err := node.CreateStream(ctx, "orders")
+	if err != nil {
+		log.Fatal(err)
+	}
+	topic, err := node.CreateTopic(ctx, stream, "created", 1)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	var pending []*parkway.PendingAck
+	for i := range 1000 {
+		pending = append(pending, node.ProduceAsync(ctx, stream, topic, parkway.PartitionID(0),
+			parkway.Message{Payload: fmt.Appendf(nil, "order-%d", i)}))
+	}
+	var last parkway.Ack
+	for _, p := range pending {
+		if last, err = p.Wait(ctx); err != nil {
+			log.Fatal(err)
+		}
+	}
+	fmt.Println("acknowledged up to offset", last.FirstOffset)
+	// Output:
+	// acknowledged up to offset 999
+}

@@ -371,6 +371,40 @@ func (n *Node) resolve(stream, topic, part uint32) (metadata.Namespace, error) {
 func (n *Node) call(ctx context.Context, req *shard.Request, stream, topic, part uint32) (shard.Response, error) {
 	reply := make(chan shard.Response, 1)
 	f := shard.Frame{Req: req, Reply: reply}
+	return n.await(ctx, f, reply, n.dispatch(ctx, f), stream, topic, part)
+}
+
+// dispatch hands f to the owner shard of its namespace. A full inbox is
+// backpressure: it waits for room (bounded by the request deadline) rather
+// than retrying on a timer.
+func (n *Node) dispatch(ctx context.Context, f shard.Frame) error {
+	if n.closed.Load() {
+		return ErrClosed
+	}
+	owner, err := n.router.Send(f.Req.NS, f)
+	if err == nil {
+		return nil
+	}
+	n.countSendFailure(f.Req, err)
+	switch {
+	case errors.Is(err, router.ErrFull):
+		wctx, cancel := n.deadline(ctx)
+		err = n.shards[owner].Send(wctx, f)
+		cancel()
+		if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+			err = fmt.Errorf("%w: inbox full until the deadline", ErrRetry)
+		}
+	case errors.Is(err, router.ErrDisconnected) && n.closed.Load():
+		return ErrClosed
+	}
+	return err
+}
+
+// await completes a call whose first attempt dispatch made (sent is its
+// result): it waits for the answer and retries "retry here" answers in
+// place, following "not leader" hints, as call documents.
+func (n *Node) await(ctx context.Context, f shard.Frame, reply <-chan shard.Response, sent error, stream, topic, part uint32) (shard.Response, error) {
+	req, err := f.Req, sent
 	var (
 		deadline time.Time
 		pause    = n.cfg.RetryBackoffMin
@@ -382,25 +416,8 @@ func (n *Node) call(ctx context.Context, req *shard.Request, stream, topic, part
 		}
 	}()
 	for {
-		if n.closed.Load() {
+		if errors.Is(err, ErrClosed) {
 			return shard.Response{}, ErrClosed
-		}
-		owner, err := n.router.Send(req.NS, f)
-		if err != nil {
-			n.countSendFailure(req, err)
-			switch {
-			case errors.Is(err, router.ErrFull):
-				// Backpressure: wait for room in the owner's inbox (bounded
-				// by the request deadline) rather than retrying on a timer.
-				wctx, cancel := n.deadline(ctx)
-				err = n.shards[owner].Send(wctx, f)
-				cancel()
-				if err != nil && ctx.Err() == nil && wctx.Err() != nil {
-					err = fmt.Errorf("%w: inbox full until the deadline", ErrRetry)
-				}
-			case errors.Is(err, router.ErrDisconnected) && n.closed.Load():
-				return shard.Response{}, ErrClosed
-			}
 		}
 		if err == nil {
 			select {
@@ -475,6 +492,7 @@ func (n *Node) call(ctx context.Context, req *shard.Request, stream, topic, part
 			return shard.Response{}, rerr
 		}
 		req.NS = ns
+		err = n.dispatch(ctx, f)
 	}
 }
 
