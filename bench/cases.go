@@ -130,11 +130,11 @@ const (
 func cases(sz SetSizes) []caseSpec {
 	all := []caseSpec{
 		{id: "1", key: "produce-wait", title: "produce and wait, one message per call", payload: 100,
-			count: sz.ProduceWait, parts: 1, metrics: []metric{msgsPerSec, p50, p99, allocsPerMsg}, run: runProduceWait},
+			count: sz.ProduceWait, parts: 1, metrics: []metric{msgsPerSec, p50, p99, allocsPerMsg}, run: asCase(runProduceWait)},
 		{id: "2", key: "pipelined", title: "pipelined produce, 4,096 outstanding", payload: 100,
-			count: sz.Pipelined, parts: 1, metrics: []metric{msgsPerSec, mbPerSec, allocsPerMsg}, run: runPipelined},
+			count: sz.Pipelined, parts: 1, metrics: []metric{msgsPerSec, mbPerSec, allocsPerMsg}, run: asCase(runPipelined)},
 		{id: "3", key: "batch", title: "batched produce, 100 messages per call", payload: 100,
-			count: sz.Batch, parts: 1, metrics: []metric{msgsPerSec, mbPerSec, allocsPerMsg}, run: runBatch},
+			count: sz.Batch, parts: 1, metrics: []metric{msgsPerSec, mbPerSec, allocsPerMsg}, run: asCase(runBatch)},
 		{id: "4", key: "partitions", title: "8 partitions, 8 goroutines, one message per call", payload: 100,
 			count: sz.Partitions, parts: concurrent, metrics: []metric{msgsPerSec, allocsPerMsg}, run: runPartitions},
 		{id: "5", key: "consume", title: "consume from offset 0, 1,000 per call", payload: 100,
@@ -142,9 +142,9 @@ func cases(sz SetSizes) []caseSpec {
 		{id: "6", key: "convergence", title: "create a topic and produce at once: time to first ack", payload: 100,
 			count: sz.Topics, parts: 0, metrics: []metric{p50, p99}, run: runConvergence},
 		{id: "7", key: "pipelined-1KiB", title: "case 2 with 1 KiB payloads", payload: 1 << 10,
-			count: sz.Pipelined1K, parts: 1, metrics: []metric{msgsPerSec, mbPerSec}, run: runPipelined},
+			count: sz.Pipelined1K, parts: 1, metrics: []metric{msgsPerSec, mbPerSec}, run: asCase(runPipelined)},
 		{id: "7", key: "pipelined-64KiB", title: "case 2 with 64 KiB payloads", payload: 64 << 10,
-			count: sz.Pipelined64K, parts: 1, metrics: []metric{msgsPerSec, mbPerSec}, run: runPipelined},
+			count: sz.Pipelined64K, parts: 1, metrics: []metric{msgsPerSec, mbPerSec}, run: asCase(runPipelined)},
 		{id: "7", key: "consume-1KiB", title: "case 5 with 1 KiB payloads", payload: 1 << 10,
 			count: sz.Consume1K, parts: 1, metrics: []metric{msgsPerSec, mbPerSec}, run: runConsume},
 		{id: "7", key: "consume-64KiB", title: "case 5 with 64 KiB payloads", payload: 64 << 10,
@@ -159,9 +159,14 @@ func cases(sz SetSizes) []caseSpec {
 	return out
 }
 
+// asCase adapts a run function that only produces to caseSpec.run.
+func asCase(run func(context.Context, producer, caseSpec, *meter) error) func(context.Context, instance, caseSpec, *meter) error {
+	return func(ctx context.Context, in instance, c caseSpec, m *meter) error { return run(ctx, in, c, m) }
+}
+
 // runProduceWait is case 1: one message per call, each call waiting for
 // its ack; every call's latency is recorded.
-func runProduceWait(ctx context.Context, in instance, c caseSpec, m *meter) error {
+func runProduceWait(ctx context.Context, in producer, c caseSpec, m *meter) error {
 	payload := make([]byte, c.payload)
 	lat := make([]time.Duration, c.count)
 	if err := m.start(); err != nil {
@@ -180,7 +185,7 @@ func runProduceWait(ctx context.Context, in instance, c caseSpec, m *meter) erro
 
 // runPipelined is case 2 (and case 7's variants): maxPending messages
 // outstanding at a time.
-func runPipelined(ctx context.Context, in instance, c caseSpec, m *meter) error {
+func runPipelined(ctx context.Context, in producer, c caseSpec, m *meter) error {
 	payload := make([]byte, c.payload)
 	if err := m.start(); err != nil {
 		return err
@@ -192,7 +197,7 @@ func runPipelined(ctx context.Context, in instance, c caseSpec, m *meter) error 
 }
 
 // runBatch is case 3: produceBatch messages per call, one call at a time.
-func runBatch(ctx context.Context, in instance, c caseSpec, m *meter) error {
+func runBatch(ctx context.Context, in producer, c caseSpec, m *meter) error {
 	produce := in.batchProducer(0, make([]byte, c.payload), produceBatch)
 	if err := m.start(); err != nil {
 		return err

@@ -18,4 +18,11 @@
 // read back from the running server, and a parkway FsyncInterval topic
 // policy with that interval) and a set with fsync on every write
 // (JetStream's SyncAlways, parkway's FsyncAlways).
+//
+// A last section runs cases 1–3 on three replicas: parkway as three nodes
+// in one process over its in-memory network, against three embedded
+// nats-servers with routes on loopback and a stream of three replicas, in
+// memory (like parkway's replicated nodes, which cannot have a DataDir
+// yet) and, for reference, on file storage. Both acknowledge once a quorum
+// holds the message, and every replica is checked after every run.
 package bench

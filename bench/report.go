@@ -21,8 +21,10 @@ type Report struct {
 	rounds  int
 	limits  []limitResult
 	sets    []setResult
-	started time.Time
-	elapsed time.Duration
+	// replicated is the three-replica section (nil when it did not run).
+	replicated *replResult
+	started    time.Time
+	elapsed    time.Duration
 }
 
 type limitResult struct {
@@ -277,12 +279,15 @@ func (r *Report) Markdown(command string) string {
 		"A cell is the median over the rounds with the range (min–max) in parentheses; "+
 		"the ratio is parkway's median / JetStream's median. Payloads are 100 bytes unless stated. "+
 		"Absolute numbers on a shared machine are noisy: compare ratios within one run.\n\n", r.rounds)
-	b.WriteString(howItRuns)
-	b.WriteString("\n")
+	if len(r.sets) > 0 {
+		b.WriteString(howItRuns)
+		b.WriteString("\n")
+	}
 
 	for _, s := range r.sets {
 		r.writeSet(&b, s)
 	}
+	r.writeReplicated(&b)
 	r.writeLimits(&b)
 	r.writeTargets(&b)
 	return b.String()

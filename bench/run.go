@@ -32,6 +32,8 @@ type SetSizes struct {
 // fsync Always.Batch.
 type Sizes struct {
 	Interval, Always SetSizes
+	// Replicated are the counts of the three-replica section.
+	Replicated ReplicatedSizes
 }
 
 // DefaultSizes keep a full run of 3 rounds under about 10 minutes on a
@@ -50,6 +52,7 @@ func DefaultSizes() Sizes {
 			ProduceWait: 2_000, Pipelined: 10_000, Batch: 10_000, Partitions: 10_000,
 			Topics: 200, Pipelined1K: 5_000, Pipelined64K: 500,
 		},
+		Replicated: ReplicatedSizes{ProduceWait: 10_000, Pipelined: 50_000, Batch: 100_000},
 	}
 }
 
@@ -65,6 +68,7 @@ func QuickSizes() Sizes {
 			ProduceWait: 200, Pipelined: 1_000, Batch: 1_000, Partitions: 1_000,
 			Topics: 20, Pipelined1K: 500, Pipelined64K: 50,
 		},
+		Replicated: ReplicatedSizes{ProduceWait: 1_000, Pipelined: 5_000, Batch: 10_000},
 	}
 }
 
@@ -92,7 +96,7 @@ type Config struct {
 	// Sizes are the message counts (default DefaultSizes).
 	Sizes *Sizes
 	// Filter, when set, runs only the cases whose "<set>/<key>" it matches
-	// (sets: interval, always, limits; keys as in the report).
+	// (sets: interval, always, limits, replicated; keys as in the report).
 	Filter *regexp.Regexp
 	// TempDir is where data directories are created (default
 	// os.TempDir()); each run gets a fresh one, removed after it.
@@ -120,7 +124,8 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if cfg.Sizes != nil {
 		sizes = *cfg.Sizes
 	}
-	if err := errors.Join(sizes.Interval.validate("interval"), sizes.Always.validate("always")); err != nil {
+	if err := errors.Join(sizes.Interval.validate("interval"), sizes.Always.validate("always"),
+		sizes.Replicated.validate()); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	if cfg.Progress == nil {
@@ -208,6 +213,9 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			rep.sets = append(rep.sets, sr)
 		}
 	}
+	if rep.replicated, err = r.runReplicated(ctx, sizes.Replicated); err != nil {
+		return nil, err
+	}
 	rep.started, rep.elapsed = start, time.Since(start)
 	rep.machine.loadEnd = loadAverage()
 	return rep, nil
@@ -266,7 +274,7 @@ func (r *runner) runLimit(ctx context.Context, l limit, count int) (s sample, er
 }
 
 func (r *runner) progress(set, key string, round int, who string, s sample) {
-	line := fmt.Sprintf("%-8s %-18s round %d/%d  %-9s %8.3fs  %s msgs/s", set, key, round, r.cfg.Rounds, who,
+	line := fmt.Sprintf("%-8s %-18s round %d/%d  %-19s %8.3fs  %s msgs/s", set, key, round, r.cfg.Rounds, who,
 		s.elapsed.Seconds(), formatRate(rate(s)))
 	if len(s.lat) > 0 {
 		lat := sortedCopy(s.lat)

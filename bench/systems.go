@@ -52,10 +52,11 @@ type system interface {
 	open(ctx context.Context, dir string, d durability, parts int, warm []byte) (instance, error)
 }
 
-// instance is one open system. The cases are written once against it, so
-// both systems run exactly the same driver code; only what one operation
-// means differs, and each method says what it does on each side.
-type instance interface {
+// producer is what the produce cases (1–3, and the replicated section's)
+// need of an open system. The cases are written once against it, so every
+// system runs exactly the same driver code; only what one operation means
+// differs, and each method says what it does on each side.
+type producer interface {
 	// produceOne appends one message to part and waits for its ack.
 	produceOne(ctx context.Context, part int, payload []byte) error
 	// batchProducer prepares a function that appends n messages with
@@ -65,14 +66,20 @@ type instance interface {
 	// pipelined appends total messages to part keeping up to inflight
 	// unacknowledged, and returns when all are acknowledged.
 	pipelined(ctx context.Context, part int, payload []byte, total, inflight int) error
+	// close stops the system and waits for it to have stopped.
+	close() error
+}
+
+// instance is one open single-node system: a producer that can also read
+// and create topics.
+type instance interface {
+	producer
 	// reader opens a reader of part from its first message.
 	reader(ctx context.Context, part int) (reader, error)
 	// createAndProduce creates a new topic (JetStream: a stream) called
 	// name with one partition and produces one message to it, returning
 	// at the ack.
 	createAndProduce(ctx context.Context, name string, payload []byte) error
-	// close stops the system and waits for it to have stopped.
-	close() error
 }
 
 // reader reads a partition from its start.
@@ -153,12 +160,21 @@ func (p *parkwayInstance) batchProducer(part int, payload []byte, n int) func(co
 }
 
 // pipelined: Produce is synchronous, so inflight outstanding calls need
-// inflight goroutines. min(inflight, total) goroutines each loop "take the
-// next message index from a shared counter, Produce it, wait for the
-// ack", so exactly min(inflight, remaining) calls are outstanding at any
-// time, the same bound JetStream's PublishAsyncMaxPending sets. The first
-// error cancels the others; every goroutine has returned when this does.
+// inflight goroutines (see pipelineCalls).
 func (p *parkwayInstance) pipelined(ctx context.Context, part int, payload []byte, total, inflight int) error {
+	return pipelineCalls(ctx, total, inflight, func(ctx context.Context) error {
+		return p.produceOne(ctx, part, payload)
+	})
+}
+
+// pipelineCalls keeps inflight calls of a synchronous produce outstanding
+// until total have returned: min(inflight, total) goroutines each loop
+// "take the next message index from a shared counter, call produce, wait
+// for its ack", so exactly min(inflight, remaining) calls are outstanding
+// at any time, the same bound JetStream's PublishAsyncMaxPending sets. The
+// first error cancels the others; every goroutine has returned when this
+// does.
+func pipelineCalls(ctx context.Context, total, inflight int, produce func(context.Context) error) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var (
@@ -168,7 +184,7 @@ func (p *parkwayInstance) pipelined(ctx context.Context, part int, payload []byt
 	for range min(inflight, total) {
 		wg.Go(func() {
 			for next.Add(1) <= int64(total) {
-				if err := p.produceOne(ctx, part, payload); err != nil {
+				if err := produce(ctx); err != nil {
 					cancel(err)
 					return
 				}

@@ -2,14 +2,17 @@
 // by side, case by case, with the raw limits of the machine, and prints a
 // markdown table of medians, ranges and ratios. From the repository root:
 //
-//	go -C bench run ./cmd/compare                 # full run, 3 rounds (~10 min on 2 cores)
+//	go -C bench run ./cmd/compare                 # full run, 3 rounds (about 4 min on 2 cores)
 //	go -C bench run ./cmd/compare -quick          # smoke run (< 1 min)
 //	go -C bench run ./cmd/compare -out RESULTS.md # also write the report (relative to bench/)
 //
-// -run selects cases by "<set>/<key>" (sets: interval, always, limits) and
-// -cpuprofile writes a CPU profile of the parkway side of every selected
-// case, for example:
+// -only replicated runs only the three-replica section (parkway's three
+// nodes against a three-server JetStream cluster), -only single everything
+// else. -run selects cases by "<set>/<key>" (sets: interval, always,
+// limits, replicated) and -cpuprofile writes a CPU profile of the parkway
+// side of every selected case, for example:
 //
+//	go -C bench run ./cmd/compare -only replicated        # about 40 s on 2 cores
 //	go -C bench run ./cmd/compare -run 'interval/batch$' -cpuprofile /tmp/prof
 //	go tool pprof -top /tmp/prof/interval-batch-r*.pprof
 package main
@@ -39,7 +42,8 @@ func run() error {
 	rounds := fs.Int("rounds", 3, "rounds per case and system (-quick defaults it to 1)")
 	quick := fs.Bool("quick", false, "smoke run: a tenth of the messages, 1 round unless -rounds is given")
 	out := fs.String("out", "", "also write the report to this file")
-	filter := fs.String("run", "", "only cases whose \"<set>/<key>\" matches this regexp (sets: interval, always, limits)")
+	filter := fs.String("run", "", "only cases whose \"<set>/<key>\" matches this regexp (sets: interval, always, limits, replicated)")
+	only := fs.String("only", "", "only one section: \"replicated\" (three replicas) or \"single\" (everything else)")
 	cpuprofile := fs.String("cpuprofile", "", "directory for CPU profiles of the parkway side, one per case and round")
 	tmp := fs.String("tmpdir", "", "where data directories are created (default: the system temp dir)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -57,6 +61,19 @@ func run() error {
 		if !roundsSet {
 			cfg.Rounds = 1
 		}
+	}
+	switch *only {
+	case "":
+	case "replicated", "single":
+		if *filter != "" {
+			return fmt.Errorf("-only and -run select cases both; use one")
+		}
+		*filter = `^replicated/`
+		if *only == "single" {
+			*filter = `^(interval|always|limits)/`
+		}
+	default:
+		return fmt.Errorf("-only %q: want replicated or single", *only)
 	}
 	if *filter != "" {
 		re, err := regexp.Compile(*filter)

@@ -1,0 +1,828 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/parkway-io/parkway"
+)
+
+// The replicated section: parkway as three nodes in one process over the
+// in-memory network (parkway.NewNetwork), against embedded NATS JetStream
+// as a three-server cluster in one process with routes on loopback TCP and
+// a stream of three replicas. Both acknowledge a produce once a quorum (two
+// of the three replicas) holds it.
+//
+// Durability: a parkway node with Config.Cluster requires an empty DataDir
+// for now (replicated nodes keep raft logs and partitions in memory), so
+// the like-for-like JetStream side is a stream with MemoryStorage, whose
+// raft log is in memory too. A second JetStream side with FileStorage (the
+// server's default sync_interval) runs as well, as a reference: it is how a
+// replicated stream usually runs, but it is not the same durability.
+
+// replicas is the number of nodes (JetStream: servers) and of replicas of
+// the partition (stream).
+const replicas = 3
+
+// ReplicatedSizes are the message counts of the replicated section; a
+// zero count leaves the case out.
+type ReplicatedSizes struct {
+	ProduceWait int // case R1
+	Pipelined   int // case R2
+	Batch       int // case R3; a multiple of 100
+}
+
+func (s ReplicatedSizes) validate() error {
+	var errs []error
+	if s.Batch%produceBatch != 0 {
+		errs = append(errs, fmt.Errorf("replicated: Batch %d is not a multiple of %d", s.Batch, produceBatch))
+	}
+	for _, v := range []int{s.ProduceWait, s.Pipelined, s.Batch} {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("replicated: negative count %d", v))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// replicatedSet is the name of the section in -run filters and progress
+// lines: "replicated/<key>".
+const replicatedSet = "replicated"
+
+// replicatedCases are cases 1–3 on three replicas: the same payloads,
+// pipelining depth and batch size as the single-node cases, so the
+// single-node figures of the same run sit beside them.
+func replicatedCases(sz ReplicatedSizes) []replCase {
+	all := []replCase{
+		{caseSpec{id: "R1", key: "produce-wait", title: "produce and wait, one message per call, quorum ack", payload: 100,
+			count: sz.ProduceWait, parts: 1, metrics: []metric{msgsPerSec, p50, p99, allocsPerMsg}}, runProduceWait},
+		{caseSpec{id: "R2", key: "pipelined", title: "pipelined produce, 4,096 outstanding, quorum ack", payload: 100,
+			count: sz.Pipelined, parts: 1, metrics: []metric{msgsPerSec, mbPerSec, allocsPerMsg}}, runPipelined},
+		{caseSpec{id: "R3", key: "batch", title: "batched produce, 100 messages per call, quorum ack", payload: 100,
+			count: sz.Batch, parts: 1, metrics: []metric{msgsPerSec, mbPerSec, allocsPerMsg}}, runBatch},
+	}
+	out := all[:0]
+	for _, c := range all {
+		if c.spec.count > 0 {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+type replCase struct {
+	spec caseSpec
+	run  func(ctx context.Context, p producer, c caseSpec, m *meter) error
+}
+
+// replSystem opens fresh instances of one replicated system.
+type replSystem interface {
+	name() string
+	// open starts the replicas under dir, creates one partition (stream)
+	// replicated on all of them, writes warm to it and waits until every
+	// replica holds it, so the clock starts on a settled cluster.
+	open(ctx context.Context, dir string, warm []byte) (replInstance, error)
+}
+
+// replInstance is one open replicated system.
+type replInstance interface {
+	producer
+	// entry names the node (server) the produces go to: the leader's.
+	entry() string
+	// verify checks, after the timed section, that every replica holds
+	// exactly want messages (the warm one included) and that the leader
+	// is still the one the produces were sent to.
+	verify(ctx context.Context, want int) error
+	// busDrops is how many replication messages the transport dropped
+	// (parkway's in-memory network drops a message for a full inbox and
+	// raft re-sends it); -1 when the transport does not count them.
+	busDrops() int64
+}
+
+// replicatedDurability is the topic policy of the replicated parkway
+// nodes: the interval set's, so the topic is configured as in the
+// single-node interval set; with no DataDir there is nothing to fsync.
+var replicatedDurability = durability{interval: jetStreamDefaultSyncInterval}
+
+// verifyTimeout bounds the wait for followers to catch up after a run.
+const verifyTimeout = 30 * time.Second
+
+// --- parkway, three nodes over the in-memory network -------------------------
+
+type parkwayClusterSystem struct{}
+
+func (parkwayClusterSystem) name() string { return "parkway ×3" }
+
+type parkwayCluster struct {
+	*parkwayInstance // the partition leader's node: every produce goes there
+	net              *parkway.Network
+	nodes            []*parkway.Node
+	leader           parkway.NodeID
+}
+
+func (parkwayClusterSystem) open(ctx context.Context, _ string, warm []byte) (replInstance, error) {
+	c := &parkwayCluster{net: parkway.NewNetwork(parkway.NetworkOptions{})}
+	peers := make([]parkway.NodeID, replicas)
+	for i := range peers {
+		peers[i] = parkway.NodeID(i + 1)
+	}
+	for _, id := range peers {
+		// Two shards per node, as on one node; Cluster requires an empty
+		// DataDir, so partitions and raft logs are in memory.
+		n, err := parkway.Open(parkway.Config{Shards: 2,
+			Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: c.net.Endpoint(id)}})
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("parkway: open node %d: %w", id, err), c.close())
+		}
+		c.nodes = append(c.nodes, n)
+	}
+	if err := c.setUp(ctx, warm); err != nil {
+		return nil, errors.Join(err, c.close())
+	}
+	return c, nil
+}
+
+func (c *parkwayCluster) setUp(ctx context.Context, warm []byte) error {
+	first := c.nodes[0]
+	stream, err := first.CreateStream(ctx, "bench")
+	if err != nil {
+		return fmt.Errorf("parkway: create stream: %w", err)
+	}
+	opt := parkway.WithFsync(parkway.FsyncInterval, replicatedDurability.interval)
+	topic, err := first.CreateTopic(ctx, stream, "bench", 1, opt)
+	if err != nil {
+		return fmt.Errorf("parkway: create topic: %w", err)
+	}
+	// The warm produce goes through node 1, which forwards it to the
+	// leader if it is not the leader itself; it returns once the
+	// partition exists on a quorum and has a leader.
+	if _, err := first.Produce(ctx, stream, topic, parkway.PartitionID(0), parkway.Message{Payload: warm}); err != nil {
+		return fmt.Errorf("parkway: warm produce: %w", err)
+	}
+	if err := waitFor(ctx, "node 1 to know the partition leader", func() (bool, error) {
+		c.leader, err = first.Leader(ctx, stream, topic, 0)
+		return c.leader != 0, err
+	}); err != nil {
+		return fmt.Errorf("parkway: leader: %w", err)
+	}
+	c.parkwayInstance = &parkwayInstance{node: c.nodes[c.leader-1], stream: stream, topic: topic, opt: opt}
+	return c.verify(ctx, 1)
+}
+
+func (c *parkwayCluster) entry() string {
+	return fmt.Sprintf("node %d", c.leader)
+}
+
+// verify: the leader node still sees itself as leader, and a Poll on every
+// node (reads are served from that node's own replica, committed messages
+// only) finds exactly want messages, waiting for followers to apply the
+// last commits.
+func (c *parkwayCluster) verify(ctx context.Context, want int) error {
+	ctx, cancel := context.WithTimeout(ctx, verifyTimeout)
+	defer cancel()
+	if lead, err := c.node.Leader(ctx, c.stream, c.topic, 0); err != nil || lead != c.leader {
+		return fmt.Errorf("parkway: partition leader is %d (%v), the produces went to node %d", lead, err, c.leader)
+	}
+	for i, n := range c.nodes {
+		for {
+			got, err := parkwayCount(ctx, n, c.stream, c.topic, want)
+			if err != nil {
+				return fmt.Errorf("parkway: node %d: %w", i+1, err)
+			}
+			if got == want {
+				break
+			}
+			if got > want {
+				return fmt.Errorf("parkway: node %d holds %d messages, %d were acknowledged", i+1, got, want)
+			}
+			if err := pause(ctx); err != nil {
+				return fmt.Errorf("parkway: node %d holds %d of %d acknowledged messages: %w", i+1, got, want, err)
+			}
+		}
+	}
+	return nil
+}
+
+// parkwayCount returns how many messages node holds in partition 0 from
+// offset 0, reading at most want+1: enough to tell fewer, exactly and more.
+func parkwayCount(ctx context.Context, n *parkway.Node, stream, topic uint32, want int) (int, error) {
+	got := 0
+	for next := uint64(0); got <= want; {
+		b, err := n.Poll(ctx, stream, topic, 0, parkway.AtOffset(next), min(consumeBatch, want+1-got))
+		if err != nil {
+			return got, err
+		}
+		if len(b.Messages) == 0 {
+			break
+		}
+		got += len(b.Messages)
+		next = b.Next
+	}
+	return got, nil
+}
+
+func (c *parkwayCluster) busDrops() int64 { return int64(c.net.Stats().Overflow) }
+
+func (c *parkwayCluster) close() error {
+	var errs []error
+	for i, n := range c.nodes {
+		if err := n.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("parkway: close node %d: %w", i+1, err))
+		}
+	}
+	if err := c.net.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("parkway: close network: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// --- JetStream, three servers with routes on loopback -----------------------
+
+type jetStreamClusterSystem struct{ storage nats.StorageType }
+
+func (s jetStreamClusterSystem) name() string {
+	if s.storage == nats.MemoryStorage {
+		return "JetStream R3 memory"
+	}
+	return "JetStream R3 file"
+}
+
+type jetStreamCluster struct {
+	*jetStreamInstance // the client, connected to the stream leader's server
+	srvs               []*server.Server
+	leader             string // the stream leader's server name
+}
+
+// jsStream is the replicated stream's name and only subject.
+const jsStream = "bench"
+
+// jsAccount is the account the in-process clients use: nats-server's
+// global account when no accounts are configured.
+const jsAccount = server.DEFAULT_GLOBAL_ACCOUNT
+
+func (s jetStreamClusterSystem) open(ctx context.Context, dir string, warm []byte) (replInstance, error) {
+	// The route ports are picked free beforehand (every server must be
+	// configured with all routes); if another process takes one in
+	// between, the cluster's listeners fail to come up and a fresh set of
+	// ports is tried.
+	var errs []error
+	for attempt := 1; attempt <= 3; attempt++ {
+		c, err := startJetStreamCluster(filepath.Join(dir, fmt.Sprintf("try%d", attempt)))
+		if errors.Is(err, errListen) {
+			errs = append(errs, err)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := c.setUp(ctx, s.storage, warm); err != nil {
+			return nil, errors.Join(err, c.close())
+		}
+		return c, nil
+	}
+	return nil, errors.Join(errs...)
+}
+
+var errListen = errors.New("nats-server: route listener did not come up")
+
+// startJetStreamCluster starts three servers named js-1…js-3, each with its
+// own store directory under dir, JetStream enabled and routes to all three
+// on 127.0.0.1, and waits until every server is ready for connections.
+func startJetStreamCluster(dir string) (*jetStreamCluster, error) {
+	ports, err := freePorts(replicas)
+	if err != nil {
+		return nil, err
+	}
+	routes := make([]*url.URL, replicas)
+	for i, p := range ports {
+		routes[i] = &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", p)}
+	}
+	c := &jetStreamCluster{}
+	for i := range replicas {
+		srv, err := server.NewServer(&server.Options{
+			ServerName: fmt.Sprintf("js-%d", i+1),
+			JetStream:  true,
+			StoreDir:   filepath.Join(dir, fmt.Sprintf("js-%d", i+1)),
+			// A client listener on a random loopback port: nats-server
+			// starts its route listener only after the client accept loop
+			// (DontListen would leave the routes down). The bench's client
+			// connects in-process all the same.
+			Host:    "127.0.0.1",
+			Port:    server.RANDOM_PORT,
+			NoLog:   true,
+			NoSigs:  true,
+			Cluster: server.ClusterOpts{Name: "bench", Host: "127.0.0.1", Port: ports[i]},
+			// Every server lists all three routes, its own included (it
+			// recognises and drops the route to itself): JetStream sizes
+			// its meta group from the configured routes.
+			Routes: routes,
+		})
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("nats-server %d: new: %w", i+1, err), c.close())
+		}
+		c.srvs = append(c.srvs, srv)
+		srv.Start()
+	}
+	for i, srv := range c.srvs {
+		if !srv.ReadyForConnections(10 * time.Second) {
+			return nil, errors.Join(fmt.Errorf("%w: server js-%d not ready after 10s", errListen, i+1), c.close())
+		}
+	}
+	return c, nil
+}
+
+// freePorts returns n distinct free TCP ports on 127.0.0.1.
+func freePorts(n int) ([]int, error) {
+	var (
+		ports []int
+		lns   []net.Listener
+		err   error
+	)
+	for range n {
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			break
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	for _, ln := range lns {
+		err = errors.Join(err, ln.Close())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("free ports: %w", err)
+	}
+	return ports, nil
+}
+
+// setUp waits until the cluster has a meta leader that sees all three
+// servers, adds the stream (retrying while the cluster refuses it as not
+// ready), waits until the stream has a leader and both followers are
+// current, connects the client to the leader's server in-process and
+// writes the warm message.
+func (c *jetStreamCluster) setUp(ctx context.Context, storage nats.StorageType, warm []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for i, srv := range c.srvs {
+		jsc := srv.JetStreamConfig()
+		if jsc == nil {
+			return fmt.Errorf("nats-server js-%d: JetStream is not enabled", i+1)
+		}
+		if jsc.SyncAlways || jsc.SyncInterval != jetStreamDefaultSyncInterval {
+			return fmt.Errorf("nats-server js-%d: runs with sync_always=%v sync_interval=%v, want the default %v",
+				i+1, jsc.SyncAlways, jsc.SyncInterval, jetStreamDefaultSyncInterval)
+		}
+	}
+	if err := waitFor(ctx, "a JetStream meta leader that sees 3 servers", func() (bool, error) {
+		for _, srv := range c.srvs {
+			if srv.JetStreamIsLeader() && len(srv.JetStreamClusterPeers()) == replicas {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		return err
+	}
+
+	// A set-up client on js-1 adds the stream.
+	setup, err := nats.Connect("", nats.InProcessServer(c.srvs[0]), nats.Name("bench-setup"))
+	if err != nil {
+		return fmt.Errorf("nats: connect in-process to js-1: %w", err)
+	}
+	defer setup.Close()
+	sjs, err := setup.JetStream()
+	if err != nil {
+		return fmt.Errorf("nats: jetstream context: %w", err)
+	}
+	cfg := &nats.StreamConfig{Name: jsStream, Subjects: []string{jsStream}, Storage: storage, Replicas: replicas}
+	var lastErr error
+	if err := waitFor(ctx, "the cluster to accept the stream", func() (bool, error) {
+		_, lastErr = sjs.AddStream(cfg, nats.Context(ctx))
+		return lastErr == nil, nil
+	}); err != nil {
+		return fmt.Errorf("%w (last error: %v)", err, lastErr)
+	}
+	if err := waitFor(ctx, "a stream leader with both followers current", func() (bool, error) {
+		c.leader = ""
+		for _, srv := range c.srvs {
+			if srv.JetStreamIsStreamLeader(jsAccount, jsStream) {
+				c.leader = srv.Name()
+			}
+		}
+		if c.leader == "" {
+			return false, nil
+		}
+		return c.caughtUp(ctx, sjs, -1)
+	}); err != nil {
+		return err
+	}
+	var lsrv *server.Server
+	for _, srv := range c.srvs {
+		if srv.Name() == c.leader {
+			lsrv = srv
+		}
+	}
+	j := &jetStreamInstance{srv: lsrv, streams: []string{jsStream}, subjects: []string{jsStream}}
+	if j.nc, err = nats.Connect("", nats.InProcessServer(lsrv), nats.Name("bench")); err != nil {
+		return fmt.Errorf("nats: connect in-process to %s: %w", c.leader, err)
+	}
+	c.jetStreamInstance = j
+	if j.js, err = j.nc.JetStream(nats.PublishAsyncMaxPending(maxPending)); err != nil {
+		return fmt.Errorf("nats: jetstream context: %w", err)
+	}
+	if err := j.produceOne(ctx, 0, warm); err != nil {
+		return fmt.Errorf("nats: warm publish: %w", err)
+	}
+	return c.verify(ctx, 1)
+}
+
+// caughtUp reports whether the stream's leader is c.leader and reports
+// both followers current with no lag. With want ≥ 0 it also checks that
+// the leader holds exactly want messages, and fails (rather than waits) on
+// another leader or count: the leader applies before it acknowledges.
+func (c *jetStreamCluster) caughtUp(ctx context.Context, js nats.JetStreamContext, want int) (bool, error) {
+	info, err := js.StreamInfo(jsStream, nats.Context(ctx))
+	if err != nil || info.Cluster == nil {
+		return false, nil // not answerable yet; the wait retries
+	}
+	if info.Cluster.Leader != c.leader {
+		if want < 0 {
+			return false, nil // still settling during set-up
+		}
+		return false, fmt.Errorf("nats: stream leader is %q, the produces went to %q", info.Cluster.Leader, c.leader)
+	}
+	if want >= 0 && info.State.Msgs != uint64(want) {
+		return false, fmt.Errorf("nats: stream leader holds %d messages, %d were acknowledged", info.State.Msgs, want)
+	}
+	if len(info.Cluster.Replicas) != replicas-1 {
+		return false, nil
+	}
+	for _, r := range info.Cluster.Replicas {
+		if !r.Current || r.Offline || r.Lag != 0 {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func (c *jetStreamCluster) entry() string {
+	return c.leader
+}
+
+// verify: the stream leader is unchanged, holds exactly want messages, and
+// reports both followers current with no lag.
+func (c *jetStreamCluster) verify(ctx context.Context, want int) error {
+	ctx, cancel := context.WithTimeout(ctx, verifyTimeout)
+	defer cancel()
+	return waitFor(ctx, fmt.Sprintf("both followers to hold the %d acknowledged messages", want), func() (bool, error) {
+		return c.caughtUp(ctx, c.js, want)
+	})
+}
+
+func (c *jetStreamCluster) busDrops() int64 { return -1 }
+
+// close closes the client, then shuts every server down and waits until
+// its goroutines have finished.
+func (c *jetStreamCluster) close() error {
+	if c.jetStreamInstance != nil && c.nc != nil {
+		c.nc.Close()
+	}
+	for _, srv := range c.srvs {
+		srv.Shutdown()
+	}
+	for _, srv := range c.srvs {
+		srv.WaitForShutdown()
+	}
+	return nil
+}
+
+// waitFor polls ready every few milliseconds until it reports true, fails,
+// or ctx ends. It is for conditions with no notification to wait on.
+func waitFor(ctx context.Context, what string, ready func() (bool, error)) error {
+	for {
+		ok, err := ready()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if err := pause(ctx); err != nil {
+			return fmt.Errorf("waiting for %s: %w", what, err)
+		}
+	}
+}
+
+// pause waits 5 ms or until ctx ends.
+func pause(ctx context.Context) error {
+	t := time.NewTimer(5 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// --- running the section ---------------------------------------------------
+
+func replicatedSystems() []replSystem {
+	return []replSystem{parkwayClusterSystem{}, jetStreamClusterSystem{nats.MemoryStorage}, jetStreamClusterSystem{nats.FileStorage}}
+}
+
+// replResult is the replicated section of a report.
+type replResult struct {
+	systems []string
+	cases   []replCaseResult
+}
+
+type replCaseResult struct {
+	spec    caseSpec
+	samples [][]sample // per system, one per round
+	entries [][]string // per system: the replica the produces went to, per round
+	drops   [][]int64  // per system: transport drops, per round (-1: not counted)
+}
+
+// runReplicated runs the replicated section. Each round rotates which
+// system goes first, so each goes first in one round of every three.
+func (r *runner) runReplicated(ctx context.Context, sizes ReplicatedSizes) (*replResult, error) {
+	systems := replicatedSystems()
+	res := &replResult{}
+	for _, s := range systems {
+		res.systems = append(res.systems, s.name())
+	}
+	for _, c := range replicatedCases(sizes) {
+		if !r.selected(replicatedSet + "/" + c.spec.key) {
+			continue
+		}
+		cr := replCaseResult{spec: c.spec, samples: make([][]sample, len(systems)),
+			entries: make([][]string, len(systems)), drops: make([][]int64, len(systems))}
+		for round := 1; round <= r.cfg.Rounds; round++ {
+			for k := range systems {
+				i := (k + round - 1) % len(systems)
+				s, entry, drops, err := r.runReplCase(ctx, systems[i], c, round)
+				if err != nil {
+					return nil, fmt.Errorf("bench: %s/%s on %s, round %d: %w", replicatedSet, c.spec.key, systems[i].name(), round, err)
+				}
+				r.progress(replicatedSet, c.spec.key, round, systems[i].name(), s)
+				cr.samples[i] = append(cr.samples[i], s)
+				cr.entries[i] = append(cr.entries[i], entry)
+				cr.drops[i] = append(cr.drops[i], drops)
+			}
+		}
+		res.cases = append(res.cases, cr)
+	}
+	if len(res.cases) == 0 {
+		return nil, nil
+	}
+	return res, nil
+}
+
+// runReplCase runs one replicated case once on one system, on fresh
+// directories that are removed afterwards, and verifies every replica
+// afterwards (not timed).
+func (r *runner) runReplCase(ctx context.Context, sys replSystem, c replCase, round int) (s sample, entry string, drops int64, err error) {
+	dir, err := os.MkdirTemp(r.root, strings.NewReplacer(" ", "-", "×", "x").Replace(sys.name())+"-")
+	if err != nil {
+		return sample{}, "", 0, err
+	}
+	defer func() { err = errors.Join(err, os.RemoveAll(dir)) }()
+	ctx, cancel := context.WithTimeout(ctx, runTimeout)
+	defer cancel()
+
+	in, err := sys.open(ctx, dir, make([]byte, c.spec.payload))
+	if err != nil {
+		return sample{}, "", 0, err
+	}
+	m := &meter{}
+	if r.cfg.CPUProfileDir != "" && sys.name() == (parkwayClusterSystem{}).name() {
+		m.profile = filepath.Join(r.cfg.CPUProfileDir, fmt.Sprintf("%s-%s-r%d.pprof", replicatedSet, c.spec.key, round))
+	}
+	err = c.run(ctx, in, c.spec, m)
+	err = errors.Join(err, m.finishProfile())
+	if err == nil {
+		// Every produce was acknowledged; every replica must hold all of
+		// them, and nothing more, with the warm message.
+		err = in.verify(ctx, c.spec.count+1)
+	}
+	drops = in.busDrops()
+	err = errors.Join(err, in.close())
+	if err == nil && (!m.started || m.s.msgs == 0) {
+		err = errors.New("the case measured nothing")
+	}
+	return m.s, in.entry(), drops, err
+}
+
+// --- the report ------------------------------------------------------------
+
+const replicatedHowItRuns = `parkway: three nodes in one process,
+` + "`parkway.Open(parkway.Config{Shards: 2, Cluster: &parkway.Cluster{ID: i, Peers: []parkway.NodeID{1, 2, 3}, Bus: net.Endpoint(i)}})`" + `
+on one ` + "`parkway.NewNetwork(parkway.NetworkOptions{})`" + ` (the in-memory bus), and one topic of
+1 partition. A produce is acknowledged once the raft entry carrying it is
+committed (held by 2 of the 3 nodes) and applied by the leader. The
+produces are sent to the partition leader's node (` + "`Node.Leader`" + `), so none
+is forwarded.
+
+JetStream: three embedded nats-servers in the same process (` + "`js-1`…`js-3`" + `,
+one cluster, JetStream enabled, a store directory each, routes over TCP on
+127.0.0.1) and one stream of 1 subject with
+` + "`Replicas: 3`" + `. The nats.go client connects in-process
+(` + "`nats.InProcessServer`" + `) to the stream leader's server, so its publishes
+reach the leader without a hop, like parkway's. A publish is acknowledged
+once the stream's raft group has committed it (2 of 3) and the leader has
+stored it.
+
+Durability: a parkway node with ` + "`Config.Cluster`" + ` requires an empty ` + "`DataDir`" + ` for
+now, so its partitions and raft logs are in memory (the topic has the
+interval set's ` + "`FsyncInterval`" + ` 2m policy; in memory there is nothing to
+fsync). The like-for-like JetStream side is therefore **R3 memory**
+(` + "`Storage: nats.MemoryStorage`" + `: the stream and its raft log in memory):
+both hold an acknowledged message in the memory of a quorum, nothing on
+disk. **R3 file** (` + "`nats.FileStorage`" + `, the server's default sync_interval of
+2 min, read back from every server) is how a replicated stream usually
+runs and is reported for reference: it writes every message to the
+filesystem on every replica (it survives a crash of all three processes;
+parkway's in-memory replicas do not), so its ratio is not like-for-like.
+
+Transport: parkway's nodes exchange raft messages over the in-memory bus
+(marshalled, then handed over Go channels: no socket); JetStream's servers
+over loopback TCP, as nats-server has no in-memory route transport. The clients
+are in-process on both sides.
+
+Before the clock: on parkway, the topic is created, a warm message is
+acknowledged and read back from all three nodes; on JetStream, the meta
+leader sees all three servers, the stream is added, it has a leader and both
+followers report current, and a warm message is acknowledged. After every
+timed run (not timed) each side checks that the leader is still the node
+(server) the produces went to and that every replica holds exactly the
+acknowledged messages plus the warm one (parkway: a ` + "`Poll`" + ` on each node,
+which serves that node's own replica; JetStream: the leader's message count
+and both followers current with no lag). A failed ack, a leader change, or
+a missing or extra message fails the run.
+
+| case | parkway, 3 nodes | JetStream, 3 servers |
+| --- | --- | --- |
+| R1 produce and wait | ` + "`Produce`" + ` of one message to the leader node, sequential | ` + "`js.Publish`" + `, sequential |
+| R2 pipelined, 4,096 outstanding | as case 2: 4,096 goroutines, each ` + "`Produce`" + ` one message and wait, to the leader node | as case 2: ` + "`js.PublishAsync`" + `, a ring of 4,096 ack futures |
+| R3 batched, 100 per call | ` + "`Produce`" + ` with 100 messages, sequential | as case 3: 100 ` + "`PublishAsync`" + ` calls, then wait on all 100 |
+`
+
+func (r *Report) writeReplicated(b *strings.Builder) {
+	rr := r.replicated
+	if rr == nil {
+		return
+	}
+	b.WriteString("## Three replicas, quorum acknowledged\n\n")
+	b.WriteString(replicatedHowItRuns)
+	b.WriteString("\n")
+	fmt.Fprintf(b, "Each round rotates which of the %d systems runs first. ", len(rr.systems))
+	b.WriteString("Ratios are parkway's median / the JetStream side's median.\n\n")
+
+	b.WriteString("| case | messages | metric |")
+	for _, s := range rr.systems {
+		fmt.Fprintf(b, " %s |", s)
+	}
+	for _, s := range rr.systems[1:] {
+		fmt.Fprintf(b, " parkway / %s |", s)
+	}
+	b.WriteString("\n| --- | ---: | --- |" + strings.Repeat(" ---: |", 2*len(rr.systems)-1) + "\n")
+	for _, c := range rr.cases {
+		for i, k := range c.spec.metrics {
+			name, cnt := "", ""
+			if i == 0 {
+				name = fmt.Sprintf("%s %s (%s, %s)", c.spec.id, c.spec.title, c.spec.key, formatPayload(c.spec.payload))
+				cnt = formatCount(c.spec.count)
+			}
+			label := k.label()
+			if !k.higherIsBetter() {
+				label += " (lower is better)"
+			}
+			fmt.Fprintf(b, "| %s | %s | %s |", name, cnt, label)
+			sums := make([]summary, len(c.samples))
+			for j, ss := range c.samples {
+				sums[j] = summarize(k, ss)
+				fmt.Fprintf(b, " %s |", formatSummary(k, sums[j]))
+			}
+			for _, js := range sums[1:] {
+				ratio := "–"
+				if js.median > 0 {
+					ratio = formatRatio(sums[0].median / js.median)
+				}
+				fmt.Fprintf(b, " %s |", ratio)
+			}
+			b.WriteString("\n")
+		}
+	}
+	b.WriteString("\n")
+	r.writeEntries(b)
+	r.writeReplicationCost(b)
+}
+
+// writeEntries states where the produces went in every run, and what the
+// parkway network dropped.
+func (r *Report) writeEntries(b *strings.Builder) {
+	rr := r.replicated
+	b.WriteString("The produces went to the leader in every run (checked before and after each): ")
+	var drops int64
+	counted := false
+	for i, s := range rr.systems {
+		seen := map[string]int{}
+		var order []string
+		for _, c := range rr.cases {
+			for j, e := range c.entries[i] {
+				if seen[e] == 0 {
+					order = append(order, e)
+				}
+				seen[e]++
+				if d := c.drops[i][j]; d >= 0 {
+					drops += d
+					counted = true
+				}
+			}
+		}
+		slices.Sort(order)
+		parts := make([]string, len(order))
+		for j, e := range order {
+			parts[j] = fmt.Sprintf("%s in %d", e, seen[e])
+		}
+		sep := "; "
+		if i == len(rr.systems)-1 {
+			sep = ".\n\n"
+		}
+		fmt.Fprintf(b, "%s to %s run(s)%s", s, strings.Join(parts, ", "), sep)
+	}
+	if counted {
+		fmt.Fprintf(b, "parkway's in-memory network dropped %s messages for a full inbox over the section "+
+			"(raft re-sends what it loses).\n\n", formatCount(int(drops)))
+	}
+}
+
+// writeReplicationCost sets the replicated figures beside the single-node
+// cases 1–3 of the same run (the interval set), when that set ran. The
+// JetStream side is compared with its R3 file stream, the same storage and
+// sync setting as the single server's, so its 3 / 1 is replication alone.
+func (r *Report) writeReplicationCost(b *strings.Builder) {
+	rr := r.replicated
+	b.WriteString("### Beside the single-node figures of this run\n\n")
+	file := -1
+	for i, s := range rr.systems {
+		if s == (jetStreamClusterSystem{nats.FileStorage}).name() {
+			file = i
+		}
+	}
+	rows := []struct {
+		key string
+		k   metric
+	}{{"produce-wait", msgsPerSec}, {"produce-wait", p50}, {"produce-wait", p99}, {"pipelined", msgsPerSec}, {"batch", msgsPerSec}}
+	var lines []string
+	for _, row := range rows {
+		single, ok := r.find("interval", row.key)
+		if !ok || file < 0 {
+			continue
+		}
+		var repl *replCaseResult
+		for i := range rr.cases {
+			if rr.cases[i].spec.key == row.key {
+				repl = &rr.cases[i]
+			}
+		}
+		if repl == nil {
+			continue
+		}
+		pw1, js1 := summarize(row.k, single.samples[0]).median, summarize(row.k, single.samples[1]).median
+		pw3, js3 := summarize(row.k, repl.samples[0]).median, summarize(row.k, repl.samples[file]).median
+		label := row.k.label()
+		if !row.k.higherIsBetter() {
+			label += " (lower is better)"
+		}
+		lines = append(lines, fmt.Sprintf("| %s / %s %s | %s | %s | %s | %s | %s | %s | %s |", single.spec.id, repl.spec.id,
+			row.key, label, formatMetric(row.k, pw1), formatMetric(row.k, pw3), formatRatio(pw3/pw1),
+			formatMetric(row.k, js1), formatMetric(row.k, js3), formatRatio(js3/js1)))
+	}
+	if len(lines) == 0 {
+		b.WriteString("The single-node cases 1–3 of the interval set did not run in this run (the section was run " +
+			"on its own); a full run sets them side by side here.\n\n")
+		return
+	}
+	b.WriteString("Medians. The single-node figures are the interval set's cases 1–3 above (parkway: one node, file " +
+		"store, FsyncInterval 2m; JetStream: one server, file storage, default sync_interval). JetStream's 3 / 1 " +
+		"compares that server with the R3 file stream: same storage and sync setting, so it is the cost of " +
+		"replication alone. parkway's compares a file-backed node with the in-memory cluster nodes (a cluster node " +
+		"cannot have a DataDir yet), so it is replication plus the change of store.\n\n")
+	b.WriteString("| case | metric | parkway, 1 node | parkway, 3 nodes | 3 / 1 | JetStream, 1 server | JetStream R3 file | 3 / 1 |\n")
+	b.WriteString("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	b.WriteString(strings.Join(lines, "\n"))
+	b.WriteString("\n\n")
+}
