@@ -201,12 +201,12 @@ func (c *cluster) start() {
 // sendRaft is the shards' transport for partition raft messages: the
 // incarnation travels with every message (behaviour 20).
 func (c *cluster) sendRaft(to uint64, ns metadata.Namespace, epoch uint64, m *raftpb.Message) {
-	b, err := proto.Marshal(m)
+	opts := proto.MarshalOptions{}
+	payload := binary.LittleEndian.AppendUint64(make([]byte, 0, 8+opts.Size(m)), epoch)
+	payload, err := opts.MarshalAppend(payload, m)
 	if err != nil {
 		return
 	}
-	payload := binary.LittleEndian.AppendUint64(make([]byte, 0, 8+len(b)), epoch)
-	payload = append(payload, b...)
 	_ = c.bus.Send(bus.Message{To: NodeID(to), Kind: kindPartitionRaft, Group: uint64(ns), Payload: payload})
 }
 

@@ -335,8 +335,9 @@ func (s *Shard) markReady(o *owned) {
 // its messages without waiting for a tick.
 func (s *Shard) processReady() {
 	for len(s.readyList) > 0 {
+		// Swap in the spare list so markReady appends without allocating.
 		list := s.readyList
-		s.readyList = nil
+		s.readyList, s.readySpare = s.readySpare[:0], nil
 		for _, o := range list {
 			o.ready = false
 			if o.grp == nil {
@@ -359,6 +360,8 @@ func (s *Shard) processReady() {
 			}
 			s.maybeCompact(o)
 		}
+		clear(list)
+		s.readySpare = list[:0]
 	}
 }
 
@@ -476,26 +479,25 @@ func (h groupHandler) apply(index, id uint64, payload []byte) error {
 // applyOp applies the operation at the head of rest and returns what
 // follows it.
 func (h groupHandler) applyOp(index uint64, rest []byte, f Frame, waiting bool) ([]byte, error) {
-	truncated := fmt.Errorf("apply index %d: operation truncated", index)
 	if len(rest) < 1 {
-		return nil, truncated
+		return nil, errTruncatedOp(index)
 	}
 	kind, rest := rest[0], rest[1:]
 	o := h.o
 	switch kind {
 	case entryProduce:
 		if len(rest) < 20 {
-			return nil, truncated
+			return nil, errTruncatedOp(index)
 		}
 		key := produceKey{binary.LittleEndian.Uint64(rest), binary.LittleEndian.Uint64(rest[8:])}
 		size := int(binary.LittleEndian.Uint32(rest[16:]))
 		if len(rest)-20 < size {
-			return nil, truncated
+			return nil, errTruncatedOp(index)
 		}
 		return rest[20+size:], h.applyOne(index, key, rest[20:20+size], f, waiting)
 	case entryStoreOffset:
 		if len(rest) < 9 || len(rest)-9 < int(rest[8]) {
-			return nil, truncated
+			return nil, errTruncatedOp(index)
 		}
 		off := binary.LittleEndian.Uint64(rest)
 		consumer := string(rest[9 : 9+int(rest[8])])
@@ -509,7 +511,7 @@ func (h groupHandler) applyOp(index uint64, rest []byte, f Frame, waiting bool) 
 		off := o.cursor
 		if kind == entryTruncate {
 			if len(rest) < 8 {
-				return nil, truncated
+				return nil, errTruncatedOp(index)
 			}
 			off, rest = binary.LittleEndian.Uint64(rest), rest[8:]
 		}
@@ -528,6 +530,12 @@ func (h groupHandler) applyOp(index uint64, rest []byte, f Frame, waiting bool) 
 		return rest, nil
 	}
 	return nil, fmt.Errorf("apply index %d: unknown operation %d", index, kind)
+}
+
+// errTruncatedOp reports an entry whose operation is cut short. Built
+// only on that path: applyOp runs for every replicated write.
+func errTruncatedOp(index uint64) error {
+	return fmt.Errorf("apply index %d: operation truncated", index)
 }
 
 // answered answers a waiting frame.
