@@ -133,6 +133,8 @@ func cases(sz SetSizes) []caseSpec {
 			count: sz.ProduceWait, parts: 1, metrics: []metric{msgsPerSec, p50, p99, allocsPerMsg}, run: asCase(runProduceWait)},
 		{id: "2", key: "pipelined", title: "pipelined produce, 4,096 outstanding", payload: 100,
 			count: sz.Pipelined, parts: 1, metrics: []metric{msgsPerSec, mbPerSec, allocsPerMsg}, run: asCase(runPipelined)},
+		{id: "2a", key: "pipelined-async", title: "pipelined produce, async API, 4,096 outstanding", payload: 100,
+			count: sz.PipelinedAsync, parts: 1, metrics: []metric{msgsPerSec, mbPerSec, allocsPerMsg}, run: asCase(runPipelinedAsync)},
 		{id: "3", key: "batch", title: "batched produce, 100 messages per call", payload: 100,
 			count: sz.Batch, parts: 1, metrics: []metric{msgsPerSec, mbPerSec, allocsPerMsg}, run: asCase(runBatch)},
 		{id: "4", key: "partitions", title: "8 partitions, 8 goroutines, one message per call", payload: 100,
@@ -191,6 +193,19 @@ func runPipelined(ctx context.Context, in producer, c caseSpec, m *meter) error 
 		return err
 	}
 	if err := in.pipelined(ctx, 0, payload, c.count, maxPending); err != nil {
+		return err
+	}
+	return m.stop(c.count, c.payload)
+}
+
+// runPipelinedAsync is case 2a: case 2 with the ring of pending acks on
+// both sides (parkway's ProduceAsync, JetStream's PublishAsync).
+func runPipelinedAsync(ctx context.Context, in producer, c caseSpec, m *meter) error {
+	payload := make([]byte, c.payload)
+	if err := m.start(); err != nil {
+		return err
+	}
+	if err := in.pipelinedAsync(ctx, 0, payload, c.count, maxPending); err != nil {
 		return err
 	}
 	return m.stop(c.count, c.payload)

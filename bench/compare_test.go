@@ -17,13 +17,13 @@ import (
 // same code path as -quick, in seconds.
 func tinySizes() Sizes {
 	set := SetSizes{
-		ProduceWait: 100, Pipelined: 100, Batch: 100, Partitions: 104, Consume: 100,
+		ProduceWait: 100, Pipelined: 100, PipelinedAsync: 100, Batch: 100, Partitions: 104, Consume: 100,
 		Topics: 10, Pipelined1K: 100, Pipelined64K: 20, Consume1K: 100, Consume64K: 20,
 	}
 	always := set
 	always.Consume, always.Consume1K, always.Consume64K = 0, 0, 0
 	return Sizes{Interval: set, Always: always,
-		Replicated: ReplicatedSizes{ProduceWait: 100, Pipelined: 200, Batch: 200}}
+		Replicated: ReplicatedSizes{ProduceWait: 100, Pipelined: 200, PipelinedAsync: 200, Batch: 200}}
 }
 
 func TestCompareQuickPath(t *testing.T) {
@@ -51,13 +51,16 @@ func TestCompareQuickPath(t *testing.T) {
 	for _, want := range []string{
 		"## Interval fsync", "## Fsync on every write", "## Raw limits", "## Targets",
 		"produce-wait", "pipelined", "batch", "partitions", "consume", "convergence",
+		"2a pipelined produce, async API, 4,096 outstanding (pipelined-async, 100 B)", "case 2a (pipelined-async) msgs/s",
 		"pipelined-1KiB", "pipelined-64KiB", "consume-1KiB", "consume-64KiB",
 		"file-append", "file-append-fsync100", "chan-handoff", "case 3 allocations per message",
 		"SyncAlways=true", "FsyncInterval topic policy with interval 2m0s",
-		"## Three replicas, quorum acknowledged", "R1 produce and wait", "R2 pipelined", "R3 batched",
-		"parkway / JetStream R3 memory", "parkway / JetStream R3 file", "parkway ×3 to node ",
+		"## Three replicas, quorum acknowledged", "R1 produce and wait", "R2 pipelined", "R2a pipelined produce, async API",
+		"R3 batched", "| parkway ×3 memory | parkway ×3 disk | JetStream R3 memory | JetStream R3 file |",
+		"parkway ×3 memory / JetStream R3 memory | parkway ×3 disk / JetStream R3 file |",
+		"parkway ×3 memory to node ", "parkway ×3 disk to node ",
 		"in-memory network dropped", "### Beside the single-node figures of this run",
-		"| 1 / R1 produce-wait | p99 latency",
+		"| 1 / R1 produce-wait | p99 latency", "| 2a / R2a pipelined-async | msgs/s",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
@@ -67,17 +70,19 @@ func TestCompareQuickPath(t *testing.T) {
 		t.Errorf("report has NaN cells:\n%s", md)
 	}
 	// Two rounds × two systems per case, alternating the order.
-	if n := strings.Count(progress.String(), "interval produce-wait"); n != 4 {
-		t.Errorf("produce-wait ran %d times, want 4:\n%s", n, progress.String())
+	for _, key := range []string{"produce-wait", "pipelined", "pipelined-async"} {
+		if n := strings.Count(progress.String(), "interval "+key+" "); n != 4 {
+			t.Errorf("%s ran %d times, want 4:\n%s", key, n, progress.String())
+		}
 	}
-	// Two rounds × three systems per replicated case, rotating the order.
-	for _, key := range []string{"produce-wait", "pipelined", "batch"} {
-		if n := strings.Count(progress.String(), "replicated "+key+" "); n != 6 {
-			t.Errorf("replicated %s ran %d times, want 6:\n%s", key, n, progress.String())
+	// Two rounds × four systems per replicated case, rotating the order.
+	for _, key := range []string{"produce-wait", "pipelined", "pipelined-async", "batch"} {
+		if n := strings.Count(progress.String(), "replicated "+key+" "); n != 8 {
+			t.Errorf("replicated %s ran %d times, want 8:\n%s", key, n, progress.String())
 		}
 	}
 	rr := rep.replicated
-	if rr == nil || len(rr.cases) != 3 {
+	if rr == nil || len(rr.cases) != 4 || len(rr.systems) != 4 {
 		t.Fatalf("replicated section: %+v", rr)
 	}
 	for _, c := range rr.cases {
@@ -96,12 +101,13 @@ func TestCompareQuickPath(t *testing.T) {
 		}
 	}
 
-	// One profile per parkway run, none for JetStream.
+	// One profile per parkway run (two parkway systems in the replicated
+	// section), none for JetStream.
 	files, err := filepath.Glob(filepath.Join(profiles, "*.pprof"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := 2 * (len(cases(sizes.Interval)) + len(cases(sizes.Always)) + len(replicatedCases(sizes.Replicated))); len(files) != want {
+	if want := 2 * (len(cases(sizes.Interval)) + len(cases(sizes.Always)) + 2*len(replicatedCases(sizes.Replicated))); len(files) != want {
 		t.Errorf("%d profiles, want %d", len(files), want)
 	}
 	if len(rep.Targets()) == 0 {
@@ -194,9 +200,13 @@ func TestReplicatedVerify(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, sys := range replicatedSystems() {
-		in, err := sys.open(ctx, t.TempDir(), make([]byte, 100))
+		dir := t.TempDir()
+		in, err := sys.open(ctx, dir, make([]byte, 100))
 		if err != nil {
 			t.Fatalf("%s: open: %v", sys.name(), err)
+		}
+		if pc, ok := sys.(parkwayClusterSystem); ok {
+			checkRaftLogs(t, dir, pc.disk)
 		}
 		if err := in.verify(ctx, 1); err != nil {
 			t.Errorf("%s: verify 1: %v", sys.name(), err)
@@ -210,5 +220,105 @@ func TestReplicatedVerify(t *testing.T) {
 		if err := in.close(); err != nil {
 			t.Errorf("%s: close: %v", sys.name(), err)
 		}
+	}
+}
+
+// checkRaftLogs checks that the disk-backed parkway cluster keeps its raft
+// state under dir (a metadata raft log and a partition raft log on each of
+// the three nodes) and that the in-memory one writes nothing there.
+func checkRaftLogs(t *testing.T, dir string, disk bool) {
+	t.Helper()
+	meta, logs := 0, 0
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() != "raft.log" {
+			return err
+		}
+		if filepath.Base(filepath.Dir(path)) == "metadata-raft" {
+			meta++
+		} else {
+			logs++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if disk && (meta != replicas || logs != replicas) {
+		t.Errorf("disk cluster: %d metadata raft logs and %d partition raft logs under its dir, want %d of each",
+			meta, logs, replicas)
+	}
+	if !disk && (meta != 0 || logs != 0) {
+		t.Errorf("memory cluster wrote raft state to disk: %d metadata, %d partition raft logs", meta, logs)
+	}
+}
+
+// TestReplicatedRatios checks that the ratio columns pair each parkway
+// system with its like-for-like JetStream system.
+func TestReplicatedRatios(t *testing.T) {
+	second := func(n int) []sample { return []sample{{msgs: n, elapsed: time.Second}} }
+	var names []string
+	for _, s := range replicatedSystems() {
+		names = append(names, s.name())
+	}
+	rep := &Report{replicated: &replResult{systems: names, cases: []replCaseResult{{
+		spec: replicatedCases(ReplicatedSizes{Batch: 100})[0].spec,
+		// parkway memory 600, parkway disk 400, JetStream memory 200, file 100.
+		samples: [][]sample{second(600), second(400), second(200), second(100)},
+		entries: [][]string{{"node 1"}, {"node 2"}, {"js-1"}, {"js-2"}},
+		drops:   [][]int64{{3}, {4}, {-1}, {-1}},
+	}}}}
+	var b strings.Builder
+	rep.writeReplicated(&b)
+	md := b.String()
+	// memory: 600 / 200 = 3×; disk: 400 / 100 = 4×.
+	if !strings.Contains(md, "| 600 (600–600) | 400 (400–400) | 200 (200–200) | 100 (100–100) | 3.00× | 4.00× |") {
+		t.Errorf("ratios do not pair memory with memory and disk with file:\n%s", md)
+	}
+	if !strings.Contains(md, "3 in the runs of parkway ×3 memory, 4 in the runs of parkway ×3 disk") {
+		t.Errorf("drops not reported per parkway system:\n%s", md)
+	}
+}
+
+// TestPipelinedAsync checks parkway's ProduceAsync ring: every produce is
+// appended exactly once with a window smaller than the total, and a
+// produce that fails is reported, not dropped.
+func TestPipelinedAsync(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	in, err := parkwaySystem{}.open(ctx, t.TempDir(), durability{interval: time.Minute}, 1, make([]byte, 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := in.close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	if err := in.pipelinedAsync(ctx, 0, make([]byte, 10), 1000, 16); err != nil {
+		t.Fatalf("pipelinedAsync: %v", err)
+	}
+	r, err := in.reader(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for {
+		n, err := r.read(ctx, consumeBatch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		got += n
+	}
+	if got != 1001 {
+		t.Errorf("partition holds %d messages, want 1,001 (the warm one and 1,000)", got)
+	}
+	// Partition 3 does not exist: every produce fails, and the first
+	// failure is returned.
+	if err := in.pipelinedAsync(ctx, 3, make([]byte, 10), 100, 16); err == nil {
+		t.Error("pipelinedAsync to a missing partition returned nil")
 	}
 }

@@ -19,10 +19,13 @@
 // policy with that interval) and a set with fsync on every write
 // (JetStream's SyncAlways, parkway's FsyncAlways).
 //
-// A last section runs cases 1–3 on three replicas: parkway as three nodes
-// in one process over its in-memory network, against three embedded
-// nats-servers with routes on loopback and a stream of three replicas, in
-// memory (like parkway's replicated nodes, which cannot have a DataDir
-// yet) and, for reference, on file storage. Both acknowledge once a quorum
-// holds the message, and every replica is checked after every run.
+// A last section runs cases 1–3 (and 2a) on three replicas: parkway as
+// three nodes in one process over its in-memory network, against three
+// embedded nats-servers with routes on loopback and a stream of three
+// replicas. Each side runs in memory (parkway nodes without a DataDir,
+// JetStream memory storage) and on disk (a DataDir per parkway node, raft
+// logs included, against JetStream file storage), both with a 2-minute
+// fsync interval, and the ratios pair memory with memory and disk with
+// disk. Both acknowledge once a quorum holds the message, and every
+// replica is checked after every run.
 package bench

@@ -14,16 +14,17 @@ import (
 // SetSizes are the message counts of one durability set (case 6: topics).
 // A zero count leaves the case out of the set.
 type SetSizes struct {
-	ProduceWait  int // case 1
-	Pipelined    int // case 2
-	Batch        int // case 3; a multiple of 100
-	Partitions   int // case 4, in total over the 8 goroutines; a multiple of 8
-	Consume      int // case 5
-	Topics       int // case 6
-	Pipelined1K  int // case 7: case 2 with 1 KiB payloads
-	Pipelined64K int // case 7: case 2 with 64 KiB payloads
-	Consume1K    int // case 7: case 5 with 1 KiB payloads
-	Consume64K   int // case 7: case 5 with 64 KiB payloads
+	ProduceWait    int // case 1
+	Pipelined      int // case 2
+	PipelinedAsync int // case 2a: case 2 through parkway's ProduceAsync
+	Batch          int // case 3; a multiple of 100
+	Partitions     int // case 4, in total over the 8 goroutines; a multiple of 8
+	Consume        int // case 5
+	Topics         int // case 6
+	Pipelined1K    int // case 7: case 2 with 1 KiB payloads
+	Pipelined64K   int // case 7: case 2 with 64 KiB payloads
+	Consume1K      int // case 7: case 5 with 1 KiB payloads
+	Consume64K     int // case 7: case 5 with 64 KiB payloads
 }
 
 // Sizes are the counts of both durability sets. The raw limits run as
@@ -45,14 +46,14 @@ type Sizes struct {
 func DefaultSizes() Sizes {
 	return Sizes{
 		Interval: SetSizes{
-			ProduceWait: 20_000, Pipelined: 200_000, Batch: 200_000, Partitions: 200_000, Consume: 200_000,
+			ProduceWait: 20_000, Pipelined: 200_000, PipelinedAsync: 200_000, Batch: 200_000, Partitions: 200_000, Consume: 200_000,
 			Topics: 1_000, Pipelined1K: 100_000, Pipelined64K: 5_000, Consume1K: 100_000, Consume64K: 5_000,
 		},
 		Always: SetSizes{
-			ProduceWait: 2_000, Pipelined: 10_000, Batch: 10_000, Partitions: 10_000,
+			ProduceWait: 2_000, Pipelined: 10_000, PipelinedAsync: 10_000, Batch: 10_000, Partitions: 10_000,
 			Topics: 200, Pipelined1K: 5_000, Pipelined64K: 500,
 		},
-		Replicated: ReplicatedSizes{ProduceWait: 10_000, Pipelined: 50_000, Batch: 100_000},
+		Replicated: ReplicatedSizes{ProduceWait: 10_000, Pipelined: 50_000, PipelinedAsync: 50_000, Batch: 100_000},
 	}
 }
 
@@ -61,14 +62,14 @@ func DefaultSizes() Sizes {
 func QuickSizes() Sizes {
 	return Sizes{
 		Interval: SetSizes{
-			ProduceWait: 2_000, Pipelined: 20_000, Batch: 20_000, Partitions: 20_000, Consume: 20_000,
+			ProduceWait: 2_000, Pipelined: 20_000, PipelinedAsync: 20_000, Batch: 20_000, Partitions: 20_000, Consume: 20_000,
 			Topics: 100, Pipelined1K: 10_000, Pipelined64K: 500, Consume1K: 10_000, Consume64K: 500,
 		},
 		Always: SetSizes{
-			ProduceWait: 200, Pipelined: 1_000, Batch: 1_000, Partitions: 1_000,
+			ProduceWait: 200, Pipelined: 1_000, PipelinedAsync: 1_000, Batch: 1_000, Partitions: 1_000,
 			Topics: 20, Pipelined1K: 500, Pipelined64K: 50,
 		},
-		Replicated: ReplicatedSizes{ProduceWait: 1_000, Pipelined: 5_000, Batch: 10_000},
+		Replicated: ReplicatedSizes{ProduceWait: 1_000, Pipelined: 5_000, PipelinedAsync: 5_000, Batch: 10_000},
 	}
 }
 
@@ -80,7 +81,7 @@ func (s SetSizes) validate(set string) error {
 	if s.Partitions%concurrent != 0 {
 		errs = append(errs, fmt.Errorf("%s: Partitions %d is not a multiple of %d", set, s.Partitions, concurrent))
 	}
-	for _, v := range []int{s.ProduceWait, s.Pipelined, s.Batch, s.Partitions, s.Consume, s.Topics,
+	for _, v := range []int{s.ProduceWait, s.Pipelined, s.PipelinedAsync, s.Batch, s.Partitions, s.Consume, s.Topics,
 		s.Pipelined1K, s.Pipelined64K, s.Consume1K, s.Consume64K} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("%s: negative count %d", set, v))
@@ -102,7 +103,9 @@ type Config struct {
 	// os.TempDir()); each run gets a fresh one, removed after it.
 	TempDir string
 	// CPUProfileDir, when set, receives a CPU profile of the parkway side
-	// of every case, one file per round: <set>-<key>-r<round>.pprof.
+	// of every case, one file per round: <set>-<key>-r<round>.pprof, and
+	// in the replicated section one per parkway system:
+	// replicated-<key>-<memory|disk>-r<round>.pprof.
 	CPUProfileDir string
 	// Progress receives one line per run (default: discarded).
 	Progress io.Writer

@@ -2,7 +2,7 @@
 // by side, case by case, with the raw limits of the machine, and prints a
 // markdown table of medians, ranges and ratios. From the repository root:
 //
-//	go -C bench run ./cmd/compare                 # full run, 3 rounds (about 4 min on 2 cores)
+//	go -C bench run ./cmd/compare                 # full run, 3 rounds (about 6 min on 2 cores)
 //	go -C bench run ./cmd/compare -quick          # smoke run (< 1 min)
 //	go -C bench run ./cmd/compare -out RESULTS.md # also write the report (relative to bench/)
 //
@@ -12,7 +12,7 @@
 // limits, replicated) and -cpuprofile writes a CPU profile of the parkway
 // side of every selected case, for example:
 //
-//	go -C bench run ./cmd/compare -only replicated        # about 40 s on 2 cores
+//	go -C bench run ./cmd/compare -only replicated        # about 70 s on 2 cores
 //	go -C bench run ./cmd/compare -run 'interval/batch$' -cpuprofile /tmp/prof
 //	go tool pprof -top /tmp/prof/interval-batch-r*.pprof
 package main
