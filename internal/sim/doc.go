@@ -1,17 +1,19 @@
 // Package sim is parkway's deterministic simulator: it runs the real
 // engine — Manual shards, the router and its table, the default
-// reconcilers, durable metadata and the file store — on an in-memory
-// filesystem under a manual clock, and takes every scheduling choice from
-// one seeded RNG. The same seed gives the same run, byte for byte: every
-// send, step, reconcile pass, answer, commit, clock move and fault is an
+// reconcilers, the file store on a fault-injecting in-memory filesystem,
+// and in cluster mode the raft groups and the in-memory bus — under a
+// manual clock, and takes every scheduling choice from one seeded RNG.
+// The same seed gives the same run, byte for byte: every send, step,
+// delivery, reconcile pass, answer, commit, clock move and fault is an
 // event of a trace whose FNV-64a hash Run returns.
 //
-// # What a run does
+// # Single-node mode
 //
-// Run builds one node the way parkway.Open does (metadata.Durable and a
-// partition.FileStore on a vfs.MemFS, orphans removed, a router over a
-// Table, Config.Manual shards, one reconciler.Partitions per shard) and
-// then, for Config.Steps scheduler steps, picks one action at random:
+// Run (Config.Nodes 0 or 1) builds one node the way parkway.Open does
+// (metadata.Durable and a partition.FileStore on a vfs.MemFS, orphans
+// removed, a router over a Table, Config.Manual shards, one
+// reconciler.Partitions per shard) and then, for Config.Steps scheduler
+// steps, picks one action at random:
 //
 //   - a client acts: several concurrent clients create, delete and
 //     recreate streams and topics, create partitions, produce single
@@ -41,45 +43,123 @@
 // after a failed fsync), and every committed partition is read back
 // through the router.
 //
+// # Cluster mode
+//
+// With Config.Nodes > 1 (DefaultClusterConfig: three nodes, one or two
+// shards each) Run builds every node the way parkway.Open builds a
+// cluster node on a data directory, each on its own disk: the metadata
+// store rebuilt from the metadata group's raft log, the orphan sweep, the
+// file store, shards with shard.Config.Replication (every partition a
+// raft group whose log lives beside its segments) and reconcilers, plus
+// the node's member of the metadata raft group (internal/replica),
+// applying committed commands to its store with cluster.go's handler
+// logic (deduplication by proposer and sequence, compaction behind store
+// snapshots, snapshot installation). Nodes talk over a bus.Network with
+// ManualDelivery, in cluster.go's message kinds and encodings: partition
+// raft messages carry their incarnation, catch-up traffic (a replica sent
+// a snapshot fetches the messages it lacks) goes the same way. The
+// simulator stands in for the Node's goroutines — the bus receiver and
+// the metadata loop — and drives them from its own loop; raft ticks come
+// from the virtual clock (a per-shard view of it tells the scheduler
+// exactly when each shard's tick is due). etcd raft draws its election
+// timeouts from crypto/rand; cluster runs make those draws a function of
+// the seed (rand.go).
+//
+// The scheduler picks, at each step, a client action, a clock move
+// (mostly when nothing is ready — a CPU is fast next to a raft tick) or
+// one ready piece of engine work: a node receiving bus messages, a shard
+// step (a frame, or a due raft tick), a metadata tick, a reconciler pass.
+// Clients talk to a node they pick (their home): partition requests go
+// through its router, a "not leader" answer is followed to the hinted
+// leader (the simulated client goes to that node's router itself, where
+// the Node would forward over the bus), "retry here" brings the request
+// home after a pause, and an unknown outcome is retried with the same
+// (producer, sequence) pair, as the Node does. Polls and offset reads ask
+// for the leader (Request.FromLeader); one poll in five reads the home
+// node's own replica (Start.Local). Metadata commands are proposed to the
+// home node's metadata member and proposed again, with the same key,
+// after cluster.go's forward timeout; the data operations that depend on
+// them are issued at once, through random nodes whose metadata may not
+// have applied the commit yet.
+//
+// Cluster faults, each with a probability per step (Config.Faults.Net
+// and the disk and crash rates) and counted in Result.Faults: message
+// drop, duplication, reordering and delay spells on the bus; network
+// partitions into a minority and a majority, healed after a while; a
+// node stopped (a paused process: cut off, doing nothing) and resumed; a
+// node crash — power loss or process crash — after which it is down for
+// a while and restarts on its disk, rejoining from its raft logs; ENOSPC
+// spells and one-shot EIO or torn writes aimed at one partition's
+// directory (FaultRates.SpareMetadataLog keeps them off the metadata
+// raft log by default, see knownMetaReadyError); slow builds. At
+// quiescence every fault ends (partitions heal, stopped nodes resume,
+// crashed ones restart) and the cluster runs until it has converged:
+// every node's metadata equal, every replica of every committed
+// partition as long as the log.
+//
 // # Invariants
 //
 // Checked on every run, online where possible (Run stops at the first
 // violation and reports it with the seed and the replay command):
 //
 //  1. Every client request is answered exactly once (a router refusal is
-//     an answer; a request in flight at a crash is answered by the crash).
+//     an answer; a request in flight at a crash is answered by the crash;
+//     in a cluster, NotLeaderError and ErrOutcomeUnknown are answers).
 //  2. No message produced against one incarnation is ever readable in
 //     another: a produce is stamped with the committed created_revision
 //     when a shard takes it from its inbox (the simulator mirrors every
 //     inbox), and the storage tap checks every append against that stamp;
-//     every read is checked against what was appended to that incarnation.
+//     every read is checked against what was appended to that incarnation
+//     and served only while it was committed on the serving node.
 //  3. No acknowledged message is lost (across crashes too) and offsets are
 //     dense: acks are checked against where the storage tap saw the
 //     messages land, reopened partitions against the acks, and the final
-//     read of every committed partition against the whole history.
+//     read of every committed partition against the whole history. In a
+//     cluster the log of an incarnation is what its replicas applied: the
+//     first to reach an offset defines it, every other replica must
+//     append the same message there, and at quiescence every replica —
+//     read back through its own node — holds the whole log and the same
+//     consumer offsets; the metadata every node holds after applying an
+//     index of the metadata log is the same (a fingerprint of the store).
 //  4. At quiescence every park buffer is empty and no frame was dropped
 //     for a reason that no injected fault explains: full (inbox bursts),
 //     build_failed (disk faults), shutdown and disconnected (crashes) only
 //     when those fired; park_expired, removed and not_owner are answers of
-//     normal convergence (deletes racing requests); any other reason —
-//     delivery_failed, unroutable, misrouted — is always a violation.
+//     normal convergence (deletes racing requests); in a cluster raft and
+//     catch-up traffic may be dropped for any reason but a routing
+//     failure (raft re-sends); delivery_failed, unroutable and misrouted
+//     are always violations.
 //  5. Each partition incarnation's produce/poll/offset history, as the
 //     clients saw it, is linearizable (porcupine) against an append-only
-//     log with consumer offsets.
+//     log with consumer offsets. In a cluster, produces answered
+//     ErrOutcomeUnknown are operations whose effect may or may not
+//     appear; a try that landed in a recreated incarnation is placed
+//     there too; a leader read must see every acknowledged write; a Local
+//     poll is checked as a read of a replica that may lag (linIn.stale).
+//
+// Panics in the engine (etcd raft's included) are reported as violations
+// of invariant 0, with the seed, rather than crashing the test binary.
+//
+// # Known bugs
+//
+// A violation that is an instance of a known engine bug names it in
+// Violation.Known (the known* constants, each with a TODO); the cluster
+// test skips such seeds unless -sim.known is set, and logs them with
+// their replay commands.
 //
 // # Replaying
 //
 // A failed run reports its seed and the command that replays it,
-// `go test ./internal/sim -run TestSimulation -sim.seed=<S>`; add
-// -v -sim.trace to print its event trace. `-sim.seeds N` (and
-// `-sim.start S`) runs N seeds instead of the default range.
+// `go test ./internal/sim -run TestSimulation -sim.seed=<S>` (single node)
+// or `go test ./internal/sim -run TestClusterSimulation -sim.seed=<S>`;
+// add -v -sim.trace to print its event trace. `-sim.seeds N` (and
+// `-sim.start S`) runs N seeds instead of the test's default range.
 //
 // # Scope
 //
-// This first version simulates one node. Multi-node faults — message
-// drop, delay, duplication and reordering on the bus, network partitions —
-// and replicated partitions are not simulated yet; they come with
-// replication. Topics are FsyncAlways only (the interval and never
-// policies are not exercised), and purge, truncate, retention and topic
-// reconfiguration are not in the workload.
+// Topics are FsyncAlways only (the interval and never policies are not
+// exercised), and purge, truncate, retention and topic reconfiguration
+// are not in either workload. Cluster mode runs static membership, no
+// inbox bursts, and its clients do not go through the Node (request
+// forwarding over the bus, kindRequest/kindReply, is not exercised).
 package sim

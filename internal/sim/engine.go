@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -313,10 +314,10 @@ func (s *sim) abandonInflight() {
 
 var errCrashed = errors.New("sim: node crashed with the request in flight")
 
-// injector decides the data disk's faults. Only the simulator's goroutine
+// injector decides a data disk's faults. Only the simulator's goroutine
 // touches it, so its decisions follow the seed.
 type injector struct {
-	s *sim
+	sink faultSink
 	// dead: the node crashed; its disk is gone and fails nothing.
 	dead bool
 	// quiet > 0 while the simulator does its own I/O (opening a node,
@@ -324,13 +325,35 @@ type injector struct {
 	quiet int
 	// enospc fails space-consuming operations while on (disk full).
 	enospc *errorfs.Switch
-	// eio, when armed, fails one of the next operations of its kind.
-	eio     *errorfs.Index
-	eioKind string
+	// eio, when armed, fails one of the next operations of its kind whose
+	// path starts with eioPrefix ("" matches every path).
+	eio       *errorfs.Index
+	eioKind   string
+	eioPrefix string
+	// spare, when set, is a path prefix no fault touches.
+	spare string
 }
 
-func (s *sim) newInjector() *injector {
-	return &injector{s: s, enospc: errorfs.NewSwitchFunc(syscall.ENOSPC, needsSpace)}
+// faultSink counts and records the faults an injector fires.
+type faultSink interface {
+	diskFault(enospc bool, what string, op errorfs.Op)
+}
+
+func newInjector(sink faultSink) *injector {
+	return &injector{sink: sink, enospc: errorfs.NewSwitchFunc(syscall.ENOSPC, needsSpace)}
+}
+
+func (s *sim) newInjector() *injector { return newInjector(s) }
+
+// diskFault implements faultSink.
+func (s *sim) diskFault(enospc bool, what string, op errorfs.Op) {
+	if enospc {
+		s.faults.DiskFull++
+		s.event("fault ENOSPC %v %s", op.Kind, op.Path)
+		return
+	}
+	s.faults.DiskError++
+	s.event("fault EIO (%s) %v %s", what, op.Kind, op.Path)
 }
 
 // needsSpace selects the operations a full disk fails: writes, file and
@@ -347,19 +370,17 @@ func needsSpace(op errorfs.Op) bool {
 
 // MaybeError implements errorfs.Injector.
 func (j *injector) MaybeError(op errorfs.Op) error {
-	if j.dead || j.quiet > 0 {
+	if j.dead || j.quiet > 0 || (j.spare != "" && strings.HasPrefix(op.Path, j.spare)) {
 		return nil
 	}
 	if err := j.enospc.MaybeError(op); err != nil {
-		j.s.faults.DiskFull++
-		j.s.event("fault ENOSPC %v %s", op.Kind, op.Path)
+		j.sink.diskFault(true, "", op)
 		return err
 	}
-	if j.eio != nil {
+	if j.eio != nil && strings.HasPrefix(op.Path, j.eioPrefix) {
 		if err := j.eio.MaybeError(op); err != nil {
 			j.eio = nil
-			j.s.faults.DiskError++
-			j.s.event("fault EIO (%s) %v %s", j.eioKind, op.Kind, op.Path)
+			j.sink.diskFault(false, j.eioKind, op)
 			return err
 		}
 	}

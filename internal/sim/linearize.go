@@ -20,6 +20,11 @@ type linIn struct {
 	consumer    string   // poll with consumer, store, get
 	useConsumer bool     // poll
 	offset      uint64   // store
+	// stale: a poll served by a replica's own copy, which may lag the log
+	// (cluster mode, a Local poll): it must return, at each offset, what
+	// the log holds there, but may stop short of the log's end, and start
+	// from a consumer offset the replica has not caught up with.
+	stale bool
 }
 
 // linOut is an operation's output.
@@ -53,6 +58,22 @@ var logModel = porcupine.Model{
 			from := in.from
 			if in.useConsumer {
 				from = s.offs[in.consumer] // absent: the start offset, 0
+			}
+			if in.stale {
+				// The replica's copy is a prefix of the log, of any length,
+				// and its consumer offsets may lag: what the poll returned
+				// must be the log's from where it started.
+				k := uint64(len(out.ids))
+				if in.useConsumer {
+					if out.offset < k {
+						return false, nil
+					}
+					from = out.offset - k
+				}
+				if k > uint64(in.count) || out.offset != from+k || (k > 0 && from+k > n) {
+					return false, nil
+				}
+				return k == 0 || slices.Equal(s.log[from:from+k], out.ids), s
 			}
 			lo, hi := min(from, n), min(from+uint64(in.count), n)
 			want := s.log[lo:hi]
@@ -147,6 +168,9 @@ func describeLin(in linIn, out linOut) string {
 			fmt.Fprintf(&b, "poll consumer %s count %d", in.consumer, in.count)
 		} else {
 			fmt.Fprintf(&b, "poll from %d count %d", in.from, in.count)
+		}
+		if in.stale {
+			b.WriteString(" (local replica)")
 		}
 		fmt.Fprintf(&b, " -> %v next %d", out.ids, out.offset)
 	case kindStore:

@@ -23,7 +23,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 const defaultSeeds = 200
 
 var (
-	flagSeeds = flag.Int("sim.seeds", defaultSeeds, "number of seeds to run, starting at -sim.start")
+	flagSeeds = flag.Int("sim.seeds", 0, "number of seeds to run, starting at -sim.start (0: the test's default count)")
 	flagStart = flag.Uint64("sim.start", 0, "first seed of the range")
 	flagSeed  = flag.String("sim.seed", "", "run only this seed (replay)")
 	flagTrace = flag.Bool("sim.trace", false, "with -sim.seed and -v: print the seed's event trace")
@@ -41,12 +41,17 @@ func replaySeed(t *testing.T) (uint64, bool) {
 	return seed, true
 }
 
-// seeds is the range TestSimulation runs.
-func seeds(t *testing.T) []uint64 {
+// seeds is the range a simulation test runs: -sim.seed alone, or
+// -sim.seeds seeds (def when unset) from -sim.start.
+func seeds(t *testing.T, def int) []uint64 {
 	if seed, ok := replaySeed(t); ok {
 		return []uint64{seed}
 	}
-	out := make([]uint64, *flagSeeds)
+	n := *flagSeeds
+	if n == 0 {
+		n = def
+	}
+	out := make([]uint64, n)
 	for i := range out {
 		out[i] = *flagStart + uint64(i)
 	}
@@ -116,7 +121,7 @@ func defaultOutcomes() []outcome {
 }
 
 func isDefaultRange() bool {
-	return *flagSeed == "" && *flagSeeds == defaultSeeds && *flagStart == 0
+	return *flagSeed == "" && *flagSeeds == 0 && *flagStart == 0
 }
 
 // TestSimulation runs the seeds (default 0..defaultSeeds-1; -sim.seeds N
@@ -124,7 +129,7 @@ func isDefaultRange() bool {
 // faults and asserts every invariant on each.
 func TestSimulation(t *testing.T) {
 	var runs []outcome
-	list := seeds(t)
+	list := seeds(t, defaultSeeds)
 	_, replay := replaySeed(t)
 	if isDefaultRange() {
 		runs = defaultOutcomes()
@@ -167,6 +172,14 @@ func addFaults(t *sim.FaultCounts, f sim.FaultCounts) {
 	t.SlowBuild += f.SlowBuild
 	t.Crash += f.Crash
 	t.ProcessCrash += f.ProcessCrash
+	t.MsgDropped += f.MsgDropped
+	t.MsgDuplicated += f.MsgDuplicated
+	t.MsgReordered += f.MsgReordered
+	t.MsgDelayed += f.MsgDelayed
+	t.MsgCut += f.MsgCut
+	t.Partitions += f.Partitions
+	t.Stops += f.Stops
+	t.FailedPasses += f.FailedPasses
 }
 
 func addOps(t *sim.OpCounts, o sim.OpCounts) {
@@ -182,6 +195,12 @@ func addOps(t *sim.OpCounts, o sim.OpCounts) {
 	t.Unknown += o.Unknown
 	t.Linearized += o.Linearized
 	t.Unchecked += o.Unchecked
+	t.Redirects += o.Redirects
+	t.NotLeader += o.NotLeader
+	t.UnknownAnswers += o.UnknownAnswers
+	t.MetaRetries += o.MetaRetries
+	t.StaleReads += o.StaleReads
+	t.MetaElections += o.MetaElections
 }
 
 // Two runs of one seed produce the same event trace, byte for byte (its

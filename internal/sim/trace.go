@@ -45,8 +45,8 @@ func (t *trace) tail() []string {
 // event records one trace event: its index, the virtual time, and what
 // happened. Every value formatted here is deterministic (no pointers, no
 // map iteration), so the trace hash is a function of the seed.
-func (s *sim) event(format string, args ...any) int64 {
-	line := fmt.Sprintf("%d %v ", s.tr.n+1, s.now()) + fmt.Sprintf(format, args...)
-	s.tr.add(line)
-	return s.tr.n
+func (b *base) event(format string, args ...any) int64 {
+	line := fmt.Sprintf("%d %v ", b.tr.n+1, b.now()) + fmt.Sprintf(format, args...)
+	b.tr.add(line)
+	return b.tr.n
 }

@@ -19,9 +19,10 @@ const (
 	kindPoll
 	kindStore
 	kindGet
+	kindMeta // cluster mode: a metadata command (or two) through the metadata group
 )
 
-var kindNames = [...]string{kindProduce: "produce", kindBatch: "batch", kindPoll: "poll", kindStore: "store", kindGet: "get"}
+var kindNames = [...]string{kindProduce: "produce", kindBatch: "batch", kindPoll: "poll", kindStore: "store", kindGet: "get", kindMeta: "meta"}
 
 func (k opKind) String() string { return kindNames[k] }
 
@@ -68,6 +69,9 @@ type op struct {
 	consumer    string
 	useConsumer bool
 	offset      uint64
+	// local: a cluster poll of the home node's own replica (Start.Local),
+	// not the leader's.
+	local bool
 	// Progress.
 	attempts []*attempt
 	waiting  bool // for retryAt
@@ -80,6 +84,20 @@ type op struct {
 	outcome       outcome
 	resp          shard.Response
 	err           error
+
+	// Cluster mode.
+	home *cnode // the node the client talks to
+	// hops counts "not leader" hints followed since the last other answer.
+	hops int
+	// producer and seq identify a produce across its tries, as the Node's
+	// do: the partition deduplicates a batch applied before.
+	producer, seq uint64
+	// maybeApplied: an earlier try's outcome is unknown, so "not applied"
+	// can no longer be concluded.
+	maybeApplied bool
+	meta         *metaOp
+	// acked is the try whose application an acknowledgement reported.
+	acked *attempt
 }
 
 // attempt is one try of an operation: one frame sent through the router.
@@ -103,6 +121,8 @@ type attempt struct {
 	// served is the incarnation that served the request, when its answer
 	// says it was served (a result, or an error from the partition).
 	served uint64
+	// node is the node it was sent to (cluster mode).
+	node *cnode
 }
 
 // Data operations weigh: produce 34, batch 16, poll 28, store 12, get 10.

@@ -1,0 +1,732 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/parkway-io/parkway/internal/metrics"
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
+	"github.com/parkway-io/parkway/shard"
+)
+
+// quiesce stops new work and every fault (the partition heals, stopped
+// nodes resume), then runs the cluster until it settles — nothing in
+// flight, nothing parked, every node's metadata equal and every replica
+// of every committed partition as long as the log — and reads every
+// partition back from every node.
+func (c *csim) quiesce() {
+	c.quiescing = true
+	c.faultsOff()
+	c.event("quiesce")
+	if !c.settle() {
+		return
+	}
+	c.finalReads()
+}
+
+// settle runs rounds until the cluster is idle and converged for
+// calmRounds rounds in a row, or reports what kept it busy past
+// quiesceLimit.
+func (c *csim) settle() bool {
+	deadline := c.clk.Now().Add(quiesceLimit)
+	calm := 0
+	for c.viol == nil {
+		c.settleRound()
+		converged := c.converged() == ""
+		if converged && c.idle() {
+			if calm++; calm >= raftCalmRounds+calmRounds {
+				return true
+			}
+		} else {
+			calm = 0
+		}
+		if !c.clk.Now().Before(deadline) {
+			c.notQuiescent()
+			return false
+		}
+		// The first calm rounds still move the clock one raft tick at a
+		// time: the message logs agree, but a write that adds no message
+		// (a consumer offset) may not have reached every replica yet, and
+		// a group may still be electing.
+		c.advanceQuiet(converged && (calm == 0 || calm > raftCalmRounds))
+	}
+	return false
+}
+
+// raftCalmRounds is how many rounds of one raft tick each the cluster
+// must stay idle and converged before the clock may move in bigger
+// steps: several election timeouts.
+const raftCalmRounds = 60
+
+// settleRound runs all ready work, retries what is due, runs the due
+// reconciler passes, and runs all ready work again.
+func (c *csim) settleRound() {
+	c.drain()
+	c.retryDue()
+	c.afterAction()
+	c.drain()
+	now := c.clk.Now()
+	for _, n := range c.nodes {
+		for i := range n.shards {
+			if n.passDue(i, now) {
+				c.reconcile(n, i)
+				c.afterAction()
+			}
+		}
+	}
+	c.drain()
+}
+
+// drainLimit bounds one drain: raft answers messages only with messages
+// that end, so a drain that does not end is a simulator bug.
+const drainLimit = 1_000_000
+
+// drain runs every ready piece of engine work, without moving the clock,
+// until none is left.
+func (c *csim) drain() {
+	for k := 0; c.viol == nil; k++ {
+		if k == drainLimit {
+			c.fail(0, "the cluster is still busy after %d drain rounds", k)
+			return
+		}
+		did := false
+		for _, n := range c.nodes {
+			for len(n.ep.Recv()) > 0 && c.viol == nil {
+				c.deliver(n, 64)
+				c.afterAction()
+				did = true
+			}
+			if !c.clk.Now().Before(n.metaTickAt) {
+				c.metaTick(n)
+				c.afterAction()
+				did = true
+			}
+			for i := range n.shards {
+				for (len(n.shadow[i]) > 0 || n.clocks[i].due(c.clk.Now())) && c.viol == nil {
+					c.stepShard(n, i)
+					c.afterAction()
+					did = true
+				}
+			}
+		}
+		if !did {
+			return
+		}
+	}
+}
+
+// advanceQuiet advances the clock by one raft tick while the replicas
+// converge. Once they have, it advances by a tenth of a pass period while
+// requests are still out (raft sees one tick per round, enough to elect
+// a leader in a second or two) and by a whole one otherwise, so parked
+// frames age and backoffs run out in few rounds; never past a due retry.
+func (c *csim) advanceQuiet(converged bool) {
+	now := c.clk.Now()
+	next := now.Add(c.cfg.TickInterval)
+	if converged {
+		next = now.Add(passPeriod)
+		if len(c.inflight) > 0 || slices.ContainsFunc(c.clients, func(cl *client) bool { return cl.op != nil }) {
+			next = now.Add(passPeriod / 10)
+		}
+	}
+	for _, o := range c.waitingOps() {
+		if o.retryAt.Before(next) {
+			next = o.retryAt
+		}
+	}
+	c.advance(max(next.Sub(now), time.Microsecond))
+}
+
+func (c *csim) waitingOps() []*op {
+	var out []*op
+	for _, cl := range c.clients {
+		if cl.op != nil && cl.op.waiting {
+			out = append(out, cl.op)
+		}
+	}
+	for _, o := range c.finalOps {
+		if !o.done && o.waiting {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// idle: no request in flight, no operation unfinished, no frame queued or
+// parked anywhere, no message on the bus.
+func (c *csim) idle() bool {
+	if len(c.inflight) > 0 {
+		return false
+	}
+	for _, cl := range c.clients {
+		if cl.op != nil {
+			return false
+		}
+	}
+	for _, o := range c.finalOps {
+		if !o.done {
+			return false
+		}
+	}
+	for _, n := range c.nodes {
+		if len(n.ep.Recv()) > 0 {
+			return false
+		}
+		for i, sh := range n.shards {
+			if len(n.shadow[i]) > 0 || sh.Parked() > 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// converged reports, empty when there is none, what still differs between
+// the nodes: their metadata, or the length of a replica of a committed
+// partition.
+func (c *csim) converged() string {
+	ref, err := metadata.EncodeSnapshot(c.nodes[0].meta.Export())
+	if err != nil {
+		c.fail(0, "encode metadata: %v", err)
+		return "error"
+	}
+	for _, n := range c.nodes[1:] {
+		b, err := metadata.EncodeSnapshot(n.meta.Export())
+		if err != nil {
+			c.fail(0, "encode metadata: %v", err)
+			return "error"
+		}
+		if !bytes.Equal(b, ref) {
+			return fmt.Sprintf("n%d's metadata (revision %d) differs from n1's (revision %d)",
+				n.id, n.meta.Revision(), c.nodes[0].meta.Revision())
+		}
+	}
+	for _, p := range c.nodes[0].meta.Snapshot().Partitions {
+		key := incKey{p.NS, p.CreatedRevision}
+		rl := c.oracle[key]
+		if rl == nil {
+			return fmt.Sprintf("%v built nowhere", key)
+		}
+		for _, n := range c.nodes {
+			if l, ok := rl.lens[n.id]; !ok || l != uint64(len(rl.ids)) {
+				return fmt.Sprintf("%v: n%d holds %d of %d messages (built: %v)", key, n.id, l, len(rl.ids), ok)
+			}
+		}
+	}
+	return ""
+}
+
+// notQuiescent reports what kept the cluster from settling.
+func (c *csim) notQuiescent() {
+	limit := fmt.Sprintf("%v after work and faults stopped", quiesceLimit)
+	var parked []string
+	for _, n := range c.nodes {
+		for i, sh := range n.shards {
+			if sh.Parked() == 0 {
+				continue
+			}
+			st, err := sh.Inspect(c.ctx)
+			if err != nil {
+				c.fail(0, "inspect n%d shard %d: %v", n.id, i, err)
+				return
+			}
+			for _, pn := range st.Parked {
+				parked = append(parked, fmt.Sprintf("n%d shard %d: %d frames for %v (survived %d passes)", n.id, i, pn.Frames, pn.NS, pn.OldestPasses))
+			}
+		}
+	}
+	var unanswered []string
+	for _, a := range c.inflight {
+		unanswered = append(unanswered, fmt.Sprintf("attempt %d (op %d %v %v on n%d, sent at event %d)", a.id, a.op.id, a.op.kind, a.op.ns, a.node.id, a.sendEv))
+	}
+	switch diff := c.converged(); {
+	case len(unanswered) > 0:
+		c.fail(1, "requests never answered (%s): %s", limit, strings.Join(unanswered, "; "))
+		switch {
+		case c.silencedByOldProposal(c.inflight):
+			c.viol.Known = knownProposalIDs
+		case c.silencedByApplyError(c.inflight):
+			c.viol.Known = knownApplyErrorSilence
+		}
+	case len(parked) > 0:
+		c.fail(4, "park buffers not empty %s: %s", limit, strings.Join(parked, "; "))
+	case diff != "":
+		c.fail(3, "replicas never converged (%s): %s", limit, diff)
+	default:
+		var busy []string
+		for _, cl := range c.clients {
+			if cl.op != nil {
+				busy = append(busy, fmt.Sprintf("op %d (%v)", cl.op.id, cl.op.kind))
+			}
+		}
+		c.fail(1, "operations never finished (%s): %s", limit, strings.Join(busy, ", "))
+	}
+}
+
+// silencedByOldProposal reports whether every unanswered attempt is a
+// write that a restarted node proposed and applied: the entry it waited
+// for was matched to an older entry with the same proposal id
+// (knownProposalIDs).
+func (c *csim) silencedByOldProposal(as []*attempt) bool {
+	for _, a := range as {
+		applied := len(a.ids) > 0 && c.msgs[a.ids[0]].appended
+		if !c.regrouped(a) || a.handles == 0 || (a.op.kind != kindStore && !applied) {
+			return false
+		}
+	}
+	return len(as) > 0
+}
+
+// silencedByApplyError reports whether every unanswered attempt is a
+// write proposed by a replica whose append failed while applying
+// (knownApplyErrorSilence).
+func (c *csim) silencedByApplyError(as []*attempt) bool {
+	for _, a := range as {
+		k := a.op.kind
+		if (k != kindProduce && k != kindBatch && k != kindStore) || a.handles == 0 ||
+			!c.applyFailed[buildKey{a.node.id, incKey{a.op.ns, a.stamp}}] {
+			return false
+		}
+	}
+	return len(as) > 0
+}
+
+// finalReads reads every committed partition from offset 0 on every node,
+// through its router like a client, and checks each copy is the whole log:
+// every acknowledged message at its offset, offsets dense, and the same
+// on every replica (invariant 3).
+func (c *csim) finalReads() {
+	for _, p := range c.nodes[0].meta.Snapshot().Partitions {
+		key := incKey{p.NS, p.CreatedRevision}
+		rl := c.oracle[key]
+		for _, n := range c.nodes {
+			if c.viol != nil {
+				return
+			}
+			o := c.finalRead(n, p.NS)
+			deadline := c.clk.Now().Add(quiesceLimit)
+			for !o.done && c.viol == nil {
+				c.settleRound()
+				if o.done {
+					break
+				}
+				if !c.clk.Now().Before(deadline) {
+					c.fail(4, "final read of %v on n%d never answered", key, n.id)
+					return
+				}
+				c.advanceQuiet(false)
+			}
+			if c.viol != nil {
+				return
+			}
+			if o.outcome != outcomeOK {
+				c.fail(4, "committed partition %v not readable on n%d at quiescence: %v", key, n.id, o.err)
+				return
+			}
+			got := make([]uint64, 0, len(o.resp.Messages))
+			for _, m := range o.resp.Messages {
+				id, _ := decodePayload(m.Payload)
+				got = append(got, id)
+			}
+			if !slices.Equal(got, rl.ids) || o.resp.Offset != uint64(len(rl.ids)) {
+				c.fail(3, "final read of %v on n%d returned %d messages (next %d), the log holds %d",
+					key, n.id, len(got), o.resp.Offset, len(rl.ids))
+				return
+			}
+		}
+		acked := 0
+		for _, a := range rl.acked {
+			if a {
+				acked++
+			}
+		}
+		c.event("final %v messages=%d acked=%d replicas=%d", key, len(rl.ids), acked, len(c.nodes))
+		c.finalOffsets(key)
+	}
+}
+
+// finalOffsets reads each consumer's offset of key from every node's own
+// replica: consumer offsets are replicated writes, so every replica must
+// hold the same (invariant 3).
+func (c *csim) finalOffsets(key incKey) {
+	for _, consumer := range [...]string{"c0", "c1"} {
+		var first *op
+		for _, n := range c.nodes {
+			if c.viol != nil {
+				return
+			}
+			c.nextOp++
+			o := &op{id: c.nextOp, kind: kindGet, ns: key.ns, consumer: consumer, home: n, local: true}
+			c.allOps = append(c.allOps, o)
+			c.finalOps = append(c.finalOps, o)
+			o.callEv = c.event("call op=%d final offset n%d ns=%v consumer=%s", o.id, n.id, key.ns, consumer)
+			c.send(c.newAttempt(o), n)
+			c.afterAction()
+			deadline := c.clk.Now().Add(quiesceLimit)
+			for !o.done && c.viol == nil {
+				c.settleRound()
+				if o.done {
+					break
+				}
+				if !c.clk.Now().Before(deadline) {
+					c.fail(4, "final offset read of %v on n%d never answered", key, n.id)
+					return
+				}
+				c.advanceQuiet(false)
+			}
+			if c.viol != nil {
+				return
+			}
+			if o.outcome != outcomeOK {
+				c.fail(4, "consumer offset of %v not readable on n%d at quiescence: %v", key, n.id, o.err)
+				return
+			}
+			if first == nil {
+				first = o
+				continue
+			}
+			if o.resp.Found != first.resp.Found || o.resp.Offset != first.resp.Offset {
+				c.fail(3, "replicas disagree on consumer %s of %v: n%d holds %d (found %v), n%d holds %d (found %v)",
+					consumer, key, first.home.id, first.resp.Offset, first.resp.Found, n.id, o.resp.Offset, o.resp.Found)
+				for _, x := range c.nodes {
+					if c.storeFailed[buildKey{x.id, key}] {
+						c.viol.Known = knownStoreOffsetDivergence
+					}
+				}
+				for sk, oc := range c.storeOutcomes {
+					if sk.key == key && sk.consumer == consumer && oc&storedOK != 0 && oc&storedOutOfRange != 0 {
+						c.viol.Known = knownStoreOffsetRange
+					}
+				}
+				return
+			}
+		}
+	}
+}
+
+// finalRead issues a read of ns from 0 on n (no client).
+func (c *csim) finalRead(n *cnode, ns metadata.Namespace) *op {
+	c.nextOp++
+	o := &op{id: c.nextOp, kind: kindPoll, ns: ns, count: 1 << 20, home: n, local: true}
+	c.allOps = append(c.allOps, o)
+	c.finalOps = append(c.finalOps, o)
+	o.callEv = c.event("call op=%d final read n%d ns=%v", o.id, n.id, ns)
+	c.send(c.newAttempt(o), n)
+	c.afterAction()
+	return o
+}
+
+// finalChecks asserts invariants 1, 4 and 5 on the settled cluster.
+func (c *csim) finalChecks() {
+	c.checkAnswers()
+	c.checkParkAndDrops()
+	c.checkLinearizable()
+}
+
+// checkAnswers: every attempt was answered once, and no second answer
+// waits in any reply channel; every operation finished (invariant 1).
+func (c *csim) checkAnswers() {
+	if c.viol != nil {
+		return
+	}
+	for _, a := range c.allAttempts {
+		if a.crashed {
+			continue // answered by the crash; the dead shards may answer too
+		}
+		if !a.answered {
+			c.fail(1, "attempt %d (op %d %v %v on n%d) never answered", a.id, a.op.id, a.op.kind, a.op.ns, a.node.id)
+			return
+		}
+		if len(a.reply) > 0 {
+			c.fail(1, "attempt %d (op %d %v %v on n%d) answered twice", a.id, a.op.id, a.op.kind, a.op.ns, a.node.id)
+			return
+		}
+	}
+	for _, o := range slices.Concat(c.allOps, c.metaOps) {
+		if !o.done {
+			c.fail(1, "op %d (%v %v) never finished", o.id, o.kind, o.ns)
+			return
+		}
+	}
+}
+
+// clusterDropOK says which drop reasons cluster mode explains, by
+// variant. Raft traffic has no client and raft re-sends it, so dropping
+// it is fine wherever a frame can be dropped (behaviour 17) — except for
+// routing failures, which are always violations. Client frames are
+// dropped by convergence (a delete racing a request, a park outliving its
+// passes, a namespace another shard owns), by inboxes that raft traffic
+// fills, and by park buffers it crowds; build failures need a disk fault.
+func (c *csim) clusterDropOK(variant, reason string) bool {
+	switch reason {
+	case metrics.ReasonUnroutable, metrics.ReasonMisrouted, metrics.ReasonDeliveryFailed:
+		return false
+	}
+	if variant == shard.OpRaft.String() || variant == shard.OpCatchUp.String() {
+		return true
+	}
+	switch reason {
+	case metrics.ReasonParkExpired, metrics.ReasonNotOwner, metrics.ReasonRemoved,
+		metrics.ReasonFull, metrics.ReasonParkOverflow:
+		return true
+	case metrics.ReasonBuildFailed:
+		return c.faults.DiskFull+c.faults.DiskError > 0
+	case metrics.ReasonShutdown, metrics.ReasonDisconnected:
+		return c.faults.Crash+c.faults.ProcessCrash > 0
+	}
+	return false
+}
+
+// checkParkAndDrops: at quiescence every park buffer is empty, and every
+// frame drop is explained (invariant 4).
+func (c *csim) checkParkAndDrops() {
+	if c.viol != nil {
+		return
+	}
+	for _, n := range c.nodes {
+		for i, sh := range n.shards {
+			st, err := sh.Inspect(context.Background())
+			if err != nil {
+				c.fail(0, "inspect n%d shard %d: %v", n.id, i, err)
+				return
+			}
+			if st.ParkedFrames != 0 || st.ParkedBytes != 0 || len(st.Parked) != 0 || sh.Parked() != 0 {
+				c.fail(4, "n%d shard %d park buffer not empty at quiescence: %d frames, %d bytes, %d namespaces",
+					n.id, i, st.ParkedFrames, st.ParkedBytes, len(st.Parked))
+				return
+			}
+		}
+	}
+	ms := slices.Concat(c.oldMetrics, nil)
+	for _, n := range c.nodes {
+		ms = append(ms, n.m)
+	}
+	for _, m := range ms {
+		reg := prometheus.NewRegistry()
+		if err := reg.Register(m); err != nil {
+			c.fail(0, "metrics: %v", err)
+			return
+		}
+		fams, err := reg.Gather()
+		if err != nil {
+			c.fail(0, "metrics: %v", err)
+			return
+		}
+		for _, f := range fams {
+			if f.GetName() != "parkway_frame_drops_total" {
+				continue
+			}
+			for _, mt := range f.GetMetric() {
+				if mt.GetCounter().GetValue() == 0 {
+					continue
+				}
+				labels := map[string]string{}
+				for _, l := range mt.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if !c.clusterDropOK(labels["variant"], labels["reason"]) {
+					c.fail(4, "shard %s dropped %v %s frames for reason %q, which nothing injected explains",
+						labels["shard"], mt.GetCounter().GetValue(), labels["variant"], labels["reason"])
+					return
+				}
+				c.event("drops shard=%s %s %s=%v", labels["shard"], labels["variant"], labels["reason"], mt.GetCounter().GetValue())
+			}
+		}
+	}
+}
+
+// checkLinearizable checks each partition incarnation's history
+// (invariant 5). Produces and consumer offsets are replicated writes, and
+// polls and offset reads asked of the leader must see every acknowledged
+// write: all are checked against one log with consumer offsets. A Local
+// poll reads whichever replica the client reached, from its own copy, and
+// is checked as a stale read (linIn.stale).
+func (c *csim) checkLinearizable() {
+	if c.viol != nil {
+		return
+	}
+	hist := make(map[incKey][]linOp)
+	add := func(o *op, key incKey, in linIn, out linOut) {
+		ret := o.retEv
+		if out.unknown {
+			ret = unknownReturn + int64(o.id)
+		}
+		hist[key] = append(hist[key], linOp{client: clientID(o.client), in: in, out: out, call: o.callEv, ret: ret, op: o.id})
+	}
+	for _, o := range c.allOps {
+		if o.kind == kindProduce || o.kind == kindBatch {
+			c.linearizeProduce(o, add)
+			if c.viol != nil {
+				return
+			}
+			continue
+		}
+		key, in, out, ok := c.linearizeOp(o)
+		if c.viol != nil {
+			return
+		}
+		if ok {
+			add(o, key, in, out)
+		}
+	}
+	keys := make([]incKey, 0, len(hist))
+	for k := range hist {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].compare(keys[j]) < 0 })
+	for _, k := range keys {
+		switch check(hist[k]) {
+		case checkIllegal:
+			c.fail(5, "history of %v is not linearizable:\n%s", k, describeHistory(hist[k]))
+			if check(staleLeaderReads(hist[k])) == checkOK {
+				c.viol.Known = knownStaleLeaderReads
+			}
+			return
+		case checkUnknown:
+			c.ops.Unchecked++
+		default:
+			c.ops.Linearized++
+		}
+	}
+}
+
+// staleLeaderReads is h with every read asked of the leader weakened to
+// a read of whichever replica answered: polls checked as stale, consumer
+// offset reads left out. A history that fails as it is but passes so
+// only failed because a leader served an out-of-date read.
+func staleLeaderReads(h []linOp) []linOp {
+	out := make([]linOp, 0, len(h))
+	for _, o := range h {
+		switch o.in.kind {
+		case kindGet:
+			continue
+		case kindPoll:
+			o.in.stale = true
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+// linearizeProduce places a produce in the history of each incarnation a
+// try of it was applied to: as acknowledged (at its offset) in the one
+// the acknowledgement reported, as of unknown outcome elsewhere. A
+// produce that ended "not applied" or with an error must not have been
+// applied anywhere.
+func (c *csim) linearizeProduce(o *op, add func(*op, incKey, linIn, linOut)) {
+	tries, ok := c.appliedTries(o)
+	if !ok {
+		return
+	}
+	keys := make([]incKey, 0, len(tries))
+	for k := range tries {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].compare(keys[j]) < 0 })
+	for _, key := range keys {
+		a := tries[key]
+		in := linIn{kind: o.kind, ids: a.ids}
+		var out linOut
+		switch {
+		case o.outcome == outcomeOK && o.acked == a:
+			out.offset = o.resp.Offset
+		case o.outcome == outcomeOK || o.outcome == outcomeUnknown:
+			out.unknown = true
+		default:
+			c.fail(5, "op %d ended %v (%v), yet attempt %d was appended to %v", o.id, o.outcome, o.err, a.id, key)
+			if a.answered && a.resp.Err != nil && strings.Contains(a.resp.Err.Error(), tombstonedText) {
+				c.viol.Known = knownTombstonedPending
+			}
+			return
+		}
+		add(o, key, in, out)
+	}
+}
+
+// linearizeOp places a read or a consumer offset operation in a partition
+// history, or reports false to leave it out.
+func (c *csim) linearizeOp(o *op) (incKey, linIn, linOut, bool) {
+	in := linIn{kind: o.kind, from: o.from, count: o.count, consumer: o.consumer, useConsumer: o.useConsumer,
+		offset: o.offset, stale: o.kind == kindPoll && o.local}
+	var out linOut
+	switch o.kind {
+	case kindPoll:
+		if o.outcome != outcomeOK {
+			return incKey{}, in, out, false
+		}
+		out.offset = o.resp.Offset
+		for _, m := range o.resp.Messages {
+			id, _ := decodePayload(m.Payload)
+			out.ids = append(out.ids, id)
+		}
+	case kindStore:
+		switch o.outcome {
+		case outcomeOK:
+		case outcomeError:
+			if !errors.Is(o.err, partition.ErrOffsetOutOfRange) {
+				return incKey{}, in, out, false
+			}
+			out.outOfRange = true
+		case outcomeUnknown:
+			out.unknown = true
+		default:
+			return incKey{}, in, out, false
+		}
+	case kindGet:
+		if o.outcome != outcomeOK {
+			return incKey{}, in, out, false
+		}
+		out.offset, out.found = o.resp.Offset, o.resp.Found
+	default:
+		return incKey{}, in, out, false
+	}
+	last := o.attempts[len(o.attempts)-1]
+	if out.unknown {
+		// A store whose outcome is unknown was proposed by a leader that
+		// took one of its tries against the incarnation it was stamped
+		// with; a try no leader took did nothing.
+		for _, a := range slices.Backward(o.attempts) {
+			if a.handles > 0 && a.stamp != 0 {
+				return incKey{o.ns, a.stamp}, in, out, true
+			}
+		}
+		return incKey{}, in, out, false
+	}
+	if last.crashed || !servedAnswer(last.resp.Err) {
+		return incKey{}, in, out, false
+	}
+	key := incKey{o.ns, last.served}
+	cands := last.node.incs.during(o.ns, o.callEv, o.retEv)
+	if last.served == 0 || !slices.Contains(cands, key.epoch) {
+		c.fail(2, "op %d on %v answered %v by n%d's incarnation %d, not committed there while it ran (%v)",
+			o.id, o.ns, o.outcome, last.node.id, last.served, cands)
+		return incKey{}, in, out, false
+	}
+	if len(out.ids) > 0 {
+		info := c.msgs[out.ids[0]]
+		if info == nil || !info.appended {
+			c.fail(2, "op %d read message %d that was never appended", o.id, out.ids[0])
+			return incKey{}, in, out, false
+		}
+		for _, id := range out.ids {
+			if x := c.msgs[id]; x == nil || x.key != info.key {
+				c.fail(2, "op %d read one batch from two incarnations", o.id)
+				return incKey{}, in, out, false
+			}
+		}
+		if info.key != key {
+			c.fail(2, "op %d was served by %v but read messages of %v", o.id, key, info.key)
+			return incKey{}, in, out, false
+		}
+	}
+	return key, in, out, true
+}

@@ -1,0 +1,89 @@
+package sim
+
+import (
+	"errors"
+	"time"
+
+	"github.com/parkway-io/parkway/internal/bus"
+	"github.com/parkway-io/parkway/shard"
+)
+
+// Node crash and restart (cluster mode). A crashed node is down for a
+// while — cut off, doing nothing, its clients' requests answered by the
+// crash — and then restarts on its disk: two crashes in three are a power
+// loss (MemFS.Crash: only what was synced survives), one a process crash
+// (the page cache survives). The restarted node is built as parkway.Open
+// builds one on an existing data directory: the metadata from its raft
+// log, each partition's raft group from the raft log beside its segments,
+// re-applying what its partition log lost.
+
+// crash takes n down.
+func (c *csim) crash(n *cnode) {
+	power := c.rng.IntN(3) != 0
+	kind := "process crash"
+	if power {
+		c.faults.Crash++
+		kind = "power loss"
+	} else {
+		c.faults.ProcessCrash++
+	}
+	down := c.randDuration(0, time.Second)
+	c.event("n%d CRASH (%s) gen=%d down for %v", n.id, kind, n.gen, down)
+	n.inj.dead = true
+	n.down, n.restartAt = true, c.clk.Now().Add(down)
+	c.abandon(n)
+	_ = n.ep.Close() // what is on its way to the node is lost
+	for _, cancel := range n.cancels {
+		cancel()
+	}
+	c.oldMetrics = append(c.oldMetrics, n.m)
+	if power {
+		n.mem = n.mem.Crash()
+		// What the shutdown writes and syncs goes to the disk the power
+		// loss discarded.
+		for _, sh := range n.shards {
+			_ = sh.Close()
+		}
+	}
+	// A crashed process is not closed: its open files, shards and raft
+	// logs are simply abandoned.
+}
+
+// abandon answers every request in flight on n: its client sees the
+// connection drop. A write may or may not have been applied; a read did
+// nothing.
+func (c *csim) abandon(n *cnode) {
+	kept := c.inflight[:0]
+	for _, a := range c.inflight {
+		if a.node != n {
+			kept = append(kept, a)
+			continue
+		}
+		a.crashed = true
+		a.ansEv = c.event("answer a=%d crashed", a.id)
+		oc := outcomeError
+		if k := a.op.kind; k == kindProduce || k == kindBatch || k == kindStore {
+			oc = outcomeUnknown
+		}
+		c.finish(a.op, oc, shard.Response{}, errCrashed)
+	}
+	c.inflight = kept
+}
+
+// restart brings n back on its disk, with a fresh endpoint.
+func (c *csim) restart(n *cnode) {
+	c.event("n%d RESTART gen=%d", n.id, n.gen+1)
+	nn := c.openNode(n.id, c.net.Endpoint(bus.NodeID(n.id)), n.mem, n)
+	c.nodes[n.id-1] = nn
+	c.applyCuts()
+}
+
+// cur is the running incarnation of the node n was (n itself unless it
+// crashed and restarted since).
+func (c *csim) cur(n *cnode) *cnode { return c.nodes[n.id-1] }
+
+// reachable reports whether a client can talk to n: it is neither down
+// nor stopped.
+func (n *cnode) reachable() bool { return !n.down && !n.stopped }
+
+var errUnreachable = errors.New("sim: node down or stopped")

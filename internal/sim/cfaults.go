@@ -1,0 +1,246 @@
+package sim
+
+import (
+	"path/filepath"
+	"slices"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/parkway-io/parkway/internal/bus"
+	"github.com/parkway-io/parkway/internal/vfs/errorfs"
+)
+
+// netState is the cluster's network weather: the fault spells in force,
+// when each ends, and the partition.
+type netState struct {
+	drop, dup, reorder          float64
+	delay                       time.Duration
+	dropEnd, dupEnd, reorderEnd time.Time
+	delayEnd                    time.Time
+	partitionEnd                time.Time
+	sides                       [2][]uint64 // sides[0] is the minority; nil while healed
+	partitioned                 bool
+}
+
+func (c *csim) randDuration(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(c.rng.Int64N(int64(hi-lo)+1))
+}
+
+// startFaults rolls every fault that is not on, in a fixed order (each
+// roll draws from the RNG only when its rate is set).
+func (c *csim) startFaults() {
+	if c.quiescing {
+		return
+	}
+	f := c.cfg.Faults
+	nf := f.Net
+	w := &c.netf
+	now := c.clk.Now()
+	weather := false
+	if w.drop == 0 && c.roll(nf.Drop) {
+		w.drop = 0.05 + 0.35*c.rng.Float64()
+		w.dropEnd = now.Add(c.randDuration(50*time.Millisecond, time.Second))
+		c.event("net drop %.2f until %v", w.drop, w.dropEnd.Sub(epoch0))
+		weather = true
+	}
+	if w.dup == 0 && c.roll(nf.Duplicate) {
+		w.dup = 0.05 + 0.25*c.rng.Float64()
+		w.dupEnd = now.Add(c.randDuration(50*time.Millisecond, time.Second))
+		c.event("net duplicate %.2f until %v", w.dup, w.dupEnd.Sub(epoch0))
+		weather = true
+	}
+	if w.reorder == 0 && c.roll(nf.Reorder) {
+		w.reorder = 0.1 + 0.4*c.rng.Float64()
+		w.reorderEnd = now.Add(c.randDuration(50*time.Millisecond, time.Second))
+		c.event("net reorder %.2f until %v", w.reorder, w.reorderEnd.Sub(epoch0))
+		weather = true
+	}
+	if w.delay == 0 && c.roll(nf.Delay) {
+		w.delay = c.randDuration(time.Millisecond, 40*time.Millisecond)
+		w.delayEnd = now.Add(c.randDuration(50*time.Millisecond, time.Second))
+		c.event("net delay %v until %v", w.delay, w.delayEnd.Sub(epoch0))
+		weather = true
+	}
+	if weather {
+		c.setWeather()
+	}
+	cuts := false
+	if !w.partitioned && c.roll(nf.Partition) {
+		perm := c.rng.Perm(len(c.peers))
+		k := 1 + c.rng.IntN((len(c.peers)-1)/2)
+		w.sides = [2][]uint64{}
+		for j, p := range perm {
+			side := 1
+			if j < k {
+				side = 0
+			}
+			w.sides[side] = append(w.sides[side], c.peers[p])
+		}
+		slices.Sort(w.sides[0])
+		slices.Sort(w.sides[1])
+		w.partitioned = true
+		w.partitionEnd = now.Add(c.randDuration(100*time.Millisecond, 3*time.Second))
+		c.faults.Partitions++
+		c.event("net partition %v | %v until %v", w.sides[0], w.sides[1], w.partitionEnd.Sub(epoch0))
+		cuts = true
+	}
+	if c.depth == 0 && c.roll(nf.Stop) && !slices.ContainsFunc(c.nodes, func(n *cnode) bool { return n.stopped || n.down }) {
+		n := c.nodes[c.rng.IntN(len(c.nodes))]
+		n.stopped = true
+		n.stopUntil = now.Add(c.randDuration(100*time.Millisecond, 3*time.Second))
+		c.faults.Stops++
+		c.event("n%d STOP until %v", n.id, n.stopUntil.Sub(epoch0))
+		cuts = true
+	}
+	if cuts {
+		c.applyCuts()
+	}
+	if c.depth == 0 && c.roll(f.Crash) && !slices.ContainsFunc(c.nodes, func(n *cnode) bool { return n.down }) {
+		// One node down at a time (and never inside a slow build, whose
+		// node's reconciler pass is on the stack).
+		c.crash(c.nodes[c.rng.IntN(len(c.nodes))])
+	}
+	if c.roll(f.DiskFull) {
+		n := c.nodes[c.rng.IntN(len(c.nodes))]
+		if !n.inj.enospc.On() && !n.down {
+			d := c.randDuration(50*time.Millisecond, 2*time.Second)
+			n.diskFullUntil = now.Add(d)
+			n.inj.enospc.Set(true)
+			c.event("n%d disk full for %v", n.id, d)
+		}
+	}
+	if c.roll(f.DiskError) {
+		c.armDiskError(c.nodes[c.rng.IntN(len(c.nodes))])
+	}
+}
+
+// armDiskError arms a one-shot EIO on one of the next few fsyncs of one
+// partition of n, or a torn write on one of its next few writes. It aims
+// at one partition's directory, not at "the k-th operation" as the
+// single-node mode does: a shard ticks its raft groups in map order, so
+// the order of operations across partitions is not the seed's to decide.
+func (c *csim) armDiskError(n *cnode) {
+	parts := n.meta.Snapshot().Partitions
+	if n.inj.eio != nil || len(parts) == 0 || n.down {
+		return
+	}
+	ns := parts[c.rng.IntN(len(parts))].NS
+	n.inj.eioPrefix = filepath.Join(dataDir, "streams", strconv.FormatUint(uint64(ns.Stream()), 10),
+		"topics", strconv.FormatUint(uint64(ns.Topic()), 10),
+		"partitions", strconv.FormatUint(uint64(ns.Partition()), 10)) + "/"
+	k := int64(c.rng.IntN(4))
+	if c.rng.IntN(10) < 6 {
+		n.inj.eio, n.inj.eioKind = errorfs.OnIndex(k, syscall.EIO, errorfs.OpSync), "fsync"
+	} else {
+		torn := &errorfs.TornWrite{N: c.rng.IntN(64)}
+		n.inj.eio, n.inj.eioKind = errorfs.OnIndex(k, torn, errorfs.OpWriteAt), "torn write"
+	}
+	c.event("n%d disk error armed: %s #%d under %v", n.id, n.inj.eioKind, k, ns)
+}
+
+// expireFaults ends the faults whose time is up.
+func (c *csim) expireFaults() {
+	w := &c.netf
+	now := c.clk.Now()
+	weather, flush := false, false
+	if w.drop > 0 && !now.Before(w.dropEnd) {
+		w.drop, weather = 0, true
+		c.event("net drop ends")
+	}
+	if w.dup > 0 && !now.Before(w.dupEnd) {
+		w.dup, weather = 0, true
+		c.event("net duplicate ends")
+	}
+	if w.reorder > 0 && !now.Before(w.reorderEnd) {
+		w.reorder, weather, flush = 0, true, true
+		c.event("net reorder ends")
+	}
+	if w.delay > 0 && !now.Before(w.delayEnd) {
+		w.delay, weather = 0, true
+		c.event("net delay ends")
+	}
+	if weather {
+		c.setWeather()
+	}
+	if flush {
+		c.event("net flush released=%d", c.net.Flush())
+	}
+	cuts := false
+	if w.partitioned && !now.Before(w.partitionEnd) {
+		w.partitioned, w.sides, cuts = false, [2][]uint64{}, true
+		c.event("net heal")
+	}
+	for _, n := range c.nodes {
+		if n.down && !now.Before(n.restartAt) && c.depth == 0 {
+			c.restart(n)
+			continue
+		}
+		if n.stopped && !now.Before(n.stopUntil) {
+			n.stopped, cuts = false, true
+			c.event("n%d RESUME", n.id)
+		}
+		if n.inj.enospc.On() && !now.Before(n.diskFullUntil) {
+			n.inj.enospc.Set(false)
+			c.event("n%d disk space back", n.id)
+		}
+	}
+	if cuts {
+		c.applyCuts()
+	}
+}
+
+// setWeather hands the spells in force to the network, with a fresh seed
+// for its fault PCG from the run's RNG.
+func (c *csim) setWeather() {
+	w := &c.netf
+	c.net.SetFaults(bus.Faults{DropRate: w.drop, DuplicateRate: w.dup, ReorderRate: w.reorder,
+		Delay: w.delay, Seed: c.rng.Uint64()})
+}
+
+// applyCuts sets the network's links to the partition and the stopped
+// nodes: a stopped node is cut off from every other.
+func (c *csim) applyCuts() {
+	c.net.Heal()
+	w := &c.netf
+	if w.partitioned {
+		for _, a := range w.sides[0] {
+			for _, b := range w.sides[1] {
+				c.net.Disconnect(bus.NodeID(a), bus.NodeID(b))
+				c.net.Disconnect(bus.NodeID(b), bus.NodeID(a))
+			}
+		}
+	}
+	for _, n := range c.nodes {
+		if !n.stopped {
+			continue
+		}
+		for _, p := range c.peers {
+			if p != n.id {
+				c.net.Disconnect(bus.NodeID(n.id), bus.NodeID(p))
+				c.net.Disconnect(bus.NodeID(p), bus.NodeID(n.id))
+			}
+		}
+	}
+}
+
+// faultsOff ends every fault for quiescence: the weather clears, held
+// messages are released, the partition heals, stopped nodes resume and
+// disks work again.
+func (c *csim) faultsOff() {
+	c.netf = netState{}
+	c.setWeather()
+	released := c.net.Flush()
+	for _, n := range c.nodes {
+		if n.down {
+			c.restart(n)
+		}
+	}
+	for _, n := range c.nodes {
+		n.stopped = false
+		n.inj.enospc.Set(false)
+		n.inj.eio = nil
+	}
+	c.applyCuts()
+	c.event("faults off: released=%d", released)
+}

@@ -1,0 +1,350 @@
+package sim
+
+import (
+	"errors"
+	"maps"
+	"slices"
+
+	"github.com/parkway-io/parkway/internal/vfs"
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
+)
+
+// repLog is the oracle of one partition incarnation in cluster mode: the
+// log as replicas applied it — the first replica to reach an offset
+// defines what the offset holds, and every other replica must append the
+// same message there — and how far each replica's copy reaches.
+type repLog struct {
+	ids   []uint64
+	acked []bool
+	// lens maps each node holding a copy to its length.
+	lens map[uint64]uint64
+	// ackedEnd is one past the highest acknowledged offset.
+	ackedEnd uint64
+}
+
+// cstore wraps a cluster node's FileStore: it slows builds down, checks
+// what a build opens against the oracle, and wraps every partition in a
+// tap.
+type cstore struct {
+	n     *cnode
+	inner *partition.FileStore
+}
+
+// Build implements partition.Store.
+func (st *cstore) Build(ns metadata.Namespace, epoch uint64) (partition.Partition, error) {
+	n := st.n
+	c := n.c
+	if c.depth == 0 && !c.quiescing && c.roll(c.cfg.Faults.SlowBuild) {
+		// The pass that called Build is blocked here while the cluster
+		// goes on (the reconciler is marked busy by reconcile).
+		c.faults.SlowBuild++
+		k := 5 + c.rng.IntN(36)
+		c.event("n%d slow build ns=%v epoch=%d: %d steps", n.id, ns, epoch, k)
+		c.depth++
+		for range k {
+			if c.viol != nil {
+				break
+			}
+			c.tick()
+		}
+		c.depth--
+		c.event("n%d slow build ns=%v epoch=%d resumes", n.id, ns, epoch)
+	}
+	p, err := st.inner.Build(ns, epoch)
+	if err != nil {
+		c.event("n%d build ns=%v epoch=%d err=%v", n.id, ns, epoch, err)
+		return nil, err
+	}
+	key := incKey{ns, epoch}
+	c.builds[buildKey{n.id, key}]++
+	rl := c.oracle[key]
+	if rl == nil {
+		rl = &repLog{lens: make(map[uint64]uint64)}
+		c.oracle[key] = rl
+	}
+	if have, ok := rl.lens[n.id]; ok {
+		c.verifyReplicaReopen(n, key, rl, have, p)
+	} else if p.NextOffset() != 0 || p.StartOffset() != 0 {
+		c.fail(2, "a fresh build of %v on n%d holds offsets [%d, %d): data of another incarnation",
+			key, n.id, p.StartOffset(), p.NextOffset())
+	}
+	rl.lens[n.id] = p.NextOffset()
+	c.event("n%d build ns=%v epoch=%d next=%d", n.id, ns, epoch, p.NextOffset())
+	return &ctap{Partition: p, n: n, key: key}, nil
+}
+
+// verifyReplicaReopen checks a copy rebuilt on a node that held it before
+// (a partition evicted after a failed fsync): what it holds is a prefix
+// of the log, at most what the replica had appended.
+func (c *csim) verifyReplicaReopen(n *cnode, key incKey, rl *repLog, have uint64, p partition.Partition) {
+	next := p.NextOffset()
+	if next > have {
+		c.fail(3, "%v reopened on n%d with %d messages, the replica had appended %d", key, n.id, next, have)
+		return
+	}
+	n.inj.quiet++
+	defer func() { n.inj.quiet-- }()
+	for from := p.StartOffset(); from < next; {
+		msgs, err := p.Read(from, 1024)
+		if err != nil {
+			c.fail(3, "%v reopened on n%d but unreadable: %v", key, n.id, err)
+			return
+		}
+		if len(msgs) == 0 {
+			break
+		}
+		for _, m := range msgs {
+			id, ok := decodePayload(m.Payload)
+			if !ok || m.Offset >= uint64(len(rl.ids)) || rl.ids[m.Offset] != id {
+				c.fail(3, "%v reopened on n%d: offset %d holds message %d (intact %v), not the log's", key, n.id, m.Offset, id, ok)
+				return
+			}
+		}
+		from = msgs[len(msgs)-1].Offset + 1
+	}
+	if next < have {
+		c.event("n%d reopen %v: %d appended messages not durable", n.id, key, have-next)
+	}
+}
+
+// Remove implements partition.Store: only a dead incarnation (as this
+// node's metadata sees it) may lose its data.
+func (st *cstore) Remove(ns metadata.Namespace) error {
+	n := st.n
+	c := n.c
+	if err := st.inner.Remove(ns); err != nil {
+		c.event("n%d remove ns=%v err=%v", n.id, ns, err)
+		return err
+	}
+	rev, committed := n.meta.CreatedRevision(ns)
+	for _, k := range slices.SortedFunc(maps.Keys(c.oracle), incKey.compare) {
+		if k.ns != ns {
+			continue
+		}
+		rl := c.oracle[k]
+		if committed && k.epoch == rev && rl.lens[n.id] > 0 {
+			c.fail(3, "n%d removed the committed incarnation %v with %d messages", n.id, k, rl.lens[n.id])
+		}
+		delete(rl.lens, n.id)
+	}
+	c.event("n%d remove ns=%v", n.id, ns)
+	return nil
+}
+
+// List implements partition.Store.
+func (st *cstore) List() ([]partition.Stored, error) { return st.inner.List() }
+
+// ctap observes one replica of one partition incarnation.
+type ctap struct {
+	partition.Partition
+	n   *cnode
+	key incKey
+}
+
+// serving records that the replica serves a client request, and checks
+// the incarnation fence against the node's own metadata (behaviour 10).
+func (t *ctap) serving(what string) {
+	n := t.n
+	if n.inj.dead {
+		return
+	}
+	n.lastServe[t.key.ns] = t.key.epoch
+	if rev, ok := n.meta.CreatedRevision(t.key.ns); !ok || rev != t.key.epoch {
+		n.c.fail(2, "%s served on n%d's %v while its committed incarnation is %d (committed: %v)", what, n.id, t.key, rev, ok)
+	}
+}
+
+// Location implements partition.Located when the partition does: a
+// replicated partition keeps its raft log in its directory.
+func (t *ctap) Location() (vfs.FS, string) {
+	if loc, ok := t.Partition.(partition.Located); ok {
+		return loc.Location()
+	}
+	return nil, ""
+}
+
+// SkipTo implements partition.Partition. A replica skips offsets only
+// when its peers removed them (truncation, purge, retention), none of
+// which the workload does: skipping would lose messages.
+func (t *ctap) SkipTo(offset uint64) error {
+	if !t.n.inj.dead {
+		t.n.c.fail(3, "n%d skipped %v to offset %d, though nothing was ever removed", t.n.id, t.key, offset)
+	}
+	return t.Partition.SkipTo(offset)
+}
+
+// Append implements partition.Partition. Appends come from raft applying
+// committed entries, on every replica, and from a replica catching up
+// from a peer's log.
+func (t *ctap) Append(msgs []partition.Message) (uint64, error) {
+	if t.n.inj.dead {
+		return t.Partition.Append(msgs) // a crashed node's shutdown: no one sees it
+	}
+	first, err := t.Partition.Append(msgs)
+	if err == nil {
+		t.n.c.onReplicaAppend(t.n, t.key, first, msgs)
+	} else {
+		t.n.c.applyFailed[buildKey{t.n.id, t.key}] = true
+		t.n.c.event("n%d append %v err=%v", t.n.id, t.key, err)
+	}
+	return first, err
+}
+
+// Read implements partition.Partition: a client's poll, or a peer's
+// catch-up fetch (n.fetching), whose data must be the log's all the same.
+func (t *ctap) Read(from uint64, max int) ([]partition.Message, error) {
+	if !t.n.fetching {
+		t.serving("read")
+	}
+	msgs, err := t.Partition.Read(from, max)
+	if err == nil && !t.n.inj.dead {
+		t.n.c.onReplicaRead(t.n, t.key, from, msgs, !t.n.fetching)
+	}
+	return msgs, err
+}
+
+// StoreConsumerOffset implements partition.Partition. A consumer offset
+// is a replicated write: it is stored when its raft entry is applied (or
+// a snapshot installed), on every replica, whatever the node's metadata
+// says meanwhile; on the leader that answers it, it is served here.
+func (t *ctap) StoreConsumerOffset(consumer string, offset uint64) error {
+	err := t.Partition.StoreConsumerOffset(consumer, offset)
+	if !t.n.inj.dead {
+		if err != nil && !errors.Is(err, partition.ErrOffsetOutOfRange) {
+			t.n.c.storeFailed[buildKey{t.n.id, t.key}] = true
+			t.n.c.event("n%d store offset %v %s=%d err=%v", t.n.id, t.key, consumer, offset, err)
+		}
+		sk := storeKey{t.key, consumer, offset}
+		t.n.c.storeOutcomes[sk] |= storeOutcome(err)
+		t.n.lastServe[t.key.ns] = t.key.epoch
+		t.n.stored = append(t.n.stored, storeRecord{ns: t.key.ns, consumer: consumer, offset: offset, epoch: t.key.epoch, err: err})
+	}
+	return err
+}
+
+// storeKey is one consumer offset write to one incarnation.
+type storeKey struct {
+	key      incKey
+	consumer string
+	offset   uint64
+}
+
+// Outcomes of applying a consumer offset write, as a bit set over every
+// replica and every application.
+const (
+	storedOK         = 1
+	storedOutOfRange = 2
+	storedFailed     = 4
+)
+
+func storeOutcome(err error) uint8 {
+	switch {
+	case err == nil:
+		return storedOK
+	case errors.Is(err, partition.ErrOffsetOutOfRange):
+		return storedOutOfRange
+	}
+	return storedFailed
+}
+
+// storeRecord is a consumer offset a node stored in a partition.
+type storeRecord struct {
+	ns       metadata.Namespace
+	consumer string
+	offset   uint64
+	epoch    uint64
+	err      error
+}
+
+// ConsumerOffset implements partition.Partition.
+func (t *ctap) ConsumerOffset(consumer string) (uint64, bool, error) {
+	t.serving("get offset")
+	return t.Partition.ConsumerOffset(consumer)
+}
+
+// onReplicaAppend checks one replica's append against the log (invariants
+// 2, 3 and 5): dense on the replica, the same message at each offset on
+// every replica, each message in the log once, and into the incarnation
+// its frame was stamped with.
+func (c *csim) onReplicaAppend(n *cnode, key incKey, first uint64, msgs []partition.Message) {
+	rl := c.oracle[key]
+	if rl == nil {
+		c.fail(0, "append to %v on n%d, which the simulator never saw built", key, n.id)
+		return
+	}
+	if have := rl.lens[n.id]; first != have {
+		c.fail(3, "n%d appended to %v at offset %d, but its copy holds %d messages: offsets not dense", n.id, key, first, have)
+		return
+	}
+	var aid uint64
+	for i, m := range msgs {
+		off := first + uint64(i)
+		id, ok := decodePayload(m.Payload)
+		info := c.msgs[id]
+		if !ok || info == nil {
+			c.fail(3, "n%d appended to %v a message that is not one the clients sent intact (offset %d)", n.id, key, off)
+			return
+		}
+		a := info.a
+		aid = a.id
+		if off < uint64(len(rl.ids)) {
+			if rl.ids[off] != id {
+				c.fail(3, "replicas disagree on %v at offset %d: n%d appended message %d, another replica holds %d",
+					key, off, n.id, id, rl.ids[off])
+				return
+			}
+			continue
+		}
+		if info.appended {
+			c.fail(5, "message %d of attempt %d (op %d) is in the log twice: at %v/%d and %v/%d",
+				id, a.id, a.op.id, info.key, info.off, key, off)
+			return
+		}
+		if a.handles == 0 {
+			c.fail(0, "message %d of attempt %d appended before any shard took its frame", id, a.id)
+			return
+		}
+		if a.stamp != 0 && a.stamp != key.epoch {
+			c.fail(2, "attempt %d (op %d) was taken from its inbox on n%d while incarnation %d of %v was committed there, "+
+				"but its message %d was appended to incarnation %d", a.id, a.op.id, a.node.id, a.stamp, key.ns, id, key.epoch)
+			return
+		}
+		info.appended, info.key, info.off = true, key, off
+		rl.ids = append(rl.ids, id)
+		rl.acked = append(rl.acked, false)
+	}
+	rl.lens[n.id] = first + uint64(len(msgs))
+	c.event("n%d append %v first=%d n=%d a=%d", n.id, key, first, len(msgs), aid)
+}
+
+// onReplicaRead checks that a replica's read returns what its copy holds
+// at each offset (invariants 2 and 3) and counts reads that miss an
+// acknowledged message (a follower's stale copy).
+func (c *csim) onReplicaRead(n *cnode, key incKey, from uint64, msgs []partition.Message, client bool) {
+	rl := c.oracle[key]
+	if rl == nil {
+		c.fail(0, "read of %v on n%d, which the simulator never saw built", key, n.id)
+		return
+	}
+	have := rl.lens[n.id]
+	for i, m := range msgs {
+		want := from + uint64(i)
+		if m.Offset != want {
+			c.fail(3, "read of %v on n%d from %d returned offset %d at position %d: offsets not dense", key, n.id, from, m.Offset, i)
+			return
+		}
+		id, ok := decodePayload(m.Payload)
+		if !ok {
+			c.fail(3, "read of %v on n%d returned a corrupt message at offset %d", key, n.id, m.Offset)
+			return
+		}
+		if m.Offset >= have || rl.ids[m.Offset] != id {
+			c.fail(2, "read of %v on n%d returned message %d at offset %d, which is not what its copy holds there", key, n.id, id, m.Offset)
+			return
+		}
+	}
+	if client && have < rl.ackedEnd && !c.quiescing {
+		c.ops.StaleReads++
+	}
+}

@@ -1,0 +1,720 @@
+package sim
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/parkway-io/parkway/internal/testhooks"
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
+	"github.com/parkway-io/parkway/router"
+	"github.com/parkway-io/parkway/shard"
+)
+
+// Cluster clients. A client talks to one node per operation (its home,
+// picked among the running nodes), as a host calls its local Node:
+// partition requests go through the home node's router; a "not leader"
+// answer is followed to the hinted leader (the Node forwards there over
+// the bus; the simulator's client goes straight to that node's router),
+// and a "retry here" answer brings the operation back home after a pause.
+// A produce keeps its (producer, sequence) pair over every try, so the
+// partition deduplicates a retry of a batch that was applied after all.
+// Metadata commands are proposed to the home node's metadata group member
+// (which forwards to the leader) and are proposed again after
+// forwardTicks ticks without a commit, with the same deduplication key.
+
+// regrouped reports whether the raft group member that answered a — the
+// partition replica on a's node for the incarnation a was stamped with —
+// was started more than once (the node restarted, or the partition was
+// rebuilt after a failed fsync), so that it reissued proposal ids
+// (knownProposalIDs).
+func (c *csim) regrouped(a *attempt) bool {
+	return c.builds[buildKey{a.node.id, incKey{a.op.ns, a.stamp}}] > 1
+}
+
+// buildKey names a replica: a node and an incarnation.
+type buildKey struct {
+	node uint64
+	key  incKey
+}
+
+// metaProducer is the producer id of every metadata proposal the clients
+// make; sequences are unique within a run.
+const metaProducer = 0x5eed
+
+// metaOp is a metadata operation: one to three commands, each computed
+// from the previous one's result.
+type metaOp struct {
+	desc  string
+	steps []func(prev metadata.Result) metadata.Command
+	step  int
+	// The command in flight: its key and encoded proposal.
+	key        [2]uint64
+	payload    []byte
+	proposed   bool
+	proposedAt time.Time
+	created    []metadata.PartitionInfo
+}
+
+// running lists the nodes clients can reach.
+func (c *csim) running() []*cnode {
+	var out []*cnode
+	for _, n := range c.nodes {
+		if n.reachable() {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// pickNode picks a running node (nil if none).
+func (c *csim) pickNode() *cnode {
+	r := c.running()
+	if len(r) == 0 {
+		return nil
+	}
+	return r[c.rng.IntN(len(r))]
+}
+
+// clientAct lets cl act: retry or re-propose its operation if that is
+// due, or start a new one.
+func (c *csim) clientAct(cl *client) {
+	now := c.clk.Now()
+	if o := cl.op; o != nil {
+		switch {
+		case o.waiting && !now.Before(o.retryAt):
+			c.retry(o)
+		case o.kind == kindMeta && o.meta.proposed && !now.Before(o.meta.proposedAt.Add(forwardTicks*c.cfg.TickInterval)):
+			c.ops.MetaRetries++
+			c.event("op=%d meta not committed after %d ticks: propose again", o.id, forwardTicks)
+			c.propose(o)
+		}
+		return
+	}
+	if c.quiescing {
+		return
+	}
+	n := c.pickNode()
+	if n == nil {
+		return
+	}
+	snap := n.meta.Snapshot()
+	if len(snap.Partitions) == 0 || c.rng.IntN(100) < 16 {
+		c.metaOpStart(cl, n)
+		return
+	}
+	if c.rng.IntN(100) < 5 {
+		// A client whose view lags: it still addresses a partition this
+		// node has seen deleted.
+		if gone := n.incs.gone(n.meta); len(gone) > 0 {
+			c.dataOp(cl, n, gone[c.rng.IntN(len(gone))], c.pickKind())
+			return
+		}
+	}
+	p := snap.Partitions[c.rng.IntN(len(snap.Partitions))]
+	c.dataOp(cl, n, p.NS, c.pickKind())
+}
+
+// pickKind is sim.pickKind's mix.
+func (c *csim) pickKind() opKind {
+	switch w := c.rng.IntN(100); {
+	case w < 34:
+		return kindProduce
+	case w < 50:
+		return kindBatch
+	case w < 78:
+		return kindPoll
+	case w < 90:
+		return kindStore
+	default:
+		return kindGet
+	}
+}
+
+// knownLen is the length of the log of ns's incarnation committed on n.
+func (c *csim) knownLen(n *cnode, ns metadata.Namespace) uint64 {
+	rev, ok := n.meta.CreatedRevision(ns)
+	if !ok {
+		return 0
+	}
+	if rl := c.oracle[incKey{ns, rev}]; rl != nil {
+		return uint64(len(rl.ids))
+	}
+	return 0
+}
+
+// dataOp starts a partition operation of kind on ns for cl through n.
+func (c *csim) dataOp(cl *client, n *cnode, ns metadata.Namespace, kind opKind) *op {
+	c.nextOp++
+	o := &op{id: c.nextOp, client: cl, kind: kind, ns: ns, home: n}
+	consumers := [...]string{"c0", "c1"}
+	switch kind {
+	case kindProduce:
+		o.n = 1
+		c.ops.Produce++
+	case kindBatch:
+		o.n = 2 + c.rng.IntN(4)
+		c.ops.ProduceBatch++
+	case kindPoll:
+		if c.rng.IntN(10) < 4 {
+			o.from = 0
+		} else {
+			o.from = uint64(c.rng.IntN(int(c.knownLen(n, ns)) + 3))
+		}
+		o.count = 1 + c.rng.IntN(8)
+		if c.rng.IntN(4) == 0 {
+			o.useConsumer, o.consumer = true, consumers[c.rng.IntN(2)]
+		}
+		o.local = c.rng.IntN(5) == 0
+		c.ops.Poll++
+	case kindStore:
+		o.consumer = consumers[c.rng.IntN(2)]
+		o.offset = uint64(c.rng.IntN(int(c.knownLen(n, ns)) + 2))
+		c.ops.StoreOffset++
+	case kindGet:
+		o.consumer = consumers[c.rng.IntN(2)]
+		c.ops.GetOffset++
+	}
+	if (kind == kindProduce || kind == kindBatch) && !testhooks.SimNoProducerIDs.Load() {
+		o.producer = 1 + uint64(clientID(cl)+1)
+		o.seq = o.id
+	}
+	if cl != nil {
+		cl.op = o
+	}
+	c.allOps = append(c.allOps, o)
+	o.callEv = c.event("call op=%d client=%d n%d %v ns=%v%s", o.id, clientID(cl), n.id, kind, ns, o.args())
+	c.send(c.newAttempt(o), n)
+	return o
+}
+
+// newAttempt builds the next try of o: a fresh request, and for a produce
+// fresh message ids (so the oracle can tell tries apart) under the op's
+// one (producer, sequence) pair.
+func (c *csim) newAttempt(o *op) *attempt {
+	c.nextAttempt++
+	a := &attempt{id: c.nextAttempt, op: o, reply: make(chan shard.Response, 1)}
+	req := &shard.Request{NS: o.ns}
+	switch o.kind {
+	case kindProduce, kindBatch:
+		req.Op, req.Producer, req.Seq = shard.OpProduce, o.producer, o.seq
+		ts := c.clk.Now().UnixMicro()
+		for range o.n {
+			c.nextMsg++
+			id := c.nextMsg
+			a.ids = append(a.ids, id)
+			c.msgs[id] = &msgInfo{a: a}
+			req.Messages = append(req.Messages, partition.Message{Timestamp: ts, Payload: c.payload(id)})
+		}
+	case kindPoll:
+		req.Op, req.Offset, req.Count = shard.OpPoll, o.from, o.count
+		req.Consumer, req.UseConsumer, req.FromLeader = o.consumer, o.useConsumer, !o.local
+	case kindStore:
+		req.Op, req.Consumer, req.Offset = shard.OpStoreOffset, o.consumer, o.offset
+	case kindGet:
+		req.Op, req.Consumer, req.FromLeader = shard.OpGetOffset, o.consumer, !o.local
+	}
+	a.req = req
+	c.attempts[req] = a
+	c.allAttempts = append(c.allAttempts, a)
+	o.attempts = append(o.attempts, a)
+	c.ops.Attempts++
+	return a
+}
+
+// payload is sim.payload: the message id and a filler derived from it.
+func (c *csim) payload(id uint64) []byte {
+	k := c.rng.IntN(41)
+	b := make([]byte, 8+k)
+	binary.LittleEndian.PutUint64(b, id)
+	for j := range k {
+		b[8+j] = byte(id*31 + uint64(j))
+	}
+	return b
+}
+
+// send hands a's frame to n's router. A refusal is the attempt's answer.
+func (c *csim) send(a *attempt, n *cnode) {
+	a.node = n
+	a.sendEv = c.event("send a=%d op=%d n%d", a.id, a.op.id, n.id)
+	if _, err := n.rt.Send(a.op.ns, shard.Frame{Req: a.req, Reply: a.reply}); err != nil {
+		if !errors.Is(err, router.ErrFull) {
+			c.fail(0, "n%d router refused attempt %d with %v", n.id, a.id, err)
+			return
+		}
+		c.onAnswer(a, shard.Response{Err: err})
+		return
+	}
+	c.inflight = append(c.inflight, a)
+}
+
+// collect takes every answer waiting on an in-flight attempt's reply
+// channel, in send order.
+func (c *csim) collect() {
+	pending := append([]*attempt(nil), c.inflight...)
+	c.inflight = c.inflight[:0]
+	for _, a := range pending {
+		if c.viol != nil {
+			c.inflight = append(c.inflight, a)
+			continue
+		}
+		select {
+		case r := <-a.reply:
+			c.onAnswer(a, r)
+		default:
+			c.inflight = append(c.inflight, a)
+		}
+	}
+}
+
+// onAnswer handles an attempt's answer the way the Node's client side does
+// in a cluster.
+func (c *csim) onAnswer(a *attempt, r shard.Response) {
+	o := a.op
+	if a.answered {
+		c.fail(1, "attempt %d answered twice", a.id)
+		return
+	}
+	a.answered, a.resp = true, r
+	if servedAnswer(r.Err) && !errors.Is(r.Err, shard.ErrNotLeader) && !errors.Is(r.Err, shard.ErrOutcomeUnknown) {
+		a.served = a.node.lastServe[o.ns]
+	}
+	a.ansEv = c.event("answer a=%d op=%d n%d %s", a.id, o.id, a.node.id, describe(r))
+	var nl *shard.NotLeaderError
+	switch {
+	case r.Err == nil:
+		o.hops = 0
+		c.onSuccess(a, r)
+	case errors.As(r.Err, &nl):
+		c.ops.NotLeader++
+		if !c.checkNotApplied(a, r.Err) {
+			return
+		}
+		lead := c.node(nl.Leader)
+		if lead == nil || lead.id == a.node.id || lead.down || o.hops >= maxHops {
+			// Leadership is moving to the node that answered, or the hints
+			// go round: retry in place after a pause.
+			o.hops = 0
+			c.scheduleRetry(o, r.Err)
+			return
+		}
+		o.hops++
+		c.ops.Redirects++
+		c.send(c.newAttempt(o), lead)
+	case errors.Is(r.Err, shard.ErrOutcomeUnknown):
+		// The Node retries an unknown outcome in a cluster: a produce's
+		// retry carries the same (producer, sequence) pair, and storing a
+		// consumer offset again is idempotent.
+		c.ops.UnknownAnswers++
+		o.maybeApplied, o.hops = true, 0
+		c.scheduleRetry(o, r.Err)
+	case retryable(r.Err):
+		o.hops = 0
+		if !c.checkNotApplied(a, r.Err) {
+			return
+		}
+		c.scheduleRetry(o, r.Err)
+	default:
+		if o.kind == kindStore && errors.Is(r.Err, partition.ErrOffsetOutOfRange) && r.Offset != o.offset {
+			// A refused consumer offset is answered with the offset refused.
+			c.fail(5, "attempt %d (op %d) storing %s=%d was answered for offset %d: the answer of another write (%v)",
+				a.id, o.id, o.consumer, o.offset, r.Offset, r.Err)
+			if c.regrouped(a) {
+				c.viol.Known = knownProposalIDs
+			}
+			return
+		}
+		oc := outcomeError
+		switch {
+		case o.kind == kindProduce || o.kind == kindBatch:
+			// A proposal may commit after its proposer answered an error
+			// (a partition fenced, evicted or closed with it pending).
+			oc = outcomeUnknown
+		case o.kind == kindStore && !errors.Is(r.Err, partition.ErrOffsetOutOfRange):
+			oc = outcomeUnknown
+		}
+		c.finish(o, oc, r, r.Err)
+	}
+}
+
+// checkNotApplied: an answer that means "not applied, try again" (here or
+// elsewhere) must not come for a produce whose messages were appended
+// (invariant 5).
+func (c *csim) checkNotApplied(a *attempt, err error) bool {
+	for _, id := range a.ids {
+		if info := c.msgs[id]; info.appended {
+			c.fail(5, "attempt %d (op %d) was answered %q (not applied) but its message %d was appended to %v at %d",
+				a.id, a.op.id, err, id, info.key, info.off)
+			if strings.Contains(err.Error(), tombstonedText) {
+				c.viol.Known = knownTombstonedPending
+			}
+			return false
+		}
+	}
+	return true
+}
+
+// appliedTries maps each incarnation to the try of o whose messages were
+// appended to it. A produce retried after an unknown outcome carries the
+// same (producer, sequence) pair, so the partition applies it at most
+// once per incarnation; a retry that lands in a recreated incarnation of
+// the namespace is applied there as well (deduplication is per
+// incarnation, and the old one is on its way out). It reports false after
+// recording a violation: two tries applied to one incarnation.
+func (c *csim) appliedTries(o *op) (map[incKey]*attempt, bool) {
+	out := make(map[incKey]*attempt)
+	for _, x := range o.attempts {
+		if len(x.ids) == 0 || !c.msgs[x.ids[0]].appended {
+			continue
+		}
+		key := c.msgs[x.ids[0]].key
+		if prev := out[key]; prev != nil {
+			c.fail(5, "op %d applied twice to %v: attempts %d and %d are both in the log (deduplication failed)", o.id, key, prev.id, x.id)
+			return nil, false
+		}
+		out[key] = x
+	}
+	return out, true
+}
+
+// onSuccess checks an acknowledged produce against the log (invariant 3):
+// its messages — or, when the partition deduplicated the try, those of the
+// earlier try applied to the same incarnation — sit at the acknowledged
+// offsets.
+func (c *csim) onSuccess(a *attempt, r shard.Response) {
+	o := a.op
+	if o.kind == kindProduce || o.kind == kindBatch {
+		tries, ok := c.appliedTries(o)
+		if !ok {
+			return
+		}
+		// The incarnation that acknowledged: where this try's messages
+		// went, or else the one its frame was stamped with.
+		var applied *attempt
+		if len(a.ids) > 0 && c.msgs[a.ids[0]].appended {
+			applied = a
+		} else {
+			for key, x := range tries {
+				if (a.stamp == 0 || key.epoch == a.stamp) && c.oracle[key] != nil &&
+					r.Offset < uint64(len(c.oracle[key].ids)) && c.oracle[key].ids[r.Offset] == x.ids[0] {
+					applied = x
+				}
+			}
+		}
+		if applied == nil {
+			c.fail(3, "attempt %d (op %d) acknowledged at offset %d, but no try of the op is there", a.id, o.id, r.Offset)
+			if c.regrouped(a) {
+				c.viol.Known = knownProposalIDs // answered for an old entry with the same proposal id
+			}
+			return
+		}
+		key := c.msgs[applied.ids[0]].key
+		rl := c.oracle[key]
+		for i, id := range applied.ids {
+			info := c.msgs[id]
+			off := r.Offset + uint64(i)
+			if !info.appended || info.key != key || info.off != off || rl == nil || rl.ids[off] != id {
+				c.fail(3, "attempt %d (op %d) acknowledged at offset %d, but message %d of attempt %d landed at %v/%d",
+					a.id, o.id, r.Offset, id, applied.id, info.key, info.off)
+				if c.regrouped(a) {
+					c.viol.Known = knownProposalIDs // the ack of another entry
+				}
+				return
+			}
+			rl.acked[off] = true
+			rl.ackedEnd = max(rl.ackedEnd, off+1)
+		}
+		o.acked = applied
+		c.ops.Acked++
+	}
+	if o.kind == kindStore {
+		// The leader answers a consumer offset when it applies it: in the
+		// action that produced this answer.
+		i := slices.IndexFunc(a.node.stored, func(st storeRecord) bool {
+			return st.ns == o.ns && st.consumer == o.consumer && st.offset == o.offset && st.err == nil
+		})
+		if r.Offset != o.offset || i < 0 {
+			c.fail(5, "attempt %d (op %d) storing %s=%d was answered ok (offset %d), but n%d stored no such offset then",
+				a.id, o.id, o.consumer, o.offset, r.Offset, a.node.id)
+			if c.regrouped(a) {
+				c.viol.Known = knownProposalIDs
+			}
+			return
+		}
+		a.served = a.node.stored[i].epoch
+		a.node.stored = slices.Delete(a.node.stored, i, i+1) // one answer per application
+	}
+	c.finish(o, outcomeOK, r, nil)
+}
+
+// scheduleRetry retries o in place after a pause (doubling, clamped),
+// until its deadline.
+func (c *csim) scheduleRetry(o *op, err error) {
+	now := c.clk.Now()
+	if o.deadline.IsZero() {
+		o.deadline = now.Add(requestTimeout)
+		o.pause = retryMin
+	}
+	if !now.Before(o.deadline) {
+		c.finish(o, outcomeNotApplied, shard.Response{}, fmt.Errorf("deadline passed while retrying: %w", err))
+		return
+	}
+	wait := min(o.pause, o.deadline.Sub(now))
+	o.pause = min(o.pause*2, retryMax)
+	o.waiting, o.retryAt = true, now.Add(wait)
+}
+
+// retry tries o again through its home node, which must still know the
+// partition (the Node re-resolves the name there), or re-proposes a
+// metadata command.
+func (c *csim) retry(o *op) {
+	o.waiting = false
+	home := c.cur(o.home)
+	if !home.reachable() {
+		// The client cannot reach its node: it waits, within its deadline.
+		c.scheduleRetry(o, errUnreachable)
+		return
+	}
+	if o.kind == kindMeta {
+		c.propose(o)
+		return
+	}
+	if _, ok := home.meta.Partition(o.ns); !ok {
+		c.event("retry op=%d: ns=%v no longer committed on n%d", o.id, o.ns, home.id)
+		c.finish(o, outcomeNotApplied, shard.Response{}, errGone)
+		return
+	}
+	c.ops.Retries++
+	c.send(c.newAttempt(o), home)
+}
+
+// retryDue retries every operation whose pause is over, in client order.
+func (c *csim) retryDue() {
+	now := c.clk.Now()
+	for _, cl := range c.clients {
+		if o := cl.op; o != nil {
+			switch {
+			case o.waiting && !now.Before(o.retryAt):
+				c.retry(o)
+			case o.kind == kindMeta && o.meta.proposed && !now.Before(o.meta.proposedAt.Add(forwardTicks*c.cfg.TickInterval)):
+				c.ops.MetaRetries++
+				c.propose(o)
+			}
+		}
+	}
+	for _, o := range c.finalOps {
+		if !o.done && o.waiting && !now.Before(o.retryAt) {
+			c.retry(o)
+		}
+	}
+}
+
+// finish ends o. "Not applied" becomes "unknown" once a try's outcome was
+// unknown.
+func (c *csim) finish(o *op, oc outcome, r shard.Response, err error) {
+	if oc == outcomeNotApplied && o.maybeApplied {
+		oc = outcomeUnknown
+	}
+	o.done, o.outcome, o.resp, o.err, o.waiting = true, oc, r, err, false
+	o.retEv = c.event("done op=%d %v", o.id, oc)
+	if oc == outcomeUnknown {
+		c.ops.Unknown++
+	}
+	if o.client != nil {
+		o.client.op = nil
+	}
+}
+
+// metaOpStart starts a metadata operation for cl through n, computed from
+// n's view of the metadata. Names are few, so deletes and recreates reuse
+// slab ids and namespaces.
+func (c *csim) metaOpStart(cl *client, n *cnode) {
+	meta := n.meta
+	streams := meta.Streams()
+	var topics []metadata.TopicInfo
+	for _, st := range streams {
+		topics = append(topics, meta.Topics(st.ID)...)
+	}
+	m := &metaOp{}
+	createTopic := func(name string, parts int) func(metadata.Result) metadata.Command {
+		return func(prev metadata.Result) metadata.Command {
+			return metadata.CreateTopic{Stream: prev.Stream, Name: name, Partitions: max(parts, 1),
+				Config: metadata.TopicConfig{Fsync: metadata.FsyncAlways}}
+		}
+	}
+	createStream := func(name string) {
+		m.desc = "create stream " + name
+		m.steps = append(m.steps, func(metadata.Result) metadata.Command { return metadata.CreateStream{Name: name} },
+			createTopic("t0", 1+c.rng.IntN(3)))
+	}
+	switch w := c.rng.IntN(20); {
+	case len(streams) == 0 || (w < 2 && len(streams) < maxStreams):
+		for i := range maxStreams {
+			name := fmt.Sprintf("s%d", i)
+			if _, ok := meta.StreamByName(name); !ok {
+				createStream(name)
+				break
+			}
+		}
+	case w < 3:
+		st := streams[c.rng.IntN(len(streams))]
+		m.desc = "delete stream " + st.Name
+		m.steps = append(m.steps, func(metadata.Result) metadata.Command { return metadata.DeleteStream{Stream: st.ID} })
+	case w < 5:
+		st := streams[c.rng.IntN(len(streams))]
+		m.desc = "recreate stream " + st.Name
+		m.steps = append(m.steps, func(metadata.Result) metadata.Command { return metadata.DeleteStream{Stream: st.ID} },
+			func(metadata.Result) metadata.Command { return metadata.CreateStream{Name: st.Name} },
+			createTopic("t0", 1+c.rng.IntN(3)))
+	case w < 8 && len(topics) > 0:
+		t := topics[c.rng.IntN(len(topics))]
+		m.desc = fmt.Sprintf("delete topic %d/%s", t.Stream, t.Name)
+		m.steps = append(m.steps, func(metadata.Result) metadata.Command {
+			return metadata.DeleteTopic{Stream: t.Stream, Topic: t.ID}
+		})
+	case w < 13 && len(topics) > 0:
+		// Recreate, preferring the newest topic.
+		t := topics[c.rng.IntN(len(topics))]
+		if c.rng.IntN(2) == 0 {
+			for _, x := range topics {
+				if x.CreatedRevision > t.CreatedRevision {
+					t = x
+				}
+			}
+		}
+		m.desc = fmt.Sprintf("recreate topic %d/%s", t.Stream, t.Name)
+		m.steps = append(m.steps, func(metadata.Result) metadata.Command {
+			return metadata.DeleteTopic{Stream: t.Stream, Topic: t.ID}
+		}, func(metadata.Result) metadata.Command {
+			return metadata.CreateTopic{Stream: t.Stream, Name: t.Name, Partitions: max(t.Partitions, 1),
+				Config: metadata.TopicConfig{Fsync: metadata.FsyncAlways}}
+		})
+	case w < 15 && len(topics) > 0:
+		t := topics[c.rng.IntN(len(topics))]
+		if t.Partitions < maxPartitions {
+			m.desc = fmt.Sprintf("add partition %d/%s", t.Stream, t.Name)
+			m.steps = append(m.steps, func(metadata.Result) metadata.Command {
+				return metadata.CreatePartitions{Stream: t.Stream, Topic: t.ID, Count: 1}
+			})
+		}
+	default:
+		st := streams[c.rng.IntN(len(streams))]
+		if st.Topics < maxTopics {
+			name := freeTopicName(meta, st.ID)
+			parts := 1 + c.rng.IntN(3)
+			m.desc = fmt.Sprintf("create topic %d/%s", st.ID, name)
+			m.steps = append(m.steps, func(metadata.Result) metadata.Command {
+				return metadata.CreateTopic{Stream: st.ID, Name: name, Partitions: parts,
+					Config: metadata.TopicConfig{Fsync: metadata.FsyncAlways}}
+			})
+		}
+	}
+	if len(m.steps) == 0 {
+		return
+	}
+	c.nextOp++
+	o := &op{id: c.nextOp, client: cl, kind: kindMeta, home: n, meta: m}
+	cl.op = o
+	c.metaOps = append(c.metaOps, o)
+	c.ops.Metadata++
+	o.callEv = c.event("call op=%d client=%d n%d meta %s", o.id, cl.id, n.id, m.desc)
+	c.nextCommand(o, metadata.Result{})
+}
+
+func freeTopicName(meta *metadata.Store, stream uint32) string {
+	for i := 0; ; i++ {
+		name := fmt.Sprintf("t%d", i)
+		if _, ok := meta.TopicByName(stream, name); !ok {
+			return name
+		}
+	}
+}
+
+// nextCommand encodes o's next command (from the previous result) and
+// proposes it.
+func (c *csim) nextCommand(o *op, prev metadata.Result) {
+	m := o.meta
+	cmd := m.steps[m.step](prev)
+	m.step++
+	enc, err := metadata.EncodeCommand(cmd)
+	if err != nil {
+		c.fail(0, "encode %T: %v", cmd, err)
+		return
+	}
+	c.nextSeq++
+	m.key = [2]uint64{metaProducer, c.nextSeq}
+	m.payload = binary.LittleEndian.AppendUint64(nil, m.key[0])
+	m.payload = binary.LittleEndian.AppendUint64(m.payload, m.key[1])
+	m.payload = append(m.payload, enc...)
+	o.deadline, o.pause = time.Time{}, 0
+	c.event("op=%d command %T%+v seq=%d", o.id, cmd, cmd, m.key[1])
+	c.propose(o)
+}
+
+// propose proposes o's command through its home node.
+func (c *csim) propose(o *op) {
+	m := o.meta
+	n := c.cur(o.home)
+	o.waiting, m.proposed = false, false
+	if !n.reachable() {
+		c.scheduleRetry(o, errUnreachable)
+		return
+	}
+	id, err := n.mg.Propose(m.payload)
+	if err != nil {
+		c.event("op=%d propose on n%d: %v", o.id, n.id, err)
+		c.scheduleRetry(o, err)
+		c.processMeta(n)
+		return
+	}
+	n.mh.pending[id] = metaWait{o: o, key: m.key}
+	m.proposed, m.proposedAt = true, c.clk.Now()
+	o.maybeApplied = true
+	c.event("op=%d proposed on n%d id=%d", o.id, n.id, id)
+	c.processMeta(n)
+}
+
+// onMetaResult handles the commit of a command a client waited for: the
+// next command goes out, or the operation ends — and data operations on
+// the partitions it created are issued at once, through random nodes
+// whose metadata may not have applied the commit yet.
+func (c *csim) onMetaResult(d metaAnswer) {
+	o := d.w.o
+	m := o.meta
+	if o.done || d.w.key != m.key {
+		return // an earlier proposal of a command the op is past
+	}
+	m.proposed = false
+	c.event("op=%d committed seq=%d rev=%d err=%v", o.id, m.key[1], d.r.res.Revision, errString(d.r.err))
+	if d.r.err != nil {
+		c.finish(o, outcomeError, shard.Response{}, d.r.err)
+		return
+	}
+	m.created = append(m.created, d.r.res.Created...)
+	if m.step < len(m.steps) {
+		o.maybeApplied = false
+		c.nextCommand(o, d.r.res)
+		return
+	}
+	cl := o.client
+	c.finish(o, outcomeOK, shard.Response{}, nil)
+	created := m.created
+	if len(created) == 0 || c.quiescing {
+		return
+	}
+	if n := c.pickNode(); n != nil {
+		c.dataOp(cl, n, created[c.rng.IntN(len(created))].NS, c.pickKind())
+	}
+	for i, k := 0, c.rng.IntN(3); i < len(c.clients) && k > 0; i++ {
+		if x := c.clients[i]; x.op == nil {
+			if n := c.pickNode(); n != nil {
+				c.dataOp(x, n, created[c.rng.IntN(len(created))].NS, c.pickKind())
+			}
+			k--
+		}
+	}
+}
