@@ -103,6 +103,10 @@ type cluster struct {
 	// runMetadata once started.
 	g *replica.Group
 	h *metaHandler
+	// metaFailed is closed (after metaErr is set) when the metadata group
+	// stopped on a failed Ready.
+	metaFailed chan struct{}
+	metaErr    error
 }
 
 type metaOp struct {
@@ -130,7 +134,7 @@ func newCluster(n *Node) *cluster {
 	}
 	return &cluster{n: n, cfg: cfg, bus: cfg.Bus, producer: rand.Uint64() | 1,
 		meta: make(chan metaOp), in: make(chan *raftpb.Message, 1024),
-		waiting: make(map[uint64]chan []byte)}
+		waiting: make(map[uint64]chan []byte), metaFailed: make(chan struct{})}
 }
 
 // openMetadata opens the metadata raft group and builds the node's
@@ -164,10 +168,11 @@ func (c *cluster) openMetadata(fsys vfs.FS, dir string, metaCfg metadata.Config)
 		_ = g.Close()
 		return err
 	}
+	h := &metaHandler{c: c, pending: make(map[uint64]chan metaResult)}
 	store, err := metadata.NewStore(metaCfg)
 	if _, data := g.Snapshot(); len(data) > 0 && err == nil {
 		var snap metadata.StoreSnapshot
-		if snap, err = metadata.DecodeSnapshot(data); err == nil {
+		if snap, err = h.decodeSnapshot(data); err == nil {
 			store, err = metadata.Restore(metaCfg, snap)
 		}
 	}
@@ -175,7 +180,7 @@ func (c *cluster) openMetadata(fsys vfs.FS, dir string, metaCfg metadata.Config)
 		return fail(fmt.Errorf("parkway: metadata snapshot: %w", err))
 	}
 	c.n.meta = store
-	c.g, c.h = g, &metaHandler{c: c, pending: make(map[uint64]chan metaResult)}
+	c.g, c.h = g, h
 	for g.HasReady() {
 		if err := g.Handle(c.h); err != nil {
 			return fail(fmt.Errorf("parkway: replaying the metadata log: %w", err))
@@ -293,8 +298,19 @@ func (c *cluster) runMetadata(ctx context.Context) {
 	for {
 		for g.HasReady() {
 			if err := g.Handle(h); err != nil {
-				c.n.cfg.Logger.Error("metadata raft ready failed", "error", err)
-				break
+				// A Ready that failed half way cannot be handled again
+				// (raft panics on a second Ready without Advance), and a
+				// member whose raft log refuses writes must not vote or
+				// acknowledge. The node stops taking part in the metadata
+				// group: its metadata calls fail from now on, and the
+				// others go on without it. A restart recovers from disk.
+				c.n.cfg.Logger.Error("metadata raft ready failed; this node leaves the metadata group until restarted", "error", err)
+				c.metaErr = fmt.Errorf("%w: %w", ErrMetadataFailed, err)
+				close(c.metaFailed)
+				for _, ch := range h.pending {
+					ch <- metaResult{err: c.metaErr}
+				}
+				return
 			}
 		}
 		c.compactMetadata()
@@ -380,16 +396,52 @@ func (h *metaHandler) remember(key [2]uint64, r metaResult) {
 
 // ApplySnapshot installs the leader's store: this node lagged behind the
 // metadata group's compacted log. The shards and reconcilers see the new
-// state through the same store and wake as after a commit. The
-// deduplication table is not part of the snapshot: a re-proposal of a
-// command older than the snapshot would apply again and fail as a
-// duplicate name, an error, never a second object.
+// state through the same store and wake as after a commit.
 func (h *metaHandler) ApplySnapshot(_ uint64, data []byte) error {
-	snap, err := metadata.DecodeSnapshot(data)
+	snap, err := h.decodeSnapshot(data)
 	if err != nil {
 		return err
 	}
 	return h.c.n.meta.Replace(snap)
+}
+
+// A metadata snapshot is the deduplication table's keys, oldest first,
+// then the encoded store. The table is replicated state: a node that
+// forgot it would apply a re-proposed command the others skip, and the
+// replicas' metadata would diverge. Results are not kept: a duplicate of a
+// command older than the snapshot answers errResultForgotten.
+
+var errResultForgotten = fmt.Errorf("%w: the command was applied before the last metadata snapshot, which keeps no results", ErrOutcomeUnknown)
+
+func (h *metaHandler) encodeSnapshot(store metadata.StoreSnapshot) ([]byte, error) {
+	enc, err := metadata.EncodeSnapshot(store)
+	if err != nil {
+		return nil, err
+	}
+	b := binary.LittleEndian.AppendUint32(make([]byte, 0, 4+16*len(h.order)+len(enc)), uint32(len(h.order)))
+	for _, k := range h.order {
+		b = binary.LittleEndian.AppendUint64(b, k[0])
+		b = binary.LittleEndian.AppendUint64(b, k[1])
+	}
+	return append(b, enc...), nil
+}
+
+// decodeSnapshot restores the deduplication table and decodes the store.
+func (h *metaHandler) decodeSnapshot(data []byte) (metadata.StoreSnapshot, error) {
+	if len(data) < 4 {
+		return metadata.StoreSnapshot{}, errWire
+	}
+	n := binary.LittleEndian.Uint32(data)
+	if uint64(len(data)-4) < 16*uint64(n) {
+		return metadata.StoreSnapshot{}, errWire
+	}
+	h.seen, h.order = nil, nil
+	b := data[4:]
+	for range n {
+		h.remember([2]uint64{binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:])}, metaResult{err: errResultForgotten})
+		b = b[16:]
+	}
+	return metadata.DecodeSnapshot(b)
 }
 
 // compactMetadata compacts the metadata group's log behind a snapshot of
@@ -402,7 +454,7 @@ func (c *cluster) compactMetadata() {
 	if g.Applied()-g.SnapshotIndex() < c.snapshotEvery() {
 		return
 	}
-	data, err := metadata.EncodeSnapshot(c.n.meta.Export())
+	data, err := c.h.encodeSnapshot(c.n.meta.Export())
 	if err == nil {
 		err = g.Compact(g.Applied(), data)
 	}
@@ -444,6 +496,8 @@ func (c *cluster) applyReplicated(ctx context.Context, cmd metadata.Command) (me
 		reply := make(chan metaResult, 1)
 		select {
 		case c.meta <- metaOp{data: data, reply: reply}:
+		case <-c.metaFailed:
+			return metadata.Result{}, c.metaErr
 		case <-ctx.Done():
 			return metadata.Result{}, ctx.Err()
 		}

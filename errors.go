@@ -62,6 +62,10 @@ var (
 	// loss, so it serves nothing until the reconciler has rebuilt it from
 	// disk (behind the build backoff). Not retried in place.
 	ErrPartitionFailed = shard.ErrPartitionFailed
+	// ErrMetadataFailed reports that this node's member of the metadata
+	// raft group stopped after its raft log refused a write: the node
+	// takes no metadata commands until it is restarted.
+	ErrMetadataFailed = errors.New("parkway: metadata group stopped on this node after a raft log failure; restart the node")
 	// ErrOffsetOutOfRange reports an offset outside a partition's log.
 	ErrOffsetOutOfRange = partition.ErrOffsetOutOfRange
 	// ErrInvalidConsumer reports a malformed consumer name.

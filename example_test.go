@@ -109,6 +109,12 @@ func ExampleNode_ProduceAsync() {
 		log.Fatal(err)
 	}
 
+	// A first, synchronous produce waits for the partition to be
+	// materialised: produces parked before that may be shed (the park
+	// buffer is bounded) and retried, out of order.
+	if _, err := node.Produce(ctx, stream, topic, parkway.PartitionID(0), parkway.Message{Payload: []byte("first")}); err != nil {
+		log.Fatal(err)
+	}
 	var pending []*parkway.PendingAck
 	for i := range 1000 {
 		pending = append(pending, node.ProduceAsync(ctx, stream, topic, parkway.PartitionID(0),
@@ -122,5 +128,5 @@ func ExampleNode_ProduceAsync() {
 	}
 	fmt.Println("acknowledged up to offset", last.FirstOffset)
 	// Output:
-	// acknowledged up to offset 999
+	// acknowledged up to offset 1000
 }

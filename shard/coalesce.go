@@ -1,6 +1,9 @@
 package shard
 
-import "github.com/parkway-io/parkway/partition"
+import (
+	"github.com/parkway-io/parkway/internal/metrics"
+	"github.com/parkway-io/parkway/partition"
+)
 
 // Write coalescing. Produces to one partition that arrive together — the
 // inbox holds several when producers outpace the pump — are appended with
@@ -44,6 +47,15 @@ func (s *Shard) flushAppendsOf(o *owned) {
 		clear(frames)
 		o.appendBuf = frames[:0]
 	}()
+	// Behaviour 10, again at append time: a delete may have committed
+	// since the produces were admitted (the same drain of the inbox), and
+	// no ack may land in an incarnation whose teardown is due.
+	if rev, ok := s.meta.CreatedRevision(o.p.Namespace()); !ok || rev != o.p.Epoch() {
+		for _, f := range frames {
+			s.deny(f, metrics.DenyIncarnation, errIncarnation)
+		}
+		return
+	}
 	if len(frames) > 1 {
 		msgs := s.coalesceBuf[:0]
 		for _, f := range frames {

@@ -153,13 +153,15 @@ func (s *Shard) unreplicate(o *owned, err error) {
 		return
 	}
 	delete(s.replicated, o.p.Namespace())
+	// Proposed writes may have committed — and been applied on the other
+	// replicas — already: their outcome is unknown, never "retry here".
 	for id, fs := range o.pending {
 		for _, f := range fs {
-			s.answer(f, Response{Err: err})
+			s.answer(f, Response{Err: fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)})
 		}
 		delete(o.pending, id)
 	}
-	for _, f := range o.proposeBuf {
+	for _, f := range o.proposeBuf { // never proposed: err holds
 		s.answer(f, Response{Err: err})
 	}
 	o.proposeBuf = nil
@@ -470,6 +472,13 @@ func (h groupHandler) apply(index, id uint64, payload []byte) error {
 		}
 		var err error
 		if rest, err = h.applyOp(index, rest, f, waiting); err != nil {
+			// The replica cannot apply a committed entry: the group stops
+			// and the partition is fenced and rebuilt, which applies the
+			// entry again. Its writes from here on are committed, so their
+			// outcome is unknown to their callers, not failed.
+			for j := i; j < len(frames); j++ {
+				h.s.answer(frames[j], Response{Err: fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)})
+			}
 			return err
 		}
 	}
@@ -501,12 +510,26 @@ func (h groupHandler) applyOp(index uint64, rest []byte, f Frame, waiting bool) 
 		}
 		off := binary.LittleEndian.Uint64(rest)
 		consumer := string(rest[9 : 9+int(rest[8])])
-		err := o.p.StoreConsumerOffset(consumer, off)
-		if err == nil {
-			o.setConsumer(consumer, off)
+		next := rest[9+int(rest[8]):]
+		// Judged against the replicated log's end, so every replica — one
+		// re-applying after a restart included — decides alike.
+		// (The local log is ahead of it only while re-applying after a
+		// restart; otherwise the partition judges, against the same end.)
+		if off > o.cursor && o.p.NextOffset() > o.cursor {
+			h.answered(f, waiting, Response{Err: fmt.Errorf("%w: consumer offset %d past the log's end %d", partition.ErrOffsetOutOfRange, off, o.cursor), Offset: off})
+			return next, nil
 		}
-		h.answered(f, waiting, Response{Err: err, Offset: off})
-		return rest[9+int(rest[8]):], nil
+		if err := o.p.StoreConsumerOffset(consumer, off); errors.Is(err, partition.ErrOffsetOutOfRange) {
+			h.answered(f, waiting, Response{Err: err, Offset: off})
+			return next, nil
+		} else if err != nil {
+			// An I/O failure: this replica would diverge. Fence and
+			// rebuild; the entry is applied again.
+			return nil, fmt.Errorf("apply index %d: store consumer offset: %w", index, err)
+		}
+		o.setConsumer(consumer, off)
+		h.answered(f, waiting, Response{Offset: off})
+		return next, nil
 	case entryTruncate, entryPurge:
 		off := o.cursor
 		if kind == entryTruncate {
@@ -517,16 +540,17 @@ func (h groupHandler) applyOp(index uint64, rest []byte, f Frame, waiting bool) 
 		}
 		// Judged against the replicated log's end, not the local log's,
 		// so every replica decides alike.
-		var err error
 		if off > o.cursor {
-			err = fmt.Errorf("%w: truncate before %d past the log's end %d", partition.ErrOffsetOutOfRange, off, o.cursor)
-		} else {
-			if off > o.start {
-				o.start = off
-			}
-			err = o.p.TruncateBefore(min(off, o.p.NextOffset()))
+			h.answered(f, waiting, Response{Err: fmt.Errorf("%w: truncate before %d past the log's end %d", partition.ErrOffsetOutOfRange, off, o.cursor), Offset: o.start})
+			return rest, nil
 		}
-		h.answered(f, waiting, Response{Err: err, Offset: o.start})
+		if off > o.start {
+			o.start = off
+		}
+		if err := o.p.TruncateBefore(min(off, o.p.NextOffset())); err != nil {
+			return nil, fmt.Errorf("apply index %d: truncate: %w", index, err)
+		}
+		h.answered(f, waiting, Response{Offset: o.start})
 		return rest, nil
 	}
 	return nil, fmt.Errorf("apply index %d: unknown operation %d", index, kind)
@@ -573,11 +597,9 @@ func (h groupHandler) applyOne(index uint64, key produceKey, batch []byte, f Fra
 	case have-first < uint64(len(msgs)):
 		got, err := o.p.Append(msgs[have-first:])
 		if err != nil {
-			if waiting {
-				h.s.answer(f, Response{Err: err})
-			}
 			// The replica's log now lacks a committed entry: the group
-			// stops here and the partition is fenced and rebuilt.
+			// stops here and the partition is fenced and rebuilt (apply
+			// answers the waiting writes: outcome unknown).
 			return fmt.Errorf("apply index %d: %w", index, err)
 		}
 		if got != have {

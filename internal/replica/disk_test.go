@@ -198,3 +198,33 @@ func mustRecover(t *testing.T, fsys vfs.FS) replica.Recovered {
 	defer d.Close()
 	return d.Recovered()
 }
+
+// A hard state torn away after a snapshot record (Save writes the snapshot
+// first) reopens with the commit index raised to the snapshot's: the
+// member starts instead of handing raft a commit below its snapshot.
+func TestSnapshotWithoutHardStateRestarts(t *testing.T) {
+	mem := vfs.NewMem()
+	d, err := replica.OpenDisk(mem, "/g/log", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Save(snapAt(1, 1, ""), entries(2, 3, 2), hardState(2, 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Save(snapAt(9, 3, "s9"), nil, nil); err != nil { // the hard state never made it
+		t.Fatal(err)
+	}
+	d.Close()
+	d, err = replica.OpenDisk(mem, "/g/log", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := replica.New(replica.Config{Group: 1, Node: 1, Peers: []uint64{1, 2, 3}, Disk: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if idx, data := g.Snapshot(); idx != 9 || string(data) != "s9" || g.Applied() != 9 {
+		t.Fatalf("restored snapshot %d %q, applied %d", idx, data, g.Applied())
+	}
+}

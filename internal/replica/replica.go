@@ -11,9 +11,11 @@
 package replica
 
 import (
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 
@@ -100,7 +102,16 @@ func New(cfg Config) (*Group, error) {
 		cfg.Logger = hclog.NewNullLogger()
 	}
 	storage := raft.NewMemoryStorage()
-	g := &Group{cfg: cfg, storage: storage, disk: cfg.Disk, nextID: cfg.Node << 40}
+	// Proposal ids start from a random base on every start: a member
+	// that restarts must not reissue the ids its earlier life gave entries
+	// still in the log, or re-applying one would answer the new proposal
+	// waiting under the same id. (crypto/rand.Reader, read explicitly, so
+	// a simulator that seeds it gets reproducible ids.)
+	var base [8]byte
+	if _, err := io.ReadFull(rand.Reader, base[:]); err != nil {
+		return nil, fmt.Errorf("parkway: raft group %d: proposal id base: %w", cfg.Group, err)
+	}
+	g := &Group{cfg: cfg, storage: storage, disk: cfg.Disk, nextID: binary.LittleEndian.Uint64(base[:])>>1 | 1}
 	var rec Recovered
 	if g.disk != nil {
 		rec = g.disk.Recovered()
@@ -124,6 +135,18 @@ func New(cfg Config) (*Group, error) {
 	}
 	if err := storage.ApplySnapshot(rec.Snapshot); err != nil {
 		return nil, err
+	}
+	// A snapshot is applied, hence committed, state. The hard state saved
+	// after it may have been torn away (Save writes the snapshot record
+	// first): the commit index is then raised to the snapshot's, and the
+	// term to at least its term, rather than handed to raft below it.
+	if md := rec.Snapshot.GetMetadata(); rec.HardState == nil || rec.HardState.GetCommit() < md.GetIndex() || rec.HardState.GetTerm() < md.GetTerm() {
+		hs := &raftpb.HardState{Term: new(max(rec.HardState.GetTerm(), md.GetTerm())),
+			Vote: new(rec.HardState.GetVote()), Commit: new(max(rec.HardState.GetCommit(), md.GetIndex()))}
+		if rec.HardState.GetTerm() < md.GetTerm() {
+			hs.Vote = new(uint64(0)) // a vote belongs to its term
+		}
+		rec.HardState = hs
 	}
 	if rec.HardState != nil {
 		if err := storage.SetHardState(rec.HardState); err != nil {

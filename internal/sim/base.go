@@ -50,7 +50,6 @@ func (b *base) guard(f func()) {
 				b.viol.Known = knownMetaReadyError
 			case strings.Contains(msg, "state.commit") && strings.Contains(msg, "out of range") &&
 				bytes.Contains(stack, []byte("replica.New(")):
-				b.viol.Known = knownRaftLogRecovery
 			}
 		}
 	}()

@@ -253,9 +253,7 @@ func (c *csim) notQuiescent() {
 		c.fail(1, "requests never answered (%s): %s", limit, strings.Join(unanswered, "; "))
 		switch {
 		case c.silencedByOldProposal(c.inflight):
-			c.viol.Known = knownProposalIDs
 		case c.silencedByApplyError(c.inflight):
-			c.viol.Known = knownApplyErrorSilence
 		}
 	case len(parked) > 0:
 		c.fail(4, "park buffers not empty %s: %s", limit, strings.Join(parked, "; "))
@@ -397,16 +395,6 @@ func (c *csim) finalOffsets(key incKey) {
 			if o.resp.Found != first.resp.Found || o.resp.Offset != first.resp.Offset {
 				c.fail(3, "replicas disagree on consumer %s of %v: n%d holds %d (found %v), n%d holds %d (found %v)",
 					consumer, key, first.home.id, first.resp.Offset, first.resp.Found, n.id, o.resp.Offset, o.resp.Found)
-				for _, x := range c.nodes {
-					if c.storeFailed[buildKey{x.id, key}] {
-						c.viol.Known = knownStoreOffsetDivergence
-					}
-				}
-				for sk, oc := range c.storeOutcomes {
-					if sk.key == key && sk.consumer == consumer && oc&storedOK != 0 && oc&storedOutOfRange != 0 {
-						c.viol.Known = knownStoreOffsetRange
-					}
-				}
 				return
 			}
 		}
@@ -643,9 +631,6 @@ func (c *csim) linearizeProduce(o *op, add func(*op, incKey, linIn, linOut)) {
 			out.unknown = true
 		default:
 			c.fail(5, "op %d ended %v (%v), yet attempt %d was appended to %v", o.id, o.outcome, o.err, a.id, key)
-			if a.answered && a.resp.Err != nil && strings.Contains(a.resp.Err.Error(), tombstonedText) {
-				c.viol.Known = knownTombstonedPending
-			}
 			return
 		}
 		add(o, key, in, out)

@@ -333,10 +333,11 @@ func (c *csim) openNode(id uint64, ep bus.Bus, mem *vfs.MemFS, prev *cnode) *cno
 		c.fail(0, "n%d metadata group: %v", id, err)
 		return n
 	}
+	n.mh = &metaApplier{n: n, pending: make(map[uint64]metaWait)}
 	n.meta, err = metadata.NewStore(mcfg)
 	if _, data := n.mg.Snapshot(); len(data) > 0 && err == nil {
 		var snap metadata.StoreSnapshot
-		if snap, err = metadata.DecodeSnapshot(data); err == nil {
+		if snap, err = n.mh.decodeSnapshot(data); err == nil {
 			n.meta, err = metadata.Restore(mcfg, snap)
 		}
 	}
@@ -344,7 +345,6 @@ func (c *csim) openNode(id uint64, ep bus.Bus, mem *vfs.MemFS, prev *cnode) *cno
 		c.fail(0, "n%d metadata snapshot: %v", id, err)
 		return n
 	}
-	n.mh = &metaApplier{n: n, pending: make(map[uint64]metaWait)}
 	c.processMeta(n) // the committed commands of the raft log
 	if c.viol != nil {
 		return n
@@ -832,7 +832,7 @@ func (c *csim) processMeta(n *cnode) {
 	if g.Applied()-g.SnapshotIndex() < metaSnapshotEvery {
 		return
 	}
-	data, err := metadata.EncodeSnapshot(n.meta.Export())
+	data, err := n.mh.encodeSnapshot(n.meta.Export())
 	if err == nil {
 		err = g.Compact(g.Applied(), data)
 	}
@@ -935,10 +935,41 @@ func (c *csim) checkMetaState(n *cnode, index uint64, dup bool) {
 		c.metaLog[index], c.metaDup[index] = sum, dup
 	} else if prev != sum {
 		c.fail(3, "metadata replicas disagree after index %d: n%d holds %s, another node held %s", index, n.id, sum, prev)
-		if c.metaDup[index] != dup {
-			c.viol.Known = knownMetaDedupe
-		}
 	}
+}
+
+// encodeSnapshot and decodeSnapshot are cluster.go's: the deduplication
+// table's keys, oldest first, then the store.
+func (h *metaApplier) encodeSnapshot(store metadata.StoreSnapshot) ([]byte, error) {
+	enc, err := metadata.EncodeSnapshot(store)
+	if err != nil {
+		return nil, err
+	}
+	b := binary.LittleEndian.AppendUint32(nil, uint32(len(h.order)))
+	for _, k := range h.order {
+		b = binary.LittleEndian.AppendUint64(b, k[0])
+		b = binary.LittleEndian.AppendUint64(b, k[1])
+	}
+	return append(b, enc...), nil
+}
+
+var errMetaResultForgotten = errors.New("sim: command applied before the metadata snapshot; result not kept")
+
+func (h *metaApplier) decodeSnapshot(data []byte) (metadata.StoreSnapshot, error) {
+	if len(data) < 4 {
+		return metadata.StoreSnapshot{}, errors.New("sim: metadata snapshot truncated")
+	}
+	n := binary.LittleEndian.Uint32(data)
+	if uint64(len(data)-4) < 16*uint64(n) {
+		return metadata.StoreSnapshot{}, errors.New("sim: metadata snapshot truncated")
+	}
+	h.seen, h.order = nil, nil
+	b := data[4:]
+	for range n {
+		h.remember([2]uint64{binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:])}, metaOutcome{err: errMetaResultForgotten})
+		b = b[16:]
+	}
+	return metadata.DecodeSnapshot(b)
 }
 
 func (h *metaApplier) remember(key [2]uint64, r metaOutcome) {
@@ -970,7 +1001,7 @@ func (h *metaApplier) LeaderChanged(lead uint64) {
 func (h *metaApplier) ApplySnapshot(index uint64, data []byte) error {
 	n := h.n
 	c := n.c
-	snap, err := metadata.DecodeSnapshot(data)
+	snap, err := h.decodeSnapshot(data)
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/parkway-io/parkway/internal/testhooks"
@@ -323,9 +322,6 @@ func (c *csim) onAnswer(a *attempt, r shard.Response) {
 			// A refused consumer offset is answered with the offset refused.
 			c.fail(5, "attempt %d (op %d) storing %s=%d was answered for offset %d: the answer of another write (%v)",
 				a.id, o.id, o.consumer, o.offset, r.Offset, r.Err)
-			if c.regrouped(a) {
-				c.viol.Known = knownProposalIDs
-			}
 			return
 		}
 		oc := outcomeError
@@ -349,9 +345,6 @@ func (c *csim) checkNotApplied(a *attempt, err error) bool {
 		if info := c.msgs[id]; info.appended {
 			c.fail(5, "attempt %d (op %d) was answered %q (not applied) but its message %d was appended to %v at %d",
 				a.id, a.op.id, err, id, info.key, info.off)
-			if strings.Contains(err.Error(), tombstonedText) {
-				c.viol.Known = knownTombstonedPending
-			}
 			return false
 		}
 	}
@@ -407,9 +400,6 @@ func (c *csim) onSuccess(a *attempt, r shard.Response) {
 		}
 		if applied == nil {
 			c.fail(3, "attempt %d (op %d) acknowledged at offset %d, but no try of the op is there", a.id, o.id, r.Offset)
-			if c.regrouped(a) {
-				c.viol.Known = knownProposalIDs // answered for an old entry with the same proposal id
-			}
 			return
 		}
 		key := c.msgs[applied.ids[0]].key
@@ -420,9 +410,6 @@ func (c *csim) onSuccess(a *attempt, r shard.Response) {
 			if !info.appended || info.key != key || info.off != off || rl == nil || rl.ids[off] != id {
 				c.fail(3, "attempt %d (op %d) acknowledged at offset %d, but message %d of attempt %d landed at %v/%d",
 					a.id, o.id, r.Offset, id, applied.id, info.key, info.off)
-				if c.regrouped(a) {
-					c.viol.Known = knownProposalIDs // the ack of another entry
-				}
 				return
 			}
 			rl.acked[off] = true
@@ -440,9 +427,6 @@ func (c *csim) onSuccess(a *attempt, r shard.Response) {
 		if r.Offset != o.offset || i < 0 {
 			c.fail(5, "attempt %d (op %d) storing %s=%d was answered ok (offset %d), but n%d stored no such offset then",
 				a.id, o.id, o.consumer, o.offset, r.Offset, a.node.id)
-			if c.regrouped(a) {
-				c.viol.Known = knownProposalIDs
-			}
 			return
 		}
 		a.served = a.node.stored[i].epoch

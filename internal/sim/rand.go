@@ -43,6 +43,7 @@ var (
 type actionRand struct {
 	seed    uint64
 	actions *uint64
+	reads   uint64
 }
 
 // minElectionTicks is the smallest election timeout (in ticks) of the
@@ -63,9 +64,23 @@ func (seededReader) Read(b []byte) (int, error) {
 	if src == nil {
 		return randFallback.Read(b)
 	}
-	clear(b)
-	if len(b) > 0 {
-		b[len(b)-1] = byte(splitmix(src.seed^splitmix(*src.actions)) % minElectionTicks)
+	if len(b) == 1 {
+		// Raft's election-timeout draw (crypto/rand.Int below 10).
+		b[0] = byte(splitmix(src.seed^splitmix(*src.actions)) % minElectionTicks)
+		return 1, nil
+	}
+	// Longer reads (replica proposal-id bases) get the whole width, and a
+	// fresh value per read, so two groups started in one action differ.
+	randMu.Lock()
+	src.reads++
+	n := src.reads
+	randMu.Unlock()
+	x := splitmix(src.seed ^ splitmix(*src.actions) ^ splitmix(n<<32))
+	for i := range b {
+		if i%8 == 0 && i > 0 {
+			x = splitmix(x)
+		}
+		b[i] = byte(x >> (8 * (i % 8)))
 	}
 	return len(b), nil
 }
