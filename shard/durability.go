@@ -38,6 +38,12 @@ type owned struct {
 	// deadline is when an interval-policy partition must be synced by.
 	deadline time.Time
 
+	// reads are leader reads waiting for raft to confirm leadership (by
+	// request id), readWait those confirmed, waiting for their index to
+	// be applied.
+	reads    map[uint64]Frame
+	readWait []readWait
+
 	// appendBuf holds produces queued to be appended together (see
 	// coalesce.go).
 	appendBuf []Frame

@@ -69,8 +69,7 @@ var (
 	// retry could apply the batch twice.
 	ErrOutcomeUnknown = errors.New("parkway: leadership changed before the write committed; it may or may not have been applied")
 
-	errNoLeader       = fmt.Errorf("%w: partition has no leader yet", ErrRetry)
-	errLeaderNotReady = fmt.Errorf("%w: the partition's new leader has not caught up with its term yet", ErrRetry)
+	errNoLeader = fmt.Errorf("%w: partition has no leader yet", ErrRetry)
 )
 
 // NotLeaderError is ErrNotLeader with the leader's node id (0: unknown).
@@ -161,6 +160,7 @@ func (s *Shard) unreplicate(o *owned, err error) {
 		}
 		delete(o.pending, id)
 	}
+	s.dropReads(o, err)
 	for _, f := range o.proposeBuf { // never proposed: err holds
 		s.answer(f, Response{Err: err})
 	}
@@ -206,23 +206,92 @@ func (s *Shard) propose(o *owned, f Frame) {
 }
 
 // readReplicated serves a read of a replicated partition. A read asking
-// for the leader (Request.FromLeader) is served only by a leader that has
-// applied an entry of its own term: before that, entries an earlier leader
-// acknowledged may be committed but not yet applied here, and serving
-// would hide acknowledged writes.
+// for the leader (Request.FromLeader) is linearizable: the leader confirms
+// with a quorum that it still leads (raft's ReadIndex, a heartbeat round)
+// and serves once it has applied everything committed when the read
+// arrived. A leader cut off or paused while others elected a new one
+// therefore never serves a stale read: its confirmation never comes, and
+// the read is answered "retry" when it learns it lost leadership.
 func (s *Shard) readReplicated(o *owned, f Frame) bool {
 	if !f.Req.FromLeader {
 		return false
 	}
-	switch {
-	case !o.grp.IsLeader():
+	if !o.grp.IsLeader() {
 		s.notLeader(o, f)
-	case !o.grp.LeaderReady() || o.catchup != nil:
-		s.deny(f, metrics.DenyNoLeader, errLeaderNotReady)
-	default:
-		return false
+		return true
 	}
+	if o.reads == nil {
+		o.reads = make(map[uint64]Frame)
+	}
+	s.readSeq++
+	o.reads[s.readSeq] = f
+	o.grp.ReadIndex(binary.LittleEndian.AppendUint64(nil, s.readSeq))
+	s.markReady(o)
 	return true
+}
+
+// serveReads moves confirmed reads to the applied-index wait and serves
+// those whose index is applied.
+func (s *Shard) serveReads(o *owned) {
+	g := o.grp
+	if g == nil {
+		return
+	}
+	for _, rs := range g.TakeReadStates() {
+		if len(rs.RequestCtx) != 8 {
+			continue
+		}
+		id := binary.LittleEndian.Uint64(rs.RequestCtx)
+		if f, ok := o.reads[id]; ok {
+			delete(o.reads, id)
+			o.readWait = append(o.readWait, readWait{index: rs.Index, f: f})
+		}
+	}
+	if len(o.readWait) == 0 || o.catchup != nil {
+		return
+	}
+	rev, live := s.meta.CreatedRevision(o.p.Namespace())
+	live = live && rev == o.p.Epoch()
+	kept := o.readWait[:0]
+	for _, w := range o.readWait {
+		if w.index > g.Applied() {
+			kept = append(kept, w)
+			continue
+		}
+		if !live {
+			// Behaviour 10 at serve time: a delete committed while the
+			// read waited for its confirmation.
+			s.deny(w.f, metrics.DenyIncarnation, errIncarnation)
+			continue
+		}
+		if o.failed != nil {
+			s.fenceFailed(o, w.f)
+			continue
+		}
+		s.answer(w.f, serve(o.p, w.f.Req))
+	}
+	clear(o.readWait[len(kept):])
+	o.readWait = kept
+}
+
+// dropReads answers every read waiting for a leadership confirmation:
+// leadership moved, or the group is gone.
+func (s *Shard) dropReads(o *owned, err error) {
+	for id, f := range o.reads {
+		s.answer(f, Response{Err: err})
+		delete(o.reads, id)
+	}
+	for _, w := range o.readWait {
+		s.answer(w.f, Response{Err: err})
+	}
+	clear(o.readWait)
+	o.readWait = o.readWait[:0]
+}
+
+// readWait is a read whose leadership was confirmed at index.
+type readWait struct {
+	index uint64
+	f     Frame
 }
 
 // Kinds of the operations a replicated entry carries.
@@ -359,6 +428,9 @@ func (s *Shard) processReady() {
 					s.unreplicate(o, fmt.Errorf("%w: %w", ErrPartitionFailed, err))
 					break
 				}
+			}
+			if o.grp != nil {
+				s.serveReads(o)
 			}
 			s.maybeCompact(o)
 		}
@@ -655,6 +727,11 @@ func (h groupHandler) ApplySnapshot(index uint64, data []byte) error {
 func (h groupHandler) LeaderChanged(lead uint64) {
 	if lead == h.s.cfg.Replication.Node {
 		return
+	}
+	if lead != 0 {
+		h.s.dropReads(h.o, &NotLeaderError{Leader: lead})
+	} else {
+		h.s.dropReads(h.o, errNoLeader)
 	}
 	for id, fs := range h.o.pending {
 		for _, f := range fs {

@@ -143,6 +143,7 @@ type Shard struct {
 	appendQueued int                           // produces queued across them
 	coalesceBuf  []partition.Message           // scratch for a coalesced batch
 	readyList    []*owned                      // groups with work for processReady
+	readSeq      uint64                        // last leader-read request id
 	readySpare   []*owned                      // processReady's other list, reused
 	raftTimer    clock.Timer
 	tickArmed    bool

@@ -69,6 +69,7 @@ type Group struct {
 	// appliedTerm is the term of the last entry applied.
 	appliedTerm uint64
 	snap        uint64 // index of the latest snapshot
+	readStates  []raft.ReadState
 	nextID      uint64
 	lead        uint64
 }
@@ -270,6 +271,23 @@ func (g *Group) LeaderReady() bool {
 	return g.IsLeader() && g.appliedTerm == g.rn.BasicStatus().HardState.GetTerm()
 }
 
+// ReadIndex asks the group to confirm this member's leadership for a
+// read: once a quorum has acknowledged it (a heartbeat round), the read
+// state with ctx and the commit index at the time of the request comes
+// out of a later Handle, and TakeReadStates returns it. A read served once
+// the applied index reaches that index is linearizable. Requests are
+// dropped silently when leadership is lost: the owner must answer its
+// waiting reads on LeaderChanged.
+func (g *Group) ReadIndex(ctx []byte) { g.rn.ReadIndex(ctx) }
+
+// TakeReadStates returns the read states Handle collected since the last
+// call.
+func (g *Group) TakeReadStates() []raft.ReadState {
+	rs := g.readStates
+	g.readStates = nil
+	return rs
+}
+
 // IsLeader reports whether this member leads.
 func (g *Group) IsLeader() bool { return g.Leader() == g.cfg.Node }
 
@@ -327,6 +345,7 @@ func (g *Group) Handle(h Handler) error {
 		g.lead = rd.SoftState.Lead
 		h.LeaderChanged(g.lead)
 	}
+	g.readStates = append(g.readStates, rd.ReadStates...)
 	hasSnap := !raft.IsEmptySnap(rd.Snapshot)
 	// A leader sends before it persists: its appends reach the followers
 	// while it writes its own copy, so a commit waits for the slowest of

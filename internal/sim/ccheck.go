@@ -575,9 +575,6 @@ func (c *csim) checkLinearizable() {
 		switch check(hist[k]) {
 		case checkIllegal:
 			c.fail(5, "history of %v is not linearizable:\n%s", k, describeHistory(hist[k]))
-			if check(staleLeaderReads(hist[k])) == checkOK {
-				c.viol.Known = knownStaleLeaderReads
-			}
 			return
 		case checkUnknown:
 			c.ops.Unchecked++
@@ -585,24 +582,6 @@ func (c *csim) checkLinearizable() {
 			c.ops.Linearized++
 		}
 	}
-}
-
-// staleLeaderReads is h with every read asked of the leader weakened to
-// a read of whichever replica answered: polls checked as stale, consumer
-// offset reads left out. A history that fails as it is but passes so
-// only failed because a leader served an out-of-date read.
-func staleLeaderReads(h []linOp) []linOp {
-	out := make([]linOp, 0, len(h))
-	for _, o := range h {
-		switch o.in.kind {
-		case kindGet:
-			continue
-		case kindPoll:
-			o.in.stale = true
-		}
-		out = append(out, o)
-	}
-	return out
 }
 
 // linearizeProduce places a produce in the history of each incarnation a

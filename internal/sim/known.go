@@ -6,7 +6,8 @@ package sim
 // writes left unanswered when one failed, a torn hard state after a
 // snapshot record, consumer offsets judged against the local log's end or
 // skipped on an I/O error, and the metadata deduplication table missing
-// from metadata snapshots.
+// from metadata snapshots; and stale leader reads (leader reads now go
+// through raft's ReadIndex).
 //
 // Known engine bugs the simulator finds (Violation.Known): each violation
 // that is an instance of one is classified as such where it is detected,
@@ -24,14 +25,6 @@ const (
 	// process down. The default cluster faults spare the metadata raft log
 	// (FaultRates.SpareMetadataLog); -sim.metafaults does not.
 	knownMetaReadyError = "a failed metadata Ready is followed by another Handle; etcd raft panics (cluster.go runMetadata)"
-	// knownStaleLeaderReads: a read asked of the leader (FromLeader) is
-	// served by any replica that believes it leads and has applied an
-	// entry of its term, with no ReadIndex round or lease: a leader that
-	// was paused (or cut off) while the others elected a new one and
-	// acknowledged writes serves its stale copy until it learns of the
-	// new term — contrary to the README's "a read sent anywhere sees
-	// every acknowledged write".
-	knownStaleLeaderReads = "leader reads have no ReadIndex or lease: a deposed leader that has not heard of the new term yet (paused, cut off) serves a stale read"
 	// tombstonedText identifies errTombstoned, which shard does not
 	// export.
 	tombstonedText = "partition is being removed"
