@@ -414,34 +414,20 @@ func (h *metaHandler) ApplySnapshot(_ uint64, data []byte) error {
 var errResultForgotten = fmt.Errorf("%w: the command was applied before the last metadata snapshot, which keeps no results", ErrOutcomeUnknown)
 
 func (h *metaHandler) encodeSnapshot(store metadata.StoreSnapshot) ([]byte, error) {
-	enc, err := metadata.EncodeSnapshot(store)
-	if err != nil {
-		return nil, err
-	}
-	b := binary.LittleEndian.AppendUint32(make([]byte, 0, 4+16*len(h.order)+len(enc)), uint32(len(h.order)))
-	for _, k := range h.order {
-		b = binary.LittleEndian.AppendUint64(b, k[0])
-		b = binary.LittleEndian.AppendUint64(b, k[1])
-	}
-	return append(b, enc...), nil
+	return metadata.EncodeGroupSnapshot(h.order, store)
 }
 
 // decodeSnapshot restores the deduplication table and decodes the store.
 func (h *metaHandler) decodeSnapshot(data []byte) (metadata.StoreSnapshot, error) {
-	if len(data) < 4 {
-		return metadata.StoreSnapshot{}, errWire
-	}
-	n := binary.LittleEndian.Uint32(data)
-	if uint64(len(data)-4) < 16*uint64(n) {
-		return metadata.StoreSnapshot{}, errWire
+	keys, snap, err := metadata.DecodeGroupSnapshot(data)
+	if err != nil {
+		return snap, err
 	}
 	h.seen, h.order = nil, nil
-	b := data[4:]
-	for range n {
-		h.remember([2]uint64{binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:])}, metaResult{err: errResultForgotten})
-		b = b[16:]
+	for _, k := range keys {
+		h.remember(k, metaResult{err: errResultForgotten})
 	}
-	return metadata.DecodeSnapshot(b)
+	return snap, nil
 }
 
 // compactMetadata compacts the metadata group's log behind a snapshot of

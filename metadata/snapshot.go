@@ -334,3 +334,39 @@ func (s *Store) Replace(snap StoreSnapshot) error {
 	}
 	return nil
 }
+
+// EncodeGroupSnapshot is a replicated metadata group's snapshot: the keys
+// of its deduplication table, oldest first, then the encoded store. The
+// table is replicated state — a replica that forgot it would apply a
+// re-proposed command the others skip — so it travels with the store.
+func EncodeGroupSnapshot(keys [][2]uint64, snap StoreSnapshot) ([]byte, error) {
+	enc, err := EncodeSnapshot(snap)
+	if err != nil {
+		return nil, err
+	}
+	b := binary.LittleEndian.AppendUint32(make([]byte, 0, 4+16*len(keys)+len(enc)), uint32(len(keys)))
+	for _, k := range keys {
+		b = binary.LittleEndian.AppendUint64(b, k[0])
+		b = binary.LittleEndian.AppendUint64(b, k[1])
+	}
+	return append(b, enc...), nil
+}
+
+// DecodeGroupSnapshot decodes what EncodeGroupSnapshot encoded.
+func DecodeGroupSnapshot(b []byte) ([][2]uint64, StoreSnapshot, error) {
+	if len(b) < 4 {
+		return nil, StoreSnapshot{}, fmt.Errorf("%w: group snapshot truncated", ErrInvalidSnapshot)
+	}
+	n := binary.LittleEndian.Uint32(b)
+	b = b[4:]
+	if uint64(len(b)) < 16*uint64(n) {
+		return nil, StoreSnapshot{}, fmt.Errorf("%w: group snapshot truncated", ErrInvalidSnapshot)
+	}
+	keys := make([][2]uint64, n)
+	for i := range keys {
+		keys[i] = [2]uint64{binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:])}
+		b = b[16:]
+	}
+	snap, err := DecodeSnapshot(b)
+	return keys, snap, err
+}

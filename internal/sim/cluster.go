@@ -941,35 +941,21 @@ func (c *csim) checkMetaState(n *cnode, index uint64, dup bool) {
 // encodeSnapshot and decodeSnapshot are cluster.go's: the deduplication
 // table's keys, oldest first, then the store.
 func (h *metaApplier) encodeSnapshot(store metadata.StoreSnapshot) ([]byte, error) {
-	enc, err := metadata.EncodeSnapshot(store)
-	if err != nil {
-		return nil, err
-	}
-	b := binary.LittleEndian.AppendUint32(nil, uint32(len(h.order)))
-	for _, k := range h.order {
-		b = binary.LittleEndian.AppendUint64(b, k[0])
-		b = binary.LittleEndian.AppendUint64(b, k[1])
-	}
-	return append(b, enc...), nil
+	return metadata.EncodeGroupSnapshot(h.order, store)
 }
 
 var errMetaResultForgotten = errors.New("sim: command applied before the metadata snapshot; result not kept")
 
 func (h *metaApplier) decodeSnapshot(data []byte) (metadata.StoreSnapshot, error) {
-	if len(data) < 4 {
-		return metadata.StoreSnapshot{}, errors.New("sim: metadata snapshot truncated")
-	}
-	n := binary.LittleEndian.Uint32(data)
-	if uint64(len(data)-4) < 16*uint64(n) {
-		return metadata.StoreSnapshot{}, errors.New("sim: metadata snapshot truncated")
+	keys, snap, err := metadata.DecodeGroupSnapshot(data)
+	if err != nil {
+		return snap, err
 	}
 	h.seen, h.order = nil, nil
-	b := data[4:]
-	for range n {
-		h.remember([2]uint64{binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:])}, metaOutcome{err: errMetaResultForgotten})
-		b = b[16:]
+	for _, k := range keys {
+		h.remember(k, metaOutcome{err: errMetaResultForgotten})
 	}
-	return metadata.DecodeSnapshot(b)
+	return snap, nil
 }
 
 func (h *metaApplier) remember(key [2]uint64, r metaOutcome) {
