@@ -60,18 +60,16 @@ type Config struct {
 
 // Group is one raft group member. Not safe for concurrent use.
 type Group struct {
-	cfg     Config
-	rn      *raft.RawNode
-	storage *raft.MemoryStorage
-	disk    *Disk
-	cs      *raftpb.ConfState // the voters as of the last applied entry
-	applied uint64
-	// appliedTerm is the term of the last entry applied.
-	appliedTerm uint64
-	snap        uint64 // index of the latest snapshot
-	readStates  []raft.ReadState
-	nextID      uint64
-	lead        uint64
+	cfg        Config
+	rn         *raft.RawNode
+	storage    *raft.MemoryStorage
+	disk       *Disk
+	cs         *raftpb.ConfState // the voters as of the last applied entry
+	applied    uint64
+	snap       uint64 // index of the latest snapshot
+	readStates []raft.ReadState
+	nextID     uint64
+	lead       uint64
 }
 
 var (
@@ -158,7 +156,7 @@ func New(cfg Config) (*Group, error) {
 		return nil, err
 	}
 	g.snap = rec.Snapshot.GetMetadata().GetIndex()
-	g.applied, g.appliedTerm = g.snap, rec.Snapshot.GetMetadata().GetTerm()
+	g.applied = g.snap
 	g.cs = rec.Snapshot.GetMetadata().GetConfState()
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:                        cfg.Node,
@@ -260,16 +258,6 @@ func (g *Group) Campaign() error { return g.rn.Campaign() }
 
 // Leader is the member this one believes leads (0: none known).
 func (g *Group) Leader() uint64 { return g.rn.BasicStatus().Lead }
-
-// LeaderReady reports whether this member leads and has applied an entry
-// of its own term. A new leader learns which entries of earlier terms are
-// committed only by committing one of its own (the empty entry it
-// proposes on election); until it has applied that, entries an earlier
-// leader acknowledged may be missing from its state, so it must not serve
-// reads that promise to include every acknowledged write.
-func (g *Group) LeaderReady() bool {
-	return g.IsLeader() && g.appliedTerm == g.rn.BasicStatus().HardState.GetTerm()
-}
 
 // ReadIndex asks the group to confirm this member's leadership for a
 // read: once a quorum has acknowledged it (a heartbeat round), the read
@@ -374,7 +362,6 @@ func (g *Group) Handle(h Handler) error {
 			return err
 		}
 		g.snap, g.applied, g.cs = md.GetIndex(), md.GetIndex(), md.GetConfState()
-		g.appliedTerm = md.GetTerm()
 	}
 	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
 		if err := g.storage.SetHardState(rd.HardState); err != nil {
@@ -413,7 +400,7 @@ func (g *Group) Handle(h Handler) error {
 				return err
 			}
 		}
-		g.applied, g.appliedTerm = e.GetIndex(), e.GetTerm()
+		g.applied = e.GetIndex()
 	}
 	g.rn.Advance(rd)
 	return nil
