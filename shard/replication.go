@@ -543,7 +543,14 @@ func (h groupHandler) apply(index, id uint64, payload []byte) error {
 			f = frames[i]
 		}
 		var err error
-		if rest, err = h.applyOp(index, rest, f, waiting); err != nil {
+		var batched bool
+		if batched, rest, err = h.batchProduce(index, rest, f, waiting); err == nil && !batched {
+			if err = h.flushBatch(index); err == nil {
+				rest, err = h.applyOp(index, rest, f, waiting)
+			}
+		}
+		if err != nil {
+			h.failBatch(err)
 			// The replica cannot apply a committed entry: the group stops
 			// and the partition is fenced and rebuilt, which applies the
 			// entry again. Its writes from here on are committed, so their
@@ -554,7 +561,110 @@ func (h groupHandler) apply(index, id uint64, payload []byte) error {
 			return err
 		}
 	}
+	if err := h.flushBatch(index); err != nil {
+		h.failBatch(err)
+		return err
+	}
 	return nil
+}
+
+// Applying an entry's produces: consecutive produces that land at the
+// log's end (no duplicate, no re-apply over a longer local log) are
+// appended with one Append, as a single node coalesces queued produces.
+
+// pendingProduce is a produce batched for one Append.
+type pendingProduce struct {
+	key     produceKey
+	n       int
+	f       Frame
+	waiting bool
+}
+
+// applyBatch is the shard's scratch for batching an entry's produces.
+type applyBatch struct {
+	items []pendingProduce
+	msgs  []partition.Message
+	keys  map[produceKey]bool
+}
+
+// batchProduce takes the produce at the head of rest into the batch when
+// it can share the Append (reports false, consuming nothing, otherwise).
+func (h groupHandler) batchProduce(index uint64, rest []byte, f Frame, waiting bool) (bool, []byte, error) {
+	o, b := h.o, &h.s.applyBatch
+	if len(rest) < 21 || rest[0] != entryProduce || o.p.NextOffset() != o.cursor {
+		return false, rest, nil
+	}
+	key := produceKey{binary.LittleEndian.Uint64(rest[1:]), binary.LittleEndian.Uint64(rest[9:])}
+	size := int(binary.LittleEndian.Uint32(rest[17:]))
+	if len(rest)-21 < size {
+		return false, rest, nil // applyOp reports the truncation
+	}
+	if key.producer != 0 {
+		if _, dup := o.dedupe.get(key); dup || b.keys[key] {
+			return false, rest, nil
+		}
+	}
+	msgs, err := partition.DecodeBatch(rest[21 : 21+size])
+	if err != nil {
+		return false, rest, fmt.Errorf("apply index %d: %w", index, err)
+	}
+	if key.producer != 0 {
+		if b.keys == nil {
+			b.keys = make(map[produceKey]bool)
+		}
+		b.keys[key] = true
+	}
+	b.items = append(b.items, pendingProduce{key: key, n: len(msgs), f: f, waiting: waiting})
+	b.msgs = append(b.msgs, msgs...)
+	return true, rest[21+size:], nil
+}
+
+// flushBatch appends the batched produces and answers them.
+func (h groupHandler) flushBatch(index uint64) error {
+	o, b := h.o, &h.s.applyBatch
+	if len(b.items) == 0 {
+		return nil
+	}
+	got, err := o.p.Append(b.msgs)
+	if err == nil && got != o.cursor {
+		err = fmt.Errorf("appended at %d, want %d", got, o.cursor)
+	}
+	if err != nil {
+		return fmt.Errorf("apply index %d: %w", index, err)
+	}
+	for _, it := range b.items {
+		first := o.cursor
+		o.cursor += uint64(it.n)
+		if it.key.producer != 0 {
+			o.dedupe.put(it.key, first)
+		}
+		h.answered(it.f, it.waiting, Response{Offset: first})
+	}
+	if o.dur.Fsync == metadata.FsyncInterval && !o.dirty {
+		o.dirty = true
+		o.deadline = h.s.clock.Now().Add(o.dur.Interval)
+		h.s.armSync(o.deadline)
+	}
+	h.resetBatch()
+	return nil
+}
+
+// failBatch answers the batched produces of an entry that could not be
+// applied: committed, so their outcome is unknown.
+func (h groupHandler) failBatch(err error) {
+	for _, it := range h.s.applyBatch.items {
+		h.answered(it.f, it.waiting, Response{Err: fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)})
+	}
+	h.resetBatch()
+}
+
+func (h groupHandler) resetBatch() {
+	b := &h.s.applyBatch
+	clear(b.items)
+	b.items = b.items[:0]
+	clear(b.msgs)
+	b.msgs = b.msgs[:0]
+	clear(b.keys)
 }
 
 // applyOp applies the operation at the head of rest and returns what

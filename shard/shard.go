@@ -144,6 +144,7 @@ type Shard struct {
 	coalesceBuf  []partition.Message           // scratch for a coalesced batch
 	readyList    []*owned                      // groups with work for processReady
 	readSeq      uint64                        // last leader-read request id
+	applyBatch   applyBatch                    // scratch for an entry's produces
 	readySpare   []*owned                      // processReady's other list, reused
 	raftTimer    clock.Timer
 	tickArmed    bool
