@@ -278,3 +278,51 @@ func TestConcurrentProducesShareOneEntry(t *testing.T) {
 		t.Fatalf("leader log %q", got)
 	}
 }
+
+// Every replica applies an entry's fresh produces with one Append; a
+// produce repeating an earlier one's (producer, sequence) inside the same
+// entry flushes the batch and is answered with the first one's offset.
+func TestEntryProducesShareOneAppendOnEveryReplica(t *testing.T) {
+	n := newReplNet(t)
+	ns, epoch := n.create("t", 1, 2, 3)
+	counters := map[uint64]*appendCounter{}
+	for id := uint64(1); id <= 3; id++ {
+		h := n.nodes[id]
+		c := &appendCounter{Partition: h.build(ns, epoch)}
+		if err := h.step(h.shards[0], opInsertOwned(c, noSync)); err != nil {
+			t.Fatal(err)
+		}
+		counters[id] = c
+	}
+	n.settle()
+	lead := n.tickUntilLeader(ns)
+	if lead == 0 {
+		t.Fatal("no leader")
+	}
+	s := n.shard(lead)
+	var calls []call
+	for i, p := range []string{"a", "b", "c", "a"} {
+		c := produce(ns, p)
+		c.f.Req.Producer, c.f.Req.Seq = 7, uint64(i+1)
+		if i == 3 {
+			c.f.Req.Seq = 1 // a retry of "a" in the same entry
+		}
+		s.handle(c.f)
+		calls = append(calls, c)
+	}
+	s.flushProposals()
+	n.settle()
+	for i, want := range []uint64{0, 1, 2, 0} {
+		if r := calls[i].answered(t); r.Err != nil || r.Offset != want {
+			t.Fatalf("produce %d: %+v, want offset %d", i, r, want)
+		}
+	}
+	for id, c := range counters {
+		if c.calls != 1 {
+			t.Fatalf("replica %d appended the entry with %d calls, want 1", id, c.calls)
+		}
+		if got := payloads(t, c); !slices.Equal(got, []string{"a", "b", "c"}) {
+			t.Fatalf("replica %d log %q", id, got)
+		}
+	}
+}
