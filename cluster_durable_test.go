@@ -116,10 +116,14 @@ func (c *diskCluster) converged(s, tp uint32, want []string) {
 
 // localLog reads node n's own copy of partition 0, checking offsets are
 // dense from 0.
-func localLog(n *parkway.Node, s, tp uint32) ([]string, error) {
+func localLog(n *parkway.Node, s, tp uint32) ([]string, error) { return localLogFrom(n, s, tp, 0) }
+
+// localLogFrom is localLog from offset from.
+func localLogFrom(n *parkway.Node, s, tp uint32, from uint64) ([]string, error) {
 	var out []string
 	for {
-		b, err := n.Poll(context.Background(), s, tp, 0, parkway.AtOffset(uint64(len(out))).Local(), 1000)
+		next := from + uint64(len(out))
+		b, err := n.Poll(context.Background(), s, tp, 0, parkway.AtOffset(next).Local(), 1000)
 		if err != nil {
 			return nil, err
 		}
@@ -127,8 +131,8 @@ func localLog(n *parkway.Node, s, tp uint32) ([]string, error) {
 			return out, nil
 		}
 		for _, m := range b.Messages {
-			if m.Offset != uint64(len(out)) {
-				return nil, fmt.Errorf("offset %d where %d was due", m.Offset, len(out))
+			if m.Offset != from+uint64(len(out)) {
+				return nil, fmt.Errorf("offset %d where %d was due", m.Offset, from+uint64(len(out)))
 			}
 			out = append(out, string(m.Payload))
 		}
@@ -224,13 +228,17 @@ func TestClusterSnapshotCatchUp(t *testing.T) {
 		if err := c.nodes[2].TruncatePartition(ctx, s, tp, 0, 3); err != nil {
 			t.Fatal(err)
 		}
-		c.produce(1, s, tp, "x", 20) // the log moves past both before node 3 returns
+		want = append(want, c.produce(1, s, tp, "x", 20)...) // the log moves past both before node 3 returns
 		n3 := c.start(3)
 		reg3 := registry(t, n3)
 		waitFor(t, "node 3 to catch up", func() bool {
 			b, err := n3.Poll(ctx, s, tp, 0, parkway.AtOffset(1524).Local(), 10)
 			return err == nil && len(b.Messages) == 1
 		})
+		// Every message it lacked, in order, at its offset.
+		if got, err := localLogFrom(n3, s, tp, 3); err != nil || !slices.Equal(got, want[3:]) {
+			t.Fatalf("node 3 after catching up: %d messages (%v), want %d", len(got), err, len(want)-3)
+		}
 		if _, err := n3.Poll(ctx, s, tp, 0, parkway.AtOffset(2).Local(), 1); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
 			t.Fatalf("node 3 serves an offset truncated while it was away: %v", err)
 		}
@@ -247,10 +255,10 @@ func TestClusterSnapshotCatchUp(t *testing.T) {
 		// The catch-up is durable: a restart keeps it.
 		c.stop(3)
 		n3 = c.start(3)
-		c.produce(2, s, tp, "c", 3)
+		want = append(want, c.produce(2, s, tp, "c", 3)...)
 		waitFor(t, "node 3 after its restart", func() bool {
-			b, err := n3.Poll(ctx, s, tp, 0, parkway.AtOffset(1527).Local(), 10)
-			return err == nil && len(b.Messages) == 1
+			got, err := localLogFrom(n3, s, tp, 3)
+			return err == nil && slices.Equal(got, want[3:])
 		})
 		for _, id := range c.peers {
 			info, err := c.disks[id].Stat(fmt.Sprintf("/data/streams/%d/topics/%d/partitions/0/raft.log", s, tp))

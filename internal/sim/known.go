@@ -25,7 +25,4 @@ const (
 	// process down. The default cluster faults spare the metadata raft log
 	// (FaultRates.SpareMetadataLog); -sim.metafaults does not.
 	knownMetaReadyError = "a failed metadata Ready is followed by another Handle; etcd raft panics (cluster.go runMetadata)"
-	// tombstonedText identifies errTombstoned, which shard does not
-	// export.
-	tombstonedText = "partition is being removed"
 )
