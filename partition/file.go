@@ -346,13 +346,13 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 	if fresh {
 		// The directories whose entries this build changes: the new ones
 		// and the deepest one that existed. syncLayout makes them durable.
-		p.layout = s.newDirs(dir)
+		p.layout = s.ancestors(dir, true)
 	} else {
 		// An existing directory may come from a build whose layout never
 		// became durable (its first Sync failed, or it was never synced
 		// before the process stopped): the first Sync makes sure, once,
 		// for every directory up to Dir.
-		p.layout = s.ancestors(dir)
+		p.layout = s.ancestors(dir, false)
 	}
 	p.layoutPending = true
 	for _, sub := range []string{consumersDir, groupsDir} {
@@ -444,10 +444,10 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 	return p, nil
 }
 
-// newDirs lists dir and its ancestors up to the first that exists (or
-// Dir), deepest first: after MkdirAll(dir) these are the directories
-// whose entries changed.
-func (s *FileStore) newDirs(dir string) []string {
+// ancestors lists dir and its ancestors up to Dir, deepest first; with
+// stopAtExisting it stops at the first one that exists: after
+// MkdirAll(dir), those are the directories whose entries changed.
+func (s *FileStore) ancestors(dir string, stopAtExisting bool) []string {
 	var out []string
 	root := filepath.Clean(s.cfg.Dir)
 	for d := dir; ; d = filepath.Dir(d) {
@@ -455,20 +455,10 @@ func (s *FileStore) newDirs(dir string) []string {
 		if d == root || d == filepath.Dir(d) {
 			return out
 		}
-		if _, err := s.fs.Stat(d); err == nil {
-			return out
-		}
-	}
-}
-
-// ancestors lists dir and its ancestors up to Dir, deepest first.
-func (s *FileStore) ancestors(dir string) []string {
-	var out []string
-	root := filepath.Clean(s.cfg.Dir)
-	for d := dir; ; d = filepath.Dir(d) {
-		out = append(out, d)
-		if d == root || d == filepath.Dir(d) {
-			return out
+		if stopAtExisting {
+			if _, err := s.fs.Stat(d); err == nil {
+				return out
+			}
 		}
 	}
 }

@@ -7,7 +7,14 @@
 //
 // Proposals are enveloped with a proposal id so the proposer can match a
 // committed entry to the request waiting for it; entries proposed by other
-// nodes carry ids the local node never issued and simply apply.
+// nodes, or by an earlier life of this one, carry ids this Group never
+// issued (each start draws a random base) and simply apply.
+//
+// With a Disk the member's hard state, entries and latest snapshot are
+// persisted before the messages that depend on them are sent, so a
+// restarted member comes back with its votes and acknowledged entries;
+// Compact cuts the log behind a snapshot the owner provides, and
+// ReadIndex confirms leadership for linearizable reads.
 package replica
 
 import (
