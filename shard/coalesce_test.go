@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
 )
 
@@ -92,5 +93,32 @@ func TestCoalescedBadInputIsAnsweredAlone(t *testing.T) {
 	}
 	if r := calls[2].answered(t); r.Err != nil || r.Offset != 1 {
 		t.Fatalf("third produce: %+v", r)
+	}
+}
+
+// Behaviour 10 holds for queued produces too: a produce admitted while its
+// incarnation was live but appended after its deletion committed (later in
+// the same drain of the inbox) is denied, never acknowledged into the dead
+// incarnation.
+func TestQueuedProduceDeniedAfterDeleteCommits(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	s := h.shards[0]
+	ns, epoch := h.topic("t")
+	p := &appendCounter{Partition: h.build(ns, epoch)}
+	h.insert(s, p)
+	first, second := produce(ns, "a"), produce(ns, "b")
+	for _, c := range []call{first, second} {
+		if err := s.TrySend(c.f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.handle(<-s.inbox) // admitted and queued: another frame waits
+	first.pending(t)
+	h.apply(metadata.DeleteTopic{Stream: ns.Stream(), Topic: ns.Topic()})
+	s.handleFrame(<-s.inbox)
+	mustErr(t, first.answered(t), ErrRetry)
+	mustErr(t, second.answered(t), ErrRetry)
+	if p.calls != 0 {
+		t.Fatalf("%d appends into a deleted incarnation", p.calls)
 	}
 }
