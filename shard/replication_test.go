@@ -326,3 +326,31 @@ func TestEntryProducesShareOneAppendOnEveryReplica(t *testing.T) {
 		}
 	}
 }
+
+// A leader read waits for its ReadIndex confirmation; if the partition's
+// deletion commits meanwhile, the read is denied (behaviour 10), not
+// served from the dead incarnation.
+func TestLeaderReadDeniedAfterDeleteCommits(t *testing.T) {
+	n := newReplNet(t)
+	ns, epoch := n.create("t", 1, 2, 3)
+	for id := uint64(1); id <= 3; id++ {
+		n.materialise(id, ns, epoch)
+	}
+	n.settle()
+	lead := n.tickUntilLeader(ns)
+	if lead == 0 {
+		t.Fatal("no leader")
+	}
+	s := n.shard(lead)
+	ch := make(chan Response, 1)
+	s.handle(Frame{Req: &Request{Op: OpPoll, NS: ns, Count: 10, FromLeader: true}, Reply: ch})
+	select {
+	case r := <-ch:
+		t.Fatalf("leader read answered before its confirmation: %+v", r)
+	default:
+	}
+	h := n.nodes[lead]
+	h.apply(metadata.DeleteTopic{Stream: ns.Stream(), Topic: ns.Topic()})
+	n.settle()
+	mustErr(t, <-ch, ErrRetry)
+}
