@@ -2,7 +2,6 @@ package shard
 
 import (
 	"github.com/parkway-io/parkway/internal/metrics"
-	"github.com/parkway-io/parkway/partition"
 )
 
 // Write coalescing. Produces to one partition that arrive together — the
@@ -86,7 +85,3 @@ func (s *Shard) appendOne(o *owned, f Frame) {
 	}
 	s.appended(o, f, Response{Offset: first})
 }
-
-// coalescible reports whether a produce may be queued for a batch: a
-// batch of it alone would pass the partition's own checks.
-func coalescible(msgs []partition.Message) bool { return len(msgs) > 0 }
