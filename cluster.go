@@ -15,29 +15,29 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/parkway-io/parkway/internal/bus"
 	"github.com/parkway-io/parkway/internal/replica"
-	"github.com/parkway-io/parkway/internal/vfs"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/shard"
+	"github.com/parkway-io/parkway/transport"
+	"github.com/parkway-io/parkway/vfs"
 )
 
 // NodeID identifies a node of a cluster (non-zero).
-type NodeID = bus.NodeID
+type NodeID = transport.NodeID
 
 // Bus is a node's endpoint on the node-to-node transport.
-type Bus = bus.Bus
+type Bus = transport.Bus
 
 // Network is the in-memory transport, for tests and for hosts that run
 // several nodes in one process: Endpoint(id) gives each node its Bus, and
 // Disconnect, Partition, Heal and SetFaults inject network faults.
-type Network = bus.Network
+type Network = transport.Network
 
 // NetworkOptions configures a Network.
-type NetworkOptions = bus.NetworkOptions
+type NetworkOptions = transport.NetworkOptions
 
 // NewNetwork returns an in-memory network.
-func NewNetwork(opts NetworkOptions) *Network { return bus.NewNetwork(opts) }
+func NewNetwork(opts NetworkOptions) *Network { return transport.NewNetwork(opts) }
 
 // Cluster makes a Node one replica of a cluster with static membership:
 // every node holds every partition, each partition is its own raft group
@@ -194,7 +194,7 @@ func (c *cluster) openMetadata(fsys vfs.FS, dir string, metaCfg metadata.Config)
 func (c *cluster) sendCatchUp(to uint64, ns metadata.Namespace, epoch uint64, data []byte) {
 	payload := binary.LittleEndian.AppendUint64(make([]byte, 0, 8+len(data)), epoch)
 	payload = append(payload, data...)
-	_ = c.bus.Send(bus.Message{To: NodeID(to), Kind: kindCatchUp, Group: uint64(ns), Payload: payload})
+	_ = c.bus.Send(transport.Message{To: NodeID(to), Kind: kindCatchUp, Group: uint64(ns), Payload: payload})
 }
 
 // start runs the receiver and the metadata group.
@@ -212,7 +212,7 @@ func (c *cluster) sendRaft(to uint64, ns metadata.Namespace, epoch uint64, m *ra
 	if err != nil {
 		return
 	}
-	_ = c.bus.Send(bus.Message{To: NodeID(to), Kind: kindPartitionRaft, Group: uint64(ns), Payload: payload})
+	_ = c.bus.Send(transport.Message{To: NodeID(to), Kind: kindPartitionRaft, Group: uint64(ns), Payload: payload})
 }
 
 // receive dispatches what the bus delivers. It never blocks on a shard:
@@ -221,7 +221,7 @@ func (c *cluster) sendRaft(to uint64, ns metadata.Namespace, epoch uint64, m *ra
 func (c *cluster) receive(ctx context.Context) {
 	recv := c.bus.Recv()
 	for {
-		var m bus.Message
+		var m transport.Message
 		var ok bool
 		select {
 		case <-ctx.Done():
@@ -352,7 +352,7 @@ func (h *metaHandler) Send(m *raftpb.Message) {
 	if err != nil {
 		return
 	}
-	_ = h.c.bus.Send(bus.Message{To: NodeID(m.GetTo()), Kind: kindMetaRaft,
+	_ = h.c.bus.Send(transport.Message{To: NodeID(m.GetTo()), Kind: kindMetaRaft,
 		Group: uint64(metadata.MetadataNamespace), Payload: b})
 }
 
@@ -526,7 +526,7 @@ func (c *cluster) forward(ctx context.Context, to uint64, req *shard.Request) (s
 	if err != nil {
 		return shard.Response{}, err
 	}
-	if err := c.bus.Send(bus.Message{To: NodeID(to), Kind: kindRequest, Group: id, Payload: payload}); err != nil {
+	if err := c.bus.Send(transport.Message{To: NodeID(to), Kind: kindRequest, Group: id, Payload: payload}); err != nil {
 		return shard.Response{}, fmt.Errorf("%w: forward to node %d: %w", ErrRetry, to, err)
 	}
 	// One attempt waits a bounded time: a leader that died with the
@@ -553,7 +553,7 @@ func forwardTimeout(c Cluster) time.Duration { return 50 * c.TickInterval }
 // and replies. It does not forward again: a request that reaches a node
 // that no longer leads is answered "not leader" and the client follows the
 // new hint.
-func (c *cluster) serveRemote(ctx context.Context, m bus.Message) {
+func (c *cluster) serveRemote(ctx context.Context, m transport.Message) {
 	req, err := decodeRequest(m.Payload)
 	var r shard.Response
 	if err != nil {
@@ -562,7 +562,7 @@ func (c *cluster) serveRemote(ctx context.Context, m bus.Message) {
 		r = c.n.once(ctx, req)
 	}
 	b := encodeResponse(r)
-	_ = c.bus.Send(bus.Message{To: m.From, Kind: kindReply, Group: m.Group, Payload: b})
+	_ = c.bus.Send(transport.Message{To: m.From, Kind: kindReply, Group: m.Group, Payload: b})
 }
 
 // awaitMetadata runs f, and in a cluster retries it while it reports a
@@ -620,14 +620,14 @@ func (n *Node) Leader(ctx context.Context, stream, topic, part uint32) (NodeID, 
 }
 
 // TCPOptions configures a TCP bus.
-type TCPOptions = bus.TCPOptions
+type TCPOptions = transport.TCPOptions
 
 // TCPBus is the TCP transport: length-prefixed frames, one connection per
 // peer dialled lazily with backoff, bounded send queues. It is
 // unauthenticated: run it on a trusted network.
-type TCPBus = bus.TCPBus
+type TCPBus = transport.TCPBus
 
 // ListenTCP starts node id's TCP endpoint on addr, with peers' addresses.
 func ListenTCP(id NodeID, addr string, peers map[NodeID]string, opts TCPOptions) (*TCPBus, error) {
-	return bus.ListenTCP(id, addr, peers, opts)
+	return transport.ListenTCP(id, addr, peers, opts)
 }

@@ -8,10 +8,10 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/parkway-io/parkway/internal/clock"
-	"github.com/parkway-io/parkway/internal/vfs"
+	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/reconciler"
 	"github.com/parkway-io/parkway/shard"
+	"github.com/parkway-io/parkway/vfs"
 )
 
 // Clock is the source of time: Config.Clock lets tests and simulations

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway"
-	"github.com/parkway-io/parkway/internal/vfs"
-	"github.com/parkway-io/parkway/internal/vfs/errorfs"
+	"github.com/parkway-io/parkway/vfs"
+	"github.com/parkway-io/parkway/vfs/errorfs"
 )
 
 // Restart brings back every stream, topic, partition (same incarnation),

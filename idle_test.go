@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway"
-	"github.com/parkway-io/parkway/internal/clock"
+	"github.com/parkway-io/parkway/clock"
 )
 
 // An idle node must not spin inside its host's process: with nothing

@@ -12,14 +12,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/parkway-io/parkway/internal/metrics"
 	"github.com/parkway-io/parkway/internal/run"
-	"github.com/parkway-io/parkway/internal/vfs"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/reconciler"
 	"github.com/parkway-io/parkway/router"
 	"github.com/parkway-io/parkway/shard"
+	"github.com/parkway-io/parkway/vfs"
 )
 
 // Message is one message of a partition log. Producers set ID, Headers

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway"
-	"github.com/parkway-io/parkway/internal/vfs"
-	"github.com/parkway-io/parkway/internal/vfs/errorfs"
+	"github.com/parkway-io/parkway/vfs"
+	"github.com/parkway-io/parkway/vfs/errorfs"
 )
 
 // benchNode opens a 2-shard in-memory node with one topic of two

@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway"
-	"github.com/parkway-io/parkway/internal/vfs"
-	"github.com/parkway-io/parkway/internal/vfs/errorfs"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/router"
+	"github.com/parkway-io/parkway/vfs"
+	"github.com/parkway-io/parkway/vfs/errorfs"
 )
 
 // TestBehaviour18ProduceMidMaterialisationRetriedInPlace checks through the

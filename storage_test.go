@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway"
-	"github.com/parkway-io/parkway/internal/vfs"
+	"github.com/parkway-io/parkway/vfs"
 )
 
 // PurgeTopic empties every partition without reusing offsets; a stored

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/parkway-io/parkway/internal/vfs"
 	"github.com/parkway-io/parkway/internal/wal"
+	"github.com/parkway-io/parkway/vfs"
 )
 
 // DefaultSnapshotEvery is the default number of logged commands between

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parkway-io/parkway/internal/vfs"
-	"github.com/parkway-io/parkway/internal/vfs/errorfs"
 	"github.com/parkway-io/parkway/internal/wal"
+	"github.com/parkway-io/parkway/vfs"
+	"github.com/parkway-io/parkway/vfs/errorfs"
 )
 
 const metaDir = "/data/meta"

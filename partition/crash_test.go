@@ -9,10 +9,10 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/parkway-io/parkway/internal/vfs"
-	"github.com/parkway-io/parkway/internal/vfs/errorfs"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
+	"github.com/parkway-io/parkway/vfs"
+	"github.com/parkway-io/parkway/vfs/errorfs"
 )
 
 // smallSegment is the segment size of the crash tests (see

@@ -12,8 +12,8 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/parkway-io/parkway/internal/vfs"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/vfs"
 )
 
 // Segment size bounds for FileConfig.SegmentSize.

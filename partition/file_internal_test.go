@@ -9,9 +9,9 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/parkway-io/parkway/internal/vfs"
-	"github.com/parkway-io/parkway/internal/vfs/errorfs"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/vfs"
+	"github.com/parkway-io/parkway/vfs/errorfs"
 )
 
 // failWrites returns an FS whose segment log writes, while failing is

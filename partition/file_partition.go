@@ -10,8 +10,8 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/parkway-io/parkway/internal/vfs"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/vfs"
 )
 
 // filePartition is a FileStore partition. segs is never empty; the last

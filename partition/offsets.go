@@ -13,7 +13,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/parkway-io/parkway/internal/vfs"
+	"github.com/parkway-io/parkway/vfs"
 )
 
 // Small files beside the log: consumer offsets, the incarnation marker and

@@ -23,8 +23,8 @@ package partition
 import (
 	"errors"
 
-	"github.com/parkway-io/parkway/internal/vfs"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/vfs"
 )
 
 // Header is one user header of a message.

@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/parkway-io/parkway/internal/vfs"
+	"github.com/parkway-io/parkway/vfs"
 )
 
 // Segment files. A segment is <base>.log, its records (see codec.go), and

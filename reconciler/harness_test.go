@@ -11,9 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
-	"github.com/parkway-io/parkway/internal/clock"
-	"github.com/parkway-io/parkway/internal/metrics"
+	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/reconciler"
 	"github.com/parkway-io/parkway/router"

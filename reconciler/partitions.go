@@ -8,10 +8,10 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/parkway-io/parkway/internal/clock"
-	"github.com/parkway-io/parkway/internal/metrics"
+	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/internal/testhooks"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/router"
 	"github.com/parkway-io/parkway/shard"

@@ -19,7 +19,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/parkway-io/parkway/internal/clock"
+	"github.com/parkway-io/parkway/clock"
 )
 
 // Reconciler converges one shard towards committed metadata. Hosts can
@@ -71,9 +71,17 @@ const (
 // it back — so a stream of commits cannot starve park aging. An idle node
 // has one timer per shard firing once per period and nothing else. Pass
 // errors are logged and do not stop the loop: the next pass retries.
+// A nil clock is the wall clock, a nil logger is silent and a
+// non-positive period is DefaultPeriod.
 func Run(ctx context.Context, r Reconciler, wake <-chan struct{}, clk clock.Clock, period time.Duration, log hclog.Logger) {
 	if log == nil {
 		log = hclog.NewNullLogger()
+	}
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	if period <= 0 {
+		period = DefaultPeriod
 	}
 	timer := clk.NewTimer(period)
 	defer timer.Stop()

@@ -1,7 +1,7 @@
 package shard
 
 import (
-	"github.com/parkway-io/parkway/internal/metrics"
+	"github.com/parkway-io/parkway/metrics"
 )
 
 // Write coalescing. Produces to one partition that arrive together — the

@@ -7,9 +7,9 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/parkway-io/parkway/internal/metrics"
 	"github.com/parkway-io/parkway/internal/testhooks"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/router"
 )

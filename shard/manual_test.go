@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parkway-io/parkway/internal/clock"
+	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/internal/testhooks"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/router"

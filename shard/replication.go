@@ -10,9 +10,9 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
-	"github.com/parkway-io/parkway/internal/metrics"
 	"github.com/parkway-io/parkway/internal/replica"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
 )
 

@@ -10,11 +10,11 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/internal/affinity"
-	"github.com/parkway-io/parkway/internal/clock"
-	"github.com/parkway-io/parkway/internal/metrics"
 	"github.com/parkway-io/parkway/internal/run"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/router"
 )

@@ -10,8 +10,8 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/parkway-io/parkway/internal/vfs"
 	"github.com/parkway-io/parkway/internal/wal"
+	"github.com/parkway-io/parkway/vfs"
 )
 
 // Disk persists one group member's raft state — the hard state (term,

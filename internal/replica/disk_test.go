@@ -9,8 +9,8 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/parkway-io/parkway/internal/replica"
-	"github.com/parkway-io/parkway/internal/vfs"
-	"github.com/parkway-io/parkway/internal/vfs/errorfs"
+	"github.com/parkway-io/parkway/vfs"
+	"github.com/parkway-io/parkway/vfs/errorfs"
 )
 
 func entries(from, to, term uint64) []*raftpb.Entry {

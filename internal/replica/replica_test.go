@@ -10,7 +10,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/parkway-io/parkway/internal/replica"
-	"github.com/parkway-io/parkway/internal/vfs"
+	"github.com/parkway-io/parkway/vfs"
 )
 
 // cluster wires members on the test goroutine: messages queue and are

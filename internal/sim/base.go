@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/parkway-io/parkway/internal/clock"
+	"github.com/parkway-io/parkway/clock"
 )
 
 // base is what both modes share: the configuration, the one seeded RNG

@@ -4,8 +4,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/parkway-io/parkway/internal/bus"
 	"github.com/parkway-io/parkway/shard"
+	"github.com/parkway-io/parkway/transport"
 )
 
 // Node crash and restart (cluster mode). A crashed node is down for a
@@ -73,7 +73,7 @@ func (c *csim) abandon(n *cnode) {
 // restart brings n back on its disk, with a fresh endpoint.
 func (c *csim) restart(n *cnode) {
 	c.event("n%d RESTART gen=%d", n.id, n.gen+1)
-	nn := c.openNode(n.id, c.net.Endpoint(bus.NodeID(n.id)), n.mem, n)
+	nn := c.openNode(n.id, c.net.Endpoint(transport.NodeID(n.id)), n.mem, n)
 	c.nodes[n.id-1] = nn
 	c.applyCuts()
 }

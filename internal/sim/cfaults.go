@@ -7,8 +7,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/parkway-io/parkway/internal/bus"
-	"github.com/parkway-io/parkway/internal/vfs/errorfs"
+	"github.com/parkway-io/parkway/transport"
+	"github.com/parkway-io/parkway/vfs/errorfs"
 )
 
 // netState is the cluster's network weather: the fault spells in force,
@@ -194,7 +194,7 @@ func (c *csim) expireFaults() {
 // for its fault PCG from the run's RNG.
 func (c *csim) setWeather() {
 	w := &c.netf
-	c.net.SetFaults(bus.Faults{DropRate: w.drop, DuplicateRate: w.dup, ReorderRate: w.reorder,
+	c.net.SetFaults(transport.Faults{DropRate: w.drop, DuplicateRate: w.dup, ReorderRate: w.reorder,
 		Delay: w.delay, Seed: c.rng.Uint64()})
 }
 
@@ -206,8 +206,8 @@ func (c *csim) applyCuts() {
 	if w.partitioned {
 		for _, a := range w.sides[0] {
 			for _, b := range w.sides[1] {
-				c.net.Disconnect(bus.NodeID(a), bus.NodeID(b))
-				c.net.Disconnect(bus.NodeID(b), bus.NodeID(a))
+				c.net.Disconnect(transport.NodeID(a), transport.NodeID(b))
+				c.net.Disconnect(transport.NodeID(b), transport.NodeID(a))
 			}
 		}
 	}
@@ -217,8 +217,8 @@ func (c *csim) applyCuts() {
 		}
 		for _, p := range c.peers {
 			if p != n.id {
-				c.net.Disconnect(bus.NodeID(n.id), bus.NodeID(p))
-				c.net.Disconnect(bus.NodeID(p), bus.NodeID(n.id))
+				c.net.Disconnect(transport.NodeID(n.id), transport.NodeID(p))
+				c.net.Disconnect(transport.NodeID(p), transport.NodeID(n.id))
 			}
 		}
 	}

@@ -3,7 +3,7 @@ package sim
 import (
 	"time"
 
-	"github.com/parkway-io/parkway/internal/clock"
+	"github.com/parkway-io/parkway/clock"
 )
 
 // watchedClock is the virtual clock as one cluster shard sees it: it

@@ -15,18 +15,18 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/parkway-io/parkway/internal/bus"
-	"github.com/parkway-io/parkway/internal/clock"
-	"github.com/parkway-io/parkway/internal/metrics"
+	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/internal/replica"
 	"github.com/parkway-io/parkway/internal/testhooks"
-	"github.com/parkway-io/parkway/internal/vfs"
-	"github.com/parkway-io/parkway/internal/vfs/errorfs"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/reconciler"
 	"github.com/parkway-io/parkway/router"
 	"github.com/parkway-io/parkway/shard"
+	"github.com/parkway-io/parkway/transport"
+	"github.com/parkway-io/parkway/vfs"
+	"github.com/parkway-io/parkway/vfs/errorfs"
 )
 
 // Cluster mode (Config.Nodes > 1) runs several nodes of the real engine in
@@ -36,7 +36,7 @@ import (
 // (shard.Config.Replication) and reconcilers; plus a member of the
 // metadata raft group (internal/replica) that applies committed commands
 // to the node's store, as the root package's metaHandler does. The nodes
-// talk over a bus.Network with ManualDelivery, in cluster.go's message
+// talk over a transport.Network with ManualDelivery, in cluster.go's message
 // kinds and encoding (a partition raft message carries its incarnation).
 // Every raft tick comes from the virtual clock; every delivery, step,
 // pass, proposal and fault is a scheduler choice from the seed.
@@ -72,7 +72,7 @@ const (
 type csim struct {
 	base
 	ctx   context.Context
-	net   *bus.Network
+	net   *transport.Network
 	peers []uint64
 	nodes []*cnode
 
@@ -129,7 +129,7 @@ type cnode struct {
 	id  uint64
 	mem *vfs.MemFS
 	inj *injector
-	ep  bus.Bus
+	ep  transport.Bus
 
 	meta *metadata.Store
 	mg   *replica.Group
@@ -210,7 +210,7 @@ func newCluster(cfg Config) *csim {
 	c := &csim{
 		base:           base{cfg: cfg, rng: rng, clk: clk, tr: newTrace(cfg.Trace)},
 		ctx:            context.Background(),
-		net:            bus.NewNetwork(bus.NetworkOptions{Clock: clk, ManualDelivery: true}),
+		net:            transport.NewNetwork(transport.NetworkOptions{Clock: clk, ManualDelivery: true}),
 		attempts:       make(map[*shard.Request]*attempt),
 		msgs:           make(map[uint64]*msgInfo),
 		oracle:         make(map[incKey]*repLog),
@@ -235,9 +235,9 @@ func (c *csim) run() {
 	c.event("start cluster seed=%d nodes=%d shards=%d clients=%d steps=%d tick=%v compact=%d",
 		c.cfg.Seed, c.cfg.Nodes, c.cfg.Shards, c.cfg.Clients, c.cfg.Steps, c.cfg.TickInterval, c.compactEntries)
 	// Every endpoint exists before any node sends.
-	eps := make([]bus.Bus, len(c.peers))
+	eps := make([]transport.Bus, len(c.peers))
 	for i, id := range c.peers {
-		eps[i] = c.net.Endpoint(bus.NodeID(id))
+		eps[i] = c.net.Endpoint(transport.NodeID(id))
 	}
 	for i, id := range c.peers {
 		n := c.openNode(id, eps[i], vfs.NewMem(), nil)
@@ -303,7 +303,7 @@ func (c *csim) result() Result {
 // before anything else runs), the orphan sweep, the file store, the
 // router, the replicated shards (each partition's raft log beside its
 // segments) and the reconcilers. Faults are held off while it opens.
-func (c *csim) openNode(id uint64, ep bus.Bus, mem *vfs.MemFS, prev *cnode) *cnode {
+func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *cnode) *cnode {
 	n := &cnode{c: c, id: id, mem: mem, ep: ep, m: metrics.New(), incs: newTimeline(),
 		lastServe: make(map[metadata.Namespace]uint64)}
 	if prev != nil {
@@ -483,7 +483,7 @@ func (n *cnode) flushOutbox() {
 	}
 	slices.SortStableFunc(n.outbox, func(a, b outMsg) int { return cmp.Compare(a.ns, b.ns) })
 	for i, o := range n.outbox {
-		err := n.ep.Send(bus.Message{To: bus.NodeID(o.to), Kind: o.kind, Group: uint64(o.ns), Payload: o.payload})
+		err := n.ep.Send(transport.Message{To: transport.NodeID(o.to), Kind: o.kind, Group: uint64(o.ns), Payload: o.payload})
 		n.c.event("n%d send %v %s to=n%d err=%v", n.id, o.ns, o.what, o.to, errString(err))
 		n.outbox[i] = outMsg{}
 	}
@@ -698,7 +698,7 @@ func (c *csim) nextDue() time.Time {
 // into the metadata group.
 func (c *csim) deliver(n *cnode, k int) {
 	for range k {
-		var m bus.Message
+		var m transport.Message
 		var ok bool
 		select {
 		case m, ok = <-n.ep.Recv():
@@ -873,7 +873,7 @@ func (h *metaApplier) Send(m *raftpb.Message) {
 		n.c.fail(0, "n%d marshal metadata raft message: %v", n.id, err)
 		return
 	}
-	err = n.ep.Send(bus.Message{To: bus.NodeID(m.GetTo()), Kind: kindMetaRaft,
+	err = n.ep.Send(transport.Message{To: transport.NodeID(m.GetTo()), Kind: kindMetaRaft,
 		Group: uint64(metadata.MetadataNamespace), Payload: b})
 	n.c.event("n%d send meta %v to=n%d err=%v", n.id, m.GetType(), m.GetTo(), errString(err))
 }

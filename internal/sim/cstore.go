@@ -5,9 +5,9 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/parkway-io/parkway/internal/vfs"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
+	"github.com/parkway-io/parkway/vfs"
 )
 
 // repLog is the oracle of one partition incarnation in cluster mode: the

@@ -7,13 +7,13 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/parkway-io/parkway/internal/metrics"
-	"github.com/parkway-io/parkway/internal/vfs/errorfs"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/reconciler"
 	"github.com/parkway-io/parkway/router"
 	"github.com/parkway-io/parkway/shard"
+	"github.com/parkway-io/parkway/vfs/errorfs"
 )
 
 // Where the node keeps its data on the simulated disk.

@@ -9,11 +9,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/parkway-io/parkway/internal/clock"
-	"github.com/parkway-io/parkway/internal/metrics"
-	"github.com/parkway-io/parkway/internal/vfs"
+	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/shard"
+	"github.com/parkway-io/parkway/vfs"
 )
 
 // FaultRates are the probabilities of the injected faults. Zero disables a

@@ -58,7 +58,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/parkway-io/parkway/internal/vfs"
+	"github.com/parkway-io/parkway/vfs"
 )
 
 const (

@@ -15,7 +15,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	"github.com/parkway-io/parkway/internal/vfs"
+	"github.com/parkway-io/parkway/vfs"
 )
 
 // OpKind is the kind of a filesystem operation.

@@ -1,4 +1,4 @@
-package bus
+package transport
 
 import (
 	"bufio"
@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/parkway-io/parkway/internal/clock"
+	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/internal/run"
 )
 

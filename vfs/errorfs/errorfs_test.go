@@ -8,8 +8,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/parkway-io/parkway/internal/vfs"
-	"github.com/parkway-io/parkway/internal/vfs/errorfs"
+	"github.com/parkway-io/parkway/vfs"
+	"github.com/parkway-io/parkway/vfs/errorfs"
 )
 
 // workload does one of every operation and returns the first error.

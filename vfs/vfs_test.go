@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/parkway-io/parkway/internal/vfs"
+	"github.com/parkway-io/parkway/vfs"
 )
 
 func mustWrite(t *testing.T, fsys vfs.FS, name string, data []byte, sync bool) {

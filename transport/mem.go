@@ -1,4 +1,4 @@
-package bus
+package transport
 
 import (
 	"cmp"
@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/parkway-io/parkway/internal/clock"
+	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/internal/run"
 )
 

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parkway-io/parkway/internal/clock"
+	"github.com/parkway-io/parkway/clock"
 )
 
 func fired(t clock.Timer) bool {

@@ -1,4 +1,4 @@
-package bus
+package transport
 
 import (
 	"encoding/binary"
@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parkway-io/parkway/internal/clock"
+	"github.com/parkway-io/parkway/clock"
 )
 
 // guard bounds every blocking wait in the tests; it is a failure timeout,

@@ -1,7 +1,11 @@
 // Package metrics holds parkway's Prometheus collectors. A Node owns one
 // Metrics; the host registers it on its own registry (parkway never touches
-// the global default registry, so two Nodes in one process do not collide
-// unless the host registers both on one registry).
+// the global default registry). Two Nodes registered on one registry need
+// distinct constant labels (NewLabeled, or parkway's Config.MetricsLabels;
+// a cluster node adds node="<id>" by itself), or their series collide.
+//
+// Hosts that wire shards and reconcilers by hand pass a *Metrics to each
+// (a nil one means a private, unregistered set).
 package metrics
 
 import (
@@ -54,57 +58,75 @@ type Metrics struct {
 	CaughtUp        *prometheus.CounterVec // shard
 }
 
-// New returns fresh, unregistered collectors.
-func New() *Metrics {
+// New returns fresh, unregistered collectors with no constant labels.
+func New() *Metrics { return NewLabeled(nil) }
+
+// NewLabeled returns fresh, unregistered collectors whose every series
+// carries labels (for example node="2"). Several Nodes in one process can
+// then register on one registry: series that differ in a constant label
+// are distinct, where unlabelled ones would collide.
+func NewLabeled(labels prometheus.Labels) *Metrics {
 	shard := []string{"shard"}
 	return &Metrics{
 		FrameDrops: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "parkway_frame_drops_total",
-			Help: "Frames not delivered to a partition, by frame variant and reason. Every dropped client frame was answered with an error.",
+			ConstLabels: labels,
+			Name:        "parkway_frame_drops_total",
+			Help:        "Frames not delivered to a partition, by frame variant and reason. Every dropped client frame was answered with an error.",
 		}, []string{"shard", "variant", "reason"}),
 		Materialised: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "parkway_partitions_materialised_total",
-			Help: "Partitions built and handed to their owning shard.",
+			ConstLabels: labels,
+			Name:        "parkway_partitions_materialised_total",
+			Help:        "Partitions built and handed to their owning shard.",
 		}, shard),
 		Removed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "parkway_partitions_removed_total",
-			Help: "Partitions torn down after their deletion committed.",
+			ConstLabels: labels,
+			Name:        "parkway_partitions_removed_total",
+			Help:        "Partitions torn down after their deletion committed.",
 		}, shard),
 		BuildFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "parkway_partition_builds_failed_total",
-			Help: "Failed partition builds and removals; each is retried with backoff.",
+			ConstLabels: labels,
+			Name:        "parkway_partition_builds_failed_total",
+			Help:        "Failed partition builds and removals; each is retried with backoff.",
 		}, shard),
 		ParkedFrames: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "parkway_parked_frames",
-			Help: "Frames parked waiting for their partition to materialise.",
+			ConstLabels: labels,
+			Name:        "parkway_parked_frames",
+			Help:        "Frames parked waiting for their partition to materialise.",
 		}, shard),
 		ParkedBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "parkway_parked_bytes",
-			Help: "Resident footprint of parked frames (lengths rounded up to the park alignment).",
+			ConstLabels: labels,
+			Name:        "parkway_parked_bytes",
+			Help:        "Resident footprint of parked frames (lengths rounded up to the park alignment).",
 		}, shard),
 		StaleRejects: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "parkway_stale_rejects_total",
-			Help: "Frames stamped with a dead incarnation, rejected instead of served into its replacement.",
+			ConstLabels: labels,
+			Name:        "parkway_stale_rejects_total",
+			Help:        "Frames stamped with a dead incarnation, rejected instead of served into its replacement.",
 		}, shard),
 		TransientDenies: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "parkway_transient_denies_total",
-			Help: "Requests answered with a retry-here error while the shard converges.",
+			ConstLabels: labels,
+			Name:        "parkway_transient_denies_total",
+			Help:        "Requests answered with a retry-here error while the shard converges.",
 		}, []string{"shard", "reason"}),
 		Forwarded: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "parkway_frames_forwarded_total",
-			Help: "Frames a non-owner shard forwarded to the committed owner.",
+			ConstLabels: labels,
+			Name:        "parkway_frames_forwarded_total",
+			Help:        "Frames a non-owner shard forwarded to the committed owner.",
 		}, shard),
 		RaftCompactions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "parkway_raft_compactions_total",
-			Help: "Partition raft logs compacted behind a snapshot.",
+			ConstLabels: labels,
+			Name:        "parkway_raft_compactions_total",
+			Help:        "Partition raft logs compacted behind a snapshot.",
 		}, shard),
 		RaftSnapshots: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "parkway_raft_snapshots_installed_total",
-			Help: "Raft snapshots installed by a replica that lagged behind its leader's compacted log.",
+			ConstLabels: labels,
+			Name:        "parkway_raft_snapshots_installed_total",
+			Help:        "Raft snapshots installed by a replica that lagged behind its leader's compacted log.",
 		}, shard),
 		CaughtUp: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "parkway_catchup_messages_total",
-			Help: "Messages a replica fetched from a peer's partition log after installing a snapshot.",
+			ConstLabels: labels,
+			Name:        "parkway_catchup_messages_total",
+			Help:        "Messages a replica fetched from a peer's partition log after installing a snapshot.",
 		}, shard),
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/parkway-io/parkway/internal/vfs"
+	"github.com/parkway-io/parkway/vfs"
 )
 
 func TestOSPreallocateKeepsSize(t *testing.T) {

@@ -21,7 +21,7 @@
 // The From field of a sent Message is always overwritten with the sending
 // endpoint's ID: the receiver can trust it only as far as it trusts the
 // transport (see TCPBus: unauthenticated, for trusted networks only).
-package bus
+package transport
 
 import "errors"
 

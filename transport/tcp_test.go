@@ -1,4 +1,4 @@
-package bus
+package transport
 
 import (
 	"bytes"
@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parkway-io/parkway/internal/clock"
+	"github.com/parkway-io/parkway/clock"
 )
 
 func listen(t testing.TB, id NodeID, opts TCPOptions) *TCPBus {

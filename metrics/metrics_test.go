@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/parkway-io/parkway/internal/metrics"
+	"github.com/parkway-io/parkway/metrics"
 )
 
 // Behaviour 19: every counter the design names is exposed on a registry
