@@ -113,8 +113,8 @@ func (n *Node) prepareProduce(ctx context.Context, stream, topic uint32, to Part
 		return nil, 0, err
 	}
 	req := &shard.Request{Op: shard.OpProduce, NS: ns, Messages: batch}
-	if n.cluster != nil {
-		req.Producer, req.Seq = n.cluster.producer, n.cluster.seq.Add(1)
+	if n.eng.Clustered() {
+		req.Producer, req.Seq = n.producer, n.seq.Add(1)
 	}
 	return req, part, nil
 }

@@ -8,8 +8,12 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/parkway-io/parkway/clock"
+	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/reconciler"
+	"github.com/parkway-io/parkway/router"
 	"github.com/parkway-io/parkway/shard"
 	"github.com/parkway-io/parkway/vfs"
 )
@@ -121,10 +125,25 @@ type Config struct {
 	// under the same ID (it would have forgotten its votes).
 	Cluster *Cluster
 
+	// NewReconciler, when set, builds each shard's reconciler instead of
+	// the default reconciler.Partitions: cfg is what the default would
+	// get, table the node's shards table. A host places or materialises
+	// partitions its own way through it; the barrier's guarantees hold as
+	// long as its reconciler talks to the shard through the shard's
+	// exported operations.
+	NewReconciler func(cfg reconciler.Config, table *router.Table) (reconciler.Reconciler, error)
+
 	// Logger receives diagnostics (default: silent).
 	Logger hclog.Logger
 	// Clock is the source of time (default: the wall clock).
 	Clock Clock
+	// Metrics receives the Node's counters (default: a fresh set, see
+	// MetricsLabels). Register Node.Metrics() on the host's registry.
+	Metrics *metrics.Metrics
+	// MetricsLabels are constant labels on every series of a default
+	// Metrics. Two Nodes registered on one registry need distinct labels;
+	// a cluster node with none gets node="<Cluster.ID>".
+	MetricsLabels prometheus.Labels
 }
 
 // Defaults for Config.
@@ -186,7 +205,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("BuildBackoffMin %v > BuildBackoffMax %v", c.BuildBackoffMin, c.BuildBackoffMax))
 	}
 	if c.Cluster != nil {
-		errs = append(errs, c.Cluster.validate()...)
+		errs = append(errs, c.Cluster.Validate())
 	}
 	if err := (shard.Config{Park: c.Park}).Validate(); err != nil {
 		errs = append(errs, err)

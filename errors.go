@@ -3,6 +3,7 @@ package parkway
 import (
 	"errors"
 
+	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/router"
@@ -13,7 +14,7 @@ import (
 // wrapped with the name or id that caused them.
 var (
 	// ErrClosed reports a call on a closed Node.
-	ErrClosed = errors.New("parkway: node closed")
+	ErrClosed = host.ErrClosed
 
 	// ErrRetry is the root of every transient, node-local answer: a
 	// partition still materialising, mid-teardown, changing incarnation, a
@@ -65,7 +66,7 @@ var (
 	// ErrMetadataFailed reports that this node's member of the metadata
 	// raft group stopped after its raft log refused a write: the node
 	// takes no metadata commands until it is restarted.
-	ErrMetadataFailed = errors.New("parkway: metadata group stopped on this node after a raft log failure; restart the node")
+	ErrMetadataFailed = host.ErrMetadataFailed
 	// ErrOffsetOutOfRange reports an offset outside a partition's log.
 	ErrOffsetOutOfRange = partition.ErrOffsetOutOfRange
 	// ErrInvalidConsumer reports a malformed consumer name.

@@ -4,22 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
-	"runtime"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/parkway-io/parkway/internal/run"
+	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
-	"github.com/parkway-io/parkway/reconciler"
 	"github.com/parkway-io/parkway/router"
 	"github.com/parkway-io/parkway/shard"
-	"github.com/parkway-io/parkway/vfs"
 )
 
 // Message is one message of a partition log. Producers set ID, Headers
@@ -36,207 +33,85 @@ type (
 	PartitionInfo = metadata.PartitionInfo
 )
 
-// Node is one parkway node: its metadata, its shards, the router in front
-// of them and a reconciler per shard. All methods are safe for concurrent
-// use.
+// Node is one parkway node: the client API over a node engine (package
+// host), which holds its metadata, its shards, the router in front of them
+// and a reconciler per shard. All methods are safe for concurrent use.
 type Node struct {
-	cfg     Config
-	meta    *metadata.Store
-	durable *metadata.Durable // nil for an in-memory node
-	cluster *cluster          // nil for a single node
-	store   partition.Store
-	router  *router.Router[shard.Frame]
-	shards  []*shard.Shard
-	metrics *metrics.Metrics
-	drops   *metrics.Shard // client-side drop counters, labelled shard="client"
-	group   *run.Group
-	wakes   []func()
+	cfg    Config
+	eng    *host.Engine
+	meta   *metadata.Store
+	router *router.Router[shard.Frame]
+	shards []*shard.Shard
+
+	// producer and seq key this Node's produces for deduplication in a
+	// cluster: a retry of a produce whose outcome was unknown applies once.
+	producer uint64
+	seq      atomic.Uint64
 
 	roundRobin atomic.Uint64
 	closed     atomic.Bool
 	closeOnce  sync.Once
+	closeErr   error
 }
 
-// Open validates cfg, applies its defaults and starts a Node.
+// Open validates cfg, applies its defaults, builds the node engine and
+// starts its drivers.
 func Open(cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	n := &Node{cfg: cfg, metrics: metrics.New(), group: run.NewGroup()}
-	n.drops = n.metrics.Shard(-1)
-
-	var err error
-	metaCfg := metadata.Config{Shards: cfg.Shards, Assign: router.Assign}
-	if cfg.Cluster != nil {
-		n.cluster = newCluster(n)
-	}
-	started := false
-	defer func() {
-		// The metadata group is closed by its goroutine once started.
-		if !started && n.cluster != nil && n.cluster.g != nil {
-			_ = n.cluster.g.Close()
-		}
-	}()
-	if cfg.DataDir == "" {
-		n.store = partition.NewMemStore()
-		if n.cluster != nil {
-			err = n.cluster.openMetadata(nil, "", metaCfg)
-		} else {
-			n.meta, err = metadata.NewStore(metaCfg)
-		}
-		if err != nil {
-			return nil, err
-		}
-	} else {
-		fs := cfg.FS
-		if fs == nil {
-			fs = vfs.Default
-		}
-		if err := fs.MkdirAll(cfg.DataDir, 0o755); err != nil {
-			return nil, fmt.Errorf("parkway: data dir: %w", err)
-		}
-		if n.cluster != nil {
-			// A replica's metadata lives in the metadata group's raft log.
-			err = n.cluster.openMetadata(fs, filepath.Join(cfg.DataDir, "metadata-raft"), metaCfg)
-		} else {
-			n.durable, err = metadata.OpenDurable(fs, filepath.Join(cfg.DataDir, "metadata"), metaCfg,
-				metadata.DurableOptions{SnapshotEvery: cfg.MetadataSnapshotEvery})
-			if err == nil {
-				n.meta = n.durable.Store()
-			}
-		}
-		if err != nil {
-			return nil, fmt.Errorf("parkway: open metadata: %w", err)
-		}
-		closeMeta := func() {
-			if n.durable != nil {
-				_ = n.durable.Close()
-			}
-		}
-		fstore, err := partition.NewFileStore(partition.FileConfig{
-			Dir: cfg.DataDir, FS: fs, SegmentSize: cfg.SegmentSize, Preallocate: cfg.Preallocate,
-			VerifyOnOpen: cfg.VerifyOnOpen,
-		})
-		if err != nil {
-			closeMeta()
-			return nil, err
-		}
-		n.store = fstore
-		if err := n.removeOrphans(fstore); err != nil {
-			closeMeta()
-			return nil, err
-		}
-	}
-	table := &router.Table{}
-	n.router, err = router.New[shard.Frame](table, cfg.Shards)
+	eng, err := host.New(cfg.engineConfig())
 	if err != nil {
+		if errors.Is(err, host.ErrInvalidConfig) {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
 		return nil, err
 	}
-	var repl *shard.Replication
-	if n.cluster != nil {
-		repl = &shard.Replication{Node: uint64(cfg.Cluster.ID), Peers: peersOf(*cfg.Cluster),
-			Send: n.cluster.sendRaft, SendCatchUp: n.cluster.sendCatchUp, TickInterval: cfg.Cluster.TickInterval,
-			CompactEntries: cfg.Cluster.CompactEntries, CompactBytes: cfg.Cluster.CompactBytes}
+	if err := eng.Start(); err != nil {
+		_ = eng.Close()
+		return nil, err
 	}
-	for i := range cfg.Shards {
-		s, err := shard.New(shard.Config{
-			ID: i, InboxSize: cfg.InboxSize, Park: cfg.Park, Clock: cfg.Clock, Replication: repl,
-			PinCPU: cfg.PinShards, CPU: i % runtime.NumCPU(),
-			Logger: cfg.Logger, Metrics: n.metrics,
-		}, n.meta, n.router)
-		if err != nil {
-			n.closeShards()
-			return nil, err
-		}
-		n.router.Register(i, s)
-		n.shards = append(n.shards, s)
+	return &Node{cfg: cfg, eng: eng, meta: eng.Meta(), router: eng.Router(), shards: eng.Shards(),
+		producer: rand.Uint64() | 1}, nil
+}
+
+// engineConfig is the node engine's share of c (defaults applied).
+func (c Config) engineConfig() host.Config {
+	m := c.Metrics
+	if m == nil && c.MetricsLabels != nil {
+		m = metrics.NewLabeled(c.MetricsLabels)
 	}
-	for _, s := range n.shards {
-		s.Start()
+	return host.Config{
+		Shards: c.Shards, InboxSize: c.InboxSize, Park: c.Park, PinShards: c.PinShards,
+		DataDir: c.DataDir, FS: c.FS, SegmentSize: c.SegmentSize, Preallocate: c.Preallocate,
+		VerifyOnOpen: c.VerifyOnOpen, MetadataSnapshotEvery: c.MetadataSnapshotEvery,
+		Defaults: TopicConfig{
+			Fsync: c.Fsync, FsyncInterval: c.FsyncInterval,
+			RetentionAge: c.RetentionAge, RetentionBytes: c.RetentionBytes,
+		},
+		ReconcileInterval: c.ReconcileInterval, BuildBackoffMin: c.BuildBackoffMin, BuildBackoffMax: c.BuildBackoffMax,
+		RetentionInterval: c.RetentionInterval, NewReconciler: c.NewReconciler,
+		RequestTimeout: c.RequestTimeout, RetryBackoffMin: c.RetryBackoffMin, RetryBackoffMax: c.RetryBackoffMax,
+		Cluster: c.Cluster, Logger: c.Logger, Clock: c.Clock, Metrics: m,
 	}
-	for _, s := range n.shards {
-		rec, err := reconciler.New(reconciler.Config{
-			Shard: s, Meta: n.meta, Store: n.store, Clock: cfg.Clock,
-			BackoffMin: cfg.BuildBackoffMin, BackoffMax: cfg.BuildBackoffMax,
-			Defaults: TopicConfig{
-				Fsync: cfg.Fsync, FsyncInterval: cfg.FsyncInterval,
-				RetentionAge: cfg.RetentionAge, RetentionBytes: cfg.RetentionBytes,
-			},
-			RetentionInterval: cfg.RetentionInterval,
-			Logger:            cfg.Logger, Metrics: n.metrics,
-		}, table)
-		if err != nil {
-			n.group.Stop()
-			n.closeShards()
-			return nil, err
-		}
-		wake, cancel := n.meta.Subscribe()
-		n.wakes = append(n.wakes, cancel)
-		n.group.Go(func(ctx context.Context) {
-			reconciler.Run(ctx, rec, wake, cfg.Clock, cfg.ReconcileInterval, cfg.Logger)
-		})
-	}
-	if n.cluster != nil {
-		n.cluster.start()
-		started = true
-	}
-	return n, nil
 }
 
 // Close stops the reconcilers and the shards. Requests still queued or
 // parked are answered with an error; calls made after Close return
 // ErrClosed. Close is idempotent and waits for every goroutine it started.
-func (n *Node) Close() (err error) {
+func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		n.closed.Store(true)
-		n.group.Stop()
-		for _, cancel := range n.wakes {
-			cancel()
-		}
-		n.closeShards()
-		if n.cluster != nil {
-			err = errors.Join(err, n.cluster.bus.Close())
-		}
-		if n.durable != nil {
-			err = errors.Join(err, n.durable.Close())
-		}
+		n.closeErr = n.eng.Close()
 	})
-	return err
-}
-
-// removeOrphans deletes partitions the store holds that committed metadata
-// does not (or holds at another incarnation): a crash between a delete's
-// commit and its teardown leaves them behind, and nothing else would ever
-// remove them. Partitions whose incarnation matches are left for the
-// reconcilers, which reopen them from disk instead of building them fresh.
-func (n *Node) removeOrphans(store partition.Store) error {
-	stored, err := store.List()
-	if err != nil {
-		return fmt.Errorf("parkway: list partitions: %w", err)
-	}
-	for _, st := range stored {
-		if rev, ok := n.meta.CreatedRevision(st.NS); ok && rev == st.Epoch {
-			continue
-		}
-		if err := n.store.Remove(st.NS); err != nil {
-			return fmt.Errorf("parkway: remove orphan partition %v: %w", st.NS, err)
-		}
-		n.cfg.Logger.Info("removed orphan partition", "ns", st.NS, "epoch", st.Epoch)
-	}
-	return nil
-}
-
-func (n *Node) closeShards() {
-	for _, s := range n.shards {
-		_ = s.Close()
-	}
+	return n.closeErr
 }
 
 // Metrics returns the Node's Prometheus collectors; register them on the
 // host's registry. Series are labelled by shard; drops the client side of
 // the Node counts (an inbox refusing a request) carry shard="-1".
-func (n *Node) Metrics() prometheus.Collector { return n.metrics }
+func (n *Node) Metrics() prometheus.Collector { return n.eng.Metrics() }
 
 // Shards returns the number of shards.
 func (n *Node) Shards() int { return len(n.shards) }
@@ -249,19 +124,13 @@ func (n *Node) begin(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// apply commits a metadata command. On one node a commit is a local apply;
-// the replication issue puts consensus behind this same call.
+// apply commits a metadata command through the engine: a local apply on
+// one node, a commit of the metadata raft group in a cluster.
 func (n *Node) apply(ctx context.Context, cmd metadata.Command) (metadata.Result, error) {
 	if err := n.begin(ctx); err != nil {
 		return metadata.Result{}, err
 	}
-	if n.cluster != nil {
-		return n.cluster.applyReplicated(ctx, cmd)
-	}
-	if n.durable != nil {
-		return n.durable.Apply(cmd)
-	}
-	return n.meta.Apply(cmd)
+	return n.eng.ApplyMetadata(ctx, cmd)
 }
 
 // CreateStream creates a stream and returns its id (the lowest free one).
@@ -439,16 +308,16 @@ func (n *Node) await(ctx context.Context, f shard.Frame, reply <-chan shard.Resp
 		// hint to the leader, and only a "retry here" from there brings it
 		// back into this loop.
 		var nl *shard.NotLeaderError
-		for n.cluster != nil && errors.As(err, &nl) && nl.Leader != 0 {
+		for n.eng.Clustered() && errors.As(err, &nl) && nl.Leader != 0 {
 			var r shard.Response
-			r, err = n.cluster.forward(ctx, nl.Leader, req)
+			r, err = n.eng.Forward(ctx, nl.Leader, req)
 			if err == nil {
 				err = r.Err
 			}
 			if err == nil {
 				return r, nil
 			}
-			if errors.As(err, &nl) && nl.Leader == uint64(n.cluster.cfg.ID) {
+			if errors.As(err, &nl) && nl.Leader == n.eng.NodeID() {
 				// Leadership is moving to this node: retry here.
 				err = fmt.Errorf("%w: leadership moving here", ErrRetry)
 				break
@@ -460,7 +329,7 @@ func (n *Node) await(ctx context.Context, f shard.Frame, reply <-chan shard.Resp
 		// In a cluster an unknown outcome is retried too: a produce
 		// carries its (producer, sequence) pair, which the partition
 		// deduplicates, and every other operation is idempotent.
-		if !retryInPlace(err) && !(n.cluster != nil && errors.Is(err, ErrOutcomeUnknown) && ctx.Err() == nil) {
+		if !retryInPlace(err) && !(n.eng.Clustered() && errors.Is(err, ErrOutcomeUnknown) && ctx.Err() == nil) {
 			return shard.Response{}, err
 		}
 		// Retry in place. The deadline is computed only now: the first
@@ -496,49 +365,13 @@ func (n *Node) await(ctx context.Context, f shard.Frame, reply <-chan shard.Resp
 	}
 }
 
-// once runs req on this node's owner shard and returns its answer,
-// without retrying or forwarding (the serving side of a forwarded request).
-func (n *Node) once(ctx context.Context, req *shard.Request) shard.Response {
-	reply := make(chan shard.Response, 1)
-	if _, err := n.router.Send(req.NS, shard.Frame{Req: req, Reply: reply}); err != nil {
-		return shard.Response{Err: fmt.Errorf("%w: %w", ErrRetry, err)}
-	}
-	select {
-	case r := <-reply:
-		return r
-	case <-ctx.Done():
-		return shard.Response{Err: ErrClosed}
-	}
-}
-
 // deadline bounds ctx by RequestTimeout when it has no earlier deadline.
 func (n *Node) deadline(ctx context.Context) (context.Context, context.CancelFunc) {
-	if d, ok := ctx.Deadline(); ok && time.Until(d) <= n.cfg.RequestTimeout {
-		return context.WithCancel(ctx)
-	}
-	return context.WithTimeout(ctx, n.cfg.RequestTimeout)
+	return n.eng.Deadline(ctx)
 }
 
 // sleep waits d on the node's clock, or until ctx ends.
-func (n *Node) sleep(ctx context.Context, d time.Duration) error {
-	t := n.cfg.Clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C():
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (n *Node) sleep(ctx context.Context, d time.Duration) error { return n.eng.Sleep(ctx, d) }
 
 // countSendFailure counts a frame the router could not hand to a shard.
-func (n *Node) countSendFailure(req *shard.Request, err error) {
-	reason := metrics.ReasonUnroutable
-	switch {
-	case errors.Is(err, router.ErrFull):
-		reason = metrics.ReasonFull
-	case errors.Is(err, router.ErrDisconnected):
-		reason = metrics.ReasonDisconnected
-	}
-	n.drops.Drop(req.Op.String(), reason)
-}
+func (n *Node) countSendFailure(req *shard.Request, err error) { n.eng.CountSendFailure(req, err) }

@@ -233,17 +233,17 @@ const stateVersion = 2
 // eviction order), then the consumer offsets sorted by name.
 func (o *owned) encodeState() []byte {
 	d := &o.dedupe
-	b := make([]byte, 0, 21+24*len(d.order)+32*len(o.consumers))
+	b := make([]byte, 0, 21+24*d.Len()+32*len(o.consumers))
 	b = append(b, stateVersion)
 	b = binary.LittleEndian.AppendUint64(b, o.cursor)
 	b = binary.LittleEndian.AppendUint64(b, o.start)
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(d.order)))
-	for i := range d.order {
-		k := d.order[(d.next+i)%len(d.order)]
-		b = binary.LittleEndian.AppendUint64(b, k.producer)
-		b = binary.LittleEndian.AppendUint64(b, k.seq)
-		b = binary.LittleEndian.AppendUint64(b, d.seen[k])
-	}
+	b = binary.LittleEndian.AppendUint32(b, uint32(d.Len()))
+	d.All(func(k produceKey, first uint64) bool {
+		b = binary.LittleEndian.AppendUint64(b, k.Producer)
+		b = binary.LittleEndian.AppendUint64(b, k.Seq)
+		b = binary.LittleEndian.AppendUint64(b, first)
+		return true
+	})
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(o.consumers)))
 	for _, name := range slices.Sorted(maps.Keys(o.consumers)) {
 		b = append(b, byte(len(name)))
@@ -274,7 +274,7 @@ func decodeState(b []byte) (replicatedState, error) {
 	st.dedupe = make([]dedupeEntry, n)
 	for i := range st.dedupe {
 		st.dedupe[i] = dedupeEntry{
-			key:   produceKey{binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:])},
+			key:   produceKey{Producer: binary.LittleEndian.Uint64(b), Seq: binary.LittleEndian.Uint64(b[8:])},
 			first: binary.LittleEndian.Uint64(b[16:]),
 		}
 		b = b[24:]
@@ -301,7 +301,7 @@ func (o *owned) restore(st replicatedState) {
 	o.cursor, o.start = st.next, st.start
 	o.dedupe = dedupeTable{}
 	for _, e := range st.dedupe {
-		o.dedupe.put(e.key, e.first)
+		o.dedupe.Put(e.key, e.first)
 	}
 	o.consumers = st.consumers
 }

@@ -10,6 +10,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/parkway-io/parkway/internal/dedupe"
 	"github.com/parkway-io/parkway/internal/replica"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
@@ -449,7 +450,7 @@ func (s *Shard) maybeCompact(o *owned) {
 		return
 	}
 	r := s.cfg.Replication
-	if g.Applied()-g.SnapshotIndex() < r.CompactEntries && o.sinceSnap < r.CompactBytes {
+	if !(replica.CompactionPolicy{Entries: r.CompactEntries, Bytes: r.CompactBytes}).Due(g, o.sinceSnap) {
 		return
 	}
 	if err := o.p.Sync(); err != nil {
@@ -594,13 +595,13 @@ func (h groupHandler) batchProduce(index uint64, rest []byte, f Frame, waiting b
 	if len(rest) < 21 || rest[0] != entryProduce || o.p.NextOffset() != o.cursor {
 		return false, rest, nil
 	}
-	key := produceKey{binary.LittleEndian.Uint64(rest[1:]), binary.LittleEndian.Uint64(rest[9:])}
+	key := produceKey{Producer: binary.LittleEndian.Uint64(rest[1:]), Seq: binary.LittleEndian.Uint64(rest[9:])}
 	size := int(binary.LittleEndian.Uint32(rest[17:]))
 	if len(rest)-21 < size {
 		return false, rest, nil // applyOp reports the truncation
 	}
-	if key.producer != 0 {
-		if _, dup := o.dedupe.get(key); dup || b.keys[key] {
+	if key.Producer != 0 {
+		if _, dup := o.dedupe.Get(key); dup || b.keys[key] {
 			return false, rest, nil
 		}
 	}
@@ -608,7 +609,7 @@ func (h groupHandler) batchProduce(index uint64, rest []byte, f Frame, waiting b
 	if err != nil {
 		return false, rest, fmt.Errorf("apply index %d: %w", index, err)
 	}
-	if key.producer != 0 {
+	if key.Producer != 0 {
 		if b.keys == nil {
 			b.keys = make(map[produceKey]bool)
 		}
@@ -635,8 +636,8 @@ func (h groupHandler) flushBatch(index uint64) error {
 	for _, it := range b.items {
 		first := o.cursor
 		o.cursor += uint64(it.n)
-		if it.key.producer != 0 {
-			o.dedupe.put(it.key, first)
+		if it.key.Producer != 0 {
+			o.dedupe.Put(it.key, first)
 		}
 		h.answered(it.f, it.waiting, Response{Offset: first})
 	}
@@ -680,7 +681,7 @@ func (h groupHandler) applyOp(index uint64, rest []byte, f Frame, waiting bool) 
 		if len(rest) < 20 {
 			return nil, errTruncatedOp(index)
 		}
-		key := produceKey{binary.LittleEndian.Uint64(rest), binary.LittleEndian.Uint64(rest[8:])}
+		key := produceKey{Producer: binary.LittleEndian.Uint64(rest), Seq: binary.LittleEndian.Uint64(rest[8:])}
 		size := int(binary.LittleEndian.Uint32(rest[16:]))
 		if len(rest)-20 < size {
 			return nil, errTruncatedOp(index)
@@ -759,8 +760,8 @@ func (h groupHandler) answered(f Frame, waiting bool, r Response) {
 // log's end is appended.
 func (h groupHandler) applyOne(index uint64, key produceKey, batch []byte, f Frame, waiting bool) error {
 	o := h.o
-	if key.producer != 0 {
-		if first, dup := o.dedupe.get(key); dup {
+	if key.Producer != 0 {
+		if first, dup := o.dedupe.Get(key); dup {
 			if waiting {
 				h.s.answer(f, Response{Offset: first})
 			}
@@ -789,8 +790,8 @@ func (h groupHandler) applyOne(index uint64, key produceKey, batch []byte, f Fra
 		}
 	}
 	o.cursor += uint64(len(msgs))
-	if key.producer != 0 {
-		o.dedupe.put(key, first)
+	if key.Producer != 0 {
+		o.dedupe.Put(key, first)
 	}
 	if waiting {
 		h.s.answer(f, Response{Offset: first})
@@ -852,38 +853,15 @@ func (h groupHandler) LeaderChanged(lead uint64) {
 }
 
 // produceKey identifies one logical produce across retries.
-type produceKey struct{ producer, seq uint64 }
+type produceKey = dedupe.Key
 
-// dedupeWindow is how many recent produces a partition remembers for
-// deduplication. A retry older than the window could apply twice; the
-// Node retries within its request deadline, far inside it.
-const dedupeWindow = 1 << 16
+// A partition remembers dedupe.DefaultSize (65,536) recent produces. A
+// retry older than the window could apply twice; the Node retries within
+// its request deadline, far inside it.
 
-// dedupeTable is a FIFO-bounded map from produce key to first offset.
-type dedupeTable struct {
-	seen  map[produceKey]uint64
-	order []produceKey
-	next  int
-}
-
-func (d *dedupeTable) get(k produceKey) (uint64, bool) {
-	off, ok := d.seen[k]
-	return off, ok
-}
-
-func (d *dedupeTable) put(k produceKey, first uint64) {
-	if d.seen == nil {
-		d.seen = make(map[produceKey]uint64)
-	}
-	if len(d.order) < dedupeWindow {
-		d.order = append(d.order, k)
-	} else {
-		delete(d.seen, d.order[d.next])
-		d.order[d.next] = k
-		d.next = (d.next + 1) % dedupeWindow
-	}
-	d.seen[k] = first
-}
+// dedupeTable maps a produce's key to the first offset it was given
+// (internal/dedupe: the one implementation the metadata group uses too).
+type dedupeTable = dedupe.Window[uint64]
 
 // Leader reports the node this shard believes leads ns's group (0: none
 // known, or ns is not replicated here).

@@ -39,3 +39,6 @@ func (g *Group) Stop() {
 	g.once.Do(g.cancel)
 	g.wg.Wait()
 }
+
+// Context returns the Group's context, done once Stop is called.
+func (g *Group) Context() context.Context { return g.ctx }

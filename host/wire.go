@@ -1,4 +1,4 @@
-package parkway
+package host
 
 import (
 	"encoding/binary"

@@ -1,0 +1,317 @@
+package host
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/parkway-io/parkway/internal/replica"
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/shard"
+	"github.com/parkway-io/parkway/transport"
+)
+
+// Message kinds on the transport. They are the wire protocol between
+// nodes: never renumber them.
+const (
+	KindPartitionRaft uint8 = iota + 1
+	KindMetaRaft
+	KindRequest
+	KindReply
+	KindCatchUp
+)
+
+// clusterNode is the replicated side of an engine: the metadata group
+// member, the transport endpoint, and forwarding.
+type clusterNode struct {
+	e     *Engine
+	cfg   Cluster
+	peers []uint64
+	bus   transport.Bus
+
+	meta *metaGroup
+
+	reqID   atomic.Uint64
+	mu      sync.Mutex
+	waiting map[uint64]chan []byte // forwarded requests awaiting replies
+}
+
+func newClusterNode(e *Engine) *clusterNode {
+	cfg := *e.cfg.Cluster
+	peers := make([]uint64, len(cfg.Peers))
+	for i, p := range cfg.Peers {
+		peers[i] = uint64(p)
+	}
+	return &clusterNode{e: e, cfg: cfg, peers: peers, bus: cfg.Bus,
+		waiting: make(map[uint64]chan []byte)}
+}
+
+// openMetadata opens the metadata group (its raft log under dir, or in
+// memory when dir is empty) and builds the node's store from it.
+func (c *clusterNode) openMetadata(dir string, mcfg metadata.Config) error {
+	var disk *replica.Disk
+	if dir != "" {
+		var err error
+		if disk, err = replica.OpenDisk(c.e.cfg.FS, filepath.Join(dir, "raft.log"), true); err != nil {
+			return fmt.Errorf("open metadata raft log: %w", err)
+		}
+		// The metadata log is always synced, commit included: its store
+		// decides which partitions are orphans at the next start.
+		disk.SyncCommit()
+	}
+	m, err := openMetaGroup(c, disk, mcfg)
+	if err != nil {
+		if disk != nil {
+			_ = disk.Close()
+		}
+		return err
+	}
+	c.meta = m
+	c.e.meta = m.store
+	return nil
+}
+
+// campaignFirst makes the first listed peer campaign at once: a
+// deterministic first leader, no election wait.
+func (c *clusterNode) campaignFirst() {
+	if c.cfg.Peers[0] == c.cfg.ID {
+		_ = c.meta.g.Campaign()
+	}
+}
+
+func (c *clusterNode) close() error {
+	err := c.meta.close()
+	return errors.Join(err, c.bus.Close())
+}
+
+// send puts one message on the transport. Every node-to-node message
+// leaves through here; a message the transport refuses is lost, which
+// raft (and the forwarding timeout) repair.
+func (c *clusterNode) send(to uint64, kind uint8, group uint64, payload []byte) error {
+	return c.bus.Send(transport.Message{To: transport.NodeID(to), Kind: kind, Group: group, Payload: payload})
+}
+
+// sendRaft is the shards' transport for partition raft messages: the
+// incarnation travels with every message (behaviour 20).
+func (c *clusterNode) sendRaft(to uint64, ns metadata.Namespace, epoch uint64, m *raftpb.Message) {
+	if payload, err := appendRaft(binary.LittleEndian.AppendUint64(make([]byte, 0, 8+proto.Size(m)), epoch), m); err == nil {
+		_ = c.send(to, KindPartitionRaft, uint64(ns), payload)
+	}
+}
+
+// sendCatchUp is the shards' transport for partition catch-up traffic,
+// with the incarnation, like sendRaft.
+func (c *clusterNode) sendCatchUp(to uint64, ns metadata.Namespace, epoch uint64, data []byte) {
+	payload := binary.LittleEndian.AppendUint64(make([]byte, 0, 8+len(data)), epoch)
+	_ = c.send(to, KindCatchUp, uint64(ns), append(payload, data...))
+}
+
+func appendRaft(b []byte, m *raftpb.Message) ([]byte, error) {
+	return proto.MarshalOptions{}.MarshalAppend(b, m)
+}
+
+// receive is the transport receiver of a started engine.
+func (c *clusterNode) receive(ctx context.Context) {
+	recv := c.bus.Recv()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m, ok := <-recv:
+			if !ok {
+				return
+			}
+			c.e.deliver(ctx, m)
+		}
+	}
+}
+
+// Deliver dispatches one message the transport delivered. It never blocks
+// on a shard: partition traffic goes through the router's non-blocking
+// send, and a full inbox drops it (raft re-sends). A manual engine's
+// caller hands it every message it takes from the endpoint; a started
+// engine's receiver does the same. It reports what it could not accept
+// (a malformed message, or traffic for a group this node refused).
+func (e *Engine) Deliver(m transport.Message) error {
+	if e.cl == nil {
+		return errNotClustered
+	}
+	return e.deliver(e.group.Context(), m)
+}
+
+var (
+	errNotClustered = errors.New("parkway: not a cluster node")
+	// ErrMalformed reports a transport message that does not decode.
+	ErrMalformed = errors.New("parkway: malformed node-to-node message")
+)
+
+func (e *Engine) deliver(ctx context.Context, m transport.Message) error {
+	c := e.cl
+	switch m.Kind {
+	case KindPartitionRaft, KindCatchUp:
+		if len(m.Payload) < 8 {
+			return fmt.Errorf("%w: kind %d without its incarnation", ErrMalformed, m.Kind)
+		}
+		ns := metadata.Namespace(m.Group)
+		req := &shard.Request{Op: shard.OpCatchUp, NS: ns, Epoch: binary.LittleEndian.Uint64(m.Payload), Payload: m.Payload[8:]}
+		if m.Kind == KindPartitionRaft {
+			msg := &raftpb.Message{}
+			if err := proto.Unmarshal(m.Payload[8:], msg); err != nil {
+				return fmt.Errorf("%w: partition raft message: %w", ErrMalformed, err)
+			}
+			req.Op, req.Raft, req.Payload = shard.OpRaft, msg, nil
+		}
+		if _, err := e.router.Send(ns, shard.Frame{Req: req}); err != nil {
+			e.CountSendFailure(req, err)
+			return err
+		}
+		return nil
+	case KindMetaRaft:
+		msg := &raftpb.Message{}
+		if err := proto.Unmarshal(m.Payload, msg); err != nil {
+			return fmt.Errorf("%w: metadata raft message: %w", ErrMalformed, err)
+		}
+		return c.meta.recv(msg)
+	case KindRequest:
+		if e.cfg.Manual {
+			c.serveManual(m)
+			return nil
+		}
+		e.group.Go(func(ctx context.Context) { c.serveRemote(ctx, m) })
+		return nil
+	case KindReply:
+		c.mu.Lock()
+		ch := c.waiting[m.Group]
+		delete(c.waiting, m.Group)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- m.Payload
+		}
+		return nil
+	default:
+		return fmt.Errorf("%w: kind %d", ErrMalformed, m.Kind)
+	}
+}
+
+// Forward sends a partition request to node to (its leader) and waits
+// for the answer: the client following a "not leader" hint. One attempt
+// waits a bounded time (ForwardTimeout): a leader that died with the
+// request never answers, and the caller's deadline may be far off; the
+// outcome is then unknown (produces carry a (producer, sequence) pair, so
+// the retry that follows cannot apply a batch twice).
+func (e *Engine) Forward(ctx context.Context, to uint64, req *shard.Request) (shard.Response, error) {
+	c := e.cl
+	if c == nil {
+		return shard.Response{}, errNotClustered
+	}
+	id := c.reqID.Add(1)
+	ch := make(chan []byte, 1)
+	c.mu.Lock()
+	c.waiting[id] = ch
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.waiting, id)
+		c.mu.Unlock()
+	}()
+	payload, err := encodeRequest(req)
+	if err != nil {
+		return shard.Response{}, err
+	}
+	if err := c.send(to, KindRequest, id, payload); err != nil {
+		return shard.Response{}, fmt.Errorf("%w: forward to node %d: %w", shard.ErrRetry, to, err)
+	}
+	t := e.cfg.Clock.NewTimer(e.ForwardTimeout())
+	defer t.Stop()
+	select {
+	case b := <-ch:
+		return decodeResponse(b)
+	case <-t.C():
+		return shard.Response{}, fmt.Errorf("%w: no reply from node %d", shard.ErrOutcomeUnknown, to)
+	case <-ctx.Done():
+		return shard.Response{}, fmt.Errorf("%w: %w", shard.ErrOutcomeUnknown, ctx.Err())
+	}
+}
+
+// ForwardTimeout bounds one forwarded attempt or one metadata proposal:
+// several election timeouts, so a dead leader is replaced before the
+// retry.
+func (e *Engine) ForwardTimeout() time.Duration {
+	if e.cl == nil {
+		return 0
+	}
+	return 50 * e.cl.cfg.TickInterval
+}
+
+// serveRemote runs a forwarded request on this node's owner shard, once,
+// and replies. It does not forward again: a request that reaches a node
+// that no longer leads is answered "not leader" and the client follows the
+// new hint.
+func (c *clusterNode) serveRemote(ctx context.Context, m transport.Message) {
+	req, err := decodeRequest(m.Payload)
+	var r shard.Response
+	if err != nil {
+		r = shard.Response{Err: err}
+	} else {
+		r = c.e.Once(ctx, req)
+	}
+	_ = c.send(uint64(m.From), KindReply, m.Group, encodeResponse(r))
+}
+
+// serveManual is serveRemote for a manual engine: the request is queued
+// on its owner shard and the reply sent when the caller's steps answer it
+// (PumpReplies).
+func (c *clusterNode) serveManual(m transport.Message) {
+	req, err := decodeRequest(m.Payload)
+	if err != nil {
+		_ = c.send(uint64(m.From), KindReply, m.Group, encodeResponse(shard.Response{Err: err}))
+		return
+	}
+	reply := make(chan shard.Response, 1)
+	if _, err := c.e.router.Send(req.NS, shard.Frame{Req: req, Reply: reply}); err != nil {
+		c.e.CountSendFailure(req, err)
+		_ = c.send(uint64(m.From), KindReply, m.Group, encodeResponse(shard.Response{Err: fmt.Errorf("%w: %w", shard.ErrRetry, err)}))
+		return
+	}
+	c.meta.served = append(c.meta.served, served{to: uint64(m.From), id: m.Group, reply: reply})
+}
+
+// served is a forwarded request a manual engine queued on a shard.
+type served struct {
+	to, id uint64
+	reply  chan shard.Response
+}
+
+// PumpReplies sends the replies of forwarded requests a manual engine's
+// shards have answered since the last call. A started engine replies as
+// soon as each is answered.
+func (e *Engine) PumpReplies() {
+	if e.cl == nil {
+		return
+	}
+	m := e.cl.meta
+	keep := m.served[:0]
+	for _, s := range m.served {
+		select {
+		case r := <-s.reply:
+			_ = e.cl.send(s.to, KindReply, s.id, encodeResponse(r))
+		default:
+			keep = append(keep, s)
+		}
+	}
+	clear(m.served[len(keep):])
+	m.served = keep
+}
+
+// newProducerID draws this node incarnation's producer id for
+// deduplicating its metadata proposals.
+func newProducerID() uint64 { return rand.Uint64() | 1 }

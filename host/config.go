@@ -1,0 +1,242 @@
+package host
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/parkway-io/parkway/clock"
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/metrics"
+	"github.com/parkway-io/parkway/partition"
+	"github.com/parkway-io/parkway/reconciler"
+	"github.com/parkway-io/parkway/router"
+	"github.com/parkway-io/parkway/shard"
+	"github.com/parkway-io/parkway/transport"
+	"github.com/parkway-io/parkway/vfs"
+)
+
+// Config configures an Engine. Zero fields take the defaults named on
+// each; parkway.Config documents the user-facing meaning of most of them.
+type Config struct {
+	// Shards is the number of shards (required, > 0).
+	Shards int
+	// InboxSize bounds each shard's inbox (default 1,024 frames).
+	InboxSize int
+	// Park bounds each shard's park buffer.
+	Park shard.ParkLimits
+	// PinShards pins shard i's pump to CPU i mod NumCPU (Linux only).
+	PinShards bool
+
+	// DataDir is where metadata and partitions are stored; empty keeps
+	// everything in memory.
+	DataDir string
+	// FS is the filesystem under DataDir (default vfs.Default).
+	FS vfs.FS
+	// SegmentSize, Preallocate and VerifyOnOpen configure the file store
+	// (see partition.FileConfig).
+	SegmentSize  int64
+	Preallocate  bool
+	VerifyOnOpen bool
+	// MetadataSnapshotEvery is how many metadata commands are logged (or
+	// kept in the metadata group's raft log) between snapshots (default
+	// metadata.DefaultSnapshotEvery).
+	MetadataSnapshotEvery int
+	// WrapStore, when set, wraps the partition store the engine opened
+	// (in memory, or the file store on DataDir) before anything uses it:
+	// a host's own store, instrumentation, or a simulator's fault hooks.
+	WrapStore func(partition.Store) partition.Store
+
+	// Defaults are the topic settings partitions get when their topic
+	// sets none.
+	Defaults metadata.TopicConfig
+	// ReconcileInterval is the period of each shard's reconcile pass
+	// (default reconciler.DefaultPeriod).
+	ReconcileInterval time.Duration
+	// BuildBackoffMin and BuildBackoffMax bound the default reconciler's
+	// build retry delay.
+	BuildBackoffMin, BuildBackoffMax time.Duration
+	// RetentionInterval is how often retention is enforced.
+	RetentionInterval time.Duration
+	// NewReconciler, when set, builds shard i's reconciler instead of the
+	// default reconciler.Partitions. cfg is what the default would get
+	// (its Shard, Meta and Store fields are the engine's), table the
+	// node's shards table.
+	NewReconciler func(cfg reconciler.Config, table *router.Table) (reconciler.Reconciler, error)
+	// WrapSender, when set, wraps the router's handle on shard i (the
+	// only path by which frames enter a shard's inbox): instrumentation,
+	// or a simulator recording what each inbox holds.
+	WrapSender func(i int, s *shard.Shard) router.Sender[shard.Frame]
+
+	// RequestTimeout bounds metadata commands and forwarded requests whose
+	// context has no deadline (default 10 s); RetryBackoffMin and
+	// RetryBackoffMax pace their retries (defaults 100 µs and 50 ms).
+	RequestTimeout                   time.Duration
+	RetryBackoffMin, RetryBackoffMax time.Duration
+
+	// Cluster, when set, makes the engine one replica of a cluster.
+	Cluster *Cluster
+
+	// Manual, when true, builds an engine that starts no goroutine: its
+	// shards are manual (shard.Config.Manual) and the caller drives every
+	// unit of work — shard steps, reconcile passes, metadata ticks and
+	// readies, message delivery — through the Engine's methods, on one
+	// goroutine (etcd raft's RawNode style). The deterministic simulator
+	// drives the engine this way. Start and Run refuse a manual engine.
+	Manual bool
+
+	// Logger receives diagnostics (default: silent). Clock is the source
+	// of time (default: the wall clock). ShardClock, when set, gives shard
+	// i its own view of the clock (a simulator watches each shard's
+	// timers); it defaults to Clock.
+	Logger     hclog.Logger
+	Clock      clock.Clock
+	ShardClock func(i int) clock.Clock
+	// Metrics receives the engine's counters (default: a private set,
+	// labelled node="<id>" in a cluster).
+	Metrics *metrics.Metrics
+	// Events observes the metadata group (default: nothing).
+	Events Events
+}
+
+// Cluster makes an engine one replica of a cluster with static
+// membership: every node holds every partition, each partition is its own
+// raft group driven by its owner shard, and the metadata is one more raft
+// group driven by the engine.
+type Cluster struct {
+	// ID is this node; Peers lists every node, this one included.
+	ID    transport.NodeID
+	Peers []transport.NodeID
+	// Bus is this node's endpoint on the transport; the engine closes it.
+	Bus transport.Bus
+	// TickInterval is the raft tick (default shard.DefaultTickInterval).
+	TickInterval time.Duration
+	// CompactEntries and CompactBytes bound each partition's raft log
+	// (see shard.Replication).
+	CompactEntries uint64
+	CompactBytes   int64
+}
+
+// Events are optional observers of the metadata group, called on the
+// goroutine that drives it. They must not call back into the Engine.
+type Events struct {
+	// MetadataApplied follows the apply of the committed metadata entry
+	// at index (on every member, in log order): cmd is nil when the entry
+	// did not decode, dup is true when deduplication skipped it.
+	MetadataApplied func(index uint64, cmd metadata.Command, res metadata.Result, err error, dup bool)
+	// MetadataSnapshotInstalled follows the install of a metadata
+	// snapshot sent by the leader; before and after are the committed
+	// partitions around it.
+	MetadataSnapshotInstalled func(index uint64, before, after []metadata.PartitionInfo, err error)
+	// MetadataLeaderChanged reports a new metadata leader (0: none) and
+	// how many of this member's proposals in flight were forgotten.
+	MetadataLeaderChanged func(lead uint64, forgot int)
+	// MetadataCompacted follows an attempt to compact the metadata raft
+	// log behind a snapshot at index.
+	MetadataCompacted func(index uint64, err error)
+}
+
+// Defaults of Config.
+const (
+	DefaultRequestTimeout  = 10 * time.Second
+	DefaultRetryBackoffMin = 100 * time.Microsecond
+	DefaultRetryBackoffMax = 50 * time.Millisecond
+)
+
+// ErrInvalidConfig wraps every problem Config.Validate reports.
+var ErrInvalidConfig = errors.New("parkway: invalid engine config")
+
+// Validate reports every problem with c, joined.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Shards <= 0 {
+		errs = append(errs, fmt.Errorf("Shards %d must be > 0", c.Shards))
+	}
+	if c.InboxSize < 0 {
+		errs = append(errs, fmt.Errorf("InboxSize %d < 0", c.InboxSize))
+	}
+	if c.MetadataSnapshotEvery < 0 {
+		errs = append(errs, fmt.Errorf("MetadataSnapshotEvery %d < 0", c.MetadataSnapshotEvery))
+	}
+	for name, d := range map[string]time.Duration{"RequestTimeout": c.RequestTimeout,
+		"RetryBackoffMin": c.RetryBackoffMin, "RetryBackoffMax": c.RetryBackoffMax,
+		"BuildBackoffMin": c.BuildBackoffMin, "BuildBackoffMax": c.BuildBackoffMax,
+		"RetentionInterval": c.RetentionInterval} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s %v < 0", name, d))
+		}
+	}
+	if c.ReconcileInterval != 0 {
+		if err := reconciler.ValidatePeriod(c.ReconcileInterval); err != nil {
+			errs = append(errs, fmt.Errorf("ReconcileInterval: %w", err))
+		}
+	}
+	if c.Cluster != nil {
+		errs = append(errs, c.Cluster.Validate())
+	}
+	if err := (shard.Config{Park: c.Park}).Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+// Validate reports every problem with c, joined.
+func (c *Cluster) Validate() error {
+	var errs []error
+	if c.ID == 0 || !slices.Contains(c.Peers, c.ID) {
+		errs = append(errs, fmt.Errorf("Cluster.ID %d must be non-zero and listed in Peers", c.ID))
+	}
+	if c.Bus == nil {
+		errs = append(errs, errors.New("Cluster.Bus is required"))
+	} else if c.Bus.ID() != c.ID {
+		errs = append(errs, fmt.Errorf("Cluster.Bus is node %d's endpoint, not %d's", c.Bus.ID(), c.ID))
+	}
+	if c.CompactBytes < 0 {
+		errs = append(errs, fmt.Errorf("Cluster.CompactBytes %d < 0", c.CompactBytes))
+	}
+	if c.TickInterval < 0 {
+		errs = append(errs, fmt.Errorf("Cluster.TickInterval %v < 0", c.TickInterval))
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) withDefaults() Config {
+	if c.ReconcileInterval == 0 {
+		c.ReconcileInterval = reconciler.DefaultPeriod
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.RetryBackoffMin == 0 {
+		c.RetryBackoffMin = DefaultRetryBackoffMin
+	}
+	if c.RetryBackoffMax == 0 {
+		c.RetryBackoffMax = max(DefaultRetryBackoffMax, c.RetryBackoffMin)
+	}
+	if c.MetadataSnapshotEvery == 0 {
+		c.MetadataSnapshotEvery = metadata.DefaultSnapshotEvery
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	if c.FS == nil {
+		c.FS = vfs.Default
+	}
+	if c.Cluster != nil {
+		cl := *c.Cluster
+		if cl.TickInterval == 0 {
+			cl.TickInterval = shard.DefaultTickInterval
+		}
+		c.Cluster = &cl
+	}
+	return c
+}

@@ -1,0 +1,20 @@
+// Package host is parkway's node engine: it wires one node from the public
+// packages — metadata (a local store, a durable log, or a member of the
+// metadata raft group), a partition store, the router, the shards and a
+// reconciler per shard — and, in a cluster, the transport demultiplexer,
+// the metadata group's driver and request forwarding with its wire codec.
+//
+// The engine is built like etcd raft's RawNode and node: New builds a
+// single-threaded state machine that starts no goroutine; Start (or Run)
+// is the thin driver that owns the goroutines — the shards' pumps, one
+// reconciler.Run loop per shard, the metadata group's loop and the
+// transport receiver — and Close stops them. A manual engine
+// (Config.Manual) is stepped by its caller instead: Shards()[i].Step,
+// Reconcilers()[i].Reconcile on Wake(i) or the period, TickMetadata,
+// HandleMetadata, Deliver for each transport message, PumpReplies. The
+// deterministic simulator (internal/sim) drives the engine that way, so
+// what it checks is the code a parkway.Node runs.
+//
+// The root package parkway is the client API on top of an engine: handles,
+// retries in place, following "not leader" hints through Forward.
+package host

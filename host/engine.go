@@ -1,0 +1,429 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/parkway-io/parkway/clock"
+	"github.com/parkway-io/parkway/internal/run"
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/metrics"
+	"github.com/parkway-io/parkway/partition"
+	"github.com/parkway-io/parkway/reconciler"
+	"github.com/parkway-io/parkway/router"
+	"github.com/parkway-io/parkway/shard"
+)
+
+// Errors of the engine. The root package re-exports them.
+var (
+	// ErrClosed reports a call on a closed engine.
+	ErrClosed = errors.New("parkway: node closed")
+	// ErrMetadataFailed reports that this node's member of the metadata
+	// raft group stopped after its raft log refused a write: the node
+	// takes no metadata commands until it is restarted.
+	ErrMetadataFailed = errors.New("parkway: metadata group stopped on this node after a raft log failure; restart the node")
+	// ErrManual reports Start or Run on a manual engine, or a blocking
+	// call that only a driven engine can answer.
+	ErrManual = errors.New("parkway: the engine is manual; drive it with its step methods")
+)
+
+// Engine is one parkway node: its metadata (local, durable, or a member of
+// the metadata raft group), partition store, router, shards and a
+// reconciler per shard, plus — in a cluster — the transport demultiplexer
+// and request forwarding.
+//
+// New builds it without starting a goroutine. Start (or Run) launches the
+// drivers: the shards' pumps, one reconciler loop per shard, and in a
+// cluster the metadata group's loop and the transport receiver. A manual
+// engine (Config.Manual) never starts any: its caller steps each part,
+// and the code that runs is the same.
+type Engine struct {
+	cfg     Config
+	meta    *metadata.Store
+	durable *metadata.Durable // single node with a DataDir
+	store   partition.Store
+	table   *router.Table
+	router  *router.Router[shard.Frame]
+	shards  []*shard.Shard
+	recs    []reconciler.Reconciler
+	wakes   []<-chan struct{}
+	cancels []func()
+	metrics *metrics.Metrics
+	drops   *metrics.Shard
+	cl      *clusterNode // nil for a single node
+
+	group     *run.Group
+	started   atomic.Bool
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New validates cfg, applies its defaults and builds an engine: metadata
+// restored from disk (or the metadata group's raft log), orphan
+// partitions removed, shards and reconcilers created. Nothing runs until
+// Start, Run, or the caller's steps.
+func New(cfg Config) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	e := &Engine{cfg: cfg, metrics: cfg.Metrics, group: run.NewGroup()}
+	if e.metrics == nil {
+		var labels prometheus.Labels
+		if cfg.Cluster != nil {
+			labels = prometheus.Labels{"node": strconv.FormatUint(uint64(cfg.Cluster.ID), 10)}
+		}
+		e.metrics = metrics.NewLabeled(labels)
+	}
+	e.drops = e.metrics.Shard(-1)
+	ok := false
+	defer func() {
+		if !ok {
+			e.release()
+		}
+	}()
+	if err := e.openMetadata(); err != nil {
+		return nil, err
+	}
+	if err := e.openStore(); err != nil {
+		return nil, err
+	}
+	e.table = &router.Table{}
+	var err error
+	if e.router, err = router.New[shard.Frame](e.table, cfg.Shards); err != nil {
+		return nil, err
+	}
+	var repl *shard.Replication
+	if c := e.cl; c != nil {
+		repl = &shard.Replication{Node: uint64(c.cfg.ID), Peers: c.peers, Send: c.sendRaft,
+			SendCatchUp: c.sendCatchUp, TickInterval: c.cfg.TickInterval,
+			CompactEntries: c.cfg.CompactEntries, CompactBytes: c.cfg.CompactBytes}
+	}
+	for i := range cfg.Shards {
+		clk := cfg.Clock
+		if cfg.ShardClock != nil {
+			clk = cfg.ShardClock(i)
+		}
+		s, err := shard.New(shard.Config{
+			ID: i, InboxSize: cfg.InboxSize, Park: cfg.Park, Clock: clk, Replication: repl,
+			PinCPU: cfg.PinShards, CPU: i % runtime.NumCPU(), Manual: cfg.Manual,
+			Logger: cfg.Logger, Metrics: e.metrics,
+		}, e.meta, e.router)
+		if err != nil {
+			return nil, err
+		}
+		var sender router.Sender[shard.Frame] = s
+		if cfg.WrapSender != nil {
+			sender = cfg.WrapSender(i, s)
+		}
+		e.router.Register(i, sender)
+		e.shards = append(e.shards, s)
+	}
+	newRec := cfg.NewReconciler
+	if newRec == nil {
+		newRec = func(c reconciler.Config, t *router.Table) (reconciler.Reconciler, error) { return reconciler.New(c, t) }
+	}
+	for _, s := range e.shards {
+		rec, err := newRec(reconciler.Config{
+			Shard: s, Meta: e.meta, Store: e.store, Clock: cfg.Clock,
+			BackoffMin: cfg.BuildBackoffMin, BackoffMax: cfg.BuildBackoffMax,
+			Defaults: cfg.Defaults, RetentionInterval: cfg.RetentionInterval,
+			Logger: cfg.Logger, Metrics: e.metrics,
+		}, e.table)
+		if err != nil {
+			return nil, err
+		}
+		wake, cancel := e.meta.Subscribe()
+		e.recs = append(e.recs, rec)
+		e.wakes = append(e.wakes, wake)
+		e.cancels = append(e.cancels, cancel)
+	}
+	if e.cl != nil {
+		e.cl.campaignFirst()
+	}
+	ok = true
+	return e, nil
+}
+
+// openMetadata builds the node's metadata store: in memory, from the
+// metadata log on disk, or from the metadata group's raft log.
+func (e *Engine) openMetadata() error {
+	cfg := e.cfg
+	mcfg := metadata.Config{Shards: cfg.Shards, Assign: router.Assign}
+	if cfg.DataDir != "" {
+		if err := cfg.FS.MkdirAll(cfg.DataDir, 0o755); err != nil {
+			return fmt.Errorf("parkway: data dir: %w", err)
+		}
+	}
+	var err error
+	switch {
+	case cfg.Cluster != nil:
+		e.cl = newClusterNode(e)
+		dir := ""
+		if cfg.DataDir != "" {
+			dir = filepath.Join(cfg.DataDir, "metadata-raft")
+		}
+		err = e.cl.openMetadata(dir, mcfg)
+	case cfg.DataDir != "":
+		e.durable, err = metadata.OpenDurable(cfg.FS, filepath.Join(cfg.DataDir, "metadata"), mcfg,
+			metadata.DurableOptions{SnapshotEvery: cfg.MetadataSnapshotEvery})
+		if err == nil {
+			e.meta = e.durable.Store()
+		}
+	default:
+		e.meta, err = metadata.NewStore(mcfg)
+	}
+	if err != nil {
+		return fmt.Errorf("parkway: open metadata: %w", err)
+	}
+	return nil
+}
+
+// openStore opens the partition store and removes orphans from it.
+func (e *Engine) openStore() error {
+	cfg := e.cfg
+	if cfg.DataDir == "" {
+		e.store = partition.NewMemStore()
+		if cfg.WrapStore != nil {
+			e.store = cfg.WrapStore(e.store)
+		}
+		return nil
+	}
+	fstore, err := partition.NewFileStore(partition.FileConfig{
+		Dir: cfg.DataDir, FS: cfg.FS, SegmentSize: cfg.SegmentSize, Preallocate: cfg.Preallocate,
+		VerifyOnOpen: cfg.VerifyOnOpen,
+	})
+	if err != nil {
+		return err
+	}
+	e.store = fstore
+	if cfg.WrapStore != nil {
+		e.store = cfg.WrapStore(fstore)
+	}
+	return e.removeOrphans()
+}
+
+// removeOrphans deletes partitions the store holds that committed metadata
+// does not (or holds at another incarnation): a crash between a delete's
+// commit and its teardown leaves them behind, and nothing else would ever
+// remove them. Partitions whose incarnation matches are left for the
+// reconcilers, which reopen them from disk instead of building them fresh.
+func (e *Engine) removeOrphans() error {
+	stored, err := e.store.List()
+	if err != nil {
+		return fmt.Errorf("parkway: list partitions: %w", err)
+	}
+	for _, st := range stored {
+		if rev, ok := e.meta.CreatedRevision(st.NS); ok && rev == st.Epoch {
+			continue
+		}
+		if err := e.store.Remove(st.NS); err != nil {
+			return fmt.Errorf("parkway: remove orphan partition %v: %w", st.NS, err)
+		}
+		e.cfg.Logger.Info("removed orphan partition", "ns", st.NS, "epoch", st.Epoch)
+	}
+	return nil
+}
+
+// Start launches the engine's drivers and returns: the shards' pumps, a
+// reconciler loop per shard (reconciler.Run: a pass at start, on every
+// metadata wake and every ReconcileInterval), and in a cluster the
+// metadata group's loop and the transport receiver. Close stops them.
+func (e *Engine) Start() error {
+	if e.cfg.Manual {
+		return ErrManual
+	}
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	if e.started.Swap(true) {
+		return nil
+	}
+	for _, s := range e.shards {
+		s.Start()
+	}
+	for i, rec := range e.recs {
+		wake := e.wakes[i]
+		e.group.Go(func(ctx context.Context) {
+			reconciler.Run(ctx, rec, wake, e.cfg.Clock, e.cfg.ReconcileInterval, e.cfg.Logger)
+		})
+	}
+	if e.cl != nil {
+		e.group.Go(e.cl.receive)
+		e.group.Go(e.cl.runMetadata)
+	}
+	return nil
+}
+
+// Run starts the engine's drivers, waits for ctx to end, and closes the
+// engine.
+func (e *Engine) Run(ctx context.Context) error {
+	if err := e.Start(); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return e.Close()
+}
+
+// Close stops the drivers and the shards (requests still queued or parked
+// are answered with an error), closes the transport endpoint and the
+// metadata log. It is idempotent and waits for every goroutine it started.
+func (e *Engine) Close() error {
+	e.closeOnce.Do(func() {
+		e.closed.Store(true)
+		e.group.Stop()
+		e.closeErr = e.release()
+	})
+	return e.closeErr
+}
+
+// release frees what New acquired; the drivers are stopped.
+func (e *Engine) release() error {
+	for _, cancel := range e.cancels {
+		cancel()
+	}
+	for _, s := range e.shards {
+		_ = s.Close()
+	}
+	var err error
+	if e.cl != nil {
+		err = errors.Join(err, e.cl.close())
+	}
+	if e.durable != nil {
+		err = errors.Join(err, e.durable.Close())
+	}
+	return err
+}
+
+// Closed reports whether Close was called.
+func (e *Engine) Closed() bool { return e.closed.Load() }
+
+// Meta returns the node's committed metadata.
+func (e *Engine) Meta() *metadata.Store { return e.meta }
+
+// Store returns the partition store (as wrapped by Config.WrapStore).
+func (e *Engine) Store() partition.Store { return e.store }
+
+// Router returns the node's router.
+func (e *Engine) Router() *router.Router[shard.Frame] { return e.router }
+
+// Shards returns the shards, index = shard id.
+func (e *Engine) Shards() []*shard.Shard { return e.shards }
+
+// Reconcilers returns each shard's reconciler, index = shard id.
+func (e *Engine) Reconcilers() []reconciler.Reconciler { return e.recs }
+
+// Wake returns shard i's metadata commit wake (capacity 1, coalescing):
+// the trigger reconciler.Run waits on, for a caller driving passes itself.
+func (e *Engine) Wake(i int) <-chan struct{} { return e.wakes[i] }
+
+// Metrics returns the engine's collectors.
+func (e *Engine) Metrics() *metrics.Metrics { return e.metrics }
+
+// ClientDrops returns the drop counters of the client side (the router
+// refusing a request), labelled shard="-1".
+func (e *Engine) ClientDrops() *metrics.Shard { return e.drops }
+
+// Clock returns the engine's clock.
+func (e *Engine) Clock() clock.Clock { return e.cfg.Clock }
+
+// Clustered reports whether the engine is a replica of a cluster.
+func (e *Engine) Clustered() bool { return e.cl != nil }
+
+// NodeID returns this node's id in its cluster (0 for a single node).
+func (e *Engine) NodeID() uint64 {
+	if e.cl == nil {
+		return 0
+	}
+	return uint64(e.cl.cfg.ID)
+}
+
+// ApplyMetadata commits cmd: a local apply on one node (logged and
+// fsynced first with a DataDir), a commit through the metadata raft group
+// in a cluster — acknowledged only once committed and applied here. In a
+// cluster it needs a started engine; a manual one proposes with
+// ProposeMetadata instead.
+func (e *Engine) ApplyMetadata(ctx context.Context, cmd metadata.Command) (metadata.Result, error) {
+	if e.closed.Load() {
+		return metadata.Result{}, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return metadata.Result{}, err
+	}
+	switch {
+	case e.cl != nil:
+		if e.cfg.Manual {
+			return metadata.Result{}, ErrManual
+		}
+		return e.cl.applyReplicated(ctx, cmd)
+	case e.durable != nil:
+		return e.durable.Apply(cmd)
+	default:
+		return e.meta.Apply(cmd)
+	}
+}
+
+// Deadline bounds ctx by RequestTimeout when it has no earlier deadline.
+func (e *Engine) Deadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && d.Sub(e.cfg.Clock.Now()) <= e.cfg.RequestTimeout {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, e.cfg.RequestTimeout)
+}
+
+// Sleep waits d on the engine's clock, or until ctx ends.
+func (e *Engine) Sleep(ctx context.Context, d time.Duration) error {
+	t := e.cfg.Clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Once runs req on this node's owner shard and returns its answer,
+// without retrying or forwarding (the serving side of a forwarded
+// request).
+func (e *Engine) Once(ctx context.Context, req *shard.Request) shard.Response {
+	reply := make(chan shard.Response, 1)
+	if _, err := e.router.Send(req.NS, shard.Frame{Req: req, Reply: reply}); err != nil {
+		e.CountSendFailure(req, err)
+		return shard.Response{Err: fmt.Errorf("%w: %w", shard.ErrRetry, err)}
+	}
+	select {
+	case r := <-reply:
+		return r
+	case <-ctx.Done():
+		return shard.Response{Err: ErrClosed}
+	}
+}
+
+// CountSendFailure counts a frame the router could not hand to a shard.
+func (e *Engine) CountSendFailure(req *shard.Request, err error) {
+	reason := metrics.ReasonUnroutable
+	switch {
+	case errors.Is(err, router.ErrFull):
+		reason = metrics.ReasonFull
+	case errors.Is(err, router.ErrDisconnected):
+		reason = metrics.ReasonDisconnected
+	}
+	e.drops.Drop(req.Op.String(), reason)
+}
+
+// Leader returns the node that leads ns's raft group as this node sees it
+// (0 while none is known).
+func (e *Engine) Leader(ctx context.Context, ns metadata.Namespace) (uint64, error) {
+	return e.shards[e.router.Owner(ns)].Leader(ctx, ns)
+}

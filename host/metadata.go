@@ -1,0 +1,465 @@
+package host
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/parkway-io/parkway/internal/dedupe"
+	"github.com/parkway-io/parkway/internal/replica"
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/shard"
+)
+
+// MetadataResult is the outcome of a metadata command.
+type MetadataResult struct {
+	Result metadata.Result
+	Err    error
+}
+
+// metaDedupeWindow bounds how many recent metadata commands are
+// remembered for deduplicating re-proposals.
+const metaDedupeWindow = 4096
+
+// metaGroup is this node's member of the metadata raft group: it applies
+// committed commands to the node's store, in log order, on every node, and
+// answers a proposal once it is committed and applied here.
+type metaGroup struct {
+	c     *clusterNode
+	g     *replica.Group
+	store *metadata.Store
+	// pending are this member's proposals in flight, by proposal id.
+	pending map[uint64]chan<- MetadataResult
+	// seen deduplicates re-proposed commands: (proposer, sequence) →
+	// result. Replicated state, carried by snapshots.
+	seen   *dedupe.Window[MetadataResult]
+	policy replica.CompactionPolicy
+
+	// Started engines only: proposals and peers' messages reach the
+	// metadata goroutine through these.
+	props chan metaOp
+	in    chan *raftpb.Message
+
+	// failed is closed (after err is set) when the member stopped on a
+	// failed Ready.
+	failed chan struct{}
+	err    error
+
+	// Deduplication keys of this node incarnation's proposals.
+	producer uint64
+	seq      atomic.Uint64
+
+	served []served // manual engines: forwarded requests awaiting answers
+}
+
+type metaOp struct {
+	data  []byte
+	reply chan MetadataResult
+}
+
+// errResultForgotten answers a duplicate of a command older than the
+// last metadata snapshot, which keeps keys but no results.
+var errResultForgotten = fmt.Errorf("%w: the command was applied before the last metadata snapshot, which keeps no results", shard.ErrOutcomeUnknown)
+
+var errShortCommand = errors.New("parkway: metadata entry shorter than its header")
+
+// openMetaGroup opens the group on disk (nil: in memory) and builds the
+// store: the snapshot in its log, then every command the log holds as
+// committed, applied before anything else runs — so the orphan sweep and
+// the reconcilers of a restarted node start from at least what it had
+// applied before.
+func openMetaGroup(c *clusterNode, disk *replica.Disk, mcfg metadata.Config) (*metaGroup, error) {
+	every := uint64(c.e.cfg.MetadataSnapshotEvery)
+	// The log keeps as many commands behind a snapshot as between two, so
+	// a node that lags by less than that catches up without one.
+	g, err := replica.New(replica.Config{Group: uint64(metadata.MetadataNamespace), Node: uint64(c.cfg.ID),
+		Peers: c.peers, Logger: c.e.cfg.Logger, ForwardProposals: true, Disk: disk, CatchUpEntries: every})
+	if err != nil {
+		return nil, fmt.Errorf("metadata group: %w", err)
+	}
+	m := &metaGroup{c: c, g: g, pending: make(map[uint64]chan<- MetadataResult),
+		seen: dedupe.New[MetadataResult](metaDedupeWindow), policy: replica.CompactionPolicy{Entries: every},
+		props: make(chan metaOp), in: make(chan *raftpb.Message, 1024), failed: make(chan struct{}),
+		producer: newProducerID()}
+	fail := func(err error) (*metaGroup, error) {
+		_ = g.Close()
+		return nil, err
+	}
+	store, err := metadata.NewStore(mcfg)
+	if _, data := g.Snapshot(); len(data) > 0 && err == nil {
+		var snap metadata.StoreSnapshot
+		if snap, err = m.decodeSnapshot(data); err == nil {
+			store, err = metadata.Restore(mcfg, snap)
+		}
+	}
+	if err != nil {
+		return fail(fmt.Errorf("metadata snapshot: %w", err))
+	}
+	m.store = store
+	for g.HasReady() {
+		if err := g.Handle(m); err != nil {
+			return fail(fmt.Errorf("replaying the metadata log: %w", err))
+		}
+	}
+	return m, nil
+}
+
+func (m *metaGroup) close() error {
+	m.answerAll(ErrClosed)
+	return m.g.Close()
+}
+
+func (m *metaGroup) answerAll(err error) {
+	for id, ch := range m.pending {
+		ch <- MetadataResult{Err: err}
+		delete(m.pending, id)
+	}
+}
+
+// recv takes a peer's metadata raft message: a started engine hands it
+// to the metadata goroutine (dropped when that is busy: raft re-sends), a
+// manual one steps it at once.
+func (m *metaGroup) recv(msg *raftpb.Message) error {
+	if m.c.e.cfg.Manual {
+		if m.err != nil {
+			return m.err
+		}
+		_ = m.g.Step(msg) // a refusal is raft's business (a stale message)
+		return m.process()
+	}
+	select {
+	case m.in <- msg:
+	default:
+	}
+	return nil
+}
+
+// process handles everything the group has ready, then compacts its log
+// when due. A Ready that fails half way cannot be handled again (raft
+// panics on a second Ready without Advance), and a member whose raft log
+// refuses writes must not vote or acknowledge: the member stops, its
+// metadata calls fail from now on, and the others go on without it. A
+// restart recovers from disk.
+func (m *metaGroup) process() error {
+	if m.err != nil {
+		return m.err
+	}
+	for m.g.HasReady() {
+		if err := m.g.Handle(m); err != nil {
+			m.c.e.cfg.Logger.Error("metadata raft ready failed; this node leaves the metadata group until restarted", "error", err)
+			m.err = fmt.Errorf("%w: %w", ErrMetadataFailed, err)
+			close(m.failed)
+			m.answerAll(m.err)
+			return m.err
+		}
+	}
+	m.compact()
+	return nil
+}
+
+// compact compacts the log behind a snapshot of the store once the
+// policy says so. Only the group's driver applies commands, so the store
+// is exactly the state at the applied index.
+func (m *metaGroup) compact() {
+	g := m.g
+	if !m.policy.Due(g, 0) {
+		return
+	}
+	data, err := metadata.EncodeGroupSnapshot(m.keys(), m.store.Export())
+	if err == nil {
+		err = g.Compact(g.Applied(), data)
+	}
+	if err != nil {
+		m.c.e.cfg.Logger.Error("metadata raft log compaction failed", "error", err)
+	}
+	if ev := m.c.e.cfg.Events.MetadataCompacted; ev != nil {
+		ev(g.Applied(), err)
+	}
+}
+
+// propose proposes data (header + command) and registers reply.
+func (m *metaGroup) propose(data []byte, reply chan MetadataResult) error {
+	if m.err != nil {
+		return m.err
+	}
+	id, err := m.g.Propose(data)
+	if err != nil {
+		return fmt.Errorf("%w: %w", shard.ErrRetry, err)
+	}
+	m.pending[id] = reply
+	return nil
+}
+
+// runMetadata drives the metadata group of a started engine.
+func (c *clusterNode) runMetadata(ctx context.Context) {
+	m := c.meta
+	tick := c.e.cfg.Clock.NewTimer(c.cfg.TickInterval)
+	defer tick.Stop()
+	for {
+		if m.process() != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			m.answerAll(ErrClosed)
+			return
+		case op := <-m.props:
+			if err := m.propose(op.data, op.reply); err != nil {
+				op.reply <- MetadataResult{Err: err}
+			}
+		case msg := <-m.in:
+			_ = m.g.Step(msg)
+		case <-tick.C():
+			m.g.Tick()
+			tick.Reset(c.cfg.TickInterval)
+		}
+	}
+}
+
+// TickMetadata ticks a manual engine's metadata group member once and
+// handles what it made ready. Tick it every MetadataTickInterval.
+func (e *Engine) TickMetadata() error {
+	if e.cl == nil {
+		return errNotClustered
+	}
+	m := e.cl.meta
+	if m.err != nil {
+		return m.err
+	}
+	m.g.Tick()
+	return m.process()
+}
+
+// HandleMetadata handles what a manual engine's metadata group member has
+// ready, and compacts its log when due.
+func (e *Engine) HandleMetadata() error {
+	if e.cl == nil {
+		return errNotClustered
+	}
+	return e.cl.meta.process()
+}
+
+// MetadataTickInterval is the metadata group's raft tick.
+func (e *Engine) MetadataTickInterval() time.Duration {
+	if e.cl == nil {
+		return 0
+	}
+	return e.cl.cfg.TickInterval
+}
+
+// MetadataGroupStatus is a metadata member's raft position.
+type MetadataGroupStatus struct {
+	Leader, Applied, SnapshotIndex uint64
+}
+
+// MetadataStatus reports this node's metadata group member's position.
+func (e *Engine) MetadataStatus() MetadataGroupStatus {
+	if e.cl == nil {
+		return MetadataGroupStatus{}
+	}
+	g := e.cl.meta.g
+	return MetadataGroupStatus{Leader: g.Leader(), Applied: g.Applied(), SnapshotIndex: g.SnapshotIndex()}
+}
+
+// MetadataKey is the deduplication key of one metadata command: a command
+// proposed again under the same key applies at most once.
+type MetadataKey = dedupe.Key
+
+// NewMetadataKey returns a fresh key for a command this node proposes.
+func (e *Engine) NewMetadataKey() MetadataKey {
+	if e.cl == nil {
+		return MetadataKey{}
+	}
+	m := e.cl.meta
+	return MetadataKey{Producer: m.producer, Seq: m.seq.Add(1)}
+}
+
+// ProposeMetadata proposes cmd under key through a manual engine's
+// metadata group member. The returned channel receives the outcome once
+// the command is committed and applied here — or never, if the proposal
+// is lost with a leader (LeaderChanged forgets it): the caller proposes
+// again under the same key after its own bounded wait, and
+// deduplication turns a second commit into a no-op answering the first's
+// result. A started engine's ApplyMetadata does exactly that.
+func (e *Engine) ProposeMetadata(key MetadataKey, cmd metadata.Command) (<-chan MetadataResult, error) {
+	if e.cl == nil {
+		return nil, errNotClustered
+	}
+	data, err := encodeMetaCommand(key, cmd)
+	if err != nil {
+		return nil, err
+	}
+	reply := make(chan MetadataResult, 1)
+	if err := e.cl.meta.propose(data, reply); err != nil {
+		return nil, err
+	}
+	if err := e.cl.meta.process(); err != nil {
+		return nil, err
+	}
+	return reply, nil
+}
+
+func encodeMetaCommand(key MetadataKey, cmd metadata.Command) ([]byte, error) {
+	enc, err := metadata.EncodeCommand(cmd)
+	if err != nil {
+		return nil, err
+	}
+	data := binary.LittleEndian.AppendUint64(make([]byte, 0, 16+len(enc)), key.Producer)
+	data = binary.LittleEndian.AppendUint64(data, key.Seq)
+	return append(data, enc...), nil
+}
+
+// applyReplicated commits cmd through the metadata group of a started
+// engine. The (proposer, sequence) header makes re-proposing safe: a
+// proposal lost with a leader is proposed again after a bounded wait, and
+// if both copies commit, the second applies as a no-op returning the
+// first's result.
+func (c *clusterNode) applyReplicated(ctx context.Context, cmd metadata.Command) (metadata.Result, error) {
+	e, m := c.e, c.meta
+	data, err := encodeMetaCommand(e.NewMetadataKey(), cmd)
+	if err != nil {
+		return metadata.Result{}, err
+	}
+	ctx, cancel := e.Deadline(ctx)
+	defer cancel()
+	pause := e.cfg.RetryBackoffMin
+	for {
+		reply := make(chan MetadataResult, 1)
+		select {
+		case m.props <- metaOp{data: data, reply: reply}:
+		case <-m.failed:
+			return metadata.Result{}, m.err
+		case <-ctx.Done():
+			return metadata.Result{}, ctx.Err()
+		}
+		var r MetadataResult
+		t := e.cfg.Clock.NewTimer(e.ForwardTimeout())
+		select {
+		case r = <-reply:
+		case <-t.C():
+			r.Err = fmt.Errorf("%w: not committed yet", shard.ErrRetry)
+		case <-ctx.Done():
+			t.Stop()
+			// Proposed but not seen committed: it may still commit.
+			return metadata.Result{}, fmt.Errorf("%w: %w", shard.ErrOutcomeUnknown, ctx.Err())
+		}
+		t.Stop()
+		if r.Err == nil || !errors.Is(r.Err, shard.ErrRetry) {
+			return r.Result, r.Err
+		}
+		if err := e.Sleep(ctx, pause); err != nil {
+			return metadata.Result{}, err
+		}
+		pause = min(pause*2, e.cfg.RetryBackoffMax)
+	}
+}
+
+// Send implements replica.Handler.
+func (m *metaGroup) Send(msg *raftpb.Message) {
+	b, err := proto.Marshal(msg)
+	if err != nil {
+		return
+	}
+	_ = m.c.send(msg.GetTo(), KindMetaRaft, uint64(metadata.MetadataNamespace), b)
+}
+
+// Apply implements replica.Handler: it applies a committed command. A
+// command that fails validation fails identically on every node, so its
+// error is only the proposer's answer.
+func (m *metaGroup) Apply(index, id uint64, payload []byte) error {
+	var (
+		r   MetadataResult
+		cmd metadata.Command
+		dup bool
+	)
+	if len(payload) < 16 {
+		r.Err = errShortCommand
+	} else {
+		key := MetadataKey{Producer: binary.LittleEndian.Uint64(payload), Seq: binary.LittleEndian.Uint64(payload[8:])}
+		if prev, ok := m.seen.Get(key); ok {
+			r, dup = prev, true
+		} else {
+			var err error
+			cmd, err = metadata.DecodeCommand(payload[16:])
+			if err == nil {
+				r.Result, err = m.store.Apply(cmd)
+			}
+			r.Err = err
+			m.seen.Put(key, r)
+		}
+	}
+	if ev := m.c.e.cfg.Events.MetadataApplied; ev != nil {
+		ev(index, cmd, r.Result, r.Err, dup)
+	}
+	if ch, ok := m.pending[id]; ok {
+		delete(m.pending, id)
+		ch <- r
+	}
+	return nil
+}
+
+// LeaderChanged implements replica.Handler: it forgets the waiters of
+// proposals in flight, which may never commit. Each waiter re-proposes
+// after its bounded wait, and if the old copy commits after all,
+// deduplication turns the new one into a no-op.
+func (m *metaGroup) LeaderChanged(lead uint64) {
+	forgot := len(m.pending)
+	clear(m.pending)
+	if ev := m.c.e.cfg.Events.MetadataLeaderChanged; ev != nil {
+		ev(lead, forgot)
+	}
+}
+
+// ApplySnapshot implements replica.Handler: this node lagged behind the
+// metadata group's compacted log and installs the leader's store in
+// place. The shards and reconcilers see the new state through the same
+// store and wake as after a commit.
+func (m *metaGroup) ApplySnapshot(index uint64, data []byte) error {
+	ev := m.c.e.cfg.Events.MetadataSnapshotInstalled
+	var before []metadata.PartitionInfo
+	if ev != nil {
+		before = m.store.Snapshot().Partitions
+	}
+	snap, err := m.decodeSnapshot(data)
+	if err == nil {
+		err = m.store.Replace(snap)
+	}
+	if ev != nil {
+		ev(index, before, m.store.Snapshot().Partitions, err)
+	}
+	return err
+}
+
+// A metadata snapshot is the deduplication table's keys, oldest first,
+// then the encoded store. The table is replicated state: a node that
+// forgot it would apply a re-proposed command the others skip, and the
+// replicas' metadata would diverge. Results are not kept: a duplicate of a
+// command older than the snapshot answers errResultForgotten.
+
+func (m *metaGroup) keys() [][2]uint64 {
+	out := make([][2]uint64, 0, m.seen.Len())
+	m.seen.All(func(k MetadataKey, _ MetadataResult) bool {
+		out = append(out, [2]uint64{k.Producer, k.Seq})
+		return true
+	})
+	return out
+}
+
+// decodeSnapshot restores the deduplication table and decodes the store.
+func (m *metaGroup) decodeSnapshot(data []byte) (metadata.StoreSnapshot, error) {
+	keys, snap, err := metadata.DecodeGroupSnapshot(data)
+	if err != nil {
+		return snap, err
+	}
+	m.seen.Reset()
+	for _, k := range keys {
+		m.seen.Put(MetadataKey{Producer: k[0], Seq: k[1]}, MetadataResult{Err: errResultForgotten})
+	}
+	return snap, nil
+}
