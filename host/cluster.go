@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/parkway-io/parkway/internal/replica"
+	"github.com/parkway-io/parkway/internal/testhooks"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/shard"
 	"github.com/parkway-io/parkway/transport"
@@ -89,7 +90,10 @@ func (c *clusterNode) campaignFirst() {
 }
 
 func (c *clusterNode) close() error {
-	err := c.meta.close()
+	var err error
+	if c.meta != nil {
+		err = c.meta.close()
+	}
 	return errors.Join(err, c.bus.Close())
 }
 
@@ -103,6 +107,9 @@ func (c *clusterNode) send(to uint64, kind uint8, group uint64, payload []byte) 
 // sendRaft is the shards' transport for partition raft messages: the
 // incarnation travels with every message (behaviour 20).
 func (c *clusterNode) sendRaft(to uint64, ns metadata.Namespace, epoch uint64, m *raftpb.Message) {
+	if testhooks.RaftWithoutEpoch.Load() {
+		epoch = 0 // a deliberately broken build, for the simulator's proof
+	}
 	if payload, err := appendRaft(binary.LittleEndian.AppendUint64(make([]byte, 0, 8+proto.Size(m)), epoch), m); err == nil {
 		_ = c.send(to, KindPartitionRaft, uint64(ns), payload)
 	}

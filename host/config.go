@@ -48,7 +48,8 @@ type Config struct {
 	// WrapStore, when set, wraps the partition store the engine opened
 	// (in memory, or the file store on DataDir) before anything uses it:
 	// a host's own store, instrumentation, or a simulator's fault hooks.
-	WrapStore func(partition.Store) partition.Store
+	// meta is the node's committed metadata, already restored.
+	WrapStore func(store partition.Store, meta *metadata.Store) partition.Store
 
 	// Defaults are the topic settings partitions get when their topic
 	// sets none.
@@ -123,6 +124,10 @@ type Cluster struct {
 // Events are optional observers of the metadata group, called on the
 // goroutine that drives it. They must not call back into the Engine.
 type Events struct {
+	// MetadataOpened reports the node's metadata store once it is
+	// restored from a snapshot, before the committed commands of the log
+	// are replayed into it (through MetadataApplied).
+	MetadataOpened func(meta *metadata.Store)
 	// MetadataApplied follows the apply of the committed metadata entry
 	// at index (on every member, in log order): cmd is nil when the entry
 	// did not decode, dup is true when deduplication skipped it.

@@ -195,7 +195,7 @@ func (e *Engine) openStore() error {
 	if cfg.DataDir == "" {
 		e.store = partition.NewMemStore()
 		if cfg.WrapStore != nil {
-			e.store = cfg.WrapStore(e.store)
+			e.store = cfg.WrapStore(e.store, e.meta)
 		}
 		return nil
 	}
@@ -208,7 +208,7 @@ func (e *Engine) openStore() error {
 	}
 	e.store = fstore
 	if cfg.WrapStore != nil {
-		e.store = cfg.WrapStore(fstore)
+		e.store = cfg.WrapStore(fstore, e.meta)
 	}
 	return e.removeOrphans()
 }

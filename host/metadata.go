@@ -102,6 +102,9 @@ func openMetaGroup(c *clusterNode, disk *replica.Disk, mcfg metadata.Config) (*m
 		return fail(fmt.Errorf("metadata snapshot: %w", err))
 	}
 	m.store = store
+	if ev := c.e.cfg.Events.MetadataOpened; ev != nil {
+		ev(store)
+	}
 	for g.HasReady() {
 		if err := g.Handle(m); err != nil {
 			return fail(fmt.Errorf("replaying the metadata log: %w", err))

@@ -33,17 +33,16 @@ func (c *csim) crash(n *cnode) {
 	n.down, n.restartAt = true, c.clk.Now().Add(down)
 	c.abandon(n)
 	_ = n.ep.Close() // what is on its way to the node is lost
-	for _, cancel := range n.cancels {
-		cancel()
-	}
+	// Proposals in flight through n are lost with it: their clients time
+	// out and propose again elsewhere.
+	clear(n.waits)
+	n.waits = n.waits[:0]
 	c.oldMetrics = append(c.oldMetrics, n.m)
 	if power {
 		n.mem = n.mem.Crash()
 		// What the shutdown writes and syncs goes to the disk the power
 		// loss discarded.
-		for _, sh := range n.shards {
-			_ = sh.Close()
-		}
+		_ = n.eng.Close()
 	}
 	// A crashed process is not closed: its open files, shards and raft
 	// logs are simply abandoned.

@@ -16,8 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/parkway-io/parkway/clock"
-	"github.com/parkway-io/parkway/internal/replica"
-	"github.com/parkway-io/parkway/internal/testhooks"
+	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
@@ -29,36 +28,29 @@ import (
 	"github.com/parkway-io/parkway/vfs/errorfs"
 )
 
-// Cluster mode (Config.Nodes > 1) runs several nodes of the real engine in
-// one process, each built the way parkway.Open builds a cluster node, with
-// Manual shards: its own disk (errorfs over a vfs.MemFS), metadata store,
-// router, shards whose every partition is a raft group
-// (shard.Config.Replication) and reconcilers; plus a member of the
-// metadata raft group (internal/replica) that applies committed commands
-// to the node's store, as the root package's metaHandler does. The nodes
-// talk over a transport.Network with ManualDelivery, in cluster.go's message
-// kinds and encoding (a partition raft message carries its incarnation).
-// Every raft tick comes from the virtual clock; every delivery, step,
-// pass, proposal and fault is a scheduler choice from the seed.
+// Cluster mode (Config.Nodes > 1) runs several nodes in one process, each
+// a manual host.Engine — the engine parkway.Open starts — on its own disk
+// (errorfs over a vfs.MemFS): the metadata group member, the replicated
+// shards and the reconcilers are the engine's. The nodes talk over a
+// transport.Network with ManualDelivery; the simulator hands each
+// delivered message to the engine's Deliver, steps its shards, runs its
+// reconcile passes, ticks its metadata group and proposes metadata
+// commands through it. Every raft tick comes from the virtual clock; every
+// delivery, step, pass, proposal and fault is a scheduler choice from the
+// seed. The simulator observes the engine only through public seams: the
+// store and router wrappers, the per-shard clock, the Events hooks and a
+// transport wrapper that holds an action's messages until it returns.
 
 // maxNodes bounds Config.Nodes: every node holds every partition.
 const maxNodes = 7
 
-// Bus message kinds, as in cluster.go.
-const (
-	kindPartitionRaft uint8 = iota + 1
-	kindMetaRaft
-	_ // kindRequest: the simulated clients go to the leader themselves
-	_ // kindReply
-	kindCatchUp
-)
-
-// Where a cluster node keeps its metadata group's raft log (cluster.go:
-// <DataDir>/metadata-raft/raft.log).
+// Where a cluster node keeps its metadata group's raft log (the engine's
+// layout: <DataDir>/metadata-raft/raft.log).
 const metaRaftLog = "/data/metadata-raft/raft.log"
 
-// Cluster-mode timing. forwardTimeout is cluster.go's bound on one
-// metadata proposal (50 ticks) before the client proposes it again.
+// Cluster-mode timing. forwardTicks is the engine's bound on one metadata
+// proposal (host.Engine.ForwardTimeout: 50 ticks) before the client
+// proposes it again.
 const (
 	forwardTicks = 50
 	maxHops      = 3
@@ -129,21 +121,23 @@ type cnode struct {
 	id  uint64
 	mem *vfs.MemFS
 	inj *injector
+	// ep is the node's network endpoint (the simulator's to close on a
+	// crash); the engine sends through the outbox wrapper around it.
 	ep  transport.Bus
+	eng *host.Engine
 
 	meta *metadata.Store
-	mg   *replica.Group
-	mh   *metaApplier
 	// metaTickAt is when the metadata group's next tick is due.
 	metaTickAt time.Time
+	// waits are the metadata proposals clients made through this node,
+	// with the channel each outcome arrives on.
+	waits []metaWait
 
 	store    *cstore
-	table    *router.Table
 	rt       *router.Router[shard.Frame]
 	shards   []*shard.Shard
-	recs     []*reconciler.Partitions
+	recs     []reconciler.Reconciler
 	wakes    []<-chan struct{}
-	cancels  []func()
 	nextPass []time.Time
 	busy     []bool
 	// clocks are the shards' views of the clock, which know when each
@@ -157,7 +151,7 @@ type cnode struct {
 	// it makes serve a peer's fetch, not a client.
 	fetching bool
 	m        *metrics.Metrics
-	outbox   []outMsg
+	outbox   []transport.Message
 
 	// incs is this node's view of when incarnations were committed.
 	incs *timeline
@@ -175,16 +169,6 @@ type cnode struct {
 	down      bool
 	restartAt time.Time
 	gen       int
-}
-
-// outMsg is a partition raft message a shard step sent, held until the
-// step returns (see flushOutbox).
-type outMsg struct {
-	kind    uint8
-	to      uint64
-	ns      metadata.Namespace
-	what    string
-	payload []byte
 }
 
 func runCluster(cfg Config) (Result, error) {
@@ -269,12 +253,9 @@ func (c *csim) run() {
 
 func (c *csim) close() {
 	for _, n := range c.nodes {
-		for _, cancel := range n.cancels {
-			cancel()
-		}
 		n.inj.dead = true // what shutdown writes reaches nothing anyone checks
-		for _, sh := range n.shards {
-			_ = sh.Close()
+		if n.eng != nil {
+			_ = n.eng.Close()
 		}
 	}
 	_ = c.net.Close()
@@ -297,12 +278,9 @@ func (c *csim) result() Result {
 	}
 }
 
-// openNode builds node id on disk mem the way parkway.Open builds a
-// cluster node with a DataDir: the metadata store from the metadata
-// group's raft log (its snapshot, then every committed command in it,
-// before anything else runs), the orphan sweep, the file store, the
-// router, the replicated shards (each partition's raft log beside its
-// segments) and the reconcilers. Faults are held off while it opens.
+// openNode builds node id on disk mem with host.New, as parkway.Open
+// builds a cluster node with a DataDir, in manual mode. Faults are held
+// off while it opens.
 func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *cnode) *cnode {
 	n := &cnode{c: c, id: id, mem: mem, ep: ep, m: metrics.New(), incs: newTimeline(),
 		lastServe: make(map[metadata.Namespace]uint64)}
@@ -318,110 +296,58 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *cnode
 	}
 	n.inj.quiet++
 	defer func() { n.inj.quiet-- }()
-	fsys := errorfs.New(n.mem, n.inj)
-	mcfg := metadata.Config{Shards: c.cfg.Shards, Assign: router.Assign}
-
-	disk, err := replica.OpenDisk(fsys, metaRaftLog, true)
-	if err != nil {
-		c.fail(0, "n%d open metadata raft log: %v", id, err)
-		return n
+	peers := make([]transport.NodeID, len(c.peers))
+	for i, p := range c.peers {
+		peers[i] = transport.NodeID(p)
 	}
-	disk.SyncCommit()
-	n.mg, err = replica.New(replica.Config{Group: uint64(metadata.MetadataNamespace), Node: id,
-		Peers: c.peers, ForwardProposals: true, Disk: disk, CatchUpEntries: metaSnapshotEvery})
-	if err != nil {
-		c.fail(0, "n%d metadata group: %v", id, err)
-		return n
-	}
-	n.mh = &metaApplier{n: n, pending: make(map[uint64]metaWait)}
-	n.meta, err = metadata.NewStore(mcfg)
-	if _, data := n.mg.Snapshot(); len(data) > 0 && err == nil {
-		var snap metadata.StoreSnapshot
-		if snap, err = n.mh.decodeSnapshot(data); err == nil {
-			n.meta, err = metadata.Restore(mcfg, snap)
-		}
-	}
-	if err != nil {
-		c.fail(0, "n%d metadata snapshot: %v", id, err)
-		return n
-	}
-	c.processMeta(n) // the committed commands of the raft log
-	if c.viol != nil {
-		return n
-	}
-
-	fstore, err := partition.NewFileStore(partition.FileConfig{
-		Dir: dataDir, FS: fsys, SegmentSize: partition.MinSegmentSize,
-	})
-	if err != nil {
-		c.fail(0, "n%d partition store: %v", id, err)
-		return n
-	}
-	n.store = &cstore{n: n, inner: fstore}
-	// Orphans: partitions whose deletion committed before the crash.
-	stored, err := fstore.List()
-	if err != nil {
-		c.fail(0, "n%d list partitions: %v", id, err)
-		return n
-	}
-	for _, st := range stored {
-		if rev, ok := n.meta.CreatedRevision(st.NS); ok && rev == st.Epoch {
-			continue
-		}
-		if err := n.store.Remove(st.NS); err != nil {
-			c.fail(0, "n%d remove orphan %v: %v", id, st.NS, err)
-			return n
-		}
-		c.event("n%d orphan removed ns=%v epoch=%d", id, st.NS, st.Epoch)
-	}
-	n.table = &router.Table{}
-	if n.rt, err = router.New[shard.Frame](n.table, c.cfg.Shards); err != nil {
-		c.fail(0, "n%d router: %v", id, err)
-		return n
-	}
-	repl := &shard.Replication{Node: id, Peers: c.peers, Send: n.sendRaft, SendCatchUp: n.sendCatchUp,
-		TickInterval: c.cfg.TickInterval, CompactEntries: c.compactEntries}
 	n.shadow = make([][]*attempt, c.cfg.Shards)
 	n.busy = make([]bool, c.cfg.Shards)
-	for i := range c.cfg.Shards {
-		clk := &watchedClock{Manual: c.clk}
-		n.clocks = append(n.clocks, clk)
-		sh, err := shard.New(shard.Config{
-			ID: i, InboxSize: c.cfg.InboxSize, Manual: true, Clock: clk, Metrics: n.m, Replication: repl,
-		}, n.meta, n.rt)
-		if err != nil {
-			c.fail(0, "n%d shard %d: %v", id, i, err)
-			return n
-		}
-		n.rt.Register(i, &cmirror{n: n, i: i, sh: sh})
-		sh.Start()
-		n.shards = append(n.shards, sh)
+	for range c.cfg.Shards {
+		n.clocks = append(n.clocks, &watchedClock{Manual: c.clk})
 	}
-	for i, sh := range n.shards {
-		rec, err := reconciler.New(reconciler.Config{
-			Shard: sh, Meta: n.meta, Store: n.store, Clock: c.clk,
-			BackoffMin: backoffMin, BackoffMax: backoffMax, Metrics: n.m,
-			Defaults: metadata.TopicConfig{Fsync: metadata.FsyncAlways},
-		}, n.table)
-		if err != nil {
-			c.fail(0, "n%d reconciler %d: %v", id, i, err)
-			return n
-		}
-		wake, cancel := n.meta.Subscribe()
-		n.recs = append(n.recs, rec)
-		n.wakes = append(n.wakes, wake)
-		n.cancels = append(n.cancels, cancel)
+	eng, err := host.New(host.Config{
+		Shards: c.cfg.Shards, InboxSize: c.cfg.InboxSize, Manual: true,
+		DataDir: dataDir, FS: errorfs.New(n.mem, n.inj), SegmentSize: partition.MinSegmentSize,
+		MetadataSnapshotEvery: metaSnapshotEvery,
+		WrapStore: func(st partition.Store, meta *metadata.Store) partition.Store {
+			n.meta = meta
+			n.store = &cstore{n: n, inner: st}
+			return n.store
+		},
+		WrapSender: func(i int, sh *shard.Shard) router.Sender[shard.Frame] {
+			return &cmirror{n: n, i: i, sh: sh}
+		},
+		Defaults:        metadata.TopicConfig{Fsync: metadata.FsyncAlways},
+		BuildBackoffMin: backoffMin, BuildBackoffMax: backoffMax,
+		Cluster: &host.Cluster{ID: transport.NodeID(id), Peers: peers, Bus: &outboxBus{n: n},
+			TickInterval: c.cfg.TickInterval, CompactEntries: c.compactEntries},
+		Clock:      c.clk,
+		ShardClock: func(i int) clock.Clock { return n.clocks[i] },
+		Metrics:    n.m,
+		Events: host.Events{
+			MetadataOpened:            func(meta *metadata.Store) { n.meta = meta },
+			MetadataApplied:           n.metaApplied,
+			MetadataSnapshotInstalled: n.metaSnapshotInstalled,
+			MetadataLeaderChanged:     n.metaLeaderChanged,
+			MetadataCompacted: func(index uint64, err error) {
+				c.event("n%d meta compact at %d err=%v", n.id, index, errString(err))
+			},
+		},
+	})
+	if err != nil {
+		c.fail(0, "n%d open: %v", id, err)
+		return n
+	}
+	n.eng, n.meta, n.rt = eng, eng.Meta(), eng.Router()
+	n.shards, n.recs = eng.Shards(), eng.Reconcilers()
+	for i := range n.shards {
+		n.wakes = append(n.wakes, eng.Wake(i))
 		n.nextPass = append(n.nextPass, c.clk.Now())
 	}
-	if id == c.peers[0] {
-		// cluster.go: a deterministic first leader, no election wait.
-		if err := n.mg.Campaign(); err != nil {
-			c.fail(0, "n%d campaign: %v", id, err)
-		}
-	}
 	n.metaTickAt = c.clk.Now().Add(c.cfg.TickInterval)
-	c.event("n%d open gen=%d shards=%d revision=%d applied=%d snapshot=%d orphans-checked=%d",
-		id, n.gen, c.cfg.Shards, n.meta.Revision(), n.mg.Applied(), n.mg.SnapshotIndex(), len(stored))
+	st := eng.MetadataStatus()
+	c.event("n%d open gen=%d shards=%d revision=%d applied=%d snapshot=%d",
+		id, n.gen, c.cfg.Shards, n.meta.Revision(), st.Applied, st.SnapshotIndex)
 	return n
 }
 
@@ -444,50 +370,58 @@ func (n *cnode) diskFault(enospc bool, what string, op errorfs.Op) {
 	c.event("n%d fault EIO (%s) %v %s", n.id, what, op.Kind, op.Path)
 }
 
-// sendRaft is the shards' Replication.Send: cluster.go's encoding (the
-// incarnation, then the message). The message is held until the shard
-// step that sent it returns: a shard ticks its groups in map order, so
-// the order in which one step's messages of different groups are sent is
-// not a function of the seed; flushOutbox puts them in namespace order,
-// keeping each group's own order, before the network (whose fault PCG
-// draws per message) sees them.
-func (n *cnode) sendRaft(to uint64, ns metadata.Namespace, epoch uint64, m *raftpb.Message) {
-	b, err := proto.Marshal(m)
-	if err != nil {
-		n.c.fail(0, "n%d marshal raft message: %v", n.id, err)
-		return
-	}
-	if testhooks.SimRaftWithoutEpoch.Load() {
-		epoch = 0 // a deliberately broken build (package testhooks)
-	}
-	payload := binary.LittleEndian.AppendUint64(make([]byte, 0, 8+len(b)), epoch)
-	payload = append(payload, b...)
-	n.outbox = append(n.outbox, outMsg{kind: kindPartitionRaft, to: to, ns: ns, what: m.GetType().String(), payload: payload})
-}
+// outboxBus is the engine's transport: it holds what the engine sends
+// until the action that sent it returns. A shard ticks its groups in map
+// order, so the order in which one step's messages of different groups
+// are sent is not a function of the seed; flushOutbox puts them in group
+// order, keeping each group's own order, before the network (whose fault
+// PCG draws per message) sees them. The endpoint itself belongs to the
+// simulator, which closes it when the node crashes.
+type outboxBus struct{ n *cnode }
 
-// sendCatchUp is the shards' Replication.SendCatchUp, in cluster.go's
-// encoding; held like sendRaft's messages.
-func (n *cnode) sendCatchUp(to uint64, ns metadata.Namespace, epoch uint64, data []byte) {
-	payload := binary.LittleEndian.AppendUint64(make([]byte, 0, 8+len(data)), epoch)
-	payload = append(payload, data...)
-	what := "catchup"
-	if len(data) > 0 {
-		what = fmt.Sprintf("catchup/%d", data[0])
-	}
-	n.outbox = append(n.outbox, outMsg{kind: kindCatchUp, to: to, ns: ns, what: what, payload: payload})
+func (b *outboxBus) Send(m transport.Message) error {
+	m.From = transport.NodeID(b.n.id)
+	m.Payload = slices.Clone(m.Payload)
+	b.n.outbox = append(b.n.outbox, m)
+	return nil
 }
+func (b *outboxBus) Recv() <-chan transport.Message { return b.n.ep.Recv() }
+func (b *outboxBus) ID() transport.NodeID           { return transport.NodeID(b.n.id) }
+func (b *outboxBus) Close() error                   { return nil }
 
 func (n *cnode) flushOutbox() {
 	if len(n.outbox) == 0 {
 		return
 	}
-	slices.SortStableFunc(n.outbox, func(a, b outMsg) int { return cmp.Compare(a.ns, b.ns) })
+	slices.SortStableFunc(n.outbox, func(a, b transport.Message) int { return cmp.Compare(a.Group, b.Group) })
 	for i, o := range n.outbox {
-		err := n.ep.Send(transport.Message{To: transport.NodeID(o.to), Kind: o.kind, Group: uint64(o.ns), Payload: o.payload})
-		n.c.event("n%d send %v %s to=n%d err=%v", n.id, o.ns, o.what, o.to, errString(err))
-		n.outbox[i] = outMsg{}
+		err := n.ep.Send(o)
+		n.c.event("n%d send %s to=n%d err=%v", n.id, describeMsg(o), o.To, errString(err))
+		n.outbox[i] = transport.Message{}
 	}
 	n.outbox = n.outbox[:0]
+}
+
+// describe names a transport message for the trace.
+func describeMsg(m transport.Message) string {
+	switch m.Kind {
+	case host.KindMetaRaft:
+		msg := &raftpb.Message{}
+		if proto.Unmarshal(m.Payload, msg) == nil {
+			return "meta " + msg.GetType().String()
+		}
+	case host.KindPartitionRaft:
+		msg := &raftpb.Message{}
+		if len(m.Payload) >= 8 && proto.Unmarshal(m.Payload[8:], msg) == nil {
+			return fmt.Sprintf("%v@%d %v", metadata.Namespace(m.Group), binary.LittleEndian.Uint64(m.Payload), msg.GetType())
+		}
+	case host.KindCatchUp:
+		if len(m.Payload) > 8 {
+			return fmt.Sprintf("%v@%d catchup/%d", metadata.Namespace(m.Group), binary.LittleEndian.Uint64(m.Payload), m.Payload[8])
+		}
+		return fmt.Sprintf("%v catchup", metadata.Namespace(m.Group))
+	}
+	return fmt.Sprintf("kind=%d group=%d", m.Kind, m.Group)
 }
 
 // cmirror is the router's view of shard i of node n: it forwards to the
@@ -533,7 +467,11 @@ var catchUpFrame = &attempt{}
 func (c *csim) afterAction() {
 	c.actions++
 	for _, n := range c.nodes {
+		if n.eng != nil && !n.down {
+			n.eng.PumpReplies()
+		}
 		n.flushOutbox()
+		n.collectMeta()
 	}
 	c.collect()
 	for _, n := range c.nodes {
@@ -692,10 +630,9 @@ func (c *csim) nextDue() time.Time {
 	return next
 }
 
-// deliver receives up to k messages from n's bus endpoint and dispatches
-// them as cluster.go's receive loop does: partition raft traffic into the
-// router (a full inbox drops it: raft re-sends), metadata raft traffic
-// into the metadata group.
+// deliver receives up to k messages from n's endpoint and hands each to
+// the engine's Deliver: partition traffic goes into the router (a full
+// inbox drops it: raft re-sends), metadata traffic into the metadata group.
 func (c *csim) deliver(n *cnode, k int) {
 	for range k {
 		var m transport.Message
@@ -708,45 +645,13 @@ func (c *csim) deliver(n *cnode, k int) {
 		default:
 			return
 		}
-		switch m.Kind {
-		case kindPartitionRaft:
-			msg := &raftpb.Message{}
-			if len(m.Payload) < 8 || proto.Unmarshal(m.Payload[8:], msg) != nil {
-				c.fail(0, "n%d received an undecodable partition raft message", n.id)
-				return
+		c.event("n%d recv %s from=n%d", n.id, describeMsg(m), m.From)
+		if err := n.eng.Deliver(m); err != nil && !errors.Is(err, router.ErrFull) {
+			if errors.Is(err, host.ErrMetadataFailed) {
+				c.event("n%d metadata member stopped: %v", n.id, err)
+				continue
 			}
-			ns := metadata.Namespace(m.Group)
-			epoch := binary.LittleEndian.Uint64(m.Payload)
-			c.event("n%d recv %v@%d %v from=n%d", n.id, ns, epoch, msg.GetType(), m.From)
-			f := shard.Frame{Req: &shard.Request{Op: shard.OpRaft, NS: ns, Epoch: epoch, Raft: msg}}
-			if _, err := n.rt.Send(ns, f); err != nil && !errors.Is(err, router.ErrFull) {
-				c.fail(0, "n%d router refused a raft frame: %v", n.id, err)
-				return
-			}
-		case kindCatchUp:
-			if len(m.Payload) < 8 {
-				c.fail(0, "n%d received a short catch-up message", n.id)
-				return
-			}
-			ns := metadata.Namespace(m.Group)
-			epoch := binary.LittleEndian.Uint64(m.Payload)
-			c.event("n%d recv %v@%d catchup from=n%d", n.id, ns, epoch, m.From)
-			f := shard.Frame{Req: &shard.Request{Op: shard.OpCatchUp, NS: ns, Epoch: epoch, Payload: m.Payload[8:]}}
-			if _, err := n.rt.Send(ns, f); err != nil && !errors.Is(err, router.ErrFull) {
-				c.fail(0, "n%d router refused a catch-up frame: %v", n.id, err)
-				return
-			}
-		case kindMetaRaft:
-			msg := &raftpb.Message{}
-			if proto.Unmarshal(m.Payload, msg) != nil {
-				c.fail(0, "n%d received an undecodable metadata raft message", n.id)
-				return
-			}
-			c.event("n%d recv meta %v from=n%d", n.id, msg.GetType(), m.From)
-			_ = n.mg.Step(msg) // refusals are raft's business (a stale message)
-			c.processMeta(n)
-		default:
-			c.fail(0, "n%d received a message of kind %d", n.id, m.Kind)
+			c.fail(0, "n%d refused a delivered message: %v", n.id, err)
 			return
 		}
 	}
@@ -810,113 +715,67 @@ func (c *csim) reconcile(n *cnode, i int) {
 		n.id, i, rep.Revision, rep.Built, rep.Removed, rep.RowsWritten, rep.Failed, rep.Answered, rep.Expired, rep.Parked, rep.Pending)
 }
 
-// metaTick ticks n's metadata group (cluster.go's timer).
+// metaTick ticks n's metadata group (the engine's timer).
 func (c *csim) metaTick(n *cnode) {
-	n.mg.Tick()
+	err := n.eng.TickMetadata()
 	n.metaTickAt = c.clk.Now().Add(c.cfg.TickInterval)
-	c.event("n%d meta tick", n.id)
-	c.processMeta(n)
+	c.event("n%d meta tick err=%v", n.id, errString(err))
 }
 
 // processMeta handles everything n's metadata group has ready and
-// compacts its log when due, as cluster.go's loop does after every event
-// (a Ready that fails is logged and the loop goes on).
+// compacts its log when due (the engine stops its member when a Ready
+// fails; the node goes on without it).
 func (c *csim) processMeta(n *cnode) {
-	for n.mg.HasReady() && c.viol == nil {
-		if err := n.mg.Handle(n.mh); err != nil {
-			c.event("n%d metadata raft ready failed: %v", n.id, err)
-			break
-		}
+	if err := n.eng.HandleMetadata(); err != nil {
+		c.event("n%d metadata: %v", n.id, err)
 	}
-	g := n.mg
-	if g.Applied()-g.SnapshotIndex() < metaSnapshotEvery {
-		return
-	}
-	data, err := n.mh.encodeSnapshot(n.meta.Export())
-	if err == nil {
-		err = g.Compact(g.Applied(), data)
-	}
-	c.event("n%d meta compact at %d err=%v", n.id, g.Applied(), errString(err))
-}
-
-// metaApplier is cluster.go's metaHandler for one simulated node.
-type metaApplier struct {
-	n       *cnode
-	pending map[uint64]metaWait
-	seen    map[[2]uint64]metaOutcome
-	order   [][2]uint64
 }
 
 // metaWait is a client waiting for a proposal it made through this node.
 type metaWait struct {
 	o   *op
-	key [2]uint64
-}
-
-type metaOutcome struct {
-	res metadata.Result
-	err error
+	key host.MetadataKey
+	ch  <-chan host.MetadataResult
 }
 
 type metaAnswer struct {
 	w metaWait
-	r metaOutcome
+	r host.MetadataResult
 }
 
-const metaDedupeWindow = 4096
-
-// Send implements replica.Handler.
-func (h *metaApplier) Send(m *raftpb.Message) {
-	n := h.n
-	b, err := proto.Marshal(m)
-	if err != nil {
-		n.c.fail(0, "n%d marshal metadata raft message: %v", n.id, err)
-		return
+// collectMeta moves the outcomes of n's answered proposals to metaDone.
+func (n *cnode) collectMeta() {
+	kept := n.waits[:0]
+	for _, w := range n.waits {
+		select {
+		case r := <-w.ch:
+			n.c.metaDone = append(n.c.metaDone, metaAnswer{w: w, r: r})
+		default:
+			kept = append(kept, w)
+		}
 	}
-	err = n.ep.Send(transport.Message{To: transport.NodeID(m.GetTo()), Kind: kindMetaRaft,
-		Group: uint64(metadata.MetadataNamespace), Payload: b})
-	n.c.event("n%d send meta %v to=n%d err=%v", n.id, m.GetType(), m.GetTo(), errString(err))
+	clear(n.waits[len(kept):])
+	n.waits = kept
 }
 
-var errShortCommand = errors.New("sim: metadata entry shorter than its header")
-
-// Apply implements replica.Handler: cluster.go's metaHandler.Apply, plus
-// the check that the metadata every node holds after applying an index is
-// the same (invariant 3, for the metadata): a fingerprint of the whole
-// store, so a command applied on one node and deduplicated on another
-// agrees only if neither changed anything.
-func (h *metaApplier) Apply(index, id uint64, payload []byte) error {
-	n := h.n
+// metaApplied is the engine's Events.MetadataApplied: it records the
+// incarnations a command created and ended on this node, and checks that
+// the metadata every node holds after applying an index is the same
+// (invariant 3, for the metadata): a fingerprint of the whole store, so a
+// command applied on one node and deduplicated on another agrees only if
+// neither changed anything.
+func (n *cnode) metaApplied(index uint64, cmd metadata.Command, res metadata.Result, err error, dup bool) {
 	c := n.c
-	var r metaOutcome
-	dup := false
-	if len(payload) < 16 {
-		r.err = errShortCommand
+	if dup {
+		c.event("n%d meta apply index=%d duplicate", n.id, index)
 	} else {
-		key := [2]uint64{binary.LittleEndian.Uint64(payload), binary.LittleEndian.Uint64(payload[8:])}
-		if prev, ok := h.seen[key]; ok {
-			r, dup = prev, true
-			c.event("n%d meta apply index=%d seq=%d duplicate", n.id, index, key[1])
-		} else {
-			cmd, err := metadata.DecodeCommand(payload[16:])
-			if err == nil {
-				r.res, err = n.meta.Apply(cmd)
-			}
-			r.err = err
-			h.remember(key, r)
-			ev := c.event("n%d meta apply index=%d seq=%d %T%+v rev=%d created=%d removed=%d err=%v",
-				n.id, index, key[1], cmd, cmd, r.res.Revision, len(r.res.Created), len(r.res.Removed), errString(r.err))
-			if r.err == nil {
-				n.incs.apply(r.res, ev)
-			}
+		ev := c.event("n%d meta apply index=%d %T%+v rev=%d created=%d removed=%d err=%v",
+			n.id, index, cmd, cmd, res.Revision, len(res.Created), len(res.Removed), errString(err))
+		if err == nil {
+			n.incs.apply(res, ev)
 		}
 	}
 	c.checkMetaState(n, index, dup)
-	if w, ok := h.pending[id]; ok {
-		delete(h.pending, id)
-		c.metaDone = append(c.metaDone, metaAnswer{w: w, r: r})
-	}
-	return nil
 }
 
 // checkMetaState records, or compares with what another node recorded,
@@ -938,65 +797,30 @@ func (c *csim) checkMetaState(n *cnode, index uint64, dup bool) {
 	}
 }
 
-// encodeSnapshot and decodeSnapshot are cluster.go's: the deduplication
-// table's keys, oldest first, then the store.
-func (h *metaApplier) encodeSnapshot(store metadata.StoreSnapshot) ([]byte, error) {
-	return metadata.EncodeGroupSnapshot(h.order, store)
+// metaLeaderChanged is the engine's Events.MetadataLeaderChanged: the
+// engine forgot the waiters of proposals in flight; so do the clients
+// (after taking the outcomes already delivered). Each proposes again
+// after its bounded wait, and deduplication absorbs a copy that commits
+// after all.
+func (n *cnode) metaLeaderChanged(lead uint64, forgot int) {
+	n.c.ops.MetaElections++
+	n.collectMeta()
+	n.c.event("n%d meta leader=n%d forgot=%d", n.id, lead, forgot)
+	clear(n.waits)
+	n.waits = n.waits[:0]
 }
 
-var errMetaResultForgotten = errors.New("sim: command applied before the metadata snapshot; result not kept")
-
-func (h *metaApplier) decodeSnapshot(data []byte) (metadata.StoreSnapshot, error) {
-	keys, snap, err := metadata.DecodeGroupSnapshot(data)
-	if err != nil {
-		return snap, err
-	}
-	h.seen, h.order = nil, nil
-	for _, k := range keys {
-		h.remember(k, metaOutcome{err: errMetaResultForgotten})
-	}
-	return snap, nil
-}
-
-func (h *metaApplier) remember(key [2]uint64, r metaOutcome) {
-	if h.seen == nil {
-		h.seen = make(map[[2]uint64]metaOutcome)
-	}
-	if len(h.order) >= metaDedupeWindow {
-		delete(h.seen, h.order[0])
-		h.order = h.order[1:]
-	}
-	h.order = append(h.order, key)
-	h.seen[key] = r
-}
-
-// LeaderChanged implements replica.Handler: as cluster.go, the waiters of
-// proposals in flight are forgotten; each proposes again after its
-// bounded wait, and deduplication absorbs a copy that commits after all.
-func (h *metaApplier) LeaderChanged(lead uint64) {
-	h.n.c.ops.MetaElections++
-	h.n.c.event("n%d meta leader=n%d forgot=%d", h.n.id, lead, len(h.pending))
-	clear(h.pending)
-}
-
-// ApplySnapshot implements replica.Handler: cluster.go's — the node lagged
-// behind the metadata group's compacted log and installs the leader's
-// store whole. The simulator records the incarnations it creates and ends
-// on this node, and checks the store against what other nodes held at
-// that index.
-func (h *metaApplier) ApplySnapshot(index uint64, data []byte) error {
-	n := h.n
+// metaSnapshotInstalled is the engine's Events.MetadataSnapshotInstalled:
+// the node lagged behind the metadata group's compacted log and installed
+// the leader's store whole. The simulator records the incarnations it
+// creates and ends on this node, and checks the store against what other
+// nodes held at that index.
+func (n *cnode) metaSnapshotInstalled(index uint64, before, after []metadata.PartitionInfo, err error) {
 	c := n.c
-	snap, err := h.decodeSnapshot(data)
 	if err != nil {
-		return err
-	}
-	before := n.meta.Snapshot().Partitions
-	if err := n.meta.Replace(snap); err != nil {
 		c.event("n%d meta snapshot at %d refused: %v", n.id, index, err)
-		return err
+		return
 	}
-	after := n.meta.Snapshot().Partitions
 	var diff metadata.Result
 	for _, p := range before {
 		if !slices.Contains(after, p) {
@@ -1011,5 +835,4 @@ func (h *metaApplier) ApplySnapshot(index uint64, data []byte) error {
 	ev := c.event("n%d meta snapshot installed index=%d rev=%d created=%d removed=%d", n.id, index, n.meta.Revision(), len(diff.Created), len(diff.Removed))
 	n.incs.apply(diff, ev)
 	c.checkMetaState(n, index, false)
-	return nil
 }

@@ -219,13 +219,13 @@ func expectClusterCaught(t *testing.T, cfg func(uint64) sim.Config, hook interfa
 // (invariant 0 reports panics), messages crossing incarnations, or
 // replicas disagreeing.
 func TestClusterCatchesRaftWithoutEpoch(t *testing.T) {
-	expectClusterCaught(t, sim.DefaultClusterConfig, &testhooks.SimRaftWithoutEpoch, 0, 2, 3, 5)
+	expectClusterCaught(t, sim.DefaultClusterConfig, &testhooks.RaftWithoutEpoch, 0, 2, 3, 5)
 }
 
 // Produces without a (producer, sequence) pair are applied twice when a
 // produce whose outcome was unknown is retried.
 func TestClusterCatchesNoProducerIDs(t *testing.T) {
-	expectClusterCaught(t, sim.DefaultClusterConfig, &testhooks.SimNoProducerIDs, 5)
+	expectClusterCaught(t, sim.DefaultClusterConfig, &sim.BreakNoProducerIDs, 5)
 }
 
 // A fast-skip that ignores the park buffer strands parked frames on a

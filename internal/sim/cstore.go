@@ -28,7 +28,7 @@ type repLog struct {
 // tap.
 type cstore struct {
 	n     *cnode
-	inner *partition.FileStore
+	inner partition.Store
 }
 
 // Build implements partition.Store.

@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
-	"github.com/parkway-io/parkway/internal/testhooks"
+	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/router"
@@ -41,6 +42,12 @@ type buildKey struct {
 	key  incKey
 }
 
+// BreakNoProducerIDs, when set, makes the simulated clients produce
+// without a (producer, sequence) pair, so a partition cannot deduplicate
+// the retry of a produce whose outcome was unknown: a broken client, for
+// the proof that the simulator catches double applies. Only tests set it.
+var BreakNoProducerIDs atomic.Bool
+
 // metaProducer is the producer id of every metadata proposal the clients
 // make; sequences are unique within a run.
 const metaProducer = 0x5eed
@@ -52,8 +59,8 @@ type metaOp struct {
 	steps []func(prev metadata.Result) metadata.Command
 	step  int
 	// The command in flight: its key and encoded proposal.
-	key        [2]uint64
-	payload    []byte
+	key        host.MetadataKey
+	cmd        metadata.Command
 	proposed   bool
 	proposedAt time.Time
 	created    []metadata.PartitionInfo
@@ -178,7 +185,7 @@ func (c *csim) dataOp(cl *client, n *cnode, ns metadata.Namespace, kind opKind) 
 		o.consumer = consumers[c.rng.IntN(2)]
 		c.ops.GetOffset++
 	}
-	if (kind == kindProduce || kind == kindBatch) && !testhooks.SimNoProducerIDs.Load() {
+	if (kind == kindProduce || kind == kindBatch) && !BreakNoProducerIDs.Load() {
 		o.producer = 1 + uint64(clientID(cl)+1)
 		o.seq = o.id
 	}
@@ -624,18 +631,10 @@ func (c *csim) nextCommand(o *op, prev metadata.Result) {
 	m := o.meta
 	cmd := m.steps[m.step](prev)
 	m.step++
-	enc, err := metadata.EncodeCommand(cmd)
-	if err != nil {
-		c.fail(0, "encode %T: %v", cmd, err)
-		return
-	}
 	c.nextSeq++
-	m.key = [2]uint64{metaProducer, c.nextSeq}
-	m.payload = binary.LittleEndian.AppendUint64(nil, m.key[0])
-	m.payload = binary.LittleEndian.AppendUint64(m.payload, m.key[1])
-	m.payload = append(m.payload, enc...)
+	m.key, m.cmd = host.MetadataKey{Producer: metaProducer, Seq: c.nextSeq}, cmd
 	o.deadline, o.pause = time.Time{}, 0
-	c.event("op=%d command %T%+v seq=%d", o.id, cmd, cmd, m.key[1])
+	c.event("op=%d command %T%+v seq=%d", o.id, cmd, cmd, m.key.Seq)
 	c.propose(o)
 }
 
@@ -648,18 +647,16 @@ func (c *csim) propose(o *op) {
 		c.scheduleRetry(o, errUnreachable)
 		return
 	}
-	id, err := n.mg.Propose(m.payload)
+	ch, err := n.eng.ProposeMetadata(m.key, m.cmd)
 	if err != nil {
 		c.event("op=%d propose on n%d: %v", o.id, n.id, err)
 		c.scheduleRetry(o, err)
-		c.processMeta(n)
 		return
 	}
-	n.mh.pending[id] = metaWait{o: o, key: m.key}
+	n.waits = append(n.waits, metaWait{o: o, key: m.key, ch: ch})
 	m.proposed, m.proposedAt = true, c.clk.Now()
 	o.maybeApplied = true
-	c.event("op=%d proposed on n%d id=%d", o.id, n.id, id)
-	c.processMeta(n)
+	c.event("op=%d proposed on n%d", o.id, n.id)
 }
 
 // onMetaResult handles the commit of a command a client waited for: the
@@ -673,15 +670,15 @@ func (c *csim) onMetaResult(d metaAnswer) {
 		return // an earlier proposal of a command the op is past
 	}
 	m.proposed = false
-	c.event("op=%d committed seq=%d rev=%d err=%v", o.id, m.key[1], d.r.res.Revision, errString(d.r.err))
-	if d.r.err != nil {
-		c.finish(o, outcomeError, shard.Response{}, d.r.err)
+	c.event("op=%d committed seq=%d rev=%d err=%v", o.id, m.key.Seq, d.r.Result.Revision, errString(d.r.Err))
+	if d.r.Err != nil {
+		c.finish(o, outcomeError, shard.Response{}, d.r.Err)
 		return
 	}
-	m.created = append(m.created, d.r.res.Created...)
+	m.created = append(m.created, d.r.Result.Created...)
 	if m.step < len(m.steps) {
 		o.maybeApplied = false
-		c.nextCommand(o, d.r.res)
+		c.nextCommand(o, d.r.Result)
 		return
 	}
 	cl := o.client

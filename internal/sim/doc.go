@@ -46,22 +46,21 @@
 // # Cluster mode
 //
 // With Config.Nodes > 1 (DefaultClusterConfig: three nodes, one or two
-// shards each) Run builds every node the way parkway.Open builds a
-// cluster node on a data directory, each on its own disk: the metadata
-// store rebuilt from the metadata group's raft log, the orphan sweep, the
-// file store, shards with shard.Config.Replication (every partition a
-// raft group whose log lives beside its segments) and reconcilers, plus
-// the node's member of the metadata raft group (internal/replica),
-// applying committed commands to its store with cluster.go's handler
-// logic (deduplication by proposer and sequence, compaction behind store
-// snapshots, snapshot installation). Nodes talk over a bus.Network with
-// ManualDelivery, in cluster.go's message kinds and encodings: partition
-// raft messages carry their incarnation, catch-up traffic (a replica sent
-// a snapshot fetches the messages it lacks) goes the same way. The
-// simulator stands in for the Node's goroutines — the bus receiver and
-// the metadata loop — and drives them from its own loop; raft ticks come
-// from the virtual clock (a per-shard view of it tells the scheduler
-// exactly when each shard's tick is due). etcd raft draws its election
+// shards each) Run builds every node with host.New in manual mode — the
+// engine parkway.Open starts, on a data directory, each on its own disk:
+// the metadata store rebuilt from the metadata group's raft log, the
+// orphan sweep, the file store, replicated shards and reconcilers, and the
+// node's member of the metadata raft group with its deduplication,
+// compaction and snapshot installation. Nodes talk over a
+// transport.Network with ManualDelivery; every message a node receives
+// goes through the engine's own demultiplexer (Engine.Deliver), and what
+// it sends leaves through a transport wrapper that holds an action's
+// messages until the action ends and releases them in group order. The
+// simulator is the engine's driver — in place of Engine.Start's goroutines
+// it steps the shards, runs the reconcile passes, ticks the metadata
+// group — and observes it only through public seams (the store and router
+// wrappers, a per-shard clock view that tells the scheduler when each
+// shard's tick is due, host.Events). etcd raft draws its election
 // timeouts from crypto/rand; cluster runs make those draws a function of
 // the seed (rand.go).
 //
@@ -77,8 +76,8 @@
 // (producer, sequence) pair, as the Node does. Polls and offset reads ask
 // for the leader (Request.FromLeader); one poll in five reads the home
 // node's own replica (Start.Local). Metadata commands are proposed to the
-// home node's metadata member and proposed again, with the same key,
-// after cluster.go's forward timeout; the data operations that depend on
+// home node's metadata member (Engine.ProposeMetadata) and proposed
+// again, with the same key, after the engine's forward timeout; the data operations that depend on
 // them are issued at once, through random nodes whose metadata may not
 // have applied the commit yet.
 //

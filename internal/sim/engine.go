@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
@@ -35,20 +36,19 @@ const (
 	snapshotEvery  = 16
 )
 
-// node is one incarnation of the simulated process, built the way
-// parkway.Open builds a Node, with Manual shards.
+// node is one incarnation of the simulated process: a manual host.Engine
+// — the engine a parkway.Node runs — plus the simulator's view of it.
 type node struct {
-	gen     int
-	durable *metadata.Durable
-	meta    *metadata.Store
-	inj     *injector
-	store   *simStore
-	table   *router.Table
-	rt      *router.Router[shard.Frame]
-	shards  []*shard.Shard
-	recs    []*reconciler.Partitions
-	wakes   []<-chan struct{}
-	cancels []func()
+	gen   int
+	eng   *host.Engine
+	meta  *metadata.Store
+	inj   *injector
+	store *simStore
+	rt    *router.Router[shard.Frame]
+	// shards and recs are the engine's.
+	shards []*shard.Shard
+	recs   []reconciler.Reconciler
+	wakes  []<-chan struct{}
 	// nextPass is when each reconciler's periodic pass is due.
 	nextPass []time.Time
 	// busy marks a reconciler whose pass is blocked in a slow build.
@@ -76,85 +76,48 @@ func (n *node) passDue(i int, now time.Time) bool {
 	return due
 }
 
-// openNode opens the node from the current disk, as parkway.Open does.
-// Faults are held off while it opens.
+// openNode opens the node from the current disk with host.New, as
+// parkway.Open does, in manual mode. Faults are held off while it opens,
+// and never touch the metadata log (single-node metadata faults are not
+// part of the simulated fault model).
 func (s *sim) openNode() *node {
 	s.gen++
 	n := &node{gen: s.gen, m: metrics.New()}
 	s.allMetrics = append(s.allMetrics, n.m)
 	n.inj = s.newInjector()
+	n.inj.spare = metaDir + "/"
 	n.inj.quiet++
 	defer func() { n.inj.quiet-- }()
 
-	mcfg := metadata.Config{Shards: s.cfg.Shards, Assign: router.Assign}
-	var err error
-	n.durable, err = metadata.OpenDurable(s.mem, metaDir, mcfg, metadata.DurableOptions{SnapshotEvery: snapshotEvery})
-	if err != nil {
-		s.fail(0, "open metadata (gen %d): %v", n.gen, err)
-		return n
-	}
-	n.meta = n.durable.Store()
-	fstore, err := partition.NewFileStore(partition.FileConfig{
-		Dir: dataDir, FS: errorfs.New(s.mem, n.inj), SegmentSize: partition.MinSegmentSize,
-	})
-	if err != nil {
-		s.fail(0, "open partition store (gen %d): %v", n.gen, err)
-		return n
-	}
-	n.store = &simStore{s: s, n: n, inner: fstore}
-	// Orphans: partitions whose deletion committed before the crash.
-	stored, err := fstore.List()
-	if err != nil {
-		s.fail(0, "list partitions (gen %d): %v", n.gen, err)
-		return n
-	}
-	for _, st := range stored {
-		if rev, ok := n.meta.CreatedRevision(st.NS); ok && rev == st.Epoch {
-			continue
-		}
-		if err := n.store.Remove(st.NS); err != nil {
-			s.fail(0, "remove orphan %v (gen %d): %v", st.NS, n.gen, err)
-			return n
-		}
-		s.event("orphan removed ns=%v epoch=%d", st.NS, st.Epoch)
-	}
-	n.table = &router.Table{}
-	n.rt, err = router.New[shard.Frame](n.table, s.cfg.Shards)
-	if err != nil {
-		s.fail(0, "router: %v", err)
-		return n
-	}
 	n.shadow = make([][]*attempt, s.cfg.Shards)
 	n.busy = make([]bool, s.cfg.Shards)
-	for i := range s.cfg.Shards {
-		sh, err := shard.New(shard.Config{
-			ID: i, InboxSize: s.cfg.InboxSize, Manual: true, Clock: s.clk, Metrics: n.m,
-		}, n.meta, n.rt)
-		if err != nil {
-			s.fail(0, "shard %d: %v", i, err)
-			return n
-		}
-		n.rt.Register(i, &mirror{s: s, n: n, i: i, sh: sh})
-		sh.Start()
-		n.shards = append(n.shards, sh)
+	eng, err := host.New(host.Config{
+		Shards: s.cfg.Shards, InboxSize: s.cfg.InboxSize, Manual: true,
+		DataDir: dataDir, FS: errorfs.New(s.mem, n.inj), SegmentSize: partition.MinSegmentSize,
+		MetadataSnapshotEvery: snapshotEvery,
+		WrapStore: func(st partition.Store, meta *metadata.Store) partition.Store {
+			n.meta = meta
+			n.store = &simStore{s: s, n: n, inner: st}
+			return n.store
+		},
+		WrapSender: func(i int, sh *shard.Shard) router.Sender[shard.Frame] {
+			return &mirror{s: s, n: n, i: i, sh: sh}
+		},
+		Defaults:        metadata.TopicConfig{Fsync: metadata.FsyncAlways},
+		BuildBackoffMin: backoffMin, BuildBackoffMax: backoffMax,
+		Clock: s.clk, Metrics: n.m,
+	})
+	if err != nil {
+		s.fail(0, "open node (gen %d): %v", n.gen, err)
+		return n
 	}
-	for i, sh := range n.shards {
-		rec, err := reconciler.New(reconciler.Config{
-			Shard: sh, Meta: n.meta, Store: n.store, Clock: s.clk,
-			BackoffMin: backoffMin, BackoffMax: backoffMax, Metrics: n.m,
-			Defaults: metadata.TopicConfig{Fsync: metadata.FsyncAlways},
-		}, n.table)
-		if err != nil {
-			s.fail(0, "reconciler %d: %v", i, err)
-			return n
-		}
-		wake, cancel := n.meta.Subscribe()
-		n.recs = append(n.recs, rec)
-		n.wakes = append(n.wakes, wake)
-		n.cancels = append(n.cancels, cancel)
+	n.eng, n.meta, n.rt = eng, eng.Meta(), eng.Router()
+	n.shards, n.recs = eng.Shards(), eng.Reconcilers()
+	for i := range n.shards {
+		n.wakes = append(n.wakes, eng.Wake(i))
 		n.nextPass = append(n.nextPass, s.clk.Now()) // one pass at start
 	}
-	s.event("node open gen=%d revision=%d orphans-checked=%d", n.gen, n.meta.Revision(), len(stored))
+	s.event("node open gen=%d revision=%d", n.gen, n.meta.Revision())
 	return n
 }
 
@@ -162,14 +125,8 @@ func (s *sim) openNode() *node {
 // already, and every request in flight was answered by the crash, so what
 // the shutdown answers and syncs reaches nobody and nothing durable.
 func (n *node) close() {
-	for _, c := range n.cancels {
-		c()
-	}
-	for _, sh := range n.shards {
-		_ = sh.Close()
-	}
-	if n.durable != nil {
-		_ = n.durable.Close()
+	if n.eng != nil {
+		_ = n.eng.Close()
 	}
 }
 

@@ -227,7 +227,7 @@ type FaultCounts struct {
 
 	// Cluster mode: messages the network dropped, duplicated, delivered
 	// out of order, delayed, or lost to a cut link (partition or stopped
-	// node), from bus.Network's counters; and the partitions and node
+	// node), from transport.Network's counters; and the partitions and node
 	// stops that began.
 	MsgDropped    int
 	MsgDuplicated int

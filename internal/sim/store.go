@@ -73,7 +73,7 @@ func decodePayload(b []byte) (uint64, bool) {
 type simStore struct {
 	s     *sim
 	n     *node
-	inner *partition.FileStore
+	inner partition.Store
 }
 
 // Build implements partition.Store.

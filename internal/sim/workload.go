@@ -625,7 +625,7 @@ func (s *sim) createTopic(stream uint32, name string, partitions int) []metadata
 // single node's Node.apply does, and records the incarnations it creates
 // and ends.
 func (s *sim) commit(cmd metadata.Command) (metadata.Result, error) {
-	res, err := s.n.durable.Apply(cmd)
+	res, err := s.n.eng.ApplyMetadata(s.ctx, cmd)
 	if err != nil {
 		s.event("commit %T%+v err=%v", cmd, cmd, err)
 		return res, err

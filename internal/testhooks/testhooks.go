@@ -24,17 +24,9 @@ var (
 	// DESIGN behaviour 12). Read once per pass that is otherwise skippable.
 	FastSkipIgnoresParked atomic.Bool
 
-	// The simulator's cluster mode stands in for the root package's
-	// transport and client side (it cannot drive the Node's goroutines);
-	// these break its stand-ins the way the design warns against, and
-	// only internal/sim reads them.
-
-	// SimRaftWithoutEpoch, when set, makes the simulated transport send
+	// RaftWithoutEpoch, when set, makes the node engine (host) send
 	// partition raft messages without their incarnation (epoch 0), as the
-	// reference design does (breaks DESIGN behaviour 20).
-	SimRaftWithoutEpoch atomic.Bool
-	// SimNoProducerIDs, when set, makes simulated clients produce without
-	// a (producer, sequence) pair, so the partition cannot deduplicate the
-	// retry of a produce whose outcome was unknown.
-	SimNoProducerIDs atomic.Bool
+	// reference design does (breaks DESIGN behaviour 20). Read once per
+	// raft message sent.
+	RaftWithoutEpoch atomic.Bool
 )
