@@ -10,6 +10,7 @@ import (
 	"github.com/spaolacci/murmur3"
 
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/shard"
 )
 
@@ -86,13 +87,14 @@ func (n *Node) prepareProduce(ctx context.Context, stream, topic uint32, to Part
 	// caller's slice; payload bytes are copied later by the partition.
 	now := n.cfg.Clock.Now().UnixMicro()
 	batch := make([]Message, len(msgs))
+	total := 0
 	for i := range msgs {
-		size := len(msgs[i].Payload)
-		for _, h := range msgs[i].Headers {
-			size += len(h.Key) + len(h.Value)
-		}
+		size := partition.MessageSize(&msgs[i])
 		if size > n.cfg.MaxMessageSize {
 			return nil, 0, fmt.Errorf("%w: message %d is %d bytes > %d", ErrMessageTooLarge, i, size, n.cfg.MaxMessageSize)
+		}
+		if total += size; total > n.cfg.MaxBatchBytes {
+			return nil, 0, fmt.Errorf("%w: more than %d bytes", ErrBatchTooLarge, n.cfg.MaxBatchBytes)
 		}
 		batch[i] = msgs[i]
 		batch[i].Offset = 0

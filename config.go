@@ -99,11 +99,18 @@ type Config struct {
 	// partition build or removal (defaults 1 s and 60 s).
 	BuildBackoffMin, BuildBackoffMax time.Duration
 
-	// MaxMessageSize caps one message's payload plus headers (default
-	// 1 MiB).
+	// MaxMessageSize caps one message's payload plus headers, each
+	// header counted with its 8 bytes of framing (default 1 MiB).
 	MaxMessageSize int
 	// MaxBatchMessages caps the messages of one produce (default 10,000).
 	MaxBatchMessages int
+	// MaxBatchBytes caps one produce's messages, sized as MaxMessageSize
+	// counts them (default 16 MiB, at most MaxBatchBytesLimit). It exists
+	// because a batch travels whole: as one forwarded request to the
+	// partition's leader and as one raft entry to its followers, each one
+	// transport frame (64 MiB). A batch over it is refused at once with
+	// ErrBatchTooLarge; one within it fits every frame on the way.
+	MaxBatchBytes int
 
 	// RequestTimeout bounds a call whose context has no deadline (default
 	// 10 s). Retriable answers are retried in place until the deadline, so
@@ -150,6 +157,10 @@ type Config struct {
 const (
 	DefaultMaxMessageSize   = 1 << 20
 	DefaultMaxBatchMessages = 10_000
+	DefaultMaxBatchBytes    = 16 << 20
+	// MaxBatchBytesLimit keeps a batch, with its request header and raft
+	// envelope, inside the transport's 64 MiB frame.
+	MaxBatchBytesLimit = 48 << 20
 	DefaultRequestTimeout   = 10 * time.Second
 	DefaultRetryBackoffMin  = 100 * time.Microsecond
 	DefaultRetryBackoffMax  = 50 * time.Millisecond
@@ -175,6 +186,10 @@ func (c Config) Validate() error {
 	negInt("InboxSize", c.InboxSize)
 	negInt("MaxMessageSize", c.MaxMessageSize)
 	negInt("MaxBatchMessages", c.MaxBatchMessages)
+	negInt("MaxBatchBytes", c.MaxBatchBytes)
+	if c.MaxBatchBytes > MaxBatchBytesLimit {
+		errs = append(errs, fmt.Errorf("MaxBatchBytes %d > %d (the transport frame bounds a batch)", c.MaxBatchBytes, MaxBatchBytesLimit))
+	}
 	negInt("MetadataSnapshotEvery", c.MetadataSnapshotEvery)
 	negDur("RequestTimeout", c.RequestTimeout)
 	negDur("RetryBackoffMin", c.RetryBackoffMin)
@@ -231,6 +246,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBatchMessages == 0 {
 		c.MaxBatchMessages = DefaultMaxBatchMessages
+	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = DefaultMaxBatchBytes
 	}
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = DefaultRequestTimeout

@@ -53,7 +53,8 @@ var (
 
 	// ErrEmptyBatch reports a produce with no messages.
 	ErrEmptyBatch = partition.ErrEmptyBatch
-	// ErrBatchTooLarge reports a produce over Config.MaxBatchMessages.
+	// ErrBatchTooLarge reports a produce over Config.MaxBatchMessages or
+	// Config.MaxBatchBytes. It is never retried: the batch can never fit.
 	ErrBatchTooLarge = errors.New("parkway: batch too large")
 	// ErrMessageTooLarge reports a message over Config.MaxMessageSize; the
 	// batch holding it is refused whole.
@@ -67,6 +68,12 @@ var (
 	// raft group stopped after its raft log refused a write: the node
 	// takes no metadata commands until it is restarted.
 	ErrMetadataFailed = host.ErrMetadataFailed
+	// ErrNoSpace reports a write refused because the disk is full. The
+	// node keeps serving reads and the partitions whose writes fit, and
+	// writes succeed again once space returns; a produce that gets it was
+	// not appended (on a cluster: not acknowledged; its outcome follows
+	// the usual rule for a failed write). Not retried in place.
+	ErrNoSpace = partition.ErrNoSpace
 	// ErrOffsetOutOfRange reports an offset outside a partition's log.
 	ErrOffsetOutOfRange = partition.ErrOffsetOutOfRange
 	// ErrInvalidConsumer reports a malformed consumer name.

@@ -87,6 +87,7 @@ const (
 	codeOffsetOutOfRange
 	codeStale
 	codeOther
+	codeNoSpace
 )
 
 func encodeResponse(r shard.Response) []byte {
@@ -105,6 +106,8 @@ func encodeResponse(r shard.Response) []byte {
 		b = append(b, codeOutcomeUnknown)
 	case errors.Is(r.Err, partition.ErrOffsetOutOfRange):
 		b = append(b, codeOffsetOutOfRange)
+	case errors.Is(partition.ClassifyNoSpace(r.Err), partition.ErrNoSpace):
+		b = appendString(append(b, codeNoSpace), r.Err.Error())
 	default:
 		b = appendString(append(b, codeOther), r.Err.Error())
 	}
@@ -144,10 +147,13 @@ func decodeResponse(b []byte) (shard.Response, error) {
 		return shard.Response{Err: shard.ErrOutcomeUnknown}, nil
 	case codeOffsetOutOfRange:
 		return shard.Response{Err: partition.ErrOffsetOutOfRange}, nil
-	case codeOther:
+	case codeOther, codeNoSpace:
 		msg, _, ok := readString(b)
 		if !ok {
 			return shard.Response{}, errWire
+		}
+		if code == codeNoSpace {
+			return shard.Response{Err: fmt.Errorf("%w (at the leader: %s)", partition.ErrNoSpace, msg)}, nil
 		}
 		return shard.Response{Err: errors.New(msg)}, nil
 	default:

@@ -15,6 +15,11 @@ var (
 	// length field is a uint32), or a batch over 4 GiB (the sparse index
 	// stores file positions as uint32).
 	ErrTooLarge = errors.New("parkway: message or batch too large")
+	// ErrUnusable reports a partition that refuses every later write: a
+	// failed fsync (what is durable is unknown) or a failed append that
+	// could not be rolled back. Its owner closes it and builds it again,
+	// which recovers the log from what is on disk.
+	ErrUnusable = errors.New("parkway: partition unusable (close and build it again)")
 	// ErrInvalidConfig wraps each problem reported by FileConfig.Validate.
 	ErrInvalidConfig = errors.New("parkway: invalid partition store config")
 )

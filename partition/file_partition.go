@@ -56,7 +56,7 @@ func (p *filePartition) tail() *segment { return p.segs[len(p.segs)-1] }
 
 // fail marks the partition broken by err and returns the error to report.
 func (p *filePartition) fail(what string, err error) error {
-	p.broken = fmt.Errorf("partition %v unusable (close and build it again): %s: %w", p.ns, what, err)
+	p.broken = fmt.Errorf("%w: partition %v: %s: %w", ErrUnusable, p.ns, what, err)
 	return p.broken
 }
 

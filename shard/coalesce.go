@@ -1,7 +1,10 @@
 package shard
 
 import (
+	"errors"
+
 	"github.com/parkway-io/parkway/metrics"
+	"github.com/parkway-io/parkway/partition"
 )
 
 // Write coalescing. Produces to one partition that arrive together — the
@@ -80,6 +83,12 @@ func (s *Shard) flushAppendsOf(o *owned) {
 func (s *Shard) appendOne(o *owned, f Frame) {
 	first, err := o.p.Append(f.Req.Messages)
 	if err != nil {
+		if errors.Is(err, partition.ErrUnusable) {
+			// The partition refuses every later write until it is built
+			// again: fence it, so the reconciler evicts and rebuilds it
+			// (behind the build backoff) as after a failed fsync.
+			s.fence(o, err)
+		}
 		s.answer(f, Response{Err: err})
 		return
 	}

@@ -1,0 +1,123 @@
+package parkway_test
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/vfs"
+	"github.com/parkway-io/parkway/vfs/errorfs"
+)
+
+// Disk full while producing to a materialised partition: the producer gets
+// the documented ErrNoSpace (not a bare *PathError), the partition keeps
+// serving reads, another topic's partition keeps taking writes, and once
+// space returns the same partition takes writes again with no operator
+// action.
+func TestDiskFullIsErrNoSpaceAndRecovers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// What a full disk refuses: writes and creations (a truncate
+		// frees space and goes through).
+		full := errorfs.NewSwitchFunc(syscall.ENOSPC, func(op errorfs.Op) bool {
+			switch op.Kind {
+			case errorfs.OpWrite, errorfs.OpWriteAt, errorfs.OpPreallocate, errorfs.OpMkdirAll:
+				return strings.Contains(op.Path, "/topics/1/")
+			}
+			return false
+		})
+		n := open(t, parkway.Config{DataDir: "/data", FS: errorfs.New(vfs.NewMem(), full), Shards: 1})
+		s := mustStream(t, n, "s")
+		ok := mustTopic(t, n, s, "ok", 1)
+		tp := mustTopic(t, n, s, "t", 1)
+		mustProduce(t, n, s, tp, parkway.PartitionID(0), "before")
+
+		full.Set(true)
+		_, err := n.Produce(ctxFor(t), s, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("refused")})
+		if !errors.Is(err, parkway.ErrNoSpace) {
+			t.Fatalf("produce on a full disk: %v, want ErrNoSpace", err)
+		}
+		if !errors.Is(err, syscall.ENOSPC) {
+			t.Fatalf("ErrNoSpace lost the filesystem's error: %v", err)
+		}
+		expectLog(t, n, s, tp, 0, "before") // reads go on
+		mustProduce(t, n, s, ok, parkway.PartitionID(0), "elsewhere")
+
+		full.Set(false)
+		var last error
+		for range 100 { // the partition may be rebuilding behind its backoff
+			if _, last = n.Produce(ctxFor(t), s, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("after")}); last == nil {
+				break
+			}
+			if !errors.Is(last, parkway.ErrPartitionFailed) {
+				t.Fatalf("produce after space returned: %q", last.Error())
+			}
+			synctest.Wait()
+		}
+		if last != nil {
+			t.Fatalf("the partition never took writes again: %v", last)
+		}
+	})
+}
+
+// A batch over MaxBatchBytes is refused at once with ErrBatchTooLarge (it
+// could never fit a forwarded request or a raft entry), and header
+// framing counts: a million empty headers are not a free message.
+func TestBatchBytesAndHeaderFramingAreCounted(t *testing.T) {
+	synctest.Test(t, testBatchBytes)
+}
+
+func testBatchBytes(t *testing.T) {
+	n := open(t, parkway.Config{Shards: 1, MaxBatchBytes: 1 << 20})
+	s := mustStream(t, n, "s")
+	tp := mustTopic(t, n, s, "t", 1)
+	big := bytes.Repeat([]byte{1}, 600<<10)
+	_, err := n.Produce(ctxFor(t), s, tp, parkway.PartitionID(0), parkway.Message{Payload: big}, parkway.Message{Payload: big})
+	if !errors.Is(err, parkway.ErrBatchTooLarge) {
+		t.Fatalf("1.2 MiB batch with a 1 MiB budget: %v, want ErrBatchTooLarge", err)
+	}
+	headers := make([]parkway.Header, 200_000) // 1.6 MB of framing, no bytes of content
+	_, err = n.Produce(ctxFor(t), s, tp, parkway.PartitionID(0), parkway.Message{Headers: headers})
+	if !errors.Is(err, parkway.ErrMessageTooLarge) {
+		t.Fatalf("200,000 empty headers: %v, want ErrMessageTooLarge", err)
+	}
+	if _, err := parkway.Open(parkway.Config{MaxBatchBytes: parkway.MaxBatchBytesLimit + 1}); !errors.Is(err, parkway.ErrInvalidConfig) {
+		t.Fatalf("MaxBatchBytes over the limit: %v, want ErrInvalidConfig", err)
+	}
+}
+
+// A disk-full spell that also refuses the truncate rolling a failed
+// append back leaves the partition unusable: it is fenced, rebuilt from
+// disk behind the build backoff, and takes writes again once space
+// returns (without the fence it refused every write forever).
+func TestUnusablePartitionIsRebuiltAfterDiskFull(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		full := errorfs.NewSwitchFunc(syscall.ENOSPC, func(op errorfs.Op) bool {
+			return op.Mutating() && strings.Contains(op.Path, "/topics/0/")
+		})
+		n := open(t, parkway.Config{DataDir: "/data", FS: errorfs.New(vfs.NewMem(), full), Shards: 1})
+		s := mustStream(t, n, "s")
+		tp := mustTopic(t, n, s, "t", 1)
+		mustProduce(t, n, s, tp, parkway.PartitionID(0), "before")
+		full.Set(true)
+		if _, err := n.Produce(ctxFor(t), s, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("x")}); !errors.Is(err, parkway.ErrNoSpace) {
+			t.Fatalf("produce on a full disk: %v, want ErrNoSpace", err)
+		}
+		full.Set(false)
+		var err error
+		for range 10 {
+			if _, err = n.Produce(ctxFor(t), s, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("after")}); err == nil {
+				break
+			}
+			time.Sleep(time.Second) // virtual: the rebuild waits out its backoff
+		}
+		if err != nil {
+			t.Fatalf("the partition never took writes again: %v", err)
+		}
+		expectLog(t, n, s, tp, 0, "before", "after")
+	})
+}
