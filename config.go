@@ -160,13 +160,13 @@ const (
 	DefaultMaxBatchBytes    = 16 << 20
 	// MaxBatchBytesLimit keeps a batch, with its request header and raft
 	// envelope, inside the transport's 64 MiB frame.
-	MaxBatchBytesLimit = 48 << 20
-	DefaultRequestTimeout   = 10 * time.Second
-	DefaultRetryBackoffMin  = 100 * time.Microsecond
-	DefaultRetryBackoffMax  = 50 * time.Millisecond
-	DefaultSegmentSize      = 1 << 30
-	MinSegmentSize          = 1 << 20
-	MaxSegmentSize          = 1 << 30
+	MaxBatchBytesLimit     = 48 << 20
+	DefaultRequestTimeout  = 10 * time.Second
+	DefaultRetryBackoffMin = 100 * time.Microsecond
+	DefaultRetryBackoffMax = 50 * time.Millisecond
+	DefaultSegmentSize     = 1 << 30
+	MinSegmentSize         = 1 << 20
+	MaxSegmentSize         = 1 << 30
 )
 
 // Validate reports every problem with c, joined.
