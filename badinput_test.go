@@ -224,7 +224,9 @@ func TestInputBoundsAccepted(t *testing.T) {
 		if _, err := n.CreateTopic(ctx, s, name, 1); err != nil {
 			t.Fatalf("255-byte topic name: %v", err)
 		}
-		exact := parkway.Message{Payload: []byte("0123456789"), Headers: []parkway.Header{{Key: "k", Value: []byte("01234")}}}
+		// 2 payload bytes + a header of 1 + 5 bytes and its 8 bytes of
+		// framing: 16, exactly MaxMessageSize.
+		exact := parkway.Message{Payload: []byte("01"), Headers: []parkway.Header{{Key: "k", Value: []byte("01234")}}}
 		if _, err := n.Produce(ctx, 0, 0, parkway.PartitionID(1), exact); err != nil {
 			t.Fatalf("message of exactly MaxMessageSize: %v", err)
 		}
@@ -235,7 +237,7 @@ func TestInputBoundsAccepted(t *testing.T) {
 		if err := n.StoreOffset(ctx, "end", 0, 0, 1, 6); err != nil {
 			t.Fatalf("storing the end offset: %v", err)
 		}
-		expectLog(t, n, 0, 0, 1, "c", "0123456789", "1", "2", "3", "4")
+		expectLog(t, n, 0, 0, 1, "c", "01", "1", "2", "3", "4")
 		got := readAll(t, n, 0, 0, 1)
 		if h := got[1].Headers; len(h) != 1 || h[0].Key != "k" || string(h[0].Value) != "01234" {
 			t.Fatalf("headers %+v, want k=01234", h)

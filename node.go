@@ -250,6 +250,16 @@ func (n *Node) dispatch(ctx context.Context, f shard.Frame) error {
 	if n.closed.Load() {
 		return ErrClosed
 	}
+	// The call's deadline, fixed at its first attempt, travels with every
+	// attempt, so a frame parked behind a build that does not finish is
+	// answered by then (behaviour 17).
+	if f.Req.Deadline.IsZero() {
+		d := n.cfg.Clock.Now().Add(n.cfg.RequestTimeout)
+		if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
+			d = cd
+		}
+		f.Req.Deadline = d
+	}
 	owner, err := n.router.Send(f.Req.NS, f)
 	if err == nil {
 		return nil
@@ -335,6 +345,9 @@ func (n *Node) await(ctx context.Context, f shard.Frame, reply <-chan shard.Resp
 		// Retry in place. The deadline is computed only now: the first
 		// attempt of almost every call succeeds and pays for no timer.
 		now := n.cfg.Clock.Now()
+		if deadline.IsZero() {
+			deadline = req.Deadline // the call's, set by its first dispatch
+		}
 		if deadline.IsZero() {
 			deadline = now.Add(n.cfg.RequestTimeout)
 			if d, ok := ctx.Deadline(); ok && d.Before(deadline) {

@@ -230,7 +230,7 @@ func (e *Engine) Forward(ctx context.Context, to uint64, req *shard.Request) (sh
 		delete(c.waiting, id)
 		c.mu.Unlock()
 	}()
-	payload, err := encodeRequest(req)
+	payload, err := encodeRequest(req, e.cfg.Clock.Now())
 	if err != nil {
 		return shard.Response{}, err
 	}
@@ -264,7 +264,7 @@ func (e *Engine) ForwardTimeout() time.Duration {
 // that no longer leads is answered "not leader" and the client follows the
 // new hint.
 func (c *clusterNode) serveRemote(ctx context.Context, m transport.Message) {
-	req, err := decodeRequest(m.Payload)
+	req, err := decodeRequest(m.Payload, c.e.cfg.Clock.Now())
 	var r shard.Response
 	if err != nil {
 		r = shard.Response{Err: err}
@@ -278,7 +278,7 @@ func (c *clusterNode) serveRemote(ctx context.Context, m transport.Message) {
 // on its owner shard and the reply sent when the caller's steps answer it
 // (PumpReplies).
 func (c *clusterNode) serveManual(m transport.Message) {
-	req, err := decodeRequest(m.Payload)
+	req, err := decodeRequest(m.Payload, c.e.cfg.Clock.Now())
 	if err != nil {
 		_ = c.send(uint64(m.From), KindReply, m.Group, encodeResponse(shard.Response{Err: err}))
 		return

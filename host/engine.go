@@ -109,13 +109,23 @@ func New(cfg Config) (*Engine, error) {
 			SendCatchUp: c.sendCatchUp, TickInterval: c.cfg.TickInterval,
 			CompactEntries: c.cfg.CompactEntries, CompactBytes: c.cfg.CompactBytes}
 	}
+	// A parked frame's age bound by the shard's clock matches its bound
+	// in passes: MaxPasses reconcile periods.
+	park := cfg.Park
+	if park.MaxAge == 0 {
+		passes := park.MaxPasses
+		if passes == 0 {
+			passes = shard.DefaultMaxPasses
+		}
+		park.MaxAge = time.Duration(passes) * cfg.ReconcileInterval
+	}
 	for i := range cfg.Shards {
 		clk := cfg.Clock
 		if cfg.ShardClock != nil {
 			clk = cfg.ShardClock(i)
 		}
 		s, err := shard.New(shard.Config{
-			ID: i, InboxSize: cfg.InboxSize, Park: cfg.Park, Clock: clk, Replication: repl,
+			ID: i, InboxSize: cfg.InboxSize, Park: park, Clock: clk, Replication: repl,
 			PinCPU: cfg.PinShards, CPU: i % runtime.NumCPU(), Manual: cfg.Manual,
 			Logger: cfg.Logger, Metrics: e.metrics,
 		}, e.meta, e.router)

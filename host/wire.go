@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
@@ -23,7 +24,7 @@ const (
 	flagFromLeader
 )
 
-func encodeRequest(r *shard.Request) ([]byte, error) {
+func encodeRequest(r *shard.Request, now time.Time) ([]byte, error) {
 	b := make([]byte, 0, 64)
 	b = append(b, byte(r.Op))
 	b = binary.LittleEndian.AppendUint64(b, uint64(r.NS))
@@ -32,6 +33,13 @@ func encodeRequest(r *shard.Request) ([]byte, error) {
 	b = binary.LittleEndian.AppendUint32(b, uint32(r.Count))
 	b = binary.LittleEndian.AppendUint64(b, r.Producer)
 	b = binary.LittleEndian.AppendUint64(b, r.Seq)
+	// The deadline travels as the time left, since the nodes' clocks
+	// differ: 0 is none, at least 1 ns otherwise.
+	var left int64
+	if !r.Deadline.IsZero() {
+		left = max(int64(r.Deadline.Sub(now)), 1)
+	}
+	b = binary.LittleEndian.AppendUint64(b, uint64(left))
 	b = appendString(b, r.Consumer)
 	var flags byte
 	if r.UseConsumer {
@@ -44,8 +52,8 @@ func encodeRequest(r *shard.Request) ([]byte, error) {
 	return partition.EncodeBatch(b, r.Messages)
 }
 
-func decodeRequest(b []byte) (*shard.Request, error) {
-	const fixed = 1 + 8 + 8 + 8 + 4 + 8 + 8
+func decodeRequest(b []byte, now time.Time) (*shard.Request, error) {
+	const fixed = 1 + 8 + 8 + 8 + 4 + 8 + 8 + 8
 	if len(b) < fixed {
 		return nil, errWire
 	}
@@ -58,6 +66,11 @@ func decodeRequest(b []byte) (*shard.Request, error) {
 	}
 	r.Producer = binary.LittleEndian.Uint64(b[29:])
 	r.Seq = binary.LittleEndian.Uint64(b[37:])
+	if left := int64(binary.LittleEndian.Uint64(b[45:])); left < 0 {
+		return nil, fmt.Errorf("%w: negative deadline", errWire)
+	} else if left > 0 {
+		r.Deadline = now.Add(time.Duration(left))
+	}
 	b = b[fixed:]
 	var ok bool
 	if r.Consumer, b, ok = readString(b); !ok || len(b) < 1 {

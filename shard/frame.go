@@ -1,6 +1,8 @@
 package shard
 
 import (
+	"time"
+
 	"errors"
 	"fmt"
 
@@ -94,6 +96,12 @@ type Request struct {
 	// partition: a batch whose (Producer, Seq) was applied already is not
 	// applied again. Zero Producer disables deduplication.
 	Producer, Seq uint64
+	// Deadline, when set, is when the client stops waiting for this
+	// attempt: a frame parked for its partition is answered by then
+	// (retriable) even if no reconcile pass runs meanwhile — a build
+	// stuck on a slow disk must not hold a parked request past its
+	// deadline. Zero means only the park age bound applies.
+	Deadline time.Time
 }
 
 // Response is the answer to a Request.

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/google/btree"
 
@@ -28,6 +29,13 @@ type ParkLimits struct {
 	// client's retry deadline must exceed MaxPasses·P for the frame to be
 	// retried rather than failed.
 	MaxPasses int
+	// MaxAge bounds how long a frame stays parked by the shard's own
+	// clock (default MaxPasses × 1 s, the default pass period; a node
+	// sets MaxPasses × its ReconcileInterval). Unlike MaxPasses it does
+	// not depend on reconcile passes completing: a pass stuck inside a
+	// slow build ages nothing, and the shard answers the frame anyway, at
+	// the earlier of MaxAge after it parked and its request's Deadline.
+	MaxAge time.Duration
 }
 
 // Park defaults, the reference server's.
@@ -59,6 +67,9 @@ func (l ParkLimits) withDefaults() ParkLimits {
 	if l.MaxPasses == 0 {
 		l.MaxPasses = DefaultMaxPasses
 	}
+	if l.MaxAge == 0 {
+		l.MaxAge = time.Duration(l.MaxPasses) * time.Second
+	}
 	return l
 }
 
@@ -78,6 +89,9 @@ func (l ParkLimits) validate() []error {
 	}
 	if l.MaxPasses < 0 {
 		errs = append(errs, fmt.Errorf("park MaxPasses %d < 0", l.MaxPasses))
+	}
+	if l.MaxAge < 0 {
+		errs = append(errs, fmt.Errorf("park MaxAge %v < 0", l.MaxAge))
 	}
 	return errs
 }
@@ -100,6 +114,9 @@ type parkedFrame struct {
 	// than a walk over every parked frame.
 	pass uint64
 	size int64
+	// expires is when the shard answers the frame if it is still parked:
+	// the earlier of its request's deadline and MaxAge after it parked.
+	expires time.Time
 }
 
 // parkQueue is one namespace's parked frames in arrival order.
@@ -170,6 +187,43 @@ func (b *parkBuffer) park(ns metadata.Namespace, p parkedFrame) bool {
 	b.frames++
 	b.bytes += p.size
 	return true
+}
+
+// expire removes every frame whose expiry is at or before now, calling
+// answer for each in namespace and arrival order, and returns the
+// earliest expiry left (zero if none). It walks the buffer: it runs when
+// the shard's park timer fires, not per arriving frame, and the buffer's
+// bounds keep it small.
+func (b *parkBuffer) expire(now time.Time, answer func(parkedFrame)) time.Time {
+	var next time.Time
+	var emptied []*parkQueue
+	b.order.Ascend(func(q *parkQueue) bool {
+		kept := q.frames[:q.head]
+		for _, p := range q.frames[q.head:] {
+			if !p.expires.IsZero() && !p.expires.After(now) {
+				q.bytes -= p.size
+				b.frames--
+				b.bytes -= p.size
+				answer(p)
+				continue
+			}
+			if !p.expires.IsZero() && (next.IsZero() || p.expires.Before(next)) {
+				next = p.expires
+			}
+			kept = append(kept, p)
+		}
+		clear(q.frames[len(kept):])
+		q.frames = kept
+		if q.len() == 0 {
+			emptied = append(emptied, q)
+		}
+		return true
+	})
+	for _, q := range emptied {
+		delete(b.byNS, q.ns)
+		b.order.Delete(q)
+	}
+	return next
 }
 
 // take detaches and returns ns's queue (nil if none).

@@ -148,6 +148,8 @@ type Shard struct {
 	readySpare   []*owned                      // processReady's other list, reused
 	raftTimer    clock.Timer
 	tickArmed    bool
+	parkTimer    clock.Timer // armed at the earliest parked frame's expiry
+	parkAt       time.Time   // when parkTimer fires; zero when disarmed
 	tombstoned   map[metadata.Namespace]uint64 // ns → epoch being torn down
 	park         *parkBuffer
 	pass         uint64 // sweeps applied
@@ -339,6 +341,8 @@ func (s *Shard) pump(ctx context.Context) {
 			s.syncFired()
 		case <-s.tickC():
 			s.tickFired()
+		case <-s.parkC():
+			s.parkFired()
 		}
 	}
 }
@@ -378,6 +382,12 @@ func (s *Shard) Step() bool {
 	select {
 	case <-s.tickC():
 		s.tickFired()
+		return true
+	default:
+	}
+	select {
+	case <-s.parkC():
+		s.parkFired()
 		return true
 	default:
 	}
@@ -425,6 +435,9 @@ func (s *Shard) settle() {
 func (s *Shard) stopTimers() {
 	if s.syncTimer != nil {
 		s.syncTimer.Stop()
+	}
+	if s.parkTimer != nil {
+		s.parkTimer.Stop()
 	}
 	if s.raftTimer != nil {
 		s.raftTimer.Stop()
@@ -660,13 +673,57 @@ func serve(p partition.Partition, r *Request) Response {
 }
 
 // parkFrame parks f, or sheds it when a bound is reached (behaviour 7).
+// The frame expires at the earlier of its deadline and MaxAge from now;
+// the park timer is pulled forward when it is the earliest.
 func (s *Shard) parkFrame(f Frame, stamp, pass uint64) {
-	p := parkedFrame{frame: f, stamp: stamp, pass: pass, size: s.cfg.Park.footprint(f.payloadBytes())}
+	expires := s.clock.Now().Add(s.cfg.Park.MaxAge)
+	if d := f.Req.Deadline; !d.IsZero() && d.Before(expires) {
+		expires = d
+	}
+	p := parkedFrame{frame: f, stamp: stamp, pass: pass, size: s.cfg.Park.footprint(f.payloadBytes()), expires: expires}
 	if !s.park.park(f.Req.NS, p) {
 		s.drop(f, metrics.ReasonParkOverflow, errParkOverflow)
 		return
 	}
+	s.armPark(expires)
 	s.gauges()
+}
+
+// armPark makes the park timer fire no later than at.
+func (s *Shard) armPark(at time.Time) {
+	if !s.parkAt.IsZero() && !at.Before(s.parkAt) {
+		return
+	}
+	d := max(at.Sub(s.clock.Now()), 0)
+	if s.parkTimer == nil {
+		s.parkTimer = s.clock.NewTimer(d)
+	} else {
+		s.parkTimer.Reset(d)
+	}
+	s.parkAt = at
+}
+
+// parkC is the park timer's channel, nil (never ready) while disarmed.
+func (s *Shard) parkC() <-chan time.Time {
+	if s.parkAt.IsZero() {
+		return nil
+	}
+	return s.parkTimer.C()
+}
+
+// parkFired answers the parked frames whose deadline or age bound has
+// passed — by the shard's clock, whatever the reconciler is doing — and
+// re-arms the timer for the next expiry.
+func (s *Shard) parkFired() {
+	s.parkAt = time.Time{}
+	next := s.park.expire(s.clock.Now(), func(p parkedFrame) {
+		s.drop(p.frame, metrics.ReasonParkExpired, errParkExpired)
+	})
+	if !next.IsZero() {
+		s.armPark(next)
+	}
+	s.gauges()
+	s.settle()
 }
 
 // forward hands f to shard owner's inbox. A full inbox answers the client
@@ -723,6 +780,11 @@ func (s *Shard) stale(f Frame) {
 func (s *Shard) Parked() int { return int(s.parked.Load()) }
 
 func (s *Shard) gauges() {
+	if s.park.frames == 0 && !s.parkAt.IsZero() {
+		// Nothing left to expire: an idle shard keeps no timer armed.
+		s.parkTimer.Stop()
+		s.parkAt = time.Time{}
+	}
 	s.parked.Store(int64(s.park.frames))
 	s.m.ParkedFrames.Set(float64(s.park.frames))
 	s.m.ParkedBytes.Set(float64(s.park.bytes))
