@@ -148,8 +148,8 @@ type Shard struct {
 	readySpare   []*owned                      // processReady's other list, reused
 	raftTimer    clock.Timer
 	tickArmed    bool
-	parkTimer    clock.Timer // armed at the earliest parked frame's expiry
-	parkAt       time.Time   // when parkTimer fires; zero when disarmed
+	parkTimer    clock.Timer                   // armed at the earliest parked frame's expiry
+	parkAt       time.Time                     // when parkTimer fires; zero when disarmed
 	tombstoned   map[metadata.Namespace]uint64 // ns → epoch being torn down
 	park         *parkBuffer
 	pass         uint64 // sweeps applied
