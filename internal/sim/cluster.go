@@ -317,6 +317,7 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *cnode
 		WrapSender: func(i int, sh *shard.Shard) router.Sender[shard.Frame] {
 			return &cmirror{n: n, i: i, sh: sh}
 		},
+		Park:            shard.ParkLimits{MaxAge: parkMaxAge(c.cfg.Seed)},
 		Defaults:        metadata.TopicConfig{Fsync: metadata.FsyncAlways},
 		BuildBackoffMin: backoffMin, BuildBackoffMax: backoffMax,
 		Cluster: &host.Cluster{ID: transport.NodeID(id), Peers: peers, Bus: &outboxBus{n: n},

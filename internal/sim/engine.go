@@ -36,6 +36,18 @@ const (
 	snapshotEvery  = 16
 )
 
+// parkMaxAge is the shards' park age bound by their own clock for a seed:
+// the engine's default (MaxPasses reconcile periods) on odd seeds, and far
+// beyond any run on even ones, so that reconcile passes alone age parked
+// frames there and a bug in pass-based aging (behaviour 12's fast-skip
+// rule) cannot hide behind the shard's own expiry.
+func parkMaxAge(seed uint64) time.Duration {
+	if seed%2 == 0 {
+		return 24 * time.Hour
+	}
+	return 0
+}
+
 // node is one incarnation of the simulated process: a manual host.Engine
 // — the engine a parkway.Node runs — plus the simulator's view of it.
 type node struct {
@@ -103,6 +115,7 @@ func (s *sim) openNode() *node {
 		WrapSender: func(i int, sh *shard.Shard) router.Sender[shard.Frame] {
 			return &mirror{s: s, n: n, i: i, sh: sh}
 		},
+		Park:            shard.ParkLimits{MaxAge: parkMaxAge(s.cfg.Seed)},
 		Defaults:        metadata.TopicConfig{Fsync: metadata.FsyncAlways},
 		BuildBackoffMin: backoffMin, BuildBackoffMax: backoffMax,
 		Clock: s.clk, Metrics: n.m,
@@ -177,7 +190,10 @@ func (s *sim) stepShard(i int) {
 		s.event("step shard=%d idle", i)
 		return
 	case a == nil:
-		s.fail(0, "shard %d stepped with an empty inbox mirror", i)
+		// No frame queued: a due timer of the shard's own (parked frames
+		// past their age bound or deadline).
+		s.event("step shard=%d timer", i)
+		s.collect()
 		return
 	case !did:
 		s.fail(0, "shard %d did not step with attempt %d queued", i, a.id)
