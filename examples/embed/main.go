@@ -279,7 +279,13 @@ func run() error {
 		fmt.Printf("partition %v: parked request served after materialisation at epoch %d on shard %d, acked at offset 0\n",
 			nss[p], row.Epoch, row.Owner)
 	}
+	// A shard sends the answers while it materialises the partition and
+	// updates its parked count right after; a flush through its inbox
+	// waits for that.
 	for _, s := range n.shards {
+		if err := s.Flush(ctx); err != nil {
+			return fmt.Errorf("flush shard %d: %w", s.ID(), err)
+		}
 		if s.Parked() != 0 {
 			return fmt.Errorf("shard %d still parks %d request(s)", s.ID(), s.Parked())
 		}
