@@ -124,6 +124,35 @@ func Body() int {
 }
 
 var Err = error(nil)
+
+type Outer struct{ inner }
+
+type OuterIface interface{ unexpIface }
+
+type Cycle struct{ a }
+
+type a struct{ *b }
+type b struct{ a }
+
+func (a) Fine() int { return 0 }
+`)
+	// The promoted members live in another file, with its own imports.
+	write("pub/inner.go", `package pub
+
+import impl "example.com/m/internal/hidden-impl"
+
+type inner struct {
+	Promoted    impl.T
+	hiddenField impl.T
+}
+
+func (inner) PromotedMethod() impl.T { return impl.T{} }
+func (*inner) hiddenMethod(impl.T)    {}
+
+type unexpIface interface {
+	Hidden(impl.T)
+	unexported(impl.T)
+}
 `)
 	write("pub/pub_test.go", "package pub\n\nimport impl \"example.com/m/internal/hidden-impl\"\n\nfunc TestOnly(impl.T) {}\n")
 	got, err := scanPackage(root, "example.com/m", "pub")
@@ -141,6 +170,7 @@ var Err = error(nil)
 		"method Iface.Do", "interface Iface embeds",
 		"type Alias", "type Defined", "type Func",
 		"var Typed", "var Untyped", "var Value", "var Wrapped",
+		"field Outer.Promoted", "method Outer.PromotedMethod", "method OuterIface.Hidden",
 	}
 	slices.Sort(decls)
 	slices.Sort(want)
@@ -281,55 +311,96 @@ func packageName(root, module, importPath string) string {
 // scanPackage reports the offences of the package in dir (relative to
 // root). It reads syntax only: a selector X.Sel in a type position, where
 // X names an import of an internal package, is a reference to an internal
-// type. An exported variable without a declared type is judged by its
-// value's outermost form (impl.V, impl.New(), impl.T{}, &impl.T{}), the
-// forms whose type is the internal package's; a value merely computed
-// with an internal package, such as fmt.Errorf("%w", impl.ErrX), has a
-// public type and is not reported.
+// type. What an exported type gets from an embedded unexported type of
+// its package (promoted fields and methods, an embedded interface's
+// methods) counts as the exported type's own. An exported variable
+// without a declared type is judged by its value's outermost form
+// (impl.V, impl.New(), impl.T{}, &impl.T{}), the forms whose type is the
+// internal package's; a value merely computed with an internal package,
+// such as fmt.Errorf("%w", impl.ErrX), has a public type and is not
+// reported.
 func scanPackage(root, module, dir string) ([]offence, error) {
-	files, err := goFiles(filepath.Join(root, filepath.FromSlash(dir)))
+	paths, err := goFiles(filepath.Join(root, filepath.FromSlash(dir)))
 	if err != nil {
 		return nil, err
 	}
-	fset := token.NewFileSet()
-	var out []offence
-	for _, file := range files {
-		f, err := parser.ParseFile(fset, file, nil, parser.SkipObjectResolution)
+	s := &scanner{fset: token.NewFileSet(), root: root, locals: map[string]local{},
+		methods: map[string][]local{}, promoting: map[string]bool{}}
+	var files []*ast.File
+	imports := map[*ast.File]map[string]string{}
+	for _, path := range paths {
+		f, err := parser.ParseFile(s.fset, path, nil, parser.SkipObjectResolution)
 		if err != nil {
 			return nil, err
 		}
-		s := &scanner{fset: fset, root: root, internal: map[string]string{}}
-		for _, imp := range f.Imports {
-			p, err := strconv.Unquote(imp.Path.Value)
-			if err != nil || !isInternal(p) {
-				continue
-			}
-			name := packageName(root, module, p)
-			if imp.Name != nil {
-				name = imp.Name.Name
-			}
-			switch name {
-			case "_":
-			case ".":
-				s.report(imp.Pos(), "dot import", p)
-			default:
-				s.internal[name] = p
-			}
-		}
-		if len(s.internal) == 0 && len(s.out) == 0 {
-			continue
-		}
-		s.file(f)
-		out = append(out, s.out...)
+		files = append(files, f)
+		imports[f] = s.internalImports(root, module, f)
 	}
-	return out, nil
+	// The unexported types and their exported methods, for promotion.
+	for _, f := range files {
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.GenDecl:
+				for _, spec := range d.Specs {
+					if ts, ok := spec.(*ast.TypeSpec); ok && !ts.Name.IsExported() {
+						s.locals[ts.Name.Name] = local{node: ts, internal: imports[f]}
+					}
+				}
+			case *ast.FuncDecl:
+				if d.Recv != nil && d.Name.IsExported() {
+					if recv := receiverName(d.Recv.List[0].Type); !ast.IsExported(recv) {
+						s.methods[recv] = append(s.methods[recv], local{node: d, internal: imports[f]})
+					}
+				}
+			}
+		}
+	}
+	for _, f := range files {
+		s.internal = imports[f]
+		s.file(f)
+	}
+	return s.out, nil
 }
 
+// scanner collects the offences of one package.
 type scanner struct {
-	fset     *token.FileSet
-	root     string
-	internal map[string]string // import name → internal import path
-	out      []offence
+	fset      *token.FileSet
+	root      string
+	internal  map[string]string  // the current file's imports: name → internal import path
+	locals    map[string]local   // the package's unexported types, by name
+	methods   map[string][]local // their exported methods, by receiver type name
+	promoting map[string]bool    // unexported types being expanded (embedding cycles)
+	out       []offence
+}
+
+// local is a declaration with the internal imports of its file.
+type local struct {
+	node     ast.Node // *ast.TypeSpec or *ast.FuncDecl
+	internal map[string]string
+}
+
+// internalImports maps the names f binds to internal packages to their
+// paths, reporting dot imports of internal packages as offences.
+func (s *scanner) internalImports(root, module string, f *ast.File) map[string]string {
+	m := map[string]string{}
+	for _, imp := range f.Imports {
+		p, err := strconv.Unquote(imp.Path.Value)
+		if err != nil || !isInternal(p) {
+			continue
+		}
+		name := packageName(root, module, p)
+		if imp.Name != nil {
+			name = imp.Name.Name
+		}
+		switch name {
+		case "_":
+		case ".":
+			s.report(imp.Pos(), "dot import", p)
+		default:
+			m[name] = p
+		}
+	}
+	return m
 }
 
 func (s *scanner) report(pos token.Pos, decl, ref string) {
@@ -368,7 +439,7 @@ func (s *scanner) funcDecl(d *ast.FuncDecl) {
 	}
 	recv := receiverName(d.Recv.List[0].Type)
 	if !ast.IsExported(recv) {
-		return // a method of an unexported type is not part of the API a host names
+		return // checked where an exported type embeds its receiver, if anywhere
 	}
 	s.expr(d.Type, "method "+recv+"."+d.Name.Name)
 }
@@ -393,6 +464,10 @@ func receiverName(e ast.Expr) string {
 	}
 }
 
+// label names a member of the type being checked: kind is "field",
+// "method" or "embeds" (an interface's embedded element).
+type label func(kind, member string) string
+
 func (s *scanner) typeSpec(spec *ast.TypeSpec) {
 	if !spec.Name.IsExported() {
 		return
@@ -401,67 +476,104 @@ func (s *scanner) typeSpec(spec *ast.TypeSpec) {
 	if spec.TypeParams != nil {
 		s.fields(spec.TypeParams, "type "+name)
 	}
+	member := func(kind, m string) string {
+		if kind == "embeds" {
+			return "interface " + name + " embeds"
+		}
+		return kind + " " + name + "." + m
+	}
 	switch t := spec.Type.(type) {
 	case *ast.StructType:
-		structMembers(t, func(field string, typ ast.Expr) { s.expr(typ, "field "+name+"."+field) })
+		s.structType(t, member)
 	case *ast.InterfaceType:
-		interfaceMembers(t, func(method string, typ ast.Expr) {
-			if method == "" {
-				s.expr(typ, "interface "+name+" embeds")
-			} else {
-				s.expr(typ, "method "+name+"."+method)
-			}
-		})
+		s.interfaceType(t, member)
 	default:
 		s.expr(t, "type "+name)
 	}
 }
 
-// structMembers calls each for the exported fields of a struct type:
-// named ones, and embedded ones, whose field name is their type's name.
-func structMembers(t *ast.StructType, each func(field string, typ ast.Expr)) {
+// structType checks the members of a struct type a host sees: exported
+// fields, named or embedded (an embedded field's name is its type's), and
+// what an embedded unexported type of the package promotes.
+func (s *scanner) structType(t *ast.StructType, name label) {
 	for _, f := range t.Fields.List {
-		if len(f.Names) == 0 {
-			if name := receiverName(embeddedName(f.Type)); ast.IsExported(name) {
-				each(name, f.Type)
+		if len(f.Names) > 0 {
+			for _, n := range f.Names {
+				if n.IsExported() {
+					s.expr(f.Type, name("field", n.Name))
+				}
 			}
 			continue
 		}
-		for _, n := range f.Names {
-			if n.IsExported() {
-				each(n.Name, f.Type)
+		typ := f.Type
+		if st, ok := typ.(*ast.StarExpr); ok {
+			typ = st.X
+		}
+		switch x := typ.(type) {
+		case *ast.SelectorExpr:
+			s.expr(f.Type, name("field", x.Sel.Name))
+		case *ast.Ident:
+			if x.IsExported() {
+				s.expr(f.Type, name("field", x.Name))
+			} else {
+				s.promote(x.Name, name)
+			}
+		default: // a generic instantiation: check it whole
+			if field := receiverName(typ); ast.IsExported(field) {
+				s.expr(f.Type, name("field", field))
 			}
 		}
 	}
 }
 
-// embeddedName returns the type name of an embedded field's type (for
-// pkg.T, T).
-func embeddedName(e ast.Expr) ast.Expr {
-	if st, ok := e.(*ast.StarExpr); ok {
-		e = st.X
-	}
-	if sel, ok := e.(*ast.SelectorExpr); ok {
-		return sel.Sel
-	}
-	return e
-}
-
-// interfaceMembers calls each for every method of an interface type with
-// an exported name (an unexported one has to be implemented too, but only
-// inside its package) and, with method "", for every embedded element,
-// which adds its whole method set or constrains the type set.
-func interfaceMembers(t *ast.InterfaceType, each func(method string, typ ast.Expr)) {
+// interfaceType checks every method of an interface type with an exported
+// name (an unexported one has to be implemented too, but only inside its
+// package) and every embedded element, which adds its method set or
+// constrains the type set; an embedded unexported interface of the
+// package is expanded.
+func (s *scanner) interfaceType(t *ast.InterfaceType, name label) {
 	for _, m := range t.Methods.List {
-		if len(m.Names) == 0 {
-			each("", m.Type)
+		if len(m.Names) > 0 {
+			for _, n := range m.Names {
+				if n.IsExported() {
+					s.expr(m.Type, name("method", n.Name))
+				}
+			}
 			continue
 		}
-		for _, n := range m.Names {
-			if n.IsExported() {
-				each(n.Name, m.Type)
-			}
+		if id, ok := m.Type.(*ast.Ident); ok && !id.IsExported() {
+			s.promote(id.Name, name)
+			continue
 		}
+		s.expr(m.Type, name("embeds", ""))
+	}
+}
+
+// promote checks what the package's unexported type typ gives a type
+// that embeds it: its exported fields and methods, named as the
+// embedder's.
+func (s *scanner) promote(typ string, name label) {
+	l, ok := s.locals[typ]
+	if !ok || s.promoting[typ] {
+		return
+	}
+	s.promoting[typ] = true
+	saved := s.internal
+	defer func() {
+		delete(s.promoting, typ)
+		s.internal = saved
+	}()
+	s.internal = l.internal
+	switch t := l.node.(*ast.TypeSpec).Type.(type) {
+	case *ast.StructType:
+		s.structType(t, name)
+	case *ast.InterfaceType:
+		s.interfaceType(t, name)
+	}
+	for _, m := range s.methods[typ] {
+		s.internal = m.internal
+		fd := m.node.(*ast.FuncDecl)
+		s.expr(fd.Type, name("method", fd.Name.Name))
 	}
 }
 
@@ -534,6 +646,7 @@ func (s *scanner) selector(sel *ast.SelectorExpr) (string, bool) {
 // held to the same rule as named ones: only the members a host can see
 // count.
 func (s *scanner) expr(e ast.Expr, decl string) {
+	same := func(string, string) string { return decl }
 	ast.Inspect(e, func(n ast.Node) bool {
 		switch x := n.(type) {
 		case *ast.SelectorExpr:
@@ -542,10 +655,10 @@ func (s *scanner) expr(e ast.Expr, decl string) {
 			}
 			return false
 		case *ast.StructType:
-			structMembers(x, func(_ string, typ ast.Expr) { s.expr(typ, decl) })
+			s.structType(x, same)
 			return false
 		case *ast.InterfaceType:
-			interfaceMembers(x, func(_ string, typ ast.Expr) { s.expr(typ, decl) })
+			s.interfaceType(x, same)
 			return false
 		}
 		return true
