@@ -271,8 +271,10 @@ func (e *Engine) MetadataStatus() MetadataGroupStatus {
 }
 
 // MetadataKey is the deduplication key of one metadata command: a command
-// proposed again under the same key applies at most once.
-type MetadataKey = dedupe.Key
+// proposed again under the same key applies at most once. It is a type of
+// its own, not an alias of the internal table's key, so that a host can
+// name it and its documentation shows its fields.
+type MetadataKey struct{ Producer, Seq uint64 }
 
 // NewMetadataKey returns a fresh key for a command this node proposes.
 func (e *Engine) NewMetadataKey() MetadataKey {
@@ -384,7 +386,7 @@ func (m *metaGroup) Apply(index, id uint64, payload []byte) error {
 	if len(payload) < 16 {
 		r.Err = errShortCommand
 	} else {
-		key := MetadataKey{Producer: binary.LittleEndian.Uint64(payload), Seq: binary.LittleEndian.Uint64(payload[8:])}
+		key := dedupe.Key{Producer: binary.LittleEndian.Uint64(payload), Seq: binary.LittleEndian.Uint64(payload[8:])}
 		if prev, ok := m.seen.Get(key); ok {
 			r, dup = prev, true
 		} else {
@@ -447,7 +449,7 @@ func (m *metaGroup) ApplySnapshot(index uint64, data []byte) error {
 
 func (m *metaGroup) keys() [][2]uint64 {
 	out := make([][2]uint64, 0, m.seen.Len())
-	m.seen.All(func(k MetadataKey, _ MetadataResult) bool {
+	m.seen.All(func(k dedupe.Key, _ MetadataResult) bool {
 		out = append(out, [2]uint64{k.Producer, k.Seq})
 		return true
 	})
@@ -462,7 +464,7 @@ func (m *metaGroup) decodeSnapshot(data []byte) (metadata.StoreSnapshot, error) 
 	}
 	m.seen.Reset()
 	for _, k := range keys {
-		m.seen.Put(MetadataKey{Producer: k[0], Seq: k[1]}, MetadataResult{Err: errResultForgotten})
+		m.seen.Put(dedupe.Key{Producer: k[0], Seq: k[1]}, MetadataResult{Err: errResultForgotten})
 	}
 	return snap, nil
 }
