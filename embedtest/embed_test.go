@@ -384,7 +384,7 @@ func TestEmbedEngine(t *testing.T) {
 	)
 	eng, err := host.New(host.Config{
 		Shards:    shards,
-		WrapStore: func(partition.Store) partition.Store { return store },
+		WrapStore: func(partition.Store, *metadata.Store) partition.Store { return store },
 		NewReconciler: func(cfg reconciler.Config, table *router.Table) (reconciler.Reconciler, error) {
 			def, err := reconciler.New(cfg, table)
 			if err != nil {
