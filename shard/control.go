@@ -213,6 +213,7 @@ func opTombstone(ns metadata.Namespace, epoch *uint64) control {
 		if o.failed != nil {
 			s.fenced.Add(-1)
 		}
+		s.dropWaiters(o, errTombstoned, false)
 		s.unreplicate(o, errTombstoned)
 		delete(s.owned, ns)
 		s.tombstoned[ns] = *epoch
@@ -437,6 +438,7 @@ func (s *Shard) Evict(ctx context.Context, ns metadata.Namespace) (bool, error) 
 		if !ok || o.failed == nil {
 			return nil
 		}
+		s.dropWaiters(o, fmt.Errorf("%w: %v: %w", ErrPartitionFailed, ns, o.failed), false)
 		s.unreplicate(o, ErrPartitionFailed)
 		delete(s.owned, ns)
 		s.fenced.Add(-1)
