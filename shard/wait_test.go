@@ -319,3 +319,78 @@ func TestPollStartPositions(t *testing.T) {
 		t.Fatalf("offsets without a consumer = %+v", o)
 	}
 }
+
+// On a replicated partition a waiting leader read is woken on the leader
+// by the apply that makes the produce readable, a waiting local read on a
+// follower by the follower's apply; every replica stores the leader's
+// append time. When leadership moves, the leader reads waiting on the old
+// leader are sent to the new one.
+func TestWaitingPollReplicated(t *testing.T) {
+	n := newReplNet(t)
+	ns, epoch := n.create("t", 1, 2, 3)
+	parts := map[uint64]partition.Partition{}
+	for id := uint64(1); id <= 3; id++ {
+		parts[id] = n.materialise(id, ns, epoch)
+	}
+	n.settle()
+	lead := n.tickUntilLeader(ns)
+	if lead == 0 {
+		t.Fatal("no leader")
+	}
+	follower := lead%3 + 1
+	leaderRead := poll(ns, Request{FromLeader: true, MaxWait: time.Minute})
+	n.shard(lead).handle(leaderRead.f)
+	localRead := poll(ns, Request{MaxWait: time.Minute})
+	n.shard(follower).handle(localRead.f)
+	n.settle()
+	leaderRead.pending(t)
+	localRead.pending(t)
+	if w := n.shard(lead).waiters.Len(); w != 1 {
+		t.Fatalf("leader holds %d waiting polls, want 1", w)
+	}
+	c := produce(ns, "x")
+	n.shard(lead).handle(c.f)
+	n.settle()
+	if r := c.answered(t); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	wantBatch(t, leaderRead.answered(t), "x", 1)
+	wantBatch(t, localRead.answered(t), "x", 1)
+	var at int64
+	for id, p := range parts {
+		msgs, err := p.Read(0, 1)
+		if err != nil || len(msgs) != 1 {
+			t.Fatalf("node %d: %d messages, %v", id, len(msgs), err)
+		}
+		if at == 0 {
+			at = msgs[0].AppendTime
+		}
+		if msgs[0].AppendTime != at || at == 0 {
+			t.Fatalf("node %d stores append time %d, another replica %d", id, msgs[0].AppendTime, at)
+		}
+	}
+
+	// Leadership moves away: the waiting leader read is answered "not
+	// leader"; a waiting local read stays.
+	stale := poll(ns, Request{Offset: 1, FromLeader: true, MaxWait: time.Minute})
+	n.shard(lead).handle(stale.f)
+	local := poll(ns, Request{Offset: 1, MaxWait: time.Minute})
+	n.shard(lead).handle(local.f)
+	n.settle()
+	stale.pending(t)
+	n.cut[lead] = true
+	for range 500 {
+		if n.leaderAmong(ns, lead) != 0 {
+			break
+		}
+		n.tick(1)
+	}
+	n.cut[lead] = false
+	n.tick(20) // the old leader hears of the new term
+	// Not leader (with the new leader's id), or no leader known while
+	// the old one stepped down: both send the client on.
+	if a := stale.answered(t); !errors.Is(a.Err, ErrNotLeader) && !errors.Is(a.Err, errNoLeader) {
+		t.Fatalf("waiting leader read on a deposed leader answered %+v", a)
+	}
+	local.pending(t)
+}
