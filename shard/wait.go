@@ -280,8 +280,13 @@ func (s *Shard) finishWait(w *waiter, deadline bool) bool {
 			partition.ErrOffsetOutOfRange, w.from, p.StartOffset())})
 		return true
 	}
-	if !deadline && p.NextOffset() <= w.from {
-		return false // nothing new: no read
+	if !deadline {
+		// Without a byte budget the count alone decides: no read until
+		// enough messages are there, so an append costs a waiter O(1).
+		avail, r := p.NextOffset()-min(w.from, p.NextOffset()), w.f.Req
+		if avail == 0 || r.MaxBytes <= 0 && avail < uint64(min(max(r.MinCount, 1), r.Count)) {
+			return false
+		}
 	}
 	resp, full := readPoll(p, w.from, w.f.Req)
 	if !full && !deadline {
