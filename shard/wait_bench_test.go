@@ -4,6 +4,7 @@ package shard
 
 import (
 	"context"
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -18,11 +19,16 @@ import (
 // per poll. The window is wall-clock time by nature; it measures, it
 // does not synchronise (the polls are known to be registered by Flush).
 func BenchmarkIdleWaitingPolls(b *testing.B) {
-	const (
-		polls  = 1000
-		window = 500 * time.Millisecond
-	)
-	h := newHarness(b, 1, nil, func(c *Config) { c.InboxSize = 2 * polls })
+	// polls=0 is the same shard and process with nothing waiting: the
+	// baseline the 1,000 waiting polls are compared with.
+	for _, polls := range []int{0, 1000} {
+		b.Run(fmt.Sprintf("polls=%d", polls), func(b *testing.B) { benchIdleWaiting(b, polls) })
+	}
+}
+
+func benchIdleWaiting(b *testing.B, polls int) {
+	const window = 500 * time.Millisecond
+	h := newHarness(b, 1, nil, func(c *Config) { c.InboxSize = 2*polls + 16 })
 	s := h.shards[0]
 	s.Start()
 	ctx := context.Background()
