@@ -55,8 +55,8 @@ type Message struct {
 	// record (before append times were kept) read back with AppendTime
 	// equal to Timestamp.
 	AppendTime int64
-	// Key is the message key, kept with the message (nil for none). The
-	// client also uses it to choose the partition.
+	// Key is the message key, kept with the message (nil for none). A
+	// produce with Key partitioning chose the partition by it.
 	Key []byte
 	// Headers are optional user headers.
 	Headers []Header
