@@ -192,8 +192,11 @@ func (s *FileStore) release(ns metadata.Namespace) {
 //     reported as a *CorruptError naming the segment file and the byte
 //     position of the damaged record; the partition does not open. So is
 //     a gap between segments.
-//   - Index files (offset and time) that are missing, short or wrong are
-//     rebuilt.
+//   - Index files that are missing, short or wrong are rebuilt: offset
+//     indexes by the open; a sealed segment's time index whose file is
+//     missing or does not match its offset index (a segment written
+//     before time indexes existed) by the first OffsetForTime that needs
+//     it, so opening an old log does not read all of it.
 //   - Segments wholly below a recorded start offset (a truncation
 //     interrupted by a crash) are deleted, and leftover temporary files
 //     are removed.
@@ -500,18 +503,25 @@ func (s *FileStore) openSealed(seg *segment, buf []byte) ([]byte, error) {
 		if terr != nil {
 			return buf, terr
 		}
-		// The time index must match the offset index entry for entry,
-		// or both are rebuilt by the full scan below.
-		if timesOK && plausibleIndex(es, size) {
+		if plausibleIndex(es, size) {
+			// A time index that does not match the offset index entry
+			// for entry (missing: the segment predates time indexes;
+			// torn) is rebuilt when a search first needs it, not here:
+			// opening a large log written before time indexes existed
+			// must not read all of it.
+			if !timesOK {
+				times = make([]int64, len(es)) // placeholders, never written
+			}
 			last := es[len(es)-1]
 			seg.index, seg.times, seg.lastIndexed = es, times, int64(last.pos)
 			end, next, buf, err = seg.scan(int64(last.pos), seg.base+uint64(last.rel), size, buf, true)
 			switch {
-			case err == nil && seg.scanFirstAT != times[len(times)-1]:
+			case err == nil && timesOK && seg.scanFirstAT != times[len(times)-1]:
 				// The time index's last entry names the wrong time:
 				// rebuild both.
 			case err == nil:
 				rewrite, scanned = !exact, true
+				seg.timesUnknown = !timesOK
 			case !errors.Is(err, ErrCorrupt):
 				return buf, err
 			}

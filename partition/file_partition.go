@@ -543,6 +543,9 @@ func (p *filePartition) OffsetForTime(t int64) (uint64, error) {
 		if seg.next <= p.start || seg.next == seg.base || seg.maxAT < t {
 			continue
 		}
+		if err := seg.ensureTimes(p.fs); err != nil {
+			return 0, err
+		}
 		off, ok, err := seg.findTime(t, max(p.start, seg.base))
 		if err != nil || ok {
 			return off, err

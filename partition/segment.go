@@ -28,9 +28,9 @@ import (
 // entry of the offset index, naming the same record. Append times are
 // non-decreasing along a partition (Append clamps them), so a search for
 // the first message appended at or after t binary-searches it. It is
-// derived data like the offset index: written and rebuilt with it, and a
-// time index that does not match its offset index entry for entry is
-// rebuilt by a scan on open.
+// derived data like the offset index: written with it and rebuilt by a
+// scan when it does not match its offset index entry for entry (for a
+// sealed segment, when a search first needs it).
 
 const (
 	logExt            = ".log"
@@ -139,10 +139,13 @@ type segment struct {
 	// durability.
 	synced bool
 
-	index        []indexEntry // in memory, so reads never touch the file
-	times        []int64      // append time of each index entry's record
-	lastIndexed  int64        // position of the last indexed record, 0 if none
-	idxPersisted int          // entries of index already in both index files
+	index []indexEntry // in memory, so reads never touch the file
+	times []int64      // append time of each index entry's record
+	// timesUnknown: times holds placeholders (the time index file was
+	// missing or did not match); ensureTimes rebuilds it on first use.
+	timesUnknown bool
+	lastIndexed  int64 // position of the last indexed record, 0 if none
+	idxPersisted int   // entries of index already in both index files
 }
 
 func (s *segment) indexPath() string {
@@ -320,6 +323,30 @@ func (s *segment) read(from uint64, count int, out []Message) ([]Message, error)
 	return out, nil
 }
 
+// ensureTimes rebuilds the time index of a sealed segment opened without
+// a usable one, by a scan, and writes its file (best effort: the next
+// open rebuilds a file that failed to write).
+func (s *segment) ensureTimes(fsys vfs.FS) error {
+	if !s.timesUnknown {
+		return nil
+	}
+	index, times, last := s.index, s.times, s.lastIndexed
+	s.index, s.times, s.lastIndexed = nil, nil, 0
+	end, next, _, err := s.scan(0, s.base, s.size, nil, true)
+	if err == nil && (end != s.size || next != s.next) {
+		err = corruptf(s.logPath, end, "records end at byte %d offset %d, expected byte %d offset %d", end, next, s.size, s.next)
+	}
+	if err != nil {
+		s.index, s.times, s.lastIndexed = index, times, last
+		return err
+	}
+	s.timesUnknown = false
+	if f, err := writeWhole(fsys, s.timeIndexPath(), appendTimeEntries(nil, s.index, s.times)); err == nil {
+		_ = f.Close()
+	}
+	return nil
+}
+
 // findTime returns the first offset at or after from (which is in
 // [s.base, s.next)) of a record appended at or after t, and false if the
 // segment has none. It starts decoding at the time index's hint.
@@ -422,6 +449,9 @@ func (s *segment) writeIndexFile(fsys vfs.FS, keepOpen bool) error {
 	f, err := writeWhole(fsys, s.indexPath(), appendIndexEntries(nil, s.index))
 	if err != nil {
 		return err
+	}
+	if s.timesUnknown { // a sealed segment's: never kept open
+		return f.Close()
 	}
 	tf, err := writeWhole(fsys, s.timeIndexPath(), appendTimeEntries(nil, s.index, s.times))
 	if err != nil {
