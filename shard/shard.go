@@ -321,9 +321,10 @@ func (s *Shard) Send(ctx context.Context, f Frame) error {
 // There is no periodic tick of the shard's own: re-dispatch happens when
 // InsertOwned applies, and aging when the reconciler sweeps. The only
 // timers are the interval-fsync timer, armed while an FsyncInterval
-// partition is dirty, and the raft tick, armed while the shard holds
-// replicated partitions (raft needs heartbeats). An idle single node's
-// shard sleeps.
+// partition is dirty, the raft tick, armed while the shard holds
+// replicated partitions (raft needs heartbeats), and the wait timer,
+// armed for the earliest deadline of the waiting polls. An idle single
+// node's shard sleeps, waiting polls or not.
 //
 // Each unit of work (runControl, handleFrame, syncFired, tickFired) is
 // shared with Step, which runs the same units without blocking.
@@ -363,9 +364,10 @@ func (s *Shard) pump(ctx context.Context) {
 
 // Step does one unit of pump work on a Manual shard without blocking and
 // reports whether there was any: a queued control operation first, else
-// one inbox frame, else a due interval-fsync timer, else a due raft tick —
-// each followed, as on the pump, by raft ready processing and the
-// commit-group flush check. It returns false, doing nothing, when the shard
+// one inbox frame, else a due interval-fsync timer, else a due raft tick,
+// else a due waiting-poll deadline — each followed, as on the pump, by
+// raft ready processing, the commit-group flush check and the wake of
+// waiting polls. It returns false, doing nothing, when the shard
 // is idle, closed, or not Manual (a started shard's pump owns its state).
 //
 // Unlike the pump's select, which picks at random among ready cases, Step
