@@ -390,6 +390,8 @@ type State struct {
 	ParkedBytes  int64
 	// Passes is the number of sweeps applied.
 	Passes uint64
+	// Waiting is the number of polls waiting on the shard.
+	Waiting int
 }
 
 // Inspect returns the shard's state, read on the pump.
@@ -422,6 +424,7 @@ func opInspect(st *State) control {
 			return true
 		})
 		st.ParkedFrames, st.ParkedBytes, st.Passes = s.park.frames, s.park.bytes, s.pass
+		st.Waiting = s.waiters.Len()
 		return nil
 	}, nil)
 }

@@ -239,6 +239,9 @@ func TestWaitingPollBound(t *testing.T) {
 	c := r.send(poll(r.ns, Request{MaxWait: time.Minute}))
 	a.pending(t)
 	b.pending(t)
+	if st, err := r.s.Inspect(context.Background()); err != nil || st.Waiting != 2 {
+		t.Fatalf("Inspect: %d waiting, %v; want 2", st.Waiting, err)
+	}
 	refused := c.answered(t)
 	mustErr(t, refused, ErrTooManyWaiters)
 	if errors.Is(refused.Err, ErrRetry) {
