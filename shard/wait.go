@@ -243,8 +243,9 @@ func (s *Shard) wakeWaiters() {
 	if len(s.touchedList) == 0 {
 		return
 	}
+	// Answering touches nothing, so the list is not appended to while it
+	// is walked, and its memory is reused.
 	list := s.touchedList
-	s.touchedList = nil
 	for _, o := range list {
 		o.touched = false
 		if o.grp == nil && o.dirty && o.dur.always() {
@@ -261,6 +262,7 @@ func (s *Shard) wakeWaiters() {
 		})
 	}
 	clear(list)
+	s.touchedList = list[:0]
 }
 
 // finishWait answers w if it can be answered now (always at its
