@@ -90,9 +90,9 @@ func TestWaitingPollReturnsOnProduce(t *testing.T) {
 	})
 }
 
-// A waiting poll ends with an error when its topic is deleted, and when
-// its node closes.
-func TestWaitingPollEndsOnDeleteAndClose(t *testing.T) {
+// A waiting poll ends with an error when its topic is deleted, when its
+// partition is truncated past it, and when its node closes.
+func TestWaitingPollEndsOnDeleteTruncateAndClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := open(t, parkway.Config{Shards: 2})
 		ctx := ctxFor(t)
@@ -112,12 +112,28 @@ func TestWaitingPollEndsOnDeleteAndClose(t *testing.T) {
 			t.Fatal("waiting poll on a deleted topic ran to its deadline")
 		}
 
+		// Truncated past its position: the poll ends with
+		// ErrOffsetOutOfRange, and a poll AtFirst carries on.
+		trunc := mustTopic(t, n, stream, "t2", 1)
+		mustProduce(t, n, stream, trunc, parkway.PartitionID(0), "m0", "m1", "m2", "m3")
+		ch = pollAsync(n, ctx, stream, trunc, 0, parkway.AtOffset(1), 10, parkway.WaitFor(20*time.Second), parkway.MinMessages(10))
+		notYet(t, ch)
+		if err := n.TruncatePartition(ctx, stream, trunc, 0, 3); err != nil {
+			t.Fatal(err)
+		}
+		if r := <-ch; !errors.Is(r.err, parkway.ErrOffsetOutOfRange) {
+			t.Fatalf("waiting poll truncated past: %v, %v; want ErrOffsetOutOfRange", payloads(r.b.Messages), r.err)
+		}
+		if b, err := n.Poll(ctx, stream, trunc, 0, parkway.AtFirst(), 10); err != nil || !slices.Equal(payloads(b.Messages), []string{"m3@3"}) {
+			t.Fatalf("poll AtFirst after the truncation: %v, %v", payloads(b.Messages), err)
+		}
+
 		closing, err := parkway.Open(parkway.Config{Shards: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
-		s2, _ := closing.CreateStream(ctx, "s")
-		t2, _ := closing.CreateTopic(ctx, s2, "t", 1)
+		s2 := mustStream(t, closing, "s")
+		t2 := mustTopic(t, closing, s2, "t", 1)
 		ch = pollAsync(closing, ctx, s2, t2, 0, parkway.AtOffset(0), 10, parkway.WaitFor(20*time.Second))
 		notYet(t, ch)
 		if err := closing.Close(); err != nil {
