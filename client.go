@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/spaolacci/murmur3"
@@ -34,6 +35,8 @@ func PartitionID(id uint32) Partitioning { return Partitioning{kind: byID, id: i
 
 // Key sends to the partition murmur3(key) mod partition count, so one key's
 // messages stay in one partition, in order, while the count is unchanged.
+// The key is also stored with every message of the batch that has no
+// Message.Key of its own, and Poll returns it.
 func Key(key []byte) Partitioning { return Partitioning{kind: byKey, key: key} }
 
 // Balanced spreads produces round-robin over the topic's partitions. It is
@@ -59,6 +62,12 @@ type Ack struct {
 // materialising (the topic was just created) parks the request at its
 // shard, so a produce right after CreateTopic succeeds. Payloads are copied;
 // the caller may reuse msgs afterwards.
+//
+// A message's Timestamp is the producer's (Kafka's CreateTime): kept as
+// given, or set to the node clock's now when zero. AppendTime is stamped
+// by the partition's shard when it appends (Kafka's LogAppendTime;
+// non-decreasing along a partition); a value set by the caller is
+// ignored. Message.Key is stored with the message.
 func (n *Node) Produce(ctx context.Context, stream, topic uint32, to Partitioning, msgs ...Message) (Ack, error) {
 	req, part, err := n.prepareProduce(ctx, stream, topic, to, msgs)
 	if err != nil {
@@ -83,22 +92,29 @@ func (n *Node) prepareProduce(ctx context.Context, stream, topic uint32, to Part
 	if len(msgs) > n.cfg.MaxBatchMessages {
 		return nil, 0, fmt.Errorf("%w: %d messages > %d", ErrBatchTooLarge, len(msgs), n.cfg.MaxBatchMessages)
 	}
-	// The batch is copied so timestamps can be set without writing to the
-	// caller's slice; payload bytes are copied later by the partition.
+	// The batch is copied so timestamps and keys can be set without
+	// writing to the caller's slice; payload bytes are copied later by the
+	// partition.
 	now := n.cfg.Clock.Now().UnixMicro()
 	batch := make([]Message, len(msgs))
 	total := 0
 	for i := range msgs {
-		size := partition.MessageSize(&msgs[i])
+		batch[i] = msgs[i]
+		m := &batch[i]
+		m.Offset, m.AppendTime = 0, 0
+		if m.Timestamp == 0 {
+			m.Timestamp = now
+		}
+		if m.Key == nil && to.kind == byKey {
+			m.Key = to.key
+		}
+		size := partition.MessageSize(m)
 		if size > n.cfg.MaxMessageSize {
 			return nil, 0, fmt.Errorf("%w: message %d is %d bytes > %d", ErrMessageTooLarge, i, size, n.cfg.MaxMessageSize)
 		}
 		if total += size; total > n.cfg.MaxBatchBytes {
 			return nil, 0, fmt.Errorf("%w: more than %d bytes", ErrBatchTooLarge, n.cfg.MaxBatchBytes)
 		}
-		batch[i] = msgs[i]
-		batch[i].Offset = 0
-		batch[i].Timestamp = now
 	}
 	var (
 		part uint32
@@ -205,51 +221,187 @@ func keyHash(key []byte) uint32 {
 	return sum
 }
 
-// Start says where a poll begins.
+// Start says where a poll begins: AtOffset, AtFirst, AtLast, AtConsumer
+// or AtTime. Every start position resolves (DESIGN behaviour 24): a
+// consumer always has a next position.
 type Start struct {
-	offset     uint64
-	consumer   string
-	atConsumer bool
-	local      bool
+	kind      shard.StartKind
+	offset    uint64
+	consumer  string
+	reset     OffsetReset
+	timestamp int64
+	local     bool
 }
+
+// OffsetReset says where a poll AtConsumer starts when the consumer has no
+// stored offset, or one outside the partition's [start, end] (a
+// truncation or retention passed it): Kafka's auto.offset.reset.
+type OffsetReset = shard.Reset
+
+// The reset policies of AtConsumer.
+const (
+	// ResetEarliest starts at the partition's start offset: the default.
+	// A stored offset below the start is read as the start, so a consumer
+	// never wedges after a truncation.
+	ResetEarliest = shard.ResetEarliest
+	// ResetLatest starts at the end: only messages produced from now on.
+	ResetLatest = shard.ResetLatest
+	// ResetError fails the poll with ErrOffsetOutOfRange.
+	ResetError = shard.ResetError
+)
 
 // Local makes the poll read this node's own replica of the partition
 // instead of the leader's. In a cluster a poll is served by the
 // partition's leader, so it sees every acknowledged write (a follower
 // forwards it); a local read is not forwarded, but the replica may be
 // behind the leader: it serves committed messages only, possibly not the
-// latest acknowledged ones. On a single node it changes nothing.
+// latest acknowledged ones. On a single node it changes nothing. A local
+// waiting poll is woken by this replica's apply of the messages.
 func (s Start) Local() Start { s.local = true; return s }
 
-// AtOffset starts a poll at an offset.
-func AtOffset(offset uint64) Start { return Start{offset: offset} }
+// OrReset sets the reset policy of an AtConsumer start (ResetEarliest
+// unless set); other starts ignore it.
+func (s Start) OrReset(r OffsetReset) Start { s.reset = r; return s }
 
-// AtConsumer starts a poll at the consumer's stored offset (0 if it has
-// none). The stored offset is the next offset to read, as in Kafka.
-func AtConsumer(consumer string) Start { return Start{consumer: consumer, atConsumer: true} }
+// AtOffset starts a poll at an offset. An offset below the partition's
+// start offset fails with ErrOffsetOutOfRange; one past the end reads as
+// the end: the batch is empty (or the poll waits) and Batch.Next is the
+// end, an offset that can be stored.
+func AtOffset(offset uint64) Start { return Start{kind: shard.StartOffset, offset: offset} }
+
+// AtFirst starts a poll at the partition's oldest readable message (its
+// start offset).
+func AtFirst() Start { return Start{kind: shard.StartFirst} }
+
+// AtLast starts a poll at the partition's last message; on an empty
+// partition, at the end (a waiting poll then returns the next message
+// produced).
+func AtLast() Start { return Start{kind: shard.StartLast} }
+
+// AtTime starts a poll at the first message appended at or after t (by
+// its AppendTime); at the end if there is none.
+func AtTime(t time.Time) Start { return Start{kind: shard.StartTimestamp, timestamp: t.UnixMicro()} }
+
+// AtConsumer starts a poll at the consumer's stored offset: the next
+// offset it will read, as in Kafka. With none stored, or one outside the
+// partition's [start, end], the reset policy decides (OrReset): by
+// default the start offset.
+func AtConsumer(consumer string) Start {
+	return Start{kind: shard.StartNext, consumer: consumer}
+}
 
 // Batch is the result of a poll.
 type Batch struct {
 	// Messages are in offset order. Treat them as read-only: they may share
 	// memory with the partition.
 	Messages []Message
-	// Next is the offset to poll from next.
+	// Next is the offset to poll from next: after the last message, or the
+	// poll's resolved start when it returned none. It is always in the
+	// partition's [start, end], so it can be stored with StoreOffset.
 	Next uint64
 }
 
-// Poll reads up to max messages from a partition.
-func (n *Node) Poll(ctx context.Context, stream, topic, part uint32, from Start, max int) (Batch, error) {
+// MaxPollWait caps PollOption WaitFor: the longest a poll waits.
+const MaxPollWait = shard.MaxPollWait
+
+// pollDeadlineMargin bounds how much earlier than its context's deadline
+// a waiting poll is answered (see Poll).
+const pollDeadlineMargin = 100 * time.Millisecond
+
+// PollOption configures a poll.
+type PollOption func(*pollOptions)
+
+type pollOptions struct {
+	wait     time.Duration
+	minCount int
+	maxBytes int
+	err      error
+}
+
+// WaitFor makes the poll wait up to d for messages (a long poll): it
+// returns as soon as MinMessages messages (default 1) can be returned, or
+// the byte budget is reached, and with what there is — possibly nothing —
+// once d has passed. A waiting poll costs no CPU: it is registered at the
+// partition's shard and woken by the produce that satisfies it (in a
+// cluster, by the commit that makes it readable). d must be in [0,
+// MaxPollWait] (30 s); a context deadline earlier than d shortens the
+// wait, so the poll returns its batch shortly before the context ends.
+//
+// A waiting poll whose partition is deleted, truncated past its start or
+// whose node closes ends with an error. A shard holds at most 10,000
+// waiting polls (shard.DefaultMaxWaiters); past it a poll fails with
+// ErrTooManyWaiters. A poll abandoned by its context keeps its place at
+// the shard until its wait ends.
+func WaitFor(d time.Duration) PollOption {
+	return func(o *pollOptions) {
+		if d < 0 || d > MaxPollWait {
+			o.err = fmt.Errorf("%w: poll wait %v outside [0, %v]", ErrInvalidArgument, d, MaxPollWait)
+		}
+		o.wait = d
+	}
+}
+
+// MinMessages makes a waiting poll return once n messages are available
+// (default 1; capped by the poll's maximum). n must be at least 1.
+func MinMessages(n int) PollOption {
+	return func(o *pollOptions) {
+		if n < 1 {
+			o.err = fmt.Errorf("%w: minimum message count %d must be positive", ErrInvalidArgument, n)
+		}
+		o.minCount = n
+	}
+}
+
+// MaxBytes is the poll's byte budget (payloads, keys and headers): the
+// batch stops before the message that would exceed it, but always holds
+// the first message, however large. A waiting poll also returns once the
+// budget is reached. n must be positive.
+func MaxBytes(n int) PollOption {
+	return func(o *pollOptions) {
+		if n < 1 {
+			o.err = fmt.Errorf("%w: byte budget %d must be positive", ErrInvalidArgument, n)
+		}
+		o.maxBytes = n
+	}
+}
+
+// Poll reads up to max messages from a partition, starting at from. With
+// WaitFor it waits for messages (a long poll) instead of returning an
+// empty batch at once.
+func (n *Node) Poll(ctx context.Context, stream, topic, part uint32, from Start, max int, opts ...PollOption) (Batch, error) {
 	if err := n.begin(ctx); err != nil {
 		return Batch{}, err
 	}
 	if max <= 0 {
 		return Batch{}, fmt.Errorf("%w: poll count %d must be positive", ErrInvalidArgument, max)
 	}
-	req := &shard.Request{Op: shard.OpPoll, Offset: from.offset, Count: max, FromLeader: !from.local}
-	if from.atConsumer {
+	var o pollOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.err != nil {
+		return Batch{}, o.err
+	}
+	req := &shard.Request{
+		Op: shard.OpPoll, Offset: from.offset, Count: max, FromLeader: !from.local,
+		Start: from.kind, Reset: from.reset, Timestamp: from.timestamp,
+		MaxWait: o.wait, MinCount: o.minCount, MaxBytes: o.maxBytes,
+	}
+	if d, ok := ctx.Deadline(); ok && o.wait > 0 {
+		// Answer before the caller gives up: the shard answers a tenth of
+		// the time left (at most pollDeadlineMargin) before the context
+		// ends, so its answer, not the context's error, comes back.
+		left := time.Until(d)
+		if left -= min(left/10, pollDeadlineMargin); left < o.wait {
+			req.MaxWait = left // may be ≤ 0: then the poll does not wait
+		}
+	}
+	if from.kind == shard.StartNext {
 		if err := validConsumer(from.consumer); err != nil {
 			return Batch{}, err
 		}
+		// UseConsumer is the form every sender understands; Start says the
+		// same to those that read it.
 		req.Consumer, req.UseConsumer = from.consumer, true
 	}
 	ns, err := n.resolveWait(ctx, stream, topic, part)
@@ -264,8 +416,57 @@ func (n *Node) Poll(ctx context.Context, stream, topic, part uint32, from Start,
 	return Batch{Messages: r.Messages, Next: r.Offset}, nil
 }
 
+// PartitionOffsets describes a partition's log and, optionally, one
+// consumer's position in it.
+type PartitionOffsets struct {
+	// Start is the first readable offset; End the offset the next message
+	// will get. The partition holds End − Start messages.
+	Start, End uint64
+	// Stored is the consumer's stored offset, when HasStored.
+	Stored    uint64
+	HasStored bool
+	// Lag is how many messages the consumer has not read: End minus where
+	// a poll AtConsumer with the default reset would start (the stored
+	// offset, or Start when none is stored or it is below Start).
+	Lag uint64
+}
+
+// PartitionOffsets returns a partition's start and end offsets and, if
+// consumer is not empty, the consumer's stored offset and lag. In a
+// cluster it is read from the partition's leader.
+func (n *Node) PartitionOffsets(ctx context.Context, stream, topic, part uint32, consumer string) (PartitionOffsets, error) {
+	if err := n.begin(ctx); err != nil {
+		return PartitionOffsets{}, err
+	}
+	if consumer != "" {
+		if err := validConsumer(consumer); err != nil {
+			return PartitionOffsets{}, err
+		}
+	}
+	ns, err := n.resolveWait(ctx, stream, topic, part)
+	if err != nil {
+		return PartitionOffsets{}, err
+	}
+	req := &shard.Request{Op: shard.OpOffsets, NS: ns, Consumer: consumer, FromLeader: true}
+	r, err := n.call(ctx, req, stream, topic, part)
+	if err != nil {
+		return PartitionOffsets{}, err
+	}
+	po := PartitionOffsets{Start: r.Start, End: r.End, Stored: r.Offset, HasStored: r.Found}
+	pos := po.Start
+	if po.HasStored && po.Stored > pos {
+		pos = min(po.Stored, po.End)
+	}
+	po.Lag = po.End - pos
+	return po, nil
+}
+
 // StoreOffset records consumer's offset in a partition: the next offset it
-// will read.
+// will read. An offset past the partition's end is refused with
+// ErrOffsetOutOfRange. One below its start (messages the consumer never
+// read were truncated meanwhile) is stored as given: a poll AtConsumer
+// resolves it with its reset policy — by default the start — so a
+// consumer cannot wedge itself either way.
 func (n *Node) StoreOffset(ctx context.Context, consumer string, stream, topic, part uint32, offset uint64) error {
 	if err := n.begin(ctx); err != nil {
 		return err

@@ -22,6 +22,31 @@
 // is acknowledged once a quorum has it, and a request to a follower is
 // forwarded to the leader.
 //
+// # Consuming
+//
+// Poll reads a partition from a start position: AtOffset, AtFirst (the
+// oldest readable message), AtLast (the newest), AtTime (the first message
+// appended at or after a time, found through a per-segment time index),
+// or AtConsumer (the consumer's stored offset; with none stored, or one a
+// truncation passed, a reset policy decides — the start offset by
+// default, or the end, or ErrOffsetOutOfRange — so a consumer never
+// wedges). Batch.Next is always an offset that StoreOffset accepts;
+// PartitionOffsets reports a partition's start and end and a consumer's
+// stored offset and lag.
+//
+// With WaitFor a poll is a long poll: it waits at the partition's shard,
+// costing no CPU (no goroutine, timer or re-poll of its own), until
+// MinMessages messages (default 1) or the MaxBytes budget are available —
+// woken by the produce (in a cluster, the commit) that makes them
+// readable — or returns what there is at its deadline. Waits are capped
+// at MaxPollWait (30 s, like Apache Iggy's server), each shard holds at
+// most 10,000 waiting polls (ErrTooManyWaiters past it), and a waiting
+// poll whose partition is deleted or truncated past it, or whose node
+// closes, ends with an error: it is always answered exactly once.
+//
+// Messages keep the producer's Timestamp, their Key, and an AppendTime
+// stamped by the partition's shard.
+//
 // Package layout, imports pointing one way:
 //
 //	parkway (Node) → reconciler → shard → router → partition → metadata

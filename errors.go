@@ -78,8 +78,13 @@ var (
 	ErrOffsetOutOfRange = partition.ErrOffsetOutOfRange
 	// ErrInvalidConsumer reports a malformed consumer name.
 	ErrInvalidConsumer = errors.New("parkway: invalid consumer name")
+	// ErrTooManyWaiters reports a waiting poll refused because its
+	// partition's shard already holds its bound of waiting polls (10,000).
+	// It is not retried in place (it does not match ErrRetry): back off,
+	// poll without waiting, or raise the bound.
+	ErrTooManyWaiters = shard.ErrTooManyWaiters
 	// ErrInvalidArgument reports any other bad argument (a negative count,
-	// an unknown partitioning).
+	// an unknown partitioning, a negative or over-long poll wait).
 	ErrInvalidArgument = errors.New("parkway: invalid argument")
 )
 

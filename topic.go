@@ -46,7 +46,9 @@ func WithFsync(policy FsyncPolicy, interval time.Duration) TopicOption {
 
 // WithRetention bounds each of the topic's partitions by age and by size
 // (0 leaves a bound unset). Retention deletes whole segments, oldest first,
-// never the one being written.
+// never the one being written. Age is judged by the messages' producer
+// timestamps (Message.Timestamp, as Kafka's CreateTime): a segment goes
+// once its newest timestamp is older than age.
 func WithRetention(age time.Duration, bytes int64) TopicOption {
 	return func(c *TopicConfig) { c.RetentionAge, c.RetentionBytes = age, bytes }
 }

@@ -237,7 +237,8 @@ func (e *Engine) Forward(ctx context.Context, to uint64, req *shard.Request) (sh
 	if err := c.send(to, KindRequest, id, payload); err != nil {
 		return shard.Response{}, fmt.Errorf("%w: forward to node %d: %w", shard.ErrRetry, to, err)
 	}
-	t := e.cfg.Clock.NewTimer(e.ForwardTimeout())
+	// A waiting poll is answered by the leader up to its wait later.
+	t := e.cfg.Clock.NewTimer(e.ForwardTimeout() + req.MaxWait)
 	defer t.Stop()
 	select {
 	case b := <-ch:

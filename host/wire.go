@@ -48,7 +48,14 @@ func encodeRequest(r *shard.Request, now time.Time) ([]byte, error) {
 	if r.FromLeader {
 		flags |= flagFromLeader
 	}
+	poll := r.Op == shard.OpPoll
+	if poll {
+		flags |= flagPoll
+	}
 	b = append(b, flags)
+	if poll {
+		b = appendPollFields(b, r)
+	}
 	return partition.EncodeBatch(b, r.Messages)
 }
 
@@ -76,14 +83,30 @@ func decodeRequest(b []byte, now time.Time) (*shard.Request, error) {
 	if r.Consumer, b, ok = readString(b); !ok || len(b) < 1 {
 		return nil, errWire
 	}
-	if b[0]&^(flagUseConsumer|flagFromLeader) != 0 {
-		return nil, fmt.Errorf("%w: flags %#x", errWire, b[0])
+	flags := b[0]
+	if flags&^(flagUseConsumer|flagFromLeader|flagPoll) != 0 {
+		return nil, fmt.Errorf("%w: flags %#x", errWire, flags)
 	}
-	r.UseConsumer, r.FromLeader = b[0]&flagUseConsumer != 0, b[0]&flagFromLeader != 0
-	if r.Op == shard.OpRaft || r.Op == 0 || r.Op > shard.OpPurge {
+	r.UseConsumer, r.FromLeader = flags&flagUseConsumer != 0, flags&flagFromLeader != 0
+	switch r.Op {
+	case shard.OpProduce, shard.OpPoll, shard.OpStoreOffset, shard.OpGetOffset,
+		shard.OpTruncate, shard.OpPurge, shard.OpOffsets:
+	default:
+		// Replication traffic (OpRaft, OpCatchUp) has its own message
+		// kinds; a client request never carries it.
 		return nil, fmt.Errorf("%w: op %d", errWire, r.Op)
 	}
-	msgs, err := partition.DecodeBatch(b[1:])
+	b = b[1:]
+	if flags&flagPoll != 0 {
+		if r.Op != shard.OpPoll {
+			return nil, fmt.Errorf("%w: poll fields on op %d", errWire, r.Op)
+		}
+		var err error
+		if b, err = readPollFields(b, r); err != nil {
+			return nil, err
+		}
+	}
+	msgs, err := partition.DecodeBatch(b)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errWire, err)
 	}
@@ -119,6 +142,8 @@ func encodeResponse(r shard.Response) []byte {
 		b = append(b, codeOutcomeUnknown)
 	case errors.Is(r.Err, partition.ErrOffsetOutOfRange):
 		b = append(b, codeOffsetOutOfRange)
+	case errors.Is(r.Err, shard.ErrTooManyWaiters):
+		b = append(b, codeTooManyWaiters)
 	case errors.Is(partition.ClassifyNoSpace(r.Err), partition.ErrNoSpace):
 		b = appendString(append(b, codeNoSpace), r.Err.Error())
 	default:
@@ -133,6 +158,7 @@ func encodeResponse(r shard.Response) []byte {
 	} else {
 		b = append(b, 0)
 	}
+	b = appendOffsetsFields(b, r)
 	out, err := partition.EncodeBatch(b, r.Messages)
 	if err != nil {
 		return appendString([]byte{codeOther}, err.Error())
@@ -160,6 +186,8 @@ func decodeResponse(b []byte) (shard.Response, error) {
 		return shard.Response{Err: shard.ErrOutcomeUnknown}, nil
 	case codeOffsetOutOfRange:
 		return shard.Response{Err: partition.ErrOffsetOutOfRange}, nil
+	case codeTooManyWaiters:
+		return shard.Response{Err: shard.ErrTooManyWaiters}, nil
 	case codeOther, codeNoSpace:
 		msg, _, ok := readString(b)
 		if !ok {
@@ -175,8 +203,15 @@ func decodeResponse(b []byte) (shard.Response, error) {
 	if len(b) < 9 {
 		return shard.Response{}, errWire
 	}
+	if b[8] > 1 {
+		return shard.Response{}, fmt.Errorf("%w: found %d", errWire, b[8])
+	}
 	r := shard.Response{Offset: binary.LittleEndian.Uint64(b), Found: b[8] == 1}
-	msgs, err := partition.DecodeBatch(b[9:])
+	b, err := readOffsetsFields(b[9:], &r)
+	if err != nil {
+		return shard.Response{}, err
+	}
+	msgs, err := partition.DecodeBatch(b)
 	if err != nil {
 		return shard.Response{}, fmt.Errorf("%w: %w", errWire, err)
 	}

@@ -14,7 +14,7 @@ func EncodeBatch(dst []byte, msgs []Message) ([]byte, error) {
 		}
 	}
 	for i := range msgs {
-		dst = appendRecord(dst, &msgs[i], msgs[i].Offset)
+		dst = appendRecord(dst, &msgs[i], msgs[i].Offset, msgs[i].AppendTime)
 	}
 	return dst, nil
 }

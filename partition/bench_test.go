@@ -68,7 +68,7 @@ func BenchmarkAppend(b *testing.B) {
 // BenchmarkAppendVsBufferedFile compares batched FileStore appends (no
 // fsync) with the floor for the same bytes: a bufio.Writer appending the
 // encoded batch to one file. Both report MB/s of encoded bytes (records
-// with their 48-byte headers), so the difference is the partition's
+// with their 60-byte headers), so the difference is the partition's
 // overhead: encoding and checksumming, the index, one write(2) per batch
 // instead of one per 64 KiB buffer, and segment rolls.
 func BenchmarkAppendVsBufferedFile(b *testing.B) {

@@ -3,7 +3,30 @@ package partition
 // Segment codec: the pure encode/decode functions for the records of a
 // FileStore segment. Nothing here does I/O.
 //
-// Record format, all integers little endian:
+// Two record formats exist. Appends write format 2; format 1 records,
+// written before format 2 existed, stay readable (segments, raft logs and
+// forwarded batches may hold them). All integers are little endian.
+//
+// Format 2 (current): bit 31 of the length field is set.
+//
+//	pos  size  field
+//	  0     4  checksum     CRC-32C (Castagnoli) of bytes [4, length)
+//	  4     4  length       total record length, this header included, | 1<<31
+//	  8     8  offset       the message's partition offset
+//	 16    16  id           Message.ID
+//	 32     8  timestamp    Message.Timestamp (µs since the Unix epoch, the producer's)
+//	 40     8  append time  Message.AppendTime (µs, stamped by the owner at append)
+//	 48     4  key len      bytes of key that follow the header
+//	 52     4  headers len  bytes of encoded user headers after the key
+//	 56     4  payload len  bytes of payload after the headers
+//	 60     …  key
+//	  …     …  headers      per header: key len u32, key, value len u32, value
+//	  …     …  payload
+//
+// length (without the flag) must equal 60 + key len + headers len +
+// payload len, so records are at most 2 GiB − 1.
+//
+// Format 1 (read only): bit 31 of the length field is clear.
 //
 //	pos  size  field
 //	  0     4  checksum     CRC-32C (Castagnoli) of bytes [4, length)
@@ -16,10 +39,16 @@ package partition
 //	 48     …  headers      per header: key len u32, key, value len u32, value
 //	  …     …  payload
 //
-// length must equal 48 + headers len + payload len, so a length of 0 is
-// never valid. A record header of all zero bytes is therefore unambiguous and
-// marks the end of data: it is what the zero-filled tail of a preallocated
-// segment looks like.
+// length must equal 48 + headers len + payload len. A format 1 record has
+// no key, and decodes with AppendTime equal to its Timestamp: the Node
+// stamped Timestamp itself at produce time then, so it is the closest
+// record of when the message was appended. (Format 1 records of 2 GiB or
+// more would carry bit 31 in their length; the Node never wrote messages
+// that large, and they are reported as damage.)
+//
+// Neither format has a length of 0, so a record header of all zero bytes
+// is unambiguous and marks the end of data: it is what the zero-filled
+// tail of a preallocated segment looks like.
 //
 // Checksum choice: the reference server checksums records with 64-bit xxh3.
 // We use CRC-32C instead because it is in the standard library (hash/crc32,
@@ -35,15 +64,20 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"math"
 	"slices"
 )
 
 const (
-	// recordHeaderSize is the fixed part of every record.
-	recordHeaderSize = 48
-	// maxRecordSize is the largest encodable record: length is a uint32.
-	maxRecordSize = math.MaxUint32
+	// recordHeaderSize is the fixed part of a format 2 record.
+	recordHeaderSize = 60
+	// recordHeaderSizeV1 is the fixed part of a format 1 record, the
+	// smallest record of either format.
+	recordHeaderSizeV1 = 48
+	// formatFlag in the length field marks a format 2 record.
+	formatFlag = 1 << 31
+	// maxRecordSize is the largest encodable record: the length field's
+	// 31 bits.
+	maxRecordSize = formatFlag - 1
 	// headerFieldOverhead is the per-user-header framing (two u32 lengths).
 	headerFieldOverhead = 8
 )
@@ -91,12 +125,27 @@ func corruptf(path string, pos int64, format string, args ...any) *CorruptError 
 // recordHeader is the decoded fixed part of a record.
 type recordHeader struct {
 	checksum   uint32
-	length     uint32
+	length     uint32 // without formatFlag
 	offset     uint64
 	id         [16]byte
 	timestamp  int64
+	appendTime int64
+	keyLen     uint32
 	headersLen uint32
 	payloadLen uint32
+	// size is the fixed part's size: recordHeaderSize, or
+	// recordHeaderSizeV1 for a format 1 record.
+	size int
+}
+
+// recordLength returns the record length a header claims (flag removed)
+// and the fixed size of its format; b holds at least 8 bytes.
+func recordLength(b []byte) (uint32, int) {
+	l := le.Uint32(b[4:])
+	if l&formatFlag != 0 {
+		return l &^ formatFlag, recordHeaderSize
+	}
+	return l, recordHeaderSizeV1
 }
 
 // headersSize is the encoded size of hs.
@@ -111,28 +160,31 @@ func headersSize(hs []Header) uint64 {
 // recordSize is the encoded size of m, or false if it does not fit the
 // uint32 length field.
 func recordSize(m *Message) (int, bool) {
-	n := recordHeaderSize + headersSize(m.Headers) + uint64(len(m.Payload))
+	n := recordHeaderSize + uint64(len(m.Key)) + headersSize(m.Headers) + uint64(len(m.Payload))
 	if n > maxRecordSize {
 		return 0, false
 	}
 	return int(n), true
 }
 
-// appendRecord appends the record of m, stamped with offset, to dst. m
-// must have passed recordSize.
-func appendRecord(dst []byte, m *Message, offset uint64) []byte {
+// appendRecord appends the record of m, stamped with offset and
+// appendTime (in place of m's own), to dst. m must have passed recordSize.
+func appendRecord(dst []byte, m *Message, offset uint64, appendTime int64) []byte {
 	hl := headersSize(m.Headers)
-	n := recordHeaderSize + int(hl) + len(m.Payload)
+	n := recordHeaderSize + len(m.Key) + int(hl) + len(m.Payload)
 	start := len(dst)
 	dst = slices.Grow(dst, n)[:start+recordHeaderSize]
 	h := dst[start:]
 	// h[0:4], the checksum, is written last.
-	le.PutUint32(h[4:], uint32(n))
+	le.PutUint32(h[4:], uint32(n)|formatFlag)
 	le.PutUint64(h[8:], offset)
 	copy(h[16:32], m.ID[:])
 	le.PutUint64(h[32:], uint64(m.Timestamp))
-	le.PutUint32(h[40:], uint32(hl))
-	le.PutUint32(h[44:], uint32(len(m.Payload)))
+	le.PutUint64(h[40:], uint64(appendTime))
+	le.PutUint32(h[48:], uint32(len(m.Key)))
+	le.PutUint32(h[52:], uint32(hl))
+	le.PutUint32(h[56:], uint32(len(m.Payload)))
+	dst = append(dst, m.Key...)
 	for i := range m.Headers {
 		hd := &m.Headers[i]
 		dst = le.AppendUint32(dst, uint32(len(hd.Key)))
@@ -164,26 +216,37 @@ func allZero(b []byte) bool {
 // never reads outside b.
 func parseRecord(b []byte, path string, pos int64) (recordHeader, int, error) {
 	var h recordHeader
-	if allZero(b[:min(len(b), recordHeaderSize)]) {
+	if allZero(b[:min(len(b), recordHeaderSizeV1)]) {
 		return h, 0, io.EOF
 	}
+	h.size = recordHeaderSizeV1
 	if len(b) >= 8 {
-		if l := le.Uint32(b[4:]); l < recordHeaderSize {
-			return h, 0, corruptf(path, pos, "record length %d below header size %d", l, recordHeaderSize)
+		var l uint32
+		l, h.size = recordLength(b)
+		if l < uint32(h.size) {
+			return h, 0, corruptf(path, pos, "record length %d below header size %d", l, h.size)
 		}
 	}
-	if len(b) < recordHeaderSize {
+	if len(b) < h.size {
 		return h, 0, errIncomplete
 	}
 	h.checksum = le.Uint32(b[0:])
-	h.length = le.Uint32(b[4:])
+	h.length, _ = recordLength(b)
 	h.offset = le.Uint64(b[8:])
 	copy(h.id[:], b[16:32])
 	h.timestamp = int64(le.Uint64(b[32:]))
-	h.headersLen = le.Uint32(b[40:])
-	h.payloadLen = le.Uint32(b[44:])
-	if want := recordHeaderSize + uint64(h.headersLen) + uint64(h.payloadLen); uint64(h.length) != want {
-		return h, 0, corruptf(path, pos, "record length %d, header and payload lengths give %d", h.length, want)
+	if h.size == recordHeaderSize {
+		h.appendTime = int64(le.Uint64(b[40:]))
+		h.keyLen = le.Uint32(b[48:])
+		h.headersLen = le.Uint32(b[52:])
+		h.payloadLen = le.Uint32(b[56:])
+	} else {
+		h.appendTime = h.timestamp
+		h.headersLen = le.Uint32(b[40:])
+		h.payloadLen = le.Uint32(b[44:])
+	}
+	if want := uint64(h.size) + uint64(h.keyLen) + uint64(h.headersLen) + uint64(h.payloadLen); uint64(h.length) != want {
+		return h, 0, corruptf(path, pos, "record length %d, key, header and payload lengths give %d", h.length, want)
 	}
 	if uint64(len(b)) < uint64(h.length) {
 		return h, 0, errIncomplete
@@ -192,7 +255,8 @@ func parseRecord(b []byte, path string, pos int64) (recordHeader, int, error) {
 	if sum := crc32.Checksum(rec[4:], castagnoli); sum != h.checksum {
 		return h, 0, corruptf(path, pos, "checksum %#08x, computed %#08x", h.checksum, sum)
 	}
-	if _, err := countHeaders(rec[recordHeaderSize : recordHeaderSize+int(h.headersLen)]); err != nil {
+	hs := h.size + int(h.keyLen)
+	if _, err := countHeaders(rec[hs : hs+int(h.headersLen)]); err != nil {
 		return h, 0, corruptf(path, pos, "headers: %v", err)
 	}
 	return h, int(h.length), nil
@@ -220,20 +284,27 @@ func countHeaders(b []byte) (int, error) {
 
 // decodeRecord decodes the record at the start of b (see parseRecord for
 // the errors). The returned payload and header values alias b and are
-// capped, so appending to them cannot overwrite b; keys are copied into
-// strings. An empty payload or value decodes as nil, no headers as nil.
+// capped, so appending to them cannot overwrite b, and so does the message
+// key; header keys are copied into strings. An empty payload, key or value
+// decodes as nil, no headers as nil.
 func decodeRecord(b []byte, path string, pos int64) (Message, int, error) {
 	h, n, err := parseRecord(b, path, pos)
 	if err != nil {
 		return Message{}, 0, err
 	}
-	m := Message{Offset: h.offset, ID: h.id, Timestamp: h.timestamp}
-	hb := b[recordHeaderSize : recordHeaderSize+int(h.headersLen)]
+	m := Message{Offset: h.offset, ID: h.id, Timestamp: h.timestamp, AppendTime: h.appendTime}
+	at := h.size
+	if h.keyLen > 0 {
+		k := b[at : at+int(h.keyLen)]
+		m.Key = k[:len(k):len(k)]
+		at += int(h.keyLen)
+	}
+	hb := b[at : at+int(h.headersLen)]
 	if len(hb) > 0 {
 		m.Headers = decodeHeaders(hb)
 	}
 	if h.payloadLen > 0 {
-		p := b[recordHeaderSize+int(h.headersLen) : n]
+		p := b[at+int(h.headersLen) : n]
 		m.Payload = p[:len(p):len(p)]
 	}
 	return m, n, nil

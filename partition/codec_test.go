@@ -3,6 +3,7 @@ package partition
 import (
 	"bytes"
 	"errors"
+	"hash/crc32"
 	"io"
 	"reflect"
 	"testing"
@@ -10,7 +11,7 @@ import (
 
 func sampleMessages() []Message {
 	return []Message{
-		{ID: [16]byte{1, 2, 3}, Timestamp: 1_700_000_000_000_000, Payload: []byte("hello")},
+		{ID: [16]byte{1, 2, 3}, Timestamp: 1_700_000_000_000_000, AppendTime: 1_700_000_000_000_007, Key: []byte("user-42"), Payload: []byte("hello")},
 		{Timestamp: -5, Headers: []Header{{Key: "k", Value: []byte("v")}, {Key: "", Value: nil}, {Key: "empty"}}},
 		{ID: [16]byte{15: 0xff}, Payload: bytes.Repeat([]byte{0xab}, 300), Headers: []Header{{Key: "trace", Value: []byte{0, 1, 2}}}},
 		{},
@@ -20,7 +21,7 @@ func sampleMessages() []Message {
 func encodeAll(msgs []Message, first uint64) []byte {
 	var b []byte
 	for i := range msgs {
-		b = appendRecord(b, &msgs[i], first+uint64(i))
+		b = appendRecord(b, &msgs[i], first+uint64(i), msgs[i].AppendTime)
 	}
 	return b
 }
@@ -160,7 +161,7 @@ func FuzzDecode(f *testing.F) {
 			if n < recordHeaderSize || n > len(b) {
 				t.Fatalf("decodeRecord consumed %d of %d bytes", n, len(b))
 			}
-			if re := appendRecord(nil, &m, m.Offset); !bytes.Equal(re, b[:n]) {
+			if re := reencode(nil, &m, b); !bytes.Equal(re, b[:n]) {
 				t.Fatalf("re-encoding differs:\n got %x\nwant %x", re, b[:n])
 			}
 		case err == io.EOF, err == errIncomplete, errors.Is(err, ErrCorrupt):
@@ -176,10 +177,45 @@ func FuzzDecode(f *testing.F) {
 		}
 		var again []byte
 		for i := range msgs {
-			again = appendRecord(again, &msgs[i], msgs[i].Offset)
+			again = reencode(again, &msgs[i], b[len(again):])
 		}
 		if !bytes.Equal(again, b[:used]) {
 			t.Fatalf("decodeRecords output does not re-encode to the %d bytes it used", used)
 		}
 	})
+}
+
+// reencode appends m's record in the format of the record at the start of
+// orig (the one m was decoded from).
+func reencode(dst []byte, m *Message, orig []byte) []byte {
+	if _, size := recordLength(orig); size == recordHeaderSizeV1 {
+		return appendRecordV1(dst, m, m.Offset)
+	}
+	return appendRecord(dst, m, m.Offset, m.AppendTime)
+}
+
+// appendRecordV1 appends m's record in format 1 (no key, no append time),
+// as segments, raft logs and forwarded batches held it before format 2.
+func appendRecordV1(dst []byte, m *Message, offset uint64) []byte {
+	hl := headersSize(m.Headers)
+	n := recordHeaderSizeV1 + int(hl) + len(m.Payload)
+	start := len(dst)
+	dst = append(dst, make([]byte, recordHeaderSizeV1)...)
+	h := dst[start:]
+	le.PutUint32(h[4:], uint32(n))
+	le.PutUint64(h[8:], offset)
+	copy(h[16:32], m.ID[:])
+	le.PutUint64(h[32:], uint64(m.Timestamp))
+	le.PutUint32(h[40:], uint32(hl))
+	le.PutUint32(h[44:], uint32(len(m.Payload)))
+	for i := range m.Headers {
+		hd := &m.Headers[i]
+		dst = le.AppendUint32(dst, uint32(len(hd.Key)))
+		dst = append(dst, hd.Key...)
+		dst = le.AppendUint32(dst, uint32(len(hd.Value)))
+		dst = append(dst, hd.Value...)
+	}
+	dst = append(dst, m.Payload...)
+	le.PutUint32(dst[start:], crc32.Checksum(dst[start+4:], castagnoli))
+	return dst
 }

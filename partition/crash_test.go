@@ -261,7 +261,7 @@ func TestCrashAtTornWrites(t *testing.T) {
 		// Inside the first record's header, inside its payload, just
 		// after it and inside the second record (the first one whole: a
 		// failed batch must not leave it behind), and past most batches.
-		for _, tear := range []int{1, 20, 48 + crashPayload/2, 48 + crashPayload, 2*48 + crashPayload + 10, 3 * crashPayload} {
+		for _, tear := range []int{1, 20, 60 + crashPayload/2, 60 + crashPayload, 2*60 + crashPayload + 10, 3 * crashPayload} {
 			mem := vfs.NewMem()
 			inj := errorfs.OnIndex(i, &errorfs.TornWrite{N: tear}, errorfs.OpWrite, errorfs.OpWriteAt)
 			r := produce(errorfs.New(mem, inj))

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -92,6 +93,7 @@ func (c FileConfig) Validate() error {
 //	<Dir>/streams/<s>/topics/<t>/partitions/<p>/
 //	    <base offset, 20 digits>.log    records (format in codec.go)
 //	    <base offset, 20 digits>.index  sparse index (format in segment.go)
+//	    <base offset, 20 digits>.timeindex  time index (format in segment.go)
 //	    incarnation                     the epoch, decimal
 //	    start                           the start offset, decimal (once truncated)
 //	    offsets/consumers/<consumer>    one file per consumer
@@ -190,7 +192,11 @@ func (s *FileStore) release(ns metadata.Namespace) {
 //     reported as a *CorruptError naming the segment file and the byte
 //     position of the damaged record; the partition does not open. So is
 //     a gap between segments.
-//   - Index files that are missing, short or wrong are rebuilt.
+//   - Index files that are missing, short or wrong are rebuilt: offset
+//     indexes by the open; a sealed segment's time index whose file is
+//     missing or does not match its offset index (a segment written
+//     before time indexes existed) by the first OffsetForTime that needs
+//     it, so opening an old log does not read all of it.
 //   - Segments wholly below a recorded start offset (a truncation
 //     interrupted by a crash) are deleted, and leftover temporary files
 //     are removed.
@@ -404,6 +410,10 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 	}
 	tail := p.tail()
 	p.next = tail.next
+	p.lastAT = math.MinInt64
+	for _, seg := range p.segs {
+		p.lastAT = max(p.lastAT, seg.maxAT)
+	}
 	// What the tail holds may not be durable yet (a process crash keeps
 	// unsynced writes in the page cache); sealed segments are.
 	p.synced = tail.base
@@ -489,25 +499,48 @@ func (s *FileStore) openSealed(seg *segment, buf []byte) ([]byte, error) {
 	rewrite, scanned := !exact, false
 	if len(es) > 0 && !s.cfg.VerifyOnOpen {
 		rewrite = true // unless the checks below pass
+		times, timesOK, terr := loadTimeIndex(s.fs, seg.timeIndexPath(), es)
+		if terr != nil {
+			return buf, terr
+		}
 		if plausibleIndex(es, size) {
+			// A time index that does not match the offset index entry
+			// for entry (missing: the segment predates time indexes;
+			// torn) is rebuilt when a search first needs it, not here:
+			// opening a large log written before time indexes existed
+			// must not read all of it.
+			if !timesOK {
+				times = make([]int64, len(es)) // placeholders, never written
+			}
 			last := es[len(es)-1]
-			seg.index, seg.lastIndexed = es, int64(last.pos)
+			seg.index, seg.times, seg.lastIndexed = es, times, int64(last.pos)
 			end, next, buf, err = seg.scan(int64(last.pos), seg.base+uint64(last.rel), size, buf, true)
 			switch {
+			case err == nil && timesOK && seg.scanFirstAT != times[len(times)-1]:
+				// The time index's last entry names the wrong time:
+				// rebuild both.
 			case err == nil:
 				rewrite, scanned = !exact, true
+				seg.timesUnknown = !timesOK
 			case !errors.Is(err, ErrCorrupt):
 				return buf, err
 			}
 		}
 	}
 	if !scanned { // no usable index, or VerifyOnOpen: scan it all
-		seg.index, seg.lastIndexed = nil, 0
+		seg.index, seg.times, seg.lastIndexed = nil, nil, 0
 		if end, next, buf, err = seg.scan(0, seg.base, size, buf, true); err != nil {
 			return buf, err
 		}
 		seg.maxTSKnown = true
 		rewrite = rewrite || !slices.Equal(seg.index, es)
+		if !rewrite {
+			current, err := seg.timeIndexCurrent(s.fs)
+			if err != nil {
+				return buf, err
+			}
+			rewrite = !current
+		}
 	}
 	seg.size, seg.next = end, next
 	seg.synced = true
@@ -560,7 +593,16 @@ func (s *FileStore) openTail(seg *segment, buf []byte) ([]byte, error) {
 	if err != nil || string(have) != string(want) {
 		return buf, seg.writeIndexFile(s.fs, true)
 	}
+	if current, err := seg.timeIndexCurrent(s.fs); err != nil || !current {
+		if err != nil {
+			return buf, err
+		}
+		return buf, seg.writeIndexFile(s.fs, true)
+	}
 	if seg.idx, err = s.fs.OpenFile(seg.indexPath(), os.O_RDWR, 0); err != nil {
+		return buf, err
+	}
+	if seg.tidx, err = s.fs.OpenFile(seg.timeIndexPath(), os.O_RDWR, 0); err != nil {
 		return buf, err
 	}
 	seg.idxPersisted = len(seg.index)

@@ -29,6 +29,9 @@ type filePartition struct {
 	start uint64
 	// synced is the offset below which every message is durable.
 	synced uint64
+	// lastAT is the append time of the newest message (math.MinInt64
+	// for none): Append never stamps one below it.
+	lastAT int64
 	// layoutPending: the partition was just built and its layout (the
 	// incarnation file, the directories in layout) is not durable yet.
 	layout        []string
@@ -78,6 +81,9 @@ func (p *filePartition) createSegment(base uint64) (_ *segment, err error) {
 	if seg.idx, err = p.fs.OpenFile(seg.indexPath(), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644); err != nil {
 		return nil, err
 	}
+	if seg.tidx, err = p.fs.OpenFile(seg.timeIndexPath(), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644); err != nil {
+		return nil, err
+	}
 	if p.store.cfg.Preallocate {
 		if err = preallocate(seg.log, p.store.cfg.SegmentSize); err != nil {
 			return nil, err
@@ -93,11 +99,11 @@ func (p *filePartition) createSegment(base uint64) (_ *segment, err error) {
 	return seg, nil
 }
 
-// removeSegmentFiles deletes a segment's log and index; missing files are
-// not an error.
+// removeSegmentFiles deletes a segment's log and indexes; missing files
+// are not an error.
 func removeSegmentFiles(fsys vfs.FS, s *segment) error {
 	var errs []error
-	for _, path := range []string{s.logPath, s.indexPath()} {
+	for _, path := range []string{s.logPath, s.indexPath(), s.timeIndexPath()} {
 		if err := fsys.Remove(path); err != nil && !isNotExist(err) {
 			errs = append(errs, err)
 		}
@@ -130,26 +136,43 @@ func (p *filePartition) roll() error {
 		return err
 	}
 	p.persistIndex(old)
-	if old.idx != nil {
-		_ = old.idx.Close() // the in-memory index is authoritative
-		old.idx = nil
-	}
+	old.closeIndexes() // the in-memory indexes are authoritative
 	p.segs = append(p.segs, seg)
 	return nil
 }
 
-// persistIndex writes the index entries not yet in the index file. It is
-// best effort: the in-memory index serves reads, and a reopen rebuilds a
-// short index file, so a failure only means it is retried next time.
+// persistIndex writes the index entries not yet in the index files (the
+// offset index and the time index). It is best effort: the in-memory
+// indexes serve reads, and a reopen rebuilds a short index file, so a
+// failure only means it is retried next time.
 func (p *filePartition) persistIndex(s *segment) {
-	if s.idx == nil || s.idxPersisted == len(s.index) {
+	if s.idx == nil || s.tidx == nil || s.idxPersisted == len(s.index) {
 		return
 	}
-	b := appendIndexEntries(p.idxBuf[:0], s.index[s.idxPersisted:])
-	if _, err := s.idx.WriteAt(b, int64(s.idxPersisted)*indexEntrySize); err == nil {
+	from := s.idxPersisted
+	b := appendIndexEntries(p.idxBuf[:0], s.index[from:])
+	_, err := s.idx.WriteAt(b, int64(from)*indexEntrySize)
+	if err == nil {
+		b = appendTimeEntries(b[:0], s.index[from:], s.times[from:])
+		_, err = s.tidx.WriteAt(b, int64(from)*timeEntrySize)
+	}
+	if err == nil {
 		s.idxPersisted = len(s.index)
 	}
 	p.idxBuf = b[:0]
+}
+
+// closeIndexes closes a sealed segment's index files; its in-memory
+// indexes stay authoritative.
+func (s *segment) closeIndexes() {
+	if s.idx != nil {
+		_ = s.idx.Close()
+		s.idx = nil
+	}
+	if s.tidx != nil {
+		_ = s.tidx.Close()
+		s.tidx = nil
+	}
 }
 
 // Append encodes the batch into one buffer and writes it with one write at
@@ -188,12 +211,13 @@ func (p *filePartition) Append(msgs []Message) (uint64, error) {
 
 	first := p.next
 	indexLen, lastIndexed := len(tail.index), tail.lastIndexed
-	maxTS := tail.maxTS
+	maxTS, lastAT := tail.maxTS, p.lastAT
 	buf := slices.Grow(p.buf[:0], int(total))
 	for i := range msgs {
 		off := first + uint64(i)
-		tail.track(off, tail.size+int64(len(buf)))
-		buf = appendRecord(buf, &msgs[i], off)
+		lastAT = stampAppendTime(&msgs[i], lastAT)
+		tail.track(off, tail.size+int64(len(buf)), lastAT)
+		buf = appendRecord(buf, &msgs[i], off, lastAT)
 		maxTS = max(maxTS, msgs[i].Timestamp)
 	}
 	if cap(buf) <= maxRetainedBuffer {
@@ -203,12 +227,14 @@ func (p *filePartition) Append(msgs []Message) (uint64, error) {
 	}
 
 	if err := p.writeTail(tail, buf); err != nil {
-		tail.index, tail.lastIndexed = tail.index[:indexLen], lastIndexed
+		tail.index, tail.times, tail.lastIndexed = tail.index[:indexLen], tail.times[:indexLen], lastIndexed
 		return 0, err
 	}
 	tail.size += int64(len(buf))
 	tail.next += uint64(len(msgs))
 	tail.maxTS = maxTS
+	tail.maxAT = max(tail.maxAT, lastAT)
+	p.lastAT = lastAT
 	p.next = tail.next
 	if p.store.cfg.Sync {
 		p.synced = p.next // writeTail fsynced; a roll fsyncs what it seals
@@ -365,10 +391,7 @@ func (p *filePartition) SkipTo(offset uint64) error {
 	}
 	old := p.tail()
 	p.persistIndex(old)
-	if old.idx != nil {
-		_ = old.idx.Close()
-		old.idx = nil
-	}
+	old.closeIndexes()
 	p.segs = append(p.segs, seg)
 	p.start, p.next, p.synced = offset, offset, offset
 	return p.dropSegments()
@@ -510,6 +533,27 @@ func (p *filePartition) Read(from uint64, max int) ([]Message, error) {
 	return out, nil
 }
 
+// OffsetForTime finds the first segment whose newest append time reaches
+// t, then searches it from its time index's hint.
+func (p *filePartition) OffsetForTime(t int64) (uint64, error) {
+	if p.closed {
+		return 0, ErrClosed
+	}
+	for _, seg := range p.segs {
+		if seg.next <= p.start || seg.next == seg.base || seg.maxAT < t {
+			continue
+		}
+		if err := seg.ensureTimes(p.fs); err != nil {
+			return 0, err
+		}
+		off, ok, err := seg.findTime(t, max(p.start, seg.base))
+		if err != nil || ok {
+			return off, err
+		}
+	}
+	return p.next, nil
+}
+
 // StoreConsumerOffset writes the consumer's offset file atomically and
 // durably before returning.
 func (p *filePartition) StoreConsumerOffset(consumer string, offset uint64) error {
@@ -556,6 +600,9 @@ func (p *filePartition) Close() error {
 		}
 		if tail.idx != nil {
 			errs = append(errs, tail.idx.Sync())
+		}
+		if tail.tidx != nil {
+			errs = append(errs, tail.tidx.Sync())
 		}
 	}
 	errs = append(errs, p.closeFiles())

@@ -23,10 +23,10 @@ func partDir(root string, ns metadata.Namespace) string {
 
 func segName(base uint64, ext string) string { return fmt.Sprintf("%020d%s", base, ext) }
 
-// recSize is the on-disk size of m: the 48-byte record header, the
+// recSize is the on-disk size of m: the 60-byte record header, the
 // headers (two u32 lengths each) and the payload.
 func recSize(m partition.Message) int64 {
-	n := int64(48 + len(m.Payload))
+	n := int64(60 + len(m.Key) + len(m.Payload))
 	for _, h := range m.Headers {
 		n += int64(8 + len(h.Key) + len(h.Value))
 	}
@@ -81,7 +81,7 @@ func TestFileLayout(t *testing.T) {
 	mustClose(t, p)
 
 	dir := filepath.Join(root, "streams", "1", "topics", "2", "partitions", "3")
-	want := []string{"00000000000000000000.index", "00000000000000000000.log", "incarnation", "offsets"}
+	want := []string{"00000000000000000000.index", "00000000000000000000.log", "00000000000000000000.timeindex", "incarnation", "offsets"}
 	if got := listDir(t, dir); !slices.Equal(got, want) {
 		t.Fatalf("partition dir holds %q, want %q", got, want)
 	}

@@ -3,7 +3,9 @@ package partition
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
+	"sort"
 	"sync"
 
 	"github.com/parkway-io/parkway/metadata"
@@ -38,14 +40,16 @@ type memLog struct {
 	start uint64
 	next  uint64
 	// bytes is the encoded size of the messages in [start, next).
-	bytes     int64
+	bytes int64
+	// lastAT is the newest message's append time (math.MinInt64: none).
+	lastAT    int64
 	consumers map[string]uint64
 	open      bool
 }
 
 // memSize is the size m would occupy in a FileStore segment.
 func memSize(m *Message) int64 {
-	return recordHeaderSize + int64(headersSize(m.Headers)) + int64(len(m.Payload))
+	return recordHeaderSize + int64(len(m.Key)) + int64(headersSize(m.Headers)) + int64(len(m.Payload))
 }
 
 var (
@@ -70,7 +74,7 @@ func (s *MemStore) Build(ns metadata.Namespace, epoch uint64) (Partition, error)
 		return nil, fmt.Errorf("%w: %v", ErrInUse, ns)
 	}
 	if l == nil || l.epoch != epoch {
-		l = &memLog{epoch: epoch, consumers: make(map[string]uint64)}
+		l = &memLog{epoch: epoch, consumers: make(map[string]uint64), lastAT: math.MinInt64}
 		s.logs[ns] = l
 	}
 	l.open = true
@@ -204,8 +208,8 @@ func (p *memPartition) EnforceRetention(olderThanMicros, maxBytes int64) (uint64
 }
 
 // Append copies the batch into three allocations however many messages it
-// holds: one arena for all payloads, one for all header values, and one
-// for all Header structs. Keys are strings and need no copy. Every slice
+// holds: one arena for all payloads and keys, one for all header values,
+// and one for all Header structs. Keys are strings and need no copy. Every slice
 // handed out is capped so appending to it cannot spill into a neighbour.
 func (p *memPartition) Append(msgs []Message) (uint64, error) {
 	if p.closed {
@@ -216,7 +220,7 @@ func (p *memPartition) Append(msgs []Message) (uint64, error) {
 	}
 	var payloadBytes, headerCount, valueBytes int
 	for i := range msgs {
-		payloadBytes += len(msgs[i].Payload)
+		payloadBytes += len(msgs[i].Payload) + len(msgs[i].Key)
 		headerCount += len(msgs[i].Headers)
 		for j := range msgs[i].Headers {
 			valueBytes += len(msgs[i].Headers[j].Value)
@@ -238,7 +242,13 @@ func (p *memPartition) Append(msgs []Message) (uint64, error) {
 	first := l.next
 	for i := range msgs {
 		in := &msgs[i]
-		out := Message{Offset: first + uint64(i), ID: in.ID, Timestamp: in.Timestamp}
+		l.lastAT = stampAppendTime(in, l.lastAT)
+		out := Message{Offset: first + uint64(i), ID: in.ID, Timestamp: in.Timestamp, AppendTime: l.lastAT}
+		if len(in.Key) > 0 {
+			start := len(payloads)
+			payloads = append(payloads, in.Key...)
+			out.Key = payloads[start:len(payloads):len(payloads)]
+		}
 		if len(in.Payload) > 0 {
 			start := len(payloads)
 			payloads = append(payloads, in.Payload...)
@@ -288,6 +298,17 @@ func (p *memPartition) Read(from uint64, max int) ([]Message, error) {
 		k += copy(out[k:], l.chunks[(off-l.first)/memChunk][off%memChunk:])
 	}
 	return out, nil
+}
+
+// OffsetForTime implements Partition by binary search: Append keeps
+// append times non-decreasing.
+func (p *memPartition) OffsetForTime(t int64) (uint64, error) {
+	if p.closed {
+		return 0, ErrClosed
+	}
+	l := p.log
+	n := sort.Search(int(l.next-l.start), func(i int) bool { return l.at(l.start+uint64(i)).AppendTime >= t })
+	return l.start + uint64(n), nil
 }
 
 func (p *memPartition) StoreConsumerOffset(consumer string, offset uint64) error {

@@ -11,6 +11,7 @@
 //
 //	<dir>/streams/<s>/topics/<t>/partitions/<p>/<base offset, 20 digits>.log
 //	                                           /<base offset, 20 digits>.index
+//	                                           /<base offset, 20 digits>.timeindex
 //	                                           /incarnation (the epoch)
 //	                                           /start (the start offset, once truncated)
 //	                                           /offsets/consumers/<name>
@@ -40,8 +41,23 @@ type Message struct {
 	// ID is a 128-bit message id chosen by the producer (zero is allowed).
 	ID [16]byte
 	// Timestamp is microseconds since the Unix epoch, set by the producer
-	// side before Append (the partition never reads a clock).
+	// (Kafka's CreateTime). The partition keeps it as given and never
+	// reads a clock; retention by age compares against it.
 	Timestamp int64
+	// AppendTime is microseconds since the Unix epoch at which the owner
+	// appended the message (Kafka's LogAppendTime): the shard stamps it
+	// from its clock before Append (a replicated partition's leader, before
+	// proposing, so every replica stores the same value). Append keeps
+	// append times non-decreasing along the log: a message stamped below
+	// its predecessor (a clock step back, a new leader with a slower
+	// clock) gets its predecessor's, and one stamped 0 gets its Timestamp
+	// first. OffsetForTime searches it. Messages stored in the format 1
+	// record (before append times were kept) read back with AppendTime
+	// equal to Timestamp.
+	AppendTime int64
+	// Key is the message key, kept with the message (nil for none). A
+	// produce with Key partitioning chose the partition by it.
+	Key []byte
 	// Headers are optional user headers.
 	Headers []Header
 	// Payload is the message body. Append copies it; slices returned by
@@ -65,6 +81,13 @@ type Partition interface {
 	// end of the log; none, with no error, at or past NextOffset). An offset
 	// below the log's start is ErrOffsetOutOfRange.
 	Read(from uint64, max int) ([]Message, error)
+	// OffsetForTime returns the offset of the first readable message
+	// whose AppendTime is at or after t (µs since the Unix epoch), or
+	// NextOffset if there is none. FileStore searches a per-segment time
+	// index; it is exact for append times written by Append (which keeps
+	// them non-decreasing) and approximate over older segments whose
+	// records carry producer timestamps only.
+	OffsetForTime(t int64) (uint64, error)
 	// NextOffset is the offset the next appended message will get.
 	NextOffset() uint64
 	// StartOffset is the first readable offset: 0 until TruncateBefore or
@@ -151,6 +174,17 @@ type Store interface {
 	// orphans: partitions the committed metadata no longer has, or has at
 	// another incarnation.
 	List() ([]Stored, error)
+}
+
+// stampAppendTime returns the append time Append stores for m after a
+// message stored with last: m's own (its Timestamp if 0), never below
+// last.
+func stampAppendTime(m *Message, last int64) int64 {
+	at := m.AppendTime
+	if at == 0 {
+		at = m.Timestamp
+	}
+	return max(at, last)
 }
 
 // Stored is one partition a Store holds, as listed by List.

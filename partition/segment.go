@@ -22,10 +22,21 @@ import (
 // position 0, which needs no entry). The rule depends only on the record
 // positions, so an index rebuilt by a scan is byte-identical to the one
 // written by appends.
+//
+// <base>.timeindex is the time index kept with it: one 12-byte entry
+// (offset relative to base u32, append time i64, little endian) for each
+// entry of the offset index, naming the same record. Append times are
+// non-decreasing along a partition (Append clamps them), so a search for
+// the first message appended at or after t binary-searches it. It is
+// derived data like the offset index: written with it and rebuilt by a
+// scan when it does not match its offset index entry for entry (for a
+// sealed segment, when a search first needs it).
 
 const (
 	logExt            = ".log"
 	indexExt          = ".index"
+	timeIndexExt      = ".timeindex"
+	timeEntrySize     = 12
 	baseDigits        = 20
 	indexInterval     = 4 << 10
 	indexEntrySize    = 8
@@ -88,6 +99,16 @@ func appendIndexEntries(dst []byte, es []indexEntry) []byte {
 	return dst
 }
 
+// appendTimeEntries encodes the time index entries of es, whose append
+// times are times.
+func appendTimeEntries(dst []byte, es []indexEntry, times []int64) []byte {
+	for i, e := range es {
+		dst = le.AppendUint32(dst, e.rel)
+		dst = le.AppendUint64(dst, uint64(times[i]))
+	}
+	return dst
+}
+
 // segment is one segment of a file partition. Only the tail is written;
 // every segment's log stays open for reads.
 type segment struct {
@@ -97,31 +118,48 @@ type segment struct {
 	logPath string
 	log     vfs.File
 	idx     vfs.File // the tail's index file; nil for older segments
+	tidx    vfs.File // the tail's time index file; nil for older segments
 
 	// maxTS is the largest message timestamp seen by appends and scans
 	// (math.MinInt64 for none); it is the segment's newest timestamp once
 	// maxTSKnown (every record was seen).
 	maxTS      int64
 	maxTSKnown bool
+	// scanFirstAT is the append time of the first record the last scan
+	// read: opening a sealed segment checks the time index's last entry
+	// against it.
+	scanFirstAT int64
+	// maxAT is the largest append time seen by appends and scans
+	// (math.MinInt64 for none). Append times never decrease along the
+	// log, so once the last record was seen it is the last record's.
+	maxAT int64
 	// synced is set by open when the whole segment is known to be
 	// durable: a sealed segment, or a tail that open truncated and
 	// fsynced. Only open reads it; afterwards filePartition.synced tracks
 	// durability.
 	synced bool
 
-	index        []indexEntry // in memory, so reads never touch the file
-	lastIndexed  int64        // position of the last indexed record, 0 if none
-	idxPersisted int          // entries of index already in the index file
+	index []indexEntry // in memory, so reads never touch the file
+	times []int64      // append time of each index entry's record
+	// timesUnknown: times holds placeholders (the time index file was
+	// missing or did not match); ensureTimes rebuilds it on first use.
+	timesUnknown bool
+	lastIndexed  int64 // position of the last indexed record, 0 if none
+	idxPersisted int   // entries of index already in both index files
 }
 
 func (s *segment) indexPath() string {
 	return strings.TrimSuffix(s.logPath, logExt) + indexExt
 }
 
+func (s *segment) timeIndexPath() string {
+	return strings.TrimSuffix(s.logPath, logExt) + timeIndexExt
+}
+
 // track applies the sparse index rule to the record of offset off at pos.
 // Positions or relative offsets beyond uint32 (only in a foreign or
 // damaged file) are simply not indexed: reads then start earlier.
-func (s *segment) track(off uint64, pos int64) {
+func (s *segment) track(off uint64, pos int64, appendTime int64) {
 	if pos-s.lastIndexed < indexInterval {
 		return
 	}
@@ -130,7 +168,20 @@ func (s *segment) track(off uint64, pos int64) {
 		return
 	}
 	s.index = append(s.index, indexEntry{rel: uint32(rel), pos: uint32(pos)})
+	s.times = append(s.times, appendTime)
 	s.lastIndexed = pos
+}
+
+// seekTime returns the position and offset to start decoding at to find
+// the first record appended at or after t: the last indexed record
+// appended before t (every record before it was too), or the start.
+func (s *segment) seekTime(t int64) (int64, uint64) {
+	i := sort.Search(len(s.times), func(i int) bool { return s.times[i] >= t })
+	if i == 0 {
+		return 0, s.base
+	}
+	e := s.index[i-1]
+	return int64(e.pos), s.base + uint64(e.rel)
 }
 
 // seek returns the position and offset to start decoding at to reach from.
@@ -151,6 +202,7 @@ func (s *segment) seek(from uint64) (int64, uint64) {
 // last whole record; any other error is an I/O error. buf is scratch
 // space.
 func (s *segment) scan(pos int64, off uint64, end int64, buf []byte, index bool) (int64, uint64, []byte, error) {
+	first := off
 	if want := max(min(scanChunk, end-pos), recordHeaderSize); int64(len(buf)) < want {
 		buf = make([]byte, want)
 	}
@@ -172,7 +224,8 @@ func (s *segment) scan(pos int64, off uint64, end int64, buf []byte, index bool)
 				}
 				need := int64(recordHeaderSize)
 				if len(b) >= 8 {
-					need = int64(le.Uint32(b[4:]))
+					l, _ := recordLength(b)
+					need = int64(l)
 				}
 				if at+need > end || need <= int64(len(b)) {
 					return at, off, buf, corruptf(s.logPath, at, "torn record: %d bytes left", end-at)
@@ -186,10 +239,14 @@ func (s *segment) scan(pos int64, off uint64, end int64, buf []byte, index bool)
 			if h.offset != off {
 				return at, off, buf, corruptf(s.logPath, at, "record offset %d, expected %d", h.offset, off)
 			}
+			if off == first {
+				s.scanFirstAT = h.appendTime
+			}
 			if index {
-				s.track(off, at)
+				s.track(off, at, h.appendTime)
 			}
 			s.maxTS = max(s.maxTS, h.timestamp)
+			s.maxAT = max(s.maxAT, h.appendTime)
 			off++
 			used += rn
 		}
@@ -237,7 +294,8 @@ func (s *segment) read(from uint64, count int, out []Message) ([]Message, error)
 					if len(buf) < 8 {
 						return out, corruptf(s.logPath, at, "torn record inside the logical size")
 					}
-					want = int64(le.Uint32(buf[4:]))
+					l, _ := recordLength(buf)
+					want = int64(l)
 					if want <= int64(len(buf)) || at+want > s.size {
 						return out, corruptf(s.logPath, at, "record of %d bytes overruns the logical size %d", want, s.size)
 					}
@@ -265,6 +323,67 @@ func (s *segment) read(from uint64, count int, out []Message) ([]Message, error)
 	return out, nil
 }
 
+// ensureTimes rebuilds the time index of a sealed segment opened without
+// a usable one, by a scan, and writes its file (best effort: the next
+// open rebuilds a file that failed to write).
+func (s *segment) ensureTimes(fsys vfs.FS) error {
+	if !s.timesUnknown {
+		return nil
+	}
+	index, times, last := s.index, s.times, s.lastIndexed
+	s.index, s.times, s.lastIndexed = nil, nil, 0
+	end, next, _, err := s.scan(0, s.base, s.size, nil, true)
+	if err == nil && (end != s.size || next != s.next) {
+		err = corruptf(s.logPath, end, "records end at byte %d offset %d, expected byte %d offset %d", end, next, s.size, s.next)
+	}
+	if err != nil {
+		s.index, s.times, s.lastIndexed = index, times, last
+		return err
+	}
+	s.timesUnknown = false
+	if f, err := writeWhole(fsys, s.timeIndexPath(), appendTimeEntries(nil, s.index, s.times)); err == nil {
+		_ = f.Close()
+	}
+	return nil
+}
+
+// findTime returns the first offset at or after from (which is in
+// [s.base, s.next)) of a record appended at or after t, and false if the
+// segment has none. It starts decoding at the time index's hint.
+func (s *segment) findTime(t int64, from uint64) (uint64, bool, error) {
+	_, off := s.seekTime(t)
+	off = max(off, from)
+	for off < s.next {
+		msgs, err := s.read(off, 256, nil)
+		if err != nil {
+			return 0, false, err
+		}
+		if len(msgs) == 0 {
+			return 0, false, corruptf(s.logPath, s.size, "no record for offset %d below the segment's end %d", off, s.next)
+		}
+		for i := range msgs {
+			if msgs[i].AppendTime >= t {
+				return msgs[i].Offset, true, nil
+			}
+		}
+		off = msgs[len(msgs)-1].Offset + 1
+	}
+	return 0, false, nil
+}
+
+// timeIndexCurrent reports whether the time index file holds exactly
+// s.index and s.times.
+func (s *segment) timeIndexCurrent(fsys vfs.FS) (bool, error) {
+	have, err := vfs.ReadFile(fsys, s.timeIndexPath())
+	if isNotExist(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return string(have) == string(appendTimeEntries(nil, s.index, s.times)), nil
+}
+
 // loadIndex reads an index file, dropping a torn last entry. A missing
 // file yields no entries. exact is false if the file was missing or had a
 // torn entry, so it needs rewriting.
@@ -283,6 +402,31 @@ func loadIndex(fsys vfs.FS, path string) (es []indexEntry, exact bool, err error
 	return es, len(b)%indexEntrySize == 0, nil
 }
 
+// loadTimeIndex reads a time index file and returns its append times if
+// it matches es entry for entry (nil, false otherwise: missing, torn or
+// stale, so it needs rebuilding).
+func loadTimeIndex(fsys vfs.FS, path string, es []indexEntry) ([]int64, bool, error) {
+	b, err := vfs.ReadFile(fsys, path)
+	if isNotExist(err) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if len(b) != len(es)*timeEntrySize {
+		return nil, false, nil
+	}
+	times := make([]int64, len(es))
+	for i := range es {
+		e := b[i*timeEntrySize:]
+		if le.Uint32(e) != es[i].rel {
+			return nil, false, nil
+		}
+		times[i] = int64(le.Uint64(e[4:]))
+	}
+	return times, true, nil
+}
+
 // plausibleIndex checks what can be checked without reading the log:
 // entries strictly increasing, spaced by the index rule, inside the file.
 func plausibleIndex(es []indexEntry, fileSize int64) bool {
@@ -297,24 +441,42 @@ func plausibleIndex(es []indexEntry, fileSize int64) bool {
 	return true
 }
 
-// writeIndexFile replaces the index file's content with s.index and leaves
-// it open in s.idx if keepOpen. The index is derived data, so a crash
-// halfway is repaired by the next reopen's scan.
+// writeIndexFile replaces the content of the index and time index files
+// with s.index and s.times and leaves them open in s.idx and s.tidx if
+// keepOpen. The indexes are derived data, so a crash halfway is repaired
+// by the next reopen's scan.
 func (s *segment) writeIndexFile(fsys vfs.FS, keepOpen bool) error {
-	f, err := fsys.OpenFile(s.indexPath(), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := writeWhole(fsys, s.indexPath(), appendIndexEntries(nil, s.index))
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(appendIndexEntries(nil, s.index)); err != nil {
+	if s.timesUnknown { // a sealed segment's: never kept open
+		return f.Close()
+	}
+	tf, err := writeWhole(fsys, s.timeIndexPath(), appendTimeEntries(nil, s.index, s.times))
+	if err != nil {
 		f.Close()
 		return err
 	}
 	s.idxPersisted = len(s.index)
 	if keepOpen {
-		s.idx = f
+		s.idx, s.tidx = f, tf
 		return nil
 	}
-	return f.Close()
+	return errors.Join(f.Close(), tf.Close())
+}
+
+// writeWhole replaces path's content with b and returns it open.
+func writeWhole(fsys vfs.FS, path string, b []byte) (vfs.File, error) {
+	f, err := fsys.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // close closes the segment's files.
@@ -324,6 +486,10 @@ func (s *segment) close() error {
 		errs = append(errs, s.idx.Close())
 		s.idx = nil
 	}
+	if s.tidx != nil {
+		errs = append(errs, s.tidx.Close())
+		s.tidx = nil
+	}
 	if s.log != nil {
 		errs = append(errs, s.log.Close())
 		s.log = nil
@@ -332,5 +498,5 @@ func (s *segment) close() error {
 }
 
 func newSegment(dir string, base uint64) *segment {
-	return &segment{base: base, next: base, logPath: filepath.Join(dir, segmentName(base, logExt)), maxTS: math.MinInt64}
+	return &segment{base: base, next: base, logPath: filepath.Join(dir, segmentName(base, logExt)), maxTS: math.MinInt64, maxAT: math.MinInt64}
 }

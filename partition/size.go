@@ -19,9 +19,9 @@ func ClassifyNoSpace(err error) error {
 	return err
 }
 
-// MessageSize is the bytes a message's payload and headers take in a
+// MessageSize is the bytes a message's key, payload and headers take in a
 // record, header framing included: what the message-size limits count.
 // A message with many empty headers is not free.
 func MessageSize(m *Message) int {
-	return int(headersSize(m.Headers)) + len(m.Payload)
+	return len(m.Key) + int(headersSize(m.Headers)) + len(m.Payload)
 }

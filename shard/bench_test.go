@@ -33,6 +33,7 @@ func (p *nopPartition) TruncateBefore(uint64) error                   { return n
 func (p *nopPartition) SkipTo(uint64) error                           { return nil }
 func (p *nopPartition) EnforceRetention(int64, int64) (uint64, error) { return 0, nil }
 func (p *nopPartition) Size() int64                                   { return 0 }
+func (p *nopPartition) OffsetForTime(int64) (uint64, error)           { return p.next, nil }
 
 // BenchmarkParkRedispatch measures the park → re-dispatch path per frame
 // with 1k and 100k frames parked at once (100 frames per namespace). The

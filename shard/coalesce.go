@@ -58,6 +58,10 @@ func (s *Shard) flushAppendsOf(o *owned) {
 		}
 		return
 	}
+	now := s.clock.Now().UnixMicro()
+	for _, f := range frames {
+		stampAppendTime(f.Req.Messages, now)
+	}
 	if len(frames) > 1 {
 		msgs := s.coalesceBuf[:0]
 		for _, f := range frames {
@@ -79,8 +83,18 @@ func (s *Shard) flushAppendsOf(o *owned) {
 	}
 }
 
+// stampAppendTime sets the append time of a produce's messages: the
+// shard's clock, read once per batch. The partition keeps append times
+// non-decreasing.
+func stampAppendTime(msgs []partition.Message, now int64) {
+	for i := range msgs {
+		msgs[i].AppendTime = now
+	}
+}
+
 // appendOne appends a single produce and answers it.
 func (s *Shard) appendOne(o *owned, f Frame) {
+	stampAppendTime(f.Req.Messages, s.clock.Now().UnixMicro())
 	first, err := o.p.Append(f.Req.Messages)
 	if err != nil {
 		if errors.Is(err, partition.ErrUnusable) {

@@ -213,6 +213,7 @@ func opTombstone(ns metadata.Namespace, epoch *uint64) control {
 		if o.failed != nil {
 			s.fenced.Add(-1)
 		}
+		s.dropWaiters(o, errTombstoned, false)
 		s.unreplicate(o, errTombstoned)
 		delete(s.owned, ns)
 		s.tombstoned[ns] = *epoch
@@ -389,6 +390,8 @@ type State struct {
 	ParkedBytes  int64
 	// Passes is the number of sweeps applied.
 	Passes uint64
+	// Waiting is the number of polls waiting on the shard.
+	Waiting int
 }
 
 // Inspect returns the shard's state, read on the pump.
@@ -421,6 +424,7 @@ func opInspect(st *State) control {
 			return true
 		})
 		st.ParkedFrames, st.ParkedBytes, st.Passes = s.park.frames, s.park.bytes, s.pass
+		st.Waiting = s.waiters.Len()
 		return nil
 	}, nil)
 }
@@ -437,6 +441,7 @@ func (s *Shard) Evict(ctx context.Context, ns metadata.Namespace) (bool, error) 
 		if !ok || o.failed == nil {
 			return nil
 		}
+		s.dropWaiters(o, fmt.Errorf("%w: %v: %w", ErrPartitionFailed, ns, o.failed), false)
 		s.unreplicate(o, ErrPartitionFailed)
 		delete(s.owned, ns)
 		s.fenced.Add(-1)

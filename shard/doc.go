@@ -28,6 +28,17 @@
 // deterministic simulator (internal/sim) drives every shard this way from
 // one seeded RNG.
 //
+// # Polls
+//
+// A poll resolves its start position (StartKind, with the Reset policy
+// for a consumer's stored offset) against the partition. One that asks to
+// wait (Request.MaxWait) and is not yet satisfied is registered on its
+// partition and answered by the append, group-commit fsync or raft apply
+// that satisfies it, by the shard's single wait timer at its deadline, or
+// with an error when the partition goes away, is truncated past it, or
+// the shard closes (wait.go). A manual shard runs the wait timer as a Step
+// unit like its other timers.
+//
 // Every client frame gets exactly one answer on its reply channel: a result
 // or a typed error. Errors that wrap ErrRetry mean "retry here shortly"; the
 // Node's client side retries them in place until its deadline.

@@ -48,6 +48,12 @@ type owned struct {
 	// coalesce.go).
 	appendBuf []Frame
 
+	// waiters are the polls waiting on the partition, in arrival order,
+	// and touched whether it is on the shard's list for wakeWaiters (see
+	// wait.go).
+	waiters []*waiter
+	touched bool
+
 	// Replication (nil grp on a single node): the partition's raft group,
 	// the produces this node proposed by proposal id, and whether the
 	// group is queued for processReady.
@@ -96,6 +102,7 @@ const maxGroup = 256
 // appended records a successful append to o and either answers it now
 // (never / interval) or queues the answer for the group's fsync (always).
 func (s *Shard) appended(o *owned, f Frame, r Response) {
+	s.touch(o) // under FsyncAlways, wakeWaiters waits for the fsync
 	switch {
 	case o.dur.always():
 		o.dirty = true
@@ -138,6 +145,7 @@ func (s *Shard) flushGroup() {
 		if err, ok := failed[pa.o]; ok {
 			pa.r = Response{Err: fmt.Errorf("parkway: fsync: %w", err)}
 		}
+		s.touch(pa.o) // acknowledged: readable by waiting polls
 		s.answer(pa.f, pa.r)
 		s.pending[i] = pendingAck{}
 	}
@@ -279,6 +287,9 @@ func opRetain(now time.Time, res *RetentionResult) control {
 				olderThan = now.Add(-o.dur.RetentionAge).UnixMicro()
 			}
 			n, err := o.p.EnforceRetention(olderThan, o.dur.RetentionBytes)
+			if n > 0 {
+				s.touch(o)
+			}
 			res.Messages += n
 			if err != nil {
 				res.Errors++

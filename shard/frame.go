@@ -1,10 +1,9 @@
 package shard
 
 import (
-	"time"
-
 	"errors"
 	"fmt"
+	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 
@@ -34,6 +33,10 @@ const (
 	// its log lacks. Like OpRaft it has no client and may be dropped: the
 	// fetch is repeated.
 	OpCatchUp
+	// OpOffsets reads a partition's start and end offsets and, with
+	// Consumer set, the consumer's stored offset (Found, Offset). A read
+	// like OpGetOffset: a leader read when FromLeader.
+	OpOffsets
 
 	// opFlush is Flush's marker frame; it never reaches a partition.
 	opFlush Op = 255
@@ -58,6 +61,8 @@ func (o Op) String() string {
 		return "raft"
 	case OpCatchUp:
 		return "catchup"
+	case OpOffsets:
+		return "offsets"
 	}
 	return "unknown"
 }
@@ -77,9 +82,27 @@ type Request struct {
 	// Count is the most messages a poll returns.
 	Count int
 	// Consumer names the consumer of a get/store offset, or of a poll that
-	// starts at the consumer's stored offset (UseConsumer).
-	Consumer    string
+	// starts at the consumer's stored offset (UseConsumer, or Start
+	// StartNext).
+	Consumer string
+	// UseConsumer is Start = StartNext (the form older senders use).
 	UseConsumer bool
+	// Start is where a poll starts (StartOffset, the zero value, uses
+	// Offset); Reset decides for StartNext when the consumer has no
+	// stored offset or one out of range; Timestamp is StartTimestamp's
+	// time (µs since the Unix epoch).
+	Start     StartKind
+	Reset     Reset
+	Timestamp int64
+	// MaxWait, when positive, makes a poll wait — registered at the
+	// partition's shard, costing nothing — until MinCount messages (at
+	// least 1) are readable, or MaxBytes bytes, or MaxWait passes (capped
+	// at MaxPollWait); see wait.go. MaxBytes, when positive, is the
+	// poll's byte budget (payloads, keys and headers): the batch stops
+	// before the message that would exceed it, but always holds the first.
+	MaxWait  time.Duration
+	MinCount int
+	MaxBytes int
 	// Raft is the message of an OpRaft frame; Epoch is then the sender's
 	// incarnation of the partition.
 	Raft *raftpb.Message
@@ -113,6 +136,9 @@ type Response struct {
 	Offset uint64
 	// Found reports whether a consumer offset was stored.
 	Found bool
+	// Start and End are the partition's start offset and end (next)
+	// offset, answered by OpOffsets.
+	Start, End uint64
 	// Messages are a poll's messages (read-only).
 	Messages []partition.Message
 }

@@ -162,6 +162,7 @@ func (s *Shard) unreplicate(o *owned, err error) {
 		delete(o.pending, id)
 	}
 	s.dropReads(o, err)
+	s.dropWaiters(o, err, false)
 	for _, f := range o.proposeBuf { // never proposed: err holds
 		s.answer(f, Response{Err: err})
 	}
@@ -269,7 +270,7 @@ func (s *Shard) serveReads(o *owned) {
 			s.fenceFailed(o, w.f)
 			continue
 		}
-		s.answer(w.f, serve(o.p, w.f.Req))
+		s.serveRead(o, w.f)
 	}
 	clear(o.readWait[len(kept):])
 	o.readWait = kept
@@ -358,7 +359,13 @@ func (s *Shard) flushProposals() {
 		}
 		data := binary.LittleEndian.AppendUint32(nil, uint32(len(frames)))
 		kept := frames[:0]
+		// The leader stamps append times before proposing: the entry
+		// carries them, so every replica stores the same ones.
+		now := s.clock.Now().UnixMicro()
 		for _, f := range frames {
+			if f.Req.Op == OpProduce {
+				stampAppendTime(f.Req.Messages, now)
+			}
 			next, err := appendOp(data, f)
 			if err != nil {
 				s.answer(f, Response{Err: err}) // bad input: never proposed
@@ -433,6 +440,7 @@ func (s *Shard) processReady() {
 			if o.grp != nil {
 				s.serveReads(o)
 			}
+			s.touch(o) // applied entries are readable by waiting polls
 			s.maybeCompact(o)
 		}
 		clear(list)
@@ -839,11 +847,14 @@ func (h groupHandler) LeaderChanged(lead uint64) {
 	if lead == h.s.cfg.Replication.Node {
 		return
 	}
+	// Leader reads waiting here, for leadership confirmation or for
+	// messages, go to the new leader.
+	var err error = errNoLeader
 	if lead != 0 {
-		h.s.dropReads(h.o, &NotLeaderError{Leader: lead})
-	} else {
-		h.s.dropReads(h.o, errNoLeader)
+		err = &NotLeaderError{Leader: lead}
 	}
+	h.s.dropReads(h.o, err)
+	h.s.dropWaiters(h.o, err, true)
 	for id, fs := range h.o.pending {
 		for _, f := range fs {
 			h.s.answer(f, Response{Err: ErrOutcomeUnknown})

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/btree"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/parkway-io/parkway/clock"
@@ -39,6 +40,9 @@ type Config struct {
 	ControlSize int
 	// Park bounds the park buffer.
 	Park ParkLimits
+	// MaxWaiters bounds the polls waiting on the shard (default
+	// DefaultMaxWaiters); one more is answered ErrTooManyWaiters.
+	MaxWaiters int
 	// PinCPU, when true, pins the pump's OS thread to CPU (Linux only).
 	PinCPU bool
 	CPU    int
@@ -82,6 +86,9 @@ func (c Config) Validate() error {
 	}
 	if c.ControlSize < 0 {
 		errs = append(errs, fmt.Errorf("shard ControlSize %d < 0", c.ControlSize))
+	}
+	if c.MaxWaiters < 0 {
+		errs = append(errs, fmt.Errorf("shard MaxWaiters %d < 0", c.MaxWaiters))
 	}
 	if c.PinCPU && c.CPU < 0 {
 		errs = append(errs, fmt.Errorf("shard CPU %d < 0", c.CPU))
@@ -151,6 +158,11 @@ type Shard struct {
 	parkTimer    clock.Timer                   // armed at the earliest parked frame's expiry
 	parkAt       time.Time                     // when parkTimer fires; zero when disarmed
 	tombstoned   map[metadata.Namespace]uint64 // ns → epoch being torn down
+	waiters      *btree.BTreeG[*waiter]        // waiting polls by deadline (wait.go)
+	waitSeq      uint64                        // last waiter's sequence number
+	waitTimer    clock.Timer                   // fires at the earliest waiter's deadline
+	waitAt       time.Time                     // when waitTimer fires; zero when disarmed
+	touchedList  []*owned                      // partitions whose waiters wakeWaiters looks at
 	park         *parkBuffer
 	pass         uint64 // sweeps applied
 }
@@ -172,6 +184,9 @@ func New(cfg Config, meta *metadata.Store, rt *router.Router[Frame]) (*Shard, er
 	}
 	if cfg.ControlSize == 0 {
 		cfg.ControlSize = DefaultControlSize
+	}
+	if cfg.MaxWaiters == 0 {
+		cfg.MaxWaiters = DefaultMaxWaiters
 	}
 	cfg.Park = cfg.Park.withDefaults()
 	if cfg.Logger == nil {
@@ -212,6 +227,7 @@ func New(cfg Config, meta *metadata.Store, rt *router.Router[Frame]) (*Shard, er
 		replicated: make(map[metadata.Namespace]*owned),
 		tombstoned: make(map[metadata.Namespace]uint64),
 		park:       newParkBuffer(cfg.Park),
+		waiters:    newWaiterTree(),
 	}
 	return s, nil
 }
@@ -307,9 +323,10 @@ func (s *Shard) Send(ctx context.Context, f Frame) error {
 // There is no periodic tick of the shard's own: re-dispatch happens when
 // InsertOwned applies, and aging when the reconciler sweeps. The only
 // timers are the interval-fsync timer, armed while an FsyncInterval
-// partition is dirty, and the raft tick, armed while the shard holds
-// replicated partitions (raft needs heartbeats). An idle single node's
-// shard sleeps.
+// partition is dirty, the raft tick, armed while the shard holds
+// replicated partitions (raft needs heartbeats), and the wait timer,
+// armed for the earliest deadline of the waiting polls. An idle single
+// node's shard sleeps, waiting polls or not.
 //
 // Each unit of work (runControl, handleFrame, syncFired, tickFired) is
 // shared with Step, which runs the same units without blocking.
@@ -341,6 +358,8 @@ func (s *Shard) pump(ctx context.Context) {
 			s.syncFired()
 		case <-s.tickC():
 			s.tickFired()
+		case <-s.waitC():
+			s.waitTimerFired()
 		case <-s.parkC():
 			s.parkFired()
 		}
@@ -349,9 +368,10 @@ func (s *Shard) pump(ctx context.Context) {
 
 // Step does one unit of pump work on a Manual shard without blocking and
 // reports whether there was any: a queued control operation first, else
-// one inbox frame, else a due interval-fsync timer, else a due raft tick —
-// each followed, as on the pump, by raft ready processing and the
-// commit-group flush check. It returns false, doing nothing, when the shard
+// one inbox frame, else a due interval-fsync timer, else a due raft tick,
+// else a due waiting-poll deadline, else a due park expiry — each followed, as on the pump, by
+// raft ready processing, the commit-group flush check and the wake of
+// waiting polls. It returns false, doing nothing, when the shard
 // is idle, closed, or not Manual (a started shard's pump owns its state).
 //
 // Unlike the pump's select, which picks at random among ready cases, Step
@@ -386,6 +406,12 @@ func (s *Shard) Step() bool {
 	default:
 	}
 	select {
+	case <-s.waitC():
+		s.waitTimerFired()
+		return true
+	default:
+	}
+	select {
 	case <-s.parkC():
 		s.parkFired()
 		return true
@@ -415,6 +441,12 @@ func (s *Shard) syncFired() {
 	s.settle()
 }
 
+// waitTimerFired answers the waiting polls whose deadline passed.
+func (s *Shard) waitTimerFired() {
+	s.waitFired()
+	s.settle()
+}
+
 // tickFired runs the raft tick's work.
 func (s *Shard) tickFired() {
 	s.tickArmed = false
@@ -430,6 +462,7 @@ func (s *Shard) settle() {
 	}
 	s.processReady()
 	s.maybeFlush()
+	s.wakeWaiters()
 }
 
 func (s *Shard) stopTimers() {
@@ -441,6 +474,9 @@ func (s *Shard) stopTimers() {
 	}
 	if s.raftTimer != nil {
 		s.raftTimer.Stop()
+	}
+	if s.waitTimer != nil {
+		s.waitTimer.Stop()
 	}
 }
 
@@ -519,6 +555,7 @@ func (s *Shard) shutdown() {
 	s.gauges()
 	s.flushAppends()
 	s.flushGroup()
+	s.dropAllWaiters(ErrClosed)
 	for _, o := range s.replicated {
 		s.unreplicate(o, ErrClosed)
 	}
@@ -579,6 +616,7 @@ func (s *Shard) serveOwned(o *owned, f Frame) {
 	}
 	if f.Req.Op == OpCatchUp {
 		s.catchUpFrame(o, f)
+		s.touch(o)
 		return
 	}
 	// Behaviour 10: an ack must never land in an incarnation that teardown
@@ -597,7 +635,7 @@ func (s *Shard) serveOwned(o *owned, f Frame) {
 		case OpProduce, OpStoreOffset, OpTruncate, OpPurge:
 			s.propose(o, f)
 			return
-		case OpPoll, OpGetOffset:
+		case OpPoll, OpGetOffset, OpOffsets:
 			if s.readReplicated(o, f) {
 				return
 			}
@@ -628,7 +666,21 @@ func (s *Shard) serveOwned(o *owned, f Frame) {
 			return
 		}
 	}
+	s.serveRead(o, f)
+}
+
+// serveRead serves a request other than a produce against o's partition:
+// a poll (which may wait), or an operation answered at once. Truncations
+// touch o, so waiting polls they passed are answered.
+func (s *Shard) serveRead(o *owned, f Frame) {
+	if f.Req.Op == OpPoll {
+		s.servePoll(o, f)
+		return
+	}
 	s.answer(f, serve(o.p, f.Req))
+	if f.Req.Op == OpTruncate || f.Req.Op == OpPurge {
+		s.touch(o)
+	}
 }
 
 // fenceFailed answers a request to a partition whose fsync failed (see
@@ -637,28 +689,16 @@ func (s *Shard) fenceFailed(o *owned, f Frame) {
 	s.answer(f, Response{Err: fmt.Errorf("%w: %v: %w", ErrPartitionFailed, o.p.Namespace(), o.failed)})
 }
 
-// serve runs a non-produce request against its partition.
+// serve runs a request that is neither a produce nor a poll against its
+// partition.
 func serve(p partition.Partition, r *Request) Response {
 	switch r.Op {
-	case OpPoll:
-		from := r.Offset
-		if r.UseConsumer {
-			off, ok, err := p.ConsumerOffset(r.Consumer)
-			if err != nil {
-				return Response{Err: err}
-			}
-			if ok {
-				from = off
-			} else {
-				from = p.StartOffset()
-			}
+	case OpOffsets:
+		resp := Response{Start: p.StartOffset(), End: p.NextOffset()}
+		if r.Consumer != "" {
+			resp.Offset, resp.Found, resp.Err = p.ConsumerOffset(r.Consumer)
 		}
-		msgs, err := p.Read(from, r.Count)
-		next := from
-		if n := len(msgs); n > 0 {
-			next = msgs[n-1].Offset + 1
-		}
-		return Response{Err: err, Messages: msgs, Offset: next}
+		return resp
 	case OpStoreOffset:
 		return Response{Err: p.StoreConsumerOffset(r.Consumer, r.Offset), Offset: r.Offset}
 	case OpGetOffset:

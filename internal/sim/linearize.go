@@ -70,14 +70,21 @@ var logModel = porcupine.Model{
 					}
 					from = out.offset - k
 				}
+				if k == 0 && !in.useConsumer && out.offset < from {
+					// Past the replica's end: a poll reads as the end,
+					// so it answered the replica's end, a prefix of the
+					// log.
+					return out.offset <= n, s
+				}
 				if k > uint64(in.count) || out.offset != from+k || (k > 0 && from+k > n) {
 					return false, nil
 				}
 				return k == 0 || slices.Equal(s.log[from:from+k], out.ids), s
 			}
+			// A poll past the end reads as the end: Next is the end.
 			lo, hi := min(from, n), min(from+uint64(in.count), n)
 			want := s.log[lo:hi]
-			return slices.Equal(want, out.ids) && out.offset == from+uint64(len(want)), s
+			return slices.Equal(want, out.ids) && out.offset == lo+uint64(len(want)), s
 		case kindStore:
 			fits := in.offset <= n
 			switch {

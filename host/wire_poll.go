@@ -1,0 +1,78 @@
+package host
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/parkway-io/parkway/shard"
+)
+
+// The forwarded-request fields of long polls, start positions and
+// partition offsets: a poll carries its start kind, reset policy,
+// timestamp, maximum wait, minimum count and byte budget behind flagPoll;
+// every successful reply carries the partition's start and end offsets
+// (OpOffsets answers them; other ops send zeros).
+
+// flagPoll marks a forwarded request that carries the poll fields.
+const flagPoll byte = 1 << 2
+
+// pollFieldsSize is the encoded size of the poll fields: start kind u8,
+// reset u8, timestamp i64 (µs), max wait i64 (ns), min count u32, max
+// bytes u32, little endian.
+const pollFieldsSize = 1 + 1 + 8 + 8 + 4 + 4
+
+// codeTooManyWaiters is the reply code proposed for ErrTooManyWaiters
+// (after codeNoSpace).
+const codeTooManyWaiters byte = 8
+
+// appendPollFields appends r's poll fields.
+func appendPollFields(b []byte, r *shard.Request) []byte {
+	b = append(b, byte(r.Start), byte(r.Reset))
+	b = binary.LittleEndian.AppendUint64(b, uint64(r.Timestamp))
+	b = binary.LittleEndian.AppendUint64(b, uint64(r.MaxWait))
+	b = binary.LittleEndian.AppendUint32(b, uint32(min(max(r.MinCount, 0), 1<<31-1)))
+	return binary.LittleEndian.AppendUint32(b, uint32(min(max(r.MaxBytes, 0), 1<<31-1)))
+}
+
+// readPollFields reads the poll fields at the start of b into r and
+// returns the rest. Every value is checked: an unknown start kind or
+// reset policy, or a count or budget past 2^31−1, is errWire; a wait
+// outside [0, MaxPollWait] is clamped into it (the shard clamps too).
+func readPollFields(b []byte, r *shard.Request) ([]byte, error) {
+	if len(b) < pollFieldsSize {
+		return nil, fmt.Errorf("%w: poll fields of %d bytes", errWire, len(b))
+	}
+	kind, reset := shard.StartKind(b[0]), shard.Reset(b[1])
+	if kind > shard.StartTimestamp || reset > shard.ResetError {
+		return nil, fmt.Errorf("%w: start %d, reset %d", errWire, kind, reset)
+	}
+	minCount, maxBytes := binary.LittleEndian.Uint32(b[18:]), binary.LittleEndian.Uint32(b[22:])
+	if minCount > 1<<31-1 || maxBytes > 1<<31-1 {
+		return nil, fmt.Errorf("%w: min count %d, max bytes %d", errWire, minCount, maxBytes)
+	}
+	r.Start, r.Reset = kind, reset
+	r.Timestamp = int64(binary.LittleEndian.Uint64(b[2:]))
+	r.MaxWait = min(max(time.Duration(binary.LittleEndian.Uint64(b[10:])), 0), shard.MaxPollWait)
+	r.MinCount, r.MaxBytes = int(minCount), int(maxBytes)
+	return b[pollFieldsSize:], nil
+}
+
+// appendOffsetsFields appends an OpOffsets answer's start and end.
+func appendOffsetsFields(b []byte, r shard.Response) []byte {
+	b = binary.LittleEndian.AppendUint64(b, r.Start)
+	return binary.LittleEndian.AppendUint64(b, r.End)
+}
+
+// readOffsetsFields reads an OpOffsets answer's start and end into r; an
+// end below the start is errWire.
+func readOffsetsFields(b []byte, r *shard.Response) ([]byte, error) {
+	if len(b) < 16 {
+		return nil, fmt.Errorf("%w: offsets of %d bytes", errWire, len(b))
+	}
+	r.Start, r.End = binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:])
+	if r.End < r.Start {
+		return nil, fmt.Errorf("%w: end %d below start %d", errWire, r.End, r.Start)
+	}
+	return b[16:], nil
+}

@@ -1,0 +1,374 @@
+package shard
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/btree"
+
+	"github.com/parkway-io/parkway/metrics"
+	"github.com/parkway-io/parkway/partition"
+)
+
+// Polls: start positions and waiting (long) polls (DESIGN behaviours 22
+// and 24).
+//
+// A poll first resolves its start position against the partition (see
+// StartKind) and reads. A poll with MaxWait > 0 that finds fewer than
+// MinCount messages (and less than its byte budget) is not answered: it
+// is registered as a waiter on its partition, here on the shard that
+// appends to it, and costs nothing while it waits — no goroutine, no
+// timer of its own, no re-poll. It is answered exactly once:
+//
+//   - with messages, when the append that satisfies it becomes readable:
+//     at the append (fsync policies never and interval), at the group
+//     commit's fsync (always: nothing unacknowledged is shown), or at the
+//     raft apply (a replicated partition, on the leader for leader reads
+//     and on the local replica for local reads);
+//   - with what is there (possibly nothing) at its deadline, by the one
+//     timer the shard keeps for its earliest waiter, on its injected
+//     clock;
+//   - with an error when its partition is torn down (errTombstoned, which
+//     is retriable: the client re-resolves and learns the partition is
+//     gone), fenced (ErrPartitionFailed), truncated past its position
+//     (partition.ErrOffsetOutOfRange: poll again from the start), when
+//     the replica stops leading the partition for a leader read
+//     (NotLeaderError), or when the shard closes (ErrClosed).
+//
+// A shard holds at most Config.MaxWaiters waiting polls; one more is
+// answered ErrTooManyWaiters at once. Waits are capped at MaxPollWait.
+
+// MaxPollWait caps Request.MaxWait: a longer wait is shortened to it. It
+// is the reference server's cap (Apache Iggy's 30 s).
+const MaxPollWait = 30 * time.Second
+
+// DefaultMaxWaiters bounds the waiting polls of one shard.
+const DefaultMaxWaiters = 10_000
+
+// reasonWaitersFull is the drop counter's reason for a waiting poll
+// refused by the MaxWaiters bound.
+const reasonWaitersFull = "waiters_full"
+
+// ErrTooManyWaiters answers a waiting poll that would take a shard past
+// Config.MaxWaiters. It is not retriable in place (it does not wrap
+// ErrRetry): retrying at once would only add load to a saturated shard.
+// The caller backs off, polls without waiting, or raises the bound.
+var ErrTooManyWaiters = errors.New("parkway: too many waiting polls on this shard")
+
+// StartKind says where a poll starts.
+type StartKind uint8
+
+// Start positions.
+const (
+	// StartOffset starts at Request.Offset. An offset below the start
+	// offset is partition.ErrOffsetOutOfRange; one past the end reads as
+	// the end (an empty batch whose next offset is the end).
+	StartOffset StartKind = iota
+	// StartFirst starts at the partition's start offset (the oldest
+	// readable message).
+	StartFirst
+	// StartLast starts at the last message (the end, when the partition
+	// holds none: the poll waits for the next one).
+	StartLast
+	// StartNext starts at the consumer's stored offset (Request.Consumer).
+	// With none stored, or one outside [start, end], Request.Reset
+	// decides.
+	StartNext
+	// StartTimestamp starts at the first message appended at or after
+	// Request.Timestamp (µs since the Unix epoch); the end if none is.
+	StartTimestamp
+)
+
+// Reset says where a StartNext poll starts when the consumer has no
+// stored offset, or one outside [start, end] (a truncation passed it):
+// Kafka's auto.offset.reset.
+type Reset uint8
+
+// Reset policies.
+const (
+	// ResetEarliest starts at the start offset (the default): a stored
+	// offset below the start is clamped to it, so a consumer never wedges
+	// after a truncation.
+	ResetEarliest Reset = iota
+	// ResetLatest starts at the end: only messages appended from now on.
+	ResetLatest
+	// ResetError answers partition.ErrOffsetOutOfRange.
+	ResetError
+)
+
+// waiter is a waiting poll.
+type waiter struct {
+	f        Frame
+	o        *owned
+	from     uint64
+	deadline time.Time
+	seq      uint64
+}
+
+func waiterLess(a, b *waiter) bool {
+	if !a.deadline.Equal(b.deadline) {
+		return a.deadline.Before(b.deadline)
+	}
+	return a.seq < b.seq
+}
+
+func newWaiterTree() *btree.BTreeG[*waiter] { return btree.NewG(16, waiterLess) }
+
+// resolveStart returns the offset a poll starts at.
+func resolveStart(p partition.Partition, r *Request) (uint64, error) {
+	start, end := p.StartOffset(), p.NextOffset()
+	kind := r.Start
+	if r.UseConsumer {
+		kind = StartNext
+	}
+	switch kind {
+	case StartOffset:
+		if r.Offset < start {
+			return 0, fmt.Errorf("%w: offset %d below the start offset %d", partition.ErrOffsetOutOfRange, r.Offset, start)
+		}
+		return min(r.Offset, end), nil
+	case StartFirst:
+		return start, nil
+	case StartLast:
+		if end > start {
+			return end - 1, nil
+		}
+		return end, nil
+	case StartNext:
+		off, ok, err := p.ConsumerOffset(r.Consumer)
+		if err != nil {
+			return 0, err
+		}
+		if ok && off >= start && off <= end {
+			return off, nil
+		}
+		switch r.Reset {
+		case ResetEarliest:
+			return start, nil
+		case ResetLatest:
+			return end, nil
+		}
+		if !ok {
+			return 0, fmt.Errorf("%w: consumer %q has no stored offset", partition.ErrOffsetOutOfRange, r.Consumer)
+		}
+		return 0, fmt.Errorf("%w: consumer %q stored offset %d outside [%d, %d]", partition.ErrOffsetOutOfRange, r.Consumer, off, start, end)
+	case StartTimestamp:
+		return p.OffsetForTime(r.Timestamp)
+	}
+	return 0, fmt.Errorf("parkway: unknown start position %d", kind)
+}
+
+// messageBytes is what a message counts against a poll's byte budget.
+func messageBytes(m *partition.Message) int {
+	n := len(m.Payload) + len(m.Key)
+	for _, h := range m.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// readPoll reads a poll's batch from from: up to Count messages, trimmed
+// to the byte budget (the first message always). full reports that the
+// poll is satisfied: MinCount messages, or the byte budget reached.
+func readPoll(p partition.Partition, from uint64, r *Request) (Response, bool) {
+	msgs, err := p.Read(from, r.Count)
+	if err != nil {
+		return Response{Err: err}, true
+	}
+	full := false
+	if r.MaxBytes > 0 {
+		total := 0
+		for i := range msgs {
+			total += messageBytes(&msgs[i])
+			if total >= r.MaxBytes {
+				if total > r.MaxBytes && i > 0 {
+					msgs = msgs[:i] // over budget: the first always stays
+				} else {
+					msgs = msgs[:i+1]
+				}
+				full = true
+				break
+			}
+		}
+	}
+	next := from
+	if n := len(msgs); n > 0 {
+		next = msgs[n-1].Offset + 1
+	}
+	minCount := max(r.MinCount, 1)
+	return Response{Messages: msgs, Offset: next}, full || len(msgs) >= min(minCount, r.Count)
+}
+
+// servePoll serves a poll against o: answered now, or registered as a
+// waiter when it asks to wait and is not satisfied yet.
+func (s *Shard) servePoll(o *owned, f Frame) {
+	r := f.Req
+	from, err := resolveStart(o.p, r)
+	if err != nil {
+		s.answer(f, Response{Err: err})
+		return
+	}
+	resp, full := readPoll(o.p, from, r)
+	if full || r.MaxWait <= 0 || resp.Err != nil {
+		s.answer(f, resp)
+		return
+	}
+	if s.waiters.Len() >= s.cfg.MaxWaiters {
+		s.m.Drop(r.Op.String(), reasonWaitersFull)
+		s.answer(f, Response{Err: fmt.Errorf("%w (%d)", ErrTooManyWaiters, s.cfg.MaxWaiters)})
+		return
+	}
+	s.waitSeq++
+	w := &waiter{f: f, o: o, from: from, deadline: s.clock.Now().Add(min(r.MaxWait, MaxPollWait)), seq: s.waitSeq}
+	s.waiters.ReplaceOrInsert(w)
+	o.waiters = append(o.waiters, w)
+	s.armWait(w.deadline)
+}
+
+// touch notes that o's readable log changed (messages became readable,
+// or its start moved): its waiters are looked at when the unit of pump
+// work settles.
+func (s *Shard) touch(o *owned) {
+	if len(o.waiters) > 0 && !o.touched {
+		o.touched = true
+		s.touchedList = append(s.touchedList, o)
+	}
+}
+
+// wakeWaiters answers the waiters of touched partitions that can be
+// answered now.
+func (s *Shard) wakeWaiters() {
+	if len(s.touchedList) == 0 {
+		return
+	}
+	// Answering touches nothing, so the list is not appended to while it
+	// is walked, and its memory is reused.
+	list := s.touchedList
+	for _, o := range list {
+		o.touched = false
+		if o.grp == nil && o.dirty && o.dur.always() {
+			// Appended but not yet acknowledged as durable: the group
+			// commit touches o again after its fsync.
+			continue
+		}
+		o.waiters = slices.DeleteFunc(o.waiters, func(w *waiter) bool {
+			if !s.finishWait(w, false) {
+				return false
+			}
+			s.waiters.Delete(w)
+			return true
+		})
+	}
+	clear(list)
+	s.touchedList = list[:0]
+}
+
+// finishWait answers w if it can be answered now (always at its
+// deadline) and reports whether it was.
+func (s *Shard) finishWait(w *waiter, deadline bool) bool {
+	o, p := w.o, w.o.p
+	if rev, ok := s.meta.CreatedRevision(p.Namespace()); !ok || rev != p.Epoch() {
+		s.deny(w.f, metrics.DenyIncarnation, errIncarnation)
+		return true
+	}
+	if o.failed != nil {
+		s.fenceFailed(o, w.f)
+		return true
+	}
+	if w.from < p.StartOffset() {
+		s.answer(w.f, Response{Err: fmt.Errorf("%w: truncated past the waiting poll's offset %d (start offset %d)",
+			partition.ErrOffsetOutOfRange, w.from, p.StartOffset())})
+		return true
+	}
+	if !deadline {
+		// Without a byte budget the count alone decides: no read until
+		// enough messages are there, so an append costs a waiter O(1).
+		avail, r := p.NextOffset()-min(w.from, p.NextOffset()), w.f.Req
+		if avail == 0 || r.MaxBytes <= 0 && avail < uint64(min(max(r.MinCount, 1), r.Count)) {
+			return false
+		}
+	}
+	resp, full := readPoll(p, w.from, w.f.Req)
+	if !full && !deadline {
+		return false
+	}
+	s.answer(w.f, resp)
+	return true
+}
+
+// armWait makes sure the wait timer fires by at.
+func (s *Shard) armWait(at time.Time) {
+	if s.waitTimer != nil && !s.waitAt.IsZero() && !at.Before(s.waitAt) {
+		return
+	}
+	d := max(at.Sub(s.clock.Now()), 0)
+	if s.waitTimer == nil {
+		s.waitTimer = s.clock.NewTimer(d)
+	} else {
+		s.waitTimer.Stop()
+		s.waitTimer.Reset(d)
+	}
+	s.waitAt = at
+}
+
+// waitC is the wait timer's channel, nil (never ready) while no waiter
+// needs it.
+func (s *Shard) waitC() <-chan time.Time {
+	if s.waitTimer == nil || s.waitAt.IsZero() {
+		return nil
+	}
+	return s.waitTimer.C()
+}
+
+// waitFired answers every waiter whose deadline has passed and re-arms
+// the timer for the earliest remaining one.
+func (s *Shard) waitFired() {
+	s.waitAt = time.Time{}
+	now := s.clock.Now()
+	expired := map[*owned]bool{}
+	for {
+		w, ok := s.waiters.Min()
+		if !ok || w.deadline.After(now) {
+			break
+		}
+		s.waiters.DeleteMin()
+		s.finishWait(w, true)
+		expired[w.o] = true
+		w.o = nil // marks it answered for the sweep below
+	}
+	for o := range expired {
+		o.waiters = slices.DeleteFunc(o.waiters, func(w *waiter) bool { return w.o == nil })
+	}
+	if w, ok := s.waiters.Min(); ok {
+		s.armWait(w.deadline)
+	}
+}
+
+// dropWaiters answers o's waiters with err (all of them, or only leader
+// reads with leaderOnly): the partition is going away, or this replica
+// stopped leading it.
+func (s *Shard) dropWaiters(o *owned, err error, leaderOnly bool) {
+	if len(o.waiters) == 0 {
+		return
+	}
+	o.waiters = slices.DeleteFunc(o.waiters, func(w *waiter) bool {
+		if leaderOnly && !w.f.Req.FromLeader {
+			return false
+		}
+		s.waiters.Delete(w)
+		s.answer(w.f, Response{Err: err})
+		return true
+	})
+}
+
+// dropAllWaiters answers every waiting poll with err (the shard closes).
+func (s *Shard) dropAllWaiters(err error) {
+	s.waiters.Ascend(func(w *waiter) bool {
+		s.answer(w.f, Response{Err: err})
+		w.o.waiters = nil
+		return true
+	})
+	s.waiters.Clear(false)
+}
