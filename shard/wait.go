@@ -116,7 +116,10 @@ func waiterLess(a, b *waiter) bool {
 
 func newWaiterTree() *btree.BTreeG[*waiter] { return btree.NewG(16, waiterLess) }
 
-// resolveStart returns the offset a poll starts at.
+// resolveStart returns the offset a poll starts at. An offset past the end
+// is returned as asked: a plain poll reads it as the end (readPoll), a
+// waiting poll waits for it, so the answer is what a plain poll would get
+// at the moment it is answered.
 func resolveStart(p partition.Partition, r *Request) (uint64, error) {
 	start, end := p.StartOffset(), p.NextOffset()
 	kind := r.Start
@@ -128,7 +131,7 @@ func resolveStart(p partition.Partition, r *Request) (uint64, error) {
 		if r.Offset < start {
 			return 0, fmt.Errorf("%w: offset %d below the start offset %d", partition.ErrOffsetOutOfRange, r.Offset, start)
 		}
-		return min(r.Offset, end), nil
+		return r.Offset, nil
 	case StartFirst:
 		return start, nil
 	case StartLast:
@@ -169,10 +172,13 @@ func messageBytes(m *partition.Message) int {
 	return n
 }
 
-// readPoll reads a poll's batch from from: up to Count messages, trimmed
-// to the byte budget (the first message always). full reports that the
-// poll is satisfied: MinCount messages, or the byte budget reached.
+// readPoll reads a poll's batch from from (read as the end when past it,
+// so Next is an offset a consumer can store): up to Count messages,
+// trimmed to the byte budget (the first message always). full reports
+// that the poll is satisfied: MinCount messages, or the byte budget
+// reached.
 func readPoll(p partition.Partition, from uint64, r *Request) (Response, bool) {
+	from = min(from, p.NextOffset())
 	msgs, err := p.Read(from, r.Count)
 	if err != nil {
 		return Response{Err: err}, true

@@ -176,6 +176,12 @@ func (c *csim) dataOp(cl *client, n *cnode, ns metadata.Namespace, kind opKind) 
 			o.useConsumer, o.consumer = true, consumers[c.rng.IntN(2)]
 		}
 		o.local = c.rng.IntN(5) == 0
+		if c.rng.IntN(4) == 0 {
+			// A waiting poll (behaviour 22), woken at the leader's apply
+			// or, local, at this replica's.
+			o.wait = time.Duration(1+c.rng.IntN(300)) * time.Millisecond
+			o.minCount = 1 + c.rng.IntN(3)
+		}
 		c.ops.Poll++
 	case kindStore:
 		o.consumer = consumers[c.rng.IntN(2)]
@@ -219,6 +225,7 @@ func (c *csim) newAttempt(o *op) *attempt {
 	case kindPoll:
 		req.Op, req.Offset, req.Count = shard.OpPoll, o.from, o.count
 		req.Consumer, req.UseConsumer, req.FromLeader = o.consumer, o.useConsumer, !o.local
+		req.MaxWait, req.MinCount = o.wait, o.minCount
 	case kindStore:
 		req.Op, req.Consumer, req.Offset = shard.OpStoreOffset, o.consumer, o.offset
 	case kindGet:

@@ -203,13 +203,18 @@ func (s *sim) stepShard(i int) {
 	s.collect()
 }
 
-// stepAll steps every shard until all are idle.
+// stepAll steps every shard until all are idle: queued frames, and due
+// timers of the shards' own (waiting-poll deadlines, park expiry).
 func (s *sim) stepAll() {
 	for s.viol == nil {
 		did := false
 		for i := range s.n.shards {
 			if len(s.n.shadow[i]) > 0 {
 				s.stepShard(i)
+				did = true
+			} else if s.n.shards[i].Step() {
+				s.event("step shard=%d timer", i)
+				s.collect()
 				did = true
 			}
 		}

@@ -63,9 +63,12 @@ type op struct {
 	kind   opKind
 	ns     metadata.Namespace
 	// Inputs.
-	n           int // messages of a produce
-	from        uint64
-	count       int
+	n     int // messages of a produce
+	from  uint64
+	count int
+	// wait and minCount make a poll a waiting (long) poll.
+	wait        time.Duration
+	minCount    int
 	consumer    string
 	useConsumer bool
 	offset      uint64
@@ -206,6 +209,12 @@ func (s *sim) dataOp(c *client, ns metadata.Namespace, kind opKind) *op {
 		if s.rng.IntN(4) == 0 {
 			o.useConsumer, o.consumer = true, consumers[s.rng.IntN(2)]
 		}
+		if s.rng.IntN(4) == 0 {
+			// A waiting poll: answered when enough messages are there, at
+			// its wait's end, or when its partition goes (behaviour 22).
+			o.wait = time.Duration(1+s.rng.IntN(300)) * time.Millisecond
+			o.minCount = 1 + s.rng.IntN(3)
+		}
 		s.ops.Poll++
 	case kindStore:
 		o.consumer = consumers[s.rng.IntN(2)]
@@ -237,10 +246,14 @@ func (o *op) args() string {
 	case kindProduce, kindBatch:
 		return fmt.Sprintf(" n=%d", o.n)
 	case kindPoll:
-		if o.useConsumer {
-			return fmt.Sprintf(" consumer=%s count=%d", o.consumer, o.count)
+		w := ""
+		if o.wait > 0 {
+			w = fmt.Sprintf(" wait=%v min=%d", o.wait, o.minCount)
 		}
-		return fmt.Sprintf(" from=%d count=%d", o.from, o.count)
+		if o.useConsumer {
+			return fmt.Sprintf(" consumer=%s count=%d%s", o.consumer, o.count, w)
+		}
+		return fmt.Sprintf(" from=%d count=%d%s", o.from, o.count, w)
 	case kindStore:
 		return fmt.Sprintf(" consumer=%s offset=%d", o.consumer, o.offset)
 	case kindGet:
@@ -269,6 +282,7 @@ func (s *sim) newAttempt(o *op) *attempt {
 	case kindPoll:
 		req.Op, req.Offset, req.Count = shard.OpPoll, o.from, o.count
 		req.Consumer, req.UseConsumer = o.consumer, o.useConsumer
+		req.MaxWait, req.MinCount = o.wait, o.minCount
 	case kindStore:
 		req.Op, req.Consumer, req.Offset = shard.OpStoreOffset, o.consumer, o.offset
 	case kindGet:
