@@ -41,8 +41,8 @@ func BenchmarkNetworkThroughput(b *testing.B) {
 // so nothing is dropped.
 func BenchmarkTCPThroughput(b *testing.B) {
 	const window = 4096
-	a := listen(b, 1, TCPOptions{QueueSize: window})
-	r := listen(b, 2, TCPOptions{QueueSize: 2 * window})
+	a := listen(b, 1, TCPOptions{InsecurePlaintext: true, QueueSize: window})
+	r := listen(b, 2, TCPOptions{InsecurePlaintext: true, QueueSize: 2 * window})
 	mesh(b, a, r)
 	m := Message{To: 2, Kind: 1, Group: 1, Payload: bytes.Repeat([]byte{1}, benchPayload)}
 	var received atomic.Int64
