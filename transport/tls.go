@@ -193,6 +193,8 @@ func tlsConfigs(cfg *TLSConfig) (server, client *tls.Config) {
 		// The chain is verified in VerifyConnection, against CAs only and
 		// together with the identity, the same way on both sides.
 		ClientAuth: tls.RequireAnyClientCert,
+		// Nothing resumes sessions: every connection authenticates in full.
+		SessionTicketsDisabled: true,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 			return getCert()
 		},
