@@ -207,10 +207,6 @@ func TestTLSDialRefusesWrongPeer(t *testing.T) {
 				t.Fatal(err)
 			}
 			mustSend(t, a, Message{To: 2, Payload: []byte("secret")})
-			clk.WaitPending(1) // the dial failed; backing off
-			if s := a.Stats(); s.Dials != 1 || s.DialErrors != 1 || s.RejectedHandshakes != 1 {
-				t.Fatalf("stats %+v", s)
-			}
 			select {
 			case err := <-got:
 				if err == nil {
@@ -218,6 +214,10 @@ func TestTLSDialRefusesWrongPeer(t *testing.T) {
 				}
 			case <-time.After(guard):
 				t.Fatal("impostor still connected")
+			}
+			clk.WaitPending(1) // the dial failed; backing off
+			if s := a.Stats(); s.Dials != 1 || s.DialErrors != 1 || s.RejectedHandshakes != 1 {
+				t.Fatalf("stats %+v", s)
 			}
 		})
 	}
