@@ -121,6 +121,21 @@ func TestTCPConnBudget(t *testing.T) {
 	if m := recv(t, a.Recv()); m.From != 3 || string(m.Payload) != "ok" {
 		t.Fatalf("got %+v", m)
 	}
+
+	// What the consumer has taken no longer counts: a connection whose
+	// frames are each taken before the next is sent never runs out.
+	before := a.Stats().OverBudget
+	for i, buf := range fullFrames(10, maxFrame) {
+		if _, err := raw2.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 1 { // header and payload written: one whole frame
+			recv(t, a.Recv())
+		}
+	}
+	if s := a.Stats(); s.OverBudget != before || s.InFlightBytes != 0 {
+		t.Fatalf("stats %+v", s)
+	}
 }
 
 // TestTCPConnLimit: with MaxConns open, one more inbound connection is

@@ -29,83 +29,93 @@ func (b *budget) reserve(n int64) bool {
 
 func (b *budget) release(n int64) { b.used.Add(-n) }
 
-// inItem is a received message waiting for the consumer, with the bytes it
-// holds on its connection's budget (nil for a self-send, which is not
-// network input).
-type inItem struct {
-	m    Message
+// charge is what one received message holds: n bytes on its connection's
+// budget and on the bus's total (conn nil for a self-send, which is not
+// network input and holds nothing).
+type charge struct {
 	conn *budget
 	n    int64
 }
 
-// inbox is the bounded FIFO between the connection readers and the pump
-// that hands messages to Recv's consumer. Unlike a buffered channel it
-// lets the bus know when a message has left (to release its bytes).
+// inbox is the buffered channel behind Recv together with, in the same
+// order, the charge of every message sent into it. A channel does not say
+// when a message leaves it, but its length does: of the charges recorded,
+// all but the last len(ch) belong to messages the consumer has taken, and
+// reclaim releases those. Reclaiming lazily (when a reservation fails, a
+// full ring needs room, or Stats is read) only ever over-counts, so the
+// budgets still bound what is held.
 type inbox struct {
+	total *budget
+
 	mu     sync.Mutex
-	ring   []inItem
+	ch     chan Message
+	ring   []charge // len(ch)+1: one more than the channel can hold
 	head   int
 	n      int
 	closed bool
-	ready  chan struct{} // signalled (capacity 1) on push
 }
 
-func newInbox(size int) *inbox {
-	return &inbox{ring: make([]inItem, size), ready: make(chan struct{}, 1)}
+func newInbox(size int, total *budget) *inbox {
+	return &inbox{total: total, ch: make(chan Message, size), ring: make([]charge, size+1)}
 }
 
-// push appends it; false when the inbox is full or closed.
-func (q *inbox) push(it inItem) bool {
+// push sends m into the channel without blocking and records its charge;
+// false (nothing recorded) when the channel is full or the inbox closed.
+func (q *inbox) push(m Message, c charge) bool {
 	q.mu.Lock()
-	if q.closed || q.n == len(q.ring) {
-		q.mu.Unlock()
+	defer q.mu.Unlock()
+	if q.closed {
 		return false
 	}
-	q.ring[(q.head+q.n)%len(q.ring)] = it
-	q.n++
-	q.mu.Unlock()
-	select {
-	case q.ready <- struct{}{}:
-	default:
+	if q.n == len(q.ring) {
+		// Leaves at most len(ch) ≤ cap(ch) charges: room for one more.
+		q.reclaimLocked()
 	}
+	select {
+	case q.ch <- m:
+	default:
+		return false
+	}
+	q.ring[(q.head+q.n)%len(q.ring)] = c
+	q.n++
 	return true
 }
 
-// peek returns the oldest item without removing it; false when empty. The
-// pump removes it with advance only once the consumer has it, so a message
-// being handed over still takes its place in the bound.
-func (q *inbox) peek() (inItem, bool) {
+// reclaim releases the charges of the messages the consumer has taken.
+func (q *inbox) reclaim() {
 	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.n == 0 {
-		return inItem{}, false
-	}
-	return q.ring[q.head], true
+	q.reclaimLocked()
+	q.mu.Unlock()
 }
 
-// advance removes the oldest item (the one peek returned: only the pump
-// removes items, and close runs after the pump has stopped).
-func (q *inbox) advance() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.n == 0 {
-		return
+func (q *inbox) reclaimLocked() {
+	// Only push (under mu) adds to ch, so len(ch) can only shrink
+	// meanwhile: at least this many of the oldest charges are gone.
+	for taken := q.n - len(q.ch); taken > 0; taken-- {
+		q.releaseHead()
 	}
-	q.ring[q.head] = inItem{}
+}
+
+func (q *inbox) releaseHead() {
+	c := q.ring[q.head]
+	q.ring[q.head] = charge{}
 	q.head = (q.head + 1) % len(q.ring)
 	q.n--
+	if c.conn != nil {
+		c.conn.release(c.n)
+		q.total.release(c.n)
+	}
 }
 
-// close refuses further pushes and returns what was still queued.
-func (q *inbox) close() []inItem {
+// close refuses further pushes, releases every charge (what is still
+// queued stays readable but is no longer the bus's to bound) and closes
+// the channel.
+func (q *inbox) close() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.closed = true
-	var rest []inItem
-	for ; q.n > 0; q.n-- {
-		rest = append(rest, q.ring[q.head])
-		q.ring[q.head] = inItem{}
-		q.head = (q.head + 1) % len(q.ring)
+	for q.n > 0 {
+		q.releaseHead()
 	}
-	return rest
+	close(q.ch)
 }

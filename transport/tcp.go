@@ -233,8 +233,8 @@ type tcpStats struct {
 // bufio.Writer flushed whenever the peer's queue is momentarily empty. An
 // accept loop starts a goroutine per inbound connection that completes the
 // handshake and then reads frames into the inbox, charging each frame to
-// the connection's and the bus's byte budgets before allocating it; a pump
-// goroutine hands the inbox to Recv's consumer and releases the bytes. All
+// the connection's and the bus's byte budgets before allocating it; the
+// bytes are released once Recv's consumer has taken the message. All
 // goroutines belong to one run.Group, stopped by Close.
 //
 // The writer keeps the message it holds while dialling fails, so a dead
@@ -248,7 +248,6 @@ type TCPBus struct {
 	serverTLS *tls.Config // nil in plaintext
 	clientTLS *tls.Config // template, cloned per dial
 	in        *inbox
-	out       chan Message
 	total     budget
 	inbound   atomic.Int64
 	group     *run.Group
@@ -298,19 +297,17 @@ func ListenTCP(id NodeID, addr string, peers map[NodeID]string, opts TCPOptions)
 		ln:       ln,
 		opts:     opts,
 		maxFrame: uint32(opts.MaxFrame),
-		in:       newInbox(opts.QueueSize),
-		out:      make(chan Message),
 		group:    run.NewGroup(),
 		conns:    make(map[net.Conn]struct{}),
 	}
 	b.total.max = opts.MaxTotalBytes
+	b.in = newInbox(opts.QueueSize, &b.total)
 	if opts.TLS != nil {
 		b.serverTLS, b.clientTLS = tlsConfigs(opts.TLS)
 	}
 	empty := map[NodeID]*tcpPeer{}
 	b.peers.Store(&empty)
 	b.group.Go(b.acceptLoop)
-	b.group.Go(b.pump)
 	for pid, paddr := range peers {
 		if err := b.AddPeer(pid, paddr); err != nil {
 			b.Close()
@@ -356,10 +353,11 @@ func (b *TCPBus) ID() NodeID { return b.id }
 func (b *TCPBus) Addr() net.Addr { return b.ln.Addr() }
 
 // Recv is the inbox; Close closes it.
-func (b *TCPBus) Recv() <-chan Message { return b.out }
+func (b *TCPBus) Recv() <-chan Message { return b.in.ch }
 
 // Stats returns a snapshot of the counters.
 func (b *TCPBus) Stats() TCPStats {
+	b.in.reclaim()
 	s := &b.stats
 	return TCPStats{
 		Sent: s.sent.Load(), Received: s.received.Load(),
@@ -389,7 +387,7 @@ func (b *TCPBus) Send(m Message) error {
 	m.Payload = clonePayload(m.Payload)
 	if m.To == b.id {
 		b.stats.sent.Add(1)
-		if !b.deliver(inItem{m: m}) && b.closed.Load() {
+		if !b.deliver(m, charge{}) && b.closed.Load() {
 			return ErrClosed
 		}
 		return nil
@@ -409,8 +407,8 @@ func (b *TCPBus) Send(m Message) error {
 }
 
 // Close closes the listener and every connection, stops every goroutine,
-// waits for them, discards the messages not yet received, and then closes
-// Recv's channel. It is idempotent; a concurrent second call waits for the
+// waits for them, and then closes Recv's channel; messages already queued
+// in it remain readable. It is idempotent; a concurrent second call waits for the
 // first.
 func (b *TCPBus) Close() error {
 	b.closeOnce.Do(func() {
@@ -424,10 +422,7 @@ func (b *TCPBus) Close() error {
 			c.Close()
 		}
 		b.group.Stop()
-		for _, it := range b.in.close() {
-			b.release(it)
-		}
-		close(b.out)
+		b.in.close()
 	})
 	return nil
 }
@@ -454,49 +449,41 @@ func (b *TCPBus) untrack(c net.Conn) {
 	c.Close()
 }
 
-// deliver puts it into the inbox; false (its bytes released, counted as
+// deliver puts m into the inbox; false (its charge released, counted as
 // InboxFull) when the inbox is full or closed.
-func (b *TCPBus) deliver(it inItem) bool {
-	if b.in.push(it) {
+func (b *TCPBus) deliver(m Message, c charge) bool {
+	if b.in.push(m, c) {
 		b.stats.received.Add(1)
 		return true
 	}
-	b.release(it)
+	b.release(c)
 	b.stats.inboxFull.Add(1)
 	return false
 }
 
-// release returns the bytes it holds to its connection's and the bus's
-// budgets.
-func (b *TCPBus) release(it inItem) {
-	if it.conn != nil {
-		it.conn.release(it.n)
-		b.total.release(it.n)
+// release returns c's bytes to its connection's and the bus's budgets.
+func (b *TCPBus) release(c charge) {
+	if c.conn != nil {
+		c.conn.release(c.n)
+		b.total.release(c.n)
 	}
 }
 
-// pump hands the inbox to Recv's consumer one message at a time over an
-// unbuffered channel, so a message's bytes are released only once the
-// consumer has it: what waits for the consumer stays within the budgets.
-func (b *TCPBus) pump(ctx context.Context) {
-	for {
-		it, ok := b.in.peek()
-		if !ok {
-			select {
-			case <-ctx.Done():
-				return
-			case <-b.in.ready:
+// reserve charges n bytes to cb and the total, all or nothing. When a
+// budget is short it first reclaims what the consumer has taken.
+func (b *TCPBus) reserve(cb *budget, n int64) bool {
+	for try := 0; try < 2; try++ {
+		if cb.reserve(n) {
+			if b.total.reserve(n) {
+				return true
 			}
-			continue
+			cb.release(n)
 		}
-		select {
-		case b.out <- it.m:
-			b.in.advance()
-			b.release(it)
-		case <-ctx.Done():
-			return // Close releases what is left, it included
+		if try == 0 {
+			b.in.reclaim()
 		}
 	}
+	return false
 }
 
 // sleep waits d on the injected clock; false when ctx ended first.
@@ -597,13 +584,17 @@ func (b *TCPBus) readLoop(c net.Conn, peer NodeID) {
 	cb := &budget{max: b.opts.MaxConnBytes}
 	r := bufio.NewReaderSize(c, 64<<10)
 	var h [frameOverhead]byte
+	// A deadline is set only before a read that may block: what is
+	// already buffered needs none, and a stale deadline is harmless to it.
 	for {
-		var idle time.Time // zero: no deadline
-		if b.opts.IdleTimeout > 0 {
-			idle = time.Now().Add(b.opts.IdleTimeout)
-		}
-		if err := c.SetReadDeadline(idle); err != nil {
-			return
+		if r.Buffered() < prefixLen {
+			var idle time.Time // zero: no deadline
+			if b.opts.IdleTimeout > 0 {
+				idle = time.Now().Add(b.opts.IdleTimeout)
+			}
+			if err := c.SetReadDeadline(idle); err != nil {
+				return
+			}
 		}
 		n, err := readLength(r, &h, b.maxFrame)
 		if err != nil {
@@ -611,29 +602,27 @@ func (b *TCPBus) readLoop(c net.Conn, peer NodeID) {
 			return
 		}
 		// Charge the frame before its payload is allocated.
-		it := inItem{conn: cb, n: int64(n)}
-		if !cb.reserve(it.n) {
+		ch := charge{conn: cb, n: int64(n)}
+		if !b.reserve(cb, ch.n) {
 			b.stats.overBudget.Add(1)
 			return
 		}
-		if !b.total.reserve(it.n) {
-			cb.release(it.n)
-			b.stats.overBudget.Add(1)
-			return
+		if r.Buffered() < int(n) {
+			err = c.SetReadDeadline(time.Now().Add(b.opts.FrameTimeout))
 		}
-		err = c.SetReadDeadline(time.Now().Add(b.opts.FrameTimeout))
+		var m Message
 		if err == nil {
-			it.m, err = readBody(r, &h, n)
+			m, err = readBody(r, &h, n)
 		}
 		if err == nil {
-			err = b.checkInbound(&it.m, peer)
+			err = b.checkInbound(&m, peer)
 		}
 		if err != nil {
-			b.release(it)
+			b.release(ch)
 			b.countReadError(err)
 			return
 		}
-		b.deliver(it)
+		b.deliver(m, ch)
 	}
 }
 
