@@ -45,11 +45,13 @@
 // message in its own name for the groups it belongs to (votes, appends,
 // snapshots, forwarded requests), so a compromised member can disturb or
 // corrupt those groups; validating what a member sends is the job of the
-// layers above. Membership is whatever the CAs sign: revoking a member
-// means reissuing from a CA that no longer signs its key (there is no CRL
-// or OCSP checking). Addresses are not authenticated — a peer is known by
-// its id, not its host name. TLS hides payloads, not traffic volume or
-// timing.
+// layers above. The transport's membership is whatever the CAs sign, not
+// the raft configuration: a node removed from its groups but holding a
+// valid certificate can still connect. There is no CRL or OCSP checking;
+// revoking a key means restarting every bus with CAs that no longer sign
+// it, or letting its certificate expire. Addresses are not authenticated
+// — a peer is known by its id, not its host name. TLS hides payloads, not
+// traffic volume or timing.
 //
 // Whatever the mode, no peer can make the bus hold more than its budgets:
 // each inbound frame is charged to MaxConnBytes and MaxTotalBytes before
@@ -62,8 +64,8 @@
 //
 // With TCPOptions.InsecurePlaintext nothing is authenticated: a receiver
 // takes From on trust, so anyone who can reach the listener can send
-// frames as any node. ListenTCP refuses to start in neither mode
-// (ErrTLSRequired).
+// frames as any node. ListenTCP refuses to start unless one of the two
+// modes is chosen (ErrTLSRequired).
 package transport
 
 import "errors"
