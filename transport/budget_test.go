@@ -197,3 +197,53 @@ func TestTCPReadDeadlines(t *testing.T) {
 		t.Fatalf("mid-frame: stats %+v", s)
 	}
 }
+
+// FuzzTCPInbound feeds arbitrary bytes to a live bus over a raw
+// connection: the bus never fails, delivers only frames addressed to it
+// from a non-zero sender, holds no more than its budget, and is left
+// holding nothing once the consumer has taken what it delivered.
+func FuzzTCPInbound(f *testing.F) {
+	const maxFrame = 1 << 10
+	a, err := ListenTCP(1, "127.0.0.1:0", nil, TCPOptions{
+		InsecurePlaintext: true,
+		MaxFrame:          maxFrame,
+		MaxConnBytes:      2 * maxFrame,
+		MaxTotalBytes:     2 * maxFrame,
+	})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { a.Close() })
+	good := func(n int) []byte {
+		return appendFrame(nil, &Message{From: 2, To: 1, Kind: 1, Group: 7, Payload: make([]byte, n)})
+	}
+	f.Add(good(5))
+	f.Add(append(good(maxFrame-headerLen), good(maxFrame-headerLen)...))
+	f.Add(append(good(0), 0xff, 0xff, 0xff, 0xff))
+	f.Add(appendFrame(nil, &Message{From: 0, To: 1}))
+	f.Add(appendFrame(nil, &Message{From: 2, To: 3}))
+	f.Add(good(10)[:20])
+	f.Fuzz(func(t *testing.T, data []byte) {
+		raw, err := net.Dial("tcp", a.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		before := a.Stats().Received
+		raw.Write(data)
+		raw.(*net.TCPConn).CloseWrite()
+		drainUntilClosed(t, raw)
+		s := a.Stats()
+		if s.PeakInFlightBytes > 2*maxFrame {
+			t.Fatalf("held %d bytes", s.PeakInFlightBytes)
+		}
+		for range s.Received - before {
+			if m := recv(t, a.Recv()); m.From == 0 || m.To != 1 {
+				t.Fatalf("delivered %+v", m)
+			}
+		}
+		if s := a.Stats(); s.InFlightBytes != 0 {
+			t.Fatalf("still holding %d bytes", s.InFlightBytes)
+		}
+	})
+}

@@ -34,7 +34,9 @@ func IdentityURI(cluster string, id NodeID) string {
 // TLSConfig authenticates and encrypts a TCPBus: TLS 1.3 only, both sides
 // present a certificate signed by CAs, and each side checks that the other's
 // certificate names the expected node of the same cluster (see
-// IdentityScheme).
+// IdentityScheme). The bus keeps the pointer: do not modify the
+// configuration (or the CAs pool) after ListenTCP; rotate certificates
+// through GetCertificate.
 type TLSConfig struct {
 	// ClusterID names the cluster. Letters, digits, '-' and '.' only (it
 	// is the host part of the identity URI), compared exactly.
