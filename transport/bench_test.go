@@ -40,9 +40,20 @@ func BenchmarkNetworkThroughput(b *testing.B) {
 // loopback, with the sender at most window messages ahead of the receiver
 // so nothing is dropped.
 func BenchmarkTCPThroughput(b *testing.B) {
+	b.Run("plaintext", func(b *testing.B) {
+		benchTCP(b, TCPOptions{InsecurePlaintext: true}, TCPOptions{InsecurePlaintext: true})
+	})
+	b.Run("tls", func(b *testing.B) {
+		ca := newCA(b, "ca")
+		benchTCP(b, ca.tlsOpts(b, cluster, 1), ca.tlsOpts(b, cluster, 2))
+	})
+}
+
+func benchTCP(b *testing.B, oa, or TCPOptions) {
 	const window = 4096
-	a := listen(b, 1, TCPOptions{QueueSize: window})
-	r := listen(b, 2, TCPOptions{QueueSize: 2 * window})
+	oa.QueueSize, or.QueueSize = window, 2*window
+	a := listen(b, 1, oa)
+	r := listen(b, 2, or)
 	mesh(b, a, r)
 	m := Message{To: 2, Kind: 1, Group: 1, Payload: bytes.Repeat([]byte{1}, benchPayload)}
 	var received atomic.Int64

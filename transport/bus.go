@@ -1,5 +1,5 @@
-// Package bus is parkway's node-to-node message transport: raft messages for
-// the metadata group and the partition groups, plus forwarded client
+// Package transport is parkway's node-to-node message bus: raft messages
+// for the metadata group and the partition groups, plus forwarded client
 // requests and their replies, all carried as opaque Messages.
 //
 // Two implementations share the Bus interface:
@@ -8,7 +8,8 @@
 //     fault injection (cuts, partitions, drop, duplicate, reorder, delay)
 //     driven by a seeded PCG and an injected clock;
 //   - TCPBus, length-prefixed frames over one outbound TCP connection per
-//     peer, modelled on hashicorp/raft's NetworkTransport.
+//     peer, modelled on hashicorp/raft's NetworkTransport, with TLS 1.3
+//     and mutual authentication.
 //
 // Both are lossy by design: a full queue or inbox drops the message rather
 // than blocking the sender (raft re-sends), and both copy the payload on
@@ -19,8 +20,52 @@
 // close is observed.
 //
 // The From field of a sent Message is always overwritten with the sending
-// endpoint's ID: the receiver can trust it only as far as it trusts the
-// transport (see TCPBus: unauthenticated, for trusted networks only).
+// endpoint's ID; what a receiver may conclude from it depends on the
+// transport (below).
+//
+// # Security model (TCPBus)
+//
+// With TCPOptions.TLS, every connection is TLS 1.3 with both sides
+// presenting a certificate. A certificate is accepted only if it chains to
+// the cluster's CAs (TLSConfig.CAs, never the system roots), is valid now,
+// allows the direction's key usage, and carries exactly one identity URI
+// parkway://<cluster-id>/node/<id> for this bus's cluster (IdentityURI).
+// The dialling side also requires that id to be the peer it meant to
+// reach; the accepting side binds the id to the connection and drops (and
+// counts) any frame whose From differs, closing the connection.
+//
+// What that protects: frames cannot be read or altered on the network; a
+// process without a member's key cannot deliver a frame (a stranger, a
+// member of another cluster, an expired certificate are refused at the
+// handshake); and a member cannot send frames in another member's name.
+// Refusals are counted in TCPStats (RejectedHandshakes, ForgedFrames).
+//
+// What it does not: an authenticated member is trusted to follow the
+// protocol. A member — or whoever holds its key — can still send any raft
+// message in its own name for the groups it belongs to (votes, appends,
+// snapshots, forwarded requests), so a compromised member can disturb or
+// corrupt those groups; validating what a member sends is the job of the
+// layers above. The transport's membership is whatever the CAs sign, not
+// the raft configuration: a node removed from its groups but holding a
+// valid certificate can still connect. There is no CRL or OCSP checking;
+// revoking a key means restarting every bus with CAs that no longer sign
+// it, or letting its certificate expire. Addresses are not authenticated
+// — a peer is known by its id, not its host name. TLS hides payloads, not
+// traffic volume or timing.
+//
+// Whatever the mode, no peer can make the bus hold more than its budgets:
+// each inbound frame is charged to MaxConnBytes and MaxTotalBytes before
+// its payload is allocated, until the consumer of Recv takes it; inbound
+// connections are bounded by MaxConns; a handshake must finish within
+// HandshakeTimeout and a frame within FrameTimeout. A connection over a
+// budget or a deadline is closed and counted. Unauthenticated clients can
+// still occupy connection slots for up to HandshakeTimeout each, a denial
+// of service the listener's network placement must prevent.
+//
+// With TCPOptions.InsecurePlaintext nothing is authenticated: a receiver
+// takes From on trust, so anyone who can reach the listener can send
+// frames as any node. ListenTCP refuses to start unless one of the two
+// modes is chosen (ErrTLSRequired).
 package transport
 
 import "errors"

@@ -16,8 +16,11 @@ import (
 //	uint64 group
 //	[]byte payload  // length - headerLen bytes
 //
-// There is no handshake, checksum or authentication: TCP provides integrity
-// against line noise and the cluster network is trusted.
+// Frames carry no checksum or authentication of their own: with TLS the
+// record layer authenticates and encrypts them and the connection's peer is
+// the authenticated sender (a frame whose from differs is refused); in
+// insecure plaintext mode TCP's checksum is all there is and from is taken
+// on trust.
 const (
 	prefixLen     = 4
 	headerLen     = 8 + 8 + 1 + 8
@@ -66,13 +69,30 @@ func writeFrame(w io.Writer, h *[frameOverhead]byte, m *Message) error {
 // before anything is allocated); io.EOF means r ended cleanly between
 // frames, io.ErrUnexpectedEOF inside one. An empty payload decodes as nil.
 func readFrame(r io.Reader, h *[frameOverhead]byte, maxFrame uint32) (Message, error) {
-	if _, err := io.ReadFull(r, h[:prefixLen]); err != nil {
+	n, err := readLength(r, h, maxFrame)
+	if err != nil {
 		return Message{}, err
+	}
+	return readBody(r, h, n)
+}
+
+// readLength reads a frame's length field into h and checks it against
+// [headerLen, maxFrame]. It is split from readBody so the caller can charge
+// the frame against its memory budget before the payload is allocated.
+func readLength(r io.Reader, h *[frameOverhead]byte, maxFrame uint32) (uint32, error) {
+	if _, err := io.ReadFull(r, h[:prefixLen]); err != nil {
+		return 0, err
 	}
 	n := binary.BigEndian.Uint32(h[0:])
 	if n < headerLen || n > maxFrame {
-		return Message{}, fmt.Errorf("%w: length %d outside [%d, %d]", errBadFrame, n, headerLen, maxFrame)
+		return 0, fmt.Errorf("%w: length %d outside [%d, %d]", errBadFrame, n, headerLen, maxFrame)
 	}
+	return n, nil
+}
+
+// readBody reads the header and payload of a frame whose length field n
+// readLength accepted, allocating exactly n-headerLen payload bytes.
+func readBody(r io.Reader, h *[frameOverhead]byte, n uint32) (Message, error) {
 	if _, err := io.ReadFull(r, h[prefixLen:]); err != nil {
 		return Message{}, noEOF(err)
 	}

@@ -3,11 +3,13 @@ package transport
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"maps"
 	"math"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,8 +18,19 @@ import (
 	"github.com/parkway-io/parkway/internal/run"
 )
 
-// TCPOptions configure a TCPBus. Zero values take the defaults.
+// TCPOptions configure a TCPBus. Zero values take the defaults, except that
+// exactly one of TLS and InsecurePlaintext must be set.
 type TCPOptions struct {
+	// TLS authenticates and encrypts every connection with TLS 1.3 and
+	// mutual certificate authentication bound to node ids (see TLSConfig
+	// and the package documentation).
+	TLS *TLSConfig
+	// InsecurePlaintext runs the bus without TLS: frames travel in clear
+	// and a receiver believes the sender named in each frame, so anyone
+	// who can reach the listener can impersonate any node. Only for tests
+	// and networks where every process that can connect is trusted.
+	InsecurePlaintext bool
+
 	// QueueSize bounds each peer's send queue and the inbox behind Recv
 	// (default DefaultQueueSize).
 	QueueSize int
@@ -26,22 +39,86 @@ type TCPOptions struct {
 	// message with ErrTooLarge; a peer announcing a larger frame has its
 	// connection closed.
 	MaxFrame int
+	// MaxConnBytes bounds the frame bytes one inbound connection has in
+	// flight: the frame being read plus its frames received and not yet
+	// taken from Recv. A frame that would pass it closes the connection
+	// (counted as OverBudget) before its payload is allocated. Default
+	// 2×MaxFrame, lowered to MaxTotalBytes; it must be at least MaxFrame.
+	MaxConnBytes int64
+	// MaxTotalBytes bounds the same sum over all inbound connections
+	// (default 4×MaxFrame); it must be at least MaxConnBytes. With
+	// MaxConns and the fixed per-connection buffers (about 64 KiB, plus
+	// TLS's) it bounds the memory remote peers can make the bus hold.
+	MaxTotalBytes int64
+	// MaxConns bounds the open inbound connections, handshaking ones
+	// included (default DefaultMaxConns); one more is closed at once and
+	// counted as RejectedConns. A cluster of n nodes needs n-1, plus
+	// slack for reconnections that race the old connection's close.
+	MaxConns int
+	// HandshakeTimeout bounds a TLS handshake, inbound and outbound
+	// (default 10 s), so a connection that never completes one (a
+	// slowloris) does not hold a MaxConns slot for long.
+	HandshakeTimeout time.Duration
+	// FrameTimeout bounds the reading of one frame once its length field
+	// has arrived (default 30 s), so a peer cannot hold budget by sending
+	// a frame slowly.
+	FrameTimeout time.Duration
+	// IdleTimeout, when positive, closes an inbound connection on which no
+	// frame starts for that long (default 0: never). Set it above the
+	// longest silence of a healthy peer (several raft election timeouts):
+	// frames a sender writes into a connection the receiver has just
+	// closed are lost, though raft re-sends them.
+	IdleTimeout time.Duration
+
 	// Clock drives the reconnect backoff timers (default clock.Real). Dial
-	// timeouts and write deadlines are enforced by the net package on the
-	// wall clock whatever the Clock.
+	// timeouts, handshake, read and write deadlines are enforced by the
+	// net package on the wall clock whatever the Clock.
 	Clock clock.Clock
 	// BackoffMin and BackoffMax bound the exponential reconnect backoff
 	// (defaults 10 ms and 1 s). The backoff doubles per failed dial and
 	// resets after a successful one.
 	BackoffMin, BackoffMax time.Duration
-	// DialTimeout bounds one connection attempt (default 1 s).
+	// DialTimeout bounds one connection attempt, TLS handshake excluded
+	// (default 1 s).
 	DialTimeout time.Duration
 	// WriteTimeout bounds a stalled write to a peer (default 10 s); past
 	// it the connection is dropped and redialled.
 	WriteTimeout time.Duration
 }
 
-func (o *TCPOptions) setDefaults() {
+// DefaultMaxConns is the default bound on open inbound connections.
+const DefaultMaxConns = 256
+
+// Errors returned by ListenTCP for its options.
+var (
+	// ErrTLSRequired: neither TLS nor InsecurePlaintext is set. A bus is
+	// never plaintext by omission.
+	ErrTLSRequired = errors.New("bus: TCPOptions.TLS is not set (set InsecurePlaintext to run without TLS)")
+	// ErrInvalidOptions: options that contradict each other or a TLS
+	// configuration that cannot work (wrapped with the reason).
+	ErrInvalidOptions = errors.New("bus: invalid TCP options")
+)
+
+// setDefaults fills the zero fields and checks the options.
+func (o *TCPOptions) setDefaults(id NodeID) error {
+	switch {
+	case o.TLS == nil && !o.InsecurePlaintext:
+		return ErrTLSRequired
+	case o.TLS != nil && o.InsecurePlaintext:
+		return fmt.Errorf("%w: both TLS and InsecurePlaintext set", ErrInvalidOptions)
+	case o.TLS != nil:
+		if !validClusterID(o.TLS.ClusterID) {
+			return fmt.Errorf("%w: cluster id %q (letters, digits, '-' and '.' only)", ErrInvalidOptions, o.TLS.ClusterID)
+		}
+		if o.TLS.CAs == nil {
+			return fmt.Errorf("%w: TLS.CAs not set", ErrInvalidOptions)
+		}
+		if o.TLS.GetCertificate == nil {
+			if err := checkOwnCertificate(o.TLS, id); err != nil {
+				return err
+			}
+		}
+	}
 	if o.QueueSize <= 0 {
 		o.QueueSize = DefaultQueueSize
 	}
@@ -53,6 +130,28 @@ func (o *TCPOptions) setDefaults() {
 	}
 	if uint64(o.MaxFrame) > math.MaxUint32 {
 		o.MaxFrame = math.MaxUint32
+	}
+	frame := int64(o.MaxFrame)
+	if o.MaxTotalBytes <= 0 {
+		o.MaxTotalBytes = 4 * frame
+	}
+	if o.MaxConnBytes <= 0 {
+		o.MaxConnBytes = min(2*frame, o.MaxTotalBytes)
+	}
+	if o.MaxConnBytes < frame {
+		return fmt.Errorf("%w: MaxConnBytes %d below MaxFrame %d", ErrInvalidOptions, o.MaxConnBytes, frame)
+	}
+	if o.MaxTotalBytes < o.MaxConnBytes {
+		return fmt.Errorf("%w: MaxTotalBytes %d below MaxConnBytes %d", ErrInvalidOptions, o.MaxTotalBytes, o.MaxConnBytes)
+	}
+	if o.MaxConns <= 0 {
+		o.MaxConns = DefaultMaxConns
+	}
+	if o.HandshakeTimeout <= 0 {
+		o.HandshakeTimeout = 10 * time.Second
+	}
+	if o.FrameTimeout <= 0 {
+		o.FrameTimeout = 30 * time.Second
 	}
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
@@ -69,9 +168,11 @@ func (o *TCPOptions) setDefaults() {
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = 10 * time.Second
 	}
+	return nil
 }
 
-// TCPStats count a TCPBus's traffic and failures.
+// TCPStats count a TCPBus's traffic and failures. The counters only grow;
+// InboundConns and InFlightBytes are gauges.
 type TCPStats struct {
 	// Sent counts messages accepted by Send (queued, not yet written).
 	Sent uint64
@@ -79,51 +180,81 @@ type TCPStats struct {
 	Received uint64
 	// QueueFull counts Sends refused with ErrQueueFull.
 	QueueFull uint64
-	// InboxFull counts received messages dropped because Recv's buffer was
-	// full.
+	// InboxFull counts received messages dropped because the inbox held
+	// QueueSize messages.
 	InboxFull uint64
 	// BadFrames counts inbound connections closed for a malformed frame
 	// (length out of bounds, sender 0, or addressed to another node).
 	BadFrames uint64
-	// Dials and DialErrors count outbound connection attempts and failures.
+	// ForgedFrames counts inbound connections closed for a frame whose
+	// sender differs from the node the connection authenticated as (TLS
+	// only); the frame is dropped.
+	ForgedFrames uint64
+	// RejectedHandshakes counts TLS handshakes that failed or were
+	// refused, in either direction: no certificate, one not signed by the
+	// cluster's CAs, expired, of another cluster, naming another node than
+	// the one dialled, or not finished within HandshakeTimeout.
+	RejectedHandshakes uint64
+	// RejectedConns counts inbound connections closed on accept because
+	// MaxConns were open.
+	RejectedConns uint64
+	// OverBudget counts inbound connections closed because a frame would
+	// have passed MaxConnBytes or MaxTotalBytes.
+	OverBudget uint64
+	// ReadTimeouts counts inbound connections closed by FrameTimeout or
+	// IdleTimeout.
+	ReadTimeouts uint64
+	// Dials and DialErrors count outbound connection attempts and failures
+	// (a refused handshake included).
 	Dials, DialErrors uint64
 	// WriteErrors counts outbound connections dropped on a write error;
 	// the frames buffered for that connection are lost.
 	WriteErrors uint64
+	// InboundConns is the number of open inbound connections.
+	InboundConns uint64
+	// InFlightBytes is the frame bytes inbound connections hold now
+	// (being read, or received and not yet taken from Recv);
+	// PeakInFlightBytes is its high-water mark. Neither passes
+	// MaxTotalBytes.
+	InFlightBytes, PeakInFlightBytes uint64
 }
 
 type tcpStats struct {
 	sent, received, queueFull, inboxFull, badFrames atomic.Uint64
+	forged, rejectedHS, rejectedConns, overBudget   atomic.Uint64
+	readTimeouts                                    atomic.Uint64
 	dials, dialErrors, writeErrors                  atomic.Uint64
 }
 
-// TCPBus is a Bus over TCP. Each peer gets one outbound connection, dialled
-// lazily by that peer's writer goroutine when it has something to send and
-// redialled with exponential backoff after a failure; frames go out through
-// a bufio.Writer flushed whenever the peer's queue is momentarily empty. An
-// accept loop starts a reader goroutine per inbound connection; a reader
-// delivers into the inbox behind Recv, dropping (and counting) when it is
-// full. All goroutines belong to one run.Group, stopped by Close.
-//
-// The transport is unauthenticated and unencrypted: a receiver learns the
-// sender from the frame header alone, so anyone who can reach the listener
-// can impersonate any node. Use it only on a trusted network.
+// TCPBus is a Bus over TCP, with TLS (see TLSConfig) or, explicitly,
+// without. Each peer gets one outbound connection, dialled lazily by that
+// peer's writer goroutine when it has something to send and redialled with
+// exponential backoff after a failure; frames go out through a
+// bufio.Writer flushed whenever the peer's queue is momentarily empty. An
+// accept loop starts a goroutine per inbound connection that completes the
+// handshake and then reads frames into the inbox, charging each frame to
+// the connection's and the bus's byte budgets before allocating it; the
+// bytes are released once Recv's consumer has taken the message. All
+// goroutines belong to one run.Group, stopped by Close.
 //
 // The writer keeps the message it holds while dialling fails, so a dead
 // peer's queue fills and Send reports ErrQueueFull; messages buffered on a
 // connection that breaks are lost (raft re-sends).
 type TCPBus struct {
-	id       NodeID
-	ln       net.Listener
-	opts     TCPOptions
-	maxFrame uint32
-	inbox    chan Message
-	group    *run.Group
-	stats    tcpStats
+	id        NodeID
+	ln        net.Listener
+	opts      TCPOptions
+	maxFrame  uint32
+	serverTLS *tls.Config // nil in plaintext
+	clientTLS *tls.Config // template, cloned per dial
+	in        *inbox
+	total     budget
+	inbound   atomic.Int64
+	group     *run.Group
+	stats     tcpStats
 
 	closed    atomic.Bool
 	closeOnce sync.Once
-	selfMu    sync.RWMutex // orders self-sends against close(inbox)
 
 	peers atomic.Pointer[map[NodeID]*tcpPeer] // copy-on-write under mu
 
@@ -141,7 +272,10 @@ var _ Bus = (*TCPBus)(nil)
 
 // ListenTCP listens on addr as node id and returns a bus that can send to
 // peers (id → "host:port"); an entry for id itself is ignored. More peers
-// can be added later with AddPeer.
+// can be added later with AddPeer. It returns ErrTLSRequired unless
+// opts.TLS or opts.InsecurePlaintext is set, and an error wrapping
+// ErrInvalidOptions for inconsistent options or a static certificate that
+// does not authenticate as id.
 func ListenTCP(id NodeID, addr string, peers map[NodeID]string, opts TCPOptions) (*TCPBus, error) {
 	if id == 0 {
 		return nil, errors.New("bus: node id 0")
@@ -151,7 +285,9 @@ func ListenTCP(id NodeID, addr string, peers map[NodeID]string, opts TCPOptions)
 			return nil, errors.New("bus: peer id 0")
 		}
 	}
-	opts.setDefaults()
+	if err := opts.setDefaults(id); err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -161,9 +297,13 @@ func ListenTCP(id NodeID, addr string, peers map[NodeID]string, opts TCPOptions)
 		ln:       ln,
 		opts:     opts,
 		maxFrame: uint32(opts.MaxFrame),
-		inbox:    make(chan Message, opts.QueueSize),
 		group:    run.NewGroup(),
 		conns:    make(map[net.Conn]struct{}),
+	}
+	b.total.max = opts.MaxTotalBytes
+	b.in = newInbox(opts.QueueSize, &b.total)
+	if opts.TLS != nil {
+		b.serverTLS, b.clientTLS = tlsConfigs(opts.TLS)
 	}
 	empty := map[NodeID]*tcpPeer{}
 	b.peers.Store(&empty)
@@ -213,17 +353,23 @@ func (b *TCPBus) ID() NodeID { return b.id }
 func (b *TCPBus) Addr() net.Addr { return b.ln.Addr() }
 
 // Recv is the inbox; Close closes it.
-func (b *TCPBus) Recv() <-chan Message { return b.inbox }
+func (b *TCPBus) Recv() <-chan Message { return b.in.ch }
 
 // Stats returns a snapshot of the counters.
 func (b *TCPBus) Stats() TCPStats {
+	b.in.reclaim()
 	s := &b.stats
 	return TCPStats{
 		Sent: s.sent.Load(), Received: s.received.Load(),
 		QueueFull: s.queueFull.Load(), InboxFull: s.inboxFull.Load(),
-		BadFrames: s.badFrames.Load(),
-		Dials:     s.dials.Load(), DialErrors: s.dialErrors.Load(),
-		WriteErrors: s.writeErrors.Load(),
+		BadFrames: s.badFrames.Load(), ForgedFrames: s.forged.Load(),
+		RejectedHandshakes: s.rejectedHS.Load(), RejectedConns: s.rejectedConns.Load(),
+		OverBudget: s.overBudget.Load(), ReadTimeouts: s.readTimeouts.Load(),
+		Dials: s.dials.Load(), DialErrors: s.dialErrors.Load(),
+		WriteErrors:       s.writeErrors.Load(),
+		InboundConns:      uint64(max(b.inbound.Load(), 0)),
+		InFlightBytes:     uint64(max(b.total.used.Load(), 0)),
+		PeakInFlightBytes: uint64(b.total.peak.Load()),
 	}
 }
 
@@ -240,13 +386,10 @@ func (b *TCPBus) Send(m Message) error {
 	m.From = b.id
 	m.Payload = clonePayload(m.Payload)
 	if m.To == b.id {
-		b.selfMu.RLock()
-		defer b.selfMu.RUnlock()
-		if b.closed.Load() {
+		b.stats.sent.Add(1)
+		if !b.deliver(m, charge{}) && b.closed.Load() {
 			return ErrClosed
 		}
-		b.stats.sent.Add(1)
-		b.deliver(m)
 		return nil
 	}
 	p, ok := (*b.peers.Load())[m.To]
@@ -264,8 +407,9 @@ func (b *TCPBus) Send(m Message) error {
 }
 
 // Close closes the listener and every connection, stops every goroutine,
-// waits for them, and then closes the inbox. It is idempotent; a concurrent
-// second call waits for the first.
+// waits for them, and then closes Recv's channel; messages already queued
+// in it remain readable. It is idempotent; a concurrent second call waits for the
+// first.
 func (b *TCPBus) Close() error {
 	b.closeOnce.Do(func() {
 		b.closed.Store(true)
@@ -278,9 +422,7 @@ func (b *TCPBus) Close() error {
 			c.Close()
 		}
 		b.group.Stop()
-		b.selfMu.Lock()
-		close(b.inbox)
-		b.selfMu.Unlock()
+		b.in.close()
 	})
 	return nil
 }
@@ -307,13 +449,41 @@ func (b *TCPBus) untrack(c net.Conn) {
 	c.Close()
 }
 
-func (b *TCPBus) deliver(m Message) {
-	select {
-	case b.inbox <- m:
+// deliver puts m into the inbox; false (its charge released, counted as
+// InboxFull) when the inbox is full or closed.
+func (b *TCPBus) deliver(m Message, c charge) bool {
+	if b.in.push(m, c) {
 		b.stats.received.Add(1)
-	default:
-		b.stats.inboxFull.Add(1)
+		return true
 	}
+	b.release(c)
+	b.stats.inboxFull.Add(1)
+	return false
+}
+
+// release returns c's bytes to its connection's and the bus's budgets.
+func (b *TCPBus) release(c charge) {
+	if c.conn != nil {
+		c.conn.release(c.n)
+		b.total.release(c.n)
+	}
+}
+
+// reserve charges n bytes to cb and the total, all or nothing. When a
+// budget is short it first reclaims what the consumer has taken.
+func (b *TCPBus) reserve(cb *budget, n int64) bool {
+	for try := 0; try < 2; try++ {
+		if cb.reserve(n) {
+			if b.total.reserve(n) {
+				return true
+			}
+			cb.release(n)
+		}
+		if try == 0 {
+			b.in.reclaim()
+		}
+	}
+	return false
 }
 
 // sleep waits d on the injected clock; false when ctx ended first.
@@ -344,42 +514,138 @@ func (b *TCPBus) acceptLoop(ctx context.Context) {
 			continue
 		}
 		backoff = 0
+		if b.inbound.Load() >= int64(b.opts.MaxConns) {
+			b.stats.rejectedConns.Add(1)
+			c.Close()
+			continue
+		}
 		if !b.track(c) {
 			return
 		}
+		// Only the accept loop adds, so the bound holds.
+		b.inbound.Add(1)
 		// The accept loop is itself in the group, so Go cannot race Stop's
 		// Wait with a zero counter.
-		b.group.Go(func(context.Context) { b.readLoop(c) })
+		b.group.Go(func(ctx context.Context) { b.serve(ctx, c) })
 	}
 }
 
-// readLoop reads frames from an inbound connection until it fails, is
-// malformed, or Close closes it.
-func (b *TCPBus) readLoop(c net.Conn) {
-	defer b.untrack(c)
-	r := bufio.NewReaderSize(c, 64<<10)
-	var h [frameOverhead]byte
-	for {
-		m, err := readFrame(r, &h, b.maxFrame)
-		if err == nil {
-			err = b.checkInbound(&m)
-		}
+// serve runs one inbound connection: the TLS handshake (if any), which
+// authenticates the peer's node id, then the frames.
+func (b *TCPBus) serve(ctx context.Context, c net.Conn) {
+	defer func() {
+		b.inbound.Add(-1)
+		b.untrack(c)
+	}()
+	rw, peer := c, NodeID(0)
+	if b.serverTLS != nil {
+		tc := tls.Server(c, b.serverTLS)
+		id, err := b.handshake(ctx, c, tc)
 		if err != nil {
-			if errors.Is(err, errBadFrame) {
-				b.stats.badFrames.Add(1)
-			}
 			return
 		}
-		b.deliver(m)
+		rw, peer = tc, id
+	}
+	b.readLoop(rw, peer)
+}
+
+// handshake completes tc's handshake within HandshakeTimeout and returns
+// the peer's authenticated node id (already checked by VerifyConnection).
+// A failure is counted unless the bus is closing.
+func (b *TCPBus) handshake(ctx context.Context, raw net.Conn, tc *tls.Conn) (NodeID, error) {
+	// The deadline covers the reads and writes of the handshake; the
+	// context only makes Close interrupt it.
+	err := raw.SetDeadline(time.Now().Add(b.opts.HandshakeTimeout))
+	if err == nil {
+		err = tc.HandshakeContext(ctx)
+	}
+	var id NodeID
+	if err == nil {
+		// Verified in VerifyConnection; re-read for the id.
+		id, err = identityOf(tc.ConnectionState().PeerCertificates[0], b.opts.TLS.ClusterID)
+	}
+	if err == nil {
+		err = raw.SetDeadline(time.Time{})
+	}
+	if err != nil && ctx.Err() == nil {
+		b.stats.rejectedHS.Add(1)
+	}
+	return id, err
+}
+
+// errForged marks a frame whose sender is not the connection's
+// authenticated peer.
+var errForged = errors.New("bus: frame sender differs from the authenticated peer")
+
+// readLoop reads frames from an inbound connection until it fails, breaks
+// a rule (format, budget, deadline, sender), or Close closes it. peer is the
+// authenticated sender, 0 in plaintext.
+func (b *TCPBus) readLoop(c net.Conn, peer NodeID) {
+	cb := &budget{max: b.opts.MaxConnBytes}
+	r := bufio.NewReaderSize(c, 64<<10)
+	var h [frameOverhead]byte
+	// A deadline is set only before a read that may block: what is
+	// already buffered needs none, and a stale deadline is harmless to it.
+	for {
+		if r.Buffered() < prefixLen {
+			var idle time.Time // zero: no deadline
+			if b.opts.IdleTimeout > 0 {
+				idle = time.Now().Add(b.opts.IdleTimeout)
+			}
+			if err := c.SetReadDeadline(idle); err != nil {
+				return
+			}
+		}
+		n, err := readLength(r, &h, b.maxFrame)
+		if err != nil {
+			b.countReadError(err)
+			return
+		}
+		// Charge the frame before its payload is allocated.
+		ch := charge{conn: cb, n: int64(n)}
+		if !b.reserve(cb, ch.n) {
+			b.stats.overBudget.Add(1)
+			return
+		}
+		if r.Buffered() < int(n) {
+			err = c.SetReadDeadline(time.Now().Add(b.opts.FrameTimeout))
+		}
+		var m Message
+		if err == nil {
+			m, err = readBody(r, &h, n)
+		}
+		if err == nil {
+			err = b.checkInbound(&m, peer)
+		}
+		if err != nil {
+			b.release(ch)
+			b.countReadError(err)
+			return
+		}
+		b.deliver(m, ch)
 	}
 }
 
-func (b *TCPBus) checkInbound(m *Message) error {
+func (b *TCPBus) countReadError(err error) {
+	switch {
+	case errors.Is(err, errBadFrame):
+		b.stats.badFrames.Add(1)
+	case errors.Is(err, errForged):
+		b.stats.forged.Add(1)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		b.stats.readTimeouts.Add(1)
+	}
+}
+
+func (b *TCPBus) checkInbound(m *Message, peer NodeID) error {
 	if m.From == 0 {
 		return fmt.Errorf("%w: sender 0", errBadFrame)
 	}
 	if m.To != b.id {
 		return fmt.Errorf("%w: addressed to %d, this is %d", errBadFrame, m.To, b.id)
+	}
+	if peer != 0 && m.From != peer {
+		return fmt.Errorf("%w: frame from %d on node %d's connection", errForged, m.From, peer)
 	}
 	return nil
 }
@@ -389,7 +655,8 @@ func (b *TCPBus) checkInbound(m *Message) error {
 // when the queue is momentarily empty.
 func (b *TCPBus) writeLoop(ctx context.Context, p *tcpPeer) {
 	var (
-		c       net.Conn
+		c       net.Conn // the TCP connection (tracked, closed)
+		rw      net.Conn // what frames are written to: c or TLS over it
 		w       = bufio.NewWriterSize(nil, 64<<10)
 		h       [frameOverhead]byte
 		backoff time.Duration
@@ -407,9 +674,9 @@ func (b *TCPBus) writeLoop(ctx context.Context, p *tcpPeer) {
 		case m = <-p.q:
 		}
 		for c == nil {
-			if c = b.dial(ctx, p); c != nil {
+			if c, rw = b.dial(ctx, p); c != nil {
 				backoff = 0
-				w.Reset(c)
+				w.Reset(rw)
 				break
 			}
 			if ctx.Err() != nil || b.closed.Load() {
@@ -420,10 +687,10 @@ func (b *TCPBus) writeLoop(ctx context.Context, p *tcpPeer) {
 				return
 			}
 		}
-		if err := b.writeBatch(c, w, &h, p, m); err != nil {
+		if err := b.writeBatch(rw, w, &h, p, m); err != nil {
 			b.stats.writeErrors.Add(1)
 			b.untrack(c)
-			c = nil
+			c, rw = nil, nil
 		}
 	}
 }
@@ -449,18 +716,30 @@ func (b *TCPBus) writeBatch(c net.Conn, w *bufio.Writer, h *[frameOverhead]byte,
 	}
 }
 
-func (b *TCPBus) dial(ctx context.Context, p *tcpPeer) net.Conn {
+// dial connects to p and, with TLS, completes a handshake that
+// authenticates the peer as p's node id. It returns the TCP connection
+// (tracked) and the connection to write frames to, or nils.
+func (b *TCPBus) dial(ctx context.Context, p *tcpPeer) (net.Conn, net.Conn) {
 	b.stats.dials.Add(1)
 	d := net.Dialer{Timeout: b.opts.DialTimeout}
 	c, err := d.DialContext(ctx, "tcp", *p.addr.Load())
 	if err != nil {
 		b.stats.dialErrors.Add(1)
-		return nil
+		return nil, nil
 	}
 	if !b.track(c) {
-		return nil
+		return nil, nil
 	}
-	return c
+	if b.clientTLS == nil {
+		return c, c
+	}
+	tc := tls.Client(c, dialConfig(b.clientTLS, b.opts.TLS, p.id))
+	if _, err := b.handshake(ctx, c, tc); err != nil {
+		b.stats.dialErrors.Add(1)
+		b.untrack(c)
+		return nil, nil
+	}
+	return c, tc
 }
 
 func nextBackoff(cur, lo, hi time.Duration) time.Duration {

@@ -35,7 +35,7 @@ func mesh(t testing.TB, bs ...*TCPBus) {
 }
 
 func TestTCPAllToAllInOrder(t *testing.T) {
-	bs := []*TCPBus{listen(t, 1, TCPOptions{}), listen(t, 2, TCPOptions{}), listen(t, 3, TCPOptions{})}
+	bs := []*TCPBus{listen(t, 1, TCPOptions{InsecurePlaintext: true}), listen(t, 2, TCPOptions{InsecurePlaintext: true}), listen(t, 3, TCPOptions{InsecurePlaintext: true})}
 	mesh(t, bs...)
 	const N = 300
 	payload := bytes.Repeat([]byte{0xAB}, 100)
@@ -69,7 +69,7 @@ func TestTCPAllToAllInOrder(t *testing.T) {
 }
 
 func TestTCPSelfSendAndErrors(t *testing.T) {
-	a := listen(t, 1, TCPOptions{MaxFrame: headerLen + 8})
+	a := listen(t, 1, TCPOptions{InsecurePlaintext: true, MaxFrame: headerLen + 8})
 	mustSend(t, a, Message{To: 1, Payload: []byte("self")})
 	if m := recv(t, a.Recv()); m.From != 1 || string(m.Payload) != "self" {
 		t.Fatalf("self-send: %+v", m)
@@ -80,10 +80,10 @@ func TestTCPSelfSendAndErrors(t *testing.T) {
 	if err := a.Send(Message{To: 1, Payload: make([]byte, 9)}); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("oversized: %v", err)
 	}
-	if _, err := ListenTCP(0, "127.0.0.1:0", nil, TCPOptions{}); err == nil {
+	if _, err := ListenTCP(0, "127.0.0.1:0", nil, TCPOptions{InsecurePlaintext: true}); err == nil {
 		t.Fatal("node id 0 accepted")
 	}
-	if _, err := ListenTCP(1, a.Addr().String(), nil, TCPOptions{}); err == nil {
+	if _, err := ListenTCP(1, a.Addr().String(), nil, TCPOptions{InsecurePlaintext: true}); err == nil {
 		t.Fatal("listened twice on one address")
 	}
 }
@@ -109,8 +109,8 @@ func sendUntil(t *testing.T, a *TCPBus, m Message, to <-chan Message) Message {
 }
 
 func TestTCPPeerRestart(t *testing.T) {
-	a := listen(t, 1, TCPOptions{})
-	b := listen(t, 2, TCPOptions{})
+	a := listen(t, 1, TCPOptions{InsecurePlaintext: true})
+	b := listen(t, 2, TCPOptions{InsecurePlaintext: true})
 	mesh(t, a, b)
 	addr := b.Addr().String()
 
@@ -121,7 +121,7 @@ func TestTCPPeerRestart(t *testing.T) {
 	dialsBefore := a.Stats().Dials
 	b.Close()
 
-	b2, err := ListenTCP(2, addr, map[NodeID]string{1: a.Addr().String()}, TCPOptions{})
+	b2, err := ListenTCP(2, addr, map[NodeID]string{1: a.Addr().String()}, TCPOptions{InsecurePlaintext: true})
 	if err != nil {
 		t.Fatal("re-listen on the same address:", err)
 	}
@@ -144,8 +144,8 @@ func TestTCPPeerRestart(t *testing.T) {
 // next attempt.
 func TestTCPBackoffUsesClock(t *testing.T) {
 	clk := clock.NewManual(time.Unix(0, 0))
-	a := listen(t, 1, TCPOptions{Clock: clk})
-	b := listen(t, 2, TCPOptions{})
+	a := listen(t, 1, TCPOptions{InsecurePlaintext: true, Clock: clk})
+	b := listen(t, 2, TCPOptions{InsecurePlaintext: true})
 	if err := a.AddPeer(2, "127.0.0.1:0"); err != nil { // connection refused
 		t.Fatal(err)
 	}
@@ -176,8 +176,8 @@ func TestTCPBackoffUsesClock(t *testing.T) {
 }
 
 func TestTCPMalformedFrames(t *testing.T) {
-	a := listen(t, 1, TCPOptions{MaxFrame: 1 << 20})
-	b := listen(t, 2, TCPOptions{})
+	a := listen(t, 1, TCPOptions{InsecurePlaintext: true, MaxFrame: 1 << 20})
+	b := listen(t, 2, TCPOptions{InsecurePlaintext: true})
 	mesh(t, a, b)
 
 	frame := func(from, to NodeID, payload string) []byte {
@@ -241,7 +241,7 @@ func isReset(err error) bool {
 
 func TestTCPQueueFull(t *testing.T) {
 	const Q = 4
-	a := listen(t, 1, TCPOptions{QueueSize: Q})
+	a := listen(t, 1, TCPOptions{InsecurePlaintext: true, QueueSize: Q})
 	// Port 0 refuses connections: the writer holds one message and backs
 	// off, so at most Q+1 sends are accepted.
 	if err := a.AddPeer(9, "127.0.0.1:0"); err != nil {
@@ -264,7 +264,7 @@ func TestTCPQueueFull(t *testing.T) {
 }
 
 func TestTCPInboxFullDrops(t *testing.T) {
-	a := listen(t, 1, TCPOptions{QueueSize: 2})
+	a := listen(t, 1, TCPOptions{InsecurePlaintext: true, QueueSize: 2})
 	raw, err := net.Dial("tcp", a.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -296,11 +296,11 @@ func TestTCPInboxFullDrops(t *testing.T) {
 }
 
 func TestTCPCloseIdempotent(t *testing.T) {
-	a, err := ListenTCP(1, "127.0.0.1:0", map[NodeID]string{2: "127.0.0.1:0"}, TCPOptions{})
+	a, err := ListenTCP(1, "127.0.0.1:0", map[NodeID]string{2: "127.0.0.1:0"}, TCPOptions{InsecurePlaintext: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := listen(t, 3, TCPOptions{})
+	b := listen(t, 3, TCPOptions{InsecurePlaintext: true})
 	mesh(t, a, b)
 	mustSend(t, a, Message{To: 2}) // writer stuck dialling a dead peer
 	mustSend(t, a, Message{To: 3, Payload: []byte("x")})

@@ -1,0 +1,249 @@
+package transport
+
+import (
+	"encoding/binary"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fullFrames returns k frames from 2 to 1 whose length field is exactly
+// maxFrame, sharing one payload buffer.
+func fullFrames(k int, maxFrame int) [][]byte {
+	payload := make([]byte, maxFrame-headerLen)
+	var out [][]byte
+	for range k {
+		var h [frameOverhead]byte
+		putHeader(&h, &Message{From: 2, To: 1, Payload: payload})
+		out = append(out, h[:], payload)
+	}
+	return out
+}
+
+// drainUntilClosed reads c until the bus closes it.
+func drainUntilClosed(t *testing.T, c net.Conn) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(guard))
+	if _, err := io.Copy(io.Discard, c); err != nil && !isReset(err) {
+		t.Errorf("connection not closed by the bus: %v", err)
+	}
+}
+
+// TestTCPBudgetBoundsMemory: 16 raw connections each send three
+// maximum-size frames to a bus whose consumer reads nothing. The bus never
+// holds more than MaxTotalBytes of them (it refuses a frame before
+// allocating it), closes every connection that passes its own or the
+// total budget, and counts each; once the consumer takes what was
+// accepted and the bus closes, nothing is held.
+func TestTCPBudgetBoundsMemory(t *testing.T) {
+	const (
+		maxFrame = 1 << 20
+		conns    = 16
+	)
+	a := listen(t, 1, TCPOptions{
+		InsecurePlaintext: true,
+		MaxFrame:          maxFrame,
+		MaxConnBytes:      2 * maxFrame,
+		MaxTotalBytes:     4 * maxFrame,
+	})
+	frames := fullFrames(3, maxFrame)
+	var wg sync.WaitGroup
+	for range conns {
+		raw, err := net.Dial("tcp", a.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		wg.Go(func() {
+			bufs := net.Buffers(append([][]byte(nil), frames...))
+			bufs.WriteTo(raw) // fails once the bus closes the connection
+		})
+		wg.Go(func() { drainUntilClosed(t, raw) })
+	}
+	wg.Wait()
+
+	s := a.Stats()
+	if s.OverBudget != conns {
+		t.Fatalf("OverBudget %d, want every connection (%d): %+v", s.OverBudget, conns, s)
+	}
+	if s.PeakInFlightBytes > 4*maxFrame || s.Received == 0 || s.Received > 4 ||
+		s.InFlightBytes != s.Received*maxFrame || s.InboundConns != 0 {
+		t.Fatalf("accounting past the budget: %+v", s)
+	}
+	for range s.Received {
+		if m := recv(t, a.Recv()); m.From != 2 || len(m.Payload) != maxFrame-headerLen {
+			t.Fatalf("got from %d, %d bytes", m.From, len(m.Payload))
+		}
+	}
+	a.Close()
+	if s := a.Stats(); s.InFlightBytes != 0 {
+		t.Fatalf("bytes still held after close: %+v", s)
+	}
+}
+
+// TestTCPConnBudget: one connection cannot take the whole total budget:
+// its third unconsumed frame passes MaxConnBytes and closes it, while
+// another connection is still served.
+func TestTCPConnBudget(t *testing.T) {
+	const maxFrame = 1 << 16
+	a := listen(t, 1, TCPOptions{
+		InsecurePlaintext: true,
+		MaxFrame:          maxFrame,
+		MaxConnBytes:      2 * maxFrame,
+		MaxTotalBytes:     100 * maxFrame,
+	})
+	raw, err := net.Dial("tcp", a.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	bufs := net.Buffers(fullFrames(3, maxFrame))
+	go bufs.WriteTo(raw)
+	drainUntilClosed(t, raw)
+	if s := a.Stats(); s.OverBudget != 1 || s.Received != 2 || s.InFlightBytes != 2*maxFrame {
+		t.Fatalf("stats %+v", s)
+	}
+
+	// A second connection still has its own budget and the total's rest.
+	raw2, err := net.Dial("tcp", a.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw2.Close()
+	if _, err := raw2.Write(appendFrame(nil, &Message{From: 3, To: 1, Payload: []byte("ok")})); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		recv(t, a.Recv())
+	}
+	if m := recv(t, a.Recv()); m.From != 3 || string(m.Payload) != "ok" {
+		t.Fatalf("got %+v", m)
+	}
+
+	// What the consumer has taken no longer counts: a connection whose
+	// frames are each taken before the next is sent never runs out.
+	before := a.Stats().OverBudget
+	for i, buf := range fullFrames(10, maxFrame) {
+		if _, err := raw2.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 1 { // header and payload written: one whole frame
+			recv(t, a.Recv())
+		}
+	}
+	if s := a.Stats(); s.OverBudget != before || s.InFlightBytes != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestTCPConnLimit: with MaxConns open, one more inbound connection is
+// closed at once and counted.
+func TestTCPConnLimit(t *testing.T) {
+	a := listen(t, 1, TCPOptions{InsecurePlaintext: true, MaxConns: 2})
+	for i := range 2 {
+		raw, err := net.Dial("tcp", a.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		// Once its frame arrives the connection was accepted and counted.
+		if _, err := raw.Write(appendFrame(nil, &Message{From: 2, To: 1, Payload: seqPayload(uint64(i))})); err != nil {
+			t.Fatal(err)
+		}
+		recv(t, a.Recv())
+	}
+	extra, err := net.Dial("tcp", a.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	drainUntilClosed(t, extra)
+	if s := a.Stats(); s.RejectedConns != 1 || s.InboundConns != 2 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestTCPReadDeadlines: a connection that sends nothing is closed at
+// IdleTimeout, and one that stops inside a frame at FrameTimeout, with the
+// bytes charged for that frame released.
+func TestTCPReadDeadlines(t *testing.T) {
+	a := listen(t, 1, TCPOptions{InsecurePlaintext: true, IdleTimeout: 50 * time.Millisecond})
+	idle, err := net.Dial("tcp", a.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	drainUntilClosed(t, idle)
+	if s := a.Stats(); s.ReadTimeouts != 1 {
+		t.Fatalf("idle: stats %+v", s)
+	}
+
+	// No idle limit here, so only FrameTimeout can cut it.
+	a = listen(t, 1, TCPOptions{InsecurePlaintext: true, FrameTimeout: 50 * time.Millisecond})
+	slow, err := net.Dial("tcp", a.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	// A length prefix announcing 1000 bytes, and then only 10 of them.
+	prefix := binary.BigEndian.AppendUint32(nil, 1000)
+	if _, err := slow.Write(append(prefix, make([]byte, 10)...)); err != nil {
+		t.Fatal(err)
+	}
+	drainUntilClosed(t, slow)
+	if s := a.Stats(); s.ReadTimeouts != 1 || s.InFlightBytes != 0 || s.PeakInFlightBytes != 1000 {
+		t.Fatalf("mid-frame: stats %+v", s)
+	}
+}
+
+// FuzzTCPInbound feeds arbitrary bytes to a live bus over a raw
+// connection: the bus never fails, delivers only frames addressed to it
+// from a non-zero sender, holds no more than its budget, and is left
+// holding nothing once the consumer has taken what it delivered.
+func FuzzTCPInbound(f *testing.F) {
+	const maxFrame = 1 << 10
+	a, err := ListenTCP(1, "127.0.0.1:0", nil, TCPOptions{
+		InsecurePlaintext: true,
+		MaxFrame:          maxFrame,
+		MaxConnBytes:      2 * maxFrame,
+		MaxTotalBytes:     2 * maxFrame,
+	})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { a.Close() })
+	good := func(n int) []byte {
+		return appendFrame(nil, &Message{From: 2, To: 1, Kind: 1, Group: 7, Payload: make([]byte, n)})
+	}
+	f.Add(good(5))
+	f.Add(append(good(maxFrame-headerLen), good(maxFrame-headerLen)...))
+	f.Add(append(good(0), 0xff, 0xff, 0xff, 0xff))
+	f.Add(appendFrame(nil, &Message{From: 0, To: 1}))
+	f.Add(appendFrame(nil, &Message{From: 2, To: 3}))
+	f.Add(good(10)[:20])
+	f.Fuzz(func(t *testing.T, data []byte) {
+		raw, err := net.Dial("tcp", a.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		before := a.Stats().Received
+		raw.Write(data)
+		raw.(*net.TCPConn).CloseWrite()
+		drainUntilClosed(t, raw)
+		s := a.Stats()
+		if s.PeakInFlightBytes > 2*maxFrame {
+			t.Fatalf("held %d bytes", s.PeakInFlightBytes)
+		}
+		for range s.Received - before {
+			if m := recv(t, a.Recv()); m.From == 0 || m.To != 1 {
+				t.Fatalf("delivered %+v", m)
+			}
+		}
+		if s := a.Stats(); s.InFlightBytes != 0 {
+			t.Fatalf("still holding %d bytes", s.InFlightBytes)
+		}
+	})
+}
