@@ -91,15 +91,30 @@ func (n *Node) Leader(ctx context.Context, stream, topic, part uint32) (NodeID, 
 	return NodeID(lead), err
 }
 
-// TCPOptions configures a TCP bus.
+// TCPOptions configures a TCP bus: TLS (required unless
+// InsecurePlaintext is set), byte budgets, the connection limit and
+// deadlines. See package transport for the security model.
 type TCPOptions = transport.TCPOptions
 
-// TCPBus is the TCP transport: length-prefixed frames, one connection per
-// peer dialled lazily with backoff, bounded send queues. It is
-// unauthenticated: run it on a trusted network.
+// TLSConfig is a TCP bus's mutual TLS 1.3 identity: the cluster id, this
+// node's certificate (whose URI name is IdentityURI(cluster, id)) and the
+// cluster's certificate authorities.
+type TLSConfig = transport.TLSConfig
+
+// IdentityURI is the URI name a node's certificate carries:
+// parkway://<cluster>/node/<id>.
+func IdentityURI(cluster string, id NodeID) string { return transport.IdentityURI(cluster, id) }
+
+// TCPBus is the TCP transport: length-prefixed frames over mutually
+// authenticated TLS 1.3, one connection per peer dialled lazily with
+// backoff, bounded send queues, per-connection and total byte budgets.
+// Only members of the same cluster, each proving the node id it claims,
+// can deliver a frame.
 type TCPBus = transport.TCPBus
 
 // ListenTCP starts node id's TCP endpoint on addr, with peers' addresses.
+// It refuses to start (ErrTLSRequired) without opts.TLS unless
+// opts.InsecurePlaintext says so.
 func ListenTCP(id NodeID, addr string, peers map[NodeID]string, opts TCPOptions) (*TCPBus, error) {
 	return transport.ListenTCP(id, addr, peers, opts)
 }

@@ -17,7 +17,7 @@ func TestClusterOverTCP(t *testing.T) {
 	peers := []parkway.NodeID{1, 2, 3}
 	buses := map[parkway.NodeID]*parkway.TCPBus{}
 	for _, id := range peers {
-		b, err := parkway.ListenTCP(id, "127.0.0.1:0", nil, parkway.TCPOptions{})
+		b, err := parkway.ListenTCP(id, "127.0.0.1:0", nil, parkway.TCPOptions{InsecurePlaintext: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -113,7 +113,7 @@ func TestClusterOverTCP(t *testing.T) {
 		}
 		want = append(want, p)
 	}
-	b3, err := parkway.ListenTCP(3, addr, map[parkway.NodeID]string{1: buses[1].Addr().String(), 2: buses[2].Addr().String()}, parkway.TCPOptions{})
+	b3, err := parkway.ListenTCP(3, addr, map[parkway.NodeID]string{1: buses[1].Addr().String(), 2: buses[2].Addr().String()}, parkway.TCPOptions{InsecurePlaintext: true})
 	if err != nil {
 		t.Fatal(err)
 	}

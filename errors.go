@@ -8,6 +8,7 @@ import (
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/router"
 	"github.com/parkway-io/parkway/shard"
+	"github.com/parkway-io/parkway/transport"
 )
 
 // Errors returned by a Node. Check them with errors.Is: they are usually
@@ -83,6 +84,9 @@ var (
 	// It is not retried in place (it does not match ErrRetry): back off,
 	// poll without waiting, or raise the bound.
 	ErrTooManyWaiters = shard.ErrTooManyWaiters
+	// ErrTLSRequired reports a TCP bus started with neither TLS nor
+	// InsecurePlaintext.
+	ErrTLSRequired = transport.ErrTLSRequired
 	// ErrInvalidArgument reports any other bad argument (a negative count,
 	// an unknown partitioning, a negative or over-long poll wait).
 	ErrInvalidArgument = errors.New("parkway: invalid argument")

@@ -237,8 +237,9 @@ func (e *Engine) Forward(ctx context.Context, to uint64, req *shard.Request) (sh
 	if err := c.send(to, KindRequest, id, payload); err != nil {
 		return shard.Response{}, fmt.Errorf("%w: forward to node %d: %w", shard.ErrRetry, to, err)
 	}
-	// A waiting poll is answered by the leader up to its wait later.
-	t := e.cfg.Clock.NewTimer(e.ForwardTimeout() + req.MaxWait)
+	// A waiting poll is answered by the leader up to its wait later; a
+	// large batch needs time to travel to the leader and on to a quorum.
+	t := e.cfg.Clock.NewTimer(e.ForwardTimeout() + req.MaxWait + transferTime(len(payload)))
 	defer t.Stop()
 	select {
 	case b := <-ch:
@@ -258,6 +259,17 @@ func (e *Engine) ForwardTimeout() time.Duration {
 		return 0
 	}
 	return 50 * e.cl.cfg.TickInterval
+}
+
+// minForwardRate is the slowest node-to-node rate the forward timeout
+// allows for: a forwarded batch crosses the network about three times
+// (to the leader, to the followers, the reply is small) before it is
+// answered.
+const minForwardRate = 16 << 20 // bytes per second
+
+// transferTime is the extra wait a forwarded request of n bytes gets.
+func transferTime(n int) time.Duration {
+	return time.Duration(3 * int64(n) * int64(time.Second) / minForwardRate)
 }
 
 // serveRemote runs a forwarded request on this node's owner shard, once,

@@ -1,0 +1,5 @@
+//go:build !race
+
+package parkway_test
+
+const raceEnabled = false
