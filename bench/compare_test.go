@@ -263,6 +263,7 @@ func TestReplicatedVerify(t *testing.T) {
 		}
 		if pc, ok := sys.(parkwayClusterSystem); ok {
 			checkRaftLogs(t, dir, pc.disk)
+			checkTransport(t, in.(*parkwayCluster), pc.tcp)
 		}
 		if err := in.verify(ctx, 1); err != nil {
 			t.Errorf("%s: verify 1: %v", sys.name(), err)
@@ -275,6 +276,28 @@ func TestReplicatedVerify(t *testing.T) {
 		}
 		if err := in.close(); err != nil {
 			t.Errorf("%s: close: %v", sys.name(), err)
+		}
+	}
+}
+
+// checkTransport checks that a parkway cluster runs over the transport
+// its system names: with tcp, three TCP buses that have each sent and
+// received raft traffic and no in-memory network; without, the in-memory
+// network.
+func checkTransport(t *testing.T, c *parkwayCluster, tcp bool) {
+	t.Helper()
+	if !tcp {
+		if c.net == nil || len(c.buses) != 0 {
+			t.Errorf("in-memory cluster: network %t, %d TCP buses", c.net != nil, len(c.buses))
+		}
+		return
+	}
+	if c.net != nil || len(c.buses) != replicas {
+		t.Fatalf("TCP cluster: network %t, %d TCP buses, want none and %d", c.net != nil, len(c.buses), replicas)
+	}
+	for _, b := range c.buses {
+		if st := b.Stats(); st.Sent == 0 || st.Received == 0 {
+			t.Errorf("TCP bus of node %d carried nothing: %+v", b.ID(), st)
 		}
 	}
 }

@@ -17,13 +17,14 @@ import (
 	"github.com/parkway-io/parkway"
 )
 
-// The replicated section: parkway as three nodes in one process over the
-// in-memory network (parkway.NewNetwork), against embedded NATS JetStream
-// as a three-server cluster in one process with routes on loopback TCP and
-// a stream of three replicas. Both acknowledge a produce once a quorum (two
-// of the three replicas) holds it.
+// The replicated section: parkway as three nodes in one process, over
+// loopback TCP (parkway.ListenTCP per node) and over the in-memory network
+// (parkway.NewNetwork), against embedded NATS JetStream as a three-server
+// cluster in one process with routes on loopback TCP and a stream of three
+// replicas. Both acknowledge a produce once a quorum (two of the three
+// replicas) holds it. The TCP systems are the like for like in transport.
 //
-// Durability: each side runs twice. parkway ×3 memory (no DataDir: raft
+// Durability: each side runs in memory and on disk. parkway ×3 memory (no DataDir: raft
 // logs and partitions in memory) is compared with a JetStream stream with
 // MemoryStorage, whose raft log is in memory too. parkway ×3 disk (a
 // DataDir per node: raft logs beside the segments, metadata raft log, all
@@ -35,8 +36,8 @@ import (
 // the partition (stream).
 const replicas = 3
 
-// ReplicatedSizes are the message counts of the replicated section; a
-// zero count leaves the case out.
+// ReplicatedSizes are the floors of the replicated section (messages a
+// round does at least, as SetSizes); a zero count leaves the case out.
 type ReplicatedSizes struct {
 	ProduceWait    int // case R1
 	Pipelined      int // case R2
