@@ -771,8 +771,9 @@ const replicatedHowItRuns = `parkway: three nodes in one process,
 ` + "`parkway.Open(parkway.Config{Shards: 2, Cluster: &parkway.Cluster{ID: i, Peers: []parkway.NodeID{1, 2, 3}, Bus: bus_i}})`" + `,
 where bus_i is either node i's endpoint on one ` + "`parkway.NewNetwork(parkway.NetworkOptions{})`" + `
 (the in-memory bus) or, in the systems marked **TCP**, node i's
-` + "`parkway.ListenTCP(i, \"127.0.0.1:0\", nil, parkway.TCPOptions{})`" + ` with the other two
-nodes added as peers (parkway's TCP transport over loopback); and one topic of
+` + "`parkway.ListenTCP(i, \"127.0.0.1:0\", nil, opts)`" + ` (the default options, plaintext,
+like JetStream's routes here) with the other two nodes added as peers
+(parkway's TCP transport over loopback); and one topic of
 1 partition created with ` + "`parkway.WithFsync(parkway.FsyncInterval, 2*time.Minute)`" + `.
 It runs twice: **parkway ×3 memory** has no ` + "`DataDir`" + `, so the partition and
 every raft log are in memory; **parkway ×3 disk** gives each node its own

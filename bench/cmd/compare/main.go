@@ -2,8 +2,8 @@
 // by side, case by case, with the raw limits of the machine, and prints a
 // markdown table of medians, ranges and ratios. From the repository root:
 //
-//	go -C bench run ./cmd/compare                 # full run, 3 rounds of at least 1 s (about 12 min on 2 cores)
-//	go -C bench run ./cmd/compare -quick          # smoke run: 1 round of at least 100 ms (about 2 min)
+//	go -C bench run ./cmd/compare                 # full run, 3 rounds of at least 1 s (about 10 min on 2 cores)
+//	go -C bench run ./cmd/compare -quick          # smoke run: 1 round of at least 100 ms (about 1 min)
 //	go -C bench run ./cmd/compare -out RESULTS.md # also write the report (relative to bench/)
 //
 // With -out, an existing report file is first moved to
@@ -16,7 +16,7 @@
 // limits, replicated) and -cpuprofile writes a CPU profile of the parkway
 // side of every selected case, for example:
 //
-//	go -C bench run ./cmd/compare -only replicated        # about 5 min on 2 cores
+//	go -C bench run ./cmd/compare -only replicated        # about 3 min on 2 cores
 //	go -C bench run ./cmd/compare -run 'interval/batch$' -cpuprofile /tmp/prof
 //	go tool pprof -top /tmp/prof/interval-batch-r*.pprof
 package main
