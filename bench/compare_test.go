@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -35,9 +36,12 @@ func TestCompareQuickPath(t *testing.T) {
 	profiles := t.TempDir()
 	sizes := tinySizes()
 	var progress strings.Builder
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// Generous: the run takes about a minute on a busy 2-core machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	rep, err := Run(ctx, Config{Rounds: 2, Sizes: &sizes, TempDir: base, CPUProfileDir: profiles, Progress: &progress})
+	const minRound = 20 * time.Millisecond
+	rep, err := Run(ctx, Config{Rounds: 2, Sizes: &sizes, MinRound: minRound, TempDir: base, CPUProfileDir: profiles,
+		Progress: &progress})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,6 +50,7 @@ func TestCompareQuickPath(t *testing.T) {
 	if left, err := os.ReadDir(base); err != nil || len(left) != 0 {
 		t.Errorf("temp dir not cleaned: %v, %v", left, err)
 	}
+	checkSamples(t, rep, base, minRound)
 
 	md := rep.Markdown("go -C bench run ./cmd/compare -quick")
 	for _, want := range []string{
@@ -56,11 +61,16 @@ func TestCompareQuickPath(t *testing.T) {
 		"file-append", "file-append-fsync100", "chan-handoff", "case 3 allocations per message",
 		"SyncAlways=true", "FsyncInterval topic policy with interval 2m0s",
 		"## Three replicas, quorum acknowledged", "R1 produce and wait", "R2 pipelined", "R2a pipelined produce, async API",
-		"R3 batched", "| parkway ×3 memory | parkway ×3 disk | JetStream R3 memory | JetStream R3 file |",
-		"parkway ×3 memory / JetStream R3 memory | parkway ×3 disk / JetStream R3 file |",
+		"R3 batched",
 		"parkway ×3 memory to node ", "parkway ×3 disk to node ",
-		"in-memory network dropped", "### Beside the single-node figures of this run",
-		"| 1 / R1 produce-wait | p99 latency", "| 2a / R2a pipelined-async | msgs/s",
+		"parkway's transports dropped", "### Beside the single-node figures of this run",
+		"| 1 / R1 produce-wait | p99 latency", "| 2a / R2a pipelined-async | msgs/s", "| 3 / R3 batch | CPU/msg",
+		"| parkway ×3 memory TCP | parkway ×3 memory | JetStream R3 memory |",
+		"| parkway ×3 disk TCP | parkway ×3 disk | JetStream R3 file |",
+		"parkway ×3 memory TCP / JetStream R3 memory | parkway ×3 memory / JetStream R3 memory |",
+		"parkway ×3 disk TCP / JetStream R3 file | parkway ×3 disk / JetStream R3 file |",
+		"parkway ×3 memory TCP to node ", "parkway ×3 disk TCP to node ",
+		"CPU/msg (process user+sys)", "CPU/op (process user+sys)", "Every throughput round ran for at least 20ms",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
@@ -71,18 +81,18 @@ func TestCompareQuickPath(t *testing.T) {
 	}
 	// Two rounds × two systems per case, alternating the order.
 	for _, key := range []string{"produce-wait", "pipelined", "pipelined-async"} {
-		if n := strings.Count(progress.String(), "interval "+key+" "); n != 4 {
+		if n := len(regexp.MustCompile(`(?m)^interval +`+key+` `).FindAllString(progress.String(), -1)); n != 4 {
 			t.Errorf("%s ran %d times, want 4:\n%s", key, n, progress.String())
 		}
 	}
-	// Two rounds × four systems per replicated case, rotating the order.
+	// Two rounds × six systems per replicated case, rotating the order.
 	for _, key := range []string{"produce-wait", "pipelined", "pipelined-async", "batch"} {
-		if n := strings.Count(progress.String(), "replicated "+key+" "); n != 8 {
-			t.Errorf("replicated %s ran %d times, want 8:\n%s", key, n, progress.String())
+		if n := len(regexp.MustCompile(`(?m)^replicated +`+key+` `).FindAllString(progress.String(), -1)); n != 12 {
+			t.Errorf("replicated %s ran %d times, want 12:\n%s", key, n, progress.String())
 		}
 	}
 	rr := rep.replicated
-	if rr == nil || len(rr.cases) != 4 || len(rr.systems) != 4 {
+	if rr == nil || len(rr.cases) != 4 || len(rr.systems) != 6 {
 		t.Fatalf("replicated section: %+v", rr)
 	}
 	for _, c := range rr.cases {
@@ -90,24 +100,19 @@ func TestCompareQuickPath(t *testing.T) {
 			if len(ss) != 2 {
 				t.Errorf("replicated %s on %s: %d samples, want 2", c.spec.key, rr.systems[i], len(ss))
 			}
-			for _, s := range ss {
-				if s.msgs != c.spec.count || s.elapsed <= 0 {
-					t.Errorf("replicated %s on %s: sample %+v", c.spec.key, rr.systems[i], s)
-				}
-			}
 		}
-		if c.spec.key == "produce-wait" && len(c.samples[0][0].lat) != c.spec.count {
-			t.Errorf("replicated produce-wait recorded %d latencies, want %d", len(c.samples[0][0].lat), c.spec.count)
+		if c.spec.key == "produce-wait" && len(c.samples[0][0].lat) != c.samples[0][0].msgs {
+			t.Errorf("replicated produce-wait recorded %d latencies for %d messages", len(c.samples[0][0].lat), c.samples[0][0].msgs)
 		}
 	}
 
-	// One profile per parkway run (two parkway systems in the replicated
+	// One profile per parkway run (four parkway systems in the replicated
 	// section), none for JetStream.
 	files, err := filepath.Glob(filepath.Join(profiles, "*.pprof"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := 2 * (len(cases(sizes.Interval)) + len(cases(sizes.Always)) + 2*len(replicatedCases(sizes.Replicated))); len(files) != want {
+	if want := 2 * (len(cases(sizes.Interval)) + len(cases(sizes.Always)) + 4*len(replicatedCases(sizes.Replicated))); len(files) != want {
 		t.Errorf("%d profiles, want %d", len(files), want)
 	}
 	if len(rep.Targets()) == 0 {
@@ -115,10 +120,62 @@ func TestCompareQuickPath(t *testing.T) {
 	}
 }
 
+// checkSamples checks every sample of a run: each throughput round did at
+// least its floor and lasted at least minRound, its CPU time was measured,
+// and each round of each system had a data directory of its own, under
+// base, gone after the run.
+func checkSamples(t *testing.T, rep *Report, base string, minRound time.Duration) {
+	t.Helper()
+	dirs := map[string]string{}
+	check := func(what string, floor int, timed bool, s sample) {
+		t.Helper()
+		if s.msgs < floor || (timed && s.elapsed < minRound) {
+			t.Errorf("%s: %d messages in %v, want at least %d in at least %v", what, s.msgs, s.elapsed, floor, minRound)
+		}
+		if s.cpu <= 0 {
+			t.Errorf("%s: CPU time %v not measured", what, s.cpu)
+		}
+		if filepath.Dir(s.dir) != filepath.Clean(base) {
+			t.Errorf("%s: data directory %q is not directly under %q", what, s.dir, base)
+		}
+		if prev, ok := dirs[s.dir]; ok {
+			t.Errorf("%s: data directory %q reused from %s", what, s.dir, prev)
+		}
+		dirs[s.dir] = what
+		if _, err := os.Stat(s.dir); err == nil {
+			t.Errorf("%s: data directory %q left behind", what, s.dir)
+		}
+	}
+	for _, l := range rep.limits {
+		for i, s := range l.samples {
+			check(fmt.Sprintf("limits/%s round %d", l.limit.key, i+1), l.count, true, s)
+		}
+	}
+	for _, set := range rep.sets {
+		for _, c := range set.cases {
+			for sys, ss := range c.samples {
+				for i, s := range ss {
+					check(fmt.Sprintf("%s/%s system %d round %d", set.name, c.spec.key, sys, i+1), c.spec.count,
+						c.spec.key != "convergence", s)
+				}
+			}
+		}
+	}
+	if rr := rep.replicated; rr != nil {
+		for _, c := range rr.cases {
+			for sys, ss := range c.samples {
+				for i, s := range ss {
+					check(fmt.Sprintf("replicated/%s on %s round %d", c.spec.key, rr.systems[sys], i+1), c.spec.count, true, s)
+				}
+			}
+		}
+	}
+}
+
 func TestFilter(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	sizes := tinySizes()
-	rep, err := Run(context.Background(), Config{Rounds: 1, Sizes: &sizes, TempDir: t.TempDir(),
+	rep, err := Run(context.Background(), Config{Rounds: 1, Sizes: &sizes, MinRound: -1, TempDir: t.TempDir(),
 		Filter: mustCompile(t, `^interval/batch$|^limits/file-append$`)})
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +194,7 @@ func TestFilter(t *testing.T) {
 func TestReplicatedOnly(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	sizes := tinySizes()
-	rep, err := Run(context.Background(), Config{Rounds: 1, Sizes: &sizes, TempDir: t.TempDir(),
+	rep, err := Run(context.Background(), Config{Rounds: 1, Sizes: &sizes, MinRound: -1, TempDir: t.TempDir(),
 		Filter: mustCompile(t, `^replicated/produce-wait$`)})
 	if err != nil {
 		t.Fatal(err)
@@ -207,6 +264,7 @@ func TestReplicatedVerify(t *testing.T) {
 		}
 		if pc, ok := sys.(parkwayClusterSystem); ok {
 			checkRaftLogs(t, dir, pc.disk)
+			checkTransport(t, in.(*parkwayCluster), pc.tcp)
 		}
 		if err := in.verify(ctx, 1); err != nil {
 			t.Errorf("%s: verify 1: %v", sys.name(), err)
@@ -219,6 +277,28 @@ func TestReplicatedVerify(t *testing.T) {
 		}
 		if err := in.close(); err != nil {
 			t.Errorf("%s: close: %v", sys.name(), err)
+		}
+	}
+}
+
+// checkTransport checks that a parkway cluster runs over the transport
+// its system names: with tcp, three TCP buses that have each sent and
+// received raft traffic and no in-memory network; without, the in-memory
+// network.
+func checkTransport(t *testing.T, c *parkwayCluster, tcp bool) {
+	t.Helper()
+	if !tcp {
+		if c.net == nil || len(c.buses) != 0 {
+			t.Errorf("in-memory cluster: network %t, %d TCP buses", c.net != nil, len(c.buses))
+		}
+		return
+	}
+	if c.net != nil || len(c.buses) != replicas {
+		t.Fatalf("TCP cluster: network %t, %d TCP buses, want none and %d", c.net != nil, len(c.buses), replicas)
+	}
+	for _, b := range c.buses {
+		if st := b.Stats(); st.Sent == 0 || st.Received == 0 {
+			t.Errorf("TCP bus of node %d carried nothing: %+v", b.ID(), st)
 		}
 	}
 }
@@ -262,19 +342,27 @@ func TestReplicatedRatios(t *testing.T) {
 	}
 	rep := &Report{replicated: &replResult{systems: names, cases: []replCaseResult{{
 		spec: replicatedCases(ReplicatedSizes{Batch: 100})[0].spec,
-		// parkway memory 600, parkway disk 400, JetStream memory 200, file 100.
-		samples: [][]sample{second(600), second(400), second(200), second(100)},
-		entries: [][]string{{"node 1"}, {"node 2"}, {"js-1"}, {"js-2"}},
-		drops:   [][]int64{{3}, {4}, {-1}, {-1}},
+		// In replicatedSystems' order: parkway memory 600, memory TCP 300,
+		// disk 400, disk TCP 200; JetStream memory 200, file 100.
+		samples: [][]sample{second(600), second(300), second(400), second(200), second(200), second(100)},
+		entries: [][]string{{"node 1"}, {"node 1"}, {"node 2"}, {"node 2"}, {"js-1"}, {"js-2"}},
+		drops:   [][]int64{{3}, {5}, {4}, {6}, {-1}, {-1}},
 	}}}}
 	var b strings.Builder
 	rep.writeReplicated(&b)
 	md := b.String()
-	// memory: 600 / 200 = 3×; disk: 400 / 100 = 4×.
-	if !strings.Contains(md, "| 600 (600–600) | 400 (400–400) | 200 (200–200) | 100 (100–100) | 3.00× | 4.00× |") {
-		t.Errorf("ratios do not pair memory with memory and disk with file:\n%s", md)
+	// memory: TCP 300 / 200 = 1.5×, in-memory bus 600 / 200 = 3×;
+	// disk: TCP 200 / 100 = 2×, in-memory bus 400 / 100 = 4×.
+	for _, want := range []string{
+		"| 300 / 600 / 200 | msgs/s | 300 (300–300) | 600 (600–600) | 200 (200–200) | 1.50× | 3.00× |",
+		"| 200 / 400 / 100 | msgs/s | 200 (200–200) | 400 (400–400) | 100 (100–100) | 2.00× | 4.00× |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("ratios do not pair memory with memory and disk with file, TCP and in-memory bus each:\nwant %s\n%s", want, md)
+		}
 	}
-	if !strings.Contains(md, "3 in the runs of parkway ×3 memory, 4 in the runs of parkway ×3 disk") {
+	if !strings.Contains(md, "3 in the runs of parkway ×3 memory, 5 in the runs of parkway ×3 memory TCP, "+
+		"4 in the runs of parkway ×3 disk, 6 in the runs of parkway ×3 disk TCP") {
 		t.Errorf("drops not reported per parkway system:\n%s", md)
 	}
 }
@@ -295,8 +383,8 @@ func TestPipelinedAsync(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	if err := in.pipelinedAsync(ctx, 0, make([]byte, 10), 1000, 16); err != nil {
-		t.Fatalf("pipelinedAsync: %v", err)
+	if n, err := in.pipelinedAsync(ctx, 0, make([]byte, 10), 16, exactly(1000)); err != nil || n != 1000 {
+		t.Fatalf("pipelinedAsync = %d, %v; want 1,000 acknowledged", n, err)
 	}
 	r, err := in.reader(ctx, 0)
 	if err != nil {
@@ -318,7 +406,42 @@ func TestPipelinedAsync(t *testing.T) {
 	}
 	// Partition 3 does not exist: every produce fails, and the first
 	// failure is returned.
-	if err := in.pipelinedAsync(ctx, 3, make([]byte, 10), 100, 16); err == nil {
+	if _, err := in.pipelinedAsync(ctx, 3, make([]byte, 10), 16, exactly(100)); err == nil {
 		t.Error("pipelinedAsync to a missing partition returned nil")
+	}
+}
+
+// exactly is a budget of n units and no time.
+func exactly(n int) func(int) bool { return func(done int) bool { return done < n } }
+
+// TestKeepPrevious checks that writing a report keeps the previous one
+// beside it: the file moves to <name>-previous.md (replacing an older
+// one), and there is nothing to link when there was no report.
+func TestKeepPrevious(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "RESULTS.md")
+	if prev, err := KeepPrevious(out); err != nil || prev != "" {
+		t.Fatalf("no report yet: KeepPrevious = %q, %v; want \"\", nil", prev, err)
+	}
+	for _, body := range []string{"first run", "second run"} {
+		if err := os.WriteFile(out, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		prev, err := KeepPrevious(out)
+		if err != nil || prev != "RESULTS-previous.md" {
+			t.Fatalf("KeepPrevious = %q, %v; want RESULTS-previous.md", prev, err)
+		}
+		got, err := os.ReadFile(filepath.Join(dir, prev))
+		if err != nil || string(got) != body {
+			t.Errorf("previous report holds %q (%v), want %q", got, err, body)
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Errorf("%s still exists after KeepPrevious", out)
+		}
+	}
+	rep := &Report{}
+	rep.LinkPrevious("RESULTS-previous.md")
+	if md := rep.Markdown("x"); !strings.Contains(md, "[RESULTS-previous.md](RESULTS-previous.md)") {
+		t.Errorf("report does not link the previous one:\n%s", md)
 	}
 }

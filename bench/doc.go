@@ -1,5 +1,5 @@
 // Package bench compares parkway with an embedded NATS JetStream server in
-// one process, case by case, and measures two raw limits of the machine (a
+// one process, case by case, and measures raw limits of the machine (a
 // buffered file append and a channel hand-off) in the same run.
 //
 // It is a separate module so that the library never depends on
@@ -7,9 +7,16 @@
 //
 //	go -C bench run ./cmd/compare
 //
-// Every case runs for both systems on fresh data directories, alternating
-// which system goes first from round to round (so neither always runs on a
-// warmer or cooler machine), for Config.Rounds rounds. The report gives the
+// Every round of every case runs for each system on a data directory of
+// its own, created directly under the temp dir and removed after the
+// round, alternating which system goes first from round to round (so
+// neither always runs on a warmer or cooler machine), for Config.Rounds
+// rounds. A throughput round does at least its floor of messages and goes
+// on until Config.MinRound (1 s by default) has passed, so no round is a
+// few tens of milliseconds a scheduler hiccup can swing; its figures are
+// per message over whatever it did. Beside msgs/s the report gives the
+// process's CPU time per message (getrusage, user+system, over the timed
+// section): a loaded machine lowers msgs/s but not CPU/msg. It gives the
 // median and the min–max range of each metric and the ratio parkway /
 // JetStream of the medians.
 //
@@ -20,12 +27,13 @@
 // (JetStream's SyncAlways, parkway's FsyncAlways).
 //
 // A last section runs cases 1–3 (and 2a) on three replicas: parkway as
-// three nodes in one process over its in-memory network, against three
-// embedded nats-servers with routes on loopback and a stream of three
-// replicas. Each side runs in memory (parkway nodes without a DataDir,
-// JetStream memory storage) and on disk (a DataDir per parkway node, raft
-// logs included, against JetStream file storage), both with a 2-minute
-// fsync interval, and the ratios pair memory with memory and disk with
-// disk. Both acknowledge once a quorum holds the message, and every
+// three nodes in one process, over loopback TCP (parkway.ListenTCP per
+// node, like JetStream's routes) and over its in-memory network, against
+// three embedded nats-servers with routes on loopback and a stream of
+// three replicas. Each side runs in memory (parkway nodes without a
+// DataDir, JetStream memory storage) and on disk (a DataDir per parkway
+// node, raft logs included, against JetStream file storage), both with a
+// 2-minute fsync interval, and the ratios pair memory with memory and disk
+// with disk. Both acknowledge once a quorum holds the message, and every
 // replica is checked after every run.
 package bench

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,13 +17,14 @@ import (
 	"github.com/parkway-io/parkway"
 )
 
-// The replicated section: parkway as three nodes in one process over the
-// in-memory network (parkway.NewNetwork), against embedded NATS JetStream
-// as a three-server cluster in one process with routes on loopback TCP and
-// a stream of three replicas. Both acknowledge a produce once a quorum (two
-// of the three replicas) holds it.
+// The replicated section: parkway as three nodes in one process, over
+// loopback TCP (parkway.ListenTCP per node) and over the in-memory network
+// (parkway.NewNetwork), against embedded NATS JetStream as a three-server
+// cluster in one process with routes on loopback TCP and a stream of three
+// replicas. Both acknowledge a produce once a quorum (two of the three
+// replicas) holds it. The TCP systems are the like for like in transport.
 //
-// Durability: each side runs twice. parkway ×3 memory (no DataDir: raft
+// Durability: each side runs in memory and on disk. parkway ×3 memory (no DataDir: raft
 // logs and partitions in memory) is compared with a JetStream stream with
 // MemoryStorage, whose raft log is in memory too. parkway ×3 disk (a
 // DataDir per node: raft logs beside the segments, metadata raft log, all
@@ -36,8 +36,8 @@ import (
 // the partition (stream).
 const replicas = 3
 
-// ReplicatedSizes are the message counts of the replicated section; a
-// zero count leaves the case out.
+// ReplicatedSizes are the floors of the replicated section (messages a
+// round does at least, as SetSizes); a zero count leaves the case out.
 type ReplicatedSizes struct {
 	ProduceWait    int // case R1
 	Pipelined      int // case R2
@@ -68,13 +68,13 @@ const replicatedSet = "replicated"
 func replicatedCases(sz ReplicatedSizes) []replCase {
 	all := []replCase{
 		{caseSpec{id: "R1", key: "produce-wait", title: "produce and wait, one message per call, quorum ack", payload: 100,
-			count: sz.ProduceWait, parts: 1, metrics: []metric{msgsPerSec, p50, p99, allocsPerMsg}}, runProduceWait},
+			count: sz.ProduceWait, parts: 1, metrics: []metric{msgsPerSec, cpuPerMsg, p50, p99, allocsPerMsg}}, runProduceWait},
 		{caseSpec{id: "R2", key: "pipelined", title: "pipelined produce, 4,096 outstanding, quorum ack", payload: 100,
-			count: sz.Pipelined, parts: 1, metrics: []metric{msgsPerSec, mbPerSec, allocsPerMsg}}, runPipelined},
+			count: sz.Pipelined, parts: 1, metrics: []metric{msgsPerSec, cpuPerMsg, mbPerSec, allocsPerMsg}}, runPipelined},
 		{caseSpec{id: "R2a", key: "pipelined-async", title: "pipelined produce, async API, 4,096 outstanding, quorum ack", payload: 100,
-			count: sz.PipelinedAsync, parts: 1, metrics: []metric{msgsPerSec, mbPerSec, allocsPerMsg}}, runPipelinedAsync},
+			count: sz.PipelinedAsync, parts: 1, metrics: []metric{msgsPerSec, cpuPerMsg, mbPerSec, allocsPerMsg}}, runPipelinedAsync},
 		{caseSpec{id: "R3", key: "batch", title: "batched produce, 100 messages per call, quorum ack", payload: 100,
-			count: sz.Batch, parts: 1, metrics: []metric{msgsPerSec, mbPerSec, allocsPerMsg}}, runBatch},
+			count: sz.Batch, parts: 1, metrics: []metric{msgsPerSec, cpuPerMsg, mbPerSec, allocsPerMsg}}, runBatch},
 	}
 	out := all[:0]
 	for _, c := range all {
@@ -124,46 +124,75 @@ var replicatedDurability = durability{interval: jetStreamDefaultSyncInterval}
 // verifyTimeout bounds the wait for followers to catch up after a run.
 const verifyTimeout = 30 * time.Second
 
-// --- parkway, three nodes over the in-memory network -------------------------
+// --- parkway, three nodes over the in-memory network or loopback TCP --------
 
 // parkwayClusterSystem is three parkway nodes; with disk each has its own
 // DataDir under the run's directory, so every raft group's state is on
-// disk; without, everything is in memory.
-type parkwayClusterSystem struct{ disk bool }
+// disk; without, everything is in memory. With tcp the nodes talk over
+// parkway's TCP transport on 127.0.0.1 (one listener per node), as
+// JetStream's servers do over their routes; without, over the in-memory
+// network.
+type parkwayClusterSystem struct{ disk, tcp bool }
 
 func (s parkwayClusterSystem) name() string {
+	n := "parkway ×3 memory"
 	if s.disk {
-		return "parkway ×3 disk"
+		n = "parkway ×3 disk"
 	}
-	return "parkway ×3 memory"
+	if s.tcp {
+		n += " TCP"
+	}
+	return n
 }
 
 // profileTag names the system in its CPU profile files.
 func (s parkwayClusterSystem) profileTag() string {
+	t := "memory"
 	if s.disk {
-		return "disk"
+		t = "disk"
 	}
-	return "memory"
+	if s.tcp {
+		t += "-tcp"
+	}
+	return t
+}
+
+// tcpOptions are the options of every parkway TCP bus in the bench: the
+// defaults, in plaintext on loopback, like JetStream's routes here. Should
+// the transport ever require plaintext to be asked for explicitly, this
+// is the one place to say so.
+func tcpOptions() parkway.TCPOptions {
+	return parkway.TCPOptions{}
 }
 
 type parkwayCluster struct {
-	*parkwayInstance // the partition leader's node: every produce goes there
-	net              *parkway.Network
+	*parkwayInstance                   // the partition leader's node: every produce goes there
+	net              *parkway.Network  // the in-memory network, or nil
+	buses            []*parkway.TCPBus // the TCP endpoints, or nil
 	nodes            []*parkway.Node
 	leader           parkway.NodeID
 }
 
 func (s parkwayClusterSystem) open(ctx context.Context, dir string, warm []byte) (replInstance, error) {
-	c := &parkwayCluster{net: parkway.NewNetwork(parkway.NetworkOptions{})}
+	c := &parkwayCluster{}
 	peers := make([]parkway.NodeID, replicas)
 	for i := range peers {
 		peers[i] = parkway.NodeID(i + 1)
+	}
+	bus := func(id parkway.NodeID) parkway.Bus { return c.net.Endpoint(id) }
+	if s.tcp {
+		if err := c.listenTCP(peers); err != nil {
+			return nil, errors.Join(err, c.close())
+		}
+		bus = func(id parkway.NodeID) parkway.Bus { return c.buses[id-1] }
+	} else {
+		c.net = parkway.NewNetwork(parkway.NetworkOptions{})
 	}
 	for _, id := range peers {
 		// Two shards per node, as on one node. With disk, each node has
 		// its own data directory (partitions, their raft logs, the
 		// metadata raft log); without, all of it is in memory.
-		cfg := parkway.Config{Shards: 2, Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: c.net.Endpoint(id)}}
+		cfg := parkway.Config{Shards: 2, Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: bus(id)}}
 		if s.disk {
 			cfg.DataDir = filepath.Join(dir, fmt.Sprintf("node-%d", id))
 		}
@@ -177,6 +206,26 @@ func (s parkwayClusterSystem) open(ctx context.Context, dir string, warm []byte)
 		return nil, errors.Join(err, c.close())
 	}
 	return c, nil
+}
+
+// listenTCP starts one TCP bus per node on a free loopback port and tells
+// each the others' addresses.
+func (c *parkwayCluster) listenTCP(peers []parkway.NodeID) error {
+	for _, id := range peers {
+		b, err := parkway.ListenTCP(id, "127.0.0.1:0", nil, tcpOptions())
+		if err != nil {
+			return fmt.Errorf("parkway: listen tcp for node %d: %w", id, err)
+		}
+		c.buses = append(c.buses, b)
+	}
+	for _, b := range c.buses {
+		for _, p := range c.buses {
+			if err := b.AddPeer(p.ID(), p.Addr().String()); err != nil {
+				return fmt.Errorf("parkway: node %d: add peer %d: %w", b.ID(), p.ID(), err)
+			}
+		}
+	}
+	return nil
 }
 
 func (c *parkwayCluster) setUp(ctx context.Context, warm []byte) error {
@@ -260,8 +309,24 @@ func parkwayCount(ctx context.Context, n *parkway.Node, stream, topic uint32, wa
 	return got, nil
 }
 
-func (c *parkwayCluster) busDrops() int64 { return int64(c.net.Stats().Overflow) }
+// busDrops: the in-memory network's messages dropped for a full inbox;
+// over TCP, the sends refused for a full peer queue and the received
+// messages dropped for a full inbox, over the three buses.
+func (c *parkwayCluster) busDrops() int64 {
+	if c.net != nil {
+		return int64(c.net.Stats().Overflow)
+	}
+	var n uint64
+	for _, b := range c.buses {
+		st := b.Stats()
+		n += st.QueueFull + st.InboxFull
+	}
+	return int64(n)
+}
 
+// close closes the nodes (each closes its bus), then the network, and
+// every TCP bus again: a bus whose node never opened is closed only here
+// (closing a bus twice is harmless).
 func (c *parkwayCluster) close() error {
 	var errs []error
 	for i, n := range c.nodes {
@@ -269,8 +334,15 @@ func (c *parkwayCluster) close() error {
 			errs = append(errs, fmt.Errorf("parkway: close node %d: %w", i+1, err))
 		}
 	}
-	if err := c.net.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("parkway: close network: %w", err))
+	if c.net != nil {
+		if err := c.net.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("parkway: close network: %w", err))
+		}
+	}
+	for _, b := range c.buses {
+		if err := b.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("parkway: close tcp bus %d: %w", b.ID(), err))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -568,18 +640,33 @@ func pause(ctx context.Context) error {
 
 func replicatedSystems() []replSystem {
 	return []replSystem{
-		parkwayClusterSystem{}, parkwayClusterSystem{disk: true},
+		parkwayClusterSystem{}, parkwayClusterSystem{tcp: true},
+		parkwayClusterSystem{disk: true}, parkwayClusterSystem{disk: true, tcp: true},
 		jetStreamClusterSystem{nats.MemoryStorage}, jetStreamClusterSystem{nats.FileStorage},
 	}
 }
 
-// replicatedPairs are the like-for-like comparisons of the section, by
-// system name: parkway's in-memory nodes with JetStream's memory stream,
-// parkway's disk nodes with JetStream's file stream.
-func replicatedPairs() [][2]string {
-	return [][2]string{
-		{parkwayClusterSystem{}.name(), jetStreamClusterSystem{nats.MemoryStorage}.name()},
-		{parkwayClusterSystem{disk: true}.name(), jetStreamClusterSystem{nats.FileStorage}.name()},
+// replGroup is one table of the section: the systems of one storage kind
+// and the like-for-like pairs among them (a parkway system, its JetStream
+// counterpart), by system name.
+type replGroup struct {
+	title   string
+	systems []string
+	pairs   [][2]string
+}
+
+// replicatedGroups are the tables of the section: parkway's in-memory
+// nodes with JetStream's memory stream, parkway's disk nodes with
+// JetStream's file stream; in each, parkway over the in-memory network and
+// over loopback TCP. The TCP pair is like for like in transport too:
+// JetStream's servers always talk over loopback TCP.
+func replicatedGroups() []replGroup {
+	mem, memTCP := parkwayClusterSystem{}.name(), parkwayClusterSystem{tcp: true}.name()
+	disk, diskTCP := parkwayClusterSystem{disk: true}.name(), parkwayClusterSystem{disk: true, tcp: true}.name()
+	jsMem, jsFile := jetStreamClusterSystem{nats.MemoryStorage}.name(), jetStreamClusterSystem{nats.FileStorage}.name()
+	return []replGroup{
+		{"In memory", []string{memTCP, mem, jsMem}, [][2]string{{memTCP, jsMem}, {mem, jsMem}}},
+		{"On disk", []string{diskTCP, disk, jsFile}, [][2]string{{diskTCP, jsFile}, {disk, jsFile}}},
 	}
 }
 
@@ -607,7 +694,7 @@ type replCaseResult struct {
 }
 
 // runReplicated runs the replicated section. Each round rotates which
-// system goes first, so each goes first in one round of every four.
+// system goes first, so each goes first in one round of every six.
 func (r *runner) runReplicated(ctx context.Context, sizes ReplicatedSizes) (*replResult, error) {
 	systems := replicatedSystems()
 	res := &replResult{}
@@ -645,11 +732,11 @@ func (r *runner) runReplicated(ctx context.Context, sizes ReplicatedSizes) (*rep
 // directories that are removed afterwards, and verifies every replica
 // afterwards (not timed).
 func (r *runner) runReplCase(ctx context.Context, sys replSystem, c replCase, round int) (s sample, entry string, drops int64, err error) {
-	dir, err := os.MkdirTemp(r.root, strings.NewReplacer(" ", "-", "×", "x").Replace(sys.name())+"-")
+	dir, remove, err := r.roundDir(replicatedSet, c.spec.key, sys.name(), round)
 	if err != nil {
 		return sample{}, "", 0, err
 	}
-	defer func() { err = errors.Join(err, os.RemoveAll(dir)) }()
+	defer func() { err = errors.Join(err, remove()) }()
 	ctx, cancel := context.WithTimeout(ctx, runTimeout)
 	defer cancel()
 
@@ -657,7 +744,7 @@ func (r *runner) runReplCase(ctx context.Context, sys replSystem, c replCase, ro
 	if err != nil {
 		return sample{}, "", 0, err
 	}
-	m := &meter{}
+	m := &meter{minRound: r.cfg.MinRound}
 	if pc, ok := sys.(parkwayClusterSystem); ok && r.cfg.CPUProfileDir != "" {
 		m.profile = filepath.Join(r.cfg.CPUProfileDir,
 			fmt.Sprintf("%s-%s-%s-r%d.pprof", replicatedSet, c.spec.key, pc.profileTag(), round))
@@ -667,21 +754,26 @@ func (r *runner) runReplCase(ctx context.Context, sys replSystem, c replCase, ro
 	if err == nil {
 		// Every produce was acknowledged; every replica must hold all of
 		// them, and nothing more, with the warm message.
-		err = in.verify(ctx, c.spec.count+1)
+		err = in.verify(ctx, m.s.msgs+1)
 	}
 	drops = in.busDrops()
 	err = errors.Join(err, in.close())
 	if err == nil && (!m.started || m.s.msgs == 0) {
 		err = errors.New("the case measured nothing")
 	}
+	m.s.dir = dir
 	return m.s, in.entry(), drops, err
 }
 
 // --- the report ------------------------------------------------------------
 
 const replicatedHowItRuns = `parkway: three nodes in one process,
-` + "`parkway.Open(parkway.Config{Shards: 2, Cluster: &parkway.Cluster{ID: i, Peers: []parkway.NodeID{1, 2, 3}, Bus: net.Endpoint(i)}})`" + `
-on one ` + "`parkway.NewNetwork(parkway.NetworkOptions{})`" + ` (the in-memory bus), and one topic of
+` + "`parkway.Open(parkway.Config{Shards: 2, Cluster: &parkway.Cluster{ID: i, Peers: []parkway.NodeID{1, 2, 3}, Bus: bus_i}})`" + `,
+where bus_i is either node i's endpoint on one ` + "`parkway.NewNetwork(parkway.NetworkOptions{})`" + `
+(the in-memory bus) or, in the systems marked **TCP**, node i's
+` + "`parkway.ListenTCP(i, \"127.0.0.1:0\", nil, opts)`" + ` (the default options, plaintext,
+like JetStream's routes here) with the other two nodes added as peers
+(parkway's TCP transport over loopback); and one topic of
 1 partition created with ` + "`parkway.WithFsync(parkway.FsyncInterval, 2*time.Minute)`" + `.
 It runs twice: **parkway ×3 memory** has no ` + "`DataDir`" + `, so the partition and
 every raft log are in memory; **parkway ×3 disk** gives each node its own
@@ -713,10 +805,14 @@ message and raft entry to the filesystem on every replica, so it survives a
 crash of all three processes, and fsync on a 2-minute interval). The ratio
 columns pair them so.
 
-Transport: parkway's nodes exchange raft messages over the in-memory bus
-(marshalled, then handed over Go channels: no socket); JetStream's servers
-over loopback TCP, as nats-server has no in-memory route transport. The clients
-are in-process on both sides.
+Transport: JetStream's servers always talk over loopback TCP (nats-server has
+no in-memory route transport), so the **TCP** parkway systems are the like
+for like: every raft message between parkway nodes is framed, written to a
+loopback socket and read back, as between nats-servers. The parkway systems
+without the mark exchange raft messages over the in-memory bus (marshalled,
+then handed over Go channels: no socket), parkway's way of running several
+nodes in one process; they are kept to show what the socket costs. The
+clients are in-process on both sides.
 
 Before the clock: on parkway, the topic is created, a warm message is
 acknowledged and read back from all three nodes; on JetStream, the meta
@@ -745,54 +841,71 @@ func (r *Report) writeReplicated(b *strings.Builder) {
 	b.WriteString("## Three replicas, quorum acknowledged\n\n")
 	b.WriteString(replicatedHowItRuns)
 	b.WriteString("\n")
+	fmt.Fprintf(b, "Each round rotates which of the %d systems runs first. ", len(rr.systems))
+	b.WriteString("One table per storage kind; ratios are a parkway system's median / its like-for-like JetStream " +
+		"system's median. The messages column gives the median messages per round of each system, in the " +
+		"table's column order.\n\n")
+	for _, g := range replicatedGroups() {
+		r.writeReplGroup(b, g)
+	}
+	r.writeEntries(b)
+	r.writeReplicationCost(b)
+}
+
+// writeReplGroup writes one table of the replicated section: the group's
+// systems that ran, and the ratio of each pair of them.
+func (r *Report) writeReplGroup(b *strings.Builder, g replGroup) {
+	rr := r.replicated
+	var cols []int
+	for _, name := range g.systems {
+		if i := rr.index(name); i >= 0 {
+			cols = append(cols, i)
+		}
+	}
+	if len(cols) == 0 {
+		return
+	}
 	type pair struct{ pw, js int }
 	var pairs []pair
-	for _, p := range replicatedPairs() {
+	for _, p := range g.pairs {
 		if i, j := rr.index(p[0]), rr.index(p[1]); i >= 0 && j >= 0 {
 			pairs = append(pairs, pair{i, j})
 		}
 	}
-	fmt.Fprintf(b, "Each round rotates which of the %d systems runs first. ", len(rr.systems))
-	b.WriteString("Ratios are a parkway system's median / its like-for-like JetStream system's median.\n\n")
-
-	b.WriteString("| case | messages | metric |")
-	for _, s := range rr.systems {
-		fmt.Fprintf(b, " %s |", s)
+	fmt.Fprintf(b, "### %s\n\n| case | messages per round | metric |", g.title)
+	for _, i := range cols {
+		fmt.Fprintf(b, " %s |", rr.systems[i])
 	}
 	for _, p := range pairs {
 		fmt.Fprintf(b, " %s / %s |", rr.systems[p.pw], rr.systems[p.js])
 	}
-	b.WriteString("\n| --- | ---: | --- |" + strings.Repeat(" ---: |", len(rr.systems)+len(pairs)) + "\n")
+	b.WriteString("\n| --- | ---: | --- |" + strings.Repeat(" ---: |", len(cols)+len(pairs)) + "\n")
 	for _, c := range rr.cases {
 		for i, k := range c.spec.metrics {
 			name, cnt := "", ""
 			if i == 0 {
 				name = fmt.Sprintf("%s %s (%s, %s)", c.spec.id, c.spec.title, c.spec.key, formatPayload(c.spec.payload))
-				cnt = formatCount(c.spec.count)
+				counts := make([]string, len(cols))
+				for j, col := range cols {
+					counts[j] = formatRate(medianMsgs(c.samples[col]))
+				}
+				cnt = strings.Join(counts, " / ")
 			}
-			label := k.label()
-			if !k.higherIsBetter() {
-				label += " (lower is better)"
-			}
-			fmt.Fprintf(b, "| %s | %s | %s |", name, cnt, label)
+			fmt.Fprintf(b, "| %s | %s | %s |", name, cnt, metricLabel(k))
 			sums := make([]summary, len(c.samples))
 			for j, ss := range c.samples {
 				sums[j] = summarize(k, ss)
-				fmt.Fprintf(b, " %s |", formatSummary(k, sums[j]))
+			}
+			for _, col := range cols {
+				fmt.Fprintf(b, " %s |", formatSummary(k, sums[col]))
 			}
 			for _, p := range pairs {
-				ratio := "–"
-				if sums[p.js].median > 0 {
-					ratio = formatRatio(sums[p.pw].median / sums[p.js].median)
-				}
-				fmt.Fprintf(b, " %s |", ratio)
+				fmt.Fprintf(b, " %s |", formatRatioOf(sums[p.pw].median, sums[p.js].median))
 			}
 			b.WriteString("\n")
 		}
 	}
 	b.WriteString("\n")
-	r.writeEntries(b)
-	r.writeReplicationCost(b)
 }
 
 // writeEntries states where the produces went in every run, and what the
@@ -833,8 +946,8 @@ func (r *Report) writeEntries(b *strings.Builder) {
 		fmt.Fprintf(b, "%s to %s run(s)%s", s, strings.Join(parts, ", "), sep)
 	}
 	if len(dropped) > 0 {
-		fmt.Fprintf(b, "parkway's in-memory network dropped messages for a full inbox over the section: %s "+
-			"(raft re-sends what it loses).\n\n", strings.Join(dropped, ", "))
+		fmt.Fprintf(b, "parkway's transports dropped messages over the section (in-memory network: for a full inbox; "+
+			"TCP: for a full peer queue or inbox): %s (raft re-sends what it loses).\n\n", strings.Join(dropped, ", "))
 	}
 }
 
@@ -847,7 +960,14 @@ func (r *Report) writeEntries(b *strings.Builder) {
 func (r *Report) writeReplicationCost(b *strings.Builder) {
 	rr := r.replicated
 	b.WriteString("### Beside the single-node figures of this run\n\n")
-	disk := rr.index(parkwayClusterSystem{disk: true}.name())
+	// parkway's disk cluster over TCP is the like for like of JetStream's
+	// routed servers; over the in-memory network when TCP did not run.
+	pwSys := parkwayClusterSystem{disk: true, tcp: true}.name()
+	disk := rr.index(pwSys)
+	if disk < 0 {
+		pwSys = parkwayClusterSystem{disk: true}.name()
+		disk = rr.index(pwSys)
+	}
 	file := rr.index(jetStreamClusterSystem{nats.FileStorage}.name())
 	rows := []struct {
 		key string
@@ -855,6 +975,7 @@ func (r *Report) writeReplicationCost(b *strings.Builder) {
 	}{
 		{"produce-wait", msgsPerSec}, {"produce-wait", p50}, {"produce-wait", p99},
 		{"pipelined", msgsPerSec}, {"pipelined-async", msgsPerSec}, {"batch", msgsPerSec},
+		{"batch", cpuPerMsg},
 	}
 	var lines []string
 	for _, row := range rows {
@@ -873,26 +994,22 @@ func (r *Report) writeReplicationCost(b *strings.Builder) {
 		}
 		pw1, js1 := summarize(row.k, single.samples[0]).median, summarize(row.k, single.samples[1]).median
 		pw3, js3 := summarize(row.k, repl.samples[disk]).median, summarize(row.k, repl.samples[file]).median
-		label := row.k.label()
-		if !row.k.higherIsBetter() {
-			label += " (lower is better)"
-		}
 		lines = append(lines, fmt.Sprintf("| %s / %s %s | %s | %s | %s | %s | %s | %s | %s |", single.spec.id, repl.spec.id,
-			row.key, label, formatMetric(row.k, pw1), formatMetric(row.k, pw3), formatRatio(pw3/pw1),
-			formatMetric(row.k, js1), formatMetric(row.k, js3), formatRatio(js3/js1)))
+			row.key, metricLabel(row.k), formatMetric(row.k, pw1), formatMetric(row.k, pw3), formatRatioOf(pw3, pw1),
+			formatMetric(row.k, js1), formatMetric(row.k, js3), formatRatioOf(js3, js1)))
 	}
 	if len(lines) == 0 {
 		b.WriteString("The single-node cases 1–3 of the interval set did not run in this run (the section was run " +
 			"on its own, or without the disk-backed systems); a full run sets them side by side here.\n\n")
 		return
 	}
-	b.WriteString("Medians. The single-node figures are the interval set's cases above (parkway: one node, file " +
-		"store, FsyncInterval 2m; JetStream: one server, file storage, default sync_interval). Each 3 / 1 " +
-		"compares that node with the replicated system of the same storage and sync setting (parkway ×3 disk, " +
-		"FsyncInterval 2m; JetStream R3 file, default sync_interval), so it is the cost of replication alone: " +
-		"the raft log written beside the store, the quorum round trip, and three replicas sharing one " +
-		"machine.\n\n")
-	b.WriteString("| case | metric | parkway, 1 node | parkway ×3 disk | 3 / 1 | JetStream, 1 server | JetStream R3 file | 3 / 1 |\n")
+	fmt.Fprintf(b, "Medians. The single-node figures are the interval set's cases above (parkway: one node, file "+
+		"store, FsyncInterval 2m; JetStream: one server, file storage, default sync_interval). Each 3 / 1 "+
+		"compares that node with the replicated system of the same storage and sync setting (%s, "+
+		"FsyncInterval 2m; JetStream R3 file, default sync_interval), so it is the cost of replication alone: "+
+		"the raft log written beside the store, the quorum round trip, and three replicas sharing one "+
+		"machine. CPU per message counts the whole process: all three replicas.\n\n", pwSys)
+	fmt.Fprintf(b, "| case | metric | parkway, 1 node | %s | 3 / 1 | JetStream, 1 server | JetStream R3 file | 3 / 1 |\n", pwSys)
 	b.WriteString("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	b.WriteString(strings.Join(lines, "\n"))
 	b.WriteString("\n\n")

@@ -17,10 +17,14 @@ import (
 
 // Report is the outcome of a comparison run.
 type Report struct {
-	machine machine
-	rounds  int
-	limits  []limitResult
-	sets    []setResult
+	machine  machine
+	rounds   int
+	minRound time.Duration // every throughput round's minimum length (0: none)
+	// previous is the file holding the previous run's report, linked from
+	// this one ("" when there is none).
+	previous string
+	limits   []limitResult
+	sets     []setResult
 	// replicated is the three-replica section (nil when it did not run).
 	replicated *replResult
 	started    time.Time
@@ -138,6 +142,11 @@ func value(k metric, s sample) float64 {
 			return 0
 		}
 		return float64(s.mallocs) / float64(s.msgs)
+	case cpuPerMsg:
+		if s.cpu < 0 || s.msgs == 0 {
+			return math.NaN() // not measured on this platform
+		}
+		return float64(s.cpu) / float64(s.msgs)
 	}
 	return math.NaN()
 }
@@ -204,17 +213,54 @@ func formatMetric(k metric, v float64) string {
 		return formatRate(v)
 	case mbPerSec, allocsPerMsg:
 		return sig3(v)
-	case p50, p99:
+	case p50, p99, cpuPerMsg:
 		return formatDuration(time.Duration(v))
 	}
 	return fmt.Sprint(v)
 }
 
 func formatSummary(k metric, s summary) string {
+	if math.IsNaN(s.median) {
+		return "–"
+	}
 	return fmt.Sprintf("%s (%s–%s)", formatMetric(k, s.median), formatMetric(k, s.lo), formatMetric(k, s.hi))
 }
 
 func formatRatio(r float64) string { return sig3(r) + "×" }
+
+// formatRatioOf is a / b as a ratio, or "–" when b is not a positive
+// number (not measured, or nothing to divide by).
+func formatRatioOf(a, b float64) string {
+	if math.IsNaN(a) || math.IsNaN(b) || b <= 0 {
+		return "–"
+	}
+	return formatRatio(a / b)
+}
+
+// metricLabel is a metric's row label, saying which way is better when
+// lower is.
+func metricLabel(k metric) string {
+	if k.higherIsBetter() {
+		return k.label()
+	}
+	return k.label() + " (lower is better)"
+}
+
+// medianMsgs is the median number of messages of the samples.
+func medianMsgs(samples []sample) float64 {
+	if len(samples) == 0 {
+		return math.NaN()
+	}
+	v := make([]float64, len(samples))
+	for i, s := range samples {
+		v[i] = float64(s.msgs)
+	}
+	slices.Sort(v)
+	if len(v)%2 == 0 {
+		return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	return v[len(v)/2]
+}
 
 func formatCount(n int) string {
 	s := fmt.Sprint(n)
@@ -239,7 +285,9 @@ func formatPayload(n int) string {
 
 // howItRuns documents, next to every table, what each side of each case
 // does, so a reader never has to open the code to interpret a number.
-const howItRuns = `Each system runs every case on a fresh data directory: parkway is
+const howItRuns = `Each system runs every round of every case on a fresh data directory of its
+own (a new temporary directory per round and system, removed after the
+round): parkway is
 ` + "`parkway.Open(parkway.Config{DataDir: tmp, Shards: 2})`" + ` with one stream and one
 topic (the case's partitions); JetStream is an embedded nats-server
 (` + "`server.NewServer(&server.Options{JetStream: true, StoreDir: tmp, DontListen: true})`" + `,
@@ -250,7 +298,21 @@ asynchronous partition materialisation is not in cases 1–5 and 7; case 6
 measures it). A Go GC runs before each timed section. allocs/msg counts
 every heap allocation in the process (both sides of the hand-off; for
 JetStream, client and server) during the timed section, divided by the
-messages.
+messages. CPU/msg is the process's user+system CPU time over the timed
+section (getrusage), divided by the messages: on a busy machine msgs/s
+falls while CPU/msg stays put, so a loaded run shows as such.
+
+A throughput round does at least its floor of messages (the sizes below)
+and goes on until the round's minimum length has passed; the work under
+way then is finished and counted, and the figures are per message over
+whatever the round did, so the two systems may do different numbers of
+messages (the messages column gives the median per round of each). Case 5
+and its case-7 variants fill the partition with their data set (not timed),
+read it once from offset 0 (not timed: it warms both systems' caches
+alike and sizes the round), then, timed, read it again from offset 0 pass
+after pass, each pass through a reader opened before the clock, until the
+round's length has passed. Case 6 creates exactly its number of topics on
+both sides, however long that takes.
 
 | case | parkway | JetStream |
 | --- | --- | --- |
@@ -259,16 +321,24 @@ messages.
 | 2a pipelined, async API, 4,096 outstanding | one goroutine, ` + "`ProduceAsync`" + ` of one message at a time with a ring of 4,096 ` + "`PendingAck`" + `s, the oldest awaited with ` + "`Wait`" + ` (and its error checked) before its slot is reused, the rest at the end: the same pattern as JetStream's | the same as case 2 (PublishAsync is its only pipelining API), run again so the row's ratio compares runs interleaved in time |
 | 3 batched, 100 per call | ` + "`Produce`" + ` with 100 messages, sequential | no batch publish exists: 100 ` + "`PublishAsync`" + ` calls, then wait on all 100 futures, sequential |
 | 4 8 partitions, 8 goroutines | topic of 8 partitions; goroutine g produces one message per call to partition g | 8 streams (one subject each); goroutine g ` + "`js.Publish`" + `es to stream g |
-| 5 consume, 1,000 per call | prefill (not timed), then ` + "`Poll(AtOffset(next), 1000)`" + ` from offset 0 | prefill (not timed), a durable pull consumer (` + "`DeliverAll`, `AckNone`" + `, pending limits lifted; created before the clock), then ` + "`Fetch(1000)`" + ` |
+| 5 consume, 1,000 per call | prefill (not timed), then per pass ` + "`Poll(AtOffset(next), 1000)`" + ` from offset 0 | prefill (not timed), per pass a new durable pull consumer (` + "`DeliverAll`, `AckNone`" + `, pending limits lifted; all created before the clock), then ` + "`Fetch(1000)`" + ` |
 | 6 convergence | ` + "`CreateTopic`" + ` (1 partition) then ` + "`Produce`" + ` one message at once; latency to the ack, over N topics in one stream | ` + "`js.AddStream`" + ` then ` + "`js.Publish`" + ` at once; latency to the ack, over N streams |
 | 7 payload sizes | cases 2 and 5 with 1 KiB and 64 KiB payloads | same |
 `
+
+// LinkPrevious makes the report link to the file that holds the previous
+// run's report (a path relative to where the report is written).
+func (r *Report) LinkPrevious(path string) { r.previous = path }
 
 // Markdown renders the report; command is the command line to state.
 func (r *Report) Markdown(command string) string {
 	var b strings.Builder
 	m := r.machine
 	fmt.Fprintf(&b, "# parkway vs embedded NATS JetStream, side by side\n\n")
+	if r.previous != "" {
+		fmt.Fprintf(&b, "The previous run's report is kept in [%s](%s), to compare with this one.\n\n",
+			r.previous, r.previous)
+	}
 	fmt.Fprintf(&b, "Run on %s. Command, from the repository root:\n\n```sh\n%s\n```\n\n",
 		r.started.UTC().Format("2006-01-02 15:04 MST"), command)
 	fmt.Fprintf(&b, "Machine: %d CPUs (runtime.NumCPU; GOMAXPROCS %d), %s, %s, Linux kernel %s, %s. "+
@@ -279,7 +349,9 @@ func (r *Report) Markdown(command string) string {
 	fmt.Fprintf(&b, "Every case ran %d round(s) per system, alternating which system ran first. "+
 		"A cell is the median over the rounds with the range (min–max) in parentheses; "+
 		"the ratio is parkway's median / JetStream's median. Payloads are 100 bytes unless stated. "+
-		"Absolute numbers on a shared machine are noisy: compare ratios within one run.\n\n", r.rounds)
+		"Absolute numbers on a shared machine are noisy: compare ratios within one run, and CPU/msg "+
+		"across runs.\n\n", r.rounds)
+	r.writeRoundLengths(&b)
 	if len(r.sets) > 0 {
 		b.WriteString(howItRuns)
 		b.WriteString("\n")
@@ -294,6 +366,55 @@ func (r *Report) Markdown(command string) string {
 	return b.String()
 }
 
+// writeRoundLengths states the rounds' minimum length and the shortest and
+// longest timed throughput round of the run, with the cases they were.
+func (r *Report) writeRoundLengths(b *strings.Builder) {
+	type round struct {
+		what    string
+		elapsed time.Duration
+	}
+	var lo, hi round
+	see := func(what string, ss []sample) {
+		for _, s := range ss {
+			if lo.what == "" || s.elapsed < lo.elapsed {
+				lo = round{what, s.elapsed}
+			}
+			if s.elapsed > hi.elapsed {
+				hi = round{what, s.elapsed}
+			}
+		}
+	}
+	for _, l := range r.limits {
+		see("limits/"+l.limit.key, l.samples)
+	}
+	for _, s := range r.sets {
+		for _, c := range s.cases {
+			if c.spec.key == "convergence" {
+				continue // a fixed number of topics, not a timed round
+			}
+			see(s.name+"/"+c.spec.key+" on parkway", c.samples[0])
+			see(s.name+"/"+c.spec.key+" on JetStream", c.samples[1])
+		}
+	}
+	if rr := r.replicated; rr != nil {
+		for _, c := range rr.cases {
+			for i, ss := range c.samples {
+				see(replicatedSet+"/"+c.spec.key+" on "+rr.systems[i], ss)
+			}
+		}
+	}
+	if lo.what == "" {
+		return
+	}
+	if r.minRound > 0 {
+		fmt.Fprintf(b, "Every throughput round ran for at least %v (and at least its floor of messages). ", r.minRound)
+	} else {
+		b.WriteString("Rounds had no minimum length: each did exactly its floor of messages. ")
+	}
+	fmt.Fprintf(b, "The shortest timed round lasted %s (%s), the longest %s (%s).\n\n",
+		formatDuration(lo.elapsed), lo.what, formatDuration(hi.elapsed), hi.what)
+}
+
 func (r *Report) writeSet(b *strings.Builder, s setResult) {
 	title := "Interval fsync"
 	if s.d.always {
@@ -302,36 +423,29 @@ func (r *Report) writeSet(b *strings.Builder, s setResult) {
 	fmt.Fprintf(b, "## %s\n\nDurability, the same on both sides: %s.\n\n", title, s.d)
 	if s.d.always && s.sizes.Consume == 0 && s.sizes.Consume1K == 0 && s.sizes.Consume64K == 0 {
 		b.WriteString("Case 5 and its case-7 variants are not repeated here: reads do not depend on the fsync " +
-			"policy, and prefilling under per-message fsync would dominate the run. Message and topic counts " +
-			"are smaller than the interval set's, for the same reason.\n\n")
+			"policy, and prefilling under per-message fsync would dominate the run. Case 6 creates fewer topics " +
+			"than in the interval set, for the same reason.\n\n")
 	}
-	b.WriteString("| case | messages | metric | parkway | JetStream | parkway / JetStream |\n")
-	b.WriteString("| --- | ---: | --- | ---: | ---: | ---: |\n")
+	b.WriteString("| case | floor | messages per round (parkway / JetStream) | metric | parkway | JetStream | parkway / JetStream |\n")
+	b.WriteString("| --- | ---: | ---: | --- | ---: | ---: | ---: |\n")
 	for _, c := range s.cases {
-		count := formatCount(c.spec.count)
-		if c.spec.key == "convergence" {
-			count += " topics"
+		floor := formatCount(c.spec.count)
+		done := formatRate(medianMsgs(c.samples[0])) + " / " + formatRate(medianMsgs(c.samples[1]))
+		switch c.spec.key {
+		case "convergence":
+			floor, done = formatCount(c.spec.count)+" topics", "–"
+		case "consume", "consume-1KiB", "consume-64KiB":
+			floor += " (data set)"
 		}
 		for i, k := range c.spec.metrics {
-			name := ""
+			name, fl, dn := "", "", ""
 			if i == 0 {
 				name = fmt.Sprintf("%s %s (%s, %s)", c.spec.id, c.spec.title, c.spec.key, formatPayload(c.spec.payload))
-			}
-			label := k.label()
-			if !k.higherIsBetter() {
-				label += " (lower is better)"
+				fl, dn = floor, done
 			}
 			pw, js := summarize(k, c.samples[0]), summarize(k, c.samples[1])
-			ratio := "–"
-			if js.median > 0 {
-				ratio = formatRatio(pw.median / js.median)
-			}
-			cnt := ""
-			if i == 0 {
-				cnt = count
-			}
-			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", name, cnt, label,
-				formatSummary(k, pw), formatSummary(k, js), ratio)
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s |\n", name, fl, dn, metricLabel(k),
+				formatSummary(k, pw), formatSummary(k, js), formatRatioOf(pw.median, js.median))
 		}
 	}
 	b.WriteString("\n")
@@ -342,14 +456,16 @@ func (r *Report) writeLimits(b *strings.Builder) {
 		return
 	}
 	b.WriteString("## Raw limits, same machine, same run\n\n")
-	b.WriteString("| limit | count | ops/s | MB/s (record bytes) |\n| --- | ---: | ---: | ---: |\n")
+	b.WriteString("| limit | floor | ops per round | ops/s | CPU/op (process user+sys) | MB/s (record bytes) |\n" +
+		"| --- | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, l := range r.limits {
 		mb := "–"
 		if l.limit.unit == "record" {
 			mb = formatSummary(mbPerSec, summarize(mbPerSec, l.samples))
 		}
-		fmt.Fprintf(b, "| `%s`: %s | %s %ss | %s | %s |\n", l.limit.key, l.limit.title, formatCount(l.count), l.limit.unit,
-			formatSummary(msgsPerSec, summarize(msgsPerSec, l.samples)), mb)
+		fmt.Fprintf(b, "| `%s`: %s | %s %ss | %s | %s | %s | %s |\n", l.limit.key, l.limit.title, formatCount(l.count),
+			l.limit.unit, formatRate(medianMsgs(l.samples)), formatSummary(msgsPerSec, summarize(msgsPerSec, l.samples)),
+			formatSummary(cpuPerMsg, summarize(cpuPerMsg, l.samples)), mb)
 	}
 	b.WriteString("\n")
 	for _, pair := range []struct{ set, limit string }{{"interval", "file-append"}, {"always", "file-append-fsync100"}} {

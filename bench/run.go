@@ -8,11 +8,15 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 )
 
-// SetSizes are the message counts of one durability set (case 6: topics).
-// A zero count leaves the case out of the set.
+// SetSizes are the floors of one durability set: a throughput round
+// produces at least this many messages, and goes on until the round's
+// minimum length (Config.MinRound) has passed. A consume case prefills
+// this many messages and reads them pass after pass; case 6 creates
+// exactly this many topics. A zero count leaves the case out of the set.
 type SetSizes struct {
 	ProduceWait    int // case 1
 	Pipelined      int // case 2
@@ -27,49 +31,59 @@ type SetSizes struct {
 	Consume64K     int // case 7: case 5 with 64 KiB payloads
 }
 
-// Sizes are the counts of both durability sets. The raw limits run as
-// many records as case 3 of the set they are compared with: the file
+// Sizes are the floors of both durability sets. The raw limits take as
+// floor the case-3 floor of the set they are compared with: the file
 // append and the channel hand-off Interval.Batch, the file append with
 // fsync Always.Batch.
 type Sizes struct {
 	Interval, Always SetSizes
-	// Replicated are the counts of the three-replica section.
+	// Replicated are the floors of the three-replica section.
 	Replicated ReplicatedSizes
 }
 
-// DefaultSizes keep a full run of 3 rounds under about 10 minutes on a
-// 2-core machine. The fsync-always set writes a twentieth as much (and
-// creates 200 topics in case 6, not 1,000), because JetStream fsyncs
-// every message there, at the disk's fsync latency (0.3–2 ms on the
-// project's machine), and it leaves the consume cases out: reading does
-// not depend on the fsync policy, and the prefill alone would dominate.
+// DefaultMinRound is how long every throughput round runs at least: long
+// enough that a scheduler hiccup on a shared machine is a small part of
+// it.
+const DefaultMinRound = time.Second
+
+// DefaultSizes are small floors, so that the round's minimum length, not
+// the count, decides how much each round does: a fast case does not end
+// in a few tens of milliseconds, and a slow one (JetStream fsyncing every
+// message) does not run for ten seconds. The consume data sets are read
+// again pass after pass, so they only bound the disk the round uses.
+// Case 6 creates 1,000 topics (200 with fsync on every write) on both
+// sides whatever the time.
 func DefaultSizes() Sizes {
 	return Sizes{
 		Interval: SetSizes{
-			ProduceWait: 20_000, Pipelined: 200_000, PipelinedAsync: 200_000, Batch: 200_000, Partitions: 200_000, Consume: 200_000,
-			Topics: 1_000, Pipelined1K: 100_000, Pipelined64K: 5_000, Consume1K: 100_000, Consume64K: 5_000,
+			ProduceWait: 2_000, Pipelined: 20_000, PipelinedAsync: 20_000, Batch: 20_000, Partitions: 8_000, Consume: 200_000,
+			Topics: 1_000, Pipelined1K: 10_000, Pipelined64K: 1_000, Consume1K: 100_000, Consume64K: 5_000,
 		},
 		Always: SetSizes{
-			ProduceWait: 2_000, Pipelined: 10_000, PipelinedAsync: 10_000, Batch: 10_000, Partitions: 10_000,
-			Topics: 200, Pipelined1K: 5_000, Pipelined64K: 500,
+			ProduceWait: 200, Pipelined: 1_000, PipelinedAsync: 1_000, Batch: 1_000, Partitions: 200,
+			Topics: 200, Pipelined1K: 500, Pipelined64K: 100,
 		},
-		Replicated: ReplicatedSizes{ProduceWait: 10_000, Pipelined: 50_000, PipelinedAsync: 50_000, Batch: 100_000},
+		Replicated: ReplicatedSizes{ProduceWait: 1_000, Pipelined: 5_000, PipelinedAsync: 5_000, Batch: 10_000},
 	}
 }
 
-// QuickSizes are a smoke run's: every case, a tenth of the messages.
-// With one round it takes under a minute on the project's machine.
+// QuickMinRound is a smoke run's minimum round length.
+const QuickMinRound = 100 * time.Millisecond
+
+// QuickSizes are a smoke run's: every case, about a tenth of the floors
+// (case 6: of the topics). With one round and QuickMinRound it takes about
+// a minute on the project's machine.
 func QuickSizes() Sizes {
 	return Sizes{
 		Interval: SetSizes{
-			ProduceWait: 2_000, Pipelined: 20_000, PipelinedAsync: 20_000, Batch: 20_000, Partitions: 20_000, Consume: 20_000,
-			Topics: 100, Pipelined1K: 10_000, Pipelined64K: 500, Consume1K: 10_000, Consume64K: 500,
+			ProduceWait: 200, Pipelined: 2_000, PipelinedAsync: 2_000, Batch: 2_000, Partitions: 800, Consume: 20_000,
+			Topics: 100, Pipelined1K: 1_000, Pipelined64K: 100, Consume1K: 10_000, Consume64K: 500,
 		},
 		Always: SetSizes{
-			ProduceWait: 200, Pipelined: 1_000, PipelinedAsync: 1_000, Batch: 1_000, Partitions: 1_000,
-			Topics: 20, Pipelined1K: 500, Pipelined64K: 50,
+			ProduceWait: 20, Pipelined: 100, PipelinedAsync: 100, Batch: 100, Partitions: 24,
+			Topics: 20, Pipelined1K: 50, Pipelined64K: 10,
 		},
-		Replicated: ReplicatedSizes{ProduceWait: 1_000, Pipelined: 5_000, PipelinedAsync: 5_000, Batch: 10_000},
+		Replicated: ReplicatedSizes{ProduceWait: 100, Pipelined: 500, PipelinedAsync: 500, Batch: 1_000},
 	}
 }
 
@@ -94,13 +108,18 @@ func (s SetSizes) validate(set string) error {
 type Config struct {
 	// Rounds is how many times every case runs on each system (default 3).
 	Rounds int
-	// Sizes are the message counts (default DefaultSizes).
+	// Sizes are the floors (default DefaultSizes).
 	Sizes *Sizes
+	// MinRound is how long every throughput round runs at least (0:
+	// DefaultMinRound; negative: no minimum, every round does exactly its
+	// floor). Case 6 is not extended: it creates its number of topics.
+	MinRound time.Duration
 	// Filter, when set, runs only the cases whose "<set>/<key>" it matches
 	// (sets: interval, always, limits, replicated; keys as in the report).
 	Filter *regexp.Regexp
 	// TempDir is where data directories are created (default
-	// os.TempDir()); each run gets a fresh one, removed after it.
+	// os.TempDir()): every round of every case gets a fresh one for each
+	// system, directly under TempDir, removed after the round.
 	TempDir string
 	// CPUProfileDir, when set, receives a CPU profile of the parkway side
 	// of every case, one file per round: <set>-<key>-r<round>.pprof, and
@@ -123,6 +142,12 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if cfg.Rounds < 0 {
 		return nil, fmt.Errorf("bench: rounds %d < 0", cfg.Rounds)
 	}
+	switch {
+	case cfg.MinRound == 0:
+		cfg.MinRound = DefaultMinRound
+	case cfg.MinRound < 0:
+		cfg.MinRound = 0
+	}
 	sizes := DefaultSizes()
 	if cfg.Sizes != nil {
 		sizes = *cfg.Sizes
@@ -143,18 +168,9 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if base == "" {
 		base = os.TempDir()
 	}
-	root, err := os.MkdirTemp(base, "parkway-bench-")
-	if err != nil {
-		return nil, fmt.Errorf("bench: temp dir: %w", err)
-	}
-	defer func() {
-		if rerr := os.RemoveAll(root); rerr != nil {
-			err = errors.Join(err, fmt.Errorf("bench: remove temp dir: %w", rerr))
-		}
-	}()
 
-	r := &runner{cfg: cfg, root: root}
-	rep = &Report{machine: describeMachine(base), rounds: cfg.Rounds}
+	r := &runner{cfg: cfg, base: base}
+	rep = &Report{machine: describeMachine(base), rounds: cfg.Rounds, minRound: cfg.MinRound}
 	start := time.Now()
 
 	// The limits run first, each round in turn, with as many records as
@@ -169,7 +185,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		}
 		lr := limitResult{limit: l, count: count}
 		for round := 1; round <= cfg.Rounds; round++ {
-			s, err := r.runLimit(ctx, l, count)
+			s, err := r.runLimit(ctx, l, count, round)
 			if err != nil {
 				return nil, fmt.Errorf("bench: limit %s, round %d: %w", l.key, round, err)
 			}
@@ -226,21 +242,39 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 
 type runner struct {
 	cfg  Config
-	root string
+	base string // where each round's data directory is created
 }
 
 func (r *runner) selected(name string) bool {
 	return r.cfg.Filter == nil || r.cfg.Filter.MatchString(name)
 }
 
+// roundDir creates the fresh data directory of one round of one case on
+// one system, directly under the configured temp dir (not inside a
+// directory shared with other rounds), and returns it with the function
+// that removes it.
+func (r *runner) roundDir(set, key, who string, round int) (string, func() error, error) {
+	name := strings.NewReplacer(" ", "-", "×", "x", "/", "-").Replace(fmt.Sprintf("parkway-bench-%s-%s-r%d-%s-", set, key, round, who))
+	dir, err := os.MkdirTemp(r.base, name)
+	if err != nil {
+		return "", nil, fmt.Errorf("round directory: %w", err)
+	}
+	return dir, func() error {
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("remove round directory: %w", err)
+		}
+		return nil
+	}, nil
+}
+
 // runCase runs one case once on one system, on a fresh data directory
 // that is removed afterwards.
 func (r *runner) runCase(ctx context.Context, sys system, set string, d durability, c caseSpec, round int) (s sample, err error) {
-	dir, err := os.MkdirTemp(r.root, sys.name()+"-")
+	dir, remove, err := r.roundDir(set, c.key, sys.name(), round)
 	if err != nil {
 		return sample{}, err
 	}
-	defer func() { err = errors.Join(err, os.RemoveAll(dir)) }()
+	defer func() { err = errors.Join(err, remove()) }()
 	ctx, cancel := context.WithTimeout(ctx, runTimeout)
 	defer cancel()
 
@@ -248,7 +282,7 @@ func (r *runner) runCase(ctx context.Context, sys system, set string, d durabili
 	if err != nil {
 		return sample{}, err
 	}
-	m := &meter{}
+	m := &meter{minRound: r.cfg.MinRound}
 	if r.cfg.CPUProfileDir != "" && sys.name() == (parkwaySystem{}).name() {
 		m.profile = filepath.Join(r.cfg.CPUProfileDir, fmt.Sprintf("%s-%s-r%d.pprof", set, c.key, round))
 	}
@@ -259,29 +293,36 @@ func (r *runner) runCase(ctx context.Context, sys system, set string, d durabili
 	if err == nil && (!m.started || m.s.msgs == 0) {
 		err = errors.New("the case measured nothing")
 	}
+	m.s.dir = dir
 	return m.s, err
 }
 
 // runLimit runs one raw limit once in a fresh directory.
-func (r *runner) runLimit(ctx context.Context, l limit, count int) (s sample, err error) {
-	dir, err := os.MkdirTemp(r.root, "limit-")
+func (r *runner) runLimit(ctx context.Context, l limit, count, round int) (s sample, err error) {
+	dir, remove, err := r.roundDir("limits", l.key, "raw", round)
 	if err != nil {
 		return sample{}, err
 	}
-	defer func() { err = errors.Join(err, os.RemoveAll(dir)) }()
+	defer func() { err = errors.Join(err, remove()) }()
 	ctx, cancel := context.WithTimeout(ctx, runTimeout)
 	defer cancel()
-	m := &meter{}
+	m := &meter{minRound: r.cfg.MinRound}
 	err = l.run(ctx, dir, count, m)
+	m.s.dir = dir
 	return m.s, errors.Join(err, m.finishProfile())
 }
 
 func (r *runner) progress(set, key string, round int, who string, s sample) {
-	line := fmt.Sprintf("%-8s %-18s round %d/%d  %-19s %8.3fs  %s msgs/s", set, key, round, r.cfg.Rounds, who,
-		s.elapsed.Seconds(), formatRate(rate(s)))
+	line := fmt.Sprintf("%-10s %-16s round %d/%d  %-24s %7.3fs %9s msgs %8s msgs/s", set, key, round, r.cfg.Rounds, who,
+		s.elapsed.Seconds(), formatRate(float64(s.msgs)), formatRate(rate(s)))
+	if s.cpu >= 0 && s.msgs > 0 && s.elapsed > 0 {
+		line += fmt.Sprintf("  cpu %s/msg (%.2f cores)", formatDuration(s.cpu/time.Duration(s.msgs)),
+			s.cpu.Seconds()/s.elapsed.Seconds())
+	}
 	if len(s.lat) > 0 {
 		lat := sortedCopy(s.lat)
 		line += fmt.Sprintf("  p50 %s  p99 %s", formatDuration(percentile(lat, 0.50)), formatDuration(percentile(lat, 0.99)))
 	}
+	line += fmt.Sprintf("  [before: %d goroutines, heap %.0f MB]", s.goroutines, float64(s.heap)/1e6)
 	fmt.Fprintln(r.cfg.Progress, line)
 }

@@ -63,14 +63,15 @@ type producer interface {
 	// payload to part and waits until all n are acknowledged. Preparing
 	// is outside the timed section.
 	batchProducer(part int, payload []byte, n int) func(context.Context) error
-	// pipelined appends total messages to part keeping up to inflight
-	// unacknowledged, and returns when all are acknowledged.
-	pipelined(ctx context.Context, part int, payload []byte, total, inflight int) error
+	// pipelined appends messages to part keeping up to inflight
+	// unacknowledged, starting another while more(started) says so, and
+	// returns how many were acknowledged once all are.
+	pipelined(ctx context.Context, part int, payload []byte, inflight int, more func(int) bool) (int, error)
 	// pipelinedAsync is pipelined through the system's asynchronous
 	// produce API from one goroutine: a ring of inflight pending acks, the
 	// oldest awaited (its error checked) before its slot is reused, the
 	// rest at the end.
-	pipelinedAsync(ctx context.Context, part int, payload []byte, total, inflight int) error
+	pipelinedAsync(ctx context.Context, part int, payload []byte, inflight int, more func(int) bool) (int, error)
 	// close stops the system and waits for it to have stopped.
 	close() error
 }
@@ -166,8 +167,8 @@ func (p *parkwayInstance) batchProducer(part int, payload []byte, n int) func(co
 
 // pipelined: Produce is synchronous, so inflight outstanding calls need
 // inflight goroutines (see pipelineCalls).
-func (p *parkwayInstance) pipelined(ctx context.Context, part int, payload []byte, total, inflight int) error {
-	return pipelineCalls(ctx, total, inflight, func(ctx context.Context) error {
+func (p *parkwayInstance) pipelined(ctx context.Context, part int, payload []byte, inflight int, more func(int) bool) (int, error) {
+	return pipelineCalls(ctx, inflight, more, func(ctx context.Context) error {
 		return p.produceOne(ctx, part, payload)
 	})
 }
@@ -178,11 +179,11 @@ func (p *parkwayInstance) pipelined(ctx context.Context, part int, payload []byt
 // produces are unacknowledged, and every one is awaited (a ProduceAsync
 // that failed at once reports its error from Wait). The same pattern as
 // JetStream's pipelined.
-func (p *parkwayInstance) pipelinedAsync(ctx context.Context, part int, payload []byte, total, inflight int) error {
-	if total <= 0 || inflight <= 0 {
-		return nil
+func (p *parkwayInstance) pipelinedAsync(ctx context.Context, part int, payload []byte, inflight int, more func(int) bool) (int, error) {
+	if inflight <= 0 {
+		return 0, nil
 	}
-	ring := make([]*parkway.PendingAck, min(inflight, total))
+	ring := make([]*parkway.PendingAck, inflight)
 	to := parkway.PartitionID(uint32(part))
 	msg := parkway.Message{Payload: payload}
 	var first error
@@ -191,8 +192,9 @@ func (p *parkwayInstance) pipelinedAsync(ctx context.Context, part int, payload 
 			first = fmt.Errorf("produce async ack: %w", err)
 		}
 	}
-	for i := range total {
-		slot := i % len(ring)
+	n := 0
+	for ; more(n); n++ {
+		slot := n % len(ring)
 		if pa := ring[slot]; pa != nil {
 			if wait(pa); first != nil {
 				break
@@ -207,37 +209,40 @@ func (p *parkwayInstance) pipelinedAsync(ctx context.Context, part int, payload 
 			wait(pa)
 		}
 	}
-	return first
+	return n, first
 }
 
 // pipelineCalls keeps inflight calls of a synchronous produce outstanding
-// until total have returned: min(inflight, total) goroutines each loop
-// "take the next message index from a shared counter, call produce, wait
-// for its ack", so exactly min(inflight, remaining) calls are outstanding
-// at any time, the same bound JetStream's PublishAsyncMaxPending sets. The
-// first error cancels the others; every goroutine has returned when this
-// does.
-func pipelineCalls(ctx context.Context, total, inflight int, produce func(context.Context) error) error {
+// while more says so: inflight goroutines each loop "take the next
+// message index from a shared counter, ask more whether to start it, call
+// produce, wait for its ack", so up to inflight calls are outstanding at
+// any time, the same bound JetStream's PublishAsyncMaxPending sets. It
+// returns how many produces were acknowledged. The first error cancels
+// the others; every goroutine has returned when this does.
+func pipelineCalls(ctx context.Context, inflight int, more func(int) bool, produce func(context.Context) error) (int, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var (
-		next atomic.Int64
-		wg   sync.WaitGroup
+		next, done atomic.Int64
+		wg         sync.WaitGroup
 	)
-	for range min(inflight, total) {
+	for range inflight {
 		wg.Go(func() {
-			for next.Add(1) <= int64(total) {
+			n := 0
+			for more(int(next.Add(1) - 1)) {
 				if err := produce(ctx); err != nil {
 					cancel(err)
-					return
+					break
 				}
+				n++
 			}
+			done.Add(int64(n))
 		})
 	}
 	wg.Wait()
 	// nil unless a produce failed (its error) or the caller's context
 	// ended (its cause): cancel(nil) has not run yet.
-	return context.Cause(ctx)
+	return int(done.Load()), context.Cause(ctx)
 }
 
 type parkwayReader struct {
@@ -289,6 +294,7 @@ type jetStreamInstance struct {
 	js       nats.JetStreamContext
 	streams  []string
 	subjects []string
+	readers  int // durable consumers created so far, to name the next
 }
 
 // maxPending is the bound on unacknowledged async publishes, and the
@@ -402,35 +408,39 @@ func (j *jetStreamInstance) batchProducer(part int, payload []byte, n int) func(
 // PublishAsyncMaxPending sets on the context, which therefore never
 // stalls. The ring also keeps the driver's memory flat instead of holding
 // one future per message.
-func (j *jetStreamInstance) pipelined(ctx context.Context, part int, payload []byte, total, inflight int) error {
-	ring := make([]nats.PubAckFuture, min(inflight, total))
+func (j *jetStreamInstance) pipelined(ctx context.Context, part int, payload []byte, inflight int, more func(int) bool) (int, error) {
+	ring := make([]nats.PubAckFuture, inflight)
 	subj := j.subjects[part]
-	for i := range total {
-		slot := i % len(ring)
+	n := 0
+	for ; more(n); n++ {
+		slot := n % len(ring)
 		if f := ring[slot]; f != nil {
 			if err := awaitAck(ctx, f); err != nil {
-				return err
+				return n, err
 			}
 		}
 		f, err := j.js.PublishAsync(subj, payload)
 		if err != nil {
-			return fmt.Errorf("publish async: %w", err)
+			return n, fmt.Errorf("publish async: %w", err)
 		}
 		ring[slot] = f
 	}
 	for _, f := range ring {
+		if f == nil {
+			continue
+		}
 		if err := awaitAck(ctx, f); err != nil {
-			return err
+			return n, err
 		}
 	}
-	return nil
+	return n, nil
 }
 
 // pipelinedAsync: PublishAsync is JetStream's only pipelining API, so this
 // is pipelined itself (run again, so that the async row's ratio compares
 // runs interleaved in time).
-func (j *jetStreamInstance) pipelinedAsync(ctx context.Context, part int, payload []byte, total, inflight int) error {
-	return j.pipelined(ctx, part, payload, total, inflight)
+func (j *jetStreamInstance) pipelinedAsync(ctx context.Context, part int, payload []byte, inflight int, more func(int) bool) (int, error) {
+	return j.pipelined(ctx, part, payload, inflight, more)
 }
 
 func awaitAck(ctx context.Context, f nats.PubAckFuture) error {
@@ -448,10 +458,11 @@ type jetStreamReader struct {
 	sub *nats.Subscription
 }
 
-// reader: a durable pull consumer from the first message with AckNone, the
-// counterpart of parkway's Poll, which acknowledges nothing either.
+// reader: a new durable pull consumer from the first message with AckNone,
+// the counterpart of parkway's Poll, which acknowledges nothing either.
 func (j *jetStreamInstance) reader(_ context.Context, part int) (reader, error) {
-	sub, err := j.js.PullSubscribe(j.subjects[part], "reader",
+	j.readers++
+	sub, err := j.js.PullSubscribe(j.subjects[part], fmt.Sprintf("reader-%d", j.readers),
 		nats.BindStream(j.streams[part]), nats.DeliverAll(), nats.AckNone())
 	if err != nil {
 		return nil, fmt.Errorf("nats: pull subscribe: %w", err)

@@ -2,9 +2,13 @@
 // by side, case by case, with the raw limits of the machine, and prints a
 // markdown table of medians, ranges and ratios. From the repository root:
 //
-//	go -C bench run ./cmd/compare                 # full run, 3 rounds (about 6 min on 2 cores)
-//	go -C bench run ./cmd/compare -quick          # smoke run (< 1 min)
+//	go -C bench run ./cmd/compare                 # full run, 3 rounds of at least 1 s (about 10 min on 2 cores)
+//	go -C bench run ./cmd/compare -quick          # smoke run: 1 round of at least 100 ms (about 1 min)
 //	go -C bench run ./cmd/compare -out RESULTS.md # also write the report (relative to bench/)
+//
+// With -out, an existing report file is first moved to
+// <name>-previous.md beside it, and the new report links to it, so the
+// previous run's figures stay next to the new ones.
 //
 // -only replicated runs only the three-replica section (parkway's three
 // nodes against a three-server JetStream cluster), -only single everything
@@ -12,7 +16,7 @@
 // limits, replicated) and -cpuprofile writes a CPU profile of the parkway
 // side of every selected case, for example:
 //
-//	go -C bench run ./cmd/compare -only replicated        # about 70 s on 2 cores
+//	go -C bench run ./cmd/compare -only replicated        # about 3 min on 2 cores
 //	go -C bench run ./cmd/compare -run 'interval/batch$' -cpuprofile /tmp/prof
 //	go tool pprof -top /tmp/prof/interval-batch-r*.pprof
 package main
@@ -40,7 +44,8 @@ func main() {
 func run() error {
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
 	rounds := fs.Int("rounds", 3, "rounds per case and system (-quick defaults it to 1)")
-	quick := fs.Bool("quick", false, "smoke run: a tenth of the messages, 1 round unless -rounds is given")
+	quick := fs.Bool("quick", false, "smoke run: a tenth of the floors, rounds of at least 100ms, 1 round unless -rounds or -min is given")
+	minRound := fs.Duration("min", bench.DefaultMinRound, "minimum length of every throughput round (negative: none, exactly the floor counts)")
 	out := fs.String("out", "", "also write the report to this file")
 	filter := fs.String("run", "", "only cases whose \"<set>/<key>\" matches this regexp (sets: interval, always, limits, replicated)")
 	only := fs.String("only", "", "only one section: \"replicated\" (three replicas) or \"single\" (everything else)")
@@ -52,14 +57,20 @@ func run() error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	cfg := bench.Config{Rounds: *rounds, TempDir: *tmp, CPUProfileDir: *cpuprofile, Progress: os.Stderr}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *minRound == 0 {
+		*minRound = -1 // Config reads 0 as the default; -min 0 means none
+	}
+	cfg := bench.Config{Rounds: *rounds, MinRound: *minRound, TempDir: *tmp, CPUProfileDir: *cpuprofile, Progress: os.Stderr}
 	if *quick {
 		sizes := bench.QuickSizes()
 		cfg.Sizes = &sizes
-		roundsSet := false
-		fs.Visit(func(f *flag.Flag) { roundsSet = roundsSet || f.Name == "rounds" })
-		if !roundsSet {
+		if !set["rounds"] {
 			cfg.Rounds = 1
+		}
+		if !set["min"] {
+			cfg.MinRound = bench.QuickMinRound
 		}
 	}
 	switch *only {
@@ -92,12 +103,21 @@ func run() error {
 	// The command as a user types it from the repository root; the
 	// binary's own path (a go run temp file) would tell a reader nothing.
 	command := strings.Join(append([]string{"go -C bench run ./cmd/compare"}, quoteArgs(os.Args[1:])...), " ")
+	if *out == "" {
+		fmt.Print(rep.Markdown(command))
+		return nil
+	}
+	prev, err := bench.KeepPrevious(*out)
+	if err != nil {
+		return fmt.Errorf("-out: %w", err)
+	}
+	if prev != "" {
+		rep.LinkPrevious(prev)
+	}
 	md := rep.Markdown(command)
 	fmt.Print(md)
-	if *out != "" {
-		if err := os.WriteFile(*out, []byte(md), 0o644); err != nil {
-			return fmt.Errorf("-out: %w", err)
-		}
+	if err := os.WriteFile(*out, []byte(md), 0o644); err != nil {
+		return fmt.Errorf("-out: %w", err)
 	}
 	return nil
 }
