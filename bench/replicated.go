@@ -162,7 +162,7 @@ func (s parkwayClusterSystem) profileTag() string {
 // the transport ever require plaintext to be asked for explicitly, this
 // is the one place to say so.
 func tcpOptions() parkway.TCPOptions {
-	return parkway.TCPOptions{}
+	return parkway.TCPOptions{InsecurePlaintext: true}
 }
 
 type parkwayCluster struct {
