@@ -158,9 +158,8 @@ func (s parkwayClusterSystem) profileTag() string {
 }
 
 // tcpOptions are the options of every parkway TCP bus in the bench: the
-// defaults, in plaintext on loopback, like JetStream's routes here. Should
-// the transport ever require plaintext to be asked for explicitly, this
-// is the one place to say so.
+// defaults, in plaintext on loopback (asked for by name, as the transport
+// requires), like JetStream's routes here.
 func tcpOptions() parkway.TCPOptions {
 	return parkway.TCPOptions{InsecurePlaintext: true}
 }
