@@ -18,10 +18,10 @@ func TestCheckerSeeds5504And8371StoreAcrossIncarnations(t *testing.T) {
 	o.attempts = []*attempt{
 		{handles: 1, stamp: 11, resp: shard.Response{Err: shard.ErrOutcomeUnknown}}, // may have applied @11
 		{handles: 1, stamp: 11, resp: shard.Response{Err: shard.ErrOutcomeUnknown}}, // the same incarnation again
-		{handles: 0, stamp: 12},                                                     // never taken by a leader
-		{handles: 1, stamp: 13, resp: shard.Response{Err: shard.ErrRetry}},          // definitely not applied
-		{handles: 1, stamp: 14, crashed: true},                                      // node crashed with it
-		{handles: 1, stamp: 15, served: 15},                                         // acknowledged @15
+		{handles: 0, stamp: 12}, // never taken by a leader
+		{handles: 1, stamp: 13, resp: shard.Response{Err: shard.ErrRetry}}, // definitely not applied
+		{handles: 1, stamp: 14, crashed: true},                             // node crashed with it
+		{handles: 1, stamp: 15, served: 15},                                // acknowledged @15
 	}
 	got := map[incKey]linOut{}
 	c.storeElsewhere(o, 15, func(_ *op, k incKey, in linIn, out linOut) {
