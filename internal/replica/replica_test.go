@@ -117,7 +117,11 @@ func (c *cluster) settle() {
 			if c.cut[m.GetTo()] || c.cut[m.GetFrom()] {
 				continue
 			}
-			_ = c.members[m.GetTo()].Step(m)
+			// Raft may refuse a stale message; validation must never
+			// refuse what a correct member sent.
+			if err := c.members[m.GetTo()].Step(m); errors.Is(err, replica.ErrInvalidMessage) || errors.Is(err, replica.ErrGroupFailed) {
+				c.t.Fatalf("member %d refused %v from %d: %v", m.GetTo(), m.GetType(), m.GetFrom(), err)
+			}
 			moved = true
 		}
 		if !moved {
@@ -130,7 +134,9 @@ func (c *cluster) settle() {
 func (c *cluster) tick(n int) {
 	for range n {
 		for _, g := range c.members {
-			g.Tick()
+			if err := g.Tick(); err != nil {
+				c.t.Fatal(err)
+			}
 		}
 		c.settle()
 	}
