@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"go.etcd.io/raft/v3/raftpb"
 
@@ -25,6 +26,10 @@ type cluster struct {
 	snaps   map[uint64]int  // snapshots installed per member
 	disks   map[uint64]*replica.Disk
 	fs      vfs.FS
+	// boom makes a member's Apply panic on this payload; failed holds
+	// the error of each member whose group stopped on it.
+	boom   map[uint64]string
+	failed map[uint64]error
 }
 
 type member struct {
@@ -34,6 +39,9 @@ type member struct {
 
 func (m member) Send(msg *raftpb.Message) { m.c.queue = append(m.c.queue, msg) }
 func (m member) Apply(index, id uint64, payload []byte) error {
+	if b, ok := m.c.boom[m.id]; ok && b == string(payload) {
+		panic("the state machine cannot apply " + b)
+	}
 	m.c.applied[m.id] = append(m.c.applied[m.id], string(payload))
 	return nil
 }
@@ -55,7 +63,7 @@ func newCluster(t *testing.T, n int) *cluster {
 func newClusterOn(t *testing.T, n int, fsys vfs.FS) *cluster {
 	c := &cluster{t: t, members: map[uint64]*replica.Group{}, applied: map[uint64][]string{},
 		leaders: map[uint64]uint64{}, cut: map[uint64]bool{}, snaps: map[uint64]int{},
-		disks: map[uint64]*replica.Disk{}, fs: fsys}
+		disks: map[uint64]*replica.Disk{}, fs: fsys, boom: map[uint64]string{}, failed: map[uint64]error{}}
 	for i := 1; i <= n; i++ {
 		c.start(uint64(i), n)
 	}
@@ -69,7 +77,13 @@ func (c *cluster) start(id uint64, n int) {
 	for i := 1; i <= n; i++ {
 		peers = append(peers, uint64(i))
 	}
-	cfg := replica.Config{Group: 7, Node: id, Peers: peers, CatchUpEntries: 4}
+	cfg := replica.Config{Group: 7, Node: id, Peers: peers, CatchUpEntries: 4,
+		CheckSnapshot: func(b []byte) error { // what decodeState can take
+			if !utf8.Valid(b) {
+				return errors.New("state is not UTF-8")
+			}
+			return nil
+		}}
 	if c.fs != nil {
 		d, err := replica.OpenDisk(c.fs, fmt.Sprintf("/raft/%d/log", id), true)
 		if err != nil {
@@ -107,14 +121,17 @@ func (c *cluster) settle() {
 				continue
 			}
 			if err := g.Handle(member{c, id}); err != nil {
-				c.t.Fatal(err)
+				if _, ok := c.boom[id]; !ok {
+					c.t.Fatal(err)
+				}
+				c.failed[id] = err
 			}
 			moved = true
 		}
 		q := c.queue
 		c.queue = nil
 		for _, m := range q {
-			if c.cut[m.GetTo()] || c.cut[m.GetFrom()] {
+			if c.cut[m.GetTo()] || c.cut[m.GetFrom()] || c.failed[m.GetTo()] != nil {
 				continue
 			}
 			// Raft may refuse a stale message; validation must never
@@ -133,8 +150,8 @@ func (c *cluster) settle() {
 
 func (c *cluster) tick(n int) {
 	for range n {
-		for _, g := range c.members {
-			if err := g.Tick(); err != nil {
+		for id, g := range c.members {
+			if err := g.Tick(); err != nil && c.failed[id] == nil {
 				c.t.Fatal(err)
 			}
 		}
