@@ -2,7 +2,6 @@ package replica_test
 
 import (
 	"errors"
-	"fmt"
 	"testing"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -71,6 +70,12 @@ func TestInconsistentLogIsCorruptionNotPanic(t *testing.T) {
 		}},
 		{"entry of term 0", func(d *replica.Disk) error {
 			return d.Save(nil, entries(4, 4, 0), nil)
+		}},
+		{"entry shorter than its envelope", func(d *replica.Disk) error {
+			return d.Save(nil, []*raftpb.Entry{{Index: new(uint64(4)), Term: new(uint64(2)), Data: []byte("e4")}}, nil)
+		}},
+		{"membership change entry", func(d *replica.Disk) error {
+			return d.Save(nil, []*raftpb.Entry{{Index: new(uint64(4)), Term: new(uint64(2)), Type: raftpb.EntryConfChange.Enum()}}, nil)
 		}},
 	}
 	for _, tc := range cases {
@@ -170,13 +175,13 @@ func TestConsistentLogsStillOpen(t *testing.T) {
 		want string
 	}{
 		{"suffix overwritten", func(d *replica.Disk) error {
-			if err := d.Save(snapAt(1, 1, ""), proposed(2, 6, 2), hardState(2, 1, 3)); err != nil {
+			if err := d.Save(snapAt(1, 1, ""), entries(2, 6, 2), hardState(2, 1, 3)); err != nil {
 				return err
 			}
-			return d.Save(nil, proposed(5, 7, 3), hardState(3, 0, 4))
-		}, "snap=1/ hs=3/0/4 ents=2.2:envelopep2 3.2:envelopep3 4.2:envelopep4 5.3:envelopep5 6.3:envelopep6 7.3:envelopep7 "},
+			return d.Save(nil, entries(5, 7, 3), hardState(3, 0, 4))
+		}, "snap=1/ hs=3/0/4 ents=2.2:e2 3.2:e3 4.2:e4 5.3:e5 6.3:e6 7.3:e7 "},
 		{"snapshot replacing a log that does not hold its entry", func(d *replica.Disk) error {
-			if err := d.Save(snapAt(1, 1, ""), proposed(2, 6, 2), hardState(2, 1, 3)); err != nil {
+			if err := d.Save(snapAt(1, 1, ""), entries(2, 6, 2), hardState(2, 1, 3)); err != nil {
 				return err
 			}
 			// The leader's snapshot at 5 is of term 3: entry 5 here is of
@@ -184,17 +189,17 @@ func TestConsistentLogsStillOpen(t *testing.T) {
 			return d.Save(snapAt(5, 3, "s5"), nil, hardState(3, 0, 5))
 		}, "snap=5/s5 hs=3/0/5 ents="},
 		{"snapshot covering part of the log", func(d *replica.Disk) error {
-			if err := d.Save(snapAt(1, 1, ""), proposed(2, 6, 2), hardState(2, 1, 6)); err != nil {
+			if err := d.Save(snapAt(1, 1, ""), entries(2, 6, 2), hardState(2, 1, 6)); err != nil {
 				return err
 			}
 			return d.Save(snapAt(4, 2, "s4"), nil, nil)
-		}, "snap=4/s4 hs=2/1/6 ents=5.2:envelopep5 6.2:envelopep6 "},
+		}, "snap=4/s4 hs=2/1/6 ents=5.2:e5 6.2:e6 "},
 		{"entries overlapping the snapshot", func(d *replica.Disk) error {
 			if err := d.Save(snapAt(3, 2, "s3"), nil, hardState(2, 1, 3)); err != nil {
 				return err
 			}
-			return d.Save(nil, proposed(2, 5, 2), hardState(2, 1, 5))
-		}, "snap=3/s3 hs=2/1/5 ents=4.2:envelopep4 5.2:envelopep5 "},
+			return d.Save(nil, entries(2, 5, 2), hardState(2, 1, 5))
+		}, "snap=3/s3 hs=2/1/5 ents=4.2:e4 5.2:e5 "},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -225,15 +230,4 @@ func mustRecoverAt(t *testing.T, fsys vfs.FS, path string) replica.Recovered {
 	}
 	defer d.Close()
 	return d.Recovered()
-}
-
-// proposed is entries with payloads as Propose envelopes them (8 bytes of
-// proposal id first), so a group can apply them.
-func proposed(from, to, term uint64) []*raftpb.Entry {
-	es := entries(from, to, term)
-	for _, e := range es {
-		e.Data = append([]byte("envelope"), 'p')
-		e.Data = fmt.Appendf(e.Data, "%d", e.GetIndex())
-	}
-	return es
 }

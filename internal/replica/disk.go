@@ -230,6 +230,10 @@ func (d *Disk) replayEntries(ents []*raftpb.Entry) error {
 	if err := checkEntries(ents, first-1, prevTerm); err != nil {
 		return err
 	}
+	// Entries a Group cannot apply would fail it on every restart.
+	if err := checkEntryKinds(ents); err != nil {
+		return err
+	}
 	n := len(d.rec.Entries)
 	for n > 0 && d.rec.Entries[n-1].GetIndex() >= first {
 		n--

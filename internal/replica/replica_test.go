@@ -17,7 +17,7 @@ import (
 // cluster wires members on the test goroutine: messages queue and are
 // delivered by settle, so every run is deterministic.
 type cluster struct {
-	t       *testing.T
+	t       testing.TB
 	members map[uint64]*replica.Group
 	applied map[uint64][]string
 	leaders map[uint64]uint64
@@ -30,6 +30,7 @@ type cluster struct {
 	// the error of each member whose group stopped on it.
 	boom   map[uint64]string
 	failed map[uint64]error
+	sent   []*raftpb.Message // every message sent, for fuzz seeds
 }
 
 type member struct {
@@ -37,7 +38,10 @@ type member struct {
 	id uint64
 }
 
-func (m member) Send(msg *raftpb.Message) { m.c.queue = append(m.c.queue, msg) }
+func (m member) Send(msg *raftpb.Message) {
+	m.c.queue = append(m.c.queue, msg)
+	m.c.sent = append(m.c.sent, msg)
+}
 func (m member) Apply(index, id uint64, payload []byte) error {
 	if b, ok := m.c.boom[m.id]; ok && b == string(payload) {
 		panic("the state machine cannot apply " + b)
@@ -54,13 +58,13 @@ func (m member) ApplySnapshot(index uint64, data []byte) error {
 	return nil
 }
 
-func newCluster(t *testing.T, n int) *cluster {
+func newCluster(t testing.TB, n int) *cluster {
 	return newClusterOn(t, n, nil)
 }
 
 // newClusterOn is newCluster with every member's raft log on fsys (nil:
 // in memory).
-func newClusterOn(t *testing.T, n int, fsys vfs.FS) *cluster {
+func newClusterOn(t testing.TB, n int, fsys vfs.FS) *cluster {
 	c := &cluster{t: t, members: map[uint64]*replica.Group{}, applied: map[uint64][]string{},
 		leaders: map[uint64]uint64{}, cut: map[uint64]bool{}, snaps: map[uint64]int{},
 		disks: map[uint64]*replica.Disk{}, fs: fsys, boom: map[uint64]string{}, failed: map[uint64]error{}}

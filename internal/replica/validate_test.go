@@ -14,7 +14,7 @@ import (
 
 // electedCluster is a three-member cluster led by member 1, and the
 // leader's term.
-func electedCluster(t *testing.T) (*cluster, uint64) {
+func electedCluster(t testing.TB) (*cluster, uint64) {
 	c := newCluster(t, 3)
 	c.settle()
 	if err := c.members[1].Campaign(); err != nil {
