@@ -10,6 +10,7 @@ import (
 
 	"github.com/parkway-io/parkway/internal/replica"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
 )
 
 // hostileState is the 25-byte partition snapshot state of issue 13: a
@@ -166,5 +167,69 @@ func TestRaftPanicFencesOnlyItsPartition(t *testing.T) {
 	n.settle()
 	if r := other.answered(t); r.Err != nil {
 		t.Fatalf("produce to the other partition: %v", r.Err)
+	}
+}
+
+// panicky is a partition whose Append panics while armed: a bug in the
+// state machine under a raft group.
+type panicky struct {
+	partition.Partition
+	armed *bool
+}
+
+func (p panicky) Append(msgs []partition.Message) (uint64, error) {
+	if *p.armed {
+		*p.armed = false
+		panic("append exploded")
+	}
+	return p.Partition.Append(msgs)
+}
+
+// TestApplyPanicAnswersAndIsolates: a panic while a committed entry is
+// applied fails the group; the entry's produce is still answered
+// (ErrPartitionFailed), and nothing it left in the shard's apply batch
+// leaks into the next partition the shard applies to.
+func TestApplyPanicAnswersAndIsolates(t *testing.T) {
+	n := newReplNet(t)
+	a, ea := n.create("a", 1, 2, 3)
+	b, eb := n.create("b", 1, 2, 3)
+	armed := false
+	for id := uint64(1); id <= 3; id++ {
+		h := n.nodes[id]
+		p := panicky{h.build(a, ea), &armed}
+		if err := h.step(h.shards[0], opInsertOwned(p, noSync)); err != nil {
+			t.Fatal(err)
+		}
+		n.materialise(id, b, eb)
+	}
+	n.settle()
+	if n.tickUntilLeader(a) == 0 || n.tickUntilLeader(b) == 0 {
+		t.Fatal("no leaders")
+	}
+	lead := n.leader(a)
+	// The leader applies first (it answers the produce): arm it just
+	// before, through the leader's own Send of the append.
+	n.onSend = func(from uint64, ns metadata.Namespace, m *raftpb.Message) {
+		if from == lead && ns == a && m.GetType() == raftpb.MsgApp && len(m.GetEntries()) > 0 {
+			armed = true
+			n.onSend = nil
+		}
+	}
+	c := produce(a, "doomed")
+	n.shard(lead).handle(c.f)
+	n.settle()
+	if r := c.answered(t); !errors.Is(r.Err, ErrPartitionFailed) || !errors.Is(r.Err, replica.ErrGroupFailed) {
+		t.Fatalf("produce whose apply panicked: %v, want ErrPartitionFailed", r.Err)
+	}
+	// Every replica applies b's entries, so the shard of a's leader
+	// applies this one whether it leads b or not.
+	other := produce(b, "fine")
+	n.shard(n.leader(b)).handle(other.f)
+	n.settle()
+	if r := other.answered(t); r.Err != nil || r.Offset != 0 {
+		t.Fatalf("produce to b: %+v", r)
+	}
+	if got := payloads(t, n.shard(lead).owned[b].p); len(got) != 1 || got[0] != "fine" {
+		t.Fatalf("b's log on node %d: %q", lead, got)
 	}
 }

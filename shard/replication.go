@@ -417,7 +417,7 @@ func (s *Shard) stepRaft(o *owned, f Frame) {
 		return
 	case errors.Is(err, replica.ErrInvalidMessage):
 		s.m.Drop(f.Req.Op.String(), reasonInvalidRaft)
-		s.log.Warn("invalid raft message dropped", "ns", f.Req.NS, "error", err)
+		s.log.Debug("invalid raft message dropped", "ns", f.Req.NS, "error", err)
 	default:
 		s.log.Debug("raft step refused", "ns", f.Req.NS, "error", err)
 	}
@@ -431,6 +431,10 @@ func (s *Shard) stepRaft(o *owned, f Frame) {
 // answered with ErrPartitionFailed.
 func (s *Shard) failGroup(o *owned, err error) {
 	s.log.Error("raft group failed; partition fenced", "ns", o.p.Namespace(), "error", err)
+	// A panic while applying may have left produces in the shard's apply
+	// batch: they belong to this partition, and the next apply of another
+	// one must not append them (their frames are still pending here).
+	groupHandler{s: s, o: o}.resetBatch()
 	if o.failed == nil {
 		s.fence(o, err)
 	}
@@ -568,8 +572,15 @@ func (h groupHandler) Apply(index, id uint64, payload []byte) error {
 }
 
 func (h groupHandler) apply(index, id uint64, payload []byte) error {
-	frames := h.o.pending[id]
+	// The entry's frames stay pending until it is applied: if applying it
+	// panics (the group contains the panic and fails), failGroup answers
+	// them instead of leaving them unanswered.
+	err := h.applyFrames(index, h.o.pending[id], payload)
 	delete(h.o.pending, id)
+	return err
+}
+
+func (h groupHandler) applyFrames(index uint64, frames []Frame, payload []byte) error {
 	h.o.sinceSnap += int64(len(payload))
 	if len(payload) < 4 {
 		return fmt.Errorf("apply index %d: entry shorter than its header", index)
