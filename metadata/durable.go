@@ -199,13 +199,13 @@ func (d *Durable) load(cfg Config, snaps, wals []uint64) error {
 			}
 			return fmt.Errorf("parkway: open metadata log: %w", err)
 		}
-		err = l.Replay(func(index uint64, data []byte) error {
+		err = l.ReplayAt(func(index uint64, off int64, data []byte) error {
 			if index < next {
 				return nil // covered by the snapshot
 			}
 			cmd, err := DecodeCommand(data)
 			if err != nil {
-				return corrupt("record %d of %s: %v", index, l.Path(), err)
+				return corrupt("record %d of %s at byte %d: %v", index, l.Path(), off, err)
 			}
 			d.store.Apply(cmd) //nolint:errcheck // it failed the first time too
 			next = index + 1

@@ -265,15 +265,17 @@ func (d *decoder) config() TopicConfig {
 	}
 }
 
-// count reads a list length; every element takes at least one byte, so a
-// length beyond the remaining input is garbage. It bounds allocations.
-func (d *decoder) count() int {
+// count reads a list length; every element takes at least minSize bytes,
+// so a length beyond what the remaining input can hold is garbage. It
+// bounds allocations: a list is never sized from more than its input can
+// hold.
+func (d *decoder) count(minSize int) int {
 	off := d.off
 	n := d.uvarint()
 	if d.err != nil {
 		return 0
 	}
-	if n > uint64(len(d.b)-d.off) {
+	if n > uint64(len(d.b)-d.off)/uint64(minSize) {
 		d.failAt(off, fmt.Sprintf("list of %d elements overruns the input", n))
 		return 0
 	}

@@ -221,6 +221,17 @@ func slabOf(max uint32, ids []uint32) slab {
 // the meaning.
 const snapshotVersion = 1
 
+// The smallest encodings of a list element, which bound a list's length
+// by the bytes that remain: a stream is an id, a name length, a revision
+// and a topic count; a topic an id, a name length, two revisions, a
+// config (a byte and three varints) and a partition count; a partition a
+// revision.
+const (
+	minStreamSize    = 4
+	minTopicSize     = 9
+	minPartitionSize = 1
+)
+
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // EncodeSnapshot encodes a snapshot. It does not validate it (Restore
@@ -266,13 +277,13 @@ func DecodeSnapshot(b []byte) (StoreSnapshot, error) {
 		d.failAt(0, "unknown version "+strconv.Itoa(int(ver)))
 	}
 	snap := StoreSnapshot{Revision: d.uvarint()}
-	n := d.count()
+	n := d.count(minStreamSize)
 	if n > 0 {
 		snap.Streams = make([]StreamSnapshot, 0, n)
 	}
 	for range n {
 		ss := StreamSnapshot{ID: d.u32(), Name: d.str(), CreatedRevision: d.uvarint()}
-		nt := d.count()
+		nt := d.count(minTopicSize)
 		if nt > 0 {
 			ss.Topics = make([]TopicSnapshot, 0, nt)
 		}
@@ -281,7 +292,7 @@ func DecodeSnapshot(b []byte) (StoreSnapshot, error) {
 				ID: d.u32(), Name: d.str(), CreatedRevision: d.uvarint(),
 				PurgedRevision: d.uvarint(), Config: d.config(),
 			}
-			np := d.count()
+			np := d.count(minPartitionSize)
 			if np > 0 {
 				ts.Partitions = make([]PartitionSnapshot, np)
 			}

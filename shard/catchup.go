@@ -281,7 +281,13 @@ func decodeState(b []byte) (replicatedState, error) {
 	}
 	nc := binary.LittleEndian.Uint32(b)
 	b = b[4:]
-	st.consumers = make(map[string]uint64, min(nc, 1<<16))
+	// Every consumer takes at least 9 bytes (a name length and an
+	// offset): a count beyond what remains is refused before the map is
+	// sized from it (a count is never trusted to size an allocation).
+	if uint64(nc) > uint64(len(b))/9 {
+		return st, errBadState
+	}
+	st.consumers = make(map[string]uint64, nc)
 	for range nc {
 		if len(b) < 1 || len(b) < 1+int(b[0])+8 {
 			return st, errBadState

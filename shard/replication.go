@@ -114,6 +114,9 @@ func (s *Shard) replicate(o *owned) error {
 	g, err := replica.New(replica.Config{
 		Group: uint64(ns), Node: r.Node, Peers: r.Peers,
 		ElectionTicks: r.ElectionTicks, Logger: s.log, Disk: disk,
+		// A peer's snapshot that ApplySnapshot would refuse is an invalid
+		// message, not a failed group.
+		CheckSnapshot: func(b []byte) error { _, err := decodeState(b); return err },
 	})
 	if err != nil {
 		if disk != nil {
@@ -137,6 +140,8 @@ func (s *Shard) replicate(o *owned) error {
 	}
 	if r.Peers[int(uint64(ns)%uint64(len(r.Peers)))] == r.Node {
 		if err := g.Campaign(); err != nil {
+			o.grp = nil
+			_ = g.Close()
 			return err
 		}
 	}
@@ -227,7 +232,10 @@ func (s *Shard) readReplicated(o *owned, f Frame) bool {
 	}
 	s.readSeq++
 	o.reads[s.readSeq] = f
-	o.grp.ReadIndex(binary.LittleEndian.AppendUint64(nil, s.readSeq))
+	if err := o.grp.ReadIndex(binary.LittleEndian.AppendUint64(nil, s.readSeq)); err != nil {
+		s.failGroup(o, err) // answers f with the waiting reads
+		return true
+	}
 	s.markReady(o)
 	return true
 }
@@ -379,6 +387,13 @@ func (s *Shard) flushProposals() {
 		}
 		binary.LittleEndian.PutUint32(data, uint32(len(kept)))
 		id, err := o.grp.Propose(data)
+		if errors.Is(err, replica.ErrGroupFailed) {
+			s.failGroup(o, err)
+			for _, f := range kept {
+				s.fenceFailed(o, f)
+			}
+			continue
+		}
 		if err != nil {
 			for _, f := range kept {
 				s.answer(f, Response{Err: fmt.Errorf("%w: %w", ErrRetry, err)})
@@ -390,16 +405,48 @@ func (s *Shard) flushProposals() {
 	}
 }
 
-// stepRaft feeds a peer's message to the partition's group.
+// reasonInvalidRaft labels the drop of a raft message no correct peer
+// sends (replica.ErrInvalidMessage).
+// TODO: move to package metrics with the other drop reasons.
+const reasonInvalidRaft = "invalid_raft_message"
+
+// stepRaft feeds a peer's message to the partition's group. A message the
+// group refuses as invalid is counted and dropped; one that stops the
+// group (raft panicked on it) fences the partition.
 func (s *Shard) stepRaft(o *owned, f Frame) {
 	if o.grp == nil {
 		s.m.Drop(f.Req.Op.String(), metrics.ReasonNotReplicated)
 		return
 	}
-	if err := o.grp.Step(f.Req.Raft); err != nil {
+	switch err := o.grp.Step(f.Req.Raft); {
+	case err == nil:
+	case errors.Is(err, replica.ErrGroupFailed):
+		s.failGroup(o, err)
+		return
+	case errors.Is(err, replica.ErrInvalidMessage):
+		s.m.Drop(f.Req.Op.String(), reasonInvalidRaft)
+		s.log.Debug("invalid raft message dropped", "ns", f.Req.NS, "error", err)
+	default:
 		s.log.Debug("raft step refused", "ns", f.Req.NS, "error", err)
 	}
 	s.markReady(o)
+}
+
+// failGroup fences o after its raft group stopped — a Ready that failed
+// half way, or a panic inside raft that the group contained: the
+// reconciler evicts and rebuilds the partition, and the rebuilt group
+// restores from the raft log. Every request waiting on the group is
+// answered with ErrPartitionFailed.
+func (s *Shard) failGroup(o *owned, err error) {
+	s.log.Error("raft group failed; partition fenced", "ns", o.p.Namespace(), "error", err)
+	// A panic while applying may have left produces in the shard's apply
+	// batch: they belong to this partition, and the next apply of another
+	// one must not append them (their frames are still pending here).
+	groupHandler{s: s, o: o}.resetBatch()
+	if o.failed == nil {
+		s.fence(o, err)
+	}
+	s.unreplicate(o, fmt.Errorf("%w: %w", ErrPartitionFailed, err))
 }
 
 func (s *Shard) markReady(o *owned) {
@@ -426,14 +473,8 @@ func (s *Shard) processReady() {
 			for o.grp != nil && o.grp.HasReady() {
 				if err := o.grp.Handle(h); err != nil {
 					// The group cannot go on (its log or its partition
-					// refused a write): fence the partition; the
-					// reconciler evicts and rebuilds it, and the rebuilt
-					// group restores from the raft log.
-					s.log.Error("raft ready failed; partition fenced", "ns", o.p.Namespace(), "error", err)
-					if o.failed == nil {
-						s.fence(o, err)
-					}
-					s.unreplicate(o, fmt.Errorf("%w: %w", ErrPartitionFailed, err))
+					// refused a write, or raft panicked).
+					s.failGroup(o, err)
 					break
 				}
 			}
@@ -477,7 +518,10 @@ func (s *Shard) maybeCompact(o *owned) {
 // tickRaft ticks every replicated group.
 func (s *Shard) tickRaft() {
 	for _, o := range s.replicated {
-		o.grp.Tick()
+		if err := o.grp.Tick(); err != nil {
+			s.failGroup(o, err)
+			continue
+		}
 		s.tickCatchUp(o)
 		s.markReady(o)
 	}
@@ -537,8 +581,15 @@ func (h groupHandler) Apply(index, id uint64, payload []byte) error {
 }
 
 func (h groupHandler) apply(index, id uint64, payload []byte) error {
-	frames := h.o.pending[id]
+	// The entry's frames stay pending until it is applied: if applying it
+	// panics (the group contains the panic and fails), failGroup answers
+	// them instead of leaving them unanswered.
+	err := h.applyFrames(index, h.o.pending[id], payload)
 	delete(h.o.pending, id)
+	return err
+}
+
+func (h groupHandler) applyFrames(index uint64, frames []Frame, payload []byte) error {
 	h.o.sinceSnap += int64(len(payload))
 	if len(payload) < 4 {
 		return fmt.Errorf("apply index %d: entry shorter than its header", index)

@@ -19,6 +19,9 @@ type replNet struct {
 	nodes map[uint64]*harness
 	queue []queued
 	cut   map[uint64]bool
+	// onSend, if set, sees every message a node's shard sends (and may
+	// panic, as a broken transport would).
+	onSend func(from uint64, ns metadata.Namespace, m *raftpb.Message)
 }
 
 type queued struct {
@@ -35,6 +38,9 @@ func newReplNet(t *testing.T) *replNet {
 		n.nodes[id] = newHarness(t, 1, nil, func(c *Config) {
 			c.Replication = &Replication{Node: id, Peers: peers,
 				Send: func(to uint64, ns metadata.Namespace, epoch uint64, m *raftpb.Message) {
+					if n.onSend != nil {
+						n.onSend(id, ns, m)
+					}
 					n.queue = append(n.queue, queued{to, ns, epoch, m})
 				}}
 		})

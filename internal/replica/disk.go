@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"slices"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -40,6 +41,9 @@ type Disk struct {
 	// term and vote of the last hard state saved: see Save.
 	term, vote uint64
 	syncCommit bool
+	// File offsets of the records the recovered snapshot and hard state
+	// came from, to name them in a corruption error.
+	snapOff, hsOff int64
 }
 
 // Recovered is what a Disk held when it was opened.
@@ -64,10 +68,18 @@ const (
 // header (a partition's) or a whole metadata store.
 const maxRecord = 1 << 30
 
-// ErrCorruptLog reports a raft log that does not decode. The member must
-// not join its group with it: it could vote or acknowledge against a
-// history it no longer has.
+// ErrCorruptLog reports a raft log that does not decode, or whose records
+// contradict each other (a snapshot raft cannot restore, entries with a
+// gap, a commit index beyond the last entry). The member must not join its
+// group with it: it could vote or acknowledge against a history it no
+// longer has. Where the damage is a record, the error also holds a
+// *wal.CorruptError naming the file and the record's byte offset.
 var ErrCorruptLog = errors.New("parkway: raft log corrupt")
+
+// corrupt reports the record at off as unusable for why.
+func (d *Disk) corrupt(off int64, why error) error {
+	return fmt.Errorf("%w: %w", ErrCorruptLog, &wal.CorruptError{Path: d.path, Offset: off, Err: why})
+}
 
 // OpenDisk opens the raft log at path, creating it (and its directory) if
 // it does not exist. sync makes every Save durable before it returns (the
@@ -91,9 +103,21 @@ func OpenDisk(fsys vfs.FS, path string, sync bool) (*Disk, error) {
 	}
 	d.log = l
 	_ = fsys.Remove(tmpPath(path))
-	if err := l.Replay(d.replay); err != nil {
+	if err := l.ReplayAt(d.replay); err != nil {
 		l.Close()
+		if errors.Is(err, ErrCorruptLog) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("%w: %s: %w", ErrCorruptLog, path, err)
+	}
+	// The commit index must name an entry the log holds (or the
+	// snapshot): raft panics on one beyond it. Save writes entries before
+	// the hard state that commits them, so no torn write leaves this.
+	if hs := d.rec.HardState; hs != nil {
+		if last := d.lastIndex(); hs.GetCommit() > last {
+			l.Close()
+			return nil, d.corrupt(d.hsOff, fmt.Errorf("hard state commits index %d beyond the last entry %d", hs.GetCommit(), last))
+		}
 	}
 	d.term, d.vote = d.rec.HardState.GetTerm(), d.rec.HardState.GetVote()
 	return d, nil
@@ -104,8 +128,25 @@ func tmpPath(path string) string {
 	return filepath.Join(dir, "."+base+".tmp")
 }
 
-// replay folds one record into d.rec.
-func (d *Disk) replay(_ uint64, data []byte) error {
+// lastIndex is the index of the last entry recovered, or of the snapshot
+// when no entry follows it.
+func (d *Disk) lastIndex() uint64 {
+	if n := len(d.rec.Entries); n > 0 {
+		return d.rec.Entries[n-1].GetIndex()
+	}
+	return d.rec.Snapshot.GetMetadata().GetIndex()
+}
+
+// replay folds the record at off into d.rec, refusing one that passed its
+// checksum but does not decode or contradicts the records before it.
+func (d *Disk) replay(_ uint64, off int64, data []byte) error {
+	if err := d.replayRecord(off, data); err != nil {
+		return d.corrupt(off, err)
+	}
+	return nil
+}
+
+func (d *Disk) replayRecord(off int64, data []byte) error {
 	if len(data) == 0 {
 		return errors.New("empty record")
 	}
@@ -116,39 +157,89 @@ func (d *Disk) replay(_ uint64, data []byte) error {
 		if err := proto.Unmarshal(body, s); err != nil {
 			return err
 		}
-		d.rec.Snapshot = s
-		idx := s.GetMetadata().GetIndex()
-		kept := d.rec.Entries[:0]
-		for _, e := range d.rec.Entries {
-			if e.GetIndex() > idx {
-				kept = append(kept, e)
-			}
+		if err := checkSnapshotMeta(s, nil); err != nil {
+			return err
 		}
+		d.rec.Snapshot, d.snapOff = s, off
+		// As raft's restore does: the entries after the snapshot stay only
+		// if the log holds the snapshot's last entry (same index and
+		// term); otherwise the snapshot replaced the whole log.
+		idx, term := s.GetMetadata().GetIndex(), s.GetMetadata().GetTerm()
+		kept := d.rec.Entries[:0]
+		if i := slices.IndexFunc(d.rec.Entries, func(e *raftpb.Entry) bool { return e.GetIndex() == idx }); i >= 0 && d.rec.Entries[i].GetTerm() == term {
+			kept = append(kept, d.rec.Entries[i+1:]...)
+		}
+		clear(d.rec.Entries[len(kept):])
 		d.rec.Entries = kept
 	case recHardState:
 		hs := new(raftpb.HardState)
 		if err := proto.Unmarshal(body, hs); err != nil {
 			return err
 		}
-		d.rec.HardState = hs
+		if hs.GetTerm() > maxTerm || hs.GetCommit() > maxIndex {
+			return fmt.Errorf("hard state term %d commit %d out of range", hs.GetTerm(), hs.GetCommit())
+		}
+		d.rec.HardState, d.hsOff = hs, off
 	case recEntries:
 		ents, err := decodeEntries(body)
 		if err != nil {
 			return err
 		}
-		if len(ents) == 0 {
-			return nil
-		}
-		first := ents[0].GetIndex()
-		// A batch replaces the suffix it overlaps, as in raft's log.
-		n := len(d.rec.Entries)
-		for n > 0 && d.rec.Entries[n-1].GetIndex() >= first {
-			n--
-		}
-		d.rec.Entries = append(d.rec.Entries[:n], ents...)
+		return d.replayEntries(ents)
 	default:
 		return fmt.Errorf("unknown record type %d", data[0])
 	}
+	return nil
+}
+
+// replayEntries folds a batch of entries into d.rec. A batch replaces the
+// suffix of the log it overlaps, as in raft's log; it must continue the
+// log (or the snapshot) without a gap and without terms going back, or
+// raft would panic on the result. Entries at or below the snapshot are
+// covered by it and dropped.
+func (d *Disk) replayEntries(ents []*raftpb.Entry) error {
+	snap := d.rec.Snapshot.GetMetadata()
+	if snap != nil {
+		i := 0
+		for i < len(ents) && ents[i].GetIndex() <= snap.GetIndex() {
+			i++
+		}
+		ents = ents[i:]
+	}
+	if len(ents) == 0 {
+		return nil
+	}
+	first := ents[0].GetIndex()
+	var prevTerm uint64
+	switch have := d.rec.Entries; {
+	case len(have) > 0 && first > have[0].GetIndex():
+		last := have[len(have)-1].GetIndex()
+		if first > last+1 {
+			return fmt.Errorf("entries from index %d leave a gap after index %d", first, last)
+		}
+		prevTerm = have[first-have[0].GetIndex()-1].GetTerm()
+	case snap != nil:
+		if first != snap.GetIndex()+1 {
+			return fmt.Errorf("entries from index %d leave a gap after the snapshot at %d", first, snap.GetIndex())
+		}
+		prevTerm = snap.GetTerm()
+	}
+	if first == 0 {
+		return errors.New("entry at index 0")
+	}
+	if err := checkEntries(ents, first-1, prevTerm); err != nil {
+		return err
+	}
+	// Entries a Group cannot apply would fail it on every restart.
+	if err := checkEntryKinds(ents); err != nil {
+		return err
+	}
+	n := len(d.rec.Entries)
+	for n > 0 && d.rec.Entries[n-1].GetIndex() >= first {
+		n--
+	}
+	clear(d.rec.Entries[n:])
+	d.rec.Entries = append(d.rec.Entries[:n], ents...)
 	return nil
 }
 
@@ -270,13 +361,20 @@ func encodeEntries(dst []byte, ents []*raftpb.Entry) []byte {
 	return dst
 }
 
+// minEntrySize is the smallest encoding of an entry with an index and a
+// term (a tag byte and a varint byte each).
+const minEntrySize = 4
+
 func decodeEntries(b []byte) ([]*raftpb.Entry, error) {
 	if len(b) < 4 {
 		return nil, errors.New("entries record truncated")
 	}
 	n := binary.LittleEndian.Uint32(b)
 	b = b[4:]
-	if uint64(n) > uint64(len(b))/4 {
+	// Every entry Save writes has an index and a term, so it takes at
+	// least minEntrySize bytes with its length: a count beyond that is
+	// refused before anything is allocated for it.
+	if uint64(n) > uint64(len(b))/(4+minEntrySize) {
 		return nil, errors.New("entries record claims more entries than it holds")
 	}
 	ents := make([]*raftpb.Entry, n)
@@ -287,6 +385,9 @@ func decodeEntries(b []byte) ([]*raftpb.Entry, error) {
 		size := binary.LittleEndian.Uint32(b)
 		if uint64(size) > uint64(len(b)-4) {
 			return nil, errors.New("entry truncated")
+		}
+		if size < minEntrySize {
+			return nil, fmt.Errorf("entry of %d bytes cannot hold an index and a term", size)
 		}
 		ents[i] = new(raftpb.Entry)
 		if err := proto.Unmarshal(b[4:4+size], ents[i]); err != nil {

@@ -13,10 +13,12 @@ import (
 	"github.com/parkway-io/parkway/vfs/errorfs"
 )
 
+// entries are enveloped as Propose does (an 8-byte proposal id before
+// the payload "e<index>"), as every entry a Group writes is.
 func entries(from, to, term uint64) []*raftpb.Entry {
 	var out []*raftpb.Entry
 	for i := from; i <= to; i++ {
-		out = append(out, &raftpb.Entry{Index: new(i), Term: new(term), Data: fmt.Appendf(nil, "e%d", i)})
+		out = append(out, &raftpb.Entry{Index: new(i), Term: new(term), Data: fmt.Appendf([]byte("proposal"), "e%d", i)})
 	}
 	return out
 }
@@ -31,12 +33,12 @@ func hardState(term, vote, commit uint64) *raftpb.HardState {
 }
 
 // describe summarises what a log recovered: snapshot index, hard state
-// and the entries' indexes and terms.
+// and the entries' indexes, terms and payloads.
 func describe(r replica.Recovered) string {
 	s := fmt.Sprintf("snap=%d/%s hs=%d/%d/%d ents=", r.Snapshot.GetMetadata().GetIndex(), r.Snapshot.GetData(),
 		r.HardState.GetTerm(), r.HardState.GetVote(), r.HardState.GetCommit())
 	for _, e := range r.Entries {
-		s += fmt.Sprintf("%d.%d:%s ", e.GetIndex(), e.GetTerm(), e.GetData())
+		s += fmt.Sprintf("%d.%d:%s ", e.GetIndex(), e.GetTerm(), e.GetData()[min(8, len(e.GetData())):])
 	}
 	return s
 }

@@ -15,6 +15,14 @@
 // restarted member comes back with its votes and acknowledged entries;
 // Compact cuts the log behind a snapshot the owner provides, and
 // ReadIndex confirms leadership for linearizable reads.
+//
+// Messages from peers and the recovered log are hostile input: Step
+// refuses a message no correct member sends (ErrInvalidMessage), and New
+// refuses a log whose records contradict each other (ErrCorruptLog), both
+// before etcd raft, which panics on such input, sees them. A panic that
+// still happens inside a group — raft's or the Handler's — is contained:
+// the group is failed (ErrGroupFailed), every later call returns that
+// error, and the process and its other groups go on.
 package replica
 
 import (
@@ -24,6 +32,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime/debug"
 	"slices"
 
 	"github.com/hashicorp/go-hclog"
@@ -63,6 +72,10 @@ type Config struct {
 	// after compaction, so a follower that lags by less catches up from
 	// the log instead of needing the snapshot (default 512).
 	CatchUpEntries uint64
+	// CheckSnapshot, if set, vets the data of a snapshot a peer sends
+	// before Step hands it to raft: data the owner's ApplySnapshot would
+	// refuse is then an invalid message, not a failed group.
+	CheckSnapshot func(data []byte) error
 }
 
 // Group is one raft group member. Not safe for concurrent use.
@@ -77,6 +90,8 @@ type Group struct {
 	readStates []raft.ReadState
 	nextID     uint64
 	lead       uint64
+	// failed is why the group stopped (an ErrGroupFailed), or nil.
+	failed error
 }
 
 var (
@@ -85,15 +100,66 @@ var (
 	// ErrNoLeader is returned by Propose while no leader is known.
 	ErrNoLeader = errors.New("parkway: no raft leader known")
 	errShort    = errors.New("parkway: raft entry shorter than its envelope")
+	// ErrGroupFailed reports a group that stopped: raft (or the Handler)
+	// panicked inside one of its calls, or a Handle failed half way, which
+	// leaves raft waiting for an Advance that never comes. The error wraps
+	// the cause. Every later call that would reach raft returns it; the
+	// owner fences what the group replicates and closes it, and a restart
+	// recovers the member from its Disk.
+	ErrGroupFailed = errors.New("parkway: raft group failed")
 )
+
+// PanicError is the cause of an ErrGroupFailed raised by a panic: the value
+// passed to panic and the stack it was raised on.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
+
+// Unwrap returns the panic value if it is an error.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
+
+// fail stops the group for cause (once) and returns why it stopped.
+func (g *Group) fail(cause error) error {
+	if g.failed == nil {
+		g.failed = fmt.Errorf("%w: group %d: %w", ErrGroupFailed, g.cfg.Group, cause)
+	}
+	return g.failed
+}
+
+// guard contains a panic raised below a Group call: deferred by every
+// method that reaches raft or the Handler, it turns the panic into the
+// group's failure and stores it in *err. The raft state may be half
+// updated, so the group is never driven again.
+func (g *Group) guard(err *error) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	pe := &PanicError{Value: r, Stack: debug.Stack()}
+	g.cfg.Logger.Error("raft group panicked; the group is stopped", "group", g.cfg.Group, "panic", fmt.Sprint(r), "stack", string(pe.Stack))
+	*err = g.fail(pe)
+}
+
+// Err returns why the group stopped (an error matching ErrGroupFailed),
+// or nil while it runs.
+func (g *Group) Err() error { return g.failed }
 
 // New starts a group member. A new group starts every member from the
 // same initial snapshot — index 1, term 1, every peer a voter — rather
 // than from raft's bootstrap entries, so the voters are always in the
 // snapshot and a restarted member knows them before it applies anything.
-func New(cfg Config) (*Group, error) {
+func New(cfg Config) (g *Group, err error) {
 	if cfg.Node == 0 || len(cfg.Peers) == 0 {
 		return nil, fmt.Errorf("parkway: raft group %d needs a node id and peers", cfg.Group)
+	}
+	if err := checkConfState(&raftpb.ConfState{Voters: cfg.Peers}, nil); err != nil {
+		return nil, fmt.Errorf("parkway: raft group %d peers: %w", cfg.Group, err)
 	}
 	if cfg.ElectionTicks == 0 {
 		cfg.ElectionTicks = 10
@@ -117,11 +183,26 @@ func New(cfg Config) (*Group, error) {
 	if _, err := io.ReadFull(rand.Reader, base[:]); err != nil {
 		return nil, fmt.Errorf("parkway: raft group %d: proposal id base: %w", cfg.Group, err)
 	}
-	g := &Group{cfg: cfg, storage: storage, disk: cfg.Disk, nextID: binary.LittleEndian.Uint64(base[:])>>1 | 1}
+	g = &Group{cfg: cfg, storage: storage, disk: cfg.Disk, nextID: binary.LittleEndian.Uint64(base[:])>>1 | 1}
 	var rec Recovered
 	if g.disk != nil {
 		rec = g.disk.Recovered()
+		// OpenDisk checked the records against each other; what is left
+		// needs the group's members.
+		if rec.Snapshot != nil {
+			if err := checkConfState(rec.Snapshot.GetMetadata().GetConfState(), cfg.Peers); err != nil {
+				return nil, g.disk.corrupt(g.disk.snapOff, err)
+			}
+		}
 	}
+	// Defence in depth: OpenDisk and the check above refuse what is known
+	// to make raft panic; anything else raft panics on is a log it cannot
+	// run from, not a crash.
+	defer func() {
+		if r := recover(); r != nil {
+			g, err = nil, fmt.Errorf("%w: group %d: raft refused the recovered state: %v", ErrCorruptLog, cfg.Group, r)
+		}
+	}()
 	if rec.empty() {
 		rec = Recovered{
 			Snapshot: &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{
@@ -212,7 +293,11 @@ func (g *Group) SnapshotIndex() uint64 { return g.snap }
 // the snapshot plus the entries after it. The owner must have made the
 // state at index durable first: after this, the entries that built it are
 // gone.
-func (g *Group) Compact(index uint64, data []byte) error {
+func (g *Group) Compact(index uint64, data []byte) (err error) {
+	if g.failed != nil {
+		return g.failed
+	}
+	defer g.guard(&err)
 	if index > g.applied || index <= g.snap {
 		return fmt.Errorf("parkway: raft group %d: compact at %d outside (%d, %d]", g.cfg.Group, index, g.snap, g.applied)
 	}
@@ -253,18 +338,49 @@ func (g *Group) Close() error {
 	return g.disk.Close()
 }
 
-// Tick advances the group's logical clock by one tick.
-func (g *Group) Tick() { g.rn.Tick() }
+// Tick advances the group's logical clock by one tick. It fails only
+// with ErrGroupFailed.
+func (g *Group) Tick() (err error) {
+	if g.failed != nil {
+		return g.failed
+	}
+	defer g.guard(&err)
+	g.rn.Tick()
+	return nil
+}
 
-// Step feeds a message from a peer.
-func (g *Group) Step(m *raftpb.Message) error { return g.rn.Step(m) }
+// Step feeds a message from a peer. A message no correct member sends is
+// refused with ErrInvalidMessage and changes nothing; raft's own refusals
+// (a stale or misdirected message) are returned as raft gives them.
+func (g *Group) Step(m *raftpb.Message) (err error) {
+	if g.failed != nil {
+		return g.failed
+	}
+	if err := g.checkMessage(m); err != nil {
+		return err
+	}
+	defer g.guard(&err)
+	return g.rn.Step(m)
+}
 
 // Campaign makes this member stand for election now (tests, and a host
 // that wants a preferred leader).
-func (g *Group) Campaign() error { return g.rn.Campaign() }
+func (g *Group) Campaign() (err error) {
+	if g.failed != nil {
+		return g.failed
+	}
+	defer g.guard(&err)
+	return g.rn.Campaign()
+}
 
-// Leader is the member this one believes leads (0: none known).
-func (g *Group) Leader() uint64 { return g.rn.BasicStatus().Lead }
+// Leader is the member this one believes leads (0: none known, or the
+// group failed).
+func (g *Group) Leader() uint64 {
+	if g.failed != nil {
+		return 0
+	}
+	return g.rn.BasicStatus().Lead
+}
 
 // ReadIndex asks the group to confirm this member's leadership for a
 // read: once a quorum has acknowledged it (a heartbeat round), the read
@@ -272,8 +388,15 @@ func (g *Group) Leader() uint64 { return g.rn.BasicStatus().Lead }
 // out of a later Handle, and TakeReadStates returns it. A read served once
 // the applied index reaches that index is linearizable. Requests are
 // dropped silently when leadership is lost: the owner must answer its
-// waiting reads on LeaderChanged.
-func (g *Group) ReadIndex(ctx []byte) { g.rn.ReadIndex(ctx) }
+// waiting reads on LeaderChanged. It fails only with ErrGroupFailed.
+func (g *Group) ReadIndex(ctx []byte) (err error) {
+	if g.failed != nil {
+		return g.failed
+	}
+	defer g.guard(&err)
+	g.rn.ReadIndex(ctx)
+	return nil
+}
 
 // TakeReadStates returns the read states Handle collected since the last
 // call.
@@ -289,7 +412,11 @@ func (g *Group) IsLeader() bool { return g.Leader() == g.cfg.Node }
 // Propose proposes payload and returns its proposal id. Only the leader
 // proposes: a follower would forward the proposal, and an entry forwarded
 // and then dropped by a leader change leaves its request with no outcome.
-func (g *Group) Propose(payload []byte) (uint64, error) {
+func (g *Group) Propose(payload []byte) (_ uint64, err error) {
+	if g.failed != nil {
+		return 0, g.failed
+	}
+	defer g.guard(&err)
 	if !g.cfg.ForwardProposals && !g.IsLeader() {
 		return 0, ErrNotLeader
 	}
@@ -307,8 +434,14 @@ func (g *Group) Propose(payload []byte) (uint64, error) {
 	return id, nil
 }
 
-// HasReady reports whether Handle has work.
-func (g *Group) HasReady() bool { return g.rn.HasReady() }
+// HasReady reports whether Handle has work (never once the group
+// failed).
+func (g *Group) HasReady() bool {
+	if g.failed != nil {
+		return false
+	}
+	return g.rn.HasReady()
+}
 
 // Handler receives what a Ready produces.
 type Handler interface {
@@ -329,13 +462,29 @@ type Handler interface {
 
 // Handle processes one Ready: the snapshot, entries and hard state are
 // persisted (synced if the Disk says so) before the messages that depend
-// on them are sent (a leader's messages depend on nothing it persists), committed entries are applied in order, and the group
-// is advanced.
-func (g *Group) Handle(h Handler) error {
+// on them are sent (a leader's messages depend on nothing it persists),
+// committed entries are applied in order, and the group is advanced.
+//
+// An error leaves the Ready half handled, and raft cannot take another
+// without its Advance: the group is failed, and the error matches both
+// ErrGroupFailed and its cause.
+func (g *Group) Handle(h Handler) (err error) {
+	if g.failed != nil {
+		return g.failed
+	}
+	defer g.guard(&err)
 	if !g.rn.HasReady() {
 		return nil
 	}
 	rd := g.rn.Ready()
+	if err := g.handle(h, rd); err != nil {
+		return g.fail(err)
+	}
+	g.rn.Advance(rd)
+	return nil
+}
+
+func (g *Group) handle(h Handler, rd raft.Ready) error {
 	if rd.SoftState != nil && rd.SoftState.Lead != g.lead {
 		g.lead = rd.SoftState.Lead
 		h.LeaderChanged(g.lead)
@@ -409,7 +558,6 @@ func (g *Group) Handle(h Handler) error {
 		}
 		g.applied = e.GetIndex()
 	}
-	g.rn.Advance(rd)
 	return nil
 }
 

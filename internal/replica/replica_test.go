@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"go.etcd.io/raft/v3/raftpb"
 
@@ -16,7 +17,7 @@ import (
 // cluster wires members on the test goroutine: messages queue and are
 // delivered by settle, so every run is deterministic.
 type cluster struct {
-	t       *testing.T
+	t       testing.TB
 	members map[uint64]*replica.Group
 	applied map[uint64][]string
 	leaders map[uint64]uint64
@@ -25,6 +26,11 @@ type cluster struct {
 	snaps   map[uint64]int  // snapshots installed per member
 	disks   map[uint64]*replica.Disk
 	fs      vfs.FS
+	// boom makes a member's Apply panic on this payload; failed holds
+	// the error of each member whose group stopped on it.
+	boom   map[uint64]string
+	failed map[uint64]error
+	sent   []*raftpb.Message // every message sent, for fuzz seeds
 }
 
 type member struct {
@@ -32,8 +38,14 @@ type member struct {
 	id uint64
 }
 
-func (m member) Send(msg *raftpb.Message) { m.c.queue = append(m.c.queue, msg) }
+func (m member) Send(msg *raftpb.Message) {
+	m.c.queue = append(m.c.queue, msg)
+	m.c.sent = append(m.c.sent, msg)
+}
 func (m member) Apply(index, id uint64, payload []byte) error {
+	if b, ok := m.c.boom[m.id]; ok && b == string(payload) {
+		panic("the state machine cannot apply " + b)
+	}
 	m.c.applied[m.id] = append(m.c.applied[m.id], string(payload))
 	return nil
 }
@@ -46,16 +58,16 @@ func (m member) ApplySnapshot(index uint64, data []byte) error {
 	return nil
 }
 
-func newCluster(t *testing.T, n int) *cluster {
+func newCluster(t testing.TB, n int) *cluster {
 	return newClusterOn(t, n, nil)
 }
 
 // newClusterOn is newCluster with every member's raft log on fsys (nil:
 // in memory).
-func newClusterOn(t *testing.T, n int, fsys vfs.FS) *cluster {
+func newClusterOn(t testing.TB, n int, fsys vfs.FS) *cluster {
 	c := &cluster{t: t, members: map[uint64]*replica.Group{}, applied: map[uint64][]string{},
 		leaders: map[uint64]uint64{}, cut: map[uint64]bool{}, snaps: map[uint64]int{},
-		disks: map[uint64]*replica.Disk{}, fs: fsys}
+		disks: map[uint64]*replica.Disk{}, fs: fsys, boom: map[uint64]string{}, failed: map[uint64]error{}}
 	for i := 1; i <= n; i++ {
 		c.start(uint64(i), n)
 	}
@@ -69,7 +81,13 @@ func (c *cluster) start(id uint64, n int) {
 	for i := 1; i <= n; i++ {
 		peers = append(peers, uint64(i))
 	}
-	cfg := replica.Config{Group: 7, Node: id, Peers: peers, CatchUpEntries: 4}
+	cfg := replica.Config{Group: 7, Node: id, Peers: peers, CatchUpEntries: 4,
+		CheckSnapshot: func(b []byte) error { // what decodeState can take
+			if !utf8.Valid(b) {
+				return errors.New("state is not UTF-8")
+			}
+			return nil
+		}}
 	if c.fs != nil {
 		d, err := replica.OpenDisk(c.fs, fmt.Sprintf("/raft/%d/log", id), true)
 		if err != nil {
@@ -107,17 +125,24 @@ func (c *cluster) settle() {
 				continue
 			}
 			if err := g.Handle(member{c, id}); err != nil {
-				c.t.Fatal(err)
+				if _, ok := c.boom[id]; !ok {
+					c.t.Fatal(err)
+				}
+				c.failed[id] = err
 			}
 			moved = true
 		}
 		q := c.queue
 		c.queue = nil
 		for _, m := range q {
-			if c.cut[m.GetTo()] || c.cut[m.GetFrom()] {
+			if c.cut[m.GetTo()] || c.cut[m.GetFrom()] || c.failed[m.GetTo()] != nil {
 				continue
 			}
-			_ = c.members[m.GetTo()].Step(m)
+			// Raft may refuse a stale message; validation must never
+			// refuse what a correct member sent.
+			if err := c.members[m.GetTo()].Step(m); errors.Is(err, replica.ErrInvalidMessage) || errors.Is(err, replica.ErrGroupFailed) {
+				c.t.Fatalf("member %d refused %v from %d: %v", m.GetTo(), m.GetType(), m.GetFrom(), err)
+			}
 			moved = true
 		}
 		if !moved {
@@ -129,8 +154,10 @@ func (c *cluster) settle() {
 
 func (c *cluster) tick(n int) {
 	for range n {
-		for _, g := range c.members {
-			g.Tick()
+		for id, g := range c.members {
+			if err := g.Tick(); err != nil && c.failed[id] == nil {
+				c.t.Fatal(err)
+			}
 		}
 		c.settle()
 	}

@@ -82,18 +82,31 @@ var (
 	ErrClosed = errors.New("wal: log closed")
 )
 
-// CorruptError locates corruption in the middle of a log.
+// CorruptError locates corruption in a log: a bad record in the middle of
+// it (found by Open or Replay), or a record that passes its checksum but
+// that its reader cannot use (built by the reader, with Err saying why; see
+// ReplayAt).
 type CorruptError struct {
 	Path   string
-	Offset int64 // offset of the first bad record
+	Offset int64 // file offset of the bad record's header
+	// Err is why the record is unusable; nil for a record that fails its
+	// checksum and is followed by valid ones.
+	Err error
 }
 
 func (e *CorruptError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("wal: corrupt log %s: record at offset %d: %v", e.Path, e.Offset, e.Err)
+	}
 	return fmt.Sprintf("wal: corrupt log %s: bad record at offset %d is followed by valid records", e.Path, e.Offset)
 }
 
 // Is reports whether target is ErrCorrupt.
 func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
+
+// Unwrap returns why the record is unusable (nil if the log itself found
+// it bad).
+func (e *CorruptError) Unwrap() error { return e.Err }
 
 // Options configures a log.
 type Options struct {
@@ -254,6 +267,14 @@ func (l *Log) usable() error {
 // data slice is fn's to keep. It reads what was appended, synced or not; a
 // record that no longer validates is a *CorruptError.
 func (l *Log) Replay(fn func(index uint64, data []byte) error) error {
+	return l.ReplayAt(func(index uint64, _ int64, data []byte) error { return fn(index, data) })
+}
+
+// ReplayAt is Replay that also passes each record's file offset (of its
+// header), so a reader that finds a record it cannot use — it passes the
+// checksum but does not decode, or contradicts the records before it — can
+// report it as a *CorruptError naming the file and the offset.
+func (l *Log) ReplayAt(fn func(index uint64, offset int64, data []byte) error) error {
 	if l.closed {
 		return ErrClosed
 	}
@@ -262,8 +283,10 @@ func (l *Log) Replay(fn func(index uint64, data []byte) error) error {
 		return fmt.Errorf("wal: replay %s: %w", l.path, err)
 	}
 	var ferr error
+	off := 0
 	n, good, _ := scan(b, l.max, func(i uint64, data []byte) bool {
-		ferr = fn(l.first+i, data)
+		ferr = fn(l.first+i, int64(off), data)
+		off += HeaderSize + len(data)
 		return ferr == nil
 	})
 	if ferr != nil {

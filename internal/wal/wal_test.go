@@ -538,7 +538,56 @@ func FuzzDecode(f *testing.F) {
 		if err != nil || l.Len() != n || l.Size() != int64(good) {
 			t.Fatalf("Open = %v (len %d, size %d), want %d records, %d bytes", err, l.Len(), l.Size(), n, good)
 		}
+		// ReplayAt hands out the same records, each at its offset.
+		var i, at int
+		if err := l.ReplayAt(func(index uint64, off int64, data []byte) error {
+			if index != uint64(i) || off != int64(at) || !bytes.Equal(data, recs[i]) {
+				t.Fatalf("record %d replayed as index %d at %d, want at %d", i, index, off, at)
+			}
+			i++
+			at += HeaderSize + len(data)
+			return nil
+		}); err != nil || i != len(recs) {
+			t.Fatalf("ReplayAt = %v after %d of %d records", err, i, len(recs))
+		}
+		l.Close()
 	})
+}
+
+// TestReplayAtReportsOffsets: ReplayAt passes each record's file offset,
+// so a reader can name a record it cannot use in a *CorruptError, which
+// unwraps to the reason and matches ErrCorrupt.
+func TestReplayAtReportsOffsets(t *testing.T) {
+	fs := newFS(t)
+	recs := records(5)
+	writeLog(t, fs, 10, recs)
+	l, err := Open(fs, path, Options{FirstIndex: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	why := errors.New("record 12 contradicts record 11")
+	var want int64
+	err = l.ReplayAt(func(index uint64, off int64, data []byte) error {
+		if off != want {
+			t.Fatalf("record %d at offset %d, want %d", index, off, want)
+		}
+		if index == 12 {
+			return &CorruptError{Path: l.Path(), Offset: off, Err: why}
+		}
+		want += int64(HeaderSize + len(data))
+		return nil
+	})
+	var ce *CorruptError
+	if !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) || !errors.Is(err, why) {
+		t.Fatalf("ReplayAt = %v, want the reader's *CorruptError", err)
+	}
+	if wantOff := int64(2*HeaderSize + len(recs[0]) + len(recs[1])); ce.Offset != wantOff {
+		t.Fatalf("offset %d, want %d", ce.Offset, wantOff)
+	}
+	if msg := err.Error(); msg != fmt.Sprintf("wal: corrupt log %s: record at offset %d: %v", path, ce.Offset, why) {
+		t.Fatalf("message %q", msg)
+	}
 }
 
 // Records a previous process wrote but never synced (still in the page

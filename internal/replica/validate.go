@@ -1,0 +1,251 @@
+package replica
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// Input validation. etcd raft trusts its input: a message or a recovered
+// log that breaks one of its invariants makes it panic (a snapshot whose
+// voters do not survive its own round trip, a commit index beyond the log,
+// a proposal without entries). Everything that reaches a Group from a peer
+// or from disk is therefore checked here first, against what a correct
+// member of this package's groups can send or write — static voters, no
+// learners, no joint configurations, no membership changes, entries
+// enveloped by Propose — and refused with ErrInvalidMessage or
+// ErrCorruptLog. Whatever slips through is contained (see Group.guard).
+
+// ErrInvalidMessage reports a raft message that no correct member of the
+// group sends: it is refused before raft sees it, and the group is
+// unaffected. The caller counts it.
+var ErrInvalidMessage = errors.New("parkway: invalid raft message")
+
+// Bounds that guard raft's arithmetic: terms and indexes beyond them are
+// unreachable (a group would need 2^62 elections or entries), and raft
+// adds one to them.
+const (
+	maxTerm  = 1 << 62
+	maxIndex = 1 << 62
+)
+
+// maxEntryBytes bounds the entries of one message: a member persists
+// them as one raft log record, which cannot exceed maxRecord.
+const maxEntryBytes = maxRecord - 1<<20
+
+// envelopeSize is the proposal id Propose puts before every payload: a
+// non-empty normal entry shorter than it fails Handle.
+const envelopeSize = 8
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidMessage, fmt.Sprintf(format, args...))
+}
+
+// checkConfState accepts the configurations this package runs: voters
+// only, each a member (when members is not nil), none twice, no learners,
+// no joint state, and no field raft does not know (raft compares conf
+// states with proto.Equal, unknown fields included, and panics when they
+// differ).
+func checkConfState(cs *raftpb.ConfState, members []uint64) error {
+	if cs == nil {
+		return errors.New("no conf state")
+	}
+	if len(cs.ProtoReflect().GetUnknown()) != 0 {
+		return errors.New("conf state has unknown fields")
+	}
+	voters := cs.GetVoters()
+	if len(voters) == 0 {
+		return errors.New("conf state has no voters")
+	}
+	if len(cs.GetLearners()) != 0 || len(cs.GetVotersOutgoing()) != 0 || len(cs.GetLearnersNext()) != 0 || cs.GetAutoLeave() {
+		return errors.New("conf state has learners or a joint configuration")
+	}
+	if members != nil && len(voters) > len(members) {
+		return fmt.Errorf("conf state has %d voters, the group %d members", len(voters), len(members))
+	}
+	sorted := slices.Sorted(slices.Values(voters))
+	for i, v := range sorted {
+		if v == 0 {
+			return errors.New("conf state has voter 0")
+		}
+		if i > 0 && sorted[i-1] == v {
+			return fmt.Errorf("conf state lists voter %d twice", v)
+		}
+		if members != nil && !slices.Contains(members, v) {
+			return fmt.Errorf("conf state voter %d is not a member", v)
+		}
+	}
+	return nil
+}
+
+// checkSnapshotMeta checks what raft needs of a snapshot's metadata.
+func checkSnapshotMeta(s *raftpb.Snapshot, members []uint64) error {
+	md := s.GetMetadata()
+	if md == nil {
+		return errors.New("snapshot has no metadata")
+	}
+	if md.GetIndex() == 0 || md.GetIndex() > maxIndex {
+		return fmt.Errorf("snapshot index %d out of range", md.GetIndex())
+	}
+	if md.GetTerm() == 0 || md.GetTerm() > maxTerm {
+		return fmt.Errorf("snapshot term %d out of range", md.GetTerm())
+	}
+	return checkConfState(md.GetConfState(), members)
+}
+
+// checkEntries checks a run of entries that must follow (prevIndex,
+// prevTerm) without a gap, with terms that never go back.
+func checkEntries(ents []*raftpb.Entry, prevIndex, prevTerm uint64) error {
+	for _, e := range ents {
+		if e.GetIndex() != prevIndex+1 {
+			return fmt.Errorf("entry %d follows entry %d", e.GetIndex(), prevIndex)
+		}
+		if e.GetTerm() == 0 || e.GetTerm() < prevTerm || e.GetTerm() > maxTerm {
+			return fmt.Errorf("entry %d has term %d after term %d", e.GetIndex(), e.GetTerm(), prevTerm)
+		}
+		prevIndex, prevTerm = e.GetIndex(), e.GetTerm()
+	}
+	if prevIndex > maxIndex {
+		return fmt.Errorf("entry index %d out of range", prevIndex)
+	}
+	return nil
+}
+
+// checkEntryKinds refuses entries this package never writes: membership
+// changes (membership is static; a change would need its own validation)
+// and normal entries too short for the proposal envelope.
+func checkEntryKinds(ents []*raftpb.Entry) error {
+	var size uint64
+	for _, e := range ents {
+		if t := e.GetType(); t != raftpb.EntryNormal {
+			return fmt.Errorf("entry %d is a %v", e.GetIndex(), t)
+		}
+		if n := len(e.GetData()); n > 0 && n < envelopeSize {
+			return fmt.Errorf("entry %d of %d bytes is shorter than its envelope", e.GetIndex(), n)
+		}
+		if size += uint64(len(e.GetData())); size > maxEntryBytes {
+			return fmt.Errorf("entries exceed %d bytes", maxEntryBytes)
+		}
+	}
+	return nil
+}
+
+// checkMessage refuses a message no correct member of the group sends to
+// this one in its current state.
+func (g *Group) checkMessage(m *raftpb.Message) error {
+	if m == nil {
+		return invalidf("nil message")
+	}
+	typ := m.GetType()
+	switch typ {
+	case raftpb.MsgApp, raftpb.MsgAppResp, raftpb.MsgVote, raftpb.MsgVoteResp,
+		raftpb.MsgPreVote, raftpb.MsgPreVoteResp, raftpb.MsgSnap,
+		raftpb.MsgHeartbeat, raftpb.MsgHeartbeatResp,
+		raftpb.MsgReadIndex, raftpb.MsgReadIndexResp:
+	case raftpb.MsgProp:
+		if !g.cfg.ForwardProposals {
+			return invalidf("%v: the group does not forward proposals", typ)
+		}
+	default:
+		// Local messages (raft's own), and leadership transfers, which
+		// this package never starts: MsgTimeoutNow would let a peer force
+		// an election past the leader's lease.
+		return invalidf("%v is never sent between members", typ)
+	}
+	if to := m.GetTo(); to != g.cfg.Node {
+		return invalidf("%v addressed to %d, this member is %d", typ, to, g.cfg.Node)
+	}
+	if from := m.GetFrom(); from == g.cfg.Node || !slices.Contains(g.cfg.Peers, from) {
+		return invalidf("%v from %d, not another member", typ, from)
+	}
+	term := m.GetTerm()
+	switch {
+	case typ == raftpb.MsgProp || typ == raftpb.MsgReadIndex:
+		// Forwarded requests carry no term (raft's rule); with one, raft
+		// would judge them as a peer's term claim.
+		if term != 0 {
+			return invalidf("forwarded %v with term %d", typ, term)
+		}
+	case term == 0:
+		// A term of 0 marks a local message: raft would skip its term
+		// checks and take, say, a MsgApp as its current leader's.
+		return invalidf("%v without a term", typ)
+	case term > maxTerm:
+		return invalidf("%v term %d out of range", typ, term)
+	}
+	if m.GetLogTerm() > term {
+		// A candidate's last entry, a leader's previous entry, a
+		// follower's rejection hint: none is newer than its sender's term.
+		return invalidf("%v log term %d beyond term %d", typ, m.GetLogTerm(), term)
+	}
+	if m.GetIndex() > maxIndex || m.GetCommit() > maxIndex || m.GetRejectHint() > maxIndex {
+		return invalidf("%v index out of range", typ)
+	}
+	ents := m.GetEntries()
+	switch typ {
+	case raftpb.MsgApp:
+		if err := checkEntries(ents, m.GetIndex(), m.GetLogTerm()); err != nil {
+			return invalidf("%v: %v", typ, err)
+		}
+		if n := len(ents); n > 0 && ents[n-1].GetTerm() > term {
+			return invalidf("%v at term %d carries an entry of term %d", typ, term, ents[n-1].GetTerm())
+		}
+		if err := checkEntryKinds(ents); err != nil {
+			return invalidf("%v: %v", typ, err)
+		}
+	case raftpb.MsgProp:
+		if len(ents) == 0 {
+			return invalidf("%v without entries", typ)
+		}
+		if err := checkEntryKinds(ents); err != nil {
+			return invalidf("%v: %v", typ, err)
+		}
+		for _, e := range ents {
+			if len(e.GetData()) == 0 {
+				return invalidf("%v with an empty entry", typ)
+			}
+		}
+	case raftpb.MsgReadIndex, raftpb.MsgReadIndexResp:
+		// The request context travels as the one entry's data.
+		if len(ents) != 1 || len(ents[0].GetData()) > maxEntryBytes {
+			return invalidf("%v with %d entries", typ, len(ents))
+		}
+	default:
+		if len(ents) != 0 {
+			return invalidf("%v with entries", typ)
+		}
+	}
+	if typ != raftpb.MsgSnap {
+		if m.GetSnapshot() != nil {
+			return invalidf("%v with a snapshot", typ)
+		}
+	} else {
+		s := m.GetSnapshot()
+		if s == nil {
+			return invalidf("%v without a snapshot", typ)
+		}
+		if err := checkSnapshotMeta(s, g.cfg.Peers); err != nil {
+			return invalidf("%v: %v", typ, err)
+		}
+		if st := s.GetMetadata().GetTerm(); st > term {
+			return invalidf("%v at term %d carries a snapshot of term %d", typ, term, st)
+		}
+		if g.cfg.CheckSnapshot != nil {
+			if err := g.cfg.CheckSnapshot(s.GetData()); err != nil {
+				return invalidf("%v: snapshot data: %v", typ, err)
+			}
+		}
+	}
+	if typ == raftpb.MsgHeartbeat {
+		// A leader's heartbeat commits at most what this member
+		// acknowledged, hence persisted: raft panics on a commit beyond
+		// its log.
+		last, err := g.storage.LastIndex()
+		if err != nil || m.GetCommit() > last {
+			return invalidf("%v commits %d beyond the log's last index %d", typ, m.GetCommit(), last)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,109 @@
+package partition_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
+	"github.com/parkway-io/parkway/vfs"
+)
+
+// fuzzNS is the partition FuzzSegment rewrites.
+var fuzzNS = func() metadata.Namespace {
+	ns, err := metadata.NewNamespace(1, 2, 3)
+	if err != nil {
+		panic(err)
+	}
+	return ns
+}()
+
+// writtenSegment builds a partition holding a few messages and returns
+// the store's filesystem and the path of its segment.
+func writtenSegment(t testing.TB) (*vfs.MemFS, string) {
+	fsys := vfs.NewMem()
+	s, err := partition.NewFileStore(partition.FileConfig{Dir: "/data", FS: fsys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Build(fuzzNS, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := []partition.Message{
+		{Payload: []byte("one")},
+		{Timestamp: 7, Headers: []partition.Header{{Key: "k", Value: []byte("v")}}, Payload: []byte("two")},
+		{ID: [16]byte{1}},
+	}
+	if _, err := p.Append(msgs); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return fsys, filepath.Join(partDir("/data", fuzzNS), segName(0, ".log"))
+}
+
+// FuzzSegment replaces a partition's segment file with arbitrary bytes
+// and opens and reads the partition: damage is a *CorruptError (or the
+// partition opens with what it could verify), never a panic.
+func FuzzSegment(f *testing.F) {
+	fsys, path := writtenSegment(f)
+	good, err := vfs.ReadFile(fsys, path)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good, false)
+	f.Add(good, true)
+	f.Add(good[:len(good)-5], false)
+	f.Add(append(slices.Clone(good), make([]byte, 100)...), true)
+	bad := slices.Clone(good)
+	bad[60] ^= 1
+	f.Add(bad, true)
+	f.Add([]byte{}, false)
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}, false)
+	f.Fuzz(func(t *testing.T, seg []byte, verify bool) {
+		fsys, path := writtenSegment(t)
+		file, err := fsys.OpenFile(path, os.O_RDWR|os.O_TRUNC, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := file.Write(seg); err != nil {
+			t.Fatal(err)
+		}
+		if err := file.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s, err := partition.NewFileStore(partition.FileConfig{Dir: "/data", FS: fsys, VerifyOnOpen: verify})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := s.Build(fuzzNS, 1)
+		if err != nil {
+			if !errors.Is(err, partition.ErrCorrupt) {
+				t.Fatalf("Build over a rewritten segment: %v, want nil or ErrCorrupt", err)
+			}
+			return
+		}
+		defer p.Close()
+		for from := p.StartOffset(); from < p.NextOffset(); {
+			msgs, err := p.Read(from, 2)
+			if err != nil {
+				if !errors.Is(err, partition.ErrCorrupt) {
+					t.Fatalf("Read(%d): %v, want nil or ErrCorrupt", from, err)
+				}
+				return
+			}
+			if len(msgs) == 0 {
+				t.Fatalf("Read(%d) returned nothing below NextOffset %d", from, p.NextOffset())
+			}
+			from += uint64(len(msgs))
+		}
+	})
+}
