@@ -79,7 +79,13 @@ func openMetaGroup(c *clusterNode, disk *replica.Disk, mcfg metadata.Config) (*m
 	// The log keeps as many commands behind a snapshot as between two, so
 	// a node that lags by less than that catches up without one.
 	g, err := replica.New(replica.Config{Group: uint64(metadata.MetadataNamespace), Node: uint64(c.cfg.ID),
-		Peers: c.peers, Logger: c.e.cfg.Logger, ForwardProposals: true, Disk: disk, CatchUpEntries: every})
+		Peers: c.peers, Logger: c.e.cfg.Logger, ForwardProposals: true, Disk: disk, CatchUpEntries: every,
+		// A snapshot a peer sends is refused before raft sees it unless
+		// it decodes as a metadata group snapshot.
+		CheckSnapshot: func(data []byte) error {
+			_, _, err := metadata.DecodeGroupSnapshot(data)
+			return err
+		}})
 	if err != nil {
 		return nil, fmt.Errorf("metadata group: %w", err)
 	}

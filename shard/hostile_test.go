@@ -55,8 +55,8 @@ func TestDecodeStateAllocatesLittle(t *testing.T) {
 // that decodes the same.
 func FuzzDecodeState(f *testing.F) {
 	o := &owned{cursor: 42, start: 3}
-	o.dedupe.put(produceKey{1, 2}, 40)
-	o.dedupe.put(produceKey{1, 3}, 41)
+	o.dedupe.Put(produceKey{Producer: 1, Seq: 2}, 40)
+	o.dedupe.Put(produceKey{Producer: 1, Seq: 3}, 41)
 	o.setConsumer("c0", 12)
 	o.setConsumer("group-b", 40)
 	f.Add(o.encodeState())
