@@ -50,6 +50,18 @@ var (
 	ErrPartitionNotFound = errors.New("parkway: partition not found")
 	// ErrInvalidPartitionCount reports a partition count out of range.
 	ErrInvalidPartitionCount = metadata.ErrInvalidPartitionCount
+	// ErrStaleHandle reports a Stream or Topic handle whose incarnation
+	// is gone: the stream or topic was deleted (and its id possibly taken
+	// by a new one). It always comes wrapped together with
+	// ErrStreamNotFound or ErrTopicNotFound.
+	ErrStaleHandle = errors.New("parkway: stale handle")
+	// ErrTooManyStreams and ErrTooManyTopics report that every stream id
+	// (of the node), or every topic id (of the stream), is in use.
+	ErrTooManyStreams = metadata.ErrTooManyStreams
+	ErrTooManyTopics  = metadata.ErrTooManyTopics
+	// ErrInvalidTopicConfig reports a TopicConfig with an unknown fsync
+	// policy or a negative duration or size.
+	ErrInvalidTopicConfig = metadata.ErrInvalidTopicConfig
 
 	// ErrEmptyBatch reports a produce with no messages.
 	ErrEmptyBatch = partition.ErrEmptyBatch
