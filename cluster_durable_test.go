@@ -87,7 +87,7 @@ func (c *diskCluster) produce(via parkway.NodeID, s, tp uint32, prefix string, n
 	var out []string
 	for i := range n {
 		p := fmt.Sprintf("%s%d", prefix, i)
-		if _, err := c.nodes[via].Produce(context.Background(), s, tp, parkway.PartitionID(0),
+		if _, err := c.nodes[via].Produce(context.Background(), tp, parkway.PartitionID(0),
 			parkway.Message{Payload: []byte(p)}); err != nil {
 			c.t.Fatalf("produce %s via node %d: %v", p, via, err)
 		}
@@ -123,7 +123,7 @@ func localLogFrom(n *parkway.Node, s, tp uint32, from uint64) ([]string, error) 
 	var out []string
 	for {
 		next := from + uint64(len(out))
-		b, err := n.Poll(context.Background(), s, tp, 0, parkway.AtOffset(next).Local(), 1000)
+		b, err := n.Poll(context.Background(), tp, 0, parkway.AtOffset(next).Local(), 1000)
 		if err != nil {
 			return nil, err
 		}
@@ -156,7 +156,7 @@ func TestClusterNodeRestartsOnItsDataDir(t *testing.T) {
 		c.start(3)
 		c.converged(s, tp, want)
 
-		leader, err := c.nodes[1].Leader(context.Background(), s, tp, 0)
+		leader, err := c.nodes[1].Leader(context.Background(), tp, 0)
 		if err != nil || leader == 0 {
 			t.Fatalf("leader: %d, %v", leader, err)
 		}
@@ -222,27 +222,27 @@ func TestClusterSnapshotCatchUp(t *testing.T) {
 		// Replicated writes the snapshot must carry: a consumer offset and
 		// a truncation.
 		ctx := context.Background()
-		if err := c.nodes[2].StoreOffset(ctx, "c", s, tp, 0, 1000); err != nil {
+		if err := c.nodes[2].StoreOffset(ctx, "c", tp, 0, 1000); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.nodes[2].TruncatePartition(ctx, s, tp, 0, 3); err != nil {
+		if err := c.nodes[2].TruncatePartition(ctx, tp, 0, 3); err != nil {
 			t.Fatal(err)
 		}
 		want = append(want, c.produce(1, s, tp, "x", 20)...) // the log moves past both before node 3 returns
 		n3 := c.start(3)
 		reg3 := registry(t, n3)
 		waitFor(t, "node 3 to catch up", func() bool {
-			b, err := n3.Poll(ctx, s, tp, 0, parkway.AtOffset(1524).Local(), 10)
+			b, err := n3.Poll(ctx, tp, 0, parkway.AtOffset(1524).Local(), 10)
 			return err == nil && len(b.Messages) == 1
 		})
 		// Every message it lacked, in order, at its offset.
 		if got, err := localLogFrom(n3, s, tp, 3); err != nil || !slices.Equal(got, want[3:]) {
 			t.Fatalf("node 3 after catching up: %d messages (%v), want %d", len(got), err, len(want)-3)
 		}
-		if _, err := n3.Poll(ctx, s, tp, 0, parkway.AtOffset(2).Local(), 1); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
+		if _, err := n3.Poll(ctx, tp, 0, parkway.AtOffset(2).Local(), 1); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
 			t.Fatalf("node 3 serves an offset truncated while it was away: %v", err)
 		}
-		b, err := n3.Poll(ctx, s, tp, 0, parkway.AtConsumer("c").Local(), 1)
+		b, err := n3.Poll(ctx, tp, 0, parkway.AtConsumer("c").Local(), 1)
 		if err != nil || len(b.Messages) != 1 || b.Messages[0].Offset != 1000 {
 			t.Fatalf("node 3's copy of the consumer offset: %v %v", payloads(b.Messages), err)
 		}
@@ -290,7 +290,7 @@ func TestClusterMetadataSnapshot(t *testing.T) {
 			}
 			topics = append(topics, tp)
 		}
-		if err := c.nodes[2].DeleteTopic(ctx, s, topics[0]); err != nil {
+		if err := c.nodes[2].DeleteTopic(ctx, topics[0]); err != nil {
 			t.Fatal(err)
 		}
 		last := topics[len(topics)-1]
@@ -300,13 +300,13 @@ func TestClusterMetadataSnapshot(t *testing.T) {
 		if _, ok := n3.Topic(s, "t0"); ok {
 			t.Fatal("node 3 still has the topic deleted while it was away")
 		}
-		waitFor(t, "node 3 to serve the last topic", func() bool { return len(readAll(t, n3, s, last, 0)) == len(want) })
+		waitFor(t, "node 3 to serve the last topic", func() bool { return len(readAll(t, n3, last, 0)) == len(want) })
 		c.stop(3)
 		n3 = c.start(3)
 		if _, ok := n3.Topic(s, "t11"); !ok {
 			t.Fatal("node 3 restarted without the metadata of its snapshot")
 		}
-		if got := len(readAll(t, n3, s, last, 0)); got != len(want) {
+		if got := len(readAll(t, n3, last, 0)); got != len(want) {
 			t.Fatalf("node 3 serves %d messages after restarting, want %d", got, len(want))
 		}
 	})
@@ -335,7 +335,7 @@ func TestClusterReplicaDiskFullRecovers(t *testing.T) {
 		full.Set(true)
 		want = append(want, c.produce(1, s, tp, "b", 10)...) // the majority acks
 		synctest.Wait()
-		if _, err := c.nodes[3].Poll(context.Background(), s, tp, 0, parkway.AtOffset(0).Local(), 100); !errors.Is(err, parkway.ErrPartitionFailed) {
+		if _, err := c.nodes[3].Poll(context.Background(), tp, 0, parkway.AtOffset(0).Local(), 100); !errors.Is(err, parkway.ErrPartitionFailed) {
 			t.Fatalf("a replica that could not apply serves reads: %v", err)
 		}
 		full.Set(false)

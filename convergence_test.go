@@ -73,13 +73,13 @@ func TestConvergenceCreateThenProduce(t *testing.T) {
 				}
 			}
 			for i, topic := range ids {
-				ack := mustProduce(t, n, stream, topic, parkway.PartitionID(0), fmt.Sprintf("m%d", i))
+				ack := mustProduce(t, n, topic, parkway.PartitionID(0), fmt.Sprintf("m%d", i))
 				if ack.FirstOffset != 0 || ack.Partition != 0 {
 					t.Fatalf("topic %d: acked at partition %d offset %d, want 0/0", i, ack.Partition, ack.FirstOffset)
 				}
 			}
 			for i, topic := range ids {
-				expectLog(t, n, stream, topic, 0, fmt.Sprintf("m%d", i))
+				expectLog(t, n, topic, 0, fmt.Sprintf("m%d", i))
 			}
 			checkOwners(t, n, stream, ids)
 		})
@@ -94,13 +94,13 @@ func TestConvergenceCreateThenProduce(t *testing.T) {
 			ids := make([]uint32, convTopics)
 			for i := range ids {
 				ids[i] = mustTopic(t, n, stream, fmt.Sprintf("t%d", i), 1)
-				ack := mustProduce(t, n, stream, ids[i], parkway.PartitionID(0), fmt.Sprintf("m%d", i))
+				ack := mustProduce(t, n, ids[i], parkway.PartitionID(0), fmt.Sprintf("m%d", i))
 				if ack.FirstOffset != 0 {
 					t.Fatalf("topic %d: acked at offset %d, want 0", i, ack.FirstOffset)
 				}
 			}
 			for i, topic := range ids {
-				expectLog(t, n, stream, topic, 0, fmt.Sprintf("m%d", i))
+				expectLog(t, n, topic, 0, fmt.Sprintf("m%d", i))
 			}
 			checkOwners(t, n, stream, ids)
 		})
@@ -122,7 +122,7 @@ func TestConvergenceCreateThenProduce(t *testing.T) {
 				created[i] = make(chan uint32, 1)
 				wg.Go(func() {
 					topic := <-created[i]
-					acks[i], errs[i] = n.Produce(ctx, stream, topic, parkway.PartitionID(0),
+					acks[i], errs[i] = n.Produce(ctx, topic, parkway.PartitionID(0),
 						parkway.Message{Payload: fmt.Appendf(nil, "m%d", i)})
 				})
 			}
@@ -141,7 +141,7 @@ func TestConvergenceCreateThenProduce(t *testing.T) {
 				}
 			}
 			for i, topic := range ids {
-				expectLog(t, n, stream, topic, 0, fmt.Sprintf("m%d", i))
+				expectLog(t, n, topic, 0, fmt.Sprintf("m%d", i))
 			}
 			checkOwners(t, n, stream, ids)
 		})
@@ -164,7 +164,7 @@ func TestConvergenceCreateThenProduce(t *testing.T) {
 					if errs[i] != nil {
 						return
 					}
-					acks[i], errs[i] = n.Produce(ctx, stream, ids[i], parkway.PartitionID(0),
+					acks[i], errs[i] = n.Produce(ctx, ids[i], parkway.PartitionID(0),
 						parkway.Message{Payload: fmt.Appendf(nil, "m%d", i)})
 				})
 			}
@@ -182,7 +182,7 @@ func TestConvergenceCreateThenProduce(t *testing.T) {
 				t.Fatalf("topic ids %v, want %v", sorted, want)
 			}
 			for i, topic := range ids {
-				expectLog(t, n, stream, topic, 0, fmt.Sprintf("m%d", i))
+				expectLog(t, n, topic, 0, fmt.Sprintf("m%d", i))
 			}
 		})
 	})
@@ -204,7 +204,7 @@ func TestConvergeManyPartitionsAtOnce(t *testing.T) {
 		var wg sync.WaitGroup
 		for p := range uint32(parts) {
 			wg.Go(func() {
-				acks[p], errs[p] = n.Produce(ctx, stream, topic, parkway.PartitionID(p),
+				acks[p], errs[p] = n.Produce(ctx, topic, parkway.PartitionID(p),
 					parkway.Message{Payload: fmt.Appendf(nil, "p%d", p)})
 			})
 		}
@@ -221,7 +221,7 @@ func TestConvergeManyPartitionsAtOnce(t *testing.T) {
 			if acks[p].Partition != p || acks[p].FirstOffset != 0 {
 				t.Fatalf("partition %d: acked %+v", p, acks[p])
 			}
-			expectLog(t, n, stream, topic, p, fmt.Sprintf("p%d", p))
+			expectLog(t, n, topic, p, fmt.Sprintf("p%d", p))
 			owners[infos[p].Owner]++
 		}
 		if len(owners) != convShards {
@@ -267,7 +267,7 @@ func TestConvergenceDeleteRecreateServesOnlyNewIncarnation(t *testing.T) {
 					ids[i] = mustTopic(t, n, stream, fmt.Sprintf("t%d", i), 1)
 					// Several messages, so a leak of the old log would show as
 					// extra messages or a non-zero offset.
-					mustProduce(t, n, stream, ids[i], parkway.PartitionID(0), "old-a", "old-b", "old-c")
+					mustProduce(t, n, ids[i], parkway.PartitionID(0), "old-a", "old-b", "old-c")
 				}
 				incarnations := map[uint32]parkway.PartitionInfo{}
 				for _, topic := range ids {
@@ -280,7 +280,7 @@ func TestConvergenceDeleteRecreateServesOnlyNewIncarnation(t *testing.T) {
 
 				for round := 1; round <= 3; round++ {
 					deleteTopic := func(i int) {
-						if err := n.DeleteTopic(ctxFor(t), stream, ids[i]); err != nil {
+						if err := n.DeleteTopic(ctxFor(t), ids[i]); err != nil {
 							t.Fatalf("round %d: DeleteTopic(%d): %v", round, ids[i], err)
 						}
 						if _, err := n.Partitions(stream, ids[i]); err == nil {
@@ -295,7 +295,7 @@ func TestConvergenceDeleteRecreateServesOnlyNewIncarnation(t *testing.T) {
 					}
 					produce := func(i int) {
 						payload := fmt.Sprintf("new-%d-%d", round, i)
-						ack := mustProduce(t, n, stream, ids[i], parkway.PartitionID(0), payload)
+						ack := mustProduce(t, n, ids[i], parkway.PartitionID(0), payload)
 						if ack.FirstOffset != 0 {
 							t.Fatalf("round %d: produce to recreated t%d acked at offset %d, want 0 (fresh incarnation)", round, i, ack.FirstOffset)
 						}
@@ -318,7 +318,7 @@ func TestConvergenceDeleteRecreateServesOnlyNewIncarnation(t *testing.T) {
 						}
 					}
 					for i, topic := range ids {
-						expectLog(t, n, stream, topic, 0, fmt.Sprintf("new-%d-%d", round, i))
+						expectLog(t, n, topic, 0, fmt.Sprintf("new-%d-%d", round, i))
 						parts, err := n.Partitions(stream, topic)
 						if err != nil {
 							t.Fatal(err)
@@ -358,7 +358,7 @@ func TestBehaviour01FreshTopicReachesOwner(t *testing.T) {
 		want := make([]float64, convShards)
 		for topic := range uint32(4) { // owners 1 1 0 0: both shards, twice each
 			id := mustTopic(t, n, stream, fmt.Sprintf("t%d", topic), 1)
-			mustProduce(t, n, stream, id, parkway.PartitionID(0), "hello")
+			mustProduce(t, n, id, parkway.PartitionID(0), "hello")
 			ns, _ := metadata.NewNamespace(stream, id, 0)
 			owner := router.Assign(ns, convShards)
 			want[owner]++
@@ -394,15 +394,15 @@ func TestRecreatedStreamAndPartitionsServeOnlyNewIncarnation(t *testing.T) {
 			stream := mustStream(t, n, "conv")
 			for i := range convTopics {
 				topic := mustTopic(t, n, stream, fmt.Sprintf("t%d", i), 1)
-				mustProduce(t, n, stream, topic, parkway.PartitionID(0), "old")
-				if err := n.StoreOffset(ctx, "reader", stream, topic, 0, 1); err != nil {
+				mustProduce(t, n, topic, parkway.PartitionID(0), "old")
+				if err := n.StoreOffset(ctx, "reader", topic, 0, 1); err != nil {
 					t.Fatal(err)
 				}
 			}
 			if err := n.DeleteStream(ctx, stream); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := n.Poll(ctx, stream, 0, 0, parkway.AtOffset(0), 10); !errors.Is(err, parkway.ErrStreamNotFound) {
+			if _, err := n.Poll(ctx, 0, 0, parkway.AtOffset(0), 10); !errors.Is(err, parkway.ErrStreamNotFound) {
 				t.Fatalf("poll of a deleted stream: %v, want ErrStreamNotFound", err)
 			}
 			if again := mustStream(t, n, "conv"); again != stream {
@@ -413,11 +413,11 @@ func TestRecreatedStreamAndPartitionsServeOnlyNewIncarnation(t *testing.T) {
 				if topic != uint32(i) {
 					t.Fatalf("recreated topic t%d got id %d", i, topic)
 				}
-				if ack := mustProduce(t, n, stream, topic, parkway.PartitionID(0), "new"); ack.FirstOffset != 0 {
+				if ack := mustProduce(t, n, topic, parkway.PartitionID(0), "new"); ack.FirstOffset != 0 {
 					t.Fatalf("t%d: acked at %d, want 0", i, ack.FirstOffset)
 				}
-				expectLog(t, n, stream, topic, 0, "new")
-				if _, ok, err := n.ConsumerOffset(ctx, "reader", stream, topic, 0); err != nil || ok {
+				expectLog(t, n, topic, 0, "new")
+				if _, ok, err := n.ConsumerOffset(ctx, "reader", topic, 0); err != nil || ok {
 					t.Fatalf("t%d: the dead incarnation's consumer offset is served (stored %v, %v)", i, ok, err)
 				}
 			}
@@ -431,17 +431,17 @@ func TestRecreatedStreamAndPartitionsServeOnlyNewIncarnation(t *testing.T) {
 			stream := mustStream(t, n, "conv")
 			topic := mustTopic(t, n, stream, "t", 4)
 			for p := range uint32(4) {
-				mustProduce(t, n, stream, topic, parkway.PartitionID(p), fmt.Sprintf("old-%d", p))
+				mustProduce(t, n, topic, parkway.PartitionID(p), fmt.Sprintf("old-%d", p))
 			}
 			before, _ := n.Partitions(stream, topic)
 			// Shrink to one partition, then grow back to four.
-			if err := n.DeletePartitions(ctx, stream, topic, 3); err != nil {
+			if err := n.DeletePartitions(ctx, topic, 3); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := n.Produce(ctx, stream, topic, parkway.PartitionID(3), parkway.Message{Payload: []byte("x")}); !errors.Is(err, parkway.ErrPartitionNotFound) {
+			if _, err := n.Produce(ctx, topic, parkway.PartitionID(3), parkway.Message{Payload: []byte("x")}); !errors.Is(err, parkway.ErrPartitionNotFound) {
 				t.Fatalf("produce to a deleted partition: %v, want ErrPartitionNotFound", err)
 			}
-			if err := n.CreatePartitions(ctx, stream, topic, 3); err != nil {
+			if err := n.CreatePartitions(ctx, topic, 3); err != nil {
 				t.Fatal(err)
 			}
 			after, _ := n.Partitions(stream, topic)
@@ -456,11 +456,11 @@ func TestRecreatedStreamAndPartitionsServeOnlyNewIncarnation(t *testing.T) {
 				if regrown != (after[p].CreatedRevision != before[p].CreatedRevision) {
 					t.Fatalf("partition %d: incarnation %d, was %d", p, after[p].CreatedRevision, before[p].CreatedRevision)
 				}
-				mustProduce(t, n, stream, topic, parkway.PartitionID(p), fmt.Sprintf("new-%d", p))
+				mustProduce(t, n, topic, parkway.PartitionID(p), fmt.Sprintf("new-%d", p))
 				if regrown {
-					expectLog(t, n, stream, topic, p, fmt.Sprintf("new-%d", p))
+					expectLog(t, n, topic, p, fmt.Sprintf("new-%d", p))
 				} else {
-					expectLog(t, n, stream, topic, p, "old-0", "new-0")
+					expectLog(t, n, topic, p, "old-0", "new-0")
 				}
 			}
 		})

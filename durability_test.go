@@ -29,21 +29,21 @@ func TestRestartKeepsEverything(t *testing.T) {
 		}
 		s := mustStream(t, n, "s")
 		keep := mustTopic(t, n, s, "keep", 2)
-		mustProduce(t, n, s, keep, parkway.PartitionID(0), "a", "b")
-		mustProduce(t, n, s, keep, parkway.PartitionID(1), "c")
-		if err := n.StoreOffset(ctxFor(t), "reader", s, keep, 0, 1); err != nil {
+		mustProduce(t, n, keep, parkway.PartitionID(0), "a", "b")
+		mustProduce(t, n, keep, parkway.PartitionID(1), "c")
+		if err := n.StoreOffset(ctxFor(t), "reader", keep, 0, 1); err != nil {
 			t.Fatal(err)
 		}
 		gone := mustTopic(t, n, s, "gone", 1)
-		mustProduce(t, n, s, gone, parkway.PartitionID(0), "dead")
-		if err := n.DeleteTopic(ctxFor(t), s, gone); err != nil {
+		mustProduce(t, n, gone, parkway.PartitionID(0), "dead")
+		if err := n.DeleteTopic(ctxFor(t), gone); err != nil {
 			t.Fatal(err)
 		}
 		again := mustTopic(t, n, s, "gone", 1)
 		if again != gone {
 			t.Fatalf("recreated topic id %d, want the slab id %d", again, gone)
 		}
-		mustProduce(t, n, s, again, parkway.PartitionID(0), "alive")
+		mustProduce(t, n, again, parkway.PartitionID(0), "alive")
 		other := mustStream(t, n, "other")
 		if err := n.DeleteStream(ctxFor(t), other); err != nil {
 			t.Fatal(err)
@@ -61,10 +61,10 @@ func TestRestartKeepsEverything(t *testing.T) {
 		if _, ok := n2.Stream("other"); ok {
 			t.Fatal("deleted stream came back")
 		}
-		expectLog(t, n2, s, keep, 0, "a", "b")
-		expectLog(t, n2, s, keep, 1, "c")
-		expectLog(t, n2, s, again, 0, "alive")
-		off, ok, err := n2.ConsumerOffset(ctxFor(t), "reader", s, keep, 0)
+		expectLog(t, n2, keep, 0, "a", "b")
+		expectLog(t, n2, keep, 1, "c")
+		expectLog(t, n2, again, 0, "alive")
+		off, ok, err := n2.ConsumerOffset(ctxFor(t), "reader", keep, 0)
 		if err != nil || !ok || off != 1 {
 			t.Fatalf("consumer offset after restart: %d %v %v", off, ok, err)
 		}
@@ -77,8 +77,8 @@ func TestRestartKeepsEverything(t *testing.T) {
 		if id := mustStream(t, n2, "third"); id != other {
 			t.Fatalf("new stream got id %d, want the freed %d", id, other)
 		}
-		mustProduce(t, n2, s, keep, parkway.PartitionID(0), "d")
-		expectLog(t, n2, s, keep, 0, "a", "b", "d")
+		mustProduce(t, n2, keep, parkway.PartitionID(0), "d")
+		expectLog(t, n2, keep, 0, "a", "b", "d")
 	})
 }
 
@@ -108,14 +108,14 @@ func crashWorkload(ctx context.Context, n *parkway.Node) (stream, topic uint32, 
 			a.payloads = append(a.payloads, fmt.Sprintf("%d-%d", k, j))
 			msgs[j].Payload = []byte(a.payloads[j])
 		}
-		ack, err := n.Produce(ctx, s, tp, parkway.PartitionID(a.part), msgs...)
+		ack, err := n.Produce(ctx, tp, parkway.PartitionID(a.part), msgs...)
 		a.acked, a.offset = err == nil, ack.FirstOffset
 		attempts = append(attempts, a)
 		if err != nil {
 			return s, tp, true, attempts, false
 		}
 	}
-	err = n.StoreOffset(ctx, "c", s, tp, 0, 3)
+	err = n.StoreOffset(ctx, "c", tp, 0, 3)
 	return s, tp, true, attempts, err == nil
 }
 
@@ -185,7 +185,7 @@ func checkCrashAt(t *testing.T, i int64, fault error) {
 		t.Fatalf("op %d (%v): acknowledged stream lost", i, fault)
 	}
 	for part := range uint32(2) {
-		got := readAll(t, n2, s, tp, part)
+		got := readAll(t, n2, tp, part)
 		var want []string // every batch attempted on part, in order
 		ackedEnd := 0     // end of the last acknowledged batch
 		for _, a := range attempts {
@@ -214,7 +214,7 @@ func checkCrashAt(t *testing.T, i int64, fault error) {
 		}
 	}
 	if offAcked {
-		off, ok, err := n2.ConsumerOffset(ctxFor(t), "c", s, tp, 0)
+		off, ok, err := n2.ConsumerOffset(ctxFor(t), "c", tp, 0)
 		if err != nil || !ok || off != 3 {
 			t.Fatalf("op %d (%v): acknowledged consumer offset lost: %d %v %v", i, fault, off, ok, err)
 		}
@@ -237,7 +237,7 @@ func TestENOSPCDuringBuildBacksOff(t *testing.T) {
 		reg := registry(t, n)
 		s := mustStream(t, n, "s")
 		ok := mustTopic(t, n, s, "ok", 1)
-		mustProduce(t, n, s, ok, parkway.PartitionID(0), "before")
+		mustProduce(t, n, ok, parkway.PartitionID(0), "before")
 
 		full.Set(true)
 		tp := mustTopic(t, n, s, "t", 1)
@@ -246,7 +246,7 @@ func TestENOSPCDuringBuildBacksOff(t *testing.T) {
 		}
 		done := make(chan error, 1)
 		go func() {
-			_, err := n.Produce(ctxFor(t), s, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("waited")})
+			_, err := n.Produce(ctxFor(t), tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("waited")})
 			done <- err
 		}()
 		time.Sleep(5 * time.Second) // virtual time: several backoff rounds
@@ -259,14 +259,14 @@ func TestENOSPCDuringBuildBacksOff(t *testing.T) {
 		if got := metricValue(t, reg, "parkway_partition_builds_failed_total"); got < 2 {
 			t.Fatalf("build failures = %v, want repeated backed-off attempts", got)
 		}
-		mustProduce(t, n, s, ok, parkway.PartitionID(0), "during") // not wedged
+		mustProduce(t, n, ok, parkway.PartitionID(0), "during") // not wedged
 
 		full.Set(false)
 		if err := <-done; err != nil {
 			t.Fatalf("produce after space returned: %v", err)
 		}
-		expectLog(t, n, s, tp, 0, "waited")
-		expectLog(t, n, s, ok, 0, "before", "during")
+		expectLog(t, n, tp, 0, "waited")
+		expectLog(t, n, ok, 0, "before", "during")
 	})
 }
 
@@ -292,21 +292,21 @@ func TestFsyncIntervalLossWindow(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Materialise both (and sync their creation) before the test proper.
-		mustProduce(t, n, s, iv, parkway.PartitionID(0), "warm")
-		mustProduce(t, n, s, never, parkway.PartitionID(0), "warm")
+		mustProduce(t, n, iv, parkway.PartitionID(0), "warm")
+		mustProduce(t, n, never, parkway.PartitionID(0), "warm")
 		time.Sleep(time.Second)
 		synctest.Wait()
 
-		mustProduce(t, n, s, iv, parkway.PartitionID(0), "within-window")
+		mustProduce(t, n, iv, parkway.PartitionID(0), "within-window")
 		time.Sleep(200 * time.Millisecond) // virtual: past the interval
 		synctest.Wait()
-		mustProduce(t, n, s, never, parkway.PartitionID(0), "never-synced")
+		mustProduce(t, n, never, parkway.PartitionID(0), "never-synced")
 		crashed := mem.Crash()
 		_ = n.Close()
 
 		n2 := open(t, parkway.Config{DataDir: "/data", FS: crashed, Shards: 1})
-		expectLog(t, n2, s, iv, 0, "warm", "within-window")
-		for _, m := range readAll(t, n2, s, never, 0) {
+		expectLog(t, n2, iv, 0, "warm", "within-window")
+		for _, m := range readAll(t, n2, never, 0) {
 			if string(m.Payload) == "never-synced" {
 				t.Fatal("an un-synced FsyncNever message survived a power loss in MemFS: the crash model is not dropping data")
 			}
@@ -327,20 +327,20 @@ func TestFailedFsyncFencesThenRebuilds(t *testing.T) {
 			RequestTimeout: time.Second})
 		s := mustStream(t, n, "s")
 		tp := mustTopic(t, n, s, "t", 1)
-		mustProduce(t, n, s, tp, parkway.PartitionID(0), "durable")
+		mustProduce(t, n, tp, parkway.PartitionID(0), "durable")
 
 		broken.Set(true)
-		if _, err := n.Produce(ctxFor(t), s, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("lost-ack")}); !errors.Is(err, syscall.EIO) {
+		if _, err := n.Produce(ctxFor(t), tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("lost-ack")}); !errors.Is(err, syscall.EIO) {
 			t.Fatalf("produce whose fsync failed: %v", err)
 		}
-		if _, err := n.Poll(ctxFor(t), s, tp, 0, parkway.AtOffset(0), 10); err == nil {
+		if _, err := n.Poll(ctxFor(t), tp, 0, parkway.AtOffset(0), 10); err == nil {
 			t.Fatal("a fenced partition served a read")
 		}
 		broken.Set(false)
 		time.Sleep(5 * time.Second) // virtual: reconcile passes and the build backoff
 		synctest.Wait()
-		mustProduce(t, n, s, tp, parkway.PartitionID(0), "after")
-		got := payloads(readAll(t, n, s, tp, 0))
+		mustProduce(t, n, tp, parkway.PartitionID(0), "after")
+		got := payloads(readAll(t, n, tp, 0))
 		if len(got) < 2 || got[0] != "durable@0" || got[len(got)-1] != fmt.Sprintf("after@%d", len(got)-1) {
 			t.Fatalf("after the rebuild the partition holds %v", got)
 		}

@@ -26,7 +26,9 @@ type Stream struct {
 }
 
 // String returns the stream's name, id and incarnation.
-func (s Stream) String() string { return fmt.Sprintf("stream %q (id %d, revision %d)", s.Name, s.ID, s.Revision) }
+func (s Stream) String() string {
+	return fmt.Sprintf("stream %q (id %d, revision %d)", s.Name, s.ID, s.Revision)
+}
 
 // Topic is a handle on one incarnation of a topic of one incarnation of a
 // stream. CreateTopic and the lookups return handles; Produce, Poll, the

@@ -77,7 +77,7 @@ func TestProduceRacingDeleteRecreate(t *testing.T) {
 		// through the storm untouched.
 		bystanders := []uint32{mustTopic(t, n, stream, "bystander-0", 1), mustTopic(t, n, stream, "bystander-1", 1)}
 		for _, b := range bystanders {
-			mustProduce(t, n, stream, b, parkway.PartitionID(0), "untouched")
+			mustProduce(t, n, b, parkway.PartitionID(0), "untouched")
 		}
 		topic := mustTopic(t, n, stream, "victim", 1)
 		if ns, _ := metadata.NewNamespace(stream, topic, 0); router.Assign(ns, 2) != 0 {
@@ -122,7 +122,7 @@ func TestProduceRacingDeleteRecreate(t *testing.T) {
 				}
 				bd, bg := counters()
 				ctx, cancel := context.WithTimeout(storm, 10*time.Second)
-				ack, err := n.Produce(ctx, stream, topic, parkway.PartitionID(0),
+				ack, err := n.Produce(ctx, topic, parkway.PartitionID(0),
 					parkway.Message{Payload: []byte("p" + strconv.Itoa(id))})
 				cancel()
 				ad, ag := counters()
@@ -163,7 +163,7 @@ func TestProduceRacingDeleteRecreate(t *testing.T) {
 				mu.Lock()
 				deletesStarted++
 				mu.Unlock()
-				if err := n.DeleteTopic(storm, stream, topic); err != nil {
+				if err := n.DeleteTopic(storm, topic); err != nil {
 					deleterErr = fmt.Errorf("DeleteTopic: %w", err)
 					return
 				}
@@ -229,7 +229,7 @@ func TestProduceRacingDeleteRecreate(t *testing.T) {
 		}
 		t.Logf("%d produces over %d incarnations: %v", len(records), generations+1, stats)
 
-		msgs := readAll(t, n, stream, topic, 0)
+		msgs := readAll(t, n, topic, 0)
 		readable := map[int]uint64{}
 		for _, m := range msgs {
 			id, err := strconv.Atoi(strings.TrimPrefix(string(m.Payload), "p"))
@@ -276,7 +276,7 @@ func TestProduceRacingDeleteRecreate(t *testing.T) {
 			}
 		}
 		for _, b := range bystanders {
-			expectLog(t, n, stream, b, 0, "untouched")
+			expectLog(t, n, b, 0, "untouched")
 		}
 		if final < finalProduces {
 			t.Fatalf("only %d produces after the final recreate, want %d", final, finalProduces)
@@ -369,7 +369,7 @@ func TestBehaviour17EveryRequestAnswered(t *testing.T) {
 							}
 						}
 						k := uint32(round % 4)
-						ignore(n.DeleteTopic(ctx, stable, k), parkway.ErrTopicNotFound)
+						ignore(n.DeleteTopic(ctx, k), parkway.ErrTopicNotFound)
 						_, err := n.CreateTopic(ctx, stable, fmt.Sprintf("t%d", k), 1+round%2)
 						ignore(err, parkway.ErrTopicExists)
 						if round%3 == 0 {
@@ -406,15 +406,15 @@ func TestBehaviour17EveryRequestAnswered(t *testing.T) {
 							op := []string{"produce", "poll", "store", "get", "produce-key"}[(w+i)%5]
 							switch op {
 							case "produce":
-								_, err = n.Produce(cctx, stream, topic, parkway.PartitionID(part), parkway.Message{Payload: []byte("x")})
+								_, err = n.Produce(cctx, topic, parkway.PartitionID(part), parkway.Message{Payload: []byte("x")})
 							case "produce-key":
-								_, err = n.Produce(cctx, stream, topic, parkway.Key([]byte{byte(i)}), parkway.Message{Payload: []byte("k")})
+								_, err = n.Produce(cctx, topic, parkway.Key([]byte{byte(i)}), parkway.Message{Payload: []byte("k")})
 							case "poll":
-								_, err = n.Poll(cctx, stream, topic, part, parkway.AtOffset(0), 16)
+								_, err = n.Poll(cctx, topic, part, parkway.AtOffset(0), 16)
 							case "store":
-								err = n.StoreOffset(cctx, "reader", stream, topic, part, 0)
+								err = n.StoreOffset(cctx, "reader", topic, part, 0)
 							case "get":
-								_, _, err = n.ConsumerOffset(cctx, "reader", stream, topic, part)
+								_, _, err = n.ConsumerOffset(cctx, "reader", topic, part)
 							}
 							cancel()
 							outcome := "ok"

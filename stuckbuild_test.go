@@ -40,7 +40,7 @@ func TestBehaviour17ParkedAnsweredByDeadlineWhileBuildHangs(t *testing.T) {
 		s := mustStream(t, n, "s")
 		tp := mustTopic(t, n, s, "t", 1)
 		start := time.Now()
-		_, err := n.Produce(context.Background(), s, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("x")})
+		_, err := n.Produce(context.Background(), tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("x")})
 		waited := time.Since(start)
 		if err == nil || !errors.Is(err, parkway.ErrRetry) {
 			t.Fatalf("produce behind a hung build: %v, want a retriable error at the deadline", err)
@@ -50,7 +50,7 @@ func TestBehaviour17ParkedAnsweredByDeadlineWhileBuildHangs(t *testing.T) {
 		}
 		close(block.release)
 		time.Sleep(2 * time.Second) // the stuck pass ends, the partition lands
-		mustProduce(t, n, s, tp, parkway.PartitionID(0), "after")
-		expectLog(t, n, s, tp, 0, "after")
+		mustProduce(t, n, tp, parkway.PartitionID(0), "after")
+		expectLog(t, n, tp, 0, "after")
 	})
 }

@@ -75,7 +75,7 @@ func run() error {
 		owners[i] = router.Assign(ns, shards)
 		seen[owners[i]] = true
 		payload := []byte(fmt.Sprintf("first %d", i))
-		ack, err := node.Produce(ctx, stream, topic, parkway.PartitionID(0), parkway.Message{Payload: payload})
+		ack, err := node.Produce(ctx, topic, parkway.PartitionID(0), parkway.Message{Payload: payload})
 		if err != nil {
 			return fmt.Errorf("produce to %v: %w", ns, err)
 		}
@@ -94,7 +94,7 @@ func run() error {
 
 	// Phase 2: delete and recreate every topic, then produce a new message.
 	for i, topic := range ids {
-		if err := node.DeleteTopic(ctx, stream, topic); err != nil {
+		if err := node.DeleteTopic(ctx, topic); err != nil {
 			return fmt.Errorf("delete topic %s: %w", topicName(i), err)
 		}
 	}
@@ -109,14 +109,14 @@ func run() error {
 		}
 		ns, _ := metadata.NewNamespace(stream, topic, 0)
 		payload := []byte(fmt.Sprintf("second %d", i))
-		ack, err := node.Produce(ctx, stream, topic, parkway.PartitionID(0), parkway.Message{Payload: payload})
+		ack, err := node.Produce(ctx, topic, parkway.PartitionID(0), parkway.Message{Payload: payload})
 		if err != nil {
 			return fmt.Errorf("produce to recreated %v: %w", ns, err)
 		}
 		if ack.FirstOffset != 0 {
 			return fmt.Errorf("produce to recreated %v: acked at offset %d, want 0 (a fresh incarnation)", ns, ack.FirstOffset)
 		}
-		b, err := node.Poll(ctx, stream, topic, 0, parkway.AtOffset(0), 100)
+		b, err := node.Poll(ctx, topic, 0, parkway.AtOffset(0), 100)
 		if err != nil {
 			return fmt.Errorf("poll recreated %v: %w", ns, err)
 		}
@@ -163,7 +163,7 @@ func createTopics(ctx context.Context, node *parkway.Node, stream uint32) ([]uin
 // expectOnly polls a partition from offset 0 and checks it holds exactly
 // one message, payload, at offset 0.
 func expectOnly(ctx context.Context, node *parkway.Node, stream, topic uint32, payload []byte) error {
-	b, err := node.Poll(ctx, stream, topic, 0, parkway.AtOffset(0), 100)
+	b, err := node.Poll(ctx, topic, 0, parkway.AtOffset(0), 100)
 	if err != nil {
 		return fmt.Errorf("poll: %w", err)
 	}
