@@ -222,7 +222,7 @@ func (c *parkwayCluster) verify(ctx context.Context, want int) error {
 	}
 	for i, n := range c.nodes {
 		for {
-			got, err := parkwayCount(ctx, n, c.stream, c.topic, want)
+			got, err := parkwayCount(ctx, n, c.topic, want)
 			if err != nil {
 				return fmt.Errorf("parkway: node %d: %w", i+1, err)
 			}
@@ -244,7 +244,7 @@ func (c *parkwayCluster) verify(ctx context.Context, want int) error {
 // partition 0 from offset 0, reading at most want+1: enough to tell fewer,
 // exactly and more. The reads are local: a plain Poll is served by the
 // leader, which would not check the follower's replica.
-func parkwayCount(ctx context.Context, n *parkway.Node, stream, topic uint32, want int) (int, error) {
+func parkwayCount(ctx context.Context, n *parkway.Node, topic parkway.Topic, want int) (int, error) {
 	got := 0
 	for next := uint64(0); got <= want; {
 		b, err := n.Poll(ctx, topic, 0, parkway.AtOffset(next).Local(), min(consumeBatch, want+1-got))

@@ -102,8 +102,8 @@ func (parkwaySystem) name() string { return "parkway" }
 
 type parkwayInstance struct {
 	node   *parkway.Node
-	stream uint32
-	topic  uint32
+	stream parkway.Stream
+	topic  parkway.Topic
 	opt    parkway.TopicOption // the durability policy of every topic created
 }
 

@@ -130,7 +130,7 @@ func run() error {
 
 // readAll polls a node's own replica until it holds want messages (it may
 // still be applying the last commits) or the context ends.
-func readAll(ctx context.Context, n *parkway.Node, stream, topic uint32, want int) ([]string, error) {
+func readAll(ctx context.Context, n *parkway.Node, topic parkway.Topic, want int) ([]string, error) {
 	for {
 		var out []string
 		// Local: read this node's own replica, not the leader's.

@@ -47,7 +47,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("created stream %d and topic %d in %s\n", stream, topic, dir)
+	fmt.Printf("created stream %d and topic %d in %s\n", stream.ID, topic.ID, dir)
 
 	// Produce right after creation: the partition may not be materialised
 	// yet; the first request parks at its shard until it is.
