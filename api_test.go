@@ -279,9 +279,11 @@ func TestFileBackedNode(t *testing.T) {
 		if err := n.DeleteTopic(ctx, big); err != nil {
 			t.Fatal(err)
 		}
-		if id := mustTopic(t, n, stream, "big", 1); id != big {
-			t.Fatalf("recreated topic id %d, want %d", id, big)
+		id := mustTopic(t, n, stream, "big", 1)
+		if id.ID != big.ID || id == big {
+			t.Fatalf("recreated topic %v, want id %d in a new incarnation", id, big.ID)
 		}
+		big = id
 		if ack := mustProduce(t, n, big, parkway.PartitionID(0), "reborn"); ack.FirstOffset != 0 {
 			t.Fatalf("recreated topic acked at %d, want 0", ack.FirstOffset)
 		}

@@ -49,7 +49,7 @@ func TestClusterReplicatesAndConverges(t *testing.T) {
 		s := mustStream(t, nodes[1], "s")
 		tp := mustTopic(t, nodes[1], s, "t", 2)
 		for id, n := range nodes {
-			waitFor(t, fmt.Sprintf("topic on node %d", id), func() bool { _, ok := n.Topic(s, "t"); return ok })
+			waitFor(t, fmt.Sprintf("topic on node %d", id), func() bool { _, err := n.Topic(ctxFor(t), s, "t"); return err == nil })
 		}
 		for i, id := range []parkway.NodeID{1, 2, 3, 1, 2, 3} {
 			if _, err := nodes[id].Produce(ctx, tp, parkway.PartitionID(uint32(i%2)),
@@ -242,11 +242,11 @@ func TestClusterRecreateWhileBackupAway(t *testing.T) {
 		mustProduce(t, nodes[1], again, parkway.PartitionID(0), "new")
 		net.Heal()
 		waitFor(t, "node 3 to serve the new incarnation", func() bool {
-			parts, err := nodes[3].Partitions(s, again)
+			parts, err := nodes[3].Partitions(ctxFor(t), again)
 			if err != nil || len(parts) != 1 {
 				return false
 			}
-			want, _ := nodes[1].Partitions(s, again)
+			want, _ := nodes[1].Partitions(ctxFor(t), again)
 			return parts[0].CreatedRevision == want[0].CreatedRevision && len(readAll(t, nodes[3], again, 0)) == 1
 		})
 		expectLog(t, nodes[3], again, 0, "new")
@@ -269,11 +269,11 @@ func TestClusterSurvivesMetadataLeaderLoss(t *testing.T) {
 		}
 		net.Heal()
 		waitFor(t, "node 1 to catch up", func() bool {
-			_, ok := nodes[1].Stream("s2")
-			return ok
+			_, err := nodes[1].Stream(ctxFor(t), "s2")
+			return err == nil
 		})
-		if streams := len(nodes[1].Streams()); streams != 2 {
-			t.Fatalf("node 1 has %d streams after healing, want 2 (a re-proposal applied twice?)", streams)
+		if streams, err := nodes[1].Streams(ctxFor(t)); err != nil || len(streams) != 2 {
+			t.Fatalf("node 1 has streams %v (%v) after healing, want 2 (a re-proposal applied twice?)", streams, err)
 		}
 	})
 }

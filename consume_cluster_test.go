@@ -30,8 +30,8 @@ func TestClusterWaitingPollWokenByCommit(t *testing.T) {
 		waitFor(t, "the follower's copy", func() bool { return len(readAll(t, nodes[follower], tp, 0)) == 1 })
 
 		start := time.Now()
-		atLeader := pollAsync(nodes[leader], ctx, s, tp, 0, parkway.AtOffset(1), 10, parkway.WaitFor(20*time.Second))
-		atFollower := pollAsync(nodes[follower], ctx, s, tp, 0, parkway.AtOffset(1).Local(), 10, parkway.WaitFor(20*time.Second))
+		atLeader := pollAsync(nodes[leader], ctx, tp, 0, parkway.AtOffset(1), 10, parkway.WaitFor(20*time.Second))
+		atFollower := pollAsync(nodes[follower], ctx, tp, 0, parkway.AtOffset(1).Local(), 10, parkway.WaitFor(20*time.Second))
 		time.Sleep(time.Second) // virtual: raft keeps ticking; neither poll may return
 		for _, ch := range []<-chan pollResult{atLeader, atFollower} {
 			select {
@@ -71,7 +71,7 @@ func TestClusterForwardedWaitingPollAndOffsets(t *testing.T) {
 		}
 		follower := others(leader)[0]
 		start := time.Now()
-		ch := pollAsync(nodes[follower], ctx, s, tp, 0, parkway.AtLast(), 10, parkway.WaitFor(25*time.Second), parkway.MinMessages(2))
+		ch := pollAsync(nodes[follower], ctx, tp, 0, parkway.AtLast(), 10, parkway.WaitFor(25*time.Second), parkway.MinMessages(2))
 		time.Sleep(2 * time.Second) // past the 0.5 s forward timeout: still waiting
 		select {
 		case r := <-ch:

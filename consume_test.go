@@ -18,7 +18,7 @@ type pollResult struct {
 }
 
 // pollAsync runs a poll on its own goroutine and delivers its result.
-func pollAsync(n *parkway.Node, ctx context.Context, stream, topic, part uint32, from parkway.Start, max int, opts ...parkway.PollOption) <-chan pollResult {
+func pollAsync(n *parkway.Node, ctx context.Context, topic parkway.Topic, part uint32, from parkway.Start, max int, opts ...parkway.PollOption) <-chan pollResult {
 	ch := make(chan pollResult, 1)
 	go func() {
 		b, err := n.Poll(ctx, topic, part, from, max, opts...)
@@ -47,7 +47,7 @@ func TestWaitingPollReturnsOnProduce(t *testing.T) {
 		stream := mustStream(t, n, "s")
 		topic := mustTopic(t, n, stream, "t", 1)
 		start := time.Now()
-		ch := pollAsync(n, ctx, stream, topic, 0, parkway.AtOffset(0), 10, parkway.WaitFor(10*time.Second))
+		ch := pollAsync(n, ctx, topic, 0, parkway.AtOffset(0), 10, parkway.WaitFor(10*time.Second))
 		notYet(t, ch)
 		mustProduce(t, n, topic, parkway.PartitionID(0), "m0")
 		r := <-ch
@@ -59,7 +59,7 @@ func TestWaitingPollReturnsOnProduce(t *testing.T) {
 		}
 
 		start = time.Now()
-		ch = pollAsync(n, ctx, stream, topic, 0, parkway.AtOffset(1), 10, parkway.WaitFor(2*time.Second), parkway.MinMessages(2))
+		ch = pollAsync(n, ctx, topic, 0, parkway.AtOffset(1), 10, parkway.WaitFor(2*time.Second), parkway.MinMessages(2))
 		notYet(t, ch)
 		mustProduce(t, n, topic, parkway.PartitionID(0), "m1") // one of two
 		notYet(t, ch)
@@ -72,7 +72,7 @@ func TestWaitingPollReturnsOnProduce(t *testing.T) {
 		}
 
 		start = time.Now()
-		r = <-pollAsync(n, ctx, stream, topic, 0, parkway.AtOffset(2), 10, parkway.WaitFor(time.Second))
+		r = <-pollAsync(n, ctx, topic, 0, parkway.AtOffset(2), 10, parkway.WaitFor(time.Second))
 		if r.err != nil || len(r.b.Messages) != 0 || r.b.Next != 2 || r.at.Sub(start) != time.Second {
 			t.Fatalf("empty poll at its deadline: %v next %d after %v, %v", payloads(r.b.Messages), r.b.Next, r.at.Sub(start), r.err)
 		}
@@ -99,7 +99,7 @@ func TestWaitingPollEndsOnDeleteTruncateAndClose(t *testing.T) {
 		stream := mustStream(t, n, "s")
 		topic := mustTopic(t, n, stream, "t", 1)
 		start := time.Now()
-		ch := pollAsync(n, ctx, stream, topic, 0, parkway.AtOffset(0), 10, parkway.WaitFor(20*time.Second))
+		ch := pollAsync(n, ctx, topic, 0, parkway.AtOffset(0), 10, parkway.WaitFor(20*time.Second))
 		notYet(t, ch)
 		if err := n.DeleteTopic(ctx, topic); err != nil {
 			t.Fatal(err)
@@ -116,7 +116,7 @@ func TestWaitingPollEndsOnDeleteTruncateAndClose(t *testing.T) {
 		// ErrOffsetOutOfRange, and a poll AtFirst carries on.
 		trunc := mustTopic(t, n, stream, "t2", 1)
 		mustProduce(t, n, trunc, parkway.PartitionID(0), "m0", "m1", "m2", "m3")
-		ch = pollAsync(n, ctx, stream, trunc, 0, parkway.AtOffset(1), 10, parkway.WaitFor(20*time.Second), parkway.MinMessages(10))
+		ch = pollAsync(n, ctx, trunc, 0, parkway.AtOffset(1), 10, parkway.WaitFor(20*time.Second), parkway.MinMessages(10))
 		notYet(t, ch)
 		if err := n.TruncatePartition(ctx, trunc, 0, 3); err != nil {
 			t.Fatal(err)
@@ -134,7 +134,7 @@ func TestWaitingPollEndsOnDeleteTruncateAndClose(t *testing.T) {
 		}
 		s2 := mustStream(t, closing, "s")
 		t2 := mustTopic(t, closing, s2, "t", 1)
-		ch = pollAsync(closing, ctx, s2, t2, 0, parkway.AtOffset(0), 10, parkway.WaitFor(20*time.Second))
+		ch = pollAsync(closing, ctx, t2, 0, parkway.AtOffset(0), 10, parkway.WaitFor(20*time.Second))
 		notYet(t, ch)
 		if err := closing.Close(); err != nil {
 			t.Fatal(err)

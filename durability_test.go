@@ -40,25 +40,25 @@ func TestRestartKeepsEverything(t *testing.T) {
 			t.Fatal(err)
 		}
 		again := mustTopic(t, n, s, "gone", 1)
-		if again != gone {
-			t.Fatalf("recreated topic id %d, want the slab id %d", again, gone)
+		if again.ID != gone.ID || again == gone {
+			t.Fatalf("recreated topic %v, want the slab id %d in a new incarnation", again, gone.ID)
 		}
 		mustProduce(t, n, again, parkway.PartitionID(0), "alive")
 		other := mustStream(t, n, "other")
 		if err := n.DeleteStream(ctxFor(t), other); err != nil {
 			t.Fatal(err)
 		}
-		before, _ := n.Partitions(s, again)
+		before, _ := n.Partitions(ctxFor(t), again)
 		synctest.Wait()
 		if err := n.Close(); err != nil {
 			t.Fatal(err)
 		}
 
 		n2 := open(t, cfg)
-		if st, ok := n2.Stream("s"); !ok || st.ID != s {
-			t.Fatalf("stream after restart: %+v %v", st, ok)
+		if st, err := n2.Stream(ctxFor(t), "s"); err != nil || st != s {
+			t.Fatalf("stream after restart: %v %v, want %v", st, err, s)
 		}
-		if _, ok := n2.Stream("other"); ok {
+		if _, err := n2.Stream(ctxFor(t), "other"); err == nil {
 			t.Fatal("deleted stream came back")
 		}
 		expectLog(t, n2, keep, 0, "a", "b")
@@ -68,14 +68,14 @@ func TestRestartKeepsEverything(t *testing.T) {
 		if err != nil || !ok || off != 1 {
 			t.Fatalf("consumer offset after restart: %d %v %v", off, ok, err)
 		}
-		after, _ := n2.Partitions(s, again)
+		after, _ := n2.Partitions(ctxFor(t), again)
 		if !slices.Equal(before, after) {
 			t.Fatalf("partitions after restart %+v, want %+v (same incarnation)", after, before)
 		}
 		// Slab allocation continues where it was: the freed stream id is
 		// reused first.
-		if id := mustStream(t, n2, "third"); id != other {
-			t.Fatalf("new stream got id %d, want the freed %d", id, other)
+		if id := mustStream(t, n2, "third"); id.ID != other.ID {
+			t.Fatalf("new stream got id %d, want the freed %d", id.ID, other.ID)
 		}
 		mustProduce(t, n2, keep, parkway.PartitionID(0), "d")
 		expectLog(t, n2, keep, 0, "a", "b", "d")
@@ -92,14 +92,14 @@ type attempt struct {
 
 // crashWorkload runs against a node until the first error a client sees:
 // a real writer stops there. It returns what it attempted.
-func crashWorkload(ctx context.Context, n *parkway.Node) (stream, topic uint32, topicOK bool, attempts []attempt, offsetAcked bool) {
+func crashWorkload(ctx context.Context, n *parkway.Node) (stream parkway.Stream, topic parkway.Topic, topicOK bool, attempts []attempt, offsetAcked bool) {
 	s, err := n.CreateStream(ctx, "s")
 	if err != nil {
-		return 0, 0, false, nil, false
+		return parkway.Stream{}, parkway.Topic{}, false, nil, false
 	}
 	tp, err := n.CreateTopic(ctx, s, "t", 2)
 	if err != nil {
-		return s, 0, false, nil, false
+		return s, parkway.Topic{}, false, nil, false
 	}
 	for k := range 8 {
 		a := attempt{part: uint32(k % 2)}
@@ -156,13 +156,13 @@ func checkCrashAt(t *testing.T, i int64, fault error) {
 		BuildBackoffMin: time.Millisecond, BuildBackoffMax: 10 * time.Millisecond, RequestTimeout: time.Second}
 	n, err := parkway.Open(cfg)
 	var (
-		s, tp    uint32
+		tp       parkway.Topic
 		topicOK  bool
 		attempts []attempt
 		offAcked bool
 	)
 	if err == nil {
-		s, tp, topicOK, attempts, offAcked = crashWorkload(ctxFor(t), n)
+		_, tp, topicOK, attempts, offAcked = crashWorkload(ctxFor(t), n)
 	}
 	crashed := mem.Crash() // power loss: only what was fsynced survives
 	if n != nil {
@@ -181,7 +181,7 @@ func checkCrashAt(t *testing.T, i int64, fault error) {
 	if !topicOK {
 		return // nothing acknowledged beyond metadata we do not check here
 	}
-	if _, ok := n2.Stream("s"); !ok {
+	if _, err := n2.Stream(ctxFor(t), "s"); err != nil {
 		t.Fatalf("op %d (%v): acknowledged stream lost", i, fault)
 	}
 	for part := range uint32(2) {
@@ -241,8 +241,8 @@ func TestENOSPCDuringBuildBacksOff(t *testing.T) {
 
 		full.Set(true)
 		tp := mustTopic(t, n, s, "t", 1)
-		if tp != 1 {
-			t.Fatalf("topic id %d, want 1", tp)
+		if tp.ID != 1 {
+			t.Fatalf("topic id %d, want 1", tp.ID)
 		}
 		done := make(chan error, 1)
 		go func() {

@@ -19,7 +19,7 @@ import (
 
 // benchNode opens a 2-shard in-memory node with one topic of two
 // partitions, materialised (a first produce to each waits it out).
-func benchNode(b *testing.B, dir string) (*parkway.Node, uint32, uint32) {
+func benchNode(b *testing.B, dir string) (*parkway.Node, parkway.Topic) {
 	b.Helper()
 	n, err := parkway.Open(parkway.Config{Shards: 2, DataDir: dir})
 	if err != nil {
@@ -40,7 +40,7 @@ func benchNode(b *testing.B, dir string) (*parkway.Node, uint32, uint32) {
 			b.Fatal(err)
 		}
 	}
-	return n, s, t
+	return n, t
 }
 
 // BenchmarkProduce measures produce of 100-byte messages through a Node
@@ -58,7 +58,7 @@ func BenchmarkProduce(b *testing.B) {
 			if tc.dir {
 				dir = b.TempDir()
 			}
-			n, s, t := benchNode(b, dir)
+			n, t := benchNode(b, dir)
 			msgs := make([]parkway.Message, tc.batch)
 			for i := range msgs {
 				msgs[i].Payload = payload
@@ -79,7 +79,7 @@ func BenchmarkProduce(b *testing.B) {
 // BenchmarkPoll measures polling 100 messages of 100 bytes per call from a
 // partition holding 10,000.
 func BenchmarkPoll(b *testing.B) {
-	n, s, t := benchNode(b, "")
+	n, t := benchNode(b, "")
 	ctx := context.Background()
 	msgs := make([]parkway.Message, 100)
 	for i := range msgs {
@@ -203,7 +203,7 @@ func BenchmarkDurability(b *testing.B) {
 
 // durableNode opens a file-backed node on a temporary directory of the
 // real disk, counting filesystem operations through inj when given.
-func durableNode(b *testing.B, inj errorfs.Injector) (*parkway.Node, uint32) {
+func durableNode(b *testing.B, inj errorfs.Injector) (*parkway.Node, parkway.Stream) {
 	b.Helper()
 	cfg := parkway.Config{DataDir: b.TempDir(), Shards: 2}
 	if inj != nil {
@@ -318,7 +318,7 @@ func benchCluster(b *testing.B, disk bool, policy parkway.FsyncPolicy, producers
 func BenchmarkPipelined(b *testing.B) {
 	const window = 4096
 	payload := make([]byte, 100)
-	setup := func(b *testing.B) (*parkway.Node, uint32, uint32) {
+	setup := func(b *testing.B) (*parkway.Node, parkway.Topic) {
 		n, s := durableNode(b, nil)
 		tp, err := n.CreateTopic(context.Background(), s, "t", 1, parkway.WithFsync(parkway.FsyncNever, 0))
 		if err != nil {
@@ -327,10 +327,10 @@ func BenchmarkPipelined(b *testing.B) {
 		if _, err := n.Produce(context.Background(), tp, parkway.PartitionID(0), parkway.Message{Payload: payload}); err != nil {
 			b.Fatal(err)
 		}
-		return n, s, tp
+		return n, tp
 	}
 	b.Run("goroutines", func(b *testing.B) {
-		n, s, tp := setup(b)
+		n, tp := setup(b)
 		ctx := context.Background()
 		var next atomic.Int64
 		b.ResetTimer()
@@ -350,7 +350,7 @@ func BenchmarkPipelined(b *testing.B) {
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 	})
 	b.Run("async", func(b *testing.B) {
-		n, s, tp := setup(b)
+		n, tp := setup(b)
 		ctx := context.Background()
 		ring := make([]*parkway.PendingAck, window)
 		b.ResetTimer()

@@ -75,12 +75,12 @@ func TestProduceRacingDeleteRecreate(t *testing.T) {
 		// recreate then also makes shard 1 rewrite its routing row for the
 		// victim (a new epoch, same namespace), and the bystanders must come
 		// through the storm untouched.
-		bystanders := []uint32{mustTopic(t, n, stream, "bystander-0", 1), mustTopic(t, n, stream, "bystander-1", 1)}
+		bystanders := []parkway.Topic{mustTopic(t, n, stream, "bystander-0", 1), mustTopic(t, n, stream, "bystander-1", 1)}
 		for _, b := range bystanders {
 			mustProduce(t, n, b, parkway.PartitionID(0), "untouched")
 		}
 		topic := mustTopic(t, n, stream, "victim", 1)
-		if ns, _ := metadata.NewNamespace(stream, topic, 0); router.Assign(ns, 2) != 0 {
+		if ns, _ := metadata.NewNamespace(stream.ID, topic.ID, 0); router.Assign(ns, 2) != 0 {
 			t.Fatalf("victim %v is not on shard 0: the storm would not cross shards", ns)
 		}
 
@@ -187,8 +187,8 @@ func TestProduceRacingDeleteRecreate(t *testing.T) {
 					deleterErr = fmt.Errorf("CreateTopic: %w", err)
 					return
 				}
-				if id != topic {
-					deleterErr = fmt.Errorf("recreated topic got id %d, want the reused slab id %d", id, topic)
+				if id.ID != topic.ID {
+					deleterErr = fmt.Errorf("recreated topic got id %d, want the reused slab id %d", id.ID, topic.ID)
 					return
 				}
 				mu.Lock()
@@ -321,8 +321,29 @@ func TestBehaviour17EveryRequestAnswered(t *testing.T) {
 				for i := range 4 {
 					mustTopic(t, n, stable, fmt.Sprintf("t%d", i), 1+i%2)
 				}
-				if s := mustStream(t, n, "churned"); s != 1 {
-					t.Fatalf("second stream got id %d, want 1", s)
+				if s := mustStream(t, n, "churned"); s.ID != 1 {
+					t.Fatalf("second stream got id %d, want 1", s.ID)
+				}
+				// handle looks up the current incarnation of topic
+				// stream/topic; when there is none, it returns a handle no
+				// incarnation matches, which every call refuses as not
+				// found (the churn makes both happen).
+				handle := func(stream, topic uint32) parkway.Topic {
+					h := parkway.Topic{Stream: parkway.Stream{ID: stream, Revision: 1}, ID: topic, Revision: 1}
+					ss, _ := n.Streams(ctx)
+					for _, s := range ss {
+						if s.ID != stream {
+							continue
+						}
+						h.Stream, h.Revision = s, s.Revision
+						ts, _ := n.Topics(ctx, s)
+						for _, tt := range ts {
+							if tt.ID == topic {
+								return tt
+							}
+						}
+					}
+					return h
 				}
 
 				const (
@@ -369,14 +390,14 @@ func TestBehaviour17EveryRequestAnswered(t *testing.T) {
 							}
 						}
 						k := uint32(round % 4)
-						ignore(n.DeleteTopic(ctx, k), parkway.ErrTopicNotFound)
+						ignore(n.DeleteTopic(ctx, handle(0, k)), parkway.ErrTopicNotFound)
 						_, err := n.CreateTopic(ctx, stable, fmt.Sprintf("t%d", k), 1+round%2)
 						ignore(err, parkway.ErrTopicExists)
 						if round%3 == 0 {
-							ignore(n.DeleteStream(ctx, 1), parkway.ErrStreamNotFound)
+							ignore(n.DeleteStream(ctx, handle(1, 0).Stream), parkway.ErrStreamNotFound)
 							_, err = n.CreateStream(ctx, "churned")
 							ignore(err, parkway.ErrStreamExists)
-							_, err = n.CreateTopic(ctx, 1, "x", 2)
+							_, err = n.CreateTopic(ctx, handle(1, 0).Stream, "x", 2)
 							ignore(err, parkway.ErrStreamNotFound, parkway.ErrTopicExists)
 						}
 					}
@@ -399,7 +420,7 @@ func TestBehaviour17EveryRequestAnswered(t *testing.T) {
 								}
 							}
 							stream := uint32(i % 2)
-							topic := uint32((w + i) % 4)
+							topic := handle(stream, uint32((w+i)%4))
 							part := uint32(i / 2 % 2)
 							cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 							var err error
@@ -431,7 +452,7 @@ func TestBehaviour17EveryRequestAnswered(t *testing.T) {
 									}
 								}
 								if outcome == "" {
-									errCh <- fmt.Errorf("worker %d call %d (%s %d/%d/%d): unexpected error %w", w, i, op, stream, topic, part, err)
+									errCh <- fmt.Errorf("worker %d call %d (%s %v/%d): unexpected error %w", w, i, op, topic, part, err)
 									return
 								}
 							}

@@ -81,7 +81,7 @@ func TestBehaviour18ProduceMidMaterialisationRetriedInPlace(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ns, _ := metadata.NewNamespace(stream, topic, 0)
+			ns, _ := metadata.NewNamespace(stream.ID, topic.ID, 0)
 			owner := fmt.Sprint(router.Assign(ns, convShards))
 			synctest.Wait() // the commit's pass ran: the build failed
 			if v := metricValue(t, reg, "parkway_partition_builds_failed_total", "shard", owner); v != 1 {

@@ -24,7 +24,7 @@ func TestPurgeTopic(t *testing.T) {
 				t.Fatal(err)
 			}
 			for p := range uint32(2) {
-				if got := readAllFrom(t, n, s, tp, p, 0); len(got) != 0 {
+				if got := readAllFrom(t, n, tp, p, 0); len(got) != 0 {
 					t.Fatalf("partition %d after purge: %v", p, payloads(got))
 				}
 			}
@@ -39,7 +39,7 @@ func TestPurgeTopic(t *testing.T) {
 			if err != nil || len(b.Messages) != 1 || string(b.Messages[0].Payload) != "d" {
 				t.Fatalf("poll at a new consumer after purge: %+v %v", b, err)
 			}
-			if err := n.PurgeTopic(ctxFor(t), 99); !errors.Is(err, parkway.ErrTopicNotFound) {
+			if err := n.PurgeTopic(ctxFor(t), parkway.Topic{Stream: s, ID: 99, Revision: 99}); !errors.Is(err, parkway.ErrTopicNotFound) {
 				t.Fatalf("purge unknown topic: %v", err)
 			}
 		})
@@ -47,7 +47,7 @@ func TestPurgeTopic(t *testing.T) {
 }
 
 // readAllFrom polls a partition from an offset to its end.
-func readAllFrom(t *testing.T, n *parkway.Node, s, tp, p uint32, from uint64) []parkway.Message {
+func readAllFrom(t *testing.T, n *parkway.Node, tp parkway.Topic, p uint32, from uint64) []parkway.Message {
 	t.Helper()
 	b, err := n.Poll(ctxFor(t), tp, p, parkway.AtOffset(from), 1000)
 	if errors.Is(err, parkway.ErrOffsetOutOfRange) {
@@ -68,7 +68,7 @@ func TestTruncatePartition(t *testing.T) {
 		if err := n.TruncatePartition(ctxFor(t), tp, 0, 2); err != nil {
 			t.Fatal(err)
 		}
-		got := readAllFrom(t, n, s, tp, 0, 2)
+		got := readAllFrom(t, n, tp, 0, 2)
 		if len(got) != 1 || string(got[0].Payload) != "c" {
 			t.Fatalf("after truncate: %v", payloads(got))
 		}
@@ -120,7 +120,7 @@ func TestTopicOptionsValidated(t *testing.T) {
 		if _, err := n.CreateTopic(ctxFor(t), s, "t", 1, parkway.WithRetention(-time.Second, 0)); err == nil {
 			t.Fatal("negative retention accepted")
 		}
-		if _, ok := n.Topic(s, "t"); ok {
+		if _, err := n.Topic(ctxFor(t), s, "t"); err == nil {
 			t.Fatal("invalid topic created")
 		}
 	})
