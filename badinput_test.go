@@ -86,13 +86,21 @@ func TestBadInputChangesNothing(t *testing.T) {
 		want error
 	}
 	produce := func(stream, topic uint32, to parkway.Partitioning, m ...parkway.Message) func(context.Context) error {
-		return func(ctx context.Context) error { _, err := n.Produce(ctx, idTopic(n, stream, topic), to, m...); return err }
+		return func(ctx context.Context) error {
+			_, err := n.Produce(ctx, idTopic(n, stream, topic), to, m...)
+			return err
+		}
 	}
 	poll := func(stream, topic, part uint32, from parkway.Start, max int) func(context.Context) error {
-		return func(ctx context.Context) error { _, err := n.Poll(ctx, idTopic(n, stream, topic), part, from, max); return err }
+		return func(ctx context.Context) error {
+			_, err := n.Poll(ctx, idTopic(n, stream, topic), part, from, max)
+			return err
+		}
 	}
 	store := func(consumer string, stream, topic, part uint32, off uint64) func(context.Context) error {
-		return func(ctx context.Context) error { return n.StoreOffset(ctx, consumer, idTopic(n, stream, topic), part, off) }
+		return func(ctx context.Context) error {
+			return n.StoreOffset(ctx, consumer, idTopic(n, stream, topic), part, off)
+		}
 	}
 	get := func(consumer string, stream, topic, part uint32) func(context.Context) error {
 		return func(ctx context.Context) error {
@@ -104,7 +112,10 @@ func TestBadInputChangesNothing(t *testing.T) {
 		return func(ctx context.Context) error { _, err := n.CreateStream(ctx, name); return err }
 	}
 	createTopic := func(stream uint32, name string, parts int) func(context.Context) error {
-		return func(ctx context.Context) error { _, err := n.CreateTopic(ctx, idStream(n, stream), name, parts); return err }
+		return func(ctx context.Context) error {
+			_, err := n.CreateTopic(ctx, idStream(n, stream), name, parts)
+			return err
+		}
 	}
 	withHeader := parkway.Message{Payload: []byte("0123456789"), Headers: []parkway.Header{{Key: "key", Value: []byte("value")}}}
 

@@ -88,11 +88,19 @@ func TestProduceRacingDeleteRecreate(t *testing.T) {
 			mu             sync.Mutex
 			deletesStarted int
 			generation     int
+			current        = topic // the victim's live incarnation
 		)
 		counters := func() (int, int) {
 			mu.Lock()
 			defer mu.Unlock()
 			return deletesStarted, generation
+		}
+		// handle is the victim's handle the producer resolved: the
+		// incarnation it means, which its produce must land in or fail.
+		handle := func() parkway.Topic {
+			mu.Lock()
+			defer mu.Unlock()
+			return current
 		}
 
 		type record struct {
@@ -122,7 +130,7 @@ func TestProduceRacingDeleteRecreate(t *testing.T) {
 				}
 				bd, bg := counters()
 				ctx, cancel := context.WithTimeout(storm, 10*time.Second)
-				ack, err := n.Produce(ctx, topic, parkway.PartitionID(0),
+				ack, err := n.Produce(ctx, handle(), parkway.PartitionID(0),
 					parkway.Message{Payload: []byte("p" + strconv.Itoa(id))})
 				cancel()
 				ad, ag := counters()
@@ -163,7 +171,7 @@ func TestProduceRacingDeleteRecreate(t *testing.T) {
 				mu.Lock()
 				deletesStarted++
 				mu.Unlock()
-				if err := n.DeleteTopic(storm, topic); err != nil {
+				if err := n.DeleteTopic(storm, handle()); err != nil {
 					deleterErr = fmt.Errorf("DeleteTopic: %w", err)
 					return
 				}
@@ -193,6 +201,7 @@ func TestProduceRacingDeleteRecreate(t *testing.T) {
 				}
 				mu.Lock()
 				generation++
+				current = id
 				mu.Unlock()
 				select { // a signal from the previous generation does not count
 				case <-progress:
@@ -229,7 +238,7 @@ func TestProduceRacingDeleteRecreate(t *testing.T) {
 		}
 		t.Logf("%d produces over %d incarnations: %v", len(records), generations+1, stats)
 
-		msgs := readAll(t, n, topic, 0)
+		msgs := readAll(t, n, handle(), 0)
 		readable := map[int]uint64{}
 		for _, m := range msgs {
 			id, err := strconv.Atoi(strings.TrimPrefix(string(m.Payload), "p"))
