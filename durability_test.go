@@ -153,7 +153,7 @@ func checkCrashAt(t *testing.T, i int64, fault error) {
 	mem := vfs.NewMem()
 	inj := errorfs.OnIndex(i, fault)
 	cfg := parkway.Config{DataDir: "/data", FS: errorfs.New(mem, inj), Shards: 2,
-		BuildBackoffMin: time.Millisecond, BuildBackoffMax: 10 * time.Millisecond, RequestTimeout: time.Second}
+		BuildBackoffMin: time.Millisecond, BuildBackoffMax: 10 * time.Millisecond, RequestTimeout: time.Second, ReconcileInterval: 250 * time.Millisecond}
 	n, err := parkway.Open(cfg)
 	var (
 		tp       parkway.Topic
@@ -324,7 +324,7 @@ func TestFailedFsyncFencesThenRebuilds(t *testing.T) {
 			return op.Kind == errorfs.OpSync && strings.Contains(op.Path, "/partitions/")
 		})
 		n := open(t, parkway.Config{DataDir: "/data", FS: errorfs.New(vfs.NewMem(), broken), Shards: 1,
-			RequestTimeout: time.Second})
+			RequestTimeout: time.Second, ReconcileInterval: 250 * time.Millisecond})
 		s := mustStream(t, n, "s")
 		tp := mustTopic(t, n, s, "t", 1)
 		mustProduce(t, n, tp, parkway.PartitionID(0), "durable")

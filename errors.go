@@ -2,6 +2,7 @@ package parkway
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
@@ -86,6 +87,9 @@ var (
 	// not appended (on a cluster: not acknowledged; its outcome follows
 	// the usual rule for a failed write). Not retried in place.
 	ErrNoSpace = partition.ErrNoSpace
+	// ErrCorrupt reports stored data that fails its checksum or framing
+	// (a *partition.CorruptError names the file and byte offset).
+	ErrCorrupt = partition.ErrCorrupt
 	// ErrOffsetOutOfRange reports an offset outside a partition's log.
 	ErrOffsetOutOfRange = partition.ErrOffsetOutOfRange
 	// ErrInvalidConsumer reports a malformed consumer name.
@@ -99,6 +103,22 @@ var (
 	// an unknown partitioning, a negative or over-long poll wait).
 	ErrInvalidArgument = errors.New("parkway: invalid argument")
 )
+
+// publicError makes an answer from the layers below match a root
+// sentinel: what a caller gets is always documented here.
+func publicError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, partition.ErrTooLarge) && !errors.Is(err, ErrBatchTooLarge):
+		return fmt.Errorf("%w: %w", ErrBatchTooLarge, err)
+	case errors.Is(err, partition.ErrUnusable) && !errors.Is(err, ErrPartitionFailed):
+		return fmt.Errorf("%w: %w", ErrPartitionFailed, err)
+	case (errors.Is(err, partition.ErrClosed) || errors.Is(err, shard.ErrClosed)) && !errors.Is(err, ErrClosed):
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	return partition.ClassifyNoSpace(err)
+}
 
 // retryInPlace reports whether err means "the same request to this node
 // will likely succeed shortly". ErrNotLeader is deliberately not one of

@@ -443,7 +443,7 @@ func (n *Node) await(ctx context.Context, f shard.Frame, reply <-chan shard.Resp
 		// carries its (producer, sequence) pair, which the partition
 		// deduplicates, and every other operation is idempotent.
 		if !retryInPlace(err) && !(n.eng.Clustered() && errors.Is(err, ErrOutcomeUnknown) && ctx.Err() == nil) {
-			return shard.Response{}, partition.ClassifyNoSpace(err)
+			return shard.Response{}, publicError(err)
 		}
 		// Retry in place. The deadline is computed only now: the first
 		// attempt of almost every call succeeds and pays for no timer.
