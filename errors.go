@@ -107,6 +107,7 @@ var (
 // publicError makes an answer from the layers below match a root
 // sentinel: what a caller gets is always documented here.
 func publicError(err error) error {
+	err = partition.ClassifyNoSpace(err)
 	switch {
 	case err == nil:
 		return nil
@@ -117,7 +118,7 @@ func publicError(err error) error {
 	case (errors.Is(err, partition.ErrClosed) || errors.Is(err, shard.ErrClosed)) && !errors.Is(err, ErrClosed):
 		return fmt.Errorf("%w: %w", ErrClosed, err)
 	}
-	return partition.ClassifyNoSpace(err)
+	return err
 }
 
 // retryInPlace reports whether err means "the same request to this node

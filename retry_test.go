@@ -31,7 +31,7 @@ func TestBehaviour18ProduceMidMaterialisationRetriedInPlace(t *testing.T) {
 			// so every produce arrives before or during materialisation and
 			// must still simply succeed, with no period tick needed.
 			const period = 30 * time.Second
-			n := open(t, parkway.Config{Shards: convShards, ReconcileInterval: period})
+			n := open(t, parkway.Config{Shards: convShards, ReconcileInterval: period, RequestTimeout: 4 * period})
 			start := time.Now()
 			stream := mustStream(t, n, "b18")
 			for i := range convTopics {
@@ -67,7 +67,7 @@ func TestBehaviour18ProduceMidMaterialisationRetriedInPlace(t *testing.T) {
 			}
 			n := open(t, parkway.Config{
 				DataDir: dir, Shards: convShards,
-				ReconcileInterval: 30 * time.Second, RequestTimeout: time.Minute,
+				ReconcileInterval: 30 * time.Second, RequestTimeout: 2 * time.Minute,
 				BuildBackoffMin: time.Second, BuildBackoffMax: time.Second,
 			})
 			reg := registry(t, n)
@@ -189,7 +189,7 @@ func TestCloseAnswersParkedRequests(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, "streams"), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		n := open(t, parkway.Config{DataDir: dir, Shards: convShards, ReconcileInterval: 30 * time.Second})
+		n := open(t, parkway.Config{DataDir: dir, Shards: convShards, ReconcileInterval: 30 * time.Second, RequestTimeout: 2 * time.Minute})
 		reg := registry(t, n)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
