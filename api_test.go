@@ -31,7 +31,7 @@ func TestPartitioningKey(t *testing.T) {
 		partOf := map[string]uint32{}
 		for round := range 5 {
 			for _, k := range keys {
-				ack := mustProduce(t, n, stream, topic, parkway.Key([]byte(k)), fmt.Sprintf("%s-%d", k, round))
+				ack := mustProduce(t, n, topic, parkway.Key([]byte(k)), fmt.Sprintf("%s-%d", k, round))
 				if want := murmur3.Sum32([]byte(k)) % parts; ack.Partition != want {
 					t.Fatalf("key %q went to partition %d, want murmur3 mod %d = %d", k, ack.Partition, parts, want)
 				}
@@ -52,7 +52,7 @@ func TestPartitioningKey(t *testing.T) {
 		// Each key's messages are in its partition only, in production order.
 		for p := range uint32(parts) {
 			next := map[string]int{}
-			for _, m := range readAll(t, n, stream, topic, p) {
+			for _, m := range readAll(t, n, topic, p) {
 				k, r, ok := strings.Cut(string(m.Payload), "-")
 				if !ok || partOf[k] != p {
 					t.Fatalf("partition %d holds %q, which belongs to partition %d", p, m.Payload, partOf[k])
@@ -83,29 +83,29 @@ func TestPartitioningBalancedAndByID(t *testing.T) {
 
 		counts := make([]int, parts)
 		for i := range 4 * parts {
-			ack := mustProduce(t, n, stream, topic, parkway.Balanced(), fmt.Sprint(i))
+			ack := mustProduce(t, n, topic, parkway.Balanced(), fmt.Sprint(i))
 			counts[ack.Partition]++
 		}
 		for p, c := range counts {
 			if c != 4 {
 				t.Fatalf("Balanced sent %v messages to partitions 0..%d, want 4 each", counts, parts-1)
 			}
-			if got := len(readAll(t, n, stream, topic, uint32(p))); got != c {
+			if got := len(readAll(t, n, topic, uint32(p))); got != c {
 				t.Fatalf("partition %d holds %d messages, acks said %d", p, got, c)
 			}
 		}
 		// The zero Partitioning is Balanced.
-		ack := mustProduce(t, n, stream, topic, parkway.Partitioning{}, "zero")
+		ack := mustProduce(t, n, topic, parkway.Partitioning{}, "zero")
 		if ack.Partition >= parts {
 			t.Fatalf("zero Partitioning went to partition %d", ack.Partition)
 		}
 
-		ack = mustProduce(t, n, stream, topic, parkway.PartitionID(2), "direct")
+		ack = mustProduce(t, n, topic, parkway.PartitionID(2), "direct")
 		if ack.Partition != 2 {
 			t.Fatalf("PartitionID(2) acked for partition %d", ack.Partition)
 		}
 		for _, id := range []uint32{parts, parts + 1, metadata.MaxPartitionID, metadata.MaxPartitionID + 1, ^uint32(0)} {
-			_, err := n.Produce(ctxFor(t), stream, topic, parkway.PartitionID(id), parkway.Message{Payload: []byte("x")})
+			_, err := n.Produce(ctxFor(t), topic, parkway.PartitionID(id), parkway.Message{Payload: []byte("x")})
 			// Ids that cannot even form a namespace are invalid arguments;
 			// either way the partition does not exist.
 			if !errors.Is(err, parkway.ErrPartitionNotFound) && !errors.Is(err, parkway.ErrInvalidArgument) {
@@ -117,7 +117,7 @@ func TestPartitioningBalancedAndByID(t *testing.T) {
 		}
 		total := 0
 		for p := range uint32(parts) {
-			total += len(readAll(t, n, stream, topic, p))
+			total += len(readAll(t, n, topic, p))
 		}
 		if total != 4*parts+2 {
 			t.Fatalf("%d messages in the topic, want %d: a refused produce appended", total, 4*parts+2)
@@ -134,66 +134,66 @@ func TestConsumerOffsets(t *testing.T) {
 		ctx := ctxFor(t)
 		stream := mustStream(t, n, "s")
 		topic := mustTopic(t, n, stream, "t", 2)
-		mustProduce(t, n, stream, topic, parkway.PartitionID(0), "m0", "m1", "m2", "m3", "m4")
+		mustProduce(t, n, topic, parkway.PartitionID(0), "m0", "m1", "m2", "m3", "m4")
 
-		off, ok, err := n.ConsumerOffset(ctx, "reader", stream, topic, 0)
+		off, ok, err := n.ConsumerOffset(ctx, "reader", topic, 0)
 		if err != nil || ok || off != 0 {
 			t.Fatalf("unknown consumer: %d, %v, %v; want 0, false, nil", off, ok, err)
 		}
-		b, err := n.Poll(ctx, stream, topic, 0, parkway.AtConsumer("reader"), 10)
+		b, err := n.Poll(ctx, topic, 0, parkway.AtConsumer("reader"), 10)
 		if err != nil || len(b.Messages) != 5 || b.Messages[0].Offset != 0 || b.Next != 5 {
 			t.Fatalf("poll at an unknown consumer: %v next %d, %v; want all 5 from 0", payloads(b.Messages), b.Next, err)
 		}
 
-		if err := n.StoreOffset(ctx, "reader", stream, topic, 0, 3); err != nil {
+		if err := n.StoreOffset(ctx, "reader", topic, 0, 3); err != nil {
 			t.Fatal(err)
 		}
-		off, ok, err = n.ConsumerOffset(ctx, "reader", stream, topic, 0)
+		off, ok, err = n.ConsumerOffset(ctx, "reader", topic, 0)
 		if err != nil || !ok || off != 3 {
 			t.Fatalf("stored 3, read back %d, %v, %v", off, ok, err)
 		}
-		b, err = n.Poll(ctx, stream, topic, 0, parkway.AtConsumer("reader"), 10)
+		b, err = n.Poll(ctx, topic, 0, parkway.AtConsumer("reader"), 10)
 		if err != nil || !slices.Equal(payloads(b.Messages), []string{"m3@3", "m4@4"}) || b.Next != 5 {
 			t.Fatalf("poll at consumer stored at 3: %v next %d, %v; want m3@3 m4@4 next 5", payloads(b.Messages), b.Next, err)
 		}
-		b, err = n.Poll(ctx, stream, topic, 0, parkway.AtConsumer("reader"), 1)
+		b, err = n.Poll(ctx, topic, 0, parkway.AtConsumer("reader"), 1)
 		if err != nil || !slices.Equal(payloads(b.Messages), []string{"m3@3"}) || b.Next != 4 {
 			t.Fatalf("poll of 1 at consumer: %v next %d, %v", payloads(b.Messages), b.Next, err)
 		}
-		if off, _, _ := n.ConsumerOffset(ctx, "reader", stream, topic, 0); off != 3 {
+		if off, _, _ := n.ConsumerOffset(ctx, "reader", topic, 0); off != 3 {
 			t.Fatalf("a poll moved the stored offset to %d", off)
 		}
 
 		// Offsets are per partition and per consumer.
-		if _, ok, err := n.ConsumerOffset(ctx, "reader", stream, topic, 1); err != nil || ok {
+		if _, ok, err := n.ConsumerOffset(ctx, "reader", topic, 1); err != nil || ok {
 			t.Fatalf("reader on partition 1: stored %v, %v; want none", ok, err)
 		}
-		if _, ok, err := n.ConsumerOffset(ctx, "other", stream, topic, 0); err != nil || ok {
+		if _, ok, err := n.ConsumerOffset(ctx, "other", topic, 0); err != nil || ok {
 			t.Fatalf("other consumer: stored %v, %v; want none", ok, err)
 		}
 
 		// Past the end is refused and leaves the stored offset alone; the end
 		// itself and rewinding are fine.
-		if err := n.StoreOffset(ctx, "reader", stream, topic, 0, 6); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
+		if err := n.StoreOffset(ctx, "reader", topic, 0, 6); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
 			t.Fatalf("storing past the end: %v, want ErrOffsetOutOfRange", err)
 		}
-		if err := n.StoreOffset(ctx, "reader", stream, topic, 1, 1); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
+		if err := n.StoreOffset(ctx, "reader", topic, 1, 1); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
 			t.Fatalf("storing past the end of an empty partition: %v, want ErrOffsetOutOfRange", err)
 		}
-		if off, _, _ := n.ConsumerOffset(ctx, "reader", stream, topic, 0); off != 3 {
+		if off, _, _ := n.ConsumerOffset(ctx, "reader", topic, 0); off != 3 {
 			t.Fatalf("a refused store moved the offset to %d", off)
 		}
-		if err := n.StoreOffset(ctx, "reader", stream, topic, 0, 5); err != nil {
+		if err := n.StoreOffset(ctx, "reader", topic, 0, 5); err != nil {
 			t.Fatalf("storing the end offset: %v", err)
 		}
-		b, err = n.Poll(ctx, stream, topic, 0, parkway.AtConsumer("reader"), 10)
+		b, err = n.Poll(ctx, topic, 0, parkway.AtConsumer("reader"), 10)
 		if err != nil || len(b.Messages) != 0 || b.Next != 5 {
 			t.Fatalf("poll at a consumer at the end: %v next %d, %v; want nothing, next 5", payloads(b.Messages), b.Next, err)
 		}
-		if err := n.StoreOffset(ctx, "reader", stream, topic, 0, 0); err != nil {
+		if err := n.StoreOffset(ctx, "reader", topic, 0, 0); err != nil {
 			t.Fatalf("rewinding: %v", err)
 		}
-		if off, ok, _ := n.ConsumerOffset(ctx, "reader", stream, topic, 0); !ok || off != 0 {
+		if off, ok, _ := n.ConsumerOffset(ctx, "reader", topic, 0); !ok || off != 0 {
 			t.Fatalf("after rewinding: %d, %v", off, ok)
 		}
 	})
@@ -222,14 +222,14 @@ func TestFileBackedNode(t *testing.T) {
 					Headers: []parkway.Header{{Key: "seq", Value: []byte(fmt.Sprint(i + j))}, {Key: "empty"}},
 				}
 			}
-			ack, err := n.Produce(ctx, stream, big, parkway.PartitionID(0), batch...)
+			ack, err := n.Produce(ctx, big, parkway.PartitionID(0), batch...)
 			if err != nil || ack.FirstOffset != uint64(i) {
 				t.Fatalf("batch at %d: %+v, %v", i, ack, err)
 			}
 		}
-		mustProduce(t, n, stream, small, parkway.PartitionID(1), "x", "y")
+		mustProduce(t, n, small, parkway.PartitionID(1), "x", "y")
 
-		got := readAll(t, n, stream, big, 0)
+		got := readAll(t, n, big, 0)
 		if len(got) != total {
 			t.Fatalf("read %d messages, want %d", len(got), total)
 		}
@@ -248,13 +248,13 @@ func TestFileBackedNode(t *testing.T) {
 				t.Fatalf("message %d: no timestamp", i)
 			}
 		}
-		expectLog(t, n, stream, small, 1, "x", "y")
-		expectLog(t, n, stream, small, 0)
+		expectLog(t, n, small, 1, "x", "y")
+		expectLog(t, n, small, 0)
 
-		if err := n.StoreOffset(ctx, "reader", stream, big, 0, 17); err != nil {
+		if err := n.StoreOffset(ctx, "reader", big, 0, 17); err != nil {
 			t.Fatal(err)
 		}
-		b, err := n.Poll(ctx, stream, big, 0, parkway.AtConsumer("reader"), 2)
+		b, err := n.Poll(ctx, big, 0, parkway.AtConsumer("reader"), 2)
 		if err != nil || len(b.Messages) != 2 || b.Messages[0].Offset != 17 || !bytes.Equal(b.Messages[1].Payload, payload(18)) {
 			t.Fatalf("poll at consumer: %d messages, %v", len(b.Messages), err)
 		}
@@ -276,17 +276,19 @@ func TestFileBackedNode(t *testing.T) {
 		}
 
 		// Delete and recreate on disk: only the new incarnation is served.
-		if err := n.DeleteTopic(ctx, stream, big); err != nil {
+		if err := n.DeleteTopic(ctx, big); err != nil {
 			t.Fatal(err)
 		}
-		if id := mustTopic(t, n, stream, "big", 1); id != big {
-			t.Fatalf("recreated topic id %d, want %d", id, big)
+		id := mustTopic(t, n, stream, "big", 1)
+		if id.ID != big.ID || id == big {
+			t.Fatalf("recreated topic %v, want id %d in a new incarnation", id, big.ID)
 		}
-		if ack := mustProduce(t, n, stream, big, parkway.PartitionID(0), "reborn"); ack.FirstOffset != 0 {
+		big = id
+		if ack := mustProduce(t, n, big, parkway.PartitionID(0), "reborn"); ack.FirstOffset != 0 {
 			t.Fatalf("recreated topic acked at %d, want 0", ack.FirstOffset)
 		}
-		expectLog(t, n, stream, big, 0, "reborn")
-		if _, ok, err := n.ConsumerOffset(ctx, "reader", stream, big, 0); err != nil || ok {
+		expectLog(t, n, big, 0, "reborn")
+		if _, ok, err := n.ConsumerOffset(ctx, "reader", big, 0); err != nil || ok {
 			t.Fatalf("the dead incarnation's consumer offset survived: %v, %v", ok, err)
 		}
 	})
@@ -303,10 +305,10 @@ func TestProduceAsyncPipelines(t *testing.T) {
 		ctx := ctxFor(t)
 		var pending []*parkway.PendingAck
 		for i := range 100 {
-			pending = append(pending, n.ProduceAsync(ctx, s, tp, parkway.PartitionID(0),
+			pending = append(pending, n.ProduceAsync(ctx, tp, parkway.PartitionID(0),
 				parkway.Message{Payload: fmt.Appendf(nil, "m%d", i)}))
 		}
-		bad := n.ProduceAsync(ctx, s, tp, parkway.PartitionID(0))
+		bad := n.ProduceAsync(ctx, tp, parkway.PartitionID(0))
 		for i, p := range pending {
 			ack, err := p.Wait(ctx)
 			if err != nil || ack.FirstOffset != uint64(i) || ack.Count != 1 {
@@ -319,7 +321,7 @@ func TestProduceAsyncPipelines(t *testing.T) {
 		if _, err := bad.Wait(ctx); !errors.Is(err, parkway.ErrEmptyBatch) {
 			t.Fatalf("empty async produce: %v", err)
 		}
-		got := readAll(t, n, s, tp, 0)
+		got := readAll(t, n, tp, 0)
 		if len(got) != 100 || string(got[99].Payload) != "m99" {
 			t.Fatalf("partition holds %v", payloads(got))
 		}

@@ -29,15 +29,15 @@ const (
 func newFixture(t *testing.T) fixture {
 	t.Helper()
 	n := open(t, parkway.Config{Shards: 2, MaxMessageSize: fixMaxMessage, MaxBatchMessages: fixMaxBatch})
-	if s := mustStream(t, n, "s"); s != 0 {
-		t.Fatalf("stream id %d, want 0", s)
+	if s := mustStream(t, n, "s"); s.ID != 0 {
+		t.Fatalf("stream id %d, want 0", s.ID)
 	}
-	if tp := mustTopic(t, n, 0, "t", 2); tp != 0 {
-		t.Fatalf("topic id %d, want 0", tp)
+	if tp := mustTopic(t, n, idStream(n, 0), "t", 2); tp.ID != 0 {
+		t.Fatalf("topic id %d, want 0", tp.ID)
 	}
-	mustProduce(t, n, 0, 0, parkway.PartitionID(0), "a", "b")
-	mustProduce(t, n, 0, 0, parkway.PartitionID(1), "c")
-	if err := n.StoreOffset(ctxFor(t), "c1", 0, 0, 0, 1); err != nil {
+	mustProduce(t, n, idTopic(n, 0, 0), parkway.PartitionID(0), "a", "b")
+	mustProduce(t, n, idTopic(n, 0, 0), parkway.PartitionID(1), "c")
+	if err := n.StoreOffset(ctxFor(t), "c1", idTopic(n, 0, 0), 0, 1); err != nil {
 		t.Fatal(err)
 	}
 	return fixture{n: n}
@@ -53,13 +53,13 @@ func (f fixture) unchanged(t *testing.T, before parkway.MetadataState) {
 	if after := f.state(); !reflect.DeepEqual(before, after) {
 		t.Fatalf("committed state changed:\nbefore %+v\nafter  %+v", before, after)
 	}
-	expectLog(t, f.n, 0, 0, 0, "a", "b")
-	expectLog(t, f.n, 0, 0, 1, "c")
-	off, ok, err := f.n.ConsumerOffset(ctxFor(t), "c1", 0, 0, 0)
+	expectLog(t, f.n, idTopic(f.n, 0, 0), 0, "a", "b")
+	expectLog(t, f.n, idTopic(f.n, 0, 0), 1, "c")
+	off, ok, err := f.n.ConsumerOffset(ctxFor(t), "c1", idTopic(f.n, 0, 0), 0)
 	if err != nil || !ok || off != 1 {
 		t.Fatalf("consumer c1 at %d (stored %v, err %v), want 1", off, ok, err)
 	}
-	if _, ok, err := f.n.ConsumerOffset(ctxFor(t), "c2", 0, 0, 0); err != nil || ok {
+	if _, ok, err := f.n.ConsumerOffset(ctxFor(t), "c2", idTopic(f.n, 0, 0), 0); err != nil || ok {
 		t.Fatalf("consumer c2 stored %v (err %v), want none", ok, err)
 	}
 }
@@ -86,17 +86,25 @@ func TestBadInputChangesNothing(t *testing.T) {
 		want error
 	}
 	produce := func(stream, topic uint32, to parkway.Partitioning, m ...parkway.Message) func(context.Context) error {
-		return func(ctx context.Context) error { _, err := n.Produce(ctx, stream, topic, to, m...); return err }
+		return func(ctx context.Context) error {
+			_, err := n.Produce(ctx, idTopic(n, stream, topic), to, m...)
+			return err
+		}
 	}
 	poll := func(stream, topic, part uint32, from parkway.Start, max int) func(context.Context) error {
-		return func(ctx context.Context) error { _, err := n.Poll(ctx, stream, topic, part, from, max); return err }
+		return func(ctx context.Context) error {
+			_, err := n.Poll(ctx, idTopic(n, stream, topic), part, from, max)
+			return err
+		}
 	}
 	store := func(consumer string, stream, topic, part uint32, off uint64) func(context.Context) error {
-		return func(ctx context.Context) error { return n.StoreOffset(ctx, consumer, stream, topic, part, off) }
+		return func(ctx context.Context) error {
+			return n.StoreOffset(ctx, consumer, idTopic(n, stream, topic), part, off)
+		}
 	}
 	get := func(consumer string, stream, topic, part uint32) func(context.Context) error {
 		return func(ctx context.Context) error {
-			_, _, err := n.ConsumerOffset(ctx, consumer, stream, topic, part)
+			_, _, err := n.ConsumerOffset(ctx, consumer, idTopic(n, stream, topic), part)
 			return err
 		}
 	}
@@ -104,7 +112,10 @@ func TestBadInputChangesNothing(t *testing.T) {
 		return func(ctx context.Context) error { _, err := n.CreateStream(ctx, name); return err }
 	}
 	createTopic := func(stream uint32, name string, parts int) func(context.Context) error {
-		return func(ctx context.Context) error { _, err := n.CreateTopic(ctx, stream, name, parts); return err }
+		return func(ctx context.Context) error {
+			_, err := n.CreateTopic(ctx, idStream(n, stream), name, parts)
+			return err
+		}
 	}
 	withHeader := parkway.Message{Payload: []byte("0123456789"), Headers: []parkway.Header{{Key: "key", Value: []byte("value")}}}
 
@@ -124,15 +135,15 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"zero partitions", createTopic(0, "u", 0), parkway.ErrInvalidPartitionCount},
 		{"negative partitions", createTopic(0, "u", -1), parkway.ErrInvalidPartitionCount},
 		{"too many partitions", createTopic(0, "u", 1001), parkway.ErrInvalidPartitionCount},
-		{"create zero partitions", func(ctx context.Context) error { return n.CreatePartitions(ctx, 0, 0, 0) }, parkway.ErrInvalidPartitionCount},
-		{"delete zero partitions", func(ctx context.Context) error { return n.DeletePartitions(ctx, 0, 0, 0) }, parkway.ErrInvalidPartitionCount},
-		{"delete more partitions than exist", func(ctx context.Context) error { return n.DeletePartitions(ctx, 0, 0, 3) }, parkway.ErrInvalidPartitionCount},
-		{"create partitions of unknown topic", func(ctx context.Context) error { return n.CreatePartitions(ctx, 0, 7, 1) }, parkway.ErrTopicNotFound},
+		{"create zero partitions", func(ctx context.Context) error { return n.CreatePartitions(ctx, idTopic(n, 0, 0), 0) }, parkway.ErrInvalidPartitionCount},
+		{"delete zero partitions", func(ctx context.Context) error { return n.DeletePartitions(ctx, idTopic(n, 0, 0), 0) }, parkway.ErrInvalidPartitionCount},
+		{"delete more partitions than exist", func(ctx context.Context) error { return n.DeletePartitions(ctx, idTopic(n, 0, 0), 3) }, parkway.ErrInvalidPartitionCount},
+		{"create partitions of unknown topic", func(ctx context.Context) error { return n.CreatePartitions(ctx, idTopic(n, 0, 7), 1) }, parkway.ErrTopicNotFound},
 
 		// Unknown stream / topic / partition.
-		{"delete unknown stream", func(ctx context.Context) error { return n.DeleteStream(ctx, 7) }, parkway.ErrStreamNotFound},
-		{"delete topic of unknown stream", func(ctx context.Context) error { return n.DeleteTopic(ctx, 7, 0) }, parkway.ErrStreamNotFound},
-		{"delete unknown topic", func(ctx context.Context) error { return n.DeleteTopic(ctx, 0, 7) }, parkway.ErrTopicNotFound},
+		{"delete unknown stream", func(ctx context.Context) error { return n.DeleteStream(ctx, idStream(n, 7)) }, parkway.ErrStreamNotFound},
+		{"delete topic of unknown stream", func(ctx context.Context) error { return n.DeleteTopic(ctx, idTopic(n, 7, 0)) }, parkway.ErrStreamNotFound},
+		{"delete unknown topic", func(ctx context.Context) error { return n.DeleteTopic(ctx, idTopic(n, 0, 7)) }, parkway.ErrTopicNotFound},
 		{"produce to unknown stream", produce(7, 0, parkway.PartitionID(0), msgs("x")...), parkway.ErrStreamNotFound},
 		{"produce balanced to unknown stream", produce(7, 0, parkway.Balanced(), msgs("x")...), parkway.ErrStreamNotFound},
 		{"produce to unknown topic", produce(0, 7, parkway.PartitionID(0), msgs("x")...), parkway.ErrTopicNotFound},
@@ -200,7 +211,7 @@ func quote(s string) string { return fmt.Sprintf("%.12q", s) }
 func TestBadInputPollAtEmptyConsumer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t)
-		b, err := f.n.Poll(ctxFor(t), 0, 0, 0, parkway.AtConsumer(""), 10)
+		b, err := f.n.Poll(ctxFor(t), idTopic(f.n, 0, 0), 0, parkway.AtConsumer(""), 10)
 		if !errors.Is(err, parkway.ErrInvalidConsumer) {
 			t.Fatalf("Poll(AtConsumer(\"\")) = %v, %v; want ErrInvalidConsumer", payloads(b.Messages), err)
 		}
@@ -227,18 +238,18 @@ func TestInputBoundsAccepted(t *testing.T) {
 		// 2 payload bytes + a header of 1 + 5 bytes and its 8 bytes of
 		// framing: 16, exactly MaxMessageSize.
 		exact := parkway.Message{Payload: []byte("01"), Headers: []parkway.Header{{Key: "k", Value: []byte("01234")}}}
-		if _, err := n.Produce(ctx, 0, 0, parkway.PartitionID(1), exact); err != nil {
+		if _, err := n.Produce(ctx, idTopic(n, 0, 0), parkway.PartitionID(1), exact); err != nil {
 			t.Fatalf("message of exactly MaxMessageSize: %v", err)
 		}
-		ack, err := n.Produce(ctx, 0, 0, parkway.PartitionID(1), msgs("1", "2", "3", "4")...)
+		ack, err := n.Produce(ctx, idTopic(n, 0, 0), parkway.PartitionID(1), msgs("1", "2", "3", "4")...)
 		if err != nil || ack.FirstOffset != 2 || ack.Count != fixMaxBatch {
 			t.Fatalf("batch of exactly MaxBatchMessages: %+v, %v", ack, err)
 		}
-		if err := n.StoreOffset(ctx, "end", 0, 0, 1, 6); err != nil {
+		if err := n.StoreOffset(ctx, "end", idTopic(n, 0, 0), 1, 6); err != nil {
 			t.Fatalf("storing the end offset: %v", err)
 		}
-		expectLog(t, n, 0, 0, 1, "c", "01", "1", "2", "3", "4")
-		got := readAll(t, n, 0, 0, 1)
+		expectLog(t, n, idTopic(n, 0, 0), 1, "c", "01", "1", "2", "3", "4")
+		got := readAll(t, n, idTopic(n, 0, 0), 1)
 		if h := got[1].Headers; len(h) != 1 || h[0].Key != "k" || string(h[0].Value) != "01234" {
 			t.Fatalf("headers %+v, want k=01234", h)
 		}
@@ -256,22 +267,22 @@ func TestCancelledContextChangesNothing(t *testing.T) {
 		before := f.state()
 		checks := map[string]error{}
 		_, checks["CreateStream"] = n.CreateStream(ctx, "new")
-		_, checks["CreateTopic"] = n.CreateTopic(ctx, 0, "new", 1)
-		checks["CreatePartitions"] = n.CreatePartitions(ctx, 0, 0, 1)
-		checks["DeletePartitions"] = n.DeletePartitions(ctx, 0, 0, 1)
-		checks["DeleteTopic"] = n.DeleteTopic(ctx, 0, 0)
-		checks["DeleteStream"] = n.DeleteStream(ctx, 0)
-		_, checks["Produce"] = n.Produce(ctx, 0, 0, parkway.PartitionID(0), msgs("x")...)
-		_, checks["Poll"] = n.Poll(ctx, 0, 0, 0, parkway.AtOffset(0), 10)
-		checks["StoreOffset"] = n.StoreOffset(ctx, "c1", 0, 0, 0, 2)
-		_, _, checks["ConsumerOffset"] = n.ConsumerOffset(ctx, "c1", 0, 0, 0)
+		_, checks["CreateTopic"] = n.CreateTopic(ctx, idStream(n, 0), "new", 1)
+		checks["CreatePartitions"] = n.CreatePartitions(ctx, idTopic(n, 0, 0), 1)
+		checks["DeletePartitions"] = n.DeletePartitions(ctx, idTopic(n, 0, 0), 1)
+		checks["DeleteTopic"] = n.DeleteTopic(ctx, idTopic(n, 0, 0))
+		checks["DeleteStream"] = n.DeleteStream(ctx, idStream(n, 0))
+		_, checks["Produce"] = n.Produce(ctx, idTopic(n, 0, 0), parkway.PartitionID(0), msgs("x")...)
+		_, checks["Poll"] = n.Poll(ctx, idTopic(n, 0, 0), 0, parkway.AtOffset(0), 10)
+		checks["StoreOffset"] = n.StoreOffset(ctx, "c1", idTopic(n, 0, 0), 0, 2)
+		_, _, checks["ConsumerOffset"] = n.ConsumerOffset(ctx, "c1", idTopic(n, 0, 0), 0)
 		for call, err := range checks {
 			if !errors.Is(err, context.Canceled) {
 				t.Errorf("%s with a cancelled context: %v, want context.Canceled", call, err)
 			}
 		}
 		f.unchanged(t, before)
-		if _, ok := n.Stream("new"); ok {
+		if _, err := n.Stream(ctxFor(t), "new"); err == nil {
 			t.Fatal("stream created with a cancelled context")
 		}
 	})
@@ -297,16 +308,16 @@ func TestClosedNode(t *testing.T) {
 		ctx := ctxFor(t)
 		checks := map[string]error{}
 		_, checks["CreateStream"] = n.CreateStream(ctx, "new")
-		_, checks["CreateTopic"] = n.CreateTopic(ctx, 0, "new", 1)
-		checks["CreatePartitions"] = n.CreatePartitions(ctx, 0, 0, 1)
-		checks["DeletePartitions"] = n.DeletePartitions(ctx, 0, 0, 1)
-		checks["DeleteTopic"] = n.DeleteTopic(ctx, 0, 0)
-		checks["DeleteStream"] = n.DeleteStream(ctx, 0)
-		_, checks["Produce"] = n.Produce(ctx, 0, 0, parkway.PartitionID(0), msgs("x")...)
-		_, checks["Produce balanced"] = n.Produce(ctx, 0, 0, parkway.Balanced(), msgs("x")...)
-		_, checks["Poll"] = n.Poll(ctx, 0, 0, 0, parkway.AtOffset(0), 10)
-		checks["StoreOffset"] = n.StoreOffset(ctx, "c1", 0, 0, 0, 2)
-		_, _, checks["ConsumerOffset"] = n.ConsumerOffset(ctx, "c1", 0, 0, 0)
+		_, checks["CreateTopic"] = n.CreateTopic(ctx, idStream(n, 0), "new", 1)
+		checks["CreatePartitions"] = n.CreatePartitions(ctx, idTopic(n, 0, 0), 1)
+		checks["DeletePartitions"] = n.DeletePartitions(ctx, idTopic(n, 0, 0), 1)
+		checks["DeleteTopic"] = n.DeleteTopic(ctx, idTopic(n, 0, 0))
+		checks["DeleteStream"] = n.DeleteStream(ctx, idStream(n, 0))
+		_, checks["Produce"] = n.Produce(ctx, idTopic(n, 0, 0), parkway.PartitionID(0), msgs("x")...)
+		_, checks["Produce balanced"] = n.Produce(ctx, idTopic(n, 0, 0), parkway.Balanced(), msgs("x")...)
+		_, checks["Poll"] = n.Poll(ctx, idTopic(n, 0, 0), 0, parkway.AtOffset(0), 10)
+		checks["StoreOffset"] = n.StoreOffset(ctx, "c1", idTopic(n, 0, 0), 0, 2)
+		_, _, checks["ConsumerOffset"] = n.ConsumerOffset(ctx, "c1", idTopic(n, 0, 0), 0)
 		for call, err := range checks {
 			if !errors.Is(err, parkway.ErrClosed) {
 				t.Errorf("%s on a closed node: %v, want ErrClosed", call, err)
@@ -363,4 +374,29 @@ func TestConfigValidateReportsEveryProblem(t *testing.T) {
 			t.Errorf("Validate(%+v) = %v, want ErrInvalidConfig", one, err)
 		}
 	}
+}
+
+// idStream returns the handle of stream id on n, or, when it has none, a
+// handle no incarnation matches: how these tests name unknown ids.
+func idStream(n *parkway.Node, id uint32) parkway.Stream {
+	ss, _ := n.Streams(context.Background())
+	for _, s := range ss {
+		if s.ID == id {
+			return s
+		}
+	}
+	return parkway.Stream{ID: id, Revision: 1, Name: "unknown"}
+}
+
+// idTopic returns the handle of topic stream/topic on n, or, when it has
+// none, a handle no incarnation matches.
+func idTopic(n *parkway.Node, stream, topic uint32) parkway.Topic {
+	s := idStream(n, stream)
+	ts, _ := n.Topics(context.Background(), s)
+	for _, t := range ts {
+		if t.ID == topic {
+			return t
+		}
+	}
+	return parkway.Topic{Stream: s, ID: topic, Revision: s.Revision, Name: "unknown"}
 }

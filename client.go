@@ -54,11 +54,12 @@ type Ack struct {
 	Count int
 }
 
-// Produce appends msgs to one partition of a topic, whole or not at all,
-// and returns once they are appended. A produce is never acknowledged
-// against a dead incarnation; one racing a delete and recreate of its topic
-// may land in the new incarnation (the client re-resolves before each
-// retry), or fail with a not-found error. A partition that is still
+// Produce appends msgs to one partition of topic t, whole or not at all,
+// and returns once they are appended. A produce is only ever appended to
+// the incarnation of the topic its handle names: once that topic is
+// deleted the produce fails with ErrTopicNotFound (wrapping
+// ErrStaleHandle), even when a new topic took its ids, wherever the
+// request was parked or forwarded. A partition that is still
 // materialising (the topic was just created) parks the request at its
 // shard, so a produce right after CreateTopic succeeds. Payloads are copied;
 // the caller may reuse msgs afterwards.
@@ -68,12 +69,12 @@ type Ack struct {
 // by the partition's shard when it appends (Kafka's LogAppendTime;
 // non-decreasing along a partition); a value set by the caller is
 // ignored. Message.Key is stored with the message.
-func (n *Node) Produce(ctx context.Context, stream, topic uint32, to Partitioning, msgs ...Message) (Ack, error) {
-	req, part, err := n.prepareProduce(ctx, stream, topic, to, msgs)
+func (n *Node) Produce(ctx context.Context, t Topic, to Partitioning, msgs ...Message) (Ack, error) {
+	req, part, err := n.prepareProduce(ctx, t, to, msgs)
 	if err != nil {
 		return Ack{}, err
 	}
-	r, err := n.call(ctx, req, stream, topic, part)
+	r, err := n.call(ctx, req, t, part)
 	if err != nil {
 		return Ack{}, err
 	}
@@ -82,7 +83,7 @@ func (n *Node) Produce(ctx context.Context, stream, topic uint32, to Partitionin
 
 // prepareProduce validates and copies a batch, chooses its partition and
 // resolves its namespace: everything of a produce before it is sent.
-func (n *Node) prepareProduce(ctx context.Context, stream, topic uint32, to Partitioning, msgs []Message) (*shard.Request, uint32, error) {
+func (n *Node) prepareProduce(ctx context.Context, t Topic, to Partitioning, msgs []Message) (*shard.Request, uint32, error) {
 	if err := n.begin(ctx); err != nil {
 		return nil, 0, err
 	}
@@ -117,20 +118,21 @@ func (n *Node) prepareProduce(ctx context.Context, stream, topic uint32, to Part
 		}
 	}
 	var (
-		part uint32
-		ns   metadata.Namespace
+		part  uint32
+		ns    metadata.Namespace
+		epoch uint64
 	)
 	err := n.awaitMetadata(ctx, func() (err error) {
-		if part, err = n.choose(stream, topic, to); err != nil {
+		if part, err = n.choose(ctx, t, to); err != nil {
 			return err
 		}
-		ns, err = n.resolve(stream, topic, part)
+		ns, epoch, err = n.resolve(ctx, t, part)
 		return err
 	})
 	if err != nil {
 		return nil, 0, err
 	}
-	req := &shard.Request{Op: shard.OpProduce, NS: ns, Messages: batch}
+	req := &shard.Request{Op: shard.OpProduce, NS: ns, Epoch: epoch, Messages: batch}
 	if n.eng.Clustered() {
 		req.Producer, req.Seq = n.producer, n.seq.Add(1)
 	}
@@ -139,14 +141,15 @@ func (n *Node) prepareProduce(ctx context.Context, stream, topic uint32, to Part
 
 // PendingAck is a produce started by ProduceAsync.
 type PendingAck struct {
-	n                   *Node
-	f                   shard.Frame
-	reply               chan shard.Response
-	sent                error
-	stream, topic, part uint32
-	done                bool
-	ack                 Ack
-	err                 error
+	n     *Node
+	f     shard.Frame
+	reply chan shard.Response
+	sent  error
+	topic Topic
+	part  uint32
+	done  bool
+	ack   Ack
+	err   error
 }
 
 // ProduceAsync starts a produce and returns without waiting for its
@@ -159,12 +162,12 @@ type PendingAck struct {
 // Produces started from one goroutine to one partition are appended in the
 // order they were started, except one that had to be retried: it is sent
 // again when it is waited for, after the others.
-func (n *Node) ProduceAsync(ctx context.Context, stream, topic uint32, to Partitioning, msgs ...Message) *PendingAck {
-	req, part, err := n.prepareProduce(ctx, stream, topic, to, msgs)
+func (n *Node) ProduceAsync(ctx context.Context, t Topic, to Partitioning, msgs ...Message) *PendingAck {
+	req, part, err := n.prepareProduce(ctx, t, to, msgs)
 	if err != nil {
 		return &PendingAck{done: true, err: err}
 	}
-	p := &PendingAck{n: n, reply: make(chan shard.Response, 1), stream: stream, topic: topic, part: part}
+	p := &PendingAck{n: n, reply: make(chan shard.Response, 1), topic: t, part: part}
 	p.f = shard.Frame{Req: req, Reply: p.reply}
 	p.sent = n.dispatch(ctx, p.f)
 	return p
@@ -179,7 +182,10 @@ func (p *PendingAck) Wait(ctx context.Context) (Ack, error) {
 	if p.done {
 		return p.ack, p.err
 	}
-	r, err := p.n.await(ctx, p.f, p.reply, p.sent, p.stream, p.topic, p.part)
+	if ctx == nil {
+		return Ack{}, fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	}
+	r, err := p.n.await(ctx, p.f, p.reply, p.sent, p.topic, p.part)
 	p.done, p.err = true, err
 	if err == nil {
 		p.ack = Ack{Partition: p.part, FirstOffset: r.Offset, Count: len(p.f.Req.Messages)}
@@ -188,22 +194,22 @@ func (p *PendingAck) Wait(ctx context.Context) (Ack, error) {
 }
 
 // choose applies a Partitioning against the committed partition count.
-func (n *Node) choose(stream, topic uint32, to Partitioning) (uint32, error) {
+func (n *Node) choose(ctx context.Context, t Topic, to Partitioning) (uint32, error) {
 	if to.kind == byID {
 		return to.id, nil
 	}
-	t, ok := n.meta.Topic(stream, topic)
-	if !ok {
-		return 0, n.missing(stream, topic)
+	info, err := n.topicInfo(ctx, t)
+	if err != nil {
+		return 0, err
 	}
-	if t.Partitions == 0 {
-		return 0, fmt.Errorf("%w: topic %d in stream %d has no partitions", ErrPartitionNotFound, topic, stream)
+	if info.Partitions == 0 {
+		return 0, fmt.Errorf("%w: %v has no partitions", ErrPartitionNotFound, t)
 	}
 	switch to.kind {
 	case byKey:
-		return keyHash(to.key) % uint32(t.Partitions), nil
+		return keyHash(to.key) % uint32(info.Partitions), nil
 	case byBalanced:
-		return uint32(n.roundRobin.Add(1)-1) % uint32(t.Partitions), nil
+		return uint32(n.roundRobin.Add(1)-1) % uint32(info.Partitions), nil
 	}
 	return 0, fmt.Errorf("%w: unknown partitioning", ErrInvalidArgument)
 }
@@ -368,7 +374,7 @@ func MaxBytes(n int) PollOption {
 // Poll reads up to max messages from a partition, starting at from. With
 // WaitFor it waits for messages (a long poll) instead of returning an
 // empty batch at once.
-func (n *Node) Poll(ctx context.Context, stream, topic, part uint32, from Start, max int, opts ...PollOption) (Batch, error) {
+func (n *Node) Poll(ctx context.Context, t Topic, part uint32, from Start, max int, opts ...PollOption) (Batch, error) {
 	if err := n.begin(ctx); err != nil {
 		return Batch{}, err
 	}
@@ -404,12 +410,12 @@ func (n *Node) Poll(ctx context.Context, stream, topic, part uint32, from Start,
 		// same to those that read it.
 		req.Consumer, req.UseConsumer = from.consumer, true
 	}
-	ns, err := n.resolveWait(ctx, stream, topic, part)
+	ns, epoch, err := n.resolveWait(ctx, t, part)
 	if err != nil {
 		return Batch{}, err
 	}
-	req.NS = ns
-	r, err := n.call(ctx, req, stream, topic, part)
+	req.NS, req.Epoch = ns, epoch
+	r, err := n.call(ctx, req, t, part)
 	if err != nil {
 		return Batch{}, err
 	}
@@ -434,7 +440,7 @@ type PartitionOffsets struct {
 // PartitionOffsets returns a partition's start and end offsets and, if
 // consumer is not empty, the consumer's stored offset and lag. In a
 // cluster it is read from the partition's leader.
-func (n *Node) PartitionOffsets(ctx context.Context, stream, topic, part uint32, consumer string) (PartitionOffsets, error) {
+func (n *Node) PartitionOffsets(ctx context.Context, t Topic, part uint32, consumer string) (PartitionOffsets, error) {
 	if err := n.begin(ctx); err != nil {
 		return PartitionOffsets{}, err
 	}
@@ -443,12 +449,12 @@ func (n *Node) PartitionOffsets(ctx context.Context, stream, topic, part uint32,
 			return PartitionOffsets{}, err
 		}
 	}
-	ns, err := n.resolveWait(ctx, stream, topic, part)
+	ns, epoch, err := n.resolveWait(ctx, t, part)
 	if err != nil {
 		return PartitionOffsets{}, err
 	}
-	req := &shard.Request{Op: shard.OpOffsets, NS: ns, Consumer: consumer, FromLeader: true}
-	r, err := n.call(ctx, req, stream, topic, part)
+	req := &shard.Request{Op: shard.OpOffsets, NS: ns, Epoch: epoch, Consumer: consumer, FromLeader: true}
+	r, err := n.call(ctx, req, t, part)
 	if err != nil {
 		return PartitionOffsets{}, err
 	}
@@ -467,37 +473,37 @@ func (n *Node) PartitionOffsets(ctx context.Context, stream, topic, part uint32,
 // read were truncated meanwhile) is stored as given: a poll AtConsumer
 // resolves it with its reset policy — by default the start — so a
 // consumer cannot wedge itself either way.
-func (n *Node) StoreOffset(ctx context.Context, consumer string, stream, topic, part uint32, offset uint64) error {
+func (n *Node) StoreOffset(ctx context.Context, consumer string, t Topic, part uint32, offset uint64) error {
 	if err := n.begin(ctx); err != nil {
 		return err
 	}
 	if err := validConsumer(consumer); err != nil {
 		return err
 	}
-	ns, err := n.resolveWait(ctx, stream, topic, part)
+	ns, epoch, err := n.resolveWait(ctx, t, part)
 	if err != nil {
 		return err
 	}
-	req := &shard.Request{Op: shard.OpStoreOffset, NS: ns, Consumer: consumer, Offset: offset}
-	_, err = n.call(ctx, req, stream, topic, part)
+	req := &shard.Request{Op: shard.OpStoreOffset, NS: ns, Epoch: epoch, Consumer: consumer, Offset: offset}
+	_, err = n.call(ctx, req, t, part)
 	return err
 }
 
 // ConsumerOffset returns consumer's stored offset in a partition and
 // whether one is stored.
-func (n *Node) ConsumerOffset(ctx context.Context, consumer string, stream, topic, part uint32) (uint64, bool, error) {
+func (n *Node) ConsumerOffset(ctx context.Context, consumer string, t Topic, part uint32) (uint64, bool, error) {
 	if err := n.begin(ctx); err != nil {
 		return 0, false, err
 	}
 	if err := validConsumer(consumer); err != nil {
 		return 0, false, err
 	}
-	ns, err := n.resolveWait(ctx, stream, topic, part)
+	ns, epoch, err := n.resolveWait(ctx, t, part)
 	if err != nil {
 		return 0, false, err
 	}
-	req := &shard.Request{Op: shard.OpGetOffset, NS: ns, Consumer: consumer, FromLeader: true}
-	r, err := n.call(ctx, req, stream, topic, part)
+	req := &shard.Request{Op: shard.OpGetOffset, NS: ns, Epoch: epoch, Consumer: consumer, FromLeader: true}
+	r, err := n.call(ctx, req, t, part)
 	if err != nil {
 		return 0, false, err
 	}

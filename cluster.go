@@ -38,10 +38,11 @@ func NewNetwork(opts NetworkOptions) *Network { return transport.NewNetwork(opts
 type Cluster = host.Cluster
 
 // awaitMetadata runs f, and in a cluster retries it while it reports a
-// stream, topic or partition as missing: this node's metadata may simply
-// lag the commit that created it (a client that creates a topic on one node
-// and produces through another must not be told it does not exist). The
-// wait is bounded by the request deadline; then the not-found error stands.
+// partition as missing: this node's metadata may lag the commit that
+// created it (CreatePartitions through another node). A stale handle needs
+// no wait: resolve first catches up with the handle's revision, past which
+// a missing stream or topic is gone for certain. The wait is bounded by the
+// request deadline; then the not-found error stands.
 func (n *Node) awaitMetadata(ctx context.Context, f func() error) error {
 	err := f()
 	if !n.eng.Clustered() || !missing(err) {
@@ -61,29 +62,29 @@ func (n *Node) awaitMetadata(ctx context.Context, f func() error) error {
 }
 
 func missing(err error) bool {
-	return errors.Is(err, ErrStreamNotFound) || errors.Is(err, ErrTopicNotFound) || errors.Is(err, ErrPartitionNotFound)
+	return errors.Is(err, ErrPartitionNotFound)
 }
 
 // resolveWait is resolve through awaitMetadata.
-func (n *Node) resolveWait(ctx context.Context, stream, topic, part uint32) (ns metadata.Namespace, err error) {
+func (n *Node) resolveWait(ctx context.Context, t Topic, part uint32) (ns metadata.Namespace, epoch uint64, err error) {
 	err = n.awaitMetadata(ctx, func() (err error) {
-		ns, err = n.resolve(stream, topic, part)
+		ns, epoch, err = n.resolve(ctx, t, part)
 		return err
 	})
-	return ns, err
+	return ns, epoch, err
 }
 
 // Leader returns the node that leads a partition's raft group, as this
 // node sees it (0 while no leader is known). It is ErrInvalidArgument on a
 // node that is not part of a cluster.
-func (n *Node) Leader(ctx context.Context, stream, topic, part uint32) (NodeID, error) {
+func (n *Node) Leader(ctx context.Context, t Topic, part uint32) (NodeID, error) {
 	if err := n.begin(ctx); err != nil {
 		return 0, err
 	}
 	if !n.eng.Clustered() {
 		return 0, fmt.Errorf("%w: not a cluster node", ErrInvalidArgument)
 	}
-	ns, err := n.resolveWait(ctx, stream, topic, part)
+	ns, _, err := n.resolveWait(ctx, t, part)
 	if err != nil {
 		return 0, err
 	}

@@ -82,12 +82,12 @@ func (c *diskCluster) powerLoss(id parkway.NodeID) {
 }
 
 // produce sends payloads one by one through node via, each acknowledged.
-func (c *diskCluster) produce(via parkway.NodeID, s, tp uint32, prefix string, n int) []string {
+func (c *diskCluster) produce(via parkway.NodeID, tp parkway.Topic, prefix string, n int) []string {
 	c.t.Helper()
 	var out []string
 	for i := range n {
 		p := fmt.Sprintf("%s%d", prefix, i)
-		if _, err := c.nodes[via].Produce(context.Background(), s, tp, parkway.PartitionID(0),
+		if _, err := c.nodes[via].Produce(context.Background(), tp, parkway.PartitionID(0),
 			parkway.Message{Payload: []byte(p)}); err != nil {
 			c.t.Fatalf("produce %s via node %d: %v", p, via, err)
 		}
@@ -99,13 +99,13 @@ func (c *diskCluster) produce(via parkway.NodeID, s, tp uint32, prefix string, n
 // converged waits until every running node's copy of partition 0 holds
 // exactly want, in order, at offsets 0, 1, …. A replica may refuse reads
 // while it converges (fenced, rebuilding): that is waited out too.
-func (c *diskCluster) converged(s, tp uint32, want []string) {
+func (c *diskCluster) converged(tp parkway.Topic, want []string) {
 	c.t.Helper()
 	for id, n := range c.nodes {
 		var got []string
 		var err error
 		waitFor(c.t, fmt.Sprintf("node %d to hold %d messages", id, len(want)), func() bool {
-			got, err = localLog(n, s, tp)
+			got, err = localLog(n, tp)
 			return err == nil && len(got) >= len(want)
 		})
 		if !slices.Equal(got, want) {
@@ -116,14 +116,14 @@ func (c *diskCluster) converged(s, tp uint32, want []string) {
 
 // localLog reads node n's own copy of partition 0, checking offsets are
 // dense from 0.
-func localLog(n *parkway.Node, s, tp uint32) ([]string, error) { return localLogFrom(n, s, tp, 0) }
+func localLog(n *parkway.Node, tp parkway.Topic) ([]string, error) { return localLogFrom(n, tp, 0) }
 
 // localLogFrom is localLog from offset from.
-func localLogFrom(n *parkway.Node, s, tp uint32, from uint64) ([]string, error) {
+func localLogFrom(n *parkway.Node, tp parkway.Topic, from uint64) ([]string, error) {
 	var out []string
 	for {
 		next := from + uint64(len(out))
-		b, err := n.Poll(context.Background(), s, tp, 0, parkway.AtOffset(next).Local(), 1000)
+		b, err := n.Poll(context.Background(), tp, 0, parkway.AtOffset(next).Local(), 1000)
 		if err != nil {
 			return nil, err
 		}
@@ -148,24 +148,24 @@ func TestClusterNodeRestartsOnItsDataDir(t *testing.T) {
 		c := newDiskCluster(t, nil)
 		s := mustStream(t, c.nodes[1], "s")
 		tp := mustTopic(t, c.nodes[1], s, "t", 1)
-		want := c.produce(1, s, tp, "a", 10)
-		c.converged(s, tp, want)
+		want := c.produce(1, tp, "a", 10)
+		c.converged(tp, want)
 
 		c.stop(3)
-		want = append(want, c.produce(1, s, tp, "b", 10)...)
+		want = append(want, c.produce(1, tp, "b", 10)...)
 		c.start(3)
-		c.converged(s, tp, want)
+		c.converged(tp, want)
 
-		leader, err := c.nodes[1].Leader(context.Background(), s, tp, 0)
+		leader, err := c.nodes[1].Leader(context.Background(), tp, 0)
 		if err != nil || leader == 0 {
 			t.Fatalf("leader: %d, %v", leader, err)
 		}
 		c.stop(leader)
 		via := others(leader)[0]
-		want = append(want, c.produce(via, s, tp, "c", 5)...)
+		want = append(want, c.produce(via, tp, "c", 5)...)
 		c.start(leader)
-		want = append(want, c.produce(leader, s, tp, "d", 5)...)
-		c.converged(s, tp, want)
+		want = append(want, c.produce(leader, tp, "d", 5)...)
+		c.converged(tp, want)
 
 		// Everyone stops; everyone comes back with metadata and logs.
 		for _, id := range c.peers {
@@ -174,8 +174,8 @@ func TestClusterNodeRestartsOnItsDataDir(t *testing.T) {
 		for _, id := range c.peers {
 			c.start(id)
 		}
-		want = append(want, c.produce(2, s, tp, "e", 3)...)
-		c.converged(s, tp, want)
+		want = append(want, c.produce(2, tp, "e", 3)...)
+		c.converged(tp, want)
 		if _, err := c.nodes[2].CreateStream(context.Background(), "s"); err == nil {
 			t.Fatal("stream created twice: metadata forgotten across a restart")
 		}
@@ -190,7 +190,7 @@ func TestClusterPowerLossKeepsAcked(t *testing.T) {
 		c := newDiskCluster(t, nil)
 		s := mustStream(t, c.nodes[1], "s")
 		tp := mustTopic(t, c.nodes[1], s, "t", 1)
-		want := c.produce(2, s, tp, "a", 20)
+		want := c.produce(2, tp, "a", 20)
 		synctest.Wait()
 		for _, id := range c.peers {
 			c.powerLoss(id)
@@ -198,8 +198,8 @@ func TestClusterPowerLossKeepsAcked(t *testing.T) {
 		for _, id := range c.peers {
 			c.start(id)
 		}
-		want = append(want, c.produce(1, s, tp, "b", 3)...)
-		c.converged(s, tp, want)
+		want = append(want, c.produce(1, tp, "b", 3)...)
+		c.converged(tp, want)
 	})
 }
 
@@ -214,35 +214,35 @@ func TestClusterSnapshotCatchUp(t *testing.T) {
 		})
 		s := mustStream(t, c.nodes[1], "s")
 		tp := mustTopic(t, c.nodes[1], s, "t", 1)
-		want := c.produce(1, s, tp, "a", 5)
-		c.converged(s, tp, want)
+		want := c.produce(1, tp, "a", 5)
+		c.converged(tp, want)
 
 		c.stop(3)
-		want = append(want, c.produce(1, s, tp, "b", 1500)...)
+		want = append(want, c.produce(1, tp, "b", 1500)...)
 		// Replicated writes the snapshot must carry: a consumer offset and
 		// a truncation.
 		ctx := context.Background()
-		if err := c.nodes[2].StoreOffset(ctx, "c", s, tp, 0, 1000); err != nil {
+		if err := c.nodes[2].StoreOffset(ctx, "c", tp, 0, 1000); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.nodes[2].TruncatePartition(ctx, s, tp, 0, 3); err != nil {
+		if err := c.nodes[2].TruncatePartition(ctx, tp, 0, 3); err != nil {
 			t.Fatal(err)
 		}
-		want = append(want, c.produce(1, s, tp, "x", 20)...) // the log moves past both before node 3 returns
+		want = append(want, c.produce(1, tp, "x", 20)...) // the log moves past both before node 3 returns
 		n3 := c.start(3)
 		reg3 := registry(t, n3)
 		waitFor(t, "node 3 to catch up", func() bool {
-			b, err := n3.Poll(ctx, s, tp, 0, parkway.AtOffset(1524).Local(), 10)
+			b, err := n3.Poll(ctx, tp, 0, parkway.AtOffset(1524).Local(), 10)
 			return err == nil && len(b.Messages) == 1
 		})
 		// Every message it lacked, in order, at its offset.
-		if got, err := localLogFrom(n3, s, tp, 3); err != nil || !slices.Equal(got, want[3:]) {
+		if got, err := localLogFrom(n3, tp, 3); err != nil || !slices.Equal(got, want[3:]) {
 			t.Fatalf("node 3 after catching up: %d messages (%v), want %d", len(got), err, len(want)-3)
 		}
-		if _, err := n3.Poll(ctx, s, tp, 0, parkway.AtOffset(2).Local(), 1); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
+		if _, err := n3.Poll(ctx, tp, 0, parkway.AtOffset(2).Local(), 1); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
 			t.Fatalf("node 3 serves an offset truncated while it was away: %v", err)
 		}
-		b, err := n3.Poll(ctx, s, tp, 0, parkway.AtConsumer("c").Local(), 1)
+		b, err := n3.Poll(ctx, tp, 0, parkway.AtConsumer("c").Local(), 1)
 		if err != nil || len(b.Messages) != 1 || b.Messages[0].Offset != 1000 {
 			t.Fatalf("node 3's copy of the consumer offset: %v %v", payloads(b.Messages), err)
 		}
@@ -255,13 +255,13 @@ func TestClusterSnapshotCatchUp(t *testing.T) {
 		// The catch-up is durable: a restart keeps it.
 		c.stop(3)
 		n3 = c.start(3)
-		want = append(want, c.produce(2, s, tp, "c", 3)...)
+		want = append(want, c.produce(2, tp, "c", 3)...)
 		waitFor(t, "node 3 after its restart", func() bool {
-			got, err := localLogFrom(n3, s, tp, 3)
+			got, err := localLogFrom(n3, tp, 3)
 			return err == nil && slices.Equal(got, want[3:])
 		})
 		for _, id := range c.peers {
-			info, err := c.disks[id].Stat(fmt.Sprintf("/data/streams/%d/topics/%d/partitions/0/raft.log", s, tp))
+			info, err := c.disks[id].Stat(fmt.Sprintf("/data/streams/%d/topics/%d/partitions/0/raft.log", s.ID, tp.ID))
 			if err != nil {
 				t.Fatalf("node %d raft log: %v", id, err)
 			}
@@ -282,7 +282,7 @@ func TestClusterMetadataSnapshot(t *testing.T) {
 		ctx := context.Background()
 		s := mustStream(t, c.nodes[1], "s")
 		c.stop(3)
-		var topics []uint32
+		var topics []parkway.Topic
 		for i := range 12 {
 			tp, err := c.nodes[1].CreateTopic(ctx, s, fmt.Sprintf("t%d", i), 1)
 			if err != nil {
@@ -290,23 +290,23 @@ func TestClusterMetadataSnapshot(t *testing.T) {
 			}
 			topics = append(topics, tp)
 		}
-		if err := c.nodes[2].DeleteTopic(ctx, s, topics[0]); err != nil {
+		if err := c.nodes[2].DeleteTopic(ctx, topics[0]); err != nil {
 			t.Fatal(err)
 		}
 		last := topics[len(topics)-1]
-		want := c.produce(1, s, last, "m", 3)
+		want := c.produce(1, last, "m", 3)
 		n3 := c.start(3)
-		waitFor(t, "node 3 to learn the last topic", func() bool { _, ok := n3.Topic(s, "t11"); return ok })
-		if _, ok := n3.Topic(s, "t0"); ok {
+		waitFor(t, "node 3 to learn the last topic", func() bool { _, err := n3.Topic(ctxFor(t), s, "t11"); return err == nil })
+		if _, err := n3.Topic(ctxFor(t), s, "t0"); err == nil {
 			t.Fatal("node 3 still has the topic deleted while it was away")
 		}
-		waitFor(t, "node 3 to serve the last topic", func() bool { return len(readAll(t, n3, s, last, 0)) == len(want) })
+		waitFor(t, "node 3 to serve the last topic", func() bool { return len(readAll(t, n3, last, 0)) == len(want) })
 		c.stop(3)
 		n3 = c.start(3)
-		if _, ok := n3.Topic(s, "t11"); !ok {
+		if _, err := n3.Topic(ctxFor(t), s, "t11"); err != nil {
 			t.Fatal("node 3 restarted without the metadata of its snapshot")
 		}
-		if got := len(readAll(t, n3, s, last, 0)); got != len(want) {
+		if got := len(readAll(t, n3, last, 0)); got != len(want) {
 			t.Fatalf("node 3 serves %d messages after restarting, want %d", got, len(want))
 		}
 	})
@@ -330,16 +330,16 @@ func TestClusterReplicaDiskFullRecovers(t *testing.T) {
 		})
 		s := mustStream(t, c.nodes[1], "s")
 		tp := mustTopic(t, c.nodes[1], s, "t", 1)
-		want := c.produce(1, s, tp, "a", 5)
-		c.converged(s, tp, want)
+		want := c.produce(1, tp, "a", 5)
+		c.converged(tp, want)
 		full.Set(true)
-		want = append(want, c.produce(1, s, tp, "b", 10)...) // the majority acks
+		want = append(want, c.produce(1, tp, "b", 10)...) // the majority acks
 		synctest.Wait()
-		if _, err := c.nodes[3].Poll(context.Background(), s, tp, 0, parkway.AtOffset(0).Local(), 100); !errors.Is(err, parkway.ErrPartitionFailed) {
+		if _, err := c.nodes[3].Poll(context.Background(), tp, 0, parkway.AtOffset(0).Local(), 100); !errors.Is(err, parkway.ErrPartitionFailed) {
 			t.Fatalf("a replica that could not apply serves reads: %v", err)
 		}
 		full.Set(false)
-		want = append(want, c.produce(2, s, tp, "c", 3)...)
-		c.converged(s, tp, want)
+		want = append(want, c.produce(2, tp, "c", 3)...)
+		c.converged(tp, want)
 	})
 }

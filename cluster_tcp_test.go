@@ -65,7 +65,7 @@ func TestClusterOverTCP(t *testing.T) {
 	var want []string
 	for i, id := range []parkway.NodeID{1, 2, 3, 1, 2, 3} {
 		p := fmt.Sprintf("m%d-via-%d", i, id)
-		if _, err := nodes[id].Produce(ctx, s, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte(p)}); err != nil {
+		if _, err := nodes[id].Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte(p)}); err != nil {
 			t.Fatalf("produce via node %d: %v", id, err)
 		}
 		want = append(want, p)
@@ -76,7 +76,7 @@ func TestClusterOverTCP(t *testing.T) {
 			var got []string
 			for ctx.Err() == nil {
 				// Local: each node's own replica.
-				b, err := n.Poll(ctx, s, tp, 0, parkway.AtOffset(0).Local(), 100)
+				b, err := n.Poll(ctx, tp, 0, parkway.AtOffset(0).Local(), 100)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -108,7 +108,7 @@ func TestClusterOverTCP(t *testing.T) {
 	delete(nodes, 3)
 	for i := range 5 {
 		p := fmt.Sprintf("while-away-%d", i)
-		if _, err := nodes[1].Produce(ctx, s, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte(p)}); err != nil {
+		if _, err := nodes[1].Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte(p)}); err != nil {
 			t.Fatalf("produce while node 3 is away: %v", err)
 		}
 		want = append(want, p)

@@ -49,20 +49,20 @@ func TestClusterReplicatesAndConverges(t *testing.T) {
 		s := mustStream(t, nodes[1], "s")
 		tp := mustTopic(t, nodes[1], s, "t", 2)
 		for id, n := range nodes {
-			waitFor(t, fmt.Sprintf("topic on node %d", id), func() bool { _, ok := n.Topic(s, "t"); return ok })
+			waitFor(t, fmt.Sprintf("topic on node %d", id), func() bool { _, err := n.Topic(ctxFor(t), s, "t"); return err == nil })
 		}
 		for i, id := range []parkway.NodeID{1, 2, 3, 1, 2, 3} {
-			if _, err := nodes[id].Produce(ctx, s, tp, parkway.PartitionID(uint32(i%2)),
+			if _, err := nodes[id].Produce(ctx, tp, parkway.PartitionID(uint32(i%2)),
 				parkway.Message{Payload: []byte(fmt.Sprintf("m%d", i))}); err != nil {
 				t.Fatalf("produce %d on node %d: %v", i, id, err)
 			}
 		}
 		for id, n := range nodes {
 			waitFor(t, fmt.Sprintf("node %d to converge", id), func() bool {
-				return len(readAll(t, n, s, tp, 0)) == 3 && len(readAll(t, n, s, tp, 1)) == 3
+				return len(readAll(t, n, tp, 0)) == 3 && len(readAll(t, n, tp, 1)) == 3
 			})
-			expectLog(t, n, s, tp, 0, "m0", "m2", "m4")
-			expectLog(t, n, s, tp, 1, "m1", "m3", "m5")
+			expectLog(t, n, tp, 0, "m0", "m2", "m4")
+			expectLog(t, n, tp, 1, "m1", "m3", "m5")
 		}
 	})
 }
@@ -78,7 +78,7 @@ func TestClusterSurvivesLeaderLoss(t *testing.T) {
 		var acked []string
 		for i := range 5 {
 			p := fmt.Sprintf("a%d", i)
-			if _, err := nodes[2].Produce(ctx, s, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte(p)}); err != nil {
+			if _, err := nodes[2].Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte(p)}); err != nil {
 				t.Fatal(err)
 			}
 			acked = append(acked, p)
@@ -93,7 +93,7 @@ func TestClusterSurvivesLeaderLoss(t *testing.T) {
 			time.Sleep(time.Second) // virtual: elections settle
 			survivor := others(victim)[0]
 			p := fmt.Sprintf("after-%d", victim)
-			if _, err := nodes[survivor].Produce(ctx, s, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte(p)}); err != nil {
+			if _, err := nodes[survivor].Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte(p)}); err != nil {
 				t.Fatalf("produce with node %d cut off: %v", victim, err)
 			}
 			acked = append(acked, p)
@@ -101,8 +101,8 @@ func TestClusterSurvivesLeaderLoss(t *testing.T) {
 			time.Sleep(time.Second)
 		}
 		for id, n := range nodes {
-			waitFor(t, fmt.Sprintf("node %d to converge", id), func() bool { return len(readAll(t, n, s, tp, 0)) == len(acked) })
-			expectLog(t, n, s, tp, 0, acked...)
+			waitFor(t, fmt.Sprintf("node %d to converge", id), func() bool { return len(readAll(t, n, tp, 0)) == len(acked) })
+			expectLog(t, n, tp, 0, acked...)
 		}
 	})
 }
@@ -114,19 +114,19 @@ func TestClusterMinorityRefusesWrites(t *testing.T) {
 		ctx := context.Background()
 		s := mustStream(t, nodes[1], "s")
 		tp := mustTopic(t, nodes[1], s, "t", 1)
-		mustProduce(t, nodes[1], s, tp, parkway.PartitionID(0), "x")
+		mustProduce(t, nodes[1], tp, parkway.PartitionID(0), "x")
 		net.Partition([]parkway.NodeID{3}, []parkway.NodeID{1, 2})
 		time.Sleep(time.Second)
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		_, err := nodes[3].Produce(cctx, s, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("minority")})
+		_, err := nodes[3].Produce(cctx, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("minority")})
 		if err == nil {
 			t.Fatal("the minority acknowledged a write")
 		}
-		mustProduce(t, nodes[1], s, tp, parkway.PartitionID(0), "majority")
+		mustProduce(t, nodes[1], tp, parkway.PartitionID(0), "majority")
 		net.Heal()
-		waitFor(t, "node 3 to converge", func() bool { return len(readAll(t, nodes[3], s, tp, 0)) == 2 })
-		expectLog(t, nodes[3], s, tp, 0, "x", "majority")
+		waitFor(t, "node 3 to converge", func() bool { return len(readAll(t, nodes[3], tp, 0)) == 2 })
+		expectLog(t, nodes[3], tp, 0, "x", "majority")
 	})
 }
 
@@ -161,8 +161,8 @@ func TestClusterLeaderKilledMidStream(t *testing.T) {
 		ctx := context.Background()
 		s := mustStream(t, nodes[1], "s")
 		tp := mustTopic(t, nodes[1], s, "t", 1)
-		mustProduce(t, nodes[2], s, tp, parkway.PartitionID(0), "warm")
-		leader, err := nodes[2].Leader(ctx, s, tp, 0)
+		mustProduce(t, nodes[2], tp, parkway.PartitionID(0), "warm")
+		leader, err := nodes[2].Leader(ctx, tp, 0)
 		if err != nil || leader == 0 {
 			t.Fatalf("leader: %d %v", leader, err)
 		}
@@ -181,7 +181,7 @@ func TestClusterLeaderKilledMidStream(t *testing.T) {
 			go func() {
 				for i := range 40 {
 					p := fmt.Sprintf("w%d-%d", w, i)
-					_, err := nodes[via].Produce(ctx, s, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte(p)})
+					_, err := nodes[via].Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte(p)})
 					results <- result{p, err}
 				}
 			}()
@@ -199,9 +199,9 @@ func TestClusterLeaderKilledMidStream(t *testing.T) {
 		}
 		for _, id := range survivors {
 			n := nodes[id]
-			waitFor(t, "survivors to converge", func() bool { return len(readAll(t, n, s, tp, 0)) >= len(acked) })
+			waitFor(t, "survivors to converge", func() bool { return len(readAll(t, n, tp, 0)) >= len(acked) })
 			seen := map[string]int{}
-			for _, m := range readAll(t, n, s, tp, 0) {
+			for _, m := range readAll(t, n, tp, 0) {
 				seen[string(m.Payload)]++
 			}
 			for p := range acked {
@@ -231,25 +231,25 @@ func TestClusterRecreateWhileBackupAway(t *testing.T) {
 		net, nodes := threeNodes(t)
 		s := mustStream(t, nodes[1], "s")
 		tp := mustTopic(t, nodes[1], s, "t", 1)
-		mustProduce(t, nodes[1], s, tp, parkway.PartitionID(0), "old")
-		waitFor(t, "node 3 to hold the old message", func() bool { return len(readAll(t, nodes[3], s, tp, 0)) == 1 })
+		mustProduce(t, nodes[1], tp, parkway.PartitionID(0), "old")
+		waitFor(t, "node 3 to hold the old message", func() bool { return len(readAll(t, nodes[3], tp, 0)) == 1 })
 
 		net.Partition([]parkway.NodeID{3}, []parkway.NodeID{1, 2})
-		if err := nodes[1].DeleteTopic(ctxFor(t), s, tp); err != nil {
+		if err := nodes[1].DeleteTopic(ctxFor(t), tp); err != nil {
 			t.Fatal(err)
 		}
 		again := mustTopic(t, nodes[1], s, "t", 1)
-		mustProduce(t, nodes[1], s, again, parkway.PartitionID(0), "new")
+		mustProduce(t, nodes[1], again, parkway.PartitionID(0), "new")
 		net.Heal()
 		waitFor(t, "node 3 to serve the new incarnation", func() bool {
-			parts, err := nodes[3].Partitions(s, again)
+			parts, err := nodes[3].Partitions(ctxFor(t), again)
 			if err != nil || len(parts) != 1 {
 				return false
 			}
-			want, _ := nodes[1].Partitions(s, again)
-			return parts[0].CreatedRevision == want[0].CreatedRevision && len(readAll(t, nodes[3], s, again, 0)) == 1
+			want, _ := nodes[1].Partitions(ctxFor(t), again)
+			return parts[0].CreatedRevision == want[0].CreatedRevision && len(readAll(t, nodes[3], again, 0)) == 1
 		})
-		expectLog(t, nodes[3], s, again, 0, "new")
+		expectLog(t, nodes[3], again, 0, "new")
 	})
 }
 
@@ -263,17 +263,17 @@ func TestClusterSurvivesMetadataLeaderLoss(t *testing.T) {
 		// Node 1 campaigns first for the metadata group; cut it off.
 		net.Partition([]parkway.NodeID{1}, []parkway.NodeID{2, 3})
 		tp := mustTopic(t, nodes[2], s, "after", 1)
-		mustProduce(t, nodes[3], s, tp, parkway.PartitionID(0), "x")
+		mustProduce(t, nodes[3], tp, parkway.PartitionID(0), "x")
 		if _, err := nodes[3].CreateStream(ctxFor(t), "s2"); err != nil {
 			t.Fatal(err)
 		}
 		net.Heal()
 		waitFor(t, "node 1 to catch up", func() bool {
-			_, ok := nodes[1].Stream("s2")
-			return ok
+			_, err := nodes[1].Stream(ctxFor(t), "s2")
+			return err == nil
 		})
-		if streams := len(nodes[1].Streams()); streams != 2 {
-			t.Fatalf("node 1 has %d streams after healing, want 2 (a re-proposal applied twice?)", streams)
+		if streams, err := nodes[1].Streams(ctxFor(t)); err != nil || len(streams) != 2 {
+			t.Fatalf("node 1 has streams %v (%v) after healing, want 2 (a re-proposal applied twice?)", streams, err)
 		}
 	})
 }
@@ -289,8 +289,8 @@ func TestClusterReadsAndPartitionWritesAreReplicated(t *testing.T) {
 		ctx := context.Background()
 		s := mustStream(t, nodes[1], "s")
 		tp := mustTopic(t, nodes[1], s, "t", 1)
-		mustProduce(t, nodes[1], s, tp, parkway.PartitionID(0), "warm")
-		leader, err := nodes[1].Leader(ctx, s, tp, 0)
+		mustProduce(t, nodes[1], tp, parkway.PartitionID(0), "warm")
+		leader, err := nodes[1].Leader(ctx, tp, 0)
 		if err != nil || leader == 0 {
 			t.Fatalf("leader %d: %v", leader, err)
 		}
@@ -299,11 +299,11 @@ func TestClusterReadsAndPartitionWritesAreReplicated(t *testing.T) {
 		// Read-your-writes through a follower, right after each ack.
 		for i := range 20 {
 			p := fmt.Sprintf("m%d", i)
-			ack, err := nodes[leader].Produce(ctx, s, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte(p)})
+			ack, err := nodes[leader].Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte(p)})
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, err := nodes[follower].Poll(ctx, s, tp, 0, parkway.AtOffset(ack.FirstOffset), 1)
+			b, err := nodes[follower].Poll(ctx, tp, 0, parkway.AtOffset(ack.FirstOffset), 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -314,25 +314,25 @@ func TestClusterReadsAndPartitionWritesAreReplicated(t *testing.T) {
 
 		// A consumer offset stored through one follower is seen through
 		// the other, and on every replica.
-		if err := nodes[follower].StoreOffset(ctx, "c", s, tp, 0, 7); err != nil {
+		if err := nodes[follower].StoreOffset(ctx, "c", tp, 0, 7); err != nil {
 			t.Fatal(err)
 		}
 		other := others(leader)[1]
-		if off, ok, err := nodes[other].ConsumerOffset(ctx, "c", s, tp, 0); err != nil || !ok || off != 7 {
+		if off, ok, err := nodes[other].ConsumerOffset(ctx, "c", tp, 0); err != nil || !ok || off != 7 {
 			t.Fatalf("consumer offset through the other follower: %d %v %v", off, ok, err)
 		}
-		b, err := nodes[other].Poll(ctx, s, tp, 0, parkway.AtConsumer("c"), 1)
+		b, err := nodes[other].Poll(ctx, tp, 0, parkway.AtConsumer("c"), 1)
 		if err != nil || len(b.Messages) != 1 || string(b.Messages[0].Payload) != "m6" {
 			t.Fatalf("poll at the consumer's offset: %v %v", payloads(b.Messages), err)
 		}
 
 		// Truncation through a follower reaches every replica.
-		if err := nodes[follower].TruncatePartition(ctx, s, tp, 0, 5); err != nil {
+		if err := nodes[follower].TruncatePartition(ctx, tp, 0, 5); err != nil {
 			t.Fatal(err)
 		}
 		for id, n := range nodes {
 			waitFor(t, fmt.Sprintf("node %d to truncate", id), func() bool {
-				_, err := n.Poll(ctx, s, tp, 0, parkway.AtOffset(4).Local(), 1)
+				_, err := n.Poll(ctx, tp, 0, parkway.AtOffset(4).Local(), 1)
 				return errors.Is(err, parkway.ErrOffsetOutOfRange)
 			})
 		}
@@ -341,24 +341,24 @@ func TestClusterReadsAndPartitionWritesAreReplicated(t *testing.T) {
 		// survive on the new leader.
 		net.Partition([]parkway.NodeID{leader}, others(leader))
 		waitFor(t, "a new leader", func() bool {
-			l, err := nodes[follower].Leader(ctx, s, tp, 0)
+			l, err := nodes[follower].Leader(ctx, tp, 0)
 			return err == nil && l != 0 && l != leader
 		})
-		if off, ok, err := nodes[follower].ConsumerOffset(ctx, "c", s, tp, 0); err != nil || !ok || off != 7 {
+		if off, ok, err := nodes[follower].ConsumerOffset(ctx, "c", tp, 0); err != nil || !ok || off != 7 {
 			t.Fatalf("consumer offset after the leader was lost: %d %v %v", off, ok, err)
 		}
-		if _, err := nodes[other].Poll(ctx, s, tp, 0, parkway.AtOffset(4), 1); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
+		if _, err := nodes[other].Poll(ctx, tp, 0, parkway.AtOffset(4), 1); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
 			t.Fatalf("truncated offset readable after the leader was lost: %v", err)
 		}
 
 		// Purge goes through the majority too.
-		if err := nodes[follower].PurgeTopic(ctx, s, tp); err != nil {
+		if err := nodes[follower].PurgeTopic(ctx, tp); err != nil {
 			t.Fatal(err)
 		}
 		net.Heal()
 		for id, n := range nodes {
 			waitFor(t, fmt.Sprintf("node %d to purge", id), func() bool {
-				_, err := n.Poll(ctx, s, tp, 0, parkway.AtOffset(20).Local(), 1)
+				_, err := n.Poll(ctx, tp, 0, parkway.AtOffset(20).Local(), 1)
 				return errors.Is(err, parkway.ErrOffsetOutOfRange)
 			})
 		}
@@ -373,15 +373,15 @@ func TestClusterProduceAsyncThroughFollower(t *testing.T) {
 		ctx := context.Background()
 		s := mustStream(t, nodes[1], "s")
 		tp := mustTopic(t, nodes[1], s, "t", 1)
-		mustProduce(t, nodes[1], s, tp, parkway.PartitionID(0), "warm")
-		leader, err := nodes[1].Leader(ctx, s, tp, 0)
+		mustProduce(t, nodes[1], tp, parkway.PartitionID(0), "warm")
+		leader, err := nodes[1].Leader(ctx, tp, 0)
 		if err != nil || leader == 0 {
 			t.Fatalf("leader %d: %v", leader, err)
 		}
 		follower := others(leader)[0]
 		var pending []*parkway.PendingAck
 		for i := range 20 {
-			pending = append(pending, nodes[follower].ProduceAsync(ctx, s, tp, parkway.PartitionID(0),
+			pending = append(pending, nodes[follower].ProduceAsync(ctx, tp, parkway.PartitionID(0),
 				parkway.Message{Payload: fmt.Appendf(nil, "m%d", i)}))
 		}
 		for i, p := range pending {

@@ -222,6 +222,18 @@ func (c Config) Validate() error {
 	if c.Cluster != nil {
 		errs = append(errs, c.Cluster.Validate())
 	}
+	// The promise of RequestTimeout's doc: a request racing a topic
+	// creation must outlive the park age bound to be served, not failed.
+	if c.RequestTimeout >= 0 && c.ReconcileInterval >= 0 && c.Park.MaxPasses >= 0 {
+		d := c.withDefaults()
+		passes := d.Park.MaxPasses
+		if passes == 0 {
+			passes = shard.DefaultMaxPasses
+		}
+		if bound := time.Duration(passes) * d.ReconcileInterval; d.RequestTimeout <= bound {
+			errs = append(errs, fmt.Errorf("RequestTimeout %v must exceed Park.MaxPasses × ReconcileInterval = %d × %v", d.RequestTimeout, passes, d.ReconcileInterval))
+		}
+	}
 	if err := (shard.Config{Park: c.Park}).Validate(); err != nil {
 		errs = append(errs, err)
 	}

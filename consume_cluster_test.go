@@ -21,17 +21,17 @@ func TestClusterWaitingPollWokenByCommit(t *testing.T) {
 		ctx := context.Background()
 		s := mustStream(t, nodes[1], "s")
 		tp := mustTopic(t, nodes[1], s, "t", 1)
-		mustProduce(t, nodes[1], s, tp, parkway.PartitionID(0), "warm")
-		leader, err := nodes[1].Leader(ctx, s, tp, 0)
+		mustProduce(t, nodes[1], tp, parkway.PartitionID(0), "warm")
+		leader, err := nodes[1].Leader(ctx, tp, 0)
 		if err != nil || leader == 0 {
 			t.Fatalf("leader %d: %v", leader, err)
 		}
 		follower := others(leader)[0]
-		waitFor(t, "the follower's copy", func() bool { return len(readAll(t, nodes[follower], s, tp, 0)) == 1 })
+		waitFor(t, "the follower's copy", func() bool { return len(readAll(t, nodes[follower], tp, 0)) == 1 })
 
 		start := time.Now()
-		atLeader := pollAsync(nodes[leader], ctx, s, tp, 0, parkway.AtOffset(1), 10, parkway.WaitFor(20*time.Second))
-		atFollower := pollAsync(nodes[follower], ctx, s, tp, 0, parkway.AtOffset(1).Local(), 10, parkway.WaitFor(20*time.Second))
+		atLeader := pollAsync(nodes[leader], ctx, tp, 0, parkway.AtOffset(1), 10, parkway.WaitFor(20*time.Second))
+		atFollower := pollAsync(nodes[follower], ctx, tp, 0, parkway.AtOffset(1).Local(), 10, parkway.WaitFor(20*time.Second))
 		time.Sleep(time.Second) // virtual: raft keeps ticking; neither poll may return
 		for _, ch := range []<-chan pollResult{atLeader, atFollower} {
 			select {
@@ -40,7 +40,7 @@ func TestClusterWaitingPollWokenByCommit(t *testing.T) {
 			default:
 			}
 		}
-		mustProduce(t, nodes[follower], s, tp, parkway.PartitionID(0), "x")
+		mustProduce(t, nodes[follower], tp, parkway.PartitionID(0), "x")
 		for name, ch := range map[string]<-chan pollResult{"leader": atLeader, "follower (local)": atFollower} {
 			r := <-ch
 			if r.err != nil || !slices.Equal(payloads(r.b.Messages), []string{"x@1"}) || r.b.Next != 2 {
@@ -64,22 +64,22 @@ func TestClusterForwardedWaitingPollAndOffsets(t *testing.T) {
 		ctx := context.Background()
 		s := mustStream(t, nodes[1], "s")
 		tp := mustTopic(t, nodes[1], s, "t", 1)
-		mustProduce(t, nodes[1], s, tp, parkway.PartitionID(0), "warm")
-		leader, err := nodes[1].Leader(ctx, s, tp, 0)
+		mustProduce(t, nodes[1], tp, parkway.PartitionID(0), "warm")
+		leader, err := nodes[1].Leader(ctx, tp, 0)
 		if err != nil || leader == 0 {
 			t.Fatalf("leader %d: %v", leader, err)
 		}
 		follower := others(leader)[0]
 		start := time.Now()
-		ch := pollAsync(nodes[follower], ctx, s, tp, 0, parkway.AtLast(), 10, parkway.WaitFor(25*time.Second), parkway.MinMessages(2))
+		ch := pollAsync(nodes[follower], ctx, tp, 0, parkway.AtLast(), 10, parkway.WaitFor(25*time.Second), parkway.MinMessages(2))
 		time.Sleep(2 * time.Second) // past the 0.5 s forward timeout: still waiting
 		select {
 		case r := <-ch:
 			t.Fatalf("forwarded waiting poll returned early: %v, %v", payloads(r.b.Messages), r.err)
 		default:
 		}
-		mustProduce(t, nodes[leader], s, tp, parkway.PartitionID(0), "a")
-		mustProduce(t, nodes[leader], s, tp, parkway.PartitionID(0), "b")
+		mustProduce(t, nodes[leader], tp, parkway.PartitionID(0), "a")
+		mustProduce(t, nodes[leader], tp, parkway.PartitionID(0), "b")
 		r := <-ch
 		// AtLast starts at the last message (warm@0); two messages satisfy
 		// MinMessages once a lands.
@@ -89,11 +89,11 @@ func TestClusterForwardedWaitingPollAndOffsets(t *testing.T) {
 		if waited := r.at.Sub(start); waited >= 20*time.Second {
 			t.Fatalf("answered after %v: at its deadline, not by the commit", waited)
 		}
-		offs, err := nodes[follower].PartitionOffsets(ctx, s, tp, 0, "")
+		offs, err := nodes[follower].PartitionOffsets(ctx, tp, 0, "")
 		if err != nil || offs.Start != 0 || offs.End != 3 {
 			t.Fatalf("PartitionOffsets through a follower: %+v, %v; want [0, 3)", offs, err)
 		}
-		b, err := nodes[follower].Poll(ctx, s, tp, 0, parkway.AtTime(time.Now().Add(time.Hour)), 10)
+		b, err := nodes[follower].Poll(ctx, tp, 0, parkway.AtTime(time.Now().Add(time.Hour)), 10)
 		if err != nil || len(b.Messages) != 0 || b.Next != 3 {
 			t.Fatalf("AtTime past the last message through a follower: %v next %d, %v; want none, next 3", payloads(b.Messages), b.Next, err)
 		}

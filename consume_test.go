@@ -18,10 +18,10 @@ type pollResult struct {
 }
 
 // pollAsync runs a poll on its own goroutine and delivers its result.
-func pollAsync(n *parkway.Node, ctx context.Context, stream, topic, part uint32, from parkway.Start, max int, opts ...parkway.PollOption) <-chan pollResult {
+func pollAsync(n *parkway.Node, ctx context.Context, topic parkway.Topic, part uint32, from parkway.Start, max int, opts ...parkway.PollOption) <-chan pollResult {
 	ch := make(chan pollResult, 1)
 	go func() {
-		b, err := n.Poll(ctx, stream, topic, part, from, max, opts...)
+		b, err := n.Poll(ctx, topic, part, from, max, opts...)
 		ch <- pollResult{b, err, time.Now()}
 	}()
 	return ch
@@ -47,9 +47,9 @@ func TestWaitingPollReturnsOnProduce(t *testing.T) {
 		stream := mustStream(t, n, "s")
 		topic := mustTopic(t, n, stream, "t", 1)
 		start := time.Now()
-		ch := pollAsync(n, ctx, stream, topic, 0, parkway.AtOffset(0), 10, parkway.WaitFor(10*time.Second))
+		ch := pollAsync(n, ctx, topic, 0, parkway.AtOffset(0), 10, parkway.WaitFor(10*time.Second))
 		notYet(t, ch)
-		mustProduce(t, n, stream, topic, parkway.PartitionID(0), "m0")
+		mustProduce(t, n, topic, parkway.PartitionID(0), "m0")
 		r := <-ch
 		if r.err != nil || !slices.Equal(payloads(r.b.Messages), []string{"m0@0"}) || r.b.Next != 1 {
 			t.Fatalf("waiting poll: %v next %d, %v; want m0@0 next 1", payloads(r.b.Messages), r.b.Next, r.err)
@@ -59,9 +59,9 @@ func TestWaitingPollReturnsOnProduce(t *testing.T) {
 		}
 
 		start = time.Now()
-		ch = pollAsync(n, ctx, stream, topic, 0, parkway.AtOffset(1), 10, parkway.WaitFor(2*time.Second), parkway.MinMessages(2))
+		ch = pollAsync(n, ctx, topic, 0, parkway.AtOffset(1), 10, parkway.WaitFor(2*time.Second), parkway.MinMessages(2))
 		notYet(t, ch)
-		mustProduce(t, n, stream, topic, parkway.PartitionID(0), "m1") // one of two
+		mustProduce(t, n, topic, parkway.PartitionID(0), "m1") // one of two
 		notYet(t, ch)
 		r = <-ch
 		if r.err != nil || !slices.Equal(payloads(r.b.Messages), []string{"m1@1"}) || r.b.Next != 2 {
@@ -72,7 +72,7 @@ func TestWaitingPollReturnsOnProduce(t *testing.T) {
 		}
 
 		start = time.Now()
-		r = <-pollAsync(n, ctx, stream, topic, 0, parkway.AtOffset(2), 10, parkway.WaitFor(time.Second))
+		r = <-pollAsync(n, ctx, topic, 0, parkway.AtOffset(2), 10, parkway.WaitFor(time.Second))
 		if r.err != nil || len(r.b.Messages) != 0 || r.b.Next != 2 || r.at.Sub(start) != time.Second {
 			t.Fatalf("empty poll at its deadline: %v next %d after %v, %v", payloads(r.b.Messages), r.b.Next, r.at.Sub(start), r.err)
 		}
@@ -83,7 +83,7 @@ func TestWaitingPollReturnsOnProduce(t *testing.T) {
 		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		defer cancel()
 		start = time.Now()
-		b, err := n.Poll(short, stream, topic, 0, parkway.AtOffset(2), 10, parkway.WaitFor(10*time.Second))
+		b, err := n.Poll(short, topic, 0, parkway.AtOffset(2), 10, parkway.WaitFor(10*time.Second))
 		if err != nil || len(b.Messages) != 0 || time.Since(start) != 270*time.Millisecond {
 			t.Fatalf("poll under a 300ms context: %v after %v, %v", payloads(b.Messages), time.Since(start), err)
 		}
@@ -99,9 +99,9 @@ func TestWaitingPollEndsOnDeleteTruncateAndClose(t *testing.T) {
 		stream := mustStream(t, n, "s")
 		topic := mustTopic(t, n, stream, "t", 1)
 		start := time.Now()
-		ch := pollAsync(n, ctx, stream, topic, 0, parkway.AtOffset(0), 10, parkway.WaitFor(20*time.Second))
+		ch := pollAsync(n, ctx, topic, 0, parkway.AtOffset(0), 10, parkway.WaitFor(20*time.Second))
 		notYet(t, ch)
-		if err := n.DeleteTopic(ctx, stream, topic); err != nil {
+		if err := n.DeleteTopic(ctx, topic); err != nil {
 			t.Fatal(err)
 		}
 		r := <-ch
@@ -115,16 +115,16 @@ func TestWaitingPollEndsOnDeleteTruncateAndClose(t *testing.T) {
 		// Truncated past its position: the poll ends with
 		// ErrOffsetOutOfRange, and a poll AtFirst carries on.
 		trunc := mustTopic(t, n, stream, "t2", 1)
-		mustProduce(t, n, stream, trunc, parkway.PartitionID(0), "m0", "m1", "m2", "m3")
-		ch = pollAsync(n, ctx, stream, trunc, 0, parkway.AtOffset(1), 10, parkway.WaitFor(20*time.Second), parkway.MinMessages(10))
+		mustProduce(t, n, trunc, parkway.PartitionID(0), "m0", "m1", "m2", "m3")
+		ch = pollAsync(n, ctx, trunc, 0, parkway.AtOffset(1), 10, parkway.WaitFor(20*time.Second), parkway.MinMessages(10))
 		notYet(t, ch)
-		if err := n.TruncatePartition(ctx, stream, trunc, 0, 3); err != nil {
+		if err := n.TruncatePartition(ctx, trunc, 0, 3); err != nil {
 			t.Fatal(err)
 		}
 		if r := <-ch; !errors.Is(r.err, parkway.ErrOffsetOutOfRange) {
 			t.Fatalf("waiting poll truncated past: %v, %v; want ErrOffsetOutOfRange", payloads(r.b.Messages), r.err)
 		}
-		if b, err := n.Poll(ctx, stream, trunc, 0, parkway.AtFirst(), 10); err != nil || !slices.Equal(payloads(b.Messages), []string{"m3@3"}) {
+		if b, err := n.Poll(ctx, trunc, 0, parkway.AtFirst(), 10); err != nil || !slices.Equal(payloads(b.Messages), []string{"m3@3"}) {
 			t.Fatalf("poll AtFirst after the truncation: %v, %v", payloads(b.Messages), err)
 		}
 
@@ -134,7 +134,7 @@ func TestWaitingPollEndsOnDeleteTruncateAndClose(t *testing.T) {
 		}
 		s2 := mustStream(t, closing, "s")
 		t2 := mustTopic(t, closing, s2, "t", 1)
-		ch = pollAsync(closing, ctx, s2, t2, 0, parkway.AtOffset(0), 10, parkway.WaitFor(20*time.Second))
+		ch = pollAsync(closing, ctx, t2, 0, parkway.AtOffset(0), 10, parkway.WaitFor(20*time.Second))
 		notYet(t, ch)
 		if err := closing.Close(); err != nil {
 			t.Fatal(err)
@@ -157,11 +157,11 @@ func TestPollStartPositionsAndOffsets(t *testing.T) {
 		for _, p := range []string{"m0", "m1", "m2", "m3", "m4"} {
 			time.Sleep(time.Second) // virtual: spaces the append times
 			times = append(times, time.Now())
-			mustProduce(t, n, stream, topic, parkway.PartitionID(0), p)
+			mustProduce(t, n, topic, parkway.PartitionID(0), p)
 		}
 		poll := func(from parkway.Start, max int) ([]string, uint64, error) {
 			t.Helper()
-			b, err := n.Poll(ctx, stream, topic, 0, from, max)
+			b, err := n.Poll(ctx, topic, 0, from, max)
 			return payloads(b.Messages), b.Next, err
 		}
 		check := func(name string, from parkway.Start, max int, want []string, next uint64) {
@@ -184,10 +184,10 @@ func TestPollStartPositionsAndOffsets(t *testing.T) {
 		}
 
 		// The consumer stores 1, then the partition is truncated past it.
-		if err := n.StoreOffset(ctx, "c", stream, topic, 0, 1); err != nil {
+		if err := n.StoreOffset(ctx, "c", topic, 0, 1); err != nil {
 			t.Fatal(err)
 		}
-		if err := n.TruncatePartition(ctx, stream, topic, 0, 3); err != nil {
+		if err := n.TruncatePartition(ctx, topic, 0, 3); err != nil {
 			t.Fatal(err)
 		}
 		check("consumer below the start: clamped", parkway.AtConsumer("c"), 10, []string{"m3@3", "m4@4"}, 5)
@@ -198,29 +198,29 @@ func TestPollStartPositionsAndOffsets(t *testing.T) {
 		}
 		// Storing below the start is accepted (and resolved on poll);
 		// past the end is refused.
-		if err := n.StoreOffset(ctx, "c", stream, topic, 0, 0); err != nil {
+		if err := n.StoreOffset(ctx, "c", topic, 0, 0); err != nil {
 			t.Fatalf("storing below the start: %v", err)
 		}
-		if err := n.StoreOffset(ctx, "c", stream, topic, 0, 6); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
+		if err := n.StoreOffset(ctx, "c", topic, 0, 6); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
 			t.Fatalf("storing past the end: %v", err)
 		}
 
-		po, err := n.PartitionOffsets(ctx, stream, topic, 0, "c")
+		po, err := n.PartitionOffsets(ctx, topic, 0, "c")
 		if err != nil || po != (parkway.PartitionOffsets{Start: 3, End: 5, Stored: 0, HasStored: true, Lag: 2}) {
 			t.Fatalf("PartitionOffsets = %+v, %v", po, err)
 		}
-		if err := n.StoreOffset(ctx, "c", stream, topic, 0, 4); err != nil {
+		if err := n.StoreOffset(ctx, "c", topic, 0, 4); err != nil {
 			t.Fatal(err)
 		}
-		po, err = n.PartitionOffsets(ctx, stream, topic, 0, "c")
+		po, err = n.PartitionOffsets(ctx, topic, 0, "c")
 		if err != nil || po.Stored != 4 || po.Lag != 1 {
 			t.Fatalf("PartitionOffsets after storing 4 = %+v, %v", po, err)
 		}
-		po, err = n.PartitionOffsets(ctx, stream, topic, 0, "")
+		po, err = n.PartitionOffsets(ctx, topic, 0, "")
 		if err != nil || po != (parkway.PartitionOffsets{Start: 3, End: 5, Lag: 2}) {
 			t.Fatalf("PartitionOffsets without a consumer = %+v, %v", po, err)
 		}
-		if _, err := n.PartitionOffsets(ctx, stream, topic, 0, "bad/name"); !errors.Is(err, parkway.ErrInvalidConsumer) {
+		if _, err := n.PartitionOffsets(ctx, topic, 0, "bad/name"); !errors.Is(err, parkway.ErrInvalidConsumer) {
 			t.Fatalf("PartitionOffsets with a bad consumer name: %v", err)
 		}
 	})
@@ -235,14 +235,14 @@ func TestConsumeKeyAndTimestamps(t *testing.T) {
 		stream := mustStream(t, n, "s")
 		topic := mustTopic(t, n, stream, "t", 3)
 		produced := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC).UnixMicro()
-		ack, err := n.Produce(ctx, stream, topic, parkway.Key([]byte("user-7")),
+		ack, err := n.Produce(ctx, topic, parkway.Key([]byte("user-7")),
 			parkway.Message{Payload: []byte("a"), Timestamp: produced},
 			parkway.Message{Payload: []byte("b"), Key: []byte("own")},
 		)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := n.Poll(ctx, stream, topic, ack.Partition, parkway.AtFirst(), 10)
+		b, err := n.Poll(ctx, topic, ack.Partition, parkway.AtFirst(), 10)
 		if err != nil || len(b.Messages) != 2 {
 			t.Fatalf("poll: %d messages, %v", len(b.Messages), err)
 		}
@@ -271,11 +271,11 @@ func TestPollOptionsInvalid(t *testing.T) {
 			"zero byte cap":  parkway.MaxBytes(0),
 			"negative bytes": parkway.MaxBytes(-1),
 		} {
-			if _, err := n.Poll(ctx, stream, topic, 0, parkway.AtFirst(), 10, opt); !errors.Is(err, parkway.ErrInvalidArgument) {
+			if _, err := n.Poll(ctx, topic, 0, parkway.AtFirst(), 10, opt); !errors.Is(err, parkway.ErrInvalidArgument) {
 				t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
 			}
 		}
-		if _, err := n.Poll(ctx, stream, topic, 0, parkway.AtFirst(), 10, parkway.WaitFor(parkway.MaxPollWait)); err != nil {
+		if _, err := n.Poll(ctx, topic, 0, parkway.AtFirst(), 10, parkway.WaitFor(parkway.MaxPollWait)); err != nil {
 			t.Fatalf("a wait of MaxPollWait: %v", err)
 		}
 	})

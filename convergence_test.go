@@ -61,25 +61,25 @@ func TestConvergenceCreateThenProduce(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			n := open(t, parkway.Config{Shards: convShards})
 			stream := mustStream(t, n, "conv")
-			if stream != 0 {
-				t.Fatalf("first stream got id %d, want 0", stream)
+			if stream.ID != 0 {
+				t.Fatalf("first stream got id %d, want 0", stream.ID)
 			}
 			// All creations first: the produces then race the reconcilers.
-			ids := make([]uint32, convTopics)
+			ids := make([]parkway.Topic, convTopics)
 			for i := range ids {
 				ids[i] = mustTopic(t, n, stream, fmt.Sprintf("t%d", i), 1)
-				if ids[i] != uint32(i) {
-					t.Fatalf("topic %d got id %d, want %d", i, ids[i], i)
+				if ids[i].ID != uint32(i) {
+					t.Fatalf("topic %d got id %d, want %d", i, ids[i].ID, i)
 				}
 			}
 			for i, topic := range ids {
-				ack := mustProduce(t, n, stream, topic, parkway.PartitionID(0), fmt.Sprintf("m%d", i))
+				ack := mustProduce(t, n, topic, parkway.PartitionID(0), fmt.Sprintf("m%d", i))
 				if ack.FirstOffset != 0 || ack.Partition != 0 {
 					t.Fatalf("topic %d: acked at partition %d offset %d, want 0/0", i, ack.Partition, ack.FirstOffset)
 				}
 			}
 			for i, topic := range ids {
-				expectLog(t, n, stream, topic, 0, fmt.Sprintf("m%d", i))
+				expectLog(t, n, topic, 0, fmt.Sprintf("m%d", i))
 			}
 			checkOwners(t, n, stream, ids)
 		})
@@ -91,16 +91,16 @@ func TestConvergenceCreateThenProduce(t *testing.T) {
 			// commit whose reconcile pass is still running.
 			n := open(t, parkway.Config{Shards: convShards})
 			stream := mustStream(t, n, "conv")
-			ids := make([]uint32, convTopics)
+			ids := make([]parkway.Topic, convTopics)
 			for i := range ids {
 				ids[i] = mustTopic(t, n, stream, fmt.Sprintf("t%d", i), 1)
-				ack := mustProduce(t, n, stream, ids[i], parkway.PartitionID(0), fmt.Sprintf("m%d", i))
+				ack := mustProduce(t, n, ids[i], parkway.PartitionID(0), fmt.Sprintf("m%d", i))
 				if ack.FirstOffset != 0 {
 					t.Fatalf("topic %d: acked at offset %d, want 0", i, ack.FirstOffset)
 				}
 			}
 			for i, topic := range ids {
-				expectLog(t, n, stream, topic, 0, fmt.Sprintf("m%d", i))
+				expectLog(t, n, topic, 0, fmt.Sprintf("m%d", i))
 			}
 			checkOwners(t, n, stream, ids)
 		})
@@ -114,19 +114,19 @@ func TestConvergenceCreateThenProduce(t *testing.T) {
 			n := open(t, parkway.Config{Shards: convShards})
 			stream := mustStream(t, n, "conv")
 			ctx := ctxFor(t)
-			created := make([]chan uint32, convTopics)
+			created := make([]chan parkway.Topic, convTopics)
 			acks := make([]parkway.Ack, convTopics)
 			errs := make([]error, convTopics)
 			var wg sync.WaitGroup
 			for i := range convTopics {
-				created[i] = make(chan uint32, 1)
+				created[i] = make(chan parkway.Topic, 1)
 				wg.Go(func() {
 					topic := <-created[i]
-					acks[i], errs[i] = n.Produce(ctx, stream, topic, parkway.PartitionID(0),
+					acks[i], errs[i] = n.Produce(ctx, topic, parkway.PartitionID(0),
 						parkway.Message{Payload: fmt.Appendf(nil, "m%d", i)})
 				})
 			}
-			ids := make([]uint32, convTopics)
+			ids := make([]parkway.Topic, convTopics)
 			for i := range ids {
 				ids[i] = mustTopic(t, n, stream, fmt.Sprintf("t%d", i), 1)
 				created[i] <- ids[i]
@@ -141,7 +141,7 @@ func TestConvergenceCreateThenProduce(t *testing.T) {
 				}
 			}
 			for i, topic := range ids {
-				expectLog(t, n, stream, topic, 0, fmt.Sprintf("m%d", i))
+				expectLog(t, n, topic, 0, fmt.Sprintf("m%d", i))
 			}
 			checkOwners(t, n, stream, ids)
 		})
@@ -154,7 +154,7 @@ func TestConvergenceCreateThenProduce(t *testing.T) {
 			n := open(t, parkway.Config{Shards: convShards})
 			stream := mustStream(t, n, "conv")
 			ctx := ctxFor(t)
-			ids := make([]uint32, convTopics)
+			ids := make([]parkway.Topic, convTopics)
 			acks := make([]parkway.Ack, convTopics)
 			errs := make([]error, convTopics)
 			var wg sync.WaitGroup
@@ -164,7 +164,7 @@ func TestConvergenceCreateThenProduce(t *testing.T) {
 					if errs[i] != nil {
 						return
 					}
-					acks[i], errs[i] = n.Produce(ctx, stream, ids[i], parkway.PartitionID(0),
+					acks[i], errs[i] = n.Produce(ctx, ids[i], parkway.PartitionID(0),
 						parkway.Message{Payload: fmt.Appendf(nil, "m%d", i)})
 				})
 			}
@@ -174,15 +174,19 @@ func TestConvergenceCreateThenProduce(t *testing.T) {
 					t.Fatalf("goroutine %d: %v", i, errs[i])
 				}
 				if acks[i].FirstOffset != 0 {
-					t.Fatalf("topic %d: acked at offset %d, want 0", ids[i], acks[i].FirstOffset)
+					t.Fatalf("topic %v: acked at offset %d, want 0", ids[i], acks[i].FirstOffset)
 				}
 			}
-			sorted := slices.Sorted(slices.Values(ids))
+			var sorted []uint32
+			for _, id := range ids {
+				sorted = append(sorted, id.ID)
+			}
+			slices.Sort(sorted)
 			if want := []uint32{0, 1, 2, 3, 4, 5, 6, 7}; !slices.Equal(sorted, want) {
 				t.Fatalf("topic ids %v, want %v", sorted, want)
 			}
 			for i, topic := range ids {
-				expectLog(t, n, stream, topic, 0, fmt.Sprintf("m%d", i))
+				expectLog(t, n, topic, 0, fmt.Sprintf("m%d", i))
 			}
 		})
 	})
@@ -204,13 +208,13 @@ func TestConvergeManyPartitionsAtOnce(t *testing.T) {
 		var wg sync.WaitGroup
 		for p := range uint32(parts) {
 			wg.Go(func() {
-				acks[p], errs[p] = n.Produce(ctx, stream, topic, parkway.PartitionID(p),
+				acks[p], errs[p] = n.Produce(ctx, topic, parkway.PartitionID(p),
 					parkway.Message{Payload: fmt.Appendf(nil, "p%d", p)})
 			})
 		}
 		wg.Wait()
 		owners := map[int]int{}
-		infos, err := n.Partitions(stream, topic)
+		infos, err := n.Partitions(ctxFor(t), topic)
 		if err != nil || len(infos) != parts {
 			t.Fatalf("Partitions: %d, %v", len(infos), err)
 		}
@@ -221,7 +225,7 @@ func TestConvergeManyPartitionsAtOnce(t *testing.T) {
 			if acks[p].Partition != p || acks[p].FirstOffset != 0 {
 				t.Fatalf("partition %d: acked %+v", p, acks[p])
 			}
-			expectLog(t, n, stream, topic, p, fmt.Sprintf("p%d", p))
+			expectLog(t, n, topic, p, fmt.Sprintf("p%d", p))
 			owners[infos[p].Owner]++
 		}
 		if len(owners) != convShards {
@@ -232,13 +236,13 @@ func TestConvergeManyPartitionsAtOnce(t *testing.T) {
 
 // checkOwners checks that the committed owner of each topic's partition 0
 // is the hash assignment, and that the set spans both shards.
-func checkOwners(t *testing.T, n *parkway.Node, stream uint32, ids []uint32) {
+func checkOwners(t *testing.T, n *parkway.Node, stream parkway.Stream, ids []parkway.Topic) {
 	t.Helper()
 	seen := map[int]bool{}
 	for _, topic := range ids {
-		parts, err := n.Partitions(stream, topic)
+		parts, err := n.Partitions(ctxFor(t), topic)
 		if err != nil || len(parts) != 1 {
-			t.Fatalf("Partitions(%d, %d) = %v, %v; want one", stream, topic, parts, err)
+			t.Fatalf("Partitions(%v in %v) = %v, %v; want one", topic, stream, parts, err)
 		}
 		if want := router.Assign(parts[0].NS, convShards); parts[0].Owner != want {
 			t.Fatalf("partition %v committed on shard %d, assignment says %d", parts[0].NS, parts[0].Owner, want)
@@ -262,40 +266,41 @@ func TestConvergenceDeleteRecreateServesOnlyNewIncarnation(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				n := open(t, parkway.Config{Shards: convShards})
 				stream := mustStream(t, n, "conv")
-				ids := make([]uint32, convTopics)
+				ids := make([]parkway.Topic, convTopics)
 				for i := range ids {
 					ids[i] = mustTopic(t, n, stream, fmt.Sprintf("t%d", i), 1)
 					// Several messages, so a leak of the old log would show as
 					// extra messages or a non-zero offset.
-					mustProduce(t, n, stream, ids[i], parkway.PartitionID(0), "old-a", "old-b", "old-c")
+					mustProduce(t, n, ids[i], parkway.PartitionID(0), "old-a", "old-b", "old-c")
 				}
-				incarnations := map[uint32]parkway.PartitionInfo{}
+				incarnations := map[uint32]parkway.PartitionInfo{} // by topic id
 				for _, topic := range ids {
-					parts, err := n.Partitions(stream, topic)
+					parts, err := n.Partitions(ctxFor(t), topic)
 					if err != nil {
 						t.Fatal(err)
 					}
-					incarnations[topic] = parts[0]
+					incarnations[topic.ID] = parts[0]
 				}
 
 				for round := 1; round <= 3; round++ {
 					deleteTopic := func(i int) {
-						if err := n.DeleteTopic(ctxFor(t), stream, ids[i]); err != nil {
-							t.Fatalf("round %d: DeleteTopic(%d): %v", round, ids[i], err)
+						if err := n.DeleteTopic(ctxFor(t), ids[i]); err != nil {
+							t.Fatalf("round %d: DeleteTopic(%v): %v", round, ids[i], err)
 						}
-						if _, err := n.Partitions(stream, ids[i]); err == nil {
-							t.Fatalf("round %d: topic %d still listed after delete", round, ids[i])
+						if _, err := n.Partitions(ctxFor(t), ids[i]); err == nil {
+							t.Fatalf("round %d: topic %v still listed after delete", round, ids[i])
 						}
 					}
 					create := func(i int) {
 						id := mustTopic(t, n, stream, fmt.Sprintf("t%d", i), 1)
-						if id != ids[i] {
-							t.Fatalf("round %d: recreated t%d got id %d, want the reused slab id %d", round, i, id, ids[i])
+						if id.ID != ids[i].ID || id.Revision <= ids[i].Revision {
+							t.Fatalf("round %d: recreated t%d is %v, want the reused slab id of %v in a newer incarnation", round, i, id, ids[i])
 						}
+						ids[i] = id
 					}
 					produce := func(i int) {
 						payload := fmt.Sprintf("new-%d-%d", round, i)
-						ack := mustProduce(t, n, stream, ids[i], parkway.PartitionID(0), payload)
+						ack := mustProduce(t, n, ids[i], parkway.PartitionID(0), payload)
 						if ack.FirstOffset != 0 {
 							t.Fatalf("round %d: produce to recreated t%d acked at offset %d, want 0 (fresh incarnation)", round, i, ack.FirstOffset)
 						}
@@ -318,19 +323,19 @@ func TestConvergenceDeleteRecreateServesOnlyNewIncarnation(t *testing.T) {
 						}
 					}
 					for i, topic := range ids {
-						expectLog(t, n, stream, topic, 0, fmt.Sprintf("new-%d-%d", round, i))
-						parts, err := n.Partitions(stream, topic)
+						expectLog(t, n, topic, 0, fmt.Sprintf("new-%d-%d", round, i))
+						parts, err := n.Partitions(ctxFor(t), topic)
 						if err != nil {
 							t.Fatal(err)
 						}
-						old := incarnations[topic]
+						old := incarnations[topic.ID]
 						if parts[0].NS != old.NS {
 							t.Fatalf("round %d: recreated t%d has namespace %v, want the old %v", round, i, parts[0].NS, old.NS)
 						}
 						if parts[0].CreatedRevision <= old.CreatedRevision {
 							t.Fatalf("round %d: recreated t%d has incarnation %d, not newer than %d", round, i, parts[0].CreatedRevision, old.CreatedRevision)
 						}
-						incarnations[topic] = parts[0]
+						incarnations[topic.ID] = parts[0]
 					}
 				}
 			})
@@ -358,8 +363,8 @@ func TestBehaviour01FreshTopicReachesOwner(t *testing.T) {
 		want := make([]float64, convShards)
 		for topic := range uint32(4) { // owners 1 1 0 0: both shards, twice each
 			id := mustTopic(t, n, stream, fmt.Sprintf("t%d", topic), 1)
-			mustProduce(t, n, stream, id, parkway.PartitionID(0), "hello")
-			ns, _ := metadata.NewNamespace(stream, id, 0)
+			mustProduce(t, n, id, parkway.PartitionID(0), "hello")
+			ns, _ := metadata.NewNamespace(stream.ID, id.ID, 0)
 			owner := router.Assign(ns, convShards)
 			want[owner]++
 			// The produce was served, so its partition exists, and only on the
@@ -392,32 +397,35 @@ func TestRecreatedStreamAndPartitionsServeOnlyNewIncarnation(t *testing.T) {
 			n := open(t, parkway.Config{Shards: convShards})
 			ctx := ctxFor(t)
 			stream := mustStream(t, n, "conv")
+			var last parkway.Topic
 			for i := range convTopics {
 				topic := mustTopic(t, n, stream, fmt.Sprintf("t%d", i), 1)
-				mustProduce(t, n, stream, topic, parkway.PartitionID(0), "old")
-				if err := n.StoreOffset(ctx, "reader", stream, topic, 0, 1); err != nil {
+				last = topic
+				mustProduce(t, n, topic, parkway.PartitionID(0), "old")
+				if err := n.StoreOffset(ctx, "reader", topic, 0, 1); err != nil {
 					t.Fatal(err)
 				}
 			}
 			if err := n.DeleteStream(ctx, stream); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := n.Poll(ctx, stream, 0, 0, parkway.AtOffset(0), 10); !errors.Is(err, parkway.ErrStreamNotFound) {
+			if _, err := n.Poll(ctx, last, 0, parkway.AtOffset(0), 10); !errors.Is(err, parkway.ErrStreamNotFound) {
 				t.Fatalf("poll of a deleted stream: %v, want ErrStreamNotFound", err)
 			}
-			if again := mustStream(t, n, "conv"); again != stream {
-				t.Fatalf("recreated stream got id %d, want the reused slab id %d", again, stream)
+			again := mustStream(t, n, "conv")
+			if again.ID != stream.ID || again == stream {
+				t.Fatalf("recreated stream is %v, want the reused slab id of %v in a new incarnation", again, stream)
 			}
 			for i := range convTopics {
-				topic := mustTopic(t, n, stream, fmt.Sprintf("t%d", i), 1)
-				if topic != uint32(i) {
-					t.Fatalf("recreated topic t%d got id %d", i, topic)
+				topic := mustTopic(t, n, again, fmt.Sprintf("t%d", i), 1)
+				if topic.ID != uint32(i) {
+					t.Fatalf("recreated topic t%d got id %d", i, topic.ID)
 				}
-				if ack := mustProduce(t, n, stream, topic, parkway.PartitionID(0), "new"); ack.FirstOffset != 0 {
+				if ack := mustProduce(t, n, topic, parkway.PartitionID(0), "new"); ack.FirstOffset != 0 {
 					t.Fatalf("t%d: acked at %d, want 0", i, ack.FirstOffset)
 				}
-				expectLog(t, n, stream, topic, 0, "new")
-				if _, ok, err := n.ConsumerOffset(ctx, "reader", stream, topic, 0); err != nil || ok {
+				expectLog(t, n, topic, 0, "new")
+				if _, ok, err := n.ConsumerOffset(ctx, "reader", topic, 0); err != nil || ok {
 					t.Fatalf("t%d: the dead incarnation's consumer offset is served (stored %v, %v)", i, ok, err)
 				}
 			}
@@ -431,20 +439,20 @@ func TestRecreatedStreamAndPartitionsServeOnlyNewIncarnation(t *testing.T) {
 			stream := mustStream(t, n, "conv")
 			topic := mustTopic(t, n, stream, "t", 4)
 			for p := range uint32(4) {
-				mustProduce(t, n, stream, topic, parkway.PartitionID(p), fmt.Sprintf("old-%d", p))
+				mustProduce(t, n, topic, parkway.PartitionID(p), fmt.Sprintf("old-%d", p))
 			}
-			before, _ := n.Partitions(stream, topic)
+			before, _ := n.Partitions(ctxFor(t), topic)
 			// Shrink to one partition, then grow back to four.
-			if err := n.DeletePartitions(ctx, stream, topic, 3); err != nil {
+			if err := n.DeletePartitions(ctx, topic, 3); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := n.Produce(ctx, stream, topic, parkway.PartitionID(3), parkway.Message{Payload: []byte("x")}); !errors.Is(err, parkway.ErrPartitionNotFound) {
+			if _, err := n.Produce(ctx, topic, parkway.PartitionID(3), parkway.Message{Payload: []byte("x")}); !errors.Is(err, parkway.ErrPartitionNotFound) {
 				t.Fatalf("produce to a deleted partition: %v, want ErrPartitionNotFound", err)
 			}
-			if err := n.CreatePartitions(ctx, stream, topic, 3); err != nil {
+			if err := n.CreatePartitions(ctx, topic, 3); err != nil {
 				t.Fatal(err)
 			}
-			after, _ := n.Partitions(stream, topic)
+			after, _ := n.Partitions(ctxFor(t), topic)
 			if len(after) != 4 {
 				t.Fatalf("%d partitions after regrowing, want 4", len(after))
 			}
@@ -456,11 +464,11 @@ func TestRecreatedStreamAndPartitionsServeOnlyNewIncarnation(t *testing.T) {
 				if regrown != (after[p].CreatedRevision != before[p].CreatedRevision) {
 					t.Fatalf("partition %d: incarnation %d, was %d", p, after[p].CreatedRevision, before[p].CreatedRevision)
 				}
-				mustProduce(t, n, stream, topic, parkway.PartitionID(p), fmt.Sprintf("new-%d", p))
+				mustProduce(t, n, topic, parkway.PartitionID(p), fmt.Sprintf("new-%d", p))
 				if regrown {
-					expectLog(t, n, stream, topic, p, fmt.Sprintf("new-%d", p))
+					expectLog(t, n, topic, p, fmt.Sprintf("new-%d", p))
 				} else {
-					expectLog(t, n, stream, topic, p, "old-0", "new-0")
+					expectLog(t, n, topic, p, "old-0", "new-0")
 				}
 			}
 		})

@@ -17,6 +17,18 @@
 // until the caller's deadline; they are distinct from ErrNotLeader, which
 // tells a client to go elsewhere.
 //
+// # Handles
+//
+// CreateStream and CreateTopic return handles, Stream and Topic: the ids
+// plus the incarnation (the committed created revision) they name. Ids are
+// reused after a delete, so every data and admin call takes a handle, and a
+// call whose incarnation is gone — the topic or stream was deleted, even if
+// a new one took its ids — fails with ErrTopicNotFound or ErrStreamNotFound
+// wrapping ErrStaleHandle, wherever the request was parked or forwarded.
+// Lookups by name (Node.Stream, Node.Topic) and the listings return
+// handles; in a cluster they pass a metadata read barrier first, so what
+// was created through any node is found at once.
+//
 // With Config.Cluster, a node is one replica of a cluster: the metadata and
 // every partition are replicated with raft (go.etcd.io/raft/v3), a produce
 // is acknowledged once a quorum has it, and a request to a follower is

@@ -29,56 +29,56 @@ func TestRestartKeepsEverything(t *testing.T) {
 		}
 		s := mustStream(t, n, "s")
 		keep := mustTopic(t, n, s, "keep", 2)
-		mustProduce(t, n, s, keep, parkway.PartitionID(0), "a", "b")
-		mustProduce(t, n, s, keep, parkway.PartitionID(1), "c")
-		if err := n.StoreOffset(ctxFor(t), "reader", s, keep, 0, 1); err != nil {
+		mustProduce(t, n, keep, parkway.PartitionID(0), "a", "b")
+		mustProduce(t, n, keep, parkway.PartitionID(1), "c")
+		if err := n.StoreOffset(ctxFor(t), "reader", keep, 0, 1); err != nil {
 			t.Fatal(err)
 		}
 		gone := mustTopic(t, n, s, "gone", 1)
-		mustProduce(t, n, s, gone, parkway.PartitionID(0), "dead")
-		if err := n.DeleteTopic(ctxFor(t), s, gone); err != nil {
+		mustProduce(t, n, gone, parkway.PartitionID(0), "dead")
+		if err := n.DeleteTopic(ctxFor(t), gone); err != nil {
 			t.Fatal(err)
 		}
 		again := mustTopic(t, n, s, "gone", 1)
-		if again != gone {
-			t.Fatalf("recreated topic id %d, want the slab id %d", again, gone)
+		if again.ID != gone.ID || again == gone {
+			t.Fatalf("recreated topic %v, want the slab id %d in a new incarnation", again, gone.ID)
 		}
-		mustProduce(t, n, s, again, parkway.PartitionID(0), "alive")
+		mustProduce(t, n, again, parkway.PartitionID(0), "alive")
 		other := mustStream(t, n, "other")
 		if err := n.DeleteStream(ctxFor(t), other); err != nil {
 			t.Fatal(err)
 		}
-		before, _ := n.Partitions(s, again)
+		before, _ := n.Partitions(ctxFor(t), again)
 		synctest.Wait()
 		if err := n.Close(); err != nil {
 			t.Fatal(err)
 		}
 
 		n2 := open(t, cfg)
-		if st, ok := n2.Stream("s"); !ok || st.ID != s {
-			t.Fatalf("stream after restart: %+v %v", st, ok)
+		if st, err := n2.Stream(ctxFor(t), "s"); err != nil || st != s {
+			t.Fatalf("stream after restart: %v %v, want %v", st, err, s)
 		}
-		if _, ok := n2.Stream("other"); ok {
+		if _, err := n2.Stream(ctxFor(t), "other"); err == nil {
 			t.Fatal("deleted stream came back")
 		}
-		expectLog(t, n2, s, keep, 0, "a", "b")
-		expectLog(t, n2, s, keep, 1, "c")
-		expectLog(t, n2, s, again, 0, "alive")
-		off, ok, err := n2.ConsumerOffset(ctxFor(t), "reader", s, keep, 0)
+		expectLog(t, n2, keep, 0, "a", "b")
+		expectLog(t, n2, keep, 1, "c")
+		expectLog(t, n2, again, 0, "alive")
+		off, ok, err := n2.ConsumerOffset(ctxFor(t), "reader", keep, 0)
 		if err != nil || !ok || off != 1 {
 			t.Fatalf("consumer offset after restart: %d %v %v", off, ok, err)
 		}
-		after, _ := n2.Partitions(s, again)
+		after, _ := n2.Partitions(ctxFor(t), again)
 		if !slices.Equal(before, after) {
 			t.Fatalf("partitions after restart %+v, want %+v (same incarnation)", after, before)
 		}
 		// Slab allocation continues where it was: the freed stream id is
 		// reused first.
-		if id := mustStream(t, n2, "third"); id != other {
-			t.Fatalf("new stream got id %d, want the freed %d", id, other)
+		if id := mustStream(t, n2, "third"); id.ID != other.ID {
+			t.Fatalf("new stream got id %d, want the freed %d", id.ID, other.ID)
 		}
-		mustProduce(t, n2, s, keep, parkway.PartitionID(0), "d")
-		expectLog(t, n2, s, keep, 0, "a", "b", "d")
+		mustProduce(t, n2, keep, parkway.PartitionID(0), "d")
+		expectLog(t, n2, keep, 0, "a", "b", "d")
 	})
 }
 
@@ -92,14 +92,14 @@ type attempt struct {
 
 // crashWorkload runs against a node until the first error a client sees:
 // a real writer stops there. It returns what it attempted.
-func crashWorkload(ctx context.Context, n *parkway.Node) (stream, topic uint32, topicOK bool, attempts []attempt, offsetAcked bool) {
+func crashWorkload(ctx context.Context, n *parkway.Node) (stream parkway.Stream, topic parkway.Topic, topicOK bool, attempts []attempt, offsetAcked bool) {
 	s, err := n.CreateStream(ctx, "s")
 	if err != nil {
-		return 0, 0, false, nil, false
+		return parkway.Stream{}, parkway.Topic{}, false, nil, false
 	}
 	tp, err := n.CreateTopic(ctx, s, "t", 2)
 	if err != nil {
-		return s, 0, false, nil, false
+		return s, parkway.Topic{}, false, nil, false
 	}
 	for k := range 8 {
 		a := attempt{part: uint32(k % 2)}
@@ -108,14 +108,14 @@ func crashWorkload(ctx context.Context, n *parkway.Node) (stream, topic uint32, 
 			a.payloads = append(a.payloads, fmt.Sprintf("%d-%d", k, j))
 			msgs[j].Payload = []byte(a.payloads[j])
 		}
-		ack, err := n.Produce(ctx, s, tp, parkway.PartitionID(a.part), msgs...)
+		ack, err := n.Produce(ctx, tp, parkway.PartitionID(a.part), msgs...)
 		a.acked, a.offset = err == nil, ack.FirstOffset
 		attempts = append(attempts, a)
 		if err != nil {
 			return s, tp, true, attempts, false
 		}
 	}
-	err = n.StoreOffset(ctx, "c", s, tp, 0, 3)
+	err = n.StoreOffset(ctx, "c", tp, 0, 3)
 	return s, tp, true, attempts, err == nil
 }
 
@@ -153,16 +153,16 @@ func checkCrashAt(t *testing.T, i int64, fault error) {
 	mem := vfs.NewMem()
 	inj := errorfs.OnIndex(i, fault)
 	cfg := parkway.Config{DataDir: "/data", FS: errorfs.New(mem, inj), Shards: 2,
-		BuildBackoffMin: time.Millisecond, BuildBackoffMax: 10 * time.Millisecond, RequestTimeout: time.Second}
+		BuildBackoffMin: time.Millisecond, BuildBackoffMax: 10 * time.Millisecond, RequestTimeout: time.Second, ReconcileInterval: 250 * time.Millisecond}
 	n, err := parkway.Open(cfg)
 	var (
-		s, tp    uint32
+		tp       parkway.Topic
 		topicOK  bool
 		attempts []attempt
 		offAcked bool
 	)
 	if err == nil {
-		s, tp, topicOK, attempts, offAcked = crashWorkload(ctxFor(t), n)
+		_, tp, topicOK, attempts, offAcked = crashWorkload(ctxFor(t), n)
 	}
 	crashed := mem.Crash() // power loss: only what was fsynced survives
 	if n != nil {
@@ -181,11 +181,11 @@ func checkCrashAt(t *testing.T, i int64, fault error) {
 	if !topicOK {
 		return // nothing acknowledged beyond metadata we do not check here
 	}
-	if _, ok := n2.Stream("s"); !ok {
+	if _, err := n2.Stream(ctxFor(t), "s"); err != nil {
 		t.Fatalf("op %d (%v): acknowledged stream lost", i, fault)
 	}
 	for part := range uint32(2) {
-		got := readAll(t, n2, s, tp, part)
+		got := readAll(t, n2, tp, part)
 		var want []string // every batch attempted on part, in order
 		ackedEnd := 0     // end of the last acknowledged batch
 		for _, a := range attempts {
@@ -214,7 +214,7 @@ func checkCrashAt(t *testing.T, i int64, fault error) {
 		}
 	}
 	if offAcked {
-		off, ok, err := n2.ConsumerOffset(ctxFor(t), "c", s, tp, 0)
+		off, ok, err := n2.ConsumerOffset(ctxFor(t), "c", tp, 0)
 		if err != nil || !ok || off != 3 {
 			t.Fatalf("op %d (%v): acknowledged consumer offset lost: %d %v %v", i, fault, off, ok, err)
 		}
@@ -237,16 +237,16 @@ func TestENOSPCDuringBuildBacksOff(t *testing.T) {
 		reg := registry(t, n)
 		s := mustStream(t, n, "s")
 		ok := mustTopic(t, n, s, "ok", 1)
-		mustProduce(t, n, s, ok, parkway.PartitionID(0), "before")
+		mustProduce(t, n, ok, parkway.PartitionID(0), "before")
 
 		full.Set(true)
 		tp := mustTopic(t, n, s, "t", 1)
-		if tp != 1 {
-			t.Fatalf("topic id %d, want 1", tp)
+		if tp.ID != 1 {
+			t.Fatalf("topic id %d, want 1", tp.ID)
 		}
 		done := make(chan error, 1)
 		go func() {
-			_, err := n.Produce(ctxFor(t), s, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("waited")})
+			_, err := n.Produce(ctxFor(t), tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("waited")})
 			done <- err
 		}()
 		time.Sleep(5 * time.Second) // virtual time: several backoff rounds
@@ -259,14 +259,14 @@ func TestENOSPCDuringBuildBacksOff(t *testing.T) {
 		if got := metricValue(t, reg, "parkway_partition_builds_failed_total"); got < 2 {
 			t.Fatalf("build failures = %v, want repeated backed-off attempts", got)
 		}
-		mustProduce(t, n, s, ok, parkway.PartitionID(0), "during") // not wedged
+		mustProduce(t, n, ok, parkway.PartitionID(0), "during") // not wedged
 
 		full.Set(false)
 		if err := <-done; err != nil {
 			t.Fatalf("produce after space returned: %v", err)
 		}
-		expectLog(t, n, s, tp, 0, "waited")
-		expectLog(t, n, s, ok, 0, "before", "during")
+		expectLog(t, n, tp, 0, "waited")
+		expectLog(t, n, ok, 0, "before", "during")
 	})
 }
 
@@ -292,21 +292,21 @@ func TestFsyncIntervalLossWindow(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Materialise both (and sync their creation) before the test proper.
-		mustProduce(t, n, s, iv, parkway.PartitionID(0), "warm")
-		mustProduce(t, n, s, never, parkway.PartitionID(0), "warm")
+		mustProduce(t, n, iv, parkway.PartitionID(0), "warm")
+		mustProduce(t, n, never, parkway.PartitionID(0), "warm")
 		time.Sleep(time.Second)
 		synctest.Wait()
 
-		mustProduce(t, n, s, iv, parkway.PartitionID(0), "within-window")
+		mustProduce(t, n, iv, parkway.PartitionID(0), "within-window")
 		time.Sleep(200 * time.Millisecond) // virtual: past the interval
 		synctest.Wait()
-		mustProduce(t, n, s, never, parkway.PartitionID(0), "never-synced")
+		mustProduce(t, n, never, parkway.PartitionID(0), "never-synced")
 		crashed := mem.Crash()
 		_ = n.Close()
 
 		n2 := open(t, parkway.Config{DataDir: "/data", FS: crashed, Shards: 1})
-		expectLog(t, n2, s, iv, 0, "warm", "within-window")
-		for _, m := range readAll(t, n2, s, never, 0) {
+		expectLog(t, n2, iv, 0, "warm", "within-window")
+		for _, m := range readAll(t, n2, never, 0) {
 			if string(m.Payload) == "never-synced" {
 				t.Fatal("an un-synced FsyncNever message survived a power loss in MemFS: the crash model is not dropping data")
 			}
@@ -324,23 +324,23 @@ func TestFailedFsyncFencesThenRebuilds(t *testing.T) {
 			return op.Kind == errorfs.OpSync && strings.Contains(op.Path, "/partitions/")
 		})
 		n := open(t, parkway.Config{DataDir: "/data", FS: errorfs.New(vfs.NewMem(), broken), Shards: 1,
-			RequestTimeout: time.Second})
+			RequestTimeout: time.Second, ReconcileInterval: 250 * time.Millisecond})
 		s := mustStream(t, n, "s")
 		tp := mustTopic(t, n, s, "t", 1)
-		mustProduce(t, n, s, tp, parkway.PartitionID(0), "durable")
+		mustProduce(t, n, tp, parkway.PartitionID(0), "durable")
 
 		broken.Set(true)
-		if _, err := n.Produce(ctxFor(t), s, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("lost-ack")}); !errors.Is(err, syscall.EIO) {
+		if _, err := n.Produce(ctxFor(t), tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("lost-ack")}); !errors.Is(err, syscall.EIO) {
 			t.Fatalf("produce whose fsync failed: %v", err)
 		}
-		if _, err := n.Poll(ctxFor(t), s, tp, 0, parkway.AtOffset(0), 10); err == nil {
+		if _, err := n.Poll(ctxFor(t), tp, 0, parkway.AtOffset(0), 10); err == nil {
 			t.Fatal("a fenced partition served a read")
 		}
 		broken.Set(false)
 		time.Sleep(5 * time.Second) // virtual: reconcile passes and the build backoff
 		synctest.Wait()
-		mustProduce(t, n, s, tp, parkway.PartitionID(0), "after")
-		got := payloads(readAll(t, n, s, tp, 0))
+		mustProduce(t, n, tp, parkway.PartitionID(0), "after")
+		got := payloads(readAll(t, n, tp, 0))
 		if len(got) < 2 || got[0] != "durable@0" || got[len(got)-1] != fmt.Sprintf("after@%d", len(got)-1) {
 			t.Fatalf("after the rebuild the partition holds %v", got)
 		}

@@ -2,6 +2,7 @@ package parkway
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
@@ -51,6 +52,18 @@ var (
 	ErrPartitionNotFound = errors.New("parkway: partition not found")
 	// ErrInvalidPartitionCount reports a partition count out of range.
 	ErrInvalidPartitionCount = metadata.ErrInvalidPartitionCount
+	// ErrStaleHandle reports a Stream or Topic handle whose incarnation
+	// is gone: the stream or topic was deleted (and its id possibly taken
+	// by a new one). It always comes wrapped together with
+	// ErrStreamNotFound or ErrTopicNotFound.
+	ErrStaleHandle = errors.New("parkway: stale handle")
+	// ErrTooManyStreams and ErrTooManyTopics report that every stream id
+	// (of the node), or every topic id (of the stream), is in use.
+	ErrTooManyStreams = metadata.ErrTooManyStreams
+	ErrTooManyTopics  = metadata.ErrTooManyTopics
+	// ErrInvalidTopicConfig reports a TopicConfig with an unknown fsync
+	// policy or a negative duration or size.
+	ErrInvalidTopicConfig = metadata.ErrInvalidTopicConfig
 
 	// ErrEmptyBatch reports a produce with no messages.
 	ErrEmptyBatch = partition.ErrEmptyBatch
@@ -75,6 +88,9 @@ var (
 	// not appended (on a cluster: not acknowledged; its outcome follows
 	// the usual rule for a failed write). Not retried in place.
 	ErrNoSpace = partition.ErrNoSpace
+	// ErrCorrupt reports stored data that fails its checksum or framing
+	// (a *partition.CorruptError names the file and byte offset).
+	ErrCorrupt = partition.ErrCorrupt
 	// ErrOffsetOutOfRange reports an offset outside a partition's log.
 	ErrOffsetOutOfRange = partition.ErrOffsetOutOfRange
 	// ErrInvalidConsumer reports a malformed consumer name.
@@ -91,6 +107,23 @@ var (
 	// an unknown partitioning, a negative or over-long poll wait).
 	ErrInvalidArgument = errors.New("parkway: invalid argument")
 )
+
+// publicError makes an answer from the layers below match a root
+// sentinel: what a caller gets is always documented here.
+func publicError(err error) error {
+	err = partition.ClassifyNoSpace(err)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, partition.ErrTooLarge) && !errors.Is(err, ErrBatchTooLarge):
+		return fmt.Errorf("%w: %w", ErrBatchTooLarge, err)
+	case errors.Is(err, partition.ErrUnusable) && !errors.Is(err, ErrPartitionFailed):
+		return fmt.Errorf("%w: %w", ErrPartitionFailed, err)
+	case (errors.Is(err, partition.ErrClosed) || errors.Is(err, shard.ErrClosed)) && !errors.Is(err, ErrClosed):
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	return err
+}
 
 // retryInPlace reports whether err means "the same request to this node
 // will likely succeed shortly". ErrNotLeader is deliberately not one of

@@ -28,7 +28,7 @@ func ExampleCluster() {
 	stream, _ := nodes[0].CreateStream(ctx, "s")
 	topic, _ := nodes[0].CreateTopic(ctx, stream, "t", 1)
 	for i, n := range nodes {
-		ack, err := n.Produce(ctx, stream, topic, parkway.PartitionID(0),
+		ack, err := n.Produce(ctx, topic, parkway.PartitionID(0),
 			parkway.Message{Payload: fmt.Appendf(nil, "via node %d", i+1)})
 		if err != nil {
 			panic(err)

@@ -32,14 +32,14 @@ func ExampleNode_Poll_wait() {
 	polled := make(chan parkway.Batch, 1)
 	go func() {
 		// AtLast on an empty partition waits for the next message.
-		b, err := node.Poll(ctx, stream, topic, 0, parkway.AtLast(), 10, parkway.WaitFor(5*time.Second))
+		b, err := node.Poll(ctx, topic, 0, parkway.AtLast(), 10, parkway.WaitFor(5*time.Second))
 		if err != nil {
 			log.Fatal(err)
 		}
 		polled <- b
 	}()
 
-	if _, err := node.Produce(ctx, stream, topic, parkway.Key([]byte("customer-7")),
+	if _, err := node.Produce(ctx, topic, parkway.Key([]byte("customer-7")),
 		parkway.Message{Payload: []byte("order 1001")}); err != nil {
 		log.Fatal(err)
 	}

@@ -28,12 +28,12 @@ func ExampleOpen() {
 		log.Fatal(err)
 	}
 	for _, p := range []string{"first", "second", "third"} {
-		if _, err := node.Produce(ctx, stream, topic, parkway.PartitionID(0), parkway.Message{Payload: []byte(p)}); err != nil {
+		if _, err := node.Produce(ctx, topic, parkway.PartitionID(0), parkway.Message{Payload: []byte(p)}); err != nil {
 			log.Fatal(err)
 		}
 	}
 
-	batch, err := node.Poll(ctx, stream, topic, 0, parkway.AtOffset(0), 10)
+	batch, err := node.Poll(ctx, topic, 0, parkway.AtOffset(0), 10)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func ExampleNode_Produce() {
 		{"alice", "add book"}, {"bob", "add pen"}, {"alice", "add lamp"},
 		{"carol", "add mug"}, {"bob", "checkout"}, {"alice", "checkout"},
 	} {
-		ack, err := node.Produce(ctx, stream, topic, parkway.Key([]byte(ev.user)),
+		ack, err := node.Produce(ctx, topic, parkway.Key([]byte(ev.user)),
 			parkway.Message{Payload: []byte(ev.user + ": " + ev.action)})
 		if err != nil {
 			log.Fatal(err)
@@ -73,8 +73,8 @@ func ExampleNode_Produce() {
 	}
 
 	// One key's messages, in order, in its partition.
-	ack, _ := node.Produce(ctx, stream, topic, parkway.Key([]byte("alice")), parkway.Message{Payload: []byte("alice: pay")})
-	batch, _ := node.Poll(ctx, stream, topic, ack.Partition, parkway.AtOffset(0), 10)
+	ack, _ := node.Produce(ctx, topic, parkway.Key([]byte("alice")), parkway.Message{Payload: []byte("alice: pay")})
+	batch, _ := node.Poll(ctx, topic, ack.Partition, parkway.AtOffset(0), 10)
 	for _, m := range batch.Messages {
 		fmt.Printf("partition %d @%d: %s\n", ack.Partition, m.Offset, m.Payload)
 	}
@@ -112,12 +112,12 @@ func ExampleNode_ProduceAsync() {
 	// A first, synchronous produce waits for the partition to be
 	// materialised: produces parked before that may be shed (the park
 	// buffer is bounded) and retried, out of order.
-	if _, err := node.Produce(ctx, stream, topic, parkway.PartitionID(0), parkway.Message{Payload: []byte("first")}); err != nil {
+	if _, err := node.Produce(ctx, topic, parkway.PartitionID(0), parkway.Message{Payload: []byte("first")}); err != nil {
 		log.Fatal(err)
 	}
 	var pending []*parkway.PendingAck
 	for i := range 1000 {
-		pending = append(pending, node.ProduceAsync(ctx, stream, topic, parkway.PartitionID(0),
+		pending = append(pending, node.ProduceAsync(ctx, topic, parkway.PartitionID(0),
 			parkway.Message{Payload: fmt.Appendf(nil, "order-%d", i)}))
 	}
 	var last parkway.Ack

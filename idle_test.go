@@ -30,7 +30,7 @@ func TestIdleNodeArmsOnlyOnePeriodTimerPerShard(t *testing.T) {
 		t.Fatal(err)
 	}
 	for p := range uint32(3) {
-		if _, err := n.Produce(ctx, s, tp, parkway.PartitionID(p), parkway.Message{Payload: []byte("x")}); err != nil {
+		if _, err := n.Produce(ctx, tp, parkway.PartitionID(p), parkway.Message{Payload: []byte("x")}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -56,7 +56,7 @@ func ctxFor(t testing.TB) context.Context {
 	return ctx
 }
 
-func mustStream(t testing.TB, n *parkway.Node, name string) uint32 {
+func mustStream(t testing.TB, n *parkway.Node, name string) parkway.Stream {
 	t.Helper()
 	id, err := n.CreateStream(ctxFor(t), name)
 	if err != nil {
@@ -65,57 +65,57 @@ func mustStream(t testing.TB, n *parkway.Node, name string) uint32 {
 	return id
 }
 
-func mustTopic(t testing.TB, n *parkway.Node, stream uint32, name string, partitions int, opts ...parkway.TopicOption) uint32 {
+func mustTopic(t testing.TB, n *parkway.Node, stream parkway.Stream, name string, partitions int, opts ...parkway.TopicOption) parkway.Topic {
 	t.Helper()
 	id, err := n.CreateTopic(ctxFor(t), stream, name, partitions, opts...)
 	if err != nil {
-		t.Fatalf("CreateTopic(%d, %q, %d): %v", stream, name, partitions, err)
+		t.Fatalf("CreateTopic(%v, %q, %d): %v", stream, name, partitions, err)
 	}
 	return id
 }
 
-func mustProduce(t testing.TB, n *parkway.Node, stream, topic uint32, to parkway.Partitioning, payloads ...string) parkway.Ack {
+func mustProduce(t testing.TB, n *parkway.Node, topic parkway.Topic, to parkway.Partitioning, payloads ...string) parkway.Ack {
 	t.Helper()
 	msgs := make([]parkway.Message, len(payloads))
 	for i, p := range payloads {
 		msgs[i].Payload = []byte(p)
 	}
-	ack, err := n.Produce(ctxFor(t), stream, topic, to, msgs...)
+	ack, err := n.Produce(ctxFor(t), topic, to, msgs...)
 	if err != nil {
-		t.Fatalf("Produce(%d, %d, %q): %v", stream, topic, payloads, err)
+		t.Fatalf("Produce(%v, %q): %v", topic, payloads, err)
 	}
 	if ack.Count != len(payloads) {
-		t.Fatalf("Produce(%d, %d, %q) acked %d messages", stream, topic, payloads, ack.Count)
+		t.Fatalf("Produce(%v, %q) acked %d messages", topic, payloads, ack.Count)
 	}
 	return ack
 }
 
 // readAll polls a partition from offset 0 to its end. It reads the node's
 // own replica (Local): cluster tests check what each replica holds.
-func readAll(t testing.TB, n *parkway.Node, stream, topic, part uint32) []parkway.Message {
+func readAll(t testing.TB, n *parkway.Node, topic parkway.Topic, part uint32) []parkway.Message {
 	t.Helper()
 	var out []parkway.Message
 	from := uint64(0)
 	for {
-		b, err := n.Poll(ctxFor(t), stream, topic, part, parkway.AtOffset(from).Local(), 1000)
+		b, err := n.Poll(ctxFor(t), topic, part, parkway.AtOffset(from).Local(), 1000)
 		if err != nil {
-			t.Fatalf("Poll(%d/%d/%d @%d): %v", stream, topic, part, from, err)
+			t.Fatalf("Poll(%v/%d @%d): %v", topic, part, from, err)
 		}
 		if len(b.Messages) == 0 {
 			if b.Next != from {
-				t.Fatalf("Poll(%d/%d/%d @%d): empty batch with Next %d", stream, topic, part, from, b.Next)
+				t.Fatalf("Poll(%v/%d @%d): empty batch with Next %d", topic, part, from, b.Next)
 			}
 			return out
 		}
 		for i, m := range b.Messages {
 			if m.Offset != from+uint64(i) {
-				t.Fatalf("Poll(%d/%d/%d @%d): message %d at offset %d, offsets not dense", stream, topic, part, from, i, m.Offset)
+				t.Fatalf("Poll(%v/%d @%d): message %d at offset %d, offsets not dense", topic, part, from, i, m.Offset)
 			}
 		}
 		out = append(out, b.Messages...)
 		from = b.Messages[len(b.Messages)-1].Offset + 1
 		if b.Next != from {
-			t.Fatalf("Poll(%d/%d/%d): Next %d, want %d", stream, topic, part, b.Next, from)
+			t.Fatalf("Poll(%v/%d): Next %d, want %d", topic, part, b.Next, from)
 		}
 	}
 }
@@ -131,15 +131,15 @@ func payloads(msgs []parkway.Message) []string {
 }
 
 // expectLog checks a partition holds exactly want, at offsets 0, 1, ...
-func expectLog(t testing.TB, n *parkway.Node, stream, topic, part uint32, want ...string) {
+func expectLog(t testing.TB, n *parkway.Node, topic parkway.Topic, part uint32, want ...string) {
 	t.Helper()
-	got := readAll(t, n, stream, topic, part)
+	got := readAll(t, n, topic, part)
 	ok := len(got) == len(want)
 	for i := 0; ok && i < len(got); i++ {
 		ok = bytes.Equal(got[i].Payload, []byte(want[i]))
 	}
 	if !ok {
-		t.Fatalf("partition %d/%d/%d holds %v, want %q at offsets 0..", stream, topic, part, payloads(got), want)
+		t.Fatalf("partition %v/%d holds %v, want %q at offsets 0..", topic, part, payloads(got), want)
 	}
 }
 

@@ -118,6 +118,9 @@ func (n *Node) Shards() int { return len(n.shards) }
 
 // begin is the common guard of every call.
 func (n *Node) begin(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	}
 	if n.closed.Load() {
 		return ErrClosed
 	}
@@ -133,103 +136,203 @@ func (n *Node) apply(ctx context.Context, cmd metadata.Command) (metadata.Result
 	return n.eng.ApplyMetadata(ctx, cmd)
 }
 
-// CreateStream creates a stream and returns its id (the lowest free one).
-func (n *Node) CreateStream(ctx context.Context, name string) (uint32, error) {
+// CreateStream creates a stream and returns its handle (the stream takes
+// the lowest free id).
+func (n *Node) CreateStream(ctx context.Context, name string) (Stream, error) {
 	res, err := n.apply(ctx, metadata.CreateStream{Name: name})
-	return res.Stream, err
+	if err != nil {
+		return Stream{}, err
+	}
+	return Stream{ID: res.Stream, Revision: res.Revision, Name: name}, nil
 }
 
-// DeleteStream deletes a stream with all its topics and partitions.
-func (n *Node) DeleteStream(ctx context.Context, stream uint32) error {
-	_, err := n.apply(ctx, metadata.DeleteStream{Stream: stream})
-	return err
+// DeleteStream deletes a stream with all its topics and partitions. A
+// handle whose stream is already gone is ErrStreamNotFound (wrapping
+// ErrStaleHandle): a stream that took its id is never deleted by it.
+func (n *Node) DeleteStream(ctx context.Context, s Stream) error {
+	if err := n.begin(ctx); err != nil {
+		return err
+	}
+	if err := n.liveStream(ctx, s); err != nil {
+		return err
+	}
+	_, err := n.apply(ctx, metadata.DeleteStream{Stream: s.ID, Revision: s.Revision})
+	return n.staleCommand(err, s.String())
 }
 
-// CreateTopic creates a topic with partitions partitions and returns its
-// id. The call returns once the topic is committed; its partitions
-// materialise asynchronously, and requests that arrive first are parked
-// until they do.
-func (n *Node) CreateTopic(ctx context.Context, stream uint32, name string, partitions int, opts ...TopicOption) (uint32, error) {
+// CreateTopic creates a topic with partitions partitions in stream s and
+// returns its handle. The call returns once the topic is committed; its
+// partitions materialise asynchronously, and requests that arrive first
+// are parked until they do.
+func (n *Node) CreateTopic(ctx context.Context, s Stream, name string, partitions int, opts ...TopicOption) (Topic, error) {
+	if err := n.begin(ctx); err != nil {
+		return Topic{}, err
+	}
+	if err := n.liveStream(ctx, s); err != nil {
+		return Topic{}, err
+	}
 	var cfg TopicConfig
 	for _, o := range opts {
 		o(&cfg)
 	}
-	res, err := n.apply(ctx, metadata.CreateTopic{Stream: stream, Name: name, Partitions: partitions, Config: cfg})
-	return res.Topic, err
+	res, err := n.apply(ctx, metadata.CreateTopic{Stream: s.ID, StreamRevision: s.Revision, Name: name, Partitions: partitions, Config: cfg})
+	if err != nil {
+		return Topic{}, n.staleCommand(err, s.String())
+	}
+	return Topic{Stream: s, ID: res.Topic, Revision: res.Revision, Name: name}, nil
 }
 
 // DeleteTopic deletes a topic and its partitions.
-func (n *Node) DeleteTopic(ctx context.Context, stream, topic uint32) error {
-	_, err := n.apply(ctx, metadata.DeleteTopic{Stream: stream, Topic: topic})
-	return err
+func (n *Node) DeleteTopic(ctx context.Context, t Topic) error {
+	return n.topicCommand(ctx, t, metadata.DeleteTopic{Stream: t.Stream.ID, Topic: t.ID, Revision: t.Revision})
 }
 
 // CreatePartitions adds count partitions to a topic (ids continue densely).
-func (n *Node) CreatePartitions(ctx context.Context, stream, topic uint32, count int) error {
-	_, err := n.apply(ctx, metadata.CreatePartitions{Stream: stream, Topic: topic, Count: count})
-	return err
+func (n *Node) CreatePartitions(ctx context.Context, t Topic, count int) error {
+	return n.topicCommand(ctx, t, metadata.CreatePartitions{Stream: t.Stream.ID, Topic: t.ID, Revision: t.Revision, Count: count})
 }
 
 // DeletePartitions removes count partitions from the tail of a topic.
-func (n *Node) DeletePartitions(ctx context.Context, stream, topic uint32, count int) error {
-	_, err := n.apply(ctx, metadata.DeletePartitions{Stream: stream, Topic: topic, Count: count})
+func (n *Node) DeletePartitions(ctx context.Context, t Topic, count int) error {
+	return n.topicCommand(ctx, t, metadata.DeletePartitions{Stream: t.Stream.ID, Topic: t.ID, Revision: t.Revision, Count: count})
+}
+
+// topicCommand commits a command on topic t. The handle is checked here
+// and again by the command itself, which carries t's revision: a delete
+// and recreate that commits between the check and the command makes the
+// command fail, never act on the replacement.
+func (n *Node) topicCommand(ctx context.Context, t Topic, cmd metadata.Command) error {
+	if err := n.begin(ctx); err != nil {
+		return err
+	}
+	if _, err := n.topicInfo(ctx, t); err != nil {
+		return err
+	}
+	_, err := n.apply(ctx, cmd)
+	return n.staleCommand(err, t.String())
+}
+
+// staleCommand adds ErrStaleHandle to a command refused because the
+// incarnation it named is gone.
+func (n *Node) staleCommand(err error, what string) error {
+	if errors.Is(err, metadata.ErrStaleRevision) {
+		return fmt.Errorf("%w: %s: %w", ErrStaleHandle, what, err)
+	}
 	return err
 }
 
-// Stream returns a committed stream by name.
-func (n *Node) Stream(name string) (StreamInfo, bool) { return n.meta.StreamByName(name) }
+// Which reads are local: the lookups by name (Stream, Topic) and the
+// listings (Streams, Topics, Partitions) are linearizable in a cluster —
+// they wait for this node's metadata to catch up with the metadata group's
+// commit index (a read barrier through its leader), so a stream created
+// through any node is found at once. Calls that take a handle need no
+// barrier: they wait until this node has applied the handle's revision,
+// past which its committed state is exact for that incarnation. On a
+// single node every read is local and current.
 
-// Streams lists the committed streams in id order.
-func (n *Node) Streams() []StreamInfo { return n.meta.Streams() }
-
-// Topics lists a stream's committed topics in id order.
-func (n *Node) Topics(stream uint32) []TopicInfo { return n.meta.Topics(stream) }
-
-// Topic returns a committed topic by name.
-func (n *Node) Topic(stream uint32, name string) (TopicInfo, bool) {
-	return n.meta.TopicByName(stream, name)
+// lookup is the common guard of the metadata reads: ErrClosed on a closed
+// node, then the read barrier.
+func (n *Node) lookup(ctx context.Context) error {
+	if err := n.begin(ctx); err != nil {
+		return err
+	}
+	return n.eng.ReadBarrier(ctx)
 }
 
-// Partitions lists the committed partitions of a topic in id order.
-func (n *Node) Partitions(stream, topic uint32) ([]PartitionInfo, error) {
-	if n.closed.Load() {
-		return nil, ErrClosed
+// Stream returns the handle of the committed stream named name, or
+// ErrStreamNotFound.
+func (n *Node) Stream(ctx context.Context, name string) (Stream, error) {
+	if err := n.lookup(ctx); err != nil {
+		return Stream{}, err
 	}
-	t, ok := n.meta.Topic(stream, topic)
+	info, ok := n.meta.StreamByName(name)
 	if !ok {
-		return nil, n.missing(stream, topic)
+		return Stream{}, fmt.Errorf("%w: %q", ErrStreamNotFound, name)
 	}
-	out := make([]PartitionInfo, 0, t.Partitions)
-	for p := range uint32(t.Partitions) {
-		ns, _ := metadata.NewNamespace(stream, topic, p)
-		if info, ok := n.meta.Partition(ns); ok {
-			out = append(out, info)
-		}
+	return streamHandle(info), nil
+}
+
+// Streams lists the committed streams in id order.
+func (n *Node) Streams(ctx context.Context) ([]Stream, error) {
+	if err := n.lookup(ctx); err != nil {
+		return nil, err
+	}
+	infos := n.meta.Streams()
+	out := make([]Stream, len(infos))
+	for i, info := range infos {
+		out[i] = streamHandle(info)
 	}
 	return out, nil
 }
 
-// missing builds the not-found error of a stream/topic pair.
-func (n *Node) missing(stream, topic uint32) error {
-	if _, ok := n.meta.Stream(stream); !ok {
-		return fmt.Errorf("%w: stream %d", ErrStreamNotFound, stream)
+// Topic returns the handle of stream s's committed topic named name:
+// ErrTopicNotFound if it has none, ErrStreamNotFound if s is gone.
+func (n *Node) Topic(ctx context.Context, s Stream, name string) (Topic, error) {
+	if err := n.lookup(ctx); err != nil {
+		return Topic{}, err
 	}
-	return fmt.Errorf("%w: topic %d in stream %d", ErrTopicNotFound, topic, stream)
+	if err := n.liveStream(ctx, s); err != nil {
+		return Topic{}, err
+	}
+	info, ok := n.meta.TopicByName(s.ID, name)
+	if !ok {
+		return Topic{}, fmt.Errorf("%w: %q in %v", ErrTopicNotFound, name, s)
+	}
+	if err := n.streamAlive(s); err != nil { // the stream went meanwhile
+		return Topic{}, err
+	}
+	return topicHandle(s, info), nil
 }
 
-// resolve turns ids into a committed namespace, or a typed not-found error.
-func (n *Node) resolve(stream, topic, part uint32) (metadata.Namespace, error) {
-	ns, err := metadata.NewNamespace(stream, topic, part)
+// Topics lists stream s's committed topics in id order, or
+// ErrStreamNotFound if s is gone.
+func (n *Node) Topics(ctx context.Context, s Stream) ([]Topic, error) {
+	if err := n.lookup(ctx); err != nil {
+		return nil, err
+	}
+	if err := n.liveStream(ctx, s); err != nil {
+		return nil, err
+	}
+	infos := n.meta.Topics(s.ID)
+	if err := n.streamAlive(s); err != nil {
+		return nil, err
+	}
+	out := make([]Topic, len(infos))
+	for i, info := range infos {
+		out[i] = topicHandle(s, info)
+	}
+	return out, nil
+}
+
+// TopicInfo returns topic t's committed state (partition count,
+// configuration, last purge).
+func (n *Node) TopicInfo(ctx context.Context, t Topic) (TopicInfo, error) {
+	if err := n.lookup(ctx); err != nil {
+		return TopicInfo{}, err
+	}
+	return n.topicInfo(ctx, t)
+}
+
+// Partitions lists the committed partitions of topic t in id order.
+func (n *Node) Partitions(ctx context.Context, t Topic) ([]PartitionInfo, error) {
+	if err := n.lookup(ctx); err != nil {
+		return nil, err
+	}
+	info, err := n.topicInfo(ctx, t)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		return nil, err
 	}
-	if _, ok := n.meta.Partition(ns); ok {
-		return ns, nil
+	out := make([]PartitionInfo, 0, info.Partitions)
+	for p := range uint32(info.Partitions) {
+		ns, _ := metadata.NewNamespace(t.Stream.ID, t.ID, p)
+		if pi, ok := n.meta.Partition(ns); ok && pi.CreatedRevision >= t.Revision {
+			out = append(out, pi)
+		}
 	}
-	if _, ok := n.meta.Topic(stream, topic); ok {
-		return 0, fmt.Errorf("%w: %v", ErrPartitionNotFound, ns)
+	if _, err := n.topicAlive(t); err != nil {
+		return nil, err
 	}
-	return 0, n.missing(stream, topic)
+	return out, nil
 }
 
 // call sends req to the owner of its namespace and waits for the answer,
@@ -237,10 +340,10 @@ func (n *Node) resolve(stream, topic, part uint32) (metadata.Namespace, error) {
 // or RequestTimeout when it has none. Before every retry the namespace is
 // re-resolved, so a request whose partition was deleted meanwhile ends with
 // a not-found error instead of waiting out its deadline.
-func (n *Node) call(ctx context.Context, req *shard.Request, stream, topic, part uint32) (shard.Response, error) {
+func (n *Node) call(ctx context.Context, req *shard.Request, t Topic, part uint32) (shard.Response, error) {
 	reply := make(chan shard.Response, 1)
 	f := shard.Frame{Req: req, Reply: reply}
-	return n.await(ctx, f, reply, n.dispatch(ctx, f), stream, topic, part)
+	return n.await(ctx, f, reply, n.dispatch(ctx, f), t, part)
 }
 
 // dispatch hands f to the owner shard of its namespace. A full inbox is
@@ -282,7 +385,7 @@ func (n *Node) dispatch(ctx context.Context, f shard.Frame) error {
 // await completes a call whose first attempt dispatch made (sent is its
 // result): it waits for the answer and retries "retry here" answers in
 // place, following "not leader" hints, as call documents.
-func (n *Node) await(ctx context.Context, f shard.Frame, reply <-chan shard.Response, sent error, stream, topic, part uint32) (shard.Response, error) {
+func (n *Node) await(ctx context.Context, f shard.Frame, reply <-chan shard.Response, sent error, t Topic, part uint32) (shard.Response, error) {
 	req, err := f.Req, sent
 	var (
 		deadline time.Time
@@ -340,7 +443,7 @@ func (n *Node) await(ctx context.Context, f shard.Frame, reply <-chan shard.Resp
 		// carries its (producer, sequence) pair, which the partition
 		// deduplicates, and every other operation is idempotent.
 		if !retryInPlace(err) && !(n.eng.Clustered() && errors.Is(err, ErrOutcomeUnknown) && ctx.Err() == nil) {
-			return shard.Response{}, partition.ClassifyNoSpace(err)
+			return shard.Response{}, publicError(err)
 		}
 		// Retry in place. The deadline is computed only now: the first
 		// attempt of almost every call succeeds and pays for no timer.
@@ -369,11 +472,15 @@ func (n *Node) await(ctx context.Context, f shard.Frame, reply <-chan shard.Resp
 		case <-ctx.Done():
 			return shard.Response{}, ctx.Err()
 		}
-		ns, rerr := n.resolve(stream, topic, part)
+		// Re-resolve before every attempt: a handle whose incarnation is
+		// gone ends the call with a not-found error, and the request
+		// carries the partition's current incarnation of the same topic
+		// (partitions deleted and re-added within the topic get new ones).
+		ns, epoch, rerr := n.resolve(ctx, t, part)
 		if rerr != nil {
 			return shard.Response{}, rerr
 		}
-		req.NS = ns
+		req.NS, req.Epoch = ns, epoch
 		err = n.dispatch(ctx, f)
 	}
 }

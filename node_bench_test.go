@@ -19,7 +19,7 @@ import (
 
 // benchNode opens a 2-shard in-memory node with one topic of two
 // partitions, materialised (a first produce to each waits it out).
-func benchNode(b *testing.B, dir string) (*parkway.Node, uint32, uint32) {
+func benchNode(b *testing.B, dir string) (*parkway.Node, parkway.Topic) {
 	b.Helper()
 	n, err := parkway.Open(parkway.Config{Shards: 2, DataDir: dir})
 	if err != nil {
@@ -36,11 +36,11 @@ func benchNode(b *testing.B, dir string) (*parkway.Node, uint32, uint32) {
 		b.Fatal(err)
 	}
 	for p := range uint32(2) {
-		if _, err := n.Produce(ctx, s, t, parkway.PartitionID(p), parkway.Message{Payload: []byte("warm")}); err != nil {
+		if _, err := n.Produce(ctx, t, parkway.PartitionID(p), parkway.Message{Payload: []byte("warm")}); err != nil {
 			b.Fatal(err)
 		}
 	}
-	return n, s, t
+	return n, t
 }
 
 // BenchmarkProduce measures produce of 100-byte messages through a Node
@@ -58,7 +58,7 @@ func BenchmarkProduce(b *testing.B) {
 			if tc.dir {
 				dir = b.TempDir()
 			}
-			n, s, t := benchNode(b, dir)
+			n, t := benchNode(b, dir)
 			msgs := make([]parkway.Message, tc.batch)
 			for i := range msgs {
 				msgs[i].Payload = payload
@@ -67,7 +67,7 @@ func BenchmarkProduce(b *testing.B) {
 			b.SetBytes(int64(100 * tc.batch))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := n.Produce(ctx, s, t, parkway.PartitionID(0), msgs...); err != nil {
+				if _, err := n.Produce(ctx, t, parkway.PartitionID(0), msgs...); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -79,14 +79,14 @@ func BenchmarkProduce(b *testing.B) {
 // BenchmarkPoll measures polling 100 messages of 100 bytes per call from a
 // partition holding 10,000.
 func BenchmarkPoll(b *testing.B) {
-	n, s, t := benchNode(b, "")
+	n, t := benchNode(b, "")
 	ctx := context.Background()
 	msgs := make([]parkway.Message, 100)
 	for i := range msgs {
 		msgs[i].Payload = make([]byte, 100)
 	}
 	for range 100 {
-		if _, err := n.Produce(ctx, s, t, parkway.PartitionID(0), msgs...); err != nil {
+		if _, err := n.Produce(ctx, t, parkway.PartitionID(0), msgs...); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -94,7 +94,7 @@ func BenchmarkPoll(b *testing.B) {
 	b.ReportAllocs()
 	var off uint64
 	for b.Loop() {
-		batch, err := n.Poll(ctx, s, t, 0, parkway.AtOffset(off), 100)
+		batch, err := n.Poll(ctx, t, 0, parkway.AtOffset(off), 100)
 		if err != nil || len(batch.Messages) != 100 {
 			b.Fatalf("poll at %d: %d messages, %v", off, len(batch.Messages), err)
 		}
@@ -128,7 +128,7 @@ func BenchmarkDurability(b *testing.B) {
 		b.SetBytes(100 * 148)
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := n.Produce(context.Background(), s, tp, parkway.PartitionID(0), msgs...); err != nil {
+			if _, err := n.Produce(context.Background(), tp, parkway.PartitionID(0), msgs...); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -171,7 +171,7 @@ func BenchmarkDurability(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := n.Produce(context.Background(), s, tp, parkway.PartitionID(0), parkway.Message{Payload: payload}); err != nil {
+			if _, err := n.Produce(context.Background(), tp, parkway.PartitionID(0), parkway.Message{Payload: payload}); err != nil {
 				b.Fatal(err)
 			}
 			before, writesBefore := syncs.Count(), writes.Count()
@@ -181,7 +181,7 @@ func BenchmarkDurability(b *testing.B) {
 			for range producers {
 				wg.Go(func() {
 					for next.Add(1) <= int64(b.N) {
-						if _, err := n.Produce(context.Background(), s, tp, parkway.PartitionID(0), parkway.Message{Payload: payload}); err != nil {
+						if _, err := n.Produce(context.Background(), tp, parkway.PartitionID(0), parkway.Message{Payload: payload}); err != nil {
 							b.Error(err)
 							return
 						}
@@ -203,7 +203,7 @@ func BenchmarkDurability(b *testing.B) {
 
 // durableNode opens a file-backed node on a temporary directory of the
 // real disk, counting filesystem operations through inj when given.
-func durableNode(b *testing.B, inj errorfs.Injector) (*parkway.Node, uint32) {
+func durableNode(b *testing.B, inj errorfs.Injector) (*parkway.Node, parkway.Stream) {
 	b.Helper()
 	cfg := parkway.Config{DataDir: b.TempDir(), Shards: 2}
 	if inj != nil {
@@ -274,10 +274,10 @@ func benchCluster(b *testing.B, disk bool, policy parkway.FsyncPolicy, producers
 		b.Fatal(err)
 	}
 	payload := make([]byte, 100)
-	if _, err := nodes[1].Produce(ctx, s, tp, parkway.PartitionID(0), parkway.Message{Payload: payload}); err != nil {
+	if _, err := nodes[1].Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: payload}); err != nil {
 		b.Fatal(err)
 	}
-	lead, err := nodes[1].Leader(ctx, s, tp, 0)
+	lead, err := nodes[1].Leader(ctx, tp, 0)
 	if err != nil || lead == 0 {
 		b.Fatalf("leader %d: %v", lead, err)
 	}
@@ -294,7 +294,7 @@ func benchCluster(b *testing.B, disk bool, policy parkway.FsyncPolicy, producers
 					return
 				}
 				start := time.Now()
-				if _, err := n.Produce(ctx, s, tp, parkway.PartitionID(0), parkway.Message{Payload: payload}); err != nil {
+				if _, err := n.Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: payload}); err != nil {
 					b.Error(err)
 					return
 				}
@@ -318,19 +318,19 @@ func benchCluster(b *testing.B, disk bool, policy parkway.FsyncPolicy, producers
 func BenchmarkPipelined(b *testing.B) {
 	const window = 4096
 	payload := make([]byte, 100)
-	setup := func(b *testing.B) (*parkway.Node, uint32, uint32) {
+	setup := func(b *testing.B) (*parkway.Node, parkway.Topic) {
 		n, s := durableNode(b, nil)
 		tp, err := n.CreateTopic(context.Background(), s, "t", 1, parkway.WithFsync(parkway.FsyncNever, 0))
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := n.Produce(context.Background(), s, tp, parkway.PartitionID(0), parkway.Message{Payload: payload}); err != nil {
+		if _, err := n.Produce(context.Background(), tp, parkway.PartitionID(0), parkway.Message{Payload: payload}); err != nil {
 			b.Fatal(err)
 		}
-		return n, s, tp
+		return n, tp
 	}
 	b.Run("goroutines", func(b *testing.B) {
-		n, s, tp := setup(b)
+		n, tp := setup(b)
 		ctx := context.Background()
 		var next atomic.Int64
 		b.ResetTimer()
@@ -338,7 +338,7 @@ func BenchmarkPipelined(b *testing.B) {
 		for range window {
 			wg.Go(func() {
 				for next.Add(1) <= int64(b.N) {
-					if _, err := n.Produce(ctx, s, tp, parkway.PartitionID(0), parkway.Message{Payload: payload}); err != nil {
+					if _, err := n.Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: payload}); err != nil {
 						b.Error(err)
 						return
 					}
@@ -350,7 +350,7 @@ func BenchmarkPipelined(b *testing.B) {
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 	})
 	b.Run("async", func(b *testing.B) {
-		n, s, tp := setup(b)
+		n, tp := setup(b)
 		ctx := context.Background()
 		ring := make([]*parkway.PendingAck, window)
 		b.ResetTimer()
@@ -360,7 +360,7 @@ func BenchmarkPipelined(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			ring[i%window] = n.ProduceAsync(ctx, s, tp, parkway.PartitionID(0), parkway.Message{Payload: payload})
+			ring[i%window] = n.ProduceAsync(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: payload})
 		}
 		for _, p := range ring {
 			if p != nil {
@@ -395,7 +395,7 @@ func BenchmarkConvergence(b *testing.B) {
 					b.Fatal(err)
 				}
 				created := time.Now()
-				if _, err := n.Produce(ctx, s, tp, parkway.PartitionID(0), parkway.Message{Payload: make([]byte, 100)}); err != nil {
+				if _, err := n.Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: make([]byte, 100)}); err != nil {
 					b.Fatal(err)
 				}
 				total[i], prod[i] = time.Since(start), time.Since(created)

@@ -34,23 +34,23 @@ func TestDiskFullIsErrNoSpaceAndRecovers(t *testing.T) {
 		s := mustStream(t, n, "s")
 		ok := mustTopic(t, n, s, "ok", 1)
 		tp := mustTopic(t, n, s, "t", 1)
-		mustProduce(t, n, s, tp, parkway.PartitionID(0), "before")
+		mustProduce(t, n, tp, parkway.PartitionID(0), "before")
 
 		full.Set(true)
-		_, err := n.Produce(ctxFor(t), s, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("refused")})
+		_, err := n.Produce(ctxFor(t), tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("refused")})
 		if !errors.Is(err, parkway.ErrNoSpace) {
 			t.Fatalf("produce on a full disk: %v, want ErrNoSpace", err)
 		}
 		if !errors.Is(err, syscall.ENOSPC) {
 			t.Fatalf("ErrNoSpace lost the filesystem's error: %v", err)
 		}
-		expectLog(t, n, s, tp, 0, "before") // reads go on
-		mustProduce(t, n, s, ok, parkway.PartitionID(0), "elsewhere")
+		expectLog(t, n, tp, 0, "before") // reads go on
+		mustProduce(t, n, ok, parkway.PartitionID(0), "elsewhere")
 
 		full.Set(false)
 		var last error
 		for range 100 { // the partition may be rebuilding behind its backoff
-			if _, last = n.Produce(ctxFor(t), s, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("after")}); last == nil {
+			if _, last = n.Produce(ctxFor(t), tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("after")}); last == nil {
 				break
 			}
 			if !errors.Is(last, parkway.ErrPartitionFailed) {
@@ -76,12 +76,12 @@ func testBatchBytes(t *testing.T) {
 	s := mustStream(t, n, "s")
 	tp := mustTopic(t, n, s, "t", 1)
 	big := bytes.Repeat([]byte{1}, 600<<10)
-	_, err := n.Produce(ctxFor(t), s, tp, parkway.PartitionID(0), parkway.Message{Payload: big}, parkway.Message{Payload: big})
+	_, err := n.Produce(ctxFor(t), tp, parkway.PartitionID(0), parkway.Message{Payload: big}, parkway.Message{Payload: big})
 	if !errors.Is(err, parkway.ErrBatchTooLarge) {
 		t.Fatalf("1.2 MiB batch with a 1 MiB budget: %v, want ErrBatchTooLarge", err)
 	}
 	headers := make([]parkway.Header, 200_000) // 1.6 MB of framing, no bytes of content
-	_, err = n.Produce(ctxFor(t), s, tp, parkway.PartitionID(0), parkway.Message{Headers: headers})
+	_, err = n.Produce(ctxFor(t), tp, parkway.PartitionID(0), parkway.Message{Headers: headers})
 	if !errors.Is(err, parkway.ErrMessageTooLarge) {
 		t.Fatalf("200,000 empty headers: %v, want ErrMessageTooLarge", err)
 	}
@@ -102,15 +102,15 @@ func TestUnusablePartitionIsRebuiltAfterDiskFull(t *testing.T) {
 		n := open(t, parkway.Config{DataDir: "/data", FS: errorfs.New(vfs.NewMem(), full), Shards: 1})
 		s := mustStream(t, n, "s")
 		tp := mustTopic(t, n, s, "t", 1)
-		mustProduce(t, n, s, tp, parkway.PartitionID(0), "before")
+		mustProduce(t, n, tp, parkway.PartitionID(0), "before")
 		full.Set(true)
-		if _, err := n.Produce(ctxFor(t), s, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("x")}); !errors.Is(err, parkway.ErrNoSpace) {
+		if _, err := n.Produce(ctxFor(t), tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("x")}); !errors.Is(err, parkway.ErrNoSpace) {
 			t.Fatalf("produce on a full disk: %v, want ErrNoSpace", err)
 		}
 		full.Set(false)
 		var err error
 		for range 10 {
-			if _, err = n.Produce(ctxFor(t), s, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("after")}); err == nil {
+			if _, err = n.Produce(ctxFor(t), tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("after")}); err == nil {
 				break
 			}
 			time.Sleep(time.Second) // virtual: the rebuild waits out its backoff
@@ -118,6 +118,6 @@ func TestUnusablePartitionIsRebuiltAfterDiskFull(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the partition never took writes again: %v", err)
 		}
-		expectLog(t, n, s, tp, 0, "before", "after")
+		expectLog(t, n, tp, 0, "before", "after")
 	})
 }

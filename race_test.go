@@ -75,12 +75,12 @@ func TestProduceRacingDeleteRecreate(t *testing.T) {
 		// recreate then also makes shard 1 rewrite its routing row for the
 		// victim (a new epoch, same namespace), and the bystanders must come
 		// through the storm untouched.
-		bystanders := []uint32{mustTopic(t, n, stream, "bystander-0", 1), mustTopic(t, n, stream, "bystander-1", 1)}
+		bystanders := []parkway.Topic{mustTopic(t, n, stream, "bystander-0", 1), mustTopic(t, n, stream, "bystander-1", 1)}
 		for _, b := range bystanders {
-			mustProduce(t, n, stream, b, parkway.PartitionID(0), "untouched")
+			mustProduce(t, n, b, parkway.PartitionID(0), "untouched")
 		}
 		topic := mustTopic(t, n, stream, "victim", 1)
-		if ns, _ := metadata.NewNamespace(stream, topic, 0); router.Assign(ns, 2) != 0 {
+		if ns, _ := metadata.NewNamespace(stream.ID, topic.ID, 0); router.Assign(ns, 2) != 0 {
 			t.Fatalf("victim %v is not on shard 0: the storm would not cross shards", ns)
 		}
 
@@ -88,11 +88,19 @@ func TestProduceRacingDeleteRecreate(t *testing.T) {
 			mu             sync.Mutex
 			deletesStarted int
 			generation     int
+			current        = topic // the victim's live incarnation
 		)
 		counters := func() (int, int) {
 			mu.Lock()
 			defer mu.Unlock()
 			return deletesStarted, generation
+		}
+		// handle is the victim's handle the producer resolved: the
+		// incarnation it means, which its produce must land in or fail.
+		handle := func() parkway.Topic {
+			mu.Lock()
+			defer mu.Unlock()
+			return current
 		}
 
 		type record struct {
@@ -122,7 +130,7 @@ func TestProduceRacingDeleteRecreate(t *testing.T) {
 				}
 				bd, bg := counters()
 				ctx, cancel := context.WithTimeout(storm, 10*time.Second)
-				ack, err := n.Produce(ctx, stream, topic, parkway.PartitionID(0),
+				ack, err := n.Produce(ctx, handle(), parkway.PartitionID(0),
 					parkway.Message{Payload: []byte("p" + strconv.Itoa(id))})
 				cancel()
 				ad, ag := counters()
@@ -163,7 +171,7 @@ func TestProduceRacingDeleteRecreate(t *testing.T) {
 				mu.Lock()
 				deletesStarted++
 				mu.Unlock()
-				if err := n.DeleteTopic(storm, stream, topic); err != nil {
+				if err := n.DeleteTopic(storm, handle()); err != nil {
 					deleterErr = fmt.Errorf("DeleteTopic: %w", err)
 					return
 				}
@@ -187,12 +195,13 @@ func TestProduceRacingDeleteRecreate(t *testing.T) {
 					deleterErr = fmt.Errorf("CreateTopic: %w", err)
 					return
 				}
-				if id != topic {
-					deleterErr = fmt.Errorf("recreated topic got id %d, want the reused slab id %d", id, topic)
+				if id.ID != topic.ID {
+					deleterErr = fmt.Errorf("recreated topic got id %d, want the reused slab id %d", id.ID, topic.ID)
 					return
 				}
 				mu.Lock()
 				generation++
+				current = id
 				mu.Unlock()
 				select { // a signal from the previous generation does not count
 				case <-progress:
@@ -229,7 +238,7 @@ func TestProduceRacingDeleteRecreate(t *testing.T) {
 		}
 		t.Logf("%d produces over %d incarnations: %v", len(records), generations+1, stats)
 
-		msgs := readAll(t, n, stream, topic, 0)
+		msgs := readAll(t, n, handle(), 0)
 		readable := map[int]uint64{}
 		for _, m := range msgs {
 			id, err := strconv.Atoi(strings.TrimPrefix(string(m.Payload), "p"))
@@ -276,7 +285,7 @@ func TestProduceRacingDeleteRecreate(t *testing.T) {
 			}
 		}
 		for _, b := range bystanders {
-			expectLog(t, n, stream, b, 0, "untouched")
+			expectLog(t, n, b, 0, "untouched")
 		}
 		if final < finalProduces {
 			t.Fatalf("only %d produces after the final recreate, want %d", final, finalProduces)
@@ -321,8 +330,29 @@ func TestBehaviour17EveryRequestAnswered(t *testing.T) {
 				for i := range 4 {
 					mustTopic(t, n, stable, fmt.Sprintf("t%d", i), 1+i%2)
 				}
-				if s := mustStream(t, n, "churned"); s != 1 {
-					t.Fatalf("second stream got id %d, want 1", s)
+				if s := mustStream(t, n, "churned"); s.ID != 1 {
+					t.Fatalf("second stream got id %d, want 1", s.ID)
+				}
+				// handle looks up the current incarnation of topic
+				// stream/topic; when there is none, it returns a handle no
+				// incarnation matches, which every call refuses as not
+				// found (the churn makes both happen).
+				handle := func(stream, topic uint32) parkway.Topic {
+					h := parkway.Topic{Stream: parkway.Stream{ID: stream, Revision: 1}, ID: topic, Revision: 1}
+					ss, _ := n.Streams(ctx)
+					for _, s := range ss {
+						if s.ID != stream {
+							continue
+						}
+						h.Stream, h.Revision = s, s.Revision
+						ts, _ := n.Topics(ctx, s)
+						for _, tt := range ts {
+							if tt.ID == topic {
+								return tt
+							}
+						}
+					}
+					return h
 				}
 
 				const (
@@ -369,14 +399,14 @@ func TestBehaviour17EveryRequestAnswered(t *testing.T) {
 							}
 						}
 						k := uint32(round % 4)
-						ignore(n.DeleteTopic(ctx, stable, k), parkway.ErrTopicNotFound)
+						ignore(n.DeleteTopic(ctx, handle(0, k)), parkway.ErrTopicNotFound)
 						_, err := n.CreateTopic(ctx, stable, fmt.Sprintf("t%d", k), 1+round%2)
 						ignore(err, parkway.ErrTopicExists)
 						if round%3 == 0 {
-							ignore(n.DeleteStream(ctx, 1), parkway.ErrStreamNotFound)
+							ignore(n.DeleteStream(ctx, handle(1, 0).Stream), parkway.ErrStreamNotFound)
 							_, err = n.CreateStream(ctx, "churned")
 							ignore(err, parkway.ErrStreamExists)
-							_, err = n.CreateTopic(ctx, 1, "x", 2)
+							_, err = n.CreateTopic(ctx, handle(1, 0).Stream, "x", 2)
 							ignore(err, parkway.ErrStreamNotFound, parkway.ErrTopicExists)
 						}
 					}
@@ -399,22 +429,22 @@ func TestBehaviour17EveryRequestAnswered(t *testing.T) {
 								}
 							}
 							stream := uint32(i % 2)
-							topic := uint32((w + i) % 4)
+							topic := handle(stream, uint32((w+i)%4))
 							part := uint32(i / 2 % 2)
 							cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 							var err error
 							op := []string{"produce", "poll", "store", "get", "produce-key"}[(w+i)%5]
 							switch op {
 							case "produce":
-								_, err = n.Produce(cctx, stream, topic, parkway.PartitionID(part), parkway.Message{Payload: []byte("x")})
+								_, err = n.Produce(cctx, topic, parkway.PartitionID(part), parkway.Message{Payload: []byte("x")})
 							case "produce-key":
-								_, err = n.Produce(cctx, stream, topic, parkway.Key([]byte{byte(i)}), parkway.Message{Payload: []byte("k")})
+								_, err = n.Produce(cctx, topic, parkway.Key([]byte{byte(i)}), parkway.Message{Payload: []byte("k")})
 							case "poll":
-								_, err = n.Poll(cctx, stream, topic, part, parkway.AtOffset(0), 16)
+								_, err = n.Poll(cctx, topic, part, parkway.AtOffset(0), 16)
 							case "store":
-								err = n.StoreOffset(cctx, "reader", stream, topic, part, 0)
+								err = n.StoreOffset(cctx, "reader", topic, part, 0)
 							case "get":
-								_, _, err = n.ConsumerOffset(cctx, "reader", stream, topic, part)
+								_, _, err = n.ConsumerOffset(cctx, "reader", topic, part)
 							}
 							cancel()
 							outcome := "ok"
@@ -431,7 +461,7 @@ func TestBehaviour17EveryRequestAnswered(t *testing.T) {
 									}
 								}
 								if outcome == "" {
-									errCh <- fmt.Errorf("worker %d call %d (%s %d/%d/%d): unexpected error %w", w, i, op, stream, topic, part, err)
+									errCh <- fmt.Errorf("worker %d call %d (%s %v/%d): unexpected error %w", w, i, op, topic, part, err)
 									return
 								}
 							}

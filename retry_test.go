@@ -31,19 +31,19 @@ func TestBehaviour18ProduceMidMaterialisationRetriedInPlace(t *testing.T) {
 			// so every produce arrives before or during materialisation and
 			// must still simply succeed, with no period tick needed.
 			const period = 30 * time.Second
-			n := open(t, parkway.Config{Shards: convShards, ReconcileInterval: period})
+			n := open(t, parkway.Config{Shards: convShards, ReconcileInterval: period, RequestTimeout: 4 * period})
 			start := time.Now()
 			stream := mustStream(t, n, "b18")
 			for i := range convTopics {
 				topic := mustTopic(t, n, stream, fmt.Sprintf("t%d", i), 1)
-				ack, err := n.Produce(ctxFor(t), stream, topic, parkway.PartitionID(0), parkway.Message{Payload: []byte("m")})
+				ack, err := n.Produce(ctxFor(t), topic, parkway.PartitionID(0), parkway.Message{Payload: []byte("m")})
 				if err != nil {
 					t.Fatalf("produce right after creating t%d: %v (retriable: %v)", i, err, errors.Is(err, parkway.ErrRetry))
 				}
 				if ack.FirstOffset != 0 {
 					t.Fatalf("t%d acked at offset %d, want 0", i, ack.FirstOffset)
 				}
-				expectLog(t, n, stream, topic, 0, "m")
+				expectLog(t, n, topic, 0, "m")
 			}
 			// Virtual time, so this is exact, not a timing assertion: if a
 			// produce had needed the period tick, the clock would show it.
@@ -67,7 +67,7 @@ func TestBehaviour18ProduceMidMaterialisationRetriedInPlace(t *testing.T) {
 			}
 			n := open(t, parkway.Config{
 				DataDir: dir, Shards: convShards,
-				ReconcileInterval: 30 * time.Second, RequestTimeout: time.Minute,
+				ReconcileInterval: 30 * time.Second, RequestTimeout: 2 * time.Minute,
 				BuildBackoffMin: time.Second, BuildBackoffMax: time.Second,
 			})
 			reg := registry(t, n)
@@ -81,7 +81,7 @@ func TestBehaviour18ProduceMidMaterialisationRetriedInPlace(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ns, _ := metadata.NewNamespace(stream, topic, 0)
+			ns, _ := metadata.NewNamespace(stream.ID, topic.ID, 0)
 			owner := fmt.Sprint(router.Assign(ns, convShards))
 			synctest.Wait() // the commit's pass ran: the build failed
 			if v := metricValue(t, reg, "parkway_partition_builds_failed_total", "shard", owner); v != 1 {
@@ -95,7 +95,7 @@ func TestBehaviour18ProduceMidMaterialisationRetriedInPlace(t *testing.T) {
 			)
 			go func() {
 				defer close(done)
-				ack, perr = n.Produce(ctx, stream, topic, parkway.PartitionID(0), parkway.Message{Payload: []byte("m")})
+				ack, perr = n.Produce(ctx, topic, parkway.PartitionID(0), parkway.Message{Payload: []byte("m")})
 			}()
 			synctest.Wait()
 			if v := metricValue(t, reg, "parkway_parked_frames", "shard", owner); v != 1 {
@@ -130,7 +130,7 @@ func TestBehaviour18ProduceMidMaterialisationRetriedInPlace(t *testing.T) {
 			if ack.FirstOffset != 0 {
 				t.Fatalf("acked at offset %d, want 0", ack.FirstOffset)
 			}
-			b, err := n.Poll(ctx, stream, topic, 0, parkway.AtOffset(0), 10)
+			b, err := n.Poll(ctx, topic, 0, parkway.AtOffset(0), 10)
 			if err != nil || len(b.Messages) != 1 || string(b.Messages[0].Payload) != "m" {
 				t.Fatalf("Poll = %v, %v; want the one message", payloads(b.Messages), err)
 			}
@@ -162,7 +162,7 @@ func TestBehaviour18ProduceMidMaterialisationRetriedInPlace(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = n.Produce(ctx, stream, topic, parkway.PartitionID(0), parkway.Message{Payload: []byte("m")})
+			_, err = n.Produce(ctx, topic, parkway.PartitionID(0), parkway.Message{Payload: []byte("m")})
 			switch {
 			case err == nil:
 				t.Fatal("produce succeeded although its partition can never be built")
@@ -189,7 +189,7 @@ func TestCloseAnswersParkedRequests(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, "streams"), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		n := open(t, parkway.Config{DataDir: dir, Shards: convShards, ReconcileInterval: 30 * time.Second})
+		n := open(t, parkway.Config{DataDir: dir, Shards: convShards, ReconcileInterval: 30 * time.Second, RequestTimeout: 2 * time.Minute})
 		reg := registry(t, n)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
@@ -200,7 +200,7 @@ func TestCloseAnswersParkedRequests(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			_, perr = n.Produce(ctx, stream, topic, parkway.PartitionID(0), parkway.Message{Payload: []byte("m")})
+			_, perr = n.Produce(ctx, topic, parkway.PartitionID(0), parkway.Message{Payload: []byte("m")})
 		}()
 		synctest.Wait()
 		if v := metricValue(t, reg, "parkway_parked_frames"); v != 1 {
@@ -258,7 +258,7 @@ func TestParkOverflowRetriedInPlace(t *testing.T) {
 			var wg sync.WaitGroup
 			for i := range producers {
 				wg.Go(func() {
-					acks[i], errs[i] = n.Produce(ctx, stream, topic, parkway.PartitionID(0),
+					acks[i], errs[i] = n.Produce(ctx, topic, parkway.PartitionID(0),
 						parkway.Message{Payload: fmt.Appendf(nil, "m%d", i)})
 				})
 			}
@@ -286,7 +286,7 @@ func TestParkOverflowRetriedInPlace(t *testing.T) {
 		if len(offsets) != producers || !offsets[0] || !offsets[1] || !offsets[2] {
 			t.Fatalf("acked at offsets %v, want 0, 1 and 2", offsets)
 		}
-		if got := len(readAll(t, n, stream, topic, 0)); got != producers {
+		if got := len(readAll(t, n, topic, 0)); got != producers {
 			t.Fatalf("%d messages in the partition, want %d", got, producers)
 		}
 	})
@@ -311,12 +311,12 @@ func TestFullInboxIsBackpressure(t *testing.T) {
 		reg := registry(t, n)
 		s := mustStream(t, n, "s")
 		tp := mustTopic(t, n, s, "t", 1, parkway.WithFsync(parkway.FsyncAlways, 0))
-		mustProduce(t, n, s, tp, parkway.PartitionID(0), "warm")
+		mustProduce(t, n, tp, parkway.PartitionID(0), "warm")
 		hold.Store(true)
 		errs := make(chan error, 64)
 		for i := range 64 {
 			go func() {
-				_, err := n.Produce(ctxFor(t), s, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte(fmt.Sprint(i))})
+				_, err := n.Produce(ctxFor(t), tp, parkway.PartitionID(0), parkway.Message{Payload: []byte(fmt.Sprint(i))})
 				errs <- err
 			}()
 		}
@@ -331,7 +331,7 @@ func TestFullInboxIsBackpressure(t *testing.T) {
 				t.Fatalf("produce against a full inbox: %v", err)
 			}
 		}
-		if got := len(readAll(t, n, s, tp, 0)); got != 65 {
+		if got := len(readAll(t, n, tp, 0)); got != 65 {
 			t.Fatalf("partition holds %d messages, want 65", got)
 		}
 	})

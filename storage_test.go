@@ -18,28 +18,28 @@ func TestPurgeTopic(t *testing.T) {
 			n := open(t, parkway.Config{DataDir: dir, FS: vfs.NewMem(), Shards: 2})
 			s := mustStream(t, n, "s")
 			tp := mustTopic(t, n, s, "t", 2)
-			mustProduce(t, n, s, tp, parkway.PartitionID(0), "a", "b")
-			mustProduce(t, n, s, tp, parkway.PartitionID(1), "c")
-			if err := n.PurgeTopic(ctxFor(t), s, tp); err != nil {
+			mustProduce(t, n, tp, parkway.PartitionID(0), "a", "b")
+			mustProduce(t, n, tp, parkway.PartitionID(1), "c")
+			if err := n.PurgeTopic(ctxFor(t), tp); err != nil {
 				t.Fatal(err)
 			}
 			for p := range uint32(2) {
-				if got := readAllFrom(t, n, s, tp, p, 0); len(got) != 0 {
+				if got := readAllFrom(t, n, tp, p, 0); len(got) != 0 {
 					t.Fatalf("partition %d after purge: %v", p, payloads(got))
 				}
 			}
-			ack := mustProduce(t, n, s, tp, parkway.PartitionID(0), "d")
+			ack := mustProduce(t, n, tp, parkway.PartitionID(0), "d")
 			if ack.FirstOffset != 2 {
 				t.Fatalf("offset after purge %d, want 2 (never reused)", ack.FirstOffset)
 			}
-			if _, err := n.Poll(ctxFor(t), s, tp, 0, parkway.AtOffset(0), 10); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
+			if _, err := n.Poll(ctxFor(t), tp, 0, parkway.AtOffset(0), 10); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
 				t.Fatalf("poll below the purge point: %v", err)
 			}
-			b, err := n.Poll(ctxFor(t), s, tp, 0, parkway.AtConsumer("fresh"), 10)
+			b, err := n.Poll(ctxFor(t), tp, 0, parkway.AtConsumer("fresh"), 10)
 			if err != nil || len(b.Messages) != 1 || string(b.Messages[0].Payload) != "d" {
 				t.Fatalf("poll at a new consumer after purge: %+v %v", b, err)
 			}
-			if err := n.PurgeTopic(ctxFor(t), s, 99); !errors.Is(err, parkway.ErrTopicNotFound) {
+			if err := n.PurgeTopic(ctxFor(t), parkway.Topic{Stream: s, ID: 99, Revision: 99}); !errors.Is(err, parkway.ErrTopicNotFound) {
 				t.Fatalf("purge unknown topic: %v", err)
 			}
 		})
@@ -47,9 +47,9 @@ func TestPurgeTopic(t *testing.T) {
 }
 
 // readAllFrom polls a partition from an offset to its end.
-func readAllFrom(t *testing.T, n *parkway.Node, s, tp, p uint32, from uint64) []parkway.Message {
+func readAllFrom(t *testing.T, n *parkway.Node, tp parkway.Topic, p uint32, from uint64) []parkway.Message {
 	t.Helper()
-	b, err := n.Poll(ctxFor(t), s, tp, p, parkway.AtOffset(from), 1000)
+	b, err := n.Poll(ctxFor(t), tp, p, parkway.AtOffset(from), 1000)
 	if errors.Is(err, parkway.ErrOffsetOutOfRange) {
 		return nil
 	}
@@ -64,15 +64,15 @@ func TestTruncatePartition(t *testing.T) {
 		n := open(t, parkway.Config{DataDir: "/data", FS: vfs.NewMem(), Shards: 1})
 		s := mustStream(t, n, "s")
 		tp := mustTopic(t, n, s, "t", 1)
-		mustProduce(t, n, s, tp, parkway.PartitionID(0), "a", "b", "c")
-		if err := n.TruncatePartition(ctxFor(t), s, tp, 0, 2); err != nil {
+		mustProduce(t, n, tp, parkway.PartitionID(0), "a", "b", "c")
+		if err := n.TruncatePartition(ctxFor(t), tp, 0, 2); err != nil {
 			t.Fatal(err)
 		}
-		got := readAllFrom(t, n, s, tp, 0, 2)
+		got := readAllFrom(t, n, tp, 0, 2)
 		if len(got) != 1 || string(got[0].Payload) != "c" {
 			t.Fatalf("after truncate: %v", payloads(got))
 		}
-		if err := n.TruncatePartition(ctxFor(t), s, tp, 0, 99); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
+		if err := n.TruncatePartition(ctxFor(t), tp, 0, 99); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
 			t.Fatalf("truncate past the end: %v", err)
 		}
 	})
@@ -94,19 +94,19 @@ func TestRetentionBySize(t *testing.T) {
 			big[i].Payload = make([]byte, 64<<10) // 4 MiB per batch: several segments
 		}
 		for range 4 {
-			if _, err := n.Produce(ctxFor(t), s, tp, parkway.PartitionID(0), big...); err != nil {
+			if _, err := n.Produce(ctxFor(t), tp, parkway.PartitionID(0), big...); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := n.SetTopicConfig(ctxFor(t), s, tp, parkway.TopicConfig{Fsync: parkway.FsyncNever, RetentionBytes: 2 << 20}); err != nil {
+		if err := n.SetTopicConfig(ctxFor(t), tp, parkway.TopicConfig{Fsync: parkway.FsyncNever, RetentionBytes: 2 << 20}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(3 * time.Second) // virtual: a few retention ticks
 		synctest.Wait()
-		if _, err := n.Poll(ctxFor(t), s, tp, 0, parkway.AtOffset(0), 1); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
+		if _, err := n.Poll(ctxFor(t), tp, 0, parkway.AtOffset(0), 1); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
 			t.Fatalf("oldest messages still readable after size retention: %v", err)
 		}
-		b, err := n.Poll(ctxFor(t), s, tp, 0, parkway.AtOffset(255), 1)
+		b, err := n.Poll(ctxFor(t), tp, 0, parkway.AtOffset(255), 1)
 		if err != nil || len(b.Messages) != 1 {
 			t.Fatalf("newest message lost to retention: %+v %v", b, err)
 		}
@@ -120,7 +120,7 @@ func TestTopicOptionsValidated(t *testing.T) {
 		if _, err := n.CreateTopic(ctxFor(t), s, "t", 1, parkway.WithRetention(-time.Second, 0)); err == nil {
 			t.Fatal("negative retention accepted")
 		}
-		if _, ok := n.Topic(s, "t"); ok {
+		if _, err := n.Topic(ctxFor(t), s, "t"); err == nil {
 			t.Fatal("invalid topic created")
 		}
 	})

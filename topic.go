@@ -55,27 +55,26 @@ func WithRetention(age time.Duration, bytes int64) TopicOption {
 
 // SetTopicConfig replaces a topic's storage configuration. The change
 // reaches the partitions on the next reconcile pass.
-func (n *Node) SetTopicConfig(ctx context.Context, stream, topic uint32, cfg TopicConfig) error {
-	_, err := n.apply(ctx, metadata.SetTopicConfig{Stream: stream, Topic: topic, Config: cfg})
-	return err
+func (n *Node) SetTopicConfig(ctx context.Context, t Topic, cfg TopicConfig) error {
+	return n.topicCommand(ctx, t, metadata.SetTopicConfig{Stream: t.Stream.ID, Topic: t.ID, Revision: t.Revision, Config: cfg})
 }
 
 // PurgeTopic removes every message of every partition of a topic. Offsets
 // are not reused: the partitions continue from where they were, so stored
 // consumer offsets stay meaningful.
-func (n *Node) PurgeTopic(ctx context.Context, stream, topic uint32) error {
-	t, ok := n.meta.Topic(stream, topic)
-	if !ok {
-		if err := n.begin(ctx); err != nil {
-			return err
-		}
-		return n.missing(stream, topic)
-	}
-	if _, err := n.apply(ctx, metadata.PurgeTopic{Stream: stream, Topic: topic}); err != nil {
+func (n *Node) PurgeTopic(ctx context.Context, t Topic) error {
+	if err := n.begin(ctx); err != nil {
 		return err
 	}
-	for p := range uint32(t.Partitions) {
-		if err := n.partitionOp(ctx, shard.OpPurge, stream, topic, p, 0); err != nil {
+	info, err := n.topicInfo(ctx, t)
+	if err != nil {
+		return err
+	}
+	if err := n.topicCommand(ctx, t, metadata.PurgeTopic{Stream: t.Stream.ID, Topic: t.ID, Revision: t.Revision}); err != nil {
+		return err
+	}
+	for p := range uint32(info.Partitions) {
+		if err := n.partitionOp(ctx, shard.OpPurge, t, p, 0); err != nil {
 			return fmt.Errorf("purge partition %d: %w", p, err)
 		}
 	}
@@ -84,19 +83,19 @@ func (n *Node) PurgeTopic(ctx context.Context, stream, topic uint32) error {
 
 // TruncatePartition makes a partition's messages below offset unreadable
 // and deletes the segments holding only such messages.
-func (n *Node) TruncatePartition(ctx context.Context, stream, topic, part uint32, before uint64) error {
-	return n.partitionOp(ctx, shard.OpTruncate, stream, topic, part, before)
+func (n *Node) TruncatePartition(ctx context.Context, t Topic, part uint32, before uint64) error {
+	return n.partitionOp(ctx, shard.OpTruncate, t, part, before)
 }
 
 // partitionOp routes a storage operation to a partition's owner.
-func (n *Node) partitionOp(ctx context.Context, op shard.Op, stream, topic, part uint32, offset uint64) error {
+func (n *Node) partitionOp(ctx context.Context, op shard.Op, t Topic, part uint32, offset uint64) error {
 	if err := n.begin(ctx); err != nil {
 		return err
 	}
-	ns, err := n.resolveWait(ctx, stream, topic, part)
+	ns, epoch, err := n.resolveWait(ctx, t, part)
 	if err != nil {
 		return err
 	}
-	_, err = n.call(ctx, &shard.Request{Op: op, NS: ns, Offset: offset}, stream, topic, part)
+	_, err = n.call(ctx, &shard.Request{Op: op, NS: ns, Epoch: epoch, Offset: offset}, t, part)
 	return err
 }

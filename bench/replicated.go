@@ -241,11 +241,11 @@ func (c *parkwayCluster) setUp(ctx context.Context, warm []byte) error {
 	// The warm produce goes through node 1, which forwards it to the
 	// leader if it is not the leader itself; it returns once the
 	// partition exists on a quorum and has a leader.
-	if _, err := first.Produce(ctx, stream, topic, parkway.PartitionID(0), parkway.Message{Payload: warm}); err != nil {
+	if _, err := first.Produce(ctx, topic, parkway.PartitionID(0), parkway.Message{Payload: warm}); err != nil {
 		return fmt.Errorf("parkway: warm produce: %w", err)
 	}
 	if err := waitFor(ctx, "node 1 to know the partition leader", func() (bool, error) {
-		c.leader, err = first.Leader(ctx, stream, topic, 0)
+		c.leader, err = first.Leader(ctx, topic, 0)
 		return c.leader != 0, err
 	}); err != nil {
 		return fmt.Errorf("parkway: leader: %w", err)
@@ -265,12 +265,12 @@ func (c *parkwayCluster) entry() string {
 func (c *parkwayCluster) verify(ctx context.Context, want int) error {
 	ctx, cancel := context.WithTimeout(ctx, verifyTimeout)
 	defer cancel()
-	if lead, err := c.node.Leader(ctx, c.stream, c.topic, 0); err != nil || lead != c.leader {
+	if lead, err := c.node.Leader(ctx, c.topic, 0); err != nil || lead != c.leader {
 		return fmt.Errorf("parkway: partition leader is %d (%v), the produces went to node %d", lead, err, c.leader)
 	}
 	for i, n := range c.nodes {
 		for {
-			got, err := parkwayCount(ctx, n, c.stream, c.topic, want)
+			got, err := parkwayCount(ctx, n, c.topic, want)
 			if err != nil {
 				return fmt.Errorf("parkway: node %d: %w", i+1, err)
 			}
@@ -292,10 +292,10 @@ func (c *parkwayCluster) verify(ctx context.Context, want int) error {
 // partition 0 from offset 0, reading at most want+1: enough to tell fewer,
 // exactly and more. The reads are local: a plain Poll is served by the
 // leader, which would not check the follower's replica.
-func parkwayCount(ctx context.Context, n *parkway.Node, stream, topic uint32, want int) (int, error) {
+func parkwayCount(ctx context.Context, n *parkway.Node, topic parkway.Topic, want int) (int, error) {
 	got := 0
 	for next := uint64(0); got <= want; {
-		b, err := n.Poll(ctx, stream, topic, 0, parkway.AtOffset(next).Local(), min(consumeBatch, want+1-got))
+		b, err := n.Poll(ctx, topic, 0, parkway.AtOffset(next).Local(), min(consumeBatch, want+1-got))
 		if err != nil {
 			return got, err
 		}

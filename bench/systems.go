@@ -103,8 +103,8 @@ func (parkwaySystem) name() string { return "parkway" }
 
 type parkwayInstance struct {
 	node   *parkway.Node
-	stream uint32
-	topic  uint32
+	stream parkway.Stream
+	topic  parkway.Topic
 	opt    parkway.TopicOption // the durability policy of every topic created
 }
 
@@ -148,7 +148,7 @@ func (p *parkwayInstance) setUp(ctx context.Context, parts int, warm []byte) err
 }
 
 func (p *parkwayInstance) produceOne(ctx context.Context, part int, payload []byte) error {
-	_, err := p.node.Produce(ctx, p.stream, p.topic, parkway.PartitionID(uint32(part)), parkway.Message{Payload: payload})
+	_, err := p.node.Produce(ctx, p.topic, parkway.PartitionID(uint32(part)), parkway.Message{Payload: payload})
 	return err
 }
 
@@ -160,7 +160,7 @@ func (p *parkwayInstance) batchProducer(part int, payload []byte, n int) func(co
 	}
 	to := parkway.PartitionID(uint32(part))
 	return func(ctx context.Context) error {
-		_, err := p.node.Produce(ctx, p.stream, p.topic, to, msgs...)
+		_, err := p.node.Produce(ctx, p.topic, to, msgs...)
 		return err
 	}
 }
@@ -200,7 +200,7 @@ func (p *parkwayInstance) pipelinedAsync(ctx context.Context, part int, payload 
 				break
 			}
 		}
-		ring[slot] = p.node.ProduceAsync(ctx, p.stream, p.topic, to, msg)
+		ring[slot] = p.node.ProduceAsync(ctx, p.topic, to, msg)
 	}
 	// Every started produce is awaited, also after an error, so none is
 	// left in flight when this returns.
@@ -257,7 +257,7 @@ func (p *parkwayInstance) reader(_ context.Context, part int) (reader, error) {
 
 // read: one Poll of up to max messages from the reader's offset.
 func (r *parkwayReader) read(ctx context.Context, max int) (int, error) {
-	b, err := r.p.node.Poll(ctx, r.p.stream, r.p.topic, r.part, parkway.AtOffset(r.next), max)
+	b, err := r.p.node.Poll(ctx, r.p.topic, r.part, parkway.AtOffset(r.next), max)
 	if err != nil {
 		return 0, err
 	}
@@ -274,7 +274,7 @@ func (p *parkwayInstance) createAndProduce(ctx context.Context, name string, pay
 	if err != nil {
 		return fmt.Errorf("create topic %s: %w", name, err)
 	}
-	if _, err := p.node.Produce(ctx, p.stream, topic, parkway.PartitionID(0), parkway.Message{Payload: payload}); err != nil {
+	if _, err := p.node.Produce(ctx, topic, parkway.PartitionID(0), parkway.Message{Payload: payload}); err != nil {
 		return fmt.Errorf("produce to new topic %s: %w", name, err)
 	}
 	return nil

@@ -45,6 +45,13 @@ type metaGroup struct {
 	// metadata goroutine through these.
 	props chan metaOp
 	in    chan *raftpb.Message
+	// reads are read barriers waiting for the metadata goroutine:
+	// readIndex ones wait for the leader's confirmation (by request id),
+	// applying ones for the applied index to reach their read index.
+	reads     chan chan error
+	readSeq   uint64
+	readIndex map[uint64]chan error
+	applying  []readWait
 
 	// failed is closed (after err is set) when the member stopped on a
 	// failed Ready.
@@ -56,6 +63,11 @@ type metaGroup struct {
 	seq      atomic.Uint64
 
 	served []served // manual engines: forwarded requests awaiting answers
+}
+
+type readWait struct {
+	index uint64
+	reply chan error
 }
 
 type metaOp struct {
@@ -92,6 +104,7 @@ func openMetaGroup(c *clusterNode, disk *replica.Disk, mcfg metadata.Config) (*m
 	m := &metaGroup{c: c, g: g, pending: make(map[uint64]chan<- MetadataResult),
 		seen: dedupe.New[MetadataResult](metaDedupeWindow), policy: replica.CompactionPolicy{Entries: every},
 		props: make(chan metaOp), in: make(chan *raftpb.Message, 1024), failed: make(chan struct{}),
+		reads: make(chan chan error), readIndex: make(map[uint64]chan error),
 		producer: newProducerID()}
 	fail := func(err error) (*metaGroup, error) {
 		_ = g.Close()
@@ -212,12 +225,19 @@ func (c *clusterNode) runMetadata(ctx context.Context) {
 	defer tick.Stop()
 	for {
 		if m.process() != nil {
+			m.answerReads(m.err)
 			return
 		}
+		m.serveReads()
 		select {
 		case <-ctx.Done():
 			m.answerAll(ErrClosed)
+			m.answerReads(ErrClosed)
 			return
+		case reply := <-m.reads:
+			m.readSeq++
+			m.readIndex[m.readSeq] = reply
+			m.g.ReadIndex(binary.LittleEndian.AppendUint64(nil, m.readSeq))
 		case op := <-m.props:
 			if err := m.propose(op.data, op.reply); err != nil {
 				op.reply <- MetadataResult{Err: err}
@@ -228,6 +248,95 @@ func (c *clusterNode) runMetadata(ctx context.Context) {
 			m.g.Tick()
 			tick.Reset(c.cfg.TickInterval)
 		}
+	}
+}
+
+// serveReads moves read barriers the leader confirmed to waiting for the
+// applied index, and answers those whose read index is applied.
+func (m *metaGroup) serveReads() {
+	for _, rs := range m.g.TakeReadStates() {
+		if len(rs.RequestCtx) != 8 {
+			continue
+		}
+		seq := binary.LittleEndian.Uint64(rs.RequestCtx)
+		if reply, ok := m.readIndex[seq]; ok {
+			delete(m.readIndex, seq)
+			m.applying = append(m.applying, readWait{index: rs.Index, reply: reply})
+		}
+	}
+	keep := m.applying[:0]
+	for _, w := range m.applying {
+		if m.g.Applied() >= w.index {
+			w.reply <- nil
+		} else {
+			keep = append(keep, w)
+		}
+	}
+	clear(m.applying[len(keep):])
+	m.applying = keep
+}
+
+// answerReads answers every waiting read barrier with err.
+func (m *metaGroup) answerReads(err error) {
+	for seq, reply := range m.readIndex {
+		reply <- err
+		delete(m.readIndex, seq)
+	}
+	for _, w := range m.applying {
+		w.reply <- err
+	}
+	m.applying = nil
+}
+
+// ReadBarrier waits until this node's metadata has applied everything the
+// metadata group had committed when it was called: a ReadIndex through the
+// group's leader (a heartbeat round confirms its leadership), then a wait
+// for the local applied index. A metadata read made after it returns sees
+// every command committed before the call, through any node. On a single
+// node, and on a manual engine, it returns at once: their reads are local
+// (a single node's are current). It retries until ctx's deadline (or
+// RequestTimeout) while no leader answers, then fails with an error
+// wrapping shard.ErrRetry.
+func (e *Engine) ReadBarrier(ctx context.Context) error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	if e.cl == nil || e.cfg.Manual {
+		return nil
+	}
+	m := e.cl.meta
+	ctx, cancel := e.Deadline(ctx)
+	defer cancel()
+	pause := e.cfg.RetryBackoffMin
+	for {
+		reply := make(chan error, 1)
+		select {
+		case m.reads <- reply:
+		case <-m.failed:
+			return m.err
+		case <-ctx.Done():
+			return fmt.Errorf("%w: metadata read barrier: %w", shard.ErrRetry, ctx.Err())
+		}
+		t := e.cfg.Clock.NewTimer(e.ForwardTimeout())
+		var err error
+		select {
+		case err = <-reply:
+		case <-t.C():
+			err = fmt.Errorf("%w: no read index yet", shard.ErrRetry)
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		t.Stop()
+		if err == nil || errors.Is(err, ErrClosed) || errors.Is(err, ErrMetadataFailed) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w: metadata read barrier: %w", shard.ErrRetry, ctx.Err())
+		}
+		if err := e.Sleep(ctx, pause); err != nil {
+			return fmt.Errorf("%w: metadata read barrier: %w", shard.ErrRetry, err)
+		}
+		pause = min(pause*2, e.cfg.RetryBackoffMax)
 	}
 }
 
@@ -422,6 +531,12 @@ func (m *metaGroup) Apply(index, id uint64, payload []byte) error {
 func (m *metaGroup) LeaderChanged(lead uint64) {
 	forgot := len(m.pending)
 	clear(m.pending)
+	// Read indexes in flight are dropped by raft with the leadership;
+	// their callers ask again. Those already confirmed stay valid.
+	for seq, reply := range m.readIndex {
+		reply <- fmt.Errorf("%w: metadata leader changed", shard.ErrRetry)
+		delete(m.readIndex, seq)
+	}
 	if ev := m.c.e.cfg.Events.MetadataLeaderChanged; ev != nil {
 		ev(lead, forgot)
 	}

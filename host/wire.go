@@ -124,7 +124,21 @@ const (
 	codeStale
 	codeOther
 	codeNoSpace
+	_            // codeTooManyWaiters (wire_poll.go)
+	codeSentinel // one of wireSentinels, by index, then the message
 )
+
+// wireSentinels are the further errors a forwarded request's answer
+// keeps across the wire, so the caller can match them with errors.Is:
+// the index is the wire's, so entries are only ever appended.
+var wireSentinels = []error{
+	partition.ErrTooLarge,
+	partition.ErrEmptyBatch,
+	partition.ErrCorrupt,
+	partition.ErrUnusable,
+	shard.ErrPartitionFailed,
+	shard.ErrClosed,
+}
 
 func encodeResponse(r shard.Response) []byte {
 	b := make([]byte, 0, 64)
@@ -147,7 +161,14 @@ func encodeResponse(r shard.Response) []byte {
 	case errors.Is(partition.ClassifyNoSpace(r.Err), partition.ErrNoSpace):
 		b = appendString(append(b, codeNoSpace), r.Err.Error())
 	default:
-		b = appendString(append(b, codeOther), r.Err.Error())
+		code := []byte{codeOther}
+		for i, sentinel := range wireSentinels {
+			if errors.Is(r.Err, sentinel) {
+				code = []byte{codeSentinel, byte(i)}
+				break
+			}
+		}
+		b = appendString(append(b, code...), r.Err.Error())
 	}
 	if r.Err != nil {
 		return b
@@ -188,6 +209,16 @@ func decodeResponse(b []byte) (shard.Response, error) {
 		return shard.Response{Err: partition.ErrOffsetOutOfRange}, nil
 	case codeTooManyWaiters:
 		return shard.Response{Err: shard.ErrTooManyWaiters}, nil
+	case codeSentinel:
+		if len(b) < 1 || int(b[0]) >= len(wireSentinels) {
+			return shard.Response{}, errWire
+		}
+		sentinel := wireSentinels[b[0]]
+		msg, _, ok := readString(b[1:])
+		if !ok {
+			return shard.Response{}, errWire
+		}
+		return shard.Response{Err: fmt.Errorf("%w (at the leader: %s)", sentinel, msg)}, nil
 	case codeOther, codeNoSpace:
 		msg, _, ok := readString(b)
 		if !ok {

@@ -2,6 +2,7 @@ package host
 
 import (
 	"errors"
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -96,5 +97,20 @@ func TestWireRefusesHostileRequests(t *testing.T) {
 		if _, err := decodeRequest(b, now); !errors.Is(err, errWire) {
 			t.Errorf("%s: %v, want errWire", name, err)
 		}
+	}
+}
+
+// TestWireKeepsSentinels: an answer whose error is one of wireSentinels
+// still matches it after a forward, and a sentinel index past the table is
+// a malformed reply.
+func TestWireKeepsSentinels(t *testing.T) {
+	for _, sentinel := range wireSentinels {
+		got, err := decodeResponse(encodeResponse(shard.Response{Err: fmt.Errorf("partition 1/2/3: %w", sentinel)}))
+		if err != nil || !errors.Is(got.Err, sentinel) {
+			t.Errorf("%v across the wire: %v, %v", sentinel, got.Err, err)
+		}
+	}
+	if _, err := decodeResponse([]byte{codeSentinel, byte(len(wireSentinels)), 0}); !errors.Is(err, errWire) {
+		t.Errorf("sentinel index past the table: %v, want errWire", err)
 	}
 }

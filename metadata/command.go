@@ -16,7 +16,18 @@ type Command interface{ isCommand() }
 type CreateStream struct{ Name string }
 
 // DeleteStream deletes a stream with all its topics and partitions.
-type DeleteStream struct{ Stream uint32 }
+//
+// Revision, in this and every command that names a stream or topic, is
+// optional: when not 0 it is the created revision the named stream (here
+// and in CreateTopic, StreamRevision) or topic must have, and the command
+// fails with ErrStreamNotFound or ErrTopicNotFound wrapping
+// ErrStaleRevision if the id now belongs to another incarnation. Ids are
+// reused after a delete, so it is what keeps a command meant for a deleted
+// stream or topic from acting on the one that took its id.
+type DeleteStream struct {
+	Stream   uint32
+	Revision uint64
+}
 
 // CreateTopic creates a topic named Name in Stream, at the lowest free topic
 // id of that stream, with partitions 0..Partitions-1. Config is optional:
@@ -26,16 +37,23 @@ type CreateTopic struct {
 	Name       string
 	Partitions int
 	Config     TopicConfig
+	// StreamRevision, when not 0, is the stream's created revision (see
+	// DeleteStream).
+	StreamRevision uint64
 }
 
 // DeleteTopic deletes a topic with all its partitions.
-type DeleteTopic struct{ Stream, Topic uint32 }
+type DeleteTopic struct {
+	Stream, Topic uint32
+	Revision      uint64 // the topic's created revision, if not 0 (see DeleteStream)
+}
 
 // CreatePartitions appends Count partitions to a topic, with ids following
 // its highest.
 type CreatePartitions struct {
 	Stream, Topic uint32
 	Count         int
+	Revision      uint64 // the topic's created revision, if not 0 (see DeleteStream)
 }
 
 // DeletePartitions removes the Count highest-numbered partitions of a topic.
@@ -43,12 +61,16 @@ type CreatePartitions struct {
 type DeletePartitions struct {
 	Stream, Topic uint32
 	Count         int
+	Revision      uint64 // the topic's created revision, if not 0 (see DeleteStream)
 }
 
 // PurgeTopic asks for the messages of every partition of a topic to be
 // discarded. The store only records the request (TopicInfo.PurgedRevision)
 // and wakes subscribers; the storage layer acts on it.
-type PurgeTopic struct{ Stream, Topic uint32 }
+type PurgeTopic struct {
+	Stream, Topic uint32
+	Revision      uint64 // the topic's created revision, if not 0 (see DeleteStream)
+}
 
 // SetTopicConfig replaces a topic's configuration. It always bumps the
 // revision and wakes subscribers, even when the configuration is unchanged:
@@ -56,6 +78,7 @@ type PurgeTopic struct{ Stream, Topic uint32 }
 type SetTopicConfig struct {
 	Stream, Topic uint32
 	Config        TopicConfig
+	Revision      uint64 // the topic's created revision, if not 0 (see DeleteStream)
 }
 
 // TopicConfig is the per-topic storage configuration. Its zero value means

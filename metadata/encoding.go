@@ -33,7 +33,11 @@ func (e *DecodeError) Unwrap() error { return ErrInvalidEncoding }
 // A command encodes as
 //
 //	type    1 byte (cmdCreateStream ... cmdSetTopicConfig)
-//	version 1 byte (1: the layout below)
+//	version 1 byte (1: the layout below; 2: the same, then the command's
+//	        non-zero Revision, or CreateTopic's StreamRevision, as a
+//	        uvarint — a command whose revision is 0 is always version 1,
+//	        so an encoding stays canonical and logs written before
+//	        revisions existed still decode)
 //	fields  in declaration order:
 //	        uint32         uvarint
 //	        int, Duration,
@@ -59,7 +63,10 @@ const (
 	cmdSetTopicConfig
 )
 
-const commandVersion = 1
+const (
+	commandVersion         = 1
+	commandVersionRevision = 2
+)
 
 // EncodeCommand encodes a command (a value or a non-nil pointer). It fails
 // only with ErrUnknownCommand.
@@ -69,6 +76,10 @@ func EncodeCommand(c Command) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %T", ErrUnknownCommand, c)
 	}
 	var e encoder
+	rev := commandRevision(c)
+	if rev != 0 {
+		e.version = commandVersionRevision
+	}
 	switch c := c.(type) {
 	case CreateStream:
 		e.header(cmdCreateStream)
@@ -106,7 +117,59 @@ func EncodeCommand(c Command) ([]byte, error) {
 		e.uvarint(uint64(c.Topic))
 		e.config(c.Config)
 	}
+	if rev != 0 {
+		e.uvarint(rev)
+	}
 	return e.b, nil
+}
+
+// commandRevision is the incarnation a command names (0: none).
+func commandRevision(c Command) uint64 {
+	switch c := c.(type) {
+	case DeleteStream:
+		return c.Revision
+	case CreateTopic:
+		return c.StreamRevision
+	case DeleteTopic:
+		return c.Revision
+	case CreatePartitions:
+		return c.Revision
+	case DeletePartitions:
+		return c.Revision
+	case PurgeTopic:
+		return c.Revision
+	case SetTopicConfig:
+		return c.Revision
+	}
+	return 0
+}
+
+// withRevision sets the incarnation a command names.
+func withRevision(c Command, rev uint64) Command {
+	switch c := c.(type) {
+	case DeleteStream:
+		c.Revision = rev
+		return c
+	case CreateTopic:
+		c.StreamRevision = rev
+		return c
+	case DeleteTopic:
+		c.Revision = rev
+		return c
+	case CreatePartitions:
+		c.Revision = rev
+		return c
+	case DeletePartitions:
+		c.Revision = rev
+		return c
+	case PurgeTopic:
+		c.Revision = rev
+		return c
+	case SetTopicConfig:
+		c.Revision = rev
+		return c
+	}
+	return c
 }
 
 // DecodeCommand decodes what EncodeCommand produced into a command value
@@ -115,7 +178,8 @@ func EncodeCommand(c Command) ([]byte, error) {
 func DecodeCommand(b []byte) (Command, error) {
 	d := decoder{b: b, what: "command"}
 	typ := d.byte()
-	if ver := d.byte(); d.err == nil && ver != commandVersion {
+	ver := d.byte()
+	if d.err == nil && ver != commandVersion && ver != commandVersionRevision {
 		d.failAt(1, "unknown version "+strconv.Itoa(int(ver)))
 	}
 	if d.err != nil {
@@ -142,6 +206,18 @@ func DecodeCommand(b []byte) (Command, error) {
 	default:
 		d.failAt(0, "unknown command type "+strconv.Itoa(int(typ)))
 	}
+	if ver == commandVersionRevision && d.err == nil {
+		if typ == cmdCreateStream {
+			d.failAt(1, "version 2 of a command that names no incarnation")
+		}
+		at := d.off
+		if rev := d.uvarint(); d.err == nil {
+			if rev == 0 {
+				d.failAt(at, "revision 0 in version 2 (not canonical)")
+			}
+			c = withRevision(c, rev)
+		}
+	}
 	if err := d.finish(); err != nil {
 		return nil, err
 	}
@@ -149,9 +225,18 @@ func DecodeCommand(b []byte) (Command, error) {
 }
 
 // encoder appends fields to b.
-type encoder struct{ b []byte }
+type encoder struct {
+	b       []byte
+	version byte // 0: commandVersion
+}
 
-func (e *encoder) header(typ byte)  { e.b = append(e.b, typ, commandVersion) }
+func (e *encoder) header(typ byte) {
+	v := e.version
+	if v == 0 {
+		v = commandVersion
+	}
+	e.b = append(e.b, typ, v)
+}
 func (e *encoder) byte(v byte)      { e.b = append(e.b, v) }
 func (e *encoder) uvarint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
 func (e *encoder) varint(v int64)   { e.b = binary.AppendVarint(e.b, v) }

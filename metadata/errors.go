@@ -38,4 +38,9 @@ var (
 	// ErrInvalidTopicConfig reports a TopicConfig with an unknown fsync
 	// policy or a negative duration or size.
 	ErrInvalidTopicConfig = errors.New("parkway: invalid topic config")
+	// ErrStaleRevision reports a command whose Revision (or
+	// StreamRevision) names an incarnation of the stream or topic that is
+	// gone: the id now belongs to another. It is always wrapped together
+	// with ErrStreamNotFound or ErrTopicNotFound.
+	ErrStaleRevision = errors.New("parkway: stale revision")
 )

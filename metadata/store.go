@@ -264,7 +264,7 @@ func (s *Store) createStream(c CreateStream) (Result, bool, error) {
 }
 
 func (s *Store) deleteStream(c DeleteStream) (Result, bool, error) {
-	st, err := s.lookupStream(c.Stream)
+	st, err := s.lookupStreamAt(c.Stream, c.Revision)
 	if err != nil {
 		return Result{}, false, err
 	}
@@ -284,7 +284,7 @@ func (s *Store) deleteStream(c DeleteStream) (Result, bool, error) {
 }
 
 func (s *Store) createTopic(c CreateTopic) (Result, bool, error) {
-	st, err := s.lookupStream(c.Stream)
+	st, err := s.lookupStreamAt(c.Stream, c.StreamRevision)
 	if err != nil {
 		return Result{}, false, err
 	}
@@ -322,7 +322,7 @@ func (s *Store) createTopic(c CreateTopic) (Result, bool, error) {
 }
 
 func (s *Store) deleteTopic(c DeleteTopic) (Result, bool, error) {
-	st, t, err := s.lookupTopic(c.Stream, c.Topic)
+	st, t, err := s.lookupTopicAt(c.Stream, c.Topic, c.Revision)
 	if err != nil {
 		return Result{}, false, err
 	}
@@ -338,7 +338,7 @@ func (s *Store) deleteTopic(c DeleteTopic) (Result, bool, error) {
 }
 
 func (s *Store) createPartitions(c CreatePartitions) (Result, bool, error) {
-	st, t, err := s.lookupTopic(c.Stream, c.Topic)
+	st, t, err := s.lookupTopicAt(c.Stream, c.Topic, c.Revision)
 	if err != nil {
 		return Result{}, false, err
 	}
@@ -363,7 +363,7 @@ func (s *Store) createPartitions(c CreatePartitions) (Result, bool, error) {
 }
 
 func (s *Store) deletePartitions(c DeletePartitions) (Result, bool, error) {
-	st, t, err := s.lookupTopic(c.Stream, c.Topic)
+	st, t, err := s.lookupTopicAt(c.Stream, c.Topic, c.Revision)
 	if err != nil {
 		return Result{}, false, err
 	}
@@ -383,7 +383,7 @@ func (s *Store) deletePartitions(c DeletePartitions) (Result, bool, error) {
 }
 
 func (s *Store) purgeTopic(c PurgeTopic) (Result, bool, error) {
-	st, t, err := s.lookupTopic(c.Stream, c.Topic)
+	st, t, err := s.lookupTopicAt(c.Stream, c.Topic, c.Revision)
 	if err != nil {
 		return Result{}, false, err
 	}
@@ -397,7 +397,7 @@ func (s *Store) purgeTopic(c PurgeTopic) (Result, bool, error) {
 }
 
 func (s *Store) setTopicConfig(c SetTopicConfig) (Result, bool, error) {
-	st, t, err := s.lookupTopic(c.Stream, c.Topic)
+	st, t, err := s.lookupTopicAt(c.Stream, c.Topic, c.Revision)
 	if err != nil {
 		return Result{}, false, err
 	}
@@ -444,6 +444,33 @@ func (s *Store) lookupStream(id uint32) (*stream, error) {
 		return nil, fmt.Errorf("%w: stream %d", ErrStreamNotFound, id)
 	}
 	return st, nil
+}
+
+// lookupStreamAt is lookupStream that also requires the stream's created
+// revision to be rev, when rev is not 0.
+func (s *Store) lookupStreamAt(id uint32, rev uint64) (*stream, error) {
+	st, err := s.lookupStream(id)
+	if err != nil {
+		return nil, err
+	}
+	if rev != 0 && st.createdRev != rev {
+		return nil, fmt.Errorf("%w: %w: stream %d is at revision %d, not %d", ErrStreamNotFound, ErrStaleRevision, id, st.createdRev, rev)
+	}
+	return st, nil
+}
+
+// lookupTopicAt is lookupTopic that also requires the topic's created
+// revision to be rev, when rev is not 0.
+func (s *Store) lookupTopicAt(streamID, topicID uint32, rev uint64) (*stream, *topic, error) {
+	st, t, err := s.lookupTopic(streamID, topicID)
+	if err != nil {
+		return nil, nil, err
+	}
+	if rev != 0 && t.createdRev != rev {
+		return nil, nil, fmt.Errorf("%w: %w: topic %d in stream %d is at revision %d, not %d",
+			ErrTopicNotFound, ErrStaleRevision, topicID, streamID, t.createdRev, rev)
+	}
+	return st, t, nil
 }
 
 func (s *Store) lookupTopic(streamID, topicID uint32) (*stream, *topic, error) {

@@ -75,7 +75,7 @@ func run() error {
 	produce := func(via parkway.NodeID, n int, prefix string) error {
 		for i := range n {
 			p := fmt.Sprintf("%s-%d", prefix, i)
-			if _, err := nodes[via].Produce(ctx, stream, topic, parkway.PartitionID(0), parkway.Message{Payload: []byte(p)}); err != nil {
+			if _, err := nodes[via].Produce(ctx, topic, parkway.PartitionID(0), parkway.Message{Payload: []byte(p)}); err != nil {
 				return fmt.Errorf("produce %s via node %d: %w", p, via, err)
 			}
 			acked = append(acked, p)
@@ -85,7 +85,7 @@ func run() error {
 	if err := produce(2, 100, "before"); err != nil {
 		return err
 	}
-	leader, err := nodes[2].Leader(ctx, stream, topic, 0)
+	leader, err := nodes[2].Leader(ctx, topic, 0)
 	if err != nil {
 		return err
 	}
@@ -104,7 +104,7 @@ func run() error {
 	if err := produce(survivors[0], 100, "after"); err != nil {
 		return err
 	}
-	newLeader, err := nodes[survivors[0]].Leader(ctx, stream, topic, 0)
+	newLeader, err := nodes[survivors[0]].Leader(ctx, topic, 0)
 	if err != nil {
 		return err
 	}
@@ -115,7 +115,7 @@ func run() error {
 	}
 	fmt.Printf("restarted node %d on its data directory; it rejoins and catches up\n", leader)
 	for _, id := range peers {
-		got, err := readAll(ctx, nodes[id], stream, topic, len(acked))
+		got, err := readAll(ctx, nodes[id], topic, len(acked))
 		if err != nil {
 			return fmt.Errorf("node %d: %w", id, err)
 		}
@@ -130,11 +130,11 @@ func run() error {
 
 // readAll polls a node's own replica until it holds want messages (it may
 // still be applying the last commits) or the context ends.
-func readAll(ctx context.Context, n *parkway.Node, stream, topic uint32, want int) ([]string, error) {
+func readAll(ctx context.Context, n *parkway.Node, topic parkway.Topic, want int) ([]string, error) {
 	for {
 		var out []string
 		// Local: read this node's own replica, not the leader's.
-		b, err := n.Poll(ctx, stream, topic, 0, parkway.AtOffset(0).Local(), want+1)
+		b, err := n.Poll(ctx, topic, 0, parkway.AtOffset(0).Local(), want+1)
 		if err != nil {
 			return nil, err
 		}

@@ -68,21 +68,21 @@ func run() error {
 	owners := make([]int, topics)
 	seen := make(map[int]bool)
 	for i, topic := range ids {
-		ns, err := metadata.NewNamespace(stream, topic, 0)
+		ns, err := metadata.NewNamespace(stream.ID, topic.ID, 0)
 		if err != nil {
 			return err
 		}
 		owners[i] = router.Assign(ns, shards)
 		seen[owners[i]] = true
 		payload := []byte(fmt.Sprintf("first %d", i))
-		ack, err := node.Produce(ctx, stream, topic, parkway.PartitionID(0), parkway.Message{Payload: payload})
+		ack, err := node.Produce(ctx, topic, parkway.PartitionID(0), parkway.Message{Payload: payload})
 		if err != nil {
 			return fmt.Errorf("produce to %v: %w", ns, err)
 		}
 		if ack.FirstOffset != 0 || ack.Count != 1 {
 			return fmt.Errorf("produce to %v: acked %d message(s) at offset %d, want 1 at offset 0", ns, ack.Count, ack.FirstOffset)
 		}
-		if err := expectOnly(ctx, node, stream, topic, payload); err != nil {
+		if err := expectOnly(ctx, node, topic, payload); err != nil {
 			return fmt.Errorf("%v: %w", ns, err)
 		}
 		fmt.Printf("topic %-9s namespace %-6v owner shard %d  acked at offset %d\n",
@@ -94,7 +94,7 @@ func run() error {
 
 	// Phase 2: delete and recreate every topic, then produce a new message.
 	for i, topic := range ids {
-		if err := node.DeleteTopic(ctx, stream, topic); err != nil {
+		if err := node.DeleteTopic(ctx, topic); err != nil {
 			return fmt.Errorf("delete topic %s: %w", topicName(i), err)
 		}
 	}
@@ -104,19 +104,19 @@ func run() error {
 	}
 	stale := 0
 	for i, topic := range again {
-		if topic != ids[i] {
-			return fmt.Errorf("recreated topic %s got id %d, want the reused slab id %d", topicName(i), topic, ids[i])
+		if topic.ID != ids[i].ID || topic == ids[i] {
+			return fmt.Errorf("recreated topic %s got id %d, want the reused slab id %d in a new incarnation", topicName(i), topic.ID, ids[i].ID)
 		}
-		ns, _ := metadata.NewNamespace(stream, topic, 0)
+		ns, _ := metadata.NewNamespace(stream.ID, topic.ID, 0)
 		payload := []byte(fmt.Sprintf("second %d", i))
-		ack, err := node.Produce(ctx, stream, topic, parkway.PartitionID(0), parkway.Message{Payload: payload})
+		ack, err := node.Produce(ctx, topic, parkway.PartitionID(0), parkway.Message{Payload: payload})
 		if err != nil {
 			return fmt.Errorf("produce to recreated %v: %w", ns, err)
 		}
 		if ack.FirstOffset != 0 {
 			return fmt.Errorf("produce to recreated %v: acked at offset %d, want 0 (a fresh incarnation)", ns, ack.FirstOffset)
 		}
-		b, err := node.Poll(ctx, stream, topic, 0, parkway.AtOffset(0), 100)
+		b, err := node.Poll(ctx, topic, 0, parkway.AtOffset(0), 100)
 		if err != nil {
 			return fmt.Errorf("poll recreated %v: %w", ns, err)
 		}
@@ -148,8 +148,8 @@ func topicName(i int) string { return fmt.Sprintf("topic-%d", i) }
 
 // createTopics creates every topic before anything is produced, so the
 // produces that follow race the reconcilers.
-func createTopics(ctx context.Context, node *parkway.Node, stream uint32) ([]uint32, error) {
-	ids := make([]uint32, topics)
+func createTopics(ctx context.Context, node *parkway.Node, stream parkway.Stream) ([]parkway.Topic, error) {
+	ids := make([]parkway.Topic, topics)
 	for i := range ids {
 		id, err := node.CreateTopic(ctx, stream, topicName(i), 1)
 		if err != nil {
@@ -162,8 +162,8 @@ func createTopics(ctx context.Context, node *parkway.Node, stream uint32) ([]uin
 
 // expectOnly polls a partition from offset 0 and checks it holds exactly
 // one message, payload, at offset 0.
-func expectOnly(ctx context.Context, node *parkway.Node, stream, topic uint32, payload []byte) error {
-	b, err := node.Poll(ctx, stream, topic, 0, parkway.AtOffset(0), 100)
+func expectOnly(ctx context.Context, node *parkway.Node, topic parkway.Topic, payload []byte) error {
+	b, err := node.Poll(ctx, topic, 0, parkway.AtOffset(0), 100)
 	if err != nil {
 		return fmt.Errorf("poll: %w", err)
 	}

@@ -47,7 +47,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("created stream %d and topic %d in %s\n", stream, topic, dir)
+	fmt.Printf("created stream %d and topic %d in %s\n", stream.ID, topic.ID, dir)
 
 	// Produce right after creation: the partition may not be materialised
 	// yet; the first request parks at its shard until it is.
@@ -58,7 +58,7 @@ func run() error {
 		for j := range batch {
 			batch[j].Payload = fmt.Appendf(nil, "message %d", i+j)
 		}
-		if _, err := node.Produce(ctx, stream, topic, parkway.PartitionID(0), batch...); err != nil {
+		if _, err := node.Produce(ctx, topic, parkway.PartitionID(0), batch...); err != nil {
 			return fmt.Errorf("produce: %w", err)
 		}
 	}
@@ -67,7 +67,7 @@ func run() error {
 	var got int
 	next := parkway.AtOffset(0)
 	for got < total {
-		b, err := node.Poll(ctx, stream, topic, 0, next, 256)
+		b, err := node.Poll(ctx, topic, 0, next, 256)
 		if err != nil {
 			return fmt.Errorf("poll: %w", err)
 		}
@@ -82,10 +82,10 @@ func run() error {
 		}
 		next = parkway.AtOffset(b.Next)
 	}
-	if err := node.StoreOffset(ctx, "quickstart-reader", stream, topic, 0, uint64(got)); err != nil {
+	if err := node.StoreOffset(ctx, "quickstart-reader", topic, 0, uint64(got)); err != nil {
 		return fmt.Errorf("store offset: %w", err)
 	}
-	off, _, err := node.ConsumerOffset(ctx, "quickstart-reader", stream, topic, 0)
+	off, _, err := node.ConsumerOffset(ctx, "quickstart-reader", topic, 0)
 	if err != nil {
 		return fmt.Errorf("consumer offset: %w", err)
 	}

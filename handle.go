@@ -1,0 +1,174 @@
+package parkway
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/parkway-io/parkway/metadata"
+)
+
+// Stream is a handle on one incarnation of a stream: its id, the revision
+// of the commit that created it, and its name. Ids are reused after a
+// delete (the lowest free one first), so the id alone cannot tell a stream
+// from the one that replaced it; the revision can. CreateStream and the
+// lookups return handles; every call that acts on a stream takes one, and
+// a handle whose stream was deleted is refused with ErrStreamNotFound
+// (wrapping ErrStaleHandle), even when a new stream took its id.
+//
+// A Stream is a plain comparable value: two handles are equal exactly when
+// they name the same incarnation.
+type Stream struct {
+	ID uint32
+	// Revision is the stream's committed created revision: its
+	// incarnation.
+	Revision uint64
+	Name     string
+}
+
+// String returns the stream's name, id and incarnation.
+func (s Stream) String() string {
+	return fmt.Sprintf("stream %q (id %d, revision %d)", s.Name, s.ID, s.Revision)
+}
+
+// Topic is a handle on one incarnation of a topic of one incarnation of a
+// stream. CreateTopic and the lookups return handles; Produce, Poll, the
+// offset calls and the topic's admin calls take one. A request made with a
+// handle whose topic was deleted is refused with ErrTopicNotFound
+// (wrapping ErrStaleHandle) — wherever it is parked or forwarded, it never
+// lands in a topic that reused the ids.
+type Topic struct {
+	Stream Stream
+	ID     uint32
+	// Revision is the topic's committed created revision: its
+	// incarnation. Revisions are global to the node's (or cluster's)
+	// metadata, so it names the topic alone.
+	Revision uint64
+	Name     string
+}
+
+// String returns the topic's name, ids and incarnation.
+func (t Topic) String() string {
+	return fmt.Sprintf("topic %q (stream %q, ids %d/%d, revision %d)", t.Name, t.Stream.Name, t.Stream.ID, t.ID, t.Revision)
+}
+
+func streamHandle(info metadata.StreamInfo) Stream {
+	return Stream{ID: info.ID, Revision: info.CreatedRevision, Name: info.Name}
+}
+
+func topicHandle(s Stream, info metadata.TopicInfo) Topic {
+	return Topic{Stream: s, ID: info.ID, Revision: info.CreatedRevision, Name: info.Name}
+}
+
+// checkHandle refuses the zero handle and hand-made ones that no lookup
+// could have returned: revision 0 is never a created revision.
+func checkStream(s Stream) error {
+	if s.Revision == 0 {
+		return fmt.Errorf("%w: %v is not a handle from CreateStream or a lookup", ErrInvalidArgument, s)
+	}
+	return nil
+}
+
+func checkTopic(t Topic) error {
+	if err := checkStream(t.Stream); err != nil {
+		return err
+	}
+	if t.Revision == 0 || t.Revision < t.Stream.Revision {
+		return fmt.Errorf("%w: %v is not a handle from CreateTopic or a lookup", ErrInvalidArgument, t)
+	}
+	return nil
+}
+
+// caughtUp waits, in a cluster, until this node's metadata has applied
+// revision rev: a handle created through another node names a revision
+// this one may not have applied yet. Past rev, the committed state says
+// for certain whether the handle's incarnation still exists. On a single
+// node every handle's revision is already applied.
+func (n *Node) caughtUp(ctx context.Context, rev uint64) error {
+	if !n.eng.Clustered() || n.meta.Revision() >= rev {
+		return nil
+	}
+	dctx, cancel := n.deadline(ctx)
+	defer cancel()
+	pause := n.cfg.RetryBackoffMin
+	for n.meta.Revision() < rev {
+		if err := n.sleep(dctx, pause); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("%w: this node's metadata is at revision %d, the handle's at %d", ErrRetry, n.meta.Revision(), rev)
+		}
+		pause = min(pause*2, n.cfg.RetryBackoffMax)
+	}
+	return nil
+}
+
+// liveStream checks s against the committed metadata (caught up to it).
+func (n *Node) liveStream(ctx context.Context, s Stream) error {
+	if err := checkStream(s); err != nil {
+		return err
+	}
+	if err := n.caughtUp(ctx, s.Revision); err != nil {
+		return err
+	}
+	return n.streamAlive(s)
+}
+
+func (n *Node) streamAlive(s Stream) error {
+	info, ok := n.meta.Stream(s.ID)
+	if !ok || info.CreatedRevision != s.Revision {
+		return fmt.Errorf("%w: %w: %v", ErrStreamNotFound, ErrStaleHandle, s)
+	}
+	return nil
+}
+
+// topicInfo checks t against the committed metadata (caught up to it) and
+// returns the topic's committed state.
+func (n *Node) topicInfo(ctx context.Context, t Topic) (metadata.TopicInfo, error) {
+	if err := checkTopic(t); err != nil {
+		return metadata.TopicInfo{}, err
+	}
+	if err := n.caughtUp(ctx, t.Revision); err != nil {
+		return metadata.TopicInfo{}, err
+	}
+	return n.topicAlive(t)
+}
+
+func (n *Node) topicAlive(t Topic) (metadata.TopicInfo, error) {
+	info, ok := n.meta.Topic(t.Stream.ID, t.ID)
+	if ok && info.CreatedRevision == t.Revision {
+		return info, nil
+	}
+	if err := n.streamAlive(t.Stream); err != nil {
+		return metadata.TopicInfo{}, err
+	}
+	return metadata.TopicInfo{}, fmt.Errorf("%w: %w: %v", ErrTopicNotFound, ErrStaleHandle, t)
+}
+
+// resolve turns a handle and a partition id into the partition's namespace
+// and incarnation, or a typed error: not found when the topic's
+// incarnation is gone, ErrPartitionNotFound when the topic lives but has
+// no such partition. The partition is read before the topic is checked:
+// incarnations only move forward, so a topic still at the handle's
+// revision after the partition was read proves the partition read belongs
+// to it (a delete and recreate in between would show as a newer topic
+// revision).
+func (n *Node) resolve(ctx context.Context, t Topic, part uint32) (metadata.Namespace, uint64, error) {
+	if err := checkTopic(t); err != nil {
+		return 0, 0, err
+	}
+	ns, err := metadata.NewNamespace(t.Stream.ID, t.ID, part)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	if err := n.caughtUp(ctx, t.Revision); err != nil {
+		return 0, 0, err
+	}
+	p, pok := n.meta.Partition(ns)
+	if _, err := n.topicAlive(t); err != nil {
+		return 0, 0, err
+	}
+	if !pok {
+		return 0, 0, fmt.Errorf("%w: %d of %v", ErrPartitionNotFound, part, t)
+	}
+	return ns, p.CreatedRevision, nil
+}
