@@ -117,10 +117,10 @@ func TestClusterOverTLSLargeBatchThroughFollower(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := nodes[1].Produce(ctx, s, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("warm")}); err != nil {
+	if _, err := nodes[1].Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("warm")}); err != nil {
 		t.Fatal(err)
 	}
-	leader, err := nodes[1].Leader(ctx, s, tp, 0)
+	leader, err := nodes[1].Leader(ctx, tp, 0)
 	if err != nil || leader == 0 {
 		t.Fatalf("leader %d: %v", leader, err)
 	}
@@ -136,19 +136,19 @@ func TestClusterOverTLSLargeBatchThroughFollower(t *testing.T) {
 	for i := range batch {
 		batch[i] = parkway.Message{Payload: payload}
 	}
-	ack, err := nodes[follower].Produce(ctx, s, tp, parkway.PartitionID(0), batch...)
+	ack, err := nodes[follower].Produce(ctx, tp, parkway.PartitionID(0), batch...)
 	if err != nil || ack.FirstOffset != 1 || ack.Count != limitMiB {
 		t.Fatalf("%d MiB batch through follower %d: %+v, %v", limitMiB, follower, ack, err)
 	}
 	start := time.Now()
 	over := append(batch, parkway.Message{Payload: payload})
-	if _, err := nodes[follower].Produce(ctx, s, tp, parkway.PartitionID(0), over...); err == nil || !errors.Is(err, parkway.ErrBatchTooLarge) {
+	if _, err := nodes[follower].Produce(ctx, tp, parkway.PartitionID(0), over...); err == nil || !errors.Is(err, parkway.ErrBatchTooLarge) {
 		t.Fatalf("batch over MaxBatchBytes: %v, want ErrBatchTooLarge", err)
 	}
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("the oversized batch was refused after %v, not at once", d)
 	}
-	b, err := nodes[leader].Poll(ctx, s, tp, 0, parkway.AtOffset(uint64(limitMiB)), 10)
+	b, err := nodes[leader].Poll(ctx, tp, 0, parkway.AtOffset(uint64(limitMiB)), 10)
 	if err != nil || len(b.Messages) != 1 || !bytes.Equal(b.Messages[0].Payload, payload) {
 		t.Fatalf("last message of the batch at the leader: %d messages, %v", len(b.Messages), err)
 	}
