@@ -472,6 +472,44 @@ func TestMisroutedFrameForwarded(t *testing.T) {
 	}
 }
 
+// Behaviour 17 on the forwarding path: a forward to the committed owner
+// that fails for a reason other than a full inbox — here the owner shard
+// is closed — is answered (retriable) exactly once and counted as a
+// misrouted drop; a full owner inbox is answered and counted as full.
+func TestBehaviour17FailedForwardAnsweredAndCounted(t *testing.T) {
+	h := newHarness(t, 2, func(metadata.Namespace, int) int { return 1 }, func(c *Config) { c.InboxSize = 1 })
+	ns, _ := h.topic("t")
+
+	fill := produce(ns, "fills the owner's inbox")
+	if err := h.shards[1].TrySend(fill.f); err != nil {
+		t.Fatal(err)
+	}
+	full := produce(ns, "full")
+	h.shards[0].handle(full.f)
+	mustErr(t, full.answered(t), ErrRetry)
+	if got := h.drops("0", "produce", metrics.ReasonFull); got != 1 {
+		t.Fatalf("full forwards counted = %v, want 1", got)
+	}
+
+	if err := h.shards[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	mustErr(t, fill.answered(t), ErrClosed)
+	for _, c := range []call{produce(ns, "x"), request(ns, &Request{Op: OpPoll, Count: 1})} {
+		h.shards[0].handle(c.f)
+		r := c.answered(t)
+		if !errors.Is(r.Err, ErrRetry) || !errors.Is(r.Err, router.ErrDisconnected) {
+			t.Fatalf("%v forwarded to a closed owner: answer %v, want ErrRetry wrapping ErrDisconnected", c.f.Req.Op, r.Err)
+		}
+	}
+	if got := h.drops("0", "produce", metrics.ReasonMisrouted) + h.drops("0", "poll", metrics.ReasonMisrouted); got != 2 {
+		t.Fatalf("failed forwards counted = %v, want 2", got)
+	}
+	if h.shards[0].park.frames != 0 {
+		t.Fatal("a frame whose forward failed was parked")
+	}
+}
+
 // Behaviour 17: across a random interleaving of frames, materialisations,
 // tombstones, removals, sweeps and a final close, every client frame gets
 // exactly one answer.
