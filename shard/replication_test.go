@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
@@ -276,6 +277,64 @@ func TestConcurrentProducesShareOneEntry(t *testing.T) {
 	}
 	if got := payloads(t, o.p); !slices.Equal(got, []string{"a", "b", "c"}) {
 		t.Fatalf("leader log %q", got)
+	}
+}
+
+// Behaviour 17 on the proposal path: writes buffered at a leader for the
+// next proposal are each answered exactly once when the leader learns of a
+// higher term before the buffer is flushed — "not leader", with the new
+// leader's id, since they were never proposed — and none of them is ever
+// applied, on any replica.
+func TestBehaviour17BufferedWritesAnsweredWhenLeadershipLost(t *testing.T) {
+	n := newReplNet(t)
+	ns, epoch := n.create("t", 1, 2, 3)
+	parts := map[uint64]partition.Partition{}
+	for id := uint64(1); id <= 3; id++ {
+		parts[id] = n.materialise(id, ns, epoch)
+	}
+	n.settle()
+	lead := n.tickUntilLeader(ns)
+	if lead == 0 {
+		t.Fatal("no leader")
+	}
+	s := n.shard(lead)
+	calls := []call{produce(ns, "a"), produce(ns, "b"),
+		request(ns, &Request{Op: OpStoreOffset, Consumer: "c", Offset: 0})}
+	for _, c := range calls {
+		s.handle(c.f) // buffered: the pump has more work queued
+	}
+	if got := len(s.owned[ns].proposeBuf); got != len(calls) {
+		t.Fatalf("%d writes buffered, want %d", got, len(calls))
+	}
+	// Before the buffer is flushed, a peer's heartbeat at a higher term
+	// arrives (a new leader was elected): this node is a follower now.
+	peer := lead%3 + 1
+	s.handle(Frame{Req: &Request{Op: OpRaft, NS: ns, Epoch: epoch,
+		Raft: &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: proto.Uint64(peer), To: proto.Uint64(lead), Term: proto.Uint64(1000)}}})
+	if s.owned[ns].grp.IsLeader() {
+		t.Fatal("the higher-term heartbeat did not end the leadership")
+	}
+	n.settle()
+	for i, c := range calls {
+		var nl *NotLeaderError
+		if r := c.answered(t); !errors.As(r.Err, &nl) || nl.Leader != peer {
+			t.Fatalf("buffered write %d: answer %v, want not leader (node %d)", i, r.Err, peer)
+		}
+	}
+	if n.tickUntilLeader(ns) == 0 {
+		t.Fatal("no leader after the term change")
+	}
+	n.tick(5)
+	for _, c := range calls {
+		c.pending(t) // nothing more: exactly one answer each
+	}
+	for id, p := range parts {
+		if got := payloads(t, p); len(got) != 0 {
+			t.Fatalf("replica %d applied never-proposed writes: %q", id, got)
+		}
+		if _, ok, err := p.ConsumerOffset("c"); err != nil || ok {
+			t.Fatalf("replica %d stored a never-proposed consumer offset (%v)", id, err)
+		}
 	}
 }
 
