@@ -5,10 +5,12 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
 )
 
@@ -230,6 +232,37 @@ func TestBehaviour20DeadIncarnationRejectedWhenMaterialised(t *testing.T) {
 	}
 	if after := h.inspect(n.shard(1)); after.ParkedFrames != before.ParkedFrames {
 		t.Fatal("dead-incarnation message parked instead of rejected")
+	}
+}
+
+// Behaviour 18 on a replicated partition: while its group has no leader
+// yet (here: the only materialised replica cannot win an election), a
+// write and a leader read are answered "retry here shortly" — ErrRetry,
+// counted as a no-leader deny — never "not leader", which would send the
+// client elsewhere with no one to go to.
+func TestBehaviour18NoLeaderYetIsRetryHereNotNotLeader(t *testing.T) {
+	n := newReplNet(t)
+	ns, epoch := n.create("t", 1)
+	n.materialise(1, ns, epoch)
+	n.tick(30) // elections time out: the other replicas have not materialised
+	s := n.shard(1)
+	if lead := s.owned[ns].grp.Leader(); lead != 0 {
+		t.Fatalf("group has leader %d with one replica of three", lead)
+	}
+	calls := []call{produce(ns, "x"), request(ns, &Request{Op: OpPoll, Count: 1, FromLeader: true})}
+	for _, c := range calls {
+		s.handle(c.f)
+	}
+	n.settle()
+	for _, c := range calls {
+		r := c.answered(t)
+		var nl *NotLeaderError
+		if !errors.Is(r.Err, ErrRetry) || errors.Is(r.Err, ErrNotLeader) || errors.As(r.Err, &nl) {
+			t.Fatalf("%v with no leader: answer %v, want retry here (ErrRetry), not not-leader", c.f.Req.Op, r.Err)
+		}
+	}
+	if got := testutil.ToFloat64(n.nodes[1].m.TransientDenies.WithLabelValues("0", metrics.DenyNoLeader)); got != 2 {
+		t.Fatalf("no-leader denies = %v, want 2", got)
 	}
 }
 
