@@ -219,6 +219,24 @@ func TestBehaviour07ParkBounds(t *testing.T) {
 		s.handle(small.f)
 		mustErr(t, small.answered(t), ErrRetry)
 	})
+	t.Run("footprint rounds up to the alignment and no further", func(t *testing.T) {
+		h := newHarness(t, 1, nil)
+		s := h.shards[0]
+		// A frame's footprint is its payload plus a fixed overhead,
+		// rounded up to the 4 KiB alignment.
+		fit := 4096 - frameOverhead
+		for i, c := range []struct {
+			size int
+			want int64
+		}{{0, 4096}, {fit - 1, 4096}, {fit, 4096}, {fit + 1, 8192}} {
+			ns, _ := h.topic(string(rune('a' + i)))
+			before := s.park.bytes
+			s.handle(sized(ns, c.size).f)
+			if got := s.park.bytes - before; got != c.want {
+				t.Errorf("a %d-byte frame counts %d bytes, want %d", c.size, got, c.want)
+			}
+		}
+	})
 	t.Run("bytes per shard", func(t *testing.T) {
 		h := newHarness(t, 1, nil, func(c *Config) { c.Park.BytesPerShard = 8192 })
 		s := h.shards[0]

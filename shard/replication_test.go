@@ -266,6 +266,52 @@ func TestBehaviour18NoLeaderYetIsRetryHereNotNotLeader(t *testing.T) {
 	}
 }
 
+// Behaviour 18 for reads: a leader read still waiting for its leadership
+// confirmation when a new leader takes over is answered "not leader" with
+// that node's id — the client follows it — not "retry here".
+func TestBehaviour18PendingLeaderReadFollowsTheNewLeader(t *testing.T) {
+	n := newReplNet(t)
+	ns, epoch := n.create("t", 1, 2, 3)
+	for id := uint64(1); id <= 3; id++ {
+		n.materialise(id, ns, epoch)
+	}
+	n.settle()
+	lead := n.tickUntilLeader(ns)
+	if lead == 0 {
+		t.Fatal("no leader")
+	}
+	s := n.shard(lead)
+	read := request(ns, &Request{Op: OpPoll, Count: 1, FromLeader: true})
+	s.handle(read.f) // waits for a heartbeat round that has not happened
+	read.pending(t)
+	peer := lead%3 + 1
+	s.handle(Frame{Req: &Request{Op: OpRaft, NS: ns, Epoch: epoch,
+		Raft: &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: proto.Uint64(peer), To: proto.Uint64(lead), Term: proto.Uint64(1000)}}})
+	s.settle()
+	var nl *NotLeaderError
+	if r := read.answered(t); !errors.As(r.Err, &nl) || nl.Leader != peer || errors.Is(r.Err, ErrRetry) {
+		t.Fatalf("leader read pending when node %d took over: %v, want not leader (node %d)", peer, r.Err, peer)
+	}
+}
+
+// A partition's preferred leader — Peers[namespace mod len(Peers)], a pure
+// function of the namespace, so leadership spreads over the nodes —
+// campaigns as soon as it materialises: it leads without any election
+// timeout (no tick) having passed.
+func TestPreferredReplicaLeadsWithoutATick(t *testing.T) {
+	n := newReplNet(t)
+	for _, name := range []string{"a", "b", "c"} {
+		ns, epoch := n.create(name, 1, 2, 3)
+		for id := uint64(1); id <= 3; id++ {
+			n.materialise(id, ns, epoch)
+		}
+		n.settle()
+		if got, want := n.leader(ns), []uint64{1, 2, 3}[uint64(ns)%3]; got != want {
+			t.Fatalf("%v is led by node %d before any tick, want its preferred node %d", ns, got, want)
+		}
+	}
+}
+
 // Produces that queue while the pump is busy are proposed together as one
 // raft entry (they share its consensus round), each still answered with
 // its own offsets and deduplicated on its own.
