@@ -81,3 +81,79 @@ func TestDurabilityIsTopicConfigOverDefaults(t *testing.T) {
 		}
 	}
 }
+
+// Retention is enforced by the pass for a topic that sets only an age
+// bound, and for one that sets only a byte bound, then again every
+// RetentionInterval (DefaultRetentionInterval when zero) — not on every
+// pass.
+func TestRetentionRunsForEitherBoundEveryInterval(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  metadata.TopicConfig
+	}{
+		{"age only", metadata.TopicConfig{RetentionAge: 10 * time.Second}},
+		{"bytes only", metadata.TopicConfig{RetentionBytes: 1}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, 1, nil)
+			h.apply(metadata.CreateStream{Name: "s"})
+			ns := h.apply(metadata.CreateTopic{Stream: 0, Name: "t", Partitions: 1, Config: c.cfg}).Created[0].NS
+			h.pass(0)
+			// Two messages written long ago: each retention pass removes
+			// the older (the byte bound keeps the newest).
+			old := func() {
+				t.Helper()
+				ch := make(chan shard.Response, 1)
+				f := shard.Frame{Req: &shard.Request{Op: shard.OpProduce, NS: ns,
+					Messages: []partition.Message{{Timestamp: 1, Payload: []byte("old")}}}, Reply: ch}
+				if err := h.shards[0].TrySend(f); err != nil {
+					t.Fatal(err)
+				}
+				if r := <-ch; r.Err != nil {
+					t.Fatal(r.Err)
+				}
+			}
+			old()
+			old()
+			h.clk.Advance(time.Minute)
+			if rep := h.pass(0); rep.Retained == 0 {
+				t.Fatalf("first due pass retained nothing: %+v", rep)
+			}
+			old()
+			old()
+			h.clk.Advance(reconciler.DefaultRetentionInterval - time.Second)
+			if rep := h.pass(0); rep.Retained != 0 {
+				t.Fatalf("pass before the retention interval retained %d", rep.Retained)
+			}
+			h.clk.Advance(time.Second)
+			if rep := h.pass(0); rep.Retained == 0 {
+				t.Fatalf("pass at the retention interval retained nothing: %+v", rep)
+			}
+		})
+	}
+}
+
+// One pass both tears down a deleted partition and builds a created one:
+// a removal — first try, or the retry of one whose delete failed — does
+// not end the pass.
+func TestPassRemovesAndBuildsTogether(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	a := h.topic("a")
+	failing := h.topic("failing")
+	if rep := h.pass(0); rep.Built != 2 {
+		t.Fatalf("first pass: %+v", rep)
+	}
+	h.store.setFail(failing.NS, errDisk)
+	h.apply(metadata.DeleteTopic{Stream: 0, Topic: a.NS.Topic()})
+	h.apply(metadata.DeleteTopic{Stream: 0, Topic: failing.NS.Topic()})
+	h.topic("b")
+	if rep := h.pass(0); rep.Removed != 1 || rep.Failed != 1 || rep.Built != 1 {
+		t.Fatalf("pass after two deletes (one failing) and a create: %+v; want 1 removed, 1 failed, 1 built", rep)
+	}
+	h.store.setFail(failing.NS, nil)
+	h.topic("c")
+	h.clk.Advance(reconciler.DefaultBackoffMin)
+	if rep := h.pass(0); rep.Removed != 1 || rep.Built != 1 {
+		t.Fatalf("pass retrying the failed delete and building c: %+v; want 1 removed, 1 built", rep)
+	}
+}
