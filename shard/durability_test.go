@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/raft/v3/raftpb"
+
 	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
@@ -329,5 +331,50 @@ func TestIntervalFsyncTimerKeepsTheEarliestDeadline(t *testing.T) {
 	s.syncDue()
 	if short.syncs != 1 {
 		t.Fatalf("short-interval partition synced %d times at its deadline, want 1", short.syncs)
+	}
+}
+
+// Under FsyncInterval a replicated partition's applied writes are synced
+// by the interval timer like a single node's, and a replica without a raft
+// log on disk (a memory partition) is synced and re-configured without
+// touching one.
+func TestIntervalFsyncOfAReplicatedPartition(t *testing.T) {
+	clk := clock.NewManual(time.Unix(0, 0))
+	h := newHarness(t, 1, nil, func(c *Config) {
+		c.Clock = clk
+		c.Replication = &Replication{Node: 1, Peers: []uint64{1},
+			Send: func(uint64, metadata.Namespace, uint64, *raftpb.Message) {}}
+	})
+	s := h.shards[0]
+	ns, epoch := h.topic("t")
+	p := &syncCounter{Partition: h.build(ns, epoch)}
+	interval := Durability{Fsync: metadata.FsyncInterval, Interval: time.Second}
+	if err := h.step(s, opInsertOwned(p, interval)); err != nil {
+		t.Fatal(err)
+	}
+	s.settle() // the single voter elects itself
+	w := produce(ns, "w")
+	s.handle(w.f)
+	s.settle()
+	if r := w.answered(t); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	syncs := p.syncs
+	clk.Advance(time.Second)
+	select {
+	case <-s.syncC():
+	default:
+		t.Fatal("no interval fsync due after an applied write")
+	}
+	s.syncDue()
+	if p.syncs != syncs+1 {
+		t.Fatalf("interval fsync synced the partition %d times, want 1", p.syncs-syncs)
+	}
+	w2 := produce(ns, "w2")
+	s.handle(w2.f)
+	s.settle()
+	w2.answered(t)
+	if err := h.step(s, opSetDurability(ns, always)); err != nil {
+		t.Fatal(err)
 	}
 }
