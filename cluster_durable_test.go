@@ -182,10 +182,10 @@ func TestClusterNodeRestartsOnItsDataDir(t *testing.T) {
 	})
 }
 
-// Power loss on every node at once, under FsyncAlways: every acknowledged
+// Behaviour 21 across a power loss on every node at once, under FsyncAlways: every acknowledged
 // produce is in the quorum's synced raft logs, so after the restart every
 // replica holds every acked message, whatever its partition log kept.
-func TestClusterPowerLossKeepsAcked(t *testing.T) {
+func TestBehaviour21ClusterPowerLossKeepsAcked(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newDiskCluster(t, nil)
 		s := mustStream(t, c.nodes[1], "s")

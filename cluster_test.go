@@ -69,7 +69,7 @@ func TestClusterReplicatesAndConverges(t *testing.T) {
 
 // Behaviour 21: an acknowledged produce survives the loss of the
 // partition's leader; the survivors elect a new one and take writes.
-func TestClusterSurvivesLeaderLoss(t *testing.T) {
+func TestBehaviour21ClusterSurvivesLeaderLoss(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		net, nodes := threeNodes(t)
 		ctx := context.Background()

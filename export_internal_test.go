@@ -18,3 +18,8 @@ func CommittedState(n *Node) MetadataState {
 	}
 	return st
 }
+
+// KindPartitionRaft is the bus message kind of a partition's raft traffic
+// (payload: the sender's incarnation, 8 bytes little-endian, then the
+// marshalled raft message), for tests that speak to a Node as a peer.
+const KindPartitionRaft = kindPartitionRaft

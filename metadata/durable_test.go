@@ -555,6 +555,17 @@ func TestDurableRefusesCorruption(t *testing.T) {
 		l.Close()
 		mustCorrupt(t, mem)
 	})
+	t.Run("snapshot whose name is not its revision", func(t *testing.T) {
+		mem, names := setup(t)
+		rev, ok := parseName(names[0], snapshotPrefix)
+		if !ok {
+			t.Fatalf("%s is not a snapshot", names[0])
+		}
+		if err := mem.Rename(filepath.Join(metaDir, names[0]), filepath.Join(metaDir, snapshotName(rev+1))); err != nil {
+			t.Fatal(err)
+		}
+		mustCorrupt(t, mem)
+	})
 	t.Run("gap between logs", func(t *testing.T) {
 		mem, _ := setup(t)
 		l, err := wal.Create(mem, filepath.Join(metaDir, walName(9)), wal.Options{FirstIndex: 9})
@@ -704,4 +715,30 @@ func TestDurableConcurrentApply(t *testing.T) {
 		t.Errorf("after restart: %d streams, equal %v", len(got.Streams), reflect.DeepEqual(got, want))
 	}
 	closeDurable(t, d)
+}
+
+// Names of exactly MaxNameLength bytes are valid: they are logged like any
+// other command and survive a restart; one byte more is refused.
+func TestDurableLogsNamesOfMaxLength(t *testing.T) {
+	mem := vfs.NewMem()
+	d := openDurable(t, mem, 100)
+	longest := strings.Repeat("n", MaxNameLength)
+	if _, err := d.Apply(CreateStream{Name: longest}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Apply(CreateTopic{Stream: 0, Name: longest, Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Apply(CreateStream{Name: longest + "n"}); err == nil {
+		t.Fatal("a name one byte over MaxNameLength was accepted")
+	}
+	closeDurable(t, d)
+	d = openDurable(t, mem, 100)
+	defer closeDurable(t, d)
+	if _, ok := d.Store().StreamByName(longest); !ok {
+		t.Fatal("a stream with a MaxNameLength name did not survive a restart")
+	}
+	if _, ok := d.Store().Topic(0, 0); !ok {
+		t.Fatal("a topic with a MaxNameLength name did not survive a restart")
+	}
 }

@@ -27,6 +27,11 @@ func TestBehaviour01AssignmentPinned(t *testing.T) {
 			t.Errorf("Assign((0,%d,0), 2) = %d, want %d", topic, got, w)
 		}
 	}
+	// No shards (a caller's misconfiguration) is owner 0, not a division
+	// by zero.
+	if got := router.Assign(ns(t, 0, 1, 0), 0); got != 0 {
+		t.Errorf("Assign(ns, 0) = %d, want 0", got)
+	}
 	// Purity: the same inputs give the same owner, and every owner is in range.
 	for s := uint32(0); s < 4; s++ {
 		for p := uint32(0); p < 64; p++ {
@@ -126,8 +131,12 @@ func TestSendErrors(t *testing.T) {
 	if _, err := r.SendTo(1, 1); !errors.Is(err, router.ErrDisconnected) {
 		t.Fatalf("closed inbox: %v", err)
 	}
-	if _, err := r.SendTo(7, 1); !errors.Is(err, router.ErrUnroutable) {
-		t.Fatalf("bad owner: %v", err)
+	// Every owner outside [0, shards) is unroutable, the first one past
+	// the end included: never an index out of range.
+	for _, owner := range []int{-1, 2, 7} {
+		if _, err := r.SendTo(owner, 1); !errors.Is(err, router.ErrUnroutable) {
+			t.Fatalf("owner %d of 2 shards: %v", owner, err)
+		}
 	}
 	if _, err := router.New[int](&router.Table{}, 0); err == nil {
 		t.Fatal("zero shards accepted")

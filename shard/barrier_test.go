@@ -219,6 +219,24 @@ func TestBehaviour07ParkBounds(t *testing.T) {
 		s.handle(small.f)
 		mustErr(t, small.answered(t), ErrRetry)
 	})
+	t.Run("footprint rounds up to the alignment and no further", func(t *testing.T) {
+		h := newHarness(t, 1, nil)
+		s := h.shards[0]
+		// A frame's footprint is its payload plus a fixed overhead,
+		// rounded up to the 4 KiB alignment.
+		fit := 4096 - frameOverhead
+		for i, c := range []struct {
+			size int
+			want int64
+		}{{0, 4096}, {fit - 1, 4096}, {fit, 4096}, {fit + 1, 8192}} {
+			ns, _ := h.topic(string(rune('a' + i)))
+			before := s.park.bytes
+			s.handle(sized(ns, c.size).f)
+			if got := s.park.bytes - before; got != c.want {
+				t.Errorf("a %d-byte frame counts %d bytes, want %d", c.size, got, c.want)
+			}
+		}
+	})
 	t.Run("bytes per shard", func(t *testing.T) {
 		h := newHarness(t, 1, nil, func(c *Config) { c.Park.BytesPerShard = 8192 })
 		s := h.shards[0]
@@ -364,6 +382,77 @@ func TestBehaviour10IncarnationFence(t *testing.T) {
 	mustErr(t, st.answered(t), ErrStaleIncarnation)
 }
 
+// Behaviour 10 for every partition operation, not only produces: once
+// the topic's delete commits — and again once its recreate commits, before
+// the reconciler has swapped the partition — a poll, a poll from a stored
+// consumer offset, a consumer-offset read and a consumer-offset store sent
+// to the still-owned partition are each refused with the retriable fence
+// error and counted: nothing is read from, or stored in, the incarnation
+// that teardown is about to erase. (Produces alone cannot pin the serve-time
+// fence: the append-time re-check refuses them too.) Driven through a
+// manual shard's inbox, as the pump would see the frames.
+func TestBehaviour10FenceRefusesReadsAndOffsetStores(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		commit func(h *harness, ns metadata.Namespace)
+	}{
+		{"after delete", func(h *harness, ns metadata.Namespace) {
+			h.apply(metadata.DeleteTopic{Stream: ns.Stream(), Topic: ns.Topic()})
+		}},
+		{"after recreate", func(h *harness, ns metadata.Namespace) { h.recreate(ns, "t") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, 1, nil, manual)
+			s := h.shards[0]
+			ctx := context.Background()
+			ns, epoch := h.topic("t")
+			p := h.build(ns, epoch)
+			if err := s.InsertOwned(ctx, p, noSync); err != nil {
+				t.Fatal(err)
+			}
+			send := func(c call) Response {
+				t.Helper()
+				if err := s.TrySend(c.f); err != nil {
+					t.Fatal(err)
+				}
+				if !s.Step() {
+					t.Fatal("Step did not handle the frame")
+				}
+				return c.answered(t)
+			}
+			if r := send(produce(ns, "m")); r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			if r := send(request(ns, &Request{Op: OpStoreOffset, Consumer: "c", Offset: 1})); r.Err != nil {
+				t.Fatal(r.Err)
+			}
+
+			tc.commit(h, ns) // committed; the shard still owns the old incarnation
+			ops := map[string]*Request{
+				"poll":          {Op: OpPoll, Offset: 0, Count: 10},
+				"consumer poll": {Op: OpPoll, UseConsumer: true, Consumer: "c", Count: 10},
+				"get offset":    {Op: OpGetOffset, Consumer: "c"},
+				"store offset":  {Op: OpStoreOffset, Consumer: "c", Offset: 0},
+			}
+			for _, name := range []string{"poll", "consumer poll", "get offset", "store offset"} {
+				r := send(request(ns, ops[name]))
+				if !errors.Is(r.Err, errIncarnation) || !errors.Is(r.Err, ErrRetry) {
+					t.Errorf("%s: answer %+v, want the retriable incarnation fence", name, r)
+				}
+				if len(r.Messages) != 0 || r.Found {
+					t.Errorf("%s: served from the dead incarnation: %+v", name, r)
+				}
+			}
+			if off, ok, err := p.ConsumerOffset("c"); err != nil || !ok || off != 1 {
+				t.Fatalf("dead incarnation's consumer offset = %d, %v, %v; want 1 (the fenced store landed)", off, ok, err)
+			}
+			if got := testutil.ToFloat64(h.m.TransientDenies.WithLabelValues("0", metrics.DenyIncarnation)); got != 4 {
+				t.Fatalf("incarnation denies = %v, want 4", got)
+			}
+		})
+	}
+}
+
 // Behaviour 15 (shard side): a verdict answers a namespace's frames at
 // once; frames of other namespaces only age.
 func TestBehaviour15SweepVerdicts(t *testing.T) {
@@ -398,6 +487,44 @@ func TestMisroutedFrameForwarded(t *testing.T) {
 	c.pending(t)
 	if len(h.shards[1].inbox) != 1 || h.shards[0].park.frames != 0 {
 		t.Fatal("misrouted frame not forwarded to the committed owner")
+	}
+}
+
+// Behaviour 17 on the forwarding path: a forward to the committed owner
+// that fails for a reason other than a full inbox — here the owner shard
+// is closed — is answered (retriable) exactly once and counted as a
+// misrouted drop; a full owner inbox is answered and counted as full.
+func TestBehaviour17FailedForwardAnsweredAndCounted(t *testing.T) {
+	h := newHarness(t, 2, func(metadata.Namespace, int) int { return 1 }, func(c *Config) { c.InboxSize = 1 })
+	ns, _ := h.topic("t")
+
+	fill := produce(ns, "fills the owner's inbox")
+	if err := h.shards[1].TrySend(fill.f); err != nil {
+		t.Fatal(err)
+	}
+	full := produce(ns, "full")
+	h.shards[0].handle(full.f)
+	mustErr(t, full.answered(t), ErrRetry)
+	if got := h.drops("0", "produce", metrics.ReasonFull); got != 1 {
+		t.Fatalf("full forwards counted = %v, want 1", got)
+	}
+
+	if err := h.shards[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	mustErr(t, fill.answered(t), ErrClosed)
+	for _, c := range []call{produce(ns, "x"), request(ns, &Request{Op: OpPoll, Count: 1})} {
+		h.shards[0].handle(c.f)
+		r := c.answered(t)
+		if !errors.Is(r.Err, ErrRetry) || !errors.Is(r.Err, router.ErrDisconnected) {
+			t.Fatalf("%v forwarded to a closed owner: answer %v, want ErrRetry wrapping ErrDisconnected", c.f.Req.Op, r.Err)
+		}
+	}
+	if got := h.drops("0", "produce", metrics.ReasonMisrouted) + h.drops("0", "poll", metrics.ReasonMisrouted); got != 2 {
+		t.Fatalf("failed forwards counted = %v, want 2", got)
+	}
+	if h.shards[0].park.frames != 0 {
+		t.Fatal("a frame whose forward failed was parked")
 	}
 }
 

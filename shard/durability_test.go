@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/raft/v3/raftpb"
+
 	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
@@ -258,5 +260,121 @@ func TestInsertOwnedSyncsBeforeServing(t *testing.T) {
 	}
 	if r := <-poll; !errors.Is(r.Err, ErrPartitionFailed) || !errors.Is(r.Err, eio) {
 		t.Fatalf("parked poll on a partition whose first fsync failed: %+v", r)
+	}
+}
+
+// Retention applies each bound only where it is set: a partition with an
+// age bound loses its old messages, one with only a byte bound (and room
+// to spare) keeps them — its zero age is "no age bound", not "older than
+// now".
+func TestRetentionAppliesOnlyTheBoundsSet(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	s := h.shards[0]
+	written := time.Unix(100, 0)
+	parts := map[string]partition.Partition{}
+	for name, d := range map[string]Durability{
+		"age":   {Fsync: metadata.FsyncNever, RetentionAge: 10 * time.Second},
+		"bytes": {Fsync: metadata.FsyncNever, RetentionBytes: 1 << 20},
+	} {
+		ns, epoch := h.topic(name)
+		p := h.build(ns, epoch)
+		if err := h.step(s, opInsertOwned(p, d)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Append([]partition.Message{{Timestamp: written.UnixMicro(), Payload: []byte("old")}}); err != nil {
+			t.Fatal(err)
+		}
+		parts[name] = p
+	}
+	var res RetentionResult
+	if err := h.step(s, opRetain(written.Add(time.Minute), &res)); err != nil || res.Errors != 0 {
+		t.Fatalf("retain: %+v %v", res, err)
+	}
+	if res.Messages != 1 || parts["age"].StartOffset() != 1 || parts["bytes"].StartOffset() != 0 {
+		t.Fatalf("removed %d; age-bound starts at %d (want 1), byte-bound at %d (want 0)",
+			res.Messages, parts["age"].StartOffset(), parts["bytes"].StartOffset())
+	}
+}
+
+// The interval-fsync timer fires by the earliest dirty partition's
+// deadline: a partition with a longer interval dirtied later does not
+// push it back.
+func TestIntervalFsyncTimerKeepsTheEarliestDeadline(t *testing.T) {
+	clk := clock.NewManual(time.Unix(0, 0))
+	h := newHarness(t, 1, nil, func(c *Config) { c.Clock = clk })
+	s := h.shards[0]
+	var short *syncCounter
+	for _, c := range []struct {
+		name     string
+		interval time.Duration
+	}{{"short", time.Second}, {"long", 10 * time.Second}} {
+		ns, epoch := h.topic(c.name)
+		p := &syncCounter{Partition: h.build(ns, epoch)}
+		if err := h.step(s, opInsertOwned(p, Durability{Fsync: metadata.FsyncInterval, Interval: c.interval})); err != nil {
+			t.Fatal(err)
+		}
+		if short == nil {
+			short = p
+		}
+		w := produce(ns, "w")
+		s.handle(w.f)
+		if r := w.answered(t); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	clk.Advance(time.Second)
+	select {
+	case <-s.syncC():
+	default:
+		t.Fatal("the interval timer did not fire at the short interval's deadline")
+	}
+	s.syncDue()
+	if short.syncs != 1 {
+		t.Fatalf("short-interval partition synced %d times at its deadline, want 1", short.syncs)
+	}
+}
+
+// Under FsyncInterval a replicated partition's applied writes are synced
+// by the interval timer like a single node's, and a replica without a raft
+// log on disk (a memory partition) is synced and re-configured without
+// touching one.
+func TestIntervalFsyncOfAReplicatedPartition(t *testing.T) {
+	clk := clock.NewManual(time.Unix(0, 0))
+	h := newHarness(t, 1, nil, func(c *Config) {
+		c.Clock = clk
+		c.Replication = &Replication{Node: 1, Peers: []uint64{1},
+			Send: func(uint64, metadata.Namespace, uint64, *raftpb.Message) {}}
+	})
+	s := h.shards[0]
+	ns, epoch := h.topic("t")
+	p := &syncCounter{Partition: h.build(ns, epoch)}
+	interval := Durability{Fsync: metadata.FsyncInterval, Interval: time.Second}
+	if err := h.step(s, opInsertOwned(p, interval)); err != nil {
+		t.Fatal(err)
+	}
+	s.settle() // the single voter elects itself
+	w := produce(ns, "w")
+	s.handle(w.f)
+	s.settle()
+	if r := w.answered(t); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	syncs := p.syncs
+	clk.Advance(time.Second)
+	select {
+	case <-s.syncC():
+	default:
+		t.Fatal("no interval fsync due after an applied write")
+	}
+	s.syncDue()
+	if p.syncs != syncs+1 {
+		t.Fatalf("interval fsync synced the partition %d times, want 1", p.syncs-syncs)
+	}
+	w2 := produce(ns, "w2")
+	s.handle(w2.f)
+	s.settle()
+	w2.answered(t)
+	if err := h.step(s, opSetDurability(ns, always)); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -148,6 +148,13 @@ func produce(ns metadata.Namespace, payload string) call {
 	return call{Frame{Req: req, Reply: ch}, ch}
 }
 
+// request is a client call of any operation to ns.
+func request(ns metadata.Namespace, r *Request) call {
+	ch := make(chan Response, 1)
+	r.NS = ns
+	return call{Frame{Req: r, Reply: ch}, ch}
+}
+
 func sized(ns metadata.Namespace, n int) call {
 	c := produce(ns, "")
 	c.f.Req.Messages[0].Payload = make([]byte, n)

@@ -5,9 +5,12 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
 )
 
@@ -238,6 +241,83 @@ func TestBehaviour20DeadIncarnationRejectedWhenMaterialised(t *testing.T) {
 	}
 }
 
+// Behaviour 18 on a replicated partition: while its group has no leader
+// yet (here: the only materialised replica cannot win an election), a
+// write and a leader read are answered "retry here shortly" — ErrRetry,
+// counted as a no-leader deny — never "not leader", which would send the
+// client elsewhere with no one to go to.
+func TestBehaviour18NoLeaderYetIsRetryHereNotNotLeader(t *testing.T) {
+	n := newReplNet(t)
+	ns, epoch := n.create("t", 1)
+	n.materialise(1, ns, epoch)
+	n.tick(30) // elections time out: the other replicas have not materialised
+	s := n.shard(1)
+	if lead := s.owned[ns].grp.Leader(); lead != 0 {
+		t.Fatalf("group has leader %d with one replica of three", lead)
+	}
+	calls := []call{produce(ns, "x"), request(ns, &Request{Op: OpPoll, Count: 1, FromLeader: true})}
+	for _, c := range calls {
+		s.handle(c.f)
+	}
+	n.settle()
+	for _, c := range calls {
+		r := c.answered(t)
+		var nl *NotLeaderError
+		if !errors.Is(r.Err, ErrRetry) || errors.Is(r.Err, ErrNotLeader) || errors.As(r.Err, &nl) {
+			t.Fatalf("%v with no leader: answer %v, want retry here (ErrRetry), not not-leader", c.f.Req.Op, r.Err)
+		}
+	}
+	if got := testutil.ToFloat64(n.nodes[1].m.TransientDenies.WithLabelValues("0", metrics.DenyNoLeader)); got != 2 {
+		t.Fatalf("no-leader denies = %v, want 2", got)
+	}
+}
+
+// Behaviour 18 for reads: a leader read still waiting for its leadership
+// confirmation when a new leader takes over is answered "not leader" with
+// that node's id — the client follows it — not "retry here".
+func TestBehaviour18PendingLeaderReadFollowsTheNewLeader(t *testing.T) {
+	n := newReplNet(t)
+	ns, epoch := n.create("t", 1, 2, 3)
+	for id := uint64(1); id <= 3; id++ {
+		n.materialise(id, ns, epoch)
+	}
+	n.settle()
+	lead := n.tickUntilLeader(ns)
+	if lead == 0 {
+		t.Fatal("no leader")
+	}
+	s := n.shard(lead)
+	read := request(ns, &Request{Op: OpPoll, Count: 1, FromLeader: true})
+	s.handle(read.f) // waits for a heartbeat round that has not happened
+	read.pending(t)
+	peer := lead%3 + 1
+	s.handle(Frame{Req: &Request{Op: OpRaft, NS: ns, Epoch: epoch,
+		Raft: &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: proto.Uint64(peer), To: proto.Uint64(lead), Term: proto.Uint64(1000)}}})
+	s.settle()
+	var nl *NotLeaderError
+	if r := read.answered(t); !errors.As(r.Err, &nl) || nl.Leader != peer || errors.Is(r.Err, ErrRetry) {
+		t.Fatalf("leader read pending when node %d took over: %v, want not leader (node %d)", peer, r.Err, peer)
+	}
+}
+
+// A partition's preferred leader — Peers[namespace mod len(Peers)], a pure
+// function of the namespace, so leadership spreads over the nodes —
+// campaigns as soon as it materialises: it leads without any election
+// timeout (no tick) having passed.
+func TestPreferredReplicaLeadsWithoutATick(t *testing.T) {
+	n := newReplNet(t)
+	for _, name := range []string{"a", "b", "c"} {
+		ns, epoch := n.create(name, 1, 2, 3)
+		for id := uint64(1); id <= 3; id++ {
+			n.materialise(id, ns, epoch)
+		}
+		n.settle()
+		if got, want := n.leader(ns), []uint64{1, 2, 3}[uint64(ns)%3]; got != want {
+			t.Fatalf("%v is led by node %d before any tick, want its preferred node %d", ns, got, want)
+		}
+	}
+}
+
 // Produces that queue while the pump is busy are proposed together as one
 // raft entry (they share its consensus round), each still answered with
 // its own offsets and deduplicated on its own.
@@ -282,6 +362,64 @@ func TestConcurrentProducesShareOneEntry(t *testing.T) {
 	}
 	if got := payloads(t, o.p); !slices.Equal(got, []string{"a", "b", "c"}) {
 		t.Fatalf("leader log %q", got)
+	}
+}
+
+// Behaviour 17 on the proposal path: writes buffered at a leader for the
+// next proposal are each answered exactly once when the leader learns of a
+// higher term before the buffer is flushed — "not leader", with the new
+// leader's id, since they were never proposed — and none of them is ever
+// applied, on any replica.
+func TestBehaviour17BufferedWritesAnsweredWhenLeadershipLost(t *testing.T) {
+	n := newReplNet(t)
+	ns, epoch := n.create("t", 1, 2, 3)
+	parts := map[uint64]partition.Partition{}
+	for id := uint64(1); id <= 3; id++ {
+		parts[id] = n.materialise(id, ns, epoch)
+	}
+	n.settle()
+	lead := n.tickUntilLeader(ns)
+	if lead == 0 {
+		t.Fatal("no leader")
+	}
+	s := n.shard(lead)
+	calls := []call{produce(ns, "a"), produce(ns, "b"),
+		request(ns, &Request{Op: OpStoreOffset, Consumer: "c", Offset: 0})}
+	for _, c := range calls {
+		s.handle(c.f) // buffered: the pump has more work queued
+	}
+	if got := len(s.owned[ns].proposeBuf); got != len(calls) {
+		t.Fatalf("%d writes buffered, want %d", got, len(calls))
+	}
+	// Before the buffer is flushed, a peer's heartbeat at a higher term
+	// arrives (a new leader was elected): this node is a follower now.
+	peer := lead%3 + 1
+	s.handle(Frame{Req: &Request{Op: OpRaft, NS: ns, Epoch: epoch,
+		Raft: &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: proto.Uint64(peer), To: proto.Uint64(lead), Term: proto.Uint64(1000)}}})
+	if s.owned[ns].grp.IsLeader() {
+		t.Fatal("the higher-term heartbeat did not end the leadership")
+	}
+	n.settle()
+	for i, c := range calls {
+		var nl *NotLeaderError
+		if r := c.answered(t); !errors.As(r.Err, &nl) || nl.Leader != peer {
+			t.Fatalf("buffered write %d: answer %v, want not leader (node %d)", i, r.Err, peer)
+		}
+	}
+	if n.tickUntilLeader(ns) == 0 {
+		t.Fatal("no leader after the term change")
+	}
+	n.tick(5)
+	for _, c := range calls {
+		c.pending(t) // nothing more: exactly one answer each
+	}
+	for id, p := range parts {
+		if got := payloads(t, p); len(got) != 0 {
+			t.Fatalf("replica %d applied never-proposed writes: %q", id, got)
+		}
+		if _, ok, err := p.ConsumerOffset("c"); err != nil || ok {
+			t.Fatalf("replica %d stored a never-proposed consumer offset (%v)", id, err)
+		}
 	}
 }
 
