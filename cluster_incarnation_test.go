@@ -42,21 +42,22 @@ func TestBehaviour20ClusterDeadIncarnationRejectedOverTheTransport(t *testing.T)
 
 		s := mustStream(t, nodes[1], "s")
 		tp := mustTopic(t, nodes[1], s, "t", 1)
-		mustProduce(t, nodes[1], s, tp, parkway.PartitionID(0), "dead")
-		deadInfo, _ := nodes[1].Topic(s, "t")
-		if err := nodes[1].DeleteTopic(ctx, s, tp); err != nil {
+		mustProduce(t, nodes[1], tp, parkway.PartitionID(0), "dead")
+		if err := nodes[1].DeleteTopic(ctx, tp); err != nil {
 			t.Fatal(err)
 		}
-		if again := mustTopic(t, nodes[1], s, "t", 1); again != tp {
-			t.Fatalf("recreated topic got id %d, want %d (slab reuse)", again, tp)
+		old := tp
+		tp = mustTopic(t, nodes[1], s, "t", 1)
+		if tp.ID != old.ID {
+			t.Fatalf("recreated topic got id %d, want %d (slab reuse)", tp.ID, old.ID)
 		}
-		mustProduce(t, nodes[1], s, tp, parkway.PartitionID(0), "live")
-		liveInfo, _ := nodes[1].Topic(s, "t")
-		dead, live := deadInfo.CreatedRevision, liveInfo.CreatedRevision
+		mustProduce(t, nodes[1], tp, parkway.PartitionID(0), "live")
+		// A single-partition topic's partition is created with its topic.
+		dead, live := old.Revision, tp.Revision
 		if dead == live {
 			t.Fatalf("recreate kept created revision %d", live)
 		}
-		ns, err := metadata.NewNamespace(s, tp, 0)
+		ns, err := metadata.NewNamespace(s.ID, tp.ID, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +65,7 @@ func TestBehaviour20ClusterDeadIncarnationRejectedOverTheTransport(t *testing.T)
 		for _, id := range peers[:2] {
 			n := nodes[id]
 			waitFor(t, fmt.Sprintf("node %d to materialise the new incarnation", id), func() bool {
-				got, err := localLog(n, s, tp)
+				got, err := localLog(n, tp)
 				return err == nil && len(got) == 1 && got[0] == "live"
 			})
 			reg := registry(t, n)
@@ -85,7 +86,7 @@ func TestBehaviour20ClusterDeadIncarnationRejectedOverTheTransport(t *testing.T)
 			if got := metricValue(t, reg, "parkway_stale_rejects_total") - before; got != 1 {
 				t.Errorf("node %d: %v stale rejects for one dead-incarnation message, want 1", id, got)
 			}
-			if lead, err := n.Leader(ctx, s, tp, 0); err != nil || lead == 3 {
+			if lead, err := n.Leader(ctx, tp, 0); err != nil || lead == 3 {
 				t.Errorf("node %d: leader %d (%v): the dead incarnation's message was stepped", id, lead, err)
 			}
 		}

@@ -1,5 +1,7 @@
 package parkway
 
+import "github.com/parkway-io/parkway/host"
+
 // Test-only access to a Node's committed metadata, for the external tests
 // (package parkway_test) that check a refused call changed nothing.
 
@@ -22,4 +24,4 @@ func CommittedState(n *Node) MetadataState {
 // KindPartitionRaft is the bus message kind of a partition's raft traffic
 // (payload: the sender's incarnation, 8 bytes little-endian, then the
 // marshalled raft message), for tests that speak to a Node as a peer.
-const KindPartitionRaft = kindPartitionRaft
+const KindPartitionRaft = host.KindPartitionRaft

@@ -460,7 +460,7 @@ func TestBehaviour17EveryRequestAnswered(t *testing.T) {
 							}
 							cancel()
 							if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, parkway.ErrRetry) {
-								errCh <- fmt.Errorf("worker %d call %d (%s %d/%d/%d): no answer within %v: %w", w, i, op, stream, topic, part, lostAnswerAfter, err)
+								errCh <- fmt.Errorf("worker %d call %d (%s %v/%v/%d): no answer within %v: %w", w, i, op, stream, topic, part, lostAnswerAfter, err)
 								return
 							}
 							outcome := "ok"

@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/shard"
 	"github.com/parkway-io/parkway/transport"
 )
@@ -35,7 +36,7 @@ func TestBehaviour18ForwardedRetryHereSurvivesTheWire(t *testing.T) {
 		{"wrapped ErrStaleIncarnation", fmt.Errorf("ns 0/1/0: %w", shard.ErrStaleIncarnation), true},
 	}
 	for _, c := range retryHere {
-		r, err := decodeResponse(encodeResponse(shard.Response{Err: c.err}))
+		r, err := host.DecodeResponse(host.EncodeResponse(shard.Response{Err: c.err}))
 		if err != nil {
 			t.Fatalf("%s: decode: %v", c.name, err)
 		}
@@ -52,7 +53,7 @@ func TestBehaviour18ForwardedRetryHereSurvivesTheWire(t *testing.T) {
 		}
 	}
 
-	r, err := decodeResponse(encodeResponse(shard.Response{Err: &shard.NotLeaderError{Leader: 3}}))
+	r, err := host.DecodeResponse(host.EncodeResponse(shard.Response{Err: &shard.NotLeaderError{Leader: 3}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,10 +103,10 @@ func TestBehaviour18ForwardedRetryHereRetriedInPlace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := n1.Produce(ctx, s, tp, PartitionID(0), Message{Payload: []byte("a")}); err != nil {
+		if _, err := n1.Produce(ctx, tp, PartitionID(0), Message{Payload: []byte("a")}); err != nil {
 			t.Fatal(err)
 		}
-		ns, err := n1.resolve(s, tp, 0)
+		ns, _, err := n1.resolve(ctx, tp, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -118,10 +119,10 @@ func TestBehaviour18ForwardedRetryHereRetriedInPlace(t *testing.T) {
 		forwarded := make(chan *shard.Request, 8)
 		go func() {
 			for m := range peer3.Recv() {
-				if m.Kind != kindRequest {
+				if m.Kind != host.KindRequest {
 					continue // raft traffic to node 3: dropped
 				}
-				req, err := decodeRequest(m.Payload)
+				req, err := host.DecodeRequest(m.Payload, time.Now())
 				if err != nil {
 					t.Errorf("node 3 got a malformed forward: %v", err)
 					continue
@@ -132,7 +133,7 @@ func TestBehaviour18ForwardedRetryHereRetriedInPlace(t *testing.T) {
 				case r = <-answers:
 				default:
 				}
-				_ = peer3.Send(transport.Message{To: m.From, Kind: kindReply, Group: m.Group, Payload: encodeResponse(r)})
+				_ = peer3.Send(transport.Message{To: m.From, Kind: host.KindReply, Group: m.Group, Payload: host.EncodeResponse(r)})
 			}
 		}()
 		followNode3 := func() {
@@ -143,11 +144,11 @@ func TestBehaviour18ForwardedRetryHereRetriedInPlace(t *testing.T) {
 				t.Fatal(err)
 			}
 			payload := append(binary.LittleEndian.AppendUint64(nil, epoch), hb...)
-			if err := peer3.Send(transport.Message{To: 1, Kind: kindPartitionRaft, Group: uint64(ns), Payload: payload}); err != nil {
+			if err := peer3.Send(transport.Message{To: 1, Kind: host.KindPartitionRaft, Group: uint64(ns), Payload: payload}); err != nil {
 				t.Fatal(err)
 			}
 			synctest.Wait()
-			if lead, err := n1.Leader(ctx, s, tp, 0); err != nil || lead != 3 {
+			if lead, err := n1.Leader(ctx, tp, 0); err != nil || lead != 3 {
 				t.Fatalf("node 1 sees leader %d (%v), want node 3", lead, err)
 			}
 		}
@@ -157,7 +158,7 @@ func TestBehaviour18ForwardedRetryHereRetriedInPlace(t *testing.T) {
 			want := uint64(70 + i)
 			answers <- shard.Response{Err: first}
 			answers <- shard.Response{Offset: want}
-			ack, err := n1.Produce(ctx, s, tp, PartitionID(0), Message{Payload: []byte("x")})
+			ack, err := n1.Produce(ctx, tp, PartitionID(0), Message{Payload: []byte("x")})
 			if err != nil || ack.FirstOffset != want {
 				t.Fatalf("produce whose forward was answered %v first: ack %+v, err %v; want the ack at %d", first, ack, err, want)
 			}

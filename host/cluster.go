@@ -230,7 +230,7 @@ func (e *Engine) Forward(ctx context.Context, to uint64, req *shard.Request) (sh
 		delete(c.waiting, id)
 		c.mu.Unlock()
 	}()
-	payload, err := encodeRequest(req, e.cfg.Clock.Now())
+	payload, err := EncodeRequest(req, e.cfg.Clock.Now())
 	if err != nil {
 		return shard.Response{}, err
 	}
@@ -243,7 +243,7 @@ func (e *Engine) Forward(ctx context.Context, to uint64, req *shard.Request) (sh
 	defer t.Stop()
 	select {
 	case b := <-ch:
-		return decodeResponse(b)
+		return DecodeResponse(b)
 	case <-t.C():
 		return shard.Response{}, fmt.Errorf("%w: no reply from node %d", shard.ErrOutcomeUnknown, to)
 	case <-ctx.Done():
@@ -277,29 +277,29 @@ func transferTime(n int) time.Duration {
 // that no longer leads is answered "not leader" and the client follows the
 // new hint.
 func (c *clusterNode) serveRemote(ctx context.Context, m transport.Message) {
-	req, err := decodeRequest(m.Payload, c.e.cfg.Clock.Now())
+	req, err := DecodeRequest(m.Payload, c.e.cfg.Clock.Now())
 	var r shard.Response
 	if err != nil {
 		r = shard.Response{Err: err}
 	} else {
 		r = c.e.Once(ctx, req)
 	}
-	_ = c.send(uint64(m.From), KindReply, m.Group, encodeResponse(r))
+	_ = c.send(uint64(m.From), KindReply, m.Group, EncodeResponse(r))
 }
 
 // serveManual is serveRemote for a manual engine: the request is queued
 // on its owner shard and the reply sent when the caller's steps answer it
 // (PumpReplies).
 func (c *clusterNode) serveManual(m transport.Message) {
-	req, err := decodeRequest(m.Payload, c.e.cfg.Clock.Now())
+	req, err := DecodeRequest(m.Payload, c.e.cfg.Clock.Now())
 	if err != nil {
-		_ = c.send(uint64(m.From), KindReply, m.Group, encodeResponse(shard.Response{Err: err}))
+		_ = c.send(uint64(m.From), KindReply, m.Group, EncodeResponse(shard.Response{Err: err}))
 		return
 	}
 	reply := make(chan shard.Response, 1)
 	if _, err := c.e.router.Send(req.NS, shard.Frame{Req: req, Reply: reply}); err != nil {
 		c.e.CountSendFailure(req, err)
-		_ = c.send(uint64(m.From), KindReply, m.Group, encodeResponse(shard.Response{Err: fmt.Errorf("%w: %w", shard.ErrRetry, err)}))
+		_ = c.send(uint64(m.From), KindReply, m.Group, EncodeResponse(shard.Response{Err: fmt.Errorf("%w: %w", shard.ErrRetry, err)}))
 		return
 	}
 	c.meta.served = append(c.meta.served, served{to: uint64(m.From), id: m.Group, reply: reply})
@@ -323,7 +323,7 @@ func (e *Engine) PumpReplies() {
 	for _, s := range m.served {
 		select {
 		case r := <-s.reply:
-			_ = e.cl.send(s.to, KindReply, s.id, encodeResponse(r))
+			_ = e.cl.send(s.to, KindReply, s.id, EncodeResponse(r))
 		default:
 			keep = append(keep, s)
 		}

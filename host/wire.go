@@ -24,7 +24,12 @@ const (
 	flagFromLeader
 )
 
-func encodeRequest(r *shard.Request, now time.Time) ([]byte, error) {
+// EncodeRequest is the wire form of a forwarded request (the partition
+// request a follower sends its leader), with its deadline as time left
+// from now. DecodeRequest validates every field and refuses replication
+// ops; EncodeResponse and DecodeResponse carry the answer with its error
+// reduced to a code that keeps the root sentinels.
+func EncodeRequest(r *shard.Request, now time.Time) ([]byte, error) {
 	b := make([]byte, 0, 64)
 	b = append(b, byte(r.Op))
 	b = binary.LittleEndian.AppendUint64(b, uint64(r.NS))
@@ -59,7 +64,7 @@ func encodeRequest(r *shard.Request, now time.Time) ([]byte, error) {
 	return partition.EncodeBatch(b, r.Messages)
 }
 
-func decodeRequest(b []byte, now time.Time) (*shard.Request, error) {
+func DecodeRequest(b []byte, now time.Time) (*shard.Request, error) {
 	const fixed = 1 + 8 + 8 + 8 + 4 + 8 + 8 + 8
 	if len(b) < fixed {
 		return nil, errWire
@@ -140,7 +145,7 @@ var wireSentinels = []error{
 	shard.ErrClosed,
 }
 
-func encodeResponse(r shard.Response) []byte {
+func EncodeResponse(r shard.Response) []byte {
 	b := make([]byte, 0, 64)
 	var nl *shard.NotLeaderError
 	switch {
@@ -187,7 +192,7 @@ func encodeResponse(r shard.Response) []byte {
 	return out
 }
 
-func decodeResponse(b []byte) (shard.Response, error) {
+func DecodeResponse(b []byte) (shard.Response, error) {
 	if len(b) < 1 {
 		return shard.Response{}, errWire
 	}

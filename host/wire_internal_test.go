@@ -20,12 +20,12 @@ func TestWireRoundTripOfPollFieldsDeadlineAndOffsets(t *testing.T) {
 		UseConsumer: true, FromLeader: true, Start: shard.StartTimestamp, Reset: shard.ResetLatest,
 		Timestamp: 123, MaxWait: 2 * time.Second, MinCount: 4, MaxBytes: 4096,
 		Deadline: now.Add(3 * time.Second)}
-	b, err := encodeRequest(in, now)
+	b, err := EncodeRequest(in, now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	later := now.Add(time.Hour) // the receiver's clock: only the time left travels
-	out, err := decodeRequest(b, later)
+	out, err := DecodeRequest(b, later)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,13 +37,13 @@ func TestWireRoundTripOfPollFieldsDeadlineAndOffsets(t *testing.T) {
 		t.Fatalf("deadline %v, want %v (the time left on the receiver's clock)", out.Deadline, want)
 	}
 	off := &shard.Request{Op: shard.OpOffsets, NS: 7, Consumer: "c", FromLeader: true}
-	if b, err = encodeRequest(off, now); err != nil {
+	if b, err = EncodeRequest(off, now); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := decodeRequest(b, now); err != nil || got.Op != shard.OpOffsets || !got.Deadline.IsZero() {
+	if got, err := DecodeRequest(b, now); err != nil || got.Op != shard.OpOffsets || !got.Deadline.IsZero() {
 		t.Fatalf("OpOffsets: %+v, %v", got, err)
 	}
-	r, err := decodeResponse(encodeResponse(shard.Response{Offset: 5, Found: true, Start: 2, End: 11}))
+	r, err := DecodeResponse(EncodeResponse(shard.Response{Offset: 5, Found: true, Start: 2, End: 11}))
 	if err != nil || r.Start != 2 || r.End != 11 || r.Offset != 5 || !r.Found {
 		t.Fatalf("offsets reply: %+v, %v", r, err)
 	}
@@ -60,7 +60,7 @@ func TestWireKeepsTypedErrors(t *testing.T) {
 		{shard.ErrStaleIncarnation, shard.ErrStaleIncarnation},
 		{shard.ErrStaleIncarnation, shard.ErrRetry},
 	} {
-		r, err := decodeResponse(encodeResponse(shard.Response{Err: c.err}))
+		r, err := DecodeResponse(EncodeResponse(shard.Response{Err: c.err}))
 		if err != nil || !errors.Is(r.Err, c.want) {
 			t.Errorf("%v across a forward: %v, %v; want %v", c.err, r.Err, err, c.want)
 		}
@@ -76,7 +76,7 @@ func (e *partitionErr) Unwrap() error { return e.errno }
 // on another op, unknown flags, a negative deadline.
 func TestWireRefusesHostileRequests(t *testing.T) {
 	now := time.Unix(0, 0)
-	good, err := encodeRequest(&shard.Request{Op: shard.OpPoll, NS: 1}, now)
+	good, err := EncodeRequest(&shard.Request{Op: shard.OpPoll, NS: 1}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestWireRefusesHostileRequests(t *testing.T) {
 		"negative deadline":      mut(func(b []byte) { b[1+8+8+8+4+8+8+7] = 0x80 }),
 		"truncated":              good[:10],
 	} {
-		if _, err := decodeRequest(b, now); !errors.Is(err, errWire) {
+		if _, err := DecodeRequest(b, now); !errors.Is(err, errWire) {
 			t.Errorf("%s: %v, want errWire", name, err)
 		}
 	}
@@ -105,12 +105,12 @@ func TestWireRefusesHostileRequests(t *testing.T) {
 // a malformed reply.
 func TestWireKeepsSentinels(t *testing.T) {
 	for _, sentinel := range wireSentinels {
-		got, err := decodeResponse(encodeResponse(shard.Response{Err: fmt.Errorf("partition 1/2/3: %w", sentinel)}))
+		got, err := DecodeResponse(EncodeResponse(shard.Response{Err: fmt.Errorf("partition 1/2/3: %w", sentinel)}))
 		if err != nil || !errors.Is(got.Err, sentinel) {
 			t.Errorf("%v across the wire: %v, %v", sentinel, got.Err, err)
 		}
 	}
-	if _, err := decodeResponse([]byte{codeSentinel, byte(len(wireSentinels)), 0}); !errors.Is(err, errWire) {
+	if _, err := DecodeResponse([]byte{codeSentinel, byte(len(wireSentinels)), 0}); !errors.Is(err, errWire) {
 		t.Errorf("sentinel index past the table: %v, want errWire", err)
 	}
 }
