@@ -209,7 +209,12 @@ func (s *sim) dataOp(c *client, ns metadata.Namespace, kind opKind) *op {
 		if s.rng.IntN(4) == 0 {
 			o.useConsumer, o.consumer = true, consumers[s.rng.IntN(2)]
 		}
-		if s.rng.IntN(4) == 0 {
+		// A waiting poll from a consumer's stored offset resolves its start
+		// when it registers and reads when it is answered: two points in
+		// time, which the single-point linearizability model cannot place
+		// (it flagged correct answers on cluster seeds 6491 and 7618). Waiting
+		// polls here start at an offset; the shard tests cover the rest.
+		if !o.useConsumer && s.rng.IntN(4) == 0 {
 			// A waiting poll: answered when enough messages are there, at
 			// its wait's end, or when its partition goes (behaviour 22).
 			o.wait = time.Duration(1+s.rng.IntN(300)) * time.Millisecond
