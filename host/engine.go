@@ -315,9 +315,6 @@ func (e *Engine) release() error {
 	return err
 }
 
-// Closed reports whether Close was called.
-func (e *Engine) Closed() bool { return e.closed.Load() }
-
 // Meta returns the node's committed metadata.
 func (e *Engine) Meta() *metadata.Store { return e.meta }
 
@@ -339,10 +336,6 @@ func (e *Engine) Wake(i int) <-chan struct{} { return e.wakes[i] }
 
 // Metrics returns the engine's collectors.
 func (e *Engine) Metrics() *metrics.Metrics { return e.metrics }
-
-// ClientDrops returns the drop counters of the client side (the router
-// refusing a request), labelled shard="-1".
-func (e *Engine) ClientDrops() *metrics.Shard { return e.drops }
 
 // Clock returns the engine's clock.
 func (e *Engine) Clock() clock.Clock { return e.cfg.Clock }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
-	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -361,14 +360,6 @@ func (e *Engine) HandleMetadata() error {
 		return errNotClustered
 	}
 	return e.cl.meta.process()
-}
-
-// MetadataTickInterval is the metadata group's raft tick.
-func (e *Engine) MetadataTickInterval() time.Duration {
-	if e.cl == nil {
-		return 0
-	}
-	return e.cl.cfg.TickInterval
 }
 
 // MetadataGroupStatus is a metadata member's raft position.

@@ -24,6 +24,8 @@ targets='
 ./partition FuzzSegment
 ./shard FuzzDecodeState
 ./transport FuzzReadFrame
+./host FuzzDecodeRequest
+./host FuzzDecodeResponse
 '
 
 failed=
