@@ -163,14 +163,6 @@ func resolveStart(p partition.Partition, r *Request) (uint64, error) {
 	return 0, fmt.Errorf("parkway: unknown start position %d", kind)
 }
 
-// messageBytes is what a message counts against a poll's byte budget.
-func messageBytes(m *partition.Message) int {
-	n := len(m.Payload) + len(m.Key)
-	for _, h := range m.Headers {
-		n += len(h.Key) + len(h.Value)
-	}
-	return n
-}
 
 // readPoll reads a poll's batch from from (read as the end when past it,
 // so Next is an offset a consumer can store): up to Count messages,
@@ -187,7 +179,7 @@ func readPoll(p partition.Partition, from uint64, r *Request) (Response, bool) {
 	if r.MaxBytes > 0 {
 		total := 0
 		for i := range msgs {
-			total += messageBytes(&msgs[i])
+			total += partition.MessageSize(&msgs[i]) // as the produce limits count it
 			if total >= r.MaxBytes {
 				if total > r.MaxBytes && i > 0 {
 					msgs = msgs[:i] // over budget: the first always stays
