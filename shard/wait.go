@@ -163,7 +163,6 @@ func resolveStart(p partition.Partition, r *Request) (uint64, error) {
 	return 0, fmt.Errorf("parkway: unknown start position %d", kind)
 }
 
-
 // readPoll reads a poll's batch from from (read as the end when past it,
 // so Next is an offset a consumer can store): up to Count messages,
 // trimmed to the byte budget (the first message always). full reports
