@@ -30,6 +30,12 @@ const (
 	// ReasonNotReplicated: raft traffic for a partition this node holds
 	// without a raft group (a single-node peer, a misconfiguration).
 	ReasonNotReplicated = "not_replicated"
+	// ReasonInvalidRaft: a raft message no correct peer sends, refused
+	// before raft sees it (replica.ErrInvalidMessage).
+	ReasonInvalidRaft = "invalid_raft_message"
+	// ReasonWaitersFull: a waiting poll refused by the shard's bound on
+	// waiting polls.
+	ReasonWaitersFull = "waiters_full"
 )
 
 // Transient deny reasons, the label values of

@@ -10,6 +10,7 @@ import (
 
 	"github.com/parkway-io/parkway/internal/replica"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
 )
 
@@ -102,7 +103,7 @@ func TestForgedRaftMessageCountedAndDropped(t *testing.T) {
 		Snapshot: &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{Index: new(uint64(1000)), Term: new(uint64(1000)),
 			ConfState: &raftpb.ConfState{Voters: []uint64{1, 1, 2}}}}}
 	n.shard(victim).handle(Frame{Req: &Request{Op: OpRaft, NS: ns, Epoch: epoch, Raft: forged}})
-	if got := n.nodes[victim].drops("0", OpRaft.String(), reasonInvalidRaft); got != 1 {
+	if got := n.nodes[victim].drops("0", OpRaft.String(), metrics.ReasonInvalidRaft); got != 1 {
 		t.Fatalf("invalid raft messages dropped: %v, want 1", got)
 	}
 	if o := n.shard(victim).owned[ns]; o.grp == nil || o.failed != nil || n.shard(victim).Fenced() != 0 {

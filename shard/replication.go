@@ -405,11 +405,6 @@ func (s *Shard) flushProposals() {
 	}
 }
 
-// reasonInvalidRaft labels the drop of a raft message no correct peer
-// sends (replica.ErrInvalidMessage).
-// TODO: move to package metrics with the other drop reasons.
-const reasonInvalidRaft = "invalid_raft_message"
-
 // stepRaft feeds a peer's message to the partition's group. A message the
 // group refuses as invalid is counted and dropped; one that stops the
 // group (raft panicked on it) fences the partition.
@@ -424,7 +419,7 @@ func (s *Shard) stepRaft(o *owned, f Frame) {
 		s.failGroup(o, err)
 		return
 	case errors.Is(err, replica.ErrInvalidMessage):
-		s.m.Drop(f.Req.Op.String(), reasonInvalidRaft)
+		s.m.Drop(f.Req.Op.String(), metrics.ReasonInvalidRaft)
 		s.log.Debug("invalid raft message dropped", "ns", f.Req.NS, "error", err)
 	default:
 		s.log.Debug("raft step refused", "ns", f.Req.NS, "error", err)

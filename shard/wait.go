@@ -47,10 +47,6 @@ const MaxPollWait = 30 * time.Second
 // DefaultMaxWaiters bounds the waiting polls of one shard.
 const DefaultMaxWaiters = 10_000
 
-// reasonWaitersFull is the drop counter's reason for a waiting poll
-// refused by the MaxWaiters bound.
-const reasonWaitersFull = "waiters_full"
-
 // ErrTooManyWaiters answers a waiting poll that would take a shard past
 // Config.MaxWaiters. It is not retriable in place (it does not wrap
 // ErrRetry): retrying at once would only add load to a saturated shard.
@@ -213,7 +209,7 @@ func (s *Shard) servePoll(o *owned, f Frame) {
 		return
 	}
 	if s.waiters.Len() >= s.cfg.MaxWaiters {
-		s.m.Drop(r.Op.String(), reasonWaitersFull)
+		s.m.Drop(r.Op.String(), metrics.ReasonWaitersFull)
 		s.answer(f, Response{Err: fmt.Errorf("%w (%d)", ErrTooManyWaiters, s.cfg.MaxWaiters)})
 		return
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
 )
 
@@ -247,7 +248,7 @@ func TestWaitingPollBound(t *testing.T) {
 	if errors.Is(refused.Err, ErrRetry) {
 		t.Fatal("ErrTooManyWaiters wraps ErrRetry")
 	}
-	if got := r.h.drops("0", "poll", reasonWaitersFull); got != 1 {
+	if got := r.h.drops("0", "poll", metrics.ReasonWaitersFull); got != 1 {
 		t.Fatalf("waiters_full drops = %v, want 1", got)
 	}
 	wantBatch(t, r.send(poll(r.ns, Request{})).answered(t), "", 0)
