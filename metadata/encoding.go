@@ -45,6 +45,8 @@ func (e *DecodeError) Unwrap() error { return ErrInvalidEncoding }
 //	        string         uvarint byte length, then the raw bytes
 //	        FsyncPolicy    1 byte
 //	        TopicConfig    Fsync, FsyncInterval, RetentionAge, RetentionBytes
+//	        uint64         uvarint (member ids, generations, offsets)
+//	        []GroupOffset  uvarint count, then each Partition, Offset
 //
 // Every field value round-trips, including the invalid ones (negative
 // counts, over-long or non-UTF-8 names, unknown fsync policies): a log
@@ -61,6 +63,12 @@ const (
 	cmdDeletePartitions
 	cmdPurgeTopic
 	cmdSetTopicConfig
+	cmdCreateGroup
+	cmdDeleteGroup
+	cmdJoinGroup
+	cmdLeaveGroup
+	cmdHeartbeat
+	cmdCommitGroupOffsets
 )
 
 const (
@@ -116,6 +124,51 @@ func EncodeCommand(c Command) ([]byte, error) {
 		e.uvarint(uint64(c.Stream))
 		e.uvarint(uint64(c.Topic))
 		e.config(c.Config)
+	case CreateGroup:
+		e.header(cmdCreateGroup)
+		e.uvarint(uint64(c.Stream))
+		e.uvarint(uint64(c.Topic))
+		e.str(c.Name)
+	case DeleteGroup:
+		e.header(cmdDeleteGroup)
+		e.uvarint(uint64(c.Stream))
+		e.uvarint(uint64(c.Topic))
+		e.str(c.Name)
+	case JoinGroup:
+		e.header(cmdJoinGroup)
+		e.uvarint(uint64(c.Stream))
+		e.uvarint(uint64(c.Topic))
+		e.str(c.Group)
+		e.str(c.Member)
+		e.varint(int64(c.SessionTimeout))
+		e.varint(c.Now)
+	case LeaveGroup:
+		e.header(cmdLeaveGroup)
+		e.uvarint(uint64(c.Stream))
+		e.uvarint(uint64(c.Topic))
+		e.str(c.Group)
+		e.uvarint(c.Member)
+		e.varint(c.Now)
+	case Heartbeat:
+		e.header(cmdHeartbeat)
+		e.uvarint(uint64(c.Stream))
+		e.uvarint(uint64(c.Topic))
+		e.str(c.Group)
+		e.uvarint(c.Member)
+		e.varint(c.Now)
+	case CommitGroupOffsets:
+		e.header(cmdCommitGroupOffsets)
+		e.uvarint(uint64(c.Stream))
+		e.uvarint(uint64(c.Topic))
+		e.str(c.Group)
+		e.uvarint(c.Member)
+		e.uvarint(c.Generation)
+		e.varint(c.Now)
+		e.uvarint(uint64(len(c.Offsets)))
+		for _, o := range c.Offsets {
+			e.uvarint(uint64(o.Partition))
+			e.uvarint(o.Offset)
+		}
 	}
 	if rev != 0 {
 		e.uvarint(rev)
@@ -139,6 +192,18 @@ func commandRevision(c Command) uint64 {
 	case PurgeTopic:
 		return c.Revision
 	case SetTopicConfig:
+		return c.Revision
+	case CreateGroup:
+		return c.Revision
+	case DeleteGroup:
+		return c.Revision
+	case JoinGroup:
+		return c.Revision
+	case LeaveGroup:
+		return c.Revision
+	case Heartbeat:
+		return c.Revision
+	case CommitGroupOffsets:
 		return c.Revision
 	}
 	return 0
@@ -166,6 +231,24 @@ func withRevision(c Command, rev uint64) Command {
 		c.Revision = rev
 		return c
 	case SetTopicConfig:
+		c.Revision = rev
+		return c
+	case CreateGroup:
+		c.Revision = rev
+		return c
+	case DeleteGroup:
+		c.Revision = rev
+		return c
+	case JoinGroup:
+		c.Revision = rev
+		return c
+	case LeaveGroup:
+		c.Revision = rev
+		return c
+	case Heartbeat:
+		c.Revision = rev
+		return c
+	case CommitGroupOffsets:
 		c.Revision = rev
 		return c
 	}
@@ -203,6 +286,29 @@ func DecodeCommand(b []byte) (Command, error) {
 		c = PurgeTopic{Stream: d.u32(), Topic: d.u32()}
 	case cmdSetTopicConfig:
 		c = SetTopicConfig{Stream: d.u32(), Topic: d.u32(), Config: d.config()}
+	case cmdCreateGroup:
+		c = CreateGroup{Stream: d.u32(), Topic: d.u32(), Name: d.str()}
+	case cmdDeleteGroup:
+		c = DeleteGroup{Stream: d.u32(), Topic: d.u32(), Name: d.str()}
+	case cmdJoinGroup:
+		c = JoinGroup{Stream: d.u32(), Topic: d.u32(), Group: d.str(), Member: d.str(),
+			SessionTimeout: time.Duration(d.varint()), Now: d.varint()}
+	case cmdLeaveGroup:
+		c = LeaveGroup{Stream: d.u32(), Topic: d.u32(), Group: d.str(), Member: d.uvarint(), Now: d.varint()}
+	case cmdHeartbeat:
+		c = Heartbeat{Stream: d.u32(), Topic: d.u32(), Group: d.str(), Member: d.uvarint(), Now: d.varint()}
+	case cmdCommitGroupOffsets:
+		cg := CommitGroupOffsets{Stream: d.u32(), Topic: d.u32(), Group: d.str(),
+			Member: d.uvarint(), Generation: d.uvarint(), Now: d.varint()}
+		// Each offset takes at least two bytes: the count is checked
+		// against what remains before the list is sized from it.
+		if n := d.count(2); n > 0 {
+			cg.Offsets = make([]GroupOffset, n)
+			for i := range cg.Offsets {
+				cg.Offsets[i] = GroupOffset{Partition: d.u32(), Offset: d.uvarint()}
+			}
+		}
+		c = cg
 	default:
 		d.failAt(0, "unknown command type "+strconv.Itoa(int(typ)))
 	}

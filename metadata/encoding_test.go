@@ -36,6 +36,16 @@ func allCommands() []Command {
 		SetTopicConfig{Stream: 1, Topic: 1, Config: cfg},
 		SetTopicConfig{Stream: 1, Topic: 1},
 		SetTopicConfig{Stream: 1, Topic: 1, Config: odd},
+		CreateGroup{Stream: 1, Topic: 2, Name: "billing"},
+		CreateGroup{Stream: 1, Topic: 2, Name: "billing", Revision: 9},
+		DeleteGroup{Stream: math.MaxUint32, Topic: 0, Name: ""},
+		JoinGroup{Stream: 1, Topic: 2, Group: "g", Member: "worker-1", SessionTimeout: 10 * time.Second, Now: 1_700_000_000_000_000_000},
+		JoinGroup{Stream: 1, Topic: 2, Group: "g", SessionTimeout: math.MinInt64, Now: math.MinInt64, Revision: 3},
+		LeaveGroup{Stream: 1, Topic: 2, Group: "g", Member: math.MaxUint64, Now: -1},
+		Heartbeat{Stream: 1, Topic: 2, Group: "g", Member: 7, Now: math.MaxInt64},
+		CommitGroupOffsets{Stream: 1, Topic: 2, Group: "g", Member: 1, Generation: 4, Now: 5},
+		CommitGroupOffsets{Stream: 1, Topic: 2, Group: "g", Member: 1, Generation: 4, Now: 5, Revision: 2,
+			Offsets: []GroupOffset{{Partition: 0, Offset: 10}, {Partition: math.MaxUint32, Offset: math.MaxUint64}, {Partition: 0, Offset: 0}}},
 	}
 }
 
@@ -62,8 +72,8 @@ func TestCommandRoundTrip(t *testing.T) {
 			t.Errorf("pointer to %#v encodes as %x, %v; value as %x", c, pb, err, b)
 		}
 	}
-	if len(types) != 8 {
-		t.Errorf("round trip covers %d command types, want all 8: %v", len(types), types)
+	if len(types) != 14 {
+		t.Errorf("round trip covers %d command types, want all 14: %v", len(types), types)
 	}
 	for _, bad := range []Command{nil, (*CreateTopic)(nil), foreignCommand{}} {
 		if _, err := EncodeCommand(bad); !errors.Is(err, ErrUnknownCommand) {
@@ -88,6 +98,13 @@ func TestCommandEncodingIsPinned(t *testing.T) {
 		{DeletePartitions{Stream: 1, Topic: 2, Count: 3}, []byte{6, 1, 1, 2, 6}},
 		{PurgeTopic{Stream: 1, Topic: 2}, []byte{7, 1, 1, 2}},
 		{SetTopicConfig{Stream: 1, Topic: 2, Config: TopicConfig{Fsync: FsyncNever}}, []byte{8, 1, 1, 2, 3, 0, 0, 0}},
+		{CreateGroup{Stream: 1, Topic: 2, Name: "g"}, []byte{9, 1, 1, 2, 1, 'g'}},
+		{DeleteGroup{Stream: 1, Topic: 2, Name: "g", Revision: 5}, []byte{10, 2, 1, 2, 1, 'g', 5}},
+		{JoinGroup{Stream: 1, Topic: 2, Group: "g", Member: "m", SessionTimeout: 1, Now: -1}, []byte{11, 1, 1, 2, 1, 'g', 1, 'm', 2, 1}},
+		{LeaveGroup{Stream: 1, Topic: 2, Group: "g", Member: 3, Now: 1}, []byte{12, 1, 1, 2, 1, 'g', 3, 2}},
+		{Heartbeat{Stream: 1, Topic: 2, Group: "g", Member: 3, Now: 1}, []byte{13, 1, 1, 2, 1, 'g', 3, 2}},
+		{CommitGroupOffsets{Stream: 1, Topic: 2, Group: "g", Member: 3, Generation: 4, Now: 1, Offsets: []GroupOffset{{Partition: 5, Offset: 6}}},
+			[]byte{14, 1, 1, 2, 1, 'g', 3, 4, 2, 1, 5, 6}},
 	}
 	for _, c := range cases {
 		if got, _ := EncodeCommand(c.cmd); !bytes.Equal(got, c.want) {
@@ -106,7 +123,7 @@ func TestDecodeCommandRejectsGarbage(t *testing.T) {
 		{"empty", nil, 0},
 		{"type only", []byte{1}, 1},
 		{"type zero", []byte{0, 1}, 0},
-		{"unknown type", []byte{9, 1}, 0},
+		{"unknown type", []byte{15, 1}, 0},
 		{"unknown version", []byte{1, 2, 0}, 1},
 		{"version zero", []byte{2, 0, 0}, 1},
 		{"missing field", []byte{2, 1}, 2},

@@ -43,4 +43,38 @@ var (
 	// gone: the id now belongs to another. It is always wrapped together
 	// with ErrStreamNotFound or ErrTopicNotFound.
 	ErrStaleRevision = errors.New("parkway: stale revision")
+
+	// ErrPartitionNotFound reports a partition id a topic does not have.
+	ErrPartitionNotFound = errors.New("parkway: partition not found")
+
+	// ErrGroupExists reports a CreateGroup whose name is taken on its
+	// topic.
+	ErrGroupExists = errors.New("parkway: consumer group already exists")
+	// ErrGroupNotFound reports a command naming a consumer group its topic
+	// does not have.
+	ErrGroupNotFound = errors.New("parkway: consumer group not found")
+	// ErrUnknownMember reports a member that is not in its group: it left,
+	// or its session lapsed. It must join again.
+	ErrUnknownMember = errors.New("parkway: unknown consumer group member")
+	// ErrNotAssigned reports a poll or commit for a partition the member
+	// does not hold in the group's current generation. The member should
+	// refresh its assignment (heartbeat).
+	ErrNotAssigned = errors.New("parkway: partition not assigned to this member")
+	// ErrStaleGeneration reports a poll or commit made with a generation
+	// older than the one from which the member holds the partition (the
+	// partition moved away and back meanwhile, and someone else may have
+	// committed it), or newer than the group's. The member should refresh
+	// its assignment.
+	ErrStaleGeneration = errors.New("parkway: stale consumer group generation")
+	// ErrOffsetRegression reports a group commit below the offset the
+	// group already committed for the partition: a group's committed
+	// offset never goes backwards.
+	ErrOffsetRegression = errors.New("parkway: group offset below the committed one")
+	// ErrInvalidGroupRequest reports a group command with an invalid
+	// argument: a session timeout out of range, a partition named twice.
+	ErrInvalidGroupRequest = errors.New("parkway: invalid consumer group request")
+	// ErrTooManyGroups reports a topic with MaxGroupsPerTopic groups.
+	ErrTooManyGroups = errors.New("parkway: too many consumer groups")
+	// ErrTooManyMembers reports a group with MaxMembersPerGroup members.
+	ErrTooManyMembers = errors.New("parkway: too many consumer group members")
 )

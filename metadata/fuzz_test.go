@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"testing"
+	"time"
 )
 
 // exportedSnapshots returns the exports of a store along a random
@@ -22,7 +23,12 @@ func exportedSnapshots(tb testing.TB) []StoreSnapshot {
 			out = append(out, s.Export())
 		}
 	}
-	return out
+	// And one with consumer groups: members, assignments, offsets.
+	g := groupStore(tb, 3)
+	for i := range 40 {
+		g.Apply(randomGroupCommand(rng, int64(i)*int64(time.Second)/4)) //nolint:errcheck
+	}
+	return append(out, g.Export())
 }
 
 // FuzzDecodeGroupSnapshot: a replicated metadata group's snapshot (what a

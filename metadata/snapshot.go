@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"maps"
+	"slices"
 	"strconv"
+	"time"
 
 	"github.com/google/btree"
 )
@@ -24,7 +27,9 @@ var ErrInvalidSnapshot = errors.New("parkway: invalid metadata snapshot")
 // are not stored either: Restore recomputes them with its Config.
 type StoreSnapshot struct {
 	Revision uint64
-	Streams  []StreamSnapshot // by ID, strictly ascending
+	// GroupClock is the store's group clock (see group.go).
+	GroupClock int64
+	Streams    []StreamSnapshot // by ID, strictly ascending
 }
 
 // StreamSnapshot is one stream of a StoreSnapshot.
@@ -44,6 +49,9 @@ type TopicSnapshot struct {
 	Config          TopicConfig
 	// Partitions[i] is partition i: ids are dense.
 	Partitions []PartitionSnapshot
+	// Groups are the topic's consumer groups, by name (their Stream and
+	// Topic fields are not stored: Restore sets them).
+	Groups []GroupInfo
 }
 
 // PartitionSnapshot is one partition of a TopicSnapshot.
@@ -56,7 +64,7 @@ type PartitionSnapshot struct {
 func (s *Store) Export() StoreSnapshot {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	snap := StoreSnapshot{Revision: s.revision}
+	snap := StoreSnapshot{Revision: s.revision, GroupClock: s.groupClock}
 	s.streams.Ascend(func(st *stream) bool {
 		ss := StreamSnapshot{ID: st.id, Name: st.name, CreatedRevision: st.createdRev}
 		st.topics.Ascend(func(t *topic) bool {
@@ -69,6 +77,9 @@ func (s *Store) Export() StoreSnapshot {
 				for i, p := range t.parts {
 					ts.Partitions[i] = PartitionSnapshot{CreatedRevision: p.CreatedRevision}
 				}
+			}
+			for _, name := range slices.Sorted(maps.Keys(t.groups)) {
+				ts.Groups = append(ts.Groups, t.groups[name].info(st.id, t.id))
 			}
 			ss.Topics = append(ss.Topics, ts)
 			return true
@@ -95,6 +106,7 @@ func Restore(cfg Config, snap StoreSnapshot) (*Store, error) {
 		return nil, err
 	}
 	s.revision = snap.Revision
+	s.groupClock = snap.GroupClock
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidSnapshot, fmt.Sprintf(format, args...))
 	}
@@ -189,7 +201,76 @@ func (s *Store) restoreTopic(rev uint64, st *stream, ts TopicSnapshot) (*topic, 
 		}
 		t.parts[i] = parts[0]
 	}
+	for i, gi := range ts.Groups {
+		if i > 0 && gi.Name <= ts.Groups[i-1].Name {
+			return nil, bad("group names not ascending: %q after %q", gi.Name, ts.Groups[i-1].Name)
+		}
+		g, err := restoreGroup(rev, t, gi)
+		if err != nil {
+			return nil, bad("%v", err)
+		}
+		if t.groups == nil {
+			t.groups = make(map[string]*group, len(ts.Groups))
+		}
+		t.groups[gi.Name] = g
+	}
+	if len(ts.Groups) > MaxGroupsPerTopic {
+		return nil, bad("%d groups, at most %d", len(ts.Groups), MaxGroupsPerTopic)
+	}
 	return t, nil
+}
+
+// restoreGroup validates and builds one group of topic t.
+func restoreGroup(rev uint64, t *topic, gi GroupInfo) (*group, error) {
+	if err := validateName("group", gi.Name); err != nil {
+		return nil, err
+	}
+	switch {
+	case gi.CreatedRevision <= t.createdRev || gi.CreatedRevision > rev:
+		return nil, fmt.Errorf("group %q created at revision %d, its topic at %d, snapshot at %d", gi.Name, gi.CreatedRevision, t.createdRev, rev)
+	case gi.GenerationRevision < gi.CreatedRevision || gi.GenerationRevision > rev:
+		return nil, fmt.Errorf("group %q: generation revision %d outside [%d, %d]", gi.Name, gi.GenerationRevision, gi.CreatedRevision, rev)
+	case gi.NextMember == 0:
+		return nil, fmt.Errorf("group %q: next member id 0", gi.Name)
+	case len(gi.Members) > MaxMembersPerGroup:
+		return nil, fmt.Errorf("group %q: %d members, at most %d", gi.Name, len(gi.Members), MaxMembersPerGroup)
+	case len(gi.Partitions) != len(t.parts):
+		return nil, fmt.Errorf("group %q: %d partitions, its topic has %d", gi.Name, len(gi.Partitions), len(t.parts))
+	}
+	g := &group{
+		name: gi.Name, createdRev: gi.CreatedRevision, generation: gi.Generation,
+		genRev: gi.GenerationRevision, nextMember: gi.NextMember,
+		members: make(map[uint64]*member, len(gi.Members)),
+		parts:   slices.Clone(gi.Partitions),
+	}
+	for i, m := range gi.Members {
+		switch {
+		case m.ID == 0 || m.ID >= gi.NextMember:
+			return nil, fmt.Errorf("group %q: member id %d outside [1, %d)", gi.Name, m.ID, gi.NextMember)
+		case i > 0 && m.ID <= gi.Members[i-1].ID:
+			return nil, fmt.Errorf("group %q: member ids not ascending: %d after %d", gi.Name, m.ID, gi.Members[i-1].ID)
+		case m.SessionTimeout < MinSessionTimeout || m.SessionTimeout > MaxSessionTimeout:
+			return nil, fmt.Errorf("group %q: member %d: session timeout %v", gi.Name, m.ID, m.SessionTimeout)
+		}
+		if m.Name != "" {
+			if err := validateName("member", m.Name); err != nil {
+				return nil, fmt.Errorf("group %q: %w", gi.Name, err)
+			}
+		}
+		g.members[m.ID] = &member{name: m.Name, timeout: m.SessionTimeout, lastSeen: m.LastSeen}
+	}
+	for i, p := range g.parts {
+		if _, ok := g.members[p.Holder]; p.Holder != 0 && !ok {
+			return nil, fmt.Errorf("group %q: partition %d held by unknown member %d", gi.Name, i, p.Holder)
+		}
+		if p.Since > g.generation {
+			return nil, fmt.Errorf("group %q: partition %d held since generation %d, group at %d", gi.Name, i, p.Since, g.generation)
+		}
+		if !p.Committed && p.Offset != 0 {
+			return nil, fmt.Errorf("group %q: partition %d: offset %d not committed", gi.Name, i, p.Offset)
+		}
+	}
+	return g, nil
 }
 
 // slabOf returns the slab whose occupied ids are exactly ids (ascending,
@@ -208,18 +289,28 @@ func slabOf(max uint32, ids []uint32) slab {
 
 // Snapshot encoding
 //
-//	version     1 byte (1)
+//	version     1 byte (2; 1 is the same without the group clock and groups)
 //	revision    uvarint
+//	group clock varint (version 2)
 //	streams     uvarint count, then each:
 //	  id, name, created revision, topics: uvarint count, then each:
 //	    id, name, created revision, purged revision, config,
 //	    partitions: uvarint count, then each partition's created revision
+//	    groups (version 2): uvarint count, then each:
+//	      name, created revision, generation, generation revision,
+//	      next member, members: uvarint count, then each:
+//	        id, name, session timeout, last seen
+//	      partitions: uvarint count, then each:
+//	        holder, since, offset, committed (1 byte, 0 or 1)
 //	crc         4 bytes little endian, CRC-32C (Castagnoli) of all the above
 //
 // with the field encodings of commands (see EncodeCommand). Decoding is
 // structural (lengths, varints, checksum, no trailing bytes); Restore checks
 // the meaning.
-const snapshotVersion = 1
+const (
+	snapshotVersion1 = 1
+	snapshotVersion  = 2
+)
 
 // The smallest encodings of a list element, which bound a list's length
 // by the bytes that remain: a stream is an id, a name length, a revision
@@ -230,6 +321,9 @@ const (
 	minStreamSize    = 4
 	minTopicSize     = 9
 	minPartitionSize = 1
+	minGroupSize     = 7
+	minMemberSize    = 4
+	minGroupPartSize = 4
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -239,6 +333,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 func EncodeSnapshot(snap StoreSnapshot) ([]byte, error) {
 	e := encoder{b: []byte{snapshotVersion}}
 	e.uvarint(snap.Revision)
+	e.varint(snap.GroupClock)
 	e.uvarint(uint64(len(snap.Streams)))
 	for _, ss := range snap.Streams {
 		e.uvarint(uint64(ss.ID))
@@ -254,6 +349,32 @@ func EncodeSnapshot(snap StoreSnapshot) ([]byte, error) {
 			e.uvarint(uint64(len(ts.Partitions)))
 			for _, p := range ts.Partitions {
 				e.uvarint(p.CreatedRevision)
+			}
+			e.uvarint(uint64(len(ts.Groups)))
+			for _, g := range ts.Groups {
+				e.str(g.Name)
+				e.uvarint(g.CreatedRevision)
+				e.uvarint(g.Generation)
+				e.uvarint(g.GenerationRevision)
+				e.uvarint(g.NextMember)
+				e.uvarint(uint64(len(g.Members)))
+				for _, m := range g.Members {
+					e.uvarint(m.ID)
+					e.str(m.Name)
+					e.varint(int64(m.SessionTimeout))
+					e.varint(m.LastSeen)
+				}
+				e.uvarint(uint64(len(g.Partitions)))
+				for _, p := range g.Partitions {
+					e.uvarint(p.Holder)
+					e.uvarint(p.Since)
+					e.uvarint(p.Offset)
+					if p.Committed {
+						e.byte(1)
+					} else {
+						e.byte(0)
+					}
+				}
 			}
 		}
 	}
@@ -273,10 +394,14 @@ func DecodeSnapshot(b []byte) (StoreSnapshot, error) {
 			Reason: fmt.Sprintf("checksum %#08x, want %#08x", got, want)}
 	}
 	d := decoder{b: body, what: "snapshot"}
-	if ver := d.byte(); ver != snapshotVersion {
+	ver := d.byte()
+	if ver != snapshotVersion && ver != snapshotVersion1 {
 		d.failAt(0, "unknown version "+strconv.Itoa(int(ver)))
 	}
 	snap := StoreSnapshot{Revision: d.uvarint()}
+	if ver >= snapshotVersion {
+		snap.GroupClock = d.varint()
+	}
 	n := d.count(minStreamSize)
 	if n > 0 {
 		snap.Streams = make([]StreamSnapshot, 0, n)
@@ -298,6 +423,9 @@ func DecodeSnapshot(b []byte) (StoreSnapshot, error) {
 			}
 			for i := range np {
 				ts.Partitions[i].CreatedRevision = d.uvarint()
+			}
+			if ver >= snapshotVersion {
+				ts.Groups = d.groups()
 			}
 			ss.Topics = append(ss.Topics, ts)
 			if d.err != nil {
@@ -380,4 +508,45 @@ func DecodeGroupSnapshot(b []byte) ([][2]uint64, StoreSnapshot, error) {
 	}
 	snap, err := DecodeSnapshot(b)
 	return keys, snap, err
+}
+
+// groups decodes a topic's groups; every list is sized only after its
+// count was checked against the bytes that remain.
+func (d *decoder) groups() []GroupInfo {
+	n := d.count(minGroupSize)
+	if n == 0 {
+		return nil
+	}
+	out := make([]GroupInfo, 0, n)
+	for range n {
+		g := GroupInfo{Name: d.str(), CreatedRevision: d.uvarint(), Generation: d.uvarint(),
+			GenerationRevision: d.uvarint(), NextMember: d.uvarint()}
+		if nm := d.count(minMemberSize); nm > 0 {
+			g.Members = make([]MemberInfo, nm)
+			for i := range g.Members {
+				g.Members[i] = MemberInfo{ID: d.uvarint(), Name: d.str(),
+					SessionTimeout: time.Duration(d.varint()), LastSeen: d.varint()}
+			}
+		}
+		if np := d.count(minGroupPartSize); np > 0 {
+			g.Partitions = make([]GroupPartition, np)
+			for i := range g.Partitions {
+				p := GroupPartition{Holder: d.uvarint(), Since: d.uvarint(), Offset: d.uvarint()}
+				at := d.off
+				switch d.byte() {
+				case 0:
+				case 1:
+					p.Committed = true
+				default:
+					d.failAt(at, "committed flag not 0 or 1")
+				}
+				g.Partitions[i] = p
+			}
+		}
+		out = append(out, g)
+		if d.err != nil {
+			break
+		}
+	}
+	return out
 }

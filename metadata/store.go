@@ -31,6 +31,9 @@ type Result struct {
 	Topic    uint32          // id created/affected (0 for stream commands)
 	Created  []PartitionInfo // partitions created, in id order
 	Removed  []PartitionInfo // partitions removed, in id order
+	// Member and Generation are a group command's member and the group's
+	// generation after it (0 for other commands).
+	Member, Generation uint64
 }
 
 // PartitionInfo describes a committed partition.
@@ -87,7 +90,8 @@ type topic struct {
 	createdRev uint64
 	purgedRev  uint64
 	config     TopicConfig
-	parts      []PartitionInfo // dense: parts[i].Partition == i
+	parts      []PartitionInfo   // dense: parts[i].Partition == i
+	groups     map[string]*group // consumer groups; iterated sorted
 }
 
 type subscription struct {
@@ -106,6 +110,7 @@ type Store struct {
 	streamNames map[string]*stream     // lookups only, never iterated
 	streamIDs   slab
 	partitions  map[Namespace]PartitionInfo // O(1) lookups, never iterated
+	groupClock  int64                       // see group.go
 	// subs is copy-on-write, in subscribe order: Apply hands the current
 	// slice to its notification step after releasing mu.
 	subs []*subscription
@@ -146,6 +151,10 @@ func NewStore(cfg Config) (*Store, error) {
 // partitions), SetTopicConfig (retention shapes partitions) and DeleteStream
 // (when the stream had partitions).
 // CreateStream shapes no partition and wakes no one.
+//
+// The consumer group commands (CreateGroup, DeleteGroup, JoinGroup,
+// LeaveGroup, Heartbeat, CommitGroupOffsets) bump the revision too and
+// wake no one: they shape no partition.
 func (s *Store) Apply(cmd Command) (Result, error) {
 	cmd, ok := deref(cmd)
 	if !ok {
@@ -175,8 +184,33 @@ func (s *Store) Apply(cmd Command) (Result, error) {
 func deref(cmd Command) (Command, bool) {
 	switch c := cmd.(type) {
 	case CreateStream, DeleteStream, CreateTopic, DeleteTopic,
-		CreatePartitions, DeletePartitions, PurgeTopic, SetTopicConfig:
+		CreatePartitions, DeletePartitions, PurgeTopic, SetTopicConfig,
+		CreateGroup, DeleteGroup, JoinGroup, LeaveGroup, Heartbeat, CommitGroupOffsets:
 		return c, true
+	case *CreateGroup:
+		if c != nil {
+			return *c, true
+		}
+	case *DeleteGroup:
+		if c != nil {
+			return *c, true
+		}
+	case *JoinGroup:
+		if c != nil {
+			return *c, true
+		}
+	case *LeaveGroup:
+		if c != nil {
+			return *c, true
+		}
+	case *Heartbeat:
+		if c != nil {
+			return *c, true
+		}
+	case *CommitGroupOffsets:
+		if c != nil {
+			return *c, true
+		}
 	case *CreateStream:
 		if c != nil {
 			return *c, true
@@ -234,6 +268,18 @@ func (s *Store) apply(cmd Command) (res Result, wake bool, err error) {
 		return s.purgeTopic(c)
 	case SetTopicConfig:
 		return s.setTopicConfig(c)
+	case CreateGroup:
+		return s.createGroup(c)
+	case DeleteGroup:
+		return s.deleteGroup(c)
+	case JoinGroup:
+		return s.joinGroup(c)
+	case LeaveGroup:
+		return s.leaveGroup(c)
+	case Heartbeat:
+		return s.heartbeat(c)
+	case CommitGroupOffsets:
+		return s.commitGroupOffsets(c)
 	}
 	return Result{}, false, fmt.Errorf("%w: %T", ErrUnknownCommand, cmd)
 }
@@ -359,6 +405,7 @@ func (s *Store) createPartitions(c CreatePartitions) (Result, bool, error) {
 	s.revision = rev
 	t.parts = append(t.parts, parts...)
 	s.addPartitions(parts)
+	t.topicGroupsResized(rev)
 	return Result{Revision: rev, Stream: st.id, Topic: t.id, Created: parts}, true, nil
 }
 
@@ -379,6 +426,7 @@ func (s *Store) deletePartitions(c DeletePartitions) (Result, bool, error) {
 	}
 	t.parts = slices.Clip(t.parts[:keep])
 	s.revision++
+	t.topicGroupsResized(s.revision)
 	return Result{Revision: s.revision, Stream: st.id, Topic: t.id, Removed: removed}, true, nil
 }
 

@@ -1,0 +1,567 @@
+package metadata
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+)
+
+// Consumer groups live in the metadata, beside the topic they consume:
+// membership, the assignment of partitions to members, its generation and
+// the group's committed offsets are one state machine, changed only by
+// commands of the metadata log. That makes the fence of DESIGN behaviour
+// 23 a single atomic check at apply time: a commit is accepted only from
+// the member that holds the partition, for a generation at or after the
+// one in which it got it, and never below the offset already committed —
+// so two members never commit one partition in one generation and a
+// group's offset never goes backwards, on every replica alike.
+//
+// (The reference server keeps group offsets in each partition's
+// directory, offsets/groups/. Here they deviate on purpose: a partition
+// could only fence a commit against an assignment it does not know, which
+// needs a second, per-partition round of fencing on every rebalance. The
+// metadata log carries one entry per commit call, whatever the number of
+// partitions it names.)
+//
+// Time: session expiry needs a clock, and a state machine must not read
+// one. Every command that changes membership carries Now, the proposing
+// node's clock; the store keeps the largest it has seen (the group clock,
+// which never goes back) and judges sessions against it. A member whose
+// session has lapsed is removed by the next command applied to its group
+// — any member's heartbeat, commit, join or leave — so a group whose
+// members heartbeat at a third of the session timeout notices a dead one
+// within that third. Nodes' clocks must agree to well within a session
+// timeout, as with any lease.
+
+const (
+	// MaxGroupsPerTopic bounds the consumer groups of one topic.
+	MaxGroupsPerTopic = 1000
+	// MaxMembersPerGroup bounds the members of one group.
+	MaxMembersPerGroup = 1000
+	// MinSessionTimeout and MaxSessionTimeout bound JoinGroup's
+	// SessionTimeout (Kafka's group.min/max.session.timeout.ms are 6 s and
+	// 30 min; these are wider so tests on a virtual clock stay fast).
+	MinSessionTimeout = 100 * time.Millisecond
+	MaxSessionTimeout = time.Hour
+	// DefaultSessionTimeout is used when JoinGroup's SessionTimeout is 0.
+	DefaultSessionTimeout = 10 * time.Second
+)
+
+// CreateGroup creates a consumer group named Name on a topic. Its
+// generation is 0 and it has no members until the first JoinGroup.
+type CreateGroup struct {
+	Stream, Topic uint32
+	Name          string
+	Revision      uint64 // the topic's created revision, if not 0 (see DeleteStream)
+}
+
+// DeleteGroup deletes a consumer group with its members and offsets.
+type DeleteGroup struct {
+	Stream, Topic uint32
+	Name          string
+	Revision      uint64 // the topic's created revision, if not 0 (see DeleteStream)
+}
+
+// JoinGroup adds a member to a group and rebalances it. The member gets
+// the group's next member id (Result.Member) and the new generation
+// (Result.Generation). Member is a name for humans (empty is allowed); two
+// members may share one.
+type JoinGroup struct {
+	Stream, Topic uint32
+	Group         string
+	Member        string
+	// SessionTimeout is how long the member stays in the group without a
+	// heartbeat: 0 means DefaultSessionTimeout, otherwise it must be in
+	// [MinSessionTimeout, MaxSessionTimeout].
+	SessionTimeout time.Duration
+	// Now is the proposer's clock, Unix nanoseconds (see the package's
+	// notes on time).
+	Now      int64
+	Revision uint64 // the topic's created revision, if not 0 (see DeleteStream)
+}
+
+// LeaveGroup removes a member from its group and rebalances it.
+type LeaveGroup struct {
+	Stream, Topic uint32
+	Group         string
+	Member        uint64
+	Now           int64
+	Revision      uint64 // the topic's created revision, if not 0 (see DeleteStream)
+}
+
+// Heartbeat keeps a member's session alive. It fails with
+// ErrUnknownMember if the member left, was expired, or its session has
+// lapsed: it must join again. Result.Generation is the group's generation
+// after the command (lapsed members of the group are expired by it).
+type Heartbeat struct {
+	Stream, Topic uint32
+	Group         string
+	Member        uint64
+	Now           int64
+	Revision      uint64 // the topic's created revision, if not 0 (see DeleteStream)
+}
+
+// CommitGroupOffsets records the group's offsets (the next offset to
+// read) for some partitions, all or none. It is accepted only if Member
+// is alive and, for every partition named, holds it in the current
+// generation and has held it since Generation or earlier (ErrNotAssigned,
+// ErrStaleGeneration), and the offset is not below the one committed
+// (ErrOffsetRegression). It also counts as the member's heartbeat.
+type CommitGroupOffsets struct {
+	Stream, Topic uint32
+	Group         string
+	Member        uint64
+	Generation    uint64
+	Offsets       []GroupOffset
+	Now           int64
+	Revision      uint64 // the topic's created revision, if not 0 (see DeleteStream)
+}
+
+// GroupOffset is one partition's offset in a CommitGroupOffsets.
+type GroupOffset struct {
+	Partition uint32
+	Offset    uint64
+}
+
+func (CreateGroup) isCommand()        {}
+func (DeleteGroup) isCommand()        {}
+func (JoinGroup) isCommand()          {}
+func (LeaveGroup) isCommand()         {}
+func (Heartbeat) isCommand()          {}
+func (CommitGroupOffsets) isCommand() {}
+
+// GroupInfo describes a committed consumer group.
+type GroupInfo struct {
+	Stream, Topic   uint32
+	Name            string
+	CreatedRevision uint64
+	// Generation counts the group's rebalances; GenerationRevision is the
+	// store revision of the command that started it.
+	Generation         uint64
+	GenerationRevision uint64
+	// NextMember is the id the next JoinGroup gets.
+	NextMember uint64
+	// Members are the live members, by id.
+	Members []MemberInfo
+	// Partitions[i] is partition i's assignment and committed offset.
+	Partitions []GroupPartition
+}
+
+// MemberInfo describes a member of a group.
+type MemberInfo struct {
+	ID             uint64
+	Name           string
+	SessionTimeout time.Duration
+	// LastSeen is the group clock (Unix nanoseconds) at its last join,
+	// heartbeat or commit.
+	LastSeen int64
+}
+
+// GroupPartition is one partition of a group: who holds it since which
+// generation, and the group's committed offset.
+type GroupPartition struct {
+	// Holder is the member holding the partition, 0 when none does.
+	Holder uint64
+	// Since is the generation from which Holder has held it.
+	Since uint64
+	// Offset is the committed offset (the next to read), when Committed.
+	Offset    uint64
+	Committed bool
+}
+
+// Assigned returns the partitions member holds, ascending.
+func (g GroupInfo) Assigned(member uint64) []uint32 {
+	var out []uint32
+	for i, p := range g.Partitions {
+		if member != 0 && p.Holder == member {
+			out = append(out, uint32(i))
+		}
+	}
+	return out
+}
+
+// Member returns the member with the given id.
+func (g GroupInfo) Member(id uint64) (MemberInfo, bool) {
+	i, ok := slices.BinarySearchFunc(g.Members, id, func(m MemberInfo, id uint64) int { return cmp.Compare(m.ID, id) })
+	if !ok {
+		return MemberInfo{}, false
+	}
+	return g.Members[i], true
+}
+
+// NextExpiry is the earliest time (Unix nanoseconds, on the group clock)
+// at which a member's session lapses, if the group has members.
+func (g GroupInfo) NextExpiry() (int64, bool) {
+	var at int64
+	for i, m := range g.Members {
+		if e := m.LastSeen + int64(m.SessionTimeout); i == 0 || e < at {
+			at = e
+		}
+	}
+	return at, len(g.Members) > 0
+}
+
+// CheckHolder reports whether member may poll or commit partition part
+// with generation gen under this state of the group: it must be a live
+// member, hold the partition, and have held it since gen or earlier, with
+// gen not past the group's generation. The errors are those of
+// CommitGroupOffsets.
+func (g GroupInfo) CheckHolder(member, gen uint64, part uint32) error {
+	if _, ok := g.Member(member); !ok {
+		return fmt.Errorf("%w: member %d of group %q", ErrUnknownMember, member, g.Name)
+	}
+	if int64(part) >= int64(len(g.Partitions)) {
+		return fmt.Errorf("%w: partition %d of group %q's topic (%d partitions)", ErrPartitionNotFound, part, g.Name, len(g.Partitions))
+	}
+	p := g.Partitions[part]
+	if p.Holder != member {
+		return fmt.Errorf("%w: partition %d is held by member %d, not %d (group %q, generation %d)", ErrNotAssigned, part, p.Holder, member, g.Name, g.Generation)
+	}
+	if gen < p.Since || gen > g.Generation {
+		return fmt.Errorf("%w: generation %d, partition %d held since %d, group at %d (group %q)", ErrStaleGeneration, gen, part, p.Since, g.Generation, g.Name)
+	}
+	return nil
+}
+
+type group struct {
+	name       string
+	createdRev uint64
+	generation uint64
+	genRev     uint64
+	nextMember uint64
+	members    map[uint64]*member
+	parts      []GroupPartition // dense, as the topic's partitions
+}
+
+type member struct {
+	name     string
+	timeout  time.Duration
+	lastSeen int64
+}
+
+func (g *group) info(streamID, topicID uint32) GroupInfo {
+	gi := GroupInfo{
+		Stream: streamID, Topic: topicID, Name: g.name, CreatedRevision: g.createdRev,
+		Generation: g.generation, GenerationRevision: g.genRev, NextMember: g.nextMember,
+	}
+	if len(g.parts) > 0 { // empty lists are nil, as in Export
+		gi.Partitions = slices.Clone(g.parts)
+	}
+	for _, id := range slices.Sorted(maps.Keys(g.members)) {
+		m := g.members[id]
+		gi.Members = append(gi.Members, MemberInfo{ID: id, Name: m.name, SessionTimeout: m.timeout, LastSeen: m.lastSeen})
+	}
+	return gi
+}
+
+// lapsed reports whether m's session has lapsed at now.
+func (m *member) lapsed(now int64) bool { return now-m.lastSeen > int64(m.timeout) }
+
+// expire removes g's members whose session lapsed at now, in id order,
+// and reports whether it removed any.
+func (g *group) expire(now int64) bool {
+	removed := false
+	for _, id := range slices.Sorted(maps.Keys(g.members)) {
+		if g.members[id].lapsed(now) {
+			delete(g.members, id)
+			removed = true
+		}
+	}
+	return removed
+}
+
+// rebalance starts a new generation at revision rev and assigns the
+// partitions to the live members: balanced (counts differ by at most
+// one) and sticky (a member keeps what it holds up to its share; the
+// members holding the most keep the extra partitions when the count does
+// not divide evenly), so a join, leave or expiry moves as few partitions
+// as it can. Deterministic: it depends only on the state.
+func (g *group) rebalance(rev uint64) {
+	g.generation++
+	g.genRev = rev
+	ids := slices.Sorted(maps.Keys(g.members))
+	if len(ids) == 0 {
+		for i := range g.parts {
+			g.parts[i].Holder, g.parts[i].Since = 0, g.generation
+		}
+		return
+	}
+	held := make(map[uint64]int, len(ids))
+	for _, p := range g.parts {
+		if _, ok := g.members[p.Holder]; ok {
+			held[p.Holder]++
+		}
+	}
+	// Shares: everyone gets base; the extra ones go to the members that
+	// hold the most now (ties by id), so fewer partitions move.
+	base, extra := len(g.parts)/len(ids), len(g.parts)%len(ids)
+	byHeld := slices.Clone(ids)
+	slices.SortStableFunc(byHeld, func(a, b uint64) int { return cmp.Compare(held[b], held[a]) })
+	share := make(map[uint64]int, len(ids))
+	for i, id := range byHeld {
+		share[id] = base
+		if i < extra {
+			share[id]++
+		}
+	}
+	count := make(map[uint64]int, len(ids))
+	var free []int
+	for i, p := range g.parts {
+		if _, ok := g.members[p.Holder]; ok && count[p.Holder] < share[p.Holder] {
+			count[p.Holder]++
+			continue
+		}
+		free = append(free, i)
+	}
+	next := 0
+	for _, i := range free {
+		for count[ids[next]] >= share[ids[next]] {
+			next++
+		}
+		id := ids[next]
+		count[id]++
+		g.parts[i].Holder, g.parts[i].Since = id, g.generation
+	}
+}
+
+// resize makes g's partition list match a topic that now has n
+// partitions: removed partitions lose their offsets (an id reused later
+// is a new partition), new ones start uncommitted and unheld.
+func (g *group) resize(n int) {
+	if n < len(g.parts) {
+		g.parts = slices.Clip(g.parts[:n])
+		return
+	}
+	g.parts = append(g.parts, make([]GroupPartition, n-len(g.parts))...)
+}
+
+// topicGroupsResized rebalances t's groups after its partition count
+// changed at revision rev.
+func (t *topic) topicGroupsResized(rev uint64) {
+	for _, name := range slices.Sorted(maps.Keys(t.groups)) {
+		g := t.groups[name]
+		g.resize(len(t.parts))
+		g.rebalance(rev)
+	}
+}
+
+// groupNow advances the group clock to now (it never goes back) and
+// returns it.
+func (s *Store) groupNow(now int64) int64 {
+	return max(s.groupClock, now)
+}
+
+func (s *Store) lookupGroup(streamID, topicID uint32, rev uint64, name string) (*stream, *topic, *group, error) {
+	st, t, err := s.lookupTopicAt(streamID, topicID, rev)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	g, ok := t.groups[name]
+	if !ok {
+		return nil, nil, nil, fmt.Errorf("%w: %q on topic %d/%d", ErrGroupNotFound, name, streamID, topicID)
+	}
+	return st, t, g, nil
+}
+
+func (s *Store) createGroup(c CreateGroup) (Result, bool, error) {
+	st, t, err := s.lookupTopicAt(c.Stream, c.Topic, c.Revision)
+	if err != nil {
+		return Result{}, false, err
+	}
+	if err := validateName("group", c.Name); err != nil {
+		return Result{}, false, err
+	}
+	if _, ok := t.groups[c.Name]; ok {
+		return Result{}, false, fmt.Errorf("%w: %q on topic %d/%d", ErrGroupExists, c.Name, st.id, t.id)
+	}
+	if len(t.groups) >= MaxGroupsPerTopic {
+		return Result{}, false, fmt.Errorf("%w: topic %d/%d has %d", ErrTooManyGroups, st.id, t.id, len(t.groups))
+	}
+	s.revision++
+	if t.groups == nil {
+		t.groups = make(map[string]*group)
+	}
+	t.groups[c.Name] = &group{
+		name: c.Name, createdRev: s.revision, genRev: s.revision, nextMember: 1,
+		members: make(map[uint64]*member), parts: make([]GroupPartition, len(t.parts)),
+	}
+	return Result{Revision: s.revision, Stream: st.id, Topic: t.id}, false, nil
+}
+
+func (s *Store) deleteGroup(c DeleteGroup) (Result, bool, error) {
+	st, t, _, err := s.lookupGroup(c.Stream, c.Topic, c.Revision, c.Name)
+	if err != nil {
+		return Result{}, false, err
+	}
+	delete(t.groups, c.Name)
+	s.revision++
+	return Result{Revision: s.revision, Stream: st.id, Topic: t.id}, false, nil
+}
+
+func (s *Store) joinGroup(c JoinGroup) (Result, bool, error) {
+	st, t, g, err := s.lookupGroup(c.Stream, c.Topic, c.Revision, c.Group)
+	if err != nil {
+		return Result{}, false, err
+	}
+	if c.Member != "" {
+		if err := validateName("member", c.Member); err != nil {
+			return Result{}, false, err
+		}
+	}
+	timeout := c.SessionTimeout
+	if timeout == 0 {
+		timeout = DefaultSessionTimeout
+	}
+	if timeout < MinSessionTimeout || timeout > MaxSessionTimeout {
+		return Result{}, false, fmt.Errorf("%w: session timeout %v outside [%v, %v]", ErrInvalidGroupRequest, c.SessionTimeout, MinSessionTimeout, MaxSessionTimeout)
+	}
+	now := s.groupNow(c.Now)
+	live := 0
+	for _, m := range g.members {
+		if !m.lapsed(now) {
+			live++
+		}
+	}
+	if live >= MaxMembersPerGroup {
+		return Result{}, false, fmt.Errorf("%w: group %q has %d", ErrTooManyMembers, g.name, live)
+	}
+	// Committed from here on.
+	s.groupClock = now
+	s.revision++
+	g.expire(now)
+	id := g.nextMember
+	g.nextMember++
+	g.members[id] = &member{name: c.Member, timeout: timeout, lastSeen: now}
+	g.rebalance(s.revision)
+	return Result{Revision: s.revision, Stream: st.id, Topic: t.id, Member: id, Generation: g.generation}, false, nil
+}
+
+// liveMember returns g's member id, failing with ErrUnknownMember if it
+// is gone or its session has lapsed at now.
+func liveMember(g *group, id uint64, now int64) (*member, error) {
+	m, ok := g.members[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: member %d of group %q", ErrUnknownMember, id, g.name)
+	}
+	if m.lapsed(now) {
+		return nil, fmt.Errorf("%w: member %d of group %q: session of %v lapsed", ErrUnknownMember, id, g.name, m.timeout)
+	}
+	return m, nil
+}
+
+func (s *Store) leaveGroup(c LeaveGroup) (Result, bool, error) {
+	st, t, g, err := s.lookupGroup(c.Stream, c.Topic, c.Revision, c.Group)
+	if err != nil {
+		return Result{}, false, err
+	}
+	if _, ok := g.members[c.Member]; !ok {
+		return Result{}, false, fmt.Errorf("%w: member %d of group %q", ErrUnknownMember, c.Member, g.name)
+	}
+	now := s.groupNow(c.Now)
+	s.groupClock = now
+	s.revision++
+	delete(g.members, c.Member)
+	g.expire(now)
+	g.rebalance(s.revision)
+	return Result{Revision: s.revision, Stream: st.id, Topic: t.id, Member: c.Member, Generation: g.generation}, false, nil
+}
+
+func (s *Store) heartbeat(c Heartbeat) (Result, bool, error) {
+	st, t, g, err := s.lookupGroup(c.Stream, c.Topic, c.Revision, c.Group)
+	if err != nil {
+		return Result{}, false, err
+	}
+	now := s.groupNow(c.Now)
+	m, err := liveMember(g, c.Member, now)
+	if err != nil {
+		return Result{}, false, err
+	}
+	s.groupClock = now
+	s.revision++
+	m.lastSeen = now
+	if g.expire(now) {
+		g.rebalance(s.revision)
+	}
+	return Result{Revision: s.revision, Stream: st.id, Topic: t.id, Member: c.Member, Generation: g.generation}, false, nil
+}
+
+func (s *Store) commitGroupOffsets(c CommitGroupOffsets) (Result, bool, error) {
+	st, t, g, err := s.lookupGroup(c.Stream, c.Topic, c.Revision, c.Group)
+	if err != nil {
+		return Result{}, false, err
+	}
+	now := s.groupNow(c.Now)
+	m, err := liveMember(g, c.Member, now)
+	if err != nil {
+		return Result{}, false, err
+	}
+	if len(c.Offsets) > len(g.parts) {
+		return Result{}, false, fmt.Errorf("%w: %d offsets for %d partitions", ErrInvalidGroupRequest, len(c.Offsets), len(g.parts))
+	}
+	info := GroupInfo{Name: g.name, Generation: g.generation, Partitions: g.parts,
+		Members: []MemberInfo{{ID: c.Member}}}
+	seen := make(map[uint32]bool, len(c.Offsets))
+	for _, o := range c.Offsets {
+		if seen[o.Partition] {
+			return Result{}, false, fmt.Errorf("%w: partition %d named twice", ErrInvalidGroupRequest, o.Partition)
+		}
+		seen[o.Partition] = true
+		if err := info.CheckHolder(c.Member, c.Generation, o.Partition); err != nil {
+			return Result{}, false, err
+		}
+		if p := g.parts[o.Partition]; p.Committed && o.Offset < p.Offset {
+			return Result{}, false, fmt.Errorf("%w: partition %d: %d below the committed %d (group %q)", ErrOffsetRegression, o.Partition, o.Offset, p.Offset, g.name)
+		}
+	}
+	// Committed from here on.
+	s.groupClock = now
+	s.revision++
+	m.lastSeen = now
+	for _, o := range c.Offsets {
+		g.parts[o.Partition].Offset, g.parts[o.Partition].Committed = o.Offset, true
+	}
+	if g.expire(now) {
+		g.rebalance(s.revision)
+	}
+	return Result{Revision: s.revision, Stream: st.id, Topic: t.id, Member: c.Member, Generation: g.generation}, false, nil
+}
+
+// Group returns a committed consumer group of a topic.
+func (s *Store) Group(stream, topic uint32, name string) (GroupInfo, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, t, err := s.lookupTopic(stream, topic)
+	if err != nil {
+		return GroupInfo{}, false
+	}
+	g, ok := t.groups[name]
+	if !ok {
+		return GroupInfo{}, false
+	}
+	return g.info(stream, topic), true
+}
+
+// Groups returns a topic's consumer groups, by name.
+func (s *Store) Groups(stream, topic uint32) []GroupInfo {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, t, err := s.lookupTopic(stream, topic)
+	if err != nil {
+		return nil
+	}
+	var out []GroupInfo
+	for _, name := range slices.Sorted(maps.Keys(t.groups)) {
+		out = append(out, t.groups[name].info(stream, topic))
+	}
+	return out
+}
+
+// GroupClock is the group clock: the largest Now of any applied group
+// command (Unix nanoseconds).
+func (s *Store) GroupClock() int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.groupClock
+}

@@ -1,0 +1,405 @@
+package metadata
+
+import (
+	"errors"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+	"time"
+)
+
+const sec = int64(time.Second)
+
+// groupStore returns a store with stream 0, topic 0 of parts partitions
+// and a group "g" on it.
+func groupStore(t testing.TB, parts int) *Store {
+	t.Helper()
+	s := newTestStore(t)
+	mustApply(t, s, CreateStream{Name: "s"})
+	mustApply(t, s, CreateTopic{Stream: 0, Name: "t", Partitions: parts})
+	mustApply(t, s, CreateGroup{Stream: 0, Topic: 0, Name: "g"})
+	return s
+}
+
+func join(t *testing.T, s *Store, name string, timeout time.Duration, now int64) uint64 {
+	t.Helper()
+	res := mustApply(t, s, JoinGroup{Stream: 0, Topic: 0, Group: "g", Member: name, SessionTimeout: timeout, Now: now})
+	return res.Member
+}
+
+func groupOf(t *testing.T, s *Store) GroupInfo {
+	t.Helper()
+	g, ok := s.Group(0, 0, "g")
+	if !ok {
+		t.Fatal("group g not found")
+	}
+	checkGroup(t, g)
+	return g
+}
+
+// checkGroup checks the assignment invariants: every partition held by a
+// live member or none only when there are no members, shares differ by
+// at most one, no holder from the future.
+func checkGroup(t *testing.T, g GroupInfo) {
+	t.Helper()
+	count := map[uint64]int{}
+	for i, p := range g.Partitions {
+		if len(g.Members) > 0 {
+			if _, ok := g.Member(p.Holder); !ok {
+				t.Errorf("partition %d held by %d, not a member (%+v)", i, p.Holder, g.Members)
+			}
+		} else if p.Holder != 0 {
+			t.Errorf("partition %d held by %d in an empty group", i, p.Holder)
+		}
+		if p.Since > g.Generation {
+			t.Errorf("partition %d held since %d, group at %d", i, p.Since, g.Generation)
+		}
+		count[p.Holder]++
+	}
+	lo, hi := len(g.Partitions), 0
+	for _, m := range g.Members {
+		lo, hi = min(lo, count[m.ID]), max(hi, count[m.ID])
+	}
+	if len(g.Members) > 0 && hi-lo > 1 {
+		t.Errorf("unbalanced assignment: %v", count)
+	}
+}
+
+func TestGroupAssignmentIsBalancedAndSticky(t *testing.T) {
+	s := groupStore(t, 12)
+	a := join(t, s, "a", 0, 1)
+	if g := groupOf(t, s); g.Generation != 1 || len(g.Assigned(a)) != 12 {
+		t.Fatalf("after one join: %+v", g)
+	}
+	b := join(t, s, "b", 0, 2)
+	c := join(t, s, "c", 0, 3)
+	g := groupOf(t, s)
+	if g.Generation != 3 {
+		t.Fatalf("generation %d after three joins, want 3", g.Generation)
+	}
+	for _, m := range []uint64{a, b, c} {
+		if n := len(g.Assigned(m)); n != 4 {
+			t.Errorf("member %d holds %d partitions, want 4", m, n)
+		}
+	}
+	// A fourth member takes 3 partitions, one from each: nothing else moves.
+	before := g
+	d := join(t, s, "d", 0, 4)
+	g = groupOf(t, s)
+	moved := 0
+	for i, p := range g.Partitions {
+		if p.Holder != before.Partitions[i].Holder {
+			moved++
+			if p.Holder != d || p.Since != g.Generation {
+				t.Errorf("partition %d moved to %d since %d, want the new member since %d", i, p.Holder, p.Since, g.Generation)
+			}
+		} else if p.Since != before.Partitions[i].Since {
+			t.Errorf("partition %d kept by %d but its since changed %d → %d", i, p.Holder, before.Partitions[i].Since, p.Since)
+		}
+	}
+	if moved != 3 {
+		t.Errorf("a join moved %d partitions, want 3", moved)
+	}
+	// A leave moves only the leaver's partitions.
+	before = g
+	mustApply(t, s, LeaveGroup{Stream: 0, Topic: 0, Group: "g", Member: b, Now: 5})
+	g = groupOf(t, s)
+	for i, p := range g.Partitions {
+		if was := before.Partitions[i].Holder; was != b && p.Holder != was {
+			t.Errorf("partition %d moved from %d to %d though %d left", i, was, p.Holder, b)
+		}
+	}
+}
+
+func TestGroupSessionExpiry(t *testing.T) {
+	s := groupStore(t, 6)
+	a := join(t, s, "a", time.Second, 0)
+	b := join(t, s, "b", time.Second, 0)
+	// a heartbeats; b goes silent. Within the timeout nothing changes.
+	mustApply(t, s, Heartbeat{Stream: 0, Topic: 0, Group: "g", Member: a, Now: sec / 2})
+	if g := groupOf(t, s); len(g.Members) != 2 {
+		t.Fatalf("members %+v", g.Members)
+	}
+	// Past b's session, a's next heartbeat expires it and a takes all.
+	res := mustApply(t, s, Heartbeat{Stream: 0, Topic: 0, Group: "g", Member: a, Now: sec + sec/4})
+	g := groupOf(t, s)
+	if len(g.Members) != 1 || len(g.Assigned(a)) != 6 || res.Generation != g.Generation {
+		t.Fatalf("after b lapsed: %+v (result %+v)", g, res)
+	}
+	// b's heartbeat is refused: it must join again. Nothing changes.
+	rev := s.Revision()
+	if _, err := s.Apply(Heartbeat{Stream: 0, Topic: 0, Group: "g", Member: b, Now: sec * 2}); !errors.Is(err, ErrUnknownMember) {
+		t.Fatalf("heartbeat of an expired member: %v", err)
+	}
+	if s.Revision() != rev {
+		t.Fatal("a refused heartbeat changed the revision")
+	}
+	// A member whose own session lapsed is refused even before anyone
+	// expired it.
+	if _, err := s.Apply(Heartbeat{Stream: 0, Topic: 0, Group: "g", Member: a, Now: sec * 10}); !errors.Is(err, ErrUnknownMember) {
+		t.Fatalf("heartbeat after the member's own session lapsed: %v", err)
+	}
+	// The group clock never goes back: a join with an old Now is judged
+	// at the clock, so it does not resurrect a.
+	join(t, s, "c", time.Second, 0)
+	if g := groupOf(t, s); len(g.Members) != 2 {
+		t.Fatalf("members after a join: %+v", g.Members)
+	}
+}
+
+func commit(s *Store, m, gen uint64, now int64, offs ...GroupOffset) error {
+	_, err := s.Apply(CommitGroupOffsets{Stream: 0, Topic: 0, Group: "g", Member: m, Generation: gen, Now: now, Offsets: offs})
+	return err
+}
+
+// Behaviour 23: one committer per partition per generation, a stale
+// member refused, offsets never go backwards.
+func TestBehaviour23GroupCommitFence(t *testing.T) {
+	s := groupStore(t, 2)
+	a := join(t, s, "a", time.Minute, 1)
+	genA := groupOf(t, s).Generation
+	if err := commit(s, a, genA, 2, GroupOffset{0, 10}, GroupOffset{1, 5}); err != nil {
+		t.Fatal(err)
+	}
+	b := join(t, s, "b", time.Minute, 3)
+	g := groupOf(t, s)
+	moved := g.Assigned(b)[0]
+	kept := g.Assigned(a)[0]
+	// a still commits the partition it kept with its old generation...
+	if err := commit(s, a, genA, 4, GroupOffset{kept, 11}); err != nil && kept == 0 || err != nil && kept == 1 {
+		t.Fatalf("commit of a kept partition with the old generation: %v", err)
+	}
+	// ...but not the one that moved, with any generation.
+	rev := s.Revision()
+	for _, gen := range []uint64{genA, g.Generation} {
+		if err := commit(s, a, gen, 5, GroupOffset{moved, 100}); !errors.Is(err, ErrNotAssigned) {
+			t.Fatalf("stale member's commit (generation %d): %v", gen, err)
+		}
+	}
+	// All or nothing: a valid offset beside a refused one is not stored.
+	if err := commit(s, a, genA, 5, GroupOffset{kept, 50}, GroupOffset{moved, 100}); !errors.Is(err, ErrNotAssigned) {
+		t.Fatalf("mixed commit: %v", err)
+	}
+	if s.Revision() != rev || groupOf(t, s).Partitions[kept].Offset == 50 {
+		t.Fatal("a refused commit changed the state")
+	}
+	// b commits the moved partition; backwards is refused.
+	if err := commit(s, b, g.Generation, 6, GroupOffset{moved, g.Partitions[moved].Offset + 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := commit(s, b, g.Generation, 6, GroupOffset{moved, 1}); !errors.Is(err, ErrOffsetRegression) {
+		t.Fatalf("backwards commit: %v", err)
+	}
+	// The partition goes back to a (b leaves); a's old generation predates
+	// its new hold: refused until a refreshes.
+	mustApply(t, s, LeaveGroup{Stream: 0, Topic: 0, Group: "g", Member: b, Now: 7})
+	g = groupOf(t, s)
+	if err := commit(s, a, genA, 8, GroupOffset{moved, 200}); !errors.Is(err, ErrStaleGeneration) {
+		t.Fatalf("commit with a generation older than the hold: %v", err)
+	}
+	if err := commit(s, a, g.Generation+1, 8, GroupOffset{moved, 200}); !errors.Is(err, ErrStaleGeneration) {
+		t.Fatalf("commit with a future generation: %v", err)
+	}
+	if err := commit(s, a, g.Generation, 8, GroupOffset{moved, 200}); err != nil {
+		t.Fatal(err)
+	}
+	if err := commit(s, a, g.Generation, 8, GroupOffset{0, 300}, GroupOffset{0, 301}); !errors.Is(err, ErrInvalidGroupRequest) {
+		t.Fatalf("partition named twice: %v", err)
+	}
+	if err := commit(s, a, g.Generation, 8, GroupOffset{7, 1}); !errors.Is(err, ErrPartitionNotFound) {
+		t.Fatalf("unknown partition: %v", err)
+	}
+}
+
+func TestGroupInvalidRequests(t *testing.T) {
+	s := groupStore(t, 2)
+	rev := s.Revision()
+	for _, c := range []struct {
+		cmd  Command
+		want error
+	}{
+		{CreateGroup{Stream: 0, Topic: 0, Name: "g"}, ErrGroupExists},
+		{CreateGroup{Stream: 0, Topic: 0, Name: ""}, ErrInvalidName},
+		{CreateGroup{Stream: 0, Topic: 9, Name: "h"}, ErrTopicNotFound},
+		{CreateGroup{Stream: 0, Topic: 0, Name: "h", Revision: 1}, ErrStaleRevision},
+		{DeleteGroup{Stream: 0, Topic: 0, Name: "h"}, ErrGroupNotFound},
+		{JoinGroup{Stream: 0, Topic: 0, Group: "h"}, ErrGroupNotFound},
+		{JoinGroup{Stream: 0, Topic: 0, Group: "g", SessionTimeout: -1}, ErrInvalidGroupRequest},
+		{JoinGroup{Stream: 0, Topic: 0, Group: "g", SessionTimeout: time.Millisecond}, ErrInvalidGroupRequest},
+		{JoinGroup{Stream: 0, Topic: 0, Group: "g", SessionTimeout: 2 * MaxSessionTimeout}, ErrInvalidGroupRequest},
+		{JoinGroup{Stream: 0, Topic: 0, Group: "g", Member: "a\x00"}, ErrInvalidName},
+		{LeaveGroup{Stream: 0, Topic: 0, Group: "g", Member: 1}, ErrUnknownMember},
+		{Heartbeat{Stream: 0, Topic: 0, Group: "g", Member: 1}, ErrUnknownMember},
+		{CommitGroupOffsets{Stream: 0, Topic: 0, Group: "g", Member: 1}, ErrUnknownMember},
+	} {
+		if _, err := s.Apply(c.cmd); !errors.Is(err, c.want) {
+			t.Errorf("%#v: %v, want %v", c.cmd, err, c.want)
+		}
+	}
+	if s.Revision() != rev {
+		t.Error("refused commands changed the revision")
+	}
+}
+
+func TestGroupFollowsPartitionCount(t *testing.T) {
+	s := groupStore(t, 4)
+	a := join(t, s, "a", time.Minute, 1)
+	b := join(t, s, "b", time.Minute, 1)
+	g := groupOf(t, s)
+	if err := commit(s, g.Partitions[3].Holder, g.Generation, 2, GroupOffset{3, 42}); err != nil {
+		t.Fatal(err)
+	}
+	gen := g.Generation
+	mustApply(t, s, DeletePartitions{Stream: 0, Topic: 0, Count: 1})
+	g = groupOf(t, s)
+	if len(g.Partitions) != 3 || g.Generation != gen+1 {
+		t.Fatalf("after deleting a partition: %+v", g)
+	}
+	mustApply(t, s, CreatePartitions{Stream: 0, Topic: 0, Count: 3})
+	g = groupOf(t, s)
+	if len(g.Partitions) != 6 || g.Partitions[3].Committed || len(g.Assigned(a)) != 3 || len(g.Assigned(b)) != 3 {
+		t.Fatalf("after adding partitions (partition 3 is a new one): %+v", g)
+	}
+	// Deleting the topic deletes its groups; a topic that reuses the id
+	// has none.
+	mustApply(t, s, DeleteTopic{Stream: 0, Topic: 0})
+	mustApply(t, s, CreateTopic{Stream: 0, Name: "t2", Partitions: 1})
+	if _, ok := s.Group(0, 0, "g"); ok || len(s.Groups(0, 0)) != 0 {
+		t.Fatal("a recreated topic inherited a deleted topic's group")
+	}
+}
+
+// randomGroupCommand returns a group command over topic 0/0 and groups
+// "g" and "h", valid or not.
+func randomGroupCommand(rng *rand.Rand, now int64) Command {
+	name := []string{"g", "h"}[rng.IntN(2)]
+	m := uint64(rng.IntN(6))
+	switch rng.IntN(8) {
+	case 0:
+		return CreateGroup{Stream: 0, Topic: 0, Name: name}
+	case 1:
+		if rng.IntN(8) == 0 {
+			return DeleteGroup{Stream: 0, Topic: 0, Name: name}
+		}
+		return Heartbeat{Stream: 0, Topic: 0, Group: name, Member: m, Now: now}
+	case 2:
+		return JoinGroup{Stream: 0, Topic: 0, Group: name, Member: "m", SessionTimeout: time.Duration(1+rng.IntN(3)) * time.Second, Now: now}
+	case 3:
+		return LeaveGroup{Stream: 0, Topic: 0, Group: name, Member: m, Now: now}
+	case 4:
+		if rng.IntN(4) == 0 {
+			return CreatePartitions{Stream: 0, Topic: 0, Count: 1 + rng.IntN(2)}
+		}
+		return DeletePartitions{Stream: 0, Topic: 0, Count: 1}
+	default:
+		c := CommitGroupOffsets{Stream: 0, Topic: 0, Group: name, Member: m, Generation: uint64(rng.IntN(12)), Now: now}
+		for range 1 + rng.IntN(2) {
+			c.Offsets = append(c.Offsets, GroupOffset{Partition: uint32(rng.IntN(6)), Offset: uint64(rng.IntN(100))})
+		}
+		return c
+	}
+}
+
+// A random history of group commands keeps the invariants after every
+// step: assignments balanced over live members, committed offsets never
+// going backwards while a partition exists, every accepted commit from
+// the holder; and a store restored from a snapshot at any point applies
+// the rest of the history identically.
+func TestGroupRandomHistory(t *testing.T) {
+	for seed := range uint64(20) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		s := groupStore(t, 4)
+		var replica *Store
+		committed := map[string]map[uint32]uint64{}
+		now := int64(0)
+		for step := range 400 {
+			now += int64(rng.IntN(400)) * int64(time.Millisecond)
+			cmd := randomGroupCommand(rng, now)
+			before := map[string]GroupInfo{}
+			for _, g := range s.Groups(0, 0) {
+				before[g.Name] = g
+			}
+			res, err := s.Apply(cmd)
+			if replica != nil {
+				res2, err2 := replica.Apply(cmd)
+				if !reflect.DeepEqual(res, res2) || (err == nil) != (err2 == nil) {
+					t.Fatalf("seed %d step %d: %#v: restored store answered %+v %v, original %+v %v", seed, step, cmd, res2, err2, res, err)
+				}
+			}
+			if c, ok := cmd.(CommitGroupOffsets); ok && err == nil {
+				g := before[c.Group]
+				for _, o := range c.Offsets {
+					if g.Partitions[o.Partition].Holder != c.Member {
+						t.Fatalf("seed %d step %d: commit by %d accepted for partition %d held by %d", seed, step, c.Member, o.Partition, g.Partitions[o.Partition].Holder)
+					}
+				}
+			}
+			if _, ok := cmd.(DeleteGroup); ok && err == nil {
+				delete(committed, cmd.(DeleteGroup).Name)
+			}
+			if _, ok := cmd.(DeletePartitions); ok && err == nil {
+				committed = map[string]map[uint32]uint64{} // ids may be reused: start over
+			}
+			for _, g := range s.Groups(0, 0) {
+				checkGroup(t, g)
+				if committed[g.Name] == nil {
+					committed[g.Name] = map[uint32]uint64{}
+				}
+				for i, p := range g.Partitions {
+					if !p.Committed {
+						continue
+					}
+					if prev, ok := committed[g.Name][uint32(i)]; ok && p.Offset < prev {
+						t.Fatalf("seed %d step %d: group %s partition %d went back %d → %d", seed, step, g.Name, i, prev, p.Offset)
+					}
+					committed[g.Name][uint32(i)] = p.Offset
+				}
+			}
+			if step%50 == 0 {
+				b, err := EncodeSnapshot(s.Export())
+				if err != nil {
+					t.Fatal(err)
+				}
+				snap, err := DecodeSnapshot(b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if replica, err = Restore(testConfig, snap); err != nil {
+					t.Fatalf("seed %d step %d: restore: %v", seed, step, err)
+				}
+				if !reflect.DeepEqual(replica.Export(), s.Export()) {
+					t.Fatalf("seed %d step %d: restored store exports differently:\n%+v\n%+v", seed, step, replica.Export(), s.Export())
+				}
+			}
+		}
+	}
+}
+
+func TestRestoreRejectsBadGroups(t *testing.T) {
+	s := groupStore(t, 2)
+	join(t, s, "a", time.Second, 1)
+	good := s.Export()
+	if _, err := Restore(testConfig, good); err != nil {
+		t.Fatal(err)
+	}
+	for name, mutate := range map[string]func(*GroupInfo){
+		"bad name":          func(g *GroupInfo) { g.Name = "" },
+		"future revision":   func(g *GroupInfo) { g.CreatedRevision = good.Revision + 1 },
+		"member id 0":       func(g *GroupInfo) { g.Members[0].ID = 0 },
+		"member past next":  func(g *GroupInfo) { g.Members[0].ID = g.NextMember },
+		"bad timeout":       func(g *GroupInfo) { g.Members[0].SessionTimeout = 0 },
+		"unknown holder":    func(g *GroupInfo) { g.Partitions[0].Holder = 99 },
+		"future since":      func(g *GroupInfo) { g.Partitions[0].Since = g.Generation + 1 },
+		"partition count":   func(g *GroupInfo) { g.Partitions = g.Partitions[:1] },
+		"uncommitted value": func(g *GroupInfo) { g.Partitions[1].Offset = 3 },
+		"next member 0":     func(g *GroupInfo) { g.NextMember = 0 },
+	} {
+		t.Run(name, func(t *testing.T) {
+			snap := s.Export()
+			mutate(&snap.Streams[0].Topics[0].Groups[0])
+			if _, err := Restore(testConfig, snap); !errors.Is(err, ErrInvalidSnapshot) {
+				t.Fatalf("Restore = %v, want ErrInvalidSnapshot", err)
+			}
+		})
+	}
+}
