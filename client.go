@@ -237,6 +237,7 @@ type Start struct {
 	reset     OffsetReset
 	timestamp int64
 	local     bool
+	committed bool // AtCommitted: a group member's committed offset
 }
 
 // OffsetReset says where a poll AtConsumer starts when the consumer has no

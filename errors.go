@@ -49,7 +49,7 @@ var (
 	// an id that is not committed.
 	ErrStreamNotFound    = metadata.ErrStreamNotFound
 	ErrTopicNotFound     = metadata.ErrTopicNotFound
-	ErrPartitionNotFound = errors.New("parkway: partition not found")
+	ErrPartitionNotFound = metadata.ErrPartitionNotFound
 	// ErrInvalidPartitionCount reports a partition count out of range.
 	ErrInvalidPartitionCount = metadata.ErrInvalidPartitionCount
 	// ErrStaleHandle reports a Stream or Topic handle whose incarnation
@@ -106,6 +106,27 @@ var (
 	// ErrInvalidArgument reports any other bad argument (a negative count,
 	// an unknown partitioning, a negative or over-long poll wait).
 	ErrInvalidArgument = errors.New("parkway: invalid argument")
+
+	// ErrGroupExists and ErrGroupNotFound report a consumer group name
+	// taken, or not found on its topic.
+	ErrGroupExists   = metadata.ErrGroupExists
+	ErrGroupNotFound = metadata.ErrGroupNotFound
+	// ErrUnknownMember reports a group member that left or whose session
+	// lapsed: it must join again. A Consumer rejoins by itself.
+	ErrUnknownMember = metadata.ErrUnknownMember
+	// ErrNotAssigned and ErrStaleGeneration refuse a group member's poll
+	// or commit for a partition it does not hold in its generation
+	// (DESIGN behaviour 23): the group rebalanced. Refresh the assignment
+	// with Member.Heartbeat; a Consumer does so by itself.
+	ErrNotAssigned     = metadata.ErrNotAssigned
+	ErrStaleGeneration = metadata.ErrStaleGeneration
+	// ErrOffsetRegression refuses a group commit below the offset the
+	// group already committed for the partition.
+	ErrOffsetRegression = metadata.ErrOffsetRegression
+	// ErrTooManyGroups and ErrTooManyMembers report the limits
+	// metadata.MaxGroupsPerTopic and metadata.MaxMembersPerGroup.
+	ErrTooManyGroups  = metadata.ErrTooManyGroups
+	ErrTooManyMembers = metadata.ErrTooManyMembers
 )
 
 // publicError makes an answer from the layers below match a root

@@ -1,0 +1,594 @@
+package parkway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+)
+
+// CommitPolicy says when a Consumer commits the positions it has
+// delivered.
+type CommitPolicy uint8
+
+const (
+	// CommitAfterBatch commits a partition's position once every message
+	// of a polled batch has been handled (the loop body returned for it):
+	// at-least-once with at most one batch to redeliver after a crash.
+	// The default.
+	CommitAfterBatch CommitPolicy = iota
+	// CommitOnInterval commits every ConsumerConfig.CommitInterval and on
+	// Close: fewer commits, more to redeliver after a crash.
+	CommitOnInterval
+	// CommitManual commits only when the caller calls Consumer.Commit.
+	CommitManual
+)
+
+// ConsumerConfig configures NewConsumer. The zero value of every field
+// but Group and Name means its default.
+type ConsumerConfig struct {
+	// Group is the consumer group to join (created if it does not exist).
+	// Its partitions are shared with the group's other members. Empty
+	// means a named consumer: it reads every partition of the topic and
+	// stores its offsets under Name (Node.StoreOffset).
+	Group string
+	// Name names the consumer: the member's name in a group (optional),
+	// the consumer name without one (required: letters, digits, '.', '_'
+	// and '-').
+	Name string
+	// SessionTimeout is the group member's session timeout (default
+	// DefaultSessionTimeout). The Consumer heartbeats at a third of it.
+	SessionTimeout time.Duration
+	// Reset is where a partition starts with no committed offset, or one
+	// outside [start, end]: ResetEarliest (default), ResetLatest or
+	// ResetError.
+	Reset OffsetReset
+	// Commit is the commit policy (default CommitAfterBatch).
+	Commit CommitPolicy
+	// CommitInterval is CommitOnInterval's period (default 1 s).
+	CommitInterval time.Duration
+	// MaxMessages bounds one poll of a partition (default 256).
+	MaxMessages int
+	// MaxWait is how long one waiting poll of a partition waits (default
+	// 5 s, at most MaxPollWait). A poll returns as soon as a message is
+	// there; MaxWait only bounds how often an idle partition is re-polled.
+	MaxWait time.Duration
+}
+
+// Defaults of ConsumerConfig.
+const (
+	DefaultCommitInterval      = time.Second
+	DefaultConsumerMaxMessages = 256
+	DefaultConsumerMaxWait     = 5 * time.Second
+)
+
+// Validate reports every invalid field, joined, each matching
+// ErrInvalidArgument (or ErrInvalidConsumer for the name).
+func (c ConsumerConfig) Validate() error {
+	var errs []error
+	if c.Group == "" {
+		if err := validConsumer(c.Name); err != nil {
+			errs = append(errs, fmt.Errorf("%w (a consumer without a group needs a name)", err))
+		}
+	} else if c.Name != "" && !validMemberName(c.Name) {
+		errs = append(errs, fmt.Errorf("%w: member name %q", ErrInvalidArgument, c.Name))
+	}
+	if c.SessionTimeout != 0 && (c.SessionTimeout < MinSessionTimeout || c.SessionTimeout > MaxSessionTimeout) {
+		errs = append(errs, fmt.Errorf("%w: session timeout %v outside [%v, %v]", ErrInvalidArgument, c.SessionTimeout, MinSessionTimeout, MaxSessionTimeout))
+	}
+	if c.Reset > ResetError {
+		errs = append(errs, fmt.Errorf("%w: unknown reset policy %d", ErrInvalidArgument, c.Reset))
+	}
+	if c.Commit > CommitManual {
+		errs = append(errs, fmt.Errorf("%w: unknown commit policy %d", ErrInvalidArgument, c.Commit))
+	}
+	if c.CommitInterval < 0 {
+		errs = append(errs, fmt.Errorf("%w: negative commit interval %v", ErrInvalidArgument, c.CommitInterval))
+	}
+	if c.MaxMessages < 0 {
+		errs = append(errs, fmt.Errorf("%w: negative MaxMessages %d", ErrInvalidArgument, c.MaxMessages))
+	}
+	if c.MaxWait < 0 || c.MaxWait > MaxPollWait {
+		errs = append(errs, fmt.Errorf("%w: MaxWait %v outside [0, %v]", ErrInvalidArgument, c.MaxWait, MaxPollWait))
+	}
+	return errors.Join(errs...)
+}
+
+func validMemberName(s string) bool { return validConsumer(s) == nil }
+
+func (c ConsumerConfig) withDefaults() ConsumerConfig {
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = DefaultSessionTimeout
+	}
+	if c.CommitInterval == 0 {
+		c.CommitInterval = DefaultCommitInterval
+	}
+	if c.MaxMessages == 0 {
+		c.MaxMessages = DefaultConsumerMaxMessages
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = DefaultConsumerMaxWait
+	}
+	return c
+}
+
+// Delivery is one message handed out by a Consumer, with its partition.
+type Delivery struct {
+	Partition uint32
+	Message
+}
+
+// Consumer reads a topic for a service: as a member of a consumer group
+// (the group's partitions shared with its other members, rebalanced as
+// members come and go) or as a named consumer of every partition. It
+// polls each partition it holds with a waiting poll, so an idle consumer
+// costs no CPU; hands messages out through an iterator; commits by its
+// policy; heartbeats, follows rebalances and rejoins after a lapsed
+// session by itself. Delivery is at least once: after a crash or a
+// rebalance, messages handled since the last commit are delivered again
+// (to this member or the partition's next holder).
+//
+// Messages may be ranged over by one goroutine at a time; the other
+// methods are safe for concurrent use. Close stops it.
+type Consumer struct {
+	n   *Node
+	t   Topic
+	cfg ConsumerConfig
+
+	ctx    context.Context // cancelled by Close: stops every goroutine
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	batches chan fetched  // from the fetchers; never closed
+	kick    chan struct{} // asks the heartbeat loop to refresh now
+
+	mu        sync.Mutex
+	member    *Member             // nil for a named consumer
+	fetchers  map[uint32]*fetcher // current fetchers by partition
+	nextID    uint64
+	processed map[uint32]uint64 // delivered positions not yet committed
+	fatal     error             // ends iteration
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+type fetcher struct {
+	id     uint64
+	cancel context.CancelFunc
+}
+
+type fetched struct {
+	part uint32
+	id   uint64
+	b    Batch
+	err  error
+}
+
+// NewConsumer starts a consumer of topic t: it joins cfg.Group (creating
+// it if needed) or, without a group, reads every partition as consumer
+// cfg.Name. Close it when done.
+func (n *Node) NewConsumer(ctx context.Context, t Topic, cfg ConsumerConfig) (*Consumer, error) {
+	if err := n.begin(ctx); err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if _, err := n.topicInfo(ctx, t); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	c := &Consumer{
+		n: n, t: t, cfg: cfg,
+		batches:   make(chan fetched),
+		kick:      make(chan struct{}, 1),
+		fetchers:  make(map[uint32]*fetcher),
+		processed: make(map[uint32]uint64),
+	}
+	if cfg.Group != "" {
+		if err := n.CreateGroup(ctx, t, cfg.Group); err != nil && !errors.Is(err, ErrGroupExists) {
+			return nil, err
+		}
+		m, err := n.JoinGroup(ctx, t, cfg.Group, MemberConfig{Name: cfg.Name, SessionTimeout: cfg.SessionTimeout})
+		if err != nil {
+			return nil, err
+		}
+		c.member = m
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.assign()
+	c.goroutine(c.maintain)
+	return c, nil
+}
+
+// goroutine starts one of the consumer's goroutines; Close waits for all.
+func (c *Consumer) goroutine(f func()) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		f()
+	}()
+}
+
+// Member is the consumer's group membership (nil without a group). It
+// changes when the consumer rejoins after a lapsed session.
+func (c *Consumer) Member() *Member {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.member
+}
+
+// Assignment is what the consumer holds now: a group member's assignment,
+// or every partition (generation 0) for a named consumer.
+func (c *Consumer) Assignment() Assignment {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.member != nil {
+		return c.member.Assignment()
+	}
+	return Assignment{Partitions: slices.Sorted(maps.Keys(c.fetchers))}
+}
+
+// assign makes the fetchers match the current assignment: it stops those
+// of partitions no longer held (their undelivered batches are dropped and
+// their uncommitted positions forgotten — the next holder starts from
+// the committed offset) and starts one for each newly held partition.
+func (c *Consumer) assign() {
+	var want []uint32
+	c.mu.Lock()
+	if c.member != nil {
+		want = c.member.Assignment().Partitions
+	} else if info, ok := c.n.meta.Topic(c.t.Stream.ID, c.t.ID); ok && info.CreatedRevision == c.t.Revision {
+		for p := range info.Partitions {
+			want = append(want, uint32(p))
+		}
+	}
+	keep := make(map[uint32]bool, len(want))
+	for _, p := range want {
+		keep[p] = true
+	}
+	for p, f := range c.fetchers {
+		if !keep[p] {
+			f.cancel()
+			delete(c.fetchers, p)
+			delete(c.processed, p)
+		}
+	}
+	for _, p := range want {
+		if _, ok := c.fetchers[p]; ok {
+			continue
+		}
+		c.nextID++
+		ctx, cancel := context.WithCancel(c.ctx)
+		f := &fetcher{id: c.nextID, cancel: cancel}
+		c.fetchers[p] = f
+		m := c.member
+		c.goroutine(func() { c.fetch(ctx, m, p, f.id) })
+	}
+	c.mu.Unlock()
+}
+
+// current reports whether fetcher id still fetches part.
+func (c *Consumer) current(part uint32, id uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f, ok := c.fetchers[part]
+	return ok && f.id == id
+}
+
+// refreshNow asks the maintenance loop to heartbeat at once.
+func (c *Consumer) refreshNow() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// fetch polls one partition with waiting polls and hands its batches to
+// the iterator, until its context ends.
+func (c *Consumer) fetch(ctx context.Context, m *Member, part uint32, id uint64) {
+	var from Start
+	switch {
+	case m != nil:
+		from = AtCommitted().OrReset(c.cfg.Reset)
+	default:
+		from = AtConsumer(c.cfg.Name).OrReset(c.cfg.Reset)
+	}
+	pause := c.n.cfg.RetryBackoffMin
+	for ctx.Err() == nil {
+		var b Batch
+		var err error
+		if m != nil {
+			b, err = m.Poll(ctx, part, from, c.cfg.MaxMessages, WaitFor(c.cfg.MaxWait))
+		} else {
+			b, err = c.n.Poll(ctx, c.t, part, from, c.cfg.MaxMessages, WaitFor(c.cfg.MaxWait))
+		}
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err == nil:
+			pause = c.n.cfg.RetryBackoffMin
+			if len(b.Messages) == 0 {
+				from = AtOffset(b.Next)
+				continue
+			}
+			select {
+			case c.batches <- fetched{part: part, id: id, b: b}:
+				from = AtOffset(b.Next)
+			case <-ctx.Done():
+				return
+			}
+		case errors.Is(err, ErrNotAssigned), errors.Is(err, ErrStaleGeneration), errors.Is(err, ErrUnknownMember):
+			// The group moved on: the maintenance loop refreshes the
+			// assignment and starts the fetchers it needs.
+			c.refreshNow()
+			return
+		case errors.Is(err, ErrOffsetOutOfRange) && c.cfg.Reset != ResetError:
+			// Truncation passed our position: start over by the policy.
+			if m != nil {
+				from = AtCommitted().OrReset(c.cfg.Reset)
+			} else {
+				from = AtConsumer(c.cfg.Name).OrReset(c.cfg.Reset)
+			}
+		case fatalConsumerError(err):
+			c.fail(err)
+			return
+		default:
+			// Retriable (a leader change, a full shard, too many
+			// waiters): back off and poll again.
+			if c.n.sleep(ctx, pause) != nil {
+				return
+			}
+			pause = min(pause*2, c.n.cfg.RetryBackoffMax)
+		}
+	}
+}
+
+// fatalConsumerError reports errors a consumer cannot recover from by
+// itself: the topic or group is gone, the node closed, a policy error.
+func fatalConsumerError(err error) bool {
+	return errors.Is(err, ErrTopicNotFound) || errors.Is(err, ErrStreamNotFound) ||
+		errors.Is(err, ErrGroupNotFound) || errors.Is(err, ErrClosed) ||
+		errors.Is(err, ErrOffsetOutOfRange) || errors.Is(err, ErrInvalidArgument)
+}
+
+// fail records a fatal error for the iterator and wakes it.
+func (c *Consumer) fail(err error) {
+	c.mu.Lock()
+	if c.fatal == nil {
+		c.fatal = err
+	}
+	c.mu.Unlock()
+	select {
+	case c.batches <- fetched{err: err}:
+	case <-c.ctx.Done():
+	}
+}
+
+// maintain heartbeats a group member (at a third of its session timeout,
+// and just after another member's session would lapse, so a dead member's
+// partitions move promptly), rejoins after a lapsed session, and follows
+// the assignment; for a named consumer it follows the topic's partition
+// count. It also runs CommitOnInterval.
+func (c *Consumer) maintain() {
+	every := c.cfg.SessionTimeout / 3
+	if c.Member() == nil {
+		every = time.Second
+	}
+	hb := c.n.cfg.Clock.NewTimer(every)
+	defer hb.Stop()
+	var commit Timer
+	var commitC <-chan time.Time
+	if c.cfg.Commit == CommitOnInterval {
+		commit = c.n.cfg.Clock.NewTimer(c.cfg.CommitInterval)
+		defer commit.Stop()
+		commitC = commit.C()
+	}
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-commitC:
+			_ = c.Commit(c.ctx) // failures leave the positions for the next round
+			commit.Reset(c.cfg.CommitInterval)
+			continue
+		case <-hb.C():
+		case <-c.kick:
+		}
+		c.heartbeat()
+		hb.Reset(c.nextHeartbeat(every))
+	}
+}
+
+// nextHeartbeat is the wait before the next heartbeat: every, or less if
+// another member's session lapses sooner.
+func (c *Consumer) nextHeartbeat(every time.Duration) time.Duration {
+	m := c.Member()
+	if m == nil {
+		return every
+	}
+	if at, ok := m.nextExpiry(); ok {
+		if d := at.Sub(c.n.cfg.Clock.Now()) + time.Millisecond; d < every {
+			return max(d, 10*time.Millisecond)
+		}
+	}
+	return every
+}
+
+// heartbeat refreshes membership and assignment once.
+func (c *Consumer) heartbeat() {
+	m := c.Member()
+	if m == nil {
+		c.assign()
+		return
+	}
+	_, err := m.Heartbeat(c.ctx)
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrUnknownMember):
+		// Our session lapsed (a long pause, a partition from the
+		// metadata leader): join again as a new member.
+		nm, err := c.n.JoinGroup(c.ctx, c.t, c.cfg.Group, MemberConfig{Name: c.cfg.Name, SessionTimeout: c.cfg.SessionTimeout})
+		if err != nil {
+			if fatalConsumerError(err) {
+				c.fail(err)
+			}
+			return
+		}
+		c.mu.Lock()
+		c.member = nm
+		for p, f := range c.fetchers {
+			f.cancel() // they fetch for the old member
+			delete(c.fetchers, p)
+		}
+		clear(c.processed)
+		c.mu.Unlock()
+	case fatalConsumerError(err):
+		c.fail(err)
+		return
+	default:
+		return // retriable: the next heartbeat tries again
+	}
+	c.assign()
+}
+
+// Messages returns an iterator over the consumer's messages, in offset
+// order within each partition. It waits for messages (without using CPU)
+// until ctx ends, the consumer is closed, or a fatal error (the topic or
+// group deleted) — which it yields once, with an empty Delivery, before
+// it stops. Breaking out of the loop is allowed; a later call continues
+// where it stopped. The position of a message counts as handled once the
+// loop body returns for it (or breaks after it).
+func (c *Consumer) Messages(ctx context.Context) iter.Seq2[Delivery, error] {
+	return func(yield func(Delivery, error) bool) {
+		for {
+			var f fetched
+			select {
+			case f = <-c.batches:
+			case <-ctx.Done():
+				yield(Delivery{}, ctx.Err())
+				return
+			case <-c.ctx.Done():
+				return
+			}
+			if f.err != nil {
+				yield(Delivery{}, f.err)
+				return
+			}
+			for _, msg := range f.b.Messages {
+				if !c.current(f.part, f.id) {
+					break // revoked mid-batch: the rest is the next holder's
+				}
+				more := yield(Delivery{Partition: f.part, Message: msg}, nil)
+				c.handled(f.part, f.id, msg.Offset+1)
+				if !more {
+					c.afterBatch(ctx)
+					return
+				}
+			}
+			c.afterBatch(ctx)
+		}
+	}
+}
+
+// handled records that a partition's messages before next were handled.
+func (c *Consumer) handled(part uint32, id uint64, next uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f, ok := c.fetchers[part]; ok && f.id == id {
+		c.processed[part] = next
+	}
+}
+
+func (c *Consumer) afterBatch(ctx context.Context) {
+	if c.cfg.Commit == CommitAfterBatch {
+		_ = c.Commit(ctx) // a refused commit means a rebalance: redelivery covers it
+	}
+}
+
+// Commit commits the positions handled so far. A group member's commit
+// of a partition that moved to another member is dropped (the group
+// rebalanced; the partition's next holder redelivers from the committed
+// offset) and Commit returns nil for it; other failures are returned and
+// the positions kept for the next commit.
+func (c *Consumer) Commit(ctx context.Context) error {
+	c.mu.Lock()
+	if len(c.processed) == 0 {
+		c.mu.Unlock()
+		return nil
+	}
+	offsets := maps.Clone(c.processed)
+	m := c.member
+	c.mu.Unlock()
+	var err error
+	if m != nil {
+		err = m.Commit(ctx, offsets)
+		if errors.Is(err, ErrNotAssigned) || errors.Is(err, ErrStaleGeneration) || errors.Is(err, ErrOffsetRegression) {
+			// Keep what is still ours after a refresh, drop the rest.
+			c.refreshNow()
+			held := map[uint32]bool{}
+			if a, herr := m.Heartbeat(ctx); herr == nil {
+				for _, p := range a.Partitions {
+					held[p] = true
+				}
+			}
+			maps.DeleteFunc(offsets, func(p uint32, _ uint64) bool { return !held[p] })
+			err = m.Commit(ctx, offsets)
+			if errors.Is(err, ErrNotAssigned) || errors.Is(err, ErrStaleGeneration) || errors.Is(err, ErrOffsetRegression) {
+				err = nil // moved again meanwhile: the next holder has it
+			}
+			c.forget(offsets, true)
+			return err
+		}
+	} else {
+		for _, p := range slices.Sorted(maps.Keys(offsets)) {
+			if e := c.n.StoreOffset(ctx, c.cfg.Name, c.t, p, offsets[p]); e != nil {
+				err = errors.Join(err, e)
+				delete(offsets, p)
+			}
+		}
+	}
+	c.forget(offsets, err == nil)
+	return err
+}
+
+// forget drops committed positions that did not move since they were
+// read (all, with all set, after a rebalance dropped the others).
+func (c *Consumer) forget(committed map[uint32]uint64, all bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for p, off := range c.processed {
+		if o, ok := committed[p]; (ok && o == off) || (all && !ok) {
+			delete(c.processed, p)
+		}
+	}
+}
+
+// Close stops the consumer: it stops polling, commits the handled
+// positions (unless the policy is CommitManual) and leaves the group, so
+// its partitions move to the other members at once. It is idempotent and
+// waits for the consumer's goroutines.
+func (c *Consumer) Close() error {
+	c.closeOnce.Do(func() {
+		c.cancel()
+		c.wg.Wait()
+		ctx, cancel := c.n.deadline(context.Background())
+		defer cancel()
+		var errs []error
+		if c.cfg.Commit != CommitManual {
+			errs = append(errs, c.Commit(ctx))
+		}
+		if m := c.Member(); m != nil {
+			if err := m.Leave(ctx); err != nil && !errors.Is(err, ErrUnknownMember) {
+				errs = append(errs, err)
+			}
+		}
+		c.closeErr = errors.Join(errs...)
+	})
+	return c.closeErr
+}

@@ -1,0 +1,333 @@
+package parkway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/parkway-io/parkway/metadata"
+)
+
+// Consumer groups
+//
+// A consumer group shares a topic's partitions among its members: each
+// partition is held by one member at a time, members join, leave and
+// heartbeat, a member whose session lapses is expired, and every change
+// of membership (or of the topic's partition count) starts a new
+// generation with a balanced, sticky assignment that moves as few
+// partitions as it can. The group, its members, the assignment and the
+// group's committed offsets are committed metadata: replicated with the
+// metadata raft group in a cluster, durable with a data directory.
+//
+// The fence (DESIGN behaviour 23): a member polls and commits a
+// partition only while it holds it, with a generation at or after the one
+// in which it got it; a commit from anyone else, or below the offset
+// already committed, is refused with a typed error. So two members never
+// commit one partition in one generation and a group's committed offset
+// never goes backwards, through any rebalance, leader change or restart.
+//
+// Most services use a Consumer, which does all of this; Member is the
+// layer below it, for hosts that want to drive a group themselves.
+
+// GroupInfo, MemberInfo and GroupPartition describe a committed consumer
+// group.
+type (
+	GroupInfo      = metadata.GroupInfo
+	MemberInfo     = metadata.MemberInfo
+	GroupPartition = metadata.GroupPartition
+)
+
+// Session timeouts of a group member: MemberConfig.SessionTimeout 0 means
+// DefaultSessionTimeout; otherwise it must be within [MinSessionTimeout,
+// MaxSessionTimeout].
+const (
+	DefaultSessionTimeout = metadata.DefaultSessionTimeout
+	MinSessionTimeout     = metadata.MinSessionTimeout
+	MaxSessionTimeout     = metadata.MaxSessionTimeout
+)
+
+// CreateGroup creates a consumer group on topic t. Group names follow the
+// rules of stream and topic names and are unique per topic.
+func (n *Node) CreateGroup(ctx context.Context, t Topic, name string) error {
+	return n.topicCommand(ctx, t, metadata.CreateGroup{Stream: t.Stream.ID, Topic: t.ID, Name: name, Revision: t.Revision})
+}
+
+// DeleteGroup deletes a consumer group with its members and committed
+// offsets. Its members' next calls fail with ErrGroupNotFound.
+func (n *Node) DeleteGroup(ctx context.Context, t Topic, name string) error {
+	return n.topicCommand(ctx, t, metadata.DeleteGroup{Stream: t.Stream.ID, Topic: t.ID, Name: name, Revision: t.Revision})
+}
+
+// Group returns a consumer group's committed state: members, assignment
+// and committed offsets. It is linearizable in a cluster (read barrier).
+func (n *Node) Group(ctx context.Context, t Topic, name string) (GroupInfo, error) {
+	if err := n.lookup(ctx); err != nil {
+		return GroupInfo{}, err
+	}
+	if _, err := n.topicInfo(ctx, t); err != nil {
+		return GroupInfo{}, err
+	}
+	g, ok := n.meta.Group(t.Stream.ID, t.ID, name)
+	if !ok {
+		return GroupInfo{}, fmt.Errorf("%w: %q on %v", ErrGroupNotFound, name, t)
+	}
+	return g, nil
+}
+
+// groupError types a group command's failure for the caller: a stale
+// handle as for every command, an invalid request as ErrInvalidArgument.
+func (n *Node) groupError(err error, t Topic) error {
+	if errors.Is(err, metadata.ErrInvalidGroupRequest) {
+		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	return n.staleCommand(err, t.String())
+}
+
+// MemberConfig configures JoinGroup.
+type MemberConfig struct {
+	// Name names the member for humans (GroupInfo, logs); it may be
+	// empty and need not be unique.
+	Name string
+	// SessionTimeout is how long the member stays in the group without a
+	// heartbeat (default DefaultSessionTimeout). Heartbeat at a third of
+	// it. Nodes' clocks must agree to well within it.
+	SessionTimeout time.Duration
+}
+
+// Assignment is what a member holds in a generation of its group.
+type Assignment struct {
+	Generation uint64
+	Partitions []uint32 // ascending
+}
+
+// Member is one member of a consumer group, joined through one node. It
+// is safe for concurrent use. Its methods fail with ErrUnknownMember once
+// it has left or its session lapsed (join again), and refuse partitions
+// it does not hold (ErrNotAssigned, ErrStaleGeneration: call Heartbeat to
+// refresh the assignment).
+type Member struct {
+	n     *Node
+	topic Topic
+	group string
+	id    uint64
+
+	mu    sync.Mutex
+	state GroupInfo // the group as of the member's last refresh
+	gen   uint64    // the generation the member acts in
+}
+
+// JoinGroup joins consumer group group of topic t and returns the member
+// with its first assignment.
+func (n *Node) JoinGroup(ctx context.Context, t Topic, group string, cfg MemberConfig) (*Member, error) {
+	if err := n.begin(ctx); err != nil {
+		return nil, err
+	}
+	if _, err := n.topicInfo(ctx, t); err != nil {
+		return nil, err
+	}
+	res, err := n.apply(ctx, metadata.JoinGroup{
+		Stream: t.Stream.ID, Topic: t.ID, Revision: t.Revision, Group: group,
+		Member: cfg.Name, SessionTimeout: cfg.SessionTimeout, Now: n.cfg.Clock.Now().UnixNano(),
+	})
+	if err != nil {
+		return nil, n.groupError(err, t)
+	}
+	m := &Member{n: n, topic: t, group: group, id: res.Member}
+	if err := m.refresh(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// refresh reads the group's committed state after the command that
+// produced res (applied on this node, so the local store has it) and
+// makes its generation the member's.
+func (m *Member) refresh() error {
+	g, ok := m.n.meta.Group(m.topic.Stream.ID, m.topic.ID, m.group)
+	if !ok {
+		return fmt.Errorf("%w: %q on %v", ErrGroupNotFound, m.group, m.topic)
+	}
+	if _, ok := g.Member(m.id); !ok {
+		return fmt.Errorf("%w: member %d of group %q", ErrUnknownMember, m.id, m.group)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if g.Generation >= m.state.Generation {
+		m.state, m.gen = g, g.Generation
+	}
+	return nil
+}
+
+// ID is the member's id in its group.
+func (m *Member) ID() uint64 { return m.id }
+
+// Group is the name of the member's group.
+func (m *Member) Group() string { return m.group }
+
+// Assignment is the member's assignment as of its last join, heartbeat
+// or commit.
+func (m *Member) Assignment() Assignment {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return Assignment{Generation: m.gen, Partitions: m.state.Assigned(m.id)}
+}
+
+// Committed returns the group's committed offset for a partition as of
+// the member's last refresh.
+func (m *Member) Committed(part uint32) (uint64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if int64(part) >= int64(len(m.state.Partitions)) {
+		return 0, false
+	}
+	p := m.state.Partitions[part]
+	return p.Offset, p.Committed
+}
+
+// Heartbeat keeps the member's session alive and refreshes its
+// assignment, which it returns. It also expires the group's members whose
+// sessions lapsed, so a group notices a dead member at the next heartbeat
+// of any live one.
+func (m *Member) Heartbeat(ctx context.Context) (Assignment, error) {
+	_, err := m.n.apply(ctx, metadata.Heartbeat{
+		Stream: m.topic.Stream.ID, Topic: m.topic.ID, Revision: m.topic.Revision,
+		Group: m.group, Member: m.id, Now: m.n.cfg.Clock.Now().UnixNano(),
+	})
+	if err != nil {
+		return Assignment{}, m.n.groupError(err, m.topic)
+	}
+	if err := m.refresh(); err != nil {
+		return Assignment{}, err
+	}
+	return m.Assignment(), nil
+}
+
+// nextExpiry is when the earliest session of another member lapses, on
+// the group clock, as of the last refresh.
+func (m *Member) nextExpiry() (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var at int64
+	found := false
+	for _, o := range m.state.Members {
+		if o.ID == m.id {
+			continue
+		}
+		if e := o.LastSeen + int64(o.SessionTimeout); !found || e < at {
+			at, found = e, true
+		}
+	}
+	return time.Unix(0, at), found
+}
+
+// check fences a poll: the member must hold part in the current
+// generation since its own generation or earlier, as this node's
+// committed metadata says. A node whose metadata lags serves the poll in
+// the generation it knows: a partition is delivered to at most one member
+// per generation either way.
+func (m *Member) check(part uint32) error {
+	g, ok := m.n.meta.Group(m.topic.Stream.ID, m.topic.ID, m.group)
+	if !ok {
+		if _, err := m.n.topicAlive(m.topic); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: %q on %v", ErrGroupNotFound, m.group, m.topic)
+	}
+	m.mu.Lock()
+	gen := m.gen
+	m.mu.Unlock()
+	return g.CheckHolder(m.id, gen, part)
+}
+
+// AtCommitted starts a member's poll at its group's committed offset for
+// the partition; with none committed, or one outside the partition's
+// [start, end], at the reset policy's choice (ResetEarliest unless set
+// with OrReset). Only Member.Poll accepts it.
+func AtCommitted() Start { return Start{committed: true} }
+
+// Poll reads up to max messages from a partition the member holds (see
+// Node.Poll for the options). It is refused with ErrNotAssigned or
+// ErrStaleGeneration when the member does not hold the partition in its
+// generation.
+func (m *Member) Poll(ctx context.Context, part uint32, from Start, max int, opts ...PollOption) (Batch, error) {
+	if err := m.check(part); err != nil {
+		return Batch{}, err
+	}
+	if !from.committed {
+		return m.n.Poll(ctx, m.topic, part, from, max, opts...)
+	}
+	off, ok := m.committedNow(part)
+	if !ok && from.reset == ResetError {
+		return Batch{}, fmt.Errorf("%w: group %q has no committed offset for partition %d", ErrOffsetOutOfRange, m.group, part)
+	}
+	if !ok {
+		return m.n.Poll(ctx, m.topic, part, m.resetStart(ctx, from.reset, part), max, opts...)
+	}
+	b, err := m.n.Poll(ctx, m.topic, part, AtOffset(off), max, opts...)
+	if errors.Is(err, ErrOffsetOutOfRange) && from.reset != ResetError {
+		// Truncation or retention passed the committed offset.
+		return m.n.Poll(ctx, m.topic, part, m.resetStart(ctx, from.reset, part), max, opts...)
+	}
+	return b, err
+}
+
+// committedNow reads the group's committed offset from this node's
+// committed metadata (newer than the member's last refresh, if anything).
+func (m *Member) committedNow(part uint32) (uint64, bool) {
+	g, ok := m.n.meta.Group(m.topic.Stream.ID, m.topic.ID, m.group)
+	if !ok || int64(part) >= int64(len(g.Partitions)) {
+		return 0, false
+	}
+	p := g.Partitions[part]
+	return p.Offset, p.Committed
+}
+
+// resetStart is where a reset policy starts.
+func (m *Member) resetStart(ctx context.Context, r OffsetReset, part uint32) Start {
+	if r == ResetLatest {
+		if po, err := m.n.PartitionOffsets(ctx, m.topic, part, ""); err == nil {
+			return AtOffset(po.End)
+		}
+	}
+	return AtFirst()
+}
+
+// Commit commits the group's offsets (the next offset to read) for
+// partitions the member holds, all or none. It is refused with
+// ErrNotAssigned or ErrStaleGeneration for a partition the member does
+// not hold in its generation, and ErrOffsetRegression for an offset below
+// the one committed. It also counts as a heartbeat.
+func (m *Member) Commit(ctx context.Context, offsets map[uint32]uint64) error {
+	if len(offsets) == 0 {
+		return nil
+	}
+	m.mu.Lock()
+	gen := m.gen
+	m.mu.Unlock()
+	cmd := metadata.CommitGroupOffsets{
+		Stream: m.topic.Stream.ID, Topic: m.topic.ID, Revision: m.topic.Revision,
+		Group: m.group, Member: m.id, Generation: gen, Now: m.n.cfg.Clock.Now().UnixNano(),
+	}
+	for _, p := range slices.Sorted(maps.Keys(offsets)) {
+		cmd.Offsets = append(cmd.Offsets, metadata.GroupOffset{Partition: p, Offset: offsets[p]})
+	}
+	if _, err := m.n.apply(ctx, cmd); err != nil {
+		return m.n.groupError(err, m.topic)
+	}
+	return m.refresh()
+}
+
+// Leave leaves the group: its partitions go to the other members at
+// once, without waiting for the session to lapse.
+func (m *Member) Leave(ctx context.Context) error {
+	_, err := m.n.apply(ctx, metadata.LeaveGroup{
+		Stream: m.topic.Stream.ID, Topic: m.topic.ID, Revision: m.topic.Revision,
+		Group: m.group, Member: m.id, Now: m.n.cfg.Clock.Now().UnixNano(),
+	})
+	return m.n.groupError(err, m.topic)
+}
+

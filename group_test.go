@@ -1,0 +1,412 @@
+package parkway_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/parkway-io/parkway"
+)
+
+// produceAcross produces per messages to each of parts partitions.
+func produceAcross(t *testing.T, n *parkway.Node, tp parkway.Topic, parts, per int) {
+	t.Helper()
+	for p := range parts {
+		for i := range per {
+			mustProduce(t, n, tp, parkway.PartitionID(uint32(p)), fmt.Sprintf("p%d-%d", p, i))
+		}
+	}
+}
+
+// drainMember polls every partition a member holds from the group's
+// committed offset until the partitions are empty, committing as it goes,
+// and returns the payloads it read.
+func drainMember(t *testing.T, m *parkway.Member) []string {
+	t.Helper()
+	ctx := ctxFor(t)
+	var got []string
+	for _, p := range m.Assignment().Partitions {
+		for {
+			b, err := m.Poll(ctx, p, parkway.AtCommitted(), 3)
+			if err != nil {
+				t.Fatalf("member %d poll of %d: %v", m.ID(), p, err)
+			}
+			if len(b.Messages) == 0 {
+				break
+			}
+			got = append(got, payloads(b.Messages)...)
+			if err := m.Commit(ctx, map[uint32]uint64{p: b.Next}); err != nil {
+				t.Fatalf("member %d commit of %d: %v", m.ID(), p, err)
+			}
+		}
+	}
+	return got
+}
+
+// Behaviour 23, on one node: three members over twelve partitions. In
+// the settled generation every partition has exactly one member, every
+// message is read by exactly one member, and a member polling or
+// committing a partition it does not hold is refused.
+func TestBehaviour23GroupOfThreeOverTwelvePartitions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := open(t, parkway.Config{Shards: 2})
+		ctx := ctxFor(t)
+		tp := mustTopic(t, n, mustStream(t, n, "s"), "t", 12)
+		if err := n.CreateGroup(ctx, tp, "g"); err != nil {
+			t.Fatal(err)
+		}
+		var members []*parkway.Member
+		for i := range 3 {
+			m, err := n.JoinGroup(ctx, tp, "g", parkway.MemberConfig{Name: fmt.Sprintf("m%d", i)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			members = append(members, m)
+		}
+		owner := map[uint32]uint64{}
+		for _, m := range members {
+			a, err := m.Heartbeat(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(a.Partitions) != 4 || a.Generation != 3 {
+				t.Fatalf("member %d: %+v, want 4 partitions in generation 3", m.ID(), a)
+			}
+			for _, p := range a.Partitions {
+				if prev, dup := owner[p]; dup {
+					t.Fatalf("partition %d held by %d and %d in one generation", p, prev, m.ID())
+				}
+				owner[p] = m.ID()
+			}
+		}
+		if len(owner) != 12 {
+			t.Fatalf("%d partitions held, want 12", len(owner))
+		}
+		produceAcross(t, n, tp, 12, 5)
+		seen := map[string]uint64{}
+		for _, m := range members {
+			for _, p := range drainMember(t, m) {
+				if prev, dup := seen[p]; dup {
+					t.Fatalf("message %s read by %d and %d", p, prev, m.ID())
+				}
+				seen[p] = m.ID()
+			}
+		}
+		if len(seen) != 60 {
+			t.Fatalf("read %d messages, want 60", len(seen))
+		}
+		// Not yours: poll and commit refused, typed.
+		a, b := members[0], members[1]
+		theirs := b.Assignment().Partitions[0]
+		if _, err := a.Poll(ctx, theirs, parkway.AtFirst(), 1); !errors.Is(err, parkway.ErrNotAssigned) {
+			t.Fatalf("poll of another member's partition: %v, want ErrNotAssigned", err)
+		}
+		if err := a.Commit(ctx, map[uint32]uint64{theirs: 5}); !errors.Is(err, parkway.ErrNotAssigned) {
+			t.Fatalf("commit of another member's partition: %v, want ErrNotAssigned", err)
+		}
+		info, err := n.Group(ctx, tp, "g")
+		if err != nil || len(info.Members) != 3 {
+			t.Fatalf("Group: %+v, %v", info, err)
+		}
+		for p, gp := range info.Partitions {
+			if !gp.Committed || gp.Offset != 5 {
+				t.Errorf("partition %d committed %+v, want 5", p, gp)
+			}
+		}
+	})
+}
+
+// Behaviour 23 through a rebalance: a member that stops heartbeating
+// loses its partitions within its session timeout (the others'
+// heartbeats expire it); its late commit and poll are refused; the
+// group's committed offsets never go backwards; the partitions' new
+// holders continue from the committed offsets.
+func TestBehaviour23StaleMemberIsFencedAfterExpiry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := open(t, parkway.Config{Shards: 2})
+		ctx := ctxFor(t)
+		tp := mustTopic(t, n, mustStream(t, n, "s"), "t", 6)
+		if err := n.CreateGroup(ctx, tp, "g"); err != nil {
+			t.Fatal(err)
+		}
+		cfg := parkway.MemberConfig{SessionTimeout: 3 * time.Second}
+		a, err := n.JoinGroup(ctx, tp, "g", cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := n.JoinGroup(ctx, tp, "g", cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Heartbeat(ctx); err != nil {
+			t.Fatal(err)
+		}
+		produceAcross(t, n, tp, 6, 4)
+		// b reads two messages of one of its partitions and commits.
+		bp := b.Assignment().Partitions[0]
+		batch, err := b.Poll(ctx, bp, parkway.AtCommitted(), 2)
+		if err != nil || len(batch.Messages) != 2 {
+			t.Fatalf("b poll: %v, %v", payloads(batch.Messages), err)
+		}
+		if err := b.Commit(ctx, map[uint32]uint64{bp: batch.Next}); err != nil {
+			t.Fatal(err)
+		}
+		// b goes silent; a heartbeats every second. At most one session
+		// timeout after b's last sign of life, a holds everything.
+		lastB := time.Now()
+		for a2 := a.Assignment(); len(a2.Partitions) < 6; {
+			time.Sleep(time.Second)
+			if a2, err = a.Heartbeat(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if time.Since(lastB) > 3*time.Second+time.Second {
+				t.Fatalf("b still holds partitions %v after %v", a2, time.Since(lastB))
+			}
+		}
+		// b's late commit — even of a higher offset — and its poll are
+		// refused; its session is gone.
+		if err := b.Commit(ctx, map[uint32]uint64{bp: 4}); !errors.Is(err, parkway.ErrUnknownMember) {
+			t.Fatalf("late commit of an expired member: %v, want ErrUnknownMember", err)
+		}
+		if _, err := b.Poll(ctx, bp, parkway.AtCommitted(), 1); !errors.Is(err, parkway.ErrUnknownMember) {
+			t.Fatalf("poll of an expired member: %v, want ErrUnknownMember", err)
+		}
+		if _, err := b.Heartbeat(ctx); !errors.Is(err, parkway.ErrUnknownMember) {
+			t.Fatalf("heartbeat of an expired member: %v, want ErrUnknownMember", err)
+		}
+		// a continues b's partition from b's committed offset, and cannot
+		// move it backwards.
+		next, err := a.Poll(ctx, bp, parkway.AtCommitted(), 10)
+		if err != nil || len(next.Messages) != 2 || next.Messages[0].Offset != batch.Next {
+			t.Fatalf("new holder's first poll: %v, %v; want the 2 messages after offset %d", payloads(next.Messages), err, batch.Next)
+		}
+		if err := a.Commit(ctx, map[uint32]uint64{bp: batch.Next - 1}); !errors.Is(err, parkway.ErrOffsetRegression) {
+			t.Fatalf("backwards commit: %v, want ErrOffsetRegression", err)
+		}
+		if err := a.Commit(ctx, map[uint32]uint64{bp: next.Next}); err != nil {
+			t.Fatal(err)
+		}
+		// b joins again as a new member and gets half back; the
+		// partitions it gets come with the committed offsets.
+		b2, err := n.JoinGroup(ctx, tp, "g", cfg)
+		if err != nil || b2.ID() == b.ID() || len(b2.Assignment().Partitions) != 3 {
+			t.Fatalf("rejoin: %v %+v, %v", b2.ID(), b2.Assignment(), err)
+		}
+		// a acts in its old generation until it refreshes: the kept
+		// partitions still commit, the moved ones are refused.
+		moved := b2.Assignment().Partitions[0]
+		if _, err := a.Poll(ctx, moved, parkway.AtCommitted(), 1); !errors.Is(err, parkway.ErrNotAssigned) {
+			t.Fatalf("poll of a partition that moved: %v, want ErrNotAssigned", err)
+		}
+	})
+}
+
+func TestGroupInvalidInput(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := open(t, parkway.Config{Shards: 1})
+		ctx := ctxFor(t)
+		tp := mustTopic(t, n, mustStream(t, n, "s"), "t", 2)
+		if _, err := n.JoinGroup(ctx, tp, "nope", parkway.MemberConfig{}); !errors.Is(err, parkway.ErrGroupNotFound) {
+			t.Errorf("join of an unknown group: %v", err)
+		}
+		if err := n.CreateGroup(ctx, tp, "g"); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.CreateGroup(ctx, tp, "g"); !errors.Is(err, parkway.ErrGroupExists) {
+			t.Errorf("second create: %v", err)
+		}
+		if err := n.CreateGroup(ctx, tp, ""); !errors.Is(err, parkway.ErrInvalidName) {
+			t.Errorf("empty group name: %v", err)
+		}
+		for _, d := range []time.Duration{-time.Second, time.Millisecond, 2 * time.Hour} {
+			if _, err := n.JoinGroup(ctx, tp, "g", parkway.MemberConfig{SessionTimeout: d}); !errors.Is(err, parkway.ErrInvalidArgument) {
+				t.Errorf("session timeout %v: %v, want ErrInvalidArgument", d, err)
+			}
+		}
+		if g, err := n.Group(ctx, tp, "g"); err != nil || len(g.Members) != 0 || g.Generation != 0 {
+			t.Errorf("refused joins changed the group: %+v, %v", g, err)
+		}
+		for _, cfg := range []parkway.ConsumerConfig{
+			{},                        // no group, no name
+			{Group: "g", MaxWait: -1}, // negative wait
+			{Group: "g", MaxWait: time.Hour},
+			{Group: "g", MaxMessages: -1},
+			{Group: "g", SessionTimeout: time.Millisecond},
+			{Group: "g", Commit: 9},
+		} {
+			if _, err := n.NewConsumer(ctx, tp, cfg); !errors.Is(err, parkway.ErrInvalidArgument) && !errors.Is(err, parkway.ErrInvalidConsumer) {
+				t.Errorf("NewConsumer(%+v): %v, want a typed error", cfg, err)
+			}
+		}
+		// Deleting the topic deletes the group.
+		if err := n.DeleteTopic(ctx, tp); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := n.Group(ctx, tp, "g"); !errors.Is(err, parkway.ErrTopicNotFound) {
+			t.Errorf("group of a deleted topic: %v", err)
+		}
+	})
+}
+
+// consume ranges over c's messages in a goroutine and records them until
+// stop is closed.
+type consumed struct {
+	mu  sync.Mutex
+	got map[string]int
+	by  map[string][]uint64
+}
+
+func (r *consumed) run(c *parkway.Consumer, ctx context.Context, done chan<- error) {
+	for d, err := range c.Messages(ctx) {
+		if err != nil {
+			done <- err
+			return
+		}
+		r.mu.Lock()
+		key := string(d.Payload)
+		r.got[key]++
+		r.by[key] = append(r.by[key], c.Member().ID())
+		r.mu.Unlock()
+	}
+	done <- nil
+}
+
+func (r *consumed) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.got)
+}
+
+// The Consumer: three consumers in a group share a topic without a sleep
+// or a hand-made assignment; every message is delivered, and one
+// consumer leaving (Close commits and leaves) and a new one joining
+// moves partitions without losing any.
+func TestConsumerGroupSharesATopic(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := open(t, parkway.Config{Shards: 2})
+		ctx, cancel := context.WithCancel(ctxFor(t))
+		defer cancel()
+		tp := mustTopic(t, n, mustStream(t, n, "s"), "t", 12)
+		rec := &consumed{got: map[string]int{}, by: map[string][]uint64{}}
+		var consumers []*parkway.Consumer
+		done := make(chan error, 4)
+		for i := range 3 {
+			c, err := n.NewConsumer(ctx, tp, parkway.ConsumerConfig{Group: "g", Name: fmt.Sprintf("c%d", i), SessionTimeout: 3 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			consumers = append(consumers, c)
+			go rec.run(c, ctx, done)
+		}
+		produceAcross(t, n, tp, 12, 10)
+		waitFor(t, "120 messages consumed", func() bool { return rec.count() == 120 })
+		holders := map[uint32]int{}
+		for i, c := range consumers {
+			for _, p := range c.Assignment().Partitions {
+				holders[p] = i
+			}
+		}
+		if len(holders) != 12 {
+			t.Fatalf("partitions held: %v", holders)
+		}
+		// One leaves; a new one joins; more messages.
+		if err := consumers[0].Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := consumers[0].Close(); err != nil {
+			t.Fatalf("second Close: %v", err)
+		}
+		c3, err := n.NewConsumer(ctx, tp, parkway.ConsumerConfig{Group: "g", Name: "c3", SessionTimeout: 3 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		consumers = append(consumers, c3)
+		go rec.run(c3, ctx, done)
+		for p := range 12 {
+			for i := range 5 {
+				mustProduce(t, n, tp, parkway.PartitionID(uint32(p)), fmt.Sprintf("late-p%d-%d", p, i))
+			}
+		}
+		waitFor(t, "180 messages consumed", func() bool { return rec.count() == 180 })
+		g, err := n.Group(ctx, tp, "g")
+		if err != nil || len(g.Members) != 3 {
+			t.Fatalf("group after leave+join: %+v, %v", g, err)
+		}
+		// Settle: once every member's commit landed, the group's offsets
+		// are at the end of every partition.
+		waitFor(t, "offsets committed", func() bool {
+			g, _ := n.Group(ctx, tp, "g")
+			for _, p := range g.Partitions {
+				if p.Offset != 15 {
+					return false
+				}
+			}
+			return true
+		})
+		for _, c := range consumers[1:] {
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cancel()
+		for range 4 {
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				t.Fatalf("consumer loop: %v", err)
+			}
+		}
+		if g, _ := n.Group(ctxFor(t), tp, "g"); len(g.Members) != 0 {
+			t.Fatalf("members after every Close: %+v", g.Members)
+		}
+	})
+}
+
+// A named consumer (no group) reads every partition, stores its offsets
+// and continues where it stopped after a restart of the consumer.
+func TestNamedConsumerResumes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := open(t, parkway.Config{Shards: 2})
+		ctx := ctxFor(t)
+		tp := mustTopic(t, n, mustStream(t, n, "s"), "t", 3)
+		produceAcross(t, n, tp, 3, 4)
+		c, err := n.NewConsumer(ctx, tp, parkway.ConsumerConfig{Name: "audit"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for d, err := range c.Messages(ctx) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, string(d.Payload))
+			if len(got) == 6 {
+				break
+			}
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		c, err = n.NewConsumer(ctx, tp, parkway.ConsumerConfig{Name: "audit"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		for d, err := range c.Messages(ctx) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, string(d.Payload))
+			if len(got) == 12 {
+				break
+			}
+		}
+		slices.Sort(got)
+		if len(slices.Compact(got)) != 12 {
+			t.Fatalf("named consumer read %v, want each of the 12 messages once", got)
+		}
+	})
+}
