@@ -330,4 +330,3 @@ func (m *Member) Leave(ctx context.Context) error {
 	})
 	return m.n.groupError(err, m.topic)
 }
-
