@@ -410,3 +410,98 @@ func TestNamedConsumerResumes(t *testing.T) {
 		}
 	})
 }
+
+// Consumer groups in a cluster: three consumers on three nodes share a
+// topic; the metadata leader (node 1, which campaigns first) is cut off
+// while a fourth consumer joins — mid-rebalance. The join commits through
+// the new leader, node 1's consumer loses its session and its partitions
+// move, every message is delivered, and the group's committed offsets, as
+// any node sees them, never go backwards. After the partition heals,
+// node 1's consumer rejoins by itself.
+func TestBehaviour23ClusterGroupThroughMetadataLeaderLoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net, nodes := threeNodes(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		tp := mustTopic(t, nodes[2], mustStream(t, nodes[2], "s"), "t", 6)
+		rec := &consumed{got: map[string]int{}, by: map[string][]uint64{}}
+		done := make(chan error, 4)
+		cfg := func(name string) parkway.ConsumerConfig {
+			return parkway.ConsumerConfig{Group: "g", Name: name, SessionTimeout: 3 * time.Second}
+		}
+		var consumers []*parkway.Consumer
+		for _, id := range []parkway.NodeID{1, 2, 3} {
+			c, err := nodes[id].NewConsumer(ctx, tp, cfg(fmt.Sprintf("on-%d", id)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			consumers = append(consumers, c)
+			go rec.run(c, ctx, done)
+		}
+		produceAcross(t, nodes[2], tp, 6, 5)
+		waitFor(t, "30 messages consumed", func() bool { return rec.count() == 30 })
+
+		// Offsets as node 3 sees them must never go back.
+		high := map[uint32]uint64{}
+		checkOffsets := func() {
+			g, err := nodes[3].Group(ctx, tp, "g")
+			if err != nil {
+				return // a read barrier may fail while the leader is away
+			}
+			for p, gp := range g.Partitions {
+				if gp.Committed && gp.Offset < high[uint32(p)] {
+					t.Fatalf("partition %d: committed offset went back %d → %d", p, high[uint32(p)], gp.Offset)
+				}
+				high[uint32(p)] = max(high[uint32(p)], gp.Offset)
+			}
+		}
+		checkOffsets()
+
+		joined := make(chan *parkway.Consumer, 1)
+		go func() {
+			c, err := nodes[3].NewConsumer(ctx, tp, cfg("late"))
+			if err != nil {
+				done <- err
+				joined <- nil
+				return
+			}
+			go rec.run(c, ctx, done)
+			joined <- c
+		}()
+		net.Partition([]parkway.NodeID{1}, []parkway.NodeID{2, 3})
+		late := <-joined
+		if late == nil {
+			t.Fatal("join during the metadata leader's loss failed")
+		}
+		consumers = append(consumers, late)
+		for p := range 6 {
+			for i := range 3 {
+				mustProduce(t, nodes[2], tp, parkway.PartitionID(uint32(p)), fmt.Sprintf("cut-p%d-%d", p, i))
+				checkOffsets()
+			}
+		}
+		waitFor(t, "48 messages consumed with node 1 cut off", func() bool { checkOffsets(); return rec.count() == 48 })
+		waitFor(t, "node 1's consumer expired", func() bool {
+			g, err := nodes[2].Group(ctx, tp, "g")
+			return err == nil && len(g.Members) == 3
+		})
+		net.Heal()
+		waitFor(t, "node 1's consumer back in the group", func() bool {
+			checkOffsets()
+			g, err := nodes[2].Group(ctx, tp, "g")
+			return err == nil && len(g.Members) == 4
+		})
+		for _, c := range consumers {
+			if err := c.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+		}
+		checkOffsets()
+		cancel()
+		for range 4 {
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				t.Fatalf("consumer loop: %v", err)
+			}
+		}
+	})
+}
