@@ -64,3 +64,49 @@ func Example_producerConsumer() {
 	// 1 alice: pen
 	// 2 alice: lamp
 }
+
+// The README's consumer group: a Consumer joins group "billing" (created
+// if needed), ranges over its messages — waiting for new ones without
+// using CPU — and commits after each batch; Close commits and leaves the
+// group. Start more consumers with the same Group, on this node or any
+// other, and the topic's partitions are shared among them.
+func Example_consumerGroup() {
+	node, err := parkway.Open(parkway.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer node.Close()
+	ctx := context.Background()
+	stream, err := node.CreateStream(ctx, "shop")
+	if err != nil {
+		log.Fatal(err)
+	}
+	orders, err := node.CreateTopic(ctx, stream, "orders", 1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, o := range []string{"book", "pen", "lamp"} {
+		if _, err := node.Produce(ctx, orders, parkway.Balanced(), parkway.Message{Payload: []byte(o)}); err != nil {
+			log.Fatal(err)
+		}
+	}
+
+	consumer, err := node.NewConsumer(ctx, orders, parkway.ConsumerConfig{Group: "billing", Name: "worker-1"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer consumer.Close()
+	for d, err := range consumer.Messages(ctx) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("partition %d offset %d: %s\n", d.Partition, d.Offset, d.Payload)
+		if d.Offset == 2 {
+			break
+		}
+	}
+	// Output:
+	// partition 0 offset 0: book
+	// partition 0 offset 1: pen
+	// partition 0 offset 2: lamp
+}
