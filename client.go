@@ -11,6 +11,7 @@ import (
 	"github.com/spaolacci/murmur3"
 
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/shard"
 )
@@ -78,7 +79,32 @@ func (n *Node) Produce(ctx context.Context, t Topic, to Partitioning, msgs ...Me
 	if err != nil {
 		return Ack{}, err
 	}
+	n.countProduced(t, req.Messages)
 	return Ack{Partition: part, FirstOffset: r.Offset, Count: len(req.Messages)}, nil
+}
+
+// topicMetrics returns t's client-side counters, resolved once per topic.
+func (n *Node) topicMetrics(t Topic) *metrics.Topic {
+	key := uint64(t.Stream.ID)<<32 | uint64(t.ID)
+	if m, ok := n.topicMetricsCache.Load(key); ok {
+		return m.(*metrics.Topic)
+	}
+	m, _ := n.topicMetricsCache.LoadOrStore(key, n.eng.Metrics().Topic(t.Stream.ID, t.ID))
+	return m.(*metrics.Topic)
+}
+
+func (n *Node) countProduced(t Topic, msgs []Message) {
+	m := n.topicMetrics(t)
+	m.Produced.Add(float64(len(msgs)))
+	m.ProducedBytes.Add(float64(batchBytes(msgs)))
+}
+
+func batchBytes(msgs []Message) int {
+	total := 0
+	for i := range msgs {
+		total += partition.MessageSize(&msgs[i])
+	}
+	return total
 }
 
 // prepareProduce validates and copies a batch, chooses its partition and
@@ -189,6 +215,7 @@ func (p *PendingAck) Wait(ctx context.Context) (Ack, error) {
 	p.done, p.err = true, err
 	if err == nil {
 		p.ack = Ack{Partition: p.part, FirstOffset: r.Offset, Count: len(p.f.Req.Messages)}
+		p.n.countProduced(p.topic, p.f.Req.Messages)
 	}
 	return p.ack, p.err
 }
@@ -306,6 +333,9 @@ type Batch struct {
 	// poll's resolved start when it returned none. It is always in the
 	// partition's [start, end], so it can be stored with StoreOffset.
 	Next uint64
+	// End is the partition's end (next) offset when the poll was
+	// answered: End − Next is the poller's lag.
+	End uint64
 }
 
 // MaxPollWait caps PollOption WaitFor: the longest a poll waits.
@@ -416,11 +446,24 @@ func (n *Node) Poll(ctx context.Context, t Topic, part uint32, from Start, max i
 		return Batch{}, err
 	}
 	req.NS, req.Epoch = ns, epoch
+	began := n.cfg.Clock.Now()
 	r, err := n.call(ctx, req, t, part)
 	if err != nil {
 		return Batch{}, err
 	}
-	return Batch{Messages: r.Messages, Next: r.Offset}, nil
+	m := n.topicMetrics(t)
+	if len(r.Messages) > 0 {
+		m.Polled.Add(float64(len(r.Messages)))
+		m.PolledBytes.Add(float64(batchBytes(r.Messages)))
+	}
+	if o.wait > 0 {
+		m.PollWait.Observe(n.cfg.Clock.Now().Sub(began).Seconds())
+	}
+	end := r.End
+	if end < r.Offset {
+		end = r.Offset // a node that sent no end
+	}
+	return Batch{Messages: r.Messages, Next: r.Offset, End: end}, nil
 }
 
 // PartitionOffsets describes a partition's log and, optionally, one

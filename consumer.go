@@ -257,6 +257,7 @@ func (c *Consumer) assign() {
 			f.cancel()
 			delete(c.fetchers, p)
 			delete(c.processed, p)
+			c.n.eng.Metrics().DeleteLag(c.t.Stream.ID, c.t.ID, p, c.lagName())
 		}
 	}
 	for _, p := range want {
@@ -271,6 +272,14 @@ func (c *Consumer) assign() {
 		c.goroutine(func() { c.fetch(ctx, m, p, f.id) })
 	}
 	c.mu.Unlock()
+}
+
+// lagName is the consumer label of the lag metric.
+func (c *Consumer) lagName() string {
+	if c.cfg.Group != "" {
+		return "group:" + c.cfg.Group
+	}
+	return c.cfg.Name
 }
 
 // current reports whether fetcher id still fetches part.
@@ -313,6 +322,7 @@ func (c *Consumer) fetch(ctx context.Context, m *Member, part uint32, id uint64)
 			return
 		case err == nil:
 			pause = c.n.cfg.RetryBackoffMin
+			c.n.eng.Metrics().SetLag(c.t.Stream.ID, c.t.ID, part, c.lagName(), b.End-b.Next)
 			if len(b.Messages) == 0 {
 				from = AtOffset(b.Next)
 				continue
@@ -577,6 +587,11 @@ func (c *Consumer) Close() error {
 	c.closeOnce.Do(func() {
 		c.cancel()
 		c.wg.Wait()
+		c.mu.Lock()
+		for p := range c.fetchers {
+			c.n.eng.Metrics().DeleteLag(c.t.Stream.ID, c.t.ID, p, c.lagName())
+		}
+		c.mu.Unlock()
 		ctx, cancel := c.n.deadline(context.Background())
 		defer cancel()
 		var errs []error

@@ -505,3 +505,71 @@ func TestBehaviour23ClusterGroupThroughMetadataLeaderLoss(t *testing.T) {
 		}
 	})
 }
+
+// The read side's metrics: messages and bytes produced and polled per
+// topic, waiting polls timed, and a Consumer's lag per partition.
+func TestConsumerMetrics(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := open(t, parkway.Config{Shards: 2})
+		reg := registry(t, n)
+		ctx := ctxFor(t)
+		tp := mustTopic(t, n, mustStream(t, n, "s"), "t", 2)
+		produceAcross(t, n, tp, 2, 10)
+		topic := []string{"stream", fmt.Sprint(tp.Stream.ID), "topic", fmt.Sprint(tp.ID)}
+		if got := metricValue(t, reg, "parkway_produced_messages_total", topic...); got != 20 {
+			t.Fatalf("produced messages %v, want 20", got)
+		}
+		if got := metricValue(t, reg, "parkway_produced_bytes_total", topic...); got <= 20 {
+			t.Fatalf("produced bytes %v", got)
+		}
+		// A consumer reads 4 messages of partition 0 in its first batch:
+		// its lag there is 6 once it polled.
+		c, err := n.NewConsumer(ctx, tp, parkway.ConsumerConfig{Name: "audit", MaxMessages: 4, Commit: parkway.CommitManual})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		read := 0
+		for _, err := range c.Messages(ctx) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if read++; read == 20 {
+				break
+			}
+		}
+		if got := metricValue(t, reg, "parkway_polled_messages_total", topic...); got < 20 {
+			t.Fatalf("polled messages %v, want at least 20", got)
+		}
+		waitFor(t, "lag 0 on both partitions", func() bool {
+			return metricValue(t, reg, "parkway_consumer_lag_messages", "consumer", "audit") == 0
+		})
+		mustProduce(t, n, tp, parkway.PartitionID(0), "more")
+		waitFor(t, "lag after one more message", func() bool {
+			// The waiting poll returns the new message at once: lag is
+			// measured at the poll, after the message.
+			return metricValue(t, reg, "parkway_polled_messages_total", topic...) >= 21
+		})
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		waits, lagSeries := uint64(0), 0
+		for _, f := range families {
+			switch f.GetName() {
+			case "parkway_poll_wait_seconds":
+				for _, m := range f.GetMetric() {
+					waits += m.GetHistogram().GetSampleCount()
+				}
+			case "parkway_consumer_lag_messages":
+				lagSeries += len(f.GetMetric())
+			}
+		}
+		if lagSeries != 2 {
+			t.Fatalf("%d lag series, want one per partition (2)", lagSeries)
+		}
+		if waits == 0 {
+			t.Fatal("no waiting poll observed in parkway_poll_wait_seconds")
+		}
+	})
+}

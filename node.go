@@ -49,9 +49,12 @@ type Node struct {
 	seq      atomic.Uint64
 
 	roundRobin atomic.Uint64
-	closed     atomic.Bool
-	closeOnce  sync.Once
-	closeErr   error
+	// topicMetricsCache holds each topic's *metrics.Topic, by
+	// stream<<32|topic.
+	topicMetricsCache sync.Map
+	closed            atomic.Bool
+	closeOnce         sync.Once
+	closeErr          error
 }
 
 // Open validates cfg, applies its defaults, builds the node engine and

@@ -62,6 +62,14 @@ type Metrics struct {
 	RaftCompactions *prometheus.CounterVec // shard
 	RaftSnapshots   *prometheus.CounterVec // shard
 	CaughtUp        *prometheus.CounterVec // shard
+
+	// The client side, counted by the node a call was made on.
+	Produced      *prometheus.CounterVec   // stream, topic: messages acknowledged
+	ProducedBytes *prometheus.CounterVec   // stream, topic: their bytes (partition.MessageSize)
+	Polled        *prometheus.CounterVec   // stream, topic: messages returned by polls
+	PolledBytes   *prometheus.CounterVec   // stream, topic
+	PollWait      *prometheus.HistogramVec // stream, topic: how long waiting polls waited
+	ConsumerLag   *prometheus.GaugeVec     // stream, topic, partition, consumer
 }
 
 // New returns fresh, unregistered collectors with no constant labels.
@@ -129,6 +137,37 @@ func NewLabeled(labels prometheus.Labels) *Metrics {
 			Name:        "parkway_raft_snapshots_installed_total",
 			Help:        "Raft snapshots installed by a replica that lagged behind its leader's compacted log.",
 		}, shard),
+		Produced: prometheus.NewCounterVec(prometheus.CounterOpts{
+			ConstLabels: labels,
+			Name:        "parkway_produced_messages_total",
+			Help:        "Messages whose produce was acknowledged to a caller of this node, by stream and topic id.",
+		}, []string{"stream", "topic"}),
+		ProducedBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			ConstLabels: labels,
+			Name:        "parkway_produced_bytes_total",
+			Help:        "Bytes of the acknowledged messages as the produce limits count them (payload, key, headers and record framing), by stream and topic id.",
+		}, []string{"stream", "topic"}),
+		Polled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			ConstLabels: labels,
+			Name:        "parkway_polled_messages_total",
+			Help:        "Messages returned to pollers on this node, by stream and topic id.",
+		}, []string{"stream", "topic"}),
+		PolledBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			ConstLabels: labels,
+			Name:        "parkway_polled_bytes_total",
+			Help:        "Bytes of the messages returned to pollers, counted as parkway_produced_bytes_total counts them, by stream and topic id.",
+		}, []string{"stream", "topic"}),
+		PollWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			ConstLabels: labels,
+			Name:        "parkway_poll_wait_seconds",
+			Help:        "How long waiting polls (WaitFor > 0) took to be answered, by stream and topic id.",
+			Buckets:     []float64{.0005, .001, .005, .01, .05, .1, .5, 1, 5, 30},
+		}, []string{"stream", "topic"}),
+		ConsumerLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			ConstLabels: labels,
+			Name:        "parkway_consumer_lag_messages",
+			Help:        "Messages between a Consumer's position and its partition's end at its last poll; consumer is the consumer name or group:<group>.",
+		}, []string{"stream", "topic", "partition", "consumer"}),
 		CaughtUp: prometheus.NewCounterVec(prometheus.CounterOpts{
 			ConstLabels: labels,
 			Name:        "parkway_catchup_messages_total",
@@ -140,7 +179,42 @@ func NewLabeled(labels prometheus.Labels) *Metrics {
 func (m *Metrics) all() []prometheus.Collector {
 	return []prometheus.Collector{m.FrameDrops, m.Materialised, m.Removed, m.BuildFailures,
 		m.ParkedFrames, m.ParkedBytes, m.StaleRejects, m.TransientDenies, m.Forwarded,
-		m.RaftCompactions, m.RaftSnapshots, m.CaughtUp}
+		m.RaftCompactions, m.RaftSnapshots, m.CaughtUp,
+		m.Produced, m.ProducedBytes, m.Polled, m.PolledBytes, m.PollWait, m.ConsumerLag}
+}
+
+// Topic returns the pre-resolved client-side handles of one topic, so
+// produce and poll count without a label lookup; a caller caches it.
+func (m *Metrics) Topic(stream, topic uint32) *Topic {
+	s, t := strconv.FormatUint(uint64(stream), 10), strconv.FormatUint(uint64(topic), 10)
+	return &Topic{
+		Produced:      m.Produced.WithLabelValues(s, t),
+		ProducedBytes: m.ProducedBytes.WithLabelValues(s, t),
+		Polled:        m.Polled.WithLabelValues(s, t),
+		PolledBytes:   m.PolledBytes.WithLabelValues(s, t),
+		PollWait:      m.PollWait.WithLabelValues(s, t),
+	}
+}
+
+// Topic is one topic's client-side counters.
+type Topic struct {
+	Produced, ProducedBytes prometheus.Counter
+	Polled, PolledBytes     prometheus.Counter
+	PollWait                prometheus.Observer
+}
+
+// SetLag sets a consumer's lag on a partition: messages between its
+// position and the partition's end.
+func (m *Metrics) SetLag(stream, topic, partition uint32, consumer string, lag uint64) {
+	m.ConsumerLag.WithLabelValues(strconv.FormatUint(uint64(stream), 10), strconv.FormatUint(uint64(topic), 10),
+		strconv.FormatUint(uint64(partition), 10), consumer).Set(float64(lag))
+}
+
+// DeleteLag removes a consumer's lag series of a partition it no longer
+// reads.
+func (m *Metrics) DeleteLag(stream, topic, partition uint32, consumer string) {
+	m.ConsumerLag.DeleteLabelValues(strconv.FormatUint(uint64(stream), 10), strconv.FormatUint(uint64(topic), 10),
+		strconv.FormatUint(uint64(partition), 10), consumer)
 }
 
 // Describe implements prometheus.Collector.

@@ -191,7 +191,8 @@ func readPoll(p partition.Partition, from uint64, r *Request) (Response, bool) {
 		next = msgs[n-1].Offset + 1
 	}
 	minCount := max(r.MinCount, 1)
-	return Response{Messages: msgs, Offset: next}, full || len(msgs) >= min(minCount, r.Count)
+	// Start and End let the caller compute its lag without another call.
+	return Response{Messages: msgs, Offset: next, Start: p.StartOffset(), End: p.NextOffset()}, full || len(msgs) >= min(minCount, r.Count)
 }
 
 // servePoll serves a poll against o: answered now, or registered as a
