@@ -460,6 +460,7 @@ func (s *Store) Replace(snap StoreSnapshot) error {
 		return fmt.Errorf("%w: snapshot at revision %d is older than the store's %d", ErrInvalidSnapshot, snap.Revision, rev)
 	}
 	s.revision, s.streams, s.streamNames, s.streamIDs, s.partitions = r.revision, r.streams, r.streamNames, r.streamIDs, r.partitions
+	s.groupClock = r.groupClock
 	subs := s.subs
 	s.mu.Unlock()
 	for _, sub := range subs {

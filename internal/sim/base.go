@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway/clock"
+	"github.com/parkway-io/parkway/metadata"
 )
 
 // base is what both modes share: the configuration, the one seeded RNG
@@ -20,6 +21,20 @@ type base struct {
 	clk  *clock.Manual
 	tr   *trace
 	viol *Violation
+	grp  *groupCheck // invariant 6, created on first use
+}
+
+// checkGroups checks one node's committed consumer groups (invariant 6).
+func (b *base) checkGroups(node string, meta *metadata.Store) {
+	if b.viol != nil || meta == nil {
+		return
+	}
+	if b.grp == nil {
+		b.grp = newGroupCheck()
+	}
+	if err := b.grp.observe(node, meta); err != nil {
+		b.fail(6, "%v", err)
+	}
 }
 
 // fail records the first violation; later ones are ignored.

@@ -473,6 +473,9 @@ func (c *csim) afterAction() {
 		}
 		n.flushOutbox()
 		n.collectMeta()
+		if n.eng != nil && !n.down {
+			c.checkGroups(fmt.Sprintf("n%d", n.id), n.meta)
+		}
 	}
 	c.collect()
 	for _, n := range c.nodes {

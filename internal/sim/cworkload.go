@@ -554,7 +554,14 @@ func (c *csim) metaOpStart(cl *client, n *cnode) {
 		m.steps = append(m.steps, func(metadata.Result) metadata.Command { return metadata.CreateStream{Name: name} },
 			createTopic("t0", 1+c.rng.IntN(3)))
 	}
+	if len(topics) > 0 && c.rng.IntN(4) == 0 {
+		if desc, cmd := groupCommand(c.rng, meta, topics, c.clk.Now()); cmd != nil {
+			m.desc = desc
+			m.steps = append(m.steps, func(metadata.Result) metadata.Command { return cmd })
+		}
+	}
 	switch w := c.rng.IntN(20); {
+	case len(m.steps) > 0:
 	case len(streams) == 0 || (w < 2 && len(streams) < maxStreams):
 		for i := range maxStreams {
 			name := fmt.Sprintf("s%d", i)

@@ -135,6 +135,16 @@
 //     appear; a try that landed in a recreated incarnation is placed
 //     there too; a leader read must see every acknowledged write; a Local
 //     poll is checked as a read of a replica that may lag (linIn.stale).
+//  6. Consumer groups (DESIGN behaviour 23): the workload commits group
+//     commands (create, join, heartbeat, leave, commit — with stale
+//     members, stale generations and backwards offsets among them, and
+//     sessions lapsing on the virtual clock) through the engine's
+//     metadata path; after every step, every running node's committed
+//     groups are checked: each generation of a group incarnation assigns
+//     its partitions the same way wherever and whenever it is observed
+//     (one holder per partition per generation, across nodes, restarts
+//     and snapshot installs), holders are live members, and a partition
+//     incarnation's committed group offset never goes backwards.
 //
 // Panics in the engine (etcd raft's included) are reported as violations
 // of invariant 0, with the seed, rather than crashing the test binary.

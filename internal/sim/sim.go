@@ -460,6 +460,9 @@ func (s *sim) tick() {
 	if s.roll(f.InboxBurst) {
 		s.burst()
 	}
+	if s.n != nil {
+		defer s.checkGroups("node", s.n.meta)
+	}
 	switch w := s.rng.IntN(100); {
 	case w < 34:
 		s.clientAct(s.clients[s.rng.IntN(len(s.clients))])

@@ -546,6 +546,12 @@ func (s *sim) metaOp(c *client) {
 	for _, st := range streams {
 		topics = append(topics, meta.Topics(st.ID)...)
 	}
+	if len(topics) > 0 && s.rng.IntN(4) == 0 {
+		if _, cmd := groupCommand(s.rng, meta, topics, s.clk.Now()); cmd != nil {
+			s.commit(cmd) //nolint:errcheck // refusals are part of the workload
+			return
+		}
+	}
 	var created []metadata.PartitionInfo
 	switch w := s.rng.IntN(20); {
 	case len(streams) == 0 || (w < 2 && len(streams) < maxStreams):
