@@ -17,8 +17,9 @@ type CommitPolicy uint8
 
 const (
 	// CommitAfterBatch commits a partition's position once every message
-	// of a polled batch has been handled (the loop body returned for it):
-	// at-least-once with at most one batch to redeliver after a crash.
+	// of a polled batch has been handled (the loop body returned for it),
+	// in the background: at-least-once, with what was handled since the
+	// last completed commit (about one batch) to redeliver after a crash.
 	// The default.
 	CommitAfterBatch CommitPolicy = iota
 	// CommitOnInterval commits every ConsumerConfig.CommitInterval and on
@@ -145,6 +146,7 @@ type Consumer struct {
 
 	batches chan fetched  // from the fetchers; never closed
 	kick    chan struct{} // asks the heartbeat loop to refresh now
+	commitC chan struct{} // asks the maintenance loop to commit now
 
 	mu        sync.Mutex
 	member    *Member             // nil for a named consumer
@@ -187,6 +189,7 @@ func (n *Node) NewConsumer(ctx context.Context, t Topic, cfg ConsumerConfig) (*C
 		n: n, t: t, cfg: cfg,
 		batches:   make(chan fetched),
 		kick:      make(chan struct{}, 1),
+		commitC:   make(chan struct{}, 1),
 		fetchers:  make(map[uint32]*fetcher),
 		processed: make(map[uint32]uint64),
 	}
@@ -407,6 +410,9 @@ func (c *Consumer) maintain() {
 			_ = c.Commit(c.ctx) // failures leave the positions for the next round
 			commit.Reset(c.cfg.CommitInterval)
 			continue
+		case <-c.commitC:
+			_ = c.Commit(c.ctx) // failures leave the positions for the next batch
+			continue
 		case <-hb.C():
 		case <-c.kick:
 		}
@@ -497,11 +503,11 @@ func (c *Consumer) Messages(ctx context.Context) iter.Seq2[Delivery, error] {
 				more := yield(Delivery{Partition: f.part, Message: msg}, nil)
 				c.handled(f.part, f.id, msg.Offset+1)
 				if !more {
-					c.afterBatch(ctx)
+					c.afterBatch()
 					return
 				}
 			}
-			c.afterBatch(ctx)
+			c.afterBatch()
 		}
 	}
 }
@@ -515,9 +521,17 @@ func (c *Consumer) handled(part uint32, id uint64, next uint64) {
 	}
 }
 
-func (c *Consumer) afterBatch(ctx context.Context) {
+// afterBatch asks for a commit under CommitAfterBatch. The maintenance
+// loop commits, so the iterator hands out the next batch without waiting
+// for the commit's round trip (a metadata-log write for a group, an
+// offset write for a named consumer); commits coalesce while one is in
+// flight.
+func (c *Consumer) afterBatch() {
 	if c.cfg.Commit == CommitAfterBatch {
-		_ = c.Commit(ctx) // a refused commit means a rebalance: redelivery covers it
+		select {
+		case c.commitC <- struct{}{}:
+		default:
+		}
 	}
 }
 

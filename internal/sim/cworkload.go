@@ -110,7 +110,11 @@ func (c *csim) clientAct(cl *client) {
 	}
 	snap := n.meta.Snapshot()
 	if len(snap.Partitions) == 0 || c.rng.IntN(100) < 16 {
-		c.metaOpStart(cl, n)
+		c.metaOpStart(cl, n, false)
+		return
+	}
+	if c.rng.IntN(100) < 20 {
+		c.metaOpStart(cl, n, true)
 		return
 	}
 	if c.rng.IntN(100) < 5 {
@@ -535,7 +539,7 @@ func (c *csim) finish(o *op, oc outcome, r shard.Response, err error) {
 // metaOpStart starts a metadata operation for cl through n, computed from
 // n's view of the metadata. Names are few, so deletes and recreates reuse
 // slab ids and namespaces.
-func (c *csim) metaOpStart(cl *client, n *cnode) {
+func (c *csim) metaOpStart(cl *client, n *cnode, group bool) {
 	meta := n.meta
 	streams := meta.Streams()
 	var topics []metadata.TopicInfo
@@ -554,14 +558,15 @@ func (c *csim) metaOpStart(cl *client, n *cnode) {
 		m.steps = append(m.steps, func(metadata.Result) metadata.Command { return metadata.CreateStream{Name: name} },
 			createTopic("t0", 1+c.rng.IntN(3)))
 	}
-	if len(topics) > 0 && c.rng.IntN(4) == 0 {
+	if group {
+		// A consumer group command (see groupCommand).
 		if desc, cmd := groupCommand(c.rng, meta, topics, c.clk.Now()); cmd != nil {
 			m.desc = desc
 			m.steps = append(m.steps, func(metadata.Result) metadata.Command { return cmd })
 		}
 	}
 	switch w := c.rng.IntN(20); {
-	case len(m.steps) > 0:
+	case group:
 	case len(streams) == 0 || (w < 2 && len(streams) < maxStreams):
 		for i := range maxStreams {
 			name := fmt.Sprintf("s%d", i)

@@ -42,17 +42,17 @@ func groupCommand(rng *rand.Rand, meta *metadata.Store, topics []metadata.TopicI
 	}
 	ns := now.UnixNano()
 	timeout := time.Duration(1+rng.IntN(4)) * time.Second
-	switch w := rng.IntN(20); {
-	case w < 4 || len(g.Members) == 0:
+	switch w := rng.IntN(24); {
+	case w < 3 || len(g.Members) == 0:
 		return desc("join"), metadata.JoinGroup{Stream: t.Stream, Topic: t.ID, Group: name,
 			Member: fmt.Sprintf("m%d", g.NextMember), SessionTimeout: timeout, Now: ns, Revision: t.CreatedRevision}
-	case w < 9:
+	case w < 8:
 		return desc(fmt.Sprintf("heartbeat m%d", member)), metadata.Heartbeat{Stream: t.Stream, Topic: t.ID, Group: name,
 			Member: member, Now: ns, Revision: t.CreatedRevision}
-	case w < 11:
+	case w < 9:
 		return desc(fmt.Sprintf("leave m%d", member)), metadata.LeaveGroup{Stream: t.Stream, Topic: t.ID, Group: name,
 			Member: member, Now: ns, Revision: t.CreatedRevision}
-	case w < 12:
+	case w < 10 && rng.IntN(3) == 0:
 		return desc("delete"), metadata.DeleteGroup{Stream: t.Stream, Topic: t.ID, Name: name, Revision: t.CreatedRevision}
 	default:
 		// A commit: the partitions the member holds (sometimes one it

@@ -289,6 +289,7 @@ var invariantNames = [...]string{
 	3: "acknowledged messages survive, offsets dense",
 	4: "quiescence: park buffers empty, no unexplained drops",
 	5: "per-partition history linearizable",
+	6: "consumer groups: one assignment per generation, offsets never go back",
 }
 
 // Violation is a failed run: the first invariant found violated.

@@ -161,6 +161,10 @@ func (s *sim) clientAct(c *client) {
 		s.metaOp(c)
 		return
 	}
+	if s.rng.IntN(100) < 20 {
+		s.groupOp()
+		return
+	}
 	if s.rng.IntN(100) < 5 {
 		// A client whose view lags: it still resolves a partition that
 		// has been deleted (its request parks unstamped, ages out, and the
@@ -546,12 +550,6 @@ func (s *sim) metaOp(c *client) {
 	for _, st := range streams {
 		topics = append(topics, meta.Topics(st.ID)...)
 	}
-	if len(topics) > 0 && s.rng.IntN(4) == 0 {
-		if _, cmd := groupCommand(s.rng, meta, topics, s.clk.Now()); cmd != nil {
-			s.commit(cmd) //nolint:errcheck // refusals are part of the workload
-			return
-		}
-	}
 	var created []metadata.PartitionInfo
 	switch w := s.rng.IntN(20); {
 	case len(streams) == 0 || (w < 2 && len(streams) < maxStreams):
@@ -606,6 +604,17 @@ func (s *sim) metaOp(c *client) {
 			s.dataOp(x, created[s.rng.IntN(len(created))].NS, s.pickKind())
 			n--
 		}
+	}
+}
+
+// groupOp commits one consumer group command (see groupCommand).
+func (s *sim) groupOp() {
+	var topics []metadata.TopicInfo
+	for _, st := range s.n.meta.Streams() {
+		topics = append(topics, s.n.meta.Topics(st.ID)...)
+	}
+	if _, cmd := groupCommand(s.rng, s.n.meta, topics, s.clk.Now()); cmd != nil {
+		s.commit(cmd) //nolint:errcheck // refusals are part of the workload
 	}
 }
 
