@@ -549,45 +549,62 @@ func (c *Consumer) Commit(ctx context.Context) error {
 	offsets := maps.Clone(c.processed)
 	m := c.member
 	c.mu.Unlock()
-	var err error
-	if m != nil {
-		err = m.Commit(ctx, offsets)
-		if errors.Is(err, ErrNotAssigned) || errors.Is(err, ErrStaleGeneration) || errors.Is(err, ErrOffsetRegression) {
-			// Keep what is still ours after a refresh, drop the rest.
-			c.refreshNow()
-			held := map[uint32]bool{}
-			if a, herr := m.Heartbeat(ctx); herr == nil {
-				for _, p := range a.Partitions {
-					held[p] = true
-				}
+	if m == nil {
+		var errs []error
+		for _, p := range slices.Sorted(maps.Keys(offsets)) {
+			if err := c.n.StoreOffset(ctx, c.cfg.Name, c.t, p, offsets[p]); err != nil {
+				errs = append(errs, err)
+				delete(offsets, p) // kept for the next commit
 			}
-			maps.DeleteFunc(offsets, func(p uint32, _ uint64) bool { return !held[p] })
-			err = m.Commit(ctx, offsets)
-			if errors.Is(err, ErrNotAssigned) || errors.Is(err, ErrStaleGeneration) || errors.Is(err, ErrOffsetRegression) {
-				err = nil // moved again meanwhile: the next holder has it
-			}
-			c.forget(offsets, true)
-			return err
+		}
+		c.forget(offsets)
+		return errors.Join(errs...)
+	}
+	err := m.Commit(ctx, offsets)
+	if !rebalanced(err) {
+		if err == nil {
+			c.forget(offsets)
+		}
+		return err
+	}
+	// The group rebalanced: refresh, drop the positions of partitions
+	// that moved (their next holder redelivers from the committed
+	// offset), and commit the ones still held.
+	held := map[uint32]bool{}
+	if a, herr := m.Heartbeat(ctx); herr == nil {
+		for _, p := range a.Partitions {
+			held[p] = true
 		}
 	} else {
-		for _, p := range slices.Sorted(maps.Keys(offsets)) {
-			if e := c.n.StoreOffset(ctx, c.cfg.Name, c.t, p, offsets[p]); e != nil {
-				err = errors.Join(err, e)
-				delete(offsets, p)
-			}
-		}
+		c.refreshNow()
 	}
-	c.forget(offsets, err == nil)
+	moved := maps.Clone(offsets)
+	maps.DeleteFunc(moved, func(p uint32, _ uint64) bool { return held[p] })
+	maps.DeleteFunc(offsets, func(p uint32, _ uint64) bool { return !held[p] })
+	c.forget(moved)
+	if len(offsets) == 0 {
+		return nil
+	}
+	err = m.Commit(ctx, offsets)
+	if err == nil || rebalanced(err) {
+		c.forget(offsets) // committed, or moved again meanwhile
+		return nil
+	}
 	return err
 }
 
-// forget drops committed positions that did not move since they were
-// read (all, with all set, after a rebalance dropped the others).
-func (c *Consumer) forget(committed map[uint32]uint64, all bool) {
+// rebalanced reports a group commit refused because the group moved on.
+func rebalanced(err error) bool {
+	return errors.Is(err, ErrNotAssigned) || errors.Is(err, ErrStaleGeneration) || errors.Is(err, ErrOffsetRegression)
+}
+
+// forget drops the positions in committed that did not move since they
+// were read: they are committed (or given up).
+func (c *Consumer) forget(committed map[uint32]uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for p, off := range c.processed {
-		if o, ok := committed[p]; (ok && o == off) || (all && !ok) {
+	for p, off := range committed {
+		if c.processed[p] == off {
 			delete(c.processed, p)
 		}
 	}
