@@ -440,6 +440,10 @@ func (c *Consumer) nextHeartbeat(every time.Duration) time.Duration {
 func (c *Consumer) heartbeat() {
 	m := c.Member()
 	if m == nil {
+		if _, err := c.n.topicAlive(c.t); err != nil {
+			c.fail(err) // the topic is gone: end the iteration
+			return
+		}
 		c.assign()
 		return
 	}

@@ -573,3 +573,38 @@ func TestConsumerMetrics(t *testing.T) {
 		}
 	})
 }
+
+// A consumer's iteration ends with a typed error when its topic is
+// deleted: a group member's and a named consumer's alike.
+func TestConsumerEndsWhenTopicDeleted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := open(t, parkway.Config{Shards: 2})
+		ctx := ctxFor(t)
+		tp := mustTopic(t, n, mustStream(t, n, "s"), "t", 2)
+		for _, cfg := range []parkway.ConsumerConfig{{Group: "g"}, {Name: "audit"}} {
+			c, err := n.NewConsumer(ctx, tp, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				for _, err := range c.Messages(ctx) {
+					if err != nil {
+						done <- err
+						return
+					}
+				}
+				done <- nil
+			}()
+			synctest.Wait()
+			if err := n.DeleteTopic(ctx, tp); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; !errors.Is(err, parkway.ErrTopicNotFound) {
+				t.Fatalf("%+v: iteration ended with %v, want ErrTopicNotFound", cfg, err)
+			}
+			_ = c.Close() // leaving a deleted topic's group fails; Close still stops
+			tp = mustTopic(t, n, mustStream(t, n, fmt.Sprintf("s-%s", cfg.Name)), "t", 2)
+		}
+	})
+}
