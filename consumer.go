@@ -153,6 +153,7 @@ type Consumer struct {
 	fetchers  map[uint32]*fetcher // current fetchers by partition
 	nextID    uint64
 	processed map[uint32]uint64 // delivered positions not yet committed
+	rest      fetched           // what a broken-off loop left of its batch
 	fatal     error             // ends iteration
 
 	closeOnce sync.Once
@@ -487,26 +488,39 @@ func (c *Consumer) heartbeat() {
 func (c *Consumer) Messages(ctx context.Context) iter.Seq2[Delivery, error] {
 	return func(yield func(Delivery, error) bool) {
 		for {
-			var f fetched
-			select {
-			case f = <-c.batches:
-			case <-ctx.Done():
-				yield(Delivery{}, ctx.Err())
-				return
-			case <-c.ctx.Done():
-				return
+			// The rest of a batch a previous loop broke out of comes
+			// first: its fetcher has moved past it.
+			c.mu.Lock()
+			f := c.rest
+			c.rest = fetched{}
+			c.mu.Unlock()
+			if len(f.b.Messages) == 0 {
+				select {
+				case f = <-c.batches:
+				case <-ctx.Done():
+					yield(Delivery{}, ctx.Err())
+					return
+				case <-c.ctx.Done():
+					return
+				}
 			}
 			if f.err != nil {
 				yield(Delivery{}, f.err)
 				return
 			}
-			for _, msg := range f.b.Messages {
+			for i, msg := range f.b.Messages {
 				if !c.current(f.part, f.id) {
 					break // revoked mid-batch: the rest is the next holder's
 				}
 				more := yield(Delivery{Partition: f.part, Message: msg}, nil)
 				c.handled(f.part, f.id, msg.Offset+1)
 				if !more {
+					if i+1 < len(f.b.Messages) {
+						f.b.Messages = f.b.Messages[i+1:]
+						c.mu.Lock()
+						c.rest = f
+						c.mu.Unlock()
+					}
 					c.afterBatch()
 					return
 				}

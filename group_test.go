@@ -608,3 +608,39 @@ func TestConsumerEndsWhenTopicDeleted(t *testing.T) {
 		}
 	})
 }
+
+// Breaking out of Messages and ranging again continues where the loop
+// stopped, the rest of a half-delivered batch included.
+func TestConsumerMessagesResumesAfterBreak(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := open(t, parkway.Config{Shards: 1})
+		ctx := ctxFor(t)
+		tp := mustTopic(t, n, mustStream(t, n, "s"), "t", 1)
+		produceAcross(t, n, tp, 1, 10)
+		c, err := n.NewConsumer(ctx, tp, parkway.ConsumerConfig{Group: "g", MaxMessages: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		var offsets []uint64
+		for round := 0; len(offsets) < 10; round++ {
+			if round > 5 {
+				t.Fatalf("offsets after 5 rounds: %v", offsets)
+			}
+			for d, err := range c.Messages(ctx) {
+				if err != nil {
+					t.Fatalf("after %v: %v", offsets, err)
+				}
+				offsets = append(offsets, d.Offset)
+				if len(offsets)%3 == 0 || len(offsets) == 10 {
+					break
+				}
+			}
+		}
+		for i, off := range offsets {
+			if off != uint64(i) {
+				t.Fatalf("offsets %v: a break lost or repeated messages", offsets)
+			}
+		}
+	})
+}
