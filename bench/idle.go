@@ -1,0 +1,102 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// runIdle is case W2 on one side: readers readers of the one partition
+// (stream), each started from the first message; once every one has seen
+// the warm message (so each is running and its next request waits on the
+// server), the process settles for idleSettle, then the clock runs for
+// window with nothing produced. The CPU the process uses over the window,
+// divided by the window, is the cost of keeping them waiting (with the
+// idle system's own). Sides that observe it count the requests answered
+// empty in the window: with a waitMaxWait wait, about readers × window /
+// waitMaxWait, which shows every reader was waiting and asking again.
+//
+// Then, not timed: one message is produced, and the time until every
+// reader has it is the wake-up of all of them by one produce. It also
+// proves each was still waiting. A side without a reader measures the
+// idle system alone.
+func runIdle(ctx context.Context, in instance, side waitSide, readers int, window time.Duration, m *meter) (s waitSample, err error) {
+	s.empties = -1
+	if side.start == nil {
+		readers = 0
+	}
+	var empties atomic.Int64
+	ready, woken := newCounter(readers), newCounter(readers)
+	f := newFailures()
+	seen := func(p []byte) bool {
+		seq, _, err := unstamp(p)
+		switch {
+		case err != nil:
+			f.fail(err)
+		case seq == 0:
+			ready.add()
+		case seq == stopSeq:
+			woken.add()
+			return false
+		default:
+			f.fail(fmt.Errorf("message %d seen on an idle partition", seq))
+		}
+		return true
+	}
+	h := readerHooks{seen: seen}
+	if side.countsEmpty {
+		h.empty = func() { empties.Add(1) }
+	}
+	var rds []*waitReader
+	defer func() { err = errors.Join(err, stopAll(rds)) }()
+	t := time.Now()
+	for i := range readers {
+		rd, err := side.start(ctx, in, fmt.Sprintf("idle-%d", i), h, f.fail)
+		if err != nil {
+			return s, fmt.Errorf("reader %d: %w", i, err)
+		}
+		rds = append(rds, rd)
+	}
+	if err := waitUntil(ctx, "every reader to see the warm message", ready.ch, f, drainTimeout); err != nil {
+		return s, err
+	}
+	s.setUp = time.Since(t)
+	if err := sleepCtx(ctx, idleSettle); err != nil {
+		return s, err
+	}
+
+	e0 := empties.Load()
+	if err := m.start(); err != nil {
+		return s, err
+	}
+	if err := sleepCtx(ctx, window); err != nil {
+		return s, err
+	}
+	if err := m.stop(readers, 0); err != nil {
+		return s, err
+	}
+	if side.countsEmpty {
+		s.empties = empties.Load() - e0
+	}
+	select {
+	case <-f.ch:
+		return s, fmt.Errorf("a reader failed during the window: %w", f.err)
+	default:
+	}
+	if readers == 0 {
+		return s, nil
+	}
+
+	// Not timed: one produce wakes every reader.
+	t = time.Now()
+	if err := in.produceOne(ctx, 0, stamp(stopSeq, 0)); err != nil {
+		return s, fmt.Errorf("wake message: %w", err)
+	}
+	if err := waitUntil(ctx, "every reader to see the wake message", woken.ch, f, drainTimeout); err != nil {
+		return s, err
+	}
+	s.wake = time.Since(t)
+	return s, nil
+}
