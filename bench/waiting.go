@@ -134,7 +134,10 @@ type readerHooks struct {
 func (s waitSide) parkway() bool { return s.system.name() == (parkwaySystem{}).name() }
 
 var (
-	sideConsumer = waitSide{key: "consumer", name: "parkway Consumer", system: parkwaySystem{}, start: startParkwayConsumer}
+	sideConsumer = waitSide{key: "consumer", name: "parkway Consumer", system: parkwaySystem{},
+		start: parkwayConsumer(parkway.CommitAfterBatch)}
+	sideConsumerInterval = waitSide{key: "consumer-interval", name: "parkway Consumer, commit every 1 s", system: parkwaySystem{},
+		start: parkwayConsumer(parkway.CommitOnInterval)}
 	sidePoll     = waitSide{key: "poll", name: "parkway Poll+WaitFor", system: parkwaySystem{}, start: startParkwayPoll, countsEmpty: true}
 	sideConsume  = waitSide{key: "consume", name: "JetStream Consume", system: jetStreamSystem{}, start: startJetStreamConsume}
 	sideFetch    = waitSide{key: "fetch", name: "JetStream Fetch+MaxWait", system: jetStreamSystem{}, start: startJetStreamFetch, countsEmpty: true}
@@ -155,7 +158,8 @@ func waitingCases(sz WaitingSizes) []waitCase {
 	if sz.Latency > 0 {
 		out = append(out, waitCase{id: "W1", key: "latency",
 			title: fmt.Sprintf("produce→consume latency, one waiting consumer, one message every %v", latencyInterval),
-			sides: []waitSide{sideConsumer, sidePoll, sideConsume, sideFetch}, pairs: [][2]int{{0, 2}, {1, 3}}})
+			sides: []waitSide{sideConsumer, sideConsumerInterval, sidePoll, sideConsume, sideFetch},
+			pairs: [][2]int{{0, 3}, {1, 3}, {2, 4}}})
 	}
 	if sz.Idle > 0 {
 		out = append(out, waitCase{id: "W2", key: "idle",
@@ -207,12 +211,20 @@ func (r *waitReader) stop() error {
 	return err
 }
 
-// startParkwayConsumer: a named Consumer (no group) of the topic, with
-// MaxWait waitMaxWait and MaxMessages waitBatch, ranged over with
-// Messages. It commits after each batch, its default.
-func startParkwayConsumer(ctx context.Context, in instance, name string, h readerHooks, fail func(error)) (*waitReader, error) {
+// parkwayConsumer starts a named Consumer (no group) of the topic, with
+// MaxWait waitMaxWait, MaxMessages waitBatch and the commit policy
+// (CommitAfterBatch, the default, or CommitOnInterval with the default
+// interval, 1 s), ranged over with Messages.
+func parkwayConsumer(policy parkway.CommitPolicy) func(context.Context, instance, string, readerHooks, func(error)) (*waitReader, error) {
+	return func(ctx context.Context, in instance, name string, h readerHooks, fail func(error)) (*waitReader, error) {
+		return startParkwayConsumer(ctx, in, name, policy, h, fail)
+	}
+}
+
+func startParkwayConsumer(ctx context.Context, in instance, name string, policy parkway.CommitPolicy, h readerHooks, fail func(error)) (*waitReader, error) {
 	p := in.(*parkwayInstance)
-	c, err := p.node.NewConsumer(ctx, p.topic, parkway.ConsumerConfig{Name: name, MaxWait: waitMaxWait, MaxMessages: waitBatch})
+	c, err := p.node.NewConsumer(ctx, p.topic, parkway.ConsumerConfig{Name: name, MaxWait: waitMaxWait, MaxMessages: waitBatch,
+		Commit: policy})
 	if err != nil {
 		return nil, fmt.Errorf("parkway: new consumer %s: %w", name, err)
 	}
