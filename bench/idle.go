@@ -11,7 +11,8 @@ import (
 // runIdle is case W2 on one side: readers readers of the one partition
 // (stream), each started from the first message; once every one has seen
 // the warm message (so each is running and its next request waits on the
-// server), the process settles for idleSettle, then the clock runs for
+// server) and recorded it (the Consumer's commit, Consume's ack, done
+// when the server has it), the process settles for idleSettle, then the clock runs for
 // window with nothing produced. The CPU the process uses over the window,
 // divided by the window, is the cost of keeping them waiting (with the
 // idle system's own). Sides that observe it count the requests answered
@@ -61,6 +62,13 @@ func runIdle(ctx context.Context, in instance, side waitSide, readers int, windo
 	}
 	if err := waitUntil(ctx, "every reader to see the warm message", ready.ch, f, drainTimeout); err != nil {
 		return s, err
+	}
+	for _, rd := range rds {
+		if rd.settle != nil {
+			if err := rd.settle(ctx); err != nil {
+				return s, err
+			}
+		}
 	}
 	s.setUp = time.Since(t)
 	if err := sleepCtx(ctx, idleSettle); err != nil {

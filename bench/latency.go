@@ -9,8 +9,8 @@ import (
 )
 
 // runLatency is case W1 on one side: one reader waits on the partition
-// (it has read the warm message, so its next request is waiting before
-// the clock starts); the producer then produces one message at a time,
+// (it has read the warm message, and recorded it where it commits or
+// acks, so its next request is waiting before the clock starts); the producer then produces one message at a time,
 // each waiting for its ack, one every latencyInterval (at once if the
 // previous took longer), at least count and until the round's minimum
 // length has passed. Each payload carries its sequence number and the
@@ -66,6 +66,11 @@ func runLatency(ctx context.Context, in instance, side waitSide, count int, m *m
 	defer func() { err = errors.Join(err, rd.stop()) }()
 	if err := waitUntil(ctx, "the reader to see the warm message", warm.ch, f, drainTimeout); err != nil {
 		return err
+	}
+	if rd.settle != nil {
+		if err := rd.settle(ctx); err != nil {
+			return err
+		}
 	}
 
 	if err := m.start(); err != nil {

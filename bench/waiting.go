@@ -179,6 +179,10 @@ type waitReader struct {
 	done    chan struct{}
 	err     error        // why the loop ended; read after done
 	cleanup func() error // releases what the reader holds, after the loop
+	// settle, when set, waits until the reader has recorded its progress
+	// on the server (a commit, an ack) for the first message it saw, so
+	// that work does not spill into a measurement.
+	settle func(context.Context) error
 }
 
 // goReader runs loop in a goroutine; fail is told of an error that ends it
@@ -239,7 +243,15 @@ func startParkwayConsumer(ctx context.Context, in instance, name string, policy 
 		}
 		return nil
 	}
-	return goReader(ctx, loop, c.Close, fail), nil
+	r := goReader(ctx, loop, c.Close, fail)
+	r.settle = func(ctx context.Context) error {
+		// The commit after the warm message's batch stores offset 1.
+		return waitFor(ctx, "consumer "+name+"'s first commit", func() (bool, error) {
+			off, ok, err := p.node.ConsumerOffset(ctx, name, p.topic, 0)
+			return ok && off >= 1, err
+		})
+	}
+	return r, nil
 }
 
 // startParkwayPoll: Poll(AtOffset(next), waitBatch, WaitFor(waitMaxWait))
@@ -327,7 +339,18 @@ func startJetStreamConsume(ctx context.Context, in instance, name string, h read
 		}
 		return ctx.Err()
 	}
-	return goReader(ctx, loop, nil, fail), nil
+	r := goReader(ctx, loop, nil, fail)
+	r.settle = func(ctx context.Context) error {
+		// The server has processed the ack of the warm message.
+		return waitFor(ctx, "consumer "+name+"'s first ack", func() (bool, error) {
+			info, err := cons.Info(ctx)
+			if err != nil {
+				return false, err
+			}
+			return info.NumAckPending == 0 && info.AckFloor.Stream >= 1, nil
+		})
+	}
+	return r, nil
 }
 
 // startJetStreamFetch: a durable pull consumer (AckNone, from the first

@@ -24,7 +24,8 @@ most 256 messages and waiting at most 5 s per request:
 | JetStream Fetch+MaxWait | a durable pull consumer (` + "`AckNonePolicy`" + `, ` + "`DeliverAllPolicy`" + `, like the Poll loop, which commits nothing), ` + "`cons.Fetch(256, jetstream.FetchMaxWait(5*time.Second))`" + ` in a loop, each batch's messages read as they arrive (no heartbeat: the client sets none below a 10 s wait) |
 
 **W1, latency.** One reader reads the partition from its start; once it
-has seen the warm message (so its next request is waiting), the clock
+has seen the warm message and recorded it (so its next request is
+waiting), the clock
 starts and one producer produces one 100-byte message at a time, waiting
 for each ack (parkway ` + "`Produce`" + `, JetStream ` + "`js.Publish`" + `), one
 every 1 ms (at once if the previous produce took longer): a modest fixed
@@ -41,7 +42,9 @@ server and reader) per message.
 Poll loops, all on partition 0 of the one topic; JetStream: N durable pull
 consumers of the one stream, each with its own Consume or Fetch loop).
 Once every reader has seen the warm message, so each is waiting on the
-server, the process settles for 0.5 s, then the process's CPU time
+server, and has recorded it (the Consumer's commit is stored, the
+Consume ack is processed: each checked on the server), the process
+settles for 0.5 s, then the process's CPU time
 (getrusage, user+system) is measured over the idle window with nothing
 produced; the figure is that CPU time over the window, as a percentage of
 one core. The rows without a reader open the same system and measure it
@@ -51,7 +54,7 @@ N × window / 5 s, which shows every reader kept waiting and asking again
 (the Consumer and Consume do the same inside the library, uncounted).
 After the window (not timed), one message is produced and the time until
 every reader has it is given (wake-all); set-up is the time to start the N
-readers until each has read the warm message.
+readers until each has read and recorded the warm message.
 `
 
 func (r *Report) writeWaiting(b *strings.Builder) {
