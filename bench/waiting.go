@@ -183,6 +183,9 @@ type waitReader struct {
 	// on the server (a commit, an ack) for the first message it saw, so
 	// that work does not spill into a measurement.
 	settle func(context.Context) error
+	// state, when set, describes the reader as its server sees it, for a
+	// reader that missed a message.
+	state func(context.Context) string
 }
 
 // goReader runs loop in a goroutine; fail is told of an error that ends it
@@ -350,7 +353,18 @@ func startJetStreamConsume(ctx context.Context, in instance, name string, h read
 			return info.NumAckPending == 0 && info.AckFloor.Stream >= 1, nil
 		})
 	}
+	r.state = func(ctx context.Context) string { return consumerState(ctx, cons) }
 	return r, nil
+}
+
+// consumerState describes a JetStream consumer as the server sees it.
+func consumerState(ctx context.Context, cons jetstream.Consumer) string {
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Sprintf("consumer info: %v", err)
+	}
+	return fmt.Sprintf("the server has delivered up to stream sequence %d, %d unacknowledged, %d pull requests waiting",
+		info.Delivered.Stream, info.NumAckPending, info.NumWaiting)
 }
 
 // startJetStreamFetch: a durable pull consumer (AckNone, from the first
@@ -387,7 +401,9 @@ func startJetStreamFetch(ctx context.Context, in instance, name string, h reader
 		}
 		return ctx.Err()
 	}
-	return goReader(ctx, loop, nil, fail), nil
+	r := goReader(ctx, loop, nil, fail)
+	r.state = func(ctx context.Context) string { return consumerState(ctx, cons) }
+	return r, nil
 }
 
 // newConsumer creates a durable pull consumer of the instance's first
@@ -460,6 +476,11 @@ type waitSample struct {
 	// having it, and the time to start every reader and see it waiting.
 	empties     int64
 	wake, setUp time.Duration
+	// missed is how many readers did not see the wake message within
+	// drainTimeout (wake is then unset), and missedState how the first
+	// of them looked to its server.
+	missed      int
+	missedState string
 }
 
 type waitCaseResult struct {
@@ -548,6 +569,9 @@ func (r *runner) progressWait(c waitCase, side waitSide, round int, s waitSample
 	}
 	if s.msgs > 0 {
 		line += fmt.Sprintf("  set-up %s  wake-all %s", formatDuration(s.setUp), formatDuration(s.wake))
+	}
+	if s.missed > 0 {
+		line += fmt.Sprintf("  %d readers missed the wake message (first: %s)", s.missed, s.missedState)
 	}
 	if s.empties >= 0 {
 		line += fmt.Sprintf("  empty answers %d", s.empties)

@@ -123,6 +123,7 @@ func writeWaitIdle(b *strings.Builder, c waitCaseResult, window time.Duration) {
 		}
 		return summary{}, false
 	}
+	var missed []string
 	for i, s := range c.spec.sides {
 		readers := formatCount(int(medianMsgs(plain(c.samples[i]))))
 		above, empties, setUp, wake := "–", "–", "–", "–"
@@ -131,7 +132,19 @@ func writeWaitIdle(b *strings.Builder, c waitCaseResult, window time.Duration) {
 				above = fmt.Sprintf("%s%%", sig3(cpu[i].median-bl.median))
 			}
 			setUp = formatDurSummary(summarizeF(c.samples[i], func(s waitSample) float64 { return float64(s.setUp) }))
-			wake = formatDurSummary(summarizeF(c.samples[i], func(s waitSample) float64 { return float64(s.wake) }))
+			var woke []waitSample
+			for r, ws := range c.samples[i] {
+				if ws.missed == 0 {
+					woke = append(woke, ws)
+					continue
+				}
+				missed = append(missed, fmt.Sprintf("%s, round %d: %s of %s readers had not seen the message after %v (%s)",
+					s.name, r+1, formatCount(ws.missed), formatCount(ws.msgs), drainTimeout, ws.missedState))
+			}
+			wake = formatDurSummary(summarizeF(woke, func(s waitSample) float64 { return float64(s.wake) }))
+			if len(woke) < len(c.samples[i]) {
+				wake += fmt.Sprintf(", over %d of %d rounds: see below", len(woke), len(c.samples[i]))
+			}
 		}
 		if s.countsEmpty {
 			e := summarizeF(c.samples[i], func(s waitSample) float64 { return float64(s.empties) })
@@ -141,6 +154,10 @@ func writeWaitIdle(b *strings.Builder, c waitCaseResult, window time.Duration) {
 			above, empties, setUp, wake)
 	}
 	b.WriteString("\n")
+	if len(missed) > 0 {
+		fmt.Fprintf(b, "Wake-all misses (the run goes on; the wake-all median is over the other rounds): %s.\n\n",
+			strings.Join(missed, "; "))
+	}
 	var ratios []string
 	for _, p := range c.spec.pairs {
 		ratios = append(ratios, fmt.Sprintf("%s / %s %s", c.spec.sides[p[0]].name, c.spec.sides[p[1]].name,

@@ -64,6 +64,9 @@ func TestWaitingSection(t *testing.T) {
 				if s.msgs != want || s.elapsed < window {
 					t.Errorf("idle on %s: %d readers over %v, want %d over at least %v", side.name, s.msgs, s.elapsed, want, window)
 				}
+				if s.missed != 0 {
+					t.Errorf("idle on %s: %d readers missed the wake message: %s", side.name, s.missed, s.missedState)
+				}
 				if want > 0 && (s.wake <= 0 || s.setUp <= 0) {
 					t.Errorf("idle on %s: wake-all %v, set-up %v not measured", side.name, s.wake, s.setUp)
 				}
