@@ -19,7 +19,7 @@
 // profile of the parkway side of every selected case, for example:
 //
 //	go -C bench run ./cmd/compare -only replicated        # about 3 min on 2 cores
-//	go -C bench run ./cmd/compare -only waiting           # about 4 min on 2 cores
+//	go -C bench run ./cmd/compare -only waiting           # about 7 min on 2 cores
 //	go -C bench run ./cmd/compare -run 'interval/batch$' -cpuprofile /tmp/prof
 //	go tool pprof -top /tmp/prof/interval-batch-r*.pprof
 package main
