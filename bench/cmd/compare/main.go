@@ -2,7 +2,7 @@
 // by side, case by case, with the raw limits of the machine, and prints a
 // markdown table of medians, ranges and ratios. From the repository root:
 //
-//	go -C bench run ./cmd/compare                 # full run, 3 rounds of at least 1 s (about 10 min on 2 cores)
+//	go -C bench run ./cmd/compare                 # full run, 3 rounds of at least 1 s (about 17 min on 2 cores)
 //	go -C bench run ./cmd/compare -quick          # smoke run: 1 round of at least 100 ms (about 1 min)
 //	go -C bench run ./cmd/compare -out RESULTS.md # also write the report (relative to bench/)
 //
