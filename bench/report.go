@@ -29,6 +29,8 @@ type Report struct {
 	replicated *replResult
 	started    time.Time
 	elapsed    time.Duration
+	// waiting is the waiting-consumer section (nil when it did not run).
+	waiting *waitResult
 }
 
 type limitResult struct {
@@ -361,6 +363,7 @@ func (r *Report) Markdown(command string) string {
 		r.writeSet(&b, s)
 	}
 	r.writeReplicated(&b)
+	r.writeWaiting(&b)
 	r.writeLimits(&b)
 	r.writeTargets(&b)
 	return b.String()

@@ -39,6 +39,8 @@ type Sizes struct {
 	Interval, Always SetSizes
 	// Replicated are the floors of the three-replica section.
 	Replicated ReplicatedSizes
+	// Waiting are the sizes of the waiting-consumer section.
+	Waiting WaitingSizes
 }
 
 // DefaultMinRound is how long every throughput round runs at least: long
@@ -64,6 +66,7 @@ func DefaultSizes() Sizes {
 			Topics: 200, Pipelined1K: 500, Pipelined64K: 100,
 		},
 		Replicated: ReplicatedSizes{ProduceWait: 1_000, Pipelined: 5_000, PipelinedAsync: 5_000, Batch: 10_000},
+		Waiting:    WaitingSizes{Latency: 1_000, Idle: 1_000, IdleWindow: 10 * time.Second},
 	}
 }
 
@@ -84,6 +87,7 @@ func QuickSizes() Sizes {
 			Topics: 20, Pipelined1K: 50, Pipelined64K: 10,
 		},
 		Replicated: ReplicatedSizes{ProduceWait: 100, Pipelined: 500, PipelinedAsync: 500, Batch: 1_000},
+		Waiting:    WaitingSizes{Latency: 100, Idle: 100, IdleWindow: time.Second},
 	}
 }
 
@@ -115,7 +119,8 @@ type Config struct {
 	// floor). Case 6 is not extended: it creates its number of topics.
 	MinRound time.Duration
 	// Filter, when set, runs only the cases whose "<set>/<key>" it matches
-	// (sets: interval, always, limits, replicated; keys as in the report).
+	// (sets: interval, always, limits, replicated, waiting; keys as in
+	// the report).
 	Filter *regexp.Regexp
 	// TempDir is where data directories are created (default
 	// os.TempDir()): every round of every case gets a fresh one for each
@@ -153,7 +158,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		sizes = *cfg.Sizes
 	}
 	if err := errors.Join(sizes.Interval.validate("interval"), sizes.Always.validate("always"),
-		sizes.Replicated.validate()); err != nil {
+		sizes.Replicated.validate(), sizes.Waiting.validate()); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	if cfg.Progress == nil {
@@ -233,6 +238,9 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		}
 	}
 	if rep.replicated, err = r.runReplicated(ctx, sizes.Replicated); err != nil {
+		return nil, err
+	}
+	if rep.waiting, err = r.runWaiting(ctx, sizes.Waiting); err != nil {
 		return nil, err
 	}
 	rep.started, rep.elapsed = start, time.Since(start)

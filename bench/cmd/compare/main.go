@@ -2,7 +2,7 @@
 // by side, case by case, with the raw limits of the machine, and prints a
 // markdown table of medians, ranges and ratios. From the repository root:
 //
-//	go -C bench run ./cmd/compare                 # full run, 3 rounds of at least 1 s (about 10 min on 2 cores)
+//	go -C bench run ./cmd/compare                 # full run, 3 rounds of at least 1 s (about 17 min on 2 cores)
 //	go -C bench run ./cmd/compare -quick          # smoke run: 1 round of at least 100 ms (about 1 min)
 //	go -C bench run ./cmd/compare -out RESULTS.md # also write the report (relative to bench/)
 //
@@ -11,12 +11,15 @@
 // previous run's figures stay next to the new ones.
 //
 // -only replicated runs only the three-replica section (parkway's three
-// nodes against a three-server JetStream cluster), -only single everything
-// else. -run selects cases by "<set>/<key>" (sets: interval, always,
-// limits, replicated) and -cpuprofile writes a CPU profile of the parkway
-// side of every selected case, for example:
+// nodes against a three-server JetStream cluster), -only waiting only the
+// waiting-consumer section (produce→consume latency with a waiting
+// consumer, and the CPU of 1,000 idle waiting consumers), -only single
+// everything else. -run selects cases by "<set>/<key>" (sets: interval,
+// always, limits, replicated, waiting) and -cpuprofile writes a CPU
+// profile of the parkway side of every selected case, for example:
 //
 //	go -C bench run ./cmd/compare -only replicated        # about 3 min on 2 cores
+//	go -C bench run ./cmd/compare -only waiting           # about 7 min on 2 cores
 //	go -C bench run ./cmd/compare -run 'interval/batch$' -cpuprofile /tmp/prof
 //	go tool pprof -top /tmp/prof/interval-batch-r*.pprof
 package main
@@ -47,8 +50,8 @@ func run() error {
 	quick := fs.Bool("quick", false, "smoke run: a tenth of the floors, rounds of at least 100ms, 1 round unless -rounds or -min is given")
 	minRound := fs.Duration("min", bench.DefaultMinRound, "minimum length of every throughput round (negative: none, exactly the floor counts)")
 	out := fs.String("out", "", "also write the report to this file")
-	filter := fs.String("run", "", "only cases whose \"<set>/<key>\" matches this regexp (sets: interval, always, limits, replicated)")
-	only := fs.String("only", "", "only one section: \"replicated\" (three replicas) or \"single\" (everything else)")
+	filter := fs.String("run", "", "only cases whose \"<set>/<key>\" matches this regexp (sets: interval, always, limits, replicated, waiting)")
+	only := fs.String("only", "", "only one section: \"replicated\" (three replicas), \"waiting\" (waiting consumers) or \"single\" (everything else)")
 	cpuprofile := fs.String("cpuprofile", "", "directory for CPU profiles of the parkway side, one per case and round")
 	tmp := fs.String("tmpdir", "", "where data directories are created (default: the system temp dir)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -75,16 +78,16 @@ func run() error {
 	}
 	switch *only {
 	case "":
-	case "replicated", "single":
+	case "replicated", "waiting", "single":
 		if *filter != "" {
 			return fmt.Errorf("-only and -run select cases both; use one")
 		}
-		*filter = `^replicated/`
+		*filter = "^" + *only + "/"
 		if *only == "single" {
 			*filter = `^(interval|always|limits)/`
 		}
 	default:
-		return fmt.Errorf("-only %q: want replicated or single", *only)
+		return fmt.Errorf("-only %q: want replicated, waiting or single", *only)
 	}
 	if *filter != "" {
 		re, err := regexp.Compile(*filter)
