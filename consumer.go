@@ -16,15 +16,18 @@ import (
 type CommitPolicy uint8
 
 const (
+	// CommitOnInterval commits every ConsumerConfig.CommitInterval (1 s
+	// by default) and on Close: at-least-once, with up to an interval's
+	// messages to redeliver after a crash. The default, as Kafka's
+	// auto-commit: a commit is a durable write (a metadata-log entry for
+	// a group, an offset file for a named consumer), too costly to pay
+	// per batch on a busy topic.
+	CommitOnInterval CommitPolicy = iota
 	// CommitAfterBatch commits a partition's position once every message
 	// of a polled batch has been handled (the loop body returned for it),
-	// in the background: at-least-once, with what was handled since the
-	// last completed commit (about one batch) to redeliver after a crash.
-	// The default.
-	CommitAfterBatch CommitPolicy = iota
-	// CommitOnInterval commits every ConsumerConfig.CommitInterval and on
-	// Close: fewer commits, more to redeliver after a crash.
-	CommitOnInterval
+	// in the background: at-least-once, with about one batch to redeliver
+	// after a crash, at the price of one durable write per batch.
+	CommitAfterBatch
 	// CommitManual commits only when the caller calls Consumer.Commit.
 	CommitManual
 )
@@ -48,7 +51,7 @@ type ConsumerConfig struct {
 	// outside [start, end]: ResetEarliest (default), ResetLatest or
 	// ResetError.
 	Reset OffsetReset
-	// Commit is the commit policy (default CommitAfterBatch).
+	// Commit is the commit policy (default CommitOnInterval).
 	Commit CommitPolicy
 	// CommitInterval is CommitOnInterval's period (default 1 s).
 	CommitInterval time.Duration
@@ -391,8 +394,14 @@ func (c *Consumer) fail(err error) {
 // count. It also runs CommitOnInterval.
 func (c *Consumer) maintain() {
 	every := c.cfg.SessionTimeout / 3
+	var changed <-chan struct{}
 	if c.Member() == nil {
-		every = time.Second
+		// A named consumer follows the topic's partitions: it wakes on
+		// partition-shaping metadata commits only, so an idle one costs
+		// nothing. The timer is a slow safety net.
+		wake, cancel := c.n.meta.Subscribe()
+		defer cancel()
+		changed, every = wake, time.Minute
 	}
 	hb := c.n.cfg.Clock.NewTimer(every)
 	defer hb.Stop()
@@ -416,6 +425,7 @@ func (c *Consumer) maintain() {
 			continue
 		case <-hb.C():
 		case <-c.kick:
+		case <-changed:
 		}
 		c.heartbeat()
 		hb.Reset(c.nextHeartbeat(every))

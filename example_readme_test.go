@@ -67,7 +67,7 @@ func Example_producerConsumer() {
 
 // The README's consumer group: a Consumer joins group "billing" (created
 // if needed), ranges over its messages — waiting for new ones without
-// using CPU — and commits after each batch; Close commits and leaves the
+// using CPU — and commits every second; Close commits and leaves the
 // group. Start more consumers with the same Group, on this node or any
 // other, and the topic's partitions are shared among them.
 func Example_consumerGroup() {

@@ -134,9 +134,9 @@ type readerHooks struct {
 func (s waitSide) parkway() bool { return s.system.name() == (parkwaySystem{}).name() }
 
 var (
-	sideConsumer = waitSide{key: "consumer", name: "parkway Consumer", system: parkwaySystem{},
+	sideConsumer = waitSide{key: "consumer", name: "parkway Consumer, commit after each batch", system: parkwaySystem{},
 		start: parkwayConsumer(parkway.CommitAfterBatch)}
-	sideConsumerInterval = waitSide{key: "consumer-interval", name: "parkway Consumer, commit every 1 s", system: parkwaySystem{},
+	sideConsumerInterval = waitSide{key: "consumer-interval", name: "parkway Consumer, commit every 1 s (the default)", system: parkwaySystem{},
 		start: parkwayConsumer(parkway.CommitOnInterval)}
 	sidePoll     = waitSide{key: "poll", name: "parkway Poll+WaitFor", system: parkwaySystem{}, start: startParkwayPoll, countsEmpty: true}
 	sideConsume  = waitSide{key: "consume", name: "JetStream Consume", system: jetStreamSystem{}, start: startJetStreamConsume}
@@ -220,7 +220,7 @@ func (r *waitReader) stop() error {
 
 // parkwayConsumer starts a named Consumer (no group) of the topic, with
 // MaxWait waitMaxWait, MaxMessages waitBatch and the commit policy
-// (CommitAfterBatch, the default, or CommitOnInterval with the default
+// (CommitAfterBatch, or CommitOnInterval — the default — with the default
 // interval, 1 s), ranged over with Messages.
 func parkwayConsumer(policy parkway.CommitPolicy) func(context.Context, instance, string, readerHooks, func(error)) (*waitReader, error) {
 	return func(ctx context.Context, in instance, name string, h readerHooks, fail func(error)) (*waitReader, error) {
