@@ -95,6 +95,7 @@ func Restore(cfg Config, snap StoreSnapshot) (*Store, error) {
 		return nil, err
 	}
 	s.revision = snap.Revision
+	s.changes.reset(snap.Revision)
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidSnapshot, fmt.Sprintf(format, args...))
 	}
@@ -332,6 +333,7 @@ func (s *Store) Replace(snap StoreSnapshot) error {
 		return fmt.Errorf("%w: snapshot at revision %d is older than the store's %d", ErrInvalidSnapshot, snap.Revision, rev)
 	}
 	s.revision, s.streams, s.streamNames, s.streamIDs, s.partitions = r.revision, r.streams, r.streamNames, r.streamIDs, r.partitions
+	s.changes.reset(s.revision)
 	subs := s.subs
 	s.mu.Unlock()
 	for _, sub := range subs {

@@ -106,6 +106,8 @@ type Store struct {
 	streamNames map[string]*stream     // lookups only, never iterated
 	streamIDs   slab
 	partitions  map[Namespace]PartitionInfo // O(1) lookups, never iterated
+	// changes remembers what the last commits touched (see Changes).
+	changes changeLog
 	// subs is copy-on-write, in subscribe order: Apply hands the current
 	// slice to its notification step after releasing mu.
 	subs []*subscription
@@ -152,7 +154,11 @@ func (s *Store) Apply(cmd Command) (Result, error) {
 		return Result{}, fmt.Errorf("%w: %T", ErrUnknownCommand, cmd)
 	}
 	s.mu.Lock()
+	before := s.revision
 	res, wake, err := s.apply(cmd)
+	if err == nil && s.revision != before {
+		s.changes.record(s.revision, rangeOf(cmd, res))
+	}
 	var subs []*subscription
 	if err == nil && wake {
 		subs = s.subs
