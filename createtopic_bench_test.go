@@ -23,9 +23,11 @@ func BenchmarkCreateTopicProduce(b *testing.B) {
 	for _, fsync := range []struct {
 		name string
 		opt  parkway.TopicOption
+		mem  bool // no DataDir: the engine's path without the filesystem's
 	}{
-		{"interval", parkway.WithFsync(parkway.FsyncInterval, time.Second)},
-		{"always", parkway.WithFsync(parkway.FsyncAlways, 0)},
+		{"interval", parkway.WithFsync(parkway.FsyncInterval, time.Second), false},
+		{"always", parkway.WithFsync(parkway.FsyncAlways, 0), false},
+		{"memory", parkway.WithFsync(parkway.FsyncNever, 0), true},
 	} {
 		// 5,000 rather than 10,000: a file partition holds three
 		// descriptors open (log, index, time index), and 10,000
@@ -33,7 +35,11 @@ func BenchmarkCreateTopicProduce(b *testing.B) {
 		for _, existing := range []int{0, 1_000, 5_000} {
 			b.Run(fmt.Sprintf("fsync=%s/existing=%d", fsync.name, existing), func(b *testing.B) {
 				ctx := context.Background()
-				n, err := parkway.Open(parkway.Config{Shards: 2, DataDir: b.TempDir()})
+				dir := ""
+				if !fsync.mem {
+					dir = b.TempDir()
+				}
+				n, err := parkway.Open(parkway.Config{Shards: 2, DataDir: dir})
 				if err != nil {
 					b.Fatal(err)
 				}
