@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/vfs"
@@ -230,4 +231,52 @@ func (b *blockingSync) Sync() error {
 	b.entered <- struct{}{}
 	<-b.release
 	return b.Partition.Sync()
+}
+
+// The interval timer syncs the dirty interval partitions it still owns,
+// each once, together: one removed while dirty is not synced after its
+// partition was closed, one synced meanwhile is not synced again, and one
+// never appended to is not synced at all.
+func TestIntervalSyncCoversTheDirtyPartitionsStillOwned(t *testing.T) {
+	clk := clock.NewManual(time.Unix(0, 0))
+	h := newHarness(t, 1, nil, func(c *Config) { c.Clock = clk })
+	s := h.shards[0]
+	interval := Durability{Fsync: metadata.FsyncInterval, Interval: time.Second}
+	var ps []*syncCounter
+	for i := range 4 {
+		ns, epoch := h.topic(fmt.Sprint("t", i))
+		p := &syncCounter{Partition: h.build(ns, epoch)}
+		if err := h.step(s, opInsertOwned(p, interval)); err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	for _, p := range ps[:3] { // ps[3] stays clean
+		w := produce(p.Namespace(), "w")
+		s.handle(w.f)
+		if r := w.answered(t); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	// ps[1] is torn down while dirty; ps[2] is synced by a durability
+	// change (to the same policy) before the deadline.
+	var epoch uint64
+	if err := h.step(s, opTombstone(ps[1].Namespace(), &epoch)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.step(s, opSetDurability(ps[2].Namespace(), interval)); err != nil {
+		t.Fatal(err)
+	}
+	if ps[2].syncs != 1 {
+		t.Fatalf("durability change synced %d times, want 1", ps[2].syncs)
+	}
+	clk.Advance(time.Second)
+	<-s.syncC()
+	s.syncDue()
+	if got := [4]int{ps[0].syncs, ps[1].syncs, ps[2].syncs, ps[3].syncs}; got != [4]int{1, 0, 1, 0} {
+		t.Fatalf("syncs per partition %v, want [1 0 1 0]", got)
+	}
+	if s.syncC() != nil || len(s.intervalDirty) != 0 {
+		t.Fatalf("after the sync: timer armed %v, %d partitions still listed dirty", s.syncC() != nil, len(s.intervalDirty))
+	}
 }
