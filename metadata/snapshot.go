@@ -107,6 +107,7 @@ func Restore(cfg Config, snap StoreSnapshot) (*Store, error) {
 	}
 	s.revision = snap.Revision
 	s.groupClock = snap.GroupClock
+	s.changes.reset(snap.Revision)
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidSnapshot, fmt.Sprintf(format, args...))
 	}
@@ -461,6 +462,7 @@ func (s *Store) Replace(snap StoreSnapshot) error {
 	}
 	s.revision, s.streams, s.streamNames, s.streamIDs, s.partitions = r.revision, r.streams, r.streamNames, r.streamIDs, r.partitions
 	s.groupClock = r.groupClock
+	s.changes.reset(s.revision)
 	subs := s.subs
 	s.mu.Unlock()
 	for _, sub := range subs {

@@ -111,6 +111,8 @@ type Store struct {
 	streamIDs   slab
 	partitions  map[Namespace]PartitionInfo // O(1) lookups, never iterated
 	groupClock  int64                       // see group.go
+	// changes remembers what the last commits touched (see Changes).
+	changes changeLog
 	// subs is copy-on-write, in subscribe order: Apply hands the current
 	// slice to its notification step after releasing mu.
 	subs []*subscription
@@ -161,7 +163,14 @@ func (s *Store) Apply(cmd Command) (Result, error) {
 		return Result{}, fmt.Errorf("%w: %T", ErrUnknownCommand, cmd)
 	}
 	s.mu.Lock()
+	before := s.revision
 	res, wake, err := s.apply(cmd)
+	if r := rangeOf(cmd, res); err == nil && s.revision != before && r.Lo < r.Hi {
+		// Commits that touch no namespace are not recorded: Changes has
+		// nothing to report for them, and a busy consumer group's
+		// heartbeats must not push partition history out of the ring.
+		s.changes.record(s.revision, r)
+	}
 	var subs []*subscription
 	if err == nil && wake {
 		subs = s.subs

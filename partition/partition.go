@@ -3,7 +3,12 @@
 //
 // A Partition never knows who routes to it. It is owned by exactly one
 // shard and used only from that shard's pump goroutine, so implementations
-// need no locks and must not be shared between goroutines.
+// need no locks and must not be shared between goroutines. The one
+// exception is Sync: a shard closes a commit group by syncing its dirty
+// partitions concurrently, each from a goroutine the pump waits for, so
+// Sync of different partitions (of one Store) may run at the same time —
+// never two calls on one partition, and never while anything else uses
+// it.
 //
 // Two stores are provided: MemStore keeps everything in memory (tests,
 // embedded caches), FileStore keeps segments on disk in the reference
@@ -105,7 +110,8 @@ type Partition interface {
 	// Sync and TruncateBefore returns the same error): after a failed
 	// fsync the kernel may have dropped the dirty data, so what is durable
 	// is unknown. Close it and Build it again, which recovers the log from
-	// what is on disk. MemStore's Sync does nothing.
+	// what is on disk. MemStore's Sync does nothing. Sync of different
+	// partitions may run concurrently (see the package documentation).
 	Sync() error
 	// TruncateBefore makes the messages below offset unreadable and
 	// deletes whatever only they occupy (FileStore: whole segments, never

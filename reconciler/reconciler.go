@@ -37,6 +37,9 @@ type Report struct {
 	Revision uint64
 	// Skipped is true when the pass took the fast-skip.
 	Skipped bool
+	// Incremental is true when the pass converged only the namespaces
+	// that commits since the last pass touched (see Partitions.Reconcile).
+	Incremental bool
 	// Built, Removed and RowsWritten count partitions materialised, torn
 	// down, and routing rows rewritten.
 	Built, Removed, RowsWritten int

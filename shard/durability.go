@@ -109,11 +109,7 @@ func (s *Shard) appended(o *owned, f Frame, r Response) {
 		s.pending = append(s.pending, pendingAck{f: f, r: r, o: o})
 		return
 	case o.dur.Fsync == metadata.FsyncInterval:
-		if !o.dirty {
-			o.dirty = true
-			o.deadline = s.clock.Now().Add(o.dur.Interval)
-			s.armSync(o.deadline)
-		}
+		s.dirtyInterval(o)
 	}
 	s.answer(f, r)
 }
@@ -121,26 +117,39 @@ func (s *Shard) appended(o *owned, f Frame, r Response) {
 // flushGroup is group commit: one fsync per dirty partition for every ack
 // queued since the last flush, then the answers. Concurrent producers to a
 // partition pile up in the inbox while the previous group syncs, so the
-// group grows with the load and one fsync covers all of them. If a sync
-// fails, every ack that depended on it is answered with the error: the
-// batch is in the log but was never acknowledged as durable.
+// group grows with the load and one fsync covers all of them; the
+// partitions of one group are synced concurrently (syncEach), so producers
+// to different partitions of the shard share one group too, for about the
+// time of one fsync. Nothing is answered before every sync of the group
+// has returned. If a sync fails, every ack that depended on it is answered
+// with the error: the batch is in the log but was never acknowledged as
+// durable.
 func (s *Shard) flushGroup() {
 	if len(s.pending) == 0 {
 		return
 	}
-	failed := make(map[*owned]error)
+	dirty := s.groupBuf[:0]
 	for _, pa := range s.pending {
-		o := pa.o
-		if !o.dirty {
-			continue
-		}
-		o.dirty = false
-		if err := o.p.Sync(); err != nil {
-			failed[o] = err
-			s.fence(o, err)
-			s.log.Error("fsync failed; acks withheld, partition fenced until restart", "ns", o.p.Namespace(), "error", err)
+		if o := pa.o; o.dirty {
+			o.dirty = false
+			dirty = append(dirty, o)
 		}
 	}
+	var failed map[*owned]error
+	for i, err := range s.syncEach(dirty, func(o *owned) error { return o.p.Sync() }) {
+		if err == nil {
+			continue
+		}
+		o := dirty[i]
+		if failed == nil {
+			failed = make(map[*owned]error)
+		}
+		failed[o] = err
+		s.fence(o, err)
+		s.log.Error("fsync failed; acks withheld, partition fenced until restart", "ns", o.p.Namespace(), "error", err)
+	}
+	clear(dirty)
+	s.groupBuf = dirty[:0]
 	for i, pa := range s.pending {
 		if err, ok := failed[pa.o]; ok {
 			pa.r = Response{Err: fmt.Errorf("parkway: fsync: %w", err)}
@@ -165,6 +174,20 @@ func (s *Shard) fence(o *owned, err error) {
 // fsync, for readers off the pump (the reconciler's fast-skip).
 func (s *Shard) Fenced() int { return int(s.fenced.Load()) }
 
+// dirtyInterval marks an interval-policy partition appended to: the first
+// append since its last sync starts its loss window, puts it on the list
+// syncDue walks (so the timer's work is in the dirty partitions, not the
+// owned ones) and arms the timer for its deadline.
+func (s *Shard) dirtyInterval(o *owned) {
+	if o.dirty {
+		return
+	}
+	o.dirty = true
+	o.deadline = s.clock.Now().Add(o.dur.Interval)
+	s.intervalDirty = append(s.intervalDirty, o)
+	s.armSync(o.deadline)
+}
+
 // armSync makes sure the interval timer fires by at.
 func (s *Shard) armSync(at time.Time) {
 	if s.syncTimer != nil && !s.syncAt.IsZero() && !at.Before(s.syncAt) {
@@ -180,32 +203,44 @@ func (s *Shard) armSync(at time.Time) {
 }
 
 // syncDue syncs every interval-policy partition whose deadline has passed
-// and re-arms the timer for the earliest remaining one. The timer exists
-// only while some partition is dirty, so an idle shard has none.
+// (concurrently, as a commit group is) and re-arms the timer for the
+// earliest remaining one. The timer exists only while some partition is
+// dirty, so an idle shard has none.
 func (s *Shard) syncDue() {
 	now := s.clock.Now()
 	s.syncAt = time.Time{}
 	var next time.Time
-	for _, o := range s.owned {
-		if !o.dirty || o.dur.always() {
-			continue
+	due := s.groupBuf[:0]
+	keep := s.intervalDirty[:0] // compacted in place: keep never passes the loop
+	for _, o := range s.intervalDirty {
+		if !o.dirty || o.dur.always() || s.owned[o.p.Namespace()] != o {
+			continue // synced meanwhile, reconfigured, or no longer owned
 		}
 		if !now.Before(o.deadline) {
 			o.dirty = false
-			if err := o.p.Sync(); err != nil {
-				s.log.Error("interval fsync failed", "ns", o.p.Namespace(), "error", err)
-			}
-			if o.grp != nil && o.grp.Disk() != nil {
-				if err := o.grp.Disk().Sync(); err != nil {
-					s.log.Error("interval fsync of a raft log failed", "ns", o.p.Namespace(), "error", err)
-				}
-			}
+			due = append(due, o)
 			continue
 		}
+		keep = append(keep, o)
 		if next.IsZero() || o.deadline.Before(next) {
 			next = o.deadline
 		}
 	}
+	clear(s.intervalDirty[len(keep):])
+	s.intervalDirty = keep
+	s.syncEach(due, func(o *owned) error {
+		if err := o.p.Sync(); err != nil {
+			s.log.Error("interval fsync failed", "ns", o.p.Namespace(), "error", err)
+		}
+		if o.grp != nil && o.grp.Disk() != nil {
+			if err := o.grp.Disk().Sync(); err != nil {
+				s.log.Error("interval fsync of a raft log failed", "ns", o.p.Namespace(), "error", err)
+			}
+		}
+		return nil
+	})
+	clear(due)
+	s.groupBuf = due[:0]
 	if !next.IsZero() {
 		s.armSync(next)
 	}

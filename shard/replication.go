@@ -695,10 +695,8 @@ func (h groupHandler) flushBatch(index uint64) error {
 		}
 		h.answered(it.f, it.waiting, Response{Offset: first})
 	}
-	if o.dur.Fsync == metadata.FsyncInterval && !o.dirty {
-		o.dirty = true
-		o.deadline = h.s.clock.Now().Add(o.dur.Interval)
-		h.s.armSync(o.deadline)
+	if o.dur.Fsync == metadata.FsyncInterval {
+		h.s.dirtyInterval(o)
 	}
 	h.resetBatch()
 	return nil
@@ -850,10 +848,8 @@ func (h groupHandler) applyOne(index uint64, key produceKey, batch []byte, f Fra
 	if waiting {
 		h.s.answer(f, Response{Offset: first})
 	}
-	if o.dur.Fsync == metadata.FsyncInterval && !o.dirty {
-		o.dirty = true
-		o.deadline = h.s.clock.Now().Add(o.dur.Interval)
-		h.s.armSync(o.deadline)
+	if o.dur.Fsync == metadata.FsyncInterval {
+		h.s.dirtyInterval(o)
 	}
 	return nil
 }

@@ -165,6 +165,12 @@ type Shard struct {
 	touchedList  []*owned                      // partitions whose waiters wakeWaiters looks at
 	park         *parkBuffer
 	pass         uint64 // sweeps applied
+
+	// groupBuf is scratch for the partitions a commit group or an
+	// interval sync covers; intervalDirty lists the interval-policy
+	// partitions dirty since their last sync (durability.go).
+	groupBuf      []*owned
+	intervalDirty []*owned
 }
 
 // New returns a shard reading committed metadata from meta and routing
