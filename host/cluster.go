@@ -15,7 +15,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/parkway-io/parkway/internal/replica"
-	"github.com/parkway-io/parkway/internal/testhooks"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/shard"
 	"github.com/parkway-io/parkway/transport"
@@ -107,9 +106,6 @@ func (c *clusterNode) send(to uint64, kind uint8, group uint64, payload []byte) 
 // sendRaft is the shards' transport for partition raft messages: the
 // incarnation travels with every message (behaviour 20).
 func (c *clusterNode) sendRaft(to uint64, ns metadata.Namespace, epoch uint64, m *raftpb.Message) {
-	if testhooks.RaftWithoutEpoch.Load() {
-		epoch = 0 // a deliberately broken build, for the simulator's proof
-	}
 	if payload, err := appendRaft(binary.LittleEndian.AppendUint64(make([]byte, 0, 8+proto.Size(m)), epoch), m); err == nil {
 		_ = c.send(to, KindPartitionRaft, uint64(ns), payload)
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/parkway-io/parkway/clock"
-	"github.com/parkway-io/parkway/internal/testhooks"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
@@ -205,9 +204,7 @@ func (r *Partitions) reconcile(ctx context.Context, retained uint64) (Report, er
 	snap := r.cfg.Meta.Snapshot()
 	rep := Report{Revision: snap.Revision, Retained: retained}
 	if r.ran && snap.Revision == r.lastRev && !r.lastDid && len(r.backoffs) == 0 && r.cfg.Shard.Fenced() == 0 &&
-		(r.cfg.Shard.Parked() == 0 || testhooks.FastSkipIgnoresParked.Load()) {
-		// (FastSkipIgnoresParked is the simulator's deliberately broken
-		// build, see package testhooks; always false in production.)
+		r.cfg.Shard.Parked() == 0 {
 		rep.Skipped = true
 		return rep, nil
 	}

@@ -320,6 +320,7 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *cnode
 		Park:            shard.ParkLimits{MaxAge: parkMaxAge(c.cfg.Seed)},
 		Defaults:        metadata.TopicConfig{Fsync: metadata.FsyncAlways},
 		BuildBackoffMin: backoffMin, BuildBackoffMax: backoffMax,
+		NewReconciler: newReconciler,
 		Cluster: &host.Cluster{ID: transport.NodeID(id), Peers: peers, Bus: &outboxBus{n: n},
 			TickInterval: c.cfg.TickInterval, CompactEntries: c.compactEntries},
 		Clock:      c.clk,
@@ -383,6 +384,9 @@ type outboxBus struct{ n *cnode }
 func (b *outboxBus) Send(m transport.Message) error {
 	m.From = transport.NodeID(b.n.id)
 	m.Payload = slices.Clone(m.Payload)
+	if BreakRaftEpoch.Load() && m.Kind == host.KindPartitionRaft && len(m.Payload) >= 8 {
+		clear(m.Payload[:8]) // the broken build: no incarnation on the wire
+	}
 	b.n.outbox = append(b.n.outbox, m)
 	return nil
 }
@@ -474,7 +478,7 @@ func (c *csim) afterAction() {
 		n.flushOutbox()
 		n.collectMeta()
 		if n.eng != nil && !n.down {
-			c.checkGroups(fmt.Sprintf("n%d", n.id), n.meta)
+			c.checkGroups(fmt.Sprintf("n%d (open %d)", n.id, n.gen), n.meta)
 		}
 	}
 	c.collect()

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway/internal/sim"
-	"github.com/parkway-io/parkway/internal/testhooks"
 )
 
 // defaultClusterSeeds is how many cluster seeds `go test` runs: sized so
@@ -219,7 +218,7 @@ func expectClusterCaught(t *testing.T, cfg func(uint64) sim.Config, hook interfa
 // (invariant 0 reports panics), messages crossing incarnations, or
 // replicas disagreeing.
 func TestClusterCatchesRaftWithoutEpoch(t *testing.T) {
-	expectClusterCaught(t, sim.DefaultClusterConfig, &testhooks.RaftWithoutEpoch, 0, 2, 3, 5)
+	expectClusterCaught(t, sim.DefaultClusterConfig, &sim.BreakRaftEpoch, 0, 2, 3, 5)
 }
 
 // Produces without a (producer, sequence) pair are applied twice when a
@@ -237,5 +236,5 @@ func TestClusterCatchesFastSkipIgnoringParked(t *testing.T) {
 		cfg := sim.DefaultClusterConfig(seed)
 		cfg.Faults.DiskFull, cfg.Faults.DiskError, cfg.Faults.Crash = 0, 0, 0
 		return cfg
-	}, &testhooks.FastSkipIgnoresParked, 4, 1)
+	}, &sim.BreakFastSkip, 4, 1)
 }

@@ -118,7 +118,8 @@ func (s *sim) openNode() *node {
 		Park:            shard.ParkLimits{MaxAge: parkMaxAge(s.cfg.Seed)},
 		Defaults:        metadata.TopicConfig{Fsync: metadata.FsyncAlways},
 		BuildBackoffMin: backoffMin, BuildBackoffMax: backoffMax,
-		Clock: s.clk, Metrics: n.m,
+		NewReconciler: newReconciler,
+		Clock:         s.clk, Metrics: n.m,
 	})
 	if err != nil {
 		s.fail(0, "open node (gen %d): %v", n.gen, err)

@@ -462,7 +462,7 @@ func (s *sim) tick() {
 		s.burst()
 	}
 	if s.n != nil {
-		defer s.checkGroups("node", s.n.meta)
+		defer s.checkGroups(fmt.Sprintf("node (open %d)", s.n.gen), s.n.meta)
 	}
 	switch w := s.rng.IntN(100); {
 	case w < 34:

@@ -296,7 +296,7 @@ func TestCatchesServeStaleParked(t *testing.T) {
 // A fast-skip that ignores the park buffer leaves frames parked and
 // unanswered forever.
 func TestCatchesFastSkipIgnoringParked(t *testing.T) {
-	expectCaught(t, &testhooks.FastSkipIgnoresParked, 4, 1)
+	expectCaught(t, &sim.BreakFastSkip, 4, 1)
 }
 
 // A run without fault rates injects nothing and passes; a bad Config is

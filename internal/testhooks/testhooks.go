@@ -8,6 +8,12 @@
 // normally while they are false (their zero value).
 //
 // The package imports nothing of parkway, so any package may read it.
+//
+// One switch is left. The other broken builds the simulator proves it
+// catches (a fast-skip that ignores parked frames, raft messages without
+// their incarnation) are built from outside, through the engine's public
+// seams (internal/sim's Break* variables); this one breaks a check inside
+// the shard's re-dispatch that no seam reaches.
 package testhooks
 
 import "sync/atomic"
@@ -18,15 +24,4 @@ var (
 	// of rejecting them as stale (breaks DESIGN behaviour 4). Read in the
 	// shard's re-dispatch, once per materialisation.
 	ServeStaleParked atomic.Bool
-	// FastSkipIgnoresParked, when set, makes the reconciler's fast-skip
-	// ignore the park buffer, so a pass with nothing else to do is skipped
-	// while frames are parked and they are never aged or answered (breaks
-	// DESIGN behaviour 12). Read once per pass that is otherwise skippable.
-	FastSkipIgnoresParked atomic.Bool
-
-	// RaftWithoutEpoch, when set, makes the node engine (host) send
-	// partition raft messages without their incarnation (epoch 0), as the
-	// reference design does (breaks DESIGN behaviour 20). Read once per
-	// raft message sent.
-	RaftWithoutEpoch atomic.Bool
 )

@@ -1,0 +1,55 @@
+package sim
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/reconciler"
+	"github.com/parkway-io/parkway/router"
+)
+
+// Broken builds for the simulator's self-tests: each is set by one test,
+// which expects the simulator to report a violation within its default
+// seeds, and cleared after it. They break the engine from the outside,
+// through its public seams (host.Config.NewReconciler, the Bus the
+// simulator hands it), so production code reads no test switch.
+var (
+	// BreakFastSkip gives every shard a reconciler whose fast-skip
+	// ignores the park buffer: a pass is skipped whenever the revision did
+	// not move and the last pass did nothing, so parked frames are never
+	// aged or answered (breaks DESIGN behaviour 12).
+	BreakFastSkip atomic.Bool
+	// BreakRaftEpoch strips the incarnation from partition raft messages
+	// as they leave a node, as the reference design sends them (breaks
+	// DESIGN behaviour 20). Cluster mode only.
+	BreakRaftEpoch atomic.Bool
+)
+
+// newReconciler is the engines' host.Config.NewReconciler: the default
+// reconciler, wrapped by the broken fast-skip when BreakFastSkip is set.
+func newReconciler(cfg reconciler.Config, table *router.Table) (reconciler.Reconciler, error) {
+	r, err := reconciler.New(cfg, table)
+	if err != nil || !BreakFastSkip.Load() {
+		return r, err
+	}
+	return &skipIgnoringParked{inner: r, meta: cfg.Meta}, nil
+}
+
+// skipIgnoringParked is the broken fast-skip of BreakFastSkip.
+type skipIgnoringParked struct {
+	inner    reconciler.Reconciler
+	meta     *metadata.Store
+	ran, did bool
+	rev      uint64
+}
+
+func (r *skipIgnoringParked) Reconcile(ctx context.Context) (reconciler.Report, error) {
+	if rev := r.meta.Revision(); r.ran && rev == r.rev && !r.did {
+		return reconciler.Report{Revision: rev, Skipped: true}, nil
+	}
+	rep, err := r.inner.Reconcile(ctx)
+	r.ran, r.rev = true, rep.Revision
+	r.did = rep.Built+rep.Removed+rep.RowsWritten+rep.Failed+rep.Pending+rep.Reconfigured > 0 || rep.Retained > 0
+	return rep, err
+}
