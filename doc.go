@@ -59,9 +59,25 @@
 // Messages keep the producer's Timestamp, their Key, and an AppendTime
 // stamped by the partition's shard.
 //
+// # Consumer groups
+//
+// A Consumer (NewConsumer) is what a consuming service runs: it joins a
+// consumer group (ConsumerConfig.Group) — or, without one, reads every
+// partition as a named consumer — and hands out messages through a
+// range-over-func iterator (Messages), polling each partition it holds
+// with a waiting poll, committing by policy (every second by default),
+// heartbeating and following rebalances by itself. A group's membership,
+// its assignment of partitions (balanced and sticky, one member per
+// partition per generation) and its committed offsets are metadata,
+// replicated with it; a poll or commit for a partition the member does not
+// hold in its generation is refused (ErrNotAssigned, ErrStaleGeneration)
+// and a committed offset never goes backwards (ErrOffsetRegression).
+// Member (JoinGroup) is the layer below, for hosts that drive a group
+// themselves.
+//
 // Package layout, imports pointing one way:
 //
-//	parkway (Node) → reconciler → shard → router → partition → metadata
+//	parkway (Node) → host (engine) → reconciler → shard → router → partition → metadata
 //
 // Everything with a side effect — the clock, the filesystem — sits behind a
 // narrow interface so tests can drive it deterministically.
