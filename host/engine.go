@@ -107,7 +107,9 @@ func New(cfg Config) (*Engine, error) {
 	if c := e.cl; c != nil {
 		repl = &shard.Replication{Node: uint64(c.cfg.ID), Peers: c.peers, Send: c.sendRaft,
 			SendCatchUp: c.sendCatchUp, TickInterval: c.cfg.TickInterval,
-			CompactEntries: c.cfg.CompactEntries, CompactBytes: c.cfg.CompactBytes}
+			CompactEntries: c.cfg.CompactEntries, CompactBytes: c.cfg.CompactBytes,
+			// Node liveness (liveness.go) reports dead peers to the shards.
+			Quiesce: true}
 	}
 	// A parked frame's age bound by the shard's clock matches its bound
 	// in passes: MaxPasses reconcile periods.

@@ -1,0 +1,212 @@
+package shard
+
+import (
+	"context"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/parkway-io/parkway/internal/replica"
+	"github.com/parkway-io/parkway/metadata"
+)
+
+// Quiescence (Replication.Quiesce), after CockroachDB's quiesced ranges:
+// a partition group with nothing to do is not ticked, so an idle shard
+// sends no heartbeats and runs no election timers, whatever the number of
+// partitions it holds.
+//
+//   - The leader quiesces a group on a tick once every live follower has
+//     acknowledged its whole log, everything is committed and applied,
+//     and no proposal, leader read or catch-up is pending here: it sends
+//     each follower a quiesce heartbeat instead of ticking.
+//   - A follower quiesces when a quiesce heartbeat matches its state
+//     exactly (same leader and term, same log, all of it committed and
+//     applied); otherwise it keeps ticking, and its election timer
+//     eventually wakes the leader with an ordinary raft message.
+//   - Any raft message for a quiesced group wakes it, and so does local
+//     work: a proposal, a leader read, a catch-up (markReady wakes).
+//   - Failure detection comes from node liveness (SetPeerLive), one
+//     heartbeat per node pair, not per group: when a peer is declared
+//     dead, the groups it led forget it and wake, and one live member of
+//     each, chosen by the namespace so the work spreads, campaigns — a few
+//     groups per tick, so a dead node's thousands of groups do not start
+//     their elections in the same instant. The woken groups' election
+//     timers remain the fallback. When a peer returns, the groups this
+//     node leads wake so the leader brings it up to date.
+
+// campaignsPerTick bounds the elections a shard starts per raft tick after
+// a peer died.
+const campaignsPerTick = 128
+
+// quiescence is the shard's bookkeeping for quiescence (pump-owned).
+type quiescence struct {
+	// awake holds the groups that are ticked: every group when
+	// quiescence is off.
+	awake map[metadata.Namespace]*owned
+	// down holds the peers node liveness reported dead.
+	down map[uint64]bool
+	// campaign holds the groups this node stands for election in, after
+	// their leader's node died, waiting for their turn.
+	campaign []*owned
+}
+
+// wake makes o's group ticked again.
+func (s *Shard) wake(o *owned) {
+	if o.grp == nil {
+		return
+	}
+	if s.q.awake == nil {
+		s.q.awake = make(map[metadata.Namespace]*owned)
+	}
+	ns := o.p.Namespace()
+	if s.q.awake[ns] != o {
+		s.q.awake[ns] = o
+		s.m.RaftWakes.Inc()
+	}
+	s.armTick()
+}
+
+// forgetAwake drops o from the ticked groups (its group is gone).
+func (s *Shard) forgetAwake(o *owned) {
+	if ns := o.p.Namespace(); s.q.awake[ns] == o {
+		delete(s.q.awake, ns)
+	}
+}
+
+// idle reports whether the shard has nothing pending on o that needs the
+// group to keep ticking.
+func idle(o *owned) bool {
+	return o.catchup == nil && len(o.proposeBuf) == 0 && len(o.pending) == 0 &&
+		len(o.reads) == 0 && len(o.readWait) == 0
+}
+
+// maybeQuiesce quiesces o's group if it leads a group with nothing to do,
+// sending its followers the quiesce heartbeat; it reports whether it did.
+func (s *Shard) maybeQuiesce(o *owned) bool {
+	r := s.cfg.Replication
+	if !r.Quiesce || !idle(o) || !o.grp.CanQuiesce(s.peerLive) {
+		return false
+	}
+	for _, m := range o.grp.QuiesceMessages() {
+		r.Send(m.GetTo(), o.p.Namespace(), o.p.Epoch(), m)
+	}
+	s.m.RaftQuiesces.Inc()
+	return true
+}
+
+// stepQuiesce handles m if it is a quiesce heartbeat, reporting whether
+// it was one: a follower whose state matches stops ticking; one whose
+// state does not drops it and keeps ticking.
+func (s *Shard) stepQuiesce(o *owned, m *raftpb.Message) bool {
+	if !replica.IsQuiesce(m) {
+		return false
+	}
+	if s.cfg.Replication.Quiesce && idle(o) && o.grp.AcceptQuiesce(m) {
+		if s.q.awake[o.p.Namespace()] == o {
+			s.forgetAwake(o)
+			s.m.RaftQuiesces.Inc()
+		}
+		return true
+	}
+	s.wake(o)
+	return true
+}
+
+// peerLive reports whether node liveness holds peer alive.
+func (s *Shard) peerLive(peer uint64) bool { return !s.q.down[peer] }
+
+// SetPeerLive tells the shard what node liveness learned of peer: dead
+// (live false) or alive again. When a peer dies, the groups it led
+// forget it and wake, and this node campaigns in those it is chosen for;
+// when it returns, the groups this node leads wake to bring it up to
+// date. Without Replication.Quiesce it only records the peer's state.
+func (s *Shard) SetPeerLive(ctx context.Context, peer uint64, live bool) error {
+	return s.do(ctx, newControl(func(s *Shard) error {
+		s.setPeerLive(peer, live)
+		return nil
+	}, nil))
+}
+
+func (s *Shard) setPeerLive(peer uint64, live bool) {
+	r := s.cfg.Replication
+	if r == nil || peer == r.Node || s.q.down[peer] == !live {
+		return
+	}
+	if live {
+		delete(s.q.down, peer)
+		for _, o := range s.replicated {
+			if o.grp.IsLeader() {
+				s.wake(o)
+			}
+		}
+		return
+	}
+	if s.q.down == nil {
+		s.q.down = make(map[uint64]bool)
+	}
+	s.q.down[peer] = true
+	for _, o := range s.replicated {
+		if o.grp.Leader() != peer {
+			continue
+		}
+		s.wake(o)
+		if err := o.grp.ForgetLeader(); err != nil {
+			s.failGroup(o, err)
+			continue
+		}
+		s.markReady(o)
+		if s.campaigner(o.p.Namespace()) == r.Node {
+			s.q.campaign = append(s.q.campaign, o)
+		}
+	}
+}
+
+// campaigner is the live member that stands for election in ns's group
+// when its leader died: chosen among the live members by the namespace,
+// as the preferred leader is among all of them, so every node agrees
+// given the same liveness and the elections spread over the survivors.
+func (s *Shard) campaigner(ns metadata.Namespace) uint64 {
+	peers := s.cfg.Replication.Peers
+	n := 0
+	for _, p := range peers {
+		if !s.q.down[p] {
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	k := int(uint64(ns) % uint64(n))
+	for _, p := range peers {
+		if s.q.down[p] {
+			continue
+		}
+		if k == 0 {
+			return p
+		}
+		k--
+	}
+	return 0
+}
+
+// campaignDue starts the next few queued elections. A group that found a
+// leader meanwhile (another member won), or is gone, is skipped.
+func (s *Shard) campaignDue() {
+	n := 0
+	for len(s.q.campaign) > 0 && n < campaignsPerTick {
+		o := s.q.campaign[0]
+		s.q.campaign[0] = nil
+		s.q.campaign = s.q.campaign[1:]
+		if o.grp == nil || s.replicated[o.p.Namespace()] != o || o.grp.Leader() != 0 {
+			continue
+		}
+		n++
+		if err := o.grp.Campaign(); err != nil {
+			s.failGroup(o, err)
+			continue
+		}
+		s.markReady(o)
+	}
+	if len(s.q.campaign) == 0 {
+		s.q.campaign = nil
+	}
+}
