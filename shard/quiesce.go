@@ -37,6 +37,12 @@ import (
 // a peer died.
 const campaignsPerTick = 128
 
+// quiesceAfterTicks is how long a woken group is ticked before its leader
+// may quiesce it again: one heartbeat round, whose answers tell the
+// leader how its followers stand (a follower that woke it because it
+// lags, or missed the commit index, is then brought up to date first).
+const quiesceAfterTicks = 2
+
 // quiescence is the shard's bookkeeping for quiescence (pump-owned).
 type quiescence struct {
 	// awake holds the groups that are ticked: every group when
@@ -60,6 +66,7 @@ func (s *Shard) wake(o *owned) {
 	ns := o.p.Namespace()
 	if s.q.awake[ns] != o {
 		s.q.awake[ns] = o
+		o.awakeTicks = 0
 		s.m.RaftWakes.Inc()
 	}
 	s.armTick()
@@ -83,6 +90,9 @@ func idle(o *owned) bool {
 // sending its followers the quiesce heartbeat; it reports whether it did.
 func (s *Shard) maybeQuiesce(o *owned) bool {
 	r := s.cfg.Replication
+	if o.awakeTicks++; o.awakeTicks < quiesceAfterTicks {
+		return false
+	}
 	if !r.Quiesce || !idle(o) || !o.grp.CanQuiesce(s.peerLive) {
 		return false
 	}
@@ -93,9 +103,12 @@ func (s *Shard) maybeQuiesce(o *owned) bool {
 	return true
 }
 
-// stepQuiesce handles m if it is a quiesce heartbeat, reporting whether
-// it was one: a follower whose state matches stops ticking; one whose
-// state does not drops it and keeps ticking.
+// stepQuiesce handles m if it is a quiesce heartbeat a follower whose
+// state matches it takes: the group stops ticking, and it reports true.
+// A quiesce heartbeat the follower refuses is turned into the ordinary
+// heartbeat it stands for (the caller steps it, reported false): the
+// follower learns the leader and its commit, and its answer wakes the
+// leader, which ticks a heartbeat round before it tries again.
 func (s *Shard) stepQuiesce(o *owned, m *raftpb.Message) bool {
 	if !replica.IsQuiesce(m) {
 		return false
@@ -107,8 +120,8 @@ func (s *Shard) stepQuiesce(o *owned, m *raftpb.Message) bool {
 		}
 		return true
 	}
-	s.wake(o)
-	return true
+	replica.StripQuiesce(m)
+	return false
 }
 
 // peerLive reports whether node liveness holds peer alive.
@@ -209,4 +222,25 @@ func (s *Shard) campaignDue() {
 	if len(s.q.campaign) == 0 {
 		s.q.campaign = nil
 	}
+}
+
+// QuiescedGroups reports how many of the shard's raft groups are quiesced
+// (not ticked), and how many of those this node leads.
+func (s *Shard) QuiescedGroups(ctx context.Context) (quiesced, leading int, err error) {
+	err = s.do(ctx, newControl(func(s *Shard) error {
+		for ns, o := range s.replicated {
+			if s.q.awake[ns] == o {
+				continue
+			}
+			quiesced++
+			if o.grp.IsLeader() {
+				leading++
+			}
+		}
+		return nil
+	}, nil))
+	if err != nil {
+		return 0, 0, err
+	}
+	return quiesced, leading, nil
 }

@@ -60,21 +60,35 @@ func (g *Group) CanQuiesce(live func(node uint64) bool) bool {
 
 // QuiesceMessages returns the quiesce heartbeats the leader sends its
 // followers when it stops ticking: its term and its commit index, which
-// CanQuiesce found equal to its last index.
+// CanQuiesce found equal to its last index. Only followers that
+// acknowledged the whole log get one (one that is not live is left
+// alone), so the commit index it carries is the one raft's own heartbeat
+// would carry (the least of the follower's match and the commit), and a
+// follower may step it as an ordinary heartbeat (StripQuiesce).
 func (g *Group) QuiesceMessages() []*raftpb.Message {
 	st := g.rn.BasicStatus()
 	term, commit := st.HardState.GetTerm(), st.HardState.GetCommit()
-	out := make([]*raftpb.Message, 0, len(g.cfg.Peers)-1)
-	for _, p := range g.cfg.Peers {
-		if p == g.cfg.Node {
-			continue
+	var out []*raftpb.Message
+	g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+		if id == g.cfg.Node || pr.Match != commit {
+			return
 		}
 		out = append(out, &raftpb.Message{
-			Type: raftpb.MsgHeartbeat.Enum(), To: new(p), From: new(g.cfg.Node),
+			Type: raftpb.MsgHeartbeat.Enum(), To: new(id), From: new(g.cfg.Node),
 			Term: new(term), Commit: new(commit), Context: quiesceContext,
 		})
-	}
+	})
 	return out
+}
+
+// StripQuiesce turns a quiesce heartbeat this member refused into the
+// ordinary heartbeat it stands for, to be stepped: the member learns the
+// leader and its commit index, and its answer tells the leader it is not
+// quiesced.
+func StripQuiesce(m *raftpb.Message) {
+	if IsQuiesce(m) {
+		m.Context = nil
+	}
 }
 
 // AcceptQuiesce reports whether this follower may stop ticking on the

@@ -17,6 +17,7 @@ import (
 
 	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/host"
+	"github.com/parkway-io/parkway/internal/replica"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
@@ -414,7 +415,11 @@ func describeMsg(m transport.Message) string {
 	case host.KindPartitionRaft:
 		msg := &raftpb.Message{}
 		if len(m.Payload) >= 8 && proto.Unmarshal(m.Payload[8:], msg) == nil {
-			return fmt.Sprintf("%v@%d %v", metadata.Namespace(m.Group), binary.LittleEndian.Uint64(m.Payload), msg.GetType())
+			typ := msg.GetType().String()
+			if replica.IsQuiesce(msg) {
+				typ = "quiesce"
+			}
+			return fmt.Sprintf("%v@%d %s", metadata.Namespace(m.Group), binary.LittleEndian.Uint64(m.Payload), typ)
 		}
 	case host.KindCatchUp:
 		if len(m.Payload) > 8 {
