@@ -2,6 +2,7 @@ package parkway_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -17,10 +18,15 @@ import (
 type countingBus struct {
 	transport.Bus
 	sent *[256]atomic.Int64
+	// batched counts the raft messages inside the batches sent.
+	batched *atomic.Int64
 }
 
 func (b countingBus) Send(m transport.Message) error {
 	b.sent[m.Kind].Add(1)
+	if m.Kind == host.KindPartitionRaftBatch && len(m.Payload) >= 4 {
+		b.batched.Add(int64(binary.LittleEndian.Uint32(m.Payload)))
+	}
 	return b.Bus.Send(m)
 }
 
@@ -29,6 +35,8 @@ type quietCluster struct {
 	net   *parkway.Network
 	nodes map[parkway.NodeID]*parkway.Node
 	sent  map[parkway.NodeID]*[256]atomic.Int64
+	// batched counts the raft messages that travelled in batches.
+	batched atomic.Int64
 }
 
 func openQuietCluster(t *testing.T) *quietCluster {
@@ -40,7 +48,7 @@ func openQuietCluster(t *testing.T) *quietCluster {
 	for _, id := range peers {
 		c.sent[id] = new([256]atomic.Int64)
 		c.nodes[id] = open(t, parkway.Config{Shards: 2, RequestTimeout: 5 * time.Second,
-			Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: countingBus{Bus: c.net.Endpoint(id), sent: c.sent[id]}}})
+			Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: countingBus{Bus: c.net.Endpoint(id), sent: c.sent[id], batched: &c.batched}}})
 	}
 	return c
 }
@@ -54,7 +62,14 @@ func (c *quietCluster) count(kind uint8) int64 {
 	return n
 }
 
+// raft sums the partition raft traffic the nodes sent since the last
+// reset: single messages and batches.
+func (c *quietCluster) raft() int64 {
+	return c.count(host.KindPartitionRaft) + c.count(host.KindPartitionRaftBatch)
+}
+
 func (c *quietCluster) reset() {
+	c.batched.Store(0)
 	for _, s := range c.sent {
 		for i := range s {
 			s[i].Store(0)
@@ -69,11 +84,11 @@ func (c *quietCluster) settleQuiet(t *testing.T) {
 	for range 30 {
 		c.reset()
 		time.Sleep(time.Second)
-		if c.count(host.KindPartitionRaft) == 0 {
+		if c.raft() == 0 {
 			return
 		}
 	}
-	t.Fatalf("partition groups never went quiet: %d raft messages in the last second", c.count(host.KindPartitionRaft))
+	t.Fatalf("partition groups never went quiet: %d raft messages in the last second", c.raft())
 }
 
 const quietPartitions = 24
@@ -95,7 +110,7 @@ func TestClusterIdlePartitionsQuiesce(t *testing.T) {
 
 		c.reset()
 		time.Sleep(time.Second)
-		if n := c.count(host.KindPartitionRaft); n != 0 {
+		if n := c.raft(); n != 0 {
 			t.Fatalf("%d partition raft messages in an idle second, want 0", n)
 		}
 		// 6 ordered node pairs, one heartbeat per 100 ms each.
@@ -106,7 +121,7 @@ func TestClusterIdlePartitionsQuiesce(t *testing.T) {
 		// A write wakes its group and is replicated.
 		c.reset()
 		mustProduce(t, c.nodes[2], tp, parkway.PartitionID(3), "wake")
-		if c.count(host.KindPartitionRaft) == 0 {
+		if c.raft() == 0 {
 			t.Fatal("a write was acknowledged without a partition raft message")
 		}
 		for id, n := range c.nodes {
@@ -193,5 +208,38 @@ func TestClusterQuiescedLeaderDeathElectsPromptly(t *testing.T) {
 				expectLog(t, c.nodes[id], tp, p, fmt.Sprintf("a%d", p), fmt.Sprintf("b%d", p))
 			}
 		}
+	})
+}
+
+// Raft messages between a pair of nodes are coalesced: when a node that
+// was cut off returns, the groups its peers lead all wake and heartbeat in
+// the same ticks, and a shard's messages for one peer in one unit of work
+// travel as one batch.
+func TestClusterBatchesRaftPerNodePair(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := openQuietCluster(t)
+		s := mustStream(t, c.nodes[1], "s")
+		tp := mustTopic(t, c.nodes[1], s, "t", quietPartitions)
+		for p := range uint32(quietPartitions) {
+			mustProduce(t, c.nodes[1], tp, parkway.PartitionID(p), fmt.Sprintf("m%d", p))
+		}
+		c.settleQuiet(t)
+		c.net.Partition([]parkway.NodeID{3}, []parkway.NodeID{1, 2})
+		time.Sleep(time.Second) // node 3 is declared dead, and declares the others dead
+		c.reset()
+		c.net.Heal()
+		time.Sleep(time.Second)
+		frames := c.count(host.KindPartitionRaftBatch)
+		if frames == 0 {
+			t.Fatalf("no raft batch sent while every group woke (%d single raft messages)", c.count(host.KindPartitionRaft))
+		}
+		if per := float64(c.batched.Load()) / float64(frames); per < 2 {
+			t.Fatalf("%d raft messages in %d batches: %.1f per batch", c.batched.Load(), frames, per)
+		}
+		t.Logf("%d raft messages in %d batches, %d sent alone", c.batched.Load(), frames, c.count(host.KindPartitionRaft))
+		for p := range uint32(quietPartitions) {
+			waitFor(t, fmt.Sprintf("partition %d on node 3", p), func() bool { return len(readAll(t, c.nodes[3], tp, p)) == 1 })
+		}
+		c.settleQuiet(t)
 	})
 }

@@ -32,6 +32,9 @@ const (
 	// KindLiveness is a node's heartbeat to a peer (liveness.go): one per
 	// node pair per interval, with no payload.
 	KindLiveness
+	// KindPartitionRaftBatch carries several partition raft messages for
+	// one peer (raftbatch.go).
+	KindPartitionRaftBatch
 )
 
 // clusterNode is the replicated side of an engine: the metadata group
@@ -191,6 +194,8 @@ func (e *Engine) deliver(ctx context.Context, m transport.Message) error {
 			return err
 		}
 		return nil
+	case KindPartitionRaftBatch:
+		return e.deliverRaftBatch(m.Payload)
 	case KindMetaRaft:
 		msg := &raftpb.Message{}
 		if err := proto.Unmarshal(m.Payload, msg); err != nil {

@@ -126,8 +126,17 @@ func New(cfg Config) (*Engine, error) {
 		if cfg.ShardClock != nil {
 			clk = cfg.ShardClock(i)
 		}
+		rep := repl
+		if repl != nil {
+			// Each shard coalesces its own raft messages per peer: the
+			// batcher belongs to the shard's pump.
+			rc := *repl
+			b := newRaftBatcher(e.cl.send)
+			rc.Send, rc.Flush = b.add, b.flush
+			rep = &rc
+		}
 		s, err := shard.New(shard.Config{
-			ID: i, InboxSize: cfg.InboxSize, Park: park, Clock: clk, Replication: repl,
+			ID: i, InboxSize: cfg.InboxSize, Park: park, Clock: clk, Replication: rep,
 			PinCPU: cfg.PinShards, CPU: i % runtime.NumCPU(), Manual: cfg.Manual,
 			Logger: cfg.Logger, Metrics: e.metrics,
 		}, e.meta, e.router)

@@ -45,9 +45,12 @@ const quiesceAfterTicks = 2
 
 // quiescence is the shard's bookkeeping for quiescence (pump-owned).
 type quiescence struct {
-	// awake holds the groups that are ticked: every group when
-	// quiescence is off.
-	awake map[metadata.Namespace]*owned
+	// awake holds the groups that are ticked (every group when
+	// quiescence is off), in the order they woke, and at the index of
+	// each in awake; tickBuf is tickRaft's copy of awake.
+	awake   []*owned
+	at      map[metadata.Namespace]int
+	tickBuf []*owned
 	// down holds the peers node liveness reported dead.
 	down map[uint64]bool
 	// campaign holds the groups this node stands for election in, after
@@ -60,23 +63,51 @@ func (s *Shard) wake(o *owned) {
 	if o.grp == nil {
 		return
 	}
-	if s.q.awake == nil {
-		s.q.awake = make(map[metadata.Namespace]*owned)
-	}
-	ns := o.p.Namespace()
-	if s.q.awake[ns] != o {
-		s.q.awake[ns] = o
+	if !s.isAwake(o) {
+		if s.q.at == nil {
+			s.q.at = make(map[metadata.Namespace]int)
+		}
+		s.forgetAwake(o) // an earlier incarnation's entry, if any
+		s.q.at[o.p.Namespace()] = len(s.q.awake)
+		s.q.awake = append(s.q.awake, o)
 		o.awakeTicks = 0
 		s.m.RaftWakes.Inc()
 	}
 	s.armTick()
 }
 
-// forgetAwake drops o from the ticked groups (its group is gone).
+// isAwake reports whether o's group is ticked.
+func (s *Shard) isAwake(o *owned) bool {
+	i, ok := s.q.at[o.p.Namespace()]
+	return ok && s.q.awake[i] == o
+}
+
+// forgetAwake stops ticking the group of o's namespace: it quiesced, or
+// it is gone. The last awake group takes its place (the order stays a
+// function of what happened, not of map iteration).
 func (s *Shard) forgetAwake(o *owned) {
-	if ns := o.p.Namespace(); s.q.awake[ns] == o {
-		delete(s.q.awake, ns)
+	ns := o.p.Namespace()
+	i, ok := s.q.at[ns]
+	if !ok {
+		return
 	}
+	last := len(s.q.awake) - 1
+	if i != last {
+		moved := s.q.awake[last]
+		s.q.awake[i] = moved
+		s.q.at[moved.p.Namespace()] = i
+	}
+	s.q.awake[last] = nil
+	s.q.awake = s.q.awake[:last]
+	delete(s.q.at, ns)
+}
+
+// awakeList is a copy of the awake groups, for tickRaft to go through
+// while ticking changes the set.
+func (s *Shard) awakeList() []*owned {
+	clear(s.q.tickBuf)
+	s.q.tickBuf = append(s.q.tickBuf[:0], s.q.awake...)
+	return s.q.tickBuf
 }
 
 // idle reports whether the shard has nothing pending on o that needs the
@@ -99,6 +130,7 @@ func (s *Shard) maybeQuiesce(o *owned) bool {
 	for _, m := range o.grp.QuiesceMessages() {
 		r.Send(m.GetTo(), o.p.Namespace(), o.p.Epoch(), m)
 	}
+	s.forgetAwake(o)
 	s.m.RaftQuiesces.Inc()
 	return true
 }
@@ -114,7 +146,7 @@ func (s *Shard) stepQuiesce(o *owned, m *raftpb.Message) bool {
 		return false
 	}
 	if s.cfg.Replication.Quiesce && idle(o) && o.grp.AcceptQuiesce(m) {
-		if s.q.awake[o.p.Namespace()] == o {
+		if s.isAwake(o) {
 			s.forgetAwake(o)
 			s.m.RaftQuiesces.Inc()
 		}
@@ -144,10 +176,12 @@ func (s *Shard) setPeerLive(peer uint64, live bool) {
 	if r == nil || peer == r.Node || s.q.down[peer] == !live {
 		return
 	}
+	// In namespace order, so the groups wake (and campaign) in an order
+	// a simulator's seed decides.
 	if live {
 		delete(s.q.down, peer)
-		for _, o := range s.replicated {
-			if o.grp.IsLeader() {
+		for _, ns := range sortedOwned(s.replicated) {
+			if o := s.replicated[ns]; o.grp.IsLeader() {
 				s.wake(o)
 			}
 		}
@@ -157,7 +191,11 @@ func (s *Shard) setPeerLive(peer uint64, live bool) {
 		s.q.down = make(map[uint64]bool)
 	}
 	s.q.down[peer] = true
-	for _, o := range s.replicated {
+	for _, ns := range sortedOwned(s.replicated) {
+		o := s.replicated[ns]
+		if o == nil || o.grp == nil {
+			continue // failed by an earlier step of this loop
+		}
 		if o.grp.Leader() != peer {
 			continue
 		}
@@ -228,8 +266,8 @@ func (s *Shard) campaignDue() {
 // (not ticked), and how many of those this node leads.
 func (s *Shard) QuiescedGroups(ctx context.Context) (quiesced, leading int, err error) {
 	err = s.do(ctx, newControl(func(s *Shard) error {
-		for ns, o := range s.replicated {
-			if s.q.awake[ns] == o {
+		for _, o := range s.replicated {
+			if s.isAwake(o) {
 				continue
 			}
 			quiesced++

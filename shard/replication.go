@@ -45,6 +45,11 @@ type Replication struct {
 	// snapshot (defaults 4096 and 16 MiB).
 	CompactEntries uint64
 	CompactBytes   int64
+	// Flush, if set, is called at the end of every unit of pump work and
+	// before every write of a raft log: Send may hold messages back until
+	// then, to hand a peer the messages of many groups together (the
+	// host coalesces them per node pair). Nil: Send sends at once.
+	Flush func()
 	// Quiesce stops ticking the groups with nothing to do (see
 	// quiesce.go). Their failure detection is then the host's node
 	// liveness, reported through Shard.SetPeerLive: a host that sets
@@ -523,17 +528,13 @@ func (s *Shard) maybeCompact(o *owned) {
 	s.m.RaftCompactions.Inc()
 }
 
-// tickRaft ticks every awake group; a leader with nothing to do
-// quiesces its group instead (quiesce.go).
+// tickRaft ticks every awake group, in the order they woke (so a
+// simulator's run is reproducible); a leader with nothing to do quiesces
+// its group instead (quiesce.go).
 func (s *Shard) tickRaft() {
 	s.campaignDue()
-	for ns, o := range s.q.awake {
-		if o.grp == nil {
-			delete(s.q.awake, ns)
-			continue
-		}
-		if s.maybeQuiesce(o) {
-			delete(s.q.awake, ns)
+	for _, o := range s.awakeList() {
+		if !s.isAwake(o) || s.maybeQuiesce(o) {
 			continue
 		}
 		if err := o.grp.Tick(); err != nil {

@@ -464,6 +464,7 @@ func (s *Shard) settle() {
 	s.processReady()
 	s.maybeFlush()
 	s.wakeWaiters()
+	s.flushRaft()
 }
 
 func (s *Shard) stopTimers() {

@@ -421,6 +421,10 @@ func describeMsg(m transport.Message) string {
 			}
 			return fmt.Sprintf("%v@%d %s", metadata.Namespace(m.Group), binary.LittleEndian.Uint64(m.Payload), typ)
 		}
+	case host.KindPartitionRaftBatch:
+		if len(m.Payload) >= 4 {
+			return fmt.Sprintf("raft batch of %d", binary.LittleEndian.Uint32(m.Payload))
+		}
 	case host.KindCatchUp:
 		if len(m.Payload) > 8 {
 			return fmt.Sprintf("%v@%d catchup/%d", metadata.Namespace(m.Group), binary.LittleEndian.Uint64(m.Payload), m.Payload[8])
