@@ -28,6 +28,12 @@ const (
 	KindRequest
 	KindReply
 	KindCatchUp
+	// KindLiveness is a node's heartbeat to a peer (liveness.go): one per
+	// node pair per interval, with no payload.
+	KindLiveness
+	// KindPartitionRaftBatch carries several partition raft messages for
+	// one peer (raftbatch.go).
+	KindPartitionRaftBatch
 )
 
 // clusterNode is the replicated side of an engine: the metadata group
@@ -39,6 +45,7 @@ type clusterNode struct {
 	bus   transport.Bus
 
 	meta *metaGroup
+	live *liveness
 
 	reqID   atomic.Uint64
 	mu      sync.Mutex
@@ -51,8 +58,10 @@ func newClusterNode(e *Engine) *clusterNode {
 	for i, p := range cfg.Peers {
 		peers[i] = uint64(p)
 	}
-	return &clusterNode{e: e, cfg: cfg, peers: peers, bus: cfg.Bus,
+	c := &clusterNode{e: e, cfg: cfg, peers: peers, bus: cfg.Bus,
 		waiting: make(map[uint64]chan []byte)}
+	c.live = newLiveness(c)
+	return c
 }
 
 // openMetadata opens the metadata group (its raft log under dir, or in
@@ -159,7 +168,10 @@ var (
 
 func (e *Engine) deliver(ctx context.Context, m transport.Message) error {
 	c := e.cl
+	c.live.heardFrom(uint64(m.From))
 	switch m.Kind {
+	case KindLiveness:
+		return nil // a sign of life, recorded above; the payload is ignored
 	case KindPartitionRaft, KindCatchUp:
 		if len(m.Payload) < 8 {
 			return fmt.Errorf("%w: kind %d without its incarnation", ErrMalformed, m.Kind)
@@ -178,6 +190,8 @@ func (e *Engine) deliver(ctx context.Context, m transport.Message) error {
 			return err
 		}
 		return nil
+	case KindPartitionRaftBatch:
+		return e.deliverRaftBatch(m.Payload)
 	case KindMetaRaft:
 		msg := &raftpb.Message{}
 		if err := proto.Unmarshal(m.Payload, msg); err != nil {

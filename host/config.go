@@ -119,6 +119,13 @@ type Cluster struct {
 	// (see shard.Replication).
 	CompactEntries uint64
 	CompactBytes   int64
+	// LivenessInterval is how often this node sends each peer a
+	// heartbeat (default 10 ticks); LivenessTimeout is how long a peer
+	// may send nothing before it is declared dead and the quiesced
+	// partition groups it led elect new leaders (default 5 intervals).
+	// Both are rounded down to whole ticks.
+	LivenessInterval time.Duration
+	LivenessTimeout  time.Duration
 }
 
 // Events are optional observers of the metadata group, called on the
@@ -208,6 +215,9 @@ func (c *Cluster) Validate() error {
 	if c.TickInterval < 0 {
 		errs = append(errs, fmt.Errorf("Cluster.TickInterval %v < 0", c.TickInterval))
 	}
+	if c.LivenessInterval < 0 || c.LivenessTimeout < 0 {
+		errs = append(errs, fmt.Errorf("Cluster.LivenessInterval %v and LivenessTimeout %v must not be negative", c.LivenessInterval, c.LivenessTimeout))
+	}
 	return errors.Join(errs...)
 }
 
@@ -240,6 +250,12 @@ func (c Config) withDefaults() Config {
 		cl := *c.Cluster
 		if cl.TickInterval == 0 {
 			cl.TickInterval = shard.DefaultTickInterval
+		}
+		if cl.LivenessInterval == 0 {
+			cl.LivenessInterval = defaultLivenessTicks * cl.TickInterval
+		}
+		if cl.LivenessTimeout == 0 {
+			cl.LivenessTimeout = defaultLivenessMiss * cl.LivenessInterval
 		}
 		c.Cluster = &cl
 	}

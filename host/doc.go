@@ -15,6 +15,12 @@
 // deterministic simulator (internal/sim) drives the engine that way, so
 // what it checks is the code a parkway.Node runs.
 //
+// In a cluster, idle partition raft groups quiesce (see the shard
+// package) and failure detection for them is node liveness (liveness.go):
+// one heartbeat per node pair per interval, counted in metadata ticks, so
+// TickMetadata drives it too. Partition raft messages for one peer are
+// coalesced per shard and unit of pump work (raftbatch.go).
+//
 // The root package parkway is the client API on top of an engine: handles,
 // retries in place, following "not leader" hints through Forward.
 package host

@@ -107,7 +107,9 @@ func New(cfg Config) (*Engine, error) {
 	if c := e.cl; c != nil {
 		repl = &shard.Replication{Node: uint64(c.cfg.ID), Peers: c.peers, Send: c.sendRaft,
 			SendCatchUp: c.sendCatchUp, TickInterval: c.cfg.TickInterval,
-			CompactEntries: c.cfg.CompactEntries, CompactBytes: c.cfg.CompactBytes}
+			CompactEntries: c.cfg.CompactEntries, CompactBytes: c.cfg.CompactBytes,
+			// Node liveness (liveness.go) reports dead peers to the shards.
+			Quiesce: true}
 	}
 	// A parked frame's age bound by the shard's clock matches its bound
 	// in passes: MaxPasses reconcile periods.
@@ -124,8 +126,17 @@ func New(cfg Config) (*Engine, error) {
 		if cfg.ShardClock != nil {
 			clk = cfg.ShardClock(i)
 		}
+		rep := repl
+		if repl != nil {
+			// Each shard coalesces its own raft messages per peer: the
+			// batcher belongs to the shard's pump.
+			rc := *repl
+			b := newRaftBatcher(e.cl.send)
+			rc.Send, rc.Flush = b.add, b.flush
+			rep = &rc
+		}
 		s, err := shard.New(shard.Config{
-			ID: i, InboxSize: cfg.InboxSize, Park: park, Clock: clk, Replication: repl,
+			ID: i, InboxSize: cfg.InboxSize, Park: park, Clock: clk, Replication: rep,
 			PinCPU: cfg.PinShards, CPU: i % runtime.NumCPU(), Manual: cfg.Manual,
 			Logger: cfg.Logger, Metrics: e.metrics,
 		}, e.meta, e.router)

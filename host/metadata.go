@@ -245,6 +245,7 @@ func (c *clusterNode) runMetadata(ctx context.Context) {
 			_ = m.g.Step(msg)
 		case <-tick.C():
 			m.g.Tick()
+			c.live.tick(ctx)
 			tick.Reset(c.cfg.TickInterval)
 		}
 	}
@@ -340,11 +341,14 @@ func (e *Engine) ReadBarrier(ctx context.Context) error {
 }
 
 // TickMetadata ticks a manual engine's metadata group member once and
-// handles what it made ready. Tick it every MetadataTickInterval.
+// handles what it made ready. Tick it every MetadataTickInterval. Node
+// liveness counts these ticks: it sends the peers their heartbeats and
+// reports dead ones to the shards from here.
 func (e *Engine) TickMetadata() error {
 	if e.cl == nil {
 		return errNotClustered
 	}
+	e.cl.live.tick(e.group.Context())
 	m := e.cl.meta
 	if m.err != nil {
 		return m.err

@@ -1,9 +1,14 @@
 package host
 
 import (
+	"bytes"
+	"encoding/binary"
 	"testing"
 	"time"
 
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/shard"
 )
@@ -50,5 +55,44 @@ func FuzzDecodeResponse(f *testing.F) {
 	f.Add(EncodeResponse(shard.Response{Err: shard.ErrTooManyWaiters}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_, _ = DecodeResponse(b)
+	})
+}
+
+// FuzzDecodeRaftBatch feeds arbitrary bytes to the partition raft batch
+// decoder: it must never panic, and what it accepts must be exactly its
+// records, encoded again.
+func FuzzDecodeRaftBatch(f *testing.F) {
+	var seeds [][]byte
+	b := newRaftBatcher(func(_ uint64, kind uint8, _ uint64, payload []byte) error {
+		if kind == KindPartitionRaftBatch {
+			seeds = append(seeds, append([]byte(nil), payload...))
+		}
+		return nil
+	})
+	for i := range uint64(3) {
+		b.add(2, metadata.Namespace(i), i+1, &raftpb.Message{Type: raftpb.MsgApp.Enum(), To: new(uint64(2)),
+			From: new(uint64(1)), Term: new(uint64(4)), Entries: []*raftpb.Entry{{Index: new(i + 1), Data: []byte("entry")}}})
+	}
+	b.flush()
+	for _, s := range seeds {
+		f.Add(s)
+	}
+	f.Add([]byte{1, 0, 0, 0})
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		recs, err := decodeRaftBatch(in)
+		if err != nil {
+			return
+		}
+		again := binary.LittleEndian.AppendUint32(nil, uint32(len(recs)))
+		for _, r := range recs {
+			again = binary.LittleEndian.AppendUint64(again, uint64(r.ns))
+			again = binary.LittleEndian.AppendUint64(again, r.epoch)
+			again = binary.LittleEndian.AppendUint32(again, uint32(len(r.msg)))
+			again = append(again, r.msg...)
+		}
+		if !bytes.Equal(again, in) {
+			t.Fatalf("accepted %x, which re-encodes as %x", in, again)
+		}
 	})
 }

@@ -62,6 +62,8 @@ type Metrics struct {
 	RaftCompactions *prometheus.CounterVec // shard
 	RaftSnapshots   *prometheus.CounterVec // shard
 	CaughtUp        *prometheus.CounterVec // shard
+	RaftQuiesces    *prometheus.CounterVec // shard
+	RaftWakes       *prometheus.CounterVec // shard
 
 	// The client side, counted by the node a call was made on.
 	Produced      *prometheus.CounterVec   // stream, topic: messages acknowledged
@@ -173,13 +175,23 @@ func NewLabeled(labels prometheus.Labels) *Metrics {
 			Name:        "parkway_catchup_messages_total",
 			Help:        "Messages a replica fetched from a peer's partition log after installing a snapshot.",
 		}, shard),
+		RaftQuiesces: prometheus.NewCounterVec(prometheus.CounterOpts{
+			ConstLabels: labels,
+			Name:        "parkway_raft_quiesces_total",
+			Help:        "Partition raft groups that stopped ticking (quiesced) with nothing to do.",
+		}, shard),
+		RaftWakes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			ConstLabels: labels,
+			Name:        "parkway_raft_wakes_total",
+			Help:        "Partition raft groups that started ticking: created, or woken from quiescence by a proposal, a read, a peer's message or node liveness.",
+		}, shard),
 	}
 }
 
 func (m *Metrics) all() []prometheus.Collector {
 	return []prometheus.Collector{m.FrameDrops, m.Materialised, m.Removed, m.BuildFailures,
 		m.ParkedFrames, m.ParkedBytes, m.StaleRejects, m.TransientDenies, m.Forwarded,
-		m.RaftCompactions, m.RaftSnapshots, m.CaughtUp,
+		m.RaftCompactions, m.RaftSnapshots, m.CaughtUp, m.RaftQuiesces, m.RaftWakes,
 		m.Produced, m.ProducedBytes, m.Polled, m.PolledBytes, m.PollWait, m.ConsumerLag}
 }
 
@@ -248,6 +260,8 @@ func (m *Metrics) Shard(id int) *Shard {
 		RaftCompactions: m.RaftCompactions.WithLabelValues(s),
 		RaftSnapshots:   m.RaftSnapshots.WithLabelValues(s),
 		CaughtUp:        m.CaughtUp.WithLabelValues(s),
+		RaftQuiesces:    m.RaftQuiesces.WithLabelValues(s),
+		RaftWakes:       m.RaftWakes.WithLabelValues(s),
 	}
 }
 
@@ -266,6 +280,8 @@ type Shard struct {
 	RaftCompactions prometheus.Counter
 	RaftSnapshots   prometheus.Counter
 	CaughtUp        prometheus.Counter
+	RaftQuiesces    prometheus.Counter
+	RaftWakes       prometheus.Counter
 }
 
 // Drop counts one dropped frame. Drops are rare, so the label lookup here

@@ -26,6 +26,7 @@ targets='
 ./transport FuzzReadFrame
 ./host FuzzDecodeRequest
 ./host FuzzDecodeResponse
+./host FuzzDecodeRaftBatch
 '
 
 failed=

@@ -63,6 +63,7 @@ type owned struct {
 	// raft entry when the pump runs out of queued frames.
 	proposeBuf []Frame
 	ready      bool
+	awakeTicks int // ticks since the group last woke (quiesce.go)
 	dedupe     dedupeTable
 	// cursor is the replicated log's next offset: where the next applied
 	// produce lands in every replica's partition log. The local log can

@@ -45,6 +45,17 @@ type Replication struct {
 	// snapshot (defaults 4096 and 16 MiB).
 	CompactEntries uint64
 	CompactBytes   int64
+	// Flush, if set, is called at the end of every unit of pump work and
+	// before every write of a raft log: Send may hold messages back until
+	// then, to hand a peer the messages of many groups together (the
+	// host coalesces them per node pair). Nil: Send sends at once.
+	Flush func()
+	// Quiesce stops ticking the groups with nothing to do (see
+	// quiesce.go). Their failure detection is then the host's node
+	// liveness, reported through Shard.SetPeerLive: a host that sets
+	// Quiesce must report its peers' deaths, or a quiesced group whose
+	// leader died never elects another.
+	Quiesce bool
 }
 
 // Raft log defaults.
@@ -158,6 +169,7 @@ func (s *Shard) unreplicate(o *owned, err error) {
 		return
 	}
 	delete(s.replicated, o.p.Namespace())
+	s.forgetAwake(o)
 	// Proposed writes may have committed — and been applied on the other
 	// replicas — already: their outcome is unknown, never "retry here".
 	for id, fs := range o.pending {
@@ -413,6 +425,9 @@ func (s *Shard) stepRaft(o *owned, f Frame) {
 		s.m.Drop(f.Req.Op.String(), metrics.ReasonNotReplicated)
 		return
 	}
+	if s.stepQuiesce(o, f.Req.Raft) {
+		return
+	}
 	switch err := o.grp.Step(f.Req.Raft); {
 	case err == nil:
 	case errors.Is(err, replica.ErrGroupFailed):
@@ -444,7 +459,10 @@ func (s *Shard) failGroup(o *owned, err error) {
 	s.unreplicate(o, fmt.Errorf("%w: %w", ErrPartitionFailed, err))
 }
 
+// markReady queues o for processReady. A group with work is ticked: a
+// quiesced group wakes.
 func (s *Shard) markReady(o *owned) {
+	s.wake(o)
 	if !o.ready {
 		o.ready = true
 		s.readyList = append(s.readyList, o)
@@ -510,9 +528,15 @@ func (s *Shard) maybeCompact(o *owned) {
 	s.m.RaftCompactions.Inc()
 }
 
-// tickRaft ticks every replicated group.
+// tickRaft ticks every awake group, in the order they woke (so a
+// simulator's run is reproducible); a leader with nothing to do quiesces
+// its group instead (quiesce.go).
 func (s *Shard) tickRaft() {
-	for _, o := range s.replicated {
+	s.campaignDue()
+	for _, o := range s.awakeList() {
+		if !s.isAwake(o) || s.maybeQuiesce(o) {
+			continue
+		}
 		if err := o.grp.Tick(); err != nil {
 			s.failGroup(o, err)
 			continue
@@ -524,7 +548,7 @@ func (s *Shard) tickRaft() {
 }
 
 func (s *Shard) armTick() {
-	if len(s.replicated) == 0 || s.tickArmed {
+	if len(s.q.awake) == 0 || s.tickArmed {
 		return
 	}
 	d := s.cfg.Replication.TickInterval
@@ -536,8 +560,9 @@ func (s *Shard) armTick() {
 	s.tickArmed = true
 }
 
-// tickC is the raft tick channel, nil (never ready) while no group exists,
-// so a shard with nothing replicated has no timer.
+// tickC is the raft tick channel, nil (never ready) while no group is
+// awake, so a shard with nothing replicated, or all of it quiesced, has
+// no timer.
 func (s *Shard) tickC() <-chan time.Time {
 	if !s.tickArmed {
 		return nil

@@ -155,6 +155,7 @@ type Shard struct {
 	readySpare   []*owned                      // processReady's other list, reused
 	raftTimer    clock.Timer
 	tickArmed    bool
+	q            quiescence                    // quiesced groups and peer liveness (quiesce.go)
 	parkTimer    clock.Timer                   // armed at the earliest parked frame's expiry
 	parkAt       time.Time                     // when parkTimer fires; zero when disarmed
 	tombstoned   map[metadata.Namespace]uint64 // ns → epoch being torn down
@@ -469,6 +470,7 @@ func (s *Shard) settle() {
 	s.processReady()
 	s.maybeFlush()
 	s.wakeWaiters()
+	s.flushRaft()
 }
 
 func (s *Shard) stopTimers() {

@@ -460,6 +460,11 @@ type Handler interface {
 	ApplySnapshot(index uint64, data []byte) error
 }
 
+// BeforeSave is an optional Handler method, called before a Ready is
+// written to the Disk: an owner that holds sent messages back (to batch
+// them) hands them over there, so none waits for the write of the log.
+type BeforeSave interface{ BeforeSave() }
+
 // Handle processes one Ready: the snapshot, entries and hard state are
 // persisted (synced if the Disk says so) before the messages that depend
 // on them are sent (a leader's messages depend on nothing it persists),
@@ -504,6 +509,9 @@ func (g *Group) handle(h Handler, rd raft.Ready) error {
 		var snap *raftpb.Snapshot
 		if hasSnap {
 			snap = rd.Snapshot
+		}
+		if f, ok := h.(BeforeSave); ok && (hasSnap || len(rd.Entries) > 0 || (rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState))) {
+			f.BeforeSave()
 		}
 		if err := g.disk.Save(snap, rd.Entries, rd.HardState); err != nil {
 			return err

@@ -2,11 +2,14 @@ package sim
 
 import (
 	"context"
+	"encoding/binary"
 	"sync/atomic"
 
+	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/reconciler"
 	"github.com/parkway-io/parkway/router"
+	"github.com/parkway-io/parkway/transport"
 )
 
 // Broken builds for the simulator's self-tests: each is set by one test,
@@ -52,4 +55,27 @@ func (r *skipIgnoringParked) Reconcile(ctx context.Context) (reconciler.Report, 
 	r.ran, r.rev = true, rep.Revision
 	r.did = rep.Built+rep.Removed+rep.RowsWritten+rep.Failed+rep.Pending+rep.Reconfigured > 0 || rep.Retained > 0
 	return rep, err
+}
+
+// stripRaftEpochs is BreakRaftEpoch's edit of an outgoing message: the
+// incarnation of a partition raft message, alone (its first 8 bytes) or
+// batched (each record's, after its namespace), becomes 0. m's payload is
+// the simulator's own copy.
+func stripRaftEpochs(m transport.Message) {
+	switch m.Kind {
+	case host.KindPartitionRaft:
+		if len(m.Payload) >= 8 {
+			clear(m.Payload[:8])
+		}
+	case host.KindPartitionRaftBatch:
+		// count u32, then records: namespace u64, epoch u64, size u32, message.
+		b := m.Payload
+		if len(b) < 4 {
+			return
+		}
+		for i := 4; i+20 <= len(b); {
+			clear(b[i+8 : i+16])
+			i += 20 + int(binary.LittleEndian.Uint32(b[i+16:]))
+		}
+	}
 }

@@ -17,8 +17,35 @@ import (
 // log, each partition's raft group from the raft log beside its segments,
 // re-applying what its partition log lost.
 
-// crash takes n down.
-func (c *csim) crash(n *cnode) {
+// crash takes n down for up to a second.
+func (c *csim) crash(n *cnode) { c.crashFor(n, 0, time.Second) }
+
+// crashQuiescedLeader crashes a node that leads quiesced partition groups,
+// if one does, for longer than the liveness timeout.
+func (c *csim) crashQuiescedLeader() {
+	var leaders []*cnode
+	for _, n := range c.nodes {
+		if !n.reachable() {
+			continue
+		}
+		for _, s := range n.shards {
+			if _, leading, err := s.QuiescedGroups(c.ctx); err == nil && leading > 0 {
+				leaders = append(leaders, n)
+				break
+			}
+		}
+	}
+	if len(leaders) == 0 {
+		return
+	}
+	n := leaders[c.rng.IntN(len(leaders))]
+	c.faults.QuiescedCrash++
+	c.event("n%d leads quiesced groups", n.id)
+	c.crashFor(n, time.Second, 3*time.Second)
+}
+
+// crashFor takes n down for a time in [lo, hi].
+func (c *csim) crashFor(n *cnode, lo, hi time.Duration) {
 	power := c.rng.IntN(3) != 0
 	kind := "process crash"
 	if power {
@@ -27,7 +54,7 @@ func (c *csim) crash(n *cnode) {
 	} else {
 		c.faults.ProcessCrash++
 	}
-	down := c.randDuration(0, time.Second)
+	down := c.randDuration(lo, hi)
 	c.event("n%d CRASH (%s) gen=%d down for %v", n.id, kind, n.gen, down)
 	n.inj.dead = true
 	n.down, n.restartAt = true, c.clk.Now().Add(down)

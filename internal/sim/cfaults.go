@@ -101,6 +101,9 @@ func (c *csim) startFaults() {
 		// node's reconciler pass is on the stack).
 		c.crash(c.nodes[c.rng.IntN(len(c.nodes))])
 	}
+	if c.depth == 0 && c.roll(f.QuiescedCrash) && !slices.ContainsFunc(c.nodes, func(n *cnode) bool { return n.down }) {
+		c.crashQuiescedLeader()
+	}
 	if c.roll(f.DiskFull) {
 		n := c.nodes[c.rng.IntN(len(c.nodes))]
 		if !n.inj.enospc.On() && !n.down {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/host"
+	"github.com/parkway-io/parkway/internal/replica"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
@@ -384,8 +385,8 @@ type outboxBus struct{ n *cnode }
 func (b *outboxBus) Send(m transport.Message) error {
 	m.From = transport.NodeID(b.n.id)
 	m.Payload = slices.Clone(m.Payload)
-	if BreakRaftEpoch.Load() && m.Kind == host.KindPartitionRaft && len(m.Payload) >= 8 {
-		clear(m.Payload[:8]) // the broken build: no incarnation on the wire
+	if BreakRaftEpoch.Load() {
+		stripRaftEpochs(m)
 	}
 	b.n.outbox = append(b.n.outbox, m)
 	return nil
@@ -418,7 +419,15 @@ func describeMsg(m transport.Message) string {
 	case host.KindPartitionRaft:
 		msg := &raftpb.Message{}
 		if len(m.Payload) >= 8 && proto.Unmarshal(m.Payload[8:], msg) == nil {
-			return fmt.Sprintf("%v@%d %v", metadata.Namespace(m.Group), binary.LittleEndian.Uint64(m.Payload), msg.GetType())
+			typ := msg.GetType().String()
+			if replica.IsQuiesce(msg) {
+				typ = "quiesce"
+			}
+			return fmt.Sprintf("%v@%d %s", metadata.Namespace(m.Group), binary.LittleEndian.Uint64(m.Payload), typ)
+		}
+	case host.KindPartitionRaftBatch:
+		if len(m.Payload) >= 4 {
+			return fmt.Sprintf("raft batch of %d", binary.LittleEndian.Uint32(m.Payload))
 		}
 	case host.KindCatchUp:
 		if len(m.Payload) > 8 {

@@ -162,6 +162,7 @@ func TestClusterFaultsFire(t *testing.T) {
 		{"node stopped", total.Stops},
 		{"node crash (power loss)", total.Crash},
 		{"node crash (process)", total.ProcessCrash},
+		{"node crash while leading quiesced groups", total.QuiescedCrash},
 		{"disk full (ENOSPC)", total.DiskFull},
 		{"disk error (EIO, torn write)", total.DiskError},
 		{"slow build", total.SlowBuild},

@@ -42,6 +42,13 @@ type FaultRates struct {
 	// fsynced is lost: MemFS.Crash), one in three a process crash (the
 	// page cache survives: whatever was written is still there).
 	Crash float64
+	// QuiescedCrash, in cluster mode, is the chance per scheduler step
+	// that a node leading quiesced partition groups (when one does)
+	// crashes and stays down for 1–3 s, longer than the liveness timeout:
+	// the survivors learn of the death from node liveness only, and must
+	// elect new leaders for those groups, which send nothing while
+	// quiesced.
+	QuiescedCrash float64
 
 	// Net are the network faults of cluster mode (Config.Nodes > 1).
 	Net NetFaultRates
@@ -134,6 +141,7 @@ func DefaultClusterFaults() FaultRates {
 		SpareMetadataLog: true,
 		SlowBuild:        0.08,
 		Crash:            0.0002,
+		QuiescedCrash:    0.0002,
 		Net: NetFaultRates{
 			Drop:      0.0015,
 			Duplicate: 0.0015,
@@ -205,7 +213,10 @@ func (c Config) validate() error {
 	if c.cluster() && f.InboxBurst > 0 {
 		errs = append(errs, errors.New("sim: InboxBurst is a single-node fault"))
 	}
-	for _, p := range []float64{f.InboxBurst, f.DiskFull, f.DiskError, f.SlowBuild, f.Crash,
+	if !c.cluster() && f.QuiescedCrash > 0 {
+		errs = append(errs, errors.New("sim: QuiescedCrash needs Nodes > 1"))
+	}
+	for _, p := range []float64{f.InboxBurst, f.DiskFull, f.DiskError, f.SlowBuild, f.Crash, f.QuiescedCrash,
 		n.Drop, n.Duplicate, n.Reorder, n.Delay, n.Partition, n.Stop} {
 		if p < 0 || p > 1 {
 			errs = append(errs, fmt.Errorf("sim: fault probability %v outside [0, 1]", p))
@@ -224,6 +235,9 @@ type FaultCounts struct {
 	SlowBuild    int
 	Crash        int // power losses
 	ProcessCrash int
+	// QuiescedCrash counts the crashes (of either kind, counted above
+	// too) of a node that led quiesced partition groups.
+	QuiescedCrash int
 
 	// Cluster mode: messages the network dropped, duplicated, delivered
 	// out of order, delayed, or lost to a cut link (partition or stopped

@@ -172,6 +172,7 @@ func addFaults(t *sim.FaultCounts, f sim.FaultCounts) {
 	t.SlowBuild += f.SlowBuild
 	t.Crash += f.Crash
 	t.ProcessCrash += f.ProcessCrash
+	t.QuiescedCrash += f.QuiescedCrash
 	t.MsgDropped += f.MsgDropped
 	t.MsgDuplicated += f.MsgDuplicated
 	t.MsgReordered += f.MsgReordered

@@ -1,0 +1,95 @@
+package host
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// Node liveness: partition groups with nothing to do are quiesced (see
+// the shard package) and send no heartbeats of their own, so failure
+// detection for them is per node, not per group. Each node sends every
+// peer one small KindLiveness message per LivenessInterval; a peer from
+// which nothing at all arrived for LivenessTimeout is declared dead, and
+// the shards are told (shard.SetPeerLive): the groups it led elect new
+// leaders among the survivors. Any message from a peer counts as a sign
+// of life, so a busy pair of nodes needs no heartbeat to stay alive.
+//
+// Liveness counts the metadata group's ticks, which the engine's clock
+// paces (a manual engine's driver calls TickMetadata): no wall clock is
+// read, and a simulator steps it like everything else.
+
+// Defaults of Cluster's liveness settings, in raft ticks.
+const (
+	defaultLivenessTicks = 10 // one heartbeat per node pair per 10 ticks (100 ms)
+	defaultLivenessMiss  = 5  // dead after 5 intervals without a message
+)
+
+// liveness tracks when each peer was last heard from, in ticks.
+type liveness struct {
+	c       *clusterNode
+	every   int64 // ticks between heartbeats to each peer
+	timeout int64 // ticks without a message after which a peer is dead
+	now     atomic.Int64
+	// heard maps each peer to the tick it was last heard at. The map is
+	// built once and only read after; its values are written by the
+	// transport's receiver and read by the driver.
+	heard map[uint64]*atomic.Int64
+	// dead is the driver's view: peers declared dead (driver-owned).
+	dead map[uint64]bool
+}
+
+func newLiveness(c *clusterNode) *liveness {
+	tick := c.cfg.TickInterval
+	every := max(int64(c.cfg.LivenessInterval/tick), 1)
+	timeout := max(int64(c.cfg.LivenessTimeout/tick), every+1)
+	l := &liveness{c: c, every: every, timeout: timeout,
+		heard: make(map[uint64]*atomic.Int64), dead: make(map[uint64]bool)}
+	for _, p := range c.peers {
+		if p != uint64(c.cfg.ID) {
+			l.heard[p] = new(atomic.Int64)
+		}
+	}
+	return l
+}
+
+// heardFrom records a sign of life from peer (any message it sent).
+func (l *liveness) heardFrom(peer uint64) {
+	if h := l.heard[peer]; h != nil {
+		h.Store(l.now.Load())
+	}
+}
+
+// tick advances liveness by one raft tick: heartbeats go out every
+// interval, and a peer whose silence crossed the timeout is declared dead
+// (one heard from again, alive) to every shard.
+func (l *liveness) tick(ctx context.Context) {
+	now := l.now.Add(1)
+	beat := now%l.every == 0
+	for _, p := range l.c.peers {
+		h := l.heard[p]
+		if h == nil {
+			continue // this node
+		}
+		if beat {
+			_ = l.c.send(p, KindLiveness, 0, nil)
+		}
+		dead := now-h.Load() > l.timeout
+		if dead == l.dead[p] {
+			continue
+		}
+		l.dead[p] = dead
+		if dead {
+			l.c.e.cfg.Logger.Warn("peer declared dead: no message within the liveness timeout", "peer", p,
+				"timeout", time.Duration(l.timeout)*l.c.cfg.TickInterval)
+		} else {
+			l.c.e.cfg.Logger.Info("peer alive again", "peer", p)
+		}
+		for _, s := range l.c.e.shards {
+			if err := s.SetPeerLive(ctx, p, !dead); err != nil {
+				// The shard is closing (or ctx ended): nothing to wake.
+				l.c.e.cfg.Logger.Debug("reporting peer liveness to a shard", "peer", p, "error", err)
+			}
+		}
+	}
+}

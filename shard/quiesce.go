@@ -1,0 +1,284 @@
+package shard
+
+import (
+	"context"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/parkway-io/parkway/internal/replica"
+	"github.com/parkway-io/parkway/metadata"
+)
+
+// Quiescence (Replication.Quiesce), after CockroachDB's quiesced ranges:
+// a partition group with nothing to do is not ticked, so an idle shard
+// sends no heartbeats and runs no election timers, whatever the number of
+// partitions it holds.
+//
+//   - The leader quiesces a group on a tick once every live follower has
+//     acknowledged its whole log, everything is committed and applied,
+//     and no proposal, leader read or catch-up is pending here: it sends
+//     each follower a quiesce heartbeat instead of ticking.
+//   - A follower quiesces when a quiesce heartbeat matches its state
+//     exactly (same leader and term, same log, all of it committed and
+//     applied); otherwise it keeps ticking, and its election timer
+//     eventually wakes the leader with an ordinary raft message.
+//   - Any raft message for a quiesced group wakes it, and so does local
+//     work: a proposal, a leader read, a catch-up (markReady wakes).
+//   - Failure detection comes from node liveness (SetPeerLive), one
+//     heartbeat per node pair, not per group: when a peer is declared
+//     dead, the groups it led forget it and wake, and one live member of
+//     each, chosen by the namespace so the work spreads, campaigns — a few
+//     groups per tick, so a dead node's thousands of groups do not start
+//     their elections in the same instant. The woken groups' election
+//     timers remain the fallback. When a peer returns, the groups this
+//     node leads wake so the leader brings it up to date.
+
+// campaignsPerTick bounds the elections a shard starts per raft tick after
+// a peer died.
+const campaignsPerTick = 128
+
+// quiesceAfterTicks is how long a woken group is ticked before its leader
+// may quiesce it again: one heartbeat round, whose answers tell the
+// leader how its followers stand (a follower that woke it because it
+// lags, or missed the commit index, is then brought up to date first).
+const quiesceAfterTicks = 2
+
+// quiescence is the shard's bookkeeping for quiescence (pump-owned).
+type quiescence struct {
+	// awake holds the groups that are ticked (every group when
+	// quiescence is off), in the order they woke, and at the index of
+	// each in awake; tickBuf is tickRaft's copy of awake.
+	awake   []*owned
+	at      map[metadata.Namespace]int
+	tickBuf []*owned
+	// down holds the peers node liveness reported dead.
+	down map[uint64]bool
+	// campaign holds the groups this node stands for election in, after
+	// their leader's node died, waiting for their turn.
+	campaign []*owned
+}
+
+// wake makes o's group ticked again.
+func (s *Shard) wake(o *owned) {
+	if o.grp == nil {
+		return
+	}
+	if !s.isAwake(o) {
+		if s.q.at == nil {
+			s.q.at = make(map[metadata.Namespace]int)
+		}
+		s.forgetAwake(o) // an earlier incarnation's entry, if any
+		s.q.at[o.p.Namespace()] = len(s.q.awake)
+		s.q.awake = append(s.q.awake, o)
+		o.awakeTicks = 0
+		s.m.RaftWakes.Inc()
+	}
+	s.armTick()
+}
+
+// isAwake reports whether o's group is ticked.
+func (s *Shard) isAwake(o *owned) bool {
+	i, ok := s.q.at[o.p.Namespace()]
+	return ok && s.q.awake[i] == o
+}
+
+// forgetAwake stops ticking the group of o's namespace: it quiesced, or
+// it is gone. The last awake group takes its place (the order stays a
+// function of what happened, not of map iteration).
+func (s *Shard) forgetAwake(o *owned) {
+	ns := o.p.Namespace()
+	i, ok := s.q.at[ns]
+	if !ok {
+		return
+	}
+	last := len(s.q.awake) - 1
+	if i != last {
+		moved := s.q.awake[last]
+		s.q.awake[i] = moved
+		s.q.at[moved.p.Namespace()] = i
+	}
+	s.q.awake[last] = nil
+	s.q.awake = s.q.awake[:last]
+	delete(s.q.at, ns)
+}
+
+// awakeList is a copy of the awake groups, for tickRaft to go through
+// while ticking changes the set.
+func (s *Shard) awakeList() []*owned {
+	clear(s.q.tickBuf)
+	s.q.tickBuf = append(s.q.tickBuf[:0], s.q.awake...)
+	return s.q.tickBuf
+}
+
+// idle reports whether the shard has nothing pending on o that needs the
+// group to keep ticking.
+func idle(o *owned) bool {
+	return o.catchup == nil && len(o.proposeBuf) == 0 && len(o.pending) == 0 &&
+		len(o.reads) == 0 && len(o.readWait) == 0
+}
+
+// maybeQuiesce quiesces o's group if it leads a group with nothing to do,
+// sending its followers the quiesce heartbeat; it reports whether it did.
+func (s *Shard) maybeQuiesce(o *owned) bool {
+	r := s.cfg.Replication
+	if o.awakeTicks++; o.awakeTicks < quiesceAfterTicks {
+		return false
+	}
+	if !r.Quiesce || !idle(o) || !o.grp.CanQuiesce(s.peerLive) {
+		return false
+	}
+	for _, m := range o.grp.QuiesceMessages() {
+		r.Send(m.GetTo(), o.p.Namespace(), o.p.Epoch(), m)
+	}
+	s.forgetAwake(o)
+	s.m.RaftQuiesces.Inc()
+	return true
+}
+
+// stepQuiesce handles m if it is a quiesce heartbeat a follower whose
+// state matches it takes: the group stops ticking, and it reports true.
+// A quiesce heartbeat the follower refuses is turned into the ordinary
+// heartbeat it stands for (the caller steps it, reported false): the
+// follower learns the leader and its commit, and its answer wakes the
+// leader, which ticks a heartbeat round before it tries again.
+func (s *Shard) stepQuiesce(o *owned, m *raftpb.Message) bool {
+	if !replica.IsQuiesce(m) {
+		return false
+	}
+	if s.cfg.Replication.Quiesce && idle(o) && o.grp.AcceptQuiesce(m) {
+		if s.isAwake(o) {
+			s.forgetAwake(o)
+			s.m.RaftQuiesces.Inc()
+		}
+		return true
+	}
+	replica.StripQuiesce(m)
+	return false
+}
+
+// peerLive reports whether node liveness holds peer alive.
+func (s *Shard) peerLive(peer uint64) bool { return !s.q.down[peer] }
+
+// SetPeerLive tells the shard what node liveness learned of peer: dead
+// (live false) or alive again. When a peer dies, the groups it led
+// forget it and wake, and this node campaigns in those it is chosen for;
+// when it returns, the groups this node leads wake to bring it up to
+// date. Without Replication.Quiesce it only records the peer's state.
+func (s *Shard) SetPeerLive(ctx context.Context, peer uint64, live bool) error {
+	return s.do(ctx, newControl(func(s *Shard) error {
+		s.setPeerLive(peer, live)
+		return nil
+	}, nil))
+}
+
+func (s *Shard) setPeerLive(peer uint64, live bool) {
+	r := s.cfg.Replication
+	if r == nil || peer == r.Node || s.q.down[peer] == !live {
+		return
+	}
+	// In namespace order, so the groups wake (and campaign) in an order
+	// a simulator's seed decides.
+	if live {
+		delete(s.q.down, peer)
+		for _, ns := range sortedOwned(s.replicated) {
+			if o := s.replicated[ns]; o.grp.IsLeader() {
+				s.wake(o)
+			}
+		}
+		return
+	}
+	if s.q.down == nil {
+		s.q.down = make(map[uint64]bool)
+	}
+	s.q.down[peer] = true
+	for _, ns := range sortedOwned(s.replicated) {
+		o := s.replicated[ns]
+		if o == nil || o.grp == nil {
+			continue // failed by an earlier step of this loop
+		}
+		if o.grp.Leader() != peer {
+			continue
+		}
+		s.wake(o)
+		if err := o.grp.ForgetLeader(); err != nil {
+			s.failGroup(o, err)
+			continue
+		}
+		s.markReady(o)
+		if s.campaigner(o.p.Namespace()) == r.Node {
+			s.q.campaign = append(s.q.campaign, o)
+		}
+	}
+}
+
+// campaigner is the live member that stands for election in ns's group
+// when its leader died: chosen among the live members by the namespace,
+// as the preferred leader is among all of them, so every node agrees
+// given the same liveness and the elections spread over the survivors.
+func (s *Shard) campaigner(ns metadata.Namespace) uint64 {
+	peers := s.cfg.Replication.Peers
+	n := 0
+	for _, p := range peers {
+		if !s.q.down[p] {
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	k := int(uint64(ns) % uint64(n))
+	for _, p := range peers {
+		if s.q.down[p] {
+			continue
+		}
+		if k == 0 {
+			return p
+		}
+		k--
+	}
+	return 0
+}
+
+// campaignDue starts the next few queued elections. A group that found a
+// leader meanwhile (another member won), or is gone, is skipped.
+func (s *Shard) campaignDue() {
+	n := 0
+	for len(s.q.campaign) > 0 && n < campaignsPerTick {
+		o := s.q.campaign[0]
+		s.q.campaign[0] = nil
+		s.q.campaign = s.q.campaign[1:]
+		if o.grp == nil || s.replicated[o.p.Namespace()] != o || o.grp.Leader() != 0 {
+			continue
+		}
+		n++
+		if err := o.grp.Campaign(); err != nil {
+			s.failGroup(o, err)
+			continue
+		}
+		s.markReady(o)
+	}
+	if len(s.q.campaign) == 0 {
+		s.q.campaign = nil
+	}
+}
+
+// QuiescedGroups reports how many of the shard's raft groups are quiesced
+// (not ticked), and how many of those this node leads.
+func (s *Shard) QuiescedGroups(ctx context.Context) (quiesced, leading int, err error) {
+	err = s.do(ctx, newControl(func(s *Shard) error {
+		for _, o := range s.replicated {
+			if s.isAwake(o) {
+				continue
+			}
+			quiesced++
+			if o.grp.IsLeader() {
+				leading++
+			}
+		}
+		return nil
+	}, nil))
+	if err != nil {
+		return 0, 0, err
+	}
+	return quiesced, leading, nil
+}
