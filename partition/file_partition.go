@@ -35,6 +35,7 @@ type filePartition struct {
 	// layoutPending: the partition was just built and its layout (the
 	// incarnation file, the directories in layout) is not durable yet.
 	layout        []string
+	layoutGen     uint64 // the change to layout's shared directories (dirSyncs)
 	layoutPending bool
 	consumers     map[string]uint64
 	buf           []byte // append scratch
@@ -75,13 +76,13 @@ func (p *filePartition) createSegment(base uint64) (_ *segment, err error) {
 			_ = removeSegmentFiles(p.fs, seg)
 		}
 	}()
-	if seg.log, err = p.fs.OpenFile(seg.logPath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644); err != nil {
+	if seg.log, err = p.createFile(seg.logPath); err != nil {
 		return nil, err
 	}
-	if seg.idx, err = p.fs.OpenFile(seg.indexPath(), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644); err != nil {
+	if seg.idx, err = p.createFile(seg.indexPath()); err != nil {
 		return nil, err
 	}
-	if seg.tidx, err = p.fs.OpenFile(seg.timeIndexPath(), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644); err != nil {
+	if seg.tidx, err = p.createFile(seg.timeIndexPath()); err != nil {
 		return nil, err
 	}
 	if p.store.cfg.Preallocate {
@@ -97,6 +98,18 @@ func (p *filePartition) createSegment(base uint64) (_ *segment, err error) {
 	}
 	seg.maxTSKnown = true
 	return seg, nil
+}
+
+// createFile creates (or empties) the file at path and returns it as a
+// handle of the store's descriptor budget, open for now.
+func (p *filePartition) createFile(path string) (*handle, error) {
+	f, err := p.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	h := p.store.handles.newHandle(path, os.O_RDWR)
+	p.store.handles.adopt(h, f)
+	return h, nil
 }
 
 // removeSegmentFiles deletes a segment's log and indexes; missing files
@@ -126,10 +139,9 @@ func (p *filePartition) roll() error {
 		_ = old.log.Truncate(old.size) // only frees space; harmless if it fails
 	}
 	if p.synced < p.next {
-		if err := old.log.Sync(); err != nil {
-			return p.fail("fsync of the segment being sealed", err)
+		if err := p.syncTail(); err != nil {
+			return err
 		}
-		p.synced = p.next
 	}
 	seg, err := p.createSegment(p.next)
 	if err != nil {
@@ -166,11 +178,11 @@ func (p *filePartition) persistIndex(s *segment) {
 // indexes stay authoritative.
 func (s *segment) closeIndexes() {
 	if s.idx != nil {
-		_ = s.idx.Close()
+		_ = s.idx.close()
 		s.idx = nil
 	}
 	if s.tidx != nil {
-		_ = s.tidx.Close()
+		_ = s.tidx.close()
 		s.tidx = nil
 	}
 }
@@ -247,23 +259,37 @@ func (p *filePartition) Append(msgs []Message) (uint64, error) {
 // FileConfig.Sync) or, failing, truncates the log back to its logical end,
 // so a failed Append leaves nothing behind. A failed fsync also breaks the
 // partition (see Sync).
+//
+// Without FileConfig.Sync the tail's descriptor is pinned from the write
+// to the fsync that covers it (see handleCache): the write and the fsync
+// go through the same descriptor.
 func (p *filePartition) writeTail(tail *segment, buf []byte) error {
-	n, err := tail.log.WriteAt(buf, tail.size)
+	if p.store.cfg.Sync {
+		if err := p.syncLayout(); err != nil {
+			return err // the partition is broken: nothing more is appended
+		}
+	}
+	f, err := tail.log.acquire()
+	if err != nil {
+		return err // nothing was written
+	}
+	defer tail.log.release()
+	if !p.store.cfg.Sync {
+		tail.log.setPinned(true)
+	}
+	n, err := f.WriteAt(buf, tail.size)
 	if err == nil && n != len(buf) {
 		err = io.ErrShortWrite
 	}
 	var syncErr error
 	if err == nil && p.store.cfg.Sync {
-		if err = p.syncLayout(); err != nil {
-			return err // the partition is broken: nothing more is appended
-		}
-		err = tail.log.Sync()
+		err = f.Sync()
 		syncErr = err
 	}
 	if err == nil {
 		return nil
 	}
-	if terr := tail.log.Truncate(tail.size); terr != nil {
+	if terr := f.Truncate(tail.size); terr != nil {
 		return p.fail(fmt.Sprintf("append failed (%v) and could not be rolled back", err), terr)
 	}
 	if syncErr != nil {
@@ -288,9 +314,21 @@ func (p *filePartition) Sync() error {
 	if p.synced == p.next {
 		return nil
 	}
-	if err := p.tail().log.Sync(); err != nil {
+	return p.syncTail()
+}
+
+// syncTail fsyncs the tail and unpins its descriptor. A failed fsync
+// breaks the partition; a failed reopen of the tail's file (ErrReopen)
+// does not: nothing was synced, and nothing was lost either.
+func (p *filePartition) syncTail() error {
+	tail := p.tail()
+	if err := tail.log.Sync(); err != nil {
+		if errors.Is(err, ErrReopen) {
+			return err
+		}
 		return p.fail("fsync", err)
 	}
+	tail.log.setPinned(false)
 	p.synced = p.next
 	return nil
 }
@@ -317,7 +355,13 @@ func (p *filePartition) syncLayout() error {
 		return p.fail("fsync of the incarnation file", err)
 	}
 	for _, d := range p.layout {
-		if err := p.fs.SyncDir(d); err != nil {
+		var err error
+		if within(d, p.dir) {
+			err = p.fs.SyncDir(d)
+		} else {
+			err = p.store.dirs.sync(p.fs, d, p.layoutGen)
+		}
+		if err != nil {
 			return p.fail("fsync of a new directory", err)
 		}
 	}
@@ -376,10 +420,9 @@ func (p *filePartition) SkipTo(offset uint64) error {
 		return err
 	}
 	if p.synced < p.next {
-		if err := p.tail().log.Sync(); err != nil {
-			return p.fail("fsync before skipping offsets", err)
+		if err := p.syncTail(); err != nil {
+			return err
 		}
-		p.synced = p.next
 	}
 	if err := writeStart(p.fs, p.dir, offset); err != nil {
 		return err
@@ -598,12 +641,10 @@ func (p *filePartition) Close() error {
 		if p.synced < p.next {
 			errs = append(errs, tail.log.Sync())
 		}
-		if tail.idx != nil {
-			errs = append(errs, tail.idx.Sync())
-		}
-		if tail.tidx != nil {
-			errs = append(errs, tail.tidx.Sync())
-		}
+		// The index files are derived data: synced if still open (a
+		// clean shutdown then reopens without rebuilding them), not
+		// reopened for it.
+		errs = append(errs, tail.idx.syncIfOpen(), tail.tidx.syncIfOpen())
 	}
 	errs = append(errs, p.closeFiles())
 	p.store.release(p.ns)
@@ -619,4 +660,7 @@ func (p *filePartition) closeFiles() error {
 }
 
 // Location implements Located.
-func (p *filePartition) Location() (vfs.FS, string) { return p.fs, p.dir }
+//
+// The filesystem is the store's own (FileConfig.FS), not its budget:
+// files opened there are not counted in FileConfig.MaxOpenFiles.
+func (p *filePartition) Location() (vfs.FS, string) { return p.store.raw, p.dir }
