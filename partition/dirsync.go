@@ -19,12 +19,18 @@ import (
 // own change. Building N partitions and syncing them then costs N fsyncs
 // of their own directories and one of each shared one per batch (the
 // first Sync after the builds), instead of N of each.
+//
+// Reopened partitions changed nothing, but their entries may come from a
+// process that stopped before making them durable. Those entries exist
+// already when the partition is opened, so any fsync of a shared
+// directory begun after the directory's last change covers them
+// (markExisting): one fsync of each shared directory serves every
+// reopened partition, however their builds and syncs interleave.
 type dirSyncs struct {
 	mu  sync.Mutex
-	gen uint64 // the last generation handed out by mark
-	// dirs holds the shared directories changed and not yet synced since;
-	// a directory whose fsync covered every change is dropped, so the map
-	// stays as small as the set of directories being built into.
+	gen uint64 // the last generation handed out
+	// dirs holds every shared directory marked: a few per topic, so it
+	// stays small beside the partitions.
 	dirs map[string]*dirState
 }
 
@@ -33,33 +39,57 @@ type dirState struct {
 	synced  uint64 // every change up to this generation is durable
 }
 
-func newDirSyncs() *dirSyncs { return &dirSyncs{dirs: make(map[string]*dirState)} }
+// existingGen is the generation of the entries that existed when the
+// store opened: those of a previous process.
+const existingGen = 1
 
-// mark records that entries of dirs changed (or may not be durable) and
-// returns the generation a later sync must cover.
+func newDirSyncs() *dirSyncs { return &dirSyncs{gen: existingGen, dirs: make(map[string]*dirState)} }
+
+// mark records that entries of dirs changed and returns the generation a
+// later sync must cover.
 func (d *dirSyncs) mark(dirs []string) uint64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.gen++
 	for _, dir := range dirs {
-		st := d.dirs[dir]
-		if st == nil {
-			st = &dirState{}
-			d.dirs[dir] = st
-		}
-		st.changed = d.gen
+		d.state(dir).changed = d.gen
 	}
 	return d.gen
 }
 
-// sync makes the changes to dir up to generation gen durable: at once if
-// an fsync that began after them has completed, otherwise by an fsync,
-// which also covers every change made before it began.
+// markExisting records that existing entries of dirs may not be durable
+// and returns the generation a later sync must cover: the newest change
+// among dirs (sync covers each directory up to its own newest change at
+// most, see sync).
+func (d *dirSyncs) markExisting(dirs []string) uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	gen := uint64(existingGen)
+	for _, dir := range dirs {
+		st := d.state(dir)
+		st.changed = max(st.changed, existingGen)
+		gen = max(gen, st.changed)
+	}
+	return gen
+}
+
+func (d *dirSyncs) state(dir string) *dirState {
+	st := d.dirs[dir]
+	if st == nil {
+		st = &dirState{}
+		d.dirs[dir] = st
+	}
+	return st
+}
+
+// sync makes the changes to dir up to generation gen (or up to dir's
+// newest change, if older) durable: at once if an fsync that began after
+// them has completed, otherwise by an fsync, which also covers every
+// change made before it began.
 func (d *dirSyncs) sync(fs vfs.FS, dir string, gen uint64) error {
 	d.mu.Lock()
 	st := d.dirs[dir]
-	if st == nil || st.synced >= gen {
-		// Covered; a dropped state was synced past every change.
+	if st == nil || st.synced >= min(gen, st.changed) {
 		d.mu.Unlock()
 		return nil
 	}
@@ -70,9 +100,6 @@ func (d *dirSyncs) sync(fs vfs.FS, dir string, gen uint64) error {
 	}
 	d.mu.Lock()
 	st.synced = max(st.synced, upTo)
-	if st.synced >= st.changed && d.dirs[dir] == st {
-		delete(d.dirs, dir)
-	}
 	d.mu.Unlock()
 	return nil
 }

@@ -482,7 +482,11 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 			shared = append(shared, d)
 		}
 	}
-	p.layoutGen = s.dirs.mark(shared)
+	if fresh {
+		p.layoutGen = s.dirs.mark(shared)
+	} else {
+		p.layoutGen = s.dirs.markExisting(shared)
+	}
 	if fresh {
 		// Nothing is synced here: a build costs no fsync. The layout —
 		// the incarnation file, the new directories — is made durable by

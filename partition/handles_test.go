@@ -389,6 +389,33 @@ func TestFileSharedDirSyncsBatched(t *testing.T) {
 	for _, p := range append(ps, late) {
 		mustClose(t, p)
 	}
+
+	// Reopened one at a time, each synced before the next is built (as
+	// a node's start does): the shared directories are fsynced once, for
+	// all of them.
+	cfs2 := newCountingFS(cfs.FS)
+	s2 := newFileStore(t, partition.FileConfig{Dir: "/data", FS: cfs2})
+	for _, ns := range append(nsOf(ps), late.Namespace()) {
+		p := mustBuild(t, s2, ns, 1)
+		mustAppend(t, p, batch(p.NextOffset(), 1, 10))
+		if err := p.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		mustClose(t, p)
+	}
+	for d := shared; d != "/"; d = filepath.Dir(d) {
+		if n := cfs2.syncedDir(d); n != 1 {
+			t.Errorf("shared directory %s fsynced %d times for %d reopened partitions, want 1", d, n, parts+1)
+		}
+	}
+}
+
+func nsOf(ps []partition.Partition) []metadata.Namespace {
+	out := make([]metadata.Namespace, len(ps))
+	for i, p := range ps {
+		out[i] = p.Namespace()
+	}
+	return out
 }
 
 func TestFileConfigMaxOpenFiles(t *testing.T) {
