@@ -2,6 +2,7 @@ package partition_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -434,5 +435,66 @@ func TestFileConfigMaxOpenFiles(t *testing.T) {
 	}
 	if d := partition.DefaultMaxOpenFiles(); d < partition.DefaultMaxOpenFilesFloor || d > partition.DefaultMaxOpenFilesCeiling {
 		t.Errorf("DefaultMaxOpenFiles() = %d outside [%d, %d]", d, partition.DefaultMaxOpenFilesFloor, partition.DefaultMaxOpenFilesCeiling)
+	}
+}
+
+// TestFileBudgetConcurrent shares a budget of 8 between 4 goroutines,
+// each owning 25 partitions (as shards do), under the race detector in
+// CI: every message reads back, and the store holds at most the budget
+// plus what the goroutines use at the same instant.
+func TestFileBudgetConcurrent(t *testing.T) {
+	const budget, workers, each, rounds = 8, 4, 25, 5
+	cfs := newCountingFS(vfs.NewMem())
+	s := newFileStore(t, partition.FileConfig{Dir: "/data", FS: cfs, MaxOpenFiles: budget})
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			var ps []partition.Partition
+			defer func() {
+				for _, p := range ps {
+					_ = p.Close()
+				}
+			}()
+			for i := range each {
+				ns, _ := metadata.NewNamespace(1, uint32(1+w), uint32(i))
+				p, err := s.Build(ns, 1)
+				if err != nil {
+					errs <- err
+					return
+				}
+				ps = append(ps, p)
+			}
+			for range rounds {
+				for _, p := range ps {
+					if _, err := p.Append(batch(p.NextOffset(), 2, 500)); err != nil {
+						errs <- err
+						return
+					}
+					if err := p.Sync(); err != nil {
+						errs <- err
+						return
+					}
+					got, err := p.Read(0, 100)
+					if err != nil || uint64(len(got)) != p.NextOffset() {
+						errs <- fmt.Errorf("read %d messages (%v), want %d", len(got), err, p.NextOffset())
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	// In use at one instant, per goroutine: the tail being written,
+	// its index file and a transient file or directory.
+	if _, most := cfs.state(); most > budget+3*workers {
+		t.Fatalf("the store held %d descriptors at once, budget %d", most, budget)
+	}
+	if now, _ := cfs.state(); now != 0 {
+		t.Fatalf("%d descriptors held after every partition was closed", now)
 	}
 }
