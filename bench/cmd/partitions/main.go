@@ -42,6 +42,7 @@ import (
 
 	"github.com/parkway-io/parkway"
 	"github.com/parkway-io/parkway/bench"
+	"github.com/parkway-io/parkway/vfs"
 )
 
 const perTopic = 1000
@@ -125,8 +126,43 @@ func waitMaterialised(ctx context.Context, reg *prometheus.Registry, n int) erro
 	}
 }
 
+// syncCounter is the operating system's filesystem, counting file and
+// directory fsyncs.
+type syncCounter struct {
+	vfs.FS
+	files, dirs atomic.Int64
+}
+
+type countedFile struct {
+	vfs.File
+	c *syncCounter
+}
+
+func (c *syncCounter) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	f, err := c.FS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return countedFile{f, c}, nil
+}
+
+func (f countedFile) Sync() error {
+	f.c.files.Add(1)
+	return f.File.Sync()
+}
+
+func (c *syncCounter) SyncDir(dir string) error {
+	c.dirs.Add(1)
+	return c.FS.SyncDir(dir)
+}
+
+// fsyncs returns the file and directory fsyncs so far.
+func (c *syncCounter) fsyncs() (files, dirs int64) { return c.files.Load(), c.dirs.Load() }
+
+var counter = &syncCounter{FS: vfs.Default}
+
 func openNode(dir string, shards int) (*parkway.Node, *prometheus.Registry, error) {
-	n, err := parkway.Open(parkway.Config{DataDir: dir, Shards: shards, RequestTimeout: time.Minute})
+	n, err := parkway.Open(parkway.Config{DataDir: dir, FS: counter, Shards: shards, RequestTimeout: time.Minute})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -205,14 +241,17 @@ func buildMany(count, shards int, timeout time.Duration) error {
 		return err
 	}
 	built, builtCPU := time.Since(start), cpuNow()-cpu0
+	buildFiles, buildDirs := counter.fsyncs()
 	start, cpu0 = time.Now(), cpuNow()
 	if err := produceAll(ctx, n, topics, count, 64); err != nil {
 		return err
 	}
 	produced, producedCPU := time.Since(start), cpuNow()-cpu0
-	fmt.Printf("build %d partitions (%d shards): create topics %v, all materialised %v (CPU %v); first produce to each (FsyncAlways, 64 in flight) %v (CPU %v)\n",
-		count, shards, created.Round(time.Millisecond), built.Round(time.Millisecond), builtCPU.Round(time.Millisecond),
-		produced.Round(time.Millisecond), producedCPU.Round(time.Millisecond))
+	files, dirs := counter.fsyncs()
+	fmt.Printf("build %d partitions (%d shards): create topics %v, all materialised %v (CPU %v, fsyncs: %d files, %d directories); "+
+		"first produce to each (FsyncAlways, 64 in flight) %v (CPU %v, fsyncs: %d files, %d directories)\n",
+		count, shards, created.Round(time.Millisecond), built.Round(time.Millisecond), builtCPU.Round(time.Millisecond), buildFiles, buildDirs,
+		produced.Round(time.Millisecond), producedCPU.Round(time.Millisecond), files-buildFiles, dirs-buildDirs)
 	return nil
 }
 
@@ -291,12 +330,13 @@ func open(dir string, count, shards int, timeout time.Duration) error {
 		return err
 	}
 	all, allCPU := time.Since(start), cpuNow()-cpu0
+	files, dirs := counter.fsyncs()
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	fds, _ := os.ReadDir("/proc/self/fd")
-	fmt.Printf("reopen %d partitions (%d shards): Open returned %v, all materialised %v (CPU %v); VmRSS %s, VmHWM %s, Go heap in use %.0f MiB, open descriptors %d\n",
-		count, shards, opened.Round(time.Millisecond), all.Round(time.Millisecond), allCPU.Round(time.Millisecond),
+	fmt.Printf("reopen %d partitions (%d shards): Open returned %v, all materialised %v (CPU %v, fsyncs: %d files, %d directories); VmRSS %s, VmHWM %s, Go heap in use %.0f MiB, open descriptors %d\n",
+		count, shards, opened.Round(time.Millisecond), all.Round(time.Millisecond), allCPU.Round(time.Millisecond), files, dirs,
 		procStatus("VmRSS"), procStatus("VmHWM"), float64(ms.HeapInuse)/(1<<20), len(fds))
 	return nil
 }
