@@ -131,6 +131,18 @@ func (c FileConfig) Validate() error {
 // derived data: they are not fsynced, and a reopen rebuilds any that is
 // missing, short or wrong.
 //
+// The directories above a partition's own (its topic's partitions/ and
+// up) are shared: the first Syncs of partitions built in a batch fsync
+// each of them once for the batch, not once per partition (dirSyncs).
+//
+// Descriptors. The store holds at most FileConfig.MaxOpenFiles files and
+// directories open at once over all its partitions (see handles.go): a
+// segment file is opened when an operation needs it and closed, least
+// recently used first, when idle and the budget needs the descriptor, so
+// a partition idle since its last Sync holds none that cannot be
+// closed, and reopening a node opens its partitions' files one partition
+// at a time rather than keeping them all. HandleStats reports the budget.
+//
 // FileStore is safe for concurrent Build, Remove and List. Each Partition
 // is for one goroutine. Two FileStores must not share a Dir: the in-use
 // check that keeps two handles off one log is per FileStore.
