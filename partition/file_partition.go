@@ -312,6 +312,9 @@ func (p *filePartition) Sync() error {
 		return err
 	}
 	if p.synced == p.next {
+		// Nothing to sync; a pin left by an Append that failed and was
+		// rolled back covers nothing either.
+		p.tail().log.setPinned(false)
 		return nil
 	}
 	return p.syncTail()

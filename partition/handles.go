@@ -36,8 +36,9 @@ import (
 //     their first append to their Close.
 
 // MinMaxOpenFiles is the smallest FileConfig.MaxOpenFiles Validate
-// accepts: one partition operation holds up to four descriptors at once
-// (a segment being created: its three files and its directory).
+// accepts: with fewer, a single partition operation (a roll: the sealed
+// tail, the new segment's three files, the directory) would close and
+// reopen its own files.
 const MinMaxOpenFiles = 4
 
 // Bounds of the default FileConfig.MaxOpenFiles.
