@@ -149,9 +149,8 @@ func (c *handleCache) adopt(h *handle, f vfs.File) {
 	h.f = f.(*budgetFile).File // the slot passes to the handle
 	h.opened = true
 	c.makeIdle(h)
-	victims := c.evictLocked(0)
+	c.evictLocked(0)
 	c.mu.Unlock()
-	closeAll(victims)
 }
 
 // reserve counts one descriptor about to be opened, first evicting idle
@@ -159,14 +158,13 @@ func (c *handleCache) adopt(h *handle, f vfs.File) {
 // failure, unreserves.
 func (c *handleCache) reserve() {
 	c.mu.Lock()
-	victims := c.evictLocked(1)
+	c.evictLocked(1)
 	c.open++
 	c.stats.Opens++
 	if c.open > c.max {
 		c.stats.OverBudget++
 	}
 	c.mu.Unlock()
-	closeAll(victims)
 }
 
 // unreserve gives back a descriptor counted by reserve: closed, or never
@@ -177,29 +175,22 @@ func (c *handleCache) unreserve() {
 	c.mu.Unlock()
 }
 
-// evictLocked unlinks idle handles, least recently used first, until
-// room more descriptors fit in the budget or none is idle, and returns
-// their files for the caller to close after unlocking.
-func (c *handleCache) evictLocked(room int) []vfs.File {
-	var victims []vfs.File
+// evictLocked closes idle handles, least recently used first, until room
+// more descriptors fit in the budget or none is idle. It closes them
+// under the lock, so a descriptor counted as free is closed: the budget
+// bounds what the process really holds, not only what the cache counts
+// (closing a file is a short system call; opening stays outside the
+// lock). Errors are dropped: an evicted file holds no write that was not
+// fsynced through it (pinned handles are never evicted) except index
+// files, which are derived data a reopen rebuilds.
+func (c *handleCache) evictLocked(room int) {
 	for c.open+room > c.max && c.nIdle > 0 {
 		h := c.idle.prev
 		c.unlinkIdle(h)
-		victims = append(victims, h.f)
+		_ = h.f.Close()
 		h.f = nil
 		c.open--
 		c.stats.Evictions++
-	}
-	return victims
-}
-
-// closeAll closes evicted files. Errors are dropped: an evicted file
-// holds no write that was not fsynced through it (pinned handles are
-// never evicted) except index files, which are derived data a reopen
-// rebuilds.
-func closeAll(fs []vfs.File) {
-	for _, f := range fs {
-		_ = f.Close()
 	}
 }
 
@@ -262,9 +253,8 @@ func (h *handle) release() {
 	c.mu.Lock()
 	h.refs--
 	c.makeIdle(h)
-	victims := c.evictLocked(0)
+	c.evictLocked(0)
 	c.mu.Unlock()
-	closeAll(victims)
 }
 
 // setPinned pins or unpins h's file (see handleCache). Pinning a closed
@@ -278,10 +268,7 @@ func (h *handle) setPinned(pin bool) {
 	} else if !pin && h.pinned {
 		h.pinned = false
 		c.makeIdle(h)
-		victims := c.evictLocked(0)
-		c.mu.Unlock()
-		closeAll(victims)
-		return
+		c.evictLocked(0)
 	}
 	c.mu.Unlock()
 }
@@ -290,17 +277,16 @@ func (h *handle) setPinned(pin bool) {
 func (h *handle) close() error {
 	c := h.c
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.unlinkIdle(h)
 	f := h.f
 	h.f, h.pinned = nil, false
-	if f != nil {
-		c.open--
-	}
-	c.mu.Unlock()
 	if f == nil {
 		return nil
 	}
-	return f.Close()
+	err := f.Close() // before the descriptor counts as free (see evictLocked)
+	c.open--
+	return err
 }
 
 // syncIfOpen fsyncs h's file if it is open, and does nothing if it is
@@ -415,11 +401,12 @@ func (b budgetFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, e
 }
 
 func (f *budgetFile) Close() error {
+	err := f.File.Close()
 	if !f.closed {
 		f.closed = true
-		f.c.unreserve()
+		f.c.unreserve() // after the close: a descriptor counted free is free
 	}
-	return f.File.Close()
+	return err
 }
 
 func (b budgetFS) ReadDir(dir string) ([]string, error) {
