@@ -342,6 +342,7 @@ func TestConfigValidateReportsEveryProblem(t *testing.T) {
 		MaxBatchMessages:  -4,
 		RequestTimeout:    -time.Second,
 		SegmentSize:       5,
+		MaxOpenFiles:      2,
 		ReconcileInterval: time.Minute,
 		RetryBackoffMin:   2 * time.Second,
 		RetryBackoffMax:   time.Second,
@@ -354,7 +355,7 @@ func TestConfigValidateReportsEveryProblem(t *testing.T) {
 		t.Fatalf("Validate = %v, want ErrInvalidConfig", err)
 	}
 	fields := []string{"Shards", "InboxSize", "MaxMessageSize", "MaxBatchMessages", "RequestTimeout",
-		"SegmentSize", "ReconcileInterval", "RetryBackoffMin", "BuildBackoffMin",
+		"SegmentSize", "MaxOpenFiles", "ReconcileInterval", "RetryBackoffMin", "BuildBackoffMin",
 		"Alignment", "MaxPasses", "FramesPerNamespace"}
 	if missing := missingWords(err, fields...); len(missing) > 0 {
 		t.Errorf("Validate's error does not name %v:\n%v", missing, err)
@@ -368,7 +369,7 @@ func TestConfigValidateReportsEveryProblem(t *testing.T) {
 	}
 	for _, one := range []parkway.Config{
 		{Shards: -1}, {SegmentSize: parkway.MaxSegmentSize + 1}, {ReconcileInterval: -time.Second},
-		{Park: parkway.ParkLimits{Alignment: 6}},
+		{Park: parkway.ParkLimits{Alignment: 6}}, {MaxOpenFiles: -1},
 	} {
 		if err := one.Validate(); !errors.Is(err, parkway.ErrInvalidConfig) {
 			t.Errorf("Validate(%+v) = %v, want ErrInvalidConfig", one, err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/metrics"
+	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/reconciler"
 	"github.com/parkway-io/parkway/router"
 	"github.com/parkway-io/parkway/shard"
@@ -63,6 +64,13 @@ type Config struct {
 	// Preallocate reserves each new segment's full size on disk with
 	// fallocate, so appends never fail for lack of space mid-segment.
 	Preallocate bool
+	// MaxOpenFiles bounds the descriptors the partition store holds at
+	// once, over all partitions: segment files are opened when used and
+	// the least recently used idle ones closed, so a node can hold far
+	// more partitions than descriptors (default: half the process's soft
+	// RLIMIT_NOFILE, 64 to 65,536; at least 4; see
+	// partition.FileConfig.MaxOpenFiles). Only with DataDir.
+	MaxOpenFiles int
 
 	// Fsync is the default fsync policy of topics that do not set one
 	// (default FsyncAlways: an acknowledged produce survives power loss;
@@ -207,6 +215,9 @@ func (c Config) Validate() error {
 	}
 	if c.SegmentSize != 0 && (c.SegmentSize < MinSegmentSize || c.SegmentSize > MaxSegmentSize) {
 		errs = append(errs, fmt.Errorf("SegmentSize %d outside [%d, %d]", c.SegmentSize, MinSegmentSize, MaxSegmentSize))
+	}
+	if c.MaxOpenFiles != 0 && c.MaxOpenFiles < partition.MinMaxOpenFiles {
+		errs = append(errs, fmt.Errorf("MaxOpenFiles %d below %d (0 for the default)", c.MaxOpenFiles, partition.MinMaxOpenFiles))
 	}
 	if c.ReconcileInterval != 0 {
 		if err := reconciler.ValidatePeriod(c.ReconcileInterval); err != nil {

@@ -88,7 +88,7 @@ func (c Config) engineConfig() host.Config {
 	return host.Config{
 		Shards: c.Shards, InboxSize: c.InboxSize, Park: c.Park, PinShards: c.PinShards,
 		DataDir: c.DataDir, FS: c.FS, SegmentSize: c.SegmentSize, Preallocate: c.Preallocate,
-		VerifyOnOpen: c.VerifyOnOpen, MetadataSnapshotEvery: c.MetadataSnapshotEvery,
+		VerifyOnOpen: c.VerifyOnOpen, MaxOpenFiles: c.MaxOpenFiles, MetadataSnapshotEvery: c.MetadataSnapshotEvery,
 		Defaults: TopicConfig{
 			Fsync: c.Fsync, FsyncInterval: c.FsyncInterval,
 			RetentionAge: c.RetentionAge, RetentionBytes: c.RetentionBytes,

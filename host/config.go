@@ -41,6 +41,9 @@ type Config struct {
 	SegmentSize  int64
 	Preallocate  bool
 	VerifyOnOpen bool
+	// MaxOpenFiles is the file store's descriptor budget
+	// (partition.FileConfig.MaxOpenFiles; 0 for its default).
+	MaxOpenFiles int
 	// MetadataSnapshotEvery is how many metadata commands are logged (or
 	// kept in the metadata group's raft log) between snapshots (default
 	// metadata.DefaultSnapshotEvery).

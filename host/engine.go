@@ -222,7 +222,7 @@ func (e *Engine) openStore() error {
 	}
 	fstore, err := partition.NewFileStore(partition.FileConfig{
 		Dir: cfg.DataDir, FS: cfg.FS, SegmentSize: cfg.SegmentSize, Preallocate: cfg.Preallocate,
-		VerifyOnOpen: cfg.VerifyOnOpen,
+		VerifyOnOpen: cfg.VerifyOnOpen, MaxOpenFiles: cfg.MaxOpenFiles,
 	})
 	if err != nil {
 		return err

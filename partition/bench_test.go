@@ -123,3 +123,23 @@ func BenchmarkAppendSync(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkFileStoreBuild builds partitions on disk, one per iteration,
+// all kept open (as a node keeps them): past a third of the descriptor
+// budget the store closes idle files to make room, and before the budget
+// existed the process ran out of descriptors. Run it with a fixed count,
+// e.g. -benchtime 6000x.
+func BenchmarkFileStoreBuild(b *testing.B) {
+	s := newFileStore(b, partition.FileConfig{Dir: b.TempDir()})
+	var ps []partition.Partition
+	b.Cleanup(func() {
+		for _, p := range ps {
+			_ = p.Close()
+		}
+	})
+	i := 0
+	for b.Loop() {
+		ps = append(ps, mustBuild(b, s, mustNS(b, 1, 1+uint32(i/1000), uint32(i%1000)), 1))
+		i++
+	}
+}

@@ -65,6 +65,19 @@ type FileConfig struct {
 	// fully and each older segment from its last sparse-index entry on;
 	// damage before that is reported by the Read that reaches it.
 	VerifyOnOpen bool
+	// MaxOpenFiles is the store's descriptor budget: how many files and
+	// directories it holds open at once, over all its partitions. Segment
+	// files are opened on first use and the least recently used idle ones
+	// are closed when the budget is reached, so a store may hold far more
+	// partitions than descriptors; a partition idle since its last Sync
+	// holds none that cannot be closed. Files in use by an operation and a
+	// tail holding appends not yet fsynced cannot be closed and may take
+	// the store past the budget (see HandleStats). 0 means
+	// DefaultMaxOpenFiles() (half of the soft RLIMIT_NOFILE, within
+	// [DefaultMaxOpenFilesFloor, DefaultMaxOpenFilesCeiling]); otherwise
+	// at least MinMaxOpenFiles. Files a replicated partition's raft log
+	// keeps open in the partition's directory are not counted.
+	MaxOpenFiles int
 	// FS is the filesystem the store uses; nil means vfs.Default, the
 	// operating system. Tests substitute an in-memory or fault-injecting
 	// one.
@@ -83,6 +96,10 @@ func (c FileConfig) Validate() error {
 	if c.SegmentSize != 0 && (c.SegmentSize < minSegmentSize || c.SegmentSize > MaxSegmentSize) {
 		errs = append(errs, fmt.Errorf("%w: SegmentSize %d outside [%d, %d] (0 for the default)",
 			ErrInvalidConfig, c.SegmentSize, minSegmentSize, MaxSegmentSize))
+	}
+	if c.MaxOpenFiles != 0 && c.MaxOpenFiles < MinMaxOpenFiles {
+		errs = append(errs, fmt.Errorf("%w: MaxOpenFiles %d below %d (0 for the default)",
+			ErrInvalidConfig, c.MaxOpenFiles, MinMaxOpenFiles))
 	}
 	return errors.Join(errs...)
 }
@@ -114,12 +131,29 @@ func (c FileConfig) Validate() error {
 // derived data: they are not fsynced, and a reopen rebuilds any that is
 // missing, short or wrong.
 //
+// The directories above a partition's own (its topic's partitions/ and
+// up) are shared: the first Syncs of partitions built in a batch fsync
+// each of them once for the batch, not once per partition (dirSyncs).
+//
+// Descriptors. The store holds at most FileConfig.MaxOpenFiles files and
+// directories open at once over all its partitions (see handles.go): a
+// segment file is opened when an operation needs it and closed, least
+// recently used first, when idle and the budget needs the descriptor, so
+// a partition idle since its last Sync holds none that cannot be
+// closed, and reopening a node opens its partitions' files one partition
+// at a time rather than keeping them all. HandleStats reports the budget.
+//
 // FileStore is safe for concurrent Build, Remove and List. Each Partition
 // is for one goroutine. Two FileStores must not share a Dir: the in-use
 // check that keeps two handles off one log is per FileStore.
 type FileStore struct {
 	cfg FileConfig
-	fs  vfs.FS
+	// fs is budgetFS over raw: every descriptor the store opens counts
+	// against the budget in handles.
+	fs      vfs.FS
+	raw     vfs.FS
+	handles *handleCache
+	dirs    *dirSyncs
 
 	mu   sync.Mutex
 	busy map[metadata.Namespace]struct{} // open, being built or being removed
@@ -138,11 +172,21 @@ func NewFileStore(cfg FileConfig) (*FileStore, error) {
 	if fsys == nil {
 		fsys = vfs.Default
 	}
+	if cfg.MaxOpenFiles == 0 {
+		cfg.MaxOpenFiles = DefaultMaxOpenFiles()
+	}
 	if err := fsys.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	return &FileStore{cfg: cfg, fs: fsys, busy: make(map[metadata.Namespace]struct{})}, nil
+	c := newHandleCache(fsys, cfg.MaxOpenFiles)
+	return &FileStore{
+		cfg: cfg, fs: budgetFS{FS: fsys, c: c}, raw: fsys, handles: c, dirs: newDirSyncs(),
+		busy: make(map[metadata.Namespace]struct{}),
+	}, nil
 }
+
+// HandleStats reports the store's descriptor budget and its counters.
+func (s *FileStore) HandleStats() HandleStats { return s.handles.snapshot() }
 
 // checkNamespace rejects namespaces that do not round-trip through
 // metadata.NewNamespace (MetadataNamespace, reserved bits, partition ids
@@ -441,6 +485,20 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 	// offsets/ gained consumers/ and groups/; those two are empty, so the
 	// entry in their parent is all there is to make durable.
 	p.layout = append(p.layout, filepath.Join(dir, "offsets"))
+	// The directories above the partition's own are shared with other
+	// partitions: their fsyncs are batched (see dirSyncs), so the change
+	// is numbered now that it is made.
+	var shared []string
+	for _, d := range p.layout {
+		if !within(d, dir) {
+			shared = append(shared, d)
+		}
+	}
+	if fresh {
+		p.layoutGen = s.dirs.mark(shared)
+	} else {
+		p.layoutGen = s.dirs.markExisting(shared)
+	}
 	if fresh {
 		// Nothing is synced here: a build costs no fsync. The layout —
 		// the incarnation file, the new directories — is made durable by
@@ -452,6 +510,12 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 		}
 	}
 	return p, nil
+}
+
+// within reports whether path is dir or below it.
+func within(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // ancestors lists dir and its ancestors up to Dir, deepest first; with
@@ -480,12 +544,8 @@ func (s *FileStore) ancestors(dir string, stopAtExisting bool) []string {
 // is short is rebuilt by a full scan and rewritten. Damage in a sealed
 // segment cannot be a torn append, so it is reported, not truncated.
 func (s *FileStore) openSealed(seg *segment, buf []byte) ([]byte, error) {
-	f, err := s.fs.OpenFile(seg.logPath, os.O_RDONLY, 0)
-	if err != nil {
-		return buf, err
-	}
-	seg.log = f
-	fi, err := f.Stat()
+	seg.log = s.handles.newHandle(seg.logPath, os.O_RDONLY)
+	fi, err := seg.log.Stat()
 	if err != nil {
 		return buf, err
 	}
@@ -545,7 +605,7 @@ func (s *FileStore) openSealed(seg *segment, buf []byte) ([]byte, error) {
 	seg.size, seg.next = end, next
 	seg.synced = true
 	if rewrite || len(seg.index) != len(es) {
-		return buf, seg.writeIndexFile(s.fs, false)
+		return buf, seg.writeIndexFile(s.fs, nil)
 	}
 	seg.idxPersisted = len(seg.index)
 	return buf, nil
@@ -557,11 +617,8 @@ func (s *FileStore) openSealed(seg *segment, buf []byte) ([]byte, error) {
 // preallocation). The index is rebuilt from the scan and rewritten if the
 // file differs.
 func (s *FileStore) openTail(seg *segment, buf []byte) ([]byte, error) {
-	f, err := s.fs.OpenFile(seg.logPath, os.O_RDWR, 0)
-	if err != nil {
-		return buf, err
-	}
-	seg.log = f
+	seg.log = s.handles.newHandle(seg.logPath, os.O_RDWR)
+	f := seg.log
 	fi, err := f.Stat()
 	if err != nil {
 		return buf, err
@@ -591,20 +648,18 @@ func (s *FileStore) openTail(seg *segment, buf []byte) ([]byte, error) {
 		return buf, err
 	}
 	if err != nil || string(have) != string(want) {
-		return buf, seg.writeIndexFile(s.fs, true)
+		return buf, seg.writeIndexFile(s.fs, s.handles)
 	}
 	if current, err := seg.timeIndexCurrent(s.fs); err != nil || !current {
 		if err != nil {
 			return buf, err
 		}
-		return buf, seg.writeIndexFile(s.fs, true)
+		return buf, seg.writeIndexFile(s.fs, s.handles)
 	}
-	if seg.idx, err = s.fs.OpenFile(seg.indexPath(), os.O_RDWR, 0); err != nil {
-		return buf, err
-	}
-	if seg.tidx, err = s.fs.OpenFile(seg.timeIndexPath(), os.O_RDWR, 0); err != nil {
-		return buf, err
-	}
+	// Opened when the next index entry is written, not now: an idle
+	// partition holds no descriptor.
+	seg.idx = s.handles.newHandle(seg.indexPath(), os.O_RDWR)
+	seg.tidx = s.handles.newHandle(seg.timeIndexPath(), os.O_RDWR)
 	seg.idxPersisted = len(seg.index)
 	return buf, nil
 }
@@ -612,7 +667,7 @@ func (s *FileStore) openTail(seg *segment, buf []byte) ([]byte, error) {
 // preallocate reserves size bytes for f, treating a filesystem that cannot
 // (errors.ErrUnsupported) as success: preallocation is an optimisation.
 // Any other error (ENOSPC) is returned.
-func preallocate(f vfs.File, size int64) error {
+func preallocate(f interface{ Preallocate(off, n int64) error }, size int64) error {
 	if err := f.Preallocate(0, size); err != nil && !vfs.IsUnsupported(err) {
 		return err
 	}

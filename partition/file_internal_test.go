@@ -154,3 +154,21 @@ func TestFileIndexMatchesRule(t *testing.T) {
 		}
 	}
 }
+
+func TestDefaultBudget(t *testing.T) {
+	for _, tc := range []struct {
+		soft uint64
+		want int
+	}{
+		{0, DefaultMaxOpenFilesFloor},
+		{100, DefaultMaxOpenFilesFloor},
+		{1024, 512},
+		{20000, 10000},
+		{1 << 20, DefaultMaxOpenFilesCeiling},
+		{^uint64(0), DefaultMaxOpenFilesCeiling}, // RLIM_INFINITY
+	} {
+		if got := defaultBudget(tc.soft); got != tc.want {
+			t.Errorf("defaultBudget(%d) = %d, want %d", tc.soft, got, tc.want)
+		}
+	}
+}

@@ -36,6 +36,7 @@ type filePartition struct {
 	// layoutPending: the partition was just built and its layout (the
 	// incarnation file, the directories in layout) is not durable yet.
 	layout        []string
+	layoutGen     uint64 // the change to layout's shared directories (dirSyncs)
 	layoutPending bool
 	consumers     map[string]uint64
 	buf           []byte // append scratch
@@ -76,13 +77,13 @@ func (p *filePartition) createSegment(base uint64) (_ *segment, err error) {
 			_ = removeSegmentFiles(p.fs, seg)
 		}
 	}()
-	if seg.log, err = p.fs.OpenFile(seg.logPath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644); err != nil {
+	if seg.log, err = p.createFile(seg.logPath); err != nil {
 		return nil, err
 	}
-	if seg.idx, err = p.fs.OpenFile(seg.indexPath(), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644); err != nil {
+	if seg.idx, err = p.createFile(seg.indexPath()); err != nil {
 		return nil, err
 	}
-	if seg.tidx, err = p.fs.OpenFile(seg.timeIndexPath(), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644); err != nil {
+	if seg.tidx, err = p.createFile(seg.timeIndexPath()); err != nil {
 		return nil, err
 	}
 	if p.store.cfg.Preallocate {
@@ -98,6 +99,18 @@ func (p *filePartition) createSegment(base uint64) (_ *segment, err error) {
 	}
 	seg.maxTSKnown = true
 	return seg, nil
+}
+
+// createFile creates (or empties) the file at path and returns it as a
+// handle of the store's descriptor budget, open for now.
+func (p *filePartition) createFile(path string) (*handle, error) {
+	f, err := p.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	h := p.store.handles.newHandle(path, os.O_RDWR)
+	p.store.handles.adopt(h, f)
+	return h, nil
 }
 
 // removeSegmentFiles deletes a segment's log and indexes; missing files
@@ -127,10 +140,9 @@ func (p *filePartition) roll() error {
 		_ = old.log.Truncate(old.size) // only frees space; harmless if it fails
 	}
 	if p.synced < p.next {
-		if err := old.log.Sync(); err != nil {
-			return p.fail("fsync of the segment being sealed", err)
+		if err := p.syncTail(); err != nil {
+			return err
 		}
-		p.synced = p.next
 	}
 	seg, err := p.createSegment(p.next)
 	if err != nil {
@@ -167,11 +179,11 @@ func (p *filePartition) persistIndex(s *segment) {
 // indexes stay authoritative.
 func (s *segment) closeIndexes() {
 	if s.idx != nil {
-		_ = s.idx.Close()
+		_ = s.idx.close()
 		s.idx = nil
 	}
 	if s.tidx != nil {
-		_ = s.tidx.Close()
+		_ = s.tidx.close()
 		s.tidx = nil
 	}
 }
@@ -248,23 +260,37 @@ func (p *filePartition) Append(msgs []Message) (uint64, error) {
 // FileConfig.Sync) or, failing, truncates the log back to its logical end,
 // so a failed Append leaves nothing behind. A failed fsync also breaks the
 // partition (see Sync).
+//
+// Without FileConfig.Sync the tail's descriptor is pinned from the write
+// to the fsync that covers it (see handleCache): the write and the fsync
+// go through the same descriptor.
 func (p *filePartition) writeTail(tail *segment, buf []byte) error {
-	n, err := tail.log.WriteAt(buf, tail.size)
+	if p.store.cfg.Sync {
+		if err := p.syncLayout(); err != nil {
+			return err // the partition is broken: nothing more is appended
+		}
+	}
+	f, err := tail.log.acquire()
+	if err != nil {
+		return err // nothing was written
+	}
+	defer tail.log.release()
+	if !p.store.cfg.Sync {
+		tail.log.setPinned(true)
+	}
+	n, err := f.WriteAt(buf, tail.size)
 	if err == nil && n != len(buf) {
 		err = io.ErrShortWrite
 	}
 	var syncErr error
 	if err == nil && p.store.cfg.Sync {
-		if err = p.syncLayout(nil); err != nil {
-			return err // the partition is broken: nothing more is appended
-		}
-		err = tail.log.Sync()
+		err = f.Sync()
 		syncErr = err
 	}
 	if err == nil {
 		return nil
 	}
-	if terr := tail.log.Truncate(tail.size); terr != nil {
+	if terr := f.Truncate(tail.size); terr != nil {
 		return p.fail(fmt.Sprintf("append failed (%v) and could not be rolled back", err), terr)
 	}
 	if syncErr != nil {
@@ -284,23 +310,37 @@ func (p *filePartition) Sync() error {
 	if p.broken != nil {
 		return p.broken
 	}
-	var tail vfs.File
-	if p.synced != p.next {
-		tail = p.tail().log
-	}
 	if p.layoutPending {
-		if err := p.syncLayout(tail); err != nil {
+		withTail := p.synced != p.next
+		if err := p.syncLayoutWith(withTail); err != nil {
 			return err
 		}
-		p.synced = p.next
+		if withTail {
+			p.tail().log.setPinned(false)
+			p.synced = p.next
+		}
+	}
+	if p.synced == p.next {
+		// Nothing to sync; a pin left by an Append that failed and was
+		// rolled back covers nothing either.
+		p.tail().log.setPinned(false)
 		return nil
 	}
-	if tail == nil {
-		return nil
-	}
-	if err := tail.Sync(); err != nil {
+	return p.syncTail()
+}
+
+// syncTail fsyncs the tail and unpins its descriptor. A failed fsync
+// breaks the partition; a failed reopen of the tail's file (ErrReopen)
+// does not: nothing was synced, and nothing was lost either.
+func (p *filePartition) syncTail() error {
+	tail := p.tail()
+	if err := tail.log.Sync(); err != nil {
+		if errors.Is(err, ErrReopen) {
+			return err
+		}
 		return p.fail("fsync", err)
 	}
+	tail.log.setPinned(false)
 	p.synced = p.next
 	return nil
 }
@@ -308,20 +348,23 @@ func (p *filePartition) Sync() error {
 // syncLayout makes a new partition's layout durable: the incarnation
 // file's content and every directory whose entries the build changed (the
 // segment files and the incarnation in the partition directory, the
-// partition directory in its parent, …), and, when tail is not nil, the
-// tail segment's data with them. Everything that syncs data into the
-// partition runs it before it returns, so no message is reported durable
-// while it sits in a directory a crash could lose.
-//
-// The fsyncs are issued concurrently, each on its own goroutine joined
-// before syncLayout returns: their order does not matter, since nothing
+// partition directory in its parent, …; shared parents through the
+// store's dirSyncs, once for every partition built since their last
+// sync). Everything that syncs data into the partition runs it before it
+// returns, so no message is reported durable while it sits in a
+// directory a crash could lose.
+func (p *filePartition) syncLayout() error { return p.syncLayoutWith(false) }
+
+// syncLayoutWith is syncLayout, and with withTail the tail segment's data
+// too. The fsyncs are issued concurrently, each on its own goroutine
+// joined before it returns: their order does not matter, since nothing
 // that depends on any of them is acknowledged before all have returned
 // (a crash in between leaves at most a half-built directory, which the
 // next Build starts over, or unacknowledged data), and the filesystem
 // folds concurrent fsyncs into few journal commits, where one after
 // another they cost one each — the first acknowledgement of a new
 // partition pays about one fsync instead of six or seven.
-func (p *filePartition) syncLayout(tail vfs.File) error {
+func (p *filePartition) syncLayoutWith(withTail bool) error {
 	if !p.layoutPending {
 		return nil
 	}
@@ -334,9 +377,16 @@ func (p *filePartition) syncLayout(tail vfs.File) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { errs[0] = f.Sync() })
 	for i, d := range p.layout {
-		wg.Go(func() { errs[1+i] = p.fs.SyncDir(d) })
+		wg.Go(func() {
+			if within(d, p.dir) {
+				errs[1+i] = p.fs.SyncDir(d)
+			} else {
+				errs[1+i] = p.store.dirs.sync(p.fs, d, p.layoutGen)
+			}
+		})
 	}
-	if tail != nil {
+	if withTail {
+		tail := p.tail().log
 		wg.Go(func() { errs[len(errs)-1] = tail.Sync() })
 	}
 	wg.Wait()
@@ -352,6 +402,9 @@ func (p *filePartition) syncLayout(tail vfs.File) error {
 		}
 	}
 	if err := errs[len(errs)-1]; err != nil {
+		if errors.Is(err, ErrReopen) {
+			return err // nothing synced, nothing lost: the partition stays usable
+		}
 		return p.fail("fsync", err)
 	}
 	p.layoutPending, p.layout = false, nil
@@ -405,14 +458,13 @@ func (p *filePartition) SkipTo(offset uint64) error {
 	if offset <= p.next {
 		return p.TruncateBefore(offset)
 	}
-	if err := p.syncLayout(nil); err != nil {
+	if err := p.syncLayout(); err != nil {
 		return err
 	}
 	if p.synced < p.next {
-		if err := p.tail().log.Sync(); err != nil {
-			return p.fail("fsync before skipping offsets", err)
+		if err := p.syncTail(); err != nil {
+			return err
 		}
-		p.synced = p.next
 	}
 	if err := writeStart(p.fs, p.dir, offset); err != nil {
 		return err
@@ -434,7 +486,7 @@ func (p *filePartition) SkipTo(offset uint64) error {
 // segments wholly below it. The messages below offset are synced first,
 // so the recorded start never points past what a crash leaves of the log.
 func (p *filePartition) advanceStart(offset uint64) error {
-	if err := p.syncLayout(nil); err != nil {
+	if err := p.syncLayout(); err != nil {
 		return err
 	}
 	if offset > p.synced {
@@ -596,7 +648,7 @@ func (p *filePartition) StoreConsumerOffset(consumer string, offset uint64) erro
 	if offset > p.next {
 		return fmt.Errorf("%w: consumer offset %d past next offset %d", ErrOffsetOutOfRange, offset, p.next)
 	}
-	if err := p.syncLayout(nil); err != nil {
+	if err := p.syncLayout(); err != nil {
 		return err
 	}
 	path := filepath.Join(p.dir, consumersDir, consumerFileName(consumer))
@@ -625,18 +677,16 @@ func (p *filePartition) Close() error {
 	p.closed = true
 	var errs []error
 	if p.broken == nil {
-		errs = append(errs, p.syncLayout(nil))
+		errs = append(errs, p.syncLayout())
 		tail := p.tail()
 		p.persistIndex(tail)
 		if p.synced < p.next {
 			errs = append(errs, tail.log.Sync())
 		}
-		if tail.idx != nil {
-			errs = append(errs, tail.idx.Sync())
-		}
-		if tail.tidx != nil {
-			errs = append(errs, tail.tidx.Sync())
-		}
+		// The index files are derived data: synced if still open (a
+		// clean shutdown then reopens without rebuilding them), not
+		// reopened for it.
+		errs = append(errs, tail.idx.syncIfOpen(), tail.tidx.syncIfOpen())
 	}
 	errs = append(errs, p.closeFiles())
 	p.store.release(p.ns)
@@ -652,4 +702,7 @@ func (p *filePartition) closeFiles() error {
 }
 
 // Location implements Located.
-func (p *filePartition) Location() (vfs.FS, string) { return p.fs, p.dir }
+//
+// The filesystem is the store's own (FileConfig.FS), not its budget:
+// files opened there are not counted in FileConfig.MaxOpenFiles.
+func (p *filePartition) Location() (vfs.FS, string) { return p.store.raw, p.dir }

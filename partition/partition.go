@@ -22,6 +22,11 @@
 //	                                           /offsets/consumers/<name>
 //	                                           /offsets/groups/
 //
+// A FileStore holds a bounded number of descriptors over all its
+// partitions (FileConfig.MaxOpenFiles): segment files are opened when
+// used and idle ones closed least recently used first, so a node can
+// hold far more partitions than the process may open files.
+//
 // Build and Remove of a namespace whose Partition is still open are
 // ErrInUse in both stores: Close the partition first.
 package partition

@@ -109,16 +109,17 @@ func appendTimeEntries(dst []byte, es []indexEntry, times []int64) []byte {
 	return dst
 }
 
-// segment is one segment of a file partition. Only the tail is written;
-// every segment's log stays open for reads.
+// segment is one segment of a file partition. Only the tail is written.
+// Its files are handles of the store's descriptor budget: opened on
+// first use, closed when idle and the budget needs the descriptor.
 type segment struct {
 	base    uint64
 	next    uint64 // offset after the last whole record
 	size    int64  // logical size: the end of the last whole record
 	logPath string
-	log     vfs.File
-	idx     vfs.File // the tail's index file; nil for older segments
-	tidx    vfs.File // the tail's time index file; nil for older segments
+	log     *handle
+	idx     *handle // the tail's index file; nil for older segments
+	tidx    *handle // the tail's time index file; nil for older segments
 
 	// maxTS is the largest message timestamp seen by appends and scans
 	// (math.MinInt64 for none); it is the segment's newest timestamp once
@@ -442,10 +443,10 @@ func plausibleIndex(es []indexEntry, fileSize int64) bool {
 }
 
 // writeIndexFile replaces the content of the index and time index files
-// with s.index and s.times and leaves them open in s.idx and s.tidx if
-// keepOpen. The indexes are derived data, so a crash halfway is repaired
-// by the next reopen's scan.
-func (s *segment) writeIndexFile(fsys vfs.FS, keepOpen bool) error {
+// with s.index and s.times and, if keep is not nil, leaves them open in
+// s.idx and s.tidx as handles of keep. The indexes are derived data, so a
+// crash halfway is repaired by the next reopen's scan.
+func (s *segment) writeIndexFile(fsys vfs.FS, keep *handleCache) error {
 	f, err := writeWhole(fsys, s.indexPath(), appendIndexEntries(nil, s.index))
 	if err != nil {
 		return err
@@ -459,8 +460,11 @@ func (s *segment) writeIndexFile(fsys vfs.FS, keepOpen bool) error {
 		return err
 	}
 	s.idxPersisted = len(s.index)
-	if keepOpen {
-		s.idx, s.tidx = f, tf
+	if keep != nil {
+		s.idx = keep.newHandle(s.indexPath(), os.O_RDWR)
+		keep.adopt(s.idx, f)
+		s.tidx = keep.newHandle(s.timeIndexPath(), os.O_RDWR)
+		keep.adopt(s.tidx, tf)
 		return nil
 	}
 	return errors.Join(f.Close(), tf.Close())
@@ -479,19 +483,20 @@ func writeWhole(fsys vfs.FS, path string, b []byte) (vfs.File, error) {
 	return f, nil
 }
 
-// close closes the segment's files.
+// close closes the segment's files and gives their descriptors back to
+// the budget.
 func (s *segment) close() error {
 	var errs []error
 	if s.idx != nil {
-		errs = append(errs, s.idx.Close())
+		errs = append(errs, s.idx.close())
 		s.idx = nil
 	}
 	if s.tidx != nil {
-		errs = append(errs, s.tidx.Close())
+		errs = append(errs, s.tidx.close())
 		s.tidx = nil
 	}
 	if s.log != nil {
-		errs = append(errs, s.log.Close())
+		errs = append(errs, s.log.close())
 		s.log = nil
 	}
 	return errors.Join(errs...)
