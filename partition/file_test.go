@@ -508,6 +508,12 @@ func TestFileConfigValidate(t *testing.T) {
 			t.Errorf("SegmentSize %d: %v, want ErrInvalidConfig", size, err)
 		}
 	}
+	// A NUL byte anywhere in Dir, the first byte included, is refused.
+	for _, dir := range []string{"\x00", "\x00data", "da\x00ta", "data\x00"} {
+		if err := (partition.FileConfig{Dir: dir}).Validate(); !errors.Is(err, partition.ErrInvalidConfig) {
+			t.Errorf("Dir %q: %v, want ErrInvalidConfig", dir, err)
+		}
+	}
 	err := partition.FileConfig{SegmentSize: 5}.Validate()
 	if !errors.Is(err, partition.ErrInvalidConfig) {
 		t.Fatalf("Validate = %v", err)
