@@ -813,3 +813,33 @@ func TestBuildDefersLayoutSync(t *testing.T) {
 	checkRead(t, r, 0, 10, 2, 10)
 	mustClose(t, p)
 }
+
+// Remove returns only once the removal is durable: if the parent
+// directory cannot be synced the error is returned (the partition may
+// come back after a power loss), and after a Remove that returned nil a
+// power loss does not bring the partition back.
+func TestFileRemoveIsDurableOrAnError(t *testing.T) {
+	mem := vfs.NewMem()
+	eio := errorfs.NewSwitch(syscall.EIO, errorfs.OpSyncDir)
+	cfg := partition.FileConfig{Dir: "/data", FS: errorfs.New(mem, eio)}
+	s := newFileStore(t, cfg)
+	ns := mustNS(t, 4, 0, 0)
+	p := mustBuild(t, s, ns, 1)
+	mustAppend(t, p, batch(0, 3, 10))
+	if err := p.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, p)
+	eio.Set(true)
+	if err := s.Remove(ns); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Remove whose directory sync failed: %v, want EIO", err)
+	}
+	eio.Set(false)
+	if err := s.Remove(ns); err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+	cfg.FS = mem.Crash()
+	if got, err := newFileStore(t, cfg).List(); err != nil || len(got) != 0 {
+		t.Fatalf("after a Remove and a power loss, List = %v, %v; want nothing", got, err)
+	}
+}
