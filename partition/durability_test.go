@@ -354,6 +354,25 @@ func TestFileTruncateDeletesSegments(t *testing.T) {
 	}
 	mustClose(t, p)
 
+	// The same at a segment boundary: a start offset that is exactly the
+	// next segment's base leaves every message of the segment before it
+	// below the start, so that segment is deleted too — unread: damage in
+	// it (it was being deleted) cannot fail the Build.
+	if err := vfs.WriteFileAtomic(mem, filepath.Join(dir, "start"), []byte(fmt.Sprint(bases[3]))); err != nil {
+		t.Fatal(err)
+	}
+	below := filepath.Join(dir, fmt.Sprintf("%020d.log", bases[2]))
+	flipByte(t, mem, below, memFileSize(t, mem, below)-1)
+	p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+	if p.StartOffset() != bases[3] {
+		t.Fatalf("StartOffset %d, want %d", p.StartOffset(), bases[3])
+	}
+	if got := memBases(t, mem, dir); !slices.Equal(got, bases[3:]) {
+		t.Fatalf("segments %v after reopen at a segment boundary, want %v", got, bases[3:])
+	}
+	checkRead(t, p, bases[3], 1000, int(300-bases[3]), size)
+	mustClose(t, p)
+
 	// A crash after the start file was written but before the segments
 	// below it were deleted: the reopen deletes them.
 	if err := vfs.WriteFileAtomic(mem, filepath.Join(dir, "start"), []byte(fmt.Sprint(bases[4]+1))); err != nil {
