@@ -177,6 +177,43 @@ func TestFileTailDamageTruncates(t *testing.T) {
 	checkRead(t, p, 0, 1000, int(wantOff)+5, size)
 }
 
+// Repairing a torn tail is part of opening it: if the truncation back to
+// the last whole record, or its fsync, fails, the Build fails with that
+// error (it never serves a tail whose repair is not durable), and a later
+// Build repairs it.
+func TestFileTailRepairFailureFailsTheBuild(t *testing.T) {
+	const size = 500
+	for _, op := range []errorfs.OpKind{errorfs.OpTruncate, errorfs.OpSync} {
+		t.Run(op.String(), func(t *testing.T) {
+			ns := mustNS(t, 8, 0, 4)
+			mem, cfg, bases := smallSegmentLog(t, ns, 300, 5, size)
+			dir := partDir(cfg.Dir, ns)
+			tailBase := bases[len(bases)-1]
+			tail := filepath.Join(dir, segName(tailBase, ".log"))
+			pos := memFileSize(t, mem, tail) / 2
+			_, wantOff := recordStart(tailBase, size, pos)
+			flipByte(t, mem, tail, pos)
+
+			sw := errorfs.NewSwitch(syscall.EIO, op)
+			sw.Set(true)
+			cfg.FS = errorfs.New(mem, sw)
+			p, err := newFileStore(t, cfg).Build(ns, 1)
+			sw.Set(false)
+			if err == nil {
+				mustClose(t, p)
+			}
+			if !errors.Is(err, syscall.EIO) {
+				t.Fatalf("Build whose tail repair fails (%v): %v, want EIO", op, err)
+			}
+			p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+			defer mustClose(t, p)
+			if p.NextOffset() != wantOff {
+				t.Fatalf("NextOffset %d after the repair, want %d", p.NextOffset(), wantOff)
+			}
+		})
+	}
+}
+
 // TestFileIndexRepairMem damages every index file on MemFS (the OS variant
 // is TestFileIndexRebuild): truncated to a torn entry, or missing. Reads
 // stay correct and the index files are rewritten as they were.
