@@ -451,6 +451,38 @@ func TestFileTruncateDeletesSegments(t *testing.T) {
 	}
 }
 
+// A truncation whose segment files cannot be deleted reports the error;
+// the segments stay listed and the next truncation deletes them.
+func TestFileTruncateReportsAFailedSegmentDeletion(t *testing.T) {
+	const size = 500
+	ns := mustNS(t, 8, 2, 1)
+	mem, cfg, bases := smallSegmentLog(t, ns, 300, 5, size)
+	dir := partDir(cfg.Dir, ns)
+	sw := errorfs.NewSwitch(syscall.EIO, errorfs.OpRemove)
+	cfg.FS = errorfs.New(mem, sw)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	cut := bases[2] + 3
+	sw.Set(true)
+	if err := p.TruncateBefore(cut); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("TruncateBefore with deletions failing: %v, want EIO", err)
+	}
+	sw.Set(false)
+	if got := memBases(t, mem, dir); !slices.Equal(got, bases) {
+		t.Fatalf("segments %v after failed deletions, want all of %v", got, bases)
+	}
+	if p.StartOffset() != cut {
+		t.Fatalf("StartOffset %d, want %d", p.StartOffset(), cut)
+	}
+	if err := p.TruncateBefore(cut); err != nil {
+		t.Fatalf("TruncateBefore retried: %v", err)
+	}
+	if got := memBases(t, mem, dir); !slices.Equal(got, bases[2:]) {
+		t.Fatalf("segments %v after the retry, want %v", got, bases[2:])
+	}
+	checkRead(t, p, cut, 1000, int(300-cut), size)
+}
+
 // TestFileFirstSyncENOSPC: a build syncs nothing, so a directory fsync
 // that fails surfaces at the partition's first Sync, which makes its
 // layout durable: the Sync fails (the partition is broken, so nothing
