@@ -214,6 +214,29 @@ func TestFileTailRepairFailureFailsTheBuild(t *testing.T) {
 	}
 }
 
+// An empty tail segment whose offset index file is missing (its time
+// index is there) opens: the index file is written again, and appends and
+// reads go on.
+func TestFileEmptyTailWithoutItsIndexOpens(t *testing.T) {
+	mem := vfs.NewMem()
+	cfg := partition.FileConfig{Dir: "/data", FS: mem}
+	ns := mustNS(t, 8, 0, 5)
+	mustClose(t, mustBuild(t, newFileStore(t, cfg), ns, 1))
+	index := filepath.Join(partDir(cfg.Dir, ns), segName(0, ".index"))
+	if err := mem.Remove(index); err != nil {
+		t.Fatal(err)
+	}
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	if _, err := mem.Stat(index); err != nil {
+		t.Fatalf("index file not written again: %v", err)
+	}
+	mustAppend(t, p, batch(0, 3, 10))
+	mustClose(t, p)
+	p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	checkRead(t, p, 0, 10, 3, 10)
+}
+
 // TestFileIndexRepairMem damages every index file on MemFS (the OS variant
 // is TestFileIndexRebuild): truncated to a torn entry, or missing. Reads
 // stay correct and the index files are rewritten as they were.
