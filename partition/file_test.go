@@ -553,6 +553,36 @@ func TestFileLargeRecord(t *testing.T) {
 	}
 }
 
+// A record larger than a segment appended to an empty tail goes into that
+// tail (there is nothing to seal: sealing it would leave an empty segment
+// with the same base, whose deletion would take the record's file), and
+// the log reads back, before and after a reopen — with a truncation that
+// changes nothing (it retries failed deletions) in between.
+func TestFileLargeRecordIntoAnEmptyTail(t *testing.T) {
+	cfg := partition.FileConfig{Dir: t.TempDir(), SegmentSize: mib}
+	ns := mustNS(t, 6, 0, 2)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	mustAppend(t, p, batch(0, 1, 2*mib))
+	mustAppend(t, p, batch(1, 2, 10))
+	got, err := p.Read(0, 10)
+	if err != nil || len(got) != 3 || !bytes.Equal(got[0].Payload, payload(0, 2*mib)) || !bytes.Equal(got[2].Payload, payload(2, 10)) {
+		t.Fatalf("Read: %d msgs, %v", len(got), err)
+	}
+	if err := p.TruncateBefore(0); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, p)
+	if got := segmentsIn(t, partDir(cfg.Dir, ns)); !slices.Equal(got, []string{segName(0, ".log"), segName(1, ".log")}) {
+		t.Fatalf("segments %q, want the big record alone in the first", got)
+	}
+	p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	got, err = p.Read(0, 10)
+	if err != nil || len(got) != 3 || !bytes.Equal(got[0].Payload, payload(0, 2*mib)) || !bytes.Equal(got[2].Payload, payload(2, 10)) {
+		t.Fatalf("Read after a reopen: %d msgs, %v", len(got), err)
+	}
+}
+
 func TestFileCorruptConsumerOffset(t *testing.T) {
 	cfg := partition.FileConfig{Dir: t.TempDir()}
 	ns := mustNS(t, 6, 0, 1)
