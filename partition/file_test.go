@@ -583,6 +583,27 @@ func TestFileLargeRecordIntoAnEmptyTail(t *testing.T) {
 	}
 }
 
+// A segment holds up to SegmentSize bytes: appends that fill it exactly
+// stay in it, and the next append rolls.
+func TestFileSegmentFillsToItsSizeExactly(t *testing.T) {
+	partition.AllowSmallSegments(t, smallSegment)
+	cfg := partition.FileConfig{Dir: t.TempDir(), SegmentSize: smallSegment}
+	ns := mustNS(t, 6, 0, 3)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	rec := partition.Message{Payload: make([]byte, 4096-60)}
+	if recSize(rec) != 4096 || smallSegment%4096 != 0 {
+		t.Fatalf("record of %d bytes does not divide the %d-byte segment", recSize(rec), smallSegment)
+	}
+	per := uint64(smallSegment / 4096)
+	for range per + 1 {
+		mustAppend(t, p, []partition.Message{rec})
+	}
+	mustClose(t, p)
+	if got := segmentsIn(t, partDir(cfg.Dir, ns)); !slices.Equal(got, []string{segName(0, ".log"), segName(per, ".log")}) {
+		t.Fatalf("segments %q, want %d records in the first", got, per)
+	}
+}
+
 func TestFileCorruptConsumerOffset(t *testing.T) {
 	cfg := partition.FileConfig{Dir: t.TempDir()}
 	ns := mustNS(t, 6, 0, 1)
