@@ -506,6 +506,56 @@ func TestFileTruncateReportsAFailedSegmentDeletion(t *testing.T) {
 	checkRead(t, p, cut, 1000, int(300-cut), size)
 }
 
+// A purge (TruncateBefore(NextOffset)) or SkipTo(NextOffset) of a log
+// whose tail is empty — a crash right after a roll created it — keeps that
+// tail: it holds nothing to seal, and sealing it would leave a new segment
+// with the same base, whose files the deletion of the old one would take.
+// Messages appended afterwards survive a reopen.
+func TestFilePurgeAndSkipKeepAnEmptyTail(t *testing.T) {
+	const size = 500
+	for _, c := range []struct {
+		name string
+		cut  func(partition.Partition) error
+	}{
+		{"purge", func(p partition.Partition) error { return p.TruncateBefore(p.NextOffset()) }},
+		{"skip to the end", func(p partition.Partition) error { return p.SkipTo(p.NextOffset()) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ns := mustNS(t, 8, 2, 2)
+			mem, cfg, _ := smallSegmentLog(t, ns, 300, 5, size)
+			dir := partDir(cfg.Dir, ns)
+			// The crash point: a roll created the next segment, nothing
+			// was written to it.
+			f, err := mem.OpenFile(filepath.Join(dir, segName(300, ".log")), os.O_RDWR|os.O_CREATE, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+			if p.NextOffset() != 300 {
+				t.Fatalf("NextOffset %d, want 300", p.NextOffset())
+			}
+			if err := c.cut(p); err != nil {
+				t.Fatal(err)
+			}
+			if got := memBases(t, mem, dir); !slices.Equal(got, []uint64{300}) {
+				t.Fatalf("segments %v, want [300]", got)
+			}
+			mustAppend(t, p, batch(300, 3, size))
+			if err := p.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			mustClose(t, p)
+			p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+			defer mustClose(t, p)
+			if p.StartOffset() != 300 || p.NextOffset() != 303 {
+				t.Fatalf("after a reopen: start %d next %d, want 300 and 303", p.StartOffset(), p.NextOffset())
+			}
+			checkRead(t, p, 300, 10, 3, size)
+		})
+	}
+}
+
 // TestFileFirstSyncENOSPC: a build syncs nothing, so a directory fsync
 // that fails surfaces at the partition's first Sync, which makes its
 // layout durable: the Sync fails (the partition is broken, so nothing
