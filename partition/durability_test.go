@@ -294,6 +294,12 @@ func TestFileRetention(t *testing.T) {
 		t.Fatalf("Size = %d, want the segments' %d bytes", p.Size(), total)
 	}
 
+	// "Older than" is strict: a bound equal to the first segment's newest
+	// timestamp keeps it.
+	if n, err := p.EnforceRetention(msg(bases[1]-1, size).Timestamp, 0); n != 0 || err != nil || p.StartOffset() != 0 {
+		t.Fatalf("bound equal to the newest timestamp: removed %d, %v, StartOffset %d; want nothing", n, err, p.StartOffset())
+	}
+
 	// By age: msg(i) is stamped i*1000, so a segment is older than the
 	// first message of bases[2] iff it ends before it.
 	n, err := p.EnforceRetention(msg(bases[2], size).Timestamp, 0)
@@ -312,16 +318,27 @@ func TestFileRetention(t *testing.T) {
 	}
 
 	// By size: exactly one segment has to go to fit.
-	n, err = p.EnforceRetention(0, total-segBytes(bases[2]))
+	seg2 := segBytes(bases[2])
+	n, err = p.EnforceRetention(0, total-seg2)
 	if err != nil || n != bases[3]-bases[2] || p.StartOffset() != bases[3] {
 		t.Fatalf("by size: removed %d, %v, StartOffset %d; want %d, %d", n, err, p.StartOffset(), bases[3]-bases[2], bases[3])
 	}
 	checkRead(t, p, bases[3], 1000, int(100-bases[3]), size)
 
+	// By size: two segments have to go at once.
+	total -= seg2
+	n, err = p.EnforceRetention(0, total-segBytes(bases[3])-segBytes(bases[4]))
+	if err != nil || n != bases[5]-bases[3] || p.StartOffset() != bases[5] {
+		t.Fatalf("by size, two segments: removed %d, %v, StartOffset %d; want %d, %d", n, err, p.StartOffset(), bases[5]-bases[3], bases[5])
+	}
+	if got := memBases(t, mem, dir); !slices.Equal(got, bases[5:]) {
+		t.Fatalf("segments %v after retention by size, want %v", got, bases[5:])
+	}
+
 	// The active segment is never removed, however small the limit.
 	tailBase := bases[len(bases)-1]
 	n, err = p.EnforceRetention(math.MaxInt64, 1)
-	if err != nil || n != tailBase-bases[3] || p.StartOffset() != tailBase {
+	if err != nil || n != tailBase-bases[5] || p.StartOffset() != tailBase {
 		t.Fatalf("everything: removed %d, %v, StartOffset %d; want %d", n, err, p.StartOffset(), tailBase)
 	}
 	if n, err := p.EnforceRetention(math.MaxInt64, 1); n != 0 || err != nil {
