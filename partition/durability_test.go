@@ -359,6 +359,34 @@ func TestFileRetention(t *testing.T) {
 	checkRead(t, p, tailBase, 1000, int(101-tailBase), size)
 }
 
+// Segments left below the start by a failed deletion are not retention's
+// to judge again: they are never read (their files are closed), and the
+// next retention pass deletes them along with what its bounds remove.
+func TestFileRetentionAfterAFailedDeletion(t *testing.T) {
+	const size = 3000
+	ns := mustNS(t, 8, 1, 1)
+	mem, cfg, bases := smallSegmentLog(t, ns, 100, 1, size)
+	dir := partDir(cfg.Dir, ns)
+	sw := errorfs.NewSwitch(syscall.EIO, errorfs.OpRemove)
+	cfg.FS = errorfs.New(mem, sw)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	sw.Set(true)
+	// The first segment ends exactly at the new start.
+	if err := p.TruncateBefore(bases[1]); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("TruncateBefore with deletions failing: %v, want EIO", err)
+	}
+	sw.Set(false)
+	n, err := p.EnforceRetention(msg(bases[3], size).Timestamp, 0)
+	if err != nil || n != bases[3]-bases[1] || p.StartOffset() != bases[3] {
+		t.Fatalf("by age after a failed deletion: removed %d, %v, StartOffset %d; want %d, %d", n, err, p.StartOffset(), bases[3]-bases[1], bases[3])
+	}
+	if got := memBases(t, mem, dir); !slices.Equal(got, bases[3:]) {
+		t.Fatalf("segments %v, want %v", got, bases[3:])
+	}
+	checkRead(t, p, bases[3], 1000, int(100-bases[3]), size)
+}
+
 // TestFileRetentionTimestamps checks age retention with timestamps that
 // are not monotonic (producers set them): a segment's newest timestamp is
 // its largest, found by reading the segment after a reopen (the open
