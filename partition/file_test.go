@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -601,6 +602,27 @@ func TestFileSegmentFillsToItsSizeExactly(t *testing.T) {
 	mustClose(t, p)
 	if got := segmentsIn(t, partDir(cfg.Dir, ns)); !slices.Equal(got, []string{segName(0, ".log"), segName(per, ".log")}) {
 		t.Fatalf("segments %q, want %d records in the first", got, per)
+	}
+}
+
+// A Read's result is sized by the messages there are, not by the count
+// asked for: a poll may ask for any count, at any offset.
+func TestFileReadSizedByWhatThereIs(t *testing.T) {
+	cfg := partition.FileConfig{Dir: t.TempDir()}
+	ns := mustNS(t, 6, 0, 4)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	const far = 1 << 50
+	if err := p.SkipTo(far); err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, p, batch(far, 2, 10))
+	got, err := p.Read(far, math.MaxInt)
+	if err != nil || len(got) != 2 || got[1].Offset != far+1 {
+		t.Fatalf("Read(%d, MaxInt): %d messages, %v", uint64(far), len(got), err)
+	}
+	if cap(got) != 2 {
+		t.Fatalf("Read of 2 messages returned a slice of capacity %d", cap(got))
 	}
 }
 
