@@ -360,13 +360,19 @@ func TestFileRetention(t *testing.T) {
 }
 
 // Segments left below the start by a failed deletion are not retention's
-// to judge again: they are never read (their files are closed), and the
-// next retention pass deletes them along with what its bounds remove.
+// or a time search's to judge again: they are never read (their files are
+// closed), and the next retention pass deletes them along with what its
+// bounds remove.
 func TestFileRetentionAfterAFailedDeletion(t *testing.T) {
 	const size = 3000
 	ns := mustNS(t, 8, 1, 1)
 	mem, cfg, bases := smallSegmentLog(t, ns, 100, 1, size)
 	dir := partDir(cfg.Dir, ns)
+	// The first segment has no time index (as one written before time
+	// indexes were): a time search would have to read it.
+	if err := mem.Remove(filepath.Join(dir, segName(bases[0], ".timeindex"))); err != nil {
+		t.Fatal(err)
+	}
 	sw := errorfs.NewSwitch(syscall.EIO, errorfs.OpRemove)
 	cfg.FS = errorfs.New(mem, sw)
 	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
@@ -377,6 +383,9 @@ func TestFileRetentionAfterAFailedDeletion(t *testing.T) {
 		t.Fatalf("TruncateBefore with deletions failing: %v, want EIO", err)
 	}
 	sw.Set(false)
+	if off, err := p.OffsetForTime(0); err != nil || off != bases[1] {
+		t.Fatalf("OffsetForTime(0) after a failed deletion: %d, %v; want the start %d", off, err, bases[1])
+	}
 	n, err := p.EnforceRetention(msg(bases[3], size).Timestamp, 0)
 	if err != nil || n != bases[3]-bases[1] || p.StartOffset() != bases[3] {
 		t.Fatalf("by age after a failed deletion: removed %d, %v, StartOffset %d; want %d, %d", n, err, p.StartOffset(), bases[3]-bases[1], bases[3])
