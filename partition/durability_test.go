@@ -897,6 +897,11 @@ func TestMemRetention(t *testing.T) {
 	}
 	mustAppend(t, p, batch(100, 3, 30))
 	checkRead(t, p, 100, 10, 3, 30)
+	// By age alone, everything.
+	n, err = p.EnforceRetention(msg(200, 30).Timestamp, 0)
+	if err != nil || n != 3 || p.StartOffset() != 103 || p.Size() != 0 {
+		t.Fatalf("everything by age: removed %d, %v, StartOffset %d Size %d", n, err, p.StartOffset(), p.Size())
+	}
 
 	// Timestamps are not monotonic: an outlier stops age retention.
 	q := mustBuild(t, s, mustNS(t, 1, 0, 1), 1)
