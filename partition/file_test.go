@@ -626,6 +626,31 @@ func TestFileReadSizedByWhatThereIs(t *testing.T) {
 	}
 }
 
+// Consumers whose names share a long prefix keep separate offsets across a
+// restart: names too long for a readable file name are hashed whole, never
+// cut at the limit.
+func TestFileLongConsumerNamesDoNotCollide(t *testing.T) {
+	cfg := partition.FileConfig{Dir: t.TempDir()}
+	ns := mustNS(t, 6, 0, 5)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	mustAppend(t, p, batch(0, 3, 10))
+	prefix := strings.Repeat("c", 200)
+	names := []string{prefix + "x", prefix + "y", prefix}
+	for i, name := range names {
+		if err := p.StoreConsumerOffset(name, uint64(i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustClose(t, p)
+	p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	for i, name := range names {
+		if off, ok, err := p.ConsumerOffset(name); err != nil || !ok || off != uint64(i+1) {
+			t.Errorf("consumer %d (%d bytes) after a restart: %d, %v, %v; want %d", i, len(name), off, ok, err, i+1)
+		}
+	}
+}
+
 func TestFileCorruptConsumerOffset(t *testing.T) {
 	cfg := partition.FileConfig{Dir: t.TempDir()}
 	ns := mustNS(t, 6, 0, 1)
