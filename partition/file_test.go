@@ -13,6 +13,7 @@ import (
 
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
+	"github.com/parkway-io/parkway/vfs"
 )
 
 const mib = 1 << 20
@@ -648,6 +649,30 @@ func TestFileLongConsumerNamesDoNotCollide(t *testing.T) {
 		if off, ok, err := p.ConsumerOffset(name); err != nil || !ok || off != uint64(i+1) {
 			t.Errorf("consumer %d (%d bytes) after a restart: %d, %v, %v; want %d", i, len(name), off, ok, err, i+1)
 		}
+	}
+}
+
+// The open scan of the tail reads it in 1 MiB chunks: a record boundary
+// that falls exactly at a chunk's end is not the end of the data.
+func TestFileTailScanAcrossAChunkBoundary(t *testing.T) {
+	cfg := partition.FileConfig{Dir: "/data", FS: vfs.NewMem()}
+	ns := mustNS(t, 6, 0, 6)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	rec := partition.Message{Payload: make([]byte, 4096-60)}
+	if recSize(rec) != 4096 {
+		t.Fatalf("record of %d bytes, want 4096", recSize(rec))
+	}
+	const n = mib/4096 + 44 // 256 records fill the first chunk exactly
+	msgs := make([]partition.Message, n)
+	for i := range msgs {
+		msgs[i] = rec
+	}
+	mustAppend(t, p, msgs)
+	mustClose(t, p)
+	p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	if p.NextOffset() != n || p.Size() != n*4096 {
+		t.Fatalf("after a reopen: NextOffset %d, Size %d; want %d, %d", p.NextOffset(), p.Size(), n, n*4096)
 	}
 }
 
