@@ -396,6 +396,32 @@ func TestFileRetentionAfterAFailedDeletion(t *testing.T) {
 	checkRead(t, p, bases[3], 1000, int(100-bases[3]), size)
 }
 
+// Age retention reads a sealed segment whose newest timestamp is unknown;
+// a segment whose records stop short of its size (zeros where records
+// were: a lost write) is damage, reported, never judged by the records
+// before the zeros.
+func TestFileRetentionReportsAShortSealedSegment(t *testing.T) {
+	const size = 3000
+	ns := mustNS(t, 8, 1, 2)
+	mem, cfg, bases := smallSegmentLog(t, ns, 100, 1, size)
+	dir := partDir(cfg.Dir, ns)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	path := filepath.Join(dir, segName(bases[0], ".log"))
+	from, _ := recordStart(bases[0], size, memFileSize(t, mem, path)/2)
+	f, err := mem.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(make([]byte, memFileSize(t, mem, path)-from), from); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if n, err := p.EnforceRetention(msg(bases[1], size).Timestamp, 0); !errors.Is(err, partition.ErrCorrupt) {
+		t.Fatalf("retention over a zeroed sealed segment: removed %d, %v; want ErrCorrupt", n, err)
+	}
+}
+
 // TestFileRetentionTimestamps checks age retention with timestamps that
 // are not monotonic (producers set them): a segment's newest timestamp is
 // its largest, found by reading the segment after a reopen (the open
