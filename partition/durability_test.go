@@ -1,6 +1,7 @@
 package partition_test
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -419,6 +420,40 @@ func TestFileRetentionReportsAShortSealedSegment(t *testing.T) {
 	f.Close()
 	if n, err := p.EnforceRetention(msg(bases[1], size).Timestamp, 0); !errors.Is(err, partition.ErrCorrupt) {
 		t.Fatalf("retention over a zeroed sealed segment: removed %d, %v; want ErrCorrupt", n, err)
+	}
+}
+
+// A record whose lengths agree with each other but run past the segment's
+// logical size (damage a checksum cannot be checked for until the record
+// is read whole) is a *CorruptError for Read, never a read past the end.
+func TestFileReadOfARecordClaimingPastTheEnd(t *testing.T) {
+	const size = 3000
+	ns := mustNS(t, 8, 1, 3)
+	mem, cfg, bases := smallSegmentLog(t, ns, 100, 1, size)
+	i := 1
+	for bases[i]%3 == 0 { // a first record without headers
+		i++
+	}
+	path := filepath.Join(partDir(cfg.Dir, ns), segName(bases[i], ".log"))
+	f, err := mem.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const claimed = 1 << 20 // far past the 32 KiB segment
+	var length, payloadLen [4]byte
+	binary.LittleEndian.PutUint32(length[:], 1<<31|claimed) // format 2
+	binary.LittleEndian.PutUint32(payloadLen[:], claimed-60)
+	if _, err := f.WriteAt(length[:], 4); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(payloadLen[:], 56); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	if got, err := p.Read(bases[i], 10); !errors.Is(err, partition.ErrCorrupt) {
+		t.Fatalf("Read of a record claiming %d bytes: %d messages, %v; want ErrCorrupt", claimed, len(got), err)
 	}
 }
 
