@@ -457,6 +457,28 @@ func TestFileReadOfARecordClaimingPastTheEnd(t *testing.T) {
 	}
 }
 
+// A sealed segment opened without its time index rebuilds it at the
+// first search by time; writing the rebuilt file is best effort, so a
+// failed write costs the search nothing.
+func TestFileTimeIndexRebuildSurvivesAFailedWrite(t *testing.T) {
+	const size = 3000
+	ns := mustNS(t, 8, 1, 4)
+	mem, cfg, bases := smallSegmentLog(t, ns, 100, 1, size)
+	if err := mem.Remove(filepath.Join(partDir(cfg.Dir, ns), segName(bases[0], ".timeindex"))); err != nil {
+		t.Fatal(err)
+	}
+	sw := errorfs.NewSwitch(syscall.EIO, errorfs.OpWrite, errorfs.OpWriteAt)
+	cfg.FS = errorfs.New(mem, sw)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	sw.Set(true)
+	off, err := p.OffsetForTime(msg(bases[0]+1, size).Timestamp)
+	sw.Set(false)
+	defer mustClose(t, p)
+	if err != nil || off != bases[0]+1 {
+		t.Fatalf("OffsetForTime with the time index write failing: %d, %v; want %d", off, err, bases[0]+1)
+	}
+}
+
 // TestFileRetentionTimestamps checks age retention with timestamps that
 // are not monotonic (producers set them): a segment's newest timestamp is
 // its largest, found by reading the segment after a reopen (the open
