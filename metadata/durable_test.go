@@ -637,6 +637,56 @@ func TestDurableFallsBackToAnOlderSnapshot(t *testing.T) {
 	closeDurable(t, d)
 }
 
+// A crash between writing a snapshot and creating the log after it leaves
+// the snapshot with the older log only; the reopened Durable appends behind
+// that log, so it then holds commands past the snapshot. When the next
+// snapshot is corrupt (and its cleanup failed, so the older files remain),
+// the fall-back to the older snapshot replays that log from inside it and
+// chains on to the newer log — it must not discard the older log because
+// it starts before the snapshot.
+func TestDurableFallsBackToASnapshotInsideALog(t *testing.T) {
+	mem := vfs.NewMem()
+	noRemove := errorfs.NewSwitch(syscall.EACCES, errorfs.OpRemove)
+	noRemove.Set(true)
+	ref := newTestStore(t)
+	work := richWorkload()
+	d := openDurable(t, errorfs.New(mem, noRemove), 3)
+	for _, cmd := range work[:3] { // the third writes a snapshot and wal-4
+		applyBoth(t, d, ref, cmd)
+	}
+	closeDurable(t, d)
+	// The crash point: the snapshot is written, its log not yet created.
+	if err := mem.Remove(filepath.Join(metaDir, walName(4))); err != nil {
+		t.Fatal(err)
+	}
+	d = openDurable(t, errorfs.New(mem, noRemove), 3)
+	for _, cmd := range work[3:8] { // 4-6 go behind wal-1; the sixth snapshots and starts wal-7
+		applyBoth(t, d, ref, cmd)
+	}
+	closeDurable(t, d)
+	var snaps, wals []string
+	for _, n := range dirNames(t, mem) {
+		if strings.HasPrefix(n, snapshotPrefix) {
+			snaps = append(snaps, n)
+		} else {
+			wals = append(wals, n)
+		}
+	}
+	if len(snaps) != 2 || !slices.Equal(wals, []string{walName(1), walName(7)}) {
+		t.Fatalf("snapshots %v, logs %v: want two snapshots, %s and %s", snaps, wals, walName(1), walName(7))
+	}
+	flipByte(t, mem, filepath.Join(metaDir, snaps[1]), 15)
+	d, err := OpenDurable(mem, metaDir, testConfig, DurableOptions{SnapshotEvery: 3})
+	if err != nil {
+		t.Fatalf("falling back to the snapshot inside %s: %v", walName(1), err)
+	}
+	sameStores(t, ref, d.Store())
+	for _, cmd := range work[8:] {
+		applyBoth(t, d, ref, cmd)
+	}
+	closeDurable(t, d)
+}
+
 func TestDurableMisc(t *testing.T) {
 	mem := vfs.NewMem()
 	if _, err := OpenDurable(mem, metaDir, Config{}, DurableOptions{}); err == nil {

@@ -1,6 +1,7 @@
 package partition_test
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -177,6 +178,66 @@ func TestFileTailDamageTruncates(t *testing.T) {
 	checkRead(t, p, 0, 1000, int(wantOff)+5, size)
 }
 
+// Repairing a torn tail is part of opening it: if the truncation back to
+// the last whole record, or its fsync, fails, the Build fails with that
+// error (it never serves a tail whose repair is not durable), and a later
+// Build repairs it.
+func TestFileTailRepairFailureFailsTheBuild(t *testing.T) {
+	const size = 500
+	for _, op := range []errorfs.OpKind{errorfs.OpTruncate, errorfs.OpSync} {
+		t.Run(op.String(), func(t *testing.T) {
+			ns := mustNS(t, 8, 0, 4)
+			mem, cfg, bases := smallSegmentLog(t, ns, 300, 5, size)
+			dir := partDir(cfg.Dir, ns)
+			tailBase := bases[len(bases)-1]
+			tail := filepath.Join(dir, segName(tailBase, ".log"))
+			pos := memFileSize(t, mem, tail) / 2
+			_, wantOff := recordStart(tailBase, size, pos)
+			flipByte(t, mem, tail, pos)
+
+			sw := errorfs.NewSwitch(syscall.EIO, op)
+			sw.Set(true)
+			cfg.FS = errorfs.New(mem, sw)
+			p, err := newFileStore(t, cfg).Build(ns, 1)
+			sw.Set(false)
+			if err == nil {
+				mustClose(t, p)
+			}
+			if !errors.Is(err, syscall.EIO) {
+				t.Fatalf("Build whose tail repair fails (%v): %v, want EIO", op, err)
+			}
+			p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+			defer mustClose(t, p)
+			if p.NextOffset() != wantOff {
+				t.Fatalf("NextOffset %d after the repair, want %d", p.NextOffset(), wantOff)
+			}
+		})
+	}
+}
+
+// An empty tail segment whose offset index file is missing (its time
+// index is there) opens: the index file is written again, and appends and
+// reads go on.
+func TestFileEmptyTailWithoutItsIndexOpens(t *testing.T) {
+	mem := vfs.NewMem()
+	cfg := partition.FileConfig{Dir: "/data", FS: mem}
+	ns := mustNS(t, 8, 0, 5)
+	mustClose(t, mustBuild(t, newFileStore(t, cfg), ns, 1))
+	index := filepath.Join(partDir(cfg.Dir, ns), segName(0, ".index"))
+	if err := mem.Remove(index); err != nil {
+		t.Fatal(err)
+	}
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	if _, err := mem.Stat(index); err != nil {
+		t.Fatalf("index file not written again: %v", err)
+	}
+	mustAppend(t, p, batch(0, 3, 10))
+	mustClose(t, p)
+	p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	checkRead(t, p, 0, 10, 3, 10)
+}
+
 // TestFileIndexRepairMem damages every index file on MemFS (the OS variant
 // is TestFileIndexRebuild): truncated to a torn entry, or missing. Reads
 // stay correct and the index files are rewritten as they were.
@@ -234,6 +295,12 @@ func TestFileRetention(t *testing.T) {
 		t.Fatalf("Size = %d, want the segments' %d bytes", p.Size(), total)
 	}
 
+	// "Older than" is strict: a bound equal to the first segment's newest
+	// timestamp keeps it.
+	if n, err := p.EnforceRetention(msg(bases[1]-1, size).Timestamp, 0); n != 0 || err != nil || p.StartOffset() != 0 {
+		t.Fatalf("bound equal to the newest timestamp: removed %d, %v, StartOffset %d; want nothing", n, err, p.StartOffset())
+	}
+
 	// By age: msg(i) is stamped i*1000, so a segment is older than the
 	// first message of bases[2] iff it ends before it.
 	n, err := p.EnforceRetention(msg(bases[2], size).Timestamp, 0)
@@ -252,16 +319,27 @@ func TestFileRetention(t *testing.T) {
 	}
 
 	// By size: exactly one segment has to go to fit.
-	n, err = p.EnforceRetention(0, total-segBytes(bases[2]))
+	seg2 := segBytes(bases[2])
+	n, err = p.EnforceRetention(0, total-seg2)
 	if err != nil || n != bases[3]-bases[2] || p.StartOffset() != bases[3] {
 		t.Fatalf("by size: removed %d, %v, StartOffset %d; want %d, %d", n, err, p.StartOffset(), bases[3]-bases[2], bases[3])
 	}
 	checkRead(t, p, bases[3], 1000, int(100-bases[3]), size)
 
+	// By size: two segments have to go at once.
+	total -= seg2
+	n, err = p.EnforceRetention(0, total-segBytes(bases[3])-segBytes(bases[4]))
+	if err != nil || n != bases[5]-bases[3] || p.StartOffset() != bases[5] {
+		t.Fatalf("by size, two segments: removed %d, %v, StartOffset %d; want %d, %d", n, err, p.StartOffset(), bases[5]-bases[3], bases[5])
+	}
+	if got := memBases(t, mem, dir); !slices.Equal(got, bases[5:]) {
+		t.Fatalf("segments %v after retention by size, want %v", got, bases[5:])
+	}
+
 	// The active segment is never removed, however small the limit.
 	tailBase := bases[len(bases)-1]
 	n, err = p.EnforceRetention(math.MaxInt64, 1)
-	if err != nil || n != tailBase-bases[3] || p.StartOffset() != tailBase {
+	if err != nil || n != tailBase-bases[5] || p.StartOffset() != tailBase {
 		t.Fatalf("everything: removed %d, %v, StartOffset %d; want %d", n, err, p.StartOffset(), tailBase)
 	}
 	if n, err := p.EnforceRetention(math.MaxInt64, 1); n != 0 || err != nil {
@@ -280,6 +358,125 @@ func TestFileRetention(t *testing.T) {
 		t.Fatalf("reopened: StartOffset %d NextOffset %d", p.StartOffset(), p.NextOffset())
 	}
 	checkRead(t, p, tailBase, 1000, int(101-tailBase), size)
+}
+
+// Segments left below the start by a failed deletion are not retention's
+// or a time search's to judge again: they are never read (their files are
+// closed), and the next retention pass deletes them along with what its
+// bounds remove.
+func TestFileRetentionAfterAFailedDeletion(t *testing.T) {
+	const size = 3000
+	ns := mustNS(t, 8, 1, 1)
+	mem, cfg, bases := smallSegmentLog(t, ns, 100, 1, size)
+	dir := partDir(cfg.Dir, ns)
+	// The first segment has no time index (as one written before time
+	// indexes were): a time search would have to read it.
+	if err := mem.Remove(filepath.Join(dir, segName(bases[0], ".timeindex"))); err != nil {
+		t.Fatal(err)
+	}
+	sw := errorfs.NewSwitch(syscall.EIO, errorfs.OpRemove)
+	cfg.FS = errorfs.New(mem, sw)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	sw.Set(true)
+	// The first segment ends exactly at the new start.
+	if err := p.TruncateBefore(bases[1]); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("TruncateBefore with deletions failing: %v, want EIO", err)
+	}
+	sw.Set(false)
+	if off, err := p.OffsetForTime(0); err != nil || off != bases[1] {
+		t.Fatalf("OffsetForTime(0) after a failed deletion: %d, %v; want the start %d", off, err, bases[1])
+	}
+	n, err := p.EnforceRetention(msg(bases[3], size).Timestamp, 0)
+	if err != nil || n != bases[3]-bases[1] || p.StartOffset() != bases[3] {
+		t.Fatalf("by age after a failed deletion: removed %d, %v, StartOffset %d; want %d, %d", n, err, p.StartOffset(), bases[3]-bases[1], bases[3])
+	}
+	if got := memBases(t, mem, dir); !slices.Equal(got, bases[3:]) {
+		t.Fatalf("segments %v, want %v", got, bases[3:])
+	}
+	checkRead(t, p, bases[3], 1000, int(100-bases[3]), size)
+}
+
+// Age retention reads a sealed segment whose newest timestamp is unknown;
+// a segment whose records stop short of its size (zeros where records
+// were: a lost write) is damage, reported, never judged by the records
+// before the zeros.
+func TestFileRetentionReportsAShortSealedSegment(t *testing.T) {
+	const size = 3000
+	ns := mustNS(t, 8, 1, 2)
+	mem, cfg, bases := smallSegmentLog(t, ns, 100, 1, size)
+	dir := partDir(cfg.Dir, ns)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	path := filepath.Join(dir, segName(bases[0], ".log"))
+	from, _ := recordStart(bases[0], size, memFileSize(t, mem, path)/2)
+	f, err := mem.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(make([]byte, memFileSize(t, mem, path)-from), from); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if n, err := p.EnforceRetention(msg(bases[1], size).Timestamp, 0); !errors.Is(err, partition.ErrCorrupt) {
+		t.Fatalf("retention over a zeroed sealed segment: removed %d, %v; want ErrCorrupt", n, err)
+	}
+}
+
+// A record whose lengths agree with each other but run past the segment's
+// logical size (damage a checksum cannot be checked for until the record
+// is read whole) is a *CorruptError for Read, never a read past the end.
+func TestFileReadOfARecordClaimingPastTheEnd(t *testing.T) {
+	const size = 3000
+	ns := mustNS(t, 8, 1, 3)
+	mem, cfg, bases := smallSegmentLog(t, ns, 100, 1, size)
+	i := 1
+	for bases[i]%3 == 0 { // a first record without headers
+		i++
+	}
+	path := filepath.Join(partDir(cfg.Dir, ns), segName(bases[i], ".log"))
+	f, err := mem.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const claimed = 1 << 20 // far past the 32 KiB segment
+	var length, payloadLen [4]byte
+	binary.LittleEndian.PutUint32(length[:], 1<<31|claimed) // format 2
+	binary.LittleEndian.PutUint32(payloadLen[:], claimed-60)
+	if _, err := f.WriteAt(length[:], 4); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(payloadLen[:], 56); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	if got, err := p.Read(bases[i], 10); !errors.Is(err, partition.ErrCorrupt) {
+		t.Fatalf("Read of a record claiming %d bytes: %d messages, %v; want ErrCorrupt", claimed, len(got), err)
+	}
+}
+
+// A sealed segment opened without its time index rebuilds it at the
+// first search by time; writing the rebuilt file is best effort, so a
+// failed write costs the search nothing.
+func TestFileTimeIndexRebuildSurvivesAFailedWrite(t *testing.T) {
+	const size = 3000
+	ns := mustNS(t, 8, 1, 4)
+	mem, cfg, bases := smallSegmentLog(t, ns, 100, 1, size)
+	if err := mem.Remove(filepath.Join(partDir(cfg.Dir, ns), segName(bases[0], ".timeindex"))); err != nil {
+		t.Fatal(err)
+	}
+	sw := errorfs.NewSwitch(syscall.EIO, errorfs.OpWrite, errorfs.OpWriteAt)
+	cfg.FS = errorfs.New(mem, sw)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	sw.Set(true)
+	off, err := p.OffsetForTime(msg(bases[0]+1, size).Timestamp)
+	sw.Set(false)
+	defer mustClose(t, p)
+	if err != nil || off != bases[0]+1 {
+		t.Fatalf("OffsetForTime with the time index write failing: %d, %v; want %d", off, err, bases[0]+1)
+	}
 }
 
 // TestFileRetentionTimestamps checks age retention with timestamps that
@@ -354,6 +551,25 @@ func TestFileTruncateDeletesSegments(t *testing.T) {
 	}
 	mustClose(t, p)
 
+	// The same at a segment boundary: a start offset that is exactly the
+	// next segment's base leaves every message of the segment before it
+	// below the start, so that segment is deleted too — unread: damage in
+	// it (it was being deleted) cannot fail the Build.
+	if err := vfs.WriteFileAtomic(mem, filepath.Join(dir, "start"), []byte(fmt.Sprint(bases[3]))); err != nil {
+		t.Fatal(err)
+	}
+	below := filepath.Join(dir, fmt.Sprintf("%020d.log", bases[2]))
+	flipByte(t, mem, below, memFileSize(t, mem, below)-1)
+	p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+	if p.StartOffset() != bases[3] {
+		t.Fatalf("StartOffset %d, want %d", p.StartOffset(), bases[3])
+	}
+	if got := memBases(t, mem, dir); !slices.Equal(got, bases[3:]) {
+		t.Fatalf("segments %v after reopen at a segment boundary, want %v", got, bases[3:])
+	}
+	checkRead(t, p, bases[3], 1000, int(300-bases[3]), size)
+	mustClose(t, p)
+
 	// A crash after the start file was written but before the segments
 	// below it were deleted: the reopen deletes them.
 	if err := vfs.WriteFileAtomic(mem, filepath.Join(dir, "start"), []byte(fmt.Sprint(bases[4]+1))); err != nil {
@@ -392,6 +608,88 @@ func TestFileTruncateDeletesSegments(t *testing.T) {
 	var ce *partition.CorruptError
 	if _, err := newFileStore(t, cfg).Build(ns, 1); !errors.As(err, &ce) || ce.Path != filepath.Join(dir, "start") {
 		t.Fatalf("Build with a damaged start file: %v", err)
+	}
+}
+
+// A truncation whose segment files cannot be deleted reports the error;
+// the segments stay listed and the next truncation deletes them.
+func TestFileTruncateReportsAFailedSegmentDeletion(t *testing.T) {
+	const size = 500
+	ns := mustNS(t, 8, 2, 1)
+	mem, cfg, bases := smallSegmentLog(t, ns, 300, 5, size)
+	dir := partDir(cfg.Dir, ns)
+	sw := errorfs.NewSwitch(syscall.EIO, errorfs.OpRemove)
+	cfg.FS = errorfs.New(mem, sw)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	cut := bases[2] + 3
+	sw.Set(true)
+	if err := p.TruncateBefore(cut); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("TruncateBefore with deletions failing: %v, want EIO", err)
+	}
+	sw.Set(false)
+	if got := memBases(t, mem, dir); !slices.Equal(got, bases) {
+		t.Fatalf("segments %v after failed deletions, want all of %v", got, bases)
+	}
+	if p.StartOffset() != cut {
+		t.Fatalf("StartOffset %d, want %d", p.StartOffset(), cut)
+	}
+	if err := p.TruncateBefore(cut); err != nil {
+		t.Fatalf("TruncateBefore retried: %v", err)
+	}
+	if got := memBases(t, mem, dir); !slices.Equal(got, bases[2:]) {
+		t.Fatalf("segments %v after the retry, want %v", got, bases[2:])
+	}
+	checkRead(t, p, cut, 1000, int(300-cut), size)
+}
+
+// A purge (TruncateBefore(NextOffset)) or SkipTo(NextOffset) of a log
+// whose tail is empty — a crash right after a roll created it — keeps that
+// tail: it holds nothing to seal, and sealing it would leave a new segment
+// with the same base, whose files the deletion of the old one would take.
+// Messages appended afterwards survive a reopen.
+func TestFilePurgeAndSkipKeepAnEmptyTail(t *testing.T) {
+	const size = 500
+	for _, c := range []struct {
+		name string
+		cut  func(partition.Partition) error
+	}{
+		{"purge", func(p partition.Partition) error { return p.TruncateBefore(p.NextOffset()) }},
+		{"skip to the end", func(p partition.Partition) error { return p.SkipTo(p.NextOffset()) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ns := mustNS(t, 8, 2, 2)
+			mem, cfg, _ := smallSegmentLog(t, ns, 300, 5, size)
+			dir := partDir(cfg.Dir, ns)
+			// The crash point: a roll created the next segment, nothing
+			// was written to it.
+			f, err := mem.OpenFile(filepath.Join(dir, segName(300, ".log")), os.O_RDWR|os.O_CREATE, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+			if p.NextOffset() != 300 {
+				t.Fatalf("NextOffset %d, want 300", p.NextOffset())
+			}
+			if err := c.cut(p); err != nil {
+				t.Fatal(err)
+			}
+			if got := memBases(t, mem, dir); !slices.Equal(got, []uint64{300}) {
+				t.Fatalf("segments %v, want [300]", got)
+			}
+			mustAppend(t, p, batch(300, 3, size))
+			if err := p.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			mustClose(t, p)
+			p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+			defer mustClose(t, p)
+			if p.StartOffset() != 300 || p.NextOffset() != 303 {
+				t.Fatalf("after a reopen: start %d next %d, want 300 and 303", p.StartOffset(), p.NextOffset())
+			}
+			checkRead(t, p, 300, 10, 3, size)
+		})
 	}
 }
 
@@ -682,6 +980,11 @@ func TestMemRetention(t *testing.T) {
 	}
 	mustAppend(t, p, batch(100, 3, 30))
 	checkRead(t, p, 100, 10, 3, 30)
+	// By age alone, everything.
+	n, err = p.EnforceRetention(msg(200, 30).Timestamp, 0)
+	if err != nil || n != 3 || p.StartOffset() != 103 || p.Size() != 0 {
+		t.Fatalf("everything by age: removed %d, %v, StartOffset %d Size %d", n, err, p.StartOffset(), p.Size())
+	}
 
 	// Timestamps are not monotonic: an outlier stops age retention.
 	q := mustBuild(t, s, mustNS(t, 1, 0, 1), 1)
@@ -812,4 +1115,34 @@ func TestBuildDefersLayoutSync(t *testing.T) {
 	}
 	checkRead(t, r, 0, 10, 2, 10)
 	mustClose(t, p)
+}
+
+// Remove returns only once the removal is durable: if the parent
+// directory cannot be synced the error is returned (the partition may
+// come back after a power loss), and after a Remove that returned nil a
+// power loss does not bring the partition back.
+func TestFileRemoveIsDurableOrAnError(t *testing.T) {
+	mem := vfs.NewMem()
+	eio := errorfs.NewSwitch(syscall.EIO, errorfs.OpSyncDir)
+	cfg := partition.FileConfig{Dir: "/data", FS: errorfs.New(mem, eio)}
+	s := newFileStore(t, cfg)
+	ns := mustNS(t, 4, 0, 0)
+	p := mustBuild(t, s, ns, 1)
+	mustAppend(t, p, batch(0, 3, 10))
+	if err := p.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, p)
+	eio.Set(true)
+	if err := s.Remove(ns); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Remove whose directory sync failed: %v, want EIO", err)
+	}
+	eio.Set(false)
+	if err := s.Remove(ns); err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+	cfg.FS = mem.Crash()
+	if got, err := newFileStore(t, cfg).List(); err != nil || len(got) != 0 {
+		t.Fatalf("after a Remove and a power loss, List = %v, %v; want nothing", got, err)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
+	"github.com/parkway-io/parkway/vfs"
 )
 
 const mib = 1 << 20
@@ -508,6 +510,12 @@ func TestFileConfigValidate(t *testing.T) {
 			t.Errorf("SegmentSize %d: %v, want ErrInvalidConfig", size, err)
 		}
 	}
+	// A NUL byte anywhere in Dir, the first byte included, is refused.
+	for _, dir := range []string{"\x00", "\x00data", "da\x00ta", "data\x00"} {
+		if err := (partition.FileConfig{Dir: dir}).Validate(); !errors.Is(err, partition.ErrInvalidConfig) {
+			t.Errorf("Dir %q: %v, want ErrInvalidConfig", dir, err)
+		}
+	}
 	err := partition.FileConfig{SegmentSize: 5}.Validate()
 	if !errors.Is(err, partition.ErrInvalidConfig) {
 		t.Fatalf("Validate = %v", err)
@@ -544,6 +552,127 @@ func TestFileLargeRecord(t *testing.T) {
 	got, err := p.Read(0, 10)
 	if err != nil || len(got) != 3 || len(got[2].Payload) != 3*mib || !bytes.Equal(got[2].Payload, payload(2, 3*mib)) {
 		t.Fatalf("Read: %d msgs, %v", len(got), err)
+	}
+}
+
+// A record larger than a segment appended to an empty tail goes into that
+// tail (there is nothing to seal: sealing it would leave an empty segment
+// with the same base, whose deletion would take the record's file), and
+// the log reads back, before and after a reopen — with a truncation that
+// changes nothing (it retries failed deletions) in between.
+func TestFileLargeRecordIntoAnEmptyTail(t *testing.T) {
+	cfg := partition.FileConfig{Dir: t.TempDir(), SegmentSize: mib}
+	ns := mustNS(t, 6, 0, 2)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	mustAppend(t, p, batch(0, 1, 2*mib))
+	mustAppend(t, p, batch(1, 2, 10))
+	got, err := p.Read(0, 10)
+	if err != nil || len(got) != 3 || !bytes.Equal(got[0].Payload, payload(0, 2*mib)) || !bytes.Equal(got[2].Payload, payload(2, 10)) {
+		t.Fatalf("Read: %d msgs, %v", len(got), err)
+	}
+	if err := p.TruncateBefore(0); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, p)
+	if got := segmentsIn(t, partDir(cfg.Dir, ns)); !slices.Equal(got, []string{segName(0, ".log"), segName(1, ".log")}) {
+		t.Fatalf("segments %q, want the big record alone in the first", got)
+	}
+	p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	got, err = p.Read(0, 10)
+	if err != nil || len(got) != 3 || !bytes.Equal(got[0].Payload, payload(0, 2*mib)) || !bytes.Equal(got[2].Payload, payload(2, 10)) {
+		t.Fatalf("Read after a reopen: %d msgs, %v", len(got), err)
+	}
+}
+
+// A segment holds up to SegmentSize bytes: appends that fill it exactly
+// stay in it, and the next append rolls.
+func TestFileSegmentFillsToItsSizeExactly(t *testing.T) {
+	partition.AllowSmallSegments(t, smallSegment)
+	cfg := partition.FileConfig{Dir: t.TempDir(), SegmentSize: smallSegment}
+	ns := mustNS(t, 6, 0, 3)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	rec := partition.Message{Payload: make([]byte, 4096-60)}
+	if recSize(rec) != 4096 || smallSegment%4096 != 0 {
+		t.Fatalf("record of %d bytes does not divide the %d-byte segment", recSize(rec), smallSegment)
+	}
+	per := uint64(smallSegment / 4096)
+	for range per + 1 {
+		mustAppend(t, p, []partition.Message{rec})
+	}
+	mustClose(t, p)
+	if got := segmentsIn(t, partDir(cfg.Dir, ns)); !slices.Equal(got, []string{segName(0, ".log"), segName(per, ".log")}) {
+		t.Fatalf("segments %q, want %d records in the first", got, per)
+	}
+}
+
+// A Read's result is sized by the messages there are, not by the count
+// asked for: a poll may ask for any count, at any offset.
+func TestFileReadSizedByWhatThereIs(t *testing.T) {
+	cfg := partition.FileConfig{Dir: t.TempDir()}
+	ns := mustNS(t, 6, 0, 4)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	const far = 1 << 50
+	if err := p.SkipTo(far); err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, p, batch(far, 2, 10))
+	got, err := p.Read(far, math.MaxInt)
+	if err != nil || len(got) != 2 || got[1].Offset != far+1 {
+		t.Fatalf("Read(%d, MaxInt): %d messages, %v", uint64(far), len(got), err)
+	}
+	if cap(got) != 2 {
+		t.Fatalf("Read of 2 messages returned a slice of capacity %d", cap(got))
+	}
+}
+
+// Consumers whose names share a long prefix keep separate offsets across a
+// restart: names too long for a readable file name are hashed whole, never
+// cut at the limit.
+func TestFileLongConsumerNamesDoNotCollide(t *testing.T) {
+	cfg := partition.FileConfig{Dir: t.TempDir()}
+	ns := mustNS(t, 6, 0, 5)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	mustAppend(t, p, batch(0, 3, 10))
+	prefix := strings.Repeat("c", 200)
+	names := []string{prefix + "x", prefix + "y", prefix}
+	for i, name := range names {
+		if err := p.StoreConsumerOffset(name, uint64(i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustClose(t, p)
+	p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	for i, name := range names {
+		if off, ok, err := p.ConsumerOffset(name); err != nil || !ok || off != uint64(i+1) {
+			t.Errorf("consumer %d (%d bytes) after a restart: %d, %v, %v; want %d", i, len(name), off, ok, err, i+1)
+		}
+	}
+}
+
+// The open scan of the tail reads it in 1 MiB chunks: a record boundary
+// that falls exactly at a chunk's end is not the end of the data.
+func TestFileTailScanAcrossAChunkBoundary(t *testing.T) {
+	cfg := partition.FileConfig{Dir: "/data", FS: vfs.NewMem()}
+	ns := mustNS(t, 6, 0, 6)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	rec := partition.Message{Payload: make([]byte, 4096-60)}
+	if recSize(rec) != 4096 {
+		t.Fatalf("record of %d bytes, want 4096", recSize(rec))
+	}
+	const n = mib/4096 + 44 // 256 records fill the first chunk exactly
+	msgs := make([]partition.Message, n)
+	for i := range msgs {
+		msgs[i] = rec
+	}
+	mustAppend(t, p, msgs)
+	mustClose(t, p)
+	p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	if p.NextOffset() != n || p.Size() != n*4096 {
+		t.Fatalf("after a reopen: NextOffset %d, Size %d; want %d, %d", p.NextOffset(), p.Size(), n, n*4096)
 	}
 }
 

@@ -250,3 +250,30 @@ func TestReadFormat1Segment(t *testing.T) {
 	defer mustClose(t, p)
 	check(p, 4)
 }
+
+// A search by time returns the first message appended at or after t, even
+// when many messages share that append time across several index entries
+// (the index is sparse: one entry per 4 KiB): it must start decoding before
+// the first of them, not at the last index entry with that time.
+func TestOffsetForTimeWithARunOfEqualAppendTimes(t *testing.T) {
+	for _, h := range harnesses() {
+		t.Run(h.name, func(t *testing.T) {
+			store, _ := h.open(t)
+			p := mustBuild(t, store, mustNS(t, 1, 2, 4), 1)
+			defer mustClose(t, p)
+			var msgs []partition.Message
+			for i, at := range []int64{100, 100, 200, 200, 200, 200, 200, 200, 200, 200, 300, 300} {
+				msgs = append(msgs, partition.Message{AppendTime: at, Payload: payload(uint64(i), 2000)})
+			}
+			mustAppend(t, p, msgs)
+			for _, c := range []struct {
+				t    int64
+				want uint64
+			}{{50, 0}, {100, 0}, {150, 2}, {200, 2}, {250, 10}, {300, 10}, {301, 12}} {
+				if off, err := p.OffsetForTime(c.t); err != nil || off != c.want {
+					t.Errorf("OffsetForTime(%d) = %d, %v; want %d", c.t, off, err, c.want)
+				}
+			}
+		})
+	}
+}

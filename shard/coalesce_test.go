@@ -96,6 +96,40 @@ func TestCoalescedBadInputIsAnsweredAlone(t *testing.T) {
 	}
 }
 
+// TestBehaviour17EmptyProduceAmongQueuedOnesIsRefused: a produce with no
+// messages queued between others would vanish inside their coalesced
+// batch (it adds nothing to it) and be acknowledged with an offset it
+// never got; it is answered ErrEmptyBatch instead, and its neighbours are
+// appended in arrival order.
+func TestBehaviour17EmptyProduceAmongQueuedOnesIsRefused(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	s := h.shards[0]
+	ns, epoch := h.topic("t")
+	p := &appendCounter{Partition: h.build(ns, epoch)}
+	h.insert(s, p)
+	calls := []call{produce(ns, "a"), request(ns, &Request{Op: OpProduce}), produce(ns, "c")}
+	for _, c := range calls {
+		if err := s.TrySend(c.f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for len(s.inbox) > 0 {
+		s.handleFrame(<-s.inbox)
+	}
+	if r := calls[0].answered(t); r.Err != nil || r.Offset != 0 {
+		t.Fatalf("first produce: %+v", r)
+	}
+	if r := calls[1].answered(t); !errors.Is(r.Err, partition.ErrEmptyBatch) {
+		t.Fatalf("empty produce: %+v, want ErrEmptyBatch", r)
+	}
+	if r := calls[2].answered(t); r.Err != nil || r.Offset != 1 {
+		t.Fatalf("third produce: %+v", r)
+	}
+	if got := payloads(t, p); len(got) != 2 || got[0] != "a" || got[1] != "c" {
+		t.Fatalf("partition holds %q, want [a c]", got)
+	}
+}
+
 // Behaviour 10 holds for queued produces too: a produce admitted while its
 // incarnation was live but appended after its deletion committed (later in
 // the same drain of the inbox) is denied, never acknowledged into the dead

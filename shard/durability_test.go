@@ -296,6 +296,36 @@ func TestRetentionAppliesOnlyTheBoundsSet(t *testing.T) {
 	}
 }
 
+// The age bound counts back from now: a message younger than the bound
+// survives a retention pass, and the same message is removed by the first
+// pass after it has aged past the bound.
+func TestRetentionByAgeKeepsWhatIsYoungerThanTheBound(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	s := h.shards[0]
+	ns, epoch := h.topic("t")
+	p := h.build(ns, epoch)
+	if err := h.step(s, opInsertOwned(p, Durability{Fsync: metadata.FsyncNever, RetentionAge: 10 * time.Second})); err != nil {
+		t.Fatal(err)
+	}
+	written := time.Unix(100, 0)
+	if _, err := p.Append([]partition.Message{{Timestamp: written.UnixMicro(), Payload: []byte("young")}}); err != nil {
+		t.Fatal(err)
+	}
+	var res RetentionResult
+	if err := h.step(s, opRetain(written.Add(5*time.Second), &res)); err != nil || res.Errors != 0 {
+		t.Fatalf("retain: %+v %v", res, err)
+	}
+	if res.Messages != 0 || p.StartOffset() != 0 {
+		t.Fatalf("5 s after the write, under a 10 s bound: removed %d, starts at %d (want 0, 0)", res.Messages, p.StartOffset())
+	}
+	if err := h.step(s, opRetain(written.Add(11*time.Second), &res)); err != nil || res.Errors != 0 {
+		t.Fatalf("retain: %+v %v", res, err)
+	}
+	if res.Messages != 1 || p.StartOffset() != 1 {
+		t.Fatalf("11 s after the write, under a 10 s bound: removed %d, starts at %d (want 1, 1)", res.Messages, p.StartOffset())
+	}
+}
+
 // The interval-fsync timer fires by the earliest dirty partition's
 // deadline: a partition with a longer interval dirtied later does not
 // push it back.

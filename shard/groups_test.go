@@ -56,6 +56,56 @@ func TestCommitGroupClosesAtMaxGroup(t *testing.T) {
 	}
 }
 
+// appendSizes records the size of every batch appended.
+type appendSizes struct {
+	partition.Partition
+	sizes []int
+}
+
+func (a *appendSizes) Append(msgs []partition.Message) (uint64, error) {
+	a.sizes = append(a.sizes, len(msgs))
+	return a.Partition.Append(msgs)
+}
+
+// The commit group's bound holds when parked produces are re-dispatched
+// too: materialising a partition with more than maxGroup produces parked
+// (and the inbox not empty, so nothing else closes the group) appends them
+// in groups of at most maxGroup, each produce answered with its own
+// offset in arrival order.
+func TestCommitGroupClosesAtMaxGroupOnRedispatch(t *testing.T) {
+	h := newHarness(t, 1, nil, manual, func(c *Config) { c.Park.FramesPerNamespace = maxGroup + 1 })
+	s := h.shards[0]
+	ns, epoch := h.topic("t")
+	calls := make([]call, maxGroup+1)
+	for i := range calls {
+		calls[i] = produce(ns, "m")
+		s.handle(calls[i].f) // committed, not materialised: parks
+	}
+	calls[0].pending(t)
+	poll := request(ns, &Request{Op: OpPoll, Count: 2 * maxGroup})
+	if err := s.TrySend(poll.f); err != nil {
+		t.Fatal(err)
+	}
+	p := &appendSizes{Partition: h.build(ns, epoch)}
+	c := opInsertOwned(p, noSync)
+	s.runControl(c) // as the pump: re-dispatch with a frame still in the inbox
+	if err := <-c.done; err != nil {
+		t.Fatal(err)
+	}
+	s.handleFrame(<-s.inbox)
+	if !slices.Equal(p.sizes, []int{maxGroup, 1}) {
+		t.Fatalf("%d re-dispatched produces appended in batches of %v, want [%d 1]", len(calls), p.sizes, maxGroup)
+	}
+	for i, c := range calls {
+		if r := c.answered(t); r.Err != nil || r.Offset != uint64(i) {
+			t.Fatalf("re-dispatched produce %d: %+v", i, r)
+		}
+	}
+	if r := poll.answered(t); r.Err != nil || len(r.Messages) != len(calls) {
+		t.Fatalf("poll behind the re-dispatched produces: %d messages, %v", len(r.Messages), r.Err)
+	}
+}
+
 // A replicated partition's proposal is bounded the same way: maxGroup
 // writes buffered while the inbox never empties are proposed as one entry
 // at once, and every one is acknowledged once it commits.
