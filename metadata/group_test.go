@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -425,4 +426,82 @@ func TestReplaceCarriesGroups(t *testing.T) {
 	if !reflect.DeepEqual(r1, r2) || (e1 == nil) != (e2 == nil) || !reflect.DeepEqual(other.Export(), s.Export()) {
 		t.Fatalf("after Replace the stores diverge: %+v %v vs %+v %v", r1, e1, r2, e2)
 	}
+}
+
+// The boundaries of group commands, each pinned (found by gremlins over
+// group.go): a session lapses only strictly after its timeout; the
+// timeout bounds are inclusive; a topic holds MaxGroupsPerTopic groups
+// and a group MaxMembersPerGroup members, not one more; re-committing the
+// committed offset is accepted; every successful group command bumps the
+// revision by one; and when shares do not divide evenly the member
+// holding the most keeps the extra partition, so a join moves as few
+// partitions as it can.
+func TestGroupBoundaries(t *testing.T) {
+	t.Run("session lapses strictly after its timeout", func(t *testing.T) {
+		s := groupStore(t, 1)
+		a := join(t, s, "a", time.Second, 0)
+		mustApply(t, s, Heartbeat{Stream: 0, Topic: 0, Group: "g", Member: a, Now: sec})
+		if _, err := s.Apply(Heartbeat{Stream: 0, Topic: 0, Group: "g", Member: a, Now: 2*sec + 1}); !errors.Is(err, ErrUnknownMember) {
+			t.Fatalf("heartbeat 1 ns past the timeout: %v", err)
+		}
+	})
+	t.Run("timeout bounds inclusive", func(t *testing.T) {
+		s := groupStore(t, 1)
+		for _, d := range []time.Duration{MinSessionTimeout, MaxSessionTimeout} {
+			if _, err := s.Apply(JoinGroup{Stream: 0, Topic: 0, Group: "g", SessionTimeout: d}); err != nil {
+				t.Fatalf("session timeout %v: %v", d, err)
+			}
+		}
+	})
+	t.Run("groups per topic", func(t *testing.T) {
+		s := groupStore(t, 1) // holds "g"
+		for i := 1; i < MaxGroupsPerTopic; i++ {
+			mustApply(t, s, CreateGroup{Stream: 0, Topic: 0, Name: "g" + strconv.Itoa(i)})
+		}
+		if _, err := s.Apply(CreateGroup{Stream: 0, Topic: 0, Name: "one-more"}); !errors.Is(err, ErrTooManyGroups) {
+			t.Fatalf("group %d: %v", MaxGroupsPerTopic+1, err)
+		}
+	})
+	t.Run("members per group", func(t *testing.T) {
+		s := groupStore(t, 1)
+		for range MaxMembersPerGroup {
+			join(t, s, "", time.Hour, 1)
+		}
+		if _, err := s.Apply(JoinGroup{Stream: 0, Topic: 0, Group: "g", SessionTimeout: time.Hour, Now: 1}); !errors.Is(err, ErrTooManyMembers) {
+			t.Fatalf("member %d: %v", MaxMembersPerGroup+1, err)
+		}
+	})
+	t.Run("same offset again, revision bumps", func(t *testing.T) {
+		s := groupStore(t, 1)
+		a := join(t, s, "a", time.Minute, 1)
+		gen := groupOf(t, s).Generation
+		for range 2 {
+			before := s.Revision()
+			res, err := s.Apply(CommitGroupOffsets{Stream: 0, Topic: 0, Group: "g", Member: a, Generation: gen, Now: 2,
+				Offsets: []GroupOffset{{Partition: 0, Offset: 7}}})
+			if err != nil {
+				t.Fatalf("committing the committed offset again: %v", err)
+			}
+			if res.Revision != before+1 || s.Revision() != before+1 {
+				t.Fatalf("commit moved the revision %d → %d (result %d)", before, s.Revision(), res.Revision)
+			}
+		}
+	})
+	t.Run("uneven shares keep the extra where it is", func(t *testing.T) {
+		s := groupStore(t, 5)
+		a := join(t, s, "a", time.Minute, 1)
+		before := groupOf(t, s)
+		b := join(t, s, "b", time.Minute, 1)
+		g := groupOf(t, s)
+		moved := 0
+		for i, p := range g.Partitions {
+			if p.Holder != before.Partitions[i].Holder {
+				moved++
+			}
+		}
+		if moved != 2 || len(g.Assigned(a)) != 3 || len(g.Assigned(b)) != 2 {
+			t.Fatalf("a second member over 5 partitions moved %d (a holds %v, b %v), want 2 moved, a keeping 3",
+				moved, g.Assigned(a), g.Assigned(b))
+		}
+	})
 }
