@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -228,5 +229,67 @@ func TestMetadataMemberReopensAfterRaftLogWriteFails(t *testing.T) {
 	c.open(0)
 	if got := streamNames(c.engines[0]); got != "[a b c]" {
 		t.Fatalf("node 1 restarted from its disk holds streams %s, want [a b c]", got)
+	}
+}
+
+// The same on started engines: the metadata member of the leader whose
+// raft log write fails goes down and reopens by itself, driven by its
+// own goroutine's tick; a command proposed through it meanwhile is
+// retried by ApplyMetadata and committed once, and every node ends up
+// with the same metadata.
+func TestStartedMetadataMemberReopensAfterRaftLogWriteFails(t *testing.T) {
+	net := transport.NewNetwork(transport.NetworkOptions{})
+	defer net.Close()
+	peers := []transport.NodeID{1, 2, 3}
+	inj := &failOnce{}
+	var engines []*host.Engine
+	reopened := make(chan uint64, 1)
+	for _, id := range peers {
+		fsys := vfs.FS(vfs.NewMem())
+		var ev host.Events
+		if id == 1 {
+			fsys = errorfs.New(fsys, inj)
+			ev.MetadataReopened = func(index uint64) { reopened <- index }
+		}
+		e, err := host.New(host.Config{Shards: 1, DataDir: "/data", FS: fsys, Events: ev,
+			BuildBackoffMin: 5 * time.Millisecond, BuildBackoffMax: 20 * time.Millisecond,
+			Cluster: &host.Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		if err := e.Start(); err != nil {
+			t.Fatal(err)
+		}
+		engines = append(engines, e)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e1 := engines[0]
+	if _, err := e1.ApplyMetadata(ctx, metadata.CreateStream{Name: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	inj.armed.Store(true)
+	if _, err := e1.ApplyMetadata(ctx, metadata.CreateStream{Name: "b"}); err != nil {
+		t.Fatalf("command through the member whose write failed: %v", err)
+	}
+	if !inj.fired.Load() {
+		t.Fatal("the metadata raft log write did not fail")
+	}
+	select {
+	case <-reopened:
+	case <-ctx.Done():
+		t.Fatal("the member was not reopened")
+	}
+	if _, err := e1.ApplyMetadata(ctx, metadata.CreateStream{Name: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range engines {
+		if err := e.ReadBarrier(ctx); err != nil {
+			t.Fatalf("node %d: %v", i+1, err)
+		}
+		if got := streamNames(e); got != "[a b c]" {
+			t.Errorf("node %d holds streams %s, want [a b c]", i+1, got)
+		}
 	}
 }
