@@ -89,8 +89,8 @@
 // node crash — power loss or process crash — after which it is down for
 // a while and restarts on its disk, rejoining from its raft logs; ENOSPC
 // spells and one-shot EIO or torn writes aimed at one partition's
-// directory (FaultRates.SpareMetadataLog keeps them off the metadata
-// raft log by default, see knownMetaReadyError); slow builds. At
+// directory or at the metadata raft log (a metadata member whose log
+// refuses a write is reopened from it by its engine); slow builds. At
 // quiescence every fault ends (partitions heal, stopped nodes resume,
 // crashed ones restart) and the cluster runs until it has converged:
 // every node's metadata equal, every replica of every committed
