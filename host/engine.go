@@ -90,6 +90,7 @@ func New(cfg Config) (*Engine, error) {
 		e.metrics = metrics.NewLabeled(labels)
 	}
 	e.drops = e.metrics.Shard(-1)
+	e.exposeTransport()
 	ok := false
 	defer func() {
 		if !ok {

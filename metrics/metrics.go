@@ -62,6 +62,11 @@ type Metrics struct {
 	RaftCompactions *prometheus.CounterVec // shard
 	RaftSnapshots   *prometheus.CounterVec // shard
 	CaughtUp        *prometheus.CounterVec // shard
+
+	// The node-to-node transport's statistics (SetTransport), read at
+	// scrape time.
+	transportDescs transportDescs
+	transport      transportSource
 }
 
 // New returns fresh, unregistered collectors with no constant labels.
@@ -134,6 +139,7 @@ func NewLabeled(labels prometheus.Labels) *Metrics {
 			Name:        "parkway_catchup_messages_total",
 			Help:        "Messages a replica fetched from a peer's partition log after installing a snapshot.",
 		}, shard),
+		transportDescs: newTransportDescs(labels),
 	}
 }
 
@@ -148,12 +154,16 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range m.all() {
 		c.Describe(ch)
 	}
+	m.transportDescs.describe(ch)
 }
 
 // Collect implements prometheus.Collector.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range m.all() {
 		c.Collect(ch)
+	}
+	if stats := m.transport.stats.Load(); stats != nil {
+		m.transportDescs.collect(ch, (*stats)())
 	}
 }
 
