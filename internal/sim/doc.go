@@ -142,7 +142,7 @@
 // # Known bugs
 //
 // A violation that is an instance of a known engine bug names it in
-// Violation.Known (the known* constants, each with a TODO); the cluster
+// Violation.Known (known.go lists them; none at present); the cluster
 // test skips such seeds unless -sim.known is set, and logs them with
 // their replay commands.
 //
@@ -153,6 +153,8 @@
 // or `go test ./internal/sim -run TestClusterSimulation -sim.seed=<S>`;
 // add -v -sim.trace to print its event trace. `-sim.seeds N` (and
 // `-sim.start S`) runs N seeds instead of the test's default range.
+// Cluster disk faults reach the metadata raft log unless
+// `-sim.metafaults=false`.
 //
 // # Scope
 //
