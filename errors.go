@@ -79,8 +79,10 @@ var (
 	// disk (behind the build backoff). Not retried in place.
 	ErrPartitionFailed = shard.ErrPartitionFailed
 	// ErrMetadataFailed reports that this node's member of the metadata
-	// raft group stopped after its raft log refused a write: the node
-	// takes no metadata commands until it is restarted.
+	// raft group stopped for good (its raft log cannot be reopened): the
+	// node takes no metadata commands until it is restarted. A failed
+	// write to that log does not cause it: the member reopens itself from
+	// its log, and calls meanwhile fail with retriable errors.
 	ErrMetadataFailed = host.ErrMetadataFailed
 	// ErrNoSpace reports a write refused because the disk is full. The
 	// node keeps serving reads and the partitions whose writes fit, and

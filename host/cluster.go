@@ -46,6 +46,8 @@ type clusterNode struct {
 
 	meta *metaGroup
 	live *liveness
+	// metaLog is the metadata group's raft log ("": in memory).
+	metaLog string
 
 	reqID   atomic.Uint64
 	mu      sync.Mutex
@@ -69,13 +71,11 @@ func newClusterNode(e *Engine) *clusterNode {
 func (c *clusterNode) openMetadata(dir string, mcfg metadata.Config) error {
 	var disk *replica.Disk
 	if dir != "" {
+		c.metaLog = filepath.Join(dir, "raft.log")
 		var err error
-		if disk, err = replica.OpenDisk(c.e.cfg.FS, filepath.Join(dir, "raft.log"), true); err != nil {
-			return fmt.Errorf("open metadata raft log: %w", err)
+		if disk, err = c.openMetaDisk(); err != nil {
+			return err
 		}
-		// The metadata log is always synced, commit included: its store
-		// decides which partitions are orphans at the next start.
-		disk.SyncCommit()
 	}
 	m, err := openMetaGroup(c, disk, mcfg)
 	if err != nil {
@@ -87,6 +87,20 @@ func (c *clusterNode) openMetadata(dir string, mcfg metadata.Config) error {
 	c.meta = m
 	c.e.meta = m.store
 	return nil
+}
+
+// openMetaDisk opens the metadata group's raft log.
+func (c *clusterNode) openMetaDisk() (*replica.Disk, error) {
+	disk, err := replica.OpenDisk(c.e.cfg.FS, c.metaLog, true)
+	if err != nil {
+		return nil, fmt.Errorf("open metadata raft log: %w", err)
+	}
+	// The metadata log is always synced, commit included: its store
+	// decides which partitions are orphans at the next start, and a
+	// member reopened in place resumes applying after what its store
+	// holds (metaGroup.reopen), which the log must have committed.
+	disk.SyncCommit()
+	return disk, nil
 }
 
 // campaignFirst makes the first listed peer campaign at once: a

@@ -152,6 +152,10 @@ type Events struct {
 	// MetadataCompacted follows an attempt to compact the metadata raft
 	// log behind a snapshot at index.
 	MetadataCompacted func(index uint64, err error)
+	// MetadataReopened reports the metadata member reopened from its raft
+	// log after it went down on a failed write; it resumes applying after
+	// index, the last entry its store holds.
+	MetadataReopened func(index uint64)
 }
 
 // Defaults of Config.

@@ -28,9 +28,13 @@ var (
 	// ErrClosed reports a call on a closed engine.
 	ErrClosed = errors.New("parkway: node closed")
 	// ErrMetadataFailed reports that this node's member of the metadata
-	// raft group stopped after its raft log refused a write: the node
-	// takes no metadata commands until it is restarted.
-	ErrMetadataFailed = errors.New("parkway: metadata group stopped on this node after a raft log failure; restart the node")
+	// raft group stopped for good: its raft log cannot be reopened (it is
+	// corrupt, or commits less than the node applied), or the cluster
+	// keeps its raft state in memory. The node takes no metadata commands
+	// until it is restarted. A raft log write that merely fails is not
+	// this error: the member is reopened from its log by itself, and
+	// metadata calls meanwhile fail with retriable errors.
+	ErrMetadataFailed = errors.New("parkway: metadata group stopped on this node: its raft log cannot be reopened; restart the node")
 	// ErrManual reports Start or Run on a manual engine, or a blocking
 	// call that only a driven engine can answer.
 	ErrManual = errors.New("parkway: the engine is manual; drive it with its step methods")
@@ -86,6 +90,7 @@ func New(cfg Config) (*Engine, error) {
 		e.metrics = metrics.NewLabeled(labels)
 	}
 	e.drops = e.metrics.Shard(-1)
+	e.exposeTransport()
 	ok := false
 	defer func() {
 		if !ok {

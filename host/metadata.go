@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -13,6 +14,7 @@ import (
 	"github.com/parkway-io/parkway/internal/dedupe"
 	"github.com/parkway-io/parkway/internal/replica"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/reconciler"
 	"github.com/parkway-io/parkway/shard"
 )
 
@@ -52,10 +54,18 @@ type metaGroup struct {
 	readIndex map[uint64]chan error
 	applying  []readWait
 
-	// failed is closed (after err is set) when the member stopped on a
-	// failed Ready.
+	// failed is closed (after err is set) when the member stopped for
+	// good: its raft log cannot be reopened (see reopen), or it has none
+	// (a cluster without a data directory).
 	failed chan struct{}
 	err    error
+	// broken is set (wrapping shard.ErrRetry) while the member is down
+	// after a failed Ready, its group closed: it is reopened from its raft
+	// log at retryAt, and after each failed reopen delay doubles, within
+	// the build backoff's bounds.
+	broken  error
+	retryAt time.Time
+	delay   time.Duration
 
 	// Deduplication keys of this node incarnation's proposals.
 	producer uint64
@@ -87,16 +97,7 @@ var errShortCommand = errors.New("parkway: metadata entry shorter than its heade
 // applied before.
 func openMetaGroup(c *clusterNode, disk *replica.Disk, mcfg metadata.Config) (*metaGroup, error) {
 	every := uint64(c.e.cfg.MetadataSnapshotEvery)
-	// The log keeps as many commands behind a snapshot as between two, so
-	// a node that lags by less than that catches up without one.
-	g, err := replica.New(replica.Config{Group: uint64(metadata.MetadataNamespace), Node: uint64(c.cfg.ID),
-		Peers: c.peers, Logger: c.e.cfg.Logger, ForwardProposals: true, Disk: disk, CatchUpEntries: every,
-		// A snapshot a peer sends is refused before raft sees it unless
-		// it decodes as a metadata group snapshot.
-		CheckSnapshot: func(data []byte) error {
-			_, _, err := metadata.DecodeGroupSnapshot(data)
-			return err
-		}})
+	g, err := replica.New(c.metaGroupConfig(disk, 0))
 	if err != nil {
 		return nil, fmt.Errorf("metadata group: %w", err)
 	}
@@ -131,8 +132,29 @@ func openMetaGroup(c *clusterNode, disk *replica.Disk, mcfg metadata.Config) (*m
 	return m, nil
 }
 
+// metaGroupConfig configures the metadata group member on disk (nil: in
+// memory), whose store has applied its log up to applied (0: a store
+// restored from the log's snapshot).
+func (c *clusterNode) metaGroupConfig(disk *replica.Disk, applied uint64) replica.Config {
+	every := uint64(c.e.cfg.MetadataSnapshotEvery)
+	// The log keeps as many commands behind a snapshot as between two, so
+	// a node that lags by less than that catches up without one.
+	return replica.Config{Group: uint64(metadata.MetadataNamespace), Node: uint64(c.cfg.ID),
+		Peers: c.peers, Logger: c.e.cfg.Logger, ForwardProposals: true, Disk: disk, CatchUpEntries: every,
+		Applied: applied,
+		// A snapshot a peer sends is refused before raft sees it unless
+		// it decodes as a metadata group snapshot.
+		CheckSnapshot: func(data []byte) error {
+			_, _, err := metadata.DecodeGroupSnapshot(data)
+			return err
+		}}
+}
+
 func (m *metaGroup) close() error {
 	m.answerAll(ErrClosed)
+	if m.broken != nil || (m.err != nil && m.c.metaLog != "") {
+		return nil // closed when it went down
+	}
 	return m.g.Close()
 }
 
@@ -151,8 +173,14 @@ func (m *metaGroup) recv(msg *raftpb.Message) error {
 		if m.err != nil {
 			return m.err
 		}
+		if m.broken != nil {
+			return nil // dropped while the member is down: raft re-sends
+		}
 		_ = m.g.Step(msg) // a refusal is raft's business (a stale message)
-		return m.process()
+		if err := m.process(); m.err != nil {
+			return err
+		}
+		return nil
 	}
 	select {
 	case m.in <- msg:
@@ -164,23 +192,138 @@ func (m *metaGroup) recv(msg *raftpb.Message) error {
 // process handles everything the group has ready, then compacts its log
 // when due. A Ready that fails half way cannot be handled again (raft
 // panics on a second Ready without Advance), and a member whose raft log
-// refuses writes must not vote or acknowledge: the member stops, its
-// metadata calls fail from now on, and the others go on without it. A
-// restart recovers from disk.
+// refuses writes must not vote or acknowledge: the member goes down (see
+// down) until tick reopens it, and the others go on without it.
 func (m *metaGroup) process() error {
-	if m.err != nil {
-		return m.err
+	if err := m.unavailable(); err != nil {
+		return err
+	}
+	// A panic contained in Tick, Step or Propose failed the group as a
+	// failed Ready does.
+	if err := m.g.Err(); err != nil {
+		return m.down(err)
 	}
 	for m.g.HasReady() {
 		if err := m.g.Handle(m); err != nil {
-			m.c.e.cfg.Logger.Error("metadata raft ready failed; this node leaves the metadata group until restarted", "error", err)
-			m.err = fmt.Errorf("%w: %w", ErrMetadataFailed, err)
-			close(m.failed)
-			m.answerAll(m.err)
-			return m.err
+			return m.down(err)
 		}
 	}
 	m.compact()
+	return nil
+}
+
+// unavailable is why the member takes no work now (nil: it runs): it is
+// down and waits to be reopened (an error wrapping shard.ErrRetry), or
+// stopped for good (ErrMetadataFailed).
+func (m *metaGroup) unavailable() error {
+	if m.err != nil {
+		return m.err
+	}
+	return m.broken
+}
+
+// down takes the member down after its group failed. The group is closed
+// and, after the build backoff, reopened from its raft log by tick — a
+// restart of just this group, the store kept. Proposals and read indexes
+// in flight die with its raft state, as with a leader change: their
+// callers propose or ask again, and deduplication absorbs a proposal that
+// commits after all. Without a raft log on disk there is nothing to reopen
+// from (the member's votes would be forgotten), so it stops for good.
+func (m *metaGroup) down(cause error) error {
+	if m.c.metaLog == "" {
+		return m.stop(cause)
+	}
+	_ = m.g.Close()
+	m.LeaderChanged(0)
+	cfg := m.c.e.cfg
+	m.delay = cfg.BuildBackoffMin
+	if m.delay == 0 {
+		m.delay = reconciler.DefaultBackoffMin
+	}
+	m.retryAt = cfg.Clock.Now().Add(m.delay)
+	m.broken = fmt.Errorf("%w: the metadata member is down after a raft log failure, to be reopened: %w", shard.ErrRetry, cause)
+	cfg.Logger.Error("metadata raft ready failed; reopening the member from its raft log", "error", cause, "retry_in", m.delay)
+	return m.broken
+}
+
+// stop stops the member for good: its metadata calls fail with
+// ErrMetadataFailed until the node restarts.
+func (m *metaGroup) stop(cause error) error {
+	m.c.e.cfg.Logger.Error("metadata member stopped; this node leaves the metadata group until restarted", "error", cause)
+	m.broken = nil
+	m.err = fmt.Errorf("%w: %w", ErrMetadataFailed, cause)
+	close(m.failed)
+	m.answerAll(m.err)
+	return m.err
+}
+
+// tick ticks the member once and handles what that made ready. While the
+// member is down it reopens it instead, once its backoff has passed: the
+// metadata tick drives the recovery of a started engine and of a manual
+// one alike.
+func (m *metaGroup) tick() error {
+	if m.err != nil {
+		return m.err
+	}
+	if m.broken != nil {
+		if m.c.e.cfg.Clock.Now().Before(m.retryAt) {
+			return m.broken
+		}
+		if err := m.reopen(); err != nil {
+			return err
+		}
+	}
+	_ = m.g.Tick() // a panic fails the group, which process reports
+	return m.process()
+}
+
+// reopen reopens the down member from its raft log, as a restart of just
+// this group would, but keeps the store: the new member applies from the
+// index after the one the store holds. Everything the store applied was
+// committed, and the log syncs a commit index before the entries it
+// commits are applied (openMetaDisk), so nothing acknowledged is lost and
+// nothing is applied twice. A snapshot the log holds beyond that index
+// (a leader's, saved by the failed Ready before it was installed) is
+// installed first, as when it arrives. A failed reopen is retried after
+// twice the delay, clamped at the build backoff's maximum; a log that is
+// corrupt, or commits less than the store applied, cannot be run from,
+// and the member stops for good.
+func (m *metaGroup) reopen() error {
+	c, cfg := m.c, m.c.e.cfg
+	applied := m.g.Applied()
+	disk, err := c.openMetaDisk()
+	var g *replica.Group
+	if err == nil {
+		if g, err = replica.New(c.metaGroupConfig(disk, applied)); err != nil {
+			_ = disk.Close()
+		}
+	}
+	if err == nil {
+		if index, data := g.Snapshot(); index > applied {
+			if err = m.ApplySnapshot(index, data); err != nil {
+				_ = g.Close()
+			}
+		}
+	}
+	if errors.Is(err, replica.ErrCorruptLog) {
+		return m.stop(err)
+	}
+	if err != nil {
+		hi := cfg.BuildBackoffMax
+		if hi == 0 {
+			hi = reconciler.DefaultBackoffMax
+		}
+		m.delay = min(m.delay*2, max(hi, m.delay))
+		m.retryAt = cfg.Clock.Now().Add(m.delay)
+		m.broken = fmt.Errorf("%w: the metadata member is down after a raft log failure, reopening failed: %w", shard.ErrRetry, err)
+		cfg.Logger.Error("reopening the metadata member failed", "error", err, "retry_in", m.delay)
+		return m.broken
+	}
+	m.g, m.broken = g, nil
+	cfg.Logger.Info("metadata member reopened from its raft log", "applied", g.Applied())
+	if ev := cfg.Events.MetadataReopened; ev != nil {
+		ev(g.Applied())
+	}
 	return nil
 }
 
@@ -206,8 +349,8 @@ func (m *metaGroup) compact() {
 
 // propose proposes data (header + command) and registers reply.
 func (m *metaGroup) propose(data []byte, reply chan MetadataResult) error {
-	if m.err != nil {
-		return m.err
+	if err := m.unavailable(); err != nil {
+		return err
 	}
 	id, err := m.g.Propose(data)
 	if err != nil {
@@ -223,7 +366,7 @@ func (c *clusterNode) runMetadata(ctx context.Context) {
 	tick := c.e.cfg.Clock.NewTimer(c.cfg.TickInterval)
 	defer tick.Stop()
 	for {
-		if m.process() != nil {
+		if m.process() != nil && m.err != nil {
 			m.answerReads(m.err)
 			return
 		}
@@ -234,6 +377,10 @@ func (c *clusterNode) runMetadata(ctx context.Context) {
 			m.answerReads(ErrClosed)
 			return
 		case reply := <-m.reads:
+			if err := m.unavailable(); err != nil {
+				reply <- err
+				break
+			}
 			m.readSeq++
 			m.readIndex[m.readSeq] = reply
 			m.g.ReadIndex(binary.LittleEndian.AppendUint64(nil, m.readSeq))
@@ -244,7 +391,7 @@ func (c *clusterNode) runMetadata(ctx context.Context) {
 		case msg := <-m.in:
 			_ = m.g.Step(msg)
 		case <-tick.C():
-			m.g.Tick()
+			_ = m.tick() // process, at the top, reports a failure
 			c.live.tick(ctx)
 			tick.Reset(c.cfg.TickInterval)
 		}
@@ -341,20 +488,18 @@ func (e *Engine) ReadBarrier(ctx context.Context) error {
 }
 
 // TickMetadata ticks a manual engine's metadata group member once and
-// handles what it made ready. Tick it every MetadataTickInterval. Node
-// liveness counts these ticks: it sends the peers their heartbeats and
-// reports dead ones to the shards from here.
+// handles what it made ready. Tick it every Cluster.TickInterval: the
+// ticks also reopen a member that went down after its raft log refused a
+// write, once its backoff has passed (until then, and when the reopen
+// fails, it returns an error wrapping shard.ErrRetry). Node liveness
+// counts these ticks: it sends the peers their heartbeats and reports
+// dead ones to the shards from here.
 func (e *Engine) TickMetadata() error {
 	if e.cl == nil {
 		return errNotClustered
 	}
 	e.cl.live.tick(e.group.Context())
-	m := e.cl.meta
-	if m.err != nil {
-		return m.err
-	}
-	m.g.Tick()
-	return m.process()
+	return e.cl.meta.tick()
 }
 
 // HandleMetadata handles what a manual engine's metadata group member has

@@ -72,6 +72,11 @@ type Metrics struct {
 	PolledBytes   *prometheus.CounterVec   // stream, topic
 	PollWait      *prometheus.HistogramVec // stream, topic: how long waiting polls waited
 	ConsumerLag   *prometheus.GaugeVec     // stream, topic, partition, consumer
+
+	// The node-to-node transport's statistics (SetTransport), read at
+	// scrape time.
+	transportDescs transportDescs
+	transport      transportSource
 }
 
 // New returns fresh, unregistered collectors with no constant labels.
@@ -185,6 +190,7 @@ func NewLabeled(labels prometheus.Labels) *Metrics {
 			Name:        "parkway_raft_wakes_total",
 			Help:        "Partition raft groups that started ticking: created, or woken from quiescence by a proposal, a read, a peer's message or node liveness.",
 		}, shard),
+		transportDescs: newTransportDescs(labels),
 	}
 }
 
@@ -234,12 +240,16 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range m.all() {
 		c.Describe(ch)
 	}
+	m.transportDescs.describe(ch)
 }
 
 // Collect implements prometheus.Collector.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range m.all() {
 		c.Collect(ch)
+	}
+	if stats := m.transport.stats.Load(); stats != nil {
+		m.transportDescs.collect(ch, (*stats)())
 	}
 }
 

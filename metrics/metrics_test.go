@@ -65,3 +65,59 @@ parkway_frame_drops_total{reason="unroutable",shard="0",variant="produce"} 1
 		t.Fatal(err)
 	}
 }
+
+// The transport's statistics are read at scrape time from the source
+// SetTransport gave, with direction and reason labels; with no source the
+// families are described but empty, so the set registers either way.
+func TestTransportStatsScrapedFromTheirSource(t *testing.T) {
+	m := metrics.NewLabeled(prometheus.Labels{"node": "3"})
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(m); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "parkway_transport_frames_total"); err != nil || n != 0 {
+		t.Fatalf("frames series without a source: %d, %v", n, err)
+	}
+	stats := metrics.TransportStats{FramesWritten: 7, BytesWritten: 700, FramesRead: 5, BytesRead: 500,
+		OverBudget: 2, RejectedHandshakes: 1, InboundConns: 4}
+	m.SetTransport(func() metrics.TransportStats { return stats })
+	stats.FramesWritten = 8 // read at scrape time, not when set
+	expected := `
+# HELP parkway_transport_frames_total Frames written to outbound and read from inbound connections.
+# TYPE parkway_transport_frames_total counter
+parkway_transport_frames_total{direction="received",node="3"} 5
+parkway_transport_frames_total{direction="sent",node="3"} 8
+# HELP parkway_transport_inbound_connections Open inbound node-to-node connections.
+# TYPE parkway_transport_inbound_connections gauge
+parkway_transport_inbound_connections{node="3"} 4
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(expected),
+		"parkway_transport_frames_total", "parkway_transport_inbound_connections"); err != nil {
+		t.Fatal(err)
+	}
+	for reason, want := range map[string]float64{"over_budget": 2, "handshake": 1, "bad_frame": 0} {
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, f := range families {
+			for _, s := range f.GetMetric() {
+				if f.GetName() != "parkway_transport_refused_total" {
+					continue
+				}
+				for _, l := range s.GetLabel() {
+					if l.GetName() == "reason" && l.GetValue() == reason {
+						found = true
+						if got := s.GetCounter().GetValue(); got != want {
+							t.Errorf("refused{reason=%q} = %v, want %v", reason, got, want)
+						}
+					}
+				}
+			}
+		}
+		if !found {
+			t.Errorf("refused{reason=%q} not exposed", reason)
+		}
+	}
+}

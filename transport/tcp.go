@@ -210,6 +210,14 @@ type TCPStats struct {
 	// WriteErrors counts outbound connections dropped on a write error;
 	// the frames buffered for that connection are lost.
 	WriteErrors uint64
+	// FramesWritten and BytesWritten count the frames (and their bytes,
+	// length prefix and header included) written to outbound connections;
+	// those buffered on a connection that then fails are counted too.
+	FramesWritten, BytesWritten uint64
+	// FramesRead and BytesRead count the well-formed frames (and their
+	// bytes, as above) read from inbound connections, whether or not the
+	// inbox had room for them.
+	FramesRead, BytesRead uint64
 	// InboundConns is the number of open inbound connections.
 	InboundConns uint64
 	// InFlightBytes is the frame bytes inbound connections hold now
@@ -224,6 +232,8 @@ type tcpStats struct {
 	forged, rejectedHS, rejectedConns, overBudget   atomic.Uint64
 	readTimeouts                                    atomic.Uint64
 	dials, dialErrors, writeErrors                  atomic.Uint64
+	framesWritten, bytesWritten                     atomic.Uint64
+	framesRead, bytesRead                           atomic.Uint64
 }
 
 // TCPBus is a Bus over TCP, with TLS (see TLSConfig) or, explicitly,
@@ -366,7 +376,9 @@ func (b *TCPBus) Stats() TCPStats {
 		RejectedHandshakes: s.rejectedHS.Load(), RejectedConns: s.rejectedConns.Load(),
 		OverBudget: s.overBudget.Load(), ReadTimeouts: s.readTimeouts.Load(),
 		Dials: s.dials.Load(), DialErrors: s.dialErrors.Load(),
-		WriteErrors:       s.writeErrors.Load(),
+		WriteErrors:   s.writeErrors.Load(),
+		FramesWritten: s.framesWritten.Load(), BytesWritten: s.bytesWritten.Load(),
+		FramesRead: s.framesRead.Load(), BytesRead: s.bytesRead.Load(),
 		InboundConns:      uint64(max(b.inbound.Load(), 0)),
 		InFlightBytes:     uint64(max(b.total.used.Load(), 0)),
 		PeakInFlightBytes: uint64(b.total.peak.Load()),
@@ -622,6 +634,8 @@ func (b *TCPBus) readLoop(c net.Conn, peer NodeID) {
 			b.countReadError(err)
 			return
 		}
+		b.stats.framesRead.Add(1)
+		b.stats.bytesRead.Add(prefixLen + uint64(n))
 		b.deliver(m, ch)
 	}
 }
@@ -707,6 +721,8 @@ func (b *TCPBus) writeBatch(c net.Conn, w *bufio.Writer, h *[frameOverhead]byte,
 		if err := writeFrame(w, h, &m); err != nil {
 			return err
 		}
+		b.stats.framesWritten.Add(1)
+		b.stats.bytesWritten.Add(uint64(frameOverhead + len(m.Payload)))
 		select {
 		case m = <-p.q:
 			continue

@@ -322,12 +322,6 @@ func (d *Disk) Rewrite(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raft
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err != nil {
-			nl.Close()
-			_ = d.fs.Remove(tmp)
-		}
-	}()
 	old := d.log
 	d.log = nl
 	err = d.Save(snap, ents, hs)
@@ -337,14 +331,20 @@ func (d *Disk) Rewrite(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raft
 	if err == nil {
 		err = d.fs.Rename(tmp, d.path)
 	}
-	if err == nil {
-		err = d.fs.SyncDir(filepath.Dir(d.path))
-	}
 	if err != nil {
 		d.log = old
+		nl.Close()
+		_ = d.fs.Remove(tmp)
 		return err
 	}
-	return old.Close()
+	// Renamed: the new file is the log at the path, so it takes the
+	// appends from now on even if the directory sync fails (appends to the
+	// replaced file would never be read again).
+	err = d.fs.SyncDir(filepath.Dir(d.path))
+	if cerr := old.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // Close closes the file without syncing it.

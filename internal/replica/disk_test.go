@@ -3,6 +3,7 @@ package replica_test
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -228,5 +229,49 @@ func TestSnapshotWithoutHardStateRestarts(t *testing.T) {
 	defer g.Close()
 	if idx, data := g.Snapshot(); idx != 9 || string(data) != "s9" || g.Applied() != 9 {
 		t.Fatalf("restored snapshot %d %q, applied %d", idx, data, g.Applied())
+	}
+}
+
+// A compaction whose directory sync fails after its rename leaves the new
+// file as the log: what is saved after it goes into that file, so the
+// log reopened (without a crash) holds it. Appending to the replaced
+// file instead would lose it from the log at the path.
+func TestDiskRewriteDirSyncFailureKeepsTheNewLog(t *testing.T) {
+	mem := vfs.NewMem()
+	// Fails the directory sync that follows a rename (creating the
+	// temporary file syncs the directory too).
+	var armed, renamed atomic.Bool
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind == errorfs.OpRename && armed.Load() {
+			renamed.Store(true)
+		}
+		if op.Kind == errorfs.OpSyncDir && renamed.CompareAndSwap(true, false) {
+			return syscall.EIO
+		}
+		return nil
+	})
+	d, err := replica.OpenDisk(errorfs.New(mem, inj), "/g/log", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Save(snapAt(1, 1, ""), entries(2, 5, 2), hardState(2, 1, 5)); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	if err := d.Rewrite(snapAt(4, 2, "s4"), hardState(2, 1, 5), entries(5, 5, 2)); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("rewrite with a failing directory sync: %v, want EIO", err)
+	}
+	armed.Store(false)
+	if err := d.Save(nil, entries(6, 6, 2), hardState(2, 1, 6)); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	d2, err := replica.OpenDisk(mem, "/g/log", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Close()
+	if got, want := describe(d2.Recovered()), "snap=4/s4 hs=2/1/6 ents=5.2:e5 6.2:e6 "; got != want {
+		t.Fatalf("reopened log: %s, want %s", got, want)
 	}
 }

@@ -76,6 +76,15 @@ type Config struct {
 	// before Step hands it to raft: data the owner's ApplySnapshot would
 	// refuse is then an invalid message, not a failed group.
 	CheckSnapshot func(data []byte) error
+	// Applied is how far the owner's state machine has already applied
+	// this member's log, when the member is reopened from its Disk while
+	// the owner's state survives (a Handle failed and the owner reopens
+	// just this group): committed entries up to it are not handed to
+	// Apply again. It must not exceed the commit index the Disk holds —
+	// everything applied was committed, and committed durably before it
+	// was applied — or New refuses the log with ErrCorruptLog. Zero, or an
+	// index at or below the snapshot's, applies from the snapshot on.
+	Applied uint64
 }
 
 // Group is one raft group member. Not safe for concurrent use.
@@ -245,6 +254,12 @@ func New(cfg Config) (g *Group, err error) {
 	}
 	g.snap = rec.Snapshot.GetMetadata().GetIndex()
 	g.applied = g.snap
+	if cfg.Applied > g.applied {
+		if commit := rec.HardState.GetCommit(); cfg.Applied > commit {
+			return nil, fmt.Errorf("%w: group %d: the log commits up to index %d, but its owner applied up to %d", ErrCorruptLog, cfg.Group, commit, cfg.Applied)
+		}
+		g.applied = cfg.Applied
+	}
 	g.cs = rec.Snapshot.GetMetadata().GetConfState()
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:                        cfg.Node,

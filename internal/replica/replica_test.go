@@ -366,3 +366,61 @@ func TestCompactAndSnapshot(t *testing.T) {
 		t.Fatalf("member 3 after restart %q, want %q", got, want)
 	}
 }
+
+// A member reopened from its Disk with Config.Applied — its owner's state
+// machine survived, only the group is reopened — applies nothing up to
+// that index again and goes on applying after it; an Applied beyond the
+// commit index the Disk holds is a log that lost what was applied, and is
+// refused.
+func TestReopenKeepsWhatTheOwnerApplied(t *testing.T) {
+	c := newClusterOn(t, 3, vfs.NewMem())
+	c.settle()
+	if err := c.members[1].Campaign(); err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	var want []string
+	for i := range 5 {
+		v := fmt.Sprintf("m%d", i)
+		if _, err := c.members[1].Propose([]byte(v)); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, v)
+	}
+	c.settle()
+	old := c.members[2]
+	applied := old.Applied()
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	open := func(applied uint64) (*replica.Group, error) {
+		d, err := replica.OpenDisk(c.fs, "/raft/2/log", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := replica.New(replica.Config{Group: 7, Node: 2, Peers: []uint64{1, 2, 3}, Disk: d, Applied: applied})
+		if err != nil {
+			d.Close()
+		}
+		return g, err
+	}
+	if _, err := open(applied + 1); !errors.Is(err, replica.ErrCorruptLog) {
+		t.Fatalf("reopen with an applied index past the commit: %v, want ErrCorruptLog", err)
+	}
+	g, err := open(applied)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Applied() != applied {
+		t.Fatalf("reopened member at applied %d, want %d", g.Applied(), applied)
+	}
+	c.members[2] = g
+	if _, err := c.members[1].Propose([]byte("m5")); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, "m5")
+	c.tick(5)
+	if got := c.applied[2]; !slices.Equal(got, want) {
+		t.Fatalf("reopened member applied %q, want %q (each once)", got, want)
+	}
+}

@@ -61,8 +61,6 @@ func (b *base) guard(f func()) {
 			stack := debug.Stack()
 			b.fail(0, "panic: %v\n%s", r, stack)
 			switch msg := fmt.Sprint(r); {
-			case strings.Contains(msg, "two accepted Ready structs") && bytes.Contains(stack, []byte(".processMeta(")):
-				b.viol.Known = knownMetaReadyError
 			case strings.Contains(msg, "state.commit") && strings.Contains(msg, "out of range") &&
 				bytes.Contains(stack, []byte("replica.New(")):
 			}

@@ -335,6 +335,10 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *cnode
 			MetadataCompacted: func(index uint64, err error) {
 				c.event("n%d meta compact at %d err=%v", n.id, index, errString(err))
 			},
+			MetadataReopened: func(index uint64) {
+				c.faults.MetaReopens++
+				c.event("n%d meta reopened applied=%d", n.id, index)
+			},
 		},
 	})
 	if err != nil {
@@ -740,8 +744,8 @@ func (c *csim) metaTick(n *cnode) {
 }
 
 // processMeta handles everything n's metadata group has ready and
-// compacts its log when due (the engine stops its member when a Ready
-// fails; the node goes on without it).
+// compacts its log when due (the engine takes its member down when a
+// Ready fails, and its metadata tick reopens it from its raft log).
 func (c *csim) processMeta(n *cnode) {
 	if err := n.eng.HandleMetadata(); err != nil {
 		c.event("n%d metadata: %v", n.id, err)

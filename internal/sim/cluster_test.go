@@ -18,15 +18,13 @@ const defaultClusterSeeds = 100
 
 var (
 	flagKnown      = flag.Bool("sim.known", false, "fail, rather than skip, cluster seeds that hit a known engine bug")
-	flagMetaFaults = flag.Bool("sim.metafaults", false, "let cluster disk faults reach the metadata raft log")
+	flagMetaFaults = flag.Bool("sim.metafaults", true, "let cluster disk faults reach the metadata raft log (=false spares it)")
 )
 
 // clusterConfig is the cluster configuration the flags select.
 func clusterConfig(seed uint64) sim.Config {
 	cfg := sim.DefaultClusterConfig(seed)
-	if *flagMetaFaults {
-		cfg.Faults.SpareMetadataLog = false
-	}
+	cfg.Faults.SpareMetadataLog = !*flagMetaFaults
 	return cfg
 }
 
@@ -58,7 +56,7 @@ func TestClusterSimulation(t *testing.T) {
 	var runs []outcome
 	list := seeds(t, defaultClusterSeeds)
 	_, replay := replaySeed(t)
-	defaultRange := isDefaultRange() && !*flagMetaFaults
+	defaultRange := isDefaultRange() && *flagMetaFaults
 	if defaultRange {
 		runs = defaultClusterOutcomes()
 	} else {
@@ -166,6 +164,7 @@ func TestClusterFaultsFire(t *testing.T) {
 		{"disk full (ENOSPC)", total.DiskFull},
 		{"disk error (EIO, torn write)", total.DiskError},
 		{"slow build", total.SlowBuild},
+		{"metadata member reopened after a raft log failure", total.MetaReopens},
 	} {
 		if c.n == 0 {
 			t.Errorf("fault %q never fired in %d default cluster seeds", c.name, defaultClusterSeeds)

@@ -89,8 +89,8 @@
 // node crash — power loss or process crash — after which it is down for
 // a while and restarts on its disk, rejoining from its raft logs; ENOSPC
 // spells and one-shot EIO or torn writes aimed at one partition's
-// directory (FaultRates.SpareMetadataLog keeps them off the metadata
-// raft log by default, see knownMetaReadyError); slow builds. At
+// directory or at the metadata raft log (a metadata member whose log
+// refuses a write is reopened from it by its engine); slow builds. At
 // quiescence every fault ends (partitions heal, stopped nodes resume,
 // crashed ones restart) and the cluster runs until it has converged:
 // every node's metadata equal, every replica of every committed
@@ -152,7 +152,7 @@
 // # Known bugs
 //
 // A violation that is an instance of a known engine bug names it in
-// Violation.Known (the known* constants, each with a TODO); the cluster
+// Violation.Known (known.go lists them; none at present); the cluster
 // test skips such seeds unless -sim.known is set, and logs them with
 // their replay commands.
 //
@@ -163,6 +163,8 @@
 // or `go test ./internal/sim -run TestClusterSimulation -sim.seed=<S>`;
 // add -v -sim.trace to print its event trace. `-sim.seeds N` (and
 // `-sim.start S`) runs N seeds instead of the test's default range.
+// Cluster disk faults reach the metadata raft log unless
+// `-sim.metafaults=false`.
 //
 // # Scope
 //

@@ -6,23 +6,12 @@ package sim
 // writes left unanswered when one failed, a torn hard state after a
 // snapshot record, consumer offsets judged against the local log's end or
 // skipped on an I/O error, and the metadata deduplication table missing
-// from metadata snapshots; and stale leader reads (leader reads now go
-// through raft's ReadIndex).
+// from metadata snapshots; stale leader reads (leader reads now go
+// through raft's ReadIndex); and a metadata member whose raft log refused
+// one write leaving the group until its node restarted (it is reopened
+// from its log now, and the default cluster faults reach that log).
 //
-// Known engine bugs the simulator finds (Violation.Known): each violation
-// that is an instance of one is classified as such where it is detected,
-// as narrowly as the simulator can tell, and the cluster test skips the
-// seed (-sim.known fails on it instead).
-//
-// TODO(sim): remove each constant, and the classification that points at
-// it, once the fix lands.
-const (
-	// knownMetaReadyError: when the metadata group's Ready fails (its raft
-	// log refuses a write: ENOSPC, EIO), cluster.go's runMetadata logs it
-	// and calls Handle again on its next turn; replica.Handle calls Ready
-	// without the Advance of the failed one, and etcd raft panics ("two
-	// accepted Ready structs without call to Advance"), taking the node's
-	// process down. The default cluster faults spare the metadata raft log
-	// (FaultRates.SpareMetadataLog); -sim.metafaults does not.
-	knownMetaReadyError = "a failed metadata Ready is followed by another Handle; etcd raft panics (cluster.go runMetadata)"
-)
+// Known engine bugs the simulator finds are classified where they are
+// detected (Violation.Known, as narrowly as the simulator can tell), and
+// the cluster test skips such seeds (-sim.known fails on them instead).
+// None is known at present.

@@ -53,10 +53,9 @@ type FaultRates struct {
 	// Net are the network faults of cluster mode (Config.Nodes > 1).
 	Net NetFaultRates
 	// SpareMetadataLog, in cluster mode, keeps DiskFull and DiskError
-	// away from the metadata group's raft log.
-	//
-	// TODO(sim): a disk fault there panics the node (knownMetaReadyError);
-	// drop this once cluster.go survives it.
+	// away from the metadata group's raft log. The default cluster faults
+	// reach it: a metadata member whose raft log refuses a write goes down
+	// and is reopened from that log by its engine.
 	SpareMetadataLog bool
 }
 
@@ -136,12 +135,11 @@ func DefaultConfig(seed uint64) Config {
 // DefaultClusterFaults are the fault rates of the default cluster seeds.
 func DefaultClusterFaults() FaultRates {
 	return FaultRates{
-		DiskFull:         0.0008,
-		DiskError:        0.001,
-		SpareMetadataLog: true,
-		SlowBuild:        0.08,
-		Crash:            0.0002,
-		QuiescedCrash:    0.0002,
+		DiskFull:      0.0008,
+		DiskError:     0.001,
+		SlowBuild:     0.08,
+		Crash:         0.0002,
+		QuiescedCrash: 0.0002,
 		Net: NetFaultRates{
 			Drop:      0.0015,
 			Duplicate: 0.0015,
@@ -253,6 +251,9 @@ type FaultCounts struct {
 	// FailedPasses counts reconciler passes that returned an error (a
 	// replicated partition whose raft log a faulty disk refused).
 	FailedPasses int
+	// MetaReopens counts metadata members reopened from their raft log
+	// after it refused a write (a recovery, not a fault).
+	MetaReopens int
 }
 
 // OpCounts counts client operations by kind and by outcome.
@@ -325,7 +326,7 @@ type Violation struct {
 	// the bug is fixed.
 	Known string
 	// Replay is the command that replays the run (for the default
-	// configurations, and -sim.metafaults).
+	// configurations, and -sim.metafaults=false).
 	Replay string
 }
 
@@ -347,8 +348,8 @@ func replayCommand(cfg Config) string {
 		return ReplayCommand(cfg.Seed)
 	}
 	cmd := ClusterReplayCommand(cfg.Seed)
-	if !cfg.Faults.SpareMetadataLog && cfg.Faults.DiskFull+cfg.Faults.DiskError > 0 {
-		cmd += " -sim.metafaults"
+	if cfg.Faults.SpareMetadataLog {
+		cmd += " -sim.metafaults=false"
 	}
 	return cmd
 }

@@ -181,6 +181,7 @@ func addFaults(t *sim.FaultCounts, f sim.FaultCounts) {
 	t.Partitions += f.Partitions
 	t.Stops += f.Stops
 	t.FailedPasses += f.FailedPasses
+	t.MetaReopens += f.MetaReopens
 }
 
 func addOps(t *sim.OpCounts, o sim.OpCounts) {
