@@ -228,6 +228,9 @@ func (e *Engine) openStore() error {
 	fstore, err := partition.NewFileStore(partition.FileConfig{
 		Dir: cfg.DataDir, FS: cfg.FS, SegmentSize: cfg.SegmentSize, Preallocate: cfg.Preallocate,
 		VerifyOnOpen: cfg.VerifyOnOpen, MaxOpenFiles: cfg.MaxOpenFiles,
+		// A manual engine is stepped by a simulator: its filesystem calls
+		// must come in a fixed order, as its shards' are.
+		SerialSyncs: cfg.Manual,
 	})
 	if err != nil {
 		return err

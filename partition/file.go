@@ -78,6 +78,14 @@ type FileConfig struct {
 	// at least MinMaxOpenFiles. Files a replicated partition's raft log
 	// keeps open in the partition's directory are not counted.
 	MaxOpenFiles int
+	// SerialSyncs issues the fsyncs that make a new partition's layout
+	// durable one after another instead of concurrently. Concurrent
+	// fsyncs cost about one journal commit instead of six or seven; serial
+	// ones reach the filesystem in a fixed order, which a deterministic
+	// simulator or a fault-injecting filesystem that fails operation i
+	// needs (a manual host.Engine sets it, as its shards sync a commit
+	// group's partitions one after another).
+	SerialSyncs bool
 	// FS is the filesystem the store uses; nil means vfs.Default, the
 	// operating system. Tests substitute an in-memory or fault-injecting
 	// one.

@@ -375,9 +375,13 @@ func (p *filePartition) syncLayoutWith(withTail bool) error {
 	// Jobs: the incarnation file, the directories, then the tail.
 	errs := make([]error, 1+len(p.layout)+1)
 	var wg sync.WaitGroup
-	wg.Go(func() { errs[0] = f.Sync() })
+	run := wg.Go
+	if p.store.cfg.SerialSyncs {
+		run = func(f func()) { f() }
+	}
+	run(func() { errs[0] = f.Sync() })
 	for i, d := range p.layout {
-		wg.Go(func() {
+		run(func() {
 			if within(d, p.dir) {
 				errs[1+i] = p.fs.SyncDir(d)
 			} else {
@@ -387,7 +391,7 @@ func (p *filePartition) syncLayoutWith(withTail bool) error {
 	}
 	if withTail {
 		tail := p.tail().log
-		wg.Go(func() { errs[len(errs)-1] = tail.Sync() })
+		run(func() { errs[len(errs)-1] = tail.Sync() })
 	}
 	wg.Wait()
 	if cerr := f.Close(); errs[0] == nil {
