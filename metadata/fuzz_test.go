@@ -60,7 +60,11 @@ func FuzzDecodeGroupSnapshot(f *testing.F) {
 				return
 			}
 			again, err := EncodeGroupSnapshot(keys, snap)
-			if err != nil || !bytes.Equal(again, b) {
+			// A store part of version 1 (before consumer groups)
+			// re-encodes as the current version; the rest must
+			// round-trip byte for byte.
+			v1 := b[4+16*len(keys)] == snapshotVersion1
+			if err != nil || (!v1 && !bytes.Equal(again, b)) {
 				t.Fatalf("decoded snapshot encodes as %x, %v; was %x", again, err, b)
 			}
 			_, _ = Restore(testConfig, snap) // must not panic
@@ -98,7 +102,11 @@ func FuzzDecodeSnapshotFile(f *testing.F) {
 				continue
 			}
 			again, err := encodeSnapshotFile(index, snap)
-			if err != nil || !bytes.Equal(again, in) {
+			// A store snapshot of version 1 (before consumer groups)
+			// re-encodes as the current version; the rest must
+			// round-trip byte for byte.
+			const header = len(snapshotMagic) + 1 + 8
+			if err != nil || (in[header] != snapshotVersion1 && !bytes.Equal(again, in)) {
 				t.Fatalf("decoded snapshot file encodes as %x, %v; was %x", again, err, in)
 			}
 		}
