@@ -71,7 +71,7 @@ type Ack struct {
 // non-decreasing along a partition); a value set by the caller is
 // ignored. Message.Key is stored with the message.
 func (n *Node) Produce(ctx context.Context, t Topic, to Partitioning, msgs ...Message) (Ack, error) {
-	req, part, err := n.prepareProduce(ctx, t, to, msgs)
+	req, part, size, err := n.prepareProduce(ctx, t, to, msgs)
 	if err != nil {
 		return Ack{}, err
 	}
@@ -79,7 +79,7 @@ func (n *Node) Produce(ctx context.Context, t Topic, to Partitioning, msgs ...Me
 	if err != nil {
 		return Ack{}, err
 	}
-	n.countProduced(t, req.Messages)
+	n.countProduced(t, len(req.Messages), size)
 	return Ack{Partition: part, FirstOffset: r.Offset, Count: len(req.Messages)}, nil
 }
 
@@ -93,10 +93,12 @@ func (n *Node) topicMetrics(t Topic) *metrics.Topic {
 	return m.(*metrics.Topic)
 }
 
-func (n *Node) countProduced(t Topic, msgs []Message) {
+// countProduced counts an acknowledged batch of count messages, size
+// bytes as prepareProduce measured them.
+func (n *Node) countProduced(t Topic, count, size int) {
 	m := n.topicMetrics(t)
-	m.Produced.Add(float64(len(msgs)))
-	m.ProducedBytes.Add(float64(batchBytes(msgs)))
+	m.Produced.Add(float64(count))
+	m.ProducedBytes.Add(float64(size))
 }
 
 func batchBytes(msgs []Message) int {
@@ -108,16 +110,18 @@ func batchBytes(msgs []Message) int {
 }
 
 // prepareProduce validates and copies a batch, chooses its partition and
-// resolves its namespace: everything of a produce before it is sent.
-func (n *Node) prepareProduce(ctx context.Context, t Topic, to Partitioning, msgs []Message) (*shard.Request, uint32, error) {
+// resolves its namespace: everything of a produce before it is sent. It
+// also returns the batch's size (partition.MessageSize summed), which the
+// limits checked and the produced-bytes metric counts.
+func (n *Node) prepareProduce(ctx context.Context, t Topic, to Partitioning, msgs []Message) (req *shard.Request, part uint32, size int, err error) {
 	if err := n.begin(ctx); err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	if len(msgs) == 0 {
-		return nil, 0, ErrEmptyBatch
+		return nil, 0, 0, ErrEmptyBatch
 	}
 	if len(msgs) > n.cfg.MaxBatchMessages {
-		return nil, 0, fmt.Errorf("%w: %d messages > %d", ErrBatchTooLarge, len(msgs), n.cfg.MaxBatchMessages)
+		return nil, 0, 0, fmt.Errorf("%w: %d messages > %d", ErrBatchTooLarge, len(msgs), n.cfg.MaxBatchMessages)
 	}
 	// The batch is copied so timestamps and keys can be set without
 	// writing to the caller's slice; payload bytes are copied later by the
@@ -137,18 +141,17 @@ func (n *Node) prepareProduce(ctx context.Context, t Topic, to Partitioning, msg
 		}
 		size := partition.MessageSize(m)
 		if size > n.cfg.MaxMessageSize {
-			return nil, 0, fmt.Errorf("%w: message %d is %d bytes > %d", ErrMessageTooLarge, i, size, n.cfg.MaxMessageSize)
+			return nil, 0, 0, fmt.Errorf("%w: message %d is %d bytes > %d", ErrMessageTooLarge, i, size, n.cfg.MaxMessageSize)
 		}
 		if total += size; total > n.cfg.MaxBatchBytes {
-			return nil, 0, fmt.Errorf("%w: more than %d bytes", ErrBatchTooLarge, n.cfg.MaxBatchBytes)
+			return nil, 0, 0, fmt.Errorf("%w: more than %d bytes", ErrBatchTooLarge, n.cfg.MaxBatchBytes)
 		}
 	}
 	var (
-		part  uint32
 		ns    metadata.Namespace
 		epoch uint64
 	)
-	err := n.awaitMetadata(ctx, func() (err error) {
+	err = n.awaitMetadata(ctx, func() (err error) {
 		if part, err = n.choose(ctx, t, to); err != nil {
 			return err
 		}
@@ -156,13 +159,13 @@ func (n *Node) prepareProduce(ctx context.Context, t Topic, to Partitioning, msg
 		return err
 	})
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
-	req := &shard.Request{Op: shard.OpProduce, NS: ns, Epoch: epoch, Messages: batch}
+	req = &shard.Request{Op: shard.OpProduce, NS: ns, Epoch: epoch, Messages: batch}
 	if n.eng.Clustered() {
 		req.Producer, req.Seq = n.producer, n.seq.Add(1)
 	}
-	return req, part, nil
+	return req, part, total, nil
 }
 
 // PendingAck is a produce started by ProduceAsync.
@@ -173,6 +176,7 @@ type PendingAck struct {
 	sent  error
 	topic Topic
 	part  uint32
+	size  int // the batch's bytes, for the produced-bytes metric
 	done  bool
 	ack   Ack
 	err   error
@@ -189,11 +193,11 @@ type PendingAck struct {
 // order they were started, except one that had to be retried: it is sent
 // again when it is waited for, after the others.
 func (n *Node) ProduceAsync(ctx context.Context, t Topic, to Partitioning, msgs ...Message) *PendingAck {
-	req, part, err := n.prepareProduce(ctx, t, to, msgs)
+	req, part, size, err := n.prepareProduce(ctx, t, to, msgs)
 	if err != nil {
 		return &PendingAck{done: true, err: err}
 	}
-	p := &PendingAck{n: n, reply: make(chan shard.Response, 1), topic: t, part: part}
+	p := &PendingAck{n: n, reply: make(chan shard.Response, 1), topic: t, part: part, size: size}
 	p.f = shard.Frame{Req: req, Reply: p.reply}
 	p.sent = n.dispatch(ctx, p.f)
 	return p
@@ -215,7 +219,7 @@ func (p *PendingAck) Wait(ctx context.Context) (Ack, error) {
 	p.done, p.err = true, err
 	if err == nil {
 		p.ack = Ack{Partition: p.part, FirstOffset: r.Offset, Count: len(p.f.Req.Messages)}
-		p.n.countProduced(p.topic, p.f.Req.Messages)
+		p.n.countProduced(p.topic, len(p.f.Req.Messages), p.size)
 	}
 	return p.ack, p.err
 }
@@ -446,7 +450,10 @@ func (n *Node) Poll(ctx context.Context, t Topic, part uint32, from Start, max i
 		return Batch{}, err
 	}
 	req.NS, req.Epoch = ns, epoch
-	began := n.cfg.Clock.Now()
+	var began time.Time
+	if o.wait > 0 {
+		began = n.cfg.Clock.Now() // only waiting polls are timed
+	}
 	r, err := n.call(ctx, req, t, part)
 	if err != nil {
 		return Batch{}, err
