@@ -212,15 +212,24 @@ func (g GroupInfo) CheckHolder(member, gen uint64, part uint32) error {
 	if _, ok := g.Member(member); !ok {
 		return fmt.Errorf("%w: member %d of group %q", ErrUnknownMember, member, g.Name)
 	}
-	if int64(part) >= int64(len(g.Partitions)) {
-		return fmt.Errorf("%w: partition %d of group %q's topic (%d partitions)", ErrPartitionNotFound, part, g.Name, len(g.Partitions))
+	return checkHold(g.Name, g.Generation, g.Partitions, member, gen, part)
+}
+
+// checkHold is the fence of behaviour 23 for a live member, the one check
+// behind both CheckHolder (a poll, against a node's committed view) and
+// CommitGroupOffsets (at apply): member must hold part in the group's
+// current generation, since gen or earlier, and gen may not be past the
+// group's generation.
+func checkHold(name string, generation uint64, parts []GroupPartition, member, gen uint64, part uint32) error {
+	if int64(part) >= int64(len(parts)) {
+		return fmt.Errorf("%w: partition %d of group %q's topic (%d partitions)", ErrPartitionNotFound, part, name, len(parts))
 	}
-	p := g.Partitions[part]
+	p := parts[part]
 	if p.Holder != member {
-		return fmt.Errorf("%w: partition %d is held by member %d, not %d (group %q, generation %d)", ErrNotAssigned, part, p.Holder, member, g.Name, g.Generation)
+		return fmt.Errorf("%w: partition %d is held by member %d, not %d (group %q, generation %d)", ErrNotAssigned, part, p.Holder, member, name, generation)
 	}
-	if gen < p.Since || gen > g.Generation {
-		return fmt.Errorf("%w: generation %d, partition %d held since %d, group at %d (group %q)", ErrStaleGeneration, gen, part, p.Since, g.Generation, g.Name)
+	if gen < p.Since || gen > generation {
+		return fmt.Errorf("%w: generation %d, partition %d held since %d, group at %d (group %q)", ErrStaleGeneration, gen, part, p.Since, generation, name)
 	}
 	return nil
 }
@@ -500,15 +509,13 @@ func (s *Store) commitGroupOffsets(c CommitGroupOffsets) (Result, bool, error) {
 	if len(c.Offsets) > len(g.parts) {
 		return Result{}, false, fmt.Errorf("%w: %d offsets for %d partitions", ErrInvalidGroupRequest, len(c.Offsets), len(g.parts))
 	}
-	info := GroupInfo{Name: g.name, Generation: g.generation, Partitions: g.parts,
-		Members: []MemberInfo{{ID: c.Member}}}
 	seen := make(map[uint32]bool, len(c.Offsets))
 	for _, o := range c.Offsets {
 		if seen[o.Partition] {
 			return Result{}, false, fmt.Errorf("%w: partition %d named twice", ErrInvalidGroupRequest, o.Partition)
 		}
 		seen[o.Partition] = true
-		if err := info.CheckHolder(c.Member, c.Generation, o.Partition); err != nil {
+		if err := checkHold(g.name, g.generation, g.parts, c.Member, c.Generation, o.Partition); err != nil {
 			return Result{}, false, err
 		}
 		if p := g.parts[o.Partition]; p.Committed && o.Offset < p.Offset {
