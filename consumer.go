@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/parkway-io/parkway/metadata"
 )
 
 // CommitPolicy says when a Consumer commits the positions it has
@@ -78,8 +80,11 @@ func (c ConsumerConfig) Validate() error {
 		if err := validConsumer(c.Name); err != nil {
 			errs = append(errs, fmt.Errorf("%w (a consumer without a group needs a name)", err))
 		}
-	} else if c.Name != "" && !validMemberName(c.Name) {
-		errs = append(errs, fmt.Errorf("%w: member name %q", ErrInvalidArgument, c.Name))
+	} else if c.Name != "" {
+		// The rule JoinGroup applies, checked up front.
+		if err := metadata.ValidateName("member", c.Name); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidArgument, err))
+		}
 	}
 	if c.SessionTimeout != 0 && (c.SessionTimeout < MinSessionTimeout || c.SessionTimeout > MaxSessionTimeout) {
 		errs = append(errs, fmt.Errorf("%w: session timeout %v outside [%v, %v]", ErrInvalidArgument, c.SessionTimeout, MinSessionTimeout, MaxSessionTimeout))
@@ -101,8 +106,6 @@ func (c ConsumerConfig) Validate() error {
 	}
 	return errors.Join(errs...)
 }
-
-func validMemberName(s string) bool { return validConsumer(s) == nil }
 
 func (c ConsumerConfig) withDefaults() ConsumerConfig {
 	if c.SessionTimeout == 0 {

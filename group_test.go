@@ -238,6 +238,7 @@ func TestGroupInvalidInput(t *testing.T) {
 			{Group: "g", MaxMessages: -1},
 			{Group: "g", SessionTimeout: time.Millisecond},
 			{Group: "g", Commit: 9},
+			{Group: "g", Name: "bad\x00name"}, // JoinGroup's name rule, checked up front
 		} {
 			if _, err := n.NewConsumer(ctx, tp, cfg); !errors.Is(err, parkway.ErrInvalidArgument) && !errors.Is(err, parkway.ErrInvalidConsumer) {
 				t.Errorf("NewConsumer(%+v): %v, want a typed error", cfg, err)

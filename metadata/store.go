@@ -542,6 +542,11 @@ func (s *Store) lookupTopic(streamID, topicID uint32) (*stream, *topic, error) {
 	return st, t, nil
 }
 
+// ValidateName checks a stream, topic, group or member name: 1 to
+// MaxNameLength bytes of UTF-8 without control characters, or
+// ErrInvalidName. kind names the kind in the error.
+func ValidateName(kind, name string) error { return validateName(kind, name) }
+
 func validateName(kind, name string) error {
 	switch {
 	case name == "":
