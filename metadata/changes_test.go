@@ -59,12 +59,12 @@ func TestChangesCoverEveryDifference(t *testing.T) {
 				}
 				old, now := views[since], views[rev]
 				for ns, a := range old {
-					if b, ok := now[ns]; (!ok || a != b) && !in(ns) {
+					if b, ok := now[ns]; (!ok || !reflect.DeepEqual(a, b)) && !in(ns) {
 						t.Fatalf("since %d: %v changed outside the ranges %v", since, ns, ch.Ranges)
 					}
 				}
 				for ns, b := range now {
-					if a, ok := old[ns]; (!ok || a != b) && !in(ns) {
+					if a, ok := old[ns]; (!ok || !reflect.DeepEqual(a, b)) && !in(ns) {
 						t.Fatalf("since %d: %v changed outside the ranges %v", since, ns, ch.Ranges)
 					}
 				}

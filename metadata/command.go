@@ -98,6 +98,14 @@ type TopicConfig struct {
 	// RetentionBytes bounds each partition's size; zero means unbounded
 	// (or the node's default). Negative is invalid.
 	RetentionBytes int64
+	// Replicas is the topic's replication factor in a cluster: each of its
+	// partitions is a raft group on this many nodes, placed by the
+	// metadata (see PartitionInfo.Replicas). Zero means the default,
+	// min(DefaultReplicas, the cluster's node count); otherwise it must
+	// lie in 1..min(MaxReplicas, node count). A single node takes 0 or 1.
+	// A created topic records the factor it resolved to, and the factor
+	// cannot change afterwards (SetTopicConfig keeps it when given 0).
+	Replicas int
 }
 
 // Validate reports a policy this package does not know, or a negative
@@ -112,6 +120,8 @@ func (c TopicConfig) Validate() error {
 		return fmt.Errorf("%w: negative retention age %v", ErrInvalidTopicConfig, c.RetentionAge)
 	case c.RetentionBytes < 0:
 		return fmt.Errorf("%w: negative retention bytes %d", ErrInvalidTopicConfig, c.RetentionBytes)
+	case c.Replicas < 0 || c.Replicas > MaxReplicas:
+		return fmt.Errorf("%w: replication factor %d, want 0 (the default) or 1..%d", ErrInvalidTopicConfig, c.Replicas, MaxReplicas)
 	}
 	return nil
 }

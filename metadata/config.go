@@ -15,6 +15,12 @@ type Config struct {
 	// breaks determinism. (The hash assignment lives with the router; the
 	// store only records its answer in PartitionInfo.Owner.)
 	Assign func(ns Namespace, shards int) int
+	// Nodes are the cluster's nodes when its metadata began (distinct,
+	// non-zero raft ids). Partitions are placed on them (see
+	// PartitionInfo.Replicas); nil means a single node, whose partitions
+	// carry no replica set. A store restored from a snapshot that records
+	// its nodes takes them from the snapshot instead.
+	Nodes []uint64
 }
 
 // Validate reports every problem with the configuration, joined with
@@ -26,6 +32,9 @@ func (c Config) Validate() error {
 	}
 	if c.Assign == nil {
 		errs = append(errs, errors.New("parkway: metadata config: Assign is required"))
+	}
+	if err := checkNodes(c.Nodes); err != nil {
+		errs = append(errs, fmt.Errorf("parkway: metadata config: Nodes: %w", err))
 	}
 	return errors.Join(errs...)
 }

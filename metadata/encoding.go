@@ -37,7 +37,10 @@ func (e *DecodeError) Unwrap() error { return ErrInvalidEncoding }
 //	        non-zero Revision, or CreateTopic's StreamRevision, as a
 //	        uvarint — a command whose revision is 0 is always version 1,
 //	        so an encoding stays canonical and logs written before
-//	        revisions existed still decode)
+//	        revisions existed still decode; 3 and 4: versions 1 and 2
+//	        whose TopicConfig is followed by its non-zero Replicas, a
+//	        varint — only CreateTopic and SetTopicConfig, and only when
+//	        Replicas is not 0, for the same reasons)
 //	fields  in declaration order:
 //	        uint32         uvarint
 //	        int, Duration,
@@ -74,6 +77,9 @@ const (
 const (
 	commandVersion         = 1
 	commandVersionRevision = 2
+	// versions 1 and 2 plus the config's replication factor
+	commandVersionReplicas         = 3
+	commandVersionRevisionReplicas = 4
 )
 
 // EncodeCommand encodes a command (a value or a non-nil pointer). It fails
@@ -87,6 +93,13 @@ func EncodeCommand(c Command) ([]byte, error) {
 	rev := commandRevision(c)
 	if rev != 0 {
 		e.version = commandVersionRevision
+	}
+	if commandReplicas(c) != 0 {
+		e.replicas = true
+		e.version = commandVersionReplicas
+		if rev != 0 {
+			e.version = commandVersionRevisionReplicas
+		}
 	}
 	switch c := c.(type) {
 	case CreateStream:
@@ -177,6 +190,17 @@ func EncodeCommand(c Command) ([]byte, error) {
 }
 
 // commandRevision is the incarnation a command names (0: none).
+// commandReplicas is the replication factor a command's config carries.
+func commandReplicas(c Command) int {
+	switch c := c.(type) {
+	case CreateTopic:
+		return c.Config.Replicas
+	case SetTopicConfig:
+		return c.Config.Replicas
+	}
+	return 0
+}
+
 func commandRevision(c Command) uint64 {
 	switch c := c.(type) {
 	case DeleteStream:
@@ -259,11 +283,18 @@ func withRevision(c Command, rev uint64) Command {
 // (never a pointer). Anything else is rejected with a *DecodeError; it
 // never panics.
 func DecodeCommand(b []byte) (Command, error) {
-	d := decoder{b: b, what: "command"}
+	d := decoder{b: b, what: "command", command: true}
 	typ := d.byte()
 	ver := d.byte()
-	if d.err == nil && ver != commandVersion && ver != commandVersionRevision {
+	if d.err == nil && (ver < commandVersion || ver > commandVersionRevisionReplicas) {
 		d.failAt(1, "unknown version "+strconv.Itoa(int(ver)))
+	}
+	d.replicas = ver >= commandVersionReplicas
+	if d.replicas && typ != cmdCreateTopic && typ != cmdSetTopicConfig {
+		d.failAt(1, "version "+strconv.Itoa(int(ver))+" of a command without a topic config")
+	}
+	if d.replicas {
+		ver -= commandVersionReplicas - commandVersion
 	}
 	if d.err != nil {
 		return nil, d.err
@@ -334,6 +365,8 @@ func DecodeCommand(b []byte) (Command, error) {
 type encoder struct {
 	b       []byte
 	version byte // 0: commandVersion
+	// replicas: a TopicConfig carries its replication factor.
+	replicas bool
 }
 
 func (e *encoder) header(typ byte) {
@@ -352,6 +385,17 @@ func (e *encoder) config(c TopicConfig) {
 	e.varint(int64(c.FsyncInterval))
 	e.varint(int64(c.RetentionAge))
 	e.varint(c.RetentionBytes)
+	if e.replicas {
+		e.varint(int64(c.Replicas))
+	}
+}
+
+// ids appends a list of node ids.
+func (e *encoder) ids(ids []uint64) {
+	e.uvarint(uint64(len(ids)))
+	for _, id := range ids {
+		e.uvarint(id)
+	}
 }
 
 // decoder reads fields from b. The first failure sticks: later reads return
@@ -361,6 +405,11 @@ type decoder struct {
 	off  int
 	what string
 	err  error
+	// replicas: a TopicConfig carries its replication factor.
+	replicas bool
+	// command: a TopicConfig's replication factor must not be 0 (a
+	// command's encoding carries it only when it is not).
+	command bool
 }
 
 func (d *decoder) failAt(off int, reason string) {
@@ -448,12 +497,38 @@ func (d *decoder) str() string {
 }
 
 func (d *decoder) config() TopicConfig {
-	return TopicConfig{
+	c := TopicConfig{
 		Fsync:          FsyncPolicy(d.byte()),
 		FsyncInterval:  time.Duration(d.varint()),
 		RetentionAge:   time.Duration(d.varint()),
 		RetentionBytes: d.varint(),
 	}
+	if d.replicas {
+		at := d.off
+		c.Replicas = d.int()
+		if d.command && c.Replicas == 0 && d.err == nil {
+			d.failAt(at, "replication factor 0 in a version that carries one (not canonical)")
+		}
+	}
+	return c
+}
+
+// ids reads a list of at most limit node ids (nil when empty).
+func (d *decoder) ids(limit int) []uint64 {
+	off := d.off
+	n := d.count(1)
+	if n > limit {
+		d.failAt(off, fmt.Sprintf("%d node ids, at most %d", n, limit))
+		return nil
+	}
+	if n == 0 {
+		return nil
+	}
+	ids := make([]uint64, n)
+	for i := range ids {
+		ids[i] = d.uvarint()
+	}
+	return ids
 }
 
 // count reads a list length; every element takes at least minSize bytes,

@@ -28,7 +28,16 @@ func exportedSnapshots(tb testing.TB) []StoreSnapshot {
 	for i := range 40 {
 		g.Apply(randomGroupCommand(rng, int64(i)*int64(time.Second)/4)) //nolint:errcheck
 	}
-	return append(out, g.Export())
+	out = append(out, g.Export())
+	// And one of a cluster: nodes, replication factors, replica sets.
+	c, err := NewStore(Config{Shards: 3, Assign: testAssign, Nodes: []uint64{1, 2, 3, 4, 5}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for range 40 {
+		c.Apply(randomCommandWithConfig(rng, c)) //nolint:errcheck
+	}
+	return append(out, c.Export())
 }
 
 // FuzzDecodeGroupSnapshot: a replicated metadata group's snapshot (what a
@@ -60,11 +69,11 @@ func FuzzDecodeGroupSnapshot(f *testing.F) {
 				return
 			}
 			again, err := EncodeGroupSnapshot(keys, snap)
-			// A store part of version 1 (before consumer groups)
-			// re-encodes as the current version; the rest must
-			// round-trip byte for byte.
-			v1 := b[4+16*len(keys)] == snapshotVersion1
-			if err != nil || (!v1 && !bytes.Equal(again, b)) {
+			// A store part of an older version (before consumer
+			// groups, before placement) re-encodes as the current
+			// version; the current one must round-trip byte for byte.
+			old := b[4+16*len(keys)] != snapshotVersion
+			if err != nil || (!old && !bytes.Equal(again, b)) {
 				t.Fatalf("decoded snapshot encodes as %x, %v; was %x", again, err, b)
 			}
 			_, _ = Restore(testConfig, snap) // must not panic
@@ -102,11 +111,11 @@ func FuzzDecodeSnapshotFile(f *testing.F) {
 				continue
 			}
 			again, err := encodeSnapshotFile(index, snap)
-			// A store snapshot of version 1 (before consumer groups)
-			// re-encodes as the current version; the rest must
-			// round-trip byte for byte.
+			// A store snapshot of an older version re-encodes as the
+			// current version; the current one must round-trip byte
+			// for byte.
 			const header = len(snapshotMagic) + 1 + 8
-			if err != nil || (in[header] != snapshotVersion1 && !bytes.Equal(again, in)) {
+			if err != nil || (in[header] == snapshotVersion && !bytes.Equal(again, in)) {
 				t.Fatalf("decoded snapshot file encodes as %x, %v; was %x", again, err, in)
 			}
 		}
@@ -120,7 +129,7 @@ func FuzzDecodeSnapshotFile(f *testing.F) {
 // allocated 56 bytes per input byte.
 func TestDecodeSnapshotAllocationBounded(t *testing.T) {
 	const size = 1 << 16
-	body := []byte{snapshotVersion, 0}
+	body := []byte{snapshotVersion, 0, 0, 0} // revision, group clock, no nodes
 	body = binary.AppendUvarint(body, size-8)
 	body = append(body, make([]byte, size-len(body))...)
 	body[len(body)-1] = 0xff // not a whole stream: the decode fails at the end

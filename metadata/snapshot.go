@@ -29,7 +29,11 @@ type StoreSnapshot struct {
 	Revision uint64
 	// GroupClock is the store's group clock (see group.go).
 	GroupClock int64
-	Streams    []StreamSnapshot // by ID, strictly ascending
+	// Nodes are the cluster's nodes, ascending (nil on a single node, and
+	// in snapshots of versions before placement: Restore then takes
+	// Config.Nodes).
+	Nodes   []uint64
+	Streams []StreamSnapshot // by ID, strictly ascending
 }
 
 // StreamSnapshot is one stream of a StoreSnapshot.
@@ -57,6 +61,9 @@ type TopicSnapshot struct {
 // PartitionSnapshot is one partition of a TopicSnapshot.
 type PartitionSnapshot struct {
 	CreatedRevision uint64
+	// Replicas are the partition's replica set, preferred leader first
+	// (PartitionInfo.Replicas).
+	Replicas []uint64
 }
 
 // Export returns a consistent copy of the whole state, taken under one read
@@ -64,7 +71,7 @@ type PartitionSnapshot struct {
 func (s *Store) Export() StoreSnapshot {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	snap := StoreSnapshot{Revision: s.revision, GroupClock: s.groupClock}
+	snap := StoreSnapshot{Revision: s.revision, GroupClock: s.groupClock, Nodes: slices.Clone(s.place.nodes)}
 	s.streams.Ascend(func(st *stream) bool {
 		ss := StreamSnapshot{ID: st.id, Name: st.name, CreatedRevision: st.createdRev}
 		st.topics.Ascend(func(t *topic) bool {
@@ -75,7 +82,7 @@ func (s *Store) Export() StoreSnapshot {
 			if len(t.parts) > 0 {
 				ts.Partitions = make([]PartitionSnapshot, len(t.parts))
 				for i, p := range t.parts {
-					ts.Partitions[i] = PartitionSnapshot{CreatedRevision: p.CreatedRevision}
+					ts.Partitions[i] = PartitionSnapshot{CreatedRevision: p.CreatedRevision, Replicas: slices.Clone(p.Replicas)}
 				}
 			}
 			for _, name := range slices.Sorted(maps.Keys(t.groups)) {
@@ -110,6 +117,15 @@ func Restore(cfg Config, snap StoreSnapshot) (*Store, error) {
 	s.changes.reset(snap.Revision)
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidSnapshot, fmt.Sprintf(format, args...))
+	}
+	if snap.Nodes != nil {
+		if err := checkNodes(snap.Nodes); err != nil {
+			return nil, bad("nodes: %v", err)
+		}
+		if !slices.IsSorted(snap.Nodes) {
+			return nil, bad("nodes not ascending")
+		}
+		s.place = newPlacement(snap.Nodes)
 	}
 	var streamIDs []uint32
 	for i, ss := range snap.Streams {
@@ -196,10 +212,17 @@ func (s *Store) restoreTopic(rev uint64, st *stream, ts TopicSnapshot) (*topic, 
 			return nil, bad("partition %d created at revision %d, after %d, snapshot at %d", i, ps.CreatedRevision, prev, rev)
 		}
 		prev = ps.CreatedRevision
-		parts, err := s.newPartitions(st.id, ts.ID, uint32(i), 1, ps.CreatedRevision)
+		if err := checkReplicas(ps.Replicas, s.place.nodes); err != nil {
+			return nil, bad("partition %d: %v", i, err)
+		}
+		if len(s.place.nodes) > 0 && len(ps.Replicas) != ts.Config.Replicas {
+			return nil, bad("partition %d: %d replicas, the topic's factor is %d", i, len(ps.Replicas), ts.Config.Replicas)
+		}
+		parts, err := s.newPartitions(st.id, ts.ID, uint32(i), 1, ps.CreatedRevision, 0)
 		if err != nil {
 			return nil, err
 		}
+		parts[0].Replicas = slices.Clone(ps.Replicas)
 		t.parts[i] = parts[0]
 	}
 	for i, gi := range ts.Groups {
@@ -290,13 +313,17 @@ func slabOf(max uint32, ids []uint32) slab {
 
 // Snapshot encoding
 //
-//	version     1 byte (2; 1 is the same without the group clock and groups)
+//	version     1 byte (3; 2 is the same without the nodes and replicas,
+//	            1 also without the group clock and groups)
 //	revision    uvarint
-//	group clock varint (version 2)
+//	group clock varint (version 2 on)
+//	nodes       (version 3) uvarint count, then each uvarint
 //	streams     uvarint count, then each:
 //	  id, name, created revision, topics: uvarint count, then each:
-//	    id, name, created revision, purged revision, config,
+//	    id, name, created revision, purged revision, config (version 3:
+//	    then its replication factor, varint),
 //	    partitions: uvarint count, then each partition's created revision
+//	      (version 3: then its replicas, uvarint count, then each uvarint)
 //	    groups (version 2): uvarint count, then each:
 //	      name, created revision, generation, generation revision,
 //	      next member, members: uvarint count, then each:
@@ -310,7 +337,8 @@ func slabOf(max uint32, ids []uint32) slab {
 // the meaning.
 const (
 	snapshotVersion1 = 1
-	snapshotVersion  = 2
+	snapshotVersion2 = 2
+	snapshotVersion  = 3
 )
 
 // The smallest encodings of a list element, which bound a list's length
@@ -332,9 +360,10 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // EncodeSnapshot encodes a snapshot. It does not validate it (Restore
 // does) and cannot fail today; the error is for future formats.
 func EncodeSnapshot(snap StoreSnapshot) ([]byte, error) {
-	e := encoder{b: []byte{snapshotVersion}}
+	e := encoder{b: []byte{snapshotVersion}, replicas: true}
 	e.uvarint(snap.Revision)
 	e.varint(snap.GroupClock)
+	e.ids(snap.Nodes)
 	e.uvarint(uint64(len(snap.Streams)))
 	for _, ss := range snap.Streams {
 		e.uvarint(uint64(ss.ID))
@@ -350,6 +379,7 @@ func EncodeSnapshot(snap StoreSnapshot) ([]byte, error) {
 			e.uvarint(uint64(len(ts.Partitions)))
 			for _, p := range ts.Partitions {
 				e.uvarint(p.CreatedRevision)
+				e.ids(p.Replicas)
 			}
 			e.uvarint(uint64(len(ts.Groups)))
 			for _, g := range ts.Groups {
@@ -396,12 +426,16 @@ func DecodeSnapshot(b []byte) (StoreSnapshot, error) {
 	}
 	d := decoder{b: body, what: "snapshot"}
 	ver := d.byte()
-	if ver != snapshotVersion && ver != snapshotVersion1 {
+	if ver < snapshotVersion1 || ver > snapshotVersion {
 		d.failAt(0, "unknown version "+strconv.Itoa(int(ver)))
 	}
+	d.replicas = ver >= snapshotVersion
 	snap := StoreSnapshot{Revision: d.uvarint()}
-	if ver >= snapshotVersion {
+	if ver >= snapshotVersion2 {
 		snap.GroupClock = d.varint()
+	}
+	if ver >= snapshotVersion {
+		snap.Nodes = d.ids(MaxNodes)
 	}
 	n := d.count(minStreamSize)
 	if n > 0 {
@@ -424,8 +458,11 @@ func DecodeSnapshot(b []byte) (StoreSnapshot, error) {
 			}
 			for i := range np {
 				ts.Partitions[i].CreatedRevision = d.uvarint()
+				if ver >= snapshotVersion {
+					ts.Partitions[i].Replicas = d.ids(MaxReplicas)
+				}
 			}
-			if ver >= snapshotVersion {
+			if ver >= snapshotVersion2 {
 				ts.Groups = d.groups()
 			}
 			ss.Topics = append(ss.Topics, ts)
@@ -462,6 +499,7 @@ func (s *Store) Replace(snap StoreSnapshot) error {
 	}
 	s.revision, s.streams, s.streamNames, s.streamIDs, s.partitions = r.revision, r.streams, r.streamNames, r.streamIDs, r.partitions
 	s.groupClock = r.groupClock
+	s.place = r.place
 	s.changes.reset(s.revision)
 	subs := s.subs
 	s.mu.Unlock()

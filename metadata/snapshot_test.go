@@ -20,6 +20,8 @@ func randomConfig(rng *rand.Rand) TopicConfig {
 		FsyncInterval:  time.Duration(rng.IntN(6)-1) * 100 * time.Millisecond,
 		RetentionAge:   time.Duration(rng.IntN(6)-1) * time.Hour,
 		RetentionBytes: int64(rng.IntN(6)-1) << 20,
+		// Mostly the default; 1..3, and now and then out of range.
+		Replicas: max(rng.IntN(12)-6, 0),
 	}
 }
 
@@ -62,7 +64,7 @@ func sameStores(t *testing.T, a, b *Store) {
 		pb, okb := b.Partition(p.NS)
 		ra, _ := a.CreatedRevision(p.NS)
 		rb, okr := b.CreatedRevision(p.NS)
-		if !okb || !okr || pa != pb || ra != rb {
+		if !okb || !okr || !reflect.DeepEqual(pa, pb) || ra != rb {
 			t.Fatalf("partition %v: %+v vs %+v, %v", p.NS, pa, pb, okb)
 		}
 	}
@@ -214,7 +216,7 @@ func TestRestoreRejectsInvalidSnapshots(t *testing.T) {
 	valid := func() StoreSnapshot {
 		return StoreSnapshot{Revision: 10, Streams: []StreamSnapshot{
 			{ID: 0, Name: "a", CreatedRevision: 1, Topics: []TopicSnapshot{
-				{ID: 0, Name: "x", CreatedRevision: 3, PurgedRevision: 6, Partitions: []PartitionSnapshot{{3}, {3}, {7}}},
+				{ID: 0, Name: "x", CreatedRevision: 3, PurgedRevision: 6, Partitions: []PartitionSnapshot{{CreatedRevision: 3}, {CreatedRevision: 3}, {CreatedRevision: 7}}},
 				{ID: 4, Name: "y", CreatedRevision: 8, Config: TopicConfig{Fsync: FsyncNever}},
 			}},
 			{ID: 2, Name: "b", CreatedRevision: 2},
@@ -264,20 +266,41 @@ func TestRestoreRejectsInvalidSnapshots(t *testing.T) {
 
 func TestSnapshotEncodingIsPinned(t *testing.T) {
 	snap := StoreSnapshot{Revision: 5, Streams: []StreamSnapshot{{ID: 1, Name: "s", CreatedRevision: 2, Topics: []TopicSnapshot{
-		{ID: 0, Name: "t", CreatedRevision: 3, PurgedRevision: 5, Config: TopicConfig{Fsync: FsyncAlways}, Partitions: []PartitionSnapshot{{3}, {4}}},
+		{ID: 0, Name: "t", CreatedRevision: 3, PurgedRevision: 5, Config: TopicConfig{Fsync: FsyncAlways}, Partitions: []PartitionSnapshot{{CreatedRevision: 3}, {CreatedRevision: 4}}},
 	}}}}
 	b, err := EncodeSnapshot(snap)
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := []byte{2, 5, 0, 1, 1, 1, 's', 2, 1, 0, 1, 't', 3, 5, 1, 0, 0, 0, 2, 3, 4, 0}
+	body := []byte{3, 5, 0, 0, 1, 1, 1, 's', 2, 1, 0, 1, 't', 3, 5, 1, 0, 0, 0, 0, 2, 3, 0, 4, 0, 0}
 	if !bytes.Equal(b[:len(b)-4], body) || len(b) != len(body)+4 {
 		t.Fatalf("EncodeSnapshot = %v, want %v + crc", b, body)
+	}
+	// Version 2, written before placement, still decodes: the same
+	// snapshot without nodes, replication factors or replica sets.
+	v2 := []byte{2, 5, 0, 1, 1, 1, 's', 2, 1, 0, 1, 't', 3, 5, 1, 0, 0, 0, 2, 3, 4, 0}
+	got, err := DecodeSnapshot(append(v2, crc32cLE(v2)...))
+	if err != nil || !reflect.DeepEqual(got, snap) {
+		t.Fatalf("DecodeSnapshot(version 2) = %+v, %v; want %+v", got, err, snap)
+	}
+	// Nodes and replica sets, pinned too.
+	placed := StoreSnapshot{Revision: 5, Nodes: []uint64{1, 2, 300}, Streams: []StreamSnapshot{{ID: 1, Name: "s", CreatedRevision: 2, Topics: []TopicSnapshot{
+		{ID: 0, Name: "t", CreatedRevision: 3, Config: TopicConfig{Replicas: 2}, Partitions: []PartitionSnapshot{{CreatedRevision: 3, Replicas: []uint64{300, 1}}}},
+	}}}}
+	if b, err = EncodeSnapshot(placed); err != nil {
+		t.Fatal(err)
+	}
+	body = []byte{3, 5, 0, 3, 1, 2, 0xac, 0x02, 1, 1, 1, 's', 2, 1, 0, 1, 't', 3, 0, 0, 0, 0, 0, 4, 1, 3, 2, 0xac, 0x02, 1, 0}
+	if !bytes.Equal(b[:len(b)-4], body) || len(b) != len(body)+4 {
+		t.Fatalf("EncodeSnapshot = %v, want %v + crc", b, body)
+	}
+	if got, err := DecodeSnapshot(b); err != nil || !reflect.DeepEqual(got, placed) {
+		t.Fatalf("DecodeSnapshot = %+v, %v; want %+v", got, err, placed)
 	}
 	// Version 1, written before consumer groups, still decodes: the same
 	// snapshot without a group clock or groups.
 	v1 := []byte{1, 5, 1, 1, 1, 's', 2, 1, 0, 1, 't', 3, 5, 1, 0, 0, 0, 2, 3, 4}
-	got, err := DecodeSnapshot(append(v1, crc32cLE(v1)...))
+	got, err = DecodeSnapshot(append(v1, crc32cLE(v1)...))
 	if err != nil || !reflect.DeepEqual(got, snap) {
 		t.Fatalf("DecodeSnapshot(version 1) = %+v, %v; want %+v", got, err, snap)
 	}
@@ -296,7 +319,7 @@ func TestDecodeSnapshotRejectsGarbage(t *testing.T) {
 		"short":          {1, 0, 0, 0},
 		"bad checksum":   append(append([]byte{}, good[:len(good)-1]...), good[len(good)-1]^1),
 		"flipped bit":    append([]byte{good[0], good[1] ^ 4}, good[2:]...),
-		"version 3":      withCRC([]byte{3, 0, 0}),
+		"version 4":      withCRC([]byte{4, 0, 0}),
 		"truncated":      withCRC(append([]byte{}, good[:len(good)-6]...)),
 		"trailing bytes": withCRC(append(append([]byte{}, good[:len(good)-4]...), 0)),
 		"huge count":     withCRC([]byte{1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f}),
@@ -349,9 +372,9 @@ func FuzzDecodeSnapshot(f *testing.F) {
 			return
 		}
 		again, err := EncodeSnapshot(snap)
-		// Version 1 re-encodes as the current version; the rest must
-		// round-trip byte for byte.
-		if err != nil || (b[0] != snapshotVersion1 && !bytes.Equal(again, b)) {
+		// Older versions re-encode as the current version; the current
+		// one must round-trip byte for byte.
+		if err != nil || (b[0] == snapshotVersion && !bytes.Equal(again, b)) {
 			t.Fatalf("decoded %+v encodes as %x, %v", snap, again, err)
 		}
 		for _, ss := range snap.Streams {

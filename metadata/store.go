@@ -45,6 +45,10 @@ type PartitionInfo struct {
 	CreatedRevision uint64
 	// Owner is the partition's owner shard, Config.Assign(NS, Config.Shards).
 	Owner int
+	// Replicas are the nodes holding the partition's raft group in a
+	// cluster, the preferred leader first (see placement.go); nil on a
+	// single node. The slice is shared: never modify it.
+	Replicas []uint64
 }
 
 // StreamInfo describes a committed stream.
@@ -111,6 +115,7 @@ type Store struct {
 	streamIDs   slab
 	partitions  map[Namespace]PartitionInfo // O(1) lookups, never iterated
 	groupClock  int64                       // see group.go
+	place       placement                   // the nodes and what they hold
 	// changes remembers what the last commits touched (see Changes).
 	changes changeLog
 	// subs is copy-on-write, in subscribe order: Apply hands the current
@@ -129,6 +134,7 @@ func NewStore(cfg Config) (*Store, error) {
 		streamNames: make(map[string]*stream),
 		streamIDs:   newSlab(MaxStreamID),
 		partitions:  make(map[Namespace]PartitionInfo),
+		place:       newPlacement(cfg.Nodes),
 	}, nil
 }
 
@@ -328,9 +334,7 @@ func (s *Store) deleteStream(c DeleteStream) (Result, bool, error) {
 		removed = append(removed, t.parts...)
 		return true
 	})
-	for _, p := range removed {
-		delete(s.partitions, p.NS)
-	}
+	s.removePartitions(removed)
 	s.streams.Delete(st)
 	delete(s.streamNames, st.name)
 	s.streamIDs.release(st.id)
@@ -356,20 +360,24 @@ func (s *Store) createTopic(c CreateTopic) (Result, bool, error) {
 	if _, ok := st.topicNames[c.Name]; ok {
 		return Result{}, false, fmt.Errorf("%w: %q in stream %d", ErrTopicExists, c.Name, st.id)
 	}
+	cfg := c.Config
+	if cfg.Replicas, err = s.place.factor(cfg.Replicas); err != nil {
+		return Result{}, false, fmt.Errorf("%w (topic %q)", err, c.Name)
+	}
 	id, ok := st.topicIDs.peek()
 	if !ok {
 		return Result{}, false, fmt.Errorf("%w: all %d topic ids of stream %d in use",
 			ErrTooManyTopics, uint64(st.topicIDs.max)+1, st.id)
 	}
 	rev := s.revision + 1
-	parts, err := s.newPartitions(st.id, id, 0, c.Partitions, rev)
+	parts, err := s.newPartitions(st.id, id, 0, c.Partitions, rev, cfg.Replicas)
 	if err != nil {
 		return Result{}, false, err
 	}
 	// Committed from here on.
 	st.topicIDs.alloc()
 	s.revision = rev
-	t := &topic{id: id, name: c.Name, createdRev: rev, config: c.Config, parts: parts}
+	t := &topic{id: id, name: c.Name, createdRev: rev, config: cfg, parts: parts}
 	st.topics.ReplaceOrInsert(t)
 	st.topicNames[c.Name] = t
 	s.addPartitions(parts)
@@ -382,9 +390,7 @@ func (s *Store) deleteTopic(c DeleteTopic) (Result, bool, error) {
 		return Result{}, false, err
 	}
 	removed := t.parts
-	for _, p := range removed {
-		delete(s.partitions, p.NS)
-	}
+	s.removePartitions(removed)
 	st.topics.Delete(t)
 	delete(st.topicNames, t.name)
 	st.topicIDs.release(t.id)
@@ -407,7 +413,7 @@ func (s *Store) createPartitions(c CreatePartitions) (Result, bool, error) {
 			ErrInvalidPartitionCount, c.Count, st.id, t.id, have, MaxPartitionID)
 	}
 	rev := s.revision + 1
-	parts, err := s.newPartitions(st.id, t.id, uint32(have), c.Count, rev)
+	parts, err := s.newPartitions(st.id, t.id, uint32(have), c.Count, rev, t.config.Replicas)
 	if err != nil {
 		return Result{}, false, err
 	}
@@ -430,10 +436,11 @@ func (s *Store) deletePartitions(c DeletePartitions) (Result, bool, error) {
 	}
 	keep := have - c.Count
 	removed := slices.Clone(t.parts[keep:])
-	for _, p := range removed {
-		delete(s.partitions, p.NS)
-	}
+	s.removePartitions(removed)
 	t.parts = slices.Clip(t.parts[:keep])
+	if keep == 0 {
+		t.parts = nil // as a restored topic without partitions
+	}
 	s.revision++
 	t.topicGroupsResized(s.revision)
 	return Result{Revision: s.revision, Stream: st.id, Topic: t.id, Removed: removed}, true, nil
@@ -461,37 +468,67 @@ func (s *Store) setTopicConfig(c SetTopicConfig) (Result, bool, error) {
 	if err := c.Config.Validate(); err != nil {
 		return Result{}, false, fmt.Errorf("%w (topic %d/%d)", err, st.id, t.id)
 	}
+	cfg := c.Config
+	switch cfg.Replicas {
+	case 0:
+		cfg.Replicas = t.config.Replicas
+	case t.config.Replicas:
+	default:
+		return Result{}, false, fmt.Errorf("%w: topic %d/%d: the replication factor is %d and cannot change to %d",
+			ErrInvalidTopicConfig, st.id, t.id, t.config.Replicas, cfg.Replicas)
+	}
 	s.revision++
-	t.config = c.Config
+	t.config = cfg
 	return Result{Revision: s.revision, Stream: st.id, Topic: t.id}, true, nil
 }
 
 // newPartitions builds partitions first..first+count-1 of a topic at
-// revision rev, without touching the store.
-func (s *Store) newPartitions(streamID, topicID, first uint32, count int, rev uint64) ([]PartitionInfo, error) {
+// revision rev, each placed on replicas nodes, without touching the store
+// (the placement counts them when addPartitions commits them).
+func (s *Store) newPartitions(streamID, topicID, first uint32, count int, rev uint64, replicas int) ([]PartitionInfo, error) {
 	parts := make([]PartitionInfo, count)
 	for i := range parts {
 		id := first + uint32(i)
 		ns, err := NewNamespace(streamID, topicID, id)
 		if err != nil {
+			s.unplace(parts[:i])
 			return nil, err // unreachable: callers bound every id
 		}
 		owner := s.cfg.Assign(ns, s.cfg.Shards)
 		if owner < 0 || owner >= s.cfg.Shards {
+			s.unplace(parts[:i])
 			return nil, fmt.Errorf("parkway: Config.Assign(%v, %d) = %d, want 0..%d",
 				ns, s.cfg.Shards, owner, s.cfg.Shards-1)
 		}
 		parts[i] = PartitionInfo{
 			NS: ns, Stream: streamID, Topic: topicID, Partition: id,
-			CreatedRevision: rev, Owner: owner,
+			CreatedRevision: rev, Owner: owner, Replicas: s.place.place(ns, replicas),
 		}
+		// The next partition's choice sees this one's replicas.
+		s.place.add(parts[i].Replicas)
 	}
+	s.unplace(parts)
 	return parts, nil
+}
+
+// unplace uncounts what newPartitions counted while it chose.
+func (s *Store) unplace(parts []PartitionInfo) {
+	for _, p := range parts {
+		s.place.remove(p.Replicas)
+	}
 }
 
 func (s *Store) addPartitions(parts []PartitionInfo) {
 	for _, p := range parts {
 		s.partitions[p.NS] = p
+		s.place.add(p.Replicas)
+	}
+}
+
+func (s *Store) removePartitions(parts []PartitionInfo) {
+	for _, p := range parts {
+		delete(s.partitions, p.NS)
+		s.place.remove(p.Replicas)
 	}
 }
 

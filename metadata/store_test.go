@@ -260,7 +260,7 @@ func TestResults(t *testing.T) {
 			NS: ns(t, 1, 0, uint32(i)), Stream: 1, Topic: 0, Partition: uint32(i),
 			CreatedRevision: res.Revision, Owner: testAssign(ns(t, 1, 0, uint32(i)), 3),
 		}
-		if p != want {
+		if !reflect.DeepEqual(p, want) {
 			t.Errorf("Created[%d] = %+v, want %+v", i, p, want)
 		}
 	}
@@ -559,7 +559,7 @@ func TestLookups(t *testing.T) {
 	mustApply(t, s, CreatePartitions{Stream: 1, Topic: 0, Count: 1})
 
 	p, ok := s.Partition(ns(t, 1, 1, 0))
-	if !ok || p != res.Created[0] {
+	if !ok || !reflect.DeepEqual(p, res.Created[0]) {
 		t.Errorf("Partition(1/1/0) = %+v, %v; want %+v", p, ok, res.Created[0])
 	}
 	if rev, ok := s.CreatedRevision(ns(t, 1, 1, 0)); !ok || rev != res.Revision {
@@ -649,7 +649,7 @@ func TestSnapshotSortedAndCopied(t *testing.T) {
 		t.Errorf("snapshot not sorted: %+v", snap.Partitions)
 	}
 	for _, p := range snap.Partitions {
-		if got, ok := s.Partition(p.NS); !ok || got != p {
+		if got, ok := s.Partition(p.NS); !ok || !reflect.DeepEqual(got, p) {
 			t.Errorf("snapshot has %+v, Partition says %+v, %v", p, got, ok)
 		}
 	}

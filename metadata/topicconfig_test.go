@@ -2,6 +2,7 @@ package metadata
 
 import (
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -84,7 +85,7 @@ func TestTopicConfigStoredAndSet(t *testing.T) {
 		t.Fatal("SetTopicConfig changed the partitions")
 	}
 	for i := range after.Partitions {
-		if after.Partitions[i] != before.Partitions[i] {
+		if !reflect.DeepEqual(after.Partitions[i], before.Partitions[i]) {
 			t.Errorf("partition %v changed: %+v", before.Partitions[i].NS, after.Partitions[i])
 		}
 	}

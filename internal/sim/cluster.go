@@ -843,13 +843,19 @@ func (n *cnode) metaSnapshotInstalled(index uint64, before, after []metadata.Par
 		return
 	}
 	var diff metadata.Result
+	// An incarnation is its namespace and creation revision.
+	has := func(list []metadata.PartitionInfo, p metadata.PartitionInfo) bool {
+		return slices.ContainsFunc(list, func(q metadata.PartitionInfo) bool {
+			return q.NS == p.NS && q.CreatedRevision == p.CreatedRevision
+		})
+	}
 	for _, p := range before {
-		if !slices.Contains(after, p) {
+		if !has(after, p) {
 			diff.Removed = append(diff.Removed, p)
 		}
 	}
 	for _, p := range after {
-		if !slices.Contains(before, p) {
+		if !has(before, p) {
 			diff.Created = append(diff.Created, p)
 		}
 	}

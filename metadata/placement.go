@@ -1,0 +1,177 @@
+package metadata
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// Placement: in a cluster every partition is a raft group on Replicas
+// nodes, chosen when the partition is created and recorded in the
+// metadata, so every node agrees on who holds what without computing it
+// again (a formula over the node list would move every partition when a
+// node is added).
+//
+// The choice is deterministic — a function of the store's state only, as
+// every replica applies the same commands to the same state — and
+// balanced: the preferred leader (Replicas[0]) is the node with the fewest
+// preferred leaderships, then the fewest replicas; the other replicas go
+// to the nodes holding the fewest replicas. Ties are broken by a rotation
+// that starts at the namespace, so equal nodes take turns instead of the
+// lowest id taking every tie.
+
+const (
+	// DefaultReplicas is the replication factor of a topic that names
+	// none, capped at the cluster's node count.
+	DefaultReplicas = 3
+	// MaxReplicas bounds a topic's replication factor.
+	MaxReplicas = 32
+	// MaxNodes bounds a cluster's node count (a decoded node list is
+	// hostile input: it is checked against this before it is used).
+	MaxNodes = 1024
+)
+
+// placement counts what each node holds, for the balanced choice.
+type placement struct {
+	nodes []uint64       // ascending
+	load  map[uint64]int // replicas held, per node
+	leads map[uint64]int // preferred leaderships held, per node
+}
+
+func newPlacement(nodes []uint64) placement {
+	p := placement{nodes: slices.Sorted(slices.Values(nodes))}
+	if len(nodes) > 0 {
+		p.load = make(map[uint64]int, len(nodes))
+		p.leads = make(map[uint64]int, len(nodes))
+	}
+	return p
+}
+
+// factor resolves a topic's replication factor against the node count.
+func (p *placement) factor(r int) (int, error) {
+	n := len(p.nodes)
+	if n == 0 {
+		if r > 1 {
+			return 0, fmt.Errorf("%w: replication factor %d on a single node", ErrInvalidTopicConfig, r)
+		}
+		return r, nil
+	}
+	if r == 0 {
+		return min(DefaultReplicas, n), nil
+	}
+	if r > n {
+		return 0, fmt.Errorf("%w: replication factor %d, the cluster has %d nodes", ErrInvalidTopicConfig, r, n)
+	}
+	return r, nil
+}
+
+// place chooses r replicas for ns (nil on a single node). It does not
+// count them: add does, once the command commits.
+func (p *placement) place(ns Namespace, r int) []uint64 {
+	n := len(p.nodes)
+	if n == 0 || r == 0 {
+		return nil
+	}
+	start := int(uint64(ns) % uint64(n))
+	out := make([]uint64, 0, r)
+	pick := func(better func(a, b uint64) bool) {
+		best := uint64(0)
+		for i := range n {
+			c := p.nodes[(start+i)%n]
+			if slices.Contains(out, c) {
+				continue
+			}
+			if best == 0 || better(c, best) {
+				best = c
+			}
+		}
+		out = append(out, best)
+	}
+	pick(func(a, b uint64) bool {
+		if p.leads[a] != p.leads[b] {
+			return p.leads[a] < p.leads[b]
+		}
+		return p.load[a] < p.load[b]
+	})
+	for len(out) < r {
+		pick(func(a, b uint64) bool { return p.load[a] < p.load[b] })
+	}
+	return out
+}
+
+// add counts a partition's replicas.
+func (p *placement) add(replicas []uint64) {
+	if p.load == nil {
+		return
+	}
+	for i, n := range replicas {
+		p.load[n]++
+		if i == 0 {
+			p.leads[n]++
+		}
+	}
+}
+
+// remove uncounts a partition's replicas.
+func (p *placement) remove(replicas []uint64) {
+	if p.load == nil {
+		return
+	}
+	for i, n := range replicas {
+		p.load[n]--
+		if i == 0 {
+			p.leads[n]--
+		}
+	}
+}
+
+// checkNodes reports a node list that is not a set of non-zero ids.
+func checkNodes(nodes []uint64) error {
+	if len(nodes) > MaxNodes {
+		return fmt.Errorf("%d nodes, at most %d", len(nodes), MaxNodes)
+	}
+	for i, n := range nodes {
+		if n == 0 {
+			return errors.New("node id 0")
+		}
+		if slices.Contains(nodes[:i], n) {
+			return fmt.Errorf("node %d listed twice", n)
+		}
+	}
+	return nil
+}
+
+// checkReplicas reports a replica set a snapshot may not hold: empty
+// where the store has nodes, too large, or naming a node twice or one
+// the store does not have.
+func checkReplicas(replicas, nodes []uint64) error {
+	switch {
+	case len(nodes) == 0 && len(replicas) > 0:
+		return errors.New("replicas on a single node")
+	case len(replicas) > MaxReplicas:
+		return fmt.Errorf("%d replicas, at most %d", len(replicas), MaxReplicas)
+	}
+	for i, n := range replicas {
+		if !slices.Contains(nodes, n) {
+			return fmt.Errorf("replica on unknown node %d", n)
+		}
+		if slices.Contains(replicas[:i], n) {
+			return fmt.Errorf("node %d holds two replicas", n)
+		}
+	}
+	return nil
+}
+
+// Nodes returns the cluster's nodes, ascending (nil on a single node).
+func (s *Store) Nodes() []uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return slices.Clone(s.place.nodes)
+}
+
+// Holds reports whether node holds a replica of p: every node does when
+// p has no replica set (a single node, or a partition created before
+// placement existed).
+func (p PartitionInfo) Holds(node uint64) bool {
+	return len(p.Replicas) == 0 || slices.Contains(p.Replicas, node)
+}
