@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -69,7 +69,7 @@ func TestRestartKeepsEverything(t *testing.T) {
 			t.Fatalf("consumer offset after restart: %d %v %v", off, ok, err)
 		}
 		after, _ := n2.Partitions(ctxFor(t), again)
-		if !slices.Equal(before, after) {
+		if !reflect.DeepEqual(before, after) {
 			t.Fatalf("partitions after restart %+v, want %+v (same incarnation)", after, before)
 		}
 		// Slab allocation continues where it was: the freed stream id is

@@ -162,7 +162,7 @@ func New(cfg Config) (*Engine, error) {
 	for _, s := range e.shards {
 		rec, err := newRec(reconciler.Config{
 			Shard: s, Meta: e.meta, Store: e.store, Clock: cfg.Clock,
-			BackoffMin: cfg.BuildBackoffMin, BackoffMax: cfg.BuildBackoffMax,
+			BackoffMin: cfg.BuildBackoffMin, BackoffMax: cfg.BuildBackoffMax, Node: e.NodeID(),
 			Defaults: cfg.Defaults, RetentionInterval: cfg.RetentionInterval,
 			Logger: cfg.Logger, Metrics: e.metrics,
 		}, e.table)
@@ -186,6 +186,11 @@ func New(cfg Config) (*Engine, error) {
 func (e *Engine) openMetadata() error {
 	cfg := e.cfg
 	mcfg := metadata.Config{Shards: cfg.Shards, Assign: router.Assign}
+	if cfg.Cluster != nil {
+		for _, p := range cfg.Cluster.Peers {
+			mcfg.Nodes = append(mcfg.Nodes, uint64(p))
+		}
+	}
 	if cfg.DataDir != "" {
 		if err := cfg.FS.MkdirAll(cfg.DataDir, 0o755); err != nil {
 			return fmt.Errorf("parkway: data dir: %w", err)

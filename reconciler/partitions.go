@@ -28,6 +28,11 @@ type Config struct {
 	Shard *shard.Shard
 	Meta  *metadata.Store
 	Store partition.Store
+	// Node is this node's id in a cluster: the shard materialises only the
+	// partitions whose replica set names it (metadata.PartitionInfo.Holds)
+	// and removes those it holds that moved away. 0 (a single node) holds
+	// every partition the shard owns.
+	Node uint64
 	// Clock times backoffs (default: the wall clock).
 	Clock clock.Clock
 	// BackoffMin and BackoffMax bound the retry delay of a failed build or
@@ -243,7 +248,7 @@ func (r *Partitions) reconcile(ctx context.Context, retained uint64) (Report, er
 	// namespace order for determinism.
 	var gone []metadata.Namespace
 	r.held.Ascend(func(h heldPartition) bool {
-		if info, ok := want[h.ns]; !ok || info.Owner != r.id || info.CreatedRevision != h.epoch {
+		if info, ok := want[h.ns]; !ok || !r.mine(info) || info.CreatedRevision != h.epoch {
 			gone = append(gone, h.ns)
 		}
 		return true
@@ -266,7 +271,7 @@ func (r *Partitions) reconcile(ctx context.Context, retained uint64) (Report, er
 	// Backoffs of namespaces no longer committed here are moot.
 	for k := range r.backoffs {
 		info, ok := want[k.ns]
-		if k.cause == causeAdd && (!ok || info.Owner != r.id) {
+		if k.cause == causeAdd && (!ok || !r.mine(info)) {
 			delete(r.backoffs, k)
 		}
 	}
@@ -299,7 +304,7 @@ func (r *Partitions) reconcileChanges(ctx context.Context, ch metadata.Changes, 
 	var gone []metadata.Namespace
 	for _, rg := range ch.Ranges {
 		r.held.AscendRange(heldPartition{ns: rg.Lo}, heldPartition{ns: rg.Hi}, func(h heldPartition) bool {
-			if info, ok := want[h.ns]; !ok || info.Owner != r.id || info.CreatedRevision != h.epoch {
+			if info, ok := want[h.ns]; !ok || !r.mine(info) || info.CreatedRevision != h.epoch {
 				gone = append(gone, h.ns)
 			}
 			return true
@@ -347,6 +352,9 @@ func (r *Partitions) converge(ctx context.Context, parts []metadata.PartitionInf
 			}
 			continue
 		}
+		if !r.mine(info) {
+			continue // another node's replica: the shard points there
+		}
 		// Partitions are sorted by namespace, so a topic's partitions are
 		// adjacent: resolve its durability once.
 		if !haveDur || info.Stream != durOf[0] || info.Topic != durOf[1] {
@@ -390,6 +398,8 @@ func (r *Partitions) sweep(ctx context.Context, parked []shard.ParkedNamespace, 
 		switch {
 		case ok && info.Owner != r.id:
 			verdicts[pn.NS] = shard.VerdictNotOwner
+		case ok && !r.mine(info):
+			verdicts[pn.NS] = shard.VerdictNotHeld
 		case r.backedOff(backoffKey{pn.NS, causeAdd}), r.backedOff(backoffKey{pn.NS, causeDelete}):
 			verdicts[pn.NS] = shard.VerdictBuildFailed
 		}
@@ -400,6 +410,12 @@ func (r *Partitions) sweep(ctx context.Context, parked []shard.ParkedNamespace, 
 	}
 	rep.Answered, rep.Expired = res.Answered, res.Expired
 	return nil
+}
+
+// mine reports whether this shard materialises info: it owns it, and this
+// node holds one of its replicas.
+func (r *Partitions) mine(info metadata.PartitionInfo) bool {
+	return info.Owner == r.id && (r.cfg.Node == 0 || info.Holds(r.cfg.Node))
 }
 
 // finish records a completed pass.

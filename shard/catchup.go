@@ -25,7 +25,7 @@ import (
 // catchUp is a replica's fetch in progress.
 type catchUp struct {
 	target   uint64 // the partition log must reach this offset
-	peer     int    // index into Peers of the replica last asked
+	peer     int    // index into the group's peers of the replica last asked
 	idle     int    // raft ticks since the last progress
 	deferred []deferredEntry
 }
@@ -63,26 +63,26 @@ func (s *Shard) startCatchUp(o *owned, target uint64) {
 // again after a timeout or an empty answer goes to the next peer in turn,
 // so one peer that cannot serve never stalls the replica.
 func (s *Shard) sendFetch(o *owned, rotate bool) {
-	c, r := o.catchup, s.cfg.Replication
-	if r.SendCatchUp == nil || len(r.Peers) < 2 {
+	c, r, peers := o.catchup, s.cfg.Replication, o.peers
+	if r.SendCatchUp == nil || len(peers) < 2 {
 		return
 	}
 	c.idle = 0
 	var to uint64
 	switch lead := o.grp.Leader(); {
 	case !rotate && c.peer >= 0:
-		to = r.Peers[c.peer]
+		to = peers[c.peer]
 	case !rotate && lead != 0 && lead != r.Node:
 		to = lead
-		c.peer = slices.Index(r.Peers, lead)
+		c.peer = slices.Index(peers, lead)
 	default:
-		for range r.Peers {
-			c.peer = (c.peer + 1) % len(r.Peers)
-			if r.Peers[c.peer] != r.Node {
+		for range peers {
+			c.peer = (c.peer + 1) % len(peers)
+			if peers[c.peer] != r.Node {
 				break
 			}
 		}
-		to = r.Peers[c.peer]
+		to = peers[c.peer]
 	}
 	b := make([]byte, 0, 25)
 	b = append(b, catchUpFetch)

@@ -311,6 +311,10 @@ const (
 	// VerdictBuildFailed answers the frames now: the namespace's build is
 	// backed off after a failure, so waiting here would only time out.
 	VerdictBuildFailed
+	// VerdictNotHeld answers the frames now: committed metadata places the
+	// namespace's replicas on other nodes. Each is answered "not leader"
+	// with a replica to go to (a raft message is dropped).
+	VerdictNotHeld
 )
 
 // SweepResult counts what a sweep answered.
@@ -339,7 +343,7 @@ func opSweep(verdicts map[metadata.Namespace]Verdict, res *SweepResult) control 
 			case VerdictNotOwner:
 				res.Answered += q.len()
 				emptied = append(emptied, q)
-			case VerdictBuildFailed:
+			case VerdictBuildFailed, VerdictNotHeld:
 				res.Answered += q.len()
 				emptied = append(emptied, q)
 			default:
@@ -364,6 +368,8 @@ func opSweep(verdicts map[metadata.Namespace]Verdict, res *SweepResult) control 
 				s.answerParked(q.ns, metrics.ReasonNotOwner, errNotOwner)
 			case VerdictBuildFailed:
 				s.answerParked(q.ns, metrics.ReasonBuildFailed, errBuildFailed)
+			case VerdictNotHeld:
+				s.sendElsewhere(q.ns)
 			default:
 				s.park.take(q.ns)
 			}

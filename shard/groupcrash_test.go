@@ -130,8 +130,12 @@ func TestCrashAtEveryWritePointOfAMultiPartitionGroup(t *testing.T) {
 		t.Fatalf("clean run acknowledged %d produces, want %d", len(acks), groupParts*groupRounds)
 	}
 	n := count.Count()
-	t.Logf("%d write points", n)
-	for i := range n {
+	t.Logf("%d write points in a clean run", n)
+	// The concurrent syncs of a group share a directory sync when they
+	// overlap in time, so the count varies by a few from run to run: op i
+	// is failed for i = 0, 1, 2, ... until a run never reaches it.
+	for i := 0; ; i++ {
+		reached := true
 		for _, mode := range []string{"once", "from then on"} {
 			mem := vfs.NewMem()
 			var seen atomic.Int64
@@ -141,7 +145,7 @@ func TestCrashAtEveryWritePointOfAMultiPartitionGroup(t *testing.T) {
 					return nil
 				}
 				k := seen.Add(1) - 1
-				if k == i || (mode == "from then on" && k > i) {
+				if k == int64(i) || (mode == "from then on" && k > int64(i)) {
 					fired.Store(true)
 					return syscall.EIO
 				}
@@ -149,11 +153,18 @@ func TestCrashAtEveryWritePointOfAMultiPartitionGroup(t *testing.T) {
 			})
 			acks, parts := groupWorkload(t, errorfs.New(mem, inj))
 			if !fired.Load() {
-				t.Fatalf("op %d never happened", i)
+				reached = false
+				break
 			}
 			what := fmt.Sprintf("op %d failing %s, %d acknowledged", i, mode, len(acks))
 			checkAcked(t, mem.Crash(), acks, parts, "power loss: "+what)
 			checkAcked(t, mem, acks, parts, "process crash: "+what)
+		}
+		if !reached {
+			if int64(i) < n/2 {
+				t.Fatalf("op %d never happened; a clean run has %d", i, n)
+			}
+			return
 		}
 	}
 }

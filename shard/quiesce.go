@@ -205,7 +205,7 @@ func (s *Shard) setPeerLive(peer uint64, live bool) {
 			continue
 		}
 		s.markReady(o)
-		if s.campaigner(o.p.Namespace()) == r.Node {
+		if s.campaigner(o) == r.Node {
 			s.q.campaign = append(s.q.campaign, o)
 		}
 	}
@@ -215,8 +215,8 @@ func (s *Shard) setPeerLive(peer uint64, live bool) {
 // when its leader died: chosen among the live members by the namespace,
 // as the preferred leader is among all of them, so every node agrees
 // given the same liveness and the elections spread over the survivors.
-func (s *Shard) campaigner(ns metadata.Namespace) uint64 {
-	peers := s.cfg.Replication.Peers
+func (s *Shard) campaigner(o *owned) uint64 {
+	ns, peers := o.p.Namespace(), o.peers
 	n := 0
 	for _, p := range peers {
 		if !s.q.down[p] {

@@ -21,8 +21,10 @@ import (
 // group spanning the nodes (multi-raft: one group per partition, all driven
 // from this pump). Nil Config.Replication means a single node.
 type Replication struct {
-	// Node is this node's id; Peers every node's id (this one included):
-	// every node holds a replica of every partition.
+	// Node is this node's id; Peers every node's id (this one included).
+	// A partition's group spans the nodes its metadata places it on
+	// (metadata.PartitionInfo.Replicas), or every peer for a partition
+	// placed before placement existed.
 	Node  uint64
 	Peers []uint64
 	// Send hands a raft message of the partition (ns, epoch) to the
@@ -94,7 +96,8 @@ func (e *NotLeaderError) Error() string {
 // Is makes errors.Is(err, ErrNotLeader) hold.
 func (e *NotLeaderError) Is(target error) bool { return target == ErrNotLeader }
 
-// replicate makes o a raft group member. A partition kept in a directory
+// replicate makes o a raft group member of the nodes its metadata places
+// it on. A partition kept in a directory
 // keeps its raft log there: a restarted node restores the group from it —
 // term, vote, the entries it acknowledged — and the partition's state from
 // the log's snapshot, then re-applies the entries after the snapshot over
@@ -122,8 +125,10 @@ func (s *Shard) replicate(o *owned) error {
 			return err
 		}
 	}
+	info, _ := s.meta.Partition(ns)
+	o.peers = s.peersOf(info)
 	g, err := replica.New(replica.Config{
-		Group: uint64(ns), Node: r.Node, Peers: r.Peers,
+		Group: uint64(ns), Node: r.Node, Peers: o.peers,
 		ElectionTicks: r.ElectionTicks, Logger: s.log, Disk: disk,
 		// A peer's snapshot that ApplySnapshot would refuse is an invalid
 		// message, not a failed group.
@@ -149,7 +154,7 @@ func (s *Shard) replicate(o *owned) error {
 		// lost, or a catch-up was interrupted): fetch the rest first.
 		s.startCatchUp(o, o.cursor)
 	}
-	if r.Peers[int(uint64(ns)%uint64(len(r.Peers)))] == r.Node {
+	if preferredLeader(ns, o.peers, len(info.Replicas) > 0) == r.Node {
 		if err := g.Campaign(); err != nil {
 			o.grp = nil
 			_ = g.Close()

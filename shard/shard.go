@@ -602,6 +602,12 @@ func (s *Shard) handle(f Frame) {
 		s.forward(f, info.Owner)
 		return
 	}
+	if known && !s.holds(info) {
+		// The partition lives on other nodes: parking it here would only
+		// time out.
+		s.elsewhere(f, info)
+		return
+	}
 	stamp := f.Req.Epoch
 	if stamp == 0 && known {
 		stamp = info.CreatedRevision

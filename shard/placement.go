@@ -1,0 +1,86 @@
+package shard
+
+import (
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/metrics"
+)
+
+// Placement: in a cluster a partition's raft group spans only the nodes
+// its metadata places it on (metadata.PartitionInfo.Replicas). A request
+// that reaches a node holding no replica is not parked there — the
+// partition never materialises on that node — but answered "not leader"
+// with a replica to go to, which the node's client follows. On the
+// replica the barrier holds as everywhere: the request parks until the
+// partition materialises there, and the incarnation fences apply.
+
+// holds reports whether this node holds a replica of info (always on a
+// single node).
+func (s *Shard) holds(info metadata.PartitionInfo) bool {
+	r := s.cfg.Replication
+	return r == nil || info.Holds(r.Node)
+}
+
+// peersOf is the membership of info's raft group: its replicas, or every
+// peer for a partition placed before placement existed (or unknown here:
+// a build racing a delete, which the reconciler tears down).
+func (s *Shard) peersOf(info metadata.PartitionInfo) []uint64 {
+	if len(info.Replicas) > 0 {
+		return info.Replicas
+	}
+	return s.cfg.Replication.Peers
+}
+
+// preferredLeader is the member of ns's group that campaigns at once when
+// the group starts: the placement's first replica, which the metadata
+// spreads evenly over the nodes, or — for a group over every peer — the
+// peer the namespace picks.
+func preferredLeader(ns metadata.Namespace, peers []uint64, placed bool) uint64 {
+	if placed {
+		return peers[0]
+	}
+	return peers[int(uint64(ns)%uint64(len(peers)))]
+}
+
+// elsewhere answers f for a partition this node holds no replica of.
+func (s *Shard) elsewhere(f Frame, info metadata.PartitionInfo) {
+	if f.Req.Op == OpRaft || f.Req.Op == OpCatchUp {
+		// Traffic of a group this node is not in (it was, or a peer's
+		// view is stale): nothing to answer.
+		s.m.Drop(f.Req.Op.String(), metrics.ReasonNotReplicated)
+		return
+	}
+	s.answer(f, Response{Err: &NotLeaderError{Leader: s.replicaHint(info.Replicas)}})
+}
+
+// sendElsewhere answers ns's parked frames with elsewhere: the metadata
+// committed while they waited places ns on other nodes.
+func (s *Shard) sendElsewhere(ns metadata.Namespace) {
+	q := s.park.take(ns)
+	if q == nil {
+		return
+	}
+	info, known := s.meta.Partition(ns)
+	for q.len() > 0 {
+		f := q.pop().frame
+		if !known {
+			// Deleted since the verdict: the frame is retried and
+			// finds the topic gone.
+			s.drop(f, metrics.ReasonRemoved, errRemoved)
+			continue
+		}
+		s.elsewhere(f, info)
+	}
+	s.gauges()
+}
+
+// replicaHint is the replica a request for a partition held elsewhere is
+// sent to: the first live one from the preferred leader on, which a
+// follower then points at its leader.
+func (s *Shard) replicaHint(replicas []uint64) uint64 {
+	for _, n := range replicas {
+		if !s.q.down[n] {
+			return n
+		}
+	}
+	return replicas[0]
+}
