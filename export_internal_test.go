@@ -1,6 +1,12 @@
 package parkway
 
-import "github.com/parkway-io/parkway/host"
+import (
+	"context"
+	"maps"
+
+	"github.com/parkway-io/parkway/host"
+	"github.com/parkway-io/parkway/metadata"
+)
 
 // Test-only access to a Node's committed metadata, for the external tests
 // (package parkway_test) that check a refused call changed nothing.
@@ -25,3 +31,17 @@ func CommittedState(n *Node) MetadataState {
 // (payload: the sender's incarnation, 8 bytes little-endian, then the
 // marshalled raft message), for tests that speak to a Node as a peer.
 const KindPartitionRaft = host.KindPartitionRaft
+
+// HeldPartitions returns the partitions materialised on n's shards, with
+// their incarnations.
+func HeldPartitions(n *Node) map[metadata.Namespace]uint64 {
+	held := map[metadata.Namespace]uint64{}
+	for _, s := range n.eng.Shards() {
+		st, err := s.Inspect(context.Background())
+		if err != nil {
+			continue
+		}
+		maps.Copy(held, st.Owned)
+	}
+	return held
+}

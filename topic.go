@@ -53,6 +53,17 @@ func WithRetention(age time.Duration, bytes int64) TopicOption {
 	return func(c *TopicConfig) { c.RetentionAge, c.RetentionBytes = age, bytes }
 }
 
+// WithReplicas sets the topic's replication factor in a cluster: each
+// partition is a raft group on r nodes, placed by the metadata so that
+// replicas and preferred leaders spread evenly over the nodes. 0 takes the
+// default, min(3, the cluster's node count); r above the node count is
+// refused with ErrInvalidTopicConfig. A node holding no replica of a
+// partition forwards its requests to one that does. The factor cannot
+// change once the topic exists.
+func WithReplicas(r int) TopicOption {
+	return func(c *TopicConfig) { c.Replicas = r }
+}
+
 // SetTopicConfig replaces a topic's storage configuration. The change
 // reaches the partitions on the next reconcile pass.
 func (n *Node) SetTopicConfig(ctx context.Context, t Topic, cfg TopicConfig) error {
