@@ -144,3 +144,61 @@ func TestClusterReplicationFactorValidated(t *testing.T) {
 		}
 	})
 }
+
+// Leader balance: leadership starts on each partition's preferred leader
+// (two per node for six partitions on three nodes); a node cut off loses
+// its groups to the survivors, and once it is back they hand leadership
+// back to it, so the spread is even again.
+func TestClusterLeaderBalanceRestored(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net, nodes := nodesCluster(t, 3)
+		s := mustStream(t, nodes[1], "s")
+		tp := mustTopic(t, nodes[1], s, "t", 6)
+		parts, err := nodes[1].Partitions(context.Background(), tp)
+		if err != nil || len(parts) != 6 {
+			t.Fatalf("Partitions = %d, %v", len(parts), err)
+		}
+		// leaders counts the partitions each node leads, by the leader
+		// every replica agrees on (0: they disagree, or none is known).
+		leaders := func() map[uint64]int {
+			out := map[uint64]int{}
+			for _, p := range parts {
+				lead := parkway.PartitionLeader(nodes[parkway.NodeID(p.Replicas[0])], p.NS)
+				for _, r := range p.Replicas[1:] {
+					if parkway.PartitionLeader(nodes[parkway.NodeID(r)], p.NS) != lead {
+						lead = 0
+					}
+				}
+				out[lead]++
+			}
+			return out
+		}
+		balanced := func() bool {
+			l := leaders()
+			return l[1] == 2 && l[2] == 2 && l[3] == 2
+		}
+		waitFor(t, "leaders on their preferred nodes", balanced)
+
+		net.Partition([]parkway.NodeID{1}, others(1))
+		waitFor(t, "node 1's groups led by the survivors", func() bool {
+			for _, p := range parts {
+				if p.Replicas[0] != 1 {
+					continue
+				}
+				lead := parkway.PartitionLeader(nodes[2], p.NS)
+				if lead != 2 && lead != 3 {
+					return false
+				}
+			}
+			return true
+		})
+		net.Heal()
+		waitFor(t, "leadership handed back to node 1", balanced)
+		// And the cluster serves throughout.
+		for _, p := range parts {
+			if _, err := nodes[3].Produce(context.Background(), tp, parkway.PartitionID(p.Partition), parkway.Message{Payload: []byte("x")}); err != nil {
+				t.Fatalf("produce to partition %d after the transfers: %v", p.Partition, err)
+			}
+		}
+	})
+}

@@ -45,3 +45,10 @@ func HeldPartitions(n *Node) map[metadata.Namespace]uint64 {
 	}
 	return held
 }
+
+// PartitionLeader is the node n believes leads ns's raft group (0: none
+// known, or n holds no replica).
+func PartitionLeader(n *Node, ns metadata.Namespace) uint64 {
+	lead, _ := n.eng.Leader(context.Background(), ns)
+	return lead
+}

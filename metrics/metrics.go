@@ -64,6 +64,7 @@ type Metrics struct {
 	CaughtUp        *prometheus.CounterVec // shard
 	RaftQuiesces    *prometheus.CounterVec // shard
 	RaftWakes       *prometheus.CounterVec // shard
+	LeaderTransfers *prometheus.CounterVec // shard
 
 	// The client side, counted by the node a call was made on.
 	Produced      *prometheus.CounterVec   // stream, topic: messages acknowledged
@@ -190,6 +191,11 @@ func NewLabeled(labels prometheus.Labels) *Metrics {
 			Name:        "parkway_raft_wakes_total",
 			Help:        "Partition raft groups that started ticking: created, or woken from quiescence by a proposal, a read, a peer's message or node liveness.",
 		}, shard),
+		LeaderTransfers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			ConstLabels: labels,
+			Name:        "parkway_leader_transfers_total",
+			Help:        "Partition raft groups whose leadership this node handed back to their preferred leader (leader balance).",
+		}, shard),
 		transportDescs: newTransportDescs(labels),
 	}
 }
@@ -197,7 +203,7 @@ func NewLabeled(labels prometheus.Labels) *Metrics {
 func (m *Metrics) all() []prometheus.Collector {
 	return []prometheus.Collector{m.FrameDrops, m.Materialised, m.Removed, m.BuildFailures,
 		m.ParkedFrames, m.ParkedBytes, m.StaleRejects, m.TransientDenies, m.Forwarded,
-		m.RaftCompactions, m.RaftSnapshots, m.CaughtUp, m.RaftQuiesces, m.RaftWakes,
+		m.RaftCompactions, m.RaftSnapshots, m.CaughtUp, m.RaftQuiesces, m.RaftWakes, m.LeaderTransfers,
 		m.Produced, m.ProducedBytes, m.Polled, m.PolledBytes, m.PollWait, m.ConsumerLag}
 }
 
@@ -272,6 +278,7 @@ func (m *Metrics) Shard(id int) *Shard {
 		CaughtUp:        m.CaughtUp.WithLabelValues(s),
 		RaftQuiesces:    m.RaftQuiesces.WithLabelValues(s),
 		RaftWakes:       m.RaftWakes.WithLabelValues(s),
+		LeaderTransfers: m.LeaderTransfers.WithLabelValues(s),
 	}
 }
 
@@ -292,6 +299,7 @@ type Shard struct {
 	CaughtUp        prometheus.Counter
 	RaftQuiesces    prometheus.Counter
 	RaftWakes       prometheus.Counter
+	LeaderTransfers prometheus.Counter
 }
 
 // Drop counts one dropped frame. Drops are rare, so the label lookup here

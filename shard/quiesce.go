@@ -56,6 +56,12 @@ type quiescence struct {
 	// campaign holds the groups this node stands for election in, after
 	// their leader's node died, waiting for their turn.
 	campaign []*owned
+	// balance holds the groups this node leads whose preferred leader is
+	// another node, waiting to hand leadership back (balance.go);
+	// transfer is the one being handed back, for transferTicks ticks.
+	balance       []*owned
+	transfer      *owned
+	transferTicks int
 }
 
 // wake makes o's group ticked again.
@@ -114,7 +120,7 @@ func (s *Shard) awakeList() []*owned {
 // group to keep ticking.
 func idle(o *owned) bool {
 	return o.catchup == nil && len(o.proposeBuf) == 0 && len(o.pending) == 0 &&
-		len(o.reads) == 0 && len(o.readWait) == 0
+		len(o.reads) == 0 && len(o.readWait) == 0 && !o.balancing
 }
 
 // maybeQuiesce quiesces o's group if it leads a group with nothing to do,
@@ -183,6 +189,7 @@ func (s *Shard) setPeerLive(peer uint64, live bool) {
 		for _, ns := range sortedOwned(s.replicated) {
 			if o := s.replicated[ns]; o.grp.IsLeader() {
 				s.wake(o)
+				s.considerBalance(o)
 			}
 		}
 		return

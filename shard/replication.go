@@ -126,7 +126,7 @@ func (s *Shard) replicate(o *owned) error {
 		}
 	}
 	info, _ := s.meta.Partition(ns)
-	o.peers = s.peersOf(info)
+	o.peers, o.placed = s.peersOf(info), len(info.Replicas) > 0
 	g, err := replica.New(replica.Config{
 		Group: uint64(ns), Node: r.Node, Peers: o.peers,
 		ElectionTicks: r.ElectionTicks, Logger: s.log, Disk: disk,
@@ -154,7 +154,7 @@ func (s *Shard) replicate(o *owned) error {
 		// lost, or a catch-up was interrupted): fetch the rest first.
 		s.startCatchUp(o, o.cursor)
 	}
-	if preferredLeader(ns, o.peers, len(info.Replicas) > 0) == r.Node {
+	if preferredLeader(ns, o.peers, o.placed) == r.Node {
 		if err := g.Campaign(); err != nil {
 			o.grp = nil
 			_ = g.Close()
@@ -538,6 +538,7 @@ func (s *Shard) maybeCompact(o *owned) {
 // its group instead (quiesce.go).
 func (s *Shard) tickRaft() {
 	s.campaignDue()
+	s.balanceStep()
 	for _, o := range s.awakeList() {
 		if !s.isAwake(o) || s.maybeQuiesce(o) {
 			continue
@@ -917,6 +918,7 @@ func (h groupHandler) ApplySnapshot(index uint64, data []byte) error {
 // outcome is now unknown (behaviour: never silently applied twice).
 func (h groupHandler) LeaderChanged(lead uint64) {
 	if lead == h.s.cfg.Replication.Node {
+		h.s.considerBalance(h.o)
 		return
 	}
 	// Leader reads waiting here, for leadership confirmation or for

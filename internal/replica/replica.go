@@ -388,6 +388,20 @@ func (g *Group) Campaign() (err error) {
 	return g.rn.Campaign()
 }
 
+// TransferLeader asks the leader to hand leadership to member to: raft
+// brings to's log up to date, then tells it to campaign at once. The
+// transfer is abandoned after an election timeout if it does not happen;
+// proposals are dropped while it is under way. Only a leader transfers.
+// It fails only with ErrGroupFailed.
+func (g *Group) TransferLeader(to uint64) (err error) {
+	if g.failed != nil {
+		return g.failed
+	}
+	defer g.guard(&err)
+	g.rn.TransferLeader(to)
+	return nil
+}
+
 // Leader is the member this one believes leads (0: none known, or the
 // group failed).
 func (g *Group) Leader() uint64 {

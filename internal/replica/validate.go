@@ -148,10 +148,15 @@ func (g *Group) checkMessage(m *raftpb.Message) error {
 		if !g.cfg.ForwardProposals {
 			return invalidf("%v: the group does not forward proposals", typ)
 		}
+	case raftpb.MsgTimeoutNow:
+		// The last step of a leadership transfer (TransferLeader): it
+		// makes this member campaign past the leader's lease, so only the
+		// leader this member knows, in its term, may send it.
+		if lead := g.Leader(); lead == 0 || m.GetFrom() != lead || m.GetTerm() != g.Term() {
+			return invalidf("%v from %d at term %d, the leader is %d at term %d", typ, m.GetFrom(), m.GetTerm(), lead, g.Term())
+		}
 	default:
-		// Local messages (raft's own), and leadership transfers, which
-		// this package never starts: MsgTimeoutNow would let a peer force
-		// an election past the leader's lease.
+		// Local messages (raft's own): a peer never sends them.
 		return invalidf("%v is never sent between members", typ)
 	}
 	if to := m.GetTo(); to != g.cfg.Node {

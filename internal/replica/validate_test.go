@@ -115,7 +115,8 @@ func TestStepRefusesInvalidMessages(t *testing.T) {
 		{"for another member", 2, msg(raftpb.MsgHeartbeat, 1, 3, term)},
 		{"local message", 2, msg(raftpb.MsgHup, 1, 2, 0)},
 		{"leadership transfer", 1, msg(raftpb.MsgTransferLeader, 2, 1, term)},
-		{"forced election", 2, msg(raftpb.MsgTimeoutNow, 1, 2, term)},
+		{"forced election by a follower", 2, msg(raftpb.MsgTimeoutNow, 3, 2, term)},
+		{"forced election at a later term", 2, msg(raftpb.MsgTimeoutNow, 1, 2, term+1)},
 		{"proposal to a group that does not forward", 1, func() *raftpb.Message {
 			m := msg(raftpb.MsgProp, 2, 1, 0)
 			m.Entries = []*raftpb.Entry{entry(0, 0, raftpb.EntryNormal, "envelope+payload")}
@@ -227,6 +228,31 @@ func TestPanicFailsOnlyItsGroup(t *testing.T) {
 	c.tick(3)
 	for id := uint64(1); id <= 2; id++ {
 		if got := c.applied[id]; !slices.Equal(got, []string{"first", "a", "boom", "b", "c"}) {
+			t.Fatalf("member %d applied %q", id, got)
+		}
+	}
+}
+
+// TestTransferLeader: the leader hands leadership to a member it names;
+// the member's election is forced by the leader's MsgTimeoutNow, which
+// Step accepts from the leader in its term only.
+func TestTransferLeader(t *testing.T) {
+	c, _ := electedCluster(t)
+	if err := c.members[1].TransferLeader(3); err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	for id := uint64(1); id <= 3; id++ {
+		if lead := c.members[id].Leader(); lead != 3 {
+			t.Fatalf("member %d sees leader %d after the transfer, want 3", id, lead)
+		}
+	}
+	if _, err := c.members[3].Propose([]byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	for id := uint64(1); id <= 3; id++ {
+		if got := c.applied[id]; len(got) == 0 || got[len(got)-1] != "after" {
 			t.Fatalf("member %d applied %q", id, got)
 		}
 	}

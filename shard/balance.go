@@ -1,0 +1,81 @@
+package shard
+
+// Leader balance. The placement spreads preferred leaders (a partition's
+// first replica) evenly over the nodes, and a group's preferred leader
+// campaigns first, so leadership starts balanced. A failure moves it: the
+// groups a dead node led elect leaders among the survivors (spread by the
+// namespace, see campaigner). When the preferred leader is live again,
+// the node leading in its place hands leadership back with raft's
+// leadership transfer — one group at a time per shard, so a returning
+// node is not flooded with catch-ups and elections at once, and a shard
+// never has more than one group refusing proposals mid-transfer.
+//
+// The triggers are events, not a periodic scan, so an idle shard with
+// thousands of quiesced groups does no work for balance: this node
+// becoming a group's leader, and node liveness reporting a peer alive
+// again.
+
+// transferTimeoutTicks bounds how long a shard waits for one transfer
+// before it moves on to the next group (raft itself abandons a transfer
+// after an election timeout).
+const transferTimeoutTicks = 30
+
+// preferred is the member of o's group that should lead it.
+func (s *Shard) preferred(o *owned) uint64 {
+	return preferredLeader(o.p.Namespace(), o.peers, o.placed)
+}
+
+// considerBalance queues o, which this node leads, for a transfer back to
+// its preferred leader when that is another node.
+func (s *Shard) considerBalance(o *owned) {
+	if o.grp == nil || o.balancing || s.preferred(o) == s.cfg.Replication.Node {
+		return
+	}
+	o.balancing = true
+	s.q.balance = append(s.q.balance, o)
+	s.wake(o) // the transfer needs ticks
+}
+
+// balanceStep runs on every raft tick: it watches the transfer under way
+// and, once it is done or timed out, starts the next one whose preferred
+// leader is live.
+func (s *Shard) balanceStep() {
+	if o := s.q.transfer; o != nil {
+		s.q.transferTicks++
+		if o.grp != nil && o.grp.IsLeader() && s.q.transferTicks < transferTimeoutTicks {
+			return
+		}
+		s.q.transfer, o.balancing = nil, false
+		if o.grp != nil && o.grp.IsLeader() && !s.q.down[s.preferred(o)] {
+			// Timed out, and liveness has not (yet) declared the
+			// preferred leader dead — it may be cut off for less than the
+			// liveness timeout: try again after the others. Once it is
+			// declared dead the group leaves the queue, and its return
+			// queues it again.
+			s.considerBalance(o)
+		}
+	}
+	for len(s.q.balance) > 0 {
+		o := s.q.balance[0]
+		s.q.balance[0] = nil
+		s.q.balance = s.q.balance[1:]
+		o.balancing = false
+		to := s.preferred(o)
+		if o.grp == nil || s.replicated[o.p.Namespace()] != o || !o.grp.IsLeader() || s.q.down[to] {
+			continue // gone, no longer led here, or its preferred leader is away
+		}
+		s.wake(o)
+		if err := o.grp.TransferLeader(to); err != nil {
+			s.failGroup(o, err)
+			continue
+		}
+		s.markReady(o)
+		o.balancing = true
+		s.q.transfer, s.q.transferTicks = o, 0
+		s.m.LeaderTransfers.Inc()
+		break
+	}
+	if len(s.q.balance) == 0 {
+		s.q.balance = nil
+	}
+}
