@@ -199,7 +199,7 @@ func (n *Node) ProduceAsync(ctx context.Context, t Topic, to Partitioning, msgs 
 	}
 	p := &PendingAck{n: n, reply: make(chan shard.Response, 1), topic: t, part: part, size: size}
 	p.f = shard.Frame{Req: req, Reply: p.reply}
-	p.sent = n.dispatch(ctx, p.f)
+	p.sent = n.first(ctx, p.f)
 	return p
 }
 

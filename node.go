@@ -346,7 +346,31 @@ func (n *Node) Partitions(ctx context.Context, t Topic) ([]PartitionInfo, error)
 func (n *Node) call(ctx context.Context, req *shard.Request, t Topic, part uint32) (shard.Response, error) {
 	reply := make(chan shard.Response, 1)
 	f := shard.Frame{Req: req, Reply: reply}
-	return n.await(ctx, f, reply, n.dispatch(ctx, f), t, part)
+	return n.await(ctx, f, reply, n.first(ctx, f), t, part)
+}
+
+// first makes a call's first attempt: a request for a partition this node
+// holds no replica of goes straight to a replica (await follows the "not
+// leader" answer it stands for), anything else to the local owner shard.
+// Retries go through the shard, whose answer for a partition held
+// elsewhere points at a live replica.
+func (n *Node) first(ctx context.Context, f shard.Frame) error {
+	if to := n.eng.ReplicaFor(f.Req.NS); to != 0 {
+		n.stampDeadline(ctx, f)
+		return &shard.NotLeaderError{Leader: to}
+	}
+	return n.dispatch(ctx, f)
+}
+
+// stampDeadline fixes the call's deadline at its first attempt.
+func (n *Node) stampDeadline(ctx context.Context, f shard.Frame) {
+	if f.Req.Deadline.IsZero() {
+		d := n.cfg.Clock.Now().Add(n.cfg.RequestTimeout)
+		if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
+			d = cd
+		}
+		f.Req.Deadline = d
+	}
 }
 
 // dispatch hands f to the owner shard of its namespace. A full inbox is
@@ -359,13 +383,7 @@ func (n *Node) dispatch(ctx context.Context, f shard.Frame) error {
 	// The call's deadline, fixed at its first attempt, travels with every
 	// attempt, so a frame parked behind a build that does not finish is
 	// answered by then (behaviour 17).
-	if f.Req.Deadline.IsZero() {
-		d := n.cfg.Clock.Now().Add(n.cfg.RequestTimeout)
-		if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
-			d = cd
-		}
-		f.Req.Deadline = d
-	}
+	n.stampDeadline(ctx, f)
 	owner, err := n.router.Send(f.Req.NS, f)
 	if err == nil {
 		return nil

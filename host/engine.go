@@ -449,6 +449,26 @@ func (e *Engine) CountSendFailure(req *shard.Request, err error) {
 	e.drops.Drop(req.Op.String(), reason)
 }
 
+// ReplicaFor returns where to send a request for ns when this node holds
+// no replica of it: the first replica, from the preferred leader on, that
+// node liveness holds alive (the preferred leader if none is). It returns
+// 0 on a single node, and for a partition held here or not known here.
+func (e *Engine) ReplicaFor(ns metadata.Namespace) uint64 {
+	if e.cl == nil {
+		return 0
+	}
+	info, ok := e.meta.Partition(ns)
+	if !ok || info.Holds(uint64(e.cl.cfg.ID)) {
+		return 0
+	}
+	for _, r := range info.Replicas {
+		if e.cl.live.alive(r) {
+			return r
+		}
+	}
+	return info.Replicas[0]
+}
+
 // Leader returns the node that leads ns's raft group as this node sees it
 // (0 while none is known).
 func (e *Engine) Leader(ctx context.Context, ns metadata.Namespace) (uint64, error) {

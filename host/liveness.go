@@ -53,6 +53,13 @@ func newLiveness(c *clusterNode) *liveness {
 	return l
 }
 
+// alive reports whether peer was heard from within the timeout (safe from
+// any goroutine: it reads only atomics).
+func (l *liveness) alive(peer uint64) bool {
+	h := l.heard[peer]
+	return h == nil || l.now.Load()-h.Load() <= l.timeout
+}
+
 // heardFrom records a sign of life from peer (any message it sent).
 func (l *liveness) heardFrom(peer uint64) {
 	if h := l.heard[peer]; h != nil {
