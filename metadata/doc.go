@@ -26,6 +26,14 @@
 // CreatedRevision, and that value alone separates it from the dead one.
 // Store.CreatedRevision and Store.Partition look it up in O(1).
 //
+// # Placement
+//
+// In a cluster (Config.Nodes) each partition is placed on its topic's
+// replication factor of nodes when it is created, and the choice is
+// recorded in PartitionInfo.Replicas, preferred leader first: a function
+// of the store's state only, so every replica records the same, and
+// balanced across the nodes (see placement.go).
+//
 // # Notifications
 //
 // Store.Subscribe hands out a wake channel of capacity 1 that receives a
