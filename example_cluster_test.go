@@ -40,3 +40,52 @@ func ExampleCluster() {
 	// acknowledged at offset 1
 	// acknowledged at offset 2
 }
+
+// Five nodes, a topic replicated three times: each partition lives on the
+// three nodes its metadata places it on, the preferred leader first, and
+// a produce through any node — one holding no replica included — reaches
+// the partition's group.
+func ExampleWithReplicas() {
+	net := parkway.NewNetwork(parkway.NetworkOptions{})
+	defer net.Close()
+	peers := []parkway.NodeID{1, 2, 3, 4, 5}
+	var nodes []*parkway.Node
+	for _, id := range peers {
+		n, err := parkway.Open(parkway.Config{Shards: 1,
+			Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
+		if err != nil {
+			panic(err)
+		}
+		defer n.Close()
+		nodes = append(nodes, n)
+	}
+	ctx := context.Background()
+	stream, _ := nodes[0].CreateStream(ctx, "s")
+	topic, err := nodes[0].CreateTopic(ctx, stream, "orders", 5, parkway.WithReplicas(3))
+	if err != nil {
+		panic(err)
+	}
+	parts, _ := nodes[0].Partitions(ctx, topic)
+	for _, p := range parts {
+		fmt.Println("partition", p.Partition, "on nodes", p.Replicas)
+	}
+	for i, n := range nodes {
+		ack, err := n.Produce(ctx, topic, parkway.PartitionID(0),
+			parkway.Message{Payload: fmt.Appendf(nil, "via node %d", i+1)})
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println("acknowledged at offset", ack.FirstOffset)
+	}
+	// Output:
+	// partition 0 on nodes [1 2 3]
+	// partition 1 on nodes [4 5 2]
+	// partition 2 on nodes [3 4 5]
+	// partition 3 on nodes [5 1 4]
+	// partition 4 on nodes [2 1 3]
+	// acknowledged at offset 0
+	// acknowledged at offset 1
+	// acknowledged at offset 2
+	// acknowledged at offset 3
+	// acknowledged at offset 4
+}
