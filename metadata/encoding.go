@@ -72,6 +72,7 @@ const (
 	cmdLeaveGroup
 	cmdHeartbeat
 	cmdCommitGroupOffsets
+	cmdAddNode
 )
 
 const (
@@ -182,6 +183,9 @@ func EncodeCommand(c Command) ([]byte, error) {
 			e.uvarint(uint64(o.Partition))
 			e.uvarint(o.Offset)
 		}
+	case AddNode:
+		e.header(cmdAddNode)
+		e.uvarint(c.Node)
 	}
 	if rev != 0 {
 		e.uvarint(rev)
@@ -189,7 +193,6 @@ func EncodeCommand(c Command) ([]byte, error) {
 	return e.b, nil
 }
 
-// commandRevision is the incarnation a command names (0: none).
 // commandReplicas is the replication factor a command's config carries.
 func commandReplicas(c Command) int {
 	switch c := c.(type) {
@@ -201,6 +204,7 @@ func commandReplicas(c Command) int {
 	return 0
 }
 
+// commandRevision is the incarnation a command names (0: none).
 func commandRevision(c Command) uint64 {
 	switch c := c.(type) {
 	case DeleteStream:
@@ -340,6 +344,8 @@ func DecodeCommand(b []byte) (Command, error) {
 			}
 		}
 		c = cg
+	case cmdAddNode:
+		c = AddNode{Node: d.uvarint()}
 	default:
 		d.failAt(0, "unknown command type "+strconv.Itoa(int(typ)))
 	}

@@ -18,6 +18,8 @@ func allCommands() []Command {
 	return []Command{
 		CreateStream{Name: "orders"},
 		CreateStream{Name: ""},
+		AddNode{Node: 4},
+		AddNode{Node: math.MaxUint64},
 		CreateStream{Name: "a\xffb\x00\n"},
 		CreateStream{Name: strings.Repeat("é", 300)},
 		DeleteStream{Stream: 0},
@@ -75,8 +77,8 @@ func TestCommandRoundTrip(t *testing.T) {
 			t.Errorf("pointer to %#v encodes as %x, %v; value as %x", c, pb, err, b)
 		}
 	}
-	if len(types) != 14 {
-		t.Errorf("round trip covers %d command types, want all 14: %v", len(types), types)
+	if len(types) != 15 {
+		t.Errorf("round trip covers %d command types, want all 15: %v", len(types), types)
 	}
 	for _, bad := range []Command{nil, (*CreateTopic)(nil), foreignCommand{}} {
 		if _, err := EncodeCommand(bad); !errors.Is(err, ErrUnknownCommand) {
@@ -126,7 +128,7 @@ func TestDecodeCommandRejectsGarbage(t *testing.T) {
 		{"empty", nil, 0},
 		{"type only", []byte{1}, 1},
 		{"type zero", []byte{0, 1}, 0},
-		{"unknown type", []byte{15, 1}, 0},
+		{"unknown type", []byte{16, 1}, 0},
 		{"unknown version", []byte{1, 2, 0}, 1},
 		{"version zero", []byte{2, 0, 0}, 1},
 		{"missing field", []byte{2, 1}, 2},

@@ -175,3 +175,40 @@ func (s *Store) Nodes() []uint64 {
 func (p PartitionInfo) Holds(node uint64) bool {
 	return len(p.Replicas) == 0 || slices.Contains(p.Replicas, node)
 }
+
+// AddNode adds a node to the cluster: partitions created from now on are
+// placed over it too. Partitions that exist stay where they are. In a
+// replicated metadata group the command travels inside the raft
+// configuration change that makes the node a member of the group, so the
+// store's nodes and the group's voters change at the same log index.
+type AddNode struct {
+	Node uint64
+}
+
+func (AddNode) isCommand() {}
+
+// ErrNodeExists reports an AddNode of a node the cluster has, and
+// ErrInvalidNode a node id AddNode refuses (0, or a store without nodes:
+// a single node does not grow).
+var (
+	ErrNodeExists  = errors.New("parkway: node is already a member")
+	ErrInvalidNode = errors.New("parkway: invalid node")
+)
+
+func (s *Store) addNode(c AddNode) (Result, bool, error) {
+	switch {
+	case c.Node == 0:
+		return Result{}, false, fmt.Errorf("%w: node id 0", ErrInvalidNode)
+	case len(s.place.nodes) == 0:
+		return Result{}, false, fmt.Errorf("%w: node %d: a single node's metadata has no nodes to add to", ErrInvalidNode, c.Node)
+	case slices.Contains(s.place.nodes, c.Node):
+		return Result{}, false, fmt.Errorf("%w: %d", ErrNodeExists, c.Node)
+	case len(s.place.nodes) >= MaxNodes:
+		return Result{}, false, fmt.Errorf("%w: node %d: the cluster has %d nodes already", ErrInvalidNode, c.Node, MaxNodes)
+	}
+	nodes := append(slices.Clone(s.place.nodes), c.Node)
+	slices.Sort(nodes)
+	s.place.nodes = nodes
+	s.revision++
+	return Result{Revision: s.revision}, false, nil
+}

@@ -199,3 +199,47 @@ func TestRestoreRejectsBadReplicas(t *testing.T) {
 		}
 	}
 }
+
+// AddNode grows the node set: partitions created after it are placed over
+// the new node too, the ones before stay; the nodes survive a snapshot.
+func TestAddNode(t *testing.T) {
+	s := clusterStore(t, 1, 2, 3)
+	before := mustApply(t, s, CreateTopic{Stream: 0, Name: "before", Partitions: 6})
+	for _, c := range []AddNode{{Node: 0}, {Node: 2}} {
+		if _, err := s.Apply(c); err == nil {
+			t.Errorf("%+v accepted", c)
+		}
+	}
+	if _, err := s.Apply(AddNode{Node: 2}); !errors.Is(err, ErrNodeExists) {
+		t.Errorf("AddNode of a member: %v, want ErrNodeExists", err)
+	}
+	res := mustApply(t, s, AddNode{Node: 4})
+	if res.Revision != s.Revision() || !reflect.DeepEqual(s.Nodes(), []uint64{1, 2, 3, 4}) {
+		t.Fatalf("after AddNode: revision %d/%d, nodes %v", res.Revision, s.Revision(), s.Nodes())
+	}
+	for _, p := range before.Created {
+		got, _ := s.Partition(p.NS)
+		if !reflect.DeepEqual(got.Replicas, p.Replicas) {
+			t.Errorf("partition %v moved: %v -> %v", p.NS, p.Replicas, got.Replicas)
+		}
+	}
+	after := mustApply(t, s, CreateTopic{Stream: 0, Name: "after", Partitions: 6})
+	on4 := 0
+	for _, p := range after.Created {
+		if slices.Contains(p.Replicas, 4) {
+			on4++
+		}
+	}
+	// The new node holds nothing yet: it takes replicas first.
+	if on4 != 6 {
+		t.Errorf("the new node holds %d of the 6 new partitions, want all 6", on4)
+	}
+	restored := roundTrip(t, s, Config{Shards: 3, Assign: testAssign, Nodes: []uint64{1, 2, 3}})
+	if !reflect.DeepEqual(restored.Nodes(), []uint64{1, 2, 3, 4}) {
+		t.Errorf("restored nodes %v", restored.Nodes())
+	}
+	single := newTestStore(t)
+	if _, err := single.Apply(AddNode{Node: 2}); !errors.Is(err, ErrInvalidNode) {
+		t.Errorf("AddNode on a single node: %v, want ErrInvalidNode", err)
+	}
+}

@@ -161,8 +161,8 @@ func NewStore(cfg Config) (*Store, error) {
 // CreateStream shapes no partition and wakes no one.
 //
 // The consumer group commands (CreateGroup, DeleteGroup, JoinGroup,
-// LeaveGroup, Heartbeat, CommitGroupOffsets) bump the revision too and
-// wake no one: they shape no partition.
+// LeaveGroup, Heartbeat, CommitGroupOffsets) and AddNode bump the revision
+// too and wake no one: they shape no partition.
 func (s *Store) Apply(cmd Command) (Result, error) {
 	cmd, ok := deref(cmd)
 	if !ok {
@@ -200,7 +200,8 @@ func deref(cmd Command) (Command, bool) {
 	switch c := cmd.(type) {
 	case CreateStream, DeleteStream, CreateTopic, DeleteTopic,
 		CreatePartitions, DeletePartitions, PurgeTopic, SetTopicConfig,
-		CreateGroup, DeleteGroup, JoinGroup, LeaveGroup, Heartbeat, CommitGroupOffsets:
+		CreateGroup, DeleteGroup, JoinGroup, LeaveGroup, Heartbeat, CommitGroupOffsets,
+		AddNode:
 		return c, true
 	case *CreateGroup:
 		if c != nil {
@@ -222,6 +223,11 @@ func deref(cmd Command) (Command, bool) {
 		if c != nil {
 			return *c, true
 		}
+	case *AddNode:
+		if c == nil {
+			return nil, false
+		}
+		return *c, true
 	case *CommitGroupOffsets:
 		if c != nil {
 			return *c, true
@@ -293,6 +299,8 @@ func (s *Store) apply(cmd Command) (res Result, wake bool, err error) {
 		return s.leaveGroup(c)
 	case Heartbeat:
 		return s.heartbeat(c)
+	case AddNode:
+		return s.addNode(c)
 	case CommitGroupOffsets:
 		return s.commitGroupOffsets(c)
 	}
