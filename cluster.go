@@ -27,15 +27,33 @@ type NetworkOptions = transport.NetworkOptions
 // NewNetwork returns an in-memory network.
 func NewNetwork(opts NetworkOptions) *Network { return transport.NewNetwork(opts) }
 
-// Cluster makes a Node one replica of a cluster with static membership:
-// every node holds every partition, each partition is its own raft group
-// driven by its owner shard, and the metadata is one more raft group.
-// Fields: ID (this node) and Peers (every node, this one included), Bus
+// Cluster makes a Node a member of a cluster: each partition is a raft
+// group on the nodes its topic's replication factor places it on (see
+// WithReplicas), driven by its owner shard, and the metadata is one more
+// raft group on every node. Fields: ID (this node) and Peers (the
+// founding members, this one included; for a node that joins, the nodes
+// it reaches first), Join (join a running cluster: see Node.AddNode), Bus
 // (this node's endpoint; the Node closes it), TickInterval (the raft
 // tick, default 10 ms: leaders are elected within 10–20 ticks),
 // CompactEntries and CompactBytes (each partition's raft log bound; see
 // shard.Replication, defaults 4,096 entries and 16 MiB).
 type Cluster = host.Cluster
+
+// AddNode adds a node to the cluster at runtime. The node must be running
+// (Open with Cluster.Join, its own ID, and Peers naming it and nodes it
+// can reach) and reachable through this node's bus. It becomes a member
+// of the metadata raft group — one membership change at a time — and
+// receives the cluster's metadata; topics and partitions created from
+// then on are placed over it too. Existing partitions keep their
+// replicas: moving them onto a new node, and removing a node, are not
+// supported yet. AddNode returns once this node applied the change;
+// adding a member again is a no-op.
+func (n *Node) AddNode(ctx context.Context, id NodeID) error {
+	if err := n.begin(ctx); err != nil {
+		return err
+	}
+	return publicError(n.eng.AddNode(ctx, uint64(id)))
+}
 
 // awaitMetadata runs f, and in a cluster retries it while it reports a
 // partition as missing: this node's metadata may lag the commit that

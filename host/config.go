@@ -111,9 +111,18 @@ type Config struct {
 // raft group driven by its owner shard, and the metadata is one more raft
 // group driven by the engine.
 type Cluster struct {
-	// ID is this node; Peers lists every node, this one included.
+	// ID is this node; Peers lists every node, this one included. For a
+	// node that founds the cluster, Peers are the founding members (the
+	// same list on each); for one that joins, the nodes it can reach
+	// first, itself included.
 	ID    transport.NodeID
 	Peers []transport.NodeID
+	// Join makes this node join a running cluster instead of founding
+	// one: it starts with an empty metadata member and waits until a
+	// member adds it (Engine.AddNode), then receives the cluster's
+	// metadata from the metadata leader. A node restarted on a data
+	// directory rejoins as the member it became, Join or not.
+	Join bool
 	// Bus is this node's endpoint on the transport; the engine closes it.
 	Bus transport.Bus
 	// TickInterval is the raft tick (default shard.DefaultTickInterval).

@@ -2,6 +2,8 @@ package host
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -32,9 +34,10 @@ type liveness struct {
 	timeout int64 // ticks without a message after which a peer is dead
 	now     atomic.Int64
 	// heard maps each peer to the tick it was last heard at. The map is
-	// built once and only read after; its values are written by the
-	// transport's receiver and read by the driver.
-	heard map[uint64]*atomic.Int64
+	// copied on write (the driver adds the nodes that join) and read
+	// without a lock; its values are written by the transport's receiver
+	// and read by the driver.
+	heard atomic.Pointer[peerClocks]
 	// dead is the driver's view: peers declared dead (driver-owned).
 	dead map[uint64]bool
 }
@@ -43,26 +46,66 @@ func newLiveness(c *clusterNode) *liveness {
 	tick := c.cfg.TickInterval
 	every := max(int64(c.cfg.LivenessInterval/tick), 1)
 	timeout := max(int64(c.cfg.LivenessTimeout/tick), every+1)
-	l := &liveness{c: c, every: every, timeout: timeout,
-		heard: make(map[uint64]*atomic.Int64), dead: make(map[uint64]bool)}
+	l := &liveness{c: c, every: every, timeout: timeout, dead: make(map[uint64]bool)}
+	heard := &peerClocks{at: make(map[uint64]*atomic.Int64)}
 	for _, p := range c.peers {
 		if p != uint64(c.cfg.ID) {
-			l.heard[p] = new(atomic.Int64)
+			heard.add(p, 0)
 		}
 	}
+	l.heard.Store(heard)
 	return l
+}
+
+// peerClocks is when each peer was last heard from, and the peers in
+// ascending order (so ticks report them in an order a simulator's seed
+// decides).
+type peerClocks struct {
+	ids []uint64
+	at  map[uint64]*atomic.Int64
+}
+
+func (p *peerClocks) add(id uint64, now int64) {
+	h := new(atomic.Int64)
+	h.Store(now)
+	p.at[id] = h
+	p.ids = append(p.ids, id)
+	slices.Sort(p.ids)
+}
+
+// join starts tracking the nodes the metadata added since the last tick
+// (they count as heard from now).
+func (l *liveness) join() {
+	m := l.c.e.meta
+	if m == nil {
+		return
+	}
+	heard := l.heard.Load()
+	var grown *peerClocks
+	for _, p := range m.Nodes() {
+		if _, ok := heard.at[p]; ok || p == uint64(l.c.cfg.ID) {
+			continue
+		}
+		if grown == nil {
+			grown = &peerClocks{ids: slices.Clone(heard.ids), at: maps.Clone(heard.at)}
+		}
+		grown.add(p, l.now.Load())
+	}
+	if grown != nil {
+		l.heard.Store(grown)
+	}
 }
 
 // alive reports whether peer was heard from within the timeout (safe from
 // any goroutine: it reads only atomics).
 func (l *liveness) alive(peer uint64) bool {
-	h := l.heard[peer]
+	h := l.heard.Load().at[peer]
 	return h == nil || l.now.Load()-h.Load() <= l.timeout
 }
 
 // heardFrom records a sign of life from peer (any message it sent).
 func (l *liveness) heardFrom(peer uint64) {
-	if h := l.heard[peer]; h != nil {
+	if h := l.heard.Load().at[peer]; h != nil {
 		h.Store(l.now.Load())
 	}
 }
@@ -73,11 +116,12 @@ func (l *liveness) heardFrom(peer uint64) {
 func (l *liveness) tick(ctx context.Context) {
 	now := l.now.Add(1)
 	beat := now%l.every == 0
-	for _, p := range l.c.peers {
-		h := l.heard[p]
-		if h == nil {
-			continue // this node
-		}
+	if beat {
+		l.join()
+	}
+	heard := l.heard.Load()
+	for _, p := range heard.ids {
+		h := heard.at[p]
 		if beat {
 			_ = l.c.send(p, KindLiveness, 0, nil)
 		}

@@ -72,6 +72,11 @@ type metaGroup struct {
 	seq      atomic.Uint64
 
 	served []served // manual engines: forwarded requests awaiting answers
+
+	// snapshotNow forces the next compaction: a node was added, and a
+	// joining member takes only a snapshot whose voters include it, so
+	// the one the leader sends it must be taken after the change.
+	snapshotNow bool
 }
 
 type readWait struct {
@@ -82,6 +87,9 @@ type readWait struct {
 type metaOp struct {
 	data  []byte
 	reply chan MetadataResult
+	// addNode, if not 0, makes the op a membership change: data is the
+	// encoded AddNode command it carries.
+	addNode uint64
 }
 
 // errResultForgotten answers a duplicate of a command older than the
@@ -137,11 +145,18 @@ func openMetaGroup(c *clusterNode, disk *replica.Disk, mcfg metadata.Config) (*m
 // restored from the log's snapshot).
 func (c *clusterNode) metaGroupConfig(disk *replica.Disk, applied uint64) replica.Config {
 	every := uint64(c.e.cfg.MetadataSnapshotEvery)
+	// The founding members' initial snapshot holds the founding node set:
+	// a member that joins later, sent that snapshot, places the partitions
+	// of the commands that follow it as the founders did.
+	var initial []byte
+	if store, err := metadata.NewStore(c.metaStoreConfig); err == nil {
+		initial, _ = metadata.EncodeGroupSnapshot(nil, store.Export())
+	}
 	// The log keeps as many commands behind a snapshot as between two, so
 	// a node that lags by less than that catches up without one.
 	return replica.Config{Group: uint64(metadata.MetadataNamespace), Node: uint64(c.cfg.ID),
 		Peers: c.peers, Logger: c.e.cfg.Logger, ForwardProposals: true, Disk: disk, CatchUpEntries: every,
-		Applied: applied,
+		Applied: applied, Dynamic: true, Join: c.cfg.Join, InitialData: initial,
 		// A snapshot a peer sends is refused before raft sees it unless
 		// it decodes as a metadata group snapshot.
 		CheckSnapshot: func(data []byte) error {
@@ -332,9 +347,13 @@ func (m *metaGroup) reopen() error {
 // is exactly the state at the applied index.
 func (m *metaGroup) compact() {
 	g := m.g
-	if !m.policy.Due(g, 0) {
+	if !m.snapshotNow && !m.policy.Due(g, 0) {
 		return
 	}
+	if g.Applied() <= g.SnapshotIndex() {
+		return
+	}
+	m.snapshotNow = false
 	data, err := metadata.EncodeGroupSnapshot(m.keys(), m.store.Export())
 	if err == nil {
 		err = g.Compact(g.Applied(), data)
@@ -385,7 +404,9 @@ func (c *clusterNode) runMetadata(ctx context.Context) {
 			m.readIndex[m.readSeq] = reply
 			m.g.ReadIndex(binary.LittleEndian.AppendUint64(nil, m.readSeq))
 		case op := <-m.props:
-			if err := m.propose(op.data, op.reply); err != nil {
+			if op.addNode != 0 {
+				op.reply <- MetadataResult{Err: m.proposeAddNode(op.addNode, op.data)}
+			} else if err := m.propose(op.data, op.reply); err != nil {
 				op.reply <- MetadataResult{Err: err}
 			}
 		case msg := <-m.in:
@@ -660,6 +681,29 @@ func (m *metaGroup) Apply(index, id uint64, payload []byte) error {
 	if ch, ok := m.pending[id]; ok {
 		delete(m.pending, id)
 		ch <- r
+	}
+	return nil
+}
+
+// ConfChanged implements replica.ConfChanger: a membership change of the
+// metadata group carries the AddNode command that records the node in
+// the store, applied at the change's index like any command.
+func (m *metaGroup) ConfChanged(index uint64, add bool, node uint64, ctx []byte) error {
+	if !add || len(ctx) == 0 {
+		return nil
+	}
+	m.snapshotNow = true
+	return m.Apply(index, 0, ctx)
+}
+
+// proposeAddNode proposes the membership change that adds node to the
+// metadata group, carrying the AddNode command data.
+func (m *metaGroup) proposeAddNode(node uint64, data []byte) error {
+	if err := m.unavailable(); err != nil {
+		return err
+	}
+	if err := m.g.ProposeConfChange(true, node, data); err != nil {
+		return fmt.Errorf("%w: %w", shard.ErrRetry, err)
 	}
 	return nil
 }

@@ -231,7 +231,7 @@ func (d *Disk) replayEntries(ents []*raftpb.Entry) error {
 		return err
 	}
 	// Entries a Group cannot apply would fail it on every restart.
-	if err := checkEntryKinds(ents); err != nil {
+	if err := checkEntryKinds(ents, true); err != nil {
 		return err
 	}
 	n := len(d.rec.Entries)

@@ -46,11 +46,24 @@ type Config struct {
 	// Group identifies the group (a partition's namespace, or the metadata
 	// group); it only labels logs here.
 	Group uint64
-	// Node is this node's raft id (non-zero); Peers lists every voter,
-	// this node included. Membership is static for now; ConfChange entries
-	// are applied as raft commits them, which leaves room for changes.
+	// Node is this node's raft id (non-zero); Peers lists every voter of
+	// a new group, this node included (ProposeConfChange changes them).
 	Node  uint64
 	Peers []uint64
+	// Dynamic lets the membership change (ProposeConfChange): a message
+	// is taken from any voter of the current configuration as well as
+	// from Peers, membership changes travel in appends, and a snapshot's
+	// voters need not be among Peers.
+	Dynamic bool
+	// Join starts a member that joins a running group: with nothing on
+	// its Disk it starts empty — no initial snapshot, not a voter — and
+	// waits for the leader, once a configuration change added it, to send
+	// it the group's state as a snapshot.
+	Join bool
+	// InitialData is the state machine's state in a new group's initial
+	// snapshot (the one every founding member starts from): what a member
+	// that joins later is sent when the log was never compacted.
+	InitialData []byte
 	// ElectionTicks and HeartbeatTicks are in Tick calls (defaults 10
 	// and 1, raft's conventional ratio).
 	ElectionTicks, HeartbeatTicks int
@@ -199,7 +212,7 @@ func New(cfg Config) (g *Group, err error) {
 		// OpenDisk checked the records against each other; what is left
 		// needs the group's members.
 		if rec.Snapshot != nil {
-			if err := checkConfState(rec.Snapshot.GetMetadata().GetConfState(), cfg.Peers); err != nil {
+			if err := checkConfState(rec.Snapshot.GetMetadata().GetConfState(), g.staticPeers()); err != nil {
 				return nil, g.disk.corrupt(g.disk.snapOff, err)
 			}
 		}
@@ -212,12 +225,19 @@ func New(cfg Config) (g *Group, err error) {
 			g, err = nil, fmt.Errorf("%w: group %d: raft refused the recovered state: %v", ErrCorruptLog, cfg.Group, r)
 		}
 	}()
+	if rec.empty() && cfg.Join {
+		g.cs = &raftpb.ConfState{}
+		if err := g.start(storage); err != nil {
+			return nil, err
+		}
+		return g, nil
+	}
 	if rec.empty() {
 		rec = Recovered{
 			Snapshot: &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{
 				Index: new(uint64(1)), Term: new(uint64(1)),
 				ConfState: &raftpb.ConfState{Voters: slices.Clone(cfg.Peers)},
-			}},
+			}, Data: cfg.InitialData},
 			HardState: &raftpb.HardState{Term: new(uint64(1)), Commit: new(uint64(1))},
 		}
 		if g.disk != nil {
@@ -261,6 +281,23 @@ func New(cfg Config) (g *Group, err error) {
 		g.applied = cfg.Applied
 	}
 	g.cs = rec.Snapshot.GetMetadata().GetConfState()
+	// Configuration changes after the snapshot are in the entries: the
+	// voters as of the log's end are what messages are checked against
+	// (raft itself applies them as they are applied).
+	for _, e := range rec.Entries {
+		if cs := confAfter(g.cs, e); cs != nil {
+			g.cs = cs
+		}
+	}
+	if err := g.start(storage); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// start builds the raft node over storage.
+func (g *Group) start(storage *raft.MemoryStorage) error {
+	cfg := g.cfg
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:                        cfg.Node,
 		ElectionTick:              cfg.ElectionTicks,
@@ -278,10 +315,79 @@ func New(cfg Config) (g *Group, err error) {
 		Logger:      raftLogger{cfg.Logger.Named("raft")},
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	g.rn = rn
-	return g, nil
+	return nil
+}
+
+// confAfter is the configuration after entry e on top of cs, or nil when
+// e changes nothing. Only adding and removing voters is ever proposed.
+func confAfter(cs *raftpb.ConfState, e *raftpb.Entry) *raftpb.ConfState {
+	if e.GetType() != raftpb.EntryConfChange {
+		return nil
+	}
+	var cc raftpb.ConfChange
+	if proto.Unmarshal(e.GetData(), &cc) != nil {
+		return nil
+	}
+	voters := slices.Clone(cs.GetVoters())
+	switch id := cc.GetNodeId(); cc.GetType() {
+	case raftpb.ConfChangeAddNode:
+		if !slices.Contains(voters, id) {
+			voters = append(voters, id)
+		}
+	case raftpb.ConfChangeRemoveNode:
+		voters = slices.DeleteFunc(voters, func(v uint64) bool { return v == id })
+	default:
+		return nil
+	}
+	return &raftpb.ConfState{Voters: voters}
+}
+
+// ProposeConfChange proposes a change of the group's voters (a Dynamic
+// group only): adding or removing one member, with ctx carried to every
+// member's ConfChanger. raft takes one change at a time: a proposal while
+// another is not yet applied is dropped (ErrProposalDropped), and the
+// caller tries again. A follower forwards it to the leader.
+func (g *Group) ProposeConfChange(add bool, node uint64, ctx []byte) (err error) {
+	if g.failed != nil {
+		return g.failed
+	}
+	if !g.cfg.Dynamic {
+		return fmt.Errorf("parkway: raft group %d has a static membership", g.cfg.Group)
+	}
+	if node == 0 {
+		return fmt.Errorf("parkway: raft group %d: configuration change of node 0", g.cfg.Group)
+	}
+	defer g.guard(&err)
+	if g.Leader() == 0 {
+		return ErrNoLeader
+	}
+	typ := raftpb.ConfChangeRemoveNode
+	if add {
+		typ = raftpb.ConfChangeAddNode
+	}
+	return g.rn.ProposeConfChange(&raftpb.ConfChange{Type: typ.Enum(), NodeId: new(node), Context: ctx})
+}
+
+// staticPeers is what a snapshot's voters must be among: Peers, or
+// anything in a Dynamic group, whose voters change.
+func (g *Group) staticPeers() []uint64 {
+	if g.cfg.Dynamic {
+		return nil
+	}
+	return g.cfg.Peers
+}
+
+// Voters are the group's voters as this member last applied them.
+func (g *Group) Voters() []uint64 { return slices.Clone(g.cs.GetVoters()) }
+
+// ConfChanger is an optional Handler method: it is called when a change of
+// the group's voters is applied, at its index, with the context the
+// proposer gave it, after raft applied it.
+type ConfChanger interface {
+	ConfChanged(index uint64, add bool, node uint64, ctx []byte) error
 }
 
 // Snapshot returns the index and data of the member's latest snapshot:
@@ -575,6 +681,11 @@ func (g *Group) handle(h Handler, rd raft.Ready) error {
 				return err
 			}
 			g.cs = g.rn.ApplyConfChange(&cc)
+			if c, ok := h.(ConfChanger); ok {
+				if err := c.ConfChanged(e.GetIndex(), cc.GetType() == raftpb.ConfChangeAddNode, cc.GetNodeId(), cc.GetContext()); err != nil {
+					return err
+				}
+			}
 		case raftpb.EntryConfChangeV2:
 			var cc raftpb.ConfChangeV2
 			if err := proto.Unmarshal(e.GetData(), &cc); err != nil {

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // Input validation. etcd raft trusts its input: a message or a recovered
@@ -113,13 +114,22 @@ func checkEntries(ents []*raftpb.Entry, prevIndex, prevTerm uint64) error {
 	return nil
 }
 
-// checkEntryKinds refuses entries this package never writes: membership
-// changes (membership is static; a change would need its own validation)
-// and normal entries too short for the proposal envelope.
-func checkEntryKinds(ents []*raftpb.Entry) error {
+// checkEntryKinds refuses entries this package never writes: normal
+// entries too short for the proposal envelope, and membership changes
+// other than adding or removing one voter — any membership change unless
+// conf (a Dynamic group, or a log read back, whose group checks it again).
+func checkEntryKinds(ents []*raftpb.Entry, conf bool) error {
 	var size uint64
 	for _, e := range ents {
-		if t := e.GetType(); t != raftpb.EntryNormal {
+		if t := e.GetType(); t == raftpb.EntryConfChange && conf {
+			if err := checkConfChange(e.GetData()); err != nil {
+				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
+			}
+			if size += uint64(len(e.GetData())); size > maxEntryBytes {
+				return fmt.Errorf("entries exceed %d bytes", maxEntryBytes)
+			}
+			continue
+		} else if t != raftpb.EntryNormal {
 			return fmt.Errorf("entry %d is a %v", e.GetIndex(), t)
 		}
 		if n := len(e.GetData()); n > 0 && n < envelopeSize {
@@ -130,6 +140,33 @@ func checkEntryKinds(ents []*raftpb.Entry) error {
 		}
 	}
 	return nil
+}
+
+// checkConfChange refuses a membership change this package never
+// proposes: anything but adding or removing one non-zero voter.
+func checkConfChange(data []byte) error {
+	var cc raftpb.ConfChange
+	if err := proto.Unmarshal(data, &cc); err != nil {
+		return fmt.Errorf("membership change: %w", err)
+	}
+	if len(cc.ProtoReflect().GetUnknown()) != 0 {
+		return errors.New("membership change has unknown fields")
+	}
+	switch cc.GetType() {
+	case raftpb.ConfChangeAddNode, raftpb.ConfChangeRemoveNode:
+	default:
+		return fmt.Errorf("membership change of type %v", cc.GetType())
+	}
+	if cc.GetNodeId() == 0 {
+		return errors.New("membership change of node 0")
+	}
+	return nil
+}
+
+// member reports whether from may send this member raft messages: one of
+// Peers, or — in a Dynamic group — a voter of the current configuration.
+func (g *Group) member(from uint64) bool {
+	return slices.Contains(g.cfg.Peers, from) || (g.cfg.Dynamic && slices.Contains(g.cs.GetVoters(), from))
 }
 
 // checkMessage refuses a message no correct member of the group sends to
@@ -162,7 +199,7 @@ func (g *Group) checkMessage(m *raftpb.Message) error {
 	if to := m.GetTo(); to != g.cfg.Node {
 		return invalidf("%v addressed to %d, this member is %d", typ, to, g.cfg.Node)
 	}
-	if from := m.GetFrom(); from == g.cfg.Node || !slices.Contains(g.cfg.Peers, from) {
+	if from := m.GetFrom(); from == g.cfg.Node || !g.member(from) {
 		return invalidf("%v from %d, not another member", typ, from)
 	}
 	term := m.GetTerm()
@@ -197,14 +234,14 @@ func (g *Group) checkMessage(m *raftpb.Message) error {
 		if n := len(ents); n > 0 && ents[n-1].GetTerm() > term {
 			return invalidf("%v at term %d carries an entry of term %d", typ, term, ents[n-1].GetTerm())
 		}
-		if err := checkEntryKinds(ents); err != nil {
+		if err := checkEntryKinds(ents, g.cfg.Dynamic); err != nil {
 			return invalidf("%v: %v", typ, err)
 		}
 	case raftpb.MsgProp:
 		if len(ents) == 0 {
 			return invalidf("%v without entries", typ)
 		}
-		if err := checkEntryKinds(ents); err != nil {
+		if err := checkEntryKinds(ents, g.cfg.Dynamic); err != nil {
 			return invalidf("%v: %v", typ, err)
 		}
 		for _, e := range ents {
@@ -231,7 +268,7 @@ func (g *Group) checkMessage(m *raftpb.Message) error {
 		if s == nil {
 			return invalidf("%v without a snapshot", typ)
 		}
-		if err := checkSnapshotMeta(s, g.cfg.Peers); err != nil {
+		if err := checkSnapshotMeta(s, g.staticPeers()); err != nil {
 			return invalidf("%v: %v", typ, err)
 		}
 		if st := s.GetMetadata().GetTerm(); st > term {
