@@ -1,0 +1,178 @@
+// Command membership grows a running cluster: three parkway nodes in one
+// process over the in-memory network, each on its own temporary data
+// directory, hold a topic and keep taking produces while a fourth node
+// starts with Cluster.Join and is added through a member (Node.AddNode).
+// The new node learns the cluster's metadata, a topic created afterwards
+// is placed over four nodes (replication factor 3), and every node — the
+// new one included — serves both topics.
+//
+//	go run ./examples/membership
+//
+// It prints what it did and exits non-zero if an acknowledged message is
+// missing or a step fails. Removing a node, and moving existing
+// partitions onto a new one, are not supported yet.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/parkway-io/parkway"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "membership: FAIL:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	net := parkway.NewNetwork(parkway.NetworkOptions{})
+	defer net.Close()
+	founders := []parkway.NodeID{1, 2, 3}
+	nodes := map[parkway.NodeID]*parkway.Node{}
+	var dirs []string
+	defer func() {
+		for _, n := range nodes {
+			n.Close()
+		}
+		for _, dir := range dirs {
+			os.RemoveAll(dir)
+		}
+	}()
+	open := func(id parkway.NodeID, peers []parkway.NodeID, join bool) error {
+		dir, err := os.MkdirTemp("", fmt.Sprintf("parkway-membership-node%d-", id))
+		if err != nil {
+			return err
+		}
+		n, err := parkway.Open(parkway.Config{Shards: 2, DataDir: dir,
+			Cluster: &parkway.Cluster{ID: id, Peers: peers, Join: join, Bus: net.Endpoint(id)}})
+		if err != nil {
+			os.RemoveAll(dir)
+			return err
+		}
+		nodes[id] = n
+		dirs = append(dirs, dir)
+		return nil
+	}
+	for _, id := range founders {
+		if err := open(id, founders, false); err != nil {
+			return err
+		}
+	}
+	stream, err := nodes[1].CreateStream(ctx, "shop")
+	if err != nil {
+		return err
+	}
+	orders, err := nodes[1].CreateTopic(ctx, stream, "orders", 3)
+	if err != nil {
+		return err
+	}
+	fmt.Println("3 founding nodes; topic orders on", placements(ctx, nodes[1], orders))
+
+	// Produces keep flowing while the fourth node joins.
+	var (
+		mu    sync.Mutex
+		acked []string
+		stop  = make(chan struct{})
+		done  = make(chan error, 1)
+	)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			p := fmt.Sprint("order-", i)
+			via := founders[i%len(founders)]
+			if _, err := nodes[via].Produce(ctx, orders, parkway.PartitionID(0), parkway.Message{Payload: []byte(p)}); err != nil {
+				done <- fmt.Errorf("produce %s through node %d: %w", p, via, err)
+				return
+			}
+			mu.Lock()
+			acked = append(acked, p)
+			mu.Unlock()
+		}
+	}()
+
+	if err := open(4, []parkway.NodeID{1, 2, 3, 4}, true); err != nil {
+		return err
+	}
+	if err := nodes[2].AddNode(ctx, 4); err != nil {
+		return fmt.Errorf("add node 4: %w", err)
+	}
+	fmt.Println("node 4 added through node 2")
+	for {
+		if _, err := nodes[4].Topic(ctx, stream, "orders"); err == nil {
+			break
+		} else if !errors.Is(err, parkway.ErrTopicNotFound) && !errors.Is(err, parkway.ErrStreamNotFound) {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	fmt.Println("node 4 knows topic orders, created before it joined")
+
+	payments, err := nodes[4].CreateTopic(ctx, stream, "payments", 4, parkway.WithReplicas(3))
+	if err != nil {
+		return err
+	}
+	fmt.Println("topic payments, created after the join, on", placements(ctx, nodes[4], payments))
+	for _, id := range []parkway.NodeID{1, 2, 3, 4} {
+		for p := range uint32(4) {
+			if _, err := nodes[id].Produce(ctx, payments, parkway.PartitionID(p), parkway.Message{Payload: []byte("paid")}); err != nil {
+				return fmt.Errorf("produce to payments/%d through node %d: %w", p, id, err)
+			}
+		}
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		return err
+	}
+	mu.Lock()
+	want := slices.Clone(acked)
+	mu.Unlock()
+	for _, id := range []parkway.NodeID{1, 2, 3, 4} {
+		b, err := nodes[id].Poll(ctx, orders, 0, parkway.AtOffset(0), len(want)+10)
+		if err != nil {
+			return fmt.Errorf("poll orders through node %d: %w", id, err)
+		}
+		var got []string
+		for _, m := range b.Messages {
+			got = append(got, string(m.Payload))
+		}
+		if !slices.Equal(got, want) {
+			return fmt.Errorf("orders through node %d: %d messages, want the %d acknowledged", id, len(got), len(want))
+		}
+		for p := range uint32(4) {
+			b, err := nodes[id].Poll(ctx, payments, p, parkway.AtOffset(0), 10)
+			if err != nil || len(b.Messages) != 4 {
+				return fmt.Errorf("payments/%d through node %d: %d messages, %v", p, id, len(b.Messages), err)
+			}
+		}
+	}
+	fmt.Printf("OK: %d orders acknowledged during the join, all readable through every node; payments served by all four\n", len(want))
+	return nil
+}
+
+// placements describes where a topic's partitions live.
+func placements(ctx context.Context, n *parkway.Node, t parkway.Topic) string {
+	parts, err := n.Partitions(ctx, t)
+	if err != nil {
+		return err.Error()
+	}
+	s := ""
+	for _, p := range parts {
+		s += fmt.Sprintf(" %d:%v", p.Partition, p.Replicas)
+	}
+	return s
+}
