@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/parkway-io/parkway/metadata"
@@ -162,13 +163,21 @@ type FileStore struct {
 	raw     vfs.FS
 	handles *handleCache
 	dirs    *dirSyncs
+	// journalSeq is the last journal file number handed out (journal.go).
+	journalSeq atomic.Uint64
+	// journalReady: the journal directory exists and its entry is durable.
+	journalReady atomic.Bool
 
 	mu   sync.Mutex
 	busy map[metadata.Namespace]struct{} // open, being built or being removed
 }
 
-// NewFileStore validates cfg, creates cfg.Dir if needed and returns the
-// store.
+// NewFileStore validates cfg, creates cfg.Dir if needed, replays the
+// journals a previous process left (see Journal) into their partitions
+// and returns the store. A journal that is damaged (not merely torn at
+// its end by a crash) is a *CorruptError, and so is a journal record
+// that would leave a gap in its partition's log: the store does not open
+// rather than lose acknowledged messages silently.
 func NewFileStore(cfg FileConfig) (*FileStore, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -187,10 +196,14 @@ func NewFileStore(cfg FileConfig) (*FileStore, error) {
 		return nil, err
 	}
 	c := newHandleCache(fsys, cfg.MaxOpenFiles)
-	return &FileStore{
+	s := &FileStore{
 		cfg: cfg, fs: budgetFS{FS: fsys, c: c}, raw: fsys, handles: c, dirs: newDirSyncs(),
 		busy: make(map[metadata.Namespace]struct{}),
-	}, nil
+	}
+	if err := s.replayJournals(); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // HandleStats reports the store's descriptor budget and its counters.

@@ -115,14 +115,15 @@ func (s *Shard) appended(o *owned, f Frame, r Response) {
 	s.answer(f, r)
 }
 
-// flushGroup is group commit: one fsync per dirty partition for every ack
-// queued since the last flush, then the answers. Concurrent producers to a
-// partition pile up in the inbox while the previous group syncs, so the
-// group grows with the load and one fsync covers all of them; the
-// partitions of one group are synced concurrently (syncEach), so producers
-// to different partitions of the shard share one group too, for about the
-// time of one fsync. Nothing is answered before every sync of the group
-// has returned. If a sync fails, every ack that depended on it is answered
+// flushGroup is group commit: the dirty partitions made durable for every
+// ack queued since the last flush, then the answers. Concurrent producers
+// to a partition pile up in the inbox while the previous group syncs, so
+// the group grows with the load and one fsync covers all of them; with a
+// journal (Config.Journal) the group's records of every partition go into
+// one journal write and one fsync, and without one the partitions of the
+// group are synced concurrently (syncEach), so producers to different
+// partitions of the shard share one group either way (syncGroup). Nothing
+// is answered before the group is durable. If a sync fails, every ack that depended on it is answered
 // with the error: the batch is in the log but was never acknowledged as
 // durable.
 func (s *Shard) flushGroup() {
@@ -137,7 +138,7 @@ func (s *Shard) flushGroup() {
 		}
 	}
 	var failed map[*owned]error
-	for i, err := range s.syncEach(dirty, func(o *owned) error { return o.p.Sync() }) {
+	for i, err := range s.syncGroup(dirty) {
 		if err == nil {
 			continue
 		}
