@@ -23,10 +23,11 @@ package partition
 // The frame checksum covers the length, so a damaged length is caught
 // rather than followed. A frame is written by one write and made durable
 // by one fsync, so a crash can tear only the last frame of a file: a
-// frame that runs past the end of the file, or fails its checksum with
-// nothing but zeros after it, is a torn tail and ends the file. A frame
-// that fails its checksum with data after it, or that passes it but does
-// not decode, is damage a crash cannot cause: a *CorruptError.
+// frame that runs past the end of the file or fails its checksum, with
+// no valid frame anywhere after it, is a torn tail and ends the file. One
+// followed by a valid frame (which was fsynced after it, so it was
+// acknowledged), or one that passes its checksum but does not decode, is
+// damage a crash cannot cause: a *CorruptError.
 
 import (
 	"fmt"
@@ -95,16 +96,15 @@ func decodeJournal(b []byte, path string) ([]journalEntry, error) {
 			return out, nil // a torn header, or the zeros after the data
 		}
 		length := le.Uint32(rest[4:])
-		if uint64(length) > uint64(len(rest)-journalFrameHeader) {
-			return out, nil // runs past the end: the torn last frame
-		}
-		end := journalFrameHeader + int(length)
-		if sum := crc32.Checksum(rest[4:end], castagnoli); sum != le.Uint32(rest) {
-			if allZero(rest[end:]) {
-				return out, nil // the last frame, torn
+		end := journalFrameHeader + int(min(uint64(length), uint64(len(b))))
+		if uint64(length) > uint64(len(rest)-journalFrameHeader) ||
+			crc32.Checksum(rest[4:end], castagnoli) != le.Uint32(rest) {
+			// Torn or damaged. Torn only if it is the last frame: a
+			// valid frame after it was written, and fsynced, after it.
+			if q, ok := nextJournalFrame(b, pos+1); ok {
+				return nil, corruptf(path, int64(pos), "damaged journal frame followed by a valid one at byte %d", q)
 			}
-			return nil, corruptf(path, int64(pos), "journal frame checksum %#08x, computed %#08x, and more data follows",
-				le.Uint32(rest), sum)
+			return out, nil
 		}
 		if length == 0 {
 			return nil, corruptf(path, int64(pos), "empty journal frame")
@@ -116,6 +116,30 @@ func decodeJournal(b []byte, path string) ([]journalEntry, error) {
 		pos += end
 	}
 	return out, nil
+}
+
+// nextJournalFrame finds the first position at or after from where a
+// whole frame with a valid checksum starts. Cheap checks of the header
+// and of the first entry's come before the checksum, so a scan over
+// garbage computes few checksums.
+func nextJournalFrame(b []byte, from int) (int, bool) {
+	for q := from; q+journalFrameHeader+journalEntryHeader <= len(b); q++ {
+		r := b[q:]
+		length := le.Uint32(r[4:])
+		if length < journalEntryHeader || uint64(length) > uint64(len(r)-journalFrameHeader) {
+			continue
+		}
+		e := r[journalFrameHeader:]
+		count, size := le.Uint32(e[24:]), le.Uint32(e[28:])
+		if checkNamespace(metadata.Namespace(le.Uint64(e))) != nil || count == 0 ||
+			uint64(size) > uint64(length)-journalEntryHeader || uint64(count) > uint64(size)/recordHeaderSizeV1 {
+			continue
+		}
+		if crc32.Checksum(r[4:journalFrameHeader+int(length)], castagnoli) == le.Uint32(r) {
+			return q, true
+		}
+	}
+	return 0, false
 }
 
 // decodeJournalEntries decodes the entries of one frame (b, at file
