@@ -400,6 +400,9 @@ func (b budgetFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, e
 	return &budgetFile{File: f, c: b.c}, nil
 }
 
+// Datasync passes vfs.Datasync through to the wrapped file.
+func (f *budgetFile) Datasync() error { return vfs.Datasync(f.File) }
+
 func (f *budgetFile) Close() error {
 	err := f.File.Close()
 	if !f.closed {
