@@ -71,8 +71,13 @@ const (
 	// maxStash bounds the records a partition keeps for its next Commit.
 	maxStash = 16 << 20
 	// maxJournalParts caps the partitions with records in a journal whose
-	// own files are unsynced (each pins its tail's descriptor).
-	maxJournalParts = 128
+	// own files are unsynced. Each pins its tail's descriptor, so a
+	// journal allows at most an eighth of the store's descriptor budget
+	// of them (several shards share the budget); and each costs one fsync
+	// at the checkpoint, so the more a journal allows, the more appends a
+	// partition's lazy fsync covers when produces are spread over many
+	// partitions.
+	maxJournalParts = 4096
 	// checkpointFanout bounds the partition fsyncs a checkpoint runs at
 	// once.
 	checkpointFanout = 16
@@ -117,7 +122,7 @@ type Journal struct {
 func (s *FileStore) NewJournal() *Journal {
 	return &Journal{
 		store:    s,
-		maxParts: max(1, min(maxJournalParts, s.cfg.MaxOpenFiles/4)),
+		maxParts: max(1, min(maxJournalParts, s.cfg.MaxOpenFiles/8)),
 		serial:   s.cfg.SerialSyncs,
 		parts:    make(map[*filePartition]struct{}),
 	}

@@ -171,7 +171,7 @@ func commitRound(t *testing.T, j *Journal, ps []Partition, k int) {
 // committed survives a power loss at any point.
 func TestJournalCheckpointAndClose(t *testing.T) {
 	mem := vfs.NewMem()
-	s, err := NewFileStore(FileConfig{Dir: "/data", FS: mem, MaxOpenFiles: 8, SerialSyncs: true}) // two partitions per journal
+	s, err := NewFileStore(FileConfig{Dir: "/data", FS: mem, MaxOpenFiles: 16, SerialSyncs: true}) // two partitions per journal
 	if err != nil {
 		t.Fatal(err)
 	}
