@@ -170,6 +170,10 @@ type FileStore struct {
 
 	mu   sync.Mutex
 	busy map[metadata.Namespace]struct{} // open, being built or being removed
+	// lost are partitions closed with records in a journal that their
+	// files may lack (their fsync failed): the next Build of the same
+	// incarnation applies those records again (journal_replay.go).
+	lost map[metadata.Namespace]lostRecords
 }
 
 // NewFileStore validates cfg, creates cfg.Dir if needed, replays the
@@ -198,7 +202,7 @@ func NewFileStore(cfg FileConfig) (*FileStore, error) {
 	c := newHandleCache(fsys, cfg.MaxOpenFiles)
 	s := &FileStore{
 		cfg: cfg, fs: budgetFS{FS: fsys, c: c}, raw: fsys, handles: c, dirs: newDirSyncs(),
-		busy: make(map[metadata.Namespace]struct{}),
+		busy: make(map[metadata.Namespace]struct{}), lost: make(map[metadata.Namespace]lostRecords),
 	}
 	if err := s.replayJournals(); err != nil {
 		return nil, err
@@ -295,7 +299,15 @@ func (s *FileStore) build(ns metadata.Namespace, epoch uint64) (*filePartition, 
 	inc, err := readIncarnation(s.fs, dir)
 	switch {
 	case err == nil && inc == epoch:
-		return s.open(ns, epoch, dir, false)
+		p, err := s.open(ns, epoch, dir, false)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.reapplyLost(p); err != nil {
+			_ = p.closeFiles()
+			return nil, err
+		}
+		return p, nil
 	case err == nil, isNotExist(err), errors.Is(err, errBadIncarnation):
 		// Another epoch, nothing, or a half-built directory: start over.
 	default:
@@ -304,6 +316,7 @@ func (s *FileStore) build(ns metadata.Namespace, epoch uint64) (*filePartition, 
 	if err := s.fs.RemoveAll(dir); err != nil {
 		return nil, err
 	}
+	s.forgetLost(ns)
 	p, err := s.open(ns, epoch, dir, true)
 	if err != nil {
 		// Best effort: a later Build discards a half-built directory anyway.
@@ -328,6 +341,7 @@ func (s *FileStore) Remove(ns metadata.Namespace) error {
 	if err := s.fs.RemoveAll(dir); err != nil {
 		return err
 	}
+	s.forgetLost(ns)
 	if err := s.fs.SyncDir(filepath.Dir(dir)); err != nil && !isNotExist(err) {
 		return err
 	}

@@ -382,7 +382,8 @@ func (j *Journal) release(fp *filePartition) {
 }
 
 // lost records that fp was closed without syncing its files: the journal
-// files that may hold its records are kept until the next open.
+// files that may hold its records are kept until the next open, and the
+// next Build of its incarnation applies them again (reapplyLost).
 func (j *Journal) lost(fp *filePartition) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -398,6 +399,7 @@ func (j *Journal) lost(fp *filePartition) {
 	} else {
 		j.pinLo, j.pinHi = min(j.pinLo, fp.jseq), max(j.pinHi, hi)
 	}
+	j.store.markLost(fp.ns, fp.epoch, fp.jseq, hi)
 	fp.jseq = 0
 	delete(j.parts, fp)
 }

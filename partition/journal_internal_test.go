@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/vfs"
+	"github.com/parkway-io/parkway/vfs/errorfs"
 )
 
 // journalNS is namespace i of the journal tests.
@@ -260,4 +264,81 @@ func TestJournalReplayGapIsCorruption(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Path != "/data/journal/"+journalFileName(1) {
 		t.Fatalf("opening with a journal record at offset 4 of an empty log: %v, want a *CorruptError naming the journal", err)
 	}
+}
+
+// A checkpoint whose fsync of a partition fails leaves acknowledged
+// records in the journal only, and after a failed fsync the kernel may
+// drop the written pages: the partition, closed and built again in the
+// same process (as the reconciler does with a fenced partition), gets
+// them back from the journal instead of handing their offsets to new
+// messages.
+func TestJournalReappliesAfterAFailedCheckpointSync(t *testing.T) {
+	mem := vfs.NewMem()
+	var failLog atomic.Pointer[string]
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if path := failLog.Load(); op.Kind == errorfs.OpSync && path != nil && op.Path == *path {
+			return syscall.EIO
+		}
+		return nil
+	})
+	s, err := NewFileStore(FileConfig{Dir: "/data", FS: errorfs.New(mem, inj), MaxOpenFiles: 16, SerialSyncs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := s.NewJournal()
+	ps := journalPartitions(t, s, 3)
+	commitRound(t, j, ps, 0) // direct: the partitions join
+	commitRound(t, j, ps, 1) // journaled: three members, two allowed
+	seg := filepath.Join(partDirOf(s, journalNS(t, 0)), fmt.Sprintf("%020d.log", 0))
+	failLog.Store(&seg)
+	for i, p := range ps {
+		if _, err := p.Append([]Message{{Payload: fmt.Appendf(nil, "%d/%d", i, 2)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := j.Commit(ps)
+	if !errors.Is(errs[0], ErrUnusable) || errs[1] != nil || errs[2] != nil {
+		t.Fatalf("commit with the checkpoint's fsync of partition 0 failing: %v", errs)
+	}
+	failLog.Store(nil)
+	if err := ps[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel dropped partition 0's unsynced pages: its file is what
+	// the disk holds.
+	durable, err := vfs.ReadFile(mem.Crash(), seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := vfs.WriteFileAtomic(mem, seg, durable); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Build(journalNS(t, 0), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := p.Read(0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) < 2 || string(msgs[0].Payload) != "0/0" || string(msgs[1].Payload) != "0/1" {
+		t.Fatalf("rebuilt partition holds %d messages (%q...), want the acknowledged 0/0 and 0/1", len(msgs), payloadsOf(msgs))
+	}
+	// What was re-applied is durable in the partition's own files.
+	crashed := mem.Crash()
+	b, err := vfs.ReadFile(crashed, seg)
+	if err != nil || !bytes.Contains(b, []byte("0/1")) {
+		t.Fatalf("the re-applied record is not durable in the segment (%v)", err)
+	}
+}
+
+// partDirOf is the directory of ns in s.
+func partDirOf(s *FileStore, ns metadata.Namespace) string { return s.partitionDir(ns) }
+
+func payloadsOf(msgs []Message) []string {
+	var out []string
+	for _, m := range msgs {
+		out = append(out, string(m.Payload))
+	}
+	return out
 }

@@ -101,35 +101,105 @@ func (s *FileStore) replayPartition(ns metadata.Namespace, entries []journalEntr
 		s.release(ns)
 		return err
 	}
-	var p *filePartition
+	if !slices.ContainsFunc(entries, func(e journalEntry) bool { return e.epoch == inc }) {
+		s.release(ns)
+		return nil // only other incarnations' records
+	}
+	p, err := s.open(ns, inc, dir, false)
+	if err != nil {
+		s.release(ns)
+		return err
+	}
+	if err := p.applyJournal(entries); err != nil {
+		_ = p.Close()
+		return err
+	}
+	return p.Close() // syncs what was appended, and the layout
+}
+
+// applyJournal appends to p what entries hold of its incarnation beyond
+// its log's end, in order (see replayJournals).
+func (p *filePartition) applyJournal(entries []journalEntry) error {
 	for _, e := range entries {
-		if e.epoch != inc {
-			continue // another incarnation's
-		}
-		if p == nil {
-			if p, err = s.open(ns, inc, dir, false); err != nil {
-				s.release(ns)
-				return err
-			}
+		if e.ns != p.ns || e.epoch != p.epoch {
+			continue // another partition's, or another incarnation's
 		}
 		end := e.first + uint64(len(e.msgs))
 		if end <= p.next {
 			continue // held already
 		}
 		if e.first > p.next {
-			_ = p.Close()
-			return corruptf(e.path, e.pos, "journal record of %v at offsets [%d, %d), but its log ends at %d", ns, e.first, end, p.next)
+			return corruptf(e.path, e.pos, "journal record of %v at offsets [%d, %d), but its log ends at %d", p.ns, e.first, end, p.next)
 		}
 		if _, err := p.Append(e.msgs[p.next-e.first:]); err != nil {
-			_ = p.Close()
 			return err
 		}
 	}
-	if p == nil {
-		s.release(ns)
+	return nil
+}
+
+// lostRecords names the journal files that may hold records of a
+// partition incarnation that its files lack (see Journal.lost).
+type lostRecords struct {
+	epoch  uint64
+	lo, hi uint64 // journal file numbers
+}
+
+// markLost records that ns at epoch was closed with records in journal
+// files lo..hi that its files may lack.
+func (s *FileStore) markLost(ns metadata.Namespace, epoch, lo, hi uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l, ok := s.lost[ns]; ok && l.epoch == epoch {
+		lo, hi = min(lo, l.lo), max(hi, l.hi)
+	}
+	s.lost[ns] = lostRecords{epoch: epoch, lo: lo, hi: hi}
+}
+
+// forgetLost drops what markLost recorded for ns: its directory is gone.
+func (s *FileStore) forgetLost(ns metadata.Namespace) {
+	s.mu.Lock()
+	delete(s.lost, ns)
+	s.mu.Unlock()
+}
+
+// reapplyLost applies to p, just reopened, the journal records its files
+// may lack because its fsync failed before it was closed: after a failed
+// fsync the kernel may drop the written pages, so a log rebuilt from its
+// files could lack messages acknowledged through the journal, and hand
+// their offsets to new ones. The journal files concerned are kept until
+// the next open (Journal.lost); the records are read back from them
+// (a frame another shard is writing at the end of a file reads as torn
+// and holds none of p's, which is closed), appended, and synced.
+func (s *FileStore) reapplyLost(p *filePartition) error {
+	s.mu.Lock()
+	l, ok := s.lost[p.ns]
+	s.mu.Unlock()
+	if !ok || l.epoch != p.epoch {
 		return nil
 	}
-	return p.Close() // syncs what was appended, and the layout
+	for seq := l.lo; seq <= l.hi; seq++ {
+		path := s.journalFile(seq)
+		b, err := vfs.ReadFile(s.fs, path)
+		if isNotExist(err) {
+			continue // another journal's number, or pruned: nothing of p's
+		}
+		if err != nil {
+			return fmt.Errorf("parkway: journal: %w", err)
+		}
+		entries, err := decodeJournal(b, path)
+		if err != nil {
+			return err
+		}
+		if err := p.applyJournal(entries); err != nil {
+			return err
+		}
+	}
+	if err := p.Sync(); err != nil {
+		return err
+	}
+	s.forgetLost(p.ns)
+	return nil
 }
 
 // parseJournalName returns the number of a journal file name.
