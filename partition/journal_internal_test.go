@@ -342,3 +342,49 @@ func payloadsOf(msgs []Message) []string {
 	}
 	return out
 }
+
+// Commits whose direct syncs, journal write and checkpoint syncs run
+// concurrently (no SerialSyncs), with partitions joining as they go:
+// everything committed survives a power loss (run it with -race too).
+func TestJournalConcurrentCommits(t *testing.T) {
+	mem := vfs.NewMem()
+	s, err := NewFileStore(FileConfig{Dir: "/data", FS: mem, MaxOpenFiles: 64}) // eight members
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := s.NewJournal()
+	ps := journalPartitions(t, s, 16)
+	const rounds = 5
+	for k := range rounds {
+		// Partitions join a round apart, so every commit mixes direct
+		// syncs with journal entries.
+		commitRound(t, j, ps[:min(len(ps), 4*(k+1))], k)
+	}
+	crashed := mem.Crash()
+	s2, err := NewFileStore(FileConfig{Dir: "/data", FS: crashed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range ps {
+		p, err := s2.Build(journalNS(t, uint32(i)), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs, err := p.Read(0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := i / 4 // the round partition i joined in
+		if len(msgs) != rounds-first {
+			t.Fatalf("partition %d holds %d messages after a power loss, want %d", i, len(msgs), rounds-first)
+		}
+		for n, m := range msgs {
+			if want := fmt.Sprintf("%d/%d", i, first+n); string(m.Payload) != want {
+				t.Fatalf("partition %d offset %d holds %q, want %q", i, n, m.Payload, want)
+			}
+		}
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
