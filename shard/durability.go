@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/parkway-io/parkway/internal/replica"
@@ -127,6 +128,7 @@ func (s *Shard) appended(o *owned, f Frame, r Response) {
 // with the error: the batch is in the log but was never acknowledged as
 // durable.
 func (s *Shard) flushGroup() {
+	s.lingered = false
 	if len(s.pending) == 0 {
 		return
 	}
@@ -161,6 +163,23 @@ func (s *Shard) flushGroup() {
 		s.pending[i] = pendingAck{}
 	}
 	s.pending = s.pending[:0]
+}
+
+// lingerGroup runs before a commit group is closed because the inbox is
+// empty, and reports whether frames arrived meanwhile. Producers answered
+// by the previous group are runnable but may not have sent their next
+// produce yet: closing the group at once would commit it with whichever
+// one came first and leave the others to the next fsync. So the pump
+// yields its processor once per group (runtime.Gosched: no sleep, no
+// timer) and, if that brought frames, takes them into the group first. A
+// manual shard does not linger: its driver decides what runs next.
+func (s *Shard) lingerGroup() bool {
+	if s.cfg.Manual || s.lingered || len(s.pending) >= maxGroup {
+		return false
+	}
+	s.lingered = true
+	runtime.Gosched()
+	return len(s.inbox) > 0
 }
 
 // fence marks o failed (once) and counts it, so the reconciler's fast-skip

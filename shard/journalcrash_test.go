@@ -356,3 +356,51 @@ func TestJournalSkipsRecordsOfDeletedIncarnations(t *testing.T) {
 		t.Fatalf("the recreated partition holds %d messages after the replay, want %d", n, journalRounds-1)
 	}
 }
+
+// Before a commit group closes on an empty inbox the pump yields once,
+// and keeps the group open if frames arrived meanwhile (producers just
+// answered by the previous group joining this one); it yields once per
+// group only, never when the group is full, and never in manual mode,
+// whose driver decides what runs next.
+func TestLingerGroupYieldsOncePerGroup(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	s := h.shards[0]
+	ns, epoch := h.topic("t")
+	if err := h.step(s, opInsertOwned(h.build(ns, epoch), always)); err != nil {
+		t.Fatal(err)
+	}
+	first := produce(ns, "first")
+	s.handle(first.f)
+	s.flushAppends()
+	if len(s.pending) != 1 {
+		t.Fatalf("%d acks pending, want 1", len(s.pending))
+	}
+	if s.lingerGroup() {
+		t.Fatal("lingered on an empty inbox and reported frames")
+	}
+	if s.lingerGroup() {
+		t.Fatal("lingered twice in one group")
+	}
+	s.maybeFlush() // lingered already: closes the group
+	if r := first.answered(t); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	// The next group lingers again, and reports a frame that arrived.
+	second, third := produce(ns, "second"), produce(ns, "third")
+	s.handle(second.f)
+	s.flushAppends()
+	if err := s.TrySend(third.f); err != nil {
+		t.Fatal(err)
+	}
+	if !s.lingerGroup() {
+		t.Fatal("a new group did not linger, or missed the frame in the inbox")
+	}
+	second.pending(t)
+
+	m := newHarness(t, 1, nil, func(c *Config) { c.Manual = true })
+	m.shards[0].pending = append(m.shards[0].pending, pendingAck{})
+	if m.shards[0].lingerGroup() {
+		t.Fatal("a manual shard lingered")
+	}
+	m.shards[0].pending = nil
+}

@@ -181,6 +181,7 @@ type Shard struct {
 	// partitions dirty since their last sync (durability.go).
 	groupBuf      []*owned
 	groupParts    []partition.Partition // scratch of syncGroup
+	lingered      bool                  // the open group yielded once (lingerGroup)
 	intervalDirty []*owned
 }
 
@@ -543,7 +544,7 @@ func (s *Shard) maybeFlush() {
 	if len(s.appending) > 0 && (len(s.inbox) == 0 || s.appendQueued >= maxGroup) {
 		s.flushAppends()
 	}
-	if len(s.pending) > 0 && (len(s.inbox) == 0 || len(s.pending) >= maxGroup) {
+	if len(s.pending) > 0 && (len(s.inbox) == 0 || len(s.pending) >= maxGroup) && !s.lingerGroup() {
 		s.flushGroup()
 	}
 }
