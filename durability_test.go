@@ -320,8 +320,10 @@ func TestFsyncIntervalLossWindow(t *testing.T) {
 // recovers — no restart needed.
 func TestFailedFsyncFencesThenRebuilds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
+		// The partitions' files and the journal that FsyncAlways groups
+		// are committed through.
 		broken := errorfs.NewSwitchFunc(syscall.EIO, func(op errorfs.Op) bool {
-			return op.Kind == errorfs.OpSync && strings.Contains(op.Path, "/partitions/")
+			return op.Kind == errorfs.OpSync && (strings.Contains(op.Path, "/partitions/") || strings.Contains(op.Path, "/journal/"))
 		})
 		n := open(t, parkway.Config{DataDir: "/data", FS: errorfs.New(vfs.NewMem(), broken), Shards: 1,
 			RequestTimeout: time.Second, ReconcileInterval: 250 * time.Millisecond})

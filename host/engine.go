@@ -55,6 +55,7 @@ type Engine struct {
 	meta    *metadata.Store
 	durable *metadata.Durable // single node with a DataDir
 	store   partition.Store
+	fstore  *partition.FileStore // the store under any WrapStore, nil in memory
 	table   *router.Table
 	router  *router.Router[shard.Frame]
 	shards  []*shard.Shard
@@ -140,8 +141,15 @@ func New(cfg Config) (*Engine, error) {
 			rc.Send, rc.Flush = b.add, b.flush
 			rep = &rc
 		}
+		// A single node's shard commits its FsyncAlways groups through a
+		// journal of the store (one fsync per group, not per partition);
+		// replicated partitions have their raft logs instead.
+		var journal *partition.Journal
+		if e.fstore != nil && e.cl == nil {
+			journal = e.fstore.NewJournal()
+		}
 		s, err := shard.New(shard.Config{
-			ID: i, InboxSize: cfg.InboxSize, Park: park, Clock: clk, Replication: rep,
+			ID: i, InboxSize: cfg.InboxSize, Park: park, Clock: clk, Replication: rep, Journal: journal,
 			PinCPU: cfg.PinShards, CPU: i % runtime.NumCPU(), Manual: cfg.Manual,
 			Logger: cfg.Logger, Metrics: e.metrics,
 		}, e.meta, e.router)
@@ -240,7 +248,7 @@ func (e *Engine) openStore() error {
 	if err != nil {
 		return err
 	}
-	e.store = fstore
+	e.store, e.fstore = fstore, fstore
 	if cfg.WrapStore != nil {
 		e.store = cfg.WrapStore(fstore, e.meta)
 	}

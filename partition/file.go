@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/parkway-io/parkway/metadata"
@@ -162,13 +163,25 @@ type FileStore struct {
 	raw     vfs.FS
 	handles *handleCache
 	dirs    *dirSyncs
+	// journalSeq is the last journal file number handed out (journal.go).
+	journalSeq atomic.Uint64
+	// journalReady: the journal directory exists and its entry is durable.
+	journalReady atomic.Bool
 
 	mu   sync.Mutex
 	busy map[metadata.Namespace]struct{} // open, being built or being removed
+	// lost are partitions closed with records in a journal that their
+	// files may lack (their fsync failed): the next Build of the same
+	// incarnation applies those records again (journal_replay.go).
+	lost map[metadata.Namespace]lostRecords
 }
 
-// NewFileStore validates cfg, creates cfg.Dir if needed and returns the
-// store.
+// NewFileStore validates cfg, creates cfg.Dir if needed, replays the
+// journals a previous process left (see Journal) into their partitions
+// and returns the store. A journal that is damaged (not merely torn at
+// its end by a crash) is a *CorruptError, and so is a journal record
+// that would leave a gap in its partition's log: the store does not open
+// rather than lose acknowledged messages silently.
 func NewFileStore(cfg FileConfig) (*FileStore, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -187,10 +200,14 @@ func NewFileStore(cfg FileConfig) (*FileStore, error) {
 		return nil, err
 	}
 	c := newHandleCache(fsys, cfg.MaxOpenFiles)
-	return &FileStore{
+	s := &FileStore{
 		cfg: cfg, fs: budgetFS{FS: fsys, c: c}, raw: fsys, handles: c, dirs: newDirSyncs(),
-		busy: make(map[metadata.Namespace]struct{}),
-	}, nil
+		busy: make(map[metadata.Namespace]struct{}), lost: make(map[metadata.Namespace]lostRecords),
+	}
+	if err := s.replayJournals(); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // HandleStats reports the store's descriptor budget and its counters.
@@ -282,7 +299,15 @@ func (s *FileStore) build(ns metadata.Namespace, epoch uint64) (*filePartition, 
 	inc, err := readIncarnation(s.fs, dir)
 	switch {
 	case err == nil && inc == epoch:
-		return s.open(ns, epoch, dir, false)
+		p, err := s.open(ns, epoch, dir, false)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.reapplyLost(p); err != nil {
+			_ = p.closeFiles()
+			return nil, err
+		}
+		return p, nil
 	case err == nil, isNotExist(err), errors.Is(err, errBadIncarnation):
 		// Another epoch, nothing, or a half-built directory: start over.
 	default:
@@ -291,6 +316,7 @@ func (s *FileStore) build(ns metadata.Namespace, epoch uint64) (*filePartition, 
 	if err := s.fs.RemoveAll(dir); err != nil {
 		return nil, err
 	}
+	s.forgetLost(ns)
 	p, err := s.open(ns, epoch, dir, true)
 	if err != nil {
 		// Best effort: a later Build discards a half-built directory anyway.
@@ -315,6 +341,7 @@ func (s *FileStore) Remove(ns metadata.Namespace) error {
 	if err := s.fs.RemoveAll(dir); err != nil {
 		return err
 	}
+	s.forgetLost(ns)
 	if err := s.fs.SyncDir(filepath.Dir(dir)); err != nil && !isNotExist(err) {
 		return err
 	}

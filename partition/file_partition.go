@@ -47,6 +47,19 @@ type filePartition struct {
 	// leave a stale record that a reopen would resurrect) or when an fsync
 	// failed (what is durable is unknown). Every later write returns it.
 	broken error
+
+	// The journal (journal.go), all owned by the partition's goroutine
+	// except jseq, which the journal reads under its lock. journal is the
+	// Journal the partition joined (nil: none); with stash set, Append
+	// copies the records it writes to jpend, which holds [jnext, next):
+	// offsets below jnext are durable, in the journal or in the files.
+	// jseq is the oldest journal file holding records the partition's
+	// files may lack (0: none).
+	journal *Journal
+	stash   bool
+	jnext   uint64
+	jpend   []byte
+	jseq    uint64
 }
 
 func (p *filePartition) Namespace() metadata.Namespace { return p.ns }
@@ -252,6 +265,15 @@ func (p *filePartition) Append(msgs []Message) (uint64, error) {
 	if p.store.cfg.Sync {
 		p.synced = p.next // writeTail fsynced; a roll fsyncs what it seals
 	}
+	if p.stash {
+		if len(p.jpend)+len(buf) > maxStash {
+			// Too much for a journal entry: the next Commit syncs the
+			// partition directly instead.
+			p.stash, p.jpend = false, nil
+		} else {
+			p.jpend = append(p.jpend, buf...)
+		}
+	}
 	p.persistIndex(tail)
 	return first, nil
 }
@@ -302,8 +324,27 @@ func (p *filePartition) writeTail(tail *segment, buf []byte) error {
 // Sync fsyncs the tail segment if anything was appended since the last
 // Sync. Segments sealed since then need nothing: a roll fsyncs the
 // segment it seals. The first Sync of a new partition also makes its
-// layout durable, concurrently with the tail (see syncLayout).
+// layout durable, concurrently with the tail (see syncLayout). A
+// partition in a journal leaves it: its files hold everything now.
 func (p *filePartition) Sync() error {
+	if err := p.sync(); err != nil {
+		return err
+	}
+	p.leaveJournal()
+	return nil
+}
+
+// leaveJournal takes the partition, whose files hold everything it
+// appended, out of its journal.
+func (p *filePartition) leaveJournal() {
+	if p.journal == nil {
+		return
+	}
+	p.journal.release(p)
+	p.journal, p.stash, p.jpend = nil, false, nil
+}
+
+func (p *filePartition) sync() error {
 	if p.closed {
 		return ErrClosed
 	}
@@ -483,6 +524,7 @@ func (p *filePartition) SkipTo(offset uint64) error {
 	old.closeIndexes()
 	p.segs = append(p.segs, seg)
 	p.start, p.next, p.synced = offset, offset, offset
+	p.leaveJournal() // every message is durable, and the offsets moved
 	return p.dropSegments()
 }
 
@@ -680,6 +722,7 @@ func (p *filePartition) Close() error {
 	}
 	p.closed = true
 	var errs []error
+	durable := false
 	if p.broken == nil {
 		errs = append(errs, p.syncLayout())
 		tail := p.tail()
@@ -687,6 +730,18 @@ func (p *filePartition) Close() error {
 		if p.synced < p.next {
 			errs = append(errs, tail.log.Sync())
 		}
+		durable = errors.Join(errs...) == nil
+	}
+	if j := p.journal; j != nil {
+		if durable {
+			j.release(p)
+		} else {
+			j.lost(p) // its journal records stay for the next open
+		}
+		p.journal, p.stash, p.jpend = nil, false, nil
+	}
+	if p.broken == nil {
+		tail := p.tail()
 		// The index files are derived data: synced if still open (a
 		// clean shutdown then reopens without rebuilding them), not
 		// reopened for it.

@@ -33,7 +33,11 @@ import (
 //     that were open when it happened; a descriptor opened later may never
 //     see it, and an fsync through it would report success for lost data.
 //     Partitions whose topic never fsyncs keep their tail pinned from
-//     their first append to their Close.
+//     their first append to their Close, and partitions committed
+//     through a Journal until its next checkpoint (a journal checkpoints
+//     before more than an eighth of the budget of them are pinned).
+//
+// A Journal's open file is counted too: one descriptor per journal.
 
 // MinMaxOpenFiles is the smallest FileConfig.MaxOpenFiles Validate
 // accepts: with fewer, a single partition operation (a roll: the sealed
@@ -399,6 +403,9 @@ func (b budgetFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, e
 	}
 	return &budgetFile{File: f, c: b.c}, nil
 }
+
+// Datasync passes vfs.Datasync through to the wrapped file.
+func (f *budgetFile) Datasync() error { return vfs.Datasync(f.File) }
 
 func (f *budgetFile) Close() error {
 	err := f.File.Close()

@@ -22,6 +22,25 @@
 //	                                           /offsets/consumers/<name>
 //	                                           /offsets/groups/
 //
+// A FileStore also offers group commit across partitions (Journal): a
+// shard hands the partitions of a commit group to its journal, which
+// writes their new records to one journal file with one write and one
+// fsync; the partitions' own files are synced lazily. The journal files
+// live beside the partitions, never among them:
+//
+//	<dir>/journal/<number, 20 digits>.journal
+//
+// because the partition lifecycle is driven by the reconciler through
+// Build, Remove and List, which only ever see <dir>/streams/: a partition
+// deleted, recreated at a new incarnation, or swept as an orphan at start
+// takes nothing of a journal with it, and a journal keeps no partition
+// directory alive. NewFileStore replays the journals before anything else
+// touches the store, so by the time the node lists its partitions and
+// the reconcilers build them, every acknowledged record is in its
+// partition's own files (records of a dead incarnation skipped), the
+// journal files are gone, and a changed shard count does not matter. A
+// journal's open file counts in the descriptor budget.
+//
 // A FileStore holds a bounded number of descriptors over all its
 // partitions (FileConfig.MaxOpenFiles): segment files are opened when
 // used and idle ones closed least recently used first, so a node can

@@ -21,6 +21,7 @@ targets='
 ./metadata FuzzDecodeSnapshotFile
 ./partition FuzzDecode
 ./partition FuzzDecodeBatch
+./partition FuzzDecodeJournal
 ./partition FuzzSegment
 ./shard FuzzDecodeState
 ./transport FuzzReadFrame

@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/parkway-io/parkway/internal/replica"
@@ -120,17 +121,19 @@ func (s *Shard) appended(o *owned, f Frame, r Response) {
 	s.answer(f, r)
 }
 
-// flushGroup is group commit: one fsync per dirty partition for every ack
-// queued since the last flush, then the answers. Concurrent producers to a
-// partition pile up in the inbox while the previous group syncs, so the
-// group grows with the load and one fsync covers all of them; the
-// partitions of one group are synced concurrently (syncEach), so producers
-// to different partitions of the shard share one group too, for about the
-// time of one fsync. Nothing is answered before every sync of the group
-// has returned. If a sync fails, every ack that depended on it is answered
+// flushGroup is group commit: the dirty partitions made durable for every
+// ack queued since the last flush, then the answers. Concurrent producers
+// to a partition pile up in the inbox while the previous group syncs, so
+// the group grows with the load and one fsync covers all of them; with a
+// journal (Config.Journal) the group's records of every partition go into
+// one journal write and one fsync, and without one the partitions of the
+// group are synced concurrently (syncEach), so producers to different
+// partitions of the shard share one group either way (syncGroup). Nothing
+// is answered before the group is durable. If a sync fails, every ack that depended on it is answered
 // with the error: the batch is in the log but was never acknowledged as
 // durable.
 func (s *Shard) flushGroup() {
+	s.lingered = false
 	if len(s.pending) == 0 {
 		return
 	}
@@ -142,7 +145,7 @@ func (s *Shard) flushGroup() {
 		}
 	}
 	var failed map[*owned]error
-	for i, err := range s.syncEach(dirty, func(o *owned) error { return o.p.Sync() }) {
+	for i, err := range s.syncGroup(dirty) {
 		if err == nil {
 			continue
 		}
@@ -165,6 +168,23 @@ func (s *Shard) flushGroup() {
 		s.pending[i] = pendingAck{}
 	}
 	s.pending = s.pending[:0]
+}
+
+// lingerGroup runs before a commit group is closed because the inbox is
+// empty, and reports whether frames arrived meanwhile. Producers answered
+// by the previous group are runnable but may not have sent their next
+// produce yet: closing the group at once would commit it with whichever
+// one came first and leave the others to the next fsync. So the pump
+// yields its processor once per group (runtime.Gosched: no sleep, no
+// timer) and, if that brought frames, takes them into the group first. A
+// manual shard does not linger: its driver decides what runs next.
+func (s *Shard) lingerGroup() bool {
+	if s.cfg.Manual || s.lingered || len(s.pending) >= maxGroup {
+		return false
+	}
+	s.lingered = true
+	runtime.Gosched()
+	return len(s.inbox) > 0
 }
 
 // fence marks o failed (once) and counts it, so the reconciler's fast-skip

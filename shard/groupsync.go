@@ -5,6 +5,25 @@ import (
 	"sync/atomic"
 )
 
+// syncGroup makes a commit group's dirty partitions durable and returns
+// the errors by index: through the shard's journal when it has one (one
+// write and one fsync for the group, see partition.Journal), else by
+// syncing each partition (syncEach).
+func (s *Shard) syncGroup(dirty []*owned) []error {
+	j := s.cfg.Journal
+	if j == nil {
+		return s.syncEach(dirty, func(o *owned) error { return o.p.Sync() })
+	}
+	ps := s.groupParts[:0]
+	for _, o := range dirty {
+		ps = append(ps, o.p)
+	}
+	errs := j.Commit(ps)
+	clear(ps)
+	s.groupParts = ps[:0]
+	return errs
+}
+
 // maxSyncFanout bounds the fsyncs a shard has in flight at once. A commit
 // group that covers several partitions syncs them concurrently: the
 // filesystem then folds the syncs into as few journal commits as it can,

@@ -54,6 +54,12 @@ type Config struct {
 	Clock clock.Clock
 	// Replication, when set, replicates every owned partition with raft.
 	Replication *Replication
+	// Journal, when set, makes each commit group of FsyncAlways
+	// partitions durable with one journal write and fsync instead of an
+	// fsync per partition (partition.Journal; single node only: replicated
+	// partitions keep their raft logs, so it is refused with Replication).
+	// The shard owns it: Close closes it after the partitions.
+	Journal *partition.Journal
 	// Manual, when true, runs the shard without a goroutine, as a state
 	// machine driven by hand (etcd raft's RawNode style), for the
 	// deterministic simulator and for tests:
@@ -94,6 +100,9 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("shard CPU %d < 0", c.CPU))
 	}
 	errs = append(errs, c.Park.validate()...)
+	if c.Journal != nil && c.Replication != nil {
+		errs = append(errs, errors.New("shard Journal and Replication are exclusive"))
+	}
 	if r := c.Replication; r != nil {
 		if r.Node == 0 || len(r.Peers) == 0 || r.Send == nil {
 			errs = append(errs, errors.New("shard Replication needs Node, Peers and Send"))
@@ -171,6 +180,8 @@ type Shard struct {
 	// interval sync covers; intervalDirty lists the interval-policy
 	// partitions dirty since their last sync (durability.go).
 	groupBuf      []*owned
+	groupParts    []partition.Partition // scratch of syncGroup
+	lingered      bool                  // the open group yielded once (lingerGroup)
 	intervalDirty []*owned
 }
 
@@ -533,7 +544,7 @@ func (s *Shard) maybeFlush() {
 	if len(s.appending) > 0 && (len(s.inbox) == 0 || s.appendQueued >= maxGroup) {
 		s.flushAppends()
 	}
-	if len(s.pending) > 0 && (len(s.inbox) == 0 || len(s.pending) >= maxGroup) {
+	if len(s.pending) > 0 && (len(s.inbox) == 0 || len(s.pending) >= maxGroup) && !s.lingerGroup() {
 		s.flushGroup()
 	}
 }
@@ -573,6 +584,11 @@ func (s *Shard) shutdown() {
 		}
 	}
 	clear(s.owned)
+	if j := s.cfg.Journal; j != nil {
+		if err := j.Close(); err != nil {
+			s.log.Warn("closing the journal", "error", err)
+		}
+	}
 }
 
 // handle routes one frame on the pump: serve, fence, forward or park.

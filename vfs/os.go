@@ -54,3 +54,6 @@ func (osFS) SyncDir(dir string) error {
 // Preallocate is fallocate(FALLOC_FL_KEEP_SIZE) on Linux (see
 // prealloc_linux.go) and unsupported elsewhere.
 func (f osFile) Preallocate(off, n int64) error { return preallocate(f.File, off, n) }
+
+// Datasync is fdatasync on Linux (see datasync_linux.go), Sync elsewhere.
+func (f osFile) Datasync() error { return datasync(f.File) }

@@ -65,6 +65,25 @@ type FS interface {
 	SyncDir(dir string) error
 }
 
+// DataSyncer is implemented by files that can make their data durable
+// without the metadata a read does not need (fdatasync): cheaper than
+// Sync for a file that only grows by appends, whose size it still
+// covers. The operating system's files implement it on Linux.
+type DataSyncer interface {
+	Datasync() error
+}
+
+// Datasync makes f's written data durable, with its size: through
+// DataSyncer if f implements it, else with Sync (which covers more). The
+// durability contract is Sync's: a crash keeps what Datasync returned
+// for.
+func Datasync(f File) error {
+	if d, ok := f.(DataSyncer); ok {
+		return d.Datasync()
+	}
+	return f.Sync()
+}
+
 // ReadFile returns the whole content of the named file.
 func ReadFile(fs FS, name string) (_ []byte, err error) {
 	f, err := fs.OpenFile(name, os.O_RDONLY, 0)

@@ -193,6 +193,12 @@ type tap struct {
 	key incKey
 }
 
+// Unwrap returns the tapped partition: the node's journal
+// (partition.Journal) commits it as the store's own, so the simulated
+// node runs the journal as a real one does. Appends still go through the
+// tap.
+func (t *tap) Unwrap() partition.Partition { return t.Partition }
+
 // serving records that the shard is serving a client request of this
 // incarnation and checks the incarnation fence (behaviour 10): a shard
 // serves only the committed incarnation.

@@ -377,6 +377,15 @@ func (f *errorFile) Sync() error {
 	return f.f.Sync()
 }
 
+// Datasync is an OpSync to the injector, then vfs.Datasync of the inner
+// file.
+func (f *errorFile) Datasync() error {
+	if err := f.check(OpSync); err != nil {
+		return err
+	}
+	return vfs.Datasync(f.f)
+}
+
 func (f *errorFile) Truncate(size int64) error {
 	if err := f.check(OpTruncate); err != nil {
 		return err

@@ -1,0 +1,203 @@
+package partition
+
+// Journal codec: the pure encode/decode functions for a journal file (see
+// journal.go). Nothing here does I/O.
+//
+// A journal file is a sequence of frames, one per commit group, with no
+// file header. All integers are little endian.
+//
+//	frame:
+//	  pos  size  field
+//	    0     4  checksum  CRC-32C (Castagnoli) of bytes [4, 8+length)
+//	    4     4  length    bytes of entries that follow
+//	    8     …  entries, back to back, exactly length bytes
+//	entry (one partition's appends in the group):
+//	    0     8  namespace
+//	    8     8  epoch     the incarnation the records were appended to
+//	   16     8  first     the partition offset of the first record
+//	   24     4  count     records in the entry
+//	   28     4  size      bytes of records that follow
+//	   32     …  records   count segment records (codec.go), offsets
+//	                       first, first+1, …, each with its own checksum
+//
+// The frame checksum covers the length, so a damaged length is caught
+// rather than followed. A frame is written by one write and made durable
+// by one fsync, so a crash can tear only the last frame of a file: a
+// frame that runs past the end of the file or fails its checksum, with
+// no valid frame anywhere after it, is a torn tail and ends the file. One
+// followed by a valid frame (which was fsynced after it, so it was
+// acknowledged), or one that passes its checksum but does not decode, is
+// damage a crash cannot cause: a *CorruptError.
+
+import (
+	"fmt"
+	"hash/crc32"
+	"math"
+
+	"github.com/parkway-io/parkway/metadata"
+)
+
+const (
+	// journalFrameHeader is the fixed part of a frame.
+	journalFrameHeader = 8
+	// journalEntryHeader is the fixed part of an entry.
+	journalEntryHeader = 32
+	// maxJournalFrame bounds a frame's entries, so the length fits its
+	// field with room to spare; a larger group is written as several
+	// frames (still one write).
+	maxJournalFrame = 1 << 30
+)
+
+// journalEntry is one decoded entry: a partition's records of one group.
+type journalEntry struct {
+	ns    metadata.Namespace
+	epoch uint64
+	first uint64
+	msgs  []Message // aliasing the decoded buffer
+	path  string    // the journal file, for errors
+	pos   int64     // file position of the entry, for errors
+}
+
+// appendJournalEntry appends an entry holding recs (count records starting
+// at offset first, encoded by appendRecord) to dst.
+func appendJournalEntry(dst []byte, ns metadata.Namespace, epoch, first uint64, count int, recs []byte) []byte {
+	dst = le.AppendUint64(dst, uint64(ns))
+	dst = le.AppendUint64(dst, epoch)
+	dst = le.AppendUint64(dst, first)
+	dst = le.AppendUint32(dst, uint32(count))
+	dst = le.AppendUint32(dst, uint32(len(recs)))
+	return append(dst, recs...)
+}
+
+// beginJournalFrame reserves a frame header at the end of dst and returns
+// dst and the header's position, for sealJournalFrame.
+func beginJournalFrame(dst []byte) ([]byte, int) {
+	return append(dst, make([]byte, journalFrameHeader)...), len(dst)
+}
+
+// sealJournalFrame fills in the header of the frame that starts at start
+// and runs to the end of b.
+func sealJournalFrame(b []byte, start int) {
+	le.PutUint32(b[start+4:], uint32(len(b)-start-journalFrameHeader))
+	le.PutUint32(b[start:], crc32.Checksum(b[start+4:], castagnoli))
+}
+
+// decodeJournal decodes the frames of a journal file's content b and
+// returns their entries in order. It stops at a torn tail (see the format
+// above); damage is a *CorruptError naming path and the byte position.
+// The messages alias b. Every count and length is checked against the
+// bytes that remain before anything is allocated for it.
+func decodeJournal(b []byte, path string) ([]journalEntry, error) {
+	var out []journalEntry
+	pos := 0
+	for pos < len(b) {
+		rest := b[pos:]
+		if len(rest) < journalFrameHeader || allZero(rest[:journalFrameHeader]) {
+			return out, nil // a torn header, or the zeros after the data
+		}
+		length := le.Uint32(rest[4:])
+		end := journalFrameHeader + int(min(uint64(length), uint64(len(b))))
+		if uint64(length) > uint64(len(rest)-journalFrameHeader) ||
+			crc32.Checksum(rest[4:end], castagnoli) != le.Uint32(rest) {
+			// Torn or damaged. Torn only if it is the last frame: a
+			// valid frame after it was written, and fsynced, after it.
+			if q, ok := nextJournalFrame(b, pos+1); ok {
+				return nil, corruptf(path, int64(pos), "damaged journal frame followed by a valid one at byte %d", q)
+			}
+			return out, nil
+		}
+		if length == 0 {
+			return nil, corruptf(path, int64(pos), "empty journal frame")
+		}
+		var err error
+		if out, err = decodeJournalEntries(out, rest[journalFrameHeader:end], path, int64(pos+journalFrameHeader)); err != nil {
+			return nil, err
+		}
+		pos += end
+	}
+	return out, nil
+}
+
+// nextJournalFrame finds the first position at or after from where a
+// whole frame with a valid checksum starts. Cheap checks of the header
+// and of the first entry's come before the checksum, so a scan over
+// garbage computes few checksums.
+func nextJournalFrame(b []byte, from int) (int, bool) {
+	for q := from; q+journalFrameHeader+journalEntryHeader <= len(b); q++ {
+		r := b[q:]
+		length := le.Uint32(r[4:])
+		if length < journalEntryHeader || uint64(length) > uint64(len(r)-journalFrameHeader) {
+			continue
+		}
+		e := r[journalFrameHeader:]
+		count, size := le.Uint32(e[24:]), le.Uint32(e[28:])
+		if checkNamespace(metadata.Namespace(le.Uint64(e))) != nil || count == 0 ||
+			uint64(size) > uint64(length)-journalEntryHeader || uint64(count) > uint64(size)/recordHeaderSizeV1 {
+			continue
+		}
+		if crc32.Checksum(r[4:journalFrameHeader+int(length)], castagnoli) == le.Uint32(r) {
+			return q, true
+		}
+	}
+	return 0, false
+}
+
+// decodeJournalEntries decodes the entries of one frame (b, at file
+// position base) and appends them to out.
+func decodeJournalEntries(out []journalEntry, b []byte, path string, base int64) ([]journalEntry, error) {
+	at := 0
+	for at < len(b) {
+		pos := base + int64(at)
+		if len(b)-at < journalEntryHeader {
+			return nil, corruptf(path, pos, "journal entry header needs %d bytes, %d left in the frame", journalEntryHeader, len(b)-at)
+		}
+		h := b[at:]
+		e := journalEntry{
+			ns:    metadata.Namespace(le.Uint64(h)),
+			epoch: le.Uint64(h[8:]),
+			first: le.Uint64(h[16:]),
+			path:  path,
+			pos:   pos,
+		}
+		count, size := le.Uint32(h[24:]), le.Uint32(h[28:])
+		if err := checkNamespace(e.ns); err != nil {
+			return nil, corruptf(path, pos, "journal entry: %v", err)
+		}
+		avail := len(b) - at - journalEntryHeader
+		if uint64(size) > uint64(avail) {
+			return nil, corruptf(path, pos, "journal entry of %d bytes, %d left in the frame", size, avail)
+		}
+		// Every record takes at least the smallest header: a count the
+		// bytes cannot hold is refused before the slice is allocated.
+		if count == 0 || uint64(count) > uint64(size)/recordHeaderSizeV1 {
+			return nil, corruptf(path, pos, "journal entry claims %d records in %d bytes", count, size)
+		}
+		if e.first > math.MaxUint64-uint64(count) {
+			return nil, corruptf(path, pos, "journal entry offsets %d + %d overflow", e.first, count)
+		}
+		recs := h[journalEntryHeader : journalEntryHeader+int(size)]
+		e.msgs = make([]Message, 0, count)
+		used := 0
+		for used < len(recs) {
+			m, n, err := decodeRecord(recs[used:], path, pos+journalEntryHeader+int64(used))
+			if err != nil {
+				return nil, corruptf(path, pos+journalEntryHeader+int64(used), "journal record: %v", err)
+			}
+			if want := e.first + uint64(len(e.msgs)); m.Offset != want || len(e.msgs) == int(count) {
+				return nil, corruptf(path, pos+journalEntryHeader+int64(used),
+					"journal record %d of %d has offset %d, want %d", len(e.msgs), count, m.Offset, want)
+			}
+			e.msgs = append(e.msgs, m)
+			used += n
+		}
+		if len(e.msgs) != int(count) {
+			return nil, corruptf(path, pos, "journal entry claims %d records, holds %d", count, len(e.msgs))
+		}
+		out = append(out, e)
+		at += journalEntryHeader + int(size)
+	}
+	return out, nil
+}
+
+// journalFileName is the name of journal file seq.
+func journalFileName(seq uint64) string { return fmt.Sprintf("%020d%s", seq, journalExt) }

@@ -1,0 +1,390 @@
+package partition
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/vfs"
+	"github.com/parkway-io/parkway/vfs/errorfs"
+)
+
+// journalNS is namespace i of the journal tests.
+func journalNS(t testing.TB, i uint32) metadata.Namespace {
+	t.Helper()
+	ns, err := metadata.NewNamespace(1, 2, i)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+// sampleJournal encodes two frames: one with an entry of two partitions,
+// one with a single entry.
+func sampleJournal(t testing.TB) (b []byte, frameEnds []int) {
+	t.Helper()
+	msgs := sampleMessages()
+	enc := func(first uint64, ms []Message) []byte {
+		var recs []byte
+		for i := range ms {
+			recs = appendRecord(recs, &ms[i], first+uint64(i), int64(100+i))
+		}
+		return recs
+	}
+	var start int
+	b, start = beginJournalFrame(nil)
+	b = appendJournalEntry(b, journalNS(t, 0), 7, 0, 2, enc(0, msgs[:2]))
+	b = appendJournalEntry(b, journalNS(t, 1), 8, 5, 1, enc(5, msgs[2:3]))
+	sealJournalFrame(b, start)
+	frameEnds = append(frameEnds, len(b))
+	b, start = beginJournalFrame(b)
+	b = appendJournalEntry(b, journalNS(t, 0), 7, 2, 1, enc(2, msgs[:1]))
+	sealJournalFrame(b, start)
+	return b, append(frameEnds, len(b))
+}
+
+// A journal read back after a crash may end anywhere inside its last
+// frame: every cut decodes, without error, to the entries of the whole
+// frames before it, and the zeros of a file extended past its data are
+// its end too.
+func TestJournalTornTail(t *testing.T) {
+	b, ends := sampleJournal(t)
+	for cut := 0; cut <= len(b); cut++ {
+		want := 0
+		switch {
+		case cut >= ends[1]:
+			want = 3
+		case cut >= ends[0]:
+			want = 2
+		}
+		for _, tail := range [][]byte{nil, make([]byte, 40)} {
+			in := append(append([]byte(nil), b[:cut]...), tail...)
+			got, err := decodeJournal(in, "j")
+			if err != nil || len(got) != want {
+				t.Fatalf("cut at %d of %d (+%d zeros): %d entries, %v; want %d and no error", cut, len(b), len(tail), len(got), err, want)
+			}
+		}
+	}
+}
+
+// Damage that a crash cannot cause is reported, typed, with where it is:
+// a frame that fails its checksum with data after it, and a frame whose
+// checksum holds over contents that do not decode.
+func TestJournalDamageIsCorruption(t *testing.T) {
+	b, ends := sampleJournal(t)
+	for pos := range ends[0] {
+		bad := bytes.Clone(b)
+		bad[pos] ^= 0x10
+		_, err := decodeJournal(bad, "j")
+		var ce *CorruptError
+		if !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) || ce.Path != "j" {
+			t.Fatalf("byte %d of the first frame flipped: %v, want a *CorruptError naming the file", pos, err)
+		}
+	}
+	// A well-checksummed frame claiming more records than its bytes hold.
+	var recs []byte
+	m := sampleMessages()[0]
+	recs = appendRecord(recs, &m, 0, 1)
+	frame, start := beginJournalFrame(nil)
+	frame = appendJournalEntry(frame, journalNS(t, 0), 1, 0, 1000, recs)
+	sealJournalFrame(frame, start)
+	if _, err := decodeJournal(frame, "j"); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("an entry claiming 1000 records in %d bytes: %v, want ErrCorrupt", len(recs), err)
+	}
+}
+
+// FuzzDecodeJournal feeds arbitrary bytes to the journal decoder: it must
+// never panic, must report any failure as a *CorruptError, and everything
+// it accepts must be consistent: offsets dense from each entry's first,
+// and no more messages than the bytes could hold.
+func FuzzDecodeJournal(f *testing.F) {
+	b, ends := sampleJournal(f)
+	f.Add(b)
+	f.Add(b[:ends[0]])
+	f.Add(b[:ends[0]+5])
+	f.Add([]byte{})
+	f.Add(make([]byte, 64))
+	bad := bytes.Clone(b)
+	bad[20] ^= 1
+	f.Add(bad)
+	f.Fuzz(func(t *testing.T, in []byte) {
+		entries, err := decodeJournal(in, "f")
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error %v is not ErrCorrupt", err)
+			}
+			return
+		}
+		total := 0
+		for _, e := range entries {
+			if len(e.msgs) == 0 {
+				t.Fatal("an entry with no messages")
+			}
+			for i, m := range e.msgs {
+				if m.Offset != e.first+uint64(i) {
+					t.Fatalf("entry at %d: message %d has offset %d, first is %d", e.pos, i, m.Offset, e.first)
+				}
+			}
+			total += len(e.msgs)
+		}
+		if total*recordHeaderSizeV1 > len(in) {
+			t.Fatalf("%d messages from %d bytes", total, len(in))
+		}
+	})
+}
+
+// journalPartitions builds n partitions of s and inserts one message in
+// each, synced: ready to join a journal.
+func journalPartitions(t *testing.T, s *FileStore, n int) []Partition {
+	t.Helper()
+	var ps []Partition
+	for i := range n {
+		p, err := s.Build(journalNS(t, uint32(i)), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+// commitRound appends one message to each partition and commits them.
+func commitRound(t *testing.T, j *Journal, ps []Partition, k int) {
+	t.Helper()
+	for i, p := range ps {
+		if _, err := p.Append([]Message{{Payload: fmt.Appendf(nil, "%d/%d", i, k)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, err := range j.Commit(ps) {
+		if err != nil {
+			t.Fatalf("commit of partition %d, round %d: %v", i, k, err)
+		}
+	}
+}
+
+// The journal is checkpointed when it holds records of too many
+// partitions whose own files are unsynced: their files are synced, its
+// old files removed, so the journal stays small; and a clean close of the
+// partitions and the journal leaves no journal file behind. Everything
+// committed survives a power loss at any point.
+func TestJournalCheckpointAndClose(t *testing.T) {
+	mem := vfs.NewMem()
+	s, err := NewFileStore(FileConfig{Dir: "/data", FS: mem, MaxOpenFiles: 16, SerialSyncs: true}) // two partitions per journal
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := s.NewJournal()
+	if j.maxParts != 2 {
+		t.Fatalf("maxParts %d, want 2", j.maxParts)
+	}
+	ps := journalPartitions(t, s, 3)
+	const rounds = 6
+	maxFiles := 0
+	for k := range rounds {
+		commitRound(t, j, ps, k)
+		names, _ := mem.ReadDir("/data/journal")
+		maxFiles = max(maxFiles, len(names))
+		// Every committed message survives a power loss now.
+		crashed := mem.Crash()
+		s2, err := NewFileStore(FileConfig{Dir: "/data", FS: crashed})
+		if err != nil {
+			t.Fatalf("round %d: reopening after a power loss: %v", k, err)
+		}
+		for i := range ps {
+			p, err := s2.Build(journalNS(t, uint32(i)), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := p.NextOffset(); n != uint64(k+1) {
+				t.Fatalf("round %d: partition %d holds %d messages after a power loss, want %d", k, i, n, k+1)
+			}
+			if err := p.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if maxFiles > 2 {
+		t.Fatalf("the journal kept up to %d files: checkpoints do not remove them", maxFiles)
+	}
+	if j.seq < 2 {
+		t.Fatalf("the journal used %d file(s) over %d rounds of 3 partitions with 2 allowed: never checkpointed", j.seq, rounds)
+	}
+	for _, p := range ps {
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if names, _ := mem.ReadDir("/data/journal"); len(names) != 0 {
+		t.Fatalf("journal files %v left after a clean close", names)
+	}
+}
+
+// A journal record that starts past the end of its partition's log means
+// acknowledged messages before it were lost: the store refuses to open,
+// with a typed error, rather than leave a gap.
+func TestJournalReplayGapIsCorruption(t *testing.T) {
+	mem := vfs.NewMem()
+	s, err := NewFileStore(FileConfig{Dir: "/data", FS: mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := journalNS(t, 0)
+	p, err := s.Build(ns, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Sync(); err != nil { // the layout
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m := sampleMessages()[0]
+	recs := appendRecord(nil, &m, 4, 1)
+	frame, start := beginJournalFrame(nil)
+	frame = appendJournalEntry(frame, ns, 3, 4, 1, recs)
+	sealJournalFrame(frame, start)
+	if err := mem.MkdirAll("/data/journal", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := vfs.WriteFileAtomic(mem, "/data/journal/"+journalFileName(1), frame); err != nil {
+		t.Fatal(err)
+	}
+	_, err = NewFileStore(FileConfig{Dir: "/data", FS: mem})
+	var ce *CorruptError
+	if !errors.As(err, &ce) || ce.Path != "/data/journal/"+journalFileName(1) {
+		t.Fatalf("opening with a journal record at offset 4 of an empty log: %v, want a *CorruptError naming the journal", err)
+	}
+}
+
+// A checkpoint whose fsync of a partition fails leaves acknowledged
+// records in the journal only, and after a failed fsync the kernel may
+// drop the written pages: the partition, closed and built again in the
+// same process (as the reconciler does with a fenced partition), gets
+// them back from the journal instead of handing their offsets to new
+// messages.
+func TestJournalReappliesAfterAFailedCheckpointSync(t *testing.T) {
+	mem := vfs.NewMem()
+	var failLog atomic.Pointer[string]
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if path := failLog.Load(); op.Kind == errorfs.OpSync && path != nil && op.Path == *path {
+			return syscall.EIO
+		}
+		return nil
+	})
+	s, err := NewFileStore(FileConfig{Dir: "/data", FS: errorfs.New(mem, inj), MaxOpenFiles: 16, SerialSyncs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := s.NewJournal()
+	ps := journalPartitions(t, s, 3)
+	commitRound(t, j, ps, 0) // direct: the partitions join
+	commitRound(t, j, ps, 1) // journaled: three members, two allowed
+	seg := filepath.Join(partDirOf(s, journalNS(t, 0)), fmt.Sprintf("%020d.log", 0))
+	failLog.Store(&seg)
+	for i, p := range ps {
+		if _, err := p.Append([]Message{{Payload: fmt.Appendf(nil, "%d/%d", i, 2)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := j.Commit(ps)
+	if !errors.Is(errs[0], ErrUnusable) || errs[1] != nil || errs[2] != nil {
+		t.Fatalf("commit with the checkpoint's fsync of partition 0 failing: %v", errs)
+	}
+	failLog.Store(nil)
+	if err := ps[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel dropped partition 0's unsynced pages: its file is what
+	// the disk holds.
+	durable, err := vfs.ReadFile(mem.Crash(), seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := vfs.WriteFileAtomic(mem, seg, durable); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Build(journalNS(t, 0), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := p.Read(0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) < 2 || string(msgs[0].Payload) != "0/0" || string(msgs[1].Payload) != "0/1" {
+		t.Fatalf("rebuilt partition holds %d messages (%q...), want the acknowledged 0/0 and 0/1", len(msgs), payloadsOf(msgs))
+	}
+	// What was re-applied is durable in the partition's own files.
+	crashed := mem.Crash()
+	b, err := vfs.ReadFile(crashed, seg)
+	if err != nil || !bytes.Contains(b, []byte("0/1")) {
+		t.Fatalf("the re-applied record is not durable in the segment (%v)", err)
+	}
+}
+
+// partDirOf is the directory of ns in s.
+func partDirOf(s *FileStore, ns metadata.Namespace) string { return s.partitionDir(ns) }
+
+func payloadsOf(msgs []Message) []string {
+	var out []string
+	for _, m := range msgs {
+		out = append(out, string(m.Payload))
+	}
+	return out
+}
+
+// Commits whose direct syncs, journal write and checkpoint syncs run
+// concurrently (no SerialSyncs), with partitions joining as they go:
+// everything committed survives a power loss (run it with -race too).
+func TestJournalConcurrentCommits(t *testing.T) {
+	mem := vfs.NewMem()
+	s, err := NewFileStore(FileConfig{Dir: "/data", FS: mem, MaxOpenFiles: 64}) // eight members
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := s.NewJournal()
+	ps := journalPartitions(t, s, 16)
+	const rounds = 5
+	for k := range rounds {
+		// Partitions join a round apart, so every commit mixes direct
+		// syncs with journal entries.
+		commitRound(t, j, ps[:min(len(ps), 4*(k+1))], k)
+	}
+	crashed := mem.Crash()
+	s2, err := NewFileStore(FileConfig{Dir: "/data", FS: crashed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range ps {
+		p, err := s2.Build(journalNS(t, uint32(i)), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs, err := p.Read(0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := i / 4 // the round partition i joined in
+		if len(msgs) != rounds-first {
+			t.Fatalf("partition %d holds %d messages after a power loss, want %d", i, len(msgs), rounds-first)
+		}
+		for n, m := range msgs {
+			if want := fmt.Sprintf("%d/%d", i, first+n); string(m.Payload) != want {
+				t.Fatalf("partition %d offset %d holds %q, want %q", i, n, m.Payload, want)
+			}
+		}
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

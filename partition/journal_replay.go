@@ -1,0 +1,232 @@
+package partition
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/vfs"
+)
+
+// replayJournals applies the journal files a previous process left to
+// their partitions, syncs the partitions and removes the files (see
+// Journal). It runs in NewFileStore, before anything lists, builds or
+// removes a partition.
+//
+// Every record of a partition is applied in journal order (files by
+// number, frames and entries in file order). A record is skipped when its
+// partition directory is gone or holds another incarnation (the
+// partition was deleted, or recreated, after the record was written), and
+// so is the part of it the partition holds already (its files were
+// synced at a checkpoint, or the process crashed without losing the page
+// cache); the rest is appended. A record that starts past the end of its
+// partition's log would leave a gap: acknowledged messages before it were
+// lost, which a crash cannot do (the journal holds every record its
+// partition's files may lack), so it is reported as a *CorruptError.
+//
+// A crash during replay leaves the files in place: the next open replays
+// them again, skipping what the first attempt appended. The removals need
+// not be durable for the same reason.
+func (s *FileStore) replayJournals() error {
+	dir := s.journalPath()
+	names, err := s.fs.ReadDir(dir)
+	if isNotExist(err) || errors.Is(err, syscall.ENOTDIR) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("parkway: journal: %w", err)
+	}
+	var files []uint64
+	for _, n := range names {
+		if seq, ok := parseJournalName(n); ok {
+			files = append(files, seq)
+		}
+	}
+	slices.Sort(files)
+	if len(files) == 0 {
+		return nil
+	}
+	s.journalSeq.Store(files[len(files)-1])
+	byNS := make(map[metadata.Namespace][]journalEntry)
+	for _, seq := range files {
+		path := s.journalFile(seq)
+		b, err := vfs.ReadFile(s.fs, path)
+		if err != nil {
+			return fmt.Errorf("parkway: journal: %w", err)
+		}
+		entries, err := decodeJournal(b, path)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			byNS[e.ns] = append(byNS[e.ns], e)
+		}
+	}
+	nss := make([]metadata.Namespace, 0, len(byNS))
+	for ns := range byNS {
+		nss = append(nss, ns)
+	}
+	slices.SortFunc(nss, cmp.Compare)
+	for _, ns := range nss {
+		if err := s.replayPartition(ns, byNS[ns]); err != nil {
+			return fmt.Errorf("parkway: replaying the journal into partition %v: %w", ns, err)
+		}
+	}
+	for _, seq := range files {
+		if err := s.fs.Remove(s.journalFile(seq)); err != nil && !isNotExist(err) {
+			return fmt.Errorf("parkway: journal: %w", err)
+		}
+	}
+	return nil
+}
+
+// replayPartition applies entries, all of namespace ns, to its partition.
+func (s *FileStore) replayPartition(ns metadata.Namespace, entries []journalEntry) error {
+	if err := s.acquire(ns); err != nil {
+		return err
+	}
+	dir := s.partitionDir(ns)
+	inc, err := readIncarnation(s.fs, dir)
+	switch {
+	case err == nil:
+	case isNotExist(err), errors.Is(err, syscall.ENOTDIR), errors.Is(err, errBadIncarnation):
+		s.release(ns) // deleted, or never durably built: nothing was acknowledged in it
+		return nil
+	default:
+		s.release(ns)
+		return err
+	}
+	if !slices.ContainsFunc(entries, func(e journalEntry) bool { return e.epoch == inc }) {
+		s.release(ns)
+		return nil // only other incarnations' records
+	}
+	p, err := s.open(ns, inc, dir, false)
+	if err != nil {
+		s.release(ns)
+		return err
+	}
+	if err := p.applyJournal(entries); err != nil {
+		_ = p.Close()
+		return err
+	}
+	return p.Close() // syncs what was appended, and the layout
+}
+
+// applyJournal appends to p what entries hold of its incarnation beyond
+// its log's end, in order (see replayJournals).
+func (p *filePartition) applyJournal(entries []journalEntry) error {
+	for _, e := range entries {
+		if e.ns != p.ns || e.epoch != p.epoch {
+			continue // another partition's, or another incarnation's
+		}
+		end := e.first + uint64(len(e.msgs))
+		if end <= p.next {
+			continue // held already
+		}
+		if e.first > p.next {
+			return corruptf(e.path, e.pos, "journal record of %v at offsets [%d, %d), but its log ends at %d", p.ns, e.first, end, p.next)
+		}
+		if _, err := p.Append(e.msgs[p.next-e.first:]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lostRecords names the journal files that may hold records of a
+// partition incarnation that its files lack (see Journal.lost).
+type lostRecords struct {
+	epoch  uint64
+	lo, hi uint64 // journal file numbers
+}
+
+// markLost records that ns at epoch was closed with records in journal
+// files lo..hi that its files may lack.
+func (s *FileStore) markLost(ns metadata.Namespace, epoch, lo, hi uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l, ok := s.lost[ns]; ok && l.epoch == epoch {
+		lo, hi = min(lo, l.lo), max(hi, l.hi)
+	}
+	s.lost[ns] = lostRecords{epoch: epoch, lo: lo, hi: hi}
+}
+
+// forgetLost drops what markLost recorded for ns: its directory is gone.
+func (s *FileStore) forgetLost(ns metadata.Namespace) {
+	s.mu.Lock()
+	delete(s.lost, ns)
+	s.mu.Unlock()
+}
+
+// reapplyLost applies to p, just reopened, the journal records its files
+// may lack because its fsync failed before it was closed: after a failed
+// fsync the kernel may drop the written pages, so a log rebuilt from its
+// files could lack messages acknowledged through the journal, and hand
+// their offsets to new ones. The journal files concerned are kept until
+// the next open (Journal.lost); the records are read back from them
+// (a frame another shard is writing at the end of a file reads as torn
+// and holds none of p's, which is closed), appended, and synced.
+func (s *FileStore) reapplyLost(p *filePartition) error {
+	s.mu.Lock()
+	l, ok := s.lost[p.ns]
+	s.mu.Unlock()
+	if !ok || l.epoch != p.epoch {
+		return nil
+	}
+	for seq := l.lo; seq <= l.hi; seq++ {
+		path := s.journalFile(seq)
+		b, err := vfs.ReadFile(s.fs, path)
+		if isNotExist(err) {
+			continue // another journal's number, or pruned: nothing of p's
+		}
+		if err != nil {
+			return fmt.Errorf("parkway: journal: %w", err)
+		}
+		entries, err := decodeJournal(b, path)
+		if err != nil {
+			return err
+		}
+		if err := p.applyJournal(entries); err != nil {
+			return err
+		}
+	}
+	if err := p.Sync(); err != nil {
+		return err
+	}
+	s.forgetLost(p.ns)
+	return nil
+}
+
+// parseJournalName returns the number of a journal file name.
+func parseJournalName(name string) (uint64, bool) {
+	digits, ok := strings.CutSuffix(name, journalExt)
+	if !ok || len(digits) != 20 {
+		return 0, false
+	}
+	seq, err := strconv.ParseUint(digits, 10, 64)
+	if err != nil || seq == 0 {
+		return 0, false
+	}
+	return seq, true
+}
+
+// ensureJournalDir creates the journal directory and makes its entry
+// durable, once per store.
+func (s *FileStore) ensureJournalDir() error {
+	if s.journalReady.Load() {
+		return nil
+	}
+	if err := s.fs.MkdirAll(s.journalPath(), 0o755); err != nil {
+		return err
+	}
+	if err := s.fs.SyncDir(s.cfg.Dir); err != nil {
+		return err
+	}
+	s.journalReady.Store(true)
+	return nil
+}
