@@ -116,6 +116,8 @@ type Store struct {
 	// subs is copy-on-write, in subscribe order: Apply hands the current
 	// slice to its notification step after releasing mu.
 	subs []*subscription
+	// ann holds the announced commands (see Announce).
+	ann announcements
 }
 
 // NewStore returns an empty store at revision 0.
@@ -339,33 +341,11 @@ func (s *Store) deleteStream(c DeleteStream) (Result, bool, error) {
 }
 
 func (s *Store) createTopic(c CreateTopic) (Result, bool, error) {
-	st, err := s.lookupStreamAt(c.Stream, c.StreamRevision)
+	st, id, parts, err := s.planTopic(c)
 	if err != nil {
 		return Result{}, false, err
 	}
-	if err := validateName("topic", c.Name); err != nil {
-		return Result{}, false, err
-	}
-	if c.Partitions < 1 || c.Partitions > MaxPartitionsPerTopic {
-		return Result{}, false, fmt.Errorf("%w: topic %q: %d partitions, want 1..%d",
-			ErrInvalidPartitionCount, c.Name, c.Partitions, MaxPartitionsPerTopic)
-	}
-	if err := c.Config.Validate(); err != nil {
-		return Result{}, false, fmt.Errorf("%w (topic %q)", err, c.Name)
-	}
-	if _, ok := st.topicNames[c.Name]; ok {
-		return Result{}, false, fmt.Errorf("%w: %q in stream %d", ErrTopicExists, c.Name, st.id)
-	}
-	id, ok := st.topicIDs.peek()
-	if !ok {
-		return Result{}, false, fmt.Errorf("%w: all %d topic ids of stream %d in use",
-			ErrTooManyTopics, uint64(st.topicIDs.max)+1, st.id)
-	}
-	rev := s.revision + 1
-	parts, err := s.newPartitions(st.id, id, 0, c.Partitions, rev)
-	if err != nil {
-		return Result{}, false, err
-	}
+	rev := parts[0].CreatedRevision
 	// Committed from here on.
 	st.topicIDs.alloc()
 	s.revision = rev
@@ -374,6 +354,39 @@ func (s *Store) createTopic(c CreateTopic) (Result, bool, error) {
 	st.topicNames[c.Name] = t
 	s.addPartitions(parts)
 	return Result{Revision: rev, Stream: st.id, Topic: id, Created: slices.Clone(parts)}, true, nil
+}
+
+// planTopic validates c against the current state and computes the
+// topic id and the partitions it would create, without changing anything:
+// createTopic commits the plan, Announce publishes it.
+func (s *Store) planTopic(c CreateTopic) (*stream, uint32, []PartitionInfo, error) {
+	st, err := s.lookupStreamAt(c.Stream, c.StreamRevision)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	if err := validateName("topic", c.Name); err != nil {
+		return nil, 0, nil, err
+	}
+	if c.Partitions < 1 || c.Partitions > MaxPartitionsPerTopic {
+		return nil, 0, nil, fmt.Errorf("%w: topic %q: %d partitions, want 1..%d",
+			ErrInvalidPartitionCount, c.Name, c.Partitions, MaxPartitionsPerTopic)
+	}
+	if err := c.Config.Validate(); err != nil {
+		return nil, 0, nil, fmt.Errorf("%w (topic %q)", err, c.Name)
+	}
+	if _, ok := st.topicNames[c.Name]; ok {
+		return nil, 0, nil, fmt.Errorf("%w: %q in stream %d", ErrTopicExists, c.Name, st.id)
+	}
+	id, ok := st.topicIDs.peek()
+	if !ok {
+		return nil, 0, nil, fmt.Errorf("%w: all %d topic ids of stream %d in use",
+			ErrTooManyTopics, uint64(st.topicIDs.max)+1, st.id)
+	}
+	parts, err := s.newPartitions(st.id, id, 0, c.Partitions, s.revision+1)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	return st, id, parts, nil
 }
 
 func (s *Store) deleteTopic(c DeleteTopic) (Result, bool, error) {
@@ -393,29 +406,39 @@ func (s *Store) deleteTopic(c DeleteTopic) (Result, bool, error) {
 }
 
 func (s *Store) createPartitions(c CreatePartitions) (Result, bool, error) {
-	st, t, err := s.lookupTopicAt(c.Stream, c.Topic, c.Revision)
+	st, t, parts, err := s.planPartitions(c)
 	if err != nil {
 		return Result{}, false, err
 	}
-	have := len(t.parts)
-	if c.Count < 1 {
-		return Result{}, false, fmt.Errorf("%w: create %d partitions in %d/%d, want >= 1",
-			ErrInvalidPartitionCount, c.Count, st.id, t.id)
-	}
-	if room := MaxPartitionID + 1 - have; c.Count > room {
-		return Result{}, false, fmt.Errorf("%w: create %d partitions in %d/%d: %d exist, ids stop at %d",
-			ErrInvalidPartitionCount, c.Count, st.id, t.id, have, MaxPartitionID)
-	}
-	rev := s.revision + 1
-	parts, err := s.newPartitions(st.id, t.id, uint32(have), c.Count, rev)
-	if err != nil {
-		return Result{}, false, err
-	}
+	rev := parts[0].CreatedRevision
 	s.revision = rev
 	t.parts = append(t.parts, parts...)
 	s.addPartitions(parts)
 	t.topicGroupsResized(rev)
 	return Result{Revision: rev, Stream: st.id, Topic: t.id, Created: parts}, true, nil
+}
+
+// planPartitions validates c against the current state and computes the
+// partitions it would create, without changing anything.
+func (s *Store) planPartitions(c CreatePartitions) (*stream, *topic, []PartitionInfo, error) {
+	st, t, err := s.lookupTopicAt(c.Stream, c.Topic, c.Revision)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	have := len(t.parts)
+	if c.Count < 1 {
+		return nil, nil, nil, fmt.Errorf("%w: create %d partitions in %d/%d, want >= 1",
+			ErrInvalidPartitionCount, c.Count, st.id, t.id)
+	}
+	if room := MaxPartitionID + 1 - have; c.Count > room {
+		return nil, nil, nil, fmt.Errorf("%w: create %d partitions in %d/%d: %d exist, ids stop at %d",
+			ErrInvalidPartitionCount, c.Count, st.id, t.id, have, MaxPartitionID)
+	}
+	parts, err := s.newPartitions(st.id, t.id, uint32(have), c.Count, s.revision+1)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return st, t, parts, nil
 }
 
 func (s *Store) deletePartitions(c DeletePartitions) (Result, bool, error) {
