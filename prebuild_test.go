@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/transport"
 	"github.com/parkway-io/parkway/vfs"
 	"github.com/parkway-io/parkway/vfs/errorfs"
 )
@@ -169,5 +170,84 @@ func TestPrebuiltOrphanIsRemovedAtStart(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(crashed, partDir)); !os.IsNotExist(err) {
 		t.Fatalf("the orphan partition directory is still there after the start: %v", err)
+	}
+}
+
+// droppingBus drops every message its node sends while armed, as a
+// partition of the network would: raft re-sends once it is disarmed.
+type droppingBus struct {
+	parkway.Bus
+	mu    sync.Mutex
+	armed bool
+}
+
+func (b *droppingBus) set(armed bool) {
+	b.mu.Lock()
+	b.armed = armed
+	b.mu.Unlock()
+}
+
+func (b *droppingBus) Send(m transport.Message) error {
+	b.mu.Lock()
+	armed := b.armed
+	b.mu.Unlock()
+	if armed {
+		return nil
+	}
+	return b.Bus.Send(m)
+}
+
+// In a cluster, the node a CreateTopic goes through builds its replica of
+// the new partition while the command is being replicated: with every
+// message from that node dropped the command cannot commit, and the
+// partition's files are written all the same. Without the announcement
+// nothing builds before the commit and the test fails at its deadline.
+func TestClusterCreateTopicBuildsWhileTheCommandReplicates(t *testing.T) {
+	ctx := context.Background()
+	net := parkway.NewNetwork(parkway.NetworkOptions{})
+	defer net.Close()
+	peers := []parkway.NodeID{1, 2, 3}
+	gate := newMetaLogGate(errorfs.OpKind(-1)) // only its incarnation signal
+	bus := &droppingBus{Bus: net.Endpoint(1)}
+	var nodes []*parkway.Node
+	for _, id := range peers {
+		cfg := parkway.Config{Shards: 1, DataDir: t.TempDir(), Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}}
+		if id == 1 {
+			cfg.Cluster.Bus, cfg.FS = bus, errorfs.New(vfs.Default, gate)
+		}
+		n, err := parkway.Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = n.Close() }()
+		nodes = append(nodes, n)
+	}
+	n := nodes[0]
+	s, err := n.CreateStream(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bus.set(true)
+	defer bus.set(false)
+	done := make(chan error, 1)
+	var topic parkway.Topic
+	go func() {
+		var err error
+		topic, err = n.CreateTopic(ctx, s, "t", 1)
+		done <- err
+	}()
+	select {
+	case <-gate.built:
+	case err := <-done:
+		t.Fatalf("CreateTopic returned (%v) while its node was cut off", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the partition was not built while its command was being replicated")
+	}
+	bus.set(false)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Produce(ctx, topic, parkway.PartitionID(0), parkway.Message{Payload: []byte("first")}); err != nil {
+		t.Fatalf("first produce: %v", err)
 	}
 }
