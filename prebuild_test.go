@@ -66,7 +66,7 @@ func (g *metaLogGate) MaybeError(op errorfs.Op) error {
 	return <-g.release
 }
 
-// The barrier's own case on one node: the partition of a new topic is
+// With PrebuildPartitions, the barrier's own case on one node: the partition of a new topic is
 // built while the metadata log syncs the command that creates it, not
 // after the commit. The log's sync is held until the partition's
 // incarnation file is being written; without the prebuild nothing builds
@@ -77,7 +77,7 @@ func TestCreateTopicBuildsWhileTheMetadataLogSyncs(t *testing.T) {
 		t.Run(policy.String(), func(t *testing.T) {
 			ctx := context.Background()
 			gate := newMetaLogGate(errorfs.OpSync)
-			n, err := parkway.Open(parkway.Config{Shards: 2, DataDir: t.TempDir(), FS: errorfs.New(vfs.Default, gate)})
+			n, err := parkway.Open(parkway.Config{Shards: 2, DataDir: t.TempDir(), FS: errorfs.New(vfs.Default, gate), PrebuildPartitions: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -126,7 +126,7 @@ func TestPrebuiltOrphanIsRemovedAtStart(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	gate := newMetaLogGate(errorfs.OpWriteAt)
-	n, err := parkway.Open(parkway.Config{Shards: 1, DataDir: dir, FS: errorfs.New(vfs.Default, gate)})
+	n, err := parkway.Open(parkway.Config{Shards: 1, DataDir: dir, FS: errorfs.New(vfs.Default, gate), PrebuildPartitions: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,8 @@ func TestClusterCreateTopicBuildsWhileTheCommandReplicates(t *testing.T) {
 	bus := &droppingBus{Bus: net.Endpoint(1)}
 	var nodes []*parkway.Node
 	for _, id := range peers {
-		cfg := parkway.Config{Shards: 1, DataDir: t.TempDir(), Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}}
+		cfg := parkway.Config{Shards: 1, DataDir: t.TempDir(), PrebuildPartitions: true,
+			Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}}
 		if id == 1 {
 			cfg.Cluster.Bus, cfg.FS = bus, errorfs.New(vfs.Default, gate)
 		}

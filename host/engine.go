@@ -176,7 +176,7 @@ func New(cfg Config) (*Engine, error) {
 		e.recs = append(e.recs, rec)
 		e.wakes = append(e.wakes, wake)
 		e.cancels = append(e.cancels, cancel)
-		if !cfg.Manual {
+		if cfg.PrebuildPartitions && !cfg.Manual {
 			// A manual engine's driver runs the passes itself, in a
 			// fixed order; only started engines prebuild.
 			ann, cancel := e.meta.SubscribeAnnouncements()
@@ -276,8 +276,9 @@ func (e *Engine) removeOrphans() error {
 
 // Start launches the engine's drivers and returns: the shards' pumps, a
 // reconciler loop per shard (reconciler.RunPrebuilding: a pass at start,
-// on every metadata wake and every ReconcileInterval, and a prebuild on
-// every metadata announcement), and in a cluster the
+// on every metadata wake and every ReconcileInterval, and with
+// PrebuildPartitions a prebuild on every metadata announcement), and in a
+// cluster the
 // metadata group's loop and the transport receiver. Close stops them.
 func (e *Engine) Start() error {
 	if e.cfg.Manual {
@@ -293,7 +294,11 @@ func (e *Engine) Start() error {
 		s.Start()
 	}
 	for i, rec := range e.recs {
-		wake, ann := e.wakes[i], e.announced[i]
+		var ann <-chan struct{} // nil: never ready
+		if e.announced != nil {
+			ann = e.announced[i]
+		}
+		wake := e.wakes[i]
 		e.group.Go(func(ctx context.Context) {
 			reconciler.RunPrebuilding(ctx, rec, wake, ann, e.cfg.Clock, e.cfg.ReconcileInterval, e.cfg.Logger)
 		})

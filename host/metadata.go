@@ -591,8 +591,10 @@ func (c *clusterNode) applyReplicated(ctx context.Context, cmd metadata.Command)
 	// This node's reconcilers build what the command creates while it is
 	// replicated (see metadata.Store.Announce): the forecast is from this
 	// node's state, and what the commit does not confirm is removed.
-	withdraw := m.store.Announce(cmd)
-	defer withdraw()
+	if e.cfg.PrebuildPartitions {
+		withdraw := m.store.Announce(cmd)
+		defer withdraw()
+	}
 	pause := e.cfg.RetryBackoffMin
 	for {
 		reply := make(chan MetadataResult, 1)
