@@ -100,6 +100,22 @@ type Config struct {
 	// paces park aging: a parked frame is answered after at most
 	// Park.MaxPasses intervals.
 	ReconcileInterval time.Duration
+	// PrebuildPartitions builds the partitions of a new topic (or of
+	// CreatePartitions) while the metadata command that creates them is
+	// being made durable — the metadata log's fsync on one node, the
+	// metadata raft round in a cluster, on the node the call goes through
+	// — instead of after it commits; the first produce's wait then
+	// overlaps the commit. What the commit does not confirm is removed,
+	// at once or, after a crash, by the next start's orphan sweep.
+	//
+	// Off by default: when the metadata log and the partitions share a
+	// filesystem journal (one ext4 filesystem), the build's directory and
+	// file creations join the metadata log's fsync and slow it down as
+	// much as they save. Measured on the project's machine: the create
+	// call went from 0.7 to 1.5 ms (median), the create-and-first-produce
+	// stayed at 2.6–2.7 ms. Turn it on when partitions and the metadata
+	// log live on different filesystems.
+	PrebuildPartitions bool
 	// Park bounds each shard's park buffer (defaults: 128 frames and 4 MiB
 	// per namespace, 16 MiB per shard, 4 KiB alignment, 3 passes).
 	Park ParkLimits

@@ -17,17 +17,21 @@ import (
 // "existing=N" first creates N materialised topics, so the figures show
 // whether the latency grows with the number of topics. p50 and p99 are
 // over the timed iterations; create-p50 is the median of the CreateTopic
-// call alone (its metadata commit).
+// call alone (its metadata commit). The "-prebuild" variants set
+// Config.PrebuildPartitions.
 func BenchmarkCreateTopicProduce(b *testing.B) {
 	payload := make([]byte, 100)
 	for _, fsync := range []struct {
-		name string
-		opt  parkway.TopicOption
-		mem  bool // no DataDir: the engine's path without the filesystem's
+		name     string
+		opt      parkway.TopicOption
+		mem      bool // no DataDir: the engine's path without the filesystem's
+		prebuild bool // Config.PrebuildPartitions
 	}{
-		{"interval", parkway.WithFsync(parkway.FsyncInterval, time.Second), false},
-		{"always", parkway.WithFsync(parkway.FsyncAlways, 0), false},
-		{"memory", parkway.WithFsync(parkway.FsyncNever, 0), true},
+		{"interval", parkway.WithFsync(parkway.FsyncInterval, time.Second), false, false},
+		{"always", parkway.WithFsync(parkway.FsyncAlways, 0), false, false},
+		{"memory", parkway.WithFsync(parkway.FsyncNever, 0), true, false},
+		{"interval-prebuild", parkway.WithFsync(parkway.FsyncInterval, time.Second), false, true},
+		{"always-prebuild", parkway.WithFsync(parkway.FsyncAlways, 0), false, true},
 	} {
 		// 5,000 rather than 10,000: a file partition holds three
 		// descriptors open (log, index, time index), and 10,000
@@ -39,7 +43,7 @@ func BenchmarkCreateTopicProduce(b *testing.B) {
 				if !fsync.mem {
 					dir = b.TempDir()
 				}
-				n, err := parkway.Open(parkway.Config{Shards: 2, DataDir: dir})
+				n, err := parkway.Open(parkway.Config{Shards: 2, DataDir: dir, PrebuildPartitions: fsync.prebuild})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -94,7 +94,7 @@ func (c Config) engineConfig() host.Config {
 			RetentionAge: c.RetentionAge, RetentionBytes: c.RetentionBytes,
 		},
 		ReconcileInterval: c.ReconcileInterval, BuildBackoffMin: c.BuildBackoffMin, BuildBackoffMax: c.BuildBackoffMax,
-		RetentionInterval: c.RetentionInterval, NewReconciler: c.NewReconciler,
+		RetentionInterval: c.RetentionInterval, NewReconciler: c.NewReconciler, PrebuildPartitions: c.PrebuildPartitions,
 		RequestTimeout: c.RequestTimeout, RetryBackoffMin: c.RetryBackoffMin, RetryBackoffMax: c.RetryBackoffMax,
 		Cluster: c.Cluster, Logger: c.Logger, Clock: c.Clock, Metrics: m,
 	}

@@ -166,6 +166,7 @@ const (
 	p99
 	allocsPerMsg
 	cpuPerMsg
+	p999
 )
 
 // higherIsBetter says how to read the metric's ratio.
@@ -181,6 +182,8 @@ func (k metric) label() string {
 		return "p50 latency"
 	case p99:
 		return "p99 latency"
+	case p999:
+		return "p99.9 latency"
 	case allocsPerMsg:
 		return "allocs/msg (process)"
 	case cpuPerMsg:
@@ -228,7 +231,7 @@ func cases(sz SetSizes) []caseSpec {
 		{id: "5", key: "consume", title: "consume from offset 0, 1,000 per call", payload: 100,
 			count: sz.Consume, parts: 1, metrics: []metric{msgsPerSec, cpuPerMsg, mbPerSec}, run: runConsume},
 		{id: "6", key: "convergence", title: "create a topic and produce at once: time to first ack", payload: 100,
-			count: sz.Topics, parts: 0, metrics: []metric{p50, p99}, run: runConvergence},
+			count: sz.Topics, parts: 0, metrics: []metric{p50, p99, p999, cpuPerMsg}, run: runConvergence},
 		{id: "7", key: "pipelined-1KiB", title: "case 2 with 1 KiB payloads", payload: 1 << 10,
 			count: sz.Pipelined1K, parts: 1, metrics: []metric{msgsPerSec, cpuPerMsg, mbPerSec}, run: asCase(runPipelined)},
 		{id: "7", key: "pipelined-64KiB", title: "case 2 with 64 KiB payloads", payload: 64 << 10,
@@ -458,6 +461,11 @@ func runConvergence(ctx context.Context, in instance, c caseSpec, m *meter) erro
 		names[i] = fmt.Sprintf("conv-%d", i)
 	}
 	lat := make([]time.Duration, c.count)
+	if p, ok := in.(topicPreparer); ok {
+		if err := p.prepareTopics(ctx, c.count); err != nil {
+			return err
+		}
+	}
 	if err := m.start(); err != nil {
 		return err
 	}

@@ -133,10 +133,13 @@ func value(k metric, s sample) float64 {
 			return 0
 		}
 		return float64(s.bytes) / 1e6 / s.elapsed.Seconds()
-	case p50, p99:
+	case p50, p99, p999:
 		p := 0.50
-		if k == p99 {
+		switch k {
+		case p99:
 			p = 0.99
+		case p999:
+			p = 0.999
 		}
 		return float64(percentile(sortedCopy(s.lat), p))
 	case allocsPerMsg:
@@ -215,7 +218,7 @@ func formatMetric(k metric, v float64) string {
 		return formatRate(v)
 	case mbPerSec, allocsPerMsg:
 		return sig3(v)
-	case p50, p99, cpuPerMsg:
+	case p50, p99, p999, cpuPerMsg:
 		return formatDuration(time.Duration(v))
 	}
 	return fmt.Sprint(v)

@@ -329,7 +329,8 @@ func (r *runner) progress(set, key string, round int, who string, s sample) {
 	}
 	if len(s.lat) > 0 {
 		lat := sortedCopy(s.lat)
-		line += fmt.Sprintf("  p50 %s  p99 %s", formatDuration(percentile(lat, 0.50)), formatDuration(percentile(lat, 0.99)))
+		line += fmt.Sprintf("  p50 %s  p99 %s  p99.9 %s", formatDuration(percentile(lat, 0.50)),
+			formatDuration(percentile(lat, 0.99)), formatDuration(percentile(lat, 0.999)))
 	}
 	line += fmt.Sprintf("  [before: %d goroutines, heap %.0f MB]", s.goroutines, float64(s.heap)/1e6)
 	fmt.Fprintln(r.cfg.Progress, line)

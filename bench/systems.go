@@ -106,6 +106,34 @@ type parkwayInstance struct {
 	stream parkway.Stream
 	topic  parkway.Topic
 	opt    parkway.TopicOption // the durability policy of every topic created
+	// streams hold case 6's topics, topicsPerStream each, created before
+	// the clock (prepareTopics); created counts the topics made so far.
+	streams []parkway.Stream
+	created int
+}
+
+// topicPreparer is an instance that sets up, before the clock, what case
+// 6 needs to create n topics.
+type topicPreparer interface {
+	prepareTopics(ctx context.Context, n int) error
+}
+
+// topicsPerStream is how many of case 6's topics go into one stream: a
+// stream holds at most 4,096 (12-bit topic ids).
+const topicsPerStream = 4000
+
+// prepareTopics creates the streams that case 6's n topics need beyond
+// the first, so no stream is created while the clock runs.
+func (p *parkwayInstance) prepareTopics(ctx context.Context, n int) error {
+	p.streams = []parkway.Stream{p.stream}
+	for i := 1; i*topicsPerStream < n; i++ {
+		s, err := p.node.CreateStream(ctx, fmt.Sprintf("bench-%d", i))
+		if err != nil {
+			return fmt.Errorf("parkway: create stream: %w", err)
+		}
+		p.streams = append(p.streams, s)
+	}
+	return nil
 }
 
 func (parkwaySystem) open(ctx context.Context, dir string, d durability, parts int, warm []byte) (instance, error) {
@@ -270,7 +298,12 @@ func (r *parkwayReader) close() error { return nil }
 // createAndProduce: CreateTopic with one partition, then Produce to it at
 // once; the produce parks at its shard until the partition lands.
 func (p *parkwayInstance) createAndProduce(ctx context.Context, name string, payload []byte) error {
-	topic, err := p.node.CreateTopic(ctx, p.stream, name, 1, p.opt)
+	s := p.stream
+	if i := p.created / topicsPerStream; i < len(p.streams) {
+		s = p.streams[i]
+	}
+	p.created++
+	topic, err := p.node.CreateTopic(ctx, s, name, 1, p.opt)
 	if err != nil {
 		return fmt.Errorf("create topic %s: %w", name, err)
 	}

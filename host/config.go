@@ -65,6 +65,11 @@ type Config struct {
 	BuildBackoffMin, BuildBackoffMax time.Duration
 	// RetentionInterval is how often retention is enforced.
 	RetentionInterval time.Duration
+	// PrebuildPartitions makes a started engine's reconcilers build the
+	// partitions a metadata command creates while the command is being
+	// made durable (see metadata.Store.Announce and
+	// reconciler.Prebuilder), rather than after it commits.
+	PrebuildPartitions bool
 	// NewReconciler, when set, builds shard i's reconciler instead of the
 	// default reconciler.Partitions. cfg is what the default would get
 	// (its Shard, Meta and Store fields are the engine's), table the

@@ -66,6 +66,9 @@ type Engine struct {
 	drops   *metrics.Shard
 	cl      *clusterNode // nil for a single node
 
+	// announced wake the reconcilers' prebuilds (started engines only).
+	announced []<-chan struct{}
+
 	group     *run.Group
 	started   atomic.Bool
 	closed    atomic.Bool
@@ -181,6 +184,13 @@ func New(cfg Config) (*Engine, error) {
 		e.recs = append(e.recs, rec)
 		e.wakes = append(e.wakes, wake)
 		e.cancels = append(e.cancels, cancel)
+		if cfg.PrebuildPartitions && !cfg.Manual {
+			// A manual engine's driver runs the passes itself, in a
+			// fixed order; only started engines prebuild.
+			ann, cancel := e.meta.SubscribeAnnouncements()
+			e.announced = append(e.announced, ann)
+			e.cancels = append(e.cancels, cancel)
+		}
 	}
 	if e.cl != nil {
 		e.cl.campaignFirst()
@@ -278,8 +288,10 @@ func (e *Engine) removeOrphans() error {
 }
 
 // Start launches the engine's drivers and returns: the shards' pumps, a
-// reconciler loop per shard (reconciler.Run: a pass at start, on every
-// metadata wake and every ReconcileInterval), and in a cluster the
+// reconciler loop per shard (reconciler.RunPrebuilding: a pass at start,
+// on every metadata wake and every ReconcileInterval, and with
+// PrebuildPartitions a prebuild on every metadata announcement), and in a
+// cluster the
 // metadata group's loop and the transport receiver. Close stops them.
 func (e *Engine) Start() error {
 	if e.cfg.Manual {
@@ -295,9 +307,13 @@ func (e *Engine) Start() error {
 		s.Start()
 	}
 	for i, rec := range e.recs {
+		var ann <-chan struct{} // nil: never ready
+		if e.announced != nil {
+			ann = e.announced[i]
+		}
 		wake := e.wakes[i]
 		e.group.Go(func(ctx context.Context) {
-			reconciler.Run(ctx, rec, wake, e.cfg.Clock, e.cfg.ReconcileInterval, e.cfg.Logger)
+			reconciler.RunPrebuilding(ctx, rec, wake, ann, e.cfg.Clock, e.cfg.ReconcileInterval, e.cfg.Logger)
 		})
 	}
 	if e.cl != nil {

@@ -609,6 +609,13 @@ func (c *clusterNode) applyReplicated(ctx context.Context, cmd metadata.Command)
 	}
 	ctx, cancel := e.Deadline(ctx)
 	defer cancel()
+	// This node's reconcilers build what the command creates while it is
+	// replicated (see metadata.Store.Announce): the forecast is from this
+	// node's state, and what the commit does not confirm is removed.
+	if e.cfg.PrebuildPartitions {
+		withdraw := m.store.Announce(cmd)
+		defer withdraw()
+	}
 	pause := e.cfg.RetryBackoffMin
 	for {
 		reply := make(chan MetadataResult, 1)

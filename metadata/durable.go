@@ -258,6 +258,10 @@ func (d *Durable) Store() *Store { return d.store }
 // the command itself has still succeeded (it is durable and applied) and its
 // result is returned, but the Durable is broken likewise (see Err).
 //
+// While the command is logged and synced, what it will create is announced
+// (Store.Announce), so the partitions of a new topic can be built during
+// the sync; the announcement is withdrawn when Apply returns.
+//
 // Commands that fail whatever the state (nil, foreign, or with a name longer
 // than MaxNameLength) go straight to the store, unlogged: they change
 // nothing.
@@ -278,6 +282,11 @@ func (d *Durable) Apply(cmd Command) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	// What the command will create is announced before it is logged, so
+	// the partitions can be built while the log syncs (see Announce); it
+	// is withdrawn once the command is applied or has failed.
+	withdraw := d.store.Announce(c)
+	defer withdraw()
 	if _, err := d.log.Append(b); err != nil {
 		d.broken = err
 		return Result{}, fmt.Errorf("parkway: metadata log: %w", err)

@@ -3,6 +3,7 @@ package metadata
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -45,6 +46,12 @@ func newPlacement(nodes []uint64) placement {
 		p.leads = make(map[uint64]int, len(nodes))
 	}
 	return p
+}
+
+// clone copies p (its node list is never modified in place: AddNode
+// replaces it).
+func (p placement) clone() placement {
+	return placement{nodes: p.nodes, load: maps.Clone(p.load), leads: maps.Clone(p.leads)}
 }
 
 // factor resolves a topic's replication factor against the node count.

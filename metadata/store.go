@@ -121,6 +121,8 @@ type Store struct {
 	// subs is copy-on-write, in subscribe order: Apply hands the current
 	// slice to its notification step after releasing mu.
 	subs []*subscription
+	// ann holds the announced commands (see Announce).
+	ann announcements
 }
 
 // NewStore returns an empty store at revision 0.
@@ -351,37 +353,11 @@ func (s *Store) deleteStream(c DeleteStream) (Result, bool, error) {
 }
 
 func (s *Store) createTopic(c CreateTopic) (Result, bool, error) {
-	st, err := s.lookupStreamAt(c.Stream, c.StreamRevision)
+	st, id, cfg, parts, err := s.planTopic(c)
 	if err != nil {
 		return Result{}, false, err
 	}
-	if err := validateName("topic", c.Name); err != nil {
-		return Result{}, false, err
-	}
-	if c.Partitions < 1 || c.Partitions > MaxPartitionsPerTopic {
-		return Result{}, false, fmt.Errorf("%w: topic %q: %d partitions, want 1..%d",
-			ErrInvalidPartitionCount, c.Name, c.Partitions, MaxPartitionsPerTopic)
-	}
-	if err := c.Config.Validate(); err != nil {
-		return Result{}, false, fmt.Errorf("%w (topic %q)", err, c.Name)
-	}
-	if _, ok := st.topicNames[c.Name]; ok {
-		return Result{}, false, fmt.Errorf("%w: %q in stream %d", ErrTopicExists, c.Name, st.id)
-	}
-	cfg := c.Config
-	if cfg.Replicas, err = s.place.factor(cfg.Replicas); err != nil {
-		return Result{}, false, fmt.Errorf("%w (topic %q)", err, c.Name)
-	}
-	id, ok := st.topicIDs.peek()
-	if !ok {
-		return Result{}, false, fmt.Errorf("%w: all %d topic ids of stream %d in use",
-			ErrTooManyTopics, uint64(st.topicIDs.max)+1, st.id)
-	}
-	rev := s.revision + 1
-	parts, err := s.newPartitions(st.id, id, 0, c.Partitions, rev, cfg.Replicas)
-	if err != nil {
-		return Result{}, false, err
-	}
+	rev := parts[0].CreatedRevision
 	// Committed from here on.
 	st.topicIDs.alloc()
 	s.revision = rev
@@ -390,6 +366,43 @@ func (s *Store) createTopic(c CreateTopic) (Result, bool, error) {
 	st.topicNames[c.Name] = t
 	s.addPartitions(parts)
 	return Result{Revision: rev, Stream: st.id, Topic: id, Created: slices.Clone(parts)}, true, nil
+}
+
+// planTopic validates c against the current state and computes the
+// topic id and the partitions it would create, without changing anything:
+// createTopic commits the plan, Announce publishes it.
+func (s *Store) planTopic(c CreateTopic) (*stream, uint32, TopicConfig, []PartitionInfo, error) {
+	st, err := s.lookupStreamAt(c.Stream, c.StreamRevision)
+	if err != nil {
+		return nil, 0, TopicConfig{}, nil, err
+	}
+	if err := validateName("topic", c.Name); err != nil {
+		return nil, 0, TopicConfig{}, nil, err
+	}
+	if c.Partitions < 1 || c.Partitions > MaxPartitionsPerTopic {
+		return nil, 0, TopicConfig{}, nil, fmt.Errorf("%w: topic %q: %d partitions, want 1..%d",
+			ErrInvalidPartitionCount, c.Name, c.Partitions, MaxPartitionsPerTopic)
+	}
+	if err := c.Config.Validate(); err != nil {
+		return nil, 0, TopicConfig{}, nil, fmt.Errorf("%w (topic %q)", err, c.Name)
+	}
+	if _, ok := st.topicNames[c.Name]; ok {
+		return nil, 0, TopicConfig{}, nil, fmt.Errorf("%w: %q in stream %d", ErrTopicExists, c.Name, st.id)
+	}
+	cfg := c.Config
+	if cfg.Replicas, err = s.place.factor(cfg.Replicas); err != nil {
+		return nil, 0, TopicConfig{}, nil, fmt.Errorf("%w (topic %q)", err, c.Name)
+	}
+	id, ok := st.topicIDs.peek()
+	if !ok {
+		return nil, 0, TopicConfig{}, nil, fmt.Errorf("%w: all %d topic ids of stream %d in use",
+			ErrTooManyTopics, uint64(st.topicIDs.max)+1, st.id)
+	}
+	parts, err := s.newPartitions(st.id, id, 0, c.Partitions, s.revision+1, cfg.Replicas)
+	if err != nil {
+		return nil, 0, TopicConfig{}, nil, err
+	}
+	return st, id, cfg, parts, nil
 }
 
 func (s *Store) deleteTopic(c DeleteTopic) (Result, bool, error) {
@@ -407,29 +420,39 @@ func (s *Store) deleteTopic(c DeleteTopic) (Result, bool, error) {
 }
 
 func (s *Store) createPartitions(c CreatePartitions) (Result, bool, error) {
-	st, t, err := s.lookupTopicAt(c.Stream, c.Topic, c.Revision)
+	st, t, parts, err := s.planPartitions(c)
 	if err != nil {
 		return Result{}, false, err
 	}
-	have := len(t.parts)
-	if c.Count < 1 {
-		return Result{}, false, fmt.Errorf("%w: create %d partitions in %d/%d, want >= 1",
-			ErrInvalidPartitionCount, c.Count, st.id, t.id)
-	}
-	if room := MaxPartitionID + 1 - have; c.Count > room {
-		return Result{}, false, fmt.Errorf("%w: create %d partitions in %d/%d: %d exist, ids stop at %d",
-			ErrInvalidPartitionCount, c.Count, st.id, t.id, have, MaxPartitionID)
-	}
-	rev := s.revision + 1
-	parts, err := s.newPartitions(st.id, t.id, uint32(have), c.Count, rev, t.config.Replicas)
-	if err != nil {
-		return Result{}, false, err
-	}
+	rev := parts[0].CreatedRevision
 	s.revision = rev
 	t.parts = append(t.parts, parts...)
 	s.addPartitions(parts)
 	t.topicGroupsResized(rev)
 	return Result{Revision: rev, Stream: st.id, Topic: t.id, Created: parts}, true, nil
+}
+
+// planPartitions validates c against the current state and computes the
+// partitions it would create, without changing anything.
+func (s *Store) planPartitions(c CreatePartitions) (*stream, *topic, []PartitionInfo, error) {
+	st, t, err := s.lookupTopicAt(c.Stream, c.Topic, c.Revision)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	have := len(t.parts)
+	if c.Count < 1 {
+		return nil, nil, nil, fmt.Errorf("%w: create %d partitions in %d/%d, want >= 1",
+			ErrInvalidPartitionCount, c.Count, st.id, t.id)
+	}
+	if room := MaxPartitionID + 1 - have; c.Count > room {
+		return nil, nil, nil, fmt.Errorf("%w: create %d partitions in %d/%d: %d exist, ids stop at %d",
+			ErrInvalidPartitionCount, c.Count, st.id, t.id, have, MaxPartitionID)
+	}
+	parts, err := s.newPartitions(st.id, t.id, uint32(have), c.Count, s.revision+1, t.config.Replicas)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return st, t, parts, nil
 }
 
 func (s *Store) deletePartitions(c DeletePartitions) (Result, bool, error) {
@@ -492,38 +515,39 @@ func (s *Store) setTopicConfig(c SetTopicConfig) (Result, bool, error) {
 
 // newPartitions builds partitions first..first+count-1 of a topic at
 // revision rev, each placed on replicas nodes, without touching the store
-// (the placement counts them when addPartitions commits them).
+// (the placement counts them when addPartitions commits them). It only
+// reads the store, so it may run under the read lock (Announce plans with
+// it).
 func (s *Store) newPartitions(streamID, topicID, first uint32, count int, rev uint64, replicas int) ([]PartitionInfo, error) {
 	parts := make([]PartitionInfo, count)
+	// The next partition's choice sees the ones chosen before it: they
+	// are counted in a copy of the placement.
+	var pl *placement
+	if replicas > 0 && len(s.place.nodes) > 0 {
+		c := s.place.clone()
+		pl = &c
+	}
 	for i := range parts {
 		id := first + uint32(i)
 		ns, err := NewNamespace(streamID, topicID, id)
 		if err != nil {
-			s.unplace(parts[:i])
 			return nil, err // unreachable: callers bound every id
 		}
 		owner := s.cfg.Assign(ns, s.cfg.Shards)
 		if owner < 0 || owner >= s.cfg.Shards {
-			s.unplace(parts[:i])
 			return nil, fmt.Errorf("parkway: Config.Assign(%v, %d) = %d, want 0..%d",
 				ns, s.cfg.Shards, owner, s.cfg.Shards-1)
 		}
 		parts[i] = PartitionInfo{
 			NS: ns, Stream: streamID, Topic: topicID, Partition: id,
-			CreatedRevision: rev, Owner: owner, Replicas: s.place.place(ns, replicas),
+			CreatedRevision: rev, Owner: owner,
 		}
-		// The next partition's choice sees this one's replicas.
-		s.place.add(parts[i].Replicas)
+		if pl != nil {
+			parts[i].Replicas = pl.place(ns, replicas)
+			pl.add(parts[i].Replicas)
+		}
 	}
-	s.unplace(parts)
 	return parts, nil
-}
-
-// unplace uncounts what newPartitions counted while it chose.
-func (s *Store) unplace(parts []PartitionInfo) {
-	for _, p := range parts {
-		s.place.remove(p.Replicas)
-	}
 }
 
 func (s *Store) addPartitions(parts []PartitionInfo) {

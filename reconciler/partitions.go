@@ -107,6 +107,10 @@ type Partitions struct {
 
 	retain     bool      // some owned partition has a retention bound
 	nextRetain time.Time // when retention is next enforced
+
+	// prebuilt are partitions built for announced commands (Prebuild),
+	// not yet handed to the shard.
+	prebuilt map[metadata.Namespace]prebuilt
 }
 
 // durability resolves info's topic configuration against the defaults.
@@ -115,6 +119,11 @@ func (r *Partitions) durability(info metadata.PartitionInfo) shard.Durability {
 	if t, ok := r.cfg.Meta.Topic(info.Stream, info.Topic); ok {
 		tc = t.Config
 	}
+	return r.durabilityOf(tc)
+}
+
+// durabilityOf resolves a topic configuration against the defaults.
+func (r *Partitions) durabilityOf(tc metadata.TopicConfig) shard.Durability {
 	d := r.cfg.Defaults
 	if tc.Fsync != metadata.FsyncDefault {
 		d.Fsync = tc.Fsync
@@ -171,6 +180,7 @@ func New(cfg Config, table *router.Table) (*Partitions, error) {
 		m:        cfg.Metrics.Shard(id),
 		table:    table,
 		backoffs: make(map[backoffKey]backoff),
+		prebuilt: make(map[metadata.Namespace]prebuilt),
 		held:     btree.NewG(16, func(a, b heldPartition) bool { return a.ns < b.ns }),
 	}, nil
 }
@@ -200,6 +210,9 @@ func (r *Partitions) Reconcile(ctx context.Context) (Report, error) {
 }
 
 func (r *Partitions) reconcile(ctx context.Context, retained uint64) (Report, error) {
+	if len(r.prebuilt) > 0 {
+		r.discard(r.cfg.Meta.Announced())
+	}
 	if r.ran && !r.resync && len(r.backoffs) == 0 && r.cfg.Shard.Fenced() == 0 {
 		if ch, ok := r.cfg.Meta.Changes(r.lastRev); ok && ch.Revision != r.lastRev {
 			rep := Report{Revision: ch.Revision, Retained: retained, Incremental: true}
@@ -432,10 +445,13 @@ func (r *Partitions) build(ctx context.Context, info metadata.PartitionInfo, wan
 	if !r.due(key, now) {
 		return nil
 	}
-	p, err := r.cfg.Store.Build(info.NS, info.CreatedRevision)
-	if err != nil {
-		r.fail(key, now, rep, "build", err)
-		return nil
+	p, ok := r.adopt(info)
+	if !ok {
+		var err error
+		if p, err = r.cfg.Store.Build(info.NS, info.CreatedRevision); err != nil {
+			r.fail(key, now, rep, "build", err)
+			return nil
+		}
 	}
 	if err := r.cfg.Shard.InsertOwned(ctx, p, want); err != nil {
 		if errors.Is(err, shard.ErrAlreadyOwned) {

@@ -77,6 +77,21 @@ const (
 // A nil clock is the wall clock, a nil logger is silent and a
 // non-positive period is DefaultPeriod.
 func Run(ctx context.Context, r Reconciler, wake <-chan struct{}, clk clock.Clock, period time.Duration, log hclog.Logger) {
+	RunPrebuilding(ctx, r, wake, nil, clk, period, log)
+}
+
+// RunPrebuilding is Run, and when r is a Prebuilder, a Prebuild on every
+// wake from announced (metadata.Store.SubscribeAnnouncements), between
+// passes, without a pass of its own: an announcement changes no committed
+// state, and the commit that follows it wakes the pass that adopts what
+// Prebuild built. When ctx is done, Release closes what no pass adopted.
+func RunPrebuilding(ctx context.Context, r Reconciler, wake, announced <-chan struct{}, clk clock.Clock, period time.Duration, log hclog.Logger) {
+	pb, ok := r.(Prebuilder)
+	if !ok {
+		announced = nil
+	} else {
+		defer pb.Release()
+	}
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
@@ -88,13 +103,21 @@ func Run(ctx context.Context, r Reconciler, wake <-chan struct{}, clk clock.Cloc
 	}
 	timer := clk.NewTimer(period)
 	defer timer.Stop()
-	for {
-		if _, err := r.Reconcile(ctx); err != nil && ctx.Err() == nil {
-			log.Warn("reconcile pass failed", "error", err)
+	for pass := true; ; {
+		if pass {
+			if _, err := r.Reconcile(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("reconcile pass failed", "error", err)
+			}
 		}
+		pass = true
 		select {
 		case <-ctx.Done():
 			return
+		case <-announced:
+			if err := pb.Prebuild(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("prebuild failed", "error", err)
+			}
+			pass = false
 		case <-wake:
 		case <-timer.C():
 			timer.Reset(period)
