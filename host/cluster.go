@@ -191,13 +191,17 @@ func (e *Engine) deliver(ctx context.Context, m transport.Message) error {
 			return fmt.Errorf("%w: kind %d without its incarnation", ErrMalformed, m.Kind)
 		}
 		ns := metadata.Namespace(m.Group)
-		req := &shard.Request{Op: shard.OpCatchUp, NS: ns, Epoch: binary.LittleEndian.Uint64(m.Payload), Payload: m.Payload[8:]}
+		epoch := binary.LittleEndian.Uint64(m.Payload)
+		var req *shard.Request
 		if m.Kind == KindPartitionRaft {
-			msg := &raftpb.Message{}
-			if err := proto.Unmarshal(m.Payload[8:], msg); err != nil {
+			in := &inboundRaft{}
+			if err := decodeRaft(&in.box, m.Payload[8:]); err != nil {
 				return fmt.Errorf("%w: partition raft message: %w", ErrMalformed, err)
 			}
-			req.Op, req.Raft, req.Payload = shard.OpRaft, msg, nil
+			in.req = shard.Request{Op: shard.OpRaft, NS: ns, Epoch: epoch, Raft: &in.box.msg}
+			req = &in.req
+		} else {
+			req = &shard.Request{Op: shard.OpCatchUp, NS: ns, Epoch: epoch, Payload: m.Payload[8:]}
 		}
 		if _, err := e.router.Send(ns, shard.Frame{Req: req}); err != nil {
 			e.CountSendFailure(req, err)
@@ -207,11 +211,11 @@ func (e *Engine) deliver(ctx context.Context, m transport.Message) error {
 	case KindPartitionRaftBatch:
 		return e.deliverRaftBatch(m.Payload)
 	case KindMetaRaft:
-		msg := &raftpb.Message{}
-		if err := proto.Unmarshal(m.Payload, msg); err != nil {
+		box := &raftBox{}
+		if err := decodeRaft(box, m.Payload); err != nil {
 			return fmt.Errorf("%w: metadata raft message: %w", ErrMalformed, err)
 		}
-		return c.meta.recv(msg)
+		return c.meta.recv(&box.msg)
 	case KindRequest:
 		if e.cfg.Manual {
 			c.serveManual(m)

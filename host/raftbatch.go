@@ -190,16 +190,17 @@ func (e *Engine) deliverRaftBatch(payload []byte) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
-	msgs := make([]*raftpb.Message, len(recs))
+	// One allocation holds every record's request and message.
+	ins := make([]inboundRaft, len(recs))
 	for i, r := range recs {
-		msgs[i] = &raftpb.Message{}
-		if err := proto.Unmarshal(r.msg, msgs[i]); err != nil {
+		if err := decodeRaft(&ins[i].box, r.msg); err != nil {
 			return fmt.Errorf("%w: partition raft batch record %d: %w", ErrMalformed, i, err)
 		}
 	}
 	var first error
 	for i, r := range recs {
-		req := &shard.Request{Op: shard.OpRaft, NS: r.ns, Epoch: r.epoch, Raft: msgs[i]}
+		req := &ins[i].req
+		*req = shard.Request{Op: shard.OpRaft, NS: r.ns, Epoch: r.epoch, Raft: &ins[i].box.msg}
 		if _, err := e.router.Send(r.ns, shard.Frame{Req: req}); err != nil {
 			e.CountSendFailure(req, err)
 			if first == nil {
