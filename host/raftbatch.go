@@ -55,6 +55,9 @@ type raftBatcher struct {
 	// a deterministic order.
 	bufs  map[uint64]*raftBatch
 	peers []uint64
+	// one is where a message that travels alone is framed: the transport
+	// copies what it is handed, so the buffer is reused.
+	one []byte
 }
 
 type raftBatch struct {
@@ -122,9 +125,8 @@ func (b *raftBatcher) flushPeer(to uint64) {
 	if q.n == 1 {
 		// One message: the ordinary form, its epoch then the message.
 		rec := q.buf[4+raftRecordHeader:]
-		payload := make([]byte, 0, 8+len(rec))
-		payload = append(payload, q.buf[4+8:4+16]...)
-		_ = b.send(to, KindPartitionRaft, uint64(q.ns), append(payload, rec...))
+		b.one = append(append(b.one[:0], q.buf[4+8:4+16]...), rec...)
+		_ = b.send(to, KindPartitionRaft, uint64(q.ns), b.one)
 	} else {
 		binary.LittleEndian.PutUint32(q.buf, q.n)
 		_ = b.send(to, KindPartitionRaftBatch, 0, q.buf)
@@ -133,7 +135,8 @@ func (b *raftBatcher) flushPeer(to uint64) {
 	q.buf = q.buf[:0]
 }
 
-// sendOne sends m alone, in the ordinary form.
+// sendOne sends m alone, in the ordinary form. Such a message is large
+// and rare: its buffer is not kept.
 func (b *raftBatcher) sendOne(to uint64, ns metadata.Namespace, epoch uint64, m *raftpb.Message, size int) {
 	payload, err := appendRaft(binary.LittleEndian.AppendUint64(make([]byte, 0, 8+size), epoch), m)
 	if err == nil {
