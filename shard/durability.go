@@ -58,6 +58,7 @@ type owned struct {
 	// the produces this node proposed by proposal id, and whether the
 	// group is queued for processReady.
 	grp     *replica.Group
+	handler replica.Handler    // the group's Handler, boxed once (handlerOf)
 	pending map[uint64][]Frame // proposal id → the produces it carries
 	// proposeBuf holds produces waiting to be proposed together as one
 	// raft entry when the pump runs out of queued frames.

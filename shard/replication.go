@@ -482,7 +482,7 @@ func (s *Shard) processReady() {
 			if o.grp == nil {
 				continue
 			}
-			h := groupHandler{s: s, o: o}
+			h := s.handlerOf(o)
 			for o.grp != nil && o.grp.HasReady() {
 				if err := o.grp.Handle(h); err != nil {
 					// The group cannot go on (its log or its partition
