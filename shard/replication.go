@@ -684,8 +684,9 @@ func (h groupHandler) batchProduce(index uint64, rest []byte, f Frame, waiting b
 			return false, rest, nil
 		}
 	}
-	msgs, err := partition.DecodeBatch(rest[21 : 21+size])
-	if err != nil {
+	had := len(b.msgs)
+	var err error
+	if b.msgs, err = partition.AppendDecodedBatch(b.msgs, rest[21:21+size]); err != nil {
 		return false, rest, fmt.Errorf("apply index %d: %w", index, err)
 	}
 	if key.Producer != 0 {
@@ -694,8 +695,7 @@ func (h groupHandler) batchProduce(index uint64, rest []byte, f Frame, waiting b
 		}
 		b.keys[key] = true
 	}
-	b.items = append(b.items, pendingProduce{key: key, n: len(msgs), f: f, waiting: waiting})
-	b.msgs = append(b.msgs, msgs...)
+	b.items = append(b.items, pendingProduce{key: key, n: len(b.msgs) - had, f: f, waiting: waiting})
 	return true, rest[21+size:], nil
 }
 
