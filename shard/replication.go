@@ -377,7 +377,7 @@ func (s *Shard) flushProposals() {
 			}
 			continue
 		}
-		data := binary.LittleEndian.AppendUint32(nil, uint32(len(frames)))
+		data := binary.LittleEndian.AppendUint32(s.entryBuf[:0], uint32(len(frames)))
 		kept := frames[:0]
 		// The leader stamps append times before proposing: the entry
 		// carries them, so every replica stores the same ones.
@@ -399,6 +399,7 @@ func (s *Shard) flushProposals() {
 		}
 		binary.LittleEndian.PutUint32(data, uint32(len(kept)))
 		id, err := o.grp.Propose(data)
+		s.keepEntryBuf(data)
 		if errors.Is(err, replica.ErrGroupFailed) {
 			s.failGroup(o, err)
 			for _, f := range kept {
@@ -415,6 +416,7 @@ func (s *Shard) flushProposals() {
 		o.pending[id] = kept
 		s.markReady(o)
 	}
+	s.reuseProposing(list)
 }
 
 // stepRaft feeds a peer's message to the partition's group. A message the

@@ -424,7 +424,8 @@ func (g *Group) TakeReadStates() []raft.ReadState {
 // IsLeader reports whether this member leads.
 func (g *Group) IsLeader() bool { return g.Leader() == g.cfg.Node }
 
-// Propose proposes payload and returns its proposal id. Only the leader
+// Propose proposes payload and returns its proposal id. The payload is
+// copied: the caller may reuse it as soon as Propose returns. Only the leader
 // proposes: a follower would forward the proposal, and an entry forwarded
 // and then dropped by a leader change leaves its request with no outcome.
 func (g *Group) Propose(payload []byte) (_ uint64, err error) {

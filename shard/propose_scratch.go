@@ -1,0 +1,23 @@
+package shard
+
+// maxEntryBuf bounds the entry scratch a shard keeps between flushes: a
+// large batch's buffer is let go rather than held for the shard's life.
+const maxEntryBuf = 64 << 10
+
+// keepEntryBuf keeps data, an entry just handed to Propose (which copies
+// it), as the scratch the next flushProposals encodes into.
+func (s *Shard) keepEntryBuf(data []byte) {
+	if cap(data) <= maxEntryBuf {
+		s.entryBuf = data[:0]
+	}
+}
+
+// reuseProposing gives flushProposals' list back as s.proposing when
+// nothing was queued meanwhile, so the next flush appends without
+// allocating.
+func (s *Shard) reuseProposing(list []*owned) {
+	clear(list)
+	if s.proposing == nil {
+		s.proposing = list[:0]
+	}
+}
