@@ -148,6 +148,7 @@ func appendRaft(b []byte, m *raftpb.Message) ([]byte, error) {
 // receive is the transport receiver of a started engine.
 func (c *clusterNode) receive(ctx context.Context) {
 	recv := c.bus.Recv()
+	rec, _ := c.bus.(transport.Recycler)
 	for {
 		select {
 		case <-ctx.Done():
@@ -157,8 +158,26 @@ func (c *clusterNode) receive(ctx context.Context) {
 				return
 			}
 			c.e.deliver(ctx, m)
+			if rec != nil && payloadDone(m.Kind) {
+				rec.Recycle(m.Payload)
+			}
 		}
 	}
+}
+
+// payloadDone reports whether nothing refers to a delivered payload of
+// kind once deliver returned, so the transport may reuse its bytes: raft
+// messages are decoded into copies (decodeRaft never aliases its input,
+// nor does proto.Unmarshal) and liveness payloads are ignored. Catch-up
+// data, requests and replies are handed on as they are, so theirs are
+// kept. Only the started receiver recycles: a manual engine's driver owns
+// the messages it delivers.
+func payloadDone(kind uint8) bool {
+	switch kind {
+	case KindPartitionRaft, KindPartitionRaftBatch, KindMetaRaft, KindLiveness:
+		return true
+	}
+	return false
 }
 
 // Deliver dispatches one message the transport delivered. It never blocks

@@ -134,3 +134,18 @@ func TestDecodeRaftAllocations(t *testing.T) {
 		t.Fatalf("context %q after the input was cleared", got)
 	}
 }
+
+// The receiver hands back to the transport only payloads nothing refers
+// to after deliver: raft messages (decoded into copies, which
+// TestDecodeRaftAllocations checks) and liveness beats. Catch-up data,
+// requests and replies travel on as they are.
+func TestPayloadDone(t *testing.T) {
+	for kind, want := range map[uint8]bool{
+		KindPartitionRaft: true, KindPartitionRaftBatch: true, KindMetaRaft: true, KindLiveness: true,
+		KindCatchUp: false, KindRequest: false, KindReply: false, 0: false, 255: false,
+	} {
+		if got := payloadDone(kind); got != want {
+			t.Errorf("payloadDone(%d) = %v, want %v", kind, got, want)
+		}
+	}
+}
