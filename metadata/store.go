@@ -116,6 +116,7 @@ type Store struct {
 	// subs is copy-on-write, in subscribe order: Apply hands the current
 	// slice to its notification step after releasing mu.
 	subs []*subscription
+	keys lookupKeys // btree probes, reused (lookupkeys.go)
 }
 
 // NewStore returns an empty store at revision 0.
@@ -496,7 +497,9 @@ func (s *Store) addPartitions(parts []PartitionInfo) {
 }
 
 func (s *Store) lookupStream(id uint32) (*stream, error) {
-	st, ok := s.streams.Get(&stream{id: id})
+	key := s.keys.stream(id)
+	st, ok := s.streams.Get(key)
+	s.keys.putStream(key)
 	if !ok {
 		return nil, fmt.Errorf("%w: stream %d", ErrStreamNotFound, id)
 	}
@@ -535,7 +538,9 @@ func (s *Store) lookupTopic(streamID, topicID uint32) (*stream, *topic, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	t, ok := st.topics.Get(&topic{id: topicID})
+	key := s.keys.topic(topicID)
+	t, ok := st.topics.Get(key)
+	s.keys.putTopic(key)
 	if !ok {
 		return nil, nil, fmt.Errorf("%w: topic %d in stream %d", ErrTopicNotFound, topicID, streamID)
 	}
