@@ -13,7 +13,8 @@ import (
 // scalar behind its own pointer, so proto.Unmarshal allocates once per
 // field present; decodeRaft instead decodes the messages peers actually
 // send into one block that holds the message and its scalars, the entries
-// into a second and their data into a third. The result is the message
+// into a second and their data into a third (or, for one small entry, into
+// the second). The result is the message
 // proto.Unmarshal would return (the fuzz test holds the two to proto.Equal);
 // anything outside the common shape — a snapshot, a field this decoder does
 // not know, an unexpected wire type or enum value, malformed bytes — is left
@@ -48,6 +49,19 @@ type entryBox struct {
 type oneEntry struct {
 	ptr [1]*raftpb.Entry
 	box [1]entryBox
+}
+
+// smallEntryData is the most entry data oneSmallEntry holds inline: a
+// produce of a message or two (a 100-byte message's entry is about 180
+// bytes).
+const smallEntryData = 256
+
+// oneSmallEntry is oneEntry with room for its data: a small produce's
+// entry, its slice and its data in one allocation, which lives as long as
+// raft keeps the entry.
+type oneSmallEntry struct {
+	oneEntry
+	data [smallEntryData]byte
 }
 
 // Field numbers of raftpb.Message and raftpb.Entry (raft.proto).
@@ -175,8 +189,15 @@ func scanEntry(b []byte) (data int, ok bool) {
 // proto.Unmarshal; a bytes field present but empty is non-nil, as there.
 func (box *raftBox) fill(b []byte, sh *raftShape) {
 	m := &box.msg
-	var boxes []entryBox
+	var (
+		boxes []entryBox
+		data  []byte // all entry data shares it, each entry's slice capped at its end
+	)
 	switch {
+	case sh.entries == 1 && sh.data <= smallEntryData:
+		one := &oneSmallEntry{}
+		one.ptr[0] = &one.box[0].e
+		m.Entries, boxes, data = one.ptr[:], one.box[:], one.data[:0:sh.data]
 	case sh.entries == 1:
 		one := &oneEntry{}
 		one.ptr[0] = &one.box[0].e
@@ -188,9 +209,9 @@ func (box *raftBox) fill(b []byte, sh *raftShape) {
 			m.Entries[i] = &boxes[i].e
 		}
 	}
-	// All entry data shares one buffer, each entry's slice capped at its
-	// end; a zero-sized make does not allocate.
-	data := make([]byte, 0, sh.data)
+	if data == nil {
+		data = make([]byte, 0, sh.data) // a zero-sized make does not allocate
+	}
 	k := 0
 	for len(b) > 0 {
 		num, _, n := protowire.ConsumeTag(b)
