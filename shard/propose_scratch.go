@@ -21,3 +21,15 @@ func (s *Shard) reuseProposing(list []*owned) {
 		s.proposing = list[:0]
 	}
 }
+
+// reuseFrames gives an applied entry's frame list, answered and dropped
+// from o.pending, back to o as the buffer its next produces are gathered
+// in, unless some are being gathered already. The frames were copied out
+// of it (applyFrames and the apply batch hold Frame values).
+func (s *Shard) reuseFrames(o *owned, frames []Frame) {
+	if cap(frames) == 0 || len(o.proposeBuf) > 0 {
+		return
+	}
+	clear(frames)
+	o.proposeBuf = frames[:0]
+}

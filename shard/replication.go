@@ -606,8 +606,10 @@ func (h groupHandler) apply(index, id uint64, payload []byte) error {
 	// The entry's frames stay pending until it is applied: if applying it
 	// panics (the group contains the panic and fails), failGroup answers
 	// them instead of leaving them unanswered.
-	err := h.applyFrames(index, h.o.pending[id], payload)
+	frames := h.o.pending[id]
+	err := h.applyFrames(index, frames, payload)
 	delete(h.o.pending, id)
+	h.s.reuseFrames(h.o, frames)
 	return err
 }
 
