@@ -127,7 +127,16 @@ func (n *Node) prepareProduce(ctx context.Context, t Topic, to Partitioning, msg
 	// writing to the caller's slice; payload bytes are copied later by the
 	// partition.
 	now := n.cfg.Clock.Now().UnixMicro()
-	batch := make([]Message, len(msgs))
+	var (
+		batch []Message
+		one   *oneProduce
+	)
+	if len(msgs) == 1 {
+		one = &oneProduce{}
+		batch = one.msg[:]
+	} else {
+		batch = make([]Message, len(msgs))
+	}
 	total := 0
 	for i := range msgs {
 		batch[i] = msgs[i]
@@ -161,7 +170,12 @@ func (n *Node) prepareProduce(ctx context.Context, t Topic, to Partitioning, msg
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	req = &shard.Request{Op: shard.OpProduce, NS: ns, Epoch: epoch, Messages: batch}
+	if one != nil {
+		req = &one.req
+	} else {
+		req = &shard.Request{}
+	}
+	*req = shard.Request{Op: shard.OpProduce, NS: ns, Epoch: epoch, Messages: batch}
 	if n.eng.Clustered() {
 		req.Producer, req.Seq = n.producer, n.seq.Add(1)
 	}

@@ -152,6 +152,7 @@ func appendRaft(b []byte, m *raftpb.Message) ([]byte, error) {
 // receive is the transport receiver of a started engine.
 func (c *clusterNode) receive(ctx context.Context) {
 	recv := c.bus.Recv()
+	rec, _ := c.bus.(transport.Recycler)
 	for {
 		select {
 		case <-ctx.Done():
@@ -161,8 +162,26 @@ func (c *clusterNode) receive(ctx context.Context) {
 				return
 			}
 			c.e.deliver(ctx, m)
+			if rec != nil && payloadDone(m.Kind) {
+				rec.Recycle(m.Payload)
+			}
 		}
 	}
+}
+
+// payloadDone reports whether nothing refers to a delivered payload of
+// kind once deliver returned, so the transport may reuse its bytes: raft
+// messages are decoded into copies (decodeRaft never aliases its input,
+// nor does proto.Unmarshal) and liveness payloads are ignored. Catch-up
+// data, requests and replies are handed on as they are, so theirs are
+// kept. Only the started receiver recycles: a manual engine's driver owns
+// the messages it delivers.
+func payloadDone(kind uint8) bool {
+	switch kind {
+	case KindPartitionRaft, KindPartitionRaftBatch, KindMetaRaft, KindLiveness:
+		return true
+	}
+	return false
 }
 
 // Deliver dispatches one message the transport delivered. It never blocks
@@ -195,13 +214,17 @@ func (e *Engine) deliver(ctx context.Context, m transport.Message) error {
 			return fmt.Errorf("%w: kind %d without its incarnation", ErrMalformed, m.Kind)
 		}
 		ns := metadata.Namespace(m.Group)
-		req := &shard.Request{Op: shard.OpCatchUp, NS: ns, Epoch: binary.LittleEndian.Uint64(m.Payload), Payload: m.Payload[8:]}
+		epoch := binary.LittleEndian.Uint64(m.Payload)
+		var req *shard.Request
 		if m.Kind == KindPartitionRaft {
-			msg := &raftpb.Message{}
-			if err := proto.Unmarshal(m.Payload[8:], msg); err != nil {
+			in := &inboundRaft{}
+			if err := decodeRaft(&in.box, m.Payload[8:]); err != nil {
 				return fmt.Errorf("%w: partition raft message: %w", ErrMalformed, err)
 			}
-			req.Op, req.Raft, req.Payload = shard.OpRaft, msg, nil
+			in.req = shard.Request{Op: shard.OpRaft, NS: ns, Epoch: epoch, Raft: &in.box.msg}
+			req = &in.req
+		} else {
+			req = &shard.Request{Op: shard.OpCatchUp, NS: ns, Epoch: epoch, Payload: m.Payload[8:]}
 		}
 		if _, err := e.router.Send(ns, shard.Frame{Req: req}); err != nil {
 			e.CountSendFailure(req, err)
@@ -211,11 +234,11 @@ func (e *Engine) deliver(ctx context.Context, m transport.Message) error {
 	case KindPartitionRaftBatch:
 		return e.deliverRaftBatch(m.Payload)
 	case KindMetaRaft:
-		msg := &raftpb.Message{}
-		if err := proto.Unmarshal(m.Payload, msg); err != nil {
+		box := &raftBox{}
+		if err := decodeRaft(box, m.Payload); err != nil {
 			return fmt.Errorf("%w: metadata raft message: %w", ErrMalformed, err)
 		}
-		return c.meta.recv(msg)
+		return c.meta.recv(&box.msg)
 	case KindRequest:
 		if e.cfg.Manual {
 			c.serveManual(m)

@@ -55,6 +55,9 @@ type raftBatcher struct {
 	// a deterministic order.
 	bufs  map[uint64]*raftBatch
 	peers []uint64
+	// one is where a message that travels alone is framed: the transport
+	// copies what it is handed, so the buffer is reused.
+	one []byte
 }
 
 type raftBatch struct {
@@ -122,9 +125,8 @@ func (b *raftBatcher) flushPeer(to uint64) {
 	if q.n == 1 {
 		// One message: the ordinary form, its epoch then the message.
 		rec := q.buf[4+raftRecordHeader:]
-		payload := make([]byte, 0, 8+len(rec))
-		payload = append(payload, q.buf[4+8:4+16]...)
-		_ = b.send(to, KindPartitionRaft, uint64(q.ns), append(payload, rec...))
+		b.one = append(append(b.one[:0], q.buf[4+8:4+16]...), rec...)
+		_ = b.send(to, KindPartitionRaft, uint64(q.ns), b.one)
 	} else {
 		binary.LittleEndian.PutUint32(q.buf, q.n)
 		_ = b.send(to, KindPartitionRaftBatch, 0, q.buf)
@@ -133,7 +135,8 @@ func (b *raftBatcher) flushPeer(to uint64) {
 	q.buf = q.buf[:0]
 }
 
-// sendOne sends m alone, in the ordinary form.
+// sendOne sends m alone, in the ordinary form. Such a message is large
+// and rare: its buffer is not kept.
 func (b *raftBatcher) sendOne(to uint64, ns metadata.Namespace, epoch uint64, m *raftpb.Message, size int) {
 	payload, err := appendRaft(binary.LittleEndian.AppendUint64(make([]byte, 0, 8+size), epoch), m)
 	if err == nil {
@@ -190,16 +193,17 @@ func (e *Engine) deliverRaftBatch(payload []byte) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
-	msgs := make([]*raftpb.Message, len(recs))
+	// One allocation holds every record's request and message.
+	ins := make([]inboundRaft, len(recs))
 	for i, r := range recs {
-		msgs[i] = &raftpb.Message{}
-		if err := proto.Unmarshal(r.msg, msgs[i]); err != nil {
+		if err := decodeRaft(&ins[i].box, r.msg); err != nil {
 			return fmt.Errorf("%w: partition raft batch record %d: %w", ErrMalformed, i, err)
 		}
 	}
 	var first error
 	for i, r := range recs {
-		req := &shard.Request{Op: shard.OpRaft, NS: r.ns, Epoch: r.epoch, Raft: msgs[i]}
+		req := &ins[i].req
+		*req = shard.Request{Op: shard.OpRaft, NS: r.ns, Epoch: r.epoch, Raft: &ins[i].box.msg}
 		if _, err := e.router.Send(r.ns, shard.Frame{Req: req}); err != nil {
 			e.CountSendFailure(req, err)
 			if first == nil {

@@ -122,7 +122,8 @@ type Store struct {
 	// slice to its notification step after releasing mu.
 	subs []*subscription
 	// ann holds the announced commands (see Announce).
-	ann announcements
+	ann  announcements
+	keys lookupKeys // btree probes, reused (lookupkeys.go)
 }
 
 // NewStore returns an empty store at revision 0.
@@ -565,7 +566,9 @@ func (s *Store) removePartitions(parts []PartitionInfo) {
 }
 
 func (s *Store) lookupStream(id uint32) (*stream, error) {
-	st, ok := s.streams.Get(&stream{id: id})
+	key := s.keys.stream(id)
+	st, ok := s.streams.Get(key)
+	s.keys.putStream(key)
 	if !ok {
 		return nil, fmt.Errorf("%w: stream %d", ErrStreamNotFound, id)
 	}
@@ -604,7 +607,9 @@ func (s *Store) lookupTopic(streamID, topicID uint32) (*stream, *topic, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	t, ok := st.topics.Get(&topic{id: topicID})
+	key := s.keys.topic(topicID)
+	t, ok := st.topics.Get(key)
+	s.keys.putTopic(key)
 	if !ok {
 		return nil, nil, fmt.Errorf("%w: topic %d in stream %d", ErrTopicNotFound, topicID, streamID)
 	}

@@ -31,3 +31,18 @@ func DecodeBatch(b []byte) ([]Message, error) {
 	}
 	return msgs, nil
 }
+
+// AppendDecodedBatch is DecodeBatch appending the messages to dst, for a
+// caller that gathers several batches into a slice it reuses (a replica
+// applying committed entries). On error it returns dst as it was.
+func AppendDecodedBatch(dst []Message, b []byte) ([]Message, error) {
+	out, used, err := appendRecords(dst, b, "batch", 0)
+	if err == nil && used != len(b) {
+		err = corruptf("batch", int64(used), "%d trailing bytes", len(b)-used)
+	}
+	if err != nil {
+		clear(out[len(dst):])
+		return dst, err
+	}
+	return out, nil
+}

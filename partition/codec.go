@@ -337,7 +337,11 @@ func decodeHeaders(b []byte) []Header {
 // with path to label errors. It returns the messages decoded before the
 // end or the error, and the number of bytes they occupy.
 func decodeRecords(b []byte, path string, pos int64) ([]Message, int, error) {
-	var out []Message
+	return appendRecords(nil, b, path, pos)
+}
+
+// appendRecords is decodeRecords appending the messages to out.
+func appendRecords(out []Message, b []byte, path string, pos int64) ([]Message, int, error) {
 	used := 0
 	for used < len(b) {
 		m, n, err := decodeRecord(b[used:], path, pos+int64(used))

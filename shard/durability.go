@@ -58,13 +58,14 @@ type owned struct {
 	// Replication (nil grp on a single node): the partition's raft group,
 	// the produces this node proposed by proposal id, and whether the
 	// group is queued for processReady.
-	grp    *replica.Group
-	peers  []uint64 // the group's members (see peersOf)
-	placed bool     // peers come from the metadata's placement
+	grp     *replica.Group
+	handler replica.Handler    // the group's Handler, boxed once (handlerOf)
+	peers   []uint64           // the group's members (see peersOf)
+	placed  bool               // peers come from the metadata's placement
+	pending map[uint64][]Frame // proposal id → the produces it carries
 	// balancing: queued, or under way, for a leadership transfer back
 	// to the preferred leader (balance.go); the group keeps ticking.
 	balancing bool
-	pending   map[uint64][]Frame // proposal id → the produces it carries
 	// proposeBuf holds produces waiting to be proposed together as one
 	// raft entry when the pump runs out of queued frames.
 	proposeBuf []Frame

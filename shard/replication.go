@@ -382,7 +382,7 @@ func (s *Shard) flushProposals() {
 			}
 			continue
 		}
-		data := binary.LittleEndian.AppendUint32(nil, uint32(len(frames)))
+		data := binary.LittleEndian.AppendUint32(s.entryBuf[:0], uint32(len(frames)))
 		kept := frames[:0]
 		// The leader stamps append times before proposing: the entry
 		// carries them, so every replica stores the same ones.
@@ -404,6 +404,7 @@ func (s *Shard) flushProposals() {
 		}
 		binary.LittleEndian.PutUint32(data, uint32(len(kept)))
 		id, err := o.grp.Propose(data)
+		s.keepEntryBuf(data)
 		if errors.Is(err, replica.ErrGroupFailed) {
 			s.failGroup(o, err)
 			for _, f := range kept {
@@ -420,6 +421,7 @@ func (s *Shard) flushProposals() {
 		o.pending[id] = kept
 		s.markReady(o)
 	}
+	s.reuseProposing(list)
 }
 
 // stepRaft feeds a peer's message to the partition's group. A message the
@@ -487,7 +489,7 @@ func (s *Shard) processReady() {
 			if o.grp == nil {
 				continue
 			}
-			h := groupHandler{s: s, o: o}
+			h := s.handlerOf(o)
 			for o.grp != nil && o.grp.HasReady() {
 				if err := o.grp.Handle(h); err != nil {
 					// The group cannot go on (its log or its partition
@@ -610,8 +612,10 @@ func (h groupHandler) apply(index, id uint64, payload []byte) error {
 	// The entry's frames stay pending until it is applied: if applying it
 	// panics (the group contains the panic and fails), failGroup answers
 	// them instead of leaving them unanswered.
-	err := h.applyFrames(index, h.o.pending[id], payload)
+	frames := h.o.pending[id]
+	err := h.applyFrames(index, frames, payload)
 	delete(h.o.pending, id)
+	h.s.reuseFrames(h.o, frames)
 	return err
 }
 
@@ -690,8 +694,9 @@ func (h groupHandler) batchProduce(index uint64, rest []byte, f Frame, waiting b
 			return false, rest, nil
 		}
 	}
-	msgs, err := partition.DecodeBatch(rest[21 : 21+size])
-	if err != nil {
+	had := len(b.msgs)
+	var err error
+	if b.msgs, err = partition.AppendDecodedBatch(b.msgs, rest[21:21+size]); err != nil {
 		return false, rest, fmt.Errorf("apply index %d: %w", index, err)
 	}
 	if key.Producer != 0 {
@@ -700,8 +705,7 @@ func (h groupHandler) batchProduce(index uint64, rest []byte, f Frame, waiting b
 		}
 		b.keys[key] = true
 	}
-	b.items = append(b.items, pendingProduce{key: key, n: len(msgs), f: f, waiting: waiting})
-	b.msgs = append(b.msgs, msgs...)
+	b.items = append(b.items, pendingProduce{key: key, n: len(b.msgs) - had, f: f, waiting: waiting})
 	return true, rest[21+size:], nil
 }
 

@@ -155,6 +155,7 @@ type Shard struct {
 	replicated   map[metadata.Namespace]*owned // owned partitions with a raft group
 	proposing    []*owned                      // partitions with buffered produces
 	proposed     int                           // produces buffered across them
+	entryBuf     []byte                        // flushProposals' entry scratch (Propose copies it)
 	appending    []*owned                      // partitions with produces queued for one Append
 	appendQueued int                           // produces queued across them
 	coalesceBuf  []partition.Message           // scratch for a coalesced batch

@@ -116,10 +116,3 @@ var (
 // DefaultQueueSize bounds per-peer send queues and inboxes (the reference
 // inbox size).
 const DefaultQueueSize = 1024
-
-func clonePayload(p []byte) []byte {
-	if len(p) == 0 {
-		return nil
-	}
-	return append(make([]byte, 0, len(p)), p...)
-}

@@ -73,7 +73,7 @@ func readFrame(r io.Reader, h *[frameOverhead]byte, maxFrame uint32) (Message, e
 	if err != nil {
 		return Message{}, err
 	}
-	return readBody(r, h, n)
+	return readBody(r, h, n, nil)
 }
 
 // readLength reads a frame's length field into h and checks it against
@@ -92,7 +92,7 @@ func readLength(r io.Reader, h *[frameOverhead]byte, maxFrame uint32) (uint32, e
 
 // readBody reads the header and payload of a frame whose length field n
 // readLength accepted, allocating exactly n-headerLen payload bytes.
-func readBody(r io.Reader, h *[frameOverhead]byte, n uint32) (Message, error) {
+func readBody(r io.Reader, h *[frameOverhead]byte, n uint32, bufs *bufPool) (Message, error) {
 	if _, err := io.ReadFull(r, h[prefixLen:]); err != nil {
 		return Message{}, noEOF(err)
 	}
@@ -103,7 +103,7 @@ func readBody(r io.Reader, h *[frameOverhead]byte, n uint32) (Message, error) {
 		Group: binary.BigEndian.Uint64(h[21:]),
 	}
 	if p := n - headerLen; p > 0 {
-		m.Payload = make([]byte, p)
+		m.Payload = bufs.get(int(p))
 		if _, err := io.ReadFull(r, m.Payload); err != nil {
 			return Message{}, noEOF(err)
 		}

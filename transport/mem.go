@@ -108,6 +108,7 @@ type Network struct {
 	armed   bool
 	armedAt time.Time
 	stats   Stats
+	bufs    *bufPool // payload buffers, handed back by receivers (Recycle)
 }
 
 // NewNetwork returns an empty, fault-free network. Close it to stop its
@@ -125,6 +126,7 @@ func NewNetwork(opts NetworkOptions) *Network {
 		eps:       make(map[NodeID]*memEndpoint),
 		cut:       make(map[link]struct{}),
 		held:      make(map[link]Message),
+		bufs:      newBufPool(),
 	}
 	n.setFaultsLocked(Faults{})
 	if !opts.ManualDelivery {
@@ -298,7 +300,7 @@ func (n *Network) send(from *memEndpoint, m Message) error {
 	if _, ok := n.eps[m.To]; !ok {
 		return ErrUnknownPeer
 	}
-	m.Payload = clonePayload(m.Payload)
+	m.Payload = n.bufs.clone(m.Payload)
 	n.stats.Sent++
 	l := link{m.From, m.To}
 	if _, ok := n.cut[l]; ok {
@@ -314,7 +316,7 @@ func (n *Network) send(from *memEndpoint, m Message) error {
 	n.reorderStage(l, m)
 	if dup {
 		n.stats.Duplicated++
-		m.Payload = clonePayload(m.Payload)
+		m.Payload = n.bufs.clone(m.Payload)
 		n.reorderStage(l, m)
 	}
 	return nil
@@ -406,6 +408,10 @@ type memEndpoint struct {
 func (e *memEndpoint) Send(m Message) error { return e.n.send(e, m) }
 func (e *memEndpoint) Recv() <-chan Message { return e.inbox }
 func (e *memEndpoint) ID() NodeID           { return e.id }
+
+// Recycle takes back a delivered payload its receiver is done with
+// (Recycler); the network's next messages may be copied into it.
+func (e *memEndpoint) Recycle(payload []byte) { e.n.bufs.put(payload) }
 
 // Close closes the endpoint's inbox; messages in flight to it are lost
 // (counted as Cut). It is idempotent.

@@ -252,6 +252,7 @@ type tcpStats struct {
 // connection that breaks are lost (raft re-sends).
 type TCPBus struct {
 	id        NodeID
+	bufs      *bufPool // payload buffers: sent ones come back after their write, received ones by Recycle
 	ln        net.Listener
 	opts      TCPOptions
 	maxFrame  uint32
@@ -309,6 +310,7 @@ func ListenTCP(id NodeID, addr string, peers map[NodeID]string, opts TCPOptions)
 		maxFrame: uint32(opts.MaxFrame),
 		group:    run.NewGroup(),
 		conns:    make(map[net.Conn]struct{}),
+		bufs:     newBufPool(),
 	}
 	b.total.max = opts.MaxTotalBytes
 	b.in = newInbox(opts.QueueSize, &b.total)
@@ -385,6 +387,10 @@ func (b *TCPBus) Stats() TCPStats {
 	}
 }
 
+// Recycle takes back a delivered payload its receiver is done with
+// (Recycler); frames read later may be read into it.
+func (b *TCPBus) Recycle(payload []byte) { b.bufs.put(payload) }
+
 // Send queues m for m.To's writer without blocking. A message to the bus's
 // own id goes straight into its inbox (dropped, counted as InboxFull, when
 // full).
@@ -396,7 +402,7 @@ func (b *TCPBus) Send(m Message) error {
 		return ErrTooLarge
 	}
 	m.From = b.id
-	m.Payload = clonePayload(m.Payload)
+	m.Payload = b.bufs.clone(m.Payload)
 	if m.To == b.id {
 		b.stats.sent.Add(1)
 		if !b.deliver(m, charge{}) && b.closed.Load() {
@@ -624,7 +630,7 @@ func (b *TCPBus) readLoop(c net.Conn, peer NodeID) {
 		}
 		var m Message
 		if err == nil {
-			m, err = readBody(r, &h, n)
+			m, err = readBody(r, &h, n, b.bufs)
 		}
 		if err == nil {
 			err = b.checkInbound(&m, peer)
@@ -718,7 +724,11 @@ func (b *TCPBus) writeBatch(c net.Conn, w *bufio.Writer, h *[frameOverhead]byte,
 				return err
 			}
 		}
-		if err := writeFrame(w, h, &m); err != nil {
+		err := writeFrame(w, h, &m)
+		// The frame is in w or on the wire: nothing refers to the
+		// payload, which Send copied from the bus's buffers.
+		b.bufs.put(m.Payload)
+		if err != nil {
 			return err
 		}
 		b.stats.framesWritten.Add(1)

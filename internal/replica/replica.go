@@ -112,6 +112,8 @@ type Group struct {
 	readStates []raft.ReadState
 	nextID     uint64
 	lead       uint64
+	// envelope is where a leader's Propose builds the entry (see there).
+	envelope []byte
 	// failed is why the group stopped (an ErrGroupFailed), or nil.
 	failed error
 }
@@ -544,7 +546,8 @@ func (g *Group) TakeReadStates() []raft.ReadState {
 // IsLeader reports whether this member leads.
 func (g *Group) IsLeader() bool { return g.Leader() == g.cfg.Node }
 
-// Propose proposes payload and returns its proposal id. Only the leader
+// Propose proposes payload and returns its proposal id. The payload is
+// copied: the caller may reuse it as soon as Propose returns. Only the leader
 // proposes: a follower would forward the proposal, and an entry forwarded
 // and then dropped by a leader change leaves its request with no outcome.
 func (g *Group) Propose(payload []byte) (_ uint64, err error) {
@@ -560,14 +563,30 @@ func (g *Group) Propose(payload []byte) (_ uint64, err error) {
 	}
 	g.nextID++
 	id := g.nextID
-	data := make([]byte, 8+len(payload))
-	binary.LittleEndian.PutUint64(data, id)
-	copy(data[8:], payload)
+	// A leader's raft clones a proposed entry, its data included, before
+	// Propose returns (raft.appendEntry), so a group that never forwards
+	// proposals builds the entry in a buffer it reuses (up to 64 KiB);
+	// a forwarding follower's proposal travels on as it is, so it gets a
+	// buffer of its own. TestReplicateAndFailOver proposes several entries
+	// before any is sent and would see them all alike if raft kept it.
+	var data []byte
+	if !g.cfg.ForwardProposals {
+		data = g.envelope[:0]
+	}
+	data = binary.LittleEndian.AppendUint64(slices.Grow(data, 8+len(payload)), id)
+	data = append(data, payload...)
+	if !g.cfg.ForwardProposals && cap(data) <= maxEnvelope {
+		g.envelope = data[:0]
+	}
 	if err := g.rn.Propose(data); err != nil {
 		return 0, err
 	}
 	return id, nil
 }
+
+// maxEnvelope bounds the proposal buffer a Group keeps: a large entry's
+// is let go rather than held for the group's life.
+const maxEnvelope = 64 << 10
 
 // HasReady reports whether Handle has work (never once the group
 // failed).

@@ -185,8 +185,12 @@ func TestReplicateAndFailOver(t *testing.T) {
 	if _, err := c.members[2].Propose([]byte("x")); !errors.Is(err, replica.ErrNotLeader) {
 		t.Fatalf("follower proposal: %v", err)
 	}
+	// One buffer for every proposal: Propose copies its payload, so the
+	// caller may reuse it at once (a shard encodes each entry there).
+	buf := make([]byte, 0, 8)
 	for i := range 5 {
-		if _, err := c.members[1].Propose(fmt.Appendf(nil, "m%d", i)); err != nil {
+		buf = fmt.Appendf(buf[:0], "m%d", i)
+		if _, err := c.members[1].Propose(buf); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -128,7 +128,14 @@ type Log struct {
 	size   int64  // bytes of valid records
 	broken error  // why writes are refused, or nil
 	closed bool
+	// buf is where Append frames a record: WriteAt does not keep it
+	// (io.WriterAt), so it is reused, up to maxKeptBuf.
+	buf []byte
 }
+
+// maxKeptBuf bounds the framing buffer a Log keeps between appends: a
+// large record's buffer is let go rather than held for the log's life.
+const maxKeptBuf = 64 << 10
 
 // Create creates a new, empty log at path (failing if something exists
 // there) and makes it durable: the file is synced, and so is its directory,
@@ -223,7 +230,10 @@ func (l *Log) Append(data []byte) (uint64, error) {
 	if len(data) > l.max {
 		return 0, fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, len(data), l.max)
 	}
-	rec := appendRecord(make([]byte, 0, HeaderSize+len(data)), data)
+	rec := appendRecord(l.buf[:0], data)
+	if cap(rec) <= maxKeptBuf {
+		l.buf = rec[:0]
+	}
 	if _, err := l.f.WriteAt(rec, l.size); err != nil {
 		werr := fmt.Errorf("wal: append to %s: %w", l.path, err)
 		// Cut off whatever part of the record reached the file, so the
@@ -323,13 +333,14 @@ func (o Options) max() int {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// appendRecord appends data, framed, to dst.
+// appendRecord appends data, framed, to dst. The header is built in dst
+// itself: a local array handed to crc32 would escape to the heap.
 func appendRecord(dst, data []byte) []byte {
-	var h [HeaderSize]byte
-	binary.LittleEndian.PutUint32(h[:4], uint32(len(data)))
-	crc := crc32.Update(crc32.Checksum(h[:4], castagnoli), castagnoli, data)
-	binary.LittleEndian.PutUint32(h[4:], crc)
-	return append(append(dst, h[:]...), data...)
+	at := len(dst)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(data)))
+	crc := crc32.Update(crc32.Checksum(dst[at:at+4], castagnoli), castagnoli, data)
+	dst = binary.LittleEndian.AppendUint32(dst, crc)
+	return append(dst, data...)
 }
 
 // decodeRecord decodes the record at the start of b: its data and its

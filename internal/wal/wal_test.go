@@ -171,6 +171,16 @@ func TestRecordFormat(t *testing.T) {
 	if data, n, ok := decodeRecord(appendRecord(nil, nil), DefaultMaxRecordSize); !ok || n != HeaderSize || len(data) != 0 {
 		t.Fatalf("empty record: %q %d %v", data, n, ok)
 	}
+	// Behind what dst holds, the same bytes; with room, no allocation
+	// (Append frames every record in the buffer its Log reuses).
+	dst := append(make([]byte, 0, 64), "x"...)
+	if got := appendRecord(dst, []byte("hi")); !bytes.Equal(got[1:], want) || got[0] != 'x' {
+		t.Fatalf("record behind a byte = %x, want x then %x", got, want)
+	}
+	hi := []byte("hi")
+	if n := testing.AllocsPerRun(10, func() { _ = appendRecord(dst[:0], hi) }); n != 0 {
+		t.Fatalf("appendRecord with room: %v allocations", n)
+	}
 }
 
 func TestEmptyRecordsAndEmptyLog(t *testing.T) {

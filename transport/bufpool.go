@@ -1,0 +1,85 @@
+package transport
+
+// Recycler is implemented by a Bus that can reuse the payload buffers of
+// the messages it delivers. A receiver done with a delivered message's
+// payload — nothing refers to any of its bytes any more, the receiver's
+// decoded form included — may hand it back with Recycle, and a later
+// message may be received into the same bytes. Handing back a payload
+// still in use corrupts the message that reuses it; not handing one back
+// is always safe (the garbage collector takes it).
+type Recycler interface {
+	Recycle(payload []byte)
+}
+
+// bufClasses are the capacities of the recycled payload buffers: a raft
+// response, an append of a few small entries, and two steps above. A
+// larger payload gets a buffer of its own that is never recycled.
+var bufClasses = [...]int{64, 256, 1024, 4096}
+
+// bufsPerClass bounds each class's free list, so an idle bus holds at
+// most bufsPerClass × (64 + 256 + 1 KiB + 4 KiB), about 340 KiB.
+const bufsPerClass = 64
+
+// bufPool is a bounded free list of payload buffers per size class. Its
+// channels make it safe for any goroutine, and they move slice headers
+// without allocating (a sync.Pool would box every slice it holds).
+type bufPool struct {
+	free [len(bufClasses)]chan []byte
+}
+
+func newBufPool() *bufPool {
+	p := &bufPool{}
+	for i := range p.free {
+		p.free[i] = make(chan []byte, bufsPerClass)
+	}
+	return p
+}
+
+// get returns a buffer of length n: a recycled one when its class has
+// one, else a new one with its class's capacity. A nil pool allocates.
+func (p *bufPool) get(n int) []byte {
+	if p == nil {
+		return make([]byte, n)
+	}
+	for i, c := range bufClasses {
+		if n > c {
+			continue
+		}
+		select {
+		case b := <-p.free[i]:
+			return b[:n]
+		default:
+			return make([]byte, n, c)
+		}
+	}
+	return make([]byte, n)
+}
+
+// put takes b back if its capacity is exactly a class's (any other
+// buffer is not one of the pool's) and the class's list has room.
+func (p *bufPool) put(b []byte) {
+	if p == nil {
+		return
+	}
+	for i, c := range bufClasses {
+		if cap(b) != c {
+			continue
+		}
+		select {
+		case p.free[i] <- b[:0]:
+		default:
+		}
+		return
+	}
+}
+
+// clone copies src into a buffer from the pool (nil for an empty src): the
+// copy Send makes of every payload.
+func (p *bufPool) clone(src []byte) []byte {
+	if len(src) == 0 {
+		return nil
+	}
+	b := p.get(len(src))
+	copy(b, src)
+	return b
+}
