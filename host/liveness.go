@@ -11,7 +11,8 @@ import (
 // detection for them is per node, not per group. Each node sends every
 // peer one small KindLiveness message per LivenessInterval; a peer from
 // which nothing at all arrived for LivenessTimeout is declared dead, and
-// the shards are told (shard.SetPeerLive): the groups it led elect new
+// the shards are told (shard.SetPeerLive), and so is the metadata group
+// (metaGroup.peerLive), which quiesces too: the groups it led elect new
 // leaders among the survivors. Any message from a peer counts as a sign
 // of life, so a busy pair of nodes needs no heartbeat to stay alive.
 //
@@ -60,6 +61,10 @@ func (l *liveness) heardFrom(peer uint64) {
 	}
 }
 
+// alive reports whether peer is not held dead (this node always is
+// alive). Driver-owned, like dead.
+func (l *liveness) alive(peer uint64) bool { return !l.dead[peer] }
+
 // tick advances liveness by one raft tick: heartbeats go out every
 // interval, and a peer whose silence crossed the timeout is declared dead
 // (one heard from again, alive) to every shard.
@@ -85,6 +90,7 @@ func (l *liveness) tick(ctx context.Context) {
 		} else {
 			l.c.e.cfg.Logger.Info("peer alive again", "peer", p)
 		}
+		l.c.meta.peerLive(p, !dead)
 		for _, s := range l.c.e.shards {
 			if err := s.SetPeerLive(ctx, p, !dead); err != nil {
 				// The shard is closing (or ctx ended): nothing to wake.

@@ -72,6 +72,8 @@ type metaGroup struct {
 	seq      atomic.Uint64
 
 	served []served // manual engines: forwarded requests awaiting answers
+
+	q metaQuiet // quiescence (metaquiesce.go)
 }
 
 type readWait struct {
@@ -176,7 +178,7 @@ func (m *metaGroup) recv(msg *raftpb.Message) error {
 		if m.broken != nil {
 			return nil // dropped while the member is down: raft re-sends
 		}
-		_ = m.g.Step(msg) // a refusal is raft's business (a stale message)
+		m.step(msg)
 		if err := m.process(); m.err != nil {
 			return err
 		}
@@ -272,6 +274,10 @@ func (m *metaGroup) tick() error {
 		if err := m.reopen(); err != nil {
 			return err
 		}
+		m.q = metaQuiet{} // a reopened member starts awake
+	}
+	if m.q.quiet || m.quiesceOnTick() {
+		return nil
 	}
 	_ = m.g.Tick() // a panic fails the group, which process reports
 	return m.process()
@@ -352,6 +358,7 @@ func (m *metaGroup) propose(data []byte, reply chan MetadataResult) error {
 	if err := m.unavailable(); err != nil {
 		return err
 	}
+	m.wake()
 	id, err := m.g.Propose(data)
 	if err != nil {
 		return fmt.Errorf("%w: %w", shard.ErrRetry, err)
@@ -381,6 +388,7 @@ func (c *clusterNode) runMetadata(ctx context.Context) {
 				reply <- err
 				break
 			}
+			m.wake()
 			m.readSeq++
 			m.readIndex[m.readSeq] = reply
 			m.g.ReadIndex(binary.LittleEndian.AppendUint64(nil, m.readSeq))
@@ -389,7 +397,7 @@ func (c *clusterNode) runMetadata(ctx context.Context) {
 				op.reply <- MetadataResult{Err: err}
 			}
 		case msg := <-m.in:
-			_ = m.g.Step(msg)
+			m.step(msg)
 		case <-tick.C():
 			_ = m.tick() // process, at the top, reports a failure
 			c.live.tick(ctx)
@@ -487,8 +495,8 @@ func (e *Engine) ReadBarrier(ctx context.Context) error {
 	}
 }
 
-// TickMetadata ticks a manual engine's metadata group member once and
-// handles what it made ready. Tick it every Cluster.TickInterval: the
+// TickMetadata ticks a manual engine's metadata group member once (unless
+// it is quiesced, see metaquiesce.go) and handles what it made ready. Tick it every Cluster.TickInterval: the
 // ticks also reopen a member that went down after its raft log refused a
 // write, once its backoff has passed (until then, and when the reopen
 // fails, it returns an error wrapping shard.ErrRetry). Node liveness
