@@ -34,6 +34,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/parkway-io/parkway"
 	"github.com/parkway-io/parkway/transport"
 )
@@ -53,6 +55,7 @@ func run() error {
 	converge := fs.Duration("converge", 3*time.Minute, "give up waiting for convergence after this long (then measure anyway)")
 	profile := fs.String("cpuprofile", "", "write a CPU profile of each measurement window to <this>-<partitions>.pprof")
 	burst := fs.Bool("burst", false, "create every topic at once and time it until all partitions are servable")
+	logLevel := fs.String("log", "off", "log the nodes' diagnostics to stderr at this level (warn, info, debug)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err
 	}
@@ -64,7 +67,7 @@ func run() error {
 		if err != nil || n <= 0 {
 			return fmt.Errorf("bad partition count %q", f)
 		}
-		if err := one(n, *settle, *measure, *converge, *profile, *burst); err != nil {
+		if err := one(n, *settle, *measure, *converge, *profile, *burst, *logLevel); err != nil {
 			return err
 		}
 	}
@@ -85,7 +88,7 @@ func (b countingBus) Send(m transport.Message) error {
 	return b.Bus.Send(m)
 }
 
-func one(partitions int, settle, measure, converge time.Duration, profile string, burst bool) error {
+func one(partitions int, settle, measure, converge time.Duration, profile string, burst bool, logLevel string) error {
 	ctx := context.Background()
 	net := parkway.NewNetwork(parkway.NetworkOptions{})
 	defer net.Close()
@@ -99,7 +102,11 @@ func one(partitions int, settle, measure, converge time.Duration, profile string
 	}()
 	for i, id := range peers {
 		sent[i] = new([256]atomic.Int64)
-		n, err := parkway.Open(parkway.Config{Shards: 2, RequestTimeout: 30 * time.Second,
+		var logger hclog.Logger
+		if lvl := hclog.LevelFromString(logLevel); lvl != hclog.NoLevel && lvl != hclog.Off {
+			logger = hclog.New(&hclog.LoggerOptions{Name: fmt.Sprintf("node%d", id), Level: lvl, Output: os.Stderr})
+		}
+		n, err := parkway.Open(parkway.Config{Shards: 2, RequestTimeout: 30 * time.Second, Logger: logger,
 			Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: countingBus{Bus: net.Endpoint(id), sent: sent[i]}}})
 		if err != nil {
 			return err
