@@ -65,12 +65,22 @@ func (l *liveness) heardFrom(peer uint64) {
 // alive). Driver-owned, like dead.
 func (l *liveness) alive(peer uint64) bool { return !l.dead[peer] }
 
-// tick advances liveness by one raft tick: heartbeats go out every
+// tick advances liveness by one raft tick.
+func (l *liveness) tick(ctx context.Context) { l.advance(ctx, 1) }
+
+// untilBeat is how many ticks are left until the next heartbeat round.
+func (l *liveness) untilBeat() int64 { return l.every - l.now.Load()%l.every }
+
+// advance advances liveness by k raft ticks at once (a started engine's
+// driver sleeps through the ticks of a quiesced metadata member, up to
+// the next heartbeat round): heartbeats go out when the ticks cross an
 // interval, and a peer whose silence crossed the timeout is declared dead
-// (one heard from again, alive) to every shard.
-func (l *liveness) tick(ctx context.Context) {
-	now := l.now.Add(1)
-	beat := now%l.every == 0
+// (one heard from again, alive) to every shard and the metadata group.
+// Signs of life that arrive while the driver sleeps are stamped with the
+// last tick counted, so silence is measured to within one interval.
+func (l *liveness) advance(ctx context.Context, k int64) {
+	now := l.now.Add(k)
+	beat := now/l.every != (now-k)/l.every
 	for _, p := range l.c.peers {
 		h := l.heard[p]
 		if h == nil {

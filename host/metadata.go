@@ -367,17 +367,30 @@ func (m *metaGroup) propose(data []byte, reply chan MetadataResult) error {
 	return nil
 }
 
-// runMetadata drives the metadata group of a started engine.
+// runMetadata drives the metadata group of a started engine. Its timer
+// fires every tick while the member is ticked, and only once per
+// liveness interval while it is quiesced (see sleepTicks): the ticks it
+// slept through are counted when it fires.
 func (c *clusterNode) runMetadata(ctx context.Context) {
 	m := c.meta
-	tick := c.e.cfg.Clock.NewTimer(c.cfg.TickInterval)
+	clk, every := c.e.cfg.Clock, c.cfg.TickInterval
+	tick := clk.NewTimer(every)
 	defer tick.Stop()
+	// last is when the ticks counted so far end; long is set while the
+	// timer is armed past the next tick.
+	last, long := clk.Now(), false
 	for {
 		if m.process() != nil && m.err != nil {
 			m.answerReads(m.err)
 			return
 		}
 		m.serveReads()
+		if long && !m.q.quiet {
+			// Woken while the driver slept: back to one fire per tick,
+			// from the next tick on.
+			tick.Reset(every - clk.Now().Sub(last)%every)
+			long = false
+		}
 		select {
 		case <-ctx.Done():
 			m.answerAll(ErrClosed)
@@ -399,9 +412,13 @@ func (c *clusterNode) runMetadata(ctx context.Context) {
 		case msg := <-m.in:
 			m.step(msg)
 		case <-tick.C():
+			k := max(int64(clk.Now().Sub(last)/every), 1)
+			last = last.Add(time.Duration(k) * every)
 			_ = m.tick() // process, at the top, reports a failure
-			c.live.tick(ctx)
-			tick.Reset(c.cfg.TickInterval)
+			c.live.advance(ctx, k)
+			n := m.sleepTicks()
+			long = n > 1
+			tick.Reset(time.Duration(n)*every - clk.Now().Sub(last))
 		}
 	}
 }

@@ -27,8 +27,9 @@ import (
 //     once; the woken members' election timers remain the fallback. When
 //     a peer returns, a leader wakes to bring it up to date.
 //
-// The metadata driver's timer keeps firing every tick while the group is
-// quiesced: node liveness counts those ticks.
+// While the member is quiesced only node liveness needs the driver of a
+// started engine, so its timer fires once per liveness interval instead
+// of every tick (sleepTicks); a wake brings it back to every tick.
 
 // metaQuiesceAfterTicks is how long a woken member is ticked before its
 // leader may quiesce it again: one heartbeat round, whose answers tell
@@ -126,4 +127,15 @@ func (m *metaGroup) campaigner() uint64 {
 		}
 	}
 	return 0
+}
+
+// sleepTicks is how many ticks a started engine's driver sleeps before
+// it next fires: one while the member is ticked (or down, waiting for its
+// reopen), until node liveness's next heartbeat round while it is
+// quiesced.
+func (m *metaGroup) sleepTicks() int64 {
+	if !m.q.quiet || m.unavailable() != nil {
+		return 1
+	}
+	return m.c.live.untilBeat()
 }
