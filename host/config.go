@@ -139,8 +139,10 @@ type Cluster struct {
 	// LivenessInterval is how often this node sends each peer a
 	// heartbeat (default 10 ticks); LivenessTimeout is how long a peer
 	// may send nothing before it is declared dead and the quiesced
-	// partition groups it led elect new leaders (default 5 intervals).
-	// Both are rounded down to whole ticks.
+	// groups it led, partition groups and the metadata group, elect new
+	// leaders (default 5 intervals). Both are rounded down to whole
+	// ticks; while the metadata group is quiesced, a started engine
+	// checks them once per interval.
 	LivenessInterval time.Duration
 	LivenessTimeout  time.Duration
 }

@@ -486,7 +486,7 @@ func (e *Engine) ReplicaFor(ns metadata.Namespace) uint64 {
 		return 0
 	}
 	for _, r := range info.Replicas {
-		if e.cl.live.alive(r) {
+		if e.cl.live.heardRecently(r) {
 			return r
 		}
 	}

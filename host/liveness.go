@@ -13,7 +13,8 @@ import (
 // detection for them is per node, not per group. Each node sends every
 // peer one small KindLiveness message per LivenessInterval; a peer from
 // which nothing at all arrived for LivenessTimeout is declared dead, and
-// the shards are told (shard.SetPeerLive): the groups it led elect new
+// the shards are told (shard.SetPeerLive), and so is the metadata group
+// (metaGroup.peerLive), which quiesces too: the groups it led elect new
 // leaders among the survivors. Any message from a peer counts as a sign
 // of life, so a busy pair of nodes needs no heartbeat to stay alive.
 //
@@ -96,9 +97,9 @@ func (l *liveness) join() {
 	}
 }
 
-// alive reports whether peer was heard from within the timeout (safe from
-// any goroutine: it reads only atomics).
-func (l *liveness) alive(peer uint64) bool {
+// heardRecently reports whether peer was heard from within the timeout
+// (safe from any goroutine: it reads only atomics).
+func (l *liveness) heardRecently(peer uint64) bool {
 	h := l.heard.Load().at[peer]
 	return h == nil || l.now.Load()-h.Load() <= l.timeout
 }
@@ -110,12 +111,27 @@ func (l *liveness) heardFrom(peer uint64) {
 	}
 }
 
-// tick advances liveness by one raft tick: heartbeats go out every
+// alive reports whether peer is not held dead (this node always is
+// alive). Driver-owned, like dead.
+func (l *liveness) alive(peer uint64) bool { return !l.dead[peer] }
+
+// tick advances liveness by one raft tick.
+func (l *liveness) tick(ctx context.Context) { l.advance(ctx, 1) }
+
+// untilBeat is how many ticks are left until the next heartbeat round.
+func (l *liveness) untilBeat() int64 { return l.every - l.now.Load()%l.every }
+
+// advance advances liveness by k raft ticks at once (a started engine's
+// driver sleeps through the ticks of a quiesced metadata member, up to
+// the next heartbeat round): heartbeats go out when the ticks cross an
 // interval, and a peer whose silence crossed the timeout is declared dead
-// (one heard from again, alive) to every shard.
-func (l *liveness) tick(ctx context.Context) {
-	now := l.now.Add(1)
-	beat := now%l.every == 0
+// (one heard from again, alive) to every shard and the metadata group.
+// Signs of life that arrive while the driver sleeps are stamped with the
+// last tick counted, so silence is measured to within one interval. Nodes
+// the metadata added are tracked from the first heartbeat round after.
+func (l *liveness) advance(ctx context.Context, k int64) {
+	now := l.now.Add(k)
+	beat := now/l.every != (now-k)/l.every
 	if beat {
 		l.join()
 	}
@@ -136,6 +152,7 @@ func (l *liveness) tick(ctx context.Context) {
 		} else {
 			l.c.e.cfg.Logger.Info("peer alive again", "peer", p)
 		}
+		l.c.meta.peerLive(p, !dead)
 		for _, s := range l.c.e.shards {
 			if err := s.SetPeerLive(ctx, p, !dead); err != nil {
 				// The shard is closing (or ctx ended): nothing to wake.

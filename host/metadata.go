@@ -77,6 +77,8 @@ type metaGroup struct {
 	// joining member takes only a snapshot whose voters include it, so
 	// the one the leader sends it must be taken after the change.
 	snapshotNow bool
+
+	q metaQuiet // quiescence (metaquiesce.go)
 }
 
 type readWait struct {
@@ -191,7 +193,7 @@ func (m *metaGroup) recv(msg *raftpb.Message) error {
 		if m.broken != nil {
 			return nil // dropped while the member is down: raft re-sends
 		}
-		_ = m.g.Step(msg) // a refusal is raft's business (a stale message)
+		m.step(msg)
 		if err := m.process(); m.err != nil {
 			return err
 		}
@@ -287,6 +289,10 @@ func (m *metaGroup) tick() error {
 		if err := m.reopen(); err != nil {
 			return err
 		}
+		m.q = metaQuiet{} // a reopened member starts awake
+	}
+	if m.q.quiet || m.quiesceOnTick() {
+		return nil
 	}
 	_ = m.g.Tick() // a panic fails the group, which process reports
 	return m.process()
@@ -371,6 +377,7 @@ func (m *metaGroup) propose(data []byte, reply chan MetadataResult) error {
 	if err := m.unavailable(); err != nil {
 		return err
 	}
+	m.wake()
 	id, err := m.g.Propose(data)
 	if err != nil {
 		return fmt.Errorf("%w: %w", shard.ErrRetry, err)
@@ -379,17 +386,30 @@ func (m *metaGroup) propose(data []byte, reply chan MetadataResult) error {
 	return nil
 }
 
-// runMetadata drives the metadata group of a started engine.
+// runMetadata drives the metadata group of a started engine. Its timer
+// fires every tick while the member is ticked, and only once per
+// liveness interval while it is quiesced (see sleepTicks): the ticks it
+// slept through are counted when it fires.
 func (c *clusterNode) runMetadata(ctx context.Context) {
 	m := c.meta
-	tick := c.e.cfg.Clock.NewTimer(c.cfg.TickInterval)
+	clk, every := c.e.cfg.Clock, c.cfg.TickInterval
+	tick := clk.NewTimer(every)
 	defer tick.Stop()
+	// last is when the ticks counted so far end; long is set while the
+	// timer is armed past the next tick.
+	last, long := clk.Now(), false
 	for {
 		if m.process() != nil && m.err != nil {
 			m.answerReads(m.err)
 			return
 		}
 		m.serveReads()
+		if long && !m.q.quiet {
+			// Woken while the driver slept: back to one fire per tick,
+			// from the next tick on.
+			tick.Reset(every - clk.Now().Sub(last)%every)
+			long = false
+		}
 		select {
 		case <-ctx.Done():
 			m.answerAll(ErrClosed)
@@ -400,6 +420,7 @@ func (c *clusterNode) runMetadata(ctx context.Context) {
 				reply <- err
 				break
 			}
+			m.wake()
 			m.readSeq++
 			m.readIndex[m.readSeq] = reply
 			m.g.ReadIndex(binary.LittleEndian.AppendUint64(nil, m.readSeq))
@@ -410,11 +431,15 @@ func (c *clusterNode) runMetadata(ctx context.Context) {
 				op.reply <- MetadataResult{Err: err}
 			}
 		case msg := <-m.in:
-			_ = m.g.Step(msg)
+			m.step(msg)
 		case <-tick.C():
+			k := max(int64(clk.Now().Sub(last)/every), 1)
+			last = last.Add(time.Duration(k) * every)
 			_ = m.tick() // process, at the top, reports a failure
-			c.live.tick(ctx)
-			tick.Reset(c.cfg.TickInterval)
+			c.live.advance(ctx, k)
+			n := m.sleepTicks()
+			long = n > 1
+			tick.Reset(time.Duration(n)*every - clk.Now().Sub(last))
 		}
 	}
 }
@@ -508,8 +533,8 @@ func (e *Engine) ReadBarrier(ctx context.Context) error {
 	}
 }
 
-// TickMetadata ticks a manual engine's metadata group member once and
-// handles what it made ready. Tick it every Cluster.TickInterval: the
+// TickMetadata ticks a manual engine's metadata group member once (unless
+// it is quiesced, see metaquiesce.go) and handles what it made ready. Tick it every Cluster.TickInterval: the
 // ticks also reopen a member that went down after its raft log refused a
 // write, once its backoff has passed (until then, and when the reopen
 // fails, it returns an error wrapping shard.ErrRetry). Node liveness
@@ -709,6 +734,7 @@ func (m *metaGroup) proposeAddNode(node uint64, data []byte) error {
 	if err := m.unavailable(); err != nil {
 		return err
 	}
+	m.wake()
 	if err := m.g.ProposeConfChange(true, node, data); err != nil {
 		return fmt.Errorf("%w: %w", shard.ErrRetry, err)
 	}

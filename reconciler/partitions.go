@@ -213,6 +213,15 @@ func (r *Partitions) reconcile(ctx context.Context, retained uint64) (Report, er
 	if len(r.prebuilt) > 0 {
 		r.discard(r.cfg.Meta.Announced())
 	}
+	// The skip is decided before anything is read from the store: an idle
+	// node's periodic pass (every shard, every period) then costs a few
+	// atomic loads and a read lock, not a copy of every committed
+	// partition (Snapshot), whatever the partition count.
+	if r.idle() {
+		if rev := r.cfg.Meta.Revision(); rev == r.lastRev {
+			return Report{Revision: rev, Retained: retained, Skipped: true}, nil
+		}
+	}
 	if r.ran && !r.resync && len(r.backoffs) == 0 && r.cfg.Shard.Fenced() == 0 {
 		if ch, ok := r.cfg.Meta.Changes(r.lastRev); ok && ch.Revision != r.lastRev {
 			rep := Report{Revision: ch.Revision, Retained: retained, Incremental: true}
@@ -221,8 +230,7 @@ func (r *Partitions) reconcile(ctx context.Context, retained uint64) (Report, er
 	}
 	snap := r.cfg.Meta.Snapshot()
 	rep := Report{Revision: snap.Revision, Retained: retained}
-	if r.ran && snap.Revision == r.lastRev && !r.lastDid && len(r.backoffs) == 0 && r.cfg.Shard.Fenced() == 0 &&
-		r.cfg.Shard.Parked() == 0 {
+	if r.idle() && snap.Revision == r.lastRev {
 		rep.Skipped = true
 		return rep, nil
 	}
@@ -301,6 +309,15 @@ func (r *Partitions) reconcile(ctx context.Context, retained uint64) (Report, er
 	}
 	r.finish(&rep)
 	return rep, nil
+}
+
+// idle reports whether a pass at the last pass's revision has nothing to
+// do: a pass ran (and left its view of the shard right), it did no work,
+// no failure waits for a retry (a partition fenced after a failed fsync
+// counts as one), and nothing is parked. Retention that is due was
+// enforced by Reconcile before.
+func (r *Partitions) idle() bool {
+	return r.ran && !r.resync && !r.lastDid && len(r.backoffs) == 0 && r.cfg.Shard.Fenced() == 0 && r.cfg.Shard.Parked() == 0
 }
 
 // reconcileChanges is the pass after commits when nothing failed: only the

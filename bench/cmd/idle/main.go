@@ -7,6 +7,14 @@
 //
 //	go -C bench run ./cmd/idle                          # 1,000 and 10,000 partitions
 //	go -C bench run ./cmd/idle -partitions 1000 -measure 20s
+//	go -C bench run ./cmd/idle -partitions 10000 -burst  # all topics created at once, timed
+//
+// By default the topics (1,000 partitions each, the per-topic maximum)
+// are created one at a time, each once the previous one converged. With
+// -burst they are all created back to back, and the command reports the
+// time from the first CreateTopic until one produce to each partition
+// (through node 1, 64 in flight, each retried until acknowledged) was
+// acknowledged: until all are servable.
 //
 // The kinds are counted by number (1 partition raft, 7 batches of them,
 // 2 metadata raft, 6 node liveness), so the command also builds against
@@ -22,8 +30,11 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/parkway-io/parkway"
 	"github.com/parkway-io/parkway/transport"
@@ -43,18 +54,20 @@ func run() error {
 	measure := fs.Duration("measure", 12*time.Second, "measurement window (at least 10 s for a stable figure)")
 	converge := fs.Duration("converge", 3*time.Minute, "give up waiting for convergence after this long (then measure anyway)")
 	profile := fs.String("cpuprofile", "", "write a CPU profile of each measurement window to <this>-<partitions>.pprof")
+	burst := fs.Bool("burst", false, "create every topic at once and time it until a produce to every partition is acknowledged")
+	logLevel := fs.String("log", "off", "log the nodes' diagnostics to stderr at this level (warn, info, debug)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err
 	}
 	fmt.Printf("GOMAXPROCS %d, NumCPU %d, %s\n\n", runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.Version())
-	fmt.Println("| partitions | converged | idle CPU (% of one core) | msgs/s per ordered node pair: all | partition raft | metadata raft | liveness | other |")
-	fmt.Println("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Println("| partitions | converged | idle CPU (% of one core) | msgs/s per ordered node pair: all | partition raft | metadata raft | liveness | other | load average (1 min) before / after |")
+	fmt.Println("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 	for _, f := range strings.Split(*parts, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n <= 0 {
 			return fmt.Errorf("bad partition count %q", f)
 		}
-		if err := one(n, *settle, *measure, *converge, *profile); err != nil {
+		if err := one(n, *settle, *measure, *converge, *profile, *burst, *logLevel); err != nil {
 			return err
 		}
 	}
@@ -75,7 +88,7 @@ func (b countingBus) Send(m transport.Message) error {
 	return b.Bus.Send(m)
 }
 
-func one(partitions int, settle, measure, converge time.Duration, profile string) error {
+func one(partitions int, settle, measure, converge time.Duration, profile string, burst bool, logLevel string) error {
 	ctx := context.Background()
 	net := parkway.NewNetwork(parkway.NetworkOptions{})
 	defer net.Close()
@@ -89,7 +102,11 @@ func one(partitions int, settle, measure, converge time.Duration, profile string
 	}()
 	for i, id := range peers {
 		sent[i] = new([256]atomic.Int64)
-		n, err := parkway.Open(parkway.Config{Shards: 2, RequestTimeout: 30 * time.Second,
+		var logger hclog.Logger
+		if lvl := hclog.LevelFromString(logLevel); lvl != hclog.NoLevel && lvl != hclog.Off {
+			logger = hclog.New(&hclog.LoggerOptions{Name: fmt.Sprintf("node%d", id), Level: lvl, Output: os.Stderr})
+		}
+		n, err := parkway.Open(parkway.Config{Shards: 2, RequestTimeout: 30 * time.Second, Logger: logger,
 			Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: countingBus{Bus: net.Endpoint(id), sent: sent[i]}}})
 		if err != nil {
 			return err
@@ -100,45 +117,14 @@ func one(partitions int, settle, measure, converge time.Duration, profile string
 	if err != nil {
 		return err
 	}
-	// A topic holds at most 1,000 partitions: the partitions are spread
-	// over as many topics as that takes, created one at a time, each once
-	// the previous one converged (every partition has a leader, as node 1
-	// sees it), so what is measured is the idle cost of N partitions, not
-	// whether N can be built at once.
-	start := time.Now()
-	servable, conv := 0, ""
-	for left := partitions; left > 0 && conv == ""; left -= maxPerTopic {
-		n := min(left, maxPerTopic)
-		tp, err := nodes[0].CreateTopic(ctx, s, fmt.Sprintf("t%d", partitions-left), n)
-		if err != nil {
-			return err
-		}
-		waiting := make([]uint32, n)
-		for p := range waiting {
-			waiting[p] = uint32(p)
-		}
-		for len(waiting) > 0 {
-			kept := waiting[:0]
-			for _, p := range waiting {
-				if lead, err := nodes[0].Leader(ctx, tp, p); err == nil && lead != 0 {
-					servable++
-				} else {
-					kept = append(kept, p)
-				}
-			}
-			waiting = kept
-			fmt.Fprintf(os.Stderr, "%d partitions: %d with a leader after %.1f s\n", partitions, servable, time.Since(start).Seconds())
-			if len(waiting) > 0 && time.Since(start) > converge {
-				conv = fmt.Sprintf("no: %d of %d with a leader after %.0f s", servable, partitions, time.Since(start).Seconds())
-				break
-			}
-			if len(waiting) > 0 {
-				time.Sleep(500 * time.Millisecond)
-			}
-		}
+	var conv string
+	if burst {
+		conv, err = createBurst(ctx, nodes[0], s, partitions, converge)
+	} else {
+		conv, err = createSequential(ctx, nodes[0], s, partitions, converge)
 	}
-	if conv == "" {
-		conv = fmt.Sprintf("in %.1f s", time.Since(start).Seconds())
+	if err != nil {
+		return err
 	}
 	time.Sleep(settle)
 	runtime.GC()
@@ -162,6 +148,7 @@ func one(partitions int, settle, measure, converge time.Duration, profile string
 			return err
 		}
 	}
+	load0 := loadAverage()
 	t0 := time.Now()
 	time.Sleep(measure)
 	cpu1, _ := processCPU()
@@ -184,7 +171,124 @@ func one(partitions int, settle, measure, converge time.Duration, profile string
 	rate := func(x float64) string { return fmt.Sprintf("%.1f", x/wall.Seconds()/pairs) }
 	raft := delta[1] + delta[7] // single messages and batches
 	other := all - raft - delta[2] - delta[6]
-	fmt.Printf("| %d | %s | %.1f %% | %s | %s | %s | %s | %s |\n", partitions, conv,
-		100*float64(cpu1-cpu0)/float64(wall), rate(all), rate(raft), rate(delta[2]), rate(delta[6]), rate(other))
+	fmt.Printf("| %d | %s | %.1f %% | %s | %s | %s | %s | %s | %s / %s |\n", partitions, conv,
+		100*float64(cpu1-cpu0)/float64(wall), rate(all), rate(raft), rate(delta[2]), rate(delta[6]), rate(other),
+		load0, loadAverage())
 	return nil
+}
+
+// createSequential creates the partitions as topics of maxPerTopic, one
+// at a time, each once the previous one converged (every partition has a
+// leader, as n sees it), so what is measured is the idle cost of N
+// partitions, not whether N can be built at once. It reports how long
+// that took, or how far it got within converge.
+func createSequential(ctx context.Context, n *parkway.Node, s parkway.Stream, partitions int, converge time.Duration) (string, error) {
+	start := time.Now()
+	servable := 0
+	for left := partitions; left > 0; left -= maxPerTopic {
+		tp, err := n.CreateTopic(ctx, s, fmt.Sprintf("t%d", partitions-left), min(left, maxPerTopic))
+		if err != nil {
+			return "", err
+		}
+		got, ok := waitLeaders(ctx, n, []parkway.Topic{tp}, partitions-left, min(left, maxPerTopic), start, converge, partitions)
+		servable += got
+		if !ok {
+			return fmt.Sprintf("no: %d of %d with a leader after %.0f s", servable, partitions, time.Since(start).Seconds()), nil
+		}
+	}
+	return fmt.Sprintf("in %.1f s", time.Since(start).Seconds()), nil
+}
+
+// createBurst creates every topic back to back, then produces one
+// message to each partition through n (64 in flight), each retried until
+// acknowledged or until converge has passed since the first CreateTopic:
+// the partitions are servable when every produce is acknowledged. (A
+// sweep of Leader calls, one shard round trip per partition, is too slow
+// to poll 10,000 partitions whose shards are busy building them.)
+func createBurst(ctx context.Context, n *parkway.Node, s parkway.Stream, partitions int, converge time.Duration) (string, error) {
+	start := time.Now()
+	var topics []parkway.Topic
+	for left := partitions; left > 0; left -= maxPerTopic {
+		tp, err := n.CreateTopic(ctx, s, fmt.Sprintf("t%d", partitions-left), min(left, maxPerTopic))
+		if err != nil {
+			return "", err
+		}
+		topics = append(topics, tp)
+	}
+	created := time.Since(start)
+	var next, acked, retries atomic.Int64
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= partitions {
+					return
+				}
+				tp := topics[i/maxPerTopic]
+				for time.Since(start) < converge {
+					_, err := n.Produce(ctx, tp, parkway.PartitionID(uint32(i%maxPerTopic)), parkway.Message{Payload: []byte("x")})
+					if err == nil {
+						if a := acked.Add(1); a%1000 == 0 {
+							fmt.Fprintf(os.Stderr, "%d partitions: %d acknowledged a produce after %.1f s\n", partitions, a, time.Since(start).Seconds())
+						}
+						break
+					}
+					retries.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if a := acked.Load(); a < int64(partitions) {
+		return fmt.Sprintf("no: %d of %d acknowledged a produce after %.0f s", a, partitions, time.Since(start).Seconds()), nil
+	}
+	return fmt.Sprintf("created (%d CreateTopic of ≤ %d) in %.1f s, one produce to each acknowledged at %.1f s (%d produces retried after an error)",
+		len(topics), maxPerTopic, created.Seconds(), time.Since(start).Seconds(), retries.Load()), nil
+}
+
+// waitLeaders polls until every partition of topics (count partitions,
+// numbered from first in topics of maxPerTopic) has a leader as n sees
+// it, or until converge has passed since start (false). It reports how
+// many have one; total labels the progress lines.
+func waitLeaders(ctx context.Context, n *parkway.Node, topics []parkway.Topic, first, count int, start time.Time, converge time.Duration, total int) (int, bool) {
+	type part struct {
+		t parkway.Topic
+		p uint32
+	}
+	var waiting []part
+	for i := range count {
+		waiting = append(waiting, part{topics[i/maxPerTopic], uint32(i % maxPerTopic)})
+	}
+	done := first
+	led := 0
+	for {
+		kept := waiting[:0]
+		for _, w := range waiting {
+			if lead, err := n.Leader(ctx, w.t, w.p); err == nil && lead != 0 {
+				led++
+			} else {
+				kept = append(kept, w)
+			}
+		}
+		waiting = kept
+		fmt.Fprintf(os.Stderr, "%d partitions: %d with a leader after %.1f s\n", total, done+led, time.Since(start).Seconds())
+		if len(waiting) == 0 {
+			return led, true
+		}
+		if time.Since(start) > converge {
+			return led, false
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// loadAverage is the machine's one-minute load average ("n/a" where
+// /proc/loadavg is missing).
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "n/a"
 }

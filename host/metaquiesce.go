@@ -1,0 +1,145 @@
+package host
+
+import (
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/parkway-io/parkway/internal/replica"
+)
+
+// Quiescence of the metadata group, as the partition groups quiesce (see
+// the shard package): a metadata group with nothing to do is not ticked,
+// so an idle cluster's metadata members send no heartbeats and run no
+// election timers.
+//
+//   - The leader quiesces on a tick once every live follower has
+//     acknowledged its whole log, everything is committed and applied, and
+//     no read barrier of its own is in flight: it sends each follower a
+//     quiesce heartbeat instead of ticking.
+//   - A follower stops ticking when a quiesce heartbeat matches its state
+//     exactly (replica.Group.AcceptQuiesce); otherwise the heartbeat is
+//     stepped as the ordinary heartbeat it stands for, whose answer wakes
+//     the leader, which ticks a heartbeat round before it tries again.
+//   - Any raft message from a peer wakes the member, and so does local
+//     work: a proposal or a read barrier.
+//   - Failure detection comes from node liveness (liveness.go): when the
+//     leader's node is declared dead, its followers forget it and wake,
+//     and one survivor, the first live node in Peers order, campaigns at
+//     once; the woken members' election timers remain the fallback. When
+//     a peer returns, a leader wakes to bring it up to date.
+//
+// While the member is quiesced only node liveness needs the driver of a
+// started engine, so its timer fires once per liveness interval instead
+// of every tick (sleepTicks); a wake brings it back to every tick.
+
+// metaQuiesceAfterTicks is how long a woken member is ticked before its
+// leader may quiesce it again: one heartbeat round, whose answers tell
+// the leader how its followers stand.
+const metaQuiesceAfterTicks = 2
+
+// metaQuiet is the metadata member's quiescence state (driver-owned).
+type metaQuiet struct {
+	quiet      bool // not ticked
+	awakeTicks int  // ticks since the member last woke
+}
+
+// wake makes the member ticked again.
+func (m *metaGroup) wake() {
+	if m.q.quiet {
+		m.q.quiet, m.q.awakeTicks = false, 0
+	}
+}
+
+// MetadataQuiesced reports whether this node's metadata member is
+// quiesced (not ticked). Call it from the goroutine that drives a manual
+// engine.
+func (e *Engine) MetadataQuiesced() bool {
+	return e.cl != nil && e.cl.meta.q.quiet
+}
+
+// quiesceOnTick is the tick of an awake member: a leader with nothing to
+// do quiesces instead of ticking (reported true), sending its followers
+// the quiesce heartbeat.
+func (m *metaGroup) quiesceOnTick() bool {
+	if m.q.awakeTicks++; m.q.awakeTicks < metaQuiesceAfterTicks {
+		return false
+	}
+	// A read barrier of the leader's own waits for a heartbeat round's
+	// answers, which a quiesced leader would not resend if one was lost.
+	if len(m.readIndex) > 0 || !m.g.CanQuiesce(m.c.live.alive) {
+		return false
+	}
+	for _, msg := range m.g.QuiesceMessages() {
+		m.Send(msg)
+	}
+	m.q.quiet = true
+	return true
+}
+
+// step feeds a peer's metadata raft message to the member: a quiesce
+// heartbeat that matches the member's state quiesces it, anything else
+// wakes it and is stepped (a refused quiesce heartbeat as the ordinary
+// heartbeat it stands for).
+func (m *metaGroup) step(msg *raftpb.Message) {
+	if replica.IsQuiesce(msg) {
+		if m.g.AcceptQuiesce(msg) {
+			m.q.quiet = true
+			return
+		}
+		replica.StripQuiesce(msg)
+	}
+	m.wake()
+	_ = m.g.Step(msg) // a refusal is raft's business (a stale message)
+}
+
+// peerLive is node liveness reporting peer dead (live false) or alive
+// again. A follower whose leader died forgets it and wakes, and the
+// chosen survivor campaigns; a leader wakes when a peer returns, to bring
+// it up to date. A failure of the group is reported by the next process.
+func (m *metaGroup) peerLive(peer uint64, live bool) {
+	if m.unavailable() != nil {
+		return
+	}
+	if live {
+		if m.g.IsLeader() {
+			m.wake()
+		}
+		return
+	}
+	if m.g.Leader() != peer {
+		return
+	}
+	m.wake()
+	if m.g.ForgetLeader() != nil {
+		return
+	}
+	if m.campaigner() == uint64(m.c.cfg.ID) {
+		_ = m.g.Campaign()
+	}
+}
+
+// campaigner is the member that stands for election when the leader's
+// node died: the first node in Peers order that liveness holds alive, so
+// every survivor with the same view agrees and only one campaigns.
+func (m *metaGroup) campaigner() uint64 {
+	peers := m.store.Nodes() // the founders and the nodes added since
+	if len(peers) == 0 {
+		peers = m.c.peers
+	}
+	for _, p := range peers {
+		if m.c.live.alive(p) {
+			return p
+		}
+	}
+	return 0
+}
+
+// sleepTicks is how many ticks a started engine's driver sleeps before
+// it next fires: one while the member is ticked (or down, waiting for its
+// reopen), until node liveness's next heartbeat round while it is
+// quiesced.
+func (m *metaGroup) sleepTicks() int64 {
+	if !m.q.quiet || m.unavailable() != nil {
+		return 1
+	}
+	return m.c.live.untilBeat()
+}
