@@ -126,7 +126,8 @@ func (n *Node) prepareProduce(ctx context.Context, t Topic, to Partitioning, msg
 	// The batch is copied so timestamps and keys can be set without
 	// writing to the caller's slice; payload bytes are copied later by the
 	// partition.
-	now := n.cfg.Clock.Now().UnixMicro()
+	start := n.cfg.Clock.Now()
+	now := start.UnixMicro()
 	batch := make([]Message, len(msgs))
 	total := 0
 	for i := range msgs {
@@ -161,7 +162,9 @@ func (n *Node) prepareProduce(ctx context.Context, t Topic, to Partitioning, msg
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	req = &shard.Request{Op: shard.OpProduce, NS: ns, Epoch: epoch, Messages: batch}
+	// The call's deadline from the clock read that stamped the batch,
+	// so dispatch need not read it again.
+	req = &shard.Request{Op: shard.OpProduce, NS: ns, Epoch: epoch, Messages: batch, Deadline: n.callDeadline(ctx, start)}
 	if n.eng.Clustered() {
 		req.Producer, req.Seq = n.producer, n.seq.Add(1)
 	}

@@ -360,11 +360,7 @@ func (n *Node) dispatch(ctx context.Context, f shard.Frame) error {
 	// attempt, so a frame parked behind a build that does not finish is
 	// answered by then (behaviour 17).
 	if f.Req.Deadline.IsZero() {
-		d := n.cfg.Clock.Now().Add(n.cfg.RequestTimeout)
-		if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
-			d = cd
-		}
-		f.Req.Deadline = d
+		f.Req.Deadline = n.callDeadline(ctx, n.cfg.Clock.Now())
 	}
 	owner, err := n.router.Send(f.Req.NS, f)
 	if err == nil {
@@ -387,6 +383,16 @@ func (n *Node) dispatch(ctx context.Context, f shard.Frame) error {
 		return ErrClosed
 	}
 	return err
+}
+
+// callDeadline is the deadline of a call started at now: RequestTimeout
+// later, or ctx's deadline if that is sooner.
+func (n *Node) callDeadline(ctx context.Context, now time.Time) time.Time {
+	d := now.Add(n.cfg.RequestTimeout)
+	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
+		d = cd
+	}
+	return d
 }
 
 // await completes a call whose first attempt dispatch made (sent is its
