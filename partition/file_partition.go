@@ -269,7 +269,9 @@ func (p *filePartition) Append(msgs []Message) (uint64, error) {
 	if p.store.cfg.Sync {
 		p.synced = p.next // closeTail fsynced; a roll fsyncs what it seals
 	}
-	p.persistIndex(tail)
+	if len(tail.index)-tail.idxPersisted >= indexPersistBatch {
+		p.persistIndex(tail)
+	}
 	return first, nil
 }
 
