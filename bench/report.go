@@ -21,10 +21,10 @@ type Report struct {
 	rounds   int
 	minRound time.Duration // every throughput round's minimum length (0: none)
 	// previous is the file holding the previous run's report, linked from
-	// this one ("" when there is none).
-	previous string
-	limits   []limitResult
-	sets     []setResult
+	// this one ("" when there is none), and prevText its markdown.
+	previous, prevText string
+	limits             []limitResult
+	sets               []setResult
 	// replicated is the three-replica section (nil when it did not run).
 	replicated *replResult
 	started    time.Time
@@ -332,6 +332,13 @@ both sides, however long that takes.
 // run's report (a path relative to where the report is written).
 func (r *Report) LinkPrevious(path string) { r.previous = path }
 
+// BesidePrevious makes the report link to the previous run's report,
+// kept in the file path, and end with that report's figures beside its
+// own (markdown is the previous report's text).
+func (r *Report) BesidePrevious(path, markdown string) {
+	r.previous, r.prevText = path, markdown
+}
+
 // Markdown renders the report; command is the command line to state.
 func (r *Report) Markdown(command string) string {
 	var b strings.Builder
@@ -366,6 +373,9 @@ func (r *Report) Markdown(command string) string {
 	r.writeWaiting(&b)
 	r.writeLimits(&b)
 	r.writeTargets(&b)
+	if r.prevText != "" {
+		b.WriteString(besidePrevious(r.previous, r.prevText, b.String()))
+	}
 	return b.String()
 }
 
