@@ -3,6 +3,7 @@ package bench
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestBesidePrevious reads the figures of a report in the older layout
@@ -70,5 +71,53 @@ Machine: 2 CPUs, load average (1/5/15 min) 2.51 2.50 2.37 at the start, 3.78 3.2
 	}
 	if s := besidePrevious("p.md", "# nothing\n", cur); s != "" {
 		t.Errorf("no shared figures: %q, want no section", s)
+	}
+}
+
+// TestTargets evaluates issue 17's targets on made-up samples: each
+// throughput case against its own threshold, and case 6's p99 both
+// absolutely and against JetStream's.
+func TestTargets(t *testing.T) {
+	rate := func(n int) []sample { return []sample{{msgs: n, elapsed: time.Second}} }
+	p99of := func(d time.Duration) []sample {
+		return []sample{{msgs: 1, elapsed: time.Second, lat: []time.Duration{d}}}
+	}
+	tc := func(key string, pw, js []sample) caseResult {
+		return caseResult{spec: caseSpec{id: "x", key: key}, samples: [2][]sample{pw, js}}
+	}
+	rep := &Report{sets: []setResult{
+		{name: "interval", cases: []caseResult{
+			tc("produce-wait", rate(99), rate(10)),                                // 9.9×: missed (10×)
+			tc("pipelined", rate(50), rate(10)),                                   // 5×: met (5×)
+			tc("pipelined-64KiB", rate(19), rate(10)),                             // 1.9×: missed (2×)
+			tc("convergence", p99of(time.Millisecond/2), p99of(time.Millisecond)), // < 1 ms, but 2× only
+		}},
+		{name: "always", cases: []caseResult{
+			tc("partitions", rate(50), rate(10)), // 5×: met (5×)
+		}},
+	}}
+	got := map[string]Target{}
+	for _, tg := range rep.Targets() {
+		got[tg.Set+" "+tg.Name] = tg
+	}
+	for name, met := range map[string]bool{
+		"interval case x (produce-wait) msgs/s ≥ 10× JetStream":   false,
+		"interval case x (pipelined) msgs/s ≥ 5× JetStream":       true,
+		"interval case x (pipelined-64KiB) msgs/s ≥ 2× JetStream": false,
+		"interval case 6 p99 < 1 ms":                              true,
+		"interval case 6 p99 ≥ 3× lower than JetStream's":         false,
+		"always case x (partitions) msgs/s ≥ 5× JetStream":        true,
+	} {
+		tg, ok := got[name]
+		if !ok {
+			t.Errorf("no target %q among %v", name, got)
+			continue
+		}
+		if tg.Met != met {
+			t.Errorf("%s: met %v (measured %s), want %v", name, tg.Met, tg.Measured, met)
+		}
+	}
+	if len(got) != 6 {
+		t.Errorf("%d targets, want 6: %v", len(got), got)
 	}
 }
