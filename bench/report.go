@@ -292,8 +292,10 @@ own (a new temporary directory per round and system, removed after the
 round): parkway is
 ` + "`parkway.Open(parkway.Config{DataDir: tmp, Shards: 2})`" + ` with one stream and one
 topic (the case's partitions); JetStream is an embedded nats-server
-(` + "`server.NewServer(&server.Options{JetStream: true, StoreDir: tmp, DontListen: true})`" + `,
-started, ready) reached by nats.go over ` + "`nats.InProcessServer(srv)`" + `, one
+(` + "`server.NewServer(&server.Options{JetStream: true, StoreDir: tmp, DontListen: true, StreamMaxBufferedSize: 512 << 20})`" + `,
+started, ready; the ingest queue is raised from its default 128 MiB so that
+4,096 publishes of 64 KiB in flight fit, which the server otherwise refuses
+with "too many requests") reached by nats.go over ` + "`nats.InProcessServer(srv)`" + `, one
 file-storage stream with 1 replica per partition. One warm message per
 partition/stream is written before the clock starts (so parkway's
 asynchronous partition materialisation is not in cases 1–5 and 7; case 6
