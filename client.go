@@ -126,7 +126,8 @@ func (n *Node) prepareProduce(ctx context.Context, t Topic, to Partitioning, msg
 	// The batch is copied so timestamps and keys can be set without
 	// writing to the caller's slice; payload bytes are copied later by the
 	// partition.
-	now := n.cfg.Clock.Now().UnixMicro()
+	start := n.cfg.Clock.Now()
+	now := start.UnixMicro()
 	var (
 		batch []Message
 		one   *oneProduce
@@ -175,7 +176,9 @@ func (n *Node) prepareProduce(ctx context.Context, t Topic, to Partitioning, msg
 	} else {
 		req = &shard.Request{}
 	}
-	*req = shard.Request{Op: shard.OpProduce, NS: ns, Epoch: epoch, Messages: batch}
+	// The call's deadline from the clock read that stamped the batch,
+	// so dispatch need not read it again.
+	*req = shard.Request{Op: shard.OpProduce, NS: ns, Epoch: epoch, Messages: batch, Deadline: n.callDeadline(ctx, start)}
 	if n.eng.Clustered() {
 		req.Producer, req.Seq = n.producer, n.seq.Add(1)
 	}

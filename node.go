@@ -365,11 +365,7 @@ func (n *Node) first(ctx context.Context, f shard.Frame) error {
 // stampDeadline fixes the call's deadline at its first attempt.
 func (n *Node) stampDeadline(ctx context.Context, f shard.Frame) {
 	if f.Req.Deadline.IsZero() {
-		d := n.cfg.Clock.Now().Add(n.cfg.RequestTimeout)
-		if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
-			d = cd
-		}
-		f.Req.Deadline = d
+		f.Req.Deadline = n.callDeadline(ctx, n.cfg.Clock.Now())
 	}
 }
 
@@ -391,16 +387,30 @@ func (n *Node) dispatch(ctx context.Context, f shard.Frame) error {
 	n.countSendFailure(f.Req, err)
 	switch {
 	case errors.Is(err, router.ErrFull):
-		wctx, cancel := n.deadline(ctx)
-		err = n.shards[owner].Send(wctx, f)
-		cancel()
-		if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+		// Wait for room until the call's deadline, with one timer (a
+		// context derived for it cost a context, a timer and their
+		// cancellation on every wait: with thousands of producers the
+		// inbox is full for most of their sends).
+		t := n.cfg.Clock.NewTimer(f.Req.Deadline.Sub(n.cfg.Clock.Now()))
+		err = n.shards[owner].SendBefore(ctx, f, t.C())
+		t.Stop()
+		if errors.Is(err, router.ErrFull) {
 			err = fmt.Errorf("%w: inbox full until the deadline", ErrRetry)
 		}
 	case errors.Is(err, router.ErrDisconnected) && n.closed.Load():
 		return ErrClosed
 	}
 	return err
+}
+
+// callDeadline is the deadline of a call started at now: RequestTimeout
+// later, or ctx's deadline if that is sooner.
+func (n *Node) callDeadline(ctx context.Context, now time.Time) time.Time {
+	d := now.Add(n.cfg.RequestTimeout)
+	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
+		d = cd
+	}
+	return d
 }
 
 // await completes a call whose first attempt dispatch made (sent is its

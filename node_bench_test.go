@@ -311,67 +311,72 @@ func benchCluster(b *testing.B, disk bool, policy parkway.FsyncPolicy, producers
 }
 
 // BenchmarkPipelined compares two ways of keeping 4,096 produces in flight
-// to one partition (file store, FsyncNever, 100-byte messages): a
-// goroutine per outstanding Produce, and one goroutine with a ring of
-// ProduceAsync acknowledgements (the oldest awaited before its slot is
-// reused), as an asynchronous publisher does.
+// to one partition (file store, FsyncNever): a goroutine per outstanding
+// Produce, and one goroutine with a ring of ProduceAsync acknowledgements
+// (the oldest awaited before its slot is reused), as an asynchronous
+// publisher does; with 100-byte and 64 KiB payloads (the bench module's
+// cases 2, 2a and 7).
 func BenchmarkPipelined(b *testing.B) {
 	const window = 4096
-	payload := make([]byte, 100)
-	setup := func(b *testing.B) (*parkway.Node, parkway.Topic) {
-		n, s := durableNode(b, nil)
-		tp, err := n.CreateTopic(context.Background(), s, "t", 1, parkway.WithFsync(parkway.FsyncNever, 0))
-		if err != nil {
-			b.Fatal(err)
+	for _, size := range []int{100, 64 << 10} {
+		payload := make([]byte, size)
+		setup := func(b *testing.B) (*parkway.Node, parkway.Topic) {
+			n, s := durableNode(b, nil)
+			tp, err := n.CreateTopic(context.Background(), s, "t", 1, parkway.WithFsync(parkway.FsyncNever, 0))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := n.Produce(context.Background(), tp, parkway.PartitionID(0), parkway.Message{Payload: payload}); err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			return n, tp
 		}
-		if _, err := n.Produce(context.Background(), tp, parkway.PartitionID(0), parkway.Message{Payload: payload}); err != nil {
-			b.Fatal(err)
-		}
-		return n, tp
-	}
-	b.Run("goroutines", func(b *testing.B) {
-		n, tp := setup(b)
-		ctx := context.Background()
-		var next atomic.Int64
-		b.ResetTimer()
-		var wg sync.WaitGroup
-		for range window {
-			wg.Go(func() {
-				for next.Add(1) <= int64(b.N) {
-					if _, err := n.Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: payload}); err != nil {
-						b.Error(err)
-						return
+		b.Run(fmt.Sprintf("goroutines/size=%d", size), func(b *testing.B) {
+			n, tp := setup(b)
+			ctx := context.Background()
+			var next atomic.Int64
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for range window {
+				wg.Go(func() {
+					for next.Add(1) <= int64(b.N) {
+						if _, err := n.Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: payload}); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+		})
+		b.Run(fmt.Sprintf("async/size=%d", size), func(b *testing.B) {
+			n, tp := setup(b)
+			ctx := context.Background()
+			ring := make([]*parkway.PendingAck, window)
+			b.ResetTimer()
+			for i := range b.N {
+				if p := ring[i%window]; p != nil {
+					if _, err := p.Wait(ctx); err != nil {
+						b.Fatal(err)
 					}
 				}
-			})
-		}
-		wg.Wait()
-		b.StopTimer()
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
-	})
-	b.Run("async", func(b *testing.B) {
-		n, tp := setup(b)
-		ctx := context.Background()
-		ring := make([]*parkway.PendingAck, window)
-		b.ResetTimer()
-		for i := range b.N {
-			if p := ring[i%window]; p != nil {
-				if _, err := p.Wait(ctx); err != nil {
-					b.Fatal(err)
+				ring[i%window] = n.ProduceAsync(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: payload})
+			}
+			for _, p := range ring {
+				if p != nil {
+					if _, err := p.Wait(ctx); err != nil {
+						b.Fatal(err)
+					}
 				}
 			}
-			ring[i%window] = n.ProduceAsync(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: payload})
-		}
-		for _, p := range ring {
-			if p != nil {
-				if _, err := p.Wait(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-		}
-		b.StopTimer()
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
-	})
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+		})
+	}
 }
 
 // BenchmarkConvergence is the time from CreateTopic to the ack of a

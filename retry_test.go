@@ -336,3 +336,58 @@ func TestFullInboxIsBackpressure(t *testing.T) {
 		}
 	})
 }
+
+// A wait for room in a full inbox ends at the call's deadline: with an
+// inbox of one frame, the pump held in an fsync and the inbox's one slot
+// taken, a third produce waits RequestTimeout and then fails as a retry
+// that ran out of time (ErrRetry), while the two ahead of it succeed once
+// the pump moves.
+func TestFullInboxWaitEndsAtTheDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		gate := make(chan struct{})
+		var hold atomic.Bool
+		fsys := errorfs.New(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+			if op.Kind == errorfs.OpSync && hold.Load() {
+				<-gate // the pump is stuck in a slow fsync
+			}
+			return nil
+		}))
+		const timeout = 5 * time.Second
+		n := open(t, parkway.Config{DataDir: "/data", FS: fsys, Shards: 1, InboxSize: 1, RequestTimeout: timeout})
+		s := mustStream(t, n, "s")
+		tp := mustTopic(t, n, s, "t", 1, parkway.WithFsync(parkway.FsyncAlways, 0))
+		mustProduce(t, n, tp, parkway.PartitionID(0), "warm")
+		hold.Store(true)
+		release := sync.OnceFunc(func() { hold.Store(false); close(gate) })
+		t.Cleanup(release) // before the node's Close, which needs the pump
+		errs := make(chan error, 3)
+		produce := func(i int) {
+			_, err := n.Produce(context.Background(), tp, parkway.PartitionID(0), parkway.Message{Payload: []byte(fmt.Sprint(i))})
+			errs <- err
+		}
+		go produce(0)
+		synctest.Wait() // in the pump's fsync
+		go produce(1)
+		synctest.Wait() // in the inbox
+		start := time.Now()
+		go produce(2)
+		var err error
+		select {
+		case err = <-errs:
+		case <-time.After(2 * timeout):
+			t.Fatalf("a produce still waits for room on a full inbox %v after its request timeout", timeout)
+		}
+		if !errors.Is(err, parkway.ErrRetry) {
+			t.Fatalf("produce waiting on a full inbox: %v, want ErrRetry", err)
+		}
+		if waited := time.Since(start); waited != timeout {
+			t.Fatalf("the wait for room ended after %v, want the request timeout %v", waited, timeout)
+		}
+		release()
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatalf("produce ahead of the refused one: %v", err)
+			}
+		}
+	})
+}

@@ -12,11 +12,12 @@ import (
 	"sync"
 )
 
-// recordHeader is the size of parkway's on-disk record header (checksum,
-// length, offset, id, timestamp, header and payload lengths; see
-// partition/codec.go), so the file-append limit writes the same bytes per
-// record as parkway's file store does for a message without headers.
-const recordHeader = 48
+// recordHeader is the size of parkway's on-disk record header (format 2:
+// checksum, length, offset, id, timestamp, append time, key, header and
+// payload lengths; see partition/codec.go), so the file-append limit
+// writes the same bytes per record as parkway's file store does for a
+// message without key or headers.
+const recordHeader = 60
 
 // limit is one raw limit of the machine, measured in the same run.
 type limit struct {
@@ -33,7 +34,7 @@ type limit struct {
 func limits() []limit {
 	return []limit{
 		{key: "file-append", unit: "record",
-			title: "buffered file append: bufio.Writer 64 KiB, 48 + 100 = 148-byte records, no fsync; the file is flushed and truncated to empty every 64 MiB and flushed at the end",
+			title: "buffered file append: bufio.Writer 64 KiB, 60 + 100 = 160-byte records, no fsync; the file is flushed and truncated to empty every 64 MiB and flushed at the end",
 			run:   func(ctx context.Context, dir string, n int, m *meter) error { return fileAppend(ctx, dir, n, 0, m) }},
 		{key: "file-append-fsync100", unit: "record", always: true,
 			title: "the same, plus Flush and fsync after every 100 records (the fsync-always counterpart of case 3)",
@@ -54,7 +55,7 @@ const appendWrap = 64 << 20
 // clock and the context.
 const limitChunk = 4096
 
-// fileAppend writes 148-byte records to a new file in dir through a 64 KiB
+// fileAppend writes 160-byte records to a new file in dir through a 64 KiB
 // bufio.Writer, in chunks of limitChunk records, until at least count are
 // written and the round's time is up; with syncEvery > 0 it flushes and
 // fsyncs after every syncEvery records, without it the file is truncated
@@ -68,7 +69,7 @@ func fileAppend(ctx context.Context, dir string, count, syncEvery int, m *meter)
 	}
 	defer func() { err = errors.Join(err, f.Close()) }()
 	w := bufio.NewWriterSize(f, 64<<10)
-	// A record is its 48-byte header followed by a 100-byte payload;
+	// A record is its 60-byte header followed by a 100-byte payload;
 	// the header carries a length and an offset like parkway's, so the
 	// bytes are not all zero (some filesystems treat zero pages
 	// specially).
@@ -109,7 +110,7 @@ func fileAppend(ctx context.Context, dir string, count, syncEvery int, m *meter)
 			return fmt.Errorf("file append: %w", err)
 		}
 	}
-	// bytes counted as record bytes written (148 per record), not payload.
+	// bytes counted as record bytes written (160 per record), not payload.
 	return m.stop(n, len(rec))
 }
 

@@ -334,6 +334,11 @@ type jetStreamInstance struct {
 // pipelining depth of case 2 on both sides.
 const maxPending = 4096
 
+// jetStreamIngestBytes is the single-node server's per-stream ingest
+// queue (StreamMaxBufferedSize): twice maxPending publishes of the largest
+// payload the cases send (64 KiB).
+const jetStreamIngestBytes = 2 * maxPending * (64 << 10)
+
 func (jetStreamSystem) open(ctx context.Context, dir string, d durability, parts int, warm []byte) (instance, error) {
 	srv, err := server.NewServer(&server.Options{
 		ServerName: "bench",
@@ -345,6 +350,11 @@ func (jetStreamSystem) open(ctx context.Context, dir string, d durability, parts
 		NoLog:      true,
 		NoSigs:     true,
 		SyncAlways: d.always,
+		// A stream's ingest queue holds 128 MiB by default, less than
+		// maxPending publishes of case 7's 64 KiB payloads (256 MiB):
+		// the server refused the excess as "too many requests". Room
+		// for the whole window, so the case measures storing them.
+		StreamMaxBufferedSize: jetStreamIngestBytes,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("nats-server: new: %w", err)

@@ -148,6 +148,7 @@ func Restore(cfg Config, snap StoreSnapshot) (*Store, error) {
 			name:       ss.Name,
 			createdRev: ss.CreatedRevision,
 			topics:     btree.NewG(8, func(a, b *topic) bool { return a.id < b.id }),
+			topicByID:  make(map[uint32]*topic),
 			topicNames: make(map[string]*topic),
 		}
 		var topicIDs []uint32
@@ -163,12 +164,14 @@ func Restore(cfg Config, snap StoreSnapshot) (*Store, error) {
 				return nil, bad("stream %d: duplicate topic name %q", ss.ID, ts.Name)
 			}
 			st.topics.ReplaceOrInsert(t)
+			st.topicByID[t.id] = t
 			st.topicNames[t.name] = t
 			s.addPartitions(t.parts)
 			topicIDs = append(topicIDs, t.id)
 		}
 		st.topicIDs = slabOf(MaxTopicID, topicIDs)
 		s.streams.ReplaceOrInsert(st)
+		s.streamByID[st.id] = st
 		s.streamNames[st.name] = st
 		streamIDs = append(streamIDs, st.id)
 	}
@@ -497,7 +500,7 @@ func (s *Store) Replace(snap StoreSnapshot) error {
 		s.mu.Unlock()
 		return fmt.Errorf("%w: snapshot at revision %d is older than the store's %d", ErrInvalidSnapshot, snap.Revision, rev)
 	}
-	s.revision, s.streams, s.streamNames, s.streamIDs, s.partitions = r.revision, r.streams, r.streamNames, r.streamIDs, r.partitions
+	s.revision, s.streams, s.streamByID, s.streamNames, s.streamIDs, s.partitions = r.revision, r.streams, r.streamByID, r.streamNames, r.streamIDs, r.partitions
 	s.groupClock = r.groupClock
 	s.place = r.place
 	s.changes.reset(s.revision)

@@ -84,6 +84,7 @@ type stream struct {
 	name       string
 	createdRev uint64
 	topics     *btree.BTreeG[*topic] // by id
+	topicByID  map[uint32]*topic     // lookups only, never iterated
 	topicNames map[string]*topic     // lookups only, never iterated
 	topicIDs   slab
 }
@@ -108,10 +109,14 @@ type subscription struct {
 type Store struct {
 	cfg Config
 
-	mu          sync.RWMutex
-	revision    uint64
-	streams     *btree.BTreeG[*stream] // by id
-	streamNames map[string]*stream     // lookups only, never iterated
+	mu       sync.RWMutex
+	revision uint64
+	streams  *btree.BTreeG[*stream] // by id
+	// streamByID (and each stream's topicByID) serve lookups by id: a
+	// btree lookup needs a pivot item, which escapes to the heap, and
+	// every produce looks its topic up.
+	streamByID  map[uint32]*stream // lookups only, never iterated
+	streamNames map[string]*stream // lookups only, never iterated
 	streamIDs   slab
 	partitions  map[Namespace]PartitionInfo // O(1) lookups, never iterated
 	groupClock  int64                       // see group.go
@@ -122,8 +127,7 @@ type Store struct {
 	// slice to its notification step after releasing mu.
 	subs []*subscription
 	// ann holds the announced commands (see Announce).
-	ann  announcements
-	keys lookupKeys // btree probes, reused (lookupkeys.go)
+	ann announcements
 }
 
 // NewStore returns an empty store at revision 0.
@@ -134,6 +138,7 @@ func NewStore(cfg Config) (*Store, error) {
 	return &Store{
 		cfg:         cfg,
 		streams:     btree.NewG(8, func(a, b *stream) bool { return a.id < b.id }),
+		streamByID:  make(map[uint32]*stream),
 		streamNames: make(map[string]*stream),
 		streamIDs:   newSlab(MaxStreamID),
 		partitions:  make(map[Namespace]PartitionInfo),
@@ -327,10 +332,12 @@ func (s *Store) createStream(c CreateStream) (Result, bool, error) {
 		name:       c.Name,
 		createdRev: s.revision,
 		topics:     btree.NewG(8, func(a, b *topic) bool { return a.id < b.id }),
+		topicByID:  make(map[uint32]*topic),
 		topicNames: make(map[string]*topic),
 		topicIDs:   newSlab(MaxTopicID),
 	}
 	s.streams.ReplaceOrInsert(st)
+	s.streamByID[id] = st
 	s.streamNames[c.Name] = st
 	return Result{Revision: s.revision, Stream: id}, false, nil
 }
@@ -347,6 +354,7 @@ func (s *Store) deleteStream(c DeleteStream) (Result, bool, error) {
 	})
 	s.removePartitions(removed)
 	s.streams.Delete(st)
+	delete(s.streamByID, st.id)
 	delete(s.streamNames, st.name)
 	s.streamIDs.release(st.id)
 	s.revision++
@@ -364,6 +372,7 @@ func (s *Store) createTopic(c CreateTopic) (Result, bool, error) {
 	s.revision = rev
 	t := &topic{id: id, name: c.Name, createdRev: rev, config: cfg, parts: parts}
 	st.topics.ReplaceOrInsert(t)
+	st.topicByID[id] = t
 	st.topicNames[c.Name] = t
 	s.addPartitions(parts)
 	return Result{Revision: rev, Stream: st.id, Topic: id, Created: slices.Clone(parts)}, true, nil
@@ -414,6 +423,7 @@ func (s *Store) deleteTopic(c DeleteTopic) (Result, bool, error) {
 	removed := t.parts
 	s.removePartitions(removed)
 	st.topics.Delete(t)
+	delete(st.topicByID, t.id)
 	delete(st.topicNames, t.name)
 	st.topicIDs.release(t.id)
 	s.revision++
@@ -566,9 +576,7 @@ func (s *Store) removePartitions(parts []PartitionInfo) {
 }
 
 func (s *Store) lookupStream(id uint32) (*stream, error) {
-	key := s.keys.stream(id)
-	st, ok := s.streams.Get(key)
-	s.keys.putStream(key)
+	st, ok := s.streamByID[id]
 	if !ok {
 		return nil, fmt.Errorf("%w: stream %d", ErrStreamNotFound, id)
 	}
@@ -607,9 +615,7 @@ func (s *Store) lookupTopic(streamID, topicID uint32) (*stream, *topic, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	key := s.keys.topic(topicID)
-	t, ok := st.topics.Get(key)
-	s.keys.putTopic(key)
+	t, ok := st.topicByID[topicID]
 	if !ok {
 		return nil, nil, fmt.Errorf("%w: topic %d in stream %d", ErrTopicNotFound, topicID, streamID)
 	}
@@ -667,7 +673,7 @@ func (s *Store) CreatedRevision(ns Namespace) (uint64, bool) {
 func (s *Store) Stream(id uint32) (StreamInfo, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	st, ok := s.streams.Get(&stream{id: id})
+	st, ok := s.streamByID[id]
 	if !ok {
 		return StreamInfo{}, false
 	}

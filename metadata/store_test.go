@@ -818,9 +818,25 @@ func checkInvariants(t *testing.T, s *Store) {
 		t.Error("snapshot not sorted")
 	}
 	streams := s.Streams()
-	if s.streamIDs.len() != len(streams) || len(s.streamNames) != len(streams) {
-		t.Errorf("stream slab %d, names %d, streams %d", s.streamIDs.len(), len(s.streamNames), len(streams))
+	if s.streamIDs.len() != len(streams) || len(s.streamNames) != len(streams) || len(s.streamByID) != len(streams) {
+		t.Errorf("stream slab %d, names %d, ids %d, streams %d", s.streamIDs.len(), len(s.streamNames), len(s.streamByID), len(streams))
 	}
+	// The id maps hold exactly what the btrees hold.
+	s.streams.Ascend(func(st *stream) bool {
+		if s.streamByID[st.id] != st {
+			t.Errorf("stream %d: id map has %p, btree %p", st.id, s.streamByID[st.id], st)
+		}
+		if st.topics.Len() != len(st.topicByID) {
+			t.Errorf("stream %d: %d topics, %d in its id map", st.id, st.topics.Len(), len(st.topicByID))
+		}
+		st.topics.Ascend(func(tp *topic) bool {
+			if st.topicByID[tp.id] != tp {
+				t.Errorf("topic %d/%d: id map has %p, btree %p", st.id, tp.id, st.topicByID[tp.id], tp)
+			}
+			return true
+		})
+		return true
+	})
 	total := 0
 	for _, st := range streams {
 		topics := s.Topics(st.ID)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -1147,5 +1148,107 @@ func TestFileRemoveIsDurableOrAnError(t *testing.T) {
 	cfg.FS = mem.Crash()
 	if got, err := newFileStore(t, cfg).List(); err != nil || len(got) != 0 {
 		t.Fatalf("after a Remove and a power loss, List = %v, %v; want nothing", got, err)
+	}
+}
+
+// TestFileAppendLargeBatchIsWrittenInChunks appends a batch far larger
+// than one write's buffer (48 records of 64 KiB): it is written in
+// several writes, reads back whole, and survives a crash after a Sync.
+// When a later write of such a batch fails, the writes before it are
+// truncated away: the log file is back at its size before the Append,
+// nothing of the batch is readable, and the next Append and a crash
+// after it see only what was acknowledged.
+func TestFileAppendLargeBatchIsWrittenInChunks(t *testing.T) {
+	const n, size = 48, 64 << 10
+	mem := vfs.NewMem()
+	var (
+		logWrites atomic.Int64
+		failAt    atomic.Int64 // the log write to fail (1-based), 0 for none
+	)
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind != errorfs.OpWriteAt || !strings.HasSuffix(op.Path, ".log") {
+			return nil
+		}
+		if w := logWrites.Add(1); w == failAt.Load() {
+			return syscall.EIO
+		}
+		return nil
+	})
+	cfg := partition.FileConfig{Dir: "/data", FS: errorfs.New(mem, inj)}
+	ns := mustNS(t, 9, 2, 0)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	log := filepath.Join(partDir(cfg.Dir, ns), memSegments(t, mem, partDir(cfg.Dir, ns))[0])
+
+	mustAppend(t, p, batch(0, n, size))
+	if w := logWrites.Load(); w < 3 {
+		t.Fatalf("a %d MiB batch took %d write(s), want it in chunks", n*size>>20, w)
+	}
+	checkRead(t, p, 0, n, n, size)
+
+	// Fail the second write of the next batch: its first chunk is on
+	// the file by then.
+	before := memFileSize(t, mem, log)
+	logWrites.Store(0)
+	failAt.Store(2)
+	if _, err := p.Append(batch(n, n, size)); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Append with a failing second write: %v, want EIO", err)
+	}
+	failAt.Store(0)
+	if got := logWrites.Load(); got != 2 {
+		t.Fatalf("the failed Append made %d log writes, want 2 (one written, one failed)", got)
+	}
+	if p.NextOffset() != n {
+		t.Fatalf("failed Append moved NextOffset to %d, want %d", p.NextOffset(), n)
+	}
+	if got := memFileSize(t, mem, log); got != before {
+		t.Fatalf("after the failed Append the log is %d bytes, want %d: its first chunk was left behind", got, before)
+	}
+	checkRead(t, p, 0, 2*n, n, size)
+
+	mustAppend(t, p, batch(n, 2, size))
+	if err := p.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	q := mustBuild(t, newFileStore(t, partition.FileConfig{Dir: "/data", FS: mem.Crash()}), ns, 1)
+	defer mustClose(t, q)
+	checkRead(t, q, 0, 2*n, n+2, size)
+}
+
+// TestFileTailIndexIsWrittenInBatches: appends leave the tail's new index
+// entries unwritten until a batch of them is pending (they are written
+// then, and on a roll and Close), and a crash with entries unwritten
+// loses nothing: the reopened tail is rebuilt from its scan and reads
+// from any offset.
+func TestFileTailIndexIsWrittenInBatches(t *testing.T) {
+	const size = 4 << 10 // every record is far enough from the last to be indexed
+	mem := vfs.NewMem()
+	cfg := partition.FileConfig{Dir: "/data", FS: mem}
+	ns := mustNS(t, 9, 3, 0)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	index := filepath.Join(partDir(cfg.Dir, ns), segName(0, ".index"))
+	var next uint64
+	appendN := func(n int) {
+		for range n {
+			mustAppend(t, p, batch(next, 1, size))
+			next++
+		}
+	}
+	appendN(100)
+	if got := memFileSize(t, mem, index); got != 0 {
+		t.Fatalf("after 100 appends the tail's index file holds %d bytes, want none yet (written in batches)", got)
+	}
+	appendN(300)
+	if got := memFileSize(t, mem, index); got < 256*8 {
+		t.Fatalf("after 400 appends the tail's index file holds %d bytes, want at least a batch of 256 entries", got)
+	}
+	appendN(50)
+	if err := p.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	q := mustBuild(t, newFileStore(t, partition.FileConfig{Dir: "/data", FS: mem.Crash()}), ns, 1)
+	defer mustClose(t, q)
+	for _, from := range []uint64{0, 123, 399, 420, 449} {
+		checkRead(t, q, from, 5, min(5, int(next-from)), size)
 	}
 }

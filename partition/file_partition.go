@@ -201,11 +201,14 @@ func (s *segment) closeIndexes() {
 	}
 }
 
-// Append encodes the batch into one buffer and writes it with one write at
-// the tail's logical end, rolling first if the batch would take the tail
-// past SegmentSize. A failed write is truncated away, leaving the
-// partition as it was. Append does not fsync (see Sync) unless
-// FileConfig.Sync is set.
+// Append encodes the batch and writes it at the tail's logical end,
+// rolling first if the batch would take the tail past SegmentSize. The
+// records are encoded into a reused scratch buffer of at most about
+// appendChunk bytes and written from it with one write per chunk: a batch
+// of small records is one write, and a large batch (a coalesced run of
+// 64 KiB payloads can be many MiB) never needs a buffer as large as
+// itself. A failed write is truncated away, leaving the partition as it
+// was. Append does not fsync (see Sync) unless FileConfig.Sync is set.
 func (p *filePartition) Append(msgs []Message) (uint64, error) {
 	if p.closed {
 		return 0, ErrClosed
@@ -234,76 +237,116 @@ func (p *filePartition) Append(msgs []Message) (uint64, error) {
 		}
 		tail = p.tail()
 	}
+	f, err := p.openTail(tail)
+	if err != nil {
+		return 0, err
+	}
 
 	first := p.next
 	indexLen, lastIndexed := len(tail.index), tail.lastIndexed
 	maxTS, lastAT := tail.maxTS, p.lastAT
-	buf := slices.Grow(p.buf[:0], int(total))
+	pos := tail.size // the file position of buf[0]
+	stashed := len(p.jpend)
+	buf := slices.Grow(p.buf[:0], int(min(total, appendChunk)))
 	for i := range msgs {
 		off := first + uint64(i)
 		lastAT = stampAppendTime(&msgs[i], lastAT)
-		tail.track(off, tail.size+int64(len(buf)), lastAT)
+		tail.track(off, pos+int64(len(buf)), lastAT)
 		buf = appendRecord(buf, &msgs[i], off, lastAT)
 		maxTS = max(maxTS, msgs[i].Timestamp)
+		if len(buf) >= appendChunk && i < len(msgs)-1 {
+			if err = writeFull(f, buf, pos); err != nil {
+				break
+			}
+			p.stashRecords(buf)
+			pos += int64(len(buf))
+			buf = buf[:0]
+		}
+	}
+	if err == nil {
+		if err = writeFull(f, buf, pos); err == nil {
+			p.stashRecords(buf)
+		}
 	}
 	if cap(buf) <= maxRetainedBuffer {
 		p.buf = buf[:0]
 	} else {
 		p.buf = nil
 	}
-
-	if err := p.writeTail(tail, buf); err != nil {
+	if err = p.closeTail(tail, f, err); err != nil {
 		tail.index, tail.times, tail.lastIndexed = tail.index[:indexLen], tail.times[:indexLen], lastIndexed
+		if p.stash {
+			p.jpend = p.jpend[:stashed] // the failed batch's records are not the partition's
+		}
 		return 0, err
 	}
-	tail.size += int64(len(buf))
+	tail.size += int64(total)
 	tail.next += uint64(len(msgs))
 	tail.maxTS = maxTS
 	tail.maxAT = max(tail.maxAT, lastAT)
 	p.lastAT = lastAT
 	p.next = tail.next
 	if p.store.cfg.Sync {
-		p.synced = p.next // writeTail fsynced; a roll fsyncs what it seals
+		p.synced = p.next // closeTail fsynced; a roll fsyncs what it seals
 	}
-	if p.stash {
-		if len(p.jpend)+len(buf) > maxStash {
-			// Too much for a journal entry: the next Commit syncs the
-			// partition directly instead.
-			p.stash, p.jpend = false, nil
-		} else {
-			p.jpend = append(p.jpend, buf...)
-		}
+	if len(tail.index)-tail.idxPersisted >= indexPersistBatch {
+		p.persistIndex(tail)
 	}
-	p.persistIndex(tail)
 	return first, nil
 }
 
-// writeTail writes buf at the tail's logical end (and fsyncs it with
-// FileConfig.Sync) or, failing, truncates the log back to its logical end,
-// so a failed Append leaves nothing behind. A failed fsync also breaks the
-// partition (see Sync).
-//
-// Without FileConfig.Sync the tail's descriptor is pinned from the write
-// to the fsync that covers it (see handleCache): the write and the fsync
-// go through the same descriptor.
-func (p *filePartition) writeTail(tail *segment, buf []byte) error {
+// stashRecords keeps a copy of records just written for the journal's
+// next entry (see Commit); an Append that fails takes its chunks back.
+func (p *filePartition) stashRecords(b []byte) {
+	if !p.stash {
+		return
+	}
+	if len(p.jpend)+len(b) > maxStash {
+		// Too much for a journal entry: the next Commit syncs the
+		// partition directly instead.
+		p.stash, p.jpend = false, nil
+		return
+	}
+	p.jpend = append(p.jpend, b...)
+}
+
+// writeFull writes b at off, a short write being an error.
+func writeFull(f vfs.File, b []byte, off int64) error {
+	n, err := f.WriteAt(b, off)
+	if err == nil && n != len(b) {
+		err = io.ErrShortWrite
+	}
+	return err
+}
+
+// openTail readies the tail for an Append's writes and returns its file,
+// which closeTail releases: with FileConfig.Sync the partition's layout
+// is made durable first; without, the tail's descriptor is pinned from
+// the write to the fsync that covers it (see handleCache), so the write
+// and the fsync go through the same descriptor.
+func (p *filePartition) openTail(tail *segment) (vfs.File, error) {
 	if p.store.cfg.Sync {
 		if err := p.syncLayout(); err != nil {
-			return err // the partition is broken: nothing more is appended
+			return nil, err // the partition is broken: nothing more is appended
 		}
 	}
 	f, err := tail.log.acquire()
 	if err != nil {
-		return err // nothing was written
+		return nil, err // nothing was written
 	}
-	defer tail.log.release()
 	if !p.store.cfg.Sync {
 		tail.log.setPinned(true)
 	}
-	n, err := f.WriteAt(buf, tail.size)
-	if err == nil && n != len(buf) {
-		err = io.ErrShortWrite
-	}
+	return f, nil
+}
+
+// closeTail ends an Append's writes to f, whose outcome is err: it
+// fsyncs them with FileConfig.Sync or, when a write or the fsync failed,
+// truncates the log back to the tail's logical end, so a failed Append
+// leaves nothing behind, and releases f. A failed fsync, or a failed
+// write that cannot be truncated away, breaks the partition (see Sync).
+func (p *filePartition) closeTail(tail *segment, f vfs.File, err error) error {
+	defer tail.log.release()
 	var syncErr error
 	if err == nil && p.store.cfg.Sync {
 		err = f.Sync()

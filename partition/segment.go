@@ -43,6 +43,19 @@ const (
 	readChunk         = 32 << 10 // initial read size for Read
 	scanChunk         = 1 << 20  // read size for recovery scans
 	maxRetainedBuffer = 8 << 20  // larger scratch buffers are dropped
+	// appendChunk is about how many bytes of records an Append encodes
+	// before it writes them: the scratch buffer stays this small, is
+	// reused from append to append and stays in the CPU cache while it
+	// is written, where a buffer as large as a big coalesced batch would
+	// be a fresh allocation, zeroed and faulted in, every time.
+	appendChunk = 1 << 20
+	// indexPersistBatch is how many new index entries of the tail an
+	// Append leaves unwritten before it writes them (two small writes,
+	// to the offset and the time index). The tail's index files are
+	// only a cache of what opening the tail rebuilds from its full scan
+	// anyway, and a roll and Close write them whole; writing them on
+	// every Append was two extra writes per batched produce.
+	indexPersistBatch = 256
 )
 
 func segmentName(base uint64, ext string) string {

@@ -58,25 +58,25 @@ func (s *Shard) flushAppendsOf(o *owned) {
 		}
 		return
 	}
+	if len(frames) == 1 {
+		s.appendOne(o, frames[0]) // it stamps the append time itself
+		return
+	}
 	now := s.clock.Now().UnixMicro()
+	msgs := s.coalesceBuf[:0]
 	for _, f := range frames {
 		stampAppendTime(f.Req.Messages, now)
+		msgs = append(msgs, f.Req.Messages...)
 	}
-	if len(frames) > 1 {
-		msgs := s.coalesceBuf[:0]
+	first, err := o.p.Append(msgs)
+	clear(msgs)
+	s.coalesceBuf = msgs[:0]
+	if err == nil {
 		for _, f := range frames {
-			msgs = append(msgs, f.Req.Messages...)
+			s.appended(o, f, Response{Offset: first})
+			first += uint64(len(f.Req.Messages))
 		}
-		first, err := o.p.Append(msgs)
-		clear(msgs)
-		s.coalesceBuf = msgs[:0]
-		if err == nil {
-			for _, f := range frames {
-				s.appended(o, f, Response{Offset: first})
-				first += uint64(len(f.Req.Messages))
-			}
-			return
-		}
+		return
 	}
 	for _, f := range frames {
 		s.appendOne(o, f)

@@ -7,7 +7,8 @@
 //	go -C bench run ./cmd/compare -out RESULTS.md # also write the report (relative to bench/)
 //
 // With -out, an existing report file is first moved to
-// <name>-previous.md beside it, and the new report links to it, so the
+// <name>-previous.md beside it; the new report links to it and ends with
+// a section setting the previous run's medians beside its own, so the
 // previous run's figures stay next to the new ones.
 //
 // -only replicated runs only the three-replica section (parkway's three
@@ -31,6 +32,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -128,7 +130,11 @@ func run() error {
 		return fmt.Errorf("-out: %w", err)
 	}
 	if prev != "" {
-		rep.LinkPrevious(prev)
+		text, err := os.ReadFile(filepath.Join(filepath.Dir(*out), prev))
+		if err != nil {
+			return fmt.Errorf("-out: previous report: %w", err)
+		}
+		rep.BesidePrevious(prev, string(text))
 	}
 	md := rep.Markdown(command)
 	fmt.Print(md)
