@@ -238,3 +238,16 @@ func TestClusterCatchesFastSkipIgnoringParked(t *testing.T) {
 		return cfg
 	}, &sim.BreakFastSkip, 4, 1)
 }
+
+// A node that materialises a partition its placement leaves out (its
+// reconciler ignoring reconciler.Config.Node) is caught at the build.
+func TestClusterCatchesReplicaOffPlacement(t *testing.T) {
+	expectClusterCaught(t, sim.DefaultClusterConfig, &sim.BreakPlacement, 7)
+}
+
+// Without leadership transfer (every MsgTimeoutNow lost on the bus),
+// leadership that a failure moved off a group's preferred leader never
+// comes back: caught at quiescence, when every node is up again.
+func TestClusterCatchesNoLeaderTransfer(t *testing.T) {
+	expectClusterCaught(t, sim.DefaultClusterConfig, &sim.BreakLeaderTransfer, 7)
+}

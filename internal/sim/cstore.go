@@ -57,6 +57,7 @@ func (st *cstore) Build(ns metadata.Namespace, epoch uint64) (partition.Partitio
 		return nil, err
 	}
 	key := incKey{ns, epoch}
+	c.checkPlacedBuild(n, key)
 	c.builds[buildKey{n.id, key}]++
 	rl := c.oracle[key]
 	if rl == nil {
