@@ -48,7 +48,7 @@ func defaultClusterOutcomes() []outcome {
 	return clusterRuns
 }
 
-// TestClusterSimulation runs the cluster seeds (three nodes; default
+// TestClusterSimulation runs the cluster seeds (three or five nodes; default
 // 0..defaultClusterSeeds-1, -sim.seeds N and -sim.start S for more,
 // -sim.seed S to replay one) under the default cluster faults and asserts
 // every invariant on each.
