@@ -101,6 +101,9 @@ type csim struct {
 	// command a duplicate.
 	metaLog map[uint64]string
 	metaDup map[uint64]bool
+	// placed records each incarnation's replicas, as the metadata of the
+	// first node to build it placed them.
+	placed map[incKey][]uint64
 
 	faults FaultCounts
 	ops    OpCounts
@@ -202,6 +205,7 @@ func newCluster(cfg Config) *csim {
 		oracle:         make(map[incKey]*repLog),
 		metaLog:        make(map[uint64]string),
 		metaDup:        make(map[uint64]bool),
+		placed:         make(map[incKey][]uint64),
 		builds:         make(map[buildKey]int),
 		applyFailed:    make(map[buildKey]bool),
 		storeFailed:    make(map[buildKey]bool),

@@ -163,3 +163,84 @@ func nodeMetrics(nodes []*cnode) []*metrics.Metrics {
 	}
 	return out
 }
+
+// links is the network's connectivity between running nodes: bit j of
+// links[i] is set when nodes i and j are both up, neither is stopped, and
+// no partition separates them (bit i of links[i]: node i is up).
+type links [maxNodes + 1]uint8
+
+// links is the connectivity now.
+func (c *csim) links() links {
+	var l links
+	w := &c.netf
+	side := func(id uint64) int {
+		if w.partitioned && slices.Contains(w.sides[0], id) {
+			return 0
+		}
+		return 1
+	}
+	for _, a := range c.nodes {
+		if !a.reachable() {
+			continue
+		}
+		for _, b := range c.nodes {
+			if b.reachable() && side(a.id) == side(b.id) {
+				l[a.id] |= 1 << b.id
+			}
+		}
+	}
+	return l
+}
+
+// noteLinks adds the links now up to every produce in flight.
+func (c *csim) noteLinks() {
+	now := c.links()
+	for _, cl := range c.clients {
+		if o := cl.op; o != nil && (o.kind == kindProduce || o.kind == kindBatch) {
+			for i := range o.reach {
+				o.reach[i] |= now[i]
+			}
+		}
+	}
+}
+
+// quorumReached reports whether some replica of reps, as the leader that
+// committed an entry, can have had a majority of reps (itself included)
+// reach it while the entry's op ran: a necessary condition for a commit,
+// since each member of the committing quorum exchanged raft messages with
+// that leader over a link that was up at some moment in between (a
+// replica only relays an entry as leader, and then it is the one that
+// commits). reach holds every link seen up while the op ran.
+func quorumReached(reach links, reps []uint64) bool {
+	need := len(reps)/2 + 1
+	for _, r := range reps {
+		if r > maxNodes {
+			continue
+		}
+		k := 0
+		for _, f := range reps {
+			if f <= maxNodes && reach[r]&(1<<f) != 0 {
+				k++
+			}
+		}
+		if k >= need {
+			return true
+		}
+	}
+	return false
+}
+
+// checkAckQuorum: an acknowledged produce was committed by a quorum of its
+// partition's replicas — the nodes its placement names, not the cluster —
+// so while it ran some replica must have been linked to a majority of
+// them (invariant 3). A group whose quorum counted other nodes, or a
+// leader answering before the commit, acknowledges writes a partition
+// can lose.
+func (c *csim) checkAckQuorum(a *attempt, key incKey) {
+	reps := c.placed[key]
+	if len(reps) == 0 || quorumReached(a.op.reach, reps) {
+		return
+	}
+	c.fail(3, "attempt %d (op %d) acknowledged by n%d for %v, whose replicas %v were never a linked majority while it ran (links %v)",
+		a.id, a.op.id, a.node.id, key, reps, a.op.reach)
+}

@@ -204,6 +204,9 @@ func (c *csim) dataOp(cl *client, n *cnode, ns metadata.Namespace, kind opKind) 
 		o.producer = 1 + uint64(clientID(cl)+1)
 		o.seq = o.id
 	}
+	if kind == kindProduce || kind == kindBatch {
+		o.reach = c.links()
+	}
 	if cl != nil {
 		cl.op = o
 	}
@@ -443,6 +446,7 @@ func (c *csim) onSuccess(a *attempt, r shard.Response) {
 		}
 		o.acked = applied
 		c.ops.Acked++
+		c.checkAckQuorum(a, key)
 	}
 	if o.kind == kindStore {
 		// The leader answers a consumer offset when it applies it: in the
