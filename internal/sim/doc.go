@@ -131,9 +131,14 @@
 //     read back through its own node — holds the whole log and the same
 //     consumer offsets (the replicas are the nodes the partition's
 //     placement names; a read through a node holding none is sent on to
-//     a replica and must return the whole log too); the metadata every
-//     node holds after applying an index of the metadata log is the same
-//     (a fingerprint of the store).
+//     a replica and must return the whole log too). An acknowledged
+//     produce must have been able to reach a quorum of its partition's
+//     replicas: some replica was linked (both up, neither stopped, no
+//     network partition between them) to a majority of the replicas,
+//     itself included, at some moment while the produce ran — a
+//     necessary condition for a raft commit, checked at the
+//     acknowledgement. The metadata every node holds after applying an
+//     index of the metadata log is the same (a fingerprint of the store).
 //  4. At quiescence every park buffer is empty and no frame was dropped
 //     for a reason that no injected fault explains: full (inbox bursts),
 //     build_failed (disk faults), shutdown and disconnected (crashes) only
