@@ -5,6 +5,9 @@ import (
 	"encoding/binary"
 	"sync/atomic"
 
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/reconciler"
@@ -27,11 +30,25 @@ var (
 	// as they leave a node, as the reference design sends them (breaks
 	// DESIGN behaviour 20). Cluster mode only.
 	BreakRaftEpoch atomic.Bool
+	// BreakPlacement gives every node a reconciler that materialises
+	// every partition its shard owns, replica or not (reconciler.Config.Node
+	// 0, as on a single node): a node the placement leaves out builds a
+	// copy nonetheless. Cluster mode only.
+	BreakPlacement atomic.Bool
+	// BreakLeaderTransfer drops every partition raft message that carries
+	// a MsgTimeoutNow — the leader's go-ahead to the member it hands
+	// leadership to — as it leaves a node, so no leadership transfer
+	// completes and leader balance never hands a group back to its
+	// preferred leader. Cluster mode only.
+	BreakLeaderTransfer atomic.Bool
 )
 
 // newReconciler is the engines' host.Config.NewReconciler: the default
 // reconciler, wrapped by the broken fast-skip when BreakFastSkip is set.
 func newReconciler(cfg reconciler.Config, table *router.Table) (reconciler.Reconciler, error) {
+	if BreakPlacement.Load() {
+		cfg.Node = 0
+	}
 	r, err := reconciler.New(cfg, table)
 	if err != nil || !BreakFastSkip.Load() {
 		return r, err
@@ -78,4 +95,31 @@ func stripRaftEpochs(m transport.Message) {
 			i += 20 + int(binary.LittleEndian.Uint32(b[i+16:]))
 		}
 	}
+}
+
+// carriesTimeoutNow reports whether m, a partition raft message alone or
+// batched, carries a MsgTimeoutNow (BreakLeaderTransfer).
+func carriesTimeoutNow(m transport.Message) bool {
+	isTimeoutNow := func(b []byte) bool {
+		msg := &raftpb.Message{}
+		return proto.Unmarshal(b, msg) == nil && msg.GetType() == raftpb.MsgTimeoutNow
+	}
+	switch m.Kind {
+	case host.KindPartitionRaft:
+		return len(m.Payload) >= 8 && isTimeoutNow(m.Payload[8:])
+	case host.KindPartitionRaftBatch:
+		// count u32, then records: namespace u64, epoch u64, size u32, message.
+		b := m.Payload
+		for i := 4; i+20 <= len(b); {
+			size := int(binary.LittleEndian.Uint32(b[i+16:]))
+			if size > len(b)-i-20 {
+				return false
+			}
+			if isTimeoutNow(b[i+20 : i+20+size]) {
+				return true
+			}
+			i += 20 + size
+		}
+	}
+	return false
 }

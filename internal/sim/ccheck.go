@@ -20,9 +20,10 @@ import (
 
 // quiesce stops new work and every fault (the partition heals, stopped
 // nodes resume), then runs the cluster until it settles — nothing in
-// flight, nothing parked, every node's metadata equal and every replica
-// of every committed partition as long as the log — and reads every
-// partition back from every node.
+// flight, nothing parked, every node's metadata equal, every replica of
+// every committed partition as long as the log and every group led by
+// its preferred leader — checks who owns what, and reads every partition
+// back through every node.
 func (c *csim) quiesce() {
 	c.quiescing = true
 	c.faultsOff()
@@ -30,6 +31,7 @@ func (c *csim) quiesce() {
 	if !c.settle() {
 		return
 	}
+	c.checkOwnership()
 	c.finalReads()
 }
 
@@ -42,7 +44,7 @@ func (c *csim) settle() bool {
 	for c.viol == nil {
 		c.settleRound()
 		converged := c.converged() == ""
-		if converged && c.idle() {
+		if converged && c.idle() && c.unbalanced() == "" {
 			if calm++; calm >= raftCalmRounds+calmRounds {
 				return true
 			}
@@ -192,7 +194,7 @@ func (c *csim) idle() bool {
 
 // converged reports, empty when there is none, what still differs between
 // the nodes: their metadata, or the length of a replica of a committed
-// partition.
+// partition (on the nodes its placement names: the others hold none).
 func (c *csim) converged() string {
 	ref, err := metadata.EncodeSnapshot(c.nodes[0].meta.Export())
 	if err != nil {
@@ -216,7 +218,7 @@ func (c *csim) converged() string {
 		if rl == nil {
 			return fmt.Sprintf("%v built nowhere", key)
 		}
-		for _, n := range c.nodes {
+		for _, n := range c.replicasOf(p) {
 			if l, ok := rl.lens[n.id]; !ok || l != uint64(len(rl.ids)) {
 				return fmt.Sprintf("%v: n%d holds %d of %d messages (built: %v)", key, n.id, l, len(rl.ids), ok)
 			}
@@ -259,6 +261,8 @@ func (c *csim) notQuiescent() {
 		c.fail(4, "park buffers not empty %s: %s", limit, strings.Join(parked, "; "))
 	case diff != "":
 		c.fail(3, "replicas never converged (%s): %s", limit, diff)
+	case c.unbalanced() != "":
+		c.fail(7, "leadership never went back to the preferred leaders (%s): %s", limit, c.unbalanced())
 	default:
 		var busy []string
 		for _, cl := range c.clients {
@@ -298,10 +302,11 @@ func (c *csim) silencedByApplyError(as []*attempt) bool {
 	return len(as) > 0
 }
 
-// finalReads reads every committed partition from offset 0 on every node,
-// through its router like a client, and checks each copy is the whole log:
-// every acknowledged message at its offset, offsets dense, and the same
-// on every replica (invariant 3).
+// finalReads reads every committed partition from offset 0 through every
+// node, through its router like a client, and checks each copy is the
+// whole log: every acknowledged message at its offset, offsets dense, and
+// the same on every replica (invariant 3). A replica answers from its own
+// copy; a node holding none sends the read on to a replica.
 func (c *csim) finalReads() {
 	for _, p := range c.nodes[0].meta.Snapshot().Partitions {
 		key := incKey{p.NS, p.CreatedRevision}
@@ -347,14 +352,14 @@ func (c *csim) finalReads() {
 				acked++
 			}
 		}
-		c.event("final %v messages=%d acked=%d replicas=%d", key, len(rl.ids), acked, len(c.nodes))
+		c.event("final %v messages=%d acked=%d replicas=%v", key, len(rl.ids), acked, p.Replicas)
 		c.finalOffsets(key)
 	}
 }
 
-// finalOffsets reads each consumer's offset of key from every node's own
-// replica: consumer offsets are replicated writes, so every replica must
-// hold the same (invariant 3).
+// finalOffsets reads each consumer's offset of key through every node,
+// from its own replica where it holds one: consumer offsets are
+// replicated writes, so every replica must hold the same (invariant 3).
 func (c *csim) finalOffsets(key incKey) {
 	for _, consumer := range [...]string{"c0", "c1"} {
 		var first *op

@@ -202,8 +202,11 @@ func (c *csim) setWeather() {
 }
 
 // applyCuts sets the network's links to the partition and the stopped
-// nodes: a stopped node is cut off from every other.
+// nodes: a stopped node is cut off from every other. Links only appear
+// here (a heal, a resume, a restart), so this is where the produces in
+// flight learn of them (op.reach).
 func (c *csim) applyCuts() {
+	defer c.noteLinks()
 	c.net.Heal()
 	w := &c.netf
 	if w.partitioned {

@@ -42,7 +42,8 @@ import (
 // store and router wrappers, the per-shard clock, the Events hooks and a
 // transport wrapper that holds an action's messages until it returns.
 
-// maxNodes bounds Config.Nodes: every node holds every partition.
+// maxNodes bounds Config.Nodes: each step is one node's action, so a
+// bigger cluster does less per node in a run of Config.Steps steps.
 const maxNodes = 7
 
 // Where a cluster node keeps its metadata group's raft log (the engine's
@@ -100,6 +101,9 @@ type csim struct {
 	// command a duplicate.
 	metaLog map[uint64]string
 	metaDup map[uint64]bool
+	// placed records each incarnation's replicas, as the metadata of the
+	// first node to build it placed them.
+	placed map[incKey][]uint64
 
 	faults FaultCounts
 	ops    OpCounts
@@ -201,6 +205,7 @@ func newCluster(cfg Config) *csim {
 		oracle:         make(map[incKey]*repLog),
 		metaLog:        make(map[uint64]string),
 		metaDup:        make(map[uint64]bool),
+		placed:         make(map[incKey][]uint64),
 		builds:         make(map[buildKey]int),
 		applyFailed:    make(map[buildKey]bool),
 		storeFailed:    make(map[buildKey]bool),
@@ -265,6 +270,7 @@ func (c *csim) close() {
 func (c *csim) result() Result {
 	st := c.net.Stats()
 	f := c.faults
+	c.ops.LeaderTransfers = c.leaderTransfers()
 	f.MsgDropped, f.MsgDuplicated, f.MsgReordered = int(st.Dropped), int(st.Duplicated), int(st.Reordered)
 	f.MsgDelayed, f.MsgCut = int(st.Delayed), int(st.Cut)
 	return Result{
@@ -391,6 +397,10 @@ func (b *outboxBus) Send(m transport.Message) error {
 	m.Payload = slices.Clone(m.Payload)
 	if BreakRaftEpoch.Load() {
 		stripRaftEpochs(m)
+	}
+	if BreakLeaderTransfer.Load() && carriesTimeoutNow(m) {
+		b.n.c.event("n%d drop %s (broken leader transfer)", b.n.id, describeMsg(m))
+		return nil
 	}
 	b.n.outbox = append(b.n.outbox, m)
 	return nil

@@ -48,7 +48,7 @@ func defaultClusterOutcomes() []outcome {
 	return clusterRuns
 }
 
-// TestClusterSimulation runs the cluster seeds (three nodes; default
+// TestClusterSimulation runs the cluster seeds (three or five nodes; default
 // 0..defaultClusterSeeds-1, -sim.seeds N and -sim.start S for more,
 // -sim.seed S to replay one) under the default cluster faults and asserts
 // every invariant on each.
@@ -237,4 +237,17 @@ func TestClusterCatchesFastSkipIgnoringParked(t *testing.T) {
 		cfg.Faults.DiskFull, cfg.Faults.DiskError, cfg.Faults.Crash = 0, 0, 0
 		return cfg
 	}, &sim.BreakFastSkip, 4, 1)
+}
+
+// A node that materialises a partition its placement leaves out (its
+// reconciler ignoring reconciler.Config.Node) is caught at the build.
+func TestClusterCatchesReplicaOffPlacement(t *testing.T) {
+	expectClusterCaught(t, sim.DefaultClusterConfig, &sim.BreakPlacement, 7)
+}
+
+// Without leadership transfer (every MsgTimeoutNow lost on the bus),
+// leadership that a failure moved off a group's preferred leader never
+// comes back: caught at quiescence, when every node is up again.
+func TestClusterCatchesNoLeaderTransfer(t *testing.T) {
+	expectClusterCaught(t, sim.DefaultClusterConfig, &sim.BreakLeaderTransfer, 7)
 }

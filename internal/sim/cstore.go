@@ -57,6 +57,10 @@ func (st *cstore) Build(ns metadata.Namespace, epoch uint64) (partition.Partitio
 		return nil, err
 	}
 	key := incKey{ns, epoch}
+	c.checkPlacedBuild(n, key)
+	if info, ok := n.meta.Partition(ns); ok && info.CreatedRevision == epoch && c.placed[key] == nil {
+		c.placed[key] = info.Replicas
+	}
 	c.builds[buildKey{n.id, key}]++
 	rl := c.oracle[key]
 	if rl == nil {

@@ -204,6 +204,9 @@ func (c *csim) dataOp(cl *client, n *cnode, ns metadata.Namespace, kind opKind) 
 		o.producer = 1 + uint64(clientID(cl)+1)
 		o.seq = o.id
 	}
+	if kind == kindProduce || kind == kindBatch {
+		o.reach = c.links()
+	}
 	if cl != nil {
 		cl.op = o
 	}
@@ -313,6 +316,9 @@ func (c *csim) onAnswer(a *attempt, r shard.Response) {
 		c.onSuccess(a, r)
 	case errors.As(r.Err, &nl):
 		c.ops.NotLeader++
+		if info, ok := a.node.meta.Partition(o.ns); ok && !info.Holds(a.node.id) {
+			c.ops.NotHeld++
+		}
 		if !c.checkNotApplied(a, r.Err) {
 			return
 		}
@@ -440,6 +446,7 @@ func (c *csim) onSuccess(a *attempt, r shard.Response) {
 		}
 		o.acked = applied
 		c.ops.Acked++
+		c.checkAckQuorum(a, key)
 	}
 	if o.kind == kindStore {
 		// The leader answers a consumer offset when it applies it: in the
@@ -548,9 +555,9 @@ func (c *csim) metaOpStart(cl *client, n *cnode, group bool) {
 	}
 	m := &metaOp{}
 	createTopic := func(name string, parts int) func(metadata.Result) metadata.Command {
+		cfg := c.topicConfig()
 		return func(prev metadata.Result) metadata.Command {
-			return metadata.CreateTopic{Stream: prev.Stream, Name: name, Partitions: max(parts, 1),
-				Config: metadata.TopicConfig{Fsync: metadata.FsyncAlways}}
+			return metadata.CreateTopic{Stream: prev.Stream, Name: name, Partitions: max(parts, 1), Config: cfg}
 		}
 	}
 	createStream := func(name string) {
@@ -605,8 +612,12 @@ func (c *csim) metaOpStart(cl *client, n *cnode, group bool) {
 		m.steps = append(m.steps, func(metadata.Result) metadata.Command {
 			return metadata.DeleteTopic{Stream: t.Stream, Topic: t.ID}
 		}, func(metadata.Result) metadata.Command {
-			return metadata.CreateTopic{Stream: t.Stream, Name: t.Name, Partitions: max(t.Partitions, 1),
-				Config: metadata.TopicConfig{Fsync: metadata.FsyncAlways}}
+			// Mostly with the factor it had, sometimes another one.
+			cfg := metadata.TopicConfig{Fsync: metadata.FsyncAlways, Replicas: t.Config.Replicas}
+			if c.rng.IntN(4) == 0 {
+				cfg = c.topicConfig()
+			}
+			return metadata.CreateTopic{Stream: t.Stream, Name: t.Name, Partitions: max(t.Partitions, 1), Config: cfg}
 		})
 	case w < 15 && len(topics) > 0:
 		t := topics[c.rng.IntN(len(topics))]
@@ -621,10 +632,10 @@ func (c *csim) metaOpStart(cl *client, n *cnode, group bool) {
 		if st.Topics < maxTopics {
 			name := freeTopicName(meta, st.ID)
 			parts := 1 + c.rng.IntN(3)
-			m.desc = fmt.Sprintf("create topic %d/%s", st.ID, name)
+			cfg := c.topicConfig()
+			m.desc = fmt.Sprintf("create topic %d/%s r=%d", st.ID, name, cfg.Replicas)
 			m.steps = append(m.steps, func(metadata.Result) metadata.Command {
-				return metadata.CreateTopic{Stream: st.ID, Name: name, Partitions: parts,
-					Config: metadata.TopicConfig{Fsync: metadata.FsyncAlways}}
+				return metadata.CreateTopic{Stream: st.ID, Name: name, Partitions: parts, Config: cfg}
 			})
 		}
 	}
@@ -638,6 +649,19 @@ func (c *csim) metaOpStart(cl *client, n *cnode, group bool) {
 	c.ops.Metadata++
 	o.callEv = c.event("call op=%d client=%d n%d meta %s", o.id, cl.id, n.id, m.desc)
 	c.nextCommand(o, metadata.Result{})
+}
+
+// topicConfig is the configuration of a topic the workload creates:
+// FsyncAlways, and half the time the default replication factor
+// (min(3, nodes)), otherwise one from 1 to the node count, so that on
+// every cluster size some nodes hold no replica of some partitions and
+// requests through them are sent on to one that does.
+func (c *csim) topicConfig() metadata.TopicConfig {
+	cfg := metadata.TopicConfig{Fsync: metadata.FsyncAlways}
+	if c.rng.IntN(2) == 0 {
+		cfg.Replicas = 1 + c.rng.IntN(len(c.peers))
+	}
+	return cfg
 }
 
 func freeTopicName(meta *metadata.Store, stream uint32) string {

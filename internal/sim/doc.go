@@ -45,8 +45,9 @@
 //
 // # Cluster mode
 //
-// With Config.Nodes > 1 (DefaultClusterConfig: three nodes, one or two
-// shards each) Run builds every node with host.New in manual mode — the
+// With Config.Nodes > 1 (DefaultClusterConfig: three nodes, five for one
+// seed in four, one or two shards each) Run builds every node with
+// host.New in manual mode — the
 // engine parkway.Open starts, on a data directory, each on its own disk:
 // the metadata store rebuilt from the metadata group's raft log, the
 // orphan sweep, the file store, replicated shards and reconcilers, and the
@@ -68,10 +69,17 @@
 // (mostly when nothing is ready — a CPU is fast next to a raft tick) or
 // one ready piece of engine work: a node receiving bus messages, a shard
 // step (a frame, or a due raft tick), a metadata tick, a reconciler pass.
+// Partitions are placed: the workload creates topics with the default
+// replication factor (min(3, nodes)) half the time and otherwise with
+// one from 1 to the node count (metadata.TopicConfig.Replicas), so on
+// every cluster size some nodes hold no replica of some partitions, and
+// recreating a topic may place its new incarnation on other nodes.
 // Clients talk to a node they pick (their home): partition requests go
 // through its router, a "not leader" answer is followed to the hinted
 // leader (the simulated client goes to that node's router itself, where
-// the Node would forward over the bus), "retry here" brings the request
+// the Node would forward over the bus) — a node holding no replica of the
+// partition answers one with a live replica as the hint — "retry here"
+// brings the request
 // home after a pause, and an unknown outcome is retried with the same
 // (producer, sequence) pair, as the Node does. Polls and offset reads ask
 // for the leader (Request.FromLeader); one poll in five reads the home
@@ -94,7 +102,10 @@
 // quiescence every fault ends (partitions heal, stopped nodes resume,
 // crashed ones restart) and the cluster runs until it has converged:
 // every node's metadata equal, every replica of every committed
-// partition as long as the log.
+// partition as long as the log, and every partition group led by its
+// preferred leader again (leader balance hands leadership back with
+// raft's leadership transfer after a failure moved it, so transfers run
+// under every fault above and at quiescence).
 //
 // # Invariants
 //
@@ -118,7 +129,15 @@
 //     first to reach an offset defines it, every other replica must
 //     append the same message there, and at quiescence every replica —
 //     read back through its own node — holds the whole log and the same
-//     consumer offsets; the metadata every node holds after applying an
+//     consumer offsets (the replicas are the nodes the partition's
+//     placement names; a read through a node holding none is sent on to
+//     a replica and must return the whole log too). An acknowledged
+//     produce must have been able to reach a quorum of its partition's
+//     replicas: some replica was linked (both up, neither stopped, no
+//     network partition between them) to a majority of the replicas,
+//     itself included, at some moment while the produce ran — a
+//     necessary condition for a raft commit, checked at the
+//     acknowledgement. The metadata every node holds after applying an
 //     index of the metadata log is the same (a fingerprint of the store).
 //  4. At quiescence every park buffer is empty and no frame was dropped
 //     for a reason that no injected fault explains: full (inbox bursts),
@@ -145,6 +164,14 @@
 //     (one holder per partition per generation, across nodes, restarts
 //     and snapshot installs), holders are live members, and a partition
 //     incarnation's committed group offset never goes backwards.
+//  7. Placement (cluster mode): a replica is built only on a node whose
+//     own metadata places the incarnation there; at quiescence each
+//     committed partition is owned (materialised in a shard) by exactly
+//     its replicas and by no other node, and each group is led by its
+//     preferred leader (its first replica), every node being up. The
+//     other invariants hold unchanged for requests that reached a node
+//     holding no replica and were sent on (Result.Ops.NotHeld counts
+//     those answers, Result.Ops.LeaderTransfers the transfers started).
 //
 // Panics in the engine (etcd raft's included) are reported as violations
 // of invariant 0, with the seed, rather than crashing the test binary.
@@ -170,7 +197,11 @@
 //
 // Topics are FsyncAlways only (the interval and never policies are not
 // exercised), and purge, truncate, retention and topic reconfiguration
-// are not in either workload. Cluster mode runs static membership, no
-// inbox bursts, and its clients do not go through the Node (request
-// forwarding over the bus, kindRequest/kindReply, is not exercised).
+// are not in either workload. Cluster mode runs static membership (no
+// node added or removed, so a placement never changes), no inbox
+// bursts, and its clients do not go through the Node (request forwarding
+// over the bus, kindRequest/kindReply, is not exercised, nor is the
+// Node's first try straight to a live replica, Engine.ReplicaFor: a
+// simulated client reaches a replica through the shard's "not leader"
+// answer).
 package sim

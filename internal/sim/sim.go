@@ -152,9 +152,15 @@ func DefaultClusterFaults() FaultRates {
 }
 
 // DefaultClusterConfig is the configuration of the default cluster seeds:
-// three nodes, DefaultClusterFaults.
+// three nodes, or five for one seed in four (where the default
+// replication factor, three, leaves every partition off two nodes),
+// DefaultClusterFaults.
 func DefaultClusterConfig(seed uint64) Config {
-	return Config{Seed: seed, Nodes: 3, Faults: DefaultClusterFaults()}
+	nodes := 3
+	if seed%4 == 3 {
+		nodes = 5
+	}
+	return Config{Seed: seed, Nodes: nodes, Faults: DefaultClusterFaults()}
 }
 
 const (
@@ -278,6 +284,9 @@ type OpCounts struct {
 	MetaRetries    int // metadata proposals made again after a lost leader or a timeout
 	StaleReads     int // polls served by a replica missing an acknowledged message (Local polls)
 	MetaElections  int // metadata leader changes seen, summed over the nodes
+	// Placement and leader balance.
+	NotHeld         int // "not leader" answers from a node holding no replica of the partition
+	LeaderTransfers int // leadership transfers a shard started (parkway_leader_transfers_total)
 }
 
 // Result describes a run.
@@ -305,6 +314,7 @@ var invariantNames = [...]string{
 	4: "quiescence: park buffers empty, no unexplained drops",
 	5: "per-partition history linearizable",
 	6: "consumer groups: one assignment per generation, offsets never go back",
+	7: "placement: replicas only where placed, leaders back on their preferred nodes",
 }
 
 // Violation is a failed run: the first invariant found violated.
@@ -312,7 +322,7 @@ type Violation struct {
 	Seed uint64
 	// Cluster is set for a cluster-mode run (Config.Nodes > 1).
 	Cluster bool
-	// Invariant is 1–5 (see the package documentation); 0 reports the
+	// Invariant is 1–7 (see the package documentation); 0 reports the
 	// simulator losing track of the engine (a desynchronised inbox mirror,
 	// an engine call failing), which is a bug too.
 	Invariant int

@@ -203,6 +203,8 @@ func addOps(t *sim.OpCounts, o sim.OpCounts) {
 	t.MetaRetries += o.MetaRetries
 	t.StaleReads += o.StaleReads
 	t.MetaElections += o.MetaElections
+	t.NotHeld += o.NotHeld
+	t.LeaderTransfers += o.LeaderTransfers
 }
 
 // Two runs of one seed produce the same event trace, byte for byte (its

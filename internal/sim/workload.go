@@ -101,6 +101,9 @@ type op struct {
 	meta         *metaOp
 	// acked is the try whose application an acknowledgement reported.
 	acked *attempt
+	// reach, for a cluster produce, is every link between running nodes
+	// that existed at some moment while the op ran (see quorumReached).
+	reach links
 }
 
 // attempt is one try of an operation: one frame sent through the router.

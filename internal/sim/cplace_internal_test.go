@@ -1,0 +1,46 @@
+package sim
+
+import "testing"
+
+// quorumReached is the acknowledged-write check's judge: a commit needs a
+// replica linked, at some moment while the op ran, to a majority of the
+// partition's replicas (itself included) — of its replicas, not of the
+// cluster's nodes.
+func TestQuorumReached(t *testing.T) {
+	link := func(l *links, a, b uint64) {
+		l[a] |= 1<<a | 1<<b
+		l[b] |= 1<<a | 1<<b
+	}
+	var alone links // node 1 up, cut off from everyone
+	alone[1] = 1 << 1
+	var pair links // 1 and 2 linked; 4 and 5 linked to 1 but hold no replica
+	link(&pair, 1, 2)
+	link(&pair, 1, 4)
+	link(&pair, 1, 5)
+	var outsiders links // 1 linked to 4 and 5 only: a cluster majority, no replica majority
+	link(&outsiders, 1, 4)
+	link(&outsiders, 1, 5)
+	var chain links // 1-2 and 2-3 at different moments: 2 reached both
+	link(&chain, 1, 2)
+	link(&chain, 2, 3)
+	for _, tc := range []struct {
+		name  string
+		reach links
+		reps  []uint64
+		want  bool
+	}{
+		{"factor one, its node up", alone, []uint64{1}, true},
+		{"factor one, its node never up", alone, []uint64{2}, false},
+		{"factor three, leader cut off", alone, []uint64{1, 2, 3}, false},
+		{"factor three, leader and one follower", pair, []uint64{1, 2, 3}, true},
+		{"factor three, linked only to non-replicas", outsiders, []uint64{1, 2, 3}, false},
+		{"factor two needs both", pair, []uint64{1, 3}, false},
+		{"factor two, both linked", pair, []uint64{2, 1}, true},
+		{"factor five, three linked through the middle one", chain, []uint64{1, 2, 3, 4, 5}, true},
+		{"factor five, two linked", pair, []uint64{2, 3, 6, 7, 1}, false},
+	} {
+		if got := quorumReached(tc.reach, tc.reps); got != tc.want {
+			t.Errorf("%s: quorumReached = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
