@@ -111,10 +111,11 @@ type Config struct {
 	Events Events
 }
 
-// Cluster makes an engine one replica of a cluster with static
-// membership: every node holds every partition, each partition is its own
-// raft group driven by its owner shard, and the metadata is one more raft
-// group driven by the engine.
+// Cluster makes an engine a member of a cluster: each partition is a raft
+// group on the nodes its metadata places it on (a topic's replication
+// factor of them), driven by its owner shard on each, and the metadata is
+// one more raft group on every node, driven by the engine. Nodes join a
+// running cluster with Join and Engine.AddNode.
 type Cluster struct {
 	// ID is this node; Peers lists every node, this one included. For a
 	// node that founds the cluster, Peers are the founding members (the
