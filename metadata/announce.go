@@ -122,21 +122,7 @@ func (s *Store) Announced() []AnnouncedPartition {
 // Announce that announced partitions, and after every withdrawal of an
 // announcement that did not commit as announced.
 func (s *Store) SubscribeAnnouncements() (wake <-chan struct{}, cancel func()) {
-	sub := &subscription{ch: make(chan struct{}, 1)}
-	a := &s.ann
-	a.mu.Lock()
-	a.subs = append(a.subs, sub)
-	a.mu.Unlock()
-	var once sync.Once
-	return sub.ch, func() {
-		once.Do(func() {
-			sub.cancelled.Store(true)
-			a.mu.Lock()
-			defer a.mu.Unlock()
-			i := slices.Index(a.subs, sub)
-			a.subs = slices.Concat(a.subs[:i], a.subs[i+1:])
-		})
-	}
+	return subscribe(&s.ann.mu, &s.ann.subs)
 }
 
 // wake sends each live subscriber a value unless one is pending.

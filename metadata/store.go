@@ -777,19 +777,25 @@ func (s *Store) Snapshot() Snapshot {
 // cancel unsubscribes and is idempotent. The channel is never closed; a
 // commit racing with cancel may still leave one value in it.
 func (s *Store) Subscribe() (wake <-chan struct{}, cancel func()) {
+	return subscribe(&s.mu, &s.subs)
+}
+
+// subscribe adds a subscription to *list, guarded by mu, and returns its
+// channel and its idempotent cancel. The list is copied on write: a
+// notifier may be iterating the old slice.
+func subscribe(mu sync.Locker, list *[]*subscription) (<-chan struct{}, func()) {
 	sub := &subscription{ch: make(chan struct{}, 1)}
-	s.mu.Lock()
-	s.subs = append(s.subs, sub)
-	s.mu.Unlock()
+	mu.Lock()
+	*list = append(*list, sub)
+	mu.Unlock()
 	var once sync.Once
 	return sub.ch, func() {
 		once.Do(func() {
 			sub.cancelled.Store(true)
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			// Copy on write: Apply may be iterating the old slice.
-			i := slices.Index(s.subs, sub)
-			s.subs = slices.Concat(s.subs[:i], s.subs[i+1:])
+			mu.Lock()
+			defer mu.Unlock()
+			i := slices.Index(*list, sub)
+			*list = slices.Concat((*list)[:i], (*list)[i+1:])
 		})
 	}
 }

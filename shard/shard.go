@@ -323,17 +323,7 @@ func (s *Shard) Flush(ctx context.Context) error {
 // blocked is safe: closed is still false, so the pump is running and frees
 // a slot.
 func (s *Shard) Send(ctx context.Context, f Frame) error {
-	s.sendMu.RLock()
-	defer s.sendMu.RUnlock()
-	if s.closed {
-		return ErrClosed
-	}
-	select {
-	case s.inbox <- f:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return s.SendBefore(ctx, f, nil) // a nil channel never delivers
 }
 
 // pump is the shard's goroutine. Order of precedence: stop, control
