@@ -350,7 +350,7 @@ func DecodeCommand(b []byte) (Command, error) {
 		d.failAt(0, "unknown command type "+strconv.Itoa(int(typ)))
 	}
 	if ver == commandVersionRevision && d.err == nil {
-		if typ == cmdCreateStream {
+		if typ == cmdCreateStream || typ == cmdAddNode {
 			d.failAt(1, "version 2 of a command that names no incarnation")
 		}
 		at := d.off
