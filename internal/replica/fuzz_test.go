@@ -114,6 +114,16 @@ func FuzzStep(f *testing.F) {
 			m.Index = new(uint64(1000))
 			return m
 		}(),
+		func() *raftpb.Message { // a membership change, for the Dynamic member
+			cc, err := proto.Marshal(&raftpb.ConfChange{Type: raftpb.ConfChangeAddNode.Enum(), NodeId: new(uint64(4))})
+			if err != nil {
+				f.Fatal(err)
+			}
+			m := msg(raftpb.MsgApp, 1, 2, term)
+			m.Index, m.LogTerm = new(uint64(1)), new(uint64(1))
+			m.Entries = []*raftpb.Entry{{Type: raftpb.EntryConfChange.Enum(), Index: new(uint64(2)), Term: new(term), Data: cc}}
+			return m
+		}(),
 	}
 	for _, m := range forged {
 		b, err := proto.Marshal(m)
@@ -132,9 +142,17 @@ func FuzzStep(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer follower.Close()
+		// A member of a group whose membership changes (the metadata
+		// group): membership changes in appends and snapshots with other
+		// voters pass its own checks.
+		dynamic, err := replica.New(replica.Config{Group: 1, Node: 2, Peers: []uint64{1, 2, 3}, Dynamic: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dynamic.Close()
 		leader := fuzzLeader(t)
 		defer leader.Close()
-		for _, g := range []*replica.Group{follower, leader} {
+		for _, g := range []*replica.Group{follower, dynamic, leader} {
 			err := g.Step(m)
 			if err == nil {
 				err = drive(g)
