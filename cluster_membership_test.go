@@ -104,3 +104,222 @@ func payloadsOnly(ms []parkway.Message) []string {
 	}
 	return out
 }
+
+// A node is removed while the cluster serves: four nodes hold a topic at
+// replication factor 3; node 2 is removed through node 1 while produces
+// go on through node 3. Every replica node 2 held moves — the new replica
+// is added, sent a snapshot and fetches the log before node 2's replica is
+// removed — so afterwards every partition is materialised on exactly three
+// of the remaining nodes, each of which holds every acknowledged message;
+// node 2 holds nothing, and the metadata no longer names it.
+func TestClusterRemoveNode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, nodes := nodesCluster(t, 4)
+		ctx := context.Background()
+		s := mustStream(t, nodes[1], "s")
+		tp := mustTopic(t, nodes[1], s, "t", 4, parkway.WithReplicas(3))
+		acked := map[uint32][]string{}
+		produce := func(via parkway.NodeID, part uint32, what string) {
+			t.Helper()
+			if _, err := nodes[via].Produce(ctx, tp, parkway.PartitionID(part), parkway.Message{Payload: []byte(what)}); err != nil {
+				t.Fatalf("produce %q through node %d: %v", what, via, err)
+			}
+			acked[part] = append(acked[part], what)
+		}
+		for i := range 40 {
+			produce(parkway.NodeID(i%4+1), uint32(i%4), fmt.Sprint("before", i))
+		}
+		parts, err := nodes[1].Partitions(ctx, tp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		on2 := 0
+		for _, p := range parts {
+			if slices.Contains(p.Replicas, 2) {
+				on2++
+			}
+		}
+		if on2 == 0 {
+			t.Fatal("node 2 holds no replica to move")
+		}
+
+		done := make(chan error, 1)
+		go func() {
+			// Virtual time: a move that never finishes fails the test
+			// instead of hanging it.
+			rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			done <- nodes[1].RemoveNode(rctx, 2)
+		}()
+		for i := 0; ; i++ {
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("RemoveNode: %v", err)
+				}
+			default:
+				if i < 200 {
+					produce(3, uint32(i%4), fmt.Sprint("during", i))
+					time.Sleep(5 * time.Millisecond) // virtual: let the moves progress
+					continue
+				}
+				if err := <-done; err != nil {
+					t.Fatalf("RemoveNode: %v", err)
+				}
+			}
+			break
+		}
+		if err := nodes[3].RemoveNode(ctx, 2); err != nil {
+			t.Fatalf("RemoveNode of a removed node: %v", err)
+		}
+		delete(nodes, 2) // it serves nothing more; its Close is the cleanup's
+		for i := range 8 {
+			produce(parkway.NodeID([]int{1, 3, 4}[i%3]), uint32(i%4), fmt.Sprint("after", i))
+		}
+		parts, err = nodes[1].Partitions(ctx, tp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range parts {
+			if len(p.Replicas) != 3 || slices.Contains(p.Replicas, 2) {
+				t.Fatalf("partition %d placed on %v after removing node 2", p.Partition, p.Replicas)
+			}
+			want := slices.Sorted(slices.Values(p.Replicas))
+			waitFor(t, fmt.Sprintf("partition %d materialised exactly on %v", p.Partition, want), func() bool {
+				return slices.Equal(heldOn(nodes, p.NS), want)
+			})
+			for _, id := range want {
+				n := nodes[parkway.NodeID(id)]
+				waitFor(t, fmt.Sprintf("node %d's replica of partition %d to converge", id, p.Partition), func() bool {
+					return len(readAll(t, n, tp, p.Partition)) == len(acked[p.Partition])
+				})
+				expectLog(t, n, tp, p.Partition, acked[p.Partition]...)
+			}
+		}
+		for id, n := range nodes {
+			if got := parkway.ClusterNodes(n); !slices.Equal(got, []uint64{1, 3, 4}) {
+				t.Fatalf("node %d's metadata names nodes %v, want [1 3 4]", id, got)
+			}
+		}
+	})
+}
+
+// A node added to a running cluster takes its share after Rebalance:
+// three nodes hold a topic at replication factor 3 (every node holds every
+// partition); node 4 joins and Rebalance moves replicas onto it, so every
+// node ends with three or four of the twelve replicas and one preferred
+// leadership or more; the moved replicas hold every acknowledged message,
+// and the partitions serve throughout.
+func TestClusterRebalanceOntoAddedNode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net, nodes := nodesCluster(t, 3)
+		ctx := context.Background()
+		s := mustStream(t, nodes[1], "s")
+		tp := mustTopic(t, nodes[1], s, "t", 4, parkway.WithReplicas(3))
+		acked := map[uint32][]string{}
+		for i := range 40 {
+			what := fmt.Sprint("m", i)
+			if _, err := nodes[parkway.NodeID(i%3+1)].Produce(ctx, tp, parkway.PartitionID(uint32(i%4)), parkway.Message{Payload: []byte(what)}); err != nil {
+				t.Fatal(err)
+			}
+			acked[uint32(i%4)] = append(acked[uint32(i%4)], what)
+		}
+		nodes[4] = open(t, parkway.Config{Shards: 2, RequestTimeout: 5 * time.Second,
+			Cluster: &parkway.Cluster{ID: 4, Peers: []parkway.NodeID{1, 2, 3, 4}, Join: true, Bus: net.Endpoint(4)}})
+		if err := nodes[2].AddNode(ctx, 4); err != nil {
+			t.Fatalf("AddNode: %v", err)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 20*time.Second) // virtual time
+		defer cancel()
+		if err := nodes[1].Rebalance(rctx); err != nil {
+			t.Fatalf("Rebalance: %v", err)
+		}
+		parts, err := nodes[1].Partitions(ctx, tp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		load, leads := map[uint64]int{}, map[uint64]int{}
+		for _, p := range parts {
+			for i, n := range p.Replicas {
+				load[n]++
+				if i == 0 {
+					leads[n]++
+				}
+			}
+		}
+		for n := uint64(1); n <= 4; n++ {
+			if load[n] < 3 || load[n] > 4 || leads[n] < 1 {
+				t.Fatalf("after Rebalance node %d holds %d replicas and %d preferred leaderships: %v %v", n, load[n], leads[n], load, leads)
+			}
+		}
+		for i := range 8 {
+			what := fmt.Sprint("after", i)
+			if _, err := nodes[parkway.NodeID(i%4+1)].Produce(ctx, tp, parkway.PartitionID(uint32(i%4)), parkway.Message{Payload: []byte(what)}); err != nil {
+				t.Fatal(err)
+			}
+			acked[uint32(i%4)] = append(acked[uint32(i%4)], what)
+		}
+		for _, p := range parts {
+			want := slices.Sorted(slices.Values(p.Replicas))
+			waitFor(t, fmt.Sprintf("partition %d materialised exactly on %v", p.Partition, want), func() bool {
+				return slices.Equal(heldOn(nodes, p.NS), want)
+			})
+			for _, id := range want {
+				n := nodes[parkway.NodeID(id)]
+				waitFor(t, fmt.Sprintf("node %d's replica of partition %d to converge", id, p.Partition), func() bool {
+					return len(readAll(t, n, tp, p.Partition)) == len(acked[p.Partition])
+				})
+				expectLog(t, n, tp, p.Partition, acked[p.Partition]...)
+			}
+		}
+	})
+}
+
+// A node that is down is removed all the same: its replicas are rebuilt
+// on the other nodes from the surviving replicas (a quorum of each group
+// is alive), and every acknowledged message is on every new replica.
+func TestClusterRemoveDeadNode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, nodes := nodesCluster(t, 4)
+		ctx := context.Background()
+		s := mustStream(t, nodes[1], "s")
+		tp := mustTopic(t, nodes[1], s, "t", 4, parkway.WithReplicas(3))
+		acked := map[uint32][]string{}
+		for i := range 20 {
+			what := fmt.Sprint("m", i)
+			if _, err := nodes[parkway.NodeID(i%4+1)].Produce(ctx, tp, parkway.PartitionID(uint32(i%4)), parkway.Message{Payload: []byte(what)}); err != nil {
+				t.Fatal(err)
+			}
+			acked[uint32(i%4)] = append(acked[uint32(i%4)], what)
+		}
+		if err := nodes[2].Close(); err != nil {
+			t.Fatal(err)
+		}
+		delete(nodes, 2)
+		rctx, cancel := context.WithTimeout(ctx, 20*time.Second) // virtual time
+		defer cancel()
+		if err := nodes[1].RemoveNode(rctx, 2); err != nil {
+			t.Fatalf("RemoveNode of a dead node: %v", err)
+		}
+		parts, err := nodes[3].Partitions(ctx, tp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range parts {
+			if slices.Contains(p.Replicas, 2) || len(p.Replicas) != 3 {
+				t.Fatalf("partition %d on %v", p.Partition, p.Replicas)
+			}
+			want := slices.Sorted(slices.Values(p.Replicas))
+			waitFor(t, fmt.Sprintf("partition %d materialised exactly on %v", p.Partition, want), func() bool {
+				return slices.Equal(heldOn(nodes, p.NS), want)
+			})
+			for _, id := range want {
+				n := nodes[parkway.NodeID(id)]
+				waitFor(t, fmt.Sprintf("node %d's replica of partition %d to converge", id, p.Partition), func() bool {
+					return len(readAll(t, n, tp, p.Partition)) == len(acked[p.Partition])
+				})
+				expectLog(t, n, tp, p.Partition, acked[p.Partition]...)
+			}
+		}
+	})
+}

@@ -52,3 +52,6 @@ func PartitionLeader(n *Node, ns metadata.Namespace) uint64 {
 	lead, _ := n.eng.Leader(context.Background(), ns)
 	return lead
 }
+
+// ClusterNodes are the nodes n's committed metadata names.
+func ClusterNodes(n *Node) []uint64 { return n.meta.Nodes() }
