@@ -1,16 +1,19 @@
-// Command membership grows a running cluster: three parkway nodes in one
-// process over the in-memory network, each on its own temporary data
-// directory, hold a topic and keep taking produces while a fourth node
-// starts with Cluster.Join and is added through a member (Node.AddNode).
-// The new node learns the cluster's metadata, a topic created afterwards
-// is placed over four nodes (replication factor 3), and every node — the
-// new one included — serves both topics.
+// Command membership changes a running cluster's nodes while it serves:
+// three parkway nodes in one process over the in-memory network, each on
+// its own temporary data directory, hold a topic and keep taking produces
+// throughout while
+//
+//   - a fourth node starts with Cluster.Join and is added through a
+//     member (Node.AddNode): it learns the cluster's metadata, and a topic
+//     created afterwards is placed over four nodes (replication factor 3);
+//   - Node.Rebalance moves replicas of the existing topic onto it;
+//   - Node.RemoveNode removes node 1: its replicas move to the others
+//     (each group adds the new replica before it removes the old one).
 //
 //	go run ./examples/membership
 //
 // It prints what it did and exits non-zero if an acknowledged message is
-// missing or a step fails. Removing a node, and moving existing
-// partitions onto a new one, are not supported yet.
+// missing or a step fails.
 package main
 
 import (
@@ -94,7 +97,7 @@ func run() error {
 			default:
 			}
 			p := fmt.Sprint("order-", i)
-			via := founders[i%len(founders)]
+			via := parkway.NodeID(2 + i%2) // nodes 2 and 3 stay throughout
 			if _, err := nodes[via].Produce(ctx, orders, parkway.PartitionID(0), parkway.Message{Payload: []byte(p)}); err != nil {
 				done <- fmt.Errorf("produce %s through node %d: %w", p, via, err)
 				return
@@ -134,6 +137,18 @@ func run() error {
 			}
 		}
 	}
+
+	if err := nodes[3].Rebalance(ctx); err != nil {
+		return fmt.Errorf("rebalance: %w", err)
+	}
+	fmt.Println("rebalanced: orders on", placements(ctx, nodes[3], orders))
+	if err := nodes[2].RemoveNode(ctx, 1); err != nil {
+		return fmt.Errorf("remove node 1: %w", err)
+	}
+	nodes[1].Close()
+	delete(nodes, 1)
+	fmt.Println("node 1 removed: orders on", placements(ctx, nodes[2], orders), "payments on", placements(ctx, nodes[2], payments))
+
 	close(stop)
 	if err := <-done; err != nil {
 		return err
@@ -141,7 +156,7 @@ func run() error {
 	mu.Lock()
 	want := slices.Clone(acked)
 	mu.Unlock()
-	for _, id := range []parkway.NodeID{1, 2, 3, 4} {
+	for _, id := range []parkway.NodeID{2, 3, 4} {
 		b, err := nodes[id].Poll(ctx, orders, 0, parkway.AtOffset(0), len(want)+10)
 		if err != nil {
 			return fmt.Errorf("poll orders through node %d: %w", id, err)
@@ -160,7 +175,7 @@ func run() error {
 			}
 		}
 	}
-	fmt.Printf("OK: %d orders acknowledged during the join, all readable through every node; payments served by all four\n", len(want))
+	fmt.Printf("OK: %d orders acknowledged while node 4 joined, the replicas moved and node 1 left, all readable through every remaining node\n", len(want))
 	return nil
 }
 
