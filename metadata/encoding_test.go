@@ -20,6 +20,12 @@ func allCommands() []Command {
 		CreateStream{Name: ""},
 		AddNode{Node: 4},
 		AddNode{Node: math.MaxUint64},
+		DrainNode{Node: 2},
+		DrainNode{Node: 0},
+		RemoveNode{Node: 3},
+		Rebalance{},
+		SettleReplicas{NS: 5, CreatedRevision: 2, Node: 1},
+		SettleReplicas{NS: math.MaxUint64, CreatedRevision: math.MaxUint64, Node: math.MaxUint64},
 		CreateStream{Name: "a\xffb\x00\n"},
 		CreateStream{Name: strings.Repeat("é", 300)},
 		DeleteStream{Stream: 0},
@@ -77,8 +83,8 @@ func TestCommandRoundTrip(t *testing.T) {
 			t.Errorf("pointer to %#v encodes as %x, %v; value as %x", c, pb, err, b)
 		}
 	}
-	if len(types) != 15 {
-		t.Errorf("round trip covers %d command types, want all 15: %v", len(types), types)
+	if len(types) != 19 {
+		t.Errorf("round trip covers %d command types, want all 19: %v", len(types), types)
 	}
 	for _, bad := range []Command{nil, (*CreateTopic)(nil), foreignCommand{}} {
 		if _, err := EncodeCommand(bad); !errors.Is(err, ErrUnknownCommand) {
@@ -193,5 +199,12 @@ func FuzzDecodeCommand(f *testing.F) {
 		mustApply(t, s, CreateTopic{Stream: 0, Name: "t", Partitions: 2})
 		s.Apply(c) //nolint:errcheck // only must not panic
 		checkInvariants(t, s)
+		// And on a cluster's store with a move under way, where the
+		// membership commands do something.
+		cs := clusterStore(t, 1, 2, 3, 4)
+		mustApply(t, cs, CreateTopic{Stream: 0, Name: "t", Partitions: 6, Config: TopicConfig{Replicas: 2}})
+		mustApply(t, cs, DrainNode{Node: 4})
+		cs.Apply(c) //nolint:errcheck // only must not panic
+		checkMoveInvariants(t, cs)
 	})
 }

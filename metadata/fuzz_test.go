@@ -37,6 +37,12 @@ func exportedSnapshots(tb testing.TB) []StoreSnapshot {
 	for range 40 {
 		c.Apply(randomCommandWithConfig(rng, c)) //nolint:errcheck
 	}
+	out = append(out, c.Export())
+	// And with replicas moving: a node draining, leaving and joined
+	// replicas.
+	c.Apply(AddNode{Node: 6})   //nolint:errcheck
+	c.Apply(Rebalance{})        //nolint:errcheck
+	c.Apply(DrainNode{Node: 2}) //nolint:errcheck
 	return append(out, c.Export())
 }
 
