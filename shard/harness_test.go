@@ -28,10 +28,17 @@ type harnessOpt func(*Config)
 
 func newHarness(t testing.TB, n int, assign func(metadata.Namespace, int) int, opts ...harnessOpt) *harness {
 	t.Helper()
+	return newClusterHarness(t, n, assign, nil, opts...)
+}
+
+// newClusterHarness is newHarness over a metadata store of a cluster of
+// nodes (placement on).
+func newClusterHarness(t testing.TB, n int, assign func(metadata.Namespace, int) int, nodes []uint64, opts ...harnessOpt) *harness {
+	t.Helper()
 	if assign == nil {
 		assign = router.Assign
 	}
-	meta, err := metadata.NewStore(metadata.Config{Shards: n, Assign: assign})
+	meta, err := metadata.NewStore(metadata.Config{Shards: n, Assign: assign, Nodes: nodes})
 	if err != nil {
 		t.Fatal(err)
 	}

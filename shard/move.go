@@ -229,10 +229,14 @@ func (s *Shard) confChanged(o *owned, add bool) {
 // ignored.
 func (s *Shard) UpdatePlacement(ctx context.Context, ns metadata.Namespace) error {
 	return s.do(ctx, newControl(func(s *Shard) error {
-		if o := s.replicated[ns]; o != nil {
-			s.refreshPeers(o)
-			s.considerMove(o)
-		}
+		s.updatePlacement(ns)
 		return nil
 	}, nil))
+}
+
+func (s *Shard) updatePlacement(ns metadata.Namespace) {
+	if o := s.replicated[ns]; o != nil {
+		s.refreshPeers(o)
+		s.considerMove(o)
+	}
 }

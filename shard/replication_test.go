@@ -28,10 +28,11 @@ type replNet struct {
 }
 
 type queued struct {
-	to    uint64
-	ns    metadata.Namespace
-	epoch uint64
-	m     *raftpb.Message
+	to      uint64
+	ns      metadata.Namespace
+	epoch   uint64
+	m       *raftpb.Message
+	catchUp []byte // a catch-up message instead of m (moveNet)
 }
 
 func newReplNet(t *testing.T) *replNet {
@@ -44,7 +45,7 @@ func newReplNet(t *testing.T) *replNet {
 					if n.onSend != nil {
 						n.onSend(id, ns, m)
 					}
-					n.queue = append(n.queue, queued{to, ns, epoch, m})
+					n.queue = append(n.queue, queued{to: to, ns: ns, epoch: epoch, m: m})
 				}}
 		})
 	}

@@ -1,0 +1,197 @@
+package shard
+
+import (
+	"slices"
+	"testing"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
+)
+
+// moveNet is four single-shard nodes of a placed cluster, stepped on the
+// test goroutine like replNet: raft messages queue and are delivered by
+// settle. Each node has its own metadata store; commands are applied to
+// all of them, as the metadata group would. A leader's settles are applied
+// the same way.
+type moveNet struct {
+	t       *testing.T
+	nodes   map[uint64]*harness
+	parts   map[uint64]partition.Partition
+	queue   []queued
+	settled []uint64 // nodes settled, in order
+}
+
+func newMoveNet(t *testing.T) *moveNet {
+	n := &moveNet{t: t, nodes: map[uint64]*harness{}, parts: map[uint64]partition.Partition{}}
+	peers := []uint64{1, 2, 3, 4}
+	for _, id := range peers {
+		n.nodes[id] = newClusterHarness(t, 1, nil, peers, func(c *Config) {
+			c.Replication = &Replication{Node: id, Peers: peers,
+				Send: func(to uint64, ns metadata.Namespace, epoch uint64, m *raftpb.Message) {
+					n.queue = append(n.queue, queued{to: to, ns: ns, epoch: epoch, m: m})
+				},
+				SendCatchUp: func(to uint64, ns metadata.Namespace, epoch uint64, b []byte) {
+					n.queue = append(n.queue, queued{to: to, ns: ns, epoch: epoch, catchUp: b})
+				},
+				Settle: func(ns metadata.Namespace, epoch, node uint64) {
+					n.settled = append(n.settled, node)
+					n.apply(metadata.SettleReplicas{NS: ns, CreatedRevision: epoch, Node: node})
+				}}
+		})
+	}
+	return n
+}
+
+func (n *moveNet) shard(id uint64) *Shard { return n.nodes[id].shards[0] }
+
+func (n *moveNet) apply(cmd metadata.Command) metadata.Result {
+	var res metadata.Result
+	for id := uint64(1); id <= 4; id++ {
+		res = n.nodes[id].apply(cmd)
+	}
+	return res
+}
+
+// settle processes ready groups and delivers messages until quiet.
+func (n *moveNet) settle() {
+	for range 10000 {
+		for id := uint64(1); id <= 4; id++ {
+			n.shard(id).settle()
+		}
+		q := n.queue
+		n.queue = nil
+		if len(q) == 0 {
+			return
+		}
+		for _, m := range q {
+			req := &Request{Op: OpRaft, NS: m.ns, Epoch: m.epoch, Raft: m.m}
+			if m.catchUp != nil {
+				req = &Request{Op: OpCatchUp, NS: m.ns, Epoch: m.epoch, Payload: m.catchUp}
+			}
+			n.shard(m.to).handle(Frame{Req: req})
+		}
+	}
+	n.t.Fatal("network did not settle")
+}
+
+// materialise builds ns on every node that holds it and has not built it
+// (as each node's reconciler would), and tells the others' shards the
+// placement changed.
+func (n *moveNet) materialise(ns metadata.Namespace) {
+	for id := uint64(1); id <= 4; id++ {
+		h := n.nodes[id]
+		info, _ := h.meta.Partition(ns)
+		if _, built := n.parts[id]; !built && info.Holds(id) {
+			p := h.build(ns, info.CreatedRevision)
+			h.insert(h.shards[0], p)
+			n.parts[id] = p
+			continue
+		}
+		n.shard(id).updatePlacement(ns)
+	}
+	n.settle()
+}
+
+func (n *moveNet) leader(ns metadata.Namespace) uint64 {
+	for id := uint64(1); id <= 4; id++ {
+		if o := n.shard(id).replicated[ns]; o != nil && o.grp.IsLeader() {
+			return id
+		}
+	}
+	return 0
+}
+
+// A replica moves off a node, the group's leader included: the group adds
+// the new replica first, removes the old one only once the new one took
+// the leader's snapshot (the old leader hands leadership over first), and
+// then settles; the new replica holds every acknowledged message.
+func TestMoveAddsThenRemovesThenSettles(t *testing.T) {
+	n := newMoveNet(t)
+	n.apply(metadata.CreateStream{Name: "s"})
+	res := n.apply(metadata.CreateTopic{Stream: 0, Name: "t", Partitions: 1, Config: metadata.TopicConfig{Replicas: 3}})
+	ns, epoch := res.Created[0].NS, res.Created[0].CreatedRevision
+	n.materialise(ns)
+	var lead uint64
+	for range 500 {
+		if lead = n.leader(ns); lead != 0 {
+			break
+		}
+		n.tickAll()
+	}
+	if lead == 0 {
+		t.Fatal("no leader")
+	}
+	var want []string
+	for i := range 5 {
+		c := produce(ns, string(rune('a'+i)))
+		n.shard(lead).handle(c.f)
+		n.settle()
+		if r := c.answered(t); r.Err != nil {
+			t.Fatalf("produce: %v", r.Err)
+		}
+		want = append(want, string(rune('a'+i)))
+	}
+
+	// Drain the leader's node: its replica moves to the fourth node.
+	n.apply(metadata.DrainNode{Node: lead})
+	info, _ := n.nodes[1].meta.Partition(ns)
+	joiner := info.Replicas[len(info.Replicas)-1]
+	if !info.Joins(joiner) || slices.Contains(info.Replicas, lead) || !slices.Equal(info.Leaving, []uint64{lead}) {
+		t.Fatalf("after DrainNode(%d): %+v", lead, info)
+	}
+	n.materialise(ns)
+
+	// The voter sets the group goes through, as its leader sees them.
+	seen := [][]uint64{slices.Sorted(slices.Values(n.shard(lead).replicated[ns].grp.Voters()))}
+	for range 2000 {
+		n.tickAll()
+		l := n.leader(ns)
+		if l == 0 {
+			continue
+		}
+		v := slices.Sorted(slices.Values(n.shard(l).replicated[ns].grp.Voters()))
+		if len(seen) == 0 || !slices.Equal(seen[len(seen)-1], v) {
+			seen = append(seen, v)
+			if !slices.Contains(v, lead) {
+				// The old replica is out: the joiner must have taken a
+				// snapshot naming it by then.
+				if j := n.shard(joiner).replicated[ns]; j == nil || !slices.Contains(j.grp.Voters(), joiner) {
+					t.Fatalf("replica %d removed before the joiner %d took a snapshot naming it", lead, joiner)
+				}
+			}
+		}
+		if info, _ := n.nodes[1].meta.Partition(ns); len(info.Leaving) == 0 {
+			break
+		}
+	}
+	final := slices.Sorted(slices.Values(info.Replicas))
+	first := slices.Sorted(slices.Values(append(slices.Clone(info.Replicas[:len(info.Replicas)-1]), lead)))
+	both := slices.Sorted(slices.Values(append(slices.Clone(first), joiner)))
+	if len(seen) != 3 || !slices.Equal(seen[0], first) || !slices.Equal(seen[1], both) || !slices.Equal(seen[2], final) {
+		t.Fatalf("voters went %v, want %v → %v → %v", seen, first, both, final)
+	}
+	if !slices.Equal(n.settled, []uint64{lead}) && (len(n.settled) == 0 || n.settled[0] != lead) {
+		t.Fatalf("settled %v, want %d", n.settled, lead)
+	}
+	if info, _ := n.nodes[1].meta.Partition(ns); len(info.Leaving) != 0 || info.CreatedRevision != epoch {
+		t.Fatalf("after the move: %+v", info)
+	}
+	if l := n.leader(ns); l == lead || l == 0 {
+		t.Fatalf("leader %d after the move off node %d", l, lead)
+	}
+	for range 20 {
+		n.tickAll() // the joiner's catch-up fetch
+	}
+	if got := payloads(t, n.parts[joiner]); !slices.Equal(got, want) {
+		t.Fatalf("joiner %d holds %q, want %q", joiner, got, want)
+	}
+}
+
+func (n *moveNet) tickAll() {
+	for id := uint64(1); id <= 4; id++ {
+		n.shard(id).tickRaft()
+	}
+	n.settle()
+}
