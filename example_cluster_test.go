@@ -89,3 +89,51 @@ func ExampleWithReplicas() {
 	// acknowledged at offset 3
 	// acknowledged at offset 4
 }
+
+// A node leaves a running cluster: four nodes hold a topic replicated
+// three times; RemoveNode moves every replica node 4 holds to the other
+// nodes (each group adds its new replica before it removes the old one),
+// then takes node 4 out of the metadata group. The messages acknowledged
+// before are all still there.
+func ExampleNode_RemoveNode() {
+	net := parkway.NewNetwork(parkway.NetworkOptions{})
+	defer net.Close()
+	peers := []parkway.NodeID{1, 2, 3, 4}
+	var nodes []*parkway.Node
+	for _, id := range peers {
+		n, err := parkway.Open(parkway.Config{Shards: 1,
+			Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
+		if err != nil {
+			panic(err)
+		}
+		defer n.Close()
+		nodes = append(nodes, n)
+	}
+	ctx := context.Background()
+	stream, _ := nodes[0].CreateStream(ctx, "s")
+	topic, err := nodes[0].CreateTopic(ctx, stream, "orders", 4, parkway.WithReplicas(3))
+	if err != nil {
+		panic(err)
+	}
+	for p := range uint32(4) {
+		if _, err := nodes[0].Produce(ctx, topic, parkway.PartitionID(p), parkway.Message{Payload: []byte("before")}); err != nil {
+			panic(err)
+		}
+	}
+	if err := nodes[0].RemoveNode(ctx, 4); err != nil {
+		panic(err)
+	}
+	parts, _ := nodes[0].Partitions(ctx, topic)
+	for _, p := range parts {
+		b, err := nodes[0].Poll(ctx, topic, p.Partition, parkway.AtOffset(0), 10)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println("partition", p.Partition, "on nodes", p.Replicas, "holds", len(b.Messages), "message")
+	}
+	// Output:
+	// partition 0 on nodes [1 2 3] holds 1 message
+	// partition 1 on nodes [2 3 1] holds 1 message
+	// partition 2 on nodes [3 1 2] holds 1 message
+	// partition 3 on nodes [2 1 3] holds 1 message
+}
