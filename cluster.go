@@ -64,7 +64,9 @@ func (n *Node) AddNode(ctx context.Context, id NodeID) error {
 // the removal; the removed node serves nothing more and can be closed
 // (it may be down already: its replicas are rebuilt from the others).
 // Removing a node that is not a member is a no-op. It fails with
-// ErrNotEnoughNodes when a topic's replication factor needs the node.
+// ErrNotEnoughNodes when a topic's replication factor needs the node, and
+// with ErrInvalidNode when id is this node (remove a node through another
+// member: the node removed may never learn that its removal committed).
 // Moving the data takes as long as it takes: bound the call with ctx,
 // and call it again after an interruption — it carries on from where the
 // cluster stands.

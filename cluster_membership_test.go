@@ -2,6 +2,7 @@ package parkway_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -271,6 +272,13 @@ func TestClusterRebalanceOntoAddedNode(t *testing.T) {
 				})
 				expectLog(t, n, tp, p.Partition, acked[p.Partition]...)
 			}
+			// Leadership follows the preferred leaders, node 4 included.
+			waitFor(t, fmt.Sprintf("partition %d led by its preferred leader %d", p.Partition, p.Replicas[0]), func() bool {
+				return parkway.PartitionLeader(nodes[parkway.NodeID(p.Replicas[0])], p.NS) == p.Replicas[0]
+			})
+		}
+		if err := nodes[1].RemoveNode(ctx, 1); !errors.Is(err, parkway.ErrInvalidNode) {
+			t.Fatalf("a node removing itself: %v, want ErrInvalidNode", err)
 		}
 	})
 }

@@ -106,6 +106,11 @@ func (e *Engine) RemoveNode(ctx context.Context, node uint64) error {
 		return err
 	}
 	c := e.cl
+	if node == uint64(c.cfg.ID) {
+		// The node removed may never learn its removal committed (the
+		// leader stops replicating to it), so it cannot wait for it.
+		return fmt.Errorf("%w: node %d cannot remove itself: remove it through another member", metadata.ErrInvalidNode, node)
+	}
 	if !slices.Contains(e.meta.Nodes(), node) {
 		return nil
 	}

@@ -99,6 +99,16 @@ func (s *Store) Moving(node uint64) (moving, held int) {
 	return moving, held
 }
 
+// Members are the nodes holding p's replicas: its replica set, the
+// preferred leader first, then the replicas leaving it (nil on a single
+// node). The slice may be p's own: never modify it.
+func (p PartitionInfo) Members() []uint64 {
+	if len(p.Leaving) == 0 {
+		return p.Replicas
+	}
+	return slices.Concat(p.Replicas, p.Leaving)
+}
+
 // Joins reports whether node's replica of p joined after p was created:
 // it starts empty and waits for the leader's snapshot, where a founding
 // replica starts from the group's initial state.

@@ -433,7 +433,7 @@ func (r *Partitions) converge(ctx context.Context, parts []metadata.PartitionInf
 // built the group, and any move since leaves replicas in Leaving until
 // it settles.
 func (r *Partitions) placed(ctx context.Context, h *heldPartition, info metadata.PartitionInfo) error {
-	m := members(info)
+	m := info.Members()
 	if slices.Equal(h.members, m) {
 		return nil
 	}
@@ -445,15 +445,6 @@ func (r *Partitions) placed(ctx context.Context, h *heldPartition, info metadata
 	h.members = m
 	r.held.ReplaceOrInsert(*h)
 	return nil
-}
-
-// members is the replica set and the leaving replicas of info (nil on a
-// single node).
-func members(info metadata.PartitionInfo) []uint64 {
-	if len(info.Replicas) == 0 {
-		return nil
-	}
-	return slices.Concat(info.Replicas, info.Leaving)
 }
 
 // sweep answers the parked frames of namespaces committed to another shard
@@ -518,7 +509,7 @@ func (r *Partitions) build(ctx context.Context, info metadata.PartitionInfo, wan
 		return err
 	}
 	delete(r.backoffs, key)
-	r.held.ReplaceOrInsert(heldPartition{ns: info.NS, epoch: info.CreatedRevision, dur: want, members: members(info)})
+	r.held.ReplaceOrInsert(heldPartition{ns: info.NS, epoch: info.CreatedRevision, dur: want, members: info.Members()})
 	rep.Built++
 	return nil
 }

@@ -42,15 +42,6 @@ const (
 	moveRetryTicks = 20
 )
 
-// members is the group membership the metadata gives info: its replicas
-// (preferred leader first), then the replicas leaving it.
-func members(info metadata.PartitionInfo) []uint64 {
-	if len(info.Leaving) == 0 {
-		return info.Replicas
-	}
-	return slices.Concat(info.Replicas, info.Leaving)
-}
-
 // refreshPeers recomputes o.peers from the group's voters, in the
 // metadata's order (the preferred leader first): the peers catch-up
 // fetches from, campaigns are chosen among and balance hands back to.
@@ -64,11 +55,11 @@ func (s *Shard) refreshPeers(o *owned) {
 	}
 	voters := o.grp.Voters()
 	if len(voters) == 0 {
-		o.peers = members(info) // a joiner before its snapshot
+		o.peers = info.Members() // a joiner before its snapshot
 		return
 	}
 	peers := make([]uint64, 0, len(voters))
-	for _, n := range members(info) {
+	for _, n := range info.Members() {
 		if slices.Contains(voters, n) {
 			peers = append(peers, n)
 		}
@@ -198,6 +189,7 @@ func (s *Shard) advanceMove(o *owned) bool {
 	}
 	// 3. Settle: the voters are the replicas.
 	if len(info.Leaving) == 0 {
+		s.considerBalance(o) // the preferred leader may be a newcomer
 		return true
 	}
 	if r.Settle != nil {
@@ -238,5 +230,10 @@ func (s *Shard) updatePlacement(ns metadata.Namespace) {
 	if o := s.replicated[ns]; o != nil {
 		s.refreshPeers(o)
 		s.considerMove(o)
+		// A new preferred leader (Rebalance reorders replica sets) is
+		// handed the group.
+		if o.grp != nil && o.grp.IsLeader() {
+			s.considerBalance(o)
+		}
 	}
 }
