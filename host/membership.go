@@ -221,4 +221,3 @@ func (c *clusterNode) settle(ns metadata.Namespace, epoch, node uint64) {
 	default:
 	}
 }
-

@@ -6,11 +6,13 @@
 //   - a fourth node starts with Cluster.Join and is added through a
 //     member (Node.AddNode): it learns the cluster's metadata, and a topic
 //     created afterwards is placed over four nodes (replication factor 3);
+//
 //   - Node.Rebalance moves replicas of the existing topic onto it;
+//
 //   - Node.RemoveNode removes node 1: its replicas move to the others
 //     (each group adds the new replica before it removes the old one).
 //
-//	go run ./examples/membership
+//     go run ./examples/membership
 //
 // It prints what it did and exits non-zero if an acknowledged message is
 // missing or a step fails.
