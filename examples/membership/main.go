@@ -1,18 +1,14 @@
 // Command membership changes a running cluster's nodes while it serves:
 // three parkway nodes in one process over the in-memory network, each on
 // its own temporary data directory, hold a topic and keep taking produces
-// throughout while
+// throughout. A fourth node starts with Cluster.Join and is added through
+// a member (Node.AddNode): it learns the cluster's metadata, and a topic
+// created afterwards is placed over four nodes (replication factor 3).
+// Node.Rebalance then moves replicas of the existing topic onto it, and
+// Node.RemoveNode removes node 1: its replicas move to the others (each
+// group adds the new replica before it removes the old one).
 //
-//   - a fourth node starts with Cluster.Join and is added through a
-//     member (Node.AddNode): it learns the cluster's metadata, and a topic
-//     created afterwards is placed over four nodes (replication factor 3);
-//
-//   - Node.Rebalance moves replicas of the existing topic onto it;
-//
-//   - Node.RemoveNode removes node 1: its replicas move to the others
-//     (each group adds the new replica before it removes the old one).
-//
-//     go run ./examples/membership
+//	go run ./examples/membership
 //
 // It prints what it did and exits non-zero if an acknowledged message is
 // missing or a step fails.
