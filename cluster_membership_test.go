@@ -119,6 +119,10 @@ func TestClusterRemoveNode(t *testing.T) {
 		ctx := context.Background()
 		s := mustStream(t, nodes[1], "s")
 		tp := mustTopic(t, nodes[1], s, "t", 4, parkway.WithReplicas(3))
+		// And a topic with one replica per partition: the one on node 2
+		// moves whole (the new replica is added, leadership handed to it,
+		// and the old one removed).
+		single := mustTopic(t, nodes[1], s, "single", 4, parkway.WithReplicas(1))
 		acked := map[uint32][]string{}
 		produce := func(via parkway.NodeID, part uint32, what string) {
 			t.Helper()
@@ -129,6 +133,9 @@ func TestClusterRemoveNode(t *testing.T) {
 		}
 		for i := range 40 {
 			produce(parkway.NodeID(i%4+1), uint32(i%4), fmt.Sprint("before", i))
+			if _, err := nodes[1].Produce(ctx, single, parkway.PartitionID(uint32(i%4)), parkway.Message{Payload: []byte(fmt.Sprint("s", i))}); err != nil {
+				t.Fatal(err)
+			}
 		}
 		parts, err := nodes[1].Partitions(ctx, tp)
 		if err != nil {
@@ -196,6 +203,23 @@ func TestClusterRemoveNode(t *testing.T) {
 				})
 				expectLog(t, n, tp, p.Partition, acked[p.Partition]...)
 			}
+		}
+		sparts, err := nodes[1].Partitions(ctx, single)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range sparts {
+			if len(p.Replicas) != 1 || p.Replicas[0] == 2 {
+				t.Fatalf("single-replica partition %d on %v", p.Partition, p.Replicas)
+			}
+			waitFor(t, fmt.Sprintf("single-replica partition %d materialised on %v", p.Partition, p.Replicas), func() bool {
+				return slices.Equal(heldOn(nodes, p.NS), p.Replicas)
+			})
+			var want []string
+			for i := int(p.Partition); i < 40; i += 4 {
+				want = append(want, fmt.Sprint("s", i))
+			}
+			expectLog(t, nodes[parkway.NodeID(p.Replicas[0])], single, p.Partition, want...)
 		}
 		for id, n := range nodes {
 			if got := parkway.ClusterNodes(n); !slices.Equal(got, []uint64{1, 3, 4}) {
