@@ -62,7 +62,10 @@ func (n *Node) AddNode(ctx context.Context, id NodeID) error {
 // replication factor and no acknowledged write is lost. Then the node
 // leaves the metadata group. RemoveNode returns once this node applied
 // the removal; the removed node serves nothing more and can be closed
-// (it may be down already: its replicas are rebuilt from the others).
+// (it may be down already: its replicas are rebuilt from the others — as
+// long as each of its groups keeps a quorum without it; a single-replica
+// partition on a dead node cannot move, and RemoveNode waits for it until
+// ctx ends).
 // Removing a node that is not a member is a no-op. It fails with
 // ErrNotEnoughNodes when a topic's replication factor needs the node, and
 // with ErrInvalidNode when id is this node (remove a node through another
