@@ -167,6 +167,10 @@ type FileStore struct {
 	journalSeq atomic.Uint64
 	// journalReady: the journal directory exists and its entry is durable.
 	journalReady atomic.Bool
+	// jlog is the store's journal, shared by its Journals (journal.go),
+	// created by the first NewJournal.
+	journalOnce sync.Once
+	jlog        *journalLog
 
 	mu   sync.Mutex
 	busy map[metadata.Namespace]struct{} // open, being built or being removed

@@ -371,6 +371,8 @@ func (s *Shard) pump(ctx context.Context) {
 			s.waitTimerFired()
 		case <-s.parkC():
 			s.parkFired()
+		case <-s.journalDue():
+			s.journalCheckpoint()
 		}
 	}
 }
@@ -378,7 +380,8 @@ func (s *Shard) pump(ctx context.Context) {
 // Step does one unit of pump work on a Manual shard without blocking and
 // reports whether there was any: a queued control operation first, else
 // one inbox frame, else a due interval-fsync timer, else a due raft tick,
-// else a due waiting-poll deadline, else a due park expiry — each followed, as on the pump, by
+// else a due waiting-poll deadline, else a due park expiry, else a due
+// journal checkpoint — each followed, as on the pump, by
 // raft ready processing, the commit-group flush check and the wake of
 // waiting polls. It returns false, doing nothing, when the shard
 // is idle, closed, or not Manual (a started shard's pump owns its state).
@@ -423,6 +426,12 @@ func (s *Shard) Step() bool {
 	select {
 	case <-s.parkC():
 		s.parkFired()
+		return true
+	default:
+	}
+	select {
+	case <-s.journalDue():
+		s.journalCheckpoint()
 		return true
 	default:
 	}
