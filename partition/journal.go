@@ -261,13 +261,31 @@ func (j *Journal) Commit(parts []Partition) []error {
 		}
 		return errs
 	}
+	j.prepare(parts, errs)
+	jobs := len(j.direct)
+	if len(j.w.fps) > 0 {
+		jobs++
+	}
+	fanOut(jobs, checkpointFanout, j.serial, func(k int) {
+		if k == len(j.direct) {
+			j.log.commit(&j.w)
+			return
+		}
+		i := j.direct[k]
+		errs[i] = parts[i].Sync()
+	})
+	j.finish(errs)
+	return errs
+}
+
+// prepare is the first part of Commit: it sorts parts into those to sync
+// directly (j.direct) and those with records to journal (j.entries),
+// checkpoints first if due, and encodes the entries into j.w. Errors
+// known already go into errs.
+func (j *Journal) prepare(parts []Partition, errs []error) {
 	j.forming.Store(false)
 	own := slices.Grow(j.own[:0], len(parts))[:len(parts)]
 	entries, direct := j.entries[:0], j.direct[:0]
-	defer func() {
-		clear(own)
-		j.own, j.entries, j.direct = own[:0], entries[:0], direct[:0]
-	}()
 	for i, p := range parts {
 		fp := j.unwrap(p)
 		own[i] = fp
@@ -289,7 +307,7 @@ func (j *Journal) Commit(parts []Partition) []error {
 		}
 	}
 	if len(entries) > 0 && j.checkpointDue() {
-		j.checkpoint()
+		_ = j.checkpoint() // a partition it broke fails below
 		// The checkpoint synced the partitions' files: what it covered
 		// needs no journal entry, and a partition it broke fails.
 		kept := entries[:0]
@@ -304,7 +322,7 @@ func (j *Journal) Commit(parts []Partition) []error {
 		entries = kept
 	}
 
-	buf, chunks := j.ebuf[:0], j.w.chunks[:0]
+	buf, chunks, fps := j.ebuf[:0], j.w.chunks[:0], j.w.fps[:0]
 	start := 0
 	for _, i := range entries {
 		fp := own[i]
@@ -313,57 +331,46 @@ func (j *Journal) Commit(parts []Partition) []error {
 			start = len(buf)
 		}
 		buf = appendJournalEntry(buf, fp.ns, fp.epoch, fp.jnext, int(fp.next-fp.jnext), fp.jpend)
+		fps = append(fps, fp)
 	}
 	if len(buf) > start {
-		// Chunks alias buf: cut them once it no longer moves.
 		chunks = append(chunks, buf[start:])
 	}
-	chunks = rebaseChunks(chunks, buf)
-	j.w.chunks = chunks
-	fps := j.w.fps[:0]
-	for _, i := range entries {
-		fps = append(fps, own[i])
-	}
-	j.w.fps = fps
-	var jerr error
-	jobs := len(direct)
-	if len(entries) > 0 {
-		jobs++
-	}
-	run := func(k int) {
-		if k == len(direct) {
-			j.log.commit(&j.w)
-			jerr = j.w.err
-			return
-		}
-		i := direct[k]
-		errs[i] = parts[i].Sync()
-	}
-	fanOut(jobs, checkpointFanout, j.serial, run)
-	clear(j.w.chunks)
-	clear(j.w.fps)
-	j.w.chunks, j.w.fps = j.w.chunks[:0], j.w.fps[:0]
-	if cap(buf) <= maxRetainedBuffer {
-		j.ebuf = buf[:0]
-	} else {
-		j.ebuf = nil
-	}
+	// Chunks were cut while buf grew: point them at its final array.
+	j.w.chunks, j.w.fps, j.w.err = rebaseChunks(chunks, buf), fps, nil
+	j.ebuf = buf
+	j.own, j.entries, j.direct = own, entries, direct
+}
 
-	for _, i := range direct {
-		if fp := own[i]; fp != nil && errs[i] == nil && fp.journal == nil {
+// finish is the last part of Commit, once the direct syncs (their errors
+// in errs) and the journal write (j.w) are done: partitions synced
+// directly join the journal, journaled ones have their stash emptied, or
+// get the write's error.
+func (j *Journal) finish(errs []error) {
+	for _, i := range j.direct {
+		if fp := j.own[i]; fp != nil && errs[i] == nil && fp.journal == nil {
 			j.join(fp)
 		}
 	}
-	for _, i := range entries {
-		fp := own[i]
-		if jerr != nil {
-			errs[i] = jerr
+	for _, i := range j.entries {
+		fp := j.own[i]
+		if err := j.w.err; err != nil {
+			errs[i] = err
 			continue
 		}
 		fp.jnext = fp.next // the write registered it (register)
 		fp.jpend = fp.jpend[:0]
 	}
-	return errs
+	clear(j.w.chunks)
+	clear(j.w.fps)
+	clear(j.own)
+	j.w.chunks, j.w.fps = j.w.chunks[:0], j.w.fps[:0]
+	j.own, j.entries, j.direct = j.own[:0], j.entries[:0], j.direct[:0]
+	if cap(j.ebuf) <= maxRetainedBuffer {
+		j.ebuf = j.ebuf[:0]
+	} else {
+		j.ebuf = nil
+	}
 }
 
 // register records that file seq holds records of fps. The leader of

@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
+	"github.com/parkway-io/parkway/router"
 	"github.com/parkway-io/parkway/vfs"
 	"github.com/parkway-io/parkway/vfs/errorfs"
 )
@@ -25,12 +27,17 @@ func journalStore(fsys vfs.FS) (*partition.FileStore, error) {
 	return partition.NewFileStore(partition.FileConfig{Dir: "/data", FS: fsys, SerialSyncs: true})
 }
 
-// journalRun is one shard committing FsyncAlways groups through a journal
-// of its store: the workload of groupWorkload, round by round.
+// journalShards is how many shards the journal workloads run: each
+// commits through its own handle on the store's one journal, so the
+// journal files hold records of several shards.
+const journalShards = 2
+
+// journalRun is journalShards shards committing FsyncAlways groups through
+// their handles on their store's journal: the workload of groupWorkload,
+// round by round.
 type journalRun struct {
 	t     *testing.T
 	h     *harness
-	s     *Shard
 	store *partition.FileStore
 	parts map[metadata.Namespace]uint64
 	nss   []metadata.Namespace
@@ -45,8 +52,22 @@ func newJournalRun(t *testing.T, fsys vfs.FS) *journalRun {
 	if err != nil {
 		return nil
 	}
-	h := newHarness(t, 1, nil, func(c *Config) { c.Journal = store.NewJournal() })
-	return &journalRun{t: t, h: h, s: h.shards[0], store: store, parts: map[metadata.Namespace]uint64{}}
+	h := newHarness(t, journalShards, nil, func(c *Config) { c.Journal = store.NewJournal() })
+	return &journalRun{t: t, h: h, store: store, parts: map[metadata.Namespace]uint64{}}
+}
+
+// owner is the shard that owns ns.
+func (r *journalRun) owner(ns metadata.Namespace) *Shard {
+	return r.h.shards[router.Assign(ns, len(r.h.shards))]
+}
+
+// close closes every shard.
+func (r *journalRun) close() error {
+	var errs []error
+	for _, s := range r.h.shards {
+		errs = append(errs, s.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // add builds and inserts the partition of a new topic; a failed build
@@ -58,26 +79,29 @@ func (r *journalRun) add(name string) metadata.Namespace {
 	if err != nil {
 		return ns
 	}
-	if err := r.h.step(r.s, opInsertOwned(p, always)); err != nil {
+	if err := r.h.step(r.owner(ns), opInsertOwned(p, always)); err != nil {
 		r.t.Fatal(err)
 	}
 	r.nss = append(r.nss, ns)
 	return ns
 }
 
-// round sends one produce to every inserted partition and runs the pump
-// until the inbox is empty: one commit group covering them all.
+// round sends one produce to every inserted partition and runs each
+// shard's pump until its inbox is empty: one commit group per shard
+// covering its partitions.
 func (r *journalRun) round(k int) {
 	var calls []call
 	for _, ns := range r.nss {
 		c := produce(ns, payloadOf(ns, r.parts[ns], k))
-		if err := r.s.TrySend(c.f); err != nil {
+		if err := r.owner(ns).TrySend(c.f); err != nil {
 			r.t.Fatal(err)
 		}
 		calls = append(calls, c)
 	}
-	for len(r.s.inbox) > 0 {
-		r.s.handleFrame(<-r.s.inbox)
+	for _, s := range r.h.shards {
+		for len(s.inbox) > 0 {
+			s.handleFrame(<-s.inbox)
+		}
 	}
 	for i, c := range calls {
 		if resp := c.answered(r.t); resp.Err == nil {
@@ -104,11 +128,18 @@ func journalWorkload(t *testing.T, fsys vfs.FS, closeShard bool) (acks []ack, pa
 	for i := range groupParts {
 		r.add(fmt.Sprint("t", i))
 	}
+	used := map[*Shard]bool{}
+	for ns := range r.parts {
+		used[r.owner(ns)] = true
+	}
+	if len(used) != journalShards {
+		t.Fatalf("the workload's partitions are on %d of the %d shards: the journal would not hold records of several", len(used), journalShards)
+	}
 	for k := range journalRounds {
 		r.round(k)
 	}
 	if closeShard {
-		if err := r.s.Close(); err != nil {
+		if err := r.close(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -309,14 +340,14 @@ func TestJournalSkipsRecordsOfDeletedIncarnations(t *testing.T) {
 	// data, confirm; then recreate "re", which reuses its ids.
 	for _, ns := range []metadata.Namespace{re, gone} {
 		var epoch uint64
-		if err := r.h.step(r.s, opTombstone(ns, &epoch)); err != nil {
+		if err := r.h.step(r.owner(ns), opTombstone(ns, &epoch)); err != nil {
 			t.Fatal(err)
 		}
 		r.h.apply(metadata.DeleteTopic{Stream: ns.Stream(), Topic: ns.Topic()})
 		if err := r.store.Remove(ns); err != nil {
 			t.Fatal(err)
 		}
-		if err := r.h.step(r.s, opRemoveOwned(ns)); err != nil {
+		if err := r.h.step(r.owner(ns), opRemoveOwned(ns)); err != nil {
 			t.Fatal(err)
 		}
 	}
