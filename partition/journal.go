@@ -94,8 +94,7 @@ import (
 const (
 	journalDir = "journal"
 	journalExt = ".journal"
-	// journalFileSize is the size past which the log starts a new file:
-	// replay reads at most about this much per file.
+	// journalFileSize is the default FileConfig.JournalFileSize.
 	journalFileSize = 64 << 20
 	// maxStash bounds the records a partition keeps for its next Commit.
 	maxStash = 16 << 20
@@ -171,7 +170,11 @@ type journalWrite struct {
 // journal returns the store's journal log, creating it on first use.
 func (s *FileStore) journal() *journalLog {
 	s.journalOnce.Do(func() {
-		s.jlog = &journalLog{store: s, serial: s.cfg.SerialSyncs, fileSize: journalFileSize, arrived: make(chan struct{}, 1)}
+		size := s.cfg.JournalFileSize
+		if size == 0 {
+			size = journalFileSize
+		}
+		s.jlog = &journalLog{store: s, serial: s.cfg.SerialSyncs, fileSize: size, arrived: make(chan struct{}, 1)}
 	})
 	return s.jlog
 }

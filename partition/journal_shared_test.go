@@ -278,17 +278,62 @@ func TestJournalSharedWriteFailureFailsEveryHandle(t *testing.T) {
 	r.check(mem.Crash(), "power loss after a failed shared write")
 }
 
+// A file is removed only when no handle needs it: after a shared write,
+// one handle's checkpoint keeps the file the other handle's records are
+// in (a power loss then still finds them); the other handle's next
+// commit, finding its records in a file that is no longer the current
+// one, checkpoints first, and then the file goes.
+func TestJournalPruneKeepsFilesOfEveryHandle(t *testing.T) {
+	mem := vfs.NewMem()
+	r := newSharedRun(t, mem)
+	r.round(0) // direct
+	r.round(1) // both handles' entries in file 1
+	r.s.journal().fileSize = 1
+	// A write of the first handle alone starts file 2.
+	for i, p := range r.ps[0] {
+		if _, err := p.Append([]Message{{Payload: fmt.Appendf(nil, "%d/%d", p.Namespace().Partition(), 2)}}); err != nil {
+			t.Fatal(err)
+		}
+		r.acks[p.Namespace()][2] = fmt.Sprintf("%d/%d", r.ps[0][i].Namespace().Partition(), 2)
+	}
+	for i, err := range r.js[0].Commit(r.ps[0]) {
+		if err != nil {
+			t.Fatalf("partition %d: %v", i, err)
+		}
+	}
+	if err := r.js[0].Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	exists := func(seq uint64) bool {
+		_, err := mem.Stat("/data/journal/" + journalFileName(seq))
+		return err == nil
+	}
+	if !exists(1) {
+		t.Fatal("journal file 1 removed while the second handle's records are only there")
+	}
+	r.check(mem.Crash(), "power loss after the first handle's checkpoint")
+	r.round(3) // the second handle checkpoints before its entries
+	for _, p := range r.ps[1] {
+		if fp := p.(*filePartition); fp.synced < 2 {
+			t.Fatalf("%v synced to %d: the commit did not checkpoint records of a file that is no longer current", fp.ns, fp.synced)
+		}
+	}
+	if exists(1) {
+		t.Fatal("journal file 1 kept after every handle synced its records")
+	}
+	r.check(mem.Crash(), "power loss at the end")
+}
+
 // The journal starts a new file once the current one is full and tells
 // every handle (Due). A handle that commits nothing more checkpoints on
 // that signal: its partitions sync their own files and the old file, no
 // longer needed by anyone, is removed; until then it is kept.
 func TestJournalNewFileCheckpointsIdleHandles(t *testing.T) {
 	mem := vfs.NewMem()
-	s, err := NewFileStore(FileConfig{Dir: "/data", FS: mem, SerialSyncs: true})
+	s, err := NewFileStore(FileConfig{Dir: "/data", FS: mem, SerialSyncs: true, JournalFileSize: 1}) // every write starts a new file
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.journal().fileSize = 1 // every write starts a new file
 	idle, busy := s.NewJournal(), s.NewJournal()
 	ip := journalPartitions(t, s, 1)
 	bp := []Partition{}
@@ -319,6 +364,9 @@ func TestJournalNewFileCheckpointsIdleHandles(t *testing.T) {
 	exists := func(seq uint64) bool {
 		_, err := mem.Stat("/data/journal/" + journalFileName(seq))
 		return err == nil
+	}
+	if err := busy.Checkpoint(); err != nil { // syncs its own, prunes
+		t.Fatal(err)
 	}
 	if !exists(1) {
 		t.Fatal("journal file 1, holding the idle handle's unsynced records, was removed")

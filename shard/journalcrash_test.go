@@ -44,15 +44,22 @@ type journalRun struct {
 	acks  []ack
 }
 
-// newJournalRun opens the store on fsys and a shard with a journal of it.
-// It returns nil if the disk failed before the store opened.
+// newJournalRun opens the store on fsys and the shards, each with a
+// handle on its journal. It returns nil if the disk failed before the
+// store opened.
 func newJournalRun(t *testing.T, fsys vfs.FS) *journalRun {
 	t.Helper()
 	store, err := journalStore(fsys)
 	if err != nil {
 		return nil
 	}
-	h := newHarness(t, journalShards, nil, func(c *Config) { c.Journal = store.NewJournal() })
+	return newJournalRunOn(t, store, false)
+}
+
+// newJournalRunOn is newJournalRun on store, with Manual shards if manual.
+func newJournalRunOn(t *testing.T, store *partition.FileStore, manual bool) *journalRun {
+	t.Helper()
+	h := newHarness(t, journalShards, nil, func(c *Config) { c.Journal, c.Manual = store.NewJournal(), manual })
 	return &journalRun{t: t, h: h, store: store, parts: map[metadata.Namespace]uint64{}}
 }
 
@@ -434,4 +441,56 @@ func TestLingerGroupYieldsOncePerGroup(t *testing.T) {
 		t.Fatal("a manual shard lingered")
 	}
 	m.shards[0].pending = nil
+}
+
+// When the store's journal starts a new file, a shard that commits nothing
+// more still syncs its partitions whose records are in the old one: its
+// pump takes the journal's signal (here a Manual shard's Step) and
+// checkpoints, so an idle shard does not keep old journal files alive.
+func TestJournalIdleShardCheckpointsOnNewFile(t *testing.T) {
+	mem := vfs.NewMem()
+	store, err := partition.NewFileStore(partition.FileConfig{Dir: "/data", FS: mem, SerialSyncs: true, JournalFileSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newJournalRunOn(t, store, true)
+	for i := range groupParts {
+		r.add(fmt.Sprint("t", i))
+	}
+	idle := r.h.shards[0] // it commits first in a round: its records are in the older file
+	for _, s := range r.h.shards {
+		for s.Step() { // drain the signals of files started so far
+		}
+	}
+	r.round(0) // direct
+	r.round(1) // journaled: each shard's write starts a new file
+	segOf := func(ns metadata.Namespace) string {
+		b, err := vfs.ReadFile(mem.Crash(), "/data/streams/"+strconv.FormatUint(uint64(ns.Stream()), 10)+"/topics/"+
+			strconv.FormatUint(uint64(ns.Topic()), 10)+"/partitions/"+strconv.FormatUint(uint64(ns.Partition()), 10)+"/00000000000000000000.log")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	var mine []metadata.Namespace
+	for _, ns := range r.nss {
+		if r.owner(ns) == idle {
+			mine = append(mine, ns)
+			if strings.Contains(segOf(ns), payloadOf(ns, r.parts[ns], 1)) {
+				t.Fatalf("%v: round 1 is in the partition's own file before any checkpoint: nothing to test", ns)
+			}
+		}
+	}
+	if len(mine) == 0 {
+		t.Fatal("the idle shard owns no partition")
+	}
+	if !idle.Step() {
+		t.Fatal("the idle shard had nothing to do after the journal started a new file")
+	}
+	for _, ns := range mine {
+		if !strings.Contains(segOf(ns), payloadOf(ns, r.parts[ns], 1)) {
+			t.Fatalf("%v: round 1 is not in the partition's own file after the shard's checkpoint", ns)
+		}
+	}
+	checkLogs(t, mem.Crash(), r.acks, r.parts, "power loss after the checkpoint")
 }
