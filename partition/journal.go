@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -109,6 +108,11 @@ const (
 	// checkpointFanout bounds the partition fsyncs a checkpoint runs at
 	// once.
 	checkpointFanout = 16
+	// journalZeroChunk is how far ahead of its frames a journal file is
+	// written with zeros (see journalLog.append), journalZeroWrite the
+	// size of each write of zeros.
+	journalZeroChunk = 1 << 20
+	journalZeroWrite = 256 << 10
 	// lingerShare is the share of the last fdatasync's duration a leader
 	// waits, at most, for other shards forming a group.
 	lingerShare = 4
@@ -142,11 +146,15 @@ type journalLog struct {
 	arrived chan struct{}
 	timer   *time.Timer // the lingering leader's
 
-	f     vfs.File // the current file, nil between files
-	seq   uint64   // its number
-	size  int64
-	fresh bool // its directory entry is not durable yet
-	buf   []byte
+	f    vfs.File // the current file, nil between files
+	seq  uint64   // its number
+	size int64    // of its frames
+	// zeroed is how far the file is written with zeros or frames (see
+	// append).
+	zeroed int64
+	fresh  bool // its directory entry is not durable yet
+	buf    []byte
+	zeros  []byte // journalZeroWrite zeros, for zeroFill
 	// lastSync is how long the last fdatasync took, in nanoseconds.
 	lastSync atomic.Int64
 }
@@ -736,12 +744,24 @@ func (l *journalLog) writeFrames(batch []*journalWrite) error {
 	return err
 }
 
-// append writes one sealed frame at the end of the current file and makes
-// it durable.
+// append writes one sealed frame at the end of the current file's data
+// and makes it durable.
+//
+// The file is written with zeros ahead of its data, journalZeroChunk at a
+// time, so a frame overwrites blocks that are allocated, written and
+// inside the file's size: its fdatasync then flushes the data alone,
+// where an append that grows the file also makes the filesystem commit
+// its metadata (the size, the new blocks' allocation), which costs about
+// as much again. The zeros are made durable by the same fdatasync as the
+// frame written over their start, and are the end of the file to the
+// decoder (decodeJournal), as after a crash.
 func (l *journalLog) append(frame []byte) error {
-	n, err := l.f.WriteAt(frame, l.size)
-	if err == nil && n != len(frame) {
-		err = io.ErrShortWrite
+	var err error
+	if end := l.size + int64(len(frame)); end > l.zeroed {
+		err = l.zeroFill(end)
+	}
+	if err == nil {
+		err = writeFull(l.f, frame, l.size)
 	}
 	if err == nil {
 		// The file only grows by appends: fdatasync covers its data and
@@ -759,6 +779,24 @@ func (l *journalLog) append(frame []byte) error {
 		l.size += int64(len(frame))
 	}
 	return err
+}
+
+// zeroFill writes zeros from the end of the zeroed part of the current
+// file past end, to the next multiple of journalZeroChunk.
+func (l *journalLog) zeroFill(end int64) error {
+	to := (end + journalZeroChunk - 1) / journalZeroChunk * journalZeroChunk
+	if l.zeros == nil {
+		l.zeros = make([]byte, journalZeroWrite)
+	}
+	for at := l.zeroed; at < to; {
+		n := min(int64(len(l.zeros)), to-at)
+		if err := writeFull(l.f, l.zeros[:n], at); err != nil {
+			return err
+		}
+		at += n
+		l.zeroed = at
+	}
+	return nil
 }
 
 // create starts a new journal file and tells every handle (Due).
@@ -782,7 +820,7 @@ func (l *journalLog) create() error {
 		}
 	}
 	l.mu.Unlock()
-	l.f, l.seq, l.size, l.fresh = f, seq, 0, true
+	l.f, l.seq, l.size, l.zeroed, l.fresh = f, seq, 0, 0, true
 	return nil
 }
 
