@@ -127,7 +127,8 @@ func (s *Shard) appended(o *owned, f Frame, r Response) {
 // to a partition pile up in the inbox while the previous group syncs, so
 // the group grows with the load and one fsync covers all of them; with a
 // journal (Config.Journal) the group's records of every partition go into
-// one journal write and one fsync, and without one the partitions of the
+// one journal write and one fsync, shared with the groups other shards of
+// the node commit at the same time, and without one the partitions of the
 // group are synced concurrently (syncEach), so producers to different
 // partitions of the shard share one group either way (syncGroup). Nothing
 // is answered before the group is durable. If a sync fails, every ack that depended on it is answered

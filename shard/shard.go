@@ -58,7 +58,10 @@ type Config struct {
 	// partitions durable with one journal write and fsync instead of an
 	// fsync per partition (partition.Journal; single node only: replicated
 	// partitions keep their raft logs, so it is refused with Replication).
-	// The shard owns it: Close closes it after the partitions.
+	// The shards of a node take handles on their store's one journal, so
+	// groups the shards commit at the same time share one write and one
+	// fsync. The shard owns its handle: Close closes it after the
+	// partitions.
 	Journal *partition.Journal
 	// Manual, when true, runs the shard without a goroutine, as a state
 	// machine driven by hand (etcd raft's RawNode style), for the
