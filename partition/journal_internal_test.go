@@ -107,6 +107,11 @@ func FuzzDecodeJournal(f *testing.F) {
 	f.Add(b)
 	f.Add(b[:ends[0]])
 	f.Add(b[:ends[0]+5])
+	// Frames of several partitions (two shards' entries share a frame)
+	// followed by the zeros a journal file is written with ahead of its
+	// frames, and a torn frame before those zeros.
+	f.Add(append(bytes.Clone(b), make([]byte, 256)...))
+	f.Add(append(bytes.Clone(b[:ends[1]-3]), make([]byte, 256)...))
 	f.Add([]byte{})
 	f.Add(make([]byte, 64))
 	bad := bytes.Clone(b)
