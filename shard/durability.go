@@ -298,7 +298,11 @@ func opSetDurability(ns metadata.Namespace, d Durability) control {
 			return nil
 		}
 		s.flushGroup()
-		if o.dirty {
+		// A partition leaving FsyncAlways is synced even if no ack waits:
+		// its acknowledged records may be in the journal only, and the
+		// Sync takes it out of the journal, which would otherwise keep a
+		// copy of its appends for commits that no longer come.
+		if o.dirty || (o.dur.always() && !d.always()) {
 			o.dirty = false
 			if err := o.p.Sync(); err != nil {
 				return err

@@ -494,3 +494,31 @@ func TestJournalIdleShardCheckpointsOnNewFile(t *testing.T) {
 	}
 	checkLogs(t, mem.Crash(), r.acks, r.parts, "power loss after the checkpoint")
 }
+
+// A partition whose topic leaves FsyncAlways leaves the journal: its
+// records acknowledged through the journal are synced into its own files
+// at once, so the journal keeps no copy of appends no commit will carry.
+func TestJournalLeavingFsyncAlwaysSyncs(t *testing.T) {
+	mem := vfs.NewMem()
+	r := newJournalRun(t, mem)
+	ns := r.add("t")
+	r.round(0) // direct
+	r.round(1) // journaled
+	seg := func() string {
+		b, err := vfs.ReadFile(mem.Crash(), "/data/streams/"+strconv.FormatUint(uint64(ns.Stream()), 10)+"/topics/"+
+			strconv.FormatUint(uint64(ns.Topic()), 10)+"/partitions/"+strconv.FormatUint(uint64(ns.Partition()), 10)+"/00000000000000000000.log")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if strings.Contains(seg(), payloadOf(ns, r.parts[ns], 1)) {
+		t.Fatal("round 1 is in the partition's own file before it left FsyncAlways: nothing to test")
+	}
+	if err := r.h.step(r.owner(ns), opSetDurability(ns, Durability{Fsync: metadata.FsyncNever})); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(seg(), payloadOf(ns, r.parts[ns], 1)) {
+		t.Fatal("round 1, acknowledged through the journal, is not in the partition's own file after it left FsyncAlways")
+	}
+}
