@@ -705,6 +705,9 @@ func (l *journalLog) write(batch []*journalWrite) {
 	}
 }
 
+// writeFrames is write without the failure handling: it starts a new file
+// if needed and writes the batch's chunks as frames of at most
+// maxJournalFrame bytes of entries, each made durable before the next.
 func (l *journalLog) writeFrames(batch []*journalWrite) error {
 	if l.f != nil && l.size >= l.fileSize {
 		err := l.f.Close()
