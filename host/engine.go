@@ -147,7 +147,8 @@ func New(cfg Config) (*Engine, error) {
 			rep = &rc
 		}
 		// A single node's shard commits its FsyncAlways groups through a
-		// journal of the store (one fsync per group, not per partition);
+		// handle on the store's journal (one fsync per group, not per
+		// partition, shared by the shards' groups that coincide);
 		// replicated partitions have their raft logs instead.
 		var journal *partition.Journal
 		if e.fstore != nil && e.cl == nil {

@@ -87,6 +87,11 @@ type FileConfig struct {
 	// needs (a manual host.Engine sets it, as its shards sync a commit
 	// group's partitions one after another).
 	SerialSyncs bool
+	// JournalFileSize is the size past which the store's journal (see
+	// Journal) starts a new file: a reopen's replay reads about this much
+	// per file left behind, and a file is removed once its records are in
+	// their partitions' files. 0 means 64 MiB.
+	JournalFileSize int64
 	// FS is the filesystem the store uses; nil means vfs.Default, the
 	// operating system. Tests substitute an in-memory or fault-injecting
 	// one.
@@ -109,6 +114,9 @@ func (c FileConfig) Validate() error {
 	if c.MaxOpenFiles != 0 && c.MaxOpenFiles < MinMaxOpenFiles {
 		errs = append(errs, fmt.Errorf("%w: MaxOpenFiles %d below %d (0 for the default)",
 			ErrInvalidConfig, c.MaxOpenFiles, MinMaxOpenFiles))
+	}
+	if c.JournalFileSize < 0 {
+		errs = append(errs, fmt.Errorf("%w: JournalFileSize %d < 0 (0 for the default)", ErrInvalidConfig, c.JournalFileSize))
 	}
 	return errors.Join(errs...)
 }
@@ -167,6 +175,10 @@ type FileStore struct {
 	journalSeq atomic.Uint64
 	// journalReady: the journal directory exists and its entry is durable.
 	journalReady atomic.Bool
+	// jlog is the store's journal, shared by its Journals (journal.go),
+	// created by the first NewJournal.
+	journalOnce sync.Once
+	jlog        *journalLog
 
 	mu   sync.Mutex
 	busy map[metadata.Namespace]struct{} // open, being built or being removed

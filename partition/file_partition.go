@@ -308,6 +308,9 @@ func (p *filePartition) stashRecords(b []byte) {
 		return
 	}
 	p.jpend = append(p.jpend, b...)
+	if j := p.journal; !j.forming.Load() {
+		j.forming.Store(true) // a lingering leader of another shard waits for it
+	}
 }
 
 // writeFull writes b at off, a short write being an error.

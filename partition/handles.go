@@ -34,10 +34,11 @@ import (
 //     see it, and an fsync through it would report success for lost data.
 //     Partitions whose topic never fsyncs keep their tail pinned from
 //     their first append to their Close, and partitions committed
-//     through a Journal until its next checkpoint (a journal checkpoints
+//     through a Journal until its next checkpoint (a handle checkpoints
 //     before more than an eighth of the budget of them are pinned).
 //
-// A Journal's open file is counted too: one descriptor per journal.
+// The journal's open file is counted too: one descriptor per store, shared
+// by its Journals.
 
 // MinMaxOpenFiles is the smallest FileConfig.MaxOpenFiles Validate
 // accepts: with fewer, a single partition operation (a roll: the sealed

@@ -4,29 +4,44 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/parkway-io/parkway/vfs"
 )
 
-// The journal: group commit across the partitions of a FileStore.
+// The journal: group commit across the partitions, and the shards, of a
+// FileStore.
 //
 // Making a commit group durable partition by partition costs one fsync per
 // dirty partition, and the filesystem folds concurrent fsyncs of different
-// files into fewer journal commits only so far. A Journal makes the
-// group's appends durable with one write and one fsync of one file: the
-// group's records of every partition, each entry carrying the namespace,
-// the incarnation (epoch) and the first offset, go into one frame of the
-// journal file. The partitions' own files are written as before (Append)
-// but synced lazily: at a checkpoint (when the journal file reaches
-// journalFileSize, or when it holds records of too many partitions whose
-// own files are not synced: each holds a pinned tail descriptor, see
-// handles.go), by any direct Sync, and at Close.
+// files into fewer journal commits only so far. The store's journal makes
+// a group's appends durable with one write and one fdatasync of one file:
+// the group's records of every partition, each entry carrying the
+// namespace, the incarnation (epoch) and the first offset, go into one
+// frame of the journal file. The partitions' own files are written as
+// before (Append) but synced lazily: at a checkpoint, by any direct Sync,
+// and at Close.
+//
+// One journal per store, shared by its shards. Each shard commits through
+// its own Journal (NewJournal): a handle that decides which of the shard's
+// partitions have records to journal and encodes their entries on the
+// shard's goroutine. The handles hand their entries to the store's one
+// journal log (journalLog), which writes whatever every handle has queued
+// as one frame and makes it durable with one fdatasync: a node whose
+// shards commit at the same time pays one fdatasync for all of them, not
+// one per shard. The first handle to arrive writes (the leader); handles
+// arriving while it writes queue and are written together by the next
+// leader, one of them, when the write in flight returns — so the group of
+// the next write grows while a write is in flight. Before writing, a
+// leader waits briefly for the other shards that are forming a group
+// (they have appended records to journaled partitions since their last
+// Commit), for at most a quarter of the last fdatasync's duration: a
+// group that just misses a write waits for a whole one.
 //
 // Where it lives. Journal files are the store's, in Dir/journal/, beside
 // Dir/streams/ and never under it: List, orphan removal, Build and Remove
@@ -41,10 +56,10 @@ import (
 // incarnations, the descriptor budget — sees plain partition directories,
 // as without a journal; records of a deleted incarnation (no directory,
 // or a directory of another epoch) are skipped, and the shard count may
-// change between runs. A journal file's descriptor is opened through the
-// store's budget and counts in FileConfig.MaxOpenFiles, one per Journal.
+// change between runs. The journal file's descriptor is opened through
+// the store's budget and counts in FileConfig.MaxOpenFiles: one per store.
 //
-// Which partitions it covers. A partition joins a journal at a Commit
+// Which partitions it covers. A partition joins a handle at a Commit
 // once everything it holds is durable in its own files and its layout is
 // (a new partition's first Commit, and a reopened partition's, fsync it
 // directly, concurrently with the group's journal write); from then on
@@ -55,77 +70,183 @@ import (
 // partition that stops committing (its topic left FsyncAlways) keeps no
 // growing copy.
 //
-// Failures. A failed write or fsync of the journal fails the group's
-// journaled partitions (the caller fences them, as after a failed fsync)
-// and abandons the file: the next group goes to a new one. Files are
-// removed only once every partition with records in them has synced its
-// own files; a partition closed without that (its fsync failed) keeps
-// them until the next open, whose replay restores from them what it can.
+// Checkpoints. A handle checkpoints — syncs the own files of its
+// partitions with records in the journal, on its shard's goroutine, the
+// only one that may touch them — when it holds too many such partitions
+// (each pins its tail's descriptor, see handles.go), and when a file
+// holding their records is no longer the current one. The log starts a
+// new file when the current one reaches journalFileSize (replay reads
+// about that much per file) or after a failed write, and then tells every
+// handle (Due): a shard that has stopped committing checkpoints on that
+// signal, so an idle shard does not keep old files alive. A file is
+// removed once no handle has a partition that needs it.
+//
+// Failures. A failed write or fdatasync of the journal fails every
+// journaled partition of the write, whichever shard's (the callers fence
+// them, as after a failed fsync), and abandons the file: the next write
+// goes to a new one. Files are removed only once every partition with
+// records in them has synced its own files; a partition closed without
+// that (its fsync failed) keeps them until the next open, whose replay
+// restores from them what it can, and a rebuild of its incarnation in the
+// same process applies them again (reapplyLost).
 
 const (
 	journalDir = "journal"
 	journalExt = ".journal"
-	// journalFileSize is the size past which a journal file is
-	// checkpointed: replay reads at most about this much per journal.
+	// journalFileSize is the default FileConfig.JournalFileSize.
 	journalFileSize = 64 << 20
 	// maxStash bounds the records a partition keeps for its next Commit.
 	maxStash = 16 << 20
-	// maxJournalParts caps the partitions with records in a journal whose
-	// own files are unsynced. Each pins its tail's descriptor, so a
-	// journal allows at most an eighth of the store's descriptor budget
-	// of them (several shards share the budget); and each costs one fsync
-	// at the checkpoint, so the more a journal allows, the more appends a
-	// partition's lazy fsync covers when produces are spread over many
-	// partitions.
+	// maxJournalParts caps the partitions of one handle with records in
+	// the journal whose own files are unsynced. Each pins its tail's
+	// descriptor, so a handle allows at most an eighth of the store's
+	// descriptor budget of them (several shards share the budget); and
+	// each costs one fsync at the checkpoint, so the more a handle
+	// allows, the more appends a partition's lazy fsync covers when
+	// produces are spread over many partitions.
 	maxJournalParts = 4096
 	// checkpointFanout bounds the partition fsyncs a checkpoint runs at
 	// once.
 	checkpointFanout = 16
+	// journalZeroChunk is how far ahead of its frames a journal file is
+	// written with zeros (see journalLog.append), journalZeroWrite the
+	// size of each write of zeros.
+	journalZeroChunk = 1 << 20
+	journalZeroWrite = 256 << 10
+	// lingerShare is the share of the last fdatasync's duration a leader
+	// waits, at most, for other shards forming a group.
+	lingerShare = 4
 )
 
-// Journal makes the appends of several partitions of one FileStore
-// durable together, with one write and one fsync of a journal file (see
-// NewJournal). It is used from one goroutine, the owner of the
-// partitions it commits (a shard's pump): Commit and Close are not safe
-// for concurrent use.
+// journalLog is a store's journal: one sequence of files, written by the
+// store's Journals (see the top of this file). Its queue and file list
+// are under mu; the open file and the write buffer belong to the leader,
+// the one handle with writing set, and to the last Close.
+type journalLog struct {
+	store    *FileStore
+	serial   bool
+	fileSize int64
+
+	mu      sync.Mutex
+	queue   []*journalWrite
+	spare   []*journalWrite
+	writing bool
+	// handles are the open Journals.
+	handles []*Journal
+	// files are the journal's files on disk, ascending; pinLo..pinHi are
+	// kept until the next open: a partition was closed with records in
+	// them that its own files may lack.
+	files        []uint64
+	pinLo, pinHi uint64
+	// cur is the current file's number (the last one created).
+	cur atomic.Uint64
+	// gen counts writes; arrived is signalled when a handle queues while
+	// a write is in flight or a leader lingers (see linger).
+	gen     uint64
+	arrived chan struct{}
+	timer   *time.Timer // the lingering leader's
+
+	f    vfs.File // the current file, nil between files
+	seq  uint64   // its number
+	size int64    // of its frames
+	// zeroed is how far the file is written with zeros or frames (see
+	// append).
+	zeroed int64
+	fresh  bool // its directory entry is not durable yet
+	buf    []byte
+	zeros  []byte // journalZeroWrite zeros, for zeroFill
+	// lastSync is how long the last fdatasync took, in nanoseconds.
+	lastSync atomic.Int64
+}
+
+// journalWrite is one handle's part of a write: its entries, in chunks
+// of at most maxJournalFrame bytes, and the outcome.
+type journalWrite struct {
+	h      *Journal
+	chunks [][]byte
+	// fps are the partitions the entries are of: a successful write
+	// registers them with h (parts) before any other write can start a
+	// new file, so no prune misses them.
+	fps []*filePartition
+	seq uint64 // the file the entries went to
+	err error
+	// wake tells a queued handle that a leader wrote its entries (false)
+	// or that it leads the next write (true).
+	wake chan bool
+}
+
+// journal returns the store's journal log, creating it on first use.
+func (s *FileStore) journal() *journalLog {
+	s.journalOnce.Do(func() {
+		size := s.cfg.JournalFileSize
+		if size == 0 {
+			size = journalFileSize
+		}
+		s.jlog = &journalLog{store: s, serial: s.cfg.SerialSyncs, fileSize: size, arrived: make(chan struct{}, 1)}
+	})
+	return s.jlog
+}
+
+// Journal is one shard's handle on its store's journal: it makes the
+// appends of that shard's partitions durable together — with the other
+// shards' of the store that commit at the same time — by one write and
+// one fdatasync of the journal file (see NewJournal). It is used from one
+// goroutine, the owner of the partitions it commits (a shard's pump):
+// Commit, Checkpoint and Close are not safe for concurrent use; Due is.
 type Journal struct {
 	store    *FileStore
+	log      *journalLog
 	maxParts int
 	serial   bool
 
-	f     vfs.File // the current file, nil between files
-	seq   uint64   // the current file's sequence number
-	size  int64
-	fresh bool // the current file's directory entry is not durable yet
-	buf   []byte
+	w    journalWrite
+	ebuf []byte
 	// scratch of Commit
 	own     []*filePartition
 	entries []int
 	direct  []int
 
 	closed bool
+	// forming: a partition of this handle appended records for the
+	// journal since the handle's last Commit (read by a lingering leader).
+	forming atomic.Bool
+	// due signals a new journal file (capacity 1): Checkpoint.
+	due chan struct{}
+
+	// queued (the handle's write waits in the log's queue) and lastGen
+	// (the last write that carried its entries) are the log's, under its
+	// mu: a lingering leader waits for the handles of the last write.
+	queued  bool
+	lastGen uint64
 
 	mu sync.Mutex
-	// files are the journal's files on disk, ascending.
-	files []uint64
 	// parts are the partitions with records in the journal that their
-	// own files may lack; a partition's jseq is the oldest such file.
-	parts map[*filePartition]struct{}
-	// pinLo..pinHi are files kept until the next open: a partition was
-	// closed with records in them that its own files may lack.
-	pinLo, pinHi uint64
+	// own files may lack; a partition's jseq is the oldest such file, and
+	// oldest is at most the least of them (0: none).
+	parts  map[*filePartition]struct{}
+	oldest uint64
 }
 
-// NewJournal returns a journal for partitions of s. It creates no file
-// until the first Commit that journals records. The owner closes it after
-// closing the partitions it committed.
+// NewJournal returns a handle on the store's journal, for the partitions
+// of one owner (a shard). The store's handles share one journal file and
+// one fdatasync per group. It creates no file until the first Commit that
+// journals records. The owner closes it after closing the partitions it
+// committed.
 func (s *FileStore) NewJournal() *Journal {
-	return &Journal{
+	l := s.journal()
+	j := &Journal{
 		store:    s,
+		log:      l,
 		maxParts: max(1, min(maxJournalParts, s.cfg.MaxOpenFiles/8)),
 		serial:   s.cfg.SerialSyncs,
+		due:      make(chan struct{}, 1),
 		parts:    make(map[*filePartition]struct{}),
 	}
+	j.w = journalWrite{h: j, wake: make(chan bool, 1)}
+	l.mu.Lock()
+	l.handles = append(l.handles, j)
+	l.mu.Unlock()
+	return j
 }
 
 // ErrJournalClosed reports a Commit on a closed Journal.
@@ -133,15 +254,16 @@ var ErrJournalClosed = errors.New("parkway: journal closed")
 
 // Commit makes everything appended to parts durable, as Sync of each
 // would, and returns the errors by index. Partitions of this store that
-// are in the journal have their new records written to the journal file
-// in one frame, made durable by one fsync; the others (a first Commit, a
-// partition of another store, one that left the journal) are synced
-// directly, concurrently with the journal's write. A partition whose
-// entry a failed journal write or fsync carried gets that error: its
-// records are in its log but were never acknowledged as durable, and its
-// owner must treat it as after a failed Sync (close it and build it
-// again). Partitions may be wrapped: a wrapper that implements
-// Unwrap() Partition is looked through.
+// are in the journal have their new records written to the journal file,
+// in one frame with the other handles' that commit meanwhile, made
+// durable by one fdatasync; the others (a first Commit, a partition of
+// another store, one that left the journal) are synced directly,
+// concurrently with the journal's write. A partition whose entry a failed
+// journal write or fdatasync carried gets that error: its records are in
+// its log but were never acknowledged as durable, and its owner must
+// treat it as after a failed Sync (close it and build it again).
+// Partitions may be wrapped: a wrapper that implements Unwrap() Partition
+// is looked through.
 func (j *Journal) Commit(parts []Partition) []error {
 	errs := make([]error, len(parts))
 	if j.closed {
@@ -150,12 +272,31 @@ func (j *Journal) Commit(parts []Partition) []error {
 		}
 		return errs
 	}
+	j.prepare(parts, errs)
+	jobs := len(j.direct)
+	if len(j.w.fps) > 0 {
+		jobs++
+	}
+	fanOut(jobs, checkpointFanout, j.serial, func(k int) {
+		if k == len(j.direct) {
+			j.log.commit(&j.w)
+			return
+		}
+		i := j.direct[k]
+		errs[i] = parts[i].Sync()
+	})
+	j.finish(errs)
+	return errs
+}
+
+// prepare is the first part of Commit: it sorts parts into those to sync
+// directly (j.direct) and those with records to journal (j.entries),
+// checkpoints first if due, and encodes the entries into j.w. Errors
+// known already go into errs.
+func (j *Journal) prepare(parts []Partition, errs []error) {
+	j.forming.Store(false)
 	own := slices.Grow(j.own[:0], len(parts))[:len(parts)]
 	entries, direct := j.entries[:0], j.direct[:0]
-	defer func() {
-		clear(own)
-		j.own, j.entries, j.direct = own[:0], entries[:0], direct[:0]
-	}()
 	for i, p := range parts {
 		fp := j.unwrap(p)
 		own[i] = fp
@@ -176,8 +317,8 @@ func (j *Journal) Commit(parts []Partition) []error {
 			direct = append(direct, i)
 		}
 	}
-	if len(entries) > 0 && j.due() {
-		j.checkpoint()
+	if len(entries) > 0 && j.checkpointDue() {
+		_ = j.checkpoint() // a partition it broke fails below
 		// The checkpoint synced the partitions' files: what it covered
 		// needs no journal entry, and a partition it broke fails.
 		kept := entries[:0]
@@ -192,61 +333,100 @@ func (j *Journal) Commit(parts []Partition) []error {
 		entries = kept
 	}
 
-	buf := j.buf[:0]
-	if len(entries) > 0 {
-		var start int
-		buf, start = beginJournalFrame(buf)
-		for _, i := range entries {
-			fp := own[i]
-			if len(buf)-start+journalEntryHeader+len(fp.jpend) > maxJournalFrame {
-				sealJournalFrame(buf, start)
-				buf, start = beginJournalFrame(buf)
-			}
-			buf = appendJournalEntry(buf, fp.ns, fp.epoch, fp.jnext, int(fp.next-fp.jnext), fp.jpend)
+	buf, chunks, fps := j.ebuf[:0], j.w.chunks[:0], j.w.fps[:0]
+	start := 0
+	for _, i := range entries {
+		fp := own[i]
+		if len(buf) > start && len(buf)-start+journalEntryHeader+len(fp.jpend) > maxJournalFrame {
+			chunks = append(chunks, buf[start:])
+			start = len(buf)
 		}
-		sealJournalFrame(buf, start)
+		buf = appendJournalEntry(buf, fp.ns, fp.epoch, fp.jnext, int(fp.next-fp.jnext), fp.jpend)
+		fps = append(fps, fp)
 	}
-	var jerr error
-	jobs := len(direct)
-	if len(entries) > 0 {
-		jobs++
+	if len(buf) > start {
+		chunks = append(chunks, buf[start:])
 	}
-	run := func(k int) {
-		if k == len(direct) {
-			jerr = j.write(buf)
-			return
-		}
-		i := direct[k]
-		errs[i] = parts[i].Sync()
-	}
-	fanOut(jobs, checkpointFanout, j.serial, run)
-	if cap(buf) <= maxRetainedBuffer {
-		j.buf = buf[:0]
-	} else {
-		j.buf = nil
-	}
+	// Chunks were cut while buf grew: point them at its final array.
+	j.w.chunks, j.w.fps, j.w.err = rebaseChunks(chunks, buf), fps, nil
+	j.ebuf = buf
+	j.own, j.entries, j.direct = own, entries, direct
+}
 
-	for _, i := range direct {
-		if fp := own[i]; fp != nil && errs[i] == nil && fp.journal == nil {
+// finish is the last part of Commit, once the direct syncs (their errors
+// in errs) and the journal write (j.w) are done: partitions synced
+// directly join the journal, journaled ones have their stash emptied, or
+// get the write's error.
+func (j *Journal) finish(errs []error) {
+	for _, i := range j.direct {
+		if fp := j.own[i]; fp != nil && errs[i] == nil && fp.journal == nil {
 			j.join(fp)
 		}
 	}
-	for _, i := range entries {
-		fp := own[i]
-		if jerr != nil {
-			errs[i] = jerr
+	for _, i := range j.entries {
+		fp := j.own[i]
+		if err := j.w.err; err != nil {
+			errs[i] = err
 			continue
 		}
-		fp.jnext = fp.next
+		fp.jnext = fp.next // the write registered it (register)
 		fp.jpend = fp.jpend[:0]
+	}
+	clear(j.w.chunks)
+	clear(j.w.fps)
+	clear(j.own)
+	j.w.chunks, j.w.fps = j.w.chunks[:0], j.w.fps[:0]
+	j.own, j.entries, j.direct = j.own[:0], j.entries[:0], j.direct[:0]
+	if cap(j.ebuf) <= maxRetainedBuffer {
+		j.ebuf = j.ebuf[:0]
+	} else {
+		j.ebuf = nil
+	}
+}
+
+// register records that file seq holds records of fps. The leader of
+// the write calls it, before another write can start a new file.
+func (j *Journal) register(fps []*filePartition, seq uint64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, fp := range fps {
 		if fp.jseq == 0 {
-			j.mu.Lock()
-			fp.jseq = j.seq
+			fp.jseq = seq
 			j.parts[fp] = struct{}{}
-			j.mu.Unlock()
 		}
 	}
-	return errs
+	if len(fps) > 0 && (j.oldest == 0 || seq < j.oldest) {
+		j.oldest = seq
+	}
+}
+
+// rebaseChunks points chunks, cut from earlier versions of buf while it
+// grew, at the same byte ranges of buf's final array.
+func rebaseChunks(chunks [][]byte, buf []byte) [][]byte {
+	at := 0
+	for k, c := range chunks {
+		chunks[k] = buf[at : at+len(c)]
+		at += len(c)
+	}
+	return chunks
+}
+
+// Due is signalled when the journal starts a new file: the owner then
+// calls Checkpoint, so partitions whose records are in an older file sync
+// their own files even when the owner commits nothing more, and the old
+// file can be removed.
+func (j *Journal) Due() <-chan struct{} { return j.due }
+
+// Checkpoint syncs the own files of the handle's partitions whose journal
+// records are in a file that is no longer the current one, and removes
+// the journal files no partition needs any more. A partition whose fsync
+// fails is broken (its next operation reports it) and keeps its records
+// in the journal; the error names it.
+func (j *Journal) Checkpoint() error {
+	if j.closed || !j.old() {
+		return nil
+	}
+	return j.checkpoint()
 }
 
 // unwrap finds the *filePartition of this journal's store behind p.
@@ -277,75 +457,30 @@ func (j *Journal) join(fp *filePartition) {
 	fp.jnext, fp.jpend = fp.next, fp.jpend[:0]
 }
 
-// due reports whether the current file should be checkpointed before
-// the next frame.
-func (j *Journal) due() bool {
-	if j.f == nil {
-		return false
-	}
+// checkpointDue reports whether the handle should checkpoint before its next
+// entries: it holds too many partitions with unsynced files, or some of
+// them have records in a file that is no longer the current one.
+func (j *Journal) checkpointDue() bool {
 	j.mu.Lock()
 	n := len(j.parts)
 	j.mu.Unlock()
-	return j.size >= journalFileSize || n >= j.maxParts
+	return n >= j.maxParts || j.old()
 }
 
-// write appends frame to the current file (creating one if needed) and
-// makes it durable. On failure the file is abandoned: it stays on disk
-// (it may hold acknowledged frames) and the next write starts a new one.
-func (j *Journal) write(frame []byte) error {
-	if j.f == nil {
-		if err := j.create(); err != nil {
-			return fmt.Errorf("parkway: journal: %w", err)
-		}
-	}
-	n, err := j.f.WriteAt(frame, j.size)
-	if err == nil && n != len(frame) {
-		err = io.ErrShortWrite
-	}
-	if err == nil {
-		// The file only grows by appends: fdatasync covers its data and
-		// its size, without a journal commit for its timestamps.
-		err = vfs.Datasync(j.f)
-	}
-	if err == nil && j.fresh {
-		if err = j.store.fs.SyncDir(j.store.journalPath()); err == nil {
-			j.fresh = false
-		}
-	}
-	if err != nil {
-		_ = j.f.Close()
-		j.f = nil
-		return fmt.Errorf("parkway: journal %s: %w", journalFileName(j.seq), err)
-	}
-	j.size += int64(len(frame))
-	return nil
-}
-
-// create starts a new journal file.
-func (j *Journal) create() error {
-	if err := j.store.ensureJournalDir(); err != nil {
-		return err
-	}
-	seq := j.store.journalSeq.Add(1)
-	f, err := j.store.fs.OpenFile(j.store.journalFile(seq), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
+// old reports whether a partition of the handle may have records in a
+// journal file older than the current one (oldest may be stale low after
+// a release: then a checkpoint comes early, and recomputes it).
+func (j *Journal) old() bool {
+	cur := j.log.cur.Load()
 	j.mu.Lock()
-	j.files = append(j.files, seq)
-	j.mu.Unlock()
-	j.f, j.seq, j.size, j.fresh = f, seq, 0, true
-	return nil
+	defer j.mu.Unlock()
+	return j.oldest != 0 && j.oldest < cur
 }
 
-// checkpoint closes the current file, syncs the files of every partition
-// with records in the journal, and removes the journal files no partition
-// needs any more. Frames after it go to a new file.
-func (j *Journal) checkpoint() {
-	if j.f != nil {
-		_ = j.f.Close()
-		j.f = nil
-	}
+// checkpoint syncs the files of every partition of the handle with
+// records in the journal, and removes the journal files no partition
+// needs any more.
+func (j *Journal) checkpoint() error {
 	j.mu.Lock()
 	members := make([]*filePartition, 0, len(j.parts))
 	for fp := range j.parts {
@@ -363,14 +498,22 @@ func (j *Journal) checkpoint() {
 	j.mu.Lock()
 	for k, fp := range members {
 		if errs[k] != nil {
+			errs[k] = fmt.Errorf("partition %v: %w", fp.ns, errs[k])
 			continue // broken: its owner closes it; its records stay
 		}
 		fp.jnext, fp.jpend = fp.next, fp.jpend[:0]
 		fp.jseq = 0
 		delete(j.parts, fp)
 	}
+	j.oldest = 0
+	for fp := range j.parts {
+		if j.oldest == 0 || fp.jseq < j.oldest {
+			j.oldest = fp.jseq
+		}
+	}
 	j.mu.Unlock()
-	j.prune()
+	j.log.prune()
+	return errors.Join(errs...)
 }
 
 // release records that fp's own files hold everything it journaled.
@@ -386,75 +529,343 @@ func (j *Journal) release(fp *filePartition) {
 // next Build of its incarnation applies them again (reapplyLost).
 func (j *Journal) lost(fp *filePartition) {
 	j.mu.Lock()
-	defer j.mu.Unlock()
-	if fp.jseq == 0 {
-		return
-	}
-	hi := j.seq
-	if len(j.files) > 0 {
-		hi = max(hi, j.files[len(j.files)-1])
-	}
-	if j.pinHi == 0 {
-		j.pinLo, j.pinHi = fp.jseq, hi
-	} else {
-		j.pinLo, j.pinHi = min(j.pinLo, fp.jseq), max(j.pinHi, hi)
-	}
-	j.store.markLost(fp.ns, fp.epoch, fp.jseq, hi)
+	lo := fp.jseq
 	fp.jseq = 0
 	delete(j.parts, fp)
-}
-
-// prune removes the journal files that hold no record a partition's own
-// files may lack. A removal need not be durable: a file that comes back
-// after a crash is replayed again, and replay skips what partitions hold.
-func (j *Journal) prune() {
-	j.mu.Lock()
-	need := uint64(0) // the oldest file still needed, 0 for none
-	for fp := range j.parts {
-		if need == 0 || fp.jseq < need {
-			need = fp.jseq
-		}
-	}
-	var drop []uint64
-	kept := j.files[:0]
-	for _, seq := range j.files {
-		switch {
-		case j.f != nil && seq == j.seq,
-			need != 0 && seq >= need,
-			j.pinHi != 0 && seq >= j.pinLo && seq <= j.pinHi:
-			kept = append(kept, seq)
-		default:
-			drop = append(drop, seq)
-		}
-	}
-	j.files = kept
 	j.mu.Unlock()
-	for _, seq := range drop {
-		if err := j.store.fs.Remove(j.store.journalFile(seq)); err != nil && !isNotExist(err) {
-			j.mu.Lock()
-			j.files = append(j.files, seq) // retried by the next prune
-			slices.Sort(j.files)
-			j.mu.Unlock()
-		}
+	if lo == 0 {
+		return
 	}
+	l := j.log
+	l.mu.Lock()
+	hi := max(l.cur.Load(), lo)
+	if len(l.files) > 0 {
+		hi = max(hi, l.files[len(l.files)-1])
+	}
+	if l.pinHi == 0 {
+		l.pinLo, l.pinHi = lo, hi
+	} else {
+		l.pinLo, l.pinHi = min(l.pinLo, lo), max(l.pinHi, hi)
+	}
+	l.mu.Unlock()
+	j.store.markLost(fp.ns, fp.epoch, lo, hi)
 }
 
-// Close closes the journal's file and removes its files if every
-// partition it journaled has synced its own (its owner closes them
-// first: Close of a partition syncs it). Files that may hold records a
-// partition lacks are kept for the next open's replay.
+// Close takes the handle off the journal and removes the journal files no
+// partition needs (its owner closes its partitions first: Close of a
+// partition syncs it); the last handle's Close closes the journal file.
+// Files that may hold records a partition lacks are kept for the next
+// open's replay.
 func (j *Journal) Close() error {
 	if j.closed {
 		return ErrJournalClosed
 	}
 	j.closed = true
+	l := j.log
 	var err error
-	if j.f != nil {
-		err = j.f.Close()
-		j.f = nil
+	l.mu.Lock()
+	if k := slices.Index(l.handles, j); k >= 0 {
+		l.handles = slices.Delete(l.handles, k, k+1)
 	}
-	j.prune()
+	if len(l.handles) == 0 && !l.writing && l.f != nil {
+		err = l.f.Close()
+		l.f = nil
+	}
+	l.mu.Unlock()
+	l.prune()
 	return err
+}
+
+// commit writes w's entries, with those of every handle queued meanwhile,
+// and makes them durable; w.seq and w.err hold the outcome. The first
+// handle in leads: it writes the queue; handles that arrive meanwhile
+// wait, and when the write returns the first of them leads the next.
+func (l *journalLog) commit(w *journalWrite) {
+	l.mu.Lock()
+	l.queue = append(l.queue, w)
+	w.h.queued = true
+	if l.writing {
+		select {
+		case l.arrived <- struct{}{}:
+		default:
+		}
+		l.mu.Unlock()
+		if lead := <-w.wake; !lead {
+			return // written by another leader
+		}
+	} else {
+		l.writing = true
+		l.mu.Unlock()
+	}
+	l.linger(w.h)
+	l.mu.Lock()
+	batch := l.queue
+	l.queue = l.spare[:0]
+	l.spare = nil
+	l.gen++
+	for _, o := range batch {
+		o.h.queued, o.h.lastGen = false, l.gen
+	}
+	l.mu.Unlock()
+
+	l.write(batch)
+
+	for _, o := range batch {
+		if o != w {
+			o.wake <- false
+		}
+	}
+	clear(batch)
+	l.mu.Lock()
+	l.spare = batch[:0]
+	if len(l.queue) > 0 {
+		l.queue[0].wake <- true // writing stays set: it leads now
+	} else {
+		l.writing = false
+	}
+	l.mu.Unlock()
+}
+
+// linger holds a leader's write back while another handle is about to
+// queue entries — it was in the last write (its shard's producers were
+// just answered and are producing again) or it has appended journal
+// records since its last Commit — for at most a share of the last
+// fdatasync's duration: the shards' groups then share one write and one
+// fdatasync instead of alternating, each write carrying one shard's group.
+// A serial store (SerialSyncs) does not linger: its run must not depend on
+// timing.
+func (l *journalLog) linger(self *Journal) {
+	budget := time.Duration(l.lastSync.Load() / lingerShare)
+	if l.serial || budget <= 0 {
+		return
+	}
+	select {
+	case <-l.arrived: // stale: from before this write
+	default:
+	}
+	armed := false
+	for l.awaited(self) {
+		if !armed {
+			if l.timer == nil {
+				l.timer = time.NewTimer(budget)
+			} else {
+				l.timer.Reset(budget)
+			}
+			armed = true
+		}
+		select {
+		case <-l.arrived:
+		case <-l.timer.C:
+			return
+		}
+	}
+	if armed {
+		l.timer.Stop()
+	}
+}
+
+// awaited reports whether a handle other than self is about to queue
+// entries (see linger).
+func (l *journalLog) awaited(self *Journal) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, h := range l.handles {
+		if h != self && !h.queued && (h.lastGen == l.gen && l.gen > 0 || h.forming.Load()) {
+			return true
+		}
+	}
+	return false
+}
+
+// write appends the entries of batch to the current file (starting a new
+// one if it is full or there is none) as one frame, and makes them
+// durable with one fdatasync. Entries that do not fit one frame
+// (maxJournalFrame) go into several, each written and synced before the
+// next, so a crash never leaves a torn frame before a whole one. On
+// failure the file is abandoned: it stays on disk (it may hold
+// acknowledged frames) and the next write starts a new one.
+func (l *journalLog) write(batch []*journalWrite) {
+	err := l.writeFrames(batch)
+	seq := l.seq
+	if err != nil {
+		if l.f != nil {
+			_ = l.f.Close()
+			l.f = nil
+		}
+		err = fmt.Errorf("parkway: journal %s: %w", journalFileName(seq), err)
+	}
+	if cap(l.buf) > maxRetainedBuffer {
+		l.buf = nil
+	}
+	for _, w := range batch {
+		w.seq, w.err = seq, err
+		if err == nil {
+			w.h.register(w.fps, seq)
+		}
+	}
+}
+
+// writeFrames is write without the failure handling: it starts a new file
+// if needed and writes the batch's chunks as frames of at most
+// maxJournalFrame bytes of entries, each made durable before the next.
+func (l *journalLog) writeFrames(batch []*journalWrite) error {
+	if l.f != nil && l.size >= l.fileSize {
+		err := l.f.Close()
+		l.f = nil
+		if err != nil {
+			return err
+		}
+	}
+	if l.f == nil {
+		if err := l.create(); err != nil {
+			return err
+		}
+	}
+	buf, start := beginJournalFrame(l.buf[:0])
+	flush := func() error {
+		sealJournalFrame(buf, start)
+		err := l.append(buf)
+		buf, start = beginJournalFrame(buf[:0])
+		return err
+	}
+	for _, w := range batch {
+		for _, c := range w.chunks {
+			if len(buf) > start+journalFrameHeader && len(buf)-start-journalFrameHeader+len(c) > maxJournalFrame {
+				if err := flush(); err != nil {
+					l.buf = buf
+					return err
+				}
+			}
+			buf = append(buf, c...)
+		}
+	}
+	var err error
+	if len(buf) > start+journalFrameHeader {
+		err = flush()
+	}
+	l.buf = buf[:0]
+	return err
+}
+
+// append writes one sealed frame at the end of the current file's data
+// and makes it durable.
+//
+// The file is written with zeros ahead of its data, journalZeroChunk at a
+// time, so a frame overwrites blocks that are allocated, written and
+// inside the file's size: its fdatasync then flushes the data alone,
+// where an append that grows the file also makes the filesystem commit
+// its metadata (the size, the new blocks' allocation), which costs about
+// as much again. The zeros are made durable by the same fdatasync as the
+// frame written over their start, and are the end of the file to the
+// decoder (decodeJournal), as after a crash.
+func (l *journalLog) append(frame []byte) error {
+	var err error
+	if end := l.size + int64(len(frame)); end > l.zeroed {
+		err = l.zeroFill(end)
+	}
+	if err == nil {
+		err = writeFull(l.f, frame, l.size)
+	}
+	if err == nil {
+		// The file only grows by appends: fdatasync covers its data and
+		// its size, without a journal commit for its timestamps.
+		t := time.Now()
+		err = vfs.Datasync(l.f)
+		l.lastSync.Store(int64(time.Since(t)))
+	}
+	if err == nil && l.fresh {
+		if err = l.store.fs.SyncDir(l.store.journalPath()); err == nil {
+			l.fresh = false
+		}
+	}
+	if err == nil {
+		l.size += int64(len(frame))
+	}
+	return err
+}
+
+// zeroFill writes zeros from the end of the zeroed part of the current
+// file past end, to the next multiple of journalZeroChunk.
+func (l *journalLog) zeroFill(end int64) error {
+	to := (end + journalZeroChunk - 1) / journalZeroChunk * journalZeroChunk
+	if l.zeros == nil {
+		l.zeros = make([]byte, journalZeroWrite)
+	}
+	for at := l.zeroed; at < to; {
+		n := min(int64(len(l.zeros)), to-at)
+		if err := writeFull(l.f, l.zeros[:n], at); err != nil {
+			return err
+		}
+		at += n
+		l.zeroed = at
+	}
+	return nil
+}
+
+// create starts a new journal file and tells every handle (Due).
+func (l *journalLog) create() error {
+	if err := l.store.ensureJournalDir(); err != nil {
+		return err
+	}
+	seq := l.store.journalSeq.Add(1)
+	f, err := l.store.fs.OpenFile(l.store.journalFile(seq), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.files = append(l.files, seq)
+	l.cur.Store(seq)
+	hs := l.handles
+	for _, h := range hs {
+		select {
+		case h.due <- struct{}{}:
+		default:
+		}
+	}
+	l.mu.Unlock()
+	l.f, l.seq, l.size, l.zeroed, l.fresh = f, seq, 0, 0, true
+	return nil
+}
+
+// prune removes the journal files that hold no record a partition's own
+// files may lack. A removal need not be durable: a file that comes back
+// after a crash is replayed again, and replay skips what partitions hold.
+func (l *journalLog) prune() {
+	l.mu.Lock()
+	need := uint64(0) // the oldest file still needed, 0 for none
+	for _, h := range l.handles {
+		h.mu.Lock()
+		for fp := range h.parts {
+			if need == 0 || fp.jseq < need {
+				need = fp.jseq
+			}
+		}
+		h.mu.Unlock()
+	}
+	cur := l.cur.Load()
+	open := l.writing || len(l.handles) > 0
+	var drop []uint64
+	kept := l.files[:0]
+	for _, seq := range l.files {
+		switch {
+		case open && seq == cur,
+			need != 0 && seq >= need,
+			l.pinHi != 0 && seq >= l.pinLo && seq <= l.pinHi:
+			kept = append(kept, seq)
+		default:
+			drop = append(drop, seq)
+		}
+	}
+	l.files = kept
+	l.mu.Unlock()
+	for _, seq := range drop {
+		if err := l.store.fs.Remove(l.store.journalFile(seq)); err != nil && !isNotExist(err) {
+			l.mu.Lock()
+			l.files = append(l.files, seq) // retried by the next prune
+			slices.Sort(l.files)
+			l.mu.Unlock()
+		}
+	}
 }
 
 // fanOut runs fn(0), …, fn(n-1): one after another with serial, else on

@@ -23,9 +23,11 @@
 //	                                           /offsets/groups/
 //
 // A FileStore also offers group commit across partitions (Journal): a
-// shard hands the partitions of a commit group to its journal, which
-// writes their new records to one journal file with one write and one
-// fsync; the partitions' own files are synced lazily. The journal files
+// shard hands the partitions of a commit group to its handle on the
+// store's one journal, which writes their new records — with those of
+// every other shard committing at the same time — to one journal file
+// with one write and one fdatasync; the partitions' own files are synced
+// lazily. The journal files
 // live beside the partitions, never among them:
 //
 //	<dir>/journal/<number, 20 digits>.journal
@@ -39,7 +41,7 @@
 // the reconcilers build them, every acknowledged record is in its
 // partition's own files (records of a dead incarnation skipped), the
 // journal files are gone, and a changed shard count does not matter. A
-// journal's open file counts in the descriptor budget.
+// journal's open file (one per store) counts in the descriptor budget.
 //
 // A FileStore holds a bounded number of descriptors over all its
 // partitions (FileConfig.MaxOpenFiles): segment files are opened when

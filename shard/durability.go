@@ -133,7 +133,8 @@ func (s *Shard) appended(o *owned, f Frame, r Response) {
 // to a partition pile up in the inbox while the previous group syncs, so
 // the group grows with the load and one fsync covers all of them; with a
 // journal (Config.Journal) the group's records of every partition go into
-// one journal write and one fsync, and without one the partitions of the
+// one journal write and one fsync, shared with the groups other shards of
+// the node commit at the same time, and without one the partitions of the
 // group are synced concurrently (syncEach), so producers to different
 // partitions of the shard share one group either way (syncGroup). Nothing
 // is answered before the group is durable. If a sync fails, every ack that depended on it is answered
@@ -303,7 +304,11 @@ func opSetDurability(ns metadata.Namespace, d Durability) control {
 			return nil
 		}
 		s.flushGroup()
-		if o.dirty {
+		// A partition leaving FsyncAlways is synced even if no ack waits:
+		// its acknowledged records may be in the journal only, and the
+		// Sync takes it out of the journal, which would otherwise keep a
+		// copy of its appends for commits that no longer come.
+		if o.dirty || (o.dur.always() && !d.always()) {
 			o.dirty = false
 			if err := o.p.Sync(); err != nil {
 				return err

@@ -70,3 +70,23 @@ func (s *Shard) syncEach(parts []*owned, fn func(*owned) error) []error {
 	wg.Wait()
 	return errs
 }
+
+// journalDue is signalled when the store's journal starts a new file, or
+// nil (blocks forever) without a journal.
+func (s *Shard) journalDue() <-chan struct{} {
+	if j := s.cfg.Journal; j != nil {
+		return j.Due()
+	}
+	return nil
+}
+
+// journalCheckpoint syncs the files of the shard's partitions whose
+// journal records are in a file the journal has moved past, so that file
+// can go even if the shard commits nothing more. A partition whose fsync
+// fails is broken: its next operation reports it, and its acknowledged
+// records stay in the journal until it is rebuilt.
+func (s *Shard) journalCheckpoint() {
+	if err := s.cfg.Journal.Checkpoint(); err != nil {
+		s.log.Error("journal checkpoint: fsync failed", "error", err)
+	}
+}

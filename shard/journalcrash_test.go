@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
+	"github.com/parkway-io/parkway/router"
 	"github.com/parkway-io/parkway/vfs"
 	"github.com/parkway-io/parkway/vfs/errorfs"
 )
@@ -25,28 +27,54 @@ func journalStore(fsys vfs.FS) (*partition.FileStore, error) {
 	return partition.NewFileStore(partition.FileConfig{Dir: "/data", FS: fsys, SerialSyncs: true})
 }
 
-// journalRun is one shard committing FsyncAlways groups through a journal
-// of its store: the workload of groupWorkload, round by round.
+// journalShards is how many shards the journal workloads run: each
+// commits through its own handle on the store's one journal, so the
+// journal files hold records of several shards.
+const journalShards = 2
+
+// journalRun is journalShards shards committing FsyncAlways groups through
+// their handles on their store's journal: the workload of groupWorkload,
+// round by round.
 type journalRun struct {
 	t     *testing.T
 	h     *harness
-	s     *Shard
 	store *partition.FileStore
 	parts map[metadata.Namespace]uint64
 	nss   []metadata.Namespace
 	acks  []ack
 }
 
-// newJournalRun opens the store on fsys and a shard with a journal of it.
-// It returns nil if the disk failed before the store opened.
+// newJournalRun opens the store on fsys and the shards, each with a
+// handle on its journal. It returns nil if the disk failed before the
+// store opened.
 func newJournalRun(t *testing.T, fsys vfs.FS) *journalRun {
 	t.Helper()
 	store, err := journalStore(fsys)
 	if err != nil {
 		return nil
 	}
-	h := newHarness(t, 1, nil, func(c *Config) { c.Journal = store.NewJournal() })
-	return &journalRun{t: t, h: h, s: h.shards[0], store: store, parts: map[metadata.Namespace]uint64{}}
+	return newJournalRunOn(t, store, false)
+}
+
+// newJournalRunOn is newJournalRun on store, with Manual shards if manual.
+func newJournalRunOn(t *testing.T, store *partition.FileStore, manual bool) *journalRun {
+	t.Helper()
+	h := newHarness(t, journalShards, nil, func(c *Config) { c.Journal, c.Manual = store.NewJournal(), manual })
+	return &journalRun{t: t, h: h, store: store, parts: map[metadata.Namespace]uint64{}}
+}
+
+// owner is the shard that owns ns.
+func (r *journalRun) owner(ns metadata.Namespace) *Shard {
+	return r.h.shards[router.Assign(ns, len(r.h.shards))]
+}
+
+// close closes every shard.
+func (r *journalRun) close() error {
+	var errs []error
+	for _, s := range r.h.shards {
+		errs = append(errs, s.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // add builds and inserts the partition of a new topic; a failed build
@@ -58,26 +86,29 @@ func (r *journalRun) add(name string) metadata.Namespace {
 	if err != nil {
 		return ns
 	}
-	if err := r.h.step(r.s, opInsertOwned(p, always)); err != nil {
+	if err := r.h.step(r.owner(ns), opInsertOwned(p, always)); err != nil {
 		r.t.Fatal(err)
 	}
 	r.nss = append(r.nss, ns)
 	return ns
 }
 
-// round sends one produce to every inserted partition and runs the pump
-// until the inbox is empty: one commit group covering them all.
+// round sends one produce to every inserted partition and runs each
+// shard's pump until its inbox is empty: one commit group per shard
+// covering its partitions.
 func (r *journalRun) round(k int) {
 	var calls []call
 	for _, ns := range r.nss {
 		c := produce(ns, payloadOf(ns, r.parts[ns], k))
-		if err := r.s.TrySend(c.f); err != nil {
+		if err := r.owner(ns).TrySend(c.f); err != nil {
 			r.t.Fatal(err)
 		}
 		calls = append(calls, c)
 	}
-	for len(r.s.inbox) > 0 {
-		r.s.handleFrame(<-r.s.inbox)
+	for _, s := range r.h.shards {
+		for len(s.inbox) > 0 {
+			s.handleFrame(<-s.inbox)
+		}
 	}
 	for i, c := range calls {
 		if resp := c.answered(r.t); resp.Err == nil {
@@ -104,11 +135,18 @@ func journalWorkload(t *testing.T, fsys vfs.FS, closeShard bool) (acks []ack, pa
 	for i := range groupParts {
 		r.add(fmt.Sprint("t", i))
 	}
+	used := map[*Shard]bool{}
+	for ns := range r.parts {
+		used[r.owner(ns)] = true
+	}
+	if len(used) != journalShards {
+		t.Fatalf("the workload's partitions are on %d of the %d shards: the journal would not hold records of several", len(used), journalShards)
+	}
 	for k := range journalRounds {
 		r.round(k)
 	}
 	if closeShard {
-		if err := r.s.Close(); err != nil {
+		if err := r.close(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -309,14 +347,14 @@ func TestJournalSkipsRecordsOfDeletedIncarnations(t *testing.T) {
 	// data, confirm; then recreate "re", which reuses its ids.
 	for _, ns := range []metadata.Namespace{re, gone} {
 		var epoch uint64
-		if err := r.h.step(r.s, opTombstone(ns, &epoch)); err != nil {
+		if err := r.h.step(r.owner(ns), opTombstone(ns, &epoch)); err != nil {
 			t.Fatal(err)
 		}
 		r.h.apply(metadata.DeleteTopic{Stream: ns.Stream(), Topic: ns.Topic()})
 		if err := r.store.Remove(ns); err != nil {
 			t.Fatal(err)
 		}
-		if err := r.h.step(r.s, opRemoveOwned(ns)); err != nil {
+		if err := r.h.step(r.owner(ns), opRemoveOwned(ns)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -403,4 +441,84 @@ func TestLingerGroupYieldsOncePerGroup(t *testing.T) {
 		t.Fatal("a manual shard lingered")
 	}
 	m.shards[0].pending = nil
+}
+
+// When the store's journal starts a new file, a shard that commits nothing
+// more still syncs its partitions whose records are in the old one: its
+// pump takes the journal's signal (here a Manual shard's Step) and
+// checkpoints, so an idle shard does not keep old journal files alive.
+func TestJournalIdleShardCheckpointsOnNewFile(t *testing.T) {
+	mem := vfs.NewMem()
+	store, err := partition.NewFileStore(partition.FileConfig{Dir: "/data", FS: mem, SerialSyncs: true, JournalFileSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newJournalRunOn(t, store, true)
+	for i := range groupParts {
+		r.add(fmt.Sprint("t", i))
+	}
+	idle := r.h.shards[0] // it commits first in a round: its records are in the older file
+	for _, s := range r.h.shards {
+		for s.Step() { // drain the signals of files started so far
+		}
+	}
+	r.round(0) // direct
+	r.round(1) // journaled: each shard's write starts a new file
+	segOf := func(ns metadata.Namespace) string {
+		b, err := vfs.ReadFile(mem.Crash(), "/data/streams/"+strconv.FormatUint(uint64(ns.Stream()), 10)+"/topics/"+
+			strconv.FormatUint(uint64(ns.Topic()), 10)+"/partitions/"+strconv.FormatUint(uint64(ns.Partition()), 10)+"/00000000000000000000.log")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	var mine []metadata.Namespace
+	for _, ns := range r.nss {
+		if r.owner(ns) == idle {
+			mine = append(mine, ns)
+			if strings.Contains(segOf(ns), payloadOf(ns, r.parts[ns], 1)) {
+				t.Fatalf("%v: round 1 is in the partition's own file before any checkpoint: nothing to test", ns)
+			}
+		}
+	}
+	if len(mine) == 0 {
+		t.Fatal("the idle shard owns no partition")
+	}
+	if !idle.Step() {
+		t.Fatal("the idle shard had nothing to do after the journal started a new file")
+	}
+	for _, ns := range mine {
+		if !strings.Contains(segOf(ns), payloadOf(ns, r.parts[ns], 1)) {
+			t.Fatalf("%v: round 1 is not in the partition's own file after the shard's checkpoint", ns)
+		}
+	}
+	checkLogs(t, mem.Crash(), r.acks, r.parts, "power loss after the checkpoint")
+}
+
+// A partition whose topic leaves FsyncAlways leaves the journal: its
+// records acknowledged through the journal are synced into its own files
+// at once, so the journal keeps no copy of appends no commit will carry.
+func TestJournalLeavingFsyncAlwaysSyncs(t *testing.T) {
+	mem := vfs.NewMem()
+	r := newJournalRun(t, mem)
+	ns := r.add("t")
+	r.round(0) // direct
+	r.round(1) // journaled
+	seg := func() string {
+		b, err := vfs.ReadFile(mem.Crash(), "/data/streams/"+strconv.FormatUint(uint64(ns.Stream()), 10)+"/topics/"+
+			strconv.FormatUint(uint64(ns.Topic()), 10)+"/partitions/"+strconv.FormatUint(uint64(ns.Partition()), 10)+"/00000000000000000000.log")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if strings.Contains(seg(), payloadOf(ns, r.parts[ns], 1)) {
+		t.Fatal("round 1 is in the partition's own file before it left FsyncAlways: nothing to test")
+	}
+	if err := r.h.step(r.owner(ns), opSetDurability(ns, Durability{Fsync: metadata.FsyncNever})); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(seg(), payloadOf(ns, r.parts[ns], 1)) {
+		t.Fatal("round 1, acknowledged through the journal, is not in the partition's own file after it left FsyncAlways")
+	}
 }

@@ -58,7 +58,10 @@ type Config struct {
 	// partitions durable with one journal write and fsync instead of an
 	// fsync per partition (partition.Journal; single node only: replicated
 	// partitions keep their raft logs, so it is refused with Replication).
-	// The shard owns it: Close closes it after the partitions.
+	// The shards of a node take handles on their store's one journal, so
+	// groups the shards commit at the same time share one write and one
+	// fsync. The shard owns its handle: Close closes it after the
+	// partitions.
 	Journal *partition.Journal
 	// Manual, when true, runs the shard without a goroutine, as a state
 	// machine driven by hand (etcd raft's RawNode style), for the
@@ -371,6 +374,8 @@ func (s *Shard) pump(ctx context.Context) {
 			s.waitTimerFired()
 		case <-s.parkC():
 			s.parkFired()
+		case <-s.journalDue():
+			s.journalCheckpoint()
 		}
 	}
 }
@@ -378,7 +383,8 @@ func (s *Shard) pump(ctx context.Context) {
 // Step does one unit of pump work on a Manual shard without blocking and
 // reports whether there was any: a queued control operation first, else
 // one inbox frame, else a due interval-fsync timer, else a due raft tick,
-// else a due waiting-poll deadline, else a due park expiry — each followed, as on the pump, by
+// else a due waiting-poll deadline, else a due park expiry, else a due
+// journal checkpoint — each followed, as on the pump, by
 // raft ready processing, the commit-group flush check and the wake of
 // waiting polls. It returns false, doing nothing, when the shard
 // is idle, closed, or not Manual (a started shard's pump owns its state).
@@ -423,6 +429,12 @@ func (s *Shard) Step() bool {
 	select {
 	case <-s.parkC():
 		s.parkFired()
+		return true
+	default:
+	}
+	select {
+	case <-s.journalDue():
+		s.journalCheckpoint()
 		return true
 	default:
 	}
