@@ -408,9 +408,9 @@ func (b *TCPBus) AddPeer(id NodeID, addr string) error {
 // as a sender: with TLS a connection that authenticates as it is closed
 // when its handshake completes (counted as RejectedHandshakes), and a
 // frame from it closes the connection it came on (counted as
-// RemovedSender). The refusal holds whether or not the id
-// was a peer, until AddPeer admits it again. Without TLS it only holds
-// against a process that names itself truthfully.
+// RemovedSender). The refusal holds whether or not the id was a peer,
+// until AddPeer admits it again. Without TLS it only holds against a
+// process that names itself truthfully.
 //
 // Removing an id that is not a peer, or the bus's own id, is a no-op
 // beyond that; it returns ErrClosed once the bus is closed. A Send racing
