@@ -73,6 +73,11 @@ func (n *Node) AddNode(ctx context.Context, id NodeID) error {
 // Moving the data takes as long as it takes: bound the call with ctx,
 // and call it again after an interruption — it carries on from where the
 // cluster stands.
+//
+// The bus is not told: on a TCP bus, once RemoveNode has returned, call
+// TCPBus.RemovePeer(id) on each remaining member's bus, which closes the
+// removed node's connections and refuses its frames from then on (as
+// AddPeer on every member admitted it before AddNode).
 func (n *Node) RemoveNode(ctx context.Context, id NodeID) error {
 	if err := n.begin(ctx); err != nil {
 		return err
@@ -165,7 +170,7 @@ func IdentityURI(cluster string, id NodeID) string { return transport.IdentityUR
 // authenticated TLS 1.3, one connection per peer dialled lazily with
 // backoff, bounded send queues, per-connection and total byte budgets.
 // Only members of the same cluster, each proving the node id it claims,
-// can deliver a frame.
+// can deliver a frame; RemovePeer takes a removed node's admission back.
 type TCPBus = transport.TCPBus
 
 // ListenTCP starts node id's TCP endpoint on addr, with peers' addresses.

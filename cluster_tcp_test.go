@@ -2,11 +2,13 @@ package parkway_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/transport"
 )
 
 // Three nodes over loopback TCP, each on its own data directory: create a
@@ -120,4 +122,98 @@ func TestClusterOverTCP(t *testing.T) {
 	buses[3] = b3
 	start(3)
 	converge()
+}
+
+// A node removed from a TCP cluster loses its admission: three TCP nodes
+// admit a fourth (AddPeer on every member, then AddNode), it holds
+// replicas, RemoveNode(4) through node 1 moves them off it, and once the
+// remaining members' buses have RemovePeer(4), node 4's bus — still open —
+// cannot deliver to them: its frames are refused and counted, and they
+// cannot send to it.
+func TestClusterOverTCPRemovePeer(t *testing.T) {
+	founders := []parkway.NodeID{1, 2, 3}
+	buses := map[parkway.NodeID]*parkway.TCPBus{}
+	for _, id := range []parkway.NodeID{1, 2, 3, 4} {
+		b, err := parkway.ListenTCP(id, "127.0.0.1:0", nil, parkway.TCPOptions{InsecurePlaintext: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		buses[id] = b
+		defer b.Close()
+	}
+	for id, b := range buses {
+		for p, pb := range buses {
+			if p != id && (p != 4 || id != 4) {
+				if err := b.AddPeer(p, pb.Addr().String()); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	nodes := map[parkway.NodeID]*parkway.Node{}
+	defer func() {
+		for _, n := range nodes {
+			n.Close()
+		}
+	}()
+	for _, id := range founders {
+		n, err := parkway.Open(parkway.Config{Shards: 2, Cluster: &parkway.Cluster{ID: id, Peers: founders, Bus: buses[id]}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[id] = n
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	n4, err := parkway.Open(parkway.Config{Shards: 2, Cluster: &parkway.Cluster{ID: 4, Peers: []parkway.NodeID{1, 2, 3, 4}, Join: true, Bus: buses[4]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes[4] = n4
+	if err := nodes[1].AddNode(ctx, 4); err != nil {
+		t.Fatalf("AddNode: %v", err)
+	}
+	s, err := nodes[1].CreateStream(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Four partitions over four nodes: node 4 holds replicas.
+	tp, err := nodes[1].CreateTopic(ctx, s, "t", 4, parkway.WithReplicas(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for part := range uint32(4) {
+		if _, err := nodes[1].Produce(ctx, tp, parkway.PartitionID(part), parkway.Message{Payload: []byte("m")}); err != nil {
+			t.Fatalf("produce to partition %d: %v", part, err)
+		}
+	}
+	if err := nodes[1].RemoveNode(ctx, 4); err != nil {
+		t.Fatalf("RemoveNode: %v", err)
+	}
+	for _, id := range founders {
+		if err := buses[id].RemovePeer(4); err != nil {
+			t.Fatal(err)
+		}
+		if err := buses[id].Send(transport.Message{To: 4}); !errors.Is(err, transport.ErrUnknownPeer) {
+			t.Fatalf("node %d sends to the removed node: %v", id, err)
+		}
+	}
+	// Node 4's bus still has the members as peers and queues to them;
+	// each member refuses the first frame from 4 on any connection.
+	for _, id := range founders {
+		for buses[id].Stats().RemovedSender == 0 {
+			_ = buses[4].Send(transport.Message{To: id}) // queued, then refused
+			select {
+			case <-ctx.Done():
+				t.Fatalf("node %d never refused node 4's frames: %+v", id, buses[id].Stats())
+			case <-time.After(10 * time.Millisecond): // real network
+			}
+		}
+	}
+	// The cluster serves without node 4.
+	for part := range uint32(4) {
+		if _, err := nodes[2].Produce(ctx, tp, parkway.PartitionID(part), parkway.Message{Payload: []byte("after")}); err != nil {
+			t.Fatalf("produce to partition %d after the removal: %v", part, err)
+		}
+	}
 }

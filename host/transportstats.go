@@ -28,9 +28,10 @@ func (e *Engine) exposeTransport() {
 			Sent: s.Sent, Received: s.Received,
 			FramesWritten: s.FramesWritten, BytesWritten: s.BytesWritten,
 			FramesRead: s.FramesRead, BytesRead: s.BytesRead,
-			QueueFull: s.QueueFull, InboxFull: s.InboxFull,
+			QueueFull: s.QueueFull, InboxFull: s.InboxFull, PeerRemoved: s.PeerRemoved,
 			BadFrames: s.BadFrames, ForgedFrames: s.ForgedFrames, RejectedHandshakes: s.RejectedHandshakes,
 			RejectedConns: s.RejectedConns, OverBudget: s.OverBudget, ReadTimeouts: s.ReadTimeouts,
+			RemovedSender: s.RemovedSender,
 			InFlightBytes: s.InFlightBytes, PeakInFlightBytes: s.PeakInFlightBytes,
 		}
 	})

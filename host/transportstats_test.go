@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"context"
+	"encoding/binary"
 	"io"
 	"net"
 	"testing"
@@ -135,5 +136,32 @@ func TestEngineExposesTransportStats(t *testing.T) {
 	}
 	if v, _ := value(t, reg, "parkway_transport_refused_total", refused); v != 1 {
 		t.Fatalf("bad frames after a malformed one: %v, want 1", v)
+	}
+
+	// A frame from a peer the host removed from the bus is refused too.
+	if err := buses[1].RemovePeer(9); err != nil {
+		t.Fatal(err)
+	}
+	removed := map[string]string{"node": "1", "reason": "removed_sender"}
+	if v, ok := value(t, reg, "parkway_transport_refused_total", removed); !ok || v != 0 {
+		t.Fatalf("removed senders before any: %v (exists: %v)", v, ok)
+	}
+	c9, err := net.Dial("tcp", buses[1].Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c9.Close()
+	frame := binary.BigEndian.AppendUint32(nil, 25)            // length: the header, no payload
+	frame = binary.BigEndian.AppendUint64(frame, 9)            // from
+	frame = binary.BigEndian.AppendUint64(frame, 1)            // to
+	frame = binary.BigEndian.AppendUint64(append(frame, 0), 0) // kind, group
+	if _, err := c9.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadAll(c9); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := value(t, reg, "parkway_transport_refused_total", removed); v != 1 {
+		t.Fatalf("removed senders after one frame: %v, want 1", v)
 	}
 }

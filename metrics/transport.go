@@ -20,13 +20,15 @@ type TransportStats struct {
 	Sent, Received              uint64
 	FramesWritten, BytesWritten uint64
 	FramesRead, BytesRead       uint64
-	// Messages dropped on a full send queue or a full inbox.
-	QueueFull, InboxFull uint64
+	// Messages dropped on a full send queue or a full inbox, or queued for
+	// a peer the host removed.
+	QueueFull, InboxFull, PeerRemoved uint64
 	// Connections refused or closed on hostile or excess input: malformed
 	// frames, frames in another node's name, failed TLS handshakes, the
-	// connection limit, the byte budgets, read deadlines.
-	BadFrames, ForgedFrames, RejectedHandshakes uint64
-	RejectedConns, OverBudget, ReadTimeouts     uint64
+	// connection limit, the byte budgets, read deadlines, frames from a
+	// removed peer.
+	BadFrames, ForgedFrames, RejectedHandshakes            uint64
+	RejectedConns, OverBudget, ReadTimeouts, RemovedSender uint64
 	// Inbound frame bytes held now, and the most ever held (gauges).
 	InFlightBytes, PeakInFlightBytes uint64
 }
@@ -52,9 +54,9 @@ func newTransportDescs(labels prometheus.Labels) transportDescs {
 		messages:    d("parkway_transport_messages_total", "Messages accepted by Send (direction=sent) and put into the inbox (direction=received).", "direction"),
 		frames:      d("parkway_transport_frames_total", "Frames written to outbound and read from inbound connections.", "direction"),
 		bytes:       d("parkway_transport_bytes_total", "Frame bytes, length prefix and header included, written to outbound and read from inbound connections.", "direction"),
-		dropped:     d("parkway_transport_dropped_total", "Messages dropped because the peer's send queue (queue_full) or the inbox (inbox_full) was full; raft re-sends.", "reason"),
+		dropped:     d("parkway_transport_dropped_total", "Messages dropped because the peer's send queue (queue_full) or the inbox (inbox_full) was full, or queued for a peer that was removed (peer_removed); raft re-sends.", "reason"),
 		refused: d("parkway_transport_refused_total", "Inbound connections closed or refused, and TLS handshakes failed (either direction), by reason: "+
-			"bad_frame, forged_frame, handshake, conn_limit, over_budget, read_timeout.", "reason"),
+			"bad_frame, forged_frame, handshake, conn_limit, over_budget, read_timeout, removed_sender.", "reason"),
 		inFlight:     d("parkway_transport_inflight_bytes", "Inbound frame bytes held now (being read, or waiting in the inbox)."),
 		peakInFlight: d("parkway_transport_inflight_bytes_peak", "The most inbound frame bytes ever held at once."),
 	}
@@ -86,12 +88,14 @@ func (d *transportDescs) collect(ch chan<- prometheus.Metric, s TransportStats) 
 	counter(d.bytes, s.BytesRead, "received")
 	counter(d.dropped, s.QueueFull, "queue_full")
 	counter(d.dropped, s.InboxFull, "inbox_full")
+	counter(d.dropped, s.PeerRemoved, "peer_removed")
 	counter(d.refused, s.BadFrames, "bad_frame")
 	counter(d.refused, s.ForgedFrames, "forged_frame")
 	counter(d.refused, s.RejectedHandshakes, "handshake")
 	counter(d.refused, s.RejectedConns, "conn_limit")
 	counter(d.refused, s.OverBudget, "over_budget")
 	counter(d.refused, s.ReadTimeouts, "read_timeout")
+	counter(d.refused, s.RemovedSender, "removed_sender")
 	gauge(d.inFlight, s.InFlightBytes)
 	gauge(d.peakInFlight, s.PeakInFlightBytes)
 }

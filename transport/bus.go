@@ -47,9 +47,12 @@
 // corrupt those groups; validating what a member sends is the job of the
 // layers above. The transport's membership is whatever the CAs sign, not
 // the raft configuration: a node removed from its groups but holding a
-// valid certificate can still connect. There is no CRL or OCSP checking;
-// revoking a key means restarting every bus with CAs that no longer sign
-// it, or letting its certificate expire. Addresses are not authenticated
+// valid certificate can still connect, until TCPBus.RemovePeer is called
+// for it (its connections are then closed, new ones refused once
+// authenticated, counted as RejectedHandshakes, until AddPeer admits it
+// again). There is no CRL or OCSP checking; revoking a key means
+// restarting every bus with CAs that no longer sign it, or letting its
+// certificate expire. Addresses are not authenticated
 // — a peer is known by its id, not its host name. TLS hides payloads, not
 // traffic volume or timing.
 //

@@ -180,6 +180,9 @@ type TCPStats struct {
 	Received uint64
 	// QueueFull counts Sends refused with ErrQueueFull.
 	QueueFull uint64
+	// PeerRemoved counts accepted messages dropped unsent because
+	// RemovePeer removed their peer.
+	PeerRemoved uint64
 	// InboxFull counts received messages dropped because the inbox held
 	// QueueSize messages.
 	InboxFull uint64
@@ -193,8 +196,14 @@ type TCPStats struct {
 	// RejectedHandshakes counts TLS handshakes that failed or were
 	// refused, in either direction: no certificate, one not signed by the
 	// cluster's CAs, expired, of another cluster, naming another node than
-	// the one dialled, or not finished within HandshakeTimeout.
+	// the one dialled or one RemovePeer removed, or not finished within
+	// HandshakeTimeout.
 	RejectedHandshakes uint64
+	// RemovedSender counts inbound connections closed for a frame whose
+	// sender RemovePeer removed (with TLS such a peer is refused at the
+	// handshake instead, so this counts only frames that were on their way
+	// while RemovePeer ran); the frame is dropped.
+	RemovedSender uint64
 	// RejectedConns counts inbound connections closed on accept because
 	// MaxConns were open.
 	RejectedConns uint64
@@ -230,7 +239,7 @@ type TCPStats struct {
 type tcpStats struct {
 	sent, received, queueFull, inboxFull, badFrames atomic.Uint64
 	forged, rejectedHS, rejectedConns, overBudget   atomic.Uint64
-	readTimeouts                                    atomic.Uint64
+	readTimeouts, peerRemoved, removedSender        atomic.Uint64
 	dials, dialErrors, writeErrors                  atomic.Uint64
 	framesWritten, bytesWritten                     atomic.Uint64
 	framesRead, bytesRead                           atomic.Uint64
@@ -250,6 +259,10 @@ type tcpStats struct {
 // The writer keeps the message it holds while dialling fails, so a dead
 // peer's queue fills and Send reports ErrQueueFull; messages buffered on a
 // connection that breaks are lost (raft re-sends).
+//
+// RemovePeer stops a peer's writer and takes the peer's admission back:
+// its connections are closed and it cannot deliver frames until AddPeer
+// admits it again.
 type TCPBus struct {
 	id        NodeID
 	bufs      *bufPool // payload buffers: sent ones come back after their write, received ones by Recycle
@@ -268,15 +281,28 @@ type TCPBus struct {
 	closeOnce sync.Once
 
 	peers atomic.Pointer[map[NodeID]*tcpPeer] // copy-on-write under mu
+	// removed holds the ids RemovePeer took out and AddPeer has not put
+	// back: their handshakes and frames are refused. Copy-on-write under
+	// mu; it grows by one id per removed node.
+	removed atomic.Pointer[map[NodeID]struct{}]
+	// removing serialises RemovePeer calls, so a second call for an id
+	// returns only once the first has stopped the writer.
+	removing sync.Mutex
 
 	mu    sync.Mutex
-	conns map[net.Conn]struct{} // every open connection, both directions
+	conns map[net.Conn]NodeID // every open connection, both directions, with its peer (0: not known yet)
 }
 
 type tcpPeer struct {
 	id   NodeID
 	addr atomic.Pointer[string]
 	q    chan Message
+	// ctx ends the writer, with the bus or by RemovePeer (cancel); done
+	// is closed once the writer has returned.
+	ctx     context.Context
+	cancel  context.CancelFunc
+	done    chan struct{}
+	removed atomic.Bool // set by RemovePeer before it cancels
 }
 
 var _ Bus = (*TCPBus)(nil)
@@ -309,7 +335,7 @@ func ListenTCP(id NodeID, addr string, peers map[NodeID]string, opts TCPOptions)
 		opts:     opts,
 		maxFrame: uint32(opts.MaxFrame),
 		group:    run.NewGroup(),
-		conns:    make(map[net.Conn]struct{}),
+		conns:    make(map[net.Conn]NodeID),
 		bufs:     newBufPool(),
 	}
 	b.total.max = opts.MaxTotalBytes
@@ -319,6 +345,8 @@ func ListenTCP(id NodeID, addr string, peers map[NodeID]string, opts TCPOptions)
 	}
 	empty := map[NodeID]*tcpPeer{}
 	b.peers.Store(&empty)
+	none := map[NodeID]struct{}{}
+	b.removed.Store(&none)
 	b.group.Go(b.acceptLoop)
 	for pid, paddr := range peers {
 		if err := b.AddPeer(pid, paddr); err != nil {
@@ -330,7 +358,8 @@ func ListenTCP(id NodeID, addr string, peers map[NodeID]string, opts TCPOptions)
 }
 
 // AddPeer adds a peer, or changes the address of a known one (used from
-// the next dial on). An entry for the bus's own id is ignored.
+// the next dial on). An entry for the bus's own id is ignored. A peer
+// RemovePeer removed is admitted again.
 func (b *TCPBus) AddPeer(id NodeID, addr string) error {
 	if id == 0 {
 		return errors.New("bus: peer id 0")
@@ -343,19 +372,137 @@ func (b *TCPBus) AddPeer(id NodeID, addr string) error {
 	if b.closed.Load() {
 		return ErrClosed
 	}
+	if removed := *b.removed.Load(); len(removed) > 0 {
+		if _, ok := removed[id]; ok {
+			next := maps.Clone(removed)
+			delete(next, id)
+			b.removed.Store(&next)
+		}
+	}
 	old := *b.peers.Load()
 	if p, ok := old[id]; ok {
 		p.addr.Store(&addr)
 		return nil
 	}
-	p := &tcpPeer{id: id, q: make(chan Message, b.opts.QueueSize)}
+	// The writer's context is the group's, so Close ends it too; Close
+	// sets closed before taking mu, so the group is not stopping yet.
+	ctx, cancel := context.WithCancel(b.group.Context())
+	p := &tcpPeer{id: id, q: make(chan Message, b.opts.QueueSize), ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	p.addr.Store(&addr)
 	next := maps.Clone(old)
 	next[id] = p
 	b.peers.Store(&next)
-	// Close sets closed before taking mu, so the group is not stopping yet.
-	b.group.Go(func(ctx context.Context) { b.writeLoop(ctx, p) })
+	b.group.Go(func(context.Context) {
+		defer close(p.done)
+		defer cancel()
+		b.writeLoop(p.ctx, p)
+	})
 	return nil
+}
+
+// RemovePeer takes a peer out, typically a node removed from the cluster
+// (after Node.RemoveNode, on every remaining member's bus). When it
+// returns, the peer's writer has stopped and the messages queued for it
+// are dropped (counted as PeerRemoved); its connections, both directions,
+// are closed; Send to it fails with ErrUnknownPeer; and the id is refused
+// as a sender: with TLS a connection that authenticates as it is closed
+// when its handshake completes (counted as RejectedHandshakes), and a
+// frame from it closes the connection it came on (counted as
+// RemovedSender). The refusal holds whether or not the id was a peer,
+// until AddPeer admits it again. Without TLS it only holds against a
+// process that names itself truthfully.
+//
+// Removing an id that is not a peer, or the bus's own id, is a no-op
+// beyond that; it returns ErrClosed once the bus is closed. A Send racing
+// with RemovePeer may be accepted; its message is then dropped.
+func (b *TCPBus) RemovePeer(id NodeID) error {
+	if id == 0 {
+		return errors.New("bus: peer id 0")
+	}
+	if id == b.id {
+		return nil
+	}
+	b.removing.Lock()
+	defer b.removing.Unlock()
+	b.mu.Lock()
+	if b.closed.Load() {
+		b.mu.Unlock()
+		return ErrClosed
+	}
+	if removed := *b.removed.Load(); !has(removed, id) {
+		next := maps.Clone(removed)
+		next[id] = struct{}{}
+		b.removed.Store(&next)
+	}
+	old := *b.peers.Load()
+	p := old[id]
+	if p != nil {
+		// removed first: a Send that loaded the old map sees it.
+		p.removed.Store(true)
+		next := maps.Clone(old)
+		delete(next, id)
+		b.peers.Store(&next)
+		p.cancel()
+	}
+	// Under mu, so a connection this id opens after an AddPeer that
+	// follows is not closed here. The connections' owners untrack them.
+	for c, peer := range b.conns {
+		if peer == id {
+			c.Close()
+		}
+	}
+	b.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	// The writer returns promptly: its context is done and its connection
+	// closed, so neither a dial, a backoff nor a stalled write holds it.
+	<-p.done
+	b.dropQueued(p)
+	return nil
+}
+
+// dropQueued empties a removed peer's queue, counting the drops.
+func (b *TCPBus) dropQueued(p *tcpPeer) {
+	for {
+		select {
+		case m := <-p.q:
+			b.bufs.put(m.Payload)
+			b.stats.peerRemoved.Add(1)
+		default:
+			return
+		}
+	}
+}
+
+func has(set map[NodeID]struct{}, id NodeID) bool {
+	_, ok := set[id]
+	return ok
+}
+
+// isRemoved reports whether RemovePeer took id out (and AddPeer has not
+// put it back).
+func (b *TCPBus) isRemoved(id NodeID) bool {
+	removed := *b.removed.Load()
+	return len(removed) > 0 && has(removed, id)
+}
+
+// bind records that inbound connection c carries frames from peer, so
+// RemovePeer can close it; false when peer was removed (c is left for
+// its owner to close). Under mu, so either RemovePeer sees the binding
+// or bind sees the removal.
+func (b *TCPBus) bind(c net.Conn, peer NodeID) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.isRemoved(peer) {
+		return false
+	}
+	if b.conns != nil {
+		if _, ok := b.conns[c]; ok {
+			b.conns[c] = peer
+		}
+	}
+	return true
 }
 
 // ID is this endpoint's node id.
@@ -377,6 +524,7 @@ func (b *TCPBus) Stats() TCPStats {
 		BadFrames: s.badFrames.Load(), ForgedFrames: s.forged.Load(),
 		RejectedHandshakes: s.rejectedHS.Load(), RejectedConns: s.rejectedConns.Load(),
 		OverBudget: s.overBudget.Load(), ReadTimeouts: s.readTimeouts.Load(),
+		PeerRemoved: s.peerRemoved.Load(), RemovedSender: s.removedSender.Load(),
 		Dials: s.dials.Load(), DialErrors: s.dialErrors.Load(),
 		WriteErrors:   s.writeErrors.Load(),
 		FramesWritten: s.framesWritten.Load(), BytesWritten: s.bytesWritten.Load(),
@@ -411,12 +559,17 @@ func (b *TCPBus) Send(m Message) error {
 		return nil
 	}
 	p, ok := (*b.peers.Load())[m.To]
-	if !ok {
+	if !ok || p.removed.Load() {
 		return ErrUnknownPeer
 	}
 	select {
 	case p.q <- m:
 		b.stats.sent.Add(1)
+		if p.removed.Load() {
+			// RemovePeer ran since the check and may have emptied the
+			// queue already: nothing else will.
+			b.dropQueued(p)
+		}
 		return nil
 	default:
 		b.stats.queueFull.Add(1)
@@ -445,16 +598,17 @@ func (b *TCPBus) Close() error {
 	return nil
 }
 
-// track registers c so Close can close it; false (and c closed) once the
-// bus is closing.
-func (b *TCPBus) track(c net.Conn) bool {
+// track registers c, a connection to or from peer (0: not known yet), so
+// Close and RemovePeer can close it; false (and c closed) once the bus is
+// closing or the outbound peer p (nil for an inbound connection) removed.
+func (b *TCPBus) track(c net.Conn, peer NodeID, p *tcpPeer) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed.Load() {
+	if b.closed.Load() || (p != nil && p.removed.Load()) {
 		c.Close()
 		return false
 	}
-	b.conns[c] = struct{}{}
+	b.conns[c] = peer
 	return true
 }
 
@@ -537,7 +691,7 @@ func (b *TCPBus) acceptLoop(ctx context.Context) {
 			c.Close()
 			continue
 		}
-		if !b.track(c) {
+		if !b.track(c, 0, nil) {
 			return
 		}
 		// Only the accept loop adds, so the bound holds.
@@ -562,9 +716,15 @@ func (b *TCPBus) serve(ctx context.Context, c net.Conn) {
 		if err != nil {
 			return
 		}
+		if !b.bind(c, id) {
+			// A removed peer is refused once authenticated, like a
+			// certificate the handshake refuses.
+			b.stats.rejectedHS.Add(1)
+			return
+		}
 		rw, peer = tc, id
 	}
-	b.readLoop(rw, peer)
+	b.readLoop(c, rw, peer)
 }
 
 // handshake completes tc's handshake within HandshakeTimeout and returns
@@ -595,10 +755,15 @@ func (b *TCPBus) handshake(ctx context.Context, raw net.Conn, tc *tls.Conn) (Nod
 // authenticated peer.
 var errForged = errors.New("bus: frame sender differs from the authenticated peer")
 
+// errRemoved marks a frame whose sender RemovePeer removed.
+var errRemoved = errors.New("bus: frame from a removed peer")
+
 // readLoop reads frames from an inbound connection until it fails, breaks
-// a rule (format, budget, deadline, sender), or Close closes it. peer is the
-// authenticated sender, 0 in plaintext.
-func (b *TCPBus) readLoop(c net.Conn, peer NodeID) {
+// a rule (format, budget, deadline, sender), or Close or RemovePeer closes
+// it. raw is the TCP connection, c what frames are read from (raw or TLS
+// over it); peer is the authenticated sender, 0 in plaintext.
+func (b *TCPBus) readLoop(raw, c net.Conn, peer NodeID) {
+	bound := peer // the sender raw is bound to for RemovePeer
 	cb := &budget{max: b.opts.MaxConnBytes}
 	r := bufio.NewReaderSize(c, 64<<10)
 	var h [frameOverhead]byte
@@ -635,6 +800,12 @@ func (b *TCPBus) readLoop(c net.Conn, peer NodeID) {
 		if err == nil {
 			err = b.checkInbound(&m, peer)
 		}
+		if err == nil && (b.isRemoved(m.From) || (m.From != bound && !b.bind(raw, m.From))) {
+			// Without TLS the sender is known only from its frames: the
+			// connection is bound to the latest one's.
+			err = errRemoved
+		}
+		bound = m.From
 		if err != nil {
 			b.release(ch)
 			b.countReadError(err)
@@ -652,6 +823,8 @@ func (b *TCPBus) countReadError(err error) {
 		b.stats.badFrames.Add(1)
 	case errors.Is(err, errForged):
 		b.stats.forged.Add(1)
+	case errors.Is(err, errRemoved):
+		b.stats.removedSender.Add(1)
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		b.stats.readTimeouts.Add(1)
 	}
@@ -672,7 +845,8 @@ func (b *TCPBus) checkInbound(m *Message, peer NodeID) error {
 
 // writeLoop owns p's outbound connection: it takes messages off p.q, dials
 // when it has one to send and no connection, and writes batches, flushing
-// when the queue is momentarily empty.
+// when the queue is momentarily empty. ctx ends with the bus or when
+// RemovePeer removes p.
 func (b *TCPBus) writeLoop(ctx context.Context, p *tcpPeer) {
 	var (
 		c       net.Conn // the TCP connection (tracked, closed)
@@ -680,10 +854,15 @@ func (b *TCPBus) writeLoop(ctx context.Context, p *tcpPeer) {
 		w       = bufio.NewWriterSize(nil, 64<<10)
 		h       [frameOverhead]byte
 		backoff time.Duration
+		held    *Message // taken off p.q, not yet written
 	)
 	defer func() {
 		if c != nil {
 			b.untrack(c)
+		}
+		if held != nil && p.removed.Load() {
+			b.bufs.put(held.Payload)
+			b.stats.peerRemoved.Add(1)
 		}
 	}()
 	for {
@@ -693,6 +872,7 @@ func (b *TCPBus) writeLoop(ctx context.Context, p *tcpPeer) {
 			return
 		case m = <-p.q:
 		}
+		held = &m
 		for c == nil {
 			if c, rw = b.dial(ctx, p); c != nil {
 				backoff = 0
@@ -707,7 +887,11 @@ func (b *TCPBus) writeLoop(ctx context.Context, p *tcpPeer) {
 				return
 			}
 		}
+		held = nil
 		if err := b.writeBatch(rw, w, &h, p, m); err != nil {
+			if p.removed.Load() {
+				return // RemovePeer closed the connection
+			}
 			b.stats.writeErrors.Add(1)
 			b.untrack(c)
 			c, rw = nil, nil
@@ -753,7 +937,7 @@ func (b *TCPBus) dial(ctx context.Context, p *tcpPeer) (net.Conn, net.Conn) {
 		b.stats.dialErrors.Add(1)
 		return nil, nil
 	}
-	if !b.track(c) {
+	if !b.track(c, p.id, p) {
 		return nil, nil
 	}
 	if b.clientTLS == nil {
