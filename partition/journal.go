@@ -22,8 +22,10 @@ import (
 // group's appends durable with one write and one fsync of one file: the
 // group's records of every partition, each entry carrying the namespace,
 // the incarnation (epoch) and the first offset, go into one frame of the
-// journal file. The partitions' own files are written as before (Append)
-// but synced lazily: at a checkpoint (when the journal file reaches
+// journal file. The partitions' own files are written behind (Append keeps
+// up to writeBehind bytes of a journaled partition's records in memory and
+// writes them a page or so at a time, or before a read or a sync) and
+// synced lazily: at a checkpoint (when the journal file reaches
 // journalFileSize, or when it holds records of too many partitions whose
 // own files are not synced: each holds a pinned tail descriptor, see
 // handles.go), by any direct Sync, and at Close.
