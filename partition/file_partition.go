@@ -67,6 +67,11 @@ type filePartition struct {
 	// defers writes, and its records reach the journal before they are
 	// acknowledged.
 	wpend []byte
+	// dirtyFile: the tail's file holds records written since its last
+	// fsync, so its descriptor is pinned (see handleCache); jpin: it is
+	// counted in its journal's pinned members (journal.pinned).
+	dirtyFile bool
+	jpin      bool
 }
 
 // writeBehind bounds the records a journaled partition keeps unwritten
@@ -75,11 +80,11 @@ type filePartition struct {
 // made dirty, the inode's times updated in the filesystem's journal):
 // 3–4 µs for a 148-byte record spread over a thousand files against
 // under 2 µs over eight, on the machine the partition-count benchmark
-// ran on. With write-behind a partition's records are written a page or
-// two at a time. The bound keeps the memory small even with every
-// partition of a journal holding a full buffer (maxJournalParts of them
-// between checkpoints).
-const writeBehind = 8 << 10
+// ran on. With write-behind a partition's records are written a page at
+// a time. The bound keeps the memory small even with every member of a
+// journal holding a full buffer (maxJournalMembers of them between
+// checkpoints: 32 MiB).
+const writeBehind = 4 << 10
 
 func (p *filePartition) Namespace() metadata.Namespace { return p.ns }
 
@@ -316,6 +321,8 @@ func (p *filePartition) Append(msgs []Message) (uint64, error) {
 	p.next = tail.next
 	if p.store.cfg.Sync {
 		p.synced = p.next // closeTail fsynced; a roll fsyncs what it seals
+	} else {
+		p.wroteFile()
 	}
 	if len(tail.index)-tail.idxPersisted >= indexPersistBatch {
 		p.persistIndex(tail)
@@ -385,12 +392,38 @@ func (p *filePartition) flushWrites(keep bool) error {
 	if err != nil {
 		return p.fail("write-behind", err)
 	}
+	p.wroteFile()
 	if keep {
 		p.wpend = p.wpend[:0]
 	} else {
 		p.wpend = nil
 	}
 	return nil
+}
+
+// wroteFile records that the tail's file holds unsynced records: its
+// descriptor is pinned until the fsync, and a member of a journal counts
+// towards the journal's checkpoint (Journal.due).
+func (p *filePartition) wroteFile() {
+	p.dirtyFile = true
+	if j := p.journal; j != nil && !p.jpin {
+		j.mu.Lock()
+		if p.jseq != 0 {
+			j.pinned++
+			p.jpin = true
+		}
+		j.mu.Unlock()
+	}
+}
+
+// fileSynced records that the tail's file holds no unsynced records.
+func (p *filePartition) fileSynced() {
+	p.dirtyFile = false
+	if j := p.journal; p.jpin && j != nil {
+		j.mu.Lock()
+		j.unpinLocked(p)
+		j.mu.Unlock()
+	}
 }
 
 // stashRecords keeps a copy of records just written for the journal's
@@ -503,6 +536,7 @@ func (p *filePartition) sync() error {
 		if withTail {
 			p.tail().log.setPinned(false)
 			p.synced = p.next
+			p.fileSynced()
 		}
 	}
 	if p.synced == p.next {
@@ -530,6 +564,7 @@ func (p *filePartition) syncTail() error {
 	}
 	tail.log.setPinned(false)
 	p.synced = p.next
+	p.fileSynced()
 	return nil
 }
 
@@ -671,6 +706,7 @@ func (p *filePartition) SkipTo(offset uint64) error {
 	old.closeIndexes()
 	p.segs = append(p.segs, seg)
 	p.start, p.next, p.synced = offset, offset, offset
+	p.fileSynced()
 	p.leaveJournal() // every message is durable, and the offsets moved
 	return p.dropSegments()
 }

@@ -24,11 +24,14 @@ import (
 // the incarnation (epoch) and the first offset, go into one frame of the
 // journal file. The partitions' own files are written behind (Append keeps
 // up to writeBehind bytes of a journaled partition's records in memory and
-// writes them a page or so at a time, or before a read or a sync) and
+// writes them a page at a time, or before a read or a sync) and
 // synced lazily: at a checkpoint (when the journal file reaches
-// journalFileSize, or when it holds records of too many partitions whose
-// own files are not synced: each holds a pinned tail descriptor, see
-// handles.go), by any direct Sync, and at Close.
+// journalFileSize, when it holds records of too many partitions whose
+// own files hold unsynced writes, each pinning its tail's descriptor (see
+// handles.go), or of too many partitions in all), by any direct Sync, and
+// at Close. Records written behind pin nothing until they are written, so
+// with produces spread over thousands of partitions a checkpoint comes
+// after many appends to each, and its fsyncs are shared among them.
 //
 // Where it lives. Journal files are the store's, in Dir/journal/, beside
 // Dir/streams/ and never under it: List, orphan removal, Build and Remove
@@ -73,13 +76,19 @@ const (
 	// maxStash bounds the records a partition keeps for its next Commit.
 	maxStash = 16 << 20
 	// maxJournalParts caps the partitions with records in a journal whose
-	// own files are unsynced. Each pins its tail's descriptor, so a
-	// journal allows at most an eighth of the store's descriptor budget
-	// of them (several shards share the budget); and each costs one fsync
-	// at the checkpoint, so the more a journal allows, the more appends a
-	// partition's lazy fsync covers when produces are spread over many
-	// partitions.
+	// own files hold unsynced writes. Each pins its tail's descriptor, so
+	// a journal allows at most an eighth of the store's descriptor budget
+	// of them (several shards share the budget). A member whose records
+	// are all still unwritten (written behind, see writeBehind) pins
+	// nothing and counts only towards maxJournalMembers.
 	maxJournalParts = 4096
+	// maxJournalMembers caps all the partitions with records in a journal
+	// whose own files lack them. Each costs one fsync at the checkpoint,
+	// so the more a journal allows, the more appends a partition's lazy
+	// fsync covers when produces are spread over many partitions; the cap
+	// bounds the write-behind memory (writeBehind each) and the length of
+	// a checkpoint, which the journal's owner waits for.
+	maxJournalMembers = 8192
 	// checkpointFanout bounds the partition fsyncs a checkpoint runs at
 	// once.
 	checkpointFanout = 16
@@ -91,9 +100,10 @@ const (
 // partitions it commits (a shard's pump): Commit and Close are not safe
 // for concurrent use.
 type Journal struct {
-	store    *FileStore
-	maxParts int
-	serial   bool
+	store      *FileStore
+	maxParts   int // pinned members before a checkpoint
+	maxMembers int // members before a checkpoint
+	serial     bool
 
 	f     vfs.File // the current file, nil between files
 	seq   uint64   // the current file's sequence number
@@ -112,7 +122,9 @@ type Journal struct {
 	files []uint64
 	// parts are the partitions with records in the journal that their
 	// own files may lack; a partition's jseq is the oldest such file.
-	parts map[*filePartition]struct{}
+	// pinned counts those whose tail holds unsynced writes (jpin).
+	parts  map[*filePartition]struct{}
+	pinned int
 	// pinLo..pinHi are files kept until the next open: a partition was
 	// closed with records in them that its own files may lack.
 	pinLo, pinHi uint64
@@ -123,10 +135,11 @@ type Journal struct {
 // closing the partitions it committed.
 func (s *FileStore) NewJournal() *Journal {
 	return &Journal{
-		store:    s,
-		maxParts: max(1, min(maxJournalParts, s.cfg.MaxOpenFiles/8)),
-		serial:   s.cfg.SerialSyncs,
-		parts:    make(map[*filePartition]struct{}),
+		store:      s,
+		maxParts:   max(1, min(maxJournalParts, s.cfg.MaxOpenFiles/8)),
+		maxMembers: maxJournalMembers,
+		serial:     s.cfg.SerialSyncs,
+		parts:      make(map[*filePartition]struct{}),
 	}
 }
 
@@ -245,6 +258,10 @@ func (j *Journal) Commit(parts []Partition) []error {
 			j.mu.Lock()
 			fp.jseq = j.seq
 			j.parts[fp] = struct{}{}
+			if fp.dirtyFile && !fp.jpin {
+				j.pinned++
+				fp.jpin = true
+			}
 			j.mu.Unlock()
 		}
 	}
@@ -286,9 +303,17 @@ func (j *Journal) due() bool {
 		return false
 	}
 	j.mu.Lock()
-	n := len(j.parts)
+	n, pinned := len(j.parts), j.pinned
 	j.mu.Unlock()
-	return j.size >= journalFileSize || n >= j.maxParts
+	return j.size >= journalFileSize || pinned >= j.maxParts || n >= j.maxMembers
+}
+
+// unpinLocked takes fp out of the pinned count; j.mu is held.
+func (j *Journal) unpinLocked(fp *filePartition) {
+	if fp.jpin {
+		j.pinned--
+		fp.jpin = false
+	}
 }
 
 // write appends frame to the current file (creating one if needed) and
@@ -369,6 +394,7 @@ func (j *Journal) checkpoint() {
 		}
 		fp.jnext, fp.jpend = fp.next, fp.jpend[:0]
 		fp.jseq = 0
+		j.unpinLocked(fp)
 		delete(j.parts, fp)
 	}
 	j.mu.Unlock()
@@ -379,6 +405,7 @@ func (j *Journal) checkpoint() {
 func (j *Journal) release(fp *filePartition) {
 	j.mu.Lock()
 	fp.jseq = 0
+	j.unpinLocked(fp)
 	delete(j.parts, fp)
 	j.mu.Unlock()
 }
@@ -389,6 +416,7 @@ func (j *Journal) release(fp *filePartition) {
 func (j *Journal) lost(fp *filePartition) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	j.unpinLocked(fp)
 	if fp.jseq == 0 {
 		return
 	}

@@ -212,3 +212,84 @@ func TestJournalWriteBehindClose(t *testing.T) {
 		}
 	}
 }
+
+// Members of a journal whose records are all written behind pin no
+// descriptor, so they do not count towards the pinned members a
+// checkpoint waits for (maxParts) but only towards all members
+// (maxMembers): with produces spread over more partitions than maxParts,
+// a partition's checkpoint fsync covers many of its appends instead of
+// one.
+func TestJournalCheckpointCountsPinnedMembers(t *testing.T) {
+	mem := vfs.NewMem()
+	s, err := NewFileStore(FileConfig{Dir: "/data", FS: mem, MaxOpenFiles: 16, SerialSyncs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := s.NewJournal()
+	if j.maxParts != 2 {
+		t.Fatalf("maxParts %d, want 2", j.maxParts)
+	}
+	j.maxMembers = 4
+	ps := journalPartitions(t, s, 3)
+	commitRound(t, j, ps, 0) // direct: the partitions join
+	for k := 1; k <= 3; k++ {
+		commitRound(t, j, ps, k)
+	}
+	if j.seq != 1 || j.pinned != 0 || len(j.parts) != 3 {
+		t.Fatalf("three members written behind, two pinned allowed: file %d, %d pinned, %d members; want file 1 (no checkpoint), 0, 3",
+			j.seq, j.pinned, len(j.parts))
+	}
+	// A fourth member reaches maxMembers: the next commit checkpoints.
+	p3, err := s.Build(journalNS(t, 3), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps = append(ps, p3)
+	commitRound(t, j, ps, 4) // the new partition joins (direct)
+	commitRound(t, j, ps, 5)
+	if len(j.parts) != 4 {
+		t.Fatalf("%d members, want 4", len(j.parts))
+	}
+	commitRound(t, j, ps, 6)
+	if len(j.parts) != 0 {
+		t.Fatalf("four members with maxMembers 4: not checkpointed (%d members left)", len(j.parts))
+	}
+	// Two members whose writes are in their files (a read wrote them)
+	// reach maxParts: the next commit checkpoints again.
+	j.maxMembers = 100
+	commitRound(t, j, ps, 7)
+	for _, p := range ps[:2] {
+		if _, err := p.Read(0, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if j.pinned != 2 {
+		t.Fatalf("%d pinned members after two reads, want 2", j.pinned)
+	}
+	// A member whose tail is synced outside a checkpoint (a roll syncs
+	// the tail it seals) pins nothing any more.
+	if err := ps[0].(*filePartition).syncTail(); err != nil {
+		t.Fatal(err)
+	}
+	if j.pinned != 1 {
+		t.Fatalf("%d pinned members after one synced its tail, want 1", j.pinned)
+	}
+	if _, err := ps[2].Read(0, 1); err != nil {
+		t.Fatal(err)
+	}
+	commitRound(t, j, ps, 8)
+	if len(j.parts) != 0 || j.pinned != 0 {
+		t.Fatalf("two pinned members with maxParts 2: not checkpointed (%d members, %d pinned left)", len(j.parts), j.pinned)
+	}
+	for _, p := range ps {
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if j.pinned != 0 || len(j.parts) != 0 {
+		t.Fatalf("after closing every partition: %d pinned, %d members", j.pinned, len(j.parts))
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -153,12 +153,14 @@ func runCPUCase(c cpuCase, shards, rounds, inflight int, round, timeout time.Dur
 		return nil, fmt.Errorf("warm-up: %w", err)
 	}
 	// An untimed round longer than the interval policy's default loss
-	// window (1 s): the new partitions' first syncs, which also make
-	// their layout durable (directories, incarnation file), happen in it
-	// and not in the first timed round.
-	warm := time.Now()
+	// window (1 s), and longer with more partitions: the new partitions'
+	// first syncs, which also make their layout durable (directories,
+	// incarnation file: several fsyncs each, 5 s for 10,000 on the
+	// machine this was written on), happen in it and not in the first
+	// timed round.
+	warm, warmFor := time.Now(), max(round, 2*time.Second+time.Duration(c.parts)*500*time.Microsecond)
 	if _, err := produceSpread(ctx, n, topics, per, c.parts, 0, inflight, func(k int) bool {
-		return k%1024 != 0 || time.Since(warm) < max(round, 2*time.Second)
+		return k%1024 != 0 || time.Since(warm) < warmFor
 	}); err != nil {
 		return nil, fmt.Errorf("warm-up round: %w", err)
 	}
