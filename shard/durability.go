@@ -297,7 +297,11 @@ func opSetDurability(ns metadata.Namespace, d Durability) control {
 			return nil
 		}
 		s.flushGroup()
-		if o.dirty {
+		// A partition leaving FsyncAlways leaves the journal as well (a
+		// Sync takes it out): its appends are then acknowledged without a
+		// journal commit, so they must reach its files at once, never be
+		// held behind for one (see partition.Journal).
+		if o.dirty || (o.dur.always() && !d.always()) {
 			o.dirty = false
 			if err := o.p.Sync(); err != nil {
 				return err
