@@ -358,23 +358,27 @@ func (p *filePartition) appendBehind(tail *segment, msgs []Message) (uint64, err
 	p.lastAT = lastAT
 	p.next = tail.next
 	if len(tail.index)-tail.idxPersisted >= indexPersistBatch {
-		// The index files never point past what the log file holds.
-		if err := p.flushWrites(true); err != nil {
-			return 0, err // the partition is broken: its owner rebuilds it
+		// The index files never point past what the log file holds. A
+		// failed write leaves the records behind (the index is best
+		// effort); they are appended all the same.
+		if err := p.flushWrites(true); err == nil {
+			p.persistIndex(tail)
 		}
-		p.persistIndex(tail)
 	}
 	return first, nil
 }
 
 // flushWrites writes wpend to the tail's file, pinning the tail's
 // descriptor until the fsync that covers it, as Append does. A failed
-// write breaks the partition: the records may already be acknowledged
-// (the journal holds them), the file lacks them, and only a rebuild
-// followed by the journal's replay makes it whole again (Close keeps the
-// journal's files for it). keep retains wpend's buffer for the next
-// records (the partition is being appended to); otherwise it is dropped,
-// so idle partitions hold no buffer.
+// write (a full disk) is truncated away and its records stay behind, to
+// be written by the next flush: they may be acknowledged already (the
+// journal holds them), so the caller gets the error (a read, a sync, a
+// larger append, each refused as if its own write had failed) and the
+// journal keeps its files, but nothing is lost and the partition stays
+// usable. A write that cannot be truncated away breaks the partition, as
+// in Append. keep retains wpend's buffer for the next records (the
+// partition is being appended to); otherwise it is dropped, so idle
+// partitions hold no buffer.
 func (p *filePartition) flushWrites(keep bool) error {
 	if len(p.wpend) == 0 {
 		return nil
@@ -384,14 +388,19 @@ func (p *filePartition) flushWrites(keep bool) error {
 	}
 	tail := p.tail()
 	f, err := tail.log.acquire()
-	if err == nil {
-		tail.log.setPinned(true)
-		err = writeFull(f, p.wpend, tail.size-int64(len(p.wpend)))
-		tail.log.release()
-	}
 	if err != nil {
-		return p.fail("write-behind", err)
+		return err // nothing was written
 	}
+	tail.log.setPinned(true)
+	pos := tail.size - int64(len(p.wpend))
+	if err = writeFull(f, p.wpend, pos); err != nil {
+		if terr := f.Truncate(pos); terr != nil {
+			err = p.fail(fmt.Sprintf("write-behind failed (%v) and could not be rolled back", err), terr)
+		}
+		tail.log.release()
+		return err
+	}
+	tail.log.release()
 	p.wroteFile()
 	if keep {
 		p.wpend = p.wpend[:0]

@@ -1,11 +1,15 @@
 package partition
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/parkway-io/parkway/vfs"
+	"github.com/parkway-io/parkway/vfs/errorfs"
 )
 
 // A partition in a journal writes its records to its file behind the
@@ -290,6 +294,60 @@ func TestJournalCheckpointCountsPinnedMembers(t *testing.T) {
 		t.Fatalf("after closing every partition: %d pinned, %d members", j.pinned, len(j.parts))
 	}
 	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A write-behind that fails on a full disk is rolled back and kept: the
+// records, acknowledged through the journal, stay behind; a read and a
+// larger append get the error, and the partition is not broken, so once
+// space returns the read sees everything and the records reach the file.
+func TestJournalWriteBehindFullDisk(t *testing.T) {
+	mem := vfs.NewMem()
+	full := errorfs.NewSwitchFunc(syscall.ENOSPC, func(op errorfs.Op) bool {
+		return op.Kind == errorfs.OpWriteAt && strings.HasSuffix(op.Path, ".log")
+	})
+	s, err := NewFileStore(FileConfig{Dir: "/data", FS: errorfs.New(mem, full), SerialSyncs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := s.NewJournal()
+	ps := journalPartitions(t, s, 1)
+	commitRound(t, j, ps, 0)
+	full.Set(true)
+	commitRound(t, j, ps, 1) // behind: the journal holds it
+	if _, err := ps[0].Read(0, 10); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("read with the records behind and the disk full: %v, want ENOSPC", err)
+	}
+	if _, err := ps[0].Append([]Message{{Payload: make([]byte, writeBehind)}}); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("append larger than the write-behind buffer on a full disk: %v, want ENOSPC", err)
+	}
+	full.Set(false)
+	msgs, err := ps[0].Read(0, 10)
+	if err != nil {
+		t.Fatalf("read once space returned: %v", err)
+	}
+	if got := payloadsOf(msgs); len(got) != 2 || got[0] != "0/0" || got[1] != "0/1" {
+		t.Fatalf("read %q once space returned, want [0/0 0/1]", got)
+	}
+	if err := ps[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := NewFileStore(FileConfig{Dir: "/data", FS: mem.Crash()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s2.Build(journalNS(t, 0), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.NextOffset(); got != 2 {
+		t.Fatalf("after a power loss the partition holds %d messages, want 2", got)
+	}
+	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
 }
