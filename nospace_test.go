@@ -37,7 +37,10 @@ func TestDiskFullIsErrNoSpaceAndRecovers(t *testing.T) {
 		mustProduce(t, n, tp, parkway.PartitionID(0), "before")
 
 		full.Set(true)
-		_, err := n.Produce(ctxFor(t), tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("refused")})
+		// Larger than the records a partition committed through its
+		// shard's journal keeps behind its file (4 KiB): a smaller one is
+		// acknowledged from the journal and written once space returns.
+		_, err := n.Produce(ctxFor(t), tp, parkway.PartitionID(0), parkway.Message{Payload: bytes.Repeat([]byte("refused"), 1<<10)})
 		if !errors.Is(err, parkway.ErrNoSpace) {
 			t.Fatalf("produce on a full disk: %v, want ErrNoSpace", err)
 		}
@@ -104,7 +107,9 @@ func TestUnusablePartitionIsRebuiltAfterDiskFull(t *testing.T) {
 		tp := mustTopic(t, n, s, "t", 1)
 		mustProduce(t, n, tp, parkway.PartitionID(0), "before")
 		full.Set(true)
-		if _, err := n.Produce(ctxFor(t), tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("x")}); !errors.Is(err, parkway.ErrNoSpace) {
+		// Larger than what a journaled partition keeps behind its file
+		// (see TestDiskFullIsErrNoSpaceAndRecovers).
+		if _, err := n.Produce(ctxFor(t), tp, parkway.PartitionID(0), parkway.Message{Payload: bytes.Repeat([]byte("x"), 8<<10)}); !errors.Is(err, parkway.ErrNoSpace) {
 			t.Fatalf("produce on a full disk: %v, want ErrNoSpace", err)
 		}
 		full.Set(false)

@@ -23,9 +23,17 @@ import (
 // a group's appends durable with one write and one fdatasync of one file:
 // the group's records of every partition, each entry carrying the
 // namespace, the incarnation (epoch) and the first offset, go into one
-// frame of the journal file. The partitions' own files are written as
-// before (Append) but synced lazily: at a checkpoint, by any direct Sync,
-// and at Close.
+// frame of the journal file. The partitions' own files are written behind
+// (Append keeps up to writeBehind bytes of a journaled partition's records
+// in memory and writes them a page at a time, or before a read or a sync)
+// and synced lazily: at a checkpoint (when the handle holds records of too
+// many partitions whose own files hold unsynced writes, each pinning its
+// tail's descriptor (see handles.go), or of too many partitions in all, or
+// records in a journal file that is no longer the current one), by any
+// direct Sync, and at Close. Records written behind pin nothing until they
+// are written, so with produces spread over thousands of partitions a
+// checkpoint comes after many appends to each, and its fsyncs are shared
+// among them.
 //
 // One journal per store, shared by its shards. Each shard commits through
 // its own Journal (NewJournal): a handle that decides which of the shard's
@@ -98,13 +106,20 @@ const (
 	// maxStash bounds the records a partition keeps for its next Commit.
 	maxStash = 16 << 20
 	// maxJournalParts caps the partitions of one handle with records in
-	// the journal whose own files are unsynced. Each pins its tail's
-	// descriptor, so a handle allows at most an eighth of the store's
-	// descriptor budget of them (several shards share the budget); and
-	// each costs one fsync at the checkpoint, so the more a handle
-	// allows, the more appends a partition's lazy fsync covers when
-	// produces are spread over many partitions.
+	// the journal whose own files hold unsynced writes. Each pins its
+	// tail's descriptor, so a handle allows at most an eighth of the
+	// store's descriptor budget of them (several shards share the
+	// budget). A member whose records are all still unwritten (written
+	// behind, see writeBehind) pins nothing and counts only towards
+	// maxJournalMembers.
 	maxJournalParts = 4096
+	// maxJournalMembers caps all the partitions with records in a journal
+	// whose own files lack them. Each costs one fsync at the checkpoint,
+	// so the more a journal allows, the more appends a partition's lazy
+	// fsync covers when produces are spread over many partitions; the cap
+	// bounds the write-behind memory (writeBehind each) and the length of
+	// a checkpoint, which the journal's owner waits for.
+	maxJournalMembers = 8192
 	// checkpointFanout bounds the partition fsyncs a checkpoint runs at
 	// once.
 	checkpointFanout = 16
@@ -194,10 +209,11 @@ func (s *FileStore) journal() *journalLog {
 // goroutine, the owner of the partitions it commits (a shard's pump):
 // Commit, Checkpoint and Close are not safe for concurrent use; Due is.
 type Journal struct {
-	store    *FileStore
-	log      *journalLog
-	maxParts int
-	serial   bool
+	store      *FileStore
+	log        *journalLog
+	maxParts   int // pinned members before a checkpoint
+	maxMembers int // members before a checkpoint
+	serial     bool
 
 	w    journalWrite
 	ebuf []byte
@@ -222,9 +238,11 @@ type Journal struct {
 	mu sync.Mutex
 	// parts are the partitions with records in the journal that their
 	// own files may lack; a partition's jseq is the oldest such file, and
-	// oldest is at most the least of them (0: none).
+	// oldest is at most the least of them (0: none). pinned counts those
+	// whose tail holds unsynced writes (jpin).
 	parts  map[*filePartition]struct{}
 	oldest uint64
+	pinned int
 }
 
 // NewJournal returns a handle on the store's journal, for the partitions
@@ -235,12 +253,13 @@ type Journal struct {
 func (s *FileStore) NewJournal() *Journal {
 	l := s.journal()
 	j := &Journal{
-		store:    s,
-		log:      l,
-		maxParts: max(1, min(maxJournalParts, s.cfg.MaxOpenFiles/8)),
-		serial:   s.cfg.SerialSyncs,
-		due:      make(chan struct{}, 1),
-		parts:    make(map[*filePartition]struct{}),
+		store:      s,
+		log:        l,
+		maxParts:   max(1, min(maxJournalParts, s.cfg.MaxOpenFiles/8)),
+		maxMembers: maxJournalMembers,
+		serial:     s.cfg.SerialSyncs,
+		due:        make(chan struct{}, 1),
+		parts:      make(map[*filePartition]struct{}),
 	}
 	j.w = journalWrite{h: j, wake: make(chan bool, 1)}
 	l.mu.Lock()
@@ -393,6 +412,10 @@ func (j *Journal) register(fps []*filePartition, seq uint64) {
 		if fp.jseq == 0 {
 			fp.jseq = seq
 			j.parts[fp] = struct{}{}
+			if fp.dirtyFile && !fp.jpin {
+				j.pinned++
+				fp.jpin = true
+			}
 		}
 	}
 	if len(fps) > 0 && (j.oldest == 0 || seq < j.oldest) {
@@ -462,9 +485,17 @@ func (j *Journal) join(fp *filePartition) {
 // them have records in a file that is no longer the current one.
 func (j *Journal) checkpointDue() bool {
 	j.mu.Lock()
-	n := len(j.parts)
+	n, pinned := len(j.parts), j.pinned
 	j.mu.Unlock()
-	return n >= j.maxParts || j.old()
+	return pinned >= j.maxParts || n >= j.maxMembers || j.old()
+}
+
+// unpinLocked takes fp out of the pinned count; j.mu is held.
+func (j *Journal) unpinLocked(fp *filePartition) {
+	if fp.jpin {
+		j.pinned--
+		fp.jpin = false
+	}
 }
 
 // old reports whether a partition of the handle may have records in a
@@ -503,6 +534,7 @@ func (j *Journal) checkpoint() error {
 		}
 		fp.jnext, fp.jpend = fp.next, fp.jpend[:0]
 		fp.jseq = 0
+		j.unpinLocked(fp)
 		delete(j.parts, fp)
 	}
 	j.oldest = 0
@@ -520,6 +552,7 @@ func (j *Journal) checkpoint() error {
 func (j *Journal) release(fp *filePartition) {
 	j.mu.Lock()
 	fp.jseq = 0
+	j.unpinLocked(fp)
 	delete(j.parts, fp)
 	j.mu.Unlock()
 }
@@ -529,6 +562,7 @@ func (j *Journal) release(fp *filePartition) {
 // next Build of its incarnation applies them again (reapplyLost).
 func (j *Journal) lost(fp *filePartition) {
 	j.mu.Lock()
+	j.unpinLocked(fp)
 	lo := fp.jseq
 	fp.jseq = 0
 	delete(j.parts, fp)

@@ -174,7 +174,7 @@ func commitRound(t *testing.T, j *Journal, ps []Partition, k int) {
 }
 
 // The journal is checkpointed when it holds records of too many
-// partitions whose own files are unsynced: their files are synced, its
+// partitions whose own files hold unsynced writes: their files are synced, its
 // old files removed, so the journal stays small; and a clean close of the
 // partitions and the journal leaves no journal file behind. Everything
 // committed survives a power loss at any point.
@@ -201,6 +201,13 @@ func TestJournalCheckpointAndClose(t *testing.T) {
 				if fp := p.(*filePartition); fp.synced < uint64(k) {
 					t.Fatalf("round %d: partition %d synced to %d, want at least %d: never checkpointed", k, i, fp.synced, k)
 				}
+			}
+		}
+		for _, p := range ps {
+			// A read writes what the partition holds behind: its tail
+			// holds unsynced writes, pinned, as after a large append.
+			if _, err := p.Read(0, 1); err != nil {
+				t.Fatal(err)
 			}
 		}
 		names, _ := mem.ReadDir("/data/journal")
@@ -300,7 +307,14 @@ func TestJournalReappliesAfterAFailedCheckpointSync(t *testing.T) {
 	j := s.NewJournal()
 	ps := journalPartitions(t, s, 3)
 	commitRound(t, j, ps, 0) // direct: the partitions join
-	commitRound(t, j, ps, 1) // journaled: three members, two allowed
+	commitRound(t, j, ps, 1) // journaled: three members
+	for _, p := range ps {
+		// A read writes the records held behind: each member now pins
+		// its tail, and two pinned members are allowed.
+		if _, err := p.Read(0, 10); err != nil {
+			t.Fatal(err)
+		}
+	}
 	seg := filepath.Join(partDirOf(s, journalNS(t, 0)), fmt.Sprintf("%020d.log", 0))
 	failLog.Store(&seg)
 	for i, p := range ps {

@@ -305,9 +305,10 @@ func opSetDurability(ns metadata.Namespace, d Durability) control {
 		}
 		s.flushGroup()
 		// A partition leaving FsyncAlways is synced even if no ack waits:
-		// its acknowledged records may be in the journal only, and the
-		// Sync takes it out of the journal, which would otherwise keep a
-		// copy of its appends for commits that no longer come.
+		// its acknowledged records may be in the journal only, or held
+		// behind for a journal commit that no longer comes (its appends
+		// are now acknowledged without one, so they must reach its files
+		// at once), and the Sync takes it out of the journal.
 		if o.dirty || (o.dur.always() && !d.always()) {
 			o.dirty = false
 			if err := o.p.Sync(); err != nil {

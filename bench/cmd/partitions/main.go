@@ -20,6 +20,11 @@
 // VmHWM) and open descriptors after it. Each measurement runs in a
 // process of its own, so creating the data does not inflate the RSS of
 // the reopen.
+//
+// -cpu sweeps CPU per produced message over partition counts (see
+// cpu.go):
+//
+//	go -C bench run ./cmd/partitions -cpu 8,1000,10000   # both policies, 3 rounds of ≥ 2 s each
 package main
 
 import (
@@ -62,7 +67,24 @@ func run() error {
 	shards := flag.Int("shards", 2, "shards of the node")
 	timeout := flag.Duration("timeout", 30*time.Minute, "give up on a phase after this long")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run (or of the phase) to this file")
+	cpuCounts := flag.String("cpu", "", "partition-count sweep: CPU per message at each of these partition counts (e.g. 8,1000,10000)")
+	fsyncs := flag.String("fsync", "interval,always", "fsync policies of the -cpu sweep")
+	rounds := flag.Int("rounds", 3, "rounds per cell of the -cpu sweep")
+	round := flag.Duration("round", 2*time.Second, "minimum length of a -cpu round")
+	inflight := flag.Int("inflight", 4096, "unacknowledged produces of the -cpu sweep")
+	profDir := flag.String("profdir", "", "write a CPU profile of each -cpu round into this directory")
 	flag.Parse()
+	if *cpuCounts != "" {
+		counts, err := parseCounts(*cpuCounts)
+		if err != nil {
+			return err
+		}
+		policies, err := parsePolicies(*fsyncs)
+		if err != nil {
+			return err
+		}
+		return sweepCPU(counts, policies, *shards, *rounds, *inflight, *round, *timeout, *profDir)
+	}
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {
@@ -85,7 +107,7 @@ func run() error {
 		return reopenMany(*dir, *reopen, *shards, *timeout)
 	}
 	flag.Usage()
-	return errors.New("one of -build or -reopen is required")
+	return errors.New("one of -build, -reopen or -cpu is required")
 }
 
 // materialised sums parkway_partitions_materialised_total over shards.
