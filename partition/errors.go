@@ -28,7 +28,7 @@ var (
 	// wraps the filesystem's error. The operation that needed the file
 	// did nothing; the partition stays usable and the operation can be
 	// retried.
-	ErrReopen = errors.New("parkway: reopening a segment file failed")
+	ErrReopen = errors.New("parkway: reopening a file closed for the descriptor budget failed")
 	// ErrInvalidConfig wraps each problem reported by FileConfig.Validate.
 	ErrInvalidConfig = errors.New("parkway: invalid partition store config")
 )
