@@ -276,6 +276,9 @@ func (d *Disk) SyncCommit() { d.syncCommit = true }
 func (d *Disk) Save(snap *raftpb.Snapshot, ents []*raftpb.Entry, hs *raftpb.HardState) error {
 	hasSnap := snap != nil && snap.GetMetadata().GetIndex() != 0
 	hasHS := hs != nil && hs.GetTerm() != 0
+	if !hasSnap && len(ents) == 0 && !hasHS {
+		return nil // nothing to save: a held hard state stays held
+	}
 	if d.sync && !d.syncCommit && !hasSnap && len(ents) == 0 && hasHS &&
 		hs.GetTerm() == d.term && hs.GetVote() == d.vote {
 		d.held = hs

@@ -302,8 +302,12 @@ func TestDiskHoldsCommitOnlyHardState(t *testing.T) {
 	if err := d.Save(nil, nil, hardState(2, 1, 3)); err != nil { // commit only
 		t.Fatal(err)
 	}
+	// Nor by a save with nothing to save (a Ready with only messages).
+	if err := d.Save(nil, nil, nil); err != nil {
+		t.Fatal(err)
+	}
 	if n := writes.Load() - before; n != 0 {
-		t.Fatalf("a commit-only hard state was written at once (%d writes)", n)
+		t.Fatalf("a commit-only hard state was written without a sync (%d writes)", n)
 	}
 	// The next save writes it first, then its own records.
 	if err := d.Save(nil, entries(4, 4, 2), nil); err != nil {
