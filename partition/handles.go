@@ -63,8 +63,9 @@ const (
 // DefaultMaxOpenFiles is the budget a FileStore uses when
 // FileConfig.MaxOpenFiles is 0: half of the process's soft RLIMIT_NOFILE
 // (Go raises the soft limit to the hard one at start on Linux and macOS),
-// leaving the other half to the rest of the process (sockets, raft logs,
-// the host's own files), within [DefaultMaxOpenFilesFloor,
+// leaving the other half to the rest of the process (sockets, the
+// metadata raft log, the host's own files; partitions' raft logs kept
+// through Location count in the budget), within [DefaultMaxOpenFilesFloor,
 // DefaultMaxOpenFilesCeiling]. On platforms without the limit it is
 // DefaultMaxOpenFilesFloor.
 func DefaultMaxOpenFiles() int {
