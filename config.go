@@ -65,9 +65,10 @@ type Config struct {
 	// fallocate, so appends never fail for lack of space mid-segment.
 	Preallocate bool
 	// MaxOpenFiles bounds the descriptors the partition store holds at
-	// once, over all partitions: segment files are opened when used and
-	// the least recently used idle ones closed, so a node can hold far
-	// more partitions than descriptors (default: half the process's soft
+	// once, over all partitions: segment files (and, in a cluster, the
+	// partitions' raft logs) are opened when used and the least recently
+	// used idle ones closed, so a node can hold far more partitions than
+	// descriptors (default: half the process's soft
 	// RLIMIT_NOFILE, 64 to 65,536; at least 4; see
 	// partition.FileConfig.MaxOpenFiles). Only with DataDir.
 	MaxOpenFiles int

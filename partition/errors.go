@@ -20,14 +20,15 @@ var (
 	// could not be rolled back. Its owner closes it and builds it again,
 	// which recovers the log from what is on disk.
 	ErrUnusable = errors.New("parkway: partition unusable (close and build it again)")
-	// ErrReopen reports a failure to open again a segment file that the
-	// FileStore closed to stay within its descriptor budget
-	// (FileConfig.MaxOpenFiles): the file was deleted or made unreadable
+	// ErrReopen reports a failure to open again a segment file (or a file
+	// opened through a partition's Location) that the FileStore closed to
+	// stay within its descriptor budget (FileConfig.MaxOpenFiles): the
+	// file was deleted, replaced or made unreadable
 	// behind the store's back, or the process ran out of descriptors. It
 	// wraps the filesystem's error. The operation that needed the file
 	// did nothing; the partition stays usable and the operation can be
 	// retried.
-	ErrReopen = errors.New("parkway: reopening a segment file failed")
+	ErrReopen = errors.New("parkway: reopening a file closed for the descriptor budget failed")
 	// ErrInvalidConfig wraps each problem reported by FileConfig.Validate.
 	ErrInvalidConfig = errors.New("parkway: invalid partition store config")
 )

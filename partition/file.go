@@ -76,8 +76,10 @@ type FileConfig struct {
 	// the store past the budget (see HandleStats). 0 means
 	// DefaultMaxOpenFiles() (half of the soft RLIMIT_NOFILE, within
 	// [DefaultMaxOpenFilesFloor, DefaultMaxOpenFilesCeiling]); otherwise
-	// at least MinMaxOpenFiles. Files a replicated partition's raft log
-	// keeps open in the partition's directory are not counted.
+	// at least MinMaxOpenFiles. Files opened through a partition's
+	// Location (a replicated partition's raft log) are counted and kept
+	// the same way: closed when idle, pinned while they hold writes not
+	// yet fsynced.
 	MaxOpenFiles int
 	// SerialSyncs issues the fsyncs that make a new partition's layout
 	// durable one after another instead of concurrently. Concurrent
@@ -170,6 +172,9 @@ type FileStore struct {
 	fs      vfs.FS
 	raw     vfs.FS
 	handles *handleCache
+	// located is the filesystem partitions hand out with Location:
+	// storeFS over the same budget.
+	located storeFS
 	dirs    *dirSyncs
 	// journalSeq is the last journal file number handed out (journal.go).
 	journalSeq atomic.Uint64
@@ -216,6 +221,7 @@ func NewFileStore(cfg FileConfig) (*FileStore, error) {
 		cfg: cfg, fs: budgetFS{FS: fsys, c: c}, raw: fsys, handles: c, dirs: newDirSyncs(),
 		busy: make(map[metadata.Namespace]struct{}), lost: make(map[metadata.Namespace]lostRecords),
 	}
+	s.located = storeFS{budgetFS{FS: fsys, c: c}}
 	if err := s.replayJournals(); err != nil {
 		return nil, err
 	}

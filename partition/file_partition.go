@@ -966,6 +966,8 @@ func (p *filePartition) closeFiles() error {
 
 // Location implements Located.
 //
-// The filesystem is the store's own (FileConfig.FS), not its budget:
-// files opened there are not counted in FileConfig.MaxOpenFiles.
-func (p *filePartition) Location() (vfs.FS, string) { return p.store.raw, p.dir }
+// The filesystem is the store's (FileConfig.FS) under its descriptor
+// budget: files opened there count in FileConfig.MaxOpenFiles, and are
+// closed when idle and reopened on their next use as segment files are
+// (see storeFS for the rules).
+func (p *filePartition) Location() (vfs.FS, string) { return p.store.located, p.dir }

@@ -38,7 +38,11 @@ import (
 //     before more than an eighth of the budget of them are pinned).
 //
 // The journal's open file is counted too: one descriptor per store, shared
-// by its Journals.
+// by its Journals. So are the files other packages keep in a partition's
+// directory through its Location (a replicated partition's raft log): they
+// are handles of this cache too, pinned while they hold writes not yet
+// fsynced (see storeFS), so a node's raft logs and partitions share one
+// budget.
 
 // MinMaxOpenFiles is the smallest FileConfig.MaxOpenFiles Validate
 // accepts: with fewer, a single partition operation (a roll: the sealed
@@ -60,8 +64,9 @@ const (
 // DefaultMaxOpenFiles is the budget a FileStore uses when
 // FileConfig.MaxOpenFiles is 0: half of the process's soft RLIMIT_NOFILE
 // (Go raises the soft limit to the hard one at start on Linux and macOS),
-// leaving the other half to the rest of the process (sockets, raft logs,
-// the host's own files), within [DefaultMaxOpenFilesFloor,
+// leaving the other half to the rest of the process (sockets, the
+// metadata raft log, the host's own files; partitions' raft logs kept
+// through Location count in the budget), within [DefaultMaxOpenFilesFloor,
 // DefaultMaxOpenFilesCeiling]. On platforms without the limit it is
 // DefaultMaxOpenFilesFloor.
 func DefaultMaxOpenFiles() int {
@@ -118,22 +123,29 @@ type handleCache struct {
 	idle  handle
 	nIdle int
 	stats HandleStats
+	// named are the files open through storeFS, by path, so a rename or
+	// removal through it can follow them (lazyfs.go).
+	named map[string][]*handle
 }
 
 func newHandleCache(fs vfs.FS, max int) *handleCache {
-	c := &handleCache{fs: fs, max: max}
+	c := &handleCache{fs: fs, max: max, named: make(map[string][]*handle)}
 	c.idle.prev, c.idle.next = &c.idle, &c.idle
 	return c
 }
 
-// handle is one segment file that may be closed while nobody uses it and
-// is reopened on the next use. Its fields other than path and flag are
-// under the cache's mu.
+// handle is one segment file (or a file opened through storeFS) that may
+// be closed while nobody uses it and is reopened on the next use. Its
+// fields other than flag are under the cache's mu (path changes only for
+// a storeFS file that is renamed).
 type handle struct {
 	c    *handleCache
 	path string
-	flag int // for reopening: O_RDWR or O_RDONLY, never O_CREATE
+	flag int // for reopening: never O_CREATE, O_EXCL or O_TRUNC
 	f    vfs.File
+	// gone: the path no longer names this file (removed, or replaced by
+	// a rename through storeFS), so it is never reopened.
+	gone bool
 	refs int
 	// pinned keeps the file open while idle: a tail with writes not yet
 	// fsynced through it.
@@ -231,14 +243,17 @@ func (h *handle) acquire() (vfs.File, error) {
 		c.mu.Unlock()
 		return f, nil
 	}
-	reopen := h.opened
+	reopen, path, gone := h.opened, h.path, h.gone
 	c.mu.Unlock()
+	if gone {
+		return nil, fmt.Errorf("%w: %s: %w", ErrReopen, path, errFileGone)
+	}
 	c.reserve()
-	f, err := c.fs.OpenFile(h.path, h.flag, 0)
+	f, err := c.fs.OpenFile(path, h.flag, 0)
 	if err != nil {
 		c.unreserve()
 		if reopen {
-			return nil, fmt.Errorf("%w: %s: %w", ErrReopen, h.path, err)
+			return nil, fmt.Errorf("%w: %s: %w", ErrReopen, path, err)
 		}
 		return nil, err
 	}

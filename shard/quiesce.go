@@ -141,6 +141,7 @@ func (s *Shard) maybeQuiesce(o *owned) bool {
 	}
 	s.forgetAwake(o)
 	s.m.RaftQuiesces.Inc()
+	s.syncQuiesced(o)
 	return true
 }
 
@@ -158,6 +159,7 @@ func (s *Shard) stepQuiesce(o *owned, m *raftpb.Message) bool {
 		if s.isAwake(o) {
 			s.forgetAwake(o)
 			s.m.RaftQuiesces.Inc()
+			s.syncQuiesced(o)
 		}
 		return true
 	}

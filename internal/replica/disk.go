@@ -41,6 +41,9 @@ type Disk struct {
 	// term and vote of the last hard state saved: see Save.
 	term, vote uint64
 	syncCommit bool
+	// held is a hard state that only moved the commit index, saved to a
+	// synced Disk and not written yet (see Save); nil if none.
+	held *raftpb.HardState
 	// File offsets of the records the recovered snapshot and hard state
 	// came from, to name them in a corruption error.
 	snapOff, hsOff int64
@@ -261,9 +264,33 @@ func (d *Disk) SyncCommit() { d.syncCommit = true }
 // so that a torn tail never leaves a hard state committing entries the log
 // lacks. When the Disk was opened with sync it syncs, unless all that
 // changed is the commit index.
+//
+// A synced Disk holds such a commit-only hard state back instead of
+// writing it, and writes it before whatever is saved next (or by Sync or
+// Close). Durability is the same — it would not have been synced — but
+// the file is then never left with writes that no fsync covers: a file
+// kept under a descriptor budget (the partition store's) stays pinned
+// open while it holds unsynced writes, and every idle replicated
+// partition whose last Ready moved only the commit would otherwise keep
+// its raft log's descriptor.
 func (d *Disk) Save(snap *raftpb.Snapshot, ents []*raftpb.Entry, hs *raftpb.HardState) error {
+	hasSnap := snap != nil && snap.GetMetadata().GetIndex() != 0
+	hasHS := hs != nil && hs.GetTerm() != 0
+	if !hasSnap && len(ents) == 0 && !hasHS {
+		return nil // nothing to save: a held hard state stays held
+	}
+	if d.sync && !d.syncCommit && !hasSnap && len(ents) == 0 && hasHS &&
+		hs.GetTerm() == d.term && hs.GetVote() == d.vote {
+		d.held = hs
+		return nil
+	}
+	// A held hard state goes first: it commits only entries already in
+	// the file, so the file reads as if it had been written when saved.
+	if err := d.writeHeld(); err != nil {
+		return err
+	}
 	wrote := false
-	if snap != nil && snap.GetMetadata().GetIndex() != 0 {
+	if hasSnap {
 		if err := d.append(recSnapshot, snap); err != nil {
 			return err
 		}
@@ -276,7 +303,7 @@ func (d *Disk) Save(snap *raftpb.Snapshot, ents []*raftpb.Entry, hs *raftpb.Hard
 		}
 		wrote = true
 	}
-	if hs != nil && hs.GetTerm() != 0 {
+	if hasHS {
 		if err := d.append(recHardState, hs); err != nil {
 			return err
 		}
@@ -306,8 +333,25 @@ func (d *Disk) append(typ byte, m proto.Message) error {
 	return err
 }
 
+// writeHeld appends the held hard state, if any.
+func (d *Disk) writeHeld() error {
+	if d.held == nil {
+		return nil
+	}
+	if err := d.append(recHardState, d.held); err != nil {
+		return err
+	}
+	d.held = nil
+	return nil
+}
+
 // Sync makes everything saved so far durable.
-func (d *Disk) Sync() error { return d.log.Sync() }
+func (d *Disk) Sync() error {
+	if err := d.writeHeld(); err != nil {
+		return err
+	}
+	return d.log.Sync()
+}
 
 // Size is the log file's size in bytes.
 func (d *Disk) Size() int64 { return d.log.Size() }
@@ -322,8 +366,9 @@ func (d *Disk) Rewrite(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raft
 	if err != nil {
 		return err
 	}
-	old := d.log
-	d.log = nl
+	old, held := d.log, d.held
+	// hs is the group's whole hard state, at least as new as a held one.
+	d.log, d.held = nl, nil
 	err = d.Save(snap, ents, hs)
 	if err == nil {
 		err = nl.Sync()
@@ -332,7 +377,7 @@ func (d *Disk) Rewrite(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raft
 		err = d.fs.Rename(tmp, d.path)
 	}
 	if err != nil {
-		d.log = old
+		d.log, d.held = old, held
 		nl.Close()
 		_ = d.fs.Remove(tmp)
 		return err
@@ -347,8 +392,13 @@ func (d *Disk) Rewrite(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raft
 	return err
 }
 
-// Close closes the file without syncing it.
-func (d *Disk) Close() error { return d.log.Close() }
+// Close closes the file without syncing it. A held hard state is
+// written first, so a process that stops cleanly keeps its commit index
+// as it keeps every other unsynced write.
+func (d *Disk) Close() error {
+	werr := d.writeHeld()
+	return errors.Join(werr, d.log.Close())
+}
 
 func encodeEntries(dst []byte, ents []*raftpb.Entry) []byte {
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(ents)))

@@ -275,3 +275,68 @@ func TestDiskRewriteDirSyncFailureKeepsTheNewLog(t *testing.T) {
 		t.Fatalf("reopened log: %s, want %s", got, want)
 	}
 }
+
+// TestDiskHoldsCommitOnlyHardState: a synced Disk does not write a hard
+// state that only moves the commit (it would not sync it): the file is
+// left with no write that no fsync covers, so a log kept under a
+// descriptor budget is not pinned open by it. The held hard state is
+// written before the next save, by Sync and by Close, so a log closed
+// cleanly and reopened reads back as if it had been written at once.
+func TestDiskHoldsCommitOnlyHardState(t *testing.T) {
+	mem := vfs.NewMem()
+	var writes atomic.Int64
+	fsys := errorfs.New(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind == errorfs.OpWriteAt {
+			writes.Add(1)
+		}
+		return nil
+	}))
+	d, err := replica.OpenDisk(fsys, "/g/log", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Save(snapAt(1, 1, ""), entries(2, 3, 2), hardState(2, 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	before := writes.Load()
+	if err := d.Save(nil, nil, hardState(2, 1, 3)); err != nil { // commit only
+		t.Fatal(err)
+	}
+	// Nor by a save with nothing to save (a Ready with only messages).
+	if err := d.Save(nil, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := writes.Load() - before; n != 0 {
+		t.Fatalf("a commit-only hard state was written without a sync (%d writes)", n)
+	}
+	// The next save writes it first, then its own records.
+	if err := d.Save(nil, entries(4, 4, 2), nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := describe(mustRecover(t, mem.Crash())), "snap=1/ hs=2/1/3 ents=2.2:e2 3.2:e3 4.2:e4 "; got != want {
+		t.Fatalf("after the next save and a power loss: %s, want %s", got, want)
+	}
+	// Sync writes a held hard state and makes it durable.
+	if err := d.Save(nil, nil, hardState(2, 1, 4)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := describe(mustRecover(t, mem.Crash())), "snap=1/ hs=2/1/4 ents=2.2:e2 3.2:e3 4.2:e4 "; got != want {
+		t.Fatalf("after Sync and a power loss: %s, want %s", got, want)
+	}
+	// Close writes it (not synced): a clean stop keeps it.
+	if err := d.Save(nil, entries(5, 5, 2), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Save(nil, nil, hardState(2, 1, 5)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := describe(mustRecover(t, mem)), "snap=1/ hs=2/1/5 ents=2.2:e2 3.2:e3 4.2:e4 5.2:e5 "; got != want {
+		t.Fatalf("after Close: %s, want %s", got, want)
+	}
+}

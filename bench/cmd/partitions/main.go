@@ -5,6 +5,7 @@
 //
 //	go -C bench run ./cmd/partitions -build 9000          # build 9,000 partitions on a fresh node
 //	go -C bench run ./cmd/partitions -reopen 100000 -dir D # create 100,000 once in D (kept), then reopen D
+//	go -C bench run ./cmd/partitions -reopen 5000 -nodes 3 -budget 1000 # the same, 3 nodes in this process
 //
 // -build creates the partitions as topics of 1,000 partitions each (the
 // per-topic maximum) in one stream on a fresh 2-shard node with a data
@@ -19,7 +20,10 @@
 // partition is materialised, and that process's resident set (VmRSS,
 // VmHWM) and open descriptors after it. Each measurement runs in a
 // process of its own, so creating the data does not inflate the RSS of
-// the reopen.
+// the reopen. With -nodes N (N > 1) the node is a cluster of N nodes in
+// the process (cluster.go): partitions are replicated, each with a raft
+// log, and the reopen also reads every partition once through node 1 and
+// reports the peak of the process's open descriptors.
 //
 // -cpu sweeps CPU per produced message over partition counts (see
 // cpu.go):
@@ -65,6 +69,8 @@ func run() error {
 	dir := flag.String("dir", "", "data directory for -reopen (kept between runs; default: a temporary one, removed)")
 	phase := flag.String("phase", "", "internal: create or open, run in a child process")
 	shards := flag.Int("shards", 2, "shards of the node")
+	nodes := flag.Int("nodes", 1, "with -reopen: nodes of a cluster in this process (replicated partitions, see cluster.go)")
+	budget := flag.Int("budget", 0, "MaxOpenFiles of each node (0: the default)")
 	timeout := flag.Duration("timeout", 30*time.Minute, "give up on a phase after this long")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run (or of the phase) to this file")
 	cpuCounts := flag.String("cpu", "", "partition-count sweep: CPU per message at each of these partition counts (e.g. 8,1000,10000)")
@@ -97,6 +103,10 @@ func run() error {
 		defer pprof.StopCPUProfile()
 	}
 	switch {
+	case *phase == "create" && *nodes > 1:
+		return clusterCreate(*dir, *reopen, *nodes, *shards, *budget, *timeout)
+	case *phase == "open" && *nodes > 1:
+		return clusterOpen(*dir, *reopen, *nodes, *shards, *budget, *timeout)
 	case *phase == "create":
 		return create(*dir, *reopen, *shards, *timeout)
 	case *phase == "open":
@@ -104,7 +114,7 @@ func run() error {
 	case *build > 0:
 		return buildMany(*build, *shards, *timeout)
 	case *reopen > 0:
-		return reopenMany(*dir, *reopen, *shards, *timeout)
+		return reopenMany(*dir, *reopen, *shards, *nodes, *budget, *timeout)
 	}
 	flag.Usage()
 	return errors.New("one of -build, -reopen or -cpu is required")
@@ -279,7 +289,7 @@ func buildMany(count, shards int, timeout time.Duration) error {
 
 // reopenMany runs the create phase (unless dir holds a node) and the open
 // phase, each in a child process.
-func reopenMany(dir string, count, shards int, timeout time.Duration) error {
+func reopenMany(dir string, count, shards, nodes, budget int, timeout time.Duration) error {
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "parkway-reopen-")
 		if err != nil {
@@ -288,22 +298,27 @@ func reopenMany(dir string, count, shards int, timeout time.Duration) error {
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	}
-	if _, err := os.Stat(filepath.Join(dir, "metadata")); err != nil {
-		if err := child("create", dir, count, shards, timeout); err != nil {
+	marker := filepath.Join(dir, "metadata")
+	if nodes > 1 {
+		marker = filepath.Join(dir, "node1", "metadata")
+	}
+	if _, err := os.Stat(marker); err != nil {
+		if err := child("create", dir, count, shards, nodes, budget, timeout); err != nil {
 			return err
 		}
 	} else {
 		fmt.Printf("%s holds a node: not created again\n", dir)
 	}
-	return child("open", dir, count, shards, timeout)
+	return child("open", dir, count, shards, nodes, budget, timeout)
 }
 
-func child(phase, dir string, count, shards int, timeout time.Duration) error {
+func child(phase, dir string, count, shards, nodes, budget int, timeout time.Duration) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(self, "-phase", phase, "-dir", dir, "-reopen", fmt.Sprint(count), "-shards", fmt.Sprint(shards), "-timeout", timeout.String())
+	cmd := exec.Command(self, "-phase", phase, "-dir", dir, "-reopen", fmt.Sprint(count), "-shards", fmt.Sprint(shards),
+		"-nodes", fmt.Sprint(nodes), "-budget", fmt.Sprint(budget), "-timeout", timeout.String())
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	return cmd.Run()
 }
