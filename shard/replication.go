@@ -154,7 +154,11 @@ func (s *Shard) replicate(o *owned) error {
 		// lost, or a catch-up was interrupted): fetch the rest first.
 		s.startCatchUp(o, o.cursor)
 	}
-	if preferredLeader(ns, o.peers, o.placed) == r.Node {
+	// Many new groups at once campaign a bounded number at a time
+	// (converge.go).
+	elect := preferredLeader(ns, o.peers, o.placed) == r.Node
+	campaigned := elect && s.electionRoom()
+	if campaigned {
 		if err := g.Campaign(); err != nil {
 			o.grp = nil
 			_ = g.Close()
@@ -163,6 +167,7 @@ func (s *Shard) replicate(o *owned) error {
 	}
 	s.replicated[ns] = o
 	s.markReady(o)
+	s.admitNew(o, elect, campaigned)
 	s.armTick()
 	return nil
 }
@@ -541,8 +546,15 @@ func (s *Shard) maybeCompact(o *owned) {
 func (s *Shard) tickRaft() {
 	s.campaignDue()
 	s.balanceStep()
-	for _, o := range s.awakeList() {
-		if !s.isAwake(o) || s.maybeQuiesce(o) {
+	for _, o := range s.tickList() {
+		if !s.isAwake(o) {
+			continue
+		}
+		if s.unhold(o); o.held {
+			s.forgetAwake(o) // woken by a message; waits for its turn
+			continue
+		}
+		if s.maybeQuiesce(o) {
 			continue
 		}
 		if err := o.grp.Tick(); err != nil {
@@ -556,7 +568,7 @@ func (s *Shard) tickRaft() {
 }
 
 func (s *Shard) armTick() {
-	if len(s.q.awake) == 0 || s.tickArmed {
+	if (len(s.q.awake) == 0 && !s.electionsPending()) || s.tickArmed {
 		return
 	}
 	d := s.cfg.Replication.TickInterval
