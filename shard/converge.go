@@ -288,3 +288,21 @@ func (s *Shard) tickList() []*owned {
 	s.q.tickNext = start + ticksPerRound
 	return s.q.tickBuf
 }
+
+// keepActive runs before each tick of an awake group: with
+// Replication.Quiesce, whose failure detection is node liveness, a
+// leader's followers on nodes liveness holds alive count as heard from
+// for raft's CheckQuorum (replica.Group.KeepActive), every half election
+// timeout of the group's ticks, so at least once in each of CheckQuorum's
+// windows. A leader whose followers' answers are merely late keeps
+// leading; one cut off from a majority steps down once liveness declares
+// the majority dead.
+func (s *Shard) keepActive(o *owned) error {
+	if !s.cfg.Replication.Quiesce {
+		return nil
+	}
+	if every := max(s.electionTicks()/2, 1); int64(o.awakeTicks)%every != 0 {
+		return nil
+	}
+	return o.grp.KeepActive(s.peerLive)
+}

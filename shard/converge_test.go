@@ -184,3 +184,44 @@ func TestTicksTakeTurnsPastTheBudget(t *testing.T) {
 		}
 	}
 }
+
+// With node liveness as the failure detector, a leader whose followers
+// are alive but whose answers do not arrive (their shards are busy)
+// keeps leading through any number of CheckQuorum windows; once
+// liveness declares them dead, it steps down.
+func TestLeaderWithLateFollowersKeepsLeadingUntilLivenessSaysDead(t *testing.T) {
+	n, nss, epochs := newQuiescedReplNet(t, 1)
+	ns := nss[0]
+	for id := uint64(1); id <= 3; id++ {
+		n.materialise(id, ns, epochs[0])
+	}
+	n.settle()
+	lead := n.tickUntilLeader(ns)
+	if lead == 0 {
+		t.Fatal("no leader")
+	}
+	var others []uint64
+	for id := uint64(1); id <= 3; id++ {
+		if id != lead {
+			others = append(others, id)
+			n.cut[id] = true
+		}
+	}
+	// A produce keeps the group awake (it cannot commit): ticked.
+	s := n.shard(lead)
+	c := produce(ns, "late")
+	s.handle(c.f)
+	s.flushProposals()
+	n.tick(20 * int(s.electionTicks()))
+	if !s.owned[ns].grp.IsLeader() {
+		t.Fatalf("node %d stepped down while its followers were alive, merely silent", lead)
+	}
+	for _, id := range others {
+		s.setPeerLive(id, false)
+	}
+	n.tick(3 * int(s.electionTicks()))
+	if s.owned[ns].grp.IsLeader() {
+		t.Fatalf("node %d still leads after liveness declared both followers dead", lead)
+	}
+	c.answered(t) // told its outcome is unknown
+}

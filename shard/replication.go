@@ -557,6 +557,10 @@ func (s *Shard) tickRaft() {
 		if s.maybeQuiesce(o) {
 			continue
 		}
+		if err := s.keepActive(o); err != nil {
+			s.failGroup(o, err)
+			continue
+		}
 		if err := o.grp.Tick(); err != nil {
 			s.failGroup(o, err)
 			continue
