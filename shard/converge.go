@@ -11,20 +11,25 @@ package shard
 // shard instead:
 //
 //   - starts an election only while fewer than campaignsInFlight of its
-//     elections are under way; the others wait in order (q.campaign),
-//     not ticked. An election that found no leader within
-//     campaignPatienceTicks (its followers may not exist yet) goes back
-//     to the end of the queue, unticked, so the groups that are ticked
-//     stay few however many wait;
+//     elections are under way (until the group it won quiesces); the
+//     others wait in order (q.campaign), not ticked. An election that
+//     found no leader within campaignPatienceTimeouts (its followers may
+//     not exist yet) goes back to the end of the queue, unticked, so the
+//     groups that are ticked stay few however many wait;
 //   - holds a group it does not stand for election in (q.held): not
 //     ticked until a peer's message gives it a leader, since the member
 //     that should campaign (the preferred leader of a new group, the
 //     chosen campaigner of a dead leader's group) will contact it. Node
 //     liveness covers a campaigner that died (SetPeerLive queues the
 //     group here when this node is the next campaigner); a group still
-//     leaderless after holdTicks stands for election itself, through the
-//     same bounded queue, so no group waits for ever on a member that
-//     never campaigns.
+//     leaderless after holdTimeouts stands for election itself, through
+//     the same bounded queue, so no group waits for ever on a member
+//     that never campaigns.
+//
+// Two more guards keep an overloaded shard from feeding its own overload:
+// past ticksPerRound awake groups the groups take turns at being ticked,
+// and a leader's CheckQuorum counts followers on live nodes as heard from
+// (keepActive), so answers that are merely late start no election.
 //
 // A held or queued group still answers every message it is sent (its
 // Ready is handled after each step): it votes, and it wins an election
@@ -47,8 +52,13 @@ const (
 )
 
 // holdTimeouts is how long a held group waits to be contacted before it
-// stands for election itself (in election timeouts).
-const holdTimeouts = 20
+// stands for election itself (in election timeouts: 10 s at the default
+// tick). It covers a campaigner that is alive but never campaigns (its
+// build of the partition keeps failing): short enough that the group is
+// not left without a leader for long, long enough that a follower does
+// not stand against a campaigner that is merely working through a queue
+// of thousands of elections, which would split the votes.
+const holdTimeouts = 100
 
 // heldGroup is a held group and the shard tick it was held at.
 type heldGroup struct {
