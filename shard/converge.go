@@ -104,7 +104,13 @@ func (s *Shard) admitNew(o *owned, elect, campaigned bool) {
 		} else {
 			s.hold(o)
 		}
-	case o.catchup == nil:
+	case o.catchup == nil && o.grp.Term() <= 1:
+		// A group that never saw an election (a new one starts at term
+		// 1, its log only the initial snapshot): its preferred leader
+		// will contact it. One restored with a longer history keeps
+		// ticking as before: its log may be ahead of the preferred
+		// leader's, which then cannot win, and only its own election
+		// timer would elect one that can.
 		s.hold(o)
 	}
 }
@@ -185,10 +191,13 @@ func (s *Shard) campaignDue() {
 	patience := campaignPatienceTimeouts * s.electionTicks()
 	kept := s.q.inflight[:0]
 	for _, o := range s.q.inflight {
+		if !s.live(o) {
+			continue // gone
+		}
 		age := s.q.ticks - o.campaignAt
 		switch lead := o.grp.Leader(); {
-		case !s.live(o) || (lead != 0 && lead != s.cfg.Replication.Node):
-			// Gone, or another member won: its leader brings it up.
+		case lead != 0 && lead != s.cfg.Replication.Node:
+			// Another member won: its leader brings the group up.
 		case lead == 0 && age >= patience:
 			s.queueCampaign(o) // its followers may not be there yet
 		case lead != 0 && (!s.isAwake(o) || age >= settleTimeouts*s.electionTicks()):
