@@ -21,6 +21,15 @@ import (
 // Liveness counts the metadata group's ticks, which the engine's clock
 // paces (a manual engine's driver calls TickMetadata): no wall clock is
 // read, and a simulator steps it like everything else.
+//
+// Silence is measured twice, and a peer is dead only when both say so:
+// in ticks (the timeout) and in heartbeat rounds this node's driver
+// actually ran (the timeout's number of intervals). A driver starved of
+// CPU wakes late and counts the ticks it slept through at once; every
+// peer then looks silent for that long, though their messages may sit in
+// this node's inbox, unread for the same reason. Counting rounds makes
+// the timeout stretch with the local driver's lag: a peer is declared
+// dead only after this node had that many chances to hear from it.
 
 // Defaults of Cluster's liveness settings, in raft ticks.
 const (
@@ -39,6 +48,11 @@ type liveness struct {
 	// without a lock; its values are written by the transport's receiver
 	// and read by the driver.
 	heard atomic.Pointer[peerClocks]
+	// rounds counts the heartbeat rounds the driver ran (one per advance
+	// that crossed an interval, however many it crossed); miss is how
+	// many must pass without a message before a peer is dead.
+	rounds atomic.Int64
+	miss   int64
 	// dead is the driver's view: peers declared dead (driver-owned).
 	dead map[uint64]bool
 }
@@ -47,11 +61,11 @@ func newLiveness(c *clusterNode) *liveness {
 	tick := c.cfg.TickInterval
 	every := max(int64(c.cfg.LivenessInterval/tick), 1)
 	timeout := max(int64(c.cfg.LivenessTimeout/tick), every+1)
-	l := &liveness{c: c, every: every, timeout: timeout, dead: make(map[uint64]bool)}
-	heard := &peerClocks{at: make(map[uint64]*atomic.Int64)}
+	l := &liveness{c: c, every: every, timeout: timeout, miss: timeout / every, dead: make(map[uint64]bool)}
+	heard := &peerClocks{at: make(map[uint64]*heardAt)}
 	for _, p := range c.peers {
 		if p != uint64(c.cfg.ID) {
-			heard.add(p, 0)
+			heard.add(p, 0, 0)
 		}
 	}
 	l.heard.Store(heard)
@@ -63,12 +77,17 @@ func newLiveness(c *clusterNode) *liveness {
 // decides).
 type peerClocks struct {
 	ids []uint64
-	at  map[uint64]*atomic.Int64
+	at  map[uint64]*heardAt
 }
 
-func (p *peerClocks) add(id uint64, now int64) {
-	h := new(atomic.Int64)
-	h.Store(now)
+// heardAt is when a peer was last heard from: the tick, and the
+// heartbeat round.
+type heardAt struct{ tick, round atomic.Int64 }
+
+func (p *peerClocks) add(id uint64, now, round int64) {
+	h := new(heardAt)
+	h.tick.Store(now)
+	h.round.Store(round)
 	p.at[id] = h
 	p.ids = append(p.ids, id)
 	slices.Sort(p.ids)
@@ -91,7 +110,7 @@ func (l *liveness) join() {
 		if grown == nil {
 			grown = &peerClocks{ids: slices.Clone(heard.ids), at: maps.Clone(heard.at)}
 		}
-		grown.add(p, l.now.Load())
+		grown.add(p, l.now.Load(), l.rounds.Load())
 	}
 	if len(nodes) > 0 {
 		for _, p := range heard.ids {
@@ -115,13 +134,14 @@ func (l *liveness) join() {
 // (safe from any goroutine: it reads only atomics).
 func (l *liveness) heardRecently(peer uint64) bool {
 	h := l.heard.Load().at[peer]
-	return h == nil || l.now.Load()-h.Load() <= l.timeout
+	return h == nil || l.now.Load()-h.tick.Load() <= l.timeout
 }
 
 // heardFrom records a sign of life from peer (any message it sent).
 func (l *liveness) heardFrom(peer uint64) {
 	if h := l.heard.Load().at[peer]; h != nil {
-		h.Store(l.now.Load())
+		h.tick.Store(l.now.Load())
+		h.round.Store(l.rounds.Load())
 	}
 }
 
@@ -138,7 +158,8 @@ func (l *liveness) untilBeat() int64 { return l.every - l.now.Load()%l.every }
 // advance advances liveness by k raft ticks at once (a started engine's
 // driver sleeps through the ticks of a quiesced metadata member, up to
 // the next heartbeat round): heartbeats go out when the ticks cross an
-// interval, and a peer whose silence crossed the timeout is declared dead
+// interval, and a peer whose silence crossed the timeout, over at least
+// as many heartbeat rounds as the timeout has intervals, is declared dead
 // (one heard from again, alive) to every shard and the metadata group.
 // Signs of life that arrive while the driver sleeps are stamped with the
 // last tick counted, so silence is measured to within one interval. Nodes
@@ -146,8 +167,10 @@ func (l *liveness) untilBeat() int64 { return l.every - l.now.Load()%l.every }
 func (l *liveness) advance(ctx context.Context, k int64) {
 	now := l.now.Add(k)
 	beat := now/l.every != (now-k)/l.every
+	rounds := l.rounds.Load()
 	if beat {
 		l.join()
+		rounds = l.rounds.Add(1)
 	}
 	heard := l.heard.Load()
 	for _, p := range heard.ids {
@@ -155,7 +178,7 @@ func (l *liveness) advance(ctx context.Context, k int64) {
 		if beat {
 			_ = l.c.send(p, KindLiveness, 0, nil)
 		}
-		dead := now-h.Load() > l.timeout
+		dead := now-h.tick.Load() > l.timeout && rounds-h.round.Load() >= l.miss
 		if dead == l.dead[p] {
 			continue
 		}

@@ -77,7 +77,13 @@ type owned struct {
 	proposeBuf []Frame
 	ready      bool
 	awakeTicks int // ticks since the group last woke (quiesce.go)
-	dedupe     dedupeTable
+	// held: not ticked while it waits for an election (queued: in the
+	// shard's campaign queue) or for a peer to give it a leader;
+	// campaignAt is the shard tick its last election started at
+	// (converge.go).
+	held, queued bool
+	campaignAt   int64
+	dedupe       dedupeTable
 	// cursor is the replicated log's next offset: where the next applied
 	// produce lands in every replica's partition log. The local log can
 	// be ahead of it (re-applying after a restart) or, while catchup is

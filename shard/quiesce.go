@@ -26,15 +26,18 @@ import (
 //     work: a proposal, a leader read, a catch-up (markReady wakes).
 //   - Failure detection comes from node liveness (SetPeerLive), one
 //     heartbeat per node pair, not per group: when a peer is declared
-//     dead, the groups it led forget it and wake, and one live member of
-//     each, chosen by the namespace so the work spreads, campaigns — a few
-//     groups per tick, so a dead node's thousands of groups do not start
-//     their elections in the same instant. The woken groups' election
-//     timers remain the fallback. When a peer returns, the groups this
-//     node leads wake so the leader brings it up to date.
+//     dead, the groups it led forget it, and one live member of each,
+//     chosen by the namespace so the work spreads, campaigns; the others
+//     wait unticked for it to contact them. The elections run a bounded
+//     number at a time (converge.go), so a dead node's thousands of
+//     groups do not start their elections in the same instant, and a
+//     group nobody contacts stands for election itself after a while.
+//     When a peer returns, the groups this node leads wake so the leader
+//     brings it up to date.
 
-// campaignsPerTick bounds the elections a shard starts per raft tick after
-// a peer died.
+// campaignsPerTick bounds the elections a shard starts per raft tick
+// after a peer died, when its groups are not quiesced (converge.go bounds
+// the elections in flight when they are).
 const campaignsPerTick = 128
 
 // quiesceAfterTicks is how long a woken group is ticked before its leader
@@ -51,11 +54,20 @@ type quiescence struct {
 	awake   []*owned
 	at      map[metadata.Namespace]int
 	tickBuf []*owned
+	// tickNext is where the next tick's turn starts in awake when more
+	// groups are awake than a tick handles (converge.go).
+	tickNext int
 	// down holds the peers node liveness reported dead.
 	down map[uint64]bool
-	// campaign holds the groups this node stands for election in, after
-	// their leader's node died, waiting for their turn.
+	// campaign holds the groups this node stands for election in (new
+	// groups it should lead, groups whose leader's node died), waiting
+	// for their turn; inflight the elections started and not yet won;
+	// held the groups waiting, unticked, for a peer to give them a
+	// leader; ticks counts the raft ticks (converge.go).
 	campaign []*owned
+	inflight []*owned
+	held     []heldGroup
+	ticks    int64
 	// balance holds the groups this node leads whose preferred leader is
 	// another node, waiting to hand leadership back (balance.go);
 	// transfer is the one being handed back, for transferTicks ticks.
@@ -208,18 +220,20 @@ func (s *Shard) setPeerLive(peer uint64, live bool) {
 		if o == nil || o.grp == nil {
 			continue // failed by an earlier step of this loop
 		}
-		if o.grp.Leader() != peer {
+		switch lead := o.grp.Leader(); {
+		case lead == peer:
+			s.wake(o)
+			if err := o.grp.ForgetLeader(); err != nil {
+				s.failGroup(o, err)
+				continue
+			}
+			s.markReady(o)
+		case lead == 0 && o.held && s.preferred(o) == peer:
+			// A new group held for the dead node's first campaign.
+		default:
 			continue
 		}
-		s.wake(o)
-		if err := o.grp.ForgetLeader(); err != nil {
-			s.failGroup(o, err)
-			continue
-		}
-		s.markReady(o)
-		if s.campaigner(o) == r.Node {
-			s.q.campaign = append(s.q.campaign, o)
-		}
+		s.electAfterDeath(o)
 	}
 }
 
@@ -249,29 +263,6 @@ func (s *Shard) campaigner(o *owned) uint64 {
 		k--
 	}
 	return 0
-}
-
-// campaignDue starts the next few queued elections. A group that found a
-// leader meanwhile (another member won), or is gone, is skipped.
-func (s *Shard) campaignDue() {
-	n := 0
-	for len(s.q.campaign) > 0 && n < campaignsPerTick {
-		o := s.q.campaign[0]
-		s.q.campaign[0] = nil
-		s.q.campaign = s.q.campaign[1:]
-		if o.grp == nil || s.replicated[o.p.Namespace()] != o || o.grp.Leader() != 0 {
-			continue
-		}
-		n++
-		if err := o.grp.Campaign(); err != nil {
-			s.failGroup(o, err)
-			continue
-		}
-		s.markReady(o)
-	}
-	if len(s.q.campaign) == 0 {
-		s.q.campaign = nil
-	}
 }
 
 // QuiescedGroups reports how many of the shard's raft groups are quiesced

@@ -164,7 +164,11 @@ func (s *Shard) replicate(o *owned) error {
 		s.startCatchUp(o, o.cursor)
 	}
 	s.refreshPeers(o)
-	if !joins && preferredLeader(ns, o.peers, o.placed) == r.Node {
+	// Many new groups at once campaign a bounded number at a time
+	// (converge.go); a joining member never campaigns.
+	elect := !joins && preferredLeader(ns, o.peers, o.placed) == r.Node
+	campaigned := elect && s.electionRoom()
+	if campaigned {
 		if err := g.Campaign(); err != nil {
 			o.grp = nil
 			_ = g.Close()
@@ -173,6 +177,7 @@ func (s *Shard) replicate(o *owned) error {
 	}
 	s.replicated[ns] = o
 	s.markReady(o)
+	s.admitNew(o, elect, campaigned)
 	s.armTick()
 	return nil
 }
@@ -556,8 +561,19 @@ func (s *Shard) tickRaft() {
 	s.campaignDue()
 	s.balanceStep()
 	s.moveStep()
-	for _, o := range s.awakeList() {
-		if !s.isAwake(o) || s.maybeQuiesce(o) {
+	for _, o := range s.tickList() {
+		if !s.isAwake(o) {
+			continue
+		}
+		if s.unhold(o); o.held {
+			s.forgetAwake(o) // woken by a message; waits for its turn
+			continue
+		}
+		if s.maybeQuiesce(o) {
+			continue
+		}
+		if err := s.keepActive(o); err != nil {
+			s.failGroup(o, err)
 			continue
 		}
 		if err := o.grp.Tick(); err != nil {
@@ -571,7 +587,7 @@ func (s *Shard) tickRaft() {
 }
 
 func (s *Shard) armTick() {
-	if len(s.q.awake) == 0 || s.tickArmed {
+	if (len(s.q.awake) == 0 && !s.electionsPending()) || s.tickArmed {
 		return
 	}
 	d := s.cfg.Replication.TickInterval

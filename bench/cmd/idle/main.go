@@ -8,6 +8,8 @@
 //	go -C bench run ./cmd/idle                          # 1,000 and 10,000 partitions
 //	go -C bench run ./cmd/idle -partitions 1000 -measure 20s
 //	go -C bench run ./cmd/idle -partitions 10000 -burst  # all topics created at once, timed
+//	go -C bench run ./cmd/idle -partitions 10000 -burst -runs 3 -converge 15m
+//	go -C bench run ./cmd/idle -partitions 1000,10000,50000 -converge 15m
 //
 // By default the topics (1,000 partitions each, the per-topic maximum)
 // are created one at a time, each once the previous one converged. With
@@ -56,6 +58,7 @@ func run() error {
 	profile := fs.String("cpuprofile", "", "write a CPU profile of each measurement window to <this>-<partitions>.pprof")
 	burst := fs.Bool("burst", false, "create every topic at once and time it until a produce to every partition is acknowledged")
 	logLevel := fs.String("log", "off", "log the nodes' diagnostics to stderr at this level (warn, info, debug)")
+	runs := fs.Int("runs", 1, "measure each partition count this many times, each on a fresh cluster")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err
 	}
@@ -67,8 +70,10 @@ func run() error {
 		if err != nil || n <= 0 {
 			return fmt.Errorf("bad partition count %q", f)
 		}
-		if err := one(n, *settle, *measure, *converge, *profile, *burst, *logLevel); err != nil {
-			return err
+		for range max(*runs, 1) {
+			if err := one(n, *settle, *measure, *converge, *profile, *burst, *logLevel); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

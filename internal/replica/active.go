@@ -1,0 +1,41 @@
+package replica
+
+import (
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// KeepActive counts, for a leader's CheckQuorum, every follower that live
+// reports alive as heard from, as a heartbeat answer would. The owner
+// calls it when its failure detection is per node (node liveness) rather
+// than per group: then a follower whose node is alive but whose answers
+// are merely late (its shard is busy, the machine is starved) does not
+// make the leader step down, which would start an election and add load
+// to a node that is already behind. A leader cut off from a majority
+// still steps down, one election timeout after node liveness declares
+// the majority dead.
+//
+// Only the leader's bookkeeping of recent activity changes (and a
+// follower known to lag is sent what it lacks, as on any heartbeat
+// answer): no commit index, vote or read confirmation comes from it. It
+// is a no-op on a member that does not lead, and fails only with
+// ErrGroupFailed.
+func (g *Group) KeepActive(live func(node uint64) bool) (err error) {
+	if g.failed != nil {
+		return g.failed
+	}
+	st := g.rn.BasicStatus()
+	if st.RaftState != raft.StateLeader {
+		return nil
+	}
+	defer g.guard(&err)
+	term := st.HardState.GetTerm()
+	for _, id := range g.cs.GetVoters() {
+		if id == g.cfg.Node || !live(id) {
+			continue
+		}
+		// The step can only fail for a message raft does not know.
+		_ = g.rn.Step(&raftpb.Message{Type: raftpb.MsgHeartbeatResp.Enum(), From: new(id), To: new(g.cfg.Node), Term: new(term)})
+	}
+	return nil
+}

@@ -1,0 +1,327 @@
+package shard
+
+// Elections in bounded batches. Thousands of groups may need a leader at
+// once: a CreateTopic of many partitions, a restart, or a dead node's
+// quiesced groups. Left to themselves, every member of every such group
+// ticks, runs its election timer and campaigns, and a shard that ticks
+// thousands of groups every tick (each leader heartbeating its followers
+// while it waits for them to materialise) has no time left to build the
+// partitions the elections wait for: creation collapses into repeated
+// elections and CheckQuorum step-downs. With Replication.Quiesce set, the
+// shard instead:
+//
+//   - starts an election only while fewer than campaignsInFlight of its
+//     elections are under way (until the group it won quiesces); the
+//     others wait in order (q.campaign), not ticked. An election that
+//     found no leader within campaignPatienceTimeouts (its followers may
+//     not exist yet) goes back to the end of the queue, unticked, so the
+//     groups that are ticked stay few however many wait;
+//   - holds a group it does not stand for election in (q.held): not
+//     ticked until a peer's message gives it a leader, since the member
+//     that should campaign (the preferred leader of a new group, the
+//     chosen campaigner of a dead leader's group) will contact it. Node
+//     liveness covers a campaigner that died (SetPeerLive queues the
+//     group here when this node is the next campaigner); a group still
+//     leaderless after holdTimeouts stands for election itself, through
+//     the same bounded queue, so no group waits for ever on a member
+//     that never campaigns.
+//
+// Two more guards keep an overloaded shard from feeding its own overload:
+// past ticksPerRound awake groups the groups take turns at being ticked,
+// and a leader's CheckQuorum counts followers on live nodes as heard from
+// (keepActive), so answers that are merely late start no election.
+//
+// A held or queued group still answers every message it is sent (its
+// Ready is handled after each step): it votes, and it wins an election
+// it started without being ticked.
+
+// campaignsInFlight bounds the elections a shard has under way at once.
+// An election is under way until the group it won quiesces: a new
+// leader heartbeats its followers every tick until they all hold its
+// log, and those heartbeats, not the votes, are what a shard with
+// thousands of new groups cannot keep up with.
+const campaignsInFlight = 32
+
+// campaignPatienceTimeouts is how long an election without a winner
+// counts as under way before it yields its place, and settleTimeouts how
+// long one that won does while its followers catch up (in election
+// timeouts).
+const (
+	campaignPatienceTimeouts = 3
+	settleTimeouts           = 10
+)
+
+// holdTimeouts is how long a held group waits to be contacted before it
+// stands for election itself (in election timeouts: 10 s at the default
+// tick). It covers a campaigner that is alive but never campaigns (its
+// build of the partition keeps failing): short enough that the group is
+// not left without a leader for long, long enough that a follower does
+// not stand against a campaigner that is merely working through a queue
+// of thousands of elections, which would split the votes.
+const holdTimeouts = 100
+
+// heldGroup is a held group and the shard tick it was held at.
+type heldGroup struct {
+	o     *owned
+	since int64
+}
+
+// electionTicks is the groups' election timeout in ticks.
+func (s *Shard) electionTicks() int64 {
+	if t := s.cfg.Replication.ElectionTicks; t > 0 {
+		return int64(t)
+	}
+	return 10 // replica's default
+}
+
+// live reports whether o is still this shard's group of its namespace.
+func (s *Shard) live(o *owned) bool {
+	return o.grp != nil && s.replicated[o.p.Namespace()] == o
+}
+
+// electionRoom reports whether a new group this node should lead may
+// campaign at once (nothing queued, room in flight).
+func (s *Shard) electionRoom() bool {
+	return !s.cfg.Replication.Quiesce || (len(s.q.campaign) == 0 && len(s.q.inflight) < campaignsInFlight)
+}
+
+// admitNew settles how a new group gets its first leader: campaigned is
+// whether it stood for election already; elect whether this node should.
+func (s *Shard) admitNew(o *owned, elect, campaigned bool) {
+	if !s.cfg.Replication.Quiesce {
+		return
+	}
+	o.held, o.queued = false, false // a rebuilt group's earlier state
+	switch {
+	case campaigned:
+		s.inflight(o)
+	case elect:
+		s.queueCampaign(o)
+	case s.q.down[s.preferred(o)]:
+		// The member that should campaign is already dead.
+		if s.campaigner(o) == s.cfg.Replication.Node {
+			s.queueCampaign(o)
+		} else {
+			s.hold(o)
+		}
+	case o.catchup == nil && o.grp.Term() <= 1:
+		// A group that never saw an election (a new one starts at term
+		// 1, its log only the initial snapshot): its preferred leader
+		// will contact it. One restored with a longer history keeps
+		// ticking as before: its log may be ahead of the preferred
+		// leader's, which then cannot win, and only its own election
+		// timer would elect one that can.
+		s.hold(o)
+	}
+}
+
+// queueCampaign queues an election in o's group; it waits unticked.
+func (s *Shard) queueCampaign(o *owned) {
+	o.held = true
+	if o.queued {
+		return
+	}
+	o.queued = true
+	s.q.campaign = append(s.q.campaign, o)
+	s.armTick()
+}
+
+// hold stops ticking o's group until a peer's message gives it a leader
+// (or holdTimeouts pass).
+func (s *Shard) hold(o *owned) {
+	if o.held {
+		return // held already, or queued for an election
+	}
+	o.held = true
+	s.q.held = append(s.q.held, heldGroup{o: o, since: s.q.ticks})
+	s.armTick()
+}
+
+// unhold ticks o's group again once it has a leader (a peer's message
+// told it, or it won an election it started), so its election timer
+// watches the leader, or it heartbeats and quiesces as a leader does.
+// tickRaft calls it on every held group it finds awake.
+func (s *Shard) unhold(o *owned) {
+	if o.held && o.grp != nil && o.grp.Leader() != 0 {
+		o.held = false
+	}
+}
+
+// electAfterDeath is SetPeerLive's part for a group whose leader (or,
+// for a group that never had one, whose preferred leader) died: this
+// node queues an election if it is the group's campaigner, and holds the
+// group otherwise. Without Replication.Quiesce the group stays awake, and
+// its election timer is the fallback.
+func (s *Shard) electAfterDeath(o *owned) {
+	mine := s.campaigner(o) == s.cfg.Replication.Node
+	switch {
+	case !s.cfg.Replication.Quiesce:
+		if mine {
+			s.q.campaign = append(s.q.campaign, o)
+		}
+	case mine:
+		s.queueCampaign(o)
+	default:
+		s.hold(o)
+	}
+}
+
+// inflight records an election started in o's group.
+func (s *Shard) inflight(o *owned) {
+	o.held = false
+	o.campaignAt = s.q.ticks
+	s.q.inflight = append(s.q.inflight, o)
+}
+
+// electionsPending reports whether the shard must keep ticking for the
+// elections it queued or holds, even with no group awake.
+func (s *Shard) electionsPending() bool {
+	return len(s.q.campaign) > 0 || len(s.q.held) > 0 || len(s.q.inflight) > 0
+}
+
+// campaignDue runs on every raft tick: it retires the elections that
+// found a leader (or ran out of patience), releases the held groups
+// that waited too long, and starts queued elections while there is room.
+func (s *Shard) campaignDue() {
+	s.q.ticks++
+	if !s.cfg.Replication.Quiesce {
+		s.campaignDueTicked()
+		return
+	}
+	patience := campaignPatienceTimeouts * s.electionTicks()
+	kept := s.q.inflight[:0]
+	for _, o := range s.q.inflight {
+		if !s.live(o) {
+			continue // gone
+		}
+		age := s.q.ticks - o.campaignAt
+		switch lead := o.grp.Leader(); {
+		case lead != 0 && lead != s.cfg.Replication.Node:
+			// Another member won: its leader brings the group up.
+		case lead == 0 && age >= patience:
+			s.queueCampaign(o) // its followers may not be there yet
+		case lead != 0 && (!s.isAwake(o) || age >= settleTimeouts*s.electionTicks()):
+			// Won and quiesced; or won long ago, and a follower is
+			// still missing: it leaves its place to the next one.
+		default:
+			kept = append(kept, o)
+		}
+	}
+	clear(s.q.inflight[len(kept):])
+	s.q.inflight = kept
+
+	hold := holdTimeouts * s.electionTicks()
+	for len(s.q.held) > 0 {
+		h := s.q.held[0]
+		s.unhold(h.o)
+		if h.o.held && s.live(h.o) && s.q.ticks-h.since < hold {
+			break // the oldest hold has not expired yet
+		}
+		s.q.held[0] = heldGroup{}
+		s.q.held = s.q.held[1:]
+		if h.o.held && s.live(h.o) && !h.o.queued {
+			h.o.held = false
+			s.queueCampaign(h.o) // nobody contacted it: stand itself
+		}
+	}
+	if len(s.q.held) == 0 {
+		s.q.held = nil
+	}
+
+	for len(s.q.campaign) > 0 && len(s.q.inflight) < campaignsInFlight {
+		o := s.q.campaign[0]
+		s.q.campaign[0] = nil
+		s.q.campaign = s.q.campaign[1:]
+		o.queued = false
+		if !s.live(o) || o.grp.Leader() != 0 {
+			s.unhold(o)
+			continue // gone, or another member won meanwhile
+		}
+		if err := o.grp.Campaign(); err != nil {
+			s.failGroup(o, err)
+			continue
+		}
+		s.inflight(o)
+		s.markReady(o)
+	}
+	if len(s.q.campaign) == 0 {
+		s.q.campaign = nil
+	}
+}
+
+// campaignDueTicked starts the next few queued elections of a shard
+// whose groups are all ticked (no Replication.Quiesce): the groups wait
+// awake, and campaignsPerTick bounds the elections started per tick. A
+// group that found a leader meanwhile (another member won), or is gone,
+// is skipped.
+func (s *Shard) campaignDueTicked() {
+	n := 0
+	for len(s.q.campaign) > 0 && n < campaignsPerTick {
+		o := s.q.campaign[0]
+		s.q.campaign[0] = nil
+		s.q.campaign = s.q.campaign[1:]
+		if !s.live(o) || o.grp.Leader() != 0 {
+			continue
+		}
+		n++
+		if err := o.grp.Campaign(); err != nil {
+			s.failGroup(o, err)
+			continue
+		}
+		s.markReady(o)
+	}
+	if len(s.q.campaign) == 0 {
+		s.q.campaign = nil
+	}
+}
+
+// ticksPerRound bounds the groups a shard ticks per raft tick. Below it
+// every awake group is ticked every tick. Above it the awake groups take
+// turns, ticksPerRound a tick in the order they woke, so each group's
+// raft clock runs slower by the ratio: its heartbeats go out less often
+// and its election and CheckQuorum timeouts stretch by as much. That is
+// the point: a shard with more awake groups than it can tick is
+// overloaded, its peers likely too, and at full speed the heartbeats of
+// thousands of groups would delay the very answers their CheckQuorum
+// waits for, so leaders whose followers are merely slow step down, and
+// each step-down adds an election and more awake groups. The per-tick
+// work stays bounded however many groups are awake.
+const ticksPerRound = 256
+
+// tickList is the groups tickRaft ticks this tick: every awake group, or
+// with Replication.Quiesce and more than ticksPerRound awake, the next
+// ticksPerRound of them in turn. It is a copy, for tickRaft to go through
+// while ticking changes the set.
+func (s *Shard) tickList() []*owned {
+	n := len(s.q.awake)
+	if !s.cfg.Replication.Quiesce || n <= ticksPerRound {
+		s.q.tickNext = 0
+		return s.awakeList()
+	}
+	start := s.q.tickNext % n
+	clear(s.q.tickBuf)
+	s.q.tickBuf = s.q.tickBuf[:0]
+	for i := range ticksPerRound {
+		s.q.tickBuf = append(s.q.tickBuf, s.q.awake[(start+i)%n])
+	}
+	s.q.tickNext = start + ticksPerRound
+	return s.q.tickBuf
+}
+
+// keepActive runs before each tick of an awake group: with
+// Replication.Quiesce, whose failure detection is node liveness, a
+// leader's followers on nodes liveness holds alive count as heard from
+// for raft's CheckQuorum (replica.Group.KeepActive), every half election
+// timeout of the group's ticks, so at least once in each of CheckQuorum's
+// windows. A leader whose followers' answers are merely late keeps
+// leading; one cut off from a majority steps down once liveness declares
+// the majority dead.
+func (s *Shard) keepActive(o *owned) error {
+	if !s.cfg.Replication.Quiesce {
+		return nil
+	}
+	if every := max(s.electionTicks()/2, 1); int64(o.awakeTicks)%every != 0 {
+		return nil
+	}
+	return o.grp.KeepActive(s.peerLive)
+}

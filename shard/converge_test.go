@@ -1,0 +1,227 @@
+package shard
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/parkway-io/parkway/metadata"
+)
+
+// newQuiescedReplNet is newReplNet with Replication.Quiesce set, and
+// count single-partition topics committed on every node.
+func newQuiescedReplNet(t *testing.T, count int) (*replNet, []metadata.Namespace, []uint64) {
+	n := newReplNet(t)
+	for id := uint64(1); id <= 3; id++ {
+		n.shard(id).cfg.Replication.Quiesce = true
+	}
+	var nss []metadata.Namespace
+	var epochs []uint64
+	for i := range count {
+		ns, rev := n.create(fmt.Sprintf("t%d", i), 1, 2, 3)
+		nss, epochs = append(nss, ns), append(epochs, rev)
+	}
+	return n, nss, epochs
+}
+
+// tickOnly runs one raft tick on every node without delivering anything.
+func (n *replNet) tickOnly() {
+	for id := uint64(1); id <= 3; id++ {
+		n.shard(id).tickRaft()
+	}
+}
+
+// awake counts the groups a node's shard ticks.
+func (n *replNet) awake(id uint64) int { return len(n.shard(id).q.awake) }
+
+// led counts the groups of nss whose leader is their preferred one, as
+// that leader sees it, and the groups with no leader anywhere.
+func (n *replNet) led(nss []metadata.Namespace) (preferred, none int) {
+	for _, ns := range nss {
+		lead := n.leader(ns)
+		switch o := n.shard(1).owned[ns]; {
+		case lead == 0:
+			none++
+		case lead == preferredLeader(ns, o.peers, o.placed):
+			preferred++
+		}
+	}
+	return preferred, none
+}
+
+// Many partitions created at once: each node starts a bounded number of
+// elections, in the groups it should lead, and ticks no group it only
+// follows until a leader contacts it. Every group still gets its
+// preferred leader, a batch at a time.
+func TestManyNewGroupsElectInBoundedBatches(t *testing.T) {
+	const groups = 6 * campaignsInFlight
+	n, nss, epochs := newQuiescedReplNet(t, groups)
+	for i, ns := range nss {
+		for id := uint64(1); id <= 3; id++ {
+			n.materialise(id, ns, epochs[i])
+		}
+	}
+	n.tickOnly()
+	for id := uint64(1); id <= 3; id++ {
+		s := n.shard(id)
+		if got := len(s.q.inflight); got > campaignsInFlight {
+			t.Fatalf("node %d: %d elections under way, want at most %d", id, got, campaignsInFlight)
+		}
+		if got := n.awake(id); got > campaignsInFlight {
+			t.Fatalf("node %d ticks %d of its %d new groups, want at most %d (the elections it started)", id, got, groups, campaignsInFlight)
+		}
+	}
+	n.settle()
+	if pref, _ := n.led(nss); pref > 3*campaignsInFlight {
+		t.Fatalf("%d groups led before a tick, want at most %d (one batch per node)", pref, 3*campaignsInFlight)
+	}
+	for range 400 {
+		if _, none := n.led(nss); none == 0 {
+			break
+		}
+		n.tick(1)
+	}
+	if pref, none := n.led(nss); pref != groups || none != 0 {
+		t.Fatalf("%d of %d groups led by their preferred leader, %d leaderless", pref, groups, none)
+	}
+}
+
+// The quiesced groups a dead node led elect new leaders a bounded number
+// at a time: on each survivor only the elections it stands in are
+// ticked, the groups it merely follows wait unticked for the campaigner's
+// votes, and every group ends up led by its campaigner.
+func TestDeadLeadersGroupsElectInBoundedBatches(t *testing.T) {
+	const groups = 9 * campaignsInFlight
+	n, nss, epochs := newQuiescedReplNet(t, groups)
+	for i, ns := range nss {
+		for id := uint64(1); id <= 3; id++ {
+			n.materialise(id, ns, epochs[i])
+		}
+	}
+	for range 400 {
+		if n.awake(1)+n.awake(2)+n.awake(3) == 0 && !n.shard(1).electionsPending() &&
+			!n.shard(2).electionsPending() && !n.shard(3).electionsPending() {
+			break
+		}
+		n.tick(1)
+	}
+	if pref, none := n.led(nss); pref != groups || none != 0 {
+		t.Fatalf("before the death: %d of %d groups led by their preferred leader, %d leaderless", pref, groups, none)
+	}
+	var ledBy3 []metadata.Namespace
+	for _, ns := range nss {
+		if n.leader(ns) == 3 {
+			ledBy3 = append(ledBy3, ns)
+		}
+	}
+	if len(ledBy3) <= 2*campaignsInFlight {
+		t.Fatalf("node 3 leads %d groups, too few for the test", len(ledBy3))
+	}
+
+	n.cut[3] = true
+	for id := uint64(1); id <= 2; id++ {
+		n.shard(id).setPeerLive(3, false)
+	}
+	n.tickOnly()
+	for id := uint64(1); id <= 2; id++ {
+		if got := n.awake(id); got > campaignsInFlight {
+			t.Fatalf("node %d ticks %d of node 3's %d groups after its death, want at most %d", id, got, len(ledBy3), campaignsInFlight)
+		}
+	}
+	for range 400 {
+		if n.leaderless(ledBy3) == 0 {
+			break
+		}
+		n.tick(1)
+	}
+	if left := n.leaderless(ledBy3); left != 0 {
+		t.Fatalf("%d of node 3's %d groups without a leader after 400 ticks", left, len(ledBy3))
+	}
+	for _, ns := range ledBy3 {
+		o := n.shard(1).owned[ns]
+		if want := n.shard(1).campaigner(o); n.leaderAmong(ns, 3) != want {
+			t.Fatalf("group %v led by node %d, want its campaigner %d", ns, n.leaderAmong(ns, 3), want)
+		}
+	}
+}
+
+// leaderless counts the groups of nss no live node leads.
+func (n *replNet) leaderless(nss []metadata.Namespace) int {
+	c := 0
+	for _, ns := range nss {
+		if lead := n.leaderAmong(ns, 0); lead == 0 || n.cut[lead] {
+			c++
+		}
+	}
+	return c
+}
+
+// A shard with more awake groups than a tick handles ticks them in turn,
+// ticksPerRound a tick, so each group's raft clock slows by the ratio
+// instead of the shard falling behind.
+func TestTicksTakeTurnsPastTheBudget(t *testing.T) {
+	s := &Shard{cfg: Config{Replication: &Replication{Quiesce: true}}}
+	const awake = ticksPerRound + ticksPerRound/2
+	for range awake {
+		s.q.awake = append(s.q.awake, &owned{})
+	}
+	seen := make(map[*owned]int)
+	for range 2 {
+		list := s.tickList()
+		if len(list) != ticksPerRound {
+			t.Fatalf("a tick ticks %d of %d awake groups, want %d", len(list), awake, ticksPerRound)
+		}
+		for _, o := range list {
+			seen[o]++
+		}
+	}
+	// Two ticks cover every group: 2·ticksPerRound turns over 1.5·ticksPerRound groups.
+	if len(seen) != awake {
+		t.Fatalf("two ticks ticked %d distinct groups of %d", len(seen), awake)
+	}
+	for _, c := range seen {
+		if c > 2 {
+			t.Fatalf("a group ticked %d times in two ticks", c)
+		}
+	}
+}
+
+// With node liveness as the failure detector, a leader whose followers
+// are alive but whose answers do not arrive (their shards are busy)
+// keeps leading through any number of CheckQuorum windows; once
+// liveness declares them dead, it steps down.
+func TestLeaderWithLateFollowersKeepsLeadingUntilLivenessSaysDead(t *testing.T) {
+	n, nss, epochs := newQuiescedReplNet(t, 1)
+	ns := nss[0]
+	for id := uint64(1); id <= 3; id++ {
+		n.materialise(id, ns, epochs[0])
+	}
+	n.settle()
+	lead := n.tickUntilLeader(ns)
+	if lead == 0 {
+		t.Fatal("no leader")
+	}
+	var others []uint64
+	for id := uint64(1); id <= 3; id++ {
+		if id != lead {
+			others = append(others, id)
+			n.cut[id] = true
+		}
+	}
+	// A produce keeps the group awake (it cannot commit): ticked.
+	s := n.shard(lead)
+	c := produce(ns, "late")
+	s.handle(c.f)
+	s.flushProposals()
+	n.tick(20 * int(s.electionTicks()))
+	if !s.owned[ns].grp.IsLeader() {
+		t.Fatalf("node %d stepped down while its followers were alive, merely silent", lead)
+	}
+	for _, id := range others {
+		s.setPeerLive(id, false)
+	}
+	n.tick(3 * int(s.electionTicks()))
+	if s.owned[ns].grp.IsLeader() {
+		t.Fatalf("node %d still leads after liveness declared both followers dead", lead)
+	}
+	c.answered(t) // told its outcome is unknown
+}
