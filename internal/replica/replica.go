@@ -385,6 +385,20 @@ func (g *Group) staticPeers() []uint64 {
 // Voters are the group's voters as this member last applied them.
 func (g *Group) Voters() []uint64 { return slices.Clone(g.cs.GetVoters()) }
 
+// AppliedVoters are the voters of the configuration raft itself holds:
+// the last one it applied. They differ from Voters, which peers' messages
+// are checked against, on a restarted member whose log holds a
+// configuration change it has not applied yet (Voters count it already).
+func (g *Group) AppliedVoters() []uint64 {
+	ids := g.rn.Status().Config.Voters.IDs()
+	out := make([]uint64, 0, len(ids))
+	for id := range ids {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // ConfChanger is an optional Handler method: it is called when a change of
 // the group's voters is applied, at its index, with the context the
 // proposer gave it, after raft applied it.
