@@ -18,7 +18,9 @@ import (
 // The QuiescedCrash fault crashes a node that leads quiesced groups; in
 // one such crash in two every other fault ends at the crash (the weather
 // clears, a partition heals, stopped nodes resume, disks work again) and
-// none starts until failoverAfter later. Meanwhile, each time the clock
+// none starts until failoverAfter later; nor does any new client
+// operation (those under way go on), so that what wakes the dead
+// leader's groups is node liveness, not traffic. Meanwhile, each time the clock
 // moves, the simulator notes the groups the dead node led that a
 // survivor now leads; at failoverAfter, every group not noted must have
 // a new leader among the survivors wherever a majority of its replicas
@@ -56,20 +58,13 @@ type ledGroup struct {
 	led bool
 }
 
-// ledGroups lists the committed partition groups n leads.
+// ledGroups lists the committed partition groups n leads that are
+// quiesced on n and on every other node holding a replica of them: only
+// node liveness can wake those once n dies.
 func (c *csim) ledGroups(n *cnode) []ledGroup {
 	var out []ledGroup
-	owned := make([]map[metadata.Namespace]uint64, len(n.shards))
-	for i, sh := range n.shards {
-		st, err := sh.Inspect(c.ctx)
-		if err != nil {
-			c.fail(0, "inspect n%d shard %d: %v", n.id, i, err)
-			return nil
-		}
-		owned[i] = st.Owned
-	}
 	for _, p := range n.meta.Snapshot().Partitions {
-		if int(p.Owner) >= len(n.shards) || owned[p.Owner][p.NS] != p.CreatedRevision {
+		if !c.quiescedOn(n, p) {
 			continue
 		}
 		lead, err := n.shards[p.Owner].Leader(c.ctx, p.NS)
@@ -81,16 +76,40 @@ func (c *csim) ledGroups(n *cnode) []ledGroup {
 			continue
 		}
 		reps := make([]uint64, 0, len(p.Replicas))
+		quiet := true
 		for _, r := range c.replicasOf(p) {
 			reps = append(reps, r.id)
+			if r != n && r.reachable() {
+				quiet = quiet && c.quiescedOn(r, p)
+			}
 		}
-		out = append(out, ledGroup{key: incKey{p.NS, p.CreatedRevision}, owner: int(p.Owner), replicas: reps})
+		if quiet && c.viol == nil {
+			out = append(out, ledGroup{key: incKey{p.NS, p.CreatedRevision}, owner: int(p.Owner), replicas: reps})
+		}
 	}
 	return out
 }
 
-// calm ends every fault but n's crash and holds new ones off until the
-// failover is checked.
+// quiescedOn reports whether n holds p's incarnation with its group
+// quiesced.
+func (c *csim) quiescedOn(n *cnode, p metadata.PartitionInfo) bool {
+	if int(p.Owner) >= len(n.shards) {
+		return false
+	}
+	st, err := n.shards[p.Owner].Inspect(c.ctx)
+	if err != nil {
+		c.fail(0, "inspect n%d shard %d: %v", n.id, p.Owner, err)
+		return false
+	}
+	return st.Owned[p.NS] == p.CreatedRevision && slices.Contains(st.Quiesced, p.NS)
+}
+
+// calming reports whether a calm is on: no fault starts, and clients
+// start no new operation.
+func (c *csim) calming() bool { return c.clk.Now().Before(c.calmUntil) }
+
+// calm ends every fault but n's crash and holds new ones, and new client
+// operations, off until the failover is checked.
 func (c *csim) calm(n *cnode, groups []ledGroup, voters []uint64, metaLeader bool) {
 	now := c.clk.Now()
 	c.faults.CalmCrashes++

@@ -30,7 +30,7 @@ func (c *csim) randDuration(lo, hi time.Duration) time.Duration {
 // startFaults rolls every fault that is not on, in a fixed order (each
 // roll draws from the RNG only when its rate is set).
 func (c *csim) startFaults() {
-	if c.quiescing || c.clk.Now().Before(c.calmUntil) {
+	if c.quiescing || c.calming() {
 		return
 	}
 	f := c.cfg.Faults

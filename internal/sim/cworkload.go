@@ -103,7 +103,7 @@ func (c *csim) clientAct(cl *client) {
 		}
 		return
 	}
-	if c.quiescing {
+	if c.quiescing || c.calming() {
 		return
 	}
 	n := c.pickNode()
@@ -735,7 +735,7 @@ func (c *csim) onMetaResult(d metaAnswer) {
 	cl := o.client
 	c.finish(o, outcomeOK, shard.Response{}, nil)
 	created := m.created
-	if len(created) == 0 || c.quiescing {
+	if len(created) == 0 || c.quiescing || c.calming() {
 		return
 	}
 	if n := c.pickNode(); n != nil {
