@@ -45,14 +45,46 @@ type Cluster = host.Cluster
 // of the metadata raft group — one membership change at a time — and
 // receives the cluster's metadata; topics and partitions created from
 // then on are placed over it too. Existing partitions keep their
-// replicas: moving them onto a new node, and removing a node, are not
-// supported yet. AddNode returns once this node applied the change;
-// adding a member again is a no-op.
+// replicas until Rebalance moves some of them onto it. AddNode returns
+// once this node applied the change; adding a member again is a no-op.
 func (n *Node) AddNode(ctx context.Context, id NodeID) error {
 	if err := n.begin(ctx); err != nil {
 		return err
 	}
 	return publicError(n.eng.AddNode(ctx, uint64(id)))
+}
+
+// RemoveNode removes a node from the cluster while the cluster serves.
+// Every replica the node holds first moves to the other nodes: each
+// partition's raft group adds its new replica — which receives a
+// snapshot of the partition's state and fetches its log — and only then
+// removes the old one, so the group never has fewer replicas than its
+// replication factor and no acknowledged write is lost. Then the node
+// leaves the metadata group. RemoveNode returns once this node applied
+// the removal; the removed node serves nothing more and can be closed
+// (it may be down already: its replicas are rebuilt from the others).
+// Removing a node that is not a member is a no-op. It fails with
+// ErrNotEnoughNodes when a topic's replication factor needs the node.
+// Moving the data takes as long as it takes: bound the call with ctx,
+// and call it again after an interruption — it carries on from where the
+// cluster stands.
+func (n *Node) RemoveNode(ctx context.Context, id NodeID) error {
+	if err := n.begin(ctx); err != nil {
+		return err
+	}
+	return publicError(n.eng.RemoveNode(ctx, uint64(id)))
+}
+
+// Rebalance spreads the partitions' replicas and their preferred leaders
+// evenly over the cluster's nodes, moving replicas as RemoveNode does
+// (add the new one, then remove the old one), for example onto nodes
+// added with AddNode. Leadership follows the preferred leaders. It
+// returns once every move has settled; the cluster serves throughout.
+func (n *Node) Rebalance(ctx context.Context) error {
+	if err := n.begin(ctx); err != nil {
+		return err
+	}
+	return publicError(n.eng.Rebalance(ctx))
 }
 
 // awaitMetadata runs f, and in a cluster retries it while it reports a

@@ -129,6 +129,15 @@ var (
 	// metadata.MaxGroupsPerTopic and metadata.MaxMembersPerGroup.
 	ErrTooManyGroups  = metadata.ErrTooManyGroups
 	ErrTooManyMembers = metadata.ErrTooManyMembers
+
+	// ErrInvalidNode reports a membership call naming node 0, or a node
+	// RemoveNode's metadata does not know; ErrNodeExists an AddNode of a
+	// member (Node.AddNode itself treats that as done).
+	ErrInvalidNode = metadata.ErrInvalidNode
+	ErrNodeExists  = metadata.ErrNodeExists
+	// ErrNotEnoughNodes refuses a RemoveNode that would leave a topic
+	// with fewer nodes than its replication factor.
+	ErrNotEnoughNodes = metadata.ErrNotEnoughNodes
 )
 
 // publicError makes an answer from the layers below match a root

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,6 +54,10 @@ type clusterNode struct {
 	reqID   atomic.Uint64
 	mu      sync.Mutex
 	waiting map[uint64]chan []byte // forwarded requests awaiting replies
+
+	// applied fires after every metadata entry or snapshot this node
+	// applies: membership calls wait on it (membership.go).
+	applied *appliedSignal
 }
 
 func newClusterNode(e *Engine) *clusterNode {
@@ -64,7 +67,7 @@ func newClusterNode(e *Engine) *clusterNode {
 		peers[i] = uint64(p)
 	}
 	c := &clusterNode{e: e, cfg: cfg, peers: peers, bus: cfg.Bus,
-		waiting: make(map[uint64]chan []byte)}
+		waiting: make(map[uint64]chan []byte), applied: newAppliedSignal()}
 	c.live = newLiveness(c)
 	return c
 }
@@ -386,70 +389,3 @@ func (e *Engine) PumpReplies() {
 // newProducerID draws this node incarnation's producer id for
 // deduplicating its metadata proposals.
 func newProducerID() uint64 { return rand.Uint64() | 1 }
-
-// AddNode adds node to the cluster: the metadata group takes it as a
-// voter (a raft membership change; raft takes one at a time, and a
-// proposal made while another is in flight is proposed again), and the
-// AddNode command it carries records it in the metadata, so partitions
-// created from then on are placed over it too. Partitions that exist stay
-// on their nodes. The node must be running with Cluster.Join, and this
-// node's bus must reach it (a TCP bus: TCPBus.AddPeer on every member
-// first). AddNode returns once this node has applied the change; adding
-// a member is a no-op.
-func (e *Engine) AddNode(ctx context.Context, node uint64) error {
-	c := e.cl
-	switch {
-	case c == nil:
-		return errNotClustered
-	case e.cfg.Manual:
-		return ErrManual
-	case node == 0:
-		return fmt.Errorf("%w: node id 0", metadata.ErrInvalidNode)
-	}
-	data, err := encodeMetaCommand(e.NewMetadataKey(), metadata.AddNode{Node: node})
-	if err != nil {
-		return err
-	}
-	ctx, cancel := e.Deadline(ctx)
-	defer cancel()
-	m, pause := c.meta, e.cfg.RetryBackoffMin
-	for {
-		if slices.Contains(e.meta.Nodes(), node) {
-			return nil
-		}
-		reply := make(chan MetadataResult, 1)
-		select {
-		case m.props <- metaOp{addNode: node, data: data, reply: reply}:
-		case <-m.failed:
-			return m.err
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		var r MetadataResult
-		select {
-		case r = <-reply:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		if r.Err != nil && !errors.Is(r.Err, shard.ErrRetry) {
-			return r.Err
-		}
-		if r.Err == nil {
-			// Proposed: wait for it to apply here (bounded: a proposal
-			// lost to a leader change is proposed again).
-			for wait := time.Duration(0); wait < e.ForwardTimeout(); wait += e.cfg.RetryBackoffMin {
-				if slices.Contains(e.meta.Nodes(), node) {
-					return nil
-				}
-				if err := e.Sleep(ctx, e.cfg.RetryBackoffMin); err != nil {
-					return fmt.Errorf("%w: adding node %d: %w", shard.ErrOutcomeUnknown, node, err)
-				}
-			}
-			continue
-		}
-		if err := e.Sleep(ctx, pause); err != nil {
-			return err
-		}
-		pause = min(pause*2, e.cfg.RetryBackoffMax)
-	}
-}

@@ -118,7 +118,9 @@ func New(cfg Config) (*Engine, error) {
 			SendCatchUp: c.sendCatchUp, TickInterval: c.cfg.TickInterval,
 			CompactEntries: c.cfg.CompactEntries, CompactBytes: c.cfg.CompactBytes,
 			// Node liveness (liveness.go) reports dead peers to the shards.
-			Quiesce: true}
+			Quiesce: true,
+			// Group leaders settle replica moves through the metadata.
+			Settle: c.settle}
 	}
 	// A parked frame's age bound by the shard's clock matches its bound
 	// in passes: MaxPasses reconcile periods.

@@ -75,15 +75,16 @@ func (p *peerClocks) add(id uint64, now int64) {
 }
 
 // join starts tracking the nodes the metadata added since the last tick
-// (they count as heard from now).
+// (they count as heard from now), and stops tracking those it removed.
 func (l *liveness) join() {
 	m := l.c.e.meta
 	if m == nil {
 		return
 	}
 	heard := l.heard.Load()
+	nodes := m.Nodes()
 	var grown *peerClocks
-	for _, p := range m.Nodes() {
+	for _, p := range nodes {
 		if _, ok := heard.at[p]; ok || p == uint64(l.c.cfg.ID) {
 			continue
 		}
@@ -91,6 +92,19 @@ func (l *liveness) join() {
 			grown = &peerClocks{ids: slices.Clone(heard.ids), at: maps.Clone(heard.at)}
 		}
 		grown.add(p, l.now.Load())
+	}
+	if len(nodes) > 0 {
+		for _, p := range heard.ids {
+			if slices.Contains(nodes, p) {
+				continue
+			}
+			if grown == nil {
+				grown = &peerClocks{ids: slices.Clone(heard.ids), at: maps.Clone(heard.at)}
+			}
+			grown.ids = slices.DeleteFunc(grown.ids, func(id uint64) bool { return id == p })
+			delete(grown.at, p)
+			delete(l.dead, p)
+		}
 	}
 	if grown != nil {
 		l.heard.Store(grown)

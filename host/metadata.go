@@ -89,9 +89,11 @@ type readWait struct {
 type metaOp struct {
 	data  []byte
 	reply chan MetadataResult
-	// addNode, if not 0, makes the op a membership change: data is the
-	// encoded AddNode command it carries.
-	addNode uint64
+	// change, if not 0, makes the op a membership change of that node
+	// (an addition, or a removal if remove is set): data is the encoded
+	// AddNode or RemoveNode command it carries.
+	change uint64
+	remove bool
 }
 
 // errResultForgotten answers a duplicate of a command older than the
@@ -425,8 +427,8 @@ func (c *clusterNode) runMetadata(ctx context.Context) {
 			m.readIndex[m.readSeq] = reply
 			m.g.ReadIndex(binary.LittleEndian.AppendUint64(nil, m.readSeq))
 		case op := <-m.props:
-			if op.addNode != 0 {
-				op.reply <- MetadataResult{Err: m.proposeAddNode(op.addNode, op.data)}
+			if op.change != 0 {
+				op.reply <- MetadataResult{Err: m.proposeConfChange(!op.remove, op.change, op.data)}
 			} else if err := m.propose(op.data, op.reply); err != nil {
 				op.reply <- MetadataResult{Err: err}
 			}
@@ -717,28 +719,35 @@ func (m *metaGroup) Apply(index, id uint64, payload []byte) error {
 		delete(m.pending, id)
 		ch <- r
 	}
+	m.c.applied.fire()
 	return nil
 }
 
 // ConfChanged implements replica.ConfChanger: a membership change of the
-// metadata group carries the AddNode command that records the node in
-// the store, applied at the change's index like any command.
+// metadata group carries the AddNode or RemoveNode command that records
+// the change in the store, applied at the change's index like any
+// command.
 func (m *metaGroup) ConfChanged(index uint64, add bool, node uint64, ctx []byte) error {
-	if !add || len(ctx) == 0 {
+	if len(ctx) == 0 {
 		return nil
 	}
-	m.snapshotNow = true
+	if add {
+		m.snapshotNow = true
+	} else if node == uint64(m.c.cfg.ID) {
+		m.c.e.cfg.Logger.Info("this node was removed from the cluster; it serves nothing more and can be closed")
+	}
 	return m.Apply(index, 0, ctx)
 }
 
-// proposeAddNode proposes the membership change that adds node to the
-// metadata group, carrying the AddNode command data.
-func (m *metaGroup) proposeAddNode(node uint64, data []byte) error {
+// proposeConfChange proposes the membership change that adds node to the
+// metadata group or removes it, carrying the AddNode or RemoveNode
+// command data.
+func (m *metaGroup) proposeConfChange(add bool, node uint64, data []byte) error {
 	if err := m.unavailable(); err != nil {
 		return err
 	}
 	m.wake()
-	if err := m.g.ProposeConfChange(true, node, data); err != nil {
+	if err := m.g.ProposeConfChange(add, node, data); err != nil {
 		return fmt.Errorf("%w: %w", shard.ErrRetry, err)
 	}
 	return nil
@@ -779,6 +788,7 @@ func (m *metaGroup) ApplySnapshot(index uint64, data []byte) error {
 	if ev != nil {
 		ev(index, before, m.store.Snapshot().Partitions, err)
 	}
+	m.c.applied.fire()
 	return err
 }
 

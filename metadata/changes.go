@@ -72,10 +72,16 @@ func (l *changeLog) reset(rev uint64) {
 // rangeOf is the namespaces a successful command may have changed the
 // committed partitions (or their configuration) of.
 func rangeOf(cmd Command, res Result) NamespaceRange {
-	switch cmd.(type) {
-	case CreateStream, CreateGroup, DeleteGroup, JoinGroup, LeaveGroup, Heartbeat, CommitGroupOffsets:
+	switch c := cmd.(type) {
+	case CreateStream, CreateGroup, DeleteGroup, JoinGroup, LeaveGroup, Heartbeat, CommitGroupOffsets,
+		AddNode, RemoveNode:
 		// No partition and no topic configuration changes.
 		return NamespaceRange{}
+	case DrainNode, Rebalance:
+		// Replicas anywhere may have moved.
+		return NamespaceRange{Lo: 0, Hi: ^Namespace(0)}
+	case SettleReplicas:
+		return NamespaceRange{Lo: c.NS, Hi: c.NS + 1}
 	case DeleteStream:
 		return StreamRange(res.Stream)
 	default:

@@ -73,6 +73,10 @@ const (
 	cmdHeartbeat
 	cmdCommitGroupOffsets
 	cmdAddNode
+	cmdDrainNode
+	cmdRemoveNode
+	cmdRebalance
+	cmdSettleReplicas
 )
 
 const (
@@ -185,6 +189,19 @@ func EncodeCommand(c Command) ([]byte, error) {
 		}
 	case AddNode:
 		e.header(cmdAddNode)
+		e.uvarint(c.Node)
+	case DrainNode:
+		e.header(cmdDrainNode)
+		e.uvarint(c.Node)
+	case RemoveNode:
+		e.header(cmdRemoveNode)
+		e.uvarint(c.Node)
+	case Rebalance:
+		e.header(cmdRebalance)
+	case SettleReplicas:
+		e.header(cmdSettleReplicas)
+		e.uvarint(uint64(c.NS))
+		e.uvarint(c.CreatedRevision)
 		e.uvarint(c.Node)
 	}
 	if rev != 0 {
@@ -346,11 +363,19 @@ func DecodeCommand(b []byte) (Command, error) {
 		c = cg
 	case cmdAddNode:
 		c = AddNode{Node: d.uvarint()}
+	case cmdDrainNode:
+		c = DrainNode{Node: d.uvarint()}
+	case cmdRemoveNode:
+		c = RemoveNode{Node: d.uvarint()}
+	case cmdRebalance:
+		c = Rebalance{}
+	case cmdSettleReplicas:
+		c = SettleReplicas{NS: Namespace(d.uvarint()), CreatedRevision: d.uvarint(), Node: d.uvarint()}
 	default:
 		d.failAt(0, "unknown command type "+strconv.Itoa(int(typ)))
 	}
 	if ver == commandVersionRevision && d.err == nil {
-		if typ == cmdCreateStream || typ == cmdAddNode {
+		if typ == cmdCreateStream || typ >= cmdAddNode {
 			d.failAt(1, "version 2 of a command that names no incarnation")
 		}
 		at := d.off

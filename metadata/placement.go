@@ -34,9 +34,12 @@ const (
 
 // placement counts what each node holds, for the balanced choice.
 type placement struct {
-	nodes []uint64       // ascending
-	load  map[uint64]int // replicas held, per node
-	leads map[uint64]int // preferred leaderships held, per node
+	nodes []uint64 // ascending
+	// draining are the nodes DrainNode emptied, ascending: nothing new
+	// is placed on them.
+	draining []uint64
+	load     map[uint64]int // replicas held, per node
+	leads    map[uint64]int // preferred leaderships held, per node
 }
 
 func newPlacement(nodes []uint64) placement {
@@ -48,16 +51,25 @@ func newPlacement(nodes []uint64) placement {
 	return p
 }
 
-// clone copies p (its node list is never modified in place: AddNode
-// replaces it).
+// clone copies p (its node lists are never modified in place: AddNode,
+// DrainNode and RemoveNode replace them).
 func (p placement) clone() placement {
-	return placement{nodes: p.nodes, load: maps.Clone(p.load), leads: maps.Clone(p.leads)}
+	return placement{nodes: p.nodes, draining: p.draining, load: maps.Clone(p.load), leads: maps.Clone(p.leads)}
 }
+
+// isDraining reports whether n is being drained.
+func (p *placement) isDraining(n uint64) bool {
+	_, found := slices.BinarySearch(p.draining, n)
+	return found
+}
+
+// active is how many nodes take new replicas.
+func (p *placement) active() int { return len(p.nodes) - len(p.draining) }
 
 // factor resolves a topic's replication factor against the node count.
 func (p *placement) factor(r int) (int, error) {
-	n := len(p.nodes)
-	if n == 0 {
+	n := p.active()
+	if len(p.nodes) == 0 {
 		if r > 1 {
 			return 0, fmt.Errorf("%w: replication factor %d on a single node", ErrInvalidTopicConfig, r)
 		}
@@ -67,7 +79,7 @@ func (p *placement) factor(r int) (int, error) {
 		return min(DefaultReplicas, n), nil
 	}
 	if r > n {
-		return 0, fmt.Errorf("%w: replication factor %d, the cluster has %d nodes", ErrInvalidTopicConfig, r, n)
+		return 0, fmt.Errorf("%w: replication factor %d, the cluster has %d nodes (not draining)", ErrInvalidTopicConfig, r, n)
 	}
 	return r, nil
 }
@@ -85,7 +97,7 @@ func (p *placement) place(ns Namespace, r int) []uint64 {
 		best := uint64(0)
 		for i := range n {
 			c := p.nodes[(start+i)%n]
-			if slices.Contains(out, c) {
+			if slices.Contains(out, c) || p.isDraining(c) {
 				continue
 			}
 			if best == 0 || better(c, best) {
@@ -176,11 +188,11 @@ func (s *Store) Nodes() []uint64 {
 	return slices.Clone(s.place.nodes)
 }
 
-// Holds reports whether node holds a replica of p: every node does when
-// p has no replica set (a single node, or a partition created before
-// placement existed).
+// Holds reports whether node holds a replica of p — in its replica set,
+// or leaving it (see moves.go) — : every node does when p has no replica
+// set (a single node, or a partition created before placement existed).
 func (p PartitionInfo) Holds(node uint64) bool {
-	return len(p.Replicas) == 0 || slices.Contains(p.Replicas, node)
+	return len(p.Replicas) == 0 || slices.Contains(p.Replicas, node) || slices.Contains(p.Leaving, node)
 }
 
 // AddNode adds a node to the cluster: partitions created from now on are

@@ -32,8 +32,10 @@ type StoreSnapshot struct {
 	// Nodes are the cluster's nodes, ascending (nil on a single node, and
 	// in snapshots of versions before placement: Restore then takes
 	// Config.Nodes).
-	Nodes   []uint64
-	Streams []StreamSnapshot // by ID, strictly ascending
+	Nodes []uint64
+	// Draining are the nodes being drained (DrainNode), ascending.
+	Draining []uint64
+	Streams  []StreamSnapshot // by ID, strictly ascending
 }
 
 // StreamSnapshot is one stream of a StoreSnapshot.
@@ -64,6 +66,9 @@ type PartitionSnapshot struct {
 	// Replicas are the partition's replica set, preferred leader first
 	// (PartitionInfo.Replicas).
 	Replicas []uint64
+	// Leaving and Joined are PartitionInfo's: replicas on their way
+	// out, and replicas added after creation.
+	Leaving, Joined []uint64
 }
 
 // Export returns a consistent copy of the whole state, taken under one read
@@ -71,7 +76,8 @@ type PartitionSnapshot struct {
 func (s *Store) Export() StoreSnapshot {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	snap := StoreSnapshot{Revision: s.revision, GroupClock: s.groupClock, Nodes: slices.Clone(s.place.nodes)}
+	snap := StoreSnapshot{Revision: s.revision, GroupClock: s.groupClock, Nodes: slices.Clone(s.place.nodes),
+		Draining: slices.Clone(s.place.draining)}
 	s.streams.Ascend(func(st *stream) bool {
 		ss := StreamSnapshot{ID: st.id, Name: st.name, CreatedRevision: st.createdRev}
 		st.topics.Ascend(func(t *topic) bool {
@@ -82,7 +88,8 @@ func (s *Store) Export() StoreSnapshot {
 			if len(t.parts) > 0 {
 				ts.Partitions = make([]PartitionSnapshot, len(t.parts))
 				for i, p := range t.parts {
-					ts.Partitions[i] = PartitionSnapshot{CreatedRevision: p.CreatedRevision, Replicas: slices.Clone(p.Replicas)}
+					ts.Partitions[i] = PartitionSnapshot{CreatedRevision: p.CreatedRevision, Replicas: slices.Clone(p.Replicas),
+						Leaving: slices.Clone(p.Leaving), Joined: slices.Clone(p.Joined)}
 				}
 			}
 			for _, name := range slices.Sorted(maps.Keys(t.groups)) {
@@ -127,6 +134,12 @@ func Restore(cfg Config, snap StoreSnapshot) (*Store, error) {
 		}
 		s.place = newPlacement(snap.Nodes)
 	}
+	for i, n := range snap.Draining {
+		if !slices.Contains(snap.Nodes, n) || (i > 0 && n <= snap.Draining[i-1]) {
+			return nil, bad("draining nodes %v: not ascending members", snap.Draining)
+		}
+	}
+	s.place.draining = slices.Clone(snap.Draining)
 	var streamIDs []uint32
 	for i, ss := range snap.Streams {
 		switch {
@@ -221,11 +234,16 @@ func (s *Store) restoreTopic(rev uint64, st *stream, ts TopicSnapshot) (*topic, 
 		if len(s.place.nodes) > 0 && len(ps.Replicas) != ts.Config.Replicas {
 			return nil, bad("partition %d: %d replicas, the topic's factor is %d", i, len(ps.Replicas), ts.Config.Replicas)
 		}
+		if err := checkMoves(ps, s.place.nodes); err != nil {
+			return nil, bad("partition %d: %v", i, err)
+		}
 		parts, err := s.newPartitions(st.id, ts.ID, uint32(i), 1, ps.CreatedRevision, 0)
 		if err != nil {
 			return nil, err
 		}
 		parts[0].Replicas = slices.Clone(ps.Replicas)
+		parts[0].Leaving = slices.Clone(ps.Leaving)
+		parts[0].Joined = slices.Clone(ps.Joined)
 		t.parts[i] = parts[0]
 	}
 	for i, gi := range ts.Groups {
@@ -316,17 +334,21 @@ func slabOf(max uint32, ids []uint32) slab {
 
 // Snapshot encoding
 //
-//	version     1 byte (3; 2 is the same without the nodes and replicas,
-//	            1 also without the group clock and groups)
+//	version     1 byte (4; 3 is the same without the draining nodes and
+//	            each partition's leaving and joined replicas, 2 also
+//	            without the nodes and replicas, 1 also without the group
+//	            clock and groups)
 //	revision    uvarint
 //	group clock varint (version 2 on)
 //	nodes       (version 3) uvarint count, then each uvarint
+//	draining    (version 4) uvarint count, then each uvarint
 //	streams     uvarint count, then each:
 //	  id, name, created revision, topics: uvarint count, then each:
 //	    id, name, created revision, purged revision, config (version 3:
 //	    then its replication factor, varint),
 //	    partitions: uvarint count, then each partition's created revision
-//	      (version 3: then its replicas, uvarint count, then each uvarint)
+//	      (version 3: then its replicas, uvarint count, then each uvarint;
+//	      version 4: then its leaving and its joined replicas, the same)
 //	    groups (version 2): uvarint count, then each:
 //	      name, created revision, generation, generation revision,
 //	      next member, members: uvarint count, then each:
@@ -341,7 +363,8 @@ func slabOf(max uint32, ids []uint32) slab {
 const (
 	snapshotVersion1 = 1
 	snapshotVersion2 = 2
-	snapshotVersion  = 3
+	snapshotVersion3 = 3
+	snapshotVersion  = 4
 )
 
 // The smallest encodings of a list element, which bound a list's length
@@ -367,6 +390,7 @@ func EncodeSnapshot(snap StoreSnapshot) ([]byte, error) {
 	e.uvarint(snap.Revision)
 	e.varint(snap.GroupClock)
 	e.ids(snap.Nodes)
+	e.ids(snap.Draining)
 	e.uvarint(uint64(len(snap.Streams)))
 	for _, ss := range snap.Streams {
 		e.uvarint(uint64(ss.ID))
@@ -383,6 +407,8 @@ func EncodeSnapshot(snap StoreSnapshot) ([]byte, error) {
 			for _, p := range ts.Partitions {
 				e.uvarint(p.CreatedRevision)
 				e.ids(p.Replicas)
+				e.ids(p.Leaving)
+				e.ids(p.Joined)
 			}
 			e.uvarint(uint64(len(ts.Groups)))
 			for _, g := range ts.Groups {
@@ -432,13 +458,16 @@ func DecodeSnapshot(b []byte) (StoreSnapshot, error) {
 	if ver < snapshotVersion1 || ver > snapshotVersion {
 		d.failAt(0, "unknown version "+strconv.Itoa(int(ver)))
 	}
-	d.replicas = ver >= snapshotVersion
+	d.replicas = ver >= snapshotVersion3
 	snap := StoreSnapshot{Revision: d.uvarint()}
 	if ver >= snapshotVersion2 {
 		snap.GroupClock = d.varint()
 	}
-	if ver >= snapshotVersion {
+	if ver >= snapshotVersion3 {
 		snap.Nodes = d.ids(MaxNodes)
+	}
+	if ver >= snapshotVersion {
+		snap.Draining = d.ids(MaxNodes)
 	}
 	n := d.count(minStreamSize)
 	if n > 0 {
@@ -461,8 +490,12 @@ func DecodeSnapshot(b []byte) (StoreSnapshot, error) {
 			}
 			for i := range np {
 				ts.Partitions[i].CreatedRevision = d.uvarint()
-				if ver >= snapshotVersion {
+				if ver >= snapshotVersion3 {
 					ts.Partitions[i].Replicas = d.ids(MaxReplicas)
+				}
+				if ver >= snapshotVersion {
+					ts.Partitions[i].Leaving = d.ids(MaxReplicas)
+					ts.Partitions[i].Joined = d.ids(MaxReplicas)
 				}
 			}
 			if ver >= snapshotVersion2 {

@@ -272,9 +272,15 @@ func TestSnapshotEncodingIsPinned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := []byte{3, 5, 0, 0, 1, 1, 1, 's', 2, 1, 0, 1, 't', 3, 5, 1, 0, 0, 0, 0, 2, 3, 0, 4, 0, 0}
+	body := []byte{4, 5, 0, 0, 0, 1, 1, 1, 's', 2, 1, 0, 1, 't', 3, 5, 1, 0, 0, 0, 0, 2, 3, 0, 0, 0, 4, 0, 0, 0, 0}
 	if !bytes.Equal(b[:len(b)-4], body) || len(b) != len(body)+4 {
 		t.Fatalf("EncodeSnapshot = %v, want %v + crc", b, body)
+	}
+	// Version 3, written before replicas moved, still decodes: the same
+	// without draining nodes or leaving and joined replicas.
+	v3 := []byte{3, 5, 0, 0, 1, 1, 1, 's', 2, 1, 0, 1, 't', 3, 5, 1, 0, 0, 0, 0, 2, 3, 0, 4, 0, 0}
+	if got, err := DecodeSnapshot(append(v3, crc32cLE(v3)...)); err != nil || !reflect.DeepEqual(got, snap) {
+		t.Fatalf("DecodeSnapshot(version 3) = %+v, %v; want %+v", got, err, snap)
 	}
 	// Version 2, written before placement, still decodes: the same
 	// snapshot without nodes, replication factors or replica sets.
@@ -284,13 +290,14 @@ func TestSnapshotEncodingIsPinned(t *testing.T) {
 		t.Fatalf("DecodeSnapshot(version 2) = %+v, %v; want %+v", got, err, snap)
 	}
 	// Nodes and replica sets, pinned too.
-	placed := StoreSnapshot{Revision: 5, Nodes: []uint64{1, 2, 300}, Streams: []StreamSnapshot{{ID: 1, Name: "s", CreatedRevision: 2, Topics: []TopicSnapshot{
-		{ID: 0, Name: "t", CreatedRevision: 3, Config: TopicConfig{Replicas: 2}, Partitions: []PartitionSnapshot{{CreatedRevision: 3, Replicas: []uint64{300, 1}}}},
+	placed := StoreSnapshot{Revision: 5, Nodes: []uint64{1, 2, 300}, Draining: []uint64{2}, Streams: []StreamSnapshot{{ID: 1, Name: "s", CreatedRevision: 2, Topics: []TopicSnapshot{
+		{ID: 0, Name: "t", CreatedRevision: 3, Config: TopicConfig{Replicas: 2}, Partitions: []PartitionSnapshot{
+			{CreatedRevision: 3, Replicas: []uint64{300, 1}, Leaving: []uint64{2}, Joined: []uint64{1}}}},
 	}}}}
 	if b, err = EncodeSnapshot(placed); err != nil {
 		t.Fatal(err)
 	}
-	body = []byte{3, 5, 0, 3, 1, 2, 0xac, 0x02, 1, 1, 1, 's', 2, 1, 0, 1, 't', 3, 0, 0, 0, 0, 0, 4, 1, 3, 2, 0xac, 0x02, 1, 0}
+	body = []byte{4, 5, 0, 3, 1, 2, 0xac, 0x02, 1, 2, 1, 1, 1, 's', 2, 1, 0, 1, 't', 3, 0, 0, 0, 0, 0, 4, 1, 3, 2, 0xac, 0x02, 1, 1, 2, 1, 1, 0}
 	if !bytes.Equal(b[:len(b)-4], body) || len(b) != len(body)+4 {
 		t.Fatalf("EncodeSnapshot = %v, want %v + crc", b, body)
 	}

@@ -49,6 +49,14 @@ type PartitionInfo struct {
 	// cluster, the preferred leader first (see placement.go); nil on a
 	// single node. The slice is shared: never modify it.
 	Replicas []uint64
+	// Leaving are nodes a move took off Replicas whose copy may still be
+	// a voter of the group: they keep it until the group's leader settles
+	// the move (SettleReplicas, see moves.go). Shared, like Replicas.
+	Leaving []uint64
+	// Joined are the replicas (in Replicas or Leaving) that a move added
+	// after the partition was created: they start empty and wait for the
+	// leader's snapshot. Shared, like Replicas.
+	Joined []uint64
 }
 
 // StreamInfo describes a committed stream.
@@ -169,8 +177,11 @@ func NewStore(cfg Config) (*Store, error) {
 // CreateStream shapes no partition and wakes no one.
 //
 // The consumer group commands (CreateGroup, DeleteGroup, JoinGroup,
-// LeaveGroup, Heartbeat, CommitGroupOffsets) and AddNode bump the revision
-// too and wake no one: they shape no partition.
+// LeaveGroup, Heartbeat, CommitGroupOffsets), AddNode and RemoveNode bump
+// the revision too and wake no one: they shape no partition. DrainNode,
+// Rebalance and SettleReplicas wake the subscribers when they moved a
+// replica; a SettleReplicas with nothing to settle is a no-op that does
+// not bump the revision.
 func (s *Store) Apply(cmd Command) (Result, error) {
 	cmd, ok := deref(cmd)
 	if !ok {
@@ -209,8 +220,24 @@ func deref(cmd Command) (Command, bool) {
 	case CreateStream, DeleteStream, CreateTopic, DeleteTopic,
 		CreatePartitions, DeletePartitions, PurgeTopic, SetTopicConfig,
 		CreateGroup, DeleteGroup, JoinGroup, LeaveGroup, Heartbeat, CommitGroupOffsets,
-		AddNode:
+		AddNode, DrainNode, RemoveNode, Rebalance, SettleReplicas:
 		return c, true
+	case *DrainNode:
+		if c != nil {
+			return *c, true
+		}
+	case *RemoveNode:
+		if c != nil {
+			return *c, true
+		}
+	case *Rebalance:
+		if c != nil {
+			return *c, true
+		}
+	case *SettleReplicas:
+		if c != nil {
+			return *c, true
+		}
 	case *CreateGroup:
 		if c != nil {
 			return *c, true
@@ -309,6 +336,14 @@ func (s *Store) apply(cmd Command) (res Result, wake bool, err error) {
 		return s.heartbeat(c)
 	case AddNode:
 		return s.addNode(c)
+	case DrainNode:
+		return s.drainNode(c)
+	case RemoveNode:
+		return s.removeNode(c)
+	case Rebalance:
+		return s.rebalance(c)
+	case SettleReplicas:
+		return s.settleReplicas(c)
 	case CommitGroupOffsets:
 		return s.commitGroupOffsets(c)
 	}

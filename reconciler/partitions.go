@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/btree"
@@ -75,6 +76,9 @@ type heldPartition struct {
 	ns    metadata.Namespace
 	epoch uint64
 	dur   shard.Durability
+	// members is the group membership the shard was last told of (see
+	// placed); nil after a reload from the shard.
+	members []uint64
 }
 
 type backoff struct {
@@ -396,6 +400,9 @@ func (r *Partitions) converge(ctx context.Context, parts []metadata.PartitionInf
 			}
 		}
 		if h, ok := r.held.Get(heldPartition{ns: info.NS}); ok && h.epoch == info.CreatedRevision {
+			if err := r.placed(ctx, &h, info); err != nil {
+				return err
+			}
 			if h.dur != dur {
 				if err := r.cfg.Shard.SetDurability(ctx, info.NS, dur); err != nil {
 					return err
@@ -416,6 +423,37 @@ func (r *Partitions) converge(ctx context.Context, parts []metadata.PartitionInf
 		}
 	}
 	return nil
+}
+
+// placed tells the shard when the replica set of a partition it holds
+// moved (shard.Shard.UpdatePlacement: the group's leader changes the
+// group's membership to match), and records the membership told in h.
+// After a reload from the shard nothing is recorded, and only a partition
+// with a move in flight is told: the shard read its placement when it
+// built the group, and any move since leaves replicas in Leaving until
+// it settles.
+func (r *Partitions) placed(ctx context.Context, h *heldPartition, info metadata.PartitionInfo) error {
+	m := members(info)
+	if slices.Equal(h.members, m) {
+		return nil
+	}
+	if h.members != nil || len(info.Leaving) > 0 {
+		if err := r.cfg.Shard.UpdatePlacement(ctx, info.NS); err != nil {
+			return err
+		}
+	}
+	h.members = m
+	r.held.ReplaceOrInsert(*h)
+	return nil
+}
+
+// members is the replica set and the leaving replicas of info (nil on a
+// single node).
+func members(info metadata.PartitionInfo) []uint64 {
+	if len(info.Replicas) == 0 {
+		return nil
+	}
+	return slices.Concat(info.Replicas, info.Leaving)
 }
 
 // sweep answers the parked frames of namespaces committed to another shard
@@ -480,7 +518,7 @@ func (r *Partitions) build(ctx context.Context, info metadata.PartitionInfo, wan
 		return err
 	}
 	delete(r.backoffs, key)
-	r.held.ReplaceOrInsert(heldPartition{ns: info.NS, epoch: info.CreatedRevision, dur: want})
+	r.held.ReplaceOrInsert(heldPartition{ns: info.NS, epoch: info.CreatedRevision, dur: want, members: members(info)})
 	rep.Built++
 	return nil
 }

@@ -66,6 +66,12 @@ type owned struct {
 	// balancing: queued, or under way, for a leadership transfer back
 	// to the preferred leader (balance.go); the group keeps ticking.
 	balancing bool
+	// moving: queued for the move driver (move.go), which steps it
+	// every moveTicks ticks; compactNow forces the next compaction (a
+	// member joined).
+	moving     bool
+	moveTicks  int
+	compactNow bool
 	// proposeBuf holds produces waiting to be proposed together as one
 	// raft entry when the pump runs out of queued frames.
 	proposeBuf []Frame

@@ -25,7 +25,7 @@ func (s *Shard) holds(info metadata.PartitionInfo) bool {
 // a build racing a delete, which the reconciler tears down).
 func (s *Shard) peersOf(info metadata.PartitionInfo) []uint64 {
 	if len(info.Replicas) > 0 {
-		return info.Replicas
+		return members(info)
 	}
 	return s.cfg.Replication.Peers
 }

@@ -62,6 +62,9 @@ type quiescence struct {
 	balance       []*owned
 	transfer      *owned
 	transferTicks int
+	// moves holds the groups this node leads whose membership the move
+	// driver changes (move.go).
+	moves []*owned
 }
 
 // wake makes o's group ticked again.
@@ -120,7 +123,7 @@ func (s *Shard) awakeList() []*owned {
 // group to keep ticking.
 func idle(o *owned) bool {
 	return o.catchup == nil && len(o.proposeBuf) == 0 && len(o.pending) == 0 &&
-		len(o.reads) == 0 && len(o.readWait) == 0 && !o.balancing
+		len(o.reads) == 0 && len(o.readWait) == 0 && !o.balancing && !o.moving
 }
 
 // maybeQuiesce quiesces o's group if it leads a group with nothing to do,

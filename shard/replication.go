@@ -58,6 +58,11 @@ type Replication struct {
 	// Quiesce must report its peers' deaths, or a quiesced group whose
 	// leader died never elects another.
 	Quiesce bool
+	// Settle, if set, proposes metadata.SettleReplicas for (ns, epoch,
+	// node): the group's leader calls it once the group no longer
+	// counts node, a replica a move took off the partition (move.go).
+	// It must not block; a settle it loses is proposed again.
+	Settle func(ns metadata.Namespace, epoch, node uint64)
 }
 
 // Raft log defaults.
@@ -127,8 +132,12 @@ func (s *Shard) replicate(o *owned) error {
 	}
 	info, _ := s.meta.Partition(ns)
 	o.peers, o.placed = s.peersOf(info), len(info.Replicas) > 0
+	// A placed group's membership changes as its replicas move: a
+	// replica a move added after the partition was created joins empty
+	// and waits for the leader's snapshot (see move.go).
+	joins := o.placed && info.Joins(r.Node)
 	g, err := replica.New(replica.Config{
-		Group: uint64(ns), Node: r.Node, Peers: o.peers,
+		Group: uint64(ns), Node: r.Node, Peers: o.peers, Dynamic: o.placed, Join: joins,
 		ElectionTicks: r.ElectionTicks, Logger: s.log, Disk: disk,
 		// A peer's snapshot that ApplySnapshot would refuse is an invalid
 		// message, not a failed group.
@@ -154,7 +163,8 @@ func (s *Shard) replicate(o *owned) error {
 		// lost, or a catch-up was interrupted): fetch the rest first.
 		s.startCatchUp(o, o.cursor)
 	}
-	if preferredLeader(ns, o.peers, o.placed) == r.Node {
+	s.refreshPeers(o)
+	if !joins && preferredLeader(ns, o.peers, o.placed) == r.Node {
 		if err := g.Campaign(); err != nil {
 			o.grp = nil
 			_ = g.Close()
@@ -519,8 +529,12 @@ func (s *Shard) maybeCompact(o *owned) {
 		return
 	}
 	r := s.cfg.Replication
-	if !(replica.CompactionPolicy{Entries: r.CompactEntries, Bytes: r.CompactBytes}).Due(g, o.sinceSnap) {
+	if !o.compactNow && !(replica.CompactionPolicy{Entries: r.CompactEntries, Bytes: r.CompactBytes}).Due(g, o.sinceSnap) {
 		return
+	}
+	if g.Applied() <= g.SnapshotIndex() {
+		o.compactNow = false
+		return // nothing applied since the last snapshot
 	}
 	if err := o.p.Sync(); err != nil {
 		s.fence(o, err)
@@ -531,7 +545,7 @@ func (s *Shard) maybeCompact(o *owned) {
 		s.log.Error("raft log compaction failed", "ns", o.p.Namespace(), "error", err)
 		return
 	}
-	o.sinceSnap = 0
+	o.sinceSnap, o.compactNow = 0, false
 	s.m.RaftCompactions.Inc()
 }
 
@@ -541,6 +555,7 @@ func (s *Shard) maybeCompact(o *owned) {
 func (s *Shard) tickRaft() {
 	s.campaignDue()
 	s.balanceStep()
+	s.moveStep()
 	for _, o := range s.awakeList() {
 		if !s.isAwake(o) || s.maybeQuiesce(o) {
 			continue
@@ -911,6 +926,7 @@ func (h groupHandler) ApplySnapshot(index uint64, data []byte) error {
 		c.deferred = kept
 	}
 	h.s.m.RaftSnapshots.Inc()
+	h.s.refreshPeers(o) // the snapshot carries the voters
 	if have := o.p.NextOffset(); have < o.cursor {
 		h.s.startCatchUp(o, o.cursor)
 		return nil
@@ -918,11 +934,19 @@ func (h groupHandler) ApplySnapshot(index uint64, data []byte) error {
 	return o.settle()
 }
 
+// ConfChanged implements replica.ConfChanger: the move driver follows
+// every applied change of the group's voters.
+func (h groupHandler) ConfChanged(index uint64, add bool, node uint64, ctx []byte) error {
+	h.s.confChanged(h.o, add)
+	return nil
+}
+
 // LeaderChanged fails the produces this node proposed as leader: their
 // outcome is now unknown (behaviour: never silently applied twice).
 func (h groupHandler) LeaderChanged(lead uint64) {
 	if lead == h.s.cfg.Replication.Node {
 		h.s.considerBalance(h.o)
+		h.s.considerMove(h.o)
 		return
 	}
 	// Leader reads waiting here, for leadership confirmation or for

@@ -38,6 +38,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -314,7 +315,10 @@ func (g *Group) start(storage *raft.MemoryStorage) error {
 		// partitioned node from disrupting the majority when it returns.
 		CheckQuorum: true,
 		PreVote:     true,
-		Logger:      raftLogger{cfg.Logger.Named("raft")},
+		// A leader that applies its own removal stops leading at once
+		// rather than leading a group it is no longer a member of.
+		StepDownOnRemoval: true,
+		Logger:            raftLogger{cfg.Logger.Named("raft")},
 	})
 	if err != nil {
 		return err
@@ -522,6 +526,22 @@ func (g *Group) TransferLeader(to uint64) (err error) {
 	defer g.guard(&err)
 	g.rn.TransferLeader(to)
 	return nil
+}
+
+// Caught reports, on the leader, whether node is a voter whose log the
+// leader knows to reach its latest snapshot and that it replicates to
+// normally (not probing, not sending a snapshot): a member that joined has
+// installed a snapshot taken after it was added. False elsewhere.
+func (g *Group) Caught(node uint64) (ok bool) {
+	if g.failed != nil || !g.IsLeader() {
+		return false
+	}
+	g.rn.WithProgress(func(id uint64, typ raft.ProgressType, pr tracker.Progress) {
+		if id == node && typ == raft.ProgressTypePeer {
+			ok = pr.Match >= g.snap && pr.State == tracker.StateReplicate
+		}
+	})
+	return ok
 }
 
 // Leader is the member this one believes leads (0: none known, or the

@@ -267,6 +267,12 @@ func TestClusterCatchesJoinWithoutConfChange(t *testing.T) {
 // the survivors that it died, and the groups it led while quiesced, which
 // send nothing, never elect a new leader: caught when the failover after
 // a quiesced leader's crash is checked.
+// Quiesced leaders crash ten times as often as by default, so that an
+// early seed checks a failover.
 func TestClusterCatchesZombieLiveness(t *testing.T) {
-	expectClusterCaught(t, sim.DefaultClusterConfig, &sim.BreakZombieLiveness, 8)
+	expectClusterCaught(t, func(seed uint64) sim.Config {
+		cfg := sim.DefaultClusterConfig(seed)
+		cfg.Faults.QuiescedCrash *= 10
+		return cfg
+	}, &sim.BreakZombieLiveness, 8)
 }
