@@ -21,20 +21,6 @@ import (
 // means that no leader is known or that the member is down: propose
 // again after a pause.
 func (e *Engine) ProposeAddNode(key MetadataKey, node uint64) error {
-	return e.proposeMembership(key, true, node, metadata.AddNode{Node: node})
-}
-
-// ProposeRemoveNode is ProposeAddNode for RemoveNode's last step: the
-// membership change that removes node from the metadata group, carrying
-// the RemoveNode command. As RemoveNode does, the driver proposes it once
-// the node holds no replica (Meta().Moving(node) reports none held, after
-// a DrainNode command); it applies when Meta().Nodes() no longer names
-// node.
-func (e *Engine) ProposeRemoveNode(key MetadataKey, node uint64) error {
-	return e.proposeMembership(key, false, node, metadata.RemoveNode{Node: node})
-}
-
-func (e *Engine) proposeMembership(key MetadataKey, add bool, node uint64, cmd metadata.Command) error {
 	switch {
 	case e.cl == nil:
 		return errNotClustered
@@ -43,12 +29,12 @@ func (e *Engine) proposeMembership(key MetadataKey, add bool, node uint64, cmd m
 	case node == 0:
 		return fmt.Errorf("%w: node id 0", metadata.ErrInvalidNode)
 	}
-	data, err := encodeMetaCommand(key, cmd)
+	data, err := encodeMetaCommand(key, metadata.AddNode{Node: node})
 	if err != nil {
 		return err
 	}
 	m := e.cl.meta
-	if err := m.proposeConfChange(add, node, data); err != nil {
+	if err := m.proposeConfChange(true, node, data); err != nil {
 		return err
 	}
 	return m.process()
