@@ -559,9 +559,12 @@ func (e *Engine) HandleMetadata() error {
 	return e.cl.meta.process()
 }
 
-// MetadataGroupStatus is a metadata member's raft position.
+// MetadataGroupStatus is a metadata member's raft position, and the
+// group's voters in the configuration it has applied (a node joining has
+// none until it installs a snapshot).
 type MetadataGroupStatus struct {
 	Leader, Applied, SnapshotIndex uint64
+	Voters                         []uint64
 }
 
 // MetadataStatus reports this node's metadata group member's position.
@@ -570,7 +573,7 @@ func (e *Engine) MetadataStatus() MetadataGroupStatus {
 		return MetadataGroupStatus{}
 	}
 	g := e.cl.meta.g
-	return MetadataGroupStatus{Leader: g.Leader(), Applied: g.Applied(), SnapshotIndex: g.SnapshotIndex()}
+	return MetadataGroupStatus{Leader: g.Leader(), Applied: g.Applied(), SnapshotIndex: g.SnapshotIndex(), Voters: g.AppliedVoters()}
 }
 
 // MetadataKey is the deduplication key of one metadata command: a command

@@ -398,6 +398,9 @@ type State struct {
 	Passes uint64
 	// Waiting is the number of polls waiting on the shard.
 	Waiting int
+	// Quiesced lists the namespaces whose raft group is quiesced (not
+	// ticked: see Replication.Quiesce), in namespace order.
+	Quiesced []metadata.Namespace
 }
 
 // Inspect returns the shard's state, read on the pump.
@@ -421,6 +424,12 @@ func opInspect(st *State) control {
 			}
 		}
 		slices.Sort(st.Failed)
+		for ns, o := range s.replicated {
+			if !s.isAwake(o) {
+				st.Quiesced = append(st.Quiesced, ns)
+			}
+		}
+		slices.Sort(st.Quiesced)
 		st.Tombstoned = maps.Clone(s.tombstoned)
 		s.park.order.Ascend(func(q *parkQueue) bool {
 			st.Parked = append(st.Parked, ParkedNamespace{

@@ -56,10 +56,12 @@ type Config struct {
 	// from Peers, membership changes travel in appends, and a snapshot's
 	// voters need not be among Peers.
 	Dynamic bool
-	// Join starts a member that joins a running group: with nothing on
-	// its Disk it starts empty — no initial snapshot, not a voter — and
-	// waits for the leader, once a configuration change added it, to send
-	// it the group's state as a snapshot.
+	// Join starts a member that joins a running group: with no snapshot
+	// on its Disk (nothing at all, or only the term and vote it saved
+	// before its first snapshot arrived) it starts empty — no initial
+	// snapshot, not a voter — and waits for the leader, once a
+	// configuration change added it, to send it the group's state as a
+	// snapshot.
 	Join bool
 	// InitialData is the state machine's state in a new group's initial
 	// snapshot (the one every founding member starts from): what a member
@@ -228,8 +230,18 @@ func New(cfg Config) (g *Group, err error) {
 			g, err = nil, fmt.Errorf("%w: group %d: raft refused the recovered state: %v", ErrCorruptLog, cfg.Group, r)
 		}
 	}()
-	if rec.empty() && cfg.Join {
+	if cfg.Join && rec.Snapshot.GetMetadata().GetIndex() == 0 && len(rec.Entries) == 0 {
+		// A joining member that has installed no snapshot yet. Its log
+		// may hold the hard state it saved on hearing from the leader
+		// (term and vote) before the snapshot came, or before a write
+		// of it failed: it restarts as the joiner it still is, keeping
+		// its term and vote. With no log, nothing is committed.
 		g.cs = &raftpb.ConfState{}
+		if hs := rec.HardState; hs != nil {
+			if err := storage.SetHardState(&raftpb.HardState{Term: new(hs.GetTerm()), Vote: new(hs.GetVote()), Commit: new(uint64(0))}); err != nil {
+				return nil, err
+			}
+		}
 		if err := g.start(storage); err != nil {
 			return nil, err
 		}
@@ -388,6 +400,20 @@ func (g *Group) staticPeers() []uint64 {
 
 // Voters are the group's voters as this member last applied them.
 func (g *Group) Voters() []uint64 { return slices.Clone(g.cs.GetVoters()) }
+
+// AppliedVoters are the voters of the configuration raft itself holds:
+// the last one it applied. They differ from Voters, which peers' messages
+// are checked against, on a restarted member whose log holds a
+// configuration change it has not applied yet (Voters count it already).
+func (g *Group) AppliedVoters() []uint64 {
+	ids := g.rn.Status().Config.Voters.IDs()
+	out := make([]uint64, 0, len(ids))
+	for id := range ids {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
 
 // ConfChanger is an optional Handler method: it is called when a change of
 // the group's voters is applied, at its index, with the context the

@@ -428,3 +428,36 @@ func TestReopenKeepsWhatTheOwnerApplied(t *testing.T) {
 		t.Fatalf("reopened member applied %q, want %q (each once)", got, want)
 	}
 }
+
+// A joining member saves its term and vote on hearing from the leader,
+// before the leader's snapshot arrives (or before the write of it fails):
+// restarted from that log, it is the joiner it was — empty, not a voter,
+// its term kept — not a log without a snapshot to refuse as corrupt.
+func TestJoinerRestartsBeforeItsFirstSnapshot(t *testing.T) {
+	fs := vfs.NewMem()
+	d, err := replica.OpenDisk(fs, "/raft/4/log", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Save(nil, nil, &raftpb.HardState{Term: new(uint64(3)), Vote: new(uint64(0)), Commit: new(uint64(0))}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d, err = replica.OpenDisk(fs, "/raft/4/log", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	g, err := replica.New(replica.Config{Group: 7, Node: 4, Peers: []uint64{1, 2, 3, 4}, Dynamic: true, Join: true, Disk: d})
+	if err != nil {
+		t.Fatalf("a joiner with a term and no snapshot did not reopen: %v", err)
+	}
+	if v := g.Voters(); len(v) != 0 {
+		t.Fatalf("the reopened joiner has voters %v, want none until its snapshot", v)
+	}
+	if term := g.Term(); term != 3 {
+		t.Fatalf("the reopened joiner is at term %d, want the 3 it saved", term)
+	}
+}

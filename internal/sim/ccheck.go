@@ -26,11 +26,17 @@ import (
 // back through every node.
 func (c *csim) quiesce() {
 	c.quiescing = true
+	if f := c.failover; f != nil {
+		// The crashed node restarts now: its failover goes unchecked.
+		c.event("failover of n%d not checked: quiescence", f.node)
+		c.failover = nil
+	}
 	c.faultsOff()
 	c.event("quiesce")
 	if !c.settle() {
 		return
 	}
+	c.checkMembership()
 	c.checkOwnership()
 	c.finalReads()
 }
@@ -74,6 +80,7 @@ const raftCalmRounds = 60
 func (c *csim) settleRound() {
 	c.drain()
 	c.retryDue()
+	c.joinAct()
 	c.afterAction()
 	c.drain()
 	now := c.clk.Now()
@@ -166,7 +173,7 @@ func (c *csim) waitingOps() []*op {
 // idle: no request in flight, no operation unfinished, no frame queued or
 // parked anywhere, no message on the bus.
 func (c *csim) idle() bool {
-	if len(c.inflight) > 0 {
+	if len(c.inflight) > 0 || c.join != nil {
 		return false
 	}
 	for _, cl := range c.clients {
@@ -261,6 +268,8 @@ func (c *csim) notQuiescent() {
 		c.fail(4, "park buffers not empty %s: %s", limit, strings.Join(parked, "; "))
 	case diff != "":
 		c.fail(3, "replicas never converged (%s): %s", limit, diff)
+	case c.join != nil:
+		c.fail(8, "the addition of n%d never completed (%s)", c.join.id, limit)
 	case c.unbalanced() != "":
 		c.fail(7, "leadership never went back to the preferred leaders (%s): %s", limit, c.unbalanced())
 	default:

@@ -41,7 +41,17 @@ func (c *csim) crashQuiescedLeader() {
 	n := leaders[c.rng.IntN(len(leaders))]
 	c.faults.QuiescedCrash++
 	c.event("n%d leads quiesced groups", n.id)
-	c.crashFor(n, time.Second, 3*time.Second)
+	calm := c.rng.IntN(2) == 0
+	var groups []ledGroup
+	var voters []uint64
+	if calm {
+		groups, voters = c.ledGroups(n), n.eng.MetadataStatus().Voters
+	}
+	metaLeader := n.eng.MetadataStatus().Leader == n.id
+	c.crashFor(n, failoverAfter, 3*time.Second)
+	if calm && c.viol == nil {
+		c.calm(n, groups, voters, metaLeader)
+	}
 }
 
 // crashFor takes n down for a time in [lo, hi].

@@ -30,7 +30,7 @@ func (c *csim) randDuration(lo, hi time.Duration) time.Duration {
 // startFaults rolls every fault that is not on, in a fixed order (each
 // roll draws from the RNG only when its rate is set).
 func (c *csim) startFaults() {
-	if c.quiescing {
+	if c.quiescing || c.calming() {
 		return
 	}
 	f := c.cfg.Faults
@@ -104,6 +104,9 @@ func (c *csim) startFaults() {
 	if c.depth == 0 && c.roll(f.QuiescedCrash) && !slices.ContainsFunc(c.nodes, func(n *cnode) bool { return n.down }) {
 		c.crashQuiescedLeader()
 	}
+	if c.roll(f.Join) {
+		c.startJoin()
+	}
 	if c.roll(f.DiskFull) {
 		n := c.nodes[c.rng.IntN(len(c.nodes))]
 		if !n.inj.enospc.On() && !n.down {
@@ -169,6 +172,7 @@ func (c *csim) expireFaults() {
 	if flush {
 		c.event("net flush released=%d", c.net.Flush())
 	}
+	c.pollFailover()
 	cuts := false
 	if w.partitioned && !now.Before(w.partitionEnd) {
 		w.partitioned, w.sides, cuts = false, [2][]uint64{}, true

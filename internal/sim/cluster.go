@@ -65,10 +65,14 @@ const (
 // csim is one cluster run. Everything runs on the caller's goroutine.
 type csim struct {
 	base
-	ctx   context.Context
-	net   *transport.Network
-	peers []uint64
-	nodes []*cnode
+	ctx context.Context
+	net *transport.Network
+	// peers are every node that ever ran, founders first, then the nodes
+	// that joined (cjoin.go), in the order they started: node i+1 is
+	// nodes[i].
+	peers    []uint64
+	founders []uint64
+	nodes    []*cnode
 
 	clients     []*client
 	allOps      []*op
@@ -118,6 +122,14 @@ type csim struct {
 	depth   int // > 0 while a slow build runs nested scheduler steps
 
 	quiescing bool
+
+	// Membership and failover (cjoin.go, cfailover.go): the node being
+	// added, how many were, the failover to check after a quiesced
+	// leader's crash, and the end of the calm that crash imposed.
+	join      *joining
+	joins     int
+	failover  *failoverCheck
+	calmUntil time.Time
 }
 
 // cnode is one simulated cluster node.
@@ -130,10 +142,20 @@ type cnode struct {
 	// crash); the engine sends through the outbox wrapper around it.
 	ep  transport.Bus
 	eng *host.Engine
+	// peers is the node's Cluster.Peers: the founders, or for a node
+	// that joined, the nodes running when it started, itself included
+	// (its engine runs with Cluster.Join). joined is set once a member
+	// has applied its addition (always for a founder): clients use it
+	// from then on.
+	peers  []uint64
+	join   bool
+	joined bool
 
 	meta *metadata.Store
-	// metaTickAt is when the metadata group's next tick is due.
-	metaTickAt time.Time
+	// metaTickAt is when the metadata group's next tick is due;
+	// metaTickErr when a tick last found the member down.
+	metaTickAt  time.Time
+	metaTickErr time.Time
 	// waits are the metadata proposals clients made through this node,
 	// with the channel each outcome arrives on.
 	waits []metaWait
@@ -215,6 +237,7 @@ func newCluster(cfg Config) *csim {
 	for i := range cfg.Nodes {
 		c.peers = append(c.peers, uint64(i+1))
 	}
+	c.founders = slices.Clone(c.peers)
 	for i := range cfg.Clients {
 		c.clients = append(c.clients, &client{id: i})
 	}
@@ -293,8 +316,14 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *cnode
 		lastServe: make(map[metadata.Namespace]uint64)}
 	if prev != nil {
 		// The node's view of incarnations and what served it carry over:
-		// they are the simulator's record of it, not the node's memory.
+		// they are the simulator's record of it, not the node's memory;
+		// so does its configuration.
 		n.incs, n.lastServe, n.gen = prev.incs, prev.lastServe, prev.gen
+		n.peers, n.join, n.joined = prev.peers, prev.join, prev.joined
+	} else if slices.Contains(c.founders, id) {
+		n.peers, n.joined = c.founders, true
+	} else {
+		n.peers, n.join = slices.Clone(c.peers), true
 	}
 	n.gen++
 	n.inj = newInjector(n)
@@ -303,8 +332,8 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *cnode
 	}
 	n.inj.quiet++
 	defer func() { n.inj.quiet-- }()
-	peers := make([]transport.NodeID, len(c.peers))
-	for i, p := range c.peers {
+	peers := make([]transport.NodeID, len(n.peers))
+	for i, p := range n.peers {
 		peers[i] = transport.NodeID(p)
 	}
 	n.shadow = make([][]*attempt, c.cfg.Shards)
@@ -328,7 +357,7 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *cnode
 		Defaults:        metadata.TopicConfig{Fsync: metadata.FsyncAlways},
 		BuildBackoffMin: backoffMin, BuildBackoffMax: backoffMax,
 		NewReconciler: newReconciler,
-		Cluster: &host.Cluster{ID: transport.NodeID(id), Peers: peers, Bus: &outboxBus{n: n},
+		Cluster: &host.Cluster{ID: transport.NodeID(id), Peers: peers, Join: n.join, Bus: &outboxBus{n: n},
 			TickInterval: c.cfg.TickInterval, CompactEntries: c.compactEntries},
 		Clock:      c.clk,
 		ShardClock: func(i int) clock.Clock { return n.clocks[i] },
@@ -359,8 +388,8 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *cnode
 	}
 	n.metaTickAt = c.clk.Now().Add(c.cfg.TickInterval)
 	st := eng.MetadataStatus()
-	c.event("n%d open gen=%d shards=%d revision=%d applied=%d snapshot=%d",
-		id, n.gen, c.cfg.Shards, n.meta.Revision(), st.Applied, st.SnapshotIndex)
+	c.event("n%d open gen=%d shards=%d revision=%d applied=%d snapshot=%d join=%v",
+		id, n.gen, c.cfg.Shards, n.meta.Revision(), st.Applied, st.SnapshotIndex, n.join)
 	return n
 }
 
@@ -502,6 +531,7 @@ func (c *csim) afterAction() {
 		n.collectMeta()
 		if n.eng != nil && !n.down {
 			c.checkGroups(fmt.Sprintf("n%d (open %d)", n.id, n.gen), n.meta)
+			c.checkVoters(n)
 		}
 	}
 	c.collect()
@@ -573,6 +603,7 @@ func (c *csim) tick() {
 	}
 	c.expireFaults()
 	c.startFaults()
+	c.joinAct()
 	units := c.units()
 	switch w := c.rng.IntN(100); {
 	case w < 20:
@@ -748,7 +779,13 @@ func (c *csim) reconcile(n *cnode, i int) {
 
 // metaTick ticks n's metadata group (the engine's timer).
 func (c *csim) metaTick(n *cnode) {
+	if BreakZombieLiveness.Load() {
+		c.zombieHeartbeats(n)
+	}
 	err := n.eng.TickMetadata()
+	if err != nil {
+		n.metaTickErr = c.clk.Now()
+	}
 	n.metaTickAt = c.clk.Now().Add(c.cfg.TickInterval)
 	c.event("n%d meta tick err=%v", n.id, errString(err))
 }

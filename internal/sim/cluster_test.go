@@ -165,6 +165,9 @@ func TestClusterFaultsFire(t *testing.T) {
 		{"disk error (EIO, torn write)", total.DiskError},
 		{"slow build", total.SlowBuild},
 		{"metadata member reopened after a raft log failure", total.MetaReopens},
+		{"node joined mid-run", total.Joined},
+		{"calm after a quiesced leader's crash", total.CalmCrashes},
+		{"group led by a survivor after its quiesced leader crashed", total.Failovers},
 	} {
 		if c.n == 0 {
 			t.Errorf("fault %q never fired in %d default cluster seeds", c.name, defaultClusterSeeds)
@@ -250,4 +253,26 @@ func TestClusterCatchesReplicaOffPlacement(t *testing.T) {
 // comes back: caught at quiescence, when every node is up again.
 func TestClusterCatchesNoLeaderTransfer(t *testing.T) {
 	expectClusterCaught(t, sim.DefaultClusterConfig, &sim.BreakLeaderTransfer, 7)
+}
+
+// A node added with the AddNode metadata command alone, without the
+// metadata group's membership change that carries it, leaves the
+// metadata naming a node the group does not have as a voter: caught
+// after the first action that applies it.
+func TestClusterCatchesJoinWithoutConfChange(t *testing.T) {
+	expectClusterCaught(t, sim.DefaultClusterConfig, &sim.BreakJoinCommand, 8)
+}
+
+// When a crashed node's liveness heartbeats keep arriving, nothing tells
+// the survivors that it died, and the groups it led while quiesced, which
+// send nothing, never elect a new leader: caught when the failover after
+// a quiesced leader's crash is checked.
+// Quiesced leaders crash ten times as often as by default, so that an
+// early seed checks a failover.
+func TestClusterCatchesZombieLiveness(t *testing.T) {
+	expectClusterCaught(t, func(seed uint64) sim.Config {
+		cfg := sim.DefaultClusterConfig(seed)
+		cfg.Faults.QuiescedCrash *= 10
+		return cfg
+	}, &sim.BreakZombieLiveness, 8)
 }

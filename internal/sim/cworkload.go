@@ -66,11 +66,13 @@ type metaOp struct {
 	created    []metadata.PartitionInfo
 }
 
-// running lists the nodes clients can reach.
+// running lists the nodes clients can reach: those running, once they
+// are members (a node joining serves clients once its addition applied,
+// when AddNode returns).
 func (c *csim) running() []*cnode {
 	var out []*cnode
 	for _, n := range c.nodes {
-		if n.reachable() {
+		if n.reachable() && n.joined {
 			out = append(out, n)
 		}
 	}
@@ -101,7 +103,7 @@ func (c *csim) clientAct(cl *client) {
 		}
 		return
 	}
-	if c.quiescing {
+	if c.quiescing || c.calming() {
 		return
 	}
 	n := c.pickNode()
@@ -555,7 +557,7 @@ func (c *csim) metaOpStart(cl *client, n *cnode, group bool) {
 	}
 	m := &metaOp{}
 	createTopic := func(name string, parts int) func(metadata.Result) metadata.Command {
-		cfg := c.topicConfig()
+		cfg := c.topicConfig(n)
 		return func(prev metadata.Result) metadata.Command {
 			return metadata.CreateTopic{Stream: prev.Stream, Name: name, Partitions: max(parts, 1), Config: cfg}
 		}
@@ -615,7 +617,7 @@ func (c *csim) metaOpStart(cl *client, n *cnode, group bool) {
 			// Mostly with the factor it had, sometimes another one.
 			cfg := metadata.TopicConfig{Fsync: metadata.FsyncAlways, Replicas: t.Config.Replicas}
 			if c.rng.IntN(4) == 0 {
-				cfg = c.topicConfig()
+				cfg = c.topicConfig(n)
 			}
 			return metadata.CreateTopic{Stream: t.Stream, Name: t.Name, Partitions: max(t.Partitions, 1), Config: cfg}
 		})
@@ -632,7 +634,7 @@ func (c *csim) metaOpStart(cl *client, n *cnode, group bool) {
 		if st.Topics < maxTopics {
 			name := freeTopicName(meta, st.ID)
 			parts := 1 + c.rng.IntN(3)
-			cfg := c.topicConfig()
+			cfg := c.topicConfig(n)
 			m.desc = fmt.Sprintf("create topic %d/%s r=%d", st.ID, name, cfg.Replicas)
 			m.steps = append(m.steps, func(metadata.Result) metadata.Command {
 				return metadata.CreateTopic{Stream: st.ID, Name: name, Partitions: parts, Config: cfg}
@@ -651,15 +653,16 @@ func (c *csim) metaOpStart(cl *client, n *cnode, group bool) {
 	c.nextCommand(o, metadata.Result{})
 }
 
-// topicConfig is the configuration of a topic the workload creates:
-// FsyncAlways, and half the time the default replication factor
-// (min(3, nodes)), otherwise one from 1 to the node count, so that on
+// topicConfig is the configuration of a topic the workload creates
+// through n: FsyncAlways, and half the time the default replication
+// factor (min(3, nodes)), otherwise one from 1 to the node count n's
+// metadata knows (nodes that joined included), so that on
 // every cluster size some nodes hold no replica of some partitions and
 // requests through them are sent on to one that does.
-func (c *csim) topicConfig() metadata.TopicConfig {
+func (c *csim) topicConfig(n *cnode) metadata.TopicConfig {
 	cfg := metadata.TopicConfig{Fsync: metadata.FsyncAlways}
 	if c.rng.IntN(2) == 0 {
-		cfg.Replicas = 1 + c.rng.IntN(len(c.peers))
+		cfg.Replicas = 1 + c.rng.IntN(max(len(n.meta.Nodes()), 1))
 	}
 	return cfg
 }
@@ -732,7 +735,7 @@ func (c *csim) onMetaResult(d metaAnswer) {
 	cl := o.client
 	c.finish(o, outcomeOK, shard.Response{}, nil)
 	created := m.created
-	if len(created) == 0 || c.quiescing {
+	if len(created) == 0 || c.quiescing || c.calming() {
 		return
 	}
 	if n := c.pickNode(); n != nil {

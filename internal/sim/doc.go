@@ -98,7 +98,17 @@
 // a while and restarts on its disk, rejoining from its raft logs; ENOSPC
 // spells and one-shot EIO or torn writes aimed at one partition's
 // directory or at the metadata raft log (a metadata member whose log
-// refuses a write is reopened from it by its engine); slow builds. At
+// refuses a write is reopened from it by its engine); slow builds; a
+// node that leads quiesced partition groups crashing, after which, one
+// time in two, every other fault ends and no fault or new client
+// operation starts for a second, for the failover check of invariant 8;
+// a new node joining mid-run (cjoin.go): it starts with Cluster.Join on
+// an empty disk and is added through a running member by the metadata
+// group's membership change carrying the AddNode command
+// (Engine.ProposeAddNode, proposed again like AddNode does until a
+// member has applied it), receives the metadata as a snapshot, takes
+// every fault like the founders, and serves clients once added; topics
+// created after it may be placed on it. At
 // quiescence every fault ends (partitions heal, stopped nodes resume,
 // crashed ones restart) and the cluster runs until it has converged:
 // every node's metadata equal, every replica of every committed
@@ -172,6 +182,19 @@
 //     other invariants hold unchanged for requests that reached a node
 //     holding no replica and were sent on (Result.Ops.NotHeld counts
 //     those answers, Result.Ops.LeaderTransfers the transfers started).
+//  8. Membership and failover (cluster mode): after every action, every
+//     running node's metadata names exactly the voters of the metadata
+//     group's configuration it has applied (the AddNode command travels
+//     inside the membership change, so both move at the same log index);
+//     at quiescence every node addition has completed and every node's
+//     metadata group has every node that ran as a voter (and, by
+//     invariant 3, the joiners hold the same metadata as the founders).
+//     A second after a node leading quiesced groups crashed in a calm,
+//     every group it led that was quiesced on every replica — so that
+//     only node liveness can tell the survivors — has a new leader among
+//     the survivors wherever a majority of its replicas survive holding
+//     it; so has the metadata group, if the node led it
+//     (Result.Faults.Failovers counts the groups seen led by a survivor).
 //
 // Panics in the engine (etcd raft's included) are reported as violations
 // of invariant 0, with the seed, rather than crashing the test binary.
@@ -197,9 +220,8 @@
 //
 // Topics are FsyncAlways only (the interval and never policies are not
 // exercised), and purge, truncate, retention and topic reconfiguration
-// are not in either workload. Cluster mode runs static membership (no
-// node added or removed, so a placement never changes), no inbox
-// bursts, and its clients do not go through the Node (request forwarding
+// are not in either workload. Cluster mode adds nodes but removes none
+// (so a placement never changes: no replica moves), no inbox bursts, and its clients do not go through the Node (request forwarding
 // over the bus, kindRequest/kindReply, is not exercised, nor is the
 // Node's first try straight to a live replica, Engine.ReplicaFor: a
 // simulated client reaches a replica through the shard's "not leader"

@@ -49,6 +49,12 @@ type FaultRates struct {
 	// elect new leaders for those groups, which send nothing while
 	// quiesced.
 	QuiescedCrash float64
+	// Join, in cluster mode, is the chance per scheduler step that a new
+	// node starts (Cluster.Join, an empty disk) and is added to the
+	// cluster through a running member (the metadata group's membership
+	// change, Engine.ProposeAddNode): one addition at a time, at most two
+	// per run, and never past seven nodes.
+	Join float64
 
 	// Net are the network faults of cluster mode (Config.Nodes > 1).
 	Net NetFaultRates
@@ -140,6 +146,7 @@ func DefaultClusterFaults() FaultRates {
 		SlowBuild:     0.08,
 		Crash:         0.0002,
 		QuiescedCrash: 0.0002,
+		Join:          0.0001,
 		Net: NetFaultRates{
 			Drop:      0.0015,
 			Duplicate: 0.0015,
@@ -217,10 +224,10 @@ func (c Config) validate() error {
 	if c.cluster() && f.InboxBurst > 0 {
 		errs = append(errs, errors.New("sim: InboxBurst is a single-node fault"))
 	}
-	if !c.cluster() && f.QuiescedCrash > 0 {
-		errs = append(errs, errors.New("sim: QuiescedCrash needs Nodes > 1"))
+	if !c.cluster() && (f.QuiescedCrash > 0 || f.Join > 0) {
+		errs = append(errs, errors.New("sim: QuiescedCrash and Join need Nodes > 1"))
 	}
-	for _, p := range []float64{f.InboxBurst, f.DiskFull, f.DiskError, f.SlowBuild, f.Crash, f.QuiescedCrash,
+	for _, p := range []float64{f.InboxBurst, f.DiskFull, f.DiskError, f.SlowBuild, f.Crash, f.QuiescedCrash, f.Join,
 		n.Drop, n.Duplicate, n.Reorder, n.Delay, n.Partition, n.Stop} {
 		if p < 0 || p > 1 {
 			errs = append(errs, fmt.Errorf("sim: fault probability %v outside [0, 1]", p))
@@ -240,8 +247,17 @@ type FaultCounts struct {
 	Crash        int // power losses
 	ProcessCrash int
 	// QuiescedCrash counts the crashes (of either kind, counted above
-	// too) of a node that led quiesced partition groups.
+	// too) of a node that led quiesced partition groups; CalmCrashes
+	// those of them after which every other fault stopped until the
+	// failover was checked, and Failovers the groups then found led by
+	// a survivor (cfailover.go).
 	QuiescedCrash int
+	CalmCrashes   int
+	Failovers     int
+	// Joins counts the nodes that started joining, Joined the additions
+	// a member applied.
+	Joins  int
+	Joined int
 
 	// Cluster mode: messages the network dropped, duplicated, delivered
 	// out of order, delayed, or lost to a cut link (partition or stopped
@@ -287,6 +303,8 @@ type OpCounts struct {
 	// Placement and leader balance.
 	NotHeld         int // "not leader" answers from a node holding no replica of the partition
 	LeaderTransfers int // leadership transfers a shard started (parkway_leader_transfers_total)
+	// Membership.
+	JoinRetries int // node additions proposed again after the forward timeout
 }
 
 // Result describes a run.
@@ -315,6 +333,7 @@ var invariantNames = [...]string{
 	5: "per-partition history linearizable",
 	6: "consumer groups: one assignment per generation, offsets never go back",
 	7: "placement: replicas only where placed, leaders back on their preferred nodes",
+	8: "membership and failover: metadata nodes are the metadata group's voters, joins complete, a dead leader's groups elect new leaders",
 }
 
 // Violation is a failed run: the first invariant found violated.
@@ -322,7 +341,7 @@ type Violation struct {
 	Seed uint64
 	// Cluster is set for a cluster-mode run (Config.Nodes > 1).
 	Cluster bool
-	// Invariant is 1–7 (see the package documentation); 0 reports the
+	// Invariant is 1–8 (see the package documentation); 0 reports the
 	// simulator losing track of the engine (a desynchronised inbox mirror,
 	// an engine call failing), which is a bug too.
 	Invariant int

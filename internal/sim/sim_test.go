@@ -173,6 +173,10 @@ func addFaults(t *sim.FaultCounts, f sim.FaultCounts) {
 	t.Crash += f.Crash
 	t.ProcessCrash += f.ProcessCrash
 	t.QuiescedCrash += f.QuiescedCrash
+	t.CalmCrashes += f.CalmCrashes
+	t.Failovers += f.Failovers
+	t.Joins += f.Joins
+	t.Joined += f.Joined
 	t.MsgDropped += f.MsgDropped
 	t.MsgDuplicated += f.MsgDuplicated
 	t.MsgReordered += f.MsgReordered
@@ -205,6 +209,7 @@ func addOps(t *sim.OpCounts, o sim.OpCounts) {
 	t.MetaElections += o.MetaElections
 	t.NotHeld += o.NotHeld
 	t.LeaderTransfers += o.LeaderTransfers
+	t.JoinRetries += o.JoinRetries
 }
 
 // Two runs of one seed produce the same event trace, byte for byte (its

@@ -1,0 +1,269 @@
+package sim
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/parkway-io/parkway/host"
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/transport"
+)
+
+// Failover of quiesced groups (invariant 8). A quiesced partition group
+// sends nothing, so its followers cannot see its leader die: node
+// liveness tells them (one heartbeat per node pair), after which the
+// groups the dead node led forget it and one survivor of each campaigns.
+// The QuiescedCrash fault crashes a node that leads quiesced groups; in
+// one such crash in two every other fault ends at the crash (the weather
+// clears, a partition heals, stopped nodes resume, disks work again) and
+// none starts until failoverAfter later; nor does any new client
+// operation (those under way go on), so that what wakes the dead
+// leader's groups is node liveness, not traffic. Meanwhile, each time the clock
+// moves, the simulator notes the groups the dead node led that a
+// survivor now leads; at failoverAfter, every group not noted must have
+// a new leader among the survivors wherever a majority of its replicas
+// survive and hold it (a group deleted meanwhile is not judged). Promptness is
+// a liveness property: it can only be asked of a healthy network, hence
+// the calm (the other crashes, and the calm-free half of these, run
+// under every fault as before).
+
+// failoverAfter is how long after the crash the groups are checked: the
+// liveness timeout (host's default, 5 heartbeat intervals of 10 ticks:
+// 500 ms at the default tick) and as long again for the elections. A
+// QuiescedCrash keeps its node down at least this long.
+const failoverAfter = time.Second
+
+// failoverCheck is a failover to check: the groups node led when it
+// crashed (at crashed), and whether it led the metadata group, whose
+// voters were voters.
+type failoverCheck struct {
+	node        uint64
+	crashed, at time.Time
+	groups      []ledGroup
+	metaLeader  bool
+	voters      []uint64
+	// polled is when the groups were last looked at.
+	polled time.Time
+}
+
+// ledGroup is a partition group a node led: its incarnation, owner shard
+// and replicas.
+type ledGroup struct {
+	key      incKey
+	owner    int
+	replicas []uint64
+	// led is set once a survivor was seen leading it.
+	led bool
+}
+
+// ledGroups lists the committed partition groups n leads that are
+// quiesced on n and on every other node holding a replica of them: only
+// node liveness can wake those once n dies.
+func (c *csim) ledGroups(n *cnode) []ledGroup {
+	var out []ledGroup
+	for _, p := range n.meta.Snapshot().Partitions {
+		if !c.quiescedOn(n, p) {
+			continue
+		}
+		lead, err := n.shards[p.Owner].Leader(c.ctx, p.NS)
+		if err != nil {
+			c.fail(0, "leader of %v on n%d: %v", p.NS, n.id, err)
+			return nil
+		}
+		if lead != n.id {
+			continue
+		}
+		reps := make([]uint64, 0, len(p.Replicas))
+		quiet := true
+		for _, r := range c.replicasOf(p) {
+			reps = append(reps, r.id)
+			if r != n && r.reachable() {
+				quiet = quiet && c.quiescedOn(r, p)
+			}
+		}
+		if quiet && c.viol == nil {
+			out = append(out, ledGroup{key: incKey{p.NS, p.CreatedRevision}, owner: int(p.Owner), replicas: reps})
+		}
+	}
+	return out
+}
+
+// quiescedOn reports whether n holds p's incarnation with its group
+// quiesced.
+func (c *csim) quiescedOn(n *cnode, p metadata.PartitionInfo) bool {
+	if int(p.Owner) >= len(n.shards) {
+		return false
+	}
+	st, err := n.shards[p.Owner].Inspect(c.ctx)
+	if err != nil {
+		c.fail(0, "inspect n%d shard %d: %v", n.id, p.Owner, err)
+		return false
+	}
+	return st.Owned[p.NS] == p.CreatedRevision && slices.Contains(st.Quiesced, p.NS)
+}
+
+// calming reports whether a calm is on: no fault starts, and clients
+// start no new operation.
+func (c *csim) calming() bool { return c.clk.Now().Before(c.calmUntil) }
+
+// calm ends every fault but n's crash and holds new ones, and new client
+// operations, off until the failover is checked.
+func (c *csim) calm(n *cnode, groups []ledGroup, voters []uint64, metaLeader bool) {
+	now := c.clk.Now()
+	c.faults.CalmCrashes++
+	c.netf = netState{}
+	c.setWeather()
+	released := c.net.Flush()
+	for _, m := range c.nodes {
+		if m == n {
+			continue
+		}
+		m.stopped = false
+		m.inj.enospc.Set(false)
+		m.inj.eio = nil
+	}
+	c.applyCuts()
+	c.calmUntil = now.Add(failoverAfter)
+	c.failover = &failoverCheck{node: n.id, crashed: now, at: c.calmUntil, groups: groups,
+		metaLeader: metaLeader, voters: voters}
+	c.event("calm until %v: n%d led %d groups, metadata leader %v; released=%d",
+		c.calmUntil.Sub(epoch0), n.id, len(groups), c.failover.metaLeader, released)
+}
+
+// pollFailover notes the groups of the failover in progress that a
+// survivor leads now, once per clock value; at the failover's deadline
+// it checks them (checkFailover).
+func (c *csim) pollFailover() {
+	f := c.failover
+	if f == nil || c.depth > 0 {
+		return
+	}
+	now := c.clk.Now()
+	if !now.Before(f.at) {
+		c.checkFailover(true)
+		return
+	}
+	if f.polled.Equal(now) {
+		return
+	}
+	f.polled = now
+	c.checkFailover(false)
+}
+
+// checkFailover looks at every group the dead node led and has not been
+// seen led since: one a survivor leads now is noted (and counted); at the
+// deadline (final), one that none does is a violation wherever a majority
+// of its replicas survived holding the same incarnation. The metadata
+// group too, when the dead node led it.
+func (c *csim) checkFailover(final bool) {
+	f := c.failover
+	if final {
+		c.failover = nil
+	}
+	dead := c.node(f.node)
+	if !dead.down {
+		c.fail(0, "n%d restarted before its failover was checked", f.node)
+		return
+	}
+	for i := range f.groups {
+		g := &f.groups[i]
+		if g.led {
+			continue
+		}
+		var holders []*cnode
+		for _, id := range g.replicas {
+			s := c.node(id)
+			if s == nil || s.down || id == f.node {
+				continue
+			}
+			if info, ok := s.meta.Partition(g.key.ns); !ok || info.CreatedRevision != g.key.epoch {
+				continue // deleted, or unknown there: not this incarnation's survivor
+			}
+			st, err := s.shards[g.owner].Inspect(c.ctx)
+			if err != nil {
+				c.fail(0, "inspect n%d shard %d: %v", s.id, g.owner, err)
+				return
+			}
+			if st.Owned[g.key.ns] == g.key.epoch {
+				holders = append(holders, s)
+			}
+		}
+		if len(holders) < len(g.replicas)/2+1 {
+			if final {
+				c.event("failover of %v not checked: %d of replicas %v hold it", g.key, len(holders), g.replicas)
+			}
+			continue
+		}
+		var seen []string
+		led := false
+		for _, s := range holders {
+			lead, err := s.shards[g.owner].Leader(c.ctx, g.key.ns)
+			if err != nil {
+				c.fail(0, "leader of %v on n%d: %v", g.key.ns, s.id, err)
+				return
+			}
+			seen = append(seen, fmt.Sprintf("n%d sees n%d", s.id, lead))
+			led = led || lead == s.id
+		}
+		switch {
+		case led:
+			g.led = true
+			c.faults.Failovers++
+			c.event("failover of %v after %v: %s", g.key, c.clk.Now().Sub(f.crashed), strings.Join(seen, ", "))
+		case final:
+			c.fail(8, "%v (replicas %v): n%d led it and crashed %v ago, and no survivor leads it (%s)",
+				g.key, g.replicas, f.node, failoverAfter, strings.Join(seen, ", "))
+			return
+		}
+	}
+	if !f.metaLeader {
+		return
+	}
+	// The metadata group, with its voters as the dead node knew them: a
+	// majority of them must survive with their members running (a member
+	// down after its raft log refused a write is reopened only after a
+	// backoff: if one was down in the meantime, the failover is not
+	// judged).
+	voters := f.voters
+	survivors, led := 0, false
+	var seen []string
+	for _, id := range voters {
+		s := c.node(id)
+		if s == nil || s.down {
+			continue
+		}
+		if !s.metaTickErr.Before(f.crashed) {
+			c.event("metadata failover not checked: n%d's member was down at %v", s.id, s.metaTickErr.Sub(epoch0))
+			f.metaLeader = false
+			return
+		}
+		survivors++
+		st := s.eng.MetadataStatus()
+		seen = append(seen, fmt.Sprintf("n%d sees n%d", s.id, st.Leader))
+		led = led || st.Leader == s.id
+	}
+	if survivors < len(voters)/2+1 || !slices.Contains(voters, f.node) {
+		return
+	}
+	switch {
+	case led:
+		f.metaLeader = false
+		c.faults.Failovers++
+		c.event("metadata failover after %v: %s", c.clk.Now().Sub(f.crashed), strings.Join(seen, ", "))
+	case final:
+		c.fail(8, "the metadata group (voters %v): n%d led it and crashed %v ago, and no survivor leads it (%s)",
+			voters, f.node, failoverAfter, strings.Join(seen, ", "))
+	}
+}
+
+// zombieHeartbeats is BreakZombieLiveness: before n's metadata tick, a
+// liveness heartbeat from every node that is down arrives at n.
+func (c *csim) zombieHeartbeats(n *cnode) {
+	for _, d := range c.nodes {
+		if d.down && d != n {
+			_ = n.eng.Deliver(transport.Message{From: transport.NodeID(d.id), To: transport.NodeID(n.id), Kind: host.KindLiveness})
+		}
+	}
+}
