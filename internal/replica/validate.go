@@ -164,9 +164,14 @@ func checkConfChange(data []byte) error {
 }
 
 // member reports whether from may send this member raft messages: one of
-// Peers, or — in a Dynamic group — a voter of the current configuration.
+// Peers, or — in a Dynamic group — any node. A member of a Dynamic group
+// that lags behind a membership change cannot know the voters added since
+// (its configuration is the old one), and one of them may lead: refusing
+// its messages would leave the lagging member behind for good. Which
+// nodes may speak at all is the transport's to decide (it authenticates
+// the sender); raft's term rules then judge what they say.
 func (g *Group) member(from uint64) bool {
-	return slices.Contains(g.cfg.Peers, from) || (g.cfg.Dynamic && slices.Contains(g.cs.GetVoters(), from))
+	return g.cfg.Dynamic || slices.Contains(g.cfg.Peers, from)
 }
 
 // checkMessage refuses a message no correct member of the group sends to

@@ -257,3 +257,24 @@ func TestTransferLeader(t *testing.T) {
 		}
 	}
 }
+
+// A member of a Dynamic group that lags behind a membership change
+// follows a leader its configuration does not name yet (a node added
+// since): refusing it would leave the member behind for good. A static
+// group still refuses strangers.
+func TestDynamicMemberFollowsLeaderAddedSince(t *testing.T) {
+	for _, dynamic := range []bool{true, false} {
+		g, err := replica.New(replica.Config{Group: 1, Node: 1, Peers: []uint64{1, 2, 3}, Dynamic: dynamic})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hb := &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: new(uint64(4)), To: new(uint64(1)), Term: new(uint64(5))}
+		err = g.Step(hb)
+		switch {
+		case dynamic && (err != nil || g.Leader() != 4):
+			t.Fatalf("Dynamic member: Step of the new leader's heartbeat = %v, leader %d; want nil, 4", err, g.Leader())
+		case !dynamic && !errors.Is(err, replica.ErrInvalidMessage):
+			t.Fatalf("static member: Step of a stranger's heartbeat = %v, want ErrInvalidMessage", err)
+		}
+	}
+}
