@@ -405,7 +405,13 @@ func (g *Group) Voters() []uint64 { return slices.Clone(g.cs.GetVoters()) }
 // the last one it applied. They differ from Voters, which peers' messages
 // are checked against, on a restarted member whose log holds a
 // configuration change it has not applied yet (Voters count it already).
+// A failed group reports none: raft may have taken a configuration (from
+// a snapshot whose write then failed) that its state machine never
+// received, and the owner reopens the member from its log.
 func (g *Group) AppliedVoters() []uint64 {
+	if g.failed != nil {
+		return nil
+	}
 	ids := g.rn.Status().Config.Voters.IDs()
 	out := make([]uint64, 0, len(ids))
 	for id := range ids {
