@@ -192,17 +192,7 @@ func TestClusterRemoveNode(t *testing.T) {
 			if len(p.Replicas) != 3 || slices.Contains(p.Replicas, 2) {
 				t.Fatalf("partition %d placed on %v after removing node 2", p.Partition, p.Replicas)
 			}
-			want := slices.Sorted(slices.Values(p.Replicas))
-			waitFor(t, fmt.Sprintf("partition %d materialised exactly on %v", p.Partition, want), func() bool {
-				return slices.Equal(heldOn(nodes, p.NS), want)
-			})
-			for _, id := range want {
-				n := nodes[parkway.NodeID(id)]
-				waitFor(t, fmt.Sprintf("node %d's replica of partition %d to converge", id, p.Partition), func() bool {
-					return len(readAll(t, n, tp, p.Partition)) == len(acked[p.Partition])
-				})
-				expectLog(t, n, tp, p.Partition, acked[p.Partition]...)
-			}
+			expectReplicas(t, nodes, tp, p, acked[p.Partition])
 		}
 		sparts, err := nodes[1].Partitions(ctx, single)
 		if err != nil {
@@ -285,17 +275,7 @@ func TestClusterRebalanceOntoAddedNode(t *testing.T) {
 			acked[uint32(i%4)] = append(acked[uint32(i%4)], what)
 		}
 		for _, p := range parts {
-			want := slices.Sorted(slices.Values(p.Replicas))
-			waitFor(t, fmt.Sprintf("partition %d materialised exactly on %v", p.Partition, want), func() bool {
-				return slices.Equal(heldOn(nodes, p.NS), want)
-			})
-			for _, id := range want {
-				n := nodes[parkway.NodeID(id)]
-				waitFor(t, fmt.Sprintf("node %d's replica of partition %d to converge", id, p.Partition), func() bool {
-					return len(readAll(t, n, tp, p.Partition)) == len(acked[p.Partition])
-				})
-				expectLog(t, n, tp, p.Partition, acked[p.Partition]...)
-			}
+			expectReplicas(t, nodes, tp, p, acked[p.Partition])
 			// Leadership follows the preferred leaders, node 4 included.
 			waitFor(t, fmt.Sprintf("partition %d led by its preferred leader %d", p.Partition, p.Replicas[0]), func() bool {
 				return parkway.PartitionLeader(nodes[parkway.NodeID(p.Replicas[0])], p.NS) == p.Replicas[0]
@@ -341,17 +321,25 @@ func TestClusterRemoveDeadNode(t *testing.T) {
 			if slices.Contains(p.Replicas, 2) || len(p.Replicas) != 3 {
 				t.Fatalf("partition %d on %v", p.Partition, p.Replicas)
 			}
-			want := slices.Sorted(slices.Values(p.Replicas))
-			waitFor(t, fmt.Sprintf("partition %d materialised exactly on %v", p.Partition, want), func() bool {
-				return slices.Equal(heldOn(nodes, p.NS), want)
-			})
-			for _, id := range want {
-				n := nodes[parkway.NodeID(id)]
-				waitFor(t, fmt.Sprintf("node %d's replica of partition %d to converge", id, p.Partition), func() bool {
-					return len(readAll(t, n, tp, p.Partition)) == len(acked[p.Partition])
-				})
-				expectLog(t, n, tp, p.Partition, acked[p.Partition]...)
-			}
+			expectReplicas(t, nodes, tp, p, acked[p.Partition])
 		}
 	})
+}
+
+// expectReplicas waits until p is materialised exactly on its replicas,
+// then checks that each replica's own log holds the acknowledged
+// messages, in order.
+func expectReplicas(t *testing.T, nodes map[parkway.NodeID]*parkway.Node, tp parkway.Topic, p parkway.PartitionInfo, acked []string) {
+	t.Helper()
+	want := slices.Sorted(slices.Values(p.Replicas))
+	waitFor(t, fmt.Sprintf("partition %d materialised exactly on %v", p.Partition, want), func() bool {
+		return slices.Equal(heldOn(nodes, p.NS), want)
+	})
+	for _, id := range want {
+		n := nodes[parkway.NodeID(id)]
+		waitFor(t, fmt.Sprintf("node %d's replica of partition %d to converge", id, p.Partition), func() bool {
+			return len(readAll(t, n, tp, p.Partition)) == len(acked)
+		})
+		expectLog(t, n, tp, p.Partition, acked...)
+	}
 }
