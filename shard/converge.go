@@ -1,5 +1,7 @@
 package shard
 
+import "go.etcd.io/raft/v3/raftpb"
+
 // Elections in bounded batches. Thousands of groups may need a leader at
 // once: a CreateTopic of many partitions, a restart, or a dead node's
 // quiesced groups. Left to themselves, every member of every such group
@@ -324,4 +326,24 @@ func (s *Shard) keepActive(o *owned) error {
 		return nil
 	}
 	return o.grp.KeepActive(s.peerLive)
+}
+
+// standAgainstBehind runs before a peer's message is stepped: a held
+// group without a leader that is asked for its vote by a candidate whose
+// log is behind its own queues an election of its own. The candidate is
+// the member the survivors chose to replace a dead leader, but it cannot
+// win this vote, and with the dead leader's vote missing it may need it:
+// a member that rebuilt its partition empty after the others agreed on
+// a log. Left held, this member would wait out holdTimeouts (10 s at the
+// default tick) while the group has no leader.
+func (s *Shard) standAgainstBehind(o *owned, m *raftpb.Message) {
+	if !s.cfg.Replication.Quiesce || !o.held || o.queued {
+		return
+	}
+	if t := m.GetType(); t != raftpb.MsgPreVote && t != raftpb.MsgVote {
+		return
+	}
+	if o.grp.Leader() == 0 && o.grp.LogAhead(m.GetLogTerm(), m.GetIndex()) {
+		s.queueCampaign(o)
+	}
 }

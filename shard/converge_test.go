@@ -225,3 +225,61 @@ func TestLeaderWithLateFollowersKeepsLeadingUntilLivenessSaysDead(t *testing.T) 
 	}
 	c.answered(t) // told its outcome is unknown
 }
+
+// A dead leader's chosen campaigner whose log is behind cannot win: the
+// other survivor, held for the campaigner's votes, refuses it. That
+// survivor stands itself as soon as it refuses, instead of waiting out
+// holdTimeouts (simulator cluster seeds 388 and 509: a member rebuilt
+// empty was the campaigner, and the group had no leader 1 s after the
+// crash).
+func TestHeldMemberStandsAgainstCampaignerThatIsBehind(t *testing.T) {
+	n, nss, epochs := newQuiescedReplNet(t, 1)
+	ns := nss[0]
+	for id := uint64(1); id <= 3; id++ {
+		n.materialise(id, ns, epochs[0])
+	}
+	lead := n.tickUntilLeader(ns)
+	if lead == 0 {
+		t.Fatal("no leader")
+	}
+	n.tick(40) // until the group quiesces everywhere
+	if n.awake(1)+n.awake(2)+n.awake(3) != 0 {
+		t.Fatal("the group did not quiesce")
+	}
+	// Which survivor campaigns once the leader dies.
+	s := n.shard(lead%3 + 1)
+	s.q.down = map[uint64]bool{lead: true}
+	camp := s.campaigner(s.owned[ns])
+	s.q.down = nil
+	other := 6 - lead - camp
+
+	// The campaigner misses a write the other two commit.
+	n.cut[camp] = true
+	c := produce(ns, "missed by the campaigner")
+	n.shard(lead).handle(c.f)
+	n.settle()
+	if r := c.answered(t); r.Err != nil {
+		t.Fatalf("produce with the campaigner cut off: %v", r.Err)
+	}
+	n.tick(40)
+	// The leader dies; the campaigner returns; both survivors learn it.
+	n.cut[camp], n.cut[lead] = false, true
+	for _, id := range []uint64{camp, other} {
+		n.shard(id).setPeerLive(lead, false)
+	}
+	if o := n.shard(other).owned[ns]; !o.held || o.queued {
+		t.Fatalf("node %d (not the campaigner): held %v, queued %v; want held for the campaigner", other, o.held, o.queued)
+	}
+	hold := int(holdTimeouts * n.shard(other).electionTicks())
+	for i := range hold / 2 {
+		if l := n.leaderAmong(ns, lead); l != 0 {
+			if l != other {
+				t.Fatalf("led by node %d, want node %d, whose log has the committed write", l, other)
+			}
+			t.Logf("led by node %d after %d ticks", l, i)
+			return
+		}
+		n.tick(1)
+	}
+	t.Fatalf("no survivor leads after %d ticks (the hold lasts %d)", hold/2, hold)
+}

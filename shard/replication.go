@@ -450,6 +450,7 @@ func (s *Shard) stepRaft(o *owned, f Frame) {
 	if s.stepQuiesce(o, f.Req.Raft) {
 		return
 	}
+	s.standAgainstBehind(o, f.Req.Raft)
 	switch err := o.grp.Step(f.Req.Raft); {
 	case err == nil:
 	case errors.Is(err, replica.ErrGroupFailed):

@@ -129,3 +129,24 @@ func (g *Group) Term() uint64 {
 	}
 	return g.rn.BasicStatus().HardState.GetTerm()
 }
+
+// LogAhead reports whether this member's stored log is more up to date
+// than a log ending at (term, index), raft's test for granting a vote:
+// a candidate whose log ends there cannot have this member's vote. A
+// member waiting for a dead leader's chosen campaigner uses it to learn
+// that the campaigner cannot win (its log is behind, a member rebuilt
+// empty, say) and that it must stand itself.
+func (g *Group) LogAhead(term, index uint64) bool {
+	if g.failed != nil {
+		return false
+	}
+	last, err := g.storage.LastIndex()
+	if err != nil {
+		return false
+	}
+	lastTerm, err := g.storage.Term(last)
+	if err != nil {
+		return false
+	}
+	return lastTerm > term || (lastTerm == term && last > index)
+}
