@@ -11,6 +11,16 @@
 //
 //	go -C bench run ./cmd/scale                        # 3 and 5 nodes, R = 3
 //	go -C bench run ./cmd/scale -nodes 3,5,7 -duration 10s
+//	go -C bench run ./cmd/scale -route leader          # each producer through its partition's leader
+//
+// With -route any (the default) each producer goes through the nodes in
+// turn, as a client that knows nothing of the placement: a node that
+// does not lead the partition forwards the request, and with more nodes
+// a larger share is forwarded (2 in 3 at 3 nodes, 4 in 5 at 5), and some
+// twice (through a node that holds no replica). With -route leader each
+// producer goes through the node that leads its partition (looked up
+// once, after the warm-up), as a partition-aware client does: the same
+// work at every node count.
 package main
 
 import (
@@ -46,8 +56,12 @@ func run() error {
 	duration := fs.Duration("duration", 5*time.Second, "measured time per round")
 	rounds := fs.Int("rounds", 3, "rounds per node count, alternating the node counts")
 	payload := fs.Int("payload", 100, "payload bytes")
+	route := fs.String("route", "any", "any: producers go through the nodes in turn; leader: through their partition's leader")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err
+	}
+	if *route != "any" && *route != "leader" {
+		return fmt.Errorf("bad -route %q (any or leader)", *route)
 	}
 	var counts []int
 	for _, f := range strings.Split(*nodeList, ",") {
@@ -57,13 +71,13 @@ func run() error {
 		}
 		counts = append(counts, n)
 	}
-	fmt.Printf("GOMAXPROCS %d, NumCPU %d, %s; R = %d, %d partitions, %d producers, %d B payloads, %v per round\n\n",
-		runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.Version(), *replicas, *partitions, *producers, *payload, *duration)
+	fmt.Printf("GOMAXPROCS %d, NumCPU %d, %s; R = %d, %d partitions, %d producers, %d B payloads, %v per round, route %s\n\n",
+		runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.Version(), *replicas, *partitions, *producers, *payload, *duration, *route)
 	results := map[int][]result{}
 	for r := range *rounds {
 		for i := range counts {
 			n := counts[(i+r)%len(counts)] // alternate which runs first
-			res, err := one(n, *replicas, *partitions, *producers, *payload, *duration)
+			res, err := one(n, *replicas, *partitions, *producers, *payload, *duration, *route == "leader")
 			if err != nil {
 				return err
 			}
@@ -88,7 +102,7 @@ func run() error {
 
 type result struct{ rate, cpuPerMsg float64 }
 
-func one(nodes, replicas, partitions, producers, payload int, d time.Duration) (result, error) {
+func one(nodes, replicas, partitions, producers, payload int, d time.Duration, toLeader bool) (result, error) {
 	ctx := context.Background()
 	net := parkway.NewNetwork(parkway.NetworkOptions{})
 	defer net.Close()
@@ -127,6 +141,35 @@ func one(nodes, replicas, partitions, producers, payload int, d time.Duration) (
 			return result{}, fmt.Errorf("warm-up produce to partition %d: %w", p, err)
 		}
 	}
+	// Where each partition's producers go: its leader, or every node in
+	// turn.
+	via := make([]*parkway.Node, partitions)
+	if toLeader {
+		for p := range partitions {
+			// Only the partition's replicas know its leader, and
+			// leadership may be moving to the preferred leader: ask every
+			// node, for a while.
+			var lead parkway.NodeID
+			var err error
+			for try := 0; lead == 0 && try < 100; try++ {
+				if try > 0 {
+					time.Sleep(50 * time.Millisecond)
+				}
+				for _, n := range ns {
+					if l, e := n.Leader(ctx, tp, uint32(p)); e != nil {
+						err = e
+					} else if l != 0 {
+						lead, err = l, nil
+						break
+					}
+				}
+			}
+			if err != nil || lead == 0 || int(lead) > len(ns) {
+				return result{}, fmt.Errorf("leader of partition %d: %v (%w)", p, lead, err)
+			}
+			via[p] = ns[lead-1]
+		}
+	}
 	runtime.GC()
 	var acked atomic.Int64
 	var firstErr error
@@ -140,6 +183,9 @@ func one(nodes, replicas, partitions, producers, payload int, d time.Duration) (
 		go func() {
 			defer wg.Done()
 			n := ns[g%len(ns)]
+			if toLeader {
+				n = via[g%partitions]
+			}
 			part := parkway.PartitionID(uint32(g % partitions))
 			for {
 				select {
