@@ -1,7 +1,8 @@
 // Command idle measures what an idle cluster costs: three nodes in this
 // process over the in-memory network, two shards each, one topic of N
 // partitions. After the partitions converge (every one has a leader, as
-// node 1 sees it) and a settling pause, it measures over a window the
+// node 1 sees it), a settling pause and a synchronous collection and
+// scavenge of the heap (debug.FreeOSMemory), it measures over a window the
 // process CPU (getrusage: user + system, all threads) and the messages
 // each node sends to each peer, by kind. From the repository root:
 //
@@ -29,7 +30,9 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,6 +59,7 @@ func run() error {
 	measure := fs.Duration("measure", 12*time.Second, "measurement window (at least 10 s for a stable figure)")
 	converge := fs.Duration("converge", 3*time.Minute, "give up waiting for convergence after this long (then measure anyway)")
 	profile := fs.String("cpuprofile", "", "write a CPU profile of each measurement window to <this>-<partitions>.pprof")
+	traceOut := fs.String("trace", "", "write an execution trace of the first 2 s of each measurement window to <this>-<partitions>.trace (what wakes an idle cluster)")
 	burst := fs.Bool("burst", false, "create every topic at once and time it until a produce to every partition is acknowledged")
 	logLevel := fs.String("log", "off", "log the nodes' diagnostics to stderr at this level (warn, info, debug)")
 	runs := fs.Int("runs", 1, "measure each partition count this many times, each on a fresh cluster")
@@ -71,7 +75,7 @@ func run() error {
 			return fmt.Errorf("bad partition count %q", f)
 		}
 		for range max(*runs, 1) {
-			if err := one(n, *settle, *measure, *converge, *profile, *burst, *logLevel); err != nil {
+			if err := one(n, *settle, *measure, *converge, *profile, *traceOut, *burst, *logLevel); err != nil {
 				return err
 			}
 		}
@@ -93,7 +97,7 @@ func (b countingBus) Send(m transport.Message) error {
 	return b.Bus.Send(m)
 }
 
-func one(partitions int, settle, measure, converge time.Duration, profile string, burst bool, logLevel string) error {
+func one(partitions int, settle, measure, converge time.Duration, profile, traceOut string, burst bool, logLevel string) error {
 	ctx := context.Background()
 	net := parkway.NewNetwork(parkway.NetworkOptions{})
 	defer net.Close()
@@ -132,7 +136,13 @@ func one(partitions int, settle, measure, converge time.Duration, profile string
 		return err
 	}
 	time.Sleep(settle)
-	runtime.GC()
+	// Return the creation's garbage to the OS before the window opens:
+	// debug.FreeOSMemory collects and scavenges synchronously, where a
+	// plain runtime.GC leaves the runtime's background scavenger
+	// returning the freed heap (madvise) inside the window — seconds of
+	// CPU at 10,000 partitions that belong to the creation, not to an
+	// idle cluster.
+	debug.FreeOSMemory()
 	var before [256]int64
 	for _, c := range sent {
 		for k := range c {
@@ -152,6 +162,23 @@ func one(partitions int, settle, measure, converge time.Duration, profile string
 		if err := pprof.StartCPUProfile(f); err != nil {
 			return err
 		}
+	}
+	var stopTrace *time.Timer
+	if traceOut != "" {
+		f, err := os.Create(fmt.Sprintf("%s-%d.trace", traceOut, partitions))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			return err
+		}
+		stopTrace = time.AfterFunc(2*time.Second, trace.Stop)
+		defer func() {
+			if stopTrace.Stop() {
+				trace.Stop()
+			}
+		}()
 	}
 	load0 := loadAverage()
 	t0 := time.Now()

@@ -21,20 +21,39 @@
 // producer goes through the node that leads its partition (looked up
 // once, after the warm-up), as a partition-aware client does: the same
 // work at every node count.
+//
+// Per node. The rate in one process cannot grow with the nodes, so the
+// command also measures what each node costs: every node is opened, and
+// every producer runs, under a pprof label naming the node (goroutines
+// inherit their creator's labels, so every goroutine a node starts
+// carries its label, and a producer's client-side work is its node's, as
+// in a host that embeds the node), and a CPU profile of each measured
+// round is summed by label. Runtime work that carries no label (garbage
+// collection, the scheduler) is shared out in proportion to the labelled
+// CPU. The busiest node's CPU per acknowledged message bounds the rate of
+// a cluster whose nodes each have a core of their own: "capacity at one
+// core per node" is 1 s divided by it. That is the figure that grows with
+// the node count when the nodes run on their own machines (the issue's
+// 5 nodes ≥ 1.5× 3 nodes), and it is a projection from measured CPU, not a
+// measured rate. -pernode=false skips the profile.
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/google/pprof/profile"
 
 	"github.com/parkway-io/parkway"
 	"github.com/parkway-io/parkway/bench"
@@ -57,6 +76,7 @@ func run() error {
 	rounds := fs.Int("rounds", 3, "rounds per node count, alternating the node counts")
 	payload := fs.Int("payload", 100, "payload bytes")
 	route := fs.String("route", "any", "any: producers go through the nodes in turn; leader: through their partition's leader")
+	perNode := fs.Bool("pernode", true, "profile each round and attribute its CPU to the nodes by pprof label")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err
 	}
@@ -77,32 +97,57 @@ func run() error {
 	for r := range *rounds {
 		for i := range counts {
 			n := counts[(i+r)%len(counts)] // alternate which runs first
-			res, err := one(n, *replicas, *partitions, *producers, *payload, *duration, *route == "leader")
+			res, err := one(n, *replicas, *partitions, *producers, *payload, *duration, *route == "leader", *perNode)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "round %d, %d nodes: %.0f msgs/s, %.1f µs CPU/msg\n", r+1, n, res.rate, res.cpuPerMsg)
+			fmt.Fprintf(os.Stderr, "round %d, %d nodes: %.0f msgs/s, %.1f µs CPU/msg, busiest node %.1f µs/msg (unlabelled share %.0f %%)\n",
+				r+1, n, res.rate, res.cpuPerMsg, res.maxNodeCPU, 100*res.unlabelled)
 			results[n] = append(results[n], res)
 		}
 	}
-	fmt.Println("| nodes | msgs/s (median, range) | CPU per acknowledged message (median, range) | rate vs first |")
-	fmt.Println("| ---: | ---: | ---: | ---: |")
-	base := 0.0
+	fmt.Println("| nodes | msgs/s (median, range) | CPU per acknowledged message (median, range) | rate vs first | busiest node's CPU per message (median, range) | capacity at one core per node | capacity vs first |")
+	fmt.Println("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	base, capBase := 0.0, 0.0
 	for _, n := range counts {
-		rates, cpus := split(results[n])
+		rates, cpus, nodeCPUs := split(results[n])
 		med := median(rates)
 		if base == 0 {
 			base = med
 		}
-		fmt.Printf("| %d | %.0f (%.0f–%.0f) | %.1f µs (%.1f–%.1f) | %.2f× |\n", n, med, minf(rates), maxf(rates),
-			median(cpus), minf(cpus), maxf(cpus), med/base)
+		nodeCol, capCol, capRatio := "—", "—", "—"
+		if *perNode {
+			nc := median(nodeCPUs)
+			capacity := 1e6 / nc
+			if capBase == 0 {
+				capBase = capacity
+			}
+			nodeCol = fmt.Sprintf("%.1f µs (%.1f–%.1f)", nc, minf(nodeCPUs), maxf(nodeCPUs))
+			capCol = fmt.Sprintf("%.0f msgs/s", capacity)
+			capRatio = fmt.Sprintf("%.2f×", capacity/capBase)
+		}
+		fmt.Printf("| %d | %.0f (%.0f–%.0f) | %.1f µs (%.1f–%.1f) | %.2f× | %s | %s | %s |\n", n, med, minf(rates), maxf(rates),
+			median(cpus), minf(cpus), maxf(cpus), med/base, nodeCol, capCol, capRatio)
 	}
 	return nil
 }
 
-type result struct{ rate, cpuPerMsg float64 }
+type result struct {
+	rate, cpuPerMsg float64
+	// maxNodeCPU is the busiest node's CPU per acknowledged message (µs),
+	// the unlabelled CPU shared out; unlabelled is that CPU's share of
+	// the profile.
+	maxNodeCPU, unlabelled float64
+}
 
-func one(nodes, replicas, partitions, producers, payload int, d time.Duration, toLeader bool) (result, error) {
+// nodeLabel is the pprof label key naming the node a goroutine works for.
+const nodeLabel = "node"
+
+func labelled(id parkway.NodeID, fn func()) {
+	pprof.Do(context.Background(), pprof.Labels(nodeLabel, strconv.Itoa(int(id))), func(context.Context) { fn() })
+}
+
+func one(nodes, replicas, partitions, producers, payload int, d time.Duration, toLeader, perNode bool) (result, error) {
 	ctx := context.Background()
 	net := parkway.NewNetwork(parkway.NetworkOptions{})
 	defer net.Close()
@@ -117,8 +162,12 @@ func one(nodes, replicas, partitions, producers, payload int, d time.Duration, t
 		}
 	}()
 	for _, id := range peers {
-		n, err := parkway.Open(parkway.Config{Shards: 2, RequestTimeout: 30 * time.Second,
-			Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
+		var n *parkway.Node
+		var err error
+		labelled(id, func() { // the node's goroutines inherit the label
+			n, err = parkway.Open(parkway.Config{Shards: 2, RequestTimeout: 30 * time.Second,
+				Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
+		})
 		if err != nil {
 			return result{}, err
 		}
@@ -143,7 +192,7 @@ func one(nodes, replicas, partitions, producers, payload int, d time.Duration, t
 	}
 	// Where each partition's producers go: its leader, or every node in
 	// turn.
-	via := make([]*parkway.Node, partitions)
+	via := make([]int, partitions)
 	if toLeader {
 		for p := range partitions {
 			// Only the partition's replicas know its leader, and
@@ -167,7 +216,7 @@ func one(nodes, replicas, partitions, producers, payload int, d time.Duration, t
 			if err != nil || lead == 0 || int(lead) > len(ns) {
 				return result{}, fmt.Errorf("leader of partition %d: %v (%w)", p, lead, err)
 			}
-			via[p] = ns[lead-1]
+			via[p] = int(lead) - 1
 		}
 	}
 	runtime.GC()
@@ -176,16 +225,23 @@ func one(nodes, replicas, partitions, producers, payload int, d time.Duration, t
 	var once sync.Once
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var prof bytes.Buffer
+	if perNode {
+		if err := pprof.StartCPUProfile(&prof); err != nil {
+			return result{}, err
+		}
+	}
 	cpu0, _ := bench.ProcessCPU()
 	start := time.Now()
 	for g := range producers {
 		wg.Add(1)
-		go func() {
+		at := g % len(ns) // the index of the node the producer goes through
+		if toLeader {
+			at = via[g%partitions]
+		}
+		n := ns[at]
+		go labelled(peers[at], func() {
 			defer wg.Done()
-			n := ns[g%len(ns)]
-			if toLeader {
-				n = via[g%partitions]
-			}
 			part := parkway.PartitionID(uint32(g % partitions))
 			for {
 				select {
@@ -201,26 +257,79 @@ func one(nodes, replicas, partitions, producers, payload int, d time.Duration, t
 				}
 				acked.Add(1)
 			}
-		}()
+		})
 	}
 	time.Sleep(d)
 	close(stop)
 	wg.Wait()
 	elapsed := time.Since(start)
 	cpu1, _ := bench.ProcessCPU()
+	if perNode {
+		pprof.StopCPUProfile()
+	}
 	if firstErr != nil {
 		return result{}, firstErr
 	}
 	n := float64(acked.Load())
-	return result{rate: n / elapsed.Seconds(), cpuPerMsg: float64((cpu1 - cpu0).Microseconds()) / n}, nil
+	res := result{rate: n / elapsed.Seconds(), cpuPerMsg: float64((cpu1 - cpu0).Microseconds()) / n}
+	if perNode {
+		byNode, unlabelled, err := cpuByNode(prof.Bytes())
+		if err != nil {
+			return result{}, err
+		}
+		var labelledSum, busiest time.Duration
+		for _, c := range byNode {
+			labelledSum += c
+			busiest = max(busiest, c)
+		}
+		if labelledSum == 0 {
+			return result{}, errors.New("the CPU profile holds no labelled sample")
+		}
+		// Share the unlabelled CPU out in proportion: the busiest node
+		// takes busiest/labelledSum of it.
+		share := float64(busiest) * float64(labelledSum+unlabelled) / float64(labelledSum)
+		res.maxNodeCPU = share / 1e3 / n
+		res.unlabelled = float64(unlabelled) / float64(labelledSum+unlabelled)
+	}
+	return res, nil
 }
 
-func split(rs []result) (rates, cpus []float64) {
+// cpuByNode sums a CPU profile's samples by the node label; samples
+// without it are unlabelled.
+func cpuByNode(data []byte) (map[string]time.Duration, time.Duration, error) {
+	p, err := profile.Parse(bytes.NewReader(data))
+	if err != nil {
+		return nil, 0, fmt.Errorf("parsing the CPU profile: %w", err)
+	}
+	idx := -1
+	for i, st := range p.SampleType {
+		if st.Type == "cpu" {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		return nil, 0, errors.New("the CPU profile has no cpu sample type")
+	}
+	byNode := map[string]time.Duration{}
+	var unlabelled time.Duration
+	for _, s := range p.Sample {
+		v := time.Duration(s.Value[idx])
+		if l := s.Label[nodeLabel]; len(l) > 0 {
+			byNode[l[0]] += v
+		} else {
+			unlabelled += v
+		}
+	}
+	return byNode, unlabelled, nil
+}
+
+func split(rs []result) (rates, cpus, nodeCPUs []float64) {
 	for _, r := range rs {
 		rates = append(rates, r.rate)
 		cpus = append(cpus, r.cpuPerMsg)
+		nodeCPUs = append(nodeCPUs, r.maxNodeCPU)
 	}
-	return rates, cpus
+	return rates, cpus, nodeCPUs
 }
 
 func median(v []float64) float64 {
