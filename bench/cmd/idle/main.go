@@ -59,6 +59,7 @@ func run() error {
 	measure := fs.Duration("measure", 12*time.Second, "measurement window (at least 10 s for a stable figure)")
 	converge := fs.Duration("converge", 3*time.Minute, "give up waiting for convergence after this long (then measure anyway)")
 	profile := fs.String("cpuprofile", "", "write a CPU profile of each measurement window to <this>-<partitions>.pprof")
+	memProfile := fs.String("memprofile", "", "write a heap profile at the start of each measurement window to <this>-<partitions>.pprof")
 	traceOut := fs.String("trace", "", "write an execution trace of the first 2 s of each measurement window to <this>-<partitions>.trace (what wakes an idle cluster)")
 	burst := fs.Bool("burst", false, "create every topic at once and time it until a produce to every partition is acknowledged")
 	logLevel := fs.String("log", "off", "log the nodes' diagnostics to stderr at this level (warn, info, debug)")
@@ -75,7 +76,7 @@ func run() error {
 			return fmt.Errorf("bad partition count %q", f)
 		}
 		for range max(*runs, 1) {
-			if err := one(n, *settle, *measure, *converge, *profile, *traceOut, *burst, *logLevel); err != nil {
+			if err := one(n, *settle, *measure, *converge, *profile, *memProfile, *traceOut, *burst, *logLevel); err != nil {
 				return err
 			}
 		}
@@ -97,7 +98,7 @@ func (b countingBus) Send(m transport.Message) error {
 	return b.Bus.Send(m)
 }
 
-func one(partitions int, settle, measure, converge time.Duration, profile, traceOut string, burst bool, logLevel string) error {
+func one(partitions int, settle, measure, converge time.Duration, profile, memProfile, traceOut string, burst bool, logLevel string) error {
 	ctx := context.Background()
 	net := parkway.NewNetwork(parkway.NetworkOptions{})
 	defer net.Close()
@@ -143,6 +144,19 @@ func one(partitions int, settle, measure, converge time.Duration, profile, trace
 	// CPU at 10,000 partitions that belong to the creation, not to an
 	// idle cluster.
 	debug.FreeOSMemory()
+	if memProfile != "" {
+		f, err := os.Create(fmt.Sprintf("%s-%d.pprof", memProfile, partitions))
+		if err != nil {
+			return err
+		}
+		err = pprof.WriteHeapProfile(f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
 	var before [256]int64
 	for _, c := range sent {
 		for k := range c {
