@@ -193,6 +193,14 @@ func (s *Shard) advanceMove(o *owned) bool {
 	// 1. Add the new replicas.
 	for _, n := range info.Replicas {
 		if !slices.Contains(voters, n) {
+			if s.q.down[n] {
+				// Node liveness reports n dead: as a voter it would take
+				// nothing, and the group would count a dead member in its
+				// quorum (four voters, one dead: no further failure
+				// tolerated) — in every group moving to n, since stalled
+				// moves yield the window. The move waits until n is live.
+				return false
+			}
 			if err := o.grp.ProposeConfChange(true, n, nil); err != nil {
 				s.log.Debug("proposing a replica", "ns", ns, "node", n, "error", err)
 			}

@@ -153,3 +153,48 @@ func TestStalledMovesYieldTheWindow(t *testing.T) {
 		n.tickAll()
 	}
 }
+
+// A newcomer whose node liveness reports dead is not added to the group:
+// it would take nothing, and the group would count a dead voter in its
+// quorum. The old replica stays; once the node is live again the move
+// goes on and settles.
+func TestMoveWaitsForDeadNewcomer(t *testing.T) {
+	n := newMoveNet(t)
+	ns := n.placedGroups(1)[0]
+	info, _ := n.nodes[1].meta.Partition(ns)
+	lead, gone := info.Replicas[0], info.Replicas[2]
+	n.apply(metadata.DrainNode{Node: gone})
+	info, _ = n.nodes[1].meta.Partition(ns)
+	newcomer := info.Replicas[len(info.Replicas)-1]
+	dead := func(down bool) {
+		n.cut[newcomer] = down
+		for id := uint64(1); id <= 4; id++ {
+			if id != newcomer {
+				n.shard(id).setPeerLive(newcomer, !down)
+			}
+		}
+	}
+	dead(true)
+	n.materialise(ns)
+	for range 3 * moveStallTicks {
+		n.tickAll()
+		v := n.voters(ns)
+		if slices.Contains(v, newcomer) || !slices.Contains(v, gone) {
+			t.Fatalf("voters %v with the newcomer %d dead (old replica %d)", v, newcomer, gone)
+		}
+	}
+	if l := n.leader(ns); l != lead {
+		t.Fatalf("node %d leads, was %d", l, lead)
+	}
+	dead(false)
+	for i := 0; ; i++ {
+		if i == 3000 {
+			t.Fatalf("the move did not settle once node %d was live: voters %v", newcomer, n.voters(ns))
+		}
+		n.tickAll()
+		info, _ := n.nodes[1].meta.Partition(ns)
+		if len(info.Leaving) == 0 && slices.Equal(slices.Sorted(slices.Values(n.voters(ns))), slices.Sorted(slices.Values(info.Replicas))) {
+			break
+		}
+	}
+}
