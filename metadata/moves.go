@@ -88,15 +88,10 @@ func (s *Store) Draining() []uint64 {
 func (s *Store) Moving(node uint64) (moving, held int) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	for _, p := range s.partitions {
-		if len(p.Leaving) > 0 {
-			moving++
-		}
-		if node != 0 && len(p.Replicas) > 0 && p.Holds(node) {
-			held++
-		}
+	if node != 0 {
+		held = s.place.held[node]
 	}
-	return moving, held
+	return s.place.moving, held
 }
 
 // Members are the nodes holding p's replicas: its replica set, the
@@ -146,7 +141,9 @@ func (s *Store) eachPartition(fn func(partitionRef)) {
 	})
 }
 
-// set replaces the partition at r with p, in both indexes.
+// set replaces the partition at r with p, in both indexes. The caller
+// counts the change in the placement that becomes the store's: the old
+// partition removed, p added.
 func (s *Store) set(r partitionRef, p PartitionInfo) {
 	r.t.parts[r.i] = p
 	s.partitions[p.NS] = p
@@ -221,8 +218,8 @@ func (s *Store) drainNode(c DrainNode) (Result, bool, error) {
 			return
 		}
 		np := moved(p, i, to)
-		pl.remove(p.Replicas)
-		pl.add(np.Replicas)
+		pl.remove(p)
+		pl.add(np)
 		moves = append(moves, move{r, np})
 	})
 	if err != nil {
@@ -246,17 +243,22 @@ func (s *Store) removeNode(c RemoveNode) (Result, bool, error) {
 	if len(s.place.nodes) == 1 {
 		return Result{}, false, fmt.Errorf("%w: node %d is the last one", ErrInvalidNode, c.Node)
 	}
-	for _, p := range s.partitions {
-		if len(p.Replicas) > 0 && p.Holds(c.Node) {
-			return Result{}, false, fmt.Errorf("%w: node %d holds a replica of partition %d of topic %d in stream %d",
-				ErrNodeBusy, c.Node, p.Partition, p.Topic, p.Stream)
+	if held := s.place.held[c.Node]; held > 0 {
+		// Only the refusal scans, to name a partition.
+		for _, p := range s.partitions {
+			if len(p.Replicas) > 0 && p.Holds(c.Node) {
+				return Result{}, false, fmt.Errorf("%w: node %d holds a replica of partition %d of topic %d in stream %d (and of %d partitions in all)",
+					ErrNodeBusy, c.Node, p.Partition, p.Topic, p.Stream, held)
+			}
 		}
+		return Result{}, false, fmt.Errorf("%w: node %d holds replicas of %d partitions", ErrNodeBusy, c.Node, held)
 	}
 	pl := s.place.clone()
 	pl.nodes = slices.DeleteFunc(slices.Clone(pl.nodes), func(n uint64) bool { return n == c.Node })
 	pl.draining = slices.DeleteFunc(slices.Clone(pl.draining), func(n uint64) bool { return n == c.Node })
 	delete(pl.load, c.Node)
 	delete(pl.leads, c.Node)
+	delete(pl.held, c.Node)
 	s.place = pl
 	s.revision++
 	return Result{Revision: s.revision}, false, nil
@@ -281,8 +283,8 @@ func (s *Store) rebalance(Rebalance) (Result, bool, error) {
 				continue
 			}
 			np := moved(p, i, to)
-			pl.remove(p.Replicas)
-			pl.add(np.Replicas)
+			pl.remove(p)
+			pl.add(np)
 			s.set(r, np)
 			changed++
 			return
@@ -304,11 +306,11 @@ func (s *Store) rebalance(Rebalance) (Result, bool, error) {
 		if j == 0 || pl.leads[first]-pl.leads[p.Replicas[j]] < 2 {
 			return
 		}
-		pl.remove(p.Replicas)
+		pl.remove(p)
 		reps := slices.Clone(p.Replicas)
 		reps[0], reps[j] = reps[j], reps[0]
 		p.Replicas = reps
-		pl.add(p.Replicas)
+		pl.add(p)
 		s.set(r, p)
 		changed++
 	})
@@ -324,6 +326,7 @@ func (s *Store) settleReplicas(c SettleReplicas) (Result, bool, error) {
 	}
 	st := s.streamByID[p.Stream]
 	t := st.topicByID[p.Topic]
+	s.place.remove(p)
 	p.Leaving = slices.DeleteFunc(slices.Clone(p.Leaving), func(n uint64) bool { return n == c.Node })
 	if len(p.Leaving) == 0 {
 		p.Leaving = nil
@@ -332,6 +335,7 @@ func (s *Store) settleReplicas(c SettleReplicas) (Result, bool, error) {
 	if len(p.Joined) == 0 {
 		p.Joined = nil
 	}
+	s.place.add(p)
 	s.set(partitionRef{t, int(p.Partition)}, p)
 	s.revision++
 	return Result{Revision: s.revision}, true, nil

@@ -32,7 +32,12 @@ const (
 	MaxNodes = 1024
 )
 
-// placement counts what each node holds, for the balanced choice.
+// placement counts what each node holds, for the balanced choice, and
+// what is moving, for Store.Moving: host RemoveNode and Rebalance ask
+// after every metadata commit while they wait, so the answer must not
+// cost a scan of every partition. Every write of a partition counts the
+// old one out (remove) and the new one in (add) of the placement that
+// becomes the store's.
 type placement struct {
 	nodes []uint64 // ascending
 	// draining are the nodes DrainNode emptied, ascending: nothing new
@@ -40,6 +45,12 @@ type placement struct {
 	draining []uint64
 	load     map[uint64]int // replicas held, per node
 	leads    map[uint64]int // preferred leaderships held, per node
+	// moving counts the partitions with replicas leaving; held, per
+	// node, the partitions with a replica set holding one on the node,
+	// in Replicas or Leaving (partitions without a replica set, on a
+	// single node, count on no node).
+	moving int
+	held   map[uint64]int
 }
 
 func newPlacement(nodes []uint64) placement {
@@ -47,6 +58,7 @@ func newPlacement(nodes []uint64) placement {
 	if len(nodes) > 0 {
 		p.load = make(map[uint64]int, len(nodes))
 		p.leads = make(map[uint64]int, len(nodes))
+		p.held = make(map[uint64]int, len(nodes))
 	}
 	return p
 }
@@ -54,7 +66,8 @@ func newPlacement(nodes []uint64) placement {
 // clone copies p (its node lists are never modified in place: AddNode,
 // DrainNode and RemoveNode replace them).
 func (p placement) clone() placement {
-	return placement{nodes: p.nodes, draining: p.draining, load: maps.Clone(p.load), leads: maps.Clone(p.leads)}
+	return placement{nodes: p.nodes, draining: p.draining, load: maps.Clone(p.load), leads: maps.Clone(p.leads),
+		moving: p.moving, held: maps.Clone(p.held)}
 }
 
 // isDraining reports whether n is being drained.
@@ -118,29 +131,29 @@ func (p *placement) place(ns Namespace, r int) []uint64 {
 	return out
 }
 
-// add counts a partition's replicas.
-func (p *placement) add(replicas []uint64) {
-	if p.load == nil {
-		return
-	}
-	for i, n := range replicas {
-		p.load[n]++
-		if i == 0 {
-			p.leads[n]++
-		}
-	}
-}
+// add counts a partition in.
+func (p *placement) add(pi PartitionInfo) { p.count(pi, 1) }
 
-// remove uncounts a partition's replicas.
-func (p *placement) remove(replicas []uint64) {
-	if p.load == nil {
-		return
+// remove counts a partition out.
+func (p *placement) remove(pi PartitionInfo) { p.count(pi, -1) }
+
+func (p *placement) count(pi PartitionInfo, d int) {
+	if len(pi.Leaving) > 0 {
+		p.moving += d
 	}
-	for i, n := range replicas {
-		p.load[n]--
+	if len(pi.Replicas) == 0 || p.load == nil {
+		return // a single node's partition, on every node and none
+	}
+	for i, n := range pi.Replicas {
+		p.load[n] += d
+		p.held[n] += d
 		if i == 0 {
-			p.leads[n]--
+			p.leads[n] += d
 		}
+	}
+	// A leaving node is never a replica too (moved, checkMoves).
+	for _, n := range pi.Leaving {
+		p.held[n] += d
 	}
 }
 

@@ -590,7 +590,7 @@ func (s *Store) newPartitions(streamID, topicID, first uint32, count int, rev ui
 		}
 		if pl != nil {
 			parts[i].Replicas = pl.place(ns, replicas)
-			pl.add(parts[i].Replicas)
+			pl.add(parts[i])
 		}
 	}
 	return parts, nil
@@ -599,14 +599,14 @@ func (s *Store) newPartitions(streamID, topicID, first uint32, count int, rev ui
 func (s *Store) addPartitions(parts []PartitionInfo) {
 	for _, p := range parts {
 		s.partitions[p.NS] = p
-		s.place.add(p.Replicas)
+		s.place.add(p)
 	}
 }
 
 func (s *Store) removePartitions(parts []PartitionInfo) {
 	for _, p := range parts {
 		delete(s.partitions, p.NS)
-		s.place.remove(p.Replicas)
+		s.place.remove(p)
 	}
 }
 

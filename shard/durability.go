@@ -67,10 +67,13 @@ type owned struct {
 	// to the preferred leader (balance.go); the group keeps ticking.
 	balancing bool
 	// moving: queued for the move driver (move.go), which steps it
-	// every moveTicks ticks; compactNow forces the next compaction (a
-	// member joined).
+	// every moveTicks ticks; moveIdle counts the ticks in the driver's
+	// window since moveMark last changed or a configuration change
+	// applied; compactNow forces the next compaction (a member joined).
 	moving     bool
 	moveTicks  int
+	moveIdle   int
+	moveMark   moveMark
 	compactNow bool
 	// proposeBuf holds produces waiting to be proposed together as one
 	// raft entry when the pump runs out of queued frames.

@@ -40,7 +40,27 @@ const (
 	// configuration change to apply, a settle to commit) before it is
 	// proposed again.
 	moveRetryTicks = 20
+	// moveStallTicks is how long a move in the driver's window may go
+	// without progress before it yields its place to the next one queued
+	// (see moveStep). A healthy step shows within moveRetryTicks; a
+	// newcomer whose node died or is cut off never does, and without
+	// the rotation movesPerShard such moves would hold the window, and
+	// every move queued behind them, until the leader changed.
+	moveStallTicks = 5 * moveRetryTicks
 )
+
+// moveMark is what a move's progress is judged by, besides an applied
+// configuration change (confChanged): the replicas still leaving, which
+// a committed settle shortens, and the leader's match indexes of the new
+// replicas not caught up yet, summed, which rise as a newcomer takes the
+// snapshot and the entries after it (and drop when one is caught). The
+// judgement only schedules: a move misjudged as stalled goes to the back
+// of the queue and comes round again, and a change of either counts as
+// progress.
+type moveMark struct {
+	leaving int
+	match   uint64
+}
 
 // refreshPeers recomputes o.peers from the group's voters, in the
 // metadata's order (the preferred leader first): the peers catch-up
@@ -101,25 +121,46 @@ func (s *Shard) considerMove(o *owned) {
 	if o.grp == nil || !o.placed || o.moving || !o.grp.IsLeader() || !s.needsMove(o) {
 		return
 	}
-	o.moving, o.moveTicks = true, 0
+	o.moving, o.moveTicks, o.moveIdle, o.moveMark = true, 0, 0, moveMark{}
 	s.q.moves = append(s.q.moves, o)
 	s.wake(o) // the steps need ticks
 }
 
 // moveStep runs on every raft tick: it advances the first movesPerShard
-// queued groups by one step each and drops those done.
+// queued groups (the window) by one step each and drops those done. A
+// move in the window that made no progress for moveStallTicks goes to
+// the back of the queue when others wait, so a newcomer that never
+// catches up delays the moves behind it instead of blocking them. Only
+// the window is driven, so at most movesPerShard groups are sent new
+// replicas at once; a rotated move keeps its state (a newcomer added
+// stays a voter, and its old replica stays until the newcomer caught up:
+// advanceMove checks that whenever the move comes round again).
 func (s *Shard) moveStep() {
 	if len(s.q.moves) == 0 {
 		return
 	}
+	waiting := len(s.q.moves) > movesPerShard
 	kept := s.q.moves[:0]
+	var stalled []*owned
 	for i, o := range s.q.moves {
-		if i < movesPerShard && s.advanceMove(o) {
+		if i >= movesPerShard {
+			kept = append(kept, o)
+			continue
+		}
+		if s.advanceMove(o) {
 			o.moving = false
+			continue
+		}
+		if o.moveIdle++; waiting && o.moveIdle >= moveStallTicks {
+			o.moveIdle = 0
+			stalled = append(stalled, o)
 			continue
 		}
 		kept = append(kept, o)
 	}
+	// kept and stalled together are the queue less the moves done, so
+	// they fit in its array: kept was written behind the reading.
+	kept = append(kept, stalled...)
 	clear(s.q.moves[len(kept):])
 	s.q.moves = kept
 	if len(kept) == 0 {
@@ -139,16 +180,27 @@ func (s *Shard) advanceMove(o *owned) bool {
 	if !ok || info.CreatedRevision != o.p.Epoch() {
 		return true
 	}
+	r := s.cfg.Replication
+	voters := o.grp.Voters()
+	if m := s.markMove(o, info, voters); m != o.moveMark {
+		o.moveMark, o.moveIdle = m, 0
+	}
 	if o.moveTicks > 0 {
 		o.moveTicks--
 		return false
 	}
 	s.wake(o)
-	r := s.cfg.Replication
-	voters := o.grp.Voters()
 	// 1. Add the new replicas.
 	for _, n := range info.Replicas {
 		if !slices.Contains(voters, n) {
+			if s.q.down[n] {
+				// Node liveness reports n dead: as a voter it would take
+				// nothing, and the group would count a dead member in its
+				// quorum (four voters, one dead: no further failure
+				// tolerated) — in every group moving to n, since stalled
+				// moves yield the window. The move waits until n is live.
+				return false
+			}
 			if err := o.grp.ProposeConfChange(true, n, nil); err != nil {
 				s.log.Debug("proposing a replica", "ns", ns, "node", n, "error", err)
 			}
@@ -201,6 +253,18 @@ func (s *Shard) advanceMove(o *owned) bool {
 	return false
 }
 
+// markMove is o's moveMark now: info is o's committed partition, voters
+// its group's.
+func (s *Shard) markMove(o *owned, info metadata.PartitionInfo, voters []uint64) moveMark {
+	m := moveMark{leaving: len(info.Leaving)}
+	for _, n := range info.Replicas {
+		if n != s.cfg.Replication.Node && slices.Contains(voters, n) && !o.grp.Caught(n) {
+			m.match += o.grp.Match(n)
+		}
+	}
+	return m
+}
+
 // confChanged follows an applied change of o's voters: the peers are
 // recomputed; on an addition the log is compacted at once, because a
 // joining member takes only a snapshot whose voters include it; and the
@@ -210,7 +274,7 @@ func (s *Shard) confChanged(o *owned, add bool) {
 	if add {
 		o.compactNow = true
 	}
-	o.moveTicks = 0
+	o.moveTicks, o.moveIdle = 0, 0 // progress: the next step may start
 	s.considerMove(o)
 }
 

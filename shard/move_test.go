@@ -18,14 +18,23 @@ import (
 type moveNet struct {
 	t       *testing.T
 	nodes   map[uint64]*harness
-	parts   map[uint64]partition.Partition
+	parts   map[replicaKey]partition.Partition
 	queue   []queued
 	settled []uint64 // nodes settled, in order
 	cut     map[uint64]bool
+	// cutGroup drops one group's traffic to one node only.
+	cutGroup map[replicaKey]bool
+}
+
+// replicaKey names one node's replica of a partition.
+type replicaKey struct {
+	node uint64
+	ns   metadata.Namespace
 }
 
 func newMoveNet(t *testing.T) *moveNet {
-	n := &moveNet{t: t, nodes: map[uint64]*harness{}, parts: map[uint64]partition.Partition{}, cut: map[uint64]bool{}}
+	n := &moveNet{t: t, nodes: map[uint64]*harness{}, parts: map[replicaKey]partition.Partition{},
+		cut: map[uint64]bool{}, cutGroup: map[replicaKey]bool{}}
 	peers := []uint64{1, 2, 3, 4}
 	for _, id := range peers {
 		n.nodes[id] = newClusterHarness(t, 1, nil, peers, func(c *Config) {
@@ -67,7 +76,7 @@ func (n *moveNet) settle() {
 			return
 		}
 		for _, m := range q {
-			if n.cut[m.to] {
+			if n.cut[m.to] || n.cutGroup[replicaKey{m.to, m.ns}] {
 				continue
 			}
 			req := &Request{Op: OpRaft, NS: m.ns, Epoch: m.epoch, Raft: m.m}
@@ -87,10 +96,10 @@ func (n *moveNet) materialise(ns metadata.Namespace) {
 	for id := uint64(1); id <= 4; id++ {
 		h := n.nodes[id]
 		info, _ := h.meta.Partition(ns)
-		if _, built := n.parts[id]; !built && info.Holds(id) {
+		if _, built := n.parts[replicaKey{id, ns}]; !built && info.Holds(id) {
 			p := h.build(ns, info.CreatedRevision)
 			h.insert(h.shards[0], p)
-			n.parts[id] = p
+			n.parts[replicaKey{id, ns}] = p
 			continue
 		}
 		n.shard(id).updatePlacement(ns)
@@ -199,7 +208,7 @@ func TestMoveAddsThenRemovesThenSettles(t *testing.T) {
 	for range 20 {
 		n.tickAll() // the joiner's catch-up fetch
 	}
-	if got := payloads(t, n.parts[joiner]); !slices.Equal(got, want) {
+	if got := payloads(t, n.parts[replicaKey{joiner, ns}]); !slices.Equal(got, want) {
 		t.Fatalf("joiner %d holds %q, want %q", joiner, got, want)
 	}
 }

@@ -136,3 +136,26 @@ func TestForgetLeaderElectsWithoutTimeout(t *testing.T) {
 		})
 	}
 }
+
+// Match is the leader's view of how far a member's log reaches: it rises
+// with what the member acknowledges, stops while the member is cut off,
+// and is 0 on a follower.
+func TestMatchFollowsAcknowledgements(t *testing.T) {
+	c := elected(t, 3)
+	lead := c.members[1]
+	m2, m3 := lead.Match(2), lead.Match(3)
+	if m2 == 0 || m2 != m3 || m2 != lead.Applied() {
+		t.Fatalf("match %d and %d, leader applied %d", m2, m3, lead.Applied())
+	}
+	if got := c.members[2].Match(3); got != 0 {
+		t.Fatalf("a follower reports match %d", got)
+	}
+	c.cut[3] = true
+	if _, err := lead.Propose([]byte("more")); err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	if lead.Match(2) <= m2 || lead.Match(3) != m3 {
+		t.Fatalf("after a proposal with 3 cut off: match %d (was %d) and %d (was %d)", lead.Match(2), m2, lead.Match(3), m3)
+	}
+}

@@ -562,6 +562,22 @@ func (g *Group) Caught(node uint64) (ok bool) {
 	return ok
 }
 
+// Match reports, on the leader, the highest log index the leader knows
+// node's log to hold; 0 elsewhere, or for a node that is not a voter. On
+// one leader it never decreases: the move driver reads a rise as a
+// newcomer making progress towards Caught.
+func (g *Group) Match(node uint64) (match uint64) {
+	if g.failed != nil || !g.IsLeader() {
+		return 0
+	}
+	g.rn.WithProgress(func(id uint64, typ raft.ProgressType, pr tracker.Progress) {
+		if id == node && typ == raft.ProgressTypePeer {
+			match = pr.Match
+		}
+	})
+	return match
+}
+
 // Leader is the member this one believes leads (0: none known, or the
 // group failed).
 func (g *Group) Leader() uint64 {
