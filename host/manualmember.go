@@ -3,6 +3,7 @@ package host
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/parkway-io/parkway/metadata"
 )
@@ -35,6 +36,49 @@ func (e *Engine) ProposeAddNode(key MetadataKey, node uint64) error {
 	}
 	m := e.cl.meta
 	if err := m.proposeConfChange(true, node, data); err != nil {
+		return err
+	}
+	return m.process()
+}
+
+// ProposeRemoveNode is the last step of RemoveNode for a manual engine,
+// whose driver does the draining and the waiting RemoveNode does: it
+// proposes, through this node's metadata group member, the membership
+// change that removes node from the metadata group, carrying the
+// RemoveNode command under key. The node must be drained first
+// (metadata.DrainNode applied here, and no replica left on it:
+// Meta().Moving(node) reports none held); otherwise ProposeRemoveNode
+// fails with metadata.ErrNodeBusy and proposes nothing, because a
+// removal whose command the metadata then refused would still take the
+// node out of the group's voters, and the metadata would name a node the
+// group no longer has. A node cannot remove itself (it may never learn
+// that its removal committed). The change applies when Meta().Nodes() no
+// longer names node; as with ProposeAddNode, the driver proposes again
+// under the same key after ForwardTimeout, and after a pause on an error
+// wrapping shard.ErrRetry.
+func (e *Engine) ProposeRemoveNode(key MetadataKey, node uint64) error {
+	switch {
+	case e.cl == nil:
+		return errNotClustered
+	case !e.cfg.Manual:
+		return errNotManual
+	case node == 0:
+		return fmt.Errorf("%w: node id 0", metadata.ErrInvalidNode)
+	case node == uint64(e.cl.cfg.ID):
+		return fmt.Errorf("%w: node %d cannot remove itself: remove it through another member", metadata.ErrInvalidNode, node)
+	}
+	if !slices.Contains(e.meta.Draining(), node) {
+		return fmt.Errorf("%w: node %d is not drained (DrainNode first)", metadata.ErrNodeBusy, node)
+	}
+	if _, held := e.meta.Moving(node); held > 0 {
+		return fmt.Errorf("%w: node %d still holds replicas of %d partitions", metadata.ErrNodeBusy, node, held)
+	}
+	data, err := encodeMetaCommand(key, metadata.RemoveNode{Node: node})
+	if err != nil {
+		return err
+	}
+	m := e.cl.meta
+	if err := m.proposeConfChange(false, node, data); err != nil {
 		return err
 	}
 	return m.process()
