@@ -298,20 +298,44 @@ func New(cfg Config) (g *Group, err error) {
 	g.cs = rec.Snapshot.GetMetadata().GetConfState()
 	// Configuration changes after the snapshot are in the entries: the
 	// voters as of the log's end are what messages are checked against
-	// (raft itself applies them as they are applied).
+	// (raft itself applies them as they are applied). raft delivers none
+	// of the entries up to Applied again, so it starts from the
+	// configuration as of Applied, not the snapshot's: a change between
+	// the two would otherwise never reach it.
+	var atApplied *raftpb.ConfState
 	for _, e := range rec.Entries {
 		if cs := confAfter(g.cs, e); cs != nil {
 			g.cs = cs
+			if e.GetIndex() <= g.applied {
+				atApplied = cs
+			}
 		}
 	}
-	if err := g.start(storage); err != nil {
+	var st raft.Storage = storage
+	if atApplied != nil {
+		st = confStorage{storage, atApplied}
+	}
+	if err := g.start(st); err != nil {
 		return nil, err
 	}
 	return g, nil
 }
 
+// confStorage is the raft log's storage with the configuration raft
+// restarts from replaced: the one as of the entries the owner applied
+// (raft reads it once, when it starts).
+type confStorage struct {
+	*raft.MemoryStorage
+	cs *raftpb.ConfState
+}
+
+func (s confStorage) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {
+	hs, _, err := s.MemoryStorage.InitialState()
+	return hs, proto.Clone(s.cs).(*raftpb.ConfState), err
+}
+
 // start builds the raft node over storage.
-func (g *Group) start(storage *raft.MemoryStorage) error {
+func (g *Group) start(storage raft.Storage) error {
 	cfg := g.cfg
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:                        cfg.Node,

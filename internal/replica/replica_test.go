@@ -31,6 +31,8 @@ type cluster struct {
 	boom   map[uint64]string
 	failed map[uint64]error
 	sent   []*raftpb.Message // every message sent, for fuzz seeds
+	// dynamic starts members with Config.Dynamic (membership changes).
+	dynamic bool
 }
 
 type member struct {
@@ -81,7 +83,7 @@ func (c *cluster) start(id uint64, n int) {
 	for i := 1; i <= n; i++ {
 		peers = append(peers, uint64(i))
 	}
-	cfg := replica.Config{Group: 7, Node: id, Peers: peers, CatchUpEntries: 4,
+	cfg := replica.Config{Group: 7, Node: id, Peers: peers, CatchUpEntries: 4, Dynamic: c.dynamic,
 		CheckSnapshot: func(b []byte) error { // what decodeState can take
 			if !utf8.Valid(b) {
 				return errors.New("state is not UTF-8")
@@ -426,6 +428,70 @@ func TestReopenKeepsWhatTheOwnerApplied(t *testing.T) {
 	c.tick(5)
 	if got := c.applied[2]; !slices.Equal(got, want) {
 		t.Fatalf("reopened member applied %q, want %q (each once)", got, want)
+	}
+}
+
+// A member reopened with Config.Applied past a configuration change that
+// its log's snapshot predates holds the configuration after that change:
+// raft delivers nothing up to Applied again, so it would otherwise never
+// apply the change, and count a removed member in its quorums (the
+// metadata group's member reopened after a raft log failure named a
+// removed node as a voter: simulator cluster seed 83).
+func TestReopenPastAConfChangeKeepsTheChange(t *testing.T) {
+	c := &cluster{t: t, members: map[uint64]*replica.Group{}, applied: map[uint64][]string{},
+		leaders: map[uint64]uint64{}, cut: map[uint64]bool{}, snaps: map[uint64]int{},
+		disks: map[uint64]*replica.Disk{}, fs: vfs.NewMem(), boom: map[uint64]string{}, failed: map[uint64]error{},
+		dynamic: true}
+	for id := uint64(1); id <= 3; id++ {
+		c.start(id, 3)
+	}
+	c.settle()
+	if err := c.members[1].Campaign(); err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	if err := c.members[1].ProposeConfChange(false, 3, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	if _, err := c.members[1].Propose([]byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	old := c.members[2]
+	if got := old.AppliedVoters(); !slices.Equal(got, []uint64{1, 2}) {
+		t.Fatalf("before the reopen member 2 holds voters %v, want [1 2]", got)
+	}
+	if s := old.SnapshotIndex(); s >= old.Applied() {
+		t.Fatalf("the log's snapshot (index %d) does not predate the change (applied %d)", s, old.Applied())
+	}
+	applied := old.Applied()
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := replica.OpenDisk(c.fs, "/raft/2/log", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := replica.New(replica.Config{Group: 7, Node: 2, Peers: []uint64{1, 2, 3}, Dynamic: true, Disk: d, Applied: applied})
+	if err != nil {
+		d.Close()
+		t.Fatal(err)
+	}
+	c.members[2] = g
+	if got := g.AppliedVoters(); !slices.Equal(got, []uint64{1, 2}) {
+		t.Fatalf("reopened at applied %d, member 2 holds voters %v, want [1 2]", applied, got)
+	}
+	if got := g.Voters(); !slices.Equal(got, []uint64{1, 2}) {
+		t.Fatalf("reopened member 2 checks messages against voters %v, want [1 2]", got)
+	}
+	// And the two remaining members commit alone.
+	if _, err := c.members[1].Propose([]byte("two")); err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	if got := c.applied[2]; len(got) == 0 || got[len(got)-1] != "two" {
+		t.Fatalf("reopened member 2 applied %q, want it to end with \"two\"", got)
 	}
 }
 
