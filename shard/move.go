@@ -290,9 +290,26 @@ func (s *Shard) UpdatePlacement(ctx context.Context, ns metadata.Namespace) erro
 	}, nil))
 }
 
+// campaignIfPreferred queues an election in o's group when it has no
+// leader, waits unticked for its preferred leader to campaign (held),
+// and this node has just become that preferred leader: a move (or a
+// Rebalance) changed the replica set, and the node that was preferred
+// when the group was held may no longer be one, or may judge by a
+// placement this node no longer has. Without it each waits for the other
+// until the hold expires (holdTimeouts, 10 s at the default tick).
+func (s *Shard) campaignIfPreferred(o *owned) {
+	r := s.cfg.Replication
+	if o.grp == nil || !r.Quiesce || !o.held || o.queued || o.grp.Leader() != 0 ||
+		s.preferred(o) != r.Node || !slices.Contains(o.grp.Voters(), r.Node) {
+		return
+	}
+	s.queueCampaign(o)
+}
+
 func (s *Shard) updatePlacement(ns metadata.Namespace) {
 	if o := s.replicated[ns]; o != nil {
 		s.refreshPeers(o)
+		s.campaignIfPreferred(o)
 		s.considerMove(o)
 		// A new preferred leader (Rebalance reorders replica sets) is
 		// handed the group.

@@ -32,7 +32,10 @@ type replicaKey struct {
 	ns   metadata.Namespace
 }
 
-func newMoveNet(t *testing.T) *moveNet {
+func newMoveNet(t *testing.T) *moveNet { return newMoveNetWith(t, nil) }
+
+// newMoveNetWith is newMoveNet with each node's Replication edited by opt.
+func newMoveNetWith(t *testing.T, opt func(*Replication)) *moveNet {
 	n := &moveNet{t: t, nodes: map[uint64]*harness{}, parts: map[replicaKey]partition.Partition{},
 		cut: map[uint64]bool{}, cutGroup: map[replicaKey]bool{}}
 	peers := []uint64{1, 2, 3, 4}
@@ -49,6 +52,9 @@ func newMoveNet(t *testing.T) *moveNet {
 					n.settled = append(n.settled, node)
 					n.apply(metadata.SettleReplicas{NS: ns, CreatedRevision: epoch, Node: node})
 				}}
+			if opt != nil {
+				opt(c.Replication)
+			}
 		})
 	}
 	return n

@@ -1,0 +1,66 @@
+package shard
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/parkway-io/parkway/metadata"
+)
+
+// A new group whose preferred leader never campaigns (its node lags
+// behind the metadata, or is down without liveness saying so yet) is
+// held everywhere, each member waiting for that leader. When a move
+// makes another replica the preferred leader, that replica campaigns at
+// once (campaignIfPreferred); without it the members wait out the hold,
+// 100 election timeouts (simulator cluster seed 27 with node removal: a
+// drain moved the preferred leader's replica away and no member led the
+// group for the two minutes of quiescence, so the move never completed).
+// A founding replica built only after the move (a late founder) starts
+// from the configuration the partition was created with — its members
+// less the replica the move added — not from the placement after the
+// move (initialVoters).
+func TestMoveMakesAHeldGroupsNewPreferredLeaderCampaign(t *testing.T) {
+	n := newMoveNetWith(t, func(r *Replication) { r.Quiesce = true })
+	n.apply(metadata.CreateStream{Name: "s"})
+	res := n.apply(metadata.CreateTopic{Stream: 0, Name: "t", Partitions: 1, Config: metadata.TopicConfig{Replicas: 3}})
+	info := res.Created[0]
+	ns := info.NS
+	founders := slices.Clone(info.Replicas)
+	first, second, third := founders[0], founders[1], founders[2]
+	// Only the second founder builds before the move: the preferred
+	// leader (the first) never does.
+	h := n.nodes[second]
+	p := h.build(ns, info.CreatedRevision)
+	h.insert(h.shards[0], p)
+	n.parts[replicaKey{second, ns}] = p
+	n.settle()
+	if o := n.shard(second).replicated[ns]; o == nil || !o.held {
+		t.Fatalf("the second founder's group is not held for its preferred leader (%+v)", o)
+	}
+	n.apply(metadata.DrainNode{Node: first})
+	moved, _ := n.nodes[second].meta.Partition(ns)
+	if moved.Replicas[0] != second || !slices.Equal(moved.Leaving, []uint64{first}) {
+		t.Fatalf("after draining n%d the placement is %+v, want n%d preferred", first, moved, second)
+	}
+	n.shard(second).updatePlacement(ns)
+	// The third founder builds now, after the move.
+	h = n.nodes[third]
+	p = h.build(ns, info.CreatedRevision)
+	h.insert(h.shards[0], p)
+	n.parts[replicaKey{third, ns}] = p
+	n.settle()
+	want := slices.Sorted(slices.Values(founders))
+	if got := slices.Sorted(slices.Values(n.shard(third).replicated[ns].grp.Voters())); !slices.Equal(got, want) {
+		t.Fatalf("the late founder n%d starts with voters %v, want the founding %v", third, got, want)
+	}
+	// Well within one hold (100 election timeouts of 10 ticks).
+	for range 50 {
+		if n.leader(ns) != 0 {
+			break
+		}
+		n.tickAll()
+	}
+	if lead := n.leader(ns); lead != second {
+		t.Fatalf("after the move the group is led by n%d, want its new preferred leader n%d", lead, second)
+	}
+}
