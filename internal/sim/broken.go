@@ -53,7 +53,54 @@ var (
 	// led while quiesced, which send nothing, never elect a new leader.
 	// Cluster mode only.
 	BreakZombieLiveness atomic.Bool
+	// BreakEarlySettle settles every replica move as soon as it is
+	// planned: after the first node applies a DrainNode or Rebalance that
+	// leaves replicas leaving, the simulator proposes SettleReplicas for
+	// each of them at once, as a group leader would that reported the old
+	// replica gone before the new one held the log. The leaving node then
+	// drops its copy while it may be the only one holding the data.
+	// Cluster mode only.
+	BreakEarlySettle atomic.Bool
 )
+
+// breakEarlySettle is BreakEarlySettle: it queues, on the first node to
+// apply index (a move command), a settle for every replica leaving a
+// partition. They are proposed after the action (proposing from inside
+// the engine's apply event would re-enter it).
+func (c *csim) breakEarlySettle(n *cnode, index uint64) {
+	if !BreakEarlySettle.Load() {
+		return
+	}
+	if _, seen := c.metaLog[index]; seen {
+		return
+	}
+	for _, p := range n.meta.Snapshot().Partitions {
+		for _, l := range p.Leaving {
+			c.earlySettles = append(c.earlySettles, earlySettle{n: n, cmd: metadata.SettleReplicas{NS: p.NS, CreatedRevision: p.CreatedRevision, Node: l}})
+		}
+	}
+}
+
+// earlySettle is a settle BreakEarlySettle proposes through n.
+type earlySettle struct {
+	n   *cnode
+	cmd metadata.SettleReplicas
+}
+
+// proposeEarlySettles proposes the settles BreakEarlySettle queued,
+// through the node that queued them if it still runs.
+func (c *csim) proposeEarlySettles() {
+	for _, s := range c.earlySettles {
+		n := c.cur(s.n)
+		if !n.reachable() {
+			continue
+		}
+		c.nextSeq++
+		_, err := n.eng.ProposeMetadata(host.MetadataKey{Producer: metaProducer, Seq: c.nextSeq}, s.cmd)
+		c.event("n%d early settle %+v (broken): %v", n.id, s.cmd, errString(err))
+	}
+	c.earlySettles = c.earlySettles[:0]
+}
 
 // newReconciler is the engines' host.Config.NewReconciler: the default
 // reconciler, wrapped by the broken fast-skip when BreakFastSkip is set.

@@ -81,6 +81,7 @@ func (c *csim) settleRound() {
 	c.drain()
 	c.retryDue()
 	c.joinAct()
+	c.removeAct()
 	c.afterAction()
 	c.drain()
 	now := c.clk.Now()
@@ -170,10 +171,11 @@ func (c *csim) waitingOps() []*op {
 	return out
 }
 
-// idle: no request in flight, no operation unfinished, no frame queued or
-// parked anywhere, no message on the bus.
+// idle: no request in flight, no operation unfinished, no membership
+// change or replica move under way, no frame queued or parked anywhere,
+// no message on the bus.
 func (c *csim) idle() bool {
-	if len(c.inflight) > 0 || c.join != nil {
+	if len(c.inflight) > 0 || c.join != nil || c.remove != nil || c.moving() != "" {
 		return false
 	}
 	for _, cl := range c.clients {
@@ -270,6 +272,10 @@ func (c *csim) notQuiescent() {
 		c.fail(3, "replicas never converged (%s): %s", limit, diff)
 	case c.join != nil:
 		c.fail(8, "the addition of n%d never completed (%s)", c.join.id, limit)
+	case c.remove != nil:
+		c.fail(8, "the removal of n%d never completed (%s, phase %d): %s", c.remove.id, limit, c.remove.phase, c.heldBy(c.remove.id))
+	case c.moving() != "":
+		c.fail(7, "replica moves never settled (%s): %s", limit, c.moving())
 	case c.unbalanced() != "":
 		c.fail(7, "leadership never went back to the preferred leaders (%s): %s", limit, c.unbalanced())
 	default:

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/parkway-io/parkway/shard"
@@ -110,13 +111,18 @@ func (c *csim) abandon(n *cnode) {
 func (c *csim) restart(n *cnode) {
 	c.event("n%d RESTART gen=%d", n.id, n.gen+1)
 	nn := c.openNode(n.id, c.net.Endpoint(transport.NodeID(n.id)), n.mem, n)
-	c.nodes[n.id-1] = nn
+	c.nodes[slices.Index(c.nodes, n)] = nn
 	c.applyCuts()
 }
 
-// cur is the running incarnation of the node n was (n itself unless it
-// crashed and restarted since).
-func (c *csim) cur(n *cnode) *cnode { return c.nodes[n.id-1] }
+// cur is the running incarnation of the node n was: n itself unless it
+// crashed and restarted since, or was removed (then it stays down).
+func (c *csim) cur(n *cnode) *cnode {
+	if m := c.node(n.id); m != nil {
+		return m
+	}
+	return n
+}
 
 // reachable reports whether a client can talk to n: it is neither down
 // nor stopped.

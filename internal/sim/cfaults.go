@@ -67,15 +67,16 @@ func (c *csim) startFaults() {
 	}
 	cuts := false
 	if !w.partitioned && c.roll(nf.Partition) {
-		perm := c.rng.Perm(len(c.peers))
-		k := 1 + c.rng.IntN((len(c.peers)-1)/2)
+		ids := c.memberIDs()
+		perm := c.rng.Perm(len(ids))
+		k := 1 + c.rng.IntN((len(ids)-1)/2)
 		w.sides = [2][]uint64{}
 		for j, p := range perm {
 			side := 1
 			if j < k {
 				side = 0
 			}
-			w.sides[side] = append(w.sides[side], c.peers[p])
+			w.sides[side] = append(w.sides[side], ids[p])
 		}
 		slices.Sort(w.sides[0])
 		slices.Sort(w.sides[1])
@@ -106,6 +107,9 @@ func (c *csim) startFaults() {
 	}
 	if c.roll(f.Join) {
 		c.startJoin()
+	}
+	if c.roll(f.Remove) {
+		c.startRemove()
 	}
 	if c.roll(f.DiskFull) {
 		n := c.nodes[c.rng.IntN(len(c.nodes))]

@@ -51,10 +51,10 @@ type joining struct {
 
 // startJoin starts a new node with Cluster.Join and begins adding it.
 func (c *csim) startJoin() {
-	if c.join != nil || c.joins >= maxJoins || len(c.nodes) >= maxNodes || c.depth > 0 {
+	if c.join != nil || c.remove != nil || c.joins >= maxJoins || len(c.peers) >= maxNodes || c.depth > 0 {
 		return
 	}
-	id := uint64(len(c.nodes) + 1)
+	id := uint64(len(c.peers) + 1)
 	c.peers = append(c.peers, id)
 	c.joins++
 	c.faults.Joins++
@@ -138,7 +138,7 @@ func (c *csim) joined(v *cnode) {
 	j := c.join
 	c.join = nil
 	c.faults.Joined++
-	c.nodes[j.id-1].joined = true
+	c.node(j.id).joined = true
 	c.event("n%d JOINED (applied on n%d, nodes %v)", j.id, v.id, v.meta.Nodes())
 }
 
@@ -157,9 +157,9 @@ func (c *csim) checkVoters(n *cnode) {
 	}
 }
 
-// checkMembership: at quiescence every addition has completed, and every
-// node's metadata group has the same voters, every node that ever ran
-// among them (invariant 8).
+// checkMembership: at quiescence every addition and removal has
+// completed, and every member's metadata group has the same voters: the
+// members — every node that ever ran but those removed (invariant 8).
 func (c *csim) checkMembership() {
 	if c.viol != nil {
 		return
@@ -168,10 +168,14 @@ func (c *csim) checkMembership() {
 		c.fail(8, "at quiescence the addition of n%d has not completed", j.id)
 		return
 	}
-	want := slices.Sorted(slices.Values(c.peers))
+	if r := c.remove; r != nil {
+		c.fail(8, "at quiescence the removal of n%d has not completed", r.id)
+		return
+	}
+	want := c.memberIDs()
 	for _, n := range c.nodes {
 		if got := n.eng.MetadataStatus().Voters; !slices.Equal(got, want) {
-			c.fail(8, "at quiescence n%d's metadata group has voters %v, want %v (every node that ran)", n.id, got, want)
+			c.fail(8, "at quiescence n%d's metadata group has voters %v, want %v (every node that ran but those removed)", n.id, got, want)
 			return
 		}
 	}

@@ -68,11 +68,13 @@ type csim struct {
 	ctx context.Context
 	net *transport.Network
 	// peers are every node that ever ran, founders first, then the nodes
-	// that joined (cjoin.go), in the order they started: node i+1 is
-	// nodes[i].
+	// that joined (cjoin.go), in the order they started: node i+1 was the
+	// i-th to start. nodes are the members, in id order: every node that
+	// ran but those removed (cremove.go), which are in gone.
 	peers    []uint64
 	founders []uint64
 	nodes    []*cnode
+	gone     []*cnode
 
 	clients     []*client
 	allOps      []*op
@@ -105,9 +107,11 @@ type csim struct {
 	// command a duplicate.
 	metaLog map[uint64]string
 	metaDup map[uint64]bool
-	// placed records each incarnation's replicas, as the metadata of the
-	// first node to build it placed them.
-	placed map[incKey][]uint64
+	// placed records, for each incarnation built somewhere, every set of
+	// voters its group may have had: its replicas as the metadata of the
+	// first node to build it placed them, and the configurations of its
+	// moves since (notePlacement).
+	placed map[incKey][][]uint64
 
 	faults FaultCounts
 	ops    OpCounts
@@ -126,10 +130,13 @@ type csim struct {
 	// Membership and failover (cjoin.go, cfailover.go): the node being
 	// added, how many were, the failover to check after a quiesced
 	// leader's crash, and the end of the calm that crash imposed.
-	join      *joining
-	joins     int
-	failover  *failoverCheck
-	calmUntil time.Time
+	join   *joining
+	joins  int
+	remove *removing
+	// earlySettles are BreakEarlySettle's settles to propose.
+	earlySettles []earlySettle
+	failover     *failoverCheck
+	calmUntil    time.Time
 }
 
 // cnode is one simulated cluster node.
@@ -152,6 +159,9 @@ type cnode struct {
 	joined bool
 
 	meta *metadata.Store
+	// metaRev is meta's revision after the last command or snapshot this
+	// node applied: a command that leaves it is a no-op.
+	metaRev uint64
 	// metaTickAt is when the metadata group's next tick is due;
 	// metaTickErr when a tick last found the member down.
 	metaTickAt  time.Time
@@ -227,7 +237,7 @@ func newCluster(cfg Config) *csim {
 		oracle:         make(map[incKey]*repLog),
 		metaLog:        make(map[uint64]string),
 		metaDup:        make(map[uint64]bool),
-		placed:         make(map[incKey][]uint64),
+		placed:         make(map[incKey][][]uint64),
 		builds:         make(map[buildKey]int),
 		applyFailed:    make(map[buildKey]bool),
 		storeFailed:    make(map[buildKey]bool),
@@ -281,7 +291,7 @@ func (c *csim) run() {
 }
 
 func (c *csim) close() {
-	for _, n := range c.nodes {
+	for _, n := range slices.Concat(c.nodes, c.gone) {
 		n.inj.dead = true // what shutdown writes reaches nothing anyone checks
 		if n.eng != nil {
 			_ = n.eng.Close()
@@ -323,7 +333,7 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *cnode
 	} else if slices.Contains(c.founders, id) {
 		n.peers, n.joined = c.founders, true
 	} else {
-		n.peers, n.join = slices.Clone(c.peers), true
+		n.peers, n.join = append(c.memberIDs(), id), true
 	}
 	n.gen++
 	n.inj = newInjector(n)
@@ -387,17 +397,30 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *cnode
 		n.nextPass = append(n.nextPass, c.clk.Now())
 	}
 	n.metaTickAt = c.clk.Now().Add(c.cfg.TickInterval)
+	n.metaRev = n.meta.Revision()
 	st := eng.MetadataStatus()
 	c.event("n%d open gen=%d shards=%d revision=%d applied=%d snapshot=%d join=%v",
 		id, n.gen, c.cfg.Shards, n.meta.Revision(), st.Applied, st.SnapshotIndex, n.join)
 	return n
 }
 
+// node is member id (nil: no such member, or removed).
 func (c *csim) node(id uint64) *cnode {
-	if id == 0 || id > uint64(len(c.nodes)) {
-		return nil
+	for _, n := range c.nodes {
+		if n.id == id {
+			return n
+		}
 	}
-	return c.nodes[id-1]
+	return nil
+}
+
+// memberIDs are the ids of the members, ascending.
+func (c *csim) memberIDs() []uint64 {
+	out := make([]uint64, len(c.nodes))
+	for i, n := range c.nodes {
+		out[i] = n.id
+	}
+	return out
 }
 
 // diskFault implements faultSink.
@@ -523,6 +546,9 @@ var catchUpFrame = &attempt{}
 // are followed up.
 func (c *csim) afterAction() {
 	c.actions++
+	if len(c.earlySettles) > 0 {
+		c.proposeEarlySettles()
+	}
 	for _, n := range c.nodes {
 		if n.eng != nil && !n.down {
 			n.eng.PumpReplies()
@@ -604,6 +630,7 @@ func (c *csim) tick() {
 	c.expireFaults()
 	c.startFaults()
 	c.joinAct()
+	c.removeAct()
 	units := c.units()
 	switch w := c.rng.IntN(100); {
 	case w < 20:
@@ -841,8 +868,18 @@ func (n *cnode) metaApplied(index uint64, cmd metadata.Command, res metadata.Res
 			n.id, index, cmd, cmd, res.Revision, len(res.Created), len(res.Removed), errString(err))
 		if err == nil {
 			n.incs.apply(res, ev)
+			switch cmd.(type) {
+			case metadata.DrainNode, metadata.Rebalance:
+				c.notePlacements(n)
+				c.breakEarlySettle(n, index)
+			case metadata.SettleReplicas:
+				if _, seen := c.metaLog[index]; !seen && n.meta.Revision() != n.metaRev {
+					c.faults.MovesSettled++
+				}
+			}
 		}
 	}
+	n.metaRev = n.meta.Revision()
 	c.checkMetaState(n, index, dup)
 }
 
@@ -908,5 +945,7 @@ func (n *cnode) metaSnapshotInstalled(index uint64, before, after []metadata.Par
 	}
 	ev := c.event("n%d meta snapshot installed index=%d rev=%d created=%d removed=%d", n.id, index, n.meta.Revision(), len(diff.Created), len(diff.Removed))
 	n.incs.apply(diff, ev)
+	n.metaRev = n.meta.Revision()
+	c.notePlacements(n)
 	c.checkMetaState(n, index, false)
 }

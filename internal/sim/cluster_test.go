@@ -166,6 +166,8 @@ func TestClusterFaultsFire(t *testing.T) {
 		{"slow build", total.SlowBuild},
 		{"metadata member reopened after a raft log failure", total.MetaReopens},
 		{"node joined mid-run", total.Joined},
+		{"node removed mid-run (drained, then taken out of the metadata group)", total.Removed},
+		{"replica moved off a node (move settled)", total.MovesSettled},
 		{"calm after a quiesced leader's crash", total.CalmCrashes},
 		{"group led by a survivor after its quiesced leader crashed", total.Failovers},
 	} {
@@ -275,4 +277,18 @@ func TestClusterCatchesZombieLiveness(t *testing.T) {
 		cfg.Faults.QuiescedCrash *= 10
 		return cfg
 	}, &sim.BreakZombieLiveness, 8)
+}
+
+// A move settled as soon as it is planned — the leaving replica dropped
+// before the new one holds the log — loses what only the leaving
+// replica held (a partition of one replica) and leaves the newcomer of
+// any group without a source: caught as replicas that disagree or lose
+// acknowledged writes, or a move that never completes. Removals run five
+// times as often as by default, so that early seeds move replicas.
+func TestClusterCatchesEarlySettle(t *testing.T) {
+	expectClusterCaught(t, func(seed uint64) sim.Config {
+		cfg := sim.DefaultClusterConfig(seed)
+		cfg.Faults.Remove *= 5
+		return cfg
+	}, &sim.BreakEarlySettle, 3, 4, 7, 8)
 }

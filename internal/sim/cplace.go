@@ -106,6 +106,22 @@ func (c *csim) checkOwnership() {
 	}
 }
 
+// moving reports, empty when there is none, a partition some member's
+// metadata still has replicas leaving.
+func (c *csim) moving() string {
+	for _, n := range c.nodes {
+		if moving, _ := n.meta.Moving(0); moving == 0 {
+			continue
+		}
+		for _, p := range n.meta.Snapshot().Partitions {
+			if len(p.Leaving) > 0 {
+				return fmt.Sprintf("n%d: %v (replicas %v) has %v leaving", n.id, p.NS, p.Replicas, p.Leaving)
+			}
+		}
+	}
+	return ""
+}
+
 // unbalanced reports, empty when there is none, a committed partition
 // whose group is not led by its preferred leader (its first replica) as
 // that node sees it. It is asked only while every node is up.
@@ -237,10 +253,63 @@ func quorumReached(reach links, reps []uint64) bool {
 // leader answering before the commit, acknowledges writes a partition
 // can lose.
 func (c *csim) checkAckQuorum(a *attempt, key incKey) {
-	reps := c.placed[key]
-	if len(reps) == 0 || quorumReached(a.op.reach, reps) {
+	configs := c.placed[key]
+	if len(configs) == 0 || slices.ContainsFunc(configs, func(reps []uint64) bool { return quorumReached(a.op.reach, reps) }) {
 		return
 	}
-	c.fail(3, "attempt %d (op %d) acknowledged by n%d for %v, whose replicas %v were never a linked majority while it ran (links %v)",
-		a.id, a.op.id, a.node.id, key, reps, a.op.reach)
+	c.fail(3, "attempt %d (op %d) acknowledged by n%d for %v, whose replicas (in every configuration its group may have had: %v) were never a linked majority while it ran (links %v)",
+		a.id, a.op.id, a.node.id, key, configs, a.op.reach)
+}
+
+// notePlacement adds the configurations p's group may pass through to
+// what checkAckQuorum accepts for its incarnation. A move replaces
+// replica a by b in p.Replicas, leaves a in p.Leaving and b in p.Joined;
+// the group's leader then adds b and removes a, one change at a time, so
+// the group's voters are p.Replicas less some replicas still joining,
+// plus some still leaving (moves may overlap: any combination). The
+// configurations of earlier states were noted when those were seen, so
+// the list only grows.
+func (c *csim) notePlacement(p metadata.PartitionInfo) {
+	if len(p.Replicas) == 0 {
+		return
+	}
+	key := incKey{p.NS, p.CreatedRevision}
+	var joining []uint64
+	for _, j := range p.Joined {
+		if slices.Contains(p.Replicas, j) {
+			joining = append(joining, j)
+		}
+	}
+	k := len(p.Leaving) + len(joining)
+	for mask := range 1 << k {
+		set := slices.Clone(p.Replicas)
+		for i, l := range p.Leaving {
+			if mask&(1<<i) != 0 {
+				set = append(set, l)
+			}
+		}
+		for i, j := range joining {
+			if mask&(1<<(len(p.Leaving)+i)) != 0 {
+				set = slices.DeleteFunc(set, func(x uint64) bool { return x == j })
+			}
+		}
+		if len(set) == 0 {
+			continue
+		}
+		slices.Sort(set)
+		set = slices.Compact(set)
+		if !slices.ContainsFunc(c.placed[key], func(s []uint64) bool { return slices.Equal(s, set) }) {
+			c.placed[key] = append(c.placed[key], set)
+		}
+	}
+}
+
+// notePlacements notes the placement of every partition in n's metadata
+// that some node has built (after a command that may move replicas).
+func (c *csim) notePlacements(n *cnode) {
+	for _, p := range n.meta.Snapshot().Partitions {
+		if _, built := c.placed[incKey{p.NS, p.CreatedRevision}]; built {
+			c.notePlacement(p)
+		}
+	}
 }

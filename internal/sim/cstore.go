@@ -58,8 +58,8 @@ func (st *cstore) Build(ns metadata.Namespace, epoch uint64) (partition.Partitio
 	}
 	key := incKey{ns, epoch}
 	c.checkPlacedBuild(n, key)
-	if info, ok := n.meta.Partition(ns); ok && info.CreatedRevision == epoch && c.placed[key] == nil {
-		c.placed[key] = info.Replicas
+	if info, ok := n.meta.Partition(ns); ok && info.CreatedRevision == epoch {
+		c.notePlacement(info)
 	}
 	c.builds[buildKey{n.id, key}]++
 	rl := c.oracle[key]
@@ -112,8 +112,10 @@ func (c *csim) verifyReplicaReopen(n *cnode, key incKey, rl *repLog, have uint64
 	}
 }
 
-// Remove implements partition.Store: only a dead incarnation (as this
-// node's metadata sees it) may lose its data.
+// Remove implements partition.Store: only a dead incarnation, or one
+// whose group no longer counts this node (a replica that moved away:
+// SettleReplicas applied), as this node's metadata sees it, may lose its
+// data here.
 func (st *cstore) Remove(ns metadata.Namespace) error {
 	n := st.n
 	c := n.c
@@ -121,14 +123,17 @@ func (st *cstore) Remove(ns metadata.Namespace) error {
 		c.event("n%d remove ns=%v err=%v", n.id, ns, err)
 		return err
 	}
-	rev, committed := n.meta.CreatedRevision(ns)
+	info, committed := n.meta.Partition(ns)
+	rev := info.CreatedRevision
+	committed = committed && info.Holds(n.id)
 	for _, k := range slices.SortedFunc(maps.Keys(c.oracle), incKey.compare) {
 		if k.ns != ns {
 			continue
 		}
 		rl := c.oracle[k]
 		if committed && k.epoch == rev && rl.lens[n.id] > 0 {
-			c.fail(3, "n%d removed the committed incarnation %v with %d messages", n.id, k, rl.lens[n.id])
+			c.fail(3, "n%d removed the committed incarnation %v with %d messages, whose replicas %v (leaving %v) it is one of",
+				n.id, k, rl.lens[n.id], info.Replicas, info.Leaving)
 		}
 		delete(rl.lens, n.id)
 	}

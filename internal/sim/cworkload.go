@@ -574,8 +574,14 @@ func (c *csim) metaOpStart(cl *client, n *cnode, group bool) {
 			m.steps = append(m.steps, func(metadata.Result) metadata.Command { return cmd })
 		}
 	}
-	switch w := c.rng.IntN(20); {
+	switch w := c.rng.IntN(21); {
 	case group:
+	case w == 20 && len(topics) > 0:
+		// Spread replicas and preferred leaders evenly (after a node
+		// joined, onto it): partitions move while the workload goes on.
+		m.desc = "rebalance"
+		c.ops.Rebalances++
+		m.steps = append(m.steps, func(metadata.Result) metadata.Command { return metadata.Rebalance{} })
 	case len(streams) == 0 || (w < 2 && len(streams) < maxStreams):
 		for i := range maxStreams {
 			name := fmt.Sprintf("s%d", i)

@@ -55,6 +55,14 @@ type FaultRates struct {
 	// change, Engine.ProposeAddNode): one addition at a time, at most two
 	// per run, and never past seven nodes.
 	Join float64
+	// Remove, in cluster mode, is the chance per scheduler step that a
+	// member of a cluster of four or more starts being removed as
+	// Engine.RemoveNode removes one (cremove.go): DrainNode moves its
+	// replicas to the other nodes, the driver waits for the moves to
+	// settle, then the metadata group's membership change carrying
+	// RemoveNode (Engine.ProposeRemoveNode) takes it out; the removed
+	// node is closed. One membership change at a time.
+	Remove float64
 
 	// Net are the network faults of cluster mode (Config.Nodes > 1).
 	Net NetFaultRates
@@ -147,6 +155,7 @@ func DefaultClusterFaults() FaultRates {
 		Crash:         0.0002,
 		QuiescedCrash: 0.0002,
 		Join:          0.0001,
+		Remove:        0.0002,
 		Net: NetFaultRates{
 			Drop:      0.0015,
 			Duplicate: 0.0015,
@@ -224,10 +233,10 @@ func (c Config) validate() error {
 	if c.cluster() && f.InboxBurst > 0 {
 		errs = append(errs, errors.New("sim: InboxBurst is a single-node fault"))
 	}
-	if !c.cluster() && (f.QuiescedCrash > 0 || f.Join > 0) {
-		errs = append(errs, errors.New("sim: QuiescedCrash and Join need Nodes > 1"))
+	if !c.cluster() && (f.QuiescedCrash > 0 || f.Join > 0 || f.Remove > 0) {
+		errs = append(errs, errors.New("sim: QuiescedCrash, Join and Remove need Nodes > 1"))
 	}
-	for _, p := range []float64{f.InboxBurst, f.DiskFull, f.DiskError, f.SlowBuild, f.Crash, f.QuiescedCrash, f.Join,
+	for _, p := range []float64{f.InboxBurst, f.DiskFull, f.DiskError, f.SlowBuild, f.Crash, f.QuiescedCrash, f.Join, f.Remove,
 		n.Drop, n.Duplicate, n.Reorder, n.Delay, n.Partition, n.Stop} {
 		if p < 0 || p > 1 {
 			errs = append(errs, fmt.Errorf("sim: fault probability %v outside [0, 1]", p))
@@ -258,6 +267,15 @@ type FaultCounts struct {
 	// a member applied.
 	Joins  int
 	Joined int
+	// Removes counts the removals that began, Removed those that
+	// completed (the node closed), RemovesRefused the drains the metadata
+	// refused (metadata.ErrNotEnoughNodes: a topic's replication factor
+	// needs the node); MovesSettled the replicas that left a partition's
+	// group (SettleReplicas applied), by drains and rebalances.
+	Removes        int
+	Removed        int
+	RemovesRefused int
+	MovesSettled   int
 
 	// Cluster mode: messages the network dropped, duplicated, delivered
 	// out of order, delayed, or lost to a cut link (partition or stopped
@@ -304,7 +322,9 @@ type OpCounts struct {
 	NotHeld         int // "not leader" answers from a node holding no replica of the partition
 	LeaderTransfers int // leadership transfers a shard started (parkway_leader_transfers_total)
 	// Membership.
-	JoinRetries int // node additions proposed again after the forward timeout
+	JoinRetries   int // node additions proposed again after the forward timeout
+	RemoveRetries int // drains and removals proposed again after the forward timeout
+	Rebalances    int // metadata.Rebalance commands the workload issued
 }
 
 // Result describes a run.

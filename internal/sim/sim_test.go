@@ -177,6 +177,10 @@ func addFaults(t *sim.FaultCounts, f sim.FaultCounts) {
 	t.Failovers += f.Failovers
 	t.Joins += f.Joins
 	t.Joined += f.Joined
+	t.Removes += f.Removes
+	t.Removed += f.Removed
+	t.RemovesRefused += f.RemovesRefused
+	t.MovesSettled += f.MovesSettled
 	t.MsgDropped += f.MsgDropped
 	t.MsgDuplicated += f.MsgDuplicated
 	t.MsgReordered += f.MsgReordered
@@ -210,6 +214,8 @@ func addOps(t *sim.OpCounts, o sim.OpCounts) {
 	t.NotHeld += o.NotHeld
 	t.LeaderTransfers += o.LeaderTransfers
 	t.JoinRetries += o.JoinRetries
+	t.RemoveRetries += o.RemoveRetries
+	t.Rebalances += o.Rebalances
 }
 
 // Two runs of one seed produce the same event trace, byte for byte (its
