@@ -17,9 +17,10 @@ import (
 // below the node count is not every node. The simulator checks that:
 //
 //   - a replica materialises only on a node the committed placement
-//     names (checked at every build, against the building node's own
-//     metadata: an incarnation's placement never changes, so any node
-//     that knows the incarnation knows its replicas);
+//     names, among its replicas or those still leaving it (checked at
+//     every build, against the building node's own metadata; moves
+//     change the placement, but only through commands every node
+//     applies in the same order);
 //   - at quiescence each committed partition is owned by exactly its
 //     replicas, every replica holds the whole log (invariant 3, compared
 //     among the replicas only), and a request through a node holding none

@@ -108,7 +108,17 @@
 // (Engine.ProposeAddNode, proposed again like AddNode does until a
 // member has applied it), receives the metadata as a snapshot, takes
 // every fault like the founders, and serves clients once added; topics
-// created after it may be placed on it. At
+// created after it may be placed on it; a member of a cluster of four or
+// more removed mid-run (cremove.go), as Engine.RemoveNode removes one:
+// the DrainNode command re-places its replicas, each moved partition's
+// group leader adds the new replica (snapshot, then catch-up) and removes
+// the old one before settling the move, and once no replica is left on
+// the node the metadata group's membership change carrying RemoveNode
+// (Engine.ProposeRemoveNode) takes it out and the node is closed — with
+// every other fault going on meanwhile, the node removed included. The
+// metadata workload also issues Rebalance, which moves replicas onto
+// the nodes holding the fewest (onto a node that joined) and reorders
+// preferred leaders. At
 // quiescence every fault ends (partitions heal, stopped nodes resume,
 // crashed ones restart) and the cluster runs until it has converged:
 // every node's metadata equal, every replica of every committed
@@ -175,9 +185,14 @@
 //     and snapshot installs), holders are live members, and a partition
 //     incarnation's committed group offset never goes backwards.
 //  7. Placement (cluster mode): a replica is built only on a node whose
-//     own metadata places the incarnation there; at quiescence each
-//     committed partition is owned (materialised in a shard) by exactly
-//     its replicas and by no other node, and each group is led by its
+//     own metadata places the incarnation there (its replicas, or those
+//     still leaving it); a node removes its copy of a committed
+//     incarnation only once its metadata no longer names it a member
+//     (a move settled); an acknowledgement needs a linked majority of one
+//     of the configurations the group may have had during its moves
+//     (invariant 3); at quiescence no move is under way, each committed
+//     partition is owned (materialised in a shard) by exactly its
+//     replicas and by no other node, and each group is led by its
 //     preferred leader (its first replica), every node being up. The
 //     other invariants hold unchanged for requests that reached a node
 //     holding no replica and were sent on (Result.Ops.NotHeld counts
@@ -186,9 +201,10 @@
 //     running node's metadata names exactly the voters of the metadata
 //     group's configuration it has applied (the AddNode command travels
 //     inside the membership change, so both move at the same log index);
-//     at quiescence every node addition has completed and every node's
-//     metadata group has every node that ran as a voter (and, by
-//     invariant 3, the joiners hold the same metadata as the founders).
+//     at quiescence every node addition and removal has completed and
+//     every member's metadata group has as voters exactly the members:
+//     every node that ran but those removed (and, by invariant 3, the
+//     joiners hold the same metadata as the founders).
 //     A second after a node leading quiesced groups crashed in a calm,
 //     every group it led that was quiesced on every replica — so that
 //     only node liveness can tell the survivors — has a new leader among
@@ -220,8 +236,10 @@
 //
 // Topics are FsyncAlways only (the interval and never policies are not
 // exercised), and purge, truncate, retention and topic reconfiguration
-// are not in either workload. Cluster mode adds nodes but removes none
-// (so a placement never changes: no replica moves), no inbox bursts, and its clients do not go through the Node (request forwarding
+// are not in either workload. Cluster mode has no inbox bursts, removes
+// a node only through a drain (never one whose replicas it cannot move,
+// and never below three members), and its clients do not go through the
+// Node (request forwarding
 // over the bus, kindRequest/kindReply, is not exercised, nor is the
 // Node's first try straight to a live replica, Engine.ReplicaFor: a
 // simulated client reaches a replica through the shard's "not leader"
