@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"sync"
 
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/vfs"
@@ -599,6 +598,15 @@ func (p *filePartition) syncLayout() error { return p.syncLayoutWith(false) }
 // folds concurrent fsyncs into few journal commits, where one after
 // another they cost one each — the first acknowledgement of a new
 // partition pays about one fsync instead of six or seven.
+//
+// Each directory's fsync holds a descriptor of its own while it runs, so
+// the fsyncs running at once are bounded by the descriptors the budget
+// has room for (handleCache.room): unbounded, one Sync of a fresh
+// partition held the incarnation file and up to one descriptor per
+// directory of its layout at once, more than a small budget
+// (MinMaxOpenFiles is 4), and took the store past its budget with no
+// other operation in flight, whenever the goroutines happened to
+// overlap. With a large budget the bound changes nothing.
 func (p *filePartition) syncLayoutWith(withTail bool) error {
 	if !p.layoutPending {
 		return nil
@@ -609,26 +617,27 @@ func (p *filePartition) syncLayoutWith(withTail bool) error {
 	}
 	// Jobs: the incarnation file, the directories, then the tail.
 	errs := make([]error, 1+len(p.layout)+1)
-	var wg sync.WaitGroup
-	run := wg.Go
-	if p.store.cfg.SerialSyncs {
-		run = func(f func()) { f() }
-	}
-	run(func() { errs[0] = f.Sync() })
-	for i, d := range p.layout {
-		run(func() {
-			if within(d, p.dir) {
-				errs[1+i] = p.fs.SyncDir(d)
-			} else {
-				errs[1+i] = p.store.dirs.sync(p.fs, d, p.layoutGen)
-			}
-		})
-	}
+	jobs := 1 + len(p.layout)
+	var tail *handle
 	if withTail {
-		tail := p.tail().log
-		run(func() { errs[len(errs)-1] = tail.Sync() })
+		tail = p.tail().log
+		jobs++
 	}
-	wg.Wait()
+	width := p.store.handles.room(jobs) // after f's open: it holds one already
+	fanOut(jobs, width, p.store.cfg.SerialSyncs, func(k int) {
+		switch {
+		case k == 0:
+			errs[0] = f.Sync()
+		case k <= len(p.layout):
+			if d := p.layout[k-1]; within(d, p.dir) {
+				errs[k] = p.fs.SyncDir(d)
+			} else {
+				errs[k] = p.store.dirs.sync(p.fs, d, p.layoutGen)
+			}
+		default:
+			errs[len(errs)-1] = tail.Sync()
+		}
+	})
 	if cerr := f.Close(); errs[0] == nil {
 		errs[0] = cerr
 	}

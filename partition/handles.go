@@ -211,6 +211,19 @@ func (c *handleCache) evictLocked(room int) {
 	}
 }
 
+// room is how many operations, each holding at most one descriptor more
+// (or an idle handle of its own, acquired), can run at once now without
+// taking the store past its budget: the descriptors the budget has left
+// plus the idle ones their opens may close. It is at least 1, so an
+// operation always proceeds (going over the budget is counted by
+// reserve, as ever), and at most n. It evicts nothing: each operation's
+// own open does, only if it needs to.
+func (c *handleCache) room(n int) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return max(1, min(n, c.max-c.open+c.nIdle))
+}
+
 func (c *handleCache) makeIdle(h *handle) {
 	if h.f == nil || h.refs > 0 || h.pinned || h.next != nil {
 		return
