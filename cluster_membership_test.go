@@ -343,3 +343,42 @@ func expectReplicas(t *testing.T, nodes map[parkway.NodeID]*parkway.Node, tp par
 		expectLog(t, n, tp, p.Partition, acked...)
 	}
 }
+
+// RemoveNode through a member whose metadata lags behind the addition of
+// the node (it was cut off while the node was added) still removes it:
+// the call first brings the member's metadata up to what the cluster had
+// committed (a read barrier) instead of judging "not a member, nothing to
+// do" from a stale view — which returned success with the node still a
+// voter of the metadata group and a holder of replicas.
+func TestClusterRemoveNodeThroughALaggingMember(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net, nodes := nodesCluster(t, 3)
+		ctx := context.Background()
+		mustStream(t, nodes[1], "s")
+		for _, p := range []parkway.NodeID{1, 2} {
+			net.Disconnect(3, p)
+			net.Disconnect(p, 3)
+		}
+		nodes[4] = open(t, parkway.Config{Shards: 2, RequestTimeout: 5 * time.Second,
+			Cluster: &parkway.Cluster{ID: 4, Peers: []parkway.NodeID{1, 2, 3, 4}, Join: true, Bus: net.Endpoint(4)}})
+		net.Disconnect(3, 4)
+		net.Disconnect(4, 3)
+		if err := nodes[1].AddNode(ctx, 4); err != nil {
+			t.Fatalf("AddNode: %v", err)
+		}
+		net.Heal()
+		rctx, cancel := context.WithTimeout(ctx, 20*time.Second) // virtual time
+		defer cancel()
+		if err := nodes[3].RemoveNode(rctx, 4); err != nil {
+			t.Fatalf("RemoveNode through the lagging node 3: %v", err)
+		}
+		// Three nodes are left: a topic of four replicas does not fit.
+		s, err := nodes[1].Stream(ctx, "s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := nodes[1].CreateTopic(ctx, s, "wide", 1, parkway.WithReplicas(4)); err == nil {
+			t.Fatal("a topic of 4 replicas was created after node 4's removal: node 4 is still a member")
+		}
+	})
+}

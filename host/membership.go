@@ -96,7 +96,8 @@ func (e *Engine) AddNode(ctx context.Context, node uint64) error {
 // and fetches the partition log, before it removes the old one), then the
 // node leaves the metadata group. It returns once this node has applied
 // the removal; the removed node serves nothing more and can be closed.
-// Removing a node that is not a member is a no-op. It fails with
+// Removing a node that is not a member is a no-op (judged after a read
+// barrier, so a node added through another member is one). It fails with
 // metadata.ErrNotEnoughNodes when some topic's replication factor needs
 // the node. The moves take as long as the data takes to copy: bound the
 // call with ctx, and call it again after an interruption — it carries on
@@ -110,6 +111,14 @@ func (e *Engine) RemoveNode(ctx context.Context, node uint64) error {
 		// The node removed may never learn its removal committed (the
 		// leader stops replicating to it), so it cannot wait for it.
 		return fmt.Errorf("%w: node %d cannot remove itself: remove it through another member", metadata.ErrInvalidNode, node)
+	}
+	// This node's metadata may lag behind the node's addition (it was cut
+	// off while another member added it): judged from that view, the
+	// node is "not a member" and the call would return at once, with the
+	// node still a voter and a holder of replicas. So the view is
+	// brought up to what the cluster had committed first.
+	if err := e.ReadBarrier(ctx); err != nil {
+		return fmt.Errorf("parkway: removing node %d: %w", node, err)
 	}
 	if !slices.Contains(e.meta.Nodes(), node) {
 		return nil
