@@ -42,8 +42,11 @@ type owned struct {
 	// reads are leader reads waiting for raft to confirm leadership (by
 	// request id), readWait those confirmed, waiting for their index to
 	// be applied.
-	reads    map[uint64]Frame
-	readWait []readWait
+	reads map[uint64]Frame
+	// reaskReads: the voters changed; the reads above are asked again
+	// (reaskReads).
+	reaskReads bool
+	readWait   []readWait
 
 	// appendBuf holds produces queued to be appended together (see
 	// coalesce.go).

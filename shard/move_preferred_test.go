@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 
+	"go.etcd.io/raft/v3/raftpb"
+
 	"github.com/parkway-io/parkway/metadata"
 )
 
@@ -62,5 +64,77 @@ func TestMoveMakesAHeldGroupsNewPreferredLeaderCampaign(t *testing.T) {
 	}
 	if lead := n.leader(ns); lead != second {
 		t.Fatalf("after the move the group is led by n%d, want its new preferred leader n%d", lead, second)
+	}
+}
+
+// A leader read asked while the group still has two voters, whose other
+// voter the move then removes, is answered: the confirmation raft waits
+// for counted the removed voter's heartbeat answer, which never comes,
+// so on the configuration change the read is asked again of the voters
+// as they are now (reaskReads). Without that it waits for ever
+// (simulator cluster seed 559 with node removal: a consumer-offset read
+// on the new leader of a one-replica partition moved off a drained node
+// was never answered). The moved partition has one replica: the new
+// replica is added, leadership handed to it, and the old one removed;
+// a read is asked of every new leader the moment it leads, and from then
+// on the heartbeats to the old replica, which carry the read's
+// confirmation request, are lost (its appends, which carry the
+// removal, are not).
+func TestMoveReadAskedBeforeAVoterLeavesIsAnswered(t *testing.T) {
+	n := newMoveNet(t)
+	n.apply(metadata.CreateStream{Name: "s"})
+	res := n.apply(metadata.CreateTopic{Stream: 0, Name: "t", Partitions: 1, Config: metadata.TopicConfig{Replicas: 1}})
+	ns := res.Created[0].NS
+	n.materialise(ns)
+	var lead uint64
+	for range 500 {
+		if lead = n.leader(ns); lead != 0 {
+			break
+		}
+		n.tickAll()
+	}
+	if lead == 0 {
+		t.Fatal("no leader")
+	}
+	c := produce(ns, "a")
+	n.shard(lead).handle(c.f)
+	n.settle()
+	if r := c.answered(t); r.Err != nil {
+		t.Fatalf("produce: %v", r.Err)
+	}
+	n.apply(metadata.DrainNode{Node: lead})
+	n.materialise(ns)
+	var reads []call
+	asked := map[uint64]bool{lead: true}
+	for range 3000 {
+		if l := n.leader(ns); l != 0 && !asked[l] {
+			asked[l] = true
+			r := request(ns, &Request{Op: OpPoll, Count: 1, FromLeader: true})
+			n.shard(l).handle(r.f)
+			reads = append(reads, r)
+			old := lead
+			n.drop = func(m queued) bool { return m.to == old && m.m.GetType() == raftpb.MsgHeartbeat }
+		}
+		n.tickAll()
+		if info, _ := n.nodes[1].meta.Partition(ns); len(info.Leaving) == 0 && len(reads) > 0 {
+			break
+		}
+	}
+	if len(reads) == 0 {
+		t.Fatal("leadership never moved to the new replica")
+	}
+	n.drop = nil
+	for range 50 {
+		n.tickAll()
+	}
+	for i, r := range reads {
+		select {
+		case resp := <-r.reply:
+			if resp.Err == nil && len(resp.Messages) != 1 {
+				t.Fatalf("read %d served %d messages, want the one acknowledged", i, len(resp.Messages))
+			}
+		default:
+			t.Fatalf("read %d, asked of a new leader before the old voter left, was never answered", i)
+		}
 	}
 }

@@ -24,6 +24,8 @@ type moveNet struct {
 	cut     map[uint64]bool
 	// cutGroup drops one group's traffic to one node only.
 	cutGroup map[replicaKey]bool
+	// drop, when set, drops the raft messages it reports true for.
+	drop func(queued) bool
 }
 
 // replicaKey names one node's replica of a partition.
@@ -82,7 +84,7 @@ func (n *moveNet) settle() {
 			return
 		}
 		for _, m := range q {
-			if n.cut[m.to] || n.cutGroup[replicaKey{m.to, m.ns}] {
+			if n.cut[m.to] || n.cutGroup[replicaKey{m.to, m.ns}] || (n.drop != nil && m.m != nil && n.drop(m)) {
 				continue
 			}
 			req := &Request{Op: OpRaft, NS: m.ns, Epoch: m.epoch, Raft: m.m}

@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -272,6 +274,29 @@ func (s *Shard) readReplicated(o *owned, f Frame) bool {
 	return true
 }
 
+// reaskReads asks again for the leadership confirmation of every read
+// still waiting for one, after the group's voters changed (confChanged
+// sets o.reaskReads; it runs once the Ready that applied the change is
+// handled). raft counts a read's confirmation from the heartbeat answers
+// of the voters as they were when it was asked: a read asked of a group
+// of two whose other voter is then removed waits for an answer that
+// never comes, and would never be served, so on a configuration change
+// every such read is asked of the new voters (a lone voter confirms at
+// once). An old confirmation arriving after all finds its read gone.
+func (s *Shard) reaskReads(o *owned) {
+	o.reaskReads = false
+	if len(o.reads) == 0 || !o.grp.IsLeader() {
+		return // no read, or LeaderChanged answered them
+	}
+	for _, id := range slices.Sorted(maps.Keys(o.reads)) {
+		if err := o.grp.ReadIndex(binary.LittleEndian.AppendUint64(nil, id)); err != nil {
+			s.failGroup(o, err)
+			return
+		}
+	}
+	s.markReady(o)
+}
+
 // serveReads moves confirmed reads to the applied-index wait and serves
 // those whose index is applied.
 func (s *Shard) serveReads(o *owned) {
@@ -513,6 +538,9 @@ func (s *Shard) processReady() {
 					s.failGroup(o, err)
 					break
 				}
+			}
+			if o.grp != nil && o.reaskReads {
+				s.reaskReads(o)
 			}
 			if o.grp != nil {
 				s.serveReads(o)

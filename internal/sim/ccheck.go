@@ -489,7 +489,8 @@ func (c *csim) clusterDropOK(variant, reason string) bool {
 	case metrics.ReasonBuildFailed:
 		return c.faults.DiskFull+c.faults.DiskError > 0
 	case metrics.ReasonShutdown, metrics.ReasonDisconnected:
-		return c.faults.Crash+c.faults.ProcessCrash > 0
+		// A crash, or a removed node closed with frames still queued.
+		return c.faults.Crash+c.faults.ProcessCrash+c.faults.Removed > 0
 	}
 	return false
 }
