@@ -138,3 +138,64 @@ func TestMoveReadAskedBeforeAVoterLeavesIsAnswered(t *testing.T) {
 		}
 	}
 }
+
+// When a leader dies, the survivors agree on which of them campaigns
+// even if their metadata stand either side of a move: the campaigner is
+// chosen among the group's voters in ascending order, not in the
+// metadata's order of the replicas, which the move changed on one
+// survivor only. With the metadata's order each survivor held its group
+// for the other to campaign, and the group stayed leaderless until the
+// hold expired (simulator cluster seed 661 with node removal).
+func TestLeaderDeathSurvivorsAgreeOnTheCampaignerAcrossAMove(t *testing.T) {
+	n := newMoveNetWith(t, func(r *Replication) { r.Quiesce = true })
+	n.apply(metadata.CreateStream{Name: "s"})
+	res := n.apply(metadata.CreateTopic{Stream: 0, Name: "t", Partitions: 4, Config: metadata.TopicConfig{Replicas: 3}})
+	// A partition whose two survivors, ordered as each one's metadata
+	// orders them, would pick each other (the namespace picks the second
+	// of two).
+	var info metadata.PartitionInfo
+	for _, p := range res.Created {
+		if uint64(p.NS)%2 == 1 {
+			info = p
+			break
+		}
+	}
+	if info.Replicas == nil {
+		t.Fatal("no partition with an odd namespace")
+	}
+	ns := info.NS
+	a, b, c := info.Replicas[0], info.Replicas[1], info.Replicas[2]
+	n.materialise(ns)
+	for range 500 {
+		if n.leader(ns) != 0 {
+			break
+		}
+		n.tickAll()
+	}
+	if lead := n.leader(ns); lead != a {
+		t.Fatalf("led by n%d, want its preferred leader n%d", lead, a)
+	}
+	for range 30 {
+		n.tickAll()
+	}
+	// Only c's metadata applies the drain of b (the others lag), so the
+	// group itself does not change: its leader has not seen the move.
+	n.nodes[c].apply(metadata.DrainNode{Node: b})
+	n.shard(c).updatePlacement(ns)
+	n.cut[a] = true
+	for _, s := range []uint64{b, c} {
+		if l := n.shard(s).replicated[ns].grp.Leader(); l != a {
+			t.Fatalf("n%d sees leader n%d before the death, want n%d", s, l, a)
+		}
+		n.shard(s).setPeerLive(a, false)
+	}
+	n.settle()
+	// A few election timeouts, far inside one hold (100 of them).
+	for range 50 {
+		if l := n.leader(ns); l == b || l == c {
+			return
+		}
+		n.tickAll()
+	}
+	t.Fatalf("no survivor of n%d leads %v 50 ticks after its death", a, ns)
+}

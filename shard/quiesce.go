@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"slices"
 
 	"go.etcd.io/raft/v3/raftpb"
 
@@ -241,8 +242,20 @@ func (s *Shard) setPeerLive(peer uint64, live bool) {
 // when its leader died: chosen among the live members by the namespace,
 // as the preferred leader is among all of them, so every node agrees
 // given the same liveness and the elections spread over the survivors.
+// The members are the group's voters in ascending order, not o.peers:
+// o.peers follow the metadata's order of the replicas, which a move
+// changes, and two members whose metadata stand either side of a move
+// would each wait for the other to campaign (simulator cluster seed 661
+// with node removal). A joiner before its snapshot has no voters: it
+// goes by o.peers, and never campaigns anyway.
 func (s *Shard) campaigner(o *owned) uint64 {
 	ns, peers := o.p.Namespace(), o.peers
+	if o.grp != nil {
+		if v := o.grp.Voters(); len(v) > 0 {
+			slices.Sort(v)
+			peers = v
+		}
+	}
 	n := 0
 	for _, p := range peers {
 		if !s.q.down[p] {

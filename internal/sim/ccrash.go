@@ -42,7 +42,11 @@ func (c *csim) crashQuiescedLeader() {
 	n := leaders[c.rng.IntN(len(leaders))]
 	c.faults.QuiescedCrash++
 	c.event("n%d leads quiesced groups", n.id)
-	calm := c.rng.IntN(2) == 0
+	// No calm while another node is paused: resumed by the calm, its
+	// liveness, which does not judge peers dead for the time its own
+	// driver stood still, is slow to see the crash, and the failover it
+	// may be chosen to lead can take longer than the calm's second.
+	calm := c.rng.IntN(2) == 0 && !slices.ContainsFunc(c.nodes, func(m *cnode) bool { return m.stopped })
 	var groups []ledGroup
 	var voters []uint64
 	if calm {
