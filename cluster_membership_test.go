@@ -382,3 +382,49 @@ func TestClusterRemoveNodeThroughALaggingMember(t *testing.T) {
 		}
 	})
 }
+
+// A replica that a move added, restarted on its data directory, leads its
+// group again when it is the only replica: the metadata keeps it among
+// the partition's joined replicas for as long as it holds the replica,
+// and it had been rebuilt as a joiner waiting for a leader's snapshot
+// that no one was left to send (simulator cluster seed 5561 with node
+// removal: a one-replica partition moved off a removed node had no
+// leader for good after its new node lost power).
+func TestClusterMovedReplicaLeadsAfterARestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newDiskCluster(t, nil)
+		ctx := context.Background()
+		s := mustStream(t, c.nodes[1], "s")
+		// Fsync on every write: what raft acknowledged survives the power
+		// loss below (under interval fsync it need not).
+		tp := mustTopic(t, c.nodes[1], s, "t", 1, parkway.WithReplicas(1), parkway.WithFsync(parkway.FsyncAlways, 0))
+		parts, err := c.nodes[1].Partitions(ctx, tp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		from := parkway.NodeID(parts[0].Replicas[0])
+		via := others(from)[0]
+		want := c.produce(via, tp, "a", 5)
+		rctx, cancel := context.WithTimeout(ctx, 20*time.Second) // virtual time
+		defer cancel()
+		if err := c.nodes[via].RemoveNode(rctx, from); err != nil {
+			t.Fatalf("RemoveNode(%d): %v", from, err)
+		}
+		c.stop(from)
+		parts, err = c.nodes[via].Partitions(ctx, tp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		to := parkway.NodeID(parts[0].Replicas[0])
+		if to == from || len(parts[0].Replicas) != 1 {
+			t.Fatalf("after removing node %d the partition is on %v", from, parts[0].Replicas)
+		}
+		c.powerLoss(to)
+		c.start(to)
+		want = append(want, c.produce(to, tp, "b", 3)...)
+		got, err := localLog(c.nodes[to], tp)
+		if err != nil || !slices.Equal(got, want) {
+			t.Fatalf("node %d holds %q (%v), want %q", to, got, err, want)
+		}
+	})
+}

@@ -40,6 +40,13 @@ type deferredEntry struct {
 const (
 	catchUpFetch byte = 1 // requester u64, from u64, to u64
 	catchUpData  byte = 2 // from u64, start u64, encoded batch
+	// A leader moving replicas asks each joined replica whether its
+	// partition log is whole (catchUpAsk, requester u64); one that has no
+	// catch-up under way syncs its log and says so (catchUpWhole, node
+	// u64, next u64). See move.go: an old replica is removed only once
+	// every new one has said so.
+	catchUpAsk   byte = 3
+	catchUpWhole byte = 4
 	// catchUpChunk bounds the messages of one data reply.
 	catchUpChunk = 1024
 	// catchUpRetryTicks is how long a fetch may go unanswered before it
@@ -129,7 +136,49 @@ func (s *Shard) catchUpFrame(o *owned, f Frame) {
 			return
 		}
 		s.caughtUp(o, from, start, msgs)
+	case catchUpAsk:
+		if len(b) != 9 {
+			return
+		}
+		s.answerWhole(o, binary.LittleEndian.Uint64(b[1:]))
+	case catchUpWhole:
+		if len(b) != 17 {
+			return
+		}
+		if o.whole == nil {
+			o.whole = make(map[uint64]bool)
+		}
+		o.whole[binary.LittleEndian.Uint64(b[1:])] = true
 	}
+}
+
+// askWhole asks replica to, a new one, whether its log is whole.
+func (s *Shard) askWhole(o *owned, to uint64) {
+	r := s.cfg.Replication
+	if r.SendCatchUp == nil {
+		return
+	}
+	b := binary.LittleEndian.AppendUint64([]byte{catchUpAsk}, r.Node)
+	r.SendCatchUp(to, o.p.Namespace(), o.p.Epoch(), b)
+}
+
+// answerWhole answers a leader's catchUpAsk: a replica with no catch-up
+// under way holds everything its raft state says it does; it syncs the
+// partition log first, so that what it reports survives a power loss —
+// the old replica, once removed, can no longer be fetched from.
+func (s *Shard) answerWhole(o *owned, requester uint64) {
+	r := s.cfg.Replication
+	if r.SendCatchUp == nil || requester == r.Node || o.catchup != nil || o.failed != nil {
+		return
+	}
+	if err := o.p.Sync(); err != nil {
+		s.fence(o, err)
+		s.log.Error("fsync of a caught-up replica failed; partition fenced", "ns", o.p.Namespace(), "error", err)
+		return
+	}
+	b := binary.LittleEndian.AppendUint64([]byte{catchUpWhole}, r.Node)
+	b = binary.LittleEndian.AppendUint64(b, o.p.NextOffset())
+	r.SendCatchUp(requester, o.p.Namespace(), o.p.Epoch(), b)
 }
 
 // serveFetch replies with the messages [from, to) this replica holds, up

@@ -73,7 +73,10 @@ type owned struct {
 	// every moveTicks ticks; moveIdle counts the ticks in the driver's
 	// window since moveMark last changed or a configuration change
 	// applied; compactNow forces the next compaction (a member joined).
-	moving     bool
+	moving bool
+	// whole are the joined replicas that reported their partition log
+	// whole and synced (catchUpWhole), as this node, leading, heard it.
+	whole      map[uint64]bool
 	moveTicks  int
 	moveIdle   int
 	moveMark   moveMark

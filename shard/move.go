@@ -219,6 +219,26 @@ func (s *Shard) advanceMove(o *owned) bool {
 				return false // check again next tick
 			}
 		}
+		// A new replica's raft log may be caught up while its partition
+		// log is still being fetched, or not yet synced: until it says
+		// its log is whole and durable (catch-up), the old replica, which
+		// may be the only other copy, stays. This node, if it joined,
+		// must be whole too.
+		if info.Joins(r.Node) && o.catchup != nil {
+			return false
+		}
+		for _, m := range info.Replicas {
+			if m != r.Node && info.Joins(m) && !o.whole[m] {
+				s.askWhole(o, m)
+				return false
+			}
+		}
+		if info.Joins(r.Node) {
+			if err := o.p.Sync(); err != nil {
+				s.fence(o, err)
+				return true
+			}
+		}
 		if n == r.Node {
 			// This node is leaving: hand the group to a staying replica
 			// (the first live one, the preferred leader if it is).

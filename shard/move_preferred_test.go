@@ -113,7 +113,7 @@ func TestMoveReadAskedBeforeAVoterLeavesIsAnswered(t *testing.T) {
 			n.shard(l).handle(r.f)
 			reads = append(reads, r)
 			old := lead
-			n.drop = func(m queued) bool { return m.to == old && m.m.GetType() == raftpb.MsgHeartbeat }
+			n.drop = func(m queued) bool { return m.m != nil && m.to == old && m.m.GetType() == raftpb.MsgHeartbeat }
 		}
 		n.tickAll()
 		if info, _ := n.nodes[1].meta.Partition(ns); len(info.Leaving) == 0 && len(reads) > 0 {
@@ -198,4 +198,76 @@ func TestLeaderDeathSurvivorsAgreeOnTheCampaignerAcrossAMove(t *testing.T) {
 		n.tickAll()
 	}
 	t.Fatalf("no survivor of n%d leads %v 50 ticks after its death", a, ns)
+}
+
+// A new replica whose raft log caught up while its partition log is
+// still being fetched does not let the old replica go: the leader removes
+// the old one only once every new one said its partition log is whole
+// and synced (catchUpAsk / catchUpWhole), since the old replica may be
+// the last copy of what the new one lacks.
+func TestMoveKeepsTheOldReplicaUntilTheNewOneIsWhole(t *testing.T) {
+	n := newMoveNet(t)
+	n.apply(metadata.CreateStream{Name: "s"})
+	res := n.apply(metadata.CreateTopic{Stream: 0, Name: "t", Partitions: 1, Config: metadata.TopicConfig{Replicas: 3}})
+	ns := res.Created[0].NS
+	n.materialise(ns)
+	var lead uint64
+	for range 500 {
+		if lead = n.leader(ns); lead != 0 {
+			break
+		}
+		n.tickAll()
+	}
+	if lead == 0 {
+		t.Fatal("no leader")
+	}
+	for i := range 5 {
+		c := produce(ns, string(rune('a'+i)))
+		n.shard(lead).handle(c.f)
+		n.settle()
+		if r := c.answered(t); r.Err != nil {
+			t.Fatalf("produce: %v", r.Err)
+		}
+	}
+	info, _ := n.nodes[1].meta.Partition(ns)
+	var from uint64
+	for _, r := range info.Replicas {
+		if r != lead {
+			from = r
+			break
+		}
+	}
+	n.apply(metadata.DrainNode{Node: from})
+	info, _ = n.nodes[1].meta.Partition(ns)
+	joiner := info.Replicas[len(info.Replicas)-1]
+	// The joiner's partition fetches go unanswered: it takes the
+	// leader's snapshot (its raft log catches up) but never holds the
+	// messages.
+	n.drop = func(m queued) bool { return m.catchUp != nil && m.to == joiner && m.catchUp[0] == catchUpData }
+	n.materialise(ns)
+	caught := false
+	for range 400 {
+		n.tickAll()
+		g := n.shard(lead).replicated[ns].grp
+		caught = caught || g.Caught(joiner)
+		if !slices.Contains(g.Voters(), from) {
+			t.Fatalf("old replica n%d removed while the new one n%d had %d of 5 messages", from, joiner, n.parts[replicaKey{joiner, ns}].NextOffset())
+		}
+	}
+	if !caught {
+		t.Fatal("the joiner's raft log never caught up: the test proves nothing")
+	}
+	n.drop = nil
+	for range 2000 {
+		n.tickAll()
+		if info, _ := n.nodes[1].meta.Partition(ns); len(info.Leaving) == 0 {
+			break
+		}
+	}
+	if info, _ := n.nodes[1].meta.Partition(ns); len(info.Leaving) != 0 {
+		t.Fatalf("the move never settled once the joiner could fetch: %+v", info)
+	}
+	if got := n.parts[replicaKey{joiner, ns}].NextOffset(); got != 5 {
+		t.Fatalf("the joiner holds %d messages, want 5", got)
+	}
 }

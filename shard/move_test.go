@@ -84,7 +84,7 @@ func (n *moveNet) settle() {
 			return
 		}
 		for _, m := range q {
-			if n.cut[m.to] || n.cutGroup[replicaKey{m.to, m.ns}] || (n.drop != nil && m.m != nil && n.drop(m)) {
+			if n.cut[m.to] || n.cutGroup[replicaKey{m.to, m.ns}] || (n.drop != nil && n.drop(m)) {
 				continue
 			}
 			req := &Request{Op: OpRaft, NS: m.ns, Epoch: m.epoch, Raft: m.m}

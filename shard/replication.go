@@ -167,8 +167,12 @@ func (s *Shard) replicate(o *owned) error {
 	}
 	s.refreshPeers(o)
 	// Many new groups at once campaign a bounded number at a time
-	// (converge.go); a joining member never campaigns.
-	elect := !joins && preferredLeader(ns, o.peers, o.placed) == r.Node
+	// (converge.go); a joining member never campaigns before it holds
+	// the leader's snapshot (it has no voters until then). One restarted
+	// after taking it is a member like any other: the metadata keeps it
+	// in Joined for as long as it holds the replica, and it may be the
+	// preferred leader, or the only replica left.
+	elect := len(g.Voters()) > 0 && preferredLeader(ns, o.peers, o.placed) == r.Node
 	campaigned := elect && s.electionRoom()
 	if campaigned {
 		if err := g.Campaign(); err != nil {
