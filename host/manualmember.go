@@ -22,6 +22,15 @@ import (
 // means that no leader is known or that the member is down: propose
 // again after a pause.
 func (e *Engine) ProposeAddNode(key MetadataKey, node uint64) error {
+	if err := e.manualMembership(node); err != nil {
+		return err
+	}
+	return e.proposeVoters(key, true, node, metadata.AddNode{Node: node})
+}
+
+// manualMembership checks what both manual membership proposals need: a
+// manual clustered engine, and a node id.
+func (e *Engine) manualMembership(node uint64) error {
 	switch {
 	case e.cl == nil:
 		return errNotClustered
@@ -30,12 +39,18 @@ func (e *Engine) ProposeAddNode(key MetadataKey, node uint64) error {
 	case node == 0:
 		return fmt.Errorf("%w: node id 0", metadata.ErrInvalidNode)
 	}
-	data, err := encodeMetaCommand(key, metadata.AddNode{Node: node})
+	return nil
+}
+
+// proposeVoters proposes the metadata group's membership change of node
+// carrying cmd under key, and handles what the proposal made ready.
+func (e *Engine) proposeVoters(key MetadataKey, add bool, node uint64, cmd metadata.Command) error {
+	data, err := encodeMetaCommand(key, cmd)
 	if err != nil {
 		return err
 	}
 	m := e.cl.meta
-	if err := m.proposeConfChange(true, node, data); err != nil {
+	if err := m.proposeConfChange(add, node, data); err != nil {
 		return err
 	}
 	return m.process()
@@ -57,14 +72,10 @@ func (e *Engine) ProposeAddNode(key MetadataKey, node uint64) error {
 // under the same key after ForwardTimeout, and after a pause on an error
 // wrapping shard.ErrRetry.
 func (e *Engine) ProposeRemoveNode(key MetadataKey, node uint64) error {
-	switch {
-	case e.cl == nil:
-		return errNotClustered
-	case !e.cfg.Manual:
-		return errNotManual
-	case node == 0:
-		return fmt.Errorf("%w: node id 0", metadata.ErrInvalidNode)
-	case node == uint64(e.cl.cfg.ID):
+	if err := e.manualMembership(node); err != nil {
+		return err
+	}
+	if node == uint64(e.cl.cfg.ID) {
 		return fmt.Errorf("%w: node %d cannot remove itself: remove it through another member", metadata.ErrInvalidNode, node)
 	}
 	if !slices.Contains(e.meta.Draining(), node) {
@@ -73,15 +84,7 @@ func (e *Engine) ProposeRemoveNode(key MetadataKey, node uint64) error {
 	if _, held := e.meta.Moving(node); held > 0 {
 		return fmt.Errorf("%w: node %d still holds replicas of %d partitions", metadata.ErrNodeBusy, node, held)
 	}
-	data, err := encodeMetaCommand(key, metadata.RemoveNode{Node: node})
-	if err != nil {
-		return err
-	}
-	m := e.cl.meta
-	if err := m.proposeConfChange(false, node, data); err != nil {
-		return err
-	}
-	return m.process()
+	return e.proposeVoters(key, false, node, metadata.RemoveNode{Node: node})
 }
 
 // errNotManual refuses a manual engine's step method on a started engine,

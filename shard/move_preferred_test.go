@@ -82,26 +82,9 @@ func TestMoveMakesAHeldGroupsNewPreferredLeaderCampaign(t *testing.T) {
 // removal, are not).
 func TestMoveReadAskedBeforeAVoterLeavesIsAnswered(t *testing.T) {
 	n := newMoveNet(t)
-	n.apply(metadata.CreateStream{Name: "s"})
-	res := n.apply(metadata.CreateTopic{Stream: 0, Name: "t", Partitions: 1, Config: metadata.TopicConfig{Replicas: 1}})
-	ns := res.Created[0].NS
-	n.materialise(ns)
-	var lead uint64
-	for range 500 {
-		if lead = n.leader(ns); lead != 0 {
-			break
-		}
-		n.tickAll()
-	}
-	if lead == 0 {
-		t.Fatal("no leader")
-	}
-	c := produce(ns, "a")
-	n.shard(lead).handle(c.f)
-	n.settle()
-	if r := c.answered(t); r.Err != nil {
-		t.Fatalf("produce: %v", r.Err)
-	}
+	info, lead := n.ledPartition(1)
+	ns := info.NS
+	n.produceAcked(lead, ns, 1)
 	n.apply(metadata.DrainNode{Node: lead})
 	n.materialise(ns)
 	var reads []call
@@ -207,29 +190,9 @@ func TestLeaderDeathSurvivorsAgreeOnTheCampaignerAcrossAMove(t *testing.T) {
 // the last copy of what the new one lacks.
 func TestMoveKeepsTheOldReplicaUntilTheNewOneIsWhole(t *testing.T) {
 	n := newMoveNet(t)
-	n.apply(metadata.CreateStream{Name: "s"})
-	res := n.apply(metadata.CreateTopic{Stream: 0, Name: "t", Partitions: 1, Config: metadata.TopicConfig{Replicas: 3}})
-	ns := res.Created[0].NS
-	n.materialise(ns)
-	var lead uint64
-	for range 500 {
-		if lead = n.leader(ns); lead != 0 {
-			break
-		}
-		n.tickAll()
-	}
-	if lead == 0 {
-		t.Fatal("no leader")
-	}
-	for i := range 5 {
-		c := produce(ns, string(rune('a'+i)))
-		n.shard(lead).handle(c.f)
-		n.settle()
-		if r := c.answered(t); r.Err != nil {
-			t.Fatalf("produce: %v", r.Err)
-		}
-	}
-	info, _ := n.nodes[1].meta.Partition(ns)
+	info, lead := n.ledPartition(3)
+	ns := info.NS
+	n.produceAcked(lead, ns, 5)
 	var from uint64
 	for _, r := range info.Replicas {
 		if r != lead {

@@ -115,6 +115,42 @@ func (n *moveNet) materialise(ns metadata.Namespace) {
 	n.settle()
 }
 
+// ledPartition creates a topic of one partition with the given
+// replication factor, materialises it, and waits for its leader.
+func (n *moveNet) ledPartition(replicas int) (metadata.PartitionInfo, uint64) {
+	n.t.Helper()
+	n.apply(metadata.CreateStream{Name: "s"})
+	res := n.apply(metadata.CreateTopic{Stream: 0, Name: "t", Partitions: 1, Config: metadata.TopicConfig{Replicas: replicas}})
+	info := res.Created[0]
+	n.materialise(info.NS)
+	for range 500 {
+		if lead := n.leader(info.NS); lead != 0 {
+			return info, lead
+		}
+		n.tickAll()
+	}
+	n.t.Fatal("no leader")
+	return info, 0
+}
+
+// produceAcked produces k one-letter messages through lead, each
+// acknowledged, and returns them.
+func (n *moveNet) produceAcked(lead uint64, ns metadata.Namespace, k int) []string {
+	n.t.Helper()
+	var out []string
+	for i := range k {
+		m := string(rune('a' + i))
+		c := produce(ns, m)
+		n.shard(lead).handle(c.f)
+		n.settle()
+		if r := c.answered(n.t); r.Err != nil {
+			n.t.Fatalf("produce: %v", r.Err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
 func (n *moveNet) leader(ns metadata.Namespace) uint64 {
 	for id := uint64(1); id <= 4; id++ {
 		if o := n.shard(id).replicated[ns]; o != nil && o.grp.IsLeader() {
@@ -130,34 +166,13 @@ func (n *moveNet) leader(ns metadata.Namespace) uint64 {
 // then settles; the new replica holds every acknowledged message.
 func TestMoveAddsThenRemovesThenSettles(t *testing.T) {
 	n := newMoveNet(t)
-	n.apply(metadata.CreateStream{Name: "s"})
-	res := n.apply(metadata.CreateTopic{Stream: 0, Name: "t", Partitions: 1, Config: metadata.TopicConfig{Replicas: 3}})
-	ns, epoch := res.Created[0].NS, res.Created[0].CreatedRevision
-	n.materialise(ns)
-	var lead uint64
-	for range 500 {
-		if lead = n.leader(ns); lead != 0 {
-			break
-		}
-		n.tickAll()
-	}
-	if lead == 0 {
-		t.Fatal("no leader")
-	}
-	var want []string
-	for i := range 5 {
-		c := produce(ns, string(rune('a'+i)))
-		n.shard(lead).handle(c.f)
-		n.settle()
-		if r := c.answered(t); r.Err != nil {
-			t.Fatalf("produce: %v", r.Err)
-		}
-		want = append(want, string(rune('a'+i)))
-	}
+	info, lead := n.ledPartition(3)
+	ns, epoch := info.NS, info.CreatedRevision
+	want := n.produceAcked(lead, ns, 5)
 
 	// Drain the leader's node: its replica moves to the fourth node.
 	n.apply(metadata.DrainNode{Node: lead})
-	info, _ := n.nodes[1].meta.Partition(ns)
+	info, _ = n.nodes[1].meta.Partition(ns)
 	joiner := info.Replicas[len(info.Replicas)-1]
 	if !info.Joins(joiner) || slices.Contains(info.Replicas, lead) || !slices.Equal(info.Leaving, []uint64{lead}) {
 		t.Fatalf("after DrainNode(%d): %+v", lead, info)

@@ -1,9 +1,7 @@
 package sim
 
 import (
-	"fmt"
 	"slices"
-	"time"
 
 	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
@@ -40,13 +38,7 @@ const maxJoins = 2
 type joining struct {
 	id  uint64
 	key host.MetadataKey
-	// via is the member the last proposal went through; proposed is set
-	// while that proposal may still apply (until the forward timeout).
-	via        *cnode
-	proposed   bool
-	proposedAt time.Time
-	retryAt    time.Time
-	pause      time.Duration
+	p   resend
 }
 
 // startJoin starts a new node with Cluster.Join and begins adding it.
@@ -66,34 +58,16 @@ func (c *csim) startJoin() {
 	c.nodes = append(c.nodes, n)
 	c.applyCuts()
 	c.nextSeq++
-	c.join = &joining{id: id, key: host.MetadataKey{Producer: metaProducer, Seq: c.nextSeq}}
+	c.join = &joining{id: id, key: host.MetadataKey{Producer: metaProducer, Seq: c.nextSeq},
+		p: resend{node: id, what: "join"}}
 	c.joinAct()
 }
 
-// joinAct moves the addition in progress along: it is done once the
-// member it was last proposed through has applied it (AddNode returns
-// then); a proposal not applied within the forward timeout is made
-// again, through a member running then, and a refused one after a pause
-// (doubling, clamped), as AddNode does.
+// joinAct moves the addition in progress along (resend): it is done
+// once a member has applied it (AddNode returns then).
 func (c *csim) joinAct() {
 	j := c.join
 	if j == nil || c.viol != nil {
-		return
-	}
-	now := c.clk.Now()
-	if j.proposed {
-		if v := c.cur(j.via); v.reachable() && slices.Contains(v.meta.Nodes(), j.id) {
-			c.joined(v)
-			return
-		}
-		if now.Before(j.proposedAt.Add(forwardTicks * c.cfg.TickInterval)) {
-			return
-		}
-		j.proposed = false
-		c.ops.JoinRetries++
-		c.event("n%d join not applied after %d ticks: propose again", j.id, forwardTicks)
-	}
-	if now.Before(j.retryAt) {
 		return
 	}
 	var members []*cnode
@@ -102,13 +76,12 @@ func (c *csim) joinAct() {
 			members = append(members, n)
 		}
 	}
-	if len(members) == 0 {
-		c.joinRetryLater(fmt.Errorf("no member running"))
+	done, v := c.resendStep(&j.p, func(v *cnode) bool { return slices.Contains(v.meta.Nodes(), j.id) }, members, &c.ops.JoinRetries)
+	if done != nil {
+		c.joined(done)
 		return
 	}
-	v := members[c.rng.IntN(len(members))]
-	if slices.Contains(v.meta.Nodes(), j.id) {
-		c.joined(v)
+	if v == nil {
 		return
 	}
 	var err error
@@ -119,18 +92,10 @@ func (c *csim) joinAct() {
 	}
 	if err != nil {
 		c.event("n%d join proposed through n%d: %v", j.id, v.id, err)
-		c.joinRetryLater(err)
+		c.resendLater(&j.p, err)
 		return
 	}
-	j.via, j.proposed, j.proposedAt, j.pause = v, true, now, 0
-	c.event("n%d join proposed through n%d", j.id, v.id)
-}
-
-func (c *csim) joinRetryLater(err error) {
-	j := c.join
-	j.pause = min(max(2*j.pause, retryMin), retryMax)
-	j.retryAt = c.clk.Now().Add(j.pause)
-	c.event("n%d join retry in %v: %v", j.id, j.pause, err)
+	c.proposedThrough(&j.p, v)
 }
 
 // joined ends the addition: member v has applied it.

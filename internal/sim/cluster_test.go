@@ -19,12 +19,16 @@ const defaultClusterSeeds = 100
 var (
 	flagKnown      = flag.Bool("sim.known", false, "fail, rather than skip, cluster seeds that hit a known engine bug")
 	flagMetaFaults = flag.Bool("sim.metafaults", true, "let cluster disk faults reach the metadata raft log (=false spares it)")
+	flagRemoveX    = flag.Float64("sim.removex", 1, "multiply the cluster seeds' node removal rate")
+	flagJoinX      = flag.Float64("sim.joinx", 1, "multiply the cluster seeds' node join rate")
 )
 
 // clusterConfig is the cluster configuration the flags select.
 func clusterConfig(seed uint64) sim.Config {
 	cfg := sim.DefaultClusterConfig(seed)
 	cfg.Faults.SpareMetadataLog = !*flagMetaFaults
+	cfg.Faults.Remove *= *flagRemoveX
+	cfg.Faults.Join *= *flagJoinX
 	return cfg
 }
 
@@ -56,7 +60,7 @@ func TestClusterSimulation(t *testing.T) {
 	var runs []outcome
 	list := seeds(t, defaultClusterSeeds)
 	_, replay := replaySeed(t)
-	defaultRange := isDefaultRange() && *flagMetaFaults
+	defaultRange := isDefaultRange() && *flagMetaFaults && *flagRemoveX == 1 && *flagJoinX == 1
 	if defaultRange {
 		runs = defaultClusterOutcomes()
 	} else {

@@ -56,19 +56,15 @@ type removing struct {
 	// The two commands' keys, each fixed for the whole removal so that a
 	// proposal made again is deduplicated.
 	drainKey, leaveKey host.MetadataKey
-	// via is the member the last proposal went through, answer the
-	// drain's outcome there; proposed is set while that proposal may
-	// still apply (until the forward timeout).
-	via    *cnode
+	// p is the proposal of the current step (the drain, then the
+	// removal); answer is the drain's outcome on the member it went
+	// through.
+	p      resend
 	answer <-chan host.MetadataResult
 	// drainRev is the metadata revision of a member that had applied the
 	// drain: one past it that names no id applied the removal (one that
 	// names none before it may just not have applied the addition).
-	drainRev   uint64
-	proposed   bool
-	proposedAt time.Time
-	retryAt    time.Time
-	pause      time.Duration
+	drainRev uint64
 }
 
 const (
@@ -88,7 +84,7 @@ func (c *csim) startRemove() {
 	drain := host.MetadataKey{Producer: metaProducer, Seq: c.nextSeq}
 	c.nextSeq++
 	leave := host.MetadataKey{Producer: metaProducer, Seq: c.nextSeq}
-	c.remove = &removing{id: n.id, drainKey: drain, leaveKey: leave}
+	c.remove = &removing{id: n.id, drainKey: drain, leaveKey: leave, p: resend{node: n.id, what: "drain"}}
 	c.event("n%d REMOVE starts (members %v, down %v)", n.id, c.memberIDs(), n.down)
 	c.removeAct()
 }
@@ -134,113 +130,72 @@ func (c *csim) removeAct() {
 // drained moves the removal on to waiting for the moves: v's metadata
 // held the drain at revision rev.
 func (c *csim) drained(r *removing, v *cnode, rev uint64) {
-	r.phase, r.proposed, r.pause, r.retryAt = removeWait, false, 0, time.Time{}
-	r.drainRev = rev
+	r.phase, r.p, r.drainRev = removeWait, resend{node: r.id, what: "removal"}, rev
 	c.event("n%d DRAINING (applied on n%d, revision %d)", r.id, v.id, rev)
 	c.removeAct()
 }
 
 func (c *csim) removeDrainAct(r *removing) {
-	now := c.clk.Now()
-	if r.proposed {
+	if r.p.proposed {
 		select {
 		case res := <-r.answer:
-			r.proposed = false
+			r.p.proposed = false
 			switch {
 			case res.Err == nil:
-				c.drained(r, r.via, res.Result.Revision)
+				c.drained(r, r.p.via, res.Result.Revision)
 			case errors.Is(res.Err, metadata.ErrNotEnoughNodes):
 				c.faults.RemovesRefused++
 				c.event("n%d REMOVE refused: %v", r.id, res.Err)
 				c.remove = nil
 			default:
-				c.removeRetryLater(res.Err)
+				c.resendLater(&r.p, res.Err)
 			}
 			return
 		default:
 		}
-		if v := c.cur(r.via); v.reachable() && slices.Contains(v.meta.Draining(), r.id) {
-			c.drained(r, v, v.meta.Revision())
-			return
-		}
-		if now.Before(r.proposedAt.Add(forwardTicks * c.cfg.TickInterval)) {
-			return
-		}
-		r.proposed = false
-		c.ops.RemoveRetries++
-		c.event("n%d drain not answered after %d ticks: propose again", r.id, forwardTicks)
 	}
-	if now.Before(r.retryAt) {
+	draining := func(v *cnode) bool { return slices.Contains(v.meta.Draining(), r.id) }
+	done, v := c.resendStep(&r.p, draining, c.removers(r.id), &c.ops.RemoveRetries)
+	if done != nil {
+		c.drained(r, done, done.meta.Revision())
 		return
 	}
-	vs := c.removers(r.id)
-	if len(vs) == 0 {
-		c.removeRetryLater(fmt.Errorf("no other member running"))
-		return
-	}
-	v := vs[c.rng.IntN(len(vs))]
-	if slices.Contains(v.meta.Draining(), r.id) {
-		c.drained(r, v, v.meta.Revision())
+	if v == nil {
 		return
 	}
 	ch, err := v.eng.ProposeMetadata(r.drainKey, metadata.DrainNode{Node: r.id})
 	if err != nil {
 		c.event("n%d drain proposed through n%d: %v", r.id, v.id, err)
-		c.removeRetryLater(err)
+		c.resendLater(&r.p, err)
 		return
 	}
-	r.via, r.answer, r.proposed, r.proposedAt, r.pause = v, ch, true, now, 0
-	c.event("n%d drain proposed through n%d", r.id, v.id)
+	r.answer = ch
+	c.proposedThrough(&r.p, v)
 }
 
 func (c *csim) removeLeaveAct(r *removing) {
-	now := c.clk.Now()
-	if r.proposed {
-		if v := c.cur(r.via); v.reachable() && c.appliedRemoval(r, v) {
-			c.removed(r, v)
-			return
-		}
-		if now.Before(r.proposedAt.Add(forwardTicks * c.cfg.TickInterval)) {
-			return
-		}
-		r.proposed = false
-		c.ops.RemoveRetries++
-		c.event("n%d removal not applied after %d ticks: propose again", r.id, forwardTicks)
-	}
-	if now.Before(r.retryAt) {
+	applied := func(v *cnode) bool { return c.appliedRemoval(r, v) }
+	done, v := c.resendStep(&r.p, applied, c.removers(r.id), &c.ops.RemoveRetries)
+	if done != nil {
+		c.removed(r, done)
 		return
 	}
-	vs := c.removers(r.id)
-	if len(vs) == 0 {
-		c.removeRetryLater(fmt.Errorf("no other member running"))
-		return
-	}
-	v := vs[c.rng.IntN(len(vs))]
-	if c.appliedRemoval(r, v) {
-		c.removed(r, v)
+	if v == nil {
 		return
 	}
 	// A member whose metadata lags behind the drain refuses the removal
 	// as busy (ErrNodeBusy) and proposes nothing: try again later.
 	if err := v.eng.ProposeRemoveNode(r.leaveKey, r.id); err != nil {
 		c.event("n%d removal proposed through n%d: %v", r.id, v.id, err)
-		c.removeRetryLater(err)
+		c.resendLater(&r.p, err)
 		return
 	}
-	r.via, r.proposed, r.proposedAt, r.pause = v, true, now, 0
-	c.event("n%d removal proposed through n%d", r.id, v.id)
+	c.proposedThrough(&r.p, v)
 }
 
 // appliedRemoval reports whether v's metadata holds the removal of r.id.
 func (c *csim) appliedRemoval(r *removing, v *cnode) bool {
 	return v.meta.Revision() > r.drainRev && !slices.Contains(v.meta.Nodes(), r.id)
-}
-
-func (c *csim) removeRetryLater(err error) {
-	r := c.remove
-	r.pause = min(max(2*r.pause, retryMin), retryMax)
-	r.retryAt = c.clk.Now().Add(r.pause)
-	c.event("n%d removal retry in %v: %v", r.id, r.pause, err)
 }
 
 // removed ends the removal: member v has applied it. The removed node is
