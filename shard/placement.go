@@ -1,8 +1,6 @@
 package shard
 
 import (
-	"slices"
-
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
 )
@@ -30,33 +28,6 @@ func (s *Shard) peersOf(info metadata.PartitionInfo) []uint64 {
 		return info.Members()
 	}
 	return s.cfg.Replication.Peers
-}
-
-// initialVoters are the voters a new member of ns's group starts from
-// when it has no raft log yet (a founding replica that builds late: every
-// founding member must start from the same configuration, the one the
-// partition was created with). A move records its newcomer in Joined
-// until it leaves again, so the founders still holding the partition are
-// its members less those; founders that left are missing, and the
-// leader's log or snapshot (which moves compact to) brings the
-// configuration changes that removed them — removing a voter already
-// absent changes nothing. peers is the answer for an unplaced group. A
-// joiner's Peers are not its voters at all: it takes them from the
-// leader's snapshot.
-func initialVoters(info metadata.PartitionInfo, peers []uint64) []uint64 {
-	if len(info.Replicas) == 0 || len(info.Joined) == 0 {
-		return peers
-	}
-	out := make([]uint64, 0, len(peers))
-	for _, n := range info.Members() {
-		if !slices.Contains(info.Joined, n) {
-			out = append(out, n)
-		}
-	}
-	if len(out) == 0 {
-		return peers // every founder left: a joiner's case, see above
-	}
-	return out
 }
 
 // preferredLeader is the member of ns's group that campaigns at once when

@@ -139,7 +139,7 @@ func (s *Shard) replicate(o *owned) error {
 	// and waits for the leader's snapshot (see move.go).
 	joins := o.placed && info.Joins(r.Node)
 	g, err := replica.New(replica.Config{
-		Group: uint64(ns), Node: r.Node, Peers: initialVoters(info, o.peers), Dynamic: o.placed, Join: joins,
+		Group: uint64(ns), Node: r.Node, Peers: o.peers, Dynamic: o.placed, Join: joins,
 		ElectionTicks: r.ElectionTicks, Logger: s.log, Disk: disk,
 		// A peer's snapshot that ApplySnapshot would refuse is an invalid
 		// message, not a failed group.

@@ -218,10 +218,15 @@ func (c *csim) applyCuts() {
 	c.net.Heal()
 	w := &c.netf
 	if w.partitioned {
+		// The minority against every other node: one that joined after
+		// the partition began is on the majority's side, as links (and
+		// so the acknowledgement check) count it.
 		for _, a := range w.sides[0] {
-			for _, b := range w.sides[1] {
-				c.net.Disconnect(transport.NodeID(a), transport.NodeID(b))
-				c.net.Disconnect(transport.NodeID(b), transport.NodeID(a))
+			for _, b := range c.nodes {
+				if !slices.Contains(w.sides[0], b.id) {
+					c.net.Disconnect(transport.NodeID(a), transport.NodeID(b.id))
+					c.net.Disconnect(transport.NodeID(b.id), transport.NodeID(a))
+				}
 			}
 		}
 	}
