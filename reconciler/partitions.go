@@ -77,7 +77,7 @@ type heldPartition struct {
 	epoch uint64
 	dur   shard.Durability
 	// members is the group membership the shard was last told of (see
-	// placed); nil after a reload from the shard.
+	// placed); nil until the first pass that saw the partition held.
 	members []uint64
 }
 
@@ -242,11 +242,27 @@ func (r *Partitions) reconcile(ctx context.Context, retained uint64) (Report, er
 	if err != nil {
 		return rep, err
 	}
-	// The shard's own account replaces what the reconciler remembers.
+	// The shard's own account replaces what the reconciler remembers,
+	// but for the membership it told the shard of (placed), kept for the
+	// incarnations the shard still holds: forgotten, a change of the
+	// replica set that moves nothing (a Rebalance reordering the
+	// preferred leader) and commits before this pass would never be told,
+	// and leadership would never follow it.
 	r.resync = false
+	told := make(map[metadata.Namespace]heldPartition)
+	r.held.Ascend(func(h heldPartition) bool {
+		if h.members != nil {
+			told[h.ns] = h
+		}
+		return true
+	})
 	r.held.Clear(false)
 	for ns, epoch := range st.Owned {
-		r.held.ReplaceOrInsert(heldPartition{ns: ns, epoch: epoch, dur: st.Durability[ns]})
+		h := heldPartition{ns: ns, epoch: epoch, dur: st.Durability[ns]}
+		if t, ok := told[ns]; ok && t.epoch == epoch {
+			h.members = t.members
+		}
+		r.held.ReplaceOrInsert(h)
 	}
 	now := r.cfg.Clock.Now()
 	want := make(map[metadata.Namespace]metadata.PartitionInfo, len(snap.Partitions))
@@ -428,10 +444,11 @@ func (r *Partitions) converge(ctx context.Context, parts []metadata.PartitionInf
 // placed tells the shard when the replica set of a partition it holds
 // moved (shard.Shard.UpdatePlacement: the group's leader changes the
 // group's membership to match), and records the membership told in h.
-// After a reload from the shard nothing is recorded, and only a partition
-// with a move in flight is told: the shard read its placement when it
-// built the group, and any move since leaves replicas in Leaving until
-// it settles.
+// A partition first seen held (just built, or held since before a
+// restart) has nothing recorded, and only one with a move in flight is
+// told: the shard read its placement when it built the group, and any
+// move since leaves replicas in Leaving until it settles. What was told
+// survives the full passes' reloads from the shard (Reconcile).
 func (r *Partitions) placed(ctx context.Context, h *heldPartition, info metadata.PartitionInfo) error {
 	m := info.Members()
 	if slices.Equal(h.members, m) {
