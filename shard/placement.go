@@ -1,6 +1,8 @@
 package shard
 
 import (
+	"slices"
+
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
 )
@@ -28,6 +30,31 @@ func (s *Shard) peersOf(info metadata.PartitionInfo) []uint64 {
 		return info.Members()
 	}
 	return s.cfg.Replication.Peers
+}
+
+// foundingVoters are the voters a founding replica of a partition that
+// replicas have moved into (info.Joined) starts from when it has no raft
+// log yet (it builds late: every founding member must start from the
+// configuration the partition was created with, which the metadata does
+// not keep). The founders still present are the members less the joined
+// replicas; while they are as many as the replication factor, no founder
+// has left and they are that configuration exactly. Once one has left
+// they are fewer — a minority of the group's voters, or this replica
+// alone, which would elect itself and take writes beside the real group
+// — so the replica starts as a joiner instead (join: no voters, waiting
+// for the leader's snapshot), as a replica a move added does. A joiner
+// only takes the group's configuration from the leader, and a group one
+// of whose founders left has a leader: it drove that move.
+func foundingVoters(info metadata.PartitionInfo) (voters []uint64, join bool) {
+	for _, n := range info.Members() {
+		if !slices.Contains(info.Joined, n) {
+			voters = append(voters, n)
+		}
+	}
+	if len(voters) != len(info.Replicas) {
+		return info.Members(), true
+	}
+	return voters, false
 }
 
 // preferredLeader is the member of ns's group that campaigns at once when

@@ -138,8 +138,12 @@ func (s *Shard) replicate(o *owned) error {
 	// replica a move added after the partition was created joins empty
 	// and waits for the leader's snapshot (see move.go).
 	joins := o.placed && info.Joins(r.Node)
+	voters := o.peers
+	if o.placed && !joins && len(info.Joined) > 0 {
+		voters, joins = foundingVoters(info)
+	}
 	g, err := replica.New(replica.Config{
-		Group: uint64(ns), Node: r.Node, Peers: o.peers, Dynamic: o.placed, Join: joins,
+		Group: uint64(ns), Node: r.Node, Peers: voters, Dynamic: o.placed, Join: joins,
 		ElectionTicks: r.ElectionTicks, Logger: s.log, Disk: disk,
 		// A peer's snapshot that ApplySnapshot would refuse is an invalid
 		// message, not a failed group.
