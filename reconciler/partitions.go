@@ -81,6 +81,11 @@ type heldPartition struct {
 	members []uint64
 }
 
+// newHeld is an empty set of held partitions, in namespace order.
+func newHeld() *btree.BTreeG[heldPartition] {
+	return btree.NewG(16, func(a, b heldPartition) bool { return a.ns < b.ns })
+}
+
 type backoff struct {
 	delay time.Duration
 	next  time.Time
@@ -185,7 +190,7 @@ func New(cfg Config, table *router.Table) (*Partitions, error) {
 		table:    table,
 		backoffs: make(map[backoffKey]backoff),
 		prebuilt: make(map[metadata.Namespace]prebuilt),
-		held:     btree.NewG(16, func(a, b heldPartition) bool { return a.ns < b.ns }),
+		held:     newHeld(),
 	}, nil
 }
 
@@ -249,17 +254,11 @@ func (r *Partitions) reconcile(ctx context.Context, retained uint64) (Report, er
 	// preferred leader) and commits before this pass would never be told,
 	// and leadership would never follow it.
 	r.resync = false
-	told := make(map[metadata.Namespace]heldPartition)
-	r.held.Ascend(func(h heldPartition) bool {
-		if h.members != nil {
-			told[h.ns] = h
-		}
-		return true
-	})
-	r.held.Clear(false)
+	prev := r.held
+	r.held = newHeld()
 	for ns, epoch := range st.Owned {
 		h := heldPartition{ns: ns, epoch: epoch, dur: st.Durability[ns]}
-		if t, ok := told[ns]; ok && t.epoch == epoch {
+		if t, ok := prev.Get(h); ok && t.epoch == epoch {
 			h.members = t.members
 		}
 		r.held.ReplaceOrInsert(h)

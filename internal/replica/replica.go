@@ -363,16 +363,6 @@ func (g *Group) start(storage raft.Storage) error {
 	return nil
 }
 
-// committedConfChange reports whether ents hold a configuration change.
-func committedConfChange(ents []*raftpb.Entry) bool {
-	for _, e := range ents {
-		if t := e.GetType(); t == raftpb.EntryConfChange || t == raftpb.EntryConfChangeV2 {
-			return true
-		}
-	}
-	return false
-}
-
 // confAfter is the configuration after entry e on top of cs, or nil when
 // e changes nothing. Only adding and removing voters is ever proposed.
 func confAfter(cs *raftpb.ConfState, e *raftpb.Entry) *raftpb.ConfState {
@@ -772,19 +762,6 @@ func (g *Group) handle(h Handler, rd raft.Ready) error {
 		if err := g.disk.Save(snap, rd.Entries, rd.HardState); err != nil {
 			return err
 		}
-		// A commit index is normally not synced (a lost one is learned
-		// again from the leader), but one that commits a change of the
-		// voters is, whatever the Disk's policy, before the change is
-		// applied: once it removed the other voters, none is left to
-		// teach a member that restarts after a power loss that the change
-		// committed, and it would count the removed voters for ever (a
-		// one-replica partition moved to a new node: that node, restarted,
-		// waited for the old node's vote).
-		if committedConfChange(rd.CommittedEntries) {
-			if err := g.disk.Sync(); err != nil {
-				return err
-			}
-		}
 	}
 	if hasSnap {
 		if err := g.storage.ApplySnapshot(rd.Snapshot); err != nil {
@@ -808,6 +785,20 @@ func (g *Group) handle(h Handler, rd raft.Ready) error {
 		g.send(h, rd.Messages)
 	}
 	for _, e := range rd.CommittedEntries {
+		if t := e.GetType(); (t == raftpb.EntryConfChange || t == raftpb.EntryConfChangeV2) && g.disk != nil {
+			// A commit index is normally not synced (a lost one is
+			// learned again from the leader), but one that commits a
+			// change of the voters is, whatever the Disk's policy, before
+			// the change is applied: once it removed the other voters,
+			// none is left to teach a member that restarts after a power
+			// loss that the change committed, and it would count the
+			// removed voters for ever (a one-replica partition moved to a
+			// new node: that node, restarted, waited for the old node's
+			// vote).
+			if err := g.disk.Sync(); err != nil {
+				return err
+			}
+		}
 		switch e.GetType() {
 		case raftpb.EntryConfChange:
 			var cc raftpb.ConfChange
