@@ -24,6 +24,7 @@ targets='
 ./partition FuzzDecodeJournal
 ./partition FuzzSegment
 ./shard FuzzDecodeState
+./shard FuzzDecodeCatchUp
 ./transport FuzzReadFrame
 ./host FuzzDecodeRequest
 ./host FuzzDecodeResponse

@@ -43,8 +43,8 @@ const (
 	// A leader moving replicas asks each joined replica whether its
 	// partition log is whole (catchUpAsk, requester u64); one that has no
 	// catch-up under way syncs its log and says so (catchUpWhole, node
-	// u64, next u64). See move.go: an old replica is removed only once
-	// every new one has said so.
+	// u64). See move.go: an old replica is removed only once every new
+	// one has said so.
 	catchUpAsk   byte = 3
 	catchUpWhole byte = 4
 	// catchUpChunk bounds the messages of one data reply.
@@ -91,11 +91,7 @@ func (s *Shard) sendFetch(o *owned, rotate bool) {
 		}
 		to = peers[c.peer]
 	}
-	b := make([]byte, 0, 25)
-	b = append(b, catchUpFetch)
-	b = binary.LittleEndian.AppendUint64(b, r.Node)
-	b = binary.LittleEndian.AppendUint64(b, o.p.NextOffset())
-	b = binary.LittleEndian.AppendUint64(b, c.target)
+	b := catchUpMsg{kind: catchUpFetch, node: r.Node, from: o.p.NextOffset(), to: c.target}.append(nil)
 	r.SendCatchUp(to, o.p.Namespace(), o.p.Epoch(), b)
 }
 
@@ -108,48 +104,97 @@ func (s *Shard) tickCatchUp(o *owned) {
 	}
 }
 
-// catchUpFrame serves a fetch from this replica's log, or appends the
-// data a peer sent.
+// catchUpFrame serves a fetch from this replica's log, appends the
+// data a peer sent, or answers or records a leader's question whether
+// the log is whole.
 func (s *Shard) catchUpFrame(o *owned, f Frame) {
-	b := f.Req.Payload
-	if len(b) < 1 {
+	m, ok := decodeCatchUp(f.Req.Payload)
+	if !ok {
 		return
 	}
-	switch b[0] {
+	switch m.kind {
 	case catchUpFetch:
-		if len(b) != 25 || o.failed != nil {
-			return
+		if o.failed == nil {
+			s.serveFetch(o, m.node, m.from, m.to)
 		}
-		requester := binary.LittleEndian.Uint64(b[1:])
-		from := binary.LittleEndian.Uint64(b[9:])
-		to := binary.LittleEndian.Uint64(b[17:])
-		s.serveFetch(o, requester, from, to)
 	case catchUpData:
-		if len(b) < 17 {
-			return
-		}
-		from := binary.LittleEndian.Uint64(b[1:])
-		start := binary.LittleEndian.Uint64(b[9:])
-		msgs, err := partition.DecodeBatch(b[17:])
+		msgs, err := partition.DecodeBatch(m.batch)
 		if err != nil {
 			s.log.Warn("catch-up data does not decode", "ns", o.p.Namespace(), "error", err)
 			return
 		}
-		s.caughtUp(o, from, start, msgs)
+		s.caughtUp(o, m.from, m.start, msgs)
 	case catchUpAsk:
-		if len(b) != 9 {
-			return
-		}
-		s.answerWhole(o, binary.LittleEndian.Uint64(b[1:]))
+		s.answerWhole(o, m.node)
 	case catchUpWhole:
-		if len(b) != 17 {
-			return
-		}
 		if o.whole == nil {
 			o.whole = make(map[uint64]bool)
 		}
-		o.whole[binary.LittleEndian.Uint64(b[1:])] = true
+		o.whole[m.node] = true
 	}
+}
+
+// catchUpMsg is a catch-up frame: its kind and the fields the kind has
+// (see the wire format above).
+type catchUpMsg struct {
+	kind byte
+	// node is the requester of a fetch or an ask, the replica of a
+	// whole.
+	node uint64
+	// from and to bound a fetch; from and start head a data reply,
+	// whose messages are batch (partition.EncodeBatch).
+	from, to, start uint64
+	batch           []byte
+}
+
+// append appends m's encoding to b.
+func (m catchUpMsg) append(b []byte) []byte {
+	b = append(b, m.kind)
+	switch m.kind {
+	case catchUpFetch:
+		b = binary.LittleEndian.AppendUint64(b, m.node)
+		b = binary.LittleEndian.AppendUint64(b, m.from)
+		b = binary.LittleEndian.AppendUint64(b, m.to)
+	case catchUpData:
+		b = binary.LittleEndian.AppendUint64(b, m.from)
+		b = binary.LittleEndian.AppendUint64(b, m.start)
+		b = append(b, m.batch...)
+	case catchUpAsk, catchUpWhole:
+		b = binary.LittleEndian.AppendUint64(b, m.node)
+	}
+	return b
+}
+
+// decodeCatchUp decodes a catch-up frame a peer sent: hostile bytes,
+// each kind of an exact length (a data reply's batch is decoded, against
+// its own budget, by partition.DecodeBatch). ok is false for anything
+// else.
+func decodeCatchUp(b []byte) (m catchUpMsg, ok bool) {
+	if len(b) < 1 {
+		return m, false
+	}
+	m.kind = b[0]
+	u := func(i int) uint64 { return binary.LittleEndian.Uint64(b[1+8*i:]) }
+	switch m.kind {
+	case catchUpFetch:
+		if len(b) != 25 {
+			return m, false
+		}
+		m.node, m.from, m.to = u(0), u(1), u(2)
+	case catchUpData:
+		if len(b) < 17 {
+			return m, false
+		}
+		m.from, m.start, m.batch = u(0), u(1), b[17:]
+	case catchUpAsk, catchUpWhole:
+		if len(b) != 9 {
+			return m, false
+		}
+		m.node = u(0)
+	default:
+		return m, false
+	}
+	return m, true
 }
 
 // askWhole asks replica to, a new one, whether its log is whole.
@@ -158,8 +203,7 @@ func (s *Shard) askWhole(o *owned, to uint64) {
 	if r.SendCatchUp == nil {
 		return
 	}
-	b := binary.LittleEndian.AppendUint64([]byte{catchUpAsk}, r.Node)
-	r.SendCatchUp(to, o.p.Namespace(), o.p.Epoch(), b)
+	r.SendCatchUp(to, o.p.Namespace(), o.p.Epoch(), catchUpMsg{kind: catchUpAsk, node: r.Node}.append(nil))
 }
 
 // answerWhole answers a leader's catchUpAsk: a replica with no catch-up
@@ -176,9 +220,7 @@ func (s *Shard) answerWhole(o *owned, requester uint64) {
 		s.log.Error("fsync of a caught-up replica failed; partition fenced", "ns", o.p.Namespace(), "error", err)
 		return
 	}
-	b := binary.LittleEndian.AppendUint64([]byte{catchUpWhole}, r.Node)
-	b = binary.LittleEndian.AppendUint64(b, o.p.NextOffset())
-	r.SendCatchUp(requester, o.p.Namespace(), o.p.Epoch(), b)
+	r.SendCatchUp(requester, o.p.Namespace(), o.p.Epoch(), catchUpMsg{kind: catchUpWhole, node: r.Node}.append(nil))
 }
 
 // serveFetch replies with the messages [from, to) this replica holds, up
@@ -197,10 +239,7 @@ func (s *Shard) serveFetch(o *owned, requester, from, to uint64) {
 			return
 		}
 	}
-	b := make([]byte, 0, 17+64*len(msgs))
-	b = append(b, catchUpData)
-	b = binary.LittleEndian.AppendUint64(b, from)
-	b = binary.LittleEndian.AppendUint64(b, start)
+	b := catchUpMsg{kind: catchUpData, from: from, start: start}.append(make([]byte, 0, 17+64*len(msgs)))
 	b, err := partition.EncodeBatch(b, msgs)
 	if err != nil {
 		return
