@@ -123,15 +123,16 @@ func (st *cstore) Remove(ns metadata.Namespace) error {
 		c.event("n%d remove ns=%v err=%v", n.id, ns, err)
 		return err
 	}
+	// member: this node's metadata commits the incarnation rev and names
+	// the node one of its group's members.
 	info, committed := n.meta.Partition(ns)
-	rev := info.CreatedRevision
-	committed = committed && info.Holds(n.id)
+	rev, member := info.CreatedRevision, committed && info.Holds(n.id)
 	for _, k := range slices.SortedFunc(maps.Keys(c.oracle), incKey.compare) {
 		if k.ns != ns {
 			continue
 		}
 		rl := c.oracle[k]
-		if committed && k.epoch == rev && rl.lens[n.id] > 0 {
+		if member && k.epoch == rev && rl.lens[n.id] > 0 {
 			c.fail(3, "n%d removed the committed incarnation %v with %d messages, whose replicas %v (leaving %v) it is one of",
 				n.id, k, rl.lens[n.id], info.Replicas, info.Leaving)
 		}
