@@ -102,6 +102,11 @@ var (
 	// It is not retried in place (it does not match ErrRetry): back off,
 	// poll without waiting, or raise the bound.
 	ErrTooManyWaiters = shard.ErrTooManyWaiters
+	// ErrDataDirLocked reports an Open of a DataDir another node holds
+	// (another process, or another Node in this one): a *LockedError
+	// names the directory and the holder's pid. The lock ends with the
+	// holder's Close or its process.
+	ErrDataDirLocked = host.ErrDataDirLocked
 	// ErrTLSRequired reports a TCP bus started with neither TLS nor
 	// InsecurePlaintext.
 	ErrTLSRequired = transport.ErrTLSRequired
@@ -139,6 +144,10 @@ var (
 	// with fewer nodes than its replication factor.
 	ErrNotEnoughNodes = metadata.ErrNotEnoughNodes
 )
+
+// LockedError reports a DataDir locked by another holder: Dir, and PID the
+// process holding it (0 if unknown). It matches ErrDataDirLocked.
+type LockedError = host.LockedError
 
 // publicError makes an answer from the layers below match a root
 // sentinel: what a caller gets is always documented here.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -54,6 +55,7 @@ type Engine struct {
 	cfg     Config
 	meta    *metadata.Store
 	durable *metadata.Durable // single node with a DataDir
+	lock    io.Closer         // the DataDir's lock (datadir.go)
 	store   partition.Store
 	fstore  *partition.FileStore // the store under any WrapStore, nil in memory
 	table   *router.Table
@@ -216,6 +218,12 @@ func (e *Engine) openMetadata() error {
 		if err := cfg.FS.MkdirAll(cfg.DataDir, 0o755); err != nil {
 			return fmt.Errorf("parkway: data dir: %w", err)
 		}
+		// Every entry point opens the data directory here, first.
+		lock, err := lockDataDir(cfg.FS, cfg.DataDir)
+		if err != nil {
+			return err
+		}
+		e.lock = lock
 	}
 	var err error
 	switch {
@@ -362,6 +370,10 @@ func (e *Engine) release() error {
 	}
 	if e.durable != nil {
 		err = errors.Join(err, e.durable.Close())
+	}
+	// Last: nothing may touch the directory once another node can hold it.
+	if e.lock != nil {
+		err = errors.Join(err, e.lock.Close())
 	}
 	return err
 }

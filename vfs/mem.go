@@ -39,9 +39,15 @@ import (
 // friends work as with package os.
 //
 // Preallocate succeeds without effect: there is no disk to reserve.
+//
+// Lock keeps a lock table per MemFS: a second Lock of a locked file fails
+// until the first is closed, or until ReleaseLocks (a process crash) or
+// Crash (a power loss, whose new MemFS holds no locks) ends every lock.
 type MemFS struct {
 	mu   sync.Mutex
 	root *memNode
+	// locks are the files locked with Lock, by inode as flock's are.
+	locks map[*memNode]*memLock
 }
 
 // memNode is a file or a directory (an inode).
@@ -108,6 +114,55 @@ func (m *MemFS) Crash() *MemFS {
 		return c
 	}
 	return &MemFS{root: clone(m.root)}
+}
+
+// Lock implements FS with m's lock table.
+func (m *MemFS) Lock(name string) (io.Closer, error) {
+	f, err := m.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	n := f.(*memFile).n
+	_ = f.Close()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n.dir {
+		return nil, pathErr("lock", name, syscall.EISDIR)
+	}
+	if _, held := m.locks[n]; held {
+		return nil, pathErr("lock", name, ErrLocked)
+	}
+	if m.locks == nil {
+		m.locks = map[*memNode]*memLock{}
+	}
+	l := &memLock{fs: m, n: n}
+	m.locks[n] = l
+	return l, nil
+}
+
+// ReleaseLocks ends every lock held on m, as the death of the processes
+// holding them would: a simulated process crash calls it before the node
+// reopens on the same disk. Closing a lock it ended does nothing, even
+// after someone else took the file's lock again.
+func (m *MemFS) ReleaseLocks() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	clear(m.locks)
+}
+
+// memLock is a lock held in a MemFS's table.
+type memLock struct {
+	fs *MemFS
+	n  *memNode
+}
+
+func (l *memLock) Close() error {
+	l.fs.mu.Lock()
+	defer l.fs.mu.Unlock()
+	if l.fs.locks[l.n] == l {
+		delete(l.fs.locks, l.n)
+	}
+	return nil
 }
 
 // split cleans name into its components below the root.

@@ -63,7 +63,19 @@ type FS interface {
 	// SyncDir makes a directory's entries durable: files created, renamed
 	// into or removed from it survive a crash only after SyncDir.
 	SyncDir(dir string) error
+	// Lock creates the named file if it is missing and takes an exclusive
+	// lock on it, held until the returned Closer is closed or the process
+	// holding it dies, whichever comes first. A lock held elsewhere fails
+	// at once (it never waits) with an error matching ErrLocked. Closing
+	// the Closer again does nothing. The file is never removed: removing a
+	// lock file would let a second locker lock a new file while the first
+	// still holds the old one.
+	Lock(name string) (io.Closer, error)
 }
+
+// ErrLocked reports an FS.Lock of a file locked by another holder: another
+// process, or another Lock in this one.
+var ErrLocked = errors.New("vfs: file is locked")
 
 // DataSyncer is implemented by files that can make their data durable
 // without the metadata a read does not need (fdatasync): cheaper than

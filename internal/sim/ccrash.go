@@ -85,6 +85,9 @@ func (c *csim) crashFor(n *cnode, lo, hi time.Duration) {
 		// What the shutdown writes and syncs goes to the disk the power
 		// loss discarded.
 		_ = n.eng.Close()
+	} else {
+		// The dead process's lock on the data directory dies with it.
+		n.mem.ReleaseLocks()
 	}
 	// A crashed process is not closed: its open files, shards and raft
 	// logs are simply abandoned.

@@ -270,6 +270,9 @@ func (s *sim) crash() {
 	if power {
 		s.mem = s.mem.Crash()
 		old.close() // writes to the lost disk: irrelevant
+	} else {
+		// The dead process's lock on the data directory dies with it.
+		s.mem.ReleaseLocks()
 	}
 	// A crashed process is not closed: it neither flushes nor syncs
 	// anything; its open files and its shards are simply abandoned.

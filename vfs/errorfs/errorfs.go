@@ -10,6 +10,7 @@ package errorfs
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -309,6 +310,10 @@ func (e *errorFS) SyncDir(dir string) error {
 	}
 	return e.inner.SyncDir(dir)
 }
+
+// Lock is the inner FS's lock, never failed: the injectors model a
+// disk's faults, and a lock is the kernel's.
+func (e *errorFS) Lock(name string) (io.Closer, error) { return e.inner.Lock(name) }
 
 type errorFile struct {
 	fs *errorFS

@@ -1,0 +1,162 @@
+package parkway_test
+
+import (
+	"bufio"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"testing/synctest"
+
+	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/vfs"
+)
+
+// TestBehaviour27DataDirLock: a second Open of a DataDir that a Node holds
+// fails at once with a *LockedError (ErrDataDirLocked) naming the
+// directory and this process as the holder, on the operating system's
+// filesystem and on a MemFS; after Close (twice: idempotent) the
+// directory opens again with what the first Node wrote.
+func TestBehaviour27DataDirLock(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		fs   vfs.FS
+		dir  func(t *testing.T) string
+	}{
+		{"os", nil, func(t *testing.T) string { return t.TempDir() }},
+		{"mem", vfs.NewMem(), func(*testing.T) string { return "/data" }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				cfg := parkway.Config{DataDir: c.dir(t), FS: c.fs, Shards: 1}
+				first, err := parkway.Open(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				mustStream(t, first, "first")
+				second, err := parkway.Open(cfg)
+				if err == nil {
+					_ = second.Close()
+					t.Fatal("a second Open of a held DataDir succeeded")
+				}
+				var locked *parkway.LockedError
+				if !errors.Is(err, parkway.ErrDataDirLocked) || !errors.As(err, &locked) {
+					t.Fatalf("second Open: %v, want a *LockedError matching ErrDataDirLocked", err)
+				}
+				if locked.Dir != cfg.DataDir || locked.PID != os.Getpid() {
+					t.Errorf("LockedError names %q held by pid %d, want %q and pid %d", locked.Dir, locked.PID, cfg.DataDir, os.Getpid())
+				}
+				if m := missingWords(err, cfg.DataDir); m != nil {
+					t.Errorf("error %q does not name the directory", err)
+				}
+				synctest.Wait()
+				if err := first.Close(); err != nil {
+					t.Fatal(err)
+				}
+				if err := first.Close(); err != nil {
+					t.Fatalf("second Close: %v", err)
+				}
+				again := open(t, cfg)
+				if _, err := again.Stream(ctxFor(t), "first"); err != nil {
+					t.Fatalf("the reopened directory lost the first node's stream: %v", err)
+				}
+			})
+		})
+	}
+}
+
+// lockChildDir is the environment variable that makes the test binary a
+// child holding a DataDir (TestBehaviour27DataDirLockChild).
+const lockChildDir = "PARKWAY_TEST_LOCK_CHILD_DIR"
+
+// TestBehaviour27DataDirLockAcrossProcesses: a child process (this test
+// binary, re-executed) opens a DataDir and keeps it; the parent's Open is
+// refused at once, naming the child's pid. After kill -9 of the child —
+// no Close, no cleanup — the kernel has dropped its lock and the parent
+// opens the directory, with the stream the child created.
+func TestBehaviour27DataDirLockAcrossProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a process")
+	}
+	dir := t.TempDir()
+	child := exec.Command(os.Args[0], "-test.run=^TestBehaviour27DataDirLockChild$", "-test.count=1", "-test.timeout=2m")
+	child.Env = append(os.Environ(), lockChildDir+"="+dir)
+	child.Stderr = os.Stderr
+	stdin, err := child.StdinPipe() // the child exits when it closes
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	t.Cleanup(func() {
+		_ = stdin.Close()
+		if !killed {
+			_ = child.Process.Kill()
+			_ = child.Wait()
+		}
+	})
+	ready := false
+	for sc := bufio.NewScanner(stdout); sc.Scan(); {
+		if strings.TrimSpace(sc.Text()) == "ready" {
+			ready = true
+			break
+		}
+	}
+	if !ready {
+		t.Fatal("the child exited before it held the directory")
+	}
+
+	cfg := parkway.Config{DataDir: dir, Shards: 1}
+	n, err := parkway.Open(cfg)
+	if err == nil {
+		_ = n.Close()
+		t.Fatal("Open succeeded on a DataDir another process holds")
+	}
+	var locked *parkway.LockedError
+	if !errors.As(err, &locked) || !errors.Is(err, parkway.ErrDataDirLocked) {
+		t.Fatalf("Open: %v, want a *LockedError matching ErrDataDirLocked", err)
+	}
+	if locked.PID != child.Process.Pid || locked.Dir != dir {
+		t.Fatalf("LockedError %v names pid %d and %q, want the child's pid %d and %q", err, locked.PID, locked.Dir, child.Process.Pid, dir)
+	}
+
+	if err := child.Process.Signal(os.Kill); err != nil {
+		t.Fatal(err)
+	}
+	_ = child.Wait()
+	killed = true
+	synctest.Test(t, func(t *testing.T) {
+		n := open(t, cfg)
+		if _, err := n.Stream(ctxFor(t), "child"); err != nil {
+			t.Fatalf("after kill -9 of the holder the directory opens, but the child's stream: %v", err)
+		}
+	})
+}
+
+// TestBehaviour27DataDirLockChild is the child of
+// TestBehaviour27DataDirLockAcrossProcesses: it opens the DataDir it is
+// given, creates a stream, says "ready" and holds the directory until
+// killed (or until its parent closes its stdin).
+func TestBehaviour27DataDirLockChild(t *testing.T) {
+	dir := os.Getenv(lockChildDir)
+	if dir == "" {
+		t.Skip("runs only as the child of TestBehaviour27DataDirLockAcrossProcesses")
+	}
+	n, err := parkway.Open(parkway.Config{DataDir: dir, Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	if _, err := n.CreateStream(ctxFor(t), "child"); err != nil {
+		t.Fatal(err)
+	}
+	os.Stdout.WriteString("ready\n")
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n') // blocks until killed or stdin closes
+}
