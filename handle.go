@@ -83,23 +83,33 @@ func checkTopic(t Topic) error {
 // this one may not have applied yet. Past rev, the committed state says
 // for certain whether the handle's incarnation still exists. On a single
 // node every handle's revision is already applied.
-func (n *Node) caughtUp(ctx context.Context, rev uint64) error {
+//
+// The wait is one metadata read barrier, not the caller's deadline: once
+// the node has applied everything the group had committed when the call
+// began, a handle whose revision is still ahead names a revision the
+// cluster never committed (a forged handle, or one from another cluster
+// or from before a data loss) and never will for that incarnation. ahead
+// reports it; the caller refuses the handle as stale.
+func (n *Node) caughtUp(ctx context.Context, rev uint64) (ahead bool, err error) {
 	if !n.eng.Clustered() || n.meta.Revision() >= rev {
-		return nil
+		return false, nil
 	}
 	dctx, cancel := n.deadline(ctx)
 	defer cancel()
-	pause := n.cfg.RetryBackoffMin
-	for n.meta.Revision() < rev {
-		if err := n.sleep(dctx, pause); err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("%w: this node's metadata is at revision %d, the handle's at %d", ErrRetry, n.meta.Revision(), rev)
+	if err := n.eng.ReadBarrier(dctx); err != nil {
+		if ctx.Err() != nil {
+			return false, ctx.Err()
 		}
-		pause = min(pause*2, n.cfg.RetryBackoffMax)
+		return false, err
 	}
-	return nil
+	return n.meta.Revision() < rev, nil
+}
+
+// aheadOf is the answer to a handle whose revision the cluster has not
+// reached: stale, and revision names what this node has applied.
+func (n *Node) aheadOf(notFound error, what fmt.Stringer) error {
+	return fmt.Errorf("%w: %w: %v is ahead of the cluster's committed metadata (revision %d)",
+		notFound, ErrStaleHandle, what, n.meta.Revision())
 }
 
 // liveStream checks s against the committed metadata (caught up to it).
@@ -107,7 +117,10 @@ func (n *Node) liveStream(ctx context.Context, s Stream) error {
 	if err := checkStream(s); err != nil {
 		return err
 	}
-	if err := n.caughtUp(ctx, s.Revision); err != nil {
+	if ahead, err := n.caughtUp(ctx, s.Revision); err != nil || ahead {
+		if ahead {
+			return n.aheadOf(ErrStreamNotFound, s)
+		}
 		return err
 	}
 	return n.streamAlive(s)
@@ -127,10 +140,25 @@ func (n *Node) topicInfo(ctx context.Context, t Topic) (metadata.TopicInfo, erro
 	if err := checkTopic(t); err != nil {
 		return metadata.TopicInfo{}, err
 	}
-	if err := n.caughtUp(ctx, t.Revision); err != nil {
+	if err := n.topicCaughtUp(ctx, t); err != nil {
 		return metadata.TopicInfo{}, err
 	}
 	return n.topicAlive(t)
+}
+
+// topicCaughtUp is caughtUp for a topic handle: a stream revision the
+// cluster has not reached makes the stream the stale part.
+func (n *Node) topicCaughtUp(ctx context.Context, t Topic) error {
+	ahead, err := n.caughtUp(ctx, t.Revision)
+	switch {
+	case err != nil:
+		return err
+	case !ahead:
+		return nil
+	case n.meta.Revision() < t.Stream.Revision:
+		return n.aheadOf(ErrStreamNotFound, t.Stream)
+	}
+	return n.aheadOf(ErrTopicNotFound, t)
 }
 
 func (n *Node) topicAlive(t Topic) (metadata.TopicInfo, error) {
@@ -160,7 +188,7 @@ func (n *Node) resolve(ctx context.Context, t Topic, part uint32) (metadata.Name
 	if err != nil {
 		return 0, 0, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
-	if err := n.caughtUp(ctx, t.Revision); err != nil {
+	if err := n.topicCaughtUp(ctx, t); err != nil {
 		return 0, 0, err
 	}
 	p, pok := n.meta.Partition(ns)

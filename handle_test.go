@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/parkway-io/parkway"
 )
@@ -151,3 +152,57 @@ func TestCallsOnClosedNodeAndNilContext(t *testing.T) {
 }
 
 var _ = context.Background
+
+// TestHandleAheadOfClusterRefused (issue 26 item 9): a handle whose
+// revision the cluster never committed — forged, or from another cluster
+// or from before a data loss — is refused as stale (ErrTopicNotFound or
+// ErrStreamNotFound, wrapping ErrStaleHandle) after one metadata read
+// barrier, well before the caller's deadline, on one node and on every
+// node of a 3-node cluster. It used to wait out the whole deadline and
+// return a bare context.DeadlineExceeded in a cluster.
+func TestHandleAheadOfClusterRefused(t *testing.T) {
+	for _, clustered := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cluster=%v", clustered), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var nodes []*parkway.Node
+				if clustered {
+					_, m := threeNodes(t)
+					nodes = []*parkway.Node{m[1], m[2], m[3]}
+				} else {
+					nodes = []*parkway.Node{open(t, parkway.Config{Shards: 2})}
+				}
+				s := mustStream(t, nodes[0], "s")
+				tp := mustTopic(t, nodes[0], s, "t", 1)
+				mustProduce(t, nodes[0], tp, parkway.PartitionID(0), "m")
+				aheadTopic := tp
+				aheadTopic.Revision += 1000
+				aheadStream := s
+				aheadStream.Revision += 1000
+				for i, n := range nodes {
+					// A deadline far beyond the cluster's request timeout:
+					// the refusal must not depend on it.
+					ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+					check := func(what string, err error, notFound error) {
+						t.Helper()
+						if !errors.Is(err, notFound) || !errors.Is(err, parkway.ErrStaleHandle) {
+							t.Fatalf("node %d: %s with a handle ahead of the cluster: %v, want %v wrapping ErrStaleHandle", i+1, what, err, notFound)
+						}
+						if ctx.Err() != nil {
+							t.Fatalf("node %d: %s waited out the caller's deadline", i+1, what)
+						}
+					}
+					_, err := n.Produce(ctx, aheadTopic, parkway.PartitionID(0), parkway.Message{Payload: []byte("x")})
+					check("Produce", err, parkway.ErrTopicNotFound)
+					_, err = n.Poll(ctx, aheadTopic, 0, parkway.AtFirst(), 10)
+					check("Poll", err, parkway.ErrTopicNotFound)
+					check("DeleteTopic", n.DeleteTopic(ctx, aheadTopic), parkway.ErrTopicNotFound)
+					_, err = n.CreateTopic(ctx, aheadStream, "x", 1)
+					check("CreateTopic", err, parkway.ErrStreamNotFound)
+					cancel()
+				}
+				// The real handles still work.
+				mustProduce(t, nodes[len(nodes)-1], tp, parkway.PartitionID(0), "n")
+			})
+		})
+	}
+}
