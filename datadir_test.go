@@ -160,3 +160,94 @@ func TestBehaviour27DataDirLockChild(t *testing.T) {
 	os.Stdout.WriteString("ready\n")
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n') // blocks until killed or stdin closes
 }
+
+// TestBehaviour27DataDirIdentity: a data directory records the cluster and
+// node that first used it. After a 3-node cluster ran and stopped, node
+// 3 opened on node 2's directory, node 1 under another cluster id, and a
+// single node on node 1's directory are each refused with a
+// *WrongDataDirError naming what was expected and what was found (and
+// touch nothing: the directories still open); every node reopens on its
+// own directory, with the cluster's metadata, across restarts.
+func TestBehaviour27DataDirIdentity(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newDiskCluster(t, nil)
+		s := mustStream(t, c.nodes[1], "s")
+		for id := range c.nodes {
+			c.stop(id)
+		}
+		refused := func(what string, cfg parkway.Config, want parkway.WrongDataDirError) {
+			t.Helper()
+			n, err := parkway.Open(cfg)
+			if err == nil {
+				_ = n.Close()
+				t.Fatalf("%s: Open succeeded", what)
+			}
+			var wrong *parkway.WrongDataDirError
+			if !errors.Is(err, parkway.ErrWrongDataDir) || !errors.As(err, &wrong) {
+				t.Fatalf("%s: %v, want a *WrongDataDirError matching ErrWrongDataDir", what, err)
+			}
+			if *wrong != want {
+				t.Fatalf("%s: %+v, want %+v", what, *wrong, want)
+			}
+		}
+		other := c.cfg(3)
+		other.FS = c.disks[2]
+		refused("node 3 on node 2's directory", other,
+			parkway.WrongDataDirError{Dir: "/data", WantNode: 3, FoundNode: 2})
+		otherCluster := c.cfg(1)
+		otherCluster.Cluster.ClusterID = "elsewhere"
+		refused("node 1 of another cluster", otherCluster,
+			parkway.WrongDataDirError{Dir: "/data", WantCluster: "elsewhere", WantNode: 1, FoundNode: 1})
+		refused("a single node on node 1's directory", parkway.Config{Shards: 2, DataDir: "/data", FS: c.disks[1]},
+			parkway.WrongDataDirError{Dir: "/data", WantNode: 0, FoundNode: 1})
+
+		for round := range 2 {
+			for _, id := range c.peers {
+				c.start(id)
+			}
+			for id, n := range c.nodes {
+				if got, err := n.Stream(ctxFor(t), "s"); err != nil || got != s {
+					t.Fatalf("restart %d: node %d on its own directory: Stream(s) = %v, %v; want %v", round, id, got, err, s)
+				}
+			}
+			synctest.Wait()
+			for id := range c.nodes {
+				c.stop(id)
+			}
+		}
+	})
+}
+
+// TestBehaviour27DataDirIdentitySingleNode: a single node's directory (on
+// the operating system's filesystem) records that it is a single node: a
+// cluster node refuses it, and the single node reopens it.
+func TestBehaviour27DataDirIdentitySingleNode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		cfg := parkway.Config{Shards: 1, DataDir: dir}
+		n, err := parkway.Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := mustStream(t, n, "s")
+		synctest.Wait()
+		if err := n.Close(); err != nil {
+			t.Fatal(err)
+		}
+		net := parkway.NewNetwork(parkway.NetworkOptions{})
+		defer net.Close()
+		_, err = parkway.Open(parkway.Config{Shards: 1, DataDir: dir,
+			Cluster: &parkway.Cluster{ID: 1, Peers: []parkway.NodeID{1}, Bus: net.Endpoint(1), ClusterID: "c"}})
+		var wrong *parkway.WrongDataDirError
+		if !errors.As(err, &wrong) || wrong.FoundNode != 0 || wrong.WantNode != 1 || wrong.WantCluster != "c" {
+			t.Fatalf("cluster node on a single node's directory: %v, want a *WrongDataDirError", err)
+		}
+		if m := missingWords(err, dir, "single node", `node 1 of cluster "c"`); m != nil {
+			t.Errorf("error %q lacks %q", err, m)
+		}
+		again := open(t, cfg)
+		if got, err := again.Stream(ctxFor(t), "s"); err != nil || got != s {
+			t.Fatalf("single node reopened: %v, %v", got, err)
+		}
+	})
+}

@@ -107,6 +107,10 @@ var (
 	// names the directory and the holder's pid. The lock ends with the
 	// holder's Close or its process.
 	ErrDataDirLocked = host.ErrDataDirLocked
+	// ErrWrongDataDir reports an Open of a DataDir that records another
+	// node or another cluster (Cluster.ClusterID) than the one opening
+	// it: a *WrongDataDirError names both.
+	ErrWrongDataDir = host.ErrWrongDataDir
 	// ErrTLSRequired reports a TCP bus started with neither TLS nor
 	// InsecurePlaintext.
 	ErrTLSRequired = transport.ErrTLSRequired
@@ -148,6 +152,12 @@ var (
 // LockedError reports a DataDir locked by another holder: Dir, and PID the
 // process holding it (0 if unknown). It matches ErrDataDirLocked.
 type LockedError = host.LockedError
+
+// WrongDataDirError reports a DataDir recorded for another node or cluster:
+// Dir, what the Node opening it is (WantCluster, WantNode) and what the
+// directory holds (FoundCluster, FoundNode); node 0 is a single node. It
+// matches ErrWrongDataDir.
+type WrongDataDirError = host.WrongDataDirError
 
 // publicError makes an answer from the layers below match a root
 // sentinel: what a caller gets is always documented here.

@@ -131,6 +131,12 @@ type Cluster struct {
 	Join bool
 	// Bus is this node's endpoint on the transport; the engine closes it.
 	Bus transport.Bus
+	// ClusterID names the cluster. A data directory records the cluster
+	// and node it was first used by, and an engine refuses a directory of
+	// another cluster or node (ErrWrongDataDir). Empty: the bus's cluster
+	// id when it has one (a TLS TCP bus: its TLSConfig.ClusterID), else
+	// none. At most 253 bytes.
+	ClusterID string
 	// TickInterval is the raft tick (default shard.DefaultTickInterval).
 	TickInterval time.Duration
 	// CompactEntries and CompactBytes bound each partition's raft log
@@ -233,6 +239,9 @@ func (c *Cluster) Validate() error {
 	} else if c.Bus.ID() != c.ID {
 		errs = append(errs, fmt.Errorf("Cluster.Bus is node %d's endpoint, not %d's", c.Bus.ID(), c.ID))
 	}
+	if len(c.ClusterID) > maxClusterName {
+		errs = append(errs, fmt.Errorf("Cluster.ClusterID of %d bytes is over %d", len(c.ClusterID), maxClusterName))
+	}
 	if c.CompactBytes < 0 {
 		errs = append(errs, fmt.Errorf("Cluster.CompactBytes %d < 0", c.CompactBytes))
 	}
@@ -272,6 +281,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Cluster != nil {
 		cl := *c.Cluster
+		if b, ok := cl.Bus.(interface{ ClusterID() string }); ok && cl.ClusterID == "" {
+			cl.ClusterID = b.ClusterID()
+		}
 		if cl.TickInterval == 0 {
 			cl.TickInterval = shard.DefaultTickInterval
 		}

@@ -56,6 +56,7 @@ type Engine struct {
 	meta    *metadata.Store
 	durable *metadata.Durable // single node with a DataDir
 	lock    io.Closer         // the DataDir's lock (datadir.go)
+	ident   *dataDir          // the DataDir's identity (identity.go)
 	store   partition.Store
 	fstore  *partition.FileStore // the store under any WrapStore, nil in memory
 	table   *router.Table
@@ -224,6 +225,9 @@ func (e *Engine) openMetadata() error {
 			return err
 		}
 		e.lock = lock
+		if err := e.openIdentity(); err != nil {
+			return err
+		}
 	}
 	var err error
 	switch {
@@ -367,6 +371,10 @@ func (e *Engine) release() error {
 	var err error
 	if e.cl != nil {
 		err = errors.Join(err, e.cl.close())
+	} else if e.cfg.Cluster != nil {
+		// New failed before the cluster side existed (the data directory
+		// was refused): the bus is still the engine's to close.
+		err = errors.Join(err, e.cfg.Cluster.Bus.Close())
 	}
 	if e.durable != nil {
 		err = errors.Join(err, e.durable.Close())

@@ -29,6 +29,7 @@ targets='
 ./host FuzzDecodeRequest
 ./host FuzzDecodeResponse
 ./host FuzzDecodeRaftBatch
+./host FuzzDecodeIdentity
 '
 
 failed=

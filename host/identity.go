@@ -1,0 +1,236 @@
+package host
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io/fs"
+	"maps"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"github.com/parkway-io/parkway/partition"
+	"github.com/parkway-io/parkway/vfs"
+)
+
+// Node identity (DESIGN behaviour 27): a data directory records, when it
+// is first used, the cluster and node it belongs to, and an engine
+// refuses a directory of another node or cluster. It also records the
+// incarnation of its contents — a random id drawn whenever the node finds
+// its directory without metadata, so a directory emptied (or replaced by
+// an empty one) under the same node id gets a new one — and the
+// incarnations this node has seen its peers announce (liveness
+// heartbeats carry them): a member that comes back with another
+// incarnation has forgotten its votes and its log, and its peers refuse
+// its traffic (see peerDirs) rather than let it vote or acknowledge as if
+// it held data.
+
+// identityFile is the data directory's identity, written atomically
+// (vfs.WriteFileAtomic: temporary file, fsync, rename, directory fsync).
+const identityFile = "IDENTITY"
+
+// ErrWrongDataDir reports a data directory that belongs to another node
+// or another cluster. A *WrongDataDirError carries it.
+var ErrWrongDataDir = errors.New("parkway: data directory belongs to another node")
+
+// WrongDataDirError reports a data directory recorded for another node
+// (Node; 0 is a single node, not part of a cluster) or another cluster
+// (Cluster) than the engine opening it. It matches ErrWrongDataDir.
+type WrongDataDirError struct {
+	Dir                       string
+	WantCluster, FoundCluster string
+	WantNode, FoundNode       uint64
+}
+
+func (e *WrongDataDirError) Error() string {
+	return fmt.Sprintf("%v: %s holds %s, this is %s", ErrWrongDataDir, e.Dir,
+		describeNode(e.FoundCluster, e.FoundNode), describeNode(e.WantCluster, e.WantNode))
+}
+
+func (e *WrongDataDirError) Unwrap() error { return ErrWrongDataDir }
+
+func describeNode(cluster string, node uint64) string {
+	if node == 0 {
+		return "a single node (no cluster)"
+	}
+	return fmt.Sprintf("node %d of cluster %q", node, cluster)
+}
+
+// identity is what the identity file holds.
+type identity struct {
+	cluster string
+	node    uint64 // 0: a single node
+	// dir is the incarnation of the directory's contents.
+	dir uint64
+	// peers maps each peer to the incarnation of its directory this node
+	// saw last (only a cluster node's).
+	peers map[uint64]uint64
+}
+
+// Identity file layout, little endian:
+//
+//	magic      8 bytes  "PKWYIDN1"
+//	node       8 bytes
+//	dir        8 bytes
+//	cluster    1 byte length n (at most maxClusterName), n bytes
+//	peers      4 bytes count k, k × (node 8 bytes, dir 8 bytes), nodes ascending
+//	crc        4 bytes  CRC-32C of all the above
+const (
+	identityMagic  = "PKWYIDN1"
+	maxClusterName = 253 // a DNS name, as transport.TLSConfig.ClusterID
+	// maxIdentityPeers bounds the peer table (and the file: 16 bytes a peer).
+	maxIdentityPeers = 1 << 16
+)
+
+var (
+	castagnoli     = crc32.MakeTable(crc32.Castagnoli)
+	errBadIdentity = errors.New("malformed identity file")
+)
+
+func (id identity) encode() []byte {
+	b := make([]byte, 0, len(identityMagic)+8+8+1+len(id.cluster)+4+16*len(id.peers)+4)
+	b = append(b, identityMagic...)
+	b = binary.LittleEndian.AppendUint64(b, id.node)
+	b = binary.LittleEndian.AppendUint64(b, id.dir)
+	b = append(b, byte(len(id.cluster)))
+	b = append(b, id.cluster...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(id.peers)))
+	for _, p := range slices.Sorted(maps.Keys(id.peers)) {
+		b = binary.LittleEndian.AppendUint64(b, p)
+		b = binary.LittleEndian.AppendUint64(b, id.peers[p])
+	}
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+// decodeIdentity decodes an identity file. Every count is checked against
+// the bytes left before anything is allocated for it.
+func decodeIdentity(b []byte) (identity, error) {
+	const fixed = len(identityMagic) + 8 + 8 + 1
+	if len(b) < fixed+4+4 {
+		return identity{}, fmt.Errorf("%w: %d bytes", errBadIdentity, len(b))
+	}
+	body := b[:len(b)-4]
+	if want, got := binary.LittleEndian.Uint32(b[len(b)-4:]), crc32.Checksum(body, castagnoli); want != got {
+		return identity{}, fmt.Errorf("%w: checksum %#x, want %#x", errBadIdentity, got, want)
+	}
+	if string(body[:len(identityMagic)]) != identityMagic {
+		return identity{}, fmt.Errorf("%w: bad magic", errBadIdentity)
+	}
+	id := identity{
+		node: binary.LittleEndian.Uint64(body[len(identityMagic):]),
+		dir:  binary.LittleEndian.Uint64(body[len(identityMagic)+8:]),
+	}
+	n := int(body[fixed-1])
+	rest := body[fixed:]
+	if n > maxClusterName || len(rest) < n+4 {
+		return identity{}, fmt.Errorf("%w: cluster name of %d bytes", errBadIdentity, n)
+	}
+	id.cluster, rest = string(rest[:n]), rest[n:]
+	k := binary.LittleEndian.Uint32(rest)
+	rest = rest[4:]
+	if k > maxIdentityPeers || uint64(len(rest)) != 16*uint64(k) {
+		return identity{}, fmt.Errorf("%w: %d peers in %d bytes", errBadIdentity, k, len(rest))
+	}
+	if k > 0 {
+		id.peers = make(map[uint64]uint64, k)
+	}
+	last := uint64(0)
+	for i := range int(k) {
+		p, dir := binary.LittleEndian.Uint64(rest[16*i:]), binary.LittleEndian.Uint64(rest[16*i+8:])
+		if p <= last {
+			return identity{}, fmt.Errorf("%w: peers out of order", errBadIdentity)
+		}
+		id.peers[p], last = dir, p
+	}
+	return id, nil
+}
+
+// newDirIncarnation draws a directory incarnation (never 0: 0 is "not
+// announced" on the wire).
+func newDirIncarnation() uint64 {
+	var b [8]byte
+	for {
+		_, _ = rand.Read(b[:])
+		if v := binary.LittleEndian.Uint64(b[:]); v != 0 {
+			return v
+		}
+	}
+}
+
+// dataDir is an engine's record of its data directory's identity. Its
+// methods are safe for concurrent use: the transport receiver records
+// peers' incarnations while the rest of the engine reads its own.
+type dataDir struct {
+	fs   vfs.FS
+	path string // the identity file
+
+	mu    sync.Mutex
+	id    identity
+	dirty bool // the peers changed since the last write that succeeded
+}
+
+// openIdentity checks the data directory's identity, or records it. The
+// directory is fresh when the metadata this engine keeps there is missing.
+func (e *Engine) openIdentity() error {
+	cluster, node, meta := "", uint64(0), "metadata"
+	if c := e.cfg.Cluster; c != nil {
+		cluster, node, meta = c.ClusterID, uint64(c.ID), filepath.Join("metadata-raft", "raft.log")
+	}
+	_, err := e.cfg.FS.Stat(filepath.Join(e.cfg.DataDir, meta))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("parkway: data dir: %w", err)
+	}
+	e.ident, err = openIdentity(e.cfg.FS, e.cfg.DataDir, cluster, node, err != nil)
+	return err
+}
+
+// openIdentity checks the identity recorded in dir against the engine's
+// (cluster, node) and records it if there is none. fresh says the
+// directory holds no metadata: its contents get a new incarnation (a
+// directory emptied under a node id is not the directory it was).
+func openIdentity(fsys vfs.FS, dir, cluster string, node uint64, fresh bool) (*dataDir, error) {
+	d := &dataDir{fs: fsys, path: filepath.Join(dir, identityFile)}
+	b, err := vfs.ReadFile(fsys, d.path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		// First use, or a directory from before identities: this node's
+		// from now on.
+		d.id = identity{cluster: cluster, node: node, dir: newDirIncarnation()}
+		return d, d.write()
+	case err != nil:
+		return nil, fmt.Errorf("parkway: read %s: %w", d.path, err)
+	}
+	if d.id, err = decodeIdentity(b); err != nil {
+		return nil, &partition.CorruptError{Path: d.path, Err: err}
+	}
+	if d.id.cluster != cluster || d.id.node != node {
+		return nil, &WrongDataDirError{Dir: dir, WantCluster: cluster, WantNode: node,
+			FoundCluster: d.id.cluster, FoundNode: d.id.node}
+	}
+	if fresh {
+		d.id.dir = newDirIncarnation()
+		return d, d.write()
+	}
+	return d, nil
+}
+
+// write replaces the identity file with d.id. d.mu is held or d is not
+// shared yet.
+func (d *dataDir) write() error {
+	if err := vfs.WriteFileAtomic(d.fs, d.path, d.id.encode()); err != nil {
+		d.dirty = true
+		return fmt.Errorf("parkway: write %s: %w", d.path, err)
+	}
+	d.dirty = false
+	return nil
+}
+
+// incarnation is the directory's content incarnation.
+func (d *dataDir) incarnation() uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.id.dir
+}
