@@ -2,12 +2,16 @@ package parkway_test
 
 import (
 	"bufio"
+	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/parkway-io/parkway"
 	"github.com/parkway-io/parkway/vfs"
@@ -248,6 +252,59 @@ func TestBehaviour27DataDirIdentitySingleNode(t *testing.T) {
 		again := open(t, cfg)
 		if got, err := again.Stream(ctxFor(t), "s"); err != nil || got != s {
 			t.Fatalf("single node reopened: %v, %v", got, err)
+		}
+	})
+}
+
+// TestBehaviour27DataDirIdentityEmptiedMemberRefused: a member whose data
+// directory is emptied (a replaced disk) does not come back as if it held
+// its log. Node 2 falls behind while nodes 1 and 3 acknowledge ten
+// writes; node 3's directory is replaced by an empty one and node 1 goes
+// down. Node 3 opens fine — nothing on its disk says it was a member —
+// but its directory announces a new incarnation, and node 2, which
+// recorded the old one, refuses its traffic (counted as
+// wrong_data_dir drops): the stale node 2 cannot be elected with the
+// emptied node's vote, so a write through it is not acknowledged. Once
+// node 1 is back, nodes 1 and 2 hold every acknowledged write. Without
+// the refusal node 2 led with node 3's vote and acknowledged a write over
+// the lost ones.
+func TestBehaviour27DataDirIdentityEmptiedMemberRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newDiskCluster(t, nil)
+		s := mustStream(t, c.nodes[1], "s")
+		tp := mustTopic(t, c.nodes[1], s, "t", 1)
+		want := c.produce(1, tp, "b", 3)
+		c.converged(tp, want)
+
+		c.net.Partition([]parkway.NodeID{2}, []parkway.NodeID{1, 3})
+		want = append(want, c.produce(1, tp, "a", 10)...)
+		c.stop(3)
+		c.disks[3] = vfs.NewMem()
+		c.stop(1)
+		c.net.Heal()
+		c.start(3)
+
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ack, err := c.nodes[2].Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("over")})
+		cancel()
+		if err == nil {
+			t.Fatalf("the stale node 2 and the emptied node 3 acknowledged a write at offset %d: "+
+				"%d acknowledged writes were lost", ack.FirstOffset, len(want)-int(ack.FirstOffset))
+		}
+		if got := metricValue(t, registry(t, c.nodes[2]), "parkway_frame_drops_total", "reason", "wrong_data_dir"); got == 0 {
+			t.Error("node 2 counted no frame dropped from the emptied node 3")
+		}
+
+		c.start(1)
+		for _, id := range []parkway.NodeID{1, 2} {
+			var got []string
+			waitFor(t, fmt.Sprintf("node %d to hold %d messages", id, len(want)), func() bool {
+				got, err = localLog(c.nodes[id], tp)
+				return err == nil && len(got) >= len(want)
+			})
+			if !slices.Equal(got, want) {
+				t.Fatalf("node %d holds %q, want %q", id, got, want)
+			}
 		}
 	})
 }

@@ -58,6 +58,18 @@ type clusterNode struct {
 	// applied fires after every metadata entry or snapshot this node
 	// applies: membership calls wait on it (membership.go).
 	applied *appliedSignal
+	// appliedIndex is the metadata group's index this node applied last.
+	appliedIndex atomic.Uint64
+
+	// Data directory incarnations (identity.go): dirs records the peers'
+	// (on disk with a DataDir, in memory without), beat is what this
+	// node's heartbeats announce (nil without a DataDir: a node that
+	// keeps nothing has nothing to vouch for), refused the peers whose
+	// traffic is dropped, each with the incarnation refused (copied on
+	// write, read by the receiver without a lock).
+	dirs    *dataDir
+	beat    []byte
+	refused atomic.Pointer[map[uint64]uint64]
 }
 
 func newClusterNode(e *Engine) *clusterNode {
@@ -67,7 +79,12 @@ func newClusterNode(e *Engine) *clusterNode {
 		peers[i] = uint64(p)
 	}
 	c := &clusterNode{e: e, cfg: cfg, peers: peers, bus: cfg.Bus,
-		waiting: make(map[uint64]chan []byte), applied: newAppliedSignal()}
+		waiting: make(map[uint64]chan []byte), applied: newAppliedSignal(), dirs: e.ident}
+	if c.dirs == nil {
+		c.dirs = &dataDir{}
+	} else {
+		c.beat = binary.LittleEndian.AppendUint64(nil, c.dirs.incarnation())
+	}
 	c.live = newLiveness(c)
 	return c
 }
@@ -201,6 +218,9 @@ func (e *Engine) Deliver(m transport.Message) error {
 }
 
 var (
+	// errRefusedPeer answers a message from a peer whose data directory
+	// is not the one it was a member with (see announced).
+	errRefusedPeer  = errors.New("parkway: peer refused: its data directory is not the one it was a member with")
 	errNotClustered = errors.New("parkway: not a cluster node")
 	// ErrMalformed reports a transport message that does not decode.
 	ErrMalformed = errors.New("parkway: malformed node-to-node message")
@@ -208,10 +228,15 @@ var (
 
 func (e *Engine) deliver(ctx context.Context, m transport.Message) error {
 	c := e.cl
+	if m.Kind == KindLiveness {
+		return c.announced(uint64(m.From), m.Payload)
+	}
+	if c.isRefused(uint64(m.From)) {
+		e.drops.Drop("peer", reasonWrongDataDir)
+		return errRefusedPeer
+	}
 	c.live.heardFrom(uint64(m.From))
 	switch m.Kind {
-	case KindLiveness:
-		return nil // a sign of life, recorded above; the payload is ignored
 	case KindPartitionRaft, KindCatchUp:
 		if len(m.Payload) < 8 {
 			return fmt.Errorf("%w: kind %d without its incarnation", ErrMalformed, m.Kind)

@@ -199,6 +199,7 @@ func New(cfg Config) (*Engine, error) {
 		}
 	}
 	if e.cl != nil {
+		e.cl.live.hello()
 		e.cl.campaignFirst()
 	}
 	ok = true

@@ -66,9 +66,15 @@ type identity struct {
 	// dir is the incarnation of the directory's contents.
 	dir uint64
 	// peers maps each peer to the incarnation of its directory this node
-	// saw last (only a cluster node's).
-	peers map[uint64]uint64
+	// saw it announce (only a cluster node's).
+	peers map[uint64]peerDir
 }
+
+// peerDir is a peer's directory incarnation as this node recorded it, and
+// the metadata group's index this node had applied then: a membership
+// change of the peer committed after that index makes the record stale
+// (the peer may have left and come back with a new directory).
+type peerDir struct{ inc, at uint64 }
 
 // Identity file layout, little endian:
 //
@@ -76,12 +82,12 @@ type identity struct {
 //	node       8 bytes
 //	dir        8 bytes
 //	cluster    1 byte length n (at most maxClusterName), n bytes
-//	peers      4 bytes count k, k × (node 8 bytes, dir 8 bytes), nodes ascending
+//	peers      4 bytes count k, k × (node 8, incarnation 8, at 8 bytes), nodes ascending
 //	crc        4 bytes  CRC-32C of all the above
 const (
 	identityMagic  = "PKWYIDN1"
 	maxClusterName = 253 // a DNS name, as transport.TLSConfig.ClusterID
-	// maxIdentityPeers bounds the peer table (and the file: 16 bytes a peer).
+	// maxIdentityPeers bounds the peer table (and the file: 24 bytes a peer).
 	maxIdentityPeers = 1 << 16
 )
 
@@ -91,7 +97,7 @@ var (
 )
 
 func (id identity) encode() []byte {
-	b := make([]byte, 0, len(identityMagic)+8+8+1+len(id.cluster)+4+16*len(id.peers)+4)
+	b := make([]byte, 0, len(identityMagic)+8+8+1+len(id.cluster)+4+24*len(id.peers)+4)
 	b = append(b, identityMagic...)
 	b = binary.LittleEndian.AppendUint64(b, id.node)
 	b = binary.LittleEndian.AppendUint64(b, id.dir)
@@ -100,7 +106,8 @@ func (id identity) encode() []byte {
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(id.peers)))
 	for _, p := range slices.Sorted(maps.Keys(id.peers)) {
 		b = binary.LittleEndian.AppendUint64(b, p)
-		b = binary.LittleEndian.AppendUint64(b, id.peers[p])
+		b = binary.LittleEndian.AppendUint64(b, id.peers[p].inc)
+		b = binary.LittleEndian.AppendUint64(b, id.peers[p].at)
 	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
@@ -131,19 +138,21 @@ func decodeIdentity(b []byte) (identity, error) {
 	id.cluster, rest = string(rest[:n]), rest[n:]
 	k := binary.LittleEndian.Uint32(rest)
 	rest = rest[4:]
-	if k > maxIdentityPeers || uint64(len(rest)) != 16*uint64(k) {
+	if k > maxIdentityPeers || uint64(len(rest)) != 24*uint64(k) {
 		return identity{}, fmt.Errorf("%w: %d peers in %d bytes", errBadIdentity, k, len(rest))
 	}
 	if k > 0 {
-		id.peers = make(map[uint64]uint64, k)
+		id.peers = make(map[uint64]peerDir, k)
 	}
 	last := uint64(0)
 	for i := range int(k) {
-		p, dir := binary.LittleEndian.Uint64(rest[16*i:]), binary.LittleEndian.Uint64(rest[16*i+8:])
+		r := rest[24*i:]
+		p := binary.LittleEndian.Uint64(r)
 		if p <= last {
 			return identity{}, fmt.Errorf("%w: peers out of order", errBadIdentity)
 		}
-		id.peers[p], last = dir, p
+		id.peers[p] = peerDir{inc: binary.LittleEndian.Uint64(r[8:]), at: binary.LittleEndian.Uint64(r[16:])}
+		last = p
 	}
 	return id, nil
 }
@@ -218,8 +227,11 @@ func openIdentity(fsys vfs.FS, dir, cluster string, node uint64, fresh bool) (*d
 }
 
 // write replaces the identity file with d.id. d.mu is held or d is not
-// shared yet.
+// shared yet. A node without a data directory keeps its record in memory.
 func (d *dataDir) write() error {
+	if d.fs == nil {
+		return nil
+	}
 	if err := vfs.WriteFileAtomic(d.fs, d.path, d.id.encode()); err != nil {
 		d.dirty = true
 		return fmt.Errorf("parkway: write %s: %w", d.path, err)
@@ -233,4 +245,122 @@ func (d *dataDir) incarnation() uint64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.id.dir
+}
+
+// peerAnnounced records that peer announced its directory incarnation inc
+// while this node had applied the metadata group up to index at, and
+// reports whether the peer must be refused: it is a member (member) and
+// announced another incarnation than the one recorded, so its directory
+// is not the one it voted and acknowledged with. A peer first seen, or
+// not a member (joining, or removed), is recorded as it is now. The
+// record is written through at once; a write that fails is retried at the
+// next announcement (the record in memory holds meanwhile).
+func (d *dataDir) peerAnnounced(peer, inc, at uint64, member bool) (refuse bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	prev, ok := d.id.peers[peer]
+	switch {
+	case ok && prev.inc == inc:
+	case ok && member:
+		return true
+	default:
+		if d.id.peers == nil {
+			d.id.peers = map[uint64]peerDir{}
+		}
+		d.id.peers[peer] = peerDir{inc: inc, at: at}
+		d.dirty = true
+	}
+	if d.dirty {
+		_ = d.write()
+	}
+	return false
+}
+
+// forgetPeer drops the record of peer if it predates index, the metadata
+// entry that adds or removes it: the next incarnation it announces is
+// recorded afresh. all drops every record older than index (a metadata
+// snapshot installed at index: the changes it covers are unknown).
+func (d *dataDir) forgetPeer(peer, index uint64, all bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for p, r := range d.id.peers {
+		if (all || p == peer) && r.at < index {
+			delete(d.id.peers, p)
+			d.dirty = true
+		}
+	}
+	if d.dirty {
+		_ = d.write()
+	}
+}
+
+// reasonWrongDataDir labels the frames dropped from a refused peer.
+const reasonWrongDataDir = "wrong_data_dir"
+
+// announced takes a peer's heartbeat: a sign of life, and the incarnation
+// of its data directory (8 bytes; none from a node without one). A member
+// that announces another incarnation than the one recorded lost what it
+// held — its directory was emptied, replaced, or restored from another
+// copy — but a fresh raft member would vote and acknowledge as if it
+// still held its log, and a stale leader could be elected with its vote:
+// acknowledged writes would be lost. So the peer is refused: its frames
+// are dropped (and counted) and it is not heard from, so its groups elect
+// leaders without it, until it is removed from the cluster (its record
+// is forgotten at the change; it may then join again as a new node and is
+// caught up from its peers) or comes back with the directory it had.
+func (c *clusterNode) announced(from uint64, payload []byte) error {
+	switch len(payload) {
+	case 0:
+	case 8:
+		inc := binary.LittleEndian.Uint64(payload)
+		if inc == 0 || from == uint64(c.cfg.ID) {
+			break
+		}
+		member := slices.Contains(c.e.meta.Nodes(), from)
+		c.setRefused(from, inc, c.dirs.peerAnnounced(from, inc, c.appliedIndex.Load(), member))
+	default:
+		return fmt.Errorf("%w: liveness payload of %d bytes", ErrMalformed, len(payload))
+	}
+	if c.isRefused(from) {
+		c.e.drops.Drop("peer", reasonWrongDataDir)
+		return errRefusedPeer
+	}
+	c.live.heardFrom(from)
+	return nil
+}
+
+func (c *clusterNode) isRefused(peer uint64) bool {
+	r := c.refused.Load()
+	if r == nil {
+		return false
+	}
+	_, ok := (*r)[peer]
+	return ok
+}
+
+// setRefused refuses peer's incarnation inc, or admits the peer again.
+// Only the receiver calls it (a manual engine's driver, or the started
+// engine's receive goroutine), so copy-on-write needs no lock.
+func (c *clusterNode) setRefused(peer, inc uint64, refuse bool) {
+	old := c.refused.Load()
+	if !refuse && !c.isRefused(peer) {
+		return
+	}
+	if refuse && old != nil && (*old)[peer] == inc {
+		return
+	}
+	next := map[uint64]uint64{}
+	if old != nil {
+		next = maps.Clone(*old)
+	}
+	if refuse {
+		next[peer] = inc
+		c.e.cfg.Logger.Error("peer refused: it announced a data directory other than the one it was a member with "+
+			"(emptied, replaced or restored from another copy); its traffic is dropped until it is removed from the cluster "+
+			"(RemoveNode through a member) or comes back with its own directory", "peer", peer, "incarnation", inc)
+	} else {
+		delete(next, peer)
+		c.e.cfg.Logger.Info("peer admitted again", "peer", peer)
+	}
+	c.refused.Store(&next)
 }

@@ -14,7 +14,7 @@ func identitySamples() []identity {
 	return []identity{
 		{dir: 1},
 		{cluster: "prod-1.example", node: 3, dir: 42},
-		{cluster: "c", node: 1, dir: 7, peers: map[uint64]uint64{2: 9, 3: 11}},
+		{cluster: "c", node: 1, dir: 7, peers: map[uint64]peerDir{2: {inc: 9, at: 4}, 3: {inc: 11}}},
 	}
 }
 
@@ -91,4 +91,50 @@ func FuzzDecodeIdentity(f *testing.F) {
 			t.Fatalf("re-encoded %x, decoded from %x", again, b)
 		}
 	})
+}
+
+// TestPeerAnnounced: a peer's first incarnation is recorded (durably);
+// the same one is admitted; another one from a member is refused, from a
+// node that is not a member recorded; a membership change after the
+// record forgets it, one before it (a log replayed at start) does not.
+func TestPeerAnnounced(t *testing.T) {
+	fs := vfs.NewMem()
+	if err := fs.MkdirAll("/d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d, err := openIdentity(fs, "/d", "c", 1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.peerAnnounced(2, 20, 5, true) {
+		t.Fatal("a peer's first incarnation refused")
+	}
+	d, err = openIdentity(fs.Crash(), "/d", "c", 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.peerAnnounced(2, 20, 9, true) {
+		t.Fatal("the recorded incarnation refused after a restart")
+	}
+	if !d.peerAnnounced(2, 21, 9, true) {
+		t.Fatal("a member's new incarnation admitted")
+	}
+	d.forgetPeer(2, 4, false) // the change that added it, replayed
+	if !d.peerAnnounced(2, 21, 9, true) {
+		t.Fatal("a replayed membership change older than the record forgot it")
+	}
+	d.forgetPeer(2, 7, false) // removed (or added again) after the record
+	if d.peerAnnounced(2, 21, 9, true) || d.peerAnnounced(2, 21, 9, true) {
+		t.Fatal("the incarnation announced after a membership change refused")
+	}
+	if d.peerAnnounced(3, 30, 9, false) || d.peerAnnounced(3, 31, 9, false) {
+		t.Fatal("a node that is not a member refused")
+	}
+	if !d.peerAnnounced(3, 30, 9, true) {
+		t.Fatal("a member coming back with an incarnation it replaced admitted")
+	}
+	d.forgetPeer(0, 10, true) // a snapshot at 10
+	if d.peerAnnounced(3, 30, 11, true) {
+		t.Fatal("a record older than an installed snapshot was kept")
+	}
 }

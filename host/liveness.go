@@ -149,6 +149,15 @@ func (l *liveness) heardFrom(peer uint64) {
 // alive). Driver-owned, like dead.
 func (l *liveness) alive(peer uint64) bool { return !l.dead[peer] }
 
+// hello sends every peer a heartbeat at once: an engine's first message
+// to each, ahead of its raft traffic, so a peer learns the incarnation of
+// its data directory (identity.go) before it can count a vote from it.
+func (l *liveness) hello() {
+	for _, p := range l.heard.Load().ids {
+		_ = l.c.send(p, KindLiveness, 0, l.c.beat)
+	}
+}
+
 // tick advances liveness by one raft tick.
 func (l *liveness) tick(ctx context.Context) { l.advance(ctx, 1) }
 
@@ -176,7 +185,7 @@ func (l *liveness) advance(ctx context.Context, k int64) {
 	for _, p := range heard.ids {
 		h := heard.at[p]
 		if beat {
-			_ = l.c.send(p, KindLiveness, 0, nil)
+			_ = l.c.send(p, KindLiveness, 0, l.c.beat)
 		}
 		dead := now-h.tick.Load() > l.timeout && rounds-h.round.Load() >= l.miss
 		if dead == l.dead[p] {

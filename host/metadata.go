@@ -696,6 +696,7 @@ func (m *metaGroup) Apply(index, id uint64, payload []byte) error {
 		cmd metadata.Command
 		dup bool
 	)
+	m.c.appliedIndex.Store(index)
 	if len(payload) < 16 {
 		r.Err = errShortCommand
 	} else {
@@ -731,6 +732,9 @@ func (m *metaGroup) ConfChanged(index uint64, add bool, node uint64, ctx []byte)
 	if len(ctx) == 0 {
 		return nil
 	}
+	// What node's directory was is no longer evidence: it left, or joins
+	// (again) with whatever directory it has now.
+	m.c.dirs.forgetPeer(node, index, false)
 	if add {
 		m.snapshotNow = true
 	} else if node == uint64(m.c.cfg.ID) {
@@ -784,6 +788,12 @@ func (m *metaGroup) ApplySnapshot(index uint64, data []byte) error {
 	snap, err := m.decodeSnapshot(data)
 	if err == nil {
 		err = m.store.Replace(snap)
+	}
+	if err == nil {
+		// The membership changes the snapshot covers are unknown here:
+		// the peers' records from before it are no evidence either.
+		m.c.appliedIndex.Store(index)
+		m.c.dirs.forgetPeer(0, index, true)
 	}
 	if ev != nil {
 		ev(index, before, m.store.Snapshot().Partitions, err)
