@@ -33,7 +33,9 @@ func NewNetwork(opts NetworkOptions) *Network { return transport.NewNetwork(opts
 // raft group on every node. Fields: ID (this node) and Peers (the
 // founding members, this one included; for a node that joins, the nodes
 // it reaches first), Join (join a running cluster: see Node.AddNode), Bus
-// (this node's endpoint; the Node closes it), TickInterval (the raft
+// (this node's endpoint; the Node closes it), ClusterID (the cluster's
+// name, recorded in the DataDir: a directory of another cluster is
+// refused; default a TLS bus's cluster id), TickInterval (the raft
 // tick, default 10 ms: leaders are elected within 10–20 ticks),
 // CompactEntries and CompactBytes (each partition's raft log bound; see
 // shard.Replication, defaults 4,096 entries and 16 MiB).

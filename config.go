@@ -42,7 +42,10 @@ type Config struct {
 	// DataDir is where metadata and partitions are stored. Empty keeps
 	// everything in memory. Opening an existing DataDir brings back every
 	// stream, topic, partition (same incarnation), message and consumer
-	// offset that was durable.
+	// offset that was durable. One Node holds a DataDir at a time (a lock
+	// on its LOCK file, ErrDataDirLocked for a second Open), and the
+	// directory records the cluster and node it belongs to
+	// (ErrWrongDataDir for another's).
 	DataDir string
 	// FS is the filesystem under DataDir (default: the operating system).
 	// Tests inject an in-memory or fault-injecting one.

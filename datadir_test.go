@@ -308,3 +308,100 @@ func TestBehaviour27DataDirIdentityEmptiedMemberRefused(t *testing.T) {
 		}
 	})
 }
+
+// TestBehaviour27DataDirIdentityRefusedMemberReadmitted: the way back for
+// a member refused for an emptied directory. Node 4 of four comes back
+// on an empty disk and is refused; it is removed through node 1 (its
+// replicas are rebuilt on the others from the surviving copies), started
+// again on an empty disk with Join, added with AddNode — its peers forgot
+// its old directory at the removal — and Rebalance moves replicas onto
+// it: every replica, node 4's included, holds every acknowledged write.
+func TestBehaviour27DataDirIdentityRefusedMemberReadmitted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net := parkway.NewNetwork(parkway.NetworkOptions{})
+		peers := []parkway.NodeID{1, 2, 3, 4}
+		disks := map[parkway.NodeID]*vfs.MemFS{}
+		nodes := map[parkway.NodeID]*parkway.Node{}
+		start := func(id parkway.NodeID, join bool) {
+			t.Helper()
+			n, err := parkway.Open(parkway.Config{Shards: 2, RequestTimeout: 5 * time.Second, DataDir: "/data", FS: disks[id],
+				Cluster: &parkway.Cluster{ID: id, Peers: peers, Join: join, Bus: net.Endpoint(id)}})
+			if err != nil {
+				t.Fatalf("open node %d: %v", id, err)
+			}
+			nodes[id] = n
+		}
+		stop := func(id parkway.NodeID) {
+			t.Helper()
+			if err := nodes[id].Close(); err != nil {
+				t.Errorf("close node %d: %v", id, err)
+			}
+			delete(nodes, id)
+		}
+		t.Cleanup(func() {
+			synctest.Wait()
+			for id := range nodes {
+				stop(id)
+			}
+			_ = net.Close()
+		})
+		for _, id := range peers {
+			disks[id] = vfs.NewMem()
+			start(id, false)
+		}
+		ctx := context.Background()
+		s := mustStream(t, nodes[1], "s")
+		tp := mustTopic(t, nodes[1], s, "t", 4, parkway.WithReplicas(3))
+		acked := map[uint32][]string{}
+		produce := func(prefix string, n int) {
+			t.Helper()
+			for i := range n {
+				what := fmt.Sprint(prefix, i)
+				if _, err := nodes[1].Produce(ctx, tp, parkway.PartitionID(uint32(i%4)), parkway.Message{Payload: []byte(what)}); err != nil {
+					t.Fatalf("produce %s: %v", what, err)
+				}
+				acked[uint32(i%4)] = append(acked[uint32(i%4)], what)
+			}
+		}
+		produce("m", 20)
+
+		stop(4)
+		disks[4] = vfs.NewMem()
+		start(4, false)
+		reg := registry(t, nodes[1])
+		waitFor(t, "node 1 to refuse the emptied node 4", func() bool {
+			return metricValue(t, reg, "parkway_frame_drops_total", "reason", "wrong_data_dir") > 0
+		})
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second) // virtual time
+		defer cancel()
+		if err := nodes[1].RemoveNode(rctx, 4); err != nil {
+			t.Fatalf("RemoveNode of the refused node: %v", err)
+		}
+		produce("r", 8)
+
+		stop(4)
+		disks[4] = vfs.NewMem()
+		start(4, true)
+		if err := nodes[2].AddNode(rctx, 4); err != nil {
+			t.Fatalf("AddNode: %v", err)
+		}
+		if err := nodes[1].Rebalance(rctx); err != nil {
+			t.Fatalf("Rebalance: %v", err)
+		}
+		produce("a", 8)
+		parts, err := nodes[1].Partitions(ctx, tp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		on4 := 0
+		for _, p := range parts {
+			if slices.Contains(p.Replicas, 4) {
+				on4++
+			}
+			expectReplicas(t, nodes, tp, p, acked[p.Partition])
+		}
+		if on4 == 0 {
+			t.Fatal("Rebalance placed no replica on the readmitted node 4")
+		}
+	})
+}
