@@ -192,15 +192,15 @@ func (e *Engine) openIdentity() error {
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("parkway: data dir: %w", err)
 	}
-	e.ident, err = openIdentity(e.cfg.FS, e.cfg.DataDir, cluster, node, err != nil)
+	e.ident, err = loadIdentity(e.cfg.FS, e.cfg.DataDir, cluster, node, err != nil)
 	return err
 }
 
-// openIdentity checks the identity recorded in dir against the engine's
+// loadIdentity checks the identity recorded in dir against the engine's
 // (cluster, node) and records it if there is none. fresh says the
 // directory holds no metadata: its contents get a new incarnation (a
 // directory emptied under a node id is not the directory it was).
-func openIdentity(fsys vfs.FS, dir, cluster string, node uint64, fresh bool) (*dataDir, error) {
+func loadIdentity(fsys vfs.FS, dir, cluster string, node uint64, fresh bool) (*dataDir, error) {
 	d := &dataDir{fs: fsys, path: filepath.Join(dir, identityFile)}
 	b, err := vfs.ReadFile(fsys, d.path)
 	switch {

@@ -50,19 +50,19 @@ func TestIdentityFile(t *testing.T) {
 	if err := fs.MkdirAll("/d", 0o755); err != nil {
 		t.Fatal(err)
 	}
-	d, err := openIdentity(fs, "/d", "c", 2, true)
+	d, err := loadIdentity(fs, "/d", "c", 2, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	first := d.incarnation()
-	d, err = openIdentity(fs.Crash(), "/d", "c", 2, false) // durable at once
+	d, err = loadIdentity(fs.Crash(), "/d", "c", 2, false) // durable at once
 	if err != nil || d.incarnation() != first {
 		t.Fatalf("reopen: incarnation %d, %v; want %d", d.incarnation(), err, first)
 	}
-	if d, err = openIdentity(fs, "/d", "c", 2, true); err != nil || d.incarnation() == first {
+	if d, err = loadIdentity(fs, "/d", "c", 2, true); err != nil || d.incarnation() == first {
 		t.Fatalf("fresh directory kept incarnation %d (%v)", first, err)
 	}
-	if _, err := openIdentity(fs, "/d", "c", 3, false); !errors.Is(err, ErrWrongDataDir) {
+	if _, err := loadIdentity(fs, "/d", "c", 3, false); !errors.Is(err, ErrWrongDataDir) {
 		t.Fatalf("node 3 on node 2's directory: %v", err)
 	}
 	b, _ := vfs.ReadFile(fs, "/d/IDENTITY")
@@ -71,7 +71,7 @@ func TestIdentityFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ce *partition.CorruptError
-	if _, err := openIdentity(fs, "/d", "c", 2, false); !errors.As(err, &ce) || ce.Path != "/d/IDENTITY" {
+	if _, err := loadIdentity(fs, "/d", "c", 2, false); !errors.As(err, &ce) || ce.Path != "/d/IDENTITY" {
 		t.Fatalf("damaged identity file: %v, want a *partition.CorruptError naming it", err)
 	}
 }
@@ -102,14 +102,14 @@ func TestPeerAnnounced(t *testing.T) {
 	if err := fs.MkdirAll("/d", 0o755); err != nil {
 		t.Fatal(err)
 	}
-	d, err := openIdentity(fs, "/d", "c", 1, true)
+	d, err := loadIdentity(fs, "/d", "c", 1, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d.peerAnnounced(2, 20, 5, true) {
 		t.Fatal("a peer's first incarnation refused")
 	}
-	d, err = openIdentity(fs.Crash(), "/d", "c", 1, false)
+	d, err = loadIdentity(fs.Crash(), "/d", "c", 1, false)
 	if err != nil {
 		t.Fatal(err)
 	}
