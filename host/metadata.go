@@ -123,7 +123,10 @@ func openMetaGroup(c *clusterNode, disk *replica.Disk, mcfg metadata.Config) (*m
 		return nil, err
 	}
 	store, err := metadata.NewStore(mcfg)
-	if _, data := g.Snapshot(); len(data) > 0 && err == nil {
+	snapIndex, data := g.Snapshot()
+	// Peers' directory records are dated by the applied index (identity.go).
+	c.appliedIndex.Store(snapIndex)
+	if len(data) > 0 && err == nil {
 		var snap metadata.StoreSnapshot
 		if snap, err = m.decodeSnapshot(data); err == nil {
 			store, err = metadata.Restore(mcfg, snap)
