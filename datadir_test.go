@@ -269,6 +269,14 @@ func TestBehaviour27DataDirIdentitySingleNode(t *testing.T) {
 // the refusal node 2 led with node 3's vote and acknowledged a write over
 // the lost ones.
 func TestBehaviour27DataDirIdentityEmptiedMemberRefused(t *testing.T) {
+	// restart: node 2 is restarted too before node 3 comes back, so what
+	// it refuses with is the record it kept on disk.
+	for _, restart := range []bool{false, true} {
+		t.Run(fmt.Sprintf("restart=%v", restart), func(t *testing.T) { emptiedMemberRefused(t, restart) })
+	}
+}
+
+func emptiedMemberRefused(t *testing.T, restart bool) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newDiskCluster(t, nil)
 		s := mustStream(t, c.nodes[1], "s")
@@ -282,6 +290,10 @@ func TestBehaviour27DataDirIdentityEmptiedMemberRefused(t *testing.T) {
 		c.disks[3] = vfs.NewMem()
 		c.stop(1)
 		c.net.Heal()
+		if restart {
+			c.stop(2)
+			c.start(2)
+		}
 		c.start(3)
 
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
