@@ -288,7 +288,9 @@ func (s *FileStore) release(ns metadata.Namespace) {
 //     interrupted by a crash) are deleted, and leftover temporary files
 //     are removed.
 //   - Consumer offsets past the recovered end (a crash lost unsynced
-//     appends) are clamped to NextOffset.
+//     appends) are clamped to NextOffset — the end with the journal's
+//     records applied (see reapplyLost), so an offset stored over
+//     messages acknowledged through the journal stays where it was.
 //
 // A failed Build (ENOSPC while creating the first segment, say) returns
 // the error and leaves nothing that keeps a later Build from succeeding:
@@ -325,6 +327,11 @@ func (s *FileStore) build(ns metadata.Namespace, epoch uint64) (*filePartition, 
 			_ = p.closeFiles()
 			return nil, err
 		}
+		// Only now is the log as long as it was acknowledged: clamped
+		// before the journal's records were applied, a consumer offset
+		// stored over messages acknowledged through the journal would
+		// go back.
+		p.clampConsumers()
 		return p, nil
 	case err == nil, isNotExist(err), errors.Is(err, errBadIncarnation):
 		// Another epoch, nothing, or a half-built directory: start over.
@@ -532,7 +539,7 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 	if err := p.dropSegments(); err != nil {
 		return nil, err
 	}
-	if p.consumers, err = loadConsumerOffsets(s.fs, filepath.Join(dir, consumersDir), p.next); err != nil {
+	if p.consumers, err = loadConsumerOffsets(s.fs, filepath.Join(dir, consumersDir)); err != nil {
 		return nil, err
 	}
 	// offsets/ gained consumers/ and groups/; those two are empty, so the

@@ -915,6 +915,19 @@ func (p *filePartition) StoreConsumerOffset(consumer string, offset uint64) erro
 	return nil
 }
 
+// clampConsumers brings the consumer offsets past the log's end (a crash
+// lost appends that were never acknowledged, yet a consumer stored an
+// offset over them under a lax fsync policy) back to NextOffset: those
+// offsets will be given to new messages the consumer never saw. Build
+// runs it once the log is whole, its journal records applied.
+func (p *filePartition) clampConsumers() {
+	for name, off := range p.consumers {
+		if off > p.next {
+			p.consumers[name] = p.next
+		}
+	}
+}
+
 func (p *filePartition) ConsumerOffset(consumer string) (uint64, bool, error) {
 	if p.closed {
 		return 0, false, ErrClosed

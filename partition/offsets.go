@@ -77,10 +77,10 @@ func decodeConsumerOffset(b []byte, path string) (string, uint64, error) {
 }
 
 // loadConsumerOffsets reads every consumer offset file in dir, removing
-// leftover temporary files. Offsets past next (possible when a tail whose
-// writes were not synced was lost in a crash) are clamped to next: the
-// offsets beyond it will be reused by new messages the consumer never saw.
-func loadConsumerOffsets(fsys vfs.FS, dir string, next uint64) (map[string]uint64, error) {
+// leftover temporary files. The offsets are as stored: the caller clamps
+// them to its log's end once the log is whole (clampConsumers), after the
+// journal's records are applied, not before.
+func loadConsumerOffsets(fsys vfs.FS, dir string) (map[string]uint64, error) {
 	names, err := fsys.ReadDir(dir)
 	if err != nil {
 		return nil, err
@@ -103,7 +103,7 @@ func loadConsumerOffsets(fsys vfs.FS, dir string, next uint64) (map[string]uint6
 		if err != nil {
 			return nil, err
 		}
-		out[name] = min(off, next)
+		out[name] = off
 	}
 	return out, nil
 }
