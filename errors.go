@@ -34,8 +34,9 @@ var (
 	// it.
 	ErrNotLeader = shard.ErrNotLeader
 	// ErrOutcomeUnknown reports a write whose leader changed (or whose
-	// deadline passed) after it was proposed: it may or may not have been
-	// applied. The Node never retries it by itself, so it never applies a
+	// deadline passed) after it was proposed, or, on a node, whose write
+	// or fsync failed after its records reached the log and could not be
+	// taken back out of it: it may or may not have been applied. The Node never retries it by itself, so it never applies a
 	// write twice; a producer that needs exactly-once retries with its own
 	// message ids and deduplicates on read.
 	ErrOutcomeUnknown = shard.ErrOutcomeUnknown
@@ -86,9 +87,15 @@ var (
 	ErrMetadataFailed = host.ErrMetadataFailed
 	// ErrNoSpace reports a write refused because the disk is full. The
 	// node keeps serving reads and the partitions whose writes fit, and
-	// writes succeed again once space returns; a produce that gets it was
-	// not appended (on a cluster: not acknowledged; its outcome follows
-	// the usual rule for a failed write). Not retried in place.
+	// writes succeed again once space returns. A produce that gets it was
+	// not appended: its records are not in the log, now or after a
+	// rebuild or a restart (a failed write is truncated away, a failed
+	// group commit takes the group's records back out of the partition's
+	// files and of the journal, each durably), so sending it again does
+	// not write it twice. Where taking them back fails too, the answer is
+	// ErrOutcomeUnknown instead, never ErrNoSpace. On a cluster it means
+	// not acknowledged; its outcome follows the usual rule for a failed
+	// write. Not retried in place.
 	ErrNoSpace = partition.ErrNoSpace
 	// ErrCorrupt reports stored data that fails its checksum or framing
 	// (a *partition.CorruptError names the file and byte offset).
@@ -162,7 +169,11 @@ type WrongDataDirError = host.WrongDataDirError
 // publicError makes an answer from the layers below match a root
 // sentinel: what a caller gets is always documented here.
 func publicError(err error) error {
-	err = partition.ClassifyNoSpace(err)
+	if !errors.Is(err, ErrOutcomeUnknown) {
+		// A write whose outcome is unknown may be in the log: it is not
+		// ErrNoSpace (not appended), whatever filled the disk.
+		err = partition.ClassifyNoSpace(err)
+	}
 	switch {
 	case err == nil:
 		return nil

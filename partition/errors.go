@@ -20,6 +20,15 @@ var (
 	// could not be rolled back. Its owner closes it and builds it again,
 	// which recovers the log from what is on disk.
 	ErrUnusable = errors.New("parkway: partition unusable (close and build it again)")
+	// ErrRolledBack reports a failed Journal.Commit that took the
+	// partition's appends since its last commit back out of its log,
+	// durably: no read, rebuild or reopen finds them, and their offsets
+	// are given to the next appends. Its owner answers them as not
+	// appended. It is wrapped together with the error that failed the
+	// commit (a full disk: syscall.ENOSPC). A failed Commit whose error
+	// does not wrap it left the appends' outcome unknown: they may
+	// survive.
+	ErrRolledBack = errors.New("parkway: commit failed; its appends were taken back out of the log")
 	// ErrReopen reports a failure to open again a segment file (or a file
 	// opened through a partition's Location) that the FileStore closed to
 	// stay within its descriptor budget (FileConfig.MaxOpenFiles): the

@@ -536,6 +536,7 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 		p.next, p.synced = start, start
 	}
 	p.start = max(start, p.segs[0].base)
+	p.setMark() // what a reopen finds is the log
 	if err := p.dropSegments(); err != nil {
 		return nil, err
 	}

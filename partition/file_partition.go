@@ -71,6 +71,14 @@ type filePartition struct {
 	// counted in its journal's pinned members (journal.pinned).
 	dirtyFile bool
 	jpin      bool
+
+	// mark is the log's end at its last commit point — the open, a
+	// successful Commit or Sync — and markBase and markPos the base of
+	// the tail then and its size: what a failed Commit takes back
+	// (takeBack) is the log past it.
+	mark     uint64
+	markBase uint64
+	markPos  int64
 }
 
 // writeBehind bounds the records a journaled partition keeps unwritten
@@ -189,7 +197,11 @@ func (p *filePartition) roll() error {
 	}
 	p.persistIndex(old)
 	old.closeIndexes() // the in-memory indexes are authoritative
+	committed := p.mark == p.next && p.markBase == old.base
 	p.segs = append(p.segs, seg)
+	if committed {
+		p.setMark() // nothing to take back in the sealed segment
+	}
 	return nil
 }
 
@@ -393,8 +405,13 @@ func (p *filePartition) flushWrites(keep bool) error {
 	tail.log.setPinned(true)
 	pos := tail.size - int64(len(p.wpend))
 	if err = writeFull(f, p.wpend, pos); err != nil {
+		// Truncated durably (see closeTail): records held behind may be
+		// taken back later (takeBack), which relies on the file not
+		// holding them.
 		if terr := f.Truncate(pos); terr != nil {
 			err = p.fail(fmt.Sprintf("write-behind failed (%v) and could not be rolled back", err), terr)
+		} else if serr := f.Sync(); serr != nil {
+			err = p.fail(fmt.Sprintf("write-behind failed (%v) and its rollback could not be made durable", err), serr)
 		}
 		tail.log.release()
 		return err
@@ -432,6 +449,105 @@ func (p *filePartition) fileSynced() {
 		j.unpinLocked(p)
 		j.mu.Unlock()
 	}
+}
+
+// setMark records the log's end as a commit point (see mark): what it
+// holds is, or may be, acknowledged.
+func (p *filePartition) setMark() {
+	tail := p.tail()
+	p.mark, p.markBase, p.markPos = p.next, tail.base, tail.size
+}
+
+// commitFailed is the error of a Commit that could not make p's appends
+// since its last commit point durable, with err the reason: with gone
+// (the journal holds nothing of them that a replay could apply) it takes
+// them back (takeBack), and the error wraps ErrRolledBack if that
+// worked.
+func (p *filePartition) commitFailed(err error, gone bool) error {
+	if !gone || p.closed {
+		return err
+	}
+	if terr := p.takeBack(); terr != nil {
+		return fmt.Errorf("%w (taking its appends back failed: %v)", err, terr)
+	}
+	return fmt.Errorf("%w: %w", ErrRolledBack, err)
+}
+
+// takeBack removes from the log what was appended since its last commit
+// point (mark) — records a failed Commit covered, which nobody
+// acknowledged — and makes the removal durable, so that neither a read,
+// nor a rebuild in this process, nor a reopen after a crash finds them:
+// the log ends at the mark again and the next append gets its offsets.
+// Records still held behind (wpend) are dropped; if the tail's file holds
+// some, it is truncated to the mark and fsynced (on a full disk a
+// truncation frees space, so this works where the append did not). It
+// works within the tail only: records past the mark in a sealed segment
+// (a roll fsynced them) cannot be taken back, and the partition is
+// broken. A failure breaks it too. A partition broken before (its fsync
+// failed) stays broken: its owner rebuilds it, and what it committed
+// comes back from its files and the journal.
+func (p *filePartition) takeBack() error {
+	if p.closed {
+		return ErrClosed
+	}
+	if p.next == p.mark {
+		return nil
+	}
+	tail := p.tail()
+	if p.markBase != tail.base || p.mark < tail.base || p.mark > p.next || p.markPos > tail.size {
+		return p.fail("taking back the appends of a failed commit", errors.New("they reach into a sealed segment"))
+	}
+	cut := tail.size - p.markPos // the bytes taken back
+	if fileEnd := tail.size - int64(len(p.wpend)); p.markPos >= fileEnd {
+		// Only held behind: the file never saw them.
+		p.wpend = p.wpend[:p.markPos-fileEnd]
+	} else {
+		p.wpend = p.wpend[:0]
+		f, err := tail.log.acquire()
+		if err == nil {
+			if err = f.Truncate(p.markPos); err == nil {
+				err = f.Sync()
+			}
+			tail.log.release()
+		}
+		if err != nil {
+			return p.fail("taking back the appends of a failed commit", err)
+		}
+		// The fsync covered the whole file: everything below the mark
+		// is durable in it now.
+		if p.broken == nil {
+			tail.log.setPinned(false)
+			p.synced = p.mark
+			p.fileSynced()
+		}
+	}
+	k := sort.Search(len(tail.index), func(i int) bool { return int64(tail.index[i].pos) >= p.markPos })
+	tail.index, tail.times = tail.index[:k], tail.times[:k]
+	tail.lastIndexed = 0
+	if k > 0 {
+		tail.lastIndexed = int64(tail.index[k-1].pos)
+	}
+	if tail.idxPersisted > k {
+		// The index files name records that are gone: cut them, or
+		// leave them to the next open, which rebuilds a tail's index
+		// that does not match its log.
+		tail.idxPersisted = k
+		if tail.idx != nil && tail.tidx != nil {
+			_ = tail.idx.Truncate(int64(k) * indexEntrySize)
+			_ = tail.tidx.Truncate(int64(k) * timeEntrySize)
+		}
+	}
+	if p.stash {
+		if p.jnext <= p.mark && int64(len(p.jpend)) >= cut {
+			p.jpend = p.jpend[:int64(len(p.jpend))-cut]
+		} else {
+			p.jpend = p.jpend[:0]
+		}
+	}
+	p.jnext = min(p.jnext, p.mark)
+	tail.size, tail.next, p.next = p.markPos, p.mark, p.mark
+	p.synced = min(p.synced, p.mark)
+	return nil
 }
 
 // stashRecords keeps a copy of records just written for the journal's
@@ -503,6 +619,12 @@ func (p *filePartition) closeTail(tail *segment, f vfs.File, err error) error {
 	if syncErr != nil {
 		return p.fail("fsync", syncErr)
 	}
+	// The failed write may have reached the file in part, whole records
+	// included: the truncation is made durable, or a crash could bring
+	// them back although the append was refused.
+	if serr := f.Sync(); serr != nil {
+		return p.fail(fmt.Sprintf("append failed (%v) and its rollback could not be made durable", err), serr)
+	}
 	return err
 }
 
@@ -516,6 +638,7 @@ func (p *filePartition) Sync() error {
 		return err
 	}
 	p.leaveJournal()
+	p.setMark()
 	return nil
 }
 
@@ -729,6 +852,7 @@ func (p *filePartition) SkipTo(offset uint64) error {
 	p.start, p.next, p.synced = offset, offset, offset
 	p.fileSynced()
 	p.leaveJournal() // every message is durable, and the offsets moved
+	p.setMark()
 	return p.dropSegments()
 }
 

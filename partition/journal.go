@@ -168,8 +168,12 @@ type journalLog struct {
 	// append).
 	zeroed int64
 	fresh  bool // its directory entry is not durable yet
-	buf    []byte
-	zeros  []byte // journalZeroWrite zeros, for zeroFill
+	// from is the file's size when the write in progress began, and
+	// wrote whether it has written frame bytes since (see write).
+	from  int64
+	wrote bool
+	buf   []byte
+	zeros []byte // journalZeroWrite zeros, for zeroFill
 	// lastSync is how long the last fdatasync took, in nanoseconds.
 	lastSync atomic.Int64
 }
@@ -185,6 +189,9 @@ type journalWrite struct {
 	fps []*filePartition
 	seq uint64 // the file the entries went to
 	err error
+	// gone: err is set and the write left nothing of its frames in the
+	// journal that a replay could apply (see journalLog.write).
+	gone bool
 	// wake tells a queued handle that a leader wrote its entries (false)
 	// or that it leads the next write (true).
 	wake chan bool
@@ -277,12 +284,23 @@ var ErrJournalClosed = errors.New("parkway: journal closed")
 // in one frame with the other handles' that commit meanwhile, made
 // durable by one fdatasync; the others (a first Commit, a partition of
 // another store, one that left the journal) are synced directly,
-// concurrently with the journal's write. A partition whose entry a failed
-// journal write or fdatasync carried gets that error: its records are in
-// its log but were never acknowledged as durable, and its owner must
-// treat it as after a failed Sync (close it and build it again).
-// Partitions may be wrapped: a wrapper that implements Unwrap() Partition
-// is looked through.
+// concurrently with the journal's write. Partitions may be wrapped: a
+// wrapper that implements Unwrap() Partition is looked through.
+//
+// Commit is how appends nobody has acknowledged yet become durable: its
+// caller acknowledges them only once it returns nil. So when it fails
+// for a partition of this store — the journal write or fdatasync that
+// carried its entry, or its own fsync — it takes the partition's appends
+// since its last successful Commit back out of the log (takeBack): the
+// partition's files are truncated to where that commit left them and
+// synced, and the failed journal frames are truncated off the journal
+// file and synced. If all of that succeeds the error wraps
+// ErrRolledBack: the appends are in no log, now or after a crash, and
+// their owner answers them as not appended. Otherwise their outcome is
+// unknown: they may be in the log, or come back from the journal at the
+// next open. Either way the owner treats the partition as after a failed
+// Sync (close it and build it again), which recovers every commit that
+// succeeded.
 func (j *Journal) Commit(parts []Partition) []error {
 	errs := make([]error, len(parts))
 	if j.closed {
@@ -385,11 +403,23 @@ func (j *Journal) finish(errs []error) {
 	for _, i := range j.entries {
 		fp := j.own[i]
 		if err := j.w.err; err != nil {
-			errs[i] = err
+			errs[i] = fp.commitFailed(err, j.w.gone)
 			continue
 		}
 		fp.jnext = fp.next // the write registered it (register)
 		fp.jpend = fp.jpend[:0]
+	}
+	for i, fp := range j.own {
+		switch {
+		case fp == nil:
+		case errs[i] == nil:
+			fp.setMark() // committed: acknowledged from now on
+		case !errors.Is(errs[i], ErrRolledBack) && !errors.Is(errs[i], ErrClosed) && !isEntry(j.entries, i):
+			// Its own fsync failed (here, or at the checkpoint), or it
+			// was broken before: nothing of its appends is in the
+			// journal.
+			errs[i] = fp.commitFailed(errs[i], true)
+		}
 	}
 	clear(j.w.chunks)
 	clear(j.w.fps)
@@ -401,6 +431,12 @@ func (j *Journal) finish(errs []error) {
 	} else {
 		j.ebuf = nil
 	}
+}
+
+// isEntry reports whether index i is among entries (ascending).
+func isEntry(entries []int, i int) bool {
+	_, ok := slices.BinarySearch(entries, i)
+	return ok
 }
 
 // register records that file seq holds records of fps. The leader of
@@ -718,11 +754,23 @@ func (l *journalLog) awaited(self *Journal) bool {
 // next, so a crash never leaves a torn frame before a whole one. On
 // failure the file is abandoned: it stays on disk (it may hold
 // acknowledged frames) and the next write starts a new one.
+//
+// A failed write takes its frames back before the file is abandoned: the
+// file is truncated to where the write began and synced, so a replay
+// never applies a frame whose records were answered as not appended
+// (w.gone). Where that fails too, the frames may survive, and gone is
+// false.
 func (l *journalLog) write(batch []*journalWrite) {
+	l.wrote = false
 	err := l.writeFrames(batch)
 	seq := l.seq
+	gone := false
 	if err != nil {
+		gone = !l.wrote
 		if l.f != nil {
+			if l.wrote {
+				gone = l.f.Truncate(l.from) == nil && l.f.Sync() == nil
+			}
 			_ = l.f.Close()
 			l.f = nil
 		}
@@ -732,7 +780,7 @@ func (l *journalLog) write(batch []*journalWrite) {
 		l.buf = nil
 	}
 	for _, w := range batch {
-		w.seq, w.err = seq, err
+		w.seq, w.err, w.gone = seq, err, gone
 		if err == nil {
 			w.h.register(w.fps, seq)
 		}
@@ -755,6 +803,7 @@ func (l *journalLog) writeFrames(batch []*journalWrite) error {
 			return err
 		}
 	}
+	l.from = l.size
 	buf, start := beginJournalFrame(l.buf[:0])
 	flush := func() error {
 		sealJournalFrame(buf, start)
@@ -798,6 +847,7 @@ func (l *journalLog) append(frame []byte) error {
 		err = l.zeroFill(end)
 	}
 	if err == nil {
+		l.wrote = true // the frame may reach the file, whole or in part
 		err = writeFull(l.f, frame, l.size)
 	}
 	if err == nil {

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
@@ -100,8 +101,11 @@ func (s *Shard) appendOne(o *owned, f Frame) {
 		if errors.Is(err, partition.ErrUnusable) {
 			// The partition refuses every later write until it is built
 			// again: fence it, so the reconciler evicts and rebuilds it
-			// (behind the build backoff) as after a failed fsync.
+			// (behind the build backoff) as after a failed fsync. A
+			// failed write it could not roll back may be in its log:
+			// the outcome is unknown.
 			s.fence(o, err)
+			err = fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
 		}
 		s.answer(f, Response{Err: err})
 		return

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"time"
@@ -184,13 +185,26 @@ func (s *Shard) flushGroup() {
 	s.groupBuf = dirty[:0]
 	for i, pa := range s.pending {
 		if err, ok := failed[pa.o]; ok {
-			pa.r = Response{Err: fmt.Errorf("parkway: fsync: %w", err)}
+			pa.r = Response{Err: commitError(err)}
 		}
 		s.touch(pa.o) // acknowledged: readable by waiting polls
 		s.answer(pa.f, pa.r)
 		s.pending[i] = pendingAck{}
 	}
 	s.pending = s.pending[:0]
+}
+
+// commitError is the answer to a produce whose group commit failed with
+// err. A commit that took the group's appends back out of the log
+// (partition.ErrRolledBack) answers exactly that: not appended (with a
+// full disk the caller sees ErrNoSpace, and may send it again). Any other
+// failure leaves them in the log or in the journal, where a rebuild or a
+// reopen may find them: the outcome is unknown.
+func commitError(err error) error {
+	if errors.Is(err, partition.ErrRolledBack) {
+		return fmt.Errorf("parkway: fsync failed, not appended: %w", err)
+	}
+	return fmt.Errorf("%w: fsync: %w", ErrOutcomeUnknown, err)
 }
 
 // lingerGroup runs before a commit group is closed because the inbox is

@@ -85,10 +85,12 @@ var (
 	// when one is known. It never matches ErrRetry.
 	ErrNotLeader = errors.New("parkway: not the leader")
 	// ErrOutcomeUnknown answers a produce whose leader lost leadership
-	// before the batch committed: the batch may still commit under the new
-	// leader, or may be gone. It is deliberately not retriable — a blind
-	// retry could apply the batch twice.
-	ErrOutcomeUnknown = errors.New("parkway: leadership changed before the write committed; it may or may not have been applied")
+	// before the batch committed (the batch may still commit under the
+	// new leader, or may be gone), or one whose write or group commit
+	// failed after its records reached the log and could not be taken
+	// back (they may survive a rebuild or a restart). It is deliberately
+	// not retriable — a blind retry could apply the batch twice.
+	ErrOutcomeUnknown = errors.New("parkway: outcome unknown: the write may or may not have been applied")
 
 	errNoLeader = fmt.Errorf("%w: partition has no leader yet", ErrRetry)
 )
