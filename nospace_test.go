@@ -130,9 +130,8 @@ func TestUnusablePartitionIsRebuiltAfterDiskFull(t *testing.T) {
 }
 
 // A produce answered ErrNoSpace is not in the log: not after the
-// partition recovers in place, not after a reopen (DESIGN behaviour 27:
-// acknowledged data is never lost, reused or served damaged; an answer
-// says what happened). The journal that FsyncAlways groups commit
+// partition recovers in place, not after a reopen (the error's doc: it
+// was not appended, so a producer may send it again). The journal that FsyncAlways groups commit
 // through is refused its writes while the partition's own file is not
 // (a segment whose pages exist already, as on a full tmpfs): the group's
 // records reached the file, and before the fix the rebuild after the

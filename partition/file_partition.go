@@ -468,7 +468,7 @@ func (p *filePartition) commitFailed(err error, gone bool) error {
 		return err
 	}
 	if terr := p.takeBack(); terr != nil {
-		return fmt.Errorf("%w (taking its appends back failed: %v)", err, terr)
+		return fmt.Errorf("%w (taking its appends back failed: %w)", err, terr)
 	}
 	return fmt.Errorf("%w: %w", ErrRolledBack, err)
 }
@@ -506,6 +506,12 @@ func (p *filePartition) takeBack() error {
 		f, err := tail.log.acquire()
 		if err == nil {
 			if err = f.Truncate(p.markPos); err == nil {
+				if p.store.cfg.Preallocate {
+					// The truncation dropped the reservation; taking it
+					// again is an optimisation, and a full disk refuses
+					// it.
+					_ = preallocate(f, p.store.cfg.SegmentSize)
+				}
 				err = f.Sync()
 			}
 			tail.log.release()

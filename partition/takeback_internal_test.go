@@ -49,13 +49,15 @@ func reopenedLog(t *testing.T, fsys vfs.FS) []string {
 // answered ErrNoSpace came back after the rebuild that followed.
 func TestJournalFailedCommitTakesAppendsBack(t *testing.T) {
 	for _, size := range []int{10, 8 << 10, 2 << 20} {
-		t.Run(fmt.Sprint(size), func(t *testing.T) {
-			testFailedCommitTakesAppendsBack(t, size)
-		})
+		for _, prealloc := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%d/prealloc=%v", size, prealloc), func(t *testing.T) {
+				testFailedCommitTakesAppendsBack(t, size, prealloc)
+			})
+		}
 	}
 }
 
-func testFailedCommitTakesAppendsBack(t *testing.T, size int) {
+func testFailedCommitTakesAppendsBack(t *testing.T, size int, prealloc bool) {
 	mem := vfs.NewMem()
 	full := errorfs.NewSwitchFunc(syscall.ENOSPC, func(op errorfs.Op) bool {
 		switch op.Kind {
@@ -64,7 +66,8 @@ func testFailedCommitTakesAppendsBack(t *testing.T, size int) {
 		}
 		return false
 	})
-	s, err := NewFileStore(FileConfig{Dir: "/data", FS: errorfs.New(mem, full), MaxOpenFiles: 16, SerialSyncs: true})
+	s, err := NewFileStore(FileConfig{Dir: "/data", FS: errorfs.New(mem, full), MaxOpenFiles: 16, SerialSyncs: true,
+		Preallocate: prealloc, SegmentSize: 16 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,4 +183,85 @@ func equalStrings(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// A partition synced directly by a Commit (not in the journal) whose own
+// fsync fails has the appends the Commit covered taken back too: the
+// segment is truncated to the last commit point and synced again, and
+// the rebuild that follows (the partition is broken) does not find them.
+func TestCommitFailedOwnFsyncTakesAppendsBack(t *testing.T) {
+	mem := vfs.NewMem()
+	var failOnce atomic.Bool
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind == errorfs.OpSync && strings.HasSuffix(op.Path, ".log") && failOnce.CompareAndSwap(true, false) {
+			return syscall.ENOSPC // delayed allocation found no room at writeback
+		}
+		return nil
+	})
+	s, err := NewFileStore(FileConfig{Dir: "/data", FS: errorfs.New(mem, inj), MaxOpenFiles: 16, SerialSyncs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := s.NewJournal()
+	ps := journalPartitions(t, s, 1)
+	p := ps[0]
+	commitRound(t, j, ps, 0)
+	if err := p.Sync(); err != nil { // out of the journal: the next Commit syncs it directly
+		t.Fatal(err)
+	}
+	if _, err := p.Append([]Message{{Payload: []byte("refused")}}); err != nil {
+		t.Fatal(err)
+	}
+	failOnce.Store(true)
+	err = j.Commit(ps)[0]
+	if !errors.Is(err, ErrRolledBack) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("commit whose fsync failed: %v, want ErrRolledBack and ENOSPC", err)
+	}
+	if next := p.NextOffset(); next != 1 {
+		t.Fatalf("after the failed commit the log ends at %d, want 1", next)
+	}
+	crashed := mem.Crash()
+	_ = p.Close() // broken: its owner closes it and builds it again
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"0/0"}
+	if got := reopenedLog(t, mem); !equalStrings(got, want) {
+		t.Fatalf("after the rebuild the log holds %q, want %q", got, want)
+	}
+	if got := reopenedLog(t, crashed); !equalStrings(got, want) {
+		t.Fatalf("after a power loss the log holds %q, want %q", got, want)
+	}
+}
+
+// Appends that a roll sealed (its fsync made them durable in the sealed
+// segment) cannot be taken back: the failed Commit does not claim
+// ErrRolledBack, so their owner answers them as of unknown outcome, and
+// the partition is broken (its owner rebuilds it).
+func TestTakeBackAcrossARollIsNotClaimed(t *testing.T) {
+	mem := vfs.NewMem()
+	full := errorfs.NewSwitchFunc(syscall.ENOSPC, func(op errorfs.Op) bool {
+		return (op.Kind == errorfs.OpWriteAt || op.Kind == errorfs.OpWrite) && strings.Contains(op.Path, "/journal/")
+	})
+	s, err := NewFileStore(FileConfig{Dir: "/data", FS: errorfs.New(mem, full), MaxOpenFiles: 16, SerialSyncs: true, SegmentSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := s.NewJournal()
+	ps := journalPartitions(t, s, 1)
+	commitRound(t, j, ps, 0)
+	commitRound(t, j, ps, 1)
+	full.Set(true)
+	big := bytes.Repeat([]byte{'x'}, 600<<10)
+	for range 2 { // the second rolls the segment, sealing the first
+		if _, err := ps[0].Append([]Message{{Payload: big}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = j.Commit(ps)[0]
+	if err == nil || errors.Is(err, ErrRolledBack) || !errors.Is(err, ErrUnusable) {
+		t.Fatalf("commit of appends across a roll, refused: %v; want ErrUnusable, not ErrRolledBack", err)
+	}
+	_ = ps[0].Close()
+	_ = j.Close()
 }
