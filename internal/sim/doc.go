@@ -159,6 +159,10 @@
 //     necessary condition for a raft commit, checked at the
 //     acknowledgement. The metadata every node holds after applying an
 //     index of the metadata log is the same (a fingerprint of the store).
+//     A produce answered partition.ErrRolledBack (a failed group commit
+//     took it back out of the log: a full disk's ErrNoSpace) was not
+//     applied: the oracle drops it, and what followed it, at the answer,
+//     so the rebuilt partition, or its next append, must not hold it.
 //  4. At quiescence every park buffer is empty and no frame was dropped
 //     for a reason that no injected fault explains: full (inbox bursts),
 //     build_failed (disk faults), shutdown and disconnected (crashes) only

@@ -377,6 +377,11 @@ func (s *sim) onAnswer(a *attempt, r shard.Response) {
 	default:
 		oc := outcomeError
 		switch {
+		case (o.kind == kindProduce || o.kind == kindBatch) && errors.Is(r.Err, partition.ErrRolledBack):
+			// Not appended, definitely: the failed group commit took
+			// its messages back out of the log (checked below and by
+			// the rebuild's reopen check).
+			s.rolledBack(a)
 		case o.kind == kindProduce || o.kind == kindBatch:
 			oc = outcomeUnknown
 		case o.kind == kindStore && !errors.Is(r.Err, partition.ErrOffsetOutOfRange):
@@ -386,6 +391,36 @@ func (s *sim) onAnswer(a *attempt, r shard.Response) {
 			oc = outcomeError // refused before reaching the partition: no effect
 		}
 		s.finish(o, oc, r, r.Err)
+	}
+}
+
+// rolledBack records that a's messages were taken back out of their log
+// by a failed group commit (partition.ErrRolledBack): the oracle drops
+// them and whatever follows them in their incarnation's log (the rest of
+// the failed group), none of which may have been acknowledged, so the
+// reopen after the partition's rebuild, and any later append, must find
+// the log ending where theirs began.
+func (s *sim) rolledBack(a *attempt) {
+	for _, id := range a.ids {
+		info := s.msgs[id]
+		if info == nil || !info.appended {
+			continue
+		}
+		log := s.oracle[info.key]
+		if log == nil || info.off >= uint64(len(log.ids)) || log.ids[info.off] != id {
+			continue
+		}
+		for off := info.off; off < uint64(len(log.ids)); off++ {
+			if log.acked[off] {
+				s.fail(3, "attempt %d was answered %q, but acknowledged message %d at %v/%d follows it",
+					a.id, a.resp.Err, log.ids[off], info.key, off)
+				return
+			}
+			s.msgs[log.ids[off]].appended = false
+		}
+		s.event("rolled back %v to %d (a=%d)", info.key, info.off, a.id)
+		log.ids, log.acked = log.ids[:info.off], log.acked[:info.off]
+		return
 	}
 }
 
