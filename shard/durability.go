@@ -110,10 +110,13 @@ type owned struct {
 
 	// failed is set when a group-commit fsync of the partition failed.
 	// Everything appended since its last good fsync was answered with the
-	// error, yet sits in the log, readable: it may or may not survive a
-	// crash, and after one its offsets may hold other messages. So the
-	// shard serves nothing more from the partition (reads included) until
-	// the node restarts and recovers it from what is durable.
+	// error. Unless the commit took it back out of the log
+	// (partition.ErrRolledBack) it may still sit there, readable, and
+	// may or may not survive a crash, after which its offsets may hold
+	// other messages; and what the partition's files hold of what was
+	// acknowledged is unknown. So the shard serves nothing more from the
+	// partition (reads included) until the reconciler has rebuilt it from
+	// what is durable (its files and the journal).
 	failed error
 }
 
@@ -154,8 +157,8 @@ func (s *Shard) appended(o *owned, f Frame, r Response) {
 // group are synced concurrently (syncEach), so producers to different
 // partitions of the shard share one group either way (syncGroup). Nothing
 // is answered before the group is durable. If a sync fails, every ack that depended on it is answered
-// with the error: the batch is in the log but was never acknowledged as
-// durable.
+// with the error (commitError): not appended, if the commit took the
+// group's records back out of the log, else of unknown outcome.
 func (s *Shard) flushGroup() {
 	s.lingered = false
 	if len(s.pending) == 0 {
