@@ -92,7 +92,11 @@ import (
 // Failures. A failed write or fdatasync of the journal fails every
 // journaled partition of the write, whichever shard's (the callers fence
 // them, as after a failed fsync), and abandons the file: the next write
-// goes to a new one. Files are removed only once every partition with
+// goes to a new one. Before it is abandoned the file is truncated to
+// where the failed write began and synced, and each failed partition
+// truncates its own files back to its last commit point (takeBack), so
+// what the failed commit carried is in no log (ErrRolledBack; see
+// Commit). Files are removed only once every partition with
 // records in them has synced its own files; a partition closed without
 // that (its fsync failed) keeps them until the next open, whose replay
 // restores from them what it can, and a rebuild of its incarnation in the
