@@ -1,9 +1,12 @@
 package host
 
 import (
+	"errors"
+
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/parkway-io/parkway/internal/replica"
+	"github.com/parkway-io/parkway/metrics"
 )
 
 // Quiescence of the metadata group, as the partition groups quiesce (see
@@ -88,8 +91,19 @@ func (m *metaGroup) step(msg *raftpb.Message) {
 		replica.StripQuiesce(msg)
 	}
 	m.wake()
-	_ = m.g.Step(msg) // a refusal is raft's business (a stale message)
+	// Raft's own refusals (a stale message) are its business; a message
+	// no correct member sends is counted.
+	switch err := m.g.Step(msg); {
+	case errors.Is(err, replica.ErrTermOutOfReach):
+		m.c.e.drops.Drop(metaRaftVariant, metrics.ReasonTermOutOfReach)
+	case errors.Is(err, replica.ErrInvalidMessage):
+		m.c.e.drops.Drop(metaRaftVariant, metrics.ReasonInvalidRaft)
+	}
 }
+
+// metaRaftVariant labels the metadata group's refused raft messages in
+// parkway_frame_drops_total (shard "-1", the node's own).
+const metaRaftVariant = "metadata_raft"
 
 // peerLive is node liveness reporting peer dead (live false) or alive
 // again. A follower whose leader died forgets it and wakes, and the

@@ -491,6 +491,9 @@ func (s *Shard) stepRaft(o *owned, f Frame) {
 	case errors.Is(err, replica.ErrGroupFailed):
 		s.failGroup(o, err)
 		return
+	case errors.Is(err, replica.ErrTermOutOfReach):
+		s.m.Drop(f.Req.Op.String(), metrics.ReasonTermOutOfReach)
+		s.log.Warn("raft message with a term out of reach dropped", "ns", f.Req.NS, "error", err)
 	case errors.Is(err, replica.ErrInvalidMessage):
 		s.m.Drop(f.Req.Op.String(), metrics.ReasonInvalidRaft)
 		s.log.Debug("invalid raft message dropped", "ns", f.Req.NS, "error", err)

@@ -24,6 +24,40 @@ import (
 // unaffected. The caller counts it.
 var ErrInvalidMessage = errors.New("parkway: invalid raft message")
 
+// ErrTermOutOfReach reports a raft message whose term is more than
+// MaxTermStep ahead of this member's (it wraps ErrInvalidMessage): no
+// correct member sends it, and stepping it would spend the group's term
+// space (see MaxTermStep). The caller counts it apart from other invalid
+// messages.
+var ErrTermOutOfReach = fmt.Errorf("%w: term out of reach", ErrInvalidMessage)
+
+// MaxTermStep is how far ahead of this member's current term a peer's
+// message may be: a message with a higher term is refused
+// (ErrTermOutOfReach) before raft sees it.
+//
+// Why a bound relative to the receiver: raft adopts any higher term it is
+// shown and persists it, and terms only grow. With only the absolute cap
+// (maxTerm), one message at the cap from any member — a buggy one, or
+// whoever holds its key — left every member it reached at the cap for
+// good: no member could campaign again, restarts included. Relative to
+// the receiver, one message moves a member's term by at most MaxTermStep,
+// so spending the term space takes 2^30 accepted messages, each one a
+// deliberate attack that a member can make more cheaply otherwise (see
+// the README's security model).
+//
+// Why 2^32 is out of reach of a correct run: a member's term falls behind
+// the group's only by the elections held without it, and each election
+// takes at least an election timeout and, with PreVote and CheckQuorum
+// (both set, see start), the pre-votes of a majority — a member cut off
+// from the others does not raise its own term. 2^32 elections at one
+// every 100 ms is over 13 years of nothing but elections. A member that
+// restarts empty (term 0) learns the leader's term from its first append
+// or heartbeat, which this bound lets through while the group has held
+// fewer than 2^32 elections in its whole life. The trade-off: a member
+// more than 2^32 terms behind would refuse the leader for good and have
+// to be replaced; no correct run comes near it.
+const MaxTermStep = 1 << 32
+
 // Bounds that guard raft's arithmetic: terms and indexes beyond them are
 // unreachable (a group would need 2^62 elections or entries), and raft
 // adds one to them.
@@ -221,6 +255,8 @@ func (g *Group) checkMessage(m *raftpb.Message) error {
 		return invalidf("%v without a term", typ)
 	case term > maxTerm:
 		return invalidf("%v term %d out of range", typ, term)
+	case term > g.Term()+MaxTermStep:
+		return fmt.Errorf("%w: %v from %d at term %d, this member at term %d", ErrTermOutOfReach, typ, m.GetFrom(), term, g.Term())
 	}
 	if m.GetLogTerm() > term {
 		// A candidate's last entry, a leader's previous entry, a

@@ -278,3 +278,69 @@ func TestDynamicMemberFollowsLeaderAddedSince(t *testing.T) {
 		}
 	}
 }
+
+// TestTermBoundedRelativeToTheReceiver pins issue 26's poison message: a
+// heartbeat at term 2^62 (raft's cap) or 2^62−1 from a member used to be
+// adopted and persisted, leaving the group unable to elect again. A term
+// more than MaxTermStep ahead of the receiver's is now refused with
+// ErrTermOutOfReach, changing nothing; one at the step is taken (a member
+// far behind catches up), and the group goes on electing and applying.
+func TestTermBoundedRelativeToTheReceiver(t *testing.T) {
+	c, term := electedCluster(t)
+	for _, bad := range []uint64{1 << 62, 1<<62 - 1, term + replica.MaxTermStep + 1} {
+		for _, typ := range []raftpb.MessageType{raftpb.MsgHeartbeat, raftpb.MsgVote, raftpb.MsgPreVote} {
+			err := c.members[2].Step(msg(typ, 1, 2, bad))
+			if !errors.Is(err, replica.ErrTermOutOfReach) || !errors.Is(err, replica.ErrInvalidMessage) {
+				t.Fatalf("%v at term %d: Step = %v, want ErrTermOutOfReach", typ, bad, err)
+			}
+		}
+		snap := snapMsg(1, 2, bad, 100, term, &raftpb.ConfState{Voters: []uint64{1, 2, 3}})
+		if err := c.members[2].Step(snap); !errors.Is(err, replica.ErrTermOutOfReach) {
+			t.Fatalf("MsgSnap at term %d: Step = %v, want ErrTermOutOfReach", bad, err)
+		}
+	}
+	if got := c.members[2].Term(); got != term {
+		t.Fatalf("member 2 at term %d after refused messages, want %d", got, term)
+	}
+	// The furthest jump a correct run could make is taken: member 2 moves
+	// to it, the leader steps down on its answer, and the group elects
+	// again above it.
+	far := term + replica.MaxTermStep
+	if err := c.members[2].Step(msg(raftpb.MsgHeartbeat, 3, 2, far)); err != nil {
+		t.Fatalf("heartbeat at term+MaxTermStep: %v", err)
+	}
+	c.settle()
+	if got := c.members[2].Term(); got != far {
+		t.Fatalf("member 2 at term %d, want %d", got, far)
+	}
+	lead := uint64(0)
+	for range 100 {
+		c.tick(1)
+		if lead = c.leaderAmong(1, 2, 3); lead != 0 && c.members[lead].Term() > far {
+			break
+		}
+	}
+	if lead == 0 || c.members[lead].Term() <= far {
+		t.Fatalf("no leader elected above term %d (leader %d)", far, lead)
+	}
+	if _, err := c.members[lead].Propose([]byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	for id := uint64(1); id <= 3; id++ {
+		if got := c.applied[id]; len(got) == 0 || got[len(got)-1] != "after" {
+			t.Fatalf("member %d applied %q", id, got)
+		}
+	}
+
+	// A member that starts empty (term 0) learns a term up to the step
+	// from its first heartbeat.
+	g, err := replica.New(replica.Config{Group: 1, Node: 2, Peers: []uint64{1, 2, 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if err := g.Step(msg(raftpb.MsgHeartbeat, 1, 2, g.Term()+replica.MaxTermStep)); err != nil {
+		t.Fatalf("a fresh member refused a heartbeat within the step: %v", err)
+	}
+}
