@@ -106,7 +106,7 @@ func pollUntil(ctx context.Context, t *testing.T, what string, cond func() bool)
 // be adopted and persisted, and the group never elected a leader again
 // (with 2^62−1, from its next election on). Now each is refused before
 // raft sees it and counted (parkway_frame_drops_total, reason
-// raft_term_out_of_reach), the cluster goes on creating topics and
+// raft_out_of_reach), the cluster goes on creating topics and
 // serving, and when node 1 stops, the two others elect new leaders for
 // both groups and serve.
 func TestBehaviour26PoisonTermRefusedOverTLS(t *testing.T) {
@@ -205,7 +205,7 @@ func TestBehaviour26PoisonTermRefusedOverTLS(t *testing.T) {
 	}
 	for _, to := range []parkway.NodeID{1, 2} {
 		want := float64(3 * len(poison))
-		if got := metricValue(t, regs[to], "parkway_frame_drops_total", "reason", "raft_term_out_of_reach"); got != want {
+		if got := metricValue(t, regs[to], "parkway_frame_drops_total", "reason", "raft_out_of_reach"); got != want {
 			t.Errorf("node %d counted %v poison messages refused, want %v", to, got, want)
 		}
 	}

@@ -94,8 +94,8 @@ func (m *metaGroup) step(msg *raftpb.Message) {
 	// Raft's own refusals (a stale message) are its business; a message
 	// no correct member sends is counted.
 	switch err := m.g.Step(msg); {
-	case errors.Is(err, replica.ErrTermOutOfReach):
-		m.c.e.drops.Drop(metaRaftVariant, metrics.ReasonTermOutOfReach)
+	case errors.Is(err, replica.ErrOutOfReach):
+		m.c.e.drops.Drop(metaRaftVariant, metrics.ReasonOutOfReach)
 	case errors.Is(err, replica.ErrInvalidMessage):
 		m.c.e.drops.Drop(metaRaftVariant, metrics.ReasonInvalidRaft)
 	}

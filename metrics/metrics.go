@@ -33,10 +33,11 @@ const (
 	// ReasonInvalidRaft: a raft message no correct peer sends, refused
 	// before raft sees it (replica.ErrInvalidMessage).
 	ReasonInvalidRaft = "invalid_raft_message"
-	// ReasonTermOutOfReach: a raft message whose term is further ahead of
-	// the receiver's than any correct run gets (replica.ErrTermOutOfReach),
-	// refused so it cannot spend the group's term space.
-	ReasonTermOutOfReach = "raft_term_out_of_reach"
+	// ReasonOutOfReach: a raft message whose term (or snapshot index) is
+	// further ahead of the receiver's than any correct run gets
+	// (replica.ErrOutOfReach), refused so it cannot spend the group's term
+	// or index space.
+	ReasonOutOfReach = "raft_out_of_reach"
 	// ReasonWaitersFull: a waiting poll refused by the shard's bound on
 	// waiting polls.
 	ReasonWaitersFull = "waiters_full"

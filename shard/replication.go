@@ -491,8 +491,8 @@ func (s *Shard) stepRaft(o *owned, f Frame) {
 	case errors.Is(err, replica.ErrGroupFailed):
 		s.failGroup(o, err)
 		return
-	case errors.Is(err, replica.ErrTermOutOfReach):
-		s.m.Drop(f.Req.Op.String(), metrics.ReasonTermOutOfReach)
+	case errors.Is(err, replica.ErrOutOfReach):
+		s.m.Drop(f.Req.Op.String(), metrics.ReasonOutOfReach)
 		s.log.Warn("raft message with a term out of reach dropped", "ns", f.Req.NS, "error", err)
 	case errors.Is(err, replica.ErrInvalidMessage):
 		s.m.Drop(f.Req.Op.String(), metrics.ReasonInvalidRaft)

@@ -24,16 +24,17 @@ import (
 // unaffected. The caller counts it.
 var ErrInvalidMessage = errors.New("parkway: invalid raft message")
 
-// ErrTermOutOfReach reports a raft message whose term is more than
-// MaxTermStep ahead of this member's (it wraps ErrInvalidMessage): no
-// correct member sends it, and stepping it would spend the group's term
-// space (see MaxTermStep). The caller counts it apart from other invalid
-// messages.
-var ErrTermOutOfReach = fmt.Errorf("%w: term out of reach", ErrInvalidMessage)
+// ErrOutOfReach reports a raft message whose term is more than
+// MaxTermStep ahead of this member's, or whose snapshot index is more
+// than MaxIndexStep beyond this member's log (it wraps
+// ErrInvalidMessage): no correct member sends it, and stepping it would
+// spend the group's term or index space (see MaxTermStep). The caller
+// counts it apart from other invalid messages.
+var ErrOutOfReach = fmt.Errorf("%w: term or index out of reach", ErrInvalidMessage)
 
 // MaxTermStep is how far ahead of this member's current term a peer's
 // message may be: a message with a higher term is refused
-// (ErrTermOutOfReach) before raft sees it.
+// (ErrOutOfReach) before raft sees it.
 //
 // Why a bound relative to the receiver: raft adopts any higher term it is
 // shown and persists it, and terms only grow. With only the absolute cap
@@ -57,6 +58,19 @@ var ErrTermOutOfReach = fmt.Errorf("%w: term out of reach", ErrInvalidMessage)
 // more than 2^32 terms behind would refuse the leader for good and have
 // to be replaced; no correct run comes near it.
 const MaxTermStep = 1 << 32
+
+// MaxIndexStep is how far beyond this member's last log index a peer's
+// snapshot may end: raft takes a snapshot at any index, and a member that
+// restored one at the cap (maxIndex) could never append again — nor,
+// once it led, could anyone take its appends. Only a snapshot moves a
+// log's end without entries to fill the gap (an append must attach to
+// the log it extends), so it is the one message bounded here. 2^48
+// entries is nine years of a million entries a second; a member (a new
+// one included, whose log is empty) is never that far behind its group,
+// and spending the index space takes 2^14 forged snapshots — each one a
+// member corrupting the group, which a member can (see the README's
+// security model).
+const MaxIndexStep = 1 << 48
 
 // Bounds that guard raft's arithmetic: terms and indexes beyond them are
 // unreachable (a group would need 2^62 elections or entries), and raft
@@ -256,7 +270,7 @@ func (g *Group) checkMessage(m *raftpb.Message) error {
 	case term > maxTerm:
 		return invalidf("%v term %d out of range", typ, term)
 	case term > g.Term()+MaxTermStep:
-		return fmt.Errorf("%w: %v from %d at term %d, this member at term %d", ErrTermOutOfReach, typ, m.GetFrom(), term, g.Term())
+		return fmt.Errorf("%w: %v from %d at term %d, this member at term %d", ErrOutOfReach, typ, m.GetFrom(), term, g.Term())
 	}
 	if m.GetLogTerm() > term {
 		// A candidate's last entry, a leader's previous entry, a
@@ -314,6 +328,10 @@ func (g *Group) checkMessage(m *raftpb.Message) error {
 		}
 		if st := s.GetMetadata().GetTerm(); st > term {
 			return invalidf("%v at term %d carries a snapshot of term %d", typ, term, st)
+		}
+		last, err := g.storage.LastIndex()
+		if idx := s.GetMetadata().GetIndex(); err != nil || idx > last+MaxIndexStep {
+			return fmt.Errorf("%w: %v from %d with a snapshot at index %d, this member's log ends at %d", ErrOutOfReach, typ, m.GetFrom(), idx, last)
 		}
 		if g.cfg.CheckSnapshot != nil {
 			if err := g.cfg.CheckSnapshot(s.GetData()); err != nil {

@@ -282,21 +282,28 @@ func TestDynamicMemberFollowsLeaderAddedSince(t *testing.T) {
 // TestTermBoundedRelativeToTheReceiver pins issue 26's poison message: a
 // heartbeat at term 2^62 (raft's cap) or 2^62−1 from a member used to be
 // adopted and persisted, leaving the group unable to elect again. A term
-// more than MaxTermStep ahead of the receiver's is now refused with
-// ErrTermOutOfReach, changing nothing; one at the step is taken (a member
-// far behind catches up), and the group goes on electing and applying.
+// more than MaxTermStep ahead of the receiver's, or a snapshot more than
+// MaxIndexStep beyond its log, is now refused with ErrOutOfReach,
+// changing nothing; a term at the step is taken (a member far behind
+// catches up), and the group goes on electing and applying.
 func TestTermBoundedRelativeToTheReceiver(t *testing.T) {
 	c, term := electedCluster(t)
 	for _, bad := range []uint64{1 << 62, 1<<62 - 1, term + replica.MaxTermStep + 1} {
 		for _, typ := range []raftpb.MessageType{raftpb.MsgHeartbeat, raftpb.MsgVote, raftpb.MsgPreVote} {
 			err := c.members[2].Step(msg(typ, 1, 2, bad))
-			if !errors.Is(err, replica.ErrTermOutOfReach) || !errors.Is(err, replica.ErrInvalidMessage) {
-				t.Fatalf("%v at term %d: Step = %v, want ErrTermOutOfReach", typ, bad, err)
+			if !errors.Is(err, replica.ErrOutOfReach) || !errors.Is(err, replica.ErrInvalidMessage) {
+				t.Fatalf("%v at term %d: Step = %v, want ErrOutOfReach", typ, bad, err)
 			}
 		}
 		snap := snapMsg(1, 2, bad, 100, term, &raftpb.ConfState{Voters: []uint64{1, 2, 3}})
-		if err := c.members[2].Step(snap); !errors.Is(err, replica.ErrTermOutOfReach) {
-			t.Fatalf("MsgSnap at term %d: Step = %v, want ErrTermOutOfReach", bad, err)
+		if err := c.members[2].Step(snap); !errors.Is(err, replica.ErrOutOfReach) {
+			t.Fatalf("MsgSnap at term %d: Step = %v, want ErrOutOfReach", bad, err)
+		}
+	}
+	for _, index := range []uint64{1<<62 - 1, 1 << 49} {
+		snap := snapMsg(1, 2, term, index, term, &raftpb.ConfState{Voters: []uint64{1, 2, 3}})
+		if err := c.members[2].Step(snap); !errors.Is(err, replica.ErrOutOfReach) {
+			t.Fatalf("MsgSnap at index %d: Step = %v, want ErrOutOfReach", index, err)
 		}
 	}
 	if got := c.members[2].Term(); got != term {
@@ -340,6 +347,9 @@ func TestTermBoundedRelativeToTheReceiver(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
+	if err := g.Step(snapMsg(1, 2, 5, replica.MaxIndexStep, 5, &raftpb.ConfState{Voters: []uint64{1, 2, 3}})); errors.Is(err, replica.ErrInvalidMessage) {
+		t.Fatalf("a fresh member refused a snapshot within the index step: %v", err)
+	}
 	if err := g.Step(msg(raftpb.MsgHeartbeat, 1, 2, g.Term()+replica.MaxTermStep)); err != nil {
 		t.Fatalf("a fresh member refused a heartbeat within the step: %v", err)
 	}
