@@ -1,7 +1,8 @@
 package transport
 
 import (
-	"encoding/binary"
+	"bytes"
+	"crypto/tls"
 	"io"
 	"net"
 	"sync"
@@ -187,9 +188,10 @@ func TestTCPReadDeadlines(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer slow.Close()
-	// A length prefix announcing 1000 bytes, and then only 10 of them.
-	prefix := binary.BigEndian.AppendUint32(nil, 1000)
-	if _, err := slow.Write(append(prefix, make([]byte, 10)...)); err != nil {
+	// A frame of 1000 bytes (length field, header, payload), sent up to
+	// 10 bytes of its payload.
+	frame := appendFrame(nil, &Message{From: 2, To: 1, Payload: make([]byte, 1000-headerLen)})
+	if _, err := slow.Write(frame[:frameOverhead+10]); err != nil {
 		t.Fatal(err)
 	}
 	drainUntilClosed(t, slow)
@@ -246,4 +248,114 @@ func FuzzTCPInbound(f *testing.F) {
 			t.Fatalf("still holding %d bytes", s.InFlightBytes)
 		}
 	})
+}
+
+// dialTLS opens a TLS connection to b presenting cert, as a member would,
+// closed at the end of the test.
+func dialTLS(t *testing.T, b *TCPBus, cert *tls.Certificate) *tls.Conn {
+	t.Helper()
+	raw, err := net.Dial("tcp", b.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	tc := tls.Client(raw, &tls.Config{
+		MinVersion:         tls.VersionTLS13,
+		InsecureSkipVerify: true,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return cert, nil
+		},
+	})
+	if err := tc.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	return tc
+}
+
+// waitStats polls b's stats until cond holds (bounded by guard).
+func waitStats(t *testing.T, b *TCPBus, what string, cond func(TCPStats) bool) TCPStats {
+	t.Helper()
+	deadline := time.Now().Add(guard)
+	for {
+		s := b.Stats()
+		if cond(s) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s: %+v", what, s)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestBehaviour26PeerShareKeepsOtherPeersServed pins issue 26's inbound
+// starvation over TLS: one member (node 2's key) opens four connections
+// and stalls a near-complete maximum-size frame on each — four of them
+// filled the bus's whole MaxTotalBytes, and every other peer's frames
+// were refused until FrameTimeout. Node 2's frames now count against its
+// share (MaxPeerBytes, by default half the total here): the two past it
+// close their connections, the two within it stay held, and node 3's
+// frames are delivered meanwhile.
+func TestBehaviour26PeerShareKeepsOtherPeersServed(t *testing.T) {
+	const maxFrame = 1 << 20
+	ca := newCA(t, "ca")
+	opts := ca.tlsOpts(t, cluster, 1)
+	opts.MaxFrame, opts.MaxConnBytes, opts.MaxTotalBytes = maxFrame, 2*maxFrame, 4*maxFrame
+	// Only the share can help: no deadline cuts the stalled frames here.
+	opts.FrameTimeout, opts.StallTimeout = time.Hour, time.Hour
+	a := listen(t, 1, opts)
+
+	evil := ca.member(t, cluster, 2)
+	frame := fullFrames(1, maxFrame)
+	nearly := append(append([]byte(nil), frame[0]...), frame[1][:len(frame[1])-1]...)
+	for range 4 {
+		c := dialTLS(t, a, evil)
+		c.SetWriteDeadline(time.Now().Add(guard))
+		go c.Write(nearly) // fails once the bus closes the connection
+	}
+	s := waitStats(t, a, "node 2's four frames to be charged or refused", func(s TCPStats) bool {
+		return s.InFlightBytes+s.OverBudget*maxFrame >= 4*maxFrame
+	})
+	if s.InFlightBytes != 2*maxFrame || s.OverBudget != 2 {
+		t.Fatalf("node 2 holds %d bytes (%d connections over budget), want its share %d: %+v", s.InFlightBytes, s.OverBudget, 2*maxFrame, s)
+	}
+
+	b3 := listen(t, 3, ca.tlsOpts(t, cluster, 3))
+	if err := b3.AddPeer(1, a.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		payload := bytes.Repeat([]byte{byte(i)}, maxFrame/2)
+		if err := b3.Send(Message{To: 1, Kind: 1, Payload: payload}); err != nil {
+			t.Fatal(err)
+		}
+		if m := recv(t, a.Recv()); m.From != 3 || !bytes.Equal(m.Payload, payload) {
+			t.Fatalf("got %d bytes from %d, want node 3's frame %d", len(m.Payload), m.From, i)
+		}
+	}
+	if s := a.Stats(); s.OverBudget != 2 || s.PeakInFlightBytes > 4*maxFrame {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestTCPStallTimeout: a frame that stops short of its end is cut at
+// StallTimeout, long before FrameTimeout, and its bytes released.
+func TestTCPStallTimeout(t *testing.T) {
+	const maxFrame = 1 << 20
+	a := listen(t, 1, TCPOptions{InsecurePlaintext: true, MaxFrame: maxFrame,
+		FrameTimeout: time.Hour, StallTimeout: 50 * time.Millisecond})
+	raw, err := net.Dial("tcp", a.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	frame := fullFrames(1, maxFrame)
+	go func() {
+		raw.Write(frame[0])
+		raw.Write(frame[1][:len(frame[1])-1])
+	}()
+	drainUntilClosed(t, raw)
+	if s := a.Stats(); s.ReadTimeouts != 1 || s.InFlightBytes != 0 || s.PeakInFlightBytes != maxFrame {
+		t.Fatalf("stats %+v", s)
+	}
 }

@@ -57,11 +57,19 @@
 // traffic volume or timing.
 //
 // Whatever the mode, no peer can make the bus hold more than its budgets:
-// each inbound frame is charged to MaxConnBytes and MaxTotalBytes before
-// its payload is allocated, until the consumer of Recv takes it; inbound
-// connections are bounded by MaxConns; a handshake must finish within
-// HandshakeTimeout and a frame within FrameTimeout. A connection over a
-// budget or a deadline is closed and counted. Unauthenticated clients can
+// each inbound frame is charged to MaxConnBytes and MaxTotalBytes — and,
+// with TLS, to its authenticated sender's MaxPeerBytes across all its
+// connections — before its payload is allocated, until the consumer of
+// Recv takes it; inbound connections are bounded by MaxConns; a
+// handshake must finish within HandshakeTimeout, a frame within
+// FrameTimeout, and each 64 KiB of a frame within StallTimeout. A
+// connection over a budget or a deadline is closed and counted. So one
+// member stalling near-complete frames on many connections holds at most
+// its MaxPeerBytes share, for at most StallTimeout per stall (or
+// FrameTimeout if it trickles), and the other members' frames are
+// delivered meanwhile; several members acting together can still fill
+// MaxTotalBytes. What the consumer holds after taking a message (a
+// forwarded request being served, say) is the consumer's to bound. Unauthenticated clients can
 // still occupy connection slots for up to HandshakeTimeout each, a denial
 // of service the listener's network placement must prevent.
 //

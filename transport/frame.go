@@ -93,14 +93,9 @@ func readLength(r io.Reader, h *[frameOverhead]byte, maxFrame uint32) (uint32, e
 // readBody reads the header and payload of a frame whose length field n
 // readLength accepted, allocating exactly n-headerLen payload bytes.
 func readBody(r io.Reader, h *[frameOverhead]byte, n uint32, bufs *bufPool) (Message, error) {
-	if _, err := io.ReadFull(r, h[prefixLen:]); err != nil {
-		return Message{}, noEOF(err)
-	}
-	m := Message{
-		From:  NodeID(binary.BigEndian.Uint64(h[4:])),
-		To:    NodeID(binary.BigEndian.Uint64(h[12:])),
-		Kind:  h[20],
-		Group: binary.BigEndian.Uint64(h[21:]),
+	m, err := readHeader(r, h)
+	if err != nil {
+		return Message{}, err
 	}
 	if p := n - headerLen; p > 0 {
 		m.Payload = bufs.get(int(p))
@@ -109,6 +104,21 @@ func readBody(r io.Reader, h *[frameOverhead]byte, n uint32, bufs *bufPool) (Mes
 		}
 	}
 	return m, nil
+}
+
+// readHeader reads the header that follows a frame's length field into h
+// and returns the message it describes, without its payload: a receiver
+// learns the sender before it charges or allocates the payload.
+func readHeader(r io.Reader, h *[frameOverhead]byte) (Message, error) {
+	if _, err := io.ReadFull(r, h[prefixLen:]); err != nil {
+		return Message{}, noEOF(err)
+	}
+	return Message{
+		From:  NodeID(binary.BigEndian.Uint64(h[4:])),
+		To:    NodeID(binary.BigEndian.Uint64(h[12:])),
+		Kind:  h[20],
+		Group: binary.BigEndian.Uint64(h[21:]),
+	}, nil
 }
 
 func noEOF(err error) error {

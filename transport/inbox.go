@@ -30,11 +30,24 @@ func (b *budget) reserve(n int64) bool {
 func (b *budget) release(n int64) { b.used.Add(-n) }
 
 // charge is what one received message holds: n bytes on its connection's
-// budget and on the bus's total (conn nil for a self-send, which is not
-// network input and holds nothing).
+// budget, its authenticated peer's (peer nil without TLS) and the bus's
+// total (conn nil for a self-send, which is not network input and holds
+// nothing).
 type charge struct {
-	conn *budget
-	n    int64
+	conn, peer *budget
+	n          int64
+}
+
+// release returns c's bytes to its budgets, total the bus's.
+func (c charge) release(total *budget) {
+	if c.conn == nil {
+		return
+	}
+	c.conn.release(c.n)
+	if c.peer != nil {
+		c.peer.release(c.n)
+	}
+	total.release(c.n)
 }
 
 // inbox is the buffered channel behind Recv together with, in the same
@@ -101,10 +114,7 @@ func (q *inbox) releaseHead() {
 	q.ring[q.head] = charge{}
 	q.head = (q.head + 1) % len(q.ring)
 	q.n--
-	if c.conn != nil {
-		c.conn.release(c.n)
-		q.total.release(c.n)
-	}
+	c.release(q.total)
 }
 
 // close refuses further pushes, releases every charge (what is still

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math"
 	"net"
@@ -50,6 +51,16 @@ type TCPOptions struct {
 	// MaxConns and the fixed per-connection buffers (about 64 KiB, plus
 	// TLS's) it bounds the memory remote peers can make the bus hold.
 	MaxTotalBytes int64
+	// MaxPeerBytes bounds the same sum over all the inbound connections
+	// of one authenticated peer (TLS only: without it a sender is whoever
+	// a frame names). A frame that would pass it closes its connection
+	// (counted as OverBudget), so no one peer — opening many connections
+	// and stalling a near-complete frame on each — holds more than this
+	// share of MaxTotalBytes, and the other peers keep MaxTotalBytes −
+	// MaxPeerBytes. Default min(MaxConnBytes, max(MaxFrame,
+	// MaxTotalBytes/2)); it must be at least MaxFrame and at most
+	// MaxTotalBytes.
+	MaxPeerBytes int64
 	// MaxConns bounds the open inbound connections, handshaking ones
 	// included (default DefaultMaxConns); one more is closed at once and
 	// counted as RejectedConns. A cluster of n nodes needs n-1, plus
@@ -63,6 +74,12 @@ type TCPOptions struct {
 	// has arrived (default 30 s), so a peer cannot hold budget by sending
 	// a frame slowly.
 	FrameTimeout time.Duration
+	// StallTimeout bounds a stall inside a frame: once its length field
+	// has arrived, each further 64 KiB of it (or its rest) must arrive
+	// within StallTimeout (default 5 s, at most FrameTimeout), so a frame
+	// that stops short of its end releases its budget well before
+	// FrameTimeout.
+	StallTimeout time.Duration
 	// IdleTimeout, when positive, closes an inbound connection on which no
 	// frame starts for that long (default 0: never). Set it above the
 	// longest silence of a healthy peer (several raft election timeouts):
@@ -144,6 +161,12 @@ func (o *TCPOptions) setDefaults(id NodeID) error {
 	if o.MaxTotalBytes < o.MaxConnBytes {
 		return fmt.Errorf("%w: MaxTotalBytes %d below MaxConnBytes %d", ErrInvalidOptions, o.MaxTotalBytes, o.MaxConnBytes)
 	}
+	if o.MaxPeerBytes <= 0 {
+		o.MaxPeerBytes = min(o.MaxConnBytes, max(frame, o.MaxTotalBytes/2))
+	}
+	if o.MaxPeerBytes < frame || o.MaxPeerBytes > o.MaxTotalBytes {
+		return fmt.Errorf("%w: MaxPeerBytes %d outside [MaxFrame %d, MaxTotalBytes %d]", ErrInvalidOptions, o.MaxPeerBytes, frame, o.MaxTotalBytes)
+	}
 	if o.MaxConns <= 0 {
 		o.MaxConns = DefaultMaxConns
 	}
@@ -153,6 +176,10 @@ func (o *TCPOptions) setDefaults(id NodeID) error {
 	if o.FrameTimeout <= 0 {
 		o.FrameTimeout = 30 * time.Second
 	}
+	if o.StallTimeout <= 0 {
+		o.StallTimeout = 5 * time.Second
+	}
+	o.StallTimeout = min(o.StallTimeout, o.FrameTimeout)
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
 	}
@@ -208,10 +235,10 @@ type TCPStats struct {
 	// MaxConns were open.
 	RejectedConns uint64
 	// OverBudget counts inbound connections closed because a frame would
-	// have passed MaxConnBytes or MaxTotalBytes.
+	// have passed MaxConnBytes, MaxPeerBytes or MaxTotalBytes.
 	OverBudget uint64
-	// ReadTimeouts counts inbound connections closed by FrameTimeout or
-	// IdleTimeout.
+	// ReadTimeouts counts inbound connections closed by FrameTimeout,
+	// StallTimeout or IdleTimeout.
 	ReadTimeouts uint64
 	// Dials and DialErrors count outbound connection attempts and failures
 	// (a refused handshake included).
@@ -291,6 +318,10 @@ type TCPBus struct {
 
 	mu    sync.Mutex
 	conns map[net.Conn]NodeID // every open connection, both directions, with its peer (0: not known yet)
+	// shares are the authenticated peers' MaxPeerBytes budgets, made at
+	// a peer's first inbound connection and kept (a peer is a node id a
+	// certificate of the cluster names, so they are few).
+	shares map[NodeID]*budget
 }
 
 type tcpPeer struct {
@@ -336,6 +367,7 @@ func ListenTCP(id NodeID, addr string, peers map[NodeID]string, opts TCPOptions)
 		maxFrame: uint32(opts.MaxFrame),
 		group:    run.NewGroup(),
 		conns:    make(map[net.Conn]NodeID),
+		shares:   make(map[NodeID]*budget),
 		bufs:     newBufPool(),
 	}
 	b.total.max = opts.MaxTotalBytes
@@ -633,29 +665,43 @@ func (b *TCPBus) deliver(m Message, c charge) bool {
 	return false
 }
 
-// release returns c's bytes to its connection's and the bus's budgets.
-func (b *TCPBus) release(c charge) {
-	if c.conn != nil {
-		c.conn.release(c.n)
-		b.total.release(c.n)
-	}
-}
+// release returns c's bytes to its connection's, its peer's and the
+// bus's budgets.
+func (b *TCPBus) release(c charge) { c.release(&b.total) }
 
-// reserve charges n bytes to cb and the total, all or nothing. When a
-// budget is short it first reclaims what the consumer has taken.
-func (b *TCPBus) reserve(cb *budget, n int64) bool {
+// reserve charges c to its connection, its peer (if any) and the total,
+// all or nothing. When a budget is short it first reclaims what the
+// consumer has taken.
+func (b *TCPBus) reserve(c charge) bool {
 	for try := 0; try < 2; try++ {
-		if cb.reserve(n) {
-			if b.total.reserve(n) {
-				return true
+		if c.conn.reserve(c.n) {
+			if c.peer == nil || c.peer.reserve(c.n) {
+				if b.total.reserve(c.n) {
+					return true
+				}
+				if c.peer != nil {
+					c.peer.release(c.n)
+				}
 			}
-			cb.release(n)
+			c.conn.release(c.n)
 		}
 		if try == 0 {
 			b.in.reclaim()
 		}
 	}
 	return false
+}
+
+// share returns peer's MaxPeerBytes budget.
+func (b *TCPBus) share(peer NodeID) *budget {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.shares[peer]
+	if s == nil {
+		s = &budget{max: b.opts.MaxPeerBytes}
+		b.shares[peer] = s
+	}
+	return s
 }
 
 // sleep waits d on the injected clock; false when ctx ended first.
@@ -765,6 +811,10 @@ var errRemoved = errors.New("bus: frame from a removed peer")
 func (b *TCPBus) readLoop(raw, c net.Conn, peer NodeID) {
 	bound := peer // the sender raw is bound to for RemovePeer
 	cb := &budget{max: b.opts.MaxConnBytes}
+	var share *budget // the authenticated peer's, across its connections
+	if peer != 0 {
+		share = b.share(peer)
+	}
 	r := bufio.NewReaderSize(c, 64<<10)
 	var h [frameOverhead]byte
 	// A deadline is set only before a read that may block: what is
@@ -784,18 +834,15 @@ func (b *TCPBus) readLoop(raw, c net.Conn, peer NodeID) {
 			b.countReadError(err)
 			return
 		}
-		// Charge the frame before its payload is allocated.
-		ch := charge{conn: cb, n: int64(n)}
-		if !b.reserve(cb, ch.n) {
-			b.stats.overBudget.Add(1)
-			return
-		}
+		end := time.Now().Add(b.opts.FrameTimeout)
 		if r.Buffered() < int(n) {
-			err = c.SetReadDeadline(time.Now().Add(b.opts.FrameTimeout))
+			err = c.SetReadDeadline(b.stallDeadline(end))
 		}
+		// The header names the sender, which is checked before anything
+		// is charged or allocated for the payload.
 		var m Message
 		if err == nil {
-			m, err = readBody(r, &h, n, b.bufs)
+			m, err = readHeader(r, &h)
 		}
 		if err == nil {
 			err = b.checkInbound(&m, peer)
@@ -805,7 +852,21 @@ func (b *TCPBus) readLoop(raw, c net.Conn, peer NodeID) {
 			// connection is bound to the latest one's.
 			err = errRemoved
 		}
+		if err != nil {
+			b.countReadError(err)
+			return
+		}
 		bound = m.From
+		// Charge the frame before its payload is allocated.
+		ch := charge{conn: cb, peer: share, n: int64(n)}
+		if !b.reserve(ch) {
+			b.stats.overBudget.Add(1)
+			return
+		}
+		if p := int(n) - headerLen; p > 0 {
+			m.Payload = b.bufs.get(p)
+			err = b.readPayload(c, r, m.Payload, end)
+		}
 		if err != nil {
 			b.release(ch)
 			b.countReadError(err)
@@ -815,6 +876,38 @@ func (b *TCPBus) readLoop(raw, c net.Conn, peer NodeID) {
 		b.stats.bytesRead.Add(prefixLen + uint64(n))
 		b.deliver(m, ch)
 	}
+}
+
+// stallChunk is how much of a frame must arrive within StallTimeout.
+const stallChunk = 64 << 10
+
+// stallDeadline is the read deadline of a frame's next stallChunk: the
+// stall bound, but never past the frame's end.
+func (b *TCPBus) stallDeadline(end time.Time) time.Time {
+	if d := time.Now().Add(b.opts.StallTimeout); d.Before(end) {
+		return d
+	}
+	return end
+}
+
+// readPayload reads p from r, each stallChunk within StallTimeout and the
+// whole by end (the frame's FrameTimeout): a peer that stops inside a
+// frame releases its budget after StallTimeout, one that trickles it
+// after FrameTimeout.
+func (b *TCPBus) readPayload(c net.Conn, r *bufio.Reader, p []byte, end time.Time) error {
+	for len(p) > 0 {
+		k := min(len(p), stallChunk)
+		if r.Buffered() < k {
+			if err := c.SetReadDeadline(b.stallDeadline(end)); err != nil {
+				return err
+			}
+		}
+		if _, err := io.ReadFull(r, p[:k]); err != nil {
+			return noEOF(err)
+		}
+		p = p[k:]
+	}
+	return nil
 }
 
 func (b *TCPBus) countReadError(err error) {
