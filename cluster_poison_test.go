@@ -1,10 +1,12 @@
 package parkway_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -16,6 +18,8 @@ import (
 	"github.com/parkway-io/parkway"
 	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
+	"github.com/parkway-io/parkway/shard"
 	"github.com/parkway-io/parkway/transport"
 )
 
@@ -29,11 +33,15 @@ type tlsCluster struct {
 	nodes map[parkway.NodeID]*parkway.Node
 }
 
-func newTLSCluster(t *testing.T, opts parkway.TCPOptions) *tlsCluster {
+// newTLSCluster starts nodes 1 to 3 with opts on their buses and tune
+// (if not nil) applied to their Cluster. The PKI also signs node 4,
+// which is not a member of any group: a certificate the cluster's CAs
+// signed is all the transport asks.
+func newTLSCluster(t *testing.T, opts parkway.TCPOptions, tune func(*parkway.Cluster)) *tlsCluster {
 	t.Helper()
 	peers := []parkway.NodeID{1, 2, 3}
 	c := &tlsCluster{buses: map[parkway.NodeID]*parkway.TCPBus{}, nodes: map[parkway.NodeID]*parkway.Node{}}
-	c.pool, c.certs = clusterPKI(t, peers)
+	c.pool, c.certs = clusterPKI(t, append(peers, 4))
 	for _, id := range peers {
 		o := opts
 		o.TLS = &parkway.TLSConfig{ClusterID: "c1", Certificate: c.certs[id], CAs: c.pool}
@@ -53,8 +61,11 @@ func newTLSCluster(t *testing.T, opts parkway.TCPOptions) *tlsCluster {
 		}
 	}
 	for _, id := range peers {
-		n, err := parkway.Open(parkway.Config{Shards: 1,
-			Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: c.buses[id]}})
+		cl := &parkway.Cluster{ID: id, Peers: peers, Bus: c.buses[id]}
+		if tune != nil {
+			tune(cl)
+		}
+		n, err := parkway.Open(parkway.Config{Shards: 1, Cluster: cl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,7 +121,7 @@ func pollUntil(ctx context.Context, t *testing.T, what string, cond func() bool)
 // serving, and when node 1 stops, the two others elect new leaders for
 // both groups and serve.
 func TestBehaviour26PoisonTermRefusedOverTLS(t *testing.T) {
-	c := newTLSCluster(t, parkway.TCPOptions{})
+	c := newTLSCluster(t, parkway.TCPOptions{}, nil)
 	nodes := c.nodes
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -208,5 +219,115 @@ func TestBehaviour26PoisonTermRefusedOverTLS(t *testing.T) {
 		if got := metricValue(t, regs[to], "parkway_frame_drops_total", "reason", "raft_out_of_reach"); got != want {
 			t.Errorf("node %d counted %v poison messages refused, want %v", to, got, want)
 		}
+	}
+}
+
+// TestBehaviour26ForwardFloodHeldWithinBudgetOverTLS pins issue 26's
+// memory exhaustion over real TLS sockets: node 4 (a certificate of the
+// cluster, no replica) floods the partition's leader with 24 forwarded
+// requests of 1 MiB each — waiting polls, so each one is held for its
+// whole wait. Forwarded requests used to be held after receipt with no
+// bound at all (200 produces of 16 MiB took the heap past 3 GiB). Now
+// the leader holds at most MaxForwardedPeerBytes of them (measured by its
+// ForwardStats, not the heap); every request beyond is answered at once
+// with ErrRetry, and every request is answered exactly once.
+func TestBehaviour26ForwardFloodHeldWithinBudgetOverTLS(t *testing.T) {
+	const (
+		peerBudget = 8 << 20
+		requests   = 24
+		wait       = 3 * time.Second
+	)
+	c := newTLSCluster(t, parkway.TCPOptions{}, func(cl *parkway.Cluster) {
+		cl.MaxForwardedPeerBytes, cl.MaxForwardedBytes = peerBudget, 2*peerBudget
+	})
+	nodes := c.nodes
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := nodes[1].CreateStream(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp, err := nodes[1].CreateTopic(ctx, s, "t", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nodes[1].Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("warm")}); err != nil {
+		t.Fatal(err)
+	}
+	lead, err := nodes[1].Leader(ctx, tp, 0)
+	if err != nil || lead == 0 {
+		t.Fatalf("leader %d: %v", lead, err)
+	}
+	ns, err := metadata.NewNamespace(s.ID, tp.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var epoch uint64
+	pollUntil(ctx, t, "the leader to hold the partition", func() bool {
+		var ok bool
+		epoch, ok = parkway.HeldPartitions(nodes[lead])[ns]
+		return ok
+	})
+
+	evil := c.impostor(t, 4)
+	if err := c.buses[lead].AddPeer(4, evil.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	pad := bytes.Repeat([]byte{'x'}, 1<<20-256)
+	start := time.Now()
+	for i := range requests {
+		// A poll at the partition's end that waits for one message.
+		req := &shard.Request{Op: shard.OpPoll, NS: ns, Epoch: epoch, Offset: 1, Count: 1, FromLeader: true,
+			MaxWait: wait, MinCount: 1, Deadline: time.Now().Add(time.Minute),
+			Messages: []partition.Message{{Payload: pad}}}
+		payload, err := host.EncodeRequest(req, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := evil.Send(transport.Message{To: lead, Kind: host.KindRequest, Group: uint64(i + 1), Payload: payload}); err != nil {
+			t.Fatal(err)
+		}
+		// The bus's queue is bounded; pace the sends so none is refused.
+		pollUntil(ctx, t, "the request to leave the queue", func() bool { return evil.Stats().FramesWritten > uint64(i) })
+	}
+	answered := map[uint64]error{}
+	var retried, early int
+	for len(answered) < requests {
+		select {
+		case m := <-evil.Recv():
+			if m.Kind != host.KindReply {
+				continue
+			}
+			if _, dup := answered[m.Group]; dup {
+				t.Fatalf("request %d answered twice", m.Group)
+			}
+			r, err := host.DecodeResponse(m.Payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			answered[m.Group] = r.Err
+			if errors.Is(r.Err, parkway.ErrRetry) {
+				retried++
+				if time.Since(start) < wait {
+					early++
+				}
+			} else if r.Err != nil {
+				t.Fatalf("request %d: %v", m.Group, r.Err)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%d of %d requests answered", len(answered), requests)
+		}
+	}
+	st := parkway.ForwardStats(nodes[lead])
+	if st.PeakHeldBytes > peerBudget || st.PeakHeldBytes == 0 {
+		t.Fatalf("the leader held up to %d bytes of node 4's forwarded requests, budget %d", st.PeakHeldBytes, peerBudget)
+	}
+	if retried == 0 || early != retried || st.Refused != uint64(retried) {
+		t.Fatalf("%d requests answered ErrRetry (%d before the held ones' wait ended), %d refused", retried, early, st.Refused)
+	}
+	pollUntil(ctx, t, "the held requests to be released", func() bool { return parkway.ForwardStats(nodes[lead]).HeldBytes == 0 })
+	// The partition serves on.
+	if _, err := nodes[2].Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("after")}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -54,6 +54,8 @@ type clusterNode struct {
 	reqID   atomic.Uint64
 	mu      sync.Mutex
 	waiting map[uint64]chan []byte // forwarded requests awaiting replies
+	// fwd bounds the forwarded requests this node holds for its peers.
+	fwd *forwardBudget
 
 	// applied fires after every metadata entry or snapshot this node
 	// applies: membership calls wait on it (membership.go).
@@ -79,7 +81,8 @@ func newClusterNode(e *Engine) *clusterNode {
 		peers[i] = uint64(p)
 	}
 	c := &clusterNode{e: e, cfg: cfg, peers: peers, bus: cfg.Bus,
-		waiting: make(map[uint64]chan []byte), applied: newAppliedSignal(), dirs: e.ident}
+		waiting: make(map[uint64]chan []byte), applied: newAppliedSignal(), dirs: e.ident,
+		fwd: newForwardBudget(cfg.MaxForwardedPeerBytes, cfg.MaxForwardedBytes)}
 	if c.dirs == nil {
 		c.dirs = &dataDir{}
 	} else {
@@ -268,11 +271,22 @@ func (e *Engine) deliver(ctx context.Context, m transport.Message) error {
 		}
 		return c.meta.recv(&box.msg)
 	case KindRequest:
-		if e.cfg.Manual {
-			c.serveManual(m)
+		// Held until answered: charged first, answered at once when over
+		// budget.
+		n := int64(len(m.Payload))
+		if !c.fwd.take(uint64(m.From), n) {
+			err := fmt.Errorf("%w: node %d holds its bound of forwarded requests", shard.ErrRetry, c.cfg.ID)
+			_ = c.send(uint64(m.From), KindReply, m.Group, EncodeResponse(shard.Response{Err: err}))
 			return nil
 		}
-		e.group.Go(func(ctx context.Context) { c.serveRemote(ctx, m) })
+		if e.cfg.Manual {
+			c.serveManual(m, n)
+			return nil
+		}
+		e.group.Go(func(ctx context.Context) {
+			defer c.fwd.give(uint64(m.From), n)
+			c.serveRemote(ctx, m)
+		})
 		return nil
 	case KindReply:
 		c.mu.Lock()
@@ -368,26 +382,31 @@ func (c *clusterNode) serveRemote(ctx context.Context, m transport.Message) {
 
 // serveManual is serveRemote for a manual engine: the request is queued
 // on its owner shard and the reply sent when the caller's steps answer it
-// (PumpReplies).
-func (c *clusterNode) serveManual(m transport.Message) {
+// (PumpReplies). n is what the request holds of the forward budget,
+// released with its reply.
+func (c *clusterNode) serveManual(m transport.Message, n int64) {
 	req, err := DecodeRequest(m.Payload, c.e.cfg.Clock.Now())
 	if err != nil {
+		c.fwd.give(uint64(m.From), n)
 		_ = c.send(uint64(m.From), KindReply, m.Group, EncodeResponse(shard.Response{Err: err}))
 		return
 	}
 	reply := make(chan shard.Response, 1)
 	if _, err := c.e.router.Send(req.NS, shard.Frame{Req: req, Reply: reply}); err != nil {
 		c.e.CountSendFailure(req, err)
+		c.fwd.give(uint64(m.From), n)
 		_ = c.send(uint64(m.From), KindReply, m.Group, EncodeResponse(shard.Response{Err: fmt.Errorf("%w: %w", shard.ErrRetry, err)}))
 		return
 	}
-	c.meta.served = append(c.meta.served, served{to: uint64(m.From), id: m.Group, reply: reply})
+	c.meta.served = append(c.meta.served, served{to: uint64(m.From), id: m.Group, reply: reply, n: n})
 }
 
-// served is a forwarded request a manual engine queued on a shard.
+// served is a forwarded request a manual engine queued on a shard, with
+// the bytes it holds of the forward budget.
 type served struct {
 	to, id uint64
 	reply  chan shard.Response
+	n      int64
 }
 
 // PumpReplies sends the replies of forwarded requests a manual engine's
@@ -402,6 +421,7 @@ func (e *Engine) PumpReplies() {
 	for _, s := range m.served {
 		select {
 		case r := <-s.reply:
+			e.cl.fwd.give(s.to, s.n)
 			_ = e.cl.send(s.to, KindReply, s.id, EncodeResponse(r))
 		default:
 			keep = append(keep, s)

@@ -152,6 +152,15 @@ type Cluster struct {
 	// checks them once per interval.
 	LivenessInterval time.Duration
 	LivenessTimeout  time.Duration
+	// MaxForwardedBytes bounds the bytes of the requests other nodes
+	// forward to this one that it holds while serving them (default
+	// DefaultMaxForwardedBytes, 256 MiB); MaxForwardedPeerBytes bounds
+	// those of one sending node (default DefaultMaxForwardedPeerBytes,
+	// 64 MiB; a node holding none may always have one request served). A
+	// request past either is answered at once with ErrRetry, which the
+	// forwarding node retries in place.
+	MaxForwardedBytes     int64
+	MaxForwardedPeerBytes int64
 }
 
 // Events are optional observers of the metadata group, called on the
@@ -248,6 +257,9 @@ func (c *Cluster) Validate() error {
 	if c.TickInterval < 0 {
 		errs = append(errs, fmt.Errorf("Cluster.TickInterval %v < 0", c.TickInterval))
 	}
+	if c.MaxForwardedBytes < 0 || c.MaxForwardedPeerBytes < 0 {
+		errs = append(errs, fmt.Errorf("Cluster.MaxForwardedBytes %d and MaxForwardedPeerBytes %d must not be negative", c.MaxForwardedBytes, c.MaxForwardedPeerBytes))
+	}
 	if c.LivenessInterval < 0 || c.LivenessTimeout < 0 {
 		errs = append(errs, fmt.Errorf("Cluster.LivenessInterval %v and LivenessTimeout %v must not be negative", c.LivenessInterval, c.LivenessTimeout))
 	}
@@ -292,6 +304,12 @@ func (c Config) withDefaults() Config {
 		}
 		if cl.LivenessTimeout == 0 {
 			cl.LivenessTimeout = defaultLivenessMiss * cl.LivenessInterval
+		}
+		if cl.MaxForwardedBytes == 0 {
+			cl.MaxForwardedBytes = DefaultMaxForwardedBytes
+		}
+		if cl.MaxForwardedPeerBytes == 0 {
+			cl.MaxForwardedPeerBytes = DefaultMaxForwardedPeerBytes
 		}
 		c.Cluster = &cl
 	}

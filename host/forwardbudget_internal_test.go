@@ -1,0 +1,39 @@
+package host
+
+import "testing"
+
+// TestForwardBudget: a request is refused past the total, or past its
+// peer's bound while the peer holds anything; a peer holding nothing may
+// have one request larger than its bound; releases free both bounds.
+func TestForwardBudget(t *testing.T) {
+	f := newForwardBudget(10, 25)
+	steps := []struct {
+		peer uint64
+		n    int64
+		ok   bool
+	}{
+		{1, 8, true},
+		{1, 3, false}, // past peer 1's bound
+		{2, 15, true}, // larger than the bound, but peer 2 holds nothing
+		{3, 3, false}, // past the total (8+15+3 > 25)
+		{3, 2, true},
+	}
+	for i, s := range steps {
+		if got := f.take(s.peer, s.n); got != s.ok {
+			t.Fatalf("step %d: take(%d, %d) = %v", i, s.peer, s.n, got)
+		}
+	}
+	if st := f.stats(); st.HeldBytes != 25 || st.PeakHeldBytes != 25 || st.Refused != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+	f.give(1, 8)
+	if !f.take(1, 8) {
+		t.Fatal("a released peer was refused")
+	}
+	f.give(1, 8)
+	f.give(2, 15)
+	f.give(3, 2)
+	if st := f.stats(); st.HeldBytes != 0 || len(f.byPeer) != 0 {
+		t.Fatalf("after release: %+v, %d peers", st, len(f.byPeer))
+	}
+}
