@@ -178,3 +178,83 @@ func TestBehaviour18ForwardedRetryHereRetriedInPlace(t *testing.T) {
 		}
 	})
 }
+
+// TestForwardReplyOnlyFromTheNodeAsked: a forwarded request's answer is
+// taken only from the node it was forwarded to. Node 1 forwards a produce
+// to node 3 (played by the test); node 4, another holder of a cluster
+// certificate, answers it first with a forged ack under the request's id.
+// The forgery is dropped and the produce returns node 3's ack (it used to
+// return whichever reply came first, from any peer).
+func TestForwardReplyOnlyFromTheNodeAsked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net := NewNetwork(NetworkOptions{})
+		t.Cleanup(func() { _ = net.Close() })
+		peers := []NodeID{1, 2, 3}
+		nodes := map[NodeID]*Node{}
+		for _, id := range peers[:2] {
+			n, err := Open(Config{Shards: 1, RequestTimeout: 5 * time.Second,
+				Cluster: &Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				synctest.Wait()
+				if err := n.Close(); err != nil {
+					t.Errorf("close node %d: %v", id, err)
+				}
+			})
+			nodes[id] = n
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		n1 := nodes[1]
+		s, err := n1.CreateStream(ctx, "s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tp, err := n1.CreateTopic(ctx, s, "t", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := n1.Produce(ctx, tp, PartitionID(0), Message{Payload: []byte("a")}); err != nil {
+			t.Fatal(err)
+		}
+		ns, _, err := n1.resolve(ctx, tp, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		epoch, _ := n1.meta.CreatedRevision(ns)
+
+		peer3, peer4 := net.Endpoint(3), net.Endpoint(4)
+		go func() {
+			for m := range peer3.Recv() {
+				if m.Kind != host.KindRequest {
+					continue
+				}
+				forged := host.EncodeResponse(shard.Response{Offset: 666})
+				_ = peer4.Send(transport.Message{To: m.From, Kind: host.KindReply, Group: m.Group, Payload: forged})
+				// Virtual time: the bubble runs node 1 until it blocks,
+				// so the forgery is delivered first.
+				time.Sleep(time.Millisecond)
+				_ = peer3.Send(transport.Message{To: m.From, Kind: host.KindReply, Group: m.Group, Payload: host.EncodeResponse(shard.Response{Offset: 70})})
+			}
+		}()
+		hb, err := proto.Marshal(&raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(),
+			From: proto.Uint64(3), To: proto.Uint64(1), Term: proto.Uint64(1 << 20)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := peer3.Send(transport.Message{To: 1, Kind: host.KindPartitionRaft, Group: uint64(ns),
+			Payload: append(binary.LittleEndian.AppendUint64(nil, epoch), hb...)}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if lead, err := n1.Leader(ctx, tp, 0); err != nil || lead != 3 {
+			t.Fatalf("node 1 sees leader %d (%v), want node 3", lead, err)
+		}
+		ack, err := n1.Produce(ctx, tp, PartitionID(0), Message{Payload: []byte("x")})
+		if err != nil || ack.FirstOffset != 70 {
+			t.Fatalf("produce forwarded to node 3: ack %+v, err %v; want node 3's ack at 70", ack, err)
+		}
+	})
+}

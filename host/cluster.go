@@ -53,7 +53,7 @@ type clusterNode struct {
 
 	reqID   atomic.Uint64
 	mu      sync.Mutex
-	waiting map[uint64]chan []byte // forwarded requests awaiting replies
+	waiting map[uint64]awaited // forwarded requests awaiting replies
 	// fwd bounds the forwarded requests this node holds for its peers.
 	fwd *forwardBudget
 
@@ -81,7 +81,7 @@ func newClusterNode(e *Engine) *clusterNode {
 		peers[i] = uint64(p)
 	}
 	c := &clusterNode{e: e, cfg: cfg, peers: peers, bus: cfg.Bus,
-		waiting: make(map[uint64]chan []byte), applied: newAppliedSignal(), dirs: e.ident,
+		waiting: make(map[uint64]awaited), applied: newAppliedSignal(), dirs: e.ident,
 		fwd: newForwardBudget(cfg.MaxForwardedPeerBytes, cfg.MaxForwardedBytes)}
 	if c.dirs == nil {
 		c.dirs = &dataDir{}
@@ -273,7 +273,7 @@ func (e *Engine) deliver(ctx context.Context, m transport.Message) error {
 	case KindRequest:
 		// Held until answered: charged first, answered at once when over
 		// budget.
-		n := int64(len(m.Payload))
+		n := forwardCharge(len(m.Payload))
 		if !c.fwd.take(uint64(m.From), n) {
 			err := fmt.Errorf("%w: node %d holds its bound of forwarded requests", shard.ErrRetry, c.cfg.ID)
 			_ = c.send(uint64(m.From), KindReply, m.Group, EncodeResponse(shard.Response{Err: err}))
@@ -290,11 +290,15 @@ func (e *Engine) deliver(ctx context.Context, m transport.Message) error {
 		return nil
 	case KindReply:
 		c.mu.Lock()
-		ch := c.waiting[m.Group]
-		delete(c.waiting, m.Group)
+		w, ok := c.waiting[m.Group]
+		if ok && w.to == uint64(m.From) {
+			// Only the node asked answers: another peer's reply with the
+			// same id is dropped, not taken for the answer.
+			delete(c.waiting, m.Group)
+		}
 		c.mu.Unlock()
-		if ch != nil {
-			ch <- m.Payload
+		if ok && w.to == uint64(m.From) {
+			w.ch <- m.Payload
 		}
 		return nil
 	default:
@@ -316,7 +320,7 @@ func (e *Engine) Forward(ctx context.Context, to uint64, req *shard.Request) (sh
 	id := c.reqID.Add(1)
 	ch := make(chan []byte, 1)
 	c.mu.Lock()
-	c.waiting[id] = ch
+	c.waiting[id] = awaited{ch: ch, to: to}
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
@@ -342,6 +346,12 @@ func (e *Engine) Forward(ctx context.Context, to uint64, req *shard.Request) (sh
 	case <-ctx.Done():
 		return shard.Response{}, fmt.Errorf("%w: %w", shard.ErrOutcomeUnknown, ctx.Err())
 	}
+}
+
+// awaited is a forwarded request awaiting its reply from node to.
+type awaited struct {
+	ch chan []byte
+	to uint64
 }
 
 // ForwardTimeout bounds one forwarded attempt or one metadata proposal:

@@ -153,7 +153,8 @@ type Cluster struct {
 	LivenessInterval time.Duration
 	LivenessTimeout  time.Duration
 	// MaxForwardedBytes bounds the bytes of the requests other nodes
-	// forward to this one that it holds while serving them (default
+	// forward to this one that it holds while serving them, each counted
+	// with 8 KiB for what serving it takes (default
 	// DefaultMaxForwardedBytes, 256 MiB); MaxForwardedPeerBytes bounds
 	// those of one sending node (default DefaultMaxForwardedPeerBytes,
 	// 64 MiB; a node holding none may always have one request served). A

@@ -18,6 +18,15 @@ const (
 	DefaultMaxForwardedPeerBytes = 64 << 20
 )
 
+// forwardOverhead is what a forwarded request is charged on top of its
+// bytes: the goroutine that serves it (its stack starts at a few KiB) and
+// the decoded request, so a flood of tiny requests (waiting polls, say) is
+// bounded too — 8,192 at most per peer with the defaults.
+const forwardOverhead = 8 << 10
+
+// forwardCharge is what a forwarded request of n bytes is charged.
+func forwardCharge(n int) int64 { return int64(n) + forwardOverhead }
+
 // forwardBudget is the bytes of forwarded requests a node holds, by peer.
 type forwardBudget struct {
 	peerMax, totalMax int64
@@ -68,7 +77,8 @@ func (f *forwardBudget) give(peer uint64, n int64) {
 // peers.
 type ForwardStats struct {
 	// HeldBytes is the bytes of forwarded requests received and not yet
-	// answered; PeakHeldBytes its high-water mark. Neither passes
+	// answered, each counted with a fixed overhead for what serving it
+	// takes (8 KiB); PeakHeldBytes its high-water mark. Neither passes
 	// Cluster.MaxForwardedBytes.
 	HeldBytes, PeakHeldBytes uint64
 	// Refused counts forwarded requests answered at once with a
