@@ -228,9 +228,10 @@ func TestBehaviour26PoisonTermRefusedOverTLS(t *testing.T) {
 // requests of 1 MiB each — waiting polls, so each one is held for its
 // whole wait. Forwarded requests used to be held after receipt with no
 // bound at all (200 produces of 16 MiB took the heap past 3 GiB). Now
-// the leader holds at most MaxForwardedPeerBytes of them (measured by its
-// ForwardStats, not the heap); every request beyond is answered at once
-// with ErrRetry, and every request is answered exactly once.
+// the leader holds at most MaxForwardedPeerBytes of them (measured by
+// parkway_forwarded_held_bytes_peak, not the heap); every request beyond
+// is answered at once with ErrRetry, and every request is answered
+// exactly once.
 func TestBehaviour26ForwardFloodHeldWithinBudgetOverTLS(t *testing.T) {
 	const (
 		peerBudget = 8 << 20
@@ -269,6 +270,7 @@ func TestBehaviour26ForwardFloodHeldWithinBudgetOverTLS(t *testing.T) {
 		return ok
 	})
 
+	reg := registry(t, nodes[lead])
 	evil := c.impostor(t, 4)
 	if err := c.buses[lead].AddPeer(4, evil.Addr().String()); err != nil {
 		t.Fatal(err)
@@ -318,14 +320,17 @@ func TestBehaviour26ForwardFloodHeldWithinBudgetOverTLS(t *testing.T) {
 			t.Fatalf("%d of %d requests answered", len(answered), requests)
 		}
 	}
-	st := parkway.ForwardStats(nodes[lead])
-	if st.PeakHeldBytes > peerBudget || st.PeakHeldBytes == 0 {
-		t.Fatalf("the leader held up to %d bytes of node 4's forwarded requests, budget %d", st.PeakHeldBytes, peerBudget)
+	peak := metricValue(t, reg, "parkway_forwarded_held_bytes_peak")
+	if peak > peerBudget || peak == 0 {
+		t.Fatalf("the leader held up to %v bytes of node 4's forwarded requests, budget %d", peak, peerBudget)
 	}
-	if retried == 0 || early != retried || st.Refused != uint64(retried) {
-		t.Fatalf("%d requests answered ErrRetry (%d before the held ones' wait ended), %d refused", retried, early, st.Refused)
+	refused := metricValue(t, reg, "parkway_forwarded_refused_total")
+	if retried == 0 || early != retried || refused != float64(retried) {
+		t.Fatalf("%d requests answered ErrRetry (%d before the held ones' wait ended), %v refused", retried, early, refused)
 	}
-	pollUntil(ctx, t, "the held requests to be released", func() bool { return parkway.ForwardStats(nodes[lead]).HeldBytes == 0 })
+	pollUntil(ctx, t, "the held requests to be released", func() bool {
+		return metricValue(t, reg, "parkway_forwarded_held_bytes") == 0
+	})
 	// The partition serves on.
 	if _, err := nodes[2].Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("after")}); err != nil {
 		t.Fatal(err)

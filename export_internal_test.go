@@ -55,7 +55,3 @@ func PartitionLeader(n *Node, ns metadata.Namespace) uint64 {
 
 // ClusterNodes are the nodes n's committed metadata names.
 func ClusterNodes(n *Node) []uint64 { return n.meta.Nodes() }
-
-// ForwardStats are n's counters of the requests other nodes forward to
-// it: the bytes it holds while serving them, and those it refused.
-func ForwardStats(n *Node) host.ForwardStats { return n.eng.ForwardStats() }

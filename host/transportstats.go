@@ -10,13 +10,17 @@ type tcpStatser interface {
 	Stats() transport.TCPStats
 }
 
-// exposeTransport makes the engine's metrics report its bus's statistics
-// at every scrape, when the bus keeps them (a TCPBus, or a host's bus
-// with the same Stats method).
+// exposeTransport makes the engine's metrics report the forwarded
+// requests' statistics and its bus's at every scrape, the latter when the
+// bus keeps them (a TCPBus, or a host's bus with the same Stats method).
 func (e *Engine) exposeTransport() {
 	if e.cfg.Cluster == nil {
 		return
 	}
+	e.metrics.SetForwarded(func() metrics.ForwardedStats {
+		s := e.ForwardStats()
+		return metrics.ForwardedStats{HeldBytes: s.HeldBytes, PeakHeldBytes: s.PeakHeldBytes, Refused: s.Refused}
+	})
 	bus, ok := e.cfg.Cluster.Bus.(tcpStatser)
 	if !ok {
 		return

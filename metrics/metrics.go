@@ -83,6 +83,8 @@ type Metrics struct {
 	// scrape time.
 	transportDescs transportDescs
 	transport      transportSource
+	// The forwarded requests' statistics (SetForwarded).
+	forwarded *forwarded
 }
 
 // New returns fresh, unregistered collectors with no constant labels.
@@ -202,6 +204,7 @@ func NewLabeled(labels prometheus.Labels) *Metrics {
 			Help:        "Partition raft groups whose leadership this node handed back to their preferred leader (leader balance).",
 		}, shard),
 		transportDescs: newTransportDescs(labels),
+		forwarded:      newForwarded(labels),
 	}
 }
 
@@ -252,6 +255,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 		c.Describe(ch)
 	}
 	m.transportDescs.describe(ch)
+	m.forwarded.describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -262,6 +266,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	if stats := m.transport.stats.Load(); stats != nil {
 		m.transportDescs.collect(ch, (*stats)())
 	}
+	m.forwarded.collect(ch)
 }
 
 // Shard returns the pre-resolved per-shard handles, so hot paths never
