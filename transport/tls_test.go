@@ -277,6 +277,8 @@ func TestTLSOptions(t *testing.T) {
 	}
 	bad["conn budget below frame"] = TCPOptions{InsecurePlaintext: true, MaxFrame: 1 << 20, MaxConnBytes: 1<<20 - 1}
 	bad["total below conn budget"] = TCPOptions{InsecurePlaintext: true, MaxFrame: 1 << 20, MaxConnBytes: 2 << 20, MaxTotalBytes: 1 << 20}
+	bad["peer share below frame"] = TCPOptions{InsecurePlaintext: true, MaxFrame: 1 << 20, MaxPeerBytes: 1<<20 - 1}
+	bad["peer share above total"] = TCPOptions{InsecurePlaintext: true, MaxFrame: 1 << 20, MaxTotalBytes: 4 << 20, MaxPeerBytes: 5 << 20}
 	for name, o := range bad {
 		if err := listenErr(o); !errors.Is(err, ErrInvalidOptions) {
 			t.Errorf("%s: %v, want ErrInvalidOptions", name, err)
