@@ -694,28 +694,8 @@ func (m *metaGroup) Send(msg *raftpb.Message) {
 // command that fails validation fails identically on every node, so its
 // error is only the proposer's answer.
 func (m *metaGroup) Apply(index, id uint64, payload []byte) error {
-	var (
-		r   MetadataResult
-		cmd metadata.Command
-		dup bool
-	)
 	m.c.appliedIndex.Store(index)
-	if len(payload) < 16 {
-		r.Err = errShortCommand
-	} else {
-		key := dedupe.Key{Producer: binary.LittleEndian.Uint64(payload), Seq: binary.LittleEndian.Uint64(payload[8:])}
-		if prev, ok := m.seen.Get(key); ok {
-			r, dup = prev, true
-		} else {
-			var err error
-			cmd, err = metadata.DecodeCommand(payload[16:])
-			if err == nil {
-				r.Result, err = m.store.Apply(cmd)
-			}
-			r.Err = err
-			m.seen.Put(key, r)
-		}
-	}
+	r, cmd, dup := applyMetaCommand(m.store, m.seen, payload)
 	if ev := m.c.e.cfg.Events.MetadataApplied; ev != nil {
 		ev(index, cmd, r.Result, r.Err, dup)
 	}
@@ -725,6 +705,28 @@ func (m *metaGroup) Apply(index, id uint64, payload []byte) error {
 	}
 	m.c.applied.fire()
 	return nil
+}
+
+// applyMetaCommand applies a committed metadata entry's payload — its
+// deduplication key, then the encoded command — to store, unless seen
+// holds the key already (dup: the result is the first copy's). Every
+// member applies entries through it, and so does ReadMetadataGroup.
+func applyMetaCommand(store *metadata.Store, seen *dedupe.Window[MetadataResult], payload []byte) (r MetadataResult, cmd metadata.Command, dup bool) {
+	if len(payload) < 16 {
+		r.Err = errShortCommand
+		return r, nil, false
+	}
+	key := dedupe.Key{Producer: binary.LittleEndian.Uint64(payload), Seq: binary.LittleEndian.Uint64(payload[8:])}
+	if prev, ok := seen.Get(key); ok {
+		return prev, nil, true
+	}
+	cmd, err := metadata.DecodeCommand(payload[16:])
+	if err == nil {
+		r.Result, err = store.Apply(cmd)
+	}
+	r.Err = err
+	seen.Put(key, r)
+	return r, cmd, false
 }
 
 // ConfChanged implements replica.ConfChanger: a membership change of the
@@ -822,13 +824,19 @@ func (m *metaGroup) keys() [][2]uint64 {
 
 // decodeSnapshot restores the deduplication table and decodes the store.
 func (m *metaGroup) decodeSnapshot(data []byte) (metadata.StoreSnapshot, error) {
+	return decodeMetaSnapshot(m.seen, data)
+}
+
+// decodeMetaSnapshot decodes a metadata group snapshot into the store's
+// snapshot and seen, the deduplication table.
+func decodeMetaSnapshot(seen *dedupe.Window[MetadataResult], data []byte) (metadata.StoreSnapshot, error) {
 	keys, snap, err := metadata.DecodeGroupSnapshot(data)
 	if err != nil {
 		return snap, err
 	}
-	m.seen.Reset()
+	seen.Reset()
 	for _, k := range keys {
-		m.seen.Put(dedupe.Key{Producer: k[0], Seq: k[1]}, MetadataResult{Err: errResultForgotten})
+		seen.Put(dedupe.Key{Producer: k[0], Seq: k[1]}, MetadataResult{Err: errResultForgotten})
 	}
 	return snap, nil
 }

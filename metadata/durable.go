@@ -88,6 +88,9 @@ type Durable struct {
 	snapIndex uint64 // index covered by the newest durable snapshot
 	broken    error
 	closed    bool
+	// readOnly is set by ReadDurable: load changes nothing and records
+	// what it found here.
+	readOnly *DurableFiles
 }
 
 const (
@@ -138,6 +141,64 @@ func OpenDurable(fs vfs.FS, dir string, cfg Config, opts DurableOptions) (*Durab
 	return d, nil
 }
 
+// DurableFiles describes what ReadDurable found in a metadata directory.
+type DurableFiles struct {
+	// Snapshot is the snapshot the store was restored from ("" if none)
+	// and SnapshotIndex the index of the last command it covers.
+	Snapshot      string
+	SnapshotIndex uint64
+	// Skipped are snapshots that did not decode or validate, newest
+	// first: OpenDurable falls back past them silently, so they are
+	// reported here.
+	Skipped []SkippedSnapshot
+	// Logs are the log files replayed, in order, and Applied the index of
+	// the last command replayed.
+	Logs    []string
+	Applied uint64
+	// Torn are the logs with bytes after their last whole record (what
+	// OpenDurable truncates as a torn write): path, offset, size.
+	Torn []TornTail
+}
+
+// SkippedSnapshot is a snapshot file recovery skips, and why.
+type SkippedSnapshot struct {
+	Path string
+	Err  error
+}
+
+// TornTail is a log's tail that recovery truncates.
+type TornTail struct {
+	Path         string
+	Offset, Size int64
+}
+
+// ReadDurable loads the persisted metadata in dir as OpenDurable would —
+// the same snapshot choice, the same replay, the same refusals — without
+// changing anything: no file is created, truncated, removed or synced (a
+// missing directory is an error, a torn log tail is left in place and
+// reported in DurableFiles.Torn). It is how offline tools read a node's
+// metadata; the store it returns is not backed by a log.
+func ReadDurable(fs vfs.FS, dir string, cfg Config) (*Store, DurableFiles, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, DurableFiles{}, err
+	}
+	names, err := fs.ReadDir(dir)
+	if err != nil {
+		return nil, DurableFiles{}, fmt.Errorf("parkway: metadata dir: %w", err)
+	}
+	var snaps, wals []uint64
+	for _, name := range names {
+		if n, ok := parseName(name, snapshotPrefix); ok {
+			snaps = append(snaps, n)
+		} else if n, ok := parseName(name, walPrefix); ok {
+			wals = append(wals, n)
+		}
+	}
+	d := &Durable{fs: fs, dir: dir, readOnly: &DurableFiles{}}
+	err = d.load(cfg, snaps, wals)
+	return d.store, *d.readOnly, err
+}
+
 // load restores the newest usable snapshot and replays the log after it.
 func (d *Durable) load(cfg Config, snaps, wals []uint64) error {
 	slices.Sort(snaps)
@@ -163,11 +224,18 @@ func (d *Durable) load(cfg Config, snaps, wals []uint64) error {
 				return fmt.Errorf("parkway: restore %s: %w", path, err)
 			}
 			skipped = append(skipped, fmt.Errorf("%s: %w", path, err))
+			if d.readOnly != nil {
+				d.readOnly.Skipped = append(d.readOnly.Skipped, SkippedSnapshot{Path: path, Err: err})
+			}
 			continue
 		}
 		d.store, base = s, index
+		if d.readOnly != nil {
+			d.readOnly.Snapshot, d.readOnly.SnapshotIndex = path, index
+		}
 		break
 	}
+
 	if d.store == nil {
 		s, err := NewStore(cfg)
 		if err != nil {
@@ -176,7 +244,8 @@ func (d *Durable) load(cfg Config, snaps, wals []uint64) error {
 		d.store = s
 	}
 	corrupt := func(format string, args ...any) error {
-		return errors.Join(append([]error{fmt.Errorf("%w: %s: %s", ErrCorruptLog, d.dir, fmt.Sprintf(format, args...))}, skipped...)...)
+		// %w keeps a *wal.CorruptError (the file and byte) reachable.
+		return errors.Join(append([]error{fmt.Errorf("%w: %s: "+format, append([]any{ErrCorruptLog, d.dir}, args...)...)}, skipped...)...)
 	}
 
 	// Logs wholly covered by the snapshot (the next log starts at or
@@ -192,10 +261,14 @@ func (d *Durable) load(cfg Config, snaps, wals []uint64) error {
 		if first != next && i > 0 {
 			return corrupt("log %s starts at index %d, want %d", walName(first), first, next)
 		}
-		l, err := wal.Open(d.fs, filepath.Join(d.dir, walName(first)), wal.Options{FirstIndex: first})
+		open := wal.Open
+		if d.readOnly != nil {
+			open = wal.OpenReadOnly
+		}
+		l, err := open(d.fs, filepath.Join(d.dir, walName(first)), wal.Options{FirstIndex: first})
 		if err != nil {
 			if errors.Is(err, wal.ErrCorrupt) {
-				return corrupt("%v", err)
+				return corrupt("%w", err)
 			}
 			return fmt.Errorf("parkway: open metadata log: %w", err)
 		}
@@ -205,7 +278,7 @@ func (d *Durable) load(cfg Config, snaps, wals []uint64) error {
 			}
 			cmd, err := DecodeCommand(data)
 			if err != nil {
-				return corrupt("record %d of %s at byte %d: %v", index, l.Path(), off, err)
+				return corrupt("%w", &wal.CorruptError{Path: l.Path(), Offset: off, Err: fmt.Errorf("record %d: %w", index, err)})
 			}
 			d.store.Apply(cmd) //nolint:errcheck // it failed the first time too
 			next = index + 1
@@ -214,9 +287,17 @@ func (d *Durable) load(cfg Config, snaps, wals []uint64) error {
 		if err != nil {
 			l.Close()
 			if errors.Is(err, wal.ErrCorrupt) {
-				return corrupt("%v", err)
+				return corrupt("%w", err)
 			}
 			return err
+		}
+		if d.readOnly != nil {
+			d.readOnly.Logs = append(d.readOnly.Logs, l.Path())
+			if off, n := l.TornTail(); n > 0 {
+				d.readOnly.Torn = append(d.readOnly.Torn, TornTail{Path: l.Path(), Offset: off, Size: n})
+			}
+			l.Close()
+			continue
 		}
 		if i == len(wals)-1 && l.NextIndex() == next {
 			d.log = l // append behind the last record
@@ -225,6 +306,10 @@ func (d *Durable) load(cfg Config, snaps, wals []uint64) error {
 		}
 	}
 	d.applied, d.snapIndex = next-1, base
+	if d.readOnly != nil {
+		d.readOnly.Applied = d.applied
+		return nil
+	}
 	if d.log == nil {
 		// No log, or the last one ends before the snapshot (it covered
 		// it): start the one after the snapshot.

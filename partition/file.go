@@ -185,6 +185,9 @@ type FileStore struct {
 	journalOnce sync.Once
 	jlog        *journalLog
 
+	// readOnly: opened by OpenReadOnlyStore (readonly.go).
+	readOnly bool
+
 	mu   sync.Mutex
 	busy map[metadata.Namespace]struct{} // open, being built or being removed
 	// lost are partitions closed with records in a journal that their
@@ -323,6 +326,10 @@ func (s *FileStore) build(ns metadata.Namespace, epoch uint64) (*filePartition, 
 		if err != nil {
 			return nil, err
 		}
+		if s.readOnly {
+			p.clampConsumers() // as the node reads them
+			return p, nil
+		}
 		if err := s.reapplyLost(p); err != nil {
 			_ = p.closeFiles()
 			return nil, err
@@ -333,6 +340,8 @@ func (s *FileStore) build(ns metadata.Namespace, epoch uint64) (*filePartition, 
 		// go back.
 		p.clampConsumers()
 		return p, nil
+	case s.readOnly:
+		return nil, s.notStored(ns, epoch, inc, err)
 	case err == nil, isNotExist(err), errors.Is(err, errBadIncarnation):
 		// Another epoch, nothing, or a half-built directory: start over.
 	default:
@@ -464,8 +473,11 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 		// for every directory up to Dir.
 		p.layout = s.ancestors(dir, false)
 	}
-	p.layoutPending = true
+	p.layoutPending = !s.readOnly
 	for _, sub := range []string{consumersDir, groupsDir} {
+		if s.readOnly {
+			break // a missing one reads as empty
+		}
 		if err := s.fs.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 			return nil, err
 		}
@@ -487,7 +499,7 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 			bases = bases[1:]
 		}
 	}
-	if len(bases) == 0 {
+	if len(bases) == 0 && !s.readOnly { // read-only: an empty log at start, below
 		seg, err := p.createSegment(start)
 		if err != nil {
 			return nil, err
@@ -503,14 +515,19 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 		}
 		seg := newSegment(dir, base)
 		p.segs = append(p.segs, seg)
-		if i == len(bases)-1 {
+		if i == len(bases)-1 && !s.readOnly {
 			buf, err = s.openTail(seg, buf)
+		} else if i == len(bases)-1 {
+			buf, err = s.readTail(seg, buf)
 		} else {
 			buf, err = s.openSealed(seg, buf)
 		}
 		if err != nil {
 			return nil, err
 		}
+	}
+	if len(p.segs) == 0 { // read-only, no segment: an empty log at start
+		p.segs = append(p.segs, newSegment(dir, start))
 	}
 	tail := p.tail()
 	p.next = tail.next
@@ -528,20 +545,27 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 		// The log ends below a durably recorded start: possible only if an
 		// fsync lied. Offsets are never reused, so the log restarts empty
 		// at start.
-		seg, err := p.createSegment(start)
-		if err != nil {
-			return nil, err
+		seg := newSegment(dir, start) // read-only: no file
+		if !s.readOnly {
+			if seg, err = p.createSegment(start); err != nil {
+				return nil, err
+			}
 		}
 		p.segs = append(p.segs, seg)
 		p.next, p.synced = start, start
 	}
 	p.start = max(start, p.segs[0].base)
 	p.setMark() // what a reopen finds is the log
-	if err := p.dropSegments(); err != nil {
-		return nil, err
+	if !s.readOnly {
+		if err := p.dropSegments(); err != nil {
+			return nil, err
+		}
 	}
 	if p.consumers, err = loadConsumerOffsets(s.fs, filepath.Join(dir, consumersDir)); err != nil {
-		return nil, err
+		if !s.readOnly || !isNotExist(err) {
+			return nil, err
+		}
+		p.consumers = map[string]uint64{}
 	}
 	// offsets/ gained consumers/ and groups/; those two are empty, so the
 	// entry in their parent is all there is to make durable.
@@ -665,6 +689,9 @@ func (s *FileStore) openSealed(seg *segment, buf []byte) ([]byte, error) {
 	}
 	seg.size, seg.next = end, next
 	seg.synced = true
+	if s.readOnly {
+		return buf, nil // the index in memory serves reads; the file stays as found
+	}
 	if rewrite || len(seg.index) != len(es) {
 		return buf, seg.writeIndexFile(s.fs, nil)
 	}

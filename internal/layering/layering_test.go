@@ -33,10 +33,11 @@ const (
 	kindSeam          // vfs, vfs/errorfs, clock, metrics, transport
 	kindSim           // internal/sim
 	kindInternal      // every other internal package: a leaf
+	kindCmd           // cmd/...: programs, which may use anything but the simulator
 )
 
 func (k kind) String() string {
-	return [...]string{"unclassified", "example", "layer", "seam", "simulator", "internal leaf"}[k]
+	return [...]string{"unclassified", "example", "layer", "seam", "simulator", "internal leaf", "command"}[k]
 }
 
 // classify places a package given its path relative to the module ("" is
@@ -53,6 +54,8 @@ func classify(rel string) kind {
 		return kindSim
 	case rel == "internal" || strings.HasPrefix(rel, "internal/"):
 		return kindInternal
+	case strings.HasPrefix(rel, "cmd/"):
+		return kindCmd
 	}
 	return kindUnknown
 }
@@ -74,6 +77,8 @@ func allowed(from, to string) (bool, string) {
 		return false, "nothing imports an example or a host-side test package"
 	case kt == kindSim:
 		return false, "nothing imports the simulator"
+	case kt == kindCmd:
+		return false, "nothing imports a command"
 	}
 	switch kf {
 	case kindTop:
@@ -102,6 +107,11 @@ func allowed(from, to string) (bool, string) {
 		if kt == kindChain {
 			return false, "an internal leaf imports no layer, only seams and other internal leaves"
 		}
+		return true, ""
+	case kindCmd:
+		// A command is a host of the library built inside the module:
+		// the offline tools read a data directory through internal
+		// packages (read-only raft logs, the metadata log).
 		return true, ""
 	}
 	return false, "the importing package is not placed in the layering"
@@ -254,6 +264,9 @@ func TestAllowed(t *testing.T) {
 		{"host", "internal/sim", false},
 		{"internal/run", "internal/sim", false},
 		{"", "examples/embed", false},
+		{"cmd/parkway", "internal/replica", true},
+		{"cmd/parkway", "", true},
+		{"host", "cmd/parkway", false},
 		{"shard", "newpkg", false},
 		{"newpkg", "shard", false},
 	} {

@@ -106,12 +106,53 @@ func OpenDisk(fsys vfs.FS, path string, sync bool) (*Disk, error) {
 	}
 	d.log = l
 	_ = fsys.Remove(tmpPath(path))
+	if err := d.load(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// ReadDisk opens the raft log at path for reading only, as offline tools
+// do: it validates and replays every record exactly as OpenDisk does and
+// refuses the same damage with the same errors, but changes nothing — a
+// missing log is an error (fs.ErrNotExist) rather than created, a torn
+// tail is left in place (TornTail), a compaction's temporary file is not
+// removed. The Disk refuses Save; Close it when done.
+func ReadDisk(fsys vfs.FS, path string) (*Disk, error) {
+	d := &Disk{fs: fsys, path: path}
+	l, err := wal.OpenReadOnly(fsys, path, wal.Options{MaxRecordSize: maxRecord})
+	if err != nil {
+		if errors.Is(err, wal.ErrCorrupt) {
+			return nil, fmt.Errorf("%w: %w", ErrCorruptLog, err)
+		}
+		return nil, fmt.Errorf("raft log %s: %w", path, err)
+	}
+	d.log = l
+	if err := d.load(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// TornTail returns the offset and size of the bytes after the last whole
+// record of a Disk opened by ReadDisk: what OpenDisk truncates away as a
+// torn write (zero if none).
+func (d *Disk) TornTail() (offset, size int64) { return d.log.TornTail() }
+
+// Path is the raft log's path.
+func (d *Disk) Path() string { return d.path }
+
+// load replays the opened log into d.rec and checks what raft requires of
+// it; on error the log is closed.
+func (d *Disk) load() error {
+	l := d.log
+	path := d.path
 	if err := l.ReplayAt(d.replay); err != nil {
 		l.Close()
 		if errors.Is(err, ErrCorruptLog) {
-			return nil, err
+			return err
 		}
-		return nil, fmt.Errorf("%w: %s: %w", ErrCorruptLog, path, err)
+		return fmt.Errorf("%w: %s: %w", ErrCorruptLog, path, err)
 	}
 	// The commit index must name an entry the log holds (or the
 	// snapshot): raft panics on one beyond it. Save writes entries before
@@ -119,11 +160,11 @@ func OpenDisk(fsys vfs.FS, path string, sync bool) (*Disk, error) {
 	if hs := d.rec.HardState; hs != nil {
 		if last := d.lastIndex(); hs.GetCommit() > last {
 			l.Close()
-			return nil, d.corrupt(d.hsOff, fmt.Errorf("hard state commits index %d beyond the last entry %d", hs.GetCommit(), last))
+			return d.corrupt(d.hsOff, fmt.Errorf("hard state commits index %d beyond the last entry %d", hs.GetCommit(), last))
 		}
 	}
 	d.term, d.vote = d.rec.HardState.GetTerm(), d.rec.HardState.GetVote()
-	return d, nil
+	return nil
 }
 
 func tmpPath(path string) string {

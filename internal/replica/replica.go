@@ -818,20 +818,33 @@ func (g *Group) handle(h Handler, rd raft.Ready) error {
 			}
 			g.cs = g.rn.ApplyConfChange(&cc)
 		case raftpb.EntryNormal:
-			data := e.GetData()
-			if len(data) == 0 {
+			id, payload, ok, err := unwrap(e)
+			if err != nil {
+				return err
+			}
+			if !ok {
 				break // a new leader's empty entry
 			}
-			if len(data) < 8 {
-				return fmt.Errorf("%w: index %d", errShort, e.GetIndex())
-			}
-			if err := h.Apply(e.GetIndex(), binary.LittleEndian.Uint64(data), data[8:]); err != nil {
+			if err := h.Apply(e.GetIndex(), id, payload); err != nil {
 				return err
 			}
 		}
 		g.applied = e.GetIndex()
 	}
 	return nil
+}
+
+// unwrap takes a normal entry's envelope off: the proposal id and the
+// owner's payload, ok false for a new leader's empty entry.
+func unwrap(e *raftpb.Entry) (id uint64, payload []byte, ok bool, err error) {
+	data := e.GetData()
+	if len(data) == 0 {
+		return 0, nil, false, nil
+	}
+	if len(data) < 8 {
+		return 0, nil, false, fmt.Errorf("%w: index %d", errShort, e.GetIndex())
+	}
+	return binary.LittleEndian.Uint64(data), data[8:], true, nil
 }
 
 func (g *Group) send(h Handler, msgs []*raftpb.Message) {

@@ -80,6 +80,9 @@ var (
 	ErrTooLarge = errors.New("wal: record too large")
 	// ErrClosed reports use of a closed log.
 	ErrClosed = errors.New("wal: log closed")
+	// ErrReadOnly reports an Append or Sync on a log opened with
+	// OpenReadOnly.
+	ErrReadOnly = errors.New("wal: log opened read-only")
 )
 
 // CorruptError locates corruption in a log: a bad record in the middle of
@@ -128,6 +131,10 @@ type Log struct {
 	size   int64  // bytes of valid records
 	broken error  // why writes are refused, or nil
 	closed bool
+	// readOnly: opened by OpenReadOnly; torn is the size of the tail Open
+	// would have truncated away.
+	readOnly bool
+	torn     int64
 	// buf is where Append frames a record: WriteAt does not keep it
 	// (io.WriterAt), so it is reused, up to maxKeptBuf.
 	buf []byte
@@ -179,17 +186,62 @@ func Open(fs vfs.FS, path string, opts Options) (*Log, error) {
 	return l, nil
 }
 
-func (l *Log) recover() error {
+// OpenReadOnly opens an existing log for reading only: it validates
+// every record as Open does and reports corruption in the middle the same
+// way, but it changes nothing — a torn tail is left in place (TornTail
+// says how large it is) and nothing is synced. Append and Sync fail with
+// ErrReadOnly. It is how offline tools read a log a node would recover.
+func OpenReadOnly(fs vfs.FS, path string, opts Options) (*Log, error) {
+	if err := opts.check(); err != nil {
+		return nil, err
+	}
+	f, err := fs.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("wal: open %s: %w", path, err)
+	}
+	l := &Log{path: path, f: f, first: opts.FirstIndex, max: opts.max(), readOnly: true}
+	if _, err := l.validate(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// TornTail returns the offset and size of the bytes after the last valid
+// record: what Open truncates away as a torn write. Zero for a log whose
+// file ends at a record boundary, and for one opened by Open (it has
+// truncated them).
+func (l *Log) TornTail() (offset, size int64) {
+	if l.torn == 0 {
+		return 0, 0
+	}
+	return l.size, l.torn
+}
+
+// validate reads the file and finds its records; a bad record followed by
+// a valid one is a *CorruptError. It reports whether a torn tail follows.
+func (l *Log) validate() (bool, error) {
 	b, err := readAll(l.f)
 	if err != nil {
-		return fmt.Errorf("wal: open %s: %w", l.path, err)
+		return false, fmt.Errorf("wal: open %s: %w", l.path, err)
 	}
 	n, good, tail := scan(b, l.max, nil)
 	if tail == tailCorrupt {
-		return &CorruptError{Path: l.path, Offset: int64(good)}
+		return false, &CorruptError{Path: l.path, Offset: int64(good)}
 	}
 	l.n, l.size = n, int64(good)
-	if tail == tailTorn {
+	if tail == tailTorn && l.readOnly {
+		l.torn = int64(len(b) - good)
+	}
+	return tail == tailTorn, nil
+}
+
+func (l *Log) recover() error {
+	torn, err := l.validate()
+	if err != nil {
+		return err
+	}
+	if torn {
 		if err := l.f.Truncate(l.size); err != nil {
 			return fmt.Errorf("wal: open %s: truncate torn tail at %d: %w", l.path, l.size, err)
 		}
@@ -266,6 +318,8 @@ func (l *Log) usable() error {
 	switch {
 	case l.closed:
 		return ErrClosed
+	case l.readOnly:
+		return ErrReadOnly
 	case l.broken != nil:
 		return fmt.Errorf("%w: %w", ErrBroken, l.broken)
 	}

@@ -1,0 +1,204 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestVerifyCleanDirectory(t *testing.T) {
+	dir := makeDir(t, 50)
+	before := checksum(t, dir)
+	r := runBin(t, "verify", dir)
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "ok: ") {
+		t.Fatalf("verify of a clean directory:\n%v", r)
+	}
+	if after := checksum(t, dir); after != before {
+		t.Fatal("verify changed the directory")
+	}
+}
+
+// TestVerifyFindsDamage damages a clean directory at a chosen byte, one
+// kind of damage at a time, and checks that verify names the file and
+// the byte, exits 1, and changes nothing.
+func TestVerifyFindsDamage(t *testing.T) {
+	// Partition 0 spans several 1 MiB segments; partition 1 one.
+	base := makeDir(t, 30000)
+	for _, c := range []struct {
+		name   string
+		damage func(t *testing.T, dir string) (file string, off int64)
+	}{
+		{"flipped byte in a sealed segment", func(t *testing.T, dir string) (string, int64) {
+			seg := segments(t, dir, 0)[0]
+			flip(t, seg, 5000)
+			return seg, -1
+		}},
+		{"flipped byte in the tail segment", func(t *testing.T, dir string) (string, int64) {
+			segs := segments(t, dir, 1)
+			seg := segs[len(segs)-1]
+			flip(t, seg, fileSize(t, seg)-3)
+			return seg, -1
+		}},
+		{"truncated sealed segment", func(t *testing.T, dir string) (string, int64) {
+			seg := segments(t, dir, 0)[0]
+			if err := os.Truncate(seg, fileSize(t, seg)-10); err != nil {
+				t.Fatal(err)
+			}
+			return seg, -1
+		}},
+		{"missing middle segment", func(t *testing.T, dir string) (string, int64) {
+			segs := segments(t, dir, 0)
+			if len(segs) < 3 {
+				t.Fatalf("want 3 segments, have %d", len(segs))
+			}
+			if err := os.Remove(segs[1]); err != nil {
+				t.Fatal(err)
+			}
+			return segs[0], -1
+		}},
+		{"missing first segment", func(t *testing.T, dir string) (string, int64) {
+			segs := segments(t, dir, 0)
+			if err := os.Remove(segs[0]); err != nil {
+				t.Fatal(err)
+			}
+			return segs[1], 0
+		}},
+		{"flipped index entry", func(t *testing.T, dir string) (string, int64) {
+			idx := strings.TrimSuffix(segments(t, dir, 0)[0], ".log") + ".index"
+			flip(t, idx, 12)
+			return idx, 8
+		}},
+		{"missing index", func(t *testing.T, dir string) (string, int64) {
+			idx := strings.TrimSuffix(segments(t, dir, 0)[0], ".log") + ".index"
+			if err := os.Remove(idx); err != nil {
+				t.Fatal(err)
+			}
+			return idx, 0
+		}},
+		{"flipped consumer offset", func(t *testing.T, dir string) (string, int64) {
+			p := filepath.Join(filepath.Dir(segments(t, dir, 0)[0]), "offsets", "consumers", "billing")
+			flip(t, p, 6)
+			return p, 0
+		}},
+		{"missing incarnation", func(t *testing.T, dir string) (string, int64) {
+			p := filepath.Join(filepath.Dir(segments(t, dir, 1)[0]), "incarnation")
+			if err := os.Remove(p); err != nil {
+				t.Fatal(err)
+			}
+			return p, 0
+		}},
+		{"flipped byte in the metadata log", func(t *testing.T, dir string) (string, int64) {
+			wals, _ := filepath.Glob(filepath.Join(dir, "metadata", "wal-*"))
+			if len(wals) != 1 {
+				t.Fatalf("metadata logs: %v", wals)
+			}
+			flip(t, wals[0], 9)
+			return wals[0], 0
+		}},
+		{"truncated metadata log", func(t *testing.T, dir string) (string, int64) {
+			wals, _ := filepath.Glob(filepath.Join(dir, "metadata", "wal-*"))
+			if err := os.Truncate(wals[0], fileSize(t, wals[0])-2); err != nil {
+				t.Fatal(err)
+			}
+			return wals[0], -1
+		}},
+		{"missing partition directory", func(t *testing.T, dir string) (string, int64) {
+			p := filepath.Dir(segments(t, dir, 1)[0])
+			if err := os.RemoveAll(p); err != nil {
+				t.Fatal(err)
+			}
+			return p, 0
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "data")
+			if err := os.CopyFS(dir, os.DirFS(base)); err != nil {
+				t.Fatal(err)
+			}
+			file, off := c.damage(t, dir)
+			before := checksum(t, dir)
+			r := runBin(t, "verify", dir)
+			if r.code != 1 {
+				t.Fatalf("verify of a damaged directory: want exit 1\n%v", r)
+			}
+			t.Logf("verify said:\n%s", r.stdout)
+			rel, _ := filepath.Rel(dir, file)
+			want := rel + ":"
+			if off >= 0 {
+				want += strconv.FormatInt(off, 10) + ":"
+			}
+			if !strings.Contains(r.stdout, want) {
+				t.Fatalf("verify does not name %q:\n%v", want, r)
+			}
+			if after := checksum(t, dir); after != before {
+				t.Fatal("verify changed the directory")
+			}
+		})
+	}
+}
+
+// TestVerifyClusterDirectory: a cluster member's directory has raft logs:
+// the metadata group's and one per partition; verify reads them as a
+// restarting member does.
+func TestVerifyClusterDirectory(t *testing.T) {
+	base := makeDir(t, 200, inCluster)
+	if r := runBin(t, "verify", base); r.code != 0 {
+		t.Fatalf("verify of a clean cluster directory:\n%v", r)
+	}
+	partRaft := func(dir string) string { return filepath.Join(filepath.Dir(segments(t, dir, 0)[0]), "raft.log") }
+	metaRaft := func(dir string) string { return filepath.Join(dir, "metadata-raft", "raft.log") }
+	for _, c := range []struct {
+		name   string
+		damage func(dir string) string
+		want   string
+	}{
+		{"flipped byte in a partition raft log", func(dir string) string {
+			p := partRaft(dir)
+			flip(t, p, 12)
+			return p
+		}, ":0:"},
+		{"truncated partition raft log", func(dir string) string {
+			p := partRaft(dir)
+			if err := os.Truncate(p, fileSize(t, p)-3); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}, "torn tail"},
+		{"missing partition raft log", func(dir string) string {
+			p := partRaft(dir)
+			if err := os.Remove(p); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}, "raft log missing"},
+		{"empty partition raft log", func(dir string) string {
+			p := partRaft(dir)
+			if err := os.Truncate(p, 0); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}, "holds no state"},
+		{"flipped byte in the metadata raft log", func(dir string) string {
+			p := metaRaft(dir)
+			flip(t, p, 20)
+			return p
+		}, ":0:"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := copyDir(t, base)
+			file := c.damage(dir)
+			before := checksum(t, dir)
+			r := runBin(t, "verify", dir)
+			t.Logf("verify said:\n%s", r.stdout)
+			rel, _ := filepath.Rel(dir, file)
+			if r.code != exitProblems || !strings.Contains(r.stdout, rel) || !strings.Contains(r.stdout, c.want) {
+				t.Fatalf("want exit 1 naming %s and %q\n%v", rel, c.want, r)
+			}
+			if checksum(t, dir) != before {
+				t.Fatal("verify changed the directory")
+			}
+		})
+	}
+}
