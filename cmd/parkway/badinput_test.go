@@ -20,6 +20,7 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"frobnicate"}, exitUsage, `unknown command "frobnicate"`},
 		{[]string{"--help"}, exitOK, "Exit codes"},
 		{[]string{"verify", "--help"}, exitOK, "usage: parkway verify"},
+		{[]string{"inspect", "--help"}, exitOK, "usage: parkway inspect"},
 		{[]string{"verify"}, exitUsage, "missing the data directory"},
 		{[]string{"verify", "a", "b"}, exitUsage, "one data directory expected"},
 		{[]string{"verify", "--bogus", "x"}, exitUsage, "flag provided but not defined"},
@@ -196,4 +197,4 @@ func TestLockedDirectory(t *testing.T) {
 }
 
 // readOnlyCommands are the commands that take a data directory.
-var readOnlyCommands = []string{"verify"}
+var readOnlyCommands = []string{"verify", "inspect"}

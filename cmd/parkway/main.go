@@ -124,6 +124,5 @@ var (
 	errQuiet = errors.New("reported")
 )
 
-func runInspect(args []string, stdout, stderr io.Writer) error { return nil }
-func runDump(args []string, stdout, stderr io.Writer) error    { return nil }
-func runServe(args []string, stdout, stderr io.Writer) error   { return nil }
+func runDump(args []string, stdout, stderr io.Writer) error  { return nil }
+func runServe(args []string, stdout, stderr io.Writer) error { return nil }

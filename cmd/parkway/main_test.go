@@ -257,3 +257,13 @@ func copyDir(t *testing.T, dir string) string {
 	}
 	return out
 }
+
+// metadataLog is a single node's metadata log file.
+func metadataLog(t *testing.T, dir string) string {
+	t.Helper()
+	w, err := filepath.Glob(filepath.Join(dir, "metadata", "wal-*"))
+	if err != nil || len(w) != 1 {
+		t.Fatalf("metadata logs: %v, %v", w, err)
+	}
+	return w[0]
+}
