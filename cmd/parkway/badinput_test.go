@@ -21,6 +21,7 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"--help"}, exitOK, "Exit codes"},
 		{[]string{"verify", "--help"}, exitOK, "usage: parkway verify"},
 		{[]string{"inspect", "--help"}, exitOK, "usage: parkway inspect"},
+		{[]string{"dump", "--help"}, exitOK, "usage: parkway dump"},
 		{[]string{"verify"}, exitUsage, "missing the data directory"},
 		{[]string{"verify", "a", "b"}, exitUsage, "one data directory expected"},
 		{[]string{"verify", "--bogus", "x"}, exitUsage, "flag provided but not defined"},

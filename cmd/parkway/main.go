@@ -124,5 +124,4 @@ var (
 	errQuiet = errors.New("reported")
 )
 
-func runDump(args []string, stdout, stderr io.Writer) error  { return nil }
 func runServe(args []string, stdout, stderr io.Writer) error { return nil }
