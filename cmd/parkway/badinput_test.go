@@ -22,6 +22,7 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"verify", "--help"}, exitOK, "usage: parkway verify"},
 		{[]string{"inspect", "--help"}, exitOK, "usage: parkway inspect"},
 		{[]string{"dump", "--help"}, exitOK, "usage: parkway dump"},
+		{[]string{"serve", "--help"}, exitOK, "usage: parkway serve"},
 		{[]string{"verify"}, exitUsage, "missing the data directory"},
 		{[]string{"verify", "a", "b"}, exitUsage, "one data directory expected"},
 		{[]string{"verify", "--bogus", "x"}, exitUsage, "flag provided but not defined"},

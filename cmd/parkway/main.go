@@ -123,5 +123,3 @@ var (
 	errHelp  = errors.New("help")
 	errQuiet = errors.New("reported")
 )
-
-func runServe(args []string, stdout, stderr io.Writer) error { return nil }

@@ -24,7 +24,18 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(cleanup{m})
+}
+
+// cleanup removes the binary's directory once the tests have run.
+type cleanup struct{ m *testing.M }
+
+func (c cleanup) Run() int {
+	code := c.m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	return code
 }
 
 // The tests run the command as a user does: the binary is built once per

@@ -1,0 +1,368 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/parkway-io/parkway"
+)
+
+const serveUsage = `usage: parkway serve [flags]
+
+Runs one parkway node until SIGINT or SIGTERM, then shuts it down
+gracefully (in-flight calls answered, partitions synced, files closed)
+within --shutdown-timeout.
+
+Every flag can also be set by an environment variable: PARKWAY_ and the
+flag's name in capitals with '-' as '_' (--data-dir is PARKWAY_DATA_DIR).
+A flag on the command line wins over the variable.
+
+A single node needs only --data-dir. A cluster member needs --node-id,
+--listen (its address for the other members), --peers (every founding
+member, this one included, as id=host:port,…) and TLS: --cluster-id with
+--tls-cert, --tls-key (a certificate naming parkway://<cluster-id>/node/<id>)
+and --tls-ca (the cluster's CAs), or --insecure-plaintext on a trusted
+network. A node added to a running cluster starts with --join and is then
+added through a member.
+
+HTTP (--http): /metrics (Prometheus), /healthz (200 while the node is
+open), /readyz (200 once the metadata is applied and every partition this
+node holds is materialised; 503 with the reason otherwise).
+
+Exit codes: 0 clean shutdown; 1 the node failed to start, failed while
+running, or did not shut down within --shutdown-timeout; 2 usage error.
+`
+
+// kafkaListener starts a client-protocol listener on addr in front of
+// node and returns what stops it. None is built into this binary yet: the
+// Kafka listener (package kafka, in progress) plugs in here, behind
+// --kafka.
+var kafkaListener func(addr string, node *parkway.Node, log hclog.Logger) (io.Closer, error)
+
+type serveConfig struct {
+	dataDir         string
+	shards          int
+	nodeID          uint64
+	listen          string
+	peers           string
+	join            bool
+	clusterID       string
+	tlsCert         string
+	tlsKey          string
+	tlsCA           string
+	plaintext       bool
+	httpAddr        string
+	kafkaAddr       string
+	fsync           string
+	shutdownTimeout time.Duration
+	logLevel        string
+	logFormat       string
+}
+
+func runServe(args []string, stdout, stderr io.Writer) error {
+	f := newFlags("serve", serveUsage, stderr)
+	var c serveConfig
+	f.StringVar(&c.dataDir, "data-dir", "", "the data directory (empty: everything in memory, lost at exit)")
+	f.IntVar(&c.shards, "shards", 0, "shards (0: one per CPU)")
+	f.Uint64Var(&c.nodeID, "node-id", 0, "this node's id in a cluster (0: a single node)")
+	f.StringVar(&c.listen, "listen", "", "cluster: the address this node listens on for the other members (host:port)")
+	f.StringVar(&c.peers, "peers", "", "cluster: every founding member, this one included: id=host:port,…")
+	f.BoolVar(&c.join, "join", false, "cluster: join a running cluster (a member then adds this node) instead of founding one")
+	f.StringVar(&c.clusterID, "cluster-id", "", "cluster: the cluster's id, as its certificates name it")
+	f.StringVar(&c.tlsCert, "tls-cert", "", "cluster: this node's certificate chain (PEM)")
+	f.StringVar(&c.tlsKey, "tls-key", "", "cluster: this node's private key (PEM)")
+	f.StringVar(&c.tlsCA, "tls-ca", "", "cluster: the CAs that sign the members' certificates (PEM)")
+	f.BoolVar(&c.plaintext, "insecure-plaintext", false, "cluster: no TLS; anyone who can reach --listen can act as any member")
+	f.StringVar(&c.httpAddr, "http", "127.0.0.1:9470", "address of /metrics, /healthz and /readyz (empty: none)")
+	f.StringVar(&c.kafkaAddr, "kafka", "", "address of a Kafka protocol listener (not built into this binary yet)")
+	f.StringVar(&c.fsync, "fsync", "always", "default fsync policy of topics that set none: always, interval or never")
+	f.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown may take before the process exits with 1")
+	f.StringVar(&c.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	f.StringVar(&c.logFormat, "log-format", "text", "text or json")
+	if err := applyEnv(f.FlagSet, os.LookupEnv); err != nil {
+		return err
+	}
+	pos, err := f.parse(args, stdout)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErr("serve: unexpected argument %q (the data directory is --data-dir)", pos[0])
+	}
+	cfg, err := c.nodeConfig()
+	if err != nil {
+		return err
+	}
+	logger, err := c.logger(stderr)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = logger.Named("node")
+	if c.kafkaAddr != "" && kafkaListener == nil {
+		return usageErr("serve: --kafka: this binary has no Kafka listener yet")
+	}
+	return serve(c, cfg, logger)
+}
+
+// applyEnv sets every flag of fs whose PARKWAY_ variable is set, before
+// the command line is parsed (which then wins).
+func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
+	var err error
+	fs.VisitAll(func(fl *flag.Flag) {
+		name := "PARKWAY_" + strings.ToUpper(strings.ReplaceAll(fl.Name, "-", "_"))
+		if v, ok := lookup(name); ok && err == nil {
+			if serr := fs.Set(fl.Name, v); serr != nil {
+				err = usageErr("serve: %s=%q: %v", name, v, serr)
+			}
+		}
+	})
+	return err
+}
+
+func (c *serveConfig) logger(w io.Writer) (hclog.Logger, error) {
+	level := hclog.LevelFromString(c.logLevel)
+	if level == hclog.NoLevel {
+		return nil, usageErr("serve: --log-level %q: want trace, debug, info, warn or error", c.logLevel)
+	}
+	if c.logFormat != "text" && c.logFormat != "json" {
+		return nil, usageErr("serve: --log-format %q: want text or json", c.logFormat)
+	}
+	return hclog.New(&hclog.LoggerOptions{Name: "parkway", Level: level, Output: w, JSONFormat: c.logFormat == "json"}), nil
+}
+
+// nodeConfig checks the flags and builds the node's configuration (the
+// cluster's bus is made by serve).
+func (c *serveConfig) nodeConfig() (parkway.Config, error) {
+	cfg := parkway.Config{DataDir: c.dataDir, Shards: c.shards}
+	switch c.fsync {
+	case "always":
+		cfg.Fsync = parkway.FsyncAlways
+	case "interval":
+		cfg.Fsync = parkway.FsyncInterval
+	case "never":
+		cfg.Fsync = parkway.FsyncNever
+	default:
+		return cfg, usageErr("serve: --fsync %q: want always, interval or never", c.fsync)
+	}
+	if c.shards < 0 {
+		return cfg, usageErr("serve: --shards %d is negative", c.shards)
+	}
+	if c.shutdownTimeout <= 0 {
+		return cfg, usageErr("serve: --shutdown-timeout must be positive")
+	}
+	cluster := c.nodeID != 0 || c.listen != "" || c.peers != "" || c.join
+	if !cluster {
+		if c.clusterID != "" || c.tlsCert != "" || c.tlsKey != "" || c.tlsCA != "" || c.plaintext {
+			return cfg, usageErr("serve: TLS and --cluster-id are for a cluster member (--node-id, --listen, --peers)")
+		}
+		return cfg, nil
+	}
+	switch {
+	case c.nodeID == 0:
+		return cfg, usageErr("serve: a cluster member needs --node-id")
+	case c.listen == "":
+		return cfg, usageErr("serve: a cluster member needs --listen")
+	case c.peers == "":
+		return cfg, usageErr("serve: a cluster member needs --peers")
+	case c.plaintext == (c.tlsCert != "" || c.tlsKey != "" || c.tlsCA != ""):
+		return cfg, usageErr("serve: a cluster member needs TLS (--cluster-id, --tls-cert, --tls-key, --tls-ca) or --insecure-plaintext, not both")
+	case !c.plaintext && (c.clusterID == "" || c.tlsCert == "" || c.tlsKey == "" || c.tlsCA == ""):
+		return cfg, usageErr("serve: TLS needs all of --cluster-id, --tls-cert, --tls-key and --tls-ca")
+	}
+	if _, err := parsePeers(c.peers, c.nodeID); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// parsePeers parses id=host:port,… ; self must be among them.
+func parsePeers(s string, self uint64) (map[parkway.NodeID]string, error) {
+	out := map[parkway.NodeID]string{}
+	for _, p := range strings.Split(s, ",") {
+		idStr, addr, ok := strings.Cut(strings.TrimSpace(p), "=")
+		id, err := strconv.ParseUint(idStr, 10, 64)
+		if !ok || err != nil || id == 0 || addr == "" {
+			return nil, usageErr("serve: --peers entry %q: want id=host:port with a non-zero id", p)
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, usageErr("serve: --peers entry %q: %v", p, err)
+		}
+		if _, dup := out[parkway.NodeID(id)]; dup {
+			return nil, usageErr("serve: --peers names node %d twice", id)
+		}
+		out[parkway.NodeID(id)] = addr
+	}
+	if _, ok := out[parkway.NodeID(self)]; !ok {
+		return nil, usageErr("serve: --peers must include this node (%d)", self)
+	}
+	return out, nil
+}
+
+// tlsConfig loads the TLS files.
+func (c *serveConfig) tlsConfig() (*parkway.TLSConfig, error) {
+	cert, err := tls.LoadX509KeyPair(c.tlsCert, c.tlsKey)
+	if err != nil {
+		return nil, fmt.Errorf("TLS certificate: %w", err)
+	}
+	pem, err := os.ReadFile(c.tlsCA)
+	if err != nil {
+		return nil, fmt.Errorf("TLS CAs: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("TLS CAs: no PEM certificate in %s", c.tlsCA)
+	}
+	return &parkway.TLSConfig{ClusterID: c.clusterID, Certificate: &cert, CAs: pool}, nil
+}
+
+// serve opens the node, serves HTTP, and shuts down on a signal.
+func serve(c serveConfig, cfg parkway.Config, log hclog.Logger) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	fail := func(format string, args ...any) error {
+		err := fmt.Errorf(format, args...)
+		log.Error("failed", "error", err)
+		return &exitError{code: exitProblems, err: errQuiet}
+	}
+	if c.nodeID != 0 {
+		peers, _ := parsePeers(c.peers, c.nodeID)
+		opts := parkway.TCPOptions{InsecurePlaintext: c.plaintext}
+		if !c.plaintext {
+			t, err := c.tlsConfig()
+			if err != nil {
+				return fail("%w", err)
+			}
+			opts.TLS = t
+		}
+		bus, err := parkway.ListenTCP(parkway.NodeID(c.nodeID), c.listen, peers, opts)
+		if err != nil {
+			return fail("listen on %s: %w", c.listen, err)
+		}
+		ids := make([]parkway.NodeID, 0, len(peers))
+		for id := range peers {
+			ids = append(ids, id)
+		}
+		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+		cfg.Cluster = &parkway.Cluster{ID: parkway.NodeID(c.nodeID), Peers: ids, Join: c.join, Bus: bus}
+	}
+	start := time.Now()
+	node, err := parkway.Open(cfg)
+	if err != nil {
+		if cfg.Cluster != nil {
+			_ = cfg.Cluster.Bus.Close()
+		}
+		return fail("open the node: %w", err)
+	}
+	closed := make(chan error, 1)
+	closeNode := func() { closed <- node.Close() }
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(node.Metrics(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	var srv *http.Server
+	var closing atomic.Bool
+	httpErr := make(chan error, 1)
+	if c.httpAddr != "" {
+		ln, err := net.Listen("tcp", c.httpAddr)
+		if err != nil {
+			go closeNode()
+			<-closed
+			return fail("listen on %s: %w", c.httpAddr, err)
+		}
+		srv = &http.Server{Handler: httpHandler(node, reg, &closing), ReadHeaderTimeout: 10 * time.Second}
+		go func() { httpErr <- srv.Serve(ln) }()
+		c.httpAddr = ln.Addr().String()
+	}
+	var kafka io.Closer
+	if c.kafkaAddr != "" {
+		if kafka, err = kafkaListener(c.kafkaAddr, node, log.Named("kafka")); err != nil {
+			go closeNode()
+			<-closed
+			return fail("kafka listener on %s: %w", c.kafkaAddr, err)
+		}
+	}
+	log.Info("serving", "data_dir", c.dataDir, "node_id", c.nodeID, "shards", node.Shards(), "http", c.httpAddr,
+		"cluster_listen", c.listen, "opened_in", time.Since(start).Round(time.Millisecond).String())
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "timeout", c.shutdownTimeout.String())
+	case err := <-httpErr:
+		runErr = fmt.Errorf("http server: %w", err)
+		log.Error("http server stopped; shutting down", "error", err)
+	}
+	stop() // a second signal kills the process
+	closing.Store(true)
+	deadline := time.NewTimer(c.shutdownTimeout)
+	defer deadline.Stop()
+	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
+	defer cancel()
+	if kafka != nil {
+		if err := kafka.Close(); err != nil {
+			log.Warn("closing the kafka listener", "error", err)
+		}
+	}
+	if srv != nil {
+		if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("closing the http server", "error", err)
+		}
+	}
+	go closeNode()
+	select {
+	case err := <-closed:
+		if err != nil {
+			return fail("close the node: %w", err)
+		}
+	case <-deadline.C:
+		return fail("the node did not close within %v", c.shutdownTimeout)
+	}
+	if runErr != nil {
+		return fail("%w", runErr)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// httpHandler serves /metrics, /healthz and /readyz; /healthz fails once
+// closing is set (the shutdown has begun).
+func httpHandler(node *parkway.Node, reg *prometheus.Registry, closing *atomic.Bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if closing.Load() {
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := node.Ready(ctx); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	return mux
+}
