@@ -89,7 +89,11 @@ func (p *progress) show() {
 	line += fmt.Sprintf(", %s/s", formatBytes(int64(rate)))
 	if rate > 0 && p.total > done {
 		left := time.Duration(float64(p.total-done) / rate * float64(time.Second))
-		line += fmt.Sprintf(", %s left", left.Round(time.Second))
+		if left < 10*time.Second {
+			line += fmt.Sprintf(", %.1fs left", left.Seconds())
+		} else {
+			line += fmt.Sprintf(", %s left", left.Round(time.Second))
+		}
 	}
 	if p.kind == progressLive {
 		fmt.Fprintf(p.w, "\r\033[K%s", line)

@@ -265,6 +265,9 @@ func serve(c serveConfig, cfg parkway.Config, log hclog.Logger) error {
 		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 		cfg.Cluster = &parkway.Cluster{ID: parkway.NodeID(c.nodeID), Peers: ids, Join: c.join, Bus: bus}
 	}
+	if cfg.DataDir == "" {
+		log.Warn("no --data-dir: everything is kept in memory and lost when the process exits")
+	}
 	start := time.Now()
 	node, err := parkway.Open(cfg)
 	if err != nil {
