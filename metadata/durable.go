@@ -245,7 +245,11 @@ func (d *Durable) load(cfg Config, snaps, wals []uint64) error {
 	}
 	corrupt := func(format string, args ...any) error {
 		// %w keeps a *wal.CorruptError (the file and byte) reachable.
-		return errors.Join(append([]error{fmt.Errorf("%w: %s: "+format, append([]any{ErrCorruptLog, d.dir}, args...)...)}, skipped...)...)
+		err := fmt.Errorf("%w: %s: "+format, append([]any{ErrCorruptLog, d.dir}, args...)...)
+		if d.readOnly != nil {
+			return err // the skipped snapshots are in DurableFiles
+		}
+		return errors.Join(append([]error{err}, skipped...)...)
 	}
 
 	// Logs wholly covered by the snapshot (the next log starts at or

@@ -216,7 +216,8 @@ func (v *verifier) verifyMetadata() (*metadata.Store, int) {
 	dir := filepath.Join(d.path, metaDir)
 	meta, files, err := d.loadMetadata()
 	for _, s := range files.durable.Skipped {
-		v.report(s.Path, 0, s.Err, "the node falls back to an older snapshot, or none")
+		path, off := locate(s.Err, s.Path)
+		v.report(path, off, describe(s.Err), "the node falls back to an older snapshot, or none")
 	}
 	for _, t := range files.durable.Torn {
 		v.report(t.Path, t.Offset, fmt.Errorf("torn tail: %d bytes after the last whole record", t.Size), "the node truncates them")

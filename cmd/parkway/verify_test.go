@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/parkway-io/parkway"
 )
 
 func TestVerifyCleanDirectory(t *testing.T) {
@@ -202,5 +204,30 @@ func TestVerifyClusterDirectory(t *testing.T) {
 				t.Fatal("verify changed the directory")
 			}
 		})
+	}
+}
+
+// TestVerifyMetadataSnapshot: a damaged metadata snapshot is skipped by a
+// node opening the directory; verify names it, and the log that no longer
+// reaches back to a usable snapshot.
+func TestVerifyMetadataSnapshot(t *testing.T) {
+	base := makeDir(t, 10, func(_ *testing.T, cfg *parkway.Config) { cfg.MetadataSnapshotEvery = 3 })
+	snaps, _ := filepath.Glob(filepath.Join(base, "metadata", "snapshot-*"))
+	if len(snaps) != 1 {
+		t.Fatalf("snapshots: %v", snaps)
+	}
+	if r := runBin(t, "verify", base); r.code != 0 {
+		t.Fatalf("verify of a clean directory with a snapshot:\n%v", r)
+	}
+	if r := runBin(t, "inspect", base); r.code != 0 || !strings.Contains(r.stdout, "audit") {
+		t.Fatalf("inspect through a snapshot:\n%v", r)
+	}
+	dir := copyDir(t, base)
+	rel, _ := filepath.Rel(base, snaps[0])
+	flip(t, filepath.Join(dir, rel), 20)
+	r := runBin(t, "verify", dir)
+	t.Logf("verify said:\n%s", r.stdout)
+	if r.code != exitProblems || !strings.Contains(r.stdout, rel+":82:") || !strings.Contains(r.stdout, "falls back") {
+		t.Fatalf("verify with a damaged snapshot:\n%v", r)
 	}
 }
