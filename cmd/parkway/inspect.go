@@ -395,7 +395,7 @@ func printInspection(w io.Writer, in *inspection) {
 		tw.Flush()
 	}
 	for _, j := range in.Journal {
-		fmt.Fprintf(w, "\njournal %s: %d records in %d entries, replayed into their partitions when a node opens the directory (the END offsets above leave them out)\n", j.Path, j.Records, j.Entries)
+		fmt.Fprintf(w, "\njournal %s: %d records in %d entries, replayed into the partitions whose files lack them when a node opens the directory (END above counts only what the partitions' files hold)\n", j.Path, j.Records, j.Entries)
 	}
 }
 

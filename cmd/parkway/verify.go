@@ -148,7 +148,7 @@ func (v *verifier) run() int {
 	}
 	for _, jf := range jfiles {
 		files++
-		fmt.Fprintf(v.stdout, "note: %s holds %d records of %d partition entries that a node replays into their partitions when it opens the directory\n", d.rel(jf.Path), jf.Records, jf.Entries)
+		fmt.Fprintf(v.stdout, "note: %s holds %d records (in %d entries) that a node opening the directory replays into the partitions whose files lack them\n", d.rel(jf.Path), jf.Records, jf.Entries)
 	}
 	stored, err := d.store.List()
 	if err != nil {
