@@ -97,7 +97,7 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if files, _, err := d.store.VerifyJournals(); err == nil && len(files) > 0 {
+	if files, _, err := d.store.VerifyJournals(); err == nil && journalRecords(files) > 0 {
 		fmt.Fprintln(stderr, "parkway: warning: the directory has a journal whose records a node replays into its partitions when it opens the directory; those not yet in the partition's files are not shown")
 	}
 	p, err := d.store.Build(ns, epoch)

@@ -395,6 +395,9 @@ func printInspection(w io.Writer, in *inspection) {
 		tw.Flush()
 	}
 	for _, j := range in.Journal {
+		if j.Records == 0 {
+			continue
+		}
 		fmt.Fprintf(w, "\njournal %s: %d records in %d entries, replayed into the partitions whose files lack them when a node opens the directory (END above counts only what the partitions' files hold)\n", j.Path, j.Records, j.Entries)
 	}
 }
