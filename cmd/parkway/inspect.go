@@ -278,9 +278,18 @@ func readPartition(d *dataDir, ns metadata.Namespace, epoch uint64, pv *partitio
 	if !ok {
 		return nil
 	}
-	for _, s := range lay.Segments() {
+	segs := lay.Segments()
+	for _, s := range segs {
 		pv.Bytes += s.Size
 		pv.Segments = append(pv.Segments, segmentView{File: filepath.Base(s.Path), Base: s.Base, Next: s.Next, Size: s.Size})
+	}
+	// Only the tail can hold bytes past its last whole record and still
+	// open: a torn write, or damage a node treats as one.
+	if n := len(segs); n > 0 {
+		if fi, err := d.fsys.Stat(segs[n-1].Path); err == nil && fi.Size() > segs[n-1].Size {
+			pv.Status = fmt.Sprintf("ok, but %s has %d bytes after its last whole record (a node truncates them; parkway verify says why)",
+				filepath.Base(segs[n-1].Path), fi.Size()-segs[n-1].Size)
+		}
 	}
 	return lay.ConsumerOffsets()
 }

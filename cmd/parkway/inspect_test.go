@@ -105,6 +105,12 @@ func TestInspectDamaged(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("inspect with a damaged sealed segment:\n%v", r)
 	}
+	segs := segments(t, dir, 1)
+	flip(t, segs[len(segs)-1], fileSize(t, segs[len(segs)-1])-3)
+	r = runBin(t, "inspect", dir)
+	if r.code != 0 || !strings.Contains(r.stdout, "bytes after its last whole record") {
+		t.Fatalf("inspect with a damaged tail record:\n%v", r)
+	}
 	flip(t, wal, 9)
 	r = runBin(t, "inspect", dir)
 	if r.code != exitProblems || !strings.Contains(r.stderr, "parkway verify") {
