@@ -50,6 +50,11 @@
 //
 // Build and Remove of a namespace whose Partition is still open are
 // ErrInUse in both stores: Close the partition first.
+//
+// OpenReadOnlyStore opens a FileStore's directory for offline tools: the
+// same open and the same checks, none of the repairs, nothing written
+// (readonly.go); VerifyPartition and VerifyJournals read everything with
+// the same decoders and report every problem with its file and byte.
 package partition
 
 import (

@@ -35,6 +35,9 @@
 // (A torn final record whose data happens to contain a valid frame is thus
 // reported as corruption: Open errs on the side of never dropping a record.)
 //
+// OpenReadOnly reads a log the same way without repairing anything: a
+// torn tail is reported (TornTail), not truncated, and nothing is synced.
+//
 // # Write failures
 //
 // Append writes each framed record with one WriteAt at the end of the log.
