@@ -220,3 +220,14 @@ func TestServeUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestServeShutdownDeadline: a shutdown that takes longer than
+// --shutdown-timeout ends the process with exit 1 and says so.
+func TestServeShutdownDeadline(t *testing.T) {
+	dir := makeDir(t, 10)
+	s := startServe(t, nil, "--data-dir", dir, "--shutdown-timeout", "1ns")
+	s.waitReady()
+	if code := s.stop(); code != exitProblems || !strings.Contains(s.log(), "did not close within") {
+		t.Fatalf("exit %d after SIGTERM with a 1 ns deadline:\n%s", code, s.log())
+	}
+}
