@@ -42,8 +42,10 @@ A single node needs only --data-dir. A cluster member needs --node-id,
 member, this one included, as id=host:port,…) and TLS: --cluster-id with
 --tls-cert, --tls-key (a certificate naming parkway://<cluster-id>/node/<id>)
 and --tls-ca (the cluster's CAs), or --insecure-plaintext on a trusted
-network. A node added to a running cluster starts with --join and is then
-added through a member.
+network. A node added to a running cluster starts with --join and waits
+until a member adds it (this command has no admin interface yet: the
+member must be a program that calls Node.AddNode, its bus told the new
+node's address).
 
 HTTP (--http): /metrics (Prometheus), /healthz (200 while the node is
 open), /readyz (200 once the metadata is applied and every partition this
