@@ -20,6 +20,7 @@ import (
 // The layout of a data directory, as the node writes it.
 const (
 	lockName     = "LOCK"          // held (flock) by a running node
+	identityName = "IDENTITY"      // the cluster and node that use the directory
 	metaDir      = "metadata"      // a single node's metadata log and snapshots
 	metaRaftDir  = "metadata-raft" // a cluster node's metadata group raft log
 	metaRaftLog  = "raft.log"
@@ -40,6 +41,10 @@ type dataDir struct {
 	unlock  func()
 	// moving: a running node holds the directory (read with --force).
 	moving bool
+	// identity is what the directory's identity file records (nil: no
+	// file), identityErr why it could not be read.
+	identity    *host.DataDirIdentity
+	identityErr error
 }
 
 // openDataDir opens path for reading. force reads a directory a running
@@ -86,7 +91,22 @@ func openDataDir(path string, force bool, stderr io.Writer) (*dataDir, error) {
 		d.unlock()
 		return nil, dirErr(err)
 	}
+	switch id, err := host.ReadIdentity(d.fsys, path); {
+	case err == nil:
+		d.identity = &id
+	case !errors.Is(err, fs.ErrNotExist):
+		d.identityErr = err
+	}
 	return d, nil
+}
+
+// node is the node id the identity file records (0: none, or a single
+// node's).
+func (d *dataDir) node() uint64 {
+	if d.identity == nil {
+		return 0
+	}
+	return d.identity.Node
 }
 
 func (d *dataDir) close() {

@@ -41,16 +41,26 @@ type inspection struct {
 	Dir     string `json:"dir"`
 	Cluster bool   `json:"cluster"`
 	// Moving: a running node holds the directory (read with --force).
-	Moving     bool                    `json:"moving,omitempty"`
-	Revision   uint64                  `json:"metadata_revision"`
-	Nodes      []uint64                `json:"nodes,omitempty"`
-	Streams    []streamView            `json:"streams"`
-	Partitions []partitionView         `json:"partitions"`
-	Orphans    []partitionView         `json:"orphans,omitempty"`
-	Consumers  []consumerView          `json:"consumers,omitempty"`
-	Groups     []groupView             `json:"groups,omitempty"`
-	Raft       []raftView              `json:"raft,omitempty"`
-	Journal    []partition.JournalFile `json:"journal,omitempty"`
+	Moving bool `json:"moving,omitempty"`
+	// Identity is what the identity file records (absent: no file).
+	Identity      *identityView           `json:"identity,omitempty"`
+	IdentityError string                  `json:"identity_error,omitempty"`
+	Revision      uint64                  `json:"metadata_revision"`
+	Nodes         []uint64                `json:"nodes,omitempty"`
+	Streams       []streamView            `json:"streams"`
+	Partitions    []partitionView         `json:"partitions"`
+	Orphans       []partitionView         `json:"orphans,omitempty"`
+	Consumers     []consumerView          `json:"consumers,omitempty"`
+	Groups        []groupView             `json:"groups,omitempty"`
+	Raft          []raftView              `json:"raft,omitempty"`
+	Journal       []partition.JournalFile `json:"journal,omitempty"`
+}
+
+type identityView struct {
+	Cluster     string            `json:"cluster,omitempty"`
+	Node        uint64            `json:"node"` // 0: a single node
+	Incarnation uint64            `json:"incarnation"`
+	Peers       map[uint64]uint64 `json:"peers,omitempty"` // peer → its directory's incarnation
 }
 
 type streamView struct {
@@ -171,6 +181,13 @@ func inspect(d *dataDir) (*inspection, error) {
 		return nil, problemsErr(fmt.Errorf("the metadata cannot be read (%s at byte %d): %v; run parkway verify", d.rel(path), off, describe(err)))
 	}
 	in := &inspection{Dir: d.path, Cluster: d.cluster, Moving: d.moving, Revision: meta.Revision(), Nodes: meta.Nodes()}
+	if id := d.identity; id != nil {
+		in.Identity = &identityView{Cluster: id.Cluster, Node: id.Node, Incarnation: id.Incarnation, Peers: id.Peers}
+	}
+	if d.identityErr != nil {
+		path, off := locate(d.identityErr, filepath.Join(d.path, identityName))
+		in.IdentityError = fmt.Sprintf("%s at byte %d: %v", d.rel(path), off, describe(d.identityErr))
+	}
 	names := map[[2]uint32][2]string{} // (stream, topic) → names
 	for _, s := range meta.Streams() {
 		sv := streamView{ID: s.ID, Name: s.Name}
@@ -333,6 +350,14 @@ func printInspection(w io.Writer, in *inspection) {
 		}
 	}
 	fmt.Fprintf(w, "data directory %s: %s, metadata revision %d\n", in.Dir, kind, in.Revision)
+	switch id := in.Identity; {
+	case in.IdentityError != "":
+		fmt.Fprintf(w, "identity: damaged (%s): a node refuses this directory\n", in.IdentityError)
+	case id != nil && id.Node != 0:
+		fmt.Fprintf(w, "identity: node %d of cluster %q, contents incarnation %#x, %d peers recorded\n", id.Node, id.Cluster, id.Incarnation, len(id.Peers))
+	case id != nil:
+		fmt.Fprintf(w, "identity: a single node, contents incarnation %#x\n", id.Incarnation)
+	}
 	if in.Moving {
 		fmt.Fprintln(w, "warning: a running node holds this directory: the data may be moving")
 	}

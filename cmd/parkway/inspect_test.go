@@ -69,6 +69,9 @@ func TestInspectCluster(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &in); err != nil {
 		t.Fatal(err)
 	}
+	if in.Identity == nil || in.Identity.Node != 1 {
+		t.Fatalf("identity: %+v", in.Identity)
+	}
 	if !in.Cluster || len(in.Raft) != 3 {
 		t.Fatalf("raft groups: %+v", in.Raft)
 	}

@@ -46,7 +46,7 @@ func runVerify(args []string, stdout, stderr io.Writer) error {
 	f := newFlags("verify", verifyUsage, stderr)
 	force := f.Bool("force", false, "read a directory a running node holds (the data may be moving)")
 	progress := f.String("progress", "auto", "progress on stderr: auto (a live line on a terminal, plain lines otherwise), plain, or none")
-	node := f.Uint64("node", 0, "in a cluster member's directory, the member's node id: also report partitions placed on it whose directory is missing")
+	node := f.Uint64("node", 0, "in a cluster member's directory, the member's node id (default: the one its identity file records): also report partitions placed on it whose directory is missing")
 	pos, err := f.parse(args, stdout)
 	if err != nil {
 		return err
@@ -66,6 +66,9 @@ func runVerify(args []string, stdout, stderr io.Writer) error {
 	defer d.close()
 	total := dirBytes(dir)
 	p := startProgress(stderr, mode, d.read, total)
+	if *node == 0 {
+		*node = d.node() // the identity file's, when it records one
+	}
 	v := &verifier{d: d, stdout: stdout, node: *node}
 	files := v.run()
 	p.stop()
@@ -137,6 +140,11 @@ func locate(err error, fallback string) (string, int64) {
 func (v *verifier) run() int {
 	d := v.d
 	files := 0
+	if d.identityErr != nil {
+		v.reportErr(filepath.Join(d.path, identityName), d.identityErr, "a node refuses to open the directory")
+	} else if d.identity != nil {
+		files++
+	}
 	meta, ok := v.verifyMetadata()
 	files += ok
 	jfiles, problems, err := d.store.VerifyJournals()
@@ -191,9 +199,13 @@ func (v *verifier) run() int {
 			if d.cluster && (v.node == 0 || !slices.Contains(pi.Replicas, v.node)) {
 				continue // another node's replica, or this node's id is not known
 			}
+			repair := "the node builds it again, empty"
+			if d.cluster {
+				repair = "the node builds the replica again, empty and with no raft state: its votes and log are forgotten"
+			}
 			v.report(partitionDir(d.path, pi.NS), 0,
 				fmt.Errorf("partition %v (incarnation %d) is in the metadata but its directory is missing", pi.NS, pi.CreatedRevision),
-				"the node builds it again, empty")
+				repair)
 		}
 	}
 	return files

@@ -186,6 +186,18 @@ func TestVerifyClusterDirectory(t *testing.T) {
 			}
 			return p
 		}, "holds no state"},
+		{"missing partition directory (the node id from IDENTITY)", func(dir string) string {
+			p := filepath.Dir(partRaft(dir))
+			if err := os.RemoveAll(p); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}, "directory is missing"},
+		{"flipped byte in IDENTITY", func(dir string) string {
+			p := filepath.Join(dir, "IDENTITY")
+			flip(t, p, 3)
+			return p
+		}, "IDENTITY:0:"},
 		{"flipped byte in the metadata raft log", func(dir string) string {
 			p := metaRaft(dir)
 			flip(t, p, 20)
