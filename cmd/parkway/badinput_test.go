@@ -3,6 +3,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/parkway-io/parkway"
 )
 
 func TestUsageAndHelp(t *testing.T) {
@@ -202,3 +205,25 @@ func TestLockedDirectory(t *testing.T) {
 
 // readOnlyCommands are the commands that take a data directory.
 var readOnlyCommands = []string{"verify", "inspect"}
+
+// TestDirectoryOfARunningNode: a node open on the directory holds its
+// lock; the read-only commands refuse it naming the node's pid, and read
+// it with a warning under --force.
+func TestDirectoryOfARunningNode(t *testing.T) {
+	dir := makeDir(t, 20)
+	node, err := parkway.Open(parkway.Config{DataDir: dir, Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close()
+	want := fmt.Sprintf("held by a running node (pid %d)", os.Getpid())
+	for _, cmd := range readOnlyCommands {
+		r := runBin(t, cmd, dir)
+		if r.code != exitDir || !strings.Contains(r.stderr, want) {
+			t.Fatalf("%s of a running node's directory: want exit 3 and %q\n%v", cmd, want, r)
+		}
+		if r := runBin(t, cmd, "--force", dir); r.code > exitProblems || !strings.Contains(r.stderr, "may be moving") {
+			t.Fatalf("%s --force of a running node's directory:\n%v", cmd, r)
+		}
+	}
+}
