@@ -496,21 +496,51 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 	}
 	var buf []byte
 	for i, base := range bases {
-		if i > 0 && base != p.segs[i-1].next {
+		if i > 0 {
+			// A sealed segment that ends before the next one starts was
+			// damaged, truncated, or is followed by a missing segment:
+			// the offsets in between are a hole, reported by the reads
+			// that reach it (the segment's own damage, or the gap).
 			prev := p.segs[i-1]
-			return nil, corruptf(prev.logPath, prev.size,
-				"segment ends at offset %d but the next segment starts at %d", prev.next, base)
+			if base < prev.next {
+				return nil, corruptf(prev.logPath, prev.size,
+					"segment ends at offset %d but the next segment starts at %d, before it", prev.next, base)
+			}
+			if base > prev.next {
+				err := prev.damaged
+				if err == nil {
+					err = corruptf(prev.logPath, prev.size,
+						"segment ends at offset %d but the next segment starts at %d: the segment is short or segments are missing", prev.next, base)
+					prev.damaged = err
+				}
+				p.holes = append(p.holes, hole{from: prev.next, to: base, err: err})
+				prev.next = base
+			}
 		}
 		seg := newSegment(dir, base)
 		p.segs = append(p.segs, seg)
 		if i == len(bases)-1 {
-			buf, err = s.openTail(seg, buf)
+			var holes []hole
+			buf, holes, err = s.openTail(seg, buf)
+			if len(holes) > 0 {
+				p.holes = append(p.holes, holes...)
+				p.fenced = fmt.Errorf("partition %v: writes refused: its last segment is damaged, and the log's end with it: %w", ns, holes[0].err)
+			}
 		} else {
 			buf, err = s.openSealed(seg, buf)
 		}
 		if err != nil {
 			return nil, err
 		}
+	}
+	front := len(bases) > 0 && start < bases[0]
+	if front {
+		// Every segment below the first one left was deleted by a
+		// truncation, which records its start first: segments that are
+		// missing above the recorded start were lost.
+		first := p.segs[0]
+		ce := corruptf(first.logPath, 0, "the log starts at offset %d but its first segment at %d: segments are missing", start, first.base)
+		p.holes = append([]hole{{from: start, to: first.base, err: ce}}, p.holes...)
 	}
 	tail := p.tail()
 	p.next = tail.next
@@ -536,6 +566,9 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 		p.next, p.synced = start, start
 	}
 	p.start = max(start, p.segs[0].base)
+	if front {
+		p.start = start // the missing front is read as the damage it is
+	}
 	p.setMark() // what a reopen finds is the log
 	if err := p.dropSegments(); err != nil {
 		return nil, err
@@ -650,7 +683,19 @@ func (s *FileStore) openSealed(seg *segment, buf []byte) ([]byte, error) {
 	}
 	if !scanned { // no usable index, or VerifyOnOpen: scan it all
 		seg.index, seg.times, seg.lastIndexed = nil, nil, 0
-		if end, next, buf, err = seg.scan(0, seg.base, size, buf, true); err != nil {
+		end, next, buf, err = seg.scan(0, seg.base, size, buf, true)
+		var ce *CorruptError
+		if errors.As(err, &ce) {
+			// Damage a crash cannot cause (the segment was fsynced before
+			// the next one existed): the records before it are served,
+			// and the caller makes a hole of the offsets from the damaged
+			// record to the next segment. The files are left as they are.
+			seg.damaged = ce
+			seg.size, seg.next = size, next
+			seg.synced = true
+			return buf, nil
+		}
+		if err != nil {
 			return buf, err
 		}
 		seg.maxTSKnown = true
@@ -672,57 +717,95 @@ func (s *FileStore) openSealed(seg *segment, buf []byte) ([]byte, error) {
 	return buf, nil
 }
 
-// openTail opens the segment appends go to. Every record is verified; a
-// torn or damaged tail is truncated back to the last whole record (and
-// fsynced), and so is a zero-filled tail (re-reserving the
-// preallocation). The index is rebuilt from the scan and rewritten if the
-// file differs.
-func (s *FileStore) openTail(seg *segment, buf []byte) ([]byte, error) {
+// openTail opens the segment appends go to. Every record is verified.
+// What follows the last whole record is a torn final write if no record
+// can be found anywhere after it (resync): it is truncated back to the
+// last whole record (and fsynced), and so is a zero-filled tail
+// (re-reserving the preallocation). A bad record (or a run of zeros)
+// followed by a valid record is damage, not a torn write: the records
+// after it were written, and may have been acknowledged, after it. The
+// file is then left as it is, the damaged offsets are returned as holes
+// (the records after each hole are read on, and the tail ends after the
+// last whole record, so no offset is ever handed out twice), and the
+// caller fences the partition for writes. The index is rebuilt from the
+// scan and rewritten if the file differs (not for a damaged tail, whose
+// files recovery does not touch).
+func (s *FileStore) openTail(seg *segment, buf []byte) ([]byte, []hole, error) {
 	seg.log = s.handles.newHandle(seg.logPath, os.O_RDWR)
 	f := seg.log
 	fi, err := f.Stat()
 	if err != nil {
-		return buf, err
+		return buf, nil, err
 	}
-	end, next, buf, err := seg.scan(0, seg.base, fi.Size(), buf, true)
-	if err != nil && !errors.Is(err, ErrCorrupt) {
-		return buf, err
+	size := fi.Size()
+	end, next, buf, err := seg.scan(0, seg.base, size, buf, true)
+	var holes []hole
+	for {
+		if err != nil && !errors.Is(err, ErrCorrupt) {
+			return buf, nil, err
+		}
+		if end >= size {
+			break
+		}
+		q, qoff, found, b, rerr := seg.resync(end, next, size, buf)
+		buf = b
+		if rerr != nil {
+			return buf, nil, rerr
+		}
+		if !found {
+			break // a torn final write: nothing valid after it
+		}
+		var ce *CorruptError
+		if errors.As(err, &ce) {
+			ce = corruptf(seg.logPath, end, "%v, followed by a whole record (offset %d at byte %d): damage, not a torn write", ce.Err, qoff, q)
+		} else {
+			ce = corruptf(seg.logPath, end, "zeros where a record should start, followed by a whole record (offset %d at byte %d): damage, not a torn write", qoff, q)
+		}
+		holes = append(holes, hole{from: next, to: qoff, err: ce})
+		// Index the first record after the damage whatever the spacing, so
+		// a read past the hole starts there, never before the damage.
+		seg.lastIndexed = min(seg.lastIndexed, q-indexInterval)
+		end, next, buf, err = seg.scan(q, qoff, size, buf, true)
 	}
 	seg.size, seg.next, seg.maxTSKnown = end, next, true
-	if end < fi.Size() {
+	if len(holes) > 0 {
+		seg.damaged = holes[0].err
+		return buf, holes, nil
+	}
+	if end < size {
 		if err := f.Truncate(end); err != nil {
-			return buf, err
+			return buf, nil, err
 		}
 		if s.cfg.Preallocate {
 			if err := preallocate(f, s.cfg.SegmentSize); err != nil {
-				return buf, err
+				return buf, nil, err
 			}
 		}
 		if err := f.Sync(); err != nil {
-			return buf, err
+			return buf, nil, err
 		}
 		seg.synced = true
 	}
 	want := appendIndexEntries(nil, seg.index)
 	have, err := vfs.ReadFile(s.fs, seg.indexPath())
 	if err != nil && !isNotExist(err) {
-		return buf, err
+		return buf, nil, err
 	}
 	if err != nil || string(have) != string(want) {
-		return buf, seg.writeIndexFile(s.fs, s.handles)
+		return buf, nil, seg.writeIndexFile(s.fs, s.handles)
 	}
 	if current, err := seg.timeIndexCurrent(s.fs); err != nil || !current {
 		if err != nil {
-			return buf, err
+			return buf, nil, err
 		}
-		return buf, seg.writeIndexFile(s.fs, s.handles)
+		return buf, nil, seg.writeIndexFile(s.fs, s.handles)
 	}
 	// Opened when the next index entry is written, not now: an idle
 	// partition holds no descriptor.
 	seg.idx = s.handles.newHandle(seg.indexPath(), os.O_RDWR)
 	seg.tidx = s.handles.newHandle(seg.timeIndexPath(), os.O_RDWR)
 	seg.idxPersisted = len(seg.index)
-	return buf, nil
+	return buf, nil, nil
 }
 
 // preallocate reserves size bytes for f, treating a filesystem that cannot

@@ -3,6 +3,7 @@ package partition
 import (
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math"
 	"os"
@@ -99,6 +100,14 @@ func (p *filePartition) listSegments() ([]uint64, error) {
 	return bases, nil
 }
 
+// hole is a range of offsets [from, to) whose records recovery found
+// damaged or missing: a read that reaches it gets err, reads below it are
+// served.
+type hole struct {
+	from, to uint64
+	err      *CorruptError
+}
+
 type indexEntry struct {
 	rel uint32 // offset - segment base
 	pos uint32 // file position of the record
@@ -147,6 +156,11 @@ type segment struct {
 	// (math.MinInt64 for none). Append times never decrease along the
 	// log, so once the last record was seen it is the last record's.
 	maxAT int64
+	// damaged is the damage recovery found in the segment (nil: none).
+	// A sealed segment's records before it are served and the offsets
+	// from it to the next segment are a hole of its partition; a damaged
+	// tail's holes are between whole records (see FileStore.openTail).
+	damaged *CorruptError
 	// synced is set by open when the whole segment is known to be
 	// durable: a sealed segment, or a tail that open truncated and
 	// fsynced. Only open reads it; afterwards filePartition.synced tracks
@@ -158,6 +172,8 @@ type segment struct {
 	// timesUnknown: times holds placeholders (the time index file was
 	// missing or did not match); ensureTimes rebuilds it on first use.
 	timesUnknown bool
+	// indexRebuilt: read rebuilt the index from a scan (once at most).
+	indexRebuilt bool
 	lastIndexed  int64 // position of the last indexed record, 0 if none
 	idxPersisted int   // entries of index already in both index files
 }
@@ -286,7 +302,39 @@ func (s *segment) scanMaxTimestamp() (int64, error) {
 
 // read appends to out up to count messages from offset from, which must be
 // in [s.base, s.next). Payloads alias freshly allocated read buffers.
+//
+// A sealed segment's index is loaded from its file, checked at open only
+// for what is cheap (see openSealed); an entry damaged in a way those
+// checks miss points at no record, or at another one. A read that fails
+// right at the position an entry gave rebuilds the segment's index from a
+// scan, once, and tries again: damage in the index (derived data) is
+// repaired, and only damage in the log is reported.
 func (s *segment) read(from uint64, count int, out []Message) ([]Message, error) {
+	n := len(out)
+	pos, _ := s.seek(from)
+	out, err := s.readAt(from, count, out)
+	var ce *CorruptError
+	// The tail's index and a damaged segment's come from open's scan of
+	// the whole file: only a sealed segment's can be wrong.
+	sealedIndex := s.idx == nil && s.damaged == nil
+	if pos == 0 || !sealedIndex || s.indexRebuilt || !errors.As(err, &ce) || ce.Offset != pos || ce.Path != s.logPath {
+		return out, err
+	}
+	s.indexRebuilt = true
+	index, times, last := s.index, s.times, s.lastIndexed
+	s.index, s.times, s.lastIndexed = nil, nil, 0
+	if _, _, _, serr := s.scan(0, s.base, s.size, nil, true); serr != nil && !errors.Is(serr, ErrCorrupt) {
+		s.index, s.times, s.lastIndexed = index, times, last
+		return out, err
+	}
+	// The scan stops at damage in the log, if any: the entries before it
+	// are right, and so are the append times it read with them.
+	s.timesUnknown = false
+	return s.readAt(from, count, out[:n])
+}
+
+// readAt is read without the index repair.
+func (s *segment) readAt(from uint64, count int, out []Message) ([]Message, error) {
 	pos, off := s.seek(from)
 	want := int64(readChunk)
 	for count > 0 && pos < s.size {
@@ -517,4 +565,101 @@ func (s *segment) close() error {
 
 func newSegment(dir string, base uint64) *segment {
 	return &segment{base: base, next: base, logPath: filepath.Join(dir, segmentName(base, logExt)), maxTS: math.MinInt64, maxAT: math.MinInt64}
+}
+
+// resync looks past damage for the next record: the first position q in
+// (from, end) where a whole record starts (both formats) whose checksum
+// holds and whose offset could follow the damaged record's, off: at least
+// off and at most off + (q-from)/recordHeaderSizeV1, since every record in
+// between takes at least that many bytes. It returns q and the record's
+// offset, or found false if nothing after from is a record: what follows
+// the last whole record is then a torn final write (or zeros), not damage.
+//
+// It is how recovery tells the two apart (see FileStore.Build). The
+// record format has no sync marker, so every position is a candidate; the
+// cheap checks (length within the file, the field lengths adding up to
+// it, a plausible offset) reject garbage and zeros before a checksum is
+// computed, so the scan costs about one pass over the bytes after from,
+// once, at open. A candidate's checksum is computed over the file in
+// pieces, never by allocating its claimed length, and the checksums
+// computed are bounded by a few times the bytes scanned: a file crafted so
+// that many candidates pass the cheap checks with huge lengths is a
+// *CorruptError (the caller does not open the log) rather than a scan
+// quadratic in the file's size. buf is scratch space.
+func (s *segment) resync(from int64, off uint64, end int64, buf []byte) (q int64, qoff uint64, found bool, _ []byte, err error) {
+	if int64(len(buf)) < scanChunk {
+		buf = make([]byte, scanChunk)
+	}
+	var crcBuf []byte
+	budget := 4*(end-from) + 64<<20 // bytes of candidates' checksums
+	w := from + 1 // the window's file position
+	for w+recordHeaderSizeV1 <= end {
+		n := min(int64(len(buf)), end-w)
+		last := w+n == end
+		b := buf[:n]
+		if _, err := s.log.ReadAt(b, w); err != nil {
+			return 0, 0, false, buf, err
+		}
+		next := w + n // where the next window starts unless a header straddles this one's end
+		for i := int64(0); w+i+recordHeaderSizeV1 <= end; i++ {
+			if i+8 > n {
+				next = w + i
+				break
+			}
+			l, hs := recordLength(b[i:])
+			at := w + i
+			if l < uint32(hs) || at+int64(l) > end {
+				continue
+			}
+			if i+int64(hs) > n {
+				if last {
+					continue // cannot happen: at+hs <= at+l <= end
+				}
+				next = at
+				break
+			}
+			h := b[i:]
+			o := le.Uint64(h[8:])
+			if o < off || o-off > uint64(at-from)/recordHeaderSizeV1 {
+				continue
+			}
+			var sum uint64
+			if hs == recordHeaderSize {
+				sum = uint64(hs) + uint64(le.Uint32(h[48:])) + uint64(le.Uint32(h[52:])) + uint64(le.Uint32(h[56:]))
+			} else {
+				sum = uint64(hs) + uint64(le.Uint32(h[40:])) + uint64(le.Uint32(h[44:]))
+			}
+			if sum != uint64(l) {
+				continue
+			}
+			if budget -= int64(l); budget < 0 {
+				return 0, 0, false, buf, corruptf(s.logPath, from, "damaged or torn record, and too many candidate records after it to tell which")
+			}
+			var crc uint32
+			if i+int64(l) <= n {
+				crc = crc32.Checksum(b[i+4:i+int64(l)], castagnoli)
+			} else {
+				if crcBuf == nil {
+					crcBuf = make([]byte, 64<<10)
+				}
+				crc = crc32.Update(0, castagnoli, b[i+4:n])
+				for p := w + n; p < at+int64(l); {
+					c := crcBuf[:min(int64(len(crcBuf)), at+int64(l)-p)]
+					if _, err := s.log.ReadAt(c, p); err != nil {
+						return 0, 0, false, buf, err
+					}
+					crc = crc32.Update(crc, castagnoli, c)
+					p += int64(len(c))
+				}
+			}
+			if crc == le.Uint32(h) {
+				return at, o, true, buf, nil
+			}
+		}
+		if last || next <= w {
+			break
+		}
+		w = next
+	}
+	return 0, 0, false, buf, nil
 }
