@@ -592,7 +592,7 @@ func (s *segment) resync(from int64, off uint64, end int64, buf []byte) (q int64
 	}
 	var crcBuf []byte
 	budget := 4*(end-from) + 64<<20 // bytes of candidates' checksums
-	w := from + 1 // the window's file position
+	w := from + 1                   // the window's file position
 	for w+recordHeaderSizeV1 <= end {
 		n := min(int64(len(buf)), end-w)
 		last := w+n == end
