@@ -66,6 +66,9 @@ func FuzzSegment(f *testing.F) {
 	bad := slices.Clone(good)
 	bad[60] ^= 1
 	f.Add(bad, true)
+	zeroed := slices.Clone(good) // zeros where records were, whole records after
+	clear(zeroed[40:200])
+	f.Add(zeroed, false)
 	f.Add([]byte{}, false)
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}, false)
 	f.Fuzz(func(t *testing.T, seg []byte, verify bool) {
@@ -98,12 +101,29 @@ func FuzzSegment(f *testing.F) {
 				if !errors.Is(err, partition.ErrCorrupt) {
 					t.Fatalf("Read(%d): %v, want nil or ErrCorrupt", from, err)
 				}
-				return
+				from++ // a hole: the reads past it go on
+				continue
 			}
 			if len(msgs) == 0 {
 				t.Fatalf("Read(%d) returned nothing below NextOffset %d", from, p.NextOffset())
 			}
+			for i, m := range msgs {
+				if m.Offset != from+uint64(i) {
+					t.Fatalf("Read(%d): message %d has offset %d", from, i, m.Offset)
+				}
+			}
 			from += uint64(len(msgs))
+		}
+		// Appends go at NextOffset, or are refused for damage: never at an
+		// offset the log holds.
+		next := p.NextOffset()
+		first, err := p.Append([]partition.Message{{Payload: []byte("x")}})
+		if err != nil {
+			if !errors.Is(err, partition.ErrCorrupt) {
+				t.Fatalf("Append: %v, want nil or ErrCorrupt", err)
+			}
+		} else if first != next {
+			t.Fatalf("Append at %d, want NextOffset %d", first, next)
 		}
 	})
 }
