@@ -86,6 +86,13 @@ func TestJournalDamageIsCorruption(t *testing.T) {
 			t.Fatalf("byte %d of the first frame flipped: %v, want a *CorruptError naming the file", pos, err)
 		}
 	}
+	// Zeros over the first frame's header (a zeroed sector), with the
+	// second frame whole after them: not the end of the data.
+	zeroed := bytes.Clone(b)
+	clear(zeroed[:journalFrameHeader])
+	if _, err := decodeJournal(zeroed, "j"); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("zeros over the first frame's header, a whole frame after: %v, want ErrCorrupt", err)
+	}
 	// A well-checksummed frame claiming more records than its bytes hold.
 	var recs []byte
 	m := sampleMessages()[0]
