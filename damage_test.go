@@ -343,3 +343,50 @@ func TestBehaviour28DamagedTailPurged(t *testing.T) {
 		t.Fatalf("damaged segment after the purge: %v, want it deleted", err)
 	}
 }
+
+// TestBehaviour28BuildFailureCauseReachesTheCaller: a partition whose
+// build fails for damage (here its consumer offset file) answers every
+// request with that damage — ErrPartitionFailed wrapping the
+// *partition.CorruptError — at the reconciler's next pass, not with a
+// generic retry at the caller's deadline.
+func TestBehaviour28BuildFailureCauseReachesTheCaller(t *testing.T) {
+	const reconcilerPeriod = time.Second
+	cfg := parkway.Config{DataDir: t.TempDir(), Shards: 1, RequestTimeout: time.Minute, ReconcileInterval: reconcilerPeriod}
+	var (
+		topic parkway.Topic
+		file  string
+	)
+	synctest.Test(t, func(t *testing.T) {
+		n := open(t, cfg)
+		s := mustStream(t, n, "s")
+		topic = mustTopic(t, n, s, "t", 1)
+		mustProduce(t, n, topic, parkway.PartitionID(0), "a", "b")
+		if err := n.StoreOffset(ctxFor(t), "reader", topic, 0, 1); err != nil {
+			t.Fatal(err)
+		}
+		file = filepath.Join(cfg.DataDir, "streams", strconv.Itoa(int(s.ID)), "topics", strconv.Itoa(int(topic.ID)),
+			"partitions", "0", "offsets", "consumers", "reader")
+	})
+	flipAt(t, file, 6)
+	synctest.Test(t, func(t *testing.T) {
+		n := open(t, cfg)
+		ctx := ctxFor(t)
+		check := func(what string, err error, waited time.Duration) {
+			t.Helper()
+			var ce *partition.CorruptError
+			if !errors.As(err, &ce) || ce.Path != file || !errors.Is(err, parkway.ErrCorrupt) ||
+				!errors.Is(err, parkway.ErrPartitionFailed) || errors.Is(err, parkway.ErrRetry) {
+				t.Fatalf("%s of a partition whose build failed for damage: %v; want ErrPartitionFailed wrapping a *partition.CorruptError for %s", what, err, file)
+			}
+			if waited > 2*reconcilerPeriod {
+				t.Fatalf("%s answered after %v, want within a reconcile pass (%v)", what, waited, reconcilerPeriod)
+			}
+		}
+		start := time.Now()
+		_, err := n.Produce(ctx, topic, parkway.PartitionID(0), parkway.Message{Payload: []byte("c")})
+		check("Produce", err, time.Since(start))
+		start = time.Now()
+		_, err = n.Poll(ctx, topic, 0, parkway.AtOffset(0), 10)
+		check("Poll", err, time.Since(start))
+	})
+}
