@@ -1,6 +1,7 @@
 package parkway_test
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -286,6 +287,21 @@ func TestBehaviour28DamageIsReportedNeverTruncated(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkDamage(t, l, l.cfg, damageWant{lo: 0, hi: l.bases[1], path: l.segment(1), pos: 0, end: damageCount})
+	})
+	t.Run("last segment, deleted", func(t *testing.T) {
+		// Its index, left behind, names records up to some offset: the log
+		// must not hand those offsets out again.
+		l := writeDamageLog(t)
+		index, err := os.ReadFile(strings.TrimSuffix(l.tail(), ".log") + ".index")
+		if err != nil || len(index) < 8 {
+			t.Fatalf("tail index: %d bytes, %v", len(index), err)
+		}
+		tailBase := l.bases[len(l.bases)-1]
+		end := tailBase + uint64(binary.LittleEndian.Uint32(index[len(index)-8:])) + 1
+		if err := os.Remove(l.tail()); err != nil {
+			t.Fatal(err)
+		}
+		checkDamage(t, l, l.cfg, damageWant{lo: tailBase, hi: end, path: l.tail(), pos: 0, fenced: true, end: end})
 	})
 	t.Run("torn tail, last record cut", func(t *testing.T) {
 		// What a crash during the last (unacknowledged) write leaves: the

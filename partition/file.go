@@ -565,6 +565,11 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 		p.segs = append(p.segs, seg)
 		p.next, p.synced = start, start
 	}
+	if !fresh {
+		if err := p.findDeletedTail(); err != nil {
+			return nil, err
+		}
+	}
 	p.start = max(start, p.segs[0].base)
 	if front {
 		p.start = start // the missing front is read as the damage it is
@@ -604,6 +609,53 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 		}
 	}
 	return p, nil
+}
+
+// findDeletedTail looks for the index file of a segment whose log is
+// gone, above the last segment left: the last segments were deleted (a
+// truncation deletes segments only below the start, and never the last
+// one). Opening the log without them would hand their offsets out again.
+// An index with entries names records up to some offset: the offsets
+// from the log's end to just past it become a hole, and the partition is
+// fenced for writes (its true end is unknown). A last segment holding
+// less than an index interval (4 KiB) of records leaves an empty index,
+// which tells nothing: such a deletion is not detected.
+func (p *filePartition) findDeletedTail() error {
+	names, err := p.fs.ReadDir(p.dir)
+	if err != nil {
+		return err
+	}
+	tail := p.tail()
+	var end uint64
+	var path string
+	for _, name := range names {
+		digits, ok := strings.CutSuffix(name, indexExt)
+		if !ok {
+			continue
+		}
+		base, ok := parseSegmentName(digits + logExt)
+		if !ok || base <= tail.base {
+			continue
+		}
+		es, _, err := loadIndex(p.fs, filepath.Join(p.dir, name))
+		if err != nil {
+			return err
+		}
+		if len(es) == 0 {
+			continue
+		}
+		if e := base + uint64(es[len(es)-1].rel) + 1; e > end && e > p.next {
+			end, path = e, filepath.Join(p.dir, digits+logExt)
+		}
+	}
+	if end == 0 {
+		return nil
+	}
+	ce := corruptf(path, 0, "segment file missing: its index names records up to offset %d, the log ends at %d", end-1, p.next)
+	p.holes = append(p.holes, hole{from: p.next, to: end, err: ce})
+	p.fenced = fmt.Errorf("partition %v: writes refused: its last segments are missing, and the log's end with them: %w", p.ns, ce)
+	p.next = end
+	return nil
 }
 
 // within reports whether path is dir or below it.
