@@ -60,11 +60,13 @@ type FileConfig struct {
 	// partition's creation are always durable when they return.
 	Sync bool
 	// VerifyOnOpen makes Build (at the same epoch) read and verify every
-	// record of every segment, so damage anywhere is reported as a
-	// *CorruptError before the partition is used, at the cost of reading
-	// the whole log. Without it, Build verifies the active (tail) segment
-	// fully and each older segment from its last sparse-index entry on;
-	// damage before that is reported by the Read that reaches it.
+	// record of every segment, so damage anywhere is found before the
+	// partition is used, at the cost of reading the whole log. Without it,
+	// Build verifies the active (tail) segment fully and each older
+	// segment from its last sparse-index entry on; damage before that is
+	// found by the Read that reaches it. Either way the damaged records
+	// are never served: a read that reaches them gets a *CorruptError
+	// (see Build).
 	VerifyOnOpen bool
 	// MaxOpenFiles is the store's descriptor budget: how many files and
 	// directories it holds open at once, over all its partitions. Segment
@@ -267,18 +269,36 @@ func (s *FileStore) release(ns metadata.Namespace) {
 // Build implements Store. A namespace with an open Partition from this
 // store is ErrInUse.
 //
-// Recovery when reopening at the same epoch:
-//   - The tail (active) segment is verified record by record and
-//     truncated back to the last whole record before the first torn or
-//     damaged one. This includes damage in its middle: the tail is where a
-//     crash tears writes, so damage there is treated as a torn write, not
-//     reported (the messages after it, synced or not, are lost).
-//   - Older segments are sealed: they were fsynced before the next segment
-//     was created, so they cannot be torn by a crash, and damage found in
-//     them (see FileConfig.VerifyOnOpen for how much is checked) is
-//     reported as a *CorruptError naming the segment file and the byte
-//     position of the damaged record; the partition does not open. So is
-//     a gap between segments.
+// Recovery when reopening at the same epoch tells a torn write from
+// damage. A crash can tear only the last write of the tail segment (each
+// sealed segment was fsynced before the next one existed), so only what
+// follows the last whole record with no whole record anywhere after it —
+// a record cut short, garbage, zeros — is a torn write. Anything else is
+// damage, reported as a *CorruptError naming the file and the byte
+// position, never repaired by dropping records:
+//   - The tail (active) segment is verified record by record. A torn
+//     write at its end is truncated back to the last whole record. A bad
+//     record (or a run of zeros) followed by a whole record is damage:
+//     the file is left as it is, the damaged offsets read as the
+//     *CorruptError while the records around them are served, NextOffset
+//     stays past the last whole record, and Append and SkipTo are refused
+//     with the error (wrapping it) so that no offset is handed out twice.
+//     A purge (TruncateBefore(NextOffset)) accepts the loss: it seals and
+//     deletes the damaged segment, and appends go on at NextOffset.
+//   - A sealed segment with damage (found at open: everywhere with
+//     FileConfig.VerifyOnOpen, after its last sparse-index entry
+//     without), cut short, or missing between two segments (or below the
+//     first one, above the recorded start) makes the offsets from the
+//     damage to the next segment a hole: reads below and after it are
+//     served, reads in it get the *CorruptError, and appends go on at the
+//     tail (the damage is not where they go). Damage before a sealed
+//     segment's last index entry, without VerifyOnOpen, is found by the
+//     Read that reaches it, with the same answers.
+//   - Missing last segments whose index file is left (one that held
+//     4 KiB of records or more) make the offsets that index names a hole
+//     and fence writes, as a damaged tail does.
+//   - Segments that overlap, and damage that cannot be told from a torn
+//     write within bounded work, fail the Build with a *CorruptError.
 //   - Index files that are missing, short or wrong are rebuilt: offset
 //     indexes by the open; a sealed segment's time index whose file is
 //     missing or does not match its offset index (a segment written
