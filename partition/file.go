@@ -490,10 +490,10 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 			return nil, err
 		}
 	}
-	var bases []uint64
+	var bases, indexOnly []uint64
 	var start uint64
 	if !fresh {
-		if bases, err = p.listSegments(); err != nil {
+		if bases, indexOnly, err = p.listSegments(); err != nil {
 			return nil, err
 		}
 		if start, err = readStart(s.fs, dir); err != nil {
@@ -585,10 +585,8 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 		p.segs = append(p.segs, seg)
 		p.next, p.synced = start, start
 	}
-	if !fresh {
-		if err := p.findDeletedTail(); err != nil {
-			return nil, err
-		}
+	if err := p.findDeletedTail(indexOnly); err != nil {
+		return nil, err
 	}
 	p.start = max(start, p.segs[0].base)
 	if front {
@@ -640,32 +638,24 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 // fenced for writes (its true end is unknown). A last segment holding
 // less than an index interval (4 KiB) of records leaves an empty index,
 // which tells nothing: such a deletion is not detected.
-func (p *filePartition) findDeletedTail() error {
-	names, err := p.fs.ReadDir(p.dir)
-	if err != nil {
-		return err
-	}
+func (p *filePartition) findDeletedTail(indexOnly []uint64) error {
 	tail := p.tail()
 	var end uint64
 	var path string
-	for _, name := range names {
-		digits, ok := strings.CutSuffix(name, indexExt)
-		if !ok {
-			continue
+	for _, base := range indexOnly {
+		if base <= tail.base {
+			continue // a segment below the start, its deletion interrupted
 		}
-		base, ok := parseSegmentName(digits + logExt)
-		if !ok || base <= tail.base {
-			continue
-		}
-		es, _, err := loadIndex(p.fs, filepath.Join(p.dir, name))
+		seg := newSegment(p.dir, base)
+		es, _, err := loadIndex(p.fs, seg.indexPath())
 		if err != nil {
 			return err
 		}
-		if len(es) == 0 {
+		if len(es) == 0 || base > math.MaxUint64-uint64(es[len(es)-1].rel)-1 {
 			continue
 		}
 		if e := base + uint64(es[len(es)-1].rel) + 1; e > end && e > p.next {
-			end, path = e, filepath.Join(p.dir, digits+logExt)
+			end, path = e, seg.logPath
 		}
 	}
 	if end == 0 {

@@ -79,14 +79,16 @@ func parseSegmentName(name string) (uint64, bool) {
 }
 
 // listSegments returns the sorted base offsets of the segments in the
-// partition directory, removing leftover temporary files (names starting
-// with ".", from atomic writes a crash interrupted) on the way.
-func (p *filePartition) listSegments() ([]uint64, error) {
+// partition directory, and those of the offset index files found without
+// their segment's log (see findDeletedTail), removing leftover temporary
+// files (names starting with ".", from atomic writes a crash interrupted)
+// on the way.
+func (p *filePartition) listSegments() (bases, indexOnly []uint64, _ error) {
 	names, err := p.fs.ReadDir(p.dir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var bases []uint64
+	var indexes []uint64
 	for _, name := range names {
 		if strings.HasPrefix(name, ".") {
 			_ = p.fs.Remove(filepath.Join(p.dir, name)) // harmless if it stays
@@ -94,10 +96,19 @@ func (p *filePartition) listSegments() ([]uint64, error) {
 		}
 		if base, ok := parseSegmentName(name); ok {
 			bases = append(bases, base)
+		} else if digits, ok := strings.CutSuffix(name, indexExt); ok {
+			if base, ok := parseSegmentName(digits + logExt); ok {
+				indexes = append(indexes, base)
+			}
 		}
 	}
 	slices.Sort(bases)
-	return bases, nil
+	for _, b := range indexes {
+		if _, found := slices.BinarySearch(bases, b); !found {
+			indexOnly = append(indexOnly, b)
+		}
+	}
+	return bases, indexOnly, nil
 }
 
 // hole is a range of offsets [from, to) whose records recovery found
