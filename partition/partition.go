@@ -110,7 +110,9 @@ type Partition interface {
 	Append(msgs []Message) (first uint64, err error)
 	// Read returns up to max messages starting at offset from (fewer at the
 	// end of the log; none, with no error, at or past NextOffset). An offset
-	// below the log's start is ErrOffsetOutOfRange.
+	// below the log's start is ErrOffsetOutOfRange. FileStore: a read stops
+	// below damaged or missing messages, returning those before them; the
+	// read that starts at one returns a *CorruptError (see FileStore.Build).
 	Read(from uint64, max int) ([]Message, error)
 	// OffsetForTime returns the offset of the first readable message
 	// whose AppendTime is at or after t (µs since the Unix epoch), or
