@@ -245,16 +245,33 @@ func TestBehaviour28DamageIsReportedNeverTruncated(t *testing.T) {
 		checkDamage(t, l, l.cfg, damageWant{lo: tailBase + rec, hi: tailBase + rec + 1, path: l.tail(), pos: int64(rec) * damageRecord, fenced: true, end: damageCount})
 	})
 	t.Run("sealed segment", func(t *testing.T) {
+		// Found by the open with VerifyOnOpen, or by the read that reaches
+		// it without: only the damaged record is lost to reads.
+		for _, verify := range []bool{true, false} {
+			l := writeDamageLog(t)
+			pos := fileLen(t, l.segment(1)) / 2
+			flipAt(t, l.segment(1), pos)
+			rec := uint64(pos / damageRecord)
+			cfg := l.cfg
+			cfg.VerifyOnOpen = verify
+			checkDamage(t, l, cfg, damageWant{lo: l.bases[1] + rec, hi: l.bases[1] + rec + 1, path: l.segment(1), pos: int64(rec) * damageRecord, end: damageCount})
+		}
+	})
+	t.Run("sealed segment, zeros over records", func(t *testing.T) {
 		l := writeDamageLog(t)
-		pos := fileLen(t, l.segment(1)) / 2
-		flipAt(t, l.segment(1), pos)
-		rec := uint64(pos / damageRecord)
-		// Found by the open with VerifyOnOpen: the rest of the segment is a
-		// hole. Without, found by the read that reaches it: only that
-		// record is lost to reads (the next one is reached by the index).
+		f, err := os.OpenFile(l.segment(1), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		from := int64(1000)*damageRecord + 30 // a zeroed 4 KiB sector, from inside record 1,000
+		if _, err := f.WriteAt(make([]byte, 4096), from); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		lo, hi := uint64(from/damageRecord), uint64((from+4096)/damageRecord)+1
 		cfg := l.cfg
 		cfg.VerifyOnOpen = true
-		checkDamage(t, l, cfg, damageWant{lo: l.bases[1] + rec, hi: l.bases[2], path: l.segment(1), pos: int64(rec) * damageRecord, end: damageCount})
+		checkDamage(t, l, cfg, damageWant{lo: l.bases[1] + lo, hi: l.bases[1] + hi, path: l.segment(1), pos: int64(lo) * damageRecord, end: damageCount})
 	})
 	t.Run("sealed segment, index", func(t *testing.T) {
 		l := writeDamageLog(t)

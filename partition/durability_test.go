@@ -90,13 +90,13 @@ func smallSegmentLog(t *testing.T, ns metadata.Namespace, count, n, size int) (*
 	return mem, cfg, bases
 }
 
-// TestFileCorruptMiddleSegment damages a sealed segment. Wherever the
-// damage is found — by the open (with VerifyOnOpen, or after the
-// segment's last index entry) or by the read that reaches it — the
-// records below it are served, the read that reaches it gets a
-// *CorruptError naming the file and the damaged record's byte position,
-// the later segments are read, and appends go on at the tail (the damage
-// is not where they go, so no offset can be reused).
+// TestFileCorruptMiddleSegment damages a record of a sealed segment.
+// Wherever the damage is found — by the open (with VerifyOnOpen, or after
+// the segment's last index entry) or by the read that reaches it — the
+// records below it and after it are served, the read that reaches it gets
+// a *CorruptError naming the file and the damaged record's byte position,
+// and appends go on at the tail (the damage is not where they go, so no
+// offset can be reused).
 func TestFileCorruptMiddleSegment(t *testing.T) {
 	const size = 500
 	ns := mustNS(t, 8, 0, 1)
@@ -136,6 +136,8 @@ func TestFileCorruptMiddleSegment(t *testing.T) {
 				_, err = p.Read(wantOff, 1)
 				checkErr(err, "Read of the damaged record")
 				checkRead(t, p, 0, int(wantOff), int(wantOff), size)
+				// The records after it, in its segment and beyond, are read.
+				checkRead(t, p, wantOff+1, 1000, int(p.NextOffset()-wantOff-1), size)
 				checkRead(t, p, bases[2], 1000, int(p.NextOffset()-bases[2]), size)
 				// Retention by age has to read the segment for its newest
 				// timestamp, and must report the damage rather than skip it.

@@ -285,15 +285,17 @@ func (s *FileStore) release(ns metadata.Namespace) {
 //     with the error (wrapping it) so that no offset is handed out twice.
 //     A purge (TruncateBefore(NextOffset)) accepts the loss: it seals and
 //     deletes the damaged segment, and appends go on at NextOffset.
-//   - A sealed segment with damage (found at open: everywhere with
+//   - In a sealed segment (verified at open everywhere with
 //     FileConfig.VerifyOnOpen, after its last sparse-index entry
-//     without), cut short, or missing between two segments (or below the
-//     first one, above the recorded start) makes the offsets from the
-//     damage to the next segment a hole: reads below and after it are
-//     served, reads in it get the *CorruptError, and appends go on at the
-//     tail (the damage is not where they go). Damage before a sealed
-//     segment's last index entry, without VerifyOnOpen, is found by the
-//     Read that reaches it, with the same answers.
+//     without), the damaged records are holes found the same way: reads
+//     below and after them are served, reads in them get the
+//     *CorruptError, and appends go on at the tail (the damage is not
+//     where they go). A sealed segment cut short, or missing between two
+//     segments (or below the first one, above the recorded start), makes
+//     the offsets from its last whole record to the next segment a hole.
+//     Damage before a sealed segment's last index entry, without
+//     VerifyOnOpen, is found by the Read that reaches it, with the same
+//     answers (a read from past it looks for the next whole record).
 //   - Missing last segments whose index file is left (one that held
 //     4 KiB of records or more) make the offsets that index names a hole
 //     and fence writes, as a damaged tail does.
@@ -527,10 +529,12 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 					"segment ends at offset %d but the next segment starts at %d, before it", prev.next, base)
 			}
 			if base > prev.next {
-				err := prev.damaged
+				err := prev.endDamage
 				if err == nil {
 					err = corruptf(prev.logPath, prev.size,
 						"segment ends at offset %d but the next segment starts at %d: the segment is short or segments are missing", prev.next, base)
+				}
+				if prev.damaged == nil {
 					prev.damaged = err
 				}
 				p.holes = append(p.holes, hole{from: prev.next, to: base, err: err})
@@ -547,7 +551,9 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 				p.fenced = fmt.Errorf("partition %v: writes refused: its last segment is damaged, and the log's end with it: %w", ns, holes[0].err)
 			}
 		} else {
-			buf, err = s.openSealed(seg, buf)
+			var holes []hole
+			buf, holes, err = s.openSealed(seg, buf)
+			p.holes = append(p.holes, holes...)
 		}
 		if err != nil {
 			return nil, err
@@ -699,16 +705,16 @@ func (s *FileStore) ancestors(dir string, stopAtExisting bool) []string {
 // records after that entry. An index that fails the checks, is missing or
 // is short is rebuilt by a full scan and rewritten. Damage in a sealed
 // segment cannot be a torn append, so it is reported, not truncated.
-func (s *FileStore) openSealed(seg *segment, buf []byte) ([]byte, error) {
+func (s *FileStore) openSealed(seg *segment, buf []byte) ([]byte, []hole, error) {
 	seg.log = s.handles.newHandle(seg.logPath, os.O_RDONLY)
 	fi, err := seg.log.Stat()
 	if err != nil {
-		return buf, err
+		return buf, nil, err
 	}
 	size := fi.Size()
 	es, exact, err := loadIndex(s.fs, seg.indexPath())
 	if err != nil {
-		return buf, err
+		return buf, nil, err
 	}
 	var end int64
 	var next uint64
@@ -717,7 +723,7 @@ func (s *FileStore) openSealed(seg *segment, buf []byte) ([]byte, error) {
 		rewrite = true // unless the checks below pass
 		times, timesOK, terr := loadTimeIndex(s.fs, seg.timeIndexPath(), es)
 		if terr != nil {
-			return buf, terr
+			return buf, nil, terr
 		}
 		if plausibleIndex(es, size) {
 			// A time index that does not match the offset index entry
@@ -739,33 +745,38 @@ func (s *FileStore) openSealed(seg *segment, buf []byte) ([]byte, error) {
 				rewrite, scanned = !exact, true
 				seg.timesUnknown = !timesOK
 			case !errors.Is(err, ErrCorrupt):
-				return buf, err
+				return buf, nil, err
 			}
 		}
 	}
 	if !scanned { // no usable index, or VerifyOnOpen: scan it all
 		seg.index, seg.times, seg.lastIndexed = nil, nil, 0
-		end, next, buf, err = seg.scan(0, seg.base, size, buf, true)
-		var ce *CorruptError
-		if errors.As(err, &ce) {
+		var holes []hole
+		var stop *CorruptError
+		end, next, holes, stop, buf, err = seg.scanHoles(size, buf)
+		if err != nil {
+			return buf, nil, err
+		}
+		if len(holes) > 0 || stop != nil {
 			// Damage a crash cannot cause (the segment was fsynced before
-			// the next one existed): the records before it are served,
-			// and the caller makes a hole of the offsets from the damaged
-			// record to the next segment. The files are left as they are.
-			seg.damaged = ce
+			// the next one existed): the records around it are served,
+			// the damaged offsets are holes, and so are those from the
+			// last whole record to the next segment (the caller's). The
+			// files are left as they are.
+			seg.damaged, seg.endDamage = stop, stop
+			if len(holes) > 0 {
+				seg.damaged = holes[0].err
+			}
 			seg.size, seg.next = size, next
 			seg.synced = true
-			return buf, nil
-		}
-		if err != nil {
-			return buf, err
+			return buf, holes, nil
 		}
 		seg.maxTSKnown = true
 		rewrite = rewrite || !slices.Equal(seg.index, es)
 		if !rewrite {
 			current, err := seg.timeIndexCurrent(s.fs)
 			if err != nil {
-				return buf, err
+				return buf, nil, err
 			}
 			rewrite = !current
 		}
@@ -773,10 +784,10 @@ func (s *FileStore) openSealed(seg *segment, buf []byte) ([]byte, error) {
 	seg.size, seg.next = end, next
 	seg.synced = true
 	if rewrite || len(seg.index) != len(es) {
-		return buf, seg.writeIndexFile(s.fs, nil)
+		return buf, nil, seg.writeIndexFile(s.fs, nil)
 	}
 	seg.idxPersisted = len(seg.index)
-	return buf, nil
+	return buf, nil, nil
 }
 
 // openTail opens the segment appends go to. Every record is verified.
@@ -800,34 +811,9 @@ func (s *FileStore) openTail(seg *segment, buf []byte) ([]byte, []hole, error) {
 		return buf, nil, err
 	}
 	size := fi.Size()
-	end, next, buf, err := seg.scan(0, seg.base, size, buf, true)
-	var holes []hole
-	for {
-		if err != nil && !errors.Is(err, ErrCorrupt) {
-			return buf, nil, err
-		}
-		if end >= size {
-			break
-		}
-		q, qoff, found, b, rerr := seg.resync(end, next, size, buf)
-		buf = b
-		if rerr != nil {
-			return buf, nil, rerr
-		}
-		if !found {
-			break // a torn final write: nothing valid after it
-		}
-		var ce *CorruptError
-		if errors.As(err, &ce) {
-			ce = corruptf(seg.logPath, end, "%v, followed by a whole record (offset %d at byte %d): damage, not a torn write", ce.Err, qoff, q)
-		} else {
-			ce = corruptf(seg.logPath, end, "zeros where a record should start, followed by a whole record (offset %d at byte %d): damage, not a torn write", qoff, q)
-		}
-		holes = append(holes, hole{from: next, to: qoff, err: ce})
-		// Index the first record after the damage whatever the spacing, so
-		// a read past the hole starts there, never before the damage.
-		seg.lastIndexed = min(seg.lastIndexed, q-indexInterval)
-		end, next, buf, err = seg.scan(q, qoff, size, buf, true)
+	end, next, holes, _, buf, err := seg.scanHoles(size, buf)
+	if err != nil {
+		return buf, nil, err
 	}
 	seg.size, seg.next, seg.maxTSKnown = end, next, true
 	if len(holes) > 0 {

@@ -172,6 +172,10 @@ type segment struct {
 	// from it to the next segment are a hole of its partition; a damaged
 	// tail's holes are between whole records (see FileStore.openTail).
 	damaged *CorruptError
+	// endDamage is what stopped open's scan of a sealed segment before
+	// its end (a damaged or cut record, zeros), with nothing whole after
+	// it: the offsets from there to the next segment are a hole.
+	endDamage *CorruptError
 	// synced is set by open when the whole segment is known to be
 	// durable: a sealed segment, or a tail that open truncated and
 	// fsynced. Only open reads it; afterwards filePartition.synced tracks
@@ -344,7 +348,12 @@ func (s *segment) read(from uint64, count int, out []Message) ([]Message, error)
 	return s.readAt(from, count, out[:n])
 }
 
-// readAt is read without the index repair.
+// readAt is read without the index repair. Damage below from (between
+// the index entry the read starts at and the offset asked for) does not
+// stop it: it looks for the next whole record past the damage (resync)
+// and reads on from there if that record is at or below from. Damage at
+// or after from ends the read: with the messages before it, or with the
+// *CorruptError if there are none.
 func (s *segment) readAt(from uint64, count int, out []Message) ([]Message, error) {
 	pos, off := s.seek(from)
 	want := int64(readChunk)
@@ -358,40 +367,56 @@ func (s *segment) readAt(from uint64, count int, out []Message) ([]Message, erro
 			return out, err
 		}
 		want = readChunk
-		used := 0
-		for count > 0 && used < len(buf) {
-			at := pos + int64(used)
+		used := int64(0)
+		jumped := false
+		for count > 0 && used < int64(len(buf)) {
+			at := pos + used
 			m, rn, err := decodeRecord(buf[used:], s.logPath, at)
-			if err == errIncomplete {
+			var damage error
+			switch {
+			case err == errIncomplete:
 				if used == 0 { // a record larger than the chunk
 					if len(buf) < 8 {
-						return out, corruptf(s.logPath, at, "torn record inside the logical size")
+						damage = corruptf(s.logPath, at, "torn record inside the logical size")
+						break
 					}
 					l, _ := recordLength(buf)
 					want = int64(l)
 					if want <= int64(len(buf)) || at+want > s.size {
-						return out, corruptf(s.logPath, at, "record of %d bytes overruns the logical size %d", want, s.size)
+						damage = corruptf(s.logPath, at, "record of %d bytes overruns the logical size %d", want, s.size)
 					}
 				}
+			case err == io.EOF:
+				damage = corruptf(s.logPath, at, "end of data inside the logical size %d", s.size)
+			case err != nil:
+				damage = err
+			case m.Offset != off:
+				damage = corruptf(s.logPath, at, "record offset %d, expected %d", m.Offset, off)
+			}
+			if damage != nil {
+				if off >= from || !errors.Is(damage, ErrCorrupt) {
+					return out, damage
+				}
+				q, qoff, found, _, rerr := s.resync(at, off, s.size, nil)
+				if rerr != nil || !found || qoff > from {
+					return out, damage
+				}
+				pos, off, jumped, want = q, qoff, true, readChunk
 				break
 			}
-			if err == io.EOF {
-				return out, corruptf(s.logPath, at, "end of data inside the logical size %d", s.size)
-			}
-			if err != nil {
-				return out, err
-			}
-			if m.Offset != off {
-				return out, corruptf(s.logPath, at, "record offset %d, expected %d", m.Offset, off)
+			if err == errIncomplete {
+				break // read on from the start of this record
 			}
 			if off >= from {
 				out = append(out, m)
 				count--
 			}
 			off++
-			used += rn
+			used += int64(rn)
 		}
-		pos += int64(used)
+		if !jumped {
+			pos += used
+		}
 	}
 	return out, nil
 }
@@ -576,6 +601,44 @@ func (s *segment) close() error {
 
 func newSegment(dir string, base uint64) *segment {
 	return &segment{base: base, next: base, logPath: filepath.Join(dir, segmentName(base, logExt)), maxTS: math.MinInt64, maxAT: math.MinInt64}
+}
+
+// scanHoles scans the whole segment (of size bytes) like scan, indexing
+// it, and on past damage: where the records stop before size, resync
+// looks for a whole record after; if there is one, the offsets from the
+// stop to it are a hole (the damage, a *CorruptError at the stop's
+// position), the record after it is indexed whatever the spacing (a read
+// past the hole starts there, never before the damage) and the scan goes
+// on from it. It returns the end and next offset of the last whole
+// record, the holes, and stop: what is at end if end < size (the
+// *CorruptError of a torn or damaged record, or zeros), with nothing
+// whole after it. Any other error is an I/O error.
+func (s *segment) scanHoles(size int64, buf []byte) (end int64, next uint64, holes []hole, stop *CorruptError, _ []byte, err error) {
+	end, next, buf, err = s.scan(0, s.base, size, buf, true)
+	for {
+		if err != nil && !errors.Is(err, ErrCorrupt) {
+			return 0, 0, nil, nil, buf, err
+		}
+		if end >= size {
+			return end, next, holes, nil, buf, nil
+		}
+		var ce *CorruptError
+		if !errors.As(err, &ce) {
+			ce = corruptf(s.logPath, end, "zeros where a record should start")
+		}
+		q, qoff, found, b, rerr := s.resync(end, next, size, buf)
+		buf = b
+		if rerr != nil {
+			return 0, 0, nil, nil, buf, rerr
+		}
+		if !found {
+			return end, next, holes, ce, buf, nil
+		}
+		ce = corruptf(s.logPath, end, "%v, followed by a whole record (offset %d at byte %d): damage, not a torn write", ce.Err, qoff, q)
+		holes = append(holes, hole{from: next, to: qoff, err: ce})
+		s.lastIndexed = min(s.lastIndexed, q-indexInterval)
+		end, next, buf, err = s.scan(q, qoff, size, buf, true)
+	}
 }
 
 // resync looks past damage for the next record: the first position q in
