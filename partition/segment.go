@@ -450,6 +450,7 @@ func (s *segment) ensureTimes(fsys vfs.FS) error {
 // segment has none. It starts decoding at the time index's hint.
 func (s *segment) findTime(t int64, from uint64) (uint64, bool, error) {
 	_, off := s.seekTime(t)
+	hinted := off > from
 	off = max(off, from)
 	for off < s.next {
 		msgs, err := s.read(off, 256, nil)
@@ -459,6 +460,16 @@ func (s *segment) findTime(t int64, from uint64) (uint64, bool, error) {
 		if len(msgs) == 0 {
 			return 0, false, corruptf(s.logPath, s.size, "no record for offset %d below the segment's end %d", off, s.next)
 		}
+		if hinted && msgs[0].AppendTime >= t {
+			// The time index named a record appended before t and it was
+			// not: the index is damaged (a sealed segment's is loaded
+			// from its file). Append times never decrease, so a record
+			// appended before t proves every earlier one was; without
+			// that proof, search from the start.
+			hinted, off = false, from
+			continue
+		}
+		hinted = false
 		for i := range msgs {
 			if msgs[i].AppendTime >= t {
 				return msgs[i].Offset, true, nil
