@@ -285,6 +285,9 @@ func (s *FileStore) release(ns metadata.Namespace) {
 //     with the error (wrapping it) so that no offset is handed out twice.
 //     A purge (TruncateBefore(NextOffset)) accepts the loss: it seals and
 //     deletes the damaged segment, and appends go on at NextOffset.
+//     Damage that the journal's records cover, from the damaged record to
+//     the end, is repaired instead: the tail is truncated there and the
+//     records appended again from the journal (see repairFromJournal).
 //   - In a sealed segment (verified at open everywhere with
 //     FileConfig.VerifyOnOpen, after its last sparse-index entry
 //     without), the damaged records are holes found the same way: reads
@@ -345,7 +348,7 @@ func (s *FileStore) build(ns metadata.Namespace, epoch uint64) (*filePartition, 
 		if err != nil {
 			return nil, err
 		}
-		if err := s.reapplyLost(p); err != nil {
+		if p, err = s.reapplyLost(p); err != nil {
 			_ = p.closeFiles()
 			return nil, err
 		}
