@@ -203,6 +203,9 @@ func TestFileTailDamageIsNotTruncated(t *testing.T) {
 			if !errors.As(err, &ce) || ce.Path != tail || ce.Offset != wantPos {
 				t.Fatalf("Append to a partition with a damaged tail: %v, want the *CorruptError", err)
 			}
+			if err := p.(partition.Damaged).Damage(); !errors.As(err, &ce) || ce.Offset != wantPos {
+				t.Fatalf("Damage(): %v, want the *CorruptError at byte %d", err, wantPos)
+			}
 			if err := p.SkipTo(400); !errors.Is(err, partition.ErrCorrupt) {
 				t.Fatalf("SkipTo past a damaged tail: %v, want ErrCorrupt", err)
 			}
@@ -216,6 +219,9 @@ func TestFileTailDamageIsNotTruncated(t *testing.T) {
 			// A purge accepts the loss: appends go on at 300.
 			if err := p.TruncateBefore(300); err != nil {
 				t.Fatal(err)
+			}
+			if err := p.(partition.Damaged).Damage(); err != nil {
+				t.Fatalf("Damage() after the purge: %v, want nil", err)
 			}
 			mustAppend(t, p, batch(300, 5, size))
 			mustClose(t, p)

@@ -1159,6 +1159,18 @@ func (p *filePartition) closeFiles() error {
 	return errors.Join(errs...)
 }
 
+// Damage implements Damaged: the first hole recovery found, whose error
+// every read that reaches it returns (nil once a purge or truncation put
+// it below the start).
+func (p *filePartition) Damage() error {
+	for _, h := range p.holes {
+		if h.to > p.start {
+			return h.err
+		}
+	}
+	return nil
+}
+
 // Location implements Located.
 //
 // The filesystem is the store's (FileConfig.FS) under its descriptor

@@ -242,6 +242,14 @@ var (
 	ErrClosed = errors.New("parkway: partition closed")
 )
 
+// Damaged is implemented by partitions that can open with damage found
+// by recovery (FileStore's, see FileStore.Build): Damage returns the
+// first *CorruptError found, nil if none, so the owner can report it when
+// it takes the partition; the reads that reach the damage return it too.
+type Damaged interface {
+	Damage() error
+}
+
 // Located is implemented by partitions kept in a directory of a
 // filesystem (FileStore's). A replicated partition keeps its raft log in
 // that directory, so building a new incarnation, removing the partition

@@ -524,6 +524,13 @@ func (r *Partitions) build(ctx context.Context, info metadata.PartitionInfo, wan
 			r.fail(key, now, rep, "build", err)
 			return nil
 		}
+		if d, ok := p.(partition.Damaged); ok {
+			if err := d.Damage(); err != nil {
+				// Served around the damage; the reads that reach it get
+				// the error, and the operator hears of it once here.
+				r.log.Error("partition opened with damage on disk", "ns", info.NS, "error", err)
+			}
+		}
 	}
 	if err := r.cfg.Shard.InsertOwned(ctx, p, want); err != nil {
 		if errors.Is(err, shard.ErrAlreadyOwned) {
