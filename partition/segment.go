@@ -189,6 +189,8 @@ type segment struct {
 	timesUnknown bool
 	// indexRebuilt: read rebuilt the index from a scan (once at most).
 	indexRebuilt bool
+	// lastResync is the last resync a read needed (see resyncCached).
+	lastResync *resyncResult
 	lastIndexed  int64 // position of the last indexed record, 0 if none
 	idxPersisted int   // entries of index already in both index files
 }
@@ -397,7 +399,7 @@ func (s *segment) readAt(from uint64, count int, out []Message) ([]Message, erro
 				if off >= from || !errors.Is(damage, ErrCorrupt) {
 					return out, damage
 				}
-				q, qoff, found, _, rerr := s.resync(at, off, s.size, nil)
+				q, qoff, found, rerr := s.resyncCached(at, off)
 				if rerr != nil || !found || qoff > from {
 					return out, damage
 				}
@@ -419,6 +421,33 @@ func (s *segment) readAt(from uint64, count int, out []Message) ([]Message, erro
 		}
 	}
 	return out, nil
+}
+
+// resyncCached is resync from at (where the record of offset off is
+// damaged) to the segment's end, remembering the last answer: a consumer
+// stepping through damaged offsets one read at a time meets the same
+// damage from the same index entry each time, and must not pay a scan of
+// the rest of the segment each time.
+func (s *segment) resyncCached(at int64, off uint64) (int64, uint64, bool, error) {
+	if c := s.lastResync; c != nil && c.at == at && c.off == off && c.size == s.size {
+		return c.q, c.qoff, c.found, nil
+	}
+	q, qoff, found, _, err := s.resync(at, off, s.size, nil)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	s.lastResync = &resyncResult{at: at, off: off, size: s.size, q: q, qoff: qoff, found: found}
+	return q, qoff, found, nil
+}
+
+// resyncResult is a resync's answer, kept by resyncCached.
+type resyncResult struct {
+	at    int64
+	off   uint64
+	size  int64
+	q     int64
+	qoff  uint64
+	found bool
 }
 
 // ensureTimes rebuilds the time index of a sealed segment opened without
@@ -672,8 +701,10 @@ func (s *segment) scanHoles(size int64, buf []byte) (end int64, next uint64, hol
 // *CorruptError (the caller does not open the log) rather than a scan
 // quadratic in the file's size. buf is scratch space.
 func (s *segment) resync(from int64, off uint64, end int64, buf []byte) (q int64, qoff uint64, found bool, _ []byte, err error) {
-	if int64(len(buf)) < scanChunk {
-		buf = make([]byte, scanChunk)
+	// A window of scanChunk bytes, or the whole region if smaller (then
+	// read at once: a header never straddles the window's end).
+	if want := min(scanChunk, max(end-from, 0)); int64(len(buf)) < want {
+		buf = make([]byte, want)
 	}
 	var crcBuf []byte
 	budget := 4*(end-from) + 64<<20 // bytes of candidates' checksums
