@@ -190,7 +190,7 @@ type segment struct {
 	// indexRebuilt: read rebuilt the index from a scan (once at most).
 	indexRebuilt bool
 	// lastResync is the last resync a read needed (see resyncCached).
-	lastResync *resyncResult
+	lastResync   *resyncResult
 	lastIndexed  int64 // position of the last indexed record, 0 if none
 	idxPersisted int   // entries of index already in both index files
 }
