@@ -258,20 +258,30 @@ func TestBehaviour28DamageIsReportedNeverTruncated(t *testing.T) {
 		}
 	})
 	t.Run("sealed segment, zeros over records", func(t *testing.T) {
-		l := writeDamageLog(t)
-		f, err := os.OpenFile(l.segment(1), os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
+		// A zeroed 4 KiB sector from inside record 1,000, and 200 zero
+		// bytes near the segment's end (after its last index entry,
+		// likely: found by the open even without VerifyOnOpen).
+		for _, verify := range []bool{true, false} {
+			for _, c := range []struct{ from, n int64 }{{1000*damageRecord + 30, 4096}, {-700, 200}} {
+				l := writeDamageLog(t)
+				f, err := os.OpenFile(l.segment(1), os.O_RDWR, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				from := c.from
+				if from < 0 {
+					from += fileLen(t, l.segment(1))
+				}
+				if _, err := f.WriteAt(make([]byte, c.n), from); err != nil {
+					t.Fatal(err)
+				}
+				f.Close()
+				lo, hi := uint64(from/damageRecord), uint64((from+c.n-1)/damageRecord)+1
+				cfg := l.cfg
+				cfg.VerifyOnOpen = verify
+				checkDamage(t, l, cfg, damageWant{lo: l.bases[1] + lo, hi: l.bases[1] + hi, path: l.segment(1), pos: int64(lo) * damageRecord, end: damageCount})
+			}
 		}
-		from := int64(1000)*damageRecord + 30 // a zeroed 4 KiB sector, from inside record 1,000
-		if _, err := f.WriteAt(make([]byte, 4096), from); err != nil {
-			t.Fatal(err)
-		}
-		f.Close()
-		lo, hi := uint64(from/damageRecord), uint64((from+4096)/damageRecord)+1
-		cfg := l.cfg
-		cfg.VerifyOnOpen = true
-		checkDamage(t, l, cfg, damageWant{lo: l.bases[1] + lo, hi: l.bases[1] + hi, path: l.segment(1), pos: int64(lo) * damageRecord, end: damageCount})
 	})
 	t.Run("sealed segment, index", func(t *testing.T) {
 		l := writeDamageLog(t)

@@ -741,6 +741,9 @@ func (s *FileStore) openSealed(seg *segment, buf []byte) ([]byte, []hole, error)
 			seg.index, seg.times, seg.lastIndexed = es, times, int64(last.pos)
 			end, next, buf, err = seg.scan(int64(last.pos), seg.base+uint64(last.rel), size, buf, true)
 			switch {
+			case err == nil && end < size:
+				// Zeros before the file's end: scan it all, for records
+				// after them (damage) or none (a segment cut short).
 			case err == nil && timesOK && seg.scanFirstAT != times[len(times)-1]:
 				// The time index's last entry names the wrong time:
 				// rebuild both.
@@ -767,10 +770,11 @@ func (s *FileStore) openSealed(seg *segment, buf []byte) ([]byte, []hole, error)
 			// last whole record to the next segment (the caller's). The
 			// files are left as they are.
 			seg.damaged, seg.endDamage = stop, stop
+			seg.size, seg.next = end, next
 			if len(holes) > 0 {
 				seg.damaged = holes[0].err
+				seg.size = size // records after the holes are read
 			}
-			seg.size, seg.next = size, next
 			seg.synced = true
 			return buf, holes, nil
 		}
