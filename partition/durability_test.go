@@ -140,9 +140,17 @@ func TestFileCorruptMiddleSegment(t *testing.T) {
 				checkRead(t, p, wantOff+1, 1000, int(p.NextOffset()-wantOff-1), size)
 				checkRead(t, p, bases[2], 1000, int(p.NextOffset()-bases[2]), size)
 				// Retention by age has to read the segment for its newest
-				// timestamp, and must report the damage rather than skip it.
-				if _, err := p.EnforceRetention(math.MaxInt64, 0); !errors.Is(err, partition.ErrCorrupt) {
-					t.Fatalf("EnforceRetention over the damaged segment: %v", err)
+				// timestamp, and must report the damage rather than skip it:
+				// it removes the segment before and stops there.
+				if _, err := p.EnforceRetention(math.MaxInt64, 0); !errors.Is(err, partition.ErrCorrupt) || p.StartOffset() != bases[1] {
+					t.Fatalf("EnforceRetention by age over the damaged segment: %v, start %d; want ErrCorrupt, start %d", err, p.StartOffset(), bases[1])
+				}
+				// The size bound still holds: the damaged segment goes too.
+				if _, err := p.EnforceRetention(math.MaxInt64, 1); !errors.Is(err, partition.ErrCorrupt) || p.StartOffset() != bases[len(bases)-1] {
+					t.Fatalf("EnforceRetention by size: %v, start %d; want ErrCorrupt, start %d", err, p.StartOffset(), bases[len(bases)-1])
+				}
+				if _, err := p.EnforceRetention(math.MaxInt64, 1); err != nil {
+					t.Fatalf("EnforceRetention once the damage is gone: %v", err)
 				}
 				next := p.NextOffset()
 				mustAppend(t, p, batch(next, 5, size))

@@ -954,11 +954,19 @@ func (p *filePartition) EnforceRetention(olderThanMicros, maxBytes int64) (uint6
 	for i < len(sealed) && sealed[i].next <= cut {
 		i++ // already below start; its deletion failed before
 	}
+	var ageErr error
 	if olderThanMicros != 0 {
 		for ; i < len(sealed); i++ {
 			ts, err := p.maxTimestamp(sealed[i])
 			if err != nil {
-				return 0, err
+				// A damaged segment's newest timestamp is unknown: age
+				// stops at it and the damage is reported, but the size
+				// bound still holds.
+				if !errors.Is(err, ErrCorrupt) {
+					return 0, err
+				}
+				ageErr = err
+				break
 			}
 			if ts >= olderThanMicros {
 				break
@@ -977,10 +985,13 @@ func (p *filePartition) EnforceRetention(olderThanMicros, maxBytes int64) (uint6
 		}
 	}
 	if cut <= p.start {
-		return 0, p.dropSegments()
+		return 0, errors.Join(p.dropSegments(), ageErr)
 	}
 	removed := cut - p.start
-	return removed, p.advanceStart(cut)
+	if err := p.advanceStart(cut); err != nil {
+		return removed, errors.Join(err, ageErr)
+	}
+	return removed, ageErr
 }
 
 // maxTimestamp returns the newest timestamp in s, scanning it if unknown.
