@@ -52,9 +52,11 @@ type Config struct {
 	FS FS
 	// VerifyOnOpen makes reopening a partition verify the checksum of every
 	// message of every segment (a full read of the log). Without it only
-	// the tail segment, where a crash tears, is verified at open; damage in
-	// an older segment is reported by the read that reaches it, as a
-	// *partition.CorruptError naming the file and byte offset.
+	// the tail segment, where a crash tears, and each older segment's end
+	// are verified at open; damage before that is found by the read that
+	// reaches it. Either way a read that reaches damage gets a
+	// *partition.CorruptError naming the file and byte offset (the README's
+	// durability section says what else damage does).
 	VerifyOnOpen bool
 	// MetadataSnapshotEvery is how many metadata commands are logged
 	// between snapshots (default 1,024). In a cluster it is how many

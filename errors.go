@@ -77,7 +77,11 @@ var (
 	// ErrPartitionFailed reports a partition fenced after a failed fsync:
 	// what it holds past its last durable point may not survive a power
 	// loss, so it serves nothing until the reconciler has rebuilt it from
-	// disk (behind the build backoff). Not retried in place.
+	// disk (behind the build backoff). It also reports a partition that
+	// cannot be opened from disk for damage: the error then wraps the
+	// *partition.CorruptError naming the file and byte offset (it matches
+	// ErrCorrupt), and the build is retried behind the same backoff. Not
+	// retried in place.
 	ErrPartitionFailed = shard.ErrPartitionFailed
 	// ErrMetadataFailed reports that this node's member of the metadata
 	// raft group stopped for good (its raft log cannot be reopened): the
@@ -98,7 +102,10 @@ var (
 	// write. Not retried in place.
 	ErrNoSpace = partition.ErrNoSpace
 	// ErrCorrupt reports stored data that fails its checksum or framing
-	// (a *partition.CorruptError names the file and byte offset).
+	// (a *partition.CorruptError names the file and byte offset): a read
+	// that reaches damaged or missing messages, a produce to a partition
+	// whose last segment is damaged (fenced: see the README's durability
+	// section), a partition that cannot be opened. Not retried in place.
 	ErrCorrupt = partition.ErrCorrupt
 	// ErrOffsetOutOfRange reports an offset outside a partition's log.
 	ErrOffsetOutOfRange = partition.ErrOffsetOutOfRange

@@ -143,3 +143,67 @@ func BenchmarkFileStoreBuild(b *testing.B) {
 		i++
 	}
 }
+
+// BenchmarkOpenTail opens a partition whose tail holds 64 MiB of 160-byte
+// records: whole, damaged in its first record (the scan goes past the
+// damage to the next whole record and on), and with 64 MiB of garbage
+// after its last record (the resync scan reads all of it to find that
+// nothing whole follows, then the torn bytes are truncated: the worst case
+// of telling a torn write from damage). Bytes/op is the tail's size.
+func BenchmarkOpenTail(b *testing.B) {
+	const size = 64 << 20
+	for _, c := range []string{"whole", "damaged", "garbage"} {
+		b.Run(c, func(b *testing.B) {
+			cfg := partition.FileConfig{Dir: b.TempDir()}
+			ns := mustNS(b, 1, 1, 1)
+			p := mustBuild(b, newFileStore(b, cfg), ns, 1)
+			msgs := benchMessages()
+			for p.Size() < size {
+				if _, err := p.Append(msgs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			mustClose(b, p)
+			path := filepath.Join(partDir(cfg.Dir, ns), segName(0, ".log"))
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			fi, err := f.Stat()
+			if err != nil {
+				b.Fatal(err)
+			}
+			end := fi.Size()
+			var garbage []byte
+			switch c {
+			case "damaged":
+				if _, err := f.WriteAt([]byte{0xff}, 70); err != nil {
+					b.Fatal(err)
+				}
+			case "garbage":
+				garbage = make([]byte, size)
+				x := uint32(1)
+				for i := range garbage {
+					x = x*1664525 + 1013904223
+					garbage[i] = byte(x >> 24)
+				}
+			}
+			b.SetBytes(size)
+			for b.Loop() {
+				if garbage != nil { // the torn bytes, again: the last open truncated them
+					b.StopTimer()
+					if _, err := f.WriteAt(garbage, end); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+				}
+				p, err := newFileStore(b, cfg).Build(ns, 1)
+				if err != nil {
+					b.Fatal(err)
+				}
+				mustClose(b, p)
+			}
+			f.Close()
+		})
+	}
+}

@@ -90,93 +90,226 @@ func smallSegmentLog(t *testing.T, ns metadata.Namespace, count, n, size int) (*
 	return mem, cfg, bases
 }
 
+// TestFileCorruptMiddleSegment damages a record of a sealed segment.
+// Wherever the damage is found — by the open (with VerifyOnOpen, or after
+// the segment's last index entry) or by the read that reaches it — the
+// records below it and after it are served, the read that reaches it gets
+// a *CorruptError naming the file and the damaged record's byte position,
+// and appends go on at the tail (the damage is not where they go, so no
+// offset can be reused).
 func TestFileCorruptMiddleSegment(t *testing.T) {
 	const size = 500
 	ns := mustNS(t, 8, 0, 1)
 	for _, c := range []struct {
 		name string
 		at   func(segSize int64, base uint64) int64 // byte to damage in the middle segment
-		// atOpen: found by Build even without VerifyOnOpen (after the
-		// segment's last index entry).
-		atOpen bool
 	}{
-		{"payload", func(n int64, _ uint64) int64 { return n / 2 }, false},
-		{"length field", func(n int64, base uint64) int64 { s, _ := recordStart(base, size, n/2); return s + 5 }, false},
-		{"near the end", func(n int64, _ uint64) int64 { return n - 10 }, true},
+		{"payload", func(n int64, _ uint64) int64 { return n / 2 }},
+		{"length field", func(n int64, base uint64) int64 { s, _ := recordStart(base, size, n/2); return s + 5 }},
+		{"near the end", func(n int64, _ uint64) int64 { return n - 10 }},
+	} {
+		for _, verify := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/verify=%v", c.name, verify), func(t *testing.T) {
+				mem, cfg, bases := smallSegmentLog(t, ns, 300, 5, size)
+				cfg.VerifyOnOpen = verify
+				dir := partDir(cfg.Dir, ns)
+				mid := filepath.Join(dir, segName(bases[1], ".log"))
+				pos := c.at(memFileSize(t, mem, mid), bases[1])
+				// The segment's messages start at bases[1]; positions are
+				// relative to the segment.
+				wantPos, wantOff := recordStart(bases[1], size, pos)
+				flipByte(t, mem, mid, pos)
+
+				checkErr := func(err error, what string) {
+					t.Helper()
+					var ce *partition.CorruptError
+					if !errors.As(err, &ce) || !errors.Is(err, partition.ErrCorrupt) || ce.Path != mid || ce.Offset != wantPos {
+						t.Fatalf("%s: %v, want a *CorruptError for %s at byte %d (the record of offset %d)", what, err, mid, wantPos, wantOff)
+					}
+				}
+				p, err := newFileStore(t, cfg).Build(ns, 1)
+				if err != nil {
+					t.Fatalf("Build: %v (a damaged sealed segment opens, its damage reported by the reads that reach it)", err)
+				}
+				defer mustClose(t, p)
+				checkRead(t, p, 0, 1000, int(wantOff), size) // stops below the damage
+				_, err = p.Read(wantOff, 1)
+				checkErr(err, "Read of the damaged record")
+				checkRead(t, p, 0, int(wantOff), int(wantOff), size)
+				// The records after it, in its segment and beyond, are read.
+				checkRead(t, p, wantOff+1, 1000, int(p.NextOffset()-wantOff-1), size)
+				checkRead(t, p, bases[2], 1000, int(p.NextOffset()-bases[2]), size)
+				// Retention by age has to read the segment for its newest
+				// timestamp, and must report the damage rather than skip it:
+				// it removes the segment before and stops there.
+				if _, err := p.EnforceRetention(math.MaxInt64, 0); !errors.Is(err, partition.ErrCorrupt) || p.StartOffset() != bases[1] {
+					t.Fatalf("EnforceRetention by age over the damaged segment: %v, start %d; want ErrCorrupt, start %d", err, p.StartOffset(), bases[1])
+				}
+				// The size bound still holds: the damaged segment goes too.
+				if _, err := p.EnforceRetention(math.MaxInt64, 1); !errors.Is(err, partition.ErrCorrupt) || p.StartOffset() != bases[len(bases)-1] {
+					t.Fatalf("EnforceRetention by size: %v, start %d; want ErrCorrupt, start %d", err, p.StartOffset(), bases[len(bases)-1])
+				}
+				if _, err := p.EnforceRetention(math.MaxInt64, 1); err != nil {
+					t.Fatalf("EnforceRetention once the damage is gone: %v", err)
+				}
+				next := p.NextOffset()
+				mustAppend(t, p, batch(next, 5, size))
+				checkRead(t, p, next, 10, 5, size)
+			})
+		}
+	}
+}
+
+// TestFileTailDamageIsNotTruncated damages a record in the middle of the
+// tail segment: the records after it were written after it, so this is
+// damage, not a torn write. Nothing is truncated, no offset is handed out
+// again: NextOffset stays past the last whole record, the records below
+// the damage and after it are read, the damaged one is a *CorruptError
+// with file and byte position, and appends are refused with it. A purge
+// lifts the fence: the damaged segment is deleted and appends go on at
+// NextOffset.
+func TestFileTailDamageIsNotTruncated(t *testing.T) {
+	const size = 500
+	ns := mustNS(t, 8, 0, 2)
+	for _, c := range []struct {
+		name string
+		at   func(n int64) int64
+	}{
+		{"middle", func(n int64) int64 { return n / 2 }},
+		{"second-last record", func(n int64) int64 { return n - recSize(msg(0, size)) - 100 }},
+		{"length field", func(n int64) int64 { return n/2 + 5 }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			mem, cfg, bases := smallSegmentLog(t, ns, 300, 5, size)
 			dir := partDir(cfg.Dir, ns)
-			mid := filepath.Join(dir, segName(bases[1], ".log"))
-			pos := c.at(memFileSize(t, mem, mid), bases[1])
-			// The segment's messages start at bases[1]; positions are
-			// relative to the segment.
-			wantPos, wantOff := recordStart(bases[1], size, pos)
-			flipByte(t, mem, mid, pos)
+			tailBase := bases[len(bases)-1]
+			tail := filepath.Join(dir, segName(tailBase, ".log"))
+			tailSize := memFileSize(t, mem, tail)
+			pos := c.at(tailSize)
+			wantPos, wantOff := recordStart(tailBase, size, pos)
+			if c.name == "length field" {
+				wantPos, wantOff = recordStart(tailBase, size, tailSize/2)
+				pos = wantPos + 5
+			}
+			flipByte(t, mem, tail, pos)
 
-			checkErr := func(err error, what string) {
-				t.Helper()
-				var ce *partition.CorruptError
-				if !errors.As(err, &ce) || !errors.Is(err, partition.ErrCorrupt) || ce.Path != mid || ce.Offset != wantPos {
-					t.Fatalf("%s: %v, want a *CorruptError for %s at byte %d (the record of offset %d)", what, err, mid, wantPos, wantOff)
-				}
+			p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+			if p.NextOffset() != 300 {
+				t.Fatalf("NextOffset %d, want 300: acknowledged records after the damage were dropped", p.NextOffset())
 			}
-			verify := cfg
-			verify.VerifyOnOpen = true
-			_, err := newFileStore(t, verify).Build(ns, 1)
-			checkErr(err, "Build with VerifyOnOpen")
+			if got := memFileSize(t, mem, tail); got != tailSize {
+				t.Fatalf("tail is %d bytes, want it untouched at %d", got, tailSize)
+			}
+			var ce *partition.CorruptError
+			_, err := p.Read(wantOff, 10)
+			if !errors.As(err, &ce) || ce.Path != tail || ce.Offset != wantPos {
+				t.Fatalf("Read of the damaged record: %v, want a *CorruptError for %s at byte %d", err, tail, wantPos)
+			}
+			checkRead(t, p, 0, 1000, int(wantOff), size)
+			checkRead(t, p, wantOff+1, 1000, int(300-wantOff-1), size)
+			_, err = p.Append(batch(300, 1, size))
+			if !errors.As(err, &ce) || ce.Path != tail || ce.Offset != wantPos {
+				t.Fatalf("Append to a partition with a damaged tail: %v, want the *CorruptError", err)
+			}
+			if err := p.(partition.Damaged).Damage(); !errors.As(err, &ce) || ce.Offset != wantPos {
+				t.Fatalf("Damage(): %v, want the *CorruptError at byte %d", err, wantPos)
+			}
+			if err := p.SkipTo(400); !errors.Is(err, partition.ErrCorrupt) {
+				t.Fatalf("SkipTo past a damaged tail: %v, want ErrCorrupt", err)
+			}
+			mustClose(t, p)
 
-			p, err := newFileStore(t, cfg).Build(ns, 1)
-			if c.atOpen {
-				checkErr(err, "Build")
-				return
+			// Reopened, the same: the damage is reported again.
+			p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+			if _, err := p.Append(batch(300, 1, size)); !errors.Is(err, partition.ErrCorrupt) || p.NextOffset() != 300 {
+				t.Fatalf("Append after a reopen: %v (next %d), want ErrCorrupt at 300", err, p.NextOffset())
 			}
-			if err != nil {
-				t.Fatalf("Build: %v (damage before the last index entry is found by reads)", err)
+			// A purge accepts the loss: appends go on at 300.
+			if err := p.TruncateBefore(300); err != nil {
+				t.Fatal(err)
 			}
+			if err := p.(partition.Damaged).Damage(); err != nil {
+				t.Fatalf("Damage() after the purge: %v, want nil", err)
+			}
+			mustAppend(t, p, batch(300, 5, size))
+			mustClose(t, p)
+			p = mustBuild(t, newFileStore(t, cfg), ns, 1)
 			defer mustClose(t, p)
-			_, err = p.Read(0, 1000)
-			checkErr(err, "Read across the damage")
-			_, err = p.Read(wantOff, 1)
-			checkErr(err, "Read of the damaged record")
-			checkRead(t, p, 0, int(wantOff), int(wantOff), size) // before it
-			checkRead(t, p, bases[2], 1000, int(p.NextOffset()-bases[2]), size)
-			// Retention by age has to read the segment for its newest
-			// timestamp, and must report the damage rather than skip it.
-			if _, err := p.EnforceRetention(math.MaxInt64, 0); !errors.Is(err, partition.ErrCorrupt) {
-				t.Fatalf("EnforceRetention over the damaged segment: %v", err)
+			if p.StartOffset() != 300 || p.NextOffset() != 305 {
+				t.Fatalf("after the purge: start %d next %d, want 300 and 305", p.StartOffset(), p.NextOffset())
+			}
+			checkRead(t, p, 300, 10, 5, size)
+			if _, err := mem.Stat(tail); err == nil {
+				t.Fatalf("the damaged segment %s is still there after the purge", tail)
 			}
 		})
 	}
 }
 
-// TestFileTailDamageTruncates checks the documented choice for damage in
-// the middle of the tail segment: it is treated like a torn write, and the
-// tail is truncated back to the last whole record before it.
-func TestFileTailDamageTruncates(t *testing.T) {
+// TestFileTornTailIsTruncated: what is not followed by a whole record is
+// a torn final write, repaired silently: a last record cut short, garbage
+// after the last record, zeros after it.
+func TestFileTornTailIsTruncated(t *testing.T) {
 	const size = 500
-	ns := mustNS(t, 8, 0, 2)
-	mem, cfg, bases := smallSegmentLog(t, ns, 300, 5, size)
-	dir := partDir(cfg.Dir, ns)
-	tailBase := bases[len(bases)-1]
-	tail := filepath.Join(dir, segName(tailBase, ".log"))
-	pos := memFileSize(t, mem, tail) / 2
-	wantPos, wantOff := recordStart(tailBase, size, pos)
-	flipByte(t, mem, tail, pos)
-
-	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
-	if p.NextOffset() != wantOff {
-		t.Fatalf("NextOffset %d, want %d (the damaged record's offset)", p.NextOffset(), wantOff)
+	ns := mustNS(t, 8, 0, 9)
+	for _, c := range []struct {
+		name   string
+		damage func(t *testing.T, f vfs.File, n int64) // n: the file's size
+		want   uint64                                  // NextOffset after the repair
+	}{
+		{"last record cut", func(t *testing.T, f vfs.File, n int64) {
+			if err := f.Truncate(n - 100); err != nil {
+				t.Fatal(err)
+			}
+		}, 299},
+		{"last record's header cut", func(t *testing.T, f vfs.File, n int64) {
+			if err := f.Truncate(n - recSize(msg(299, size)) + 20); err != nil {
+				t.Fatal(err)
+			}
+		}, 299},
+		{"garbage after the last record", func(t *testing.T, f vfs.File, n int64) {
+			g := make([]byte, 3000)
+			for i := range g {
+				g[i] = byte(i*7 + 1)
+			}
+			if _, err := f.WriteAt(g, n); err != nil {
+				t.Fatal(err)
+			}
+		}, 300},
+		{"zeros after the last record", func(t *testing.T, f vfs.File, n int64) {
+			if _, err := f.WriteAt(make([]byte, 5000), n); err != nil {
+				t.Fatal(err)
+			}
+		}, 300},
+		{"last record's checksum", func(t *testing.T, f vfs.File, n int64) {
+			b := []byte{0}
+			f.ReadAt(b, n-10)
+			b[0] ^= 0x5a
+			if _, err := f.WriteAt(b, n-10); err != nil {
+				t.Fatal(err)
+			}
+		}, 299},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mem, cfg, bases := smallSegmentLog(t, ns, 300, 5, size)
+			tail := filepath.Join(partDir(cfg.Dir, ns), segName(bases[len(bases)-1], ".log"))
+			n := memFileSize(t, mem, tail)
+			f, err := mem.OpenFile(tail, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.damage(t, f, n)
+			f.Close()
+			p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+			defer mustClose(t, p)
+			if p.NextOffset() != c.want {
+				t.Fatalf("NextOffset %d, want %d", p.NextOffset(), c.want)
+			}
+			checkRead(t, p, 0, 1000, int(c.want), size)
+			mustAppend(t, p, batch(c.want, 5, size))
+			checkRead(t, p, 0, 1000, int(c.want)+5, size)
+		})
 	}
-	if got := memFileSize(t, mem, tail); got != wantPos {
-		t.Fatalf("tail is %d bytes, want it truncated to %d", got, wantPos)
-	}
-	checkRead(t, p, 0, 1000, int(wantOff), size)
-	mustAppend(t, p, batch(wantOff, 5, size))
-	mustClose(t, p)
-	p = mustBuild(t, newFileStore(t, cfg), ns, 1)
-	defer mustClose(t, p)
-	checkRead(t, p, 0, 1000, int(wantOff)+5, size)
 }
 
 // Repairing a torn tail is part of opening it: if the truncation back to
@@ -192,9 +325,16 @@ func TestFileTailRepairFailureFailsTheBuild(t *testing.T) {
 			dir := partDir(cfg.Dir, ns)
 			tailBase := bases[len(bases)-1]
 			tail := filepath.Join(dir, segName(tailBase, ".log"))
-			pos := memFileSize(t, mem, tail) / 2
-			_, wantOff := recordStart(tailBase, size, pos)
-			flipByte(t, mem, tail, pos)
+			// A torn last record: the tail ends 100 bytes into it.
+			f, err := mem.OpenFile(tail, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Truncate(memFileSize(t, mem, tail) - recSize(msg(299, size)) + 100); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			const wantOff = 299
 
 			sw := errorfs.NewSwitch(syscall.EIO, op)
 			sw.Set(true)

@@ -60,11 +60,13 @@ type FileConfig struct {
 	// partition's creation are always durable when they return.
 	Sync bool
 	// VerifyOnOpen makes Build (at the same epoch) read and verify every
-	// record of every segment, so damage anywhere is reported as a
-	// *CorruptError before the partition is used, at the cost of reading
-	// the whole log. Without it, Build verifies the active (tail) segment
-	// fully and each older segment from its last sparse-index entry on;
-	// damage before that is reported by the Read that reaches it.
+	// record of every segment, so damage anywhere is found before the
+	// partition is used, at the cost of reading the whole log. Without it,
+	// Build verifies the active (tail) segment fully and each older
+	// segment from its last sparse-index entry on; damage before that is
+	// found by the Read that reaches it. Either way the damaged records
+	// are never served: a read that reaches them gets a *CorruptError
+	// (see Build).
 	VerifyOnOpen bool
 	// MaxOpenFiles is the store's descriptor budget: how many files and
 	// directories it holds open at once, over all its partitions. Segment
@@ -270,18 +272,41 @@ func (s *FileStore) release(ns metadata.Namespace) {
 // Build implements Store. A namespace with an open Partition from this
 // store is ErrInUse.
 //
-// Recovery when reopening at the same epoch:
-//   - The tail (active) segment is verified record by record and
-//     truncated back to the last whole record before the first torn or
-//     damaged one. This includes damage in its middle: the tail is where a
-//     crash tears writes, so damage there is treated as a torn write, not
-//     reported (the messages after it, synced or not, are lost).
-//   - Older segments are sealed: they were fsynced before the next segment
-//     was created, so they cannot be torn by a crash, and damage found in
-//     them (see FileConfig.VerifyOnOpen for how much is checked) is
-//     reported as a *CorruptError naming the segment file and the byte
-//     position of the damaged record; the partition does not open. So is
-//     a gap between segments.
+// Recovery when reopening at the same epoch tells a torn write from
+// damage. A crash can tear only the last write of the tail segment (each
+// sealed segment was fsynced before the next one existed), so only what
+// follows the last whole record with no whole record anywhere after it —
+// a record cut short, garbage, zeros — is a torn write. Anything else is
+// damage, reported as a *CorruptError naming the file and the byte
+// position, never repaired by dropping records:
+//   - The tail (active) segment is verified record by record. A torn
+//     write at its end is truncated back to the last whole record. A bad
+//     record (or a run of zeros) followed by a whole record is damage:
+//     the file is left as it is, the damaged offsets read as the
+//     *CorruptError while the records around them are served, NextOffset
+//     stays past the last whole record, and Append and SkipTo are refused
+//     with the error (wrapping it) so that no offset is handed out twice.
+//     A purge (TruncateBefore(NextOffset)) accepts the loss: it seals and
+//     deletes the damaged segment, and appends go on at NextOffset.
+//     Damage that the journal's records cover, from the damaged record to
+//     the end, is repaired instead: the tail is truncated there and the
+//     records appended again from the journal (see repairFromJournal).
+//   - In a sealed segment (verified at open everywhere with
+//     FileConfig.VerifyOnOpen, after its last sparse-index entry
+//     without), the damaged records are holes found the same way: reads
+//     below and after them are served, reads in them get the
+//     *CorruptError, and appends go on at the tail (the damage is not
+//     where they go). A sealed segment cut short, or missing between two
+//     segments (or below the first one, above the recorded start), makes
+//     the offsets from its last whole record to the next segment a hole.
+//     Damage before a sealed segment's last index entry, without
+//     VerifyOnOpen, is found by the Read that reaches it, with the same
+//     answers (a read from past it looks for the next whole record).
+//   - Missing last segments whose index file is left (one that held
+//     4 KiB of records or more) make the offsets that index names a hole
+//     and fence writes, as a damaged tail does.
+//   - Segments that overlap, and damage that cannot be told from a torn
+//     write within bounded work, fail the Build with a *CorruptError.
 //   - Index files that are missing, short or wrong are rebuilt: offset
 //     indexes by the open; a sealed segment's time index whose file is
 //     missing or does not match its offset index (a segment written
@@ -330,7 +355,7 @@ func (s *FileStore) build(ns metadata.Namespace, epoch uint64) (*filePartition, 
 			p.clampConsumers() // as the node reads them
 			return p, nil
 		}
-		if err := s.reapplyLost(p); err != nil {
+		if p, err = s.reapplyLost(p); err != nil {
 			_ = p.closeFiles()
 			return nil, err
 		}
@@ -482,10 +507,10 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 			return nil, err
 		}
 	}
-	var bases []uint64
+	var bases, indexOnly []uint64
 	var start uint64
 	if !fresh {
-		if bases, err = p.listSegments(); err != nil {
+		if bases, indexOnly, err = p.listSegments(); err != nil {
 			return nil, err
 		}
 		if start, err = readStart(s.fs, dir); err != nil {
@@ -508,19 +533,46 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 	}
 	var buf []byte
 	for i, base := range bases {
-		if i > 0 && base != p.segs[i-1].next {
+		if i > 0 {
+			// A sealed segment that ends before the next one starts was
+			// damaged, truncated, or is followed by a missing segment:
+			// the offsets in between are a hole, reported by the reads
+			// that reach it (the segment's own damage, or the gap).
 			prev := p.segs[i-1]
-			return nil, corruptf(prev.logPath, prev.size,
-				"segment ends at offset %d but the next segment starts at %d", prev.next, base)
+			if base < prev.next {
+				return nil, corruptf(prev.logPath, prev.size,
+					"segment ends at offset %d but the next segment starts at %d, before it", prev.next, base)
+			}
+			if base > prev.next {
+				err := prev.endDamage
+				if err == nil {
+					err = corruptf(prev.logPath, prev.size,
+						"segment ends at offset %d but the next segment starts at %d: the segment is short or segments are missing", prev.next, base)
+				}
+				if prev.damaged == nil {
+					prev.damaged = err
+				}
+				p.holes = append(p.holes, hole{from: prev.next, to: base, err: err})
+				prev.next = base
+			}
 		}
 		seg := newSegment(dir, base)
 		p.segs = append(p.segs, seg)
-		if i == len(bases)-1 && !s.readOnly {
-			buf, err = s.openTail(seg, buf)
-		} else if i == len(bases)-1 {
-			buf, err = s.readTail(seg, buf)
+		if i == len(bases)-1 {
+			var holes []hole
+			if s.readOnly {
+				buf, holes, err = s.readTail(seg, buf)
+			} else {
+				buf, holes, err = s.openTail(seg, buf)
+			}
+			if len(holes) > 0 {
+				p.holes = append(p.holes, holes...)
+				p.fenced = fmt.Errorf("partition %v: writes refused: its last segment is damaged, and the log's end with it: %w", ns, holes[0].err)
+			}
 		} else {
-			buf, err = s.openSealed(seg, buf)
+			var holes []hole
+			buf, holes, err = s.openSealed(seg, buf)
+			p.holes = append(p.holes, holes...)
 		}
 		if err != nil {
 			return nil, err
@@ -528,6 +580,15 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 	}
 	if len(p.segs) == 0 { // read-only, no segment: an empty log at start
 		p.segs = append(p.segs, newSegment(dir, start))
+	}
+	front := len(bases) > 0 && start < bases[0]
+	if front {
+		// Every segment below the first one left was deleted by a
+		// truncation, which records its start first: segments that are
+		// missing above the recorded start were lost.
+		first := p.segs[0]
+		ce := corruptf(first.logPath, 0, "the log starts at offset %d but its first segment at %d: segments are missing", start, first.base)
+		p.holes = append([]hole{{from: start, to: first.base, err: ce}}, p.holes...)
 	}
 	tail := p.tail()
 	p.next = tail.next
@@ -554,7 +615,13 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 		p.segs = append(p.segs, seg)
 		p.next, p.synced = start, start
 	}
+	if err := p.findDeletedTail(indexOnly); err != nil {
+		return nil, err
+	}
 	p.start = max(start, p.segs[0].base)
+	if front {
+		p.start = start // the missing front is read as the damage it is
+	}
 	p.setMark() // what a reopen finds is the log
 	if !s.readOnly {
 		if err := p.dropSegments(); err != nil {
@@ -597,6 +664,45 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 	return p, nil
 }
 
+// findDeletedTail looks for the index file of a segment whose log is
+// gone, above the last segment left: the last segments were deleted (a
+// truncation deletes segments only below the start, and never the last
+// one). Opening the log without them would hand their offsets out again.
+// An index with entries names records up to some offset: the offsets
+// from the log's end to just past it become a hole, and the partition is
+// fenced for writes (its true end is unknown). A last segment holding
+// less than an index interval (4 KiB) of records leaves an empty index,
+// which tells nothing: such a deletion is not detected.
+func (p *filePartition) findDeletedTail(indexOnly []uint64) error {
+	tail := p.tail()
+	var end uint64
+	var path string
+	for _, base := range indexOnly {
+		if base <= tail.base {
+			continue // a segment below the start, its deletion interrupted
+		}
+		seg := newSegment(p.dir, base)
+		es, _, err := loadIndex(p.fs, seg.indexPath())
+		if err != nil {
+			return err
+		}
+		if len(es) == 0 || base > math.MaxUint64-uint64(es[len(es)-1].rel)-1 {
+			continue
+		}
+		if e := base + uint64(es[len(es)-1].rel) + 1; e > end && e > p.next {
+			end, path = e, seg.logPath
+		}
+	}
+	if end == 0 {
+		return nil
+	}
+	ce := corruptf(path, 0, "segment file missing: its index names records up to offset %d, the log ends at %d", end-1, p.next)
+	p.holes = append(p.holes, hole{from: p.next, to: end, err: ce})
+	p.fenced = fmt.Errorf("partition %v: writes refused: its last segments are missing, and the log's end with them: %w", p.ns, ce)
+	p.next = end
+	return nil
+}
+
 // within reports whether path is dir or below it.
 func within(path, dir string) bool {
 	rel, err := filepath.Rel(dir, path)
@@ -628,16 +734,16 @@ func (s *FileStore) ancestors(dir string, stopAtExisting bool) []string {
 // records after that entry. An index that fails the checks, is missing or
 // is short is rebuilt by a full scan and rewritten. Damage in a sealed
 // segment cannot be a torn append, so it is reported, not truncated.
-func (s *FileStore) openSealed(seg *segment, buf []byte) ([]byte, error) {
+func (s *FileStore) openSealed(seg *segment, buf []byte) ([]byte, []hole, error) {
 	seg.log = s.handles.newHandle(seg.logPath, os.O_RDONLY)
 	fi, err := seg.log.Stat()
 	if err != nil {
-		return buf, err
+		return buf, nil, err
 	}
 	size := fi.Size()
 	es, exact, err := loadIndex(s.fs, seg.indexPath())
 	if err != nil {
-		return buf, err
+		return buf, nil, err
 	}
 	var end int64
 	var next uint64
@@ -646,7 +752,7 @@ func (s *FileStore) openSealed(seg *segment, buf []byte) ([]byte, error) {
 		rewrite = true // unless the checks below pass
 		times, timesOK, terr := loadTimeIndex(s.fs, seg.timeIndexPath(), es)
 		if terr != nil {
-			return buf, terr
+			return buf, nil, terr
 		}
 		if plausibleIndex(es, size) {
 			// A time index that does not match the offset index entry
@@ -661,6 +767,9 @@ func (s *FileStore) openSealed(seg *segment, buf []byte) ([]byte, error) {
 			seg.index, seg.times, seg.lastIndexed = es, times, int64(last.pos)
 			end, next, buf, err = seg.scan(int64(last.pos), seg.base+uint64(last.rel), size, buf, true)
 			switch {
+			case err == nil && end < size:
+				// Zeros before the file's end: scan it all, for records
+				// after them (damage) or none (a segment cut short).
 			case err == nil && timesOK && seg.scanFirstAT != times[len(times)-1]:
 				// The time index's last entry names the wrong time:
 				// rebuild both.
@@ -668,21 +777,39 @@ func (s *FileStore) openSealed(seg *segment, buf []byte) ([]byte, error) {
 				rewrite, scanned = !exact, true
 				seg.timesUnknown = !timesOK
 			case !errors.Is(err, ErrCorrupt):
-				return buf, err
+				return buf, nil, err
 			}
 		}
 	}
 	if !scanned { // no usable index, or VerifyOnOpen: scan it all
 		seg.index, seg.times, seg.lastIndexed = nil, nil, 0
-		if end, next, buf, err = seg.scan(0, seg.base, size, buf, true); err != nil {
-			return buf, err
+		var holes []hole
+		var stop *CorruptError
+		end, next, holes, stop, buf, err = seg.scanHoles(size, buf)
+		if err != nil {
+			return buf, nil, err
+		}
+		if len(holes) > 0 || stop != nil {
+			// Damage a crash cannot cause (the segment was fsynced before
+			// the next one existed): the records around it are served,
+			// the damaged offsets are holes, and so are those from the
+			// last whole record to the next segment (the caller's). The
+			// files are left as they are.
+			seg.damaged, seg.endDamage = stop, stop
+			seg.size, seg.next = end, next
+			if len(holes) > 0 {
+				seg.damaged = holes[0].err
+				seg.size = size // records after the holes are read
+			}
+			seg.synced = true
+			return buf, holes, nil
 		}
 		seg.maxTSKnown = true
 		rewrite = rewrite || !slices.Equal(seg.index, es)
 		if !rewrite {
 			current, err := seg.timeIndexCurrent(s.fs)
 			if err != nil {
-				return buf, err
+				return buf, nil, err
 			}
 			rewrite = !current
 		}
@@ -690,66 +817,79 @@ func (s *FileStore) openSealed(seg *segment, buf []byte) ([]byte, error) {
 	seg.size, seg.next = end, next
 	seg.synced = true
 	if s.readOnly {
-		return buf, nil // the index in memory serves reads; the file stays as found
+		return buf, nil, nil // the index in memory serves reads; the file stays as found
 	}
 	if rewrite || len(seg.index) != len(es) {
-		return buf, seg.writeIndexFile(s.fs, nil)
+		return buf, nil, seg.writeIndexFile(s.fs, nil)
 	}
 	seg.idxPersisted = len(seg.index)
-	return buf, nil
+	return buf, nil, nil
 }
 
-// openTail opens the segment appends go to. Every record is verified; a
-// torn or damaged tail is truncated back to the last whole record (and
-// fsynced), and so is a zero-filled tail (re-reserving the
-// preallocation). The index is rebuilt from the scan and rewritten if the
-// file differs.
-func (s *FileStore) openTail(seg *segment, buf []byte) ([]byte, error) {
+// openTail opens the segment appends go to. Every record is verified.
+// What follows the last whole record is a torn final write if no record
+// can be found anywhere after it (resync): it is truncated back to the
+// last whole record (and fsynced), and so is a zero-filled tail
+// (re-reserving the preallocation). A bad record (or a run of zeros)
+// followed by a valid record is damage, not a torn write: the records
+// after it were written, and may have been acknowledged, after it. The
+// file is then left as it is, the damaged offsets are returned as holes
+// (the records after each hole are read on, and the tail ends after the
+// last whole record, so no offset is ever handed out twice), and the
+// caller fences the partition for writes. The index is rebuilt from the
+// scan and rewritten if the file differs (not for a damaged tail, whose
+// files recovery does not touch).
+func (s *FileStore) openTail(seg *segment, buf []byte) ([]byte, []hole, error) {
 	seg.log = s.handles.newHandle(seg.logPath, os.O_RDWR)
 	f := seg.log
 	fi, err := f.Stat()
 	if err != nil {
-		return buf, err
+		return buf, nil, err
 	}
-	end, next, buf, err := seg.scan(0, seg.base, fi.Size(), buf, true)
-	if err != nil && !errors.Is(err, ErrCorrupt) {
-		return buf, err
+	size := fi.Size()
+	end, next, holes, _, buf, err := seg.scanHoles(size, buf)
+	if err != nil {
+		return buf, nil, err
 	}
 	seg.size, seg.next, seg.maxTSKnown = end, next, true
-	if end < fi.Size() {
+	if len(holes) > 0 {
+		seg.damaged = holes[0].err
+		return buf, holes, nil
+	}
+	if end < size {
 		if err := f.Truncate(end); err != nil {
-			return buf, err
+			return buf, nil, err
 		}
 		if s.cfg.Preallocate {
 			if err := preallocate(f, s.cfg.SegmentSize); err != nil {
-				return buf, err
+				return buf, nil, err
 			}
 		}
 		if err := f.Sync(); err != nil {
-			return buf, err
+			return buf, nil, err
 		}
 		seg.synced = true
 	}
 	want := appendIndexEntries(nil, seg.index)
 	have, err := vfs.ReadFile(s.fs, seg.indexPath())
 	if err != nil && !isNotExist(err) {
-		return buf, err
+		return buf, nil, err
 	}
 	if err != nil || string(have) != string(want) {
-		return buf, seg.writeIndexFile(s.fs, s.handles)
+		return buf, nil, seg.writeIndexFile(s.fs, s.handles)
 	}
 	if current, err := seg.timeIndexCurrent(s.fs); err != nil || !current {
 		if err != nil {
-			return buf, err
+			return buf, nil, err
 		}
-		return buf, seg.writeIndexFile(s.fs, s.handles)
+		return buf, nil, seg.writeIndexFile(s.fs, s.handles)
 	}
 	// Opened when the next index entry is written, not now: an idle
 	// partition holds no descriptor.
 	seg.idx = s.handles.newHandle(seg.indexPath(), os.O_RDWR)
 	seg.tidx = s.handles.newHandle(seg.timeIndexPath(), os.O_RDWR)
 	seg.idxPersisted = len(seg.index)
-	return buf, nil
+	return buf, nil, nil
 }
 
 // preallocate reserves size bytes for f, treating a filesystem that cannot

@@ -46,6 +46,16 @@ type filePartition struct {
 	// leave a stale record that a reopen would resurrect) or when an fsync
 	// failed (what is durable is unknown). Every later write returns it.
 	broken error
+	// holes are the offset ranges recovery found damaged or missing (see
+	// FileStore.Build), in offset order: a read that reaches one gets its
+	// *CorruptError, reads below it are served.
+	holes []hole
+	// fenced is set when recovery found the tail segment damaged: the log
+	// ends past damage, so appends and skips are refused with it (it
+	// wraps the *CorruptError) rather than risk handing out an offset
+	// twice. A purge (TruncateBefore(NextOffset)) lifts it: the damaged
+	// segment is rolled and deleted, and appends go on at NextOffset.
+	fenced error
 
 	// The journal (journal.go), all owned by the partition's goroutine
 	// except jseq, which the journal reads under its lock. journal is the
@@ -256,6 +266,9 @@ func (p *filePartition) Append(msgs []Message) (uint64, error) {
 	}
 	if p.broken != nil {
 		return 0, p.broken
+	}
+	if p.fenced != nil {
+		return 0, p.fenced
 	}
 	var total uint64
 	for i := range msgs {
@@ -813,12 +826,24 @@ func (p *filePartition) TruncateBefore(offset uint64) error {
 	if offset <= p.start {
 		return p.dropSegments() // retry a deletion that failed before
 	}
+	if p.fenced != nil && offset != p.next {
+		return p.fenced
+	}
 	if tail := p.tail(); offset == p.next && tail.next > tail.base {
 		if err := p.roll(); err != nil {
 			return err
 		}
 	}
-	return p.advanceStart(offset)
+	if err := p.advanceStart(offset); err != nil {
+		return err
+	}
+	if p.fenced != nil {
+		// A purge of a damaged partition: the damage is below the start
+		// now and its segment sealed (deleted, or deleted by the next
+		// open), so appends go on at NextOffset, never reusing one.
+		p.fenced, p.holes = nil, nil
+	}
+	return nil
 }
 
 // SkipTo implements Partition. The tail is synced (it becomes a sealed
@@ -834,6 +859,9 @@ func (p *filePartition) SkipTo(offset uint64) error {
 	}
 	if offset <= p.next {
 		return p.TruncateBefore(offset)
+	}
+	if p.fenced != nil {
+		return p.fenced
 	}
 	if err := p.syncLayout(); err != nil {
 		return err
@@ -926,11 +954,19 @@ func (p *filePartition) EnforceRetention(olderThanMicros, maxBytes int64) (uint6
 	for i < len(sealed) && sealed[i].next <= cut {
 		i++ // already below start; its deletion failed before
 	}
+	var ageErr error
 	if olderThanMicros != 0 {
 		for ; i < len(sealed); i++ {
 			ts, err := p.maxTimestamp(sealed[i])
 			if err != nil {
-				return 0, err
+				// A damaged segment's newest timestamp is unknown: age
+				// stops at it and the damage is reported, but the size
+				// bound still holds.
+				if !errors.Is(err, ErrCorrupt) {
+					return 0, err
+				}
+				ageErr = err
+				break
 			}
 			if ts >= olderThanMicros {
 				break
@@ -949,10 +985,13 @@ func (p *filePartition) EnforceRetention(olderThanMicros, maxBytes int64) (uint6
 		}
 	}
 	if cut <= p.start {
-		return 0, p.dropSegments()
+		return 0, errors.Join(p.dropSegments(), ageErr)
 	}
 	removed := cut - p.start
-	return removed, p.advanceStart(cut)
+	if err := p.advanceStart(cut); err != nil {
+		return removed, errors.Join(err, ageErr)
+	}
+	return removed, ageErr
 }
 
 // maxTimestamp returns the newest timestamp in s, scanning it if unknown.
@@ -985,6 +1024,16 @@ func (p *filePartition) Read(from uint64, max int) ([]Message, error) {
 		return nil, err
 	}
 	count := int(min(uint64(max), p.next-from))
+	for _, h := range p.holes {
+		if h.to <= from {
+			continue
+		}
+		if h.from <= from {
+			return nil, h.err
+		}
+		count = int(min(uint64(count), h.from-from)) // stop below it
+		break
+	}
 	out := make([]Message, 0, count)
 	i := sort.Search(len(p.segs), func(i int) bool { return p.segs[i].base > from }) - 1
 	for ; i < len(p.segs) && len(out) < count; i++ {
@@ -994,6 +1043,11 @@ func (p *filePartition) Read(from uint64, max int) ([]Message, error) {
 		}
 		var err error
 		if out, err = seg.read(from, count-len(out), out); err != nil {
+			if len(out) > 0 && errors.Is(err, ErrCorrupt) {
+				// The messages below the damage are whole: serve them,
+				// and the read that starts at the damage reports it.
+				return out, nil
+			}
 			return nil, err
 		}
 		from = seg.next
@@ -1114,6 +1168,18 @@ func (p *filePartition) closeFiles() error {
 		errs = append(errs, s.close())
 	}
 	return errors.Join(errs...)
+}
+
+// Damage implements Damaged: the first hole recovery found, whose error
+// every read that reaches it returns (nil once a purge or truncation put
+// it below the start).
+func (p *filePartition) Damage() error {
+	for _, h := range p.holes {
+		if h.to > p.start {
+			return h.err
+		}
+	}
+	return nil
 }
 
 // Location implements Located.

@@ -387,13 +387,19 @@ func TestFileReadBelowStart(t *testing.T) {
 	next := smallMessageLog(t, cfg, ns)
 	dir := partDir(cfg.Dir, ns)
 	segs := segmentsIn(t, dir)
+	var start uint64
+	fmt.Sscanf(segs[1], "%d.log", &start)
+	// What a truncation to start does, and a crash stopped before it
+	// deleted the segment's time index: the start recorded, then the
+	// segment deleted.
+	if err := os.WriteFile(filepath.Join(dir, "start"), fmt.Appendf(nil, "%d\n", start), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, ext := range []string{".log", ".index"} {
 		if err := os.Remove(filepath.Join(dir, strings.TrimSuffix(segs[0], ".log")+ext)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var start uint64
-	fmt.Sscanf(segs[1], "%d.log", &start)
 	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
 	defer mustClose(t, p)
 	for _, from := range []uint64{0, start - 1} {
@@ -408,7 +414,7 @@ func TestFileReadBelowStart(t *testing.T) {
 func TestFileCorruptSealedSegment(t *testing.T) {
 	cfg := partition.FileConfig{Dir: t.TempDir(), SegmentSize: mib}
 	ns := mustNS(t, 7, 7, 7)
-	smallMessageLog(t, cfg, ns)
+	next := smallMessageLog(t, cfg, ns)
 	dir := partDir(cfg.Dir, ns)
 	first := filepath.Join(dir, segmentsIn(t, dir)[0])
 	flip := func(pos int64) {
@@ -425,11 +431,17 @@ func TestFileCorruptSealedSegment(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	rec := recSize(msg(0, 100)) // about a record's size (headers vary)
 
-	// Damage found while reading an open partition.
+	// Damage found while reading an open partition: the read stops below
+	// it, the one that starts at it gets the error.
 	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
 	flip(200)
-	_, err := p.Read(0, 10)
+	got, err := p.Read(0, 10)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("Read(0, 10) over damage in record 1: %d messages, %v; want the one below it", len(got), err)
+	}
+	_, err = p.Read(1, 10)
 	var ce *partition.CorruptError
 	if !errors.As(err, &ce) || !errors.Is(err, partition.ErrCorrupt) || ce.Path != first || ce.Offset > 200 {
 		t.Fatalf("Read of a damaged record: %v, want a *CorruptError in %s", err, first)
@@ -438,26 +450,58 @@ func TestFileCorruptSealedSegment(t *testing.T) {
 	mustClose(t, p)
 
 	// Damage after the last index entry of a sealed segment is found on
-	// reopen and reported rather than truncated.
+	// reopen: the segment's records below it are served, the rest of the
+	// log too, and the read that reaches it reports it.
 	flip(200) // undo
-	flip(fileSize(t, first) - 10)
-	_, err = newFileStore(t, cfg).Build(ns, 1)
-	if !errors.As(err, &ce) || ce.Path != first {
-		t.Fatalf("Build over a damaged sealed segment: %v, want a *CorruptError in %s", err, first)
+	size := fileSize(t, first)
+	flip(size - 10)
+	p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	var last uint64
+	for last = 0; ; last++ { // the damaged record: the first that does not read
+		if _, err := p.Read(last, 1); err != nil {
+			if !errors.As(err, &ce) || ce.Path != first || ce.Offset >= size || ce.Offset < size-10-rec*2 {
+				t.Fatalf("Read(%d) of the damaged record: %v, want a *CorruptError in %s near its end", last, err, first)
+			}
+			break
+		}
 	}
+	checkRead(t, p, 0, int(last)+5, int(last), 100)
+	var second uint64
+	fmt.Sscanf(segmentsIn(t, dir)[1], "%d.log", &second)
+	checkRead(t, p, second, 10, 10, 100)
+	mustAppend(t, p, batch(next, 3, 100))
 }
 
+// TestFileSegmentGap deletes a middle segment: the partition opens, the
+// segments around the gap are read, a read in the gap gets a
+// *CorruptError, and appends go on at the tail (no offset reused).
 func TestFileSegmentGap(t *testing.T) {
 	cfg := partition.FileConfig{Dir: t.TempDir(), SegmentSize: mib}
 	ns := mustNS(t, 7, 7, 8)
-	smallMessageLog(t, cfg, ns)
+	next := smallMessageLog(t, cfg, ns)
 	dir := partDir(cfg.Dir, ns)
-	if err := os.Remove(filepath.Join(dir, segmentsIn(t, dir)[1])); err != nil {
+	segs := segmentsIn(t, dir)
+	var lo, hi uint64
+	fmt.Sscanf(segs[1], "%d.log", &lo)
+	fmt.Sscanf(segs[2], "%d.log", &hi)
+	if err := os.Remove(filepath.Join(dir, segs[1])); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := newFileStore(t, cfg).Build(ns, 1); !errors.Is(err, partition.ErrCorrupt) {
-		t.Fatalf("Build with a missing middle segment: %v, want ErrCorrupt", err)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	checkRead(t, p, 0, int(lo)+10, int(lo), 100)
+	for _, from := range []uint64{lo, hi - 1} {
+		var ce *partition.CorruptError
+		if _, err := p.Read(from, 1); !errors.As(err, &ce) || ce.Path != filepath.Join(dir, segs[0]) {
+			t.Fatalf("Read(%d) in the gap [%d, %d): %v, want a *CorruptError naming %s", from, lo, hi, err, segs[0])
+		}
 	}
+	checkRead(t, p, hi, 10, 10, 100)
+	if p.NextOffset() != next {
+		t.Fatalf("NextOffset %d, want %d", p.NextOffset(), next)
+	}
+	mustAppend(t, p, batch(next, 3, 100))
 }
 
 func TestFileDeadIncarnation(t *testing.T) {

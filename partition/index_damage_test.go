@@ -223,3 +223,26 @@ func TestFileStaleTailTimeIndexIsRewritten(t *testing.T) {
 	defer mustClose(t, p)
 	checkWholeLog(t, p, more, size)
 }
+
+// TestFileDamagedSealedTimeIndexEntry damages one middle entry of a sealed
+// segment's time index, which the open's checks (entries naming the
+// offset index's, the last entry's time) cannot see: its time made too
+// early, a search would start at that entry and answer late. The search
+// checks the record it starts at and, finding the index wrong, searches
+// the segment from its start.
+func TestFileDamagedSealedTimeIndexEntry(t *testing.T) {
+	const count, size = 200, 1000
+	ns := mustNS(t, 8, 0, 10)
+	mem, cfg, bases := smallSegmentLog(t, ns, count, 5, size)
+	dir := partDir(cfg.Dir, ns)
+	path := filepath.Join(dir, segName(bases[1], ".timeindex"))
+	es := readEntries(t, mem, path, timeEntrySize)
+	if len(es) < 3 {
+		t.Fatalf("segment %d has %d time index entries, want at least 3", bases[1], len(es))
+	}
+	es[1].v = 0
+	writeEntries(t, mem, path, timeEntrySize, es)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p)
+	checkWholeLog(t, p, count, size)
+}

@@ -23,8 +23,9 @@ package partition
 // The frame checksum covers the length, so a damaged length is caught
 // rather than followed. A frame is written by one write and made durable
 // by one fsync, so a crash can tear only the last frame of a file: a
-// frame that runs past the end of the file or fails its checksum, with
-// no valid frame anywhere after it, is a torn tail and ends the file. One
+// frame that runs past the end of the file or fails its checksum, or a
+// run of zeros, with no valid frame anywhere after it, is a torn tail and
+// ends the file. One
 // followed by a valid frame (which was fsynced after it, so it was
 // acknowledged), or one that passes its checksum but does not decode, is
 // damage a crash cannot cause: a *CorruptError.
@@ -93,7 +94,12 @@ func decodeJournal(b []byte, path string) ([]journalEntry, error) {
 	for pos < len(b) {
 		rest := b[pos:]
 		if len(rest) < journalFrameHeader || allZero(rest[:journalFrameHeader]) {
-			return out, nil // a torn header, or the zeros after the data
+			// A torn header, or the zeros after the data — unless a
+			// valid frame follows: zeros over frames are damage too.
+			if q, ok := nextJournalFrame(b, pos+1); ok {
+				return nil, corruptf(path, int64(pos), "zeros where a journal frame should start, followed by a valid one at byte %d", q)
+			}
+			return out, nil
 		}
 		length := le.Uint32(rest[4:])
 		end := journalFrameHeader + int(min(uint64(length), uint64(len(b))))

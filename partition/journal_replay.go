@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -110,6 +111,11 @@ func (s *FileStore) replayPartition(ns metadata.Namespace, entries []journalEntr
 		s.release(ns)
 		return err
 	}
+	if p, err = s.repairFromJournal(p, entries); err != nil {
+		_ = p.closeFiles()
+		s.release(ns)
+		return err
+	}
 	if err := p.applyJournal(entries); err != nil {
 		_ = p.Close()
 		return err
@@ -171,13 +177,16 @@ func (s *FileStore) forgetLost(ns metadata.Namespace) {
 // the next open (Journal.lost); the records are read back from them
 // (a frame another shard is writing at the end of a file reads as torn
 // and holds none of p's, which is closed), appended, and synced.
-func (s *FileStore) reapplyLost(p *filePartition) error {
+//
+// It returns p, or the partition reopened by repairFromJournal.
+func (s *FileStore) reapplyLost(p *filePartition) (*filePartition, error) {
 	s.mu.Lock()
 	l, ok := s.lost[p.ns]
 	s.mu.Unlock()
 	if !ok || l.epoch != p.epoch {
-		return nil
+		return p, nil
 	}
+	var all []journalEntry
 	for seq := l.lo; seq <= l.hi; seq++ {
 		path := s.journalFile(seq)
 		b, err := vfs.ReadFile(s.fs, path)
@@ -185,21 +194,98 @@ func (s *FileStore) reapplyLost(p *filePartition) error {
 			continue // another journal's number, or pruned: nothing of p's
 		}
 		if err != nil {
-			return fmt.Errorf("parkway: journal: %w", err)
+			return p, fmt.Errorf("parkway: journal: %w", err)
 		}
 		entries, err := decodeJournal(b, path)
 		if err != nil {
-			return err
+			return p, err
 		}
-		if err := p.applyJournal(entries); err != nil {
-			return err
-		}
+		all = append(all, entries...)
+	}
+	p, err := s.repairFromJournal(p, all)
+	if err != nil {
+		return p, err
+	}
+	if err := p.applyJournal(all); err != nil {
+		return p, err
 	}
 	if err := p.Sync(); err != nil {
-		return err
+		return p, err
 	}
 	s.forgetLost(p.ns)
-	return nil
+	return p, nil
+}
+
+// repairFromJournal repairs a damaged tail that the journal's records
+// cover. A partition in a journal does not fsync its tail at every
+// commit: the journal holds every record the tail may lack, and after a
+// power loss (or a failed fsync, whose kernel may drop written pages
+// anywhere in the file) the tail may read as damage — a stretch the disk
+// never got, followed by records it did — where nothing acknowledged is
+// lost. If the journal's records of p's incarnation cover, without a
+// gap, every offset from p's first damaged tail record to p's end, the
+// tail is truncated at that record (and fsynced) and p reopened: the
+// caller's applyJournal then appends the rest from the journal. Otherwise
+// p is returned as it is (fenced: its damage is reported). On error p is
+// still the caller's to close.
+func (s *FileStore) repairFromJournal(p *filePartition, entries []journalEntry) (*filePartition, error) {
+	if p.fenced == nil {
+		return p, nil
+	}
+	tail := p.tail()
+	var h *hole
+	for i := range p.holes {
+		if p.holes[i].err.Path == tail.logPath && p.holes[i].from >= tail.base {
+			h = &p.holes[i]
+			break
+		}
+	}
+	if h == nil {
+		return p, nil
+	}
+	// The covered range [lo, hi): the entries of p's incarnation, in
+	// journal order, as long as each starts within what the ones before
+	// it cover.
+	var lo, hi uint64
+	started := false
+	for _, e := range entries {
+		if e.ns != p.ns || e.epoch != p.epoch || len(e.msgs) == 0 {
+			continue
+		}
+		end := e.first + uint64(len(e.msgs))
+		switch {
+		case !started:
+			lo, hi, started = e.first, end, true
+		case e.first <= hi:
+			lo, hi = min(lo, e.first), max(hi, end)
+		}
+	}
+	if !started || lo > h.from || hi < p.next {
+		return p, nil
+	}
+	pos := h.err.Offset
+	if err := p.closeFiles(); err != nil {
+		return p, err
+	}
+	f, err := s.fs.OpenFile(tail.logPath, os.O_RDWR, 0)
+	if err != nil {
+		return p, err
+	}
+	err = f.Truncate(pos)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return p, err
+	}
+	np, err := s.open(p.ns, p.epoch, p.dir, false)
+	if err != nil {
+		return p, err // its files are closed: closing it again is harmless
+	}
+	return np, nil
 }
 
 // parseJournalName returns the number of a journal file name.

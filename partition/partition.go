@@ -115,7 +115,9 @@ type Partition interface {
 	Append(msgs []Message) (first uint64, err error)
 	// Read returns up to max messages starting at offset from (fewer at the
 	// end of the log; none, with no error, at or past NextOffset). An offset
-	// below the log's start is ErrOffsetOutOfRange.
+	// below the log's start is ErrOffsetOutOfRange. FileStore: a read stops
+	// below damaged or missing messages, returning those before them; the
+	// read that starts at one returns a *CorruptError (see FileStore.Build).
 	Read(from uint64, max int) ([]Message, error)
 	// OffsetForTime returns the offset of the first readable message
 	// whose AppendTime is at or after t (µs since the Unix epoch), or
@@ -244,6 +246,14 @@ var (
 	// ErrClosed reports use of a closed partition.
 	ErrClosed = errors.New("parkway: partition closed")
 )
+
+// Damaged is implemented by partitions that can open with damage found
+// by recovery (FileStore's, see FileStore.Build): Damage returns the
+// first *CorruptError found, nil if none, so the owner can report it when
+// it takes the partition; the reads that reach the damage return it too.
+type Damaged interface {
+	Damage() error
+}
 
 // Located is implemented by partitions kept in a directory of a
 // filesystem (FileStore's). A replicated partition keeps its raft log in

@@ -65,21 +65,25 @@ func (s *FileStore) notStored(ns metadata.Namespace, epoch, inc uint64, err erro
 }
 
 // readTail is openTail for a read-only store: the tail is verified record
-// by record and its logical end is the last whole record, but the file is
-// left as it is.
-func (s *FileStore) readTail(seg *segment, buf []byte) ([]byte, error) {
+// by record, its logical end is the last whole record, and damage with
+// whole records after it is returned as holes, as openTail finds them;
+// but the file is left as it is.
+func (s *FileStore) readTail(seg *segment, buf []byte) ([]byte, []hole, error) {
 	seg.log = s.handles.newHandle(seg.logPath, os.O_RDONLY)
 	fi, err := seg.log.Stat()
 	if err != nil {
-		return buf, err
+		return buf, nil, err
 	}
-	end, next, buf, err := seg.scan(0, seg.base, fi.Size(), buf, true)
-	if err != nil && !errors.Is(err, ErrCorrupt) {
-		return buf, err
+	end, next, holes, _, buf, err := seg.scanHoles(fi.Size(), buf)
+	if err != nil {
+		return buf, nil, err
 	}
 	// synced: a reader has nothing to make durable (Close must not sync).
 	seg.size, seg.next, seg.maxTSKnown, seg.synced = end, next, true, true
-	return buf, nil
+	if len(holes) > 0 {
+		seg.damaged = holes[0].err
+	}
+	return buf, holes, nil
 }
 
 // SegmentInfo describes one segment of a FileStore partition.

@@ -3,6 +3,7 @@ package partition
 import (
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math"
 	"os"
@@ -78,14 +79,16 @@ func parseSegmentName(name string) (uint64, bool) {
 }
 
 // listSegments returns the sorted base offsets of the segments in the
-// partition directory, removing leftover temporary files (names starting
-// with ".", from atomic writes a crash interrupted) on the way.
-func (p *filePartition) listSegments() ([]uint64, error) {
+// partition directory, and those of the offset index files found without
+// their segment's log (see findDeletedTail), removing leftover temporary
+// files (names starting with ".", from atomic writes a crash interrupted)
+// on the way.
+func (p *filePartition) listSegments() (bases, indexOnly []uint64, _ error) {
 	names, err := p.fs.ReadDir(p.dir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var bases []uint64
+	var indexes []uint64
 	for _, name := range names {
 		if strings.HasPrefix(name, ".") {
 			_ = p.fs.Remove(filepath.Join(p.dir, name)) // harmless if it stays
@@ -93,10 +96,27 @@ func (p *filePartition) listSegments() ([]uint64, error) {
 		}
 		if base, ok := parseSegmentName(name); ok {
 			bases = append(bases, base)
+		} else if digits, ok := strings.CutSuffix(name, indexExt); ok {
+			if base, ok := parseSegmentName(digits + logExt); ok {
+				indexes = append(indexes, base)
+			}
 		}
 	}
 	slices.Sort(bases)
-	return bases, nil
+	for _, b := range indexes {
+		if _, found := slices.BinarySearch(bases, b); !found {
+			indexOnly = append(indexOnly, b)
+		}
+	}
+	return bases, indexOnly, nil
+}
+
+// hole is a range of offsets [from, to) whose records recovery found
+// damaged or missing: a read that reaches it gets err, reads below it are
+// served.
+type hole struct {
+	from, to uint64
+	err      *CorruptError
 }
 
 type indexEntry struct {
@@ -147,6 +167,15 @@ type segment struct {
 	// (math.MinInt64 for none). Append times never decrease along the
 	// log, so once the last record was seen it is the last record's.
 	maxAT int64
+	// damaged is the damage recovery found in the segment (nil: none).
+	// A sealed segment's records before it are served and the offsets
+	// from it to the next segment are a hole of its partition; a damaged
+	// tail's holes are between whole records (see FileStore.openTail).
+	damaged *CorruptError
+	// endDamage is what stopped open's scan of a sealed segment before
+	// its end (a damaged or cut record, zeros), with nothing whole after
+	// it: the offsets from there to the next segment are a hole.
+	endDamage *CorruptError
 	// synced is set by open when the whole segment is known to be
 	// durable: a sealed segment, or a tail that open truncated and
 	// fsynced. Only open reads it; afterwards filePartition.synced tracks
@@ -158,6 +187,10 @@ type segment struct {
 	// timesUnknown: times holds placeholders (the time index file was
 	// missing or did not match); ensureTimes rebuilds it on first use.
 	timesUnknown bool
+	// indexRebuilt: read rebuilt the index from a scan (once at most).
+	indexRebuilt bool
+	// lastResync is the last resync a read needed (see resyncCached).
+	lastResync   *resyncResult
 	lastIndexed  int64 // position of the last indexed record, 0 if none
 	idxPersisted int   // entries of index already in both index files
 }
@@ -286,7 +319,44 @@ func (s *segment) scanMaxTimestamp() (int64, error) {
 
 // read appends to out up to count messages from offset from, which must be
 // in [s.base, s.next). Payloads alias freshly allocated read buffers.
+//
+// A sealed segment's index is loaded from its file, checked at open only
+// for what is cheap (see openSealed); an entry damaged in a way those
+// checks miss points at no record, or at another one. A read that fails
+// right at the position an entry gave rebuilds the segment's index from a
+// scan, once, and tries again: damage in the index (derived data) is
+// repaired, and only damage in the log is reported.
 func (s *segment) read(from uint64, count int, out []Message) ([]Message, error) {
+	n := len(out)
+	pos, _ := s.seek(from)
+	out, err := s.readAt(from, count, out)
+	var ce *CorruptError
+	// The tail's index and a damaged segment's come from open's scan of
+	// the whole file: only a sealed segment's can be wrong.
+	sealedIndex := s.idx == nil && s.damaged == nil
+	if pos == 0 || !sealedIndex || s.indexRebuilt || !errors.As(err, &ce) || ce.Offset != pos || ce.Path != s.logPath {
+		return out, err
+	}
+	s.indexRebuilt = true
+	index, times, last := s.index, s.times, s.lastIndexed
+	s.index, s.times, s.lastIndexed = nil, nil, 0
+	if _, _, _, serr := s.scan(0, s.base, s.size, nil, true); serr != nil && !errors.Is(serr, ErrCorrupt) {
+		s.index, s.times, s.lastIndexed = index, times, last
+		return out, err
+	}
+	// The scan stops at damage in the log, if any: the entries before it
+	// are right, and so are the append times it read with them.
+	s.timesUnknown = false
+	return s.readAt(from, count, out[:n])
+}
+
+// readAt is read without the index repair. Damage below from (between
+// the index entry the read starts at and the offset asked for) does not
+// stop it: it looks for the next whole record past the damage (resync)
+// and reads on from there if that record is at or below from. Damage at
+// or after from ends the read: with the messages before it, or with the
+// *CorruptError if there are none.
+func (s *segment) readAt(from uint64, count int, out []Message) ([]Message, error) {
 	pos, off := s.seek(from)
 	want := int64(readChunk)
 	for count > 0 && pos < s.size {
@@ -299,42 +369,85 @@ func (s *segment) read(from uint64, count int, out []Message) ([]Message, error)
 			return out, err
 		}
 		want = readChunk
-		used := 0
-		for count > 0 && used < len(buf) {
-			at := pos + int64(used)
+		used := int64(0)
+		jumped := false
+		for count > 0 && used < int64(len(buf)) {
+			at := pos + used
 			m, rn, err := decodeRecord(buf[used:], s.logPath, at)
-			if err == errIncomplete {
+			var damage error
+			switch {
+			case err == errIncomplete:
 				if used == 0 { // a record larger than the chunk
 					if len(buf) < 8 {
-						return out, corruptf(s.logPath, at, "torn record inside the logical size")
+						damage = corruptf(s.logPath, at, "torn record inside the logical size")
+						break
 					}
 					l, _ := recordLength(buf)
 					want = int64(l)
 					if want <= int64(len(buf)) || at+want > s.size {
-						return out, corruptf(s.logPath, at, "record of %d bytes overruns the logical size %d", want, s.size)
+						damage = corruptf(s.logPath, at, "record of %d bytes overruns the logical size %d", want, s.size)
 					}
 				}
+			case err == io.EOF:
+				damage = corruptf(s.logPath, at, "end of data inside the logical size %d", s.size)
+			case err != nil:
+				damage = err
+			case m.Offset != off:
+				damage = corruptf(s.logPath, at, "record offset %d, expected %d", m.Offset, off)
+			}
+			if damage != nil {
+				if off >= from || !errors.Is(damage, ErrCorrupt) {
+					return out, damage
+				}
+				q, qoff, found, rerr := s.resyncCached(at, off)
+				if rerr != nil || !found || qoff > from {
+					return out, damage
+				}
+				pos, off, jumped, want = q, qoff, true, readChunk
 				break
 			}
-			if err == io.EOF {
-				return out, corruptf(s.logPath, at, "end of data inside the logical size %d", s.size)
-			}
-			if err != nil {
-				return out, err
-			}
-			if m.Offset != off {
-				return out, corruptf(s.logPath, at, "record offset %d, expected %d", m.Offset, off)
+			if err == errIncomplete {
+				break // read on from the start of this record
 			}
 			if off >= from {
 				out = append(out, m)
 				count--
 			}
 			off++
-			used += rn
+			used += int64(rn)
 		}
-		pos += int64(used)
+		if !jumped {
+			pos += used
+		}
 	}
 	return out, nil
+}
+
+// resyncCached is resync from at (where the record of offset off is
+// damaged) to the segment's end, remembering the last answer: a consumer
+// stepping through damaged offsets one read at a time meets the same
+// damage from the same index entry each time, and must not pay a scan of
+// the rest of the segment each time.
+func (s *segment) resyncCached(at int64, off uint64) (int64, uint64, bool, error) {
+	if c := s.lastResync; c != nil && c.at == at && c.off == off && c.size == s.size {
+		return c.q, c.qoff, c.found, nil
+	}
+	q, qoff, found, _, err := s.resync(at, off, s.size, nil)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	s.lastResync = &resyncResult{at: at, off: off, size: s.size, q: q, qoff: qoff, found: found}
+	return q, qoff, found, nil
+}
+
+// resyncResult is a resync's answer, kept by resyncCached.
+type resyncResult struct {
+	at    int64
+	off   uint64
+	size  int64
+	q     int64
+	qoff  uint64
+	found bool
 }
 
 // ensureTimes rebuilds the time index of a sealed segment opened without
@@ -366,6 +479,7 @@ func (s *segment) ensureTimes(fsys vfs.FS) error {
 // segment has none. It starts decoding at the time index's hint.
 func (s *segment) findTime(t int64, from uint64) (uint64, bool, error) {
 	_, off := s.seekTime(t)
+	hinted := off > from
 	off = max(off, from)
 	for off < s.next {
 		msgs, err := s.read(off, 256, nil)
@@ -375,6 +489,16 @@ func (s *segment) findTime(t int64, from uint64) (uint64, bool, error) {
 		if len(msgs) == 0 {
 			return 0, false, corruptf(s.logPath, s.size, "no record for offset %d below the segment's end %d", off, s.next)
 		}
+		if hinted && msgs[0].AppendTime >= t {
+			// The time index named a record appended before t and it was
+			// not: the index is damaged (a sealed segment's is loaded
+			// from its file). Append times never decrease, so a record
+			// appended before t proves every earlier one was; without
+			// that proof, search from the start.
+			hinted, off = false, from
+			continue
+		}
+		hinted = false
 		for i := range msgs {
 			if msgs[i].AppendTime >= t {
 				return msgs[i].Offset, true, nil
@@ -517,4 +641,141 @@ func (s *segment) close() error {
 
 func newSegment(dir string, base uint64) *segment {
 	return &segment{base: base, next: base, logPath: filepath.Join(dir, segmentName(base, logExt)), maxTS: math.MinInt64, maxAT: math.MinInt64}
+}
+
+// scanHoles scans the whole segment (of size bytes) like scan, indexing
+// it, and on past damage: where the records stop before size, resync
+// looks for a whole record after; if there is one, the offsets from the
+// stop to it are a hole (the damage, a *CorruptError at the stop's
+// position), the record after it is indexed whatever the spacing (a read
+// past the hole starts there, never before the damage) and the scan goes
+// on from it. It returns the end and next offset of the last whole
+// record, the holes, and stop: what is at end if end < size (the
+// *CorruptError of a torn or damaged record, or zeros), with nothing
+// whole after it. Any other error is an I/O error.
+func (s *segment) scanHoles(size int64, buf []byte) (end int64, next uint64, holes []hole, stop *CorruptError, _ []byte, err error) {
+	end, next, buf, err = s.scan(0, s.base, size, buf, true)
+	for {
+		if err != nil && !errors.Is(err, ErrCorrupt) {
+			return 0, 0, nil, nil, buf, err
+		}
+		if end >= size {
+			return end, next, holes, nil, buf, nil
+		}
+		var ce *CorruptError
+		if !errors.As(err, &ce) {
+			ce = corruptf(s.logPath, end, "zeros where a record should start")
+		}
+		q, qoff, found, b, rerr := s.resync(end, next, size, buf)
+		buf = b
+		if rerr != nil {
+			return 0, 0, nil, nil, buf, rerr
+		}
+		if !found {
+			return end, next, holes, ce, buf, nil
+		}
+		ce = corruptf(s.logPath, end, "%v, followed by a whole record (offset %d at byte %d): damage, not a torn write", ce.Err, qoff, q)
+		holes = append(holes, hole{from: next, to: qoff, err: ce})
+		s.lastIndexed = min(s.lastIndexed, q-indexInterval)
+		end, next, buf, err = s.scan(q, qoff, size, buf, true)
+	}
+}
+
+// resync looks past damage for the next record: the first position q in
+// (from, end) where a whole record starts (both formats) whose checksum
+// holds and whose offset could follow the damaged record's, off: at least
+// off and at most off + (q-from)/recordHeaderSizeV1, since every record in
+// between takes at least that many bytes. It returns q and the record's
+// offset, or found false if nothing after from is a record: what follows
+// the last whole record is then a torn final write (or zeros), not damage.
+//
+// It is how recovery tells the two apart (see FileStore.Build). The
+// record format has no sync marker, so every position is a candidate; the
+// cheap checks (length within the file, the field lengths adding up to
+// it, a plausible offset) reject garbage and zeros before a checksum is
+// computed, so the scan costs about one pass over the bytes after from,
+// once, at open. A candidate's checksum is computed over the file in
+// pieces, never by allocating its claimed length, and the checksums
+// computed are bounded by a few times the bytes scanned: a file crafted so
+// that many candidates pass the cheap checks with huge lengths is a
+// *CorruptError (the caller does not open the log) rather than a scan
+// quadratic in the file's size. buf is scratch space.
+func (s *segment) resync(from int64, off uint64, end int64, buf []byte) (q int64, qoff uint64, found bool, _ []byte, err error) {
+	// A window of scanChunk bytes, or the whole region if smaller (then
+	// read at once: a header never straddles the window's end).
+	if want := min(scanChunk, max(end-from, 0)); int64(len(buf)) < want {
+		buf = make([]byte, want)
+	}
+	var crcBuf []byte
+	budget := 4*(end-from) + 64<<20 // bytes of candidates' checksums
+	w := from + 1                   // the window's file position
+	for w+recordHeaderSizeV1 <= end {
+		n := min(int64(len(buf)), end-w)
+		last := w+n == end
+		b := buf[:n]
+		if _, err := s.log.ReadAt(b, w); err != nil {
+			return 0, 0, false, buf, err
+		}
+		next := w + n // where the next window starts unless a header straddles this one's end
+		for i := int64(0); w+i+recordHeaderSizeV1 <= end; i++ {
+			if i+8 > n {
+				next = w + i
+				break
+			}
+			l, hs := recordLength(b[i:])
+			at := w + i
+			if l < uint32(hs) || at+int64(l) > end {
+				continue
+			}
+			if i+int64(hs) > n {
+				if last {
+					continue // cannot happen: at+hs <= at+l <= end
+				}
+				next = at
+				break
+			}
+			h := b[i:]
+			o := le.Uint64(h[8:])
+			if o < off || o-off > uint64(at-from)/recordHeaderSizeV1 {
+				continue
+			}
+			var sum uint64
+			if hs == recordHeaderSize {
+				sum = uint64(hs) + uint64(le.Uint32(h[48:])) + uint64(le.Uint32(h[52:])) + uint64(le.Uint32(h[56:]))
+			} else {
+				sum = uint64(hs) + uint64(le.Uint32(h[40:])) + uint64(le.Uint32(h[44:]))
+			}
+			if sum != uint64(l) {
+				continue
+			}
+			if budget -= int64(l); budget < 0 {
+				return 0, 0, false, buf, corruptf(s.logPath, from, "damaged or torn record, and too many candidate records after it to tell which")
+			}
+			var crc uint32
+			if i+int64(l) <= n {
+				crc = crc32.Checksum(b[i+4:i+int64(l)], castagnoli)
+			} else {
+				if crcBuf == nil {
+					crcBuf = make([]byte, 64<<10)
+				}
+				crc = crc32.Update(0, castagnoli, b[i+4:n])
+				for p := w + n; p < at+int64(l); {
+					c := crcBuf[:min(int64(len(crcBuf)), at+int64(l)-p)]
+					if _, err := s.log.ReadAt(c, p); err != nil {
+						return 0, 0, false, buf, err
+					}
+					crc = crc32.Update(crc, castagnoli, c)
+					p += int64(len(c))
+				}
+			}
+			if crc == le.Uint32(h) {
+				return at, o, true, buf, nil
+			}
+		}
+		if last || next <= w {
+			break
+		}
+		w = next
+	}
+	return 0, 0, false, buf, nil
 }

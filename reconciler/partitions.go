@@ -89,6 +89,7 @@ func newHeld() *btree.BTreeG[heldPartition] {
 type backoff struct {
 	delay time.Duration
 	next  time.Time
+	err   error // the last failure: parked frames are answered with it
 }
 
 // Partitions is the default reconciler of one shard. It is not safe for
@@ -468,6 +469,7 @@ func (r *Partitions) placed(ctx context.Context, h *heldPartition, info metadata
 // 15). lookup is the committed partition of a namespace.
 func (r *Partitions) sweep(ctx context.Context, parked []shard.ParkedNamespace, lookup func(metadata.Namespace) (metadata.PartitionInfo, bool), rep *Report) error {
 	verdicts := make(map[metadata.Namespace]shard.Verdict)
+	var causes map[metadata.Namespace]error
 	for _, pn := range parked {
 		info, ok := lookup(pn.NS)
 		switch {
@@ -477,9 +479,17 @@ func (r *Partitions) sweep(ctx context.Context, parked []shard.ParkedNamespace, 
 			verdicts[pn.NS] = shard.VerdictNotHeld
 		case r.backedOff(backoffKey{pn.NS, causeAdd}), r.backedOff(backoffKey{pn.NS, causeDelete}):
 			verdicts[pn.NS] = shard.VerdictBuildFailed
+			// The answer carries why: damage on disk is answered as such
+			// (not retried in place), not as a generic retry.
+			if b, ok := r.backoffs[backoffKey{pn.NS, causeAdd}]; ok && b.err != nil {
+				if causes == nil {
+					causes = make(map[metadata.Namespace]error)
+				}
+				causes[pn.NS] = b.err
+			}
 		}
 	}
-	res, err := r.cfg.Shard.Sweep(ctx, verdicts)
+	res, err := r.cfg.Shard.Sweep(ctx, verdicts, causes)
 	if err != nil {
 		return err
 	}
@@ -513,6 +523,13 @@ func (r *Partitions) build(ctx context.Context, info metadata.PartitionInfo, wan
 		if p, err = r.cfg.Store.Build(info.NS, info.CreatedRevision); err != nil {
 			r.fail(key, now, rep, "build", err)
 			return nil
+		}
+		if d, ok := p.(partition.Damaged); ok {
+			if err := d.Damage(); err != nil {
+				// Served around the damage; the reads that reach it get
+				// the error, and the operator hears of it once here.
+				r.log.Error("partition opened with damage on disk", "ns", info.NS, "error", err)
+			}
 		}
 	}
 	if err := r.cfg.Shard.InsertOwned(ctx, p, want); err != nil {
@@ -563,6 +580,7 @@ func (r *Partitions) fail(key backoffKey, now time.Time, rep *Report, what strin
 		b.delay = min(b.delay*2, r.cfg.BackoffMax)
 	}
 	b.next = now.Add(b.delay)
+	b.err = err
 	r.backoffs[key] = b
 	rep.Failed++
 	r.m.BuildFailed.Inc()

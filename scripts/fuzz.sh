@@ -23,6 +23,7 @@ targets='
 ./partition FuzzDecodeBatch
 ./partition FuzzDecodeJournal
 ./partition FuzzSegment
+./partition FuzzSealedSegment
 ./shard FuzzDecodeState
 ./shard FuzzDecodeCatchUp
 ./transport FuzzReadFrame

@@ -3,14 +3,18 @@ package shard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
+	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/router"
 )
 
@@ -474,6 +478,33 @@ func TestBehaviour15SweepVerdicts(t *testing.T) {
 	cc.pending(t)
 	if got := h.drops("0", "produce", metrics.ReasonNotOwner) + h.drops("0", "produce", metrics.ReasonBuildFailed); got != 2 {
 		t.Fatalf("verdict drops = %v, want 2", got)
+	}
+}
+
+// A build that failed for damage on disk answers its parked frames with
+// the damage (ErrPartitionFailed wrapping the *partition.CorruptError),
+// not a retry-here; any other cause stays retriable, naming the cause.
+func TestBehaviour15BuildFailureCause(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	s := h.shards[0]
+	a, _ := h.topic("a")
+	b, _ := h.topic("b")
+	ca, cb := produce(a, "a"), produce(b, "b")
+	s.handle(ca.f)
+	s.handle(cb.f)
+	damage := &partition.CorruptError{Path: "/d/0.log", Offset: 42, Err: errors.New("checksum")}
+	var res SweepResult
+	if err := h.step(s, opSweep(map[metadata.Namespace]Verdict{a: VerdictBuildFailed, b: VerdictBuildFailed},
+		map[metadata.Namespace]error{a: fmt.Errorf("open: %w", damage), b: syscall.EIO}, &res)); err != nil {
+		t.Fatal(err)
+	}
+	err := ca.answered(t).Err
+	var ce *partition.CorruptError
+	if !errors.As(err, &ce) || ce != damage || !errors.Is(err, ErrPartitionFailed) || errors.Is(err, ErrRetry) {
+		t.Fatalf("damaged build: answer %v, want ErrPartitionFailed wrapping the *CorruptError, not ErrRetry", err)
+	}
+	if err := cb.answered(t).Err; !errors.Is(err, ErrRetry) || !strings.Contains(err.Error(), syscall.EIO.Error()) {
+		t.Fatalf("build failed with EIO: answer %v, want a retriable answer naming the cause", err)
 	}
 }
 

@@ -310,6 +310,11 @@ const (
 	VerdictNotOwner
 	// VerdictBuildFailed answers the frames now: the namespace's build is
 	// backed off after a failure, so waiting here would only time out.
+	// The answer carries the failure's cause (Sweep's causes): damage on
+	// disk (partition.ErrCorrupt) is answered ErrPartitionFailed wrapping
+	// the *partition.CorruptError, which is not retried in place — it
+	// needs an operator, not a moment; any other cause is a retriable
+	// answer naming it.
 	VerdictBuildFailed
 	// VerdictNotHeld answers the frames now: committed metadata places the
 	// namespace's replicas on other nodes. Each is answered "not leader"
@@ -326,15 +331,29 @@ type SweepResult struct {
 // Sweep is one pass over the park buffer (DESIGN behaviours 8 and 15):
 // namespaces with a verdict are answered now, every other parked frame ages
 // by one pass and is answered once it has survived MaxPasses passes.
-func (s *Shard) Sweep(ctx context.Context, verdicts map[metadata.Namespace]Verdict) (SweepResult, error) {
+// causes holds, for namespaces whose verdict is VerdictBuildFailed, the
+// error the build failed with (nil or missing: unknown).
+func (s *Shard) Sweep(ctx context.Context, verdicts map[metadata.Namespace]Verdict, causes map[metadata.Namespace]error) (SweepResult, error) {
 	var res SweepResult
-	if err := s.do(ctx, opSweep(verdicts, &res)); err != nil {
+	if err := s.do(ctx, opSweep(verdicts, causes, &res)); err != nil {
 		return SweepResult{}, err
 	}
 	return res, nil
 }
 
-func opSweep(verdicts map[metadata.Namespace]Verdict, res *SweepResult) control {
+// buildFailedAnswer is the answer to a frame whose partition's build
+// failed with cause (see VerdictBuildFailed).
+func buildFailedAnswer(ns metadata.Namespace, cause error) error {
+	switch {
+	case cause == nil:
+		return errBuildFailed
+	case errors.Is(cause, partition.ErrCorrupt):
+		return fmt.Errorf("%w: %v cannot be opened from disk: %w", ErrPartitionFailed, ns, cause)
+	}
+	return fmt.Errorf("%w: %v", errBuildFailed, cause) // the text only: still a retry-here answer
+}
+
+func opSweep(verdicts map[metadata.Namespace]Verdict, causes map[metadata.Namespace]error, res *SweepResult) control {
 	return newControl(func(s *Shard) error {
 		s.pass++
 		var emptied []*parkQueue
@@ -367,7 +386,7 @@ func opSweep(verdicts map[metadata.Namespace]Verdict, res *SweepResult) control 
 			case VerdictNotOwner:
 				s.answerParked(q.ns, metrics.ReasonNotOwner, errNotOwner)
 			case VerdictBuildFailed:
-				s.answerParked(q.ns, metrics.ReasonBuildFailed, errBuildFailed)
+				s.answerParked(q.ns, metrics.ReasonBuildFailed, buildFailedAnswer(q.ns, causes[q.ns]))
 			case VerdictNotHeld:
 				s.sendElsewhere(q.ns)
 			default:

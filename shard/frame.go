@@ -186,6 +186,13 @@ var (
 	// it and hand its offsets to other messages, so no reader may see it.
 	// The partition stays fenced until the node restarts and recovers it
 	// from what is durable. It is not retriable.
+	//
+	// It also answers the requests for a partition whose build failed for
+	// damage on disk (a sweep's VerdictBuildFailed with a cause matching
+	// partition.ErrCorrupt), wrapping the *partition.CorruptError that
+	// names the file and byte offset; the reconciler retries the build
+	// behind its backoff, so the partition is served once the damage is
+	// repaired.
 	ErrPartitionFailed = errors.New("parkway: partition fenced after a failed fsync until it is rebuilt from disk")
 
 	errTombstoned   = fmt.Errorf("%w: partition is being removed", ErrRetry)

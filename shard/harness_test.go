@@ -124,7 +124,7 @@ func (h *harness) insert(s *Shard, p partition.Partition) {
 func (h *harness) sweep(s *Shard, v map[metadata.Namespace]Verdict) SweepResult {
 	h.t.Helper()
 	var res SweepResult
-	if err := h.step(s, opSweep(v, &res)); err != nil {
+	if err := h.step(s, opSweep(v, nil, &res)); err != nil {
 		h.t.Fatal(err)
 	}
 	return res
