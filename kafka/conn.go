@@ -1,0 +1,236 @@
+package kafka
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// maxPipelined bounds the requests of one connection read ahead of their
+// responses (Kafka clients pipeline up to 5 produces per connection by
+// default). A connection past it is not read until a response is written.
+const maxPipelined = 16
+
+// conn serves one client connection with two goroutines: the reader reads,
+// decodes and starts each request in arrival order; the writer waits for
+// each response in the same order and writes it. Responses are thus in
+// request order, as the protocol requires, while produces are pipelined.
+type conn struct {
+	s      *Server
+	nc     net.Conn
+	ctx    context.Context // ends when the connection is aborted or the server closes
+	cancel context.CancelFunc
+
+	stopping  atomic.Bool // Shutdown: read no further request
+	abortOnce sync.Once
+}
+
+// pending is one request between the reader and the writer.
+type pending struct {
+	hdr   reqHeader
+	start time.Time
+	// resp is the response when it is ready at once; otherwise wait
+	// computes it (a produce waiting for its acks, a fetch waiting for
+	// records) on the writer's goroutine.
+	resp kmsg.Response
+	wait func(ctx context.Context) kmsg.Response
+	// noResponse: acks=0, the client expects none.
+	noResponse bool
+	// held is the budget the request's bytes took, released once the
+	// response is computed (produced records are referenced until their
+	// append).
+	held int64
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	ctx, cancel := context.WithCancel(s.ctx)
+	return &conn{s: s, nc: nc, ctx: ctx, cancel: cancel}
+}
+
+// stopReading makes the reader stop before its next request (Shutdown).
+func (c *conn) stopReading() {
+	c.stopping.Store(true)
+	_ = c.nc.SetReadDeadline(time.Now())
+}
+
+// abort closes the connection at once (Close).
+func (c *conn) abort() {
+	c.abortOnce.Do(func() {
+		c.cancel()
+		_ = c.nc.Close()
+	})
+}
+
+// serve runs the connection until the client leaves, a request is refused
+// or the server stops, then closes it.
+func (c *conn) serve() {
+	queue := make(chan *pending, maxPipelined)
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		c.writeLoop(queue)
+	}()
+	c.readLoop(queue)
+	close(queue)
+	<-writerDone
+	c.abort()
+}
+
+// closeFor logs and counts why the server closed the connection.
+func (c *conn) closeFor(reason string, err error) {
+	c.s.metrics.closed.WithLabelValues(reason).Inc()
+	c.s.log.Debug("closing connection", "remote", c.nc.RemoteAddr(), "reason", reason, "err", err)
+}
+
+// recovered turns a panic on one of the connection's goroutines into a
+// closed connection: a fault serving one client never takes the host
+// process down.
+func (c *conn) recovered(where string) {
+	if v := recover(); v != nil {
+		c.s.metrics.closed.WithLabelValues("panic").Inc()
+		c.s.log.Error("panic serving a connection; closing it", "where", where, "remote", c.nc.RemoteAddr(), "panic", v, "stack", string(debug.Stack()))
+		c.abort()
+	}
+}
+
+func (c *conn) readLoop(queue chan<- *pending) {
+	defer c.recovered("reader")
+	r := bufio.NewReaderSize(c.nc, 32<<10)
+	var size [4]byte
+	for !c.stopping.Load() {
+		_ = c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.IdleTimeout))
+		if _, err := io.ReadFull(r, size[:]); err != nil {
+			if !errors.Is(err, io.EOF) && !c.stopping.Load() && c.ctx.Err() == nil {
+				c.closeFor("read", err)
+			}
+			return
+		}
+		// The rest of the request must arrive within the request timeout:
+		// a client trickling bytes holds its budget no longer than that.
+		_ = c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.RequestTimeout))
+		n := int32(binary.BigEndian.Uint32(size[:]))
+		if n < 10 || int(n) > c.s.cfg.MaxRequestSize {
+			c.closeFor("size", fmt.Errorf("%w: %d bytes (limit %d)", errFrameSize, n, c.s.cfg.MaxRequestSize))
+			return
+		}
+		if err := c.s.budget.acquire(c.ctx, int64(n)); err != nil {
+			return
+		}
+		frame := make([]byte, n)
+		if _, err := io.ReadFull(r, frame); err != nil {
+			c.s.budget.release(int64(n))
+			c.closeFor("read", err)
+			return
+		}
+		c.s.metrics.bytesIn.Add(float64(n) + 4)
+		p, err := c.s.process(c.ctx, frame)
+		if err != nil {
+			c.s.budget.release(int64(n))
+			c.closeFor(refusal(err), err)
+			return
+		}
+		p.held = int64(n)
+		select {
+		case queue <- p:
+		case <-c.ctx.Done():
+			c.s.budget.release(int64(n))
+			return
+		}
+	}
+}
+
+func refusal(err error) string {
+	switch {
+	case errors.Is(err, errUnknownKey):
+		return "unknown_key"
+	case errors.Is(err, errUnsupportedVersion):
+		return "unsupported_version"
+	default:
+		return "malformed"
+	}
+}
+
+func (c *conn) writeLoop(queue <-chan *pending) {
+	// A panic here closes the connection; the reader then fails and
+	// closes the queue, which the deferred drain empties, so neither side
+	// waits for the other.
+	defer func() {
+		for p := range queue {
+			c.s.budget.release(p.held)
+		}
+	}()
+	defer c.recovered("writer")
+	w := bufio.NewWriterSize(c.nc, 32<<10)
+	var buf []byte
+	failed := false
+	for p := range queue {
+		resp := p.finish(c.ctx)
+		c.s.budget.release(p.held)
+		p.held = 0
+		api := apiName(p.hdr.key)
+		c.s.metrics.requests.WithLabelValues(api).Inc()
+		if p.noResponse || failed {
+			continue
+		}
+		buf = appendResponse(buf[:0], p.hdr, resp)
+		_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.RequestTimeout))
+		if _, err := w.Write(buf); err != nil {
+			failed = true
+			c.abort()
+			continue
+		}
+		// Flush when nothing else is ready, so pipelined responses share
+		// a write.
+		if len(queue) == 0 {
+			if err := w.Flush(); err != nil {
+				failed = true
+				c.abort()
+				continue
+			}
+		}
+		c.s.metrics.bytesOut.Add(float64(len(buf)))
+		c.s.metrics.latency.WithLabelValues(api).Observe(time.Since(p.start).Seconds())
+		if cap(buf) > 1<<20 {
+			buf = nil // do not keep one large fetch's buffer for the connection's life
+		}
+	}
+	if !failed {
+		_ = w.Flush()
+	}
+}
+
+// finish returns the request's response, computing it if it is not ready.
+func (p *pending) finish(ctx context.Context) kmsg.Response {
+	if p.resp == nil && p.wait != nil {
+		p.resp = p.wait(ctx)
+	}
+	return p.resp
+}
+
+// process decodes one request frame and starts serving it. An error means
+// the connection must be closed (see parseRequest).
+func (s *Server) process(ctx context.Context, frame []byte) (*pending, error) {
+	hdr, req, err := parseRequest(frame)
+	p := &pending{hdr: hdr, start: time.Now()}
+	if err != nil {
+		if errors.Is(err, errUnsupportedVersion) && hdr.key == int16(kmsg.ApiVersions) {
+			p.hdr.version, p.hdr.flexible = 0, false
+			p.resp = apiVersionsResponse(0, errUnsupportedVersionCode)
+			s.metrics.countError(hdr.key, errUnsupportedVersionCode)
+			return p, nil
+		}
+		return nil, err
+	}
+	s.dispatch(ctx, req, p)
+	return p, nil
+}

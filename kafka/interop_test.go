@@ -1,0 +1,176 @@
+package kafka
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// TestProduceConsumeEveryCodec produces keyed records with headers through
+// franz-go's idempotent producer with each compression codec, to a topic
+// the produce auto-creates, and consumes them back from the earliest
+// offset: keys, values, headers, timestamps and offsets intact.
+func TestProduceConsumeEveryCodec(t *testing.T) {
+	f := serve(t, Config{DefaultPartitions: 2})
+	for _, c := range []struct {
+		name  string
+		codec kgo.CompressionCodec
+	}{
+		{"none", kgo.NoCompression()},
+		{"gzip", kgo.GzipCompression()},
+		{"snappy", kgo.SnappyCompression()},
+		{"lz4", kgo.Lz4Compression()},
+		{"zstd", kgo.ZstdCompression()},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			topic := "codec-" + c.name
+			prod := f.client(t, kgo.ProducerBatchCompression(c.codec), kgo.DefaultProduceTopic(topic), kgo.AllowAutoTopicCreation())
+			const n = 200
+			base := time.Now().Truncate(time.Millisecond)
+			var want []*kgo.Record
+			for i := range n {
+				r := &kgo.Record{
+					Key:       []byte(fmt.Sprintf("key-%d", i%7)),
+					Value:     bytes.Repeat([]byte(fmt.Sprintf("value-%d;", i)), 10),
+					Headers:   []kgo.RecordHeader{{Key: "h", Value: []byte(fmt.Sprint(i))}},
+					Timestamp: base.Add(time.Duration(i) * time.Millisecond),
+				}
+				want = append(want, r)
+				prod.Produce(ctxFor(t), r, nil)
+			}
+			if err := prod.Flush(ctxFor(t)); err != nil {
+				t.Fatalf("Flush: %v", err)
+			}
+			for i, r := range want {
+				if r.Offset < 0 {
+					t.Fatalf("record %d not acknowledged", i)
+				}
+			}
+			cons := f.client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+			got := consume(t, cons, n)
+			if len(got) != n {
+				t.Fatalf("consumed %d records, want %d", len(got), n)
+			}
+			byKey := map[string]*kgo.Record{}
+			for _, r := range want {
+				byKey[fmt.Sprintf("%d/%d", r.Partition, r.Offset)] = r
+			}
+			for _, r := range got {
+				w := byKey[fmt.Sprintf("%d/%d", r.Partition, r.Offset)]
+				if w == nil {
+					t.Fatalf("consumed %d/%d, which no produce acknowledged", r.Partition, r.Offset)
+				}
+				if !bytes.Equal(r.Key, w.Key) || !bytes.Equal(r.Value, w.Value) {
+					t.Fatalf("%d/%d: got %q=%q, want %q=%q", r.Partition, r.Offset, r.Key, r.Value, w.Key, w.Value)
+				}
+				if len(r.Headers) != 1 || r.Headers[0].Key != "h" || !bytes.Equal(r.Headers[0].Value, w.Headers[0].Value) {
+					t.Fatalf("%d/%d: headers %v, want %v", r.Partition, r.Offset, r.Headers, w.Headers)
+				}
+				if !r.Timestamp.Equal(w.Timestamp) {
+					t.Fatalf("%d/%d: timestamp %v, want %v", r.Partition, r.Offset, r.Timestamp, w.Timestamp)
+				}
+				delete(byKey, fmt.Sprintf("%d/%d", r.Partition, r.Offset))
+			}
+		})
+	}
+}
+
+// TestConsumeFromLatest: a consumer starting at the end sees only what is
+// produced after it started, its fetch waiting at the partition.
+func TestConsumeFromLatest(t *testing.T) {
+	f := serve(t, Config{})
+	prod := f.client(t, kgo.DefaultProduceTopic("latest"), kgo.AllowAutoTopicCreation())
+	for i := range 5 {
+		if err := prod.ProduceSync(ctxFor(t), kgo.StringRecord(fmt.Sprint("old-", i))).FirstErr(); err != nil {
+			t.Fatalf("produce: %v", err)
+		}
+	}
+	cons := f.client(t, kgo.ConsumeTopics("latest"), kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()), kgo.FetchMaxWait(200*time.Millisecond))
+	// The consumer has its start once ListOffsets answered: wait until
+	// it is fetching (its offset moved from the unset value).
+	adm := kadm.NewClient(f.client(t))
+	ends, err := adm.ListEndOffsets(ctxFor(t), "latest")
+	if err != nil || ends.Error() != nil {
+		t.Fatalf("ListEndOffsets: %v %v", err, ends.Error())
+	}
+	if o, _ := ends.Lookup("latest", 0); o.Offset != 5 {
+		t.Fatalf("end offset %d, want 5", o.Offset)
+	}
+	done := make(chan []*kgo.Record, 1)
+	go func() { done <- consume(t, cons, 3) }()
+	// The consumer resolves "latest" asynchronously; produce until it has
+	// seen the new records, which are the only ones it may see.
+	deadline := time.Now().Add(testTimeout)
+	var got []*kgo.Record
+	for i := 0; got == nil; i++ {
+		if time.Now().After(deadline) {
+			t.Fatal("the consumer never received the new records")
+		}
+		if err := prod.ProduceSync(ctxFor(t), kgo.StringRecord(fmt.Sprint("new-", i))).FirstErr(); err != nil {
+			t.Fatalf("produce: %v", err)
+		}
+		select {
+		case got = <-done:
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	for _, r := range got {
+		if !strings.HasPrefix(string(r.Value), "new-") || r.Offset < 5 {
+			t.Fatalf("a consumer from the end got %q at %d", r.Value, r.Offset)
+		}
+	}
+}
+
+// TestAdminCreateDeleteTopics drives CreateTopics, Metadata and
+// DeleteTopics through kadm.
+func TestAdminCreateDeleteTopics(t *testing.T) {
+	f := serve(t, Config{DisableAutoCreate: true})
+	adm := kadm.NewClient(f.client(t))
+	ctx := ctxFor(t)
+	res, err := adm.CreateTopics(ctx, 3, -1, map[string]*string{"retention.ms": kadm.StringPtr("3600000")}, "orders", "payments")
+	if err != nil {
+		t.Fatalf("CreateTopics: %v", err)
+	}
+	for _, r := range res.Sorted() {
+		if r.Err != nil {
+			t.Fatalf("CreateTopics %s: %v", r.Topic, r.Err)
+		}
+		if r.ID == [16]byte{} {
+			t.Fatalf("CreateTopics %s: no topic ID", r.Topic)
+		}
+	}
+	again, err := adm.CreateTopics(ctx, 1, -1, nil, "orders")
+	if err != nil || again["orders"].Err == nil || !strings.Contains(again["orders"].Err.Error(), "TOPIC_ALREADY_EXISTS") {
+		t.Fatalf("creating an existing topic: %v / %v, want TOPIC_ALREADY_EXISTS", err, again["orders"].Err)
+	}
+	bad, _ := adm.CreateTopics(ctx, 1, -1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, "compacted")
+	if bad["compacted"].Err == nil || !strings.Contains(bad["compacted"].Err.Error(), "INVALID_CONFIG") {
+		t.Fatalf("a compacted topic: %v, want INVALID_CONFIG", bad["compacted"].Err)
+	}
+	topics, err := adm.ListTopics(ctx)
+	if err != nil {
+		t.Fatalf("ListTopics: %v", err)
+	}
+	if len(topics) != 2 || len(topics["orders"].Partitions) != 3 || topics["orders"].ID != res["orders"].ID {
+		t.Fatalf("ListTopics: %+v", topics)
+	}
+	del, err := adm.DeleteTopics(ctx, "orders")
+	if err != nil || del["orders"].Err != nil {
+		t.Fatalf("DeleteTopics: %v %v", err, del["orders"].Err)
+	}
+	// A fresh client: franz-go serves a metadata request from its cache
+	// for a while.
+	topics, err = kadm.NewClient(f.client(t)).ListTopics(ctx)
+	if err != nil || topics.Has("orders") || !topics.Has("payments") {
+		t.Fatalf("after delete: %v %v", topics.Names(), err)
+	}
+	gone, err := adm.DeleteTopics(ctx, "orders")
+	if err != nil || gone["orders"].Err == nil {
+		t.Fatalf("deleting a deleted topic: %v %v, want an error", err, gone["orders"].Err)
+	}
+}
