@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // TestProduceConsumeEveryCodec produces keyed records with headers through
@@ -172,5 +173,48 @@ func TestAdminCreateDeleteTopics(t *testing.T) {
 	gone, err := adm.DeleteTopics(ctx, "orders")
 	if err != nil || gone["orders"].Err == nil {
 		t.Fatalf("deleting a deleted topic: %v %v, want an error", err, gone["orders"].Err)
+	}
+}
+
+// TestWaitingFetchWokenByProduce: a fetch at the end with a long MaxWait
+// is answered by the produce that gives it a record, not by its
+// deadline.
+func TestWaitingFetchWokenByProduce(t *testing.T) {
+	f := serve(t, Config{DefaultPartitions: 3})
+	prod := f.client(t, kgo.DefaultProduceTopic("wake"), kgo.AllowAutoTopicCreation(), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err := prod.ProduceSync(ctxFor(t), &kgo.Record{Value: []byte("first"), Partition: 0}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	r := dialRaw(t, f.addr)
+	req := kmsg.NewPtrFetchRequest()
+	req.Version, req.MaxWaitMillis, req.MinBytes, req.MaxBytes, req.SessionEpoch = 12, 20_000, 1, 1<<20, -1
+	ft := kmsg.NewFetchRequestTopic()
+	ft.Topic = "wake"
+	for p := range int32(3) {
+		fp := kmsg.NewFetchRequestTopicPartition()
+		fp.Partition, fp.PartitionMaxBytes = p, 1<<20
+		if p == 0 {
+			fp.FetchOffset = 1 // past "first"
+		}
+		ft.Partitions = append(ft.Partitions, fp)
+	}
+	req.Topics = append(req.Topics, ft)
+	got := make(chan *kmsg.FetchResponse, 1)
+	start := time.Now()
+	go func() { got <- r.request(req).(*kmsg.FetchResponse) }()
+	if err := prod.ProduceSync(ctxFor(t), &kgo.Record{Value: []byte("second"), Partition: 2}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	resp := <-got
+	if d := time.Since(start); d > 15*time.Second {
+		t.Fatalf("the fetch was answered after %v: by its deadline, not the produce", d)
+	}
+	p2 := resp.Topics[0].Partitions[2]
+	var rb kmsg.RecordBatch
+	if p2.ErrorCode != 0 || len(p2.RecordBatches) == 0 || rb.ReadFrom(p2.RecordBatches) != nil || rb.NumRecords != 1 {
+		t.Fatalf("partition 2: code %d, %d bytes of batches", p2.ErrorCode, len(p2.RecordBatches))
+	}
+	if p2.HighWatermark != 1 || resp.Topics[0].Partitions[0].HighWatermark != 1 {
+		t.Fatalf("high watermarks %d and %d, want 1 and 1", resp.Topics[0].Partitions[0].HighWatermark, p2.HighWatermark)
 	}
 }

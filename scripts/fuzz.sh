@@ -30,6 +30,8 @@ targets='
 ./host FuzzDecodeResponse
 ./host FuzzDecodeRaftBatch
 ./host FuzzDecodeIdentity
+./kafka FuzzDecodeBatches
+./kafka FuzzProcess
 '
 
 failed=

@@ -1,0 +1,131 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/parkway-io/parkway"
+)
+
+// TestConfigValidateReportsEveryProblem: Validate names each bad field,
+// all at once, each wrapping ErrInvalidConfig.
+func TestConfigValidateReportsEveryProblem(t *testing.T) {
+	if err := (Config{}).Validate(); err != nil {
+		t.Fatalf("the zero Config: %v", err)
+	}
+	err := Config{
+		AdvertisedAddr: "no-port", BrokerID: -1, DefaultPartitions: -1, DefaultReplicationFactor: -2,
+		MaxRequestSize: 10, MaxInflightBytes: -1, MaxConnections: -1, IdleTimeout: -time.Second,
+		RequestTimeout: -time.Second, Stream: "bad name",
+	}.Validate()
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("Validate: %v, want ErrInvalidConfig", err)
+	}
+	for _, word := range []string{"advertised address", "broker id", "default partitions", "replication factor",
+		"max request size", "in-flight bytes", "max connections", "idle timeout", "request timeout", "stream name"} {
+		if !strings.Contains(err.Error(), word) {
+			t.Errorf("Validate does not report the %s: %v", word, err)
+		}
+	}
+	if err := (Config{MaxRequestSize: 1 << 20, MaxInflightBytes: 1 << 10}).Validate(); err == nil {
+		t.Error("a budget below one request passed Validate")
+	}
+	node, err := parkway.Open(parkway.Config{Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close()
+	if _, err := NewServer(node, Config{BrokerID: -1}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("NewServer with a bad config: %v", err)
+	}
+	if _, err := NewServer(nil, Config{}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("NewServer without a node: %v", err)
+	}
+}
+
+// TestShutdownAndCloseAreIdempotent: Shutdown lets a connection's request
+// finish and returns once every connection closed; Close after it, twice,
+// returns at once; Serve after them refuses; no goroutine is left (the
+// package's goleak check).
+func TestShutdownAndCloseAreIdempotent(t *testing.T) {
+	node, err := parkway.Open(parkway.Config{Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close()
+	srv, err := NewServer(node, Config{AdvertisedAddr: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(l.Addr().String()), kgo.DefaultProduceTopic("t"), kgo.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	// The advertised address is a dead port: the client reaches only the
+	// seed connection, which is enough to hold a connection open.
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if err := cl.Ping(ctx); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if err := <-served; !errors.Is(err, ErrServerClosed) {
+		t.Fatalf("Serve: %v, want ErrServerClosed", err)
+	}
+	if err := srv.Close(); err != nil {
+		t.Fatalf("Close after Shutdown: %v", err)
+	}
+	if err := srv.Close(); err != nil {
+		t.Fatalf("Close twice: %v", err)
+	}
+	l2, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Serve(l2); !errors.Is(err, ErrServerClosed) {
+		t.Fatalf("Serve after Close: %v", err)
+	}
+}
+
+// TestCloseEndsWaitingFetch: Close ends a fetch waiting for records
+// instead of waiting out its MaxWait.
+func TestCloseEndsWaitingFetch(t *testing.T) {
+	f := serve(t, Config{})
+	prod := f.client(t, kgo.DefaultProduceTopic("idle"), kgo.AllowAutoTopicCreation())
+	if err := prod.ProduceSync(ctxFor(t), kgo.StringRecord("x")).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	r := dialRaw(t, f.addr)
+	req := kmsg.NewPtrFetchRequest()
+	req.Version, req.MaxWaitMillis, req.MinBytes, req.MaxBytes, req.SessionEpoch = 12, 25_000, 1, 1<<20, -1
+	ft := kmsg.NewFetchRequestTopic()
+	ft.Topic = "idle"
+	fp := kmsg.NewFetchRequestTopicPartition()
+	fp.FetchOffset, fp.PartitionMaxBytes = 1, 1<<20 // the end: nothing to read yet
+	ft.Partitions = append(ft.Partitions, fp)
+	req.Topics = append(req.Topics, ft)
+	r.write(kmsg.NewRequestFormatter().AppendRequest(nil, req, 1))
+	start := time.Now()
+	if err := f.srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("Close took %v with a fetch waiting", d)
+	}
+}
