@@ -37,6 +37,22 @@ func (s *Server) dispatch(ctx context.Context, req kmsg.Request, p *pending) {
 		s.produce(ctx, r, p)
 	case *kmsg.FetchRequest:
 		p.wait = func(ctx context.Context) kmsg.Response { return s.fetch(ctx, r) }
+	case *kmsg.FindCoordinatorRequest:
+		p.resp = s.findCoordinator(r)
+	case *kmsg.JoinGroupRequest:
+		s.joinGroup(r, p.hdr.clientID, p)
+	case *kmsg.SyncGroupRequest:
+		s.syncGroup(r, p)
+	case *kmsg.HeartbeatRequest:
+		p.resp = s.heartbeat(r)
+	case *kmsg.LeaveGroupRequest:
+		p.resp = s.leaveGroup(r)
+	case *kmsg.OffsetCommitRequest:
+		p.resp = s.offsetCommit(ctx, r)
+	case *kmsg.OffsetFetchRequest:
+		p.resp = s.offsetFetch(ctx, r)
+	case *kmsg.ListGroupsRequest:
+		p.resp = s.listGroups(r)
 	default:
 		// parseRequest admits only the keys of served; a key listed there
 		// without a case here is a bug, answered as a closed connection.

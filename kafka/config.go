@@ -186,8 +186,12 @@ func (c Config) withDefaults() Config {
 // validTopicName is Kafka's rule for topic names: 1 to 249 of
 // [a-zA-Z0-9._-], and neither "." nor "..". Every such name is also a
 // valid parkway name.
-func validTopicName(name string) bool {
-	if name == "" || len(name) > 249 || name == "." || name == ".." {
+func validTopicName(name string) bool { return validName(name, 249) }
+
+// validName accepts 1 to maxLen of [a-zA-Z0-9._-], other than "." and
+// "..".
+func validName(name string, maxLen int) bool {
+	if name == "" || len(name) > maxLen || name == "." || name == ".." {
 		return false
 	}
 	for i := 0; i < len(name); i++ {

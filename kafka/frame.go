@@ -35,6 +35,14 @@ var served = map[int16]versionRange{
 	int16(kmsg.DeleteTopics):    {1, 6},
 	int16(kmsg.InitProducerID):  {0, 5},
 	int16(kmsg.DescribeCluster): {0, 1},
+	int16(kmsg.FindCoordinator): {0, 4},
+	int16(kmsg.JoinGroup):       {0, 9},
+	int16(kmsg.SyncGroup):       {0, 5},
+	int16(kmsg.Heartbeat):       {0, 4},
+	int16(kmsg.LeaveGroup):      {0, 5},
+	int16(kmsg.OffsetCommit):    {0, 8},
+	int16(kmsg.OffsetFetch):     {0, 7},
+	int16(kmsg.ListGroups):      {0, 4},
 }
 
 // reqHeader is a request header (versions 1 and 2).

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
@@ -45,6 +48,9 @@ func serve(t testing.TB, cfg Config) *fixture {
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
+	if testing.Verbose() && cfg.Logger == nil {
+		cfg.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: os.Stderr})
+	}
 	srv, err := NewServer(node, cfg)
 	if err != nil {
 		_ = node.Close()
@@ -59,6 +65,9 @@ func serve(t testing.TB, cfg Config) *fixture {
 	t.Cleanup(func() {
 		if err := srv.Close(); err != nil {
 			t.Errorf("Close: %v", err)
+		}
+		if n := testutil.ToFloat64(srv.metrics.closed.WithLabelValues("panic")); n != 0 {
+			t.Errorf("%v connections were closed by a panic", n)
 		}
 		if err := <-served; !errors.Is(err, ErrServerClosed) {
 			t.Errorf("Serve returned %v, want ErrServerClosed", err)

@@ -29,6 +29,7 @@ type Server struct {
 	zstd    *zstd.Decoder
 	topics  *topicCache
 	pids    *producers
+	groups  *coordinator
 
 	// ctx is cancelled by Close: it ends the work of every request in
 	// flight (waiting fetches, produces waiting for their acks).
@@ -43,6 +44,11 @@ type Server struct {
 	wg         sync.WaitGroup
 	closeOnce  sync.Once
 	done       chan struct{} // closed once Close has finished
+
+	// The group coordinator's janitor (session expiry, rebalance
+	// deadlines) runs from the first Serve until Shutdown or Close.
+	janitorOnce sync.Once
+	janitorDone chan struct{} // closed when it returned; nil if it never started
 }
 
 // NewServer validates cfg and returns a Server for node. It starts
@@ -79,6 +85,7 @@ func NewServer(node *parkway.Node, cfg Config) (*Server, error) {
 	}
 	s.topics = newTopicCache(node, cfg.Stream)
 	s.pids = newProducers()
+	s.groups = newCoordinator()
 	return s, nil
 }
 
@@ -116,6 +123,13 @@ func (s *Server) Serve(l net.Listener) error {
 		s.advertised = advertise(l.Addr())
 	}
 	s.wg.Add(1) // this Serve; Close waits for it to leave
+	s.janitorOnce.Do(func() {
+		s.janitorDone = make(chan struct{})
+		go func() {
+			defer close(s.janitorDone)
+			s.runJanitor(s.ctx)
+		}()
+	})
 	s.mu.Unlock()
 	defer s.wg.Done()
 	defer func() {
@@ -240,6 +254,13 @@ func (s *Server) Close() error {
 func (s *Server) finish() {
 	s.closeOnce.Do(func() {
 		s.cancel()
+		s.mu.Lock()
+		s.janitorOnce.Do(func() {}) // none starts from now on
+		janitor := s.janitorDone
+		s.mu.Unlock()
+		if janitor != nil {
+			<-janitor
+		}
 		s.zstd.Close()
 		close(s.done)
 	})
