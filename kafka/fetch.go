@@ -66,6 +66,9 @@ func (s *Server) fetch(ctx context.Context, r *kmsg.FetchRequest) kmsg.Response 
 			sp := &st.Partitions[pi]
 			*sp = kmsg.NewFetchResponseTopicPartition()
 			sp.Partition, sp.HighWatermark, sp.PreferredReadReplica = rp.Partition, -1, -1
+			// Empty, not null: librdkafka refuses a null record set
+			// ("invalid MessageSetSize -1").
+			sp.RecordBatches = []byte{}
 			fp := &fetchPart{handle: t, part: rp.Partition, offset: rp.FetchOffset, maxBytes: int(rp.PartitionMaxBytes), resp: sp}
 			switch {
 			case tErr != nil:

@@ -214,6 +214,9 @@ func TestWaitingFetchWokenByProduce(t *testing.T) {
 	if p2.ErrorCode != 0 || len(p2.RecordBatches) == 0 || rb.ReadFrom(p2.RecordBatches) != nil || rb.NumRecords != 1 {
 		t.Fatalf("partition 2: code %d, %d bytes of batches", p2.ErrorCode, len(p2.RecordBatches))
 	}
+	if resp.Topics[0].Partitions[1].RecordBatches == nil {
+		t.Fatal("an empty partition's record set is null: librdkafka refuses that (it wants 0 bytes)")
+	}
 	if p2.HighWatermark != 1 || resp.Topics[0].Partitions[0].HighWatermark != 1 {
 		t.Fatalf("high watermarks %d and %d, want 1 and 1", resp.Topics[0].Partitions[0].HighWatermark, p2.HighWatermark)
 	}

@@ -1,7 +1,7 @@
 // Command kafka runs a parkway node with a Kafka listener and talks to it
 // with franz-go, a Kafka client that knows nothing of parkway: a producer
 // writes keyed records with headers to a topic the first produce
-// auto-creates, and a consumer reads them back.
+// auto-creates, and a consumer group member reads them back and commits.
 //
 //	go run ./examples/kafka
 //
@@ -92,9 +92,11 @@ func run() error {
 	}
 	fmt.Printf("produced %d records\n", n)
 
-	// A consumer from the earliest offset of every partition.
+	// A consumer group member (franz-go's cooperative-sticky assignor)
+	// from the earliest offset; it commits what it consumed.
 	cons, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumeTopics("orders"),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		kgo.ConsumerGroup("billing"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.DisableAutoCommit())
 	if err != nil {
 		return err
 	}
@@ -130,8 +132,13 @@ func run() error {
 		}
 	}
 	fmt.Printf("consumed %d records from %d partitions, each key in order\n", n, len(next))
+	if err := cons.CommitUncommittedOffsets(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
 
-	// The same records through parkway's own API.
+	// The same records, and the group's commits, through parkway's own
+	// API: a group's committed offset is the named consumer offset of the
+	// group id.
 	stream, err := node.Stream(ctx, "kafka")
 	if err != nil {
 		return err
@@ -147,10 +154,17 @@ func run() error {
 			return err
 		}
 		total += po.End - po.Start
+		committed, ok, err := node.ConsumerOffset(ctx, "billing", topic, p)
+		if err != nil {
+			return err
+		}
+		if !ok || committed != po.End {
+			return fmt.Errorf("partition %d: group billing committed %d (stored: %v), want the end %d", p, committed, ok, po.End)
+		}
 	}
 	if total != n {
 		return fmt.Errorf("parkway holds %d messages, want %d", total, n)
 	}
-	fmt.Printf("parkway's topic %q holds the same %d messages\n", topic.Name, total)
+	fmt.Printf("parkway's topic %q holds the same %d messages; consumer \"billing\" is at the end of every partition\n", topic.Name, total)
 	return nil
 }
