@@ -82,10 +82,11 @@ func (s *Server) metadata(ctx context.Context, r *kmsg.MetadataRequest) kmsg.Res
 	ctx, cancel := s.requestContext(ctx, 0)
 	defer cancel()
 	resp := r.ResponseKind().(*kmsg.MetadataResponse)
-	host, port := s.brokers()
-	b := kmsg.NewMetadataResponseBroker()
-	b.NodeID, b.Host, b.Port = s.cfg.BrokerID, host, port
-	resp.Brokers = []kmsg.MetadataResponseBroker{b}
+	for _, br := range s.brokerList() {
+		b := kmsg.NewMetadataResponseBroker()
+		b.NodeID, b.Host, b.Port = br.id, br.host, br.port
+		resp.Brokers = append(resp.Brokers, b)
+	}
 	resp.ClusterID = &s.cfg.ClusterID
 	resp.ControllerID = s.cfg.BrokerID
 
@@ -138,8 +139,7 @@ func (s *Server) topicErrorCode(key kmsg.Key, err error) int16 {
 	return s.code(key, errorCode(err))
 }
 
-// describeTopic is a topic's Metadata entry: this node leads every
-// partition (one broker), with leader epoch 0.
+// describeTopic is a topic's Metadata entry (partitionsOf).
 func (s *Server) describeTopic(ctx context.Context, version int16, t parkway.Topic, _ []int32) kmsg.MetadataResponseTopic {
 	mt := kmsg.NewMetadataResponseTopic()
 	name := t.Name
@@ -150,21 +150,17 @@ func (s *Server) describeTopic(ctx context.Context, version int16, t parkway.Top
 		mt.ErrorCode = s.code(kmsg.Metadata, errorCode(err))
 		return mt
 	}
-	for p := range int32(info.Partitions) {
-		mp := kmsg.NewMetadataResponseTopicPartition()
-		mp.Partition, mp.Leader, mp.LeaderEpoch = p, s.cfg.BrokerID, 0
-		mp.Replicas, mp.ISR = []int32{s.cfg.BrokerID}, []int32{s.cfg.BrokerID}
-		mt.Partitions = append(mt.Partitions, mp)
-	}
+	mt.Partitions = s.partitionsOf(ctx, t, info.Partitions)
 	return mt
 }
 
 func (s *Server) describeCluster(r *kmsg.DescribeClusterRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.DescribeClusterResponse)
-	host, port := s.brokers()
-	b := kmsg.NewDescribeClusterResponseBroker()
-	b.NodeID, b.Host, b.Port = s.cfg.BrokerID, host, port
-	resp.Brokers = []kmsg.DescribeClusterResponseBroker{b}
+	for _, br := range s.brokerList() {
+		b := kmsg.NewDescribeClusterResponseBroker()
+		b.NodeID, b.Host, b.Port = br.id, br.host, br.port
+		resp.Brokers = append(resp.Brokers, b)
+	}
 	resp.ClusterID = s.cfg.ClusterID
 	resp.ControllerID = s.cfg.BrokerID
 	resp.EndpointType = r.EndpointType

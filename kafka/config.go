@@ -45,8 +45,16 @@ type Config struct {
 	// the listener is bound to (127.0.0.1 for an unspecified IP): set it
 	// when listening on every interface or behind a NAT.
 	AdvertisedAddr string
-	// BrokerID is the broker id this node announces (default 0).
+	// BrokerID is the broker id this node announces (default 0). In a
+	// cluster it is the node's parkway NodeID.
 	BrokerID int32
+	// Brokers, in a cluster, are the advertised addresses (host:port) of
+	// every node's listener by broker id, this node's included: Metadata
+	// then announces every node as a broker, each partition's raft leader
+	// as its leader and its placement as its replicas, and each consumer
+	// group's coordinator is one of them, chosen by the group id. Nil on a
+	// single node: this listener is the only broker.
+	Brokers map[int32]string
 	// ClusterID is the Kafka cluster id announced in Metadata (default
 	// "parkway").
 	ClusterID string
@@ -112,6 +120,18 @@ func (c Config) Validate() error {
 	}
 	if c.BrokerID < 0 {
 		bad("broker id %d is negative", c.BrokerID)
+	}
+	if c.Brokers != nil {
+		if _, ok := c.Brokers[c.BrokerID]; !ok {
+			bad("brokers do not list this node's broker id %d", c.BrokerID)
+		}
+		for id, addr := range c.Brokers {
+			if _, port, err := net.SplitHostPort(addr); err != nil || id < 0 {
+				bad("broker %d at %q: a non-negative id and a host:port", id, addr)
+			} else if p, err := strconv.Atoi(port); err != nil || p <= 0 || p > 65535 {
+				bad("broker %d at %q: port must be 1..65535", id, addr)
+			}
+		}
 	}
 	if c.DefaultPartitions < 0 || c.DefaultPartitions > maxPartitionsPerCreation {
 		bad("default partitions %d outside 0..%d", c.DefaultPartitions, maxPartitionsPerCreation)

@@ -39,6 +39,12 @@ func startMember(t *testing.T, f *fixture, idx int, group, topic string, s *seen
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(),
 		kgo.HeartbeatInterval(100*time.Millisecond), kgo.SessionTimeout(3*time.Second),
 		kgo.FetchMaxWait(200*time.Millisecond), kgo.ClientID(fmt.Sprint("member-", idx)))
+	return pollMember(cl, idx, s)
+}
+
+// pollMember polls cl on a goroutine of its own, recording what it gets in
+// s and committing it.
+func pollMember(cl *kgo.Client, idx int, s *seen) *groupMember {
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &groupMember{cl: cl, cancel: cancel, done: make(chan struct{})}
 	go func() {

@@ -21,7 +21,6 @@ const (
 // not supported.
 func (s *Server) findCoordinator(r *kmsg.FindCoordinatorRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.FindCoordinatorResponse)
-	host, port := s.brokers()
 	answer := func(key string) (int16, *string) {
 		switch {
 		case r.CoordinatorType == coordinatorTransaction:
@@ -37,12 +36,14 @@ func (s *Server) findCoordinator(r *kmsg.FindCoordinatorRequest) kmsg.Response {
 	}
 	if r.Version < 4 {
 		resp.ErrorCode, resp.ErrorMessage = answer(r.CoordinatorKey)
-		resp.NodeID, resp.Host, resp.Port = s.cfg.BrokerID, host, port
+		b := s.coordinatorFor(r.CoordinatorKey)
+		resp.NodeID, resp.Host, resp.Port = b.id, b.host, b.port
 		return resp
 	}
 	for _, key := range r.CoordinatorKeys {
 		c := kmsg.NewFindCoordinatorResponseCoordinator()
-		c.Key, c.NodeID, c.Host, c.Port = key, s.cfg.BrokerID, host, port
+		b := s.coordinatorFor(key)
+		c.Key, c.NodeID, c.Host, c.Port = key, b.id, b.host, b.port
 		c.ErrorCode, c.ErrorMessage = answer(key)
 		resp.Coordinators = append(resp.Coordinators, c)
 	}
@@ -55,6 +56,13 @@ func (s *Server) joinGroup(r *kmsg.JoinGroupRequest, clientID *string, p *pendin
 	cid := "kafka"
 	if clientID != nil && *clientID != "" {
 		cid = *clientID
+	}
+	if !s.isCoordinator(r.Group) {
+		resp := r.ResponseKind().(*kmsg.JoinGroupResponse)
+		resp.Generation = -1
+		resp.ErrorCode = s.code(kmsg.JoinGroup, kerr.NotCoordinator.Code)
+		p.resp = resp
+		return
 	}
 	resp, wait := s.groups.join(r, cid, time.Now())
 	if wait == nil {
@@ -88,6 +96,10 @@ func (s *Server) syncGroup(r *kmsg.SyncGroupRequest, p *pending) {
 		resp.MemberAssignment = a.assignment
 		return resp
 	}
+	if !s.isCoordinator(r.Group) {
+		p.resp = fill(syncAnswer{code: kerr.NotCoordinator.Code})
+		return
+	}
 	now, wait := s.groups.sync(r, time.Now())
 	if wait == nil {
 		p.resp = fill(now)
@@ -105,12 +117,20 @@ func (s *Server) syncGroup(r *kmsg.SyncGroupRequest, p *pending) {
 
 func (s *Server) heartbeat(r *kmsg.HeartbeatRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.HeartbeatResponse)
+	if !s.isCoordinator(r.Group) {
+		resp.ErrorCode = s.code(kmsg.Heartbeat, kerr.NotCoordinator.Code)
+		return resp
+	}
 	resp.ErrorCode = s.code(kmsg.Heartbeat, s.groups.heartbeat(r, time.Now()))
 	return resp
 }
 
 func (s *Server) leaveGroup(r *kmsg.LeaveGroupRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.LeaveGroupResponse)
+	if !s.isCoordinator(r.Group) {
+		resp.ErrorCode = s.code(kmsg.LeaveGroup, kerr.NotCoordinator.Code)
+		return resp
+	}
 	if r.Version < 3 {
 		resp.ErrorCode = s.code(kmsg.LeaveGroup, s.groups.leave(r.Group, []string{r.MemberID}, time.Now())[0])
 		return resp
@@ -163,6 +183,8 @@ func (s *Server) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) 
 	fence := int16(0)
 	if !validGroupID(r.Group) {
 		fence = kerr.InvalidGroupID.Code
+	} else if !s.isCoordinator(r.Group) {
+		fence = kerr.NotCoordinator.Code
 	} else if r.Version >= 1 {
 		fence = s.groups.commitCheck(r.Group, r.MemberID, r.Generation)
 	}

@@ -34,6 +34,10 @@ func TestConfigValidateReportsEveryProblem(t *testing.T) {
 			t.Errorf("Validate does not report the %s: %v", word, err)
 		}
 	}
+	if err := (Config{BrokerID: 4, Brokers: map[int32]string{1: "a:1", 2: "b:70000"}}).Validate(); err == nil ||
+		!strings.Contains(err.Error(), "broker id 4") || !strings.Contains(err.Error(), "port must be") {
+		t.Errorf("brokers without this node and with a bad port: %v", err)
+	}
 	if err := (Config{MaxRequestSize: 1 << 20, MaxInflightBytes: 1 << 10}).Validate(); err == nil {
 		t.Error("a budget below one request passed Validate")
 	}
