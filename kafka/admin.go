@@ -40,7 +40,7 @@ func (s *Server) dispatch(ctx context.Context, req kmsg.Request, p *pending) {
 	case *kmsg.FindCoordinatorRequest:
 		p.resp = s.findCoordinator(r)
 	case *kmsg.JoinGroupRequest:
-		s.joinGroup(r, p.hdr.clientID, p)
+		s.joinGroup(r, p.hdr.clientID, p.remote, p)
 	case *kmsg.SyncGroupRequest:
 		s.syncGroup(r, p)
 	case *kmsg.HeartbeatRequest:
@@ -53,6 +53,12 @@ func (s *Server) dispatch(ctx context.Context, req kmsg.Request, p *pending) {
 		p.resp = s.offsetFetch(ctx, r)
 	case *kmsg.ListGroupsRequest:
 		p.resp = s.listGroups(r)
+	case *kmsg.DescribeGroupsRequest:
+		p.resp = s.describeGroups(r)
+	case *kmsg.CreatePartitionsRequest:
+		p.resp = s.createPartitions(ctx, r)
+	case *kmsg.DeleteRecordsRequest:
+		p.resp = s.deleteRecords(ctx, r)
 	default:
 		// parseRequest admits only the keys of served; a key listed there
 		// without a case here is a bug, answered as a closed connection.

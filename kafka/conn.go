@@ -37,6 +37,7 @@ type conn struct {
 	ctx    context.Context // ends when the connection is aborted or the server closes
 	cancel context.CancelFunc
 
+	remote    string      // "/ip", as Kafka reports a client host
 	stopping  atomic.Bool // Shutdown: read no further request
 	abortOnce sync.Once
 }
@@ -52,6 +53,8 @@ type pending struct {
 	wait func(ctx context.Context) kmsg.Response
 	// noResponse: acks=0, the client expects none.
 	noResponse bool
+	// remote is the client's address, as DescribeGroups reports it.
+	remote string
 	// held is the budget the request's bytes took, released once the
 	// response is computed (produced records are referenced until their
 	// append).
@@ -60,7 +63,11 @@ type pending struct {
 
 func newConn(s *Server, nc net.Conn) *conn {
 	ctx, cancel := context.WithCancel(s.ctx)
-	return &conn{s: s, nc: nc, ctx: ctx, cancel: cancel}
+	remote := "/"
+	if a, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
+		remote += a.IP.String()
+	}
+	return &conn{s: s, nc: nc, ctx: ctx, cancel: cancel, remote: remote}
 }
 
 // stopReading makes the reader stop before its next request (Shutdown).
@@ -149,7 +156,7 @@ func (c *conn) readLoop(queue chan<- *pending) {
 			return
 		}
 		c.s.metrics.bytesIn.Add(float64(n) + 4)
-		p, err := c.s.process(c.ctx, frame)
+		p, err := c.s.process(c.ctx, frame, c.remote)
 		if err != nil {
 			c.s.budget.release(int64(n))
 			c.closeFor(refusal(err), err)
@@ -235,9 +242,9 @@ func (p *pending) finish(ctx context.Context) kmsg.Response {
 
 // process decodes one request frame and starts serving it. An error means
 // the connection must be closed (see parseRequest).
-func (s *Server) process(ctx context.Context, frame []byte) (*pending, error) {
+func (s *Server) process(ctx context.Context, frame []byte, remote string) (*pending, error) {
 	hdr, req, err := parseRequest(frame)
-	p := &pending{hdr: hdr, start: time.Now()}
+	p := &pending{hdr: hdr, start: time.Now(), remote: remote}
 	if err != nil {
 		if errors.Is(err, errUnsupportedVersion) && hdr.key == int16(kmsg.ApiVersions) {
 			p.hdr.version, p.hdr.flexible = 0, false

@@ -109,7 +109,7 @@ func FuzzProcess(f *testing.F) {
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		p, err := srv.process(ctx, frame)
+		p, err := srv.process(ctx, frame, "/fuzz")
 		if err != nil {
 			if !errors.Is(err, errMalformed) && !errors.Is(err, errUnknownKey) && !errors.Is(err, errUnsupportedVersion) {
 				t.Fatalf("refused with an unclassified error: %v", err)

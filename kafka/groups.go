@@ -49,6 +49,8 @@ func (s groupState) String() string {
 
 type member struct {
 	id               string
+	clientID         string
+	clientHost       string
 	protocols        []kmsg.JoinGroupRequestProtocol
 	session          time.Duration
 	rebalanceTimeout time.Duration
@@ -99,7 +101,7 @@ func validGroupID(id string) bool { return validName(id, 255) }
 
 // join handles a JoinGroup: an answer now, or a channel the answer comes
 // on once the rebalance completes.
-func (c *coordinator) join(r *kmsg.JoinGroupRequest, clientID string, now time.Time) (*kmsg.JoinGroupResponse, <-chan *kmsg.JoinGroupResponse) {
+func (c *coordinator) join(r *kmsg.JoinGroupRequest, clientID, clientHost string, now time.Time) (*kmsg.JoinGroupResponse, <-chan *kmsg.JoinGroupResponse) {
 	resp := r.ResponseKind().(*kmsg.JoinGroupResponse)
 	resp.Generation = -1
 	fail := func(code int16) (*kmsg.JoinGroupResponse, <-chan *kmsg.JoinGroupResponse) {
@@ -155,7 +157,7 @@ func (c *coordinator) join(r *kmsg.JoinGroupRequest, clientID string, now time.T
 	delete(g.pending, id)
 	m, known := g.members[id]
 	if !known {
-		m = &member{id: id}
+		m = &member{id: id, clientID: clientID, clientHost: clientHost}
 		g.members[id] = m
 		g.order = append(g.order, id)
 	}

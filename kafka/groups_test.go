@@ -141,6 +141,14 @@ func TestConsumerGroupRebalance(t *testing.T) {
 		t.Fatalf("records were consumed by %d members, want all 3", len(by))
 	}
 
+	described, err := adm.DescribeGroups(ctx, "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := described["billing"]; g.Err != nil || g.State != "Stable" || len(g.Members) != 3 || g.Protocol != "cooperative-sticky" {
+		t.Fatalf("DescribeGroups: %+v", g)
+	}
+
 	members[2].stop()
 	members[2] = nil
 	if gen2 := f.waitGroup(t, "billing", 2); gen2 <= gen {
@@ -199,7 +207,7 @@ func TestCoordinatorFences(t *testing.T) {
 		r.Version, r.Group, r.MemberID, r.ProtocolType = 9, "g", member, "consumer"
 		r.SessionTimeoutMillis, r.RebalanceTimeoutMillis = 10_000, 5_000
 		r.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: []byte(member)}}
-		return c.join(r, "client", now)
+		return c.join(r, "client", "/127.0.0.1", now)
 	}
 	// A first join without an id gets one and MEMBER_ID_REQUIRED.
 	resp, wait := join("")

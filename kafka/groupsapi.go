@@ -52,7 +52,7 @@ func (s *Server) findCoordinator(r *kmsg.FindCoordinatorRequest) kmsg.Response {
 
 // joinGroup answers at once (an error, MEMBER_ID_REQUIRED) or once the
 // rebalance completes, on the writer's goroutine.
-func (s *Server) joinGroup(r *kmsg.JoinGroupRequest, clientID *string, p *pending) {
+func (s *Server) joinGroup(r *kmsg.JoinGroupRequest, clientID *string, clientHost string, p *pending) {
 	cid := "kafka"
 	if clientID != nil && *clientID != "" {
 		cid = *clientID
@@ -64,7 +64,7 @@ func (s *Server) joinGroup(r *kmsg.JoinGroupRequest, clientID *string, p *pendin
 		p.resp = resp
 		return
 	}
-	resp, wait := s.groups.join(r, cid, time.Now())
+	resp, wait := s.groups.join(r, cid, clientHost, time.Now())
 	if wait == nil {
 		s.code(kmsg.JoinGroup, resp.ErrorCode)
 		p.resp = resp

@@ -160,6 +160,37 @@ func TestAdminCreateDeleteTopics(t *testing.T) {
 	if len(topics) != 2 || len(topics["orders"].Partitions) != 3 || topics["orders"].ID != res["orders"].ID {
 		t.Fatalf("ListTopics: %+v", topics)
 	}
+	// CreatePartitions grows a topic; DeleteRecords truncates a partition.
+	grown, err := adm.UpdatePartitions(ctx, 5, "payments")
+	if err != nil || grown["payments"].Err != nil {
+		t.Fatalf("UpdatePartitions: %v %v", err, grown["payments"].Err)
+	}
+	if shrink, _ := adm.UpdatePartitions(ctx, 2, "payments"); shrink["payments"].Err == nil {
+		t.Fatal("shrinking a topic was not refused")
+	}
+	prod := f.client(t, kgo.DefaultProduceTopic("payments"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	for i := range 10 {
+		if err := prod.ProduceSync(ctx, &kgo.Record{Value: []byte(fmt.Sprint(i)), Partition: 4}).FirstErr(); err != nil {
+			t.Fatalf("produce to the new partition 4: %v", err)
+		}
+	}
+	var cut kadm.Offsets
+	cut.AddOffset("payments", 4, 7, -1)
+	deleted, err := adm.DeleteRecords(ctx, cut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := deleted.Lookup("payments", 4); d.Err != nil || d.LowWatermark != 7 {
+		t.Fatalf("DeleteRecords: %+v", d)
+	}
+	starts, err := adm.ListStartOffsets(ctx, "payments")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := starts.Lookup("payments", 4); o.Offset != 7 {
+		t.Fatalf("partition 4 starts at %d after DeleteRecords, want 7", o.Offset)
+	}
+
 	del, err := adm.DeleteTopics(ctx, "orders")
 	if err != nil || del["orders"].Err != nil {
 		t.Fatalf("DeleteTopics: %v %v", err, del["orders"].Err)
