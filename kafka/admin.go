@@ -16,7 +16,7 @@ import (
 // dispatch starts serving a decoded request: at once for everything but
 // Produce (whose acks are waited for on the writer) and Fetch (which may
 // wait for records, on the writer too, so the reader goes on reading).
-func (s *Server) dispatch(ctx context.Context, req kmsg.Request, p *pending) {
+func (s *Server) dispatch(ctx context.Context, req kmsg.Request, p *pending, sess *session) {
 	key := req.Key()
 	switch r := req.(type) {
 	case *kmsg.ApiVersionsRequest:
@@ -59,6 +59,10 @@ func (s *Server) dispatch(ctx context.Context, req kmsg.Request, p *pending) {
 		p.resp = s.createPartitions(ctx, r)
 	case *kmsg.DeleteRecordsRequest:
 		p.resp = s.deleteRecords(ctx, r)
+	case *kmsg.SASLHandshakeRequest:
+		p.resp = s.saslHandshake(r, sess)
+	case *kmsg.SASLAuthenticateRequest:
+		p.resp = s.saslAuthenticate(ctx, r, sess)
 	default:
 		// parseRequest admits only the keys of served; a key listed there
 		// without a case here is a bug, answered as a closed connection.

@@ -161,7 +161,7 @@ func TestBehaviour30HostileInput(t *testing.T) {
 	})
 	t.Run("served key not served", func(t *testing.T) {
 		r := dialRaw(t, f.addr)
-		req := kmsg.NewPtrSASLHandshakeRequest()
+		req := kmsg.NewPtrDescribeACLsRequest()
 		req.Version = 1
 		r.write(kmsg.NewRequestFormatter().AppendRequest(nil, req, 1))
 		r.expectClosed()

@@ -96,6 +96,10 @@ type Config struct {
 	// TLS, when set, makes the listener serve TLS (ListenAndServe and
 	// Serve alike).
 	TLS *tls.Config
+	// SASL, when set, requires every connection to authenticate with
+	// PLAIN or SCRAM-SHA-256/512 against the host's credentials. Set TLS
+	// too: PLAIN sends passwords as they are.
+	SASL *SASLConfig
 	// Logger receives the server's log lines (default: silent).
 	Logger hclog.Logger
 	// MetricsLabels are constant labels on every series of Metrics, as
@@ -161,6 +165,16 @@ func (c Config) Validate() error {
 	}
 	if c.RequestTimeout < 0 {
 		bad("request timeout %v is negative", c.RequestTimeout)
+	}
+	if c.SASL != nil {
+		if c.SASL.Credentials == nil {
+			bad("SASL without a credential store")
+		}
+		for _, m := range c.SASL.Mechanisms {
+			if m != MechanismPlain && m != MechanismSCRAMSHA256 && m != MechanismSCRAMSHA512 {
+				bad("SASL mechanism %q: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", m)
+			}
+		}
 	}
 	if c.Stream != "" && !validTopicName(c.Stream) {
 		bad("stream name %q: 1-249 letters, digits, '.', '_' or '-'", c.Stream)

@@ -37,7 +37,8 @@ type conn struct {
 	ctx    context.Context // ends when the connection is aborted or the server closes
 	cancel context.CancelFunc
 
-	remote    string      // "/ip", as Kafka reports a client host
+	remote    string // "/ip", as Kafka reports a client host
+	sess      *session
 	stopping  atomic.Bool // Shutdown: read no further request
 	abortOnce sync.Once
 }
@@ -67,7 +68,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	if a, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
 		remote += a.IP.String()
 	}
-	return &conn{s: s, nc: nc, ctx: ctx, cancel: cancel, remote: remote}
+	return &conn{s: s, nc: nc, ctx: ctx, cancel: cancel, remote: remote, sess: s.newSession()}
 }
 
 // stopReading makes the reader stop before its next request (Shutdown).
@@ -156,7 +157,7 @@ func (c *conn) readLoop(queue chan<- *pending) {
 			return
 		}
 		c.s.metrics.bytesIn.Add(float64(n) + 4)
-		p, err := c.s.process(c.ctx, frame, c.remote)
+		p, err := c.s.process(c.ctx, frame, c.remote, c.sess)
 		if err != nil {
 			c.s.budget.release(int64(n))
 			c.closeFor(refusal(err), err)
@@ -178,6 +179,8 @@ func refusal(err error) string {
 		return "unknown_key"
 	case errors.Is(err, errUnsupportedVersion):
 		return "unsupported_version"
+	case errors.Is(err, errUnauthenticated):
+		return "unauthenticated"
 	default:
 		return "malformed"
 	}
@@ -242,7 +245,7 @@ func (p *pending) finish(ctx context.Context) kmsg.Response {
 
 // process decodes one request frame and starts serving it. An error means
 // the connection must be closed (see parseRequest).
-func (s *Server) process(ctx context.Context, frame []byte, remote string) (*pending, error) {
+func (s *Server) process(ctx context.Context, frame []byte, remote string, sess *session) (*pending, error) {
 	hdr, req, err := parseRequest(frame)
 	p := &pending{hdr: hdr, start: time.Now(), remote: remote}
 	if err != nil {
@@ -254,6 +257,9 @@ func (s *Server) process(ctx context.Context, frame []byte, remote string) (*pen
 		}
 		return nil, err
 	}
-	s.dispatch(ctx, req, p)
+	if !sess.mayServe(hdr.key) {
+		return nil, fmt.Errorf("%w: %s", errUnauthenticated, apiName(hdr.key))
+	}
+	s.dispatch(ctx, req, p, sess)
 	return p, nil
 }

@@ -16,6 +16,7 @@ var (
 	errUnknownKey         = errors.New("kafka: unknown API key")
 	errUnsupportedVersion = errors.New("kafka: unsupported API version")
 	errMalformed          = errors.New("kafka: malformed request")
+	errUnauthenticated    = errors.New("kafka: request before SASL authentication")
 )
 
 // versionRange is the versions of one API key this listener serves.
@@ -46,6 +47,11 @@ var served = map[int16]versionRange{
 	int16(kmsg.DescribeGroups):   {0, 5},
 	int16(kmsg.CreatePartitions): {0, 3},
 	int16(kmsg.DeleteRecords):    {0, 2},
+	// Handshake v0 would be followed by raw SASL tokens outside Kafka's
+	// framing; v1 wraps them in SaslAuthenticate, which every current
+	// client uses.
+	int16(kmsg.SASLHandshake):    {1, 1},
+	int16(kmsg.SASLAuthenticate): {0, 2},
 }
 
 // reqHeader is a request header (versions 1 and 2).

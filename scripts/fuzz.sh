@@ -32,6 +32,7 @@ targets='
 ./host FuzzDecodeIdentity
 ./kafka FuzzDecodeBatches
 ./kafka FuzzProcess
+./kafka FuzzSCRAM
 '
 
 failed=
