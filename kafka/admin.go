@@ -40,21 +40,21 @@ func (s *Server) dispatch(ctx context.Context, req kmsg.Request, p *pending, ses
 	case *kmsg.FindCoordinatorRequest:
 		p.resp = s.findCoordinator(r)
 	case *kmsg.JoinGroupRequest:
-		s.joinGroup(r, p.hdr.clientID, p.remote, p)
+		s.joinGroup(ctx, r, p.hdr.clientID, p.remote, p)
 	case *kmsg.SyncGroupRequest:
-		s.syncGroup(r, p)
+		s.syncGroup(ctx, r, p)
 	case *kmsg.HeartbeatRequest:
-		p.resp = s.heartbeat(r)
+		p.resp = s.heartbeat(ctx, r)
 	case *kmsg.LeaveGroupRequest:
-		p.resp = s.leaveGroup(r)
+		p.resp = s.leaveGroup(ctx, r)
 	case *kmsg.OffsetCommitRequest:
 		p.resp = s.offsetCommit(ctx, r)
 	case *kmsg.OffsetFetchRequest:
 		p.resp = s.offsetFetch(ctx, r)
 	case *kmsg.ListGroupsRequest:
-		p.resp = s.listGroups(r)
+		p.resp = s.listGroups(ctx, r)
 	case *kmsg.DescribeGroupsRequest:
-		p.resp = s.describeGroups(r)
+		p.resp = s.describeGroups(ctx, r)
 	case *kmsg.CreatePartitionsRequest:
 		p.resp = s.createPartitions(ctx, r)
 	case *kmsg.DeleteRecordsRequest:
@@ -108,7 +108,9 @@ func (s *Server) metadata(ctx context.Context, r *kmsg.MetadataRequest) kmsg.Res
 			s.log.Warn("metadata: listing topics", "err", err)
 		}
 		for _, t := range all {
-			resp.Topics = append(resp.Topics, s.describeTopic(ctx, r.Version, t, nil))
+			if s.allowed(ctx, OpDescribe, ResourceTopic, t.Name) {
+				resp.Topics = append(resp.Topics, s.describeTopic(ctx, r.Version, t, nil))
+			}
 		}
 		return resp
 	}
@@ -122,8 +124,10 @@ func (s *Server) metadata(ctx context.Context, r *kmsg.MetadataRequest) kmsg.Res
 		} else if rt.Topic != nil {
 			if !validTopicName(*rt.Topic) {
 				err = fmt.Errorf("%w: %q", parkway.ErrInvalidName, *rt.Topic)
+			} else if !s.allowed(ctx, OpDescribe, ResourceTopic, *rt.Topic) {
+				err = errTopicDenied
 			} else {
-				t, err = s.ensure(ctx, *rt.Topic, create)
+				t, err = s.ensure(ctx, *rt.Topic, create && s.allowed(ctx, OpCreate, ResourceTopic, *rt.Topic))
 			}
 		} else {
 			err = fmt.Errorf("%w: neither a topic name nor an ID", parkway.ErrInvalidName)
@@ -143,6 +147,9 @@ func (s *Server) metadata(ctx context.Context, r *kmsg.MetadataRequest) kmsg.Res
 // topicErrorCode is the code of a failed topic resolution: an unknown
 // topic ID is UNKNOWN_TOPIC_ID; the rest as errorCode.
 func (s *Server) topicErrorCode(key kmsg.Key, err error) int16 {
+	if errors.Is(err, errTopicDenied) {
+		return s.code(key, kerr.TopicAuthorizationFailed.Code)
+	}
 	if errors.Is(err, errUnknownTopicID) {
 		return s.code(key, kerr.UnknownTopicID.Code)
 	}
@@ -199,6 +206,8 @@ func (s *Server) createTopics(ctx context.Context, r *kmsg.CreateTopicsRequest) 
 		switch {
 		case !validTopicName(rt.Topic):
 			fail(kerr.InvalidTopicException.Code, "a topic name is 1-249 letters, digits, '.', '_' or '-'")
+		case !s.allowed(ctx, OpCreate, ResourceTopic, rt.Topic):
+			fail(kerr.TopicAuthorizationFailed.Code, "not authorized to create the topic")
 		case partitions <= 0 || partitions > maxPartitionsPerCreation:
 			fail(kerr.InvalidPartitions.Code, fmt.Sprintf("partitions must be 1..%d", maxPartitionsPerCreation))
 		case rt.ReplicationFactor == 0 || rt.ReplicationFactor < -1:
@@ -299,6 +308,9 @@ func (s *Server) deleteTopics(ctx context.Context, r *kmsg.DeleteTopicsRequest) 
 			t, err = s.topics.lookupFresh(ctx, *rt.Topic)
 		} else {
 			t, err = s.topics.lookupID(ctx, rt.TopicID)
+		}
+		if err == nil && !s.allowed(ctx, OpDelete, ResourceTopic, t.Name) {
+			err = errTopicDenied
 		}
 		if err == nil {
 			name := t.Name

@@ -100,6 +100,9 @@ type Config struct {
 	// PLAIN or SCRAM-SHA-256/512 against the host's credentials. Set TLS
 	// too: PLAIN sends passwords as they are.
 	SASL *SASLConfig
+	// Authorizer, when set, is asked before every topic and group
+	// operation (nil allows everything to everyone).
+	Authorizer Authorizer
 	// Logger receives the server's log lines (default: silent).
 	Logger hclog.Logger
 	// MetricsLabels are constant labels on every series of Metrics, as

@@ -260,6 +260,9 @@ func (s *Server) process(ctx context.Context, frame []byte, remote string, sess 
 	if !sess.mayServe(hdr.key) {
 		return nil, fmt.Errorf("%w: %s", errUnauthenticated, apiName(hdr.key))
 	}
-	s.dispatch(ctx, req, p, sess)
+	sess.mu.Lock()
+	principal := sess.principal
+	sess.mu.Unlock()
+	s.dispatch(withPrincipal(ctx, principal), req, p, sess)
 	return p, nil
 }

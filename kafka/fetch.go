@@ -60,6 +60,9 @@ func (s *Server) fetch(ctx context.Context, r *kmsg.FetchRequest) kmsg.Response 
 		} else {
 			t, tErr = s.topics.lookup(ctx, rt.Topic)
 		}
+		if tErr == nil && !s.allowed(ctx, OpRead, ResourceTopic, t.Name) {
+			tErr = errTopicDenied
+		}
 		st.Partitions = make([]kmsg.FetchResponseTopicPartition, len(rt.Partitions))
 		for pi := range rt.Partitions {
 			rp := &rt.Partitions[pi]

@@ -11,6 +11,18 @@ import (
 	"github.com/parkway-io/parkway"
 )
 
+// groupGate is the check every group request passes first: the
+// principal may read the group, and this broker coordinates it.
+func (s *Server) groupGate(ctx context.Context, group string) int16 {
+	if !s.allowed(ctx, OpRead, ResourceGroup, group) {
+		return kerr.GroupAuthorizationFailed.Code
+	}
+	if !s.isCoordinator(group) {
+		return kerr.NotCoordinator.Code
+	}
+	return 0
+}
+
 // Coordinator key types of FindCoordinator.
 const (
 	coordinatorGroup       = 0
@@ -52,15 +64,15 @@ func (s *Server) findCoordinator(r *kmsg.FindCoordinatorRequest) kmsg.Response {
 
 // joinGroup answers at once (an error, MEMBER_ID_REQUIRED) or once the
 // rebalance completes, on the writer's goroutine.
-func (s *Server) joinGroup(r *kmsg.JoinGroupRequest, clientID *string, clientHost string, p *pending) {
+func (s *Server) joinGroup(ctx context.Context, r *kmsg.JoinGroupRequest, clientID *string, clientHost string, p *pending) {
 	cid := "kafka"
 	if clientID != nil && *clientID != "" {
 		cid = *clientID
 	}
-	if !s.isCoordinator(r.Group) {
+	if code := s.groupGate(ctx, r.Group); code != 0 {
 		resp := r.ResponseKind().(*kmsg.JoinGroupResponse)
 		resp.Generation = -1
-		resp.ErrorCode = s.code(kmsg.JoinGroup, kerr.NotCoordinator.Code)
+		resp.ErrorCode = s.code(kmsg.JoinGroup, code)
 		p.resp = resp
 		return
 	}
@@ -83,7 +95,7 @@ func (s *Server) joinGroup(r *kmsg.JoinGroupRequest, clientID *string, clientHos
 	}
 }
 
-func (s *Server) syncGroup(r *kmsg.SyncGroupRequest, p *pending) {
+func (s *Server) syncGroup(ctx context.Context, r *kmsg.SyncGroupRequest, p *pending) {
 	resp := r.ResponseKind().(*kmsg.SyncGroupResponse)
 	s.groups.mu.Lock()
 	if g, ok := s.groups.groups[r.Group]; ok {
@@ -96,8 +108,8 @@ func (s *Server) syncGroup(r *kmsg.SyncGroupRequest, p *pending) {
 		resp.MemberAssignment = a.assignment
 		return resp
 	}
-	if !s.isCoordinator(r.Group) {
-		p.resp = fill(syncAnswer{code: kerr.NotCoordinator.Code})
+	if code := s.groupGate(ctx, r.Group); code != 0 {
+		p.resp = fill(syncAnswer{code: code})
 		return
 	}
 	now, wait := s.groups.sync(r, time.Now())
@@ -115,20 +127,20 @@ func (s *Server) syncGroup(r *kmsg.SyncGroupRequest, p *pending) {
 	}
 }
 
-func (s *Server) heartbeat(r *kmsg.HeartbeatRequest) kmsg.Response {
+func (s *Server) heartbeat(ctx context.Context, r *kmsg.HeartbeatRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.HeartbeatResponse)
-	if !s.isCoordinator(r.Group) {
-		resp.ErrorCode = s.code(kmsg.Heartbeat, kerr.NotCoordinator.Code)
+	if code := s.groupGate(ctx, r.Group); code != 0 {
+		resp.ErrorCode = s.code(kmsg.Heartbeat, code)
 		return resp
 	}
 	resp.ErrorCode = s.code(kmsg.Heartbeat, s.groups.heartbeat(r, time.Now()))
 	return resp
 }
 
-func (s *Server) leaveGroup(r *kmsg.LeaveGroupRequest) kmsg.Response {
+func (s *Server) leaveGroup(ctx context.Context, r *kmsg.LeaveGroupRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.LeaveGroupResponse)
-	if !s.isCoordinator(r.Group) {
-		resp.ErrorCode = s.code(kmsg.LeaveGroup, kerr.NotCoordinator.Code)
+	if code := s.groupGate(ctx, r.Group); code != 0 {
+		resp.ErrorCode = s.code(kmsg.LeaveGroup, code)
 		return resp
 	}
 	if r.Version < 3 {
@@ -147,10 +159,10 @@ func (s *Server) leaveGroup(r *kmsg.LeaveGroupRequest) kmsg.Response {
 	return resp
 }
 
-func (s *Server) listGroups(r *kmsg.ListGroupsRequest) kmsg.Response {
+func (s *Server) listGroups(ctx context.Context, r *kmsg.ListGroupsRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.ListGroupsResponse)
 	for _, g := range s.groups.list() {
-		if len(r.StatesFilter) > 0 && !containsFold(r.StatesFilter, g.GroupState) {
+		if len(r.StatesFilter) > 0 && !containsFold(r.StatesFilter, g.GroupState) || !s.allowed(ctx, OpDescribe, ResourceGroup, g.Group) {
 			continue
 		}
 		resp.Groups = append(resp.Groups, g)
@@ -183,8 +195,8 @@ func (s *Server) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) 
 	fence := int16(0)
 	if !validGroupID(r.Group) {
 		fence = kerr.InvalidGroupID.Code
-	} else if !s.isCoordinator(r.Group) {
-		fence = kerr.NotCoordinator.Code
+	} else if code := s.groupGate(ctx, r.Group); code != 0 {
+		fence = code
 	} else if r.Version >= 1 {
 		fence = s.groups.commitCheck(r.Group, r.MemberID, r.Generation)
 	}
@@ -192,6 +204,9 @@ func (s *Server) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) 
 		ct := kmsg.NewOffsetCommitResponseTopic()
 		ct.Topic = rt.Topic
 		t, tErr := s.topics.lookup(ctx, rt.Topic)
+		if tErr == nil && !s.allowed(ctx, OpRead, ResourceTopic, rt.Topic) {
+			tErr = errTopicDenied
+		}
 		for _, rp := range rt.Partitions {
 			cp := kmsg.NewOffsetCommitResponseTopicPartition()
 			cp.Partition = rp.Partition
@@ -225,6 +240,10 @@ func (s *Server) offsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequest) km
 	resp := r.ResponseKind().(*kmsg.OffsetFetchResponse)
 	if !validGroupID(r.Group) {
 		resp.ErrorCode = s.code(kmsg.OffsetFetch, kerr.InvalidGroupID.Code)
+		return resp
+	}
+	if !s.allowed(ctx, OpDescribe, ResourceGroup, r.Group) {
+		resp.ErrorCode = s.code(kmsg.OffsetFetch, kerr.GroupAuthorizationFailed.Code)
 		return resp
 	}
 	type target struct {

@@ -30,6 +30,9 @@ func (s *Server) listOffsets(ctx context.Context, r *kmsg.ListOffsetsRequest) km
 		lt := kmsg.NewListOffsetsResponseTopic()
 		lt.Topic = rt.Topic
 		t, tErr := s.topics.lookup(ctx, rt.Topic)
+		if tErr == nil && !s.allowed(ctx, OpDescribe, ResourceTopic, rt.Topic) {
+			tErr = errTopicDenied
+		}
 		for _, rp := range rt.Partitions {
 			lp := kmsg.NewListOffsetsResponseTopicPartition()
 			lp.Partition = rp.Partition

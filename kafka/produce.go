@@ -55,7 +55,10 @@ func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest, p *pending
 		case !validTopicName(rt.Topic):
 			tErr = fmt.Errorf("%w: %q", parkway.ErrInvalidName, rt.Topic)
 		default:
-			t, tErr = s.ensure(wctx, rt.Topic, true)
+			t, tErr = s.ensure(wctx, rt.Topic, s.allowed(ctx, OpCreate, ResourceTopic, rt.Topic))
+		}
+		if tErr == nil && !s.allowed(ctx, OpWrite, ResourceTopic, t.Name) {
+			tErr = errTopicDenied
 		}
 		for pi := range rt.Partitions {
 			rp := &rt.Partitions[pi]
@@ -164,6 +167,8 @@ func (s *Server) produceErrorCode(err error, byID bool) int16 {
 	switch {
 	case errors.Is(err, errTransactional):
 		return s.code(kmsg.Produce, kerr.TransactionalIDAuthorizationFailed.Code)
+	case errors.Is(err, errTopicDenied):
+		return s.code(kmsg.Produce, kerr.TopicAuthorizationFailed.Code)
 	case errors.Is(err, parkway.ErrInvalidName):
 		return s.code(kmsg.Produce, kerr.InvalidTopicException.Code)
 	case byID && errors.Is(err, parkway.ErrTopicNotFound):

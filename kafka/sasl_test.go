@@ -3,10 +3,14 @@ package kafka
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl"
@@ -80,4 +84,62 @@ func TestSASLOverTLS(t *testing.T) {
 		r.expectClosed()
 		f.expectClosedFor(t, "unauthenticated")
 	})
+}
+
+// TestAuthorizer: the authorizer sees the SASL principal and each
+// operation; a refusal is TOPIC_AUTHORIZATION_FAILED or
+// GROUP_AUTHORIZATION_FAILED and nothing is done.
+func TestAuthorizer(t *testing.T) {
+	creds, err := NewStaticCredentials(map[string]string{"alice": "a", "bob": "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	asked := map[string]bool{}
+	authz := AuthorizerFunc(func(_ context.Context, principal string, op Operation, rt ResourceType, name string) bool {
+		mu.Lock()
+		asked[fmt.Sprintf("%s %s %s:%s", principal, op, rt, name)] = true
+		mu.Unlock()
+		return principal == "User:alice" || op == OpDescribe
+	})
+	f := serve(t, Config{SASL: &SASLConfig{Credentials: creds, Mechanisms: []string{MechanismSCRAMSHA256}}, Authorizer: authz})
+	as := func(user, pass string, opts ...kgo.Opt) *kgo.Client {
+		return f.client(t, append([]kgo.Opt{kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha256Mechanism()), kgo.RequestRetries(1)}, opts...)...)
+	}
+	alice := as("alice", "a", kgo.DefaultProduceTopic("guarded"), kgo.AllowAutoTopicCreation())
+	if err := alice.ProduceSync(ctxFor(t), kgo.StringRecord("from alice")).FirstErr(); err != nil {
+		t.Fatalf("alice's produce: %v", err)
+	}
+	bob := as("bob", "b", kgo.DefaultProduceTopic("guarded"), kgo.RecordRetries(1))
+	if err := bob.ProduceSync(ctxFor(t), kgo.StringRecord("from bob")).FirstErr(); err == nil || !strings.Contains(err.Error(), "TOPIC_AUTHORIZATION_FAILED") {
+		t.Fatalf("bob's produce: %v, want TOPIC_AUTHORIZATION_FAILED", err)
+	}
+	bobAdm := kadm.NewClient(bob)
+	if res, err := bobAdm.CreateTopics(ctxFor(t), 1, -1, nil, "bobs"); err != nil || res["bobs"].Err == nil || !strings.Contains(res["bobs"].Err.Error(), "TOPIC_AUTHORIZATION_FAILED") {
+		t.Fatalf("bob's CreateTopics: %v %v", err, res["bobs"].Err)
+	}
+	if res, err := bobAdm.DeleteTopics(ctxFor(t), "guarded"); err != nil || res["guarded"].Err == nil {
+		t.Fatalf("bob's DeleteTopics: %v %v", err, res["guarded"].Err)
+	}
+	join := kmsg.NewPtrJoinGroupRequest()
+	join.Group, join.SessionTimeoutMillis, join.ProtocolType = "bobs-group", 10_000, "consumer"
+	join.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range"}}
+	resp, err := join.RequestWith(ctxFor(t), bob)
+	if err != nil || resp.ErrorCode != kerr.GroupAuthorizationFailed.Code {
+		t.Fatalf("bob's JoinGroup: %v code %d, want GROUP_AUTHORIZATION_FAILED", err, resp.ErrorCode)
+	}
+	h, err := f.srv.topics.lookup(ctxFor(t), "guarded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if po, err := f.node.PartitionOffsets(ctxFor(t), h, 0, ""); err != nil || po.End != 1 {
+		t.Fatalf("the topic holds %d records (%v), want alice's 1", po.End, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, want := range []string{"User:alice Write Topic:guarded", "User:alice Create Topic:guarded", "User:bob Write Topic:guarded", "User:bob Read Group:bobs-group"} {
+		if !asked[want] {
+			t.Errorf("the authorizer was not asked %q (asked: %v)", want, asked)
+		}
+	}
 }

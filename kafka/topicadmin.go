@@ -25,12 +25,15 @@ func (s *Server) createPartitions(ctx context.Context, r *kmsg.CreatePartitionsR
 		}
 		t, err := s.topics.lookupFresh(ctx, rt.Topic)
 		var info parkway.TopicInfo
+		if err == nil && !s.allowed(ctx, OpAlter, ResourceTopic, rt.Topic) {
+			err = errTopicDenied
+		}
 		if err == nil {
 			info, err = s.node.TopicInfo(ctx, t)
 		}
 		switch {
 		case err != nil:
-			fail(errorCode(err), err.Error())
+			fail(s.topicErrorCode(kmsg.CreatePartitions, err), err.Error())
 		case len(rt.Assignment) > 0:
 			fail(kerr.InvalidReplicaAssignment.Code, "replica assignments are not supported: parkway places replicas")
 		case int(rt.Count) <= info.Partitions:
@@ -56,6 +59,9 @@ func (s *Server) deleteRecords(ctx context.Context, r *kmsg.DeleteRecordsRequest
 		dt := kmsg.NewDeleteRecordsResponseTopic()
 		dt.Topic = rt.Topic
 		t, tErr := s.topics.lookup(ctx, rt.Topic)
+		if tErr == nil && !s.allowed(ctx, OpDelete, ResourceTopic, rt.Topic) {
+			tErr = errTopicDenied
+		}
 		for _, rp := range rt.Partitions {
 			dp := kmsg.NewDeleteRecordsResponseTopicPartition()
 			dp.Partition, dp.LowWatermark = rp.Partition, -1
@@ -97,11 +103,16 @@ func (s *Server) truncate(ctx context.Context, t parkway.Topic, tErr error, rp k
 }
 
 // describeGroups describes the groups this listener coordinates.
-func (s *Server) describeGroups(r *kmsg.DescribeGroupsRequest) kmsg.Response {
+func (s *Server) describeGroups(ctx context.Context, r *kmsg.DescribeGroupsRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.DescribeGroupsResponse)
 	for _, name := range r.Groups {
 		dg := kmsg.NewDescribeGroupsResponseGroup()
 		dg.Group = name
+		if !s.allowed(ctx, OpDescribe, ResourceGroup, name) {
+			dg.ErrorCode = s.code(kmsg.DescribeGroups, kerr.GroupAuthorizationFailed.Code)
+			resp.Groups = append(resp.Groups, dg)
+			continue
+		}
 		if !s.isCoordinator(name) {
 			dg.ErrorCode = s.code(kmsg.DescribeGroups, kerr.NotCoordinator.Code)
 			resp.Groups = append(resp.Groups, dg)
