@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -59,6 +58,10 @@ func (s *Server) dispatch(ctx context.Context, req kmsg.Request, p *pending, ses
 		p.resp = s.createPartitions(ctx, r)
 	case *kmsg.DeleteRecordsRequest:
 		p.resp = s.deleteRecords(ctx, r)
+	case *kmsg.DescribeConfigsRequest:
+		p.resp = s.describeConfigs(ctx, r)
+	case *kmsg.IncrementalAlterConfigsRequest:
+		p.resp = s.incrementalAlterConfigs(ctx, r)
 	case *kmsg.SASLHandshakeRequest:
 		p.resp = s.saslHandshake(r, sess)
 	case *kmsg.SASLAuthenticateRequest:
@@ -241,50 +244,6 @@ func (s *Server) createTopics(ctx context.Context, r *kmsg.CreateTopicsRequest) 
 		resp.Topics = append(resp.Topics, ct)
 	}
 	return resp
-}
-
-// topicOptions maps the topic configs parkway has; any other is refused
-// rather than silently ignored.
-func topicOptions(configs []kmsg.CreateTopicsRequestTopicConfig) ([]parkway.TopicOption, error) {
-	var (
-		age   time.Duration
-		bytes int64
-		set   bool
-	)
-	for _, c := range configs {
-		if c.Value == nil {
-			continue
-		}
-		v, err := strconv.ParseInt(*c.Value, 10, 64)
-		switch c.Name {
-		case "retention.ms":
-			if err != nil || v < -1 || v > int64(1<<63-1)/int64(time.Millisecond) {
-				return nil, fmt.Errorf("retention.ms %q: a number of milliseconds, or -1", *c.Value)
-			}
-			if v > 0 {
-				age = time.Duration(v) * time.Millisecond
-			}
-			set = true
-		case "retention.bytes":
-			if err != nil || v < -1 {
-				return nil, fmt.Errorf("retention.bytes %q: a number of bytes, or -1", *c.Value)
-			}
-			if v > 0 {
-				bytes = v
-			}
-			set = true
-		case "cleanup.policy":
-			if *c.Value != "delete" {
-				return nil, fmt.Errorf("cleanup.policy %q: only delete is supported", *c.Value)
-			}
-		default:
-			return nil, fmt.Errorf("topic config %q is not supported (retention.ms, retention.bytes and cleanup.policy=delete are)", c.Name)
-		}
-	}
-	if !set {
-		return nil, nil
-	}
-	return []parkway.TopicOption{parkway.WithRetention(age, bytes)}, nil
 }
 
 func (s *Server) deleteTopics(ctx context.Context, r *kmsg.DeleteTopicsRequest) kmsg.Response {

@@ -10,6 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/parkway-io/parkway"
 )
 
 // TestProduceConsumeEveryCodec produces keyed records with headers through
@@ -160,6 +162,47 @@ func TestAdminCreateDeleteTopics(t *testing.T) {
 	if len(topics) != 2 || len(topics["orders"].Partitions) != 3 || topics["orders"].ID != res["orders"].ID {
 		t.Fatalf("ListTopics: %+v", topics)
 	}
+	// DescribeConfigs shows the retention set at creation;
+	// IncrementalAlterConfigs changes it and the fsync policy.
+	configOf := func(topic, key string) string {
+		t.Helper()
+		rcs, err := adm.DescribeTopicConfigs(ctx, topic)
+		if err != nil || len(rcs) != 1 || rcs[0].Err != nil {
+			t.Fatalf("DescribeTopicConfigs(%s): %v %+v", topic, err, rcs)
+		}
+		for _, c := range rcs[0].Configs {
+			if c.Key == key && c.Value != nil {
+				return *c.Value
+			}
+		}
+		t.Fatalf("%s has no config %s", topic, key)
+		return ""
+	}
+	if v := configOf("orders", "retention.ms"); v != "3600000" {
+		t.Fatalf("orders' retention.ms is %s, want 3600000", v)
+	}
+	altered, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{
+		{Op: kadm.SetConfig, Name: "retention.bytes", Value: kadm.StringPtr("1048576")},
+		{Op: kadm.SetConfig, Name: "parkway.fsync", Value: kadm.StringPtr("interval")},
+		{Op: kadm.DeleteConfig, Name: "retention.ms"},
+	}, "orders")
+	if err != nil || altered[0].Err != nil {
+		t.Fatalf("AlterTopicConfigs: %v %+v", err, altered)
+	}
+	if configOf("orders", "retention.bytes") != "1048576" || configOf("orders", "parkway.fsync") != "interval" || configOf("orders", "retention.ms") != "-1" {
+		t.Fatal("the altered configs do not read back")
+	}
+	orders, err := f.srv.topics.lookup(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := f.node.TopicInfo(ctx, orders); err != nil || info.Config.RetentionBytes != 1<<20 || info.Config.Fsync != parkway.FsyncInterval || info.Config.RetentionAge != 0 {
+		t.Fatalf("parkway's topic config: %+v %v", info.Config, err)
+	}
+	if bad, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "min.insync.replicas", Value: kadm.StringPtr("2")}}, "orders"); err != nil || bad[0].Err == nil {
+		t.Fatalf("an unsupported config was accepted: %v %+v", err, bad)
+	}
+
 	// CreatePartitions grows a topic; DeleteRecords truncates a partition.
 	grown, err := adm.UpdatePartitions(ctx, 5, "payments")
 	if err != nil || grown["payments"].Err != nil {
