@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"io"
 	"net"
@@ -11,6 +12,9 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/snappy"
+	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -232,19 +236,59 @@ func TestBehaviour30HostileInput(t *testing.T) {
 			t.Fatalf("3 records claimed, 1 sent: code %d, want CORRUPT_MESSAGE (2)", code)
 		}
 	})
-	t.Run("zip bomb", func(t *testing.T) {
-		var z bytes.Buffer
-		zw, _ := gzip.NewWriterLevel(&z, gzip.BestCompression)
-		_, _ = zw.Write(make([]byte, 32<<20)) // 32 MiB of zeros, about 32 KiB compressed
-		_ = zw.Close()
-		if z.Len() > 60<<10 {
-			t.Fatalf("the bomb is %d bytes compressed, over the request limit", z.Len())
-		}
-		r := dialRaw(t, f.addr)
-		if code := produceRecords(r, "hostile", batch(1, z.Bytes(), 1000, false)); code != 18 {
-			t.Fatalf("zip bomb: code %d, want RECORD_LIST_TOO_LARGE (18)", code)
-		}
-	})
+	// A compressed batch of zeros, small enough to pass the 64 KiB
+	// request limit and inflating far past it, in each codec: refused at
+	// the limit (snappy compresses zeros only about 21:1).
+	bombs := map[int16]func([]byte) []byte{
+		1: func(b []byte) []byte {
+			var z bytes.Buffer
+			zw, _ := gzip.NewWriterLevel(&z, gzip.BestCompression)
+			_, _ = zw.Write(b)
+			_ = zw.Close()
+			return z.Bytes()
+		},
+		2: func(b []byte) []byte { // xerial framing: chunks of 1 MiB
+			out := append([]byte{}, xerialMagic...)
+			out = append(out, 0, 0, 0, 1, 0, 0, 0, 1)
+			for len(b) > 0 {
+				n := min(len(b), 1<<20)
+				c := snappy.Encode(nil, b[:n])
+				out = binary.BigEndian.AppendUint32(out, uint32(len(c)))
+				out = append(out, c...)
+				b = b[n:]
+			}
+			return out
+		},
+		3: func(b []byte) []byte {
+			var z bytes.Buffer
+			zw := lz4.NewWriter(&z)
+			_ = zw.Apply(lz4.CompressionLevelOption(lz4.Level9))
+			_, _ = zw.Write(b)
+			_ = zw.Close()
+			return z.Bytes()
+		},
+		4: func(b []byte) []byte {
+			zw, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedBestCompression))
+			defer zw.Close()
+			return zw.EncodeAll(b, nil)
+		},
+	}
+	for codec, compress := range bombs {
+		t.Run(fmt.Sprintf("zip bomb %s", []string{"", "gzip", "snappy", "lz4", "zstd"}[codec]), func(t *testing.T) {
+			size := 8 << 20
+			if codec == 2 {
+				size = 1 << 20
+			}
+			bomb := compress(make([]byte, size))
+			if len(bomb) > 60<<10 {
+				t.Fatalf("the bomb is %d bytes compressed, over the request limit", len(bomb))
+			}
+			r := dialRaw(t, f.addr)
+			if code := produceRecords(r, "hostile", batch(codec, bomb, 1000, false)); code != 18 {
+				t.Fatalf("zip bomb: code %d, want RECORD_LIST_TOO_LARGE (18)", code)
+			}
+		})
+	}
 	t.Run("connection limit", func(t *testing.T) {
 		f.waitConnections(t, 0) // the subtests' connections are gone
 		var conns []*raw

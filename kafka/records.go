@@ -186,7 +186,7 @@ func (d *decoder) inflate(codec int16, src []byte) ([]byte, error) {
 		// its memory limit (the request limit); the check below then
 		// applies the request's own remaining allowance.
 		out, err = d.zstd.DecodeAll(src, nil)
-		if err != nil && errors.Is(err, zstd.ErrDecoderSizeExceeded) {
+		if errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrWindowSizeExceeded) || errors.Is(err, zstd.ErrFrameSizeExceeded) {
 			return nil, fmt.Errorf("%w: zstd", errRecordsTooLarge)
 		}
 	default:
