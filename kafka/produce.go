@@ -2,8 +2,10 @@ package kafka
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -119,7 +121,16 @@ func (s *Server) startAppends(ctx context.Context, w *partProduce, batches []dec
 			}
 			seq = sb
 		}
-		w.acks = append(w.acks, s.node.ProduceAsync(ctx, w.handle, parkway.PartitionID(uint32(w.key.part)), b.msgs...))
+		to := parkway.PartitionID(uint32(w.key.part))
+		if seq != nil {
+			// The batch's identity goes with it into the partition's
+			// replicated deduplication window: a retry through any
+			// listener, after a leader change too, applies once.
+			key := dedupeKey(b.hdr.ProducerID, b.hdr.ProducerEpoch, b.hdr.FirstSequence)
+			w.acks = append(w.acks, s.node.ProduceAsyncKeyed(ctx, w.handle, to, key, b.msgs...))
+		} else {
+			w.acks = append(w.acks, s.node.ProduceAsync(ctx, w.handle, to, b.msgs...))
+		}
 		w.seqs = append(w.seqs, seq)
 	}
 }
@@ -175,4 +186,16 @@ func (s *Server) produceErrorCode(err error, byID bool) int16 {
 		return s.code(kmsg.Produce, kerr.UnknownTopicID.Code)
 	}
 	return s.topicErrorCode(kmsg.Produce, err)
+}
+
+// dedupeKey is parkway's deduplication key of a Kafka producer's batch:
+// the producer is the (id, epoch) pair, hashed (never 0), the sequence the
+// batch's first.
+func dedupeKey(pid int64, epoch int16, firstSeq int32) parkway.ProduceKey {
+	h := fnv.New64a()
+	var b [10]byte
+	binary.BigEndian.PutUint64(b[:], uint64(pid))
+	binary.BigEndian.PutUint16(b[8:], uint16(epoch))
+	_, _ = h.Write(b[:])
+	return parkway.ProduceKey{Producer: h.Sum64() | 1, Seq: uint64(uint32(firstSeq))}
 }

@@ -8,16 +8,20 @@ import (
 	"github.com/parkway-io/parkway"
 )
 
-// The idempotent producer's sequence checks live in the listener, in
-// memory: parkway's own deduplication keys a produce by the Node's
-// (producer, sequence) pair, which the root API does not let a caller
-// choose. So a client's retry reaching this listener is deduplicated
-// against the batches it appended, per (producer id, epoch, partition),
-// as Kafka does — the last maxRecent batches are remembered, a retry of
-// one of them is answered with its original offset, a gap is
-// OUT_OF_ORDER_SEQUENCE_NUMBER. What this does not cover: a retry sent
-// to another node's listener (after a leader change in a cluster), or to
-// this one after it restarted, is not recognised, and may append twice.
+// An idempotent producer's batches are deduplicated twice. Each batch
+// carries its identity — (producer id, epoch, first sequence) — into the
+// partition's replicated deduplication window (Node.ProduceAsyncKeyed), so
+// a retry of a batch whose outcome was unknown (its leader died) applies
+// once, through whichever node's listener it arrives. And each listener
+// checks sequences per (producer id, epoch, partition) as Kafka does: the
+// last maxRecent batches are remembered, a retry of one of them is
+// answered with its original offset without being sent again, a gap is
+// OUT_OF_ORDER_SEQUENCE_NUMBER, an older epoch INVALID_PRODUCER_EPOCH.
+// This second state is the listener's, in memory: a listener that never
+// saw a producer (another node's client, a restart) takes its next
+// sequence as given, and leaves duplicates to the partition's window. On
+// a single node a produce's outcome is never unknown, so the listener's
+// window is all there is.
 
 const (
 	maxRecent       = 5       // Kafka's max.in.flight for idempotent producers
