@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/parkway-io/parkway"
 )
 
 // groupMember is a franz-go consumer in a group, polling on a goroutine
@@ -293,5 +296,75 @@ func TestCoordinatorFences(t *testing.T) {
 	c.tick(now)
 	if code := c.commitCheck("g", "", -1); code != 0 {
 		t.Fatalf("an admin commit to the empty group: code %d", code)
+	}
+}
+
+// TestGroupOffsetsSurviveRestart: a group's commits are parkway's
+// consumer offsets, durable with the node: after the node and its
+// listener restart on the same data directory, the group's members are
+// gone (they rejoin) but its committed offsets are not, and a member
+// resumes after what was committed.
+func TestGroupOffsetsSurviveRestart(t *testing.T) {
+	dir := t.TempDir()
+	start := func() (*parkway.Node, *Server, string, chan error) {
+		node, err := parkway.Open(parkway.Config{Shards: 1, DataDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := NewServer(node, Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve(l) }()
+		return node, srv, l.Addr().String(), served
+	}
+	stop := func(node *parkway.Node, srv *Server, served chan error) {
+		_ = srv.Close()
+		<-served
+		if err := node.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	member := func(addr string) *kgo.Client {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumerGroup("durable"), kgo.ConsumeTopics("kept"),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(), kgo.DefaultProduceTopic("kept"),
+			kgo.AllowAutoTopicCreation())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cl
+	}
+	ctx := ctxFor(t)
+	node, srv, addr, served := start()
+	cl := member(addr)
+	for i := range 10 {
+		if err := cl.ProduceSync(ctx, kgo.StringRecord(fmt.Sprint("before-", i))).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := consume(t, cl, 10); len(got) != 10 {
+		t.Fatalf("consumed %d", len(got))
+	}
+	if err := cl.CommitUncommittedOffsets(ctx); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	cl.Close()
+	stop(node, srv, served)
+
+	node, srv, addr, served = start()
+	defer stop(node, srv, served)
+	cl = member(addr)
+	defer cl.Close()
+	if err := cl.ProduceSync(ctx, kgo.StringRecord("after")).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	got := consume(t, cl, 1)
+	if len(got) != 1 || string(got[0].Value) != "after" || got[0].Offset != 10 {
+		t.Fatalf("after the restart the group resumed at %q offset %d, want \"after\" at 10", got[0].Value, got[0].Offset)
 	}
 }
