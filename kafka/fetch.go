@@ -27,8 +27,9 @@ type fetchPart struct {
 }
 
 // fetch serves a Fetch: one pass that polls every partition without
-// waiting; if it found fewer than MinBytes, waiting polls on every
-// partition for MaxWaitMs, answered as soon as one has records. A waiting
+// waiting; if it found nothing (and MinBytes asks for something), waiting
+// polls on every partition for MaxWaitMs, answered as soon as one has
+// records. A waiting
 // poll is registered at the partition's shard and woken by the append
 // (parkway's waiting Poll), so an idle consumer costs no CPU. Fetch
 // sessions are declined (session id 0): every fetch is a full one.
@@ -102,12 +103,15 @@ func (s *Server) fetch(ctx context.Context, r *kmsg.FetchRequest) kmsg.Response 
 		got += n
 		failed = failed || err != nil
 	}
-	if got > 0 && got >= int(r.MinBytes) || failed || wait <= 0 || len(parts) == 0 {
+	// Any record answers the fetch: what the first pass put in the
+	// response is never polled again (that would send it twice), and a
+	// MinBytes above one record is not waited for (clients default to 1).
+	if got > 0 || r.MinBytes <= 0 || failed || wait <= 0 || len(parts) == 0 {
 		return resp
 	}
 
-	// Nothing (or too little) yet: wait on every partition at once; the
-	// first that has records ends the others' waits.
+	// Nothing yet: wait on every partition at once; the first that has
+	// records ends the others' waits.
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup

@@ -295,3 +295,28 @@ func TestWaitingFetchWokenByProduce(t *testing.T) {
 		t.Fatalf("high watermarks %d and %d, want 1 and 1", resp.Topics[0].Partitions[0].HighWatermark, p2.HighWatermark)
 	}
 }
+
+// TestFetchMinBytesSendsRecordsOnce: a fetch that finds fewer bytes than
+// its MinBytes answers with what it found, each record once (waiting for
+// more used to poll the same offset again and send the records twice).
+func TestFetchMinBytesSendsRecordsOnce(t *testing.T) {
+	f := serve(t, Config{})
+	prod := f.client(t, kgo.DefaultProduceTopic("minbytes"), kgo.AllowAutoTopicCreation())
+	if err := prod.ProduceSync(ctxFor(t), kgo.StringRecord("only")).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	r := dialRaw(t, f.addr)
+	req := kmsg.NewPtrFetchRequest()
+	req.Version, req.MaxWaitMillis, req.MinBytes, req.MaxBytes, req.SessionEpoch = 12, 300, 1<<20, 1<<20, -1
+	ft := kmsg.NewFetchRequestTopic()
+	ft.Topic = "minbytes"
+	fp := kmsg.NewFetchRequestTopicPartition()
+	fp.PartitionMaxBytes = 1 << 20
+	ft.Partitions = append(ft.Partitions, fp)
+	req.Topics = append(req.Topics, ft)
+	p := r.request(req).(*kmsg.FetchResponse).Topics[0].Partitions[0]
+	var b kmsg.RecordBatch
+	if err := b.ReadFrom(p.RecordBatches); err != nil || b.NumRecords != 1 || len(p.RecordBatches) != batchLengthEnd+int(b.Length) {
+		t.Fatalf("the response holds %d bytes of batches (%v), want exactly one batch of one record", len(p.RecordBatches), err)
+	}
+}
