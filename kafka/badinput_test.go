@@ -137,7 +137,7 @@ func produceRecords(r *raw, topic string, records []byte) int16 {
 // request limit, never a panic; and the listener serves well-formed
 // clients afterwards.
 func TestBehaviour30HostileInput(t *testing.T) {
-	f := serve(t, Config{MaxRequestSize: 64 << 10, RequestTimeout: 300 * time.Millisecond, MaxConnections: 8})
+	f := serve(t, Config{MaxRequestSize: 64 << 10, RequestTimeout: time.Second, MaxConnections: 8})
 
 	t.Run("oversize frame", func(t *testing.T) {
 		r := dialRaw(t, f.addr)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -131,5 +133,39 @@ func TestCloseEndsWaitingFetch(t *testing.T) {
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("Close took %v with a fetch waiting", d)
+	}
+}
+
+// TestMetrics: the listener's series register beside the node's on one
+// pedantic registry and count requests per API, error codes, bytes and
+// connections.
+func TestMetrics(t *testing.T) {
+	f := serve(t, Config{MetricsLabels: prometheus.Labels{"node": "1"}})
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(f.node.Metrics()); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Register(f.srv.Metrics()); err != nil {
+		t.Fatalf("registering the listener's metrics beside the node's: %v", err)
+	}
+	cl := f.client(t, kgo.DefaultProduceTopic("counted"), kgo.AllowAutoTopicCreation())
+	if err := cl.ProduceSync(ctxFor(t), kgo.StringRecord("x")).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	r := dialRaw(t, f.addr)
+	if code := produceRecords(r, "counted", []byte("not a batch at all")); code == 0 {
+		t.Fatal("garbage records accepted")
+	}
+	if n := testutil.ToFloat64(f.srv.metrics.requests.WithLabelValues("Produce")); n < 2 {
+		t.Errorf("Produce requests counted: %v, want at least 2", n)
+	}
+	if n := testutil.ToFloat64(f.srv.metrics.errors.WithLabelValues("Produce", "2")); n != 1 {
+		t.Errorf("CORRUPT_MESSAGE answers counted: %v, want 1", n)
+	}
+	if testutil.ToFloat64(f.srv.metrics.bytesIn) == 0 || testutil.ToFloat64(f.srv.metrics.bytesOut) == 0 || testutil.ToFloat64(f.srv.metrics.connections) < 2 {
+		t.Error("bytes or connections not counted")
+	}
+	if _, err := reg.Gather(); err != nil {
+		t.Fatalf("Gather: %v", err)
 	}
 }
