@@ -103,7 +103,27 @@ func FuzzProcess(f *testing.F) {
 	ct.Topics = append(ct.Topics, ctt)
 	av := kmsg.NewPtrApiVersionsRequest()
 	av.Version = 3
-	for _, req := range []kmsg.Request{md, pr, fr, lo, ct, av, kmsg.NewPtrInitProducerIDRequest(), kmsg.NewPtrDeleteTopicsRequest()} {
+	fc := kmsg.NewPtrFindCoordinatorRequest()
+	fc.CoordinatorKey = "g"
+	oc := kmsg.NewPtrOffsetCommitRequest()
+	oc.Version, oc.Group, oc.Generation = 8, "g", -1
+	oct := kmsg.NewOffsetCommitRequestTopic()
+	oct.Topic = name
+	oct.Partitions = append(oct.Partitions, kmsg.NewOffsetCommitRequestTopicPartition())
+	oc.Topics = append(oc.Topics, oct)
+	of := kmsg.NewPtrOffsetFetchRequest()
+	of.Version, of.Group = 7, "g"
+	hb := kmsg.NewPtrHeartbeatRequest()
+	hb.Version, hb.Group, hb.MemberID = 4, "g", "m"
+	dc := kmsg.NewPtrDescribeConfigsRequest()
+	dc.Version = 4
+	dcr := kmsg.NewDescribeConfigsRequestResource()
+	dcr.ResourceType, dcr.ResourceName = kmsg.ConfigResourceTypeTopic, name
+	dc.Resources = append(dc.Resources, dcr)
+	sh := kmsg.NewPtrSASLHandshakeRequest()
+	sh.Version, sh.Mechanism = 1, "PLAIN"
+	for _, req := range []kmsg.Request{md, pr, fr, lo, ct, av, kmsg.NewPtrInitProducerIDRequest(), kmsg.NewPtrDeleteTopicsRequest(),
+		fc, oc, of, hb, dc, sh, kmsg.NewPtrListGroupsRequest(), kmsg.NewPtrDescribeGroupsRequest()} {
 		f.Add(formatter.AppendRequest(nil, req, 1)[4:])
 	}
 	f.Fuzz(func(t *testing.T, frame []byte) {

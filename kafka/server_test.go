@@ -169,3 +169,20 @@ func TestMetrics(t *testing.T) {
 		t.Fatalf("Gather: %v", err)
 	}
 }
+
+// TestManyIdleConnections: 500 connections that send nothing are held
+// (two goroutines and 16 KiB of buffers each, no CPU: each reader is
+// blocked in a read) while a client is served, and Close releases them
+// all (the package's goleak check).
+func TestManyIdleConnections(t *testing.T) {
+	f := serve(t, Config{})
+	const n = 500
+	for range n {
+		dialRaw(t, f.addr)
+	}
+	f.waitConnections(t, n)
+	cl := f.client(t, kgo.DefaultProduceTopic("busy"), kgo.AllowAutoTopicCreation())
+	if err := cl.ProduceSync(ctxFor(t), kgo.StringRecord("served")).FirstErr(); err != nil {
+		t.Fatalf("produce beside %d idle connections: %v", n, err)
+	}
+}
