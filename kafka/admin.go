@@ -12,9 +12,10 @@ import (
 	"github.com/parkway-io/parkway"
 )
 
-// dispatch starts serving a decoded request: at once for everything but
-// Produce (whose acks are waited for on the writer) and Fetch (which may
-// wait for records, on the writer too, so the reader goes on reading).
+// dispatch starts serving a decoded request: at once, or — for what
+// waits — on the writer's goroutine, so the reader goes on reading: a
+// Produce's acks, a Fetch waiting for records, a JoinGroup or SyncGroup
+// waiting for the rebalance.
 func (s *Server) dispatch(ctx context.Context, req kmsg.Request, p *pending, sess *session) {
 	key := req.Key()
 	switch r := req.(type) {
@@ -89,7 +90,6 @@ func (s *Server) requestContext(ctx context.Context, ms int32) (context.Context,
 	return context.WithTimeout(ctx, d)
 }
 
-func (s *Server) brokers() (host string, port int32) { return s.advertisedAddr() }
 
 func (s *Server) metadata(ctx context.Context, r *kmsg.MetadataRequest) kmsg.Response {
 	ctx, cancel := s.requestContext(ctx, 0)
@@ -112,7 +112,7 @@ func (s *Server) metadata(ctx context.Context, r *kmsg.MetadataRequest) kmsg.Res
 		}
 		for _, t := range all {
 			if s.allowed(ctx, OpDescribe, ResourceTopic, t.Name) {
-				resp.Topics = append(resp.Topics, s.describeTopic(ctx, r.Version, t, nil))
+				resp.Topics = append(resp.Topics, s.describeTopic(ctx, t))
 			}
 		}
 		return resp
@@ -142,7 +142,7 @@ func (s *Server) metadata(ctx context.Context, r *kmsg.MetadataRequest) kmsg.Res
 			resp.Topics = append(resp.Topics, mt)
 			continue
 		}
-		resp.Topics = append(resp.Topics, s.describeTopic(ctx, r.Version, t, nil))
+		resp.Topics = append(resp.Topics, s.describeTopic(ctx, t))
 	}
 	return resp
 }
@@ -160,7 +160,7 @@ func (s *Server) topicErrorCode(key kmsg.Key, err error) int16 {
 }
 
 // describeTopic is a topic's Metadata entry (partitionsOf).
-func (s *Server) describeTopic(ctx context.Context, version int16, t parkway.Topic, _ []int32) kmsg.MetadataResponseTopic {
+func (s *Server) describeTopic(ctx context.Context, t parkway.Topic) kmsg.MetadataResponseTopic {
 	mt := kmsg.NewMetadataResponseTopic()
 	name := t.Name
 	mt.Topic, mt.TopicID = &name, topicID(t)

@@ -24,14 +24,14 @@ type broker struct {
 // cluster's listeners (Config.Brokers) in id order.
 func (s *Server) brokerList() []broker {
 	if s.cfg.Brokers == nil {
-		host, port := s.brokers()
+		host, port := s.advertisedAddr()
 		return []broker{{s.cfg.BrokerID, host, port}}
 	}
 	out := make([]broker, 0, len(s.cfg.Brokers))
 	for id, addr := range s.cfg.Brokers {
 		b := broker{id: id}
 		if id == s.cfg.BrokerID && s.cfg.AdvertisedAddr == "" {
-			b.host, b.port = s.brokers()
+			b.host, b.port = s.advertisedAddr()
 		} else {
 			host, port, _ := net.SplitHostPort(addr) // Validate checked it
 			p, _ := strconv.Atoi(port)

@@ -186,3 +186,37 @@ func TestManyIdleConnections(t *testing.T) {
 		t.Fatalf("produce beside %d idle connections: %v", n, err)
 	}
 }
+
+// TestEveryServedKeyHasAHandler: every API key and version ApiVersions
+// announces is decoded, dispatched and answered with a response that
+// encodes (a key announced without a handler would panic and close the
+// connection).
+func TestEveryServedKeyHasAHandler(t *testing.T) {
+	node, err := parkway.Open(parkway.Config{Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close()
+	srv, err := NewServer(node, Config{RequestTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	formatter := kmsg.NewRequestFormatter(kmsg.FormatterClientID("t"))
+	for key, vr := range served {
+		for v := vr.min; v <= vr.max; v++ {
+			req := kmsg.RequestForKey(key)
+			req.SetVersion(v)
+			frame := formatter.AppendRequest(nil, req, 1)[4:]
+			p, err := srv.process(ctxFor(t), frame, "/t", srv.newSession())
+			if err != nil {
+				t.Fatalf("%s v%d: %v", kmsg.NameForKey(key), v, err)
+			}
+			resp := p.finish(ctxFor(t))
+			if resp == nil {
+				t.Fatalf("%s v%d: no response", kmsg.NameForKey(key), v)
+			}
+			_ = appendResponse(nil, p.hdr, resp)
+		}
+	}
+}
