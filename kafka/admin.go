@@ -90,7 +90,6 @@ func (s *Server) requestContext(ctx context.Context, ms int32) (context.Context,
 	return context.WithTimeout(ctx, d)
 }
 
-
 func (s *Server) metadata(ctx context.Context, r *kmsg.MetadataRequest) kmsg.Response {
 	ctx, cancel := s.requestContext(ctx, 0)
 	defer cancel()
