@@ -2,7 +2,10 @@ package kafka
 
 import (
 	"bytes"
+	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -80,4 +83,32 @@ func BenchmarkProduceAsyncNode(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+}
+
+// BenchmarkAutoCreateFirstProduce times a franz-go ProduceSync to a topic
+// that does not exist yet: the Metadata request creates it, the produce
+// parks at the partition's owner until the partition lands. Reports the
+// median and 99th percentile to the first ack.
+//
+//	go test -run XXX -bench AutoCreate -benchtime 200x ./kafka
+func BenchmarkAutoCreateFirstProduce(b *testing.B) {
+	f := serve(b, Config{})
+	// No linger: the time is the round trips and the creation, not the
+	// client waiting to fill a batch.
+	cl := f.client(b, kgo.AllowAutoTopicCreation(), kgo.ProducerLinger(0))
+	ctx := ctxFor(b)
+	took := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		start := time.Now()
+		r := &kgo.Record{Topic: fmt.Sprint("fresh-", i), Value: []byte("first")}
+		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+			b.Fatal(err)
+		}
+		took = append(took, time.Since(start))
+	}
+	b.StopTimer()
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(took[len(took)*99/100].Microseconds())/1000, "p99-ms")
 }
