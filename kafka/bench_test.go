@@ -112,3 +112,28 @@ func BenchmarkAutoCreateFirstProduce(b *testing.B) {
 	b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(took[len(took)*99/100].Microseconds())/1000, "p99-ms")
 }
+
+// BenchmarkNodeCreateFirstProduce is the same through parkway's own API:
+// CreateTopic, then the first Produce, on an in-memory node.
+func BenchmarkNodeCreateFirstProduce(b *testing.B) {
+	node, err := parkway.Open(parkway.Config{Shards: 2})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer node.Close()
+	ctx := ctxFor(b)
+	s, err := node.CreateStream(ctx, "kafka")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		tp, err := node.CreateTopic(ctx, s, fmt.Sprint("fresh-", i), 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := node.Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("first")}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
