@@ -23,12 +23,30 @@
 // gets a new ID, and a request that names the old ID is refused with
 // UNKNOWN_TOPIC_ID instead of reaching the new topic.
 //
-// Every request and response is encoded and decoded by kmsg; only the
-// request and response headers (four fields) and the split of a record
-// set into batches and records (a length prefix each) are read here, each
-// length checked against the bytes left before anything is allocated.
+// A consumer group's committed offsets are parkway's named consumer
+// offsets of the group id (replicated and durable with the partition);
+// the group's membership and generations are the listener's coordinator's,
+// in memory. An idempotent producer's batches are deduplicated in the
+// partition's replicated window (Node.ProduceAsyncKeyed), so a retry after
+// a leader change applies once.
+//
+// In a cluster every node runs a listener; Config.Brokers names them all,
+// so Metadata points clients at each partition's raft leader and every
+// listener names the same coordinator for a group.
+//
+// # Security
+//
+// Config.TLS serves TLS; Config.SASL requires PLAIN or SCRAM-SHA-256/512
+// against the host's CredentialStore before anything but ApiVersions;
+// Config.Authorizer is asked before every topic and group operation.
 //
 // # Hostile input
+//
+// Every request and response is encoded and decoded by kmsg; only the
+// request and response headers (four fields), the split of a record set
+// into batches and records (a length prefix each) and SCRAM's text
+// messages are read here, each length checked against the bytes left
+// before anything is allocated.
 //
 // A request's size prefix is checked against Config.MaxRequestSize
 // before its body is allocated, and the bodies of all connections share
