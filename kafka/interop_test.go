@@ -3,6 +3,7 @@ package kafka
 import (
 	"bytes"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -318,5 +319,36 @@ func TestFetchMinBytesSendsRecordsOnce(t *testing.T) {
 	var b kmsg.RecordBatch
 	if err := b.ReadFrom(p.RecordBatches); err != nil || b.NumRecords != 1 || len(p.RecordBatches) != batchLengthEnd+int(b.Length) {
 		t.Fatalf("the response holds %d bytes of batches (%v), want exactly one batch of one record", len(p.RecordBatches), err)
+	}
+}
+
+// TestConsumeFromTimestamp: a consumer starting at a timestamp (ListOffsets
+// by time, over parkway's append-time index) gets the records appended at
+// or after it and none before.
+func TestConsumeFromTimestamp(t *testing.T) {
+	f := serve(t, Config{})
+	prod := f.client(t, kgo.DefaultProduceTopic("timed"), kgo.AllowAutoTopicCreation())
+	for i := range 5 {
+		if err := prod.ProduceSync(ctxFor(t), kgo.StringRecord(fmt.Sprint("early-", i))).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The cut is a millisecond after the last early append: wait for the
+	// clock to pass it (a condition on the clock, not a pause).
+	cut := time.Now().Add(time.Millisecond).Truncate(time.Millisecond).Add(time.Millisecond)
+	for time.Now().Before(cut) {
+		runtime.Gosched()
+	}
+	for i := range 3 {
+		if err := prod.ProduceSync(ctxFor(t), kgo.StringRecord(fmt.Sprint("late-", i))).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cons := f.client(t, kgo.ConsumeTopics("timed"), kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(cut.UnixMilli())))
+	got := consume(t, cons, 3)
+	for i, r := range got {
+		if want := fmt.Sprint("late-", i); string(r.Value) != want || r.Offset != int64(5+i) {
+			t.Fatalf("record %d: %q at %d, want %q at %d", i, r.Value, r.Offset, want, 5+i)
+		}
 	}
 }
