@@ -17,7 +17,7 @@ import (
 // records through parkway's ProduceAsync in the same process, on an
 // in-memory node with the same shards. Compare records/s:
 //
-//	go test -run XXX -bench 'Produce' -benchtime 200000x ./kafka
+//	go test -run XXX -bench 'ProduceKafka|ProduceAsyncNode' -benchtime 200000x ./kafka
 
 func BenchmarkProduceKafka(b *testing.B) {
 	f := serve(b, Config{DefaultPartitions: 4})
