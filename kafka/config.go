@@ -79,7 +79,8 @@ type Config struct {
 	MaxRequestSize int
 	// MaxInflightBytes bounds the request bodies held at once over all
 	// connections: a connection whose next request does not fit waits
-	// before reading it. Default 256 MiB; at least MaxRequestSize.
+	// before reading it. One connection holds at most four requests at
+	// the limit of it. Default 256 MiB; at least MaxRequestSize.
 	MaxInflightBytes int64
 	// MaxConnections bounds the open client connections; one over it is
 	// closed as soon as it is accepted. Default 1,024.

@@ -37,7 +37,11 @@ type conn struct {
 	ctx    context.Context // ends when the connection is aborted or the server closes
 	cancel context.CancelFunc
 
-	remote    string // "/ip", as Kafka reports a client host
+	remote string // "/ip", as Kafka reports a client host
+	// budget bounds the request bytes this connection holds at once (its
+	// share of the server's), so one client pipelining large requests
+	// cannot take the whole of MaxInflightBytes from the others.
+	budget    *budget
 	sess      *session
 	stopping  atomic.Bool // Shutdown: read no further request
 	abortOnce sync.Once
@@ -68,7 +72,32 @@ func newConn(s *Server, nc net.Conn) *conn {
 	if a, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
 		remote += a.IP.String()
 	}
-	return &conn{s: s, nc: nc, ctx: ctx, cancel: cancel, remote: remote, sess: s.newSession()}
+	return &conn{s: s, nc: nc, ctx: ctx, cancel: cancel, remote: remote, sess: s.newSession(),
+		budget: newBudget(connBudget(s.cfg))}
+}
+
+// connBudget is what one connection may hold of request bodies: four
+// requests at the limit, within the server's total.
+func connBudget(cfg Config) int64 {
+	return min(4*int64(cfg.MaxRequestSize), cfg.MaxInflightBytes)
+}
+
+// acquire takes n bytes of the connection's budget, then of the server's.
+func (c *conn) acquire(n int64) error {
+	if err := c.budget.acquire(c.ctx, n); err != nil {
+		return err
+	}
+	if err := c.s.budget.acquire(c.ctx, n); err != nil {
+		c.budget.release(n)
+		return err
+	}
+	return nil
+}
+
+// release gives n bytes back to both budgets.
+func (c *conn) release(n int64) {
+	c.s.budget.release(n)
+	c.budget.release(n)
 }
 
 // stopReading makes the reader stop before its next request (Shutdown).
@@ -147,19 +176,19 @@ func (c *conn) readLoop(queue chan<- *pending) {
 			c.closeFor("size", fmt.Errorf("%w: %d bytes (limit %d)", errFrameSize, n, c.s.cfg.MaxRequestSize))
 			return
 		}
-		if err := c.s.budget.acquire(c.ctx, int64(n)); err != nil {
+		if err := c.acquire(int64(n)); err != nil {
 			return
 		}
 		frame := make([]byte, n)
 		if _, err := io.ReadFull(r, frame); err != nil {
-			c.s.budget.release(int64(n))
+			c.release(int64(n))
 			c.closeFor("read", err)
 			return
 		}
 		c.s.metrics.bytesIn.Add(float64(n) + 4)
 		p, err := c.s.process(c.ctx, frame, c.remote, c.sess)
 		if err != nil {
-			c.s.budget.release(int64(n))
+			c.release(int64(n))
 			c.closeFor(refusal(err), err)
 			return
 		}
@@ -167,7 +196,7 @@ func (c *conn) readLoop(queue chan<- *pending) {
 		select {
 		case queue <- p:
 		case <-c.ctx.Done():
-			c.s.budget.release(int64(n))
+			c.release(int64(n))
 			return
 		}
 	}
@@ -192,7 +221,7 @@ func (c *conn) writeLoop(queue <-chan *pending) {
 	// waits for the other.
 	defer func() {
 		for p := range queue {
-			c.s.budget.release(p.held)
+			c.release(p.held)
 		}
 	}()
 	defer c.recovered("writer")
@@ -201,7 +230,7 @@ func (c *conn) writeLoop(queue <-chan *pending) {
 	failed := false
 	for p := range queue {
 		resp := p.finish(c.ctx)
-		c.s.budget.release(p.held)
+		c.release(p.held)
 		p.held = 0
 		api := apiName(p.hdr.key)
 		c.s.metrics.requests.WithLabelValues(api).Inc()

@@ -220,3 +220,36 @@ func TestEveryServedKeyHasAHandler(t *testing.T) {
 		}
 	}
 }
+
+// TestBudget: a budget hands out bytes up to its total, makes the next
+// taker wait until bytes are released, and lets a waiter go when its
+// context ends.
+func TestBudget(t *testing.T) {
+	b := newBudget(10)
+	if err := b.acquire(ctxFor(t), 6); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.acquire(ctxFor(t), 4); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- b.acquire(ctxFor(t), 5) }()
+	select {
+	case err := <-got:
+		t.Fatalf("took 5 bytes of a spent budget: %v", err)
+	default:
+	}
+	b.release(6)
+	if err := <-got; err != nil {
+		t.Fatalf("after a release: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { got <- b.acquire(ctx, 10) }()
+	cancel()
+	if err := <-got; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a waiter whose context ended: %v", err)
+	}
+	if want := int64(4 * DefaultMaxRequestSize); connBudget(Config{}.withDefaults()) != want {
+		t.Fatalf("a connection's budget: %d, want %d", connBudget(Config{}.withDefaults()), want)
+	}
+}
