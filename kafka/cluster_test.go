@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -137,6 +138,20 @@ func TestClusterOfBrokers(t *testing.T) {
 		}
 	}
 
+	// Each listener's series carry its node's label, so the three
+	// register on one registry, beside the nodes' own.
+	reg := prometheus.NewPedanticRegistry()
+	for id, srv := range c.servers {
+		if err := reg.Register(srv.Metrics()); err != nil {
+			t.Fatalf("registering listener %d's metrics: %v", id, err)
+		}
+		if err := reg.Register(c.nodes[id].Metrics()); err != nil {
+			t.Fatalf("registering node %d's metrics: %v", id, err)
+		}
+	}
+	if _, err := reg.Gather(); err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
 	if len(leaders) < 2 {
 		t.Fatalf("every partition is led by %v: the leaders are not spread", leaders)
 	}

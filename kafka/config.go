@@ -107,8 +107,9 @@ type Config struct {
 	// Logger receives the server's log lines (default: silent).
 	Logger hclog.Logger
 	// MetricsLabels are constant labels on every series of Metrics, as
-	// parkway.Config.MetricsLabels labels the node's (a cluster node's
-	// node="<id>").
+	// parkway.Config.MetricsLabels labels the node's. With Brokers set and
+	// no labels given, the series carry node="<BrokerID>", as a cluster
+	// node's own do.
 	MetricsLabels prometheus.Labels
 }
 
@@ -217,6 +218,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
+	}
+	if c.MetricsLabels == nil && c.Brokers != nil {
+		c.MetricsLabels = prometheus.Labels{"node": strconv.Itoa(int(c.BrokerID))}
 	}
 	return c
 }
