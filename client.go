@@ -210,9 +210,38 @@ type PendingAck struct {
 // order they were started, except one that had to be retried: it is sent
 // again when it is waited for, after the others.
 func (n *Node) ProduceAsync(ctx context.Context, t Topic, to Partitioning, msgs ...Message) *PendingAck {
+	return n.produceAsync(ctx, t, to, ProduceKey{}, msgs)
+}
+
+// ProduceKey names one logical produce across retries, for a caller that
+// deduplicates its own writes (a protocol listener relaying a client's
+// idempotent producer). In a cluster the key goes into the partition's
+// replicated deduplication window (its last 65,536 keys): a produce whose
+// key the partition has applied is answered with the first offset the
+// first copy got and not appended again, through whichever node the
+// retry arrives, after a leader change too. Producer must not be 0 (0 is
+// "no key"); choose producers so that they do not collide with another
+// writer's. On a single node a produce's outcome is never unknown to the
+// node, and the key is not used.
+type ProduceKey struct{ Producer, Seq uint64 }
+
+// ProduceAsyncKeyed is ProduceAsync under the caller's deduplication key
+// instead of one the Node draws: a retry under the same key applies once.
+func (n *Node) ProduceAsyncKeyed(ctx context.Context, t Topic, to Partitioning, key ProduceKey, msgs ...Message) *PendingAck {
+	if key.Producer == 0 {
+		return &PendingAck{done: true, err: fmt.Errorf("%w: produce key with producer 0", ErrInvalidArgument)}
+	}
+	return n.produceAsync(ctx, t, to, key, msgs)
+}
+
+// produceAsync starts a produce, under key when its producer is set.
+func (n *Node) produceAsync(ctx context.Context, t Topic, to Partitioning, key ProduceKey, msgs []Message) *PendingAck {
 	req, part, size, err := n.prepareProduce(ctx, t, to, msgs)
 	if err != nil {
 		return &PendingAck{done: true, err: err}
+	}
+	if key.Producer != 0 && n.eng.Clustered() {
+		req.Producer, req.Seq = key.Producer, key.Seq
 	}
 	p := &PendingAck{n: n, reply: make(chan shard.Response, 1), topic: t, part: part, size: size}
 	p.f = shard.Frame{Req: req, Reply: p.reply}

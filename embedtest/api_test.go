@@ -22,7 +22,7 @@ import (
 // rename or a move cannot silently take one of them out of the scan.
 var publicPackages = []string{
 	".", "metadata", "router", "shard", "reconciler", "partition", "host",
-	"vfs", "vfs/errorfs", "clock", "metrics", "transport",
+	"vfs", "vfs/errorfs", "clock", "metrics", "transport", "kafka",
 }
 
 // TestPublicAPIUsesNoInternalType fails when an exported part of a public

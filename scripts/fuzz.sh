@@ -31,6 +31,9 @@ targets='
 ./host FuzzDecodeResponse
 ./host FuzzDecodeRaftBatch
 ./host FuzzDecodeIdentity
+./kafka FuzzDecodeBatches
+./kafka FuzzProcess
+./kafka FuzzSCRAM
 '
 
 failed=

@@ -1,0 +1,139 @@
+package kafka
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/parkway-io/parkway"
+)
+
+// The protocol's cost: franz-go producing 100-byte records through the
+// listener (idempotent, acks=all, default batching) against the same
+// records through parkway's ProduceAsync in the same process, on an
+// in-memory node with the same shards. Compare records/s:
+//
+//	go test -run XXX -bench 'ProduceKafka|ProduceAsyncNode' -benchtime 200000x ./kafka
+
+func BenchmarkProduceKafka(b *testing.B) {
+	f := serve(b, Config{DefaultPartitions: 4})
+	cl := f.client(b, kgo.DefaultProduceTopic("bench"), kgo.AllowAutoTopicCreation())
+	value := bytes.Repeat([]byte("x"), 100)
+	ctx := ctxFor(b)
+	if err := cl.ProduceSync(ctx, &kgo.Record{Value: value}).FirstErr(); err != nil {
+		b.Fatal(err)
+	}
+	var failed error
+	b.ResetTimer()
+	for range b.N {
+		cl.Produce(ctx, &kgo.Record{Value: value}, func(_ *kgo.Record, err error) {
+			if err != nil && failed == nil {
+				failed = err
+			}
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	if failed != nil {
+		b.Fatal(failed)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+}
+
+func BenchmarkProduceAsyncNode(b *testing.B) {
+	node, err := parkway.Open(parkway.Config{Shards: 2})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer node.Close()
+	ctx := ctxFor(b)
+	s, err := node.CreateStream(ctx, "kafka")
+	if err != nil {
+		b.Fatal(err)
+	}
+	topic, err := node.CreateTopic(ctx, s, "bench", 4)
+	if err != nil {
+		b.Fatal(err)
+	}
+	value := bytes.Repeat([]byte("x"), 100)
+	const window = 512 // acks outstanding, as a client pipelines
+	pending := make([]*parkway.PendingAck, 0, window)
+	b.ResetTimer()
+	for i := range b.N {
+		pending = append(pending, node.ProduceAsync(ctx, topic, parkway.PartitionID(uint32(i%4)), parkway.Message{Payload: value}))
+		if len(pending) == window {
+			for _, p := range pending {
+				if _, err := p.Wait(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			pending = pending[:0]
+		}
+	}
+	for _, p := range pending {
+		if _, err := p.Wait(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+}
+
+// BenchmarkAutoCreateFirstProduce times a franz-go ProduceSync to a topic
+// that does not exist yet: the Metadata request creates it, the produce
+// parks at the partition's owner until the partition lands. Reports the
+// median and 99th percentile to the first ack.
+//
+//	go test -run XXX -bench AutoCreate -benchtime 200x ./kafka
+func BenchmarkAutoCreateFirstProduce(b *testing.B) {
+	f := serve(b, Config{})
+	// No linger: the time is the round trips and the creation, not the
+	// client waiting to fill a batch.
+	cl := f.client(b, kgo.AllowAutoTopicCreation(), kgo.ProducerLinger(0))
+	ctx := ctxFor(b)
+	took := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		start := time.Now()
+		r := &kgo.Record{Topic: fmt.Sprint("fresh-", i), Value: []byte("first")}
+		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+			b.Fatal(err)
+		}
+		took = append(took, time.Since(start))
+	}
+	b.StopTimer()
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(took[len(took)*99/100].Microseconds())/1000, "p99-ms")
+}
+
+// BenchmarkNodeCreateFirstProduce is the same through parkway's own API:
+// CreateTopic, then the first Produce, on an in-memory node.
+func BenchmarkNodeCreateFirstProduce(b *testing.B) {
+	node, err := parkway.Open(parkway.Config{Shards: 2})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer node.Close()
+	ctx := ctxFor(b)
+	s, err := node.CreateStream(ctx, "kafka")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		tp, err := node.CreateTopic(ctx, s, fmt.Sprint("fresh-", i), 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := node.Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("first")}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,288 @@
+package kafka
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/parkway-io/parkway"
+)
+
+// cluster is three nodes on an in-memory bus, each with a listener.
+type cluster struct {
+	t       *testing.T
+	nodes   map[int32]*parkway.Node
+	servers map[int32]*Server
+	served  map[int32]chan error
+	brokers map[int32]string
+}
+
+func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	bus := parkway.NewNetwork(parkway.NetworkOptions{})
+	t.Cleanup(func() { bus.Close() })
+	peers := []parkway.NodeID{1, 2, 3}
+	c := &cluster{t: t, nodes: map[int32]*parkway.Node{}, servers: map[int32]*Server{}, served: map[int32]chan error{}, brokers: map[int32]string{}}
+	listeners := map[int32]net.Listener{}
+	for _, id := range peers {
+		n, err := parkway.Open(parkway.Config{Shards: 1, Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: bus.Endpoint(id)}})
+		if err != nil {
+			t.Fatalf("Open node %d: %v", id, err)
+		}
+		t.Cleanup(func() { _ = n.Close() })
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.nodes[int32(id)], listeners[int32(id)], c.brokers[int32(id)] = n, l, l.Addr().String()
+	}
+	for id, n := range c.nodes {
+		srv, err := NewServer(n, Config{BrokerID: id, Brokers: c.brokers, DefaultPartitions: 3})
+		if err != nil {
+			t.Fatalf("NewServer %d: %v", id, err)
+		}
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve(listeners[id]) }()
+		c.servers[id], c.served[id] = srv, served
+		t.Cleanup(func() { c.stopServer(id) }) // before the nodes close (cleanups run last first)
+	}
+	return c
+}
+
+// stopServer closes a node's listener (once).
+func (c *cluster) stopServer(id int32) {
+	srv := c.servers[id]
+	if srv == nil {
+		return
+	}
+	delete(c.servers, id)
+	_ = srv.Close()
+	if err := <-c.served[id]; !errors.Is(err, ErrServerClosed) {
+		c.t.Errorf("Serve %d: %v", id, err)
+	}
+}
+
+// kill stops a node: its listener, then the node.
+func (c *cluster) kill(id int32) {
+	c.stopServer(id)
+	_ = c.nodes[id].Close()
+}
+
+func (c *cluster) client(seeds []int32, opts ...kgo.Opt) *kgo.Client {
+	c.t.Helper()
+	var addrs []string
+	for _, s := range seeds {
+		addrs = append(addrs, c.brokers[s])
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addrs...)}, opts...)...)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(cl.Close)
+	return cl
+}
+
+// TestClusterOfBrokers runs a listener on each node of a 3-node cluster.
+// A client that knows one of them learns all three brokers and each
+// partition's raft leader from Metadata, produces to the leaders, and a
+// consumer group meets at the coordinator its id hashes to, whichever
+// node each member bootstrapped from.
+func TestClusterOfBrokers(t *testing.T) {
+	c := startCluster(t)
+	nodes := c.nodes
+	client := func(seed int32, opts ...kgo.Opt) *kgo.Client { return c.client([]int32{seed}, opts...) }
+	ctx := ctxFor(t)
+	adm := kadm.NewClient(client(1))
+	if res, err := adm.CreateTopics(ctx, 3, 3, nil, "replicated"); err != nil || res["replicated"].Err != nil {
+		t.Fatalf("CreateTopics: %v %v", err, res["replicated"].Err)
+	}
+	prod := client(2, kgo.DefaultProduceTopic("replicated"), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	const n = 300
+	for i := range n {
+		prod.Produce(ctx, kgo.StringRecord(fmt.Sprint(i)), nil)
+	}
+	if err := prod.Flush(ctx); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+
+	md, err := adm.Metadata(ctx, "replicated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(md.Brokers) != 3 {
+		t.Fatalf("metadata names %d brokers, want 3", len(md.Brokers))
+	}
+	stream, err := nodes[1].Stream(ctx, DefaultStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic, err := nodes[1].Topic(ctx, stream, "replicated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaders := map[int32]bool{}
+	for _, p := range md.Topics["replicated"].Partitions {
+		t.Logf("partition %d: leader %d replicas %v err %v", p.Partition, p.Leader, p.Replicas, p.Err)
+		leaders[p.Leader] = true
+		if len(p.Replicas) != 3 {
+			t.Fatalf("partition %d: replicas %v, want 3", p.Partition, p.Replicas)
+		}
+		if lead, err := nodes[1].Leader(ctx, topic, uint32(p.Partition)); err == nil && lead != 0 && int32(lead) != p.Leader {
+			t.Errorf("partition %d: metadata says leader %d, the node %d", p.Partition, p.Leader, lead)
+		}
+	}
+
+	// Each listener's series carry its node's label, so the three
+	// register on one registry, beside the nodes' own.
+	reg := prometheus.NewPedanticRegistry()
+	for id, srv := range c.servers {
+		if err := reg.Register(srv.Metrics()); err != nil {
+			t.Fatalf("registering listener %d's metrics: %v", id, err)
+		}
+		if err := reg.Register(c.nodes[id].Metrics()); err != nil {
+			t.Fatalf("registering node %d's metrics: %v", id, err)
+		}
+	}
+	if _, err := reg.Gather(); err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	if len(leaders) < 2 {
+		t.Fatalf("every partition is led by %v: the leaders are not spread", leaders)
+	}
+
+	// Two group members bootstrapped from different nodes share the
+	// partitions: they met at one coordinator.
+	s := &seen{by: map[string][]int{}}
+	var members []*groupMember
+	for i, seed := range []int32{1, 3} {
+		cl := client(seed, kgo.ConsumerGroup("cluster-group"), kgo.ConsumeTopics("replicated"),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
+		members = append(members, pollMember(cl, i, s))
+	}
+	defer func() {
+		for _, m := range members {
+			m.stop()
+		}
+	}()
+	waitCount(t, s, n)
+	total := uint64(0)
+	for p := range uint32(3) {
+		po, err := nodes[3].PartitionOffsets(ctx, topic, p, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += po.End
+	}
+	if total != n {
+		t.Fatalf("the partitions hold %d records, want %d", total, n)
+	}
+}
+
+// TestClusterLeaderKilledMidProduce: franz-go's idempotent producer
+// produces to a replicated partition while its leader's node (and
+// listener) is killed. The client moves to the new leader through the
+// survivors' Metadata; every acknowledged record is in the log
+// afterwards, once: a batch whose outcome the dead leader left unknown is
+// retried through another listener, and the partition's replicated
+// deduplication window applies it once (before the listener passed the
+// batch's identity down, one run in three appended 286 records twice).
+func TestClusterLeaderKilledMidProduce(t *testing.T) {
+	c := startCluster(t)
+	ctx := ctxFor(t)
+	adm := kadm.NewClient(c.client([]int32{1}))
+	if res, err := adm.CreateTopics(ctx, 1, 3, nil, "survive"); err != nil || res["survive"].Err != nil {
+		t.Fatalf("CreateTopics: %v %v", err, res["survive"].Err)
+	}
+	stream, err := c.nodes[1].Stream(ctx, DefaultStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic, err := c.nodes[1].Topic(ctx, stream, "survive")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leader parkway.NodeID
+	for leader == 0 {
+		if leader, err = c.nodes[1].Leader(ctx, topic, 0); err != nil {
+			t.Fatal(err)
+		}
+		if ctx.Err() != nil {
+			t.Fatal("no leader elected")
+		}
+	}
+	prod := c.client([]int32{1, 2, 3}, kgo.DefaultProduceTopic("survive"), kgo.RecordDeliveryTimeout(testTimeout))
+	var (
+		mu    sync.Mutex
+		acked []string
+		fails []error
+	)
+	produce := func(from, to int) {
+		for i := from; i < to; i++ {
+			prod.Produce(ctx, kgo.StringRecord(fmt.Sprint(i)), func(r *kgo.Record, err error) {
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					fails = append(fails, err)
+					return
+				}
+				acked = append(acked, string(r.Value))
+			})
+		}
+	}
+	produce(0, 300)
+	if err := prod.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	produce(300, 600) // in flight while the leader dies
+	c.kill(int32(leader))
+	produce(600, 900)
+	if err := prod.Flush(ctx); err != nil {
+		t.Fatalf("Flush after the kill: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(fails) > 0 {
+		t.Logf("%d records failed (not acknowledged), the first: %v", len(fails), fails[0])
+	}
+
+	var survivor int32
+	for id := range c.nodes {
+		if id != int32(leader) {
+			survivor = id
+		}
+	}
+	count := map[string]int{}
+	from := uint64(0)
+	for {
+		b, err := c.nodes[survivor].Poll(ctx, topic, 0, parkway.AtOffset(from), 1000)
+		if err != nil {
+			t.Fatalf("Poll: %v", err)
+		}
+		if len(b.Messages) == 0 {
+			break
+		}
+		for _, m := range b.Messages {
+			count[string(m.Payload)]++
+		}
+		from = b.Next
+	}
+	for _, v := range acked {
+		if count[v] == 0 {
+			t.Fatalf("acknowledged record %s is not in the log", v)
+		}
+	}
+	dups := 0
+	for _, n := range count {
+		dups += n - 1
+	}
+	t.Logf("leader %d killed: %d records acknowledged, %d failed, the log holds %d", leader, len(acked), len(fails), from)
+	if dups > 0 {
+		t.Fatalf("%d records appended twice", dups)
+	}
+}

@@ -1,0 +1,59 @@
+// Package kafka serves the Kafka wire protocol on a parkway Node, so that
+// any Kafka client — franz-go, librdkafka (kcat, confluent-kafka-python),
+// the Java client, Kafka tools — can produce to and consume from it.
+//
+// A Server runs inside the host's process on a *parkway.Node: construct
+// it with NewServer, serve it on a net.Listener (Serve) or an address
+// (ListenAndServe), and stop it with Shutdown (graceful, bounded by a
+// context) or Close. The package is a leaf of the module: a host that never
+// imports it does not compile it or link its dependencies (franz-go's kmsg
+// for the protocol's messages, klauspost/compress and pierrec/lz4 for the
+// record codecs); the core packages import none of them.
+//
+// # Mapping
+//
+// The Kafka topics of a Server are the topics of one parkway stream
+// (Config.Stream, created if missing). A Kafka partition is a parkway
+// partition with the same id, and Kafka offsets are parkway offsets: both
+// are dense from 0 per partition. A record's key, value, headers and
+// timestamp (CreateTime, milliseconds) become a Message's Key, Payload,
+// Headers and Timestamp (microseconds). A topic's Kafka topic ID
+// (KIP-516) is derived from its incarnation — stream id, topic id and
+// created revision — so a topic deleted and recreated under the same name
+// gets a new ID, and a request that names the old ID is refused with
+// UNKNOWN_TOPIC_ID instead of reaching the new topic.
+//
+// A consumer group's committed offsets are parkway's named consumer
+// offsets of the group id (replicated and durable with the partition);
+// the group's membership and generations are the listener's coordinator's,
+// in memory. An idempotent producer's batches are deduplicated in the
+// partition's replicated window (Node.ProduceAsyncKeyed), so a retry after
+// a leader change applies once.
+//
+// In a cluster every node runs a listener; Config.Brokers names them all,
+// so Metadata points clients at each partition's raft leader and every
+// listener names the same coordinator for a group.
+//
+// # Security
+//
+// Config.TLS serves TLS; Config.SASL requires PLAIN or SCRAM-SHA-256/512
+// against the host's CredentialStore before anything but ApiVersions;
+// Config.Authorizer is asked before every topic and group operation.
+//
+// # Hostile input
+//
+// Every request and response is encoded and decoded by kmsg; only the
+// request and response headers (four fields), the split of a record set
+// into batches and records (a length prefix each) and SCRAM's text
+// messages are read here, each length checked against the bytes left
+// before anything is allocated.
+//
+// A request's size prefix is checked against Config.MaxRequestSize
+// before its body is allocated, and the bodies of all connections share
+// one budget (Config.MaxInflightBytes); a compressed record batch is
+// inflated into at most the request limit. A malformed request, an
+// unknown API key or an unsupported version of anything but ApiVersions
+// closes the connection, as a Kafka broker does; an unsupported
+// ApiVersions gets UNSUPPORTED_VERSION with the versions served. A panic
+// while serving a connection closes that connection only.
+package kafka

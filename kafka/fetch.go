@@ -1,0 +1,172 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/parkway-io/parkway"
+)
+
+// maxFetchMessages bounds the messages one partition contributes to a
+// fetch (the byte budgets bound it first, usually).
+const maxFetchMessages = 10_000
+
+// fetchPart is one partition of a fetch.
+type fetchPart struct {
+	handle   parkway.Topic
+	part     int32
+	offset   int64
+	maxBytes int
+	resp     *kmsg.FetchResponseTopicPartition
+	skip     bool // answered with an error already
+}
+
+// fetch serves a Fetch: one pass that polls every partition without
+// waiting; if it found nothing (and MinBytes asks for something), waiting
+// polls on every partition for MaxWaitMs, answered as soon as one has
+// records. A waiting
+// poll is registered at the partition's shard and woken by the append
+// (parkway's waiting Poll), so an idle consumer costs no CPU. Fetch
+// sessions are declined (session id 0): every fetch is a full one.
+func (s *Server) fetch(ctx context.Context, r *kmsg.FetchRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.FetchResponse)
+	if r.SessionID != 0 || r.SessionEpoch > 0 {
+		resp.ErrorCode = s.code(kmsg.Fetch, kerr.FetchSessionIDNotFound.Code)
+		return resp
+	}
+	wait := time.Duration(max(r.MaxWaitMillis, 0)) * time.Millisecond
+	wait = min(wait, parkway.MaxPollWait, s.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, wait+s.cfg.RequestTimeout)
+	defer cancel()
+
+	byID := r.Version >= 13
+	var parts []*fetchPart
+	resp.Topics = make([]kmsg.FetchResponseTopic, len(r.Topics))
+	for ti := range r.Topics {
+		rt := &r.Topics[ti]
+		st := &resp.Topics[ti]
+		*st = kmsg.NewFetchResponseTopic()
+		st.Topic, st.TopicID = rt.Topic, rt.TopicID
+		var (
+			t    parkway.Topic
+			tErr error
+		)
+		if byID {
+			t, tErr = s.topics.lookupID(ctx, rt.TopicID)
+		} else {
+			t, tErr = s.topics.lookup(ctx, rt.Topic)
+		}
+		if tErr == nil && !s.allowed(ctx, OpRead, ResourceTopic, t.Name) {
+			tErr = errTopicDenied
+		}
+		st.Partitions = make([]kmsg.FetchResponseTopicPartition, len(rt.Partitions))
+		for pi := range rt.Partitions {
+			rp := &rt.Partitions[pi]
+			sp := &st.Partitions[pi]
+			*sp = kmsg.NewFetchResponseTopicPartition()
+			sp.Partition, sp.HighWatermark, sp.PreferredReadReplica = rp.Partition, -1, -1
+			// Empty, not null: librdkafka refuses a null record set
+			// ("invalid MessageSetSize -1").
+			sp.RecordBatches = []byte{}
+			fp := &fetchPart{handle: t, part: rp.Partition, offset: rp.FetchOffset, maxBytes: int(rp.PartitionMaxBytes), resp: sp}
+			switch {
+			case tErr != nil:
+				sp.ErrorCode = s.fetchErrorCode(tErr, byID)
+				fp.skip = true
+			case rp.Partition < 0:
+				sp.ErrorCode = s.code(kmsg.Fetch, kerr.UnknownTopicOrPartition.Code)
+				fp.skip = true
+			case rp.FetchOffset < 0:
+				sp.ErrorCode = s.code(kmsg.Fetch, kerr.OffsetOutOfRange.Code)
+				fp.skip = true
+			}
+			parts = append(parts, fp)
+		}
+	}
+
+	budget := int(r.MaxBytes)
+	if r.Version < 3 || budget <= 0 {
+		budget = s.cfg.MaxRequestSize
+	}
+	budget = min(budget, s.cfg.MaxRequestSize)
+	got, failed := 0, false
+	for _, fp := range parts {
+		if fp.skip || budget-got <= 0 && got > 0 {
+			continue
+		}
+		n, err := s.fetchPartition(ctx, fp, min(max(fp.maxBytes, 1), max(budget-got, 1)), 0, byID)
+		got += n
+		failed = failed || err != nil
+	}
+	// Any record answers the fetch: what the first pass put in the
+	// response is never polled again (that would send it twice), and a
+	// MinBytes above one record is not waited for (clients default to 1).
+	if got > 0 || r.MinBytes <= 0 || failed || wait <= 0 || len(parts) == 0 {
+		return resp
+	}
+
+	// Nothing yet: wait on every partition at once; the first that has
+	// records ends the others' waits.
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	for _, fp := range parts {
+		if fp.skip || fp.resp.ErrorCode != 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if n, err := s.fetchPartition(wctx, fp, max(fp.maxBytes, 1), wait, byID); n > 0 || err != nil {
+				stop()
+			}
+		}()
+	}
+	wg.Wait()
+	return resp
+}
+
+// fetchPartition polls one partition into its response entry (records
+// appended to what a previous pass put there) and returns the bytes it
+// added. A poll ended by the other partitions' success (wctx cancelled)
+// leaves the entry as it was.
+func (s *Server) fetchPartition(ctx context.Context, fp *fetchPart, maxBytes int, wait time.Duration, byID bool) (int, error) {
+	opts := []parkway.PollOption{parkway.MaxBytes(maxBytes)}
+	if wait > 0 {
+		opts = append(opts, parkway.WaitFor(wait))
+	}
+	b, err := s.node.Poll(ctx, fp.handle, uint32(fp.part), parkway.AtOffset(uint64(fp.offset)), maxFetchMessages, opts...)
+	if err != nil {
+		if wait > 0 && ctx.Err() != nil {
+			return 0, nil // another partition answered the fetch
+		}
+		if errors.Is(err, parkway.ErrTopicNotFound) {
+			s.topics.forget(fp.handle, err)
+		}
+		fp.resp.ErrorCode = s.fetchErrorCode(err, byID)
+		return 0, err
+	}
+	fp.resp.HighWatermark, fp.resp.LastStableOffset = int64(b.End), int64(b.End)
+	if uint64(fp.offset) > b.End {
+		fp.resp.ErrorCode = s.code(kmsg.Fetch, kerr.OffsetOutOfRange.Code)
+		return 0, nil
+	}
+	if len(b.Messages) == 0 {
+		return 0, nil
+	}
+	before := len(fp.resp.RecordBatches)
+	fp.resp.RecordBatches = appendBatch(fp.resp.RecordBatches, b.Messages, 0)
+	return len(fp.resp.RecordBatches) - before, nil
+}
+
+func (s *Server) fetchErrorCode(err error, byID bool) int16 {
+	if byID && errors.Is(err, parkway.ErrTopicNotFound) {
+		return s.code(kmsg.Fetch, kerr.UnknownTopicID.Code)
+	}
+	return s.topicErrorCode(kmsg.Fetch, err)
+}

@@ -1,0 +1,171 @@
+package kafka
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/parkway-io/parkway"
+)
+
+// FuzzDecodeBatches feeds arbitrary record sets to the record-batch
+// decoder: it must refuse or decode, never panic, and never inflate past
+// its limit.
+func FuzzDecodeBatches(f *testing.F) {
+	rec := kmsg.Record{Key: []byte("k"), Value: []byte("v"), Headers: []kmsg.Header{{Key: "h", Value: []byte("x")}}}
+	one := rec.AppendTo(nil)[1:]
+	recs := append(binary.AppendVarint(nil, int64(len(one))), one...)
+	f.Add(batch(0, recs, 1, false))
+	f.Add(append(batch(0, recs, 1, false), batch(0, recs, 1, false)...))
+	f.Add(batch(0, recs, 1, true))
+	f.Add(idemBatch(7, 0, 3, 4))
+	f.Add([]byte{})
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(1<<20))
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer dec.Close()
+	const limit = 1 << 20
+	f.Fuzz(func(t *testing.T, records []byte) {
+		d := decoder{zstd: dec, left: limit}
+		batches, err := d.decodeBatches(records)
+		if err != nil {
+			if recordsErrorCode(err) == 0 {
+				t.Fatalf("error %v maps to no error code", err)
+			}
+			return
+		}
+		if d.left < 0 {
+			t.Fatalf("inflated past the limit: %d left", d.left)
+		}
+		for _, b := range batches {
+			if int32(len(b.msgs)) != b.hdr.NumRecords {
+				t.Fatalf("%d messages decoded of %d", len(b.msgs), b.hdr.NumRecords)
+			}
+		}
+	})
+}
+
+// FuzzProcess feeds arbitrary request frames to the request dispatcher
+// over an in-memory node: each is refused (the connection would close) or
+// answered with a response that encodes, never a panic.
+func FuzzProcess(f *testing.F) {
+	node, err := parkway.Open(parkway.Config{Shards: 1})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer node.Close()
+	srv, err := NewServer(node, Config{MaxRequestSize: 1 << 20, RequestTimeout: 50 * time.Millisecond})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer srv.Close()
+
+	formatter := kmsg.NewRequestFormatter(kmsg.FormatterClientID("fuzz"))
+	name := "fuzz"
+	md := kmsg.NewPtrMetadataRequest()
+	md.Version = 12
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = &name
+	md.Topics = append(md.Topics, mt)
+	md.AllowAutoTopicCreation = true
+	pr := kmsg.NewPtrProduceRequest()
+	pr.Version, pr.Acks = 9, -1
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = name
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Records = idemBatch(5, 0, 0, 2)
+	rt.Partitions = append(rt.Partitions, rp)
+	pr.Topics = append(pr.Topics, rt)
+	fr := kmsg.NewPtrFetchRequest()
+	fr.Version, fr.MaxBytes, fr.SessionEpoch = 12, 1<<20, -1
+	ft := kmsg.NewFetchRequestTopic()
+	ft.Topic = name
+	fp := kmsg.NewFetchRequestTopicPartition()
+	fp.PartitionMaxBytes = 1 << 20
+	ft.Partitions = append(ft.Partitions, fp)
+	fr.Topics = append(fr.Topics, ft)
+	lo := kmsg.NewPtrListOffsetsRequest()
+	lo.Version = 7
+	lt := kmsg.NewListOffsetsRequestTopic()
+	lt.Topic = name
+	lt.Partitions = append(lt.Partitions, kmsg.NewListOffsetsRequestTopicPartition())
+	lo.Topics = append(lo.Topics, lt)
+	ct := kmsg.NewPtrCreateTopicsRequest()
+	ct.Version = 7
+	ctt := kmsg.NewCreateTopicsRequestTopic()
+	ctt.Topic, ctt.NumPartitions, ctt.ReplicationFactor = "made", 2, -1
+	ct.Topics = append(ct.Topics, ctt)
+	av := kmsg.NewPtrApiVersionsRequest()
+	av.Version = 3
+	fc := kmsg.NewPtrFindCoordinatorRequest()
+	fc.CoordinatorKey = "g"
+	oc := kmsg.NewPtrOffsetCommitRequest()
+	oc.Version, oc.Group, oc.Generation = 8, "g", -1
+	oct := kmsg.NewOffsetCommitRequestTopic()
+	oct.Topic = name
+	oct.Partitions = append(oct.Partitions, kmsg.NewOffsetCommitRequestTopicPartition())
+	oc.Topics = append(oc.Topics, oct)
+	of := kmsg.NewPtrOffsetFetchRequest()
+	of.Version, of.Group = 7, "g"
+	hb := kmsg.NewPtrHeartbeatRequest()
+	hb.Version, hb.Group, hb.MemberID = 4, "g", "m"
+	dc := kmsg.NewPtrDescribeConfigsRequest()
+	dc.Version = 4
+	dcr := kmsg.NewDescribeConfigsRequestResource()
+	dcr.ResourceType, dcr.ResourceName = kmsg.ConfigResourceTypeTopic, name
+	dc.Resources = append(dc.Resources, dcr)
+	sh := kmsg.NewPtrSASLHandshakeRequest()
+	sh.Version, sh.Mechanism = 1, "PLAIN"
+	for _, req := range []kmsg.Request{md, pr, fr, lo, ct, av, kmsg.NewPtrInitProducerIDRequest(), kmsg.NewPtrDeleteTopicsRequest(),
+		fc, oc, of, hb, dc, sh, kmsg.NewPtrListGroupsRequest(), kmsg.NewPtrDescribeGroupsRequest()} {
+		f.Add(formatter.AppendRequest(nil, req, 1)[4:])
+	}
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		p, err := srv.process(ctx, frame, "/fuzz", srv.newSession())
+		if err != nil {
+			if !errors.Is(err, errMalformed) && !errors.Is(err, errUnknownKey) && !errors.Is(err, errUnsupportedVersion) && !errors.Is(err, errUnauthenticated) {
+				t.Fatalf("refused with an unclassified error: %v", err)
+			}
+			return
+		}
+		resp := p.finish(ctx)
+		if resp == nil {
+			t.Fatal("no response")
+		}
+		out := appendResponse(nil, p.hdr, resp)
+		if int(binary.BigEndian.Uint32(out)) != len(out)-4 {
+			t.Fatal("the response's size prefix does not match its length")
+		}
+	})
+}
+
+// FuzzSCRAM feeds arbitrary client-first and client-final messages to
+// the SCRAM server: each is refused or accepted, never a panic, and a
+// final message is only accepted with the right proof (which a fuzzer
+// cannot forge).
+func FuzzSCRAM(f *testing.F) {
+	creds, err := NewStaticCredentials(map[string]string{"alice": "wonderland"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add([]byte("n,,n=alice,r=abc"), []byte("c=biws,r=abc,p=AAAA"))
+	f.Add([]byte("y,a=alice,n=alice,r=x"), []byte("c=eSxhPWFsaWNlLA==,r=x,p="))
+	f.Add([]byte("n,,n=al=2Cice,r="), []byte(",p="))
+	f.Fuzz(func(t *testing.T, first, final []byte) {
+		x, _, err := startSCRAM(context.Background(), creds, MechanismSCRAMSHA256, first)
+		if err != nil {
+			return
+		}
+		if _, err := x.finish(final); err == nil {
+			t.Fatalf("a fuzzed proof was accepted: %q", final)
+		}
+	})
+}

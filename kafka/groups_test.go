@@ -1,0 +1,370 @@
+package kafka
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/parkway-io/parkway"
+)
+
+// groupMember is a franz-go consumer in a group, polling on a goroutine
+// of its own and committing what it polled.
+type groupMember struct {
+	cl     *kgo.Client
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// seen records which member consumed each partition/offset.
+type seen struct {
+	mu sync.Mutex
+	by map[string][]int
+}
+
+func (s *seen) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.by)
+}
+
+func startMember(t *testing.T, f *fixture, idx int, group, topic string, s *seen) *groupMember {
+	t.Helper()
+	cl := f.client(t, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(),
+		kgo.HeartbeatInterval(100*time.Millisecond), kgo.SessionTimeout(3*time.Second),
+		kgo.FetchMaxWait(200*time.Millisecond), kgo.ClientID(fmt.Sprint("member-", idx)))
+	return pollMember(cl, idx, s)
+}
+
+// pollMember polls cl on a goroutine of its own, recording what it gets in
+// s and committing it.
+func pollMember(cl *kgo.Client, idx int, s *seen) *groupMember {
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &groupMember{cl: cl, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		for ctx.Err() == nil {
+			fs := cl.PollFetches(ctx)
+			fs.EachRecord(func(r *kgo.Record) {
+				s.mu.Lock()
+				k := fmt.Sprintf("%d/%d", r.Partition, r.Offset)
+				s.by[k] = append(s.by[k], idx)
+				s.mu.Unlock()
+			})
+			_ = cl.CommitUncommittedOffsets(ctx)
+		}
+	}()
+	return m
+}
+
+// stop ends the member's loop and closes its client, which leaves the
+// group.
+func (m *groupMember) stop() {
+	m.cancel()
+	<-m.done
+	m.cl.Close()
+}
+
+// waitGroup waits until the coordinator holds group stable with n members.
+func (f *fixture) waitGroup(t *testing.T, group string, n int) int32 {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for {
+		f.srv.groups.mu.Lock()
+		g := f.srv.groups.groups[group]
+		ok := g != nil && g.state == groupStable && len(g.members) == n
+		var gen int32
+		if g != nil {
+			gen = g.generation
+		}
+		f.srv.groups.mu.Unlock()
+		if ok {
+			return gen
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("group %s never became stable with %d members", group, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestConsumerGroupRebalance: three franz-go consumers (cooperative-sticky,
+// franz-go's default) share six partitions through the listener's group
+// coordinator; every record is consumed; when one leaves, the others take
+// its partitions; the group's commits land in parkway's consumer offsets
+// and kadm reads them back at the partitions' ends.
+func TestConsumerGroupRebalance(t *testing.T) {
+	f := serve(t, Config{})
+	ctx := ctxFor(t)
+	adm := kadm.NewClient(f.client(t))
+	if res, err := adm.CreateTopics(ctx, 6, -1, nil, "work"); err != nil || res["work"].Err != nil {
+		t.Fatalf("CreateTopics: %v %v", err, res["work"].Err)
+	}
+	prod := f.client(t, kgo.DefaultProduceTopic("work"), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	produce := func(from, to int) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			prod.Produce(ctx, kgo.StringRecord(fmt.Sprint(i)), nil)
+		}
+		if err := prod.Flush(ctx); err != nil {
+			t.Fatalf("Flush: %v", err)
+		}
+	}
+	s := &seen{by: map[string][]int{}}
+	var members []*groupMember
+	for i := range 3 {
+		members = append(members, startMember(t, f, i, "billing", "work", s))
+	}
+	defer func() {
+		for _, m := range members {
+			if m != nil {
+				m.stop()
+			}
+		}
+	}()
+	gen := f.waitGroup(t, "billing", 3)
+	produce(0, 600)
+	waitCount(t, s, 600)
+	s.mu.Lock()
+	by := map[int]bool{}
+	for _, who := range s.by {
+		by[who[0]] = true
+	}
+	s.mu.Unlock()
+	if len(by) != 3 {
+		t.Fatalf("records were consumed by %d members, want all 3", len(by))
+	}
+
+	described, err := adm.DescribeGroups(ctx, "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := described["billing"]; g.Err != nil || g.State != "Stable" || len(g.Members) != 3 || g.Protocol != "cooperative-sticky" {
+		t.Fatalf("DescribeGroups: %+v", g)
+	}
+
+	members[2].stop()
+	members[2] = nil
+	if gen2 := f.waitGroup(t, "billing", 2); gen2 <= gen {
+		t.Fatalf("generation %d after a member left, was %d", gen2, gen)
+	}
+	produce(600, 900)
+	waitCount(t, s, 900)
+
+	// Every partition's committed offset reaches its end once the
+	// members committed what they polled.
+	ends, err := adm.ListEndOffsets(ctx, "work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(testTimeout)
+	for {
+		committed, err := adm.FetchOffsets(ctx, "billing")
+		if err != nil {
+			t.Fatalf("FetchOffsets: %v", err)
+		}
+		behind := 0
+		ends.Each(func(e kadm.ListedOffset) {
+			if c, ok := committed.Lookup(e.Topic, e.Partition); !ok || c.At != e.Offset {
+				behind++
+			}
+		})
+		if behind == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d partitions' committed offsets never reached their ends", behind)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func waitCount(t *testing.T, s *seen, n int) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for s.count() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("consumed %d distinct records, want %d", s.count(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestCoordinatorFences drives the coordinator on a manual clock: the
+// KIP-394 member id handshake, a rebalance as a member joins, the
+// generation fence on commits and heartbeats, and a lapsed session.
+func TestCoordinatorFences(t *testing.T) {
+	c := newCoordinator()
+	now := time.Unix(1000, 0)
+	join := func(member string) (*kmsg.JoinGroupResponse, <-chan *kmsg.JoinGroupResponse) {
+		r := kmsg.NewPtrJoinGroupRequest()
+		r.Version, r.Group, r.MemberID, r.ProtocolType = 9, "g", member, "consumer"
+		r.SessionTimeoutMillis, r.RebalanceTimeoutMillis = 10_000, 5_000
+		r.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: []byte(member)}}
+		return c.join(r, "client", "/127.0.0.1", now)
+	}
+	// A first join without an id gets one and MEMBER_ID_REQUIRED.
+	resp, wait := join("")
+	if wait != nil || resp.ErrorCode != kerr.MemberIDRequired.Code || resp.MemberID == "" {
+		t.Fatalf("first join: %+v", resp)
+	}
+	a := resp.MemberID
+	if resp, _ := join("someone-else"); resp == nil || resp.ErrorCode != kerr.UnknownMemberID.Code {
+		t.Fatalf("a join with an id never handed out: %+v", resp)
+	}
+	_, wait = join(a)
+	ja := <-wait
+	if ja.ErrorCode != 0 || ja.Generation != 1 || ja.LeaderID != a || len(ja.Members) != 1 {
+		t.Fatalf("a's join: %+v", ja)
+	}
+	sync := func(member string, gen int32, assign map[string][]byte) (syncAnswer, <-chan syncAnswer) {
+		r := kmsg.NewPtrSyncGroupRequest()
+		r.Group, r.MemberID, r.Generation = "g", member, gen
+		for id, b := range assign {
+			r.GroupAssignment = append(r.GroupAssignment, kmsg.SyncGroupRequestGroupAssignment{MemberID: id, MemberAssignment: b})
+		}
+		return c.sync(r, now)
+	}
+	if got, _ := sync(a, 1, map[string][]byte{a: []byte("all")}); got.code != 0 || string(got.assignment) != "all" {
+		t.Fatalf("a's sync: %+v", got)
+	}
+	if code := c.commitCheck("g", a, 1); code != 0 {
+		t.Fatalf("a's commit in generation 1: code %d", code)
+	}
+	if code := c.commitCheck("g", "", -1); code != kerr.UnknownMemberID.Code {
+		t.Fatalf("a commit without a member while the group has members: code %d", code)
+	}
+
+	// b joins: a rebalance; a learns by heartbeat, rejoins; generation 2.
+	resp, _ = join("")
+	b := resp.MemberID
+	_, waitB := join(b)
+	hb := func(member string, gen int32) int16 {
+		r := kmsg.NewPtrHeartbeatRequest()
+		r.Group, r.MemberID, r.Generation = "g", member, gen
+		return c.heartbeat(r, now)
+	}
+	if code := hb(a, 1); code != kerr.RebalanceInProgress.Code {
+		t.Fatalf("a's heartbeat during the rebalance: code %d", code)
+	}
+	_, waitA := join(a)
+	ja, jb := <-waitA, <-waitB
+	if ja.Generation != 2 || jb.Generation != 2 || ja.LeaderID != a || len(ja.Members) != 2 || len(jb.Members) != 0 {
+		t.Fatalf("generation 2: a %+v, b %+v", ja, jb)
+	}
+	if code := c.commitCheck("g", a, 1); code != kerr.IllegalGeneration.Code {
+		t.Fatalf("a commit from generation 1 in generation 2: code %d, want ILLEGAL_GENERATION", code)
+	}
+	_, waitSyncB := sync(b, 2, nil)
+	if got, _ := sync(a, 2, map[string][]byte{a: []byte("p0"), b: []byte("p1")}); string(got.assignment) != "p0" {
+		t.Fatalf("a's assignment: %q", got.assignment)
+	}
+	if got := <-waitSyncB; string(got.assignment) != "p1" {
+		t.Fatalf("b's assignment: %q", got.assignment)
+	}
+
+	// b stops heartbeating: its session lapses, a rebalance starts, and
+	// a's rejoin completes generation 3 alone.
+	now = now.Add(9 * time.Second)
+	if code := hb(a, 2); code != 0 {
+		t.Fatalf("a's heartbeat: %d", code)
+	}
+	now = now.Add(2 * time.Second)
+	c.tick(now)
+	if code := hb(a, 2); code != kerr.RebalanceInProgress.Code {
+		t.Fatalf("a's heartbeat after b lapsed: %d", code)
+	}
+	if code := c.commitCheck("g", b, 2); code != kerr.UnknownMemberID.Code {
+		t.Fatalf("the lapsed member's commit: code %d, want UNKNOWN_MEMBER_ID", code)
+	}
+	_, waitA = join(a)
+	if ja := <-waitA; ja.Generation != 3 || len(ja.Members) != 1 {
+		t.Fatalf("generation 3: %+v", ja)
+	}
+	if codes := c.leave("g", []string{a}, now); codes[0] != 0 {
+		t.Fatalf("leave: %v", codes)
+	}
+	c.tick(now)
+	if code := c.commitCheck("g", "", -1); code != 0 {
+		t.Fatalf("an admin commit to the empty group: code %d", code)
+	}
+}
+
+// TestGroupOffsetsSurviveRestart: a group's commits are parkway's
+// consumer offsets, durable with the node: after the node and its
+// listener restart on the same data directory, the group's members are
+// gone (they rejoin) but its committed offsets are not, and a member
+// resumes after what was committed.
+func TestGroupOffsetsSurviveRestart(t *testing.T) {
+	dir := t.TempDir()
+	start := func() (*parkway.Node, *Server, string, chan error) {
+		node, err := parkway.Open(parkway.Config{Shards: 1, DataDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := NewServer(node, Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve(l) }()
+		return node, srv, l.Addr().String(), served
+	}
+	stop := func(node *parkway.Node, srv *Server, served chan error) {
+		_ = srv.Close()
+		<-served
+		if err := node.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	member := func(addr string) *kgo.Client {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumerGroup("durable"), kgo.ConsumeTopics("kept"),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(), kgo.DefaultProduceTopic("kept"),
+			kgo.AllowAutoTopicCreation())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cl
+	}
+	ctx := ctxFor(t)
+	node, srv, addr, served := start()
+	cl := member(addr)
+	for i := range 10 {
+		if err := cl.ProduceSync(ctx, kgo.StringRecord(fmt.Sprint("before-", i))).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := consume(t, cl, 10); len(got) != 10 {
+		t.Fatalf("consumed %d", len(got))
+	}
+	if err := cl.CommitUncommittedOffsets(ctx); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	cl.Close()
+	stop(node, srv, served)
+
+	node, srv, addr, served = start()
+	defer stop(node, srv, served)
+	cl = member(addr)
+	defer cl.Close()
+	if err := cl.ProduceSync(ctx, kgo.StringRecord("after")).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	got := consume(t, cl, 1)
+	if len(got) != 1 || string(got[0].Value) != "after" || got[0].Offset != 10 {
+		t.Fatalf("after the restart the group resumed at %q offset %d, want \"after\" at 10", got[0].Value, got[0].Offset)
+	}
+}

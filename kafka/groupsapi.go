@@ -1,0 +1,312 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/parkway-io/parkway"
+)
+
+// groupGate is the check every group request passes first: the
+// principal may read the group, and this broker coordinates it.
+func (s *Server) groupGate(ctx context.Context, group string) int16 {
+	if !s.allowed(ctx, OpRead, ResourceGroup, group) {
+		return kerr.GroupAuthorizationFailed.Code
+	}
+	if !s.isCoordinator(group) {
+		return kerr.NotCoordinator.Code
+	}
+	return 0
+}
+
+// Coordinator key types of FindCoordinator.
+const (
+	coordinatorGroup       = 0
+	coordinatorTransaction = 1
+)
+
+// findCoordinator answers this broker for every group; transactions are
+// not supported.
+func (s *Server) findCoordinator(r *kmsg.FindCoordinatorRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.FindCoordinatorResponse)
+	answer := func(key string) (int16, *string) {
+		switch {
+		case r.CoordinatorType == coordinatorTransaction:
+			msg := "transactions are not supported"
+			return s.code(kmsg.FindCoordinator, kerr.TransactionalIDAuthorizationFailed.Code), &msg
+		case r.CoordinatorType != coordinatorGroup:
+			msg := "unknown coordinator type"
+			return s.code(kmsg.FindCoordinator, kerr.InvalidRequest.Code), &msg
+		case !validGroupID(key):
+			return s.code(kmsg.FindCoordinator, kerr.InvalidGroupID.Code), nil
+		}
+		return 0, nil
+	}
+	if r.Version < 4 {
+		resp.ErrorCode, resp.ErrorMessage = answer(r.CoordinatorKey)
+		b := s.coordinatorFor(r.CoordinatorKey)
+		resp.NodeID, resp.Host, resp.Port = b.id, b.host, b.port
+		return resp
+	}
+	for _, key := range r.CoordinatorKeys {
+		c := kmsg.NewFindCoordinatorResponseCoordinator()
+		b := s.coordinatorFor(key)
+		c.Key, c.NodeID, c.Host, c.Port = key, b.id, b.host, b.port
+		c.ErrorCode, c.ErrorMessage = answer(key)
+		resp.Coordinators = append(resp.Coordinators, c)
+	}
+	return resp
+}
+
+// joinGroup answers at once (an error, MEMBER_ID_REQUIRED) or once the
+// rebalance completes, on the writer's goroutine.
+func (s *Server) joinGroup(ctx context.Context, r *kmsg.JoinGroupRequest, clientID *string, clientHost string, p *pending) {
+	cid := "kafka"
+	if clientID != nil && *clientID != "" {
+		cid = *clientID
+	}
+	if code := s.groupGate(ctx, r.Group); code != 0 {
+		resp := r.ResponseKind().(*kmsg.JoinGroupResponse)
+		resp.Generation = -1
+		resp.ErrorCode = s.code(kmsg.JoinGroup, code)
+		p.resp = resp
+		return
+	}
+	resp, wait := s.groups.join(r, cid, clientHost, time.Now())
+	if wait == nil {
+		s.code(kmsg.JoinGroup, resp.ErrorCode)
+		p.resp = resp
+		return
+	}
+	p.wait = func(ctx context.Context) kmsg.Response {
+		select {
+		case got := <-wait:
+			got.Version = r.Version
+			s.code(kmsg.JoinGroup, got.ErrorCode)
+			return got
+		case <-ctx.Done():
+			resp.ErrorCode = s.code(kmsg.JoinGroup, kerr.CoordinatorNotAvailable.Code)
+			return resp
+		}
+	}
+}
+
+func (s *Server) syncGroup(ctx context.Context, r *kmsg.SyncGroupRequest, p *pending) {
+	resp := r.ResponseKind().(*kmsg.SyncGroupResponse)
+	s.groups.mu.Lock()
+	if g, ok := s.groups.groups[r.Group]; ok {
+		pt, proto := g.protocolType, g.protocol
+		resp.ProtocolType, resp.Protocol = &pt, &proto
+	}
+	s.groups.mu.Unlock()
+	fill := func(a syncAnswer) kmsg.Response {
+		resp.ErrorCode = s.code(kmsg.SyncGroup, a.code)
+		resp.MemberAssignment = a.assignment
+		return resp
+	}
+	if code := s.groupGate(ctx, r.Group); code != 0 {
+		p.resp = fill(syncAnswer{code: code})
+		return
+	}
+	now, wait := s.groups.sync(r, time.Now())
+	if wait == nil {
+		p.resp = fill(now)
+		return
+	}
+	p.wait = func(ctx context.Context) kmsg.Response {
+		select {
+		case a := <-wait:
+			return fill(a)
+		case <-ctx.Done():
+			return fill(syncAnswer{code: kerr.CoordinatorNotAvailable.Code})
+		}
+	}
+}
+
+func (s *Server) heartbeat(ctx context.Context, r *kmsg.HeartbeatRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.HeartbeatResponse)
+	if code := s.groupGate(ctx, r.Group); code != 0 {
+		resp.ErrorCode = s.code(kmsg.Heartbeat, code)
+		return resp
+	}
+	resp.ErrorCode = s.code(kmsg.Heartbeat, s.groups.heartbeat(r, time.Now()))
+	return resp
+}
+
+func (s *Server) leaveGroup(ctx context.Context, r *kmsg.LeaveGroupRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.LeaveGroupResponse)
+	if code := s.groupGate(ctx, r.Group); code != 0 {
+		resp.ErrorCode = s.code(kmsg.LeaveGroup, code)
+		return resp
+	}
+	if r.Version < 3 {
+		resp.ErrorCode = s.code(kmsg.LeaveGroup, s.groups.leave(r.Group, []string{r.MemberID}, time.Now())[0])
+		return resp
+	}
+	ids := make([]string, len(r.Members))
+	for i, m := range r.Members {
+		ids[i] = m.MemberID
+	}
+	for i, code := range s.groups.leave(r.Group, ids, time.Now()) {
+		lm := kmsg.NewLeaveGroupResponseMember()
+		lm.MemberID, lm.InstanceID, lm.ErrorCode = ids[i], r.Members[i].InstanceID, s.code(kmsg.LeaveGroup, code)
+		resp.Members = append(resp.Members, lm)
+	}
+	return resp
+}
+
+func (s *Server) listGroups(ctx context.Context, r *kmsg.ListGroupsRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.ListGroupsResponse)
+	for _, g := range s.groups.list() {
+		if len(r.StatesFilter) > 0 && !containsFold(r.StatesFilter, g.GroupState) || !s.allowed(ctx, OpDescribe, ResourceGroup, g.Group) {
+			continue
+		}
+		resp.Groups = append(resp.Groups, g)
+	}
+	return resp
+}
+
+func containsFold(list []string, s string) bool {
+	for _, l := range list {
+		if len(l) == len(s) {
+			eq := true
+			for i := range len(l) {
+				a, b := l[i]|0x20, s[i]|0x20
+				eq = eq && a == b
+			}
+			if eq {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// offsetCommit stores each partition's offset as parkway's named consumer
+// offset of the group, after the coordinator's generation fence.
+func (s *Server) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) kmsg.Response {
+	ctx, cancel := s.requestContext(ctx, 0)
+	defer cancel()
+	resp := r.ResponseKind().(*kmsg.OffsetCommitResponse)
+	fence := int16(0)
+	if !validGroupID(r.Group) {
+		fence = kerr.InvalidGroupID.Code
+	} else if code := s.groupGate(ctx, r.Group); code != 0 {
+		fence = code
+	} else if r.Version >= 1 {
+		fence = s.groups.commitCheck(r.Group, r.MemberID, r.Generation)
+	}
+	for _, rt := range r.Topics {
+		ct := kmsg.NewOffsetCommitResponseTopic()
+		ct.Topic = rt.Topic
+		t, tErr := s.topics.lookup(ctx, rt.Topic)
+		if tErr == nil && !s.allowed(ctx, OpRead, ResourceTopic, rt.Topic) {
+			tErr = errTopicDenied
+		}
+		for _, rp := range rt.Partitions {
+			cp := kmsg.NewOffsetCommitResponseTopicPartition()
+			cp.Partition = rp.Partition
+			switch {
+			case fence != 0:
+				cp.ErrorCode = s.code(kmsg.OffsetCommit, fence)
+			case tErr != nil:
+				cp.ErrorCode = s.topicErrorCode(kmsg.OffsetCommit, tErr)
+			case rp.Partition < 0:
+				cp.ErrorCode = s.code(kmsg.OffsetCommit, kerr.UnknownTopicOrPartition.Code)
+			case rp.Offset < 0:
+				cp.ErrorCode = s.code(kmsg.OffsetCommit, kerr.OffsetOutOfRange.Code)
+			default:
+				if err := s.node.StoreOffset(ctx, r.Group, t, uint32(rp.Partition), uint64(rp.Offset)); err != nil {
+					s.topics.forget(t, err)
+					cp.ErrorCode = s.topicErrorCode(kmsg.OffsetCommit, err)
+				}
+			}
+			ct.Partitions = append(ct.Partitions, cp)
+		}
+		resp.Topics = append(resp.Topics, ct)
+	}
+	return resp
+}
+
+// offsetFetch reads the group's committed offsets: of the partitions
+// named, or of every partition of every topic when none are.
+func (s *Server) offsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequest) kmsg.Response {
+	ctx, cancel := s.requestContext(ctx, 0)
+	defer cancel()
+	resp := r.ResponseKind().(*kmsg.OffsetFetchResponse)
+	if !validGroupID(r.Group) {
+		resp.ErrorCode = s.code(kmsg.OffsetFetch, kerr.InvalidGroupID.Code)
+		return resp
+	}
+	if !s.allowed(ctx, OpDescribe, ResourceGroup, r.Group) {
+		resp.ErrorCode = s.code(kmsg.OffsetFetch, kerr.GroupAuthorizationFailed.Code)
+		return resp
+	}
+	type target struct {
+		name  string
+		parts []int32
+		all   bool // list only the committed ones
+	}
+	var targets []target
+	if r.Topics == nil {
+		all, err := s.topics.all(ctx)
+		if err != nil {
+			resp.ErrorCode = s.code(kmsg.OffsetFetch, errorCode(err))
+			return resp
+		}
+		for _, t := range all {
+			info, err := s.node.TopicInfo(ctx, t)
+			if err != nil {
+				continue
+			}
+			tg := target{name: t.Name, all: true}
+			for p := range int32(info.Partitions) {
+				tg.parts = append(tg.parts, p)
+			}
+			targets = append(targets, tg)
+		}
+	} else {
+		for _, rt := range r.Topics {
+			targets = append(targets, target{name: rt.Topic, parts: rt.Partitions})
+		}
+	}
+	for _, tg := range targets {
+		ft := kmsg.NewOffsetFetchResponseTopic()
+		ft.Topic = tg.name
+		t, tErr := s.topics.lookup(ctx, tg.name)
+		for _, p := range tg.parts {
+			fp := kmsg.NewOffsetFetchResponseTopicPartition()
+			fp.Partition, fp.Offset, fp.LeaderEpoch = p, -1, -1
+			empty := ""
+			fp.Metadata = &empty
+			switch {
+			case tErr != nil:
+				if !errors.Is(tErr, parkway.ErrTopicNotFound) {
+					fp.ErrorCode = s.topicErrorCode(kmsg.OffsetFetch, tErr)
+				}
+			case p < 0:
+				fp.ErrorCode = s.code(kmsg.OffsetFetch, kerr.UnknownTopicOrPartition.Code)
+			default:
+				off, found, err := s.node.ConsumerOffset(ctx, r.Group, t, uint32(p))
+				switch {
+				case err != nil && !errors.Is(err, parkway.ErrPartitionNotFound):
+					fp.ErrorCode = s.topicErrorCode(kmsg.OffsetFetch, err)
+				case found:
+					fp.Offset = int64(off)
+				}
+			}
+			if tg.all && fp.Offset < 0 && fp.ErrorCode == 0 {
+				continue
+			}
+			ft.Partitions = append(ft.Partitions, fp)
+		}
+		if !tg.all || len(ft.Partitions) > 0 {
+			resp.Topics = append(resp.Topics, ft)
+		}
+	}
+	return resp
+}

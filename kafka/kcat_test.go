@@ -1,0 +1,64 @@
+package kafka
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/parkway-io/parkway"
+)
+
+// TestKcatInterop drives the listener with kcat (librdkafka, a C client
+// independent of franz-go): it produces keyed records with headers,
+// consumes them back as a consumer group (whose commit lands in parkway's
+// consumer offsets) and lists the metadata. Without kcat the test is
+// skipped and says why; under CI (CI=true), where .ci/run installs it,
+// its absence fails.
+func TestKcatInterop(t *testing.T) {
+	kcat, err := exec.LookPath("kcat")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("kcat is not installed; .ci/run installs it (Debian package kcat)")
+		}
+		t.Skip("kcat (librdkafka's command-line client) is not installed: apt-get install kcat")
+	}
+	f := serve(t, Config{})
+	run := func(stdin string, args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(ctxFor(t), testTimeout)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, kcat, append([]string{"-b", f.addr}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("kcat %v: %v\n%s", args, err, errOut.Bytes())
+		}
+		return out.String()
+	}
+	run("k1:hello\nk2:world\n", "-P", "-t", "kc", "-K:", "-H", "source=kcat", "-z", "snappy")
+	got := run("", "-G", "kcgroup", "-o", "beginning", "-e", "-f", "%o %k=%s %h\n", "kc")
+	want := "0 k1=hello source=kcat\n1 k2=world source=kcat\n"
+	if got != want {
+		t.Fatalf("kcat consumed %q, want %q", got, want)
+	}
+	md := run("", "-L", "-t", "kc")
+	if !strings.Contains(md, `topic "kc" with 1 partitions`) || !strings.Contains(md, "partition 0, leader 0") {
+		t.Fatalf("kcat -L:\n%s", md)
+	}
+	h, err := f.srv.topics.lookup(ctxFor(t), "kc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	off, ok, err := f.node.ConsumerOffset(ctxFor(t), "kcgroup", h, 0)
+	if err != nil || !ok || off != 2 {
+		t.Fatalf("group kcgroup's committed offset: %d %v %v, want 2", off, ok, err)
+	}
+	b, err := f.node.Poll(ctxFor(t), h, 0, parkway.AtFirst(), 10)
+	if err != nil || len(b.Messages) != 2 || string(b.Messages[0].Key) != "k1" || b.Messages[0].Headers[0].Key != "source" {
+		t.Fatalf("parkway holds %v (%v)", b.Messages, err)
+	}
+}

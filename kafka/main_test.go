@@ -1,0 +1,109 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/goleak"
+
+	"github.com/parkway-io/parkway"
+)
+
+// TestMain fails the package if a test leaves a goroutine behind: every
+// Server, Node and client a test starts must be closed.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// testTimeout bounds every call a test makes: a safety net, never an
+// assertion.
+const testTimeout = 30 * time.Second
+
+func ctxFor(t testing.TB) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// fixture is a node with a listener on a loopback port.
+type fixture struct {
+	node *parkway.Node
+	srv  *Server
+	addr string
+}
+
+// serve opens an in-memory node and serves cfg on 127.0.0.1:0; both
+// close when the test ends, the server first.
+func serve(t testing.TB, cfg Config) *fixture {
+	t.Helper()
+	node, err := parkway.Open(parkway.Config{Shards: 2})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	if testing.Verbose() && cfg.Logger == nil {
+		cfg.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: os.Stderr})
+	}
+	srv, err := NewServer(node, cfg)
+	if err != nil {
+		_ = node.Close()
+		t.Fatalf("NewServer: %v", err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("Listen: %v", err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	t.Cleanup(func() {
+		if err := srv.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		if n := testutil.ToFloat64(srv.metrics.closed.WithLabelValues("panic")); n != 0 {
+			t.Errorf("%v connections were closed by a panic", n)
+		}
+		if err := <-served; !errors.Is(err, ErrServerClosed) {
+			t.Errorf("Serve returned %v, want ErrServerClosed", err)
+		}
+		if err := node.Close(); err != nil {
+			t.Errorf("node Close: %v", err)
+		}
+	})
+	return &fixture{node: node, srv: srv, addr: l.Addr().String()}
+}
+
+// client returns a franz-go client of the fixture, closed at test end.
+func (f *fixture) client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(f.addr)}, opts...)...)
+	if err != nil {
+		t.Fatalf("kgo.NewClient: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// consume polls cl until it has n records or the test's deadline.
+func consume(t testing.TB, cl *kgo.Client, n int) []*kgo.Record {
+	t.Helper()
+	ctx := ctxFor(t)
+	var out []*kgo.Record
+	for len(out) < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("consumed %d of %d records before the deadline", len(out), n)
+		}
+		fs.EachError(func(topic string, p int32, err error) {
+			t.Fatalf("fetch %s/%d: %v", topic, p, err)
+		})
+		out = append(out, fs.Records()...)
+	}
+	return out
+}

@@ -1,0 +1,201 @@
+package kafka
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/parkway-io/parkway"
+)
+
+// partProduce is one partition of a produce request on its way: the
+// appends started for its batches and, for an idempotent producer, their
+// sequence records.
+type partProduce struct {
+	topic, part int // indexes into the response
+	handle      parkway.Topic
+	byID        bool
+	key         producerKey
+	acks        []*parkway.PendingAck
+	seqs        []*seqBatch // one per ack (nil for a batch without a producer id)
+	dup         *seqBatch   // the request is a retry of this batch
+}
+
+// produce decodes every partition's record batches and starts their
+// appends (ProduceAsync: queued at the partition's shard in request order,
+// pipelined behind the connection's earlier produces); the response is
+// assembled on the writer once the acks are in. acks=0 gets no response.
+func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest, p *pending) {
+	resp := r.ResponseKind().(*kmsg.ProduceResponse)
+	p.noResponse = r.Acks == 0
+	wctx, cancel := s.requestContext(ctx, r.TimeoutMillis)
+	dec := decoder{zstd: s.zstd, left: s.cfg.MaxRequestSize}
+	var work []*partProduce
+
+	resp.Topics = make([]kmsg.ProduceResponseTopic, len(r.Topics))
+	for ti := range r.Topics {
+		rt := &r.Topics[ti]
+		st := &resp.Topics[ti]
+		*st = kmsg.NewProduceResponseTopic()
+		st.Topic, st.TopicID = rt.Topic, rt.TopicID
+		st.Partitions = make([]kmsg.ProduceResponseTopicPartition, len(rt.Partitions))
+		var (
+			t    parkway.Topic
+			tErr error
+		)
+		byID := r.Version >= 13
+		switch {
+		case r.TransactionID != nil:
+			tErr = errTransactional
+		case byID:
+			t, tErr = s.topics.lookupID(wctx, rt.TopicID)
+		case !validTopicName(rt.Topic):
+			tErr = fmt.Errorf("%w: %q", parkway.ErrInvalidName, rt.Topic)
+		default:
+			t, tErr = s.ensure(wctx, rt.Topic, s.allowed(ctx, OpCreate, ResourceTopic, rt.Topic))
+		}
+		if tErr == nil && !s.allowed(ctx, OpWrite, ResourceTopic, t.Name) {
+			tErr = errTopicDenied
+		}
+		for pi := range rt.Partitions {
+			rp := &rt.Partitions[pi]
+			sp := &st.Partitions[pi]
+			*sp = kmsg.NewProduceResponseTopicPartition()
+			sp.Partition, sp.BaseOffset = rp.Partition, -1
+			if tErr != nil {
+				sp.ErrorCode = s.produceErrorCode(tErr, byID)
+				continue
+			}
+			if rp.Partition < 0 {
+				sp.ErrorCode = s.code(kmsg.Produce, kerr.UnknownTopicOrPartition.Code)
+				continue
+			}
+			batches, err := dec.decodeBatches(rp.Records)
+			if err != nil {
+				sp.ErrorCode = s.code(kmsg.Produce, recordsErrorCode(err))
+				msg := err.Error()
+				sp.ErrorMessage = &msg
+				s.log.Debug("produce: records refused", "topic", t.Name, "partition", rp.Partition, "err", err)
+				continue
+			}
+			w := &partProduce{topic: ti, part: pi, handle: t, byID: byID, key: producerKey{topic: t, part: rp.Partition}}
+			s.startAppends(wctx, w, batches, sp)
+			work = append(work, w)
+		}
+	}
+	p.wait = func(context.Context) kmsg.Response {
+		defer cancel()
+		for _, w := range work {
+			s.finishAppends(wctx, w, &resp.Topics[w.topic].Partitions[w.part])
+		}
+		return resp
+	}
+}
+
+// startAppends checks each batch's producer sequence and starts its
+// append. A batch refused by its sequence stops the partition's later
+// batches (they could only be out of order).
+func (s *Server) startAppends(ctx context.Context, w *partProduce, batches []decodedBatch, sp *kmsg.ProduceResponseTopicPartition) {
+	for _, b := range batches {
+		var seq *seqBatch
+		if b.hdr.ProducerID >= 0 {
+			w.key.pid = b.hdr.ProducerID
+			verdict, sb := s.pids.check(w.key, b.hdr.ProducerEpoch, b.hdr.FirstSequence, b.hdr.NumRecords)
+			switch verdict {
+			case seqDuplicate:
+				if len(w.acks) == 0 {
+					w.dup = sb
+				}
+				return
+			case seqOutOfOrder:
+				sp.ErrorCode = s.code(kmsg.Produce, kerr.OutOfOrderSequenceNumber.Code)
+				return
+			case seqStaleEpoch:
+				sp.ErrorCode = s.code(kmsg.Produce, kerr.InvalidProducerEpoch.Code)
+				return
+			}
+			seq = sb
+		}
+		to := parkway.PartitionID(uint32(w.key.part))
+		if seq != nil {
+			// The batch's identity goes with it into the partition's
+			// replicated deduplication window: a retry through any
+			// listener, after a leader change too, applies once.
+			key := dedupeKey(b.hdr.ProducerID, b.hdr.ProducerEpoch, b.hdr.FirstSequence)
+			w.acks = append(w.acks, s.node.ProduceAsyncKeyed(ctx, w.handle, to, key, b.msgs...))
+		} else {
+			w.acks = append(w.acks, s.node.ProduceAsync(ctx, w.handle, to, b.msgs...))
+		}
+		w.seqs = append(w.seqs, seq)
+	}
+}
+
+// finishAppends waits for a partition's appends and fills in its
+// response: the first batch's offset, or the first error.
+func (s *Server) finishAppends(ctx context.Context, w *partProduce, sp *kmsg.ProduceResponseTopicPartition) {
+	if w.dup != nil {
+		select {
+		case <-w.dup.done:
+			if w.dup.err != nil {
+				sp.ErrorCode = s.produceErrorCode(w.dup.err, w.byID)
+			} else {
+				sp.BaseOffset = w.dup.offset
+			}
+		case <-ctx.Done():
+			sp.ErrorCode = s.code(kmsg.Produce, kerr.RequestTimedOut.Code)
+		}
+		return
+	}
+	for i, a := range w.acks {
+		ack, err := a.Wait(ctx)
+		if w.seqs[i] != nil {
+			s.pids.finish(w.key, w.seqs[i], int64(ack.FirstOffset), err)
+		}
+		if err != nil {
+			if errors.Is(err, parkway.ErrTopicNotFound) {
+				s.topics.forget(w.handle, err)
+			}
+			if sp.ErrorCode == 0 {
+				sp.ErrorCode = s.produceErrorCode(err, w.byID)
+				sp.BaseOffset = -1
+			}
+			continue
+		}
+		if i == 0 && sp.ErrorCode == 0 {
+			sp.BaseOffset = int64(ack.FirstOffset)
+		}
+	}
+}
+
+// produceErrorCode maps a produce's error; by topic ID, a topic whose
+// incarnation is gone is UNKNOWN_TOPIC_ID (the incarnation fence).
+func (s *Server) produceErrorCode(err error, byID bool) int16 {
+	switch {
+	case errors.Is(err, errTransactional):
+		return s.code(kmsg.Produce, kerr.TransactionalIDAuthorizationFailed.Code)
+	case errors.Is(err, errTopicDenied):
+		return s.code(kmsg.Produce, kerr.TopicAuthorizationFailed.Code)
+	case errors.Is(err, parkway.ErrInvalidName):
+		return s.code(kmsg.Produce, kerr.InvalidTopicException.Code)
+	case byID && errors.Is(err, parkway.ErrTopicNotFound):
+		return s.code(kmsg.Produce, kerr.UnknownTopicID.Code)
+	}
+	return s.topicErrorCode(kmsg.Produce, err)
+}
+
+// dedupeKey is parkway's deduplication key of a Kafka producer's batch:
+// the producer is the (id, epoch) pair, hashed (never 0), the sequence the
+// batch's first.
+func dedupeKey(pid int64, epoch int16, firstSeq int32) parkway.ProduceKey {
+	h := fnv.New64a()
+	var b [10]byte
+	binary.BigEndian.PutUint64(b[:], uint64(pid))
+	binary.BigEndian.PutUint16(b[8:], uint16(epoch))
+	_, _ = h.Write(b[:])
+	return parkway.ProduceKey{Producer: h.Sum64() | 1, Seq: uint64(uint32(firstSeq))}
+}

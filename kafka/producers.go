@@ -1,0 +1,176 @@
+package kafka
+
+import (
+	"math"
+	"math/rand/v2"
+	"sync"
+
+	"github.com/parkway-io/parkway"
+)
+
+// An idempotent producer's batches are deduplicated twice. Each batch
+// carries its identity — (producer id, epoch, first sequence) — into the
+// partition's replicated deduplication window (Node.ProduceAsyncKeyed), so
+// a retry of a batch whose outcome was unknown (its leader died) applies
+// once, through whichever node's listener it arrives. And each listener
+// checks sequences per (producer id, epoch, partition) as Kafka does: the
+// last maxRecent batches are remembered, a retry of one of them is
+// answered with its original offset without being sent again, a gap is
+// OUT_OF_ORDER_SEQUENCE_NUMBER, an older epoch INVALID_PRODUCER_EPOCH.
+// This second state is the listener's, in memory: a listener that never
+// saw a producer (another node's client, a restart) takes its next
+// sequence as given, and leaves duplicates to the partition's window. On
+// a single node a produce's outcome is never unknown, so the listener's
+// window is all there is.
+
+const (
+	maxRecent       = 5       // Kafka's max.in.flight for idempotent producers
+	maxProducerKeys = 100_000 // (producer, partition) states kept; idle ones are dropped past it
+)
+
+type producerKey struct {
+	pid   int64
+	topic parkway.Topic
+	part  int32
+}
+
+// seqBatch is a batch appended, or being appended, under a sequence.
+type seqBatch struct {
+	first, last int32
+	offset      int64 // the batch's first offset, once done
+	done        chan struct{}
+	err         error // the outcome, once done
+}
+
+type seqState struct {
+	epoch  int16
+	next   int32       // the sequence expected next, counting batches in flight
+	recent []*seqBatch // oldest first, at most maxRecent
+}
+
+type producers struct {
+	mu     sync.Mutex
+	states map[producerKey]*seqState
+}
+
+func newProducers() *producers {
+	return &producers{states: map[producerKey]*seqState{}}
+}
+
+// newID returns a producer id: random, so listeners of different nodes
+// (and restarts) do not hand out the same one.
+func (p *producers) newID() int64 { return rand.Int64N(math.MaxInt64-1) + 1 }
+
+// seqVerdict is what check decided for a batch.
+type seqVerdict int
+
+const (
+	seqAppend     seqVerdict = iota // new: append it, then call finish
+	seqDuplicate                    // a retry: answer with dup's outcome
+	seqOutOfOrder                   // OUT_OF_ORDER_SEQUENCE_NUMBER
+	seqStaleEpoch                   // INVALID_PRODUCER_EPOCH
+)
+
+// check decides what to do with a batch of count records from producer
+// (pid, epoch) starting at sequence first. On seqAppend the returned
+// batch is recorded as in flight; finish must be called with its outcome.
+// On seqDuplicate the returned batch is the original: wait on its done.
+func (p *producers) check(key producerKey, epoch int16, first, count int32) (seqVerdict, *seqBatch) {
+	last := int32((int64(first) + int64(count) - 1) % (math.MaxInt32 + 1))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st, ok := p.states[key]
+	switch {
+	case !ok:
+		// No state: a new producer, or one this listener forgot (a
+		// restart, eviction). Accept its sequence as the start.
+		p.evict()
+		st = &seqState{epoch: epoch}
+		p.states[key] = st
+	case epoch < st.epoch:
+		return seqStaleEpoch, nil
+	case epoch > st.epoch:
+		if first != 0 {
+			return seqOutOfOrder, nil
+		}
+		*st = seqState{epoch: epoch}
+	case first != st.next:
+		for _, b := range st.recent {
+			if b.first == first && b.last == last {
+				return seqDuplicate, b
+			}
+		}
+		return seqOutOfOrder, nil
+	}
+	b := &seqBatch{first: first, last: last, done: make(chan struct{})}
+	st.recent = append(st.recent, b)
+	if len(st.recent) > maxRecent {
+		st.recent = st.recent[1:]
+	}
+	st.next = int32((int64(last) + 1) % (math.MaxInt32 + 1))
+	return seqAppend, b
+}
+
+// finish records a batch's outcome. A failed batch is forgotten and the
+// expected sequence goes back to it, unless a later batch was appended
+// meanwhile (then the client's retry of it is out of order, as in Kafka
+// when a batch in the middle of a pipeline fails).
+func (p *producers) finish(key producerKey, b *seqBatch, offset int64, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b.offset, b.err = offset, err
+	close(b.done)
+	if err == nil {
+		return
+	}
+	st, ok := p.states[key]
+	if !ok {
+		return
+	}
+	i := -1
+	for j, r := range st.recent {
+		if r == b {
+			i = j
+		}
+	}
+	if i < 0 {
+		return
+	}
+	for _, r := range st.recent[i+1:] {
+		select {
+		case <-r.done:
+			if r.err == nil {
+				st.recent = append(st.recent[:i], st.recent[i+1:]...)
+				return
+			}
+		default:
+		}
+	}
+	st.next = b.first
+	st.recent = st.recent[:i]
+}
+
+// evict drops idle states once there are maxProducerKeys (called with
+// mu held): those whose batches are all done.
+func (p *producers) evict() {
+	if len(p.states) < maxProducerKeys {
+		return
+	}
+	dropped := 0
+	for k, st := range p.states {
+		idle := true
+		for _, b := range st.recent {
+			select {
+			case <-b.done:
+			default:
+				idle = false
+			}
+		}
+		if idle {
+			delete(p.states, k)
+			if dropped++; dropped >= maxProducerKeys/10 {
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,338 @@
+package kafka
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/snappy"
+	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/parkway-io/parkway"
+)
+
+// Why a record set is refused. Each maps to a Kafka error code
+// (recordsErrorCode).
+var (
+	errCorruptRecords   = errors.New("kafka: corrupt record batch")           // CORRUPT_MESSAGE
+	errInvalidRecords   = errors.New("kafka: invalid record batch")           // INVALID_RECORD
+	errRecordsTooLarge  = errors.New("kafka: records inflate past the limit") // RECORD_LIST_TOO_LARGE
+	errUnsupportedMagic = errors.New("kafka: record format older than v2")    // UNSUPPORTED_FOR_MESSAGE_FORMAT
+	errTransactional    = errors.New("kafka: transactional batch")            // TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Record batch v2 layout: the fixed header is 61 bytes; Length counts
+// from PartitionLeaderEpoch (offset 12), the CRC covers from Attributes
+// (offset 21) to the end.
+const (
+	batchHeaderSize = 61
+	batchLengthEnd  = 12 // FirstOffset + Length
+	batchCRCStart   = 21
+	batchMagicAt    = 16
+)
+
+// Attribute bits of a record batch.
+const (
+	attrCompression   = 0x07
+	attrLogAppendTime = 0x08
+	attrTransactional = 0x10
+	attrControl       = 0x20
+)
+
+// decodedBatch is one producer batch: its header and its records as
+// parkway messages, whose keys, values and headers point into the request
+// (or the inflated records).
+type decodedBatch struct {
+	hdr  kmsg.RecordBatch // Records cleared
+	msgs []parkway.Message
+}
+
+// decoder inflates and decodes record batches within a byte limit.
+type decoder struct {
+	zstd *zstd.Decoder // shared; DecodeAll is safe for concurrent use
+	// left is how many bytes the request's records may still inflate
+	// to: what one request makes the server hold is bounded.
+	left int
+}
+
+// decodeBatches splits a produce's record set into batches and decodes
+// each. Every length is checked against the bytes left before it is used;
+// every batch's CRC is verified; a compressed batch is inflated into at
+// most d.left bytes (a zip bomb is refused at the limit, not after).
+func (d *decoder) decodeBatches(records []byte) ([]decodedBatch, error) {
+	if len(records) == 0 {
+		return nil, fmt.Errorf("%w: no records", errInvalidRecords)
+	}
+	var out []decodedBatch
+	for len(records) > 0 {
+		if len(records) < batchLengthEnd {
+			return nil, fmt.Errorf("%w: %d trailing bytes", errCorruptRecords, len(records))
+		}
+		length := int32(binary.BigEndian.Uint32(records[8:]))
+		if length < batchHeaderSize-batchLengthEnd || int64(length) > int64(len(records)-batchLengthEnd) {
+			return nil, fmt.Errorf("%w: batch length %d, %d bytes left", errCorruptRecords, length, len(records)-batchLengthEnd)
+		}
+		raw := records[:batchLengthEnd+int(length)]
+		records = records[len(raw):]
+		if raw[batchMagicAt] != 2 {
+			return nil, fmt.Errorf("%w: magic %d", errUnsupportedMagic, raw[batchMagicAt])
+		}
+		b, err := d.decodeBatch(raw)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+func (d *decoder) decodeBatch(raw []byte) (decodedBatch, error) {
+	var b decodedBatch
+	if err := b.hdr.ReadFrom(raw); err != nil {
+		return b, fmt.Errorf("%w: %v", errCorruptRecords, err)
+	}
+	if crc := crc32.Checksum(raw[batchCRCStart:], castagnoli); crc != uint32(b.hdr.CRC) {
+		return b, fmt.Errorf("%w: CRC %08x, computed %08x", errCorruptRecords, uint32(b.hdr.CRC), crc)
+	}
+	attrs := b.hdr.Attributes
+	if attrs&attrTransactional != 0 || attrs&attrControl != 0 {
+		return b, fmt.Errorf("%w: attributes %#x", errTransactional, attrs)
+	}
+	n := b.hdr.NumRecords
+	if n <= 0 || b.hdr.LastOffsetDelta != n-1 {
+		return b, fmt.Errorf("%w: %d records, last offset delta %d", errInvalidRecords, n, b.hdr.LastOffsetDelta)
+	}
+	data, err := d.inflate(attrs&attrCompression, b.hdr.Records)
+	if err != nil {
+		return b, err
+	}
+	b.hdr.Records = nil
+	// Each record takes at least 7 bytes (length, attributes, timestamp
+	// and offset deltas, key and value lengths, header count): a count
+	// the bytes cannot hold is refused before the slice is made.
+	if int64(n) > int64(len(data))/7 {
+		return b, fmt.Errorf("%w: %d records in %d bytes", errCorruptRecords, n, len(data))
+	}
+	b.msgs = make([]parkway.Message, n)
+	for i := range b.msgs {
+		length, k := binary.Varint(data)
+		if k <= 0 || length < 0 || length > int64(len(data)-k) {
+			return b, fmt.Errorf("%w: record %d: length %d, %d bytes left", errCorruptRecords, i, length, len(data))
+		}
+		one := data[:k+int(length)]
+		data = data[len(one):]
+		var r kmsg.Record
+		if err := r.ReadFrom(one); err != nil {
+			return b, fmt.Errorf("%w: record %d: %v", errCorruptRecords, i, err)
+		}
+		if int(r.OffsetDelta) != i {
+			return b, fmt.Errorf("%w: record %d has offset delta %d", errInvalidRecords, i, r.OffsetDelta)
+		}
+		ms := b.hdr.FirstTimestamp + r.TimestampDelta64
+		if attrs&attrLogAppendTime != 0 {
+			ms = b.hdr.MaxTimestamp
+		}
+		if ms < 0 || ms > math.MaxInt64/1000 {
+			return b, fmt.Errorf("%w: record %d: timestamp %d ms", errInvalidRecords, i, ms)
+		}
+		m := &b.msgs[i]
+		// A zero timestamp would be replaced by the node's clock; the
+		// epoch itself is stamped 1 µs in.
+		m.Timestamp = max(ms*1000, 1)
+		m.Key, m.Payload = r.Key, r.Value
+		if len(r.Headers) > 0 {
+			m.Headers = make([]parkway.Header, len(r.Headers))
+			for j, h := range r.Headers {
+				m.Headers[j] = parkway.Header{Key: h.Key, Value: h.Value}
+			}
+		}
+	}
+	if len(data) != 0 {
+		return b, fmt.Errorf("%w: %d bytes after the last record", errCorruptRecords, len(data))
+	}
+	return b, nil
+}
+
+// inflate decompresses a batch's records with the codec its attributes
+// name, into at most d.left bytes, and charges what it produced to d.left.
+func (d *decoder) inflate(codec int16, src []byte) ([]byte, error) {
+	var (
+		out []byte
+		err error
+	)
+	switch codec {
+	case 0:
+		return src, nil // not inflated: the bytes are the request's, already counted
+	case 1:
+		var zr *gzip.Reader
+		if zr, err = gzip.NewReader(bytes.NewReader(src)); err == nil {
+			out, err = readLimited(zr, d.left)
+		}
+	case 2:
+		out, err = d.unsnappy(src)
+	case 3:
+		out, err = readLimited(lz4.NewReader(bytes.NewReader(src)), d.left)
+	case 4:
+		// The decoder refuses a frame whose content or window would pass
+		// its memory limit (the request limit); the check below then
+		// applies the request's own remaining allowance.
+		out, err = d.zstd.DecodeAll(src, nil)
+		if errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrWindowSizeExceeded) || errors.Is(err, zstd.ErrFrameSizeExceeded) {
+			return nil, fmt.Errorf("%w: zstd", errRecordsTooLarge)
+		}
+	default:
+		return nil, fmt.Errorf("%w: compression codec %d", errCorruptRecords, codec)
+	}
+	if err != nil {
+		if errors.Is(err, errRecordsTooLarge) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: codec %d: %v", errCorruptRecords, codec, err)
+	}
+	if len(out) > d.left {
+		return nil, fmt.Errorf("%w: %d bytes", errRecordsTooLarge, len(out))
+	}
+	d.left -= len(out)
+	return out, nil
+}
+
+// readLimited reads r to its end, failing once it yields more than limit
+// bytes: the output is never allowed to grow past the limit.
+func readLimited(r io.Reader, limit int) ([]byte, error) {
+	var buf bytes.Buffer
+	n, err := buf.ReadFrom(io.LimitReader(r, int64(limit)+1))
+	if err != nil {
+		return nil, err
+	}
+	if n > int64(limit) {
+		return nil, fmt.Errorf("%w: more than %d bytes", errRecordsTooLarge, limit)
+	}
+	return buf.Bytes(), nil
+}
+
+// xerialMagic starts a snappy stream in the xerial framing the Java
+// client writes: the magic, two 4-byte versions, then chunks each
+// prefixed with its 4-byte length. Other clients (franz-go, librdkafka by
+// default) send one raw snappy block.
+var xerialMagic = []byte{0x82, 'S', 'N', 'A', 'P', 'P', 'Y', 0}
+
+func (d *decoder) unsnappy(src []byte) ([]byte, error) {
+	if !bytes.HasPrefix(src, xerialMagic) {
+		return d.snappyBlock(nil, src)
+	}
+	if len(src) < 16 {
+		return nil, fmt.Errorf("%w: short xerial header", errCorruptRecords)
+	}
+	src = src[16:]
+	var out []byte
+	for len(src) > 0 {
+		if len(src) < 4 {
+			return nil, fmt.Errorf("%w: short xerial chunk", errCorruptRecords)
+		}
+		n := binary.BigEndian.Uint32(src)
+		if int64(n) > int64(len(src)-4) {
+			return nil, fmt.Errorf("%w: xerial chunk of %d bytes, %d left", errCorruptRecords, n, len(src)-4)
+		}
+		var err error
+		if out, err = d.snappyBlock(out, src[4:4+n]); err != nil {
+			return nil, err
+		}
+		src = src[4+n:]
+	}
+	return out, nil
+}
+
+// snappyBlock appends one snappy block's content to dst, refusing a block
+// whose stated length passes what is left of the limit before decoding.
+func (d *decoder) snappyBlock(dst, block []byte) ([]byte, error) {
+	n, err := snappy.DecodedLen(block)
+	if err != nil {
+		return nil, err
+	}
+	if n > d.left-len(dst) {
+		return nil, fmt.Errorf("%w: snappy block of %d bytes", errRecordsTooLarge, n)
+	}
+	out, err := snappy.Decode(nil, block)
+	if err != nil {
+		return nil, err
+	}
+	return append(dst, out...), nil
+}
+
+// recordsErrorCode is the Kafka error code of a refused record set.
+func recordsErrorCode(err error) int16 {
+	switch {
+	case errors.Is(err, errRecordsTooLarge):
+		return 18 // RECORD_LIST_TOO_LARGE
+	case errors.Is(err, errUnsupportedMagic):
+		return 43 // UNSUPPORTED_FOR_MESSAGE_FORMAT
+	case errors.Is(err, errTransactional):
+		return 53 // TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+	case errors.Is(err, errInvalidRecords):
+		return 87 // INVALID_RECORD
+	}
+	return 2 // CORRUPT_MESSAGE
+}
+
+// appendBatch appends msgs (dense or not, in offset order) as one record
+// batch v2, uncompressed, with CreateTime timestamps in milliseconds.
+func appendBatch(dst []byte, msgs []parkway.Message, leaderEpoch int32) []byte {
+	base := msgs[0].Offset
+	first := msgs[0].Timestamp / 1000
+	maxTS := first
+	var records []byte
+	var rec kmsg.Record
+	var body []byte
+	for i := range msgs {
+		m := &msgs[i]
+		ts := m.Timestamp / 1000
+		maxTS = max(maxTS, ts)
+		rec = kmsg.Record{
+			TimestampDelta64: ts - first, OffsetDelta: int32(m.Offset - base),
+			Key: m.Key, Value: m.Payload,
+		}
+		rec.TimestampDelta = int32(rec.TimestampDelta64)
+		if len(m.Headers) > 0 {
+			rec.Headers = make([]kmsg.Header, len(m.Headers))
+			for j, h := range m.Headers {
+				rec.Headers[j] = kmsg.Header{Key: h.Key, Value: h.Value}
+			}
+		}
+		if rec.Value == nil {
+			rec.Value = []byte{} // parkway keeps no null value: an empty one
+		}
+		// The record's length prefix counts what follows it: encode with a
+		// zero length (one byte), then prefix the body with its length.
+		body = rec.AppendTo(body[:0])[1:]
+		records = binary.AppendVarint(records, int64(len(body)))
+		records = append(records, body...)
+	}
+	batch := kmsg.RecordBatch{
+		FirstOffset:          int64(base),
+		Length:               int32(batchHeaderSize - batchLengthEnd + len(records)),
+		PartitionLeaderEpoch: leaderEpoch,
+		Magic:                2,
+		LastOffsetDelta:      int32(msgs[len(msgs)-1].Offset - base),
+		FirstTimestamp:       first,
+		MaxTimestamp:         maxTS,
+		ProducerID:           -1,
+		ProducerEpoch:        -1,
+		FirstSequence:        -1,
+		NumRecords:           int32(len(msgs)),
+		Records:              records,
+	}
+	start := len(dst)
+	dst = batch.AppendTo(dst)
+	crc := crc32.Checksum(dst[start+batchCRCStart:], castagnoli)
+	binary.BigEndian.PutUint32(dst[start+17:], crc)
+	return dst
+}
