@@ -99,8 +99,13 @@ func TestClusterOverTLSLargeBatchThroughFollower(t *testing.T) {
 	}
 	nodes := map[parkway.NodeID]*parkway.Node{}
 	for _, id := range peers {
+		// RequestTimeout as long as the test's context: the call's own
+		// deadline (10 s by default) is what a 4 MiB batch forwarded and
+		// replicated over TLS under the race detector outlasted on a
+		// loaded 2-core machine; this test is about the batch limit.
 		n, err := parkway.Open(parkway.Config{Shards: 1, MaxBatchBytes: limitMiB << 20,
-			Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: buses[id]}})
+			RequestTimeout: time.Minute,
+			Cluster:        &parkway.Cluster{ID: id, Peers: peers, Bus: buses[id]}})
 		if err != nil {
 			t.Fatal(err)
 		}
