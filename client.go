@@ -71,6 +71,7 @@ type Ack struct {
 // non-decreasing along a partition); a value set by the caller is
 // ignored. Message.Key is stored with the message.
 func (n *Node) Produce(ctx context.Context, t Topic, to Partitioning, msgs ...Message) (Ack, error) {
+	start := n.cfg.Clock.Now()
 	req, part, size, err := n.prepareProduce(ctx, t, to, msgs)
 	if err != nil {
 		return Ack{}, err
@@ -79,26 +80,39 @@ func (n *Node) Produce(ctx context.Context, t Topic, to Partitioning, msgs ...Me
 	if err != nil {
 		return Ack{}, err
 	}
-	n.countProduced(t, len(req.Messages), size)
+	n.countProduced(t, len(req.Messages), size, start)
 	return Ack{Partition: part, FirstOffset: r.Offset, Count: len(req.Messages)}, nil
 }
 
-// topicMetrics returns t's client-side counters, resolved once per topic.
+// topicMetrics returns t's client-side counters, labelled by its stream's
+// and its own name and resolved once per topic incarnation: the
+// revision is global and never reused, so it names the topic (and its
+// names) alone, where ids are reused after a delete.
 func (n *Node) topicMetrics(t Topic) *metrics.Topic {
-	key := uint64(t.Stream.ID)<<32 | uint64(t.ID)
+	key := t.Revision
 	if m, ok := n.topicMetricsCache.Load(key); ok {
 		return m.(*metrics.Topic)
 	}
-	m, _ := n.topicMetricsCache.LoadOrStore(key, n.eng.Metrics().Topic(t.Stream.ID, t.ID))
+	// Incarnations come and go: the cache starts afresh past a bound
+	// rather than keep every topic ever produced to.
+	if n.topicMetricsCount.Add(1) > maxTopicMetrics {
+		n.topicMetricsCache.Clear()
+		n.topicMetricsCount.Store(1)
+	}
+	m, _ := n.topicMetricsCache.LoadOrStore(key, n.eng.Metrics().Topic(t.Stream.Name, t.Name))
 	return m.(*metrics.Topic)
 }
 
+// maxTopicMetrics bounds topicMetricsCache.
+const maxTopicMetrics = 1 << 14
+
 // countProduced counts an acknowledged batch of count messages, size
-// bytes as prepareProduce measured them.
-func (n *Node) countProduced(t Topic, count, size int) {
+// bytes as prepareProduce measured them, produced since start.
+func (n *Node) countProduced(t Topic, count, size int, start time.Time) {
 	m := n.topicMetrics(t)
 	m.Produced.Add(float64(count))
 	m.ProducedBytes.Add(float64(size))
+	m.Latency.Observe(n.cfg.Clock.Now().Sub(start).Seconds())
 }
 
 func batchBytes(msgs []Message) int {
@@ -193,7 +207,8 @@ type PendingAck struct {
 	sent  error
 	topic Topic
 	part  uint32
-	size  int // the batch's bytes, for the produced-bytes metric
+	size  int       // the batch's bytes, for the produced-bytes metric
+	start time.Time // when ProduceAsync was called, for the latency metric
 	done  bool
 	ack   Ack
 	err   error
@@ -236,6 +251,7 @@ func (n *Node) ProduceAsyncKeyed(ctx context.Context, t Topic, to Partitioning, 
 
 // produceAsync starts a produce, under key when its producer is set.
 func (n *Node) produceAsync(ctx context.Context, t Topic, to Partitioning, key ProduceKey, msgs []Message) *PendingAck {
+	start := n.cfg.Clock.Now()
 	req, part, size, err := n.prepareProduce(ctx, t, to, msgs)
 	if err != nil {
 		return &PendingAck{done: true, err: err}
@@ -243,7 +259,7 @@ func (n *Node) produceAsync(ctx context.Context, t Topic, to Partitioning, key P
 	if key.Producer != 0 && n.eng.Clustered() {
 		req.Producer, req.Seq = key.Producer, key.Seq
 	}
-	p := &PendingAck{n: n, reply: make(chan shard.Response, 1), topic: t, part: part, size: size}
+	p := &PendingAck{n: n, reply: make(chan shard.Response, 1), topic: t, part: part, size: size, start: start}
 	p.f = shard.Frame{Req: req, Reply: p.reply}
 	p.sent = n.first(ctx, p.f)
 	return p
@@ -265,7 +281,7 @@ func (p *PendingAck) Wait(ctx context.Context) (Ack, error) {
 	p.done, p.err = true, err
 	if err == nil {
 		p.ack = Ack{Partition: p.part, FirstOffset: r.Offset, Count: len(p.f.Req.Messages)}
-		p.n.countProduced(p.topic, len(p.f.Req.Messages), p.size)
+		p.n.countProduced(p.topic, len(p.f.Req.Messages), p.size, p.start)
 	}
 	return p.ack, p.err
 }

@@ -267,7 +267,7 @@ func (c *Consumer) assign() {
 			f.cancel()
 			delete(c.fetchers, p)
 			delete(c.processed, p)
-			c.n.eng.Metrics().DeleteLag(c.t.Stream.ID, c.t.ID, p, c.lagName())
+			c.n.eng.Metrics().DeleteLag(c.t.Stream.Name, c.t.Name, p, c.lagName())
 		}
 	}
 	for _, p := range want {
@@ -332,7 +332,7 @@ func (c *Consumer) fetch(ctx context.Context, m *Member, part uint32, id uint64)
 			return
 		case err == nil:
 			pause = c.n.cfg.RetryBackoffMin
-			c.n.eng.Metrics().SetLag(c.t.Stream.ID, c.t.ID, part, c.lagName(), b.End-b.Next)
+			c.n.eng.Metrics().SetLag(c.t.Stream.Name, c.t.Name, part, c.lagName(), b.End-b.Next)
 			if len(b.Messages) == 0 {
 				from = AtOffset(b.Next)
 				continue
@@ -651,7 +651,7 @@ func (c *Consumer) Close() error {
 		c.wg.Wait()
 		c.mu.Lock()
 		for p := range c.fetchers {
-			c.n.eng.Metrics().DeleteLag(c.t.Stream.ID, c.t.ID, p, c.lagName())
+			c.n.eng.Metrics().DeleteLag(c.t.Stream.Name, c.t.Name, p, c.lagName())
 		}
 		c.mu.Unlock()
 		ctx, cancel := c.n.deadline(context.Background())

@@ -49,9 +49,10 @@ type Node struct {
 	seq      atomic.Uint64
 
 	roundRobin atomic.Uint64
-	// topicMetricsCache holds each topic's *metrics.Topic, by
-	// stream<<32|topic.
+	// topicMetricsCache holds each topic's *metrics.Topic, by created
+	// revision (topicMetrics); topicMetricsCount counts its entries.
 	topicMetricsCache sync.Map
+	topicMetricsCount atomic.Int64
 	closed            atomic.Bool
 	closeOnce         sync.Once
 	closeErr          error

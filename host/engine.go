@@ -98,6 +98,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.drops = e.metrics.Shard(-1)
 	e.exposeTransport()
+	e.exposeGroups()
 	ok := false
 	defer func() {
 		if !ok {
@@ -241,7 +242,7 @@ func (e *Engine) openMetadata() error {
 		err = e.cl.openMetadata(dir, mcfg)
 	case cfg.DataDir != "":
 		e.durable, err = metadata.OpenDurable(cfg.FS, filepath.Join(cfg.DataDir, "metadata"), mcfg,
-			metadata.DurableOptions{SnapshotEvery: cfg.MetadataSnapshotEvery})
+			metadata.DurableOptions{SnapshotEvery: cfg.MetadataSnapshotEvery, Syncs: e.metrics.Fsync(metrics.LogMetadata)})
 		if err == nil {
 			e.meta = e.durable.Store()
 		}
@@ -269,7 +270,9 @@ func (e *Engine) openStore() error {
 		VerifyOnOpen: cfg.VerifyOnOpen, MaxOpenFiles: cfg.MaxOpenFiles,
 		// A manual engine is stepped by a simulator: its filesystem calls
 		// must come in a fixed order, as its shards' are.
-		SerialSyncs: cfg.Manual,
+		SerialSyncs:  cfg.Manual,
+		SegmentSyncs: e.metrics.Fsync(metrics.LogSegment),
+		JournalSyncs: e.metrics.Fsync(metrics.LogJournal),
 	})
 	if err != nil {
 		return err

@@ -81,8 +81,12 @@ type peerClocks struct {
 }
 
 // heardAt is when a peer was last heard from: the tick, and the
-// heartbeat round.
-type heardAt struct{ tick, round atomic.Int64 }
+// heartbeat round; and whether the driver holds it dead (a copy of
+// liveness.dead that any goroutine may read).
+type heardAt struct {
+	tick, round atomic.Int64
+	dead        atomic.Bool
+}
 
 func (p *peerClocks) add(id uint64, now, round int64) {
 	h := new(heardAt)
@@ -145,6 +149,13 @@ func (l *liveness) heardFrom(peer uint64) {
 	}
 }
 
+// judgedLive reports whether the driver last judged peer alive (this
+// node, and a node not tracked yet, are). Safe from any goroutine.
+func (l *liveness) judgedLive(peer uint64) bool {
+	h := l.heard.Load().at[peer]
+	return h == nil || !h.dead.Load()
+}
+
 // alive reports whether peer is not held dead (this node always is
 // alive). Driver-owned, like dead.
 func (l *liveness) alive(peer uint64) bool { return !l.dead[peer] }
@@ -192,6 +203,7 @@ func (l *liveness) advance(ctx context.Context, k int64) {
 			continue
 		}
 		l.dead[p] = dead
+		h.dead.Store(dead)
 		if dead {
 			l.c.e.cfg.Logger.Warn("peer declared dead: no message within the liveness timeout", "peer", p,
 				"timeout", time.Duration(l.timeout)*l.c.cfg.TickInterval)

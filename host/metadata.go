@@ -14,6 +14,7 @@ import (
 	"github.com/parkway-io/parkway/internal/dedupe"
 	"github.com/parkway-io/parkway/internal/replica"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/reconciler"
 	"github.com/parkway-io/parkway/shard"
 )
@@ -41,6 +42,9 @@ type metaGroup struct {
 	// result. Replicated state, carried by snapshots.
 	seen   *dedupe.Window[MetadataResult]
 	policy replica.CompactionPolicy
+	// lead is the leader as of the last LeaderChanged, for readers off
+	// the driver (ClusterStatus).
+	lead atomic.Uint64
 
 	// Started engines only: proposals and peers' messages reach the
 	// metadata goroutine through these.
@@ -164,6 +168,8 @@ func (c *clusterNode) metaGroupConfig(disk *replica.Disk, applied uint64) replic
 	return replica.Config{Group: uint64(metadata.MetadataNamespace), Node: uint64(c.cfg.ID),
 		Peers: c.peers, Logger: c.e.cfg.Logger, ForwardProposals: true, Disk: disk, CatchUpEntries: every,
 		Applied: applied, Dynamic: true, Join: c.cfg.Join, InitialData: initial,
+		Metrics: c.e.metrics.RaftGroup(metrics.GroupMetadata), Clock: c.e.cfg.Clock,
+		Fsync: c.e.metrics.Fsync(metrics.LogMetadata),
 		// A snapshot a peer sends is refused before raft sees it unless
 		// it decodes as a metadata group snapshot.
 		CheckSnapshot: func(data []byte) error {
@@ -767,6 +773,8 @@ func (m *metaGroup) proposeConfChange(add bool, node uint64, data []byte) error 
 // after its bounded wait, and if the old copy commits after all,
 // deduplication turns the new one into a no-op.
 func (m *metaGroup) LeaderChanged(lead uint64) {
+	m.lead.Store(lead)
+	m.c.e.metrics.MetadataLeader.Set(float64(lead))
 	forgot := len(m.pending)
 	clear(m.pending)
 	// Read indexes in flight are dropped by raft with the leadership;

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/parkway-io/parkway/internal/wal"
 	"github.com/parkway-io/parkway/vfs"
 )
@@ -40,6 +42,8 @@ type DurableOptions struct {
 	// writes a snapshot and starts a new log; 0 means
 	// DefaultSnapshotEvery. Failed commands count: they are logged too.
 	SnapshotEvery int
+	// Syncs, when set, observes every fsync of the log in seconds.
+	Syncs prometheus.Observer
 }
 
 // Durable is a Store persisted in a directory, the way a consensus log
@@ -84,8 +88,9 @@ type Durable struct {
 
 	mu        sync.Mutex
 	log       *wal.Log
-	applied   uint64 // index of the last logged command
-	snapIndex uint64 // index covered by the newest durable snapshot
+	syncs     prometheus.Observer // DurableOptions.Syncs, set on each log
+	applied   uint64              // index of the last logged command
+	snapIndex uint64              // index covered by the newest durable snapshot
 	broken    error
 	closed    bool
 	// readOnly is set by ReadDurable: load changes nothing and records
@@ -134,7 +139,7 @@ func OpenDurable(fs vfs.FS, dir string, cfg Config, opts DurableOptions) (*Durab
 			_ = fs.Remove(filepath.Join(dir, name))
 		}
 	}
-	d := &Durable{fs: fs, dir: dir, every: every}
+	d := &Durable{fs: fs, dir: dir, every: every, syncs: opts.Syncs}
 	if err := d.load(cfg, snaps, wals); err != nil {
 		return nil, err
 	}
@@ -305,6 +310,7 @@ func (d *Durable) load(cfg Config, snaps, wals []uint64) error {
 		}
 		if i == len(wals)-1 && l.NextIndex() == next {
 			d.log = l // append behind the last record
+			l.ObserveSyncs(d.syncs)
 		} else {
 			l.Close()
 		}
@@ -322,6 +328,7 @@ func (d *Durable) load(cfg Config, snaps, wals []uint64) error {
 			return fmt.Errorf("parkway: create metadata log: %w", err)
 		}
 		d.log = l
+		l.ObserveSyncs(d.syncs)
 	}
 	// A previous run may have created files (a log, a snapshot) and
 	// failed or crashed before syncing the directory: make every entry
@@ -432,6 +439,7 @@ func (d *Durable) snapshot() error {
 	}
 	old := d.log
 	d.log, d.snapIndex = l, d.applied
+	l.ObserveSyncs(d.syncs)
 	_ = old.Close()
 	// Clean up, best effort: leftovers are skipped on open and removed
 	// after the next snapshot.

@@ -242,6 +242,9 @@ type group struct {
 	nextMember uint64
 	members    map[uint64]*member
 	parts      []GroupPartition // dense, as the topic's partitions
+	// expiries and commits count members expired and commits applied
+	// since this store loaded the group, for metrics only (GroupCounts).
+	expiries, commits uint64
 }
 
 type member struct {
@@ -275,6 +278,7 @@ func (g *group) expire(now int64) bool {
 	for _, id := range slices.Sorted(maps.Keys(g.members)) {
 		if g.members[id].lapsed(now) {
 			delete(g.members, id)
+			g.expiries++
 			removed = true
 		}
 	}
@@ -529,6 +533,7 @@ func (s *Store) commitGroupOffsets(c CommitGroupOffsets) (Result, bool, error) {
 	for _, o := range c.Offsets {
 		g.parts[o.Partition].Offset, g.parts[o.Partition].Committed = o.Offset, true
 	}
+	g.commits++
 	if g.expire(now) {
 		g.rebalance(s.revision)
 	}

@@ -85,6 +85,9 @@ type Metrics struct {
 	transport      transportSource
 	// The forwarded requests' statistics (SetForwarded).
 	forwarded *forwarded
+
+	// Latencies, leadership and consumer groups (health.go).
+	health
 }
 
 // New returns fresh, unregistered collectors with no constant labels.
@@ -155,27 +158,27 @@ func NewLabeled(labels prometheus.Labels) *Metrics {
 		Produced: prometheus.NewCounterVec(prometheus.CounterOpts{
 			ConstLabels: labels,
 			Name:        "parkway_produced_messages_total",
-			Help:        "Messages whose produce was acknowledged to a caller of this node, by stream and topic id.",
+			Help:        "Messages whose produce was acknowledged to a caller of this node, by stream and topic name.",
 		}, []string{"stream", "topic"}),
 		ProducedBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			ConstLabels: labels,
 			Name:        "parkway_produced_bytes_total",
-			Help:        "Bytes of the acknowledged messages as the produce limits count them (payload, key, headers and record framing), by stream and topic id.",
+			Help:        "Bytes of the acknowledged messages as the produce limits count them (payload, key, headers and record framing), by stream and topic name.",
 		}, []string{"stream", "topic"}),
 		Polled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			ConstLabels: labels,
 			Name:        "parkway_polled_messages_total",
-			Help:        "Messages returned to pollers on this node, by stream and topic id.",
+			Help:        "Messages returned to pollers on this node, by stream and topic name.",
 		}, []string{"stream", "topic"}),
 		PolledBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			ConstLabels: labels,
 			Name:        "parkway_polled_bytes_total",
-			Help:        "Bytes of the messages returned to pollers, counted as parkway_produced_bytes_total counts them, by stream and topic id.",
+			Help:        "Bytes of the messages returned to pollers, counted as parkway_produced_bytes_total counts them, by stream and topic name.",
 		}, []string{"stream", "topic"}),
 		PollWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			ConstLabels: labels,
 			Name:        "parkway_poll_wait_seconds",
-			Help:        "How long waiting polls (WaitFor > 0) took to be answered, by stream and topic id.",
+			Help:        "How long waiting polls (WaitFor > 0) took to be answered, by stream and topic name.",
 			Buckets:     []float64{.0005, .001, .005, .01, .05, .1, .5, 1, 5, 30},
 		}, []string{"stream", "topic"}),
 		ConsumerLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -205,6 +208,7 @@ func NewLabeled(labels prometheus.Labels) *Metrics {
 		}, shard),
 		transportDescs: newTransportDescs(labels),
 		forwarded:      newForwarded(labels),
+		health:         newHealth(labels),
 	}
 }
 
@@ -215,16 +219,19 @@ func (m *Metrics) all() []prometheus.Collector {
 		m.Produced, m.ProducedBytes, m.Polled, m.PolledBytes, m.PollWait, m.ConsumerLag}
 }
 
-// Topic returns the pre-resolved client-side handles of one topic, so
-// produce and poll count without a label lookup; a caller caches it.
-func (m *Metrics) Topic(stream, topic uint32) *Topic {
-	s, t := strconv.FormatUint(uint64(stream), 10), strconv.FormatUint(uint64(topic), 10)
+// Topic returns the pre-resolved client-side handles of one topic, named
+// by its stream's and its own name (ids are reused after a delete, so a
+// series labelled by ids would mix two topics), so produce and poll count
+// without a label lookup; a caller caches it per topic incarnation.
+func (m *Metrics) Topic(stream, topic string) *Topic {
+	s, t := stream, topic
 	return &Topic{
 		Produced:      m.Produced.WithLabelValues(s, t),
 		ProducedBytes: m.ProducedBytes.WithLabelValues(s, t),
 		Polled:        m.Polled.WithLabelValues(s, t),
 		PolledBytes:   m.PolledBytes.WithLabelValues(s, t),
 		PollWait:      m.PollWait.WithLabelValues(s, t),
+		Latency:       m.ProduceLatency.WithLabelValues(s, t),
 	}
 }
 
@@ -233,20 +240,21 @@ type Topic struct {
 	Produced, ProducedBytes prometheus.Counter
 	Polled, PolledBytes     prometheus.Counter
 	PollWait                prometheus.Observer
+	// Latency observes each acknowledged Produce's seconds.
+	Latency prometheus.Observer
 }
 
 // SetLag sets a consumer's lag on a partition: messages between its
 // position and the partition's end.
-func (m *Metrics) SetLag(stream, topic, partition uint32, consumer string, lag uint64) {
-	m.ConsumerLag.WithLabelValues(strconv.FormatUint(uint64(stream), 10), strconv.FormatUint(uint64(topic), 10),
-		strconv.FormatUint(uint64(partition), 10), consumer).Set(float64(lag))
+// stream and topic are names, as in Topic.
+func (m *Metrics) SetLag(stream, topic string, partition uint32, consumer string, lag uint64) {
+	m.ConsumerLag.WithLabelValues(stream, topic, strconv.FormatUint(uint64(partition), 10), consumer).Set(float64(lag))
 }
 
 // DeleteLag removes a consumer's lag series of a partition it no longer
 // reads.
-func (m *Metrics) DeleteLag(stream, topic, partition uint32, consumer string) {
-	m.ConsumerLag.DeleteLabelValues(strconv.FormatUint(uint64(stream), 10), strconv.FormatUint(uint64(topic), 10),
-		strconv.FormatUint(uint64(partition), 10), consumer)
+func (m *Metrics) DeleteLag(stream, topic string, partition uint32, consumer string) {
+	m.ConsumerLag.DeleteLabelValues(stream, topic, strconv.FormatUint(uint64(partition), 10), consumer)
 }
 
 // Describe implements prometheus.Collector.
@@ -254,8 +262,12 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range m.all() {
 		c.Describe(ch)
 	}
+	for _, c := range m.health.collectors() {
+		c.Describe(ch)
+	}
 	m.transportDescs.describe(ch)
 	m.forwarded.describe(ch)
+	m.groups.describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -263,6 +275,10 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range m.all() {
 		c.Collect(ch)
 	}
+	for _, c := range m.health.collectors() {
+		c.Collect(ch)
+	}
+	m.groups.collect(ch)
 	if stats := m.transport.stats.Load(); stats != nil {
 		m.transportDescs.collect(ch, (*stats)())
 	}
@@ -289,6 +305,11 @@ func (m *Metrics) Shard(id int) *Shard {
 		RaftQuiesces:    m.RaftQuiesces.WithLabelValues(s),
 		RaftWakes:       m.RaftWakes.WithLabelValues(s),
 		LeaderTransfers: m.LeaderTransfers.WithLabelValues(s),
+		CommitLatency:   m.CommitLatency.WithLabelValues(s),
+		SegmentSyncs:    m.Fsync(LogSegment),
+		RaftSyncs:       m.Fsync(LogRaft),
+		Raft:            m.RaftGroup(GroupPartition),
+		Led:             m.PartitionsLed,
 	}
 }
 
@@ -310,6 +331,15 @@ type Shard struct {
 	RaftQuiesces    prometheus.Counter
 	RaftWakes       prometheus.Counter
 	LeaderTransfers prometheus.Counter
+	// CommitLatency observes commit groups (parkway_commit_group_seconds).
+	CommitLatency prometheus.Observer
+	// SegmentSyncs and RaftSyncs observe fsyncs of partition segments and
+	// raft logs (parkway_fsync_seconds).
+	SegmentSyncs, RaftSyncs prometheus.Observer
+	// Raft observes the partition groups' commits and elections; Led
+	// counts the partitions this node leads (shared by every shard).
+	Raft RaftGroup
+	Led  prometheus.Gauge
 }
 
 // Drop counts one dropped frame. Drops are rare, so the label lookup here

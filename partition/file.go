@@ -13,6 +13,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/vfs"
@@ -96,6 +99,11 @@ type FileConfig struct {
 	// per file left behind, and a file is removed once its records are in
 	// their partitions' files. 0 means 64 MiB.
 	JournalFileSize int64
+	// SegmentSyncs and JournalSyncs, when set, observe the duration in
+	// seconds (wall-clock time) of every fsync of a partition's tail
+	// segment (Partition.Sync, an Append with Sync) and of every
+	// fdatasync of the journal.
+	SegmentSyncs, JournalSyncs prometheus.Observer
 	// FS is the filesystem the store uses; nil means vfs.Default, the
 	// operating system. Tests substitute an in-memory or fault-injecting
 	// one.
@@ -196,6 +204,19 @@ type FileStore struct {
 	// files may lack (their fsync failed): the next Build of the same
 	// incarnation applies those records again (journal_replay.go).
 	lost map[metadata.Namespace]lostRecords
+}
+
+// timeSync runs sync, an fsync of a partition's tail segment, and
+// observes its duration on FileConfig.SegmentSyncs.
+func (s *FileStore) timeSync(sync func() error) error {
+	o := s.cfg.SegmentSyncs
+	if o == nil {
+		return sync()
+	}
+	start := time.Now()
+	err := sync()
+	o.Observe(time.Since(start).Seconds())
+	return err
 }
 
 // NewFileStore validates cfg, creates cfg.Dir if needed, replays the

@@ -626,7 +626,7 @@ func (p *filePartition) closeTail(tail *segment, f vfs.File, err error) error {
 	defer tail.log.release()
 	var syncErr error
 	if err == nil && p.store.cfg.Sync {
-		err = f.Sync()
+		err = p.store.timeSync(f.Sync)
 		syncErr = err
 	}
 	if err == nil {
@@ -709,7 +709,7 @@ func (p *filePartition) syncTail() error {
 		return err
 	}
 	tail := p.tail()
-	if err := tail.log.Sync(); err != nil {
+	if err := p.store.timeSync(tail.log.Sync); err != nil {
 		if errors.Is(err, ErrReopen) {
 			return err
 		}

@@ -859,7 +859,11 @@ func (l *journalLog) append(frame []byte) error {
 		// its size, without a journal commit for its timestamps.
 		t := time.Now()
 		err = vfs.Datasync(l.f)
-		l.lastSync.Store(int64(time.Since(t)))
+		d := time.Since(t)
+		l.lastSync.Store(int64(d))
+		if o := l.store.cfg.JournalSyncs; o != nil {
+			o.Observe(d.Seconds())
+		}
 	}
 	if err == nil && l.fresh {
 		if err = l.store.fs.SyncDir(l.store.journalPath()); err == nil {

@@ -67,6 +67,9 @@ type owned struct {
 	peers   []uint64           // the group's members (see peersOf)
 	placed  bool               // peers come from the metadata's placement
 	pending map[uint64][]Frame // proposal id → the produces it carries
+	// led: this node leads grp, counted in the partitions-led gauge
+	// (setLeader).
+	led bool
 	// balancing: queued, or under way, for a leadership transfer back
 	// to the preferred leader (balance.go); the group keeps ticking.
 	balancing bool
@@ -139,6 +142,9 @@ func (s *Shard) appended(o *owned, f Frame, r Response) {
 	switch {
 	case o.dur.always():
 		o.dirty = true
+		if len(s.pending) == 0 {
+			s.groupStart = s.clock.Now() // the group's first append
+		}
 		s.pending = append(s.pending, pendingAck{f: f, r: r, o: o})
 		return
 	case o.dur.Fsync == metadata.FsyncInterval:
@@ -195,6 +201,7 @@ func (s *Shard) flushGroup() {
 		s.pending[i] = pendingAck{}
 	}
 	s.pending = s.pending[:0]
+	s.m.CommitLatency.Observe(s.clock.Now().Sub(s.groupStart).Seconds())
 }
 
 // commitError is the answer to a produce whose group commit failed with

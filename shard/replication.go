@@ -147,6 +147,7 @@ func (s *Shard) replicate(o *owned) error {
 	g, err := replica.New(replica.Config{
 		Group: uint64(ns), Node: r.Node, Peers: voters, Dynamic: o.placed, Join: joins,
 		ElectionTicks: r.ElectionTicks, Logger: s.log, Disk: disk,
+		Metrics: s.m.Raft, Clock: s.clock, Fsync: s.m.RaftSyncs,
 		// A peer's snapshot that ApplySnapshot would refuse is an invalid
 		// message, not a failed group.
 		CheckSnapshot: func(b []byte) error { _, err := decodeState(b); return err },
@@ -226,6 +227,44 @@ func (s *Shard) unreplicate(o *owned, err error) {
 	}
 	o.grp = nil
 	o.catchup = nil
+	s.setLeader(o, 0)
+}
+
+// setLeader records lead as o's leader where other goroutines read it
+// (Leaders), and keeps the partitions-led gauge: one for each group this
+// node leads.
+func (s *Shard) setLeader(o *owned, lead uint64) {
+	self := s.cfg.Replication.Node
+	if o.led != (lead == self && lead != 0) {
+		o.led = !o.led
+		if o.led {
+			s.m.Led.Inc()
+		} else {
+			s.m.Led.Dec()
+		}
+	}
+	ns := o.p.Namespace()
+	s.leadersMu.Lock()
+	if lead == 0 {
+		delete(s.leaders, ns)
+	} else {
+		if s.leaders == nil {
+			s.leaders = make(map[metadata.Namespace]uint64)
+		}
+		s.leaders[ns] = lead
+	}
+	s.leadersMu.Unlock()
+}
+
+// Leaders adds to into every replicated partition of this shard whose
+// leader this node knows, with that leader. Safe from any goroutine: it
+// reads what the pump recorded at each leader change, not the groups.
+func (s *Shard) Leaders(into map[metadata.Namespace]uint64) {
+	s.leadersMu.Lock()
+	defer s.leadersMu.Unlock()
+	for ns, lead := range s.leaders {
+		into[ns] = lead
+	}
 }
 
 // notLeader answers f on a follower: "not leader" with the leader's id,
@@ -1002,6 +1041,7 @@ func (h groupHandler) ConfChanged(index uint64, add bool, node uint64, ctx []byt
 // LeaderChanged fails the produces this node proposed as leader: their
 // outcome is now unknown (behaviour: never silently applied twice).
 func (h groupHandler) LeaderChanged(lead uint64) {
+	h.s.setLeader(h.o, lead)
 	if lead == h.s.cfg.Replication.Node {
 		h.s.considerBalance(h.o)
 		h.s.considerMove(h.o)

@@ -119,13 +119,17 @@ func (c Config) Validate() error {
 
 // Shard owns partitions and serves the frames addressed to them.
 type Shard struct {
-	id     int
-	cfg    Config
-	log    hclog.Logger
-	m      *metrics.Shard
-	meta   *metadata.Store
-	router *router.Router[Frame]
-	table  *router.Table
+	id   int
+	cfg  Config
+	log  hclog.Logger
+	m    *metrics.Shard
+	meta *metadata.Store
+	// leaders is each replicated partition's leader as this node knows it
+	// (setLeader), for readers off the pump (Leaders).
+	leadersMu sync.Mutex
+	leaders   map[metadata.Namespace]uint64
+	router    *router.Router[Frame]
+	table     *router.Table
 
 	inbox chan Frame
 	ctrl  chan control
@@ -153,6 +157,7 @@ type Shard struct {
 	// mode, by the driver's goroutine, which is the pump).
 	owned        map[metadata.Namespace]*owned
 	pending      []pendingAck                  // acks waiting for the group's fsync
+	groupStart   time.Time                     // when the commit group's first append was made
 	syncTimer    clock.Timer                   // interval-policy fsync timer, armed while needed
 	syncAt       time.Time                     // when syncTimer fires; zero when disarmed
 	replicated   map[metadata.Namespace]*owned // owned partitions with a raft group

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
@@ -47,6 +48,15 @@ type Disk struct {
 	// File offsets of the records the recovered snapshot and hard state
 	// came from, to name them in a corruption error.
 	snapOff, hsOff int64
+	// syncs observes the log's fsyncs (ObserveSyncs), or nil.
+	syncs prometheus.Observer
+}
+
+// ObserveSyncs makes the log's fsyncs from now on observe their duration
+// in seconds on o (nil: none), across rewrites.
+func (d *Disk) ObserveSyncs(o prometheus.Observer) {
+	d.syncs = o
+	d.log.ObserveSyncs(o)
 }
 
 // Recovered is what a Disk held when it was opened.
@@ -408,6 +418,7 @@ func (d *Disk) Rewrite(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raft
 		return err
 	}
 	old, held := d.log, d.held
+	nl.ObserveSyncs(d.syncs)
 	// hs is the group's whole hard state, at least as new as a held one.
 	d.log, d.held = nl, nil
 	err = d.Save(snap, ents, hs)

@@ -36,10 +36,14 @@ import (
 	"slices"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/parkway-io/parkway/clock"
+	"github.com/parkway-io/parkway/metrics"
 )
 
 // Config configures a Group.
@@ -101,6 +105,24 @@ type Config struct {
 	// was applied — or New refuses the log with ErrCorruptLog. Zero, or an
 	// index at or below the snapshot's, applies from the snapshot on.
 	Applied uint64
+	// Metrics, when its fields are set, observes the group: a leader's
+	// commit latency (timed with Clock; nil: not timed) and the elections
+	// this member learns of. Fsync, when set, observes the Disk's fsyncs.
+	Metrics metrics.RaftGroup
+	Clock   clock.Clock
+	Fsync   prometheus.Observer
+}
+
+// commitMarks is how many of a leader's recent appends a group remembers
+// the time of, to observe their commit latency: more appends in flight
+// than this go unobserved (the oldest are overwritten), which bounds the
+// memory per group to a few hundred bytes.
+const commitMarks = 32
+
+// commitMark is when a leader appended the entry at index.
+type commitMark struct {
+	index uint64
+	at    int64 // Unix nanoseconds on Config.Clock
 }
 
 // Group is one raft group member. Not safe for concurrent use.
@@ -119,6 +141,11 @@ type Group struct {
 	envelope []byte
 	// failed is why the group stopped (an ErrGroupFailed), or nil.
 	failed error
+	// marks are the leader's recent appends (commitMarks), allocated when
+	// it first leads with a commit observer; electedTerm is the term of
+	// the last leader counted as an election.
+	marks       *[commitMarks]commitMark
+	electedTerm uint64
 }
 
 var (
@@ -211,6 +238,9 @@ func New(cfg Config) (g *Group, err error) {
 		return nil, fmt.Errorf("parkway: raft group %d: proposal id base: %w", cfg.Group, err)
 	}
 	g = &Group{cfg: cfg, storage: storage, disk: cfg.Disk, nextID: binary.LittleEndian.Uint64(base[:])>>1 | 1}
+	if cfg.Disk != nil && cfg.Fsync != nil {
+		cfg.Disk.ObserveSyncs(cfg.Fsync)
+	}
 	var rec Recovered
 	if g.disk != nil {
 		rec = g.disk.Recovered()
@@ -738,6 +768,7 @@ func (g *Group) Handle(h Handler) (err error) {
 func (g *Group) handle(h Handler, rd raft.Ready) error {
 	if rd.SoftState != nil && rd.SoftState.Lead != g.lead {
 		g.lead = rd.SoftState.Lead
+		g.leaderObserved()
 		h.LeaderChanged(g.lead)
 	}
 	g.readStates = append(g.readStates, rd.ReadStates...)
@@ -777,6 +808,12 @@ func (g *Group) handle(h Handler, rd raft.Ready) error {
 		if err := g.storage.SetHardState(rd.HardState); err != nil {
 			return err
 		}
+	}
+	if early && len(rd.Entries) > 0 {
+		g.markAppends(rd.Entries)
+	}
+	if g.marks != nil && len(rd.CommittedEntries) > 0 {
+		g.observeCommits(rd.CommittedEntries)
 	}
 	if err := g.storage.Append(rd.Entries); err != nil {
 		return err
@@ -845,6 +882,57 @@ func unwrap(e *raftpb.Entry) (id uint64, payload []byte, ok bool, err error) {
 		return 0, nil, false, fmt.Errorf("%w: index %d", errShort, e.GetIndex())
 	}
 	return binary.LittleEndian.Uint64(data), data[8:], true, nil
+}
+
+// leaderObserved counts an election when the leader just learned of is
+// new with a term this member has not counted, and forgets the appends
+// marked under the previous leadership (their commit is not this
+// member's to time).
+func (g *Group) leaderObserved() {
+	if g.marks != nil {
+		*g.marks = [commitMarks]commitMark{}
+	}
+	if g.lead == 0 || g.cfg.Metrics.Elections == nil {
+		return
+	}
+	if term := g.rn.BasicStatus().HardState.GetTerm(); term > g.electedTerm {
+		g.electedTerm = term
+		g.cfg.Metrics.Elections.Inc()
+	}
+}
+
+// markAppends remembers when the leader appended the last commitMarks of
+// ents, for observeCommits.
+func (g *Group) markAppends(ents []*raftpb.Entry) {
+	if g.cfg.Metrics.Commit == nil || g.cfg.Clock == nil {
+		return
+	}
+	if g.marks == nil {
+		g.marks = new([commitMarks]commitMark)
+	}
+	now := g.cfg.Clock.Now().UnixNano()
+	for _, e := range ents[max(len(ents)-commitMarks, 0):] {
+		i := e.GetIndex()
+		g.marks[i%commitMarks] = commitMark{index: i, at: now}
+	}
+}
+
+// observeCommits observes the commit latency of the marked entries among
+// ents.
+func (g *Group) observeCommits(ents []*raftpb.Entry) {
+	var now int64
+	for _, e := range ents {
+		i := e.GetIndex()
+		m := &g.marks[i%commitMarks]
+		if m.index != i {
+			continue
+		}
+		if now == 0 {
+			now = g.cfg.Clock.Now().UnixNano()
+		}
+		g.cfg.Metrics.Commit.Observe(float64(now-m.at) / 1e9)
+		*m = commitMark{}
+	}
 }
 
 func (g *Group) send(h Handler, msgs []*raftpb.Message) {

@@ -60,6 +60,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/parkway-io/parkway/vfs"
 )
@@ -141,7 +144,14 @@ type Log struct {
 	// buf is where Append frames a record: WriteAt does not keep it
 	// (io.WriterAt), so it is reused, up to maxKeptBuf.
 	buf []byte
+	// syncs observes each Sync's fsync in seconds (ObserveSyncs), or nil.
+	syncs prometheus.Observer
 }
+
+// ObserveSyncs makes every later Sync observe its fsync's duration in
+// seconds on o (nil: none). Durations are wall-clock time: an fsync's
+// cost is the device's, which no manual clock advances through.
+func (l *Log) ObserveSyncs(o prometheus.Observer) { l.syncs = o }
 
 // maxKeptBuf bounds the framing buffer a Log keeps between appends: a
 // large record's buffer is let go rather than held for the log's life.
@@ -310,7 +320,15 @@ func (l *Log) Sync() error {
 	if err := l.usable(); err != nil {
 		return err
 	}
-	if err := l.f.Sync(); err != nil {
+	var start time.Time
+	if l.syncs != nil {
+		start = time.Now()
+	}
+	err := l.f.Sync()
+	if l.syncs != nil {
+		l.syncs.Observe(time.Since(start).Seconds())
+	}
+	if err != nil {
 		l.broken = fmt.Errorf("wal: sync %s: %w", l.path, err)
 		return l.broken
 	}
