@@ -516,7 +516,7 @@ func TestConsumerMetrics(t *testing.T) {
 		ctx := ctxFor(t)
 		tp := mustTopic(t, n, mustStream(t, n, "s"), "t", 2)
 		produceAcross(t, n, tp, 2, 10)
-		topic := []string{"stream", fmt.Sprint(tp.Stream.ID), "topic", fmt.Sprint(tp.ID)}
+		topic := []string{"stream", tp.Stream.Name, "topic", tp.Name}
 		if got := metricValue(t, reg, "parkway_produced_messages_total", topic...); got != 20 {
 			t.Fatalf("produced messages %v, want 20", got)
 		}
