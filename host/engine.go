@@ -98,7 +98,6 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.drops = e.metrics.Shard(-1)
 	e.exposeTransport()
-	e.exposeGroups()
 	ok := false
 	defer func() {
 		if !ok {
@@ -108,6 +107,7 @@ func New(cfg Config) (*Engine, error) {
 	if err := e.openMetadata(); err != nil {
 		return nil, err
 	}
+	e.exposeGroups() // e.meta is set: a scrape may read it from now on
 	if err := e.openStore(); err != nil {
 		return nil, err
 	}

@@ -8,13 +8,11 @@ import (
 )
 
 // exposeGroups makes the engine's metrics report the consumer groups of
-// the committed metadata at every scrape.
+// the committed metadata at every scrape. It runs once e.meta is set.
 func (e *Engine) exposeGroups() {
+	meta := e.meta
 	e.metrics.SetGroups(func() []metrics.GroupStats {
-		if e.meta == nil {
-			return nil
-		}
-		counts := e.meta.GroupCounts()
+		counts := meta.GroupCounts()
 		out := make([]metrics.GroupStats, len(counts))
 		for i, g := range counts {
 			out[i] = metrics.GroupStats{
