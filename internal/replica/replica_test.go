@@ -10,7 +10,9 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/internal/replica"
+	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/vfs"
 )
 
@@ -33,6 +35,9 @@ type cluster struct {
 	sent   []*raftpb.Message // every message sent, for fuzz seeds
 	// dynamic starts members with Config.Dynamic (membership changes).
 	dynamic bool
+	// observe gives each member started these observers, timed on clock.
+	observe map[uint64]metrics.RaftGroup
+	clock   clock.Clock
 }
 
 type member struct {
@@ -90,6 +95,9 @@ func (c *cluster) start(id uint64, n int) {
 			}
 			return nil
 		}}
+	if o, ok := c.observe[id]; ok {
+		cfg.Metrics, cfg.Clock = o, c.clock
+	}
 	if c.fs != nil {
 		d, err := replica.OpenDisk(c.fs, fmt.Sprintf("/raft/%d/log", id), true)
 		if err != nil {
