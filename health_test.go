@@ -181,7 +181,22 @@ func TestMetricsClusterLeadershipAndRaftCommit(t *testing.T) {
 		if got := elections(); got <= before {
 			t.Fatalf("the survivors counted %v partition elections before the cut and %v after", before, got)
 		}
+		// The survivors lead every partition between them. The cut-off
+		// node may go on believing it leads a quiesced group (it ticks no
+		// quorum check) until it hears the new term: once healed, it steps
+		// down (leader balance may hand a partition back to it later), and
+		// the nodes' gauges again add up to one leader per partition.
+		survivorsLed := func() (total float64) {
+			for _, id := range survivors {
+				total += metricValue(t, regs[id], "parkway_partitions_led")
+			}
+			return total
+		}
+		waitFor(t, "the survivors leading every partition", func() bool { return survivorsLed() == 3 })
 		net.Heal()
+		waitFor(t, "one leader per partition across the healed nodes", func() bool {
+			return sum("parkway_partitions_led") == 3
+		})
 	})
 }
 
