@@ -38,8 +38,9 @@ const (
 // one node) to 10 s (a stalled disk, an election under partition).
 var latencyBuckets = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
 
-// health holds the collectors of this file; Metrics embeds it.
-type health struct {
+// Health holds the collectors users alert on (latencies, leadership,
+// consumer groups); Metrics embeds it, so its fields are Metrics's.
+type Health struct {
 	// ProduceLatency: stream, topic (names). Seconds from a Produce call
 	// on this node to its acknowledgement, retries and forwarding
 	// included.
@@ -65,13 +66,13 @@ type health struct {
 	groups *groupCollector
 }
 
-func newHealth(labels prometheus.Labels) health {
+func newHealth(labels prometheus.Labels) Health {
 	hist := func(name, help string, label string) *prometheus.HistogramVec {
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			ConstLabels: labels, Name: name, Help: help, Buckets: latencyBuckets,
 		}, []string{label})
 	}
-	return health{
+	return Health{
 		ProduceLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			ConstLabels: labels,
 			Name:        "parkway_produce_seconds",
@@ -103,7 +104,7 @@ func newHealth(labels prometheus.Labels) health {
 	}
 }
 
-func (h *health) collectors() []prometheus.Collector {
+func (h *Health) collectors() []prometheus.Collector {
 	return []prometheus.Collector{h.ProduceLatency, h.CommitLatency, h.FsyncLatency,
 		h.RaftCommitLatency, h.Elections, h.PartitionsLed, h.MetadataLeader}
 }

@@ -87,7 +87,7 @@ type Metrics struct {
 	forwarded *forwarded
 
 	// Latencies, leadership and consumer groups (health.go).
-	health
+	Health
 }
 
 // New returns fresh, unregistered collectors with no constant labels.
@@ -208,7 +208,7 @@ func NewLabeled(labels prometheus.Labels) *Metrics {
 		}, shard),
 		transportDescs: newTransportDescs(labels),
 		forwarded:      newForwarded(labels),
-		health:         newHealth(labels),
+		Health:         newHealth(labels),
 	}
 }
 
@@ -262,7 +262,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range m.all() {
 		c.Describe(ch)
 	}
-	for _, c := range m.health.collectors() {
+	for _, c := range m.Health.collectors() {
 		c.Describe(ch)
 	}
 	m.transportDescs.describe(ch)
@@ -275,7 +275,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range m.all() {
 		c.Collect(ch)
 	}
-	for _, c := range m.health.collectors() {
+	for _, c := range m.Health.collectors() {
 		c.Collect(ch)
 	}
 	m.groups.collect(ch)
