@@ -100,6 +100,12 @@ func (st *simStore) Build(ns metadata.Namespace, epoch uint64) (partition.Partit
 	p, err := st.inner.Build(ns, epoch)
 	if err != nil {
 		s.event("build ns=%v epoch=%d err=%v", ns, epoch, err)
+		if isDamageError(err) {
+			if key := (incKey{ns, epoch}); isCorrupt(err) && !s.damageOK(key) {
+				s.fail(3, "build of %v failed with damage no lie explains: %v", key, err)
+			}
+			s.faults.Detected++
+		}
 		return nil, err
 	}
 	key := incKey{ns, epoch}
@@ -130,6 +136,10 @@ func (s *sim) verifyReopen(n *node, key incKey, log *incLog, p partition.Partiti
 			s.fail(3, "%v reopened with %d messages: acknowledged message %d at offset %d lost", key, next, log.ids[off], off)
 			return
 		}
+	}
+	if s.damageOK(key) {
+		s.verifyDamaged(n, key, log, p)
+		return
 	}
 	msgs, err := s.readAll(n, p)
 	if err != nil {

@@ -1,0 +1,444 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
+	"github.com/parkway-io/parkway/shard"
+	"github.com/parkway-io/parkway/vfs/errorfs"
+)
+
+// Disks that lie (DESIGN behaviour 28), single-node mode. FaultRates.Lie
+// is the chance per scheduler step of one of six faults after which the
+// disk reports success and the data is wrong; each is aimed at a file of
+// the data directory outside the metadata log, chosen at random:
+//
+//   - while the node is down (the fault is a power loss, then the damage,
+//     then the restart): a bit flipped in the stored bytes
+//     (errorfs.FlipStored), the file cut short (errorfs.TruncateStored),
+//     or the file rolled back to a copy saved, synced, at an earlier power
+//     loss (errorfs.SaveCopy, Copy.Restore);
+//   - while it runs: one of the next few writes of the file lands up to
+//     8 KiB away and reports success (errorfs.MisdirectedWrite), every read
+//     of a few bytes of it fails with EIO (errorfs.Sectors, a latent sector
+//     error) or returns one bit flipped (errorfs.Flips). The read faults
+//     last until quiescence.
+//
+// A single node has no other copy, so the invariant is detection: an
+// acknowledged message is read intact at its offset, or its read fails
+// with a typed error (a *partition.CorruptError, or EIO for a read that
+// met a bad sector); never a wrong payload, never an offset handed out
+// twice, never a message missing from a read that succeeded. The damage
+// is allowed only in the incarnations a lie touched (lieKeys; a file
+// outside every partition directory, as the journal is, excuses every
+// incarnation), and their histories are left out of the linearizability
+// check, since reads stop below damage by design.
+
+// Lie kinds.
+const (
+	lieFlipStored = iota
+	lieTruncate
+	lieRollback
+	lieMisdirect
+	lieReadError
+	lieFlipOnRead
+	lieKinds
+)
+
+var lieNames = [lieKinds]string{"flip stored", "truncate", "rollback", "misdirected write", "read error", "flip on read"}
+
+// lies is a node's lying-disk state, kept across restarts (the read
+// faults are the disk's, not the process's).
+type lies struct {
+	sectors *errorfs.Sectors
+	flips   *errorfs.Flips
+	// mis, when armed, misdirects one of the next writes to misPath.
+	mis     *errorfs.Index
+	misPath string
+	// saved are copies of files taken right after power losses, when
+	// only synced bytes remain: earlier synced copies to roll back to.
+	saved []errorfs.Copy
+	// keys are the incarnations whose data a lie touched; all is set when
+	// one touched a file outside every partition directory.
+	keys map[incKey]bool
+	all  bool
+	// readFaults is set while the read faults may fire.
+	readFaults bool
+}
+
+func newLies() *lies {
+	return &lies{sectors: errorfs.NewSectors(), flips: errorfs.NewFlips(), keys: map[incKey]bool{}}
+}
+
+// maxSaved bounds the saved copies.
+const maxSaved = 8
+
+// lieInjector is the lying part of a node's injector: the read faults,
+// then the armed misdirected write. fired is told of each lie that took
+// effect, with the operation it changed.
+func (l *lies) maybeLie(op errorfs.Op, fired func(kind int, op errorfs.Op)) error {
+	if l.readFaults {
+		if err := l.sectors.MaybeError(op); err != nil {
+			fired(lieReadError, op)
+			return err
+		}
+		if err := l.flips.MaybeError(op); err != nil {
+			fired(lieFlipOnRead, op)
+			return err
+		}
+	}
+	if l.mis != nil && op.Path == l.misPath {
+		if err := l.mis.MaybeError(op); err != nil {
+			l.mis = nil
+			fired(lieMisdirect, op)
+			return err
+		}
+	}
+	return nil
+}
+
+// nsOfPath returns the partition whose directory holds name, if any.
+func nsOfPath(name string) (metadata.Namespace, bool) {
+	rest, ok := strings.CutPrefix(name, dataDir+"/streams/")
+	if !ok {
+		return 0, false
+	}
+	parts := strings.Split(rest, "/")
+	if len(parts) < 6 || parts[1] != "topics" || parts[3] != "partitions" {
+		return 0, false
+	}
+	var ids [3]uint64
+	for i, p := range []string{parts[0], parts[2], parts[4]} {
+		v, err := strconv.ParseUint(p, 10, 32)
+		if err != nil {
+			return 0, false
+		}
+		ids[i] = v
+	}
+	ns, err := metadata.NewNamespace(uint32(ids[0]), uint32(ids[1]), uint32(ids[2]))
+	return ns, err == nil
+}
+
+// lieTouched records that a lie changed name: the incarnation committed
+// for its directory now, or every incarnation for a file outside them.
+func (s *sim) lieTouched(name string) {
+	ns, ok := nsOfPath(name)
+	if !ok {
+		s.lies.all = true
+		return
+	}
+	if rev, ok := s.n.meta.CreatedRevision(ns); ok {
+		s.lies.keys[incKey{ns, rev}] = true
+	}
+	// A lie in the directory of an incarnation no longer committed
+	// touches nothing anyone reads.
+}
+
+// damageOK reports whether key may report damage: a lie touched it.
+func (s *sim) damageOK(key incKey) bool {
+	return s.lies != nil && (s.lies.all || s.lies.keys[key])
+}
+
+// isDamageError reports whether err is how damage may be reported: a
+// typed corruption error, or the EIO of a bad sector.
+func isDamageError(err error) bool {
+	return isCorrupt(err) || errors.Is(err, syscall.EIO)
+}
+
+// isCorrupt reports whether err is a typed corruption error.
+func isCorrupt(err error) bool {
+	var ce *partition.CorruptError
+	return errors.As(err, &ce) || errors.Is(err, partition.ErrCorrupt)
+}
+
+// dataFiles lists the files of the data directory a lie may hit: every
+// regular file outside the metadata log, but the lock and the identity.
+func (s *sim) dataFiles() []string {
+	var out []string
+	var walk func(dir string)
+	walk = func(dir string) {
+		names, err := s.mem.ReadDir(dir)
+		if err != nil {
+			return
+		}
+		for _, n := range names {
+			p := path.Join(dir, n)
+			fi, err := s.mem.Stat(p)
+			if err != nil {
+				continue
+			}
+			if fi.IsDir() {
+				if p != metaDir {
+					walk(p)
+				}
+				continue
+			}
+			if dir == dataDir && (n == "LOCK" || n == "IDENTITY") || strings.HasPrefix(n, ".") {
+				continue
+			}
+			if fi.Size() > 0 {
+				out = append(out, p)
+			}
+		}
+	}
+	walk(dataDir)
+	return out
+}
+
+// lie injects one lying fault of a kind chosen at random, and reports
+// whether it crashed the node (to damage it while down).
+func (s *sim) lie() bool {
+	files := s.dataFiles()
+	if len(files) == 0 {
+		return false
+	}
+	kind := s.rng.IntN(lieKinds)
+	name := files[s.rng.IntN(len(files))]
+	fi, err := s.mem.Stat(name)
+	if err != nil {
+		return false
+	}
+	size := fi.Size()
+	switch kind {
+	case lieFlipStored, lieTruncate, lieRollback:
+		s.crashWith(true, func() { s.lieDown(kind, name) })
+		return true
+	case lieMisdirect:
+		if s.lies.mis != nil {
+			return false
+		}
+		delta := int64(1 + s.rng.IntN(8192))
+		if s.rng.IntN(2) == 0 {
+			delta = -delta
+		}
+		k := int64(s.rng.IntN(4))
+		s.lies.mis, s.lies.misPath = errorfs.OnIndex(k, &errorfs.MisdirectedWrite{Delta: delta}, errorfs.OpWriteAt), name
+		s.event("lie armed: misdirected write #%d of %s by %+d", k, name, delta)
+	case lieReadError:
+		off := s.rng.Int64N(size)
+		n := int64(1 + s.rng.IntN(512))
+		s.lies.sectors.Add(name, off, n)
+		s.lies.readFaults = true
+		s.event("lie armed: read error on %s [%d, %d)", name, off, off+n)
+	case lieFlipOnRead:
+		off := s.rng.Int64N(size)
+		mask := byte(1 << s.rng.IntN(8))
+		s.lies.flips.Add(name, off, mask)
+		s.lies.readFaults = true
+		s.event("lie armed: flip on read of %s at byte %d mask %#02x", name, off, mask)
+	}
+	return false
+}
+
+// lieDown damages name while the node is down.
+func (s *sim) lieDown(kind int, name string) {
+	fi, err := s.mem.Stat(name)
+	if err != nil {
+		s.event("lie %s: %s is gone after the crash", lieNames[kind], name)
+		return
+	}
+	size := fi.Size()
+	switch kind {
+	case lieFlipStored:
+		if size == 0 {
+			return
+		}
+		off := s.rng.Int64N(size)
+		mask := byte(1 << s.rng.IntN(8))
+		err = errorfs.FlipStored(s.mem, name, off, mask)
+		s.event("LIE flip stored %s at byte %d mask %#02x: %v", name, off, mask, errString(err))
+	case lieTruncate:
+		to := s.rng.Int64N(max(size, 1))
+		err = errorfs.TruncateStored(s.mem, name, to)
+		s.event("LIE truncate %s from %d to %d bytes: %v", name, size, to, errString(err))
+	case lieRollback:
+		var c *errorfs.Copy
+		for i := range s.lies.saved {
+			if s.lies.saved[i].Name == name {
+				c = &s.lies.saved[i]
+			}
+		}
+		if c == nil {
+			s.event("lie rollback: no earlier copy of %s", name)
+			return
+		}
+		err = c.Restore(s.mem)
+		s.event("LIE rollback %s from %d to %d bytes: %v", name, size, len(c.Data), errString(err))
+	}
+	if err != nil {
+		s.fail(0, "lie %s on %s: %v", lieNames[kind], name, err)
+		return
+	}
+	s.lieFired(kind, errorfs.Op{Path: name})
+}
+
+// lieFired counts a lie that took effect and records what it touched.
+func (s *sim) lieFired(kind int, op errorfs.Op) {
+	s.faults.Lies[kind]++
+	s.lieTouched(op.Path)
+	if kind >= lieMisdirect {
+		s.event("lie %s fired: %v %s [%d, +%d)", lieNames[kind], op.Kind, op.Path, op.Off, op.Len)
+	}
+}
+
+// saveCopies, after a power loss, saves the content of a random data
+// file (the disk holds only synced bytes then): a copy a later rollback
+// may restore.
+func (s *sim) saveCopies() {
+	files := s.dataFiles()
+	if len(files) == 0 {
+		return
+	}
+	name := files[s.rng.IntN(len(files))]
+	c, err := errorfs.SaveCopy(s.mem, name)
+	if err != nil {
+		return
+	}
+	if len(s.lies.saved) == maxSaved {
+		s.lies.saved = s.lies.saved[1:]
+	}
+	s.lies.saved = append(s.lies.saved, c)
+	s.event("saved a copy of %s (%d bytes)", name, len(c.Data))
+}
+
+// lieAnswer checks an answer against the lies: damage reported for an
+// incarnation no lie touched is a false alarm (invariant 3).
+func (s *sim) lieAnswer(a *attempt, err error) {
+	if err == nil || !isCorrupt(err) {
+		return
+	}
+	rev, _ := s.n.meta.CreatedRevision(a.op.ns)
+	if !s.damageOK(incKey{a.op.ns, rev}) && !s.damageOK(incKey{a.op.ns, a.served}) {
+		s.fail(3, "attempt %d (op %d %v %v) answered with damage no lie explains: %v", a.id, a.op.id, a.op.kind, a.op.ns, err)
+	}
+}
+
+// LieCounts counts the lying faults that took effect, by kind.
+type LieCounts [lieKinds]int
+
+// String lists the non-zero counts.
+func (c LieCounts) String() string {
+	var parts []string
+	for k, n := range c {
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", lieNames[k], n))
+		}
+	}
+	return "{" + strings.Join(parts, " ") + "}"
+}
+
+// Total is the number of lies.
+func (c LieCounts) Total() int {
+	t := 0
+	for _, n := range c {
+		t += n
+	}
+	return t
+}
+
+// verifyDamaged checks a reopened incarnation a lie touched: every
+// message below its end is read alone, without faults, and is either the
+// message appended there, intact, or a typed damage error. Nothing
+// acknowledged may be past its end: the next append would reuse the
+// offset (verifyReopen checked that).
+func (s *sim) verifyDamaged(n *node, key incKey, log *incLog, p partition.Partition) {
+	n.inj.quiet++
+	defer func() { n.inj.quiet-- }()
+	next := p.NextOffset()
+	if p.StartOffset() != 0 {
+		s.fail(3, "%v reopened after a lie starting at offset %d: the messages below are gone without an error", key, p.StartOffset())
+		return
+	}
+	damaged := 0
+	for off := uint64(0); off < next; off++ {
+		msgs, err := p.Read(off, 1)
+		switch {
+		case err != nil && isDamageError(err):
+			damaged++
+			continue
+		case err != nil:
+			s.fail(3, "%v reopened after a lie: reading offset %d: %v", key, off, err)
+			return
+		case len(msgs) == 0:
+			s.fail(3, "%v reopened after a lie: offset %d below its end %d reads nothing, without an error", key, off, next)
+			return
+		}
+		id, ok := decodePayload(msgs[0].Payload)
+		if msgs[0].Offset != off || !ok || id != log.ids[off] {
+			s.fail(3, "%v reopened after a lie: reading offset %d returned offset %d, message %d (intact %v), want message %d",
+				key, off, msgs[0].Offset, id, ok, log.ids[off])
+			return
+		}
+	}
+	if damaged > 0 {
+		s.faults.Detected++
+		s.event("reopen %v after a lie: %d of %d offsets report damage", key, damaged, next)
+	}
+	if lost := uint64(len(log.ids)) - next; lost > 0 {
+		s.event("reopen %v: %d unacknowledged messages lost", key, lost)
+	}
+	log.ids, log.acked = log.ids[:next], log.acked[:next]
+}
+
+// finalReadDamaged is the final read of an incarnation a lie touched:
+// from offset 0 to its end, every message is read intact at its offset
+// (the storage tap checks each read) or its read is answered with a
+// typed damage error, after which the read goes on at the next offset;
+// a read that succeeds with nothing below the end is a silent loss. A
+// partition whose build fails for damage is refused whole
+// (shard.ErrPartitionFailed wrapping the damage). It reports true when
+// the partition is fenced after a failed fsync (finalReads restarts the
+// node then).
+func (s *sim) finalReadDamaged(key incKey) bool {
+	log := s.oracle[key]
+	damaged := 0
+	for from := uint64(0); s.viol == nil; {
+		o := s.dataOpFinal(key.ns, from)
+		if !s.awaitFinal(o) {
+			return false
+		}
+		switch {
+		case o.outcome == outcomeOK && log == nil:
+			s.fail(4, "committed partition %v was never built", key)
+			return false
+		case o.outcome == outcomeOK:
+			msgs := o.resp.Messages
+			if len(msgs) == 0 {
+				if from < uint64(len(log.ids)) {
+					s.fail(3, "final read of %v (touched by a lie) from %d returned nothing without an error; the incarnation holds %d messages",
+						key, from, len(log.ids))
+					return false
+				}
+				if damaged > 0 {
+					s.faults.Detected++
+				}
+				s.event("final %v (touched by a lie) messages=%d damaged=%d", key, len(log.ids), damaged)
+				return false
+			}
+			from = msgs[len(msgs)-1].Offset + 1
+		case isDamageError(o.err) && errors.Is(o.err, shard.ErrPartitionFailed):
+			s.faults.Detected++
+			s.event("final read of %v (touched by a lie): refused whole for damage: %v", key, o.err)
+			return false
+		case isDamageError(o.err):
+			damaged++
+			if from++; log != nil && from > uint64(len(log.ids)) {
+				s.fail(3, "final read of %v (touched by a lie): damage reported at offset %d, past the %d messages appended", key, from-1, len(log.ids))
+				return false
+			}
+		case errors.Is(o.err, shard.ErrPartitionFailed):
+			s.event("final read of %v: fenced after a failed fsync", key)
+			return true
+		default:
+			s.fail(4, "committed partition %v (touched by a lie) not readable at quiescence from %d: %v", key, from, o.err)
+			return false
+		}
+	}
+	return false
+}
