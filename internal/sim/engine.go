@@ -123,7 +123,11 @@ func (s *sim) openNode() *node {
 		Clock:         s.clk, Metrics: n.m,
 	})
 	if err != nil {
-		s.fail(0, "open node (gen %d): %v", n.gen, err)
+		known := ""
+		if isCorrupt(err) && (s.lies.all || len(s.lies.keys) > 0) {
+			known = knownOpenRefused
+		}
+		s.failKnown(known, 0, "open node (gen %d): %v", n.gen, err)
 		return n
 	}
 	n.eng, n.meta, n.rt = eng, eng.Meta(), eng.Router()

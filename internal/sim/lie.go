@@ -64,16 +64,22 @@ type lies struct {
 	// saved are copies of files taken right after power losses, when
 	// only synced bytes remain: earlier synced copies to roll back to.
 	saved []errorfs.Copy
-	// keys are the incarnations whose data a lie touched; all is set when
-	// one touched a file outside every partition directory.
-	keys map[incKey]bool
+	// keys are the incarnations whose data a lie touched, with the kinds
+	// of file touched (fileClass); all is set when one touched a file
+	// outside every partition directory (the journal).
+	keys map[incKey]map[string]bool
 	all  bool
+	// dirs are the partitions whose directory a lie touched: a later
+	// incarnation of the namespace may find the damage too (a damaged
+	// incarnation record cannot say whose directory it is, so it is
+	// kept, and blocks the next incarnation's build with the error).
+	dirs map[metadata.Namespace]bool
 	// readFaults is set while the read faults may fire.
 	readFaults bool
 }
 
 func newLies() *lies {
-	return &lies{sectors: errorfs.NewSectors(), flips: errorfs.NewFlips(), keys: map[incKey]bool{}}
+	return &lies{sectors: errorfs.NewSectors(), flips: errorfs.NewFlips(), keys: map[incKey]map[string]bool{}, dirs: map[metadata.Namespace]bool{}}
 }
 
 // maxSaved bounds the saved copies.
@@ -133,16 +139,67 @@ func (s *sim) lieTouched(name string) {
 		s.lies.all = true
 		return
 	}
+	s.lies.dirs[ns] = true
 	if rev, ok := s.n.meta.CreatedRevision(ns); ok {
-		s.lies.keys[incKey{ns, rev}] = true
+		key := incKey{ns, rev}
+		if s.lies.keys[key] == nil {
+			s.lies.keys[key] = map[string]bool{}
+		}
+		s.lies.keys[key][fileClass(name)] = true
 	}
 	// A lie in the directory of an incarnation no longer committed
 	// touches nothing anyone reads.
 }
 
+// fileClass names the kind of a partition file: "incarnation", "log",
+// "index" (offset and time indexes), "offsets" (consumer offsets) or
+// "other".
+func fileClass(name string) string {
+	base := path.Base(name)
+	switch {
+	case base == "incarnation":
+		return "incarnation"
+	case strings.HasSuffix(base, ".log"):
+		return "log"
+	case strings.HasSuffix(base, ".index"), strings.HasSuffix(base, ".timeindex"):
+		return "index"
+	case strings.Contains(name, "/offsets/"):
+		return "offsets"
+	}
+	return "other"
+}
+
 // damageOK reports whether key may report damage: a lie touched it.
 func (s *sim) damageOK(key incKey) bool {
-	return s.lies != nil && (s.lies.all || s.lies.keys[key])
+	return s.lies != nil && (s.lies.all || s.lies.keys[key] != nil || s.lies.dirs[key.ns])
+}
+
+// touched reports whether a lie touched a file of class in key.
+func (s *sim) touched(key incKey, class string) bool {
+	return s.lies != nil && s.lies.keys[key][class]
+}
+
+// lossKnown classifies a silent loss of acknowledged messages in key,
+// found after a lie, as a known limit (known.go), or "" if none explains
+// it. A lie that touched the journal may have hidden a tail the journal
+// would have repaired, so it counts as touching the log.
+func (s *sim) lossKnown(key incKey) string {
+	switch {
+	case s.touched(key, "incarnation"):
+		return knownIncarnationDamage
+	case s.touched(key, "log") || (s.damageOK(key) && s.lies.all):
+		return knownTailDamage
+	}
+	return ""
+}
+
+// failKnown records a violation classified as the known limit known (a
+// plain violation when known is "").
+func (s *sim) failKnown(known string, inv int, format string, args ...any) {
+	s.fail(inv, format, args...)
+	if s.viol != nil && s.viol.Known == "" && known != "" && s.viol.Detail == fmt.Sprintf(format, args...) {
+		s.viol.Known = known
+	}
 }
 
 // isDamageError reports whether err is how damage may be reported: a
@@ -313,10 +370,14 @@ func (s *sim) lieAnswer(a *attempt, err error) {
 	if err == nil || !isCorrupt(err) {
 		return
 	}
-	rev, _ := s.n.meta.CreatedRevision(a.op.ns)
-	if !s.damageOK(incKey{a.op.ns, rev}) && !s.damageOK(incKey{a.op.ns, a.served}) {
-		s.fail(3, "attempt %d (op %d %v %v) answered with damage no lie explains: %v", a.id, a.op.id, a.op.kind, a.op.ns, err)
+	// The damage may be an incarnation's that was replaced while the
+	// request waited (a parked frame answered with its build's failure).
+	for _, epoch := range s.incs.during(a.op.ns, a.op.callEv, s.tr.n) {
+		if s.damageOK(incKey{a.op.ns, epoch}) {
+			return
+		}
 	}
+	s.fail(3, "attempt %d (op %d %v %v) answered with damage no lie explains: %v", a.id, a.op.id, a.op.kind, a.op.ns, err)
 }
 
 // LieCounts counts the lying faults that took effect, by kind.

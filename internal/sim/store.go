@@ -133,7 +133,7 @@ func (s *sim) verifyReopen(n *node, key incKey, log *incLog, p partition.Partiti
 	}
 	for off := next; off < uint64(len(log.ids)); off++ {
 		if log.acked[off] {
-			s.fail(3, "%v reopened with %d messages: acknowledged message %d at offset %d lost", key, next, log.ids[off], off)
+			s.failKnown(s.lossKnown(key), 3, "%v reopened with %d messages: acknowledged message %d at offset %d lost", key, next, log.ids[off], off)
 			return
 		}
 	}
@@ -183,7 +183,11 @@ func (st *simStore) Remove(ns metadata.Namespace) error {
 		// removed as half-built (its layout is made durable by its first
 		// sync, before any ack): only unacknowledged messages may go with it.
 		if committed && k.epoch == rev && slices.Contains(s.oracle[k].acked, true) {
-			s.fail(3, "the committed incarnation %v was removed with %d messages, some acknowledged", k, len(s.oracle[k].ids))
+			known := ""
+			if s.touched(k, "incarnation") {
+				known = knownIncarnationDamage
+			}
+			s.failKnown(known, 3, "the committed incarnation %v was removed with %d messages, some acknowledged", k, len(s.oracle[k].ids))
 		}
 		delete(s.oracle, k)
 	}
