@@ -758,7 +758,7 @@ func TestFileBadIncarnation(t *testing.T) {
 	cfg := partition.FileConfig{Dir: t.TempDir()}
 	ns := mustNS(t, 6, 0, 2)
 	mustClose(t, mustBuild(t, newFileStore(t, cfg), ns, 1))
-	if err := os.WriteFile(filepath.Join(partDir(cfg.Dir, ns), "incarnation"), []byte("1x"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(partDir(cfg.Dir, ns), "incarnation"), []byte("1 "), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
@@ -785,6 +785,7 @@ func TestBehaviour28DamagedIncarnationKept(t *testing.T) {
 		{"epoch digit flipped", func(path string) error { return errorfs.FlipStored(vfs.Default, path, 0, 0x02) }},
 		{"checksum flipped", func(path string) error { return errorfs.FlipStored(vfs.Default, path, 3, 0x01) }},
 		{"newline alone", func(path string) error { return os.WriteFile(path, []byte("\n"), 0o644) }},
+		{"newline flipped", func(path string) error { return errorfs.FlipStored(vfs.Default, path, 11, 0x20) }},
 		{"checksum cut", func(path string) error { return os.WriteFile(path, []byte("31 1\n"), 0o644) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {

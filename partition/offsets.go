@@ -129,7 +129,12 @@ func readIncarnation(fsys vfs.FS, dir string) (uint64, error) {
 	// acknowledged), and the directory is a half-built one. (A file cut
 	// short by damage looks the same, and is taken for a half-built
 	// one: the log beside it may hold synced records in either case.)
+	// A torn write leaves a prefix of the record; anything else without
+	// the newline was damaged.
 	if len(b) == 0 || b[len(b)-1] != '\n' {
+		if !tornIncarnation(b) {
+			return 0, corruptf(path, 0, "incarnation file %q does not end its record", b)
+		}
 		return 0, errBadIncarnation
 	}
 	fields := strings.Fields(string(b))
@@ -150,6 +155,25 @@ func readIncarnation(fsys vfs.FS, dir string) (uint64, error) {
 		}
 	}
 	return epoch, nil
+}
+
+// tornIncarnation reports whether b, with no newline at its end, is a
+// proper prefix of a record (a legacy one included): what a torn write
+// of the file leaves.
+func tornIncarnation(b []byte) bool {
+	digits := 0
+	for digits < len(b) && b[digits] >= '0' && b[digits] <= '9' {
+		digits++
+	}
+	if digits == len(b) {
+		return true // the epoch, or part of it
+	}
+	epoch, err := strconv.ParseUint(string(b[:digits]), 10, 64)
+	if err != nil || digits == 0 {
+		return false
+	}
+	full := encodeIncarnation(epoch)
+	return len(b) < len(full) && string(full[:len(b)]) == string(b)
 }
 
 // encodeIncarnation is the incarnation file's content for epoch.
