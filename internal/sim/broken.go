@@ -61,6 +61,13 @@ var (
 	// drops its copy while it may be the only one holding the data.
 	// Cluster mode only.
 	BreakEarlySettle atomic.Bool
+	// BreakSwallowDamage makes every partition read that meets damage —
+	// a *partition.CorruptError, or EIO — answer "no messages here"
+	// instead, as a node would that skipped records failing their
+	// checksum (the storage wrapper does it, above the engine's store):
+	// the lying disk's damage is then served as a silent loss.
+	// Single-node mode.
+	BreakSwallowDamage atomic.Bool
 )
 
 // breakEarlySettle is BreakEarlySettle: it queues, on the first node to

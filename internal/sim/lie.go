@@ -40,7 +40,7 @@ import (
 // incarnation), and their histories are left out of the linearizability
 // check, since reads stop below damage by design.
 
-// Lie kinds.
+// Lie kinds (FaultRates.LieKinds selects some).
 const (
 	lieFlipStored = iota
 	lieTruncate
@@ -50,6 +50,28 @@ const (
 	lieFlipOnRead
 	lieKinds
 )
+
+// LieKind names one kind of lie, for FaultRates.LieKinds.
+type LieKind uint
+
+// The lie kinds, as FaultRates.LieKinds bits.
+const (
+	LieFlipStored LieKind = 1 << lieFlipStored
+	LieTruncate   LieKind = 1 << lieTruncate
+	LieRollback   LieKind = 1 << lieRollback
+	LieMisdirect  LieKind = 1 << lieMisdirect
+	LieReadError  LieKind = 1 << lieReadError
+	LieFlipOnRead LieKind = 1 << lieFlipOnRead
+)
+
+// LieKindList lists every lie kind, with its name.
+var LieKindList = []struct {
+	Kind LieKind
+	Name string
+}{
+	{LieFlipStored, "flip stored"}, {LieTruncate, "truncate"}, {LieRollback, "rollback"},
+	{LieMisdirect, "misdirected write"}, {LieReadError, "read error"}, {LieFlipOnRead, "flip on read"},
+}
 
 var lieNames = [lieKinds]string{"flip stored", "truncate", "rollback", "misdirected write", "read error", "flip on read"}
 
@@ -256,6 +278,15 @@ func (s *sim) lie() bool {
 		return false
 	}
 	kind := s.rng.IntN(lieKinds)
+	if mask := s.cfg.Faults.LieKinds; mask != 0 {
+		var kinds []int
+		for k := range lieKinds {
+			if mask&(1<<k) != 0 {
+				kinds = append(kinds, k)
+			}
+		}
+		kind = kinds[s.rng.IntN(len(kinds))]
+	}
 	name := files[s.rng.IntN(len(files))]
 	fi, err := s.mem.Stat(name)
 	if err != nil {

@@ -61,6 +61,9 @@ type FaultRates struct {
 	// brings it down), or, while it runs, a write misdirected, a bad
 	// sector or a bit flipped on read.
 	Lie float64
+	// LieKinds, when not 0, limits Lie to the kinds it names (LieKind
+	// bits).
+	LieKinds LieKind
 	// Remove, in cluster mode, is the chance per scheduler step that a
 	// member of a cluster of four or more starts being removed as
 	// Engine.RemoveNode removes one (cremove.go): DrainNode moves its
