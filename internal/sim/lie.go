@@ -84,8 +84,10 @@ type lies struct {
 	mis     *errorfs.Index
 	misPath string
 	// saved are copies of files taken right after power losses, when
-	// only synced bytes remain: earlier synced copies to roll back to.
-	saved []errorfs.Copy
+	// only synced bytes remain: earlier synced copies to roll back to,
+	// with the incarnation whose directory held each (epoch 0 for a file
+	// outside the partition directories).
+	saved []savedCopy
 	// keys are the incarnations whose data a lie touched, with the kinds
 	// of file touched (fileClass); all is set when one touched a file
 	// outside every partition directory (the journal).
@@ -102,6 +104,24 @@ type lies struct {
 
 func newLies() *lies {
 	return &lies{sectors: errorfs.NewSectors(), flips: errorfs.NewFlips(), keys: map[incKey]map[string]bool{}, dirs: map[metadata.Namespace]bool{}}
+}
+
+// savedCopy is a saved copy of a file and the incarnation it belonged to.
+type savedCopy struct {
+	errorfs.Copy
+	epoch uint64
+}
+
+// epochOf is the incarnation committed for the partition directory
+// holding name, 0 for a file outside them (or one of no committed
+// partition).
+func (s *sim) epochOf(name string) uint64 {
+	ns, ok := nsOfPath(name)
+	if !ok {
+		return 0
+	}
+	rev, _ := s.n.meta.CreatedRevision(ns)
+	return rev
 }
 
 // maxSaved bounds the saved copies.
@@ -270,6 +290,33 @@ func (s *sim) dataFiles() []string {
 	return out
 }
 
+// pickFile picks one of files, weighted by size (at least lieMinWeight
+// bytes each): a bit that rots, a sector that goes bad or a write that
+// goes astray hits a file about in proportion to the space it takes.
+func (s *sim) pickFile(files []string) string {
+	weights := make([]int64, len(files))
+	var total int64
+	for i, f := range files {
+		w := int64(lieMinWeight)
+		if fi, err := s.mem.Stat(f); err == nil {
+			w = max(w, fi.Size())
+		}
+		weights[i] = w
+		total += w
+	}
+	r := s.rng.Int64N(total)
+	for i, w := range weights {
+		if r < w {
+			return files[i]
+		}
+		r -= w
+	}
+	return files[len(files)-1]
+}
+
+// lieMinWeight is the weight of a small file in pickFile.
+const lieMinWeight = 64
+
 // lie injects one lying fault of a kind chosen at random, and reports
 // whether it crashed the node (to damage it while down).
 func (s *sim) lie() bool {
@@ -287,7 +334,7 @@ func (s *sim) lie() bool {
 		}
 		kind = kinds[s.rng.IntN(len(kinds))]
 	}
-	name := files[s.rng.IntN(len(files))]
+	name := s.pickFile(files)
 	fi, err := s.mem.Stat(name)
 	if err != nil {
 		return false
@@ -346,10 +393,15 @@ func (s *sim) lieDown(kind int, name string) {
 		err = errorfs.TruncateStored(s.mem, name, to)
 		s.event("LIE truncate %s from %d to %d bytes: %v", name, size, to, errString(err))
 	case lieRollback:
+		// An earlier copy of the same file: of the same incarnation (a
+		// file of a dead incarnation restored into its successor's
+		// directory is not a rollback but a foreign file, which nothing
+		// in a record could tell).
 		var c *errorfs.Copy
+		epoch := s.epochOf(name)
 		for i := range s.lies.saved {
-			if s.lies.saved[i].Name == name {
-				c = &s.lies.saved[i]
+			if sc := &s.lies.saved[i]; sc.Name == name && sc.epoch == epoch {
+				c = &sc.Copy
 			}
 		}
 		if c == nil {
@@ -391,7 +443,7 @@ func (s *sim) saveCopies() {
 	if len(s.lies.saved) == maxSaved {
 		s.lies.saved = s.lies.saved[1:]
 	}
-	s.lies.saved = append(s.lies.saved, c)
+	s.lies.saved = append(s.lies.saved, savedCopy{Copy: c, epoch: s.epochOf(name)})
 	s.event("saved a copy of %s (%d bytes)", name, len(c.Data))
 }
 

@@ -2,11 +2,14 @@ package sim_test
 
 import (
 	"errors"
+	"flag"
 	"os"
 	"testing"
 
 	"github.com/parkway-io/parkway/internal/sim"
 )
+
+var flagLieKinds = flag.Uint("sim.liekinds", 0, "TestBehaviour28SimulationLyingDisk: only these lie kinds (sim.LieKind bits), ten times as often")
 
 // lyingSeeds is how many seeds TestBehaviour28SimulationLyingDisk runs by
 // default.
@@ -25,6 +28,10 @@ func TestBehaviour28SimulationLyingDisk(t *testing.T) {
 	_, replay := replaySeed(t)
 	runs := runSeeds(list, func(seed uint64) sim.Config {
 		cfg := sim.LyingConfig(seed)
+		if *flagLieKinds != 0 {
+			cfg.Faults.Lie *= 10
+			cfg.Faults.LieKinds = sim.LieKind(*flagLieKinds)
+		}
 		if *flagTrace && replay {
 			cfg.Trace = os.Stdout
 		}
