@@ -98,12 +98,15 @@ type lies struct {
 	// incarnation record cannot say whose directory it is, so it is
 	// kept, and blocks the next incarnation's build with the error).
 	dirs map[metadata.Namespace]bool
+	// points are where lies hit the segments of each incarnation: the
+	// file, the byte (for a truncation or a rollback, -1) and the kind.
+	points map[incKey][]liePoint
 	// readFaults is set while the read faults may fire.
 	readFaults bool
 }
 
 func newLies() *lies {
-	return &lies{sectors: errorfs.NewSectors(), flips: errorfs.NewFlips(), keys: map[incKey]map[string]bool{}, dirs: map[metadata.Namespace]bool{}}
+	return &lies{sectors: errorfs.NewSectors(), flips: errorfs.NewFlips(), keys: map[incKey]map[string]bool{}, dirs: map[metadata.Namespace]bool{}, points: map[incKey][]liePoint{}}
 }
 
 // savedCopy is a saved copy of a file and the incarnation it belonged to.
@@ -122,6 +125,12 @@ func (s *sim) epochOf(name string) uint64 {
 	}
 	rev, _ := s.n.meta.CreatedRevision(ns)
 	return rev
+}
+
+// liePoint is where a lie hit a segment file.
+type liePoint struct {
+	name string
+	off  int64
 }
 
 // maxSaved bounds the saved copies.
@@ -144,7 +153,11 @@ func (l *lies) maybeLie(op errorfs.Op, fired func(kind int, op errorfs.Op)) erro
 	if l.mis != nil && op.Path == l.misPath {
 		if err := l.mis.MaybeError(op); err != nil {
 			l.mis = nil
-			fired(lieMisdirect, op)
+			hit := op
+			if m, ok := err.(*errorfs.MisdirectedWrite); ok && m.Delta < 0 {
+				hit.Off += m.Delta // the first byte it damaged
+			}
+			fired(lieMisdirect, hit)
 			return err
 		}
 	}
@@ -189,6 +202,19 @@ func (s *sim) lieTouched(name string) {
 		}
 		s.lies.keys[key][fileClass(name)] = true
 	}
+}
+
+// lieAt records that a lie hit byte off of the segment file name (-1:
+// the file was cut short or rolled back).
+func (s *sim) lieAt(name string, off int64) {
+	ns, ok := nsOfPath(name)
+	if !ok || fileClass(name) != "log" {
+		return
+	}
+	if rev, ok := s.n.meta.CreatedRevision(ns); ok {
+		key := incKey{ns, rev}
+		s.lies.points[key] = append(s.lies.points[key], liePoint{name, off})
+	}
 	// A lie in the directory of an incarnation no longer committed
 	// touches nothing anyone reads.
 }
@@ -229,8 +255,21 @@ func (s *sim) lossKnown(key incKey) string {
 	switch {
 	case s.touched(key, "incarnation"):
 		return knownIncarnationDamage
-	case s.touched(key, "log") || (s.damageOK(key) && s.lies.all):
+	case s.lies.all:
+		// The journal was touched: it may have held what would repair
+		// the tail.
 		return knownTailDamage
+	}
+	// The tail's damage looked like a torn tail only if recovery cut the
+	// segment at or before the damaged byte (or the file was cut short
+	// or rolled back: its end is then gone whole).
+	for _, pt := range s.lies.points[key] {
+		if pt.off < 0 {
+			return knownTailDamage
+		}
+		if fi, err := s.mem.Stat(pt.name); err != nil || fi.Size() <= pt.off {
+			return knownTailDamage
+		}
 	}
 	return ""
 }
@@ -388,10 +427,12 @@ func (s *sim) lieDown(kind int, name string) {
 		mask := byte(1 << s.rng.IntN(8))
 		err = errorfs.FlipStored(s.mem, name, off, mask)
 		s.event("LIE flip stored %s at byte %d mask %#02x: %v", name, off, mask, errString(err))
+		s.lieAt(name, off)
 	case lieTruncate:
 		to := s.rng.Int64N(max(size, 1))
 		err = errorfs.TruncateStored(s.mem, name, to)
 		s.event("LIE truncate %s from %d to %d bytes: %v", name, size, to, errString(err))
+		s.lieAt(name, -1)
 	case lieRollback:
 		// An earlier copy of the same file: of the same incarnation (a
 		// file of a dead incarnation restored into its successor's
@@ -409,6 +450,7 @@ func (s *sim) lieDown(kind int, name string) {
 			return
 		}
 		err = c.Restore(s.mem)
+		s.lieAt(name, -1)
 		s.event("LIE rollback %s from %d to %d bytes: %v", name, size, len(c.Data), errString(err))
 	}
 	if err != nil {
@@ -422,6 +464,15 @@ func (s *sim) lieDown(kind int, name string) {
 func (s *sim) lieFired(kind int, op errorfs.Op) {
 	s.faults.Lies[kind]++
 	s.lieTouched(op.Path)
+	switch kind {
+	case lieMisdirect:
+		// Both the range meant and the range hit are damaged.
+		s.lieAt(op.Path, op.Off)
+	case lieFlipOnRead:
+		if err, ok := s.lies.flips.MaybeError(op).(*errorfs.FlipOnRead); ok {
+			s.lieAt(op.Path, err.Off)
+		}
+	}
 	if kind >= lieMisdirect {
 		s.event("lie %s fired: %v %s [%d, +%d)", lieNames[kind], op.Kind, op.Path, op.Off, op.Len)
 	}
