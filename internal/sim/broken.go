@@ -68,6 +68,12 @@ var (
 	// the lying disk's damage is then served as a silent loss.
 	// Single-node mode.
 	BreakSwallowDamage atomic.Bool
+	// BreakRebuildOnDamage makes a partition build that fails for damage
+	// (a *partition.CorruptError or EIO) remove the partition's data and
+	// build it empty, as a node would that "repaired" damage by starting
+	// the partition over (the storage wrapper does it, above the
+	// engine's store). Single-node mode.
+	BreakRebuildOnDamage atomic.Bool
 )
 
 // breakEarlySettle is BreakEarlySettle: it queues, on the first node to

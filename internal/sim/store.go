@@ -98,6 +98,12 @@ func (st *simStore) Build(ns metadata.Namespace, epoch uint64) (partition.Partit
 		s.event("slow build ns=%v epoch=%d resumes", ns, epoch)
 	}
 	p, err := st.inner.Build(ns, epoch)
+	if err != nil && BreakRebuildOnDamage.Load() && isDamageError(err) {
+		s.event("build ns=%v epoch=%d: damage, started over (broken): %v", ns, epoch, err)
+		if err = st.inner.Remove(ns); err == nil {
+			p, err = st.inner.Build(ns, epoch)
+		}
+	}
 	if err != nil {
 		s.event("build ns=%v epoch=%d err=%v", ns, epoch, err)
 		if isDamageError(err) {
