@@ -39,4 +39,8 @@ const (
 	// record) makes host.New fail with the *CorruptError: the whole
 	// node refuses to start, where that partition alone should be fenced.
 	knownOpenRefused = "damage the journal replay meets at open makes the whole node refuse to start (typed *CorruptError), not just its partition fenced"
+	// knownDamageRetry: a partition whose build fails for damage is
+	// answered "retry here" until the caller's deadline, and the
+	// *CorruptError never reaches it (issue 26, item 3).
+	knownDamageRetry = "a build that fails for damage is answered as a generic retry until the deadline; the *CorruptError never reaches the caller"
 )

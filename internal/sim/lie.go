@@ -101,12 +101,14 @@ type lies struct {
 	// points are where lies hit the segments of each incarnation: the
 	// file, the byte (for a truncation or a rollback, -1) and the kind.
 	points map[incKey][]liePoint
+	// buildFailed are the incarnations whose build failed for damage.
+	buildFailed map[incKey]bool
 	// readFaults is set while the read faults may fire.
 	readFaults bool
 }
 
 func newLies() *lies {
-	return &lies{sectors: errorfs.NewSectors(), flips: errorfs.NewFlips(), keys: map[incKey]map[string]bool{}, dirs: map[metadata.Namespace]bool{}, points: map[incKey][]liePoint{}}
+	return &lies{sectors: errorfs.NewSectors(), flips: errorfs.NewFlips(), keys: map[incKey]map[string]bool{}, dirs: map[metadata.Namespace]bool{}, points: map[incKey][]liePoint{}, buildFailed: map[incKey]bool{}}
 }
 
 // savedCopy is a saved copy of a file and the incarnation it belonged to.
@@ -654,7 +656,11 @@ func (s *sim) finalReadDamaged(key incKey) bool {
 			s.event("final read of %v: fenced after a failed fsync", key)
 			return true
 		default:
-			s.fail(4, "committed partition %v (touched by a lie) not readable at quiescence from %d: %v", key, from, o.err)
+			known := ""
+			if errors.Is(o.err, shard.ErrRetry) && s.lies.buildFailed[key] {
+				known = knownDamageRetry
+			}
+			s.failKnown(known, 4, "committed partition %v (touched by a lie) not readable at quiescence from %d: %v", key, from, o.err)
 			return false
 		}
 	}
