@@ -74,6 +74,11 @@ var (
 	// the partition over (the storage wrapper does it, above the
 	// engine's store). Single-node mode.
 	BreakRebuildOnDamage atomic.Bool
+	// BreakIdentityCheck hides a node's IDENTITY file from it when it is
+	// started on another node's data directory (FaultRates.WrongDisk),
+	// as an engine that kept no identity would see the directory.
+	// Cluster mode only.
+	BreakIdentityCheck atomic.Bool
 )
 
 // breakEarlySettle is BreakEarlySettle: it queues, on the first node to

@@ -269,8 +269,12 @@
 //
 // # Scope
 //
-// Lies are single-node only: no cluster node is given a lying disk or
-// another node's data directory yet. Topics are FsyncAlways only (the
+// Lies are single-node only: no cluster node is given a lying disk. With
+// FaultRates.WrongDisk (not in the default cluster faults;
+// TestBehaviour27ClusterWrongDiskRefused) a crashed node is first started
+// on a copy of another member's data directory, which must be refused
+// with host.ErrWrongDataDir (invariant 8); BreakIdentityCheck, which hides
+// the IDENTITY file, is caught there. Topics are FsyncAlways only (the
 // interval and never policies are not exercised), and purge, truncate, retention and topic reconfiguration
 // are not in either workload. Cluster mode has no inbox bursts, removes
 // a node only through a drain (never one whose replicas it cannot move,

@@ -64,6 +64,12 @@ type FaultRates struct {
 	// LieKinds, when not 0, limits Lie to the kinds it names (LieKind
 	// bits).
 	LieKinds LieKind
+	// WrongDisk, in cluster mode, is the chance per restart of a crashed
+	// node that it is first started on a copy of another node's data
+	// directory (as an operator who swapped disks would): the start must
+	// be refused with host.ErrWrongDataDir (DESIGN behaviour 27), after
+	// which the node starts on its own disk.
+	WrongDisk float64
 	// Remove, in cluster mode, is the chance per scheduler step that a
 	// member of a cluster of four or more starts being removed as
 	// Engine.RemoveNode removes one (cremove.go): DrainNode moves its
@@ -257,10 +263,10 @@ func (c Config) validate() error {
 	if c.cluster() && f.Lie > 0 {
 		errs = append(errs, errors.New("sim: Lie is a single-node fault"))
 	}
-	if !c.cluster() && (f.QuiescedCrash > 0 || f.Join > 0 || f.Remove > 0) {
-		errs = append(errs, errors.New("sim: QuiescedCrash, Join and Remove need Nodes > 1"))
+	if !c.cluster() && (f.QuiescedCrash > 0 || f.Join > 0 || f.Remove > 0 || f.WrongDisk > 0) {
+		errs = append(errs, errors.New("sim: QuiescedCrash, Join, Remove and WrongDisk need Nodes > 1"))
 	}
-	for _, p := range []float64{f.InboxBurst, f.DiskFull, f.DiskError, f.SlowBuild, f.Crash, f.QuiescedCrash, f.Join, f.Remove, f.Lie,
+	for _, p := range []float64{f.InboxBurst, f.DiskFull, f.DiskError, f.SlowBuild, f.Crash, f.QuiescedCrash, f.Join, f.Remove, f.Lie, f.WrongDisk,
 		n.Drop, n.Duplicate, n.Reorder, n.Delay, n.Partition, n.Stop} {
 		if p < 0 || p > 1 {
 			errs = append(errs, fmt.Errorf("sim: fault probability %v outside [0, 1]", p))
@@ -323,6 +329,9 @@ type FaultCounts struct {
 	// touched incarnations answered with damage.
 	Lies     LieCounts
 	Detected int
+	// WrongDisks counts the starts on another node's data directory
+	// (cluster mode), each refused.
+	WrongDisks int
 }
 
 // OpCounts counts client operations by kind and by outcome.
