@@ -13,6 +13,7 @@ import (
 
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
+	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/shard"
 )
 
@@ -254,7 +255,11 @@ func (s *sim) finalReads() bool {
 			return true
 		}
 		if o.outcome != outcomeOK {
-			s.fail(4, "committed partition %v not readable at quiescence: %v", key, o.err)
+			known := ""
+			if errors.Is(o.err, partition.ErrUnusable) {
+				known = knownUnusableNotRebuilt
+			}
+			s.failKnown(known, 4, "committed partition %v not readable at quiescence: %v", key, o.err)
 			return false
 		}
 		log := s.oracle[key]

@@ -252,8 +252,9 @@
 // Violation.Known (known.go lists them: the limits the lying disk finds
 // on a single node — damage at the very end of a segment that looks like
 // a torn tail, an incarnation file cut short, damage the journal replay
-// meets at open refusing the whole node, and, until issue 26's fix, a
-// build failing for damage answered as a generic retry); the cluster and
+// meets at open refusing the whole node; and one that is not a lie: a
+// partition left unusable by a failed write-behind is never rebuilt);
+// the cluster and
 // lying-disk tests skip such seeds unless -sim.known is set, and log
 // them with their replay commands.
 //

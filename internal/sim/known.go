@@ -39,8 +39,11 @@ const (
 	// record) makes host.New fail with the *CorruptError: the whole
 	// node refuses to start, where that partition alone should be fenced.
 	knownOpenRefused = "damage the journal replay meets at open makes the whole node refuse to start (typed *CorruptError), not just its partition fenced"
-	// knownDamageRetry: a partition whose build fails for damage is
-	// answered "retry here" until the caller's deadline, and the
-	// *CorruptError never reaches it (issue 26, item 3).
-	knownDamageRetry = "a build that fails for damage is answered as a generic retry until the deadline; the *CorruptError never reaches the caller"
+	// knownUnusableNotRebuilt: not a lie. A journal write-behind that
+	// fails (ENOSPC) and whose rollback cannot be synced (EIO) leaves the
+	// partition failed (partition.ErrUnusable), but only an Append
+	// meeting ErrUnusable fences it for the reconciler to rebuild: reads
+	// answer ErrUnusable until the node restarts (lying-disk seed 19 of
+	// the default range, where the lies only shift the other faults).
+	knownUnusableNotRebuilt = "a partition left unusable by a failed write-behind whose rollback could not be synced is never fenced and rebuilt: reads answer ErrUnusable until a restart"
 )

@@ -11,6 +11,7 @@ import (
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/shard"
+	"github.com/parkway-io/parkway/vfs"
 	"github.com/parkway-io/parkway/vfs/errorfs"
 )
 
@@ -101,14 +102,12 @@ type lies struct {
 	// points are where lies hit the segments of each incarnation: the
 	// file, the byte (for a truncation or a rollback, -1) and the kind.
 	points map[incKey][]liePoint
-	// buildFailed are the incarnations whose build failed for damage.
-	buildFailed map[incKey]bool
 	// readFaults is set while the read faults may fire.
 	readFaults bool
 }
 
 func newLies() *lies {
-	return &lies{sectors: errorfs.NewSectors(), flips: errorfs.NewFlips(), keys: map[incKey]map[string]bool{}, dirs: map[metadata.Namespace]bool{}, points: map[incKey][]liePoint{}, buildFailed: map[incKey]bool{}}
+	return &lies{sectors: errorfs.NewSectors(), flips: errorfs.NewFlips(), keys: map[incKey]map[string]bool{}, dirs: map[metadata.Namespace]bool{}, points: map[incKey][]liePoint{}}
 }
 
 // savedCopy is a saved copy of a file and the incarnation it belonged to.
@@ -125,8 +124,26 @@ func (s *sim) epochOf(name string) uint64 {
 	if !ok {
 		return 0
 	}
-	rev, _ := s.n.meta.CreatedRevision(ns)
+	rev, _ := s.dirEpoch(ns, name)
 	return rev
+}
+
+// dirEpoch is the incarnation whose directory holds name, a file of
+// partition ns: the one its incarnation file names (read from the disk
+// directly, past every fault), else the one committed. A partition being
+// reopened may be an older incarnation than the committed one.
+func (s *sim) dirEpoch(ns metadata.Namespace, name string) (uint64, bool) {
+	// "", "data", "streams", s, "topics", t, "partitions", p: nsOfPath
+	// checked the shape.
+	dir := strings.Join(strings.Split(name, "/")[:8], "/")
+	if b, err := vfs.ReadFile(s.mem, path.Join(dir, "incarnation")); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			if epoch, err := strconv.ParseUint(f[0], 10, 64); err == nil {
+				return epoch, true
+			}
+		}
+	}
+	return s.n.meta.CreatedRevision(ns)
 }
 
 // liePoint is where a lie hit a segment file.
@@ -198,7 +215,7 @@ func (s *sim) lieTouched(name string) {
 		return
 	}
 	s.lies.dirs[ns] = true
-	if rev, ok := s.n.meta.CreatedRevision(ns); ok {
+	if rev, ok := s.dirEpoch(ns, name); ok {
 		key := incKey{ns, rev}
 		if s.lies.keys[key] == nil {
 			s.lies.keys[key] = map[string]bool{}
@@ -218,7 +235,7 @@ func (s *sim) lieAt(name string, off int64) {
 	if fi, err := s.mem.Stat(name); err == nil {
 		size = fi.Size()
 	}
-	if rev, ok := s.n.meta.CreatedRevision(ns); ok {
+	if rev, ok := s.dirEpoch(ns, name); ok {
 		key := incKey{ns, rev}
 		s.lies.points[key] = append(s.lies.points[key], liePoint{name, off, size})
 	}
@@ -656,11 +673,7 @@ func (s *sim) finalReadDamaged(key incKey) bool {
 			s.event("final read of %v: fenced after a failed fsync", key)
 			return true
 		default:
-			known := ""
-			if errors.Is(o.err, shard.ErrRetry) && s.lies.buildFailed[key] {
-				known = knownDamageRetry
-			}
-			s.failKnown(known, 4, "committed partition %v (touched by a lie) not readable at quiescence from %d: %v", key, from, o.err)
+			s.fail(4, "committed partition %v (touched by a lie) not readable at quiescence from %d: %v", key, from, o.err)
 			return false
 		}
 	}

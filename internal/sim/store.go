@@ -111,7 +111,6 @@ func (st *simStore) Build(ns metadata.Namespace, epoch uint64) (partition.Partit
 				s.fail(3, "build of %v failed with damage no lie explains: %v", key, err)
 			}
 			s.faults.Detected++
-			s.lies.buildFailed[incKey{ns, epoch}] = true
 		}
 		return nil, err
 	}
