@@ -254,9 +254,8 @@
 // a torn tail, an incarnation file cut short, damage the journal replay
 // meets at open refusing the whole node; and one that is not a lie: a
 // partition left unusable by a failed write-behind is never rebuilt);
-// the cluster and
-// lying-disk tests skip such seeds unless -sim.known is set, and log
-// them with their replay commands.
+// the cluster and lying-disk tests skip such seeds unless -sim.known is
+// set, and log them with their replay commands.
 //
 // # Replaying
 //
