@@ -295,7 +295,15 @@ func (e *Engine) removeOrphans() error {
 		return fmt.Errorf("parkway: list partitions: %w", err)
 	}
 	for _, st := range stored {
-		if rev, ok := e.meta.CreatedRevision(st.NS); ok && rev == st.Epoch {
+		rev, ok := e.meta.CreatedRevision(st.NS)
+		if ok && rev == st.Epoch {
+			continue
+		}
+		if ok && st.Damage != nil {
+			// Whose data this is cannot be told: removing it could delete
+			// the committed incarnation's acknowledged messages. Its
+			// Build reports the damage instead.
+			e.cfg.Logger.Error("partition directory with a damaged incarnation record kept", "ns", st.NS, "err", st.Damage)
 			continue
 		}
 		if err := e.store.Remove(st.NS); err != nil {

@@ -1057,7 +1057,7 @@ func TestFileListSkipsForeignEntries(t *testing.T) {
 	}
 	badInc := mustNS(t, 3, 4, 7)
 	mustClose(t, mustBuild(t, s, badInc, 13))
-	if err := vfs.WriteFileAtomic(mem, filepath.Join(partDir("/data", badInc), "incarnation"), []byte("x")); err != nil {
+	if err := vfs.WriteFileAtomic(mem, filepath.Join(partDir("/data", badInc), "incarnation"), []byte("1")); err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range []string{

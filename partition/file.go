@@ -140,7 +140,7 @@ func (c FileConfig) Validate() error {
 //	    <base offset, 20 digits>.log    records (format in codec.go)
 //	    <base offset, 20 digits>.index  sparse index (format in segment.go)
 //	    <base offset, 20 digits>.timeindex  time index (format in segment.go)
-//	    incarnation                     the epoch, decimal
+//	    incarnation                     the epoch, decimal, and its CRC-32C
 //	    start                           the start offset, decimal (once truncated)
 //	    offsets/consumers/<consumer>    one file per consumer
 //	    offsets/groups/
@@ -431,7 +431,8 @@ func (s *FileStore) Remove(ns metadata.Namespace) error {
 // List implements Store by walking Dir/streams/*/topics/*/partitions/*.
 // Entries whose names are not canonical decimal ids in range are not
 // parkway's and are skipped. A partition directory whose incarnation file
-// is missing or unparsable is listed with Epoch 0. It is meant for a
+// is missing or torn (half-built) is listed with Epoch 0, one whose file
+// is damaged with Epoch 0 and the *CorruptError in Damage. It is meant for a
 // node's start, before partitions are built: run concurrently with Build
 // or Remove it may or may not see their effect.
 func (s *FileStore) List() ([]Stored, error) {
@@ -466,13 +467,16 @@ func (s *FileStore) List() ([]Stored, error) {
 					continue
 				}
 				epoch, err := readIncarnation(s.fs, dir)
-				if err != nil {
-					if !isNotExist(err) && !errors.Is(err, errBadIncarnation) {
-						return nil, err
-					}
-					epoch = 0
+				var damage error
+				var ce *CorruptError
+				switch {
+				case err == nil:
+				case errors.As(err, &ce):
+					damage = err
+				case !isNotExist(err) && !errors.Is(err, errBadIncarnation):
+					return nil, err
 				}
-				out = append(out, Stored{NS: ns, Epoch: epoch})
+				out = append(out, Stored{NS: ns, Epoch: epoch, Damage: damage})
 			}
 		}
 	}

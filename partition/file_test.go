@@ -14,6 +14,7 @@ import (
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/vfs"
+	"github.com/parkway-io/parkway/vfs/errorfs"
 )
 
 const mib = 1 << 20
@@ -93,7 +94,7 @@ func TestFileLayout(t *testing.T) {
 	if got := listDir(t, filepath.Join(dir, "offsets", "consumers")); !slices.Equal(got, []string{"worker-1"}) {
 		t.Fatalf("consumers dir holds %q", got)
 	}
-	if inc, err := os.ReadFile(filepath.Join(dir, "incarnation")); err != nil || strings.TrimSpace(string(inc)) != "7" {
+	if inc, err := os.ReadFile(filepath.Join(dir, "incarnation")); err != nil || strings.Fields(string(inc))[0] != "7" {
 		t.Fatalf("incarnation = %q, %v", inc, err)
 	}
 	var want0 int64
@@ -751,18 +752,73 @@ func TestFileCorruptConsumerOffset(t *testing.T) {
 	}
 }
 
+// A torn incarnation file beside an empty log is a half-built directory:
+// Build starts it over.
 func TestFileBadIncarnation(t *testing.T) {
 	cfg := partition.FileConfig{Dir: t.TempDir()}
 	ns := mustNS(t, 6, 0, 2)
-	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
-	mustAppend(t, p, batch(0, 3, 10))
-	mustClose(t, p)
-	if err := os.WriteFile(filepath.Join(partDir(cfg.Dir, ns), "incarnation"), []byte("1x"), 0o644); err != nil {
+	mustClose(t, mustBuild(t, newFileStore(t, cfg), ns, 1))
+	if err := os.WriteFile(filepath.Join(partDir(cfg.Dir, ns), "incarnation"), []byte("1 "), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+	p := mustBuild(t, newFileStore(t, cfg), ns, 1)
 	defer mustClose(t, p)
 	if p.NextOffset() != 0 {
-		t.Fatalf("NextOffset = %d after an unreadable incarnation, want a fresh log", p.NextOffset())
+		t.Fatalf("NextOffset = %d after a torn incarnation, want a fresh log", p.NextOffset())
+	}
+}
+
+// TestBehaviour28DamagedIncarnationKept: an incarnation file damaged
+// beside a log holding acknowledged messages — a bit flipped in the
+// epoch or in its checksum, or the newline kept and the rest emptied —
+// is a *CorruptError naming it, from Build and from List
+// (Stored.Damage); the data is kept, never taken for another
+// incarnation's and removed. (Before the checksum, a flipped digit named
+// another epoch and Build started the partition over: the messages were
+// gone without an error.) A file cut short without its newline still
+// reads as a half-built directory's (see readIncarnation).
+func TestBehaviour28DamagedIncarnationKept(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		damage func(path string) error
+	}{
+		{"epoch digit flipped", func(path string) error { return errorfs.FlipStored(vfs.Default, path, 0, 0x02) }},
+		{"checksum flipped", func(path string) error { return errorfs.FlipStored(vfs.Default, path, 3, 0x01) }},
+		{"newline alone", func(path string) error { return os.WriteFile(path, []byte("\n"), 0o644) }},
+		{"newline flipped", func(path string) error { return errorfs.FlipStored(vfs.Default, path, 11, 0x20) }},
+		{"checksum cut", func(path string) error { return os.WriteFile(path, []byte("31 1\n"), 0o644) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := partition.FileConfig{Dir: t.TempDir()}
+			ns := mustNS(t, 6, 0, 2)
+			p := mustBuild(t, newFileStore(t, cfg), ns, 31)
+			mustAppend(t, p, batch(0, 3, 10))
+			if err := p.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			mustClose(t, p)
+			path := filepath.Join(partDir(cfg.Dir, ns), "incarnation")
+			if err := c.damage(path); err != nil {
+				t.Fatal(err)
+			}
+			s := newFileStore(t, cfg)
+			var ce *partition.CorruptError
+			if _, err := s.Build(ns, 31); !errors.As(err, &ce) || ce.Path != path {
+				t.Fatalf("Build: %v, want a *CorruptError naming %s", err, path)
+			}
+			stored, err := s.List()
+			if err != nil || len(stored) != 1 || !errors.As(stored[0].Damage, &ce) {
+				t.Fatalf("List: %+v, %v; want the partition listed with its damage", stored, err)
+			}
+			// The log is intact: rewriting the record brings it back.
+			if err := os.WriteFile(path, []byte("31\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			p = mustBuild(t, newFileStore(t, cfg), ns, 31)
+			defer mustClose(t, p)
+			if p.NextOffset() != 3 {
+				t.Fatalf("NextOffset = %d after repairing the record, want 3", p.NextOffset())
+			}
+		})
 	}
 }

@@ -109,24 +109,77 @@ func loadConsumerOffsets(fsys vfs.FS, dir string) (map[string]uint64, error) {
 }
 
 // readIncarnation returns the epoch recorded in dir. A missing directory
-// or file is fs.ErrNotExist; unparsable content is errBadIncarnation. Both
-// mean the directory holds no live incarnation.
+// or file is fs.ErrNotExist, a torn one errBadIncarnation: both mean the
+// directory holds no live incarnation. A whole file that does not check
+// is damage, a *CorruptError: taking it for another incarnation's would
+// have the directory, and every acknowledged message in it, removed.
+//
+// The file is "<epoch> <CRC-32C of the decimal epoch, 8 hex digits>\n";
+// a file of older versions holds the epoch alone and is read without a
+// check.
 func readIncarnation(fsys vfs.FS, dir string) (uint64, error) {
-	b, err := vfs.ReadFile(fsys, filepath.Join(dir, incarnationFile))
+	path := filepath.Join(dir, incarnationFile)
+	b, err := vfs.ReadFile(fsys, path)
 	if err != nil {
 		return 0, err
 	}
 	// The newline ends the record: without it the write was torn (the
-	// file is written in place at build and synced before anything in
-	// the partition is), and the directory is a half-built one.
+	// file is written in place at build and synced with the rest of the
+	// layout, concurrently, before anything in the partition is
+	// acknowledged), and the directory is a half-built one. (A file cut
+	// short by damage looks the same, and is taken for a half-built
+	// one: the log beside it may hold synced records in either case.)
+	// A torn write leaves a prefix of the record; anything else without
+	// the newline was damaged.
 	if len(b) == 0 || b[len(b)-1] != '\n' {
+		if !tornIncarnation(b) {
+			return 0, corruptf(path, 0, "incarnation file %q does not end its record", b)
+		}
 		return 0, errBadIncarnation
 	}
-	epoch, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	fields := strings.Fields(string(b))
+	if len(fields) == 0 || len(fields) > 2 {
+		return 0, corruptf(path, 0, "unparsable incarnation file %q", b)
+	}
+	epoch, err := strconv.ParseUint(fields[0], 10, 64)
 	if err != nil {
-		return 0, errBadIncarnation
+		return 0, corruptf(path, 0, "unparsable incarnation file %q", b)
+	}
+	if len(fields) == 2 {
+		sum, err := strconv.ParseUint(fields[1], 16, 32)
+		if err != nil || len(fields[1]) != 8 {
+			return 0, corruptf(path, 0, "unparsable incarnation checksum %q", b)
+		}
+		if want := crc32.Checksum([]byte(fields[0]), castagnoli); uint32(sum) != want {
+			return 0, corruptf(path, 0, "incarnation checksum %08x, computed %08x", sum, want)
+		}
 	}
 	return epoch, nil
+}
+
+// tornIncarnation reports whether b, with no newline at its end, is a
+// proper prefix of a record (a legacy one included): what a torn write
+// of the file leaves.
+func tornIncarnation(b []byte) bool {
+	digits := 0
+	for digits < len(b) && b[digits] >= '0' && b[digits] <= '9' {
+		digits++
+	}
+	if digits == len(b) {
+		return true // the epoch, or part of it
+	}
+	epoch, err := strconv.ParseUint(string(b[:digits]), 10, 64)
+	if err != nil || digits == 0 {
+		return false
+	}
+	full := encodeIncarnation(epoch)
+	return len(b) < len(full) && string(full[:len(b)]) == string(b)
+}
+
+// encodeIncarnation is the incarnation file's content for epoch.
+func encodeIncarnation(epoch uint64) []byte {
+	e := strconv.FormatUint(epoch, 10)
+	return fmt.Appendf(nil, "%s %08x\n", e, crc32.Checksum([]byte(e), castagnoli))
 }
 
 var errBadIncarnation = errors.New("partition: unparsable incarnation file")
@@ -140,7 +193,7 @@ func writeIncarnation(fsys vfs.FS, dir string, epoch uint64) error {
 	if err != nil {
 		return err
 	}
-	_, err = f.Write([]byte(strconv.FormatUint(epoch, 10) + "\n"))
+	_, err = f.Write(encodeIncarnation(epoch))
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

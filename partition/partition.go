@@ -230,9 +230,13 @@ func stampAppendTime(m *Message, last int64) int64 {
 type Stored struct {
 	NS metadata.Namespace
 	// Epoch is the incarnation the data was built for; 0 for a partition
-	// directory without a valid incarnation (a half-built or damaged one,
-	// which Build discards).
+	// directory without a valid incarnation (a half-built one, which
+	// Build discards, or a damaged one).
 	Epoch uint64
+	// Damage, when set, is the *CorruptError of a damaged incarnation
+	// record: which incarnation the data belongs to is unknown, so it
+	// must be neither removed as an orphan nor served; Build reports it.
+	Damage error
 }
 
 var (

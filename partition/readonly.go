@@ -177,6 +177,9 @@ func (s *FileStore) VerifyPartition(ns metadata.Namespace) ([]Problem, error) {
 			add(filepath.Join(dir, incarnationFile), 0, repair, errors.New("incarnation file missing"))
 		case errors.Is(err, errBadIncarnation):
 			add(filepath.Join(dir, incarnationFile), 0, repair, errors.New("incarnation file unparsable or torn"))
+		case errors.As(err, new(*CorruptError)):
+			add(filepath.Join(dir, incarnationFile), 0,
+				"the node keeps the directory and refuses to build the partition; rewrite the record (the epoch and a newline) or remove the directory", err)
 		default:
 			return nil, err
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/vfs"
+	"github.com/parkway-io/parkway/vfs/errorfs"
 )
 
 // TestReadOnlyStore opens a partition whose tail is damaged without
@@ -88,5 +89,43 @@ func TestReadOnlyStore(t *testing.T) {
 	}
 	if after, _ := vfs.ReadFile(mem, seg); string(after) != string(b) {
 		t.Fatal("the read-only store changed the segment")
+	}
+}
+
+// VerifyPartition reports a damaged incarnation record (a flipped digit
+// its checksum catches) as a problem naming the file, with what the node
+// does, instead of failing.
+func TestReadOnlyStoreDamagedIncarnation(t *testing.T) {
+	mem := vfs.NewMem()
+	ns, _ := metadata.NewNamespace(1, 2, 3)
+	s, err := partition.NewFileStore(partition.FileConfig{Dir: "/d", FS: mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Build(ns, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Append([]partition.Message{{Payload: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	inc := filepath.Join(partDir("/d", ns), "incarnation")
+	if err := errorfs.FlipStored(mem, inc, 0, 0x01); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := partition.OpenReadOnlyStore("/d", mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems, err := ro.VerifyPartition(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ce *partition.CorruptError
+	if len(problems) != 1 || problems[0].Path != inc || !errors.As(problems[0].Err, &ce) || problems[0].Repair == "" {
+		t.Fatalf("VerifyPartition = %+v", problems)
 	}
 }

@@ -24,6 +24,7 @@ targets='
 ./partition FuzzDecodeJournal
 ./partition FuzzSegment
 ./partition FuzzSealedSegment
+./partition FuzzIncarnation
 ./shard FuzzDecodeState
 ./shard FuzzDecodeCatchUp
 ./transport FuzzReadFrame

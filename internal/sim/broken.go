@@ -61,6 +61,24 @@ var (
 	// drops its copy while it may be the only one holding the data.
 	// Cluster mode only.
 	BreakEarlySettle atomic.Bool
+	// BreakSwallowDamage makes every partition read that meets damage —
+	// a *partition.CorruptError, or EIO — answer "no messages here"
+	// instead, as a node would that skipped records failing their
+	// checksum (the storage wrapper does it, above the engine's store):
+	// the lying disk's damage is then served as a silent loss.
+	// Single-node mode.
+	BreakSwallowDamage atomic.Bool
+	// BreakRebuildOnDamage makes a partition build that fails for damage
+	// (a *partition.CorruptError or EIO) remove the partition's data and
+	// build it empty, as a node would that "repaired" damage by starting
+	// the partition over (the storage wrapper does it, above the
+	// engine's store). Single-node mode.
+	BreakRebuildOnDamage atomic.Bool
+	// BreakIdentityCheck hides a node's IDENTITY file from it when it is
+	// started on another node's data directory (FaultRates.WrongDisk),
+	// as an engine that kept no identity would see the directory.
+	// Cluster mode only.
+	BreakIdentityCheck atomic.Bool
 )
 
 // breakEarlySettle is BreakEarlySettle: it queues, on the first node to

@@ -116,10 +116,44 @@ func (c *csim) abandon(n *cnode) {
 
 // restart brings n back on its disk, with a fresh endpoint.
 func (c *csim) restart(n *cnode) {
+	if c.roll(c.cfg.Faults.WrongDisk) {
+		c.startOnWrongDisk(n)
+		if c.viol != nil {
+			return
+		}
+	}
 	c.event("n%d RESTART gen=%d", n.id, n.gen+1)
 	nn := c.openNode(n.id, c.net.Endpoint(transport.NodeID(n.id)), n.mem, n)
 	c.nodes[slices.Index(c.nodes, n)] = nn
 	c.applyCuts()
+}
+
+// startOnWrongDisk starts n on a copy of another member's data
+// directory (its durable state), which must be refused with
+// host.ErrWrongDataDir: a node that took it would vote and acknowledge
+// with another member's log.
+func (c *csim) startOnWrongDisk(n *cnode) {
+	var others []*cnode
+	for _, m := range c.nodes {
+		if m.id != n.id && m.mem != nil {
+			others = append(others, m)
+		}
+	}
+	if len(others) == 0 {
+		return
+	}
+	other := others[c.rng.IntN(len(others))]
+	c.event("n%d starts on a copy of n%d's data directory", n.id, other.id)
+	c.wrongDisk = true
+	probe := c.openNode(n.id, c.net.Endpoint(transport.NodeID(n.id)), other.mem.Crash(), n)
+	c.wrongDisk = false
+	if probe.eng != nil {
+		_ = probe.eng.Close()
+		c.fail(8, "n%d started on a copy of n%d's data directory: not refused", n.id, other.id)
+		return
+	}
+	_ = probe.ep.Close()
+	c.faults.WrongDisks++
 }
 
 // cur is the running incarnation of the node n was: n itself unless it

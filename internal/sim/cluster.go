@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"path"
 	"slices"
+	"syscall"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -67,6 +68,9 @@ type csim struct {
 	base
 	ctx context.Context
 	net *transport.Network
+	// wrongDisk is set while a node is started on another's data
+	// directory (startOnWrongDisk): the refusal is the expected outcome.
+	wrongDisk bool
 	// peers are every node that ever ran, founders first, then the nodes
 	// that joined (cjoin.go), in the order they started: node i+1 was the
 	// i-th to start. nodes are the members, in id order: every node that
@@ -353,7 +357,7 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *cnode
 	}
 	eng, err := host.New(host.Config{
 		Shards: c.cfg.Shards, InboxSize: c.cfg.InboxSize, Manual: true,
-		DataDir: dataDir, FS: errorfs.New(n.mem, n.inj), SegmentSize: partition.MinSegmentSize,
+		DataDir: dataDir, FS: c.nodeFS(n), SegmentSize: partition.MinSegmentSize,
 		MetadataSnapshotEvery: metaSnapshotEvery,
 		WrapStore: func(st partition.Store, meta *metadata.Store) partition.Store {
 			n.meta = meta
@@ -386,6 +390,10 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *cnode
 			},
 		},
 	})
+	if err != nil && c.wrongDisk && errors.Is(err, host.ErrWrongDataDir) {
+		c.event("n%d refused the wrong data directory: %v", id, err)
+		return n
+	}
 	if err != nil {
 		c.fail(0, "n%d open: %v", id, err)
 		return n
@@ -402,6 +410,22 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *cnode
 	c.event("n%d open gen=%d shards=%d revision=%d applied=%d snapshot=%d join=%v",
 		id, n.gen, c.cfg.Shards, n.meta.Revision(), st.Applied, st.SnapshotIndex, n.join)
 	return n
+}
+
+// nodeFS is n's filesystem: its disk behind its fault injector (and,
+// under BreakIdentityCheck on a wrong disk, without its IDENTITY file).
+func (c *csim) nodeFS(n *cnode) vfs.FS {
+	var inj errorfs.Injector = n.inj
+	if c.wrongDisk && BreakIdentityCheck.Load() {
+		identity := path.Join(dataDir, "IDENTITY")
+		inj = errorfs.Chain(errorfs.InjectorFunc(func(op errorfs.Op) error {
+			if op.Path == identity && (op.Kind == errorfs.OpOpen || op.Kind == errorfs.OpStat) {
+				return syscall.ENOENT
+			}
+			return nil
+		}), n.inj)
+	}
+	return errorfs.New(n.mem, inj)
 }
 
 // node is member id (nil: no such member, or removed).

@@ -299,3 +299,46 @@ func TestClusterCatchesEarlySettle(t *testing.T) {
 		return cfg
 	}, &sim.BreakEarlySettle, 3, 4, 7, 8)
 }
+
+// TestBehaviour27ClusterWrongDiskRefused: every crashed node is first
+// started on a copy of another member's data directory
+// (FaultRates.WrongDisk 1), which must be refused with
+// host.ErrWrongDataDir; then it starts on its own and the run's every
+// invariant holds.
+func TestBehaviour27ClusterWrongDiskRefused(t *testing.T) {
+	list := seeds(t, 6)
+	runs := runSeeds(list, func(seed uint64) sim.Config {
+		cfg := sim.DefaultClusterConfig(seed)
+		cfg.Faults.WrongDisk = 1
+		cfg.Faults.Crash *= 4
+		return cfg
+	}, false)
+	refused := 0
+	for i, r := range runs {
+		var v *sim.Violation
+		if errors.As(r.err, &v) && v.Known != "" && !*flagKnown {
+			t.Logf("seed %d: skipped, known bug: %s", list[i], v.Known)
+			continue
+		}
+		if r.err != nil {
+			t.Errorf("seed %d: %v", list[i], r.err)
+		}
+		refused += r.res.Faults.WrongDisks
+	}
+	if refused == 0 {
+		t.Fatalf("no node was started on another's data directory in %d seeds", len(list))
+	}
+	t.Logf("%d starts on another node's data directory, each refused", refused)
+}
+
+// A node that keeps no identity (sim.BreakIdentityCheck hides its
+// IDENTITY file) starts on another member's data directory: caught at
+// that start.
+func TestClusterCatchesWrongDiskAccepted(t *testing.T) {
+	expectClusterCaught(t, func(seed uint64) sim.Config {
+		cfg := sim.DefaultClusterConfig(seed)
+		cfg.Faults.WrongDisk = 1
+		cfg.Faults.Crash *= 4
+		return cfg
+	}, &sim.BreakIdentityCheck, 8, 0)
+}

@@ -43,6 +43,33 @@
 // after a failed fsync), and every committed partition is read back
 // through the router.
 //
+// # Disks that lie (single node)
+//
+// With Config.Faults.Lie (LyingConfig; TestBehaviour28SimulationLyingDisk)
+// the disk also lies — succeeds with the wrong bytes — about a file of the
+// data directory outside the metadata log, picked in proportion to its
+// size (lie.go, built from errorfs's lying faults): while the node is down
+// after a power loss, a bit flipped in the stored bytes
+// (errorfs.FlipStored), the file cut short (errorfs.TruncateStored) or
+// rolled back to a copy of the same incarnation's file saved at an earlier
+// power loss (errorfs.SaveCopy, Copy.Restore); while it runs, one of the
+// next writes of the file misdirected up to 8 KiB away and reported done
+// (errorfs.MisdirectedWrite), a bad sector failing every read of a range
+// with EIO (errorfs.Sectors) or a bit flipped on every read of a byte
+// (errorfs.Flips), until quiescence. FaultRates.LieKinds picks kinds
+// (-sim.liekinds, -sim.liex in the test). The invariant is detection, as
+// one node has no other copy: an acknowledged message is read intact at
+// its offset or its read fails with a typed error (a
+// *partition.CorruptError, or the EIO of a bad sector) — checked at every
+// reopen offset by offset, and by final reads that go on past each
+// offset reported damaged; a read that succeeds with less than the log
+// holds, a reused offset, a wrong payload, or damage reported where no lie
+// touched the incarnation's files are violations. The incarnations a lie
+// touched are left out of the linearizability check (reads stop below
+// damage by design). Each kind is shown effective by a broken build that
+// ignores damage (BreakSwallowDamage, BreakRebuildOnDamage;
+// TestBehaviour28LyingDiskCatchesSwallowedDamage).
+//
 // # Cluster mode
 //
 // With Config.Nodes > 1 (DefaultClusterConfig: three nodes, five for one
@@ -222,9 +249,13 @@
 // # Known bugs
 //
 // A violation that is an instance of a known engine bug names it in
-// Violation.Known (known.go lists them; none at present); the cluster
-// test skips such seeds unless -sim.known is set, and logs them with
-// their replay commands.
+// Violation.Known (known.go lists them: the limits the lying disk finds
+// on a single node — damage at the very end of a segment that looks like
+// a torn tail, an incarnation file cut short, damage the journal replay
+// meets at open refusing the whole node; and one that is not a lie: a
+// partition left unusable by a failed write-behind is never rebuilt);
+// the cluster and lying-disk tests skip such seeds unless -sim.known is
+// set, and log them with their replay commands.
 //
 // # Replaying
 //
@@ -238,8 +269,13 @@
 //
 // # Scope
 //
-// Topics are FsyncAlways only (the interval and never policies are not
-// exercised), and purge, truncate, retention and topic reconfiguration
+// Lies are single-node only: no cluster node is given a lying disk. With
+// FaultRates.WrongDisk (not in the default cluster faults;
+// TestBehaviour27ClusterWrongDiskRefused) a crashed node is first started
+// on a copy of another member's data directory, which must be refused
+// with host.ErrWrongDataDir (invariant 8); BreakIdentityCheck, which hides
+// the IDENTITY file, is caught there. Topics are FsyncAlways only (the
+// interval and never policies are not exercised), and purge, truncate, retention and topic reconfiguration
 // are not in either workload. Cluster mode has no inbox bursts, removes
 // a node only through a drain (never one whose replicas it cannot move,
 // and never below three members), and its clients do not go through the

@@ -98,6 +98,7 @@ func (s *sim) openNode() *node {
 	s.allMetrics = append(s.allMetrics, n.m)
 	n.inj = s.newInjector()
 	n.inj.spare = metaDir + "/"
+	n.inj.lies, n.inj.lied = s.lies, s.lieFired
 	n.inj.quiet++
 	defer func() { n.inj.quiet-- }()
 
@@ -122,7 +123,11 @@ func (s *sim) openNode() *node {
 		Clock:         s.clk, Metrics: n.m,
 	})
 	if err != nil {
-		s.fail(0, "open node (gen %d): %v", n.gen, err)
+		known := ""
+		if isCorrupt(err) && (s.lies.all || len(s.lies.keys) > 0) {
+			known = knownOpenRefused
+		}
+		s.failKnown(known, 0, "open node (gen %d): %v", n.gen, err)
 		return n
 	}
 	n.eng, n.meta, n.rt = eng, eng.Meta(), eng.Router()
@@ -254,10 +259,13 @@ func (s *sim) reconcile(i int) {
 // One crash in three is a process crash instead: the node's process dies
 // but the machine does not, so everything written — synced or not — is
 // still there (the page cache survives) when the node is rebuilt.
-func (s *sim) crash() {
+func (s *sim) crash() { s.crashWith(s.rng.IntN(3) != 0, nil) }
+
+// crashWith crashes the node — a power loss if power is set, else a
+// process crash — and runs down, if set, while it is down.
+func (s *sim) crashWith(power bool, down func()) {
 	old := s.n
 	old.inj.dead = true
-	power := s.rng.IntN(3) != 0
 	kind := "power loss"
 	if power {
 		s.faults.Crash++
@@ -270,9 +278,15 @@ func (s *sim) crash() {
 	if power {
 		s.mem = s.mem.Crash()
 		old.close() // writes to the lost disk: irrelevant
+		if s.cfg.Faults.Lie > 0 {
+			s.saveCopies()
+		}
 	} else {
 		// The dead process's lock on the data directory dies with it.
 		s.mem.ReleaseLocks()
+	}
+	if down != nil {
+		down()
 	}
 	// A crashed process is not closed: it neither flushes nor syncs
 	// anything; its open files and its shards are simply abandoned.
@@ -314,6 +328,10 @@ type injector struct {
 	eioPrefix string
 	// spare, when set, is a path prefix no fault touches.
 	spare string
+	// lies, when set, are the disk's lies (single-node mode); lied is
+	// told of each one that fires.
+	lies *lies
+	lied func(kind int, op errorfs.Op)
 }
 
 // faultSink counts and records the faults an injector fires.
@@ -366,6 +384,9 @@ func (j *injector) MaybeError(op errorfs.Op) error {
 			return err
 		}
 	}
+	if j.lies != nil {
+		return j.lies.maybeLie(op, j.lied)
+	}
 	return nil
 }
 
@@ -400,6 +421,9 @@ func (s *sim) armDiskError() {
 func (s *sim) faultsOff() {
 	s.n.inj.enospc.Set(false)
 	s.n.inj.eio = nil
+	s.lies.readFaults, s.lies.mis = false, nil
+	s.lies.sectors.Clear()
+	s.lies.flips.Clear()
 }
 
 // readAll reads p from offset 0 to its end without faults (the

@@ -13,5 +13,37 @@ package sim
 //
 // Known engine bugs the simulator finds are classified where they are
 // detected (Violation.Known, as narrowly as the simulator can tell), and
-// the cluster test skips such seeds (-sim.known fails on them instead).
-// None is known at present.
+// the cluster test and the lying-disk test skip such seeds (-sim.known
+// fails on them instead).
+
+// Known engine limits the lying disk (lie.go) finds on a single node.
+const (
+	// knownIncarnationDamage: the incarnation file of a partition is not
+	// checksummed and a directory whose file does not name the committed
+	// incarnation is taken for a dead or half-built one: a bit flipped in
+	// it (stored, or on its way to memory), or the file cut short, makes
+	// Build start the partition over, or the orphan sweep remove it, and
+	// the acknowledged messages are deleted without an error.
+	knownIncarnationDamage = "a damaged incarnation file makes the partition's directory look dead or half-built: it is removed or rebuilt empty, acknowledged messages deleted silently"
+	// knownTailDamage: damage confined to the last records of the last
+	// segment — the file cut short at or inside its last record, that
+	// record's bytes flipped, the file rolled back to an earlier synced
+	// copy — looks exactly like a torn tail, since nothing durable
+	// records how far the log was synced: recovery truncates it, the
+	// acknowledged messages there are lost without an error and their
+	// offsets are handed out again.
+	knownTailDamage = "damage at the very end of the last segment looks like a torn tail (no durable record of the synced end): truncated, acknowledged messages lost and offsets reused"
+	// knownOpenRefused: damage in one partition's files that the journal
+	// replay meets at open (a consumer offset file, a log that no longer
+	// holds what a journal record says it does, a damaged journal
+	// record) makes host.New fail with the *CorruptError: the whole
+	// node refuses to start, where that partition alone should be fenced.
+	knownOpenRefused = "damage the journal replay meets at open makes the whole node refuse to start (typed *CorruptError), not just its partition fenced"
+	// knownUnusableNotRebuilt: not a lie. A journal write-behind that
+	// fails (ENOSPC) and whose rollback cannot be synced (EIO) leaves the
+	// partition failed (partition.ErrUnusable), but only an Append
+	// meeting ErrUnusable fences it for the reconciler to rebuild: reads
+	// answer ErrUnusable until the node restarts (lying-disk seed 19 of
+	// the default range, where the lies only shift the other faults).
+	knownUnusableNotRebuilt = "a partition left unusable by a failed write-behind whose rollback could not be synced is never fenced and rebuilt: reads answer ErrUnusable until a restart"
+)

@@ -55,6 +55,21 @@ type FaultRates struct {
 	// change, Engine.ProposeAddNode): one addition at a time, at most two
 	// per run, and never past seven nodes.
 	Join float64
+	// Lie, in single-node mode, is the chance per scheduler step of a
+	// lying disk fault (lie.go): a bit flipped, a file cut short or rolled
+	// back to an earlier synced copy while the node is down (a power loss
+	// brings it down), or, while it runs, a write misdirected, a bad
+	// sector or a bit flipped on read.
+	Lie float64
+	// LieKinds, when not 0, limits Lie to the kinds it names (LieKind
+	// bits).
+	LieKinds LieKind
+	// WrongDisk, in cluster mode, is the chance per restart of a crashed
+	// node that it is first started on a copy of another node's data
+	// directory (as an operator who swapped disks would): the start must
+	// be refused with host.ErrWrongDataDir (DESIGN behaviour 27), after
+	// which the node starts on its own disk.
+	WrongDisk float64
 	// Remove, in cluster mode, is the chance per scheduler step that a
 	// member of a cluster of four or more starts being removed as
 	// Engine.RemoveNode removes one (cremove.go): DrainNode moves its
@@ -146,6 +161,18 @@ func DefaultConfig(seed uint64) Config {
 	return Config{Seed: seed, Faults: DefaultFaults()}
 }
 
+// LyingConfig is the configuration of the lying-disk seeds: the default
+// faults plus DefaultLie.
+func LyingConfig(seed uint64) Config {
+	cfg := DefaultConfig(seed)
+	cfg.Faults.Lie = DefaultLie
+	return cfg
+}
+
+// DefaultLie is the lying-disk rate of LyingConfig: about four lies in a
+// run of the default length.
+const DefaultLie = 0.002
+
 // DefaultClusterFaults are the fault rates of the default cluster seeds.
 func DefaultClusterFaults() FaultRates {
 	return FaultRates{
@@ -233,10 +260,13 @@ func (c Config) validate() error {
 	if c.cluster() && f.InboxBurst > 0 {
 		errs = append(errs, errors.New("sim: InboxBurst is a single-node fault"))
 	}
-	if !c.cluster() && (f.QuiescedCrash > 0 || f.Join > 0 || f.Remove > 0) {
-		errs = append(errs, errors.New("sim: QuiescedCrash, Join and Remove need Nodes > 1"))
+	if c.cluster() && f.Lie > 0 {
+		errs = append(errs, errors.New("sim: Lie is a single-node fault"))
 	}
-	for _, p := range []float64{f.InboxBurst, f.DiskFull, f.DiskError, f.SlowBuild, f.Crash, f.QuiescedCrash, f.Join, f.Remove,
+	if !c.cluster() && (f.QuiescedCrash > 0 || f.Join > 0 || f.Remove > 0 || f.WrongDisk > 0) {
+		errs = append(errs, errors.New("sim: QuiescedCrash, Join, Remove and WrongDisk need Nodes > 1"))
+	}
+	for _, p := range []float64{f.InboxBurst, f.DiskFull, f.DiskError, f.SlowBuild, f.Crash, f.QuiescedCrash, f.Join, f.Remove, f.Lie, f.WrongDisk,
 		n.Drop, n.Duplicate, n.Reorder, n.Delay, n.Partition, n.Stop} {
 		if p < 0 || p > 1 {
 			errs = append(errs, fmt.Errorf("sim: fault probability %v outside [0, 1]", p))
@@ -294,6 +324,14 @@ type FaultCounts struct {
 	// MetaReopens counts metadata members reopened from their raft log
 	// after it refused a write (a recovery, not a fault).
 	MetaReopens int
+	// Lies counts the lying disk faults that took effect, by kind
+	// (single-node mode, lie.go); Detected the reads and builds of
+	// touched incarnations answered with damage.
+	Lies     LieCounts
+	Detected int
+	// WrongDisks counts the starts on another node's data directory
+	// (cluster mode), each refused.
+	WrongDisks int
 }
 
 // OpCounts counts client operations by kind and by outcome.
@@ -458,6 +496,7 @@ func newSim(cfg Config) *sim {
 		lastServe: make(map[metadata.Namespace]uint64),
 		oracle:    make(map[incKey]*incLog),
 		incs:      newTimeline(),
+		lies:      newLies(),
 	}
 	for i := range cfg.Clients {
 		s.clients = append(s.clients, &client{id: i})
@@ -516,6 +555,11 @@ func (s *sim) tick() {
 		s.crash()
 		return
 	}
+	if s.depth == 0 && s.roll(f.Lie) {
+		if s.lie() {
+			return // it crashed the node
+		}
+	}
 	if !s.n.inj.enospc.On() && s.roll(f.DiskFull) {
 		s.startDiskFull()
 	}
@@ -559,6 +603,7 @@ type sim struct {
 
 	mem        *vfs.MemFS
 	n          *node
+	lies       *lies
 	gen        int
 	allMetrics []*metrics.Metrics
 

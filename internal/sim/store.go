@@ -98,8 +98,20 @@ func (st *simStore) Build(ns metadata.Namespace, epoch uint64) (partition.Partit
 		s.event("slow build ns=%v epoch=%d resumes", ns, epoch)
 	}
 	p, err := st.inner.Build(ns, epoch)
+	if err != nil && BreakRebuildOnDamage.Load() && isDamageError(err) {
+		s.event("build ns=%v epoch=%d: damage, started over (broken): %v", ns, epoch, err)
+		if err = st.inner.Remove(ns); err == nil {
+			p, err = st.inner.Build(ns, epoch)
+		}
+	}
 	if err != nil {
 		s.event("build ns=%v epoch=%d err=%v", ns, epoch, err)
+		if isDamageError(err) {
+			if key := (incKey{ns, epoch}); isCorrupt(err) && !s.damageOK(key) {
+				s.fail(3, "build of %v failed with damage no lie explains: %v", key, err)
+			}
+			s.faults.Detected++
+		}
 		return nil, err
 	}
 	key := incKey{ns, epoch}
@@ -127,9 +139,13 @@ func (s *sim) verifyReopen(n *node, key incKey, log *incLog, p partition.Partiti
 	}
 	for off := next; off < uint64(len(log.ids)); off++ {
 		if log.acked[off] {
-			s.fail(3, "%v reopened with %d messages: acknowledged message %d at offset %d lost", key, next, log.ids[off], off)
+			s.failKnown(s.lossKnown(key, next), 3, "%v reopened with %d messages: acknowledged message %d at offset %d lost", key, next, log.ids[off], off)
 			return
 		}
+	}
+	if s.damageOK(key) {
+		s.verifyDamaged(n, key, log, p)
+		return
 	}
 	msgs, err := s.readAll(n, p)
 	if err != nil {
@@ -173,7 +189,11 @@ func (st *simStore) Remove(ns metadata.Namespace) error {
 		// removed as half-built (its layout is made durable by its first
 		// sync, before any ack): only unacknowledged messages may go with it.
 		if committed && k.epoch == rev && slices.Contains(s.oracle[k].acked, true) {
-			s.fail(3, "the committed incarnation %v was removed with %d messages, some acknowledged", k, len(s.oracle[k].ids))
+			known := ""
+			if s.touched(k, "incarnation") {
+				known = knownIncarnationDamage
+			}
+			s.failKnown(known, 3, "the committed incarnation %v was removed with %d messages, some acknowledged", k, len(s.oracle[k].ids))
 		}
 		delete(s.oracle, k)
 	}
@@ -240,6 +260,10 @@ func (t *tap) Append(msgs []partition.Message) (uint64, error) {
 func (t *tap) Read(from uint64, max int) ([]partition.Message, error) {
 	t.serving("read")
 	msgs, err := t.Partition.Read(from, max)
+	if err != nil && BreakSwallowDamage.Load() && isDamageError(err) {
+		t.s.event("read of %v from %d: damage swallowed (broken): %v", t.key, from, err)
+		return nil, nil
+	}
 	if err == nil {
 		t.s.onRead(t.key, from, msgs)
 	}

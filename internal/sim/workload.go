@@ -362,6 +362,7 @@ func (s *sim) onAnswer(a *attempt, r shard.Response) {
 		a.served = s.lastServe[o.ns]
 	}
 	a.ansEv = s.event("answer a=%d op=%d %s", a.id, o.id, describe(r))
+	s.lieAnswer(a, r.Err)
 	switch {
 	case r.Err == nil:
 		s.onSuccess(a, r)

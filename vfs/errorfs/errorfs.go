@@ -5,6 +5,18 @@
 // it. Ready-made injectors fail the i-th operation (OnIndex, to enumerate
 // crash points), or every matching operation while switched on (Switch,
 // for "the disk is full until space returns").
+//
+// A disk can also lie: succeed and return or keep the wrong bytes. An
+// injector makes an operation lie by returning one of the lie types
+// instead of an error: *FlipOnRead (a read returns a flipped bit),
+// *MisdirectedWrite (a write lands at another offset, reported as done).
+// ReadErrorAt fails the reads of one byte range (a latent sector error),
+// FlipsOnRead returns a flipped bit at chosen addresses on every read,
+// and Chain combines injectors. Damage done to the stored bytes
+// themselves, while nothing runs — a flipped bit (FlipStored), a file cut
+// short (TruncateStored), a file rolled back to an earlier copy
+// (SaveCopy, Copy.Restore) — goes through any vfs.FS, the operating
+// system's included (lie.go).
 package errorfs
 
 import (
@@ -66,6 +78,13 @@ type Op struct {
 	Path string
 	// Flag holds the os.OpenFile flags of an OpOpen, 0 otherwise.
 	Flag int
+	// Off and Len are the file range a read or write covers: for ReadAt
+	// and WriteAt their offset, for Read and Write the file position the
+	// wrapper tracks (-1 when it cannot know it: a write to a file
+	// opened with O_APPEND, and everything after it), and the length of
+	// the buffer. Both are 0 for other operations.
+	Off int64
+	Len int
 }
 
 // Mutating reports whether the operation can change what is on disk:
@@ -253,7 +272,7 @@ func (e *errorFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, e
 	if err != nil {
 		return nil, err
 	}
-	return &errorFile{fs: e, f: f}, nil
+	return &errorFile{fs: e, f: f, appendOnly: flag&os.O_APPEND != 0}, nil
 }
 
 func (e *errorFS) Remove(name string) error {
@@ -318,33 +337,81 @@ func (e *errorFS) Lock(name string) (io.Closer, error) { return e.inner.Lock(nam
 type errorFile struct {
 	fs *errorFS
 	f  vfs.File
+	// pos is the file position Read and Write use, as far as the wrapper
+	// can follow it: a write to an O_APPEND file moves it to the end,
+	// which the wrapper does not know, so lost is set from then on.
+	pos        int64
+	lost       bool
+	appendOnly bool
 }
 
 func (f *errorFile) check(kind OpKind) error { return f.fs.check(kind, f.f.Name()) }
 
+// at is the position of a Read or Write, -1 once it is unknown.
+func (f *errorFile) at(write bool) int64 {
+	if f.lost || (write && f.appendOnly) {
+		return -1
+	}
+	return f.pos
+}
+
+// advance moves the tracked position past n bytes read or written.
+func (f *errorFile) advance(write bool, n int) {
+	if write && f.appendOnly {
+		f.lost = true
+	}
+	f.pos += int64(n)
+}
+
 func (f *errorFile) Name() string { return f.f.Name() }
 
 func (f *errorFile) Read(p []byte) (int, error) {
-	if err := f.check(OpRead); err != nil {
-		return 0, err
-	}
-	return f.f.Read(p)
+	off := f.at(false)
+	n, err := f.read(OpRead, p, off, f.f.Read)
+	f.advance(false, n)
+	return n, err
 }
 
 func (f *errorFile) ReadAt(p []byte, off int64) (int, error) {
-	if err := f.check(OpReadAt); err != nil {
-		return 0, err
-	}
-	return f.f.ReadAt(p, off)
+	return f.read(OpReadAt, p, off, func(b []byte) (int, error) { return f.f.ReadAt(b, off) })
 }
 
-// write runs a Write or WriteAt (do) unless the injector fails it; a
-// *TornWrite lets the first N bytes through first.
-func (f *errorFile) write(kind OpKind, p []byte, do func([]byte) (int, error)) (int, error) {
-	op := Op{Kind: kind, Path: f.f.Name()}
+// read runs a Read or ReadAt (do) of p at off (-1: unknown) unless the
+// injector fails it; a *FlipOnRead lets it run and flips the bytes it
+// names in what it returns.
+func (f *errorFile) read(kind OpKind, p []byte, off int64, do func([]byte) (int, error)) (int, error) {
+	op := Op{Kind: kind, Path: f.f.Name(), Off: off, Len: len(p)}
 	err := f.fs.inj.MaybeError(op)
 	if err == nil {
 		return do(p)
+	}
+	var flip *FlipOnRead
+	if !errors.As(err, &flip) {
+		return 0, wrap(op, err)
+	}
+	n, rerr := do(p)
+	if off >= 0 {
+		flip.apply(p[:n], off)
+	}
+	return n, rerr
+}
+
+// write runs a Write or WriteAt (do) of p at off (-1: unknown) unless
+// the injector fails it; a *TornWrite lets the first N bytes through
+// first, and a *MisdirectedWrite makes a WriteAt write them Delta bytes
+// away and report success.
+func (f *errorFile) write(kind OpKind, p []byte, off int64, do func([]byte) (int, error)) (int, error) {
+	op := Op{Kind: kind, Path: f.f.Name(), Off: off, Len: len(p)}
+	err := f.fs.inj.MaybeError(op)
+	if err == nil {
+		return do(p)
+	}
+	var mis *MisdirectedWrite
+	if errors.As(err, &mis) && kind == OpWriteAt && off+mis.Delta >= 0 {
+		if _, werr := f.f.WriteAt(p, off+mis.Delta); werr != nil {
+			return 0, werr
+		}
+		return len(p), nil
 	}
 	var torn *TornWrite
 	if !errors.As(err, &torn) {
@@ -360,12 +427,18 @@ func (f *errorFile) write(kind OpKind, p []byte, do func([]byte) (int, error)) (
 	return n, wrap(op, err)
 }
 
+// Write writes at the file position. It is never misdirected (a
+// *MisdirectedWrite is an ordinary error for it): the position it
+// moves would tell the caller where the bytes went.
 func (f *errorFile) Write(p []byte) (int, error) {
-	return f.write(OpWrite, p, f.f.Write)
+	off := f.at(true)
+	n, err := f.write(OpWrite, p, off, f.f.Write)
+	f.advance(true, n)
+	return n, err
 }
 
 func (f *errorFile) WriteAt(p []byte, off int64) (int, error) {
-	return f.write(OpWriteAt, p, func(b []byte) (int, error) { return f.f.WriteAt(b, off) })
+	return f.write(OpWriteAt, p, off, func(b []byte) (int, error) { return f.f.WriteAt(b, off) })
 }
 
 func (f *errorFile) Stat() (os.FileInfo, error) {

@@ -1,0 +1,681 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
+	"github.com/parkway-io/parkway/shard"
+	"github.com/parkway-io/parkway/vfs"
+	"github.com/parkway-io/parkway/vfs/errorfs"
+)
+
+// Disks that lie (DESIGN behaviour 28), single-node mode. FaultRates.Lie
+// is the chance per scheduler step of one of six faults after which the
+// disk reports success and the data is wrong; each is aimed at a file of
+// the data directory outside the metadata log, chosen at random:
+//
+//   - while the node is down (the fault is a power loss, then the damage,
+//     then the restart): a bit flipped in the stored bytes
+//     (errorfs.FlipStored), the file cut short (errorfs.TruncateStored),
+//     or the file rolled back to a copy saved, synced, at an earlier power
+//     loss (errorfs.SaveCopy, Copy.Restore);
+//   - while it runs: one of the next few writes of the file lands up to
+//     8 KiB away and reports success (errorfs.MisdirectedWrite), every read
+//     of a few bytes of it fails with EIO (errorfs.Sectors, a latent sector
+//     error) or returns one bit flipped (errorfs.Flips). The read faults
+//     last until quiescence.
+//
+// A single node has no other copy, so the invariant is detection: an
+// acknowledged message is read intact at its offset, or its read fails
+// with a typed error (a *partition.CorruptError, or EIO for a read that
+// met a bad sector); never a wrong payload, never an offset handed out
+// twice, never a message missing from a read that succeeded. The damage
+// is allowed only in the incarnations a lie touched (lieKeys; a file
+// outside every partition directory, as the journal is, excuses every
+// incarnation), and their histories are left out of the linearizability
+// check, since reads stop below damage by design.
+
+// Lie kinds (FaultRates.LieKinds selects some).
+const (
+	lieFlipStored = iota
+	lieTruncate
+	lieRollback
+	lieMisdirect
+	lieReadError
+	lieFlipOnRead
+	lieKinds
+)
+
+// LieKind names one kind of lie, for FaultRates.LieKinds.
+type LieKind uint
+
+// The lie kinds, as FaultRates.LieKinds bits.
+const (
+	LieFlipStored LieKind = 1 << lieFlipStored
+	LieTruncate   LieKind = 1 << lieTruncate
+	LieRollback   LieKind = 1 << lieRollback
+	LieMisdirect  LieKind = 1 << lieMisdirect
+	LieReadError  LieKind = 1 << lieReadError
+	LieFlipOnRead LieKind = 1 << lieFlipOnRead
+)
+
+// LieKindList lists every lie kind, with its name.
+var LieKindList = []struct {
+	Kind LieKind
+	Name string
+}{
+	{LieFlipStored, "flip stored"}, {LieTruncate, "truncate"}, {LieRollback, "rollback"},
+	{LieMisdirect, "misdirected write"}, {LieReadError, "read error"}, {LieFlipOnRead, "flip on read"},
+}
+
+var lieNames = [lieKinds]string{"flip stored", "truncate", "rollback", "misdirected write", "read error", "flip on read"}
+
+// lies is a node's lying-disk state, kept across restarts (the read
+// faults are the disk's, not the process's).
+type lies struct {
+	sectors *errorfs.Sectors
+	flips   *errorfs.Flips
+	// mis, when armed, misdirects one of the next writes to misPath.
+	mis     *errorfs.Index
+	misPath string
+	// saved are copies of files taken right after power losses, when
+	// only synced bytes remain: earlier synced copies to roll back to,
+	// with the incarnation whose directory held each (epoch 0 for a file
+	// outside the partition directories).
+	saved []savedCopy
+	// keys are the incarnations whose data a lie touched, with the kinds
+	// of file touched (fileClass); all is set when one touched a file
+	// outside every partition directory (the journal).
+	keys map[incKey]map[string]bool
+	all  bool
+	// dirs are the partitions whose directory a lie touched: a later
+	// incarnation of the namespace may find the damage too (a damaged
+	// incarnation record cannot say whose directory it is, so it is
+	// kept, and blocks the next incarnation's build with the error).
+	dirs map[metadata.Namespace]bool
+	// points are where lies hit the segments of each incarnation: the
+	// file, the byte (for a truncation or a rollback, -1) and the kind.
+	points map[incKey][]liePoint
+	// readFaults is set while the read faults may fire.
+	readFaults bool
+}
+
+func newLies() *lies {
+	return &lies{sectors: errorfs.NewSectors(), flips: errorfs.NewFlips(), keys: map[incKey]map[string]bool{}, dirs: map[metadata.Namespace]bool{}, points: map[incKey][]liePoint{}}
+}
+
+// savedCopy is a saved copy of a file and the incarnation it belonged to.
+type savedCopy struct {
+	errorfs.Copy
+	epoch uint64
+}
+
+// epochOf is the incarnation committed for the partition directory
+// holding name, 0 for a file outside them (or one of no committed
+// partition).
+func (s *sim) epochOf(name string) uint64 {
+	ns, ok := nsOfPath(name)
+	if !ok {
+		return 0
+	}
+	rev, _ := s.dirEpoch(ns, name)
+	return rev
+}
+
+// dirEpoch is the incarnation whose directory holds name, a file of
+// partition ns: the one its incarnation file names (read from the disk
+// directly, past every fault), else the one committed. A partition being
+// reopened may be an older incarnation than the committed one.
+func (s *sim) dirEpoch(ns metadata.Namespace, name string) (uint64, bool) {
+	// "", "data", "streams", s, "topics", t, "partitions", p: nsOfPath
+	// checked the shape.
+	dir := strings.Join(strings.Split(name, "/")[:8], "/")
+	if b, err := vfs.ReadFile(s.mem, path.Join(dir, "incarnation")); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			if epoch, err := strconv.ParseUint(f[0], 10, 64); err == nil {
+				return epoch, true
+			}
+		}
+	}
+	return s.n.meta.CreatedRevision(ns)
+}
+
+// liePoint is where a lie hit a segment file.
+type liePoint struct {
+	name string
+	off  int64
+	size int64 // the file's size then
+}
+
+// maxSaved bounds the saved copies.
+const maxSaved = 8
+
+// lieInjector is the lying part of a node's injector: the read faults,
+// then the armed misdirected write. fired is told of each lie that took
+// effect, with the operation it changed.
+func (l *lies) maybeLie(op errorfs.Op, fired func(kind int, op errorfs.Op)) error {
+	if l.readFaults {
+		if err := l.sectors.MaybeError(op); err != nil {
+			fired(lieReadError, op)
+			return err
+		}
+		if err := l.flips.MaybeError(op); err != nil {
+			fired(lieFlipOnRead, op)
+			return err
+		}
+	}
+	if l.mis != nil && op.Path == l.misPath {
+		if err := l.mis.MaybeError(op); err != nil {
+			l.mis = nil
+			hit := op
+			if m, ok := err.(*errorfs.MisdirectedWrite); ok && m.Delta < 0 {
+				hit.Off += m.Delta // the first byte it damaged
+			}
+			fired(lieMisdirect, hit)
+			return err
+		}
+	}
+	return nil
+}
+
+// nsOfPath returns the partition whose directory holds name, if any.
+func nsOfPath(name string) (metadata.Namespace, bool) {
+	rest, ok := strings.CutPrefix(name, dataDir+"/streams/")
+	if !ok {
+		return 0, false
+	}
+	parts := strings.Split(rest, "/")
+	if len(parts) < 6 || parts[1] != "topics" || parts[3] != "partitions" {
+		return 0, false
+	}
+	var ids [3]uint64
+	for i, p := range []string{parts[0], parts[2], parts[4]} {
+		v, err := strconv.ParseUint(p, 10, 32)
+		if err != nil {
+			return 0, false
+		}
+		ids[i] = v
+	}
+	ns, err := metadata.NewNamespace(uint32(ids[0]), uint32(ids[1]), uint32(ids[2]))
+	return ns, err == nil
+}
+
+// lieTouched records that a lie changed name: the incarnation committed
+// for its directory now, or every incarnation for a file outside them.
+func (s *sim) lieTouched(name string) {
+	ns, ok := nsOfPath(name)
+	if !ok {
+		s.lies.all = true
+		return
+	}
+	s.lies.dirs[ns] = true
+	if rev, ok := s.dirEpoch(ns, name); ok {
+		key := incKey{ns, rev}
+		if s.lies.keys[key] == nil {
+			s.lies.keys[key] = map[string]bool{}
+		}
+		s.lies.keys[key][fileClass(name)] = true
+	}
+}
+
+// lieAt records that a lie hit byte off of the segment file name (-1:
+// the file was cut short or rolled back).
+func (s *sim) lieAt(name string, off int64) {
+	ns, ok := nsOfPath(name)
+	if !ok || fileClass(name) != "log" {
+		return
+	}
+	var size int64
+	if fi, err := s.mem.Stat(name); err == nil {
+		size = fi.Size()
+	}
+	if rev, ok := s.dirEpoch(ns, name); ok {
+		key := incKey{ns, rev}
+		s.lies.points[key] = append(s.lies.points[key], liePoint{name, off, size})
+	}
+	// A lie in the directory of an incarnation no longer committed
+	// touches nothing anyone reads.
+}
+
+// fileClass names the kind of a partition file: "incarnation", "log",
+// "index" (offset and time indexes), "offsets" (consumer offsets) or
+// "other".
+func fileClass(name string) string {
+	base := path.Base(name)
+	switch {
+	case base == "incarnation":
+		return "incarnation"
+	case strings.HasSuffix(base, ".log"):
+		return "log"
+	case strings.HasSuffix(base, ".index"), strings.HasSuffix(base, ".timeindex"):
+		return "index"
+	case strings.Contains(name, "/offsets/"):
+		return "offsets"
+	}
+	return "other"
+}
+
+// damageOK reports whether key may report damage: a lie touched it.
+func (s *sim) damageOK(key incKey) bool {
+	return s.lies != nil && (s.lies.all || s.lies.keys[key] != nil || s.lies.dirs[key.ns])
+}
+
+// touched reports whether a lie touched a file of class in key.
+func (s *sim) touched(key incKey, class string) bool {
+	return s.lies != nil && s.lies.keys[key][class]
+}
+
+// lossKnown classifies a silent loss of the messages [next, end) of key,
+// found after a lie, as a known limit (known.go), or "" if none explains
+// it. A lie that touched the journal may have hidden a tail the journal
+// would have repaired, so it counts as touching the log.
+func (s *sim) lossKnown(key incKey, next uint64) string {
+	switch {
+	case s.touched(key, "incarnation"):
+		return knownIncarnationDamage
+	case s.lies.all:
+		// The journal was touched: it may have held what would repair
+		// the tail.
+		return knownTailDamage
+	}
+	// The tail's damage looks like a torn tail only when it hit the
+	// records lost, the last of the file (or the file was cut short or
+	// rolled back: its end is then gone whole). Records are a 60-byte
+	// header and the payload (the workload sets no key or headers).
+	var lost int64
+	if log := s.oracle[key]; log != nil {
+		for _, id := range log.ids[min(next, uint64(len(log.ids))):] {
+			lost += 60 + int64(s.payloadLen(id))
+		}
+	}
+	for _, pt := range s.lies.points[key] {
+		if pt.off < 0 || pt.off >= pt.size-lost {
+			return knownTailDamage
+		}
+	}
+	return ""
+}
+
+// payloadLen is the length of message id's payload.
+func (s *sim) payloadLen(id uint64) int {
+	info := s.msgs[id]
+	if info == nil {
+		return 0
+	}
+	for i, mid := range info.a.ids {
+		if mid == id {
+			return len(info.a.req.Messages[i].Payload)
+		}
+	}
+	return 0
+}
+
+// failKnown records a violation classified as the known limit known (a
+// plain violation when known is "").
+func (s *sim) failKnown(known string, inv int, format string, args ...any) {
+	s.fail(inv, format, args...)
+	if s.viol != nil && s.viol.Known == "" && known != "" && s.viol.Detail == fmt.Sprintf(format, args...) {
+		s.viol.Known = known
+	}
+}
+
+// isDamageError reports whether err is how damage may be reported: a
+// typed corruption error, or the EIO of a bad sector.
+func isDamageError(err error) bool {
+	return isCorrupt(err) || errors.Is(err, syscall.EIO)
+}
+
+// isCorrupt reports whether err is a typed corruption error.
+func isCorrupt(err error) bool {
+	var ce *partition.CorruptError
+	return errors.As(err, &ce) || errors.Is(err, partition.ErrCorrupt)
+}
+
+// dataFiles lists the files of the data directory a lie may hit: every
+// regular file outside the metadata log, but the lock and the identity.
+func (s *sim) dataFiles() []string {
+	var out []string
+	var walk func(dir string)
+	walk = func(dir string) {
+		names, err := s.mem.ReadDir(dir)
+		if err != nil {
+			return
+		}
+		for _, n := range names {
+			p := path.Join(dir, n)
+			fi, err := s.mem.Stat(p)
+			if err != nil {
+				continue
+			}
+			if fi.IsDir() {
+				if p != metaDir {
+					walk(p)
+				}
+				continue
+			}
+			if dir == dataDir && (n == "LOCK" || n == "IDENTITY") || strings.HasPrefix(n, ".") {
+				continue
+			}
+			if fi.Size() > 0 {
+				out = append(out, p)
+			}
+		}
+	}
+	walk(dataDir)
+	return out
+}
+
+// pickFile picks one of files, weighted by size (at least lieMinWeight
+// bytes each): a bit that rots, a sector that goes bad or a write that
+// goes astray hits a file about in proportion to the space it takes.
+func (s *sim) pickFile(files []string) string {
+	weights := make([]int64, len(files))
+	var total int64
+	for i, f := range files {
+		w := int64(lieMinWeight)
+		if fi, err := s.mem.Stat(f); err == nil {
+			w = max(w, fi.Size())
+		}
+		weights[i] = w
+		total += w
+	}
+	r := s.rng.Int64N(total)
+	for i, w := range weights {
+		if r < w {
+			return files[i]
+		}
+		r -= w
+	}
+	return files[len(files)-1]
+}
+
+// lieMinWeight is the weight of a small file in pickFile.
+const lieMinWeight = 64
+
+// lie injects one lying fault of a kind chosen at random, and reports
+// whether it crashed the node (to damage it while down).
+func (s *sim) lie() bool {
+	files := s.dataFiles()
+	if len(files) == 0 {
+		return false
+	}
+	kind := s.rng.IntN(lieKinds)
+	if mask := s.cfg.Faults.LieKinds; mask != 0 {
+		var kinds []int
+		for k := range lieKinds {
+			if mask&(1<<k) != 0 {
+				kinds = append(kinds, k)
+			}
+		}
+		kind = kinds[s.rng.IntN(len(kinds))]
+	}
+	name := s.pickFile(files)
+	fi, err := s.mem.Stat(name)
+	if err != nil {
+		return false
+	}
+	size := fi.Size()
+	switch kind {
+	case lieFlipStored, lieTruncate, lieRollback:
+		s.crashWith(true, func() { s.lieDown(kind, name) })
+		return true
+	case lieMisdirect:
+		if s.lies.mis != nil {
+			return false
+		}
+		delta := int64(1 + s.rng.IntN(8192))
+		if s.rng.IntN(2) == 0 {
+			delta = -delta
+		}
+		k := int64(s.rng.IntN(4))
+		s.lies.mis, s.lies.misPath = errorfs.OnIndex(k, &errorfs.MisdirectedWrite{Delta: delta}, errorfs.OpWriteAt), name
+		s.event("lie armed: misdirected write #%d of %s by %+d", k, name, delta)
+	case lieReadError:
+		off := s.rng.Int64N(size)
+		n := int64(1 + s.rng.IntN(512))
+		s.lies.sectors.Add(name, off, n)
+		s.lies.readFaults = true
+		s.event("lie armed: read error on %s [%d, %d)", name, off, off+n)
+	case lieFlipOnRead:
+		off := s.rng.Int64N(size)
+		mask := byte(1 << s.rng.IntN(8))
+		s.lies.flips.Add(name, off, mask)
+		s.lies.readFaults = true
+		s.event("lie armed: flip on read of %s at byte %d mask %#02x", name, off, mask)
+	}
+	return false
+}
+
+// lieDown damages name while the node is down.
+func (s *sim) lieDown(kind int, name string) {
+	fi, err := s.mem.Stat(name)
+	if err != nil {
+		s.event("lie %s: %s is gone after the crash", lieNames[kind], name)
+		return
+	}
+	size := fi.Size()
+	switch kind {
+	case lieFlipStored:
+		if size == 0 {
+			return
+		}
+		off := s.rng.Int64N(size)
+		mask := byte(1 << s.rng.IntN(8))
+		err = errorfs.FlipStored(s.mem, name, off, mask)
+		s.event("LIE flip stored %s at byte %d mask %#02x: %v", name, off, mask, errString(err))
+		s.lieAt(name, off)
+	case lieTruncate:
+		to := s.rng.Int64N(max(size, 1))
+		err = errorfs.TruncateStored(s.mem, name, to)
+		s.event("LIE truncate %s from %d to %d bytes: %v", name, size, to, errString(err))
+		s.lieAt(name, -1)
+	case lieRollback:
+		// An earlier copy of the same file: of the same incarnation (a
+		// file of a dead incarnation restored into its successor's
+		// directory is not a rollback but a foreign file, which nothing
+		// in a record could tell).
+		var c *errorfs.Copy
+		epoch := s.epochOf(name)
+		for i := range s.lies.saved {
+			if sc := &s.lies.saved[i]; sc.Name == name && sc.epoch == epoch {
+				c = &sc.Copy
+			}
+		}
+		if c == nil {
+			s.event("lie rollback: no earlier copy of %s", name)
+			return
+		}
+		err = c.Restore(s.mem)
+		s.lieAt(name, -1)
+		s.event("LIE rollback %s from %d to %d bytes: %v", name, size, len(c.Data), errString(err))
+	}
+	if err != nil {
+		s.fail(0, "lie %s on %s: %v", lieNames[kind], name, err)
+		return
+	}
+	s.lieFired(kind, errorfs.Op{Path: name})
+}
+
+// lieFired counts a lie that took effect and records what it touched.
+func (s *sim) lieFired(kind int, op errorfs.Op) {
+	s.faults.Lies[kind]++
+	s.lieTouched(op.Path)
+	switch kind {
+	case lieMisdirect:
+		// Both the range meant and the range hit are damaged.
+		s.lieAt(op.Path, op.Off)
+	case lieFlipOnRead:
+		if err, ok := s.lies.flips.MaybeError(op).(*errorfs.FlipOnRead); ok {
+			s.lieAt(op.Path, err.Off)
+		}
+	}
+	if kind >= lieMisdirect {
+		s.event("lie %s fired: %v %s [%d, +%d)", lieNames[kind], op.Kind, op.Path, op.Off, op.Len)
+	}
+}
+
+// saveCopies, after a power loss, saves the content of a random data
+// file (the disk holds only synced bytes then): a copy a later rollback
+// may restore.
+func (s *sim) saveCopies() {
+	files := s.dataFiles()
+	if len(files) == 0 {
+		return
+	}
+	name := files[s.rng.IntN(len(files))]
+	c, err := errorfs.SaveCopy(s.mem, name)
+	if err != nil {
+		return
+	}
+	if len(s.lies.saved) == maxSaved {
+		s.lies.saved = s.lies.saved[1:]
+	}
+	s.lies.saved = append(s.lies.saved, savedCopy{Copy: c, epoch: s.epochOf(name)})
+	s.event("saved a copy of %s (%d bytes)", name, len(c.Data))
+}
+
+// lieAnswer checks an answer against the lies: damage reported for an
+// incarnation no lie touched is a false alarm (invariant 3).
+func (s *sim) lieAnswer(a *attempt, err error) {
+	if err == nil || !isCorrupt(err) {
+		return
+	}
+	// The damage may be an incarnation's that was replaced while the
+	// request waited (a parked frame answered with its build's failure).
+	for _, epoch := range s.incs.during(a.op.ns, a.op.callEv, s.tr.n) {
+		if s.damageOK(incKey{a.op.ns, epoch}) {
+			return
+		}
+	}
+	s.fail(3, "attempt %d (op %d %v %v) answered with damage no lie explains: %v", a.id, a.op.id, a.op.kind, a.op.ns, err)
+}
+
+// LieCounts counts the lying faults that took effect, by kind.
+type LieCounts [lieKinds]int
+
+// String lists the non-zero counts.
+func (c LieCounts) String() string {
+	var parts []string
+	for k, n := range c {
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", lieNames[k], n))
+		}
+	}
+	return "{" + strings.Join(parts, " ") + "}"
+}
+
+// Total is the number of lies.
+func (c LieCounts) Total() int {
+	t := 0
+	for _, n := range c {
+		t += n
+	}
+	return t
+}
+
+// verifyDamaged checks a reopened incarnation a lie touched: every
+// message below its end is read alone, without faults, and is either the
+// message appended there, intact, or a typed damage error. Nothing
+// acknowledged may be past its end: the next append would reuse the
+// offset (verifyReopen checked that).
+func (s *sim) verifyDamaged(n *node, key incKey, log *incLog, p partition.Partition) {
+	n.inj.quiet++
+	defer func() { n.inj.quiet-- }()
+	next := p.NextOffset()
+	if p.StartOffset() != 0 {
+		s.fail(3, "%v reopened after a lie starting at offset %d: the messages below are gone without an error", key, p.StartOffset())
+		return
+	}
+	damaged := 0
+	for off := uint64(0); off < next; off++ {
+		msgs, err := p.Read(off, 1)
+		switch {
+		case err != nil && isDamageError(err):
+			damaged++
+			continue
+		case err != nil:
+			s.fail(3, "%v reopened after a lie: reading offset %d: %v", key, off, err)
+			return
+		case len(msgs) == 0:
+			s.fail(3, "%v reopened after a lie: offset %d below its end %d reads nothing, without an error", key, off, next)
+			return
+		}
+		id, ok := decodePayload(msgs[0].Payload)
+		if msgs[0].Offset != off || !ok || id != log.ids[off] {
+			s.fail(3, "%v reopened after a lie: reading offset %d returned offset %d, message %d (intact %v), want message %d",
+				key, off, msgs[0].Offset, id, ok, log.ids[off])
+			return
+		}
+	}
+	if damaged > 0 {
+		s.faults.Detected++
+		s.event("reopen %v after a lie: %d of %d offsets report damage", key, damaged, next)
+	}
+	if lost := uint64(len(log.ids)) - next; lost > 0 {
+		s.event("reopen %v: %d unacknowledged messages lost", key, lost)
+	}
+	log.ids, log.acked = log.ids[:next], log.acked[:next]
+}
+
+// finalReadDamaged is the final read of an incarnation a lie touched:
+// from offset 0 to its end, every message is read intact at its offset
+// (the storage tap checks each read) or its read is answered with a
+// typed damage error, after which the read goes on at the next offset;
+// a read that succeeds with nothing below the end is a silent loss. A
+// partition whose build fails for damage is refused whole
+// (shard.ErrPartitionFailed wrapping the damage). It reports true when
+// the partition is fenced after a failed fsync (finalReads restarts the
+// node then).
+func (s *sim) finalReadDamaged(key incKey) bool {
+	log := s.oracle[key]
+	damaged := 0
+	for from := uint64(0); s.viol == nil; {
+		o := s.dataOpFinal(key.ns, from)
+		if !s.awaitFinal(o) {
+			return false
+		}
+		switch {
+		case o.outcome == outcomeOK && log == nil:
+			s.fail(4, "committed partition %v was never built", key)
+			return false
+		case o.outcome == outcomeOK:
+			msgs := o.resp.Messages
+			if len(msgs) == 0 {
+				if from < uint64(len(log.ids)) {
+					s.fail(3, "final read of %v (touched by a lie) from %d returned nothing without an error; the incarnation holds %d messages",
+						key, from, len(log.ids))
+					return false
+				}
+				if damaged > 0 {
+					s.faults.Detected++
+				}
+				s.event("final %v (touched by a lie) messages=%d damaged=%d", key, len(log.ids), damaged)
+				return false
+			}
+			from = msgs[len(msgs)-1].Offset + 1
+		case isDamageError(o.err) && errors.Is(o.err, shard.ErrPartitionFailed):
+			s.faults.Detected++
+			s.event("final read of %v (touched by a lie): refused whole for damage: %v", key, o.err)
+			return false
+		case isDamageError(o.err):
+			damaged++
+			if from++; log != nil && from > uint64(len(log.ids)) {
+				s.fail(3, "final read of %v (touched by a lie): damage reported at offset %d, past the %d messages appended", key, from-1, len(log.ids))
+				return false
+			}
+		case errors.Is(o.err, shard.ErrPartitionFailed):
+			s.event("final read of %v: fenced after a failed fsync", key)
+			return true
+		default:
+			s.fail(4, "committed partition %v (touched by a lie) not readable at quiescence from %d: %v", key, from, o.err)
+			return false
+		}
+	}
+	return false
+}
