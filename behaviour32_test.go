@@ -1,0 +1,200 @@
+package parkway_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/vfs"
+)
+
+// countingFS counts, while on, what a create + produce costs the disk
+// through the vfs seam: fsyncs of files (Sync and Datasync) and of
+// directories (SyncDir), and the directory entries created (a file opened
+// with O_CREATE that did not exist, each directory MkdirAll made, each
+// rename's new name). What it counts is recorded by path, so a failure
+// says which operations they were.
+type countingFS struct {
+	vfs.FS
+	on atomic.Bool
+
+	mu      sync.Mutex
+	syncs   []string // "file <path>" or "dir <path>"
+	creates []string
+}
+
+func (c *countingFS) record(list *[]string, what string) {
+	if !c.on.Load() {
+		return
+	}
+	c.mu.Lock()
+	*list = append(*list, what)
+	c.mu.Unlock()
+}
+
+// counts returns what was counted since the last reset.
+func (c *countingFS) counts() (syncs, creates []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.syncs), slices.Clone(c.creates)
+}
+
+func (c *countingFS) reset() {
+	c.mu.Lock()
+	c.syncs, c.creates = nil, nil
+	c.mu.Unlock()
+}
+
+func (c *countingFS) exists(name string) bool {
+	_, err := c.FS.Stat(name)
+	return err == nil
+}
+
+func (c *countingFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	created := flag&os.O_CREATE != 0 && !c.exists(name)
+	f, err := c.FS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	if created {
+		c.record(&c.creates, "file "+name)
+	}
+	return &countingFile{File: f, c: c}, nil
+}
+
+func (c *countingFS) MkdirAll(dir string, perm os.FileMode) error {
+	var missing []string
+	for d := filepath.Clean(dir); !c.exists(d); d = filepath.Dir(d) {
+		missing = append(missing, d)
+		if d == filepath.Dir(d) {
+			break
+		}
+	}
+	if err := c.FS.MkdirAll(dir, perm); err != nil {
+		return err
+	}
+	for _, d := range missing {
+		c.record(&c.creates, "dir "+d)
+	}
+	return nil
+}
+
+func (c *countingFS) Rename(oldname, newname string) error {
+	if err := c.FS.Rename(oldname, newname); err != nil {
+		return err
+	}
+	c.record(&c.creates, "rename "+newname)
+	return nil
+}
+
+func (c *countingFS) SyncDir(dir string) error {
+	c.record(&c.syncs, "dir "+dir)
+	return c.FS.SyncDir(dir)
+}
+
+type countingFile struct {
+	vfs.File
+	c *countingFS
+}
+
+func (f *countingFile) Sync() error {
+	f.c.record(&f.c.syncs, "file "+f.Name())
+	return f.File.Sync()
+}
+
+// Datasync counts as a file fsync, then passes vfs.Datasync through.
+func (f *countingFile) Datasync() error {
+	f.c.record(&f.c.syncs, "file "+f.Name())
+	return vfs.Datasync(f.File)
+}
+
+var _ io.Closer = (*countingFile)(nil)
+
+// createProduceCost opens a one-node data directory through a counting
+// filesystem, creates a first topic and produces to it (what a node pays
+// once: its stream's directories, the journal's first file), then counts
+// the fsyncs and directory entries created from the call that creates a
+// second topic to the acknowledgement of the first produce to it.
+func createProduceCost(t *testing.T, policy parkway.FsyncPolicy) (syncs, creates []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fsys := &countingFS{FS: vfs.Default}
+	n, err := parkway.Open(parkway.Config{Shards: 2, DataDir: t.TempDir(), FS: fsys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := n.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	s, err := n.CreateStream(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A long interval: no interval sync runs within the measurement, as in
+	// the bench module's case 6.
+	opt := parkway.WithFsync(policy, time.Hour)
+	warm, err := n.CreateTopic(ctx, s, "warm", 1, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Produce(ctx, warm, parkway.PartitionID(0), parkway.Message{Payload: []byte("warm")}); err != nil {
+		t.Fatal(err)
+	}
+	fsys.reset()
+	fsys.on.Store(true)
+	tp, err := n.CreateTopic(ctx, s, "new", 1, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("first")}); err != nil {
+		t.Fatal(err)
+	}
+	fsys.on.Store(false)
+	return fsys.counts()
+}
+
+// DESIGN behaviour 32: a new partition costs its creator no fsync and no
+// file creation beyond what its first acknowledged message needs. Counted
+// through the vfs seam, from CreateTopic to the first produce's ack, on
+// one node with a data directory: under FsyncAlways at most two fsyncs
+// (the metadata command's, and one group commit for the message) and
+// under FsyncInterval one (the metadata command's; the message is written,
+// not synced, before its ack), and under both no directory entry created.
+func TestBehaviour32CreateAndProduceCostNoFsyncOrFileOfTheirOwn(t *testing.T) {
+	for _, tc := range []struct {
+		policy   parkway.FsyncPolicy
+		maxSyncs int
+	}{{parkway.FsyncAlways, 2}, {parkway.FsyncInterval, 1}} {
+		t.Run(tc.policy.String(), func(t *testing.T) {
+			syncs, creates := createProduceCost(t, tc.policy)
+			t.Logf("%d fsyncs, %d entries created", len(syncs), len(creates))
+			if len(syncs) > tc.maxSyncs || len(creates) > 0 {
+				t.Errorf("create + first ack cost %d fsyncs (limit %d) and %d directory entries (limit 0):\n%s",
+					len(syncs), tc.maxSyncs, len(creates), describeOps(syncs, creates))
+			}
+		})
+	}
+}
+
+func describeOps(syncs, creates []string) string {
+	var b strings.Builder
+	for _, s := range syncs {
+		fmt.Fprintf(&b, "  fsync  %s\n", s)
+	}
+	for _, c := range creates {
+		fmt.Fprintf(&b, "  create %s\n", c)
+	}
+	return b.String()
+}
