@@ -108,6 +108,12 @@ func TestUnusablePartitionIsRebuiltAfterDiskFull(t *testing.T) {
 		s := mustStream(t, n, "s")
 		tp := mustTopic(t, n, s, "t", 1)
 		mustProduce(t, n, tp, parkway.PartitionID(0), "before")
+		// A consumer offset needs the partition's files: a new partition
+		// of an FsyncAlways topic has none until then (behaviour 32), and
+		// a disk full while it creates them refuses the append cleanly.
+		if err := n.StoreOffset(ctxFor(t), "c", tp, 0, 1); err != nil {
+			t.Fatal(err)
+		}
 		full.Set(true)
 		// Larger than what a journaled partition keeps behind its file
 		// (see TestDiskFullIsErrNoSpaceAndRecovers).

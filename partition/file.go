@@ -355,7 +355,7 @@ func (s *FileStore) Build(ns metadata.Namespace, epoch uint64) (Partition, error
 	if err := s.acquire(ns); err != nil {
 		return nil, err
 	}
-	p, err := s.build(ns, epoch)
+	p, err := s.build(ns, epoch, false)
 	if err != nil {
 		s.release(ns)
 		return nil, err
@@ -363,7 +363,51 @@ func (s *FileStore) Build(ns metadata.Namespace, epoch uint64) (Partition, error
 	return p, nil
 }
 
-func (s *FileStore) build(ns metadata.Namespace, epoch uint64) (*filePartition, error) {
+// BuildDeferred is Build, except that a partition the store does not hold
+// yet is not created on disk: it is returned deferred, with no directory
+// and no file, and costs no system call beyond the look-up that finds
+// nothing there. Its files are created when something needs them (see
+// filePartition.materialize). A partition the store holds (a reopen) is
+// opened as by Build.
+//
+// Why. A new partition's files are ten or so directory entries and, at
+// its first Sync, six or seven fsyncs of its layout: on the path from a
+// topic's creation to its first acknowledged message they cost more than
+// the message (DESIGN behaviour 32). A deferred partition attached to a
+// Journal (Journal.Attach) keeps its records in memory and in the store's
+// journal, which already holds the records of every journaled partition
+// until their files have them: its first message costs one journal write
+// and one fdatasync shared with every shard's group, and no file of its
+// own. Its files are created off the acknowledgement path: when it has
+// more records than it holds behind (writeBehind), at the journal's
+// checkpoint, or when a read, a consumer offset or a Close needs them. The
+// journal entries written while its layout is not durable are marked
+// (journalEntryFresh), so a replay after a crash recreates the partition
+// from them (see replayPartition). Not attached to a journal, a deferred
+// partition creates its files at its first Append: it is for partitions
+// whose acknowledgements go through a journal (FsyncAlways on one node).
+//
+// The alternative, logging the partition's creation in the metadata log
+// with the command that creates it, would make the creation durable with
+// the command's fsync, but the first message would still need a file to
+// go to and a layout to be durable in; the journal is where every
+// journaled partition's acknowledged records already live.
+func (s *FileStore) BuildDeferred(ns metadata.Namespace, epoch uint64) (Partition, error) {
+	if err := checkNamespace(ns); err != nil {
+		return nil, err
+	}
+	if err := s.acquire(ns); err != nil {
+		return nil, err
+	}
+	p, err := s.build(ns, epoch, true)
+	if err != nil {
+		s.release(ns)
+		return nil, err
+	}
+	return p, nil
+}
+
+func (s *FileStore) build(ns metadata.Namespace, epoch uint64, deferred bool) (*filePartition, error) {
 	dir := s.partitionDir(ns)
 	inc, err := readIncarnation(s.fs, dir)
 	switch {
@@ -393,11 +437,26 @@ func (s *FileStore) build(ns metadata.Namespace, epoch uint64) (*filePartition, 
 	default:
 		return nil, err // unreadable: keep the data, report
 	}
+	// A deferred partition closed with records in the journal only (its
+	// files could not be created or synced) comes back from the journal.
+	lost := s.hasLost(ns, epoch)
+	if deferred && !lost && isNotExist(err) {
+		if _, serr := s.fs.Stat(dir); isNotExist(serr) {
+			return s.deferredPartition(ns, epoch, dir), nil
+		}
+	}
 	if err := s.fs.RemoveAll(dir); err != nil {
 		return nil, err
 	}
-	s.forgetLost(ns)
+	if !lost {
+		s.forgetLost(ns)
+	}
 	p, err := s.open(ns, epoch, dir, true)
+	if err == nil && lost {
+		if p, err = s.reapplyLost(p); err != nil {
+			_ = p.closeFiles()
+		}
+	}
 	if err != nil {
 		// Best effort: a later Build discards a half-built directory anyway.
 		_ = s.fs.RemoveAll(dir)
@@ -659,23 +718,7 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 		}
 		p.consumers = map[string]uint64{}
 	}
-	// offsets/ gained consumers/ and groups/; those two are empty, so the
-	// entry in their parent is all there is to make durable.
-	p.layout = append(p.layout, filepath.Join(dir, "offsets"))
-	// The directories above the partition's own are shared with other
-	// partitions: their fsyncs are batched (see dirSyncs), so the change
-	// is numbered now that it is made.
-	var shared []string
-	for _, d := range p.layout {
-		if !within(d, dir) {
-			shared = append(shared, d)
-		}
-	}
-	if fresh {
-		p.layoutGen = s.dirs.mark(shared)
-	} else {
-		p.layoutGen = s.dirs.markExisting(shared)
-	}
+	p.markLayout(fresh)
 	if fresh {
 		// Nothing is synced here: a build costs no fsync. The layout —
 		// the incarnation file, the new directories — is made durable by
@@ -725,6 +768,86 @@ func (p *filePartition) findDeletedTail(indexOnly []uint64) error {
 	p.holes = append(p.holes, hole{from: p.next, to: end, err: ce})
 	p.fenced = fmt.Errorf("partition %v: writes refused: its last segments are missing, and the log's end with them: %w", p.ns, ce)
 	p.next = end
+	return nil
+}
+
+// markLayout completes p.layout once the partition's directories exist:
+// offsets/ gained consumers/ and groups/; those two are empty, so the
+// entry in their parent is all there is to make durable. The directories
+// above the partition's own are shared with other partitions: their
+// fsyncs are batched (see dirSyncs), so the change is numbered now that
+// it is made.
+func (p *filePartition) markLayout(fresh bool) {
+	p.layout = append(p.layout, filepath.Join(p.dir, "offsets"))
+	var shared []string
+	for _, d := range p.layout {
+		if !within(d, p.dir) {
+			shared = append(shared, d)
+		}
+	}
+	if fresh {
+		p.layoutGen = p.store.dirs.mark(shared)
+	} else {
+		p.layoutGen = p.store.dirs.markExisting(shared)
+	}
+}
+
+// deferredPartition returns the new, empty partition ns at epoch without
+// creating anything on disk (see BuildDeferred).
+func (s *FileStore) deferredPartition(ns metadata.Namespace, epoch uint64, dir string) *filePartition {
+	seg := newSegment(dir, 0)
+	seg.maxTSKnown = true
+	p := &filePartition{
+		store: s, fs: s.fs, ns: ns, epoch: epoch, dir: dir, segs: []*segment{seg},
+		lastAT: math.MinInt64, consumers: make(map[string]uint64), deferred: true,
+	}
+	p.setMark()
+	return p
+}
+
+// materialize creates the files of a deferred partition (BuildDeferred)
+// as a fresh Build would: its directories, the files of its one segment
+// and the incarnation file, none of them synced — its layout is pending,
+// made durable by its next Sync, as a fresh Build's. The records it holds
+// stay behind (wpend) for flushWrites to write. A failure leaves it
+// deferred, and the next attempt starts the directory over.
+func (p *filePartition) materialize() (err error) {
+	if !p.deferred {
+		return nil
+	}
+	if p.broken != nil {
+		return p.broken
+	}
+	s, tail := p.store, p.tail()
+	if p.tried {
+		if err := s.fs.RemoveAll(p.dir); err != nil {
+			return err
+		}
+	}
+	p.tried = true
+	p.layout = s.ancestors(p.dir, true)
+	p.layoutPending = true // createSegment leaves the directory's fsync to the layout's
+	defer func() {
+		if err != nil {
+			_ = tail.close()
+			p.layout, p.layoutPending = nil, false
+		}
+	}()
+	for _, sub := range []string{consumersDir, groupsDir} {
+		if err := s.fs.MkdirAll(filepath.Join(p.dir, sub), 0o755); err != nil {
+			return err
+		}
+	}
+	seg, err := p.createSegment(tail.base)
+	if err != nil {
+		return err
+	}
+	tail.log, tail.idx, tail.tidx = seg.log, seg.idx, seg.tidx
+	if err := writeIncarnation(s.fs, p.dir, p.epoch); err != nil {
+		return err
+	}
+	p.markLayout(true)
+	p.deferred, p.tried = false, false
 	return nil
 }
 

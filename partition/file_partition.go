@@ -37,10 +37,15 @@ type filePartition struct {
 	layout        []string
 	layoutGen     uint64 // the change to layout's shared directories (dirSyncs)
 	layoutPending bool
-	consumers     map[string]uint64
-	buf           []byte // append scratch
-	idxBuf        []byte // index scratch
-	closed        bool
+	// deferred: built by BuildDeferred and not materialised yet — nothing
+	// of the partition is on disk, its records are held behind (wpend)
+	// and, once committed, in its journal; tried: a materialisation
+	// failed part-way, and the next one starts its directory over.
+	deferred, tried bool
+	consumers       map[string]uint64
+	buf             []byte // append scratch
+	idxBuf          []byte // index scratch
+	closed          bool
 	// broken is set when a failed append could not be rolled back (the
 	// file may hold bytes past the logical end; appending over them could
 	// leave a stale record that a reopen would resurrect) or when an fsync
@@ -189,6 +194,9 @@ func removeSegmentFiles(fsys vfs.FS, s *segment) error {
 // Preallocate, the old tail is also truncated to its size, which releases
 // the unused part of its reservation.
 func (p *filePartition) roll() error {
+	if err := p.materialize(); err != nil {
+		return err
+	}
 	if err := p.flushWrites(false); err != nil {
 		return err
 	}
@@ -290,6 +298,11 @@ func (p *filePartition) Append(msgs []Message) (uint64, error) {
 	}
 	if p.stash && uint64(len(p.wpend))+total <= writeBehind {
 		return p.appendBehind(tail, msgs)
+	}
+	// A deferred partition holds only what fits behind: these records
+	// need its files.
+	if err := p.materialize(); err != nil {
+		return 0, err
 	}
 	if err := p.flushWrites(false); err != nil {
 		return 0, err
@@ -409,6 +422,9 @@ func (p *filePartition) flushWrites(keep bool) error {
 	}
 	if p.broken != nil {
 		return p.broken
+	}
+	if err := p.materialize(); err != nil {
+		return err // the records stay behind
 	}
 	tail := p.tail()
 	f, err := tail.log.acquire()
@@ -681,6 +697,9 @@ func (p *filePartition) sync() error {
 	if err := p.flushWrites(false); err != nil {
 		return err
 	}
+	if p.deferred {
+		return nil // nothing held, nothing on disk: an empty partition
+	}
 	if p.layoutPending {
 		withTail := p.synced != p.next
 		if err := p.syncLayoutWith(withTail); err != nil {
@@ -750,6 +769,9 @@ func (p *filePartition) syncLayout() error { return p.syncLayoutWith(false) }
 // other operation in flight, whenever the goroutines happened to
 // overlap. With a large budget the bound changes nothing.
 func (p *filePartition) syncLayoutWith(withTail bool) error {
+	if err := p.materialize(); err != nil {
+		return err
+	}
 	if !p.layoutPending {
 		return nil
 	}
@@ -1020,10 +1042,13 @@ func (p *filePartition) Read(from uint64, max int) ([]Message, error) {
 	if max <= 0 || from >= p.next {
 		return nil, nil
 	}
+	count := int(min(uint64(max), p.next-from))
+	if p.deferred {
+		return p.readBehind(func(m *Message) bool { return m.Offset >= from }, count)
+	}
 	if err := p.flushWrites(false); err != nil {
 		return nil, err
 	}
-	count := int(min(uint64(max), p.next-from))
 	for _, h := range p.holes {
 		if h.to <= from {
 			continue
@@ -1055,11 +1080,38 @@ func (p *filePartition) Read(from uint64, max int) ([]Message, error) {
 	return out, nil
 }
 
+// readBehind serves a deferred partition's reads from its records, which
+// are all held behind (wpend), without creating its files: up to count
+// messages from the first that from accepts on. They alias a copy, as
+// wpend is appended to and reused.
+func (p *filePartition) readBehind(from func(*Message) bool, count int) ([]Message, error) {
+	b := slices.Clone(p.wpend)
+	var out []Message
+	for used := 0; used < len(b) && len(out) < count; {
+		m, n, err := decodeRecord(b[used:], p.tail().logPath, int64(used))
+		if err != nil {
+			return nil, err
+		}
+		if len(out) > 0 || from(&m) {
+			out = append(out, m)
+		}
+		used += n
+	}
+	return out, nil
+}
+
 // OffsetForTime finds the first segment whose newest append time reaches
 // t, then searches it from its time index's hint.
 func (p *filePartition) OffsetForTime(t int64) (uint64, error) {
 	if p.closed {
 		return 0, ErrClosed
+	}
+	if p.deferred {
+		msgs, err := p.readBehind(func(m *Message) bool { return m.AppendTime >= t }, 1)
+		if err != nil || len(msgs) == 0 {
+			return p.next, err
+		}
+		return msgs[0].Offset, nil
 	}
 	if err := p.flushWrites(false); err != nil {
 		return 0, err
@@ -1133,7 +1185,17 @@ func (p *filePartition) Close() error {
 	if p.broken == nil {
 		errs = append(errs, p.flushWrites(false))
 	}
-	if p.broken == nil {
+	if p.deferred && len(p.wpend) == 0 {
+		// Empty and never materialised: nothing to make durable, and
+		// nothing on disk to close. A later Build starts it afresh.
+		if j := p.journal; j != nil {
+			j.release(p)
+			p.journal, p.stash, p.jpend = nil, false, nil
+		}
+		p.store.release(p.ns)
+		return nil
+	}
+	if p.broken == nil && !p.deferred {
 		errs = append(errs, p.syncLayout())
 		tail := p.tail()
 		p.persistIndex(tail)
@@ -1142,6 +1204,8 @@ func (p *filePartition) Close() error {
 		}
 		durable = errors.Join(errs...) == nil
 	}
+	// A partition still deferred could not create its files: what it
+	// holds is in the journal only, and stays there (Journal.lost).
 	if j := p.journal; j != nil {
 		if durable {
 			j.release(p)
@@ -1150,7 +1214,7 @@ func (p *filePartition) Close() error {
 		}
 		p.journal, p.stash, p.jpend = nil, false, nil
 	}
-	if p.broken == nil {
+	if p.broken == nil && !p.deferred {
 		tail := p.tail()
 		// The index files are derived data: synced if still open (a
 		// clean shutdown then reopens without rebuilding them), not
@@ -1188,4 +1252,12 @@ func (p *filePartition) Damage() error {
 // budget: files opened there count in FileConfig.MaxOpenFiles, and are
 // closed when idle and reopened on their next use as segment files are
 // (see storeFS for the rules).
-func (p *filePartition) Location() (vfs.FS, string) { return p.store.located, p.dir }
+//
+// A deferred partition (BuildDeferred) is materialised first: what is
+// kept in its directory needs the directory. If that fails the directory
+// is returned all the same; files created there by others make a
+// half-built directory, which the partition's next Build starts over.
+func (p *filePartition) Location() (vfs.FS, string) {
+	_ = p.materialize()
+	return p.store.located, p.dir
+}

@@ -382,7 +382,7 @@ func (j *Journal) prepare(parts []Partition, errs []error) {
 			chunks = append(chunks, buf[start:])
 			start = len(buf)
 		}
-		buf = appendJournalEntry(buf, fp.ns, fp.epoch, fp.jnext, int(fp.next-fp.jnext), fp.jpend)
+		buf = appendJournalEntryFresh(buf, fp.ns, fp.epoch, fp.jnext, int(fp.next-fp.jnext), fp.deferred || fp.layoutPending, fp.jpend)
 		fps = append(fps, fp)
 	}
 	if len(buf) > start {
@@ -510,6 +510,23 @@ func (j *Journal) unwrap(p Partition) *filePartition {
 	return nil
 }
 
+// Attach makes p, a deferred partition of this journal's store
+// (FileStore.BuildDeferred), journal its appends from its first on, and
+// reports whether it did: its records are then held in memory and in the
+// journal, and its files are created off the acknowledgement path (see
+// BuildDeferred). Any other partition joins at its first Commit, as
+// before. The owner calls it before the partition's first Append, when
+// the partition's acknowledgements are to wait for Commit (FsyncAlways).
+func (j *Journal) Attach(p Partition) bool {
+	fp := j.unwrap(p)
+	if j.closed || fp == nil || !fp.deferred || fp.journal != nil || fp.next != 0 || fp.store.cfg.Sync {
+		return false
+	}
+	fp.journal, fp.stash = j, true
+	fp.jnext, fp.jpend = 0, fp.jpend[:0]
+	return true
+}
+
 // join makes fp, whose log is durable in its own files, journal its
 // later appends here.
 func (j *Journal) join(fp *filePartition) {
@@ -562,8 +579,10 @@ func (j *Journal) checkpoint() error {
 	slices.SortFunc(members, func(a, b *filePartition) int { return cmp.Compare(a.ns, b.ns) })
 	errs := make([]error, len(members))
 	fanOut(len(members), checkpointFanout, j.serial, func(k int) {
-		if fp := members[k]; fp.synced < fp.next {
-			errs[k] = fp.syncTail()
+		if fp := members[k]; fp.synced < fp.next || fp.layoutPending {
+			// A deferred member creates its files here, and a member
+			// materialised since it joined makes its layout durable.
+			errs[k] = fp.sync()
 		}
 	})
 	j.mu.Lock()

@@ -15,7 +15,9 @@ package partition
 //	    0     8  namespace
 //	    8     8  epoch     the incarnation the records were appended to
 //	   16     8  first     the partition offset of the first record
-//	   24     4  count     records in the entry
+//	   24     4  count     records in the entry (bits 0–30); bit 31 set:
+//	                       the partition's layout was not durable when
+//	                       the entry was written (journalEntryFresh)
 //	   28     4  size      bytes of records that follow
 //	   32     …  records   count segment records (codec.go), offsets
 //	                       first, first+1, …, each with its own checksum
@@ -47,6 +49,12 @@ const (
 	// field with room to spare; a larger group is written as several
 	// frames (still one write).
 	maxJournalFrame = 1 << 30
+	// journalEntryFresh, in an entry's count field, marks the entry of a
+	// partition whose directory a crash could lose (a deferred partition,
+	// see FileStore.BuildDeferred, or one whose layout is not synced yet):
+	// its records from its first offset on are all in the journal, so a
+	// replay recreates the partition from them (replayPartition).
+	journalEntryFresh = 1 << 31
 )
 
 // journalEntry is one decoded entry: a partition's records of one group.
@@ -54,6 +62,8 @@ type journalEntry struct {
 	ns    metadata.Namespace
 	epoch uint64
 	first uint64
+	// fresh: written with journalEntryFresh.
+	fresh bool
 	msgs  []Message // aliasing the decoded buffer
 	path  string    // the journal file, for errors
 	pos   int64     // file position of the entry, for errors
@@ -62,10 +72,20 @@ type journalEntry struct {
 // appendJournalEntry appends an entry holding recs (count records starting
 // at offset first, encoded by appendRecord) to dst.
 func appendJournalEntry(dst []byte, ns metadata.Namespace, epoch, first uint64, count int, recs []byte) []byte {
+	return appendJournalEntryFresh(dst, ns, epoch, first, count, false, recs)
+}
+
+// appendJournalEntryFresh is appendJournalEntry, marking the entry
+// journalEntryFresh with fresh.
+func appendJournalEntryFresh(dst []byte, ns metadata.Namespace, epoch, first uint64, count int, fresh bool, recs []byte) []byte {
+	c := uint32(count)
+	if fresh {
+		c |= journalEntryFresh
+	}
 	dst = le.AppendUint64(dst, uint64(ns))
 	dst = le.AppendUint64(dst, epoch)
 	dst = le.AppendUint64(dst, first)
-	dst = le.AppendUint32(dst, uint32(count))
+	dst = le.AppendUint32(dst, c)
 	dst = le.AppendUint32(dst, uint32(len(recs)))
 	return append(dst, recs...)
 }
@@ -136,7 +156,7 @@ func nextJournalFrame(b []byte, from int) (int, bool) {
 			continue
 		}
 		e := r[journalFrameHeader:]
-		count, size := le.Uint32(e[24:]), le.Uint32(e[28:])
+		count, size := le.Uint32(e[24:])&^journalEntryFresh, le.Uint32(e[28:])
 		if checkNamespace(metadata.Namespace(le.Uint64(e))) != nil || count == 0 ||
 			uint64(size) > uint64(length)-journalEntryHeader || uint64(count) > uint64(size)/recordHeaderSizeV1 {
 			continue
@@ -166,6 +186,7 @@ func decodeJournalEntries(out []journalEntry, b []byte, path string, base int64)
 			pos:   pos,
 		}
 		count, size := le.Uint32(h[24:]), le.Uint32(h[28:])
+		e.fresh, count = count&journalEntryFresh != 0, count&^journalEntryFresh
 		if err := checkNamespace(e.ns); err != nil {
 			return nil, corruptf(path, pos, "journal entry: %v", err)
 		}

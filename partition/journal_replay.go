@@ -93,20 +93,45 @@ func (s *FileStore) replayPartition(ns metadata.Namespace, entries []journalEntr
 	}
 	dir := s.partitionDir(ns)
 	inc, err := readIncarnation(s.fs, dir)
+	have := err == nil
 	switch {
 	case err == nil:
 	case isNotExist(err), errors.Is(err, syscall.ENOTDIR), errors.Is(err, errBadIncarnation):
-		s.release(ns) // deleted, or never durably built: nothing was acknowledged in it
-		return nil
+		// deleted, or never durably built
 	default:
 		s.release(ns)
 		return err
 	}
-	if !slices.ContainsFunc(entries, func(e journalEntry) bool { return e.epoch == inc }) {
-		s.release(ns)
-		return nil // only other incarnations' records
+	// A fresh entry at offset 0 is the first of an incarnation whose
+	// directory was not durable when it was written (a deferred
+	// partition): every record of it is in the journal, since no journal
+	// file holding them is removed before the partition's files are
+	// synced, which makes its directory durable. If the directory holds
+	// an older incarnation or none, that one is rebuilt from the journal.
+	// One that was deleted comes back too: the node's orphan sweep,
+	// which runs after the replay, removes it.
+	var fresh uint64
+	rebuild := false
+	for _, e := range entries {
+		if e.fresh && e.first == 0 && (!have || e.epoch > inc) && (!rebuild || e.epoch > fresh) {
+			fresh, rebuild = e.epoch, true
+		}
 	}
-	p, err := s.open(ns, inc, dir, false)
+	var p *filePartition
+	switch {
+	case rebuild:
+		inc = fresh
+		if err = s.fs.RemoveAll(dir); err == nil {
+			p, err = s.open(ns, inc, dir, true)
+		}
+	case !have || !slices.ContainsFunc(entries, func(e journalEntry) bool { return e.epoch == inc }):
+		// Deleted or never durably built (nothing was acknowledged in
+		// it), or only other incarnations' records.
+		s.release(ns)
+		return nil
+	default:
+		p, err = s.open(ns, inc, dir, false)
+	}
 	if err != nil {
 		s.release(ns)
 		return err
@@ -160,6 +185,14 @@ func (s *FileStore) markLost(ns metadata.Namespace, epoch, lo, hi uint64) {
 		lo, hi = min(lo, l.lo), max(hi, l.hi)
 	}
 	s.lost[ns] = lostRecords{epoch: epoch, lo: lo, hi: hi}
+}
+
+// hasLost reports whether markLost recorded ns at epoch.
+func (s *FileStore) hasLost(ns metadata.Namespace, epoch uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.lost[ns]
+	return ok && l.epoch == epoch
 }
 
 // forgetLost drops what markLost recorded for ns: its directory is gone.

@@ -27,7 +27,12 @@ type sharedRun struct {
 // sharedPerHandle is how many partitions each handle of a sharedRun has.
 const sharedPerHandle = 2
 
-func newSharedRun(t *testing.T, fsys vfs.FS) *sharedRun {
+func newSharedRun(t *testing.T, fsys vfs.FS) *sharedRun { return newSharedRunOf(t, fsys, false) }
+
+// newSharedRunOf is newSharedRun; with deferred, the first partition of
+// each handle is built deferred and attached to its handle (a new
+// partition of an FsyncAlways topic on a node with a journal).
+func newSharedRunOf(t *testing.T, fsys vfs.FS, deferred bool) *sharedRun {
 	t.Helper()
 	s, err := NewFileStore(FileConfig{Dir: "/data", FS: fsys, SerialSyncs: true})
 	if err != nil {
@@ -37,9 +42,16 @@ func newSharedRun(t *testing.T, fsys vfs.FS) *sharedRun {
 	for h := range r.js {
 		r.js[h] = s.NewJournal()
 		for i := range sharedPerHandle {
-			p, err := s.Build(journalNS(t, uint32(h*sharedPerHandle+i)), 1)
+			build := s.Build
+			if deferred && i == 0 {
+				build = s.BuildDeferred
+			}
+			p, err := build(journalNS(t, uint32(h*sharedPerHandle+i)), 1)
 			if err != nil {
 				continue // the disk failed: left out
+			}
+			if deferred && i == 0 && !r.js[h].Attach(p) {
+				t.Fatal("a deferred partition did not attach")
 			}
 			r.ps[h] = append(r.ps[h], p)
 		}
@@ -221,6 +233,70 @@ func TestJournalSharedWriteCrashAtEveryWritePoint(t *testing.T) {
 		r.close()
 		return r
 	}
+	count := errorfs.OnIndex(-1, nil)
+	workload(errorfs.New(vfs.NewMem(), count))
+	n := count.Count()
+	t.Logf("%d write points", n)
+	for i := range n {
+		for _, mode := range []string{"once", "from then on"} {
+			mem := vfs.NewMem()
+			var seen atomic.Int64
+			fired := atomic.Bool{}
+			inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+				if !op.Mutating() {
+					return nil
+				}
+				if k := seen.Add(1) - 1; k == i || (mode == "from then on" && k > i) {
+					fired.Store(true)
+					return syscall.EIO
+				}
+				return nil
+			})
+			r := workload(errorfs.New(mem, inj))
+			if !fired.Load() {
+				t.Fatalf("op %d never happened", i)
+			}
+			if r == nil {
+				continue
+			}
+			what := fmt.Sprintf("op %d failing %s", i, mode)
+			r.check(mem.Crash(), "power loss: "+what)
+			r.check(mem, "process crash: "+what)
+		}
+	}
+}
+
+// TestJournalSharedWriteCrashAtEveryWritePoint with deferred partitions
+// (FileStore.BuildDeferred, Journal.Attach): their records are in the
+// journal only until handle 0's checkpoint creates its deferred
+// partition's files, and handle 1's until Close. After every failure,
+// a power loss and a process crash keep every acknowledged record of
+// every partition: a replay recreates a deferred partition from the
+// journal's fresh entries.
+func TestJournalDeferredPartitionsCrashAtEveryWritePoint(t *testing.T) {
+	workload := func(fsys vfs.FS) *sharedRun {
+		r := newSharedRunOf(t, fsys, true)
+		if r == nil {
+			return nil
+		}
+		for k := range 4 {
+			r.round(k)
+			if k == 1 {
+				_ = r.js[0].checkpoint()
+			}
+		}
+		r.close()
+		return r
+	}
+	clean := vfs.NewMem()
+	r := newSharedRunOf(t, clean, true)
+	r.round(0)
+	for h := range r.js {
+		if _, err := clean.Stat(partDirOf(r.s, journalNS(t, uint32(h*sharedPerHandle)))); err == nil {
+			t.Fatalf("handle %d: a deferred partition has a directory after its first commit", h)
+		}
+	}
+	r.check(clean.Crash(), "power loss with deferred partitions in the journal only")
 	count := errorfs.OnIndex(-1, nil)
 	workload(errorfs.New(vfs.NewMem(), count))
 	n := count.Count()

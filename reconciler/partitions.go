@@ -520,7 +520,16 @@ func (r *Partitions) build(ctx context.Context, info metadata.PartitionInfo, wan
 	p, ok := r.adopt(info)
 	if !ok {
 		var err error
-		if p, err = r.cfg.Store.Build(info.NS, info.CreatedRevision); err != nil {
+		build := r.cfg.Store.Build
+		if d, ok := r.cfg.Store.(deferringStore); ok && want.Fsync == metadata.FsyncAlways && r.cfg.Shard.Journaled() {
+			// Its records go to the shard's journal from the first: its
+			// files are created off the acknowledgement path (DESIGN
+			// behaviour 32). Under another policy an append is
+			// acknowledged without a journal commit, so it needs the
+			// files at once, and they are created here, off the pump.
+			build = d.BuildDeferred
+		}
+		if p, err = build(info.NS, info.CreatedRevision); err != nil {
 			r.fail(key, now, rep, "build", err)
 			return nil
 		}
@@ -545,6 +554,12 @@ func (r *Partitions) build(ctx context.Context, info metadata.PartitionInfo, wan
 	r.held.ReplaceOrInsert(heldPartition{ns: info.NS, epoch: info.CreatedRevision, dur: want, members: info.Members()})
 	rep.Built++
 	return nil
+}
+
+// deferringStore is a store that can build a partition without creating
+// anything on disk yet (partition.FileStore.BuildDeferred).
+type deferringStore interface {
+	BuildDeferred(ns metadata.Namespace, epoch uint64) (partition.Partition, error)
 }
 
 // remove is the two-phase teardown (behaviour 14): tombstone on the pump,

@@ -150,6 +150,13 @@ func opInsertOwned(p partition.Partition, d Durability) control {
 				}
 			}
 		}
+		if j := s.cfg.Journal; j != nil && d.always() {
+			// A partition built deferred (nothing of it on disk yet)
+			// journals its records from its first: its first
+			// acknowledgement costs a share of the group's journal
+			// write, and no file of its own (DESIGN behaviour 32).
+			j.Attach(p)
+		}
 		if s.cfg.Replication != nil {
 			if err := s.replicate(o); err != nil {
 				_ = p.Close()

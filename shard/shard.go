@@ -262,6 +262,12 @@ func New(cfg Config, meta *metadata.Store, rt *router.Router[Frame]) (*Shard, er
 // ID is the shard's index.
 func (s *Shard) ID() int { return s.id }
 
+// Journaled reports whether the shard commits FsyncAlways partitions
+// through a journal (Config.Journal), which holds the records of a
+// partition built deferred (partition.FileStore.BuildDeferred) until its
+// files exist.
+func (s *Shard) Journaled() bool { return s.cfg.Journal != nil }
+
 // Start runs the pump. It is idempotent. A Manual shard starts no
 // goroutine: its driver calls Step instead.
 func (s *Shard) Start() {
