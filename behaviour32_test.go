@@ -179,15 +179,6 @@ func TestBehaviour32CreateAndProduceCostNoFsyncOrFileOfTheirOwn(t *testing.T) {
 		maxSyncs int
 	}{{parkway.FsyncAlways, 2}, {parkway.FsyncInterval, 1}} {
 		t.Run(tc.policy.String(), func(t *testing.T) {
-			if tc.policy == parkway.FsyncInterval {
-				// Not met yet: an append under FsyncInterval is answered
-				// once it is written to a file, and a deferred partition
-				// has none, so it is built when its topic is created
-				// (1 fsync, 10 entries). Meeting it needs a journal write
-				// without an fdatasync, which the journal's torn-tail rule
-				// does not allow today.
-				t.Skip("behaviour 32 under FsyncInterval: not met yet (1 fsync, 10 entries created)")
-			}
 			syncs, creates := createProduceCost(t, tc.policy)
 			t.Logf("%d fsyncs, %d entries created", len(syncs), len(creates))
 			if len(syncs) > tc.maxSyncs || len(creates) > 0 {

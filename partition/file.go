@@ -383,9 +383,13 @@ func (s *FileStore) Build(ns metadata.Namespace, epoch uint64) (Partition, error
 // checkpoint, or when a read, a consumer offset or a Close needs them. The
 // journal entries written while its layout is not durable are marked
 // (journalEntryFresh), so a replay after a crash recreates the partition
-// from them (see replayPartition). Not attached to a journal, a deferred
-// partition creates its files at its first Append: it is for partitions
-// whose acknowledgements go through a journal (FsyncAlways on one node).
+// from them (see replayPartition). Under FsyncInterval, whose
+// acknowledgement needs the record in a file but no fsync, its owner
+// stages its records (Journal.Stage: a journal write without an
+// fdatasync) and its interval Sync creates and syncs its files. Not
+// attached to a journal, a deferred partition creates its files at its
+// first Append: it is for partitions whose acknowledgements go through a
+// journal (FsyncAlways and FsyncInterval on one node).
 //
 // The alternative, logging the partition's creation in the metadata log
 // with the command that creates it, would make the creation durable with

@@ -172,6 +172,10 @@ type journalLog struct {
 	// append).
 	zeroed int64
 	fresh  bool // its directory entry is not durable yet
+	// unsynced: the current file holds frames written without an
+	// fdatasync (staged) that no fdatasync has covered since; a frame
+	// written now is uncertain (see journal_codec.go).
+	unsynced bool
 	// from is the file's size when the write in progress began, and
 	// wrote whether it has written frame bytes since (see write).
 	from  int64
@@ -192,7 +196,9 @@ type journalWrite struct {
 	// new file, so no prune misses them.
 	fps []*filePartition
 	seq uint64 // the file the entries went to
-	err error
+	// staged: written for Journal.Stage, which needs no fdatasync.
+	staged bool
+	err    error
 	// gone: err is set and the write left nothing of its frames in the
 	// journal that a replay could apply (see journalLog.write).
 	gone bool
@@ -313,7 +319,7 @@ func (j *Journal) Commit(parts []Partition) []error {
 		}
 		return errs
 	}
-	j.prepare(parts, errs)
+	j.prepare(parts, errs, false)
 	jobs := len(j.direct)
 	if len(j.w.fps) > 0 {
 		jobs++
@@ -330,11 +336,40 @@ func (j *Journal) Commit(parts []Partition) []error {
 	return errs
 }
 
-// prepare is the first part of Commit: it sorts parts into those to sync
-// directly (j.direct) and those with records to journal (j.entries),
-// checkpoints first if due, and encodes the entries into j.w. Errors
-// known already go into errs.
-func (j *Journal) prepare(parts []Partition, errs []error) {
+// Stage is Commit for FsyncInterval: it writes the new records of parts
+// that are in the journal (a deferred partition attached with Attach) to
+// the journal file, in one frame with the other handles' that write
+// meanwhile, without an fdatasync — unless a Commit shares the write — so
+// that they are in a file, and survive a process crash, before they are
+// acknowledged; their fsync is the partition's own Sync, which its owner
+// runs within the interval. Partitions not in the journal need nothing
+// (their appends are in their own files) and are not joined to it. The
+// frames are uncertain (see journal_codec.go): a power loss may lose
+// them, and only them. A failed write takes the records back as a failed
+// Commit does.
+func (j *Journal) Stage(parts []Partition) []error {
+	errs := make([]error, len(parts))
+	if j.closed {
+		for i := range errs {
+			errs[i] = ErrJournalClosed
+		}
+		return errs
+	}
+	j.prepare(parts, errs, true)
+	if len(j.w.fps) > 0 {
+		j.w.staged = true
+		j.log.commit(&j.w)
+		j.w.staged = false
+	}
+	j.finish(errs)
+	return errs
+}
+
+// prepare is the first part of Commit and Stage: it sorts parts into those
+// to sync directly (j.direct; none when staging) and those with records to
+// journal (j.entries), checkpoints first if due, and encodes the entries
+// into j.w. Errors known already go into errs.
+func (j *Journal) prepare(parts []Partition, errs []error, stage bool) {
 	j.forming.Store(false)
 	own := slices.Grow(j.own[:0], len(parts))[:len(parts)]
 	entries, direct := j.entries[:0], j.direct[:0]
@@ -352,6 +387,8 @@ func (j *Journal) prepare(parts []Partition, errs []error) {
 			if fp.next > fp.jnext {
 				entries = append(entries, i)
 			}
+		case stage:
+			// Not in the journal: its appends are in its own files.
 		case fp.synced == fp.next && !fp.layoutPending && fp.journal == nil:
 			j.join(fp) // durable already: only later appends are journaled
 		default:
@@ -827,10 +864,12 @@ func (l *journalLog) writeFrames(batch []*journalWrite) error {
 		}
 	}
 	l.from = l.size
+	// A batch of staged writes only is written without an fdatasync.
+	sync := slices.ContainsFunc(batch, func(w *journalWrite) bool { return !w.staged })
 	buf, start := beginJournalFrame(l.buf[:0])
 	flush := func() error {
-		sealJournalFrame(buf, start)
-		err := l.append(buf)
+		sealJournalFrameAs(buf, start, !sync || l.unsynced)
+		err := l.append(buf, sync)
 		buf, start = beginJournalFrame(buf[:0])
 		return err
 	}
@@ -854,7 +893,7 @@ func (l *journalLog) writeFrames(batch []*journalWrite) error {
 }
 
 // append writes one sealed frame at the end of the current file's data
-// and makes it durable.
+// and, with sync, makes it durable.
 //
 // The file is written with zeros ahead of its data, journalZeroChunk at a
 // time, so a frame overwrites blocks that are allocated, written and
@@ -864,7 +903,7 @@ func (l *journalLog) writeFrames(batch []*journalWrite) error {
 // as much again. The zeros are made durable by the same fdatasync as the
 // frame written over their start, and are the end of the file to the
 // decoder (decodeJournal), as after a crash.
-func (l *journalLog) append(frame []byte) error {
+func (l *journalLog) append(frame []byte, sync bool) error {
 	var err error
 	if end := l.size + int64(len(frame)); end > l.zeroed {
 		err = l.zeroFill(end)
@@ -872,6 +911,11 @@ func (l *journalLog) append(frame []byte) error {
 	if err == nil {
 		l.wrote = true // the frame may reach the file, whole or in part
 		err = writeFull(l.f, frame, l.size)
+	}
+	if err == nil && !sync {
+		l.unsynced = true
+		l.size += int64(len(frame))
+		return nil
 	}
 	if err == nil {
 		// The file only grows by appends: fdatasync covers its data and
@@ -882,6 +926,9 @@ func (l *journalLog) append(frame []byte) error {
 		l.lastSync.Store(int64(d))
 		if o := l.store.cfg.JournalSyncs; o != nil {
 			o.Observe(d.Seconds())
+		}
+		if err == nil {
+			l.unsynced = false
 		}
 	}
 	if err == nil && l.fresh {
@@ -934,7 +981,7 @@ func (l *journalLog) create() error {
 		}
 	}
 	l.mu.Unlock()
-	l.f, l.seq, l.size, l.zeroed, l.fresh = f, seq, 0, 0, true
+	l.f, l.seq, l.size, l.zeroed, l.fresh, l.unsynced = f, seq, 0, 0, true, false
 	return nil
 }
 

@@ -9,7 +9,8 @@ package partition
 //	frame:
 //	  pos  size  field
 //	    0     4  checksum  CRC-32C (Castagnoli) of bytes [4, 8+length)
-//	    4     4  length    bytes of entries that follow
+//	    4     4  length    bytes of entries that follow (bits 0–30); bit
+//	                       31 set: the frame is uncertain (journalUncertain)
 //	    8     …  entries, back to back, exactly length bytes
 //	entry (one partition's appends in the group):
 //	    0     8  namespace
@@ -23,14 +24,19 @@ package partition
 //	                       first, first+1, …, each with its own checksum
 //
 // The frame checksum covers the length, so a damaged length is caught
-// rather than followed. A frame is written by one write and made durable
-// by one fsync, so a crash can tear only the last frame of a file: a
-// frame that runs past the end of the file or fails its checksum, or a
-// run of zeros, with no valid frame anywhere after it, is a torn tail and
-// ends the file. One
-// followed by a valid frame (which was fsynced after it, so it was
-// acknowledged), or one that passes its checksum but does not decode, is
-// damage a crash cannot cause: a *CorruptError.
+// rather than followed. A frame is written by one write and, unless it is
+// staged (Journal.Stage: written for FsyncInterval, whose acknowledgement
+// needs a file in the page cache, not an fsync), made durable by one
+// fsync before the next is written. A frame is uncertain when it was
+// written without an fsync, or while frames written without one before it
+// were not yet covered by an fsync: a crash may tear any frame from the
+// first of those on, in any order. So a frame that runs past the end of
+// the file or fails its checksum, or a run of zeros, is a torn tail, and ends the file, when
+// every valid frame after it is uncertain (none, usually): had one of
+// them been certain, an fsync completed after the damaged frame was
+// written, so it was whole. One followed by a certain valid frame, or one
+// that passes its checksum but does not decode, is damage a crash cannot
+// cause: a *CorruptError.
 
 import (
 	"fmt"
@@ -49,6 +55,9 @@ const (
 	// field with room to spare; a larger group is written as several
 	// frames (still one write).
 	maxJournalFrame = 1 << 30
+	// journalUncertain, in a frame's length field, marks an uncertain
+	// frame (see the format above).
+	journalUncertain = 1 << 31
 	// journalEntryFresh, in an entry's count field, marks the entry of a
 	// partition whose directory a crash could lose (a deferred partition,
 	// see FileStore.BuildDeferred, or one whose layout is not synced yet):
@@ -62,11 +71,12 @@ type journalEntry struct {
 	ns    metadata.Namespace
 	epoch uint64
 	first uint64
-	// fresh: written with journalEntryFresh.
-	fresh bool
-	msgs  []Message // aliasing the decoded buffer
-	path  string    // the journal file, for errors
-	pos   int64     // file position of the entry, for errors
+	// fresh: written with journalEntryFresh; uncertain: in an uncertain
+	// frame (journalUncertain), which a power loss may have lost.
+	fresh, uncertain bool
+	msgs             []Message // aliasing the decoded buffer
+	path             string    // the journal file, for errors
+	pos              int64     // file position of the entry, for errors
 }
 
 // appendJournalEntry appends an entry holding recs (count records starting
@@ -98,8 +108,16 @@ func beginJournalFrame(dst []byte) ([]byte, int) {
 
 // sealJournalFrame fills in the header of the frame that starts at start
 // and runs to the end of b.
-func sealJournalFrame(b []byte, start int) {
-	le.PutUint32(b[start+4:], uint32(len(b)-start-journalFrameHeader))
+func sealJournalFrame(b []byte, start int) { sealJournalFrameAs(b, start, false) }
+
+// sealJournalFrameAs is sealJournalFrame, marking the frame
+// journalUncertain with uncertain.
+func sealJournalFrameAs(b []byte, start int, uncertain bool) {
+	length := uint32(len(b) - start - journalFrameHeader)
+	if uncertain {
+		length |= journalUncertain
+	}
+	le.PutUint32(b[start+4:], length)
 	le.PutUint32(b[start:], crc32.Checksum(b[start+4:], castagnoli))
 }
 
@@ -115,19 +133,21 @@ func decodeJournal(b []byte, path string) ([]journalEntry, error) {
 		rest := b[pos:]
 		if len(rest) < journalFrameHeader || allZero(rest[:journalFrameHeader]) {
 			// A torn header, or the zeros after the data — unless a
-			// valid frame follows: zeros over frames are damage too.
-			if q, ok := nextJournalFrame(b, pos+1); ok {
+			// certain valid frame follows: zeros over frames are damage
+			// too.
+			if q, ok := certainFrameAfter(b, pos+1); ok {
 				return nil, corruptf(path, int64(pos), "zeros where a journal frame should start, followed by a valid one at byte %d", q)
 			}
 			return out, nil
 		}
-		length := le.Uint32(rest[4:])
+		length := le.Uint32(rest[4:]) &^ journalUncertain
 		end := journalFrameHeader + int(min(uint64(length), uint64(len(b))))
 		if uint64(length) > uint64(len(rest)-journalFrameHeader) ||
 			crc32.Checksum(rest[4:end], castagnoli) != le.Uint32(rest) {
-			// Torn or damaged. Torn only if it is the last frame: a
-			// valid frame after it was written, and fsynced, after it.
-			if q, ok := nextJournalFrame(b, pos+1); ok {
+			// Torn or damaged. Torn only if no certain frame follows: a
+			// certain frame after it was written, and fsynced, after it
+			// was whole and durable.
+			if q, ok := certainFrameAfter(b, pos+1); ok {
 				return nil, corruptf(path, int64(pos), "damaged journal frame followed by a valid one at byte %d", q)
 			}
 			return out, nil
@@ -136,12 +156,31 @@ func decodeJournal(b []byte, path string) ([]journalEntry, error) {
 			return nil, corruptf(path, int64(pos), "empty journal frame")
 		}
 		var err error
+		from := len(out)
 		if out, err = decodeJournalEntries(out, rest[journalFrameHeader:end], path, int64(pos+journalFrameHeader)); err != nil {
 			return nil, err
+		}
+		if le.Uint32(rest[4:])&journalUncertain != 0 {
+			for k := from; k < len(out); k++ {
+				out[k].uncertain = true
+			}
 		}
 		pos += end
 	}
 	return out, nil
+}
+
+// certainFrameAfter finds the first position at or after from where a
+// whole, certain frame starts (see journalUncertain): after a damaged
+// frame or zeros, uncertain frames can be the kept part of a torn tail.
+func certainFrameAfter(b []byte, from int) (int, bool) {
+	for {
+		q, ok := nextJournalFrame(b, from)
+		if !ok || le.Uint32(b[q+4:])&journalUncertain == 0 {
+			return q, ok
+		}
+		from = q + 1
+	}
 }
 
 // nextJournalFrame finds the first position at or after from where a
@@ -151,7 +190,7 @@ func decodeJournal(b []byte, path string) ([]journalEntry, error) {
 func nextJournalFrame(b []byte, from int) (int, bool) {
 	for q := from; q+journalFrameHeader+journalEntryHeader <= len(b); q++ {
 		r := b[q:]
-		length := le.Uint32(r[4:])
+		length := le.Uint32(r[4:]) &^ journalUncertain
 		if length < journalEntryHeader || uint64(length) > uint64(len(r)-journalFrameHeader) {
 			continue
 		}

@@ -584,3 +584,37 @@ func TestJournalFreshEntryRoundTrips(t *testing.T) {
 		t.Fatalf("the frame scan does not find a frame with a fresh entry: %d %v", q, ok)
 	}
 }
+
+// A staged frame (written without an fdatasync, see Journal.Stage) is
+// uncertain, and so is a frame written after one before an fdatasync
+// covered it: a power loss may keep a later one and tear an earlier one.
+// A damaged frame followed only by uncertain valid frames is a torn tail
+// (the file ends before it); followed by a certain one, it is damage.
+func TestJournalDamageBeforeUncertainFramesIsATornTail(t *testing.T) {
+	msgs := sampleMessages()[:1]
+
+	frame := func(b []byte, first uint64, uncertain bool) []byte {
+		r := appendRecord(nil, &msgs[0], first, 100)
+		b, start := beginJournalFrame(b)
+		b = appendJournalEntry(b, journalNS(t, 0), 1, first, 1, r)
+		sealJournalFrameAs(b, start, uncertain)
+		return b
+	}
+	good := frame(nil, 0, false)
+	damagedAt := len(good)
+	b := frame(good, 1, true)
+	b[damagedAt+journalFrameHeader+3] ^= 0xff // the staged frame is damaged
+	withUncertain := frame(b, 2, true)
+	entries, err := decodeJournal(withUncertain, "j")
+	if err != nil || len(entries) != 1 || entries[0].first != 0 {
+		t.Fatalf("damage followed by an uncertain frame: %d entries, %v; want the first frame's entry, no error", len(entries), err)
+	}
+	withCertain := frame(b, 2, false)
+	if _, err := decodeJournal(withCertain, "j"); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("damage followed by a certain frame: %v, want ErrCorrupt", err)
+	}
+	entries, err = decodeJournal(frame(good, 1, true), "j")
+	if err != nil || len(entries) != 2 || !entries[1].uncertain || entries[0].uncertain {
+		t.Fatalf("an uncertain frame decodes to %d entries (%v), uncertain marks wrong", len(entries), err)
+	}
+}

@@ -160,6 +160,13 @@ func (p *filePartition) applyJournal(entries []journalEntry) error {
 			continue // held already
 		}
 		if e.first > p.next {
+			if e.uncertain {
+				// Written for FsyncInterval without an fdatasync: a
+				// power loss may have lost the records before it (in
+				// an older file the kernel did not write back), as that
+				// policy allows. Nothing certain comes after them.
+				continue
+			}
 			return corruptf(e.path, e.pos, "journal record of %v at offsets [%d, %d), but its log ends at %d", p.ns, e.first, end, p.next)
 		}
 		if _, err := p.Append(e.msgs[p.next-e.first:]); err != nil {

@@ -521,12 +521,13 @@ func (r *Partitions) build(ctx context.Context, info metadata.PartitionInfo, wan
 	if !ok {
 		var err error
 		build := r.cfg.Store.Build
-		if d, ok := r.cfg.Store.(deferringStore); ok && want.Fsync == metadata.FsyncAlways && r.cfg.Shard.Journaled() {
-			// Its records go to the shard's journal from the first: its
-			// files are created off the acknowledgement path (DESIGN
-			// behaviour 32). Under another policy an append is
-			// acknowledged without a journal commit, so it needs the
-			// files at once, and they are created here, off the pump.
+		if d, ok := r.cfg.Store.(deferringStore); ok && (want.Fsync == metadata.FsyncAlways || want.Fsync == metadata.FsyncInterval) && r.cfg.Shard.Journaled() {
+			// Its records go to the shard's journal from the first
+			// (committed, or staged under FsyncInterval): its files are
+			// created off the acknowledgement path (DESIGN behaviour 32).
+			// Under FsyncNever an append is acknowledged without the
+			// journal, so it needs the files at once, and they are
+			// created here, off the pump.
 			build = d.BuildDeferred
 		}
 		if p, err = build(info.NS, info.CreatedRevision); err != nil {

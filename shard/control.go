@@ -150,12 +150,13 @@ func opInsertOwned(p partition.Partition, d Durability) control {
 				}
 			}
 		}
-		if j := s.cfg.Journal; j != nil && d.always() {
+		if j := s.cfg.Journal; j != nil && (d.always() || d.Fsync == metadata.FsyncInterval) {
 			// A partition built deferred (nothing of it on disk yet)
 			// journals its records from its first: its first
 			// acknowledgement costs a share of the group's journal
-			// write, and no file of its own (DESIGN behaviour 32).
-			j.Attach(p)
+			// write (under FsyncInterval one without an fsync), and no
+			// file of its own (DESIGN behaviour 32).
+			o.staged = j.Attach(p) && !d.always()
 		}
 		if s.cfg.Replication != nil {
 			if err := s.replicate(o); err != nil {

@@ -37,6 +37,13 @@ type owned struct {
 	dur Durability
 	// dirty: appended since the last Sync.
 	dirty bool
+	// staged: an FsyncInterval partition whose appends reach a file
+	// through the shard's journal (a deferred partition attached at
+	// InsertOwned, see partition.Journal.Stage) until its interval Sync
+	// takes it out; stageDirty: appended since the last Stage, so its
+	// acks wait for it, as an FsyncAlways partition's wait for the group
+	// commit.
+	staged, stageDirty bool
 	// deadline is when an interval-policy partition must be synced by.
 	deadline time.Time
 
@@ -149,9 +156,18 @@ func (s *Shard) appended(o *owned, f Frame, r Response) {
 		return
 	case o.dur.Fsync == metadata.FsyncInterval:
 		s.dirtyInterval(o)
+		if o.staged {
+			o.stageDirty = true
+			s.pending = append(s.pending, pendingAck{f: f, r: r, o: o})
+			return
+		}
 	}
 	s.answer(f, r)
 }
+
+// unacked reports whether o holds appends whose answers wait for the
+// group (a commit, or a journal stage): never shown to a reader before.
+func (o *owned) unacked() bool { return o.dirty && o.dur.always() || o.stageDirty }
 
 // flushGroup is group commit: the dirty partitions made durable for every
 // ack queued since the last flush, then the answers. Concurrent producers
@@ -170,19 +186,19 @@ func (s *Shard) flushGroup() {
 	if len(s.pending) == 0 {
 		return
 	}
-	dirty := s.groupBuf[:0]
+	dirty, staged := s.groupBuf[:0], s.stageBuf[:0]
 	for _, pa := range s.pending {
-		if o := pa.o; o.dirty {
+		switch o := pa.o; {
+		case o.stageDirty:
+			o.stageDirty = false
+			staged = append(staged, o)
+		case o.dirty && o.dur.always():
 			o.dirty = false
 			dirty = append(dirty, o)
 		}
 	}
 	var failed map[*owned]error
-	for i, err := range s.syncGroup(dirty) {
-		if err == nil {
-			continue
-		}
-		o := dirty[i]
+	fail := func(o *owned, err error) {
 		if failed == nil {
 			failed = make(map[*owned]error)
 		}
@@ -190,8 +206,21 @@ func (s *Shard) flushGroup() {
 		s.fence(o, err)
 		s.log.Error("fsync failed; acks withheld, partition fenced until restart", "ns", o.p.Namespace(), "error", err)
 	}
+	for i, err := range s.syncGroup(dirty) {
+		if err != nil {
+			fail(dirty[i], err)
+		}
+	}
+	if len(staged) > 0 {
+		for i, err := range s.stageGroup(staged) {
+			if err != nil {
+				fail(staged[i], err)
+			}
+		}
+	}
 	clear(dirty)
-	s.groupBuf = dirty[:0]
+	clear(staged)
+	s.groupBuf, s.stageBuf = dirty[:0], staged[:0]
 	for i, pa := range s.pending {
 		if err, ok := failed[pa.o]; ok {
 			pa.r = Response{Err: commitError(err)}
@@ -304,6 +333,8 @@ func (s *Shard) syncDue() {
 	s.syncEach(due, func(o *owned) error {
 		if err := o.p.Sync(); err != nil {
 			s.log.Error("interval fsync failed", "ns", o.p.Namespace(), "error", err)
+		} else {
+			o.staged = false // its files hold everything: out of the journal
 		}
 		if o.grp != nil && o.grp.Disk() != nil {
 			if err := o.grp.Disk().Sync(); err != nil {
@@ -366,6 +397,9 @@ func opSetDurability(ns metadata.Namespace, d Durability) control {
 			o.grp.Disk().SetSync(d.always())
 		}
 		o.dur = d
+		// Synced above if it left FsyncInterval dirty; under FsyncAlways
+		// its journal commits cover what it stages.
+		o.staged = false
 		return nil
 	}, nil)
 }

@@ -24,6 +24,20 @@ func (s *Shard) syncGroup(dirty []*owned) []error {
 	return errs
 }
 
+// stageGroup writes the records of a group's staged partitions (see
+// owned.staged) to the shard's journal without an fsync
+// (partition.Journal.Stage) and returns the errors by index.
+func (s *Shard) stageGroup(staged []*owned) []error {
+	ps := s.groupParts[:0]
+	for _, o := range staged {
+		ps = append(ps, o.p)
+	}
+	errs := s.cfg.Journal.Stage(ps)
+	clear(ps)
+	s.groupParts = ps[:0]
+	return errs
+}
+
 // maxSyncFanout bounds the fsyncs a shard has in flight at once. A commit
 // group that covers several partitions syncs them concurrently: the
 // filesystem then folds the syncs into as few journal commits as it can,

@@ -189,6 +189,7 @@ type Shard struct {
 	// interval sync covers; intervalDirty lists the interval-policy
 	// partitions dirty since their last sync (durability.go).
 	groupBuf      []*owned
+	stageBuf      []*owned              // scratch for a group's staged partitions
 	groupParts    []partition.Partition // scratch of syncGroup
 	lingered      bool                  // the open group yielded once (lingerGroup)
 	intervalDirty []*owned
@@ -701,7 +702,7 @@ func (s *Shard) serveOwned(o *owned, f Frame) {
 	}
 	// Anything else sees the partition with every produce queued before it.
 	s.flushAppendsOf(o)
-	if o.dirty && o.dur.always() {
+	if o.unacked() {
 		// Never show a reader what has not been acknowledged: close the
 		// group (sync and ack) before reading past it.
 		s.flushGroup()

@@ -242,7 +242,7 @@ func (s *Shard) wakeWaiters() {
 	list := s.touchedList
 	for _, o := range list {
 		o.touched = false
-		if o.grp == nil && o.dirty && o.dur.always() {
+		if o.grp == nil && o.unacked() {
 			// Appended but not yet acknowledged as durable: the group
 			// commit touches o again after its fsync.
 			continue
