@@ -122,7 +122,7 @@ func (c *csim) calm(n *cnode, groups []ledGroup, voters []uint64, metaLeader boo
 	c.faults.CalmCrashes++
 	c.netf = netState{}
 	c.setWeather()
-	released := c.net.Flush()
+	released := c.net.Flush() + c.net.UnclogAll()
 	for _, m := range c.nodes {
 		if m == n {
 			continue

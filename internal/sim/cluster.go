@@ -305,7 +305,7 @@ func (c *csim) result() Result {
 	f := c.faults
 	c.ops.LeaderTransfers = c.leaderTransfers()
 	f.MsgDropped, f.MsgDuplicated, f.MsgReordered = int(st.Dropped), int(st.Duplicated), int(st.Reordered)
-	f.MsgDelayed, f.MsgCut = int(st.Delayed), int(st.Cut)
+	f.MsgDelayed, f.MsgCut, f.MsgClogged = int(st.Delayed), int(st.Cut), int(st.Clogged)
 	return Result{
 		Seed:        c.cfg.Seed,
 		Nodes:       c.cfg.Nodes,
@@ -467,6 +467,10 @@ func (n *cnode) flushOutbox() {
 	}
 	slices.SortStableFunc(n.outbox, func(a, b transport.Message) int { return cmp.Compare(a.Group, b.Group) })
 	for i, o := range n.outbox {
+		if BreakReplyPath.Load() && n.c.replyPath(n, o) {
+			n.outbox[i] = transport.Message{}
+			continue
+		}
 		err := n.ep.Send(o)
 		n.c.event("n%d send %s to=n%d err=%v", n.id, describeMsg(o), o.To, errString(err))
 		n.outbox[i] = transport.Message{}
@@ -735,15 +739,23 @@ func (c *csim) deliver(n *cnode, k int) {
 			return
 		}
 		c.event("n%d recv %s from=n%d", n.id, describeMsg(m), m.From)
-		if err := n.eng.Deliver(m); err != nil && !errors.Is(err, router.ErrFull) {
-			if errors.Is(err, host.ErrMetadataFailed) {
-				c.event("n%d metadata member stopped: %v", n.id, err)
-				continue
-			}
-			c.fail(0, "n%d refused a delivered message: %v", n.id, err)
+		if !c.receive(n, m) {
 			return
 		}
 	}
+}
+
+// receive hands m to n's engine; it reports false on a violation.
+func (c *csim) receive(n *cnode, m transport.Message) bool {
+	if err := n.eng.Deliver(m); err != nil && !errors.Is(err, router.ErrFull) {
+		if errors.Is(err, host.ErrMetadataFailed) {
+			c.event("n%d metadata member stopped: %v", n.id, err)
+			return true
+		}
+		c.fail(0, "n%d refused a delivered message: %v", n.id, err)
+		return false
+	}
+	return true
 }
 
 // stepShard steps shard i of n once: the head of its inbox mirror, or

@@ -21,6 +21,8 @@ var (
 	flagMetaFaults = flag.Bool("sim.metafaults", true, "let cluster disk faults reach the metadata raft log (=false spares it)")
 	flagRemoveX    = flag.Float64("sim.removex", 1, "multiply the cluster seeds' node removal rate")
 	flagJoinX      = flag.Float64("sim.joinx", 1, "multiply the cluster seeds' node join rate")
+	flagOneWayX    = flag.Float64("sim.onewayx", 1, "multiply the cluster seeds' one-way partition rate")
+	flagClogX      = flag.Float64("sim.clogx", 1, "multiply the cluster seeds' link clog rate")
 )
 
 // clusterConfig is the cluster configuration the flags select.
@@ -29,6 +31,8 @@ func clusterConfig(seed uint64) sim.Config {
 	cfg.Faults.SpareMetadataLog = !*flagMetaFaults
 	cfg.Faults.Remove *= *flagRemoveX
 	cfg.Faults.Join *= *flagJoinX
+	cfg.Faults.Net.OneWay *= *flagOneWayX
+	cfg.Faults.Net.Clog *= *flagClogX
 	return cfg
 }
 
@@ -60,7 +64,8 @@ func TestClusterSimulation(t *testing.T) {
 	var runs []outcome
 	list := seeds(t, defaultClusterSeeds)
 	_, replay := replaySeed(t)
-	defaultRange := isDefaultRange() && *flagMetaFaults && *flagRemoveX == 1 && *flagJoinX == 1
+	defaultRange := isDefaultRange() && *flagMetaFaults && *flagRemoveX == 1 && *flagJoinX == 1 &&
+		*flagOneWayX == 1 && *flagClogX == 1
 	if defaultRange {
 		runs = defaultClusterOutcomes()
 	} else {
@@ -161,6 +166,9 @@ func TestClusterFaultsFire(t *testing.T) {
 		{"message delayed", total.MsgDelayed},
 		{"message lost to a cut link", total.MsgCut},
 		{"network partition", total.Partitions},
+		{"one-way partition", total.OneWays},
+		{"link clogged", total.Clogs},
+		{"message held by a clog", total.MsgClogged},
 		{"node stopped", total.Stops},
 		{"node crash (power loss)", total.Crash},
 		{"node crash (process)", total.ProcessCrash},
@@ -298,4 +306,30 @@ func TestClusterCatchesEarlySettle(t *testing.T) {
 		cfg.Faults.Remove *= 5
 		return cfg
 	}, &sim.BreakEarlySettle, 3, 4, 7, 8)
+}
+
+// A transport that sends a message whose own direction is cut or clogged
+// over the reverse one (an answer riding back on the connection its
+// request came in on) lets a leader that cannot hear its followers, or
+// whose messages to them stall, commit all the same: caught as an
+// acknowledged write whose replicas were never a majority linked both
+// ways to a leader. Every other cut is symmetric, so only the one-way
+// partition and the clog expose it: each is run alone, at eight times
+// its default rate.
+func TestClusterCatchesReplyPathOneWay(t *testing.T) {
+	expectClusterCaught(t, func(seed uint64) sim.Config {
+		cfg := sim.DefaultClusterConfig(seed)
+		cfg.Faults.Net.OneWay *= 8
+		cfg.Faults.Net.Clog = 0
+		return cfg
+	}, &sim.BreakReplyPath, 3)
+}
+
+func TestClusterCatchesReplyPathClog(t *testing.T) {
+	expectClusterCaught(t, func(seed uint64) sim.Config {
+		cfg := sim.DefaultClusterConfig(seed)
+		cfg.Faults.Net.Clog *= 8
+		cfg.Faults.Net.OneWay = 0
+		return cfg
+	}, &sim.BreakReplyPath, 3)
 }

@@ -92,6 +92,16 @@ type NetFaultRates struct {
 	// majority, chosen at random) that cannot reach each other for
 	// 100 ms – 3 s, then heals.
 	Partition float64
+	// OneWay starts a one-way partition for 100 ms – 3 s: messages go
+	// one way between two groups of nodes and are lost the other way —
+	// a node that can send but not hear (deaf), one heard but unable to
+	// send (mute), or two sides of which one reaches the other.
+	OneWay float64
+	// Clog clogs one direction of one link, or every link into or out of
+	// one node, for 20 ms – 1 s: their messages are held, in order, and
+	// delivered when the clog ends (a stalled direction, not a broken
+	// one).
+	Clog float64
 	// Stop stops one node for 100 ms – 3 s: it is cut off from every
 	// other node and does no work at all (a paused process); clients do
 	// not start requests on it, and those it holds wait for it to resume.
@@ -162,6 +172,8 @@ func DefaultClusterFaults() FaultRates {
 			Reorder:   0.0015,
 			Delay:     0.0015,
 			Partition: 0.0006,
+			OneWay:    0.0004,
+			Clog:      0.0008,
 			Stop:      0.0004,
 		},
 	}
@@ -237,7 +249,7 @@ func (c Config) validate() error {
 		errs = append(errs, errors.New("sim: QuiescedCrash, Join and Remove need Nodes > 1"))
 	}
 	for _, p := range []float64{f.InboxBurst, f.DiskFull, f.DiskError, f.SlowBuild, f.Crash, f.QuiescedCrash, f.Join, f.Remove,
-		n.Drop, n.Duplicate, n.Reorder, n.Delay, n.Partition, n.Stop} {
+		n.Drop, n.Duplicate, n.Reorder, n.Delay, n.Partition, n.OneWay, n.Clog, n.Stop} {
 		if p < 0 || p > 1 {
 			errs = append(errs, fmt.Errorf("sim: fault probability %v outside [0, 1]", p))
 		}
@@ -288,6 +300,11 @@ type FaultCounts struct {
 	MsgCut        int
 	Partitions    int
 	Stops         int
+	// OneWays counts the one-way partitions that began, Clogs the clogs;
+	// MsgClogged the messages a clog held (and delivered when it ended).
+	OneWays    int
+	Clogs      int
+	MsgClogged int
 	// FailedPasses counts reconciler passes that returned an error (a
 	// replicated partition whose raft log a faulty disk refused).
 	FailedPasses int

@@ -188,6 +188,9 @@ func addFaults(t *sim.FaultCounts, f sim.FaultCounts) {
 	t.MsgCut += f.MsgCut
 	t.Partitions += f.Partitions
 	t.Stops += f.Stops
+	t.OneWays += f.OneWays
+	t.Clogs += f.Clogs
+	t.MsgClogged += f.MsgClogged
 	t.FailedPasses += f.FailedPasses
 	t.MetaReopens += f.MetaReopens
 }
