@@ -131,7 +131,7 @@ type Group struct {
 	rn         *raft.RawNode
 	storage    *raft.MemoryStorage
 	disk       *Disk
-	cs         *raftpb.ConfState // the voters as of the last applied entry
+	cs         *raftpb.ConfState // the voters as of the last applied entry; restarted, as of the log's end (see New)
 	applied    uint64
 	snap       uint64 // index of the latest snapshot
 	readStates []raft.ReadState
@@ -514,7 +514,12 @@ func (g *Group) Compact(index uint64, data []byte) (err error) {
 	if index > g.applied || index <= g.snap {
 		return fmt.Errorf("parkway: raft group %d: compact at %d outside (%d, %d]", g.cfg.Group, index, g.snap, g.applied)
 	}
-	snap, err := g.storage.CreateSnapshot(index, g.cs, data)
+	// The snapshot carries the configuration raft applied, not g.cs: on a
+	// restarted member g.cs counts the changes its log holds beyond what
+	// it applied, uncommitted ones among them, which a new leader may
+	// overwrite; restored from a snapshot naming one, the member would
+	// hold voters the group never had.
+	snap, err := g.storage.CreateSnapshot(index, &raftpb.ConfState{Voters: g.AppliedVoters()}, data)
 	if err != nil {
 		return err
 	}
