@@ -70,6 +70,14 @@ var (
 	// one-way partition or a clog tells it from a working transport
 	// (every other cut is symmetric). Cluster mode only.
 	BreakReplyPath atomic.Bool
+	// BreakAppendTimeOrder serves every read with the append times the
+	// shard stamped rather than those the partition kept — as a partition
+	// would that did not keep append times non-decreasing: a leader whose
+	// clock is behind its predecessor's, or a node whose clock stepped
+	// back, stamps later messages with earlier times. Only the clock
+	// faults tell it from a working partition (on one shared clock the
+	// stamps never decrease). Both modes.
+	BreakAppendTimeOrder atomic.Bool
 )
 
 // replyPath is BreakReplyPath: it delivers m from n to its receiver over

@@ -124,6 +124,7 @@ func (c *csim) calm(n *cnode, groups []ledGroup, voters []uint64, metaLeader boo
 	c.setWeather()
 	released := c.net.Flush() + c.net.UnclogAll()
 	for _, m := range c.nodes {
+		m.clk.settle()
 		if m == n {
 			continue
 		}

@@ -125,6 +125,10 @@ func (c *csim) startFaults() {
 	if cuts {
 		c.applyCuts()
 	}
+	c.startClockFaults(&c.faults, func() (*nodeClock, string) {
+		n := c.nodes[c.rng.IntN(len(c.nodes))]
+		return n.clk, fmt.Sprintf("n%d", n.id)
+	})
 	if c.depth == 0 && c.roll(f.Crash) && !slices.ContainsFunc(c.nodes, func(n *cnode) bool { return n.down }) {
 		// One node down at a time (and never inside a slow build, whose
 		// node's reconciler pass is on the stack).
@@ -304,6 +308,7 @@ func (c *csim) expireFaults() {
 		c.unclog()
 	}
 	for _, n := range c.nodes {
+		c.expireClockFaults(n.clk, fmt.Sprintf("n%d", n.id))
 		if n.down && !now.Before(n.restartAt) && c.depth == 0 {
 			c.restart(n)
 			continue
@@ -388,6 +393,7 @@ func (c *csim) faultsOff() {
 		n.stopped = false
 		n.inj.enospc.Set(false)
 		n.inj.eio = nil
+		n.clk.settle()
 	}
 	c.applyCuts()
 	c.event("faults off: released=%d", released)

@@ -33,6 +33,7 @@ func clusterConfig(seed uint64) sim.Config {
 	cfg.Faults.Join *= *flagJoinX
 	cfg.Faults.Net.OneWay *= *flagOneWayX
 	cfg.Faults.Net.Clog *= *flagClogX
+	scaleClockFaults(&cfg)
 	return cfg
 }
 
@@ -169,6 +170,9 @@ func TestClusterFaultsFire(t *testing.T) {
 		{"one-way partition", total.OneWays},
 		{"link clogged", total.Clogs},
 		{"message held by a clog", total.MsgClogged},
+		{"clock jump", total.ClockJumps},
+		{"clock strobe", total.ClockStrobes},
+		{"clock drift", total.ClockDrifts},
 		{"node stopped", total.Stops},
 		{"node crash (power loss)", total.Crash},
 		{"node crash (process)", total.ProcessCrash},
@@ -332,4 +336,12 @@ func TestClusterCatchesReplyPathClog(t *testing.T) {
 		cfg.Faults.Net.OneWay = 0
 		return cfg
 	}, &sim.BreakReplyPath, 3)
+}
+
+// The same broken partition in a cluster: each leader stamps append times
+// from its own clock before proposing, and a leader whose clock is behind
+// its predecessor's (skew, a step back, a strobe) stamps later messages
+// earlier. Only the clock faults expose it.
+func TestClusterCatchesAppendTimeOrder(t *testing.T) {
+	expectClusterCaught(t, sim.DefaultClusterConfig, &sim.BreakAppendTimeOrder, 3)
 }
