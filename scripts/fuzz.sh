@@ -34,6 +34,7 @@ targets='
 ./kafka FuzzDecodeBatches
 ./kafka FuzzProcess
 ./kafka FuzzSCRAM
+./host FuzzLivenessReport
 '
 
 failed=
