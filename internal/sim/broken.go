@@ -78,6 +78,13 @@ var (
 	// faults tell it from a working partition (on one shared clock the
 	// stamps never decrease). Both modes.
 	BreakAppendTimeOrder atomic.Bool
+	// BreakLivenessReport strips from every liveness heartbeat the peers
+	// its sender does not hear, as node liveness did before it was judged
+	// both ways: a node that can send but not hear is held alive by the
+	// peers that hear it, and the quiesced groups it led never elect
+	// another leader. Only a one-way partition exposes it (caught by the
+	// failover check after a leader went deaf). Cluster mode only.
+	BreakLivenessReport atomic.Bool
 )
 
 // replyPath is BreakReplyPath: it delivers m from n to its receiver over

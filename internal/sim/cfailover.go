@@ -41,9 +41,13 @@ const failoverAfter = time.Second
 type failoverCheck struct {
 	node        uint64
 	crashed, at time.Time
-	groups      []ledGroup
-	metaLeader  bool
-	voters      []uint64
+	// deaf: the node did not crash; it went deaf (a one-way partition:
+	// it sends, hears nothing), and the others must fail over all the
+	// same (deafCalm).
+	deaf       bool
+	groups     []ledGroup
+	metaLeader bool
+	voters     []uint64
 	// polled is when the groups were last looked at.
 	polled time.Time
 }
@@ -140,6 +144,47 @@ func (c *csim) calm(n *cnode, groups []ledGroup, voters []uint64, metaLeader boo
 		c.calmUntil.Sub(epoch0), n.id, len(groups), c.failover.metaLeader, released)
 }
 
+// deafCalm is the failover check of a node gone deaf (a one-way
+// partition: it sends, hears nothing) while leading quiesced groups or
+// the metadata group: every other fault ends and none starts, nor does
+// any new client operation, for failoverAfter, and the one-way
+// partition lasts at least as long. The deaf node keeps sending —
+// heartbeats, votes — so only node liveness judged both ways tells the
+// others it is gone; each group it led must then have a new leader among
+// them, as after a crash.
+func (c *csim) deafCalm(x *cnode) {
+	if c.depth > 0 || c.failover != nil || slices.ContainsFunc(c.nodes, func(m *cnode) bool { return m.stopped || m.down }) {
+		return
+	}
+	groups := c.ledGroups(x)
+	st := x.eng.MetadataStatus()
+	metaLeader := st.Leader == x.id
+	if c.viol != nil || (len(groups) == 0 && !metaLeader) {
+		return
+	}
+	now := c.clk.Now()
+	w := &c.netf
+	oneWay, kind, end := w.oneWay, w.oneWayKind, w.oneWayEnd
+	c.netf = netState{oneWay: oneWay, oneWayKind: kind, oneWayEnd: end}
+	if at := now.Add(failoverAfter); w.oneWayEnd.Before(at) {
+		w.oneWayEnd = at
+	}
+	c.setWeather()
+	released := c.net.Flush() + c.net.UnclogAll()
+	for _, m := range c.nodes {
+		m.clk.settle()
+		m.inj.enospc.Set(false)
+		m.inj.eio = nil
+	}
+	c.applyCuts()
+	c.faults.DeafCalms++
+	c.calmUntil = now.Add(failoverAfter)
+	c.failover = &failoverCheck{node: x.id, crashed: now, at: c.calmUntil, deaf: true, groups: groups,
+		metaLeader: metaLeader, voters: st.Voters}
+	c.event("calm until %v: n%d deaf, led %d groups, metadata leader %v; released=%d",
+		c.calmUntil.Sub(epoch0), x.id, len(groups), metaLeader, released)
+}
+
 // pollFailover notes the groups of the failover in progress that a
 // survivor leads now, once per clock value; at the failover's deadline
 // it checks them (checkFailover).
@@ -171,9 +216,13 @@ func (c *csim) checkFailover(final bool) {
 		c.failover = nil
 	}
 	dead := c.node(f.node)
-	if !dead.down {
+	if !dead.down && !f.deaf {
 		c.fail(0, "n%d restarted before its failover was checked", f.node)
 		return
+	}
+	what := "crashed"
+	if f.deaf {
+		what = "went deaf"
 	}
 	for i := range f.groups {
 		g := &f.groups[i]
@@ -221,8 +270,8 @@ func (c *csim) checkFailover(final bool) {
 			c.faults.Failovers++
 			c.event("failover of %v after %v: %s", g.key, c.clk.Now().Sub(f.crashed), strings.Join(seen, ", "))
 		case final:
-			c.fail(8, "%v (replicas %v): n%d led it and crashed %v ago, and no survivor leads it (%s)",
-				g.key, g.replicas, f.node, failoverAfter, strings.Join(seen, ", "))
+			c.fail(8, "%v (replicas %v): n%d led it and %s %v ago, and no survivor leads it (%s)",
+				g.key, g.replicas, f.node, what, failoverAfter, strings.Join(seen, ", "))
 			return
 		}
 	}
@@ -239,7 +288,7 @@ func (c *csim) checkFailover(final bool) {
 	var seen []string
 	for _, id := range voters {
 		s := c.node(id)
-		if s == nil || s.down {
+		if s == nil || s.down || id == f.node {
 			continue
 		}
 		if !s.metaTickErr.Before(f.crashed) {
@@ -261,8 +310,8 @@ func (c *csim) checkFailover(final bool) {
 		c.faults.Failovers++
 		c.event("metadata failover after %v: %s", c.clk.Now().Sub(f.crashed), strings.Join(seen, ", "))
 	case final:
-		c.fail(8, "the metadata group (voters %v): n%d led it and crashed %v ago, and no survivor leads it (%s)",
-			voters, f.node, failoverAfter, strings.Join(seen, ", "))
+		c.fail(8, "the metadata group (voters %v): n%d led it and %s %v ago, and no survivor leads it (%s)",
+			voters, f.node, what, failoverAfter, strings.Join(seen, ", "))
 	}
 }
 

@@ -463,6 +463,9 @@ func (b *outboxBus) Send(m transport.Message) error {
 	if BreakRaftEpoch.Load() {
 		stripRaftEpochs(m)
 	}
+	if BreakLivenessReport.Load() && m.Kind == host.KindLiveness {
+		m.Payload = nil
+	}
 	if BreakLeaderTransfer.Load() && carriesTimeoutNow(m) {
 		b.n.c.event("n%d drop %s (broken leader transfer)", b.n.id, describeMsg(m))
 		return nil

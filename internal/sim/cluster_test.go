@@ -170,6 +170,7 @@ func TestClusterFaultsFire(t *testing.T) {
 		{"one-way partition", total.OneWays},
 		{"link clogged", total.Clogs},
 		{"message held by a clog", total.MsgClogged},
+		{"calm after a leader went deaf", total.DeafCalms},
 		{"clock jump", total.ClockJumps},
 		{"clock strobe", total.ClockStrobes},
 		{"clock drift", total.ClockDrifts},
@@ -344,4 +345,17 @@ func TestClusterCatchesReplyPathClog(t *testing.T) {
 // earlier. Only the clock faults expose it.
 func TestClusterCatchesAppendTimeOrder(t *testing.T) {
 	expectClusterCaught(t, sim.DefaultClusterConfig, &sim.BreakAppendTimeOrder, 3)
+}
+
+// Node liveness that does not report whom a node hears lets a node that
+// can send but not hear pass for alive: the quiesced groups it led never
+// elect another leader. Caught by the failover check after a leader went
+// deaf, which only a one-way partition sets up; one-way partitions run at
+// fifty times their default rate here.
+func TestClusterCatchesLivenessWithoutReport(t *testing.T) {
+	expectClusterCaught(t, func(seed uint64) sim.Config {
+		cfg := sim.DefaultClusterConfig(seed)
+		cfg.Faults.Net.OneWay *= 50
+		return cfg
+	}, &sim.BreakLivenessReport, 8)
 }

@@ -331,6 +331,10 @@ type FaultCounts struct {
 	OneWays    int
 	Clogs      int
 	MsgClogged int
+	// DeafCalms counts the calms after a node leading quiesced groups
+	// went deaf (a one-way partition), whose failovers are checked like
+	// a crashed leader's (counted in Failovers).
+	DeafCalms int
 	// ClockJumps, ClockStrobes and ClockDrifts count the clock faults
 	// that began (both modes).
 	ClockJumps   int

@@ -203,6 +203,7 @@ func addFaults(t *sim.FaultCounts, f sim.FaultCounts) {
 	t.OneWays += f.OneWays
 	t.Clogs += f.Clogs
 	t.MsgClogged += f.MsgClogged
+	t.DeafCalms += f.DeafCalms
 	t.FailedPasses += f.FailedPasses
 	t.MetaReopens += f.MetaReopens
 }
