@@ -250,6 +250,11 @@
 //     the survivors wherever a majority of its replicas survive holding
 //     it; so has the metadata group, if the node led it
 //     (Result.Faults.Failovers counts the groups seen led by a survivor).
+//     Likewise a second after a node leading quiesced groups, or the
+//     metadata group, went deaf — a one-way partition: it keeps sending,
+//     hears nothing — in a calm that keeps only that fault
+//     (Result.Faults.DeafCalms): node liveness is judged both ways, so
+//     the others hold it dead though they hear it.
 //
 // Panics in the engine (etcd raft's included) are reported as violations
 // of invariant 0, with the seed, rather than crashing the test binary.
@@ -283,7 +288,9 @@
 // link, caught only by one-way partitions and clogs (an acknowledgement
 // without a quorum linked both ways); BreakAppendTimeOrder, a partition
 // that does not keep append times non-decreasing, caught only by the
-// clock faults (append times going backwards).
+// clock faults (append times going backwards); BreakLivenessReport, node
+// liveness that does not report whom a node hears, caught only by a
+// leader gone deaf (its groups never failing over).
 //
 // # Scope
 //
