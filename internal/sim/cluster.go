@@ -464,7 +464,7 @@ func (b *outboxBus) Send(m transport.Message) error {
 		stripRaftEpochs(m)
 	}
 	if BreakLivenessReport.Load() && m.Kind == host.KindLiveness {
-		m.Payload = nil
+		m.Payload = m.Payload[:min(len(m.Payload), 8)] // the directory's incarnation stays
 	}
 	if BreakLeaderTransfer.Load() && carriesTimeoutNow(m) {
 		b.n.c.event("n%d drop %s (broken leader transfer)", b.n.id, describeMsg(m))
