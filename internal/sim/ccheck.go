@@ -31,6 +31,7 @@ func (c *csim) quiesce() {
 		c.event("failover of n%d not checked: quiescence", f.node)
 		c.failover = nil
 	}
+	c.deafWait = nil
 	c.faultsOff()
 	c.event("quiesce")
 	if !c.settle() {

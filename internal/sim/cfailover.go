@@ -144,31 +144,30 @@ func (c *csim) calm(n *cnode, groups []ledGroup, voters []uint64, metaLeader boo
 		c.calmUntil.Sub(epoch0), n.id, len(groups), c.failover.metaLeader, released)
 }
 
-// deafCalm is the failover check of a node gone deaf (a one-way
-// partition: it sends, hears nothing) while leading quiesced groups or
-// the metadata group: every other fault ends and none starts, nor does
-// any new client operation, for failoverAfter, and the one-way
-// partition lasts at least as long. The deaf node keeps sending —
-// heartbeats, votes — so only node liveness judged both ways tells the
-// others it is gone; each group it led must then have a new leader among
-// them, as after a crash.
-func (c *csim) deafCalm(x *cnode) {
-	if c.depth > 0 || c.failover != nil || slices.ContainsFunc(c.nodes, func(m *cnode) bool { return m.stopped || m.down }) {
-		return
-	}
-	groups := c.ledGroups(x)
-	st := x.eng.MetadataStatus()
-	metaLeader := st.Leader == x.id
-	if c.viol != nil || (len(groups) == 0 && !metaLeader) {
-		return
+// A leader gone deaf (a one-way partition: it keeps sending, hears
+// nothing) is judged like a crashed one. quietForDeaf starts a calm: every
+// fault ends and none starts, nor does any new client operation, so that
+// groups quiesce; deafen then makes deaf, for failoverAfter, the first
+// node found leading quiesced groups the others can take over (three
+// replicas or more), and checks their failover at the end. The deaf node
+// keeps sending heartbeats and votes: only node liveness judged both ways
+// tells the others it is gone. Without such a node within failoverAfter
+// the calm ends unjudged.
+
+// deafWait is the quiet before a deaf spell: until when a node leading
+// quiesced groups is looked for.
+type deafWait struct{ until time.Time }
+
+// quietForDeaf starts the quiet before a judged deaf spell, unless
+// another calm, a failover check, a stopped or a down node is in the
+// way; it reports whether it did.
+func (c *csim) quietForDeaf() bool {
+	if c.depth > 0 || c.failover != nil || c.deafWait != nil || c.calming() ||
+		slices.ContainsFunc(c.nodes, func(m *cnode) bool { return m.stopped || m.down }) {
+		return false
 	}
 	now := c.clk.Now()
-	w := &c.netf
-	oneWay, kind, end := w.oneWay, w.oneWayKind, w.oneWayEnd
-	c.netf = netState{oneWay: oneWay, oneWayKind: kind, oneWayEnd: end}
-	if at := now.Add(failoverAfter); w.oneWayEnd.Before(at) {
-		w.oneWayEnd = at
-	}
+	c.netf = netState{}
 	c.setWeather()
 	released := c.net.Flush() + c.net.UnclogAll()
 	for _, m := range c.nodes {
@@ -177,12 +176,51 @@ func (c *csim) deafCalm(x *cnode) {
 		m.inj.eio = nil
 	}
 	c.applyCuts()
-	c.faults.DeafCalms++
-	c.calmUntil = now.Add(failoverAfter)
-	c.failover = &failoverCheck{node: x.id, crashed: now, at: c.calmUntil, deaf: true, groups: groups,
-		metaLeader: metaLeader, voters: st.Voters}
-	c.event("calm until %v: n%d deaf, led %d groups, metadata leader %v; released=%d",
-		c.calmUntil.Sub(epoch0), x.id, len(groups), metaLeader, released)
+	c.deafWait = &deafWait{until: now.Add(failoverAfter)}
+	c.calmUntil = c.deafWait.until
+	c.event("calm until %v: a node leading quiesced groups is to go deaf; released=%d", c.calmUntil.Sub(epoch0), released)
+	return true
+}
+
+// deafen makes deaf the first node found leading quiesced groups, while
+// the quiet before a deaf spell lasts, and sets up the failover check.
+func (c *csim) deafen() {
+	d := c.deafWait
+	if d == nil || c.depth > 0 || c.viol != nil {
+		return
+	}
+	now := c.clk.Now()
+	if !now.Before(d.until) {
+		c.deafWait = nil
+		c.event("no node led quiesced groups: the deaf spell is not judged")
+		return
+	}
+	for _, x := range c.nodes {
+		if !x.reachable() || !x.joined {
+			continue
+		}
+		var groups []ledGroup
+		for _, g := range c.ledGroups(x) {
+			if len(g.replicas) >= 3 {
+				groups = append(groups, g)
+			}
+		}
+		if len(groups) == 0 {
+			continue
+		}
+		c.deafWait = nil
+		w := &c.netf
+		others := slices.DeleteFunc(c.memberIDs(), func(id uint64) bool { return id == x.id })
+		w.oneWay, w.oneWayKind = &[2][]uint64{others, {x.id}}, fmt.Sprintf("n%d deaf", x.id)
+		w.oneWayEnd = now.Add(failoverAfter)
+		c.applyCuts()
+		c.faults.OneWays++
+		c.faults.DeafCalms++
+		c.calmUntil = w.oneWayEnd
+		c.failover = &failoverCheck{node: x.id, crashed: now, at: c.calmUntil, deaf: true, groups: groups}
+		c.event("net one-way %s until %v: it led %d quiesced groups", w.oneWayKind, w.oneWayEnd.Sub(epoch0), len(groups))
+		return
+	}
 }
 
 // pollFailover notes the groups of the failover in progress that a

@@ -111,7 +111,7 @@ func (c *csim) startFaults() {
 		c.startOneWay()
 		cuts = true
 		if c.calming() {
-			return // a deaf leader's failover is judged: nothing else starts
+			return // a deaf leader's failover is to be judged: nothing else starts
 		}
 	}
 	if len(w.clogs) == 0 && c.roll(nf.Clog) {
@@ -168,25 +168,14 @@ func (c *csim) startOneWay() {
 	w := &c.netf
 	ids := c.memberIDs()
 	var from, to []uint64
-	var deaf *cnode
 	switch k := c.rng.IntN(6); {
 	case k < 2:
-		// Three deaf spells in four are judged, on a node leading
-		// quiesced groups or the metadata group if one does: the others
-		// must fail over (deafCalm).
-		x := ids[c.rng.IntN(len(ids))]
-		if c.rng.IntN(4) != 0 {
-			leaders := c.quiescedLeaders()
-			for _, n := range c.nodes {
-				if n.reachable() && !slices.Contains(leaders, n) && n.eng.MetadataStatus().Leader == n.id {
-					leaders = append(leaders, n)
-				}
-			}
-			if len(leaders) > 0 {
-				deaf = leaders[c.rng.IntN(len(leaders))]
-				x = deaf.id
-			}
+		// One deaf spell in two is judged: a quiet second first, then a
+		// node leading quiesced groups goes deaf (deafCalm).
+		if c.rng.IntN(2) == 0 && c.quietForDeaf() {
+			return
 		}
+		x := ids[c.rng.IntN(len(ids))]
 		w.oneWayKind = fmt.Sprintf("n%d deaf", x)
 		from, to = slices.DeleteFunc(slices.Clone(ids), func(id uint64) bool { return id == x }), []uint64{x}
 	case k < 3:
@@ -211,9 +200,6 @@ func (c *csim) startOneWay() {
 	w.oneWayEnd = c.clk.Now().Add(c.randDuration(100*time.Millisecond, 3*time.Second))
 	c.faults.OneWays++
 	c.event("net one-way %s until %v", w.oneWayKind, w.oneWayEnd.Sub(epoch0))
-	if deaf != nil {
-		c.deafCalm(deaf)
-	}
 }
 
 // startClog clogs, for 20 ms – 1 s, one direction of one link, or every
@@ -317,6 +303,7 @@ func (c *csim) expireFaults() {
 		c.event("net flush released=%d", c.net.Flush())
 	}
 	c.pollFailover()
+	c.deafen()
 	cuts := false
 	if w.partitioned && !now.Before(w.partitionEnd) {
 		w.partitioned, w.sides, cuts = false, [2][]uint64{}, true

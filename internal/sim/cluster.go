@@ -136,6 +136,7 @@ type csim struct {
 	// earlySettles are BreakEarlySettle's settles to propose.
 	earlySettles []earlySettle
 	failover     *failoverCheck
+	deafWait     *deafWait
 	calmUntil    time.Time
 }
 

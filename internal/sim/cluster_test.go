@@ -238,9 +238,15 @@ func expectClusterCaught(t *testing.T, cfg func(uint64) sim.Config, hook interfa
 // design's hole, behaviour 20) let a dead incarnation's group talk to its
 // replacement: caught as raft panicking on a log it does not have
 // (invariant 0 reports panics), messages crossing incarnations, or
-// replicas disagreeing.
+// replicas disagreeing. Under the faults it was written for: with the
+// asymmetric network and clock faults on, the first seed to catch it does
+// so only at the drain bound, minutes in.
 func TestClusterCatchesRaftWithoutEpoch(t *testing.T) {
-	expectClusterCaught(t, sim.DefaultClusterConfig, &sim.BreakRaftEpoch, 0, 2, 3, 5)
+	expectClusterCaught(t, func(seed uint64) sim.Config {
+		cfg := sim.DefaultClusterConfig(seed)
+		cfg.Faults.Net.OneWay, cfg.Faults.Net.Clog, cfg.Faults.Clock = 0, 0, sim.ClockFaultRates{}
+		return cfg
+	}, &sim.BreakRaftEpoch, 0, 2, 3, 5)
 }
 
 // Produces without a (producer, sequence) pair are applied twice when a

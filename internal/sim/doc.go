@@ -250,11 +250,12 @@
 //     the survivors wherever a majority of its replicas survive holding
 //     it; so has the metadata group, if the node led it
 //     (Result.Faults.Failovers counts the groups seen led by a survivor).
-//     Likewise a second after a node leading quiesced groups, or the
-//     metadata group, went deaf — a one-way partition: it keeps sending,
-//     hears nothing — in a calm that keeps only that fault
-//     (Result.Faults.DeafCalms): node liveness is judged both ways, so
-//     the others hold it dead though they hear it.
+//     Likewise a second after a node leading quiesced groups went deaf —
+//     a one-way partition: it keeps sending, hears nothing — in a calm
+//     (every other fault off, no new client operation) that began up to
+//     a second before so that groups quiesce (Result.Faults.DeafCalms):
+//     node liveness is judged both ways, so the others hold it dead
+//     though they hear it.
 //
 // Panics in the engine (etcd raft's included) are reported as violations
 // of invariant 0, with the seed, rather than crashing the test binary.
