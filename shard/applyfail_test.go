@@ -144,3 +144,39 @@ func TestFailedCatchUpSettleStopsTheGroup(t *testing.T) {
 		t.Fatalf("the joiner's log %q is not a prefix of the group's %q", got, append(want, "after"))
 	}
 }
+
+// readUnusable is a partition whose reads meet a write held behind that
+// failed and could not be taken back: every read says the partition is
+// unusable until it is built again.
+type readUnusable struct{ partition.Partition }
+
+func (readUnusable) Read(uint64, int) ([]partition.Message, error) {
+	return nil, fmt.Errorf("%w: write-behind failed", partition.ErrUnusable)
+}
+
+// A poll that finds its partition unusable (partition.ErrUnusable from a
+// read) fences it, as an append that does, and is answered as every later
+// request is (ErrPartitionFailed): the reconciler then rebuilds it. Unfenced it stayed unusable, every read failing, until the node
+// restarted (single-node simulator seed 498: ENOSPC on a held write, then
+// EIO syncing its take-back).
+func TestPollOnUnusablePartitionFencesIt(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	s := h.shards[0]
+	ns, epoch := h.topic("t")
+	h.insert(s, readUnusable{h.build(ns, epoch)})
+	c := produce(ns, "a")
+	s.handle(c.f)
+	s.settle()
+	if r := c.answered(t); r.Err != nil {
+		t.Fatalf("produce: %v", r.Err)
+	}
+	poll := request(ns, &Request{Op: OpPoll, Count: 1})
+	s.handle(poll.f)
+	s.settle()
+	if r := poll.answered(t); !errors.Is(r.Err, ErrPartitionFailed) || !errors.Is(r.Err, partition.ErrUnusable) {
+		t.Fatalf("poll: %v, want ErrPartitionFailed wrapping ErrUnusable", r.Err)
+	}
+	if s.Fenced() != 1 {
+		t.Fatalf("%d partitions fenced after a poll met an unusable one, want 1", s.Fenced())
+	}
+}
