@@ -102,10 +102,11 @@ type peerClocks struct {
 // heardAt is when a peer was last heard from: the tick, and the
 // heartbeat round; whether the driver holds it dead (a copy of
 // liveness.dead that any goroutine may read); and whether its last
-// heartbeat reported that it does not hear this node (deaf).
+// heartbeat, at tick reported, said that it does not hear this node
+// (deaf).
 type heardAt struct {
-	tick, round atomic.Int64
-	dead, deaf  atomic.Bool
+	tick, round, reported atomic.Int64
+	dead, deaf            atomic.Bool
 }
 
 func (p *peerClocks) add(id uint64, now, round int64) {
@@ -160,7 +161,8 @@ func (l *liveness) join() {
 // goroutine: it reads only atomics).
 func (l *liveness) heardRecently(peer uint64) bool {
 	h := l.heard.Load().at[peer]
-	return h == nil || (l.now.Load()-h.tick.Load() <= l.timeout && !h.deaf.Load())
+	now := l.now.Load()
+	return h == nil || (now-h.tick.Load() <= l.timeout && !l.deafTo(h, now))
 }
 
 // heardReport records a peer's heartbeat: the peers it does not hear,
@@ -174,8 +176,21 @@ func (l *liveness) heardReport(peer uint64, payload []byte) error {
 	}
 	if h := l.heard.Load().at[peer]; h != nil {
 		h.deaf.Store(deaf)
+		h.reported.Store(l.now.Load())
 	}
 	return nil
+}
+
+// deafTo reports whether peer's latest heartbeat said it does not hear
+// this node, and is recent: two heartbeat intervals old at most. A
+// report goes stale when its sender stops sending (it crashed): the peer
+// is then alive to this node until its silence passes the timeout, and
+// that death is a transition of its own — a peer held dead by report
+// while its groups' leadership still reached this node (it could not
+// hear this node, but was heard), then dead by silence with no
+// transition, left the groups it led unaware of its crash.
+func (l *liveness) deafTo(h *heardAt, now int64) bool {
+	return h.deaf.Load() && now-h.reported.Load() <= 2*l.every
 }
 
 // reportsSilent reports whether a heartbeat's payload names id among the
@@ -260,7 +275,7 @@ func (l *liveness) advance(ctx context.Context, k int64) {
 		if beat {
 			_ = l.c.send(p, KindLiveness, 0, l.c.heartbeat(report))
 		}
-		dead := l.silent[p] || h.deaf.Load()
+		dead := l.silent[p] || l.deafTo(h, now)
 		if dead == l.dead[p] {
 			continue
 		}

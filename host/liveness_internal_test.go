@@ -134,6 +134,52 @@ func TestLivenessDeafPeerIsDead(t *testing.T) {
 	}
 }
 
+// A peer held dead because its reports said it did not hear this node,
+// though this node heard it, then crashing as the link healed, sends no
+// report again: its last one goes stale, so it is alive to this node
+// until its silence passes the timeout, and its death by silence is a
+// transition of its own, which the groups it led act on. Held dead by
+// the stale report instead, it never died again and those groups never
+// failed over (cluster simulator seed 1).
+func TestLivenessStaleReportThenSilence(t *testing.T) {
+	tr := newManualTrio(t)
+	live := tr.engines[0].cl.live
+	round := func(nodes []*Engine, silent uint64) {
+		for _, e := range nodes {
+			for range live.every {
+				if err := e.TickMetadata(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		tr.deliverExcept(silent)
+	}
+	for range 2 {
+		round(tr.engines, 0)
+	}
+	// Node 1 is mute: it hears nodes 2 and 3, which do not hear it.
+	tr.net.DisconnectGroups([]transport.NodeID{1}, []transport.NodeID{2, 3})
+	for range live.miss + 3 {
+		round(tr.engines, 0)
+	}
+	if live.alive(3) {
+		t.Fatal("node 3 reports that it does not hear node 1, which holds it alive")
+	}
+	// The link heals as node 3 crashes: it neither sends nor hears.
+	tr.net.Heal()
+	wasAlive := false
+	for range live.miss + 4 {
+		round(tr.engines[:2], 3)
+		wasAlive = wasAlive || live.alive(3)
+	}
+	if !wasAlive {
+		t.Fatal("node 1 held node 3 dead by its last report throughout: its crash made no transition")
+	}
+	if live.alive(3) {
+		t.Fatal("node 3, silent past the timeout, is alive to node 1")
+	}
+}
+
 // FuzzLivenessReport: a heartbeat's payload, the peers its sender does not
 // hear, is hostile input read in place: a whole number of ids or
 // ErrMalformed, never a panic, and an id is reported exactly when the
