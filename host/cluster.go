@@ -195,7 +195,7 @@ func (c *clusterNode) receive(ctx context.Context) {
 // payloadDone reports whether nothing refers to a delivered payload of
 // kind once deliver returned, so the transport may reuse its bytes: raft
 // messages are decoded into copies (decodeRaft never aliases its input,
-// nor does proto.Unmarshal) and liveness payloads are ignored. Catch-up
+// nor does proto.Unmarshal) and liveness payloads are read in place. Catch-up
 // data, requests and replies are handed on as they are, so theirs are
 // kept. Only the started receiver recycles: a manual engine's driver owns
 // the messages it delivers.

@@ -297,8 +297,9 @@ func (d *dataDir) forgetPeer(peer, index uint64, all bool) {
 // reasonWrongDataDir labels the frames dropped from a refused peer.
 const reasonWrongDataDir = "wrong_data_dir"
 
-// announced takes a peer's heartbeat: a sign of life, and the incarnation
-// of its data directory (8 bytes; none from a node without one). A member
+// announced takes a peer's heartbeat: a sign of life, the incarnation of
+// its data directory (8 bytes, 0 or none from a node without one), and
+// after it the peers it does not hear (liveness.go: 8 bytes each). A member
 // that announces another incarnation than the one recorded lost what it
 // held — its directory was emptied, replaced, or restored from another
 // copy — but a fresh raft member would vote and acknowledge as if it
@@ -309,9 +310,11 @@ const reasonWrongDataDir = "wrong_data_dir"
 // is forgotten at the change; it may then join again as a new node and is
 // caught up from its peers) or comes back with the directory it had.
 func (c *clusterNode) announced(from uint64, payload []byte) error {
-	switch len(payload) {
-	case 0:
-	case 8:
+	var report []byte
+	switch {
+	case len(payload) == 0:
+	case len(payload) >= 8 && len(payload)%8 == 0:
+		report = payload[8:]
 		inc := binary.LittleEndian.Uint64(payload)
 		if inc == 0 || from == uint64(c.cfg.ID) {
 			break
@@ -326,7 +329,21 @@ func (c *clusterNode) announced(from uint64, payload []byte) error {
 		return errRefusedPeer
 	}
 	c.live.heardFrom(from)
-	return nil
+	return c.live.heardReport(from, report)
+}
+
+// heartbeat is the payload of this node's heartbeats: its directory's
+// incarnation (none without a DataDir), then report, the peers it does
+// not hear — behind an incarnation of 0 if it has none to announce.
+func (c *clusterNode) heartbeat(report []byte) []byte {
+	if len(report) == 0 {
+		return c.beat
+	}
+	b := c.beat
+	if len(b) == 0 {
+		b = make([]byte, 8)
+	}
+	return append(slices.Clip(b), report...)
 }
 
 func (c *clusterNode) isRefused(peer uint64) bool {

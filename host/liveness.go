@@ -2,6 +2,8 @@ package host
 
 import (
 	"context"
+	"encoding/binary"
+	"fmt"
 	"maps"
 	"slices"
 	"sync/atomic"
@@ -21,6 +23,17 @@ import (
 // Liveness counts the metadata group's ticks, which the engine's clock
 // paces (a manual engine's driver calls TickMetadata): no wall clock is
 // read, and a simulator steps it like everything else.
+//
+// Liveness is judged both ways. A node that can send but not hear (a
+// one-way partition) keeps sending — heartbeats, votes, appends — so its
+// peers, hearing it, would hold it alive for ever while it hears none of
+// them: the groups it led, quiesced on its followers, would never elect
+// anyone else, and nothing it is sent would reach it. So every heartbeat
+// carries the peers its sender does not hear (silent, as below), and a
+// peer whose last heartbeat names this node is dead to it as well, until
+// a heartbeat no longer does. Only silence is reported, never a death
+// learned from a report: two nodes each reporting the other would
+// otherwise hold each other dead for ever.
 //
 // Silence is measured twice, and a peer is dead only when both say so:
 // in ticks (the timeout) and in heartbeat rounds this node's driver
@@ -53,15 +66,21 @@ type liveness struct {
 	// many must pass without a message before a peer is dead.
 	rounds atomic.Int64
 	miss   int64
-	// dead is the driver's view: peers declared dead (driver-owned).
-	dead map[uint64]bool
+	// dead is the driver's view: peers declared dead (driver-owned);
+	// silent those of them it does not hear, the ones its heartbeats
+	// report.
+	dead   map[uint64]bool
+	silent map[uint64]bool
+	// me is this node's id, as peers' reports name it.
+	me uint64
 }
 
 func newLiveness(c *clusterNode) *liveness {
 	tick := c.cfg.TickInterval
 	every := max(int64(c.cfg.LivenessInterval/tick), 1)
 	timeout := max(int64(c.cfg.LivenessTimeout/tick), every+1)
-	l := &liveness{c: c, every: every, timeout: timeout, miss: timeout / every, dead: make(map[uint64]bool)}
+	l := &liveness{c: c, every: every, timeout: timeout, miss: timeout / every, dead: make(map[uint64]bool),
+		silent: make(map[uint64]bool), me: uint64(c.cfg.ID)}
 	heard := &peerClocks{at: make(map[uint64]*heardAt)}
 	for _, p := range c.peers {
 		if p != uint64(c.cfg.ID) {
@@ -81,11 +100,13 @@ type peerClocks struct {
 }
 
 // heardAt is when a peer was last heard from: the tick, and the
-// heartbeat round; and whether the driver holds it dead (a copy of
-// liveness.dead that any goroutine may read).
+// heartbeat round; whether the driver holds it dead (a copy of
+// liveness.dead that any goroutine may read); and whether its last
+// heartbeat, at tick reported, said that it does not hear this node
+// (deaf).
 type heardAt struct {
-	tick, round atomic.Int64
-	dead        atomic.Bool
+	tick, round, reported atomic.Int64
+	dead, deaf            atomic.Bool
 }
 
 func (p *peerClocks) add(id uint64, now, round int64) {
@@ -127,6 +148,7 @@ func (l *liveness) join() {
 			grown.ids = slices.DeleteFunc(grown.ids, func(id uint64) bool { return id == p })
 			delete(grown.at, p)
 			delete(l.dead, p)
+			delete(l.silent, p)
 		}
 	}
 	if grown != nil {
@@ -135,10 +157,54 @@ func (l *liveness) join() {
 }
 
 // heardRecently reports whether peer was heard from within the timeout
-// (safe from any goroutine: it reads only atomics).
+// and does not report that it does not hear this node (safe from any
+// goroutine: it reads only atomics).
 func (l *liveness) heardRecently(peer uint64) bool {
 	h := l.heard.Load().at[peer]
-	return h == nil || l.now.Load()-h.tick.Load() <= l.timeout
+	now := l.now.Load()
+	return h == nil || (now-h.tick.Load() <= l.timeout && !l.deafTo(h, now))
+}
+
+// heardReport records a peer's heartbeat: the peers it does not hear,
+// ids of 8 bytes each (none from a node that predates the report). A
+// payload that is not a whole number of ids is malformed; it changes
+// nothing.
+func (l *liveness) heardReport(peer uint64, payload []byte) error {
+	deaf, err := reportsSilent(payload, l.me)
+	if err != nil {
+		return err
+	}
+	if h := l.heard.Load().at[peer]; h != nil {
+		h.deaf.Store(deaf)
+		h.reported.Store(l.now.Load())
+	}
+	return nil
+}
+
+// deafTo reports whether peer's latest heartbeat said it does not hear
+// this node, and is recent: two heartbeat intervals old at most. A
+// report goes stale when its sender stops sending (it crashed): the peer
+// is then alive to this node until its silence passes the timeout, and
+// that death is a transition of its own — a peer held dead by report
+// while its groups' leadership still reached this node (it could not
+// hear this node, but was heard), then dead by silence with no
+// transition, left the groups it led unaware of its crash.
+func (l *liveness) deafTo(h *heardAt, now int64) bool {
+	return h.deaf.Load() && now-h.reported.Load() <= 2*l.every
+}
+
+// reportsSilent reports whether a heartbeat's payload names id among the
+// peers its sender does not hear. It reads the payload in place.
+func reportsSilent(payload []byte, id uint64) (bool, error) {
+	if len(payload)%8 != 0 {
+		return false, fmt.Errorf("%w: liveness report of %d bytes", ErrMalformed, len(payload))
+	}
+	for b := payload; len(b) > 0; b = b[8:] {
+		if binary.LittleEndian.Uint64(b) == id {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // heardFrom records a sign of life from peer (any message it sent).
@@ -193,21 +259,35 @@ func (l *liveness) advance(ctx context.Context, k int64) {
 		rounds = l.rounds.Add(1)
 	}
 	heard := l.heard.Load()
+	var report []byte
+	for _, p := range heard.ids {
+		h := heard.at[p]
+		silent := now-h.tick.Load() > l.timeout && rounds-h.round.Load() >= l.miss
+		if silent {
+			l.silent[p] = true
+			report = binary.LittleEndian.AppendUint64(report, p)
+		} else {
+			delete(l.silent, p)
+		}
+	}
 	for _, p := range heard.ids {
 		h := heard.at[p]
 		if beat {
-			_ = l.c.send(p, KindLiveness, 0, l.c.beat)
+			_ = l.c.send(p, KindLiveness, 0, l.c.heartbeat(report))
 		}
-		dead := now-h.tick.Load() > l.timeout && rounds-h.round.Load() >= l.miss
+		dead := l.silent[p] || l.deafTo(h, now)
 		if dead == l.dead[p] {
 			continue
 		}
 		l.dead[p] = dead
 		h.dead.Store(dead)
-		if dead {
+		switch {
+		case dead && l.silent[p]:
 			l.c.e.cfg.Logger.Warn("peer declared dead: no message within the liveness timeout", "peer", p,
 				"timeout", time.Duration(l.timeout)*l.c.cfg.TickInterval)
-		} else {
+		case dead:
+			l.c.e.cfg.Logger.Warn("peer declared dead: it reports that it does not hear this node", "peer", p)
+		default:
 			l.c.e.cfg.Logger.Info("peer alive again", "peer", p)
 		}
 		l.c.meta.peerLive(p, !dead)

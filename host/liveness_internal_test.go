@@ -2,6 +2,8 @@ package host
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"testing"
 
 	"github.com/parkway-io/parkway/transport"
@@ -85,4 +87,121 @@ func (tr *manualTrio) deliverExcept(silent uint64) {
 			}
 		}
 	}
+}
+
+// A node that can send but not hear (a one-way partition) keeps sending
+// heartbeats its peers hear: they must hold it dead all the same, once its
+// heartbeats report that it hears none of them, and alive again once it
+// hears them; it holds them dead by silence. A node that hears it and
+// that it hears stays alive to both.
+func TestLivenessDeafPeerIsDead(t *testing.T) {
+	tr := newManualTrio(t)
+	rounds := func(k int64) {
+		for range k {
+			for _, e := range tr.engines {
+				for range tr.engines[0].cl.live.every {
+					if err := e.TickMetadata(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			tr.deliver()
+		}
+	}
+	live := func(of, peer uint64) bool { return tr.engines[of-1].cl.live.alive(peer) }
+	rounds(2)
+	miss := tr.engines[0].cl.live.miss
+	// Node 1 goes deaf: nodes 2 and 3 still hear it.
+	tr.net.DisconnectGroups([]transport.NodeID{2, 3}, []transport.NodeID{1})
+	rounds(miss + 3)
+	if live(1, 2) || live(1, 3) {
+		t.Fatal("deaf node 1 holds peers it does not hear alive")
+	}
+	if live(2, 1) || live(3, 1) {
+		t.Fatalf("nodes 2 and 3 hold deaf node 1 alive (2: %v, 3: %v): it reports that it hears neither", live(2, 1), live(3, 1))
+	}
+	if !live(2, 3) || !live(3, 2) {
+		t.Fatal("nodes 2 and 3, linked both ways, hold each other dead")
+	}
+	tr.net.Heal()
+	rounds(3)
+	for a := uint64(1); a <= 3; a++ {
+		for b := uint64(1); b <= 3; b++ {
+			if a != b && !live(a, b) {
+				t.Fatalf("healed: node %d holds node %d dead", a, b)
+			}
+		}
+	}
+}
+
+// A peer held dead because its reports said it did not hear this node,
+// though this node heard it, then crashing as the link healed, sends no
+// report again: its last one goes stale, so it is alive to this node
+// until its silence passes the timeout, and its death by silence is a
+// transition of its own, which the groups it led act on. Held dead by
+// the stale report instead, it never died again and those groups never
+// failed over (cluster simulator seed 1).
+func TestLivenessStaleReportThenSilence(t *testing.T) {
+	tr := newManualTrio(t)
+	live := tr.engines[0].cl.live
+	round := func(nodes []*Engine, silent uint64) {
+		for _, e := range nodes {
+			for range live.every {
+				if err := e.TickMetadata(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		tr.deliverExcept(silent)
+	}
+	for range 2 {
+		round(tr.engines, 0)
+	}
+	// Node 1 is mute: it hears nodes 2 and 3, which do not hear it.
+	tr.net.DisconnectGroups([]transport.NodeID{1}, []transport.NodeID{2, 3})
+	for range live.miss + 3 {
+		round(tr.engines, 0)
+	}
+	if live.alive(3) {
+		t.Fatal("node 3 reports that it does not hear node 1, which holds it alive")
+	}
+	// The link heals as node 3 crashes: it neither sends nor hears.
+	tr.net.Heal()
+	wasAlive := false
+	for range live.miss + 4 {
+		round(tr.engines[:2], 3)
+		wasAlive = wasAlive || live.alive(3)
+	}
+	if !wasAlive {
+		t.Fatal("node 1 held node 3 dead by its last report throughout: its crash made no transition")
+	}
+	if live.alive(3) {
+		t.Fatal("node 3, silent past the timeout, is alive to node 1")
+	}
+}
+
+// FuzzLivenessReport: a heartbeat's payload, the peers its sender does not
+// hear, is hostile input read in place: a whole number of ids or
+// ErrMalformed, never a panic, and an id is reported exactly when the
+// payload holds it.
+func FuzzLivenessReport(f *testing.F) {
+	f.Add([]byte(nil), uint64(1))
+	f.Add(binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, 2), 3), uint64(3))
+	f.Add([]byte{1, 2, 3}, uint64(1))
+	f.Fuzz(func(t *testing.T, payload []byte, id uint64) {
+		got, err := reportsSilent(payload, id)
+		if len(payload)%8 != 0 {
+			if !errors.Is(err, ErrMalformed) || got {
+				t.Fatalf("a report of %d bytes: %v, %v", len(payload), got, err)
+			}
+			return
+		}
+		want := false
+		for i := 0; i < len(payload); i += 8 {
+			want = want || binary.LittleEndian.Uint64(payload[i:]) == id
+		}
+		if err != nil || got != want {
+			t.Fatalf("report %x names %d: got %v (%v), want %v", payload, id, got, err, want)
+		}
+	})
 }

@@ -291,7 +291,10 @@ func TestJournalReplayGapIsCorruption(t *testing.T) {
 // drop the written pages: the partition, closed and built again in the
 // same process (as the reconciler does with a fenced partition), gets
 // them back from the journal instead of handing their offsets to new
-// messages.
+// messages. A consumer offset stored past what its files hold, into the
+// records the journal gives back, is kept: it is clamped to the log's end
+// only once the log is whole again (the simulator found it clamped to
+// the files' end, an acknowledged store going backwards).
 func TestJournalReappliesAfterAFailedCheckpointSync(t *testing.T) {
 	mem := vfs.NewMem()
 	var failLog atomic.Pointer[string]
@@ -315,6 +318,9 @@ func TestJournalReappliesAfterAFailedCheckpointSync(t *testing.T) {
 		if _, err := p.Read(0, 10); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := ps[0].StoreConsumerOffset("c", 2); err != nil {
+		t.Fatal(err)
 	}
 	seg := filepath.Join(partDirOf(s, journalNS(t, 0)), fmt.Sprintf("%020d.log", 0))
 	failLog.Store(&seg)
@@ -350,6 +356,9 @@ func TestJournalReappliesAfterAFailedCheckpointSync(t *testing.T) {
 	}
 	if len(msgs) < 2 || string(msgs[0].Payload) != "0/0" || string(msgs[1].Payload) != "0/1" {
 		t.Fatalf("rebuilt partition holds %d messages (%q...), want the acknowledged 0/0 and 0/1", len(msgs), payloadsOf(msgs))
+	}
+	if off, ok, err := p.ConsumerOffset("c"); err != nil || !ok || off != 2 {
+		t.Fatalf("consumer offset after the rebuild: %d (found %v, %v), want the stored 2", off, ok, err)
 	}
 	// What was re-applied is durable in the partition's own files.
 	crashed := mem.Crash()

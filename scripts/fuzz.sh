@@ -35,6 +35,7 @@ targets='
 ./kafka FuzzDecodeBatches
 ./kafka FuzzProcess
 ./kafka FuzzSCRAM
+./host FuzzLivenessReport
 '
 
 failed=

@@ -2,8 +2,11 @@ package shard
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 
+	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
 )
@@ -70,5 +73,110 @@ func TestBehaviour17FailedApplyAnswersEachWriteOfTheEntryOnce(t *testing.T) {
 		n.nodes[lead].drops("0", "store_offset", metrics.ReasonDeliveryFailed)
 	if drops != 0 {
 		t.Fatalf("%v answers lost to a full reply channel (a write answered twice)", drops)
+	}
+}
+
+// A replica that caught up from a peer applies the entries it deferred
+// meanwhile once its log reaches the snapshot's; when that fails first —
+// the snapshot's consumer offsets cannot be stored — the deferred entries
+// are lost to its group, which must stop (the partition is rebuilt and its
+// group restored from the raft log) rather than go on applying the
+// entries after them: the replica's log would skip the deferred messages
+// and hold later ones at their offsets. The simulator found it (cluster
+// seed 112): replicas disagreeing on an offset after an EIO on a consumer
+// offset file during a catch-up.
+func TestFailedCatchUpSettleStopsTheGroup(t *testing.T) {
+	n := newMoveNet(t)
+	info, lead := n.ledPartition(3)
+	ns := info.NS
+	want := n.produceAcked(lead, ns, 3)
+	store := request(ns, &Request{Op: OpStoreOffset, Consumer: "c", Offset: 1})
+	n.shard(lead).handle(store.f)
+	n.settle()
+	if r := store.answered(t); r.Err != nil {
+		t.Fatalf("store offset: %v", r.Err)
+	}
+
+	// A fourth replica joins, on a disk that refuses consumer offsets.
+	n.apply(metadata.DrainNode{Node: lead})
+	info, _ = n.nodes[1].meta.Partition(ns)
+	joiner := info.Replicas[len(info.Replicas)-1]
+	h := n.nodes[joiner]
+	p := h.build(ns, info.CreatedRevision)
+	h.insert(h.shards[0], offsetStoreFails{p, errors.New("EIO")})
+	n.parts[replicaKey{joiner, ns}] = p
+	// Its catch-up fetches go unanswered while more is written: the
+	// entries committed meanwhile are deferred on the joiner.
+	n.drop = func(q queued) bool { return q.catchUp != nil && q.to == joiner }
+	n.materialise(ns)
+	for range 50 {
+		n.tickAll()
+	}
+	if n.shard(joiner).owned[ns].catchup == nil {
+		t.Fatal("the joiner is not catching up")
+	}
+	for i := range 3 {
+		m := fmt.Sprintf("deferred %d", i)
+		c := produce(ns, m)
+		l := n.leader(ns)
+		n.shard(l).handle(c.f)
+		n.settle()
+		if r := c.answered(t); r.Err != nil {
+			t.Fatalf("produce: %v", r.Err)
+		}
+		want = append(want, m)
+	}
+	n.drop = nil
+	for range 50 {
+		n.tickAll() // the fetch completes; storing the offsets fails
+	}
+	c := produce(ns, "after")
+	n.shard(n.leader(ns)).handle(c.f)
+	n.settle()
+	for range 20 {
+		n.tickAll()
+	}
+	got := payloads(t, p)
+	if len(got) < 3 {
+		t.Fatalf("the joiner holds %q: the catch-up never delivered the snapshot's messages", got)
+	}
+	if len(got) > len(want) || !slices.Equal(got, want[:len(got)]) {
+		t.Fatalf("the joiner's log %q is not a prefix of the group's %q", got, append(want, "after"))
+	}
+}
+
+// readUnusable is a partition whose reads meet a write held behind that
+// failed and could not be taken back: every read says the partition is
+// unusable until it is built again.
+type readUnusable struct{ partition.Partition }
+
+func (readUnusable) Read(uint64, int) ([]partition.Message, error) {
+	return nil, fmt.Errorf("%w: write-behind failed", partition.ErrUnusable)
+}
+
+// A poll that finds its partition unusable (partition.ErrUnusable from a
+// read) fences it, as an append that does, and is answered as every later
+// request is (ErrPartitionFailed): the reconciler then rebuilds it. Unfenced it stayed unusable, every read failing, until the node
+// restarted (single-node simulator seed 498: ENOSPC on a held write, then
+// EIO syncing its take-back).
+func TestPollOnUnusablePartitionFencesIt(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	s := h.shards[0]
+	ns, epoch := h.topic("t")
+	h.insert(s, readUnusable{h.build(ns, epoch)})
+	c := produce(ns, "a")
+	s.handle(c.f)
+	s.settle()
+	if r := c.answered(t); r.Err != nil {
+		t.Fatalf("produce: %v", r.Err)
+	}
+	poll := request(ns, &Request{Op: OpPoll, Count: 1})
+	s.handle(poll.f)
+	s.settle()
+	if r := poll.answered(t); !errors.Is(r.Err, ErrPartitionFailed) || !errors.Is(r.Err, partition.ErrUnusable) {
+		t.Fatalf("poll: %v, want ErrPartitionFailed wrapping ErrUnusable", r.Err)
+	}
+	if s.Fenced() != 1 {
+		t.Fatalf("%d partitions fenced after a poll met an unusable one, want 1", s.Fenced())
 	}
 }

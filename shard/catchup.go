@@ -3,6 +3,7 @@ package shard
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 
@@ -286,16 +287,19 @@ func (s *Shard) caughtUp(o *owned, from, start uint64, msgs []partition.Message)
 		return
 	}
 	o.catchup = nil
+	// The group counts the deferred entries applied: if settling or
+	// applying them fails, the ones left can only come back from the raft
+	// log, so the group stops (failGroup) and the partition is rebuilt and
+	// its group restored from there. A fenced partition whose group went
+	// on would apply the entries after them at their offsets.
 	if err := o.settle(); err != nil {
-		s.fence(o, err)
-		s.log.Error("settling a caught-up partition failed; partition fenced", "ns", o.p.Namespace(), "error", err)
+		s.failGroup(o, fmt.Errorf("settling a caught-up partition: %w", err))
 		return
 	}
 	h := groupHandler{s: s, o: o}
 	for _, e := range c.deferred {
 		if err := h.apply(e.index, e.id, e.payload); err != nil {
-			s.fence(o, err)
-			s.log.Error("applying entries after a catch-up failed; partition fenced", "ns", o.p.Namespace(), "error", err)
+			s.failGroup(o, fmt.Errorf("applying the entries deferred during a catch-up: %w", err))
 			return
 		}
 	}

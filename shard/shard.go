@@ -722,10 +722,29 @@ func (s *Shard) serveRead(o *owned, f Frame) {
 		s.servePoll(o, f)
 		return
 	}
-	s.answer(f, serve(o.p, f.Req))
+	resp := serve(o.p, f.Req)
+	resp.Err = s.fenceUnusable(o, resp.Err)
+	s.answer(f, resp)
 	if f.Req.Op == OpTruncate || f.Req.Op == OpPurge {
 		s.touch(o)
 	}
+}
+
+// fenceUnusable fences o when err says its partition refuses every later
+// operation until it is built again (partition.ErrUnusable: a write held
+// behind failed and could not be taken back durably, met by a read as by
+// a write), so the reconciler evicts and rebuilds it as after a failed
+// fsync; unfenced, it stayed unusable until the node restarted. It
+// returns the error to answer with: ErrPartitionFailed, as every later
+// request to the fenced partition is answered.
+func (s *Shard) fenceUnusable(o *owned, err error) error {
+	if err == nil || !errors.Is(err, partition.ErrUnusable) {
+		return err
+	}
+	if o.failed == nil {
+		s.fence(o, err)
+	}
+	return fmt.Errorf("%w: %v: %w", ErrPartitionFailed, o.p.Namespace(), err)
 }
 
 // fenceFailed answers a request to a partition whose fsync failed (see

@@ -63,6 +63,10 @@ type Stats struct {
 	Reordered uint64
 	// Delayed counts messages held for Faults.Delay.
 	Delayed uint64
+	// Clogged counts messages held on a clogged link (Clog) when they
+	// were due for delivery; each ends in one of the counters above
+	// when Unclog releases it.
+	Clogged uint64
 	// Cut counts messages lost because their link was disconnected (when
 	// sent or when due for delivery) or the receiver was closed.
 	Cut uint64
@@ -86,10 +90,17 @@ func cmpLink(a, b link) int {
 //
 // A message passes these stages, in order, inside Send: link cut → drop →
 // (duplicate: the copy follows the original through the remaining stages)
-// → reorder hold-back → delay → delivery. Delivery re-checks the link cut
-// and the receiver, and never blocks: a full inbox drops the message.
-// Without faults, delivery on a connected pair is FIFO and synchronous: the
-// message is in the receiver's inbox when Send returns.
+// → reorder hold-back → delay → clog → delivery. Delivery re-checks the
+// link cut and the receiver, and never blocks: a full inbox drops the
+// message. Without faults, delivery on a connected pair is FIFO and
+// synchronous: the message is in the receiver's inbox when Send returns.
+//
+// Links are directional: the link from a to b can be cut (Disconnect,
+// DisconnectGroups) or clogged (Clog) while the one from b to a works, so
+// a node can send without hearing, or hear without being heard. A cut
+// link loses messages; a clogged one holds them, in order, until Unclog
+// delivers them (a congested or stalled direction rather than a broken
+// one).
 type Network struct {
 	clk       clock.Clock
 	queueSize int
@@ -99,6 +110,7 @@ type Network struct {
 	closed  bool
 	eps     map[NodeID]*memEndpoint
 	cut     map[link]struct{}
+	clogged map[link][]Message // held on a clogged link, in arrival order
 	faults  Faults
 	rng     *rand.Rand
 	held    map[link]Message // held back for reordering: one per link
@@ -125,6 +137,7 @@ func NewNetwork(opts NetworkOptions) *Network {
 		queueSize: opts.QueueSize,
 		eps:       make(map[NodeID]*memEndpoint),
 		cut:       make(map[link]struct{}),
+		clogged:   make(map[link][]Message),
 		held:      make(map[link]Message),
 		bufs:      newBufPool(),
 	}
@@ -175,9 +188,85 @@ func (n *Network) Connect(a, b NodeID) {
 	delete(n.cut, link{a, b})
 }
 
+// DisconnectGroups cuts every link from a node of from to a node of to,
+// in that direction only: the nodes of to still reach those of from.
+// With from a single node and to every other, that node can hear but not
+// send; the other way round, it can send but not hear.
+func (n *Network) DisconnectGroups(from, to []NodeID) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, a := range from {
+		for _, b := range to {
+			if a != b {
+				n.cut[link{a, b}] = struct{}{}
+			}
+		}
+	}
+}
+
+// Linked reports whether the link from a to b is up: not cut (a clogged
+// link is up; it only holds messages).
+func (n *Network) Linked(a, b NodeID) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	_, cut := n.cut[link{a, b}]
+	return !cut
+}
+
+// Clog holds every message from a to b that comes due for delivery, in
+// order, until Unclog(a, b) (one direction; b's messages to a are not
+// held). Cuts, Partition and Heal leave clogs alone: a message a clog
+// holds is delivered, or lost to a cut or a closed receiver, when the
+// clog ends.
+func (n *Network) Clog(a, b NodeID) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.clogged[link{a, b}]; !ok {
+		n.clogged[link{a, b}] = nil
+	}
+}
+
+// Unclog ends the clog from a to b, if there is one, and delivers what it
+// held in the order it arrived; it reports how many messages it released.
+func (n *Network) Unclog(a, b NodeID) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.unclogLocked(link{a, b})
+}
+
+// UnclogAll ends every clog, releasing what each held (link by link, in
+// ascending order of sender then receiver); it reports how many messages
+// it released.
+func (n *Network) UnclogAll() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	links := make([]link, 0, len(n.clogged))
+	for l := range n.clogged {
+		links = append(links, l)
+	}
+	slices.SortFunc(links, cmpLink)
+	released := 0
+	for _, l := range links {
+		released += n.unclogLocked(l)
+	}
+	return released
+}
+
+func (n *Network) unclogLocked(l link) int {
+	held, ok := n.clogged[l]
+	if !ok {
+		return 0
+	}
+	delete(n.clogged, l)
+	for _, m := range held {
+		n.deliver(m)
+	}
+	return len(held)
+}
+
 // Partition sets the network to exactly these groups: it heals every cut,
 // then cuts both directions between every pair of nodes in different
-// groups. Nodes named in no group stay connected to everyone.
+// groups. Nodes named in no group stay connected to everyone. Clogs stay.
 func (n *Network) Partition(groups ...[]NodeID) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -194,7 +283,7 @@ func (n *Network) Partition(groups ...[]NodeID) {
 	}
 }
 
-// Heal restores every link.
+// Heal restores every cut link (clogs stay: UnclogAll ends them).
 func (n *Network) Heal() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -266,6 +355,7 @@ func (n *Network) Close() error {
 		}
 		n.delayed = nil
 		clear(n.held)
+		clear(n.clogged)
 	}
 	n.mu.Unlock()
 	if n.group != nil {
@@ -352,8 +442,14 @@ func (n *Network) delayStage(m Message) {
 }
 
 func (n *Network) deliver(m Message) {
+	l := link{m.From, m.To}
+	if q, clogged := n.clogged[l]; clogged {
+		n.clogged[l] = append(q, m)
+		n.stats.Clogged++
+		return
+	}
 	e, ok := n.eps[m.To]
-	_, cut := n.cut[link{m.From, m.To}]
+	_, cut := n.cut[l]
 	if !ok || e.closed || cut {
 		n.stats.Cut++
 		return

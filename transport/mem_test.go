@@ -372,3 +372,116 @@ func TestNetworkClose(t *testing.T) {
 		t.Fatalf("endpoint of closed network: %v", err)
 	}
 }
+
+// TestNetworkOneWayLinks: links are directional — a node can send
+// without hearing, or hear without being heard — and DisconnectGroups
+// cuts one direction between two groups only.
+func TestNetworkOneWayLinks(t *testing.T) {
+	n := NewNetwork(NetworkOptions{})
+	defer n.Close()
+	eps := map[NodeID]Bus{1: n.Endpoint(1), 2: n.Endpoint(2), 3: n.Endpoint(3)}
+	arrives := func(from, to NodeID) bool {
+		t.Helper()
+		before := n.Stats()
+		mustSend(t, eps[from], Message{To: to})
+		if n.Stats().Delivered == before.Delivered+1 {
+			recv(t, eps[to].Recv())
+			return true
+		}
+		return false
+	}
+	// Node 1 is deaf: it sends to everyone and hears no one.
+	n.DisconnectGroups([]NodeID{2, 3}, []NodeID{1})
+	for _, c := range []struct {
+		from, to NodeID
+		want     bool
+	}{{1, 2, true}, {1, 3, true}, {2, 1, false}, {3, 1, false}, {2, 3, true}, {3, 2, true}} {
+		if got := arrives(c.from, c.to); got != c.want {
+			t.Fatalf("deaf node 1: %d→%d arrives=%v, want %v", c.from, c.to, got, c.want)
+		}
+		if got := n.Linked(c.from, c.to); got != c.want {
+			t.Fatalf("deaf node 1: Linked(%d, %d)=%v, want %v", c.from, c.to, got, c.want)
+		}
+	}
+	n.Heal()
+	// Node 1 is mute: everyone reaches it, it reaches no one.
+	n.DisconnectGroups([]NodeID{1}, []NodeID{1, 2, 3})
+	if arrives(1, 2) || arrives(1, 3) || !arrives(2, 1) || !arrives(3, 1) || !arrives(2, 3) {
+		t.Fatal("mute node 1: wrong reachability")
+	}
+}
+
+// TestNetworkClog: a clogged direction holds messages instead of losing
+// them, in order, while the other direction and other links flow; Unclog
+// delivers them, and a link cut meanwhile loses them.
+func TestNetworkClog(t *testing.T) {
+	n := NewNetwork(NetworkOptions{})
+	defer n.Close()
+	a, b, c := n.Endpoint(1), n.Endpoint(2), n.Endpoint(3)
+	n.Clog(1, 2)
+	for i := range uint64(5) {
+		mustSend(t, a, Message{To: 2, Payload: seqPayload(i)})
+	}
+	mustSend(t, b, Message{To: 1, Payload: seqPayload(100)})
+	mustSend(t, c, Message{To: 2, Payload: seqPayload(200)})
+	if m := recv(t, a.Recv()); seqOf(m) != 100 {
+		t.Fatalf("reverse direction: got %d", seqOf(m))
+	}
+	if m := recv(t, b.Recv()); seqOf(m) != 200 {
+		t.Fatalf("other link: got %d", seqOf(m))
+	}
+	assertEmpty(t, b.Recv())
+	if s := n.Stats(); s.Clogged != 5 || s.Delivered != 2 || s.Cut != 0 {
+		t.Fatalf("while clogged: %+v", s)
+	}
+	// Heal and Partition leave the clog alone.
+	n.Heal()
+	assertEmpty(t, b.Recv())
+	if got := n.Unclog(1, 2); got != 5 {
+		t.Fatalf("Unclog released %d, want 5", got)
+	}
+	for i := range uint64(5) {
+		if m := recv(t, b.Recv()); seqOf(m) != i || m.From != 1 {
+			t.Fatalf("released out of order: got %d from %d, want %d", seqOf(m), m.From, i)
+		}
+	}
+	if got := n.Unclog(1, 2); got != 0 {
+		t.Fatalf("second Unclog released %d", got)
+	}
+	// Cut while clogged: what the clog held is lost when it ends.
+	n.Clog(1, 2)
+	n.Clog(3, 2)
+	mustSend(t, a, Message{To: 2})
+	mustSend(t, c, Message{To: 2, Payload: seqPayload(7)})
+	n.Disconnect(1, 2)
+	if got := n.UnclogAll(); got != 2 {
+		t.Fatalf("UnclogAll released %d, want 2", got)
+	}
+	if m := recv(t, b.Recv()); seqOf(m) != 7 {
+		t.Fatalf("got %d", seqOf(m))
+	}
+	assertEmpty(t, b.Recv())
+	s := n.Stats()
+	if s.Cut != 1 || s.Sent != s.Delivered+s.Cut {
+		t.Fatalf("accounting: %+v", s)
+	}
+}
+
+// TestNetworkClogDelayed: a delayed message that comes due on a clogged
+// link is held until the clog ends (ManualDelivery).
+func TestNetworkClogDelayed(t *testing.T) {
+	clk := clock.NewManual(time.Unix(0, 0))
+	n := NewNetwork(NetworkOptions{Clock: clk, ManualDelivery: true})
+	defer n.Close()
+	a, b := n.Endpoint(1), n.Endpoint(2)
+	n.SetFaults(Faults{Delay: time.Millisecond})
+	mustSend(t, a, Message{To: 2})
+	n.Clog(1, 2)
+	clk.Advance(time.Millisecond)
+	n.Pump()
+	assertEmpty(t, b.Recv())
+	if got := n.Unclog(1, 2); got != 1 {
+		t.Fatalf("Unclog released %d", got)
+	}
+	recv(t, b.Recv())
+}

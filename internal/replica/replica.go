@@ -326,19 +326,22 @@ func New(cfg Config) (g *Group, err error) {
 		g.applied = cfg.Applied
 	}
 	g.cs = rec.Snapshot.GetMetadata().GetConfState()
-	// Configuration changes after the snapshot are in the entries: the
-	// voters as of the log's end are what messages are checked against
-	// (raft itself applies them as they are applied). raft delivers none
-	// of the entries up to Applied again, so it starts from the
-	// configuration as of Applied, not the snapshot's: a change between
-	// the two would otherwise never reach it.
+	// Configuration changes after the snapshot are in the entries. raft
+	// delivers none of the entries up to Applied again, so it starts from
+	// the configuration as of Applied, not the snapshot's: a change
+	// between the two would otherwise never reach it. The voters are that
+	// configuration too, not the one as of the log's end: a change beyond
+	// Applied may never commit (a leader cut off as it proposed it), and a
+	// new leader overwrites it; counted already, it would stay counted —
+	// a move driver taking a voter for added that the group never had.
+	// raft applies the changes after Applied as it applies them (Handle).
 	var atApplied *raftpb.ConfState
 	for _, e := range rec.Entries {
+		if e.GetIndex() > g.applied {
+			break
+		}
 		if cs := confAfter(g.cs, e); cs != nil {
-			g.cs = cs
-			if e.GetIndex() <= g.applied {
-				atApplied = cs
-			}
+			g.cs, atApplied = cs, cs
 		}
 	}
 	var st raft.Storage = storage
@@ -456,12 +459,10 @@ func (g *Group) staticPeers() []uint64 {
 func (g *Group) Voters() []uint64 { return slices.Clone(g.cs.GetVoters()) }
 
 // AppliedVoters are the voters of the configuration raft itself holds:
-// the last one it applied. They differ from Voters, which peers' messages
-// are checked against, on a restarted member whose log holds a
-// configuration change it has not applied yet (Voters count it already).
-// A failed group reports none: raft may have taken a configuration (from
-// a snapshot whose write then failed) that its state machine never
-// received, and the owner reopens the member from its log.
+// the last one it applied, as Voters. A failed group reports none: raft
+// may have taken a configuration (from a snapshot whose write then
+// failed) that its state machine never received, and the owner reopens
+// the member from its log.
 func (g *Group) AppliedVoters() []uint64 {
 	if g.failed != nil {
 		return nil

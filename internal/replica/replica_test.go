@@ -535,3 +535,78 @@ func TestJoinerRestartsBeforeItsFirstSnapshot(t *testing.T) {
 		t.Fatalf("the reopened joiner is at term %d, want the 3 it saved", term)
 	}
 }
+
+// A member restarted with a configuration change at its log's end that
+// never committed — a leader cut off as it proposed it — must not count
+// it among its voters: a new leader overwrites it. Counted, it stayed
+// counted: a snapshot the member compacted to named it, and a member
+// restored from that held voters the group never had (the simulator found
+// a metadata member whose voters named a node its metadata did not,
+// cluster seed 30), and a partition's move driver took a replica for
+// added whose addition had been overwritten and waited for it for ever
+// (cluster seed 223).
+func TestRestartPastAnUncommittedConfChangeKeepsTheAppliedVoters(t *testing.T) {
+	c := &cluster{t: t, members: map[uint64]*replica.Group{}, applied: map[uint64][]string{},
+		leaders: map[uint64]uint64{}, cut: map[uint64]bool{}, snaps: map[uint64]int{},
+		disks: map[uint64]*replica.Disk{}, fs: vfs.NewMem(), boom: map[uint64]string{}, failed: map[uint64]error{},
+		dynamic: true}
+	for id := uint64(1); id <= 3; id++ {
+		c.start(id, 3)
+	}
+	c.settle()
+	if err := c.members[1].Campaign(); err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	if _, err := c.members[1].Propose([]byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	// Cut off, the leader appends the removal of member 3 alone.
+	c.cut[1] = true
+	if err := c.members[1].ProposeConfChange(false, 3, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	if err := c.members[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.start(1, 3)
+	if got := c.members[1].Voters(); !slices.Equal(got, []uint64{1, 2, 3}) {
+		t.Fatalf("restarted past an uncommitted removal of member 3, member 1 counts voters %v, want [1 2 3]", got)
+	}
+	// Members 2 and 3 elect a leader, whose entries replace the change.
+	var lead uint64
+	for range 100 {
+		if lead = c.leaderAmong(2, 3); lead != 0 {
+			break
+		}
+		c.tick(1)
+	}
+	if lead == 0 {
+		t.Fatal("members 2 and 3 elected no leader")
+	}
+	if _, err := c.members[lead].Propose([]byte("two")); err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	c.cut[1] = false
+	c.tick(3)
+	g := c.members[1]
+	if got := c.applied[1]; len(got) == 0 || got[len(got)-1] != "two" {
+		t.Fatalf("member 1 applied %q, want it to end with \"two\"", got)
+	}
+	if err := g.Compact(g.Applied(), encodeState(c.applied[1])); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.start(1, 3)
+	if got := c.members[1].Voters(); !slices.Equal(got, []uint64{1, 2, 3}) {
+		t.Fatalf("restored from its snapshot, member 1 counts voters %v, want [1 2 3]: the change never committed", got)
+	}
+	if got := c.members[1].AppliedVoters(); !slices.Equal(got, []uint64{1, 2, 3}) {
+		t.Fatalf("restored from its snapshot, member 1 holds voters %v, want [1 2 3]: the change never committed", got)
+	}
+}

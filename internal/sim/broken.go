@@ -79,7 +79,48 @@ var (
 	// as an engine that kept no identity would see the directory.
 	// Cluster mode only.
 	BreakIdentityCheck atomic.Bool
+	// BreakReplyPath sends a message whose own direction is cut or
+	// clogged over the reverse direction when that one is up, straight
+	// into the receiving engine — as a transport would that answered a
+	// peer over the connection the peer opened, whatever became of its
+	// own: a leader that cannot hear its followers (or whose messages to
+	// them stall) still gets their acknowledgements and commits. Only a
+	// one-way partition or a clog tells it from a working transport
+	// (every other cut is symmetric). Cluster mode only.
+	BreakReplyPath atomic.Bool
+	// BreakAppendTimeOrder serves every read with the append times the
+	// shard stamped rather than those the partition kept — as a partition
+	// would that did not keep append times non-decreasing: a leader whose
+	// clock is behind its predecessor's, or a node whose clock stepped
+	// back, stamps later messages with earlier times. Only the clock
+	// faults tell it from a working partition (on one shared clock the
+	// stamps never decrease). Both modes.
+	BreakAppendTimeOrder atomic.Bool
+	// BreakLivenessReport strips from every liveness heartbeat the peers
+	// its sender does not hear, as node liveness did before it was judged
+	// both ways: a node that can send but not hear is held alive by the
+	// peers that hear it, and the quiesced groups it led never elect
+	// another leader. Only a one-way partition exposes it (caught by the
+	// failover check after a leader went deaf). Cluster mode only.
+	BreakLivenessReport atomic.Bool
 )
+
+// replyPath is BreakReplyPath: it delivers m from n to its receiver over
+// the reverse direction when m's own is cut or clogged and the reverse
+// one is up, and reports whether it did.
+func (c *csim) replyPath(n *cnode, m transport.Message) bool {
+	to := c.node(uint64(m.To))
+	if to == nil || to.id > maxNodes || n.id > maxNodes {
+		return false
+	}
+	l := c.links()
+	if l[n.id]&(1<<to.id) != 0 || l[to.id]&(1<<n.id) == 0 {
+		return false
+	}
+	c.event("n%d send %s to=n%d over the reverse direction (broken reply path)", n.id, describeMsg(m), to.id)
+	c.receive(to, m)
+	return true
+}
 
 // breakEarlySettle is BreakEarlySettle: it queues, on the first node to
 // apply index (a move command), a settle for every replica leaving a

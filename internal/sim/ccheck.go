@@ -31,6 +31,7 @@ func (c *csim) quiesce() {
 		c.event("failover of n%d not checked: quiescence", f.node)
 		c.failover = nil
 	}
+	c.deafWait = nil
 	c.faultsOff()
 	c.event("quiesce")
 	if !c.settle() {
@@ -84,10 +85,9 @@ func (c *csim) settleRound() {
 	c.removeAct()
 	c.afterAction()
 	c.drain()
-	now := c.clk.Now()
 	for _, n := range c.nodes {
 		for i := range n.shards {
-			if n.passDue(i, now) {
+			if n.passDue(i, n.clk.monoNow()) {
 				c.reconcile(n, i)
 				c.afterAction()
 			}
@@ -115,13 +115,13 @@ func (c *csim) drain() {
 				c.afterAction()
 				did = true
 			}
-			if !c.clk.Now().Before(n.metaTickAt) {
+			if !n.clk.monoNow().Before(n.metaTickAt) {
 				c.metaTick(n)
 				c.afterAction()
 				did = true
 			}
 			for i := range n.shards {
-				for (len(n.shadow[i]) > 0 || n.clocks[i].due(c.clk.Now())) && c.viol == nil {
+				for (len(n.shadow[i]) > 0 || n.clocks[i].due()) && c.viol == nil {
 					c.stepShard(n, i)
 					c.afterAction()
 					did = true

@@ -24,18 +24,7 @@ func (c *csim) crash(n *cnode) { c.crashFor(n, 0, time.Second) }
 // crashQuiescedLeader crashes a node that leads quiesced partition groups,
 // if one does, for longer than the liveness timeout.
 func (c *csim) crashQuiescedLeader() {
-	var leaders []*cnode
-	for _, n := range c.nodes {
-		if !n.reachable() {
-			continue
-		}
-		for _, s := range n.shards {
-			if _, leading, err := s.QuiescedGroups(c.ctx); err == nil && leading > 0 {
-				leaders = append(leaders, n)
-				break
-			}
-		}
-	}
+	leaders := c.quiescedLeaders()
 	if len(leaders) == 0 {
 		return
 	}
@@ -57,6 +46,24 @@ func (c *csim) crashQuiescedLeader() {
 	if calm && c.viol == nil {
 		c.calm(n, groups, voters, metaLeader)
 	}
+}
+
+// quiescedLeaders are the running nodes that lead quiesced partition
+// groups.
+func (c *csim) quiescedLeaders() []*cnode {
+	var leaders []*cnode
+	for _, n := range c.nodes {
+		if !n.reachable() {
+			continue
+		}
+		for _, s := range n.shards {
+			if _, leading, err := s.QuiescedGroups(c.ctx); err == nil && leading > 0 {
+				leaders = append(leaders, n)
+				break
+			}
+		}
+	}
+	return leaders
 }
 
 // crashFor takes n down for a time in [lo, hi].

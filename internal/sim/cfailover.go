@@ -41,9 +41,13 @@ const failoverAfter = time.Second
 type failoverCheck struct {
 	node        uint64
 	crashed, at time.Time
-	groups      []ledGroup
-	metaLeader  bool
-	voters      []uint64
+	// deaf: the node did not crash; it went deaf (a one-way partition:
+	// it sends, hears nothing), and the others must fail over all the
+	// same (deafCalm).
+	deaf       bool
+	groups     []ledGroup
+	metaLeader bool
+	voters     []uint64
 	// polled is when the groups were last looked at.
 	polled time.Time
 }
@@ -122,8 +126,9 @@ func (c *csim) calm(n *cnode, groups []ledGroup, voters []uint64, metaLeader boo
 	c.faults.CalmCrashes++
 	c.netf = netState{}
 	c.setWeather()
-	released := c.net.Flush()
+	released := c.net.Flush() + c.net.UnclogAll()
 	for _, m := range c.nodes {
+		m.clk.settle()
 		if m == n {
 			continue
 		}
@@ -137,6 +142,85 @@ func (c *csim) calm(n *cnode, groups []ledGroup, voters []uint64, metaLeader boo
 		metaLeader: metaLeader, voters: voters}
 	c.event("calm until %v: n%d led %d groups, metadata leader %v; released=%d",
 		c.calmUntil.Sub(epoch0), n.id, len(groups), c.failover.metaLeader, released)
+}
+
+// A leader gone deaf (a one-way partition: it keeps sending, hears
+// nothing) is judged like a crashed one. quietForDeaf starts a calm: every
+// fault ends and none starts, nor does any new client operation, so that
+// groups quiesce; deafen then makes deaf, for failoverAfter, the first
+// node found leading quiesced groups the others can take over (three
+// replicas or more), and checks their failover at the end. The deaf node
+// keeps sending heartbeats and votes: only node liveness judged both ways
+// tells the others it is gone. Without such a node within failoverAfter
+// the calm ends unjudged.
+
+// deafWait is the quiet before a deaf spell: until when a node leading
+// quiesced groups is looked for.
+type deafWait struct{ until time.Time }
+
+// quietForDeaf starts the quiet before a judged deaf spell, unless
+// another calm, a failover check, a stopped or a down node is in the
+// way; it reports whether it did.
+func (c *csim) quietForDeaf() bool {
+	if c.depth > 0 || c.failover != nil || c.deafWait != nil || c.calming() ||
+		slices.ContainsFunc(c.nodes, func(m *cnode) bool { return m.stopped || m.down }) {
+		return false
+	}
+	now := c.clk.Now()
+	c.netf = netState{}
+	c.setWeather()
+	released := c.net.Flush() + c.net.UnclogAll()
+	for _, m := range c.nodes {
+		m.clk.settle()
+		m.inj.enospc.Set(false)
+		m.inj.eio = nil
+	}
+	c.applyCuts()
+	c.deafWait = &deafWait{until: now.Add(failoverAfter)}
+	c.calmUntil = c.deafWait.until
+	c.event("calm until %v: a node leading quiesced groups is to go deaf; released=%d", c.calmUntil.Sub(epoch0), released)
+	return true
+}
+
+// deafen makes deaf the first node found leading quiesced groups, while
+// the quiet before a deaf spell lasts, and sets up the failover check.
+func (c *csim) deafen() {
+	d := c.deafWait
+	if d == nil || c.depth > 0 || c.viol != nil {
+		return
+	}
+	now := c.clk.Now()
+	if !now.Before(d.until) {
+		c.deafWait = nil
+		c.event("no node led quiesced groups: the deaf spell is not judged")
+		return
+	}
+	for _, x := range c.nodes {
+		if !x.reachable() || !x.joined {
+			continue
+		}
+		var groups []ledGroup
+		for _, g := range c.ledGroups(x) {
+			if len(g.replicas) >= 3 {
+				groups = append(groups, g)
+			}
+		}
+		if len(groups) == 0 {
+			continue
+		}
+		c.deafWait = nil
+		w := &c.netf
+		others := slices.DeleteFunc(c.memberIDs(), func(id uint64) bool { return id == x.id })
+		w.oneWay, w.oneWayKind = &[2][]uint64{others, {x.id}}, fmt.Sprintf("n%d deaf", x.id)
+		w.oneWayEnd = now.Add(failoverAfter)
+		c.applyCuts()
+		c.faults.OneWays++
+		c.faults.DeafCalms++
+		c.calmUntil = w.oneWayEnd
+		c.failover = &failoverCheck{node: x.id, crashed: now, at: c.calmUntil, deaf: true, groups: groups}
+		c.event("net one-way %s until %v: it led %d quiesced groups", w.oneWayKind, w.oneWayEnd.Sub(epoch0), len(groups))
+		return
+	}
 }
 
 // pollFailover notes the groups of the failover in progress that a
@@ -170,9 +254,13 @@ func (c *csim) checkFailover(final bool) {
 		c.failover = nil
 	}
 	dead := c.node(f.node)
-	if !dead.down {
+	if !dead.down && !f.deaf {
 		c.fail(0, "n%d restarted before its failover was checked", f.node)
 		return
+	}
+	what := "crashed"
+	if f.deaf {
+		what = "went deaf"
 	}
 	for i := range f.groups {
 		g := &f.groups[i]
@@ -220,8 +308,8 @@ func (c *csim) checkFailover(final bool) {
 			c.faults.Failovers++
 			c.event("failover of %v after %v: %s", g.key, c.clk.Now().Sub(f.crashed), strings.Join(seen, ", "))
 		case final:
-			c.fail(8, "%v (replicas %v): n%d led it and crashed %v ago, and no survivor leads it (%s)",
-				g.key, g.replicas, f.node, failoverAfter, strings.Join(seen, ", "))
+			c.fail(8, "%v (replicas %v): n%d led it and %s %v ago, and no survivor leads it (%s)",
+				g.key, g.replicas, f.node, what, failoverAfter, strings.Join(seen, ", "))
 			return
 		}
 	}
@@ -238,7 +326,7 @@ func (c *csim) checkFailover(final bool) {
 	var seen []string
 	for _, id := range voters {
 		s := c.node(id)
-		if s == nil || s.down {
+		if s == nil || s.down || id == f.node {
 			continue
 		}
 		if !s.metaTickErr.Before(f.crashed) {
@@ -260,8 +348,8 @@ func (c *csim) checkFailover(final bool) {
 		c.faults.Failovers++
 		c.event("metadata failover after %v: %s", c.clk.Now().Sub(f.crashed), strings.Join(seen, ", "))
 	case final:
-		c.fail(8, "the metadata group (voters %v): n%d led it and crashed %v ago, and no survivor leads it (%s)",
-			voters, f.node, failoverAfter, strings.Join(seen, ", "))
+		c.fail(8, "the metadata group (voters %v): n%d led it and %s %v ago, and no survivor leads it (%s)",
+			voters, f.node, what, failoverAfter, strings.Join(seen, ", "))
 	}
 }
 

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -21,6 +22,26 @@ type netState struct {
 	partitionEnd                time.Time
 	sides                       [2][]uint64 // sides[0] is the minority; nil while healed
 	partitioned                 bool
+	// oneWay is a one-way partition (nil while none is on): no message
+	// from a node of oneWay[0] reaches a node of oneWay[1], while the
+	// other direction works. oneWayKind names it for the trace.
+	oneWay     *[2][]uint64
+	oneWayKind string
+	oneWayEnd  time.Time
+	// clogs are the links clogged until clogEnd: each holds its messages,
+	// in order, and delivers them when the clog ends.
+	clogs   [][2]uint64
+	clogEnd time.Time
+}
+
+// cut reports whether the one-way partition cuts the link from a to b.
+func (w *netState) cut(a, b uint64) bool {
+	return w.oneWay != nil && slices.Contains(w.oneWay[0], a) && slices.Contains(w.oneWay[1], b)
+}
+
+// clogged reports whether the link from a to b is clogged.
+func (w *netState) clogged(a, b uint64) bool {
+	return slices.Contains(w.clogs, [2]uint64{a, b})
 }
 
 func (c *csim) randDuration(lo, hi time.Duration) time.Duration {
@@ -86,6 +107,16 @@ func (c *csim) startFaults() {
 		c.event("net partition %v | %v until %v", w.sides[0], w.sides[1], w.partitionEnd.Sub(epoch0))
 		cuts = true
 	}
+	if w.oneWay == nil && c.roll(nf.OneWay) {
+		c.startOneWay()
+		cuts = true
+		if c.calming() {
+			return // a deaf leader's failover is to be judged: nothing else starts
+		}
+	}
+	if len(w.clogs) == 0 && c.roll(nf.Clog) {
+		c.startClog()
+	}
 	if c.depth == 0 && c.roll(nf.Stop) && !slices.ContainsFunc(c.nodes, func(n *cnode) bool { return n.stopped || n.down }) {
 		n := c.nodes[c.rng.IntN(len(c.nodes))]
 		n.stopped = true
@@ -97,6 +128,10 @@ func (c *csim) startFaults() {
 	if cuts {
 		c.applyCuts()
 	}
+	c.startClockFaults(&c.faults, func() (*nodeClock, string) {
+		n := c.nodes[c.rng.IntN(len(c.nodes))]
+		return n.clk, fmt.Sprintf("n%d", n.id)
+	})
 	if c.depth == 0 && c.roll(f.Crash) && !slices.ContainsFunc(c.nodes, func(n *cnode) bool { return n.down }) {
 		// One node down at a time (and never inside a slow build, whose
 		// node's reconciler pass is on the stack).
@@ -123,6 +158,97 @@ func (c *csim) startFaults() {
 	if c.roll(f.DiskError) {
 		c.armDiskError(c.nodes[c.rng.IntN(len(c.nodes))])
 	}
+}
+
+// startOneWay starts a one-way partition for 100 ms – 3 s: a node that
+// can send but not hear (one time in three), a node that is heard but
+// cannot send (one in six), or two sides of which one reaches the other
+// and not the reverse.
+func (c *csim) startOneWay() {
+	w := &c.netf
+	ids := c.memberIDs()
+	var from, to []uint64
+	switch k := c.rng.IntN(6); {
+	case k < 2:
+		// One deaf spell in two is judged: a quiet second first, then a
+		// node leading quiesced groups goes deaf (deafCalm).
+		if c.rng.IntN(2) == 0 && c.quietForDeaf() {
+			return
+		}
+		x := ids[c.rng.IntN(len(ids))]
+		w.oneWayKind = fmt.Sprintf("n%d deaf", x)
+		from, to = slices.DeleteFunc(slices.Clone(ids), func(id uint64) bool { return id == x }), []uint64{x}
+	case k < 3:
+		x := ids[c.rng.IntN(len(ids))]
+		w.oneWayKind = fmt.Sprintf("n%d mute", x)
+		from, to = []uint64{x}, slices.DeleteFunc(slices.Clone(ids), func(id uint64) bool { return id == x })
+	default:
+		perm := c.rng.Perm(len(ids))
+		cut := 1 + c.rng.IntN(len(ids)-1)
+		for j, p := range perm {
+			if j < cut {
+				from = append(from, ids[p])
+			} else {
+				to = append(to, ids[p])
+			}
+		}
+		slices.Sort(from)
+		slices.Sort(to)
+		w.oneWayKind = fmt.Sprintf("%v ↛ %v", from, to)
+	}
+	w.oneWay = &[2][]uint64{from, to}
+	w.oneWayEnd = c.clk.Now().Add(c.randDuration(100*time.Millisecond, 3*time.Second))
+	c.faults.OneWays++
+	c.event("net one-way %s until %v", w.oneWayKind, w.oneWayEnd.Sub(epoch0))
+}
+
+// startClog clogs, for 20 ms – 1 s, one direction of one link, or every
+// link into or out of one node: their messages are held, in order, and
+// delivered when the clog ends.
+func (c *csim) startClog() {
+	w := &c.netf
+	ids := c.memberIDs()
+	x := ids[c.rng.IntN(len(ids))]
+	var what string
+	switch k := c.rng.IntN(3); k {
+	case 0:
+		y := ids[c.rng.IntN(len(ids))]
+		if y == x {
+			return
+		}
+		w.clogs = append(w.clogs, [2]uint64{x, y})
+		what = fmt.Sprintf("n%d → n%d", x, y)
+	default:
+		for _, y := range ids {
+			if y == x {
+				continue
+			}
+			if k == 1 {
+				w.clogs = append(w.clogs, [2]uint64{x, y})
+			} else {
+				w.clogs = append(w.clogs, [2]uint64{y, x})
+			}
+		}
+		what = fmt.Sprintf("out of n%d", x)
+		if k == 2 {
+			what = fmt.Sprintf("into n%d", x)
+		}
+	}
+	for _, l := range w.clogs {
+		c.net.Clog(transport.NodeID(l[0]), transport.NodeID(l[1]))
+	}
+	w.clogEnd = c.clk.Now().Add(c.randDuration(20*time.Millisecond, time.Second))
+	c.faults.Clogs++
+	c.event("net clog %s until %v", what, w.clogEnd.Sub(epoch0))
+	c.noteLinks()
+}
+
+// unclog ends the clogs, delivering what they held.
+func (c *csim) unclog() {
+	released := c.net.UnclogAll()
+	c.netf.clogs = nil
+	c.event("net unclog released=%d", released)
+	c.noteLinks()
 }
 
 // armDiskError arms a one-shot EIO on one of the next few fsyncs of one
@@ -177,12 +303,21 @@ func (c *csim) expireFaults() {
 		c.event("net flush released=%d", c.net.Flush())
 	}
 	c.pollFailover()
+	c.deafen()
 	cuts := false
 	if w.partitioned && !now.Before(w.partitionEnd) {
 		w.partitioned, w.sides, cuts = false, [2][]uint64{}, true
 		c.event("net heal")
 	}
+	if w.oneWay != nil && !now.Before(w.oneWayEnd) {
+		w.oneWay, cuts = nil, true
+		c.event("net one-way %s heals", w.oneWayKind)
+	}
+	if len(w.clogs) > 0 && !now.Before(w.clogEnd) {
+		c.unclog()
+	}
 	for _, n := range c.nodes {
+		c.expireClockFaults(n.clk, fmt.Sprintf("n%d", n.id))
 		if n.down && !now.Before(n.restartAt) && c.depth == 0 {
 			c.restart(n)
 			continue
@@ -230,6 +365,14 @@ func (c *csim) applyCuts() {
 			}
 		}
 	}
+	if o := w.oneWay; o != nil {
+		// Nodes that joined after it began are on neither side.
+		for _, a := range o[0] {
+			for _, b := range o[1] {
+				c.net.Disconnect(transport.NodeID(a), transport.NodeID(b))
+			}
+		}
+	}
 	for _, n := range c.nodes {
 		if !n.stopped {
 			continue
@@ -249,7 +392,7 @@ func (c *csim) applyCuts() {
 func (c *csim) faultsOff() {
 	c.netf = netState{}
 	c.setWeather()
-	released := c.net.Flush()
+	released := c.net.Flush() + c.net.UnclogAll()
 	for _, n := range c.nodes {
 		if n.down {
 			c.restart(n)
@@ -259,6 +402,7 @@ func (c *csim) faultsOff() {
 		n.stopped = false
 		n.inj.enospc.Set(false)
 		n.inj.eio = nil
+		n.clk.settle()
 	}
 	c.applyCuts()
 	c.event("faults off: released=%d", released)

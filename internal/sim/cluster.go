@@ -140,6 +140,7 @@ type csim struct {
 	// earlySettles are BreakEarlySettle's settles to propose.
 	earlySettles []earlySettle
 	failover     *failoverCheck
+	deafWait     *deafWait
 	calmUntil    time.Time
 }
 
@@ -181,8 +182,9 @@ type cnode struct {
 	wakes    []<-chan struct{}
 	nextPass []time.Time
 	busy     []bool
-	// clocks are the shards' views of the clock, which know when each
-	// shard's raft tick is due.
+	// clk is the node's own clock (clock.go); clocks are the shards'
+	// views of it, which know when each shard's raft tick is due.
+	clk    *nodeClock
 	clocks []*watchedClock
 	// shadow mirrors each shard's inbox, in order: the client attempt of
 	// each queued frame, nil for replication traffic (catchUpFrame for a
@@ -309,7 +311,7 @@ func (c *csim) result() Result {
 	f := c.faults
 	c.ops.LeaderTransfers = c.leaderTransfers()
 	f.MsgDropped, f.MsgDuplicated, f.MsgReordered = int(st.Dropped), int(st.Duplicated), int(st.Reordered)
-	f.MsgDelayed, f.MsgCut = int(st.Delayed), int(st.Cut)
+	f.MsgDelayed, f.MsgCut, f.MsgClogged = int(st.Delayed), int(st.Cut), int(st.Clogged)
 	return Result{
 		Seed:        c.cfg.Seed,
 		Nodes:       c.cfg.Nodes,
@@ -334,10 +336,14 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *cnode
 		// so does its configuration.
 		n.incs, n.lastServe, n.gen = prev.incs, prev.lastServe, prev.gen
 		n.peers, n.join, n.joined = prev.peers, prev.join, prev.joined
+		n.clk = prev.clk
 	} else if slices.Contains(c.founders, id) {
 		n.peers, n.joined = c.founders, true
 	} else {
 		n.peers, n.join = append(c.memberIDs(), id), true
+	}
+	if n.clk == nil {
+		n.clk = c.newNodeClock()
 	}
 	n.gen++
 	n.inj = newInjector(n)
@@ -353,7 +359,7 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *cnode
 	n.shadow = make([][]*attempt, c.cfg.Shards)
 	n.busy = make([]bool, c.cfg.Shards)
 	for range c.cfg.Shards {
-		n.clocks = append(n.clocks, &watchedClock{Manual: c.clk})
+		n.clocks = append(n.clocks, &watchedClock{nodeClock: n.clk})
 	}
 	eng, err := host.New(host.Config{
 		Shards: c.cfg.Shards, InboxSize: c.cfg.InboxSize, Manual: true,
@@ -373,7 +379,7 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *cnode
 		NewReconciler: newReconciler,
 		Cluster: &host.Cluster{ID: transport.NodeID(id), Peers: peers, Join: n.join, Bus: &outboxBus{n: n},
 			TickInterval: c.cfg.TickInterval, CompactEntries: c.compactEntries},
-		Clock:      c.clk,
+		Clock:      n.clk,
 		ShardClock: func(i int) clock.Clock { return n.clocks[i] },
 		Metrics:    n.m,
 		Events: host.Events{
@@ -402,9 +408,9 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *cnode
 	n.shards, n.recs = eng.Shards(), eng.Reconcilers()
 	for i := range n.shards {
 		n.wakes = append(n.wakes, eng.Wake(i))
-		n.nextPass = append(n.nextPass, c.clk.Now())
+		n.nextPass = append(n.nextPass, n.clk.monoNow())
 	}
-	n.metaTickAt = c.clk.Now().Add(c.cfg.TickInterval)
+	n.metaTickAt = n.clk.monoNow().Add(c.cfg.TickInterval)
 	n.metaRev = n.meta.Revision()
 	st := eng.MetadataStatus()
 	c.event("n%d open gen=%d shards=%d revision=%d applied=%d snapshot=%d join=%v",
@@ -426,6 +432,14 @@ func (c *csim) nodeFS(n *cnode) vfs.FS {
 		}), n.inj)
 	}
 	return errorfs.New(n.mem, inj)
+}
+
+// newNodeClock is a new node's clock, skewed when clock faults are on.
+func (c *csim) newNodeClock() *nodeClock {
+	k := newNodeClock(c.initialSkew())
+	// Its monotonic clock starts where the virtual clock stands.
+	k.mono.Advance(c.clk.Now().Sub(epoch0))
+	return k
 }
 
 // node is member id (nil: no such member, or removed).
@@ -474,6 +488,9 @@ func (b *outboxBus) Send(m transport.Message) error {
 	if BreakRaftEpoch.Load() {
 		stripRaftEpochs(m)
 	}
+	if BreakLivenessReport.Load() && m.Kind == host.KindLiveness {
+		m.Payload = m.Payload[:min(len(m.Payload), 8)] // the directory's incarnation stays
+	}
 	if BreakLeaderTransfer.Load() && carriesTimeoutNow(m) {
 		b.n.c.event("n%d drop %s (broken leader transfer)", b.n.id, describeMsg(m))
 		return nil
@@ -491,6 +508,10 @@ func (n *cnode) flushOutbox() {
 	}
 	slices.SortStableFunc(n.outbox, func(a, b transport.Message) int { return cmp.Compare(a.Group, b.Group) })
 	for i, o := range n.outbox {
+		if BreakReplyPath.Load() && n.c.replyPath(n, o) {
+			n.outbox[i] = transport.Message{}
+			continue
+		}
 		err := n.ep.Send(o)
 		n.c.event("n%d send %s to=n%d err=%v", n.id, describeMsg(o), o.To, errString(err))
 		n.outbox[i] = transport.Message{}
@@ -615,19 +636,19 @@ const (
 
 // units lists the work that is ready: bus messages to receive, shards
 // with queued frames or a possibly due raft tick, due metadata ticks, due
-// reconciler passes. Stopped nodes do nothing.
+// reconciler passes (each by its node's clock). Stopped nodes do nothing.
 func (c *csim) units() []unit {
 	var out []unit
-	now := c.clk.Now()
 	for _, n := range c.nodes {
 		if n.stopped || n.down {
 			continue
 		}
+		now := n.clk.monoNow()
 		if len(n.ep.Recv()) > 0 {
 			out = append(out, unit{kind: unitDeliver, n: n})
 		}
 		for i := range n.shards {
-			if len(n.shadow[i]) > 0 || n.clocks[i].due(now) {
+			if len(n.shadow[i]) > 0 || n.clocks[i].due() {
 				out = append(out, unit{kind: unitStep, n: n, i: i})
 			}
 		}
@@ -663,8 +684,8 @@ func (c *csim) tick() {
 		// Up to the next due timer, at most a few milliseconds (network
 		// delays are due at times the bus keeps to itself).
 		d := time.Duration(1+c.rng.IntN(5000)) * time.Microsecond
-		if next := c.nextDue(); !next.IsZero() && next.Sub(c.clk.Now()) < d {
-			d = max(next.Sub(c.clk.Now()), time.Microsecond)
+		if next, ok := c.nextDue(); ok && next < d {
+			d = max(next, time.Microsecond)
 		}
 		c.advance(d)
 	default:
@@ -682,13 +703,13 @@ func (c *csim) runUnit(u unit) {
 	case unitMetaTick:
 		c.metaTick(u.n)
 	case unitPass:
-		if u.n.passDue(u.i, c.clk.Now()) {
+		if u.n.passDue(u.i, u.n.clk.monoNow()) {
 			c.reconcile(u.n, u.i)
 		}
 	}
 }
 
-// passDue is node.passDue for a cluster node.
+// passDue is node.passDue for a cluster node; now is its monotonic time.
 func (n *cnode) passDue(i int, now time.Time) bool {
 	due := false
 	select {
@@ -703,44 +724,55 @@ func (n *cnode) passDue(i int, now time.Time) bool {
 	return due
 }
 
-// advance moves the virtual clock and releases delayed messages now due.
+// advance moves the virtual clock, and every member's clock with it, and
+// releases delayed messages now due.
 func (c *csim) advance(d time.Duration) {
 	c.clk.Advance(d)
+	for _, n := range c.nodes {
+		n.clk.advance(d)
+	}
 	released := c.net.Pump()
 	c.event("clock +%v released=%d", d, released)
 }
 
-// nextDue is the earliest future time a timer the scheduler knows of is
-// due: a shard's, a metadata tick, a reconciler period, a client's retry.
-func (c *csim) nextDue() time.Time {
+// nextDue is how long until the earliest timer the scheduler knows of is
+// due: a shard's, a metadata tick, a reconciler period (each on its
+// node's clock), a restart, a resume, a client's retry.
+func (c *csim) nextDue() (time.Duration, bool) {
 	now := c.clk.Now()
-	var next time.Time
-	consider := func(t time.Time) {
-		if t.After(now) && (next.IsZero() || t.Before(next)) {
-			next = t
+	var next time.Duration
+	found := false
+	consider := func(d time.Duration) {
+		if d > 0 && (!found || d < next) {
+			next, found = d, true
 		}
 	}
 	for _, n := range c.nodes {
 		if n.down {
-			consider(n.restartAt)
+			consider(n.restartAt.Sub(now))
 			continue
 		}
 		if n.stopped {
-			consider(n.stopUntil)
+			consider(n.stopUntil.Sub(now))
 			continue
 		}
-		consider(n.metaTickAt)
+		node := func(t time.Time) {
+			if !t.IsZero() {
+				consider(n.clk.virtualUntil(t))
+			}
+		}
+		node(n.metaTickAt)
 		for i := range n.shards {
-			consider(n.clocks[i].next())
-			consider(n.nextPass[i])
+			node(n.clocks[i].next())
+			node(n.nextPass[i])
 		}
 	}
 	for _, cl := range c.clients {
 		if o := cl.op; o != nil && o.waiting {
-			consider(o.retryAt)
+			consider(o.retryAt.Sub(now))
 		}
 	}
-	return next
+	return next, found
 }
 
 // deliver receives up to k messages from n's endpoint and hands each to
@@ -759,15 +791,23 @@ func (c *csim) deliver(n *cnode, k int) {
 			return
 		}
 		c.event("n%d recv %s from=n%d", n.id, describeMsg(m), m.From)
-		if err := n.eng.Deliver(m); err != nil && !errors.Is(err, router.ErrFull) {
-			if errors.Is(err, host.ErrMetadataFailed) {
-				c.event("n%d metadata member stopped: %v", n.id, err)
-				continue
-			}
-			c.fail(0, "n%d refused a delivered message: %v", n.id, err)
+		if !c.receive(n, m) {
 			return
 		}
 	}
+}
+
+// receive hands m to n's engine; it reports false on a violation.
+func (c *csim) receive(n *cnode, m transport.Message) bool {
+	if err := n.eng.Deliver(m); err != nil && !errors.Is(err, router.ErrFull) {
+		if errors.Is(err, host.ErrMetadataFailed) {
+			c.event("n%d metadata member stopped: %v", n.id, err)
+			return true
+		}
+		c.fail(0, "n%d refused a delivered message: %v", n.id, err)
+		return false
+	}
+	return true
 }
 
 // stepShard steps shard i of n once: the head of its inbox mirror, or
@@ -794,7 +834,7 @@ func (c *csim) stepShard(n *cnode, i int) {
 	case queued && !did:
 		c.fail(0, "n%d shard %d did not step with a frame queued", n.id, i)
 	case !queued && !did:
-		n.clocks[i].handled(c.clk.Now())
+		n.clocks[i].handled()
 		c.event("n%d step shard=%d idle", n.id, i)
 	case !queued:
 		c.event("n%d step shard=%d tick", n.id, i)
@@ -837,7 +877,7 @@ func (c *csim) metaTick(n *cnode) {
 	if err != nil {
 		n.metaTickErr = c.clk.Now()
 	}
-	n.metaTickAt = c.clk.Now().Add(c.cfg.TickInterval)
+	n.metaTickAt = n.clk.monoNow().Add(c.cfg.TickInterval)
 	c.event("n%d meta tick err=%v", n.id, errString(err))
 }
 

@@ -181,9 +181,11 @@ func nodeMetrics(nodes []*cnode) []*metrics.Metrics {
 	return out
 }
 
-// links is the network's connectivity between running nodes: bit j of
-// links[i] is set when nodes i and j are both up, neither is stopped, and
-// no partition separates them (bit i of links[i]: node i is up).
+// links is the network's connectivity between running nodes, by
+// direction: bit j of links[i] is set when nodes i and j are both up,
+// neither is stopped, and a message from i reaches j — no partition, one
+// way or both, separates them and no clog holds i's messages to j (bit i
+// of links[i]: node i is up).
 type links [maxNodes + 1]uint8
 
 // links is the connectivity now.
@@ -201,7 +203,7 @@ func (c *csim) links() links {
 			continue
 		}
 		for _, b := range c.nodes {
-			if b.reachable() && side(a.id) == side(b.id) {
+			if b.reachable() && side(a.id) == side(b.id) && !w.cut(a.id, b.id) && !w.clogged(a.id, b.id) {
 				l[a.id] |= 1 << b.id
 			}
 		}
@@ -222,12 +224,15 @@ func (c *csim) noteLinks() {
 }
 
 // quorumReached reports whether some replica of reps, as the leader that
-// committed an entry, can have had a majority of reps (itself included)
-// reach it while the entry's op ran: a necessary condition for a commit,
-// since each member of the committing quorum exchanged raft messages with
-// that leader over a link that was up at some moment in between (a
-// replica only relays an entry as leader, and then it is the one that
-// commits). reach holds every link seen up while the op ran.
+// committed an entry, can have exchanged messages with a majority of reps
+// (itself included) while the entry's op ran: a necessary condition for a
+// commit, since the leader sent the entry to each member of the
+// committing quorum and heard its acknowledgement back, each over a link
+// that was up at some moment in between (a replica only relays an entry
+// as leader, and then it is the one that commits). Links are directional:
+// a member the leader can send to but not hear from, or hear from but not
+// send to, does not count. reach holds every link seen up while the op
+// ran.
 func quorumReached(reach links, reps []uint64) bool {
 	need := len(reps)/2 + 1
 	for _, r := range reps {
@@ -236,7 +241,7 @@ func quorumReached(reach links, reps []uint64) bool {
 		}
 		k := 0
 		for _, f := range reps {
-			if f <= maxNodes && reach[r]&(1<<f) != 0 {
+			if f <= maxNodes && reach[r]&(1<<f) != 0 && reach[f]&(1<<r) != 0 {
 				k++
 			}
 		}

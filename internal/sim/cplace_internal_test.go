@@ -5,7 +5,8 @@ import "testing"
 // quorumReached is the acknowledged-write check's judge: a commit needs a
 // replica linked, at some moment while the op ran, to a majority of the
 // partition's replicas (itself included) — of its replicas, not of the
-// cluster's nodes.
+// cluster's nodes — in both directions: a member the leader could send to
+// but not hear from (or the reverse) is no part of a quorum.
 func TestQuorumReached(t *testing.T) {
 	link := func(l *links, a, b uint64) {
 		l[a] |= 1<<a | 1<<b
@@ -23,6 +24,21 @@ func TestQuorumReached(t *testing.T) {
 	var chain links // 1-2 and 2-3 at different moments: 2 reached both
 	link(&chain, 1, 2)
 	link(&chain, 2, 3)
+	// to sets the link from a to b only (both up).
+	to := func(l *links, a, b uint64) {
+		l[a] |= 1<<a | 1<<b
+		l[b] |= 1 << b
+	}
+	var deaf links // 1 sends to 2 and 3, hears neither; 2 and 3 linked
+	to(&deaf, 1, 2)
+	to(&deaf, 1, 3)
+	link(&deaf, 2, 3)
+	var mute links // 2 and 3 send to 1, 1 reaches neither
+	to(&mute, 2, 1)
+	to(&mute, 3, 1)
+	var crossed links // 1 → 2 only and 3 → 1 only: no member both ways
+	to(&crossed, 1, 2)
+	to(&crossed, 3, 1)
 	for _, tc := range []struct {
 		name  string
 		reach links
@@ -38,6 +54,10 @@ func TestQuorumReached(t *testing.T) {
 		{"factor two, both linked", pair, []uint64{2, 1}, true},
 		{"factor five, three linked through the middle one", chain, []uint64{1, 2, 3, 4, 5}, true},
 		{"factor five, two linked", pair, []uint64{2, 3, 6, 7, 1}, false},
+		{"factor three, leader can send but not hear", deaf, []uint64{1, 2, 3}, true}, // 2 with 3
+		{"factor two, leader can send but not hear", deaf, []uint64{1, 2}, false},
+		{"factor three, a node heard but unable to send", mute, []uint64{1, 2, 3}, false},
+		{"factor three, one direction to each", crossed, []uint64{1, 2, 3}, false},
 	} {
 		if got := quorumReached(tc.reach, tc.reps); got != tc.want {
 			t.Errorf("%s: quorumReached = %v, want %v", tc.name, got, tc.want)

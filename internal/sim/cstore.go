@@ -21,6 +21,10 @@ type repLog struct {
 	lens map[uint64]uint64
 	// ackedEnd is one past the highest acknowledged offset.
 	ackedEnd uint64
+	// ats are the append times reads returned; raw the append times the
+	// first replica to apply each offset was handed (BreakAppendTimeOrder).
+	ats appendTimes
+	raw []int64
 }
 
 // cstore wraps a cluster node's FileStore: it slows builds down, checks
@@ -209,6 +213,9 @@ func (t *ctap) Read(from uint64, max int) ([]partition.Message, error) {
 	}
 	msgs, err := t.Partition.Read(from, max)
 	if err == nil && !t.n.inj.dead {
+		if rl := t.n.c.oracle[t.key]; BreakAppendTimeOrder.Load() && rl != nil {
+			msgs = rawAppendTimes(msgs, rl.raw)
+		}
 		t.n.c.onReplicaRead(t.n, t.key, from, msgs, !t.n.fetching)
 	}
 	return msgs, err
@@ -323,6 +330,7 @@ func (c *csim) onReplicaAppend(n *cnode, key incKey, first uint64, msgs []partit
 		info.appended, info.key, info.off = true, key, off
 		rl.ids = append(rl.ids, id)
 		rl.acked = append(rl.acked, false)
+		rl.raw = append(rl.raw, m.AppendTime)
 	}
 	rl.lens[n.id] = first + uint64(len(msgs))
 	c.event("n%d append %v first=%d n=%d a=%d", n.id, key, first, len(msgs), aid)
@@ -351,6 +359,10 @@ func (c *csim) onReplicaRead(n *cnode, key incKey, from uint64, msgs []partition
 		}
 		if m.Offset >= have || rl.ids[m.Offset] != id {
 			c.fail(2, "read of %v on n%d returned message %d at offset %d, which is not what its copy holds there", key, n.id, id, m.Offset)
+			return
+		}
+		if bad := rl.ats.check(m.Offset, m.AppendTime); bad != "" {
+			c.fail(3, "read of %v on n%d: %s", key, n.id, bad)
 			return
 		}
 	}

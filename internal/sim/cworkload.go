@@ -569,7 +569,7 @@ func (c *csim) metaOpStart(cl *client, n *cnode, group bool) {
 	}
 	if group {
 		// A consumer group command (see groupCommand).
-		if desc, cmd := groupCommand(c.rng, meta, topics, c.clk.Now()); cmd != nil {
+		if desc, cmd := groupCommand(c.rng, meta, topics, n.clk.Now()); cmd != nil {
 			m.desc = desc
 			m.steps = append(m.steps, func(metadata.Result) metadata.Command { return cmd })
 		}

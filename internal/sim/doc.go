@@ -2,7 +2,8 @@
 // engine — Manual shards, the router and its table, the default
 // reconcilers, the file store on a fault-injecting in-memory filesystem,
 // and in cluster mode the raft groups and the in-memory bus — under a
-// manual clock, and takes every scheduling choice from one seeded RNG.
+// virtual clock, each node reading its own clock (see Clocks), and takes
+// every scheduling choice from one seeded RNG.
 // The same seed gives the same run, byte for byte: every send, step,
 // delivery, reconcile pass, answer, commit, clock move and fault is an
 // event of a trace whose FNV-64a hash Run returns.
@@ -32,7 +33,8 @@
 // Faults fire with the probabilities of Config.Faults: a burst of requests
 // at one shard against a small inbox (router.ErrFull), ENOSPC on the data
 // disk for a while (errorfs.NewSwitchFunc), a one-shot EIO on an fsync or a
-// torn write (errorfs.OnIndex, errorfs.TornWrite), a slow partition build
+// torn write (errorfs.OnIndex, errorfs.TornWrite), the node's clock
+// stepped, strobing or drifting (see Clocks), a slow partition build
 // (the store wrapper runs further scheduler steps inside Build, so the
 // world moves on while the reconciler's pass is blocked in it, as on a
 // real node), and a node crash: a power loss (MemFS.Crash: the node is
@@ -119,7 +121,15 @@
 // Cluster faults, each with a probability per step (Config.Faults.Net
 // and the disk and crash rates) and counted in Result.Faults: message
 // drop, duplication, reordering and delay spells on the bus; network
-// partitions into a minority and a majority, healed after a while; a
+// partitions into a minority and a majority, healed after a while;
+// one-way partitions (transport.Network.DisconnectGroups): a node that
+// can send but not hear — it keeps sending heartbeats and votes that
+// arrive while nothing it is sent does — a node heard by all that reaches
+// none, or two sides of which only one reaches the other; clogs
+// (transport.Network.Clog): one direction of a link, or every link into
+// or out of one node, holding its messages for up to a second and then
+// delivering them in order; each node's clock skewed, stepped, strobing
+// or drifting (see Clocks); a
 // node stopped (a paused process: cut off, doing nothing) and resumed; a
 // node crash — power loss or process crash — after which it is down for
 // a while and restarts on its disk, rejoining from its raft logs; ENOSPC
@@ -154,6 +164,26 @@
 // raft's leadership transfer after a failure moved it, so transfers run
 // under every fault above and at quiescence).
 //
+// # Clocks
+//
+// Each node reads its own clock (clock.go) through the engine's clock
+// seam, host.Config.Clock and the shards' views of it: a monotonic clock
+// that its timers run on — raft ticks, node liveness, metadata ticks,
+// reconcile periods, park and poll deadlines — which the simulator
+// advances with the virtual clock, and a wall offset that Now adds —
+// append times, the consumer group commands' session clock. With
+// Config.Faults.Clock set, every node's wall clock starts up to ±1 s off
+// the virtual clock (skew), and then, per step: a jump sets one node's
+// wall clock 1 ms – 10 s forward or back for good (timers armed before
+// keep their due time, as a Go timer does when the wall clock is set); a
+// strobe flips it between two values up to ±2 s apart every 1–20 ms for
+// up to 2 s; a drift runs one node's whole clock, its timers included, at
+// 0.5–2 times the virtual rate for up to 3 s. Strobes and drifts end at
+// quiescence and in the calm before a failover check (jumps stay where
+// they landed): liveness must come back once clocks settle. A node's
+// clock outlives its crashes. The scheduler knows when each node's next
+// tick is due on its own clock, and advances the virtual clock to it.
+//
 // # Invariants
 //
 // Checked on every run, online where possible (Run stops at the first
@@ -180,12 +210,17 @@
 //     placement names; a read through a node holding none is sent on to
 //     a replica and must return the whole log too). An acknowledged
 //     produce must have been able to reach a quorum of its partition's
-//     replicas: some replica was linked (both up, neither stopped, no
-//     network partition between them) to a majority of the replicas,
-//     itself included, at some moment while the produce ran — a
-//     necessary condition for a raft commit, checked at the
-//     acknowledgement. The metadata every node holds after applying an
-//     index of the metadata log is the same (a fingerprint of the store).
+//     replicas: some replica was linked to a majority of the replicas,
+//     itself included, in both directions — it could send to each (both
+//     up, neither stopped, no partition, one-way or not, and no clog in
+//     that direction) and hear from each, each direction up at some
+//     moment while the produce ran — a necessary condition for a raft
+//     commit, checked at the acknowledgement. Every read of an offset, on
+//     every replica, returns the same append time, and append times never
+//     decrease along a log, whatever the clocks of the nodes that stamped
+//     them did (both modes). The metadata every node holds after applying
+//     an index of the metadata log is the same (a fingerprint of the
+//     store).
 //     A produce answered partition.ErrRolledBack (a failed group commit
 //     took it back out of the log: a full disk's ErrNoSpace) was not
 //     applied: the oracle drops it, and what followed it, at the answer,
@@ -242,6 +277,12 @@
 //     the survivors wherever a majority of its replicas survive holding
 //     it; so has the metadata group, if the node led it
 //     (Result.Faults.Failovers counts the groups seen led by a survivor).
+//     Likewise a second after a node leading quiesced groups went deaf —
+//     a one-way partition: it keeps sending, hears nothing — in a calm
+//     (every other fault off, no new client operation) that began up to
+//     a second before so that groups quiesce (Result.Faults.DeafCalms):
+//     node liveness is judged both ways, so the others hold it dead
+//     though they hear it.
 //
 // Panics in the engine (etcd raft's included) are reported as violations
 // of invariant 0, with the seed, rather than crashing the test binary.
@@ -265,7 +306,23 @@
 // add -v -sim.trace to print its event trace. `-sim.seeds N` (and
 // `-sim.start S`) runs N seeds instead of the test's default range.
 // Cluster disk faults reach the metadata raft log unless
-// `-sim.metafaults=false`.
+// `-sim.metafaults=false`. Rates scale with `-sim.clockx F` (the clock
+// faults, both modes), `-sim.onewayx F` and `-sim.clogx F` (one-way
+// partitions and clogs), `-sim.removex F` and `-sim.joinx F`; 0 turns a
+// fault off.
+//
+// # Broken builds
+//
+// Each fault kind has a deliberately broken build (broken.go) that the
+// default seeds catch and that passes without that fault — proof that
+// the fault reaches what it is meant to. Among them: BreakReplyPath, a
+// transport that answers over the reverse direction of a cut or clogged
+// link, caught only by one-way partitions and clogs (an acknowledgement
+// without a quorum linked both ways); BreakAppendTimeOrder, a partition
+// that does not keep append times non-decreasing, caught only by the
+// clock faults (append times going backwards); BreakLivenessReport, node
+// liveness that does not report whom a node hears, caught only by a
+// leader gone deaf (its groups never failing over).
 //
 // # Scope
 //
@@ -275,8 +332,10 @@
 // on a copy of another member's data directory, which must be refused
 // with host.ErrWrongDataDir (invariant 8); BreakIdentityCheck, which hides
 // the IDENTITY file, is caught there. Topics are FsyncAlways only (the
-// interval and never policies are not exercised), and purge, truncate, retention and topic reconfiguration
-// are not in either workload. Cluster mode has no inbox bursts, removes
+// interval and never policies are not exercised), and purge, truncate,
+// retention and topic reconfiguration are not in either workload:
+// retention by age reads each node's clock, but the clock faults do not
+// reach it. Cluster mode has no inbox bursts, removes
 // a node only through a drain (never one whose replicas it cannot move,
 // and never below three members), and its clients do not go through the
 // Node (request forwarding

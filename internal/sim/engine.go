@@ -71,7 +71,8 @@ type node struct {
 	m      *metrics.Metrics
 }
 
-// passDue reports whether shard i's reconciler would run now: a commit
+// passDue reports whether shard i's reconciler would run now (the
+// node's monotonic time): a commit
 // woke it or its period elapsed (reconciler.Run's two triggers). It
 // consumes the wake and re-arms the period as Run does.
 func (n *node) passDue(i int, now time.Time) bool {
@@ -120,7 +121,7 @@ func (s *sim) openNode() *node {
 		Defaults:        metadata.TopicConfig{Fsync: metadata.FsyncAlways},
 		BuildBackoffMin: backoffMin, BuildBackoffMax: backoffMax,
 		NewReconciler: newReconciler,
-		Clock:         s.clk, Metrics: n.m,
+		Clock:         s.nclk, Metrics: n.m,
 	})
 	if err != nil {
 		known := ""
@@ -134,7 +135,7 @@ func (s *sim) openNode() *node {
 	n.shards, n.recs = eng.Shards(), eng.Reconcilers()
 	for i := range n.shards {
 		n.wakes = append(n.wakes, eng.Wake(i))
-		n.nextPass = append(n.nextPass, s.clk.Now()) // one pass at start
+		n.nextPass = append(n.nextPass, s.nclk.monoNow()) // one pass at start
 	}
 	s.event("node open gen=%d revision=%d", n.gen, n.meta.Revision())
 	return n
@@ -424,6 +425,7 @@ func (s *sim) faultsOff() {
 	s.lies.readFaults, s.lies.mis = false, nil
 	s.lies.sectors.Clear()
 	s.lies.flips.Clear()
+	s.nclk.settle()
 }
 
 // readAll reads p from offset 0 to its end without faults (the

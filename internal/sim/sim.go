@@ -81,6 +81,8 @@ type FaultRates struct {
 
 	// Net are the network faults of cluster mode (Config.Nodes > 1).
 	Net NetFaultRates
+	// Clock are the faults of the nodes' clocks (both modes).
+	Clock ClockFaultRates
 	// SpareMetadataLog, in cluster mode, keeps DiskFull and DiskError
 	// away from the metadata group's raft log. The default cluster faults
 	// reach it: a metadata member whose raft log refuses a write goes down
@@ -107,10 +109,41 @@ type NetFaultRates struct {
 	// majority, chosen at random) that cannot reach each other for
 	// 100 ms – 3 s, then heals.
 	Partition float64
+	// OneWay starts a one-way partition for 100 ms – 3 s: messages go
+	// one way between two groups of nodes and are lost the other way —
+	// a node that can send but not hear (deaf), one heard but unable to
+	// send (mute), or two sides of which one reaches the other.
+	OneWay float64
+	// Clog clogs one direction of one link, or every link into or out of
+	// one node, for 20 ms – 1 s: their messages are held, in order, and
+	// delivered when the clog ends (a stalled direction, not a broken
+	// one).
+	Clog float64
 	// Stop stops one node for 100 ms – 3 s: it is cut off from every
 	// other node and does no work at all (a paused process); clients do
 	// not start requests on it, and those it holds wait for it to resume.
 	Stop float64
+}
+
+// ClockFaultRates are the faults of the nodes' own clocks. Each node
+// reads its own clock through the engine's clock seam: a monotonic clock
+// its timers run on (raft ticks, liveness, timeouts, reconcile periods)
+// and a wall offset added to what Now returns (append times, consumer
+// group session clocks, deadlines). When any rate is set, every node's
+// wall clock starts off the virtual clock by up to ±1 s (skew). Each rate
+// is the chance, per scheduler step, that the fault starts on one node
+// picked at random.
+type ClockFaultRates struct {
+	// Jump sets the node's wall clock forward or back by 1 ms – 10 s, for
+	// good (timers armed before keep their due time, as a Go timer does
+	// when the wall clock is stepped).
+	Jump float64
+	// Strobe makes the node's wall clock flip between two values up to
+	// ±2 s apart every 1–20 ms, for 100 ms – 2 s.
+	Strobe float64
+	// Drift runs the node's whole clock, timers included, at 0.5–2 times
+	// the virtual clock's rate for 100 ms – 3 s.
+	Drift float64
 }
 
 // DefaultFaults are the fault rates of the default seeds: each kind fires
@@ -122,6 +155,7 @@ func DefaultFaults() FaultRates {
 		DiskError:  0.002,
 		SlowBuild:  0.12,
 		Crash:      0.0004,
+		Clock:      ClockFaultRates{Jump: 0.003, Strobe: 0.002, Drift: 0.003},
 	}
 }
 
@@ -183,12 +217,15 @@ func DefaultClusterFaults() FaultRates {
 		QuiescedCrash: 0.0002,
 		Join:          0.0001,
 		Remove:        0.0002,
+		Clock:         ClockFaultRates{Jump: 0.0005, Strobe: 0.0003, Drift: 0.0005},
 		Net: NetFaultRates{
 			Drop:      0.0015,
 			Duplicate: 0.0015,
 			Reorder:   0.0015,
 			Delay:     0.0015,
 			Partition: 0.0006,
+			OneWay:    0.0004,
+			Clog:      0.0008,
 			Stop:      0.0004,
 		},
 	}
@@ -267,7 +304,8 @@ func (c Config) validate() error {
 		errs = append(errs, errors.New("sim: QuiescedCrash, Join, Remove and WrongDisk need Nodes > 1"))
 	}
 	for _, p := range []float64{f.InboxBurst, f.DiskFull, f.DiskError, f.SlowBuild, f.Crash, f.QuiescedCrash, f.Join, f.Remove, f.Lie, f.WrongDisk,
-		n.Drop, n.Duplicate, n.Reorder, n.Delay, n.Partition, n.Stop} {
+		n.Drop, n.Duplicate, n.Reorder, n.Delay, n.Partition, n.OneWay, n.Clog, n.Stop,
+		f.Clock.Jump, f.Clock.Strobe, f.Clock.Drift} {
 		if p < 0 || p > 1 {
 			errs = append(errs, fmt.Errorf("sim: fault probability %v outside [0, 1]", p))
 		}
@@ -318,6 +356,20 @@ type FaultCounts struct {
 	MsgCut        int
 	Partitions    int
 	Stops         int
+	// OneWays counts the one-way partitions that began, Clogs the clogs;
+	// MsgClogged the messages a clog held (and delivered when it ended).
+	OneWays    int
+	Clogs      int
+	MsgClogged int
+	// DeafCalms counts the calms after a node leading quiesced groups
+	// went deaf (a one-way partition), whose failovers are checked like
+	// a crashed leader's (counted in Failovers).
+	DeafCalms int
+	// ClockJumps, ClockStrobes and ClockDrifts count the clock faults
+	// that began (both modes).
+	ClockJumps   int
+	ClockStrobes int
+	ClockDrifts  int
 	// FailedPasses counts reconciler passes that returned an error (a
 	// replicated partition whose raft log a faulty disk refused).
 	FailedPasses int
@@ -501,6 +553,7 @@ func newSim(cfg Config) *sim {
 	for i := range cfg.Clients {
 		s.clients = append(s.clients, &client{id: i})
 	}
+	s.nclk = newNodeClock(s.initialSkew())
 	return s
 }
 
@@ -550,6 +603,8 @@ func (s *sim) tick() {
 	}
 	s.ticks++
 	s.expireDiskFull()
+	s.expireClockFaults(s.nclk, "node")
+	s.startClockFaults(&s.faults, func() (*nodeClock, string) { return s.nclk, "node" })
 	f := s.cfg.Faults
 	if s.depth == 0 && s.roll(f.Crash) {
 		s.crash()
@@ -582,7 +637,7 @@ func (s *sim) tick() {
 		if s.n.busy[i] {
 			return // its pass is blocked in a slow build
 		}
-		if s.n.passDue(i, s.clk.Now()) || s.rng.IntN(10) == 0 {
+		if s.n.passDue(i, s.nclk.monoNow()) || s.rng.IntN(10) == 0 {
 			s.reconcile(i)
 		}
 	default:
@@ -590,9 +645,10 @@ func (s *sim) tick() {
 	}
 }
 
-// advance moves the virtual clock.
+// advance moves the virtual clock, and the node's with it.
 func (s *sim) advance(d time.Duration) {
 	s.clk.Advance(d)
+	s.nclk.advance(d)
 	s.event("clock +%v", d)
 }
 
@@ -601,9 +657,11 @@ type sim struct {
 	base
 	ctx context.Context
 
-	mem        *vfs.MemFS
-	n          *node
-	lies       *lies
+	mem  *vfs.MemFS
+	n    *node
+	lies *lies
+	// nclk is the node's own clock (clock.go), which outlives restarts.
+	nclk       *nodeClock
 	gen        int
 	allMetrics []*metrics.Metrics
 

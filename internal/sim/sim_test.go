@@ -23,10 +23,11 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 const defaultSeeds = 200
 
 var (
-	flagSeeds = flag.Int("sim.seeds", 0, "number of seeds to run, starting at -sim.start (0: the test's default count)")
-	flagStart = flag.Uint64("sim.start", 0, "first seed of the range")
-	flagSeed  = flag.String("sim.seed", "", "run only this seed (replay)")
-	flagTrace = flag.Bool("sim.trace", false, "with -sim.seed and -v: print the seed's event trace")
+	flagSeeds  = flag.Int("sim.seeds", 0, "number of seeds to run, starting at -sim.start (0: the test's default count)")
+	flagStart  = flag.Uint64("sim.start", 0, "first seed of the range")
+	flagSeed   = flag.String("sim.seed", "", "run only this seed (replay)")
+	flagTrace  = flag.Bool("sim.trace", false, "with -sim.seed and -v: print the seed's event trace")
+	flagClockX = flag.Float64("sim.clockx", 1, "multiply the clock fault rates (jumps, strobes, drifts) of both modes")
 )
 
 // replaySeed is -sim.seed, if set.
@@ -121,7 +122,14 @@ func defaultOutcomes() []outcome {
 }
 
 func isDefaultRange() bool {
-	return *flagSeed == "" && *flagSeeds == 0 && *flagStart == 0
+	return *flagSeed == "" && *flagSeeds == 0 && *flagStart == 0 && *flagClockX == 1
+}
+
+// scaleClockFaults applies -sim.clockx to cfg.
+func scaleClockFaults(cfg *sim.Config) {
+	cfg.Faults.Clock.Jump *= *flagClockX
+	cfg.Faults.Clock.Strobe *= *flagClockX
+	cfg.Faults.Clock.Drift *= *flagClockX
 }
 
 // TestSimulation runs the seeds (default 0..defaultSeeds-1; -sim.seeds N
@@ -136,6 +144,7 @@ func TestSimulation(t *testing.T) {
 	} else {
 		runs = runSeeds(list, func(seed uint64) sim.Config {
 			cfg := sim.DefaultConfig(seed)
+			scaleClockFaults(&cfg)
 			if *flagTrace && replay {
 				cfg.Trace = os.Stdout
 			}
@@ -188,6 +197,13 @@ func addFaults(t *sim.FaultCounts, f sim.FaultCounts) {
 	t.MsgCut += f.MsgCut
 	t.Partitions += f.Partitions
 	t.Stops += f.Stops
+	t.ClockJumps += f.ClockJumps
+	t.ClockStrobes += f.ClockStrobes
+	t.ClockDrifts += f.ClockDrifts
+	t.OneWays += f.OneWays
+	t.Clogs += f.Clogs
+	t.MsgClogged += f.MsgClogged
+	t.DeafCalms += f.DeafCalms
 	t.FailedPasses += f.FailedPasses
 	t.MetaReopens += f.MetaReopens
 }
@@ -258,6 +274,9 @@ func TestFaultsFire(t *testing.T) {
 		{"slow build", total.SlowBuild},
 		{"crash (power loss)", total.Crash},
 		{"crash (process)", total.ProcessCrash},
+		{"clock jump", total.ClockJumps},
+		{"clock strobe", total.ClockStrobes},
+		{"clock drift", total.ClockDrifts},
 	} {
 		if c.n == 0 {
 			t.Errorf("fault %q never fired in %d default seeds", c.name, defaultSeeds)
@@ -334,4 +353,13 @@ func TestNoFaultsAndBadConfig(t *testing.T) {
 	if _, err := sim.Run(sim.Config{Steps: -1}); err == nil || errors.As(err, &v) {
 		t.Fatalf("negative Steps: %v", err)
 	}
+}
+
+// A partition that does not keep append times non-decreasing serves them
+// as the node's clock stamped them: caught as append times going
+// backwards once the node's clock steps back or strobes. On the one
+// shared clock of a run without clock faults the stamps never decrease,
+// and the broken build passes.
+func TestCatchesAppendTimeOrder(t *testing.T) {
+	expectCaught(t, &sim.BreakAppendTimeOrder, 3)
 }

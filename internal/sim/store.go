@@ -32,6 +32,71 @@ func (k incKey) compare(o incKey) int {
 type incLog struct {
 	ids   []uint64
 	acked []bool
+	// ats are the append times reads returned; raw the append times the
+	// shard stamped (BreakAppendTimeOrder).
+	ats appendTimes
+	raw []int64
+}
+
+// appendTimes are the append times reads returned for one log's offsets
+// (0: none read yet). An offset reads with the same append time wherever
+// and whenever it is read (on every replica), and append times never
+// decrease along the log (invariant 3), whatever the clocks of the nodes
+// that stamped them did: a leader stamps them before proposing, from its
+// own clock, and the partition keeps them non-decreasing.
+type appendTimes []int64
+
+// check records that offset off read with append time at, and reports
+// what is wrong with it ("" if nothing).
+func (a *appendTimes) check(off uint64, at int64) string {
+	for uint64(len(*a)) <= off {
+		*a = append(*a, 0)
+	}
+	ats := *a
+	if have := ats[off]; have != 0 {
+		if have != at {
+			return fmt.Sprintf("offset %d read with append time %d, and with %d before", off, at, have)
+		}
+		return ""
+	}
+	for p := int(off) - 1; p >= 0; p-- {
+		if ats[p] != 0 {
+			if ats[p] > at {
+				return fmt.Sprintf("append time %d at offset %d is before %d at offset %d: append times went backwards", at, off, ats[p], p)
+			}
+			break
+		}
+	}
+	for q := int(off) + 1; q < len(ats); q++ {
+		if ats[q] != 0 {
+			if ats[q] < at {
+				return fmt.Sprintf("append time %d at offset %d is after %d at offset %d: append times went backwards", at, off, ats[q], q)
+			}
+			break
+		}
+	}
+	ats[off] = at
+	return ""
+}
+
+// truncate forgets the append times of the offsets from next on (lost
+// messages, whose offsets new ones take).
+func (a *appendTimes) truncate(next uint64) {
+	if uint64(len(*a)) > next {
+		*a = (*a)[:next]
+	}
+}
+
+// rawAppendTimes is BreakAppendTimeOrder: msgs, as read, with the append
+// times the shard stamped in place of those the partition kept.
+func rawAppendTimes(msgs []partition.Message, raw []int64) []partition.Message {
+	out := slices.Clone(msgs)
+	for i := range out {
+		if off := out[i].Offset; off < uint64(len(raw)) && raw[off] != 0 {
+			out[i].AppendTime = raw[off]
+		}
+	}
+	return out
 }
 
 // msgInfo is what the simulator knows about one produced message.
@@ -168,6 +233,8 @@ func (s *sim) verifyReopen(n *node, key incKey, log *incLog, p partition.Partiti
 		s.event("reopen %v: %d unacknowledged messages lost", key, lost)
 	}
 	log.ids, log.acked = log.ids[:next], log.acked[:next]
+	log.ats.truncate(next)
+	log.raw = log.raw[:min(uint64(len(log.raw)), next)]
 }
 
 // Remove implements partition.Store. Removing the data of the committed
@@ -265,6 +332,11 @@ func (t *tap) Read(from uint64, max int) ([]partition.Message, error) {
 		return nil, nil
 	}
 	if err == nil {
+		if BreakAppendTimeOrder.Load() {
+			if log := t.s.oracle[t.key]; log != nil {
+				msgs = rawAppendTimes(msgs, log.raw)
+			}
+		}
 		t.s.onRead(t.key, from, msgs)
 	}
 	return msgs, err
@@ -308,6 +380,7 @@ func (s *sim) onAppend(key incKey, first uint64, msgs []partition.Message) {
 		info.appended, info.key, info.off = true, key, first+uint64(i)
 		log.ids = append(log.ids, id)
 		log.acked = append(log.acked, false)
+		log.raw = append(log.raw, m.AppendTime)
 	}
 	s.event("append %v first=%d n=%d a=%d", key, first, len(msgs), aid)
 }
@@ -338,6 +411,10 @@ func (s *sim) onRead(key incKey, from uint64, msgs []partition.Message) {
 			}
 			s.fail(2, "read of %v returned message %d at offset %d, which is not what was appended there (it was %s)",
 				key, id, m.Offset, where)
+			return
+		}
+		if bad := log.ats.check(m.Offset, m.AppendTime); bad != "" {
+			s.fail(3, "read of %v: %s", key, bad)
 			return
 		}
 	}

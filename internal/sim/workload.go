@@ -652,7 +652,7 @@ func (s *sim) groupOp() {
 	for _, st := range s.n.meta.Streams() {
 		topics = append(topics, s.n.meta.Topics(st.ID)...)
 	}
-	if _, cmd := groupCommand(s.rng, s.n.meta, topics, s.clk.Now()); cmd != nil {
+	if _, cmd := groupCommand(s.rng, s.n.meta, topics, s.nclk.Now()); cmd != nil {
 		s.commit(cmd) //nolint:errcheck // refusals are part of the workload
 	}
 }
