@@ -20,13 +20,13 @@ import (
 
 // server is a running `parkway serve` process.
 type server struct {
-	t    *testing.T
-	cmd  *exec.Cmd
+	t     *testing.T
+	cmd   *exec.Cmd
 	http  string // its HTTP address, from its "serving" log line
 	kafka string // its Kafka listener's address, from the same line ("" without one)
-	mu   sync.Mutex
-	logs strings.Builder
-	done chan struct{}
+	mu    sync.Mutex
+	logs  strings.Builder
+	done  chan struct{}
 }
 
 // startServe starts `parkway serve args…` with env added to the
