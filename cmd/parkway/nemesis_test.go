@@ -26,7 +26,10 @@ import (
 // listener; franz-go idempotent producers (acks=all) record a history of
 // keyed unique values while a seeded nemesis kills (-9, then restarts on
 // the same directory), pauses (SIGSTOP … SIGCONT) and composes the two
-// (pause one member, kill another). At the end every fault is healed,
+// (pause one member, kill another), and partitions the network: every
+// member reaches each other member through a fault proxy of that link
+// (faultProxy), so the nemesis isolates a member, cuts one link one way,
+// and isolates one member while killing another. At the end every fault is healed,
 // every partition is read back from offset 0, and the history is checked.
 //
 // PARKWAY_NEMESIS_DURATION (default 40s) is how long the workload and the
@@ -49,7 +52,27 @@ type member struct {
 type nemesis struct {
 	t       *testing.T
 	members []*member
-	log     []string // the faults injected, in order
+	links   map[[2]int]*faultProxy // {from, to}: what from dials to reach to
+	log     []string               // the faults injected, in order
+}
+
+// cut blocks the link from → to (one way).
+func (n *nemesis) cut(from, to int) { n.links[[2]int{from, to}].block() }
+
+// isolate cuts every link to and from member id.
+func (n *nemesis) isolate(id int) {
+	for k, l := range n.links {
+		if k[0] == id || k[1] == id {
+			l.block()
+		}
+	}
+}
+
+// heal restores every link.
+func (n *nemesis) heal() {
+	for _, l := range n.links {
+		l.unblock()
+	}
 }
 
 func (n *nemesis) note(format string, args ...any) {
@@ -93,26 +116,26 @@ func sleep(ctx context.Context, d time.Duration) {
 
 // run injects faults from the seeded schedule until ctx ends; every
 // fault is healed before the next begins.
-func (n *nemesis) run(ctx context.Context, rng *rand.Rand) (kills, pauses, pauseKills int) {
+func (n *nemesis) run(ctx context.Context, rng *rand.Rand) (f faults) {
 	between := func() time.Duration { return time.Duration(1000+rng.Intn(2000)) * time.Millisecond }
 	for ctx.Err() == nil {
 		sleep(ctx, between())
 		a := n.members[rng.Intn(len(n.members))]
 		b := n.members[(a.id+rng.Intn(len(n.members)-1))%len(n.members)] // another member
 		down := time.Duration(500+rng.Intn(3000)) * time.Millisecond
-		switch rng.Intn(3) {
+		switch rng.Intn(6) {
 		case 0:
 			n.note("kill -9 member %d, restart after %v", a.id, down)
 			n.kill(a)
 			sleep(context.Background(), down)
 			n.start(a)
-			kills++
+			f.kills++
 		case 1:
 			n.note("SIGSTOP member %d for %v", a.id, down)
 			n.pause(a)
 			sleep(context.Background(), down)
 			n.resume(a)
-			pauses++
+			f.pauses++
 		case 2:
 			n.note("SIGSTOP member %d, kill -9 member %d, heal after %v", a.id, b.id, down)
 			n.pause(a)
@@ -120,10 +143,40 @@ func (n *nemesis) run(ctx context.Context, rng *rand.Rand) (kills, pauses, pause
 			sleep(context.Background(), down)
 			n.start(b)
 			n.resume(a)
-			pauseKills++
+			f.pauseKills++
+		case 3:
+			n.note("isolate member %d for %v", a.id, down)
+			n.isolate(a.id)
+			sleep(context.Background(), down)
+			n.heal()
+			f.partitions++
+		case 4:
+			n.note("cut the link %d -> %d (one way) for %v", a.id, b.id, down)
+			n.cut(a.id, b.id)
+			sleep(context.Background(), down)
+			n.heal()
+			f.oneWay++
+		case 5:
+			n.note("isolate member %d, kill -9 member %d, heal after %v", a.id, b.id, down)
+			n.isolate(a.id)
+			n.kill(b)
+			sleep(context.Background(), down)
+			n.start(b)
+			n.heal()
+			f.partKills++
 		}
 	}
 	return
+}
+
+// faults counts the faults injected, by kind.
+type faults struct {
+	kills, pauses, pauseKills, partitions, oneWay, partKills int
+}
+
+func (f faults) String() string {
+	return fmt.Sprintf("%d kill -9, %d pause, %d pause+kill, %d isolation, %d one-way cut, %d isolation+kill",
+		f.kills, f.pauses, f.pauseKills, f.partitions, f.oneWay, f.partKills)
 }
 
 // op is one produce in the history.
@@ -181,13 +234,22 @@ func TestNemesis(t *testing.T) {
 	writePKI(t, pki, "nemesis", []int{1, 2, 3})
 	addrs := freeAddrs(t, 6)
 	peerAddrs, kafkaAddrs := addrs[:3], addrs[3:]
-	peers := fmt.Sprintf("1=%s,2=%s,3=%s", peerAddrs[0], peerAddrs[1], peerAddrs[2])
 	brokers := fmt.Sprintf("1=%s,2=%s,3=%s", kafkaAddrs[0], kafkaAddrs[1], kafkaAddrs[2])
-	n := &nemesis{t: t}
+	n := &nemesis{t: t, links: map[[2]int]*faultProxy{}}
 	for i := range 3 {
 		id := i + 1
+		// A member reaches each other member through the proxy of that
+		// link.
+		peers := []string{fmt.Sprintf("%d=%s", id, peerAddrs[i])}
+		for j := range 3 {
+			if j != i {
+				l := newFaultProxy(t, peerAddrs[j])
+				n.links[[2]int{id, j + 1}] = l
+				peers = append(peers, fmt.Sprintf("%d=%s", j+1, l.addr()))
+			}
+		}
 		m := &member{id: id,
-			env: []string{"PARKWAY_PEERS=" + peers, "PARKWAY_CLUSTER_ID=nemesis",
+			env: []string{"PARKWAY_PEERS=" + strings.Join(peers, ","), "PARKWAY_CLUSTER_ID=nemesis",
 				"PARKWAY_TLS_CA=" + filepath.Join(pki, "ca.pem"),
 				"PARKWAY_TLS_CERT=" + filepath.Join(pki, fmt.Sprintf("n%d.pem", id)),
 				"PARKWAY_TLS_KEY=" + filepath.Join(pki, fmt.Sprintf("n%d.key", id)),
@@ -248,7 +310,7 @@ func TestNemesis(t *testing.T) {
 			}
 		}()
 	}
-	kills, pauses, pauseKills := n.run(workCtx, rand.New(rand.NewSource(seed)))
+	injected := n.run(workCtx, rand.New(rand.NewSource(seed)))
 	wg.Wait()
 	for _, m := range n.members {
 		m.proc.waitReady()
@@ -344,14 +406,19 @@ func TestNemesis(t *testing.T) {
 	}
 	sort.Strings(anomalies)
 	t.Logf("seed %d, %v: %d produces (%d acknowledged, %d failed of which %d are in the log), %d records in %d partitions; "+
-		"faults: %d kill -9, %d pause, %d pause+kill; %d anomalies",
-		seed, duration, len(history), acked, failed, unknownPresent, total, len(want), kills, pauses, pauseKills, len(anomalies))
+		"faults: %v; %d anomalies",
+		seed, duration, len(history), acked, failed, unknownPresent, total, len(want), injected, len(anomalies))
 	if len(anomalies) > 0 {
 		shown := anomalies
 		if len(shown) > 50 {
 			shown = shown[:50]
 		}
 		t.Fatalf("%d anomalies (first %d):\n%s\nfaults:\n%s", len(anomalies), len(shown), strings.Join(shown, "\n"), strings.Join(n.log, "\n"))
+	}
+	for k, l := range n.links {
+		if l.forwarded.Load() == 0 {
+			t.Errorf("the link %d -> %d forwarded no connection: the members do not talk through the proxies", k[0], k[1])
+		}
 	}
 	if acked == 0 {
 		t.Fatal("no produce was acknowledged")
