@@ -179,6 +179,26 @@ func (f faults) String() string {
 		f.kills, f.pauses, f.pauseKills, f.partitions, f.oneWay, f.partKills)
 }
 
+// lockedBuffer collects log lines from several goroutines.
+type lockedBuffer struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.lines = append(b.lines, strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// tail returns the last n lines.
+func (b *lockedBuffer) tail(n int) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Join(b.lines[max(0, len(b.lines)-n):], "\n")
+}
+
 // op is one produce in the history.
 type op struct {
 	value     string
@@ -289,9 +309,13 @@ func TestNemesis(t *testing.T) {
 	defer stopWork()
 	const producers = 3
 	var wg sync.WaitGroup
+	// The producers' own warnings (sequence and epoch trouble among them)
+	// go with a failure's report.
+	clientLog := &lockedBuffer{}
 	for w := range producers {
 		prod := client(kgo.DefaultProduceTopic(topic), kgo.RequiredAcks(kgo.AllISRAcks()),
-			kgo.RecordDeliveryTimeout(15*time.Second), kgo.MaxBufferedRecords(64))
+			kgo.RecordDeliveryTimeout(15*time.Second), kgo.MaxBufferedRecords(64),
+			kgo.WithLogger(kgo.BasicLogger(clientLog, kgo.LogLevelWarn, func() string { return fmt.Sprintf("producer %d: ", w) })))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -413,7 +437,8 @@ func TestNemesis(t *testing.T) {
 		if len(shown) > 50 {
 			shown = shown[:50]
 		}
-		t.Fatalf("%d anomalies (first %d):\n%s\nfaults:\n%s", len(anomalies), len(shown), strings.Join(shown, "\n"), strings.Join(n.log, "\n"))
+		t.Fatalf("%d anomalies (first %d):\n%s\nfaults:\n%s\nthe producers' warnings:\n%s", len(anomalies), len(shown),
+			strings.Join(shown, "\n"), strings.Join(n.log, "\n"), clientLog.tail(200))
 	}
 	for k, l := range n.links {
 		if l.forwarded.Load() == 0 {
