@@ -28,7 +28,11 @@
 // the group's membership and generations are the listener's coordinator's,
 // in memory. An idempotent producer's batches are deduplicated in the
 // partition's replicated window (Node.ProduceAsyncKeyed), so a retry after
-// a leader change applies once.
+// a leader change applies once. In a cluster a listener does not refuse a
+// sequence it did not expect as out of order unless a batch failed at it
+// (the batches in between went through another node while it led):
+// refusing it would make the client resend its unacknowledged batches
+// under a new producer id, which the window cannot recognise.
 //
 // In a cluster every node runs a listener; Config.Brokers names them all,
 // so Metadata points clients at each partition's raft leader and every

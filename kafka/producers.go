@@ -15,8 +15,12 @@ import (
 // once, through whichever node's listener it arrives. And each listener
 // checks sequences per (producer id, epoch, partition) as Kafka does: the
 // last maxRecent batches are remembered, a retry of one of them is
-// answered with its original offset without being sent again, a gap is
-// OUT_OF_ORDER_SEQUENCE_NUMBER, an older epoch INVALID_PRODUCER_EPOCH.
+// answered with its original offset without being sent again, an older
+// epoch is INVALID_PRODUCER_EPOCH, and a gap is
+// OUT_OF_ORDER_SEQUENCE_NUMBER. In a cluster only a gap left by a batch
+// that failed here is (the client resends from the failed one): any
+// other unexpected sequence restarts the state from it, the batches in
+// between having gone through another node's listener.
 // This second state is the listener's, in memory: a listener that never
 // saw a producer (another node's client, a restart) takes its next
 // sequence as given, and leaves duplicates to the partition's window. On
@@ -46,15 +50,23 @@ type seqState struct {
 	epoch  int16
 	next   int32       // the sequence expected next, counting batches in flight
 	recent []*seqBatch // oldest first, at most maxRecent
+	// rewound: a batch failed here and next went back to it, so the
+	// producer must resend from next (a later sequence is out of
+	// order). Otherwise a sequence other than next means this
+	// listener's view is stale, not that one is missing.
+	rewound bool
 }
 
 type producers struct {
-	mu     sync.Mutex
-	states map[producerKey]*seqState
+	// cluster: the listener is one of a cluster's (Config.Brokers), so
+	// it sees only the batches sent while its node led a partition.
+	cluster bool
+	mu      sync.Mutex
+	states  map[producerKey]*seqState
 }
 
-func newProducers() *producers {
-	return &producers{states: map[producerKey]*seqState{}}
+func newProducers(cluster bool) *producers {
+	return &producers{cluster: cluster, states: map[producerKey]*seqState{}}
 }
 
 // newID returns a producer id: random, so listeners of different nodes
@@ -90,7 +102,7 @@ func (p *producers) check(key producerKey, epoch int16, first, count int32) (seq
 	case epoch < st.epoch:
 		return seqStaleEpoch, nil
 	case epoch > st.epoch:
-		if first != 0 {
+		if first != 0 && (st.rewound || !p.cluster) {
 			return seqOutOfOrder, nil
 		}
 		*st = seqState{epoch: epoch}
@@ -100,7 +112,24 @@ func (p *producers) check(key producerKey, epoch int16, first, count int32) (seq
 				return seqDuplicate, b
 			}
 		}
-		return seqOutOfOrder, nil
+		if st.rewound || !p.cluster {
+			return seqOutOfOrder, nil
+		}
+		// In a cluster a producer's batches for a partition go to
+		// whichever node leads it: those it sent while another node
+		// led went through that node's listener, and this listener's
+		// state is stale. Refusing the batch as out of order would make
+		// the client drop its producer id and resend its unacknowledged
+		// batches under a new one, so that a batch appended whose
+		// answer was lost (a leader killed or cut off) is appended
+		// again: the partition's replicated window dedupes by the
+		// batch's identity, which the new id changes. Take the
+		// sequence as the start, as for a producer never seen; a
+		// retry of a batch appended elsewhere keeps its identity and
+		// the partition's window answers it with its first offset.
+		*st = seqState{epoch: epoch}
+	default:
+		st.rewound = false
 	}
 	b := &seqBatch{first: first, last: last, done: make(chan struct{})}
 	st.recent = append(st.recent, b)
@@ -148,6 +177,7 @@ func (p *producers) finish(key producerKey, b *seqBatch, offset int64, err error
 	}
 	st.next = b.first
 	st.recent = st.recent[:i]
+	st.rewound = true
 }
 
 // evict drops idle states once there are maxProducerKeys (called with

@@ -84,7 +84,7 @@ func NewServer(node *parkway.Node, cfg Config) (*Server, error) {
 		done:       make(chan struct{}),
 	}
 	s.topics = newTopicCache(node, cfg.Stream)
-	s.pids = newProducers()
+	s.pids = newProducers(cfg.Brokers != nil)
 	s.groups = newCoordinator()
 	return s, nil
 }

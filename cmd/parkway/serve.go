@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -25,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/kafka"
 )
 
 const serveUsage = `usage: parkway serve [flags]
@@ -51,15 +53,19 @@ HTTP (--http): /metrics (Prometheus), /healthz (200 while the node is
 open), /readyz (200 once the metadata is applied and every partition this
 node holds is materialised; 503 with the reason otherwise).
 
+Kafka (--kafka ADDR): a Kafka wire-protocol listener in front of the
+node, started once the node is open and drained before it closes.
+--kafka-advertised is the host:port clients are told to connect to
+(default: the bound address). In a cluster, --kafka-brokers lists every
+member's advertised Kafka address, this one included, as
+id=host:port,…: each partition's leader is then announced as its Kafka
+leader. Topics a client auto-creates get --kafka-partitions partitions.
+The listener speaks plaintext without authentication: keep it on a
+trusted network.
+
 Exit codes: 0 clean shutdown; 1 the node failed to start, failed while
 running, or did not shut down within --shutdown-timeout; 2 usage error.
 `
-
-// kafkaListener starts a client-protocol listener on addr in front of
-// node and returns what stops it. None is built into this binary yet: the
-// Kafka listener (package kafka, in progress) plugs in here, behind
-// --kafka.
-var kafkaListener func(addr string, node *parkway.Node, log hclog.Logger) (io.Closer, error)
 
 type serveConfig struct {
 	dataDir         string
@@ -75,6 +81,9 @@ type serveConfig struct {
 	plaintext       bool
 	httpAddr        string
 	kafkaAddr       string
+	kafkaAdvertised string
+	kafkaBrokers    string
+	kafkaPartitions int
 	fsync           string
 	shutdownTimeout time.Duration
 	logLevel        string
@@ -96,7 +105,10 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	f.StringVar(&c.tlsCA, "tls-ca", "", "cluster: the CAs that sign the members' certificates (PEM)")
 	f.BoolVar(&c.plaintext, "insecure-plaintext", false, "cluster: no TLS; anyone who can reach --listen can act as any member")
 	f.StringVar(&c.httpAddr, "http", "127.0.0.1:9470", "address of /metrics, /healthz and /readyz (empty: none)")
-	f.StringVar(&c.kafkaAddr, "kafka", "", "address of a Kafka protocol listener (not built into this binary yet)")
+	f.StringVar(&c.kafkaAddr, "kafka", "", "address of a Kafka protocol listener (empty: none)")
+	f.StringVar(&c.kafkaAdvertised, "kafka-advertised", "", "the host:port Kafka clients are told to connect to (empty: the bound address)")
+	f.StringVar(&c.kafkaBrokers, "kafka-brokers", "", "cluster: every member's advertised Kafka address, this one included: id=host:port,…")
+	f.IntVar(&c.kafkaPartitions, "kafka-partitions", 1, "partitions of a topic a Kafka client auto-creates")
 	f.StringVar(&c.fsync, "fsync", "always", "default fsync policy of topics that set none: always, interval or never")
 	f.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown may take before the process exits with 1")
 	f.StringVar(&c.logLevel, "log-level", "info", "trace, debug, info, warn or error")
@@ -120,10 +132,11 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	cfg.Logger = logger.Named("node")
-	if c.kafkaAddr != "" && kafkaListener == nil {
-		return usageErr("serve: --kafka: this binary has no Kafka listener yet")
+	kcfg, err := c.kafkaConfig(logger.Named("kafka"))
+	if err != nil {
+		return err
 	}
-	return serve(c, cfg, logger)
+	return serve(c, cfg, kcfg, logger)
 }
 
 // applyEnv sets every flag of fs whose PARKWAY_ variable is set, before
@@ -199,25 +212,68 @@ func (c *serveConfig) nodeConfig() (parkway.Config, error) {
 
 // parsePeers parses id=host:port,… ; self must be among them.
 func parsePeers(s string, self uint64) (map[parkway.NodeID]string, error) {
+	return parseIDAddrs("--peers", s, self)
+}
+
+// parseIDAddrs parses the flag's id=host:port,… ; self must be among them.
+func parseIDAddrs(flag, s string, self uint64) (map[parkway.NodeID]string, error) {
 	out := map[parkway.NodeID]string{}
 	for _, p := range strings.Split(s, ",") {
 		idStr, addr, ok := strings.Cut(strings.TrimSpace(p), "=")
 		id, err := strconv.ParseUint(idStr, 10, 64)
 		if !ok || err != nil || id == 0 || addr == "" {
-			return nil, usageErr("serve: --peers entry %q: want id=host:port with a non-zero id", p)
+			return nil, usageErr("serve: %s entry %q: want id=host:port with a non-zero id", flag, p)
 		}
 		if _, _, err := net.SplitHostPort(addr); err != nil {
-			return nil, usageErr("serve: --peers entry %q: %v", p, err)
+			return nil, usageErr("serve: %s entry %q: %v", flag, p, err)
 		}
 		if _, dup := out[parkway.NodeID(id)]; dup {
-			return nil, usageErr("serve: --peers names node %d twice", id)
+			return nil, usageErr("serve: %s names node %d twice", flag, id)
 		}
 		out[parkway.NodeID(id)] = addr
 	}
 	if _, ok := out[parkway.NodeID(self)]; !ok {
-		return nil, usageErr("serve: --peers must include this node (%d)", self)
+		return nil, usageErr("serve: %s must include this node (%d)", flag, self)
 	}
 	return out, nil
+}
+
+// kafkaConfig checks the Kafka flags and builds the listener's
+// configuration; nil without --kafka.
+func (c *serveConfig) kafkaConfig(log hclog.Logger) (*kafka.Config, error) {
+	if c.kafkaAddr == "" {
+		if c.kafkaAdvertised != "" || c.kafkaBrokers != "" {
+			return nil, usageErr("serve: --kafka-advertised and --kafka-brokers need --kafka")
+		}
+		return nil, nil
+	}
+	kc := &kafka.Config{Addr: c.kafkaAddr, AdvertisedAddr: c.kafkaAdvertised, BrokerID: int32(c.nodeID),
+		DefaultPartitions: c.kafkaPartitions, Logger: log}
+	if c.kafkaBrokers != "" {
+		if c.nodeID == 0 {
+			return nil, usageErr("serve: --kafka-brokers is for a cluster member (--node-id)")
+		}
+		brokers, err := parseIDAddrs("--kafka-brokers", c.kafkaBrokers, c.nodeID)
+		if err != nil {
+			return nil, err
+		}
+		kc.Brokers = map[int32]string{}
+		for id, addr := range brokers {
+			if id > math.MaxInt32 {
+				return nil, usageErr("serve: --kafka-brokers: node id %d is beyond a Kafka broker id", id)
+			}
+			kc.Brokers[int32(id)] = addr
+		}
+		if c.nodeID > math.MaxInt32 {
+			return nil, usageErr("serve: --kafka-brokers: node id %d is beyond a Kafka broker id", c.nodeID)
+		}
+	} else if c.nodeID != 0 {
+		return nil, usageErr("serve: a cluster member with --kafka needs --kafka-brokers (every member's advertised Kafka address)")
+	}
+	if err := kc.Validate(); err != nil {
+		return nil, usageErr("serve: %v", err)
+	}
+	return kc, nil
 }
 
 // tlsConfig loads the TLS files.
@@ -238,7 +294,7 @@ func (c *serveConfig) tlsConfig() (*parkway.TLSConfig, error) {
 }
 
 // serve opens the node, serves HTTP, and shuts down on a signal.
-func serve(c serveConfig, cfg parkway.Config, log hclog.Logger) error {
+func serve(c serveConfig, cfg parkway.Config, kcfg *kafka.Config, log hclog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	fail := func(format string, args ...any) error {
@@ -297,16 +353,30 @@ func serve(c serveConfig, cfg parkway.Config, log hclog.Logger) error {
 		go func() { httpErr <- srv.Serve(ln) }()
 		c.httpAddr = ln.Addr().String()
 	}
-	var kafka io.Closer
-	if c.kafkaAddr != "" {
-		if kafka, err = kafkaListener(c.kafkaAddr, node, log.Named("kafka")); err != nil {
+	var ksrv *kafka.Server
+	kafkaErr := make(chan error, 1)
+	if kcfg != nil {
+		ln, err := net.Listen("tcp", kcfg.Addr)
+		if err == nil {
+			ksrv, err = kafka.NewServer(node, *kcfg)
+			if err != nil {
+				ln.Close()
+			}
+		}
+		if err != nil {
+			if srv != nil {
+				_ = srv.Close()
+			}
 			go closeNode()
 			<-closed
-			return fail("kafka listener on %s: %w", c.kafkaAddr, err)
+			return fail("kafka listener on %s: %w", kcfg.Addr, err)
 		}
+		reg.MustRegister(ksrv.Metrics())
+		c.kafkaAddr = ln.Addr().String()
+		go func() { kafkaErr <- ksrv.Serve(ln) }()
 	}
 	log.Info("serving", "data_dir", c.dataDir, "node_id", c.nodeID, "shards", node.Shards(), "http", c.httpAddr,
-		"cluster_listen", c.listen, "opened_in", time.Since(start).Round(time.Millisecond).String())
+		"cluster_listen", c.listen, "kafka", c.kafkaAddr, "opened_in", time.Since(start).Round(time.Millisecond).String())
 
 	var runErr error
 	select {
@@ -315,6 +385,9 @@ func serve(c serveConfig, cfg parkway.Config, log hclog.Logger) error {
 	case err := <-httpErr:
 		runErr = fmt.Errorf("http server: %w", err)
 		log.Error("http server stopped; shutting down", "error", err)
+	case err := <-kafkaErr:
+		runErr = fmt.Errorf("kafka listener: %w", err)
+		log.Error("kafka listener stopped; shutting down", "error", err)
 	}
 	stop() // a second signal kills the process
 	closing.Store(true)
@@ -322,8 +395,10 @@ func serve(c serveConfig, cfg parkway.Config, log hclog.Logger) error {
 	defer deadline.Stop()
 	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
 	defer cancel()
-	if kafka != nil {
-		if err := kafka.Close(); err != nil {
+	if ksrv != nil {
+		// Drain: requests in flight are answered (a produce acknowledged
+		// or refused, never cut off mid-way), then the node closes.
+		if err := ksrv.Shutdown(sctx); err != nil {
 			log.Warn("closing the kafka listener", "error", err)
 		}
 	}

@@ -20,12 +20,13 @@ import (
 
 // server is a running `parkway serve` process.
 type server struct {
-	t    *testing.T
-	cmd  *exec.Cmd
-	http string // its HTTP address, from its "serving" log line
-	mu   sync.Mutex
-	logs strings.Builder
-	done chan struct{}
+	t     *testing.T
+	cmd   *exec.Cmd
+	http  string // its HTTP address, from its "serving" log line
+	kafka string // its Kafka listener's address, from the same line ("" without one)
+	mu    sync.Mutex
+	logs  strings.Builder
+	done  chan struct{}
 }
 
 // startServe starts `parkway serve args…` with env added to the
@@ -43,7 +44,7 @@ func startServe(t *testing.T, env []string, args ...string) *server {
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	addr := make(chan string, 1)
+	addr := make(chan [2]string, 1)
 	go func() {
 		defer close(s.done)
 		sc := bufio.NewScanner(stderr)
@@ -54,7 +55,8 @@ func startServe(t *testing.T, env []string, args ...string) *server {
 			s.mu.Unlock()
 			var rec map[string]any
 			if json.Unmarshal([]byte(line), &rec) == nil && rec["@message"] == "serving" {
-				addr <- fmt.Sprint(rec["http"])
+				k, _ := rec["kafka"].(string)
+				addr <- [2]string{fmt.Sprint(rec["http"]), k}
 			}
 		}
 		io.Copy(io.Discard, stderr)
@@ -66,7 +68,8 @@ func startServe(t *testing.T, env []string, args ...string) *server {
 		}
 	})
 	select {
-	case s.http = <-addr:
+	case a := <-addr:
+		s.http, s.kafka = a[0], a[1]
 	case <-s.done:
 		s.cmd.Wait()
 		t.Fatalf("serve exited before serving (%v):\n%s", s.cmd.ProcessState, s.log())
@@ -211,7 +214,10 @@ func TestServeUsage(t *testing.T) {
 		{[]string{"--node-id", "1", "--listen", "127.0.0.1:1", "--peers", "2=127.0.0.1:2", "--insecure-plaintext"}, "must include this node"},
 		{[]string{"--node-id", "1", "--listen", "127.0.0.1:1", "--peers", "1=127.0.0.1:1"}, "needs TLS"},
 		{[]string{"--fsync", "sometimes"}, "--fsync"},
-		{[]string{"--kafka", "127.0.0.1:9092"}, "no Kafka listener"},
+		{[]string{"--kafka-brokers", "1=127.0.0.1:9092"}, "need --kafka"},
+		{[]string{"--kafka", "127.0.0.1:0", "--kafka-brokers", "1=127.0.0.1:9092"}, "cluster member"},
+		{[]string{"--kafka", "127.0.0.1:0", "--node-id", "1", "--listen", "127.0.0.1:1", "--peers", "1=127.0.0.1:1", "--insecure-plaintext"}, "needs --kafka-brokers"},
+		{[]string{"--kafka", "127.0.0.1:0", "--node-id", "1", "--listen", "127.0.0.1:1", "--peers", "1=127.0.0.1:1", "--insecure-plaintext", "--kafka-brokers", "2=127.0.0.1:9"}, "must include this node"},
 		{[]string{"extra"}, "unexpected argument"},
 	} {
 		r := runBin(t, append([]string{"serve"}, c.args...)...)
