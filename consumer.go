@@ -292,12 +292,33 @@ func (c *Consumer) lagName() string {
 	return c.cfg.Name
 }
 
-// current reports whether fetcher id still fetches part.
-func (c *Consumer) current(part uint32, id uint64) bool {
+// deliverable reports whether a message of part that fetcher id read may
+// be handed to the application now (behaviour 33): the fetcher is still
+// current and, in a group, the member still holds the partition by the
+// fence of Member.Poll (its lease, and this node's committed assignment).
+// The iterator asks before every message, not once per batch, so a batch
+// read before a rebalance or a loss of contact is not handed out after it.
+func (c *Consumer) deliverable(part uint32, id uint64) bool {
+	c.mu.Lock()
+	f, ok := c.fetchers[part]
+	m := c.member
+	c.mu.Unlock()
+	if !ok || f.id != id {
+		return false
+	}
+	return m == nil || m.check(part) == nil
+}
+
+// stopFetcher forgets fetcher id of part, if it is still the current
+// one: it ended because the group moved on or the member's lease lapsed,
+// and the next assign starts a new one if the partition is still held.
+func (c *Consumer) stopFetcher(part uint32, id uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	f, ok := c.fetchers[part]
-	return ok && f.id == id
+	if f, ok := c.fetchers[part]; ok && f.id == id {
+		f.cancel()
+		delete(c.fetchers, part)
+	}
 }
 
 // refreshNow asks the maintenance loop to heartbeat at once.
@@ -344,8 +365,11 @@ func (c *Consumer) fetch(ctx context.Context, m *Member, part uint32, id uint64)
 				return
 			}
 		case errors.Is(err, ErrNotAssigned), errors.Is(err, ErrStaleGeneration), errors.Is(err, ErrUnknownMember):
-			// The group moved on: the maintenance loop refreshes the
-			// assignment and starts the fetchers it needs.
+			// The group moved on, or the member's lease lapsed: the
+			// maintenance loop refreshes the assignment and starts the
+			// fetchers it needs, this partition's again if it still
+			// holds it.
+			c.stopFetcher(part, id)
 			c.refreshNow()
 			return
 		case errors.Is(err, ErrOffsetOutOfRange) && c.cfg.Reset != ResetError:
@@ -522,8 +546,11 @@ func (c *Consumer) Messages(ctx context.Context) iter.Seq2[Delivery, error] {
 				return
 			}
 			for i, msg := range f.b.Messages {
-				if !c.current(f.part, f.id) {
-					break // revoked mid-batch: the rest is the next holder's
+				if !c.deliverable(f.part, f.id) {
+					// Revoked mid-batch, or the member's lease lapsed:
+					// the rest is the next holder's.
+					c.refreshNow()
+					break
 				}
 				more := yield(Delivery{Partition: f.part, Message: msg}, nil)
 				c.handled(f.part, f.id, msg.Offset+1)

@@ -215,6 +215,46 @@ func (g GroupInfo) CheckHolder(member, gen uint64, part uint32) error {
 	return checkHold(g.Name, g.Generation, g.Partitions, member, gen, part)
 }
 
+// CheckHolder is GroupInfo.CheckHolder against the store's committed
+// state of a group, without copying the group: the check a member makes
+// before each message it hands its application (behaviour 33), so it
+// must stay cheap whatever the group's size. It fails with
+// ErrGroupNotFound when the group (or its topic) is gone.
+func (s *Store) CheckHolder(stream, topic uint32, group string, member, gen uint64, part uint32) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, t, err := s.lookupTopic(stream, topic)
+	if err != nil {
+		return err
+	}
+	g, ok := t.groups[group]
+	if !ok {
+		return fmt.Errorf("%w: %q on topic %d/%d", ErrGroupNotFound, group, stream, topic)
+	}
+	if _, ok := g.members[member]; !ok {
+		return fmt.Errorf("%w: member %d of group %q", ErrUnknownMember, member, g.name)
+	}
+	return checkHold(g.name, g.generation, g.parts, member, gen, part)
+}
+
+// LeaseEnd is the instant (Unix nanoseconds, on the member's own clock)
+// up to which a member may hand its application messages of the
+// partitions it holds, given confirmed, the Now of its last join,
+// heartbeat or commit that was applied, and its session timeout: until
+// then no command can have expired it, so no other member can hold its
+// partitions (behaviour 33).
+//
+// The session lapses on the group clock, which is the largest Now any
+// proposer sent; a proposer whose clock runs ahead of the member's by d
+// could expire it d early. LeaseEnd keeps a fifth of the timeout as the
+// margin for that, which is what "nodes' clocks must agree to well
+// within a session timeout" means in numbers: up to 2 s for the default
+// 10 s. A member heartbeating at a third of its timeout renews the lease
+// long before it ends, and rides out one lost heartbeat.
+func LeaseEnd(confirmed int64, timeout time.Duration) int64 {
+	return confirmed + int64(timeout) - int64(timeout/5)
+}
+
 // checkHold is the fence of behaviour 23 for a live member, the one check
 // behind both CheckHolder (a poll, against a node's committed view) and
 // CommitGroupOffsets (at apply): member must hold part in the group's

@@ -1,0 +1,162 @@
+package parkway_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/parkway-io/parkway"
+)
+
+// committedWatch checks behaviour 33 at every delivery: a message handed
+// to an application must not be below the group's committed offset (the
+// next offset to read) as the cluster has it at that moment, read with a
+// linearizable Node.Group on a node that is never cut off.
+type committedWatch struct {
+	n     *parkway.Node
+	tp    parkway.Topic
+	group string
+
+	mu         sync.Mutex
+	delivered  map[string]int // per consumer
+	violations []string
+}
+
+func (w *committedWatch) run(ctx context.Context, name string, c *parkway.Consumer, done chan<- error) {
+	for d, err := range c.Messages(ctx) {
+		if err != nil {
+			done <- err
+			return
+		}
+		g, gerr := w.n.Group(ctx, w.tp, w.group)
+		w.mu.Lock()
+		w.delivered[name]++
+		if gerr == nil {
+			if gp := g.Partitions[d.Partition]; gp.Committed && d.Offset < gp.Offset {
+				w.violations = append(w.violations, fmt.Sprintf("%s got partition %d offset %d, group committed %d (generation %d)",
+					name, d.Partition, d.Offset, gp.Offset, g.Generation))
+			}
+		}
+		w.mu.Unlock()
+	}
+	done <- nil
+}
+
+func (w *committedWatch) count(name string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.delivered[name]
+}
+
+// Behaviour 33: a group of 3 over 12 partitions on 3 nodes, a 3 s session
+// timeout, a message every 2 ms. One member's node is cut off; its
+// session lapses, its partitions move to the two others, who commit; the
+// network heals, and the cut member's waiting polls — issued before the
+// cut and retried in place since — are answered with messages the group
+// has committed meanwhile. Its Consumer must not hand them to the
+// application: its lease lapsed, so the answer is refused when it
+// arrives. No delivery anywhere is below the group's committed offset.
+func TestBehaviour33ExpiredMemberDeliversNoCommittedMessage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net := parkway.NewNetwork(parkway.NetworkOptions{})
+		t.Cleanup(func() { _ = net.Close() })
+		peers := []parkway.NodeID{1, 2, 3}
+		nodes := map[parkway.NodeID]*parkway.Node{}
+		for _, id := range peers {
+			// A request timeout longer than the cut, so a poll made
+			// before it is still retried in place when it heals.
+			nodes[id] = open(t, parkway.Config{Shards: 2, RequestTimeout: 10 * time.Second,
+				Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		tp := mustTopic(t, nodes[2], mustStream(t, nodes[2], "s"), "t", 12)
+		w := &committedWatch{n: nodes[3], tp: tp, group: "g", delivered: map[string]int{}}
+
+		// The producer: one message every 2 ms, round robin, from node 3.
+		pctx, stopProducing := context.WithCancel(ctx)
+		var producers sync.WaitGroup
+		for p := range 12 {
+			producers.Go(func() {
+				tick := time.NewTicker(24 * time.Millisecond)
+				defer tick.Stop()
+				time.Sleep(time.Duration(p) * 2 * time.Millisecond)
+				for i := 0; ; i++ {
+					select {
+					case <-pctx.Done():
+						return
+					case <-tick.C:
+					}
+					c, cancel := context.WithTimeout(pctx, 2*time.Second)
+					_, _ = nodes[3].Produce(c, tp, parkway.PartitionID(uint32(p)), parkway.Message{Payload: fmt.Appendf(nil, "p%d-%d", p, i)})
+					cancel()
+				}
+			})
+		}
+
+		done := make(chan error, 3)
+		consumers := map[parkway.NodeID]*parkway.Consumer{}
+		for _, id := range peers {
+			c, err := nodes[id].NewConsumer(ctx, tp, parkway.ConsumerConfig{Group: "g", Name: fmt.Sprintf("on-%d", id),
+				SessionTimeout: 3 * time.Second, Commit: parkway.CommitAfterBatch})
+			if err != nil {
+				t.Fatal(err)
+			}
+			consumers[id] = c
+			go w.run(ctx, fmt.Sprintf("on-%d", id), c, done)
+		}
+		waitFor(t, "every consumer delivering", func() bool {
+			return w.count("on-1") > 20 && w.count("on-2") > 20 && w.count("on-3") > 20
+		})
+		cut := consumers[1].Member().Assignment().Partitions
+		net.Partition([]parkway.NodeID{1}, []parkway.NodeID{2, 3})
+		before := map[int]uint64{}
+		if g, err := nodes[2].Group(ctx, tp, "g"); err == nil {
+			for _, p := range cut {
+				before[int(p)] = g.Partitions[p].Offset
+			}
+		}
+		waitFor(t, "the cut member's partitions moved and committed past where they were", func() bool {
+			g, err := nodes[2].Group(ctx, tp, "g")
+			if err != nil || len(g.Members) != 2 {
+				return false
+			}
+			for _, p := range cut {
+				if gp := g.Partitions[p]; gp.Holder == consumers[1].Member().ID() || gp.Offset <= before[int(p)]+10 {
+					return false
+				}
+			}
+			return true
+		})
+		cutDelivered := w.count("on-1")
+		net.Heal()
+		waitFor(t, "the cut consumer back in the group", func() bool {
+			g, err := nodes[2].Group(ctx, tp, "g")
+			return err == nil && len(g.Members) == 3
+		})
+		waitFor(t, "the cut consumer delivering again", func() bool { return w.count("on-1") > cutDelivered+20 })
+		stopProducing()
+		producers.Wait()
+		for _, c := range consumers {
+			if err := c.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		}
+		cancel()
+		for range 3 {
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("consumer loop: %v", err)
+			}
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if len(w.violations) > 0 {
+			t.Fatalf("%d deliveries below the group's committed offset, first: %v", len(w.violations), w.violations[:min(5, len(w.violations))])
+		}
+		t.Logf("delivered %v", w.delivered)
+	})
+}
