@@ -618,7 +618,7 @@ func (c *Consumer) Commit(ctx context.Context) error {
 		c.forget(offsets)
 		return errors.Join(errs...)
 	}
-	err := m.Commit(ctx, offsets)
+	err := m.commit(ctx, offsets)
 	if !rebalanced(err) {
 		if err == nil {
 			c.forget(offsets)
@@ -643,7 +643,7 @@ func (c *Consumer) Commit(ctx context.Context) error {
 	if len(offsets) == 0 {
 		return nil
 	}
-	err = m.Commit(ctx, offsets)
+	err = m.commit(ctx, offsets)
 	if err == nil || rebalanced(err) {
 		c.forget(offsets) // committed, or moved again meanwhile
 		return nil

@@ -347,9 +347,33 @@ func (m *Member) resetStart(ctx context.Context, r OffsetReset, part uint32) Sta
 // Commit commits the group's offsets (the next offset to read) for
 // partitions the member holds, all or none. It is refused with
 // ErrNotAssigned or ErrStaleGeneration for a partition the member does
-// not hold in its generation, and ErrOffsetRegression for an offset below
-// the one committed. It also counts as a heartbeat.
+// not hold in its generation, ErrOffsetRegression for an offset below
+// the one committed, and ErrOffsetOutOfRange for one past the
+// partition's end (as StoreOffset refuses it: the group would read
+// nothing there, and every lower commit after it would be a regression).
+// It also counts as a heartbeat.
 func (m *Member) Commit(ctx context.Context, offsets map[uint32]uint64) error {
+	if len(offsets) == 0 {
+		return nil
+	}
+	// A partition's end only grows (truncation and retention move its
+	// start), so an offset within it now stays within it. One round trip
+	// to each partition's leader; a Consumer, whose offsets are those of
+	// messages it delivered, commits without it.
+	for _, p := range slices.Sorted(maps.Keys(offsets)) {
+		po, err := m.n.PartitionOffsets(ctx, m.topic, p, "")
+		if err != nil {
+			return err
+		}
+		if offsets[p] > po.End {
+			return fmt.Errorf("%w: group %q partition %d: offset %d past the log's end %d", ErrOffsetOutOfRange, m.group, p, offsets[p], po.End)
+		}
+	}
+	return m.commit(ctx, offsets)
+}
+
+// commit is Commit for offsets known to be within their partitions.
+func (m *Member) commit(ctx context.Context, offsets map[uint32]uint64) error {
 	if len(offsets) == 0 {
 		return nil
 	}

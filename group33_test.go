@@ -160,3 +160,46 @@ func TestBehaviour33ExpiredMemberDeliversNoCommittedMessage(t *testing.T) {
 		t.Logf("delivered %v", w.delivered)
 	})
 }
+
+// A group commit past a partition's end is refused with
+// ErrOffsetOutOfRange, as StoreOffset refuses it: accepted, it wedged the
+// group (nothing to read there, every later commit a regression).
+func TestGroupCommitPastEndRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := open(t, parkway.Config{Shards: 2})
+		ctx := ctxFor(t)
+		tp := mustTopic(t, n, mustStream(t, n, "s"), "t", 2)
+		if err := n.CreateGroup(ctx, tp, "g"); err != nil {
+			t.Fatal(err)
+		}
+		m, err := n.JoinGroup(ctx, tp, "g", parkway.MemberConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		produceAcross(t, n, tp, 2, 3)
+		for _, off := range []uint64{4, 1 << 63, ^uint64(0)} {
+			if err := m.Commit(ctx, map[uint32]uint64{0: 1, 1: off}); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
+				t.Fatalf("commit of offset %d past the end 3: %v, want ErrOffsetOutOfRange", off, err)
+			}
+		}
+		if err := n.StoreOffset(ctx, "c", tp, 1, ^uint64(0)); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
+			t.Fatalf("StoreOffset past the end: %v, want ErrOffsetOutOfRange", err)
+		}
+		// All or none: partition 0's offset was not committed either.
+		if g, _ := n.Group(ctx, tp, "g"); g.Partitions[0].Committed || g.Partitions[1].Committed {
+			t.Fatalf("a refused commit left offsets: %+v", g.Partitions)
+		}
+		// The end itself is a valid position (nothing left to read).
+		if err := m.Commit(ctx, map[uint32]uint64{0: 1, 1: 3}); err != nil {
+			t.Fatal(err)
+		}
+		mustProduce(t, n, tp, parkway.PartitionID(1), "more")
+		b, err := m.Poll(ctx, 1, parkway.AtCommitted(), 10)
+		if err != nil || len(b.Messages) != 1 || string(b.Messages[0].Payload) != "more" {
+			t.Fatalf("poll after committing the end: %v, %v", payloads(b.Messages), err)
+		}
+		if err := m.Commit(ctx, map[uint32]uint64{1: 4}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
