@@ -63,6 +63,17 @@ type ConsumerConfig struct {
 	// 5 s, at most MaxPollWait). A poll returns as soon as a message is
 	// there; MaxWait only bounds how often an idle partition is re-polled.
 	MaxWait time.Duration
+	// MaxPollInterval bounds the time a group member's application may
+	// take between asking for one message and asking for the next
+	// (default DefaultMaxPollInterval, 5 min, as Kafka's
+	// max.poll.interval.ms): the time a loop body runs, or the time
+	// between breaking out of Messages and ranging over it again. Past
+	// it the Consumer commits what was handled (unless CommitManual) and
+	// leaves the group, so its partitions move to members that make
+	// progress, where heartbeats alone would keep them with a stuck
+	// loop; when the application asks again, it joins again as a new
+	// member. Without a group it has no effect.
+	MaxPollInterval time.Duration
 }
 
 // Defaults of ConsumerConfig.
@@ -70,6 +81,7 @@ const (
 	DefaultCommitInterval      = time.Second
 	DefaultConsumerMaxMessages = 256
 	DefaultConsumerMaxWait     = 5 * time.Second
+	DefaultMaxPollInterval     = 5 * time.Minute
 )
 
 // Validate reports every invalid field, joined, each matching
@@ -101,6 +113,9 @@ func (c ConsumerConfig) Validate() error {
 	if c.MaxMessages < 0 {
 		errs = append(errs, fmt.Errorf("%w: negative MaxMessages %d", ErrInvalidArgument, c.MaxMessages))
 	}
+	if c.MaxPollInterval < 0 {
+		errs = append(errs, fmt.Errorf("%w: negative MaxPollInterval %v", ErrInvalidArgument, c.MaxPollInterval))
+	}
 	if c.MaxWait < 0 || c.MaxWait > MaxPollWait {
 		errs = append(errs, fmt.Errorf("%w: MaxWait %v outside [0, %v]", ErrInvalidArgument, c.MaxWait, MaxPollWait))
 	}
@@ -119,6 +134,9 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 	}
 	if c.MaxWait == 0 {
 		c.MaxWait = DefaultConsumerMaxWait
+	}
+	if c.MaxPollInterval == 0 {
+		c.MaxPollInterval = DefaultMaxPollInterval
 	}
 	return c
 }
@@ -148,6 +166,7 @@ type Consumer struct {
 
 	ctx    context.Context // cancelled by Close: stops every goroutine
 	cancel context.CancelFunc
+	life   context.Context // NewConsumer's: its end ends the consumer
 	wg     sync.WaitGroup
 
 	batches chan fetched  // from the fetchers; never closed
@@ -161,6 +180,13 @@ type Consumer struct {
 	processed map[uint32]uint64 // delivered positions not yet committed
 	rest      fetched           // what a broken-off loop left of its batch
 	fatal     error             // ends iteration
+	// asking is set while the iterator waits for messages on the
+	// application's behalf; askedAt is when the application last asked
+	// (MaxPollInterval runs from it while not asking); idle is set once
+	// the member left the group for exceeding MaxPollInterval.
+	asking  bool
+	askedAt time.Time
+	idle    bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -180,7 +206,11 @@ type fetched struct {
 
 // NewConsumer starts a consumer of topic t: it joins cfg.Group (creating
 // it if needed) or, without a group, reads every partition as consumer
-// cfg.Name. Close it when done.
+// cfg.Name. ctx bounds the consumer's life, not only its start: when it
+// ends, the consumer stops polling, commits what was handled (unless
+// CommitManual) and leaves its group, as Close does, so a service whose
+// context is cancelled gives up its partitions even if it never calls
+// Close. Close it when done.
 func (n *Node) NewConsumer(ctx context.Context, t Topic, cfg ConsumerConfig) (*Consumer, error) {
 	if err := n.begin(ctx); err != nil {
 		return nil, err
@@ -199,6 +229,8 @@ func (n *Node) NewConsumer(ctx context.Context, t Topic, cfg ConsumerConfig) (*C
 		commitC:   make(chan struct{}, 1),
 		fetchers:  make(map[uint32]*fetcher),
 		processed: make(map[uint32]uint64),
+		life:      ctx,
+		askedAt:   n.cfg.Clock.Now(),
 	}
 	if cfg.Group != "" {
 		if err := n.CreateGroup(ctx, t, cfg.Group); err != nil && !errors.Is(err, ErrGroupExists) {
@@ -443,6 +475,9 @@ func (c *Consumer) maintain() {
 		select {
 		case <-c.ctx.Done():
 			return
+		case <-c.life.Done():
+			c.end(c.life.Err())
+			return
 		case <-commitC:
 			_ = c.Commit(c.ctx) // failures leave the positions for the next round
 			commit.Reset(c.cfg.CommitInterval)
@@ -454,8 +489,91 @@ func (c *Consumer) maintain() {
 		case <-c.kick:
 		case <-changed:
 		}
-		c.heartbeat()
+		if c.stalled() {
+			c.leaveIdle()
+		}
+		if !c.isIdle() {
+			c.heartbeat()
+		}
 		hb.Reset(c.nextHeartbeat(every))
+	}
+}
+
+// stalled reports whether a group member's application has not asked
+// for a message for longer than MaxPollInterval.
+func (c *Consumer) stalled() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.member != nil && !c.idle && !c.asking && c.n.cfg.Clock.Now().Sub(c.askedAt) > c.cfg.MaxPollInterval
+}
+
+func (c *Consumer) isIdle() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.idle
+}
+
+// leaveIdle gives up the group for an application that stopped asking
+// for messages: the fetchers stop (so no more messages are handed out
+// under this membership), the handled positions are committed and the
+// member leaves, so its partitions move at once. The application's next
+// ask joins again (asked).
+func (c *Consumer) leaveIdle() {
+	c.mu.Lock()
+	c.idle = true
+	m := c.member
+	c.dropFetchers()
+	c.mu.Unlock()
+	ctx, cancel := c.n.deadline(c.ctx)
+	defer cancel()
+	if c.cfg.Commit != CommitManual {
+		_ = c.Commit(ctx) // what fails is redelivered to the next holder
+	}
+	_ = m.Leave(ctx) // a member that cannot leave is expired instead
+}
+
+// dropFetchers stops every fetcher and forgets them (c.mu held).
+func (c *Consumer) dropFetchers() {
+	for p, f := range c.fetchers {
+		f.cancel()
+		delete(c.fetchers, p)
+		c.n.eng.Metrics().DeleteLag(c.t.Stream.ID, c.t.ID, p, c.lagName())
+	}
+}
+
+// asked records that the application asks for a message (waiting says
+// whether the iterator now waits for one). An idle member's next ask
+// joins the group again: the maintenance loop's heartbeat finds the old
+// member gone and rejoins.
+func (c *Consumer) asked(waiting bool) {
+	c.mu.Lock()
+	c.asking, c.askedAt = waiting, c.n.cfg.Clock.Now()
+	rejoin := c.idle
+	c.idle = false
+	c.mu.Unlock()
+	if rejoin {
+		c.refreshNow()
+	}
+}
+
+// end ends the consumer when NewConsumer's context ends: it stops the
+// fetchers and the iterator (which yields err once), commits what was
+// handled (unless CommitManual) and leaves the group, as Close does.
+func (c *Consumer) end(err error) {
+	c.mu.Lock()
+	if c.fatal == nil {
+		c.fatal = err
+	}
+	c.dropFetchers()
+	c.mu.Unlock()
+	c.cancel()
+	ctx, cancel := c.n.deadline(context.Background())
+	defer cancel()
+	if c.cfg.Commit != CommitManual {
+		_ = c.Commit(ctx)
+	}
+	if m := c.Member(); m != nil {
+		_ = m.Leave(ctx)
 	}
 }
 
@@ -466,6 +584,12 @@ func (c *Consumer) nextHeartbeat(every time.Duration) time.Duration {
 	if m == nil {
 		return every
 	}
+	c.mu.Lock()
+	if !c.asking && !c.idle {
+		// Wake when the application's processing bound passes.
+		every = min(every, max(c.askedAt.Add(c.cfg.MaxPollInterval).Sub(c.n.cfg.Clock.Now())+time.Millisecond, time.Millisecond))
+	}
+	c.mu.Unlock()
 	if at, ok := m.nextExpiry(); ok {
 		if d := at.Sub(c.n.cfg.Clock.Now()) + time.Millisecond; d < every {
 			return max(d, 10*time.Millisecond)
@@ -517,11 +641,21 @@ func (c *Consumer) heartbeat() {
 
 // Messages returns an iterator over the consumer's messages, in offset
 // order within each partition. It waits for messages (without using CPU)
-// until ctx ends, the consumer is closed, or a fatal error (the topic or
-// group deleted) — which it yields once, with an empty Delivery, before
-// it stops. Breaking out of the loop is allowed; a later call continues
-// where it stopped. The position of a message counts as handled once the
-// loop body returns for it (or breaks after it).
+// until ctx ends, the consumer is closed, NewConsumer's context ends or a
+// fatal error (the topic or group deleted) — which it yields once, with
+// an empty Delivery, before it stops (ctx's own end too). Breaking out of
+// the loop is allowed; a later call continues where it stopped — within
+// MaxPollInterval: after it a group member has left its group, and the
+// later call joins again. The position of a message counts as handled
+// once the loop body returns for it (or breaks after it).
+//
+// A group member's message is handed out only while the member holds its
+// partition (behaviour 33): before each message the iterator checks that
+// this node's committed assignment still gives the partition to the
+// member and that the member's lease holds (a heartbeat applied within
+// four fifths of the session timeout); a batch read before a rebalance,
+// or a waiting poll answered after the member lost contact with its
+// group for that long, is dropped, never delivered.
 func (c *Consumer) Messages(ctx context.Context) iter.Seq2[Delivery, error] {
 	return func(yield func(Delivery, error) bool) {
 		for {
@@ -532,12 +666,22 @@ func (c *Consumer) Messages(ctx context.Context) iter.Seq2[Delivery, error] {
 			c.rest = fetched{}
 			c.mu.Unlock()
 			if len(f.b.Messages) == 0 {
+				c.asked(true)
 				select {
 				case f = <-c.batches:
+					c.gotBatch()
 				case <-ctx.Done():
+					c.asked(false)
 					yield(Delivery{}, ctx.Err())
 					return
 				case <-c.ctx.Done():
+					c.asked(false)
+					c.mu.Lock()
+					err := c.fatal
+					c.mu.Unlock()
+					if err != nil {
+						yield(Delivery{}, err)
+					}
 					return
 				}
 			}
@@ -553,6 +697,7 @@ func (c *Consumer) Messages(ctx context.Context) iter.Seq2[Delivery, error] {
 					break
 				}
 				more := yield(Delivery{Partition: f.part, Message: msg}, nil)
+				c.asked(false)
 				c.handled(f.part, f.id, msg.Offset+1)
 				if !more {
 					if i+1 < len(f.b.Messages) {
@@ -568,6 +713,14 @@ func (c *Consumer) Messages(ctx context.Context) iter.Seq2[Delivery, error] {
 			c.afterBatch()
 		}
 	}
+}
+
+// gotBatch records that the iterator stopped waiting: it hands the
+// application a batch, whose handling MaxPollInterval bounds.
+func (c *Consumer) gotBatch() {
+	c.mu.Lock()
+	c.asking = false
+	c.mu.Unlock()
 }
 
 // handled records that a partition's messages before next were handled.

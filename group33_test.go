@@ -203,3 +203,138 @@ func TestGroupCommitPastEndRefused(t *testing.T) {
 		}
 	})
 }
+
+// Behaviour 33's processing bound: a member whose application does not
+// ask for its next message within MaxPollInterval commits what it
+// handled and leaves the group, so its partitions move to a member that
+// makes progress (heartbeats alone kept them with the stuck loop); when
+// the loop asks again, the consumer joins again.
+func TestBehaviour33StuckLoopLeavesAfterMaxPollInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := open(t, parkway.Config{Shards: 2})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		tp := mustTopic(t, n, mustStream(t, n, "s"), "t", 4)
+		produceAcross(t, n, tp, 4, 4)
+		cfg := parkway.ConsumerConfig{Group: "g", SessionTimeout: 3 * time.Second, MaxPollInterval: 10 * time.Second,
+			CommitInterval: time.Hour}
+		stuck, err := n.NewConsumer(ctx, tp, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stuck.Close()
+		// The stuck loop handles two messages and hangs in the third.
+		release := make(chan struct{})
+		type pos struct {
+			part uint32
+			next uint64
+		}
+		handled := make(chan pos, 1)
+		var hung time.Time
+		loopDone := make(chan int)
+		go func() {
+			i := 0
+			for d, err := range stuck.Messages(ctx) {
+				if err != nil {
+					break
+				}
+				i++
+				if i == 3 {
+					handled <- pos{d.Partition, d.Offset}
+					hung = time.Now()
+					<-release
+				}
+			}
+			loopDone <- i
+		}()
+		h := <-handled
+		// The group's other member, which makes progress.
+		rec := &consumed{got: map[string]int{}, by: map[string][]uint64{}}
+		other, err := n.NewConsumer(ctx, tp, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		done := make(chan error, 1)
+		go rec.run(other, ctx, done)
+		// Heartbeats keep the stuck member in the group until the bound.
+		time.Sleep(9 * time.Second)
+		if g, _ := n.Group(ctx, tp, "g"); len(g.Members) != 2 {
+			t.Fatalf("members before the bound: %+v", g.Members)
+		}
+		waitFor(t, "the stuck member leaving", func() bool {
+			g, err := n.Group(ctx, tp, "g")
+			return err == nil && len(g.Members) == 1
+		})
+		if d := time.Since(hung); d < 10*time.Second || d > 11*time.Second {
+			t.Fatalf("left %v after the loop hung, want just past MaxPollInterval (10 s)", d)
+		}
+		// It committed what it handled: the two messages before the one
+		// it hangs in (the third is not handled: redelivered).
+		g, _ := n.Group(ctx, tp, "g")
+		if gp := g.Partitions[h.part]; !gp.Committed || gp.Offset != h.next {
+			t.Fatalf("partition %d committed %+v, want %d (the handled positions)", h.part, gp, h.next)
+		}
+		waitFor(t, "the other member holding every partition", func() bool { return len(other.Assignment().Partitions) == 4 })
+		waitFor(t, "the other member reading what the stuck one did not handle", func() bool { return rec.count() == 16-2 })
+		// The loop comes back: the consumer joins again.
+		close(release)
+		waitFor(t, "the stuck consumer back in the group", func() bool {
+			g, err := n.Group(ctx, tp, "g")
+			return err == nil && len(g.Members) == 2 && len(stuck.Assignment().Partitions) == 2
+		})
+		cancel()
+		<-loopDone
+		<-done
+	})
+}
+
+// NewConsumer's context bounds the consumer: when it is cancelled, the
+// consumer commits what was handled and leaves its group at once (not a
+// session timeout later), without a Close; the iterator yields the
+// context's error.
+func TestConsumerContextEndsMembership(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := open(t, parkway.Config{Shards: 2})
+		tp := mustTopic(t, n, mustStream(t, n, "s"), "t", 2)
+		produceAcross(t, n, tp, 2, 3)
+		life, end := context.WithCancel(context.Background())
+		defer end()
+		c, err := n.NewConsumer(life, tp, parkway.ConsumerConfig{Group: "g", SessionTimeout: 3 * time.Second, CommitInterval: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[uint32]uint64{}
+		var last error
+		handled := 0
+		for d, err := range c.Messages(context.Background()) {
+			if err != nil {
+				last = err
+				break
+			}
+			if handled == 2 {
+				end() // the two before this one were handled
+				continue
+			}
+			got[d.Partition] = d.Offset + 1
+			handled++
+		}
+		if !errors.Is(last, context.Canceled) {
+			t.Fatalf("iterator ended with %v, want context.Canceled", last)
+		}
+		ctx := ctxFor(t)
+		waitFor(t, "the member gone", func() bool {
+			g, err := n.Group(ctx, tp, "g")
+			return err == nil && len(g.Members) == 0
+		})
+		g, _ := n.Group(ctx, tp, "g")
+		for p, next := range got {
+			if gp := g.Partitions[p]; !gp.Committed || gp.Offset < next {
+				t.Errorf("partition %d committed %+v, want at least %d", p, gp, next)
+			}
+		}
+		if err := c.Close(); err != nil {
+			t.Fatalf("Close after the context ended: %v", err)
+		}
+	})
+}
