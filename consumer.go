@@ -537,7 +537,7 @@ func (c *Consumer) dropFetchers() {
 	for p, f := range c.fetchers {
 		f.cancel()
 		delete(c.fetchers, p)
-		c.n.eng.Metrics().DeleteLag(c.t.Stream.ID, c.t.ID, p, c.lagName())
+		c.n.eng.Metrics().DeleteLag(c.t.Stream.Name, c.t.Name, p, c.lagName())
 	}
 }
 
