@@ -260,11 +260,8 @@ func (m *Member) check(part uint32) error {
 	m.mu.Lock()
 	gen, confirmed := m.gen, m.confirmed
 	m.mu.Unlock()
-	if now := m.n.cfg.Clock.Now().UnixNano(); now >= metadata.LeaseEnd(confirmed, m.timeout) {
-		return fmt.Errorf("%w: member %d of group %q: no heartbeat applied for %v of its %v session; it may have been expired (heartbeat to go on)",
-			ErrUnknownMember, m.id, m.group, time.Duration(now-confirmed), m.timeout)
-	}
-	err := m.n.meta.CheckHolder(m.topic.Stream.ID, m.topic.ID, m.group, m.id, gen, part)
+	err := m.n.meta.CheckDelivery(m.topic.Stream.ID, m.topic.ID, m.group, m.id, gen, part,
+		confirmed, m.timeout, m.n.cfg.Clock.Now().UnixNano())
 	if errors.Is(err, metadata.ErrGroupNotFound) || errors.Is(err, metadata.ErrTopicNotFound) || errors.Is(err, metadata.ErrStreamNotFound) {
 		if _, terr := m.n.topicAlive(m.topic); terr != nil {
 			return terr

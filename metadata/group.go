@@ -237,6 +237,21 @@ func (s *Store) CheckHolder(stream, topic uint32, group string, member, gen uint
 	return checkHold(g.name, g.generation, g.parts, member, gen, part)
 }
 
+// CheckDelivery is the fence of behaviour 33, the one a member applies
+// before it hands its application messages of partition part (a poll's
+// answer, each message of a batch): its lease — from confirmed, the Now
+// of its last applied join, heartbeat or commit, and its session
+// timeout — must hold at now (LeaseEnd; else ErrUnknownMember: it may
+// have been expired), and this store's committed state must give it the
+// partition (CheckHolder). Both are reads of local state.
+func (s *Store) CheckDelivery(stream, topic uint32, group string, member, gen uint64, part uint32, confirmed int64, timeout time.Duration, now int64) error {
+	if now >= LeaseEnd(confirmed, timeout) {
+		return fmt.Errorf("%w: member %d of group %q: no heartbeat applied for %v of its %v session; it may have been expired",
+			ErrUnknownMember, member, group, time.Duration(now-confirmed), timeout)
+	}
+	return s.CheckHolder(stream, topic, group, member, gen, part)
+}
+
 // LeaseEnd is the instant (Unix nanoseconds, on the member's own clock)
 // up to which a member may hand its application messages of the
 // partitions it holds, given confirmed, the Now of its last join,

@@ -216,6 +216,8 @@ func addOps(t *sim.OpCounts, o sim.OpCounts) {
 	t.JoinRetries += o.JoinRetries
 	t.RemoveRetries += o.RemoveRetries
 	t.Rebalances += o.Rebalances
+	t.MemberDelivered += o.MemberDelivered
+	t.MemberFenced += o.MemberFenced
 }
 
 // Two runs of one seed produce the same event trace, byte for byte (its
