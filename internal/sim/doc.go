@@ -242,6 +242,24 @@
 //     the survivors wherever a majority of its replicas survive holding
 //     it; so has the metadata group, if the node led it
 //     (Result.Faults.Failovers counts the groups seen led by a survivor).
+//  9. Consumer groups under faults (DESIGN behaviour 33; cluster mode with
+//     Config.GroupMembers, TestClusterGroupMembers): members homed on the
+//     nodes in turn join a group, heartbeat at a third of their session
+//     timeout, produce, poll a partition they hold from the committed
+//     offset with waiting polls and hand each answer to their
+//     application only through the fence a parkway.Consumer applies
+//     (metadata.Store.CheckDelivery on the home node: the member's lease
+//     and the home's committed assignment), checked when the poll is made
+//     and again when its answer arrives, then commit. Partitions and
+//     stops cut members' nodes off; their sessions lapse, their
+//     partitions move, the others commit, the network heals and the
+//     polls retried in place meanwhile are answered. No message below the
+//     group's committed offset (the largest any node has applied for the
+//     group's incarnation) may reach an application
+//     (Result.Ops.MemberDelivered, MemberFenced count the outcomes). The
+//     members are opt-in, so that the default seeds' traces stay as they
+//     are; their seeds run with the network faults only (no disk faults,
+//     crashes, joins or removals, which stall the metadata log).
 //
 // Panics in the engine (etcd raft's included) are reported as violations
 // of invariant 0, with the seed, rather than crashing the test binary.
