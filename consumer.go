@@ -74,6 +74,19 @@ type ConsumerConfig struct {
 	// loop; when the application asks again, it joins again as a new
 	// member. Without a group it has no effect.
 	MaxPollInterval time.Duration
+	// OnAssigned, if set, is called with the partitions a group member
+	// starts to hold (ascending), before any of their messages is handed
+	// out. OnRevoked, if set, is called with partitions moving to another
+	// member, once the application has finished the message of theirs it
+	// was handling and before they move: the Consumer then commits their
+	// handled positions (unless CommitManual: Commit may be called inside
+	// OnRevoked) and releases them, and only then does the other member
+	// get them (Kafka's cooperative revocation). Partitions lost with a
+	// lapsed session are not revoked: they moved already. Both run on the
+	// Consumer's maintenance goroutine (OnRevoked on its own), with a
+	// context that ends with the Consumer; they must not call Close.
+	OnAssigned func(ctx context.Context, partitions []uint32)
+	OnRevoked  func(ctx context.Context, partitions []uint32)
 }
 
 // Defaults of ConsumerConfig.
@@ -187,6 +200,20 @@ type Consumer struct {
 	asking  bool
 	askedAt time.Time
 	idle    bool
+	// delivering is the partition a message of which the application is
+	// handling (-1: none), set with the check before each message and
+	// cleared when the loop body returns; delivered is signalled then. A
+	// revocation waits for it.
+	delivering int64
+	delivered  chan struct{}
+	// deliveringFor is the member the message being handled passed the
+	// fence for: its position counts as handled even if the partition is
+	// being revoked meanwhile. revokeBusy is set while a revocation runs;
+	// ackGen is the generation the heartbeats acknowledge: the last one
+	// whose revoked partitions were released.
+	deliveringFor *Member
+	revokeBusy    bool
+	ackGen        uint64
 
 	closeOnce sync.Once
 	closeErr  error
@@ -224,13 +251,15 @@ func (n *Node) NewConsumer(ctx context.Context, t Topic, cfg ConsumerConfig) (*C
 	cfg = cfg.withDefaults()
 	c := &Consumer{
 		n: n, t: t, cfg: cfg,
-		batches:   make(chan fetched),
-		kick:      make(chan struct{}, 1),
-		commitC:   make(chan struct{}, 1),
-		fetchers:  make(map[uint32]*fetcher),
-		processed: make(map[uint32]uint64),
-		life:      ctx,
-		askedAt:   n.cfg.Clock.Now(),
+		batches:    make(chan fetched),
+		kick:       make(chan struct{}, 1),
+		commitC:    make(chan struct{}, 1),
+		fetchers:   make(map[uint32]*fetcher),
+		processed:  make(map[uint32]uint64),
+		life:       ctx,
+		askedAt:    n.cfg.Clock.Now(),
+		delivering: -1,
+		delivered:  make(chan struct{}, 1),
 	}
 	if cfg.Group != "" {
 		if err := n.CreateGroup(ctx, t, cfg.Group); err != nil && !errors.Is(err, ErrGroupExists) {
@@ -241,9 +270,13 @@ func (n *Node) NewConsumer(ctx context.Context, t Topic, cfg ConsumerConfig) (*C
 			return nil, err
 		}
 		c.member = m
+		c.ackGen = m.Assignment().Generation
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.assign()
+	a := c.assign()
+	if c.member != nil {
+		c.follow(c.member, a)
+	}
 	c.goroutine(c.maintain)
 	return c, nil
 }
@@ -279,30 +312,55 @@ func (c *Consumer) Assignment() Assignment {
 // assign makes the fetchers match the current assignment: it stops those
 // of partitions no longer held (their undelivered batches are dropped and
 // their uncommitted positions forgotten — the next holder starts from
-// the committed offset) and starts one for each newly held partition.
-func (c *Consumer) assign() {
-	var want []uint32
+// the committed offset — unless they are being revoked: then revoke
+// commits them) and starts one for each newly held partition, after
+// OnAssigned. It returns the assignment it followed.
+func (c *Consumer) assign() Assignment {
+	var a Assignment
 	c.mu.Lock()
 	if c.member != nil {
-		want = c.member.Assignment().Partitions
+		a = c.member.Assignment()
 	} else if info, ok := c.n.meta.Topic(c.t.Stream.ID, c.t.ID); ok && info.CreatedRevision == c.t.Revision {
 		for p := range info.Partitions {
-			want = append(want, uint32(p))
+			a.Partitions = append(a.Partitions, uint32(p))
 		}
 	}
-	keep := make(map[uint32]bool, len(want))
-	for _, p := range want {
+	keep := make(map[uint32]bool, len(a.Partitions))
+	for _, p := range a.Partitions {
 		keep[p] = true
+	}
+	revoked := make(map[uint32]bool, len(a.Revoking))
+	for _, p := range a.Revoking {
+		revoked[p] = true
 	}
 	for p, f := range c.fetchers {
 		if !keep[p] {
 			f.cancel()
 			delete(c.fetchers, p)
-			delete(c.processed, p)
 			c.n.eng.Metrics().DeleteLag(c.t.Stream.Name, c.t.Name, p, c.lagName())
 		}
 	}
-	for _, p := range want {
+	for p := range c.processed {
+		if !keep[p] && !revoked[p] {
+			delete(c.processed, p)
+		}
+	}
+	var added []uint32
+	for _, p := range a.Partitions {
+		if _, ok := c.fetchers[p]; !ok {
+			added = append(added, p)
+		}
+	}
+	c.mu.Unlock()
+	if len(added) == 0 {
+		return a
+	}
+	if c.member != nil && c.cfg.OnAssigned != nil {
+		c.cfg.OnAssigned(c.ctx, added)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range added {
 		if _, ok := c.fetchers[p]; ok {
 			continue
 		}
@@ -313,7 +371,88 @@ func (c *Consumer) assign() {
 		m := c.member
 		c.goroutine(func() { c.fetch(ctx, m, p, f.id) })
 	}
+	return a
+}
+
+// follow acts on the assignment a refresh found: a member with nothing
+// being revoked acknowledges its generation (its next heartbeat releases
+// nothing it still hands out); one with partitions being revoked runs a
+// revocation, one at a time, which acknowledges when it is done.
+func (c *Consumer) follow(m *Member, a Assignment) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.member != m || c.revokeBusy {
+		return
+	}
+	if len(a.Revoking) == 0 {
+		c.ackGen = max(c.ackGen, a.Generation)
+		return
+	}
+	c.revokeBusy = true
+	c.goroutine(func() { c.revoke(m, a) })
+}
+
+// revoke gives up the partitions of a.Revoking (behaviour 33): their
+// fetchers are stopped already; it waits until the application is done
+// with the message of theirs it is handling, calls OnRevoked, commits
+// their handled positions (unless CommitManual) and acknowledges a's
+// generation, which releases them to their next holders.
+func (c *Consumer) revoke(m *Member, a Assignment) {
+	defer func() {
+		c.mu.Lock()
+		c.revokeBusy = false
+		c.mu.Unlock()
+	}()
+	c.awaitDelivery(a.Revoking)
+	if c.ctx.Err() != nil {
+		return
+	}
+	if c.cfg.OnRevoked != nil {
+		c.cfg.OnRevoked(c.ctx, a.Revoking)
+	}
+	c.mu.Lock()
+	offsets := map[uint32]uint64{}
+	for _, p := range a.Revoking {
+		if off, ok := c.processed[p]; ok && c.cfg.Commit != CommitManual {
+			offsets[p] = off
+		}
+		delete(c.processed, p)
+	}
 	c.mu.Unlock()
+	ctx, cancel := c.n.deadline(c.ctx)
+	defer cancel()
+	// What fails to commit is redelivered by the next holder.
+	_ = m.commit(ctx, offsets)
+	if _, err := m.heartbeat(ctx, a.Generation); err != nil {
+		return // the next heartbeat revokes again
+	}
+	c.mu.Lock()
+	c.ackGen = max(c.ackGen, a.Generation)
+	c.mu.Unlock()
+	c.refreshNow()
+}
+
+// awaitDelivery waits until the application is not handling a message
+// of parts, or the consumer ends, or MaxPollInterval passed (then the
+// consumer leaves its group, which releases everything).
+func (c *Consumer) awaitDelivery(parts []uint32) {
+	t := c.n.cfg.Clock.NewTimer(c.cfg.MaxPollInterval)
+	defer t.Stop()
+	for {
+		c.mu.Lock()
+		d := c.delivering
+		c.mu.Unlock()
+		if d < 0 || !slices.Contains(parts, uint32(d)) {
+			return
+		}
+		select {
+		case <-c.delivered:
+		case <-t.C():
+			return
+		case <-c.ctx.Done():
+			return
+		}
+	}
 }
 
 // lagName is the consumer label of the lag metric.
@@ -334,11 +473,31 @@ func (c *Consumer) deliverable(part uint32, id uint64) bool {
 	c.mu.Lock()
 	f, ok := c.fetchers[part]
 	m := c.member
+	if ok && f.id == id {
+		// From here until the loop body returns, a revocation of part
+		// waits (handled clears it).
+		c.delivering, c.deliveringFor = int64(part), m
+	}
 	c.mu.Unlock()
 	if !ok || f.id != id {
 		return false
 	}
-	return m == nil || m.check(part) == nil
+	if m != nil && m.check(part) != nil {
+		c.mu.Lock()
+		c.delivering = -1
+		c.mu.Unlock()
+		c.signalDelivered()
+		return false
+	}
+	return true
+}
+
+// signalDelivered wakes a revocation waiting for a delivery to end.
+func (c *Consumer) signalDelivered() {
+	select {
+	case c.delivered <- struct{}{}:
+	default:
+	}
 }
 
 // stopFetcher forgets fetcher id of part, if it is still the current
@@ -396,7 +555,8 @@ func (c *Consumer) fetch(ctx context.Context, m *Member, part uint32, id uint64)
 			case <-ctx.Done():
 				return
 			}
-		case errors.Is(err, ErrNotAssigned), errors.Is(err, ErrStaleGeneration), errors.Is(err, ErrUnknownMember):
+		case errors.Is(err, ErrNotAssigned), errors.Is(err, ErrStaleGeneration), errors.Is(err, ErrUnknownMember),
+			errors.Is(err, ErrRebalanceInProgress):
 			// The group moved on, or the member's lease lapsed: the
 			// maintenance loop refreshes the assignment and starts the
 			// fetchers it needs, this partition's again if it still
@@ -609,7 +769,10 @@ func (c *Consumer) heartbeat() {
 		c.assign()
 		return
 	}
-	_, err := m.Heartbeat(c.ctx)
+	c.mu.Lock()
+	ack := c.ackGen
+	c.mu.Unlock()
+	_, err := m.heartbeat(c.ctx, ack)
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrUnknownMember):
@@ -623,7 +786,8 @@ func (c *Consumer) heartbeat() {
 			return
 		}
 		c.mu.Lock()
-		c.member = nm
+		c.member, m = nm, nm
+		c.ackGen = nm.Assignment().Generation
 		for p, f := range c.fetchers {
 			f.cancel() // they fetch for the old member
 			delete(c.fetchers, p)
@@ -636,7 +800,7 @@ func (c *Consumer) heartbeat() {
 	default:
 		return // retriable: the next heartbeat tries again
 	}
-	c.assign()
+	c.follow(m, c.assign())
 }
 
 // Messages returns an iterator over the consumer's messages, in offset
@@ -726,10 +890,17 @@ func (c *Consumer) gotBatch() {
 // handled records that a partition's messages before next were handled.
 func (c *Consumer) handled(part uint32, id uint64, next uint64) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if f, ok := c.fetchers[part]; ok && f.id == id {
+	f, ok := c.fetchers[part]
+	current := ok && f.id == id
+	// A message of a group member that passed the fence counts even if
+	// its partition is being revoked meanwhile: the revocation commits it.
+	fenced := c.delivering == int64(part) && c.deliveringFor != nil && c.deliveringFor == c.member
+	if current || fenced {
 		c.processed[part] = next
 	}
+	c.delivering, c.deliveringFor = -1, nil
+	c.mu.Unlock()
+	c.signalDelivered()
 }
 
 // afterBatch asks for a commit under CommitAfterBatch. The maintenance
@@ -782,8 +953,11 @@ func (c *Consumer) Commit(ctx context.Context) error {
 	// that moved (their next holder redelivers from the committed
 	// offset), and commit the ones still held.
 	held := map[uint32]bool{}
-	if a, herr := m.Heartbeat(ctx); herr == nil {
-		for _, p := range a.Partitions {
+	c.mu.Lock()
+	ack := c.ackGen
+	c.mu.Unlock()
+	if a, herr := m.heartbeat(ctx, ack); herr == nil {
+		for _, p := range slices.Concat(a.Partitions, a.Revoking) {
 			held[p] = true
 		}
 	} else {
@@ -828,12 +1002,10 @@ func (c *Consumer) forget(committed map[uint32]uint64) {
 func (c *Consumer) Close() error {
 	c.closeOnce.Do(func() {
 		c.cancel()
-		c.wg.Wait()
 		c.mu.Lock()
-		for p := range c.fetchers {
-			c.n.eng.Metrics().DeleteLag(c.t.Stream.Name, c.t.Name, p, c.lagName())
-		}
+		c.dropFetchers() // nothing more is handed out
 		c.mu.Unlock()
+		c.wg.Wait()
 		ctx, cancel := c.n.deadline(context.Background())
 		defer cancel()
 		var errs []error

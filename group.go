@@ -101,7 +101,14 @@ type MemberConfig struct {
 // Assignment is what a member holds in a generation of its group.
 type Assignment struct {
 	Generation uint64
-	Partitions []uint32 // ascending
+	Partitions []uint32 // ascending: the partitions the member may read
+	// Revoking are partitions the member still holds that are moving to
+	// another member (ascending): it must stop handing their messages
+	// out, may commit them, and releases them with its next Heartbeat or
+	// Commit; only then does the other member get them (DESIGN behaviour
+	// 33: a partition leaves a live member in two steps, as in Kafka's
+	// cooperative protocol).
+	Revoking []uint32
 }
 
 // Member is one member of a consumer group, joined through one node. It
@@ -183,7 +190,9 @@ func (m *Member) Group() string { return m.group }
 func (m *Member) Assignment() Assignment {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return Assignment{Generation: m.gen, Partitions: m.state.Assigned(m.id)}
+	held, revoking := m.state.Assigned(m.id), m.state.Revoking(m.id)
+	held = slices.DeleteFunc(held, func(p uint32) bool { _, moving := slices.BinarySearch(revoking, p); return moving })
+	return Assignment{Generation: m.gen, Partitions: held, Revoking: revoking}
 }
 
 // Committed returns the group's committed offset for a partition as of
@@ -201,12 +210,26 @@ func (m *Member) Committed(part uint32) (uint64, bool) {
 // Heartbeat keeps the member's session alive and refreshes its
 // assignment, which it returns. It also expires the group's members whose
 // sessions lapsed, so a group notices a dead member at the next heartbeat
-// of any live one.
+// of any live one. It acknowledges the generation the member acts in,
+// which releases the partitions of Assignment.Revoking the member knew
+// of: call it once it hands none of their messages out any more (and has
+// committed them, if it will).
 func (m *Member) Heartbeat(ctx context.Context) (Assignment, error) {
+	m.mu.Lock()
+	gen := m.gen
+	m.mu.Unlock()
+	return m.heartbeat(ctx, gen)
+}
+
+// heartbeat is Heartbeat acknowledging generation gen: a Consumer
+// acknowledges the generation whose revoked partitions it is done with.
+func (m *Member) heartbeat(ctx context.Context, gen uint64) (Assignment, error) {
 	now := m.n.cfg.Clock.Now().UnixNano()
-	_, err := m.n.apply(ctx, metadata.Heartbeat{
+	// A commit of nothing: a heartbeat that acknowledges a generation
+	// (metadata.CommitGroupOffsets).
+	_, err := m.n.apply(ctx, metadata.CommitGroupOffsets{
 		Stream: m.topic.Stream.ID, Topic: m.topic.ID, Revision: m.topic.Revision,
-		Group: m.group, Member: m.id, Now: now,
+		Group: m.group, Member: m.id, Generation: gen, Now: now,
 	})
 	if err != nil {
 		return Assignment{}, m.n.groupError(err, m.topic)
@@ -342,7 +365,8 @@ func (m *Member) resetStart(ctx context.Context, r OffsetReset, part uint32) Sta
 }
 
 // Commit commits the group's offsets (the next offset to read) for
-// partitions the member holds, all or none. It is refused with
+// partitions the member holds (those being revoked included: a commit
+// does not release them, Heartbeat does), all or none. It is refused with
 // ErrNotAssigned or ErrStaleGeneration for a partition the member does
 // not hold in its generation, ErrOffsetRegression for an offset below
 // the one committed, and ErrOffsetOutOfRange for one past the

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -335,6 +337,120 @@ func TestConsumerContextEndsMembership(t *testing.T) {
 		}
 		if err := c.Close(); err != nil {
 			t.Fatalf("Close after the context ended: %v", err)
+		}
+	})
+}
+
+// Behaviour 33 through a live rebalance, with the rebalance callbacks: a
+// second consumer joins while the first is in the middle of a message of
+// a partition that moves. The partition does not move until the first
+// consumer's application has finished that message, OnRevoked has run
+// and its handled positions are committed; only then is the second
+// consumer's OnAssigned called, and it starts after what the first
+// handled — no message is delivered twice, none is lost.
+func TestBehaviour33RevokedBeforeMove(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := open(t, parkway.Config{Shards: 2})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		tp := mustTopic(t, n, mustStream(t, n, "s"), "t", 4)
+		produceAcross(t, n, tp, 4, 4)
+		var mu sync.Mutex
+		var events []string
+		note := func(format string, args ...any) {
+			mu.Lock()
+			events = append(events, fmt.Sprintf(format, args...))
+			mu.Unlock()
+		}
+		cfg := func(name string) parkway.ConsumerConfig {
+			return parkway.ConsumerConfig{Group: "g", Name: name, SessionTimeout: 3 * time.Second, CommitInterval: time.Hour,
+				OnAssigned: func(_ context.Context, ps []uint32) { note("%s assigned %v", name, ps) },
+				OnRevoked:  func(_ context.Context, ps []uint32) { note("%s revoked %v", name, ps) },
+			}
+		}
+		first, err := n.NewConsumer(ctx, tp, cfg("first"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer first.Close()
+		seen := map[string]string{} // payload → consumer
+		dup := []string{}
+		deliver := func(name, payload string) {
+			mu.Lock()
+			defer mu.Unlock()
+			if prev, ok := seen[payload]; ok {
+				dup = append(dup, fmt.Sprintf("%s by %s and %s", payload, prev, name))
+			}
+			seen[payload] = name
+		}
+		count := func() int {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(seen)
+		}
+		// The first consumer hangs in the 9th message until released.
+		hold := make(chan struct{})
+		holding := make(chan uint32, 1)
+		go func() {
+			i := 0
+			for d, err := range first.Messages(ctx) {
+				if err != nil {
+					return
+				}
+				deliver("first", string(d.Payload))
+				if i++; i == 9 {
+					holding <- d.Partition
+					<-hold
+				}
+			}
+		}()
+		held := <-holding
+		second, err := n.NewConsumer(ctx, tp, cfg("second"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer second.Close()
+		go func() {
+			for d, err := range second.Messages(ctx) {
+				if err != nil {
+					return
+				}
+				deliver("second", string(d.Payload))
+			}
+		}()
+		// Heartbeats go on; the partitions the first consumer is not in
+		// the middle of could move, the one it is in must not.
+		time.Sleep(5 * time.Second)
+		if slices.Contains(second.Assignment().Partitions, held) {
+			t.Fatalf("partition %d moved while the first consumer's application was handling a message of it", held)
+		}
+		close(hold)
+		waitFor(t, "the second consumer holding two partitions", func() bool { return len(second.Assignment().Partitions) == 2 })
+		waitFor(t, "every message delivered", func() bool { return count() == 16 })
+		for p := range 4 {
+			for i := range 2 {
+				mustProduce(t, n, tp, parkway.PartitionID(uint32(p)), fmt.Sprintf("late-p%d-%d", p, i))
+			}
+		}
+		for i := 0; count() != 24; i++ {
+			if i == 1000 {
+				g, _ := n.Group(ctx, tp, "g")
+				mu.Lock()
+				t.Fatalf("new messages: %d delivered; first %+v second %+v; group %+v; events %q; seen %v", len(seen), first.Assignment(), second.Assignment(), g, events, seen)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(dup) > 0 {
+			t.Fatalf("delivered twice: %v", dup)
+		}
+		// The order: the first consumer's revocation before the second's
+		// assignment of the same partitions.
+		revoked, assigned := slices.IndexFunc(events, func(e string) bool { return strings.HasPrefix(e, "first revoked") }),
+			slices.IndexFunc(events, func(e string) bool { return strings.HasPrefix(e, "second assigned") })
+		if revoked < 0 || assigned < 0 || revoked > assigned || events[revoked][len("first revoked"):] != events[assigned][len("second assigned"):] {
+			t.Fatalf("callbacks: %q; want the first consumer's revocation, then the same partitions assigned to the second", events)
 		}
 	})
 }

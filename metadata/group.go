@@ -108,7 +108,11 @@ type Heartbeat struct {
 // is alive and, for every partition named, holds it in the current
 // generation and has held it since Generation or earlier (ErrNotAssigned,
 // ErrStaleGeneration), and the offset is not below the one committed
-// (ErrOffsetRegression). It also counts as the member's heartbeat.
+// (ErrOffsetRegression). It also counts as the member's heartbeat. A
+// commit of no offsets is a heartbeat that acknowledges Generation: it
+// releases the partitions the member holds that are moving away since
+// Generation or earlier (GroupPartition.Next), so the member sends it
+// once it hands none of their messages out any more.
 type CommitGroupOffsets struct {
 	Stream, Topic uint32
 	Group         string
@@ -169,6 +173,21 @@ type GroupPartition struct {
 	// Offset is the committed offset (the next to read), when Committed.
 	Offset    uint64
 	Committed bool
+	// Next, when not 0, is the member the partition is moving to: the
+	// rebalance of generation NextSince gave it to Next while Holder was
+	// still in the group, and Holder may still be handing its messages to
+	// its application. A partition moves from a live member in two steps
+	// (revoke, then assign, as Kafka's cooperative protocol does), so that
+	// no message the new holder commits can reach the old holder's
+	// application (behaviour 33): Holder keeps the partition — it may
+	// commit it, its chance to commit what it handled, but a poll of it is
+	// refused with ErrRebalanceInProgress — until it releases it with a
+	// commit of no offsets (a heartbeat that acknowledges a generation) at
+	// a generation at or past NextSince, which shows it acts on a state
+	// that has the move; then a new generation gives the partition to Next. A
+	// holder that leaves or is expired needs no release: its lease lapsed
+	// before it could be expired, and a Consumer stops before it leaves.
+	Next, NextSince uint64
 }
 
 // Assigned returns the partitions member holds, ascending.
@@ -203,16 +222,30 @@ func (g GroupInfo) NextExpiry() (int64, bool) {
 	return at, len(g.Members) > 0
 }
 
-// CheckHolder reports whether member may poll or commit partition part
-// with generation gen under this state of the group: it must be a live
+// CheckHolder reports whether member may poll partition part with
+// generation gen under this state of the group: it must be a live
 // member, hold the partition, and have held it since gen or earlier, with
-// gen not past the group's generation. The errors are those of
-// CommitGroupOffsets.
+// gen not past the group's generation (the errors of CommitGroupOffsets),
+// and the partition must not be moving away from it
+// (ErrRebalanceInProgress: see GroupPartition.Next).
 func (g GroupInfo) CheckHolder(member, gen uint64, part uint32) error {
 	if _, ok := g.Member(member); !ok {
 		return fmt.Errorf("%w: member %d of group %q", ErrUnknownMember, member, g.Name)
 	}
-	return checkHold(g.Name, g.Generation, g.Partitions, member, gen, part)
+	return checkRead(g.Name, g.Generation, g.Partitions, member, gen, part)
+}
+
+// Revoking returns the partitions member holds that are moving to
+// another member (GroupPartition.Next), ascending: it must stop handing
+// them out, commit them if it will, and release them.
+func (g GroupInfo) Revoking(member uint64) []uint32 {
+	var out []uint32
+	for i, p := range g.Partitions {
+		if member != 0 && p.Holder == member && p.Next != 0 {
+			out = append(out, uint32(i))
+		}
+	}
+	return out
 }
 
 // CheckHolder is GroupInfo.CheckHolder against the store's committed
@@ -234,7 +267,7 @@ func (s *Store) CheckHolder(stream, topic uint32, group string, member, gen uint
 	if _, ok := g.members[member]; !ok {
 		return fmt.Errorf("%w: member %d of group %q", ErrUnknownMember, member, g.name)
 	}
-	return checkHold(g.name, g.generation, g.parts, member, gen, part)
+	return checkRead(g.name, g.generation, g.parts, member, gen, part)
 }
 
 // CheckDelivery is the fence of behaviour 33, the one a member applies
@@ -287,6 +320,38 @@ func checkHold(name string, generation uint64, parts []GroupPartition, member, g
 		return fmt.Errorf("%w: generation %d, partition %d held since %d, group at %d (group %q)", ErrStaleGeneration, gen, part, p.Since, generation, name)
 	}
 	return nil
+}
+
+// checkRead is checkHold for a poll or a delivery: the partition must
+// also not be moving away from member.
+func checkRead(name string, generation uint64, parts []GroupPartition, member, gen uint64, part uint32) error {
+	if err := checkHold(name, generation, parts, member, gen, part); err != nil {
+		return err
+	}
+	if p := parts[part]; p.Next != 0 {
+		return fmt.Errorf("%w: partition %d is moving from member %d to %d since generation %d (group %q): commit it and heartbeat to release it",
+			ErrRebalanceInProgress, part, member, p.Next, p.NextSince, name)
+	}
+	return nil
+}
+
+// release hands member's partitions that are moving, and whose move it
+// has seen (its command carried generation gen, at or past the move's),
+// to their next holders, in a new generation started at revision rev. It
+// reports whether any moved.
+func (g *group) release(member, gen, rev uint64) bool {
+	ready := func(p GroupPartition) bool { return p.Holder == member && p.Next != 0 && gen >= p.NextSince }
+	if !slices.ContainsFunc(g.parts, ready) {
+		return false
+	}
+	g.generation++
+	g.genRev = rev
+	for i, p := range g.parts {
+		if ready(p) {
+			g.parts[i].Holder, g.parts[i].Since, g.parts[i].Next, g.parts[i].NextSince = p.Next, g.generation, 0, 0
+		}
+	}
+	return true
 }
 
 type group struct {
@@ -345,21 +410,31 @@ func (g *group) expire(now int64) bool {
 // one) and sticky (a member keeps what it holds up to its share; the
 // members holding the most keep the extra partitions when the count does
 // not divide evenly), so a join, leave or expiry moves as few partitions
-// as it can. Deterministic: it depends only on the state.
+// as it can. A partition whose holder is gone goes to its new member at
+// once; one whose holder is still in the group starts moving
+// (GroupPartition.Next) and goes when the holder releases it. What
+// counts as held is where a partition is going (Next) or, when it is not
+// moving, its holder. Deterministic: it depends only on the state.
 func (g *group) rebalance(rev uint64) {
 	g.generation++
 	g.genRev = rev
 	ids := slices.Sorted(maps.Keys(g.members))
 	if len(ids) == 0 {
 		for i := range g.parts {
-			g.parts[i].Holder, g.parts[i].Since = 0, g.generation
+			g.parts[i] = GroupPartition{Since: g.generation, Offset: g.parts[i].Offset, Committed: g.parts[i].Committed}
 		}
 		return
 	}
+	owner := func(p GroupPartition) uint64 {
+		if p.Next != 0 {
+			return p.Next
+		}
+		return p.Holder
+	}
 	held := make(map[uint64]int, len(ids))
 	for _, p := range g.parts {
-		if _, ok := g.members[p.Holder]; ok {
-			held[p.Holder]++
+		if _, ok := g.members[owner(p)]; ok {
+			held[owner(p)]++
 		}
 	}
 	// Shares: everyone gets base; the extra ones go to the members that
@@ -375,10 +450,13 @@ func (g *group) rebalance(rev uint64) {
 		}
 	}
 	count := make(map[uint64]int, len(ids))
+	target := make([]uint64, len(g.parts))
 	var free []int
 	for i, p := range g.parts {
-		if _, ok := g.members[p.Holder]; ok && count[p.Holder] < share[p.Holder] {
-			count[p.Holder]++
+		o := owner(p)
+		if _, ok := g.members[o]; ok && count[o] < share[o] {
+			count[o]++
+			target[i] = o
 			continue
 		}
 		free = append(free, i)
@@ -388,9 +466,24 @@ func (g *group) rebalance(rev uint64) {
 		for count[ids[next]] >= share[ids[next]] {
 			next++
 		}
-		id := ids[next]
-		count[id]++
-		g.parts[i].Holder, g.parts[i].Since = id, g.generation
+		target[i] = ids[next]
+		count[ids[next]]++
+	}
+	for i, to := range target {
+		p := &g.parts[i]
+		_, live := g.members[p.Holder]
+		switch {
+		case !live:
+			// No holder, or one that left or was expired: nothing to
+			// release.
+			p.Holder, p.Since, p.Next, p.NextSince = to, g.generation, 0, 0
+		case to == p.Holder:
+			p.Next, p.NextSince = 0, 0 // stays (a move called off)
+		case to == p.Next:
+			// Still moving there.
+		default:
+			p.Next, p.NextSince = to, g.generation
+		}
 	}
 }
 
@@ -588,7 +681,12 @@ func (s *Store) commitGroupOffsets(c CommitGroupOffsets) (Result, bool, error) {
 	for _, o := range c.Offsets {
 		g.parts[o.Partition].Offset, g.parts[o.Partition].Committed = o.Offset, true
 	}
-	g.commits++
+	if len(c.Offsets) > 0 {
+		g.commits++ // a commit of nothing is a heartbeat
+	}
+	if len(c.Offsets) == 0 && c.Generation <= g.generation {
+		g.release(c.Member, c.Generation, s.revision)
+	}
 	if g.expire(now) {
 		g.rebalance(s.revision)
 	}

@@ -12,7 +12,9 @@ import (
 // Consumer group members under faults (cluster mode, Config.GroupMembers;
 // invariant 9, DESIGN behaviour 33). Each member is a client homed on one
 // node, as a parkway.Member is joined through one Node: it joins group
-// memberGroup of a topic, heartbeats at a third of its session timeout,
+// memberGroup of a topic, heartbeats at a third of its session timeout
+// (acknowledging its generation, which releases the partitions moving
+// away from it: it hands nothing out between its steps),
 // polls a partition it holds from the committed offset with a waiting
 // poll, hands the batch to its application and commits after it. It
 // hands a batch over only through the fence a Consumer applies before
@@ -100,9 +102,12 @@ func (c *csim) memberAct(cl *client) {
 		c.memberMeta(cl, home, "join", metadata.JoinGroup{Stream: t.Stream, Topic: t.ID, Group: memberGroup,
 			Member: fmt.Sprintf("m%d", cl.id), SessionTimeout: m.timeout, Now: m.now, Revision: t.CreatedRevision})
 	case now.Sub(m.lastBeat) >= m.timeout/3:
+		// A heartbeat as a Member's: a commit of nothing acknowledging
+		// the generation it acts in, which releases the partitions moving
+		// away from it (it hands out nothing between its steps).
 		m.lastBeat = now
-		c.memberMeta(cl, home, "heartbeat", metadata.Heartbeat{Stream: t.Stream, Topic: t.ID, Group: memberGroup,
-			Member: m.id, Now: m.now, Revision: t.CreatedRevision})
+		c.memberMeta(cl, home, "heartbeat", metadata.CommitGroupOffsets{Stream: t.Stream, Topic: t.ID, Group: memberGroup,
+			Member: m.id, Generation: m.gen, Now: m.now, Revision: t.CreatedRevision})
 	default:
 		if c.rng.IntN(2) == 0 {
 			// The members' topic needs messages: a member produces too.
