@@ -213,8 +213,10 @@
 //     groups are checked: each generation of a group incarnation assigns
 //     its partitions the same way wherever and whenever it is observed
 //     (one holder per partition per generation, across nodes, restarts
-//     and snapshot installs), holders are live members, and a partition
-//     incarnation's committed group offset never goes backwards.
+//     and snapshot installs), holders are live members, a partition moving
+//     from its holder (behaviour 33's two-step move) moves to another live
+//     member, and a partition incarnation's committed group offset never
+//     goes backwards.
 //  7. Placement (cluster mode): a replica is built only on a node whose
 //     own metadata places the incarnation there (its replicas, or those
 //     still leaving it); a node removes its copy of a committed
