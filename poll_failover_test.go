@@ -75,3 +75,68 @@ func TestWaitingPollFollowsNewLeader(t *testing.T) {
 		net.Heal()
 	})
 }
+
+// A produce forwarded to a leader that is cut off right then ends with
+// an unknown outcome as soon as the forwarding node learns of the new
+// leader, and is retried there (with its producer sequence, so it is
+// applied once), instead of waiting out the forward timeout.
+func TestForwardedProduceFollowsNewLeader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net, nodes := threeNodes(t)
+		ctx := context.Background()
+		tp := mustTopic(t, nodes[1], mustStream(t, nodes[1], "s"), "t", 1)
+		mustProduce(t, nodes[1], tp, parkway.PartitionID(0), "before")
+		var lead parkway.NodeID
+		waitFor(t, "a leader", func() bool {
+			l, err := nodes[1].Leader(ctx, tp, 0)
+			lead = l
+			return err == nil && l != 0
+		})
+		var from, other parkway.NodeID
+		for _, id := range []parkway.NodeID{1, 2, 3} {
+			switch {
+			case id == lead:
+			case from == 0:
+				from = id
+			default:
+				other = id
+			}
+		}
+		waitFor(t, "the producer's node knowing the leader", func() bool {
+			l, err := nodes[from].Leader(ctx, tp, 0)
+			return err == nil && l == lead
+		})
+		// Keep the partition busy so its group does not quiesce.
+		busy, stop := context.WithCancel(ctx)
+		busyDone := make(chan struct{})
+		defer func() { stop(); <-busyDone }()
+		go func() {
+			defer close(busyDone)
+			for busy.Err() == nil {
+				c, cancel := context.WithTimeout(busy, time.Second)
+				_, _ = nodes[other].Produce(c, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("busy")})
+				cancel()
+				time.Sleep(2 * time.Millisecond)
+			}
+		}()
+		time.Sleep(50 * time.Millisecond)
+		net.Partition([]parkway.NodeID{lead}, []parkway.NodeID{from, other})
+		start := time.Now()
+		ack, err := nodes[from].Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("across")})
+		took := time.Since(start)
+		stop()
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, _ := nodes[from].Leader(ctx, tp, 0)
+		if l == lead {
+			t.Fatalf("acknowledged at %d by the old leader %d", ack.FirstOffset, lead)
+		}
+		// The forward timeout is 50 ticks (500 ms); a new leader is
+		// elected within 10–20 ticks of the cut.
+		if took >= 500*time.Millisecond {
+			t.Fatalf("the produce took %v: it waited out the forward timeout at the old leader", took)
+		}
+		net.Heal()
+	})
+}

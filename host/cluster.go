@@ -343,14 +343,13 @@ func (e *Engine) Forward(ctx context.Context, to uint64, req *shard.Request) (sh
 	// large batch needs time to travel to the leader and on to a quorum.
 	t := e.cfg.Clock.NewTimer(e.ForwardTimeout() + req.MaxWait + transferTime(len(payload)))
 	defer t.Stop()
-	var moved <-chan forwardEvent
-	if req.Op == shard.OpPoll && req.MaxWait > 0 {
-		// The leader may never answer: it died, or it was cut off and
-		// stepped down. Follow the news instead of waiting out MaxWait.
-		w := c.watch(id, req.NS, to)
-		defer c.unwatch(id, req.NS)
-		moved = w.c
-	}
+	// The leader may never answer: it died, or it was cut off and
+	// stepped down. Follow the news instead of waiting out the timer (a
+	// waiting poll's MaxWait, or the forward timeout).
+	w := c.watch(id, req.NS, to)
+	defer c.unwatch(id, req.NS)
+	moved := w.c
+	reads := req.Op == shard.OpPoll || req.Op == shard.OpOffsets || req.Op == shard.OpGetOffset
 	for {
 		select {
 		case b := <-ch:
@@ -360,16 +359,24 @@ func (e *Engine) Forward(ctx context.Context, to uint64, req *shard.Request) (sh
 		case <-ctx.Done():
 			return shard.Response{}, fmt.Errorf("%w: %w", shard.ErrOutcomeUnknown, ctx.Err())
 		case ev := <-moved:
-			// A poll reads and may be sent again: the old leader's late
-			// answer, if any, finds no one waiting.
+			if !ev.dead && (ev.lead == 0 || ev.lead == to) {
+				// No leader yet (an election is under way) or the same
+				// one again: keep waiting for the answer or the news.
+				continue
+			}
+			if !reads {
+				// A write may or may not have been applied by the old
+				// leader: its outcome is unknown, as at the timer, and
+				// the caller retries it (a produce with its producer
+				// sequence, which the partition deduplicates).
+				return shard.Response{}, fmt.Errorf("%w: node %d lost the lead (or was declared dead) while it held the request", shard.ErrOutcomeUnknown, to)
+			}
+			// A read may be sent again: the old leader's late answer, if
+			// any, finds no one waiting.
 			if ev.dead {
-				return shard.Response{}, fmt.Errorf("%w: node %d, which held a waiting poll, was declared dead", shard.ErrRetry, to)
+				return shard.Response{}, fmt.Errorf("%w: node %d, which held the read, was declared dead", shard.ErrRetry, to)
 			}
-			if ev.lead != 0 && ev.lead != to {
-				return shard.Response{}, &shard.NotLeaderError{Leader: ev.lead}
-			}
-			// No leader yet (an election is under way) or the same one
-			// again: keep waiting for the answer or the next news.
+			return shard.Response{}, &shard.NotLeaderError{Leader: ev.lead}
 		}
 	}
 }

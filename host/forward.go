@@ -2,17 +2,19 @@ package host
 
 import "github.com/parkway-io/parkway/metadata"
 
-// Waiting polls forwarded to a partition's leader (Engine.Forward) wait
-// for the leader's answer up to their MaxWait. A leader that dies, or is
-// cut off and steps down, never answers: without news the poll's reader
-// waited out its MaxWait (5 s by default) although the new leader was
-// known a fraction of a second after the failure. So each forwarded
-// waiting poll is watched: when this node learns that its partition has
-// a new leader (its replica's raft group reports it, shard
-// Replication.LeaderChanged) or that the node it went to is dead (node
-// liveness), Forward gives up on the old leader and the caller re-sends
-// the poll where the news points. Polls only read, so sending one again
-// is safe; the old leader's late answer finds no one waiting.
+// Requests forwarded to a partition's leader (Engine.Forward) wait for
+// the leader's answer: a waiting poll up to its MaxWait, anything else up
+// to the forward timeout. A leader that dies, or is cut off and steps
+// down, never answers: without news the poll's reader waited out its
+// MaxWait (5 s by default) although the new leader was known a fraction
+// of a second after the failure. So each forwarded request is watched:
+// when this node learns that its partition has a new leader (its
+// replica's raft group reports it, shard Replication.LeaderChanged) or
+// that the node it went to is dead (node liveness), Forward gives up on
+// the old leader. A read is sent again where the news points (the old
+// leader's late answer finds no one waiting); a write ends with an
+// unknown outcome, as at the timer, and the caller retries it (a produce
+// with its producer sequence, which the partition deduplicates).
 
 // forwardWatch is one watched forwarded poll: the node it went to, and
 // where the news arrives (buffered: the newest unread news is enough).
