@@ -665,7 +665,9 @@ func (c *csim) tick() {
 		// heartbeat on the clock (no case when there are none, so the
 		// default seeds' traces stay as they are).
 		ms := c.members()
-		c.clientAct(ms[c.rng.IntN(len(ms))])
+		cl := ms[c.rng.IntN(len(ms))]
+		c.cutMember(cl)
+		c.clientAct(cl)
 	case len(units) == 0 || w < 22:
 		// Up to the next due timer, at most a few milliseconds (network
 		// delays are due at times the bus keeps to itself).

@@ -25,7 +25,8 @@ import (
 // cuts a member's node off, its session lapses, the others take its
 // partitions and commit, the network heals and its waiting poll —
 // retried in place meanwhile — is answered with messages the group has
-// committed since. Invariant 9: no message below the group's committed
+// committed since (cutMember makes that scenario a fault of its own).
+// Invariant 9: no message below the group's committed
 // offset (the largest any node has applied for the group's incarnation)
 // is handed to an application.
 
@@ -73,6 +74,36 @@ func (c *csim) startMembers() {
 // members are the member clients.
 func (c *csim) members() []*client {
 	return c.clients[len(c.clients)-c.cfg.GroupMembers:]
+}
+
+// cutMember is the scenario of behaviour 33, as a fault: now and then,
+// while member cl has a poll in flight and no partition is in force, its
+// node is cut off from every other for longer than its session timeout
+// (plus 0.5–1.5 s for the others to take its partitions and commit),
+// then the network heals and the poll, retried in place meanwhile, is
+// answered.
+func (c *csim) cutMember(cl *client) {
+	m, o, w := cl.member, cl.op, &c.netf
+	if o == nil || o.kind != kindPoll || w.partitioned || c.quiescing || c.calming() || c.rng.IntN(20) != 0 {
+		return
+	}
+	var rest []uint64
+	for _, id := range c.memberIDs() {
+		if id != m.home {
+			rest = append(rest, id)
+		}
+	}
+	if len(rest) == 0 {
+		return
+	}
+	w.sides = [2][]uint64{{m.home}, rest}
+	w.partitioned = true
+	w.partitionEnd = c.clk.Now().Add(m.timeout + c.randDuration(500*time.Millisecond, 1500*time.Millisecond))
+	c.faults.Partitions++
+	c.faults.MemberCuts++
+	c.event("net partition (member %d's node cut off with its poll op=%d in flight) %v | %v until %v",
+		cl.id, o.id, w.sides[0], w.sides[1], w.partitionEnd.Sub(epoch0))
+	c.applyCuts()
 }
 
 // memberAct lets member client cl start its next operation.

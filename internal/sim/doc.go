@@ -253,9 +253,13 @@
 //     (metadata.Store.CheckDelivery on the home node: the member's lease
 //     and the home's committed assignment), checked when the poll is made
 //     and again when its answer arrives, then commit. Partitions and
-//     stops cut members' nodes off; their sessions lapse, their
-//     partitions move, the others commit, the network heals and the
-//     polls retried in place meanwhile are answered. No message below the
+//     stops cut members' nodes off, and so does a fault of their own
+//     (Result.Faults.MemberCuts): now and then, while a member has a poll
+//     in flight, its node is cut off for longer than its session timeout;
+//     their sessions lapse, their partitions move, the others commit, the
+//     network heals and the polls retried in place meanwhile are
+//     answered. A partition leaving a live member moves in two steps
+//     (the member acknowledges with its next heartbeat). No message below the
 //     group's committed offset (the largest any node has applied for the
 //     group's incarnation) may reach an application
 //     (Result.Ops.MemberDelivered, MemberFenced count the outcomes). The

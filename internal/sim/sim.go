@@ -312,6 +312,10 @@ type FaultCounts struct {
 	Removed        int
 	RemovesRefused int
 	MovesSettled   int
+	// MemberCuts counts the partitions that cut a group member's node off
+	// with its poll in flight (Config.GroupMembers), counted in
+	// Partitions too.
+	MemberCuts int
 
 	// Cluster mode: messages the network dropped, duplicated, delivered
 	// out of order, delayed, or lost to a cut link (partition or stopped

@@ -181,6 +181,7 @@ func addFaults(t *sim.FaultCounts, f sim.FaultCounts) {
 	t.Removed += f.Removed
 	t.RemovesRefused += f.RemovesRefused
 	t.MovesSettled += f.MovesSettled
+	t.MemberCuts += f.MemberCuts
 	t.MsgDropped += f.MsgDropped
 	t.MsgDuplicated += f.MsgDuplicated
 	t.MsgReordered += f.MsgReordered
