@@ -242,8 +242,8 @@ func TestBehaviour33StuckLoopLeavesAfterMaxPollInterval(t *testing.T) {
 				}
 				i++
 				if i == 3 {
-					handled <- pos{d.Partition, d.Offset}
 					hung = time.Now()
+					handled <- pos{d.Partition, d.Offset}
 					<-release
 				}
 			}
