@@ -613,7 +613,7 @@ func (c *Consumer) fail(err error) {
 // count. It also runs CommitOnInterval.
 func (c *Consumer) maintain() {
 	every := c.cfg.SessionTimeout / 3
-	var changed <-chan struct{}
+	var changed, regrouped <-chan struct{}
 	if c.Member() == nil {
 		// A named consumer follows the topic's partitions: it wakes on
 		// partition-shaping metadata commits only, so an idle one costs
@@ -621,6 +621,14 @@ func (c *Consumer) maintain() {
 		wake, cancel := c.n.meta.Subscribe()
 		defer cancel()
 		changed, every = wake, time.Minute
+	} else {
+		// A member follows its group's generations as this node applies
+		// them, not only at its heartbeats: a partition revoked from it
+		// is released, and one released to it read, within a metadata
+		// round trip of the rebalance.
+		wake, cancel := c.n.meta.SubscribeGroups()
+		defer cancel()
+		regrouped = wake
 	}
 	hb := c.n.cfg.Clock.NewTimer(every)
 	defer hb.Stop()
@@ -644,6 +652,9 @@ func (c *Consumer) maintain() {
 			continue
 		case <-c.commitC:
 			_ = c.Commit(c.ctx) // failures leave the positions for the next batch
+			continue
+		case <-regrouped:
+			c.regroup()
 			continue
 		case <-hb.C():
 		case <-c.kick:
@@ -735,6 +746,27 @@ func (c *Consumer) end(err error) {
 	if m := c.Member(); m != nil {
 		_ = m.Leave(ctx)
 	}
+}
+
+// regroup follows a new generation of some group that this node applied:
+// the member's assignment is read again from the node's committed state
+// (no proposal) and followed — revoked partitions released, new ones
+// fetched.
+func (c *Consumer) regroup() {
+	m := c.Member()
+	if m == nil || c.isIdle() {
+		return
+	}
+	c.mu.Lock()
+	gen := c.member.Assignment().Generation
+	c.mu.Unlock()
+	if err := m.refresh(); err != nil {
+		return // gone from the group: the next heartbeat joins again
+	}
+	if m.Assignment().Generation == gen {
+		return // another group's generation
+	}
+	c.follow(m, c.assign())
 }
 
 // nextHeartbeat is the wait before the next heartbeat: every, or less if

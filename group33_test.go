@@ -454,3 +454,35 @@ func TestBehaviour33RevokedBeforeMove(t *testing.T) {
 		}
 	})
 }
+
+// A live rebalance is followed as the node applies it, not at the next
+// heartbeat: with a 30 s session timeout (a heartbeat every 10 s), a
+// second consumer's join has the first release half of its partitions
+// and the second read them within a second.
+func TestConsumersFollowALiveRebalanceAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := open(t, parkway.Config{Shards: 2})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		tp := mustTopic(t, n, mustStream(t, n, "s"), "t", 4)
+		cfg := parkway.ConsumerConfig{Group: "g", SessionTimeout: 30 * time.Second}
+		first, err := n.NewConsumer(ctx, tp, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer first.Close()
+		time.Sleep(time.Second) // between heartbeats
+		second, err := n.NewConsumer(ctx, tp, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer second.Close()
+		joined := time.Now()
+		for len(second.Assignment().Partitions) != 2 || len(first.Assignment().Partitions) != 2 {
+			if time.Since(joined) > time.Second {
+				t.Fatalf("a second after the join: first holds %+v, second %+v", first.Assignment(), second.Assignment())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+}

@@ -723,6 +723,44 @@ func (s *Store) Groups(stream, topic uint32) []GroupInfo {
 	return out
 }
 
+// SubscribeGroups is Subscribe for consumer groups: the channel receives
+// a value (coalescing, never blocking the sender) after every join,
+// leave, heartbeat or commit that started a new generation of its group
+// — a rebalance, or a release of partitions moving in two steps — so a
+// member on this node can follow its assignment without waiting for its
+// next heartbeat. Heartbeats and commits that change no assignment wake
+// no one. (A partition count change rebalances through Subscribe's
+// commits.)
+func (s *Store) SubscribeGroups() (wake <-chan struct{}, cancel func()) {
+	return subscribe(&s.mu, &s.groupSubs)
+}
+
+// memberGroupGeneration is the generation, before cmd applies, of the
+// group a join, leave, heartbeat or commit names (isGroup false for
+// other commands; 0 for a group that does not exist). s.mu is held.
+func (s *Store) memberGroupGeneration(cmd Command) (gen uint64, isGroup bool) {
+	var streamID, topicID uint32
+	var name string
+	switch c := cmd.(type) {
+	case JoinGroup:
+		streamID, topicID, name = c.Stream, c.Topic, c.Group
+	case LeaveGroup:
+		streamID, topicID, name = c.Stream, c.Topic, c.Group
+	case Heartbeat:
+		streamID, topicID, name = c.Stream, c.Topic, c.Group
+	case CommitGroupOffsets:
+		streamID, topicID, name = c.Stream, c.Topic, c.Group
+	default:
+		return 0, false
+	}
+	if _, t, err := s.lookupTopic(streamID, topicID); err == nil {
+		if g, ok := t.groups[name]; ok {
+			return g.generation, true
+		}
+	}
+	return 0, true
+}
+
 // GroupClock is the group clock: the largest Now of any applied group
 // command (Unix nanoseconds).
 func (s *Store) GroupClock() int64 {
