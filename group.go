@@ -276,7 +276,9 @@ func (m *Member) renew(now int64) {
 //     partitions given to others, who may have committed past what this
 //     answer holds, though its own node has not heard of it;
 //   - the member must hold part in the current generation, since its own
-//     generation or earlier, as this node's committed metadata says.
+//     generation or earlier, as this node's committed metadata says, and
+//     part must not be moving away from it (ErrRebalanceInProgress: see
+//     Assignment.Revoking).
 //
 // Both are local reads, no round trip.
 func (m *Member) check(part uint32) error {

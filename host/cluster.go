@@ -359,17 +359,22 @@ func (e *Engine) Forward(ctx context.Context, to uint64, req *shard.Request) (sh
 		case <-ctx.Done():
 			return shard.Response{}, fmt.Errorf("%w: %w", shard.ErrOutcomeUnknown, ctx.Err())
 		case ev := <-moved:
-			if !ev.dead && (ev.lead == 0 || ev.lead == to) {
-				// No leader yet (an election is under way) or the same
-				// one again: keep waiting for the answer or the news.
-				continue
-			}
-			if !reads {
+			newLeader := ev.lead != 0 && ev.lead != to
+			if !reads && newLeader {
 				// A write may or may not have been applied by the old
 				// leader: its outcome is unknown, as at the timer, and
 				// the caller retries it (a produce with its producer
-				// sequence, which the partition deduplicates).
-				return shard.Response{}, fmt.Errorf("%w: node %d lost the lead (or was declared dead) while it held the request", shard.ErrOutcomeUnknown, to)
+				// sequence, which the partition deduplicates). Only a
+				// leader the partition's raft group reports ends it: node
+				// liveness may declare a node dead that is only slow to
+				// take a large batch, and the write would start over.
+				return shard.Response{}, fmt.Errorf("%w: node %d lost the lead to %d while it held the request", shard.ErrOutcomeUnknown, to, ev.lead)
+			}
+			if !reads || !ev.dead && !newLeader {
+				// No leader yet (an election is under way), the same one
+				// again, or a write told of a death: keep waiting for the
+				// answer or the next news.
+				continue
 			}
 			// A read may be sent again: the old leader's late answer, if
 			// any, finds no one waiting.

@@ -14,7 +14,10 @@ import "github.com/parkway-io/parkway/metadata"
 // the old leader. A read is sent again where the news points (the old
 // leader's late answer finds no one waiting); a write ends with an
 // unknown outcome, as at the timer, and the caller retries it (a produce
-// with its producer sequence, which the partition deduplicates).
+// with its producer sequence, which the partition deduplicates) — on a
+// new leader only, not on a death node liveness declared: a node busy
+// taking a large batch can look dead for a while, and its write would
+// start over.
 
 // forwardWatch is one watched forwarded poll: the node it went to, and
 // where the news arrives (buffered: the newest unread news is enough).
