@@ -629,6 +629,7 @@ func (c *Consumer) maintain() {
 		wake, cancel := c.n.meta.SubscribeGroups()
 		defer cancel()
 		regrouped = wake
+		c.regroup() // what was applied before the subscription
 	}
 	hb := c.n.cfg.Clock.NewTimer(every)
 	defer hb.Stop()
