@@ -63,6 +63,30 @@ type ConsumerConfig struct {
 	// 5 s, at most MaxPollWait). A poll returns as soon as a message is
 	// there; MaxWait only bounds how often an idle partition is re-polled.
 	MaxWait time.Duration
+	// MaxPollInterval bounds the time a group member's application may
+	// take between asking for one message and asking for the next
+	// (default DefaultMaxPollInterval, 5 min, as Kafka's
+	// max.poll.interval.ms): the time a loop body runs, or the time
+	// between breaking out of Messages and ranging over it again. Past
+	// it the Consumer commits what was handled (unless CommitManual) and
+	// leaves the group, so its partitions move to members that make
+	// progress, where heartbeats alone would keep them with a stuck
+	// loop; when the application asks again, it joins again as a new
+	// member. Without a group it has no effect.
+	MaxPollInterval time.Duration
+	// OnAssigned, if set, is called with the partitions a group member
+	// starts to hold (ascending), before any of their messages is handed
+	// out. OnRevoked, if set, is called with partitions moving to another
+	// member, once the application has finished the message of theirs it
+	// was handling and before they move: the Consumer then commits their
+	// handled positions (unless CommitManual: Commit may be called inside
+	// OnRevoked) and releases them, and only then does the other member
+	// get them (Kafka's cooperative revocation). Partitions lost with a
+	// lapsed session are not revoked: they moved already. Both run on the
+	// Consumer's maintenance goroutine (OnRevoked on its own), with a
+	// context that ends with the Consumer; they must not call Close.
+	OnAssigned func(ctx context.Context, partitions []uint32)
+	OnRevoked  func(ctx context.Context, partitions []uint32)
 }
 
 // Defaults of ConsumerConfig.
@@ -70,6 +94,7 @@ const (
 	DefaultCommitInterval      = time.Second
 	DefaultConsumerMaxMessages = 256
 	DefaultConsumerMaxWait     = 5 * time.Second
+	DefaultMaxPollInterval     = 5 * time.Minute
 )
 
 // Validate reports every invalid field, joined, each matching
@@ -101,6 +126,9 @@ func (c ConsumerConfig) Validate() error {
 	if c.MaxMessages < 0 {
 		errs = append(errs, fmt.Errorf("%w: negative MaxMessages %d", ErrInvalidArgument, c.MaxMessages))
 	}
+	if c.MaxPollInterval < 0 {
+		errs = append(errs, fmt.Errorf("%w: negative MaxPollInterval %v", ErrInvalidArgument, c.MaxPollInterval))
+	}
 	if c.MaxWait < 0 || c.MaxWait > MaxPollWait {
 		errs = append(errs, fmt.Errorf("%w: MaxWait %v outside [0, %v]", ErrInvalidArgument, c.MaxWait, MaxPollWait))
 	}
@@ -119,6 +147,9 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 	}
 	if c.MaxWait == 0 {
 		c.MaxWait = DefaultConsumerMaxWait
+	}
+	if c.MaxPollInterval == 0 {
+		c.MaxPollInterval = DefaultMaxPollInterval
 	}
 	return c
 }
@@ -148,6 +179,7 @@ type Consumer struct {
 
 	ctx    context.Context // cancelled by Close: stops every goroutine
 	cancel context.CancelFunc
+	life   context.Context // NewConsumer's: its end ends the consumer
 	wg     sync.WaitGroup
 
 	batches chan fetched  // from the fetchers; never closed
@@ -161,6 +193,27 @@ type Consumer struct {
 	processed map[uint32]uint64 // delivered positions not yet committed
 	rest      fetched           // what a broken-off loop left of its batch
 	fatal     error             // ends iteration
+	// asking is set while the iterator waits for messages on the
+	// application's behalf; askedAt is when the application last asked
+	// (MaxPollInterval runs from it while not asking); idle is set once
+	// the member left the group for exceeding MaxPollInterval.
+	asking  bool
+	askedAt time.Time
+	idle    bool
+	// delivering is the partition a message of which the application is
+	// handling (-1: none), set with the check before each message and
+	// cleared when the loop body returns; delivered is signalled then. A
+	// revocation waits for it.
+	delivering int64
+	delivered  chan struct{}
+	// deliveringFor is the member the message being handled passed the
+	// fence for: its position counts as handled even if the partition is
+	// being revoked meanwhile. revokeBusy is set while a revocation runs;
+	// ackGen is the generation the heartbeats acknowledge: the last one
+	// whose revoked partitions were released.
+	deliveringFor *Member
+	revokeBusy    bool
+	ackGen        uint64
 
 	closeOnce sync.Once
 	closeErr  error
@@ -180,7 +233,11 @@ type fetched struct {
 
 // NewConsumer starts a consumer of topic t: it joins cfg.Group (creating
 // it if needed) or, without a group, reads every partition as consumer
-// cfg.Name. Close it when done.
+// cfg.Name. ctx bounds the consumer's life, not only its start: when it
+// ends, the consumer stops polling, commits what was handled (unless
+// CommitManual) and leaves its group, as Close does, so a service whose
+// context is cancelled gives up its partitions even if it never calls
+// Close. Close it when done.
 func (n *Node) NewConsumer(ctx context.Context, t Topic, cfg ConsumerConfig) (*Consumer, error) {
 	if err := n.begin(ctx); err != nil {
 		return nil, err
@@ -194,11 +251,15 @@ func (n *Node) NewConsumer(ctx context.Context, t Topic, cfg ConsumerConfig) (*C
 	cfg = cfg.withDefaults()
 	c := &Consumer{
 		n: n, t: t, cfg: cfg,
-		batches:   make(chan fetched),
-		kick:      make(chan struct{}, 1),
-		commitC:   make(chan struct{}, 1),
-		fetchers:  make(map[uint32]*fetcher),
-		processed: make(map[uint32]uint64),
+		batches:    make(chan fetched),
+		kick:       make(chan struct{}, 1),
+		commitC:    make(chan struct{}, 1),
+		fetchers:   make(map[uint32]*fetcher),
+		processed:  make(map[uint32]uint64),
+		life:       ctx,
+		askedAt:    n.cfg.Clock.Now(),
+		delivering: -1,
+		delivered:  make(chan struct{}, 1),
 	}
 	if cfg.Group != "" {
 		if err := n.CreateGroup(ctx, t, cfg.Group); err != nil && !errors.Is(err, ErrGroupExists) {
@@ -209,9 +270,13 @@ func (n *Node) NewConsumer(ctx context.Context, t Topic, cfg ConsumerConfig) (*C
 			return nil, err
 		}
 		c.member = m
+		c.ackGen = m.Assignment().Generation
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.assign()
+	a := c.assign()
+	if c.member != nil {
+		c.follow(c.member, a)
+	}
 	c.goroutine(c.maintain)
 	return c, nil
 }
@@ -247,30 +312,55 @@ func (c *Consumer) Assignment() Assignment {
 // assign makes the fetchers match the current assignment: it stops those
 // of partitions no longer held (their undelivered batches are dropped and
 // their uncommitted positions forgotten — the next holder starts from
-// the committed offset) and starts one for each newly held partition.
-func (c *Consumer) assign() {
-	var want []uint32
+// the committed offset — unless they are being revoked: then revoke
+// commits them) and starts one for each newly held partition, after
+// OnAssigned. It returns the assignment it followed.
+func (c *Consumer) assign() Assignment {
+	var a Assignment
 	c.mu.Lock()
 	if c.member != nil {
-		want = c.member.Assignment().Partitions
+		a = c.member.Assignment()
 	} else if info, ok := c.n.meta.Topic(c.t.Stream.ID, c.t.ID); ok && info.CreatedRevision == c.t.Revision {
 		for p := range info.Partitions {
-			want = append(want, uint32(p))
+			a.Partitions = append(a.Partitions, uint32(p))
 		}
 	}
-	keep := make(map[uint32]bool, len(want))
-	for _, p := range want {
+	keep := make(map[uint32]bool, len(a.Partitions))
+	for _, p := range a.Partitions {
 		keep[p] = true
+	}
+	revoked := make(map[uint32]bool, len(a.Revoking))
+	for _, p := range a.Revoking {
+		revoked[p] = true
 	}
 	for p, f := range c.fetchers {
 		if !keep[p] {
 			f.cancel()
 			delete(c.fetchers, p)
-			delete(c.processed, p)
 			c.n.eng.Metrics().DeleteLag(c.t.Stream.Name, c.t.Name, p, c.lagName())
 		}
 	}
-	for _, p := range want {
+	for p := range c.processed {
+		if !keep[p] && !revoked[p] {
+			delete(c.processed, p)
+		}
+	}
+	var added []uint32
+	for _, p := range a.Partitions {
+		if _, ok := c.fetchers[p]; !ok {
+			added = append(added, p)
+		}
+	}
+	c.mu.Unlock()
+	if len(added) == 0 {
+		return a
+	}
+	if c.member != nil && c.cfg.OnAssigned != nil {
+		c.cfg.OnAssigned(c.ctx, added)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range added {
 		if _, ok := c.fetchers[p]; ok {
 			continue
 		}
@@ -281,7 +371,88 @@ func (c *Consumer) assign() {
 		m := c.member
 		c.goroutine(func() { c.fetch(ctx, m, p, f.id) })
 	}
+	return a
+}
+
+// follow acts on the assignment a refresh found: a member with nothing
+// being revoked acknowledges its generation (its next heartbeat releases
+// nothing it still hands out); one with partitions being revoked runs a
+// revocation, one at a time, which acknowledges when it is done.
+func (c *Consumer) follow(m *Member, a Assignment) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.member != m || c.revokeBusy {
+		return
+	}
+	if len(a.Revoking) == 0 {
+		c.ackGen = max(c.ackGen, a.Generation)
+		return
+	}
+	c.revokeBusy = true
+	c.goroutine(func() { c.revoke(m, a) })
+}
+
+// revoke gives up the partitions of a.Revoking (behaviour 33): their
+// fetchers are stopped already; it waits until the application is done
+// with the message of theirs it is handling, calls OnRevoked, commits
+// their handled positions (unless CommitManual) and acknowledges a's
+// generation, which releases them to their next holders.
+func (c *Consumer) revoke(m *Member, a Assignment) {
+	defer func() {
+		c.mu.Lock()
+		c.revokeBusy = false
+		c.mu.Unlock()
+	}()
+	c.awaitDelivery(a.Revoking)
+	if c.ctx.Err() != nil {
+		return
+	}
+	if c.cfg.OnRevoked != nil {
+		c.cfg.OnRevoked(c.ctx, a.Revoking)
+	}
+	c.mu.Lock()
+	offsets := map[uint32]uint64{}
+	for _, p := range a.Revoking {
+		if off, ok := c.processed[p]; ok && c.cfg.Commit != CommitManual {
+			offsets[p] = off
+		}
+		delete(c.processed, p)
+	}
 	c.mu.Unlock()
+	ctx, cancel := c.n.deadline(c.ctx)
+	defer cancel()
+	// What fails to commit is redelivered by the next holder.
+	_ = m.commit(ctx, offsets)
+	if _, err := m.heartbeat(ctx, a.Generation); err != nil {
+		return // the next heartbeat revokes again
+	}
+	c.mu.Lock()
+	c.ackGen = max(c.ackGen, a.Generation)
+	c.mu.Unlock()
+	c.refreshNow()
+}
+
+// awaitDelivery waits until the application is not handling a message
+// of parts, or the consumer ends, or MaxPollInterval passed (then the
+// consumer leaves its group, which releases everything).
+func (c *Consumer) awaitDelivery(parts []uint32) {
+	t := c.n.cfg.Clock.NewTimer(c.cfg.MaxPollInterval)
+	defer t.Stop()
+	for {
+		c.mu.Lock()
+		d := c.delivering
+		c.mu.Unlock()
+		if d < 0 || !slices.Contains(parts, uint32(d)) {
+			return
+		}
+		select {
+		case <-c.delivered:
+		case <-t.C():
+			return
+		case <-c.ctx.Done():
+			return
+		}
+	}
 }
 
 // lagName is the consumer label of the lag metric.
@@ -292,12 +463,53 @@ func (c *Consumer) lagName() string {
 	return c.cfg.Name
 }
 
-// current reports whether fetcher id still fetches part.
-func (c *Consumer) current(part uint32, id uint64) bool {
+// deliverable reports whether a message of part that fetcher id read may
+// be handed to the application now (behaviour 33): the fetcher is still
+// current and, in a group, the member still holds the partition by the
+// fence of Member.Poll (its lease, and this node's committed assignment).
+// The iterator asks before every message, not once per batch, so a batch
+// read before a rebalance or a loss of contact is not handed out after it.
+func (c *Consumer) deliverable(part uint32, id uint64) bool {
+	c.mu.Lock()
+	f, ok := c.fetchers[part]
+	m := c.member
+	if ok && f.id == id {
+		// From here until the loop body returns, a revocation of part
+		// waits (handled clears it).
+		c.delivering, c.deliveringFor = int64(part), m
+	}
+	c.mu.Unlock()
+	if !ok || f.id != id {
+		return false
+	}
+	if m != nil && m.check(part) != nil {
+		c.mu.Lock()
+		c.delivering = -1
+		c.mu.Unlock()
+		c.signalDelivered()
+		return false
+	}
+	return true
+}
+
+// signalDelivered wakes a revocation waiting for a delivery to end.
+func (c *Consumer) signalDelivered() {
+	select {
+	case c.delivered <- struct{}{}:
+	default:
+	}
+}
+
+// stopFetcher forgets fetcher id of part, if it is still the current
+// one: it ended because the group moved on or the member's lease lapsed,
+// and the next assign starts a new one if the partition is still held.
+func (c *Consumer) stopFetcher(part uint32, id uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	f, ok := c.fetchers[part]
-	return ok && f.id == id
+	if f, ok := c.fetchers[part]; ok && f.id == id {
+		f.cancel()
+		delete(c.fetchers, part)
+	}
 }
 
 // refreshNow asks the maintenance loop to heartbeat at once.
@@ -343,9 +555,13 @@ func (c *Consumer) fetch(ctx context.Context, m *Member, part uint32, id uint64)
 			case <-ctx.Done():
 				return
 			}
-		case errors.Is(err, ErrNotAssigned), errors.Is(err, ErrStaleGeneration), errors.Is(err, ErrUnknownMember):
-			// The group moved on: the maintenance loop refreshes the
-			// assignment and starts the fetchers it needs.
+		case errors.Is(err, ErrNotAssigned), errors.Is(err, ErrStaleGeneration), errors.Is(err, ErrUnknownMember),
+			errors.Is(err, ErrRebalanceInProgress):
+			// The group moved on, or the member's lease lapsed: the
+			// maintenance loop refreshes the assignment and starts the
+			// fetchers it needs, this partition's again if it still
+			// holds it.
+			c.stopFetcher(part, id)
 			c.refreshNow()
 			return
 		case errors.Is(err, ErrOffsetOutOfRange) && c.cfg.Reset != ResetError:
@@ -397,7 +613,7 @@ func (c *Consumer) fail(err error) {
 // count. It also runs CommitOnInterval.
 func (c *Consumer) maintain() {
 	every := c.cfg.SessionTimeout / 3
-	var changed <-chan struct{}
+	var changed, regrouped <-chan struct{}
 	if c.Member() == nil {
 		// A named consumer follows the topic's partitions: it wakes on
 		// partition-shaping metadata commits only, so an idle one costs
@@ -405,6 +621,15 @@ func (c *Consumer) maintain() {
 		wake, cancel := c.n.meta.Subscribe()
 		defer cancel()
 		changed, every = wake, time.Minute
+	} else {
+		// A member follows its group's generations as this node applies
+		// them, not only at its heartbeats: a partition revoked from it
+		// is released, and one released to it read, within a metadata
+		// round trip of the rebalance.
+		wake, cancel := c.n.meta.SubscribeGroups()
+		defer cancel()
+		regrouped = wake
+		c.regroup() // what was applied before the subscription
 	}
 	hb := c.n.cfg.Clock.NewTimer(every)
 	defer hb.Stop()
@@ -419,6 +644,9 @@ func (c *Consumer) maintain() {
 		select {
 		case <-c.ctx.Done():
 			return
+		case <-c.life.Done():
+			c.end(c.life.Err())
+			return
 		case <-commitC:
 			_ = c.Commit(c.ctx) // failures leave the positions for the next round
 			commit.Reset(c.cfg.CommitInterval)
@@ -426,13 +654,120 @@ func (c *Consumer) maintain() {
 		case <-c.commitC:
 			_ = c.Commit(c.ctx) // failures leave the positions for the next batch
 			continue
+		case <-regrouped:
+			c.regroup()
+			continue
 		case <-hb.C():
 		case <-c.kick:
 		case <-changed:
 		}
-		c.heartbeat()
+		if c.stalled() {
+			c.leaveIdle()
+		}
+		if !c.isIdle() {
+			c.heartbeat()
+		}
 		hb.Reset(c.nextHeartbeat(every))
 	}
+}
+
+// stalled reports whether a group member's application has not asked
+// for a message for longer than MaxPollInterval.
+func (c *Consumer) stalled() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.member != nil && !c.idle && !c.asking && c.n.cfg.Clock.Now().Sub(c.askedAt) > c.cfg.MaxPollInterval
+}
+
+func (c *Consumer) isIdle() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.idle
+}
+
+// leaveIdle gives up the group for an application that stopped asking
+// for messages: the fetchers stop (so no more messages are handed out
+// under this membership), the handled positions are committed and the
+// member leaves, so its partitions move at once. The application's next
+// ask joins again (asked).
+func (c *Consumer) leaveIdle() {
+	c.mu.Lock()
+	c.idle = true
+	m := c.member
+	c.dropFetchers()
+	c.mu.Unlock()
+	ctx, cancel := c.n.deadline(c.ctx)
+	defer cancel()
+	if c.cfg.Commit != CommitManual {
+		_ = c.Commit(ctx) // what fails is redelivered to the next holder
+	}
+	_ = m.Leave(ctx) // a member that cannot leave is expired instead
+}
+
+// dropFetchers stops every fetcher and forgets them (c.mu held).
+func (c *Consumer) dropFetchers() {
+	for p, f := range c.fetchers {
+		f.cancel()
+		delete(c.fetchers, p)
+		c.n.eng.Metrics().DeleteLag(c.t.Stream.Name, c.t.Name, p, c.lagName())
+	}
+}
+
+// asked records that the application asks for a message (waiting says
+// whether the iterator now waits for one). An idle member's next ask
+// joins the group again: the maintenance loop's heartbeat finds the old
+// member gone and rejoins.
+func (c *Consumer) asked(waiting bool) {
+	c.mu.Lock()
+	c.asking, c.askedAt = waiting, c.n.cfg.Clock.Now()
+	rejoin := c.idle
+	c.idle = false
+	c.mu.Unlock()
+	if rejoin {
+		c.refreshNow()
+	}
+}
+
+// end ends the consumer when NewConsumer's context ends: it stops the
+// fetchers and the iterator (which yields err once), commits what was
+// handled (unless CommitManual) and leaves the group, as Close does.
+func (c *Consumer) end(err error) {
+	c.mu.Lock()
+	if c.fatal == nil {
+		c.fatal = err
+	}
+	c.dropFetchers()
+	c.mu.Unlock()
+	c.cancel()
+	ctx, cancel := c.n.deadline(context.Background())
+	defer cancel()
+	if c.cfg.Commit != CommitManual {
+		_ = c.Commit(ctx)
+	}
+	if m := c.Member(); m != nil {
+		_ = m.Leave(ctx)
+	}
+}
+
+// regroup follows a new generation of some group that this node applied:
+// the member's assignment is read again from the node's committed state
+// (no proposal) and followed — revoked partitions released, new ones
+// fetched.
+func (c *Consumer) regroup() {
+	m := c.Member()
+	if m == nil || c.isIdle() {
+		return
+	}
+	c.mu.Lock()
+	gen := c.member.Assignment().Generation
+	c.mu.Unlock()
+	if err := m.refresh(); err != nil {
+		return // gone from the group: the next heartbeat joins again
+	}
+	if m.Assignment().Generation == gen {
+		return // another group's generation
+	}
+	c.follow(m, c.assign())
 }
 
 // nextHeartbeat is the wait before the next heartbeat: every, or less if
@@ -442,6 +777,12 @@ func (c *Consumer) nextHeartbeat(every time.Duration) time.Duration {
 	if m == nil {
 		return every
 	}
+	c.mu.Lock()
+	if !c.asking && !c.idle {
+		// Wake when the application's processing bound passes.
+		every = min(every, max(c.askedAt.Add(c.cfg.MaxPollInterval).Sub(c.n.cfg.Clock.Now())+time.Millisecond, time.Millisecond))
+	}
+	c.mu.Unlock()
 	if at, ok := m.nextExpiry(); ok {
 		if d := at.Sub(c.n.cfg.Clock.Now()) + time.Millisecond; d < every {
 			return max(d, 10*time.Millisecond)
@@ -461,7 +802,10 @@ func (c *Consumer) heartbeat() {
 		c.assign()
 		return
 	}
-	_, err := m.Heartbeat(c.ctx)
+	c.mu.Lock()
+	ack := c.ackGen
+	c.mu.Unlock()
+	_, err := m.heartbeat(c.ctx, ack)
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrUnknownMember):
@@ -475,7 +819,8 @@ func (c *Consumer) heartbeat() {
 			return
 		}
 		c.mu.Lock()
-		c.member = nm
+		c.member, m = nm, nm
+		c.ackGen = nm.Assignment().Generation
 		for p, f := range c.fetchers {
 			f.cancel() // they fetch for the old member
 			delete(c.fetchers, p)
@@ -488,16 +833,26 @@ func (c *Consumer) heartbeat() {
 	default:
 		return // retriable: the next heartbeat tries again
 	}
-	c.assign()
+	c.follow(m, c.assign())
 }
 
 // Messages returns an iterator over the consumer's messages, in offset
 // order within each partition. It waits for messages (without using CPU)
-// until ctx ends, the consumer is closed, or a fatal error (the topic or
-// group deleted) — which it yields once, with an empty Delivery, before
-// it stops. Breaking out of the loop is allowed; a later call continues
-// where it stopped. The position of a message counts as handled once the
-// loop body returns for it (or breaks after it).
+// until ctx ends, the consumer is closed, NewConsumer's context ends or a
+// fatal error (the topic or group deleted) — which it yields once, with
+// an empty Delivery, before it stops (ctx's own end too). Breaking out of
+// the loop is allowed; a later call continues where it stopped — within
+// MaxPollInterval: after it a group member has left its group, and the
+// later call joins again. The position of a message counts as handled
+// once the loop body returns for it (or breaks after it).
+//
+// A group member's message is handed out only while the member holds its
+// partition (behaviour 33): before each message the iterator checks that
+// this node's committed assignment still gives the partition to the
+// member and that the member's lease holds (a heartbeat applied within
+// four fifths of the session timeout); a batch read before a rebalance,
+// or a waiting poll answered after the member lost contact with its
+// group for that long, is dropped, never delivered.
 func (c *Consumer) Messages(ctx context.Context) iter.Seq2[Delivery, error] {
 	return func(yield func(Delivery, error) bool) {
 		for {
@@ -508,12 +863,22 @@ func (c *Consumer) Messages(ctx context.Context) iter.Seq2[Delivery, error] {
 			c.rest = fetched{}
 			c.mu.Unlock()
 			if len(f.b.Messages) == 0 {
+				c.asked(true)
 				select {
 				case f = <-c.batches:
+					c.gotBatch()
 				case <-ctx.Done():
+					c.asked(false)
 					yield(Delivery{}, ctx.Err())
 					return
 				case <-c.ctx.Done():
+					c.asked(false)
+					c.mu.Lock()
+					err := c.fatal
+					c.mu.Unlock()
+					if err != nil {
+						yield(Delivery{}, err)
+					}
 					return
 				}
 			}
@@ -522,10 +887,14 @@ func (c *Consumer) Messages(ctx context.Context) iter.Seq2[Delivery, error] {
 				return
 			}
 			for i, msg := range f.b.Messages {
-				if !c.current(f.part, f.id) {
-					break // revoked mid-batch: the rest is the next holder's
+				if !c.deliverable(f.part, f.id) {
+					// Revoked mid-batch, or the member's lease lapsed:
+					// the rest is the next holder's.
+					c.refreshNow()
+					break
 				}
 				more := yield(Delivery{Partition: f.part, Message: msg}, nil)
+				c.asked(false)
 				c.handled(f.part, f.id, msg.Offset+1)
 				if !more {
 					if i+1 < len(f.b.Messages) {
@@ -543,13 +912,28 @@ func (c *Consumer) Messages(ctx context.Context) iter.Seq2[Delivery, error] {
 	}
 }
 
+// gotBatch records that the iterator stopped waiting: it hands the
+// application a batch, whose handling MaxPollInterval bounds.
+func (c *Consumer) gotBatch() {
+	c.mu.Lock()
+	c.asking = false
+	c.mu.Unlock()
+}
+
 // handled records that a partition's messages before next were handled.
 func (c *Consumer) handled(part uint32, id uint64, next uint64) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if f, ok := c.fetchers[part]; ok && f.id == id {
+	f, ok := c.fetchers[part]
+	current := ok && f.id == id
+	// A message of a group member that passed the fence counts even if
+	// its partition is being revoked meanwhile: the revocation commits it.
+	fenced := c.delivering == int64(part) && c.deliveringFor != nil && c.deliveringFor == c.member
+	if current || fenced {
 		c.processed[part] = next
 	}
+	c.delivering, c.deliveringFor = -1, nil
+	c.mu.Unlock()
+	c.signalDelivered()
 }
 
 // afterBatch asks for a commit under CommitAfterBatch. The maintenance
@@ -591,7 +975,7 @@ func (c *Consumer) Commit(ctx context.Context) error {
 		c.forget(offsets)
 		return errors.Join(errs...)
 	}
-	err := m.Commit(ctx, offsets)
+	err := m.commit(ctx, offsets)
 	if !rebalanced(err) {
 		if err == nil {
 			c.forget(offsets)
@@ -602,8 +986,11 @@ func (c *Consumer) Commit(ctx context.Context) error {
 	// that moved (their next holder redelivers from the committed
 	// offset), and commit the ones still held.
 	held := map[uint32]bool{}
-	if a, herr := m.Heartbeat(ctx); herr == nil {
-		for _, p := range a.Partitions {
+	c.mu.Lock()
+	ack := c.ackGen
+	c.mu.Unlock()
+	if a, herr := m.heartbeat(ctx, ack); herr == nil {
+		for _, p := range slices.Concat(a.Partitions, a.Revoking) {
 			held[p] = true
 		}
 	} else {
@@ -616,7 +1003,7 @@ func (c *Consumer) Commit(ctx context.Context) error {
 	if len(offsets) == 0 {
 		return nil
 	}
-	err = m.Commit(ctx, offsets)
+	err = m.commit(ctx, offsets)
 	if err == nil || rebalanced(err) {
 		c.forget(offsets) // committed, or moved again meanwhile
 		return nil
@@ -648,12 +1035,10 @@ func (c *Consumer) forget(committed map[uint32]uint64) {
 func (c *Consumer) Close() error {
 	c.closeOnce.Do(func() {
 		c.cancel()
-		c.wg.Wait()
 		c.mu.Lock()
-		for p := range c.fetchers {
-			c.n.eng.Metrics().DeleteLag(c.t.Stream.Name, c.t.Name, p, c.lagName())
-		}
+		c.dropFetchers() // nothing more is handed out
 		c.mu.Unlock()
+		c.wg.Wait()
 		ctx, cancel := c.n.deadline(context.Background())
 		defer cancel()
 		var errs []error

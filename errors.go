@@ -145,6 +145,11 @@ var (
 	// with Member.Heartbeat; a Consumer does so by itself.
 	ErrNotAssigned     = metadata.ErrNotAssigned
 	ErrStaleGeneration = metadata.ErrStaleGeneration
+	// ErrRebalanceInProgress refuses a poll or commit of a partition that
+	// moved to the member from one still in the group that has not
+	// released it yet (DESIGN behaviour 33): poll again shortly. A
+	// Consumer does so by itself.
+	ErrRebalanceInProgress = metadata.ErrRebalanceInProgress
 	// ErrOffsetRegression refuses a group commit below the offset the
 	// group already committed for the partition.
 	ErrOffsetRegression = metadata.ErrOffsetRegression

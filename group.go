@@ -101,7 +101,14 @@ type MemberConfig struct {
 // Assignment is what a member holds in a generation of its group.
 type Assignment struct {
 	Generation uint64
-	Partitions []uint32 // ascending
+	Partitions []uint32 // ascending: the partitions the member may read
+	// Revoking are partitions the member still holds that are moving to
+	// another member (ascending): it must stop handing their messages
+	// out, may commit them, and releases them with its next Heartbeat or
+	// Commit; only then does the other member get them (DESIGN behaviour
+	// 33: a partition leaves a live member in two steps, as in Kafka's
+	// cooperative protocol).
+	Revoking []uint32
 }
 
 // Member is one member of a consumer group, joined through one node. It
@@ -115,9 +122,14 @@ type Member struct {
 	group string
 	id    uint64
 
+	timeout time.Duration // the session timeout, resolved
+
 	mu    sync.Mutex
 	state GroupInfo // the group as of the member's last refresh
 	gen   uint64    // the generation the member acts in
+	// confirmed is the Now of the member's last join, heartbeat or
+	// commit that was applied: the start of its lease (metadata.LeaseEnd).
+	confirmed int64
 }
 
 // JoinGroup joins consumer group group of topic t and returns the member
@@ -129,14 +141,19 @@ func (n *Node) JoinGroup(ctx context.Context, t Topic, group string, cfg MemberC
 	if _, err := n.topicInfo(ctx, t); err != nil {
 		return nil, err
 	}
+	now := n.cfg.Clock.Now().UnixNano()
 	res, err := n.apply(ctx, metadata.JoinGroup{
 		Stream: t.Stream.ID, Topic: t.ID, Revision: t.Revision, Group: group,
-		Member: cfg.Name, SessionTimeout: cfg.SessionTimeout, Now: n.cfg.Clock.Now().UnixNano(),
+		Member: cfg.Name, SessionTimeout: cfg.SessionTimeout, Now: now,
 	})
 	if err != nil {
 		return nil, n.groupError(err, t)
 	}
-	m := &Member{n: n, topic: t, group: group, id: res.Member}
+	timeout := cfg.SessionTimeout
+	if timeout == 0 {
+		timeout = DefaultSessionTimeout
+	}
+	m := &Member{n: n, topic: t, group: group, id: res.Member, timeout: timeout, confirmed: now}
 	if err := m.refresh(); err != nil {
 		return nil, err
 	}
@@ -173,7 +190,9 @@ func (m *Member) Group() string { return m.group }
 func (m *Member) Assignment() Assignment {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return Assignment{Generation: m.gen, Partitions: m.state.Assigned(m.id)}
+	held, revoking := m.state.Assigned(m.id), m.state.Revoking(m.id)
+	held = slices.DeleteFunc(held, func(p uint32) bool { _, moving := slices.BinarySearch(revoking, p); return moving })
+	return Assignment{Generation: m.gen, Partitions: held, Revoking: revoking}
 }
 
 // Committed returns the group's committed offset for a partition as of
@@ -191,15 +210,31 @@ func (m *Member) Committed(part uint32) (uint64, bool) {
 // Heartbeat keeps the member's session alive and refreshes its
 // assignment, which it returns. It also expires the group's members whose
 // sessions lapsed, so a group notices a dead member at the next heartbeat
-// of any live one.
+// of any live one. It acknowledges the generation the member acts in,
+// which releases the partitions of Assignment.Revoking the member knew
+// of: call it once it hands none of their messages out any more (and has
+// committed them, if it will).
 func (m *Member) Heartbeat(ctx context.Context) (Assignment, error) {
-	_, err := m.n.apply(ctx, metadata.Heartbeat{
+	m.mu.Lock()
+	gen := m.gen
+	m.mu.Unlock()
+	return m.heartbeat(ctx, gen)
+}
+
+// heartbeat is Heartbeat acknowledging generation gen: a Consumer
+// acknowledges the generation whose revoked partitions it is done with.
+func (m *Member) heartbeat(ctx context.Context, gen uint64) (Assignment, error) {
+	now := m.n.cfg.Clock.Now().UnixNano()
+	// A commit of nothing: a heartbeat that acknowledges a generation
+	// (metadata.CommitGroupOffsets).
+	_, err := m.n.apply(ctx, metadata.CommitGroupOffsets{
 		Stream: m.topic.Stream.ID, Topic: m.topic.ID, Revision: m.topic.Revision,
-		Group: m.group, Member: m.id, Now: m.n.cfg.Clock.Now().UnixNano(),
+		Group: m.group, Member: m.id, Generation: gen, Now: now,
 	})
 	if err != nil {
 		return Assignment{}, m.n.groupError(err, m.topic)
 	}
+	m.renew(now)
 	if err := m.refresh(); err != nil {
 		return Assignment{}, err
 	}
@@ -224,23 +259,41 @@ func (m *Member) nextExpiry() (time.Time, bool) {
 	return time.Unix(0, at), found
 }
 
-// check fences a poll: the member must hold part in the current
-// generation since its own generation or earlier, as this node's
-// committed metadata says. A node whose metadata lags serves the poll in
-// the generation it knows: a partition is delivered to at most one member
-// per generation either way.
+// renew starts the member's lease anew at now, the Now of a join,
+// heartbeat or commit of the member that was applied.
+func (m *Member) renew(now int64) {
+	m.mu.Lock()
+	m.confirmed = max(m.confirmed, now)
+	m.mu.Unlock()
+}
+
+// check is the fence of a poll and of a delivery (behaviours 23 and 33),
+// made when a poll is registered and again when its answer comes back
+// with messages, and by a Consumer before each message it hands out:
+//   - the member's lease must hold (metadata.LeaseEnd): a member that had
+//     no heartbeat applied for most of its session timeout — cut off
+//     from the metadata leader, say — may have been expired and its
+//     partitions given to others, who may have committed past what this
+//     answer holds, though its own node has not heard of it;
+//   - the member must hold part in the current generation, since its own
+//     generation or earlier, as this node's committed metadata says, and
+//     part must not be moving away from it (ErrRebalanceInProgress: see
+//     Assignment.Revoking).
+//
+// Both are local reads, no round trip.
 func (m *Member) check(part uint32) error {
-	g, ok := m.n.meta.Group(m.topic.Stream.ID, m.topic.ID, m.group)
-	if !ok {
-		if _, err := m.n.topicAlive(m.topic); err != nil {
-			return err
+	m.mu.Lock()
+	gen, confirmed := m.gen, m.confirmed
+	m.mu.Unlock()
+	err := m.n.meta.CheckDelivery(m.topic.Stream.ID, m.topic.ID, m.group, m.id, gen, part,
+		confirmed, m.timeout, m.n.cfg.Clock.Now().UnixNano())
+	if errors.Is(err, metadata.ErrGroupNotFound) || errors.Is(err, metadata.ErrTopicNotFound) || errors.Is(err, metadata.ErrStreamNotFound) {
+		if _, terr := m.n.topicAlive(m.topic); terr != nil {
+			return terr
 		}
 		return fmt.Errorf("%w: %q on %v", ErrGroupNotFound, m.group, m.topic)
 	}
-	m.mu.Lock()
-	gen := m.gen
-	m.mu.Unlock()
-	return g.CheckHolder(m.id, gen, part)
+	return err
 }
 
 // AtCommitted starts a member's poll at its group's committed offset for
@@ -252,11 +305,28 @@ func AtCommitted() Start { return Start{committed: true} }
 // Poll reads up to max messages from a partition the member holds (see
 // Node.Poll for the options). It is refused with ErrNotAssigned or
 // ErrStaleGeneration when the member does not hold the partition in its
-// generation.
+// generation, and with ErrUnknownMember when it left, was expired, or had
+// no heartbeat (or commit) applied for four fifths of its session
+// timeout (metadata.LeaseEnd) — Heartbeat renews that. The fence is
+// checked when the poll is made and again when its answer arrives: a
+// waiting poll answered after the partition moved, or after the member
+// lost touch with its group for that long, returns the error and no
+// messages (behaviour 33).
 func (m *Member) Poll(ctx context.Context, part uint32, from Start, max int, opts ...PollOption) (Batch, error) {
 	if err := m.check(part); err != nil {
 		return Batch{}, err
 	}
+	b, err := m.poll(ctx, part, from, max, opts...)
+	if err == nil && len(b.Messages) > 0 {
+		if err := m.check(part); err != nil {
+			return Batch{}, err
+		}
+	}
+	return b, err
+}
+
+// poll is Poll without its fence.
+func (m *Member) poll(ctx context.Context, part uint32, from Start, max int, opts ...PollOption) (Batch, error) {
 	if !from.committed {
 		return m.n.Poll(ctx, m.topic, part, from, max, opts...)
 	}
@@ -297,20 +367,46 @@ func (m *Member) resetStart(ctx context.Context, r OffsetReset, part uint32) Sta
 }
 
 // Commit commits the group's offsets (the next offset to read) for
-// partitions the member holds, all or none. It is refused with
+// partitions the member holds (those being revoked included: a commit
+// does not release them, Heartbeat does), all or none. It is refused with
 // ErrNotAssigned or ErrStaleGeneration for a partition the member does
-// not hold in its generation, and ErrOffsetRegression for an offset below
-// the one committed. It also counts as a heartbeat.
+// not hold in its generation, ErrOffsetRegression for an offset below
+// the one committed, and ErrOffsetOutOfRange for one past the
+// partition's end (as StoreOffset refuses it: the group would read
+// nothing there, and every lower commit after it would be a regression).
+// It also counts as a heartbeat.
 func (m *Member) Commit(ctx context.Context, offsets map[uint32]uint64) error {
+	if len(offsets) == 0 {
+		return nil
+	}
+	// A partition's end only grows (truncation and retention move its
+	// start), so an offset within it now stays within it. One round trip
+	// to each partition's leader; a Consumer, whose offsets are those of
+	// messages it delivered, commits without it.
+	for _, p := range slices.Sorted(maps.Keys(offsets)) {
+		po, err := m.n.PartitionOffsets(ctx, m.topic, p, "")
+		if err != nil {
+			return err
+		}
+		if offsets[p] > po.End {
+			return fmt.Errorf("%w: group %q partition %d: offset %d past the log's end %d", ErrOffsetOutOfRange, m.group, p, offsets[p], po.End)
+		}
+	}
+	return m.commit(ctx, offsets)
+}
+
+// commit is Commit for offsets known to be within their partitions.
+func (m *Member) commit(ctx context.Context, offsets map[uint32]uint64) error {
 	if len(offsets) == 0 {
 		return nil
 	}
 	m.mu.Lock()
 	gen := m.gen
 	m.mu.Unlock()
+	now := m.n.cfg.Clock.Now().UnixNano()
 	cmd := metadata.CommitGroupOffsets{
 		Stream: m.topic.Stream.ID, Topic: m.topic.ID, Revision: m.topic.Revision,
-		Group: m.group, Member: m.id, Generation: gen, Now: m.n.cfg.Clock.Now().UnixNano(),
+		Group: m.group, Member: m.id, Generation: gen, Now: now,
 	}
 	for _, p := range slices.Sorted(maps.Keys(offsets)) {
 		cmd.Offsets = append(cmd.Offsets, metadata.GroupOffset{Partition: p, Offset: offsets[p]})
@@ -318,6 +414,7 @@ func (m *Member) Commit(ctx context.Context, offsets map[uint32]uint64) error {
 	if _, err := m.n.apply(ctx, cmd); err != nil {
 		return m.n.groupError(err, m.topic)
 	}
+	m.renew(now)
 	return m.refresh()
 }
 

@@ -23,6 +23,44 @@ func produceAcross(t *testing.T, n *parkway.Node, tp parkway.Topic, parts, per i
 	}
 }
 
+// settleMembers heartbeats the members in turn until no partition is
+// moving between them and they all act in one generation: a partition
+// leaves a live member in two steps (behaviour 33), its holder's
+// heartbeat acknowledging the generation that revokes it. It returns
+// the generation.
+func settleMembers(t *testing.T, ms ...*parkway.Member) uint64 {
+	t.Helper()
+	ctx := ctxFor(t)
+	for range 10 {
+		settled := true
+		var gen uint64
+		for i, m := range ms {
+			a, err := m.Heartbeat(ctx)
+			if err != nil {
+				t.Fatalf("member %d heartbeat: %v", m.ID(), err)
+			}
+			if len(a.Revoking) > 0 || (i > 0 && a.Generation != gen) {
+				settled = false
+			}
+			gen = a.Generation
+		}
+		if settled {
+			// One more round: the last heartbeat may have moved some.
+			for _, m := range ms {
+				a, _ := m.Heartbeat(ctx)
+				if a.Generation != gen || len(a.Revoking) > 0 {
+					settled = false
+				}
+			}
+			if settled {
+				return gen
+			}
+		}
+	}
+	t.Fatal("group never settled")
+	return 0
+}
+
 // drainMember polls every partition a member holds from the group's
 // committed offset until the partitions are empty, committing as it goes,
 // and returns the payloads it read.
@@ -68,14 +106,12 @@ func TestBehaviour23GroupOfThreeOverTwelvePartitions(t *testing.T) {
 			}
 			members = append(members, m)
 		}
+		gen := settleMembers(t, members...)
 		owner := map[uint32]uint64{}
 		for _, m := range members {
-			a, err := m.Heartbeat(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(a.Partitions) != 4 || a.Generation != 3 {
-				t.Fatalf("member %d: %+v, want 4 partitions in generation 3", m.ID(), a)
+			a := m.Assignment()
+			if len(a.Partitions) != 4 || a.Generation != gen {
+				t.Fatalf("member %d: %+v, want 4 partitions in generation %d", m.ID(), a, gen)
 			}
 			for _, p := range a.Partitions {
 				if prev, dup := owner[p]; dup {
@@ -143,9 +179,7 @@ func TestBehaviour23StaleMemberIsFencedAfterExpiry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := a.Heartbeat(ctx); err != nil {
-			t.Fatal(err)
-		}
+		settleMembers(t, a, b)
 		produceAcross(t, n, tp, 6, 4)
 		// b reads two messages of one of its partitions and commits.
 		bp := b.Assignment().Partitions[0]
@@ -191,16 +225,32 @@ func TestBehaviour23StaleMemberIsFencedAfterExpiry(t *testing.T) {
 		if err := a.Commit(ctx, map[uint32]uint64{bp: next.Next}); err != nil {
 			t.Fatal(err)
 		}
-		// b joins again as a new member and gets half back; the
-		// partitions it gets come with the committed offsets.
+		// b joins again as a new member: half of a's partitions start
+		// moving to it (behaviour 33), and a may no longer read them...
 		b2, err := n.JoinGroup(ctx, tp, "g", cfg)
-		if err != nil || b2.ID() == b.ID() || len(b2.Assignment().Partitions) != 3 {
+		if err != nil || b2.ID() == b.ID() || len(b2.Assignment().Partitions) != 0 {
 			t.Fatalf("rejoin: %v %+v, %v", b2.ID(), b2.Assignment(), err)
 		}
-		// a acts in its old generation until it refreshes: the kept
-		// partitions still commit, the moved ones are refused.
-		moved := b2.Assignment().Partitions[0]
-		if _, err := a.Poll(ctx, moved, parkway.AtCommitted(), 1); !errors.Is(err, parkway.ErrNotAssigned) {
+		ra, err := a.Heartbeat(ctx) // learns of the move
+		if err != nil || len(ra.Revoking) != 3 || len(ra.Partitions) != 3 {
+			t.Fatalf("a after b rejoined: %+v, %v; want 3 kept and 3 revoking", ra, err)
+		}
+		moving := ra.Revoking[0]
+		if _, err := a.Poll(ctx, moving, parkway.AtCommitted(), 1); !errors.Is(err, parkway.ErrRebalanceInProgress) {
+			t.Fatalf("poll of a partition being revoked: %v, want ErrRebalanceInProgress", err)
+		}
+		// ...but may commit them until it releases them with its next
+		// heartbeat; then b2 gets them, with the committed offsets.
+		if err := a.Commit(ctx, map[uint32]uint64{moving: 0}); err != nil && !errors.Is(err, parkway.ErrOffsetRegression) {
+			t.Fatalf("commit of a partition being revoked: %v", err)
+		}
+		if _, err := a.Heartbeat(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if a2, err := b2.Heartbeat(ctx); err != nil || len(a2.Partitions) != 3 {
+			t.Fatalf("b2 after a released: %+v, %v", a2, err)
+		}
+		if _, err := a.Poll(ctx, moving, parkway.AtCommitted(), 1); !errors.Is(err, parkway.ErrNotAssigned) {
 			t.Fatalf("poll of a partition that moved: %v, want ErrNotAssigned", err)
 		}
 	})

@@ -56,6 +56,10 @@ type clusterNode struct {
 	waiting map[uint64]awaited // forwarded requests awaiting replies
 	// fwd bounds the forwarded requests this node holds for its peers.
 	fwd *forwardBudget
+	// watching are the forwarded waiting polls awaiting replies, by
+	// partition and request id: told when the partition's leader moves
+	// or the node they went to is declared dead (forward.go).
+	watching map[metadata.Namespace]map[uint64]*forwardWatch
 
 	// applied fires after every metadata entry or snapshot this node
 	// applies: membership calls wait on it (membership.go).
@@ -82,7 +86,8 @@ func newClusterNode(e *Engine) *clusterNode {
 	}
 	c := &clusterNode{e: e, cfg: cfg, peers: peers, bus: cfg.Bus,
 		waiting: make(map[uint64]awaited), applied: newAppliedSignal(), dirs: e.ident,
-		fwd: newForwardBudget(cfg.MaxForwardedPeerBytes, cfg.MaxForwardedBytes)}
+		fwd:      newForwardBudget(cfg.MaxForwardedPeerBytes, cfg.MaxForwardedBytes),
+		watching: make(map[metadata.Namespace]map[uint64]*forwardWatch)}
 	if c.dirs == nil {
 		c.dirs = &dataDir{}
 	} else {
@@ -338,13 +343,46 @@ func (e *Engine) Forward(ctx context.Context, to uint64, req *shard.Request) (sh
 	// large batch needs time to travel to the leader and on to a quorum.
 	t := e.cfg.Clock.NewTimer(e.ForwardTimeout() + req.MaxWait + transferTime(len(payload)))
 	defer t.Stop()
-	select {
-	case b := <-ch:
-		return DecodeResponse(b)
-	case <-t.C():
-		return shard.Response{}, fmt.Errorf("%w: no reply from node %d", shard.ErrOutcomeUnknown, to)
-	case <-ctx.Done():
-		return shard.Response{}, fmt.Errorf("%w: %w", shard.ErrOutcomeUnknown, ctx.Err())
+	// The leader may never answer: it died, or it was cut off and
+	// stepped down. Follow the news instead of waiting out the timer (a
+	// waiting poll's MaxWait, or the forward timeout).
+	w := c.watch(id, req.NS, to)
+	defer c.unwatch(id, req.NS)
+	moved := w.c
+	reads := req.Op == shard.OpPoll || req.Op == shard.OpOffsets || req.Op == shard.OpGetOffset
+	for {
+		select {
+		case b := <-ch:
+			return DecodeResponse(b)
+		case <-t.C():
+			return shard.Response{}, fmt.Errorf("%w: no reply from node %d", shard.ErrOutcomeUnknown, to)
+		case <-ctx.Done():
+			return shard.Response{}, fmt.Errorf("%w: %w", shard.ErrOutcomeUnknown, ctx.Err())
+		case ev := <-moved:
+			newLeader := ev.lead != 0 && ev.lead != to
+			if !reads && newLeader {
+				// A write may or may not have been applied by the old
+				// leader: its outcome is unknown, as at the timer, and
+				// the caller retries it (a produce with its producer
+				// sequence, which the partition deduplicates). Only a
+				// leader the partition's raft group reports ends it: node
+				// liveness may declare a node dead that is only slow to
+				// take a large batch, and the write would start over.
+				return shard.Response{}, fmt.Errorf("%w: node %d lost the lead to %d while it held the request", shard.ErrOutcomeUnknown, to, ev.lead)
+			}
+			if !reads || !ev.dead && !newLeader {
+				// No leader yet (an election is under way), the same one
+				// again, or a write told of a death: keep waiting for the
+				// answer or the next news.
+				continue
+			}
+			// A read may be sent again: the old leader's late answer, if
+			// any, finds no one waiting.
+			if ev.dead {
+				return shard.Response{}, fmt.Errorf("%w: node %d, which held the read, was declared dead", shard.ErrRetry, to)
+			}
+			return shard.Response{}, &shard.NotLeaderError{Leader: ev.lead}
+		}
 	}
 }
 

@@ -124,7 +124,9 @@ func New(cfg Config) (*Engine, error) {
 			// Node liveness (liveness.go) reports dead peers to the shards.
 			Quiesce: true,
 			// Group leaders settle replica moves through the metadata.
-			Settle: c.settle}
+			Settle: c.settle,
+			// Waiting polls forwarded to an old leader follow the new one.
+			LeaderChanged: c.leaderChanged}
 	}
 	// A parked frame's age bound by the shard's clock matches its bound
 	// in passes: MaxPasses reconcile periods.

@@ -291,6 +291,9 @@ func (l *liveness) advance(ctx context.Context, k int64) {
 			l.c.e.cfg.Logger.Info("peer alive again", "peer", p)
 		}
 		l.c.meta.peerLive(p, !dead)
+		if dead {
+			l.c.peerDead(p)
+		}
 		for _, s := range l.c.e.shards {
 			if err := s.SetPeerLive(ctx, p, !dead); err != nil {
 				// The shard is closing (or ctx ended): nothing to wake.

@@ -66,6 +66,11 @@ var (
 	// committed it), or newer than the group's. The member should refresh
 	// its assignment.
 	ErrStaleGeneration = errors.New("parkway: stale consumer group generation")
+	// ErrRebalanceInProgress reports a poll or commit of a partition its
+	// member holds but may not read yet: the partition moved to it from a
+	// member still in the group that has not released it (see
+	// GroupPartition.Releasing). It is retriable: poll again shortly.
+	ErrRebalanceInProgress = errors.New("parkway: partition not yet released by its previous holder")
 	// ErrOffsetRegression reports a group commit below the offset the
 	// group already committed for the partition: a group's committed
 	// offset never goes backwards.

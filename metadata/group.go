@@ -108,7 +108,11 @@ type Heartbeat struct {
 // is alive and, for every partition named, holds it in the current
 // generation and has held it since Generation or earlier (ErrNotAssigned,
 // ErrStaleGeneration), and the offset is not below the one committed
-// (ErrOffsetRegression). It also counts as the member's heartbeat.
+// (ErrOffsetRegression). It also counts as the member's heartbeat. A
+// commit of no offsets is a heartbeat that acknowledges Generation: it
+// releases the partitions the member holds that are moving away since
+// Generation or earlier (GroupPartition.Next), so the member sends it
+// once it hands none of their messages out any more.
 type CommitGroupOffsets struct {
 	Stream, Topic uint32
 	Group         string
@@ -169,6 +173,21 @@ type GroupPartition struct {
 	// Offset is the committed offset (the next to read), when Committed.
 	Offset    uint64
 	Committed bool
+	// Next, when not 0, is the member the partition is moving to: the
+	// rebalance of generation NextSince gave it to Next while Holder was
+	// still in the group, and Holder may still be handing its messages to
+	// its application. A partition moves from a live member in two steps
+	// (revoke, then assign, as Kafka's cooperative protocol does), so that
+	// no message the new holder commits can reach the old holder's
+	// application (behaviour 33): Holder keeps the partition — it may
+	// commit it, its chance to commit what it handled, but a poll of it is
+	// refused with ErrRebalanceInProgress — until it releases it with a
+	// commit of no offsets (a heartbeat that acknowledges a generation) at
+	// a generation at or past NextSince, which shows it acts on a state
+	// that has the move; then a new generation gives the partition to Next. A
+	// holder that leaves or is expired needs no release: its lease lapsed
+	// before it could be expired, and a Consumer stops before it leaves.
+	Next, NextSince uint64
 }
 
 // Assigned returns the partitions member holds, ascending.
@@ -203,16 +222,85 @@ func (g GroupInfo) NextExpiry() (int64, bool) {
 	return at, len(g.Members) > 0
 }
 
-// CheckHolder reports whether member may poll or commit partition part
-// with generation gen under this state of the group: it must be a live
+// CheckHolder reports whether member may poll partition part with
+// generation gen under this state of the group: it must be a live
 // member, hold the partition, and have held it since gen or earlier, with
-// gen not past the group's generation. The errors are those of
-// CommitGroupOffsets.
+// gen not past the group's generation (the errors of CommitGroupOffsets),
+// and the partition must not be moving away from it
+// (ErrRebalanceInProgress: see GroupPartition.Next).
 func (g GroupInfo) CheckHolder(member, gen uint64, part uint32) error {
 	if _, ok := g.Member(member); !ok {
 		return fmt.Errorf("%w: member %d of group %q", ErrUnknownMember, member, g.Name)
 	}
-	return checkHold(g.Name, g.Generation, g.Partitions, member, gen, part)
+	return checkRead(g.Name, g.Generation, g.Partitions, member, gen, part)
+}
+
+// Revoking returns the partitions member holds that are moving to
+// another member (GroupPartition.Next), ascending: it must stop handing
+// them out, commit them if it will, and release them.
+func (g GroupInfo) Revoking(member uint64) []uint32 {
+	var out []uint32
+	for i, p := range g.Partitions {
+		if member != 0 && p.Holder == member && p.Next != 0 {
+			out = append(out, uint32(i))
+		}
+	}
+	return out
+}
+
+// CheckHolder is GroupInfo.CheckHolder against the store's committed
+// state of a group, without copying the group: the check a member makes
+// before each message it hands its application (behaviour 33), so it
+// must stay cheap whatever the group's size. It fails with
+// ErrGroupNotFound when the group (or its topic) is gone.
+func (s *Store) CheckHolder(stream, topic uint32, group string, member, gen uint64, part uint32) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, t, err := s.lookupTopic(stream, topic)
+	if err != nil {
+		return err
+	}
+	g, ok := t.groups[group]
+	if !ok {
+		return fmt.Errorf("%w: %q on topic %d/%d", ErrGroupNotFound, group, stream, topic)
+	}
+	if _, ok := g.members[member]; !ok {
+		return fmt.Errorf("%w: member %d of group %q", ErrUnknownMember, member, g.name)
+	}
+	return checkRead(g.name, g.generation, g.parts, member, gen, part)
+}
+
+// CheckDelivery is the fence of behaviour 33, the one a member applies
+// before it hands its application messages of partition part (a poll's
+// answer, each message of a batch): its lease — from confirmed, the Now
+// of its last applied join, heartbeat or commit, and its session
+// timeout — must hold at now (LeaseEnd; else ErrUnknownMember: it may
+// have been expired), and this store's committed state must give it the
+// partition (CheckHolder). Both are reads of local state.
+func (s *Store) CheckDelivery(stream, topic uint32, group string, member, gen uint64, part uint32, confirmed int64, timeout time.Duration, now int64) error {
+	if now >= LeaseEnd(confirmed, timeout) {
+		return fmt.Errorf("%w: member %d of group %q: no heartbeat applied for %v of its %v session; it may have been expired",
+			ErrUnknownMember, member, group, time.Duration(now-confirmed), timeout)
+	}
+	return s.CheckHolder(stream, topic, group, member, gen, part)
+}
+
+// LeaseEnd is the instant (Unix nanoseconds, on the member's own clock)
+// up to which a member may hand its application messages of the
+// partitions it holds, given confirmed, the Now of its last join,
+// heartbeat or commit that was applied, and its session timeout: until
+// then no command can have expired it, so no other member can hold its
+// partitions (behaviour 33).
+//
+// The session lapses on the group clock, which is the largest Now any
+// proposer sent; a proposer whose clock runs ahead of the member's by d
+// could expire it d early. LeaseEnd keeps a fifth of the timeout as the
+// margin for that, which is what "nodes' clocks must agree to well
+// within a session timeout" means in numbers: up to 2 s for the default
+// 10 s. A member heartbeating at a third of its timeout renews the lease
+// long before it ends, and rides out one lost heartbeat.
+func LeaseEnd(confirmed int64, timeout time.Duration) int64 {
+	return confirmed + int64(timeout) - int64(timeout/5)
 }
 
 // checkHold is the fence of behaviour 23 for a live member, the one check
@@ -232,6 +320,38 @@ func checkHold(name string, generation uint64, parts []GroupPartition, member, g
 		return fmt.Errorf("%w: generation %d, partition %d held since %d, group at %d (group %q)", ErrStaleGeneration, gen, part, p.Since, generation, name)
 	}
 	return nil
+}
+
+// checkRead is checkHold for a poll or a delivery: the partition must
+// also not be moving away from member.
+func checkRead(name string, generation uint64, parts []GroupPartition, member, gen uint64, part uint32) error {
+	if err := checkHold(name, generation, parts, member, gen, part); err != nil {
+		return err
+	}
+	if p := parts[part]; p.Next != 0 {
+		return fmt.Errorf("%w: partition %d is moving from member %d to %d since generation %d (group %q): commit it and heartbeat to release it",
+			ErrRebalanceInProgress, part, member, p.Next, p.NextSince, name)
+	}
+	return nil
+}
+
+// release hands member's partitions that are moving, and whose move it
+// has seen (its command carried generation gen, at or past the move's),
+// to their next holders, in a new generation started at revision rev. It
+// reports whether any moved.
+func (g *group) release(member, gen, rev uint64) bool {
+	ready := func(p GroupPartition) bool { return p.Holder == member && p.Next != 0 && gen >= p.NextSince }
+	if !slices.ContainsFunc(g.parts, ready) {
+		return false
+	}
+	g.generation++
+	g.genRev = rev
+	for i, p := range g.parts {
+		if ready(p) {
+			g.parts[i].Holder, g.parts[i].Since, g.parts[i].Next, g.parts[i].NextSince = p.Next, g.generation, 0, 0
+		}
+	}
+	return true
 }
 
 type group struct {
@@ -290,21 +410,31 @@ func (g *group) expire(now int64) bool {
 // one) and sticky (a member keeps what it holds up to its share; the
 // members holding the most keep the extra partitions when the count does
 // not divide evenly), so a join, leave or expiry moves as few partitions
-// as it can. Deterministic: it depends only on the state.
+// as it can. A partition whose holder is gone goes to its new member at
+// once; one whose holder is still in the group starts moving
+// (GroupPartition.Next) and goes when the holder releases it. What
+// counts as held is where a partition is going (Next) or, when it is not
+// moving, its holder. Deterministic: it depends only on the state.
 func (g *group) rebalance(rev uint64) {
 	g.generation++
 	g.genRev = rev
 	ids := slices.Sorted(maps.Keys(g.members))
 	if len(ids) == 0 {
 		for i := range g.parts {
-			g.parts[i].Holder, g.parts[i].Since = 0, g.generation
+			g.parts[i] = GroupPartition{Since: g.generation, Offset: g.parts[i].Offset, Committed: g.parts[i].Committed}
 		}
 		return
 	}
+	owner := func(p GroupPartition) uint64 {
+		if p.Next != 0 {
+			return p.Next
+		}
+		return p.Holder
+	}
 	held := make(map[uint64]int, len(ids))
 	for _, p := range g.parts {
-		if _, ok := g.members[p.Holder]; ok {
-			held[p.Holder]++
+		if _, ok := g.members[owner(p)]; ok {
+			held[owner(p)]++
 		}
 	}
 	// Shares: everyone gets base; the extra ones go to the members that
@@ -320,10 +450,13 @@ func (g *group) rebalance(rev uint64) {
 		}
 	}
 	count := make(map[uint64]int, len(ids))
+	target := make([]uint64, len(g.parts))
 	var free []int
 	for i, p := range g.parts {
-		if _, ok := g.members[p.Holder]; ok && count[p.Holder] < share[p.Holder] {
-			count[p.Holder]++
+		o := owner(p)
+		if _, ok := g.members[o]; ok && count[o] < share[o] {
+			count[o]++
+			target[i] = o
 			continue
 		}
 		free = append(free, i)
@@ -333,9 +466,24 @@ func (g *group) rebalance(rev uint64) {
 		for count[ids[next]] >= share[ids[next]] {
 			next++
 		}
-		id := ids[next]
-		count[id]++
-		g.parts[i].Holder, g.parts[i].Since = id, g.generation
+		target[i] = ids[next]
+		count[ids[next]]++
+	}
+	for i, to := range target {
+		p := &g.parts[i]
+		_, live := g.members[p.Holder]
+		switch {
+		case !live:
+			// No holder, or one that left or was expired: nothing to
+			// release.
+			p.Holder, p.Since, p.Next, p.NextSince = to, g.generation, 0, 0
+		case to == p.Holder:
+			p.Next, p.NextSince = 0, 0 // stays (a move called off)
+		case to == p.Next:
+			// Still moving there.
+		default:
+			p.Next, p.NextSince = to, g.generation
+		}
 	}
 }
 
@@ -533,7 +681,12 @@ func (s *Store) commitGroupOffsets(c CommitGroupOffsets) (Result, bool, error) {
 	for _, o := range c.Offsets {
 		g.parts[o.Partition].Offset, g.parts[o.Partition].Committed = o.Offset, true
 	}
-	g.commits++
+	if len(c.Offsets) > 0 {
+		g.commits++ // a commit of nothing is a heartbeat
+	}
+	if len(c.Offsets) == 0 && c.Generation <= g.generation {
+		g.release(c.Member, c.Generation, s.revision)
+	}
 	if g.expire(now) {
 		g.rebalance(s.revision)
 	}
@@ -568,6 +721,44 @@ func (s *Store) Groups(stream, topic uint32) []GroupInfo {
 		out = append(out, t.groups[name].info(stream, topic))
 	}
 	return out
+}
+
+// SubscribeGroups is Subscribe for consumer groups: the channel receives
+// a value (coalescing, never blocking the sender) after every join,
+// leave, heartbeat or commit that started a new generation of its group
+// — a rebalance, or a release of partitions moving in two steps — so a
+// member on this node can follow its assignment without waiting for its
+// next heartbeat. Heartbeats and commits that change no assignment wake
+// no one. (A partition count change rebalances through Subscribe's
+// commits.)
+func (s *Store) SubscribeGroups() (wake <-chan struct{}, cancel func()) {
+	return subscribe(&s.mu, &s.groupSubs)
+}
+
+// memberGroupGeneration is the generation, before cmd applies, of the
+// group a join, leave, heartbeat or commit names (isGroup false for
+// other commands; 0 for a group that does not exist). s.mu is held.
+func (s *Store) memberGroupGeneration(cmd Command) (gen uint64, isGroup bool) {
+	var streamID, topicID uint32
+	var name string
+	switch c := cmd.(type) {
+	case JoinGroup:
+		streamID, topicID, name = c.Stream, c.Topic, c.Group
+	case LeaveGroup:
+		streamID, topicID, name = c.Stream, c.Topic, c.Group
+	case Heartbeat:
+		streamID, topicID, name = c.Stream, c.Topic, c.Group
+	case CommitGroupOffsets:
+		streamID, topicID, name = c.Stream, c.Topic, c.Group
+	default:
+		return 0, false
+	}
+	if _, t, err := s.lookupTopic(streamID, topicID); err == nil {
+		if g, ok := t.groups[name]; ok {
+			return g.generation, true
+		}
+	}
+	return 0, true
 }
 
 // GroupClock is the group clock: the largest Now of any applied group

@@ -39,8 +39,9 @@ func groupOf(t *testing.T, s *Store) GroupInfo {
 }
 
 // checkGroup checks the assignment invariants: every partition held by a
-// live member or none only when there are no members, shares differ by
-// at most one, no holder from the future.
+// live member or none only when there are no members, moving only from
+// a member to another one, shares — counted where partitions are going —
+// differ by at most one, no holder or move from the future.
 func checkGroup(t *testing.T, g GroupInfo) {
 	t.Helper()
 	count := map[uint64]int{}
@@ -55,7 +56,16 @@ func checkGroup(t *testing.T, g GroupInfo) {
 		if p.Since > g.Generation {
 			t.Errorf("partition %d held since %d, group at %d", i, p.Since, g.Generation)
 		}
-		count[p.Holder]++
+		owner := p.Holder
+		if p.Next != 0 {
+			owner = p.Next
+			if _, ok := g.Member(p.Next); !ok || p.Next == p.Holder || p.NextSince > g.Generation || p.NextSince < p.Since {
+				t.Errorf("partition %d held by %d since %d moves to %d since %d (group at %d, members %+v)", i, p.Holder, p.Since, p.Next, p.NextSince, g.Generation, g.Members)
+			}
+		} else if p.NextSince != 0 {
+			t.Errorf("partition %d moves nowhere since %d", i, p.NextSince)
+		}
+		count[owner]++
 	}
 	lo, hi := len(g.Partitions), 0
 	for _, m := range g.Members {
@@ -78,6 +88,15 @@ func TestGroupAssignmentIsBalancedAndSticky(t *testing.T) {
 	if g.Generation != 3 {
 		t.Fatalf("generation %d after three joins, want 3", g.Generation)
 	}
+	// The partitions moving from a wait for it to release them.
+	if len(g.Assigned(a)) != 12 || len(g.Revoking(a)) != 8 {
+		t.Fatalf("before a released: a holds %v, revoking %v", g.Assigned(a), g.Revoking(a))
+	}
+	settle(t, s, 3)
+	g = groupOf(t, s)
+	if g.Generation != 4 {
+		t.Fatalf("generation %d after a released, want 4", g.Generation)
+	}
 	for _, m := range []uint64{a, b, c} {
 		if n := len(g.Assigned(m)); n != 4 {
 			t.Errorf("member %d holds %d partitions, want 4", m, n)
@@ -86,13 +105,14 @@ func TestGroupAssignmentIsBalancedAndSticky(t *testing.T) {
 	// A fourth member takes 3 partitions, one from each: nothing else moves.
 	before := g
 	d := join(t, s, "d", 0, 4)
+	settle(t, s, 4)
 	g = groupOf(t, s)
 	moved := 0
 	for i, p := range g.Partitions {
 		if p.Holder != before.Partitions[i].Holder {
 			moved++
-			if p.Holder != d || p.Since != g.Generation {
-				t.Errorf("partition %d moved to %d since %d, want the new member since %d", i, p.Holder, p.Since, g.Generation)
+			if p.Holder != d || p.Since <= before.Generation+1 {
+				t.Errorf("partition %d moved to %d since %d, want the new member since a release after generation %d", i, p.Holder, p.Since, before.Generation+1)
 			}
 		} else if p.Since != before.Partitions[i].Since {
 			t.Errorf("partition %d kept by %d but its since changed %d → %d", i, p.Holder, before.Partitions[i].Since, p.Since)
@@ -148,6 +168,29 @@ func TestGroupSessionExpiry(t *testing.T) {
 	}
 }
 
+// settle has every member holding partitions that are moving away
+// release them (a commit of nothing with the group's generation, as a
+// Member's heartbeat), until none moves.
+func settle(t *testing.T, s *Store, now int64) {
+	t.Helper()
+	for range 10 {
+		g := groupOf(t, s)
+		moving := false
+		for _, m := range g.Members {
+			if len(g.Revoking(m.ID)) > 0 {
+				moving = true
+				if err := commit(s, m.ID, g.Generation, now); err != nil {
+					t.Fatalf("release by %d: %v", m.ID, err)
+				}
+			}
+		}
+		if !moving {
+			return
+		}
+	}
+	t.Fatal("partitions still moving after 10 rounds of releases")
+}
+
 func commit(s *Store, m, gen uint64, now int64, offs ...GroupOffset) error {
 	_, err := s.Apply(CommitGroupOffsets{Stream: 0, Topic: 0, Group: "g", Member: m, Generation: gen, Now: now, Offsets: offs})
 	return err
@@ -163,6 +206,7 @@ func TestBehaviour23GroupCommitFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := join(t, s, "b", time.Minute, 3)
+	settle(t, s, 3)
 	g := groupOf(t, s)
 	moved := g.Assigned(b)[0]
 	kept := g.Assigned(a)[0]
@@ -246,6 +290,7 @@ func TestGroupFollowsPartitionCount(t *testing.T) {
 	s := groupStore(t, 4)
 	a := join(t, s, "a", time.Minute, 1)
 	b := join(t, s, "b", time.Minute, 1)
+	settle(t, s, 1)
 	g := groupOf(t, s)
 	if err := commit(s, g.Partitions[3].Holder, g.Generation, 2, GroupOffset{3, 42}); err != nil {
 		t.Fatal(err)
@@ -394,6 +439,11 @@ func TestRestoreRejectsBadGroups(t *testing.T) {
 		"partition count":   func(g *GroupInfo) { g.Partitions = g.Partitions[:1] },
 		"uncommitted value": func(g *GroupInfo) { g.Partitions[1].Offset = 3 },
 		"next member 0":     func(g *GroupInfo) { g.NextMember = 0 },
+		"moving to itself": func(g *GroupInfo) {
+			g.Partitions[0].Next, g.Partitions[0].NextSince = g.Partitions[0].Holder, g.Generation
+		},
+		"moving to nobody": func(g *GroupInfo) { g.Partitions[0].Next, g.Partitions[0].NextSince = 99, g.Generation },
+		"moving since 0":   func(g *GroupInfo) { g.Partitions[0].NextSince = 1 },
 	} {
 		t.Run(name, func(t *testing.T) {
 			snap := s.Export()
@@ -492,6 +542,7 @@ func TestGroupBoundaries(t *testing.T) {
 		a := join(t, s, "a", time.Minute, 1)
 		before := groupOf(t, s)
 		b := join(t, s, "b", time.Minute, 1)
+		settle(t, s, 1)
 		g := groupOf(t, s)
 		moved := 0
 		for i, p := range g.Partitions {
@@ -504,4 +555,99 @@ func TestGroupBoundaries(t *testing.T) {
 				moved, g.Assigned(a), g.Assigned(b))
 		}
 	})
+}
+
+// Behaviour 33: a partition moves from a live member in two steps. The
+// old holder keeps it — it may commit it, not read it — until a command
+// of its own shows it has seen the move; the new holder can neither read
+// nor commit it before; a holder that leaves or lapses needs no release,
+// and a move is called off when its target goes.
+func TestBehaviour33PartitionMovesFromALiveMemberInTwoSteps(t *testing.T) {
+	s := groupStore(t, 3)
+	a := join(t, s, "a", time.Minute, 1)
+	genA := groupOf(t, s).Generation
+	if err := commit(s, a, genA, 2, GroupOffset{0, 3}, GroupOffset{1, 3}, GroupOffset{2, 3}); err != nil {
+		t.Fatal(err)
+	}
+	b := join(t, s, "b", time.Second, 3)
+	g := groupOf(t, s)
+	rv := g.Revoking(a)
+	if len(rv) != 1 || len(g.Assigned(b)) != 0 {
+		t.Fatalf("after b joined: a revoking %v, b holds %v; want one partition moving, none held yet", rv, g.Assigned(b))
+	}
+	m := rv[0]
+	if p := g.Partitions[m]; p.Holder != a || p.Next != b || p.NextSince != g.Generation {
+		t.Fatalf("moving partition %d: %+v", m, p)
+	}
+	if err := s.CheckHolder(0, 0, "g", a, genA, m); !errors.Is(err, ErrRebalanceInProgress) {
+		t.Fatalf("old holder's read of a moving partition: %v, want ErrRebalanceInProgress", err)
+	}
+	if err := s.CheckHolder(0, 0, "g", a, genA, (m+1)%3); err != nil {
+		t.Fatalf("old holder's read of the partition it keeps: %v", err)
+	}
+	if err := s.CheckHolder(0, 0, "g", b, g.Generation, m); !errors.Is(err, ErrNotAssigned) {
+		t.Fatalf("new holder's read before the release: %v, want ErrNotAssigned", err)
+	}
+	if err := commit(s, b, g.Generation, 4, GroupOffset{m, 9}); !errors.Is(err, ErrNotAssigned) {
+		t.Fatalf("new holder's commit before the release: %v, want ErrNotAssigned", err)
+	}
+	// a commits what it handled, with the generation it knew: accepted,
+	// and not a release (a has not seen the move).
+	if err := commit(s, a, genA, 5, GroupOffset{m, 5}); err != nil {
+		t.Fatal(err)
+	}
+	if g = groupOf(t, s); g.Partitions[m].Holder != a || g.Partitions[m].Offset != 5 {
+		t.Fatalf("after the old holder's commit with its old generation: %+v", g.Partitions[m])
+	}
+	// A commit naming offsets does not release, even with the generation
+	// of the move: only an acknowledgement (a commit of nothing) does.
+	if err := commit(s, a, g.Generation, 5, GroupOffset{m, 5}); err != nil {
+		t.Fatal(err)
+	}
+	if g = groupOf(t, s); g.Partitions[m].Holder != a {
+		t.Fatalf("a commit of offsets released the partition: %+v", g.Partitions[m])
+	}
+	// a's heartbeat (a commit of nothing) with the generation that has
+	// the move releases it, in a new generation.
+	gen := g.Generation
+	if err := commit(s, a, gen, 6); err != nil {
+		t.Fatal(err)
+	}
+	g = groupOf(t, s)
+	if p := g.Partitions[m]; p.Holder != b || p.Next != 0 || p.Since != gen+1 || g.Generation != gen+1 {
+		t.Fatalf("after the release: %+v, group at %d; want b's since %d", p, g.Generation, gen+1)
+	}
+	if err := commit(s, a, g.Generation, 7, GroupOffset{m, 6}); !errors.Is(err, ErrNotAssigned) {
+		t.Fatalf("old holder's commit after the release: %v, want ErrNotAssigned", err)
+	}
+	if err := s.CheckHolder(0, 0, "g", b, g.Generation, m); err != nil {
+		t.Fatalf("new holder's read after the release: %v", err)
+	}
+	if err := commit(s, b, g.Generation, 7, GroupOffset{m, 6}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A third member: one partition starts moving from a or b; its
+	// target lapses before the release: the move is called off.
+	c := join(t, s, "c", time.Second, 8)
+	g = groupOf(t, s)
+	var from uint64
+	for _, id := range []uint64{a, b} {
+		if rv := g.Revoking(id); len(rv) > 0 {
+			from = id
+		}
+	}
+	if from == 0 {
+		t.Fatalf("no partition moving to the third member: %+v", g.Partitions)
+	}
+	mustApply(t, s, Heartbeat{Stream: 0, Topic: 0, Group: "g", Member: a, Now: 8 + 3*sec})
+	g = groupOf(t, s)
+	if _, ok := g.Member(c); ok || len(g.Revoking(from)) != 0 {
+		t.Fatalf("after the target lapsed: members %+v, %d still revoking %v", g.Members, from, g.Revoking(from))
+	}
+	// b lapsed too (its timeout is a second): its partitions went to a
+	// at once, with nothing to release.
+	if len(g.Assigned(a)) != 3 {
+		t.Fatalf("a holds %v after b lapsed, want all three", g.Assigned(a))
+	}
 }

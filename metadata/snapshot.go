@@ -314,6 +314,13 @@ func restoreGroup(rev uint64, t *topic, gi GroupInfo) (*group, error) {
 		if !p.Committed && p.Offset != 0 {
 			return nil, fmt.Errorf("group %q: partition %d: offset %d not committed", gi.Name, i, p.Offset)
 		}
+		if _, ok := g.members[p.Next]; p.Next != 0 && (!ok || p.Next == p.Holder || p.Holder == 0 || p.NextSince > g.generation || p.NextSince < p.Since) {
+			return nil, fmt.Errorf("group %q: partition %d held by %d since generation %d, moving to %d since %d (group at %d)",
+				gi.Name, i, p.Holder, p.Since, p.Next, p.NextSince, g.generation)
+		}
+		if p.Next == 0 && p.NextSince != 0 {
+			return nil, fmt.Errorf("group %q: partition %d moving nowhere since generation %d", gi.Name, i, p.NextSince)
+		}
 	}
 	return g, nil
 }
@@ -334,7 +341,8 @@ func slabOf(max uint32, ids []uint32) slab {
 
 // Snapshot encoding
 //
-//	version     1 byte (4; 3 is the same without the draining nodes and
+//	version     1 byte (5; 4 is the same without the member each group
+//	            partition moves to, 3 also without the draining nodes and
 //	            each partition's leaving and joined replicas, 2 also
 //	            without the nodes and replicas, 1 also without the group
 //	            clock and groups)
@@ -354,7 +362,8 @@ func slabOf(max uint32, ids []uint32) slab {
 //	      next member, members: uvarint count, then each:
 //	        id, name, session timeout, last seen
 //	      partitions: uvarint count, then each:
-//	        holder, since, offset, committed (1 byte, 0 or 1)
+//	        holder, since, offset, committed (1 byte, 0 or 1), then
+//	        (version 5) next, next since
 //	crc         4 bytes little endian, CRC-32C (Castagnoli) of all the above
 //
 // with the field encodings of commands (see EncodeCommand). Decoding is
@@ -364,7 +373,8 @@ const (
 	snapshotVersion1 = 1
 	snapshotVersion2 = 2
 	snapshotVersion3 = 3
-	snapshotVersion  = 4
+	snapshotVersion4 = 4
+	snapshotVersion  = 5
 )
 
 // The smallest encodings of a list element, which bound a list's length
@@ -434,6 +444,8 @@ func EncodeSnapshot(snap StoreSnapshot) ([]byte, error) {
 					} else {
 						e.byte(0)
 					}
+					e.uvarint(p.Next)
+					e.uvarint(p.NextSince)
 				}
 			}
 		}
@@ -466,7 +478,7 @@ func DecodeSnapshot(b []byte) (StoreSnapshot, error) {
 	if ver >= snapshotVersion3 {
 		snap.Nodes = d.ids(MaxNodes)
 	}
-	if ver >= snapshotVersion {
+	if ver >= snapshotVersion4 {
 		snap.Draining = d.ids(MaxNodes)
 	}
 	n := d.count(minStreamSize)
@@ -493,13 +505,13 @@ func DecodeSnapshot(b []byte) (StoreSnapshot, error) {
 				if ver >= snapshotVersion3 {
 					ts.Partitions[i].Replicas = d.ids(MaxReplicas)
 				}
-				if ver >= snapshotVersion {
+				if ver >= snapshotVersion4 {
 					ts.Partitions[i].Leaving = d.ids(MaxReplicas)
 					ts.Partitions[i].Joined = d.ids(MaxReplicas)
 				}
 			}
 			if ver >= snapshotVersion2 {
-				ts.Groups = d.groups()
+				ts.Groups = d.groups(ver >= snapshotVersion)
 			}
 			ss.Topics = append(ss.Topics, ts)
 			if d.err != nil {
@@ -589,7 +601,7 @@ func DecodeGroupSnapshot(b []byte) ([][2]uint64, StoreSnapshot, error) {
 
 // groups decodes a topic's groups; every list is sized only after its
 // count was checked against the bytes that remain.
-func (d *decoder) groups() []GroupInfo {
+func (d *decoder) groups(moving bool) []GroupInfo {
 	n := d.count(minGroupSize)
 	if n == 0 {
 		return nil
@@ -616,6 +628,9 @@ func (d *decoder) groups() []GroupInfo {
 					p.Committed = true
 				default:
 					d.failAt(at, "committed flag not 0 or 1")
+				}
+				if moving {
+					p.Next, p.NextSince = d.uvarint(), d.uvarint()
 				}
 				g.Partitions[i] = p
 			}

@@ -272,9 +272,15 @@ func TestSnapshotEncodingIsPinned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := []byte{4, 5, 0, 0, 0, 1, 1, 1, 's', 2, 1, 0, 1, 't', 3, 5, 1, 0, 0, 0, 0, 2, 3, 0, 0, 0, 4, 0, 0, 0, 0}
+	body := []byte{5, 5, 0, 0, 0, 1, 1, 1, 's', 2, 1, 0, 1, 't', 3, 5, 1, 0, 0, 0, 0, 2, 3, 0, 0, 0, 4, 0, 0, 0, 0}
 	if !bytes.Equal(b[:len(b)-4], body) || len(b) != len(body)+4 {
 		t.Fatalf("EncodeSnapshot = %v, want %v + crc", b, body)
+	}
+	// Version 4, written before partitions moved in two steps, still
+	// decodes: the same without where group partitions are moving.
+	v4 := append([]byte{4}, body[1:]...)
+	if got, err := DecodeSnapshot(append(v4, crc32cLE(v4)...)); err != nil || !reflect.DeepEqual(got, snap) {
+		t.Fatalf("DecodeSnapshot(version 4) = %+v, %v; want %+v", got, err, snap)
 	}
 	// Version 3, written before replicas moved, still decodes: the same
 	// without draining nodes or leaving and joined replicas.
@@ -297,12 +303,37 @@ func TestSnapshotEncodingIsPinned(t *testing.T) {
 	if b, err = EncodeSnapshot(placed); err != nil {
 		t.Fatal(err)
 	}
-	body = []byte{4, 5, 0, 3, 1, 2, 0xac, 0x02, 1, 2, 1, 1, 1, 's', 2, 1, 0, 1, 't', 3, 0, 0, 0, 0, 0, 4, 1, 3, 2, 0xac, 0x02, 1, 1, 2, 1, 1, 0}
+	body = []byte{5, 5, 0, 3, 1, 2, 0xac, 0x02, 1, 2, 1, 1, 1, 's', 2, 1, 0, 1, 't', 3, 0, 0, 0, 0, 0, 4, 1, 3, 2, 0xac, 0x02, 1, 1, 2, 1, 1, 0}
 	if !bytes.Equal(b[:len(b)-4], body) || len(b) != len(body)+4 {
 		t.Fatalf("EncodeSnapshot = %v, want %v + crc", b, body)
 	}
 	if got, err := DecodeSnapshot(b); err != nil || !reflect.DeepEqual(got, placed) {
 		t.Fatalf("DecodeSnapshot = %+v, %v; want %+v", got, err, placed)
+	}
+	// A group partition moving from member 1 to member 2, pinned, and its
+	// version-4 form (no move) decoding.
+	grouped := StoreSnapshot{Revision: 5, Streams: []StreamSnapshot{{ID: 1, Name: "s", CreatedRevision: 2, Topics: []TopicSnapshot{
+		{ID: 0, Name: "t", CreatedRevision: 3, Partitions: []PartitionSnapshot{{CreatedRevision: 3}}, Groups: []GroupInfo{{
+			Name: "g", CreatedRevision: 4, Generation: 3, GenerationRevision: 5, NextMember: 3,
+			Members:    []MemberInfo{{ID: 1, SessionTimeout: 1}, {ID: 2, SessionTimeout: 1}},
+			Partitions: []GroupPartition{{Holder: 1, Since: 1, Offset: 7, Committed: true, Next: 2, NextSince: 3}},
+		}}},
+	}}}}
+	if b, err = EncodeSnapshot(grouped); err != nil {
+		t.Fatal(err)
+	}
+	body = []byte{5, 5, 0, 0, 0, 1, 1, 1, 's', 2, 1, 0, 1, 't', 3, 0, 0, 0, 0, 0, 0, 1, 3, 0, 0, 0,
+		1, 1, 'g', 4, 3, 5, 3, 2, 1, 0, 2, 0, 2, 0, 2, 0, 1, 1, 1, 7, 1, 2, 3}
+	if !bytes.Equal(b[:len(b)-4], body) || len(b) != len(body)+4 {
+		t.Fatalf("EncodeSnapshot = %v, want %v + crc", b, body)
+	}
+	if got, err := DecodeSnapshot(b); err != nil || !reflect.DeepEqual(got, grouped) {
+		t.Fatalf("DecodeSnapshot = %+v, %v; want %+v", got, err, grouped)
+	}
+	v4 = append([]byte{4}, body[1:len(body)-2]...)
+	grouped.Streams[0].Topics[0].Groups[0].Partitions[0].Next, grouped.Streams[0].Topics[0].Groups[0].Partitions[0].NextSince = 0, 0
+	if got, err := DecodeSnapshot(append(v4, crc32cLE(v4)...)); err != nil || !reflect.DeepEqual(got, grouped) {
+		t.Fatalf("DecodeSnapshot(version 4 with a group) = %+v, %v; want %+v", got, err, grouped)
 	}
 	// Version 1, written before consumer groups, still decodes: the same
 	// snapshot without a group clock or groups.

@@ -134,6 +134,8 @@ type Store struct {
 	// subs is copy-on-write, in subscribe order: Apply hands the current
 	// slice to its notification step after releasing mu.
 	subs []*subscription
+	// groupSubs are SubscribeGroups' subscribers, copy-on-write too.
+	groupSubs []*subscription
 	// ann holds the announced commands (see Announce).
 	ann announcements
 }
@@ -189,6 +191,7 @@ func (s *Store) Apply(cmd Command) (Result, error) {
 	}
 	s.mu.Lock()
 	before := s.revision
+	gen, isGroup := s.memberGroupGeneration(cmd)
 	res, wake, err := s.apply(cmd)
 	if r := rangeOf(cmd, res); err == nil && s.revision != before && r.Lo < r.Hi {
 		// Commits that touch no namespace are not recorded: Changes has
@@ -199,6 +202,9 @@ func (s *Store) Apply(cmd Command) (Result, error) {
 	var subs []*subscription
 	if err == nil && wake {
 		subs = s.subs
+	}
+	if err == nil && isGroup && res.Generation != gen {
+		subs = slices.Concat(subs, s.groupSubs)
 	}
 	s.mu.Unlock()
 	for _, sub := range subs {

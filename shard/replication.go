@@ -65,6 +65,12 @@ type Replication struct {
 	// counts node, a replica a move took off the partition (move.go).
 	// It must not block; a settle it loses is proposed again.
 	Settle func(ns metadata.Namespace, epoch, node uint64)
+	// LeaderChanged, if set, is called whenever the group of a partition
+	// this node replicates learns of a new leader (lead), or that it has
+	// none (0). It runs on the pump and must not block. The host re-sends
+	// the waiting polls it forwarded to the old leader, which may never
+	// answer them (a dead node, or one cut off that stepped down).
+	LeaderChanged func(ns metadata.Namespace, lead uint64)
 }
 
 // Raft log defaults.
@@ -1042,6 +1048,9 @@ func (h groupHandler) ConfChanged(index uint64, add bool, node uint64, ctx []byt
 // outcome is now unknown (behaviour: never silently applied twice).
 func (h groupHandler) LeaderChanged(lead uint64) {
 	h.s.setLeader(h.o, lead)
+	if f := h.s.cfg.Replication.LeaderChanged; f != nil {
+		f(h.o.p.Namespace(), lead)
+	}
 	if lead == h.s.cfg.Replication.Node {
 		h.s.considerBalance(h.o)
 		h.s.considerMove(h.o)

@@ -111,10 +111,30 @@ func run() error {
 		}()
 		return nil
 	}
+	// show prints the assignment once it settled: a partition leaves a
+	// consumer that is still in the group in two steps — it stops
+	// handing the partition out, commits it and releases it with its
+	// next heartbeat (a second at this session timeout), and only then
+	// does the partition's new holder get it.
 	show := func(what string) error {
-		g, err := node.Group(ctx, orders, "billing")
-		if err != nil {
-			return err
+		var g parkway.GroupInfo
+		for {
+			var err error
+			if g, err = node.Group(ctx, orders, "billing"); err != nil {
+				return err
+			}
+			moving := false
+			for _, p := range g.Partitions {
+				moving = moving || p.Next != 0
+			}
+			if !moving {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
 		}
 		fmt.Printf("%s (generation %d):\n", what, g.Generation)
 		for _, m := range g.Members {

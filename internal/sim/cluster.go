@@ -257,6 +257,7 @@ func newCluster(cfg Config) *csim {
 	for i := range cfg.Clients {
 		c.clients = append(c.clients, &client{id: i})
 	}
+	c.startMembers()
 	return c
 }
 
@@ -680,6 +681,14 @@ func (c *csim) tick() {
 	switch w := c.rng.IntN(100); {
 	case w < 20:
 		c.clientAct(c.clients[c.rng.IntN(len(c.clients))])
+	case c.cfg.GroupMembers > 0 && w >= 90:
+		// Group members act more often than the other clients: they
+		// heartbeat on the clock (no case when there are none, so the
+		// default seeds' traces stay as they are).
+		ms := c.members()
+		cl := ms[c.rng.IntN(len(ms))]
+		c.cutMember(cl)
+		c.clientAct(cl)
 	case len(units) == 0 || w < 22:
 		// Up to the next due timer, at most a few milliseconds (network
 		// delays are due at times the bus keeps to itself).

@@ -64,6 +64,7 @@ type metaOp struct {
 	proposed   bool
 	proposedAt time.Time
 	created    []metadata.PartitionInfo
+	result     metadata.Result // the last command's
 }
 
 // running lists the nodes clients can reach: those running, once they
@@ -101,6 +102,10 @@ func (c *csim) clientAct(cl *client) {
 			c.event("op=%d meta not committed after %d ticks: propose again", o.id, forwardTicks)
 			c.propose(o)
 		}
+		return
+	}
+	if cl.member != nil {
+		c.memberAct(cl)
 		return
 	}
 	if c.quiescing || c.calming() {
@@ -542,6 +547,9 @@ func (c *csim) finish(o *op, oc outcome, r shard.Response, err error) {
 	}
 	if o.client != nil {
 		o.client.op = nil
+		if o.client.member != nil {
+			c.memberDone(o.client, o)
+		}
 	}
 }
 
@@ -733,6 +741,7 @@ func (c *csim) onMetaResult(d metaAnswer) {
 		return
 	}
 	m.created = append(m.created, d.r.Result.Created...)
+	m.result = d.r.Result
 	if m.step < len(m.steps) {
 		o.maybeApplied = false
 		c.nextCommand(o, d.r.Result)
@@ -748,7 +757,7 @@ func (c *csim) onMetaResult(d metaAnswer) {
 		c.dataOp(cl, n, created[c.rng.IntN(len(created))].NS, c.pickKind())
 	}
 	for i, k := 0, c.rng.IntN(3); i < len(c.clients) && k > 0; i++ {
-		if x := c.clients[i]; x.op == nil {
+		if x := c.clients[i]; x.op == nil && x.member == nil {
 			if n := c.pickNode(); n != nil {
 				c.dataOp(x, n, created[c.rng.IntN(len(created))].NS, c.pickKind())
 			}

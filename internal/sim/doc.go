@@ -248,8 +248,10 @@
 //     groups are checked: each generation of a group incarnation assigns
 //     its partitions the same way wherever and whenever it is observed
 //     (one holder per partition per generation, across nodes, restarts
-//     and snapshot installs), holders are live members, and a partition
-//     incarnation's committed group offset never goes backwards.
+//     and snapshot installs), holders are live members, a partition moving
+//     from its holder (behaviour 33's two-step move) moves to another live
+//     member, and a partition incarnation's committed group offset never
+//     goes backwards.
 //  7. Placement (cluster mode): a replica is built only on a node whose
 //     own metadata places the incarnation there (its replicas, or those
 //     still leaving it); a node removes its copy of a committed
@@ -283,6 +285,28 @@
 //     a second before so that groups quiesce (Result.Faults.DeafCalms):
 //     node liveness is judged both ways, so the others hold it dead
 //     though they hear it.
+//  9. Consumer groups under faults (DESIGN behaviour 33; cluster mode with
+//     Config.GroupMembers, TestClusterGroupMembers): members homed on the
+//     nodes in turn join a group, heartbeat at a third of their session
+//     timeout, produce, poll a partition they hold from the committed
+//     offset with waiting polls and hand each answer to their
+//     application only through the fence a parkway.Consumer applies
+//     (metadata.Store.CheckDelivery on the home node: the member's lease
+//     and the home's committed assignment), checked when the poll is made
+//     and again when its answer arrives, then commit. Partitions and
+//     stops cut members' nodes off, and so does a fault of their own
+//     (Result.Faults.MemberCuts): now and then, while a member has a poll
+//     in flight, its node is cut off for longer than its session timeout;
+//     their sessions lapse, their partitions move, the others commit, the
+//     network heals and the polls retried in place meanwhile are
+//     answered. A partition leaving a live member moves in two steps
+//     (the member acknowledges with its next heartbeat). No message below the
+//     group's committed offset (the largest any node has applied for the
+//     group's incarnation) may reach an application
+//     (Result.Ops.MemberDelivered, MemberFenced count the outcomes). The
+//     members are opt-in, so that the default seeds' traces stay as they
+//     are; their seeds run with the network faults only (no disk faults,
+//     crashes, joins or removals, which stall the metadata log).
 //
 // Panics in the engine (etcd raft's included) are reported as violations
 // of invariant 0, with the seed, rather than crashing the test binary.

@@ -147,6 +147,10 @@ func (gc *groupCheck) group(node string, meta *metadata.Store, t metadata.TopicI
 		if len(g.Members) > 0 && p.Holder == 0 {
 			return fmt.Errorf("%s: group %s of %d/%d: partition %d unheld with %d members", node, g.Name, t.Stream, t.ID, i, len(g.Members))
 		}
+		if _, ok := g.Member(p.Next); p.Next != 0 && (!ok || p.Next == p.Holder || p.NextSince > g.Generation) {
+			return fmt.Errorf("%s: group %s of %d/%d: partition %d held by %d moves to %d since generation %d (group at %d, not to another member)",
+				node, g.Name, t.Stream, t.ID, i, p.Holder, p.Next, p.NextSince, g.Generation)
+		}
 	}
 	gk := genKey{key, g.Generation}
 	if prev, ok := gc.gens[gk]; !ok {

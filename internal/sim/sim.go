@@ -180,6 +180,12 @@ type Config struct {
 	TickInterval time.Duration
 	// Clients is the number of concurrent clients (default 6).
 	Clients int
+	// GroupMembers is the number of consumer group members in cluster
+	// mode (default 0): clients homed on the nodes in turn that share a
+	// consumer group as parkway.Consumer members do (cmembers.go,
+	// invariant 9). They are opt-in so that the default seeds' traces
+	// stay as they are.
+	GroupMembers int
 	// InboxSize is each shard's inbox bound. The default is 4 frames —
 	// small, so bursts fill it — when Faults.InboxBurst is set, and the
 	// production default (shard.DefaultInboxSize) otherwise.
@@ -344,6 +350,10 @@ type FaultCounts struct {
 	Removed        int
 	RemovesRefused int
 	MovesSettled   int
+	// MemberCuts counts the partitions that cut a group member's node off
+	// with its poll in flight (Config.GroupMembers), counted in
+	// Partitions too.
+	MemberCuts int
 
 	// Cluster mode: messages the network dropped, duplicated, delivered
 	// out of order, delayed, or lost to a cut link (partition or stopped
@@ -415,6 +425,9 @@ type OpCounts struct {
 	JoinRetries   int // node additions proposed again after the forward timeout
 	RemoveRetries int // drains and removals proposed again after the forward timeout
 	Rebalances    int // metadata.Rebalance commands the workload issued
+	// Group members (Config.GroupMembers).
+	MemberDelivered int // messages members handed their applications
+	MemberFenced    int // poll answers with messages a member's fence refused
 }
 
 // Result describes a run.
@@ -444,6 +457,7 @@ var invariantNames = [...]string{
 	6: "consumer groups: one assignment per generation, offsets never go back",
 	7: "placement: replicas only where placed, leaders back on their preferred nodes",
 	8: "membership and failover: metadata nodes are the metadata group's voters, joins complete, a dead leader's groups elect new leaders",
+	9: "consumer groups under faults: no message below the group's committed offset reaches a member's application",
 }
 
 // Violation is a failed run: the first invariant found violated.
@@ -487,6 +501,9 @@ func replayCommand(cfg Config) string {
 		return ReplayCommand(cfg.Seed)
 	}
 	cmd := ClusterReplayCommand(cfg.Seed)
+	if cfg.GroupMembers > 0 {
+		cmd = fmt.Sprintf("go test ./internal/sim -run TestClusterGroupMembers -sim.seed=%d", cfg.Seed)
+	}
 	if cfg.Faults.SpareMetadataLog {
 		cmd += " -sim.metafaults=false"
 	}

@@ -190,6 +190,7 @@ func addFaults(t *sim.FaultCounts, f sim.FaultCounts) {
 	t.Removed += f.Removed
 	t.RemovesRefused += f.RemovesRefused
 	t.MovesSettled += f.MovesSettled
+	t.MemberCuts += f.MemberCuts
 	t.MsgDropped += f.MsgDropped
 	t.MsgDuplicated += f.MsgDuplicated
 	t.MsgReordered += f.MsgReordered
@@ -232,6 +233,8 @@ func addOps(t *sim.OpCounts, o sim.OpCounts) {
 	t.JoinRetries += o.JoinRetries
 	t.RemoveRetries += o.RemoveRetries
 	t.Rebalances += o.Rebalances
+	t.MemberDelivered += o.MemberDelivered
+	t.MemberFenced += o.MemberFenced
 }
 
 // Two runs of one seed produce the same event trace, byte for byte (its

@@ -54,6 +54,8 @@ type client struct {
 	id    int
 	extra bool
 	op    *op
+	// member makes the client a consumer group member (cmembers.go).
+	member *gmember
 }
 
 // op is one client operation, over one or more tries (attempts).

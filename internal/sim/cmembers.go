@@ -1,0 +1,298 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/parkway-io/parkway/metadata"
+)
+
+// Consumer group members under faults (cluster mode, Config.GroupMembers;
+// invariant 9, DESIGN behaviour 33). Each member is a client homed on one
+// node, as a parkway.Member is joined through one Node: it joins group
+// memberGroup of a topic, heartbeats at a third of its session timeout
+// (acknowledging its generation, which releases the partitions moving
+// away from it: it hands nothing out between its steps),
+// polls a partition it holds from the committed offset with a waiting
+// poll, hands the batch to its application and commits after it. It
+// hands a batch over only through the fence a Consumer applies before
+// each message (metadata.Store.CheckDelivery on its home node's store:
+// its lease, from its last applied join, heartbeat or commit, and its
+// home's committed assignment), checked when the poll is made and when
+// its answer arrives. Faults do the rest: a network partition or a stop
+// cuts a member's node off, its session lapses, the others take its
+// partitions and commit, the network heals and its waiting poll —
+// retried in place meanwhile — is answered with messages the group has
+// committed since (cutMember makes that scenario a fault of its own).
+// Invariant 9: no message below the group's committed
+// offset (the largest any node has applied for the group's incarnation)
+// is handed to an application.
+
+// BreakMemberFence, when set, makes the simulated members fence a poll
+// only when they make it, not when its answer arrives: the Consumer
+// before behaviour 33, for the proof that invariant 9 catches it. Only
+// tests set it.
+var BreakMemberFence atomic.Bool
+
+// memberGroup is the group the members share on their topic; the random
+// group commands (groupNames) never touch it.
+const memberGroup = "members"
+
+// gmember is one simulated group member.
+type gmember struct {
+	home    uint64
+	timeout time.Duration
+	// The group incarnation it acts in (0: none picked yet).
+	stream, topic uint32
+	topicRev      uint64
+	groupRev      uint64
+	// id is its member id (0: not joined), gen the generation it acts
+	// in, confirmed the Now of its last applied join, heartbeat or
+	// commit (its lease's start), lastBeat when it last heartbeated.
+	id        uint64
+	gen       uint64
+	confirmed int64
+	lastBeat  time.Time
+	// Of the command in flight: its kind and Now; of a poll, the
+	// partition.
+	doing string
+	now   int64
+	part  uint32
+}
+
+// startMembers creates the member clients (after the ordinary ones).
+func (c *csim) startMembers() {
+	for i := range c.cfg.GroupMembers {
+		m := &gmember{home: c.peers[i%len(c.peers)],
+			timeout: time.Duration(1500+c.rng.IntN(1500)) * time.Millisecond}
+		c.clients = append(c.clients, &client{id: len(c.clients), member: m})
+	}
+}
+
+// members are the member clients.
+func (c *csim) members() []*client {
+	return c.clients[len(c.clients)-c.cfg.GroupMembers:]
+}
+
+// cutMember is the scenario of behaviour 33, as a fault: now and then,
+// while member cl has a poll in flight and no partition is in force, its
+// node is cut off from every other for longer than its session timeout
+// (plus 0.5–1.5 s for the others to take its partitions and commit),
+// then the network heals and the poll, retried in place meanwhile, is
+// answered.
+func (c *csim) cutMember(cl *client) {
+	m, o, w := cl.member, cl.op, &c.netf
+	if o == nil || o.kind != kindPoll || w.partitioned || c.quiescing || c.calming() || c.rng.IntN(20) != 0 {
+		return
+	}
+	var rest []uint64
+	for _, id := range c.memberIDs() {
+		if id != m.home {
+			rest = append(rest, id)
+		}
+	}
+	if len(rest) == 0 {
+		return
+	}
+	w.sides = [2][]uint64{{m.home}, rest}
+	w.partitioned = true
+	w.partitionEnd = c.clk.Now().Add(m.timeout + c.randDuration(500*time.Millisecond, 1500*time.Millisecond))
+	c.faults.Partitions++
+	c.faults.MemberCuts++
+	c.event("net partition (member %d's node cut off with its poll op=%d in flight) %v | %v until %v",
+		cl.id, o.id, w.sides[0], w.sides[1], w.partitionEnd.Sub(epoch0))
+	c.applyCuts()
+}
+
+// memberAct lets member client cl start its next operation.
+func (c *csim) memberAct(cl *client) {
+	m := cl.member
+	home := c.node(m.home)
+	if home == nil || !home.reachable() || !home.joined || c.quiescing || c.calming() {
+		return // its process is down or paused with its node
+	}
+	now := c.clk.Now()
+	meta := home.meta
+	t, ok := c.memberTopic(m, meta)
+	if !ok {
+		return
+	}
+	g, ok := meta.Group(t.Stream, t.ID, memberGroup)
+	if !ok {
+		c.memberMeta(cl, home, "create", metadata.CreateGroup{Stream: t.Stream, Topic: t.ID, Name: memberGroup, Revision: t.CreatedRevision})
+		return
+	}
+	if g.CreatedRevision != m.groupRev {
+		m.groupRev, m.id = g.CreatedRevision, 0 // a new incarnation
+	}
+	m.now = now.UnixNano()
+	switch {
+	case m.id == 0:
+		c.memberMeta(cl, home, "join", metadata.JoinGroup{Stream: t.Stream, Topic: t.ID, Group: memberGroup,
+			Member: fmt.Sprintf("m%d", cl.id), SessionTimeout: m.timeout, Now: m.now, Revision: t.CreatedRevision})
+	case now.Sub(m.lastBeat) >= m.timeout/3:
+		// A heartbeat as a Member's: a commit of nothing acknowledging
+		// the generation it acts in, which releases the partitions moving
+		// away from it (it hands out nothing between its steps).
+		m.lastBeat = now
+		c.memberMeta(cl, home, "heartbeat", metadata.CommitGroupOffsets{Stream: t.Stream, Topic: t.ID, Group: memberGroup,
+			Member: m.id, Generation: m.gen, Now: m.now, Revision: t.CreatedRevision})
+	default:
+		if c.rng.IntN(2) == 0 {
+			// The members' topic needs messages: a member produces too.
+			if ns, err := metadata.NewNamespace(t.Stream, t.ID, uint32(c.rng.IntN(t.Partitions))); err == nil {
+				m.doing = "produce"
+				c.dataOp(cl, home, ns, kindProduce)
+			}
+			return
+		}
+		held := g.Assigned(m.id)
+		if len(held) == 0 {
+			return
+		}
+		part := held[c.rng.IntN(len(held))]
+		if err := c.memberFence(m, home, part); err != nil {
+			m.lastBeat = time.Time{} // refresh first
+			return
+		}
+		ns, err := metadata.NewNamespace(t.Stream, t.ID, part)
+		if err != nil {
+			c.fail(0, "member %d: %v", cl.id, err)
+			return
+		}
+		var from uint64
+		if p := g.Partitions[part]; p.Committed {
+			from = p.Offset
+		}
+		m.doing, m.part = "poll", part
+		c.nextOp++
+		o := &op{id: c.nextOp, client: cl, kind: kindPoll, ns: ns, home: home, from: from,
+			count: 1 + c.rng.IntN(8), wait: time.Duration(1+c.rng.IntN(300)) * time.Millisecond, minCount: 1}
+		c.ops.Poll++
+		cl.op = o
+		c.allOps = append(c.allOps, o)
+		o.callEv = c.event("call op=%d member=%d (id %d gen %d) n%d poll ns=%v%s", o.id, cl.id, m.id, m.gen, home.id, ns, o.args())
+		c.send(c.newAttempt(o), home)
+	}
+}
+
+// memberTopic is the topic m's group lives on: the one it used while it
+// is committed on its home, else the first topic home knows.
+func (c *csim) memberTopic(m *gmember, meta *metadata.Store) (metadata.TopicInfo, bool) {
+	if m.topicRev != 0 {
+		if t, ok := meta.Topic(m.stream, m.topic); ok && t.CreatedRevision == m.topicRev {
+			return t, true
+		}
+	}
+	for _, st := range meta.Streams() {
+		for _, t := range meta.Topics(st.ID) {
+			if t.Partitions > 0 {
+				m.stream, m.topic, m.topicRev, m.groupRev, m.id = t.Stream, t.ID, t.CreatedRevision, 0, 0
+				return t, true
+			}
+		}
+	}
+	return metadata.TopicInfo{}, false
+}
+
+// memberFence is the Consumer's fence (Member.check) for m on home.
+func (c *csim) memberFence(m *gmember, home *cnode, part uint32) error {
+	return home.meta.CheckDelivery(m.stream, m.topic, memberGroup, m.id, m.gen, part,
+		m.confirmed, m.timeout, c.clk.Now().UnixNano())
+}
+
+// memberMeta proposes a member's group command through home.
+func (c *csim) memberMeta(cl *client, home *cnode, what string, cmd metadata.Command) {
+	m := cl.member
+	m.doing = what
+	mo := &metaOp{desc: fmt.Sprintf("member %d %s", cl.id, what),
+		steps: []func(metadata.Result) metadata.Command{func(metadata.Result) metadata.Command { return cmd }}}
+	c.nextOp++
+	o := &op{id: c.nextOp, client: cl, kind: kindMeta, home: home, meta: mo}
+	cl.op = o
+	c.metaOps = append(c.metaOps, o)
+	c.ops.Metadata++
+	o.callEv = c.event("call op=%d client=%d n%d meta %s", o.id, cl.id, home.id, mo.desc)
+	c.nextCommand(o, metadata.Result{})
+}
+
+// memberDone takes the end of a member's operation: a group command's
+// result renews its lease and generation (or drops its membership), a
+// poll's batch is handed to the application through the fence and
+// committed after it.
+func (c *csim) memberDone(cl *client, o *op) {
+	m := cl.member
+	home := c.node(m.home)
+	if home == nil {
+		return
+	}
+	if o.kind == kindMeta {
+		switch {
+		case o.outcome == outcomeOK && m.doing == "join":
+			m.id, m.confirmed, m.lastBeat = o.meta.result.Member, m.now, c.clk.Now()
+		case o.outcome == outcomeOK && m.doing != "create":
+			m.confirmed = max(m.confirmed, m.now)
+		case errors.Is(o.err, metadata.ErrUnknownMember):
+			m.id = 0 // expired or gone: join again
+		case o.outcome != outcomeOK:
+			m.lastBeat = time.Time{} // refused or lost: refresh first
+		}
+		if g, ok := home.meta.Group(m.stream, m.topic, memberGroup); ok && o.outcome == outcomeOK && g.Generation >= m.gen {
+			m.gen = g.Generation // Member.refresh
+		}
+		return
+	}
+	if o.kind != kindPoll || o.outcome != outcomeOK || len(o.resp.Messages) == 0 || m.id == 0 {
+		return
+	}
+	var err error
+	if !BreakMemberFence.Load() {
+		err = c.memberFence(m, home, m.part)
+	}
+	if err != nil || !home.reachable() {
+		c.ops.MemberFenced++
+		c.event("member %d (id %d gen %d) drops %d messages of %d at %d: %v", cl.id, m.id, m.gen,
+			len(o.resp.Messages), m.part, o.resp.Messages[0].Offset, errString(err))
+		return
+	}
+	committed, node := c.groupCommitted(m, m.part)
+	for _, msg := range o.resp.Messages {
+		if msg.Offset < committed {
+			c.fail(9, "member %d (id %d, generation %d, on n%d) handed its application message %d of partition %d; the group's committed offset is %d (applied on n%d)",
+				cl.id, m.id, m.gen, m.home, msg.Offset, m.part, committed, node)
+			return
+		}
+	}
+	c.ops.MemberDelivered += len(o.resp.Messages)
+	next := o.resp.Messages[len(o.resp.Messages)-1].Offset + 1
+	m.now = c.clk.Now().UnixNano()
+	c.memberMeta(cl, home, "commit", metadata.CommitGroupOffsets{Stream: m.stream, Topic: m.topic, Group: memberGroup,
+		Member: m.id, Generation: m.gen, Offsets: []metadata.GroupOffset{{Partition: m.part, Offset: next}},
+		Now: m.now, Revision: m.topicRev})
+}
+
+// groupCommitted is the group's committed offset of part as far as any
+// node knows (each applies the log at its own pace; what one applied is
+// committed), for m's group incarnation, and a node that applied it.
+func (c *csim) groupCommitted(m *gmember, part uint32) (uint64, uint64) {
+	var off, at uint64
+	for _, n := range c.nodes {
+		if n.down || n.meta == nil {
+			continue
+		}
+		t, ok := n.meta.Topic(m.stream, m.topic)
+		if !ok || t.CreatedRevision != m.topicRev {
+			continue
+		}
+		g, ok := n.meta.Group(m.stream, m.topic, memberGroup)
+		if !ok || g.CreatedRevision != m.groupRev || int(part) >= len(g.Partitions) {
+			continue
+		}
+		if p := g.Partitions[part]; p.Committed && p.Offset > off {
+			off, at = p.Offset, n.id
+		}
+	}
+	return off, at
+}

@@ -1,0 +1,102 @@
+package sim_test
+
+import (
+	"errors"
+	"os"
+	"testing"
+
+	"github.com/parkway-io/parkway/internal/sim"
+)
+
+// defaultMemberSeeds is how many seeds TestClusterGroupMembers runs.
+const defaultMemberSeeds = 10
+
+// memberConfig is the configuration of the member seeds (invariant 9):
+// three nodes with a consumer group member on each, twice the default
+// steps; the default cluster network faults, but partitions and stopped
+// nodes — which cut a member's node off, so that its session lapses and
+// its partitions move — five times as often; slow builds; and none of
+// the faults that stall the metadata log every step of a member goes
+// through (disk faults, crashes, joins and removals: the default seeds
+// have those).
+func memberConfig(seed uint64) sim.Config {
+	cfg := clusterConfig(seed)
+	cfg.Nodes, cfg.GroupMembers, cfg.Steps = 3, 3, 24000
+	f := &cfg.Faults
+	f.DiskFull, f.DiskError, f.Crash, f.QuiescedCrash, f.Join, f.Remove = 0, 0, 0, 0, 0, 0
+	f.Net.Partition *= 5
+	f.Net.Stop *= 5
+	return cfg
+}
+
+// TestClusterGroupMembers runs cluster seeds with consumer group members
+// (DESIGN behaviour 33, invariant 9): under the default cluster faults —
+// partitions and stops cut members' nodes off, their sessions lapse,
+// their partitions move, the others commit, the network heals — no
+// member hands its application a message below the group's committed
+// offset. -sim.seed S replays one, -sim.seeds N runs more.
+func TestClusterGroupMembers(t *testing.T) {
+	list := seeds(t, defaultMemberSeeds)
+	_, replay := replaySeed(t)
+	runs := runSeeds(list, func(seed uint64) sim.Config {
+		cfg := memberConfig(seed)
+		if *flagTrace && replay {
+			cfg.Trace = os.Stdout
+		}
+		return cfg
+	}, false)
+	var ops sim.OpCounts
+	var faults sim.FaultCounts
+	failures := 0
+	for i, r := range runs {
+		addOps(&ops, r.res.Ops)
+		addFaults(&faults, r.res.Faults)
+		if r.err == nil {
+			continue
+		}
+		var v *sim.Violation
+		if errors.As(r.err, &v) && v.Known != "" && !*flagKnown {
+			t.Logf("seed %d: skipped, known bug: %s\n  replay: %s", list[i], v.Known, v.Replay)
+			continue
+		}
+		failures++
+		if failures <= 5 {
+			t.Errorf("seed %d: %v", list[i], r.err)
+		}
+	}
+	if !replay && len(list) > 0 {
+		// The members' runs are as deterministic as the others.
+		again, _ := sim.Run(memberConfig(list[0]))
+		if again.TraceHash != runs[0].res.TraceHash {
+			t.Errorf("seed %d: trace hash %x, then %x", list[0], runs[0].res.TraceHash, again.TraceHash)
+		}
+	}
+	if ops.MemberDelivered == 0 {
+		t.Errorf("no member delivered anything: the scenario did not run")
+	}
+	t.Logf("%d seeds: members delivered %d messages, fenced %d answers; faults %+v", len(runs), ops.MemberDelivered, ops.MemberFenced, faults)
+}
+
+// The proof that invariant 9 bites: members that fence a poll only when
+// they make it (sim.BreakMemberFence), as the Consumer did before
+// behaviour 33, hand their applications messages the group committed
+// while they were cut off, on some of the member seeds.
+func TestClusterGroupMembersCatchUnfencedDelivery(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs member seeds until one fails")
+	}
+	sim.BreakMemberFence.Store(true)
+	defer sim.BreakMemberFence.Store(false)
+	list := make([]uint64, 2*defaultMemberSeeds)
+	for i := range list {
+		list[i] = uint64(i)
+	}
+	for i, r := range runSeeds(list, memberConfig, true) {
+		var v *sim.Violation
+		if errors.As(r.err, &v) && v.Invariant == 9 {
+			t.Logf("seed %d: %s", list[i], v.Detail)
+			return
+		}
+	}
+	t.Fatalf("no member seed in 0..%d caught a delivery below the committed offset without the fence", len(list)-1)
+}
