@@ -77,6 +77,18 @@ func TestClusterGroupMembers(t *testing.T) {
 	t.Logf("%d seeds: members delivered %d messages, fenced %d answers; faults %+v", len(runs), ops.MemberDelivered, ops.MemberFenced, faults)
 }
 
+// unfencedConfig is memberConfig without the one-way, clog and clock
+// faults, whose draws moved every seed's schedule when they were added:
+// the unfenced delivery is a rare interleaving (a poll answered after
+// its member's session lapsed and another member committed), and these
+// faults only thin out the cuts that make it.
+func unfencedConfig(seed uint64) sim.Config {
+	cfg := memberConfig(seed)
+	cfg.Faults.Net.OneWay, cfg.Faults.Net.Clog = 0, 0
+	cfg.Faults.Clock = sim.ClockFaultRates{}
+	return cfg
+}
+
 // The proof that invariant 9 bites: members that fence a poll only when
 // they make it (sim.BreakMemberFence), as the Consumer did before
 // behaviour 33, hand their applications messages the group committed
@@ -91,7 +103,7 @@ func TestClusterGroupMembersCatchUnfencedDelivery(t *testing.T) {
 	for i := range list {
 		list[i] = uint64(i)
 	}
-	for i, r := range runSeeds(list, memberConfig, true) {
+	for i, r := range runSeeds(list, unfencedConfig, true) {
 		var v *sim.Violation
 		if errors.As(r.err, &v) && v.Invariant == 9 {
 			t.Logf("seed %d: %s", list[i], v.Detail)
