@@ -31,9 +31,10 @@ text; others as base64 in "key_base64", "value_base64" and
 timestamp and the time the node appended the message). S and T are
 names or numeric ids.
 
-It reads the partition as a node restoring it would, changing nothing;
-records a node would still replay from its journal are not shown (a
-warning says so), nor are those past a torn tail.
+It reads the partition as a node restoring it would, changing nothing:
+the records of its files, then those the node's journal holds beyond
+them, which a node opening DIR replays into the files; a partition with
+no directory yet that lives in the journal is read from the journal.
 
 Exit codes: 0 ok; 1 damaged data stopped the dump (the messages before
 it are printed); 2 usage error (including no such stream, topic,

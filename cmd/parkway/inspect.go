@@ -86,7 +86,7 @@ type partitionView struct {
 	Topic       string        `json:"topic"`
 	Partition   uint32        `json:"partition"`
 	Incarnation uint64        `json:"incarnation"`
-	Status      string        `json:"status"` // ok, missing, orphan, or what is wrong
+	Status      string        `json:"status"` // ok, journal, missing, orphan, or what is wrong
 	Start       uint64        `json:"start"`
 	End         uint64        `json:"end"`
 	Bytes       int64         `json:"bytes"`
