@@ -119,6 +119,10 @@ func TestDeferredPartitions(t *testing.T) {
 			if msgs := dumpLines(t, r.stdout); r.code != 0 || len(msgs) != 1 || msgs[0].Offset != 1 {
 				t.Fatalf("dump --from 1 --count 1:\n%v", r)
 			}
+			r = runBin(t, "dump", dir, "--stream", "shop", "--topic", "orders", "--partition", "1")
+			if r.code != 0 || r.stdout != "" {
+				t.Fatalf("dump of the empty partition:\n%v", r)
+			}
 			if checksum(t, dir) != before {
 				t.Fatal("a read-only command changed the directory")
 			}

@@ -290,7 +290,7 @@ func inspect(d *dataDir) (*inspection, error) {
 // status "journal", and END the end of the records the journal holds of
 // it, which the node rebuilds the partition from.
 func journalOnly(d *dataDir, meta *metadata.Store, pi metadata.PartitionInfo, pv *partitionView) {
-	if tp, ok := meta.Topic(pi.NS.Stream(), pi.NS.Topic()); ok && tp.Config.Fsync == metadata.FsyncNever {
+	if neverSynced(meta, pi.NS) {
 		return
 	}
 	t, err := d.store.JournalTail(pi.NS, 0)

@@ -231,7 +231,7 @@ func (v *verifier) run() int {
 // policy (FsyncDefault), which this tool does not know, when that default
 // is FsyncNever.
 func (v *verifier) deferred(meta *metadata.Store, pi metadata.PartitionInfo) bool {
-	if tp, ok := meta.Topic(pi.NS.Stream(), pi.NS.Topic()); ok && tp.Config.Fsync == metadata.FsyncNever {
+	if neverSynced(meta, pi.NS) {
 		return false
 	}
 	dir := partitionDir(v.d.path, pi.NS)
