@@ -34,21 +34,10 @@ import (
 // them again, skipping what the first attempt appended. The removals need
 // not be durable for the same reason.
 func (s *FileStore) replayJournals() error {
-	dir := s.journalPath()
-	names, err := s.fs.ReadDir(dir)
-	if isNotExist(err) || errors.Is(err, syscall.ENOTDIR) {
-		return nil
-	}
+	files, err := s.journalFiles()
 	if err != nil {
-		return fmt.Errorf("parkway: journal: %w", err)
+		return err
 	}
-	var files []uint64
-	for _, n := range names {
-		if seq, ok := parseJournalName(n); ok {
-			files = append(files, seq)
-		}
-	}
-	slices.Sort(files)
 	if len(files) == 0 {
 		return nil
 	}
@@ -86,6 +75,25 @@ func (s *FileStore) replayJournals() error {
 	return nil
 }
 
+// journalFiles lists the numbers of the journal files, in order.
+func (s *FileStore) journalFiles() ([]uint64, error) {
+	names, err := s.fs.ReadDir(s.journalPath())
+	if isNotExist(err) || errors.Is(err, syscall.ENOTDIR) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("parkway: journal: %w", err)
+	}
+	var files []uint64
+	for _, n := range names {
+		if seq, ok := parseJournalName(n); ok {
+			files = append(files, seq)
+		}
+	}
+	slices.Sort(files)
+	return files, nil
+}
+
 // replayPartition applies entries, all of namespace ns, to its partition.
 func (s *FileStore) replayPartition(ns metadata.Namespace, entries []journalEntry) error {
 	if err := s.acquire(ns); err != nil {
@@ -110,13 +118,7 @@ func (s *FileStore) replayPartition(ns metadata.Namespace, entries []journalEntr
 	// an older incarnation or none, that one is rebuilt from the journal.
 	// One that was deleted comes back too: the node's orphan sweep,
 	// which runs after the replay, removes it.
-	var fresh uint64
-	rebuild := false
-	for _, e := range entries {
-		if e.fresh && e.first == 0 && (!have || e.epoch > inc) && (!rebuild || e.epoch > fresh) {
-			fresh, rebuild = e.epoch, true
-		}
-	}
+	fresh, rebuild := rebuildEpoch(entries, inc, have)
 	var p *filePartition
 	switch {
 	case rebuild:
@@ -148,18 +150,42 @@ func (s *FileStore) replayPartition(ns metadata.Namespace, entries []journalEntr
 	return p.Close() // syncs what was appended, and the layout
 }
 
+// rebuildEpoch is the incarnation a replay rebuilds from entries (all of
+// one partition) alone, and whether it does: the newest with a fresh entry
+// at offset 0 that is newer than the directory's (inc, if have).
+func rebuildEpoch(entries []journalEntry, inc uint64, have bool) (uint64, bool) {
+	var fresh uint64
+	rebuild := false
+	for _, e := range entries {
+		if e.fresh && e.first == 0 && (!have || e.epoch > inc) && (!rebuild || e.epoch > fresh) {
+			fresh, rebuild = e.epoch, true
+		}
+	}
+	return fresh, rebuild
+}
+
 // applyJournal appends to p what entries hold of its incarnation beyond
 // its log's end, in order (see replayJournals).
 func (p *filePartition) applyJournal(entries []journalEntry) error {
+	return walkJournal(entries, p.ns, p.epoch, func() uint64 { return p.next }, func(msgs []Message) error {
+		_, err := p.Append(msgs)
+		return err
+	})
+}
+
+// walkJournal passes to apply, in order, what entries hold of ns at epoch
+// beyond next() (the log's end, which apply advances), as a replay appends
+// it.
+func walkJournal(entries []journalEntry, ns metadata.Namespace, epoch uint64, next func() uint64, apply func([]Message) error) error {
 	for _, e := range entries {
-		if e.ns != p.ns || e.epoch != p.epoch {
+		if e.ns != ns || e.epoch != epoch {
 			continue // another partition's, or another incarnation's
 		}
 		end := e.first + uint64(len(e.msgs))
-		if end <= p.next {
+		if end <= next() {
 			continue // held already
 		}
-		if e.first > p.next {
+		if e.first > next() {
 			if e.uncertain {
 				// Written for FsyncInterval without an fdatasync: a
 				// power loss may have lost the records before it (in
@@ -167,9 +193,9 @@ func (p *filePartition) applyJournal(entries []journalEntry) error {
 				// policy allows. Nothing certain comes after them.
 				continue
 			}
-			return corruptf(e.path, e.pos, "journal record of %v at offsets [%d, %d), but its log ends at %d", p.ns, e.first, end, p.next)
+			return corruptf(e.path, e.pos, "journal record of %v at offsets [%d, %d), but its log ends at %d", ns, e.first, end, next())
 		}
-		if _, err := p.Append(e.msgs[p.next-e.first:]); err != nil {
+		if err := apply(e.msgs[next()-e.first:]); err != nil {
 			return err
 		}
 	}

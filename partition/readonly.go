@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/vfs"
@@ -467,4 +468,85 @@ func (s *FileStore) VerifyJournals() ([]JournalFile, []Problem, error) {
 		files = append(files, jf)
 	}
 	return files, out, nil
+}
+
+// JournalTail is what the journal files hold of one partition that its
+// files lack, as a node opening the directory replays it
+// (replayPartition): read with the node's decoder, changing nothing.
+type JournalTail struct {
+	// Epoch is the incarnation the replay applies Messages to.
+	Epoch uint64
+	// Rebuild reports that the replay builds the partition from the
+	// journal alone: its directory is missing, or holds an older
+	// incarnation, and the journal holds the incarnation's records from
+	// offset 0 on, written before its directory was durable (a deferred
+	// partition, see BuildDeferred).
+	Rebuild bool
+	// Messages are the records the replay appends, in offset order: from
+	// offset 0 if Rebuild, else from the end of the files' log.
+	Messages []Message
+	// Entries counts the journal's entries of the partition, of any
+	// incarnation, including those the replay skips.
+	Entries int
+}
+
+// JournalTail returns what the journal holds of ns beyond filesEnd, the
+// end of its files' log (ignored when the directory holds no
+// incarnation). A journal file that cannot be decoded is an error, as it
+// is for the node's replay.
+func (s *FileStore) JournalTail(ns metadata.Namespace, filesEnd uint64) (JournalTail, error) {
+	var out JournalTail
+	if err := checkNamespace(ns); err != nil {
+		return out, err
+	}
+	files, err := s.journalFiles()
+	if err != nil {
+		return out, err
+	}
+	var entries []journalEntry
+	for _, seq := range files {
+		path := s.journalFile(seq)
+		b, err := vfs.ReadFile(s.fs, path)
+		if err != nil {
+			return out, fmt.Errorf("parkway: journal: %w", err)
+		}
+		all, err := decodeJournal(b, path)
+		if err != nil {
+			return out, err
+		}
+		for _, e := range all {
+			if e.ns == ns {
+				entries = append(entries, e)
+			}
+		}
+	}
+	out.Entries = len(entries)
+	if len(entries) == 0 {
+		return out, nil
+	}
+	inc, err := readIncarnation(s.fs, s.partitionDir(ns))
+	have := err == nil
+	switch {
+	case err == nil:
+	case isNotExist(err), errors.Is(err, syscall.ENOTDIR), errors.Is(err, errBadIncarnation):
+	default:
+		return out, err
+	}
+	epoch, rebuild := rebuildEpoch(entries, inc, have)
+	next := filesEnd
+	switch {
+	case rebuild:
+		next = 0
+	case !have:
+		return out, nil // the replay skips them all
+	default:
+		epoch = inc
+	}
+	out.Epoch, out.Rebuild = epoch, rebuild
+	err = walkJournal(entries, ns, epoch, func() uint64 { return next }, func(msgs []Message) error {
+		out.Messages = append(out.Messages, msgs...)
+		next = msgs[len(msgs)-1].Offset + 1
+		return nil
+	})
+	return out, err
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -30,9 +31,10 @@ text; others as base64 in "key_base64", "value_base64" and
 timestamp and the time the node appended the message). S and T are
 names or numeric ids.
 
-It reads the partition as a node restoring it would, changing nothing;
-records a node would still replay from its journal are not shown (a
-warning says so), nor are those past a torn tail.
+It reads the partition as a node restoring it would, changing nothing:
+the records of its files, then those the node's journal holds beyond
+them, which a node opening DIR replays into the files; a partition with
+no directory yet that lives in the journal is read from the journal.
 
 Exit codes: 0 ok; 1 damaged data stopped the dump (the messages before
 it are printed); 2 usage error (including no such stream, topic,
@@ -97,10 +99,22 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if files, _, err := d.store.VerifyJournals(); err == nil && journalRecords(files) > 0 {
-		fmt.Fprintln(stderr, "parkway: warning: the directory has a journal whose records a node replays into its partitions when it opens the directory; those not yet in the partition's files are not shown")
-	}
 	p, err := d.store.Build(ns, epoch)
+	if err != nil && errors.Is(err, fs.ErrNotExist) {
+		// No directory (or another incarnation's): a deferred partition
+		// lives in the node's journal until it needs files, and the
+		// node rebuilds it from there (DESIGN behaviour 32).
+		t, terr := d.store.JournalTail(ns, 0)
+		_, serr := d.fsys.Stat(partitionDir(d.path, ns))
+		switch {
+		case terr == nil && t.Rebuild && t.Epoch == epoch:
+			return dumpMessages(stdout, t.Messages, 0, *from, *count)
+		case terr == nil && t.Entries == 0 && errors.Is(serr, fs.ErrNotExist) && !neverSynced(meta, ns):
+			// No record yet (or a lost directory: parkway verify notes
+			// that the two look the same).
+			return dumpMessages(stdout, nil, 0, *from, *count)
+		}
+	}
 	if err != nil {
 		path, off := locate(err, partitionDir(d.path, ns))
 		if errors.Is(err, partition.ErrCorrupt) {
@@ -109,16 +123,25 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 		return dirErr(fmt.Errorf("partition %s/%s/%d: %w", *stream, *topic, *part, err))
 	}
 	defer p.Close()
+	// The records the node acknowledged through its journal and replays
+	// into the files when it opens the directory follow the files' own.
+	var tail []partition.Message
+	if t, err := d.store.JournalTail(ns, p.NextOffset()); err != nil {
+		fmt.Fprintf(stderr, "parkway: warning: the journal cannot be read (%v); the records a node would replay from it into the partition's files are not shown\n", describe(err))
+	} else if !t.Rebuild {
+		tail = t.Messages
+	}
+	end := p.NextOffset() + uint64(len(tail))
 	next := p.StartOffset()
 	if *from >= 0 {
 		next = uint64(*from)
 	}
-	if next < p.StartOffset() || next > p.NextOffset() {
-		return usageErr("dump: offset %d is outside the partition's log [%d, %d)", next, p.StartOffset(), p.NextOffset())
+	if next < p.StartOffset() || next > end {
+		return usageErr("dump: offset %d is outside the partition's log [%d, %d)", next, p.StartOffset(), end)
 	}
 	left := uint64(*count)
 	if *count < 0 {
-		left = p.NextOffset() - next
+		left = end - next
 	}
 	w := bufio.NewWriter(stdout)
 	defer w.Flush()
@@ -153,6 +176,46 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 		}
 		next = msgs[len(msgs)-1].Offset + 1
 		left -= uint64(len(msgs))
+	}
+	if left > 0 && next >= p.NextOffset() && next < end {
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		return dumpMessages(stdout, tail, p.NextOffset(), int64(next), int64(left))
+	}
+	return w.Flush()
+}
+
+// neverSynced reports whether ns's topic is configured FsyncNever: its
+// partitions get files when they are built, never living in the journal.
+func neverSynced(meta *metadata.Store, ns metadata.Namespace) bool {
+	tp, ok := meta.Topic(ns.Stream(), ns.Topic())
+	return ok && tp.Config.Fsync == metadata.FsyncNever
+}
+
+// dumpMessages prints, as JSON lines, count (all if negative) of msgs,
+// which hold the offsets from start on, from offset from (start if
+// negative).
+func dumpMessages(stdout io.Writer, msgs []partition.Message, start uint64, from, count int64) error {
+	end := start + uint64(len(msgs))
+	next := start
+	if from >= 0 {
+		next = uint64(from)
+	}
+	if next < start || next > end {
+		return usageErr("dump: offset %d is outside the partition's log [%d, %d)", next, start, end)
+	}
+	msgs = msgs[next-start:]
+	if count >= 0 && uint64(count) < uint64(len(msgs)) {
+		msgs = msgs[:count]
+	}
+	w := bufio.NewWriter(stdout)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	for i := range msgs {
+		if err := enc.Encode(dumped(&msgs[i])); err != nil {
+			return err
+		}
 	}
 	return w.Flush()
 }

@@ -86,7 +86,7 @@ type partitionView struct {
 	Topic       string        `json:"topic"`
 	Partition   uint32        `json:"partition"`
 	Incarnation uint64        `json:"incarnation"`
-	Status      string        `json:"status"` // ok, missing, orphan, or what is wrong
+	Status      string        `json:"status"` // ok, journal, missing, orphan, or what is wrong
 	Start       uint64        `json:"start"`
 	End         uint64        `json:"end"`
 	Bytes       int64         `json:"bytes"`
@@ -248,10 +248,19 @@ func inspect(d *dataDir) (*inspection, error) {
 			pv.Status = "not here" // placed on other nodes, or missing
 		case !ok:
 			pv.Status = "missing"
+			journalOnly(d, meta, pi, &pv)
 		case epoch != pi.CreatedRevision:
 			pv.Status = fmt.Sprintf("directory holds incarnation %d", epoch)
 		default:
 			consumers := readPartition(d, pi.NS, epoch, &pv)
+			if pv.Status != "" && !strings.HasPrefix(pv.Status, "unreadable") && !strings.HasPrefix(pv.Status, "damaged") {
+				// Records the node acknowledged through the journal and
+				// replays into the files when it opens the directory.
+				if t, err := d.store.JournalTail(pi.NS, pv.End); err == nil && !t.Rebuild && len(t.Messages) > 0 {
+					pv.End = t.Messages[len(t.Messages)-1].Offset + 1
+					pv.Status += fmt.Sprintf(" (%d records in the journal only)", len(t.Messages))
+				}
+			}
 			for _, name := range sortedKeys(consumers) {
 				in.Consumers = append(in.Consumers, consumerView{Stream: sn, Topic: tn, Partition: pi.Partition, Consumer: name, Offset: consumers[name]})
 			}
@@ -274,6 +283,28 @@ func inspect(d *dataDir) (*inspection, error) {
 		in.Journal = jfiles
 	}
 	return in, nil
+}
+
+// journalOnly fills in pv for a single node's partition that has no
+// directory, when it lives in the node's journal (see verifier.deferred):
+// status "journal", and END the end of the records the journal holds of
+// it, which the node rebuilds the partition from.
+func journalOnly(d *dataDir, meta *metadata.Store, pi metadata.PartitionInfo, pv *partitionView) {
+	if neverSynced(meta, pi.NS) {
+		return
+	}
+	t, err := d.store.JournalTail(pi.NS, 0)
+	switch {
+	case err != nil:
+		pv.Status = "missing; the journal cannot be read: " + describe(err).Error()
+	case t.Entries == 0:
+		pv.Status = "journal" // deferred, nothing appended yet
+	case t.Rebuild && t.Epoch == pi.CreatedRevision:
+		pv.Status = "journal"
+		if n := len(t.Messages); n > 0 {
+			pv.End = t.Messages[n-1].Offset + 1
+		}
+	}
 }
 
 // readPartition opens one partition read-only and fills in its offsets,

@@ -29,6 +29,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(crashChildEnv); dir != "" {
 		crashChild(dir) // never returns: the parent kills it
 	}
+	if dir := os.Getenv(deferChildEnv); dir != "" {
+		deferChild(dir) // never returns: the parent kills it
+	}
 	goleak.VerifyTestMain(cleanup{m})
 }
 

@@ -199,6 +199,9 @@ func (v *verifier) run() int {
 			if d.cluster && (v.node == 0 || !slices.Contains(pi.Replicas, v.node)) {
 				continue // another node's replica, or this node's id is not known
 			}
+			if !d.cluster && v.deferred(meta, pi) {
+				continue
+			}
 			repair := "the node builds it again, empty"
 			if d.cluster {
 				repair = "the node builds the replica again, empty and with no raft state: its votes and log are forgotten"
@@ -209,6 +212,45 @@ func (v *verifier) run() int {
 		}
 	}
 	return files
+}
+
+// deferred reports whether partition pi of a single node, whose directory
+// is missing, is one the node builds again without losing a record: a
+// FsyncAlways or FsyncInterval partition lives in the node's journal until
+// it needs files (DESIGN behaviour 32, FileStore.BuildDeferred), and the
+// node's replay rebuilds it from the journal's fresh entries; with no
+// entry of it in the journal it is an empty deferred partition. What is
+// reported instead: a journal whose entries of it the replay skips (they
+// were written once its directory was durable, so it had files), and a
+// topic configured FsyncNever, whose partitions get files when built.
+//
+// What cannot be told from the directory: a deferred partition that did
+// get files, whose journal files were then removed (a checkpoint synced
+// its files), and whose directory was removed afterwards looks like an
+// empty deferred partition; so does one of a topic on the node's default
+// policy (FsyncDefault), which this tool does not know, when that default
+// is FsyncNever.
+func (v *verifier) deferred(meta *metadata.Store, pi metadata.PartitionInfo) bool {
+	if neverSynced(meta, pi.NS) {
+		return false
+	}
+	dir := partitionDir(v.d.path, pi.NS)
+	t, err := v.d.store.JournalTail(pi.NS, 0)
+	switch {
+	case err != nil:
+		v.reportErr(filepath.Join(v.d.path, journalDir), err, "")
+		return true // the journal's problem, reported; the directory's follows from it
+	case t.Entries == 0:
+		fmt.Fprintf(v.stdout, "note: %s has no directory and the journal holds no record of partition %v: the node builds it empty, as a partition with no record yet lives (a lost directory whose records the journal no longer holds looks the same)\n", v.d.rel(dir), pi.NS)
+		return true
+	case t.Rebuild && t.Epoch == pi.CreatedRevision:
+		fmt.Fprintf(v.stdout, "note: %s has no directory: the node builds partition %v from the %d records the journal holds of it\n", v.d.rel(dir), pi.NS, len(t.Messages))
+		return true
+	}
+	v.report(dir, 0,
+		fmt.Errorf("partition %v (incarnation %d) is in the metadata but its directory is missing, and the journal's %d entries of it are not enough to rebuild it", pi.NS, pi.CreatedRevision, t.Entries),
+		"the node builds it again, empty, and skips the journal's records of it")
+	return true
 }
 
 // verifyMetadata checks the metadata log and snapshots (single node) or

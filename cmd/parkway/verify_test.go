@@ -110,13 +110,6 @@ func TestVerifyFindsDamage(t *testing.T) {
 			}
 			return wals[0], -1
 		}},
-		{"missing partition directory", func(t *testing.T, dir string) (string, int64) {
-			p := filepath.Dir(segments(t, dir, 1)[0])
-			if err := os.RemoveAll(p); err != nil {
-				t.Fatal(err)
-			}
-			return p, 0
-		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "data")
@@ -265,5 +258,23 @@ func TestVerifyMetadataSnapshot(t *testing.T) {
 	r = runBin(t, "inspect", dir)
 	if r.code != exitProblems || !strings.Contains(r.stderr, "metadata cannot be read") {
 		t.Fatalf("inspect with a snapshot of a newer version:\n%v", r)
+	}
+}
+
+// TestVerifyMissingDirectoryNotDetectable pins a limit: a partition
+// directory removed after the node's journal dropped its records (a clean
+// close) looks like a partition that lives in the journal with no record
+// yet (DESIGN behaviour 32), which the node builds empty: verify cannot
+// call it a problem, and says so in a note.
+func TestVerifyMissingDirectoryNotDetectable(t *testing.T) {
+	dir := makeDir(t, 20)
+	p := filepath.Dir(segments(t, dir, 1)[0])
+	if err := os.RemoveAll(p); err != nil {
+		t.Fatal(err)
+	}
+	r := runBin(t, "verify", dir)
+	rel, _ := filepath.Rel(dir, p)
+	if r.code != 0 || !strings.Contains(r.stdout, "note: "+rel+" has no directory") || !strings.Contains(r.stdout, "looks the same") {
+		t.Fatalf("verify:\n%v", r)
 	}
 }
