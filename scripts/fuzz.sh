@@ -36,6 +36,8 @@ targets='
 ./kafka FuzzProcess
 ./kafka FuzzSCRAM
 ./host FuzzLivenessReport
+./transport FuzzTCPInbound
+./transport FuzzIdentityURI
 '
 
 failed=
