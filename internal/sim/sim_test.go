@@ -51,6 +51,12 @@ func seeds(t *testing.T, def int) []uint64 {
 	n := *flagSeeds
 	if n == 0 {
 		n = def
+		if raceEnabled && def >= 40 {
+			// The large default counts only: the package's -race run (the CI command) stays a few
+			// minutes with the faults this round added; the full
+			// counts run without -race and in the long seed ranges.
+			n = max(1, def/4)
+		}
 	}
 	out := make([]uint64, n)
 	for i := range out {
