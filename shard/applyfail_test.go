@@ -57,8 +57,8 @@ func TestBehaviour17FailedApplyAnswersEachWriteOfTheEntryOnce(t *testing.T) {
 	for range calls {
 		s.handleFrame(<-s.inbox) // as the pump: one entry once the inbox drains
 	}
-	if o := s.owned[ns]; len(o.pending) != 1 {
-		t.Fatalf("%d proposals for three buffered writes, want 1", len(o.pending))
+	if o := s.owned[ns]; len(o.rep.pending) != 1 {
+		t.Fatalf("%d proposals for three buffered writes, want 1", len(o.rep.pending))
 	}
 	n.settle()
 	if r := calls[0].answered(t); r.Err != nil || r.Offset != 0 {
@@ -112,7 +112,7 @@ func TestFailedCatchUpSettleStopsTheGroup(t *testing.T) {
 	for range 50 {
 		n.tickAll()
 	}
-	if n.shard(joiner).owned[ns].catchup == nil {
+	if n.shard(joiner).owned[ns].rep.catchup == nil {
 		t.Fatal("the joiner is not catching up")
 	}
 	for i := range 3 {

@@ -22,16 +22,16 @@ const transferTimeoutTicks = 30
 
 // preferred is the member of o's group that should lead it.
 func (s *Shard) preferred(o *owned) uint64 {
-	return preferredLeader(o.p.Namespace(), o.peers, o.placed)
+	return preferredLeader(o.p.Namespace(), o.rep.peers, o.rep.placed)
 }
 
 // considerBalance queues o, which this node leads, for a transfer back to
 // its preferred leader when that is another node.
 func (s *Shard) considerBalance(o *owned) {
-	if o.grp == nil || o.balancing || s.preferred(o) == s.cfg.Replication.Node {
+	if o.rep.grp == nil || o.rep.balancing || s.preferred(o) == s.cfg.Replication.Node {
 		return
 	}
-	o.balancing = true
+	o.rep.balancing = true
 	s.q.balance = append(s.q.balance, o)
 	s.wake(o) // the transfer needs ticks
 }
@@ -42,11 +42,11 @@ func (s *Shard) considerBalance(o *owned) {
 func (s *Shard) balanceStep() {
 	if o := s.q.transfer; o != nil {
 		s.q.transferTicks++
-		if o.grp != nil && o.grp.IsLeader() && s.q.transferTicks < transferTimeoutTicks {
+		if o.rep.grp != nil && o.rep.grp.IsLeader() && s.q.transferTicks < transferTimeoutTicks {
 			return
 		}
-		s.q.transfer, o.balancing = nil, false
-		if o.grp != nil && o.grp.IsLeader() && !s.q.down[s.preferred(o)] {
+		s.q.transfer, o.rep.balancing = nil, false
+		if o.rep.grp != nil && o.rep.grp.IsLeader() && !s.q.down[s.preferred(o)] {
 			// Timed out, and liveness has not (yet) declared the
 			// preferred leader dead — it may be cut off for less than the
 			// liveness timeout: try again after the others. Once it is
@@ -59,18 +59,18 @@ func (s *Shard) balanceStep() {
 		o := s.q.balance[0]
 		s.q.balance[0] = nil
 		s.q.balance = s.q.balance[1:]
-		o.balancing = false
+		o.rep.balancing = false
 		to := s.preferred(o)
-		if o.grp == nil || s.replicated[o.p.Namespace()] != o || !o.grp.IsLeader() || s.q.down[to] {
+		if o.rep.grp == nil || s.replicated[o.p.Namespace()] != o || !o.rep.grp.IsLeader() || s.q.down[to] {
 			continue // gone, no longer led here, or its preferred leader is away
 		}
 		s.wake(o)
-		if err := o.grp.TransferLeader(to); err != nil {
+		if err := o.rep.grp.TransferLeader(to); err != nil {
 			s.failGroup(o, err)
 			continue
 		}
 		s.markReady(o)
-		o.balancing = true
+		o.rep.balancing = true
 		s.q.transfer, s.q.transferTicks = o, 0
 		s.m.LeaderTransfers.Inc()
 		break

@@ -57,10 +57,10 @@ const (
 
 // startCatchUp begins (or extends) fetching up to target.
 func (s *Shard) startCatchUp(o *owned, target uint64) {
-	if o.catchup == nil {
-		o.catchup = &catchUp{target: target, peer: -1}
-	} else if target > o.catchup.target {
-		o.catchup.target = target
+	if o.rep.catchup == nil {
+		o.rep.catchup = &catchUp{target: target, peer: -1}
+	} else if target > o.rep.catchup.target {
+		o.rep.catchup.target = target
 	}
 	s.sendFetch(o, false)
 }
@@ -71,13 +71,13 @@ func (s *Shard) startCatchUp(o *owned, target uint64) {
 // again after a timeout or an empty answer goes to the next peer in turn,
 // so one peer that cannot serve never stalls the replica.
 func (s *Shard) sendFetch(o *owned, rotate bool) {
-	c, r, peers := o.catchup, s.cfg.Replication, o.peers
+	c, r, peers := o.rep.catchup, s.cfg.Replication, o.rep.peers
 	if r.SendCatchUp == nil || len(peers) < 2 {
 		return
 	}
 	c.idle = 0
 	var to uint64
-	switch lead := o.grp.Leader(); {
+	switch lead := o.rep.grp.Leader(); {
 	case !rotate && c.peer >= 0:
 		to = peers[c.peer]
 	case !rotate && lead != 0 && lead != r.Node:
@@ -98,7 +98,7 @@ func (s *Shard) sendFetch(o *owned, rotate bool) {
 
 // tickCatchUp re-sends a fetch that went unanswered.
 func (s *Shard) tickCatchUp(o *owned) {
-	if c := o.catchup; c != nil {
+	if c := o.rep.catchup; c != nil {
 		if c.idle++; c.idle >= catchUpRetryTicks {
 			s.sendFetch(o, true)
 		}
@@ -128,10 +128,10 @@ func (s *Shard) catchUpFrame(o *owned, f Frame) {
 	case catchUpAsk:
 		s.answerWhole(o, m.node)
 	case catchUpWhole:
-		if o.whole == nil {
-			o.whole = make(map[uint64]bool)
+		if o.rep.whole == nil {
+			o.rep.whole = make(map[uint64]bool)
 		}
-		o.whole[m.node] = true
+		o.rep.whole[m.node] = true
 	}
 }
 
@@ -213,7 +213,7 @@ func (s *Shard) askWhole(o *owned, to uint64) {
 // the old replica, once removed, can no longer be fetched from.
 func (s *Shard) answerWhole(o *owned, requester uint64) {
 	r := s.cfg.Replication
-	if r.SendCatchUp == nil || requester == r.Node || o.catchup != nil || o.failed != nil {
+	if r.SendCatchUp == nil || requester == r.Node || o.rep.catchup != nil || o.failed != nil {
 		return
 	}
 	if err := o.p.Sync(); err != nil {
@@ -251,8 +251,8 @@ func (s *Shard) serveFetch(o *owned, requester, from, to uint64) {
 // caughtUp appends fetched messages; once the log reaches the target the
 // deferred entries are applied.
 func (s *Shard) caughtUp(o *owned, from, start uint64, msgs []partition.Message) {
-	c := o.catchup
-	if c == nil || o.grp == nil || from != o.p.NextOffset() {
+	c := o.rep.catchup
+	if c == nil || o.rep.grp == nil || from != o.p.NextOffset() {
 		return // a duplicate or a reply to an older fetch
 	}
 	if start > from {
@@ -286,7 +286,7 @@ func (s *Shard) caughtUp(o *owned, from, start uint64, msgs []partition.Message)
 		s.sendFetch(o, false)
 		return
 	}
-	o.catchup = nil
+	o.rep.catchup = nil
 	// The group counts the deferred entries applied: if settling or
 	// applying them fails, the ones left can only come back from the raft
 	// log, so the group stops (failGroup) and the partition is rebuilt and
@@ -320,15 +320,15 @@ type dedupeEntry struct {
 
 const stateVersion = 2
 
-// encodeState is o's replicated state: version, next offset, start
+// encodeState is r's replicated state: version, next offset, start
 // offset, the deduplication table oldest first (so a restore keeps its
 // eviction order), then the consumer offsets sorted by name.
-func (o *owned) encodeState() []byte {
-	d := &o.dedupe
-	b := make([]byte, 0, 21+24*d.Len()+32*len(o.consumers))
+func (r *replicated) encodeState() []byte {
+	d := &r.dedupe
+	b := make([]byte, 0, 21+24*d.Len()+32*len(r.consumers))
 	b = append(b, stateVersion)
-	b = binary.LittleEndian.AppendUint64(b, o.cursor)
-	b = binary.LittleEndian.AppendUint64(b, o.start)
+	b = binary.LittleEndian.AppendUint64(b, r.cursor)
+	b = binary.LittleEndian.AppendUint64(b, r.start)
 	b = binary.LittleEndian.AppendUint32(b, uint32(d.Len()))
 	d.All(func(k produceKey, first uint64) bool {
 		b = binary.LittleEndian.AppendUint64(b, k.Producer)
@@ -336,11 +336,11 @@ func (o *owned) encodeState() []byte {
 		b = binary.LittleEndian.AppendUint64(b, first)
 		return true
 	})
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(o.consumers)))
-	for _, name := range slices.Sorted(maps.Keys(o.consumers)) {
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(r.consumers)))
+	for _, name := range slices.Sorted(maps.Keys(r.consumers)) {
 		b = append(b, byte(len(name)))
 		b = append(b, name...)
-		b = binary.LittleEndian.AppendUint64(b, o.consumers[name])
+		b = binary.LittleEndian.AppendUint64(b, r.consumers[name])
 	}
 	return b
 }
@@ -394,34 +394,34 @@ func decodeState(b []byte) (replicatedState, error) {
 	return st, nil
 }
 
-// restore makes st o's replicated state.
-func (o *owned) restore(st replicatedState) {
-	o.cursor, o.start = st.next, st.start
-	o.dedupe = dedupeTable{}
+// restore makes st r's replicated state.
+func (r *replicated) restore(st replicatedState) {
+	r.cursor, r.start = st.next, st.start
+	r.dedupe = dedupeTable{}
 	for _, e := range st.dedupe {
-		o.dedupe.Put(e.key, e.first)
+		r.dedupe.Put(e.key, e.first)
 	}
-	o.consumers = st.consumers
+	r.consumers = st.consumers
 }
 
-func (o *owned) setConsumer(name string, off uint64) {
-	if o.consumers == nil {
-		o.consumers = make(map[string]uint64)
+func (r *replicated) setConsumer(name string, off uint64) {
+	if r.consumers == nil {
+		r.consumers = make(map[string]uint64)
 	}
-	o.consumers[name] = off
+	r.consumers[name] = off
 }
 
 // settle brings the local partition in line with the replicated state a
 // snapshot installed, once its log holds every message up to the cursor:
 // the replicated truncation and the consumer offsets.
 func (o *owned) settle() error {
-	if o.start > o.p.StartOffset() {
-		if err := o.p.TruncateBefore(min(o.start, o.p.NextOffset())); err != nil {
+	if o.rep.start > o.p.StartOffset() {
+		if err := o.p.TruncateBefore(min(o.rep.start, o.p.NextOffset())); err != nil {
 			return err
 		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(o.consumers)) {
-		if err := o.p.StoreConsumerOffset(name, o.consumers[name]); err != nil {
+	for _, name := range slices.Sorted(maps.Keys(o.rep.consumers)) {
+		if err := o.p.StoreConsumerOffset(name, o.rep.consumers[name]); err != nil {
 			return err
 		}
 	}

@@ -78,7 +78,7 @@ func (s *Shard) electionTicks() int64 {
 
 // live reports whether o is still this shard's group of its namespace.
 func (s *Shard) live(o *owned) bool {
-	return o.grp != nil && s.replicated[o.p.Namespace()] == o
+	return o.rep.grp != nil && s.replicated[o.p.Namespace()] == o
 }
 
 // electionRoom reports whether a new group this node should lead may
@@ -93,7 +93,7 @@ func (s *Shard) admitNew(o *owned, elect, campaigned bool) {
 	if !s.cfg.Replication.Quiesce {
 		return
 	}
-	o.held, o.queued = false, false // a rebuilt group's earlier state
+	o.rep.held, o.rep.queued = false, false // a rebuilt group's earlier state
 	switch {
 	case campaigned:
 		s.inflight(o)
@@ -106,7 +106,7 @@ func (s *Shard) admitNew(o *owned, elect, campaigned bool) {
 		} else {
 			s.hold(o)
 		}
-	case o.catchup == nil && o.grp.Term() <= 1:
+	case o.rep.catchup == nil && o.rep.grp.Term() <= 1:
 		// A group that never saw an election (a new one starts at term
 		// 1, its log only the initial snapshot): its preferred leader
 		// will contact it. One restored with a longer history keeps
@@ -119,11 +119,11 @@ func (s *Shard) admitNew(o *owned, elect, campaigned bool) {
 
 // queueCampaign queues an election in o's group; it waits unticked.
 func (s *Shard) queueCampaign(o *owned) {
-	o.held = true
-	if o.queued {
+	o.rep.held = true
+	if o.rep.queued {
 		return
 	}
-	o.queued = true
+	o.rep.queued = true
 	s.q.campaign = append(s.q.campaign, o)
 	s.armTick()
 }
@@ -131,10 +131,10 @@ func (s *Shard) queueCampaign(o *owned) {
 // hold stops ticking o's group until a peer's message gives it a leader
 // (or holdTimeouts pass).
 func (s *Shard) hold(o *owned) {
-	if o.held {
+	if o.rep.held {
 		return // held already, or queued for an election
 	}
-	o.held = true
+	o.rep.held = true
 	s.q.held = append(s.q.held, heldGroup{o: o, since: s.q.ticks})
 	s.armTick()
 }
@@ -143,9 +143,9 @@ func (s *Shard) hold(o *owned) {
 // told it, or it won an election it started), so its election timer
 // watches the leader, or it heartbeats and quiesces as a leader does.
 // tickRaft calls it on every held group it finds awake.
-func (s *Shard) unhold(o *owned) {
-	if o.held && o.grp != nil && o.grp.Leader() != 0 {
-		o.held = false
+func (r *replicated) unhold() {
+	if r.held && r.grp != nil && r.grp.Leader() != 0 {
+		r.held = false
 	}
 }
 
@@ -170,8 +170,8 @@ func (s *Shard) electAfterDeath(o *owned) {
 
 // inflight records an election started in o's group.
 func (s *Shard) inflight(o *owned) {
-	o.held = false
-	o.campaignAt = s.q.ticks
+	o.rep.held = false
+	o.rep.campaignAt = s.q.ticks
 	s.q.inflight = append(s.q.inflight, o)
 }
 
@@ -196,8 +196,8 @@ func (s *Shard) campaignDue() {
 		if !s.live(o) {
 			continue // gone
 		}
-		age := s.q.ticks - o.campaignAt
-		switch lead := o.grp.Leader(); {
+		age := s.q.ticks - o.rep.campaignAt
+		switch lead := o.rep.grp.Leader(); {
 		case lead != 0 && lead != s.cfg.Replication.Node:
 			// Another member won: its leader brings the group up.
 		case lead == 0 && age >= patience:
@@ -215,14 +215,14 @@ func (s *Shard) campaignDue() {
 	hold := holdTimeouts * s.electionTicks()
 	for len(s.q.held) > 0 {
 		h := s.q.held[0]
-		s.unhold(h.o)
-		if h.o.held && s.live(h.o) && s.q.ticks-h.since < hold {
+		h.o.rep.unhold()
+		if h.o.rep.held && s.live(h.o) && s.q.ticks-h.since < hold {
 			break // the oldest hold has not expired yet
 		}
 		s.q.held[0] = heldGroup{}
 		s.q.held = s.q.held[1:]
-		if h.o.held && s.live(h.o) && !h.o.queued {
-			h.o.held = false
+		if h.o.rep.held && s.live(h.o) && !h.o.rep.queued {
+			h.o.rep.held = false
 			s.queueCampaign(h.o) // nobody contacted it: stand itself
 		}
 	}
@@ -234,12 +234,12 @@ func (s *Shard) campaignDue() {
 		o := s.q.campaign[0]
 		s.q.campaign[0] = nil
 		s.q.campaign = s.q.campaign[1:]
-		o.queued = false
-		if !s.live(o) || o.grp.Leader() != 0 {
-			s.unhold(o)
+		o.rep.queued = false
+		if !s.live(o) || o.rep.grp.Leader() != 0 {
+			o.rep.unhold()
 			continue // gone, or another member won meanwhile
 		}
-		if err := o.grp.Campaign(); err != nil {
+		if err := o.rep.grp.Campaign(); err != nil {
 			s.failGroup(o, err)
 			continue
 		}
@@ -262,11 +262,11 @@ func (s *Shard) campaignDueTicked() {
 		o := s.q.campaign[0]
 		s.q.campaign[0] = nil
 		s.q.campaign = s.q.campaign[1:]
-		if !s.live(o) || o.grp.Leader() != 0 {
+		if !s.live(o) || o.rep.grp.Leader() != 0 {
 			continue
 		}
 		n++
-		if err := o.grp.Campaign(); err != nil {
+		if err := o.rep.grp.Campaign(); err != nil {
 			s.failGroup(o, err)
 			continue
 		}
@@ -322,10 +322,10 @@ func (s *Shard) keepActive(o *owned) error {
 	if !s.cfg.Replication.Quiesce {
 		return nil
 	}
-	if every := max(s.electionTicks()/2, 1); int64(o.awakeTicks)%every != 0 {
+	if every := max(s.electionTicks()/2, 1); int64(o.rep.awakeTicks)%every != 0 {
 		return nil
 	}
-	return o.grp.KeepActive(s.peerLive)
+	return o.rep.grp.KeepActive(s.peerLive)
 }
 
 // standAgainstBehind runs before a peer's message is stepped: a held
@@ -337,13 +337,13 @@ func (s *Shard) keepActive(o *owned) error {
 // a log. Left held, this member would wait out holdTimeouts (10 s at the
 // default tick) while the group has no leader.
 func (s *Shard) standAgainstBehind(o *owned, m *raftpb.Message) {
-	if !s.cfg.Replication.Quiesce || !o.held || o.queued {
+	if !s.cfg.Replication.Quiesce || !o.rep.held || o.rep.queued {
 		return
 	}
 	if t := m.GetType(); t != raftpb.MsgPreVote && t != raftpb.MsgVote {
 		return
 	}
-	if o.grp.Leader() == 0 && o.grp.LogAhead(m.GetLogTerm(), m.GetIndex()) {
+	if o.rep.grp.Leader() == 0 && o.rep.grp.LogAhead(m.GetLogTerm(), m.GetIndex()) {
 		s.queueCampaign(o)
 	}
 }

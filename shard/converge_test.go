@@ -41,7 +41,7 @@ func (n *replNet) led(nss []metadata.Namespace) (preferred, none int) {
 		switch o := n.shard(1).owned[ns]; {
 		case lead == 0:
 			none++
-		case lead == preferredLeader(ns, o.peers, o.placed):
+		case lead == preferredLeader(ns, o.rep.peers, o.rep.placed):
 			preferred++
 		}
 	}
@@ -213,14 +213,14 @@ func TestLeaderWithLateFollowersKeepsLeadingUntilLivenessSaysDead(t *testing.T) 
 	s.handle(c.f)
 	s.flushProposals()
 	n.tick(20 * int(s.electionTicks()))
-	if !s.owned[ns].grp.IsLeader() {
+	if !s.owned[ns].rep.grp.IsLeader() {
 		t.Fatalf("node %d stepped down while its followers were alive, merely silent", lead)
 	}
 	for _, id := range others {
 		s.setPeerLive(id, false)
 	}
 	n.tick(3 * int(s.electionTicks()))
-	if s.owned[ns].grp.IsLeader() {
+	if s.owned[ns].rep.grp.IsLeader() {
 		t.Fatalf("node %d still leads after liveness declared both followers dead", lead)
 	}
 	c.answered(t) // told its outcome is unknown
@@ -267,8 +267,8 @@ func TestHeldMemberStandsAgainstCampaignerThatIsBehind(t *testing.T) {
 	for _, id := range []uint64{camp, other} {
 		n.shard(id).setPeerLive(lead, false)
 	}
-	if o := n.shard(other).owned[ns]; !o.held || o.queued {
-		t.Fatalf("node %d (not the campaigner): held %v, queued %v; want held for the campaigner", other, o.held, o.queued)
+	if o := n.shard(other).owned[ns]; !o.rep.held || o.rep.queued {
+		t.Fatalf("node %d (not the campaigner): held %v, queued %v; want held for the campaigner", other, o.rep.held, o.rep.queued)
 	}
 	hold := int(holdTimeouts * n.shard(other).electionTicks())
 	for i := range hold / 2 {

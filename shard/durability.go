@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/parkway-io/parkway/internal/replica"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
 )
@@ -47,15 +46,6 @@ type owned struct {
 	// deadline is when an interval-policy partition must be synced by.
 	deadline time.Time
 
-	// reads are leader reads waiting for raft to confirm leadership (by
-	// request id), readWait those confirmed, waiting for their index to
-	// be applied.
-	reads map[uint64]Frame
-	// reaskReads: the voters changed; the reads above are asked again
-	// (reaskReads).
-	reaskReads bool
-	readWait   []readWait
-
 	// appendBuf holds produces queued to be appended together (see
 	// coalesce.go).
 	appendBuf []Frame
@@ -66,57 +56,9 @@ type owned struct {
 	waiters []*waiter
 	touched bool
 
-	// Replication (nil grp on a single node): the partition's raft group,
-	// the produces this node proposed by proposal id, and whether the
-	// group is queued for processReady.
-	grp     *replica.Group
-	handler replica.Handler    // the group's Handler, boxed once (handlerOf)
-	peers   []uint64           // the group's members (see peersOf)
-	placed  bool               // peers come from the metadata's placement
-	pending map[uint64][]Frame // proposal id → the produces it carries
-	// led: this node leads grp, counted in the partitions-led gauge
-	// (setLeader).
-	led bool
-	// balancing: queued, or under way, for a leadership transfer back
-	// to the preferred leader (balance.go); the group keeps ticking.
-	balancing bool
-	// moving: queued for the move driver (move.go), which steps it
-	// every moveTicks ticks; moveIdle counts the ticks in the driver's
-	// window since moveMark last changed or a configuration change
-	// applied; compactNow forces the next compaction (a member joined).
-	moving bool
-	// whole are the joined replicas that reported their partition log
-	// whole and synced (catchUpWhole), as this node, leading, heard it.
-	whole      map[uint64]bool
-	moveTicks  int
-	moveIdle   int
-	moveMark   moveMark
-	compactNow bool
-	// proposeBuf holds produces waiting to be proposed together as one
-	// raft entry when the pump runs out of queued frames.
-	proposeBuf []Frame
-	ready      bool
-	awakeTicks int // ticks since the group last woke (quiesce.go)
-	// held: not ticked while it waits for an election (queued: in the
-	// shard's campaign queue) or for a peer to give it a leader;
-	// campaignAt is the shard tick its last election started at
-	// (converge.go).
-	held, queued bool
-	campaignAt   int64
-	dedupe       dedupeTable
-	// cursor is the replicated log's next offset: where the next applied
-	// produce lands in every replica's partition log. The local log can
-	// be ahead of it (re-applying after a restart) or, while catchup is
-	// set, behind it.
-	cursor uint64
-	// start is the replicated start offset (raised by replicated
-	// truncations and purges) and consumers the replicated consumer
-	// offsets: with cursor and dedupe, the state a snapshot carries.
-	start     uint64
-	consumers map[string]uint64
-	// sinceSnap counts payload bytes applied since the last snapshot.
-	sinceSnap int64
-	catchup   *catchUp
+	// rep is the partition's replicated half: its raft group and the
+	// state the group replicates (replicated.go). Zero on a single node.
+	rep replicated
 
 	// failed is set when a group-commit fsync of the partition failed.
 	// Everything appended since its last good fsync was answered with the
@@ -336,8 +278,8 @@ func (s *Shard) syncDue() {
 		} else {
 			o.staged = false // its files hold everything: out of the journal
 		}
-		if o.grp != nil && o.grp.Disk() != nil {
-			if err := o.grp.Disk().Sync(); err != nil {
+		if o.rep.grp != nil && o.rep.grp.Disk() != nil {
+			if err := o.rep.grp.Disk().Sync(); err != nil {
 				s.log.Error("interval fsync of a raft log failed", "ns", o.p.Namespace(), "error", err)
 			}
 		}
@@ -385,16 +327,16 @@ func opSetDurability(ns metadata.Namespace, d Durability) control {
 				return err
 			}
 		}
-		if o.grp != nil && o.grp.Disk() != nil {
+		if o.rep.grp != nil && o.rep.grp.Disk() != nil {
 			// The raft log carries the acks of a replicated partition; it
 			// lives in the partition's directory, synced with it.
 			if err := o.p.Sync(); err != nil {
 				return err
 			}
-			if err := o.grp.Disk().Sync(); err != nil {
+			if err := o.rep.grp.Disk().Sync(); err != nil {
 				return err
 			}
-			o.grp.Disk().SetSync(d.always())
+			o.rep.grp.Disk().SetSync(d.always())
 		}
 		o.dur = d
 		// Synced above if it left FsyncInterval dirty; under FsyncAlways

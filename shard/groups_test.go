@@ -132,12 +132,12 @@ func TestProposalGroupClosesAtMaxGroup(t *testing.T) {
 	for range maxGroup - 1 {
 		s.handleFrame(<-s.inbox) // as the pump: the inbox is not empty yet
 	}
-	if len(o.pending) != 0 || len(o.proposeBuf) != maxGroup-1 {
-		t.Fatalf("%d proposals, %d writes buffered before the bound; want 0 and %d", len(o.pending), len(o.proposeBuf), maxGroup-1)
+	if len(o.rep.pending) != 0 || len(o.rep.proposeBuf) != maxGroup-1 {
+		t.Fatalf("%d proposals, %d writes buffered before the bound; want 0 and %d", len(o.rep.pending), len(o.rep.proposeBuf), maxGroup-1)
 	}
 	s.handleFrame(<-s.inbox)
-	if len(o.pending) != 1 || len(o.proposeBuf) != 0 {
-		t.Fatalf("%d proposals, %d writes buffered at the bound; want 1 and 0", len(o.pending), len(o.proposeBuf))
+	if len(o.rep.pending) != 1 || len(o.rep.proposeBuf) != 0 {
+		t.Fatalf("%d proposals, %d writes buffered at the bound; want 1 and 0", len(o.rep.pending), len(o.rep.proposeBuf))
 	}
 	s.handleFrame(<-s.inbox) // the inbox drains: the last write is proposed alone
 	n.settle()

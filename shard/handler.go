@@ -8,8 +8,8 @@ import "github.com/parkway-io/parkway/internal/replica"
 // its handler once and keeps it. The handler holds only the shard and o,
 // which never change for o.
 func (s *Shard) handlerOf(o *owned) replica.Handler {
-	if o.handler == nil {
-		o.handler = groupHandler{s: s, o: o}
+	if o.rep.handler == nil {
+		o.rep.handler = groupHandler{s: s, o: o}
 	}
-	return o.handler
+	return o.rep.handler
 }

@@ -56,13 +56,13 @@ func TestDecodeStateAllocatesLittle(t *testing.T) {
 // bounded by the input, and a state that decodes encodes back to a state
 // that decodes the same.
 func FuzzDecodeState(f *testing.F) {
-	o := &owned{cursor: 42, start: 3}
-	o.dedupe.Put(produceKey{Producer: 1, Seq: 2}, 40)
-	o.dedupe.Put(produceKey{Producer: 1, Seq: 3}, 41)
-	o.setConsumer("c0", 12)
-	o.setConsumer("group-b", 40)
-	f.Add(o.encodeState())
-	f.Add((&owned{}).encodeState())
+	o := &owned{rep: replicated{cursor: 42, start: 3}}
+	o.rep.dedupe.Put(produceKey{Producer: 1, Seq: 2}, 40)
+	o.rep.dedupe.Put(produceKey{Producer: 1, Seq: 3}, 41)
+	o.rep.setConsumer("c0", 12)
+	o.rep.setConsumer("group-b", 40)
+	f.Add(o.rep.encodeState())
+	f.Add((&replicated{}).encodeState())
 	f.Add(hostileState())
 	f.Add([]byte{})
 	f.Add([]byte{stateVersion})
@@ -72,8 +72,8 @@ func FuzzDecodeState(f *testing.F) {
 			return
 		}
 		o := &owned{}
-		o.restore(st)
-		again, err := decodeState(o.encodeState())
+		o.rep.restore(st)
+		again, err := decodeState(o.rep.encodeState())
 		if err != nil {
 			t.Fatalf("re-encoded state does not decode: %v", err)
 		}
@@ -107,7 +107,7 @@ func TestForgedRaftMessageCountedAndDropped(t *testing.T) {
 	if got := n.nodes[victim].drops("0", OpRaft.String(), metrics.ReasonInvalidRaft); got != 1 {
 		t.Fatalf("invalid raft messages dropped: %v, want 1", got)
 	}
-	if o := n.shard(victim).owned[ns]; o.grp == nil || o.failed != nil || n.shard(victim).Fenced() != 0 {
+	if o := n.shard(victim).owned[ns]; o.rep.grp == nil || o.failed != nil || n.shard(victim).Fenced() != 0 {
 		t.Fatal("a refused message fenced the partition")
 	}
 	n.settle()
@@ -156,8 +156,8 @@ func TestRaftPanicFencesOnlyItsPartition(t *testing.T) {
 		t.Fatalf("the answer does not carry the panic: %v", r.Err)
 	}
 	s := n.shard(lead)
-	if s.Fenced() != 1 || s.owned[a].grp != nil {
-		t.Fatalf("fenced %d, group %v: the partition is not fenced", s.Fenced(), s.owned[a].grp)
+	if s.Fenced() != 1 || s.owned[a].rep.grp != nil {
+		t.Fatalf("fenced %d, group %v: the partition is not fenced", s.Fenced(), s.owned[a].rep.grp)
 	}
 	again := produce(a, "again")
 	s.handle(again.f)

@@ -66,16 +66,16 @@ type moveMark struct {
 // metadata's order (the preferred leader first): the peers catch-up
 // fetches from, campaigns are chosen among and balance hands back to.
 func (s *Shard) refreshPeers(o *owned) {
-	if o.grp == nil || !o.placed {
+	if o.rep.grp == nil || !o.rep.placed {
 		return
 	}
 	info, ok := s.meta.Partition(o.p.Namespace())
 	if !ok || info.CreatedRevision != o.p.Epoch() {
 		return
 	}
-	voters := o.grp.Voters()
+	voters := o.rep.grp.Voters()
 	if len(voters) == 0 {
-		o.peers = info.Members() // a joiner before its snapshot
+		o.rep.peers = info.Members() // a joiner before its snapshot
 		return
 	}
 	peers := make([]uint64, 0, len(voters))
@@ -89,7 +89,7 @@ func (s *Shard) refreshPeers(o *owned) {
 			peers = append(peers, n)
 		}
 	}
-	o.peers = peers
+	o.rep.peers = peers
 }
 
 // needsMove reports whether o's group, which this node leads, has
@@ -103,7 +103,7 @@ func (s *Shard) needsMove(o *owned) bool {
 	if len(info.Leaving) > 0 {
 		return true
 	}
-	voters := o.grp.Voters()
+	voters := o.rep.grp.Voters()
 	if len(voters) != len(info.Replicas) {
 		return true
 	}
@@ -118,10 +118,10 @@ func (s *Shard) needsMove(o *owned) bool {
 // considerMove queues o, if this node leads it and it has membership
 // work, for the move driver.
 func (s *Shard) considerMove(o *owned) {
-	if o.grp == nil || !o.placed || o.moving || !o.grp.IsLeader() || !s.needsMove(o) {
+	if o.rep.grp == nil || !o.rep.placed || o.rep.moving || !o.rep.grp.IsLeader() || !s.needsMove(o) {
 		return
 	}
-	o.moving, o.moveTicks, o.moveIdle, o.moveMark = true, 0, 0, moveMark{}
+	o.rep.moving, o.rep.moveTicks, o.rep.moveIdle, o.rep.moveMark = true, 0, 0, moveMark{}
 	s.q.moves = append(s.q.moves, o)
 	s.wake(o) // the steps need ticks
 }
@@ -148,11 +148,11 @@ func (s *Shard) moveStep() {
 			continue
 		}
 		if s.advanceMove(o) {
-			o.moving = false
+			o.rep.moving = false
 			continue
 		}
-		if o.moveIdle++; waiting && o.moveIdle >= moveStallTicks {
-			o.moveIdle = 0
+		if o.rep.moveIdle++; waiting && o.rep.moveIdle >= moveStallTicks {
+			o.rep.moveIdle = 0
 			stalled = append(stalled, o)
 			continue
 		}
@@ -173,7 +173,7 @@ func (s *Shard) moveStep() {
 // leader's driver carries on).
 func (s *Shard) advanceMove(o *owned) bool {
 	ns := o.p.Namespace()
-	if o.grp == nil || s.replicated[ns] != o || !o.grp.IsLeader() {
+	if o.rep.grp == nil || s.replicated[ns] != o || !o.rep.grp.IsLeader() {
 		return true
 	}
 	info, ok := s.meta.Partition(ns)
@@ -181,12 +181,12 @@ func (s *Shard) advanceMove(o *owned) bool {
 		return true
 	}
 	r := s.cfg.Replication
-	voters := o.grp.Voters()
-	if m := s.markMove(o, info, voters); m != o.moveMark {
-		o.moveMark, o.moveIdle = m, 0
+	voters := o.rep.grp.Voters()
+	if m := s.markMove(o, info, voters); m != o.rep.moveMark {
+		o.rep.moveMark, o.rep.moveIdle = m, 0
 	}
-	if o.moveTicks > 0 {
-		o.moveTicks--
+	if o.rep.moveTicks > 0 {
+		o.rep.moveTicks--
 		return false
 	}
 	s.wake(o)
@@ -201,11 +201,11 @@ func (s *Shard) advanceMove(o *owned) bool {
 				// moves yield the window. The move waits until n is live.
 				return false
 			}
-			if err := o.grp.ProposeConfChange(true, n, nil); err != nil {
+			if err := o.rep.grp.ProposeConfChange(true, n, nil); err != nil {
 				s.log.Debug("proposing a replica", "ns", ns, "node", n, "error", err)
 			}
 			s.markReady(o)
-			o.moveTicks = moveRetryTicks
+			o.rep.moveTicks = moveRetryTicks
 			return false
 		}
 	}
@@ -215,7 +215,7 @@ func (s *Shard) advanceMove(o *owned) bool {
 			continue
 		}
 		for _, m := range info.Replicas {
-			if m != r.Node && !o.grp.Caught(m) {
+			if m != r.Node && !o.rep.grp.Caught(m) {
 				return false // check again next tick
 			}
 		}
@@ -224,11 +224,11 @@ func (s *Shard) advanceMove(o *owned) bool {
 		// its log is whole and durable (catch-up), the old replica, which
 		// may be the only other copy, stays. This node, if it joined,
 		// must be whole too.
-		if info.Joins(r.Node) && o.catchup != nil {
+		if info.Joins(r.Node) && o.rep.catchup != nil {
 			return false
 		}
 		for _, m := range info.Replicas {
-			if m != r.Node && info.Joins(m) && !o.whole[m] {
+			if m != r.Node && info.Joins(m) && !o.rep.whole[m] {
 				s.askWhole(o, m)
 				return false
 			}
@@ -243,20 +243,20 @@ func (s *Shard) advanceMove(o *owned) bool {
 			// This node is leaving: hand the group to a staying replica
 			// (the first live one, the preferred leader if it is).
 			to := s.replicaHint(info.Replicas)
-			if err := o.grp.TransferLeader(to); err != nil {
+			if err := o.rep.grp.TransferLeader(to); err != nil {
 				s.failGroup(o, err)
 				return true
 			}
 			s.markReady(o)
 			s.m.LeaderTransfers.Inc()
-			o.moveTicks = moveRetryTicks
+			o.rep.moveTicks = moveRetryTicks
 			return false
 		}
-		if err := o.grp.ProposeConfChange(false, n, nil); err != nil {
+		if err := o.rep.grp.ProposeConfChange(false, n, nil); err != nil {
 			s.log.Debug("proposing a replica's removal", "ns", ns, "node", n, "error", err)
 		}
 		s.markReady(o)
-		o.moveTicks = moveRetryTicks
+		o.rep.moveTicks = moveRetryTicks
 		return false
 	}
 	// 3. Settle: the voters are the replicas.
@@ -269,7 +269,7 @@ func (s *Shard) advanceMove(o *owned) bool {
 			r.Settle(ns, o.p.Epoch(), n)
 		}
 	}
-	o.moveTicks = moveRetryTicks
+	o.rep.moveTicks = moveRetryTicks
 	return false
 }
 
@@ -278,8 +278,8 @@ func (s *Shard) advanceMove(o *owned) bool {
 func (s *Shard) markMove(o *owned, info metadata.PartitionInfo, voters []uint64) moveMark {
 	m := moveMark{leaving: len(info.Leaving)}
 	for _, n := range info.Replicas {
-		if n != s.cfg.Replication.Node && slices.Contains(voters, n) && !o.grp.Caught(n) {
-			m.match += o.grp.Match(n)
+		if n != s.cfg.Replication.Node && slices.Contains(voters, n) && !o.rep.grp.Caught(n) {
+			m.match += o.rep.grp.Match(n)
 		}
 	}
 	return m
@@ -291,11 +291,11 @@ func (s *Shard) markMove(o *owned, info metadata.PartitionInfo, voters []uint64)
 // leader's driver goes on at once with the next step.
 func (s *Shard) confChanged(o *owned, add bool) {
 	s.refreshPeers(o)
-	o.reaskReads = true
+	o.rep.reaskReads = true
 	if add {
-		o.compactNow = true
+		o.rep.compactNow = true
 	}
-	o.moveTicks, o.moveIdle = 0, 0 // progress: the next step may start
+	o.rep.moveTicks, o.rep.moveIdle = 0, 0 // progress: the next step may start
 	s.considerMove(o)
 }
 
@@ -320,8 +320,8 @@ func (s *Shard) UpdatePlacement(ctx context.Context, ns metadata.Namespace) erro
 // until the hold expires (holdTimeouts, 10 s at the default tick).
 func (s *Shard) campaignIfPreferred(o *owned) {
 	r := s.cfg.Replication
-	if o.grp == nil || !r.Quiesce || !o.held || o.queued || o.grp.Leader() != 0 ||
-		s.preferred(o) != r.Node || !slices.Contains(o.grp.Voters(), r.Node) {
+	if o.rep.grp == nil || !r.Quiesce || !o.rep.held || o.rep.queued || o.rep.grp.Leader() != 0 ||
+		s.preferred(o) != r.Node || !slices.Contains(o.rep.grp.Voters(), r.Node) {
 		return
 	}
 	s.queueCampaign(o)
@@ -334,7 +334,7 @@ func (s *Shard) updatePlacement(ns metadata.Namespace) {
 		s.considerMove(o)
 		// A new preferred leader (Rebalance reorders replica sets) is
 		// handed the group.
-		if o.grp != nil && o.grp.IsLeader() {
+		if o.rep.grp != nil && o.rep.grp.IsLeader() {
 			s.considerBalance(o)
 		}
 	}

@@ -37,7 +37,7 @@ func TestMoveMakesAHeldGroupsNewPreferredLeaderCampaign(t *testing.T) {
 	h.insert(h.shards[0], p)
 	n.parts[replicaKey{second, ns}] = p
 	n.settle()
-	if o := n.shard(second).replicated[ns]; o == nil || !o.held {
+	if o := n.shard(second).replicated[ns]; o == nil || !o.rep.held {
 		t.Fatalf("the second founder's group is not held for its preferred leader (%+v)", o)
 	}
 	n.apply(metadata.DrainNode{Node: first})
@@ -53,7 +53,7 @@ func TestMoveMakesAHeldGroupsNewPreferredLeaderCampaign(t *testing.T) {
 	n.parts[replicaKey{third, ns}] = p
 	n.settle()
 	for _, f := range founders {
-		if got := n.shard(third).replicated[ns].grp.Voters(); !slices.Contains(got, f) {
+		if got := n.shard(third).replicated[ns].rep.grp.Voters(); !slices.Contains(got, f) {
 			t.Fatalf("the late founder n%d starts with voters %v, without the founder n%d", third, got, f)
 		}
 	}
@@ -169,7 +169,7 @@ func TestLeaderDeathSurvivorsAgreeOnTheCampaignerAcrossAMove(t *testing.T) {
 	n.shard(c).updatePlacement(ns)
 	n.cut[a] = true
 	for _, s := range []uint64{b, c} {
-		if l := n.shard(s).replicated[ns].grp.Leader(); l != a {
+		if l := n.shard(s).replicated[ns].rep.grp.Leader(); l != a {
 			t.Fatalf("n%d sees leader n%d before the death, want n%d", s, l, a)
 		}
 		n.shard(s).setPeerLive(a, false)
@@ -213,7 +213,7 @@ func TestMoveKeepsTheOldReplicaUntilTheNewOneIsWhole(t *testing.T) {
 	caught := false
 	for range 400 {
 		n.tickAll()
-		g := n.shard(lead).replicated[ns].grp
+		g := n.shard(lead).replicated[ns].rep.grp
 		caught = caught || g.Caught(joiner)
 		if !slices.Contains(g.Voters(), from) {
 			t.Fatalf("old replica n%d removed while the new one n%d had %d of 5 messages", from, joiner, n.parts[replicaKey{joiner, ns}].NextOffset())

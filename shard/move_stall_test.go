@@ -42,7 +42,7 @@ func (n *moveNet) ledByPreferred(all []metadata.Namespace) bool {
 // voters are ns's voters as its leader sees them (nil without a leader).
 func (n *moveNet) voters(ns metadata.Namespace) []uint64 {
 	if l := n.leader(ns); l != 0 {
-		return n.shard(l).replicated[ns].grp.Voters()
+		return n.shard(l).replicated[ns].rep.grp.Voters()
 	}
 	return nil
 }
@@ -109,7 +109,7 @@ func TestStalledMovesYieldTheWindow(t *testing.T) {
 			ns := o.p.Namespace()
 			info, _ := n.nodes[1].meta.Partition(ns)
 			joiner := info.Replicas[len(info.Replicas)-1]
-			if !slices.Contains(stalled, ns) && o.grp.IsLeader() && slices.Contains(o.grp.Voters(), joiner) && !o.grp.Caught(joiner) {
+			if !slices.Contains(stalled, ns) && o.rep.grp.IsLeader() && slices.Contains(o.rep.grp.Voters(), joiner) && !o.rep.grp.Caught(joiner) {
 				catching++
 			}
 		}

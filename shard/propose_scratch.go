@@ -27,9 +27,9 @@ func (s *Shard) reuseProposing(list []*owned) {
 // in, unless some are being gathered already. The frames were copied out
 // of it (applyFrames and the apply batch hold Frame values).
 func (s *Shard) reuseFrames(o *owned, frames []Frame) {
-	if cap(frames) == 0 || len(o.proposeBuf) > 0 {
+	if cap(frames) == 0 || len(o.rep.proposeBuf) > 0 {
 		return
 	}
 	clear(frames)
-	o.proposeBuf = frames[:0]
+	o.rep.proposeBuf = frames[:0]
 }

@@ -82,7 +82,7 @@ type quiescence struct {
 
 // wake makes o's group ticked again.
 func (s *Shard) wake(o *owned) {
-	if o.grp == nil {
+	if o.rep.grp == nil {
 		return
 	}
 	if !s.isAwake(o) {
@@ -92,7 +92,7 @@ func (s *Shard) wake(o *owned) {
 		s.forgetAwake(o) // an earlier incarnation's entry, if any
 		s.q.at[o.p.Namespace()] = len(s.q.awake)
 		s.q.awake = append(s.q.awake, o)
-		o.awakeTicks = 0
+		o.rep.awakeTicks = 0
 		s.m.RaftWakes.Inc()
 	}
 	s.armTick()
@@ -132,24 +132,24 @@ func (s *Shard) awakeList() []*owned {
 	return s.q.tickBuf
 }
 
-// idle reports whether the shard has nothing pending on o that needs the
-// group to keep ticking.
-func idle(o *owned) bool {
-	return o.catchup == nil && len(o.proposeBuf) == 0 && len(o.pending) == 0 &&
-		len(o.reads) == 0 && len(o.readWait) == 0 && !o.balancing && !o.moving
+// idle reports whether the shard has nothing pending on the group that
+// needs it to keep ticking.
+func (r *replicated) idle() bool {
+	return r.catchup == nil && len(r.proposeBuf) == 0 && len(r.pending) == 0 &&
+		len(r.reads) == 0 && len(r.readWait) == 0 && !r.balancing && !r.moving
 }
 
 // maybeQuiesce quiesces o's group if it leads a group with nothing to do,
 // sending its followers the quiesce heartbeat; it reports whether it did.
 func (s *Shard) maybeQuiesce(o *owned) bool {
 	r := s.cfg.Replication
-	if o.awakeTicks++; o.awakeTicks < quiesceAfterTicks {
+	if o.rep.awakeTicks++; o.rep.awakeTicks < quiesceAfterTicks {
 		return false
 	}
-	if !r.Quiesce || !idle(o) || !o.grp.CanQuiesce(s.peerLive) {
+	if !r.Quiesce || !o.rep.idle() || !o.rep.grp.CanQuiesce(s.peerLive) {
 		return false
 	}
-	for _, m := range o.grp.QuiesceMessages() {
+	for _, m := range o.rep.grp.QuiesceMessages() {
 		r.Send(m.GetTo(), o.p.Namespace(), o.p.Epoch(), m)
 	}
 	s.forgetAwake(o)
@@ -168,7 +168,7 @@ func (s *Shard) stepQuiesce(o *owned, m *raftpb.Message) bool {
 	if !replica.IsQuiesce(m) {
 		return false
 	}
-	if s.cfg.Replication.Quiesce && idle(o) && o.grp.AcceptQuiesce(m) {
+	if s.cfg.Replication.Quiesce && o.rep.idle() && o.rep.grp.AcceptQuiesce(m) {
 		if s.isAwake(o) {
 			s.forgetAwake(o)
 			s.m.RaftQuiesces.Inc()
@@ -205,7 +205,7 @@ func (s *Shard) setPeerLive(peer uint64, live bool) {
 	if live {
 		delete(s.q.down, peer)
 		for _, ns := range sortedOwned(s.replicated) {
-			if o := s.replicated[ns]; o.grp.IsLeader() {
+			if o := s.replicated[ns]; o.rep.grp.IsLeader() {
 				s.wake(o)
 				s.considerBalance(o)
 			}
@@ -218,18 +218,18 @@ func (s *Shard) setPeerLive(peer uint64, live bool) {
 	s.q.down[peer] = true
 	for _, ns := range sortedOwned(s.replicated) {
 		o := s.replicated[ns]
-		if o == nil || o.grp == nil {
+		if o == nil || o.rep.grp == nil {
 			continue // failed by an earlier step of this loop
 		}
-		switch lead := o.grp.Leader(); {
+		switch lead := o.rep.grp.Leader(); {
 		case lead == peer:
 			s.wake(o)
-			if err := o.grp.ForgetLeader(); err != nil {
+			if err := o.rep.grp.ForgetLeader(); err != nil {
 				s.failGroup(o, err)
 				continue
 			}
 			s.markReady(o)
-		case lead == 0 && o.held && s.preferred(o) == peer:
+		case lead == 0 && o.rep.held && s.preferred(o) == peer:
 			// A new group held for the dead node's first campaign.
 		default:
 			continue
@@ -249,9 +249,9 @@ func (s *Shard) setPeerLive(peer uint64, live bool) {
 // with node removal). A joiner before its snapshot has no voters: it
 // goes by o.peers, and never campaigns anyway.
 func (s *Shard) campaigner(o *owned) uint64 {
-	ns, peers := o.p.Namespace(), o.peers
-	if o.grp != nil {
-		if v := o.grp.Voters(); len(v) > 0 {
+	ns, peers := o.p.Namespace(), o.rep.peers
+	if o.rep.grp != nil {
+		if v := o.rep.grp.Voters(); len(v) > 0 {
 			slices.Sort(v)
 			peers = v
 		}
@@ -287,7 +287,7 @@ func (s *Shard) QuiescedGroups(ctx context.Context) (quiesced, leading int, err 
 				continue
 			}
 			quiesced++
-			if o.grp.IsLeader() {
+			if o.rep.grp.IsLeader() {
 				leading++
 			}
 		}

@@ -141,17 +141,17 @@ func (s *Shard) replicate(o *owned) error {
 		}
 	}
 	info, _ := s.meta.Partition(ns)
-	o.peers, o.placed = s.peersOf(info), len(info.Replicas) > 0
+	o.rep.peers, o.rep.placed = s.peersOf(info), len(info.Replicas) > 0
 	// A placed group's membership changes as its replicas move: a
 	// replica a move added after the partition was created joins empty
 	// and waits for the leader's snapshot (see move.go).
-	joins := o.placed && info.Joins(r.Node)
-	voters := o.peers
-	if o.placed && !joins && len(info.Joined) > 0 {
+	joins := o.rep.placed && info.Joins(r.Node)
+	voters := o.rep.peers
+	if o.rep.placed && !joins && len(info.Joined) > 0 {
 		voters, joins = foundingVoters(info)
 	}
 	g, err := replica.New(replica.Config{
-		Group: uint64(ns), Node: r.Node, Peers: voters, Dynamic: o.placed, Join: joins,
+		Group: uint64(ns), Node: r.Node, Peers: voters, Dynamic: o.rep.placed, Join: joins,
 		ElectionTicks: r.ElectionTicks, Logger: s.log, Disk: disk,
 		Metrics: s.m.Raft, Clock: s.clock, Fsync: s.m.RaftSyncs,
 		// A peer's snapshot that ApplySnapshot would refuse is an invalid
@@ -170,13 +170,13 @@ func (s *Shard) replicate(o *owned) error {
 		_ = g.Close()
 		return fmt.Errorf("partition %v: raft snapshot: %w", ns, err)
 	}
-	o.grp = g
-	o.pending = make(map[uint64][]Frame)
-	o.restore(st)
-	if o.p.NextOffset() < o.cursor {
+	o.rep.grp = g
+	o.rep.pending = make(map[uint64][]Frame)
+	o.rep.restore(st)
+	if o.p.NextOffset() < o.rep.cursor {
 		// The snapshot says the partition holds more than it does (it was
 		// lost, or a catch-up was interrupted): fetch the rest first.
-		s.startCatchUp(o, o.cursor)
+		s.startCatchUp(o, o.rep.cursor)
 	}
 	s.refreshPeers(o)
 	// Many new groups at once campaign a bounded number at a time
@@ -185,11 +185,11 @@ func (s *Shard) replicate(o *owned) error {
 	// after taking it is a member like any other: the metadata keeps it
 	// in Joined for as long as it holds the replica, and it may be the
 	// preferred leader, or the only replica left.
-	elect := len(g.Voters()) > 0 && preferredLeader(ns, o.peers, o.placed) == r.Node
+	elect := len(g.Voters()) > 0 && preferredLeader(ns, o.rep.peers, o.rep.placed) == r.Node
 	campaigned := elect && s.electionRoom()
 	if campaigned {
 		if err := g.Campaign(); err != nil {
-			o.grp = nil
+			o.rep.grp = nil
 			_ = g.Close()
 			return err
 		}
@@ -204,35 +204,35 @@ func (s *Shard) replicate(o *owned) error {
 // unreplicate drops o's group; its waiting produces are answered. The
 // raft log is synced (unless the policy is never) and closed.
 func (s *Shard) unreplicate(o *owned, err error) {
-	if o.grp == nil {
+	if o.rep.grp == nil {
 		return
 	}
 	delete(s.replicated, o.p.Namespace())
 	s.forgetAwake(o)
 	// Proposed writes may have committed — and been applied on the other
 	// replicas — already: their outcome is unknown, never "retry here".
-	for id, fs := range o.pending {
+	for id, fs := range o.rep.pending {
 		for _, f := range fs {
 			s.answer(f, Response{Err: fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)})
 		}
-		delete(o.pending, id)
+		delete(o.rep.pending, id)
 	}
 	s.dropReads(o, err)
 	s.dropWaiters(o, err, false)
-	for _, f := range o.proposeBuf { // never proposed: err holds
+	for _, f := range o.rep.proposeBuf { // never proposed: err holds
 		s.answer(f, Response{Err: err})
 	}
-	o.proposeBuf = nil
-	if d := o.grp.Disk(); d != nil && o.dur.Fsync != metadata.FsyncNever {
+	o.rep.proposeBuf = nil
+	if d := o.rep.grp.Disk(); d != nil && o.dur.Fsync != metadata.FsyncNever {
 		if serr := d.Sync(); serr != nil {
 			s.log.Warn("syncing a raft log on close", "ns", o.p.Namespace(), "error", serr)
 		}
 	}
-	if cerr := o.grp.Close(); cerr != nil {
+	if cerr := o.rep.grp.Close(); cerr != nil {
 		s.log.Warn("closing a raft log", "ns", o.p.Namespace(), "error", cerr)
 	}
-	o.grp = nil
-	o.catchup = nil
+	o.rep.grp = nil
+	o.rep.catchup = nil
 	s.setLeader(o, 0)
 }
 
@@ -241,9 +241,9 @@ func (s *Shard) unreplicate(o *owned, err error) {
 // node leads.
 func (s *Shard) setLeader(o *owned, lead uint64) {
 	self := s.cfg.Replication.Node
-	if o.led != (lead == self && lead != 0) {
-		o.led = !o.led
-		if o.led {
+	if o.rep.led != (lead == self && lead != 0) {
+		o.rep.led = !o.rep.led
+		if o.rep.led {
 			s.m.Led.Inc()
 		} else {
 			s.m.Led.Dec()
@@ -276,7 +276,7 @@ func (s *Shard) Leaders(into map[metadata.Namespace]uint64) {
 // notLeader answers f on a follower: "not leader" with the leader's id,
 // or "retry here" while no leader is known.
 func (s *Shard) notLeader(o *owned, f Frame) {
-	if lead := o.grp.Leader(); lead != 0 && lead != s.cfg.Replication.Node {
+	if lead := o.rep.grp.Leader(); lead != 0 && lead != s.cfg.Replication.Node {
 		s.answer(f, Response{Err: &NotLeaderError{Leader: lead}})
 	} else {
 		s.deny(f, metrics.DenyNoLeader, errNoLeader)
@@ -290,14 +290,14 @@ func (s *Shard) notLeader(o *owned, f Frame) {
 // offsets and truncations included: they survive the loss of the node
 // that took them).
 func (s *Shard) propose(o *owned, f Frame) {
-	if !o.grp.IsLeader() {
+	if !o.rep.grp.IsLeader() {
 		s.notLeader(o, f)
 		return
 	}
-	if len(o.proposeBuf) == 0 {
+	if len(o.rep.proposeBuf) == 0 {
 		s.proposing = append(s.proposing, o)
 	}
-	o.proposeBuf = append(o.proposeBuf, f)
+	o.rep.proposeBuf = append(o.rep.proposeBuf, f)
 	s.proposed++
 }
 
@@ -312,16 +312,16 @@ func (s *Shard) readReplicated(o *owned, f Frame) bool {
 	if !f.Req.FromLeader {
 		return false
 	}
-	if !o.grp.IsLeader() {
+	if !o.rep.grp.IsLeader() {
 		s.notLeader(o, f)
 		return true
 	}
-	if o.reads == nil {
-		o.reads = make(map[uint64]Frame)
+	if o.rep.reads == nil {
+		o.rep.reads = make(map[uint64]Frame)
 	}
 	s.readSeq++
-	o.reads[s.readSeq] = f
-	if err := o.grp.ReadIndex(binary.LittleEndian.AppendUint64(nil, s.readSeq)); err != nil {
+	o.rep.reads[s.readSeq] = f
+	if err := o.rep.grp.ReadIndex(binary.LittleEndian.AppendUint64(nil, s.readSeq)); err != nil {
 		s.failGroup(o, err) // answers f with the waiting reads
 		return true
 	}
@@ -339,12 +339,12 @@ func (s *Shard) readReplicated(o *owned, f Frame) bool {
 // every such read is asked of the new voters (a lone voter confirms at
 // once). An old confirmation arriving after all finds its read gone.
 func (s *Shard) reaskReads(o *owned) {
-	o.reaskReads = false
-	if len(o.reads) == 0 || !o.grp.IsLeader() {
+	o.rep.reaskReads = false
+	if len(o.rep.reads) == 0 || !o.rep.grp.IsLeader() {
 		return // no read, or LeaderChanged answered them
 	}
-	for _, id := range slices.Sorted(maps.Keys(o.reads)) {
-		if err := o.grp.ReadIndex(binary.LittleEndian.AppendUint64(nil, id)); err != nil {
+	for _, id := range slices.Sorted(maps.Keys(o.rep.reads)) {
+		if err := o.rep.grp.ReadIndex(binary.LittleEndian.AppendUint64(nil, id)); err != nil {
 			s.failGroup(o, err)
 			return
 		}
@@ -355,7 +355,7 @@ func (s *Shard) reaskReads(o *owned) {
 // serveReads moves confirmed reads to the applied-index wait and serves
 // those whose index is applied.
 func (s *Shard) serveReads(o *owned) {
-	g := o.grp
+	g := o.rep.grp
 	if g == nil {
 		return
 	}
@@ -364,18 +364,18 @@ func (s *Shard) serveReads(o *owned) {
 			continue
 		}
 		id := binary.LittleEndian.Uint64(rs.RequestCtx)
-		if f, ok := o.reads[id]; ok {
-			delete(o.reads, id)
-			o.readWait = append(o.readWait, readWait{index: rs.Index, f: f})
+		if f, ok := o.rep.reads[id]; ok {
+			delete(o.rep.reads, id)
+			o.rep.readWait = append(o.rep.readWait, readWait{index: rs.Index, f: f})
 		}
 	}
-	if len(o.readWait) == 0 || o.catchup != nil {
+	if len(o.rep.readWait) == 0 || o.rep.catchup != nil {
 		return
 	}
 	rev, live := s.meta.CreatedRevision(o.p.Namespace())
 	live = live && rev == o.p.Epoch()
-	kept := o.readWait[:0]
-	for _, w := range o.readWait {
+	kept := o.rep.readWait[:0]
+	for _, w := range o.rep.readWait {
 		if w.index > g.Applied() {
 			kept = append(kept, w)
 			continue
@@ -392,22 +392,22 @@ func (s *Shard) serveReads(o *owned) {
 		}
 		s.serveRead(o, w.f)
 	}
-	clear(o.readWait[len(kept):])
-	o.readWait = kept
+	clear(o.rep.readWait[len(kept):])
+	o.rep.readWait = kept
 }
 
 // dropReads answers every read waiting for a leadership confirmation:
 // leadership moved, or the group is gone.
 func (s *Shard) dropReads(o *owned, err error) {
-	for id, f := range o.reads {
+	for id, f := range o.rep.reads {
 		s.answer(f, Response{Err: err})
-		delete(o.reads, id)
+		delete(o.rep.reads, id)
 	}
-	for _, w := range o.readWait {
+	for _, w := range o.rep.readWait {
 		s.answer(w.f, Response{Err: err})
 	}
-	clear(o.readWait)
-	o.readWait = o.readWait[:0]
+	clear(o.rep.readWait)
+	o.rep.readWait = o.rep.readWait[:0]
 }
 
 // readWait is a read whose leadership was confirmed at index.
@@ -466,12 +466,12 @@ func (s *Shard) flushProposals() {
 	s.proposing = nil
 	s.proposed = 0
 	for _, o := range list {
-		frames := o.proposeBuf
-		o.proposeBuf = nil
-		if o.grp == nil || len(frames) == 0 {
+		frames := o.rep.proposeBuf
+		o.rep.proposeBuf = nil
+		if o.rep.grp == nil || len(frames) == 0 {
 			continue
 		}
-		if !o.grp.IsLeader() {
+		if !o.rep.grp.IsLeader() {
 			for _, f := range frames {
 				s.notLeader(o, f)
 			}
@@ -498,7 +498,7 @@ func (s *Shard) flushProposals() {
 			continue
 		}
 		binary.LittleEndian.PutUint32(data, uint32(len(kept)))
-		id, err := o.grp.Propose(data)
+		id, err := o.rep.grp.Propose(data)
 		s.keepEntryBuf(data)
 		if errors.Is(err, replica.ErrGroupFailed) {
 			s.failGroup(o, err)
@@ -513,7 +513,7 @@ func (s *Shard) flushProposals() {
 			}
 			continue
 		}
-		o.pending[id] = kept
+		o.rep.pending[id] = kept
 		s.markReady(o)
 	}
 	s.reuseProposing(list)
@@ -523,7 +523,7 @@ func (s *Shard) flushProposals() {
 // group refuses as invalid is counted and dropped; one that stops the
 // group (raft panicked on it) fences the partition.
 func (s *Shard) stepRaft(o *owned, f Frame) {
-	if o.grp == nil {
+	if o.rep.grp == nil {
 		s.m.Drop(f.Req.Op.String(), metrics.ReasonNotReplicated)
 		return
 	}
@@ -531,7 +531,7 @@ func (s *Shard) stepRaft(o *owned, f Frame) {
 		return
 	}
 	s.standAgainstBehind(o, f.Req.Raft)
-	switch err := o.grp.Step(f.Req.Raft); {
+	switch err := o.rep.grp.Step(f.Req.Raft); {
 	case err == nil:
 	case errors.Is(err, replica.ErrGroupFailed):
 		s.failGroup(o, err)
@@ -569,8 +569,8 @@ func (s *Shard) failGroup(o *owned, err error) {
 // quiesced group wakes.
 func (s *Shard) markReady(o *owned) {
 	s.wake(o)
-	if !o.ready {
-		o.ready = true
+	if !o.rep.ready {
+		o.rep.ready = true
 		s.readyList = append(s.readyList, o)
 	}
 }
@@ -584,23 +584,23 @@ func (s *Shard) processReady() {
 		list := s.readyList
 		s.readyList, s.readySpare = s.readySpare[:0], nil
 		for _, o := range list {
-			o.ready = false
-			if o.grp == nil {
+			o.rep.ready = false
+			if o.rep.grp == nil {
 				continue
 			}
 			h := s.handlerOf(o)
-			for o.grp != nil && o.grp.HasReady() {
-				if err := o.grp.Handle(h); err != nil {
+			for o.rep.grp != nil && o.rep.grp.HasReady() {
+				if err := o.rep.grp.Handle(h); err != nil {
 					// The group cannot go on (its log or its partition
 					// refused a write, or raft panicked).
 					s.failGroup(o, err)
 					break
 				}
 			}
-			if o.grp != nil && o.reaskReads {
+			if o.rep.grp != nil && o.rep.reaskReads {
 				s.reaskReads(o)
 			}
-			if o.grp != nil {
+			if o.rep.grp != nil {
 				s.serveReads(o)
 			}
 			s.touch(o) // applied entries are readable by waiting polls
@@ -616,16 +616,16 @@ func (s *Shard) processReady() {
 // content), then the log is cut behind a snapshot of the partition's
 // state.
 func (s *Shard) maybeCompact(o *owned) {
-	g := o.grp
-	if g == nil || o.catchup != nil || o.failed != nil {
+	g := o.rep.grp
+	if g == nil || o.rep.catchup != nil || o.failed != nil {
 		return
 	}
 	r := s.cfg.Replication
-	if !o.compactNow && !(replica.CompactionPolicy{Entries: r.CompactEntries, Bytes: r.CompactBytes}).Due(g, o.sinceSnap) {
+	if !o.rep.compactNow && !(replica.CompactionPolicy{Entries: r.CompactEntries, Bytes: r.CompactBytes}).Due(g, o.rep.sinceSnap) {
 		return
 	}
 	if g.Applied() <= g.SnapshotIndex() {
-		o.compactNow = false
+		o.rep.compactNow = false
 		return // nothing applied since the last snapshot
 	}
 	if err := o.p.Sync(); err != nil {
@@ -633,11 +633,11 @@ func (s *Shard) maybeCompact(o *owned) {
 		s.log.Error("fsync before a raft snapshot failed; partition fenced", "ns", o.p.Namespace(), "error", err)
 		return
 	}
-	if err := g.Compact(g.Applied(), o.encodeState()); err != nil {
+	if err := g.Compact(g.Applied(), o.rep.encodeState()); err != nil {
 		s.log.Error("raft log compaction failed", "ns", o.p.Namespace(), "error", err)
 		return
 	}
-	o.sinceSnap, o.compactNow = 0, false
+	o.rep.sinceSnap, o.rep.compactNow = 0, false
 	s.m.RaftCompactions.Inc()
 }
 
@@ -652,7 +652,7 @@ func (s *Shard) tickRaft() {
 		if !s.isAwake(o) {
 			continue
 		}
-		if s.unhold(o); o.held {
+		if o.rep.unhold(); o.rep.held {
 			s.forgetAwake(o) // woken by a message; waits for its turn
 			continue
 		}
@@ -663,7 +663,7 @@ func (s *Shard) tickRaft() {
 			s.failGroup(o, err)
 			continue
 		}
-		if err := o.grp.Tick(); err != nil {
+		if err := o.rep.grp.Tick(); err != nil {
 			s.failGroup(o, err)
 			continue
 		}
@@ -719,7 +719,7 @@ func (h groupHandler) Send(m *raftpb.Message) {
 // While the replica catches up after a snapshot, committed entries wait
 // in order behind the fetch.
 func (h groupHandler) Apply(index, id uint64, payload []byte) error {
-	if c := h.o.catchup; c != nil {
+	if c := h.o.rep.catchup; c != nil {
 		c.deferred = append(c.deferred, deferredEntry{index: index, id: id, payload: payload})
 		return nil
 	}
@@ -730,15 +730,15 @@ func (h groupHandler) apply(index, id uint64, payload []byte) error {
 	// The entry's frames stay pending until it is applied: if applying it
 	// panics (the group contains the panic and fails), failGroup answers
 	// them instead of leaving them unanswered.
-	frames := h.o.pending[id]
+	frames := h.o.rep.pending[id]
 	err := h.applyFrames(index, frames, payload)
-	delete(h.o.pending, id)
+	delete(h.o.rep.pending, id)
 	h.s.reuseFrames(h.o, frames)
 	return err
 }
 
 func (h groupHandler) applyFrames(index uint64, frames []Frame, payload []byte) error {
-	h.o.sinceSnap += int64(len(payload))
+	h.o.rep.sinceSnap += int64(len(payload))
 	if len(payload) < 4 {
 		return fmt.Errorf("apply index %d: entry shorter than its header", index)
 	}
@@ -799,7 +799,7 @@ type applyBatch struct {
 // it can share the Append (reports false, consuming nothing, otherwise).
 func (h groupHandler) batchProduce(index uint64, rest []byte, f Frame, waiting bool) (bool, []byte, error) {
 	o, b := h.o, &h.s.applyBatch
-	if len(rest) < 21 || rest[0] != entryProduce || o.p.NextOffset() != o.cursor {
+	if len(rest) < 21 || rest[0] != entryProduce || o.p.NextOffset() != o.rep.cursor {
 		return false, rest, nil
 	}
 	key := produceKey{Producer: binary.LittleEndian.Uint64(rest[1:]), Seq: binary.LittleEndian.Uint64(rest[9:])}
@@ -808,7 +808,7 @@ func (h groupHandler) batchProduce(index uint64, rest []byte, f Frame, waiting b
 		return false, rest, nil // applyOp reports the truncation
 	}
 	if key.Producer != 0 {
-		if _, dup := o.dedupe.Get(key); dup || b.keys[key] {
+		if _, dup := o.rep.dedupe.Get(key); dup || b.keys[key] {
 			return false, rest, nil
 		}
 	}
@@ -834,17 +834,17 @@ func (h groupHandler) flushBatch(index uint64) error {
 		return nil
 	}
 	got, err := o.p.Append(b.msgs)
-	if err == nil && got != o.cursor {
-		err = fmt.Errorf("appended at %d, want %d", got, o.cursor)
+	if err == nil && got != o.rep.cursor {
+		err = fmt.Errorf("appended at %d, want %d", got, o.rep.cursor)
 	}
 	if err != nil {
 		return fmt.Errorf("apply index %d: %w", index, err)
 	}
 	for _, it := range b.items {
-		first := o.cursor
-		o.cursor += uint64(it.n)
+		first := o.rep.cursor
+		o.rep.cursor += uint64(it.n)
 		if it.key.Producer != 0 {
-			o.dedupe.Put(it.key, first)
+			o.rep.dedupe.Put(it.key, first)
 		}
 		h.answered(it.f, it.waiting, Response{Offset: first})
 	}
@@ -903,8 +903,8 @@ func (h groupHandler) applyOp(index uint64, rest []byte, f Frame, waiting bool) 
 		// re-applying after a restart included — decides alike.
 		// (The local log is ahead of it only while re-applying after a
 		// restart; otherwise the partition judges, against the same end.)
-		if off > o.cursor && o.p.NextOffset() > o.cursor {
-			h.answered(f, waiting, Response{Err: fmt.Errorf("%w: consumer offset %d past the log's end %d", partition.ErrOffsetOutOfRange, off, o.cursor), Offset: off})
+		if off > o.rep.cursor && o.p.NextOffset() > o.rep.cursor {
+			h.answered(f, waiting, Response{Err: fmt.Errorf("%w: consumer offset %d past the log's end %d", partition.ErrOffsetOutOfRange, off, o.rep.cursor), Offset: off})
 			return next, nil
 		}
 		if err := o.p.StoreConsumerOffset(consumer, off); errors.Is(err, partition.ErrOffsetOutOfRange) {
@@ -915,11 +915,11 @@ func (h groupHandler) applyOp(index uint64, rest []byte, f Frame, waiting bool) 
 			// rebuild; the entry is applied again.
 			return nil, fmt.Errorf("apply index %d: store consumer offset: %w", index, err)
 		}
-		o.setConsumer(consumer, off)
+		o.rep.setConsumer(consumer, off)
 		h.answered(f, waiting, Response{Offset: off})
 		return next, nil
 	case entryTruncate, entryPurge:
-		off := o.cursor
+		off := o.rep.cursor
 		if kind == entryTruncate {
 			if len(rest) < 8 {
 				return nil, errTruncatedOp(index)
@@ -928,17 +928,17 @@ func (h groupHandler) applyOp(index uint64, rest []byte, f Frame, waiting bool) 
 		}
 		// Judged against the replicated log's end, not the local log's,
 		// so every replica decides alike.
-		if off > o.cursor {
-			h.answered(f, waiting, Response{Err: fmt.Errorf("%w: truncate before %d past the log's end %d", partition.ErrOffsetOutOfRange, off, o.cursor), Offset: o.start})
+		if off > o.rep.cursor {
+			h.answered(f, waiting, Response{Err: fmt.Errorf("%w: truncate before %d past the log's end %d", partition.ErrOffsetOutOfRange, off, o.rep.cursor), Offset: o.rep.start})
 			return rest, nil
 		}
-		if off > o.start {
-			o.start = off
+		if off > o.rep.start {
+			o.rep.start = off
 		}
 		if err := o.p.TruncateBefore(min(off, o.p.NextOffset())); err != nil {
 			return nil, fmt.Errorf("apply index %d: truncate: %w", index, err)
 		}
-		h.answered(f, waiting, Response{Offset: o.start})
+		h.answered(f, waiting, Response{Offset: o.rep.start})
 		return rest, nil
 	}
 	return nil, fmt.Errorf("apply index %d: unknown operation %d", index, kind)
@@ -966,7 +966,7 @@ func (h groupHandler) answered(f Frame, waiting bool, r Response) {
 func (h groupHandler) applyOne(index uint64, key produceKey, batch []byte, f Frame, waiting bool) error {
 	o := h.o
 	if key.Producer != 0 {
-		if first, dup := o.dedupe.Get(key); dup {
+		if first, dup := o.rep.dedupe.Get(key); dup {
 			if waiting {
 				h.s.answer(f, Response{Offset: first})
 			}
@@ -977,7 +977,7 @@ func (h groupHandler) applyOne(index uint64, key produceKey, batch []byte, f Fra
 	if err != nil {
 		return fmt.Errorf("apply index %d: %w", index, err)
 	}
-	first := o.cursor
+	first := o.rep.cursor
 	have := o.p.NextOffset()
 	switch {
 	case have < first:
@@ -994,9 +994,9 @@ func (h groupHandler) applyOne(index uint64, key produceKey, batch []byte, f Fra
 			return fmt.Errorf("apply index %d: appended at %d, want %d", index, got, have)
 		}
 	}
-	o.cursor += uint64(len(msgs))
+	o.rep.cursor += uint64(len(msgs))
 	if key.Producer != 0 {
-		o.dedupe.Put(key, first)
+		o.rep.dedupe.Put(key, first)
 	}
 	if waiting {
 		h.s.answer(f, Response{Offset: first})
@@ -1017,9 +1017,9 @@ func (h groupHandler) ApplySnapshot(index uint64, data []byte) error {
 		return fmt.Errorf("raft snapshot at %d: %w", index, err)
 	}
 	o := h.o
-	o.restore(st)
-	o.sinceSnap = 0
-	if c := o.catchup; c != nil {
+	o.rep.restore(st)
+	o.rep.sinceSnap = 0
+	if c := o.rep.catchup; c != nil {
 		kept := c.deferred[:0]
 		for _, e := range c.deferred {
 			if e.index > index {
@@ -1030,8 +1030,8 @@ func (h groupHandler) ApplySnapshot(index uint64, data []byte) error {
 	}
 	h.s.m.RaftSnapshots.Inc()
 	h.s.refreshPeers(o) // the snapshot carries the voters
-	if have := o.p.NextOffset(); have < o.cursor {
-		h.s.startCatchUp(o, o.cursor)
+	if have := o.p.NextOffset(); have < o.rep.cursor {
+		h.s.startCatchUp(o, o.rep.cursor)
 		return nil
 	}
 	return o.settle()
@@ -1064,11 +1064,11 @@ func (h groupHandler) LeaderChanged(lead uint64) {
 	}
 	h.s.dropReads(h.o, err)
 	h.s.dropWaiters(h.o, err, true)
-	for id, fs := range h.o.pending {
+	for id, fs := range h.o.rep.pending {
 		for _, f := range fs {
 			h.s.answer(f, Response{Err: ErrOutcomeUnknown})
 		}
-		delete(h.o.pending, id)
+		delete(h.o.rep.pending, id)
 	}
 }
 
@@ -1088,8 +1088,8 @@ type dedupeTable = dedupe.Window[uint64]
 func (s *Shard) Leader(ctx context.Context, ns metadata.Namespace) (uint64, error) {
 	var lead uint64
 	if err := s.do(ctx, newControl(func(s *Shard) error {
-		if o := s.owned[ns]; o != nil && o.grp != nil {
-			lead = o.grp.Leader()
+		if o := s.owned[ns]; o != nil && o.rep.grp != nil {
+			lead = o.rep.grp.Leader()
 		}
 		return nil
 	}, nil)); err != nil {

@@ -119,7 +119,7 @@ func (n *replNet) tickUntilLeader(ns metadata.Namespace) uint64 {
 // leaderAmong returns a leader of ns other than except (0: none).
 func (n *replNet) leaderAmong(ns metadata.Namespace, except uint64) uint64 {
 	for id := uint64(1); id <= 3; id++ {
-		if o := n.shard(id).owned[ns]; id != except && o != nil && o.grp != nil && o.grp.IsLeader() {
+		if o := n.shard(id).owned[ns]; id != except && o != nil && o.rep.grp != nil && o.rep.grp.IsLeader() {
 			return id
 		}
 	}
@@ -128,7 +128,7 @@ func (n *replNet) leaderAmong(ns metadata.Namespace, except uint64) uint64 {
 
 func (n *replNet) leader(ns metadata.Namespace) uint64 {
 	for id := uint64(1); id <= 3; id++ {
-		if o := n.shard(id).owned[ns]; o != nil && o.grp != nil && o.grp.IsLeader() {
+		if o := n.shard(id).owned[ns]; o != nil && o.rep.grp != nil && o.rep.grp.IsLeader() {
 			return id
 		}
 	}
@@ -253,7 +253,7 @@ func TestBehaviour18NoLeaderYetIsRetryHereNotNotLeader(t *testing.T) {
 	n.materialise(1, ns, epoch)
 	n.tick(30) // elections time out: the other replicas have not materialised
 	s := n.shard(1)
-	if lead := s.owned[ns].grp.Leader(); lead != 0 {
+	if lead := s.owned[ns].rep.grp.Leader(); lead != 0 {
 		t.Fatalf("group has leader %d with one replica of three", lead)
 	}
 	calls := []call{produce(ns, "x"), request(ns, &Request{Op: OpPoll, Count: 1, FromLeader: true})}
@@ -343,8 +343,8 @@ func TestConcurrentProducesShareOneEntry(t *testing.T) {
 	}
 	s.flushProposals()
 	o := s.owned[ns]
-	if len(o.pending) != 1 {
-		t.Fatalf("%d proposals for 3 queued produces, want 1", len(o.pending))
+	if len(o.rep.pending) != 1 {
+		t.Fatalf("%d proposals for 3 queued produces, want 1", len(o.rep.pending))
 	}
 	n.settle()
 	for i, c := range calls {
@@ -389,7 +389,7 @@ func TestBehaviour17BufferedWritesAnsweredWhenLeadershipLost(t *testing.T) {
 	for _, c := range calls {
 		s.handle(c.f) // buffered: the pump has more work queued
 	}
-	if got := len(s.owned[ns].proposeBuf); got != len(calls) {
+	if got := len(s.owned[ns].rep.proposeBuf); got != len(calls) {
 		t.Fatalf("%d writes buffered, want %d", got, len(calls))
 	}
 	// Before the buffer is flushed, a peer's heartbeat at a higher term
@@ -397,7 +397,7 @@ func TestBehaviour17BufferedWritesAnsweredWhenLeadershipLost(t *testing.T) {
 	peer := lead%3 + 1
 	s.handle(Frame{Req: &Request{Op: OpRaft, NS: ns, Epoch: epoch,
 		Raft: &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: proto.Uint64(peer), To: proto.Uint64(lead), Term: proto.Uint64(1000)}}})
-	if s.owned[ns].grp.IsLeader() {
+	if s.owned[ns].rep.grp.IsLeader() {
 		t.Fatal("the higher-term heartbeat did not end the leadership")
 	}
 	n.settle()

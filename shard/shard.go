@@ -675,7 +675,7 @@ func (s *Shard) serveOwned(o *owned, f Frame) {
 		s.fenceFailed(o, f)
 		return
 	}
-	if o.grp != nil {
+	if o.rep.grp != nil {
 		switch f.Req.Op {
 		case OpProduce, OpStoreOffset, OpTruncate, OpPurge:
 			s.propose(o, f)

@@ -243,7 +243,7 @@ func (s *Shard) wakeWaiters() {
 	list := s.touchedList
 	for _, o := range list {
 		o.touched = false
-		if o.grp == nil && o.unacked() {
+		if o.rep.grp == nil && o.unacked() {
 			// Appended but not yet acknowledged as durable: the group
 			// commit touches o again after its fsync.
 			continue
