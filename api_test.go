@@ -136,7 +136,7 @@ func TestConsumerOffsets(t *testing.T) {
 		topic := mustTopic(t, n, stream, "t", 2)
 		mustProduce(t, n, topic, parkway.PartitionID(0), "m0", "m1", "m2", "m3", "m4")
 
-		off, ok, err := n.ConsumerOffset(ctx, "reader", topic, 0)
+		off, ok, err := n.Admin().ConsumerOffset(ctx, topic, 0, "reader")
 		if err != nil || ok || off != 0 {
 			t.Fatalf("unknown consumer: %d, %v, %v; want 0, false, nil", off, ok, err)
 		}
@@ -145,10 +145,10 @@ func TestConsumerOffsets(t *testing.T) {
 			t.Fatalf("poll at an unknown consumer: %v next %d, %v; want all 5 from 0", payloads(b.Messages), b.Next, err)
 		}
 
-		if err := n.StoreOffset(ctx, "reader", topic, 0, 3); err != nil {
+		if err := n.Admin().StoreOffset(ctx, topic, 0, "reader", 3); err != nil {
 			t.Fatal(err)
 		}
-		off, ok, err = n.ConsumerOffset(ctx, "reader", topic, 0)
+		off, ok, err = n.Admin().ConsumerOffset(ctx, topic, 0, "reader")
 		if err != nil || !ok || off != 3 {
 			t.Fatalf("stored 3, read back %d, %v, %v", off, ok, err)
 		}
@@ -160,40 +160,40 @@ func TestConsumerOffsets(t *testing.T) {
 		if err != nil || !slices.Equal(payloads(b.Messages), []string{"m3@3"}) || b.Next != 4 {
 			t.Fatalf("poll of 1 at consumer: %v next %d, %v", payloads(b.Messages), b.Next, err)
 		}
-		if off, _, _ := n.ConsumerOffset(ctx, "reader", topic, 0); off != 3 {
+		if off, _, _ := n.Admin().ConsumerOffset(ctx, topic, 0, "reader"); off != 3 {
 			t.Fatalf("a poll moved the stored offset to %d", off)
 		}
 
 		// Offsets are per partition and per consumer.
-		if _, ok, err := n.ConsumerOffset(ctx, "reader", topic, 1); err != nil || ok {
+		if _, ok, err := n.Admin().ConsumerOffset(ctx, topic, 1, "reader"); err != nil || ok {
 			t.Fatalf("reader on partition 1: stored %v, %v; want none", ok, err)
 		}
-		if _, ok, err := n.ConsumerOffset(ctx, "other", topic, 0); err != nil || ok {
+		if _, ok, err := n.Admin().ConsumerOffset(ctx, topic, 0, "other"); err != nil || ok {
 			t.Fatalf("other consumer: stored %v, %v; want none", ok, err)
 		}
 
 		// Past the end is refused and leaves the stored offset alone; the end
 		// itself and rewinding are fine.
-		if err := n.StoreOffset(ctx, "reader", topic, 0, 6); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
+		if err := n.Admin().StoreOffset(ctx, topic, 0, "reader", 6); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
 			t.Fatalf("storing past the end: %v, want ErrOffsetOutOfRange", err)
 		}
-		if err := n.StoreOffset(ctx, "reader", topic, 1, 1); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
+		if err := n.Admin().StoreOffset(ctx, topic, 1, "reader", 1); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
 			t.Fatalf("storing past the end of an empty partition: %v, want ErrOffsetOutOfRange", err)
 		}
-		if off, _, _ := n.ConsumerOffset(ctx, "reader", topic, 0); off != 3 {
+		if off, _, _ := n.Admin().ConsumerOffset(ctx, topic, 0, "reader"); off != 3 {
 			t.Fatalf("a refused store moved the offset to %d", off)
 		}
-		if err := n.StoreOffset(ctx, "reader", topic, 0, 5); err != nil {
+		if err := n.Admin().StoreOffset(ctx, topic, 0, "reader", 5); err != nil {
 			t.Fatalf("storing the end offset: %v", err)
 		}
 		b, err = n.Poll(ctx, topic, 0, parkway.AtConsumer("reader"), 10)
 		if err != nil || len(b.Messages) != 0 || b.Next != 5 {
 			t.Fatalf("poll at a consumer at the end: %v next %d, %v; want nothing, next 5", payloads(b.Messages), b.Next, err)
 		}
-		if err := n.StoreOffset(ctx, "reader", topic, 0, 0); err != nil {
+		if err := n.Admin().StoreOffset(ctx, topic, 0, "reader", 0); err != nil {
 			t.Fatalf("rewinding: %v", err)
 		}
-		if off, ok, _ := n.ConsumerOffset(ctx, "reader", topic, 0); !ok || off != 0 {
+		if off, ok, _ := n.Admin().ConsumerOffset(ctx, topic, 0, "reader"); !ok || off != 0 {
 			t.Fatalf("after rewinding: %d, %v", off, ok)
 		}
 	})
@@ -251,7 +251,7 @@ func TestFileBackedNode(t *testing.T) {
 		expectLog(t, n, small, 1, "x", "y")
 		expectLog(t, n, small, 0)
 
-		if err := n.StoreOffset(ctx, "reader", big, 0, 17); err != nil {
+		if err := n.Admin().StoreOffset(ctx, big, 0, "reader", 17); err != nil {
 			t.Fatal(err)
 		}
 		b, err := n.Poll(ctx, big, 0, parkway.AtConsumer("reader"), 2)
@@ -276,7 +276,7 @@ func TestFileBackedNode(t *testing.T) {
 		}
 
 		// Delete and recreate on disk: only the new incarnation is served.
-		if err := n.DeleteTopic(ctx, big); err != nil {
+		if err := n.Admin().DeleteTopic(ctx, big); err != nil {
 			t.Fatal(err)
 		}
 		id := mustTopic(t, n, stream, "big", 1)
@@ -288,7 +288,7 @@ func TestFileBackedNode(t *testing.T) {
 			t.Fatalf("recreated topic acked at %d, want 0", ack.FirstOffset)
 		}
 		expectLog(t, n, big, 0, "reborn")
-		if _, ok, err := n.ConsumerOffset(ctx, "reader", big, 0); err != nil || ok {
+		if _, ok, err := n.Admin().ConsumerOffset(ctx, big, 0, "reader"); err != nil || ok {
 			t.Fatalf("the dead incarnation's consumer offset survived: %v, %v", ok, err)
 		}
 	})

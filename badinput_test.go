@@ -37,7 +37,7 @@ func newFixture(t *testing.T) fixture {
 	}
 	mustProduce(t, n, idTopic(n, 0, 0), parkway.PartitionID(0), "a", "b")
 	mustProduce(t, n, idTopic(n, 0, 0), parkway.PartitionID(1), "c")
-	if err := n.StoreOffset(ctxFor(t), "c1", idTopic(n, 0, 0), 0, 1); err != nil {
+	if err := n.Admin().StoreOffset(ctxFor(t), idTopic(n, 0, 0), 0, "c1", 1); err != nil {
 		t.Fatal(err)
 	}
 	return fixture{n: n}
@@ -55,11 +55,11 @@ func (f fixture) unchanged(t *testing.T, before parkway.MetadataState) {
 	}
 	expectLog(t, f.n, idTopic(f.n, 0, 0), 0, "a", "b")
 	expectLog(t, f.n, idTopic(f.n, 0, 0), 1, "c")
-	off, ok, err := f.n.ConsumerOffset(ctxFor(t), "c1", idTopic(f.n, 0, 0), 0)
+	off, ok, err := f.n.Admin().ConsumerOffset(ctxFor(t), idTopic(f.n, 0, 0), 0, "c1")
 	if err != nil || !ok || off != 1 {
 		t.Fatalf("consumer c1 at %d (stored %v, err %v), want 1", off, ok, err)
 	}
-	if _, ok, err := f.n.ConsumerOffset(ctxFor(t), "c2", idTopic(f.n, 0, 0), 0); err != nil || ok {
+	if _, ok, err := f.n.Admin().ConsumerOffset(ctxFor(t), idTopic(f.n, 0, 0), 0, "c2"); err != nil || ok {
 		t.Fatalf("consumer c2 stored %v (err %v), want none", ok, err)
 	}
 }
@@ -99,21 +99,21 @@ func TestBadInputChangesNothing(t *testing.T) {
 	}
 	store := func(consumer string, stream, topic, part uint32, off uint64) func(context.Context) error {
 		return func(ctx context.Context) error {
-			return n.StoreOffset(ctx, consumer, idTopic(n, stream, topic), part, off)
+			return n.Admin().StoreOffset(ctx, idTopic(n, stream, topic), part, consumer, off)
 		}
 	}
 	get := func(consumer string, stream, topic, part uint32) func(context.Context) error {
 		return func(ctx context.Context) error {
-			_, _, err := n.ConsumerOffset(ctx, consumer, idTopic(n, stream, topic), part)
+			_, _, err := n.Admin().ConsumerOffset(ctx, idTopic(n, stream, topic), part, consumer)
 			return err
 		}
 	}
 	createStream := func(name string) func(context.Context) error {
-		return func(ctx context.Context) error { _, err := n.CreateStream(ctx, name); return err }
+		return func(ctx context.Context) error { _, err := n.Admin().CreateStream(ctx, name); return err }
 	}
 	createTopic := func(stream uint32, name string, parts int) func(context.Context) error {
 		return func(ctx context.Context) error {
-			_, err := n.CreateTopic(ctx, idStream(n, stream), name, parts)
+			_, err := n.Admin().CreateTopic(ctx, idStream(n, stream), name, parts)
 			return err
 		}
 	}
@@ -135,15 +135,15 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"zero partitions", createTopic(0, "u", 0), parkway.ErrInvalidPartitionCount},
 		{"negative partitions", createTopic(0, "u", -1), parkway.ErrInvalidPartitionCount},
 		{"too many partitions", createTopic(0, "u", 1001), parkway.ErrInvalidPartitionCount},
-		{"create zero partitions", func(ctx context.Context) error { return n.CreatePartitions(ctx, idTopic(n, 0, 0), 0) }, parkway.ErrInvalidPartitionCount},
-		{"delete zero partitions", func(ctx context.Context) error { return n.DeletePartitions(ctx, idTopic(n, 0, 0), 0) }, parkway.ErrInvalidPartitionCount},
-		{"delete more partitions than exist", func(ctx context.Context) error { return n.DeletePartitions(ctx, idTopic(n, 0, 0), 3) }, parkway.ErrInvalidPartitionCount},
-		{"create partitions of unknown topic", func(ctx context.Context) error { return n.CreatePartitions(ctx, idTopic(n, 0, 7), 1) }, parkway.ErrTopicNotFound},
+		{"create zero partitions", func(ctx context.Context) error { return n.Admin().CreatePartitions(ctx, idTopic(n, 0, 0), 0) }, parkway.ErrInvalidPartitionCount},
+		{"delete zero partitions", func(ctx context.Context) error { return n.Admin().DeletePartitions(ctx, idTopic(n, 0, 0), 0) }, parkway.ErrInvalidPartitionCount},
+		{"delete more partitions than exist", func(ctx context.Context) error { return n.Admin().DeletePartitions(ctx, idTopic(n, 0, 0), 3) }, parkway.ErrInvalidPartitionCount},
+		{"create partitions of unknown topic", func(ctx context.Context) error { return n.Admin().CreatePartitions(ctx, idTopic(n, 0, 7), 1) }, parkway.ErrTopicNotFound},
 
 		// Unknown stream / topic / partition.
-		{"delete unknown stream", func(ctx context.Context) error { return n.DeleteStream(ctx, idStream(n, 7)) }, parkway.ErrStreamNotFound},
-		{"delete topic of unknown stream", func(ctx context.Context) error { return n.DeleteTopic(ctx, idTopic(n, 7, 0)) }, parkway.ErrStreamNotFound},
-		{"delete unknown topic", func(ctx context.Context) error { return n.DeleteTopic(ctx, idTopic(n, 0, 7)) }, parkway.ErrTopicNotFound},
+		{"delete unknown stream", func(ctx context.Context) error { return n.Admin().DeleteStream(ctx, idStream(n, 7)) }, parkway.ErrStreamNotFound},
+		{"delete topic of unknown stream", func(ctx context.Context) error { return n.Admin().DeleteTopic(ctx, idTopic(n, 7, 0)) }, parkway.ErrStreamNotFound},
+		{"delete unknown topic", func(ctx context.Context) error { return n.Admin().DeleteTopic(ctx, idTopic(n, 0, 7)) }, parkway.ErrTopicNotFound},
 		{"produce to unknown stream", produce(7, 0, parkway.PartitionID(0), msgs("x")...), parkway.ErrStreamNotFound},
 		{"produce balanced to unknown stream", produce(7, 0, parkway.Balanced(), msgs("x")...), parkway.ErrStreamNotFound},
 		{"produce to unknown topic", produce(0, 7, parkway.PartitionID(0), msgs("x")...), parkway.ErrTopicNotFound},
@@ -218,6 +218,22 @@ func TestBadInputPollAtEmptyConsumer(t *testing.T) {
 	})
 }
 
+// TestBadInputPollAtCommitted: AtCommitted is a group member's start (a
+// group's committed offset), which a Node.Poll has no group to resolve: it
+// is refused with ErrInvalidArgument, not read as offset 0 (it once was,
+// silently: its zero kind is AtOffset's).
+func TestBadInputPollAtCommitted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		for _, from := range []parkway.Start{parkway.AtCommitted(), parkway.AtCommitted().OrReset(parkway.ResetLatest), parkway.AtCommitted().Local()} {
+			b, err := f.n.Poll(ctxFor(t), idTopic(f.n, 0, 0), 0, from, 10)
+			if !errors.Is(err, parkway.ErrInvalidArgument) {
+				t.Fatalf("Node.Poll(AtCommitted()) = %v, %v; want ErrInvalidArgument", payloads(b.Messages), err)
+			}
+		}
+	})
+}
+
 // TestInputBoundsAccepted: the limits are inclusive — a 255-byte name, a
 // message of exactly MaxMessageSize (payload plus headers), a batch of
 // exactly MaxBatchMessages and a consumer offset at the log's end are all
@@ -228,11 +244,11 @@ func TestInputBoundsAccepted(t *testing.T) {
 		n := f.n
 		ctx := ctxFor(t)
 		name := strings.Repeat("n", 255)
-		s, err := n.CreateStream(ctx, name)
+		s, err := n.Admin().CreateStream(ctx, name)
 		if err != nil {
 			t.Fatalf("255-byte stream name: %v", err)
 		}
-		if _, err := n.CreateTopic(ctx, s, name, 1); err != nil {
+		if _, err := n.Admin().CreateTopic(ctx, s, name, 1); err != nil {
 			t.Fatalf("255-byte topic name: %v", err)
 		}
 		// 2 payload bytes + a header of 1 + 5 bytes and its 8 bytes of
@@ -245,7 +261,7 @@ func TestInputBoundsAccepted(t *testing.T) {
 		if err != nil || ack.FirstOffset != 2 || ack.Count != fixMaxBatch {
 			t.Fatalf("batch of exactly MaxBatchMessages: %+v, %v", ack, err)
 		}
-		if err := n.StoreOffset(ctx, "end", idTopic(n, 0, 0), 1, 6); err != nil {
+		if err := n.Admin().StoreOffset(ctx, idTopic(n, 0, 0), 1, "end", 6); err != nil {
 			t.Fatalf("storing the end offset: %v", err)
 		}
 		expectLog(t, n, idTopic(n, 0, 0), 1, "c", "01", "1", "2", "3", "4")
@@ -266,16 +282,16 @@ func TestCancelledContextChangesNothing(t *testing.T) {
 		cancel()
 		before := f.state()
 		checks := map[string]error{}
-		_, checks["CreateStream"] = n.CreateStream(ctx, "new")
-		_, checks["CreateTopic"] = n.CreateTopic(ctx, idStream(n, 0), "new", 1)
-		checks["CreatePartitions"] = n.CreatePartitions(ctx, idTopic(n, 0, 0), 1)
-		checks["DeletePartitions"] = n.DeletePartitions(ctx, idTopic(n, 0, 0), 1)
-		checks["DeleteTopic"] = n.DeleteTopic(ctx, idTopic(n, 0, 0))
-		checks["DeleteStream"] = n.DeleteStream(ctx, idStream(n, 0))
+		_, checks["CreateStream"] = n.Admin().CreateStream(ctx, "new")
+		_, checks["CreateTopic"] = n.Admin().CreateTopic(ctx, idStream(n, 0), "new", 1)
+		checks["CreatePartitions"] = n.Admin().CreatePartitions(ctx, idTopic(n, 0, 0), 1)
+		checks["DeletePartitions"] = n.Admin().DeletePartitions(ctx, idTopic(n, 0, 0), 1)
+		checks["DeleteTopic"] = n.Admin().DeleteTopic(ctx, idTopic(n, 0, 0))
+		checks["DeleteStream"] = n.Admin().DeleteStream(ctx, idStream(n, 0))
 		_, checks["Produce"] = n.Produce(ctx, idTopic(n, 0, 0), parkway.PartitionID(0), msgs("x")...)
 		_, checks["Poll"] = n.Poll(ctx, idTopic(n, 0, 0), 0, parkway.AtOffset(0), 10)
-		checks["StoreOffset"] = n.StoreOffset(ctx, "c1", idTopic(n, 0, 0), 0, 2)
-		_, _, checks["ConsumerOffset"] = n.ConsumerOffset(ctx, "c1", idTopic(n, 0, 0), 0)
+		checks["StoreOffset"] = n.Admin().StoreOffset(ctx, idTopic(n, 0, 0), 0, "c1", 2)
+		_, _, checks["ConsumerOffset"] = n.Admin().ConsumerOffset(ctx, idTopic(n, 0, 0), 0, "c1")
 		for call, err := range checks {
 			if !errors.Is(err, context.Canceled) {
 				t.Errorf("%s with a cancelled context: %v, want context.Canceled", call, err)
@@ -307,17 +323,17 @@ func TestClosedNode(t *testing.T) {
 		}
 		ctx := ctxFor(t)
 		checks := map[string]error{}
-		_, checks["CreateStream"] = n.CreateStream(ctx, "new")
-		_, checks["CreateTopic"] = n.CreateTopic(ctx, idStream(n, 0), "new", 1)
-		checks["CreatePartitions"] = n.CreatePartitions(ctx, idTopic(n, 0, 0), 1)
-		checks["DeletePartitions"] = n.DeletePartitions(ctx, idTopic(n, 0, 0), 1)
-		checks["DeleteTopic"] = n.DeleteTopic(ctx, idTopic(n, 0, 0))
-		checks["DeleteStream"] = n.DeleteStream(ctx, idStream(n, 0))
+		_, checks["CreateStream"] = n.Admin().CreateStream(ctx, "new")
+		_, checks["CreateTopic"] = n.Admin().CreateTopic(ctx, idStream(n, 0), "new", 1)
+		checks["CreatePartitions"] = n.Admin().CreatePartitions(ctx, idTopic(n, 0, 0), 1)
+		checks["DeletePartitions"] = n.Admin().DeletePartitions(ctx, idTopic(n, 0, 0), 1)
+		checks["DeleteTopic"] = n.Admin().DeleteTopic(ctx, idTopic(n, 0, 0))
+		checks["DeleteStream"] = n.Admin().DeleteStream(ctx, idStream(n, 0))
 		_, checks["Produce"] = n.Produce(ctx, idTopic(n, 0, 0), parkway.PartitionID(0), msgs("x")...)
 		_, checks["Produce balanced"] = n.Produce(ctx, idTopic(n, 0, 0), parkway.Balanced(), msgs("x")...)
 		_, checks["Poll"] = n.Poll(ctx, idTopic(n, 0, 0), 0, parkway.AtOffset(0), 10)
-		checks["StoreOffset"] = n.StoreOffset(ctx, "c1", idTopic(n, 0, 0), 0, 2)
-		_, _, checks["ConsumerOffset"] = n.ConsumerOffset(ctx, "c1", idTopic(n, 0, 0), 0)
+		checks["StoreOffset"] = n.Admin().StoreOffset(ctx, idTopic(n, 0, 0), 0, "c1", 2)
+		_, _, checks["ConsumerOffset"] = n.Admin().ConsumerOffset(ctx, idTopic(n, 0, 0), 0, "c1")
 		for call, err := range checks {
 			if !errors.Is(err, parkway.ErrClosed) {
 				t.Errorf("%s on a closed node: %v, want ErrClosed", call, err)
@@ -380,7 +396,7 @@ func TestConfigValidateReportsEveryProblem(t *testing.T) {
 // idStream returns the handle of stream id on n, or, when it has none, a
 // handle no incarnation matches: how these tests name unknown ids.
 func idStream(n *parkway.Node, id uint32) parkway.Stream {
-	ss, _ := n.Streams(context.Background())
+	ss, _ := n.Admin().Streams(context.Background())
 	for _, s := range ss {
 		if s.ID == id {
 			return s
@@ -393,7 +409,7 @@ func idStream(n *parkway.Node, id uint32) parkway.Stream {
 // none, a handle no incarnation matches.
 func idTopic(n *parkway.Node, stream, topic uint32) parkway.Topic {
 	s := idStream(n, stream)
-	ts, _ := n.Topics(context.Background(), s)
+	ts, _ := n.Admin().Topics(context.Background(), s)
 	for _, t := range ts {
 		if t.ID == topic {
 			return t

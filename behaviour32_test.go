@@ -139,14 +139,14 @@ func createProduceCost(t *testing.T, policy parkway.FsyncPolicy) (syncs, creates
 			t.Error(err)
 		}
 	}()
-	s, err := n.CreateStream(ctx, "s")
+	s, err := n.Admin().CreateStream(ctx, "s")
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A long interval: no interval sync runs within the measurement, as in
 	// the bench module's case 6.
 	opt := parkway.WithFsync(policy, time.Hour)
-	warm, err := n.CreateTopic(ctx, s, "warm", 1, opt)
+	warm, err := n.Admin().CreateTopic(ctx, s, "warm", 1, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func createProduceCost(t *testing.T, policy parkway.FsyncPolicy) (syncs, creates
 	}
 	fsys.reset()
 	fsys.on.Store(true)
-	tp, err := n.CreateTopic(ctx, s, "new", 1, opt)
+	tp, err := n.Admin().CreateTopic(ctx, s, "new", 1, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestBehaviour32DeferredPartitionsSurvivePowerLoss(t *testing.T) {
 		mustProduce(t, n, dead, parkway.PartitionID(0), "dead")
 		gone := mustTopic(t, n, s, "gone", 1)
 		mustProduce(t, n, gone, parkway.PartitionID(0), "old")
-		if err := n.DeleteTopic(ctxFor(t), gone); err != nil {
+		if err := n.Admin().DeleteTopic(ctxFor(t), gone); err != nil {
 			t.Fatal(err)
 		}
 		again := mustTopic(t, n, s, "gone", 1)
@@ -229,7 +229,7 @@ func TestBehaviour32DeferredPartitionsSurvivePowerLoss(t *testing.T) {
 			t.Fatalf("recreated topic %v, want the slab id %d in a new incarnation", again, gone.ID)
 		}
 		mustProduce(t, n, again, parkway.PartitionID(0), "new")
-		if err := n.DeleteTopic(ctxFor(t), dead); err != nil {
+		if err := n.Admin().DeleteTopic(ctxFor(t), dead); err != nil {
 			t.Fatal(err)
 		}
 		partDir := func(tp parkway.Topic) string {

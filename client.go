@@ -225,39 +225,41 @@ type PendingAck struct {
 // order they were started, except one that had to be retried: it is sent
 // again when it is waited for, after the others.
 func (n *Node) ProduceAsync(ctx context.Context, t Topic, to Partitioning, msgs ...Message) *PendingAck {
-	return n.produceAsync(ctx, t, to, ProduceKey{}, msgs)
+	return n.produceAsync(ctx, t, to, ProducerSeq{}, msgs)
 }
 
-// ProduceKey names one logical produce across retries, for a caller that
+// ProducerSeq names one logical produce across retries, for a caller that
 // deduplicates its own writes (a protocol listener relaying a client's
-// idempotent producer). In a cluster the key goes into the partition's
-// replicated deduplication window (its last 65,536 keys): a produce whose
-// key the partition has applied is answered with the first offset the
-// first copy got and not appended again, through whichever node the
-// retry arrives, after a leader change too. Producer must not be 0 (0 is
-// "no key"); choose producers so that they do not collide with another
-// writer's. On a single node a produce's outcome is never unknown to the
-// node, and the key is not used.
-type ProduceKey struct{ Producer, Seq uint64 }
+// idempotent producer): a producer id and its sequence number. In a
+// cluster the pair goes into the partition's replicated deduplication
+// window (its last 65,536 pairs): a produce whose pair the partition has
+// applied is answered with the first offset the first copy got and not
+// appended again, through whichever node the retry arrives, after a
+// leader change too. Producer must not be 0 (0 is "none"); choose
+// producers so that they do not collide with another writer's. On a
+// single node a produce's outcome is never unknown to the node, and the
+// pair is not used.
+type ProducerSeq struct{ Producer, Seq uint64 }
 
-// ProduceAsyncKeyed is ProduceAsync under the caller's deduplication key
-// instead of one the Node draws: a retry under the same key applies once.
-func (n *Node) ProduceAsyncKeyed(ctx context.Context, t Topic, to Partitioning, key ProduceKey, msgs ...Message) *PendingAck {
-	if key.Producer == 0 {
-		return &PendingAck{done: true, err: fmt.Errorf("%w: produce key with producer 0", ErrInvalidArgument)}
+// ProduceAsyncIdempotent is ProduceAsync under the caller's producer and
+// sequence instead of a pair the Node draws: a retry under the same pair
+// applies once.
+func (n *Node) ProduceAsyncIdempotent(ctx context.Context, t Topic, to Partitioning, seq ProducerSeq, msgs ...Message) *PendingAck {
+	if seq.Producer == 0 {
+		return &PendingAck{done: true, err: fmt.Errorf("%w: producer 0 (0 is none)", ErrInvalidArgument)}
 	}
-	return n.produceAsync(ctx, t, to, key, msgs)
+	return n.produceAsync(ctx, t, to, seq, msgs)
 }
 
-// produceAsync starts a produce, under key when its producer is set.
-func (n *Node) produceAsync(ctx context.Context, t Topic, to Partitioning, key ProduceKey, msgs []Message) *PendingAck {
+// produceAsync starts a produce, under seq when its producer is set.
+func (n *Node) produceAsync(ctx context.Context, t Topic, to Partitioning, seq ProducerSeq, msgs []Message) *PendingAck {
 	start := n.cfg.Clock.Now()
 	req, part, size, err := n.prepareProduce(ctx, t, to, msgs)
 	if err != nil {
 		return &PendingAck{done: true, err: err}
 	}
-	if key.Producer != 0 && n.eng.Clustered() {
-		req.Producer, req.Seq = key.Producer, key.Seq
+	if seq.Producer != 0 && n.eng.Clustered() {
+		req.Producer, req.Seq = seq.Producer, seq.Seq
 	}
 	p := &PendingAck{n: n, reply: make(chan shard.Response, 1), topic: t, part: part, size: size, start: start}
 	p.f = shard.Frame{Req: req, Reply: p.reply}
@@ -320,9 +322,11 @@ func keyHash(key []byte) uint32 {
 	return sum
 }
 
-// Start says where a poll begins: AtOffset, AtFirst, AtLast, AtConsumer
-// or AtTime. Every start position resolves (DESIGN behaviour 24): a
-// consumer always has a next position.
+// Start says where a poll begins: AtOffset, AtFirst, AtLast, AtTime,
+// AtConsumer (a named consumer's stored offset) or AtCommitted (a
+// group's committed offset: Member.Poll only; Node.Poll refuses it with
+// ErrInvalidArgument). Every start position resolves (DESIGN behaviour
+// 24): a consumer always has a next position.
 type Start struct {
 	kind      shard.StartKind
 	offset    uint64
@@ -478,6 +482,11 @@ func (n *Node) Poll(ctx context.Context, t Topic, part uint32, from Start, max i
 	if max <= 0 {
 		return Batch{}, fmt.Errorf("%w: poll count %d must be positive", ErrInvalidArgument, max)
 	}
+	if from.committed {
+		// A group's committed offset: only a Member has a group to read
+		// it from.
+		return Batch{}, fmt.Errorf("%w: AtCommitted is a group member's start (Member.Poll)", ErrInvalidArgument)
+	}
 	var o pollOptions
 	for _, opt := range opts {
 		opt(&o)
@@ -548,79 +557,6 @@ type PartitionOffsets struct {
 	// a poll AtConsumer with the default reset would start (the stored
 	// offset, or Start when none is stored or it is below Start).
 	Lag uint64
-}
-
-// PartitionOffsets returns a partition's start and end offsets and, if
-// consumer is not empty, the consumer's stored offset and lag. In a
-// cluster it is read from the partition's leader.
-func (n *Node) PartitionOffsets(ctx context.Context, t Topic, part uint32, consumer string) (PartitionOffsets, error) {
-	if err := n.begin(ctx); err != nil {
-		return PartitionOffsets{}, err
-	}
-	if consumer != "" {
-		if err := validConsumer(consumer); err != nil {
-			return PartitionOffsets{}, err
-		}
-	}
-	ns, epoch, err := n.resolveWait(ctx, t, part)
-	if err != nil {
-		return PartitionOffsets{}, err
-	}
-	req := &shard.Request{Op: shard.OpOffsets, NS: ns, Epoch: epoch, Consumer: consumer, FromLeader: true}
-	r, err := n.call(ctx, req, t, part)
-	if err != nil {
-		return PartitionOffsets{}, err
-	}
-	po := PartitionOffsets{Start: r.Start, End: r.End, Stored: r.Offset, HasStored: r.Found}
-	pos := po.Start
-	if po.HasStored && po.Stored > pos {
-		pos = min(po.Stored, po.End)
-	}
-	po.Lag = po.End - pos
-	return po, nil
-}
-
-// StoreOffset records consumer's offset in a partition: the next offset it
-// will read. An offset past the partition's end is refused with
-// ErrOffsetOutOfRange. One below its start (messages the consumer never
-// read were truncated meanwhile) is stored as given: a poll AtConsumer
-// resolves it with its reset policy — by default the start — so a
-// consumer cannot wedge itself either way.
-func (n *Node) StoreOffset(ctx context.Context, consumer string, t Topic, part uint32, offset uint64) error {
-	if err := n.begin(ctx); err != nil {
-		return err
-	}
-	if err := validConsumer(consumer); err != nil {
-		return err
-	}
-	ns, epoch, err := n.resolveWait(ctx, t, part)
-	if err != nil {
-		return err
-	}
-	req := &shard.Request{Op: shard.OpStoreOffset, NS: ns, Epoch: epoch, Consumer: consumer, Offset: offset}
-	_, err = n.call(ctx, req, t, part)
-	return err
-}
-
-// ConsumerOffset returns consumer's stored offset in a partition and
-// whether one is stored.
-func (n *Node) ConsumerOffset(ctx context.Context, consumer string, t Topic, part uint32) (uint64, bool, error) {
-	if err := n.begin(ctx); err != nil {
-		return 0, false, err
-	}
-	if err := validConsumer(consumer); err != nil {
-		return 0, false, err
-	}
-	ns, epoch, err := n.resolveWait(ctx, t, part)
-	if err != nil {
-		return 0, false, err
-	}
-	req := &shard.Request{Op: shard.OpGetOffset, NS: ns, Epoch: epoch, Consumer: consumer, FromLeader: true}
-	r, err := n.call(ctx, req, t, part)
-	if err != nil {
-		return 0, false, err
-	}
-	return r.Offset, r.Found, nil
 }
 
 // validConsumer accepts 1–255 bytes of letters, digits, '.', '_' and '-',

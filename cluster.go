@@ -3,7 +3,6 @@ package parkway
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
@@ -27,77 +26,19 @@ type NetworkOptions = transport.NetworkOptions
 // NewNetwork returns an in-memory network.
 func NewNetwork(opts NetworkOptions) *Network { return transport.NewNetwork(opts) }
 
-// Cluster makes a Node a member of a cluster: each partition is a raft
+// ClusterConfig makes a Node a member of a cluster: each partition is a raft
 // group on the nodes its topic's replication factor places it on (see
 // WithReplicas), driven by its owner shard, and the metadata is one more
 // raft group on every node. Fields: ID (this node) and Peers (the
 // founding members, this one included; for a node that joins, the nodes
-// it reaches first), Join (join a running cluster: see Node.AddNode), Bus
+// it reaches first), Join (join a running cluster: see Cluster.AddNode), Bus
 // (this node's endpoint; the Node closes it), ClusterID (the cluster's
 // name, recorded in the DataDir: a directory of another cluster is
 // refused; default a TLS bus's cluster id), TickInterval (the raft
 // tick, default 10 ms: leaders are elected within 10–20 ticks),
 // CompactEntries and CompactBytes (each partition's raft log bound; see
 // shard.Replication, defaults 4,096 entries and 16 MiB).
-type Cluster = host.Cluster
-
-// AddNode adds a node to the cluster at runtime. The node must be running
-// (Open with Cluster.Join, its own ID, and Peers naming it and nodes it
-// can reach) and reachable through this node's bus. It becomes a member
-// of the metadata raft group — one membership change at a time — and
-// receives the cluster's metadata; topics and partitions created from
-// then on are placed over it too. Existing partitions keep their
-// replicas until Rebalance moves some of them onto it. AddNode returns
-// once this node applied the change; adding a member again is a no-op.
-func (n *Node) AddNode(ctx context.Context, id NodeID) error {
-	if err := n.begin(ctx); err != nil {
-		return err
-	}
-	return publicError(n.eng.AddNode(ctx, uint64(id)))
-}
-
-// RemoveNode removes a node from the cluster while the cluster serves.
-// Every replica the node holds first moves to the other nodes: each
-// partition's raft group adds its new replica — which receives a
-// snapshot of the partition's state and fetches its log — and only then
-// removes the old one, so the group never has fewer replicas than its
-// replication factor and no acknowledged write is lost. Then the node
-// leaves the metadata group. RemoveNode returns once this node applied
-// the removal; the removed node serves nothing more and can be closed
-// (it may be down already: its replicas are rebuilt from the others — as
-// long as each of its groups keeps a quorum without it; a single-replica
-// partition on a dead node cannot move, and RemoveNode waits for it until
-// ctx ends).
-// Removing a node that is not a member is a no-op. It fails with
-// ErrNotEnoughNodes when a topic's replication factor needs the node, and
-// with ErrInvalidNode when id is this node (remove a node through another
-// member: the node removed may never learn that its removal committed).
-// Moving the data takes as long as it takes: bound the call with ctx,
-// and call it again after an interruption — it carries on from where the
-// cluster stands.
-//
-// The bus is not told: on a TCP bus, once RemoveNode has returned, call
-// TCPBus.RemovePeer(id) on each remaining member's bus, which closes the
-// removed node's connections and refuses its frames from then on (as
-// AddPeer on every member admitted it before AddNode).
-func (n *Node) RemoveNode(ctx context.Context, id NodeID) error {
-	if err := n.begin(ctx); err != nil {
-		return err
-	}
-	return publicError(n.eng.RemoveNode(ctx, uint64(id)))
-}
-
-// Rebalance spreads the partitions' replicas and their preferred leaders
-// evenly over the cluster's nodes, moving replicas as RemoveNode does
-// (add the new one, then remove the old one), for example onto nodes
-// added with AddNode. Leadership follows the preferred leaders. It
-// returns once every move has settled; the cluster serves throughout.
-func (n *Node) Rebalance(ctx context.Context) error {
-	if err := n.begin(ctx); err != nil {
-		return err
-	}
-	return publicError(n.eng.Rebalance(ctx))
-}
+type ClusterConfig = host.Cluster
 
 // awaitMetadata runs f, and in a cluster retries it while it reports a
 // partition as missing: this node's metadata may lag the commit that
@@ -134,24 +75,6 @@ func (n *Node) resolveWait(ctx context.Context, t Topic, part uint32) (ns metada
 		return err
 	})
 	return ns, epoch, err
-}
-
-// Leader returns the node that leads a partition's raft group, as this
-// node sees it (0 while no leader is known). It is ErrInvalidArgument on a
-// node that is not part of a cluster.
-func (n *Node) Leader(ctx context.Context, t Topic, part uint32) (NodeID, error) {
-	if err := n.begin(ctx); err != nil {
-		return 0, err
-	}
-	if !n.eng.Clustered() {
-		return 0, fmt.Errorf("%w: not a cluster node", ErrInvalidArgument)
-	}
-	ns, _, err := n.resolveWait(ctx, t, part)
-	if err != nil {
-		return 0, err
-	}
-	lead, err := n.eng.Leader(ctx, ns)
-	return NodeID(lead), err
 }
 
 // TCPOptions configures a TCP bus: TLS (required unless

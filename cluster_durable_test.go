@@ -34,7 +34,7 @@ func newDiskCluster(t *testing.T, tweak func(*parkway.Config)) *diskCluster {
 		nodes: map[parkway.NodeID]*parkway.Node{}}
 	c.cfg = func(id parkway.NodeID) parkway.Config {
 		cfg := parkway.Config{Shards: 2, RequestTimeout: 10 * time.Second, DataDir: "/data", FS: c.disks[id],
-			Cluster: &parkway.Cluster{ID: id, Peers: c.peers, Bus: c.net.Endpoint(id)}}
+			Cluster: &parkway.ClusterConfig{ID: id, Peers: c.peers, Bus: c.net.Endpoint(id)}}
 		if tweak != nil {
 			tweak(&cfg)
 		}
@@ -156,7 +156,7 @@ func TestClusterNodeRestartsOnItsDataDir(t *testing.T) {
 		c.start(3)
 		c.converged(tp, want)
 
-		leader, err := c.nodes[1].Leader(context.Background(), tp, 0)
+		leader, err := c.nodes[1].Cluster().Leader(context.Background(), tp, 0)
 		if err != nil || leader == 0 {
 			t.Fatalf("leader: %d, %v", leader, err)
 		}
@@ -176,7 +176,7 @@ func TestClusterNodeRestartsOnItsDataDir(t *testing.T) {
 		}
 		want = append(want, c.produce(2, tp, "e", 3)...)
 		c.converged(tp, want)
-		if _, err := c.nodes[2].CreateStream(context.Background(), "s"); err == nil {
+		if _, err := c.nodes[2].Admin().CreateStream(context.Background(), "s"); err == nil {
 			t.Fatal("stream created twice: metadata forgotten across a restart")
 		}
 	})
@@ -222,10 +222,10 @@ func TestClusterSnapshotCatchUp(t *testing.T) {
 		// Replicated writes the snapshot must carry: a consumer offset and
 		// a truncation.
 		ctx := context.Background()
-		if err := c.nodes[2].StoreOffset(ctx, "c", tp, 0, 1000); err != nil {
+		if err := c.nodes[2].Admin().StoreOffset(ctx, tp, 0, "c", 1000); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.nodes[2].TruncatePartition(ctx, tp, 0, 3); err != nil {
+		if err := c.nodes[2].Admin().TruncatePartition(ctx, tp, 0, 3); err != nil {
 			t.Fatal(err)
 		}
 		want = append(want, c.produce(1, tp, "x", 20)...) // the log moves past both before node 3 returns
@@ -284,13 +284,13 @@ func TestClusterMetadataSnapshot(t *testing.T) {
 		c.stop(3)
 		var topics []parkway.Topic
 		for i := range 12 {
-			tp, err := c.nodes[1].CreateTopic(ctx, s, fmt.Sprintf("t%d", i), 1)
+			tp, err := c.nodes[1].Admin().CreateTopic(ctx, s, fmt.Sprintf("t%d", i), 1)
 			if err != nil {
 				t.Fatal(err)
 			}
 			topics = append(topics, tp)
 		}
-		if err := c.nodes[2].DeleteTopic(ctx, topics[0]); err != nil {
+		if err := c.nodes[2].Admin().DeleteTopic(ctx, topics[0]); err != nil {
 			t.Fatal(err)
 		}
 		last := topics[len(topics)-1]

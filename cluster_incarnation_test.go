@@ -35,7 +35,7 @@ func TestBehaviour20ClusterDeadIncarnationRejectedOverTheTransport(t *testing.T)
 		nodes := map[parkway.NodeID]*parkway.Node{}
 		for _, id := range peers[:2] {
 			nodes[id] = open(t, parkway.Config{Shards: 2, RequestTimeout: 5 * time.Second,
-				Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
+				Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
 		}
 		peer3 := net.Endpoint(3)
 		ctx := ctxFor(t)
@@ -43,7 +43,7 @@ func TestBehaviour20ClusterDeadIncarnationRejectedOverTheTransport(t *testing.T)
 		s := mustStream(t, nodes[1], "s")
 		tp := mustTopic(t, nodes[1], s, "t", 1)
 		mustProduce(t, nodes[1], tp, parkway.PartitionID(0), "dead")
-		if err := nodes[1].DeleteTopic(ctx, tp); err != nil {
+		if err := nodes[1].Admin().DeleteTopic(ctx, tp); err != nil {
 			t.Fatal(err)
 		}
 		old := tp
@@ -86,7 +86,7 @@ func TestBehaviour20ClusterDeadIncarnationRejectedOverTheTransport(t *testing.T)
 			if got := metricValue(t, reg, "parkway_stale_rejects_total") - before; got != 1 {
 				t.Errorf("node %d: %v stale rejects for one dead-incarnation message, want 1", id, got)
 			}
-			if lead, err := n.Leader(ctx, tp, 0); err != nil || lead == 3 {
+			if lead, err := n.Cluster().Leader(ctx, tp, 0); err != nil || lead == 3 {
 				t.Errorf("node %d: leader %d (%v): the dead incarnation's message was stepped", id, lead, err)
 			}
 		}

@@ -38,11 +38,11 @@ func TestClusterAddNode(t *testing.T) {
 		}
 
 		nodes[4] = open(t, parkway.Config{Shards: 2, RequestTimeout: 5 * time.Second,
-			Cluster: &parkway.Cluster{ID: 4, Peers: []parkway.NodeID{1, 2, 3, 4}, Join: true, Bus: net.Endpoint(4)}})
-		if err := nodes[2].AddNode(ctx, 4); err != nil {
+			Cluster: &parkway.ClusterConfig{ID: 4, Peers: []parkway.NodeID{1, 2, 3, 4}, Join: true, Bus: net.Endpoint(4)}})
+		if err := nodes[2].Cluster().AddNode(ctx, 4); err != nil {
 			t.Fatalf("AddNode: %v", err)
 		}
-		if err := nodes[3].AddNode(ctx, 4); err != nil {
+		if err := nodes[3].Cluster().AddNode(ctx, 4); err != nil {
 			t.Fatalf("AddNode of a member again: %v", err)
 		}
 		// The cluster serves while and after the node joins.
@@ -56,7 +56,7 @@ func TestClusterAddNode(t *testing.T) {
 			return err == nil
 		})
 		fresh := mustTopic(t, nodes[1], s, "new", 4, parkway.WithReplicas(3))
-		parts, err := nodes[1].Partitions(ctx, fresh)
+		parts, err := nodes[1].Admin().Partitions(ctx, fresh)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,7 +137,7 @@ func TestClusterRemoveNode(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		parts, err := nodes[1].Partitions(ctx, tp)
+		parts, err := nodes[1].Admin().Partitions(ctx, tp)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -157,7 +157,7 @@ func TestClusterRemoveNode(t *testing.T) {
 			// instead of hanging it.
 			rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 			defer cancel()
-			done <- nodes[1].RemoveNode(rctx, 2)
+			done <- nodes[1].Cluster().RemoveNode(rctx, 2)
 		}()
 		for i := 0; ; i++ {
 			select {
@@ -177,14 +177,14 @@ func TestClusterRemoveNode(t *testing.T) {
 			}
 			break
 		}
-		if err := nodes[3].RemoveNode(ctx, 2); err != nil {
+		if err := nodes[3].Cluster().RemoveNode(ctx, 2); err != nil {
 			t.Fatalf("RemoveNode of a removed node: %v", err)
 		}
 		delete(nodes, 2) // it serves nothing more; its Close is the cleanup's
 		for i := range 8 {
 			produce(parkway.NodeID([]int{1, 3, 4}[i%3]), uint32(i%4), fmt.Sprint("after", i))
 		}
-		parts, err = nodes[1].Partitions(ctx, tp)
+		parts, err = nodes[1].Admin().Partitions(ctx, tp)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -194,7 +194,7 @@ func TestClusterRemoveNode(t *testing.T) {
 			}
 			expectReplicas(t, nodes, tp, p, acked[p.Partition])
 		}
-		sparts, err := nodes[1].Partitions(ctx, single)
+		sparts, err := nodes[1].Admin().Partitions(ctx, single)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -240,16 +240,16 @@ func TestClusterRebalanceOntoAddedNode(t *testing.T) {
 			acked[uint32(i%4)] = append(acked[uint32(i%4)], what)
 		}
 		nodes[4] = open(t, parkway.Config{Shards: 2, RequestTimeout: 5 * time.Second,
-			Cluster: &parkway.Cluster{ID: 4, Peers: []parkway.NodeID{1, 2, 3, 4}, Join: true, Bus: net.Endpoint(4)}})
-		if err := nodes[2].AddNode(ctx, 4); err != nil {
+			Cluster: &parkway.ClusterConfig{ID: 4, Peers: []parkway.NodeID{1, 2, 3, 4}, Join: true, Bus: net.Endpoint(4)}})
+		if err := nodes[2].Cluster().AddNode(ctx, 4); err != nil {
 			t.Fatalf("AddNode: %v", err)
 		}
 		rctx, cancel := context.WithTimeout(ctx, 20*time.Second) // virtual time
 		defer cancel()
-		if err := nodes[1].Rebalance(rctx); err != nil {
+		if err := nodes[1].Cluster().Rebalance(rctx); err != nil {
 			t.Fatalf("Rebalance: %v", err)
 		}
-		parts, err := nodes[1].Partitions(ctx, tp)
+		parts, err := nodes[1].Admin().Partitions(ctx, tp)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -281,7 +281,7 @@ func TestClusterRebalanceOntoAddedNode(t *testing.T) {
 				return parkway.PartitionLeader(nodes[parkway.NodeID(p.Replicas[0])], p.NS) == p.Replicas[0]
 			})
 		}
-		if err := nodes[1].RemoveNode(ctx, 1); !errors.Is(err, parkway.ErrInvalidNode) {
+		if err := nodes[1].Cluster().RemoveNode(ctx, 1); !errors.Is(err, parkway.ErrInvalidNode) {
 			t.Fatalf("a node removing itself: %v, want ErrInvalidNode", err)
 		}
 	})
@@ -310,10 +310,10 @@ func TestClusterRemoveDeadNode(t *testing.T) {
 		delete(nodes, 2)
 		rctx, cancel := context.WithTimeout(ctx, 20*time.Second) // virtual time
 		defer cancel()
-		if err := nodes[1].RemoveNode(rctx, 2); err != nil {
+		if err := nodes[1].Cluster().RemoveNode(rctx, 2); err != nil {
 			t.Fatalf("RemoveNode of a dead node: %v", err)
 		}
-		parts, err := nodes[3].Partitions(ctx, tp)
+		parts, err := nodes[3].Admin().Partitions(ctx, tp)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -360,16 +360,16 @@ func TestClusterRemoveNodeThroughALaggingMember(t *testing.T) {
 			net.Disconnect(p, 3)
 		}
 		nodes[4] = open(t, parkway.Config{Shards: 2, RequestTimeout: 5 * time.Second,
-			Cluster: &parkway.Cluster{ID: 4, Peers: []parkway.NodeID{1, 2, 3, 4}, Join: true, Bus: net.Endpoint(4)}})
+			Cluster: &parkway.ClusterConfig{ID: 4, Peers: []parkway.NodeID{1, 2, 3, 4}, Join: true, Bus: net.Endpoint(4)}})
 		net.Disconnect(3, 4)
 		net.Disconnect(4, 3)
-		if err := nodes[1].AddNode(ctx, 4); err != nil {
+		if err := nodes[1].Cluster().AddNode(ctx, 4); err != nil {
 			t.Fatalf("AddNode: %v", err)
 		}
 		net.Heal()
 		rctx, cancel := context.WithTimeout(ctx, 20*time.Second) // virtual time
 		defer cancel()
-		if err := nodes[3].RemoveNode(rctx, 4); err != nil {
+		if err := nodes[3].Cluster().RemoveNode(rctx, 4); err != nil {
 			t.Fatalf("RemoveNode through the lagging node 3: %v", err)
 		}
 		// Three nodes are left: a topic of four replicas does not fit.
@@ -377,7 +377,7 @@ func TestClusterRemoveNodeThroughALaggingMember(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := nodes[1].CreateTopic(ctx, s, "wide", 1, parkway.WithReplicas(4)); err == nil {
+		if _, err := nodes[1].Admin().CreateTopic(ctx, s, "wide", 1, parkway.WithReplicas(4)); err == nil {
 			t.Fatal("a topic of 4 replicas was created after node 4's removal: node 4 is still a member")
 		}
 	})
@@ -398,7 +398,7 @@ func TestClusterMovedReplicaLeadsAfterARestart(t *testing.T) {
 		// Fsync on every write: what raft acknowledged survives the power
 		// loss below (under interval fsync it need not).
 		tp := mustTopic(t, c.nodes[1], s, "t", 1, parkway.WithReplicas(1), parkway.WithFsync(parkway.FsyncAlways, 0))
-		parts, err := c.nodes[1].Partitions(ctx, tp)
+		parts, err := c.nodes[1].Admin().Partitions(ctx, tp)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -407,11 +407,11 @@ func TestClusterMovedReplicaLeadsAfterARestart(t *testing.T) {
 		want := c.produce(via, tp, "a", 5)
 		rctx, cancel := context.WithTimeout(ctx, 20*time.Second) // virtual time
 		defer cancel()
-		if err := c.nodes[via].RemoveNode(rctx, from); err != nil {
+		if err := c.nodes[via].Cluster().RemoveNode(rctx, from); err != nil {
 			t.Fatalf("RemoveNode(%d): %v", from, err)
 		}
 		c.stop(from)
-		parts, err = c.nodes[via].Partitions(ctx, tp)
+		parts, err = c.nodes[via].Admin().Partitions(ctx, tp)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -27,7 +27,7 @@ func nodesCluster(t *testing.T, n int) (*parkway.Network, map[parkway.NodeID]*pa
 	nodes := map[parkway.NodeID]*parkway.Node{}
 	for _, id := range peers {
 		nodes[id] = open(t, parkway.Config{Shards: 2, RequestTimeout: 5 * time.Second,
-			Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
+			Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
 	}
 	return net, nodes
 }
@@ -54,7 +54,7 @@ func TestClusterPlacesReplicationFactor(t *testing.T) {
 		ctx := context.Background()
 		s := mustStream(t, nodes[1], "s")
 		tp := mustTopic(t, nodes[1], s, "t", 10, parkway.WithReplicas(3))
-		parts, err := nodes[1].Partitions(ctx, tp)
+		parts, err := nodes[1].Admin().Partitions(ctx, tp)
 		if err != nil || len(parts) != 10 {
 			t.Fatalf("Partitions = %d, %v", len(parts), err)
 		}
@@ -117,11 +117,11 @@ func TestClusterReplicationFactorValidated(t *testing.T) {
 		_, nodes := nodesCluster(t, 3)
 		ctx := context.Background()
 		s := mustStream(t, nodes[1], "s")
-		if _, err := nodes[1].CreateTopic(ctx, s, "big", 1, parkway.WithReplicas(4)); !errors.Is(err, parkway.ErrInvalidTopicConfig) {
+		if _, err := nodes[1].Admin().CreateTopic(ctx, s, "big", 1, parkway.WithReplicas(4)); !errors.Is(err, parkway.ErrInvalidTopicConfig) {
 			t.Fatalf("factor 4 on 3 nodes: %v, want ErrInvalidTopicConfig", err)
 		}
 		tp := mustTopic(t, nodes[1], s, "one", 3, parkway.WithReplicas(1))
-		if err := nodes[2].SetTopicConfig(ctx, tp, parkway.TopicConfig{Replicas: 2}); !errors.Is(err, parkway.ErrInvalidTopicConfig) {
+		if err := nodes[2].Admin().SetTopicConfig(ctx, tp, parkway.TopicConfig{Replicas: 2}); !errors.Is(err, parkway.ErrInvalidTopicConfig) {
 			t.Fatalf("changing the factor: %v, want ErrInvalidTopicConfig", err)
 		}
 		// Factor 1: one node holds each partition, and every node serves
@@ -133,7 +133,7 @@ func TestClusterReplicationFactorValidated(t *testing.T) {
 				}
 			}
 		}
-		parts, _ := nodes[3].Partitions(ctx, tp)
+		parts, _ := nodes[3].Admin().Partitions(ctx, tp)
 		for _, p := range parts {
 			if len(p.Replicas) != 1 {
 				t.Fatalf("partition %d: replicas %v", p.Partition, p.Replicas)
@@ -154,7 +154,7 @@ func TestClusterLeaderBalanceRestored(t *testing.T) {
 		net, nodes := nodesCluster(t, 3)
 		s := mustStream(t, nodes[1], "s")
 		tp := mustTopic(t, nodes[1], s, "t", 6)
-		parts, err := nodes[1].Partitions(context.Background(), tp)
+		parts, err := nodes[1].Admin().Partitions(context.Background(), tp)
 		if err != nil || len(parts) != 6 {
 			t.Fatalf("Partitions = %d, %v", len(parts), err)
 		}

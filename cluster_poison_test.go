@@ -37,7 +37,7 @@ type tlsCluster struct {
 // (if not nil) applied to their Cluster. The PKI also signs node 4,
 // which is not a member of any group: a certificate the cluster's CAs
 // signed is all the transport asks.
-func newTLSCluster(t *testing.T, opts parkway.TCPOptions, tune func(*parkway.Cluster)) *tlsCluster {
+func newTLSCluster(t *testing.T, opts parkway.TCPOptions, tune func(*parkway.ClusterConfig)) *tlsCluster {
 	t.Helper()
 	peers := []parkway.NodeID{1, 2, 3}
 	c := &tlsCluster{buses: map[parkway.NodeID]*parkway.TCPBus{}, nodes: map[parkway.NodeID]*parkway.Node{}}
@@ -61,7 +61,7 @@ func newTLSCluster(t *testing.T, opts parkway.TCPOptions, tune func(*parkway.Clu
 		}
 	}
 	for _, id := range peers {
-		cl := &parkway.Cluster{ID: id, Peers: peers, Bus: c.buses[id]}
+		cl := &parkway.ClusterConfig{ID: id, Peers: peers, Bus: c.buses[id]}
 		if tune != nil {
 			tune(cl)
 		}
@@ -125,11 +125,11 @@ func TestBehaviour26PoisonTermRefusedOverTLS(t *testing.T) {
 	nodes := c.nodes
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s, err := nodes[1].CreateStream(ctx, "s")
+	s, err := nodes[1].Admin().CreateStream(ctx, "s")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tp, err := nodes[1].CreateTopic(ctx, s, "t", 1)
+	tp, err := nodes[1].Admin().CreateTopic(ctx, s, "t", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestBehaviour26PoisonTermRefusedOverTLS(t *testing.T) {
 
 	// The cluster serves: a topic is created (the metadata group commits),
 	// the partition takes a produce through each node.
-	if _, err := nodes[2].CreateTopic(ctx, s, "after", 1); err != nil {
+	if _, err := nodes[2].Admin().CreateTopic(ctx, s, "after", 1); err != nil {
 		t.Fatalf("CreateTopic after the poison messages: %v", err)
 	}
 	for _, id := range []parkway.NodeID{1, 2, 3} {
@@ -204,13 +204,13 @@ func TestBehaviour26PoisonTermRefusedOverTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	delete(nodes, 1)
-	if _, err := nodes[2].CreateTopic(ctx, s, "after-election", 1); err != nil {
+	if _, err := nodes[2].Admin().CreateTopic(ctx, s, "after-election", 1); err != nil {
 		t.Fatalf("CreateTopic after node 1 stopped: %v", err)
 	}
 	if _, err := nodes[3].Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("after-election")}); err != nil {
 		t.Fatalf("produce after node 1 stopped: %v", err)
 	}
-	lead, err := nodes[2].Leader(ctx, tp, 0)
+	lead, err := nodes[2].Cluster().Leader(ctx, tp, 0)
 	if err != nil || (lead != 2 && lead != 3) {
 		t.Fatalf("partition leader %d after node 1 stopped: %v", lead, err)
 	}
@@ -238,24 +238,24 @@ func TestBehaviour26ForwardFloodHeldWithinBudgetOverTLS(t *testing.T) {
 		requests   = 24
 		wait       = 5 * time.Second
 	)
-	c := newTLSCluster(t, parkway.TCPOptions{}, func(cl *parkway.Cluster) {
+	c := newTLSCluster(t, parkway.TCPOptions{}, func(cl *parkway.ClusterConfig) {
 		cl.MaxForwardedPeerBytes, cl.MaxForwardedBytes = peerBudget, 2*peerBudget
 	})
 	nodes := c.nodes
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s, err := nodes[1].CreateStream(ctx, "s")
+	s, err := nodes[1].Admin().CreateStream(ctx, "s")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tp, err := nodes[1].CreateTopic(ctx, s, "t", 1)
+	tp, err := nodes[1].Admin().CreateTopic(ctx, s, "t", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := nodes[1].Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("warm")}); err != nil {
 		t.Fatal(err)
 	}
-	lead, err := nodes[1].Leader(ctx, tp, 0)
+	lead, err := nodes[1].Cluster().Leader(ctx, tp, 0)
 	if err != nil || lead == 0 {
 		t.Fatalf("leader %d: %v", lead, err)
 	}

@@ -39,7 +39,7 @@ func TestClusterOverTCP(t *testing.T) {
 	start := func(id parkway.NodeID) {
 		t.Helper()
 		n, err := parkway.Open(parkway.Config{Shards: 2, DataDir: dirs[id],
-			Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: buses[id]}})
+			Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: buses[id]}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,11 +56,11 @@ func TestClusterOverTCP(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := nodes[1].CreateStream(ctx, "s")
+	s, err := nodes[1].Admin().CreateStream(ctx, "s")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tp, err := nodes[1].CreateTopic(ctx, s, "t", 1)
+	tp, err := nodes[1].Admin().CreateTopic(ctx, s, "t", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func TestClusterOverTCPRemovePeer(t *testing.T) {
 		}
 	}()
 	for _, id := range founders {
-		n, err := parkway.Open(parkway.Config{Shards: 2, Cluster: &parkway.Cluster{ID: id, Peers: founders, Bus: buses[id]}})
+		n, err := parkway.Open(parkway.Config{Shards: 2, Cluster: &parkway.ClusterConfig{ID: id, Peers: founders, Bus: buses[id]}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,20 +165,20 @@ func TestClusterOverTCPRemovePeer(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	n4, err := parkway.Open(parkway.Config{Shards: 2, Cluster: &parkway.Cluster{ID: 4, Peers: []parkway.NodeID{1, 2, 3, 4}, Join: true, Bus: buses[4]}})
+	n4, err := parkway.Open(parkway.Config{Shards: 2, Cluster: &parkway.ClusterConfig{ID: 4, Peers: []parkway.NodeID{1, 2, 3, 4}, Join: true, Bus: buses[4]}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	nodes[4] = n4
-	if err := nodes[1].AddNode(ctx, 4); err != nil {
+	if err := nodes[1].Cluster().AddNode(ctx, 4); err != nil {
 		t.Fatalf("AddNode: %v", err)
 	}
-	s, err := nodes[1].CreateStream(ctx, "s")
+	s, err := nodes[1].Admin().CreateStream(ctx, "s")
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Four partitions over four nodes: node 4 holds replicas.
-	tp, err := nodes[1].CreateTopic(ctx, s, "t", 4, parkway.WithReplicas(3))
+	tp, err := nodes[1].Admin().CreateTopic(ctx, s, "t", 4, parkway.WithReplicas(3))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func TestClusterOverTCPRemovePeer(t *testing.T) {
 			t.Fatalf("produce to partition %d: %v", part, err)
 		}
 	}
-	if err := nodes[1].RemoveNode(ctx, 4); err != nil {
+	if err := nodes[1].Cluster().RemoveNode(ctx, 4); err != nil {
 		t.Fatalf("RemoveNode: %v", err)
 	}
 	for _, id := range founders {

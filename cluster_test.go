@@ -21,7 +21,7 @@ func threeNodes(t *testing.T) (*parkway.Network, map[parkway.NodeID]*parkway.Nod
 	nodes := map[parkway.NodeID]*parkway.Node{}
 	for _, id := range peers {
 		nodes[id] = open(t, parkway.Config{Shards: 2, RequestTimeout: 5 * time.Second,
-			Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
+			Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
 	}
 	return net, nodes
 }
@@ -152,7 +152,7 @@ func TestClusterLeaderKilledMidStream(t *testing.T) {
 		nodes := map[parkway.NodeID]*parkway.Node{}
 		for _, id := range peers {
 			n, err := parkway.Open(parkway.Config{Shards: 2, RequestTimeout: 10 * time.Second,
-				Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
+				Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -162,7 +162,7 @@ func TestClusterLeaderKilledMidStream(t *testing.T) {
 		s := mustStream(t, nodes[1], "s")
 		tp := mustTopic(t, nodes[1], s, "t", 1)
 		mustProduce(t, nodes[2], tp, parkway.PartitionID(0), "warm")
-		leader, err := nodes[2].Leader(ctx, tp, 0)
+		leader, err := nodes[2].Cluster().Leader(ctx, tp, 0)
 		if err != nil || leader == 0 {
 			t.Fatalf("leader: %d %v", leader, err)
 		}
@@ -235,18 +235,18 @@ func TestClusterRecreateWhileBackupAway(t *testing.T) {
 		waitFor(t, "node 3 to hold the old message", func() bool { return len(readAll(t, nodes[3], tp, 0)) == 1 })
 
 		net.Partition([]parkway.NodeID{3}, []parkway.NodeID{1, 2})
-		if err := nodes[1].DeleteTopic(ctxFor(t), tp); err != nil {
+		if err := nodes[1].Admin().DeleteTopic(ctxFor(t), tp); err != nil {
 			t.Fatal(err)
 		}
 		again := mustTopic(t, nodes[1], s, "t", 1)
 		mustProduce(t, nodes[1], again, parkway.PartitionID(0), "new")
 		net.Heal()
 		waitFor(t, "node 3 to serve the new incarnation", func() bool {
-			parts, err := nodes[3].Partitions(ctxFor(t), again)
+			parts, err := nodes[3].Admin().Partitions(ctxFor(t), again)
 			if err != nil || len(parts) != 1 {
 				return false
 			}
-			want, _ := nodes[1].Partitions(ctxFor(t), again)
+			want, _ := nodes[1].Admin().Partitions(ctxFor(t), again)
 			return parts[0].CreatedRevision == want[0].CreatedRevision && len(readAll(t, nodes[3], again, 0)) == 1
 		})
 		expectLog(t, nodes[3], again, 0, "new")
@@ -264,7 +264,7 @@ func TestClusterSurvivesMetadataLeaderLoss(t *testing.T) {
 		net.Partition([]parkway.NodeID{1}, []parkway.NodeID{2, 3})
 		tp := mustTopic(t, nodes[2], s, "after", 1)
 		mustProduce(t, nodes[3], tp, parkway.PartitionID(0), "x")
-		if _, err := nodes[3].CreateStream(ctxFor(t), "s2"); err != nil {
+		if _, err := nodes[3].Admin().CreateStream(ctxFor(t), "s2"); err != nil {
 			t.Fatal(err)
 		}
 		net.Heal()
@@ -272,7 +272,7 @@ func TestClusterSurvivesMetadataLeaderLoss(t *testing.T) {
 			_, err := nodes[1].Stream(ctxFor(t), "s2")
 			return err == nil
 		})
-		if streams, err := nodes[1].Streams(ctxFor(t)); err != nil || len(streams) != 2 {
+		if streams, err := nodes[1].Admin().Streams(ctxFor(t)); err != nil || len(streams) != 2 {
 			t.Fatalf("node 1 has streams %v (%v) after healing, want 2 (a re-proposal applied twice?)", streams, err)
 		}
 	})
@@ -290,7 +290,7 @@ func TestClusterReadsAndPartitionWritesAreReplicated(t *testing.T) {
 		s := mustStream(t, nodes[1], "s")
 		tp := mustTopic(t, nodes[1], s, "t", 1)
 		mustProduce(t, nodes[1], tp, parkway.PartitionID(0), "warm")
-		leader, err := nodes[1].Leader(ctx, tp, 0)
+		leader, err := nodes[1].Cluster().Leader(ctx, tp, 0)
 		if err != nil || leader == 0 {
 			t.Fatalf("leader %d: %v", leader, err)
 		}
@@ -314,11 +314,11 @@ func TestClusterReadsAndPartitionWritesAreReplicated(t *testing.T) {
 
 		// A consumer offset stored through one follower is seen through
 		// the other, and on every replica.
-		if err := nodes[follower].StoreOffset(ctx, "c", tp, 0, 7); err != nil {
+		if err := nodes[follower].Admin().StoreOffset(ctx, tp, 0, "c", 7); err != nil {
 			t.Fatal(err)
 		}
 		other := others(leader)[1]
-		if off, ok, err := nodes[other].ConsumerOffset(ctx, "c", tp, 0); err != nil || !ok || off != 7 {
+		if off, ok, err := nodes[other].Admin().ConsumerOffset(ctx, tp, 0, "c"); err != nil || !ok || off != 7 {
 			t.Fatalf("consumer offset through the other follower: %d %v %v", off, ok, err)
 		}
 		b, err := nodes[other].Poll(ctx, tp, 0, parkway.AtConsumer("c"), 1)
@@ -327,7 +327,7 @@ func TestClusterReadsAndPartitionWritesAreReplicated(t *testing.T) {
 		}
 
 		// Truncation through a follower reaches every replica.
-		if err := nodes[follower].TruncatePartition(ctx, tp, 0, 5); err != nil {
+		if err := nodes[follower].Admin().TruncatePartition(ctx, tp, 0, 5); err != nil {
 			t.Fatal(err)
 		}
 		for id, n := range nodes {
@@ -341,10 +341,10 @@ func TestClusterReadsAndPartitionWritesAreReplicated(t *testing.T) {
 		// survive on the new leader.
 		net.Partition([]parkway.NodeID{leader}, others(leader))
 		waitFor(t, "a new leader", func() bool {
-			l, err := nodes[follower].Leader(ctx, tp, 0)
+			l, err := nodes[follower].Cluster().Leader(ctx, tp, 0)
 			return err == nil && l != 0 && l != leader
 		})
-		if off, ok, err := nodes[follower].ConsumerOffset(ctx, "c", tp, 0); err != nil || !ok || off != 7 {
+		if off, ok, err := nodes[follower].Admin().ConsumerOffset(ctx, tp, 0, "c"); err != nil || !ok || off != 7 {
 			t.Fatalf("consumer offset after the leader was lost: %d %v %v", off, ok, err)
 		}
 		if _, err := nodes[other].Poll(ctx, tp, 0, parkway.AtOffset(4), 1); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
@@ -352,7 +352,7 @@ func TestClusterReadsAndPartitionWritesAreReplicated(t *testing.T) {
 		}
 
 		// Purge goes through the majority too.
-		if err := nodes[follower].PurgeTopic(ctx, tp); err != nil {
+		if err := nodes[follower].Admin().PurgeTopic(ctx, tp); err != nil {
 			t.Fatal(err)
 		}
 		net.Heal()
@@ -374,7 +374,7 @@ func TestClusterProduceAsyncThroughFollower(t *testing.T) {
 		s := mustStream(t, nodes[1], "s")
 		tp := mustTopic(t, nodes[1], s, "t", 1)
 		mustProduce(t, nodes[1], tp, parkway.PartitionID(0), "warm")
-		leader, err := nodes[1].Leader(ctx, tp, 0)
+		leader, err := nodes[1].Cluster().Leader(ctx, tp, 0)
 		if err != nil || leader == 0 {
 			t.Fatalf("leader %d: %v", leader, err)
 		}

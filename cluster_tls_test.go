@@ -124,7 +124,7 @@ func TestClusterOverTLSLargeBatchThroughFollower(t *testing.T) {
 		// loaded 2-core machine; this test is about the batch limit.
 		n, err := parkway.Open(parkway.Config{Shards: 1, MaxBatchBytes: limitMiB << 20,
 			RequestTimeout: time.Minute,
-			Cluster:        &parkway.Cluster{ID: id, Peers: peers, Bus: buses[id], TickInterval: tick}})
+			Cluster:        &parkway.ClusterConfig{ID: id, Peers: peers, Bus: buses[id], TickInterval: tick}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,18 +133,18 @@ func TestClusterOverTLSLargeBatchThroughFollower(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s, err := nodes[1].CreateStream(ctx, "s")
+	s, err := nodes[1].Admin().CreateStream(ctx, "s")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tp, err := nodes[1].CreateTopic(ctx, s, "t", 1)
+	tp, err := nodes[1].Admin().CreateTopic(ctx, s, "t", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := nodes[1].Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("warm")}); err != nil {
 		t.Fatal(err)
 	}
-	leader, err := nodes[1].Leader(ctx, tp, 0)
+	leader, err := nodes[1].Cluster().Leader(ctx, tp, 0)
 	if err != nil || leader == 0 {
 		t.Fatalf("leader %d: %v", leader, err)
 	}

@@ -160,7 +160,7 @@ type Config struct {
 	// restarted on the same DataDir rejoins as the same member; without
 	// one it is kept in memory, and such a node must not be restarted
 	// under the same ID (it would have forgotten its votes).
-	Cluster *Cluster
+	Cluster *ClusterConfig
 
 	// NewReconciler, when set, builds each shard's reconciler instead of
 	// the default reconciler.Partitions: cfg is what the default would

@@ -22,7 +22,7 @@ func TestClusterWaitingPollWokenByCommit(t *testing.T) {
 		s := mustStream(t, nodes[1], "s")
 		tp := mustTopic(t, nodes[1], s, "t", 1)
 		mustProduce(t, nodes[1], tp, parkway.PartitionID(0), "warm")
-		leader, err := nodes[1].Leader(ctx, tp, 0)
+		leader, err := nodes[1].Cluster().Leader(ctx, tp, 0)
 		if err != nil || leader == 0 {
 			t.Fatalf("leader %d: %v", leader, err)
 		}
@@ -65,7 +65,7 @@ func TestClusterForwardedWaitingPollAndOffsets(t *testing.T) {
 		s := mustStream(t, nodes[1], "s")
 		tp := mustTopic(t, nodes[1], s, "t", 1)
 		mustProduce(t, nodes[1], tp, parkway.PartitionID(0), "warm")
-		leader, err := nodes[1].Leader(ctx, tp, 0)
+		leader, err := nodes[1].Cluster().Leader(ctx, tp, 0)
 		if err != nil || leader == 0 {
 			t.Fatalf("leader %d: %v", leader, err)
 		}
@@ -89,7 +89,7 @@ func TestClusterForwardedWaitingPollAndOffsets(t *testing.T) {
 		if waited := r.at.Sub(start); waited >= 20*time.Second {
 			t.Fatalf("answered after %v: at its deadline, not by the commit", waited)
 		}
-		offs, err := nodes[follower].PartitionOffsets(ctx, tp, 0, "")
+		offs, err := nodes[follower].Admin().PartitionOffsets(ctx, tp, 0, "")
 		if err != nil || offs.Start != 0 || offs.End != 3 {
 			t.Fatalf("PartitionOffsets through a follower: %+v, %v; want [0, 3)", offs, err)
 		}

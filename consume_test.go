@@ -101,7 +101,7 @@ func TestWaitingPollEndsOnDeleteTruncateAndClose(t *testing.T) {
 		start := time.Now()
 		ch := pollAsync(n, ctx, topic, 0, parkway.AtOffset(0), 10, parkway.WaitFor(20*time.Second))
 		notYet(t, ch)
-		if err := n.DeleteTopic(ctx, topic); err != nil {
+		if err := n.Admin().DeleteTopic(ctx, topic); err != nil {
 			t.Fatal(err)
 		}
 		r := <-ch
@@ -118,7 +118,7 @@ func TestWaitingPollEndsOnDeleteTruncateAndClose(t *testing.T) {
 		mustProduce(t, n, trunc, parkway.PartitionID(0), "m0", "m1", "m2", "m3")
 		ch = pollAsync(n, ctx, trunc, 0, parkway.AtOffset(1), 10, parkway.WaitFor(20*time.Second), parkway.MinMessages(10))
 		notYet(t, ch)
-		if err := n.TruncatePartition(ctx, trunc, 0, 3); err != nil {
+		if err := n.Admin().TruncatePartition(ctx, trunc, 0, 3); err != nil {
 			t.Fatal(err)
 		}
 		if r := <-ch; !errors.Is(r.err, parkway.ErrOffsetOutOfRange) {
@@ -184,10 +184,10 @@ func TestPollStartPositionsAndOffsets(t *testing.T) {
 		}
 
 		// The consumer stores 1, then the partition is truncated past it.
-		if err := n.StoreOffset(ctx, "c", topic, 0, 1); err != nil {
+		if err := n.Admin().StoreOffset(ctx, topic, 0, "c", 1); err != nil {
 			t.Fatal(err)
 		}
-		if err := n.TruncatePartition(ctx, topic, 0, 3); err != nil {
+		if err := n.Admin().TruncatePartition(ctx, topic, 0, 3); err != nil {
 			t.Fatal(err)
 		}
 		check("consumer below the start: clamped", parkway.AtConsumer("c"), 10, []string{"m3@3", "m4@4"}, 5)
@@ -198,29 +198,29 @@ func TestPollStartPositionsAndOffsets(t *testing.T) {
 		}
 		// Storing below the start is accepted (and resolved on poll);
 		// past the end is refused.
-		if err := n.StoreOffset(ctx, "c", topic, 0, 0); err != nil {
+		if err := n.Admin().StoreOffset(ctx, topic, 0, "c", 0); err != nil {
 			t.Fatalf("storing below the start: %v", err)
 		}
-		if err := n.StoreOffset(ctx, "c", topic, 0, 6); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
+		if err := n.Admin().StoreOffset(ctx, topic, 0, "c", 6); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
 			t.Fatalf("storing past the end: %v", err)
 		}
 
-		po, err := n.PartitionOffsets(ctx, topic, 0, "c")
+		po, err := n.Admin().PartitionOffsets(ctx, topic, 0, "c")
 		if err != nil || po != (parkway.PartitionOffsets{Start: 3, End: 5, Stored: 0, HasStored: true, Lag: 2}) {
 			t.Fatalf("PartitionOffsets = %+v, %v", po, err)
 		}
-		if err := n.StoreOffset(ctx, "c", topic, 0, 4); err != nil {
+		if err := n.Admin().StoreOffset(ctx, topic, 0, "c", 4); err != nil {
 			t.Fatal(err)
 		}
-		po, err = n.PartitionOffsets(ctx, topic, 0, "c")
+		po, err = n.Admin().PartitionOffsets(ctx, topic, 0, "c")
 		if err != nil || po.Stored != 4 || po.Lag != 1 {
 			t.Fatalf("PartitionOffsets after storing 4 = %+v, %v", po, err)
 		}
-		po, err = n.PartitionOffsets(ctx, topic, 0, "")
+		po, err = n.Admin().PartitionOffsets(ctx, topic, 0, "")
 		if err != nil || po != (parkway.PartitionOffsets{Start: 3, End: 5, Lag: 2}) {
 			t.Fatalf("PartitionOffsets without a consumer = %+v, %v", po, err)
 		}
-		if _, err := n.PartitionOffsets(ctx, topic, 0, "bad/name"); !errors.Is(err, parkway.ErrInvalidConsumer) {
+		if _, err := n.Admin().PartitionOffsets(ctx, topic, 0, "bad/name"); !errors.Is(err, parkway.ErrInvalidConsumer) {
 			t.Fatalf("PartitionOffsets with a bad consumer name: %v", err)
 		}
 	})

@@ -40,7 +40,7 @@ type ConsumerConfig struct {
 	// Group is the consumer group to join (created if it does not exist).
 	// Its partitions are shared with the group's other members. Empty
 	// means a named consumer: it reads every partition of the topic and
-	// stores its offsets under Name (Node.StoreOffset).
+	// stores its offsets under Name (Admin.StoreOffset).
 	Group string
 	// Name names the consumer: the member's name in a group (optional),
 	// the consumer name without one (required: letters, digits, '.', '_'
@@ -262,7 +262,7 @@ func (n *Node) NewConsumer(ctx context.Context, t Topic, cfg ConsumerConfig) (*C
 		delivered:  make(chan struct{}, 1),
 	}
 	if cfg.Group != "" {
-		if err := n.CreateGroup(ctx, t, cfg.Group); err != nil && !errors.Is(err, ErrGroupExists) {
+		if err := n.Admin().CreateGroup(ctx, t, cfg.Group); err != nil && !errors.Is(err, ErrGroupExists) {
 			return nil, err
 		}
 		m, err := n.JoinGroup(ctx, t, cfg.Group, MemberConfig{Name: cfg.Name, SessionTimeout: cfg.SessionTimeout})
@@ -967,7 +967,7 @@ func (c *Consumer) Commit(ctx context.Context) error {
 	if m == nil {
 		var errs []error
 		for _, p := range slices.Sorted(maps.Keys(offsets)) {
-			if err := c.n.StoreOffset(ctx, c.cfg.Name, c.t, p, offsets[p]); err != nil {
+			if err := c.n.Admin().StoreOffset(ctx, c.t, p, c.cfg.Name, offsets[p]); err != nil {
 				errs = append(errs, err)
 				delete(offsets, p) // kept for the next commit
 			}

@@ -160,7 +160,7 @@ func TestConvergenceCreateThenProduce(t *testing.T) {
 			var wg sync.WaitGroup
 			for i := range convTopics {
 				wg.Go(func() {
-					ids[i], errs[i] = n.CreateTopic(ctx, stream, fmt.Sprintf("t%d", i), 1)
+					ids[i], errs[i] = n.Admin().CreateTopic(ctx, stream, fmt.Sprintf("t%d", i), 1)
 					if errs[i] != nil {
 						return
 					}
@@ -214,7 +214,7 @@ func TestConvergeManyPartitionsAtOnce(t *testing.T) {
 		}
 		wg.Wait()
 		owners := map[int]int{}
-		infos, err := n.Partitions(ctxFor(t), topic)
+		infos, err := n.Admin().Partitions(ctxFor(t), topic)
 		if err != nil || len(infos) != parts {
 			t.Fatalf("Partitions: %d, %v", len(infos), err)
 		}
@@ -240,7 +240,7 @@ func checkOwners(t *testing.T, n *parkway.Node, stream parkway.Stream, ids []par
 	t.Helper()
 	seen := map[int]bool{}
 	for _, topic := range ids {
-		parts, err := n.Partitions(ctxFor(t), topic)
+		parts, err := n.Admin().Partitions(ctxFor(t), topic)
 		if err != nil || len(parts) != 1 {
 			t.Fatalf("Partitions(%v in %v) = %v, %v; want one", topic, stream, parts, err)
 		}
@@ -275,7 +275,7 @@ func TestConvergenceDeleteRecreateServesOnlyNewIncarnation(t *testing.T) {
 				}
 				incarnations := map[uint32]parkway.PartitionInfo{} // by topic id
 				for _, topic := range ids {
-					parts, err := n.Partitions(ctxFor(t), topic)
+					parts, err := n.Admin().Partitions(ctxFor(t), topic)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -284,10 +284,10 @@ func TestConvergenceDeleteRecreateServesOnlyNewIncarnation(t *testing.T) {
 
 				for round := 1; round <= 3; round++ {
 					deleteTopic := func(i int) {
-						if err := n.DeleteTopic(ctxFor(t), ids[i]); err != nil {
+						if err := n.Admin().DeleteTopic(ctxFor(t), ids[i]); err != nil {
 							t.Fatalf("round %d: DeleteTopic(%v): %v", round, ids[i], err)
 						}
-						if _, err := n.Partitions(ctxFor(t), ids[i]); err == nil {
+						if _, err := n.Admin().Partitions(ctxFor(t), ids[i]); err == nil {
 							t.Fatalf("round %d: topic %v still listed after delete", round, ids[i])
 						}
 					}
@@ -324,7 +324,7 @@ func TestConvergenceDeleteRecreateServesOnlyNewIncarnation(t *testing.T) {
 					}
 					for i, topic := range ids {
 						expectLog(t, n, topic, 0, fmt.Sprintf("new-%d-%d", round, i))
-						parts, err := n.Partitions(ctxFor(t), topic)
+						parts, err := n.Admin().Partitions(ctxFor(t), topic)
 						if err != nil {
 							t.Fatal(err)
 						}
@@ -402,11 +402,11 @@ func TestRecreatedStreamAndPartitionsServeOnlyNewIncarnation(t *testing.T) {
 				topic := mustTopic(t, n, stream, fmt.Sprintf("t%d", i), 1)
 				last = topic
 				mustProduce(t, n, topic, parkway.PartitionID(0), "old")
-				if err := n.StoreOffset(ctx, "reader", topic, 0, 1); err != nil {
+				if err := n.Admin().StoreOffset(ctx, topic, 0, "reader", 1); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if err := n.DeleteStream(ctx, stream); err != nil {
+			if err := n.Admin().DeleteStream(ctx, stream); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := n.Poll(ctx, last, 0, parkway.AtOffset(0), 10); !errors.Is(err, parkway.ErrStreamNotFound) {
@@ -425,7 +425,7 @@ func TestRecreatedStreamAndPartitionsServeOnlyNewIncarnation(t *testing.T) {
 					t.Fatalf("t%d: acked at %d, want 0", i, ack.FirstOffset)
 				}
 				expectLog(t, n, topic, 0, "new")
-				if _, ok, err := n.ConsumerOffset(ctx, "reader", topic, 0); err != nil || ok {
+				if _, ok, err := n.Admin().ConsumerOffset(ctx, topic, 0, "reader"); err != nil || ok {
 					t.Fatalf("t%d: the dead incarnation's consumer offset is served (stored %v, %v)", i, ok, err)
 				}
 			}
@@ -441,18 +441,18 @@ func TestRecreatedStreamAndPartitionsServeOnlyNewIncarnation(t *testing.T) {
 			for p := range uint32(4) {
 				mustProduce(t, n, topic, parkway.PartitionID(p), fmt.Sprintf("old-%d", p))
 			}
-			before, _ := n.Partitions(ctxFor(t), topic)
+			before, _ := n.Admin().Partitions(ctxFor(t), topic)
 			// Shrink to one partition, then grow back to four.
-			if err := n.DeletePartitions(ctx, topic, 3); err != nil {
+			if err := n.Admin().DeletePartitions(ctx, topic, 3); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := n.Produce(ctx, topic, parkway.PartitionID(3), parkway.Message{Payload: []byte("x")}); !errors.Is(err, parkway.ErrPartitionNotFound) {
 				t.Fatalf("produce to a deleted partition: %v, want ErrPartitionNotFound", err)
 			}
-			if err := n.CreatePartitions(ctx, topic, 3); err != nil {
+			if err := n.Admin().CreatePartitions(ctx, topic, 3); err != nil {
 				t.Fatal(err)
 			}
-			after, _ := n.Partitions(ctxFor(t), topic)
+			after, _ := n.Admin().Partitions(ctxFor(t), topic)
 			if len(after) != 4 {
 				t.Fatalf("%d partitions after regrowing, want 4", len(after))
 			}

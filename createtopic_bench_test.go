@@ -56,12 +56,12 @@ func BenchmarkCreateTopicProduce(b *testing.B) {
 				create := func() (parkway.Topic, error) {
 					if next%topicsPerStream == 0 {
 						var err error
-						if s, err = n.CreateStream(ctx, fmt.Sprintf("bench-%d", next/topicsPerStream)); err != nil {
+						if s, err = n.Admin().CreateStream(ctx, fmt.Sprintf("bench-%d", next/topicsPerStream)); err != nil {
 							return parkway.Topic{}, err
 						}
 					}
 					next++
-					return n.CreateTopic(ctx, s, fmt.Sprintf("t-%d", next), 1, fsync.opt)
+					return n.Admin().CreateTopic(ctx, s, fmt.Sprintf("t-%d", next), 1, fsync.opt)
 				}
 				topics := make([]parkway.Topic, existing)
 				for i := range topics {

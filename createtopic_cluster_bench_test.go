@@ -32,7 +32,7 @@ func BenchmarkCreateTopicProduceCluster(b *testing.B) {
 			peers := []parkway.NodeID{1, 2, 3}
 			var nodes []*parkway.Node
 			for _, id := range peers {
-				cfg := parkway.Config{Shards: 2, Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}}
+				cfg := parkway.Config{Shards: 2, Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}}
 				if disk {
 					cfg.DataDir = b.TempDir()
 				}
@@ -50,12 +50,12 @@ func BenchmarkCreateTopicProduceCluster(b *testing.B) {
 			create := func() (parkway.Topic, error) {
 				if next%topicsPerStreamBench == 0 {
 					var err error
-					if s, err = n.CreateStream(ctx, fmt.Sprintf("bench-%d", next/topicsPerStreamBench)); err != nil {
+					if s, err = n.Admin().CreateStream(ctx, fmt.Sprintf("bench-%d", next/topicsPerStreamBench)); err != nil {
 						return parkway.Topic{}, err
 					}
 				}
 				next++
-				return n.CreateTopic(ctx, s, fmt.Sprintf("t-%d", next), 1, opt)
+				return n.Admin().CreateTopic(ctx, s, fmt.Sprintf("t-%d", next), 1, opt)
 			}
 			// A warm topic: the metadata group has a leader and every node
 			// has materialised a partition before the clock starts.

@@ -154,7 +154,7 @@ func checkDamage(t *testing.T, l *damagedLog, cfg parkway.Config, w damageWant) 
 	synctest.Test(t, func(t *testing.T) {
 		n := open(t, cfg)
 		ctx := ctxFor(t)
-		offs, err := n.PartitionOffsets(ctx, l.topic, 0, "")
+		offs, err := n.Admin().PartitionOffsets(ctx, l.topic, 0, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -197,7 +197,7 @@ func checkDamage(t *testing.T, l *damagedLog, cfg parkway.Config, w damageWant) 
 			if !errors.As(err, &ce) || !errors.Is(err, parkway.ErrCorrupt) || errors.Is(err, parkway.ErrRetry) || ce.Path != w.path {
 				t.Fatalf("produce to a partition with a damaged tail: %+v, %v; want a *partition.CorruptError for %s", ack, err, w.path)
 			}
-			if offs, err := n.PartitionOffsets(ctx, l.topic, 0, ""); err != nil || offs.End != w.end {
+			if offs, err := n.Admin().PartitionOffsets(ctx, l.topic, 0, ""); err != nil || offs.End != w.end {
 				t.Fatalf("end offset %d, %v after the refused produce, want %d", offs.End, err, w.end)
 			}
 			return
@@ -374,7 +374,7 @@ func TestBehaviour28DamagedTailPurged(t *testing.T) {
 		if _, err := n.Produce(ctx, l.topic, parkway.PartitionID(0), parkway.Message{Payload: []byte("x")}); !errors.Is(err, parkway.ErrCorrupt) {
 			t.Fatalf("produce before the purge: %v, want ErrCorrupt", err)
 		}
-		if err := n.PurgeTopic(ctx, l.topic); err != nil {
+		if err := n.Admin().PurgeTopic(ctx, l.topic); err != nil {
 			t.Fatal(err)
 		}
 		ack, err := n.Produce(ctx, l.topic, parkway.PartitionID(0), parkway.Message{Payload: []byte("after")})
@@ -404,7 +404,7 @@ func TestBehaviour28BuildFailureCauseReachesTheCaller(t *testing.T) {
 		s := mustStream(t, n, "s")
 		topic = mustTopic(t, n, s, "t", 1)
 		mustProduce(t, n, topic, parkway.PartitionID(0), "a", "b")
-		if err := n.StoreOffset(ctxFor(t), "reader", topic, 0, 1); err != nil {
+		if err := n.Admin().StoreOffset(ctxFor(t), topic, 0, "reader", 1); err != nil {
 			t.Fatal(err)
 		}
 		file = filepath.Join(cfg.DataDir, "streams", strconv.Itoa(int(s.ID)), "topics", strconv.Itoa(int(topic.ID)),

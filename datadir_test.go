@@ -158,7 +158,7 @@ func TestBehaviour27DataDirLockChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	if _, err := n.CreateStream(ctxFor(t), "child"); err != nil {
+	if _, err := n.Admin().CreateStream(ctxFor(t), "child"); err != nil {
 		t.Fatal(err)
 	}
 	os.Stdout.WriteString("ready\n")
@@ -241,7 +241,7 @@ func TestBehaviour27DataDirIdentitySingleNode(t *testing.T) {
 		net := parkway.NewNetwork(parkway.NetworkOptions{})
 		defer net.Close()
 		_, err = parkway.Open(parkway.Config{Shards: 1, DataDir: dir,
-			Cluster: &parkway.Cluster{ID: 1, Peers: []parkway.NodeID{1}, Bus: net.Endpoint(1), ClusterID: "c"}})
+			Cluster: &parkway.ClusterConfig{ID: 1, Peers: []parkway.NodeID{1}, Bus: net.Endpoint(1), ClusterID: "c"}})
 		var wrong *parkway.WrongDataDirError
 		if !errors.As(err, &wrong) || wrong.FoundNode != 0 || wrong.WantNode != 1 || wrong.WantCluster != "c" {
 			t.Fatalf("cluster node on a single node's directory: %v, want a *WrongDataDirError", err)
@@ -337,7 +337,7 @@ func TestBehaviour27DataDirIdentityRefusedMemberReadmitted(t *testing.T) {
 		start := func(id parkway.NodeID, join bool) {
 			t.Helper()
 			n, err := parkway.Open(parkway.Config{Shards: 2, RequestTimeout: 5 * time.Second, DataDir: "/data", FS: disks[id],
-				Cluster: &parkway.Cluster{ID: id, Peers: peers, Join: join, Bus: net.Endpoint(id)}})
+				Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Join: join, Bus: net.Endpoint(id)}})
 			if err != nil {
 				t.Fatalf("open node %d: %v", id, err)
 			}
@@ -386,7 +386,7 @@ func TestBehaviour27DataDirIdentityRefusedMemberReadmitted(t *testing.T) {
 		})
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second) // virtual time
 		defer cancel()
-		if err := nodes[1].RemoveNode(rctx, 4); err != nil {
+		if err := nodes[1].Cluster().RemoveNode(rctx, 4); err != nil {
 			t.Fatalf("RemoveNode of the refused node: %v", err)
 		}
 		produce("r", 8)
@@ -394,14 +394,14 @@ func TestBehaviour27DataDirIdentityRefusedMemberReadmitted(t *testing.T) {
 		stop(4)
 		disks[4] = vfs.NewMem()
 		start(4, true)
-		if err := nodes[2].AddNode(rctx, 4); err != nil {
+		if err := nodes[2].Cluster().AddNode(rctx, 4); err != nil {
 			t.Fatalf("AddNode: %v", err)
 		}
-		if err := nodes[1].Rebalance(rctx); err != nil {
+		if err := nodes[1].Cluster().Rebalance(rctx); err != nil {
 			t.Fatalf("Rebalance: %v", err)
 		}
 		produce("a", 8)
-		parts, err := nodes[1].Partitions(ctx, tp)
+		parts, err := nodes[1].Admin().Partitions(ctx, tp)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -31,12 +31,12 @@ func TestRestartKeepsEverything(t *testing.T) {
 		keep := mustTopic(t, n, s, "keep", 2)
 		mustProduce(t, n, keep, parkway.PartitionID(0), "a", "b")
 		mustProduce(t, n, keep, parkway.PartitionID(1), "c")
-		if err := n.StoreOffset(ctxFor(t), "reader", keep, 0, 1); err != nil {
+		if err := n.Admin().StoreOffset(ctxFor(t), keep, 0, "reader", 1); err != nil {
 			t.Fatal(err)
 		}
 		gone := mustTopic(t, n, s, "gone", 1)
 		mustProduce(t, n, gone, parkway.PartitionID(0), "dead")
-		if err := n.DeleteTopic(ctxFor(t), gone); err != nil {
+		if err := n.Admin().DeleteTopic(ctxFor(t), gone); err != nil {
 			t.Fatal(err)
 		}
 		again := mustTopic(t, n, s, "gone", 1)
@@ -45,10 +45,10 @@ func TestRestartKeepsEverything(t *testing.T) {
 		}
 		mustProduce(t, n, again, parkway.PartitionID(0), "alive")
 		other := mustStream(t, n, "other")
-		if err := n.DeleteStream(ctxFor(t), other); err != nil {
+		if err := n.Admin().DeleteStream(ctxFor(t), other); err != nil {
 			t.Fatal(err)
 		}
-		before, _ := n.Partitions(ctxFor(t), again)
+		before, _ := n.Admin().Partitions(ctxFor(t), again)
 		synctest.Wait()
 		if err := n.Close(); err != nil {
 			t.Fatal(err)
@@ -64,11 +64,11 @@ func TestRestartKeepsEverything(t *testing.T) {
 		expectLog(t, n2, keep, 0, "a", "b")
 		expectLog(t, n2, keep, 1, "c")
 		expectLog(t, n2, again, 0, "alive")
-		off, ok, err := n2.ConsumerOffset(ctxFor(t), "reader", keep, 0)
+		off, ok, err := n2.Admin().ConsumerOffset(ctxFor(t), keep, 0, "reader")
 		if err != nil || !ok || off != 1 {
 			t.Fatalf("consumer offset after restart: %d %v %v", off, ok, err)
 		}
-		after, _ := n2.Partitions(ctxFor(t), again)
+		after, _ := n2.Admin().Partitions(ctxFor(t), again)
 		if !reflect.DeepEqual(before, after) {
 			t.Fatalf("partitions after restart %+v, want %+v (same incarnation)", after, before)
 		}
@@ -93,11 +93,11 @@ type attempt struct {
 // crashWorkload runs against a node until the first error a client sees:
 // a real writer stops there. It returns what it attempted.
 func crashWorkload(ctx context.Context, n *parkway.Node) (stream parkway.Stream, topic parkway.Topic, topicOK bool, attempts []attempt, offsetAcked bool) {
-	s, err := n.CreateStream(ctx, "s")
+	s, err := n.Admin().CreateStream(ctx, "s")
 	if err != nil {
 		return parkway.Stream{}, parkway.Topic{}, false, nil, false
 	}
-	tp, err := n.CreateTopic(ctx, s, "t", 2)
+	tp, err := n.Admin().CreateTopic(ctx, s, "t", 2)
 	if err != nil {
 		return s, parkway.Topic{}, false, nil, false
 	}
@@ -115,7 +115,7 @@ func crashWorkload(ctx context.Context, n *parkway.Node) (stream parkway.Stream,
 			return s, tp, true, attempts, false
 		}
 	}
-	err = n.StoreOffset(ctx, "c", tp, 0, 3)
+	err = n.Admin().StoreOffset(ctx, tp, 0, "c", 3)
 	return s, tp, true, attempts, err == nil
 }
 
@@ -214,7 +214,7 @@ func checkCrashAt(t *testing.T, i int64, fault error) {
 		}
 	}
 	if offAcked {
-		off, ok, err := n2.ConsumerOffset(ctxFor(t), "c", tp, 0)
+		off, ok, err := n2.Admin().ConsumerOffset(ctxFor(t), tp, 0, "c")
 		if err != nil || !ok || off != 3 {
 			t.Fatalf("op %d (%v): acknowledged consumer offset lost: %d %v %v", i, fault, off, ok, err)
 		}
@@ -287,11 +287,11 @@ func TestFsyncIntervalLossWindow(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := mustStream(t, n, "s")
-		iv, err := n.CreateTopic(ctxFor(t), s, "interval", 1, parkway.WithFsync(parkway.FsyncInterval, 100*time.Millisecond))
+		iv, err := n.Admin().CreateTopic(ctxFor(t), s, "interval", 1, parkway.WithFsync(parkway.FsyncInterval, 100*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
-		never, err := n.CreateTopic(ctxFor(t), s, "never", 1, parkway.WithFsync(parkway.FsyncNever, 0))
+		never, err := n.Admin().CreateTopic(ctxFor(t), s, "never", 1, parkway.WithFsync(parkway.FsyncNever, 0))
 		if err != nil {
 			t.Fatal(err)
 		}

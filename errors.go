@@ -160,7 +160,7 @@ var (
 
 	// ErrInvalidNode reports a membership call naming node 0, or a node
 	// RemoveNode's metadata does not know; ErrNodeExists an AddNode of a
-	// member (Node.AddNode itself treats that as done).
+	// member (Cluster.AddNode itself treats that as done).
 	ErrInvalidNode = metadata.ErrInvalidNode
 	ErrNodeExists  = metadata.ErrNodeExists
 	// ErrNotEnoughNodes refuses a RemoveNode that would leave a topic

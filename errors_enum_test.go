@@ -23,7 +23,7 @@ func TestErrorsAreRootSentinels(t *testing.T) {
 		ctx := ctxFor(t)
 		s := mustStream(t, n, "s")
 
-		_, err := n.CreateTopic(ctx, s, "bad", 1, parkway.WithRetention(-time.Second, 0))
+		_, err := n.Admin().CreateTopic(ctx, s, "bad", 1, parkway.WithRetention(-time.Second, 0))
 		if !errors.Is(err, parkway.ErrInvalidTopicConfig) {
 			t.Errorf("negative retention: %v, want ErrInvalidTopicConfig", err)
 		}
@@ -38,10 +38,10 @@ func TestErrorsAreRootSentinels(t *testing.T) {
 			t.Errorf("5,000 × ~1 MiB batch: %v, want ErrBatchTooLarge", err)
 		}
 
-		if err := n.DeleteStream(ctx, s); err != nil {
+		if err := n.Admin().DeleteStream(ctx, s); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := n.Topics(ctx, s); !errors.Is(err, parkway.ErrStreamNotFound) {
+		if _, err := n.Admin().Topics(ctx, s); !errors.Is(err, parkway.ErrStreamNotFound) {
 			t.Errorf("Topics of a deleted stream: %v, want ErrStreamNotFound", err)
 		}
 		if _, err := n.Topic(ctx, s, "t"); !errors.Is(err, parkway.ErrStreamNotFound) {
@@ -62,7 +62,7 @@ func TestErrorsAreRootSentinels(t *testing.T) {
 			s := mustStream(t, n, "s")
 			var err error
 			for i := 0; err == nil; i++ {
-				_, err = n.CreateTopic(ctx, s, "t"+strconv.Itoa(i), 1)
+				_, err = n.Admin().CreateTopic(ctx, s, "t"+strconv.Itoa(i), 1)
 				if i > 5000 {
 					t.Fatal("no topic limit within 5,000 topics")
 				}

@@ -17,7 +17,7 @@ func ExampleCluster() {
 	var nodes []*parkway.Node
 	for _, id := range peers {
 		n, err := parkway.Open(parkway.Config{Shards: 1,
-			Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
+			Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
 		if err != nil {
 			panic(err)
 		}
@@ -25,8 +25,8 @@ func ExampleCluster() {
 		nodes = append(nodes, n)
 	}
 	ctx := context.Background()
-	stream, _ := nodes[0].CreateStream(ctx, "s")
-	topic, _ := nodes[0].CreateTopic(ctx, stream, "t", 1)
+	stream, _ := nodes[0].Admin().CreateStream(ctx, "s")
+	topic, _ := nodes[0].Admin().CreateTopic(ctx, stream, "t", 1)
 	for i, n := range nodes {
 		ack, err := n.Produce(ctx, topic, parkway.PartitionID(0),
 			parkway.Message{Payload: fmt.Appendf(nil, "via node %d", i+1)})
@@ -52,7 +52,7 @@ func ExampleWithReplicas() {
 	var nodes []*parkway.Node
 	for _, id := range peers {
 		n, err := parkway.Open(parkway.Config{Shards: 1,
-			Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
+			Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
 		if err != nil {
 			panic(err)
 		}
@@ -60,12 +60,12 @@ func ExampleWithReplicas() {
 		nodes = append(nodes, n)
 	}
 	ctx := context.Background()
-	stream, _ := nodes[0].CreateStream(ctx, "s")
-	topic, err := nodes[0].CreateTopic(ctx, stream, "orders", 5, parkway.WithReplicas(3))
+	stream, _ := nodes[0].Admin().CreateStream(ctx, "s")
+	topic, err := nodes[0].Admin().CreateTopic(ctx, stream, "orders", 5, parkway.WithReplicas(3))
 	if err != nil {
 		panic(err)
 	}
-	parts, _ := nodes[0].Partitions(ctx, topic)
+	parts, _ := nodes[0].Admin().Partitions(ctx, topic)
 	for _, p := range parts {
 		fmt.Println("partition", p.Partition, "on nodes", p.Replicas)
 	}
@@ -95,14 +95,14 @@ func ExampleWithReplicas() {
 // nodes (each group adds its new replica before it removes the old one),
 // then takes node 4 out of the metadata group. The messages acknowledged
 // before are all still there.
-func ExampleNode_RemoveNode() {
+func ExampleCluster_RemoveNode() {
 	net := parkway.NewNetwork(parkway.NetworkOptions{})
 	defer net.Close()
 	peers := []parkway.NodeID{1, 2, 3, 4}
 	var nodes []*parkway.Node
 	for _, id := range peers {
 		n, err := parkway.Open(parkway.Config{Shards: 1,
-			Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
+			Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
 		if err != nil {
 			panic(err)
 		}
@@ -110,8 +110,8 @@ func ExampleNode_RemoveNode() {
 		nodes = append(nodes, n)
 	}
 	ctx := context.Background()
-	stream, _ := nodes[0].CreateStream(ctx, "s")
-	topic, err := nodes[0].CreateTopic(ctx, stream, "orders", 4, parkway.WithReplicas(3))
+	stream, _ := nodes[0].Admin().CreateStream(ctx, "s")
+	topic, err := nodes[0].Admin().CreateTopic(ctx, stream, "orders", 4, parkway.WithReplicas(3))
 	if err != nil {
 		panic(err)
 	}
@@ -120,10 +120,10 @@ func ExampleNode_RemoveNode() {
 			panic(err)
 		}
 	}
-	if err := nodes[0].RemoveNode(ctx, 4); err != nil {
+	if err := nodes[0].Cluster().RemoveNode(ctx, 4); err != nil {
 		panic(err)
 	}
-	parts, _ := nodes[0].Partitions(ctx, topic)
+	parts, _ := nodes[0].Admin().Partitions(ctx, topic)
 	for _, p := range parts {
 		b, err := nodes[0].Poll(ctx, topic, p.Partition, parkway.AtOffset(0), 10)
 		if err != nil {

@@ -20,11 +20,11 @@ func ExampleNode_Poll_wait() {
 	}
 	defer node.Close()
 	ctx := context.Background()
-	stream, err := node.CreateStream(ctx, "orders")
+	stream, err := node.Admin().CreateStream(ctx, "orders")
 	if err != nil {
 		log.Fatal(err)
 	}
-	topic, err := node.CreateTopic(ctx, stream, "created", 1)
+	topic, err := node.Admin().CreateTopic(ctx, stream, "created", 1)
 	if err != nil {
 		log.Fatal(err)
 	}

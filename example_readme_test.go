@@ -24,11 +24,11 @@ func Example_producerConsumer() {
 	ctx := context.Background()
 
 	// Producer.
-	stream, err := node.CreateStream(ctx, "shop")
+	stream, err := node.Admin().CreateStream(ctx, "shop")
 	if err != nil {
 		log.Fatal(err)
 	}
-	orders, err := node.CreateTopic(ctx, stream, "orders", 1)
+	orders, err := node.Admin().CreateTopic(ctx, stream, "orders", 1)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func Example_producerConsumer() {
 	for _, m := range batch.Messages {
 		fmt.Printf("%d %s: %s\n", m.Offset, m.Key, m.Payload)
 	}
-	if err := node.StoreOffset(ctx, "billing", topic, 0, batch.Next); err != nil {
+	if err := node.Admin().StoreOffset(ctx, topic, 0, "billing", batch.Next); err != nil {
 		log.Fatal(err)
 	}
 	// Output:
@@ -77,11 +77,11 @@ func Example_consumerGroup() {
 	}
 	defer node.Close()
 	ctx := context.Background()
-	stream, err := node.CreateStream(ctx, "shop")
+	stream, err := node.Admin().CreateStream(ctx, "shop")
 	if err != nil {
 		log.Fatal(err)
 	}
-	orders, err := node.CreateTopic(ctx, stream, "orders", 1)
+	orders, err := node.Admin().CreateTopic(ctx, stream, "orders", 1)
 	if err != nil {
 		log.Fatal(err)
 	}

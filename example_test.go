@@ -19,11 +19,11 @@ func ExampleOpen() {
 	defer node.Close()
 	ctx := context.Background()
 
-	stream, err := node.CreateStream(ctx, "orders")
+	stream, err := node.Admin().CreateStream(ctx, "orders")
 	if err != nil {
 		log.Fatal(err)
 	}
-	topic, err := node.CreateTopic(ctx, stream, "created", 1)
+	topic, err := node.Admin().CreateTopic(ctx, stream, "created", 1)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -58,8 +58,8 @@ func ExampleNode_Produce() {
 	defer node.Close()
 	ctx := context.Background()
 
-	stream, _ := node.CreateStream(ctx, "shop")
-	topic, _ := node.CreateTopic(ctx, stream, "carts", 3)
+	stream, _ := node.Admin().CreateStream(ctx, "shop")
+	topic, _ := node.Admin().CreateTopic(ctx, stream, "carts", 3)
 	for _, ev := range []struct{ user, action string }{
 		{"alice", "add book"}, {"bob", "add pen"}, {"alice", "add lamp"},
 		{"carol", "add mug"}, {"bob", "checkout"}, {"alice", "checkout"},
@@ -100,11 +100,11 @@ func ExampleNode_ProduceAsync() {
 	}
 	defer node.Close()
 	ctx := context.Background()
-	stream, err := node.CreateStream(ctx, "orders")
+	stream, err := node.Admin().CreateStream(ctx, "orders")
 	if err != nil {
 		log.Fatal(err)
 	}
-	topic, err := node.CreateTopic(ctx, stream, "created", 1)
+	topic, err := node.Admin().CreateTopic(ctx, stream, "created", 1)
 	if err != nil {
 		log.Fatal(err)
 	}

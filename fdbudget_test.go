@@ -96,7 +96,7 @@ func TestMaxOpenFiles(t *testing.T) {
 		fsys := &streamsFS{FS: vfs.NewMem(), prefix: "/data/streams"}
 		cfg := parkway.Config{DataDir: "/data", FS: fsys, Shards: 2, MaxOpenFiles: budget}
 		n := open(t, cfg)
-		tp, err := n.CreateTopic(ctxFor(t), mustStream(t, n, "s"), "t", parts)
+		tp, err := n.Admin().CreateTopic(ctxFor(t), mustStream(t, n, "s"), "t", parts)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -50,34 +50,6 @@ const (
 	MaxSessionTimeout     = metadata.MaxSessionTimeout
 )
 
-// CreateGroup creates a consumer group on topic t. Group names follow the
-// rules of stream and topic names and are unique per topic.
-func (n *Node) CreateGroup(ctx context.Context, t Topic, name string) error {
-	return n.topicCommand(ctx, t, metadata.CreateGroup{Stream: t.Stream.ID, Topic: t.ID, Name: name, Revision: t.Revision})
-}
-
-// DeleteGroup deletes a consumer group with its members and committed
-// offsets. Its members' next calls fail with ErrGroupNotFound.
-func (n *Node) DeleteGroup(ctx context.Context, t Topic, name string) error {
-	return n.topicCommand(ctx, t, metadata.DeleteGroup{Stream: t.Stream.ID, Topic: t.ID, Name: name, Revision: t.Revision})
-}
-
-// Group returns a consumer group's committed state: members, assignment
-// and committed offsets. It is linearizable in a cluster (read barrier).
-func (n *Node) Group(ctx context.Context, t Topic, name string) (GroupInfo, error) {
-	if err := n.lookup(ctx); err != nil {
-		return GroupInfo{}, err
-	}
-	if _, err := n.topicInfo(ctx, t); err != nil {
-		return GroupInfo{}, err
-	}
-	g, ok := n.meta.Group(t.Stream.ID, t.ID, name)
-	if !ok {
-		return GroupInfo{}, fmt.Errorf("%w: %q on %v", ErrGroupNotFound, name, t)
-	}
-	return g, nil
-}
-
 // groupError types a group command's failure for the caller: a stale
 // handle as for every command, an invalid request as ErrInvalidArgument.
 func (n *Node) groupError(err error, t Topic) error {
@@ -299,7 +271,8 @@ func (m *Member) check(part uint32) error {
 // AtCommitted starts a member's poll at its group's committed offset for
 // the partition; with none committed, or one outside the partition's
 // [start, end], at the reset policy's choice (ResetEarliest unless set
-// with OrReset). Only Member.Poll accepts it.
+// with OrReset). Only Member.Poll accepts it: Node.Poll, which has no
+// group, refuses it with ErrInvalidArgument.
 func AtCommitted() Start { return Start{committed: true} }
 
 // Poll reads up to max messages from a partition the member holds (see
@@ -359,7 +332,7 @@ func (m *Member) committedNow(part uint32) (uint64, bool) {
 // resetStart is where a reset policy starts.
 func (m *Member) resetStart(ctx context.Context, r OffsetReset, part uint32) Start {
 	if r == ResetLatest {
-		if po, err := m.n.PartitionOffsets(ctx, m.topic, part, ""); err == nil {
+		if po, err := m.n.Admin().PartitionOffsets(ctx, m.topic, part, ""); err == nil {
 			return AtOffset(po.End)
 		}
 	}
@@ -384,7 +357,7 @@ func (m *Member) Commit(ctx context.Context, offsets map[uint32]uint64) error {
 	// to each partition's leader; a Consumer, whose offsets are those of
 	// messages it delivered, commits without it.
 	for _, p := range slices.Sorted(maps.Keys(offsets)) {
-		po, err := m.n.PartitionOffsets(ctx, m.topic, p, "")
+		po, err := m.n.Admin().PartitionOffsets(ctx, m.topic, p, "")
 		if err != nil {
 			return err
 		}

@@ -17,7 +17,7 @@ import (
 // committedWatch checks behaviour 33 at every delivery: a message handed
 // to an application must not be below the group's committed offset (the
 // next offset to read) as the cluster has it at that moment, read with a
-// linearizable Node.Group on a node that is never cut off.
+// linearizable Admin.Group on a node that is never cut off.
 type committedWatch struct {
 	n     *parkway.Node
 	tp    parkway.Topic
@@ -34,7 +34,7 @@ func (w *committedWatch) run(ctx context.Context, name string, c *parkway.Consum
 			done <- err
 			return
 		}
-		g, gerr := w.n.Group(ctx, w.tp, w.group)
+		g, gerr := w.n.Admin().Group(ctx, w.tp, w.group)
 		w.mu.Lock()
 		w.delivered[name]++
 		if gerr == nil {
@@ -72,7 +72,7 @@ func TestBehaviour33ExpiredMemberDeliversNoCommittedMessage(t *testing.T) {
 			// A request timeout longer than the cut, so a poll made
 			// before it is still retried in place when it heals.
 			nodes[id] = open(t, parkway.Config{Shards: 2, RequestTimeout: 10 * time.Second,
-				Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
+				Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
@@ -117,13 +117,13 @@ func TestBehaviour33ExpiredMemberDeliversNoCommittedMessage(t *testing.T) {
 		cut := consumers[1].Member().Assignment().Partitions
 		net.Partition([]parkway.NodeID{1}, []parkway.NodeID{2, 3})
 		before := map[int]uint64{}
-		if g, err := nodes[2].Group(ctx, tp, "g"); err == nil {
+		if g, err := nodes[2].Admin().Group(ctx, tp, "g"); err == nil {
 			for _, p := range cut {
 				before[int(p)] = g.Partitions[p].Offset
 			}
 		}
 		waitFor(t, "the cut member's partitions moved and committed past where they were", func() bool {
-			g, err := nodes[2].Group(ctx, tp, "g")
+			g, err := nodes[2].Admin().Group(ctx, tp, "g")
 			if err != nil || len(g.Members) != 2 {
 				return false
 			}
@@ -137,7 +137,7 @@ func TestBehaviour33ExpiredMemberDeliversNoCommittedMessage(t *testing.T) {
 		cutDelivered := w.count("on-1")
 		net.Heal()
 		waitFor(t, "the cut consumer back in the group", func() bool {
-			g, err := nodes[2].Group(ctx, tp, "g")
+			g, err := nodes[2].Admin().Group(ctx, tp, "g")
 			return err == nil && len(g.Members) == 3
 		})
 		waitFor(t, "the cut consumer delivering again", func() bool { return w.count("on-1") > cutDelivered+20 })
@@ -171,7 +171,7 @@ func TestGroupCommitPastEndRefused(t *testing.T) {
 		n := open(t, parkway.Config{Shards: 2})
 		ctx := ctxFor(t)
 		tp := mustTopic(t, n, mustStream(t, n, "s"), "t", 2)
-		if err := n.CreateGroup(ctx, tp, "g"); err != nil {
+		if err := n.Admin().CreateGroup(ctx, tp, "g"); err != nil {
 			t.Fatal(err)
 		}
 		m, err := n.JoinGroup(ctx, tp, "g", parkway.MemberConfig{})
@@ -184,11 +184,11 @@ func TestGroupCommitPastEndRefused(t *testing.T) {
 				t.Fatalf("commit of offset %d past the end 3: %v, want ErrOffsetOutOfRange", off, err)
 			}
 		}
-		if err := n.StoreOffset(ctx, "c", tp, 1, ^uint64(0)); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
+		if err := n.Admin().StoreOffset(ctx, tp, 1, "c", ^uint64(0)); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
 			t.Fatalf("StoreOffset past the end: %v, want ErrOffsetOutOfRange", err)
 		}
 		// All or none: partition 0's offset was not committed either.
-		if g, _ := n.Group(ctx, tp, "g"); g.Partitions[0].Committed || g.Partitions[1].Committed {
+		if g, _ := n.Admin().Group(ctx, tp, "g"); g.Partitions[0].Committed || g.Partitions[1].Committed {
 			t.Fatalf("a refused commit left offsets: %+v", g.Partitions)
 		}
 		// The end itself is a valid position (nothing left to read).
@@ -261,11 +261,11 @@ func TestBehaviour33StuckLoopLeavesAfterMaxPollInterval(t *testing.T) {
 		go rec.run(other, ctx, done)
 		// Heartbeats keep the stuck member in the group until the bound.
 		time.Sleep(9 * time.Second)
-		if g, _ := n.Group(ctx, tp, "g"); len(g.Members) != 2 {
+		if g, _ := n.Admin().Group(ctx, tp, "g"); len(g.Members) != 2 {
 			t.Fatalf("members before the bound: %+v", g.Members)
 		}
 		waitFor(t, "the stuck member leaving", func() bool {
-			g, err := n.Group(ctx, tp, "g")
+			g, err := n.Admin().Group(ctx, tp, "g")
 			return err == nil && len(g.Members) == 1
 		})
 		if d := time.Since(hung); d < 10*time.Second || d > 11*time.Second {
@@ -273,7 +273,7 @@ func TestBehaviour33StuckLoopLeavesAfterMaxPollInterval(t *testing.T) {
 		}
 		// It committed what it handled: the two messages before the one
 		// it hangs in (the third is not handled: redelivered).
-		g, _ := n.Group(ctx, tp, "g")
+		g, _ := n.Admin().Group(ctx, tp, "g")
 		if gp := g.Partitions[h.part]; !gp.Committed || gp.Offset != h.next {
 			t.Fatalf("partition %d committed %+v, want %d (the handled positions)", h.part, gp, h.next)
 		}
@@ -282,7 +282,7 @@ func TestBehaviour33StuckLoopLeavesAfterMaxPollInterval(t *testing.T) {
 		// The loop comes back: the consumer joins again.
 		close(release)
 		waitFor(t, "the stuck consumer back in the group", func() bool {
-			g, err := n.Group(ctx, tp, "g")
+			g, err := n.Admin().Group(ctx, tp, "g")
 			return err == nil && len(g.Members) == 2 && len(stuck.Assignment().Partitions) == 2
 		})
 		cancel()
@@ -326,10 +326,10 @@ func TestConsumerContextEndsMembership(t *testing.T) {
 		}
 		ctx := ctxFor(t)
 		waitFor(t, "the member gone", func() bool {
-			g, err := n.Group(ctx, tp, "g")
+			g, err := n.Admin().Group(ctx, tp, "g")
 			return err == nil && len(g.Members) == 0
 		})
-		g, _ := n.Group(ctx, tp, "g")
+		g, _ := n.Admin().Group(ctx, tp, "g")
 		for p, next := range got {
 			if gp := g.Partitions[p]; !gp.Committed || gp.Offset < next {
 				t.Errorf("partition %d committed %+v, want at least %d", p, gp, next)
@@ -434,7 +434,7 @@ func TestBehaviour33RevokedBeforeMove(t *testing.T) {
 		}
 		for i := 0; count() != 24; i++ {
 			if i == 1000 {
-				g, _ := n.Group(ctx, tp, "g")
+				g, _ := n.Admin().Group(ctx, tp, "g")
 				mu.Lock()
 				t.Fatalf("new messages: %d delivered; first %+v second %+v; group %+v; events %q; seen %v", len(seen), first.Assignment(), second.Assignment(), g, events, seen)
 			}

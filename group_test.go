@@ -95,7 +95,7 @@ func TestBehaviour23GroupOfThreeOverTwelvePartitions(t *testing.T) {
 		n := open(t, parkway.Config{Shards: 2})
 		ctx := ctxFor(t)
 		tp := mustTopic(t, n, mustStream(t, n, "s"), "t", 12)
-		if err := n.CreateGroup(ctx, tp, "g"); err != nil {
+		if err := n.Admin().CreateGroup(ctx, tp, "g"); err != nil {
 			t.Fatal(err)
 		}
 		var members []*parkway.Member
@@ -145,7 +145,7 @@ func TestBehaviour23GroupOfThreeOverTwelvePartitions(t *testing.T) {
 		if err := a.Commit(ctx, map[uint32]uint64{theirs: 5}); !errors.Is(err, parkway.ErrNotAssigned) {
 			t.Fatalf("commit of another member's partition: %v, want ErrNotAssigned", err)
 		}
-		info, err := n.Group(ctx, tp, "g")
+		info, err := n.Admin().Group(ctx, tp, "g")
 		if err != nil || len(info.Members) != 3 {
 			t.Fatalf("Group: %+v, %v", info, err)
 		}
@@ -167,7 +167,7 @@ func TestBehaviour23StaleMemberIsFencedAfterExpiry(t *testing.T) {
 		n := open(t, parkway.Config{Shards: 2})
 		ctx := ctxFor(t)
 		tp := mustTopic(t, n, mustStream(t, n, "s"), "t", 6)
-		if err := n.CreateGroup(ctx, tp, "g"); err != nil {
+		if err := n.Admin().CreateGroup(ctx, tp, "g"); err != nil {
 			t.Fatal(err)
 		}
 		cfg := parkway.MemberConfig{SessionTimeout: 3 * time.Second}
@@ -264,13 +264,13 @@ func TestGroupInvalidInput(t *testing.T) {
 		if _, err := n.JoinGroup(ctx, tp, "nope", parkway.MemberConfig{}); !errors.Is(err, parkway.ErrGroupNotFound) {
 			t.Errorf("join of an unknown group: %v", err)
 		}
-		if err := n.CreateGroup(ctx, tp, "g"); err != nil {
+		if err := n.Admin().CreateGroup(ctx, tp, "g"); err != nil {
 			t.Fatal(err)
 		}
-		if err := n.CreateGroup(ctx, tp, "g"); !errors.Is(err, parkway.ErrGroupExists) {
+		if err := n.Admin().CreateGroup(ctx, tp, "g"); !errors.Is(err, parkway.ErrGroupExists) {
 			t.Errorf("second create: %v", err)
 		}
-		if err := n.CreateGroup(ctx, tp, ""); !errors.Is(err, parkway.ErrInvalidName) {
+		if err := n.Admin().CreateGroup(ctx, tp, ""); !errors.Is(err, parkway.ErrInvalidName) {
 			t.Errorf("empty group name: %v", err)
 		}
 		for _, d := range []time.Duration{-time.Second, time.Millisecond, 2 * time.Hour} {
@@ -278,7 +278,7 @@ func TestGroupInvalidInput(t *testing.T) {
 				t.Errorf("session timeout %v: %v, want ErrInvalidArgument", d, err)
 			}
 		}
-		if g, err := n.Group(ctx, tp, "g"); err != nil || len(g.Members) != 0 || g.Generation != 0 {
+		if g, err := n.Admin().Group(ctx, tp, "g"); err != nil || len(g.Members) != 0 || g.Generation != 0 {
 			t.Errorf("refused joins changed the group: %+v, %v", g, err)
 		}
 		for _, cfg := range []parkway.ConsumerConfig{
@@ -295,10 +295,10 @@ func TestGroupInvalidInput(t *testing.T) {
 			}
 		}
 		// Deleting the topic deletes the group.
-		if err := n.DeleteTopic(ctx, tp); err != nil {
+		if err := n.Admin().DeleteTopic(ctx, tp); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := n.Group(ctx, tp, "g"); !errors.Is(err, parkway.ErrTopicNotFound) {
+		if _, err := n.Admin().Group(ctx, tp, "g"); !errors.Is(err, parkway.ErrTopicNotFound) {
 			t.Errorf("group of a deleted topic: %v", err)
 		}
 	})
@@ -384,14 +384,14 @@ func TestConsumerGroupSharesATopic(t *testing.T) {
 			}
 		}
 		waitFor(t, "180 messages consumed", func() bool { return rec.count() == 180 })
-		g, err := n.Group(ctx, tp, "g")
+		g, err := n.Admin().Group(ctx, tp, "g")
 		if err != nil || len(g.Members) != 3 {
 			t.Fatalf("group after leave+join: %+v, %v", g, err)
 		}
 		// Settle: once every member's commit landed, the group's offsets
 		// are at the end of every partition.
 		waitFor(t, "offsets committed", func() bool {
-			g, _ := n.Group(ctx, tp, "g")
+			g, _ := n.Admin().Group(ctx, tp, "g")
 			for _, p := range g.Partitions {
 				if p.Offset != 15 {
 					return false
@@ -410,7 +410,7 @@ func TestConsumerGroupSharesATopic(t *testing.T) {
 				t.Fatalf("consumer loop: %v", err)
 			}
 		}
-		if g, _ := n.Group(ctxFor(t), tp, "g"); len(g.Members) != 0 {
+		if g, _ := n.Admin().Group(ctxFor(t), tp, "g"); len(g.Members) != 0 {
 			t.Fatalf("members after every Close: %+v", g.Members)
 		}
 	})
@@ -495,7 +495,7 @@ func TestBehaviour23ClusterGroupThroughMetadataLeaderLoss(t *testing.T) {
 		// Offsets as node 3 sees them must never go back.
 		high := map[uint32]uint64{}
 		checkOffsets := func() {
-			g, err := nodes[3].Group(ctx, tp, "g")
+			g, err := nodes[3].Admin().Group(ctx, tp, "g")
 			if err != nil {
 				return // a read barrier may fail while the leader is away
 			}
@@ -533,13 +533,13 @@ func TestBehaviour23ClusterGroupThroughMetadataLeaderLoss(t *testing.T) {
 		}
 		waitFor(t, "48 messages consumed with node 1 cut off", func() bool { checkOffsets(); return rec.count() == 48 })
 		waitFor(t, "node 1's consumer expired", func() bool {
-			g, err := nodes[2].Group(ctx, tp, "g")
+			g, err := nodes[2].Admin().Group(ctx, tp, "g")
 			return err == nil && len(g.Members) == 3
 		})
 		net.Heal()
 		waitFor(t, "node 1's consumer back in the group", func() bool {
 			checkOffsets()
-			g, err := nodes[2].Group(ctx, tp, "g")
+			g, err := nodes[2].Admin().Group(ctx, tp, "g")
 			return err == nil && len(g.Members) == 4
 		})
 		for _, c := range consumers {
@@ -648,7 +648,7 @@ func TestConsumerEndsWhenTopicDeleted(t *testing.T) {
 				done <- nil
 			}()
 			synctest.Wait()
-			if err := n.DeleteTopic(ctx, tp); err != nil {
+			if err := n.Admin().DeleteTopic(ctx, tp); err != nil {
 				t.Fatal(err)
 			}
 			if err := <-done; !errors.Is(err, parkway.ErrTopicNotFound) {

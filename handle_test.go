@@ -26,14 +26,14 @@ func staleRefused(t *testing.T, n *parkway.Node, stale parkway.Topic) {
 	check("Produce", err)
 	_, err = n.Poll(ctx, stale, 0, parkway.AtFirst(), 10)
 	check("Poll", err)
-	check("StoreOffset", n.StoreOffset(ctx, "c", stale, 0, 0))
-	_, _, err = n.ConsumerOffset(ctx, "c", stale, 0)
+	check("StoreOffset", n.Admin().StoreOffset(ctx, stale, 0, "c", 0))
+	_, _, err = n.Admin().ConsumerOffset(ctx, stale, 0, "c")
 	check("ConsumerOffset", err)
-	_, err = n.PartitionOffsets(ctx, stale, 0, "")
+	_, err = n.Admin().PartitionOffsets(ctx, stale, 0, "")
 	check("PartitionOffsets", err)
-	check("DeleteTopic", n.DeleteTopic(ctx, stale))
-	check("PurgeTopic", n.PurgeTopic(ctx, stale))
-	check("CreatePartitions", n.CreatePartitions(ctx, stale, 1))
+	check("DeleteTopic", n.Admin().DeleteTopic(ctx, stale))
+	check("PurgeTopic", n.Admin().PurgeTopic(ctx, stale))
+	check("CreatePartitions", n.Admin().CreatePartitions(ctx, stale, 1))
 }
 
 // TestStaleHandleRefusedAfterRecreate: after DeleteTopic and a CreateTopic
@@ -57,7 +57,7 @@ func TestStaleHandleRefusedAfterRecreate(t *testing.T) {
 				s := mustStream(t, n, "s")
 				old := mustTopic(t, n, s, "t", 1)
 				mustProduce(t, n, old, parkway.PartitionID(0), "old")
-				if err := n.DeleteTopic(ctx, old); err != nil {
+				if err := n.Admin().DeleteTopic(ctx, old); err != nil {
 					t.Fatalf("DeleteTopic: %v", err)
 				}
 				fresh := mustTopic(t, n, s, "t", 1)
@@ -79,17 +79,17 @@ func TestStaleHandleRefusedAfterRecreate(t *testing.T) {
 					t.Fatalf("Topic(s, t) = %v, %v; want %v", got, err, fresh)
 				}
 				// A stale stream handle, too.
-				if err := n.DeleteStream(ctx, s); err != nil {
+				if err := n.Admin().DeleteStream(ctx, s); err != nil {
 					t.Fatalf("DeleteStream: %v", err)
 				}
 				s2 := mustStream(t, n, "s")
 				if s2.ID != s.ID {
 					t.Fatalf("recreated stream id %d, want %d", s2.ID, s.ID)
 				}
-				if _, err := n.CreateTopic(ctx, s, "x", 1); !errors.Is(err, parkway.ErrStreamNotFound) || !errors.Is(err, parkway.ErrStaleHandle) {
+				if _, err := n.Admin().CreateTopic(ctx, s, "x", 1); !errors.Is(err, parkway.ErrStreamNotFound) || !errors.Is(err, parkway.ErrStaleHandle) {
 					t.Fatalf("CreateTopic in a stale stream: %v", err)
 				}
-				if _, err := n.Topics(ctx, s); !errors.Is(err, parkway.ErrStreamNotFound) {
+				if _, err := n.Admin().Topics(ctx, s); !errors.Is(err, parkway.ErrStreamNotFound) {
 					t.Fatalf("Topics of a stale stream: %v", err)
 				}
 			})
@@ -136,10 +136,10 @@ func TestCallsOnClosedNodeAndNilContext(t *testing.T) {
 		if err := n.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := n.Streams(ctx); !errors.Is(err, parkway.ErrClosed) {
+		if _, err := n.Admin().Streams(ctx); !errors.Is(err, parkway.ErrClosed) {
 			t.Fatalf("Streams after Close: %v", err)
 		}
-		if _, err := n.Topics(ctx, s); !errors.Is(err, parkway.ErrClosed) {
+		if _, err := n.Admin().Topics(ctx, s); !errors.Is(err, parkway.ErrClosed) {
 			t.Fatalf("Topics after Close: %v", err)
 		}
 		if _, err := n.Stream(ctx, "s"); !errors.Is(err, parkway.ErrClosed) {
@@ -195,8 +195,8 @@ func TestHandleAheadOfClusterRefused(t *testing.T) {
 					check("Produce", err, parkway.ErrTopicNotFound)
 					_, err = n.Poll(ctx, aheadTopic, 0, parkway.AtFirst(), 10)
 					check("Poll", err, parkway.ErrTopicNotFound)
-					check("DeleteTopic", n.DeleteTopic(ctx, aheadTopic), parkway.ErrTopicNotFound)
-					_, err = n.CreateTopic(ctx, aheadStream, "x", 1)
+					check("DeleteTopic", n.Admin().DeleteTopic(ctx, aheadTopic), parkway.ErrTopicNotFound)
+					_, err = n.Admin().CreateTopic(ctx, aheadStream, "x", 1)
 					check("CreateTopic", err, parkway.ErrStreamNotFound)
 					cancel()
 				}

@@ -74,7 +74,7 @@ func TestMetricsProduceCommitAndFsyncLatency(t *testing.T) {
 		if got := data(); got < before+1 {
 			t.Fatalf("fsyncs of partition data observed %d → %d under FsyncAlways, want at least one more", before, got)
 		}
-		if err := n.DeleteTopic(ctx, tp); err != nil {
+		if err := n.Admin().DeleteTopic(ctx, tp); err != nil {
 			t.Fatal(err)
 		}
 		again := mustTopic(t, n, s, "eu", 1)
@@ -106,7 +106,7 @@ func TestMetricsClusterLeadershipAndRaftCommit(t *testing.T) {
 		regs := map[parkway.NodeID]*prometheus.Registry{}
 		for _, id := range peers {
 			nodes[id] = open(t, parkway.Config{Shards: 2, RequestTimeout: 5 * time.Second, DataDir: t.TempDir(),
-				Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
+				Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
 			regs[id] = registry(t, nodes[id])
 		}
 		ctx := ctxFor(t)
@@ -134,7 +134,7 @@ func TestMetricsClusterLeadershipAndRaftCommit(t *testing.T) {
 		if got := sum("parkway_leader_elections_total", "group", "metadata"); got < 1 {
 			t.Fatalf("%v metadata elections observed", got)
 		}
-		state, err := nodes[2].ClusterState(ctx)
+		state, err := nodes[2].Cluster().State(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,7 +161,7 @@ func TestMetricsClusterLeadershipAndRaftCommit(t *testing.T) {
 		if got := hist("parkway_fsync_seconds", "log", "metadata"); got == 0 {
 			t.Fatal("no metadata log fsync observed")
 		}
-		lead, err := nodes[1].Leader(ctx, tp, 0)
+		lead, err := nodes[1].Cluster().Leader(ctx, tp, 0)
 		if err != nil || lead == 0 {
 			t.Fatalf("Leader: %d, %v", lead, err)
 		}
@@ -175,7 +175,7 @@ func TestMetricsClusterLeadershipAndRaftCommit(t *testing.T) {
 		before := elections()
 		net.Partition([]parkway.NodeID{lead}, survivors)
 		waitFor(t, "the survivors to elect a new leader of partition 0", func() bool {
-			l, err := nodes[survivors[0]].Leader(ctx, tp, 0)
+			l, err := nodes[survivors[0]].Cluster().Leader(ctx, tp, 0)
 			return err == nil && l != 0 && l != lead
 		})
 		if got := elections(); got <= before {
@@ -212,7 +212,7 @@ func TestMetricsConsumerGroups(t *testing.T) {
 		mustProduce(t, n, tp, parkway.PartitionID(0), "x")
 		g := []string{"stream", "s", "topic", "t", "group", "g"}
 		value := func(name string) float64 { return metricValue(t, reg, name, g...) }
-		if err := n.CreateGroup(ctx, tp, "g"); err != nil {
+		if err := n.Admin().CreateGroup(ctx, tp, "g"); err != nil {
 			t.Fatal(err)
 		}
 		if m, gen := value("parkway_group_members"), value("parkway_group_generation"); m != 0 || gen != 0 {
@@ -242,7 +242,7 @@ func TestMetricsConsumerGroups(t *testing.T) {
 		if gen := value("parkway_group_generation"); gen < 2 {
 			t.Fatalf("generation %v after a second join and an expiry, want at least 2", gen)
 		}
-		if err := n.DeleteGroup(ctx, tp, "g"); err != nil {
+		if err := n.Admin().DeleteGroup(ctx, tp, "g"); err != nil {
 			t.Fatal(err)
 		}
 		if got := samplesOf(t, reg, "parkway_group_members"); got != 0 {
@@ -282,7 +282,7 @@ func TestClusterStateFollowsAKilledNode(t *testing.T) {
 		var state parkway.ClusterState
 		waitFor(t, "a leader known for every partition on node 2", func() bool {
 			var err error
-			if state, err = nodes[2].ClusterState(ctx); err != nil {
+			if state, err = nodes[2].Cluster().State(ctx); err != nil {
 				t.Fatal(err)
 			}
 			for _, p := range state.Partitions {
@@ -311,7 +311,7 @@ func TestClusterStateFollowsAKilledNode(t *testing.T) {
 		}
 		observer := others(victim)[0]
 		waitFor(t, fmt.Sprintf("node %d judged dead and its leaderships moved", victim), func() bool {
-			st, err := nodes[observer].ClusterState(ctx)
+			st, err := nodes[observer].Cluster().State(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -334,11 +334,11 @@ func TestClusterStateFollowsAKilledNode(t *testing.T) {
 		if _, err := nodes[observer].Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("after")}); err != nil {
 			t.Fatalf("produce after the kill: %v", err)
 		}
-		if _, err := nodes[victim].ClusterState(ctx); err == nil {
+		if _, err := nodes[victim].Cluster().State(ctx); err == nil {
 			t.Fatal("a closed node answered ClusterState")
 		}
 		single := open(t, parkway.Config{})
-		if _, err := single.ClusterState(context.Background()); err == nil {
+		if _, err := single.Cluster().State(context.Background()); err == nil {
 			t.Fatal("a single node answered ClusterState")
 		}
 	})

@@ -21,11 +21,11 @@ func TestIdleNodeArmsOnlyOnePeriodTimerPerShard(t *testing.T) {
 	}
 	defer n.Close()
 	ctx := context.Background()
-	s, err := n.CreateStream(ctx, "s")
+	s, err := n.Admin().CreateStream(ctx, "s")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tp, err := n.CreateTopic(ctx, s, "t", 3)
+	tp, err := n.Admin().CreateTopic(ctx, s, "t", 3)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,7 @@ func ctxFor(t testing.TB) context.Context {
 
 func mustStream(t testing.TB, n *parkway.Node, name string) parkway.Stream {
 	t.Helper()
-	id, err := n.CreateStream(ctxFor(t), name)
+	id, err := n.Admin().CreateStream(ctxFor(t), name)
 	if err != nil {
 		t.Fatalf("CreateStream(%q): %v", name, err)
 	}
@@ -67,7 +67,7 @@ func mustStream(t testing.TB, n *parkway.Node, name string) parkway.Stream {
 
 func mustTopic(t testing.TB, n *parkway.Node, stream parkway.Stream, name string, partitions int, opts ...parkway.TopicOption) parkway.Topic {
 	t.Helper()
-	id, err := n.CreateTopic(ctxFor(t), stream, name, partitions, opts...)
+	id, err := n.Admin().CreateTopic(ctxFor(t), stream, name, partitions, opts...)
 	if err != nil {
 		t.Fatalf("CreateTopic(%v, %q, %d): %v", stream, name, partitions, err)
 	}

@@ -65,7 +65,7 @@ func TestClusterQuiescedMetadataLeaderDeath(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
 		start := time.Now()
-		if _, err := c.nodes[3].CreateStream(ctx, "b"); err != nil {
+		if _, err := c.nodes[3].Admin().CreateStream(ctx, "b"); err != nil {
 			t.Fatalf("metadata command after the leader died: %v", err)
 		}
 		if took := time.Since(start); took > 50*time.Millisecond {

@@ -43,6 +43,9 @@ type Node struct {
 	router *router.Router[shard.Frame]
 	shards []*shard.Shard
 
+	admin   Admin
+	cluster Cluster
+
 	// producer and seq key this Node's produces for deduplication in a
 	// cluster: a retry of a produce whose outcome was unknown applies once.
 	producer uint64
@@ -76,8 +79,10 @@ func Open(cfg Config) (*Node, error) {
 		_ = eng.Close()
 		return nil, err
 	}
-	return &Node{cfg: cfg, eng: eng, meta: eng.Meta(), router: eng.Router(), shards: eng.Shards(),
-		producer: rand.Uint64() | 1}, nil
+	n := &Node{cfg: cfg, eng: eng, meta: eng.Meta(), router: eng.Router(), shards: eng.Shards(),
+		producer: rand.Uint64() | 1}
+	n.admin.n, n.cluster.n = n, n
+	return n, nil
 }
 
 // engineConfig is the node engine's share of c (defaults applied).
@@ -117,9 +122,6 @@ func (n *Node) Close() error {
 // the Node counts (an inbox refusing a request) carry shard="-1".
 func (n *Node) Metrics() prometheus.Collector { return n.eng.Metrics() }
 
-// Shards returns the number of shards.
-func (n *Node) Shards() int { return len(n.shards) }
-
 // begin is the common guard of every call.
 func (n *Node) begin(ctx context.Context) error {
 	if ctx == nil {
@@ -138,67 +140,6 @@ func (n *Node) apply(ctx context.Context, cmd metadata.Command) (metadata.Result
 		return metadata.Result{}, err
 	}
 	return n.eng.ApplyMetadata(ctx, cmd)
-}
-
-// CreateStream creates a stream and returns its handle (the stream takes
-// the lowest free id).
-func (n *Node) CreateStream(ctx context.Context, name string) (Stream, error) {
-	res, err := n.apply(ctx, metadata.CreateStream{Name: name})
-	if err != nil {
-		return Stream{}, err
-	}
-	return Stream{ID: res.Stream, Revision: res.Revision, Name: name}, nil
-}
-
-// DeleteStream deletes a stream with all its topics and partitions. A
-// handle whose stream is already gone is ErrStreamNotFound (wrapping
-// ErrStaleHandle): a stream that took its id is never deleted by it.
-func (n *Node) DeleteStream(ctx context.Context, s Stream) error {
-	if err := n.begin(ctx); err != nil {
-		return err
-	}
-	if err := n.liveStream(ctx, s); err != nil {
-		return err
-	}
-	_, err := n.apply(ctx, metadata.DeleteStream{Stream: s.ID, Revision: s.Revision})
-	return n.staleCommand(err, s.String())
-}
-
-// CreateTopic creates a topic with partitions partitions in stream s and
-// returns its handle. The call returns once the topic is committed; its
-// partitions materialise asynchronously, and requests that arrive first
-// are parked until they do.
-func (n *Node) CreateTopic(ctx context.Context, s Stream, name string, partitions int, opts ...TopicOption) (Topic, error) {
-	if err := n.begin(ctx); err != nil {
-		return Topic{}, err
-	}
-	if err := n.liveStream(ctx, s); err != nil {
-		return Topic{}, err
-	}
-	var cfg TopicConfig
-	for _, o := range opts {
-		o(&cfg)
-	}
-	res, err := n.apply(ctx, metadata.CreateTopic{Stream: s.ID, StreamRevision: s.Revision, Name: name, Partitions: partitions, Config: cfg})
-	if err != nil {
-		return Topic{}, n.staleCommand(err, s.String())
-	}
-	return Topic{Stream: s, ID: res.Topic, Revision: res.Revision, Name: name}, nil
-}
-
-// DeleteTopic deletes a topic and its partitions.
-func (n *Node) DeleteTopic(ctx context.Context, t Topic) error {
-	return n.topicCommand(ctx, t, metadata.DeleteTopic{Stream: t.Stream.ID, Topic: t.ID, Revision: t.Revision})
-}
-
-// CreatePartitions adds count partitions to a topic (ids continue densely).
-func (n *Node) CreatePartitions(ctx context.Context, t Topic, count int) error {
-	return n.topicCommand(ctx, t, metadata.CreatePartitions{Stream: t.Stream.ID, Topic: t.ID, Revision: t.Revision, Count: count})
-}
-
-// DeletePartitions removes count partitions from the tail of a topic.
-func (n *Node) DeletePartitions(ctx context.Context, t Topic, count int) error {
-	return n.topicCommand(ctx, t, metadata.DeletePartitions{Stream: t.Stream.ID, Topic: t.ID, Revision: t.Revision, Count: count})
 }
 
 // topicCommand commits a command on topic t. The handle is checked here
@@ -256,19 +197,6 @@ func (n *Node) Stream(ctx context.Context, name string) (Stream, error) {
 	return streamHandle(info), nil
 }
 
-// Streams lists the committed streams in id order.
-func (n *Node) Streams(ctx context.Context) ([]Stream, error) {
-	if err := n.lookup(ctx); err != nil {
-		return nil, err
-	}
-	infos := n.meta.Streams()
-	out := make([]Stream, len(infos))
-	for i, info := range infos {
-		out[i] = streamHandle(info)
-	}
-	return out, nil
-}
-
 // Topic returns the handle of stream s's committed topic named name:
 // ErrTopicNotFound if it has none, ErrStreamNotFound if s is gone.
 func (n *Node) Topic(ctx context.Context, s Stream, name string) (Topic, error) {
@@ -286,57 +214,6 @@ func (n *Node) Topic(ctx context.Context, s Stream, name string) (Topic, error) 
 		return Topic{}, err
 	}
 	return topicHandle(s, info), nil
-}
-
-// Topics lists stream s's committed topics in id order, or
-// ErrStreamNotFound if s is gone.
-func (n *Node) Topics(ctx context.Context, s Stream) ([]Topic, error) {
-	if err := n.lookup(ctx); err != nil {
-		return nil, err
-	}
-	if err := n.liveStream(ctx, s); err != nil {
-		return nil, err
-	}
-	infos := n.meta.Topics(s.ID)
-	if err := n.streamAlive(s); err != nil {
-		return nil, err
-	}
-	out := make([]Topic, len(infos))
-	for i, info := range infos {
-		out[i] = topicHandle(s, info)
-	}
-	return out, nil
-}
-
-// TopicInfo returns topic t's committed state (partition count,
-// configuration, last purge).
-func (n *Node) TopicInfo(ctx context.Context, t Topic) (TopicInfo, error) {
-	if err := n.lookup(ctx); err != nil {
-		return TopicInfo{}, err
-	}
-	return n.topicInfo(ctx, t)
-}
-
-// Partitions lists the committed partitions of topic t in id order.
-func (n *Node) Partitions(ctx context.Context, t Topic) ([]PartitionInfo, error) {
-	if err := n.lookup(ctx); err != nil {
-		return nil, err
-	}
-	info, err := n.topicInfo(ctx, t)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]PartitionInfo, 0, info.Partitions)
-	for p := range uint32(info.Partitions) {
-		ns, _ := metadata.NewNamespace(t.Stream.ID, t.ID, p)
-		if pi, ok := n.meta.Partition(ns); ok && pi.CreatedRevision >= t.Revision {
-			out = append(out, pi)
-		}
-	}
-	if _, err := n.topicAlive(t); err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // call sends req to the owner of its namespace and waits for the answer,

@@ -27,11 +27,11 @@ func benchNode(b *testing.B, dir string) (*parkway.Node, parkway.Topic) {
 	}
 	b.Cleanup(func() { _ = n.Close() })
 	ctx := context.Background()
-	s, err := n.CreateStream(ctx, "bench")
+	s, err := n.Admin().CreateStream(ctx, "bench")
 	if err != nil {
 		b.Fatal(err)
 	}
-	t, err := n.CreateTopic(ctx, s, "t", 2)
+	t, err := n.Admin().CreateTopic(ctx, s, "t", 2)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func BenchmarkDurability(b *testing.B) {
 	payload := make([]byte, 100)
 	b.Run("never/batch100", func(b *testing.B) {
 		n, s := durableNode(b, nil)
-		tp, err := n.CreateTopic(context.Background(), s, "never", 1, parkway.WithFsync(parkway.FsyncNever, 0))
+		tp, err := n.Admin().CreateTopic(context.Background(), s, "never", 1, parkway.WithFsync(parkway.FsyncNever, 0))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -167,7 +167,7 @@ func BenchmarkDurability(b *testing.B) {
 				_ = syncs.MaybeError(op)
 				return writes.MaybeError(op)
 			}))
-			tp, err := n.CreateTopic(context.Background(), s, "t", 1, parkway.WithFsync(c.policy, 0))
+			tp, err := n.Admin().CreateTopic(context.Background(), s, "t", 1, parkway.WithFsync(c.policy, 0))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -214,7 +214,7 @@ func durableNode(b *testing.B, inj errorfs.Injector) (*parkway.Node, parkway.Str
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = n.Close() })
-	s, err := n.CreateStream(context.Background(), "bench")
+	s, err := n.Admin().CreateStream(context.Background(), "bench")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func benchCluster(b *testing.B, disk bool, policy parkway.FsyncPolicy, producers
 	nodes := map[parkway.NodeID]*parkway.Node{}
 	for _, id := range peers {
 		cfg := parkway.Config{Shards: 2,
-			Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}}
+			Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}}
 		if disk {
 			cfg.DataDir = b.TempDir()
 		}
@@ -265,11 +265,11 @@ func benchCluster(b *testing.B, disk bool, policy parkway.FsyncPolicy, producers
 		nodes[id] = n
 	}
 	ctx := context.Background()
-	s, err := nodes[1].CreateStream(ctx, "s")
+	s, err := nodes[1].Admin().CreateStream(ctx, "s")
 	if err != nil {
 		b.Fatal(err)
 	}
-	tp, err := nodes[1].CreateTopic(ctx, s, "t", 1, parkway.WithFsync(policy, 0))
+	tp, err := nodes[1].Admin().CreateTopic(ctx, s, "t", 1, parkway.WithFsync(policy, 0))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -277,7 +277,7 @@ func benchCluster(b *testing.B, disk bool, policy parkway.FsyncPolicy, producers
 	if _, err := nodes[1].Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: payload}); err != nil {
 		b.Fatal(err)
 	}
-	lead, err := nodes[1].Leader(ctx, tp, 0)
+	lead, err := nodes[1].Cluster().Leader(ctx, tp, 0)
 	if err != nil || lead == 0 {
 		b.Fatalf("leader %d: %v", lead, err)
 	}
@@ -322,7 +322,7 @@ func BenchmarkPipelined(b *testing.B) {
 		payload := make([]byte, size)
 		setup := func(b *testing.B) (*parkway.Node, parkway.Topic) {
 			n, s := durableNode(b, nil)
-			tp, err := n.CreateTopic(context.Background(), s, "t", 1, parkway.WithFsync(parkway.FsyncNever, 0))
+			tp, err := n.Admin().CreateTopic(context.Background(), s, "t", 1, parkway.WithFsync(parkway.FsyncNever, 0))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -395,7 +395,7 @@ func BenchmarkConvergence(b *testing.B) {
 			b.ResetTimer()
 			for i := range b.N {
 				start := time.Now()
-				tp, err := n.CreateTopic(ctx, s, fmt.Sprintf("t%d", i), 1, parkway.WithFsync(policy, time.Second))
+				tp, err := n.Admin().CreateTopic(ctx, s, fmt.Sprintf("t%d", i), 1, parkway.WithFsync(policy, time.Second))
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -111,7 +111,7 @@ func TestUnusablePartitionIsRebuiltAfterDiskFull(t *testing.T) {
 		// A consumer offset needs the partition's files: a new partition
 		// of an FsyncAlways topic has none until then (behaviour 32), and
 		// a disk full while it creates them refuses the append cleanly.
-		if err := n.StoreOffset(ctxFor(t), "c", tp, 0, 1); err != nil {
+		if err := n.Admin().StoreOffset(ctxFor(t), tp, 0, "c", 1); err != nil {
 			t.Fatal(err)
 		}
 		full.Set(true)

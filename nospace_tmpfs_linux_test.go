@@ -63,13 +63,13 @@ func testNoSpaceOnTmpfs(t *testing.T, size int) {
 	defer func() { _ = n.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := n.CreateStream(ctx, "s")
+	s, err := n.Admin().CreateStream(ctx, "s")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var topics []parkway.Topic
 	for _, name := range []string{"a", "b"} {
-		tp, err := n.CreateTopic(ctx, s, name, 1)
+		tp, err := n.Admin().CreateTopic(ctx, s, name, 1)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,7 +20,7 @@ func TestReadMetadataGroupMatchesTheNode(t *testing.T) {
 		net := parkway.NewNetwork(parkway.NetworkOptions{})
 		defer net.Close()
 		n, err := parkway.Open(parkway.Config{Shards: 2, DataDir: "/data", FS: mem,
-			Cluster: &parkway.Cluster{ID: 1, Peers: []parkway.NodeID{1}, Bus: net.Endpoint(1)}})
+			Cluster: &parkway.ClusterConfig{ID: 1, Peers: []parkway.NodeID{1}, Bus: net.Endpoint(1)}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -28,10 +28,10 @@ func TestReadMetadataGroupMatchesTheNode(t *testing.T) {
 		s := mustStream(t, n, "s")
 		tp := mustTopic(t, n, s, "t", 3)
 		mustTopic(t, n, s, "u", 1)
-		if err := n.CreateGroup(ctx, tp, "g"); err != nil {
+		if err := n.Admin().CreateGroup(ctx, tp, "g"); err != nil {
 			t.Fatal(err)
 		}
-		if err := n.DeleteTopic(ctx, tp); err != nil {
+		if err := n.Admin().DeleteTopic(ctx, tp); err != nil {
 			t.Fatal(err)
 		}
 		synctest.Wait()
@@ -50,11 +50,11 @@ func TestReadMetadataGroupMatchesTheNode(t *testing.T) {
 		}
 		// The node as a restart rebuilds it, for comparison.
 		n2, err := parkway.Open(parkway.Config{Shards: 2, DataDir: "/data", FS: mem,
-			Cluster: &parkway.Cluster{ID: 1, Peers: []parkway.NodeID{1}, Bus: net.Endpoint(1)}})
+			Cluster: &parkway.ClusterConfig{ID: 1, Peers: []parkway.NodeID{1}, Bus: net.Endpoint(1)}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		streams, err := n2.Streams(ctx)
+		streams, err := n2.Admin().Streams(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

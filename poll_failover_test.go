@@ -23,7 +23,7 @@ func TestWaitingPollFollowsNewLeader(t *testing.T) {
 		mustProduce(t, nodes[1], tp, parkway.PartitionID(0), "before")
 		var lead parkway.NodeID
 		waitFor(t, "a leader", func() bool {
-			l, err := nodes[1].Leader(ctx, tp, 0)
+			l, err := nodes[1].Cluster().Leader(ctx, tp, 0)
 			lead = l
 			return err == nil && l != 0
 		})
@@ -39,7 +39,7 @@ func TestWaitingPollFollowsNewLeader(t *testing.T) {
 			}
 		}
 		waitFor(t, "the poller knowing the leader", func() bool {
-			l, err := nodes[from].Leader(ctx, tp, 0)
+			l, err := nodes[from].Cluster().Leader(ctx, tp, 0)
 			return err == nil && l == lead
 		})
 		const maxWait = 10 * time.Second
@@ -57,7 +57,7 @@ func TestWaitingPollFollowsNewLeader(t *testing.T) {
 		synctest.Wait() // the poll waits at the leader
 		net.Partition([]parkway.NodeID{lead}, []parkway.NodeID{from, other})
 		waitFor(t, "a new leader, as the poller sees it", func() bool {
-			l, err := nodes[from].Leader(ctx, tp, 0)
+			l, err := nodes[from].Cluster().Leader(ctx, tp, 0)
 			return err == nil && l != 0 && l != lead
 		})
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -88,7 +88,7 @@ func TestForwardedProduceFollowsNewLeader(t *testing.T) {
 		mustProduce(t, nodes[1], tp, parkway.PartitionID(0), "before")
 		var lead parkway.NodeID
 		waitFor(t, "a leader", func() bool {
-			l, err := nodes[1].Leader(ctx, tp, 0)
+			l, err := nodes[1].Cluster().Leader(ctx, tp, 0)
 			lead = l
 			return err == nil && l != 0
 		})
@@ -103,7 +103,7 @@ func TestForwardedProduceFollowsNewLeader(t *testing.T) {
 			}
 		}
 		waitFor(t, "the producer's node knowing the leader", func() bool {
-			l, err := nodes[from].Leader(ctx, tp, 0)
+			l, err := nodes[from].Cluster().Leader(ctx, tp, 0)
 			return err == nil && l == lead
 		})
 		// Keep the partition busy so its group does not quiesce.
@@ -128,7 +128,7 @@ func TestForwardedProduceFollowsNewLeader(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, _ := nodes[from].Leader(ctx, tp, 0)
+		l, _ := nodes[from].Cluster().Leader(ctx, tp, 0)
 		if l == lead {
 			t.Fatalf("acknowledged at %d by the old leader %d", ack.FirstOffset, lead)
 		}

@@ -83,7 +83,7 @@ func TestCreateTopicBuildsWhileTheMetadataLogSyncs(t *testing.T) {
 			}
 			defer func() { _ = n.Close() }()
 			defer gate.open()
-			s, err := n.CreateStream(ctx, "s")
+			s, err := n.Admin().CreateStream(ctx, "s")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -94,7 +94,7 @@ func TestCreateTopicBuildsWhileTheMetadataLogSyncs(t *testing.T) {
 			}
 			done := make(chan created, 1)
 			go func() {
-				tp, err := n.CreateTopic(ctx, s, "t", 1, parkway.WithFsync(policy, time.Second))
+				tp, err := n.Admin().CreateTopic(ctx, s, "t", 1, parkway.WithFsync(policy, time.Second))
 				done <- created{tp, err}
 			}()
 			select {
@@ -132,14 +132,14 @@ func TestPrebuiltOrphanIsRemovedAtStart(t *testing.T) {
 	}
 	defer func() { _ = n.Close() }()
 	defer gate.open()
-	s, err := n.CreateStream(ctx, "s")
+	s, err := n.Admin().CreateStream(ctx, "s")
 	if err != nil {
 		t.Fatal(err)
 	}
 	gate.arm()
 	done := make(chan error, 1)
 	go func() {
-		_, err := n.CreateTopic(ctx, s, "t", 1)
+		_, err := n.Admin().CreateTopic(ctx, s, "t", 1)
 		done <- err
 	}()
 	select {
@@ -212,7 +212,7 @@ func TestClusterCreateTopicBuildsWhileTheCommandReplicates(t *testing.T) {
 	var nodes []*parkway.Node
 	for _, id := range peers {
 		cfg := parkway.Config{Shards: 1, DataDir: t.TempDir(), PrebuildPartitions: true,
-			Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}}
+			Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}}
 		if id == 1 {
 			cfg.Cluster.Bus, cfg.FS = bus, errorfs.New(vfs.Default, gate)
 		}
@@ -224,7 +224,7 @@ func TestClusterCreateTopicBuildsWhileTheCommandReplicates(t *testing.T) {
 		nodes = append(nodes, n)
 	}
 	n := nodes[0]
-	s, err := n.CreateStream(ctx, "s")
+	s, err := n.Admin().CreateStream(ctx, "s")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +234,7 @@ func TestClusterCreateTopicBuildsWhileTheCommandReplicates(t *testing.T) {
 	var topic parkway.Topic
 	go func() {
 		var err error
-		topic, err = n.CreateTopic(ctx, s, "t", 1)
+		topic, err = n.Admin().CreateTopic(ctx, s, "t", 1)
 		done <- err
 	}()
 	select {

@@ -48,7 +48,7 @@ func openQuietCluster(t *testing.T) *quietCluster {
 	for _, id := range peers {
 		c.sent[id] = new([256]atomic.Int64)
 		c.nodes[id] = open(t, parkway.Config{Shards: 2, RequestTimeout: 5 * time.Second,
-			Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: countingBus{Bus: c.net.Endpoint(id), sent: c.sent[id], batched: &c.batched}}})
+			Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: countingBus{Bus: c.net.Endpoint(id), sent: c.sent[id], batched: &c.batched}}})
 	}
 	return c
 }
@@ -151,7 +151,7 @@ func TestClusterQuiescedLeaderDeathElectsPromptly(t *testing.T) {
 		// spread them over the three nodes).
 		led := map[parkway.NodeID][]uint32{}
 		for p := range uint32(quietPartitions) {
-			lead, err := c.nodes[1].Leader(ctx, tp, p)
+			lead, err := c.nodes[1].Cluster().Leader(ctx, tp, p)
 			if err != nil || lead == 0 {
 				t.Fatalf("partition %d: leader %d, %v", p, lead, err)
 			}
@@ -180,7 +180,7 @@ func TestClusterQuiescedLeaderDeathElectsPromptly(t *testing.T) {
 			elected := true
 			for _, p := range led[victim] {
 				for _, id := range survivors {
-					lead, err := c.nodes[id].Leader(ctx, tp, p)
+					lead, err := c.nodes[id].Cluster().Leader(ctx, tp, p)
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -171,7 +171,7 @@ func TestProduceRacingDeleteRecreate(t *testing.T) {
 				mu.Lock()
 				deletesStarted++
 				mu.Unlock()
-				if err := n.DeleteTopic(storm, handle()); err != nil {
+				if err := n.Admin().DeleteTopic(storm, handle()); err != nil {
 					deleterErr = fmt.Errorf("DeleteTopic: %w", err)
 					return
 				}
@@ -190,7 +190,7 @@ func TestProduceRacingDeleteRecreate(t *testing.T) {
 						return
 					}
 				}
-				id, err := n.CreateTopic(storm, stream, "victim", 1)
+				id, err := n.Admin().CreateTopic(storm, stream, "victim", 1)
 				if err != nil {
 					deleterErr = fmt.Errorf("CreateTopic: %w", err)
 					return
@@ -351,13 +351,13 @@ func TestBehaviour17EveryRequestAnswered(t *testing.T) {
 				// found (the churn makes both happen).
 				handle := func(stream, topic uint32) parkway.Topic {
 					h := parkway.Topic{Stream: parkway.Stream{ID: stream, Revision: 1}, ID: topic, Revision: 1}
-					ss, _ := n.Streams(ctx)
+					ss, _ := n.Admin().Streams(ctx)
 					for _, s := range ss {
 						if s.ID != stream {
 							continue
 						}
 						h.Stream, h.Revision = s, s.Revision
-						ts, _ := n.Topics(ctx, s)
+						ts, _ := n.Admin().Topics(ctx, s)
 						for _, tt := range ts {
 							if tt.ID == topic {
 								return tt
@@ -411,14 +411,14 @@ func TestBehaviour17EveryRequestAnswered(t *testing.T) {
 							}
 						}
 						k := uint32(round % 4)
-						ignore(n.DeleteTopic(ctx, handle(0, k)), parkway.ErrTopicNotFound)
-						_, err := n.CreateTopic(ctx, stable, fmt.Sprintf("t%d", k), 1+round%2)
+						ignore(n.Admin().DeleteTopic(ctx, handle(0, k)), parkway.ErrTopicNotFound)
+						_, err := n.Admin().CreateTopic(ctx, stable, fmt.Sprintf("t%d", k), 1+round%2)
 						ignore(err, parkway.ErrTopicExists)
 						if round%3 == 0 {
-							ignore(n.DeleteStream(ctx, handle(1, 0).Stream), parkway.ErrStreamNotFound)
-							_, err = n.CreateStream(ctx, "churned")
+							ignore(n.Admin().DeleteStream(ctx, handle(1, 0).Stream), parkway.ErrStreamNotFound)
+							_, err = n.Admin().CreateStream(ctx, "churned")
 							ignore(err, parkway.ErrStreamExists)
-							_, err = n.CreateTopic(ctx, handle(1, 0).Stream, "x", 2)
+							_, err = n.Admin().CreateTopic(ctx, handle(1, 0).Stream, "x", 2)
 							ignore(err, parkway.ErrStreamNotFound, parkway.ErrTopicExists)
 						}
 					}
@@ -454,9 +454,9 @@ func TestBehaviour17EveryRequestAnswered(t *testing.T) {
 							case "poll":
 								_, err = n.Poll(cctx, topic, part, parkway.AtOffset(0), 16)
 							case "store":
-								err = n.StoreOffset(cctx, "reader", topic, part, 0)
+								err = n.Admin().StoreOffset(cctx, topic, part, "reader", 0)
 							case "get":
-								_, _, err = n.ConsumerOffset(cctx, "reader", topic, part)
+								_, _, err = n.Admin().ConsumerOffset(cctx, topic, part, "reader")
 							}
 							cancel()
 							if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, parkway.ErrRetry) {

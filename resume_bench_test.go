@@ -51,7 +51,7 @@ func resumeOnce(b *testing.B) (elect, resume time.Duration) {
 	peers := []parkway.NodeID{1, 2, 3}
 	nodes := map[parkway.NodeID]*parkway.Node{}
 	for _, id := range peers {
-		n, err := parkway.Open(parkway.Config{Shards: 2, Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
+		n, err := parkway.Open(parkway.Config{Shards: 2, Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -60,11 +60,11 @@ func resumeOnce(b *testing.B) (elect, resume time.Duration) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s, err := nodes[1].CreateStream(ctx, "s")
+	s, err := nodes[1].Admin().CreateStream(ctx, "s")
 	if err != nil {
 		b.Fatal(err)
 	}
-	tp, err := nodes[1].CreateTopic(ctx, s, "t", 1)
+	tp, err := nodes[1].Admin().CreateTopic(ctx, s, "t", 1)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func resumeOnce(b *testing.B) (elect, resume time.Duration) {
 	}
 	var lead parkway.NodeID
 	for lead == 0 {
-		lead, _ = nodes[1].Leader(ctx, tp, 0)
+		lead, _ = nodes[1].Cluster().Leader(ctx, tp, 0)
 	}
 	var reader, writer parkway.NodeID
 	for _, id := range peers {
@@ -86,7 +86,7 @@ func resumeOnce(b *testing.B) (elect, resume time.Duration) {
 		}
 	}
 	for {
-		if l, _ := nodes[reader].Leader(ctx, tp, 0); l == lead {
+		if l, _ := nodes[reader].Cluster().Leader(ctx, tp, 0); l == lead {
 			break
 		}
 		time.Sleep(time.Millisecond)
@@ -145,7 +145,7 @@ func resumeOnce(b *testing.B) (elect, resume time.Duration) {
 	b.StartTimer()
 	net.Partition([]parkway.NodeID{lead}, others)
 	for {
-		if l, _ := nodes[reader].Leader(ctx, tp, 0); l != 0 && l != lead {
+		if l, _ := nodes[reader].Cluster().Leader(ctx, tp, 0); l != 0 && l != lead {
 			elect = time.Since(cut)
 			break
 		}

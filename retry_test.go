@@ -73,11 +73,11 @@ func TestBehaviour18ProduceMidMaterialisationRetriedInPlace(t *testing.T) {
 			reg := registry(t, n)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			stream, err := n.CreateStream(ctx, "b18")
+			stream, err := n.Admin().CreateStream(ctx, "b18")
 			if err != nil {
 				t.Fatal(err)
 			}
-			topic, err := n.CreateTopic(ctx, stream, "t", 1)
+			topic, err := n.Admin().CreateTopic(ctx, stream, "t", 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -105,7 +105,7 @@ func TestBehaviour18ProduceMidMaterialisationRetriedInPlace(t *testing.T) {
 			// An unrelated partition-shaping commit wakes the reconcilers.
 			// The build is still backed off, so the sweep answers the
 			// parked produce with a retriable build-failure error.
-			if _, err := n.CreateTopic(ctx, stream, "other", 1); err != nil {
+			if _, err := n.Admin().CreateTopic(ctx, stream, "other", 1); err != nil {
 				t.Fatal(err)
 			}
 			synctest.Wait()
@@ -154,11 +154,11 @@ func TestBehaviour18ProduceMidMaterialisationRetriedInPlace(t *testing.T) {
 			reg := registry(t, n)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			stream, err := n.CreateStream(ctx, "b18")
+			stream, err := n.Admin().CreateStream(ctx, "b18")
 			if err != nil {
 				t.Fatal(err)
 			}
-			topic, err := n.CreateTopic(ctx, stream, "t", 1)
+			topic, err := n.Admin().CreateTopic(ctx, stream, "t", 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -193,8 +193,8 @@ func TestCloseAnswersParkedRequests(t *testing.T) {
 		reg := registry(t, n)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
-		stream, _ := n.CreateStream(ctx, "close")
-		topic, _ := n.CreateTopic(ctx, stream, "t", 1)
+		stream, _ := n.Admin().CreateStream(ctx, "close")
+		topic, _ := n.Admin().CreateTopic(ctx, stream, "t", 1)
 		synctest.Wait() // the commit's pass ran: the build failed
 		var perr error
 		done := make(chan struct{})
@@ -239,11 +239,11 @@ func TestParkOverflowRetriedInPlace(t *testing.T) {
 		reg := registry(t, n)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		stream, err := n.CreateStream(ctx, "overflow")
+		stream, err := n.Admin().CreateStream(ctx, "overflow")
 		if err != nil {
 			t.Fatal(err)
 		}
-		topic, err := n.CreateTopic(ctx, stream, "t", 1)
+		topic, err := n.Admin().CreateTopic(ctx, stream, "t", 1)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,7 +20,7 @@ func TestPurgeTopic(t *testing.T) {
 			tp := mustTopic(t, n, s, "t", 2)
 			mustProduce(t, n, tp, parkway.PartitionID(0), "a", "b")
 			mustProduce(t, n, tp, parkway.PartitionID(1), "c")
-			if err := n.PurgeTopic(ctxFor(t), tp); err != nil {
+			if err := n.Admin().PurgeTopic(ctxFor(t), tp); err != nil {
 				t.Fatal(err)
 			}
 			for p := range uint32(2) {
@@ -39,7 +39,7 @@ func TestPurgeTopic(t *testing.T) {
 			if err != nil || len(b.Messages) != 1 || string(b.Messages[0].Payload) != "d" {
 				t.Fatalf("poll at a new consumer after purge: %+v %v", b, err)
 			}
-			if err := n.PurgeTopic(ctxFor(t), parkway.Topic{Stream: s, ID: 99, Revision: 99}); !errors.Is(err, parkway.ErrTopicNotFound) {
+			if err := n.Admin().PurgeTopic(ctxFor(t), parkway.Topic{Stream: s, ID: 99, Revision: 99}); !errors.Is(err, parkway.ErrTopicNotFound) {
 				t.Fatalf("purge unknown topic: %v", err)
 			}
 		})
@@ -65,14 +65,14 @@ func TestTruncatePartition(t *testing.T) {
 		s := mustStream(t, n, "s")
 		tp := mustTopic(t, n, s, "t", 1)
 		mustProduce(t, n, tp, parkway.PartitionID(0), "a", "b", "c")
-		if err := n.TruncatePartition(ctxFor(t), tp, 0, 2); err != nil {
+		if err := n.Admin().TruncatePartition(ctxFor(t), tp, 0, 2); err != nil {
 			t.Fatal(err)
 		}
 		got := readAllFrom(t, n, tp, 0, 2)
 		if len(got) != 1 || string(got[0].Payload) != "c" {
 			t.Fatalf("after truncate: %v", payloads(got))
 		}
-		if err := n.TruncatePartition(ctxFor(t), tp, 0, 99); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
+		if err := n.Admin().TruncatePartition(ctxFor(t), tp, 0, 99); !errors.Is(err, parkway.ErrOffsetOutOfRange) {
 			t.Fatalf("truncate past the end: %v", err)
 		}
 	})
@@ -85,7 +85,7 @@ func TestRetentionBySize(t *testing.T) {
 		n := open(t, parkway.Config{DataDir: "/data", FS: vfs.NewMem(), Shards: 1,
 			SegmentSize: parkway.MinSegmentSize, RetentionInterval: time.Second})
 		s := mustStream(t, n, "s")
-		tp, err := n.CreateTopic(ctxFor(t), s, "t", 1, parkway.WithFsync(parkway.FsyncNever, 0))
+		tp, err := n.Admin().CreateTopic(ctxFor(t), s, "t", 1, parkway.WithFsync(parkway.FsyncNever, 0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,7 +98,7 @@ func TestRetentionBySize(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := n.SetTopicConfig(ctxFor(t), tp, parkway.TopicConfig{Fsync: parkway.FsyncNever, RetentionBytes: 2 << 20}); err != nil {
+		if err := n.Admin().SetTopicConfig(ctxFor(t), tp, parkway.TopicConfig{Fsync: parkway.FsyncNever, RetentionBytes: 2 << 20}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(3 * time.Second) // virtual: a few retention ticks
@@ -117,7 +117,7 @@ func TestTopicOptionsValidated(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := open(t, parkway.Config{})
 		s := mustStream(t, n, "s")
-		if _, err := n.CreateTopic(ctxFor(t), s, "t", 1, parkway.WithRetention(-time.Second, 0)); err == nil {
+		if _, err := n.Admin().CreateTopic(ctxFor(t), s, "t", 1, parkway.WithRetention(-time.Second, 0)); err == nil {
 			t.Fatal("negative retention accepted")
 		}
 		if _, err := n.Topic(ctxFor(t), s, "t"); err == nil {

@@ -69,7 +69,7 @@ func TestBehaviour25ParkedRequestRefusedAfterRecreate(t *testing.T) {
 		old := mustTopic(t, n, s, "t", 1)
 		pending := n.ProduceAsync(ctx, old, parkway.PartitionID(0), parkway.Message{Payload: []byte("stale")})
 		synctest.Wait() // parked at the shard behind the hung build
-		if err := n.DeleteTopic(ctx, old); err != nil {
+		if err := n.Admin().DeleteTopic(ctx, old); err != nil {
 			t.Fatalf("DeleteTopic: %v", err)
 		}
 		fresh := mustTopic(t, n, s, "t", 1)

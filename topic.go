@@ -2,7 +2,6 @@ package parkway
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/parkway-io/parkway/metadata"
@@ -62,40 +61,6 @@ func WithRetention(age time.Duration, bytes int64) TopicOption {
 // change once the topic exists.
 func WithReplicas(r int) TopicOption {
 	return func(c *TopicConfig) { c.Replicas = r }
-}
-
-// SetTopicConfig replaces a topic's storage configuration. The change
-// reaches the partitions on the next reconcile pass.
-func (n *Node) SetTopicConfig(ctx context.Context, t Topic, cfg TopicConfig) error {
-	return n.topicCommand(ctx, t, metadata.SetTopicConfig{Stream: t.Stream.ID, Topic: t.ID, Revision: t.Revision, Config: cfg})
-}
-
-// PurgeTopic removes every message of every partition of a topic. Offsets
-// are not reused: the partitions continue from where they were, so stored
-// consumer offsets stay meaningful.
-func (n *Node) PurgeTopic(ctx context.Context, t Topic) error {
-	if err := n.begin(ctx); err != nil {
-		return err
-	}
-	info, err := n.topicInfo(ctx, t)
-	if err != nil {
-		return err
-	}
-	if err := n.topicCommand(ctx, t, metadata.PurgeTopic{Stream: t.Stream.ID, Topic: t.ID, Revision: t.Revision}); err != nil {
-		return err
-	}
-	for p := range uint32(info.Partitions) {
-		if err := n.partitionOp(ctx, shard.OpPurge, t, p, 0); err != nil {
-			return fmt.Errorf("purge partition %d: %w", p, err)
-		}
-	}
-	return nil
-}
-
-// TruncatePartition makes a partition's messages below offset unreadable
-// and deletes the segments holding only such messages.
-func (n *Node) TruncatePartition(ctx context.Context, t Topic, part uint32, before uint64) error {
-	return n.partitionOp(ctx, shard.OpTruncate, t, part, before)
 }
 
 // partitionOp routes a storage operation to a partition's owner.

@@ -80,7 +80,7 @@ func TestBehaviour18ForwardedRetryHereRetriedInPlace(t *testing.T) {
 		nodes := map[NodeID]*Node{}
 		for _, id := range peers[:2] {
 			n, err := Open(Config{Shards: 1, RequestTimeout: 5 * time.Second,
-				Cluster: &Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
+				Cluster: &ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -95,11 +95,11 @@ func TestBehaviour18ForwardedRetryHereRetriedInPlace(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		n1 := nodes[1]
-		s, err := n1.CreateStream(ctx, "s")
+		s, err := n1.Admin().CreateStream(ctx, "s")
 		if err != nil {
 			t.Fatal(err)
 		}
-		tp, err := n1.CreateTopic(ctx, s, "t", 1)
+		tp, err := n1.Admin().CreateTopic(ctx, s, "t", 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,7 +148,7 @@ func TestBehaviour18ForwardedRetryHereRetriedInPlace(t *testing.T) {
 				t.Fatal(err)
 			}
 			synctest.Wait()
-			if lead, err := n1.Leader(ctx, tp, 0); err != nil || lead != 3 {
+			if lead, err := n1.Cluster().Leader(ctx, tp, 0); err != nil || lead != 3 {
 				t.Fatalf("node 1 sees leader %d (%v), want node 3", lead, err)
 			}
 		}
@@ -193,7 +193,7 @@ func TestForwardReplyOnlyFromTheNodeAsked(t *testing.T) {
 		nodes := map[NodeID]*Node{}
 		for _, id := range peers[:2] {
 			n, err := Open(Config{Shards: 1, RequestTimeout: 5 * time.Second,
-				Cluster: &Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
+				Cluster: &ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -208,11 +208,11 @@ func TestForwardReplyOnlyFromTheNodeAsked(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		n1 := nodes[1]
-		s, err := n1.CreateStream(ctx, "s")
+		s, err := n1.Admin().CreateStream(ctx, "s")
 		if err != nil {
 			t.Fatal(err)
 		}
-		tp, err := n1.CreateTopic(ctx, s, "t", 1)
+		tp, err := n1.Admin().CreateTopic(ctx, s, "t", 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -249,7 +249,7 @@ func TestForwardReplyOnlyFromTheNodeAsked(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		if lead, err := n1.Leader(ctx, tp, 0); err != nil || lead != 3 {
+		if lead, err := n1.Cluster().Leader(ctx, tp, 0); err != nil || lead != 3 {
 			t.Fatalf("node 1 sees leader %d (%v), want node 3", lead, err)
 		}
 		ack, err := n1.Produce(ctx, tp, PartitionID(0), Message{Payload: []byte("x")})

@@ -191,7 +191,7 @@ func (s parkwayClusterSystem) open(ctx context.Context, dir string, warm []byte)
 		// Two shards per node, as on one node. With disk, each node has
 		// its own data directory (partitions, their raft logs, the
 		// metadata raft log); without, all of it is in memory.
-		cfg := parkway.Config{Shards: 2, Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: bus(id)}}
+		cfg := parkway.Config{Shards: 2, Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: bus(id)}}
 		if s.disk {
 			cfg.DataDir = filepath.Join(dir, fmt.Sprintf("node-%d", id))
 		}
@@ -229,12 +229,12 @@ func (c *parkwayCluster) listenTCP(peers []parkway.NodeID) error {
 
 func (c *parkwayCluster) setUp(ctx context.Context, warm []byte) error {
 	first := c.nodes[0]
-	stream, err := first.CreateStream(ctx, "bench")
+	stream, err := first.Admin().CreateStream(ctx, "bench")
 	if err != nil {
 		return fmt.Errorf("parkway: create stream: %w", err)
 	}
 	opt := parkway.WithFsync(parkway.FsyncInterval, replicatedDurability.interval)
-	topic, err := first.CreateTopic(ctx, stream, "bench", 1, opt)
+	topic, err := first.Admin().CreateTopic(ctx, stream, "bench", 1, opt)
 	if err != nil {
 		return fmt.Errorf("parkway: create topic: %w", err)
 	}
@@ -245,7 +245,7 @@ func (c *parkwayCluster) setUp(ctx context.Context, warm []byte) error {
 		return fmt.Errorf("parkway: warm produce: %w", err)
 	}
 	if err := waitFor(ctx, "node 1 to know the partition leader", func() (bool, error) {
-		c.leader, err = first.Leader(ctx, topic, 0)
+		c.leader, err = first.Cluster().Leader(ctx, topic, 0)
 		return c.leader != 0, err
 	}); err != nil {
 		return fmt.Errorf("parkway: leader: %w", err)
@@ -265,7 +265,7 @@ func (c *parkwayCluster) entry() string {
 func (c *parkwayCluster) verify(ctx context.Context, want int) error {
 	ctx, cancel := context.WithTimeout(ctx, verifyTimeout)
 	defer cancel()
-	if lead, err := c.node.Leader(ctx, c.topic, 0); err != nil || lead != c.leader {
+	if lead, err := c.node.Cluster().Leader(ctx, c.topic, 0); err != nil || lead != c.leader {
 		return fmt.Errorf("parkway: partition leader is %d (%v), the produces went to node %d", lead, err, c.leader)
 	}
 	for i, n := range c.nodes {
@@ -767,7 +767,7 @@ func (r *runner) runReplCase(ctx context.Context, sys replSystem, c replCase, ro
 // --- the report ------------------------------------------------------------
 
 const replicatedHowItRuns = `parkway: three nodes in one process,
-` + "`parkway.Open(parkway.Config{Shards: 2, Cluster: &parkway.Cluster{ID: i, Peers: []parkway.NodeID{1, 2, 3}, Bus: bus_i}})`" + `,
+` + "`parkway.Open(parkway.Config{Shards: 2, Cluster: &parkway.ClusterConfig{ID: i, Peers: []parkway.NodeID{1, 2, 3}, Bus: bus_i}})`" + `,
 where bus_i is either node i's endpoint on one ` + "`parkway.NewNetwork(parkway.NetworkOptions{})`" + `
 (the in-memory bus) or, in the systems marked **TCP**, node i's
 ` + "`parkway.ListenTCP(i, \"127.0.0.1:0\", nil, opts)`" + ` (the default options, plaintext,
@@ -783,7 +783,7 @@ fsynced on the 2-minute interval; the partition log is also synced before
 each raft log compaction (every 4,096 entries or 16 MiB by default). A
 produce is acknowledged once the raft entry carrying it is committed (held
 by 2 of the 3 nodes) and applied by the leader. The produces are sent to
-the partition leader's node (` + "`Node.Leader`" + `), so none is forwarded.
+the partition leader's node (` + "`Cluster.Leader`" + `), so none is forwarded.
 
 JetStream: three embedded nats-servers in the same process (` + "`js-1`…`js-3`" + `,
 one cluster, JetStream enabled, a store directory each, routes over TCP on

@@ -127,7 +127,7 @@ const topicsPerStream = 4000
 func (p *parkwayInstance) prepareTopics(ctx context.Context, n int) error {
 	p.streams = []parkway.Stream{p.stream}
 	for i := 1; i*topicsPerStream < n; i++ {
-		s, err := p.node.CreateStream(ctx, fmt.Sprintf("bench-%d", i))
+		s, err := p.node.Admin().CreateStream(ctx, fmt.Sprintf("bench-%d", i))
 		if err != nil {
 			return fmt.Errorf("parkway: create stream: %w", err)
 		}
@@ -155,13 +155,13 @@ func (parkwaySystem) open(ctx context.Context, dir string, d durability, parts i
 
 func (p *parkwayInstance) setUp(ctx context.Context, parts int, warm []byte) error {
 	var err error
-	if p.stream, err = p.node.CreateStream(ctx, "bench"); err != nil {
+	if p.stream, err = p.node.Admin().CreateStream(ctx, "bench"); err != nil {
 		return fmt.Errorf("parkway: create stream: %w", err)
 	}
 	if parts == 0 {
 		return nil
 	}
-	if p.topic, err = p.node.CreateTopic(ctx, p.stream, "bench", parts, p.opt); err != nil {
+	if p.topic, err = p.node.Admin().CreateTopic(ctx, p.stream, "bench", parts, p.opt); err != nil {
 		return fmt.Errorf("parkway: create topic: %w", err)
 	}
 	// Partitions materialise asynchronously after CreateTopic; the first
@@ -303,7 +303,7 @@ func (p *parkwayInstance) createAndProduce(ctx context.Context, name string, pay
 		s = p.streams[i]
 	}
 	p.created++
-	topic, err := p.node.CreateTopic(ctx, s, name, 1, p.opt)
+	topic, err := p.node.Admin().CreateTopic(ctx, s, name, 1, p.opt)
 	if err != nil {
 		return fmt.Errorf("create topic %s: %w", name, err)
 	}

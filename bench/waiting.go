@@ -250,7 +250,7 @@ func startParkwayConsumer(ctx context.Context, in instance, name string, policy 
 	r.settle = func(ctx context.Context) error {
 		// The commit after the warm message's batch stores offset 1.
 		return waitFor(ctx, "consumer "+name+"'s first commit", func() (bool, error) {
-			off, ok, err := p.node.ConsumerOffset(ctx, name, p.topic, 0)
+			off, ok, err := p.node.Admin().ConsumerOffset(ctx, p.topic, 0, name)
 			return ok && off >= 1, err
 		})
 	}

@@ -163,7 +163,7 @@ func (s *Server) describeTopic(ctx context.Context, t parkway.Topic) kmsg.Metada
 	mt := kmsg.NewMetadataResponseTopic()
 	name := t.Name
 	mt.Topic, mt.TopicID = &name, topicID(t)
-	info, err := s.node.TopicInfo(ctx, t)
+	info, err := s.node.Admin().TopicInfo(ctx, t)
 	if err != nil {
 		s.topics.forget(t, err)
 		mt.ErrorCode = s.code(kmsg.Metadata, errorCode(err))
@@ -236,7 +236,7 @@ func (s *Server) createTopics(ctx context.Context, r *kmsg.CreateTopicsRequest) 
 			ct.TopicID = topicID(t)
 			ct.NumPartitions = int32(partitions)
 			ct.ReplicationFactor = rt.ReplicationFactor
-			if info, err := s.node.TopicInfo(ctx, t); err == nil && info.Config.Replicas > 0 {
+			if info, err := s.node.Admin().TopicInfo(ctx, t); err == nil && info.Config.Replicas > 0 {
 				ct.ReplicationFactor = int16(info.Config.Replicas)
 			}
 		}
@@ -273,7 +273,7 @@ func (s *Server) deleteTopics(ctx context.Context, r *kmsg.DeleteTopicsRequest) 
 		if err == nil {
 			name := t.Name
 			dt.Topic, dt.TopicID = &name, topicID(t)
-			err = s.node.DeleteTopic(ctx, t)
+			err = s.node.Admin().DeleteTopic(ctx, t)
 			s.topics.forget(t, parkway.ErrTopicNotFound)
 			if err == nil {
 				s.log.Info("deleted topic", "topic", t.Name)

@@ -53,11 +53,11 @@ func BenchmarkProduceAsyncNode(b *testing.B) {
 	}
 	defer node.Close()
 	ctx := ctxFor(b)
-	s, err := node.CreateStream(ctx, "kafka")
+	s, err := node.Admin().CreateStream(ctx, "kafka")
 	if err != nil {
 		b.Fatal(err)
 	}
-	topic, err := node.CreateTopic(ctx, s, "bench", 4)
+	topic, err := node.Admin().CreateTopic(ctx, s, "bench", 4)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -122,13 +122,13 @@ func BenchmarkNodeCreateFirstProduce(b *testing.B) {
 	}
 	defer node.Close()
 	ctx := ctxFor(b)
-	s, err := node.CreateStream(ctx, "kafka")
+	s, err := node.Admin().CreateStream(ctx, "kafka")
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
 	for i := range b.N {
-		tp, err := node.CreateTopic(ctx, s, fmt.Sprint("fresh-", i), 1)
+		tp, err := node.Admin().CreateTopic(ctx, s, fmt.Sprint("fresh-", i), 1)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -73,7 +73,7 @@ func (s *Server) partitionsOf(ctx context.Context, t parkway.Topic, count int) [
 		}
 		return out
 	}
-	infos, err := s.node.Partitions(ctx, t)
+	infos, err := s.node.Admin().Partitions(ctx, t)
 	if err != nil {
 		return out
 	}
@@ -84,7 +84,7 @@ func (s *Server) partitionsOf(ctx context.Context, t parkway.Topic, count int) [
 			mp.Replicas = append(mp.Replicas, int32(r))
 		}
 		mp.ISR = mp.Replicas
-		lead, err := s.node.Leader(ctx, t, info.Partition)
+		lead, err := s.node.Cluster().Leader(ctx, t, info.Partition)
 		if err != nil || lead == 0 {
 			mp.Leader = -1
 			mp.ErrorCode = s.code(kmsg.Metadata, kerr.LeaderNotAvailable.Code)

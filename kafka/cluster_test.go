@@ -31,7 +31,7 @@ func startCluster(t *testing.T) *cluster {
 	c := &cluster{t: t, nodes: map[int32]*parkway.Node{}, servers: map[int32]*Server{}, served: map[int32]chan error{}, brokers: map[int32]string{}}
 	listeners := map[int32]net.Listener{}
 	for _, id := range peers {
-		n, err := parkway.Open(parkway.Config{Shards: 1, Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: bus.Endpoint(id)}})
+		n, err := parkway.Open(parkway.Config{Shards: 1, Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: bus.Endpoint(id)}})
 		if err != nil {
 			t.Fatalf("Open node %d: %v", id, err)
 		}
@@ -133,7 +133,7 @@ func TestClusterOfBrokers(t *testing.T) {
 		if len(p.Replicas) != 3 {
 			t.Fatalf("partition %d: replicas %v, want 3", p.Partition, p.Replicas)
 		}
-		if lead, err := nodes[1].Leader(ctx, topic, uint32(p.Partition)); err == nil && lead != 0 && int32(lead) != p.Leader {
+		if lead, err := nodes[1].Cluster().Leader(ctx, topic, uint32(p.Partition)); err == nil && lead != 0 && int32(lead) != p.Leader {
 			t.Errorf("partition %d: metadata says leader %d, the node %d", p.Partition, p.Leader, lead)
 		}
 	}
@@ -173,7 +173,7 @@ func TestClusterOfBrokers(t *testing.T) {
 	waitCount(t, s, n)
 	total := uint64(0)
 	for p := range uint32(3) {
-		po, err := nodes[3].PartitionOffsets(ctx, topic, p, "")
+		po, err := nodes[3].Admin().PartitionOffsets(ctx, topic, p, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,7 +209,7 @@ func TestClusterLeaderKilledMidProduce(t *testing.T) {
 	}
 	var leader parkway.NodeID
 	for leader == 0 {
-		if leader, err = c.nodes[1].Leader(ctx, topic, 0); err != nil {
+		if leader, err = c.nodes[1].Cluster().Leader(ctx, topic, 0); err != nil {
 			t.Fatal(err)
 		}
 		if ctx.Err() != nil {

@@ -115,7 +115,7 @@ func (s *Server) describeConfigs(ctx context.Context, r *kmsg.DescribeConfigsReq
 			}
 			var info parkway.TopicInfo
 			if err == nil {
-				if info, err = s.node.TopicInfo(ctx, t); err != nil {
+				if info, err = s.node.Admin().TopicInfo(ctx, t); err != nil {
 					s.topics.forget(t, err)
 				}
 			}
@@ -184,7 +184,7 @@ func (s *Server) incrementalAlterConfigs(ctx context.Context, r *kmsg.Incrementa
 		}
 		var info parkway.TopicInfo
 		if err == nil {
-			info, err = s.node.TopicInfo(ctx, t)
+			info, err = s.node.Admin().TopicInfo(ctx, t)
 		}
 		if err != nil {
 			fail(s.topicErrorCode(kmsg.IncrementalAlterConfigs, err), err.Error())
@@ -209,7 +209,7 @@ func (s *Server) incrementalAlterConfigs(ctx context.Context, r *kmsg.Incrementa
 			fail(kerr.InvalidConfig.Code, cfgErr.Error())
 		case r.ValidateOnly:
 		default:
-			if err := s.node.SetTopicConfig(ctx, t, c); err != nil {
+			if err := s.node.Admin().SetTopicConfig(ctx, t, c); err != nil {
 				fail(errorCode(err), err.Error())
 			}
 		}

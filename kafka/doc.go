@@ -27,7 +27,7 @@
 // offsets of the group id (replicated and durable with the partition);
 // the group's membership and generations are the listener's coordinator's,
 // in memory. An idempotent producer's batches are deduplicated in the
-// partition's replicated window (Node.ProduceAsyncKeyed), so a retry after
+// partition's replicated window (Node.ProduceAsyncIdempotent), so a retry after
 // a leader change applies once. In a cluster a listener does not refuse a
 // sequence it did not expect as out of order unless a batch failed at it
 // (the batches in between went through another node while it led):

@@ -65,10 +65,10 @@ func TestBehaviour29TopicIDFence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.node.DeleteTopic(ctx, old); err != nil {
+	if err := f.node.Admin().DeleteTopic(ctx, old); err != nil {
 		t.Fatalf("DeleteTopic: %v", err)
 	}
-	recreated, err := f.node.CreateTopic(ctx, old.Stream, "fenced", 1)
+	recreated, err := f.node.Admin().CreateTopic(ctx, old.Stream, "fenced", 1)
 	if err != nil {
 		t.Fatalf("CreateTopic: %v", err)
 	}
@@ -180,7 +180,7 @@ func TestIdempotentSequences(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if po, err := f.node.PartitionOffsets(ctxFor(t), h, 0, ""); err != nil || po.End != 6 {
+	if po, err := f.node.Admin().PartitionOffsets(ctxFor(t), h, 0, ""); err != nil || po.End != 6 {
 		t.Fatalf("the partition ends at %d (%v), want 6: no retry appended twice", po.End, err)
 	}
 

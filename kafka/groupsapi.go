@@ -220,7 +220,7 @@ func (s *Server) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) 
 			case rp.Offset < 0:
 				cp.ErrorCode = s.code(kmsg.OffsetCommit, kerr.OffsetOutOfRange.Code)
 			default:
-				if err := s.node.StoreOffset(ctx, r.Group, t, uint32(rp.Partition), uint64(rp.Offset)); err != nil {
+				if err := s.node.Admin().StoreOffset(ctx, t, uint32(rp.Partition), r.Group, uint64(rp.Offset)); err != nil {
 					s.topics.forget(t, err)
 					cp.ErrorCode = s.topicErrorCode(kmsg.OffsetCommit, err)
 				}
@@ -259,7 +259,7 @@ func (s *Server) offsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequest) km
 			return resp
 		}
 		for _, t := range all {
-			info, err := s.node.TopicInfo(ctx, t)
+			info, err := s.node.Admin().TopicInfo(ctx, t)
 			if err != nil {
 				continue
 			}
@@ -291,7 +291,7 @@ func (s *Server) offsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequest) km
 			case p < 0:
 				fp.ErrorCode = s.code(kmsg.OffsetFetch, kerr.UnknownTopicOrPartition.Code)
 			default:
-				off, found, err := s.node.ConsumerOffset(ctx, r.Group, t, uint32(p))
+				off, found, err := s.node.Admin().ConsumerOffset(ctx, t, uint32(p), r.Group)
 				switch {
 				case err != nil && !errors.Is(err, parkway.ErrPartitionNotFound):
 					fp.ErrorCode = s.topicErrorCode(kmsg.OffsetFetch, err)

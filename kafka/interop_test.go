@@ -197,7 +197,7 @@ func TestAdminCreateDeleteTopics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info, err := f.node.TopicInfo(ctx, orders); err != nil || info.Config.RetentionBytes != 1<<20 || info.Config.Fsync != parkway.FsyncInterval || info.Config.RetentionAge != 0 {
+	if info, err := f.node.Admin().TopicInfo(ctx, orders); err != nil || info.Config.RetentionBytes != 1<<20 || info.Config.Fsync != parkway.FsyncInterval || info.Config.RetentionAge != 0 {
 		t.Fatalf("parkway's topic config: %+v %v", info.Config, err)
 	}
 	if bad, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "min.insync.replicas", Value: kadm.StringPtr("2")}}, "orders"); err != nil || bad[0].Err == nil {

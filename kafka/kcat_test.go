@@ -53,7 +53,7 @@ func TestKcatInterop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	off, ok, err := f.node.ConsumerOffset(ctxFor(t), "kcgroup", h, 0)
+	off, ok, err := f.node.Admin().ConsumerOffset(ctxFor(t), h, 0, "kcgroup")
 	if err != nil || !ok || off != 2 {
 		t.Fatalf("group kcgroup's committed offset: %d %v %v, want 2", off, ok, err)
 	}

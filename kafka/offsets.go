@@ -56,7 +56,7 @@ func (s *Server) listOffset(ctx context.Context, t parkway.Topic, rp kmsg.ListOf
 	lp.LeaderEpoch = 0
 	switch ts := rp.Timestamp; {
 	case ts == listLatest || ts == listEarliest:
-		po, err := s.node.PartitionOffsets(ctx, t, part, "")
+		po, err := s.node.Admin().PartitionOffsets(ctx, t, part, "")
 		if err != nil {
 			s.topics.forget(t, err)
 			lp.ErrorCode = s.topicErrorCode(kmsg.ListOffsets, err)

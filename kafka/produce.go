@@ -127,7 +127,7 @@ func (s *Server) startAppends(ctx context.Context, w *partProduce, batches []dec
 			// replicated deduplication window: a retry through any
 			// listener, after a leader change too, applies once.
 			key := dedupeKey(b.hdr.ProducerID, b.hdr.ProducerEpoch, b.hdr.FirstSequence)
-			w.acks = append(w.acks, s.node.ProduceAsyncKeyed(ctx, w.handle, to, key, b.msgs...))
+			w.acks = append(w.acks, s.node.ProduceAsyncIdempotent(ctx, w.handle, to, key, b.msgs...))
 		} else {
 			w.acks = append(w.acks, s.node.ProduceAsync(ctx, w.handle, to, b.msgs...))
 		}
@@ -191,11 +191,11 @@ func (s *Server) produceErrorCode(err error, byID bool) int16 {
 // dedupeKey is parkway's deduplication key of a Kafka producer's batch:
 // the producer is the (id, epoch) pair, hashed (never 0), the sequence the
 // batch's first.
-func dedupeKey(pid int64, epoch int16, firstSeq int32) parkway.ProduceKey {
+func dedupeKey(pid int64, epoch int16, firstSeq int32) parkway.ProducerSeq {
 	h := fnv.New64a()
 	var b [10]byte
 	binary.BigEndian.PutUint64(b[:], uint64(pid))
 	binary.BigEndian.PutUint16(b[8:], uint16(epoch))
 	_, _ = h.Write(b[:])
-	return parkway.ProduceKey{Producer: h.Sum64() | 1, Seq: uint64(uint32(firstSeq))}
+	return parkway.ProducerSeq{Producer: h.Sum64() | 1, Seq: uint64(uint32(firstSeq))}
 }

@@ -10,7 +10,7 @@ import (
 
 // An idempotent producer's batches are deduplicated twice. Each batch
 // carries its identity — (producer id, epoch, first sequence) — into the
-// partition's replicated deduplication window (Node.ProduceAsyncKeyed), so
+// partition's replicated deduplication window (Node.ProduceAsyncIdempotent), so
 // a retry of a batch whose outcome was unknown (its leader died) applies
 // once, through whichever node's listener it arrives. And each listener
 // checks sequences per (producer id, epoch, partition) as Kafka does: the

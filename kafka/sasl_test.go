@@ -132,7 +132,7 @@ func TestAuthorizer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if po, err := f.node.PartitionOffsets(ctxFor(t), h, 0, ""); err != nil || po.End != 1 {
+	if po, err := f.node.Admin().PartitionOffsets(ctxFor(t), h, 0, ""); err != nil || po.End != 1 {
 		t.Fatalf("the topic holds %d records (%v), want alice's 1", po.End, err)
 	}
 	mu.Lock()

@@ -29,7 +29,7 @@ func (s *Server) createPartitions(ctx context.Context, r *kmsg.CreatePartitionsR
 			err = errTopicDenied
 		}
 		if err == nil {
-			info, err = s.node.TopicInfo(ctx, t)
+			info, err = s.node.Admin().TopicInfo(ctx, t)
 		}
 		switch {
 		case err != nil:
@@ -40,7 +40,7 @@ func (s *Server) createPartitions(ctx context.Context, r *kmsg.CreatePartitionsR
 			fail(kerr.InvalidPartitions.Code, fmt.Sprintf("the topic has %d partitions; a count must be larger", info.Partitions))
 		case r.ValidateOnly:
 		default:
-			if err := s.node.CreatePartitions(ctx, t, int(rt.Count)-info.Partitions); err != nil {
+			if err := s.node.Admin().CreatePartitions(ctx, t, int(rt.Count)-info.Partitions); err != nil {
 				fail(errorCode(err), err.Error())
 			}
 		}
@@ -81,7 +81,7 @@ func (s *Server) truncate(ctx context.Context, t parkway.Topic, tErr error, rp k
 		return s.code(kmsg.DeleteRecords, kerr.UnknownTopicOrPartition.Code)
 	}
 	part := uint32(rp.Partition)
-	po, err := s.node.PartitionOffsets(ctx, t, part, "")
+	po, err := s.node.Admin().PartitionOffsets(ctx, t, part, "")
 	if err != nil {
 		s.topics.forget(t, err)
 		return s.topicErrorCode(kmsg.DeleteRecords, err)
@@ -94,7 +94,7 @@ func (s *Server) truncate(ctx context.Context, t parkway.Topic, tErr error, rp k
 		return s.code(kmsg.DeleteRecords, kerr.OffsetOutOfRange.Code)
 	}
 	if before > po.Start {
-		if err := s.node.TruncatePartition(ctx, t, part, before); err != nil {
+		if err := s.node.Admin().TruncatePartition(ctx, t, part, before); err != nil {
 			return s.topicErrorCode(kmsg.DeleteRecords, err)
 		}
 	}

@@ -57,7 +57,7 @@ func (c *topicCache) streamHandle(ctx context.Context) (parkway.Stream, error) {
 	c.mu.Unlock()
 	s, err := c.node.Stream(ctx, c.stream)
 	if errors.Is(err, parkway.ErrStreamNotFound) {
-		s, err = c.node.CreateStream(ctx, c.stream)
+		s, err = c.node.Admin().CreateStream(ctx, c.stream)
 		if errors.Is(err, parkway.ErrStreamExists) {
 			s, err = c.node.Stream(ctx, c.stream)
 		}
@@ -158,11 +158,11 @@ func (c *topicCache) all(ctx context.Context) ([]parkway.Topic, error) {
 	if err != nil {
 		return nil, err
 	}
-	ts, err := c.node.Topics(ctx, s)
+	ts, err := c.node.Admin().Topics(ctx, s)
 	if errors.Is(err, parkway.ErrStreamNotFound) {
 		c.forget(parkway.Topic{Stream: s}, err)
 		if s, err = c.streamHandle(ctx); err == nil {
-			ts, err = c.node.Topics(ctx, s)
+			ts, err = c.node.Admin().Topics(ctx, s)
 		}
 	}
 	if err != nil {
@@ -181,11 +181,11 @@ func (c *topicCache) create(ctx context.Context, name string, partitions int, op
 	if err != nil {
 		return parkway.Topic{}, err
 	}
-	t, err := c.node.CreateTopic(ctx, s, name, partitions, opts...)
+	t, err := c.node.Admin().CreateTopic(ctx, s, name, partitions, opts...)
 	if errors.Is(err, parkway.ErrStreamNotFound) {
 		c.forget(parkway.Topic{Stream: s}, err)
 		if s, err = c.streamHandle(ctx); err == nil {
-			t, err = c.node.CreateTopic(ctx, s, name, partitions, opts...)
+			t, err = c.node.Admin().CreateTopic(ctx, s, name, partitions, opts...)
 		}
 	}
 	if err != nil {

@@ -433,7 +433,7 @@ func (b *TCPBus) AddPeer(id NodeID, addr string) error {
 }
 
 // RemovePeer takes a peer out, typically a node removed from the cluster
-// (after Node.RemoveNode, on every remaining member's bus). When it
+// (after Cluster.RemoveNode, on every remaining member's bus). When it
 // returns, the peer's writer has stopped and the messages queued for it
 // are dropped (counted as PeerRemoved); its connections, both directions,
 // are closed; Send to it fails with ErrUnknownPeer; and the id is refused

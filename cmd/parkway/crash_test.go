@@ -33,10 +33,10 @@ func crashChild(dir string) {
 		os.Exit(1)
 	}
 	ctx := context.Background()
-	st, err := node.CreateStream(ctx, "shop")
+	st, err := node.Admin().CreateStream(ctx, "shop")
 	if err == nil {
 		var tp parkway.Topic
-		tp, err = node.CreateTopic(ctx, st, "orders", 1)
+		tp, err = node.Admin().CreateTopic(ctx, st, "orders", 1)
 		for i := 0; err == nil && i < 500; i++ {
 			_, err = node.Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: fmt.Appendf(nil, "m%d", i)})
 		}
@@ -119,7 +119,7 @@ func TestAfterACrash(t *testing.T) {
 		if tp, err = node.Topic(ctx, st, "orders"); err == nil {
 			var offs parkway.PartitionOffsets
 			for offs.End < 500 && err == nil && ctx.Err() == nil {
-				offs, err = node.PartitionOffsets(ctx, tp, 0, "")
+				offs, err = node.Admin().PartitionOffsets(ctx, tp, 0, "")
 			}
 		}
 	}

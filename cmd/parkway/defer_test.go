@@ -32,10 +32,10 @@ func deferredNode(dir string) (*parkway.Node, error) {
 		return nil, err
 	}
 	ctx := context.Background()
-	st, err := node.CreateStream(ctx, "shop")
+	st, err := node.Admin().CreateStream(ctx, "shop")
 	if err == nil {
 		var tp parkway.Topic
-		tp, err = node.CreateTopic(ctx, st, "orders", 2)
+		tp, err = node.Admin().CreateTopic(ctx, st, "orders", 2)
 		for i := 0; err == nil && i < 3; i++ {
 			_, err = node.Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: fmt.Appendf(nil, "m%d", i)})
 		}

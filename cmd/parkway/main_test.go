@@ -135,11 +135,11 @@ func makeDir(t *testing.T, n int, opts ...func(*testing.T, *parkway.Config)) str
 	defer node.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	st, err := node.CreateStream(ctx, "shop")
+	st, err := node.Admin().CreateStream(ctx, "shop")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tp, err := node.CreateTopic(ctx, st, "orders", 2, parkway.WithRetention(time.Hour, 0))
+	tp, err := node.Admin().CreateTopic(ctx, st, "orders", 2, parkway.WithRetention(time.Hour, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,10 +163,10 @@ func makeDir(t *testing.T, n int, opts ...func(*testing.T, *parkway.Config)) str
 			batch = batch[k:]
 		}
 	}
-	if err := node.StoreOffset(ctx, "billing", tp, 0, 5); err != nil {
+	if err := node.Admin().StoreOffset(ctx, tp, 0, "billing", 5); err != nil {
 		t.Fatal(err)
 	}
-	if err := node.CreateGroup(ctx, tp, "audit"); err != nil {
+	if err := node.Admin().CreateGroup(ctx, tp, "audit"); err != nil {
 		t.Fatal(err)
 	}
 	m, err := node.JoinGroup(ctx, tp, "audit", parkway.MemberConfig{Name: "worker-1"})
@@ -264,7 +264,7 @@ func fileSize(t *testing.T, path string) int64 {
 func inCluster(t *testing.T, cfg *parkway.Config) {
 	net := parkway.NewNetwork(parkway.NetworkOptions{})
 	t.Cleanup(func() { net.Close() })
-	cfg.Cluster = &parkway.Cluster{ID: 1, Peers: []parkway.NodeID{1}, Bus: net.Endpoint(1)}
+	cfg.Cluster = &parkway.ClusterConfig{ID: 1, Peers: []parkway.NodeID{1}, Bus: net.Endpoint(1)}
 }
 
 // copyDir copies dir into a fresh temporary directory.

@@ -46,7 +46,7 @@ member, this one included, as id=host:port,…) and TLS: --cluster-id with
 and --tls-ca (the cluster's CAs), or --insecure-plaintext on a trusted
 network. A node added to a running cluster starts with --join and waits
 until a member adds it (this command has no admin interface yet: the
-member must be a program that calls Node.AddNode, its bus told the new
+member must be a program that calls Cluster.AddNode, its bus told the new
 node's address).
 
 HTTP (--http): /metrics (Prometheus), /healthz (200 while the node is
@@ -321,7 +321,7 @@ func serve(c serveConfig, cfg parkway.Config, kcfg *kafka.Config, log hclog.Logg
 			ids = append(ids, id)
 		}
 		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-		cfg.Cluster = &parkway.Cluster{ID: parkway.NodeID(c.nodeID), Peers: ids, Join: c.join, Bus: bus}
+		cfg.Cluster = &parkway.ClusterConfig{ID: parkway.NodeID(c.nodeID), Peers: ids, Join: c.join, Bus: bus}
 	}
 	if cfg.DataDir == "" {
 		log.Warn("no --data-dir: everything is kept in memory and lost when the process exits")
@@ -375,7 +375,7 @@ func serve(c serveConfig, cfg parkway.Config, kcfg *kafka.Config, log hclog.Logg
 		c.kafkaAddr = ln.Addr().String()
 		go func() { kafkaErr <- ksrv.Serve(ln) }()
 	}
-	log.Info("serving", "data_dir", c.dataDir, "node_id", c.nodeID, "shards", node.Shards(), "http", c.httpAddr,
+	log.Info("serving", "data_dir", c.dataDir, "node_id", c.nodeID, "shards", node.Admin().Shards(), "http", c.httpAddr,
 		"cluster_listen", c.listen, "kafka", c.kafkaAddr, "opened_in", time.Since(start).Round(time.Millisecond).String())
 
 	var runErr error

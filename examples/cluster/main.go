@@ -44,7 +44,7 @@ func run() error {
 	dirs := map[parkway.NodeID]string{}
 	start := func(id parkway.NodeID) error {
 		n, err := parkway.Open(parkway.Config{Shards: 2, DataDir: dirs[id],
-			Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
+			Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
 		if err != nil {
 			return err
 		}
@@ -63,11 +63,11 @@ func run() error {
 		}
 	}
 
-	stream, err := nodes[1].CreateStream(ctx, "orders")
+	stream, err := nodes[1].Admin().CreateStream(ctx, "orders")
 	if err != nil {
 		return err
 	}
-	topic, err := nodes[1].CreateTopic(ctx, stream, "created", 1)
+	topic, err := nodes[1].Admin().CreateTopic(ctx, stream, "created", 1)
 	if err != nil {
 		return err
 	}
@@ -85,7 +85,7 @@ func run() error {
 	if err := produce(2, 100, "before"); err != nil {
 		return err
 	}
-	leader, err := nodes[2].Leader(ctx, topic, 0)
+	leader, err := nodes[2].Cluster().Leader(ctx, topic, 0)
 	if err != nil {
 		return err
 	}
@@ -104,7 +104,7 @@ func run() error {
 	if err := produce(survivors[0], 100, "after"); err != nil {
 		return err
 	}
-	newLeader, err := nodes[survivors[0]].Leader(ctx, topic, 0)
+	newLeader, err := nodes[survivors[0]].Cluster().Leader(ctx, topic, 0)
 	if err != nil {
 		return err
 	}

@@ -76,11 +76,11 @@ func run() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	stream, err := node.CreateStream(ctx, "shop")
+	stream, err := node.Admin().CreateStream(ctx, "shop")
 	if err != nil {
 		return err
 	}
-	orders, err := node.CreateTopic(ctx, stream, "orders", 6)
+	orders, err := node.Admin().CreateTopic(ctx, stream, "orders", 6)
 	if err != nil {
 		return err
 	}
@@ -120,7 +120,7 @@ func run() error {
 		var g parkway.GroupInfo
 		for {
 			var err error
-			if g, err = node.Group(ctx, orders, "billing"); err != nil {
+			if g, err = node.Admin().Group(ctx, orders, "billing"); err != nil {
 				return err
 			}
 			moving := false
@@ -219,7 +219,7 @@ func run() error {
 	}
 	cancel()
 	wg.Wait()
-	g, err := node.Group(context.Background(), orders, "billing")
+	g, err := node.Admin().Group(context.Background(), orders, "billing")
 	if err != nil {
 		return err
 	}

@@ -55,7 +55,7 @@ func run() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	stream, err := node.CreateStream(ctx, "convergence")
+	stream, err := node.Admin().CreateStream(ctx, "convergence")
 	if err != nil {
 		return fmt.Errorf("create stream: %w", err)
 	}
@@ -94,7 +94,7 @@ func run() error {
 
 	// Phase 2: delete and recreate every topic, then produce a new message.
 	for i, topic := range ids {
-		if err := node.DeleteTopic(ctx, topic); err != nil {
+		if err := node.Admin().DeleteTopic(ctx, topic); err != nil {
 			return fmt.Errorf("delete topic %s: %w", topicName(i), err)
 		}
 	}
@@ -151,7 +151,7 @@ func topicName(i int) string { return fmt.Sprintf("topic-%d", i) }
 func createTopics(ctx context.Context, node *parkway.Node, stream parkway.Stream) ([]parkway.Topic, error) {
 	ids := make([]parkway.Topic, topics)
 	for i := range ids {
-		id, err := node.CreateTopic(ctx, stream, topicName(i), 1)
+		id, err := node.Admin().CreateTopic(ctx, stream, topicName(i), 1)
 		if err != nil {
 			return nil, fmt.Errorf("create topic %s: %w", topicName(i), err)
 		}

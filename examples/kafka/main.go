@@ -149,12 +149,12 @@ func run() error {
 	}
 	total := uint64(0)
 	for p := range uint32(3) {
-		po, err := node.PartitionOffsets(ctx, topic, p, "")
+		po, err := node.Admin().PartitionOffsets(ctx, topic, p, "")
 		if err != nil {
 			return err
 		}
 		total += po.End - po.Start
-		committed, ok, err := node.ConsumerOffset(ctx, "billing", topic, p)
+		committed, ok, err := node.Admin().ConsumerOffset(ctx, topic, p, "billing")
 		if err != nil {
 			return err
 		}

@@ -2,10 +2,10 @@
 // three parkway nodes in one process over the in-memory network, each on
 // its own temporary data directory, hold a topic and keep taking produces
 // throughout. A fourth node starts with Cluster.Join and is added through
-// a member (Node.AddNode): it learns the cluster's metadata, and a topic
+// a member (Cluster.AddNode): it learns the cluster's metadata, and a topic
 // created afterwards is placed over four nodes (replication factor 3).
-// Node.Rebalance then moves replicas of the existing topic onto it, and
-// Node.RemoveNode removes node 1: its replicas move to the others (each
+// Cluster.Rebalance then moves replicas of the existing topic onto it, and
+// Cluster.RemoveNode removes node 1: its replicas move to the others (each
 // group adds the new replica before it removes the old one).
 //
 //	go run ./examples/membership
@@ -55,7 +55,7 @@ func run() error {
 			return err
 		}
 		n, err := parkway.Open(parkway.Config{Shards: 2, DataDir: dir,
-			Cluster: &parkway.Cluster{ID: id, Peers: peers, Join: join, Bus: net.Endpoint(id)}})
+			Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Join: join, Bus: net.Endpoint(id)}})
 		if err != nil {
 			os.RemoveAll(dir)
 			return err
@@ -69,11 +69,11 @@ func run() error {
 			return err
 		}
 	}
-	stream, err := nodes[1].CreateStream(ctx, "shop")
+	stream, err := nodes[1].Admin().CreateStream(ctx, "shop")
 	if err != nil {
 		return err
 	}
-	orders, err := nodes[1].CreateTopic(ctx, stream, "orders", 3)
+	orders, err := nodes[1].Admin().CreateTopic(ctx, stream, "orders", 3)
 	if err != nil {
 		return err
 	}
@@ -109,7 +109,7 @@ func run() error {
 	if err := open(4, []parkway.NodeID{1, 2, 3, 4}, true); err != nil {
 		return err
 	}
-	if err := nodes[2].AddNode(ctx, 4); err != nil {
+	if err := nodes[2].Cluster().AddNode(ctx, 4); err != nil {
 		return fmt.Errorf("add node 4: %w", err)
 	}
 	fmt.Println("node 4 added through node 2")
@@ -123,7 +123,7 @@ func run() error {
 	}
 	fmt.Println("node 4 knows topic orders, created before it joined")
 
-	payments, err := nodes[4].CreateTopic(ctx, stream, "payments", 4, parkway.WithReplicas(3))
+	payments, err := nodes[4].Admin().CreateTopic(ctx, stream, "payments", 4, parkway.WithReplicas(3))
 	if err != nil {
 		return err
 	}
@@ -136,11 +136,11 @@ func run() error {
 		}
 	}
 
-	if err := nodes[3].Rebalance(ctx); err != nil {
+	if err := nodes[3].Cluster().Rebalance(ctx); err != nil {
 		return fmt.Errorf("rebalance: %w", err)
 	}
 	fmt.Println("rebalanced: orders on", placements(ctx, nodes[3], orders))
-	if err := nodes[2].RemoveNode(ctx, 1); err != nil {
+	if err := nodes[2].Cluster().RemoveNode(ctx, 1); err != nil {
 		return fmt.Errorf("remove node 1: %w", err)
 	}
 	nodes[1].Close()
@@ -179,7 +179,7 @@ func run() error {
 
 // placements describes where a topic's partitions live.
 func placements(ctx context.Context, n *parkway.Node, t parkway.Topic) string {
-	parts, err := n.Partitions(ctx, t)
+	parts, err := n.Admin().Partitions(ctx, t)
 	if err != nil {
 		return err.Error()
 	}

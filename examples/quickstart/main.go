@@ -39,11 +39,11 @@ func run() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	stream, err := node.CreateStream(ctx, "quickstart")
+	stream, err := node.Admin().CreateStream(ctx, "quickstart")
 	if err != nil {
 		return err
 	}
-	topic, err := node.CreateTopic(ctx, stream, "events", 1)
+	topic, err := node.Admin().CreateTopic(ctx, stream, "events", 1)
 	if err != nil {
 		return err
 	}
@@ -82,10 +82,10 @@ func run() error {
 		}
 		next = parkway.AtOffset(b.Next)
 	}
-	if err := node.StoreOffset(ctx, "quickstart-reader", topic, 0, uint64(got)); err != nil {
+	if err := node.Admin().StoreOffset(ctx, topic, 0, "quickstart-reader", uint64(got)); err != nil {
 		return fmt.Errorf("store offset: %w", err)
 	}
-	off, _, err := node.ConsumerOffset(ctx, "quickstart-reader", topic, 0)
+	off, _, err := node.Admin().ConsumerOffset(ctx, topic, 0, "quickstart-reader")
 	if err != nil {
 		return fmt.Errorf("consumer offset: %w", err)
 	}

@@ -117,13 +117,13 @@ func one(partitions int, settle, measure, converge time.Duration, profile, memPr
 			logger = hclog.New(&hclog.LoggerOptions{Name: fmt.Sprintf("node%d", id), Level: lvl, Output: os.Stderr})
 		}
 		n, err := parkway.Open(parkway.Config{Shards: 2, RequestTimeout: 30 * time.Second, Logger: logger,
-			Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: countingBus{Bus: net.Endpoint(id), sent: sent[i]}}})
+			Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: countingBus{Bus: net.Endpoint(id), sent: sent[i]}}})
 		if err != nil {
 			return err
 		}
 		nodes = append(nodes, n)
 	}
-	s, err := nodes[0].CreateStream(ctx, "idle")
+	s, err := nodes[0].Admin().CreateStream(ctx, "idle")
 	if err != nil {
 		return err
 	}
@@ -232,7 +232,7 @@ func createSequential(ctx context.Context, n *parkway.Node, s parkway.Stream, pa
 	start := time.Now()
 	servable := 0
 	for left := partitions; left > 0; left -= maxPerTopic {
-		tp, err := n.CreateTopic(ctx, s, fmt.Sprintf("t%d", partitions-left), min(left, maxPerTopic))
+		tp, err := n.Admin().CreateTopic(ctx, s, fmt.Sprintf("t%d", partitions-left), min(left, maxPerTopic))
 		if err != nil {
 			return "", err
 		}
@@ -255,7 +255,7 @@ func createBurst(ctx context.Context, n *parkway.Node, s parkway.Stream, partiti
 	start := time.Now()
 	var topics []parkway.Topic
 	for left := partitions; left > 0; left -= maxPerTopic {
-		tp, err := n.CreateTopic(ctx, s, fmt.Sprintf("t%d", partitions-left), min(left, maxPerTopic))
+		tp, err := n.Admin().CreateTopic(ctx, s, fmt.Sprintf("t%d", partitions-left), min(left, maxPerTopic))
 		if err != nil {
 			return "", err
 		}
@@ -311,7 +311,7 @@ func waitLeaders(ctx context.Context, n *parkway.Node, topics []parkway.Topic, f
 	for {
 		kept := waiting[:0]
 		for _, w := range waiting {
-			if lead, err := n.Leader(ctx, w.t, w.p); err == nil && lead != 0 {
+			if lead, err := n.Cluster().Leader(ctx, w.t, w.p); err == nil && lead != 0 {
 				led++
 			} else {
 				kept = append(kept, w)

@@ -38,7 +38,7 @@ func openCluster(dir string, nodes, shards, budget int) (*cluster, error) {
 		n, err := parkway.Open(parkway.Config{
 			DataDir: filepath.Join(dir, fmt.Sprintf("node%d", id)), FS: counter, Shards: shards,
 			MaxOpenFiles: budget, RequestTimeout: time.Minute,
-			Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: c.net.Endpoint(id)},
+			Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: c.net.Endpoint(id)},
 		})
 		if err != nil {
 			_ = c.close()

@@ -134,14 +134,14 @@ func runCPUCase(c cpuCase, shards, rounds, inflight int, round, timeout time.Dur
 	defer n.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	s, err := n.CreateStream(ctx, "sweep")
+	s, err := n.Admin().CreateStream(ctx, "sweep")
 	if err != nil {
 		return nil, err
 	}
 	per := min(c.parts, perTopic)
 	var topics []parkway.Topic
 	for left, i := c.parts, 0; left > 0; i++ {
-		t, err := n.CreateTopic(ctx, s, fmt.Sprintf("t%d", i), min(left, per), parkway.WithFsync(c.policy, 0))
+		t, err := n.Admin().CreateTopic(ctx, s, fmt.Sprintf("t%d", i), min(left, per), parkway.WithFsync(c.policy, 0))
 		if err != nil {
 			return nil, err
 		}

@@ -208,14 +208,14 @@ func openNode(dir string, shards int) (*parkway.Node, *prometheus.Registry, erro
 
 // createTopics creates count partitions in topics of perTopic.
 func createTopics(ctx context.Context, n *parkway.Node, count int) ([]parkway.Topic, error) {
-	s, err := n.CreateStream(ctx, "many")
+	s, err := n.Admin().CreateStream(ctx, "many")
 	if err != nil {
 		return nil, err
 	}
 	var topics []parkway.Topic
 	for i := 0; count > 0; i++ {
 		parts := min(count, perTopic)
-		t, err := n.CreateTopic(ctx, s, fmt.Sprintf("t%d", i), parts)
+		t, err := n.Admin().CreateTopic(ctx, s, fmt.Sprintf("t%d", i), parts)
 		if err != nil {
 			return nil, err
 		}

@@ -166,19 +166,20 @@ func one(nodes, replicas, partitions, producers, payload int, d time.Duration, t
 		var err error
 		labelled(id, func() { // the node's goroutines inherit the label
 			n, err = parkway.Open(parkway.Config{Shards: 2, RequestTimeout: 30 * time.Second,
-				Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
+				Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
 		})
 		if err != nil {
 			return result{}, err
 		}
 		ns = append(ns, n)
 	}
-	s, err := ns[0].CreateStream(ctx, "scale")
+	s, err := ns[0].Admin().CreateStream(ctx, "scale")
 	if err != nil {
 		return result{}, err
 	}
-	tp, err := ns[0].CreateTopic(ctx, s, "t", partitions, parkway.WithReplicas(replicas),
+	tp, err := ns[0].Admin().CreateTopic(ctx, s, "t", partitions, parkway.WithReplicas(replicas),
 		parkway.WithFsync(parkway.FsyncInterval, 0))
+
 	if err != nil {
 		return result{}, err
 	}
@@ -205,7 +206,7 @@ func one(nodes, replicas, partitions, producers, payload int, d time.Duration, t
 					time.Sleep(50 * time.Millisecond)
 				}
 				for _, n := range ns {
-					if l, e := n.Leader(ctx, tp, uint32(p)); e != nil {
+					if l, e := n.Cluster().Leader(ctx, tp, uint32(p)); e != nil {
 						err = e
 					} else if l != 0 {
 						lead, err = l, nil
