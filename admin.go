@@ -83,7 +83,7 @@ func (a *Admin) CreateTopic(ctx context.Context, s Stream, name string, partitio
 	for _, o := range opts {
 		o(&cfg)
 	}
-	res, err := n.apply(ctx, metadata.CreateTopic{Stream: s.ID, StreamRevision: s.Revision, Name: name, Partitions: partitions, Config: cfg})
+	res, err := n.apply(ctx, metadata.CreateTopic{Stream: s.ID, StreamRevision: s.Revision, Name: name, Partitions: partitions, Config: cfg.engine()})
 	if err != nil {
 		return Topic{}, n.staleCommand(err, s.String())
 	}
@@ -136,7 +136,11 @@ func (a *Admin) TopicInfo(ctx context.Context, t Topic) (TopicInfo, error) {
 	if err := n.lookup(ctx); err != nil {
 		return TopicInfo{}, err
 	}
-	return n.topicInfo(ctx, t)
+	info, err := n.topicInfo(ctx, t)
+	if err != nil {
+		return TopicInfo{}, err
+	}
+	return TopicInfo{Topic: t, Partitions: info.Partitions, PurgedRevision: info.PurgedRevision, Config: topicConfigOf(info.Config)}, nil
 }
 
 // Partitions lists the committed partitions of topic t in id order.
@@ -153,7 +157,7 @@ func (a *Admin) Partitions(ctx context.Context, t Topic) ([]PartitionInfo, error
 	for p := range uint32(info.Partitions) {
 		ns, _ := metadata.NewNamespace(t.Stream.ID, t.ID, p)
 		if pi, ok := n.meta.Partition(ns); ok && pi.CreatedRevision >= t.Revision {
-			out = append(out, pi)
+			out = append(out, partitionInfoOf(t, pi))
 		}
 	}
 	if _, err := n.topicAlive(t); err != nil {
@@ -166,7 +170,7 @@ func (a *Admin) Partitions(ctx context.Context, t Topic) ([]PartitionInfo, error
 // reaches the partitions on the next reconcile pass.
 func (a *Admin) SetTopicConfig(ctx context.Context, t Topic, cfg TopicConfig) error {
 	n := a.n
-	return n.topicCommand(ctx, t, metadata.SetTopicConfig{Stream: t.Stream.ID, Topic: t.ID, Revision: t.Revision, Config: cfg})
+	return n.topicCommand(ctx, t, metadata.SetTopicConfig{Stream: t.Stream.ID, Topic: t.ID, Revision: t.Revision, Config: cfg.engine()})
 }
 
 // PurgeTopic removes every message of every partition of a topic. Offsets
@@ -227,7 +231,7 @@ func (a *Admin) Group(ctx context.Context, t Topic, name string) (GroupInfo, err
 	if !ok {
 		return GroupInfo{}, fmt.Errorf("%w: %q on %v", ErrGroupNotFound, name, t)
 	}
-	return g, nil
+	return groupInfoOf(t, g), nil
 }
 
 // PartitionOffsets returns a partition's start and end offsets and, if

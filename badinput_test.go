@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/shard"
 )
 
 // fixture is a node with known content, to check that refused calls
@@ -364,7 +365,7 @@ func TestConfigValidateReportsEveryProblem(t *testing.T) {
 		RetryBackoffMax:   time.Second,
 		BuildBackoffMin:   2 * time.Second,
 		BuildBackoffMax:   time.Second,
-		Park:              parkway.ParkLimits{Alignment: 3, MaxPasses: -1, FramesPerNamespace: -1},
+		Park:              shard.ParkLimits{Alignment: 3, MaxPasses: -1, FramesPerNamespace: -1},
 	}
 	err := cfg.Validate()
 	if !errors.Is(err, parkway.ErrInvalidConfig) {
@@ -385,7 +386,7 @@ func TestConfigValidateReportsEveryProblem(t *testing.T) {
 	}
 	for _, one := range []parkway.Config{
 		{Shards: -1}, {SegmentSize: parkway.MaxSegmentSize + 1}, {ReconcileInterval: -time.Second},
-		{Park: parkway.ParkLimits{Alignment: 6}}, {MaxOpenFiles: -1},
+		{Park: shard.ParkLimits{Alignment: 6}}, {MaxOpenFiles: -1},
 	} {
 		if err := one.Validate(); !errors.Is(err, parkway.ErrInvalidConfig) {
 			t.Errorf("Validate(%+v) = %v, want ErrInvalidConfig", one, err)

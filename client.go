@@ -12,7 +12,6 @@ import (
 
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
-	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/shard"
 )
 
@@ -118,7 +117,7 @@ func (n *Node) countProduced(t Topic, count, size int, start time.Time) {
 func batchBytes(msgs []Message) int {
 	total := 0
 	for i := range msgs {
-		total += partition.MessageSize(&msgs[i])
+		total += messageSize(&msgs[i])
 	}
 	return total
 }
@@ -163,7 +162,7 @@ func (n *Node) prepareProduce(ctx context.Context, t Topic, to Partitioning, msg
 		if m.Key == nil && to.kind == byKey {
 			m.Key = to.key
 		}
-		size := partition.MessageSize(m)
+		size := messageSize(m)
 		if size > n.cfg.MaxMessageSize {
 			return nil, 0, 0, fmt.Errorf("%w: message %d is %d bytes > %d", ErrMessageTooLarge, i, size, n.cfg.MaxMessageSize)
 		}
@@ -192,7 +191,7 @@ func (n *Node) prepareProduce(ctx context.Context, t Topic, to Partitioning, msg
 	}
 	// The call's deadline from the clock read that stamped the batch,
 	// so dispatch need not read it again.
-	*req = shard.Request{Op: shard.OpProduce, NS: ns, Epoch: epoch, Messages: batch, Deadline: n.callDeadline(ctx, start)}
+	*req = shard.Request{Op: shard.OpProduce, NS: ns, Epoch: epoch, Messages: engineMessages(batch), Deadline: n.callDeadline(ctx, start)}
 	if n.eng.Clustered() {
 		req.Producer, req.Seq = n.producer, n.seq.Add(1)
 	}
@@ -337,21 +336,22 @@ type Start struct {
 	committed bool // AtCommitted: a group member's committed offset
 }
 
-// OffsetReset says where a poll AtConsumer starts when the consumer has no
-// stored offset, or one outside the partition's [start, end] (a
+// OffsetReset says where a poll AtConsumer or AtCommitted (and a
+// Consumer, ConsumerConfig.Reset) starts when there is no stored or
+// committed offset, or one outside the partition's [start, end] (a
 // truncation or retention passed it): Kafka's auto.offset.reset.
-type OffsetReset = shard.Reset
+type OffsetReset uint8
 
-// The reset policies of AtConsumer.
+// The reset policies.
 const (
 	// ResetEarliest starts at the partition's start offset: the default.
 	// A stored offset below the start is read as the start, so a consumer
 	// never wedges after a truncation.
-	ResetEarliest = shard.ResetEarliest
+	ResetEarliest = OffsetReset(shard.ResetEarliest)
 	// ResetLatest starts at the end: only messages produced from now on.
-	ResetLatest = shard.ResetLatest
+	ResetLatest = OffsetReset(shard.ResetLatest)
 	// ResetError fails the poll with ErrOffsetOutOfRange.
-	ResetError = shard.ResetError
+	ResetError = OffsetReset(shard.ResetError)
 )
 
 // Local makes the poll read this node's own replica of the partition
@@ -496,7 +496,7 @@ func (n *Node) Poll(ctx context.Context, t Topic, part uint32, from Start, max i
 	}
 	req := &shard.Request{
 		Op: shard.OpPoll, Offset: from.offset, Count: max, FromLeader: !from.local,
-		Start: from.kind, Reset: from.reset, Timestamp: from.timestamp,
+		Start: from.kind, Reset: shard.Reset(from.reset), Timestamp: from.timestamp,
 		MaxWait: o.wait, MinCount: o.minCount, MaxBytes: o.maxBytes,
 	}
 	if d, ok := ctx.Deadline(); ok && o.wait > 0 {
@@ -532,7 +532,7 @@ func (n *Node) Poll(ctx context.Context, t Topic, part uint32, from Start, max i
 	m := n.topicMetrics(t)
 	if len(r.Messages) > 0 {
 		m.Polled.Add(float64(len(r.Messages)))
-		m.PolledBytes.Add(float64(batchBytes(r.Messages)))
+		m.PolledBytes.Add(float64(batchBytes(clientMessages(r.Messages))))
 	}
 	if o.wait > 0 {
 		m.PollWait.Observe(n.cfg.Clock.Now().Sub(began).Seconds())
@@ -541,7 +541,7 @@ func (n *Node) Poll(ctx context.Context, t Topic, part uint32, from Start, max i
 	if end < r.Offset {
 		end = r.Offset // a node that sent no end
 	}
-	return Batch{Messages: r.Messages, Next: r.Offset, End: end}, nil
+	return Batch{Messages: clientMessages(r.Messages), Next: r.Offset, End: end}, nil
 }
 
 // PartitionOffsets describes a partition's log and, optionally, one

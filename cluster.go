@@ -3,42 +3,73 @@ package parkway
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/transport"
 )
 
-// NodeID identifies a node of a cluster (non-zero).
-type NodeID = transport.NodeID
+// ClusterConfig makes a Node a member of a cluster (Config.Cluster): each
+// partition is a raft group on the nodes its topic's replication factor
+// places it on (see WithReplicas), driven by its owner shard, and the
+// metadata is one more raft group on every node. The transport comes
+// from package transport: transport.NewNetwork for nodes in one process,
+// transport.ListenTCP between processes.
+type ClusterConfig struct {
+	// ID is this node (non-zero). Peers are the founding members, this one
+	// included (the same list on each); for a node that joins, the nodes
+	// it can reach first, itself included.
+	ID    transport.NodeID
+	Peers []transport.NodeID
+	// Join makes this node join a running cluster instead of founding
+	// one: it waits until a member adds it (Cluster.AddNode), then
+	// receives the cluster's metadata. A node restarted on a data
+	// directory rejoins as the member it became, Join or not.
+	Join bool
+	// Bus is this node's endpoint on the transport; the Node closes it.
+	Bus transport.Bus
+	// ClusterID names the cluster. A data directory records the cluster
+	// and node it was first used by, and a node refuses a directory of
+	// another cluster or node (ErrWrongDataDir). Empty: the bus's cluster
+	// id when it has one (a TLS TCP bus: its TLSConfig.ClusterID), else
+	// none. At most 253 bytes.
+	ClusterID string
+	// TickInterval is the raft tick (default 10 ms): leaders are elected
+	// within 10–20 ticks.
+	TickInterval time.Duration
+	// CompactEntries and CompactBytes bound each partition's raft log
+	// (defaults 4,096 entries and 16 MiB).
+	CompactEntries uint64
+	CompactBytes   int64
+	// LivenessInterval is how often this node sends each peer a
+	// heartbeat (default 10 ticks); LivenessTimeout is how long a peer
+	// may send nothing before it is declared dead and the groups it led
+	// elect new leaders (default 5 intervals).
+	LivenessInterval time.Duration
+	LivenessTimeout  time.Duration
+	// MaxForwardedBytes bounds the bytes of the requests other nodes
+	// forward to this one that it holds while serving them (default 256
+	// MiB); MaxForwardedPeerBytes bounds those of one sending node
+	// (default 64 MiB). A request past either is answered with a retry,
+	// which the forwarding node makes in place.
+	MaxForwardedBytes     int64
+	MaxForwardedPeerBytes int64
+}
 
-// Bus is a node's endpoint on the node-to-node transport.
-type Bus = transport.Bus
+// engine is c as the engine's cluster config. The conversion is Go's
+// between structs of identical fields: a field added to one and not the
+// other stops the build here.
+func (c *ClusterConfig) engine() *host.Cluster {
+	if c == nil {
+		return nil
+	}
+	hc := host.Cluster(*c)
+	return &hc
+}
 
-// Network is the in-memory transport, for tests and for hosts that run
-// several nodes in one process: Endpoint(id) gives each node its Bus, and
-// Disconnect, Partition, Heal and SetFaults inject network faults.
-type Network = transport.Network
-
-// NetworkOptions configures a Network.
-type NetworkOptions = transport.NetworkOptions
-
-// NewNetwork returns an in-memory network.
-func NewNetwork(opts NetworkOptions) *Network { return transport.NewNetwork(opts) }
-
-// ClusterConfig makes a Node a member of a cluster: each partition is a raft
-// group on the nodes its topic's replication factor places it on (see
-// WithReplicas), driven by its owner shard, and the metadata is one more
-// raft group on every node. Fields: ID (this node) and Peers (the
-// founding members, this one included; for a node that joins, the nodes
-// it reaches first), Join (join a running cluster: see Cluster.AddNode), Bus
-// (this node's endpoint; the Node closes it), ClusterID (the cluster's
-// name, recorded in the DataDir: a directory of another cluster is
-// refused; default a TLS bus's cluster id), TickInterval (the raft
-// tick, default 10 ms: leaders are elected within 10–20 ticks),
-// CompactEntries and CompactBytes (each partition's raft log bound; see
-// shard.Replication, defaults 4,096 entries and 16 MiB).
-type ClusterConfig = host.Cluster
+// Validate reports every problem with c, joined.
+func (c *ClusterConfig) Validate() error { return c.engine().Validate() }
 
 // awaitMetadata runs f, and in a cluster retries it while it reports a
 // partition as missing: this node's metadata may lag the commit that
@@ -75,32 +106,4 @@ func (n *Node) resolveWait(ctx context.Context, t Topic, part uint32) (ns metada
 		return err
 	})
 	return ns, epoch, err
-}
-
-// TCPOptions configures a TCP bus: TLS (required unless
-// InsecurePlaintext is set), byte budgets, the connection limit and
-// deadlines. See package transport for the security model.
-type TCPOptions = transport.TCPOptions
-
-// TLSConfig is a TCP bus's mutual TLS 1.3 identity: the cluster id, this
-// node's certificate (whose URI name is IdentityURI(cluster, id)) and the
-// cluster's certificate authorities.
-type TLSConfig = transport.TLSConfig
-
-// IdentityURI is the URI name a node's certificate carries:
-// parkway://<cluster>/node/<id>.
-func IdentityURI(cluster string, id NodeID) string { return transport.IdentityURI(cluster, id) }
-
-// TCPBus is the TCP transport: length-prefixed frames over mutually
-// authenticated TLS 1.3, one connection per peer dialled lazily with
-// backoff, bounded send queues, per-connection and total byte budgets.
-// Only members of the same cluster, each proving the node id it claims,
-// can deliver a frame; RemovePeer takes a removed node's admission back.
-type TCPBus = transport.TCPBus
-
-// ListenTCP starts node id's TCP endpoint on addr, with peers' addresses.
-// It refuses to start (ErrTLSRequired) without opts.TLS unless
-// opts.InsecurePlaintext says so.
-func ListenTCP(id NodeID, addr string, peers map[NodeID]string, opts TCPOptions) (*TCPBus, error) {
-	return transport.ListenTCP(id, addr, peers, opts)
 }

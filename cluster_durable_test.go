@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/transport"
 	"github.com/parkway-io/parkway/vfs"
 	"github.com/parkway-io/parkway/vfs/errorfs"
 )
@@ -21,18 +22,18 @@ import (
 // node can be stopped and started again on what it wrote, or lose power.
 type diskCluster struct {
 	t     *testing.T
-	net   *parkway.Network
-	peers []parkway.NodeID
-	disks map[parkway.NodeID]*vfs.MemFS
-	nodes map[parkway.NodeID]*parkway.Node
-	cfg   func(id parkway.NodeID) parkway.Config
+	net   *transport.Network
+	peers []transport.NodeID
+	disks map[transport.NodeID]*vfs.MemFS
+	nodes map[transport.NodeID]*parkway.Node
+	cfg   func(id transport.NodeID) parkway.Config
 }
 
 func newDiskCluster(t *testing.T, tweak func(*parkway.Config)) *diskCluster {
-	c := &diskCluster{t: t, net: parkway.NewNetwork(parkway.NetworkOptions{}),
-		peers: []parkway.NodeID{1, 2, 3}, disks: map[parkway.NodeID]*vfs.MemFS{},
-		nodes: map[parkway.NodeID]*parkway.Node{}}
-	c.cfg = func(id parkway.NodeID) parkway.Config {
+	c := &diskCluster{t: t, net: transport.NewNetwork(transport.NetworkOptions{}),
+		peers: []transport.NodeID{1, 2, 3}, disks: map[transport.NodeID]*vfs.MemFS{},
+		nodes: map[transport.NodeID]*parkway.Node{}}
+	c.cfg = func(id transport.NodeID) parkway.Config {
 		cfg := parkway.Config{Shards: 2, RequestTimeout: 10 * time.Second, DataDir: "/data", FS: c.disks[id],
 			Cluster: &parkway.ClusterConfig{ID: id, Peers: c.peers, Bus: c.net.Endpoint(id)}}
 		if tweak != nil {
@@ -54,7 +55,7 @@ func newDiskCluster(t *testing.T, tweak func(*parkway.Config)) *diskCluster {
 	return c
 }
 
-func (c *diskCluster) start(id parkway.NodeID) *parkway.Node {
+func (c *diskCluster) start(id transport.NodeID) *parkway.Node {
 	c.t.Helper()
 	n, err := parkway.Open(c.cfg(id))
 	if err != nil {
@@ -64,7 +65,7 @@ func (c *diskCluster) start(id parkway.NodeID) *parkway.Node {
 	return n
 }
 
-func (c *diskCluster) stop(id parkway.NodeID) {
+func (c *diskCluster) stop(id transport.NodeID) {
 	c.t.Helper()
 	if err := c.nodes[id].Close(); err != nil {
 		c.t.Errorf("close node %d: %v", id, err)
@@ -74,7 +75,7 @@ func (c *diskCluster) stop(id parkway.NodeID) {
 
 // powerLoss stops node id and throws away everything its disk had not
 // synced.
-func (c *diskCluster) powerLoss(id parkway.NodeID) {
+func (c *diskCluster) powerLoss(id transport.NodeID) {
 	// The image is taken before the node stops: a clean Close syncs.
 	crashed := c.disks[id].Crash()
 	c.stop(id)
@@ -82,7 +83,7 @@ func (c *diskCluster) powerLoss(id parkway.NodeID) {
 }
 
 // produce sends payloads one by one through node via, each acknowledged.
-func (c *diskCluster) produce(via parkway.NodeID, tp parkway.Topic, prefix string, n int) []string {
+func (c *diskCluster) produce(via transport.NodeID, tp parkway.Topic, prefix string, n int) []string {
 	c.t.Helper()
 	var out []string
 	for i := range n {

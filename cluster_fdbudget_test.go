@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/transport"
 )
 
 // TestClusterMaxOpenFiles runs three nodes, each with a descriptor budget
@@ -20,7 +21,7 @@ import (
 func TestClusterMaxOpenFiles(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const budget, parts = 8, 40
-		counters := map[parkway.NodeID]*streamsFS{}
+		counters := map[transport.NodeID]*streamsFS{}
 		c := newDiskCluster(t, func(cfg *parkway.Config) {
 			id := cfg.Cluster.ID
 			if counters[id] == nil || counters[id].FS != cfg.FS {

@@ -29,10 +29,10 @@ import (
 // and no other traffic moves the counter meanwhile.
 func TestBehaviour20ClusterDeadIncarnationRejectedOverTheTransport(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		net := parkway.NewNetwork(parkway.NetworkOptions{})
+		net := transport.NewNetwork(transport.NetworkOptions{})
 		t.Cleanup(func() { _ = net.Close() }) // after the nodes' cleanups
-		peers := []parkway.NodeID{1, 2, 3}
-		nodes := map[parkway.NodeID]*parkway.Node{}
+		peers := []transport.NodeID{1, 2, 3}
+		nodes := map[transport.NodeID]*parkway.Node{}
 		for _, id := range peers[:2] {
 			nodes[id] = open(t, parkway.Config{Shards: 2, RequestTimeout: 5 * time.Second,
 				Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}})

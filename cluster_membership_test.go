@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/transport"
 )
 
 // A node joins a running cluster: three founders hold a topic and take
@@ -25,7 +27,7 @@ func TestClusterAddNode(t *testing.T) {
 		s := mustStream(t, nodes[1], "s")
 		old := mustTopic(t, nodes[1], s, "old", 3)
 		var acked []string
-		produce := func(via parkway.NodeID, tp parkway.Topic, part uint32, what string) {
+		produce := func(via transport.NodeID, tp parkway.Topic, part uint32, what string) {
 			t.Helper()
 			if _, err := nodes[via].Produce(ctx, tp, parkway.PartitionID(part), parkway.Message{Payload: []byte(what)}); err != nil {
 				t.Fatalf("produce %q through node %d: %v", what, via, err)
@@ -33,12 +35,12 @@ func TestClusterAddNode(t *testing.T) {
 		}
 		for i := range 3 {
 			p := fmt.Sprint("before", i)
-			produce(parkway.NodeID(i+1), old, 0, p)
+			produce(transport.NodeID(i+1), old, 0, p)
 			acked = append(acked, p)
 		}
 
 		nodes[4] = open(t, parkway.Config{Shards: 2, RequestTimeout: 5 * time.Second,
-			Cluster: &parkway.ClusterConfig{ID: 4, Peers: []parkway.NodeID{1, 2, 3, 4}, Join: true, Bus: net.Endpoint(4)}})
+			Cluster: &parkway.ClusterConfig{ID: 4, Peers: []transport.NodeID{1, 2, 3, 4}, Join: true, Bus: net.Endpoint(4)}})
 		if err := nodes[2].Cluster().AddNode(ctx, 4); err != nil {
 			t.Fatalf("AddNode: %v", err)
 		}
@@ -48,7 +50,7 @@ func TestClusterAddNode(t *testing.T) {
 		// The cluster serves while and after the node joins.
 		for i := range 3 {
 			p := fmt.Sprint("during", i)
-			produce(parkway.NodeID(i+1), old, 0, p)
+			produce(transport.NodeID(i+1), old, 0, p)
 			acked = append(acked, p)
 		}
 		waitFor(t, "node 4 to learn the topic created before it joined", func() bool {
@@ -56,7 +58,7 @@ func TestClusterAddNode(t *testing.T) {
 			return err == nil
 		})
 		fresh := mustTopic(t, nodes[1], s, "new", 4, parkway.WithReplicas(3))
-		parts, err := nodes[1].Admin().Partitions(ctx, fresh)
+		parts, err := parkway.EnginePartitions(ctx, nodes[1], fresh)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +75,7 @@ func TestClusterAddNode(t *testing.T) {
 		if on4 == 0 {
 			t.Fatalf("no partition of the topic created after the join is placed on node 4: %+v", parts)
 		}
-		for id := range parkway.NodeID(4) {
+		for id := range transport.NodeID(4) {
 			for _, p := range parts {
 				produce(id+1, fresh, p.Partition, fmt.Sprintf("n%d-p%d", id+1, p.Partition))
 			}
@@ -124,7 +126,7 @@ func TestClusterRemoveNode(t *testing.T) {
 		// and the old one removed).
 		single := mustTopic(t, nodes[1], s, "single", 4, parkway.WithReplicas(1))
 		acked := map[uint32][]string{}
-		produce := func(via parkway.NodeID, part uint32, what string) {
+		produce := func(via transport.NodeID, part uint32, what string) {
 			t.Helper()
 			if _, err := nodes[via].Produce(ctx, tp, parkway.PartitionID(part), parkway.Message{Payload: []byte(what)}); err != nil {
 				t.Fatalf("produce %q through node %d: %v", what, via, err)
@@ -132,12 +134,12 @@ func TestClusterRemoveNode(t *testing.T) {
 			acked[part] = append(acked[part], what)
 		}
 		for i := range 40 {
-			produce(parkway.NodeID(i%4+1), uint32(i%4), fmt.Sprint("before", i))
+			produce(transport.NodeID(i%4+1), uint32(i%4), fmt.Sprint("before", i))
 			if _, err := nodes[1].Produce(ctx, single, parkway.PartitionID(uint32(i%4)), parkway.Message{Payload: []byte(fmt.Sprint("s", i))}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		parts, err := nodes[1].Admin().Partitions(ctx, tp)
+		parts, err := parkway.EnginePartitions(ctx, nodes[1], tp)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,9 +184,9 @@ func TestClusterRemoveNode(t *testing.T) {
 		}
 		delete(nodes, 2) // it serves nothing more; its Close is the cleanup's
 		for i := range 8 {
-			produce(parkway.NodeID([]int{1, 3, 4}[i%3]), uint32(i%4), fmt.Sprint("after", i))
+			produce(transport.NodeID([]int{1, 3, 4}[i%3]), uint32(i%4), fmt.Sprint("after", i))
 		}
-		parts, err = nodes[1].Admin().Partitions(ctx, tp)
+		parts, err = parkway.EnginePartitions(ctx, nodes[1], tp)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -194,7 +196,7 @@ func TestClusterRemoveNode(t *testing.T) {
 			}
 			expectReplicas(t, nodes, tp, p, acked[p.Partition])
 		}
-		sparts, err := nodes[1].Admin().Partitions(ctx, single)
+		sparts, err := parkway.EnginePartitions(ctx, nodes[1], single)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,7 +211,7 @@ func TestClusterRemoveNode(t *testing.T) {
 			for i := int(p.Partition); i < 40; i += 4 {
 				want = append(want, fmt.Sprint("s", i))
 			}
-			expectLog(t, nodes[parkway.NodeID(p.Replicas[0])], single, p.Partition, want...)
+			expectLog(t, nodes[transport.NodeID(p.Replicas[0])], single, p.Partition, want...)
 		}
 		for id, n := range nodes {
 			if got := parkway.ClusterNodes(n); !slices.Equal(got, []uint64{1, 3, 4}) {
@@ -234,13 +236,13 @@ func TestClusterRebalanceOntoAddedNode(t *testing.T) {
 		acked := map[uint32][]string{}
 		for i := range 40 {
 			what := fmt.Sprint("m", i)
-			if _, err := nodes[parkway.NodeID(i%3+1)].Produce(ctx, tp, parkway.PartitionID(uint32(i%4)), parkway.Message{Payload: []byte(what)}); err != nil {
+			if _, err := nodes[transport.NodeID(i%3+1)].Produce(ctx, tp, parkway.PartitionID(uint32(i%4)), parkway.Message{Payload: []byte(what)}); err != nil {
 				t.Fatal(err)
 			}
 			acked[uint32(i%4)] = append(acked[uint32(i%4)], what)
 		}
 		nodes[4] = open(t, parkway.Config{Shards: 2, RequestTimeout: 5 * time.Second,
-			Cluster: &parkway.ClusterConfig{ID: 4, Peers: []parkway.NodeID{1, 2, 3, 4}, Join: true, Bus: net.Endpoint(4)}})
+			Cluster: &parkway.ClusterConfig{ID: 4, Peers: []transport.NodeID{1, 2, 3, 4}, Join: true, Bus: net.Endpoint(4)}})
 		if err := nodes[2].Cluster().AddNode(ctx, 4); err != nil {
 			t.Fatalf("AddNode: %v", err)
 		}
@@ -249,7 +251,7 @@ func TestClusterRebalanceOntoAddedNode(t *testing.T) {
 		if err := nodes[1].Cluster().Rebalance(rctx); err != nil {
 			t.Fatalf("Rebalance: %v", err)
 		}
-		parts, err := nodes[1].Admin().Partitions(ctx, tp)
+		parts, err := parkway.EnginePartitions(ctx, nodes[1], tp)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -269,7 +271,7 @@ func TestClusterRebalanceOntoAddedNode(t *testing.T) {
 		}
 		for i := range 8 {
 			what := fmt.Sprint("after", i)
-			if _, err := nodes[parkway.NodeID(i%4+1)].Produce(ctx, tp, parkway.PartitionID(uint32(i%4)), parkway.Message{Payload: []byte(what)}); err != nil {
+			if _, err := nodes[transport.NodeID(i%4+1)].Produce(ctx, tp, parkway.PartitionID(uint32(i%4)), parkway.Message{Payload: []byte(what)}); err != nil {
 				t.Fatal(err)
 			}
 			acked[uint32(i%4)] = append(acked[uint32(i%4)], what)
@@ -278,7 +280,7 @@ func TestClusterRebalanceOntoAddedNode(t *testing.T) {
 			expectReplicas(t, nodes, tp, p, acked[p.Partition])
 			// Leadership follows the preferred leaders, node 4 included.
 			waitFor(t, fmt.Sprintf("partition %d led by its preferred leader %d", p.Partition, p.Replicas[0]), func() bool {
-				return parkway.PartitionLeader(nodes[parkway.NodeID(p.Replicas[0])], p.NS) == p.Replicas[0]
+				return parkway.PartitionLeader(nodes[transport.NodeID(p.Replicas[0])], p.NS) == p.Replicas[0]
 			})
 		}
 		if err := nodes[1].Cluster().RemoveNode(ctx, 1); !errors.Is(err, parkway.ErrInvalidNode) {
@@ -299,7 +301,7 @@ func TestClusterRemoveDeadNode(t *testing.T) {
 		acked := map[uint32][]string{}
 		for i := range 20 {
 			what := fmt.Sprint("m", i)
-			if _, err := nodes[parkway.NodeID(i%4+1)].Produce(ctx, tp, parkway.PartitionID(uint32(i%4)), parkway.Message{Payload: []byte(what)}); err != nil {
+			if _, err := nodes[transport.NodeID(i%4+1)].Produce(ctx, tp, parkway.PartitionID(uint32(i%4)), parkway.Message{Payload: []byte(what)}); err != nil {
 				t.Fatal(err)
 			}
 			acked[uint32(i%4)] = append(acked[uint32(i%4)], what)
@@ -313,7 +315,7 @@ func TestClusterRemoveDeadNode(t *testing.T) {
 		if err := nodes[1].Cluster().RemoveNode(rctx, 2); err != nil {
 			t.Fatalf("RemoveNode of a dead node: %v", err)
 		}
-		parts, err := nodes[3].Admin().Partitions(ctx, tp)
+		parts, err := parkway.EnginePartitions(ctx, nodes[3], tp)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -329,14 +331,14 @@ func TestClusterRemoveDeadNode(t *testing.T) {
 // expectReplicas waits until p is materialised exactly on its replicas,
 // then checks that each replica's own log holds the acknowledged
 // messages, in order.
-func expectReplicas(t *testing.T, nodes map[parkway.NodeID]*parkway.Node, tp parkway.Topic, p parkway.PartitionInfo, acked []string) {
+func expectReplicas(t *testing.T, nodes map[transport.NodeID]*parkway.Node, tp parkway.Topic, p metadata.PartitionInfo, acked []string) {
 	t.Helper()
 	want := slices.Sorted(slices.Values(p.Replicas))
 	waitFor(t, fmt.Sprintf("partition %d materialised exactly on %v", p.Partition, want), func() bool {
 		return slices.Equal(heldOn(nodes, p.NS), want)
 	})
 	for _, id := range want {
-		n := nodes[parkway.NodeID(id)]
+		n := nodes[transport.NodeID(id)]
 		waitFor(t, fmt.Sprintf("node %d's replica of partition %d to converge", id, p.Partition), func() bool {
 			return len(readAll(t, n, tp, p.Partition)) == len(acked)
 		})
@@ -355,12 +357,12 @@ func TestClusterRemoveNodeThroughALaggingMember(t *testing.T) {
 		net, nodes := nodesCluster(t, 3)
 		ctx := context.Background()
 		mustStream(t, nodes[1], "s")
-		for _, p := range []parkway.NodeID{1, 2} {
+		for _, p := range []transport.NodeID{1, 2} {
 			net.Disconnect(3, p)
 			net.Disconnect(p, 3)
 		}
 		nodes[4] = open(t, parkway.Config{Shards: 2, RequestTimeout: 5 * time.Second,
-			Cluster: &parkway.ClusterConfig{ID: 4, Peers: []parkway.NodeID{1, 2, 3, 4}, Join: true, Bus: net.Endpoint(4)}})
+			Cluster: &parkway.ClusterConfig{ID: 4, Peers: []transport.NodeID{1, 2, 3, 4}, Join: true, Bus: net.Endpoint(4)}})
 		net.Disconnect(3, 4)
 		net.Disconnect(4, 3)
 		if err := nodes[1].Cluster().AddNode(ctx, 4); err != nil {
@@ -398,11 +400,11 @@ func TestClusterMovedReplicaLeadsAfterARestart(t *testing.T) {
 		// Fsync on every write: what raft acknowledged survives the power
 		// loss below (under interval fsync it need not).
 		tp := mustTopic(t, c.nodes[1], s, "t", 1, parkway.WithReplicas(1), parkway.WithFsync(parkway.FsyncAlways, 0))
-		parts, err := c.nodes[1].Admin().Partitions(ctx, tp)
+		parts, err := parkway.EnginePartitions(ctx, c.nodes[1], tp)
 		if err != nil {
 			t.Fatal(err)
 		}
-		from := parkway.NodeID(parts[0].Replicas[0])
+		from := transport.NodeID(parts[0].Replicas[0])
 		via := others(from)[0]
 		want := c.produce(via, tp, "a", 5)
 		rctx, cancel := context.WithTimeout(ctx, 20*time.Second) // virtual time
@@ -411,11 +413,11 @@ func TestClusterMovedReplicaLeadsAfterARestart(t *testing.T) {
 			t.Fatalf("RemoveNode(%d): %v", from, err)
 		}
 		c.stop(from)
-		parts, err = c.nodes[via].Admin().Partitions(ctx, tp)
+		parts, err = parkway.EnginePartitions(ctx, c.nodes[via], tp)
 		if err != nil {
 			t.Fatal(err)
 		}
-		to := parkway.NodeID(parts[0].Replicas[0])
+		to := transport.NodeID(parts[0].Replicas[0])
 		if to == from || len(parts[0].Replicas) != 1 {
 			t.Fatalf("after removing node %d the partition is on %v", from, parts[0].Replicas)
 		}

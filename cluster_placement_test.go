@@ -12,19 +12,20 @@ import (
 
 	"github.com/parkway-io/parkway"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/transport"
 )
 
 // nodesCluster opens an n-node cluster over an in-memory network inside a
 // synctest bubble.
-func nodesCluster(t *testing.T, n int) (*parkway.Network, map[parkway.NodeID]*parkway.Node) {
+func nodesCluster(t *testing.T, n int) (*transport.Network, map[transport.NodeID]*parkway.Node) {
 	t.Helper()
-	net := parkway.NewNetwork(parkway.NetworkOptions{})
+	net := transport.NewNetwork(transport.NetworkOptions{})
 	t.Cleanup(func() { _ = net.Close() })
-	var peers []parkway.NodeID
+	var peers []transport.NodeID
 	for i := range n {
-		peers = append(peers, parkway.NodeID(i+1))
+		peers = append(peers, transport.NodeID(i+1))
 	}
-	nodes := map[parkway.NodeID]*parkway.Node{}
+	nodes := map[transport.NodeID]*parkway.Node{}
 	for _, id := range peers {
 		nodes[id] = open(t, parkway.Config{Shards: 2, RequestTimeout: 5 * time.Second,
 			Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
@@ -33,7 +34,7 @@ func nodesCluster(t *testing.T, n int) (*parkway.Network, map[parkway.NodeID]*pa
 }
 
 // heldOn reports which nodes hold a materialised replica of ns.
-func heldOn(nodes map[parkway.NodeID]*parkway.Node, ns metadata.Namespace) []uint64 {
+func heldOn(nodes map[transport.NodeID]*parkway.Node, ns metadata.Namespace) []uint64 {
 	var on []uint64
 	for _, id := range slices.Sorted(maps.Keys(nodes)) {
 		if _, ok := parkway.HeldPartitions(nodes[id])[ns]; ok {
@@ -54,7 +55,7 @@ func TestClusterPlacesReplicationFactor(t *testing.T) {
 		ctx := context.Background()
 		s := mustStream(t, nodes[1], "s")
 		tp := mustTopic(t, nodes[1], s, "t", 10, parkway.WithReplicas(3))
-		parts, err := nodes[1].Admin().Partitions(ctx, tp)
+		parts, err := parkway.EnginePartitions(ctx, nodes[1], tp)
 		if err != nil || len(parts) != 10 {
 			t.Fatalf("Partitions = %d, %v", len(parts), err)
 		}
@@ -80,7 +81,7 @@ func TestClusterPlacesReplicationFactor(t *testing.T) {
 			})
 		}
 		for i := range 20 {
-			id := parkway.NodeID(i%5 + 1)
+			id := transport.NodeID(i%5 + 1)
 			part := uint32(i % 10)
 			if _, err := nodes[id].Produce(ctx, tp, parkway.PartitionID(part),
 				parkway.Message{Payload: []byte(fmt.Sprintf("m%d", i))}); err != nil {
@@ -133,12 +134,12 @@ func TestClusterReplicationFactorValidated(t *testing.T) {
 				}
 			}
 		}
-		parts, _ := nodes[3].Admin().Partitions(ctx, tp)
+		parts, _ := parkway.EnginePartitions(ctx, nodes[3], tp)
 		for _, p := range parts {
 			if len(p.Replicas) != 1 {
 				t.Fatalf("partition %d: replicas %v", p.Partition, p.Replicas)
 			}
-			if ms := readAll(t, nodes[parkway.NodeID(p.Replicas[0])], tp, p.Partition); len(ms) != 3 {
+			if ms := readAll(t, nodes[transport.NodeID(p.Replicas[0])], tp, p.Partition); len(ms) != 3 {
 				t.Errorf("partition %d: %d messages on its replica, want 3", p.Partition, len(ms))
 			}
 		}
@@ -154,7 +155,7 @@ func TestClusterLeaderBalanceRestored(t *testing.T) {
 		net, nodes := nodesCluster(t, 3)
 		s := mustStream(t, nodes[1], "s")
 		tp := mustTopic(t, nodes[1], s, "t", 6)
-		parts, err := nodes[1].Admin().Partitions(context.Background(), tp)
+		parts, err := parkway.EnginePartitions(context.Background(), nodes[1], tp)
 		if err != nil || len(parts) != 6 {
 			t.Fatalf("Partitions = %d, %v", len(parts), err)
 		}
@@ -163,9 +164,9 @@ func TestClusterLeaderBalanceRestored(t *testing.T) {
 		leaders := func() map[uint64]int {
 			out := map[uint64]int{}
 			for _, p := range parts {
-				lead := parkway.PartitionLeader(nodes[parkway.NodeID(p.Replicas[0])], p.NS)
+				lead := parkway.PartitionLeader(nodes[transport.NodeID(p.Replicas[0])], p.NS)
 				for _, r := range p.Replicas[1:] {
-					if parkway.PartitionLeader(nodes[parkway.NodeID(r)], p.NS) != lead {
+					if parkway.PartitionLeader(nodes[transport.NodeID(r)], p.NS) != lead {
 						lead = 0
 					}
 				}
@@ -179,7 +180,7 @@ func TestClusterLeaderBalanceRestored(t *testing.T) {
 		}
 		waitFor(t, "leaders on their preferred nodes", balanced)
 
-		net.Partition([]parkway.NodeID{1}, others(1))
+		net.Partition([]transport.NodeID{1}, others(1))
 		waitFor(t, "node 1's groups led by the survivors", func() bool {
 			for _, p := range parts {
 				if p.Replicas[0] != 1 {

@@ -28,24 +28,24 @@ import (
 // another bus with a member's key (whoever holds it can speak as it).
 type tlsCluster struct {
 	pool  *x509.CertPool
-	certs map[parkway.NodeID]*tls.Certificate
-	buses map[parkway.NodeID]*parkway.TCPBus
-	nodes map[parkway.NodeID]*parkway.Node
+	certs map[transport.NodeID]*tls.Certificate
+	buses map[transport.NodeID]*transport.TCPBus
+	nodes map[transport.NodeID]*parkway.Node
 }
 
 // newTLSCluster starts nodes 1 to 3 with opts on their buses and tune
 // (if not nil) applied to their Cluster. The PKI also signs node 4,
 // which is not a member of any group: a certificate the cluster's CAs
 // signed is all the transport asks.
-func newTLSCluster(t *testing.T, opts parkway.TCPOptions, tune func(*parkway.ClusterConfig)) *tlsCluster {
+func newTLSCluster(t *testing.T, opts transport.TCPOptions, tune func(*parkway.ClusterConfig)) *tlsCluster {
 	t.Helper()
-	peers := []parkway.NodeID{1, 2, 3}
-	c := &tlsCluster{buses: map[parkway.NodeID]*parkway.TCPBus{}, nodes: map[parkway.NodeID]*parkway.Node{}}
+	peers := []transport.NodeID{1, 2, 3}
+	c := &tlsCluster{buses: map[transport.NodeID]*transport.TCPBus{}, nodes: map[transport.NodeID]*parkway.Node{}}
 	c.pool, c.certs = clusterPKI(t, append(peers, 4))
 	for _, id := range peers {
 		o := opts
-		o.TLS = &parkway.TLSConfig{ClusterID: "c1", Certificate: c.certs[id], CAs: c.pool}
-		b, err := parkway.ListenTCP(id, "127.0.0.1:0", nil, o)
+		o.TLS = &transport.TLSConfig{ClusterID: "c1", Certificate: c.certs[id], CAs: c.pool}
+		b, err := transport.ListenTCP(id, "127.0.0.1:0", nil, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,16 +81,16 @@ func newTLSCluster(t *testing.T, opts parkway.TCPOptions, tune func(*parkway.Clu
 
 // impostor opens a bus that authenticates as member id with its key,
 // able to send to the other members.
-func (c *tlsCluster) impostor(t *testing.T, id parkway.NodeID) *parkway.TCPBus {
+func (c *tlsCluster) impostor(t *testing.T, id transport.NodeID) *transport.TCPBus {
 	t.Helper()
-	peers := map[parkway.NodeID]string{}
+	peers := map[transport.NodeID]string{}
 	for p, b := range c.buses {
 		if p != id {
 			peers[p] = b.Addr().String()
 		}
 	}
-	b, err := parkway.ListenTCP(id, "127.0.0.1:0", peers, parkway.TCPOptions{
-		TLS: &parkway.TLSConfig{ClusterID: "c1", Certificate: c.certs[id], CAs: c.pool}})
+	b, err := transport.ListenTCP(id, "127.0.0.1:0", peers, transport.TCPOptions{
+		TLS: &transport.TLSConfig{ClusterID: "c1", Certificate: c.certs[id], CAs: c.pool}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func pollUntil(ctx context.Context, t *testing.T, what string, cond func() bool)
 // serving, and when node 1 stops, the two others elect new leaders for
 // both groups and serve.
 func TestBehaviour26PoisonTermRefusedOverTLS(t *testing.T) {
-	c := newTLSCluster(t, parkway.TCPOptions{}, nil)
+	c := newTLSCluster(t, transport.TCPOptions{}, nil)
 	nodes := c.nodes
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -142,7 +142,7 @@ func TestBehaviour26PoisonTermRefusedOverTLS(t *testing.T) {
 	}
 
 	evil := c.impostor(t, 3)
-	send := func(to parkway.NodeID, kind uint8, group uint64, prefix []byte, m *raftpb.Message) {
+	send := func(to transport.NodeID, kind uint8, group uint64, prefix []byte, m *raftpb.Message) {
 		t.Helper()
 		b, err := proto.Marshal(m)
 		if err != nil {
@@ -153,8 +153,8 @@ func TestBehaviour26PoisonTermRefusedOverTLS(t *testing.T) {
 		}
 	}
 	poison := []uint64{1 << 62, 1<<62 - 1}
-	regs := map[parkway.NodeID]*prometheus.Registry{}
-	for _, to := range []parkway.NodeID{1, 2} {
+	regs := map[transport.NodeID]*prometheus.Registry{}
+	for _, to := range []transport.NodeID{1, 2} {
 		regs[to] = registry(t, nodes[to])
 		var epoch uint64
 		pollUntil(ctx, t, fmt.Sprintf("node %d to hold the partition", to), func() bool {
@@ -180,7 +180,7 @@ func TestBehaviour26PoisonTermRefusedOverTLS(t *testing.T) {
 		send(to, parkway.KindPartitionRaft, uint64(ns), incarnation, &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(),
 			From: proto.Uint64(3), To: proto.Uint64(uint64(to))})
 	}
-	for _, to := range []parkway.NodeID{1, 2} {
+	for _, to := range []transport.NodeID{1, 2} {
 		pollUntil(ctx, t, fmt.Sprintf("node %d to take the messages", to), func() bool {
 			return metricValue(t, regs[to], "parkway_frame_drops_total", "reason", "invalid_raft_message") >= 1
 		})
@@ -191,7 +191,7 @@ func TestBehaviour26PoisonTermRefusedOverTLS(t *testing.T) {
 	if _, err := nodes[2].Admin().CreateTopic(ctx, s, "after", 1); err != nil {
 		t.Fatalf("CreateTopic after the poison messages: %v", err)
 	}
-	for _, id := range []parkway.NodeID{1, 2, 3} {
+	for _, id := range []transport.NodeID{1, 2, 3} {
 		if _, err := nodes[id].Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte(fmt.Sprintf("after-via-%d", id))}); err != nil {
 			t.Fatalf("produce via node %d after the poison messages: %v", id, err)
 		}
@@ -214,7 +214,7 @@ func TestBehaviour26PoisonTermRefusedOverTLS(t *testing.T) {
 	if err != nil || (lead != 2 && lead != 3) {
 		t.Fatalf("partition leader %d after node 1 stopped: %v", lead, err)
 	}
-	for _, to := range []parkway.NodeID{1, 2} {
+	for _, to := range []transport.NodeID{1, 2} {
 		want := float64(3 * len(poison))
 		if got := metricValue(t, regs[to], "parkway_frame_drops_total", "reason", "raft_out_of_reach"); got != want {
 			t.Errorf("node %d counted %v poison messages refused, want %v", to, got, want)
@@ -238,7 +238,7 @@ func TestBehaviour26ForwardFloodHeldWithinBudgetOverTLS(t *testing.T) {
 		requests   = 24
 		wait       = 5 * time.Second
 	)
-	c := newTLSCluster(t, parkway.TCPOptions{}, func(cl *parkway.ClusterConfig) {
+	c := newTLSCluster(t, transport.TCPOptions{}, func(cl *parkway.ClusterConfig) {
 		cl.MaxForwardedPeerBytes, cl.MaxForwardedBytes = peerBudget, 2*peerBudget
 	})
 	nodes := c.nodes

@@ -16,10 +16,10 @@ import (
 // the same log; a node stopped and restarted on its data directory and
 // its address rejoins over the reconnecting transport and catches up.
 func TestClusterOverTCP(t *testing.T) {
-	peers := []parkway.NodeID{1, 2, 3}
-	buses := map[parkway.NodeID]*parkway.TCPBus{}
+	peers := []transport.NodeID{1, 2, 3}
+	buses := map[transport.NodeID]*transport.TCPBus{}
 	for _, id := range peers {
-		b, err := parkway.ListenTCP(id, "127.0.0.1:0", nil, parkway.TCPOptions{InsecurePlaintext: true})
+		b, err := transport.ListenTCP(id, "127.0.0.1:0", nil, transport.TCPOptions{InsecurePlaintext: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -34,9 +34,9 @@ func TestClusterOverTCP(t *testing.T) {
 			}
 		}
 	}
-	nodes := map[parkway.NodeID]*parkway.Node{}
-	dirs := map[parkway.NodeID]string{}
-	start := func(id parkway.NodeID) {
+	nodes := map[transport.NodeID]*parkway.Node{}
+	dirs := map[transport.NodeID]string{}
+	start := func(id transport.NodeID) {
 		t.Helper()
 		n, err := parkway.Open(parkway.Config{Shards: 2, DataDir: dirs[id],
 			Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: buses[id]}})
@@ -65,7 +65,7 @@ func TestClusterOverTCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	var want []string
-	for i, id := range []parkway.NodeID{1, 2, 3, 1, 2, 3} {
+	for i, id := range []transport.NodeID{1, 2, 3, 1, 2, 3} {
 		p := fmt.Sprintf("m%d-via-%d", i, id)
 		if _, err := nodes[id].Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte(p)}); err != nil {
 			t.Fatalf("produce via node %d: %v", id, err)
@@ -115,7 +115,7 @@ func TestClusterOverTCP(t *testing.T) {
 		}
 		want = append(want, p)
 	}
-	b3, err := parkway.ListenTCP(3, addr, map[parkway.NodeID]string{1: buses[1].Addr().String(), 2: buses[2].Addr().String()}, parkway.TCPOptions{InsecurePlaintext: true})
+	b3, err := transport.ListenTCP(3, addr, map[transport.NodeID]string{1: buses[1].Addr().String(), 2: buses[2].Addr().String()}, transport.TCPOptions{InsecurePlaintext: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,10 +131,10 @@ func TestClusterOverTCP(t *testing.T) {
 // cannot deliver to them: its frames are refused and counted, and they
 // cannot send to it.
 func TestClusterOverTCPRemovePeer(t *testing.T) {
-	founders := []parkway.NodeID{1, 2, 3}
-	buses := map[parkway.NodeID]*parkway.TCPBus{}
-	for _, id := range []parkway.NodeID{1, 2, 3, 4} {
-		b, err := parkway.ListenTCP(id, "127.0.0.1:0", nil, parkway.TCPOptions{InsecurePlaintext: true})
+	founders := []transport.NodeID{1, 2, 3}
+	buses := map[transport.NodeID]*transport.TCPBus{}
+	for _, id := range []transport.NodeID{1, 2, 3, 4} {
+		b, err := transport.ListenTCP(id, "127.0.0.1:0", nil, transport.TCPOptions{InsecurePlaintext: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,7 +150,7 @@ func TestClusterOverTCPRemovePeer(t *testing.T) {
 			}
 		}
 	}
-	nodes := map[parkway.NodeID]*parkway.Node{}
+	nodes := map[transport.NodeID]*parkway.Node{}
 	defer func() {
 		for _, n := range nodes {
 			n.Close()
@@ -165,7 +165,7 @@ func TestClusterOverTCPRemovePeer(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	n4, err := parkway.Open(parkway.Config{Shards: 2, Cluster: &parkway.ClusterConfig{ID: 4, Peers: []parkway.NodeID{1, 2, 3, 4}, Join: true, Bus: buses[4]}})
+	n4, err := parkway.Open(parkway.Config{Shards: 2, Cluster: &parkway.ClusterConfig{ID: 4, Peers: []transport.NodeID{1, 2, 3, 4}, Join: true, Bus: buses[4]}})
 	if err != nil {
 		t.Fatal(err)
 	}

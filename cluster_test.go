@@ -9,16 +9,17 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/transport"
 )
 
 // threeNodes opens a 3-node cluster over an in-memory network inside a
 // synctest bubble (virtual time: raft ticks and elections cost nothing).
-func threeNodes(t *testing.T) (*parkway.Network, map[parkway.NodeID]*parkway.Node) {
+func threeNodes(t *testing.T) (*transport.Network, map[transport.NodeID]*parkway.Node) {
 	t.Helper()
-	net := parkway.NewNetwork(parkway.NetworkOptions{})
+	net := transport.NewNetwork(transport.NetworkOptions{})
 	t.Cleanup(func() { _ = net.Close() })
-	peers := []parkway.NodeID{1, 2, 3}
-	nodes := map[parkway.NodeID]*parkway.Node{}
+	peers := []transport.NodeID{1, 2, 3}
+	nodes := map[transport.NodeID]*parkway.Node{}
 	for _, id := range peers {
 		nodes[id] = open(t, parkway.Config{Shards: 2, RequestTimeout: 5 * time.Second,
 			Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
@@ -51,7 +52,7 @@ func TestClusterReplicatesAndConverges(t *testing.T) {
 		for id, n := range nodes {
 			waitFor(t, fmt.Sprintf("topic on node %d", id), func() bool { _, err := n.Topic(ctxFor(t), s, "t"); return err == nil })
 		}
-		for i, id := range []parkway.NodeID{1, 2, 3, 1, 2, 3} {
+		for i, id := range []transport.NodeID{1, 2, 3, 1, 2, 3} {
 			if _, err := nodes[id].Produce(ctx, tp, parkway.PartitionID(uint32(i%2)),
 				parkway.Message{Payload: []byte(fmt.Sprintf("m%d", i))}); err != nil {
 				t.Fatalf("produce %d on node %d: %v", i, id, err)
@@ -88,8 +89,8 @@ func TestBehaviour21ClusterSurvivesLeaderLoss(t *testing.T) {
 		// is too slow — instead isolate node 1 (the metadata leader) and
 		// whichever node leads: with 3 nodes, isolating one node is always
 		// a minority loss.
-		for _, victim := range []parkway.NodeID{1, 2, 3} {
-			net.Partition([]parkway.NodeID{victim}, others(victim))
+		for _, victim := range []transport.NodeID{1, 2, 3} {
+			net.Partition([]transport.NodeID{victim}, others(victim))
 			time.Sleep(time.Second) // virtual: elections settle
 			survivor := others(victim)[0]
 			p := fmt.Sprintf("after-%d", victim)
@@ -115,7 +116,7 @@ func TestClusterMinorityRefusesWrites(t *testing.T) {
 		s := mustStream(t, nodes[1], "s")
 		tp := mustTopic(t, nodes[1], s, "t", 1)
 		mustProduce(t, nodes[1], tp, parkway.PartitionID(0), "x")
-		net.Partition([]parkway.NodeID{3}, []parkway.NodeID{1, 2})
+		net.Partition([]transport.NodeID{3}, []transport.NodeID{1, 2})
 		time.Sleep(time.Second)
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
@@ -130,9 +131,9 @@ func TestClusterMinorityRefusesWrites(t *testing.T) {
 	})
 }
 
-func others(id parkway.NodeID) []parkway.NodeID {
-	var out []parkway.NodeID
-	for _, p := range []parkway.NodeID{1, 2, 3} {
+func others(id transport.NodeID) []transport.NodeID {
+	var out []transport.NodeID
+	for _, p := range []transport.NodeID{1, 2, 3} {
 		if p != id {
 			out = append(out, p)
 		}
@@ -146,10 +147,10 @@ func others(id parkway.NodeID) []parkway.NodeID {
 // carry a producer id and sequence that the partition deduplicates).
 func TestClusterLeaderKilledMidStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		net := parkway.NewNetwork(parkway.NetworkOptions{})
+		net := transport.NewNetwork(transport.NetworkOptions{})
 		defer net.Close()
-		peers := []parkway.NodeID{1, 2, 3}
-		nodes := map[parkway.NodeID]*parkway.Node{}
+		peers := []transport.NodeID{1, 2, 3}
+		nodes := map[transport.NodeID]*parkway.Node{}
 		for _, id := range peers {
 			n, err := parkway.Open(parkway.Config{Shards: 2, RequestTimeout: 10 * time.Second,
 				Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
@@ -166,7 +167,7 @@ func TestClusterLeaderKilledMidStream(t *testing.T) {
 		if err != nil || leader == 0 {
 			t.Fatalf("leader: %d %v", leader, err)
 		}
-		var survivors []parkway.NodeID
+		var survivors []transport.NodeID
 		for _, id := range peers {
 			if id != leader {
 				survivors = append(survivors, id)
@@ -234,7 +235,7 @@ func TestClusterRecreateWhileBackupAway(t *testing.T) {
 		mustProduce(t, nodes[1], tp, parkway.PartitionID(0), "old")
 		waitFor(t, "node 3 to hold the old message", func() bool { return len(readAll(t, nodes[3], tp, 0)) == 1 })
 
-		net.Partition([]parkway.NodeID{3}, []parkway.NodeID{1, 2})
+		net.Partition([]transport.NodeID{3}, []transport.NodeID{1, 2})
 		if err := nodes[1].Admin().DeleteTopic(ctxFor(t), tp); err != nil {
 			t.Fatal(err)
 		}
@@ -261,7 +262,7 @@ func TestClusterSurvivesMetadataLeaderLoss(t *testing.T) {
 		net, nodes := threeNodes(t)
 		s := mustStream(t, nodes[2], "s")
 		// Node 1 campaigns first for the metadata group; cut it off.
-		net.Partition([]parkway.NodeID{1}, []parkway.NodeID{2, 3})
+		net.Partition([]transport.NodeID{1}, []transport.NodeID{2, 3})
 		tp := mustTopic(t, nodes[2], s, "after", 1)
 		mustProduce(t, nodes[3], tp, parkway.PartitionID(0), "x")
 		if _, err := nodes[3].Admin().CreateStream(ctxFor(t), "s2"); err != nil {
@@ -339,7 +340,7 @@ func TestClusterReadsAndPartitionWritesAreReplicated(t *testing.T) {
 
 		// The leader is lost: the consumer offset and the truncation
 		// survive on the new leader.
-		net.Partition([]parkway.NodeID{leader}, others(leader))
+		net.Partition([]transport.NodeID{leader}, others(leader))
 		waitFor(t, "a new leader", func() bool {
 			l, err := nodes[follower].Cluster().Leader(ctx, tp, 0)
 			return err == nil && l != 0 && l != leader

@@ -16,11 +16,12 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/transport"
 )
 
 // clusterPKI issues a throwaway CA and one certificate per node, each
-// naming its node of cluster "c1" (parkway.IdentityURI).
-func clusterPKI(t *testing.T, ids []parkway.NodeID) (*x509.CertPool, map[parkway.NodeID]*tls.Certificate) {
+// naming its node of cluster "c1" (transport.IdentityURI).
+func clusterPKI(t *testing.T, ids []transport.NodeID) (*x509.CertPool, map[transport.NodeID]*tls.Certificate) {
 	t.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -39,13 +40,13 @@ func clusterPKI(t *testing.T, ids []parkway.NodeID) (*x509.CertPool, map[parkway
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
-	certs := map[parkway.NodeID]*tls.Certificate{}
+	certs := map[transport.NodeID]*tls.Certificate{}
 	for i, id := range ids {
 		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		if err != nil {
 			t.Fatal(err)
 		}
-		u, err := url.Parse(parkway.IdentityURI("c1", id))
+		u, err := url.Parse(transport.IdentityURI("c1", id))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,12 +97,12 @@ func TestClusterOverTLSLargeBatchThroughFollower(t *testing.T) {
 		limitMiB = 2
 		tick = 100 * time.Millisecond
 	}
-	peers := []parkway.NodeID{1, 2, 3}
+	peers := []transport.NodeID{1, 2, 3}
 	pool, certs := clusterPKI(t, peers)
-	buses := map[parkway.NodeID]*parkway.TCPBus{}
+	buses := map[transport.NodeID]*transport.TCPBus{}
 	for _, id := range peers {
-		b, err := parkway.ListenTCP(id, "127.0.0.1:0", nil, parkway.TCPOptions{
-			TLS: &parkway.TLSConfig{ClusterID: "c1", Certificate: certs[id], CAs: pool}})
+		b, err := transport.ListenTCP(id, "127.0.0.1:0", nil, transport.TCPOptions{
+			TLS: &transport.TLSConfig{ClusterID: "c1", Certificate: certs[id], CAs: pool}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +117,7 @@ func TestClusterOverTLSLargeBatchThroughFollower(t *testing.T) {
 			}
 		}
 	}
-	nodes := map[parkway.NodeID]*parkway.Node{}
+	nodes := map[transport.NodeID]*parkway.Node{}
 	for _, id := range peers {
 		// RequestTimeout as long as the test's context: the call's own
 		// deadline (10 s by default) is what a 4 MiB batch forwarded and

@@ -3,6 +3,8 @@ package parkway
 import (
 	"context"
 	"fmt"
+
+	"github.com/parkway-io/parkway/transport"
 )
 
 // Cluster is a node's cluster API: membership (AddNode, RemoveNode),
@@ -22,7 +24,7 @@ func (n *Node) Cluster() *Cluster { return &n.cluster }
 // then on are placed over it too. Existing partitions keep their
 // replicas until Rebalance moves some of them onto it. AddNode returns
 // once this node applied the change; adding a member again is a no-op.
-func (c *Cluster) AddNode(ctx context.Context, id NodeID) error {
+func (c *Cluster) AddNode(ctx context.Context, id transport.NodeID) error {
 	n := c.n
 	if err := n.begin(ctx); err != nil {
 		return err
@@ -54,7 +56,7 @@ func (c *Cluster) AddNode(ctx context.Context, id NodeID) error {
 // TCPBus.RemovePeer(id) on each remaining member's bus, which closes the
 // removed node's connections and refuses its frames from then on (as
 // AddPeer on every member admitted it before AddNode).
-func (c *Cluster) RemoveNode(ctx context.Context, id NodeID) error {
+func (c *Cluster) RemoveNode(ctx context.Context, id transport.NodeID) error {
 	n := c.n
 	if err := n.begin(ctx); err != nil {
 		return err
@@ -78,7 +80,7 @@ func (c *Cluster) Rebalance(ctx context.Context) error {
 // Leader returns the node that leads a partition's raft group, as this
 // node sees it (0 while no leader is known). It is ErrInvalidArgument on a
 // node that is not part of a cluster.
-func (c *Cluster) Leader(ctx context.Context, t Topic, part uint32) (NodeID, error) {
+func (c *Cluster) Leader(ctx context.Context, t Topic, part uint32) (transport.NodeID, error) {
 	n := c.n
 	if err := n.begin(ctx); err != nil {
 		return 0, err
@@ -91,7 +93,7 @@ func (c *Cluster) Leader(ctx context.Context, t Topic, part uint32) (NodeID, err
 		return 0, err
 	}
 	lead, err := n.eng.Leader(ctx, ns)
-	return NodeID(lead), err
+	return transport.NodeID(lead), err
 }
 
 // State reports the cluster as this node sees it: the members and
@@ -109,9 +111,9 @@ func (c *Cluster) State(ctx context.Context) (ClusterState, error) {
 		return ClusterState{}, fmt.Errorf("%w: not a cluster node", ErrInvalidArgument)
 	}
 	st := n.eng.ClusterStatus()
-	out := ClusterState{Node: NodeID(st.Node), MetadataLeader: NodeID(st.MetadataLeader)}
+	out := ClusterState{Node: transport.NodeID(st.Node), MetadataLeader: transport.NodeID(st.MetadataLeader)}
 	for _, m := range st.Members {
-		out.Members = append(out.Members, MemberState{ID: NodeID(m.ID), Live: m.Live})
+		out.Members = append(out.Members, MemberState{ID: transport.NodeID(m.ID), Live: m.Live})
 	}
 	meta := n.eng.Meta()
 	// Handles by (stream, topic) id, for this snapshot's partitions.
@@ -127,9 +129,9 @@ func (c *Cluster) State(ctx context.Context) (ClusterState, error) {
 		if !ok || t.Revision > p.CreatedRevision {
 			continue // committed after the walk above, or since replaced
 		}
-		ps := PartitionState{Topic: t, Partition: p.Partition, Leader: NodeID(st.Leaders[p.NS])}
+		ps := PartitionState{Topic: t, Partition: p.Partition, Leader: transport.NodeID(st.Leaders[p.NS])}
 		for _, r := range p.Replicas {
-			ps.Replicas = append(ps.Replicas, NodeID(r))
+			ps.Replicas = append(ps.Replicas, transport.NodeID(r))
 		}
 		out.Partitions = append(out.Partitions, ps)
 	}

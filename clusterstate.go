@@ -1,13 +1,15 @@
 package parkway
 
+import "github.com/parkway-io/parkway/transport"
+
 // ClusterState is a cluster as one node sees it (Cluster.State): a
 // copy, so the caller may keep and modify it.
 type ClusterState struct {
 	// Node is the node that answered.
-	Node NodeID
+	Node transport.NodeID
 	// MetadataLeader is the metadata group's leader as that node last
 	// learned it; 0 while none is known (an election under way).
-	MetadataLeader NodeID
+	MetadataLeader transport.NodeID
 	// Members are the cluster's nodes, as the committed metadata lists
 	// them, in ascending id order.
 	Members []MemberState
@@ -18,7 +20,7 @@ type ClusterState struct {
 
 // MemberState is one member of a cluster as a node judges it.
 type MemberState struct {
-	ID NodeID
+	ID transport.NodeID
 	// Live is the answering node's liveness judgement: false once nothing
 	// at all arrived from the member for Cluster.LivenessTimeout (then its
 	// partitions elect leaders among the others), true again at its
@@ -34,9 +36,9 @@ type PartitionState struct {
 	Partition uint32
 	// Replicas are the nodes placed to hold it, the preferred leader
 	// first.
-	Replicas []NodeID
+	Replicas []transport.NodeID
 	// Leader is its group's leader as the answering node knows it: known
 	// for the partitions it holds a replica of (0 while an election is
 	// under way), and 0 for the others.
-	Leader NodeID
+	Leader transport.NodeID
 }

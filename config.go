@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/parkway-io/parkway/clock"
+	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/reconciler"
@@ -18,23 +19,6 @@ import (
 	"github.com/parkway-io/parkway/shard"
 	"github.com/parkway-io/parkway/vfs"
 )
-
-// Clock is the source of time: Config.Clock lets tests and simulations
-// drive a Node on virtual time.
-type Clock = clock.Clock
-
-// Timer is a Clock's one-shot timer.
-type Timer = clock.Timer
-
-// FS is the filesystem seam under Config.DataDir, and File one of its open
-// files.
-type (
-	FS   = vfs.FS
-	File = vfs.File
-)
-
-// ParkLimits bounds each shard's park buffer; see shard.ParkLimits.
-type ParkLimits = shard.ParkLimits
 
 // Config configures a Node. The zero value is valid: an in-memory node
 // with one shard per CPU and the reference server's defaults.
@@ -49,7 +33,7 @@ type Config struct {
 	DataDir string
 	// FS is the filesystem under DataDir (default: the operating system).
 	// Tests inject an in-memory or fault-injecting one.
-	FS FS
+	FS vfs.FS
 	// VerifyOnOpen makes reopening a partition verify the checksum of every
 	// message of every segment (a full read of the log). Without it only
 	// the tail segment, where a crash tears, and each older segment's end
@@ -124,7 +108,7 @@ type Config struct {
 	PrebuildPartitions bool
 	// Park bounds each shard's park buffer (defaults: 128 frames and 4 MiB
 	// per namespace, 16 MiB per shard, 4 KiB alignment, 3 passes).
-	Park ParkLimits
+	Park shard.ParkLimits
 	// BuildBackoffMin and BuildBackoffMax bound the retry delay of a failed
 	// partition build or removal (defaults 1 s and 60 s).
 	BuildBackoffMin, BuildBackoffMax time.Duration
@@ -173,7 +157,7 @@ type Config struct {
 	// Logger receives diagnostics (default: silent).
 	Logger hclog.Logger
 	// Clock is the source of time (default: the wall clock).
-	Clock Clock
+	Clock clock.Clock
 	// Metrics receives the Node's counters (default: a fresh set, see
 	// MetricsLabels). Register Node.Metrics() on the host's registry.
 	Metrics *metrics.Metrics
@@ -183,7 +167,9 @@ type Config struct {
 	MetricsLabels prometheus.Labels
 }
 
-// Defaults for Config.
+// Defaults for Config. The engine's (request timeout, retry backoff,
+// reconcile interval, segment size...) are declared once, where the
+// engine applies them, and named here for the documentation.
 const (
 	DefaultMaxMessageSize   = 1 << 20
 	DefaultMaxBatchMessages = 10_000
@@ -191,12 +177,12 @@ const (
 	// MaxBatchBytesLimit keeps a batch, with its request header and raft
 	// envelope, inside the transport's 64 MiB frame.
 	MaxBatchBytesLimit     = 48 << 20
-	DefaultRequestTimeout  = 10 * time.Second
-	DefaultRetryBackoffMin = 100 * time.Microsecond
-	DefaultRetryBackoffMax = 50 * time.Millisecond
-	DefaultSegmentSize     = 1 << 30
-	MinSegmentSize         = 1 << 20
-	MaxSegmentSize         = 1 << 30
+	DefaultRequestTimeout  = host.DefaultRequestTimeout
+	DefaultRetryBackoffMin = host.DefaultRetryBackoffMin
+	DefaultRetryBackoffMax = host.DefaultRetryBackoffMax
+	DefaultSegmentSize     = partition.DefaultSegmentSize
+	MinSegmentSize         = partition.MinSegmentSize
+	MaxSegmentSize         = partition.MaxSegmentSize
 )
 
 // Validate reports every problem with c, joined.
@@ -279,12 +265,13 @@ func (c Config) Validate() error {
 // ErrInvalidConfig wraps every problem Config.Validate reports.
 var ErrInvalidConfig = errors.New("parkway: invalid config")
 
+// withDefaults is c with its defaults applied: the client's own (the
+// shard count, the message and batch limits) here, and the engine's as
+// the engine resolves them (engineConfig), so that each default is
+// declared once.
 func (c Config) withDefaults() Config {
 	if c.Shards == 0 {
 		c.Shards = runtime.GOMAXPROCS(0)
-	}
-	if c.ReconcileInterval == 0 {
-		c.ReconcileInterval = reconciler.DefaultPeriod
 	}
 	if c.MaxMessageSize == 0 {
 		c.MaxMessageSize = DefaultMaxMessageSize
@@ -295,23 +282,27 @@ func (c Config) withDefaults() Config {
 	if c.MaxBatchBytes == 0 {
 		c.MaxBatchBytes = DefaultMaxBatchBytes
 	}
-	if c.RequestTimeout == 0 {
-		c.RequestTimeout = DefaultRequestTimeout
-	}
-	if c.RetryBackoffMin == 0 {
-		c.RetryBackoffMin = DefaultRetryBackoffMin
-	}
-	if c.RetryBackoffMax == 0 {
-		c.RetryBackoffMax = max(DefaultRetryBackoffMax, c.RetryBackoffMin)
-	}
-	if c.SegmentSize == 0 {
-		c.SegmentSize = DefaultSegmentSize
-	}
-	if c.Logger == nil {
-		c.Logger = hclog.NewNullLogger()
-	}
-	if c.Clock == nil {
-		c.Clock = clock.Real{}
-	}
+	e := c.engineConfig()
+	c.ReconcileInterval, c.RequestTimeout = e.ReconcileInterval, e.RequestTimeout
+	c.RetryBackoffMin, c.RetryBackoffMax = e.RetryBackoffMin, e.RetryBackoffMax
+	c.Logger, c.Clock = e.Logger, e.Clock
 	return c
+}
+
+// engineConfig is the one derivation of the node engine's config from c,
+// with the engine's defaults applied.
+func (c Config) engineConfig() host.Config {
+	return host.Config{
+		Shards: c.Shards, InboxSize: c.InboxSize, Park: c.Park, PinShards: c.PinShards,
+		DataDir: c.DataDir, FS: c.FS, SegmentSize: c.SegmentSize, Preallocate: c.Preallocate,
+		VerifyOnOpen: c.VerifyOnOpen, MaxOpenFiles: c.MaxOpenFiles, MetadataSnapshotEvery: c.MetadataSnapshotEvery,
+		Defaults: TopicConfig{
+			Fsync: c.Fsync, FsyncInterval: c.FsyncInterval,
+			RetentionAge: c.RetentionAge, RetentionBytes: c.RetentionBytes,
+		}.engine(),
+		ReconcileInterval: c.ReconcileInterval, BuildBackoffMin: c.BuildBackoffMin, BuildBackoffMax: c.BuildBackoffMax,
+		RetentionInterval: c.RetentionInterval, NewReconciler: c.NewReconciler, PrebuildPartitions: c.PrebuildPartitions,
+		RequestTimeout: c.RequestTimeout, RetryBackoffMin: c.RetryBackoffMin, RetryBackoffMax: c.RetryBackoffMax,
+		Cluster: c.Cluster.engine(), Logger: c.Logger, Clock: c.Clock, Metrics: c.Metrics,
+	}.WithDefaults()
 }

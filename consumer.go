@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/metadata"
 )
 
@@ -633,7 +634,7 @@ func (c *Consumer) maintain() {
 	}
 	hb := c.n.cfg.Clock.NewTimer(every)
 	defer hb.Stop()
-	var commit Timer
+	var commit clock.Timer
 	var commitC <-chan time.Time
 	if c.cfg.Commit == CommitOnInterval {
 		commit = c.n.cfg.Clock.NewTimer(c.cfg.CommitInterval)

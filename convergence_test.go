@@ -214,7 +214,7 @@ func TestConvergeManyPartitionsAtOnce(t *testing.T) {
 		}
 		wg.Wait()
 		owners := map[int]int{}
-		infos, err := n.Admin().Partitions(ctxFor(t), topic)
+		infos, err := parkway.EnginePartitions(ctxFor(t), n, topic)
 		if err != nil || len(infos) != parts {
 			t.Fatalf("Partitions: %d, %v", len(infos), err)
 		}
@@ -240,7 +240,7 @@ func checkOwners(t *testing.T, n *parkway.Node, stream parkway.Stream, ids []par
 	t.Helper()
 	seen := map[int]bool{}
 	for _, topic := range ids {
-		parts, err := n.Admin().Partitions(ctxFor(t), topic)
+		parts, err := parkway.EnginePartitions(ctxFor(t), n, topic)
 		if err != nil || len(parts) != 1 {
 			t.Fatalf("Partitions(%v in %v) = %v, %v; want one", topic, stream, parts, err)
 		}
@@ -273,9 +273,9 @@ func TestConvergenceDeleteRecreateServesOnlyNewIncarnation(t *testing.T) {
 					// extra messages or a non-zero offset.
 					mustProduce(t, n, ids[i], parkway.PartitionID(0), "old-a", "old-b", "old-c")
 				}
-				incarnations := map[uint32]parkway.PartitionInfo{} // by topic id
+				incarnations := map[uint32]metadata.PartitionInfo{} // by topic id
 				for _, topic := range ids {
-					parts, err := n.Admin().Partitions(ctxFor(t), topic)
+					parts, err := parkway.EnginePartitions(ctxFor(t), n, topic)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -287,7 +287,7 @@ func TestConvergenceDeleteRecreateServesOnlyNewIncarnation(t *testing.T) {
 						if err := n.Admin().DeleteTopic(ctxFor(t), ids[i]); err != nil {
 							t.Fatalf("round %d: DeleteTopic(%v): %v", round, ids[i], err)
 						}
-						if _, err := n.Admin().Partitions(ctxFor(t), ids[i]); err == nil {
+						if _, err := parkway.EnginePartitions(ctxFor(t), n, ids[i]); err == nil {
 							t.Fatalf("round %d: topic %v still listed after delete", round, ids[i])
 						}
 					}
@@ -324,7 +324,7 @@ func TestConvergenceDeleteRecreateServesOnlyNewIncarnation(t *testing.T) {
 					}
 					for i, topic := range ids {
 						expectLog(t, n, topic, 0, fmt.Sprintf("new-%d-%d", round, i))
-						parts, err := n.Admin().Partitions(ctxFor(t), topic)
+						parts, err := parkway.EnginePartitions(ctxFor(t), n, topic)
 						if err != nil {
 							t.Fatal(err)
 						}
@@ -441,7 +441,7 @@ func TestRecreatedStreamAndPartitionsServeOnlyNewIncarnation(t *testing.T) {
 			for p := range uint32(4) {
 				mustProduce(t, n, topic, parkway.PartitionID(p), fmt.Sprintf("old-%d", p))
 			}
-			before, _ := n.Admin().Partitions(ctxFor(t), topic)
+			before, _ := parkway.EnginePartitions(ctxFor(t), n, topic)
 			// Shrink to one partition, then grow back to four.
 			if err := n.Admin().DeletePartitions(ctx, topic, 3); err != nil {
 				t.Fatal(err)
@@ -452,7 +452,7 @@ func TestRecreatedStreamAndPartitionsServeOnlyNewIncarnation(t *testing.T) {
 			if err := n.Admin().CreatePartitions(ctx, topic, 3); err != nil {
 				t.Fatal(err)
 			}
-			after, _ := n.Admin().Partitions(ctxFor(t), topic)
+			after, _ := parkway.EnginePartitions(ctxFor(t), n, topic)
 			if len(after) != 4 {
 				t.Fatalf("%d partitions after regrowing, want 4", len(after))
 			}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/transport"
 )
 
 // BenchmarkCreateTopicProduceCluster is BenchmarkCreateTopicProduce on
@@ -27,9 +28,9 @@ func BenchmarkCreateTopicProduceCluster(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			ctx := context.Background()
-			net := parkway.NewNetwork(parkway.NetworkOptions{})
+			net := transport.NewNetwork(transport.NetworkOptions{})
 			defer net.Close()
-			peers := []parkway.NodeID{1, 2, 3}
+			peers := []transport.NodeID{1, 2, 3}
 			var nodes []*parkway.Node
 			for _, id := range peers {
 				cfg := parkway.Config{Shards: 2, Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/transport"
 	"github.com/parkway-io/parkway/vfs"
 )
 
@@ -238,10 +239,10 @@ func TestBehaviour27DataDirIdentitySingleNode(t *testing.T) {
 		if err := n.Close(); err != nil {
 			t.Fatal(err)
 		}
-		net := parkway.NewNetwork(parkway.NetworkOptions{})
+		net := transport.NewNetwork(transport.NetworkOptions{})
 		defer net.Close()
 		_, err = parkway.Open(parkway.Config{Shards: 1, DataDir: dir,
-			Cluster: &parkway.ClusterConfig{ID: 1, Peers: []parkway.NodeID{1}, Bus: net.Endpoint(1), ClusterID: "c"}})
+			Cluster: &parkway.ClusterConfig{ID: 1, Peers: []transport.NodeID{1}, Bus: net.Endpoint(1), ClusterID: "c"}})
 		var wrong *parkway.WrongDataDirError
 		if !errors.As(err, &wrong) || wrong.FoundNode != 0 || wrong.WantNode != 1 || wrong.WantCluster != "c" {
 			t.Fatalf("cluster node on a single node's directory: %v, want a *WrongDataDirError", err)
@@ -284,7 +285,7 @@ func emptiedMemberRefused(t *testing.T, restart bool) {
 		want := c.produce(1, tp, "b", 3)
 		c.converged(tp, want)
 
-		c.net.Partition([]parkway.NodeID{2}, []parkway.NodeID{1, 3})
+		c.net.Partition([]transport.NodeID{2}, []transport.NodeID{1, 3})
 		want = append(want, c.produce(1, tp, "a", 10)...)
 		c.stop(3)
 		c.disks[3] = vfs.NewMem()
@@ -308,7 +309,7 @@ func emptiedMemberRefused(t *testing.T, restart bool) {
 		}
 
 		c.start(1)
-		for _, id := range []parkway.NodeID{1, 2} {
+		for _, id := range []transport.NodeID{1, 2} {
 			var got []string
 			waitFor(t, fmt.Sprintf("node %d to hold %d messages", id, len(want)), func() bool {
 				got, err = localLog(c.nodes[id], tp)
@@ -330,11 +331,11 @@ func emptiedMemberRefused(t *testing.T, restart bool) {
 // it: every replica, node 4's included, holds every acknowledged write.
 func TestBehaviour27DataDirIdentityRefusedMemberReadmitted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		net := parkway.NewNetwork(parkway.NetworkOptions{})
-		peers := []parkway.NodeID{1, 2, 3, 4}
-		disks := map[parkway.NodeID]*vfs.MemFS{}
-		nodes := map[parkway.NodeID]*parkway.Node{}
-		start := func(id parkway.NodeID, join bool) {
+		net := transport.NewNetwork(transport.NetworkOptions{})
+		peers := []transport.NodeID{1, 2, 3, 4}
+		disks := map[transport.NodeID]*vfs.MemFS{}
+		nodes := map[transport.NodeID]*parkway.Node{}
+		start := func(id transport.NodeID, join bool) {
 			t.Helper()
 			n, err := parkway.Open(parkway.Config{Shards: 2, RequestTimeout: 5 * time.Second, DataDir: "/data", FS: disks[id],
 				Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Join: join, Bus: net.Endpoint(id)}})
@@ -343,7 +344,7 @@ func TestBehaviour27DataDirIdentityRefusedMemberReadmitted(t *testing.T) {
 			}
 			nodes[id] = n
 		}
-		stop := func(id parkway.NodeID) {
+		stop := func(id transport.NodeID) {
 			t.Helper()
 			if err := nodes[id].Close(); err != nil {
 				t.Errorf("close node %d: %v", id, err)
@@ -401,7 +402,7 @@ func TestBehaviour27DataDirIdentityRefusedMemberReadmitted(t *testing.T) {
 			t.Fatalf("Rebalance: %v", err)
 		}
 		produce("a", 8)
-		parts, err := nodes[1].Admin().Partitions(ctx, tp)
+		parts, err := parkway.EnginePartitions(ctx, nodes[1], tp)
 		if err != nil {
 			t.Fatal(err)
 		}

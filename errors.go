@@ -9,7 +9,6 @@ import (
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/router"
 	"github.com/parkway-io/parkway/shard"
-	"github.com/parkway-io/parkway/transport"
 )
 
 // Errors returned by a Node. Check them with errors.Is: they are usually
@@ -122,12 +121,9 @@ var (
 	// holder's Close or its process.
 	ErrDataDirLocked = host.ErrDataDirLocked
 	// ErrWrongDataDir reports an Open of a DataDir that records another
-	// node or another cluster (Cluster.ClusterID) than the one opening
+	// node or another cluster (ClusterConfig.ClusterID) than the one opening
 	// it: a *WrongDataDirError names both.
 	ErrWrongDataDir = host.ErrWrongDataDir
-	// ErrTLSRequired reports a TCP bus started with neither TLS nor
-	// InsecurePlaintext.
-	ErrTLSRequired = transport.ErrTLSRequired
 	// ErrInvalidArgument reports any other bad argument (a negative count,
 	// an unknown partitioning, a negative or over-long poll wait).
 	ErrInvalidArgument = errors.New("parkway: invalid argument")

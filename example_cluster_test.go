@@ -5,15 +5,16 @@ import (
 	"fmt"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/transport"
 )
 
 // Three replicas in one process over the in-memory network: a topic
 // created through one node is replicated to all, and a produce through any
 // node is acknowledged once a quorum has it.
 func ExampleCluster() {
-	net := parkway.NewNetwork(parkway.NetworkOptions{})
+	net := transport.NewNetwork(transport.NetworkOptions{})
 	defer net.Close()
-	peers := []parkway.NodeID{1, 2, 3}
+	peers := []transport.NodeID{1, 2, 3}
 	var nodes []*parkway.Node
 	for _, id := range peers {
 		n, err := parkway.Open(parkway.Config{Shards: 1,
@@ -46,9 +47,9 @@ func ExampleCluster() {
 // a produce through any node — one holding no replica included — reaches
 // the partition's group.
 func ExampleWithReplicas() {
-	net := parkway.NewNetwork(parkway.NetworkOptions{})
+	net := transport.NewNetwork(transport.NetworkOptions{})
 	defer net.Close()
-	peers := []parkway.NodeID{1, 2, 3, 4, 5}
+	peers := []transport.NodeID{1, 2, 3, 4, 5}
 	var nodes []*parkway.Node
 	for _, id := range peers {
 		n, err := parkway.Open(parkway.Config{Shards: 1,
@@ -96,9 +97,9 @@ func ExampleWithReplicas() {
 // then takes node 4 out of the metadata group. The messages acknowledged
 // before are all still there.
 func ExampleCluster_RemoveNode() {
-	net := parkway.NewNetwork(parkway.NetworkOptions{})
+	net := transport.NewNetwork(transport.NetworkOptions{})
 	defer net.Close()
-	peers := []parkway.NodeID{1, 2, 3, 4}
+	peers := []transport.NodeID{1, 2, 3, 4}
 	var nodes []*parkway.Node
 	for _, id := range peers {
 		n, err := parkway.Open(parkway.Config{Shards: 1,

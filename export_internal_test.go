@@ -14,13 +14,13 @@ import (
 // MetadataState describes everything committed on a node.
 type MetadataState struct {
 	Revision uint64
-	Streams  []StreamInfo
-	Topics   map[uint32][]TopicInfo
+	Streams  []metadata.StreamInfo
+	Topics   map[uint32][]metadata.TopicInfo
 }
 
 // CommittedState returns n's committed revision, streams and topics.
 func CommittedState(n *Node) MetadataState {
-	st := MetadataState{Revision: n.meta.Revision(), Streams: n.meta.Streams(), Topics: map[uint32][]TopicInfo{}}
+	st := MetadataState{Revision: n.meta.Revision(), Streams: n.meta.Streams(), Topics: map[uint32][]metadata.TopicInfo{}}
 	for _, s := range st.Streams {
 		st.Topics[s.ID] = n.meta.Topics(s.ID)
 	}
@@ -55,3 +55,24 @@ func PartitionLeader(n *Node, ns metadata.Namespace) uint64 {
 
 // ClusterNodes are the nodes n's committed metadata names.
 func ClusterNodes(n *Node) []uint64 { return n.meta.Nodes() }
+
+// EnginePartitions is Admin.Partitions as the engine's metadata describes
+// them (namespaces, owner shards, replica ids), for tests that look
+// beneath the client API.
+func EnginePartitions(ctx context.Context, n *Node, t Topic) ([]metadata.PartitionInfo, error) {
+	if _, err := n.Admin().Partitions(ctx, t); err != nil {
+		return nil, err
+	}
+	info, err := n.topicInfo(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	var out []metadata.PartitionInfo
+	for p := range uint32(info.Partitions) {
+		ns, _ := metadata.NewNamespace(t.Stream.ID, t.ID, p)
+		if pi, ok := n.meta.Partition(ns); ok && pi.CreatedRevision >= t.Revision {
+			out = append(out, pi)
+		}
+	}
+	return out, nil
+}

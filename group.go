@@ -33,14 +33,6 @@ import (
 // Most services use a Consumer, which does all of this; Member is the
 // layer below it, for hosts that want to drive a group themselves.
 
-// GroupInfo, MemberInfo and GroupPartition describe a committed consumer
-// group.
-type (
-	GroupInfo      = metadata.GroupInfo
-	MemberInfo     = metadata.MemberInfo
-	GroupPartition = metadata.GroupPartition
-)
-
 // Session timeouts of a group member: MemberConfig.SessionTimeout 0 means
 // DefaultSessionTimeout; otherwise it must be within [MinSessionTimeout,
 // MaxSessionTimeout].
@@ -97,8 +89,8 @@ type Member struct {
 	timeout time.Duration // the session timeout, resolved
 
 	mu    sync.Mutex
-	state GroupInfo // the group as of the member's last refresh
-	gen   uint64    // the generation the member acts in
+	state metadata.GroupInfo // the group as of the member's last refresh
+	gen   uint64             // the generation the member acts in
 	// confirmed is the Now of the member's last join, heartbeat or
 	// commit that was applied: the start of its lease (metadata.LeaseEnd).
 	confirmed int64

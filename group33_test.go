@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/transport"
 )
 
 // committedWatch checks behaviour 33 at every delivery: a message handed
@@ -64,10 +65,10 @@ func (w *committedWatch) count(name string) int {
 // arrives. No delivery anywhere is below the group's committed offset.
 func TestBehaviour33ExpiredMemberDeliversNoCommittedMessage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		net := parkway.NewNetwork(parkway.NetworkOptions{})
+		net := transport.NewNetwork(transport.NetworkOptions{})
 		t.Cleanup(func() { _ = net.Close() })
-		peers := []parkway.NodeID{1, 2, 3}
-		nodes := map[parkway.NodeID]*parkway.Node{}
+		peers := []transport.NodeID{1, 2, 3}
+		nodes := map[transport.NodeID]*parkway.Node{}
 		for _, id := range peers {
 			// A request timeout longer than the cut, so a poll made
 			// before it is still retried in place when it heals.
@@ -101,7 +102,7 @@ func TestBehaviour33ExpiredMemberDeliversNoCommittedMessage(t *testing.T) {
 		}
 
 		done := make(chan error, 3)
-		consumers := map[parkway.NodeID]*parkway.Consumer{}
+		consumers := map[transport.NodeID]*parkway.Consumer{}
 		for _, id := range peers {
 			c, err := nodes[id].NewConsumer(ctx, tp, parkway.ConsumerConfig{Group: "g", Name: fmt.Sprintf("on-%d", id),
 				SessionTimeout: 3 * time.Second, Commit: parkway.CommitAfterBatch})
@@ -115,7 +116,7 @@ func TestBehaviour33ExpiredMemberDeliversNoCommittedMessage(t *testing.T) {
 			return w.count("on-1") > 20 && w.count("on-2") > 20 && w.count("on-3") > 20
 		})
 		cut := consumers[1].Member().Assignment().Partitions
-		net.Partition([]parkway.NodeID{1}, []parkway.NodeID{2, 3})
+		net.Partition([]transport.NodeID{1}, []transport.NodeID{2, 3})
 		before := map[int]uint64{}
 		if g, err := nodes[2].Admin().Group(ctx, tp, "g"); err == nil {
 			for _, p := range cut {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/transport"
 )
 
 // produceAcross produces per messages to each of parts partitions.
@@ -481,7 +482,7 @@ func TestBehaviour23ClusterGroupThroughMetadataLeaderLoss(t *testing.T) {
 			return parkway.ConsumerConfig{Group: "g", Name: name, SessionTimeout: 3 * time.Second}
 		}
 		var consumers []*parkway.Consumer
-		for _, id := range []parkway.NodeID{1, 2, 3} {
+		for _, id := range []transport.NodeID{1, 2, 3} {
 			c, err := nodes[id].NewConsumer(ctx, tp, cfg(fmt.Sprintf("on-%d", id)))
 			if err != nil {
 				t.Fatal(err)
@@ -519,7 +520,7 @@ func TestBehaviour23ClusterGroupThroughMetadataLeaderLoss(t *testing.T) {
 			go rec.run(c, ctx, done)
 			joined <- c
 		}()
-		net.Partition([]parkway.NodeID{1}, []parkway.NodeID{2, 3})
+		net.Partition([]transport.NodeID{1}, []transport.NodeID{2, 3})
 		late := <-joined
 		if late == nil {
 			t.Fatal("join during the metadata leader's loss failed")

@@ -12,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/transport"
 )
 
 // samples counts the observations of histogram family name whose labels
@@ -99,11 +100,11 @@ func TestMetricsProduceCommitAndFsyncLatency(t *testing.T) {
 // partition's leader off makes the others count a new election.
 func TestMetricsClusterLeadershipAndRaftCommit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		net := parkway.NewNetwork(parkway.NetworkOptions{})
+		net := transport.NewNetwork(transport.NetworkOptions{})
 		t.Cleanup(func() { _ = net.Close() })
-		peers := []parkway.NodeID{1, 2, 3}
-		nodes := map[parkway.NodeID]*parkway.Node{}
-		regs := map[parkway.NodeID]*prometheus.Registry{}
+		peers := []transport.NodeID{1, 2, 3}
+		nodes := map[transport.NodeID]*parkway.Node{}
+		regs := map[transport.NodeID]*prometheus.Registry{}
 		for _, id := range peers {
 			nodes[id] = open(t, parkway.Config{Shards: 2, RequestTimeout: 5 * time.Second, DataDir: t.TempDir(),
 				Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
@@ -173,7 +174,7 @@ func TestMetricsClusterLeadershipAndRaftCommit(t *testing.T) {
 			return total
 		}
 		before := elections()
-		net.Partition([]parkway.NodeID{lead}, survivors)
+		net.Partition([]transport.NodeID{lead}, survivors)
 		waitFor(t, "the survivors to elect a new leader of partition 0", func() bool {
 			l, err := nodes[survivors[0]].Cluster().Leader(ctx, tp, 0)
 			return err == nil && l != 0 && l != lead

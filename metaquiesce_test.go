@@ -6,8 +6,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/parkway-io/parkway"
 	"github.com/parkway-io/parkway/host"
+	"github.com/parkway-io/parkway/transport"
 )
 
 // settleMetaQuiet waits (virtual time) until a whole second passes with
@@ -71,7 +71,7 @@ func TestClusterQuiescedMetadataLeaderDeath(t *testing.T) {
 		if took := time.Since(start); took > 50*time.Millisecond {
 			t.Fatalf("the command took %v a second after the leader died: no leader was elected meanwhile", took)
 		}
-		for _, id := range []parkway.NodeID{2, 3} {
+		for _, id := range []transport.NodeID{2, 3} {
 			if _, err := c.nodes[id].Stream(ctx, "b"); err != nil {
 				t.Fatalf("node %d: %v", id, err)
 			}

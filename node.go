@@ -11,26 +11,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
-	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/router"
 	"github.com/parkway-io/parkway/shard"
-)
-
-// Message is one message of a partition log. Producers set ID, Headers
-// and Payload; Offset and Timestamp are assigned when it is appended.
-type Message = partition.Message
-
-// Header is a message's user header.
-type Header = partition.Header
-
-// StreamInfo, TopicInfo and PartitionInfo describe committed metadata.
-type (
-	StreamInfo    = metadata.StreamInfo
-	TopicInfo     = metadata.TopicInfo
-	PartitionInfo = metadata.PartitionInfo
 )
 
 // Node is one parkway node: the client API over a node engine (package
@@ -68,6 +54,9 @@ func Open(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	if cfg.Metrics == nil && cfg.MetricsLabels != nil {
+		cfg.Metrics = metrics.NewLabeled(cfg.MetricsLabels)
+	}
 	eng, err := host.New(cfg.engineConfig())
 	if err != nil {
 		if errors.Is(err, host.ErrInvalidConfig) {
@@ -83,27 +72,6 @@ func Open(cfg Config) (*Node, error) {
 		producer: rand.Uint64() | 1}
 	n.admin.n, n.cluster.n = n, n
 	return n, nil
-}
-
-// engineConfig is the node engine's share of c (defaults applied).
-func (c Config) engineConfig() host.Config {
-	m := c.Metrics
-	if m == nil && c.MetricsLabels != nil {
-		m = metrics.NewLabeled(c.MetricsLabels)
-	}
-	return host.Config{
-		Shards: c.Shards, InboxSize: c.InboxSize, Park: c.Park, PinShards: c.PinShards,
-		DataDir: c.DataDir, FS: c.FS, SegmentSize: c.SegmentSize, Preallocate: c.Preallocate,
-		VerifyOnOpen: c.VerifyOnOpen, MaxOpenFiles: c.MaxOpenFiles, MetadataSnapshotEvery: c.MetadataSnapshotEvery,
-		Defaults: TopicConfig{
-			Fsync: c.Fsync, FsyncInterval: c.FsyncInterval,
-			RetentionAge: c.RetentionAge, RetentionBytes: c.RetentionBytes,
-		},
-		ReconcileInterval: c.ReconcileInterval, BuildBackoffMin: c.BuildBackoffMin, BuildBackoffMax: c.BuildBackoffMax,
-		RetentionInterval: c.RetentionInterval, NewReconciler: c.NewReconciler, PrebuildPartitions: c.PrebuildPartitions,
-		RequestTimeout: c.RequestTimeout, RetryBackoffMin: c.RetryBackoffMin, RetryBackoffMax: c.RetryBackoffMax,
-		Cluster: c.Cluster, Logger: c.Logger, Clock: c.Clock, Metrics: m,
-	}
 }
 
 // Close stops the reconcilers and the shards. Requests still queued or
@@ -299,7 +267,7 @@ func (n *Node) await(ctx context.Context, f shard.Frame, reply <-chan shard.Resp
 	var (
 		deadline time.Time
 		pause    = n.cfg.RetryBackoffMin
-		timer    Timer
+		timer    clock.Timer
 	)
 	defer func() {
 		if timer != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/transport"
 	"github.com/parkway-io/parkway/vfs"
 	"github.com/parkway-io/parkway/vfs/errorfs"
 )
@@ -247,10 +248,10 @@ func BenchmarkCluster(b *testing.B) {
 }
 
 func benchCluster(b *testing.B, disk bool, policy parkway.FsyncPolicy, producers int) {
-	net := parkway.NewNetwork(parkway.NetworkOptions{})
+	net := transport.NewNetwork(transport.NetworkOptions{})
 	defer net.Close()
-	peers := []parkway.NodeID{1, 2, 3}
-	nodes := map[parkway.NodeID]*parkway.Node{}
+	peers := []transport.NodeID{1, 2, 3}
+	nodes := map[transport.NodeID]*parkway.Node{}
 	for _, id := range peers {
 		cfg := parkway.Config{Shards: 2,
 			Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}}

@@ -8,6 +8,7 @@ import (
 	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/router"
+	"github.com/parkway-io/parkway/transport"
 	"github.com/parkway-io/parkway/vfs"
 )
 
@@ -17,10 +18,10 @@ import (
 func TestReadMetadataGroupMatchesTheNode(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem := vfs.NewMem()
-		net := parkway.NewNetwork(parkway.NetworkOptions{})
+		net := transport.NewNetwork(transport.NetworkOptions{})
 		defer net.Close()
 		n, err := parkway.Open(parkway.Config{Shards: 2, DataDir: "/data", FS: mem,
-			Cluster: &parkway.ClusterConfig{ID: 1, Peers: []parkway.NodeID{1}, Bus: net.Endpoint(1)}})
+			Cluster: &parkway.ClusterConfig{ID: 1, Peers: []transport.NodeID{1}, Bus: net.Endpoint(1)}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +51,7 @@ func TestReadMetadataGroupMatchesTheNode(t *testing.T) {
 		}
 		// The node as a restart rebuilds it, for comparison.
 		n2, err := parkway.Open(parkway.Config{Shards: 2, DataDir: "/data", FS: mem,
-			Cluster: &parkway.ClusterConfig{ID: 1, Peers: []parkway.NodeID{1}, Bus: net.Endpoint(1)}})
+			Cluster: &parkway.ClusterConfig{ID: 1, Peers: []transport.NodeID{1}, Bus: net.Endpoint(1)}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/transport"
 )
 
 // One-way links: a node that can send but not hear (deaf), and one that
@@ -25,7 +26,7 @@ func TestClusterWritesThroughOneWayPartitions(t *testing.T) {
 				s := mustStream(t, nodes[1], "s")
 				tp := mustTopic(t, nodes[1], s, "t", 1)
 				var acked []string
-				produce := func(via parkway.NodeID, p string) error {
+				produce := func(via transport.NodeID, p string) error {
 					_, err := nodes[via].Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte(p)})
 					if err == nil {
 						acked = append(acked, p)
@@ -38,11 +39,11 @@ func TestClusterWritesThroughOneWayPartitions(t *testing.T) {
 					}
 				}
 				time.Sleep(2 * time.Second) // virtual: the groups quiesce
-				for _, victim := range []parkway.NodeID{1, 2, 3} {
+				for _, victim := range []transport.NodeID{1, 2, 3} {
 					if kind == "deaf" {
-						net.DisconnectGroups(others(victim), []parkway.NodeID{victim})
+						net.DisconnectGroups(others(victim), []transport.NodeID{victim})
 					} else {
-						net.DisconnectGroups([]parkway.NodeID{victim}, others(victim))
+						net.DisconnectGroups([]transport.NodeID{victim}, others(victim))
 					}
 					p := fmt.Sprintf("%s-%d", kind, victim)
 					var err error

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/transport"
 )
 
 // A waiting poll forwarded to a partition's leader follows the new leader
@@ -21,14 +22,14 @@ func TestWaitingPollFollowsNewLeader(t *testing.T) {
 		ctx := context.Background()
 		tp := mustTopic(t, nodes[1], mustStream(t, nodes[1], "s"), "t", 1)
 		mustProduce(t, nodes[1], tp, parkway.PartitionID(0), "before")
-		var lead parkway.NodeID
+		var lead transport.NodeID
 		waitFor(t, "a leader", func() bool {
 			l, err := nodes[1].Cluster().Leader(ctx, tp, 0)
 			lead = l
 			return err == nil && l != 0
 		})
-		var from, other parkway.NodeID
-		for _, id := range []parkway.NodeID{1, 2, 3} {
+		var from, other transport.NodeID
+		for _, id := range []transport.NodeID{1, 2, 3} {
 			if id == lead {
 				continue
 			}
@@ -55,7 +56,7 @@ func TestWaitingPollFollowsNewLeader(t *testing.T) {
 			res <- result{b, err, time.Now()}
 		}()
 		synctest.Wait() // the poll waits at the leader
-		net.Partition([]parkway.NodeID{lead}, []parkway.NodeID{from, other})
+		net.Partition([]transport.NodeID{lead}, []transport.NodeID{from, other})
 		waitFor(t, "a new leader, as the poller sees it", func() bool {
 			l, err := nodes[from].Cluster().Leader(ctx, tp, 0)
 			return err == nil && l != 0 && l != lead
@@ -86,14 +87,14 @@ func TestForwardedProduceFollowsNewLeader(t *testing.T) {
 		ctx := context.Background()
 		tp := mustTopic(t, nodes[1], mustStream(t, nodes[1], "s"), "t", 1)
 		mustProduce(t, nodes[1], tp, parkway.PartitionID(0), "before")
-		var lead parkway.NodeID
+		var lead transport.NodeID
 		waitFor(t, "a leader", func() bool {
 			l, err := nodes[1].Cluster().Leader(ctx, tp, 0)
 			lead = l
 			return err == nil && l != 0
 		})
-		var from, other parkway.NodeID
-		for _, id := range []parkway.NodeID{1, 2, 3} {
+		var from, other transport.NodeID
+		for _, id := range []transport.NodeID{1, 2, 3} {
 			switch {
 			case id == lead:
 			case from == 0:
@@ -120,7 +121,7 @@ func TestForwardedProduceFollowsNewLeader(t *testing.T) {
 			}
 		}()
 		time.Sleep(50 * time.Millisecond)
-		net.Partition([]parkway.NodeID{lead}, []parkway.NodeID{from, other})
+		net.Partition([]transport.NodeID{lead}, []transport.NodeID{from, other})
 		start := time.Now()
 		ack, err := nodes[from].Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("across")})
 		took := time.Since(start)

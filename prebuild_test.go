@@ -176,7 +176,7 @@ func TestPrebuiltOrphanIsRemovedAtStart(t *testing.T) {
 // droppingBus drops every message its node sends while armed, as a
 // partition of the network would: raft re-sends once it is disarmed.
 type droppingBus struct {
-	parkway.Bus
+	transport.Bus
 	mu    sync.Mutex
 	armed bool
 }
@@ -204,9 +204,9 @@ func (b *droppingBus) Send(m transport.Message) error {
 // nothing builds before the commit and the test fails at its deadline.
 func TestClusterCreateTopicBuildsWhileTheCommandReplicates(t *testing.T) {
 	ctx := context.Background()
-	net := parkway.NewNetwork(parkway.NetworkOptions{})
+	net := transport.NewNetwork(transport.NetworkOptions{})
 	defer net.Close()
-	peers := []parkway.NodeID{1, 2, 3}
+	peers := []transport.NodeID{1, 2, 3}
 	gate := newMetaLogGate(errorfs.OpKind(-1)) // only its incarnation signal
 	bus := &droppingBus{Bus: net.Endpoint(1)}
 	var nodes []*parkway.Node

@@ -7,6 +7,7 @@ import (
 	"testing/synctest"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/transport"
 )
 
 // A keyed produce retried under the same key — through another node, as
@@ -25,7 +26,7 @@ func TestClusterProduceAsyncIdempotentAppliesOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, via := range []parkway.NodeID{3, 1, 2} {
+		for _, via := range []transport.NodeID{3, 1, 2} {
 			again, err := nodes[via].ProduceAsyncIdempotent(ctx, tp, parkway.PartitionID(0), key, msg).Wait(ctx)
 			if err != nil || again.FirstOffset != first.FirstOffset {
 				t.Fatalf("the retry through node %d: offset %d (%v), want the first copy's %d", via, again.FirstOffset, err, first.FirstOffset)

@@ -32,19 +32,19 @@ func (b countingBus) Send(m transport.Message) error {
 
 // quietCluster is a 3-node cluster whose buses count what they send.
 type quietCluster struct {
-	net   *parkway.Network
-	nodes map[parkway.NodeID]*parkway.Node
-	sent  map[parkway.NodeID]*[256]atomic.Int64
+	net   *transport.Network
+	nodes map[transport.NodeID]*parkway.Node
+	sent  map[transport.NodeID]*[256]atomic.Int64
 	// batched counts the raft messages that travelled in batches.
 	batched atomic.Int64
 }
 
 func openQuietCluster(t *testing.T) *quietCluster {
 	t.Helper()
-	c := &quietCluster{net: parkway.NewNetwork(parkway.NetworkOptions{}),
-		nodes: map[parkway.NodeID]*parkway.Node{}, sent: map[parkway.NodeID]*[256]atomic.Int64{}}
+	c := &quietCluster{net: transport.NewNetwork(transport.NetworkOptions{}),
+		nodes: map[transport.NodeID]*parkway.Node{}, sent: map[transport.NodeID]*[256]atomic.Int64{}}
 	t.Cleanup(func() { _ = c.net.Close() })
-	peers := []parkway.NodeID{1, 2, 3}
+	peers := []transport.NodeID{1, 2, 3}
 	for _, id := range peers {
 		c.sent[id] = new([256]atomic.Int64)
 		c.nodes[id] = open(t, parkway.Config{Shards: 2, RequestTimeout: 5 * time.Second,
@@ -149,7 +149,7 @@ func TestClusterQuiescedLeaderDeathElectsPromptly(t *testing.T) {
 
 		// The victim leads the most partitions (the preferred leaders
 		// spread them over the three nodes).
-		led := map[parkway.NodeID][]uint32{}
+		led := map[transport.NodeID][]uint32{}
 		for p := range uint32(quietPartitions) {
 			lead, err := c.nodes[1].Cluster().Leader(ctx, tp, p)
 			if err != nil || lead == 0 {
@@ -157,7 +157,7 @@ func TestClusterQuiescedLeaderDeathElectsPromptly(t *testing.T) {
 			}
 			led[lead] = append(led[lead], p)
 		}
-		victim := parkway.NodeID(1)
+		victim := transport.NodeID(1)
 		for id := range c.nodes {
 			if len(led[id]) > len(led[victim]) {
 				victim = id
@@ -224,7 +224,7 @@ func TestClusterBatchesRaftPerNodePair(t *testing.T) {
 			mustProduce(t, c.nodes[1], tp, parkway.PartitionID(p), fmt.Sprintf("m%d", p))
 		}
 		c.settleQuiet(t)
-		c.net.Partition([]parkway.NodeID{3}, []parkway.NodeID{1, 2})
+		c.net.Partition([]transport.NodeID{3}, []transport.NodeID{1, 2})
 		time.Sleep(time.Second) // node 3 is declared dead, and declares the others dead
 		c.reset()
 		c.net.Heal()

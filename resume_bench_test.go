@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/transport"
 )
 
 // BenchmarkReaderResumeAfterLeaderLoss measures how long a reader waits
@@ -46,10 +47,10 @@ func BenchmarkReaderResumeAfterLeaderLoss(b *testing.B) {
 }
 
 func resumeOnce(b *testing.B) (elect, resume time.Duration) {
-	net := parkway.NewNetwork(parkway.NetworkOptions{})
+	net := transport.NewNetwork(transport.NetworkOptions{})
 	defer net.Close()
-	peers := []parkway.NodeID{1, 2, 3}
-	nodes := map[parkway.NodeID]*parkway.Node{}
+	peers := []transport.NodeID{1, 2, 3}
+	nodes := map[transport.NodeID]*parkway.Node{}
 	for _, id := range peers {
 		n, err := parkway.Open(parkway.Config{Shards: 2, Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
 		if err != nil {
@@ -71,11 +72,11 @@ func resumeOnce(b *testing.B) (elect, resume time.Duration) {
 	if _, err := nodes[1].Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("warm")}); err != nil {
 		b.Fatal(err)
 	}
-	var lead parkway.NodeID
+	var lead transport.NodeID
 	for lead == 0 {
 		lead, _ = nodes[1].Cluster().Leader(ctx, tp, 0)
 	}
-	var reader, writer parkway.NodeID
+	var reader, writer transport.NodeID
 	for _, id := range peers {
 		switch {
 		case id == lead:
@@ -136,14 +137,14 @@ func resumeOnce(b *testing.B) (elect, resume time.Duration) {
 	mu.Lock()
 	cut = time.Now()
 	mu.Unlock()
-	var others []parkway.NodeID
+	var others []transport.NodeID
 	for _, id := range peers {
 		if id != lead {
 			others = append(others, id)
 		}
 	}
 	b.StartTimer()
-	net.Partition([]parkway.NodeID{lead}, others)
+	net.Partition([]transport.NodeID{lead}, others)
 	for {
 		if l, _ := nodes[reader].Cluster().Leader(ctx, tp, 0); l != 0 && l != lead {
 			elect = time.Since(cut)

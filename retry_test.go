@@ -15,6 +15,7 @@ import (
 	"github.com/parkway-io/parkway"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/router"
+	"github.com/parkway-io/parkway/shard"
 	"github.com/parkway-io/parkway/vfs"
 	"github.com/parkway-io/parkway/vfs/errorfs"
 )
@@ -232,7 +233,7 @@ func TestParkOverflowRetriedInPlace(t *testing.T) {
 			t.Fatal(err)
 		}
 		n := open(t, parkway.Config{
-			DataDir: dir, Shards: convShards, Park: parkway.ParkLimits{FramesPerNamespace: 2},
+			DataDir: dir, Shards: convShards, Park: shard.ParkLimits{FramesPerNamespace: 2},
 			ReconcileInterval: time.Second, RequestTimeout: time.Minute,
 			BuildBackoffMin: 10 * time.Second, BuildBackoffMax: 10 * time.Second,
 		})

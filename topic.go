@@ -4,34 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/shard"
-)
-
-// TopicConfig is a topic's storage configuration; zero fields take the
-// node's defaults (Config.Fsync, Config.FsyncInterval, Config.RetentionAge,
-// Config.RetentionBytes).
-type TopicConfig = metadata.TopicConfig
-
-// FsyncPolicy says when a topic's appends become durable.
-type FsyncPolicy = metadata.FsyncPolicy
-
-// The fsync policies.
-const (
-	// FsyncDefault takes the node's default (Config.Fsync), which itself
-	// defaults to FsyncAlways.
-	FsyncDefault = metadata.FsyncDefault
-	// FsyncAlways acknowledges a produce only after its batch is fsynced:
-	// an acknowledged message survives power loss. Concurrent produces to a
-	// partition share one fsync (group commit).
-	FsyncAlways = metadata.FsyncAlways
-	// FsyncInterval acknowledges after the write and fsyncs within
-	// FsyncInterval: on power loss, at most the last interval's
-	// acknowledged messages are lost. A process crash loses nothing (the
-	// data is in the OS page cache).
-	FsyncInterval = metadata.FsyncInterval
-	// FsyncNever leaves flushing to the operating system (and to Close).
-	FsyncNever = metadata.FsyncNever
 )
 
 // TopicOption configures a topic at creation.

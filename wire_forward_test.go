@@ -74,10 +74,10 @@ func TestBehaviour18ForwardedRetryHereSurvivesTheWire(t *testing.T) {
 // the caller, and not taken for a "not leader" with no one to follow.
 func TestBehaviour18ForwardedRetryHereRetriedInPlace(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		net := NewNetwork(NetworkOptions{})
+		net := transport.NewNetwork(transport.NetworkOptions{})
 		t.Cleanup(func() { _ = net.Close() }) // after the nodes' cleanups: ends the fake peer
-		peers := []NodeID{1, 2, 3}
-		nodes := map[NodeID]*Node{}
+		peers := []transport.NodeID{1, 2, 3}
+		nodes := map[transport.NodeID]*Node{}
 		for _, id := range peers[:2] {
 			n, err := Open(Config{Shards: 1, RequestTimeout: 5 * time.Second,
 				Cluster: &ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
@@ -187,10 +187,10 @@ func TestBehaviour18ForwardedRetryHereRetriedInPlace(t *testing.T) {
 // return whichever reply came first, from any peer).
 func TestForwardReplyOnlyFromTheNodeAsked(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		net := NewNetwork(NetworkOptions{})
+		net := transport.NewNetwork(transport.NetworkOptions{})
 		t.Cleanup(func() { _ = net.Close() })
-		peers := []NodeID{1, 2, 3}
-		nodes := map[NodeID]*Node{}
+		peers := []transport.NodeID{1, 2, 3}
+		nodes := map[transport.NodeID]*Node{}
 		for _, id := range peers[:2] {
 			n, err := Open(Config{Shards: 1, RequestTimeout: 5 * time.Second,
 				Cluster: &ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}})

@@ -27,7 +27,7 @@
 // (JetStream's SyncAlways, parkway's FsyncAlways).
 //
 // A last section runs cases 1–3 (and 2a) on three replicas: parkway as
-// three nodes in one process, over loopback TCP (parkway.ListenTCP per
+// three nodes in one process, over loopback TCP (transport.ListenTCP per
 // node, like JetStream's routes) and over its in-memory network, against
 // three embedded nats-servers with routes on loopback and a stream of
 // three replicas. Each side runs in memory (parkway nodes without a

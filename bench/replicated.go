@@ -15,11 +15,12 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/transport"
 )
 
 // The replicated section: parkway as three nodes in one process, over
-// loopback TCP (parkway.ListenTCP per node) and over the in-memory network
-// (parkway.NewNetwork), against embedded NATS JetStream as a three-server
+// loopback TCP (transport.ListenTCP per node) and over the in-memory network
+// (transport.NewNetwork), against embedded NATS JetStream as a three-server
 // cluster in one process with routes on loopback TCP and a stream of three
 // replicas. Both acknowledge a produce once a quorum (two of the three
 // replicas) holds it. The TCP systems are the like for like in transport.
@@ -160,32 +161,32 @@ func (s parkwayClusterSystem) profileTag() string {
 // tcpOptions are the options of every parkway TCP bus in the bench: the
 // defaults, in plaintext on loopback (asked for by name, as the transport
 // requires), like JetStream's routes here.
-func tcpOptions() parkway.TCPOptions {
-	return parkway.TCPOptions{InsecurePlaintext: true}
+func tcpOptions() transport.TCPOptions {
+	return transport.TCPOptions{InsecurePlaintext: true}
 }
 
 type parkwayCluster struct {
-	*parkwayInstance                   // the partition leader's node: every produce goes there
-	net              *parkway.Network  // the in-memory network, or nil
-	buses            []*parkway.TCPBus // the TCP endpoints, or nil
+	*parkwayInstance                     // the partition leader's node: every produce goes there
+	net              *transport.Network  // the in-memory network, or nil
+	buses            []*transport.TCPBus // the TCP endpoints, or nil
 	nodes            []*parkway.Node
-	leader           parkway.NodeID
+	leader           transport.NodeID
 }
 
 func (s parkwayClusterSystem) open(ctx context.Context, dir string, warm []byte) (replInstance, error) {
 	c := &parkwayCluster{}
-	peers := make([]parkway.NodeID, replicas)
+	peers := make([]transport.NodeID, replicas)
 	for i := range peers {
-		peers[i] = parkway.NodeID(i + 1)
+		peers[i] = transport.NodeID(i + 1)
 	}
-	bus := func(id parkway.NodeID) parkway.Bus { return c.net.Endpoint(id) }
+	bus := func(id transport.NodeID) transport.Bus { return c.net.Endpoint(id) }
 	if s.tcp {
 		if err := c.listenTCP(peers); err != nil {
 			return nil, errors.Join(err, c.close())
 		}
-		bus = func(id parkway.NodeID) parkway.Bus { return c.buses[id-1] }
+		bus = func(id transport.NodeID) transport.Bus { return c.buses[id-1] }
 	} else {
-		c.net = parkway.NewNetwork(parkway.NetworkOptions{})
+		c.net = transport.NewNetwork(transport.NetworkOptions{})
 	}
 	for _, id := range peers {
 		// Two shards per node, as on one node. With disk, each node has
@@ -209,9 +210,9 @@ func (s parkwayClusterSystem) open(ctx context.Context, dir string, warm []byte)
 
 // listenTCP starts one TCP bus per node on a free loopback port and tells
 // each the others' addresses.
-func (c *parkwayCluster) listenTCP(peers []parkway.NodeID) error {
+func (c *parkwayCluster) listenTCP(peers []transport.NodeID) error {
 	for _, id := range peers {
-		b, err := parkway.ListenTCP(id, "127.0.0.1:0", nil, tcpOptions())
+		b, err := transport.ListenTCP(id, "127.0.0.1:0", nil, tcpOptions())
 		if err != nil {
 			return fmt.Errorf("parkway: listen tcp for node %d: %w", id, err)
 		}
@@ -767,10 +768,10 @@ func (r *runner) runReplCase(ctx context.Context, sys replSystem, c replCase, ro
 // --- the report ------------------------------------------------------------
 
 const replicatedHowItRuns = `parkway: three nodes in one process,
-` + "`parkway.Open(parkway.Config{Shards: 2, Cluster: &parkway.ClusterConfig{ID: i, Peers: []parkway.NodeID{1, 2, 3}, Bus: bus_i}})`" + `,
-where bus_i is either node i's endpoint on one ` + "`parkway.NewNetwork(parkway.NetworkOptions{})`" + `
+` + "`parkway.Open(parkway.Config{Shards: 2, Cluster: &parkway.ClusterConfig{ID: i, Peers: []transport.NodeID{1, 2, 3}, Bus: bus_i}})`" + `,
+where bus_i is either node i's endpoint on one ` + "`transport.NewNetwork(transport.NetworkOptions{})`" + `
 (the in-memory bus) or, in the systems marked **TCP**, node i's
-` + "`parkway.ListenTCP(i, \"127.0.0.1:0\", nil, opts)`" + ` (the default options, plaintext,
+` + "`transport.ListenTCP(i, \"127.0.0.1:0\", nil, opts)`" + ` (the default options, plaintext,
 like JetStream's routes here) with the other two nodes added as peers
 (parkway's TCP transport over loopback); and one topic of
 1 partition created with ` + "`parkway.WithFsync(parkway.FsyncInterval, 2*time.Minute)`" + `.

@@ -267,6 +267,12 @@ func (c *Cluster) Validate() error {
 	return errors.Join(errs...)
 }
 
+// WithDefaults returns c with every zero field that has a default set to
+// it: the defaults New applies. A wrapper that derives its own config
+// from an engine's (package parkway's Config) reads them here rather than
+// declaring them again.
+func (c Config) WithDefaults() Config { return c.withDefaults() }
+
 func (c Config) withDefaults() Config {
 	if c.ReconcileInterval == 0 {
 		c.ReconcileInterval = reconciler.DefaultPeriod

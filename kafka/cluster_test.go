@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/transport"
 )
 
 // cluster is three nodes on an in-memory bus, each with a listener.
@@ -25,9 +26,9 @@ type cluster struct {
 
 func startCluster(t *testing.T) *cluster {
 	t.Helper()
-	bus := parkway.NewNetwork(parkway.NetworkOptions{})
+	bus := transport.NewNetwork(transport.NetworkOptions{})
 	t.Cleanup(func() { bus.Close() })
-	peers := []parkway.NodeID{1, 2, 3}
+	peers := []transport.NodeID{1, 2, 3}
 	c := &cluster{t: t, nodes: map[int32]*parkway.Node{}, servers: map[int32]*Server{}, served: map[int32]chan error{}, brokers: map[int32]string{}}
 	listeners := map[int32]net.Listener{}
 	for _, id := range peers {
@@ -207,7 +208,7 @@ func TestClusterLeaderKilledMidProduce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var leader parkway.NodeID
+	var leader transport.NodeID
 	for leader == 0 {
 		if leader, err = c.nodes[1].Cluster().Leader(ctx, topic, 0); err != nil {
 			t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/transport"
 )
 
 func TestMain(m *testing.M) {
@@ -262,9 +263,9 @@ func fileSize(t *testing.T, path string) int64 {
 // directory holds the metadata group's raft log and a raft log per
 // partition.
 func inCluster(t *testing.T, cfg *parkway.Config) {
-	net := parkway.NewNetwork(parkway.NetworkOptions{})
+	net := transport.NewNetwork(transport.NetworkOptions{})
 	t.Cleanup(func() { net.Close() })
-	cfg.Cluster = &parkway.ClusterConfig{ID: 1, Peers: []parkway.NodeID{1}, Bus: net.Endpoint(1)}
+	cfg.Cluster = &parkway.ClusterConfig{ID: 1, Peers: []transport.NodeID{1}, Bus: net.Endpoint(1)}
 }
 
 // copyDir copies dir into a fresh temporary directory.

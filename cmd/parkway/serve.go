@@ -27,6 +27,7 @@ import (
 
 	"github.com/parkway-io/parkway"
 	"github.com/parkway-io/parkway/kafka"
+	"github.com/parkway-io/parkway/transport"
 )
 
 const serveUsage = `usage: parkway serve [flags]
@@ -211,13 +212,13 @@ func (c *serveConfig) nodeConfig() (parkway.Config, error) {
 }
 
 // parsePeers parses id=host:port,… ; self must be among them.
-func parsePeers(s string, self uint64) (map[parkway.NodeID]string, error) {
+func parsePeers(s string, self uint64) (map[transport.NodeID]string, error) {
 	return parseIDAddrs("--peers", s, self)
 }
 
 // parseIDAddrs parses the flag's id=host:port,… ; self must be among them.
-func parseIDAddrs(flag, s string, self uint64) (map[parkway.NodeID]string, error) {
-	out := map[parkway.NodeID]string{}
+func parseIDAddrs(flag, s string, self uint64) (map[transport.NodeID]string, error) {
+	out := map[transport.NodeID]string{}
 	for _, p := range strings.Split(s, ",") {
 		idStr, addr, ok := strings.Cut(strings.TrimSpace(p), "=")
 		id, err := strconv.ParseUint(idStr, 10, 64)
@@ -227,12 +228,12 @@ func parseIDAddrs(flag, s string, self uint64) (map[parkway.NodeID]string, error
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			return nil, usageErr("serve: %s entry %q: %v", flag, p, err)
 		}
-		if _, dup := out[parkway.NodeID(id)]; dup {
+		if _, dup := out[transport.NodeID(id)]; dup {
 			return nil, usageErr("serve: %s names node %d twice", flag, id)
 		}
-		out[parkway.NodeID(id)] = addr
+		out[transport.NodeID(id)] = addr
 	}
-	if _, ok := out[parkway.NodeID(self)]; !ok {
+	if _, ok := out[transport.NodeID(self)]; !ok {
 		return nil, usageErr("serve: %s must include this node (%d)", flag, self)
 	}
 	return out, nil
@@ -277,7 +278,7 @@ func (c *serveConfig) kafkaConfig(log hclog.Logger) (*kafka.Config, error) {
 }
 
 // tlsConfig loads the TLS files.
-func (c *serveConfig) tlsConfig() (*parkway.TLSConfig, error) {
+func (c *serveConfig) tlsConfig() (*transport.TLSConfig, error) {
 	cert, err := tls.LoadX509KeyPair(c.tlsCert, c.tlsKey)
 	if err != nil {
 		return nil, fmt.Errorf("TLS certificate: %w", err)
@@ -290,7 +291,7 @@ func (c *serveConfig) tlsConfig() (*parkway.TLSConfig, error) {
 	if !pool.AppendCertsFromPEM(pem) {
 		return nil, fmt.Errorf("TLS CAs: no PEM certificate in %s", c.tlsCA)
 	}
-	return &parkway.TLSConfig{ClusterID: c.clusterID, Certificate: &cert, CAs: pool}, nil
+	return &transport.TLSConfig{ClusterID: c.clusterID, Certificate: &cert, CAs: pool}, nil
 }
 
 // serve opens the node, serves HTTP, and shuts down on a signal.
@@ -304,7 +305,7 @@ func serve(c serveConfig, cfg parkway.Config, kcfg *kafka.Config, log hclog.Logg
 	}
 	if c.nodeID != 0 {
 		peers, _ := parsePeers(c.peers, c.nodeID)
-		opts := parkway.TCPOptions{InsecurePlaintext: c.plaintext}
+		opts := transport.TCPOptions{InsecurePlaintext: c.plaintext}
 		if !c.plaintext {
 			t, err := c.tlsConfig()
 			if err != nil {
@@ -312,16 +313,16 @@ func serve(c serveConfig, cfg parkway.Config, kcfg *kafka.Config, log hclog.Logg
 			}
 			opts.TLS = t
 		}
-		bus, err := parkway.ListenTCP(parkway.NodeID(c.nodeID), c.listen, peers, opts)
+		bus, err := transport.ListenTCP(transport.NodeID(c.nodeID), c.listen, peers, opts)
 		if err != nil {
 			return fail("listen on %s: %w", c.listen, err)
 		}
-		ids := make([]parkway.NodeID, 0, len(peers))
+		ids := make([]transport.NodeID, 0, len(peers))
 		for id := range peers {
 			ids = append(ids, id)
 		}
 		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-		cfg.Cluster = &parkway.ClusterConfig{ID: parkway.NodeID(c.nodeID), Peers: ids, Join: c.join, Bus: bus}
+		cfg.Cluster = &parkway.ClusterConfig{ID: transport.NodeID(c.nodeID), Peers: ids, Join: c.join, Bus: bus}
 	}
 	if cfg.DataDir == "" {
 		log.Warn("no --data-dir: everything is kept in memory and lost when the process exits")

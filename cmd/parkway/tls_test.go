@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/transport"
 )
 
 // writePKI writes a CA (ca.pem) and, for each id, a member certificate
@@ -49,7 +49,7 @@ func writePKI(t *testing.T, dir, cluster string, ids []int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		u, _ := url.Parse(parkway.IdentityURI(cluster, parkway.NodeID(id)))
+		u, _ := url.Parse(transport.IdentityURI(cluster, transport.NodeID(id)))
 		tmpl := &x509.Certificate{SerialNumber: big.NewInt(int64(id + 1)), Subject: pkix.Name{CommonName: u.String()},
 			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), URIs: []*url.URL{u},
 			KeyUsage:    x509.KeyUsageDigitalSignature,

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/transport"
 )
 
 func main() {
@@ -32,17 +33,17 @@ func run() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	net := parkway.NewNetwork(parkway.NetworkOptions{})
+	net := transport.NewNetwork(transport.NetworkOptions{})
 	defer net.Close()
-	peers := []parkway.NodeID{1, 2, 3}
-	nodes := map[parkway.NodeID]*parkway.Node{}
+	peers := []transport.NodeID{1, 2, 3}
+	nodes := map[transport.NodeID]*parkway.Node{}
 	defer func() {
 		for _, n := range nodes {
 			n.Close()
 		}
 	}()
-	dirs := map[parkway.NodeID]string{}
-	start := func(id parkway.NodeID) error {
+	dirs := map[transport.NodeID]string{}
+	start := func(id transport.NodeID) error {
 		n, err := parkway.Open(parkway.Config{Shards: 2, DataDir: dirs[id],
 			Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
 		if err != nil {
@@ -72,7 +73,7 @@ func run() error {
 		return err
 	}
 	var acked []string
-	produce := func(via parkway.NodeID, n int, prefix string) error {
+	produce := func(via transport.NodeID, n int, prefix string) error {
 		for i := range n {
 			p := fmt.Sprintf("%s-%d", prefix, i)
 			if _, err := nodes[via].Produce(ctx, topic, parkway.PartitionID(0), parkway.Message{Payload: []byte(p)}); err != nil {
@@ -95,7 +96,7 @@ func run() error {
 		return err
 	}
 	delete(nodes, leader)
-	var survivors []parkway.NodeID
+	var survivors []transport.NodeID
 	for id := range nodes {
 		survivors = append(survivors, id)
 	}

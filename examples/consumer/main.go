@@ -125,7 +125,7 @@ func run() error {
 			}
 			moving := false
 			for _, p := range g.Partitions {
-				moving = moving || p.Next != 0
+				moving = moving || p.Moving != 0
 			}
 			if !moving {
 				break

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/transport"
 )
 
 func main() {
@@ -36,10 +37,10 @@ func main() {
 func run() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	net := parkway.NewNetwork(parkway.NetworkOptions{})
+	net := transport.NewNetwork(transport.NetworkOptions{})
 	defer net.Close()
-	founders := []parkway.NodeID{1, 2, 3}
-	nodes := map[parkway.NodeID]*parkway.Node{}
+	founders := []transport.NodeID{1, 2, 3}
+	nodes := map[transport.NodeID]*parkway.Node{}
 	var dirs []string
 	defer func() {
 		for _, n := range nodes {
@@ -49,7 +50,7 @@ func run() error {
 			os.RemoveAll(dir)
 		}
 	}()
-	open := func(id parkway.NodeID, peers []parkway.NodeID, join bool) error {
+	open := func(id transport.NodeID, peers []transport.NodeID, join bool) error {
 		dir, err := os.MkdirTemp("", fmt.Sprintf("parkway-membership-node%d-", id))
 		if err != nil {
 			return err
@@ -95,7 +96,7 @@ func run() error {
 			default:
 			}
 			p := fmt.Sprint("order-", i)
-			via := parkway.NodeID(2 + i%2) // nodes 2 and 3 stay throughout
+			via := transport.NodeID(2 + i%2) // nodes 2 and 3 stay throughout
 			if _, err := nodes[via].Produce(ctx, orders, parkway.PartitionID(0), parkway.Message{Payload: []byte(p)}); err != nil {
 				done <- fmt.Errorf("produce %s through node %d: %w", p, via, err)
 				return
@@ -106,7 +107,7 @@ func run() error {
 		}
 	}()
 
-	if err := open(4, []parkway.NodeID{1, 2, 3, 4}, true); err != nil {
+	if err := open(4, []transport.NodeID{1, 2, 3, 4}, true); err != nil {
 		return err
 	}
 	if err := nodes[2].Cluster().AddNode(ctx, 4); err != nil {
@@ -128,7 +129,7 @@ func run() error {
 		return err
 	}
 	fmt.Println("topic payments, created after the join, on", placements(ctx, nodes[4], payments))
-	for _, id := range []parkway.NodeID{1, 2, 3, 4} {
+	for _, id := range []transport.NodeID{1, 2, 3, 4} {
 		for p := range uint32(4) {
 			if _, err := nodes[id].Produce(ctx, payments, parkway.PartitionID(p), parkway.Message{Payload: []byte("paid")}); err != nil {
 				return fmt.Errorf("produce to payments/%d through node %d: %w", p, id, err)
@@ -154,7 +155,7 @@ func run() error {
 	mu.Lock()
 	want := slices.Clone(acked)
 	mu.Unlock()
-	for _, id := range []parkway.NodeID{2, 3, 4} {
+	for _, id := range []transport.NodeID{2, 3, 4} {
 		b, err := nodes[id].Poll(ctx, orders, 0, parkway.AtOffset(0), len(want)+10)
 		if err != nil {
 			return fmt.Errorf("poll orders through node %d: %w", id, err)

@@ -100,9 +100,9 @@ func (b countingBus) Send(m transport.Message) error {
 
 func one(partitions int, settle, measure, converge time.Duration, profile, memProfile, traceOut string, burst bool, logLevel string) error {
 	ctx := context.Background()
-	net := parkway.NewNetwork(parkway.NetworkOptions{})
+	net := transport.NewNetwork(transport.NetworkOptions{})
 	defer net.Close()
-	peers := []parkway.NodeID{1, 2, 3}
+	peers := []transport.NodeID{1, 2, 3}
 	sent := make([]*[256]atomic.Int64, len(peers))
 	var nodes []*parkway.Node
 	defer func() {

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/transport"
 )
 
 // A cluster in this process (-nodes N, N > 1): N nodes over the
@@ -23,16 +24,16 @@ import (
 // replica of every partition: its segment files and its raft log.
 
 type cluster struct {
-	net   *parkway.Network
+	net   *transport.Network
 	nodes []*parkway.Node
 	regs  []*prometheus.Registry
 }
 
 func openCluster(dir string, nodes, shards, budget int) (*cluster, error) {
-	c := &cluster{net: parkway.NewNetwork(parkway.NetworkOptions{})}
-	var peers []parkway.NodeID
+	c := &cluster{net: transport.NewNetwork(transport.NetworkOptions{})}
+	var peers []transport.NodeID
 	for i := range nodes {
-		peers = append(peers, parkway.NodeID(i+1))
+		peers = append(peers, transport.NodeID(i+1))
 	}
 	for _, id := range peers {
 		n, err := parkway.Open(parkway.Config{

@@ -57,6 +57,7 @@ import (
 
 	"github.com/parkway-io/parkway"
 	"github.com/parkway-io/parkway/bench"
+	"github.com/parkway-io/parkway/transport"
 )
 
 func main() {
@@ -143,17 +144,17 @@ type result struct {
 // nodeLabel is the pprof label key naming the node a goroutine works for.
 const nodeLabel = "node"
 
-func labelled(id parkway.NodeID, fn func()) {
+func labelled(id transport.NodeID, fn func()) {
 	pprof.Do(context.Background(), pprof.Labels(nodeLabel, strconv.Itoa(int(id))), func(context.Context) { fn() })
 }
 
 func one(nodes, replicas, partitions, producers, payload int, d time.Duration, toLeader, perNode bool) (result, error) {
 	ctx := context.Background()
-	net := parkway.NewNetwork(parkway.NetworkOptions{})
+	net := transport.NewNetwork(transport.NetworkOptions{})
 	defer net.Close()
-	var peers []parkway.NodeID
+	var peers []transport.NodeID
 	for i := range nodes {
-		peers = append(peers, parkway.NodeID(i+1))
+		peers = append(peers, transport.NodeID(i+1))
 	}
 	var ns []*parkway.Node
 	defer func() {
@@ -199,7 +200,7 @@ func one(nodes, replicas, partitions, producers, payload int, d time.Duration, t
 			// Only the partition's replicas know its leader, and
 			// leadership may be moving to the preferred leader: ask every
 			// node, for a while.
-			var lead parkway.NodeID
+			var lead transport.NodeID
 			var err error
 			for try := 0; lead == 0 && try < 100; try++ {
 				if try > 0 {
