@@ -124,8 +124,11 @@ func TestPeerAnnounced(t *testing.T) {
 		t.Fatal("a replayed membership change older than the record forgot it")
 	}
 	d.forgetPeer(2, 7, false) // removed (or added again) after the record
-	if d.peerAnnounced(2, 21, 9, true) || d.peerAnnounced(2, 21, 9, true) {
+	if d.peerAnnounced(2, 21, 9, true) {
 		t.Fatal("the incarnation announced after a membership change refused")
+	}
+	if d.peerAnnounced(2, 21, 9, true) {
+		t.Fatal("the incarnation recorded after a membership change refused when announced again")
 	}
 	if d.peerAnnounced(3, 30, 9, false) || d.peerAnnounced(3, 31, 9, false) {
 		t.Fatal("a node that is not a member refused")

@@ -353,12 +353,3 @@ func countFiles(dir string) int {
 	})
 	return n
 }
-
-// journalRecords counts the records of journal files.
-func journalRecords(files []partition.JournalFile) int {
-	n := 0
-	for _, f := range files {
-		n += f.Records
-	}
-	return n
-}

@@ -13,7 +13,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/parkway-io/parkway/internal/sim"
-	"github.com/parkway-io/parkway/internal/testhooks"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -328,12 +327,6 @@ func expectCaught(t *testing.T, hook interface{ Store(bool) }, invariants ...int
 	if caught == 0 {
 		t.Fatalf("the broken build passed all %d default seeds", defaultSeeds)
 	}
-}
-
-// Serving parked frames stamped with another incarnation (instead of
-// rejecting them) is caught as a message crossing incarnations.
-func TestCatchesServeStaleParked(t *testing.T) {
-	expectCaught(t, &testhooks.ServeStaleParked, 2)
 }
 
 // A fast-skip that ignores the park buffer leaves frames parked and

@@ -30,7 +30,8 @@ func (k opKind) String() string { return kindNames[k] }
 type outcome uint8
 
 const (
-	outcomePending outcome = iota
+	// The zero value: the operation has not ended yet.
+	_ outcome = iota
 	// outcomeOK: answered with a result.
 	outcomeOK
 	// outcomeNotApplied: nothing happened — every try was answered "retry

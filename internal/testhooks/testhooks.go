@@ -3,9 +3,14 @@
 // They exist only so the deterministic simulator (internal/sim) can prove
 // that it catches the bugs they introduce: a test flips one, expects the
 // simulator to report an invariant violation within its default seeds, and
-// flips it back. Nothing else may set them; production code reads each one
-// with a single atomic load, off the per-frame hot path, and behaves
-// normally while they are false (their zero value).
+// flips it back. Nothing else may set them, and a normal build cannot:
+// the switches exist only in a build with the tag parkway_brokenbuild
+// . In every other
+// build each switch is a value whose Load is the constant false, so the
+// broken branch is dead code the compiler drops, and a test that would
+// flip one does not compile without the tag. CI runs those tests with
+// the tag (go test -tags parkway_brokenbuild -run ServeStaleParked
+// ./shard ./internal/sim).
 //
 // The package imports nothing of parkway, so any package may read it.
 //
@@ -15,13 +20,3 @@
 // seams (internal/sim's Break* variables); this one breaks a check inside
 // the shard's re-dispatch that no seam reaches.
 package testhooks
-
-import "sync/atomic"
-
-var (
-	// ServeStaleParked, when set, makes a shard serve parked frames stamped
-	// with another incarnation when their partition materialises, instead
-	// of rejecting them as stale (breaks DESIGN behaviour 4). Read in the
-	// shard's re-dispatch, once per materialisation.
-	ServeStaleParked atomic.Bool
-)
