@@ -1,11 +1,9 @@
 package host
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strconv"
 
@@ -49,30 +47,14 @@ func lockDataDir(fsys vfs.FS, dir string) (io.Closer, error) {
 	name := filepath.Join(dir, lockFile)
 	l, err := fsys.Lock(name)
 	if errors.Is(err, vfs.ErrLocked) {
-		return nil, &LockedError{Dir: dir, PID: lockHolder(fsys, name), Err: err}
+		return nil, &LockedError{Dir: dir, PID: vfs.LockHolder(fsys, name), Err: err}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("parkway: lock data dir: %w", err)
 	}
 	// The pid is for the error above, in the next process that tries:
-	// best effort, never a reason to fail, and never synced (a lock
-	// file's content means nothing after the process is gone).
-	if f, err := fsys.OpenFile(name, os.O_WRONLY|os.O_TRUNC, 0o644); err == nil {
-		_, _ = f.Write(strconv.AppendInt(nil, int64(os.Getpid()), 10))
-		_ = f.Close()
-	}
+	// best effort, never a reason to fail.
+	_ = vfs.RecordLockHolder(fsys, name)
 	return l, nil
 }
 
-// lockHolder reads the pid a lock file names, 0 if it names none.
-func lockHolder(fsys vfs.FS, name string) int {
-	b, err := vfs.ReadFile(fsys, name)
-	if err != nil || len(b) > 20 {
-		return 0
-	}
-	pid, err := strconv.Atoi(string(bytes.TrimSpace(b)))
-	if err != nil || pid <= 0 {
-		return 0
-	}
-	return pid
-}

@@ -54,3 +54,22 @@ func (l *tableLock) Close() error {
 	})
 	return nil
 }
+
+// SharedLock, on systems without flock(2), sees only the in-process
+// table: it fails with ErrLocked while a Lock of this process holds name,
+// and cannot see another process's. It never creates or writes the file.
+func SharedLock(name string) (io.Closer, error) {
+	abs, err := filepath.Abs(name)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(name); err != nil {
+		return nil, err
+	}
+	processLocks.mu.Lock()
+	defer processLocks.mu.Unlock()
+	if processLocks.held[abs] {
+		return nil, &os.PathError{Op: "lock", Path: name, Err: ErrLocked}
+	}
+	return io.NopCloser(nil), nil
+}

@@ -20,16 +20,32 @@ func (osFS) Lock(name string) (io.Closer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := flock(f); err != nil {
+	if err := flock(f, unix.LOCK_EX); err != nil {
 		_ = f.Close()
 		return nil, &os.PathError{Op: "flock", Path: name, Err: err}
 	}
 	return &osLock{f: f}, nil
 }
 
-// flock takes an exclusive, non-blocking flock on f, retrying an
-// interrupted call; a lock held elsewhere is ErrLocked.
-func flock(f *os.File) error {
+// SharedLock takes flock(2) LOCK_SH|LOCK_NB on name, opened read-only:
+// it conflicts with Lock's exclusive lock (so it fails with ErrLocked
+// while a holder runs) but not with another SharedLock, and it never
+// creates or writes the file.
+func SharedLock(name string) (io.Closer, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := flock(f, unix.LOCK_SH); err != nil {
+		_ = f.Close()
+		return nil, &os.PathError{Op: "flock", Path: name, Err: err}
+	}
+	return &osLock{f: f}, nil
+}
+
+// flock takes a non-blocking flock of kind how (LOCK_EX or LOCK_SH) on
+// f, retrying an interrupted call; a lock held elsewhere is ErrLocked.
+func flock(f *os.File, how int) error {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return err
@@ -37,7 +53,7 @@ func flock(f *os.File) error {
 	var ferr error
 	if err := rc.Control(func(fd uintptr) {
 		for {
-			if ferr = unix.Flock(int(fd), unix.LOCK_EX|unix.LOCK_NB); ferr != unix.EINTR {
+			if ferr = unix.Flock(int(fd), how|unix.LOCK_NB); ferr != unix.EINTR {
 				return
 			}
 		}

@@ -100,6 +100,24 @@ func openDataDir(path string, force bool, stderr io.Writer) (*dataDir, error) {
 	return d, nil
 }
 
+// lockShared takes a shared lock on the data directory's LOCK file if
+// there is one (a node holds it exclusively while it runs), so no node
+// starts on the directory while it is read: held reports a node holding
+// it, with the pid the file names (0 if unknown). The file is opened
+// read-only and never created. The returned function releases the lock.
+func lockShared(name string) (release func(), held bool, pid int, err error) {
+	l, err := vfs.SharedLock(name)
+	switch {
+	case err == nil:
+		return func() { _ = l.Close() }, false, 0, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return func() {}, false, 0, nil
+	case errors.Is(err, vfs.ErrLocked):
+		return func() {}, true, vfs.LockHolder(vfs.ReadOnly(vfs.Default), name), nil
+	}
+	return nil, false, 0, fmt.Errorf("lock %s: %w", name, err)
+}
+
 // node is the node id the identity file records (0: none, or a single
 // node's).
 func (d *dataDir) node() uint64 {
