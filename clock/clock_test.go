@@ -1,6 +1,8 @@
 package clock_test
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -54,5 +56,46 @@ func TestRealClock(t *testing.T) {
 	}
 	if c.Now().IsZero() {
 		t.Fatal("zero time")
+	}
+}
+
+// TestWithTimeout: a context from WithTimeout on a Manual clock ends only
+// when the clock moves past its deadline, with DeadlineExceeded; cancel
+// ends it with Canceled; a parent's end reaches it.
+func TestWithTimeout(t *testing.T) {
+	start := time.Unix(1000, 0)
+	m := clock.NewManual(start)
+	ctx, cancel := clock.WithTimeout(context.Background(), m, time.Second)
+	defer cancel()
+	if d, ok := ctx.Deadline(); !ok || !d.Equal(start.Add(time.Second)) {
+		t.Fatalf("Deadline = %v, %v; want %v", d, ok, start.Add(time.Second))
+	}
+	m.WaitPending(1)
+	m.Advance(999 * time.Millisecond)
+	select {
+	case <-ctx.Done():
+		t.Fatal("ended before the clock reached the deadline")
+	default:
+	}
+	m.Advance(time.Millisecond)
+	<-ctx.Done()
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		t.Fatalf("Err = %v, want DeadlineExceeded", ctx.Err())
+	}
+
+	ctx2, cancel2 := clock.WithTimeout(context.Background(), m, time.Second)
+	cancel2()
+	<-ctx2.Done()
+	if !errors.Is(ctx2.Err(), context.Canceled) {
+		t.Fatalf("Err after cancel = %v, want Canceled", ctx2.Err())
+	}
+
+	parent, pcancel := context.WithCancel(context.Background())
+	ctx3, cancel3 := clock.WithTimeout(parent, m, time.Hour)
+	defer cancel3()
+	pcancel()
+	<-ctx3.Done()
+	if !errors.Is(ctx3.Err(), context.Canceled) {
+		t.Fatalf("Err after the parent's cancel = %v, want Canceled", ctx3.Err())
 	}
 }

@@ -466,7 +466,7 @@ func (e *Engine) Deadline(ctx context.Context) (context.Context, context.CancelF
 	if d, ok := ctx.Deadline(); ok && d.Sub(e.cfg.Clock.Now()) <= e.cfg.RequestTimeout {
 		return context.WithCancel(ctx)
 	}
-	return context.WithTimeout(ctx, e.cfg.RequestTimeout)
+	return clock.WithTimeout(ctx, e.cfg.Clock, e.cfg.RequestTimeout)
 }
 
 // Sleep waits d on the engine's clock, or until ctx ends.

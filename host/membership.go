@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync/atomic"
 
+	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/shard"
 )
@@ -189,7 +190,7 @@ func (c *clusterNode) changeVoters(ctx context.Context, add bool, node uint64, c
 		if r.Err == nil {
 			// Proposed: wait for it to apply here, for a bounded time (a
 			// proposal lost to a leader change is proposed again).
-			wctx, wcancel := context.WithTimeout(ctx, e.ForwardTimeout())
+			wctx, wcancel := clock.WithTimeout(ctx, e.cfg.Clock, e.ForwardTimeout())
 			err := c.waitApplied(wctx, done)
 			wcancel()
 			if err == nil {

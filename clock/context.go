@@ -1,0 +1,54 @@
+package clock
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// WithTimeout is context.WithTimeout on c: the returned context ends when
+// d has passed on c (for a Manual clock, when Advance moves past it), when
+// ctx ends, or when cancel is called, whichever is first. Its Err is
+// context.DeadlineExceeded when c's time ran out, as context.WithTimeout's
+// is; its Deadline is c.Now()+d unless ctx's is earlier. On Real it is
+// context.WithTimeout itself. As with context.WithTimeout, the caller must
+// call cancel: until then a goroutine waits on the timer.
+func WithTimeout(ctx context.Context, c Clock, d time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := c.(Real); ok {
+		return context.WithTimeout(ctx, d)
+	}
+	deadline := c.Now().Add(d)
+	inner, cancel := context.WithCancelCause(ctx)
+	t := c.NewTimer(d)
+	go func() {
+		defer t.Stop()
+		select {
+		case <-t.C():
+			cancel(context.DeadlineExceeded)
+		case <-inner.Done():
+		}
+	}()
+	out := &clockCtx{Context: inner, deadline: deadline}
+	if pd, ok := ctx.Deadline(); ok && pd.Before(deadline) {
+		out.deadline = pd
+	}
+	return out, func() { cancel(context.Canceled) }
+}
+
+// clockCtx is a context whose deadline is kept on a Clock.
+type clockCtx struct {
+	context.Context // a WithCancelCause of the parent
+	deadline        time.Time
+}
+
+func (c *clockCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+
+// Err reports DeadlineExceeded when the clock's timer ended the context
+// (WithCancelCause alone would say Canceled).
+func (c *clockCtx) Err() error {
+	err := c.Context.Err()
+	if err != nil && errors.Is(context.Cause(c.Context), context.DeadlineExceeded) {
+		return context.DeadlineExceeded
+	}
+	return err
+}
