@@ -57,4 +57,3 @@ func lockDataDir(fsys vfs.FS, dir string) (io.Closer, error) {
 	_ = vfs.RecordLockHolder(fsys, name)
 	return l, nil
 }
-

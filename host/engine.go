@@ -101,7 +101,7 @@ func New(cfg Config) (*Engine, error) {
 	ok := false
 	defer func() {
 		if !ok {
-			e.release()
+			e.release(false)
 		}
 	}()
 	if err := e.openMetadata(); err != nil {
@@ -369,18 +369,26 @@ func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
 		e.closed.Store(true)
 		e.group.Stop()
-		e.closeErr = e.release()
+		e.closeErr = e.release(true)
 	})
 	return e.closeErr
 }
 
-// release frees what New acquired; the drivers are stopped.
-func (e *Engine) release() error {
+// release frees what New acquired; the drivers are stopped. clean is a
+// Close of an engine New returned, not the undoing of a failed New.
+func (e *Engine) release(clean bool) error {
 	for _, cancel := range e.cancels {
 		cancel()
 	}
 	for _, s := range e.shards {
 		_ = s.Close()
+	}
+	if clean && e.fstore != nil {
+		// Every partition is closed: record which have directories, so
+		// an offline verify can tell a removed one from a partition that
+		// never needed files (see partition.FileStore.RecordPartitions).
+		// Best effort: without the record verify only says less.
+		_ = e.fstore.RecordPartitions()
 	}
 	var err error
 	if e.cl != nil {

@@ -26,6 +26,7 @@ targets='
 ./partition FuzzSegment
 ./partition FuzzSealedSegment
 ./partition FuzzIncarnation
+./partition FuzzDecodeManifest
 ./shard FuzzDecodeState
 ./shard FuzzDecodeCatchUp
 ./transport FuzzReadFrame

@@ -191,6 +191,13 @@ func (v *verifier) run() int {
 			v.report(dir, 0, errors.New("orphan partition directory: "+why), "the node deletes it when it starts")
 		}
 	}
+	recorded, err := d.store.RecordedPartitions()
+	switch {
+	case err == nil:
+		files++
+	case !errors.Is(err, fs.ErrNotExist):
+		v.reportErr(partition.ManifestPath(d.path), err, "without it a removed partition directory looks like a partition that never needed files; the node writes it again at its next clean close")
+	}
 	if meta != nil {
 		for _, pi := range meta.Snapshot().Partitions {
 			if have[pi.NS] {
@@ -199,15 +206,22 @@ func (v *verifier) run() int {
 			if d.cluster && (v.node == 0 || !slices.Contains(pi.Replicas, v.node)) {
 				continue // another node's replica, or this node's id is not known
 			}
-			if !d.cluster && v.deferred(meta, pi) {
+			// The manifest of the last clean close says this incarnation
+			// had a directory: it was removed, whatever the journal holds.
+			built := recorded[pi.NS] == pi.CreatedRevision
+			if !d.cluster && !built && v.deferred(meta, pi) {
 				continue
 			}
 			repair := "the node builds it again, empty"
 			if d.cluster {
 				repair = "the node builds the replica again, empty and with no raft state: its votes and log are forgotten"
 			}
+			why := ""
+			if built {
+				why = " (it had one at the node's last clean close)"
+			}
 			v.report(partitionDir(d.path, pi.NS), 0,
-				fmt.Errorf("partition %v (incarnation %d) is in the metadata but its directory is missing", pi.NS, pi.CreatedRevision),
+				fmt.Errorf("partition %v (incarnation %d) is in the metadata but its directory is missing%s", pi.NS, pi.CreatedRevision, why),
 				repair)
 		}
 	}
@@ -224,12 +238,15 @@ func (v *verifier) run() int {
 // were written once its directory was durable, so it had files), and a
 // topic configured FsyncNever, whose partitions get files when built.
 //
-// What cannot be told from the directory: a deferred partition that did
-// get files, whose journal files were then removed (a checkpoint synced
-// its files), and whose directory was removed afterwards looks like an
-// empty deferred partition; so does one of a topic on the node's default
-// policy (FsyncDefault), which this tool does not know, when that default
-// is FsyncNever.
+// A partition the manifest of the node's last clean close records (see
+// partition.FileStore.RecordPartitions) had a directory: run reports it
+// as removed before asking this. What cannot be told from the directory:
+// a deferred partition that got files after the last clean close (the
+// node crashed since), whose journal files were then removed (a
+// checkpoint synced its files), and whose directory was removed afterwards
+// looks like an empty deferred partition; so does one of a topic on the
+// node's default policy (FsyncDefault), which this tool does not know,
+// when that default is FsyncNever.
 func (v *verifier) deferred(meta *metadata.Store, pi metadata.PartitionInfo) bool {
 	if neverSynced(meta, pi.NS) {
 		return false

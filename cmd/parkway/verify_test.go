@@ -269,12 +269,12 @@ func TestVerifyMetadataSnapshot(t *testing.T) {
 	}
 }
 
-// TestVerifyMissingDirectoryNotDetectable pins a limit: a partition
-// directory removed after the node's journal dropped its records (a clean
-// close) looks like a partition that lives in the journal with no record
-// yet (DESIGN behaviour 32), which the node builds empty: verify cannot
-// call it a problem, and says so in a note.
-func TestVerifyMissingDirectoryNotDetectable(t *testing.T) {
+// TestVerifyMissingDirectory: a partition directory removed after the
+// node closed cleanly is damage, even though the journal no longer holds
+// the partition's records (a clean close dropped them) and an empty
+// deferred partition (DESIGN behaviour 32) has no directory either: the
+// manifest the node wrote at its close says this incarnation had one.
+func TestVerifyMissingDirectory(t *testing.T) {
 	dir := makeDir(t, 20)
 	p := filepath.Dir(segments(t, dir, 1)[0])
 	if err := os.RemoveAll(p); err != nil {
@@ -282,7 +282,49 @@ func TestVerifyMissingDirectoryNotDetectable(t *testing.T) {
 	}
 	r := runBin(t, "verify", dir)
 	rel, _ := filepath.Rel(dir, p)
+	if r.code != exitProblems || !strings.Contains(r.stdout, rel+":0: partition") ||
+		!strings.Contains(r.stdout, "directory is missing (it had one at the node's last clean close)") {
+		t.Fatalf("verify:\n%v", r)
+	}
+}
+
+// TestVerifyMissingDirectoryWithoutManifest pins the limit that is left:
+// without the manifest of a clean close (the node crashed since it built
+// the partition's files, or the file was removed too), a removed partition
+// directory whose records the journal no longer holds looks like a
+// partition that lives in the journal with no record yet, which the node
+// builds empty: verify cannot call it a problem, and says so in a note.
+func TestVerifyMissingDirectoryWithoutManifest(t *testing.T) {
+	dir := makeDir(t, 20)
+	p := filepath.Dir(segments(t, dir, 1)[0])
+	if err := os.RemoveAll(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "PARTITIONS")); err != nil {
+		t.Fatal(err)
+	}
+	r := runBin(t, "verify", dir)
+	rel, _ := filepath.Rel(dir, p)
 	if r.code != 0 || !strings.Contains(r.stdout, "note: "+rel+" has no directory") || !strings.Contains(r.stdout, "looks the same") {
+		t.Fatalf("verify:\n%v", r)
+	}
+}
+
+// TestVerifyDamagedManifest: a bit flipped in the manifest is reported at
+// its byte; the partitions are still verified.
+func TestVerifyDamagedManifest(t *testing.T) {
+	dir := makeDir(t, 20)
+	name := filepath.Join(dir, "PARTITIONS")
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-1] ^= 0x10
+	if err := os.WriteFile(name, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := runBin(t, "verify", dir)
+	if r.code != exitProblems || !strings.Contains(r.stdout, fmt.Sprintf("PARTITIONS:%d: manifest checksum mismatch", len(b)-4)) {
 		t.Fatalf("verify:\n%v", r)
 	}
 }
