@@ -45,10 +45,17 @@ A single node needs only --data-dir. A cluster member needs --node-id,
 member, this one included, as id=host:port,…) and TLS: --cluster-id with
 --tls-cert, --tls-key (a certificate naming parkway://<cluster-id>/node/<id>)
 and --tls-ca (the cluster's CAs), or --insecure-plaintext on a trusted
-network. A node added to a running cluster starts with --join and waits
-until a member adds it (this command has no admin interface yet: the
-member must be a program that calls Cluster.AddNode, its bus told the new
-node's address).
+network.
+
+Joining a running cluster: start the new node with an empty --data-dir,
+--join, its --node-id and --listen, --peers naming every member and
+itself, and --join-via naming the HTTP addresses (--http) of the members,
+which run with --admin. It asks each of them to admit its address to
+their bus (POST /admin/peers), then one of them to add it to the cluster
+(POST /admin/nodes, Cluster.AddNode), retrying until one does; it logs
+"joined the cluster" then. --admin serves those two calls on --http to
+anyone who can reach it: keep --http on a trusted network (the default
+is loopback). A member started without --admin refuses them (404).
 
 HTTP (--http): /metrics (Prometheus), /healthz (200 while the node is
 open), /readyz (200 once the metadata is applied and every partition this
@@ -75,6 +82,8 @@ type serveConfig struct {
 	listen          string
 	peers           string
 	join            bool
+	joinVia         string
+	admin           bool
 	clusterID       string
 	tlsCert         string
 	tlsKey          string
@@ -100,6 +109,8 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	f.StringVar(&c.listen, "listen", "", "cluster: the address this node listens on for the other members (host:port)")
 	f.StringVar(&c.peers, "peers", "", "cluster: every founding member, this one included: id=host:port,…")
 	f.BoolVar(&c.join, "join", false, "cluster: join a running cluster (a member then adds this node) instead of founding one")
+	f.StringVar(&c.joinVia, "join-via", "", "with --join: the HTTP addresses (host:port,…) of members running with --admin, asked to add this node")
+	f.BoolVar(&c.admin, "admin", false, "cluster: serve /admin/peers and /admin/nodes on --http, through which a node started with --join is added")
 	f.StringVar(&c.clusterID, "cluster-id", "", "cluster: the cluster's id, as its certificates name it")
 	f.StringVar(&c.tlsCert, "tls-cert", "", "cluster: this node's certificate chain (PEM)")
 	f.StringVar(&c.tlsKey, "tls-key", "", "cluster: this node's private key (PEM)")
@@ -188,6 +199,9 @@ func (c *serveConfig) nodeConfig() (parkway.Config, error) {
 	}
 	cluster := c.nodeID != 0 || c.listen != "" || c.peers != "" || c.join
 	if !cluster {
+		if c.admin || c.joinVia != "" {
+			return cfg, usageErr("serve: --admin and --join-via are for a cluster member (--node-id, --listen, --peers)")
+		}
 		if c.clusterID != "" || c.tlsCert != "" || c.tlsKey != "" || c.tlsCA != "" || c.plaintext {
 			return cfg, usageErr("serve: TLS and --cluster-id are for a cluster member (--node-id, --listen, --peers)")
 		}
@@ -207,6 +221,19 @@ func (c *serveConfig) nodeConfig() (parkway.Config, error) {
 	}
 	if _, err := parsePeers(c.peers, c.nodeID); err != nil {
 		return cfg, err
+	}
+	switch {
+	case c.join && c.joinVia == "":
+		return cfg, usageErr("serve: --join needs --join-via (the HTTP addresses of members running with --admin)")
+	case !c.join && c.joinVia != "":
+		return cfg, usageErr("serve: --join-via is for a node started with --join")
+	case c.admin && c.httpAddr == "":
+		return cfg, usageErr("serve: --admin needs --http")
+	}
+	if c.joinVia != "" {
+		if _, err := parseJoinVia(c.joinVia); err != nil {
+			return cfg, err
+		}
 	}
 	return cfg, nil
 }
@@ -303,6 +330,7 @@ func serve(c serveConfig, cfg parkway.Config, kcfg *kafka.Config, log hclog.Logg
 		log.Error("failed", "error", err)
 		return &exitError{code: exitProblems, err: errQuiet}
 	}
+	var bus *transport.TCPBus
 	if c.nodeID != 0 {
 		peers, _ := parsePeers(c.peers, c.nodeID)
 		opts := transport.TCPOptions{InsecurePlaintext: c.plaintext}
@@ -313,7 +341,8 @@ func serve(c serveConfig, cfg parkway.Config, kcfg *kafka.Config, log hclog.Logg
 			}
 			opts.TLS = t
 		}
-		bus, err := transport.ListenTCP(transport.NodeID(c.nodeID), c.listen, peers, opts)
+		var err error
+		bus, err = transport.ListenTCP(transport.NodeID(c.nodeID), c.listen, peers, opts)
 		if err != nil {
 			return fail("listen on %s: %w", c.listen, err)
 		}
@@ -350,7 +379,11 @@ func serve(c serveConfig, cfg parkway.Config, kcfg *kafka.Config, log hclog.Logg
 			<-closed
 			return fail("listen on %s: %w", c.httpAddr, err)
 		}
-		srv = &http.Server{Handler: httpHandler(node, reg, &closing), ReadHeaderTimeout: 10 * time.Second}
+		var admin *adminAPI
+		if c.admin {
+			admin = &adminAPI{node: node, bus: bus, log: log.Named("admin")}
+		}
+		srv = &http.Server{Handler: httpHandler(node, reg, &closing, admin), ReadHeaderTimeout: 10 * time.Second}
 		go func() { httpErr <- srv.Serve(ln) }()
 		c.httpAddr = ln.Addr().String()
 	}
@@ -379,6 +412,17 @@ func serve(c serveConfig, cfg parkway.Config, kcfg *kafka.Config, log hclog.Logg
 	log.Info("serving", "data_dir", c.dataDir, "node_id", c.nodeID, "shards", node.Admin().Shards(), "http", c.httpAddr,
 		"cluster_listen", c.listen, "kafka", c.kafkaAddr, "opened_in", time.Since(start).Round(time.Millisecond).String())
 
+	joined := make(chan struct{})
+	if c.join {
+		via, _ := parseJoinVia(c.joinVia)
+		go func() {
+			defer close(joined)
+			joinCluster(ctx, transport.NodeID(c.nodeID), c.listen, via, log.Named("join"))
+		}()
+	} else {
+		close(joined)
+	}
+
 	var runErr error
 	select {
 	case <-ctx.Done():
@@ -390,7 +434,8 @@ func serve(c serveConfig, cfg parkway.Config, kcfg *kafka.Config, log hclog.Logg
 		runErr = fmt.Errorf("kafka listener: %w", err)
 		log.Error("kafka listener stopped; shutting down", "error", err)
 	}
-	stop() // a second signal kills the process
+	stop() // a second signal kills the process: it also ends the join
+	<-joined
 	closing.Store(true)
 	deadline := time.NewTimer(c.shutdownTimeout)
 	defer deadline.Stop()
@@ -426,8 +471,13 @@ func serve(c serveConfig, cfg parkway.Config, kcfg *kafka.Config, log hclog.Logg
 
 // httpHandler serves /metrics, /healthz and /readyz; /healthz fails once
 // closing is set (the shutdown has begun).
-func httpHandler(node *parkway.Node, reg *prometheus.Registry, closing *atomic.Bool) http.Handler {
+// admin, when set, adds the membership calls (see adminAPI).
+func httpHandler(node *parkway.Node, reg *prometheus.Registry, closing *atomic.Bool, admin *adminAPI) http.Handler {
 	mux := http.NewServeMux()
+	if admin != nil {
+		mux.HandleFunc("POST /admin/peers", admin.addPeer)
+		mux.HandleFunc("POST /admin/nodes", admin.addNode)
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if closing.Load() {
