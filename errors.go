@@ -35,9 +35,16 @@ var (
 	// ErrOutcomeUnknown reports a write whose leader changed (or whose
 	// deadline passed) after it was proposed, or, on a node, whose write
 	// or fsync failed after its records reached the log and could not be
-	// taken back out of it: it may or may not have been applied. The Node never retries it by itself, so it never applies a
-	// write twice; a producer that needs exactly-once retries with its own
-	// message ids and deduplicates on read.
+	// taken back out of it: it may or may not have been applied. A Node
+	// applies no write twice behind its caller's back: on one node it
+	// never retries it; in a cluster it retries the same request within
+	// the call's deadline only because the request carries its (producer,
+	// sequence) pair, which the partition deduplicates (every other
+	// operation is idempotent); past the deadline the call fails with an
+	// error matching ErrOutcomeUnknown (or ctx's error if ctx ended
+	// first). A caller that calls again sends a new request: a
+	// producer that needs exactly-once retries with its own message ids
+	// and deduplicates on read.
 	ErrOutcomeUnknown = shard.ErrOutcomeUnknown
 
 	// ErrInvalidName reports an empty, over-long or malformed name.
