@@ -145,9 +145,10 @@ func TestWaitingPollEndsOnDeleteTruncateAndClose(t *testing.T) {
 	})
 }
 
-// Every start position resolves; a stored offset below the start never
+// TestBehaviour24EveryStartPositionResolves: every start position
+// resolves (DESIGN behaviour 24); a stored offset below the start never
 // wedges a consumer; a poll past the end reports the end as Next.
-func TestPollStartPositionsAndOffsets(t *testing.T) {
+func TestBehaviour24EveryStartPositionResolves(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := open(t, parkway.Config{Shards: 2})
 		ctx := ctxFor(t)

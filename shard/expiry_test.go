@@ -12,7 +12,7 @@ import (
 // on its own clock at the earlier of its request's deadline and MaxAge,
 // counted as park_expired, and keeps no timer armed once nothing is
 // parked. No Sweep runs here at all (a pass stuck in a build runs none).
-func TestBehaviour8ParkedFramesExpireByDeadlineAndAge(t *testing.T) {
+func TestBehaviour08ParkedFramesExpireByDeadlineAndAge(t *testing.T) {
 	clk := clock.NewManual(time.Unix(0, 0))
 	h := newHarness(t, 1, nil, manual, func(c *Config) {
 		c.Clock = clk

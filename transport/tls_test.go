@@ -80,12 +80,13 @@ func rawTLS(t *testing.T, b *TCPBus, cert *tls.Certificate, frames []byte) {
 	}
 }
 
-// TestTLSInboundRefused: a process that is not a member of the cluster
+// TestBehaviour26OnlyMembersOfTheClusterDeliver (DESIGN behaviour 26,
+// TLS): a process that is not a member of the cluster
 // cannot deliver a frame: no certificate, a stranger's (another CA), a
 // member of another cluster, an expired or not yet valid certificate, one
 // with no identity, a non-canonical or ambiguous identity, and one not
 // for client authentication are all refused at the handshake and counted.
-func TestTLSInboundRefused(t *testing.T) {
+func TestBehaviour26OnlyMembersOfTheClusterDeliver(t *testing.T) {
 	ca := newCA(t, "ca")
 	stranger := newCA(t, "stranger")
 	a := listen(t, 1, ca.tlsOpts(t, cluster, 1))
