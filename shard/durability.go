@@ -146,7 +146,7 @@ func (s *Shard) flushGroup() {
 		}
 		failed[o] = err
 		s.fence(o, err)
-		s.log.Error("fsync failed; acks withheld, partition fenced until restart", "ns", o.p.Namespace(), "error", err)
+		s.log.Error("fsync failed; acks withheld, partition fenced until it is rebuilt from disk", "ns", o.p.Namespace(), "error", err)
 	}
 	for i, err := range s.syncGroup(dirty) {
 		if err != nil {

@@ -184,8 +184,10 @@ var (
 	// that makes a reopened log durable before it is served): what that
 	// fsync covered is in the log but not durable, and a crash may erase
 	// it and hand its offsets to other messages, so no reader may see it.
-	// The partition stays fenced until the node restarts and recovers it
-	// from what is durable. It is not retriable.
+	// The partition stays fenced until it is rebuilt from what is
+	// durable: the reconciler evicts a fenced partition and builds it
+	// again behind its build backoff (a restart does the same). It is not
+	// retriable.
 	//
 	// It also answers the requests for a partition whose build failed for
 	// damage on disk (a sweep's VerdictBuildFailed with a cause matching

@@ -87,9 +87,9 @@ type NodeID uint64
 // Message is one unit on the bus: an opaque payload with its routing header.
 type Message struct {
 	From, To NodeID
-	// Kind lets the receiver dispatch without decoding the payload (e.g. 1 =
-	// raft for a group, 2 = client request, 3 = client reply); opaque to the
-	// bus.
+	// Kind lets the receiver dispatch without decoding the payload; opaque
+	// to the bus, which never reads it. The node engine's kinds (host's
+	// Kind* constants) are the wire protocol between nodes.
 	Kind uint8
 	// Group is the raft group / namespace the payload belongs to; opaque to
 	// the bus.
