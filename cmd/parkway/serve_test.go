@@ -219,6 +219,11 @@ func TestServeUsage(t *testing.T) {
 		{[]string{"--kafka", "127.0.0.1:0", "--node-id", "1", "--listen", "127.0.0.1:1", "--peers", "1=127.0.0.1:1", "--insecure-plaintext"}, "needs --kafka-brokers"},
 		{[]string{"--kafka", "127.0.0.1:0", "--node-id", "1", "--listen", "127.0.0.1:1", "--peers", "1=127.0.0.1:1", "--insecure-plaintext", "--kafka-brokers", "2=127.0.0.1:9"}, "must include this node"},
 		{[]string{"extra"}, "unexpected argument"},
+		{[]string{"--admin"}, "for a cluster member"},
+		{[]string{"--node-id", "1", "--listen", "127.0.0.1:1", "--peers", "1=127.0.0.1:1", "--insecure-plaintext", "--join"}, "--join needs --join-via"},
+		{[]string{"--node-id", "1", "--listen", "127.0.0.1:1", "--peers", "1=127.0.0.1:1", "--insecure-plaintext", "--join-via", "127.0.0.1:2"}, "for a node started with --join"},
+		{[]string{"--node-id", "1", "--listen", "127.0.0.1:1", "--peers", "1=127.0.0.1:1", "--insecure-plaintext", "--join", "--join-via", "nohost"}, "--join-via entry"},
+		{[]string{"--node-id", "1", "--listen", "127.0.0.1:1", "--peers", "1=127.0.0.1:1", "--insecure-plaintext", "--admin", "--http", ""}, "--admin needs --http"},
 	} {
 		r := runBin(t, append([]string{"serve"}, c.args...)...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) {
