@@ -35,7 +35,7 @@ func (a *Admin) CreateStream(ctx context.Context, name string) (Stream, error) {
 	if err != nil {
 		return Stream{}, err
 	}
-	return Stream{ID: res.Stream, Revision: res.Revision, Name: name}, nil
+	return Stream{ID: res.Stream, Revision: res.Revision, Name: name, origin: n.origin}, nil
 }
 
 // DeleteStream deletes a stream with all its topics and partitions. A
@@ -62,7 +62,7 @@ func (a *Admin) Streams(ctx context.Context) ([]Stream, error) {
 	infos := n.meta.Streams()
 	out := make([]Stream, len(infos))
 	for i, info := range infos {
-		out[i] = streamHandle(info)
+		out[i] = n.streamHandle(info)
 	}
 	return out, nil
 }

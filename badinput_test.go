@@ -395,7 +395,9 @@ func TestConfigValidateReportsEveryProblem(t *testing.T) {
 }
 
 // idStream returns the handle of stream id on n, or, when it has none, a
-// handle no incarnation matches: how these tests name unknown ids.
+// handle no incarnation matches: how these tests name unknown ids. The
+// unknown one is made from one of n's handles, so it names n as its
+// origin and is refused for its ids, not as a handle from elsewhere.
 func idStream(n *parkway.Node, id uint32) parkway.Stream {
 	ss, _ := n.Admin().Streams(context.Background())
 	for _, s := range ss {
@@ -403,7 +405,12 @@ func idStream(n *parkway.Node, id uint32) parkway.Stream {
 			return s
 		}
 	}
-	return parkway.Stream{ID: id, Revision: 1, Name: "unknown"}
+	if len(ss) == 0 {
+		return parkway.Stream{ID: id, Revision: 1, Name: "unknown"}
+	}
+	u := ss[0]
+	u.ID, u.Revision, u.Name = id, 1, "unknown"
+	return u
 }
 
 // idTopic returns the handle of topic stream/topic on n, or, when it has

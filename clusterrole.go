@@ -119,7 +119,7 @@ func (c *Cluster) State(ctx context.Context) (ClusterState, error) {
 	// Handles by (stream, topic) id, for this snapshot's partitions.
 	topics := make(map[uint64]Topic)
 	for _, si := range meta.Streams() {
-		s := streamHandle(si)
+		s := n.streamHandle(si)
 		for _, ti := range meta.Topics(si.ID) {
 			topics[uint64(si.ID)<<32|uint64(ti.ID)] = topicHandle(s, ti)
 		}

@@ -3,7 +3,10 @@ package parkway
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
 
+	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
 )
 
@@ -15,6 +18,13 @@ import (
 // a handle whose stream was deleted is refused with ErrStreamNotFound
 // (wrapping ErrStaleHandle), even when a new stream took its id.
 //
+// A handle also names its origin: the cluster (ClusterConfig.ClusterID)
+// or, for a single node, its data directory (or, without one, the Node).
+// A handle used on a node of another origin is refused with
+// ErrStaleHandle even when a stream or topic there has the same ids and
+// revision — two fresh nodes that run the same creations do. Two clusters
+// without a ClusterID are told apart by the names the handle carries.
+//
 // A Stream is a plain comparable value: two handles are equal exactly when
 // they name the same incarnation.
 type Stream struct {
@@ -23,6 +33,8 @@ type Stream struct {
 	// incarnation.
 	Revision uint64
 	Name     string
+
+	origin uint64 // the node's or cluster's (Node.origin)
 }
 
 // String returns the stream's name, id and incarnation.
@@ -51,8 +63,8 @@ func (t Topic) String() string {
 	return fmt.Sprintf("topic %q (stream %q, ids %d/%d, revision %d)", t.Name, t.Stream.Name, t.Stream.ID, t.ID, t.Revision)
 }
 
-func streamHandle(info metadata.StreamInfo) Stream {
-	return Stream{ID: info.ID, Revision: info.CreatedRevision, Name: info.Name}
+func (n *Node) streamHandle(info metadata.StreamInfo) Stream {
+	return Stream{ID: info.ID, Revision: info.CreatedRevision, Name: info.Name, origin: n.origin}
 }
 
 func topicHandle(s Stream, info metadata.TopicInfo) Topic {
@@ -127,11 +139,35 @@ func (n *Node) liveStream(ctx context.Context, s Stream) error {
 }
 
 func (n *Node) streamAlive(s Stream) error {
+	if s.origin != n.origin {
+		return n.foreign(ErrStreamNotFound, s)
+	}
 	info, ok := n.meta.Stream(s.ID)
-	if !ok || info.CreatedRevision != s.Revision {
+	if !ok || info.CreatedRevision != s.Revision || info.Name != s.Name {
 		return fmt.Errorf("%w: %w: %v", ErrStreamNotFound, ErrStaleHandle, s)
 	}
 	return nil
+}
+
+// foreign is the answer to a handle of another origin (see Stream).
+func (n *Node) foreign(notFound error, what fmt.Stringer) error {
+	return fmt.Errorf("%w: %w: %v was not obtained from this node's cluster or data directory", notFound, ErrStaleHandle, what)
+}
+
+// originOf is what a node's handles name as their origin: its cluster's
+// id, or a single node's data directory incarnation (or, in memory, a
+// random id: nothing outlives the Node). Never 0, the origin of a handle
+// made by hand.
+func originOf(eng *host.Engine, cfg host.Config) uint64 {
+	if cfg.Cluster != nil {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(cfg.Cluster.ClusterID))
+		return h.Sum64() | 1
+	}
+	if inc, ok := eng.DirIncarnation(); ok {
+		return inc | 1
+	}
+	return rand.Uint64() | 1
 }
 
 // topicInfo checks t against the committed metadata (caught up to it) and
@@ -162,8 +198,11 @@ func (n *Node) topicCaughtUp(ctx context.Context, t Topic) error {
 }
 
 func (n *Node) topicAlive(t Topic) (metadata.TopicInfo, error) {
+	if t.Stream.origin != n.origin {
+		return metadata.TopicInfo{}, n.foreign(ErrTopicNotFound, t)
+	}
 	info, ok := n.meta.Topic(t.Stream.ID, t.ID)
-	if ok && info.CreatedRevision == t.Revision {
+	if ok && info.CreatedRevision == t.Revision && info.Name == t.Name {
 		return info, nil
 	}
 	if err := n.streamAlive(t.Stream); err != nil {

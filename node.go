@@ -37,6 +37,9 @@ type Node struct {
 	producer uint64
 	seq      atomic.Uint64
 
+	// origin is what this node's handles name as their origin (originOf).
+	origin uint64
+
 	roundRobin atomic.Uint64
 	// topicMetricsCache holds each topic's *metrics.Topic, by created
 	// revision (topicMetrics); topicMetricsCount counts its entries.
@@ -57,7 +60,8 @@ func Open(cfg Config) (*Node, error) {
 	if cfg.Metrics == nil && cfg.MetricsLabels != nil {
 		cfg.Metrics = metrics.NewLabeled(cfg.MetricsLabels)
 	}
-	eng, err := host.New(cfg.engineConfig())
+	ec := cfg.engineConfig()
+	eng, err := host.New(ec)
 	if err != nil {
 		if errors.Is(err, host.ErrInvalidConfig) {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -69,7 +73,7 @@ func Open(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, eng: eng, meta: eng.Meta(), router: eng.Router(), shards: eng.Shards(),
-		producer: rand.Uint64() | 1}
+		producer: rand.Uint64() | 1, origin: originOf(eng, ec)}
 	n.admin.n, n.cluster.n = n, n
 	return n, nil
 }
@@ -162,7 +166,7 @@ func (n *Node) Stream(ctx context.Context, name string) (Stream, error) {
 	if !ok {
 		return Stream{}, fmt.Errorf("%w: %q", ErrStreamNotFound, name)
 	}
-	return streamHandle(info), nil
+	return n.streamHandle(info), nil
 }
 
 // Topic returns the handle of stream s's committed topic named name:

@@ -247,6 +247,19 @@ func (d *dataDir) incarnation() uint64 {
 	return d.id.dir
 }
 
+// DirIncarnation is the incarnation of the data directory's contents: a
+// random id recorded in its IDENTITY file when the directory is first
+// used, and drawn again when the directory is found without metadata. A
+// wrapper names what it hands out after it (package parkway's handles),
+// so nothing from another directory is taken for this one's. False
+// without a DataDir.
+func (e *Engine) DirIncarnation() (uint64, bool) {
+	if e.ident == nil {
+		return 0, false
+	}
+	return e.ident.incarnation(), true
+}
+
 // peerAnnounced records that peer announced its directory incarnation inc
 // while this node had applied the metadata group up to index at, and
 // reports whether the peer must be refused: it is a member (member) and
