@@ -347,11 +347,11 @@ const (
 	// ResetEarliest starts at the partition's start offset: the default.
 	// A stored offset below the start is read as the start, so a consumer
 	// never wedges after a truncation.
-	ResetEarliest = OffsetReset(shard.ResetEarliest)
+	ResetEarliest OffsetReset = OffsetReset(shard.ResetEarliest)
 	// ResetLatest starts at the end: only messages produced from now on.
-	ResetLatest = OffsetReset(shard.ResetLatest)
+	ResetLatest OffsetReset = OffsetReset(shard.ResetLatest)
 	// ResetError fails the poll with ErrOffsetOutOfRange.
-	ResetError = OffsetReset(shard.ResetError)
+	ResetError OffsetReset = OffsetReset(shard.ResetError)
 )
 
 // Local makes the poll read this node's own replica of the partition
@@ -363,8 +363,8 @@ const (
 // waiting poll is woken by this replica's apply of the messages.
 func (s Start) Local() Start { s.local = true; return s }
 
-// OrReset sets the reset policy of an AtConsumer start (ResetEarliest
-// unless set); other starts ignore it.
+// OrReset sets the reset policy of an AtConsumer or AtCommitted start
+// (ResetEarliest unless set); other starts ignore it.
 func (s Start) OrReset(r OffsetReset) Start { s.reset = r; return s }
 
 // AtOffset starts a poll at an offset. An offset below the partition's

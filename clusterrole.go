@@ -17,7 +17,7 @@ type Cluster struct{ n *Node }
 func (n *Node) Cluster() *Cluster { return &n.cluster }
 
 // AddNode adds a node to the cluster at runtime. The node must be running
-// (Open with Cluster.Join, its own ID, and Peers naming it and nodes it
+// (Open with ClusterConfig.Join, its own ID, and Peers naming it and nodes it
 // can reach) and reachable through this node's bus. It becomes a member
 // of the metadata raft group — one membership change at a time — and
 // receives the cluster's metadata; topics and partitions created from

@@ -22,7 +22,7 @@ type ClusterState struct {
 type MemberState struct {
 	ID transport.NodeID
 	// Live is the answering node's liveness judgement: false once nothing
-	// at all arrived from the member for Cluster.LivenessTimeout (then its
+	// at all arrived from the member for ClusterConfig.LivenessTimeout (then its
 	// partitions elect leaders among the others), true again at its
 	// first message. The answering node is always live.
 	Live bool

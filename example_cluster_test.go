@@ -3,14 +3,16 @@ package parkway_test
 import (
 	"context"
 	"fmt"
+	"log"
 
 	"github.com/parkway-io/parkway"
 	"github.com/parkway-io/parkway/transport"
 )
 
 // Three replicas in one process over the in-memory network: a topic
-// created through one node is replicated to all, and a produce through any
-// node is acknowledged once a quorum has it.
+// created through one node is replicated to all, a produce through any
+// node is acknowledged once a quorum has it, and the cluster API
+// (Node.Cluster) reports the members and each partition's replicas.
 func ExampleCluster() {
 	net := transport.NewNetwork(transport.NetworkOptions{})
 	defer net.Close()
@@ -20,26 +22,46 @@ func ExampleCluster() {
 		n, err := parkway.Open(parkway.Config{Shards: 1,
 			Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
 		if err != nil {
-			panic(err)
+			log.Fatal(err)
 		}
 		defer n.Close()
 		nodes = append(nodes, n)
 	}
 	ctx := context.Background()
-	stream, _ := nodes[0].Admin().CreateStream(ctx, "s")
-	topic, _ := nodes[0].Admin().CreateTopic(ctx, stream, "t", 1)
+	stream, err := nodes[0].Admin().CreateStream(ctx, "s")
+	if err != nil {
+		log.Fatal(err)
+	}
+	topic, err := nodes[0].Admin().CreateTopic(ctx, stream, "t", 1)
+	if err != nil {
+		log.Fatal(err)
+	}
 	for i, n := range nodes {
 		ack, err := n.Produce(ctx, topic, parkway.PartitionID(0),
 			parkway.Message{Payload: fmt.Appendf(nil, "via node %d", i+1)})
 		if err != nil {
-			panic(err)
+			log.Fatal(err)
 		}
 		fmt.Println("acknowledged at offset", ack.FirstOffset)
+	}
+	state, err := nodes[1].Cluster().State(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, m := range state.Members {
+		fmt.Println("member", m.ID)
+	}
+	for _, p := range state.Partitions {
+		fmt.Println(p.Topic.Name, "partition", p.Partition, "on nodes", p.Replicas)
 	}
 	// Output:
 	// acknowledged at offset 0
 	// acknowledged at offset 1
 	// acknowledged at offset 2
+	// member 1
+	// member 2
+	// member 3
+	// t partition 0 on nodes [1 2 3]
 }
 
 // Five nodes, a topic replicated three times: each partition lives on the
@@ -55,18 +77,24 @@ func ExampleWithReplicas() {
 		n, err := parkway.Open(parkway.Config{Shards: 1,
 			Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
 		if err != nil {
-			panic(err)
+			log.Fatal(err)
 		}
 		defer n.Close()
 		nodes = append(nodes, n)
 	}
 	ctx := context.Background()
-	stream, _ := nodes[0].Admin().CreateStream(ctx, "s")
+	stream, err := nodes[0].Admin().CreateStream(ctx, "s")
+	if err != nil {
+		log.Fatal(err)
+	}
 	topic, err := nodes[0].Admin().CreateTopic(ctx, stream, "orders", 5, parkway.WithReplicas(3))
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
-	parts, _ := nodes[0].Admin().Partitions(ctx, topic)
+	parts, err := nodes[0].Admin().Partitions(ctx, topic)
+	if err != nil {
+		log.Fatal(err)
+	}
 	for _, p := range parts {
 		fmt.Println("partition", p.Partition, "on nodes", p.Replicas)
 	}
@@ -74,7 +102,7 @@ func ExampleWithReplicas() {
 		ack, err := n.Produce(ctx, topic, parkway.PartitionID(0),
 			parkway.Message{Payload: fmt.Appendf(nil, "via node %d", i+1)})
 		if err != nil {
-			panic(err)
+			log.Fatal(err)
 		}
 		fmt.Println("acknowledged at offset", ack.FirstOffset)
 	}
@@ -105,30 +133,36 @@ func ExampleCluster_RemoveNode() {
 		n, err := parkway.Open(parkway.Config{Shards: 1,
 			Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
 		if err != nil {
-			panic(err)
+			log.Fatal(err)
 		}
 		defer n.Close()
 		nodes = append(nodes, n)
 	}
 	ctx := context.Background()
-	stream, _ := nodes[0].Admin().CreateStream(ctx, "s")
+	stream, err := nodes[0].Admin().CreateStream(ctx, "s")
+	if err != nil {
+		log.Fatal(err)
+	}
 	topic, err := nodes[0].Admin().CreateTopic(ctx, stream, "orders", 4, parkway.WithReplicas(3))
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	for p := range uint32(4) {
 		if _, err := nodes[0].Produce(ctx, topic, parkway.PartitionID(p), parkway.Message{Payload: []byte("before")}); err != nil {
-			panic(err)
+			log.Fatal(err)
 		}
 	}
 	if err := nodes[0].Cluster().RemoveNode(ctx, 4); err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
-	parts, _ := nodes[0].Admin().Partitions(ctx, topic)
+	parts, err := nodes[0].Admin().Partitions(ctx, topic)
+	if err != nil {
+		log.Fatal(err)
+	}
 	for _, p := range parts {
 		b, err := nodes[0].Poll(ctx, topic, p.Partition, parkway.AtOffset(0), 10)
 		if err != nil {
-			panic(err)
+			log.Fatal(err)
 		}
 		fmt.Println("partition", p.Partition, "on nodes", p.Replicas, "holds", len(b.Messages), "message")
 	}

@@ -4,17 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"time"
 
 	"github.com/parkway-io/parkway"
 )
 
-// The README's producer and consumer: a producer creates the topic and
-// produces to it through the topic's handle; a consumer looks the topic up
-// by name, polls from its stored offset and stores where it got to. A
-// handle names one incarnation of the topic: if the topic is deleted (and
-// another takes its id), calls with it fail with ErrTopicNotFound instead
-// of reaching the new topic.
+// The README's first screen: the one way to produce (Node.Produce) and the
+// one way to consume (a Consumer), with the stream and topic created once
+// through the administration API (Node.Admin).
 func Example_producerConsumer() {
 	node, err := parkway.Open(parkway.Config{})
 	if err != nil {
@@ -23,7 +19,7 @@ func Example_producerConsumer() {
 	defer node.Close()
 	ctx := context.Background()
 
-	// Producer.
+	// Set-up, once: a stream and a topic of one partition.
 	stream, err := node.Admin().CreateStream(ctx, "shop")
 	if err != nil {
 		log.Fatal(err)
@@ -32,32 +28,31 @@ func Example_producerConsumer() {
 	if err != nil {
 		log.Fatal(err)
 	}
+
+	// Produce: one key's messages go to one partition, in order.
 	for _, o := range []string{"book", "pen", "lamp"} {
-		msg := parkway.Message{Key: []byte("alice"), Payload: []byte(o)}
-		if _, err := node.Produce(ctx, orders, parkway.PartitionID(0), msg); err != nil {
+		msg := parkway.Message{Payload: []byte(o)}
+		if _, err := node.Produce(ctx, orders, parkway.Key([]byte("alice")), msg); err != nil {
 			log.Fatal(err)
 		}
 	}
 
-	// Consumer.
-	shop, err := node.Stream(ctx, "shop")
+	// Consume: a member of group "billing" (created if needed); it waits
+	// for new messages without using CPU and commits every second and on
+	// Close.
+	consumer, err := node.NewConsumer(ctx, orders, parkway.ConsumerConfig{Group: "billing"})
 	if err != nil {
 		log.Fatal(err)
 	}
-	topic, err := node.Topic(ctx, shop, "orders")
-	if err != nil {
-		log.Fatal(err)
-	}
-	batch, err := node.Poll(ctx, topic, 0, parkway.AtConsumer("billing"), 100,
-		parkway.WaitFor(time.Second))
-	if err != nil {
-		log.Fatal(err)
-	}
-	for _, m := range batch.Messages {
-		fmt.Printf("%d %s: %s\n", m.Offset, m.Key, m.Payload)
-	}
-	if err := node.Admin().StoreOffset(ctx, topic, 0, "billing", batch.Next); err != nil {
-		log.Fatal(err)
+	defer consumer.Close()
+	for d, err := range consumer.Messages(ctx) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%d %s: %s\n", d.Offset, d.Key, d.Payload)
+		if d.Offset == 2 {
+			break
+		}
 	}
 	// Output:
 	// 0 alice: book
@@ -65,12 +60,10 @@ func Example_producerConsumer() {
 	// 2 alice: lamp
 }
 
-// The README's consumer group: a Consumer joins group "billing" (created
-// if needed), ranges over its messages — waiting for new ones without
-// using CPU — and commits every second; Close commits and leaves the
-// group. Start more consumers with the same Group, on this node or any
-// other, and the topic's partitions are shared among them.
-func Example_consumerGroup() {
+// A named consumer: a Consumer without a Group reads every partition of
+// the topic under its name, and keeps its offsets in the partitions
+// (Admin.ConsumerOffset reads them). Close commits what was handled.
+func Example_namedConsumer() {
 	node, err := parkway.Open(parkway.Config{})
 	if err != nil {
 		log.Fatal(err)
@@ -91,11 +84,10 @@ func Example_consumerGroup() {
 		}
 	}
 
-	consumer, err := node.NewConsumer(ctx, orders, parkway.ConsumerConfig{Group: "billing", Name: "worker-1"})
+	consumer, err := node.NewConsumer(ctx, orders, parkway.ConsumerConfig{Name: "audit"})
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer consumer.Close()
 	for d, err := range consumer.Messages(ctx) {
 		if err != nil {
 			log.Fatal(err)
@@ -105,8 +97,17 @@ func Example_consumerGroup() {
 			break
 		}
 	}
+	if err := consumer.Close(); err != nil {
+		log.Fatal(err)
+	}
+	next, _, err := node.Admin().ConsumerOffset(ctx, orders, 0, "audit")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("audit resumes at offset", next)
 	// Output:
 	// partition 0 offset 0: book
 	// partition 0 offset 1: pen
 	// partition 0 offset 2: lamp
+	// audit resumes at offset 3
 }

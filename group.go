@@ -97,7 +97,9 @@ type Member struct {
 }
 
 // JoinGroup joins consumer group group of topic t and returns the member
-// with its first assignment.
+// with its first assignment. It is the layer below a Consumer (which
+// joins, heartbeats, follows rebalances and commits by itself), for a
+// host that drives a group's membership itself.
 func (n *Node) JoinGroup(ctx context.Context, t Topic, group string, cfg MemberConfig) (*Member, error) {
 	if err := n.begin(ctx); err != nil {
 		return nil, err

@@ -19,9 +19,13 @@ import (
 	"github.com/parkway-io/parkway/shard"
 )
 
-// Node is one parkway node: the client API over a node engine (package
-// host), which holds its metadata, its shards, the router in front of them
-// and a reconciler per shard. All methods are safe for concurrent use.
+// Node is one parkway node and its data API: Produce and ProduceAsync,
+// NewConsumer (with Poll and JoinGroup, its lower layers), and the
+// lookups by name a producer needs (Stream, Topic). Administration is on
+// Admin (Node.Admin), cluster operations on Cluster (Node.Cluster). It is
+// the client API over a node engine (package host), which holds its
+// metadata, its shards, the router in front of them and a reconciler per
+// shard. All methods are safe for concurrent use.
 type Node struct {
 	cfg    Config
 	eng    *host.Engine

@@ -1,7 +1,7 @@
 // Command membership changes a running cluster's nodes while it serves:
 // three parkway nodes in one process over the in-memory network, each on
 // its own temporary data directory, hold a topic and keep taking produces
-// throughout. A fourth node starts with Cluster.Join and is added through
+// throughout. A fourth node starts with ClusterConfig.Join and is added through
 // a member (Cluster.AddNode): it learns the cluster's metadata, and a topic
 // created afterwards is placed over four nodes (replication factor 3).
 // Cluster.Rebalance then moves replicas of the existing topic onto it, and

@@ -1,5 +1,6 @@
 // Command quickstart opens a node on a temporary data directory, creates a
-// stream and a topic, produces 1,000 messages and polls them back.
+// stream and a topic, produces 1,000 messages and consumes them back with a
+// named Consumer.
 //
 //	go run ./examples/quickstart
 //
@@ -64,32 +65,34 @@ func run() error {
 	}
 	fmt.Printf("produced %d messages in %v\n", total, time.Since(start).Round(time.Microsecond))
 
-	var got int
-	next := parkway.AtOffset(0)
-	for got < total {
-		b, err := node.Poll(ctx, topic, 0, next, 256)
-		if err != nil {
-			return fmt.Errorf("poll: %w", err)
-		}
-		if len(b.Messages) == 0 {
-			return fmt.Errorf("poll returned nothing at offset %d of %d", got, total)
-		}
-		for _, m := range b.Messages {
-			if want := fmt.Sprintf("message %d", got); m.Offset != uint64(got) || string(m.Payload) != want {
-				return fmt.Errorf("offset %d: got %q at offset %d, want %q", got, m.Payload, m.Offset, want)
-			}
-			got++
-		}
-		next = parkway.AtOffset(b.Next)
+	// Consume with a named consumer: it reads every partition and keeps
+	// its offsets in them; Close commits what was handled.
+	consumer, err := node.NewConsumer(ctx, topic, parkway.ConsumerConfig{Name: "quickstart-reader"})
+	if err != nil {
+		return err
 	}
-	if err := node.Admin().StoreOffset(ctx, topic, 0, "quickstart-reader", uint64(got)); err != nil {
-		return fmt.Errorf("store offset: %w", err)
+	var got int
+	for d, err := range consumer.Messages(ctx) {
+		if err != nil {
+			_ = consumer.Close()
+			return fmt.Errorf("consume: %w", err)
+		}
+		if want := fmt.Sprintf("message %d", got); d.Offset != uint64(got) || string(d.Payload) != want {
+			_ = consumer.Close()
+			return fmt.Errorf("offset %d: got %q at offset %d, want %q", got, d.Payload, d.Offset, want)
+		}
+		if got++; got == total {
+			break
+		}
+	}
+	if err := consumer.Close(); err != nil {
+		return fmt.Errorf("close consumer: %w", err)
 	}
 	off, _, err := node.Admin().ConsumerOffset(ctx, topic, 0, "quickstart-reader")
 	if err != nil {
 		return fmt.Errorf("consumer offset: %w", err)
 	}
-	fmt.Printf("polled %d messages back in order; consumer offset stored at %d\n", got, off)
-	fmt.Printf("quickstart: OK: %d produced, %d polled, 0 lost\n", total, got)
+	fmt.Printf("consumed %d messages in order; consumer offset stored at %d\n", got, off)
+	fmt.Printf("quickstart: OK: %d produced, %d consumed, 0 lost\n", total, got)
 	return nil
 }
