@@ -2,6 +2,7 @@ package parkway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
@@ -238,4 +239,41 @@ func (n *Node) resolve(ctx context.Context, t Topic, part uint32) (metadata.Name
 		return 0, 0, fmt.Errorf("%w: %d of %v", ErrPartitionNotFound, part, t)
 	}
 	return ns, p.CreatedRevision, nil
+}
+
+// awaitMetadata runs f, and in a cluster retries it while it reports a
+// partition as missing: this node's metadata may lag the commit that
+// created it (CreatePartitions through another node). A stale handle needs
+// no wait: resolve first catches up with the handle's revision, past which
+// a missing stream or topic is gone for certain. The wait is bounded by the
+// request deadline; then the not-found error stands.
+func (n *Node) awaitMetadata(ctx context.Context, f func() error) error {
+	err := f()
+	if !n.eng.Clustered() || !missing(err) {
+		return err
+	}
+	ctx, cancel := n.deadline(ctx)
+	defer cancel()
+	pause := n.cfg.RetryBackoffMin
+	for missing(err) {
+		if n.sleep(ctx, pause) != nil {
+			return err
+		}
+		pause = min(pause*2, n.cfg.RetryBackoffMax)
+		err = f()
+	}
+	return err
+}
+
+func missing(err error) bool {
+	return errors.Is(err, ErrPartitionNotFound)
+}
+
+// resolveWait is resolve through awaitMetadata.
+func (n *Node) resolveWait(ctx context.Context, t Topic, part uint32) (ns metadata.Namespace, epoch uint64, err error) {
+	err = n.awaitMetadata(ctx, func() (err error) {
+		ns, epoch, err = n.resolve(ctx, t, part)
+		return err
+	})
+	return ns, epoch, err
 }

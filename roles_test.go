@@ -1,9 +1,11 @@
 package parkway_test
 
 import (
+	"errors"
 	"reflect"
 	"slices"
 	"testing"
+	"testing/synctest"
 
 	"github.com/parkway-io/parkway"
 )
@@ -37,4 +39,27 @@ func TestAPIByRole(t *testing.T) {
 			t.Errorf("%v has methods %v, want %v", c.typ, got, c.want)
 		}
 	}
+}
+
+// TestClusterCallsOnSingleNode: every call of the cluster API on a node
+// opened without Config.Cluster answers ErrInvalidArgument. AddNode,
+// RemoveNode and Rebalance answered an error with no sentinel ("not a
+// cluster node") before the role type had one guard for all five.
+func TestClusterCallsOnSingleNode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := open(t, parkway.Config{Shards: 1})
+		ctx := ctxFor(t)
+		tp := mustTopic(t, n, mustStream(t, n, "s"), "t", 1)
+		c := n.Cluster()
+		_, leaderErr := c.Leader(ctx, tp, 0)
+		_, stateErr := c.State(ctx)
+		for what, err := range map[string]error{
+			"AddNode": c.AddNode(ctx, 2), "RemoveNode": c.RemoveNode(ctx, 2), "Rebalance": c.Rebalance(ctx),
+			"Leader": leaderErr, "State": stateErr,
+		} {
+			if !errors.Is(err, parkway.ErrInvalidArgument) {
+				t.Errorf("%s on a single node: %v, want ErrInvalidArgument", what, err)
+			}
+		}
+	})
 }
