@@ -219,6 +219,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("RetentionBytes %d < 0", c.RetentionBytes))
 	}
 	if c.Fsync > FsyncNever {
+		//lint:ignore ST1005 the message starts with the field's name, as its neighbours do
 		errs = append(errs, fmt.Errorf("Fsync: unknown policy %d", c.Fsync))
 	}
 	if c.SegmentSize != 0 && (c.SegmentSize < MinSegmentSize || c.SegmentSize > MaxSegmentSize) {

@@ -126,11 +126,12 @@ func TestCallsOnClosedNodeAndNilContext(t *testing.T) {
 		ctx := ctxFor(t)
 		s := mustStream(t, n, "s")
 		tp := mustTopic(t, n, s, "t", 1)
-		//nolint:staticcheck // a nil context on purpose
+		//lint:ignore SA1012 a nil context on purpose: the call must refuse it
 		if _, err := n.Produce(nil, tp, parkway.Balanced(), parkway.Message{}); !errors.Is(err, parkway.ErrInvalidArgument) {
 			t.Fatalf("Produce(nil ctx): %v", err)
 		}
-		if _, err := n.Stream(nil, "s"); !errors.Is(err, parkway.ErrInvalidArgument) { //nolint:staticcheck
+		//lint:ignore SA1012 a nil context on purpose: the call must refuse it
+		if _, err := n.Stream(nil, "s"); !errors.Is(err, parkway.ErrInvalidArgument) {
 			t.Fatalf("Stream(nil ctx): %v", err)
 		}
 		if err := n.Close(); err != nil {
