@@ -27,6 +27,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
@@ -240,7 +241,7 @@ func drive(b string, o options, ask func(string) ([]string, error)) (result, err
 		defer cl.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
-		value := make([]byte, o.size)
+		value := payload(o.size)
 		// Warm every partition (kgo's sticky partitioner moves on per batch).
 		for range 20 * o.parts {
 			if err := cl.ProduceSync(ctx, &kgo.Record{Value: value}).FirstErr(); err != nil {
@@ -310,6 +311,16 @@ func produceFor(ctx context.Context, cl *kgo.Client, value []byte, d time.Durati
 		return 0, 0, *e
 	}
 	return acked.Load(), el, nil
+}
+
+// payload is size random bytes, the same for every record: data that
+// does not compress (kgo compresses batches with snappy by default, and
+// zeros would shrink to nothing and make the brokers' work unlike a real
+// one's).
+func payload(size int) []byte {
+	b := make([]byte, size)
+	rand.Read(b)
+	return b
 }
 
 func median(xs []float64) float64 {
@@ -443,7 +454,7 @@ func serveChild(b string, o options) (err error) {
 // before its slot is reused), spreading them over the partitions.
 func produceAsync(ctx context.Context, node *parkway.Node, topic parkway.Topic, o options, d time.Duration) (int, time.Duration, error) {
 	const window = 512
-	value := make([]byte, o.size)
+	value := payload(o.size)
 	ring := make([]*parkway.PendingAck, window)
 	start := time.Now()
 	deadline := start.Add(d)
