@@ -6,10 +6,13 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/parkway-io/parkway"
 	"github.com/parkway-io/parkway/transport"
@@ -285,5 +288,115 @@ func TestClusterLeaderKilledMidProduce(t *testing.T) {
 	t.Logf("leader %d killed: %d records acknowledged, %d failed, the log holds %d", leader, len(acked), len(fails), from)
 	if dups > 0 {
 		t.Fatalf("%d records appended twice", dups)
+	}
+}
+
+// TestClusterNotLeaderNamesTheLeader: a produce that reaches a broker not
+// leading its partition is answered NOT_LEADER_OR_FOLLOWER, not appended
+// there, and (Produce v10+, KIP-951) names the leader and its address, as
+// a Kafka broker does; a franz-go client that only knows that broker then
+// produces through the leader.
+func TestClusterNotLeaderNamesTheLeader(t *testing.T) {
+	c := startCluster(t)
+	ctx := ctxFor(t)
+	adm := kadm.NewClient(c.client([]int32{1}))
+	if res, err := adm.CreateTopics(ctx, 1, 3, nil, "moved"); err != nil || res["moved"].Err != nil {
+		t.Fatalf("CreateTopics: %v %v", err, res["moved"].Err)
+	}
+	first := c.client([]int32{1}, kgo.DefaultProduceTopic("moved"))
+	if err := first.ProduceSync(ctx, kgo.StringRecord("first")).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := c.nodes[1].Stream(ctx, DefaultStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic, err := c.nodes[1].Topic(ctx, stream, "moved")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every node agrees on the leader: a follower's listener then knows
+	// where to send the client.
+	var lead, follower int32
+	deadline := time.Now().Add(20 * time.Second)
+	for lead == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the nodes never agreed on a leader")
+		}
+		seen := map[int32]int32{}
+		for id, n := range c.nodes {
+			l, err := n.Cluster().Leader(ctx, topic, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen[id] = int32(l)
+		}
+		if seen[1] != 0 && seen[1] == seen[2] && seen[2] == seen[3] {
+			lead = seen[1]
+		} else {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	follower = lead%3 + 1
+
+	r := dialRaw(t, c.brokers[follower])
+	req := kmsg.NewPtrProduceRequest()
+	req.Version, req.Acks, req.TimeoutMillis = 12, -1, 5000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = "moved"
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Records = idemBatch(-1, -1, -1, 1)
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp := r.request(req).(*kmsg.ProduceResponse)
+	p := resp.Topics[0].Partitions[0]
+	if p.ErrorCode != kerr.NotLeaderForPartition.Code {
+		t.Fatalf("produce at follower %d (leader %d): error code %d, want NOT_LEADER_OR_FOLLOWER", follower, lead, p.ErrorCode)
+	}
+	if p.CurrentLeader.LeaderID != lead {
+		t.Errorf("CurrentLeader %d, want %d", p.CurrentLeader.LeaderID, lead)
+	}
+	if len(resp.Brokers) != 1 || resp.Brokers[0].NodeID != lead ||
+		net.JoinHostPort(resp.Brokers[0].Host, fmt.Sprint(resp.Brokers[0].Port)) != c.brokers[lead] {
+		t.Errorf("brokers %+v, want node %d at %s", resp.Brokers, lead, c.brokers[lead])
+	}
+	po, err := c.nodes[lead].Admin().PartitionOffsets(ctx, topic, 0, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if po.End != 1 {
+		t.Fatalf("partition end %d after the refused produce, want 1", po.End)
+	}
+
+	// A client that knows only the follower learns the leader and
+	// produces there.
+	cl := c.client([]int32{follower}, kgo.DefaultProduceTopic("moved"))
+	for i := range 50 {
+		cl.Produce(ctx, kgo.StringRecord(fmt.Sprint(i)), nil)
+	}
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if po, err = c.nodes[lead].Admin().PartitionOffsets(ctx, topic, 0, ""); err != nil || po.End != 51 {
+		t.Fatalf("partition end %d (%v), want 51", po.End, err)
+	}
+
+	// A fetch at the follower is sent to the leader the same way, and a
+	// consumer that knows only the follower reads everything there.
+	freq := kmsg.NewPtrFetchRequest()
+	freq.Version, freq.MaxWaitMillis, freq.MinBytes, freq.MaxBytes = 12, 0, 1, 1<<20
+	ft := kmsg.NewFetchRequestTopic()
+	ft.Topic = "moved"
+	fpart := kmsg.NewFetchRequestTopicPartition()
+	fpart.PartitionMaxBytes = 1 << 20
+	ft.Partitions = append(ft.Partitions, fpart)
+	freq.Topics = append(freq.Topics, ft)
+	fresp := r.request(freq).(*kmsg.FetchResponse)
+	if fp := fresp.Topics[0].Partitions[0]; fp.ErrorCode != kerr.NotLeaderForPartition.Code || fp.CurrentLeader.LeaderID != lead {
+		t.Fatalf("fetch at follower %d: error code %d, current leader %d; want NOT_LEADER_OR_FOLLOWER and %d", follower, fp.ErrorCode, fp.CurrentLeader.LeaderID, lead)
+	}
+	cons := c.client([]int32{follower}, kgo.ConsumeTopics("moved"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if got := consume(t, cons, 51); len(got) != 51 {
+		t.Fatalf("consumed %d records through the follower's client, want 51", len(got))
 	}
 }

@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -84,6 +85,22 @@ func (s *Server) fetch(ctx context.Context, r *kmsg.FetchRequest) kmsg.Response 
 			case rp.FetchOffset < 0:
 				sp.ErrorCode = s.code(kmsg.Fetch, kerr.OffsetOutOfRange.Code)
 				fp.skip = true
+			default:
+				// A consumer is sent to the leader as a producer is
+				// (see leaderElsewhere), from Fetch v12 with its id and
+				// from v16 its address (KIP-951).
+				if lead, ok := s.leaderElsewhere(ctx, t, rp.Partition); ok {
+					sp.ErrorCode = s.code(kmsg.Fetch, kerr.NotLeaderForPartition.Code)
+					sp.CurrentLeader.LeaderID, sp.CurrentLeader.LeaderEpoch = lead, 0
+					if r.Version >= 16 && !slices.ContainsFunc(resp.Brokers, func(b kmsg.FetchResponseBroker) bool { return b.NodeID == lead }) {
+						if b, ok := s.broker(lead); ok {
+							rb := kmsg.NewFetchResponseBroker()
+							rb.NodeID, rb.Host, rb.Port = b.id, b.host, b.port
+							resp.Brokers = append(resp.Brokers, rb)
+						}
+					}
+					fp.skip = true
+				}
 			}
 			parts = append(parts, fp)
 		}

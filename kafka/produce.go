@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -73,6 +74,10 @@ func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest, p *pending
 			}
 			if rp.Partition < 0 {
 				sp.ErrorCode = s.code(kmsg.Produce, kerr.UnknownTopicOrPartition.Code)
+				continue
+			}
+			if lead, ok := s.leaderElsewhere(wctx, t, rp.Partition); ok {
+				s.notLeader(resp, sp, lead)
 				continue
 			}
 			batches, err := dec.decodeBatches(rp.Records)
@@ -198,4 +203,60 @@ func dedupeKey(pid int64, epoch int16, firstSeq int32) parkway.ProducerSeq {
 	binary.BigEndian.PutUint16(b[8:], uint16(epoch))
 	_, _ = h.Write(b[:])
 	return parkway.ProducerSeq{Producer: h.Sum64() | 1, Seq: uint64(uint32(firstSeq))}
+}
+
+// leaderElsewhere reports the broker leading a partition when it is
+// another broker of the cluster, as this node's raft sees it. A Kafka
+// client is told to go there (NOT_LEADER_OR_FOLLOWER) rather than having
+// its request forwarded inside parkway: it refreshes its metadata at once
+// and sends the partition's next batches to the leader, where a forward
+// would hide the move and keep every batch taking a second hop until the
+// client's periodic metadata refresh (five minutes by default in kgo,
+// librdkafka and the Java client). A retry of the same batch at the new
+// leader is safe: the batch's identity is in the partition's replicated
+// deduplication window. While no leader is known (an election, a
+// partition being built) or the leader has no listener in Config.Brokers,
+// the produce is handed to parkway as before, which parks it until a
+// leader serves it.
+func (s *Server) leaderElsewhere(ctx context.Context, t parkway.Topic, part int32) (int32, bool) {
+	if s.cfg.Brokers == nil {
+		return 0, false
+	}
+	lead, err := s.node.Cluster().Leader(ctx, t, uint32(part))
+	if err != nil || lead == 0 || int32(lead) == s.cfg.BrokerID {
+		return 0, false
+	}
+	if _, ok := s.cfg.Brokers[int32(lead)]; !ok {
+		return 0, false
+	}
+	return int32(lead), true
+}
+
+// notLeader answers a partition NOT_LEADER_OR_FOLLOWER naming its leader:
+// from Produce v10 (KIP-951) in the response itself, so the client moves
+// without waiting for a Metadata round trip.
+func (s *Server) notLeader(resp *kmsg.ProduceResponse, sp *kmsg.ProduceResponseTopicPartition, lead int32) {
+	sp.ErrorCode = s.code(kmsg.Produce, kerr.NotLeaderForPartition.Code)
+	sp.CurrentLeader.LeaderID, sp.CurrentLeader.LeaderEpoch = lead, 0
+	if resp.Version < 10 {
+		return
+	}
+	if slices.ContainsFunc(resp.Brokers, func(b kmsg.ProduceResponseBroker) bool { return b.NodeID == lead }) {
+		return
+	}
+	if b, ok := s.broker(lead); ok {
+		rb := kmsg.NewProduceResponseBroker()
+		rb.NodeID, rb.Host, rb.Port = b.id, b.host, b.port
+		resp.Brokers = append(resp.Brokers, rb)
+	}
+}
+
+// broker is the announced broker of an id.
+func (s *Server) broker(id int32) (broker, bool) {
+	for _, b := range s.brokerList() {
+		if b.id == id {
+			return b, true
+		}
+	}
+	return broker{}, false
 }
