@@ -26,6 +26,17 @@ import (
 // sequence as given, and leaves duplicates to the partition's window. On
 // a single node a produce's outcome is never unknown, so the listener's
 // window is all there is.
+//
+// Why two: the partition's window maps exact (producer, sequence) pairs
+// it applied to their first offsets. It keeps no producer's next
+// sequence or epoch, so it cannot tell a gap (OUT_OF_ORDER_SEQUENCE_NUMBER)
+// or a fenced epoch (INVALID_PRODUCER_EPOCH) from a new batch, which
+// Kafka clients need; and a single node does not use it (ProducerSeq is
+// applied only in a cluster), while a Kafka client there still retries a
+// batch after a dropped connection. Making it one mechanism means moving
+// this state into the partition as replicated per-producer state (as
+// Kafka's own partitions keep it), which is a change of the partition's
+// log and snapshot format.
 
 const (
 	maxRecent       = 5       // Kafka's max.in.flight for idempotent producers
