@@ -71,6 +71,11 @@ type filePartition struct {
 	// files may lack (0: none).
 	journal *Journal
 	stash   bool
+	// staging: the partition's journal entries are written by Stage
+	// (Journal.Stage: acknowledged once in the page cache, no fsync),
+	// never by Commit. Records its Append writes to its own file are then
+	// as safe there as in the journal, so it keeps no copy of them.
+	staging bool
 	jnext   uint64
 	jpend   []byte
 	jseq    uint64
@@ -306,6 +311,17 @@ func (p *filePartition) Append(msgs []Message) (uint64, error) {
 	}
 	if err := p.flushWrites(false); err != nil {
 		return 0, err
+	}
+	if p.stash && p.staging {
+		// Staged (Journal.Stage): the journal only carries what is held
+		// behind to the page cache before the acknowledgement, and the
+		// file holds everything now (flushWrites wrote wpend), this batch
+		// included once written. A copy for the journal would write every
+		// byte twice and hold up to maxStash of it in memory, so the
+		// partition stops stashing, as when its stash overflows: its
+		// later appends go to its file, and the next Stage has no entry
+		// for it (its acknowledgements wait for nothing more).
+		p.stash, p.jpend = false, nil
 	}
 	f, err := p.openTail(tail)
 	if err != nil {
@@ -684,7 +700,7 @@ func (p *filePartition) leaveJournal() {
 		return
 	}
 	p.journal.release(p)
-	p.journal, p.stash, p.jpend = nil, false, nil
+	p.journal, p.stash, p.staging, p.jpend = nil, false, false, nil
 }
 
 func (p *filePartition) sync() error {

@@ -384,6 +384,7 @@ func (j *Journal) prepare(parts []Partition, errs []error, stage bool) {
 		case fp.broken != nil:
 			errs[i] = fp.broken
 		case fp.journal == j && fp.stash:
+			fp.staging = stage
 			if fp.next > fp.jnext {
 				entries = append(entries, i)
 			}
@@ -559,7 +560,7 @@ func (j *Journal) Attach(p Partition) bool {
 	if j.closed || fp == nil || !fp.deferred || fp.journal != nil || fp.next != 0 || fp.store.cfg.Sync {
 		return false
 	}
-	fp.journal, fp.stash = j, true
+	fp.journal, fp.stash, fp.staging = j, true, false
 	fp.jnext, fp.jpend = 0, fp.jpend[:0]
 	return true
 }
@@ -570,7 +571,7 @@ func (j *Journal) join(fp *filePartition) {
 	if fp.store.cfg.Sync {
 		return // every append is fsynced: nothing to journal
 	}
-	fp.journal, fp.stash = j, true
+	fp.journal, fp.stash, fp.staging = j, true, false
 	fp.jnext, fp.jpend = fp.next, fp.jpend[:0]
 }
 

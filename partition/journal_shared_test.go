@@ -27,6 +27,9 @@ type sharedRun struct {
 	// crash only.
 	stage bool
 	soft  map[metadata.Namespace]map[uint64]string
+	// big: the rounds whose messages are larger than writeBehind, so
+	// Append writes them to the partition's file at once.
+	big map[int]bool
 }
 
 // sharedPerHandle is how many partitions each handle of a sharedRun has.
@@ -79,7 +82,7 @@ func (r *sharedRun) roundOf(k int, hs ...int) {
 		errs[h] = make([]error, len(r.ps[h]))
 		offs[h] = make([]uint64, len(r.ps[h]))
 		for i, p := range r.ps[h] {
-			offs[h][i], errs[h][i] = p.Append([]Message{{Payload: fmt.Appendf(nil, "%d/%d", p.Namespace().Partition(), k)}})
+			offs[h][i], errs[h][i] = p.Append([]Message{{Payload: []byte(r.payload(p.Namespace(), k))}})
 		}
 		staged := r.stage && h == 1
 		j.prepare(r.ps[h], errs[h], staged)
@@ -111,10 +114,20 @@ func (r *sharedRun) roundOf(k int, hs ...int) {
 				if acks[ns] == nil {
 					acks[ns] = map[uint64]string{}
 				}
-				acks[ns][offs[h][i]] = fmt.Sprintf("%d/%d", ns.Partition(), k)
+				acks[ns][offs[h][i]] = r.payload(ns, k)
 			}
 		}
 	}
+}
+
+// payload is round k's message to ns: "partition/round", padded past
+// writeBehind in the big rounds.
+func (r *sharedRun) payload(ns metadata.Namespace, k int) string {
+	m := fmt.Sprintf("%d/%d", ns.Partition(), k)
+	if r.big[k] {
+		m += " " + strings.Repeat("x", writeBehind)
+	}
+	return m
 }
 
 // close closes the partitions, then the handles.
@@ -365,6 +378,11 @@ func TestJournalStagedPartitionsCrashAtEveryWritePoint(t *testing.T) {
 			return nil
 		}
 		r.stage = true
+		// Round 3 writes handle 1's staged partitions' records to their
+		// files at once (larger than writeBehind): the partitions stop
+		// stashing, and what they append after it is in their files
+		// only. Round 5 is large for both handles.
+		r.big = map[int]bool{3: true, 5: true}
 		r.round(0)
 		r.roundOf(1, 1)
 		r.round(2)
@@ -654,4 +672,41 @@ func TestJournalConcurrentHandles(t *testing.T) {
 		}
 		_ = p.Close()
 	}
+}
+
+// A staged partition (Journal.Stage, FsyncInterval) whose Append writes
+// its records to its own file at once (a batch larger than writeBehind)
+// keeps no copy of them for the journal: the next Stage writes nothing
+// for it, so every byte reaches the disk once, and a process crash with
+// the partition open still finds every acknowledged record.
+func TestJournalStagedLargeAppendIsWrittenOnce(t *testing.T) {
+	live := vfs.NewMem()
+	var journalBytes atomic.Int64
+	count := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind == errorfs.OpWriteAt && strings.Contains(op.Path, journalDir) {
+			journalBytes.Add(int64(op.Len))
+		}
+		return nil
+	})
+	r := newSharedRunOf(t, errorfs.New(live, count), true)
+	r.stage = true
+	r.big = map[int]bool{1: true, 2: true}
+	r.roundOf(0, 1) // small: held behind, staged through the journal
+	// The handle's first partition is deferred and attached (the other
+	// is not in the journal: a Stage never joins one).
+	fp := r.ps[1][0].(*filePartition)
+	if !fp.staging || !fp.stash {
+		t.Fatalf("%v: not staging after a Stage", fp.ns)
+	}
+	before := journalBytes.Load()
+	r.roundOf(1, 1)
+	r.roundOf(2, 1)
+	if fp.stash || len(fp.jpend) > 0 {
+		t.Fatalf("%v: still stashing (%d bytes) after appends written to its file", fp.ns, len(fp.jpend))
+	}
+	if n := journalBytes.Load() - before; n >= writeBehind {
+		t.Fatalf("the stages of two large rounds wrote %d bytes to the journal", n)
+	}
+	r.roundOf(3, 1) // small again: to the file, acknowledged after it
+	r.check(live, "process crash with staged partitions open")
 }
