@@ -134,7 +134,7 @@ func TestDecodeCommandRejectsGarbage(t *testing.T) {
 		{"empty", nil, 0},
 		{"type only", []byte{1}, 1},
 		{"type zero", []byte{0, 1}, 0},
-		{"unknown type", []byte{20, 1}, 0},
+		{"unknown type", []byte{cmdExpireMembers + 1, 1}, 0},
 		{"unknown version", []byte{1, 2, 0}, 1},
 		{"version zero", []byte{2, 0, 0}, 1},
 		{"missing field", []byte{2, 1}, 2},
