@@ -180,6 +180,7 @@ func EncodeCommand(c Command) ([]byte, error) {
 		e.uvarint(uint64(c.Stream))
 		e.uvarint(uint64(c.Topic))
 		e.str(c.Group)
+		e.uvarint(c.GroupRevision)
 		e.varint(c.Now)
 		e.uvarint(uint64(len(c.Members)))
 		for _, m := range c.Members {
@@ -386,7 +387,7 @@ func DecodeCommand(b []byte) (Command, error) {
 	case cmdRebalance:
 		c = Rebalance{}
 	case cmdExpireMembers:
-		em := ExpireMembers{Stream: d.u32(), Topic: d.u32(), Group: d.str(), Now: d.varint()}
+		em := ExpireMembers{Stream: d.u32(), Topic: d.u32(), Group: d.str(), GroupRevision: d.uvarint(), Now: d.varint()}
 		// Each id takes at least a byte: the count is checked against
 		// what remains before the list is sized from it.
 		if n := d.count(1); n > 0 {

@@ -49,6 +49,9 @@ import (
 type ExpireMembers struct {
 	Stream, Topic uint32
 	Group         string
+	// GroupRevision is the group's created revision: a command meant
+	// for a group deleted since is a no-op on one created with its name.
+	GroupRevision uint64
 	Members       []uint64
 	// Now is the leader's clock when it decided, Unix nanoseconds.
 	Now      int64
@@ -237,7 +240,8 @@ func (s *Store) DueExpiries(now int64, retry time.Duration) []ExpireMembers {
 		if !ok {
 			i = len(out)
 			at[m.g] = i
-			out = append(out, ExpireMembers{Stream: m.g.stream, Topic: t.id, Group: m.g.name, Now: now, Revision: t.createdRev})
+			out = append(out, ExpireMembers{Stream: m.g.stream, Topic: t.id, Group: m.g.name, GroupRevision: m.g.createdRev,
+				Now: now, Revision: t.createdRev})
 		}
 		out[i].Members = append(out[i].Members, m.id)
 	}
@@ -276,6 +280,9 @@ func (s *Store) expireMembers(c ExpireMembers) (Result, bool, error) {
 	}
 	now := s.groupNow(c.Now)
 	removed := false
+	if c.GroupRevision != 0 && c.GroupRevision != g.createdRev {
+		return Result{Revision: s.revision, Stream: st.id, Topic: t.id, Generation: g.generation}, false, nil
+	}
 	for _, id := range c.Members {
 		m, ok := g.members[id]
 		if !ok {
