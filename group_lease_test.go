@@ -1,7 +1,6 @@
 package parkway_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"testing/synctest"
@@ -101,6 +100,22 @@ func TestGroupLeasesOutliveTheMetadataLeader(t *testing.T) {
 		// a and b heartbeat every second through the election (a
 		// heartbeat may wait out the election and retry).
 		beats, stop := make(chan error, 2), make(chan struct{})
+		stopped := false
+		stopBeats := func() error {
+			if stopped {
+				return nil
+			}
+			stopped = true
+			close(stop)
+			var first error
+			for range 2 {
+				if err := <-beats; err != nil && first == nil {
+					first = err
+				}
+			}
+			return first
+		}
+		defer stopBeats() // a failed check ends the test with the heartbeats stopped
 		for _, m := range []*parkway.Member{a, b} {
 			go func() {
 				for {
@@ -159,11 +174,8 @@ func TestGroupLeasesOutliveTheMetadataLeader(t *testing.T) {
 			t.Fatalf("the dead member expired %v after the takeover, before a whole session of %v", gone.Sub(took), timeout)
 		}
 		t.Logf("dead member expired %v after the takeover", gone.Sub(took))
-		close(stop)
-		for range 2 {
-			if err := <-beats; err != nil {
-				t.Fatal(err)
-			}
+		if err := stopBeats(); err != nil {
+			t.Fatal(err)
 		}
 		// a and b are still members, and hold everything between them.
 		a2, err := a.Heartbeat(ctx)
@@ -177,6 +189,5 @@ func TestGroupLeasesOutliveTheMetadataLeader(t *testing.T) {
 		if n := len(a2.Partitions) + len(a2.Revoking) + len(b2.Partitions) + len(b2.Revoking); n != 6 {
 			t.Fatalf("a and b hold %d of 6 partitions: %+v, %+v", n, a2, b2)
 		}
-		_ = context.Background
 	})
 }

@@ -949,6 +949,10 @@ func (n *cnode) metaApplied(index uint64, cmd metadata.Command, res metadata.Res
 				if _, seen := c.metaLog[index]; !seen && n.meta.Revision() != n.metaRev {
 					c.faults.MovesSettled++
 				}
+			case metadata.ExpireMembers:
+				if _, seen := c.metaLog[index]; !seen && n.meta.Revision() != n.metaRev {
+					c.ops.MemberExpired++
+				}
 			}
 		}
 	}

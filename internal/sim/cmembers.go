@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
 )
 
@@ -60,6 +61,12 @@ type gmember struct {
 	doing string
 	now   int64
 	part  uint32
+	// A lease renewal in flight (a heartbeat that releases nothing: no
+	// log entry, see host.Engine.SendLease): its answer, the call that
+	// forgets it, and when it is given up.
+	lease       <-chan host.LeaseResult
+	leaseCancel func()
+	leaseUntil  time.Time
 }
 
 // startMembers creates the member clients (after the ordinary ones).
@@ -109,6 +116,9 @@ func (c *csim) cutMember(cl *client) {
 // memberAct lets member client cl start its next operation.
 func (c *csim) memberAct(cl *client) {
 	m := cl.member
+	if m.lease != nil && !c.leaseDone(cl) {
+		return // a renewal in flight
+	}
 	home := c.node(m.home)
 	if home == nil || !home.reachable() || !home.joined || c.quiescing || c.calming() {
 		return // its process is down or paused with its node
@@ -133,10 +143,16 @@ func (c *csim) memberAct(cl *client) {
 		c.memberMeta(cl, home, "join", metadata.JoinGroup{Stream: t.Stream, Topic: t.ID, Group: memberGroup,
 			Member: fmt.Sprintf("m%d", cl.id), SessionTimeout: m.timeout, Now: m.now, Revision: t.CreatedRevision})
 	case now.Sub(m.lastBeat) >= m.timeout/3:
-		// A heartbeat as a Member's: a commit of nothing acknowledging
-		// the generation it acts in, which releases the partitions moving
-		// away from it (it hands out nothing between its steps).
+		// A heartbeat as a Member's: if it releases partitions moving
+		// away from the member (it hands out nothing between its steps),
+		// a commit of nothing acknowledging the generation it acts in;
+		// else a lease renewal at the metadata leader, no log entry.
 		m.lastBeat = now
+		if v, err := meta.MemberOf(t.Stream, t.ID, memberGroup, m.id, m.gen); err == nil && !v.Releases {
+			c.memberLease(cl, home, host.MemberLease{Stream: t.Stream, Topic: t.ID, TopicRevision: t.CreatedRevision,
+				Group: memberGroup, Member: m.id})
+			return
+		}
 		c.memberMeta(cl, home, "heartbeat", metadata.CommitGroupOffsets{Stream: t.Stream, Topic: t.ID, Group: memberGroup,
 			Member: m.id, Generation: m.gen, Now: m.now, Revision: t.CreatedRevision})
 	default:
@@ -176,6 +192,53 @@ func (c *csim) memberAct(cl *client) {
 		o.callEv = c.event("call op=%d member=%d (id %d gen %d) n%d poll ns=%v%s", o.id, cl.id, m.id, m.gen, home.id, ns, o.args())
 		c.send(c.newAttempt(o), home)
 	}
+}
+
+// memberLease sends member cl's lease renewal through home.
+func (c *csim) memberLease(cl *client, home *cnode, l host.MemberLease) {
+	m := cl.member
+	ch, cancel, err := home.eng.SendLease(l)
+	if err != nil {
+		c.event("member %d (id %d) lease on n%d: %v", cl.id, m.id, home.id, err)
+		m.lastBeat = time.Time{} // ask again
+		return
+	}
+	c.ops.MemberLeases++
+	m.lease, m.leaseCancel, m.leaseUntil = ch, cancel, c.clk.Now().Add(forwardTicks*c.cfg.TickInterval)
+	c.event("member %d (id %d gen %d) renews its lease through n%d", cl.id, m.id, m.gen, home.id)
+}
+
+// leaseDone takes member cl's lease answer, if it came or is given up
+// (reported true): an acknowledged renewal renews the member's own lease
+// from the renewal's Now, as a Member's does.
+func (c *csim) leaseDone(cl *client) bool {
+	m := cl.member
+	var r host.LeaseResult
+	select {
+	case r = <-m.lease:
+	default:
+		if c.clk.Now().Before(m.leaseUntil) {
+			return false
+		}
+		m.leaseCancel()
+		r.Err = errors.New("no answer")
+	}
+	m.lease, m.leaseCancel = nil, nil
+	c.event("member %d (id %d) lease answered: %v", cl.id, m.id, errString(r.Err))
+	switch {
+	case r.Err == nil:
+		m.confirmed = max(m.confirmed, m.now)
+		if home := c.node(m.home); home != nil && home.meta != nil {
+			if g, ok := home.meta.Group(m.stream, m.topic, memberGroup); ok && g.Generation >= m.gen {
+				m.gen = g.Generation // Member.refresh
+			}
+		}
+	case errors.Is(r.Err, metadata.ErrUnknownMember):
+		m.id = 0 // expired or gone: join again
+	default:
+		m.lastBeat = time.Time{} // refused or lost: ask again
+	}
+	return true
 }
 
 // memberTopic is the topic m's group lives on: the one it used while it

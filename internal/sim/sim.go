@@ -428,6 +428,8 @@ type OpCounts struct {
 	// Group members (Config.GroupMembers).
 	MemberDelivered int // messages members handed their applications
 	MemberFenced    int // poll answers with messages a member's fence refused
+	MemberLeases    int // lease renewals members sent (heartbeats that are no log entry)
+	MemberExpired   int // expiries of lapsed members the metadata leader committed (ExpireMembers that removed some)
 }
 
 // Result describes a run.
