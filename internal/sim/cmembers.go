@@ -127,6 +127,9 @@ func (c *csim) memberAct(cl *client) {
 	meta := home.meta
 	t, ok := c.memberTopic(m, meta)
 	if !ok {
+		if c.cfg.MemberPartitions > 0 && cl == c.members()[0] {
+			c.createStormTopic(cl, home)
+		}
 		return
 	}
 	g, ok := meta.Group(t.Stream, t.ID, memberGroup)
@@ -194,6 +197,37 @@ func (c *csim) memberAct(cl *client) {
 	}
 }
 
+// The members' own topic (Config.MemberPartitions).
+const (
+	stormStream = "storm"
+	stormTopic  = "t"
+)
+
+// createStormTopic creates the members' own topic through home: its
+// stream if missing, then the topic.
+func (c *csim) createStormTopic(cl *client, home *cnode) {
+	parts := c.cfg.MemberPartitions
+	mo := &metaOp{desc: fmt.Sprintf("member %d create the members' topic", cl.id)}
+	if st, ok := home.meta.StreamByName(stormStream); ok {
+		mo.steps = append(mo.steps, func(metadata.Result) metadata.Command {
+			return metadata.CreateTopic{Stream: st.ID, Name: stormTopic, Partitions: parts, Config: c.topicConfig(home)}
+		})
+	} else {
+		mo.steps = append(mo.steps, func(metadata.Result) metadata.Command { return metadata.CreateStream{Name: stormStream} },
+			func(prev metadata.Result) metadata.Command {
+				return metadata.CreateTopic{Stream: prev.Stream, Name: stormTopic, Partitions: parts, Config: c.topicConfig(home)}
+			})
+	}
+	cl.member.doing = "create"
+	c.nextOp++
+	o := &op{id: c.nextOp, client: cl, kind: kindMeta, home: home, meta: mo}
+	cl.op = o
+	c.metaOps = append(c.metaOps, o)
+	c.ops.Metadata++
+	o.callEv = c.event("call op=%d client=%d n%d meta %s", o.id, cl.id, home.id, mo.desc)
+	c.nextCommand(o, metadata.Result{})
+}
+
 // memberLease sends member cl's lease renewal through home.
 func (c *csim) memberLease(cl *client, home *cnode, l host.MemberLease) {
 	m := cl.member
@@ -242,12 +276,25 @@ func (c *csim) leaseDone(cl *client) bool {
 }
 
 // memberTopic is the topic m's group lives on: the one it used while it
-// is committed on its home, else the first topic home knows.
+// is committed on its home, else the first topic home knows (with
+// Config.MemberPartitions, the members' own topic).
 func (c *csim) memberTopic(m *gmember, meta *metadata.Store) (metadata.TopicInfo, bool) {
 	if m.topicRev != 0 {
 		if t, ok := meta.Topic(m.stream, m.topic); ok && t.CreatedRevision == m.topicRev {
 			return t, true
 		}
+	}
+	if c.cfg.MemberPartitions > 0 {
+		st, ok := meta.StreamByName(stormStream)
+		if !ok {
+			return metadata.TopicInfo{}, false
+		}
+		t, ok := meta.TopicByName(st.ID, stormTopic)
+		if !ok || t.Partitions == 0 {
+			return metadata.TopicInfo{}, false
+		}
+		m.stream, m.topic, m.topicRev, m.groupRev, m.id = t.Stream, t.ID, t.CreatedRevision, 0, 0
+		return t, true
 	}
 	for _, st := range meta.Streams() {
 		for _, t := range meta.Topics(st.ID) {

@@ -186,6 +186,12 @@ type Config struct {
 	// invariant 9). They are opt-in so that the default seeds' traces
 	// stay as they are.
 	GroupMembers int
+	// MemberPartitions, when not 0, gives the members a topic of their
+	// own with that many partitions (stream "storm", topic "t", created
+	// by the first member that finds none), instead of the first topic
+	// their home knows: with many members, every member joins at once —
+	// a join storm (TestClusterGroupJoinStorm).
+	MemberPartitions int
 	// InboxSize is each shard's inbox bound. The default is 4 frames —
 	// small, so bursts fill it — when Faults.InboxBurst is set, and the
 	// production default (shard.DefaultInboxSize) otherwise.

@@ -1,0 +1,147 @@
+//go:build unix
+
+package parkway_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/parkway-io/parkway"
+)
+
+// BenchmarkIdleGroup measures what one consumer group of members costs
+// while nothing is produced: members joined through one node or spread
+// over three in-memory nodes, one group over a topic of 1,000
+// partitions, each member heartbeating at a third of the default session
+// timeout (every 3.3 s, staggered) as a Consumer does. Every iteration is
+// 100 ms of wall time; cpu-ms/s is the process's CPU time (getrusage,
+// user+system) per second of wall time over all of them — 10 is 1% of
+// one core. members=0 is the idle node (or cluster) with the topic and
+// an empty group, so the members' own cost is the difference. The figure
+// is reported, not asserted: it depends on the machine.
+//
+//	go test -run '^$' -bench IdleGroup -benchtime 10s .
+func BenchmarkIdleGroup(b *testing.B) {
+	for _, nodes := range []int{1, 3} {
+		for _, members := range []int{0, 1000} {
+			b.Run(fmt.Sprintf("nodes=%d/members=%d", nodes, members), func(b *testing.B) { benchIdleGroup(b, nodes, members) })
+		}
+	}
+}
+
+func benchIdleGroup(b *testing.B, nodes, members int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	var ns []*parkway.Node
+	if nodes == 1 {
+		n, err := parkway.Open(parkway.Config{Shards: 2})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = n.Close() })
+		ns = append(ns, n)
+	} else {
+		net := parkway.NewNetwork(parkway.NetworkOptions{})
+		b.Cleanup(func() { _ = net.Close() })
+		var peers []parkway.NodeID
+		for i := range nodes {
+			peers = append(peers, parkway.NodeID(i+1))
+		}
+		for _, id := range peers {
+			n, err := parkway.Open(parkway.Config{Shards: 2, Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = n.Close() })
+			ns = append(ns, n)
+		}
+	}
+	s, err := ns[0].CreateStream(ctx, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	t, err := ns[0].CreateTopic(ctx, s, "t", 1000)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := ns[0].CreateGroup(ctx, t, "g"); err != nil {
+		b.Fatal(err)
+	}
+	ms := make([]*parkway.Member, members)
+	for i := range ms {
+		if ms[i], err = ns[i%len(ns)].JoinGroup(ctx, t, "g", parkway.MemberConfig{Name: fmt.Sprintf("m%d", i)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// Settle: every partition moving away from a member is released.
+	for round := 0; ; round++ {
+		moving := 0
+		for _, m := range ms {
+			a, err := m.Heartbeat(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			moving += len(a.Revoking)
+		}
+		if moving == 0 {
+			break
+		}
+		if round == 20 {
+			b.Fatalf("%d partitions still moving after %d rounds", moving, round)
+		}
+	}
+	every := parkway.DefaultSessionTimeout / 3
+	errs := make(chan error, members)
+	var beats sync.Map
+	for _, m := range ms {
+		wg.Go(func() {
+			wait := time.Duration(rand.Int64N(int64(every)))
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+				wait = every
+				if _, err := m.Heartbeat(ctx); err != nil {
+					if ctx.Err() == nil {
+						errs <- fmt.Errorf("member %d: %w", m.ID(), err)
+					}
+					return
+				}
+				beats.Store(m.ID(), true)
+			}
+		})
+	}
+
+	cpu0 := processCPU(b)
+	start := time.Now()
+	for b.Loop() {
+		time.Sleep(100 * time.Millisecond) // the measured idle time, not synchronisation
+	}
+	wall := time.Since(start)
+	cpu := processCPU(b) - cpu0
+
+	select {
+	case err := <-errs:
+		b.Fatal(err)
+	default:
+	}
+	g, err := ns[len(ns)-1].Group(ctx, t, "g")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(g.Members) != members {
+		b.Fatalf("%d members in the group after the run, want %d", len(g.Members), members)
+	}
+	b.ReportMetric(float64(cpu)/1e6/wall.Seconds(), "cpu-ms/s")
+	b.ReportMetric(float64(len(g.Members)), "members")
+}
