@@ -339,7 +339,22 @@ func (g *group) release(member, gen, rev uint64) bool {
 			g.parts[i].Holder, g.parts[i].Since, g.parts[i].Next, g.parts[i].NextSince = p.Next, g.generation, 0, 0
 		}
 	}
+	g.reindex()
 	return true
+}
+
+// reindex rebuilds held from parts: after every change of a partition's
+// holder (a rebalance, a release, a restore), never on a heartbeat.
+func (g *group) reindex() {
+	clear(g.held)
+	if g.held == nil {
+		g.held = make(map[uint64][]uint32)
+	}
+	for i, p := range g.parts {
+		if p.Holder != 0 {
+			g.held[p.Holder] = append(g.held[p.Holder], uint32(i))
+		}
+	}
 }
 
 type group struct {
@@ -357,6 +372,10 @@ type group struct {
 	// grow) and leave: nothing sorts the members.
 	order []uint64
 	parts []GroupPartition // dense, as the topic's partitions
+	// held lists each member's partitions, ascending (reindex), so that
+	// what one member needs of the group (Store.MemberOf) costs what it
+	// holds, not the group's size.
+	held map[uint64][]uint32
 	// expiries and commits count members expired and commits applied
 	// since this store loaded the group, for metrics only (GroupCounts).
 	expiries, commits uint64
@@ -427,6 +446,13 @@ func (m *member) lapsed(now int64) bool { return now-m.lastSeen > int64(m.timeou
 // counts as held is where a partition is going (Next) or, when it is not
 // moving, its holder. Deterministic: it depends only on the state.
 func (g *group) rebalance(rev uint64) {
+	g.rebalanceParts(rev)
+	g.reindex()
+}
+
+// rebalanceParts is rebalance without the index of what each member
+// holds.
+func (g *group) rebalanceParts(rev uint64) {
 	g.generation++
 	g.genRev = rev
 	ids := g.order

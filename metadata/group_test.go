@@ -400,6 +400,9 @@ func randomGroupCommand(rng *rand.Rand, now int64) Command {
 		if rng.IntN(8) == 0 {
 			return DeleteGroup{Stream: 0, Topic: 0, Name: name}
 		}
+		if rng.IntN(2) == 0 {
+			return ExpireMembers{Stream: 0, Topic: 0, Group: name, Members: []uint64{m, m + 1}, Now: now}
+		}
 		return Heartbeat{Stream: 0, Topic: 0, Group: name, Member: m, Now: now}
 	case 2:
 		return JoinGroup{Stream: 0, Topic: 0, Group: name, Member: "m", SessionTimeout: time.Duration(1+rng.IntN(3)) * time.Second, Now: now}
@@ -423,17 +426,31 @@ func randomGroupCommand(rng *rand.Rand, now int64) Command {
 // step: assignments balanced over live members, committed offsets never
 // going backwards while a partition exists, every accepted commit from
 // the holder; and a store restored from a snapshot at any point applies
-// the rest of the history identically.
+// the rest of the history identically. The store keeps leases, as the
+// leader's does: members renew them now and then, and the expiries it
+// proposes are applied; what each member reads of its group
+// (Store.MemberOf, from the group's index) is what the group says.
 func TestGroupRandomHistory(t *testing.T) {
 	for seed := range uint64(20) {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		s := groupStore(t, 4)
+		s.StartLeases(0)
 		var replica *Store
 		committed := map[string]map[uint32]uint64{}
 		now := int64(0)
+		var due []ExpireMembers
 		for step := range 400 {
 			now += int64(rng.IntN(400)) * int64(time.Millisecond)
+			if rng.IntN(3) == 0 {
+				_ = s.RenewLease(0, 0, 0, []string{"g", "h"}[rng.IntN(2)], uint64(rng.IntN(6)), now)
+			}
+			if len(due) == 0 {
+				due = s.DueExpiries(now, time.Second)
+			}
 			cmd := randomGroupCommand(rng, now)
+			if len(due) > 0 && rng.IntN(2) == 0 {
+				cmd, due = due[0], due[1:]
+			}
 			before := map[string]GroupInfo{}
 			for _, g := range s.Groups(0, 0) {
 				before[g.Name] = g
@@ -461,6 +478,13 @@ func TestGroupRandomHistory(t *testing.T) {
 			}
 			for _, g := range s.Groups(0, 0) {
 				checkGroup(t, g)
+				for _, m := range g.Members {
+					v, err := s.MemberOf(0, 0, g.Name, m.ID, g.Generation)
+					if err != nil || v.Generation != g.Generation || !slices.Equal(v.Held, g.Assigned(m.ID)) || !slices.Equal(v.Revoking, g.Revoking(m.ID)) {
+						t.Fatalf("seed %d step %d: member %d of %s reads %+v, %v; the group has it hold %v, revoking %v",
+							seed, step, m.ID, g.Name, v, err, g.Assigned(m.ID), g.Revoking(m.ID))
+					}
+				}
 				if committed[g.Name] == nil {
 					committed[g.Name] = map[uint32]uint64{}
 				}

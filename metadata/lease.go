@@ -330,8 +330,9 @@ type MemberView struct {
 }
 
 // MemberOf returns member's view of a committed group as of generation
-// gen (for Releases), without copying the group: one pass over its
-// partitions, nothing over its members. It fails with ErrGroupNotFound
+// gen (for Releases), without copying the group: it costs what the
+// member holds (the group indexes it), nothing over the other members or
+// partitions. It fails with ErrGroupNotFound
 // (or the topic lookup's error) and ErrUnknownMember.
 func (s *Store) MemberOf(stream, topic uint32, group string, member, gen uint64) (MemberView, error) {
 	s.mu.RLock()
@@ -347,14 +348,10 @@ func (s *Store) MemberOf(stream, topic uint32, group string, member, gen uint64)
 	if _, ok := g.members[member]; !ok {
 		return MemberView{}, fmt.Errorf("%w: member %d of group %q", ErrUnknownMember, member, g.name)
 	}
-	v := MemberView{Generation: g.generation}
-	for i, p := range g.parts {
-		if p.Holder != member {
-			continue
-		}
-		v.Held = append(v.Held, uint32(i))
-		if p.Next != 0 {
-			v.Revoking = append(v.Revoking, uint32(i))
+	v := MemberView{Generation: g.generation, Held: slices.Clone(g.held[member])}
+	for _, i := range v.Held {
+		if p := g.parts[i]; p.Next != 0 {
+			v.Revoking = append(v.Revoking, i)
 			if gen >= p.NextSince && gen <= g.generation {
 				v.Releases = true
 			}

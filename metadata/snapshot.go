@@ -306,6 +306,7 @@ func restoreGroup(rev uint64, streamID uint32, t *topic, gi GroupInfo) (*group, 
 		g.members[m.ID] = &member{g: g, id: m.ID, name: m.Name, timeout: m.SessionTimeout, lastSeen: m.LastSeen}
 		g.order = append(g.order, m.ID)
 	}
+	g.reindex()
 	for i, p := range g.parts {
 		if _, ok := g.members[p.Holder]; p.Holder != 0 && !ok {
 			return nil, fmt.Errorf("group %q: partition %d held by unknown member %d", gi.Name, i, p.Holder)

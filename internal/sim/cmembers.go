@@ -159,8 +159,14 @@ func (c *csim) memberAct(cl *client) {
 		c.memberMeta(cl, home, "heartbeat", metadata.CommitGroupOffsets{Stream: t.Stream, Topic: t.ID, Group: memberGroup,
 			Member: m.id, Generation: m.gen, Now: m.now, Revision: t.CreatedRevision})
 	default:
-		if c.rng.IntN(2) == 0 {
-			// The members' topic needs messages: a member produces too.
+		// The members' topic needs messages: a member produces too, half
+		// the time — in a storm less, so that a thousand members do not
+		// bury the cluster in produces while they should heartbeat.
+		produce := 2
+		if c.cfg.MemberPartitions > 0 {
+			produce = max(2, c.cfg.GroupMembers/8)
+		}
+		if c.rng.IntN(produce) == 0 {
 			if ns, err := metadata.NewNamespace(t.Stream, t.ID, uint32(c.rng.IntN(t.Partitions))); err == nil {
 				m.doing = "produce"
 				c.dataOp(cl, home, ns, kindProduce)
@@ -342,6 +348,7 @@ func (c *csim) memberDone(cl *client, o *op) {
 		switch {
 		case o.outcome == outcomeOK && m.doing == "join":
 			m.id, m.confirmed, m.lastBeat = o.meta.result.Member, m.now, c.clk.Now()
+			c.ops.MemberJoins++
 		case o.outcome == outcomeOK && m.doing != "create":
 			m.confirmed = max(m.confirmed, m.now)
 		case errors.Is(o.err, metadata.ErrUnknownMember):

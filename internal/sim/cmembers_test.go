@@ -181,6 +181,6 @@ func TestClusterGroupJoinStorm(t *testing.T) {
 		}
 		t.Errorf("seed %d: %v", list[i], r.err)
 	}
-	t.Logf("%d seeds of %d members: delivered %d messages, fenced %d answers, renewed %d leases, %d expiries, %d member cuts, %d partitions",
-		len(runs), *flagStorm, ops.MemberDelivered, ops.MemberFenced, ops.MemberLeases, ops.MemberExpired, faults.MemberCuts, faults.Partitions)
+	t.Logf("%d seeds of %d members: %d joins, delivered %d messages, fenced %d answers, renewed %d leases, %d expiries, %d member cuts, %d partitions",
+		len(runs), *flagStorm, ops.MemberJoins, ops.MemberDelivered, ops.MemberFenced, ops.MemberLeases, ops.MemberExpired, faults.MemberCuts, faults.Partitions)
 }

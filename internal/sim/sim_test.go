@@ -241,6 +241,7 @@ func addOps(t *sim.OpCounts, o sim.OpCounts) {
 	t.MemberDelivered += o.MemberDelivered
 	t.MemberFenced += o.MemberFenced
 	t.MemberLeases += o.MemberLeases
+	t.MemberJoins += o.MemberJoins
 	t.MemberExpired += o.MemberExpired
 }
 
