@@ -15,8 +15,8 @@ import (
 // nothing is not a metadata-log entry. The member's node sends it to the
 // metadata leader (KindLease), whose store renews the member's lease in
 // memory; the leader then confirms it still leads with a read index — one
-// for every renewal that arrived while the previous one was in flight, so
-// a thousand members cost a handful of read indexes a second — waits
+// per metadata tick for every renewal queued since the last, so a
+// thousand members cost at most a read index a tick — waits
 // until it applied that index, checks the member is still there (entries
 // of an earlier term it applied meanwhile may have expired it) and
 // answers (KindLeaseReply). A leader deposed before it confirms answers
@@ -340,10 +340,12 @@ func (m *metaGroup) serveLease(op leaseOp) {
 		m.answerLease(op, LeaseResult{Err: err})
 		return
 	}
+	// The read index is asked at the next tick, one for every renewal
+	// queued by then: a heartbeat waits at most a tick more, and a
+	// thousand members cost the leader a hundred heartbeat rounds a
+	// second at most, not one each.
 	m.lease.queue = append(m.lease.queue, op)
-	if m.lease.seq == 0 {
-		m.askLeaseIndex()
-	}
+	m.wake()
 }
 
 // askLeaseIndex asks one read index for every queued renewal.
@@ -362,9 +364,6 @@ func (m *metaGroup) leaseConfirmed(index uint64) {
 		m.lease.ready = append(m.lease.ready, leaseWait{op: op, index: index})
 	}
 	m.lease.seq, m.lease.batch = 0, m.lease.batch[:0]
-	if len(m.lease.queue) > 0 {
-		m.askLeaseIndex()
-	}
 }
 
 // answerLeases answers the confirmed renewals whose index is applied:
@@ -389,15 +388,16 @@ func (m *metaGroup) answerLeases() {
 	m.lease.ready = keep
 }
 
-// leaseTick asks the read index again for a batch whose answer is overdue
-// (a lost heartbeat round), and proposes the expiry of members whose
-// lease lapsed. The leader's metadata tick calls it, awake or quiesced.
+// leaseTick asks the read index for the renewals queued since the last
+// one (or again for a batch whose answer is overdue: a lost heartbeat
+// round), and proposes the expiry of members whose lease lapsed. The
+// leader's metadata tick calls it, awake or quiesced.
 func (m *metaGroup) leaseTick() {
 	if m.unavailable() != nil || m.lead.Load() != uint64(m.c.cfg.ID) {
 		return
 	}
 	now := m.c.e.cfg.Clock.Now()
-	if m.lease.seq != 0 && now.Sub(m.lease.asked) > m.c.e.ForwardTimeout() {
+	if (m.lease.seq == 0 && len(m.lease.queue) > 0) || (m.lease.seq != 0 && now.Sub(m.lease.asked) > m.c.e.ForwardTimeout()) {
 		m.askLeaseIndex()
 	}
 	for _, cmd := range m.store.DueExpiries(now.UnixNano(), m.c.e.ForwardTimeout()) {
