@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/transport"
 )
 
 // BenchmarkIdleGroup measures what one consumer group of members costs
@@ -51,14 +52,14 @@ func benchIdleGroup(b *testing.B, nodes, members int) {
 		b.Cleanup(func() { _ = n.Close() })
 		ns = append(ns, n)
 	} else {
-		net := parkway.NewNetwork(parkway.NetworkOptions{})
+		net := transport.NewNetwork(transport.NetworkOptions{})
 		b.Cleanup(func() { _ = net.Close() })
-		var peers []parkway.NodeID
+		var peers []transport.NodeID
 		for i := range nodes {
-			peers = append(peers, parkway.NodeID(i+1))
+			peers = append(peers, transport.NodeID(i+1))
 		}
 		for _, id := range peers {
-			n, err := parkway.Open(parkway.Config{Shards: 2, Cluster: &parkway.Cluster{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
+			n, err := parkway.Open(parkway.Config{Shards: 2, Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -66,15 +67,15 @@ func benchIdleGroup(b *testing.B, nodes, members int) {
 			ns = append(ns, n)
 		}
 	}
-	s, err := ns[0].CreateStream(ctx, "bench")
+	s, err := ns[0].Admin().CreateStream(ctx, "bench")
 	if err != nil {
 		b.Fatal(err)
 	}
-	t, err := ns[0].CreateTopic(ctx, s, "t", 1000)
+	t, err := ns[0].Admin().CreateTopic(ctx, s, "t", 1000)
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := ns[0].CreateGroup(ctx, t, "g"); err != nil {
+	if err := ns[0].Admin().CreateGroup(ctx, t, "g"); err != nil {
 		b.Fatal(err)
 	}
 	// Members join (a few at a time) and heartbeat from their join on:
@@ -124,13 +125,13 @@ func benchIdleGroup(b *testing.B, nodes, members int) {
 			b.Fatal(err)
 		default:
 		}
-		g, err := ns[0].Group(ctx, t, "g")
+		g, err := ns[0].Admin().Group(ctx, t, "g")
 		if err != nil {
 			b.Fatal(err)
 		}
 		moving := 0
 		for _, p := range g.Partitions {
-			if p.Next != 0 {
+			if p.Moving != 0 {
 				moving++
 			}
 		}
@@ -159,7 +160,7 @@ func benchIdleGroup(b *testing.B, nodes, members int) {
 		b.Fatal(err)
 	default:
 	}
-	g, err := ns[len(ns)-1].Group(ctx, t, "g")
+	g, err := ns[len(ns)-1].Admin().Group(ctx, t, "g")
 	if err != nil {
 		b.Fatal(err)
 	}
