@@ -79,4 +79,4 @@ func EnginePartitions(ctx context.Context, n *Node, t Topic) ([]metadata.Partiti
 
 // MetadataApplied returns the metadata raft log index n applied last (0
 // on a single node).
-func MetadataApplied(n *Node) uint64 { return n.eng.MetadataStatus().Applied }
+func MetadataApplied(n *Node) uint64 { return n.eng.MetadataApplied() }

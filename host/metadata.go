@@ -589,6 +589,15 @@ type MetadataGroupStatus struct {
 	Voters                         []uint64
 }
 
+// MetadataApplied is the metadata group's index this node applied last
+// (0 on a single node). Safe from any goroutine, unlike MetadataStatus.
+func (e *Engine) MetadataApplied() uint64 {
+	if e.cl == nil {
+		return 0
+	}
+	return e.cl.appliedIndex.Load()
+}
+
 // MetadataStatus reports this node's metadata group member's position.
 func (e *Engine) MetadataStatus() MetadataGroupStatus {
 	if e.cl == nil {
