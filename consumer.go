@@ -772,7 +772,8 @@ func (c *Consumer) regroup() {
 }
 
 // nextHeartbeat is the wait before the next heartbeat: every, or less if
-// another member's session lapses sooner.
+// the application's processing bound passes sooner. (Lapsed members are
+// the metadata leader's to expire: no heartbeat is needed for that.)
 func (c *Consumer) nextHeartbeat(every time.Duration) time.Duration {
 	m := c.Member()
 	if m == nil {
@@ -784,11 +785,6 @@ func (c *Consumer) nextHeartbeat(every time.Duration) time.Duration {
 		every = min(every, max(c.askedAt.Add(c.cfg.MaxPollInterval).Sub(c.n.cfg.Clock.Now())+time.Millisecond, time.Millisecond))
 	}
 	c.mu.Unlock()
-	if at, ok := m.nextExpiry(); ok {
-		if d := at.Sub(c.n.cfg.Clock.Now()) + time.Millisecond; d < every {
-			return max(d, 10*time.Millisecond)
-		}
-	}
 	return every
 }
 

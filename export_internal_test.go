@@ -76,3 +76,7 @@ func EnginePartitions(ctx context.Context, n *Node, t Topic) ([]metadata.Partiti
 	}
 	return out, nil
 }
+
+// MetadataApplied returns the metadata raft log index n applied last (0
+// on a single node).
+func MetadataApplied(n *Node) uint64 { return n.eng.MetadataApplied() }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
 )
 
@@ -88,9 +89,9 @@ type Member struct {
 
 	timeout time.Duration // the session timeout, resolved
 
-	mu    sync.Mutex
-	state metadata.GroupInfo // the group as of the member's last refresh
-	gen   uint64             // the generation the member acts in
+	mu   sync.Mutex
+	view metadata.MemberView // its part of the group as of its last refresh
+	gen  uint64              // the generation the member acts in
 	// confirmed is the Now of the member's last join, heartbeat or
 	// commit that was applied: the start of its lease (metadata.LeaseEnd).
 	confirmed int64
@@ -126,21 +127,25 @@ func (n *Node) JoinGroup(ctx context.Context, t Topic, group string, cfg MemberC
 	return m, nil
 }
 
-// refresh reads the group's committed state after the command that
-// produced res (applied on this node, so the local store has it) and
-// makes its generation the member's.
+// refresh reads the member's part of the group's committed state on this
+// node (after its join, heartbeat or commit: as new as what the leader
+// had when it answered) and makes its generation the member's. It reads
+// the partitions once and copies none of the other members.
 func (m *Member) refresh() error {
-	g, ok := m.n.meta.Group(m.topic.Stream.ID, m.topic.ID, m.group)
-	if !ok {
+	m.mu.Lock()
+	gen := m.gen
+	m.mu.Unlock()
+	v, err := m.n.meta.MemberOf(m.topic.Stream.ID, m.topic.ID, m.group, m.id, gen)
+	if errors.Is(err, metadata.ErrTopicNotFound) || errors.Is(err, metadata.ErrStreamNotFound) {
 		return fmt.Errorf("%w: %q on %v", ErrGroupNotFound, m.group, m.topic)
 	}
-	if _, ok := g.Member(m.id); !ok {
-		return fmt.Errorf("%w: member %d of group %q", ErrUnknownMember, m.id, m.group)
+	if err != nil {
+		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if g.Generation >= m.state.Generation {
-		m.state, m.gen = g, g.Generation
+	if v.Generation >= m.view.Generation {
+		m.view, m.gen = v, v.Generation
 	}
 	return nil
 }
@@ -156,21 +161,15 @@ func (m *Member) Group() string { return m.group }
 func (m *Member) Assignment() Assignment {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	held, revoking := m.state.Assigned(m.id), m.state.Revoking(m.id)
-	held = slices.DeleteFunc(held, func(p uint32) bool { _, moving := slices.BinarySearch(revoking, p); return moving })
+	revoking := slices.Clone(m.view.Revoking)
+	held := slices.DeleteFunc(slices.Clone(m.view.Held), func(p uint32) bool { _, moving := slices.BinarySearch(revoking, p); return moving })
 	return Assignment{Generation: m.gen, Partitions: held, Revoking: revoking}
 }
 
-// Committed returns the group's committed offset for a partition as of
-// the member's last refresh.
+// Committed returns the group's committed offset for a partition as
+// this node's committed metadata has it.
 func (m *Member) Committed(part uint32) (uint64, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if int64(part) >= int64(len(m.state.Partitions)) {
-		return 0, false
-	}
-	p := m.state.Partitions[part]
-	return p.Offset, p.Committed
+	return m.committedNow(part)
 }
 
 // Heartbeat keeps the member's session alive and refreshes its
@@ -189,14 +188,29 @@ func (m *Member) Heartbeat(ctx context.Context) (Assignment, error) {
 
 // heartbeat is Heartbeat acknowledging generation gen: a Consumer
 // acknowledges the generation whose revoked partitions it is done with.
+//
+// A heartbeat that releases nothing changes nothing the group has
+// committed, so it is no metadata-log entry: the metadata leader renews
+// the member's lease in memory (host.Engine.RenewLease). One that
+// releases partitions is a commit of nothing acknowledging gen
+// (metadata.CommitGroupOffsets), logged like any commit. Which one it is
+// shows in this node's committed state: a move the member has seen (at
+// or before gen) is there if it is anywhere.
 func (m *Member) heartbeat(ctx context.Context, gen uint64) (Assignment, error) {
+	if err := m.n.begin(ctx); err != nil {
+		return Assignment{}, err
+	}
 	now := m.n.cfg.Clock.Now().UnixNano()
-	// A commit of nothing: a heartbeat that acknowledges a generation
-	// (metadata.CommitGroupOffsets).
-	_, err := m.n.apply(ctx, metadata.CommitGroupOffsets{
-		Stream: m.topic.Stream.ID, Topic: m.topic.ID, Revision: m.topic.Revision,
-		Group: m.group, Member: m.id, Generation: gen, Now: now,
-	})
+	v, err := m.n.meta.MemberOf(m.topic.Stream.ID, m.topic.ID, m.group, m.id, gen)
+	if err == nil && !v.Releases {
+		err = m.n.eng.RenewLease(ctx, host.MemberLease{Stream: m.topic.Stream.ID, Topic: m.topic.ID,
+			TopicRevision: m.topic.Revision, Group: m.group, Member: m.id})
+	} else {
+		_, err = m.n.apply(ctx, metadata.CommitGroupOffsets{
+			Stream: m.topic.Stream.ID, Topic: m.topic.ID, Revision: m.topic.Revision,
+			Group: m.group, Member: m.id, Generation: gen, Now: now,
+		})
+	}
 	if err != nil {
 		return Assignment{}, m.n.groupError(err, m.topic)
 	}
@@ -205,24 +219,6 @@ func (m *Member) heartbeat(ctx context.Context, gen uint64) (Assignment, error) 
 		return Assignment{}, err
 	}
 	return m.Assignment(), nil
-}
-
-// nextExpiry is when the earliest session of another member lapses, on
-// the group clock, as of the last refresh.
-func (m *Member) nextExpiry() (time.Time, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var at int64
-	found := false
-	for _, o := range m.state.Members {
-		if o.ID == m.id {
-			continue
-		}
-		if e := o.LastSeen + int64(o.SessionTimeout); !found || e < at {
-			at, found = e, true
-		}
-	}
-	return time.Unix(0, at), found
 }
 
 // renew starts the member's lease anew at now, the Now of a join,

@@ -127,8 +127,9 @@ type MemberInfo struct {
 	ID             uint64
 	Name           string
 	SessionTimeout time.Duration
-	// LastSeen is when its last join, heartbeat or commit was applied,
-	// on the group's clock.
+	// LastSeen is when its last logged join or commit was applied, on
+	// the group's clock. A heartbeat that changes nothing is not logged:
+	// the session is a lease the metadata leader keeps in memory.
 	LastSeen time.Time
 }
 

@@ -34,6 +34,10 @@ const (
 	// KindPartitionRaftBatch carries several partition raft messages for
 	// one peer (raftbatch.go).
 	KindPartitionRaftBatch
+	// KindLease renews a group member's lease at the metadata leader,
+	// which answers with KindLeaseReply (grouplease.go).
+	KindLease
+	KindLeaseReply
 )
 
 // clusterNode is the replicated side of an engine: the metadata group
@@ -54,6 +58,8 @@ type clusterNode struct {
 	reqID   atomic.Uint64
 	mu      sync.Mutex
 	waiting map[uint64]awaited // forwarded requests awaiting replies
+	// leaseWaits are the lease renewals awaiting answers (grouplease.go).
+	leaseWaits map[uint64]chan LeaseResult
 	// fwd bounds the forwarded requests this node holds for its peers.
 	fwd *forwardBudget
 	// watching are the forwarded waiting polls awaiting replies, by
@@ -269,6 +275,8 @@ func (e *Engine) deliver(ctx context.Context, m transport.Message) error {
 		return nil
 	case KindPartitionRaftBatch:
 		return e.deliverRaftBatch(m.Payload)
+	case KindLease, KindLeaseReply:
+		return c.deliverLease(uint64(m.From), m.Kind, m.Payload)
 	case KindMetaRaft:
 		box := &raftBox{}
 		if err := decodeRaft(box, m.Payload); err != nil {

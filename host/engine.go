@@ -254,6 +254,11 @@ func (e *Engine) openMetadata() error {
 	if err != nil {
 		return fmt.Errorf("parkway: open metadata: %w", err)
 	}
+	if e.cl == nil {
+		// A single node leads its own metadata: it keeps its groups'
+		// member leases (runLeases expires them).
+		e.meta.StartLeases(cfg.Clock.Now().UnixNano())
+	}
 	return nil
 }
 
@@ -348,6 +353,8 @@ func (e *Engine) Start() error {
 	if e.cl != nil {
 		e.group.Go(e.cl.receive)
 		e.group.Go(e.cl.runMetadata)
+	} else {
+		e.group.Go(e.runLeases)
 	}
 	return nil
 }

@@ -53,8 +53,12 @@ type metaGroup struct {
 	// reads are read barriers waiting for the metadata goroutine:
 	// readIndex ones wait for the leader's confirmation (by request id),
 	// applying ones for the applied index to reach their read index.
-	reads     chan chan error
-	readSeq   uint64
+	reads   chan chan error
+	readSeq uint64
+	// leaseIn takes members' lease renewals (started engines), lease is
+	// the leader's state of them (grouplease.go).
+	leaseIn   chan leaseOp
+	lease     leases
 	readIndex map[uint64]chan error
 	applying  []readWait
 
@@ -120,7 +124,7 @@ func openMetaGroup(c *clusterNode, disk *replica.Disk, mcfg metadata.Config) (*m
 	m := &metaGroup{c: c, g: g, pending: make(map[uint64]chan<- MetadataResult),
 		seen: dedupe.New[MetadataResult](metaDedupeWindow), policy: replica.CompactionPolicy{Entries: every},
 		props: make(chan metaOp), in: make(chan *raftpb.Message, 1024), failed: make(chan struct{}),
-		reads: make(chan chan error), readIndex: make(map[uint64]chan error),
+		reads: make(chan chan error), readIndex: make(map[uint64]chan error), leaseIn: make(chan leaseOp, 4096),
 		producer: newProducerID()}
 	fail := func(err error) (*metaGroup, error) {
 		_ = g.Close()
@@ -237,6 +241,7 @@ func (m *metaGroup) process() error {
 		}
 	}
 	m.compact()
+	m.serveReads()
 	return nil
 }
 
@@ -302,6 +307,7 @@ func (m *metaGroup) tick() error {
 		}
 		m.q = metaQuiet{} // a reopened member starts awake
 	}
+	m.leaseTick()
 	if m.q.quiet || m.quiesceOnTick() {
 		return nil
 	}
@@ -435,6 +441,8 @@ func (c *clusterNode) runMetadata(ctx context.Context) {
 			m.readSeq++
 			m.readIndex[m.readSeq] = reply
 			m.g.ReadIndex(binary.LittleEndian.AppendUint64(nil, m.readSeq))
+		case op := <-m.leaseIn:
+			m.serveLease(op)
 		case op := <-m.props:
 			if op.change != 0 {
 				op.reply <- MetadataResult{Err: m.proposeConfChange(!op.remove, op.change, op.data)}
@@ -463,6 +471,10 @@ func (m *metaGroup) serveReads() {
 			continue
 		}
 		seq := binary.LittleEndian.Uint64(rs.RequestCtx)
+		if seq == m.lease.seq {
+			m.leaseConfirmed(rs.Index)
+			continue
+		}
 		if reply, ok := m.readIndex[seq]; ok {
 			delete(m.readIndex, seq)
 			m.applying = append(m.applying, readWait{index: rs.Index, reply: reply})
@@ -478,6 +490,7 @@ func (m *metaGroup) serveReads() {
 	}
 	clear(m.applying[len(keep):])
 	m.applying = keep
+	m.answerLeases()
 }
 
 // answerReads answers every waiting read barrier with err.
@@ -574,6 +587,15 @@ func (e *Engine) HandleMetadata() error {
 type MetadataGroupStatus struct {
 	Leader, Applied, SnapshotIndex uint64
 	Voters                         []uint64
+}
+
+// MetadataApplied is the metadata group's index this node applied last
+// (0 on a single node). Safe from any goroutine, unlike MetadataStatus.
+func (e *Engine) MetadataApplied() uint64 {
+	if e.cl == nil {
+		return 0
+	}
+	return e.cl.appliedIndex.Load()
 }
 
 // MetadataStatus reports this node's metadata group member's position.
@@ -783,6 +805,7 @@ func (m *metaGroup) LeaderChanged(lead uint64) {
 		reply <- fmt.Errorf("%w: metadata leader changed", shard.ErrRetry)
 		delete(m.readIndex, seq)
 	}
+	m.leaderLeases(lead)
 	if ev := m.c.e.cfg.Events.MetadataLeaderChanged; ev != nil {
 		ev(lead, forgot)
 	}

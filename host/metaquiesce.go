@@ -155,5 +155,9 @@ func (m *metaGroup) sleepTicks() int64 {
 	if !m.q.quiet || m.unavailable() != nil {
 		return 1
 	}
-	return m.c.live.untilBeat()
+	n := m.c.live.untilBeat()
+	if due, ok := m.leaseDueTicks(); ok {
+		n = min(n, due) // a lease lapses first: expire it in time
+	}
+	return n
 }

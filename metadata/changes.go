@@ -73,7 +73,7 @@ func (l *changeLog) reset(rev uint64) {
 // committed partitions (or their configuration) of.
 func rangeOf(cmd Command, res Result) NamespaceRange {
 	switch c := cmd.(type) {
-	case CreateStream, CreateGroup, DeleteGroup, JoinGroup, LeaveGroup, Heartbeat, CommitGroupOffsets,
+	case CreateStream, CreateGroup, DeleteGroup, JoinGroup, LeaveGroup, Heartbeat, CommitGroupOffsets, ExpireMembers,
 		AddNode, RemoveNode:
 		// No partition and no topic configuration changes.
 		return NamespaceRange{}

@@ -77,6 +77,7 @@ const (
 	cmdRemoveNode
 	cmdRebalance
 	cmdSettleReplicas
+	cmdExpireMembers
 )
 
 const (
@@ -174,6 +175,17 @@ func EncodeCommand(c Command) ([]byte, error) {
 		e.str(c.Group)
 		e.uvarint(c.Member)
 		e.varint(c.Now)
+	case ExpireMembers:
+		e.header(cmdExpireMembers)
+		e.uvarint(uint64(c.Stream))
+		e.uvarint(uint64(c.Topic))
+		e.str(c.Group)
+		e.uvarint(c.GroupRevision)
+		e.varint(c.Now)
+		e.uvarint(uint64(len(c.Members)))
+		for _, m := range c.Members {
+			e.uvarint(m)
+		}
 	case CommitGroupOffsets:
 		e.header(cmdCommitGroupOffsets)
 		e.uvarint(uint64(c.Stream))
@@ -250,6 +262,8 @@ func commandRevision(c Command) uint64 {
 		return c.Revision
 	case CommitGroupOffsets:
 		return c.Revision
+	case ExpireMembers:
+		return c.Revision
 	}
 	return 0
 }
@@ -294,6 +308,9 @@ func withRevision(c Command, rev uint64) Command {
 		c.Revision = rev
 		return c
 	case CommitGroupOffsets:
+		c.Revision = rev
+		return c
+	case ExpireMembers:
 		c.Revision = rev
 		return c
 	}
@@ -369,13 +386,24 @@ func DecodeCommand(b []byte) (Command, error) {
 		c = RemoveNode{Node: d.uvarint()}
 	case cmdRebalance:
 		c = Rebalance{}
+	case cmdExpireMembers:
+		em := ExpireMembers{Stream: d.u32(), Topic: d.u32(), Group: d.str(), GroupRevision: d.uvarint(), Now: d.varint()}
+		// Each id takes at least a byte: the count is checked against
+		// what remains before the list is sized from it.
+		if n := d.count(1); n > 0 {
+			em.Members = make([]uint64, n)
+			for i := range em.Members {
+				em.Members[i] = d.uvarint()
+			}
+		}
+		c = em
 	case cmdSettleReplicas:
 		c = SettleReplicas{NS: Namespace(d.uvarint()), CreatedRevision: d.uvarint(), Node: d.uvarint()}
 	default:
 		d.failAt(0, "unknown command type "+strconv.Itoa(int(typ)))
 	}
 	if ver == commandVersionRevision && d.err == nil {
-		if typ == cmdCreateStream || typ >= cmdAddNode {
+		if typ == cmdCreateStream || (typ >= cmdAddNode && typ <= cmdSettleReplicas) {
 			d.failAt(1, "version 2 of a command that names no incarnation")
 		}
 		at := d.off

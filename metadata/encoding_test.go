@@ -57,6 +57,8 @@ func allCommands() []Command {
 		CommitGroupOffsets{Stream: 1, Topic: 2, Group: "g", Member: 1, Generation: 4, Now: 5},
 		CommitGroupOffsets{Stream: 1, Topic: 2, Group: "g", Member: 1, Generation: 4, Now: 5, Revision: 2,
 			Offsets: []GroupOffset{{Partition: 0, Offset: 10}, {Partition: math.MaxUint32, Offset: math.MaxUint64}, {Partition: 0, Offset: 0}}},
+		ExpireMembers{Stream: 1, Topic: 2, Group: "g", Now: 5},
+		ExpireMembers{Stream: 1, Topic: 2, Group: "g", GroupRevision: 7, Members: []uint64{3, 1, math.MaxUint64}, Now: -5, Revision: 2},
 	}
 }
 
@@ -83,8 +85,8 @@ func TestCommandRoundTrip(t *testing.T) {
 			t.Errorf("pointer to %#v encodes as %x, %v; value as %x", c, pb, err, b)
 		}
 	}
-	if len(types) != 19 {
-		t.Errorf("round trip covers %d command types, want all 19: %v", len(types), types)
+	if len(types) != 20 {
+		t.Errorf("round trip covers %d command types, want all 20: %v", len(types), types)
 	}
 	for _, bad := range []Command{nil, (*CreateTopic)(nil), foreignCommand{}} {
 		if _, err := EncodeCommand(bad); !errors.Is(err, ErrUnknownCommand) {
@@ -116,6 +118,8 @@ func TestCommandEncodingIsPinned(t *testing.T) {
 		{Heartbeat{Stream: 1, Topic: 2, Group: "g", Member: 3, Now: 1}, []byte{13, 1, 1, 2, 1, 'g', 3, 2}},
 		{CommitGroupOffsets{Stream: 1, Topic: 2, Group: "g", Member: 3, Generation: 4, Now: 1, Offsets: []GroupOffset{{Partition: 5, Offset: 6}}},
 			[]byte{14, 1, 1, 2, 1, 'g', 3, 4, 2, 1, 5, 6}},
+		{ExpireMembers{Stream: 1, Topic: 2, Group: "g", GroupRevision: 4, Members: []uint64{3}, Now: 1, Revision: 5},
+			[]byte{20, 2, 1, 2, 1, 'g', 4, 2, 1, 3, 5}},
 	}
 	for _, c := range cases {
 		if got, _ := EncodeCommand(c.cmd); !bytes.Equal(got, c.want) {
@@ -134,7 +138,7 @@ func TestDecodeCommandRejectsGarbage(t *testing.T) {
 		{"empty", nil, 0},
 		{"type only", []byte{1}, 1},
 		{"type zero", []byte{0, 1}, 0},
-		{"unknown type", []byte{20, 1}, 0},
+		{"unknown type", []byte{cmdExpireMembers + 1, 1}, 0},
 		{"unknown version", []byte{1, 2, 0}, 1},
 		{"version zero", []byte{2, 0, 0}, 1},
 		{"missing field", []byte{2, 1}, 2},

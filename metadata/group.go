@@ -26,13 +26,12 @@ import (
 // partitions it names.)
 //
 // Time: session expiry needs a clock, and a state machine must not read
-// one. Every command that changes membership carries Now, the proposing
-// node's clock; the store keeps the largest it has seen (the group clock,
-// which never goes back) and judges sessions against it. A member whose
-// session has lapsed is removed by the next command applied to its group
-// — any member's heartbeat, commit, join or leave — so a group whose
-// members heartbeat at a third of the session timeout notices a dead one
-// within that third. Nodes' clocks must agree to well within a session
+// one. Sessions are leases the metadata leader keeps in memory (lease.go):
+// a heartbeat renews one there without a log entry, and when one lapses
+// the leader proposes ExpireMembers, which carries its clock as Now.
+// Every command that changes membership carries Now, the proposing node's
+// clock; the store keeps the largest it has seen (the group clock, which
+// never goes back). Nodes' clocks must agree to well within a session
 // timeout, as with any lease.
 
 const (
@@ -158,8 +157,9 @@ type MemberInfo struct {
 	ID             uint64
 	Name           string
 	SessionTimeout time.Duration
-	// LastSeen is the group clock (Unix nanoseconds) at its last join,
-	// heartbeat or commit.
+	// LastSeen is the group clock (Unix nanoseconds) at its last logged
+	// join or commit (a heartbeat that changes nothing is not logged: the
+	// metadata leader keeps the lease in memory, see lease.go).
 	LastSeen int64
 }
 
@@ -208,18 +208,6 @@ func (g GroupInfo) Member(id uint64) (MemberInfo, bool) {
 		return MemberInfo{}, false
 	}
 	return g.Members[i], true
-}
-
-// NextExpiry is the earliest time (Unix nanoseconds, on the group clock)
-// at which a member's session lapses, if the group has members.
-func (g GroupInfo) NextExpiry() (int64, bool) {
-	var at int64
-	for i, m := range g.Members {
-		if e := m.LastSeen + int64(m.SessionTimeout); i == 0 || e < at {
-			at = e
-		}
-	}
-	return at, len(g.Members) > 0
 }
 
 // CheckHolder reports whether member may poll partition part with
@@ -351,26 +339,79 @@ func (g *group) release(member, gen, rev uint64) bool {
 			g.parts[i].Holder, g.parts[i].Since, g.parts[i].Next, g.parts[i].NextSince = p.Next, g.generation, 0, 0
 		}
 	}
+	g.reindex()
 	return true
 }
 
+// reindex rebuilds held from parts: after every change of a partition's
+// holder (a rebalance, a release, a restore), never on a heartbeat.
+func (g *group) reindex() {
+	clear(g.held)
+	if g.held == nil {
+		g.held = make(map[uint64][]uint32)
+	}
+	for i, p := range g.parts {
+		if p.Holder != 0 {
+			g.held[p.Holder] = append(g.held[p.Holder], uint32(i))
+		}
+	}
+}
+
 type group struct {
-	name       string
-	createdRev uint64
-	generation uint64
-	genRev     uint64
-	nextMember uint64
-	members    map[uint64]*member
-	parts      []GroupPartition // dense, as the topic's partitions
+	name string
+	// stream, topic and topicRev name the group's topic incarnation
+	// (for the leases, which outlive nothing they name: lease.go).
+	stream, topic uint32
+	topicRev      uint64
+	createdRev    uint64
+	generation    uint64
+	genRev        uint64
+	nextMember    uint64
+	members       map[uint64]*member
+	// order is the members' ids ascending, kept as they join (ids only
+	// grow) and leave: nothing sorts the members.
+	order []uint64
+	parts []GroupPartition // dense, as the topic's partitions
+	// held lists each member's partitions, ascending (reindex), so that
+	// what one member needs of the group (Store.MemberOf) costs what it
+	// holds, not the group's size.
+	held map[uint64][]uint32
 	// expiries and commits count members expired and commits applied
 	// since this store loaded the group, for metrics only (GroupCounts).
 	expiries, commits uint64
 }
 
 type member struct {
+	g        *group
+	id       uint64
 	name     string
 	timeout  time.Duration
-	lastSeen int64
+	lastSeen int64 // replicated: the Now of its last logged join or commit
+	// The lease, kept only by the leader's store (lease.go): it starts at
+	// lease and is due (lapses, or, expiring, is proposed again) at due;
+	// hidx is its place in the store's lease heap plus one (0: none).
+	lease, due int64
+	expiring   bool
+	hidx       int
+}
+
+// addMember adds a member with the next id (the largest yet).
+func (g *group) addMember(name string, timeout time.Duration, now int64) *member {
+	id := g.nextMember
+	g.nextMember++
+	m := &member{g: g, id: id, name: name, timeout: timeout, lastSeen: now}
+	g.members[id] = m
+	g.order = append(g.order, id)
+	return m
+}
+
+// removeMember removes member id: O(log members) to find it, a copy to
+// close the gap.
+func (g *group) removeMember(id uint64) {
+	delete(g.members, id)
+	if i, ok := slices.BinarySearch(g.order, id); ok {
+		g.order = slices.Delete(g.order, i, i+1)
+	}
 }
 
 func (g *group) info(streamID, topicID uint32) GroupInfo {
@@ -381,7 +422,10 @@ func (g *group) info(streamID, topicID uint32) GroupInfo {
 	if len(g.parts) > 0 { // empty lists are nil, as in Export
 		gi.Partitions = slices.Clone(g.parts)
 	}
-	for _, id := range slices.Sorted(maps.Keys(g.members)) {
+	if len(g.order) > 0 {
+		gi.Members = make([]MemberInfo, 0, len(g.order))
+	}
+	for _, id := range g.order {
 		m := g.members[id]
 		gi.Members = append(gi.Members, MemberInfo{ID: id, Name: m.name, SessionTimeout: m.timeout, LastSeen: m.lastSeen})
 	}
@@ -390,20 +434,6 @@ func (g *group) info(streamID, topicID uint32) GroupInfo {
 
 // lapsed reports whether m's session has lapsed at now.
 func (m *member) lapsed(now int64) bool { return now-m.lastSeen > int64(m.timeout) }
-
-// expire removes g's members whose session lapsed at now, in id order,
-// and reports whether it removed any.
-func (g *group) expire(now int64) bool {
-	removed := false
-	for _, id := range slices.Sorted(maps.Keys(g.members)) {
-		if g.members[id].lapsed(now) {
-			delete(g.members, id)
-			g.expiries++
-			removed = true
-		}
-	}
-	return removed
-}
 
 // rebalance starts a new generation at revision rev and assigns the
 // partitions to the live members: balanced (counts differ by at most
@@ -416,9 +446,16 @@ func (g *group) expire(now int64) bool {
 // counts as held is where a partition is going (Next) or, when it is not
 // moving, its holder. Deterministic: it depends only on the state.
 func (g *group) rebalance(rev uint64) {
+	g.rebalanceParts(rev)
+	g.reindex()
+}
+
+// rebalanceParts is rebalance without the index of what each member
+// holds.
+func (g *group) rebalanceParts(rev uint64) {
 	g.generation++
 	g.genRev = rev
-	ids := slices.Sorted(maps.Keys(g.members))
+	ids := g.order
 	if len(ids) == 0 {
 		for i := range g.parts {
 			g.parts[i] = GroupPartition{Since: g.generation, Offset: g.parts[i].Offset, Committed: g.parts[i].Committed}
@@ -438,15 +475,37 @@ func (g *group) rebalance(rev uint64) {
 		}
 	}
 	// Shares: everyone gets base; the extra ones go to the members that
-	// hold the most now (ties by id), so fewer partitions move.
+	// hold the most now (ties by id), so fewer partitions move. The
+	// members are ranked by a counting pass over what they hold (at most
+	// the partition count), not sorted.
 	base, extra := len(g.parts)/len(ids), len(g.parts)%len(ids)
-	byHeld := slices.Clone(ids)
-	slices.SortStableFunc(byHeld, func(a, b uint64) int { return cmp.Compare(held[b], held[a]) })
 	share := make(map[uint64]int, len(ids))
-	for i, id := range byHeld {
+	for _, id := range ids {
 		share[id] = base
-		if i < extra {
-			share[id]++
+	}
+	if extra > 0 {
+		// byCount[k] counts the members holding k; from the largest k
+		// down, the first extra members (by id within a count) get one
+		// more.
+		byCount := make([]int, len(g.parts)+1)
+		for _, id := range ids {
+			byCount[held[id]]++
+		}
+		// cut is the smallest count whose members all get an extra one;
+		// at cut-1 only the first left of them (by id) do.
+		left, cut := extra, len(byCount)
+		for cut > 0 && left >= byCount[cut-1] {
+			cut--
+			left -= byCount[cut]
+		}
+		for _, id := range ids {
+			switch h := held[id]; {
+			case h >= cut:
+				share[id]++
+			case h == cut-1 && left > 0:
+				share[id]++
+				left--
+			}
 		}
 	}
 	count := make(map[uint64]int, len(ids))
@@ -545,7 +604,8 @@ func (s *Store) createGroup(c CreateGroup) (Result, bool, error) {
 		t.groups = make(map[string]*group)
 	}
 	t.groups[c.Name] = &group{
-		name: c.Name, createdRev: s.revision, genRev: s.revision, nextMember: 1,
+		name: c.Name, stream: st.id, topic: t.id, topicRev: t.createdRev,
+		createdRev: s.revision, genRev: s.revision, nextMember: 1,
 		members: make(map[uint64]*member), parts: make([]GroupPartition, len(t.parts)),
 	}
 	return Result{Revision: s.revision, Stream: st.id, Topic: t.id}, false, nil
@@ -579,35 +639,25 @@ func (s *Store) joinGroup(c JoinGroup) (Result, bool, error) {
 		return Result{}, false, fmt.Errorf("%w: session timeout %v outside [%v, %v]", ErrInvalidGroupRequest, c.SessionTimeout, MinSessionTimeout, MaxSessionTimeout)
 	}
 	now := s.groupNow(c.Now)
-	live := 0
-	for _, m := range g.members {
-		if !m.lapsed(now) {
-			live++
-		}
-	}
-	if live >= MaxMembersPerGroup {
-		return Result{}, false, fmt.Errorf("%w: group %q has %d", ErrTooManyMembers, g.name, live)
+	if len(g.members) >= MaxMembersPerGroup {
+		return Result{}, false, fmt.Errorf("%w: group %q has %d", ErrTooManyMembers, g.name, len(g.members))
 	}
 	// Committed from here on.
 	s.groupClock = now
 	s.revision++
-	g.expire(now)
-	id := g.nextMember
-	g.nextMember++
-	g.members[id] = &member{name: c.Member, timeout: timeout, lastSeen: now}
+	m := g.addMember(c.Member, timeout, now)
+	s.renew(m, c.Now)
 	g.rebalance(s.revision)
-	return Result{Revision: s.revision, Stream: st.id, Topic: t.id, Member: id, Generation: g.generation}, false, nil
+	return Result{Revision: s.revision, Stream: st.id, Topic: t.id, Member: m.id, Generation: g.generation}, false, nil
 }
 
 // liveMember returns g's member id, failing with ErrUnknownMember if it
-// is gone or its session has lapsed at now.
-func liveMember(g *group, id uint64, now int64) (*member, error) {
+// is gone. A member is in its group until it leaves or ExpireMembers
+// removes it: its session is judged at the metadata leader (lease.go).
+func liveMember(g *group, id uint64) (*member, error) {
 	m, ok := g.members[id]
 	if !ok {
 		return nil, fmt.Errorf("%w: member %d of group %q", ErrUnknownMember, id, g.name)
-	}
-	if m.lapsed(now) {
-		return nil, fmt.Errorf("%w: member %d of group %q: session of %v lapsed", ErrUnknownMember, id, g.name, m.timeout)
 	}
 	return m, nil
 }
@@ -617,14 +667,15 @@ func (s *Store) leaveGroup(c LeaveGroup) (Result, bool, error) {
 	if err != nil {
 		return Result{}, false, err
 	}
-	if _, ok := g.members[c.Member]; !ok {
+	m, ok := g.members[c.Member]
+	if !ok {
 		return Result{}, false, fmt.Errorf("%w: member %d of group %q", ErrUnknownMember, c.Member, g.name)
 	}
 	now := s.groupNow(c.Now)
 	s.groupClock = now
 	s.revision++
-	delete(g.members, c.Member)
-	g.expire(now)
+	g.removeMember(c.Member)
+	s.dropLease(m)
 	g.rebalance(s.revision)
 	return Result{Revision: s.revision, Stream: st.id, Topic: t.id, Member: c.Member, Generation: g.generation}, false, nil
 }
@@ -635,16 +686,14 @@ func (s *Store) heartbeat(c Heartbeat) (Result, bool, error) {
 		return Result{}, false, err
 	}
 	now := s.groupNow(c.Now)
-	m, err := liveMember(g, c.Member, now)
+	m, err := liveMember(g, c.Member)
 	if err != nil {
 		return Result{}, false, err
 	}
 	s.groupClock = now
 	s.revision++
 	m.lastSeen = now
-	if g.expire(now) {
-		g.rebalance(s.revision)
-	}
+	s.renew(m, c.Now)
 	return Result{Revision: s.revision, Stream: st.id, Topic: t.id, Member: c.Member, Generation: g.generation}, false, nil
 }
 
@@ -654,7 +703,7 @@ func (s *Store) commitGroupOffsets(c CommitGroupOffsets) (Result, bool, error) {
 		return Result{}, false, err
 	}
 	now := s.groupNow(c.Now)
-	m, err := liveMember(g, c.Member, now)
+	m, err := liveMember(g, c.Member)
 	if err != nil {
 		return Result{}, false, err
 	}
@@ -678,6 +727,7 @@ func (s *Store) commitGroupOffsets(c CommitGroupOffsets) (Result, bool, error) {
 	s.groupClock = now
 	s.revision++
 	m.lastSeen = now
+	s.renew(m, c.Now)
 	for _, o := range c.Offsets {
 		g.parts[o.Partition].Offset, g.parts[o.Partition].Committed = o.Offset, true
 	}
@@ -686,9 +736,6 @@ func (s *Store) commitGroupOffsets(c CommitGroupOffsets) (Result, bool, error) {
 	}
 	if len(c.Offsets) == 0 && c.Generation <= g.generation {
 		g.release(c.Member, c.Generation, s.revision)
-	}
-	if g.expire(now) {
-		g.rebalance(s.revision)
 	}
 	return Result{Revision: s.revision, Stream: st.id, Topic: t.id, Member: c.Member, Generation: g.generation}, false, nil
 }
@@ -749,6 +796,8 @@ func (s *Store) memberGroupGeneration(cmd Command) (gen uint64, isGroup bool) {
 	case Heartbeat:
 		streamID, topicID, name = c.Stream, c.Topic, c.Group
 	case CommitGroupOffsets:
+		streamID, topicID, name = c.Stream, c.Topic, c.Group
+	case ExpireMembers:
 		streamID, topicID, name = c.Stream, c.Topic, c.Group
 	default:
 		return 0, false

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -132,39 +133,111 @@ func TestGroupAssignmentIsBalancedAndSticky(t *testing.T) {
 	}
 }
 
+// Sessions are leases the leader's store keeps in memory (lease.go): a
+// heartbeat renews one without a command; the leader proposes the expiry
+// of a lapsed one, which applies everywhere.
 func TestGroupSessionExpiry(t *testing.T) {
 	s := groupStore(t, 6)
 	a := join(t, s, "a", time.Second, 0)
 	b := join(t, s, "b", time.Second, 0)
-	// a heartbeats; b goes silent. Within the timeout nothing changes.
-	mustApply(t, s, Heartbeat{Stream: 0, Topic: 0, Group: "g", Member: a, Now: sec / 2})
-	if g := groupOf(t, s); len(g.Members) != 2 {
-		t.Fatalf("members %+v", g.Members)
+	if err := s.RenewLease(0, 0, 0, "g", a, 0); !errors.Is(err, ErrNotLeasing) {
+		t.Fatalf("renewal at a store that keeps no leases: %v", err)
 	}
-	// Past b's session, a's next heartbeat expires it and a takes all.
-	res := mustApply(t, s, Heartbeat{Stream: 0, Topic: 0, Group: "g", Member: a, Now: sec + sec/4})
+	if due := s.DueExpiries(10*sec, time.Second); due != nil {
+		t.Fatalf("a store that keeps no leases expires %+v", due)
+	}
+	s.StartLeases(0)
+	// a heartbeats; b goes silent. Within the timeout nothing is due, and
+	// a renewal is no command: the revision stays.
+	rev := s.Revision()
+	if err := s.RenewLease(0, 0, 0, "g", a, sec/2); err != nil {
+		t.Fatal(err)
+	}
+	if s.Revision() != rev {
+		t.Fatal("a renewal changed the revision")
+	}
+	if due := s.DueExpiries(sec, time.Second); due != nil {
+		t.Fatalf("due at the timeout (a session lapses strictly after it): %+v", due)
+	}
+	if at, ok := s.NextLeaseDue(); !ok || at != sec {
+		t.Fatalf("next lease due %d %v, want b's at %d", at, ok, sec)
+	}
+	// Past b's session the leader proposes its expiry; b's heartbeats are
+	// refused from then on.
+	due := s.DueExpiries(sec+sec/4, time.Second)
+	if len(due) != 1 || !slices.Equal(due[0].Members, []uint64{b}) || due[0].Now != sec+sec/4 {
+		t.Fatalf("due %+v, want b expired", due)
+	}
+	if err := s.RenewLease(0, 0, 0, "g", b, sec+sec/4); !errors.Is(err, ErrUnknownMember) {
+		t.Fatalf("renewal of an expiring member: %v", err)
+	}
+	if s.DueExpiries(sec+sec/2, time.Second) != nil {
+		t.Fatal("an expiring member proposed again before its retry")
+	}
+	// Not applied (say the proposal was dropped): proposed again.
+	if err := s.RenewLease(0, 0, 0, "g", a, 2*sec); err != nil {
+		t.Fatal(err)
+	}
+	if again := s.DueExpiries(2*sec+sec/2, time.Second); len(again) != 1 || !slices.Equal(again[0].Members, []uint64{b}) {
+		t.Fatalf("retry: %+v", again)
+	}
+	res := mustApply(t, s, due[0])
 	g := groupOf(t, s)
 	if len(g.Members) != 1 || len(g.Assigned(a)) != 6 || res.Generation != g.Generation {
 		t.Fatalf("after b lapsed: %+v (result %+v)", g, res)
 	}
-	// b's heartbeat is refused: it must join again. Nothing changes.
-	rev := s.Revision()
+	// Applied twice (a re-proposal): a no-op, the revision stays.
+	rev = s.Revision()
+	if _, err := s.Apply(due[0]); err != nil || s.Revision() != rev {
+		t.Fatalf("a second expiry: %v, revision %d→%d", err, rev, s.Revision())
+	}
+	if err := s.RenewLease(0, 0, 0, "g", b, 2*sec); !errors.Is(err, ErrUnknownMember) {
+		t.Fatalf("renewal of an expired member: %v", err)
+	}
 	if _, err := s.Apply(Heartbeat{Stream: 0, Topic: 0, Group: "g", Member: b, Now: sec * 2}); !errors.Is(err, ErrUnknownMember) {
 		t.Fatalf("heartbeat of an expired member: %v", err)
 	}
-	if s.Revision() != rev {
-		t.Fatal("a refused heartbeat changed the revision")
+
+	// A member whose logged command (a commit, an acknowledgement) came
+	// after the leader decided is not expired: it stays, no longer
+	// expiring.
+	c := join(t, s, "c", time.Second, 3*sec)
+	d := s.DueExpiries(5*sec, time.Second)
+	if len(d) != 1 || !slices.Contains(d[0].Members, c) {
+		t.Fatalf("due %+v, want c among them", d)
 	}
-	// A member whose own session lapsed is refused even before anyone
-	// expired it.
-	if _, err := s.Apply(Heartbeat{Stream: 0, Topic: 0, Group: "g", Member: a, Now: sec * 10}); !errors.Is(err, ErrUnknownMember) {
-		t.Fatalf("heartbeat after the member's own session lapsed: %v", err)
+	g = groupOf(t, s)
+	if err := commit(s, c, g.Generation, 5*sec); err != nil {
+		t.Fatal(err)
 	}
-	// The group clock never goes back: a join with an old Now is judged
-	// at the clock, so it does not resurrect a.
-	join(t, s, "c", time.Second, 0)
-	if g := groupOf(t, s); len(g.Members) != 2 {
-		t.Fatalf("members after a join: %+v", g.Members)
+	mustApply(t, s, d[0])
+	if g := groupOf(t, s); !slices.ContainsFunc(g.Members, func(m MemberInfo) bool { return m.ID == c }) {
+		t.Fatalf("c expired though it committed after the decision: %+v", g.Members)
+	}
+	if err := s.RenewLease(0, 0, 0, "g", c, 5*sec+1); err != nil {
+		t.Fatalf("c's renewal after it was kept: %v", err)
+	}
+}
+
+// A new leader grants every member a whole session from when it took
+// over, whatever the log says of them, and no lease it sets while it
+// applies starts earlier.
+func TestGroupLeaseFloor(t *testing.T) {
+	s := groupStore(t, 2)
+	a := join(t, s, "a", time.Second, 0)
+	s.StartLeases(10 * sec) // a took the lead at 10 s
+	if due := s.DueExpiries(11*sec, time.Second); due != nil {
+		t.Fatalf("due a second after the takeover: %+v", due)
+	}
+	// A join from before the takeover applied late: its lease starts at
+	// the floor.
+	b := join(t, s, "b", time.Second, sec)
+	if due := s.DueExpiries(11*sec+1, time.Second); len(due) != 1 || !slices.Equal(due[0].Members, []uint64{a, b}) {
+		t.Fatalf("due just past a session after the takeover: %+v, want a and b", due)
+	}
+	s.StopLeases()
+	if _, ok := s.NextLeaseDue(); ok {
+		t.Fatal("a store that stopped leasing keeps leases")
 	}
 }
 
@@ -327,6 +400,9 @@ func randomGroupCommand(rng *rand.Rand, now int64) Command {
 		if rng.IntN(8) == 0 {
 			return DeleteGroup{Stream: 0, Topic: 0, Name: name}
 		}
+		if rng.IntN(2) == 0 {
+			return ExpireMembers{Stream: 0, Topic: 0, Group: name, Members: []uint64{m, m + 1}, Now: now}
+		}
 		return Heartbeat{Stream: 0, Topic: 0, Group: name, Member: m, Now: now}
 	case 2:
 		return JoinGroup{Stream: 0, Topic: 0, Group: name, Member: "m", SessionTimeout: time.Duration(1+rng.IntN(3)) * time.Second, Now: now}
@@ -350,17 +426,31 @@ func randomGroupCommand(rng *rand.Rand, now int64) Command {
 // step: assignments balanced over live members, committed offsets never
 // going backwards while a partition exists, every accepted commit from
 // the holder; and a store restored from a snapshot at any point applies
-// the rest of the history identically.
+// the rest of the history identically. The store keeps leases, as the
+// leader's does: members renew them now and then, and the expiries it
+// proposes are applied; what each member reads of its group
+// (Store.MemberOf, from the group's index) is what the group says.
 func TestGroupRandomHistory(t *testing.T) {
 	for seed := range uint64(20) {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		s := groupStore(t, 4)
+		s.StartLeases(0)
 		var replica *Store
 		committed := map[string]map[uint32]uint64{}
 		now := int64(0)
+		var due []ExpireMembers
 		for step := range 400 {
 			now += int64(rng.IntN(400)) * int64(time.Millisecond)
+			if rng.IntN(3) == 0 {
+				_ = s.RenewLease(0, 0, 0, []string{"g", "h"}[rng.IntN(2)], uint64(rng.IntN(6)), now)
+			}
+			if len(due) == 0 {
+				due = s.DueExpiries(now, time.Second)
+			}
 			cmd := randomGroupCommand(rng, now)
+			if len(due) > 0 && rng.IntN(2) == 0 {
+				cmd, due = due[0], due[1:]
+			}
 			before := map[string]GroupInfo{}
 			for _, g := range s.Groups(0, 0) {
 				before[g.Name] = g
@@ -388,6 +478,13 @@ func TestGroupRandomHistory(t *testing.T) {
 			}
 			for _, g := range s.Groups(0, 0) {
 				checkGroup(t, g)
+				for _, m := range g.Members {
+					v, err := s.MemberOf(0, 0, g.Name, m.ID, g.Generation)
+					if err != nil || v.Generation != g.Generation || !slices.Equal(v.Held, g.Assigned(m.ID)) || !slices.Equal(v.Revoking, g.Revoking(m.ID)) {
+						t.Fatalf("seed %d step %d: member %d of %s reads %+v, %v; the group has it hold %v, revoking %v",
+							seed, step, m.ID, g.Name, v, err, g.Assigned(m.ID), g.Revoking(m.ID))
+					}
+				}
 				if committed[g.Name] == nil {
 					committed[g.Name] = map[uint32]uint64{}
 				}
@@ -491,8 +588,13 @@ func TestGroupBoundaries(t *testing.T) {
 		s := groupStore(t, 1)
 		a := join(t, s, "a", time.Second, 0)
 		mustApply(t, s, Heartbeat{Stream: 0, Topic: 0, Group: "g", Member: a, Now: sec})
-		if _, err := s.Apply(Heartbeat{Stream: 0, Topic: 0, Group: "g", Member: a, Now: 2*sec + 1}); !errors.Is(err, ErrUnknownMember) {
-			t.Fatalf("heartbeat 1 ns past the timeout: %v", err)
+		expire := ExpireMembers{Stream: 0, Topic: 0, Group: "g", Members: []uint64{a}, Now: 2 * sec}
+		if mustApply(t, s, expire); len(groupOf(t, s).Members) != 1 {
+			t.Fatal("expired at its timeout")
+		}
+		expire.Now++
+		if mustApply(t, s, expire); len(groupOf(t, s).Members) != 0 {
+			t.Fatal("not expired 1 ns past its timeout")
 		}
 	})
 	t.Run("timeout bounds inclusive", func(t *testing.T) {
@@ -640,7 +742,7 @@ func TestBehaviour33PartitionMovesFromALiveMemberInTwoSteps(t *testing.T) {
 	if from == 0 {
 		t.Fatalf("no partition moving to the third member: %+v", g.Partitions)
 	}
-	mustApply(t, s, Heartbeat{Stream: 0, Topic: 0, Group: "g", Member: a, Now: 8 + 3*sec})
+	mustApply(t, s, ExpireMembers{Stream: 0, Topic: 0, Group: "g", Members: []uint64{b, c}, Now: 8 + 3*sec})
 	g = groupOf(t, s)
 	if _, ok := g.Member(c); ok || len(g.Revoking(from)) != 0 {
 		t.Fatalf("after the target lapsed: members %+v, %d still revoking %v", g.Members, from, g.Revoking(from))

@@ -250,7 +250,7 @@ func (s *Store) restoreTopic(rev uint64, st *stream, ts TopicSnapshot) (*topic, 
 		if i > 0 && gi.Name <= ts.Groups[i-1].Name {
 			return nil, bad("group names not ascending: %q after %q", gi.Name, ts.Groups[i-1].Name)
 		}
-		g, err := restoreGroup(rev, t, gi)
+		g, err := restoreGroup(rev, st.id, t, gi)
 		if err != nil {
 			return nil, bad("%v", err)
 		}
@@ -266,7 +266,7 @@ func (s *Store) restoreTopic(rev uint64, st *stream, ts TopicSnapshot) (*topic, 
 }
 
 // restoreGroup validates and builds one group of topic t.
-func restoreGroup(rev uint64, t *topic, gi GroupInfo) (*group, error) {
+func restoreGroup(rev uint64, streamID uint32, t *topic, gi GroupInfo) (*group, error) {
 	if err := validateName("group", gi.Name); err != nil {
 		return nil, err
 	}
@@ -283,7 +283,8 @@ func restoreGroup(rev uint64, t *topic, gi GroupInfo) (*group, error) {
 		return nil, fmt.Errorf("group %q: %d partitions, its topic has %d", gi.Name, len(gi.Partitions), len(t.parts))
 	}
 	g := &group{
-		name: gi.Name, createdRev: gi.CreatedRevision, generation: gi.Generation,
+		name: gi.Name, stream: streamID, topic: t.id, topicRev: t.createdRev,
+		createdRev: gi.CreatedRevision, generation: gi.Generation,
 		genRev: gi.GenerationRevision, nextMember: gi.NextMember,
 		members: make(map[uint64]*member, len(gi.Members)),
 		parts:   slices.Clone(gi.Partitions),
@@ -302,8 +303,10 @@ func restoreGroup(rev uint64, t *topic, gi GroupInfo) (*group, error) {
 				return nil, fmt.Errorf("group %q: %w", gi.Name, err)
 			}
 		}
-		g.members[m.ID] = &member{name: m.Name, timeout: m.SessionTimeout, lastSeen: m.LastSeen}
+		g.members[m.ID] = &member{g: g, id: m.ID, name: m.Name, timeout: m.SessionTimeout, lastSeen: m.LastSeen}
+		g.order = append(g.order, m.ID)
 	}
+	g.reindex()
 	for i, p := range g.parts {
 		if _, ok := g.members[p.Holder]; p.Holder != 0 && !ok {
 			return nil, fmt.Errorf("group %q: partition %d held by unknown member %d", gi.Name, i, p.Holder)
@@ -549,6 +552,9 @@ func (s *Store) Replace(snap StoreSnapshot) error {
 	s.groupClock = r.groupClock
 	s.place = r.place
 	s.changes.reset(s.revision)
+	if s.leasing {
+		s.rebuildLeases() // the new members get a session from the floor
+	}
 	subs := s.subs
 	s.mu.Unlock()
 	for _, sub := range subs {

@@ -128,7 +128,12 @@ type Store struct {
 	streamIDs   slab
 	partitions  map[Namespace]PartitionInfo // O(1) lookups, never iterated
 	groupClock  int64                       // see group.go
-	place       placement                   // the nodes and what they hold
+	// The members' leases, kept only while leasing (lease.go): no lease
+	// starts before leaseFloor; leases orders them by when they are due.
+	leasing    bool
+	leaseFloor int64
+	leases     leaseHeap
+	place      placement // the nodes and what they hold
 	// changes remembers what the last commits touched (see Changes).
 	changes changeLog
 	// subs is copy-on-write, in subscribe order: Apply hands the current
@@ -179,7 +184,8 @@ func NewStore(cfg Config) (*Store, error) {
 // CreateStream shapes no partition and wakes no one.
 //
 // The consumer group commands (CreateGroup, DeleteGroup, JoinGroup,
-// LeaveGroup, Heartbeat, CommitGroupOffsets), AddNode and RemoveNode bump
+// LeaveGroup, Heartbeat, CommitGroupOffsets, ExpireMembers — one that
+// removes no one is a no-op), AddNode and RemoveNode bump
 // the revision too and wake no one: they shape no partition. DrainNode,
 // Rebalance and SettleReplicas wake the subscribers when they moved a
 // replica; a SettleReplicas with nothing to settle is a no-op that does
@@ -225,7 +231,7 @@ func deref(cmd Command) (Command, bool) {
 	switch c := cmd.(type) {
 	case CreateStream, DeleteStream, CreateTopic, DeleteTopic,
 		CreatePartitions, DeletePartitions, PurgeTopic, SetTopicConfig,
-		CreateGroup, DeleteGroup, JoinGroup, LeaveGroup, Heartbeat, CommitGroupOffsets,
+		CreateGroup, DeleteGroup, JoinGroup, LeaveGroup, Heartbeat, CommitGroupOffsets, ExpireMembers,
 		AddNode, DrainNode, RemoveNode, Rebalance, SettleReplicas:
 		return c, true
 	case *DrainNode:
@@ -261,6 +267,10 @@ func deref(cmd Command) (Command, bool) {
 			return *c, true
 		}
 	case *Heartbeat:
+		if c != nil {
+			return *c, true
+		}
+	case *ExpireMembers:
 		if c != nil {
 			return *c, true
 		}
@@ -352,6 +362,8 @@ func (s *Store) apply(cmd Command) (res Result, wake bool, err error) {
 		return s.settleReplicas(c)
 	case CommitGroupOffsets:
 		return s.commitGroupOffsets(c)
+	case ExpireMembers:
+		return s.expireMembers(c)
 	}
 	return Result{}, false, fmt.Errorf("%w: %T", ErrUnknownCommand, cmd)
 }

@@ -40,6 +40,7 @@ targets='
 ./kafka FuzzProcess
 ./kafka FuzzSCRAM
 ./host FuzzLivenessReport
+./host FuzzDecodeLease
 ./transport FuzzTCPInbound
 ./transport FuzzIdentityURI
 '

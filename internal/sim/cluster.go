@@ -685,10 +685,14 @@ func (c *csim) tick() {
 		// Group members act more often than the other clients: they
 		// heartbeat on the clock (no case when there are none, so the
 		// default seeds' traces stay as they are).
+		// Many members (a join storm) act as many times more: one in
+		// eight of them, so each still heartbeats within its session.
 		ms := c.members()
-		cl := ms[c.rng.IntN(len(ms))]
-		c.cutMember(cl)
-		c.clientAct(cl)
+		for range max(1, len(ms)/8) {
+			cl := ms[c.rng.IntN(len(ms))]
+			c.cutMember(cl)
+			c.clientAct(cl)
+		}
 	case len(units) == 0 || w < 22:
 		// Up to the next due timer, at most a few milliseconds (network
 		// delays are due at times the bus keeps to itself).
@@ -948,6 +952,10 @@ func (n *cnode) metaApplied(index uint64, cmd metadata.Command, res metadata.Res
 			case metadata.SettleReplicas:
 				if _, seen := c.metaLog[index]; !seen && n.meta.Revision() != n.metaRev {
 					c.faults.MovesSettled++
+				}
+			case metadata.ExpireMembers:
+				if _, seen := c.metaLog[index]; !seen && n.meta.Revision() != n.metaRev {
+					c.ops.MemberExpired++
 				}
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
 )
 
@@ -60,6 +61,12 @@ type gmember struct {
 	doing string
 	now   int64
 	part  uint32
+	// A lease renewal in flight (a heartbeat that releases nothing: no
+	// log entry, see host.Engine.SendLease): its answer, the call that
+	// forgets it, and when it is given up.
+	lease       <-chan host.LeaseResult
+	leaseCancel func()
+	leaseUntil  time.Time
 }
 
 // startMembers creates the member clients (after the ordinary ones).
@@ -109,6 +116,9 @@ func (c *csim) cutMember(cl *client) {
 // memberAct lets member client cl start its next operation.
 func (c *csim) memberAct(cl *client) {
 	m := cl.member
+	if m.lease != nil && !c.leaseDone(cl) {
+		return // a renewal in flight
+	}
 	home := c.node(m.home)
 	if home == nil || !home.reachable() || !home.joined || c.quiescing || c.calming() {
 		return // its process is down or paused with its node
@@ -117,6 +127,9 @@ func (c *csim) memberAct(cl *client) {
 	meta := home.meta
 	t, ok := c.memberTopic(m, meta)
 	if !ok {
+		if c.cfg.MemberPartitions > 0 && cl == c.members()[0] {
+			c.createStormTopic(cl, home)
+		}
 		return
 	}
 	g, ok := meta.Group(t.Stream, t.ID, memberGroup)
@@ -133,15 +146,27 @@ func (c *csim) memberAct(cl *client) {
 		c.memberMeta(cl, home, "join", metadata.JoinGroup{Stream: t.Stream, Topic: t.ID, Group: memberGroup,
 			Member: fmt.Sprintf("m%d", cl.id), SessionTimeout: m.timeout, Now: m.now, Revision: t.CreatedRevision})
 	case now.Sub(m.lastBeat) >= m.timeout/3:
-		// A heartbeat as a Member's: a commit of nothing acknowledging
-		// the generation it acts in, which releases the partitions moving
-		// away from it (it hands out nothing between its steps).
+		// A heartbeat as a Member's: if it releases partitions moving
+		// away from the member (it hands out nothing between its steps),
+		// a commit of nothing acknowledging the generation it acts in;
+		// else a lease renewal at the metadata leader, no log entry.
 		m.lastBeat = now
+		if v, err := meta.MemberOf(t.Stream, t.ID, memberGroup, m.id, m.gen); err == nil && !v.Releases {
+			c.memberLease(cl, home, host.MemberLease{Stream: t.Stream, Topic: t.ID, TopicRevision: t.CreatedRevision,
+				Group: memberGroup, Member: m.id})
+			return
+		}
 		c.memberMeta(cl, home, "heartbeat", metadata.CommitGroupOffsets{Stream: t.Stream, Topic: t.ID, Group: memberGroup,
 			Member: m.id, Generation: m.gen, Now: m.now, Revision: t.CreatedRevision})
 	default:
-		if c.rng.IntN(2) == 0 {
-			// The members' topic needs messages: a member produces too.
+		// The members' topic needs messages: a member produces too, half
+		// the time — in a storm less, so that a thousand members do not
+		// bury the cluster in produces while they should heartbeat.
+		produce := 2
+		if c.cfg.MemberPartitions > 0 {
+			produce = max(2, c.cfg.GroupMembers/8)
+		}
+		if c.rng.IntN(produce) == 0 {
 			if ns, err := metadata.NewNamespace(t.Stream, t.ID, uint32(c.rng.IntN(t.Partitions))); err == nil {
 				m.doing = "produce"
 				c.dataOp(cl, home, ns, kindProduce)
@@ -178,13 +203,104 @@ func (c *csim) memberAct(cl *client) {
 	}
 }
 
+// The members' own topic (Config.MemberPartitions).
+const (
+	stormStream = "storm"
+	stormTopic  = "t"
+)
+
+// createStormTopic creates the members' own topic through home: its
+// stream if missing, then the topic.
+func (c *csim) createStormTopic(cl *client, home *cnode) {
+	parts := c.cfg.MemberPartitions
+	mo := &metaOp{desc: fmt.Sprintf("member %d create the members' topic", cl.id)}
+	if st, ok := home.meta.StreamByName(stormStream); ok {
+		mo.steps = append(mo.steps, func(metadata.Result) metadata.Command {
+			return metadata.CreateTopic{Stream: st.ID, Name: stormTopic, Partitions: parts, Config: c.topicConfig(home)}
+		})
+	} else {
+		mo.steps = append(mo.steps, func(metadata.Result) metadata.Command { return metadata.CreateStream{Name: stormStream} },
+			func(prev metadata.Result) metadata.Command {
+				return metadata.CreateTopic{Stream: prev.Stream, Name: stormTopic, Partitions: parts, Config: c.topicConfig(home)}
+			})
+	}
+	cl.member.doing = "create"
+	c.nextOp++
+	o := &op{id: c.nextOp, client: cl, kind: kindMeta, home: home, meta: mo}
+	cl.op = o
+	c.metaOps = append(c.metaOps, o)
+	c.ops.Metadata++
+	o.callEv = c.event("call op=%d client=%d n%d meta %s", o.id, cl.id, home.id, mo.desc)
+	c.nextCommand(o, metadata.Result{})
+}
+
+// memberLease sends member cl's lease renewal through home.
+func (c *csim) memberLease(cl *client, home *cnode, l host.MemberLease) {
+	m := cl.member
+	ch, cancel, err := home.eng.SendLease(l)
+	if err != nil {
+		c.event("member %d (id %d) lease on n%d: %v", cl.id, m.id, home.id, err)
+		m.lastBeat = time.Time{} // ask again
+		return
+	}
+	c.ops.MemberLeases++
+	m.lease, m.leaseCancel, m.leaseUntil = ch, cancel, c.clk.Now().Add(forwardTicks*c.cfg.TickInterval)
+	c.event("member %d (id %d gen %d) renews its lease through n%d", cl.id, m.id, m.gen, home.id)
+}
+
+// leaseDone takes member cl's lease answer, if it came or is given up
+// (reported true): an acknowledged renewal renews the member's own lease
+// from the renewal's Now, as a Member's does.
+func (c *csim) leaseDone(cl *client) bool {
+	m := cl.member
+	var r host.LeaseResult
+	select {
+	case r = <-m.lease:
+	default:
+		if c.clk.Now().Before(m.leaseUntil) {
+			return false
+		}
+		m.leaseCancel()
+		r.Err = errors.New("no answer")
+	}
+	m.lease, m.leaseCancel = nil, nil
+	c.event("member %d (id %d) lease answered: %v", cl.id, m.id, errString(r.Err))
+	switch {
+	case r.Err == nil:
+		m.confirmed = max(m.confirmed, m.now)
+		if home := c.node(m.home); home != nil && home.meta != nil {
+			if g, ok := home.meta.Group(m.stream, m.topic, memberGroup); ok && g.Generation >= m.gen {
+				m.gen = g.Generation // Member.refresh
+			}
+		}
+	case errors.Is(r.Err, metadata.ErrUnknownMember):
+		m.id = 0 // expired or gone: join again
+	default:
+		m.lastBeat = time.Time{} // refused or lost: ask again
+	}
+	return true
+}
+
 // memberTopic is the topic m's group lives on: the one it used while it
-// is committed on its home, else the first topic home knows.
+// is committed on its home, else the first topic home knows (with
+// Config.MemberPartitions, the members' own topic).
 func (c *csim) memberTopic(m *gmember, meta *metadata.Store) (metadata.TopicInfo, bool) {
 	if m.topicRev != 0 {
 		if t, ok := meta.Topic(m.stream, m.topic); ok && t.CreatedRevision == m.topicRev {
 			return t, true
 		}
+	}
+	if c.cfg.MemberPartitions > 0 {
+		st, ok := meta.StreamByName(stormStream)
+		if !ok {
+			return metadata.TopicInfo{}, false
+		}
+		t, ok := meta.TopicByName(st.ID, stormTopic)
+		if !ok || t.Partitions == 0 {
+			return metadata.TopicInfo{}, false
+		}
+		m.stream, m.topic, m.topicRev, m.groupRev, m.id = t.Stream, t.ID, t.CreatedRevision, 0, 0
+		return t, true
 	}
 	for _, st := range meta.Streams() {
 		for _, t := range meta.Topics(st.ID) {
@@ -232,6 +348,7 @@ func (c *csim) memberDone(cl *client, o *op) {
 		switch {
 		case o.outcome == outcomeOK && m.doing == "join":
 			m.id, m.confirmed, m.lastBeat = o.meta.result.Member, m.now, c.clk.Now()
+			c.ops.MemberJoins++
 		case o.outcome == outcomeOK && m.doing != "create":
 			m.confirmed = max(m.confirmed, m.now)
 		case errors.Is(o.err, metadata.ErrUnknownMember):

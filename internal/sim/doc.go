@@ -288,7 +288,10 @@
 //  9. Consumer groups under faults (DESIGN behaviour 33; cluster mode with
 //     Config.GroupMembers, TestClusterGroupMembers): members homed on the
 //     nodes in turn join a group, heartbeat at a third of their session
-//     timeout, produce, poll a partition they hold from the committed
+//     timeout (a lease renewal at the metadata leader, no log entry,
+//     unless the heartbeat releases partitions; the leader proposes the
+//     expiry of lapsed leases, and a new leader grants every member a
+//     session from its takeover), produce, poll a partition they hold from the committed
 //     offset with waiting polls and hand each answer to their
 //     application only through the fence a parkway.Consumer applies
 //     (metadata.Store.CheckDelivery on the home node: the member's lease
@@ -306,7 +309,10 @@
 //     (Result.Ops.MemberDelivered, MemberFenced count the outcomes). The
 //     members are opt-in, so that the default seeds' traces stay as they
 //     are; their seeds run with the network faults only (no disk faults,
-//     crashes, joins or removals, which stall the metadata log).
+//     crashes, joins or removals, which stall the metadata log). A join
+//     storm (Config.MemberPartitions, TestClusterGroupJoinStorm): many
+//     members on a topic of their own all join at once, each join a
+//     generation moving partitions from live members in two steps.
 //
 // Panics in the engine (etcd raft's included) are reported as violations
 // of invariant 0, with the seed, rather than crashing the test binary.

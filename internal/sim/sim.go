@@ -186,6 +186,12 @@ type Config struct {
 	// invariant 9). They are opt-in so that the default seeds' traces
 	// stay as they are.
 	GroupMembers int
+	// MemberPartitions, when not 0, gives the members a topic of their
+	// own with that many partitions (stream "storm", topic "t", created
+	// by the first member that finds none), instead of the first topic
+	// their home knows: with many members, every member joins at once —
+	// a join storm (TestClusterGroupJoinStorm).
+	MemberPartitions int
 	// InboxSize is each shard's inbox bound. The default is 4 frames —
 	// small, so bursts fill it — when Faults.InboxBurst is set, and the
 	// production default (shard.DefaultInboxSize) otherwise.
@@ -428,6 +434,9 @@ type OpCounts struct {
 	// Group members (Config.GroupMembers).
 	MemberDelivered int // messages members handed their applications
 	MemberFenced    int // poll answers with messages a member's fence refused
+	MemberJoins     int // joins of members committed
+	MemberLeases    int // lease renewals members sent (heartbeats that are no log entry)
+	MemberExpired   int // expiries of lapsed members the metadata leader committed (ExpireMembers that removed some)
 }
 
 // Result describes a run.

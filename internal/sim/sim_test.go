@@ -240,6 +240,9 @@ func addOps(t *sim.OpCounts, o sim.OpCounts) {
 	t.Rebalances += o.Rebalances
 	t.MemberDelivered += o.MemberDelivered
 	t.MemberFenced += o.MemberFenced
+	t.MemberLeases += o.MemberLeases
+	t.MemberJoins += o.MemberJoins
+	t.MemberExpired += o.MemberExpired
 }
 
 // Two runs of one seed produce the same event trace, byte for byte (its

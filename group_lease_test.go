@@ -1,0 +1,193 @@
+package parkway_test
+
+import (
+	"fmt"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/transport"
+)
+
+// A heartbeat that changes nothing is not a metadata-log entry: an idle
+// group of thirty members on three nodes, each heartbeating every second
+// for four session timeouts, adds nothing to the metadata log (each
+// heartbeat was an entry before: 360 of them), and none of them expires.
+func TestGroupIdleHeartbeatsAreNotLogged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, nodes := threeNodes(t)
+		ctx := ctxFor(t)
+		tp := mustTopic(t, nodes[1], mustStream(t, nodes[1], "s"), "t", 12)
+		if err := nodes[1].Admin().CreateGroup(ctx, tp, "g"); err != nil {
+			t.Fatal(err)
+		}
+		var ms []*parkway.Member
+		for i := range 30 {
+			n := nodes[transport.NodeID(1+i%3)]
+			m, err := n.JoinGroup(ctx, tp, "g", parkway.MemberConfig{Name: fmt.Sprintf("m%d", i), SessionTimeout: 3 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ms = append(ms, m)
+		}
+		gen := settleMembers(t, ms...)
+		time.Sleep(time.Second) // what the last round committed is applied everywhere
+		applied, rev := parkway.MetadataApplied(nodes[1]), parkway.CommittedState(nodes[1]).Revision
+		for range 12 {
+			time.Sleep(time.Second)
+			for _, m := range ms {
+				a, err := m.Heartbeat(ctx)
+				if err != nil {
+					t.Fatalf("member %d: %v", m.ID(), err)
+				}
+				if a.Generation != gen {
+					t.Fatalf("member %d at generation %d, the idle group was at %d", m.ID(), a.Generation, gen)
+				}
+			}
+		}
+		for id, n := range nodes {
+			if got := parkway.MetadataApplied(n); got != applied {
+				t.Errorf("node %d: the metadata log grew from %d to %d entries while the group idled", id, applied, got)
+			}
+			if got := parkway.CommittedState(n).Revision; got != rev {
+				t.Errorf("node %d: the metadata revision moved from %d to %d while the group idled", id, rev, got)
+			}
+		}
+		g, err := nodes[2].Admin().Group(ctx, tp, "g")
+		if err != nil || len(g.Members) != 30 || g.Generation != gen {
+			t.Fatalf("group after idling: %d members, generation %d (want 30, %d), %v", len(g.Members), g.Generation, gen, err)
+		}
+	})
+}
+
+// Leases live at the metadata leader, in memory; when it dies, the new
+// leader grants every member a whole session from its takeover: members
+// that heartbeat on through the election are never expired, and a member
+// that stopped heartbeating just before the leader died expires one
+// session timeout after the takeover (not earlier, not much later).
+func TestGroupLeasesOutliveTheMetadataLeader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net, nodes := threeNodes(t)
+		ctx := ctxFor(t)
+		const timeout = 3 * time.Second
+		tp := mustTopic(t, nodes[2], mustStream(t, nodes[2], "s"), "t", 6)
+		if err := nodes[2].Admin().CreateGroup(ctx, tp, "g"); err != nil {
+			t.Fatal(err)
+		}
+		st, err := nodes[2].Cluster().State(ctx)
+		if err != nil || st.MetadataLeader != 1 {
+			t.Fatalf("metadata leader %v (%v), want node 1", st.MetadataLeader, err)
+		}
+		join := func(n *parkway.Node, name string) *parkway.Member {
+			m, err := n.JoinGroup(ctx, tp, "g", parkway.MemberConfig{Name: name, SessionTimeout: timeout})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m
+		}
+		a, b, dead := join(nodes[2], "a"), join(nodes[3], "b"), join(nodes[3], "dead")
+		settleMembers(t, a, b, dead)
+		// Long enough that the members' join and commit times are well
+		// past: only the leader's in-memory leases keep them.
+		for range 2 * int(timeout/time.Second) {
+			time.Sleep(time.Second)
+			settleMembers(t, a, b, dead)
+		}
+		// dead stops; the leader is cut off at once.
+		net.Partition([]transport.NodeID{1}, []transport.NodeID{2, 3})
+		cut := time.Now()
+		// a and b heartbeat every second through the election (a
+		// heartbeat may wait out the election and retry).
+		beats, stop := make(chan error, 2), make(chan struct{})
+		stopped := false
+		stopBeats := func() error {
+			if stopped {
+				return nil
+			}
+			stopped = true
+			close(stop)
+			var first error
+			for range 2 {
+				if err := <-beats; err != nil && first == nil {
+					first = err
+				}
+			}
+			return first
+		}
+		defer stopBeats() // a failed check ends the test with the heartbeats stopped
+		for _, m := range []*parkway.Member{a, b} {
+			go func() {
+				for {
+					select {
+					case <-stop:
+						beats <- nil
+						return
+					case <-time.After(time.Second):
+					}
+					if _, err := m.Heartbeat(ctx); err != nil {
+						beats <- fmt.Errorf("member %d: %w", m.ID(), err)
+						return
+					}
+				}
+			}()
+		}
+		var took time.Time
+		waitFor(t, "a new metadata leader", func() bool {
+			st, err := nodes[2].Cluster().State(ctx)
+			if err == nil && st.MetadataLeader != 0 && st.MetadataLeader != 1 {
+				took = time.Now()
+				return true
+			}
+			return false
+		})
+		t.Logf("new leader %v after the cut", took.Sub(cut))
+		members := func() map[string]bool {
+			g, err := nodes[2].Admin().Group(ctx, tp, "g")
+			if err != nil {
+				return nil
+			}
+			out := map[string]bool{}
+			for _, m := range g.Members {
+				out[m.Name] = true
+			}
+			return out
+		}
+		var gone time.Time
+		for deadline := took.Add(timeout + 2*time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			ms := members()
+			if ms == nil {
+				continue // a read barrier may fail during the election
+			}
+			if !ms["a"] || !ms["b"] {
+				t.Fatalf("a live member expired %v after the takeover: %v", time.Since(took), ms)
+			}
+			if !ms["dead"] {
+				gone = time.Now()
+				break
+			}
+		}
+		switch {
+		case gone.IsZero():
+			t.Fatalf("the dead member is still in the group %v after the takeover", time.Since(took))
+		case gone.Sub(took) < timeout-200*time.Millisecond:
+			t.Fatalf("the dead member expired %v after the takeover, before a whole session of %v", gone.Sub(took), timeout)
+		}
+		t.Logf("dead member expired %v after the takeover", gone.Sub(took))
+		if err := stopBeats(); err != nil {
+			t.Fatal(err)
+		}
+		// a and b are still members, and hold everything between them.
+		a2, err := a.Heartbeat(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b2, err := b.Heartbeat(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(a2.Partitions) + len(a2.Revoking) + len(b2.Partitions) + len(b2.Revoking); n != 6 {
+			t.Fatalf("a and b hold %d of 6 partitions: %+v, %+v", n, a2, b2)
+		}
+	})
+}

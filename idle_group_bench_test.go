@@ -1,0 +1,172 @@
+//go:build unix
+
+package parkway_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/transport"
+)
+
+// BenchmarkIdleGroup measures what one consumer group of members costs
+// while nothing is produced: members joined through one node or spread
+// over three in-memory nodes, one group over a topic of 1,000
+// partitions, each member heartbeating from its join on at a third of
+// the default session timeout (every 3.3 s, staggered) as a Consumer
+// does. Once every member is in the group and no partition moves, and
+// 6.7 s more, every iteration is 100 ms of wall time; cpu-ms/s is the
+// process's CPU time (getrusage, user+system) per second of wall time
+// over all of them — 10 is 1% of one core. members=0 is the idle node
+// (or cluster) with the topic and an empty group, so the members' own
+// cost is the difference. The figure is reported, not asserted: it
+// depends on the machine.
+//
+//	go test -run '^$' -bench IdleGroup -benchtime 10s .
+func BenchmarkIdleGroup(b *testing.B) {
+	for _, nodes := range []int{1, 3} {
+		for _, members := range []int{0, 1000} {
+			b.Run(fmt.Sprintf("nodes=%d/members=%d", nodes, members), func(b *testing.B) { benchIdleGroup(b, nodes, members) })
+		}
+	}
+}
+
+func benchIdleGroup(b *testing.B, nodes, members int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	var ns []*parkway.Node
+	if nodes == 1 {
+		n, err := parkway.Open(parkway.Config{Shards: 2})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = n.Close() })
+		ns = append(ns, n)
+	} else {
+		net := transport.NewNetwork(transport.NetworkOptions{})
+		b.Cleanup(func() { _ = net.Close() })
+		var peers []transport.NodeID
+		for i := range nodes {
+			peers = append(peers, transport.NodeID(i+1))
+		}
+		for _, id := range peers {
+			n, err := parkway.Open(parkway.Config{Shards: 2, Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = n.Close() })
+			ns = append(ns, n)
+		}
+	}
+	s, err := ns[0].Admin().CreateStream(ctx, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	t, err := ns[0].Admin().CreateTopic(ctx, s, "t", 1000)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := ns[0].Admin().CreateGroup(ctx, t, "g"); err != nil {
+		b.Fatal(err)
+	}
+	// Members join (a few at a time) and heartbeat from their join on:
+	// a heartbeat acknowledges the generation, which releases the
+	// partitions moving away from the member.
+	every := parkway.DefaultSessionTimeout / 3
+	errs := make(chan error, 2*members)
+	beat := func(m *parkway.Member, wait time.Duration) {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			wait = every
+			if _, err := m.Heartbeat(ctx); err != nil {
+				if ctx.Err() == nil {
+					errs <- fmt.Errorf("member %d: %w", m.ID(), err)
+				}
+				return
+			}
+		}
+	}
+	joins := make(chan int)
+	var joining sync.WaitGroup
+	for range 16 {
+		joining.Go(func() {
+			for i := range joins {
+				m, err := ns[i%len(ns)].JoinGroup(ctx, t, "g", parkway.MemberConfig{Name: fmt.Sprintf("m%d", i)})
+				if err != nil {
+					errs <- err
+					continue
+				}
+				wg.Go(func() { beat(m, time.Duration(rand.Int64N(int64(every)))) })
+			}
+		})
+	}
+	for i := range members {
+		joins <- i
+	}
+	close(joins)
+	joining.Wait()
+	// Settled: every member in the group, no partition moving.
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		select {
+		case err := <-errs:
+			b.Fatal(err)
+		default:
+		}
+		g, err := ns[0].Admin().Group(ctx, t, "g")
+		if err != nil {
+			b.Fatal(err)
+		}
+		moving := 0
+		for _, p := range g.Partitions {
+			if p.Moving != 0 {
+				moving++
+			}
+		}
+		if len(g.Members) == members && moving == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("not settled after 2 minutes: %d members, %d partitions moving", len(g.Members), moving)
+		}
+	}
+
+	// Settle: the partitions' raft groups quiesce, every member's first
+	// staggered heartbeat is sent.
+	time.Sleep(2 * every)
+
+	cpu0 := processCPU(b)
+	start := time.Now()
+	for b.Loop() {
+		time.Sleep(100 * time.Millisecond) // the measured idle time, not synchronisation
+	}
+	wall := time.Since(start)
+	cpu := processCPU(b) - cpu0
+
+	select {
+	case err := <-errs:
+		b.Fatal(err)
+	default:
+	}
+	g, err := ns[len(ns)-1].Admin().Group(ctx, t, "g")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(g.Members) != members {
+		b.Fatalf("%d members in the group after the run, want %d", len(g.Members), members)
+	}
+	b.ReportMetric(float64(cpu)/1e6/wall.Seconds(), "cpu-ms/s")
+	b.ReportMetric(float64(len(g.Members)), "members")
+}
