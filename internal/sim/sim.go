@@ -565,8 +565,8 @@ func newSim(cfg Config) *sim {
 		lastServe: make(map[metadata.Namespace]uint64),
 		oracle:    make(map[incKey]*incLog),
 		incs:      newTimeline(),
-		lies:      newLies(),
 	}
+	s.lies = newLies(&s.base, func() *vfs.MemFS { return s.mem }, func() *metadata.Store { return s.n.meta }, metaDir, &s.faults, "")
 	for i := range cfg.Clients {
 		s.clients = append(s.clients, &client{id: i})
 	}
