@@ -337,10 +337,10 @@ func (s *sim) payloadLen(id uint64) int {
 
 // failKnown records a violation classified as the known limit known (a
 // plain violation when known is "").
-func (s *sim) failKnown(known string, inv int, format string, args ...any) {
-	s.fail(inv, format, args...)
-	if s.viol != nil && s.viol.Known == "" && known != "" && s.viol.Detail == fmt.Sprintf(format, args...) {
-		s.viol.Known = known
+func (b *base) failKnown(known string, inv int, format string, args ...any) {
+	b.fail(inv, format, args...)
+	if b.viol != nil && b.viol.Known == "" && known != "" && b.viol.Detail == fmt.Sprintf(format, args...) {
+		b.viol.Known = known
 	}
 }
 
