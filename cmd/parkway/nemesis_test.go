@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,19 +21,24 @@ import (
 )
 
 // The nemesis test is a black-box fault test of real processes: three
-// `parkway serve` members over mutual TLS on loopback, each with a Kafka
-// listener; franz-go idempotent producers (acks=all) record a history of
-// keyed unique values while a seeded nemesis kills (-9, then restarts on
-// the same directory), pauses (SIGSTOP … SIGCONT) and composes the two
-// (pause one member, kill another), and partitions the network: every
-// member reaches each other member through a fault proxy of that link
-// (faultProxy), so the nemesis isolates a member, cuts one link one way,
-// and isolates one member while killing another. At the end every fault is healed,
-// every partition is read back from offset 0, and the history is checked.
+// (or five) `parkway serve` members over mutual TLS on loopback, each with
+// a Kafka listener; franz-go idempotent producers (acks=all) produce keyed
+// unique values and a consumer group of two franz-go consumers reads and
+// commits them, while a seeded nemesis kills (-9, then restarts on the
+// same directory), pauses (SIGSTOP … SIGCONT) and composes the two (pause
+// one member, kill another; pause a minority, kill one more, restart it
+// so that a new majority forms while the minority stays paused, then
+// resume the minority), and partitions the network: every member reaches
+// each other member through a fault proxy of that link (faultProxy), so
+// the nemesis isolates a member, cuts one link one way, and isolates one
+// member while killing another. At the end every fault is healed, every
+// partition is read back from offset 0 and the group's committed offsets
+// are read, and the history is checked (checkHistory).
 //
 // PARKWAY_NEMESIS_DURATION (default 40s) is how long the workload and the
 // nemesis run; PARKWAY_NEMESIS_SEED (default 1) seeds the nemesis'
-// schedule. The processes' timing is the machine's, so a seed fixes the
+// schedule; PARKWAY_NEMESIS_NODES (3 or 5, default 3) is the cluster
+// size. The processes' timing is the machine's, so a seed fixes the
 // schedule of faults, not the interleaving.
 
 const nemesisPartitions = 4
@@ -123,7 +127,7 @@ func (n *nemesis) run(ctx context.Context, rng *rand.Rand) (f faults) {
 		a := n.members[rng.Intn(len(n.members))]
 		b := n.members[(a.id+rng.Intn(len(n.members)-1))%len(n.members)] // another member
 		down := time.Duration(500+rng.Intn(3000)) * time.Millisecond
-		switch rng.Intn(6) {
+		switch rng.Intn(7) {
 		case 0:
 			n.note("kill -9 member %d, restart after %v", a.id, down)
 			n.kill(a)
@@ -164,6 +168,31 @@ func (n *nemesis) run(ctx context.Context, rng *rand.Rand) (f faults) {
 			n.start(b)
 			n.heal()
 			f.partKills++
+		case 6:
+			// Pause a minority, kill one more (no majority runs), restart
+			// it: the restarted member and those never paused are a new
+			// majority, which works for a while before the minority,
+			// with its stale view, resumes.
+			perm := rng.Perm(len(n.members))
+			minority := perm[:(len(n.members)-1)/2]
+			victim := n.members[perm[len(minority)]]
+			var ids []int
+			for _, i := range minority {
+				ids = append(ids, n.members[i].id)
+			}
+			majority := time.Duration(1000+rng.Intn(3000)) * time.Millisecond
+			n.note("SIGSTOP members %v, kill -9 member %d, restart it after %v, resume the paused %v later", ids, victim.id, down, majority)
+			for _, i := range minority {
+				n.pause(n.members[i])
+			}
+			n.kill(victim)
+			sleep(context.Background(), down)
+			n.start(victim)
+			sleep(context.Background(), majority)
+			for _, i := range minority {
+				n.resume(n.members[i])
+			}
+			f.newMajority++
 		}
 	}
 	return
@@ -171,12 +200,12 @@ func (n *nemesis) run(ctx context.Context, rng *rand.Rand) (f faults) {
 
 // faults counts the faults injected, by kind.
 type faults struct {
-	kills, pauses, pauseKills, partitions, oneWay, partKills int
+	kills, pauses, pauseKills, partitions, oneWay, partKills, newMajority int
 }
 
 func (f faults) String() string {
-	return fmt.Sprintf("%d kill -9, %d pause, %d pause+kill, %d isolation, %d one-way cut, %d isolation+kill",
-		f.kills, f.pauses, f.pauseKills, f.partitions, f.oneWay, f.partKills)
+	return fmt.Sprintf("%d kill -9, %d pause, %d pause+kill, %d isolation, %d one-way cut, %d isolation+kill, %d pause minority+kill+new majority",
+		f.kills, f.pauses, f.pauseKills, f.partitions, f.oneWay, f.partKills, f.newMajority)
 }
 
 // lockedBuffer collects log lines from several goroutines.
@@ -202,14 +231,6 @@ func (b *lockedBuffer) tail(n int) string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return strings.Join(b.lines[max(0, len(b.lines)-n):], "\n")
-}
-
-// op is one produce in the history.
-type op struct {
-	value     string
-	partition int32
-	offset    int64
-	err       error
 }
 
 func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
@@ -253,20 +274,35 @@ func TestNemesis(t *testing.T) {
 			t.Fatalf("PARKWAY_NEMESIS_SEED=%q: %v", v, err)
 		}
 	}
-	t.Logf("seed %d, duration %v", seed, duration)
+	nodes := 3
+	if v := os.Getenv("PARKWAY_NEMESIS_NODES"); v != "" {
+		var err error
+		if nodes, err = strconv.Atoi(v); err != nil || (nodes != 3 && nodes != 5) {
+			t.Fatalf("PARKWAY_NEMESIS_NODES=%q: 3 or 5", v)
+		}
+	}
+	t.Logf("seed %d, duration %v, %d nodes", seed, duration, nodes)
 
 	pki := t.TempDir()
-	writePKI(t, pki, "nemesis", []int{1, 2, 3})
-	addrs := freeAddrs(t, 6)
-	peerAddrs, kafkaAddrs := addrs[:3], addrs[3:]
-	brokers := fmt.Sprintf("1=%s,2=%s,3=%s", kafkaAddrs[0], kafkaAddrs[1], kafkaAddrs[2])
+	ids := make([]int, nodes)
+	for i := range ids {
+		ids[i] = i + 1
+	}
+	writePKI(t, pki, "nemesis", ids)
+	addrs := freeAddrs(t, 2*nodes)
+	peerAddrs, kafkaAddrs := addrs[:nodes], addrs[nodes:]
+	var brokerList []string
+	for i, a := range kafkaAddrs {
+		brokerList = append(brokerList, fmt.Sprintf("%d=%s", i+1, a))
+	}
+	brokers := strings.Join(brokerList, ",")
 	n := &nemesis{t: t, links: map[[2]int]*faultProxy{}}
-	for i := range 3 {
+	for i := range nodes {
 		id := i + 1
 		// A member reaches each other member through the proxy of that
 		// link.
 		peers := []string{fmt.Sprintf("%d=%s", id, peerAddrs[i])}
-		for j := range 3 {
+		for j := range nodes {
 			if j != i {
 				l := newFaultProxy(t, peerAddrs[j])
 				n.links[[2]int{id, j + 1}] = l
@@ -298,18 +334,19 @@ func TestNemesis(t *testing.T) {
 		t.Cleanup(cl.Close)
 		return cl
 	}
-	const topic = "nemesis"
+	const topic, group = "nemesis", "nemesis-group"
 	adm := kadm.NewClient(client())
-	if res, err := adm.CreateTopics(ctx, nemesisPartitions, 3, nil, topic); err != nil || res[topic].Err != nil {
+	// Every member holds a replica of every partition: a listener on a
+	// node holding none of a partition does not know its leader (its
+	// Metadata answers LEADER_NOT_AVAILABLE), and with five members and
+	// three replicas franz-go's metadata requests may keep asking one.
+	if res, err := adm.CreateTopics(ctx, nemesisPartitions, int16(nodes), nil, topic); err != nil || res[topic].Err != nil {
 		t.Fatalf("CreateTopics: %v %v", err, res[topic].Err)
 	}
 
-	// The workload: producers of keyed unique values until the
-	// nemesis' time is up.
-	var (
-		mu      sync.Mutex
-		history []op
-	)
+	// The workload: producers of keyed unique values, and a consumer
+	// group reading and committing them, until the nemesis' time is up.
+	h := &history{}
 	workCtx, stopWork := context.WithTimeout(ctx, duration)
 	defer stopWork()
 	const producers = 3
@@ -327,12 +364,14 @@ func TestNemesis(t *testing.T) {
 			defer wg.Done()
 			for i := 0; workCtx.Err() == nil; i++ {
 				v := fmt.Sprintf("p%d-%d", w, i)
+				invoked := h.now()
 				// ctx, not workCtx: a record in flight when the
 				// workload ends still gets its outcome.
 				prod.Produce(ctx, &kgo.Record{Key: []byte(fmt.Sprint("k", i%97)), Value: []byte(v)}, func(r *kgo.Record, err error) {
-					mu.Lock()
-					history = append(history, op{value: v, partition: r.Partition, offset: r.Offset, err: err})
-					mu.Unlock()
+					h.mu.Lock()
+					h.produces = append(h.produces, produceOp{value: v, partition: r.Partition, offset: r.Offset, err: err,
+						invoked: invoked, done: h.stamp()})
+					h.mu.Unlock()
 				})
 			}
 			if err := prod.Flush(ctx); err != nil {
@@ -340,23 +379,42 @@ func TestNemesis(t *testing.T) {
 			}
 		}()
 	}
+	const consumers = 2
+	for c := range consumers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			consume(workCtx, t, h, c, client, topic, group)
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		observeCommitted(workCtx, h, adm, group, topic)
+	}()
 	injected := n.run(workCtx, rand.New(rand.NewSource(seed)))
 	wg.Wait()
 	for _, m := range n.members {
 		m.proc.waitReady()
 	}
 
-	// Read every partition back from offset 0 up to its end.
-	ends, err := adm.ListEndOffsets(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
+	// Read every partition back from offset 0 up to its end (asked
+	// again while a group that just healed elects its leader).
+	var ends kadm.ListedOffsets
+	for {
+		var err error
+		ends, err = adm.ListEndOffsets(ctx, topic)
+		if err == nil && ends.Error() == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("end offsets: %v %v", err, ends.Error())
+		}
+		sleep(ctx, 100*time.Millisecond)
 	}
 	want := map[int32]int64{}
 	offsets := map[int32]kgo.Offset{}
 	ends.Each(func(o kadm.ListedOffset) {
-		if o.Err != nil {
-			t.Fatalf("end offset of %d: %v", o.Partition, o.Err)
-		}
 		want[o.Partition] = o.Offset
 		offsets[o.Partition] = kgo.NewOffset().At(0)
 	})
@@ -393,51 +451,34 @@ func TestNemesis(t *testing.T) {
 			logAt[r.Partition][r.Offset] = string(r.Value)
 		})
 	}
+	final := committedOffsets(ctx, t, adm, group, topic)
 
 	// Check the history against the log.
-	mu.Lock()
-	defer mu.Unlock()
-	var anomalies []string
-	anomalies = append(anomalies, readAnomalies...)
-	where := map[string][]string{} // value → partition/offset of each copy
-	total := 0
-	for p, m := range logAt {
-		for o, v := range m {
-			where[v] = append(where[v], fmt.Sprintf("%d/%d", p, o))
-			total++
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	anomalies := append(readAnomalies, checkHistory(h, logAt, want, final)...)
+	total, acked, failed, unknownPresent := 0, 0, 0, 0
+	inLog := map[string]bool{}
+	for _, m := range logAt {
+		total += len(m)
+		for _, v := range m {
+			inLog[v] = true
 		}
 	}
-	acked, failed, unknownPresent := 0, 0, 0
-	ackedAt := map[string]string{}
-	for _, h := range history {
-		if h.err != nil {
-			failed++
-			if len(where[h.value]) > 0 {
-				unknownPresent++
-			}
+	for _, op := range h.produces {
+		if op.err == nil {
+			acked++
 			continue
 		}
-		acked++
-		at := fmt.Sprintf("%d/%d", h.partition, h.offset)
-		if prev, dup := ackedAt[at]; dup {
-			anomalies = append(anomalies, fmt.Sprintf("offset %s acknowledged for both %s and %s", at, prev, h.value))
-		}
-		ackedAt[at] = h.value
-		if len(where[h.value]) == 0 {
-			anomalies = append(anomalies, fmt.Sprintf("acknowledged %s at %s is lost", h.value, at))
-		} else if got := logAt[h.partition][h.offset]; got != h.value {
-			anomalies = append(anomalies, fmt.Sprintf("acknowledged %s at %s, the log holds %q there", h.value, at, got))
+		failed++
+		if inLog[op.value] {
+			unknownPresent++
 		}
 	}
-	for v, at := range where {
-		if len(at) > 1 {
-			anomalies = append(anomalies, fmt.Sprintf("%s appears %d times: %v", v, len(at), at))
-		}
-	}
-	sort.Strings(anomalies)
-	t.Logf("seed %d, %v: %d produces (%d acknowledged, %d failed of which %d are in the log), %d records in %d partitions; "+
-		"faults: %v; %d anomalies",
-		seed, duration, len(history), acked, failed, unknownPresent, total, len(want), injected, len(anomalies))
+	t.Logf("seed %d, %v, %d nodes: %d produces (%d acknowledged, %d failed of which %d are in the log), %d records in %d partitions; "+
+		"group: %d records delivered, %d commits acknowledged, %d reads of its committed offsets, final %v; faults: %v; %d anomalies",
+		seed, duration, nodes, len(h.produces), acked, failed, unknownPresent, total, len(want),
+		len(h.deliveries), len(h.commits), len(h.observed), final, injected, len(anomalies))
 	if len(anomalies) > 0 {
 		shown := anomalies
 		if len(shown) > 50 {
@@ -453,5 +494,125 @@ func TestNemesis(t *testing.T) {
 	}
 	if acked == 0 {
 		t.Fatal("no produce was acknowledged")
+	}
+	if len(h.deliveries) == 0 || len(h.commits) == 0 {
+		t.Fatalf("the group delivered %d records and committed %d times", len(h.deliveries), len(h.commits))
+	}
+}
+
+// consume is group member c until ctx ends: it polls, hands each record to
+// the history (its application) with the stamp at which it was assigned
+// the record's partition, commits what it polled and acknowledges its
+// commits in the history, and lets a rebalance happen only between polls
+// (so what it was handed is committed, or its commit failed, before it
+// gives a partition up). The balancer is eager: every rebalance revokes
+// every partition, so each new assignment must start from the commits
+// made before it.
+func consume(ctx context.Context, t *testing.T, h *history, c int, client func(...kgo.Opt) *kgo.Client, topic, group string) {
+	var mu sync.Mutex
+	assigned := map[int32]int64{}
+	cl := client(kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(), kgo.Balancers(kgo.RangeBalancer()),
+		kgo.SessionTimeout(6*time.Second), kgo.HeartbeatInterval(500*time.Millisecond),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			s := h.now()
+			mu.Lock()
+			defer mu.Unlock()
+			for _, p := range m[topic] {
+				assigned[p] = s
+			}
+		}),
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, p := range m[topic] {
+				delete(assigned, p)
+			}
+		}),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, p := range m[topic] {
+				delete(assigned, p)
+			}
+		}))
+	defer cl.Close()
+	for ctx.Err() == nil {
+		pollCtx, cancel := context.WithTimeout(ctx, time.Second)
+		fs := cl.PollRecords(pollCtx, 500)
+		cancel()
+		recs := fs.Records()
+		mu.Lock()
+		h.mu.Lock()
+		for _, r := range recs {
+			h.deliveries = append(h.deliveries, deliveryOp{member: c, partition: r.Partition, offset: r.Offset,
+				value: string(r.Value), assigned: assigned[r.Partition]})
+		}
+		h.mu.Unlock()
+		mu.Unlock()
+		if len(recs) > 0 {
+			next := map[int32]int64{}
+			for _, r := range recs {
+				next[r.Partition] = max(next[r.Partition], r.Offset+1)
+			}
+			commitCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := cl.CommitRecords(commitCtx, recs...)
+			cancel()
+			if err == nil {
+				h.mu.Lock()
+				s := h.stamp()
+				for p, o := range next {
+					h.commits = append(h.commits, commitOp{member: c, partition: p, next: o, done: s})
+				}
+				h.mu.Unlock()
+			}
+		}
+		cl.AllowRebalance()
+	}
+}
+
+// observeCommitted reads the group's committed offsets every 200 ms until
+// ctx ends, recording each read that succeeded with the stamp taken
+// before it was sent.
+func observeCommitted(ctx context.Context, h *history, adm *kadm.Client, group, topic string) {
+	for ctx.Err() == nil {
+		sleep(ctx, 200*time.Millisecond)
+		s := h.now()
+		readCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		res, err := adm.FetchOffsets(readCtx, group)
+		cancel()
+		if err != nil || res.Error() != nil {
+			continue
+		}
+		offs := map[int32]int64{}
+		for p, r := range res[topic] {
+			offs[p] = r.At
+		}
+		h.mu.Lock()
+		h.observed = append(h.observed, observation{invoked: s, offsets: offs})
+		h.mu.Unlock()
+	}
+}
+
+// committedOffsets reads the group's committed offsets once the faults
+// are healed (-1 for a partition with none).
+func committedOffsets(ctx context.Context, t *testing.T, adm *kadm.Client, group, topic string) map[int32]int64 {
+	for {
+		res, err := adm.FetchOffsets(ctx, group)
+		if err == nil && res.Error() == nil {
+			out := map[int32]int64{}
+			for p := range nemesisPartitions {
+				out[int32(p)] = -1
+			}
+			for p, r := range res[topic] {
+				out[p] = r.At
+			}
+			return out
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the group's committed offsets: %v %v", err, ctx.Err())
+		}
+		sleep(ctx, 100*time.Millisecond)
 	}
 }

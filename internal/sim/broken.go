@@ -65,8 +65,9 @@ var (
 	// a *partition.CorruptError, or EIO — answer "no messages here"
 	// instead, as a node would that skipped records failing their
 	// checksum (the storage wrapper does it, above the engine's store):
-	// the lying disk's damage is then served as a silent loss.
-	// Single-node mode.
+	// the lying disk's damage is then served as a silent loss. Both
+	// modes (in a cluster, the liar serves it to its clients; peers
+	// catching up from it still see the damage).
 	BreakSwallowDamage atomic.Bool
 	// BreakRebuildOnDamage makes a partition build that fails for damage
 	// (a *partition.CorruptError or EIO) remove the partition's data and

@@ -66,9 +66,15 @@ func (c *csim) quiescedLeaders() []*cnode {
 	return leaders
 }
 
-// crashFor takes n down for a time in [lo, hi].
+// crashFor takes n down for a time in [lo, hi]: a power loss two times
+// in three, else a process crash.
 func (c *csim) crashFor(n *cnode, lo, hi time.Duration) {
-	power := c.rng.IntN(3) != 0
+	c.crashHow(n, c.rng.IntN(3) != 0, lo, hi)
+}
+
+// crashHow takes n down for a time in [lo, hi], by a power loss if power
+// is set, else by a process crash.
+func (c *csim) crashHow(n *cnode, power bool, lo, hi time.Duration) {
 	kind := "process crash"
 	if power {
 		c.faults.Crash++
@@ -92,6 +98,9 @@ func (c *csim) crashFor(n *cnode, lo, hi time.Duration) {
 		// What the shutdown writes and syncs goes to the disk the power
 		// loss discarded.
 		_ = n.eng.Close()
+		if c.isLiar(n) {
+			c.lies.saveCopies() // an earlier copy a rollback may restore
+		}
 	} else {
 		// The dead process's lock on the data directory dies with it.
 		n.mem.ReleaseLocks()

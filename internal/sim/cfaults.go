@@ -158,6 +158,9 @@ func (c *csim) startFaults() {
 	if c.roll(f.DiskError) {
 		c.armDiskError(c.nodes[c.rng.IntN(len(c.nodes))])
 	}
+	if c.depth == 0 && c.roll(f.Lie) {
+		c.lie()
+	}
 }
 
 // startOneWay starts a one-way partition for 100 ms – 3 s: a node that
@@ -403,6 +406,9 @@ func (c *csim) faultsOff() {
 		n.inj.enospc.Set(false)
 		n.inj.eio = nil
 		n.clk.settle()
+	}
+	if c.lies != nil {
+		c.lies.stopRunning()
 	}
 	c.applyCuts()
 	c.event("faults off: released=%d", released)

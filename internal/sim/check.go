@@ -239,7 +239,7 @@ func (s *sim) finalReads() bool {
 		if s.viol != nil {
 			return false
 		}
-		if key := (incKey{p.NS, p.CreatedRevision}); s.damageOK(key) {
+		if key := (incKey{p.NS, p.CreatedRevision}); s.lies.damageOK(key) {
 			if s.finalReadDamaged(key) {
 				return true
 			}
@@ -459,7 +459,7 @@ func (s *sim) checkLinearizable() {
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i].compare(keys[j]) < 0 })
 	for _, k := range keys {
-		if s.damageOK(k) {
+		if s.lies.damageOK(k) {
 			// Reads stop below damage by design, which an intact log
 			// cannot explain; invariant 3 checks these per offset.
 			s.ops.Unchecked++

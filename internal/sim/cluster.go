@@ -142,6 +142,10 @@ type csim struct {
 	failover     *failoverCheck
 	deafWait     *deafWait
 	calmUntil    time.Time
+
+	// lies are the liar's lies (clie.go), nil when FaultRates.Lie is 0.
+	lies *lies
+	liar uint64
 }
 
 // cnode is one simulated cluster node.
@@ -175,13 +179,16 @@ type cnode struct {
 	// with the channel each outcome arrives on.
 	waits []metaWait
 
-	store    *cstore
-	rt       *router.Router[shard.Frame]
-	shards   []*shard.Shard
-	recs     []reconciler.Reconciler
-	wakes    []<-chan struct{}
-	nextPass []time.Time
-	busy     []bool
+	store  *cstore
+	rt     *router.Router[shard.Frame]
+	shards []*shard.Shard
+	recs   []reconciler.Reconciler
+	// passDamaged marks the shards whose last reconcile pass failed for
+	// damage a lie did (a partition's raft log refused at open).
+	passDamaged []bool
+	wakes       []<-chan struct{}
+	nextPass    []time.Time
+	busy        []bool
 	// clk is the node's own clock (clock.go); clocks are the shards'
 	// views of it, which know when each shard's raft tick is due.
 	clk    *nodeClock
@@ -258,6 +265,7 @@ func newCluster(cfg Config) *csim {
 		c.clients = append(c.clients, &client{id: i})
 	}
 	c.startMembers()
+	c.startLies()
 	return c
 }
 
@@ -351,6 +359,9 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *cnode
 	if c.cfg.Faults.SpareMetadataLog {
 		n.inj.spare = path.Dir(metaRaftLog) + "/"
 	}
+	if c.isLiar(n) {
+		n.inj.lies, n.inj.lied = c.lies, c.lies.lieFired
+	}
 	n.inj.quiet++
 	defer func() { n.inj.quiet-- }()
 	peers := make([]transport.NodeID, len(n.peers))
@@ -359,6 +370,7 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *cnode
 	}
 	n.shadow = make([][]*attempt, c.cfg.Shards)
 	n.busy = make([]bool, c.cfg.Shards)
+	n.passDamaged = make([]bool, c.cfg.Shards)
 	for range c.cfg.Shards {
 		n.clocks = append(n.clocks, &watchedClock{nodeClock: n.clk})
 	}
@@ -865,6 +877,7 @@ func (c *csim) reconcile(n *cnode, i int) {
 	rep, err := n.recs[i].Reconcile(c.ctx)
 	n.busy[i] = false
 	n.flushOutbox()
+	n.passDamaged[i] = err != nil && c.isLiar(n) && isLogDamage(err)
 	if err != nil {
 		// reconciler.Run logs a failed pass and goes on; so does the
 		// simulator (a replicated partition's raft log may fail to open

@@ -126,9 +126,13 @@ func (c *csim) moving() string {
 // unbalanced reports, empty when there is none, a committed partition
 // whose group is not led by its preferred leader (its first replica) as
 // that node sees it. It is asked only while every node is up.
-func (c *csim) unbalanced() string {
+func (c *csim) unbalanced() string { return c.unbalancedExcept(nil) }
+
+// unbalancedExcept is unbalanced, but for the partitions whose preferred
+// leader's copy skip names.
+func (c *csim) unbalancedExcept(skip func(id uint64, ns metadata.Namespace) bool) string {
 	for _, p := range c.nodes[0].meta.Snapshot().Partitions {
-		if len(p.Replicas) == 0 {
+		if len(p.Replicas) == 0 || (skip != nil && skip(p.Replicas[0], p.NS)) {
 			continue
 		}
 		want := p.Replicas[0]

@@ -95,6 +95,14 @@ func (c *csim) verifyReplicaReopen(n *cnode, key incKey, rl *repLog, have uint64
 	defer func() { n.inj.quiet-- }()
 	for from := p.StartOffset(); from < next; {
 		msgs, err := p.Read(from, 1024)
+		if err != nil && isDamageError(err) && c.liedTo(n, key) {
+			// The liar's copy reports the damage a lie did: the offset
+			// is skipped, what follows must still be the log's.
+			c.faults.Detected++
+			c.event("n%d reopen %v: damage reported at offset %d: %v", n.id, key, from, err)
+			from++
+			continue
+		}
 		if err != nil {
 			c.fail(3, "%v reopened on n%d but unreadable: %v", key, n.id, err)
 			return
@@ -137,7 +145,11 @@ func (st *cstore) Remove(ns metadata.Namespace) error {
 		}
 		rl := c.oracle[k]
 		if member && k.epoch == rev && rl.lens[n.id] > 0 {
-			c.fail(3, "n%d removed the committed incarnation %v with %d messages, whose replicas %v (leaving %v) it is one of",
+			known := ""
+			if c.liedTo(n, k) && c.lies.touched(k, "incarnation") {
+				known = knownReplicaIncarnationDamage
+			}
+			c.failKnown(known, 3, "n%d removed the committed incarnation %v with %d messages, whose replicas %v (leaving %v) it is one of",
 				n.id, k, rl.lens[n.id], info.Replicas, info.Leaving)
 		}
 		delete(rl.lens, n.id)
@@ -212,6 +224,10 @@ func (t *ctap) Read(from uint64, max int) ([]partition.Message, error) {
 		t.serving("read")
 	}
 	msgs, err := t.Partition.Read(from, max)
+	if err != nil && BreakSwallowDamage.Load() && isDamageError(err) && !t.n.fetching {
+		t.n.c.event("n%d read of %v from %d: damage swallowed (broken): %v", t.n.id, t.key, from, err)
+		msgs, err = nil, nil
+	}
 	if err == nil && !t.n.inj.dead {
 		if rl := t.n.c.oracle[t.key]; BreakAppendTimeOrder.Load() && rl != nil {
 			msgs = rawAppendTimes(msgs, rl.raw)
@@ -346,6 +362,12 @@ func (c *csim) onReplicaRead(n *cnode, key incKey, from uint64, msgs []partition
 		return
 	}
 	have := rl.lens[n.id]
+	if len(msgs) == 0 && from < have {
+		// A partition's read below its end returns a message or an
+		// error: nothing at all is a silent loss.
+		c.fail(3, "read of %v on n%d from %d returned nothing without an error, below the %d messages its copy holds", key, n.id, from, have)
+		return
+	}
 	for i, m := range msgs {
 		want := from + uint64(i)
 		if m.Offset != want {

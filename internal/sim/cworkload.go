@@ -354,6 +354,10 @@ func (c *csim) onAnswer(a *attempt, r shard.Response) {
 		}
 		c.scheduleRetry(o, r.Err)
 	default:
+		if isCorruptLog(r.Err) && !c.damageExplained(a) {
+			c.fail(3, "attempt %d (op %d %v %v) answered by n%d with damage no lie explains: %v", a.id, o.id, o.kind, o.ns, a.node.id, r.Err)
+			return
+		}
 		if o.kind == kindStore && errors.Is(r.Err, partition.ErrOffsetOutOfRange) && r.Offset != o.offset {
 			// A refused consumer offset is answered with the offset refused.
 			c.fail(5, "attempt %d (op %d) storing %s=%d was answered for offset %d: the answer of another write (%v)",

@@ -72,6 +72,37 @@
 // ignores damage (BreakSwallowDamage, BreakRebuildOnDamage;
 // TestBehaviour28LyingDiskCatchesSwallowedDamage).
 //
+// # Disks that lie (cluster)
+//
+// With Config.Faults.Lie in cluster mode (LyingClusterConfig, ClusterLie;
+// TestBehaviour28ClusterLyingDisk) one founder per seed, picked by the
+// seed, is the liar — a minority of every group, whose other replicas
+// stay honest — and its disk lies with the single-node kinds and code
+// (clie.go over lie.go): stored flips, truncations and rollbacks while
+// it is down after a power loss (the lie brings it down), misdirected
+// writes, bad sectors and flips on read while it runs, on any file of its
+// data directory — segments, indexes, consumer offsets, incarnation
+// files, each partition's raft log, the journal — but the metadata
+// group's raft log, LOCK and IDENTITY. Every cluster invariant is checked
+// as always: no acknowledged message lost or changed, no offset reused,
+// every read returning what the log holds at each offset (a read below a
+// copy's end that returns nothing without an error is a silent loss),
+// every replica whole at quiescence. Damage may be reported — a typed
+// *partition.CorruptError or a raft log refused as corrupt, to a client,
+// at a reopen or in the final reads — only by the liar, for a partition a
+// lie touched; anywhere else it is a violation. The engine does not yet
+// repair a damaged replica from its peers, so three outcomes are known
+// limits (known.go), classified only when every reason the cluster did
+// not settle is the liar's copy of a touched partition: the replica is
+// not repaired (knownNotRepaired), a partition's damaged raft log fails
+// every reconcile pass of its shard so that shard's undamaged partitions
+// are not built on the liar either (knownPassBlocked, a bug), or a
+// damaged incarnation file gets the liar's copy, raft state included,
+// removed while it is a replica (knownReplicaIncarnationDamage).
+// BreakSwallowDamage, the liar answering its clients' reads that meet
+// damage with nothing, is caught
+// (TestBehaviour28ClusterLyingDiskCatchesSwallowedDamage).
+//
 // # Cluster mode
 //
 // With Config.Nodes > 1 (DefaultClusterConfig: three nodes, five for one
@@ -323,7 +354,10 @@
 // Violation.Known (known.go lists them: the limits the lying disk finds
 // on a single node — damage at the very end of a segment that looks like
 // a torn tail, an incarnation file cut short, damage the journal replay
-// meets at open refusing the whole node; and one that is not a lie: a
+// meets at open refusing the whole node; those it finds in a cluster — a
+// damaged replica not repaired from its peers, a damaged raft log
+// blocking its shard's other partitions on that node, a damaged
+// incarnation file getting a replica's directory removed; and one that is not a lie: a
 // partition left unusable by a failed write-behind is never rebuilt);
 // the cluster and lying-disk tests skip such seeds unless -sim.known is
 // set, and log them with their replay commands.
@@ -356,7 +390,8 @@
 //
 // # Scope
 //
-// Lies are single-node only: no cluster node is given a lying disk. With
+// Cluster lies reach one node per seed and never the metadata group's
+// raft log; the default cluster seeds run without them. With
 // FaultRates.WrongDisk (not in the default cluster faults;
 // TestBehaviour27ClusterWrongDiskRefused) a crashed node is first started
 // on a copy of another member's data directory, which must be refused

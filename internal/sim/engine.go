@@ -99,7 +99,7 @@ func (s *sim) openNode() *node {
 	s.allMetrics = append(s.allMetrics, n.m)
 	n.inj = s.newInjector()
 	n.inj.spare = metaDir + "/"
-	n.inj.lies, n.inj.lied = s.lies, s.lieFired
+	n.inj.lies, n.inj.lied = s.lies, s.lies.lieFired
 	n.inj.quiet++
 	defer func() { n.inj.quiet-- }()
 
@@ -280,7 +280,7 @@ func (s *sim) crashWith(power bool, down func()) {
 		s.mem = s.mem.Crash()
 		old.close() // writes to the lost disk: irrelevant
 		if s.cfg.Faults.Lie > 0 {
-			s.saveCopies()
+			s.lies.saveCopies()
 		}
 	} else {
 		// The dead process's lock on the data directory dies with it.
@@ -422,9 +422,7 @@ func (s *sim) armDiskError() {
 func (s *sim) faultsOff() {
 	s.n.inj.enospc.Set(false)
 	s.n.inj.eio = nil
-	s.lies.readFaults, s.lies.mis = false, nil
-	s.lies.sectors.Clear()
-	s.lies.flips.Clear()
+	s.lies.stopRunning()
 	s.nclk.settle()
 }
 

@@ -47,3 +47,31 @@ const (
 	// the default range, where the lies only shift the other faults).
 	knownUnusableNotRebuilt = "a partition left unusable by a failed write-behind whose rollback could not be synced is never fenced and rebuilt: reads answer ErrUnusable until a restart"
 )
+
+// Known engine limits the lying disk finds in a cluster (clie.go). Each is
+// classified only where the violation is the liar's own copy of an
+// incarnation a lie touched; the honest majority is checked as always.
+const (
+	// knownNotRepaired: a replica whose files a lie damaged — a build
+	// refused for damage (a consumer offset file, a segment, the raft
+	// log), or a copy that reports damage at some offsets — is never
+	// repaired from its peers: it stays unbuilt (peers' raft traffic for
+	// it parked and dropped), short of the log, or unable to lead, so the
+	// cluster never settles with every replica whole. The honest replicas
+	// keep every acknowledged message.
+	knownNotRepaired = "a replica damaged by a lie is not repaired from its peers (snapshot plus catch-up): it stays unbuilt or short of the log"
+	// knownPassBlocked: a bug, not only a missing repair. A partition's
+	// raft log damaged by a lie (wal.ErrCorrupt at open) makes every
+	// reconcile pass of its shard on that node fail (InsertOwned reports
+	// the error for the whole pass), so the shard's other partitions —
+	// undamaged — are never built there either: their peers' raft
+	// traffic stays parked, their copies fall behind. One partition's
+	// damage should fence that partition alone.
+	knownPassBlocked = "a partition's raft log damaged by a lie fails every reconcile pass of its shard on that node: the shard's undamaged partitions are never built there"
+	// knownReplicaIncarnationDamage: as knownIncarnationDamage on one
+	// node: the liar's damaged incarnation file makes its copy look dead
+	// or half-built, and the directory — the segments and the replica's
+	// raft log with its term and vote — is removed while the node's
+	// metadata names it a replica.
+	knownReplicaIncarnationDamage = "a damaged incarnation file makes a replica's directory (its log and raft state) look dead: removed while the node is a replica"
+)

@@ -104,10 +104,29 @@ type lies struct {
 	points map[incKey][]liePoint
 	// readFaults is set while the read faults may fire.
 	readFaults bool
+
+	// The liar's place in the run: the run's RNG, trace and violations
+	// (b), the disk that lies (mem: the node's current one, which a power
+	// loss replaces), the metadata that names the incarnation a
+	// partition directory holds, the directory no lie reaches (the
+	// metadata log's), where lies are counted, and the node's name in the
+	// trace ("" on a single node).
+	b      *base
+	mem    func() *vfs.MemFS
+	meta   func() *metadata.Store
+	skip   string
+	counts *FaultCounts
+	who    string
 }
 
-func newLies() *lies {
-	return &lies{sectors: errorfs.NewSectors(), flips: errorfs.NewFlips(), keys: map[incKey]map[string]bool{}, dirs: map[metadata.Namespace]bool{}, points: map[incKey][]liePoint{}}
+func newLies(b *base, mem func() *vfs.MemFS, meta func() *metadata.Store, skip string, counts *FaultCounts, who string) *lies {
+	return &lies{sectors: errorfs.NewSectors(), flips: errorfs.NewFlips(), keys: map[incKey]map[string]bool{}, dirs: map[metadata.Namespace]bool{}, points: map[incKey][]liePoint{},
+		b: b, mem: mem, meta: meta, skip: skip, counts: counts, who: who}
+}
+
+// event records a trace event, naming the liar in a cluster.
+func (l *lies) event(format string, args ...any) int64 {
+	return l.b.event(l.who+format, args...)
 }
 
 // savedCopy is a saved copy of a file and the incarnation it belonged to.
@@ -119,12 +138,12 @@ type savedCopy struct {
 // epochOf is the incarnation committed for the partition directory
 // holding name, 0 for a file outside them (or one of no committed
 // partition).
-func (s *sim) epochOf(name string) uint64 {
+func (l *lies) epochOf(name string) uint64 {
 	ns, ok := nsOfPath(name)
 	if !ok {
 		return 0
 	}
-	rev, _ := s.dirEpoch(ns, name)
+	rev, _ := l.dirEpoch(ns, name)
 	return rev
 }
 
@@ -132,18 +151,18 @@ func (s *sim) epochOf(name string) uint64 {
 // partition ns: the one its incarnation file names (read from the disk
 // directly, past every fault), else the one committed. A partition being
 // reopened may be an older incarnation than the committed one.
-func (s *sim) dirEpoch(ns metadata.Namespace, name string) (uint64, bool) {
+func (l *lies) dirEpoch(ns metadata.Namespace, name string) (uint64, bool) {
 	// "", "data", "streams", s, "topics", t, "partitions", p: nsOfPath
 	// checked the shape.
 	dir := strings.Join(strings.Split(name, "/")[:8], "/")
-	if b, err := vfs.ReadFile(s.mem, path.Join(dir, "incarnation")); err == nil {
+	if b, err := vfs.ReadFile(l.mem(), path.Join(dir, "incarnation")); err == nil {
 		if f := strings.Fields(string(b)); len(f) > 0 {
 			if epoch, err := strconv.ParseUint(f[0], 10, 64); err == nil {
 				return epoch, true
 			}
 		}
 	}
-	return s.n.meta.CreatedRevision(ns)
+	return l.meta().CreatedRevision(ns)
 }
 
 // liePoint is where a lie hit a segment file.
@@ -208,36 +227,36 @@ func nsOfPath(name string) (metadata.Namespace, bool) {
 
 // lieTouched records that a lie changed name: the incarnation committed
 // for its directory now, or every incarnation for a file outside them.
-func (s *sim) lieTouched(name string) {
+func (l *lies) lieTouched(name string) {
 	ns, ok := nsOfPath(name)
 	if !ok {
-		s.lies.all = true
+		l.all = true
 		return
 	}
-	s.lies.dirs[ns] = true
-	if rev, ok := s.dirEpoch(ns, name); ok {
+	l.dirs[ns] = true
+	if rev, ok := l.dirEpoch(ns, name); ok {
 		key := incKey{ns, rev}
-		if s.lies.keys[key] == nil {
-			s.lies.keys[key] = map[string]bool{}
+		if l.keys[key] == nil {
+			l.keys[key] = map[string]bool{}
 		}
-		s.lies.keys[key][fileClass(name)] = true
+		l.keys[key][fileClass(name)] = true
 	}
 }
 
 // lieAt records that a lie hit byte off of the segment file name (-1:
 // the file was cut short or rolled back).
-func (s *sim) lieAt(name string, off int64) {
+func (l *lies) lieAt(name string, off int64) {
 	ns, ok := nsOfPath(name)
 	if !ok || fileClass(name) != "log" {
 		return
 	}
 	var size int64
-	if fi, err := s.mem.Stat(name); err == nil {
+	if fi, err := l.mem().Stat(name); err == nil {
 		size = fi.Size()
 	}
-	if rev, ok := s.dirEpoch(ns, name); ok {
+	if rev, ok := l.dirEpoch(ns, name); ok {
 		key := incKey{ns, rev}
-		s.lies.points[key] = append(s.lies.points[key], liePoint{name, off, size})
+		l.points[key] = append(l.points[key], liePoint{name, off, size})
 	}
 	// A lie in the directory of an incarnation no longer committed
 	// touches nothing anyone reads.
@@ -262,13 +281,13 @@ func fileClass(name string) string {
 }
 
 // damageOK reports whether key may report damage: a lie touched it.
-func (s *sim) damageOK(key incKey) bool {
-	return s.lies != nil && (s.lies.all || s.lies.keys[key] != nil || s.lies.dirs[key.ns])
+func (l *lies) damageOK(key incKey) bool {
+	return l != nil && (l.all || l.keys[key] != nil || l.dirs[key.ns])
 }
 
 // touched reports whether a lie touched a file of class in key.
-func (s *sim) touched(key incKey, class string) bool {
-	return s.lies != nil && s.lies.keys[key][class]
+func (l *lies) touched(key incKey, class string) bool {
+	return l != nil && l.keys[key][class]
 }
 
 // lossKnown classifies a silent loss of the messages [next, end) of key,
@@ -277,7 +296,7 @@ func (s *sim) touched(key incKey, class string) bool {
 // would have repaired, so it counts as touching the log.
 func (s *sim) lossKnown(key incKey, next uint64) string {
 	switch {
-	case s.touched(key, "incarnation"):
+	case s.lies.touched(key, "incarnation"):
 		return knownIncarnationDamage
 	case s.lies.all:
 		// The journal was touched: it may have held what would repair
@@ -318,10 +337,10 @@ func (s *sim) payloadLen(id uint64) int {
 
 // failKnown records a violation classified as the known limit known (a
 // plain violation when known is "").
-func (s *sim) failKnown(known string, inv int, format string, args ...any) {
-	s.fail(inv, format, args...)
-	if s.viol != nil && s.viol.Known == "" && known != "" && s.viol.Detail == fmt.Sprintf(format, args...) {
-		s.viol.Known = known
+func (b *base) failKnown(known string, inv int, format string, args ...any) {
+	b.fail(inv, format, args...)
+	if b.viol != nil && b.viol.Known == "" && known != "" && b.viol.Detail == fmt.Sprintf(format, args...) {
+		b.viol.Known = known
 	}
 }
 
@@ -339,22 +358,22 @@ func isCorrupt(err error) bool {
 
 // dataFiles lists the files of the data directory a lie may hit: every
 // regular file outside the metadata log, but the lock and the identity.
-func (s *sim) dataFiles() []string {
+func (l *lies) dataFiles() []string {
 	var out []string
 	var walk func(dir string)
 	walk = func(dir string) {
-		names, err := s.mem.ReadDir(dir)
+		names, err := l.mem().ReadDir(dir)
 		if err != nil {
 			return
 		}
 		for _, n := range names {
 			p := path.Join(dir, n)
-			fi, err := s.mem.Stat(p)
+			fi, err := l.mem().Stat(p)
 			if err != nil {
 				continue
 			}
 			if fi.IsDir() {
-				if p != metaDir {
+				if p != l.skip {
 					walk(p)
 				}
 				continue
@@ -374,18 +393,18 @@ func (s *sim) dataFiles() []string {
 // pickFile picks one of files, weighted by size (at least lieMinWeight
 // bytes each): a bit that rots, a sector that goes bad or a write that
 // goes astray hits a file about in proportion to the space it takes.
-func (s *sim) pickFile(files []string) string {
+func (l *lies) pickFile(files []string) string {
 	weights := make([]int64, len(files))
 	var total int64
 	for i, f := range files {
 		w := int64(lieMinWeight)
-		if fi, err := s.mem.Stat(f); err == nil {
+		if fi, err := l.mem().Stat(f); err == nil {
 			w = max(w, fi.Size())
 		}
 		weights[i] = w
 		total += w
 	}
-	r := s.rng.Int64N(total)
+	r := l.b.rng.Int64N(total)
 	for i, w := range weights {
 		if r < w {
 			return files[i]
@@ -401,62 +420,97 @@ const lieMinWeight = 64
 // lie injects one lying fault of a kind chosen at random, and reports
 // whether it crashed the node (to damage it while down).
 func (s *sim) lie() bool {
-	files := s.dataFiles()
-	if len(files) == 0 {
+	kind, name, ok := s.lies.pick(s.cfg.Faults.LieKinds)
+	if !ok {
 		return false
 	}
-	kind := s.rng.IntN(lieKinds)
-	if mask := s.cfg.Faults.LieKinds; mask != 0 {
+	if lieWhileDown(kind) {
+		s.crashWith(true, func() { s.lies.lieDown(kind, name) })
+		return true
+	}
+	s.lies.arm(kind, name)
+	return false
+}
+
+// lieWhileDown reports whether kind damages the stored bytes while the
+// node is down (after a power loss).
+func lieWhileDown(kind int) bool {
+	return kind == lieFlipStored || kind == lieTruncate || kind == lieRollback
+}
+
+// pick picks a lie of a kind mask allows (0: any) and the file it hits;
+// false if there is no file to hit.
+func (l *lies) pick(mask LieKind) (kind int, name string, ok bool) {
+	files := l.dataFiles()
+	if len(files) == 0 {
+		return 0, "", false
+	}
+	rng := l.b.rng
+	kind = rng.IntN(lieKinds)
+	if mask != 0 {
 		var kinds []int
 		for k := range lieKinds {
 			if mask&(1<<k) != 0 {
 				kinds = append(kinds, k)
 			}
 		}
-		kind = kinds[s.rng.IntN(len(kinds))]
+		kind = kinds[rng.IntN(len(kinds))]
 	}
-	name := s.pickFile(files)
-	fi, err := s.mem.Stat(name)
+	name = l.pickFile(files)
+	if _, err := l.mem().Stat(name); err != nil {
+		return 0, "", false
+	}
+	return kind, name, true
+}
+
+// arm arms a lie of the running disk (misdirected write, read error, flip
+// on read) on name.
+func (l *lies) arm(kind int, name string) {
+	fi, err := l.mem().Stat(name)
 	if err != nil {
-		return false
+		return
 	}
 	size := fi.Size()
+	rng := l.b.rng
 	switch kind {
-	case lieFlipStored, lieTruncate, lieRollback:
-		s.crashWith(true, func() { s.lieDown(kind, name) })
-		return true
 	case lieMisdirect:
-		if s.lies.mis != nil {
-			return false
+		if l.mis != nil {
+			return
 		}
-		delta := int64(1 + s.rng.IntN(8192))
-		if s.rng.IntN(2) == 0 {
+		delta := int64(1 + rng.IntN(8192))
+		if rng.IntN(2) == 0 {
 			delta = -delta
 		}
-		k := int64(s.rng.IntN(4))
-		s.lies.mis, s.lies.misPath = errorfs.OnIndex(k, &errorfs.MisdirectedWrite{Delta: delta}, errorfs.OpWriteAt), name
-		s.event("lie armed: misdirected write #%d of %s by %+d", k, name, delta)
+		k := int64(rng.IntN(4))
+		l.mis, l.misPath = errorfs.OnIndex(k, &errorfs.MisdirectedWrite{Delta: delta}, errorfs.OpWriteAt), name
+		l.event("lie armed: misdirected write #%d of %s by %+d", k, name, delta)
 	case lieReadError:
-		off := s.rng.Int64N(size)
-		n := int64(1 + s.rng.IntN(512))
-		s.lies.sectors.Add(name, off, n)
-		s.lies.readFaults = true
-		s.event("lie armed: read error on %s [%d, %d)", name, off, off+n)
+		off := rng.Int64N(size)
+		n := int64(1 + rng.IntN(512))
+		l.sectors.Add(name, off, n)
+		l.readFaults = true
+		l.event("lie armed: read error on %s [%d, %d)", name, off, off+n)
 	case lieFlipOnRead:
-		off := s.rng.Int64N(size)
-		mask := byte(1 << s.rng.IntN(8))
-		s.lies.flips.Add(name, off, mask)
-		s.lies.readFaults = true
-		s.event("lie armed: flip on read of %s at byte %d mask %#02x", name, off, mask)
+		off := rng.Int64N(size)
+		mask := byte(1 << rng.IntN(8))
+		l.flips.Add(name, off, mask)
+		l.readFaults = true
+		l.event("lie armed: flip on read of %s at byte %d mask %#02x", name, off, mask)
 	}
-	return false
+}
+
+// stopRunning ends the lies of the running disk (quiescence).
+func (l *lies) stopRunning() {
+	l.readFaults, l.mis = false, nil
+	l.sectors.Clear()
+	l.flips.Clear()
 }
 
 // lieDown damages name while the node is down.
-func (s *sim) lieDown(kind int, name string) {
-	fi, err := s.mem.Stat(name)
+func (l *lies) lieDown(kind int, name string) {
+	fi, err := l.mem().Stat(name)
 	if err != nil {
-		s.event("lie %s: %s is gone after the crash", lieNames[kind], name)
+		l.event("lie %s: %s is gone after the crash", lieNames[kind], name)
 		return
 	}
 	size := fi.Size()
@@ -465,79 +519,79 @@ func (s *sim) lieDown(kind int, name string) {
 		if size == 0 {
 			return
 		}
-		off := s.rng.Int64N(size)
-		mask := byte(1 << s.rng.IntN(8))
-		err = errorfs.FlipStored(s.mem, name, off, mask)
-		s.event("LIE flip stored %s at byte %d mask %#02x: %v", name, off, mask, errString(err))
-		s.lieAt(name, off)
+		off := l.b.rng.Int64N(size)
+		mask := byte(1 << l.b.rng.IntN(8))
+		err = errorfs.FlipStored(l.mem(), name, off, mask)
+		l.event("LIE flip stored %s at byte %d mask %#02x: %v", name, off, mask, errString(err))
+		l.lieAt(name, off)
 	case lieTruncate:
-		to := s.rng.Int64N(max(size, 1))
-		err = errorfs.TruncateStored(s.mem, name, to)
-		s.event("LIE truncate %s from %d to %d bytes: %v", name, size, to, errString(err))
-		s.lieAt(name, -1)
+		to := l.b.rng.Int64N(max(size, 1))
+		err = errorfs.TruncateStored(l.mem(), name, to)
+		l.event("LIE truncate %s from %d to %d bytes: %v", name, size, to, errString(err))
+		l.lieAt(name, -1)
 	case lieRollback:
 		// An earlier copy of the same file: of the same incarnation (a
 		// file of a dead incarnation restored into its successor's
 		// directory is not a rollback but a foreign file, which nothing
 		// in a record could tell).
 		var c *errorfs.Copy
-		epoch := s.epochOf(name)
-		for i := range s.lies.saved {
-			if sc := &s.lies.saved[i]; sc.Name == name && sc.epoch == epoch {
+		epoch := l.epochOf(name)
+		for i := range l.saved {
+			if sc := &l.saved[i]; sc.Name == name && sc.epoch == epoch {
 				c = &sc.Copy
 			}
 		}
 		if c == nil {
-			s.event("lie rollback: no earlier copy of %s", name)
+			l.event("lie rollback: no earlier copy of %s", name)
 			return
 		}
-		err = c.Restore(s.mem)
-		s.lieAt(name, -1)
-		s.event("LIE rollback %s from %d to %d bytes: %v", name, size, len(c.Data), errString(err))
+		err = c.Restore(l.mem())
+		l.lieAt(name, -1)
+		l.event("LIE rollback %s from %d to %d bytes: %v", name, size, len(c.Data), errString(err))
 	}
 	if err != nil {
-		s.fail(0, "lie %s on %s: %v", lieNames[kind], name, err)
+		l.b.fail(0, "lie %s on %s: %v", lieNames[kind], name, err)
 		return
 	}
-	s.lieFired(kind, errorfs.Op{Path: name})
+	l.lieFired(kind, errorfs.Op{Path: name})
 }
 
 // lieFired counts a lie that took effect and records what it touched.
-func (s *sim) lieFired(kind int, op errorfs.Op) {
-	s.faults.Lies[kind]++
-	s.lieTouched(op.Path)
+func (l *lies) lieFired(kind int, op errorfs.Op) {
+	l.counts.Lies[kind]++
+	l.lieTouched(op.Path)
 	switch kind {
 	case lieMisdirect:
 		// Both the range meant and the range hit are damaged.
-		s.lieAt(op.Path, op.Off)
+		l.lieAt(op.Path, op.Off)
 	case lieFlipOnRead:
-		if err, ok := s.lies.flips.MaybeError(op).(*errorfs.FlipOnRead); ok {
-			s.lieAt(op.Path, err.Off)
+		if err, ok := l.flips.MaybeError(op).(*errorfs.FlipOnRead); ok {
+			l.lieAt(op.Path, err.Off)
 		}
 	}
 	if kind >= lieMisdirect {
-		s.event("lie %s fired: %v %s [%d, +%d)", lieNames[kind], op.Kind, op.Path, op.Off, op.Len)
+		l.event("lie %s fired: %v %s [%d, +%d)", lieNames[kind], op.Kind, op.Path, op.Off, op.Len)
 	}
 }
 
 // saveCopies, after a power loss, saves the content of a random data
 // file (the disk holds only synced bytes then): a copy a later rollback
 // may restore.
-func (s *sim) saveCopies() {
-	files := s.dataFiles()
+func (l *lies) saveCopies() {
+	files := l.dataFiles()
 	if len(files) == 0 {
 		return
 	}
-	name := files[s.rng.IntN(len(files))]
-	c, err := errorfs.SaveCopy(s.mem, name)
+	name := files[l.b.rng.IntN(len(files))]
+	c, err := errorfs.SaveCopy(l.mem(), name)
 	if err != nil {
 		return
 	}
-	if len(s.lies.saved) == maxSaved {
-		s.lies.saved = s.lies.saved[1:]
+	if len(l.saved) == maxSaved {
+		l.saved = l.saved[1:]
 	}
-	s.lies.saved = append(s.lies.saved, savedCopy{Copy: c, epoch: s.epochOf(name)})
-	s.event("saved a copy of %s (%d bytes)", name, len(c.Data))
+	l.saved = append(l.saved, savedCopy{Copy: c, epoch: l.epochOf(name)})
+	l.event("saved a copy of %s (%d bytes)", name, len(c.Data))
 }
 
 // lieAnswer checks an answer against the lies: damage reported for an
@@ -549,7 +603,7 @@ func (s *sim) lieAnswer(a *attempt, err error) {
 	// The damage may be an incarnation's that was replaced while the
 	// request waited (a parked frame answered with its build's failure).
 	for _, epoch := range s.incs.during(a.op.ns, a.op.callEv, s.tr.n) {
-		if s.damageOK(incKey{a.op.ns, epoch}) {
+		if s.lies.damageOK(incKey{a.op.ns, epoch}) {
 			return
 		}
 	}

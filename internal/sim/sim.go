@@ -55,11 +55,12 @@ type FaultRates struct {
 	// change, Engine.ProposeAddNode): one addition at a time, at most two
 	// per run, and never past seven nodes.
 	Join float64
-	// Lie, in single-node mode, is the chance per scheduler step of a
-	// lying disk fault (lie.go): a bit flipped, a file cut short or rolled
-	// back to an earlier synced copy while the node is down (a power loss
-	// brings it down), or, while it runs, a write misdirected, a bad
-	// sector or a bit flipped on read.
+	// Lie is the chance per scheduler step of a lying disk fault
+	// (lie.go): a bit flipped, a file cut short or rolled back to an
+	// earlier synced copy while the node is down (a power loss brings it
+	// down), or, while it runs, a write misdirected, a bad sector or a
+	// bit flipped on read. In cluster mode every lie hits one node, a
+	// founder the seed picks (clie.go).
 	Lie float64
 	// LieKinds, when not 0, limits Lie to the kinds it names (LieKind
 	// bits).
@@ -308,9 +309,6 @@ func (c Config) validate() error {
 	}
 	if c.cluster() && f.InboxBurst > 0 {
 		errs = append(errs, errors.New("sim: InboxBurst is a single-node fault"))
-	}
-	if c.cluster() && f.Lie > 0 {
-		errs = append(errs, errors.New("sim: Lie is a single-node fault"))
 	}
 	if !c.cluster() && (f.QuiescedCrash > 0 || f.Join > 0 || f.Remove > 0 || f.WrongDisk > 0) {
 		errs = append(errs, errors.New("sim: QuiescedCrash, Join, Remove and WrongDisk need Nodes > 1"))
@@ -574,8 +572,8 @@ func newSim(cfg Config) *sim {
 		lastServe: make(map[metadata.Namespace]uint64),
 		oracle:    make(map[incKey]*incLog),
 		incs:      newTimeline(),
-		lies:      newLies(),
 	}
+	s.lies = newLies(&s.base, func() *vfs.MemFS { return s.mem }, func() *metadata.Store { return s.n.meta }, metaDir, &s.faults, "")
 	for i := range cfg.Clients {
 		s.clients = append(s.clients, &client{id: i})
 	}

@@ -172,7 +172,7 @@ func (st *simStore) Build(ns metadata.Namespace, epoch uint64) (partition.Partit
 	if err != nil {
 		s.event("build ns=%v epoch=%d err=%v", ns, epoch, err)
 		if isDamageError(err) {
-			if key := (incKey{ns, epoch}); isCorrupt(err) && !s.damageOK(key) {
+			if key := (incKey{ns, epoch}); isCorrupt(err) && !s.lies.damageOK(key) {
 				s.fail(3, "build of %v failed with damage no lie explains: %v", key, err)
 			}
 			s.faults.Detected++
@@ -208,7 +208,7 @@ func (s *sim) verifyReopen(n *node, key incKey, log *incLog, p partition.Partiti
 			return
 		}
 	}
-	if s.damageOK(key) {
+	if s.lies.damageOK(key) {
 		s.verifyDamaged(n, key, log, p)
 		return
 	}
@@ -257,7 +257,7 @@ func (st *simStore) Remove(ns metadata.Namespace) error {
 		// sync, before any ack): only unacknowledged messages may go with it.
 		if committed && k.epoch == rev && slices.Contains(s.oracle[k].acked, true) {
 			known := ""
-			if s.touched(k, "incarnation") {
+			if s.lies.touched(k, "incarnation") {
 				known = knownIncarnationDamage
 			}
 			s.failKnown(known, 3, "the committed incarnation %v was removed with %d messages, some acknowledged", k, len(s.oracle[k].ids))

@@ -1,0 +1,203 @@
+package sim
+
+import (
+	"errors"
+	"path"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/parkway-io/parkway/internal/replica"
+	"github.com/parkway-io/parkway/internal/wal"
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/vfs"
+)
+
+// Disks that lie in a cluster (DESIGN behaviour 28). With FaultRates.Lie
+// set, one founding node per seed — a minority of every group it holds a
+// replica of, as the rule needs a majority of honest copies — is the
+// liar: its disk lies the way a single node's does (lie.go, the same
+// code): while it is down after a power loss, a bit flipped in the stored
+// bytes, a file cut short, or a file rolled back to a copy of it saved at
+// an earlier power loss; while it runs, a write misdirected, a bad sector
+// or a bit flipped on read. Every file of its data directory may be hit
+// — segments, indexes, consumer offsets, incarnation files, each
+// partition's raft log and the journal — but the metadata group's raft
+// log, the lock and the identity file.
+//
+// The invariants are those of every cluster seed, unchanged: no
+// acknowledged message lost or changed, no offset reused, every read
+// returning what the log holds at each offset, every replica at
+// quiescence holding the whole log. One more: damage may be reported
+// (a typed *partition.CorruptError, or the EIO of a bad sector) only by
+// the liar, for an incarnation a lie touched. What today's engine cannot
+// do yet — repair a damaged replica from its peers — is classified as a
+// known limit (known.go), and only where the violation is the liar's own
+// copy of an incarnation a lie touched.
+
+// ClusterLie is the lying-disk rate of LyingClusterConfig: about five lies
+// in a run of the default length, all on one node.
+const ClusterLie = 0.0004
+
+// LyingClusterConfig is the configuration of the cluster lying-disk seeds:
+// the default cluster configuration plus ClusterLie.
+func LyingClusterConfig(seed uint64) Config {
+	cfg := DefaultClusterConfig(seed)
+	cfg.Faults.Lie = ClusterLie
+	return cfg
+}
+
+// startLies picks the liar, a founder, when lies are on.
+func (c *csim) startLies() {
+	if c.cfg.Faults.Lie == 0 {
+		return
+	}
+	c.liar = c.founders[c.rng.IntN(len(c.founders))]
+	liarNode := func() *cnode {
+		for _, n := range slices.Concat(c.nodes, c.gone) {
+			if n.id == c.liar {
+				return n
+			}
+		}
+		return nil
+	}
+	c.lies = newLies(&c.base,
+		func() *vfs.MemFS { return liarNode().mem },
+		func() *metadata.Store { return liarNode().meta },
+		path.Dir(metaRaftLog), &c.faults, "n"+strconv.FormatUint(c.liar, 10)+" ")
+	c.event("n%d is the liar", c.liar)
+}
+
+// lie injects one lie on the liar, if it is a running member: a lie of
+// the stored bytes crashes it (a power loss) and damages its disk while
+// it is down (one node down at a time, as for crashes).
+func (c *csim) lie() {
+	n := c.node(c.liar)
+	if n == nil || n.down || n.eng == nil {
+		return
+	}
+	kind, name, ok := c.lies.pick(c.cfg.Faults.LieKinds)
+	if !ok {
+		return
+	}
+	if !lieWhileDown(kind) {
+		c.lies.arm(kind, name)
+		return
+	}
+	if slices.ContainsFunc(c.nodes, func(m *cnode) bool { return m.down }) {
+		return
+	}
+	c.crashHow(n, true, 0, time.Second)
+	c.lies.lieDown(kind, name)
+}
+
+// isLiar reports whether n is the node whose disk lies.
+func (c *csim) isLiar(n *cnode) bool { return c.lies != nil && n.id == c.liar }
+
+// liedTo reports whether n's copy of key may be damaged: n is the liar
+// and a lie touched key's files (or a file outside every partition
+// directory, the journal).
+func (c *csim) liedTo(n *cnode, key incKey) bool {
+	return c.isLiar(n) && c.lies.damageOK(key)
+}
+
+// unrepaired reports whether everything that kept the cluster from
+// settling is a copy the liar holds of a partition a lie touched — frames
+// parked for it there, requests waiting on it there, its copy short of
+// the log, its group not led by it as the preferred leader: the known
+// limit knownNotRepaired. Anything else is a bug.
+func (c *csim) unrepaired() string {
+	liar := c.node(c.liar)
+	if c.lies == nil || liar == nil || liar.down {
+		return ""
+	}
+	touched := func(ns metadata.Namespace) bool { return c.lies.all || c.lies.dirs[ns] }
+	known, found := knownNotRepaired, false
+	// blocked: a partition of shard i the liar cannot build because
+	// another partition's damaged raft log fails the whole pass.
+	blocked := func(i int, ns metadata.Namespace) bool {
+		if touched(ns) || !liar.passDamaged[i] {
+			return false
+		}
+		known = knownPassBlocked
+		return true
+	}
+	for _, n := range c.nodes {
+		for i, sh := range n.shards {
+			if sh.Parked() == 0 {
+				continue
+			}
+			st, err := sh.Inspect(c.ctx)
+			if err != nil {
+				return ""
+			}
+			for _, pn := range st.Parked {
+				if n != liar || !touched(pn.NS) && !blocked(i, pn.NS) {
+					return ""
+				}
+				found = true
+			}
+		}
+	}
+	for _, a := range c.inflight {
+		if a.node != liar || !touched(a.op.ns) && !blocked(c.ownerOf(a.op.ns), a.op.ns) {
+			return ""
+		}
+		found = true
+	}
+	skip := func(id uint64, ns metadata.Namespace) bool {
+		return id == c.liar && (touched(ns) || blocked(c.ownerOf(ns), ns))
+	}
+	if c.convergedExcept(skip) != "" || c.join != nil || c.remove != nil || c.moving() != "" {
+		return ""
+	}
+	if c.unbalancedExcept(skip) != "" {
+		return ""
+	}
+	if found || c.converged() != "" || c.unbalanced() != "" {
+		return known
+	}
+	return ""
+}
+
+// ownerOf is the shard that owns ns (-1 if no committed partition is ns).
+func (c *csim) ownerOf(ns metadata.Namespace) int {
+	if p, ok := c.nodes[0].meta.Partition(ns); ok {
+		return int(p.Owner)
+	}
+	return -1
+}
+
+// damageReported reports whether o's failure, the answer of a final read
+// of key through n, is damage the liar reports for its copy (counted as
+// detected): the liar answered it (n itself, or the replica n's "not
+// leader" hint sent the read to).
+func (c *csim) damageReported(n *cnode, o *op, key incKey) bool {
+	if len(o.attempts) == 0 || !isLogDamage(o.err) || !c.liedTo(o.attempts[len(o.attempts)-1].node, key) {
+		return false
+	}
+	c.faults.Detected++
+	c.event("final read of %v through n%d: damage reported by the liar: %v", key, n.id, o.err)
+	return true
+}
+
+// damageExplained reports whether a's answer may report damage: it was
+// answered by the liar, for a partition a lie touched. Any other node's
+// disk tells the truth, and a node never serves a peer's damage (a
+// forwarded read reaches the liar only through a client here).
+func (c *csim) damageExplained(a *attempt) bool {
+	return c.isLiar(a.node) && (c.lies.all || c.lies.dirs[a.op.ns])
+}
+
+// isLogDamage reports whether err reports damage on disk: a typed
+// corruption error, a bad sector's EIO, or a raft log refused as corrupt.
+func isLogDamage(err error) bool {
+	return isDamageError(err) || isCorruptLog(err)
+}
+
+// isCorruptLog reports whether err reports damage found by a checksum or
+// a record that does not decode — in a partition's files or its raft log
+// — which only a lie explains (an EIO may be a plain disk error).
+func isCorruptLog(err error) bool {
+	return isCorrupt(err) || errors.Is(err, wal.ErrCorrupt) || errors.Is(err, replica.ErrCorruptLog)
+}
