@@ -47,7 +47,7 @@ const RaftLogName = raftLogName
 // another voter first, so the group is led by a whole replica while this
 // one is repaired.
 func (s *Shard) replicaDamaged(o *owned, err error) {
-	if o.rep.grp == nil || o.damaged != nil || !errors.Is(err, partition.ErrCorrupt) {
+	if !repairable(o) || o.damaged != nil || !errors.Is(err, partition.ErrCorrupt) {
 		return
 	}
 	s.log.Error("replica damaged on disk; it is fenced and will be fetched again from its peers", "ns", o.p.Namespace(), "error", err)
@@ -59,6 +59,11 @@ func (s *Shard) replicaDamaged(o *owned, err error) {
 		s.fence(o, err)
 	}
 }
+
+// repairable reports whether o is a replica its group can repair: a
+// group with other members. A partition replicated once (a group of one)
+// is served around its damage, as on a single node.
+func repairable(o *owned) bool { return o.rep.grp != nil && len(o.rep.peers) > 1 }
 
 // stepDown asks another voter of o's group, one liveness does not report
 // down, to take leadership over (raft's leadership transfer).
@@ -84,7 +89,7 @@ func (s *Shard) stepDown(o *owned) {
 // serve it — a leader read is retried (the group gets another leader), a
 // local read gets ErrPartitionFailed wrapping the *partition.CorruptError.
 func (s *Shard) damagedRead(o *owned, f Frame, err error) error {
-	if o.rep.grp == nil || err == nil || !errors.Is(err, partition.ErrCorrupt) {
+	if !repairable(o) || err == nil || !errors.Is(err, partition.ErrCorrupt) {
 		return err
 	}
 	s.replicaDamaged(o, err)

@@ -561,7 +561,7 @@ func (s *Shard) failGroup(o *owned, err error) {
 	// batch: they belong to this partition, and the next apply of another
 	// one must not append them (their frames are still pending here).
 	groupHandler{s: s, o: o}.resetBatch()
-	if errors.Is(err, partition.ErrCorrupt) && o.damaged == nil {
+	if errors.Is(err, partition.ErrCorrupt) && o.damaged == nil && repairable(o) {
 		o.damaged = err // an append met damage in the partition log (damage.go)
 	}
 	if o.failed == nil {

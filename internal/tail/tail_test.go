@@ -1,0 +1,62 @@
+package tail
+
+import (
+	"bytes"
+	"testing"
+)
+
+func filled(n int) []byte { return bytes.Repeat([]byte{0xab}, n) }
+
+// The rule, case by case, the same through Torn and TornAt.
+func TestTorn(t *testing.T) {
+	withZeros := func(b []byte, from, to int) []byte {
+		b = bytes.Clone(b)
+		clear(b[from:to])
+		return b
+	}
+	cases := []struct {
+		name   string
+		rec    []byte
+		pos    int64
+		header int
+		size   uint64
+		torn   bool
+	}{
+		{"header cut", filled(5), 100, 8, 0, true},
+		{"length past the end", filled(100), 100, 8, 101, true},
+		{"whole length, flipped", filled(100), 100, 8, 100, false},
+		{"whole length, trailing bytes, flipped", filled(200), 100, 8, 100, false},
+		{"whole length, an unwritten sector", withZeros(filled(2000), 412, 924), 100, 8, 2000, true},
+		{"whole length, zeros short of a sector boundary", withZeros(filled(2000), 420, 700), 100, 8, 2000, false},
+		{"whole length, its end in an unwritten sector", withZeros(filled(2000), 1948, 2000), 100, 8, 2000, true},
+		{"whole length, 4 zero bytes into the last sector", withZeros(filled(416), 412, 416), 100, 8, 416, false},
+		{"zeros where a header should be", make([]byte, 300), 100, 8, 0, true},
+		{"a small length, not zeros", filled(300), 100, 8, 3, false},
+		{"a tiny record of zeros", make([]byte, 6), 100, 4, 6, true},
+	}
+	for _, c := range cases {
+		if got := Torn(c.rec, c.pos, c.header, c.size); got != c.torn {
+			t.Errorf("%s: Torn = %v, want %v", c.name, got, c.torn)
+		}
+		file := append(make([]byte, c.pos), c.rec...)
+		got, err := TornAt(bytes.NewReader(file), c.pos, int64(len(file)), c.header, c.size)
+		if err != nil || got != c.torn {
+			t.Errorf("%s: TornAt = %v, %v, want %v", c.name, got, err, c.torn)
+		}
+	}
+}
+
+// TornAt reads a record larger than its buffer in pieces that never split
+// a sector.
+func TestTornAtLargeRecord(t *testing.T) {
+	const pos = 300
+	rec := filled(300 << 10)
+	file := append(make([]byte, pos), rec...)
+	if torn, err := TornAt(bytes.NewReader(file), pos, int64(len(file)), 60, uint64(len(rec))); err != nil || torn {
+		t.Fatalf("a whole record: %v, %v", torn, err)
+	}
+	clear(file[130<<10 : 130<<10+SectorSize])
+	if torn, err := TornAt(bytes.NewReader(file), pos, int64(len(file)), 60, uint64(len(rec))); err != nil || !torn {
+		t.Fatalf("a record with an unwritten sector at 130 KiB: %v, %v", torn, err)
+	}
+}
