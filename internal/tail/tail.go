@@ -6,20 +6,26 @@
 // bad record with a whole one after it is damage in every log: the whole
 // one was written, and acknowledged, after it.)
 //
-// A crash leaves a write incomplete in two ways only. The file ends
+// A crash leaves a write incomplete in a few ways only. The file ends
 // before the record does: its header is cut, or the length it states runs
-// past the end of the file. Or some of the sectors the write covered
-// never reached the disk: a disk writes a sector whole or not at all, and
-// a file's new blocks — preallocated space included — read as zeros
-// until they are written, so such a sector reads as zeros. Anything else
-// — a record of its whole length, with no sector of zeros, that fails its
-// checksum or does not decode — was written whole and changed afterwards:
-// damage. etcd's WAL tells torn entries apart with the same sector test.
+// past the end of the file. The write stopped part way in a file that
+// reached further: the record's bytes end in zeros, and so does the file
+// from there (a file's new blocks, preallocated space included, read as
+// zeros until written). Or some of the sectors the write covered never
+// reached the disk: a disk writes a sector whole or not at all, so such a
+// sector reads as zeros (etcd's WAL tells torn entries apart the same
+// way). Anything else — a record of its whole length that fails its
+// checksum, with no unwritten sector and not ending in zeros — was written
+// whole and changed afterwards: damage.
 //
-// A record whose own bytes hold a sector's worth of zeros and is damaged
-// elsewhere reads as torn: the rule errs that way only for such records.
-// A header whose length was damaged into one that runs past the end reads
-// as torn too: nothing in the record can say otherwise.
+// The rule errs towards "torn" only for records whose own bytes hold a
+// sector's worth of zeros, or end in zeros, and are damaged elsewhere; and
+// a header whose length was damaged into one that runs past the end reads
+// as torn, since nothing in the record can say otherwise. It errs towards
+// "damage" for a torn write whose unwritten sectors hold older bytes
+// rather than zeros (a region written, not synced, taken back and written
+// again before a power loss): the log is then refused, with the error,
+// rather than cut.
 package tail
 
 import "io"
@@ -27,9 +33,9 @@ import "io"
 // SectorSize is the unit a disk writes whole or not at all.
 const SectorSize = 512
 
-// minChunk is the smallest run of zeros taken as an unwritten sector: a
-// record that starts or ends a few bytes into a sector owns only those
-// bytes of it, and a few zero bytes are no evidence of anything.
+// minChunk is the smallest run of zeros taken as unwritten: a record that
+// starts or ends a few bytes into a sector owns only those bytes of it,
+// and a few zero bytes are no evidence of anything.
 const minChunk = 8
 
 // Torn reports whether rec — a log's bytes from a bad record's start, at
@@ -38,15 +44,15 @@ const minChunk = 8
 // header; size is the record's length, header included, as the header
 // states it (any value when the header is cut or states none).
 func Torn(rec []byte, pos int64, header int, size uint64) bool {
-	switch {
-	case len(rec) < header, size > uint64(len(rec)):
+	if len(rec) < header || size > uint64(len(rec)) {
 		return true // the file ends before the record does
-	case size < uint64(header):
-		// No length (zeros, or a length too small to be one): the header
-		// itself is judged.
-		return zeroSector(rec[:header], pos, header < minChunk)
 	}
-	return zeroSector(rec[:size], pos, size < minChunk)
+	n := int(max(size, uint64(header)))
+	z := len(rec)
+	for z > 0 && rec[z-1] == 0 {
+		z--
+	}
+	return stopped(z, n, len(rec)) || zeroSector(rec[:n], pos, n < minChunk)
 }
 
 // TornAt is Torn for a record read from r, from pos to end (the end of
@@ -58,20 +64,33 @@ func TornAt(r io.ReaderAt, pos, end int64, header int, size uint64) (bool, error
 	}
 	n := int64(max(size, uint64(header)))
 	const piece = 64 << 10 // a multiple of SectorSize: no sector spans two pieces
-	buf := make([]byte, min(n, piece))
-	for at := pos; at < pos+n; {
-		stop := min(pos+n, (at/piece+1)*piece)
+	buf := make([]byte, min(end-pos, piece))
+	z := int64(0) // just past the last byte that is not zero, from pos
+	for at := pos; at < end; {
+		stop := min(end, (at/piece+1)*piece)
 		b := buf[:stop-at]
 		if _, err := r.ReadAt(b, at); err != nil {
 			return false, err
 		}
-		if zeroSector(b, at, n < minChunk) {
+		if at < pos+n && zeroSector(b[:min(int64(len(b)), pos+n-at)], at, n < minChunk) {
 			return true, nil
+		}
+		for i := len(b) - 1; i >= 0; i-- {
+			if b[i] != 0 {
+				z = at - pos + int64(i) + 1
+				break
+			}
 		}
 		at = stop
 	}
-	return false, nil
+	return stopped(z, n, end-pos), nil
 }
+
+// stopped reports whether a record of n bytes, in a file that has total
+// bytes from the record's start and only zeros after the first z of them,
+// is a write that stopped part way: the zeros start inside the record and
+// run for at least minChunk bytes (or everything is zeros).
+func stopped[T int | int64](z, n, total T) bool { return z == 0 || z < n && total-z >= minChunk }
 
 // zeroSector reports whether a part of b (at file offset pos) that lies in
 // one sector is all zeros: at least minChunk bytes of it, or, for a record

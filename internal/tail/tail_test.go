@@ -30,9 +30,15 @@ func TestTorn(t *testing.T) {
 		{"whole length, zeros short of a sector boundary", withZeros(filled(2000), 420, 700), 100, 8, 2000, false},
 		{"whole length, its end in an unwritten sector", withZeros(filled(2000), 1948, 2000), 100, 8, 2000, true},
 		{"whole length, 4 zero bytes into the last sector", withZeros(filled(416), 412, 416), 100, 8, 416, false},
+		{"stopped part way, zeros after", withZeros(filled(300), 40, 300), 100, 8, 200, true},
+		{"whole length, its last 20 bytes zeros to the end", withZeros(filled(60), 40, 60), 100, 8, 60, true},
+		{"whole length, its last 4 bytes zeros to the end", withZeros(filled(60), 56, 60), 100, 8, 60, false},
+		{"whole length, zeros after it only", append(filled(60), make([]byte, 100)...), 100, 8, 60, false},
 		{"zeros where a header should be", make([]byte, 300), 100, 8, 0, true},
 		{"a small length, not zeros", filled(300), 100, 8, 3, false},
 		{"a tiny record of zeros", make([]byte, 6), 100, 4, 6, true},
+		{"zeros to the end, across a sector boundary", make([]byte, 300), 508, 8, 0, true},
+		{"a zero header across a sector boundary, then garbage", append(make([]byte, 8), filled(100)...), 508, 8, 8, false},
 	}
 	for _, c := range cases {
 		if got := Torn(c.rec, c.pos, c.header, c.size); got != c.torn {

@@ -380,7 +380,7 @@ func TestTooLarge(t *testing.T) {
 	if _, err := l.Append(make([]byte, 11)); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("Append of 11 bytes = %v", err)
 	}
-	if idx, err := l.Append(make([]byte, 10)); err != nil || idx != 0 {
+	if idx, err := l.Append(bytes.Repeat([]byte{1}, 10)); err != nil || idx != 0 {
 		t.Fatalf("Append after ErrTooLarge = %d, %v (it must not break the log)", idx, err)
 	}
 	l.Sync()
