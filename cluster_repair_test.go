@@ -283,3 +283,44 @@ func TestBehaviour28ClusterDamagedRaftLog(t *testing.T) {
 		})
 	})
 }
+
+// TestBehaviour28ClusterOneReplicaServedAroundDamage: a partition with a
+// single replica in a cluster has no peer to be repaired from: its damage
+// is handled as on a single node (read around, writes refused with the
+// *CorruptError), never set aside.
+func TestBehaviour28ClusterOneReplicaServedAroundDamage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, dirs := newRealCluster(t, nil)
+		s := mustStream(t, c.nodes[1], "s")
+		tp := mustTopic(t, c.nodes[1], s, "t", 1, parkway.WithReplicas(1))
+		want := c.produceBatches(1, tp, "a", 1500)
+		holder, err := c.nodes[1].Cluster().Leader(context.Background(), tp, 0)
+		if err != nil || holder == 0 {
+			t.Fatalf("leader: %d, %v", holder, err)
+		}
+		c.stop(holder)
+		pdir := partitionDir(dirs[holder], s, tp)
+		segs := segmentFiles(t, pdir)
+		tail := segs[len(segs)-1]
+		flipAt(t, tail, fileLen(t, tail)/2)
+		n := c.start(holder)
+		reg := registry(t, n)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err = n.Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("x")})
+		var ce *partition.CorruptError
+		if !errors.As(err, &ce) || ce.Path != tail {
+			t.Fatalf("produce to the one replica with a damaged tail: %v, want the *partition.CorruptError for %s", err, tail)
+		}
+		b, err := n.Poll(ctx, tp, 0, parkway.AtOffset(0), 10)
+		if err != nil || len(b.Messages) != 10 || string(b.Messages[0].Payload) != want[0] {
+			t.Fatalf("poll below the damage: %d messages, %v", len(b.Messages), err)
+		}
+		if v := metricValue(t, reg, "parkway_replica_repairs_total"); v != 0 {
+			t.Fatalf("parkway_replica_repairs_total = %v for a partition with no other replica", v)
+		}
+		if _, err := os.Stat(filepath.Join(pdir, "damaged-1")); !os.IsNotExist(err) {
+			t.Fatalf("a single replica's copy was set aside: %v", err)
+		}
+	})
+}

@@ -168,3 +168,30 @@ func (s *Shard) answerBuildFailed(ns metadata.Namespace, cause error) {
 	}
 	s.gauges()
 }
+
+// writesRefused answers f, a write proposed on leader o, if o's partition
+// refuses appends for damage at its end (partition.WriteFenced): proposed,
+// the write would commit and then fail to apply on this replica, at every
+// rebuild. A replica the group can repair takes it as replicaDamaged and
+// sends f to the group; a partition replicated once refuses f with the
+// damage, as a single node does. It reports whether f was answered.
+func (s *Shard) writesRefused(o *owned, f Frame) bool {
+	if f.Req.Op != OpProduce {
+		return false
+	}
+	w, ok := o.p.(partition.WriteFenced)
+	if !ok {
+		return false
+	}
+	err := w.WritesRefused()
+	if err == nil {
+		return false
+	}
+	if repairable(o) {
+		s.replicaDamaged(o, err)
+		s.notLeader(o, f)
+		return true
+	}
+	s.answer(f, Response{Err: err})
+	return true
+}

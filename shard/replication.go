@@ -296,6 +296,9 @@ func (s *Shard) propose(o *owned, f Frame) {
 		s.notLeader(o, f)
 		return
 	}
+	if s.writesRefused(o, f) {
+		return
+	}
 	if len(o.rep.proposeBuf) == 0 {
 		s.proposing = append(s.proposing, o)
 	}
