@@ -66,3 +66,27 @@ func TestTornAtLargeRecord(t *testing.T) {
 		t.Fatalf("a record with an unwritten sector at 130 KiB: %v, %v", torn, err)
 	}
 }
+
+// FuzzTorn: any bytes, position and claimed size — never a panic, and
+// Torn and TornAt (which reads in pieces) always agree.
+func FuzzTorn(f *testing.F) {
+	f.Add(filled(100), int64(100), 8, uint64(100))
+	f.Add(make([]byte, 40), int64(509), 8, uint64(0))
+	f.Add(append(filled(600), make([]byte, 600)...), int64(30), 60, uint64(1000))
+	f.Fuzz(func(t *testing.T, rec []byte, pos int64, header int, size uint64) {
+		if pos < 0 || pos > 1<<40 || header < 0 || header > 64 {
+			t.Skip()
+		}
+		got := Torn(rec, pos, header, size)
+		file := append(make([]byte, pos%4096), rec...)
+		at, err := TornAt(bytes.NewReader(file), pos%4096, int64(len(file)), header, size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The file is shorter, but pos%4096 lies at the same place in its
+		// sector as pos.
+		if at != got {
+			t.Fatalf("Torn = %v, TornAt = %v", got, at)
+		}
+	})
+}
