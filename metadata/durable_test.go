@@ -531,6 +531,19 @@ func TestDurableRefusesCorruption(t *testing.T) {
 		flipByte(t, mem, filepath.Join(metaDir, names[1]), 9)
 		mustCorrupt(t, mem)
 	})
+	t.Run("last record written whole, then damaged", func(t *testing.T) {
+		// The metadata log applies package tail's rule: its last record,
+		// of its whole length, with a byte flipped, is damage (truncating
+		// it would forget a committed command), not a torn write.
+		mem, names := setup(t)
+		path := filepath.Join(metaDir, names[1])
+		st, err := mem.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		flipByte(t, mem, path, st.Size()-1)
+		mustCorrupt(t, mem)
+	})
 	t.Run("no snapshot before the log", func(t *testing.T) {
 		mem, names := setup(t)
 		mem.Remove(filepath.Join(metaDir, names[0]))

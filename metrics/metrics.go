@@ -67,6 +67,7 @@ type Metrics struct {
 	RaftCompactions *prometheus.CounterVec // shard
 	RaftSnapshots   *prometheus.CounterVec // shard
 	CaughtUp        *prometheus.CounterVec // shard
+	ReplicaRepairs  *prometheus.CounterVec // shard
 	RaftQuiesces    *prometheus.CounterVec // shard
 	RaftWakes       *prometheus.CounterVec // shard
 	LeaderTransfers *prometheus.CounterVec // shard
@@ -191,6 +192,11 @@ func NewLabeled(labels prometheus.Labels) *Metrics {
 			Name:        "parkway_catchup_messages_total",
 			Help:        "Messages a replica fetched from a peer's partition log after installing a snapshot.",
 		}, shard),
+		ReplicaRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			ConstLabels: labels,
+			Name:        "parkway_replica_repairs_total",
+			Help:        "Replicas of a partition found damaged on disk (a *CorruptError) whose local copy was set aside to be fetched again from their peers.",
+		}, shard),
 		RaftQuiesces: prometheus.NewCounterVec(prometheus.CounterOpts{
 			ConstLabels: labels,
 			Name:        "parkway_raft_quiesces_total",
@@ -215,7 +221,7 @@ func NewLabeled(labels prometheus.Labels) *Metrics {
 func (m *Metrics) all() []prometheus.Collector {
 	return []prometheus.Collector{m.FrameDrops, m.Materialised, m.Removed, m.BuildFailures,
 		m.ParkedFrames, m.ParkedBytes, m.StaleRejects, m.TransientDenies, m.Forwarded,
-		m.RaftCompactions, m.RaftSnapshots, m.CaughtUp, m.RaftQuiesces, m.RaftWakes, m.LeaderTransfers,
+		m.RaftCompactions, m.RaftSnapshots, m.CaughtUp, m.ReplicaRepairs, m.RaftQuiesces, m.RaftWakes, m.LeaderTransfers,
 		m.Produced, m.ProducedBytes, m.Polled, m.PolledBytes, m.PollWait, m.ConsumerLag}
 }
 
@@ -302,6 +308,7 @@ func (m *Metrics) Shard(id int) *Shard {
 		RaftCompactions: m.RaftCompactions.WithLabelValues(s),
 		RaftSnapshots:   m.RaftSnapshots.WithLabelValues(s),
 		CaughtUp:        m.CaughtUp.WithLabelValues(s),
+		ReplicaRepairs:  m.ReplicaRepairs.WithLabelValues(s),
 		RaftQuiesces:    m.RaftQuiesces.WithLabelValues(s),
 		RaftWakes:       m.RaftWakes.WithLabelValues(s),
 		LeaderTransfers: m.LeaderTransfers.WithLabelValues(s),
@@ -328,6 +335,8 @@ type Shard struct {
 	RaftCompactions prometheus.Counter
 	RaftSnapshots   prometheus.Counter
 	CaughtUp        prometheus.Counter
+	// ReplicaRepairs counts damaged replicas set aside for a repair.
+	ReplicaRepairs  prometheus.Counter
 	RaftQuiesces    prometheus.Counter
 	RaftWakes       prometheus.Counter
 	LeaderTransfers prometheus.Counter

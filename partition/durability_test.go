@@ -281,11 +281,14 @@ func TestFileTornTailIsTruncated(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, 300},
-		{"last record's checksum", func(t *testing.T, f vfs.File, n int64) {
-			b := []byte{0}
-			f.ReadAt(b, n-10)
-			b[0] ^= 0x5a
-			if _, err := f.WriteAt(b, n-10); err != nil {
+		{"an unwritten sector in the last record", func(t *testing.T, f vfs.File, n int64) {
+			// A sector of the last write that never reached the disk
+			// reads as zeros (package tail's rule).
+			from := (n - recSize(msg(299, size))) / 512 * 512
+			if from < n-recSize(msg(299, size)) {
+				from += 512
+			}
+			if _, err := f.WriteAt(make([]byte, min(512, n-from)), from); err != nil {
 				t.Fatal(err)
 			}
 		}, 299},
@@ -308,6 +311,63 @@ func TestFileTornTailIsTruncated(t *testing.T) {
 			checkRead(t, p, 0, 1000, int(c.want), size)
 			mustAppend(t, p, batch(c.want, 5, size))
 			checkRead(t, p, 0, 1000, int(c.want)+5, size)
+		})
+	}
+}
+
+// TestFileFinalRecordWrittenWholeIsDamage: a tail segment's last record,
+// with nothing after it, of its whole length and with no unwritten sector,
+// that fails its checksum (a byte flipped in its payload, its checksum or
+// its header's offset) was written whole and damaged since: not a torn
+// write (package tail's rule, every log's). It is not truncated: the file
+// is left as it is, its offset is a hole that reads as the
+// *CorruptError, the log's end stays past it and writes are refused with
+// the error, so the offset is never given out again.
+func TestFileFinalRecordWrittenWholeIsDamage(t *testing.T) {
+	const size = 500
+	ns := mustNS(t, 8, 0, 9)
+	for _, c := range []struct {
+		name string
+		at   func(n int64) int64 // the byte flipped, in a file of n bytes
+	}{
+		{"payload", func(n int64) int64 { return n - 10 }},
+		{"checksum", func(n int64) int64 { return n - recSize(msg(299, size)) + 1 }},
+		{"offset field", func(n int64) int64 { return n - recSize(msg(299, size)) + 9 }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mem, cfg, bases := smallSegmentLog(t, ns, 300, 5, size)
+			tail := filepath.Join(partDir(cfg.Dir, ns), segName(bases[len(bases)-1], ".log"))
+			n := memFileSize(t, mem, tail)
+			f, err := mem.OpenFile(tail, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := []byte{0}
+			f.ReadAt(b, c.at(n))
+			b[0] ^= 0x5a
+			if _, err := f.WriteAt(b, c.at(n)); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+			defer mustClose(t, p)
+			if p.NextOffset() != 300 {
+				t.Fatalf("NextOffset %d, want 300: the damaged last record was dropped as a torn write", p.NextOffset())
+			}
+			if memFileSize(t, mem, tail) != n {
+				t.Fatal("the damaged tail segment was truncated")
+			}
+			checkRead(t, p, 0, 1000, 299, size)
+			var ce *partition.CorruptError
+			if _, err := p.Read(299, 1); !errors.As(err, &ce) || ce.Path != tail || ce.Offset != n-recSize(msg(299, size)) {
+				t.Fatalf("Read at the damaged offset: %v, want a *CorruptError for %s at byte %d", err, tail, n-recSize(msg(299, size)))
+			}
+			if _, err := p.Append(batch(300, 1, size)); !errors.As(err, &ce) {
+				t.Fatalf("Append to a log whose last record is damaged: %v, want the *CorruptError", err)
+			}
+			if d, ok := p.(partition.Damaged); !ok || d.Damage() == nil {
+				t.Fatal("Damage() reports nothing")
+			}
 		})
 	}
 }

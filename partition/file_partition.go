@@ -1250,6 +1250,9 @@ func (p *filePartition) closeFiles() error {
 	return errors.Join(errs...)
 }
 
+// WritesRefused implements WriteFenced.
+func (p *filePartition) WritesRefused() error { return p.fenced }
+
 // Damage implements Damaged: the first hole recovery found, whose error
 // every read that reaches it returns (nil once a purge or truncation put
 // it below the start).

@@ -272,13 +272,16 @@ func TestFileTornTail(t *testing.T) {
 		"torn header": func(path string, size int64) error {
 			return os.Truncate(path, size-recSize(msg(99, 100))+20)
 		},
-		"bit flip": func(path string, size int64) error {
+		"unwritten last sector": func(path string, size int64) error {
+			// The last record's part of its last sector never reached
+			// the disk: it reads as zeros (package tail's rule).
+			from := max((size-1)/512*512, size-recSize(msg(99, 100)))
 			f, err := os.OpenFile(path, os.O_RDWR, 0)
 			if err != nil {
 				return err
 			}
 			defer f.Close()
-			_, err = f.WriteAt([]byte{0xff}, size-10)
+			_, err = f.WriteAt(make([]byte, size-from), from)
 			return err
 		},
 	}

@@ -43,6 +43,7 @@ import (
 	"hash/crc32"
 	"math"
 
+	"github.com/parkway-io/parkway/internal/tail"
 	"github.com/parkway-io/parkway/metadata"
 )
 
@@ -138,6 +139,9 @@ func decodeJournal(b []byte, path string) ([]journalEntry, error) {
 			if q, ok := certainFrameAfter(b, pos+1); ok {
 				return nil, corruptf(path, int64(pos), "zeros where a journal frame should start, followed by a valid one at byte %d", q)
 			}
+			if finalWrittenWhole(b, pos, journalFrameHeader) {
+				return nil, corruptf(path, int64(pos), "a journal frame with no length, written whole (not cut short, no unwritten sector): damage, not a torn write")
+			}
 			return out, nil
 		}
 		length := le.Uint32(rest[4:]) &^ journalUncertain
@@ -149,6 +153,12 @@ func decodeJournal(b []byte, path string) ([]journalEntry, error) {
 			// was whole and durable.
 			if q, ok := certainFrameAfter(b, pos+1); ok {
 				return nil, corruptf(path, int64(pos), "damaged journal frame followed by a valid one at byte %d", q)
+			}
+			// Nothing certain after it: torn only if it is an incomplete
+			// write (package tail, the rule every log applies). A frame
+			// written whole and damaged since held acknowledged records.
+			if finalWrittenWhole(b, pos, journalFrameHeader+uint64(length)) {
+				return nil, corruptf(path, int64(pos), "the last journal frame fails its checksum but was written whole (not cut short, no unwritten sector): damage, not a torn write")
 			}
 			return out, nil
 		}
@@ -168,6 +178,18 @@ func decodeJournal(b []byte, path string) ([]journalEntry, error) {
 		pos += end
 	}
 	return out, nil
+}
+
+// finalWrittenWhole reports whether the bad frame at pos in b, of size
+// bytes as its header says, with no certain frame after it, is damage: no
+// frame at all follows it (valid uncertain frames after it make it part
+// of a torn tail: a crash may tear any of them, in any order), and it is
+// not an incomplete write by package tail's rule.
+func finalWrittenWhole(b []byte, pos int, size uint64) bool {
+	if _, ok := nextJournalFrame(b, pos+1); ok {
+		return false
+	}
+	return !tail.Torn(b[pos:], int64(pos), journalFrameHeader, size)
 }
 
 // certainFrameAfter finds the first position at or after from where a

@@ -73,6 +73,36 @@ func TestJournalTornTail(t *testing.T) {
 	}
 }
 
+// The last frame, with nothing after it, of its whole length, with a byte
+// flipped (not cut short, no unwritten sector, not ending in zeros) was
+// written whole and damaged since: a *CorruptError at its position, not a
+// torn tail (package tail's rule, every log's) — its records were
+// acknowledged. The same frame with a sector of it unwritten (zeros) is a
+// torn tail.
+func TestJournalFinalFrameWrittenWholeIsDamage(t *testing.T) {
+	b, ends := sampleJournal(t)
+	for pos := ends[0]; pos < ends[1]; pos++ {
+		if pos >= ends[0]+4 && pos < ends[0]+8 {
+			continue // the length: made longer, it runs past the end (torn)
+		}
+		bad := bytes.Clone(b)
+		bad[pos] ^= 0x10
+		_, err := decodeJournal(bad, "j")
+		var ce *CorruptError
+		if !errors.As(err, &ce) || ce.Offset != int64(ends[0]) {
+			t.Fatalf("byte %d of the last frame flipped: %v, want a *CorruptError at byte %d", pos, err, ends[0])
+		}
+	}
+	// Its sectors: the frame starts at ends[0]; the part of it in the
+	// next sector (or in its own, if it has no other) reads as zeros.
+	torn := bytes.Clone(b)
+	from := max(int64(ends[0]), int64(len(b)-1)/512*512)
+	clear(torn[from:])
+	if got, err := decodeJournal(torn, "j"); err != nil || len(got) != 2 {
+		t.Fatalf("the last frame with an unwritten sector: %d entries, %v; want the first frame's 2", len(got), err)
+	}
+}
+
 // Damage that a crash cannot cause is reported, typed, with where it is:
 // a frame that fails its checksum with data after it, and a frame whose
 // checksum holds over contents that do not decode.

@@ -259,6 +259,16 @@ type Damaged interface {
 	Damage() error
 }
 
+// WriteFenced is implemented by partitions that can refuse every append
+// because of damage recovery found at their end (FileStore's: a damaged
+// last segment, or last segments missing, see FileStore.Build):
+// WritesRefused returns the error an Append would return, nil if appends
+// are taken. A replicated partition's owner asks before it proposes a
+// write: a committed write its log refuses could never be applied.
+type WriteFenced interface {
+	WritesRefused() error
+}
+
 // Located is implemented by partitions kept in a directory of a
 // filesystem (FileStore's). A replicated partition keeps its raft log in
 // that directory, so building a new incarnation, removing the partition

@@ -75,9 +75,18 @@ func (s *FileStore) readTail(seg *segment, buf []byte) ([]byte, []hole, error) {
 	if err != nil {
 		return buf, nil, err
 	}
-	end, next, holes, _, buf, err := seg.scanHoles(fi.Size(), buf)
+	end, next, holes, stop, buf, err := seg.scanHoles(fi.Size(), buf)
 	if err != nil {
 		return buf, nil, err
+	}
+	if len(holes) == 0 { // as openTail judges a bad last record
+		var ce *CorruptError
+		if ce, err = seg.finalDamage(end, fi.Size(), stop); err != nil {
+			return buf, nil, err
+		} else if ce != nil {
+			holes = []hole{{from: next, to: next + 1, err: ce}}
+			end, next = fi.Size(), next+1
+		}
 	}
 	// synced: a reader has nothing to make durable (Close must not sync).
 	seg.size, seg.next, seg.maxTSKnown, seg.synced = end, next, true, true
@@ -261,6 +270,11 @@ func (s *FileStore) verifySegment(seg *segment, tail bool, buf []byte) (_ []Prob
 		repair := ""
 		if tail {
 			repair = fmt.Sprintf("the node truncates the tail segment here, dropping %d bytes", size-end)
+			if d, derr := seg.finalDamage(end, size, ce); derr != nil {
+				return nil, false, buf, derr
+			} else if d != nil {
+				repair = "the node keeps the file: the record was written whole (damage, not a torn write); reads stop at it and writes to the partition are refused"
+			}
 		}
 		out = append(out, Problem{Path: ce.Path, Offset: ce.Offset, Err: err, Repair: repair})
 	case err != nil:

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/parkway-io/parkway/internal/tail"
 	"github.com/parkway-io/parkway/vfs"
 )
 
@@ -679,6 +680,36 @@ func (s *segment) scanHoles(size int64, buf []byte) (end int64, next uint64, hol
 		s.lastIndexed = min(s.lastIndexed, q-indexInterval)
 		end, next, buf, err = s.scan(q, qoff, size, buf, true)
 	}
+}
+
+// finalDamage judges what follows a segment's last whole record, at end
+// (of a file of size bytes), when nothing whole follows it: nil if it is
+// an incomplete final write (package tail's rule, every log's), which a
+// tail segment's recovery truncates; otherwise the *CorruptError of a
+// last record written whole and damaged since (stop, if not nil, says
+// how it fails). Any other error is an I/O error.
+func (s *segment) finalDamage(end, size int64, stop *CorruptError) (*CorruptError, error) {
+	if end >= size {
+		return nil, nil
+	}
+	var h [recordHeaderSizeV1]byte
+	var l uint32
+	hs := recordHeaderSizeV1
+	if size-end >= 8 {
+		if _, err := s.log.ReadAt(h[:8], end); err != nil {
+			return nil, err
+		}
+		l, hs = recordLength(h[:])
+	}
+	torn, err := tail.TornAt(s.log, end, size, hs, uint64(l))
+	if err != nil || torn {
+		return nil, err
+	}
+	why := "a record fails its checksum"
+	if stop != nil {
+		why = stop.Err.Error()
+	}
+	return corruptf(s.logPath, end, "%s; it is the last record but was written whole (not cut short, no unwritten sector): damage, not a torn write", why), nil
 }
 
 // resync looks past damage for the next record: the first position q in

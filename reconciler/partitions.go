@@ -102,6 +102,10 @@ type Partitions struct {
 	table *router.Table
 
 	backoffs map[backoffKey]backoff
+	// damaged are the namespaces evicted for damage in their local copy
+	// of a replicated partition (shard.State.Damaged), with the damage:
+	// their next build sets the copy aside first (see repair).
+	damaged map[metadata.Namespace]error
 	// held is what the shard owns, as this reconciler left it (it is the
 	// only one that builds, evicts or removes): namespace, epoch and
 	// durability, in namespace order so a pass over changed ranges finds
@@ -190,6 +194,7 @@ func New(cfg Config, table *router.Table) (*Partitions, error) {
 		m:        cfg.Metrics.Shard(id),
 		table:    table,
 		backoffs: make(map[backoffKey]backoff),
+		damaged:  make(map[metadata.Namespace]error),
 		prebuilt: make(map[metadata.Namespace]prebuilt),
 		held:     newHeld(),
 	}, nil
@@ -280,6 +285,12 @@ func (r *Partitions) reconcile(ctx context.Context, retained uint64) (Report, er
 		}
 		if evicted {
 			r.held.Delete(heldPartition{ns: ns})
+			if damage := st.Damaged[ns]; damage != nil {
+				// Rebuilt at once: the build sets the damaged copy aside
+				// and the group brings the replica back (repair).
+				r.damaged[ns] = damage
+				continue
+			}
 			r.fail(backoffKey{ns, causeAdd}, now, &rep, "fsync", errPartitionFenced)
 		}
 	}
@@ -530,7 +541,20 @@ func (r *Partitions) build(ctx context.Context, info metadata.PartitionInfo, wan
 			// created here, off the pump.
 			build = d.BuildDeferred
 		}
-		if p, err = build(info.NS, info.CreatedRevision); err != nil {
+		p, err = build(info.NS, info.CreatedRevision)
+		damage := r.damaged[info.NS]
+		if err == nil && damage == nil {
+			if d, ok := p.(partition.Damaged); ok {
+				damage = d.Damage()
+			}
+		} else if err != nil {
+			damage = err
+		}
+		if damage != nil && r.repair(info, p, damage) {
+			p, err = build(info.NS, info.CreatedRevision)
+		}
+		delete(r.damaged, info.NS)
+		if err != nil {
 			r.fail(key, now, rep, "build", err)
 			return nil
 		}
@@ -543,10 +567,17 @@ func (r *Partitions) build(ctx context.Context, info metadata.PartitionInfo, wan
 		}
 	}
 	if err := r.cfg.Shard.InsertOwned(ctx, p, want); err != nil {
-		if errors.Is(err, shard.ErrAlreadyOwned) {
+		switch {
+		case errors.Is(err, shard.ErrAlreadyOwned):
 			// A concurrent pass got there; level-triggered, harmless. But
 			// held missed it: the next pass reloads it from the shard.
 			r.resync = true
+			return nil
+		case errors.Is(err, shard.ErrPartitionFailed):
+			// This partition's own failure (a damaged raft log): backed
+			// off like a failed build, and the other partitions of the
+			// pass are built meanwhile.
+			r.fail(key, now, rep, "build", err)
 			return nil
 		}
 		return err
@@ -623,4 +654,45 @@ func (r *Partitions) enforceRetention(ctx context.Context, rep *Report) error {
 	rep.Retained = res.Messages
 	r.nextRetain = now.Add(r.cfg.RetentionInterval)
 	return nil
+}
+
+// asidingStore is a store that can set a damaged partition's data aside
+// (partition.FileStore.SetAside).
+type asidingStore interface {
+	SetAside(ns metadata.Namespace, keep ...string) (string, error)
+}
+
+// repair handles damage found in this node's copy of a replicated
+// partition (a *partition.CorruptError from its build, from the
+// partition it opened, or from a read that evicted it): the copy is not
+// served around the damage, as a single node's is, but set aside (its
+// raft log kept) so that the build opens it empty and the group brings it
+// back: the raft log's snapshot says how far its log reached, and the
+// replica fetches that from its peers (see package shard, damage.go).
+// p, if not nil, is the damaged partition, closed here. It reports
+// whether the copy was set aside, so the caller builds again; false
+// leaves p as it was: a single node, a partition with no other replica
+// (nothing to fetch from), damage of another kind, or nothing to set
+// aside.
+func (r *Partitions) repair(info metadata.PartitionInfo, p partition.Partition, damage error) bool {
+	a, ok := r.cfg.Store.(asidingStore)
+	if !ok || r.cfg.Node == 0 || !errors.Is(damage, partition.ErrCorrupt) {
+		return false
+	}
+	if len(info.Replicas) > 0 && !slices.ContainsFunc(info.Members(), func(n uint64) bool { return n != r.cfg.Node }) {
+		return false
+	}
+	if p != nil {
+		if err := p.Close(); err != nil {
+			r.log.Warn("closing a damaged replica", "ns", info.NS, "error", err)
+		}
+	}
+	aside, err := a.SetAside(info.NS, shard.RaftLogName)
+	if err != nil || aside == "" {
+		r.log.Error("setting a damaged replica aside failed", "ns", info.NS, "damage", damage, "error", err)
+		return p != nil // closed: build it again all the same
+	}
+	r.m.ReplicaRepairs.Inc()
+	r.log.Error("replica damaged on disk: its copy is set aside and fetched again from its peers", "ns", info.NS, "aside", aside, "error", damage)
+	return true
 }

@@ -14,6 +14,7 @@ fuzztime=${1:-10s}
 # TestFuzzScriptListsEveryTarget fails when a Fuzz* function is missing.
 targets='
 ./internal/wal FuzzDecode
+./internal/tail FuzzTorn
 ./internal/replica FuzzStep
 ./internal/replica FuzzRaftLog
 ./metadata FuzzDecodeCommand

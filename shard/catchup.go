@@ -237,6 +237,7 @@ func (s *Shard) serveFetch(o *owned, requester, from, to uint64) {
 		var err error
 		if msgs, err = o.p.Read(from, int(min(to-from, catchUpChunk))); err != nil {
 			s.log.Warn("serving a catch-up fetch", "ns", o.p.Namespace(), "error", err)
+			s.replicaDamaged(o, err) // the requester asks the next peer
 			return
 		}
 	}

@@ -161,7 +161,10 @@ func opInsertOwned(p partition.Partition, d Durability) control {
 		if s.cfg.Replication != nil {
 			if err := s.replicate(o); err != nil {
 				_ = p.Close()
-				return err
+				// The partition's own failure (its raft log is damaged
+				// or unreadable): the reconciler backs its build off,
+				// and its requests are answered with the cause.
+				return fmt.Errorf("%w: %v: %w", ErrPartitionFailed, ns, err)
 			}
 		}
 		s.owned[ns] = o
@@ -394,7 +397,7 @@ func opSweep(verdicts map[metadata.Namespace]Verdict, causes map[metadata.Namesp
 			case VerdictNotOwner:
 				s.answerParked(q.ns, metrics.ReasonNotOwner, errNotOwner)
 			case VerdictBuildFailed:
-				s.answerParked(q.ns, metrics.ReasonBuildFailed, buildFailedAnswer(q.ns, causes[q.ns]))
+				s.answerBuildFailed(q.ns, causes[q.ns])
 			case VerdictNotHeld:
 				s.sendElsewhere(q.ns)
 			default:
@@ -417,6 +420,10 @@ type State struct {
 	// Failed lists owned namespaces fenced after a failed fsync, in
 	// namespace order: the reconciler evicts and rebuilds them.
 	Failed []metadata.Namespace
+	// Damaged maps the failed namespaces that were fenced for damage in
+	// the local copy of a replicated partition to the *CorruptError: the
+	// reconciler sets the copy aside and rebuilds it from the group.
+	Damaged map[metadata.Namespace]error
 	// Parked lists the parked namespaces in namespace order.
 	Parked       []ParkedNamespace
 	ParkedFrames int
@@ -448,6 +455,12 @@ func opInspect(st *State) control {
 			st.Durability[ns] = o.dur
 			if o.failed != nil {
 				st.Failed = append(st.Failed, ns)
+				if o.damaged != nil {
+					if st.Damaged == nil {
+						st.Damaged = make(map[metadata.Namespace]error)
+					}
+					st.Damaged[ns] = o.damaged
+				}
 			}
 		}
 		slices.Sort(st.Failed)

@@ -70,6 +70,10 @@ type owned struct {
 	// partition (reads included) until the reconciler has rebuilt it from
 	// what is durable (its files and the journal).
 	failed error
+	// damaged is set with failed when the failure is damage found in the
+	// local copy of a replicated partition (damage.go): the reconciler
+	// sets the copy aside before building the partition again.
+	damaged error
 }
 
 // pendingAck is a produce appended under FsyncAlways whose answer waits

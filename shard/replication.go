@@ -137,7 +137,7 @@ func (s *Shard) replicate(o *owned) error {
 		}
 		var err error
 		if disk, err = replica.OpenDisk(fsys, filepath.Join(dir, raftLogName), o.dur.always()); err != nil {
-			return err
+			return raftLogDamage(err)
 		}
 	}
 	info, _ := s.meta.Partition(ns)
@@ -185,7 +185,9 @@ func (s *Shard) replicate(o *owned) error {
 	// after taking it is a member like any other: the metadata keeps it
 	// in Joined for as long as it holds the replica, and it may be the
 	// preferred leader, or the only replica left.
-	elect := len(g.Voters()) > 0 && preferredLeader(ns, o.rep.peers, o.rep.placed) == r.Node
+	// A replica fetching its partition log (a repaired one, damage.go)
+	// does not campaign: it would lead with nothing to serve.
+	elect := len(g.Voters()) > 0 && preferredLeader(ns, o.rep.peers, o.rep.placed) == r.Node && o.rep.catchup == nil
 	campaigned := elect && s.electionRoom()
 	if campaigned {
 		if err := g.Campaign(); err != nil {
@@ -292,6 +294,9 @@ func (s *Shard) notLeader(o *owned, f Frame) {
 func (s *Shard) propose(o *owned, f Frame) {
 	if !o.rep.grp.IsLeader() {
 		s.notLeader(o, f)
+		return
+	}
+	if s.writesRefused(o, f) {
 		return
 	}
 	if len(o.rep.proposeBuf) == 0 {
@@ -559,6 +564,9 @@ func (s *Shard) failGroup(o *owned, err error) {
 	// batch: they belong to this partition, and the next apply of another
 	// one must not append them (their frames are still pending here).
 	groupHandler{s: s, o: o}.resetBatch()
+	if errors.Is(err, partition.ErrCorrupt) && o.damaged == nil && repairable(o) {
+		o.damaged = err // an append met damage in the partition log (damage.go)
+	}
 	if o.failed == nil {
 		s.fence(o, err)
 	}

@@ -723,7 +723,7 @@ func (s *Shard) serveRead(o *owned, f Frame) {
 		return
 	}
 	resp := serve(o.p, f.Req)
-	resp.Err = s.fenceUnusable(o, resp.Err)
+	resp.Err = s.damagedRead(o, f, s.fenceUnusable(o, resp.Err))
 	s.answer(f, resp)
 	if f.Req.Op == OpTruncate || f.Req.Op == OpPurge {
 		s.touch(o)
@@ -748,8 +748,12 @@ func (s *Shard) fenceUnusable(o *owned, err error) error {
 }
 
 // fenceFailed answers a request to a partition whose fsync failed (see
-// owned.failed).
+// owned.failed). A damaged replica waiting for its repair sends the
+// group's requests to the group (damage.go).
 func (s *Shard) fenceFailed(o *owned, f Frame) {
+	if s.toGroup(o, f) {
+		return
+	}
 	s.answer(f, Response{Err: fmt.Errorf("%w: %v: %w", ErrPartitionFailed, o.p.Namespace(), o.failed)})
 }
 

@@ -206,7 +206,7 @@ func (s *Shard) servePoll(o *owned, f Frame) {
 	}
 	resp, full := readPoll(o.p, from, r)
 	if full || r.MaxWait <= 0 || resp.Err != nil {
-		resp.Err = s.fenceUnusable(o, resp.Err)
+		resp.Err = s.damagedRead(o, f, s.fenceUnusable(o, resp.Err))
 		s.answer(f, resp)
 		return
 	}

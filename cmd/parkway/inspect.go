@@ -321,6 +321,12 @@ func readPartition(d *dataDir, ns metadata.Namespace, epoch uint64, pv *partitio
 	}
 	defer p.Close()
 	pv.Status = "ok"
+	if dm, ok := p.(partition.Damaged); ok && dm.Damage() != nil {
+		// Found at open, as a node finds it: read around, writes refused
+		// if it is in the last segment.
+		path, off := locate(dm.Damage(), "")
+		pv.Status = fmt.Sprintf("damaged: %s at byte %d: %v", d.rel(path), off, describe(dm.Damage()))
+	}
 	pv.Start, pv.End = p.StartOffset(), p.NextOffset()
 	lay, ok := p.(partition.Layout)
 	if !ok {
@@ -334,7 +340,7 @@ func readPartition(d *dataDir, ns metadata.Namespace, epoch uint64, pv *partitio
 	// Only the tail can hold bytes past its last whole record and still
 	// open: a torn write, or damage a node treats as one.
 	if n := len(segs); n > 0 {
-		if fi, err := d.fsys.Stat(segs[n-1].Path); err == nil && fi.Size() > segs[n-1].Size {
+		if fi, err := d.fsys.Stat(segs[n-1].Path); err == nil && fi.Size() > segs[n-1].Size && pv.Status == "ok" {
 			pv.Status = fmt.Sprintf("ok, but %s has %d bytes after its last whole record (a node truncates them; parkway verify says why)",
 				filepath.Base(segs[n-1].Path), fi.Size()-segs[n-1].Size)
 		}

@@ -109,10 +109,22 @@ func TestInspectDamaged(t *testing.T) {
 		t.Fatalf("inspect with a damaged sealed segment:\n%v", r)
 	}
 	segs := segments(t, dir, 1)
+	// The last record, written whole and flipped, is damage (not a torn
+	// write): shown as such.
 	flip(t, segs[len(segs)-1], fileSize(t, segs[len(segs)-1])-3)
 	r = runBin(t, "inspect", dir)
-	if r.code != 0 || !strings.Contains(r.stdout, "bytes after its last whole record") {
+	if r.code != 0 || !strings.Contains(r.stdout, "damaged: ") || !strings.Contains(r.stdout, "damage, not a torn write") {
 		t.Fatalf("inspect with a damaged tail record:\n%v", r)
+	}
+	// Its last sector unwritten (zeros) is a torn write: bytes a node
+	// truncates.
+	dir2 := copyDir(t, base)
+	segs = segments(t, dir2, 1)
+	size := fileSize(t, segs[len(segs)-1])
+	zero(t, segs[len(segs)-1], min((size-1)/512*512, size-16), size)
+	r = runBin(t, "inspect", dir2)
+	if r.code != 0 || !strings.Contains(r.stdout, "bytes after its last whole record") {
+		t.Fatalf("inspect with a torn tail record:\n%v", r)
 	}
 	flip(t, wal, 9)
 	r = runBin(t, "inspect", dir)

@@ -287,3 +287,17 @@ func metadataLog(t *testing.T, dir string) string {
 	}
 	return w[0]
 }
+
+// zero writes zeros over path's bytes [from, to): a write that never
+// reached the disk.
+func zero(t *testing.T, path string, from, to int64) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(make([]byte, to-from), from); err != nil {
+		t.Fatal(err)
+	}
+}

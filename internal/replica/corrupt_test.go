@@ -2,6 +2,8 @@ package replica_test
 
 import (
 	"errors"
+	"os"
+	"slices"
 	"testing"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -230,4 +232,79 @@ func mustRecoverAt(t *testing.T, fsys vfs.FS, path string) replica.Recovered {
 	}
 	defer d.Close()
 	return d.Recovered()
+}
+
+// TestFinalRecordWrittenWholeIsDamage: the raft log applies the one rule
+// of package tail. Its last record (the hard state that acknowledged
+// entries) with a byte flipped, whole-length, is damage: OpenDisk refuses
+// it with ErrCorruptLog and a *wal.CorruptError at the record's offset —
+// truncating it would forget a vote or an acknowledgement. Cut short, it
+// is a torn write: OpenDisk drops it and opens.
+func TestFinalRecordWrittenWholeIsDamage(t *testing.T) {
+	const path = "/g/raft.log"
+	write := func(t *testing.T) (*vfs.MemFS, []byte) {
+		fsys := vfs.NewMem()
+		d, err := replica.OpenDisk(fsys, path, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Save(snapAt(1, 1, ""), entries(2, 3, 2), hardState(2, 1, 2)); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Save(nil, nil, hardState(2, 1, 3)); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Close(); err != nil {
+			t.Fatal(err)
+		}
+		b, err := vfs.ReadFile(fsys, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fsys, b
+	}
+	rewrite := func(t *testing.T, fsys vfs.FS, b []byte) {
+		f, err := fsys.OpenFile(path, os.O_RDWR|os.O_TRUNC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The last record: the hard state of the second Save, a record of
+	// the same size as the first Save's last one.
+	fsys, b := write(t)
+	d, err := replica.OpenDisk(fsys, path, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := d.Recovered()
+	_ = d.Close()
+
+	t.Run("flipped", func(t *testing.T) {
+		fsys, b := write(t)
+		bad := slices.Clone(b)
+		bad[len(bad)-1] ^= 0x01
+		rewrite(t, fsys, bad)
+		_, err := replica.OpenDisk(fsys, path, true)
+		var ce *wal.CorruptError
+		if !errors.Is(err, replica.ErrCorruptLog) || !errors.As(err, &ce) || ce.Path != path {
+			t.Fatalf("OpenDisk of a log whose last record is damaged: %v, want ErrCorruptLog with a *wal.CorruptError", err)
+		}
+	})
+	t.Run("cut short", func(t *testing.T) {
+		fsys, b := write(t)
+		rewrite(t, fsys, b[:len(b)-3])
+		d, err := replica.OpenDisk(fsys, path, true)
+		if err != nil {
+			t.Fatalf("OpenDisk of a log with a torn last record: %v", err)
+		}
+		defer d.Close()
+		if got := d.Recovered().HardState.GetCommit(); got != 2 || whole.HardState.GetCommit() != 3 {
+			t.Fatalf("commit %d after the torn hard state (whole: %d), want 2", got, whole.HardState.GetCommit())
+		}
+	})
+	_ = b
 }

@@ -112,6 +112,9 @@ func OpenDisk(fsys vfs.FS, path string, sync bool) (*Disk, error) {
 		l, err = wal.Create(fsys, path, opts)
 	}
 	if err != nil {
+		if errors.Is(err, wal.ErrCorrupt) {
+			return nil, fmt.Errorf("%w: %w", ErrCorruptLog, err)
+		}
 		return nil, fmt.Errorf("raft log %s: %w", path, err)
 	}
 	d.log = l

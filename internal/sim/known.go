@@ -25,14 +25,16 @@ const (
 	// Build start the partition over, or the orphan sweep remove it, and
 	// the acknowledged messages are deleted without an error.
 	knownIncarnationDamage = "a damaged incarnation file makes the partition's directory look dead or half-built: it is removed or rebuilt empty, acknowledged messages deleted silently"
-	// knownTailDamage: damage confined to the last records of the last
-	// segment — the file cut short at or inside its last record, that
-	// record's bytes flipped, the file rolled back to an earlier synced
-	// copy — looks exactly like a torn tail, since nothing durable
-	// records how far the log was synced: recovery truncates it, the
-	// acknowledged messages there are lost without an error and their
-	// offsets are handed out again.
-	knownTailDamage = "damage at the very end of the last segment looks like a torn tail (no durable record of the synced end): truncated, acknowledged messages lost and offsets reused"
+	// knownTailDamage: damage confined to the end of the last segment —
+	// the file cut short at or inside its last record, or rolled back to
+	// an earlier synced copy — looks exactly like a torn tail, since
+	// nothing durable records how far the log was synced: recovery
+	// truncates it, the acknowledged messages there are lost without an
+	// error and their offsets are handed out again. (Bytes flipped in the
+	// last record are not excused: a record written whole that fails its
+	// checksum is damage, package tail's rule. A lie that touched the
+	// journal is, as it may have hidden what the journal would repair.)
+	knownTailDamage = "the end of the last segment cut off or rolled back looks like a torn tail (no durable record of the synced end): truncated, acknowledged messages lost and offsets reused"
 	// knownOpenRefused: damage in one partition's files that the journal
 	// replay meets at open (a consumer offset file, a log that no longer
 	// holds what a journal record says it does, a damaged journal

@@ -169,7 +169,6 @@ func (l *lies) dirEpoch(ns metadata.Namespace, name string) (uint64, bool) {
 type liePoint struct {
 	name string
 	off  int64
-	size int64 // the file's size then
 }
 
 // maxSaved bounds the saved copies.
@@ -250,13 +249,9 @@ func (l *lies) lieAt(name string, off int64) {
 	if !ok || fileClass(name) != "log" {
 		return
 	}
-	var size int64
-	if fi, err := l.mem().Stat(name); err == nil {
-		size = fi.Size()
-	}
 	if rev, ok := l.dirEpoch(ns, name); ok {
 		key := incKey{ns, rev}
-		l.points[key] = append(l.points[key], liePoint{name, off, size})
+		l.points[key] = append(l.points[key], liePoint{name, off})
 	}
 	// A lie in the directory of an incarnation no longer committed
 	// touches nothing anyone reads.
@@ -290,11 +285,11 @@ func (l *lies) touched(key incKey, class string) bool {
 	return l != nil && l.keys[key][class]
 }
 
-// lossKnown classifies a silent loss of the messages [next, end) of key,
+// lossKnown classifies a silent loss of messages of key,
 // found after a lie, as a known limit (known.go), or "" if none explains
 // it. A lie that touched the journal may have hidden a tail the journal
 // would have repaired, so it counts as touching the log.
-func (s *sim) lossKnown(key incKey, next uint64) string {
+func (s *sim) lossKnown(key incKey) string {
 	switch {
 	case s.lies.touched(key, "incarnation"):
 		return knownIncarnationDamage
@@ -303,36 +298,16 @@ func (s *sim) lossKnown(key incKey, next uint64) string {
 		// the tail.
 		return knownTailDamage
 	}
-	// The tail's damage looks like a torn tail only when it hit the
-	// records lost, the last of the file (or the file was cut short or
-	// rolled back: its end is then gone whole). Records are a 60-byte
-	// header and the payload (the workload sets no key or headers).
-	var lost int64
-	if log := s.oracle[key]; log != nil {
-		for _, id := range log.ids[min(next, uint64(len(log.ids))):] {
-			lost += 60 + int64(s.payloadLen(id))
-		}
-	}
+	// The tail's damage looks like a torn tail only when the file was
+	// cut short or rolled back (its end is then gone whole): bytes
+	// flipped in its last records, written whole, are damage that
+	// recovery reports (package tail's rule), not excused here.
 	for _, pt := range s.lies.points[key] {
-		if pt.off < 0 || pt.off >= pt.size-lost {
+		if pt.off < 0 {
 			return knownTailDamage
 		}
 	}
 	return ""
-}
-
-// payloadLen is the length of message id's payload.
-func (s *sim) payloadLen(id uint64) int {
-	info := s.msgs[id]
-	if info == nil {
-		return 0
-	}
-	for i, mid := range info.a.ids {
-		if mid == id {
-			return len(info.a.req.Messages[i].Payload)
-		}
-	}
-	return 0
 }
 
 // failKnown records a violation classified as the known limit known (a

@@ -64,6 +64,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	torn "github.com/parkway-io/parkway/internal/tail"
 	"github.com/parkway-io/parkway/vfs"
 )
 
@@ -239,8 +240,11 @@ func (l *Log) validate() (bool, error) {
 		return false, fmt.Errorf("wal: open %s: %w", l.path, err)
 	}
 	n, good, tail := scan(b, l.max, nil)
-	if tail == tailCorrupt {
+	switch tail {
+	case tailCorrupt:
 		return false, &CorruptError{Path: l.path, Offset: int64(good)}
+	case tailDamaged:
+		return false, &CorruptError{Path: l.path, Offset: int64(good), Err: errWrittenWhole}
 	}
 	l.n, l.size = n, int64(good)
 	if tail == tailTorn && l.readOnly {
@@ -440,9 +444,13 @@ type tailKind int
 
 const (
 	tailClean   tailKind = iota // b ends at a record boundary
-	tailTorn                    // garbage after the last valid record, and nothing valid in it
+	tailTorn                    // an incomplete final write after the last valid record (tail.Torn)
 	tailCorrupt                 // a bad record followed, somewhere, by a valid one
+	tailDamaged                 // a bad final record written whole (not tail.Torn)
 )
+
+// errWrittenWhole is why a bad final record is damage.
+var errWrittenWhole = errors.New("the last record fails its checksum but was written whole (not cut short, no unwritten sector): damage, not a torn write")
 
 // scan walks the records of b, calling fn (if not nil) with each record's
 // position and data until fn returns false. It returns the number of valid
@@ -470,7 +478,16 @@ func scan(b []byte, max int, fn func(i uint64, data []byte) bool) (n uint64, goo
 			return n, good, tailCorrupt
 		}
 	}
-	return n, good, tailTorn
+	// Nothing whole after it: torn only if it is an incomplete write
+	// (package tail, the rule every log applies).
+	var size uint64
+	if len(b)-good >= 4 {
+		size = HeaderSize + uint64(binary.LittleEndian.Uint32(b[good:]))
+	}
+	if torn.Torn(b[good:], int64(good), HeaderSize, size) {
+		return n, good, tailTorn
+	}
+	return n, good, tailDamaged
 }
 
 // readAll reads the whole file.

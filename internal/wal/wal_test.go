@@ -206,20 +206,21 @@ func TestTornTailIsTruncated(t *testing.T) {
 		base = appendRecord(base, r)
 	}
 	next := appendRecord(nil, []byte("the record being written"))
-	badCRC := slices.Clone(next)
-	badCRC[len(badCRC)-1] ^= 1
+	// A record of 2,000 bytes at byte 110: its bytes [402, 914) are the
+	// second sector of the file.
+	large := appendRecord(nil, bytes.Repeat([]byte{7}, 2000-HeaderSize))
+	unwritten := slices.Clone(large)
+	clear(unwritten[402:914])
 	tails := map[string][]byte{
-		"partial header":        next[:5],
-		"header only":           next[:HeaderSize],
-		"partial data":          next[:len(next)-3],
-		"bad checksum":          badCRC,
-		"zeros":                 make([]byte, 4096),
-		"zero header":           make([]byte, HeaderSize),
-		"garbage":               []byte("\xde\xad\xbe\xef\x01\x02\x03\x04\x05\x06\x07\x08\x09"),
-		"huge length":           {0xff, 0xff, 0xff, 0x7f, 1, 2, 3, 4, 5},
-		"record then zeros":     append(slices.Clone(next[:len(next)-1]), make([]byte, 100)...),
-		"one byte":              {0},
-		"bad record then zeros": append(slices.Clone(badCRC), make([]byte, 9)...),
+		"partial header":      next[:5],
+		"header only":         next[:HeaderSize],
+		"partial data":        next[:len(next)-3],
+		"zeros":               make([]byte, 4096),
+		"zero header":         make([]byte, HeaderSize),
+		"huge length":         {0xff, 0xff, 0xff, 0x7f, 1, 2, 3, 4, 5},
+		"one byte":            {0},
+		"an unwritten sector": unwritten,
+		"large, cut short":    large[:1500],
 	}
 	for name, tail := range tails {
 		t.Run(name, func(t *testing.T) {
@@ -296,6 +297,44 @@ func TestCorruptMiddle(t *testing.T) {
 	}
 }
 
+// A final record with nothing after it, of its whole length and no
+// unwritten sector, that fails its checksum (a byte flipped in its data,
+// its checksum or its length; garbage of a record's length) was written
+// whole and damaged since: not a torn write (package tail's rule). Open
+// refuses with its offset and changes nothing; the records before it are
+// not dropped silently.
+func TestFinalRecordWrittenWholeIsDamage(t *testing.T) {
+	recs := records(5)
+	var base []byte
+	for _, r := range recs {
+		base = appendRecord(base, r)
+	}
+	last := appendRecord(nil, []byte("the last acknowledged record"))
+	flip := func(i int, bit byte) []byte { b := slices.Clone(last); b[i] ^= bit; return b }
+	tails := map[string][]byte{
+		"data flipped":        flip(len(last)-1, 0x01),
+		"checksum flipped":    flip(5, 0x10),
+		"length made shorter": flip(0, 0x04),
+		"last byte zeroed":    append(slices.Clone(last[:len(last)-1]), 0),
+		"then zeros":          append(flip(len(last)-1, 0x01), make([]byte, 100)...),
+	}
+	for name, tail := range tails {
+		t.Run(name, func(t *testing.T) {
+			fs := newFS(t)
+			bad := slices.Concat(base, tail)
+			writeFile(t, fs, bad)
+			_, err := Open(fs, path, Options{FirstIndex: 1})
+			var ce *CorruptError
+			if !errors.As(err, &ce) || ce.Offset != int64(len(base)) || ce.Path != path {
+				t.Fatalf("Open = %v, want a *CorruptError at byte %d", err, len(base))
+			}
+			if got := fileBytes(t, fs); !bytes.Equal(got, bad) {
+				t.Error("Open changed a damaged log")
+			}
+		})
+	}
+}
+
 func TestCreateIsExclusiveAndDurable(t *testing.T) {
 	fs := newFS(t)
 	l, err := Create(fs, path, Options{FirstIndex: 3})
@@ -341,17 +380,17 @@ func TestTooLarge(t *testing.T) {
 	if _, err := l.Append(make([]byte, 11)); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("Append of 11 bytes = %v", err)
 	}
-	if idx, err := l.Append(make([]byte, 10)); err != nil || idx != 0 {
+	if idx, err := l.Append(bytes.Repeat([]byte{1}, 10)); err != nil || idx != 0 {
 		t.Fatalf("Append after ErrTooLarge = %d, %v (it must not break the log)", idx, err)
 	}
 	l.Sync()
-	// A record claiming more than the maximum is garbage on open.
 	if _, got, err := readLog(t, fs, 0); err != nil || len(got) != 1 {
 		t.Fatalf("reopen: %v, %d", err, len(got))
 	}
-	l2, err := Open(fs, path, Options{MaxRecordSize: 9})
-	if err != nil || l2.Len() != 0 {
-		t.Fatalf("reopen with a smaller maximum: %v, %d records", err, l2.Len())
+	// A whole record claiming more than the maximum is not a torn write:
+	// the log is refused.
+	if _, err := Open(fs, path, Options{MaxRecordSize: 9}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("reopen with a smaller maximum: %v, want ErrCorrupt", err)
 	}
 }
 
@@ -534,12 +573,16 @@ func FuzzDecode(f *testing.F) {
 			if !found {
 				t.Fatal("corrupt, but no valid record after the bad one")
 			}
+		case tailDamaged:
+			if good == len(b) || found {
+				t.Fatalf("damaged final record at %d of %d, valid record after: %v", good, len(b), found)
+			}
 		}
 		// Open agrees, and never panics either.
 		fs := newFS(t)
 		writeFile(t, fs, b)
 		l, err := Open(fs, path, Options{MaxRecordSize: max})
-		if tail == tailCorrupt {
+		if tail == tailCorrupt || tail == tailDamaged {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("Open = %v, want corruption", err)
 			}

@@ -1,0 +1,73 @@
+package partition_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/parkway-io/parkway/partition"
+)
+
+// SetAside moves a partition's data into damaged-N inside its directory,
+// keeping the incarnation and the files named (a raft log): the next Build
+// opens an empty log of the same incarnation, the moved files are there
+// to inspect, and a second SetAside uses the next number. An open
+// partition is refused, and so is one whose incarnation is damaged.
+func TestSetAside(t *testing.T) {
+	dir := t.TempDir()
+	s := newFileStore(t, partition.FileConfig{Dir: dir, SegmentSize: 1 << 20})
+	ns := mustNS(t, 1, 2, 3)
+	p := mustBuild(t, s, ns, 7)
+	for range 20 {
+		if _, err := p.Append([]partition.Message{{Payload: make([]byte, 500)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.StoreConsumerOffset("c", 5); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetAside(ns, "raft.log"); !errors.Is(err, partition.ErrInUse) {
+		t.Fatalf("SetAside of an open partition: %v, want ErrInUse", err)
+	}
+	loc, _ := p.(partition.Located)
+	_, pdir := loc.Location()
+	if err := os.WriteFile(filepath.Join(pdir, "raft.log"), []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	aside, err := s.SetAside(ns, "raft.log")
+	if err != nil || aside != filepath.Join(pdir, "damaged-1") {
+		t.Fatalf("SetAside: %q, %v; want %s", aside, err, filepath.Join(pdir, "damaged-1"))
+	}
+	if _, err := os.Stat(filepath.Join(aside, "00000000000000000000.log")); err != nil {
+		t.Fatalf("first segment not set aside: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(pdir, "raft.log")); err != nil || string(b) != "kept" {
+		t.Fatalf("raft log: %q, %v; want it kept in place", b, err)
+	}
+	p = mustBuild(t, s, ns, 7)
+	if p.NextOffset() != 0 || p.StartOffset() != 0 {
+		t.Fatalf("rebuilt after SetAside: [%d, %d), want an empty log", p.StartOffset(), p.NextOffset())
+	}
+	if off, ok, err := p.ConsumerOffset("c"); err != nil || ok {
+		t.Fatalf("consumer offset %d, %v, %v after SetAside, want none", off, ok, err)
+	}
+	if _, err := p.Append([]partition.Message{{Payload: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if aside, err := s.SetAside(ns, "raft.log"); err != nil || filepath.Base(aside) != "damaged-2" {
+		t.Fatalf("second SetAside: %q, %v; want damaged-2", aside, err)
+	}
+	if err := os.WriteFile(filepath.Join(pdir, "incarnation"), []byte("garbage"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if aside, err := s.SetAside(ns, "raft.log"); err == nil {
+		t.Fatalf("SetAside under a damaged incarnation file: %q, want an error", aside)
+	}
+}

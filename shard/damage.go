@@ -1,0 +1,197 @@
+package shard
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/parkway-io/parkway/internal/wal"
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/metrics"
+	"github.com/parkway-io/parkway/partition"
+)
+
+// Damage in a replica. A replicated partition's messages are held by
+// every replica of its group, so a replica that finds its own copy damaged
+// on disk (a *partition.CorruptError: a record that fails its checksum
+// with whole records after it, a segment cut short or missing) is not left
+// serving around the damage, as a single node is: it is repaired from its
+// peers. The raft log — the replica's term, vote and acknowledged entries
+// — is a separate file and stays; only the partition log is fetched again.
+//
+//   - Found by a read here (a poll, a catch-up fetch served to a peer,
+//     an append the damage refuses), replicaDamaged reports it, a leader
+//     hands leadership to a peer first, and the partition is fenced as
+//     damaged (State.Damaged).
+//   - The reconciler evicts it, sets its files aside (the store's
+//     SetAside keeps the raft log, RaftLogName) and builds it again,
+//     empty; damage found when the partition is built (a restart, the
+//     rebuild) is set aside the same way.
+//   - replicate restores the group from the raft log: the snapshot's
+//     state says how far the partition log reached, so the replica
+//     fetches the messages from its peers (catchup.go) and re-applies the
+//     raft log's entries after it, as a replica that installed a leader's
+//     snapshot does. It does not campaign until its log is whole.
+//
+// No offset is given out again: offsets are the group's (the replicated
+// cursor), not the local log's. A damaged raft log is not repaired this
+// way (what the replica promised its group is lost with it): replicate
+// refuses the group with the *partition.CorruptError naming the raft log.
+
+// RaftLogName is the name of a replicated partition's raft log in the
+// partition's directory: what a repair of the partition log keeps.
+const RaftLogName = raftLogName
+
+// replicaDamaged takes damage found at run time in the local copy of
+// replicated partition o (see above). A leader transfers leadership to
+// another voter first, so the group is led by a whole replica while this
+// one is repaired.
+func (s *Shard) replicaDamaged(o *owned, err error) {
+	if !repairable(o) || o.damaged != nil || !errors.Is(err, partition.ErrCorrupt) {
+		return
+	}
+	s.log.Error("replica damaged on disk; it is fenced and will be fetched again from its peers", "ns", o.p.Namespace(), "error", err)
+	o.damaged = err
+	if o.rep.grp.IsLeader() {
+		s.stepDown(o)
+	}
+	if o.failed == nil {
+		s.fence(o, err)
+	}
+}
+
+// repairable reports whether o is a replica its group can repair: a
+// group with other members. A partition replicated once (a group of one)
+// is served around its damage, as on a single node.
+func repairable(o *owned) bool { return o.rep.grp != nil && len(o.rep.peers) > 1 }
+
+// stepDown asks another voter of o's group, one liveness does not report
+// down, to take leadership over (raft's leadership transfer).
+func (s *Shard) stepDown(o *owned) {
+	self := s.cfg.Replication.Node
+	for _, v := range o.rep.grp.Voters() {
+		if v == self || s.q.down[v] {
+			continue
+		}
+		if err := o.rep.grp.TransferLeader(v); err != nil {
+			s.log.Warn("handing leadership of a damaged replica over failed", "ns", o.p.Namespace(), "to", v, "error", err)
+			return
+		}
+		s.m.LeaderTransfers.Inc()
+		s.markReady(o)
+		return
+	}
+}
+
+// damagedRead is the answer to a read of o whose partition answered err:
+// damage met by a read of a replicated partition is taken as
+// replicaDamaged, and the read is answered as by a replica that cannot
+// serve it — a leader read is retried (the group gets another leader), a
+// local read gets ErrPartitionFailed wrapping the *partition.CorruptError.
+func (s *Shard) damagedRead(o *owned, f Frame, err error) error {
+	if !repairable(o) || err == nil || !errors.Is(err, partition.ErrCorrupt) {
+		return err
+	}
+	s.replicaDamaged(o, err)
+	if f.Req.FromLeader {
+		if lead := o.rep.grp.Leader(); lead != 0 && lead != s.cfg.Replication.Node {
+			return &NotLeaderError{Leader: lead}
+		}
+		return errNoLeader
+	}
+	return fmt.Errorf("%w: %v: %w", ErrPartitionFailed, o.p.Namespace(), err)
+}
+
+// toGroup answers f, a request to damaged replica o that waits for its
+// repair, if it is one the group serves: a write or a leader read goes to
+// the group's leader ("not leader", or "retry here" until another one is
+// known), as on any follower. A local read is not answered here: it gets
+// the damage. It reports whether f was answered.
+func (s *Shard) toGroup(o *owned, f Frame) bool {
+	if o.damaged == nil || o.rep.grp == nil {
+		return false
+	}
+	switch f.Req.Op {
+	case OpProduce, OpStoreOffset, OpTruncate, OpPurge:
+	default:
+		if !f.Req.FromLeader {
+			return false
+		}
+	}
+	s.notLeader(o, f)
+	return true
+}
+
+// raftLogDamage is the error of a raft log that cannot be opened: a
+// damaged one is reported as the *partition.CorruptError every other
+// damaged file of a partition is (naming the raft log and the byte
+// offset), wrapping the replica's ErrCorruptLog.
+func raftLogDamage(err error) error {
+	var we *wal.CorruptError
+	if errors.As(err, &we) {
+		return &partition.CorruptError{Path: we.Path, Offset: we.Offset, Err: err}
+	}
+	return err
+}
+
+// answerBuildFailed answers ns's parked frames after its build failed
+// with cause (VerdictBuildFailed). In a cluster, a replica that cannot be
+// built for damage on its disk (a damaged raft log) is one replica of a
+// group that serves without it: writes and leader reads are sent to
+// another replica, as for a partition this node holds no replica of.
+// Local reads, and every request on a single node, get the cause.
+func (s *Shard) answerBuildFailed(ns metadata.Namespace, cause error) {
+	q := s.park.take(ns)
+	if q == nil {
+		return
+	}
+	err := buildFailedAnswer(ns, cause)
+	var peers []uint64
+	if r := s.cfg.Replication; r != nil && errors.Is(cause, partition.ErrCorrupt) {
+		if info, ok := s.meta.Partition(ns); ok {
+			peers = info.Replicas
+			if len(peers) == 0 {
+				peers = r.Peers
+			}
+			peers = slices.DeleteFunc(slices.Clone(peers), func(n uint64) bool { return n == r.Node })
+		}
+	}
+	for q.len() > 0 {
+		f := q.pop().frame
+		switch {
+		case len(peers) == 0 || f.Req.Op == OpRaft || f.Req.Op == OpCatchUp:
+		case f.Req.FromLeader, f.Req.Op == OpProduce, f.Req.Op == OpStoreOffset, f.Req.Op == OpTruncate, f.Req.Op == OpPurge:
+			s.answer(f, Response{Err: &NotLeaderError{Leader: s.replicaHint(peers)}})
+			continue
+		}
+		s.drop(f, metrics.ReasonBuildFailed, err)
+	}
+	s.gauges()
+}
+
+// writesRefused answers f, a write proposed on leader o, if o's partition
+// refuses appends for damage at its end (partition.WriteFenced): proposed,
+// the write would commit and then fail to apply on this replica, at every
+// rebuild. A replica the group can repair takes it as replicaDamaged and
+// sends f to the group; a partition replicated once refuses f with the
+// damage, as a single node does. It reports whether f was answered.
+func (s *Shard) writesRefused(o *owned, f Frame) bool {
+	if f.Req.Op != OpProduce {
+		return false
+	}
+	w, ok := o.p.(partition.WriteFenced)
+	if !ok {
+		return false
+	}
+	err := w.WritesRefused()
+	if err == nil {
+		return false
+	}
+	if repairable(o) {
+		s.replicaDamaged(o, err)
+		s.notLeader(o, f)
+		return true
+	}
+	s.answer(f, Response{Err: err})
+	return true
+}
