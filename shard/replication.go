@@ -416,47 +416,6 @@ type readWait struct {
 	f     Frame
 }
 
-// Kinds of the operations a replicated entry carries.
-const (
-	entryProduce     byte = 1 // producer u64, seq u64, len u32, batch
-	entryStoreOffset byte = 2 // offset u64, len u8, consumer
-	entryTruncate    byte = 3 // offset u64
-	entryPurge       byte = 4
-)
-
-// appendOp encodes f's operation into an entry.
-func appendOp(data []byte, f Frame) ([]byte, error) {
-	r := f.Req
-	switch r.Op {
-	case OpProduce:
-		data = append(data, entryProduce)
-		data = binary.LittleEndian.AppendUint64(data, r.Producer)
-		data = binary.LittleEndian.AppendUint64(data, r.Seq)
-		lenAt := len(data)
-		data = append(data, 0, 0, 0, 0)
-		data, err := partition.EncodeBatch(data, r.Messages)
-		if err != nil {
-			return data, err
-		}
-		binary.LittleEndian.PutUint32(data[lenAt:], uint32(len(data)-lenAt-4))
-		return data, nil
-	case OpStoreOffset:
-		if len(r.Consumer) > 255 {
-			return data, errors.New("parkway: consumer name longer than 255 bytes")
-		}
-		data = append(data, entryStoreOffset)
-		data = binary.LittleEndian.AppendUint64(data, r.Offset)
-		data = append(data, byte(len(r.Consumer)))
-		return append(data, r.Consumer...), nil
-	case OpTruncate:
-		data = append(data, entryTruncate)
-		return binary.LittleEndian.AppendUint64(data, r.Offset), nil
-	case OpPurge:
-		return append(data, entryPurge), nil
-	}
-	return data, fmt.Errorf("parkway: op %v is not replicated", r.Op)
-}
-
 // flushProposals proposes every buffered write of each partition as one
 // raft entry: concurrent producers share the entry's round of consensus,
 // as they share an fsync in a commit group. It runs when the inbox is
@@ -750,13 +709,23 @@ func (h groupHandler) applyFrames(index uint64, frames []Frame, payload []byte) 
 		if waiting {
 			f = frames[i]
 		}
-		var err error
+		op, next, derr := decodeOp(index, rest)
 		var batched bool
-		if batched, rest, err = h.batchProduce(index, rest, f, waiting); err == nil && !batched {
+		var err error
+		if derr == nil {
+			batched, err = h.batchProduce(index, op, f, waiting)
+		}
+		if err == nil && !batched {
+			// The produces batched so far precede this operation in the
+			// log: they are appended before it applies, or before a
+			// malformed one fails the entry.
 			if err = h.flushBatch(index); err == nil {
-				rest, err = h.applyOp(index, rest, f, waiting)
+				if err = derr; err == nil {
+					err = h.applyOp(index, op, f, waiting)
+				}
 			}
 		}
+		rest = next
 		if err != nil {
 			h.failBatch(err)
 			// The replica cannot apply a committed entry: the group stops
@@ -795,27 +764,23 @@ type applyBatch struct {
 	keys  map[produceKey]bool
 }
 
-// batchProduce takes the produce at the head of rest into the batch when
-// it can share the Append (reports false, consuming nothing, otherwise).
-func (h groupHandler) batchProduce(index uint64, rest []byte, f Frame, waiting bool) (bool, []byte, error) {
+// batchProduce takes op, a produce, into the batch when it can share the
+// Append (reports false otherwise).
+func (h groupHandler) batchProduce(index uint64, op entryOp, f Frame, waiting bool) (bool, error) {
 	o, b := h.o, &h.s.applyBatch
-	if len(rest) < 21 || rest[0] != entryProduce || o.p.NextOffset() != o.rep.cursor {
-		return false, rest, nil
+	if op.kind != entryProduce || o.p.NextOffset() != o.rep.cursor {
+		return false, nil
 	}
-	key := produceKey{Producer: binary.LittleEndian.Uint64(rest[1:]), Seq: binary.LittleEndian.Uint64(rest[9:])}
-	size := int(binary.LittleEndian.Uint32(rest[17:]))
-	if len(rest)-21 < size {
-		return false, rest, nil // applyOp reports the truncation
-	}
+	key := op.key
 	if key.Producer != 0 {
 		if _, dup := o.rep.dedupe.Get(key); dup || b.keys[key] {
-			return false, rest, nil
+			return false, nil
 		}
 	}
 	had := len(b.msgs)
 	var err error
-	if b.msgs, err = partition.AppendDecodedBatch(b.msgs, rest[21:21+size]); err != nil {
-		return false, rest, fmt.Errorf("apply index %d: %w", index, err)
+	if b.msgs, err = partition.AppendDecodedBatch(b.msgs, op.batch); err != nil {
+		return false, fmt.Errorf("apply index %d: %w", index, err)
 	}
 	if key.Producer != 0 {
 		if b.keys == nil {
@@ -824,7 +789,7 @@ func (h groupHandler) batchProduce(index uint64, rest []byte, f Frame, waiting b
 		b.keys[key] = true
 	}
 	b.items = append(b.items, pendingProduce{key: key, n: len(b.msgs) - had, f: f, waiting: waiting})
-	return true, rest[21+size:], nil
+	return true, nil
 }
 
 // flushBatch appends the batched produces and answers them.
@@ -873,81 +838,54 @@ func (h groupHandler) resetBatch() {
 	clear(b.keys)
 }
 
-// applyOp applies the operation at the head of rest and returns what
-// follows it.
-func (h groupHandler) applyOp(index uint64, rest []byte, f Frame, waiting bool) ([]byte, error) {
-	if len(rest) < 1 {
-		return nil, errTruncatedOp(index)
-	}
-	kind, rest := rest[0], rest[1:]
+// applyOp applies op, one operation of the entry at index.
+func (h groupHandler) applyOp(index uint64, op entryOp, f Frame, waiting bool) error {
 	o := h.o
-	switch kind {
+	switch op.kind {
 	case entryProduce:
-		if len(rest) < 20 {
-			return nil, errTruncatedOp(index)
-		}
-		key := produceKey{Producer: binary.LittleEndian.Uint64(rest), Seq: binary.LittleEndian.Uint64(rest[8:])}
-		size := int(binary.LittleEndian.Uint32(rest[16:]))
-		if len(rest)-20 < size {
-			return nil, errTruncatedOp(index)
-		}
-		return rest[20+size:], h.applyOne(index, key, rest[20:20+size], f, waiting)
+		return h.applyOne(index, op.key, op.batch, f, waiting)
 	case entryStoreOffset:
-		if len(rest) < 9 || len(rest)-9 < int(rest[8]) {
-			return nil, errTruncatedOp(index)
-		}
-		off := binary.LittleEndian.Uint64(rest)
-		consumer := string(rest[9 : 9+int(rest[8])])
-		next := rest[9+int(rest[8]):]
+		off := op.offset
+		consumer := string(op.consumer)
 		// Judged against the replicated log's end, so every replica — one
 		// re-applying after a restart included — decides alike.
 		// (The local log is ahead of it only while re-applying after a
 		// restart; otherwise the partition judges, against the same end.)
 		if off > o.rep.cursor && o.p.NextOffset() > o.rep.cursor {
 			h.answered(f, waiting, Response{Err: fmt.Errorf("%w: consumer offset %d past the log's end %d", partition.ErrOffsetOutOfRange, off, o.rep.cursor), Offset: off})
-			return next, nil
+			return nil
 		}
 		if err := o.p.StoreConsumerOffset(consumer, off); errors.Is(err, partition.ErrOffsetOutOfRange) {
 			h.answered(f, waiting, Response{Err: err, Offset: off})
-			return next, nil
+			return nil
 		} else if err != nil {
 			// An I/O failure: this replica would diverge. Fence and
 			// rebuild; the entry is applied again.
-			return nil, fmt.Errorf("apply index %d: store consumer offset: %w", index, err)
+			return fmt.Errorf("apply index %d: store consumer offset: %w", index, err)
 		}
 		o.rep.setConsumer(consumer, off)
 		h.answered(f, waiting, Response{Offset: off})
-		return next, nil
-	case entryTruncate, entryPurge:
+		return nil
+	default: // entryTruncate, entryPurge (decodeOp refuses other kinds)
 		off := o.rep.cursor
-		if kind == entryTruncate {
-			if len(rest) < 8 {
-				return nil, errTruncatedOp(index)
-			}
-			off, rest = binary.LittleEndian.Uint64(rest), rest[8:]
+		if op.kind == entryTruncate {
+			off = op.offset
 		}
 		// Judged against the replicated log's end, not the local log's,
 		// so every replica decides alike.
 		if off > o.rep.cursor {
 			h.answered(f, waiting, Response{Err: fmt.Errorf("%w: truncate before %d past the log's end %d", partition.ErrOffsetOutOfRange, off, o.rep.cursor), Offset: o.rep.start})
-			return rest, nil
+			return nil
 		}
 		if off > o.rep.start {
 			o.rep.start = off
 		}
 		if err := o.p.TruncateBefore(min(off, o.p.NextOffset())); err != nil {
-			return nil, fmt.Errorf("apply index %d: truncate: %w", index, err)
+			return fmt.Errorf("apply index %d: truncate: %w", index, err)
 		}
 		h.answered(f, waiting, Response{Offset: o.rep.start})
-		return rest, nil
+		return nil
 	}
-	return nil, fmt.Errorf("apply index %d: unknown operation %d", index, kind)
-}
-
-// errTruncatedOp reports an entry whose operation is cut short. Built
-// only on that path: applyOp runs for every replicated write.
-func errTruncatedOp(index uint64) error {
-	return fmt.Errorf("apply index %d: operation truncated", index)
 }
 
 // answered answers a waiting frame.
