@@ -136,7 +136,7 @@ func (s *Shard) awakeList() []*owned {
 // needs it to keep ticking.
 func (r *replicated) idle() bool {
 	return r.catchup == nil && len(r.proposeBuf) == 0 && len(r.pending) == 0 &&
-		len(r.reads) == 0 && len(r.readWait) == 0 && !r.balancing && !r.moving
+		r.reads.Asked() == 0 && r.reads.Waiting() == 0 && !r.balancing && !r.moving
 }
 
 // maybeQuiesce quiesces o's group if it leads a group with nothing to do,

@@ -5,9 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"maps"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -316,12 +314,8 @@ func (s *Shard) readReplicated(o *owned, f Frame) bool {
 		s.notLeader(o, f)
 		return true
 	}
-	if o.rep.reads == nil {
-		o.rep.reads = make(map[uint64]Frame)
-	}
 	s.readSeq++
-	o.rep.reads[s.readSeq] = f
-	if err := o.rep.grp.ReadIndex(binary.LittleEndian.AppendUint64(nil, s.readSeq)); err != nil {
+	if err := o.rep.reads.Ask(o.rep.grp, s.readSeq, f); err != nil {
 		s.failGroup(o, err) // answers f with the waiting reads
 		return true
 	}
@@ -329,27 +323,19 @@ func (s *Shard) readReplicated(o *owned, f Frame) bool {
 	return true
 }
 
-// reaskReads asks again for the leadership confirmation of every read
-// still waiting for one, after the group's voters changed (confChanged
-// sets o.reaskReads; it runs once the Ready that applied the change is
-// handled). raft counts a read's confirmation from the heartbeat answers
-// of the voters as they were when it was asked: a read asked of a group
-// of two whose other voter is then removed waits for an answer that
-// never comes, and would never be served, so on a configuration change
-// every such read is asked of the new voters (a lone voter confirms at
-// once). An old confirmation arriving after all finds its read gone.
+// reaskReads asks the new voters again for the leadership confirmation
+// of every read still waiting for one (groups.Reads.Reask), once the
+// Ready that applied a change of the group's voters is handled
+// (confChanged records it).
 func (s *Shard) reaskReads(o *owned) {
-	o.rep.reaskReads = false
-	if len(o.rep.reads) == 0 || !o.rep.grp.IsLeader() {
-		return // no read, or LeaderChanged answered them
+	asked, err := o.rep.reads.Reask(o.rep.grp)
+	if err != nil {
+		s.failGroup(o, err)
+		return
 	}
-	for _, id := range slices.Sorted(maps.Keys(o.rep.reads)) {
-		if err := o.rep.grp.ReadIndex(binary.LittleEndian.AppendUint64(nil, id)); err != nil {
-			s.failGroup(o, err)
-			return
-		}
+	if asked {
+		s.markReady(o)
 	}
-	s.markReady(o)
 }
 
 // serveReads moves confirmed reads to the applied-index wait and serves
@@ -359,61 +345,30 @@ func (s *Shard) serveReads(o *owned) {
 	if g == nil {
 		return
 	}
-	for _, rs := range g.TakeReadStates() {
-		if len(rs.RequestCtx) != 8 {
-			continue
-		}
-		id := binary.LittleEndian.Uint64(rs.RequestCtx)
-		if f, ok := o.rep.reads[id]; ok {
-			delete(o.rep.reads, id)
-			o.rep.readWait = append(o.rep.readWait, readWait{index: rs.Index, f: f})
-		}
-	}
-	if len(o.rep.readWait) == 0 || o.rep.catchup != nil {
+	o.rep.reads.Confirm(g)
+	if o.rep.reads.Waiting() == 0 || o.rep.catchup != nil {
 		return
 	}
 	rev, live := s.meta.CreatedRevision(o.p.Namespace())
 	live = live && rev == o.p.Epoch()
-	kept := o.rep.readWait[:0]
-	for _, w := range o.rep.readWait {
-		if w.index > g.Applied() {
-			kept = append(kept, w)
-			continue
-		}
-		if !live {
+	o.rep.reads.Serve(g.Applied(), func(f Frame) {
+		switch {
+		case !live:
 			// Behaviour 10 at serve time: a delete committed while the
 			// read waited for its confirmation.
-			s.deny(w.f, metrics.DenyIncarnation, errIncarnation)
-			continue
+			s.deny(f, metrics.DenyIncarnation, errIncarnation)
+		case o.failed != nil:
+			s.fenceFailed(o, f)
+		default:
+			s.serveRead(o, f)
 		}
-		if o.failed != nil {
-			s.fenceFailed(o, w.f)
-			continue
-		}
-		s.serveRead(o, w.f)
-	}
-	clear(o.rep.readWait[len(kept):])
-	o.rep.readWait = kept
+	})
 }
 
-// dropReads answers every read waiting for a leadership confirmation:
+// dropReads answers every leader read of o's group, confirmed or not:
 // leadership moved, or the group is gone.
 func (s *Shard) dropReads(o *owned, err error) {
-	for id, f := range o.rep.reads {
-		s.answer(f, Response{Err: err})
-		delete(o.rep.reads, id)
-	}
-	for _, w := range o.rep.readWait {
-		s.answer(w.f, Response{Err: err})
-	}
-	clear(o.rep.readWait)
-	o.rep.readWait = o.rep.readWait[:0]
-}
-
-// readWait is a read whose leadership was confirmed at index.
-type readWait struct {
-	index uint64
-	f     Frame
+	o.rep.reads.Drop(func(f Frame) { s.answer(f, Response{Err: err}) })
 }
 
 // flushProposals proposes every buffered write of each partition as one
@@ -556,7 +511,7 @@ func (s *Shard) processReady() {
 					break
 				}
 			}
-			if o.rep.grp != nil && o.rep.reaskReads {
+			if o.rep.grp != nil && o.rep.reads.ReaskDue() {
 				s.reaskReads(o)
 			}
 			if o.rep.grp != nil {
