@@ -68,7 +68,7 @@ func (m *metaGroup) quiesceOnTick() bool {
 	}
 	// A read barrier of the leader's own waits for a heartbeat round's
 	// answers, which a quiesced leader would not resend if one was lost.
-	if len(m.readIndex) > 0 || !m.g.CanQuiesce(m.c.live.alive) {
+	if m.barriers.Asked() > 0 || !m.g.CanQuiesce(m.c.live.alive) {
 		return false
 	}
 	for _, msg := range m.g.QuiesceMessages() {
