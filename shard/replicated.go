@@ -45,7 +45,7 @@ type replicated struct {
 	// raft entry when the pump runs out of queued frames.
 	proposeBuf []Frame
 	ready      bool
-	awakeTicks int // ticks since the group last woke (quiesce.go)
+	quiet      groups.Quiet // ticks since the group last woke (quiesce.go)
 	// held: not ticked while it waits for an election (queued: in the
 	// shard's campaign queue) or for a peer to give it a leader;
 	// campaignAt is the shard tick its last election started at

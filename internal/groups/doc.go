@@ -9,8 +9,10 @@
 // goroutine: the owner of a group drives every call on its own
 // goroutine, as it drives the replica.Group itself.
 //
-// Today it holds leader reads (Reads). The rest of the multi-raft host —
-// quiescence and peer liveness, campaign scheduling, failure and reopen,
-// the compaction trigger and the configuration-change mechanics — moves
-// here in the following steps (see the README's layout section).
+// Today it holds leader reads (Reads) and a group's quiescence decisions
+// (Quiet, StepQuiesce), which the partition groups and the metadata group
+// both use. The rest of the multi-raft host — the awake set and peer
+// liveness, campaign scheduling, failure and reopen, the compaction
+// trigger and the configuration-change mechanics — is still written in
+// shard and host, and moves here in the following steps.
 package groups
