@@ -355,7 +355,8 @@ func (m *metaGroup) askLeaseIndex() {
 	m.lease.seq, m.lease.asked = m.readSeq, m.c.e.cfg.Clock.Now()
 	m.lease.batch = append(m.lease.batch, m.lease.queue...)
 	m.lease.queue = m.lease.queue[:0]
-	m.g.ReadIndex(binary.LittleEndian.AppendUint64(nil, m.readSeq))
+	// A failed group is reported by the next process.
+	_ = m.barriers.Ask(m.g, m.readSeq, metaRead{lease: m.readSeq})
 }
 
 // leaseConfirmed takes the read index confirming the batch in flight.

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/parkway-io/parkway/internal/dedupe"
+	"github.com/parkway-io/parkway/internal/groups"
 	"github.com/parkway-io/parkway/internal/replica"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
@@ -50,17 +51,18 @@ type metaGroup struct {
 	// metadata goroutine through these.
 	props chan metaOp
 	in    chan *raftpb.Message
-	// reads are read barriers waiting for the metadata goroutine:
-	// readIndex ones wait for the leader's confirmation (by request id),
-	// applying ones for the applied index to reach their read index.
-	reads   chan chan error
-	readSeq uint64
+	// reads are read barriers waiting for the metadata goroutine;
+	// barriers those it asked the group for (groups.Reads: the leader's
+	// confirmation, then the applied index), by request id. The members'
+	// lease renewals ask the same way (metaRead.lease), one read index per
+	// batch.
+	reads    chan chan error
+	readSeq  uint64
+	barriers groups.Reads[metaRead]
 	// leaseIn takes members' lease renewals (started engines), lease is
 	// the leader's state of them (grouplease.go).
-	leaseIn   chan leaseOp
-	lease     leases
-	readIndex map[uint64]chan error
-	applying  []readWait
+	leaseIn chan leaseOp
+	lease   leases
 
 	// failed is closed (after err is set) when the member stopped for
 	// good: its raft log cannot be reopened (see reopen), or it has none
@@ -87,11 +89,6 @@ type metaGroup struct {
 	snapshotNow bool
 
 	q metaQuiet // quiescence (metaquiesce.go)
-}
-
-type readWait struct {
-	index uint64
-	reply chan error
 }
 
 type metaOp struct {
@@ -124,8 +121,7 @@ func openMetaGroup(c *clusterNode, disk *replica.Disk, mcfg metadata.Config) (*m
 	m := &metaGroup{c: c, g: g, pending: make(map[uint64]chan<- MetadataResult),
 		seen: dedupe.New[MetadataResult](metaDedupeWindow), policy: replica.CompactionPolicy{Entries: every},
 		props: make(chan metaOp), in: make(chan *raftpb.Message, 1024), failed: make(chan struct{}),
-		reads: make(chan chan error), readIndex: make(map[uint64]chan error), leaseIn: make(chan leaseOp, 4096),
-		producer: newProducerID()}
+		reads: make(chan chan error), leaseIn: make(chan leaseOp, 4096), producer: newProducerID()}
 	fail := func(err error) (*metaGroup, error) {
 		_ = g.Close()
 		return nil, err
@@ -439,8 +435,7 @@ func (c *clusterNode) runMetadata(ctx context.Context) {
 			}
 			m.wake()
 			m.readSeq++
-			m.readIndex[m.readSeq] = reply
-			m.g.ReadIndex(binary.LittleEndian.AppendUint64(nil, m.readSeq))
+			_ = m.barriers.Ask(m.g, m.readSeq, metaRead{reply: reply}) // a failed group is reported by the next process
 		case op := <-m.leaseIn:
 			m.serveLease(op)
 		case op := <-m.props:
@@ -463,46 +458,46 @@ func (c *clusterNode) runMetadata(ctx context.Context) {
 	}
 }
 
-// serveReads moves read barriers the leader confirmed to waiting for the
-// applied index, and answers those whose read index is applied.
+// serveReads asks again for the read barriers still unconfirmed after
+// the group's voters changed (groups.Reads.Reask), moves those the leader
+// confirmed to waiting for the applied index, and answers those whose
+// read index is applied.
 func (m *metaGroup) serveReads() {
-	for _, rs := range m.g.TakeReadStates() {
-		if len(rs.RequestCtx) != 8 {
-			continue
-		}
-		seq := binary.LittleEndian.Uint64(rs.RequestCtx)
-		if seq == m.lease.seq {
-			m.leaseConfirmed(rs.Index)
-			continue
-		}
-		if reply, ok := m.readIndex[seq]; ok {
-			delete(m.readIndex, seq)
-			m.applying = append(m.applying, readWait{index: rs.Index, reply: reply})
-		}
+	if m.barriers.ReaskDue() && m.unavailable() == nil {
+		// The new requests go out with the next process; a failed group
+		// is reported there.
+		_, _ = m.barriers.Reask(m.g)
 	}
-	keep := m.applying[:0]
-	for _, w := range m.applying {
-		if m.g.Applied() >= w.index {
-			w.reply <- nil
-		} else {
-			keep = append(keep, w)
+	m.barriers.Confirm(m.g)
+	m.barriers.Serve(m.g.Applied(), func(r metaRead) {
+		switch {
+		case r.reply != nil:
+			r.reply <- nil
+		case r.lease == m.lease.seq:
+			// The batch in flight is confirmed and its index applied.
+			m.leaseConfirmed(m.g.Applied())
 		}
-	}
-	clear(m.applying[len(keep):])
-	m.applying = keep
+		// A lease batch asked again after a timeout (a new seq) leaves
+		// its old confirmation with nothing to answer.
+	})
 	m.answerLeases()
+}
+
+// metaRead is what the metadata group's leader reads answer: a read
+// barrier's reply, or (lease != 0) the batch of lease renewals asked under
+// that id (grouplease.go).
+type metaRead struct {
+	reply chan error
+	lease uint64
 }
 
 // answerReads answers every waiting read barrier with err.
 func (m *metaGroup) answerReads(err error) {
-	for seq, reply := range m.readIndex {
-		reply <- err
-		delete(m.readIndex, seq)
-	}
-	for _, w := range m.applying {
-		w.reply <- err
-	}
-	m.applying = nil
+	m.barriers.Drop(func(r metaRead) {
+		if r.reply != nil {
+			r.reply <- err
+		}
+	})
 }
 
 // ReadBarrier waits until this node's metadata has applied everything the
@@ -762,6 +757,7 @@ func applyMetaCommand(store *metadata.Store, seen *dedupe.Window[MetadataResult]
 // the change in the store, applied at the change's index like any
 // command.
 func (m *metaGroup) ConfChanged(index uint64, add bool, node uint64, ctx []byte) error {
+	m.barriers.VotersChanged()
 	if len(ctx) == 0 {
 		return nil
 	}
@@ -801,10 +797,12 @@ func (m *metaGroup) LeaderChanged(lead uint64) {
 	clear(m.pending)
 	// Read indexes in flight are dropped by raft with the leadership;
 	// their callers ask again. Those already confirmed stay valid.
-	for seq, reply := range m.readIndex {
-		reply <- fmt.Errorf("%w: metadata leader changed", shard.ErrRetry)
-		delete(m.readIndex, seq)
-	}
+	m.barriers.DropAsked(func(r metaRead) {
+		if r.reply != nil {
+			r.reply <- fmt.Errorf("%w: metadata leader changed", shard.ErrRetry)
+		}
+		// A lease batch's renewals are answered by leaderLeases.
+	})
 	m.leaderLeases(lead)
 	if ev := m.c.e.cfg.Events.MetadataLeaderChanged; ev != nil {
 		ev(lead, forgot)

@@ -5,12 +5,15 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/parkway-io/parkway/internal/groups"
 	"github.com/parkway-io/parkway/internal/replica"
 	"github.com/parkway-io/parkway/metrics"
 )
 
-// Quiescence of the metadata group, as the partition groups quiesce (see
-// the shard package): a metadata group with nothing to do is not ticked,
+// Quiescence of the metadata group, as the partition groups quiesce: the
+// decisions (when a leader quiesces, which quiesce heartbeat a follower
+// takes) are internal/groups' Quiet.Tick and StepQuiesce, shared with the
+// shards. A metadata group with nothing to do is not ticked,
 // so an idle cluster's metadata members send no heartbeats and run no
 // election timers.
 //
@@ -34,21 +37,17 @@ import (
 // started engine, so its timer fires once per liveness interval instead
 // of every tick (sleepTicks); a wake brings it back to every tick.
 
-// metaQuiesceAfterTicks is how long a woken member is ticked before its
-// leader may quiesce it again: one heartbeat round, whose answers tell
-// the leader how its followers stand.
-const metaQuiesceAfterTicks = 2
-
 // metaQuiet is the metadata member's quiescence state (driver-owned).
 type metaQuiet struct {
-	quiet      bool // not ticked
-	awakeTicks int  // ticks since the member last woke
+	quiet bool // not ticked
+	clock groups.Quiet
 }
 
 // wake makes the member ticked again.
 func (m *metaGroup) wake() {
 	if m.q.quiet {
-		m.q.quiet, m.q.awakeTicks = false, 0
+		m.q.quiet = false
+		m.q.clock.Woke()
 	}
 }
 
@@ -63,16 +62,10 @@ func (e *Engine) MetadataQuiesced() bool {
 // do quiesces instead of ticking (reported true), sending its followers
 // the quiesce heartbeat.
 func (m *metaGroup) quiesceOnTick() bool {
-	if m.q.awakeTicks++; m.q.awakeTicks < metaQuiesceAfterTicks {
-		return false
-	}
 	// A read barrier of the leader's own waits for a heartbeat round's
 	// answers, which a quiesced leader would not resend if one was lost.
-	if len(m.readIndex) > 0 || !m.g.CanQuiesce(m.c.live.alive) {
+	if !m.q.clock.Tick(m.g, m.barriers.Asked() == 0, m.c.live.alive, m.Send) {
 		return false
-	}
-	for _, msg := range m.g.QuiesceMessages() {
-		m.Send(msg)
 	}
 	m.q.quiet = true
 	return true
@@ -83,12 +76,9 @@ func (m *metaGroup) quiesceOnTick() bool {
 // wakes it and is stepped (a refused quiesce heartbeat as the ordinary
 // heartbeat it stands for).
 func (m *metaGroup) step(msg *raftpb.Message) {
-	if replica.IsQuiesce(msg) {
-		if m.g.AcceptQuiesce(msg) {
-			m.q.quiet = true
-			return
-		}
-		replica.StripQuiesce(msg)
+	if groups.StepQuiesce(m.g, msg, true) {
+		m.q.quiet = true
+		return
 	}
 	m.wake()
 	// Raft's own refusals (a stale message) are its business; a message

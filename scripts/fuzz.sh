@@ -30,6 +30,7 @@ targets='
 ./partition FuzzDecodeManifest
 ./shard FuzzDecodeState
 ./shard FuzzDecodeCatchUp
+./shard FuzzDecodeEntry
 ./transport FuzzReadFrame
 ./host FuzzDecodeRequest
 ./host FuzzDecodeResponse

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
@@ -238,6 +239,30 @@ func TestBehaviour07ParkBounds(t *testing.T) {
 			s.handle(sized(ns, c.size).f)
 			if got := s.park.bytes - before; got != c.want {
 				t.Errorf("a %d-byte frame counts %d bytes, want %d", c.size, got, c.want)
+			}
+		}
+	})
+	t.Run("peer frames and keys count their real size", func(t *testing.T) {
+		h := newHarness(t, 1, nil)
+		s := h.shards[0]
+		// Each frame carries 5000 bytes beyond its fixed part, which with
+		// the overhead rounds up to 8 KiB; counting only produce payloads
+		// charged the first three 4 KiB.
+		raft := &raftpb.Message{Type: raftpb.MsgApp.Enum(), Entries: []*raftpb.Entry{{Data: make([]byte, 4990)}}}
+		keyed := produce(0, "")
+		keyed.f.Req.Messages[0].Key = make([]byte, 5000)
+		for i, r := range []*Request{
+			{Op: OpRaft, Epoch: 1, Raft: raft},
+			{Op: OpCatchUp, Epoch: 1, Payload: make([]byte, 5000)},
+			keyed.f.Req,
+			sized(0, 5000).f.Req,
+		} {
+			ns, _ := h.topic(string(rune('a' + i)))
+			r.NS = ns
+			before := s.park.bytes
+			s.handle(Frame{Req: r})
+			if got := s.park.bytes - before; got != 8192 {
+				t.Errorf("%v frame %d counts %d bytes, want 8192", r.Op, i, got)
 			}
 		}
 	})

@@ -322,7 +322,7 @@ func (s *Shard) keepActive(o *owned) error {
 	if !s.cfg.Replication.Quiesce {
 		return nil
 	}
-	if every := max(s.electionTicks()/2, 1); int64(o.rep.awakeTicks)%every != 0 {
+	if every := max(s.electionTicks()/2, 1); int64(o.rep.quiet.AwakeTicks())%every != 0 {
 		return nil
 	}
 	return o.rep.grp.KeepActive(s.peerLive)

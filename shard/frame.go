@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
@@ -152,13 +153,21 @@ type Frame struct {
 	Reply chan<- Response
 }
 
-// payloadBytes is the frame's payload length, the basis of its park
-// footprint.
+// payloadBytes is what the frame's request holds beyond its fixed part,
+// the basis of its park footprint: a produce's messages (keys, headers
+// and payloads), a peer's raft message (its encoded size, entries and
+// snapshot included) and a catch-up payload. Peer frames park like
+// client frames (a vote or an append may reach a node before it builds
+// the partition), so they are charged what they pin.
 func (f Frame) payloadBytes() int64 {
-	var n int64
-	for i := range f.Req.Messages {
-		m := &f.Req.Messages[i]
-		n += int64(len(m.Payload))
+	r := f.Req
+	n := int64(len(r.Payload))
+	if r.Raft != nil {
+		n += int64(proto.Size(r.Raft))
+	}
+	for i := range r.Messages {
+		m := &r.Messages[i]
+		n += int64(len(m.Key) + len(m.Payload))
 		for _, h := range m.Headers {
 			n += int64(len(h.Key) + len(h.Value))
 		}

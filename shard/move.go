@@ -291,7 +291,7 @@ func (s *Shard) markMove(o *owned, info metadata.PartitionInfo, voters []uint64)
 // leader's driver goes on at once with the next step.
 func (s *Shard) confChanged(o *owned, add bool) {
 	s.refreshPeers(o)
-	o.rep.reaskReads = true
+	o.rep.reads.VotersChanged()
 	if add {
 		o.rep.compactNow = true
 	}

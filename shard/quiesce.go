@@ -6,7 +6,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
-	"github.com/parkway-io/parkway/internal/replica"
+	"github.com/parkway-io/parkway/internal/groups"
 	"github.com/parkway-io/parkway/metadata"
 )
 
@@ -40,12 +40,6 @@ import (
 // after a peer died, when its groups are not quiesced (converge.go bounds
 // the elections in flight when they are).
 const campaignsPerTick = 128
-
-// quiesceAfterTicks is how long a woken group is ticked before its leader
-// may quiesce it again: one heartbeat round, whose answers tell the
-// leader how its followers stand (a follower that woke it because it
-// lags, or missed the commit index, is then brought up to date first).
-const quiesceAfterTicks = 2
 
 // quiescence is the shard's bookkeeping for quiescence (pump-owned).
 type quiescence struct {
@@ -92,7 +86,7 @@ func (s *Shard) wake(o *owned) {
 		s.forgetAwake(o) // an earlier incarnation's entry, if any
 		s.q.at[o.p.Namespace()] = len(s.q.awake)
 		s.q.awake = append(s.q.awake, o)
-		o.rep.awakeTicks = 0
+		o.rep.quiet.Woke()
 		s.m.RaftWakes.Inc()
 	}
 	s.armTick()
@@ -136,21 +130,18 @@ func (s *Shard) awakeList() []*owned {
 // needs it to keep ticking.
 func (r *replicated) idle() bool {
 	return r.catchup == nil && len(r.proposeBuf) == 0 && len(r.pending) == 0 &&
-		len(r.reads) == 0 && len(r.readWait) == 0 && !r.balancing && !r.moving
+		r.reads.Asked() == 0 && r.reads.Waiting() == 0 && !r.balancing && !r.moving
 }
 
 // maybeQuiesce quiesces o's group if it leads a group with nothing to do,
-// sending its followers the quiesce heartbeat; it reports whether it did.
+// sending its followers the quiesce heartbeat (groups.Quiet.Tick); it
+// reports whether it did.
 func (s *Shard) maybeQuiesce(o *owned) bool {
 	r := s.cfg.Replication
-	if o.rep.awakeTicks++; o.rep.awakeTicks < quiesceAfterTicks {
-		return false
-	}
-	if !r.Quiesce || !o.rep.idle() || !o.rep.grp.CanQuiesce(s.peerLive) {
-		return false
-	}
-	for _, m := range o.rep.grp.QuiesceMessages() {
+	if !o.rep.quiet.Tick(o.rep.grp, r.Quiesce && o.rep.idle(), s.peerLive, func(m *raftpb.Message) {
 		r.Send(m.GetTo(), o.p.Namespace(), o.p.Epoch(), m)
+	}) {
+		return false
 	}
 	s.forgetAwake(o)
 	s.m.RaftQuiesces.Inc()
@@ -159,25 +150,19 @@ func (s *Shard) maybeQuiesce(o *owned) bool {
 }
 
 // stepQuiesce handles m if it is a quiesce heartbeat a follower whose
-// state matches it takes: the group stops ticking, and it reports true.
-// A quiesce heartbeat the follower refuses is turned into the ordinary
-// heartbeat it stands for (the caller steps it, reported false): the
-// follower learns the leader and its commit, and its answer wakes the
-// leader, which ticks a heartbeat round before it tries again.
+// state matches it takes (groups.StepQuiesce): the group stops ticking,
+// and it reports true. Otherwise the caller steps m, a refused quiesce
+// heartbeat as the ordinary heartbeat it stands for.
 func (s *Shard) stepQuiesce(o *owned, m *raftpb.Message) bool {
-	if !replica.IsQuiesce(m) {
+	if !groups.StepQuiesce(o.rep.grp, m, s.cfg.Replication.Quiesce && o.rep.idle()) {
 		return false
 	}
-	if s.cfg.Replication.Quiesce && o.rep.idle() && o.rep.grp.AcceptQuiesce(m) {
-		if s.isAwake(o) {
-			s.forgetAwake(o)
-			s.m.RaftQuiesces.Inc()
-			s.syncQuiesced(o)
-		}
-		return true
+	if s.isAwake(o) {
+		s.forgetAwake(o)
+		s.m.RaftQuiesces.Inc()
+		s.syncQuiesced(o)
 	}
-	replica.StripQuiesce(m)
-	return false
+	return true
 }
 
 // peerLive reports whether node liveness holds peer alive.

@@ -1,6 +1,9 @@
 package shard
 
-import "github.com/parkway-io/parkway/internal/replica"
+import (
+	"github.com/parkway-io/parkway/internal/groups"
+	"github.com/parkway-io/parkway/internal/replica"
+)
 
 // replicated is the replicated half of an owned partition: its raft group
 // and this node's bookkeeping of it (proposals, leader reads, elections,
@@ -8,14 +11,9 @@ import "github.com/parkway-io/parkway/internal/replica"
 // (cursor, dedupe, start, consumer offsets, catch-up). It is the zero
 // value on a single node (nil grp).
 type replicated struct {
-	// reads are leader reads waiting for raft to confirm leadership (by
-	// request id), readWait those confirmed, waiting for their index to
-	// be applied.
-	reads map[uint64]Frame
-	// reaskReads: the voters changed; the reads above are asked again
-	// (reaskReads).
-	reaskReads bool
-	readWait   []readWait
+	// reads are the group's leader reads, waiting for raft to confirm
+	// leadership or for their index to be applied.
+	reads groups.Reads[Frame]
 
 	// Replication (nil grp on a single node): the partition's raft group,
 	// the produces this node proposed by proposal id, and whether the
@@ -47,7 +45,7 @@ type replicated struct {
 	// raft entry when the pump runs out of queued frames.
 	proposeBuf []Frame
 	ready      bool
-	awakeTicks int // ticks since the group last woke (quiesce.go)
+	quiet      groups.Quiet // ticks since the group last woke (quiesce.go)
 	// held: not ticked while it waits for an election (queued: in the
 	// shard's campaign queue) or for a peer to give it a leader;
 	// campaignAt is the shard tick its last election started at

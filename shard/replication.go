@@ -5,9 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"maps"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -321,12 +319,8 @@ func (s *Shard) readReplicated(o *owned, f Frame) bool {
 		s.notLeader(o, f)
 		return true
 	}
-	if o.rep.reads == nil {
-		o.rep.reads = make(map[uint64]Frame)
-	}
 	s.readSeq++
-	o.rep.reads[s.readSeq] = f
-	if err := o.rep.grp.ReadIndex(binary.LittleEndian.AppendUint64(nil, s.readSeq)); err != nil {
+	if err := o.rep.reads.Ask(o.rep.grp, s.readSeq, f); err != nil {
 		s.failGroup(o, err) // answers f with the waiting reads
 		return true
 	}
@@ -334,27 +328,19 @@ func (s *Shard) readReplicated(o *owned, f Frame) bool {
 	return true
 }
 
-// reaskReads asks again for the leadership confirmation of every read
-// still waiting for one, after the group's voters changed (confChanged
-// sets o.reaskReads; it runs once the Ready that applied the change is
-// handled). raft counts a read's confirmation from the heartbeat answers
-// of the voters as they were when it was asked: a read asked of a group
-// of two whose other voter is then removed waits for an answer that
-// never comes, and would never be served, so on a configuration change
-// every such read is asked of the new voters (a lone voter confirms at
-// once). An old confirmation arriving after all finds its read gone.
+// reaskReads asks the new voters again for the leadership confirmation
+// of every read still waiting for one (groups.Reads.Reask), once the
+// Ready that applied a change of the group's voters is handled
+// (confChanged records it).
 func (s *Shard) reaskReads(o *owned) {
-	o.rep.reaskReads = false
-	if len(o.rep.reads) == 0 || !o.rep.grp.IsLeader() {
-		return // no read, or LeaderChanged answered them
+	asked, err := o.rep.reads.Reask(o.rep.grp)
+	if err != nil {
+		s.failGroup(o, err)
+		return
 	}
-	for _, id := range slices.Sorted(maps.Keys(o.rep.reads)) {
-		if err := o.rep.grp.ReadIndex(binary.LittleEndian.AppendUint64(nil, id)); err != nil {
-			s.failGroup(o, err)
-			return
-		}
+	if asked {
+		s.markReady(o)
 	}
-	s.markReady(o)
 }
 
 // serveReads moves confirmed reads to the applied-index wait and serves
@@ -364,102 +350,30 @@ func (s *Shard) serveReads(o *owned) {
 	if g == nil {
 		return
 	}
-	for _, rs := range g.TakeReadStates() {
-		if len(rs.RequestCtx) != 8 {
-			continue
-		}
-		id := binary.LittleEndian.Uint64(rs.RequestCtx)
-		if f, ok := o.rep.reads[id]; ok {
-			delete(o.rep.reads, id)
-			o.rep.readWait = append(o.rep.readWait, readWait{index: rs.Index, f: f})
-		}
-	}
-	if len(o.rep.readWait) == 0 || o.rep.catchup != nil {
+	o.rep.reads.Confirm(g)
+	if o.rep.reads.Waiting() == 0 || o.rep.catchup != nil {
 		return
 	}
 	rev, live := s.meta.CreatedRevision(o.p.Namespace())
 	live = live && rev == o.p.Epoch()
-	kept := o.rep.readWait[:0]
-	for _, w := range o.rep.readWait {
-		if w.index > g.Applied() {
-			kept = append(kept, w)
-			continue
-		}
-		if !live {
+	o.rep.reads.Serve(g.Applied(), func(f Frame) {
+		switch {
+		case !live:
 			// Behaviour 10 at serve time: a delete committed while the
 			// read waited for its confirmation.
-			s.deny(w.f, metrics.DenyIncarnation, errIncarnation)
-			continue
+			s.deny(f, metrics.DenyIncarnation, errIncarnation)
+		case o.failed != nil:
+			s.fenceFailed(o, f)
+		default:
+			s.serveRead(o, f)
 		}
-		if o.failed != nil {
-			s.fenceFailed(o, w.f)
-			continue
-		}
-		s.serveRead(o, w.f)
-	}
-	clear(o.rep.readWait[len(kept):])
-	o.rep.readWait = kept
+	})
 }
 
-// dropReads answers every read waiting for a leadership confirmation:
+// dropReads answers every leader read of o's group, confirmed or not:
 // leadership moved, or the group is gone.
 func (s *Shard) dropReads(o *owned, err error) {
-	for id, f := range o.rep.reads {
-		s.answer(f, Response{Err: err})
-		delete(o.rep.reads, id)
-	}
-	for _, w := range o.rep.readWait {
-		s.answer(w.f, Response{Err: err})
-	}
-	clear(o.rep.readWait)
-	o.rep.readWait = o.rep.readWait[:0]
-}
-
-// readWait is a read whose leadership was confirmed at index.
-type readWait struct {
-	index uint64
-	f     Frame
-}
-
-// Kinds of the operations a replicated entry carries.
-const (
-	entryProduce     byte = 1 // producer u64, seq u64, len u32, batch
-	entryStoreOffset byte = 2 // offset u64, len u8, consumer
-	entryTruncate    byte = 3 // offset u64
-	entryPurge       byte = 4
-)
-
-// appendOp encodes f's operation into an entry.
-func appendOp(data []byte, f Frame) ([]byte, error) {
-	r := f.Req
-	switch r.Op {
-	case OpProduce:
-		data = append(data, entryProduce)
-		data = binary.LittleEndian.AppendUint64(data, r.Producer)
-		data = binary.LittleEndian.AppendUint64(data, r.Seq)
-		lenAt := len(data)
-		data = append(data, 0, 0, 0, 0)
-		data, err := partition.EncodeBatch(data, r.Messages)
-		if err != nil {
-			return data, err
-		}
-		binary.LittleEndian.PutUint32(data[lenAt:], uint32(len(data)-lenAt-4))
-		return data, nil
-	case OpStoreOffset:
-		if len(r.Consumer) > 255 {
-			return data, errors.New("parkway: consumer name longer than 255 bytes")
-		}
-		data = append(data, entryStoreOffset)
-		data = binary.LittleEndian.AppendUint64(data, r.Offset)
-		data = append(data, byte(len(r.Consumer)))
-		return append(data, r.Consumer...), nil
-	case OpTruncate:
-		data = append(data, entryTruncate)
-		return binary.LittleEndian.AppendUint64(data, r.Offset), nil
-	case OpPurge:
-		return append(data, entryPurge), nil
-	}
-	return data, fmt.Errorf("parkway: op %v is not replicated", r.Op)
+	o.rep.reads.Drop(func(f Frame) { s.answer(f, Response{Err: err}) })
 }
 
 // flushProposals proposes every buffered write of each partition as one
@@ -605,7 +519,7 @@ func (s *Shard) processReady() {
 					break
 				}
 			}
-			if o.rep.grp != nil && o.rep.reaskReads {
+			if o.rep.grp != nil && o.rep.reads.ReaskDue() {
 				s.reaskReads(o)
 			}
 			if o.rep.grp != nil {
@@ -758,13 +672,23 @@ func (h groupHandler) applyFrames(index uint64, frames []Frame, payload []byte) 
 		if waiting {
 			f = frames[i]
 		}
-		var err error
+		op, next, derr := decodeOp(index, rest)
 		var batched bool
-		if batched, rest, err = h.batchProduce(index, rest, f, waiting); err == nil && !batched {
+		var err error
+		if derr == nil {
+			batched, err = h.batchProduce(index, op, f, waiting)
+		}
+		if err == nil && !batched {
+			// The produces batched so far precede this operation in the
+			// log: they are appended before it applies, or before a
+			// malformed one fails the entry.
 			if err = h.flushBatch(index); err == nil {
-				rest, err = h.applyOp(index, rest, f, waiting)
+				if err = derr; err == nil {
+					err = h.applyOp(index, op, f, waiting)
+				}
 			}
 		}
+		rest = next
 		if err != nil {
 			h.failBatch(err)
 			// The replica cannot apply a committed entry: the group stops
@@ -803,27 +727,23 @@ type applyBatch struct {
 	keys  map[produceKey]bool
 }
 
-// batchProduce takes the produce at the head of rest into the batch when
-// it can share the Append (reports false, consuming nothing, otherwise).
-func (h groupHandler) batchProduce(index uint64, rest []byte, f Frame, waiting bool) (bool, []byte, error) {
+// batchProduce takes op, a produce, into the batch when it can share the
+// Append (reports false otherwise).
+func (h groupHandler) batchProduce(index uint64, op entryOp, f Frame, waiting bool) (bool, error) {
 	o, b := h.o, &h.s.applyBatch
-	if len(rest) < 21 || rest[0] != entryProduce || o.p.NextOffset() != o.rep.cursor {
-		return false, rest, nil
+	if op.kind != entryProduce || o.p.NextOffset() != o.rep.cursor {
+		return false, nil
 	}
-	key := produceKey{Producer: binary.LittleEndian.Uint64(rest[1:]), Seq: binary.LittleEndian.Uint64(rest[9:])}
-	size := int(binary.LittleEndian.Uint32(rest[17:]))
-	if len(rest)-21 < size {
-		return false, rest, nil // applyOp reports the truncation
-	}
+	key := op.key
 	if key.Producer != 0 {
 		if _, dup := o.rep.dedupe.Get(key); dup || b.keys[key] {
-			return false, rest, nil
+			return false, nil
 		}
 	}
 	had := len(b.msgs)
 	var err error
-	if b.msgs, err = partition.AppendDecodedBatch(b.msgs, rest[21:21+size]); err != nil {
-		return false, rest, fmt.Errorf("apply index %d: %w", index, err)
+	if b.msgs, err = partition.AppendDecodedBatch(b.msgs, op.batch); err != nil {
+		return false, fmt.Errorf("apply index %d: %w", index, err)
 	}
 	if key.Producer != 0 {
 		if b.keys == nil {
@@ -832,7 +752,7 @@ func (h groupHandler) batchProduce(index uint64, rest []byte, f Frame, waiting b
 		b.keys[key] = true
 	}
 	b.items = append(b.items, pendingProduce{key: key, n: len(b.msgs) - had, f: f, waiting: waiting})
-	return true, rest[21+size:], nil
+	return true, nil
 }
 
 // flushBatch appends the batched produces and answers them.
@@ -881,81 +801,54 @@ func (h groupHandler) resetBatch() {
 	clear(b.keys)
 }
 
-// applyOp applies the operation at the head of rest and returns what
-// follows it.
-func (h groupHandler) applyOp(index uint64, rest []byte, f Frame, waiting bool) ([]byte, error) {
-	if len(rest) < 1 {
-		return nil, errTruncatedOp(index)
-	}
-	kind, rest := rest[0], rest[1:]
+// applyOp applies op, one operation of the entry at index.
+func (h groupHandler) applyOp(index uint64, op entryOp, f Frame, waiting bool) error {
 	o := h.o
-	switch kind {
+	switch op.kind {
 	case entryProduce:
-		if len(rest) < 20 {
-			return nil, errTruncatedOp(index)
-		}
-		key := produceKey{Producer: binary.LittleEndian.Uint64(rest), Seq: binary.LittleEndian.Uint64(rest[8:])}
-		size := int(binary.LittleEndian.Uint32(rest[16:]))
-		if len(rest)-20 < size {
-			return nil, errTruncatedOp(index)
-		}
-		return rest[20+size:], h.applyOne(index, key, rest[20:20+size], f, waiting)
+		return h.applyOne(index, op.key, op.batch, f, waiting)
 	case entryStoreOffset:
-		if len(rest) < 9 || len(rest)-9 < int(rest[8]) {
-			return nil, errTruncatedOp(index)
-		}
-		off := binary.LittleEndian.Uint64(rest)
-		consumer := string(rest[9 : 9+int(rest[8])])
-		next := rest[9+int(rest[8]):]
+		off := op.offset
+		consumer := string(op.consumer)
 		// Judged against the replicated log's end, so every replica — one
 		// re-applying after a restart included — decides alike.
 		// (The local log is ahead of it only while re-applying after a
 		// restart; otherwise the partition judges, against the same end.)
 		if off > o.rep.cursor && o.p.NextOffset() > o.rep.cursor {
 			h.answered(f, waiting, Response{Err: fmt.Errorf("%w: consumer offset %d past the log's end %d", partition.ErrOffsetOutOfRange, off, o.rep.cursor), Offset: off})
-			return next, nil
+			return nil
 		}
 		if err := o.p.StoreConsumerOffset(consumer, off); errors.Is(err, partition.ErrOffsetOutOfRange) {
 			h.answered(f, waiting, Response{Err: err, Offset: off})
-			return next, nil
+			return nil
 		} else if err != nil {
 			// An I/O failure: this replica would diverge. Fence and
 			// rebuild; the entry is applied again.
-			return nil, fmt.Errorf("apply index %d: store consumer offset: %w", index, err)
+			return fmt.Errorf("apply index %d: store consumer offset: %w", index, err)
 		}
 		o.rep.setConsumer(consumer, off)
 		h.answered(f, waiting, Response{Offset: off})
-		return next, nil
-	case entryTruncate, entryPurge:
+		return nil
+	default: // entryTruncate, entryPurge (decodeOp refuses other kinds)
 		off := o.rep.cursor
-		if kind == entryTruncate {
-			if len(rest) < 8 {
-				return nil, errTruncatedOp(index)
-			}
-			off, rest = binary.LittleEndian.Uint64(rest), rest[8:]
+		if op.kind == entryTruncate {
+			off = op.offset
 		}
 		// Judged against the replicated log's end, not the local log's,
 		// so every replica decides alike.
 		if off > o.rep.cursor {
 			h.answered(f, waiting, Response{Err: fmt.Errorf("%w: truncate before %d past the log's end %d", partition.ErrOffsetOutOfRange, off, o.rep.cursor), Offset: o.rep.start})
-			return rest, nil
+			return nil
 		}
 		if off > o.rep.start {
 			o.rep.start = off
 		}
 		if err := o.p.TruncateBefore(min(off, o.p.NextOffset())); err != nil {
-			return nil, fmt.Errorf("apply index %d: truncate: %w", index, err)
+			return fmt.Errorf("apply index %d: truncate: %w", index, err)
 		}
 		h.answered(f, waiting, Response{Offset: o.rep.start})
-		return rest, nil
+		return nil
 	}
-	return nil, fmt.Errorf("apply index %d: unknown operation %d", index, kind)
-}
-
-// errTruncatedOp reports an entry whose operation is cut short. Built
-// only on that path: applyOp runs for every replicated write.
-func errTruncatedOp(index uint64) error {
-	return fmt.Errorf("apply index %d: operation truncated", index)
 }
 
 // answered answers a waiting frame.

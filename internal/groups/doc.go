@@ -1,0 +1,18 @@
+// Package groups is the home of the mechanisms every raft group of a
+// node needs, whoever hosts it: the shards host the partition groups and
+// host the metadata group, and each mechanism is written once, here,
+// rather than once per host.
+//
+// It sits below shard and host and imports only internal/replica (one
+// raft group) and the public seams: no metadata or partition types, so
+// a group's application stays the host's business. It starts no
+// goroutine: the owner of a group drives every call on its own
+// goroutine, as it drives the replica.Group itself.
+//
+// Today it holds leader reads (Reads) and a group's quiescence decisions
+// (Quiet, StepQuiesce), which the partition groups and the metadata group
+// both use. The rest of the multi-raft host — the awake set and peer
+// liveness, campaign scheduling, failure and reopen, the compaction
+// trigger and the configuration-change mechanics — is still written in
+// shard and host, and moves here in the following steps.
+package groups
