@@ -75,10 +75,20 @@ func TestGroupLeasesOutliveTheMetadataLeader(t *testing.T) {
 		if err := nodes[2].Admin().CreateGroup(ctx, tp, "g"); err != nil {
 			t.Fatal(err)
 		}
+		// The members live on the two nodes that do not lead the
+		// metadata (x and y); the leader is the one cut off.
 		st, err := nodes[2].Cluster().State(ctx)
-		if err != nil || st.MetadataLeader != 1 {
-			t.Fatalf("metadata leader %v (%v), want node 1", st.MetadataLeader, err)
+		if err != nil || st.MetadataLeader == 0 {
+			t.Fatalf("metadata leader %v (%v)", st.MetadataLeader, err)
 		}
+		lead := st.MetadataLeader
+		var others []transport.NodeID
+		for _, id := range []transport.NodeID{1, 2, 3} {
+			if id != lead {
+				others = append(others, id)
+			}
+		}
+		x, y := others[0], others[1]
 		join := func(n *parkway.Node, name string) *parkway.Member {
 			m, err := n.JoinGroup(ctx, tp, "g", parkway.MemberConfig{Name: name, SessionTimeout: timeout})
 			if err != nil {
@@ -86,7 +96,7 @@ func TestGroupLeasesOutliveTheMetadataLeader(t *testing.T) {
 			}
 			return m
 		}
-		a, b, dead := join(nodes[2], "a"), join(nodes[3], "b"), join(nodes[3], "dead")
+		a, b, dead := join(nodes[x], "a"), join(nodes[y], "b"), join(nodes[y], "dead")
 		settleMembers(t, a, b, dead)
 		// Long enough that the members' join and commit times are well
 		// past: only the leader's in-memory leases keep them.
@@ -95,7 +105,7 @@ func TestGroupLeasesOutliveTheMetadataLeader(t *testing.T) {
 			settleMembers(t, a, b, dead)
 		}
 		// dead stops; the leader is cut off at once.
-		net.Partition([]transport.NodeID{1}, []transport.NodeID{2, 3})
+		net.Partition([]transport.NodeID{lead}, []transport.NodeID{x, y})
 		cut := time.Now()
 		// a and b heartbeat every second through the election (a
 		// heartbeat may wait out the election and retry).
@@ -134,8 +144,8 @@ func TestGroupLeasesOutliveTheMetadataLeader(t *testing.T) {
 		}
 		var took time.Time
 		waitFor(t, "a new metadata leader", func() bool {
-			st, err := nodes[2].Cluster().State(ctx)
-			if err == nil && st.MetadataLeader != 0 && st.MetadataLeader != 1 {
+			st, err := nodes[x].Cluster().State(ctx)
+			if err == nil && st.MetadataLeader != 0 && st.MetadataLeader != lead {
 				took = time.Now()
 				return true
 			}
@@ -143,7 +153,7 @@ func TestGroupLeasesOutliveTheMetadataLeader(t *testing.T) {
 		})
 		t.Logf("new leader %v after the cut", took.Sub(cut))
 		members := func() map[string]bool {
-			g, err := nodes[2].Admin().Group(ctx, tp, "g")
+			g, err := nodes[x].Admin().Group(ctx, tp, "g")
 			if err != nil {
 				return nil
 			}
