@@ -5,6 +5,7 @@ import (
 	"path"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/parkway-io/parkway/internal/replica"
@@ -30,10 +31,11 @@ import (
 // returning what the log holds at each offset, every replica at
 // quiescence holding the whole log. One more: damage may be reported
 // (a typed *partition.CorruptError, or the EIO of a bad sector) only by
-// the liar, for an incarnation a lie touched. What today's engine cannot
-// do yet — repair a damaged replica from its peers — is classified as a
-// known limit (known.go), and only where the violation is the liar's own
-// copy of an incarnation a lie touched.
+// the liar, for an incarnation a lie touched. A damaged replica the
+// engine leaves unrepaired (a damaged raft log refuses its group by
+// design; a damaged incarnation file, and some other damage, are open
+// bugs) is classified as a known limit (known.go), and only where the
+// violation is the liar's own copy of a partition a lie touched.
 
 // ClusterLie is the lying-disk rate of LyingClusterConfig: about five lies
 // in a run of the default length, all on one node.
@@ -104,8 +106,9 @@ func (c *csim) liedTo(n *cnode, key incKey) bool {
 // unrepaired reports whether everything that kept the cluster from
 // settling is a copy the liar holds of a partition a lie touched — frames
 // parked for it there, requests waiting on it there, its copy short of
-// the log, its group not led by it as the preferred leader: the known
-// limit knownNotRepaired. Anything else is a bug.
+// the log, its group not led by it as the preferred leader, a replica
+// move (and the removal it drains) waiting for that copy to catch up —
+// named by stuckLabel. Anything else is a bug.
 func (c *csim) unrepaired() string {
 	liar := c.node(c.liar)
 	if c.lies == nil || liar == nil || liar.down {
@@ -148,16 +151,108 @@ func (c *csim) unrepaired() string {
 	skip := func(id uint64, ns metadata.Namespace) bool {
 		return id == c.liar && (touched(ns) || blocked(c.ownerOf(ns), ns))
 	}
-	if c.convergedExcept(skip) != "" || c.join != nil || c.remove != nil || c.moving() != "" {
+	// A move that adds the liar's copy of a touched partition waits for
+	// that copy to catch up, which it never does.
+	// So does the removal of a node that move drains.
+	stuckMove := false
+	for _, p := range c.nodes[0].meta.Snapshot().Partitions {
+		if len(p.Leaving) > 0 && (!touched(p.NS) || !slices.Contains(p.Replicas, c.liar)) {
+			return ""
+		}
+		if len(p.Leaving) > 0 {
+			found, stuckMove = true, true
+		}
+	}
+	if c.convergedExcept(skip) != "" || c.join != nil || c.remove != nil && !stuckMove || c.movingOther() != "" {
 		return ""
 	}
 	if c.unbalancedExcept(skip) != "" {
 		return ""
 	}
-	if found || c.converged() != "" || c.unbalanced() != "" {
+	if known == knownNotRepaired {
+		known = c.stuckLabel(nil, knownNotRepaired)
+	}
+	if known != "" && (found || c.converged() != "" || c.unbalanced() != "") {
+		return known
+	}
+	// Calm at this instant, but the cluster never stayed calm: the liar
+	// retries a group its damaged raft log refuses, forever.
+	if known == knownRaftLogRefused {
 		return known
 	}
 	return ""
+}
+
+// movingOther is moving, but for the nodes whose metadata is the same
+// committed moves unrepaired already judged (every member's view).
+func (c *csim) movingOther() string {
+	for _, n := range c.nodes {
+		if moving, _ := n.meta.Moving(0); moving == 0 {
+			continue
+		}
+		if len(n.meta.Snapshot().Partitions) != len(c.nodes[0].meta.Snapshot().Partitions) {
+			return "metadata differs"
+		}
+	}
+	return ""
+}
+
+// noteLiarBuild records the outcome of a build of ns on n, if n is the
+// liar.
+func (c *csim) noteLiarBuild(n *cnode, ns metadata.Namespace, err error) {
+	if !c.isLiar(n) {
+		return
+	}
+	if c.liarBuildErr == nil {
+		c.liarBuildErr = map[metadata.Namespace]error{}
+	}
+	if err == nil {
+		delete(c.liarBuildErr, ns)
+		return
+	}
+	c.liarBuildErr[ns] = err
+}
+
+// stuckLabel names the known limit a copy on the liar of a partition a
+// lie touched is stuck in: its builds failing on its incarnation file,
+// or its raft log (which a lie touched) refused; otherwise def. ns, if
+// not nil, is the copy's partition (else every partition a lie touched).
+func (c *csim) stuckLabel(ns *metadata.Namespace, def string) string {
+	raft, inc := false, false
+	for n, b := range c.lies.bases {
+		if ns != nil && n != *ns {
+			continue
+		}
+		if err := c.liarBuildErr[n]; err != nil && strings.Contains(err.Error(), "/incarnation") {
+			inc = true
+		}
+		raft = raft || b["raft.log"]
+	}
+	switch {
+	case inc:
+		return knownIncarnationNotRepaired
+	case raft:
+		return knownRaftLogRefused
+	}
+	return def
+}
+
+// unowned reports whether the only difference between key's owners and
+// its placement is the liar's copy, missing, of a partition a lie
+// touched: the known limit of that copy (invariant 7 at quiescence).
+func (c *csim) unowned(key incKey, got, want []uint64) string {
+	if c.lies == nil || !c.liedTo(c.node(c.liar), key) && !(c.lies.all || c.lies.dirs[key.ns]) {
+		return ""
+	}
+	if len(want) != len(got)+1 || !slices.Contains(want, c.liar) || slices.Contains(got, c.liar) {
+		return ""
+	}
+	for _, id := range got {
+		if !slices.Contains(want, id) {
+			return ""
+		}
+	}
+	return c.stuckLabel(&key.ns, "")
 }
 
 // ownerOf is the shard that owns ns (-1 if no committed partition is ns).

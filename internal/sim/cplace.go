@@ -96,6 +96,9 @@ func (c *csim) checkOwnership() {
 		slices.Sort(got)
 		if !slices.Equal(got, want) {
 			c.fail(7, "at quiescence %v is owned by nodes %v, its placement is %v", k, got, p.Replicas)
+			if c.viol != nil && c.viol.Known == "" {
+				c.viol.Known = c.unowned(k, got, want)
+			}
 			return
 		}
 	}

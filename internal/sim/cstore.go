@@ -58,8 +58,10 @@ func (st *cstore) Build(ns metadata.Namespace, epoch uint64) (partition.Partitio
 	p, err := st.inner.Build(ns, epoch)
 	if err != nil {
 		c.event("n%d build ns=%v epoch=%d err=%v", n.id, ns, epoch, err)
+		c.noteLiarBuild(n, ns, err)
 		return nil, err
 	}
+	c.noteLiarBuild(n, ns, nil)
 	key := incKey{ns, epoch}
 	c.checkPlacedBuild(n, key)
 	if info, ok := n.meta.Partition(ns); ok && info.CreatedRevision == epoch {

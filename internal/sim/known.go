@@ -54,14 +54,15 @@ const (
 // classified only where the violation is the liar's own copy of an
 // incarnation a lie touched; the honest majority is checked as always.
 const (
-	// knownNotRepaired: a replica whose files a lie damaged — a build
-	// refused for damage (a consumer offset file, a segment, the raft
-	// log), or a copy that reports damage at some offsets — is never
-	// repaired from its peers: it stays unbuilt (peers' raft traffic for
-	// it parked and dropped), short of the log, or unable to lead, so the
-	// cluster never settles with every replica whole. The honest replicas
-	// keep every acknowledged message.
-	knownNotRepaired = "a replica damaged by a lie is not repaired from its peers (snapshot plus catch-up): it stays unbuilt or short of the log"
+	// knownNotRepaired: an open bug since replicas are repaired from
+	// their peers (what the repair misses is not yet diagnosed). A
+	// replica whose files a lie damaged — a consumer offset file, a
+	// segment — still ends up unbuilt (peers' raft traffic for it parked)
+	// or short of the log on some seeds (cluster lying seeds 3 and 4),
+	// so the cluster never settles with every replica whole. The honest
+	// replicas keep every acknowledged message. A damaged incarnation
+	// file or raft log has its own label below.
+	knownNotRepaired = "OPEN BUG: a replica damaged by a lie (not its incarnation file or raft log) is still not repaired from its peers on some seeds: it stays unbuilt or short of the log"
 	// knownPassBlocked: a bug, not only a missing repair. A partition's
 	// raft log damaged by a lie (wal.ErrCorrupt at open) makes every
 	// reconcile pass of its shard on that node fail (InsertOwned reports
@@ -76,4 +77,19 @@ const (
 	// raft log with its term and vote — is removed while the node's
 	// metadata names it a replica.
 	knownReplicaIncarnationDamage = "a damaged incarnation file makes a replica's directory (its log and raft state) look dead: removed while the node is a replica"
+	// knownIncarnationNotRepaired: an open bug since replicas are
+	// repaired from their peers. A lie in a replica's incarnation file
+	// (bytes flipped, so its checksum fails, or a bad sector) makes
+	// every build of that replica fail — a *CorruptError or EIO — and
+	// the repair sets a damaged copy's segments aside but keeps the
+	// incarnation file, so the replica is never rebuilt: it stays
+	// unowned on the liar, its peers' traffic for it parked, and a
+	// replica move that adds it never completes.
+	knownIncarnationNotRepaired = "OPEN BUG: a replica whose incarnation file a lie damaged (checksum or bad sector) fails every build and is not repaired (set-aside keeps the incarnation file): unowned on that node, a move adding it never completes"
+	// knownRaftLogRefused: by design for now (the member's votes and
+	// acknowledged entries are gone with a damaged raft log, so it is
+	// not rebuilt from its peers): the group is refused on that node and
+	// the reconciler retries it with backoff forever, so the cluster
+	// never stays calm; the group runs on its honest majority.
+	knownRaftLogRefused = "a replica whose raft log a lie damaged is refused on that node (not repaired: its votes and acked entries are gone) and retried forever; the group runs on the others"
 )

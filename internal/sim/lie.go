@@ -99,6 +99,10 @@ type lies struct {
 	// incarnation record cannot say whose directory it is, so it is
 	// kept, and blocks the next incarnation's build with the error).
 	dirs map[metadata.Namespace]bool
+	// bases are the base names of the files a lie touched, per
+	// partition directory (which names the known limit a stuck copy is
+	// in).
+	bases map[metadata.Namespace]map[string]bool
 	// points are where lies hit the segments of each incarnation: the
 	// file, the byte (for a truncation or a rollback, -1) and the kind.
 	points map[incKey][]liePoint
@@ -233,6 +237,13 @@ func (l *lies) lieTouched(name string) {
 		return
 	}
 	l.dirs[ns] = true
+	if l.bases == nil {
+		l.bases = map[metadata.Namespace]map[string]bool{}
+	}
+	if l.bases[ns] == nil {
+		l.bases[ns] = map[string]bool{}
+	}
+	l.bases[ns][path.Base(name)] = true
 	if rev, ok := l.dirEpoch(ns, name); ok {
 		key := incKey{ns, rev}
 		if l.keys[key] == nil {
