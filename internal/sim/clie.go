@@ -116,17 +116,8 @@ func (c *csim) unrepaired() string {
 	}
 	touched := func(ns metadata.Namespace) bool { return c.lies.all || c.lies.dirs[ns] }
 	known, found := knownNotRepaired, false
-	// blocked: a partition of shard i the liar cannot build because
-	// another partition's damaged raft log fails the whole pass.
-	blocked := func(i int, ns metadata.Namespace) bool {
-		if touched(ns) || !liar.passDamaged[i] {
-			return false
-		}
-		known = knownPassBlocked
-		return true
-	}
 	for _, n := range c.nodes {
-		for i, sh := range n.shards {
+		for _, sh := range n.shards {
 			if sh.Parked() == 0 {
 				continue
 			}
@@ -135,7 +126,7 @@ func (c *csim) unrepaired() string {
 				return ""
 			}
 			for _, pn := range st.Parked {
-				if n != liar || !touched(pn.NS) && !blocked(i, pn.NS) {
+				if n != liar || !touched(pn.NS) {
 					return ""
 				}
 				found = true
@@ -143,13 +134,13 @@ func (c *csim) unrepaired() string {
 		}
 	}
 	for _, a := range c.inflight {
-		if a.node != liar || !touched(a.op.ns) && !blocked(c.ownerOf(a.op.ns), a.op.ns) {
+		if a.node != liar || !touched(a.op.ns) {
 			return ""
 		}
 		found = true
 	}
 	skip := func(id uint64, ns metadata.Namespace) bool {
-		return id == c.liar && (touched(ns) || blocked(c.ownerOf(ns), ns))
+		return id == c.liar && touched(ns)
 	}
 	// A move that adds the liar's copy of a touched partition waits for
 	// that copy to catch up, which it never does.

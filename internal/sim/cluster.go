@@ -182,16 +182,13 @@ type cnode struct {
 	// with the channel each outcome arrives on.
 	waits []metaWait
 
-	store  *cstore
-	rt     *router.Router[shard.Frame]
-	shards []*shard.Shard
-	recs   []reconciler.Reconciler
-	// passDamaged marks the shards whose last reconcile pass failed for
-	// damage a lie did (a partition's raft log refused at open).
-	passDamaged []bool
-	wakes       []<-chan struct{}
-	nextPass    []time.Time
-	busy        []bool
+	store    *cstore
+	rt       *router.Router[shard.Frame]
+	shards   []*shard.Shard
+	recs     []reconciler.Reconciler
+	wakes    []<-chan struct{}
+	nextPass []time.Time
+	busy     []bool
 	// clk is the node's own clock (clock.go); clocks are the shards'
 	// views of it, which know when each shard's raft tick is due.
 	clk    *nodeClock
@@ -373,7 +370,6 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *cnode
 	}
 	n.shadow = make([][]*attempt, c.cfg.Shards)
 	n.busy = make([]bool, c.cfg.Shards)
-	n.passDamaged = make([]bool, c.cfg.Shards)
 	for range c.cfg.Shards {
 		n.clocks = append(n.clocks, &watchedClock{nodeClock: n.clk})
 	}
@@ -880,7 +876,6 @@ func (c *csim) reconcile(n *cnode, i int) {
 	rep, err := n.recs[i].Reconcile(c.ctx)
 	n.busy[i] = false
 	n.flushOutbox()
-	n.passDamaged[i] = err != nil && c.isLiar(n) && isLogDamage(err)
 	if err != nil {
 		// reconciler.Run logs a failed pass and goes on; so does the
 		// simulator (a replicated partition's raft log may fail to open

@@ -93,12 +93,14 @@
 // lie touched; anywhere else it is a violation. The engine does not yet
 // repair a damaged replica from its peers, so three outcomes are known
 // limits (known.go), classified only when every reason the cluster did
-// not settle is the liar's copy of a touched partition: the replica is
-// not repaired (knownNotRepaired), a partition's damaged raft log fails
-// every reconcile pass of its shard so that shard's undamaged partitions
-// are not built on the liar either (knownPassBlocked, a bug), or a
-// damaged incarnation file gets the liar's copy, raft state included,
-// removed while it is a replica (knownReplicaIncarnationDamage).
+// not settle is the liar's copy of a touched partition: a damaged raft
+// log refused by design (knownRaftLogRefused), and two open bugs of the
+// repair from peers: a damaged incarnation file never rebuilt
+// (knownIncarnationNotRepaired) and some segment or consumer-offset
+// damage not re-fetched (knownNotRepaired); or a damaged incarnation
+// file gets the liar's copy, raft state included, removed while it is a
+// replica (knownReplicaIncarnationDamage). A damaged raft log no longer
+// fails the other partitions' builds of its shard: nothing excuses that.
 // BreakSwallowDamage, the liar answering its clients' reads that meet
 // damage with nothing, is caught
 // (TestBehaviour28ClusterLyingDiskCatchesSwallowedDamage).

@@ -63,14 +63,6 @@ const (
 	// replicas keep every acknowledged message. A damaged incarnation
 	// file or raft log has its own label below.
 	knownNotRepaired = "OPEN BUG: a replica damaged by a lie (not its incarnation file or raft log) is still not repaired from its peers on some seeds: it stays unbuilt or short of the log"
-	// knownPassBlocked: a bug, not only a missing repair. A partition's
-	// raft log damaged by a lie (wal.ErrCorrupt at open) makes every
-	// reconcile pass of its shard on that node fail (InsertOwned reports
-	// the error for the whole pass), so the shard's other partitions —
-	// undamaged — are never built there either: their peers' raft
-	// traffic stays parked, their copies fall behind. One partition's
-	// damage should fence that partition alone.
-	knownPassBlocked = "a partition's raft log damaged by a lie fails every reconcile pass of its shard on that node: the shard's undamaged partitions are never built there"
 	// knownReplicaIncarnationDamage: as knownIncarnationDamage on one
 	// node: the liar's damaged incarnation file makes its copy look dead
 	// or half-built, and the directory — the segments and the replica's
