@@ -246,14 +246,6 @@ func (c *csim) unowned(key incKey, got, want []uint64) string {
 	return c.stuckLabel(&key.ns, "")
 }
 
-// ownerOf is the shard that owns ns (-1 if no committed partition is ns).
-func (c *csim) ownerOf(ns metadata.Namespace) int {
-	if p, ok := c.nodes[0].meta.Partition(ns); ok {
-		return int(p.Owner)
-	}
-	return -1
-}
-
 // damageReported reports whether o's failure, the answer of a final read
 // of key through n, is damage the liar reports for its copy (counted as
 // detected): the liar answered it (n itself, or the replica n's "not
