@@ -324,3 +324,95 @@ func TestBehaviour28ClusterOneReplicaServedAroundDamage(t *testing.T) {
 		}
 	})
 }
+
+// TestBehaviour28ClusterRepairsDamagedIncarnationFile: a replica whose
+// incarnation file is damaged (a byte flipped: the record fails its
+// check) cannot say which incarnation its directory holds, but its raft
+// log can: it is tagged with the incarnation it was created for. When
+// that tag names the incarnation the metadata names, the copy is set
+// aside with the damaged file (kept as evidence), the file is rewritten
+// from the metadata, the raft log is kept, and the group brings the copy
+// back. A raft log tagged with another incarnation is never kept under
+// this one (it is another group's term, vote and entries): that copy is
+// not repaired, and the group serves without it.
+func TestBehaviour28ClusterRepairsDamagedIncarnationFile(t *testing.T) {
+	for _, tc := range []string{"own raft log", "another incarnation's raft log"} {
+		t.Run(tc, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c, dirs := newRealCluster(t, func(cfg *parkway.Config) { cfg.Cluster.CompactEntries = 8 })
+				s := mustStream(t, c.nodes[1], "s")
+				tp := mustTopic(t, c.nodes[1], s, "t", 1)
+				other := mustTopic(t, c.nodes[1], s, "u", 1) // another incarnation
+				want := c.produceBatches(1, tp, "a", 1500)
+				c.produce(1, other, "o", 3)
+				c.converged(tp, want)
+				leader, err := c.nodes[1].Cluster().Leader(context.Background(), tp, 0)
+				if err != nil || leader == 0 {
+					t.Fatalf("leader: %d, %v", leader, err)
+				}
+				bad := others(leader)[0]
+				c.stop(bad)
+				pdir := partitionDir(dirs[bad], s, tp)
+				inc := filepath.Join(pdir, "incarnation")
+				flipAt(t, inc, 0)
+				damagedInc, err := os.ReadFile(inc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				raftLog := filepath.Join(pdir, "raft.log")
+				if tc != "own raft log" {
+					b, err := os.ReadFile(filepath.Join(partitionDir(dirs[bad], s, other), "raft.log"))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := os.WriteFile(raftLog, b, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				n := c.start(bad)
+				reg := registry(t, n)
+				want = append(want, c.produceBatches(bad, tp, "b", 100)...)
+				for _, id := range c.peers {
+					got, err := leaderLog(c.nodes[id], tp)
+					if err != nil || !slices.Equal(got, want) {
+						t.Fatalf("reading through node %d: %d messages, %v; want the %d acknowledged", id, len(got), err, len(want))
+					}
+				}
+				if tc != "own raft log" {
+					// Refused, and left as it was for an operator.
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					defer cancel()
+					waitFor(t, "the damaged incarnation reported", func() bool {
+						_, err := n.Poll(ctx, tp, 0, parkway.AtOffset(0).Local(), 10)
+						return errors.Is(err, parkway.ErrCorrupt)
+					})
+					if v := metricValue(t, reg, "parkway_replica_repairs_total"); v != 0 {
+						t.Fatalf("parkway_replica_repairs_total = %v with another incarnation's raft log, want 0", v)
+					}
+					if b, err := os.ReadFile(inc); err != nil || !slices.Equal(b, damagedInc) {
+						t.Fatalf("incarnation file %q, %v after a refused repair; want it left damaged", b, err)
+					}
+					if _, err := os.Stat(filepath.Join(pdir, "damaged-1")); !os.IsNotExist(err) {
+						t.Fatalf("a copy whose raft log is another incarnation's was set aside: %v", err)
+					}
+					return
+				}
+				c.converged(tp, want)
+				if v := metricValue(t, reg, "parkway_replica_repairs_total"); v != 1 {
+					t.Fatalf("parkway_replica_repairs_total = %v on the damaged node, want 1", v)
+				}
+				if b, err := os.ReadFile(filepath.Join(pdir, "damaged-1", "incarnation")); err != nil || !slices.Equal(b, damagedInc) {
+					t.Fatalf("damaged incarnation file set aside as %q, %v; want %q", b, err, damagedInc)
+				}
+				// A restart keeps the repaired copy under a whole file.
+				c.stop(bad)
+				n = c.start(bad)
+				ack, err := n.Produce(context.Background(), tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("after")})
+				if err != nil || ack.FirstOffset != uint64(len(want)) {
+					t.Fatalf("produce after the repair: %+v, %v; want offset %d", ack, err, len(want))
+				}
+				c.converged(tp, append(want, "after"))
+			})
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/vfs"
 )
 
 // asidePrefix names the directories SetAside moves a damaged copy into,
@@ -25,7 +27,8 @@ const asidePrefix = "damaged-"
 // the replica promised its group is not damaged with its partition log)
 // and the copies set aside before. It returns the directory the data went
 // to ("" if there was nothing to move). A partition whose incarnation
-// file is missing or damaged is refused with the error reading it.
+// file is missing is refused with the error reading it, one whose file is
+// damaged with ErrIncarnationDamaged (see Reincarnate).
 //
 // Why. A replica of a partition whose files are damaged (a
 // *CorruptError that is not a torn tail) must not go on serving them as
@@ -39,6 +42,47 @@ const asidePrefix = "damaged-"
 // leaves some files moved, which the next Build reports as damage again
 // (segments missing), and a second SetAside moves the rest.
 func (s *FileStore) SetAside(ns metadata.Namespace, keep ...string) (string, error) {
+	return s.setAside(ns, 0, keep)
+}
+
+// ErrIncarnationDamaged marks the error of SetAside for a partition whose
+// incarnation file is damaged (a *CorruptError naming it is wrapped too):
+// which incarnation the directory holds is unknown, and only Reincarnate,
+// told by its caller, sets such a copy aside.
+var ErrIncarnationDamaged = errors.New("parkway: incarnation file damaged")
+
+// Reincarnate is SetAside for a partition whose incarnation file is
+// damaged, when the caller knows from elsewhere that the directory holds
+// incarnation epoch (a replica's raft log tagged with it, and the
+// metadata naming it): the data and the damaged file's bytes go into
+// damaged-N as SetAside's do, and the incarnation file is then replaced,
+// atomically, by one naming epoch, so that the next Build opens an empty
+// log at epoch with the files in keep beside it. A whole incarnation file
+// naming epoch is SetAside's case, and is handled as by it; one naming
+// another incarnation, or none, is refused: Build discards that
+// directory, and nothing in it may be kept.
+//
+// The new incarnation file is written last: a crash before it leaves the
+// damaged one, so the next Build fails on it again and a second
+// Reincarnate finishes; never a directory without an incarnation file,
+// which a Build would take for a half-built one and remove with the
+// files in keep.
+func (s *FileStore) Reincarnate(ns metadata.Namespace, epoch uint64, keep ...string) (string, error) {
+	if epoch == 0 {
+		return "", fmt.Errorf("partition: reincarnate %v at epoch 0", ns)
+	}
+	return s.setAside(ns, epoch, keep)
+}
+
+// Location returns the filesystem and the directory that hold partition
+// ns (whether or not the store holds it): where its owner keeps the files
+// a partition does not know, such as a replica's raft log.
+func (s *FileStore) Location(ns metadata.Namespace) (vfs.FS, string) {
+	return s.fs, s.partitionDir(ns)
+}
+
+// setAside is SetAside (epoch 0) and Reincarnate (epoch set).
+func (s *FileStore) setAside(ns metadata.Namespace, epoch uint64, keep []string) (string, error) {
 	if err := checkNamespace(ns); err != nil {
 		return "", err
 	}
@@ -55,8 +99,19 @@ func (s *FileStore) SetAside(ns metadata.Namespace, keep ...string) (string, err
 		return "", err
 	}
 	// The copy must be of a known incarnation: a damaged incarnation
-	// file is not damage a fresh log under it repairs.
-	if _, err := readIncarnation(s.fs, dir); err != nil {
+	// file is not damage a fresh log under it repairs, unless the
+	// caller knows the incarnation (Reincarnate).
+	inc, err := readIncarnation(s.fs, dir)
+	var ce *CorruptError
+	damaged := errors.As(err, &ce)
+	switch {
+	case err == nil && (epoch == 0 || inc == epoch):
+		epoch = 0 // whole: nothing to rewrite
+	case err == nil:
+		return "", fmt.Errorf("partition %v: incarnation file names incarnation %d, not %d", ns, inc, epoch)
+	case damaged && epoch == 0:
+		return "", fmt.Errorf("%w: %w", ErrIncarnationDamaged, err)
+	case !damaged:
 		return "", err
 	}
 	n := 0
@@ -72,7 +127,7 @@ func (s *FileStore) SetAside(ns metadata.Namespace, keep ...string) (string, err
 			move = append(move, name)
 		}
 	}
-	if len(move) == 0 {
+	if len(move) == 0 && epoch == 0 {
 		return "", nil
 	}
 	aside := filepath.Join(dir, asidePrefix+strconv.Itoa(n+1))
@@ -84,11 +139,25 @@ func (s *FileStore) SetAside(ns metadata.Namespace, keep ...string) (string, err
 			return "", fmt.Errorf("setting %s aside: %w", name, err)
 		}
 	}
+	if epoch != 0 {
+		// The damaged record is kept as evidence if it can be read (a
+		// bad sector may refuse it); the replacement is atomic.
+		if b, err := vfs.ReadFile(s.fs, filepath.Join(dir, incarnationFile)); err == nil {
+			if err := vfs.WriteFileAtomic(s.fs, filepath.Join(aside, incarnationFile), b); err != nil {
+				return "", fmt.Errorf("setting the incarnation file aside: %w", err)
+			}
+		}
+	}
 	if err := s.fs.SyncDir(aside); err != nil {
 		return "", err
 	}
 	if err := s.fs.SyncDir(dir); err != nil {
 		return "", err
+	}
+	if epoch != 0 {
+		if err := vfs.WriteFileAtomic(s.fs, filepath.Join(dir, incarnationFile), encodeIncarnation(epoch)); err != nil {
+			return "", fmt.Errorf("rewriting the incarnation file: %w", err)
+		}
 	}
 	return aside, nil
 }

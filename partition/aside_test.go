@@ -71,3 +71,63 @@ func TestSetAside(t *testing.T) {
 		t.Fatalf("SetAside under a damaged incarnation file: %q, want an error", aside)
 	}
 }
+
+// Reincarnate sets aside the copy of a partition whose incarnation file
+// is damaged, the damaged file included, and rewrites the file for the
+// incarnation its caller names, keeping the files named: the next Build
+// opens an empty log at that incarnation. A whole file naming another
+// incarnation is refused, and one naming this one is SetAside's case.
+func TestReincarnate(t *testing.T) {
+	dir := t.TempDir()
+	s := newFileStore(t, partition.FileConfig{Dir: dir, SegmentSize: 1 << 20})
+	ns := mustNS(t, 1, 2, 3)
+	p := mustBuild(t, s, ns, 7)
+	if _, err := p.Append([]partition.Message{{Payload: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	loc, _ := p.(partition.Located)
+	_, pdir := loc.Location()
+	if err := os.WriteFile(filepath.Join(pdir, "raft.log"), []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reincarnate(ns, 8, "raft.log"); err == nil {
+		t.Fatal("Reincarnate at another incarnation than the whole file's was taken")
+	}
+	inc := filepath.Join(pdir, "incarnation")
+	damaged := []byte("7 0000000\x31\n")
+	if err := os.WriteFile(inc, damaged, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetAside(ns, "raft.log"); !errors.Is(err, partition.ErrIncarnationDamaged) || !errors.Is(err, partition.ErrCorrupt) {
+		t.Fatalf("SetAside under a damaged incarnation file: %v, want ErrIncarnationDamaged and ErrCorrupt", err)
+	}
+	if _, err := s.Build(ns, 7); !errors.Is(err, partition.ErrCorrupt) {
+		t.Fatalf("Build under a damaged incarnation file: %v, want ErrCorrupt", err)
+	}
+	aside, err := s.Reincarnate(ns, 7, "raft.log")
+	if err != nil || aside != filepath.Join(pdir, "damaged-1") {
+		t.Fatalf("Reincarnate: %q, %v", aside, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(aside, "incarnation")); err != nil || string(b) != string(damaged) {
+		t.Fatalf("damaged incarnation file set aside as %q, %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(aside, "00000000000000000000.log")); err != nil {
+		t.Fatalf("first segment not set aside: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(pdir, "raft.log")); err != nil || string(b) != "kept" {
+		t.Fatalf("raft log: %q, %v; want it kept in place", b, err)
+	}
+	p = mustBuild(t, s, ns, 7)
+	if p.NextOffset() != 0 || p.StartOffset() != 0 {
+		t.Fatalf("rebuilt after Reincarnate: [%d, %d), want an empty log", p.StartOffset(), p.NextOffset())
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := s.List(); err != nil || len(st) != 1 || st[0].Epoch != 7 || st[0].Damage != nil {
+		t.Fatalf("List after Reincarnate: %+v, %v", st, err)
+	}
+}

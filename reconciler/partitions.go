@@ -16,6 +16,7 @@ import (
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/router"
 	"github.com/parkway-io/parkway/shard"
+	"github.com/parkway-io/parkway/vfs"
 )
 
 // Backoff defaults, the reference server's: 1 s doubling, clamped at 60 s.
@@ -660,6 +661,8 @@ func (r *Partitions) enforceRetention(ctx context.Context, rep *Report) error {
 // (partition.FileStore.SetAside).
 type asidingStore interface {
 	SetAside(ns metadata.Namespace, keep ...string) (string, error)
+	Reincarnate(ns metadata.Namespace, epoch uint64, keep ...string) (string, error)
+	Location(ns metadata.Namespace) (vfs.FS, string)
 }
 
 // repair handles damage found in this node's copy of a replicated
@@ -688,6 +691,9 @@ func (r *Partitions) repair(info metadata.PartitionInfo, p partition.Partition, 
 		}
 	}
 	aside, err := a.SetAside(info.NS, shard.RaftLogName)
+	if errors.Is(err, partition.ErrIncarnationDamaged) {
+		aside, err = reincarnate(a, info)
+	}
 	if err != nil || aside == "" {
 		r.log.Error("setting a damaged replica aside failed", "ns", info.NS, "damage", damage, "error", err)
 		return p != nil // closed: build it again all the same
@@ -695,4 +701,32 @@ func (r *Partitions) repair(info metadata.PartitionInfo, p partition.Partition, 
 	r.m.ReplicaRepairs.Inc()
 	r.log.Error("replica damaged on disk: its copy is set aside and fetched again from its peers", "ns", info.NS, "aside", aside, "error", damage)
 	return true
+}
+
+// reincarnate sets aside the copy of a replica whose incarnation file is
+// damaged, and rewrites that file from the metadata
+// (partition.FileStore.Reincarnate), if its raft log allows: a log
+// tagged with the incarnation the metadata names is this incarnation's
+// and is kept (shard.RaftLogOf); a log that holds no raft state (or none)
+// goes aside with the rest, as the member never took part from it. Raft
+// state that does not prove its incarnation — untagged, tagged with
+// another, or damaged — is never kept under this one (it could be an
+// earlier incarnation's term, vote and entries, and elect this member
+// with another group's log), nor discarded (a member that forgets its
+// vote can vote twice): the copy is not repaired, its build keeps
+// failing, and the group serves without it.
+func reincarnate(a asidingStore, info metadata.PartitionInfo) (string, error) {
+	fsys, dir := a.Location(info.NS)
+	l, err := shard.RaftLogOf(fsys, dir)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("incarnation file damaged, and the raft log: %w", err)
+	case !l.Held:
+		return a.Reincarnate(info.NS, info.CreatedRevision)
+	case !l.Tagged:
+		return "", errors.New("incarnation file damaged, and the raft log does not name its incarnation")
+	case l.Incarnation != info.CreatedRevision:
+		return "", fmt.Errorf("incarnation file damaged, and the raft log is of incarnation %d, not %d", l.Incarnation, info.CreatedRevision)
+	}
+	return a.Reincarnate(info.NS, info.CreatedRevision, shard.RaftLogName)
 }

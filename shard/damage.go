@@ -1,14 +1,19 @@
 package shard
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
+	"path/filepath"
 	"slices"
 
+	"github.com/parkway-io/parkway/internal/replica"
 	"github.com/parkway-io/parkway/internal/wal"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
+	"github.com/parkway-io/parkway/vfs"
 )
 
 // Damage in a replica. A replicated partition's messages are held by
@@ -41,6 +46,62 @@ import (
 // RaftLogName is the name of a replicated partition's raft log in the
 // partition's directory: what a repair of the partition log keeps.
 const RaftLogName = raftLogName
+
+// tagRaftLog binds disk, the raft log of the incarnation epoch of a
+// replicated partition, to that incarnation (replica.Disk.SetTag): a log
+// without a tag (new, or written before logs were tagged) is tagged now
+// (the partition's build has just read its incarnation file and found
+// epoch); a log tagged with another incarnation is refused as damage —
+// raft state of another group must never be taken for this one's.
+func tagRaftLog(disk *replica.Disk, epoch uint64) error {
+	tag := binary.LittleEndian.AppendUint64(nil, epoch)
+	switch have := disk.Tag(); {
+	case have == nil:
+		return disk.SetTag(tag)
+	case len(have) != len(tag) || binary.LittleEndian.Uint64(have) != epoch:
+		return &partition.CorruptError{Path: disk.Path(), Err: fmt.Errorf("raft log tagged %x in the directory of incarnation %d", have, epoch)}
+	}
+	return nil
+}
+
+// RaftLog is what RaftLogOf found in a replicated partition's directory.
+type RaftLog struct {
+	// Held reports raft state: a raft log holding a snapshot, a hard
+	// state or an entry. Without it the member never took part in its
+	// group from this directory: no term, vote or acknowledged entry to
+	// lose or to mistake for another incarnation's.
+	Held bool
+	// Tagged reports that the log names its incarnation, Incarnation.
+	Tagged      bool
+	Incarnation uint64
+}
+
+// RaftLogOf reads the raft log in dir, a replicated partition's
+// directory, without changing anything: whether it holds raft state, and
+// the incarnation it is tagged with (see tagRaftLog). A missing log holds
+// nothing; err is the log's damage or read error.
+//
+// Why. A repair whose partition's incarnation file is damaged keeps the
+// raft log — the member's term, vote and acknowledged entries — only if
+// the log itself says it belongs to the incarnation the metadata names:
+// a directory left by an earlier incarnation of the same namespace holds
+// another group's raft state.
+func RaftLogOf(fsys vfs.FS, dir string) (RaftLog, error) {
+	d, err := replica.ReadDisk(fsys, filepath.Join(dir, raftLogName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return RaftLog{}, nil
+	}
+	if err != nil {
+		return RaftLog{}, raftLogDamage(err)
+	}
+	defer d.Close()
+	rec := d.Recovered()
+	l := RaftLog{Held: !rec.Empty()}
+	if tag := d.Tag(); len(tag) == 8 {
+		l.Tagged, l.Incarnation = true, binary.LittleEndian.Uint64(tag)
+	}
+	return l, nil
+}
 
 // replicaDamaged takes damage found at run time in the local copy of
 // replicated partition o (see above). A leader transfers leadership to

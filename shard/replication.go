@@ -137,6 +137,10 @@ func (s *Shard) replicate(o *owned) error {
 		if disk, err = replica.OpenDisk(fsys, filepath.Join(dir, raftLogName), o.dur.always()); err != nil {
 			return raftLogDamage(err)
 		}
+		if err := tagRaftLog(disk, o.p.Epoch()); err != nil {
+			_ = disk.Close()
+			return err
+		}
 	}
 	info, _ := s.meta.Partition(ns)
 	o.rep.peers, o.rep.placed = s.peersOf(info), len(info.Replicas) > 0

@@ -50,6 +50,8 @@ type Disk struct {
 	snapOff, hsOff int64
 	// syncs observes the log's fsyncs (ObserveSyncs), or nil.
 	syncs prometheus.Observer
+	// tag is the owner's tag (SetTag), nil if none was written.
+	tag []byte
 }
 
 // ObserveSyncs makes the log's fsyncs from now on observe their duration
@@ -66,6 +68,10 @@ type Recovered struct {
 	Entries   []*raftpb.Entry
 }
 
+// Empty reports whether nothing was ever persisted: no snapshot, no hard
+// state, no entry (a tag alone is not raft state).
+func (r Recovered) Empty() bool { return r.empty() }
+
 // empty reports whether nothing was ever persisted.
 func (r *Recovered) empty() bool {
 	return r.Snapshot.GetMetadata().GetIndex() == 0 && r.HardState.GetTerm() == 0 && len(r.Entries) == 0
@@ -75,7 +81,11 @@ const (
 	recSnapshot byte = iota + 1
 	recEntries
 	recHardState
+	recTag
 )
+
+// MaxTag bounds a Disk's tag (SetTag).
+const MaxTag = 64
 
 // maxRecord bounds one record: a snapshot carries a state machine's
 // header (a partition's) or a whole metadata store.
@@ -243,6 +253,11 @@ func (d *Disk) replayRecord(off int64, data []byte) error {
 			return err
 		}
 		return d.replayEntries(ents)
+	case recTag:
+		if len(body) == 0 || len(body) > MaxTag {
+			return fmt.Errorf("tag of %d bytes", len(body))
+		}
+		d.tag = slices.Clone(body)
 	default:
 		return fmt.Errorf("unknown record type %d", data[0])
 	}
@@ -297,6 +312,31 @@ func (d *Disk) replayEntries(ents []*raftpb.Entry) error {
 	}
 	clear(d.rec.Entries[n:])
 	d.rec.Entries = append(d.rec.Entries[:n], ents...)
+	return nil
+}
+
+// Tag returns the tag the log was last given (SetTag), nil if none.
+func (d *Disk) Tag() []byte { return d.tag }
+
+// SetTag records tag (1 to MaxTag bytes) in the log, and keeps it there
+// across Rewrite: what the owner binds the log to. A replicated
+// partition's owner tags its raft log with the partition's incarnation,
+// so that the log itself tells which incarnation it belongs to — a
+// second record of the incarnation file's, which a repair trusts when
+// that file is damaged: raft state kept under the wrong incarnation could
+// elect a member with another group's log. The record is synced with the
+// next synced Save (or Sync).
+func (d *Disk) SetTag(tag []byte) error {
+	if len(tag) == 0 || len(tag) > MaxTag {
+		return fmt.Errorf("raft log %s: tag of %d bytes", d.path, len(tag))
+	}
+	if err := d.writeHeld(); err != nil {
+		return err
+	}
+	if _, err := d.log.Append(append([]byte{recTag}, tag...)); err != nil {
+		return err
+	}
+	d.tag = slices.Clone(tag)
 	return nil
 }
 
@@ -424,7 +464,12 @@ func (d *Disk) Rewrite(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raft
 	nl.ObserveSyncs(d.syncs)
 	// hs is the group's whole hard state, at least as new as a held one.
 	d.log, d.held = nl, nil
-	err = d.Save(snap, ents, hs)
+	if d.tag != nil {
+		_, err = nl.Append(append([]byte{recTag}, d.tag...))
+	}
+	if err == nil {
+		err = d.Save(snap, ents, hs)
+	}
 	if err == nil {
 		err = nl.Sync()
 	}

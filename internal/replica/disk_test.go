@@ -340,3 +340,63 @@ func TestDiskHoldsCommitOnlyHardState(t *testing.T) {
 		t.Fatalf("after Close: %s, want %s", got, want)
 	}
 }
+
+// TestDiskTag: a tag set on a log is read back after a reopen and after a
+// Rewrite (compaction replaces the file), and ReadDisk sees it too; a log
+// never tagged has none, and a tag out of bounds is refused.
+func TestDiskTag(t *testing.T) {
+	fsys := vfs.NewMem()
+	d, err := replica.OpenDisk(fsys, "/g/log", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Tag() != nil {
+		t.Fatalf("new log tagged %x", d.Tag())
+	}
+	if err := d.SetTag(nil); err == nil {
+		t.Fatal("an empty tag was taken")
+	}
+	if err := d.SetTag(make([]byte, replica.MaxTag+1)); err == nil {
+		t.Fatal("a tag over MaxTag was taken")
+	}
+	if err := d.SetTag([]byte("inc-7")); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Save(snapAt(1, 1, ""), entries(2, 4, 1), hardState(1, 2, 3)); err != nil {
+		t.Fatal(err)
+	}
+	reopen := func(what string) {
+		t.Helper()
+		if err := d.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if d, err = replica.OpenDisk(fsys, "/g/log", true); err != nil {
+			t.Fatal(err)
+		}
+		if string(d.Tag()) != "inc-7" {
+			t.Fatalf("tag %q after %s, want inc-7", d.Tag(), what)
+		}
+	}
+	reopen("a reopen")
+	if err := d.Rewrite(snapAt(3, 1, "s3"), hardState(1, 2, 3), entries(4, 4, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if string(d.Tag()) != "inc-7" {
+		t.Fatalf("tag %q after a Rewrite, want inc-7", d.Tag())
+	}
+	reopen("a Rewrite and a reopen")
+	if got, want := describe(d.Recovered()), "snap=3/s3 hs=1/2/3 ents=4.1:e4 "; got != want {
+		t.Fatalf("recovered %s, want %s", got, want)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := replica.ReadDisk(fsys, "/g/log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if string(r.Tag()) != "inc-7" || r.Recovered().Empty() {
+		t.Fatalf("ReadDisk: tag %q, empty %v", r.Tag(), r.Recovered().Empty())
+	}
+}

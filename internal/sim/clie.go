@@ -5,7 +5,6 @@ import (
 	"path"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/parkway-io/parkway/internal/replica"
@@ -188,42 +187,16 @@ func (c *csim) movingOther() string {
 	return ""
 }
 
-// noteLiarBuild records the outcome of a build of ns on n, if n is the
-// liar.
-func (c *csim) noteLiarBuild(n *cnode, ns metadata.Namespace, err error) {
-	if !c.isLiar(n) {
-		return
-	}
-	if c.liarBuildErr == nil {
-		c.liarBuildErr = map[metadata.Namespace]error{}
-	}
-	if err == nil {
-		delete(c.liarBuildErr, ns)
-		return
-	}
-	c.liarBuildErr[ns] = err
-}
-
 // stuckLabel names the known limit a copy on the liar of a partition a
-// lie touched is stuck in: its builds failing on its incarnation file,
-// or its raft log (which a lie touched) refused; otherwise def. ns, if
-// not nil, is the copy's partition (else every partition a lie touched).
+// lie touched is stuck in: its raft log, which a lie touched, refused
+// (a damaged incarnation file beside it too: the repair keeps raft state
+// only from a log that names its incarnation); otherwise def. ns, if not
+// nil, is the copy's partition (else every partition a lie touched).
 func (c *csim) stuckLabel(ns *metadata.Namespace, def string) string {
-	raft, inc := false, false
 	for n, b := range c.lies.bases {
-		if ns != nil && n != *ns {
-			continue
+		if (ns == nil || n == *ns) && b["raft.log"] {
+			return knownRaftLogRefused
 		}
-		if err := c.liarBuildErr[n]; err != nil && strings.Contains(err.Error(), "/incarnation") {
-			inc = true
-		}
-		raft = raft || b["raft.log"]
-	}
-	switch {
-	case inc:
-		return knownIncarnationNotRepaired
-	case raft:
-		return knownRaftLogRefused
 	}
 	return def
 }

@@ -146,9 +146,6 @@ type csim struct {
 	// lies are the liar's lies (clie.go), nil when FaultRates.Lie is 0.
 	lies *lies
 	liar uint64
-	// liarBuildErr is the last failed build of each partition on the
-	// liar (cleared when one succeeds): what its copy is stuck on.
-	liarBuildErr map[metadata.Namespace]error
 }
 
 // cnode is one simulated cluster node.

@@ -58,10 +58,8 @@ func (st *cstore) Build(ns metadata.Namespace, epoch uint64) (partition.Partitio
 	p, err := st.inner.Build(ns, epoch)
 	if err != nil {
 		c.event("n%d build ns=%v epoch=%d err=%v", n.id, ns, epoch, err)
-		c.noteLiarBuild(n, ns, err)
 		return nil, err
 	}
-	c.noteLiarBuild(n, ns, nil)
 	key := incKey{ns, epoch}
 	c.checkPlacedBuild(n, key)
 	if info, ok := n.meta.Partition(ns); ok && info.CreatedRevision == epoch {
@@ -162,6 +160,32 @@ func (st *cstore) Remove(ns metadata.Namespace) error {
 
 // List implements partition.Store.
 func (st *cstore) List() ([]partition.Stored, error) { return st.inner.List() }
+
+// SetAside passes the reconciler's repair of a damaged replica on to the
+// file store (partition.FileStore.SetAside): the simulated node repairs
+// as the engine does. The copy's next build is checked as a reopen: an
+// empty log is a prefix of what it held.
+func (st *cstore) SetAside(ns metadata.Namespace, keep ...string) (string, error) {
+	aside, err := st.files().SetAside(ns, keep...)
+	st.n.c.event("n%d set aside ns=%v to %q err=%v", st.n.id, ns, aside, err)
+	return aside, err
+}
+
+// Reincarnate passes on partition.FileStore.Reincarnate, as SetAside.
+func (st *cstore) Reincarnate(ns metadata.Namespace, epoch uint64, keep ...string) (string, error) {
+	aside, err := st.files().Reincarnate(ns, epoch, keep...)
+	st.n.c.event("n%d reincarnate ns=%v epoch=%d to %q err=%v", st.n.id, ns, epoch, aside, err)
+	return aside, err
+}
+
+// files is the file store under st: every cluster node keeps its data
+// in a directory of its simulated disk.
+func (st *cstore) files() *partition.FileStore { return st.inner.(*partition.FileStore) }
+
+// Location passes on partition.FileStore.Location.
+func (st *cstore) Location(ns metadata.Namespace) (vfs.FS, string) {
+	return st.files().Location(ns)
+}
 
 // ctap observes one replica of one partition incarnation.
 type ctap struct {

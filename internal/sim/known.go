@@ -69,15 +69,6 @@ const (
 	// raft log with its term and vote — is removed while the node's
 	// metadata names it a replica.
 	knownReplicaIncarnationDamage = "a damaged incarnation file makes a replica's directory (its log and raft state) look dead: removed while the node is a replica"
-	// knownIncarnationNotRepaired: an open bug since replicas are
-	// repaired from their peers. A lie in a replica's incarnation file
-	// (bytes flipped, so its checksum fails, or a bad sector) makes
-	// every build of that replica fail — a *CorruptError or EIO — and
-	// the repair sets a damaged copy's segments aside but keeps the
-	// incarnation file, so the replica is never rebuilt: it stays
-	// unowned on the liar, its peers' traffic for it parked, and a
-	// replica move that adds it never completes.
-	knownIncarnationNotRepaired = "OPEN BUG: a replica whose incarnation file a lie damaged (checksum or bad sector) fails every build and is not repaired (set-aside keeps the incarnation file): unowned on that node, a move adding it never completes"
 	// knownRaftLogRefused: by design for now (the member's votes and
 	// acknowledged entries are gone with a damaged raft log, so it is
 	// not rebuilt from its peers): the group is refused on that node and
