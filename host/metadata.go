@@ -83,10 +83,10 @@ type metaGroup struct {
 
 	served []served // manual engines: forwarded requests awaiting answers
 
-	// snapshotNow forces the next compaction: a node was added, and a
-	// joining member takes only a snapshot whose voters include it, so
-	// the one the leader sends it must be taken after the change.
-	snapshotNow bool
+	// compaction is the log's compaction trigger; a node added forces
+	// one: a joining member takes only a snapshot whose voters include
+	// it, so the one the leader sends it must be taken after the change.
+	compaction groups.Compaction
 
 	q metaQuiet // quiescence (metaquiesce.go)
 }
@@ -371,13 +371,10 @@ func (m *metaGroup) reopenGroup() error {
 // is exactly the state at the applied index.
 func (m *metaGroup) compact() {
 	g := m.g
-	if !m.snapshotNow && !m.policy.Due(g, 0) {
+	if !m.compaction.Due(g, m.policy) {
 		return
 	}
-	if g.Applied() <= g.SnapshotIndex() {
-		return
-	}
-	m.snapshotNow = false
+	m.compaction.Compacted()
 	data, err := metadata.EncodeGroupSnapshot(m.keys(), m.store.Export())
 	if err == nil {
 		err = g.Compact(g.Applied(), data)
@@ -768,7 +765,7 @@ func (m *metaGroup) ConfChanged(index uint64, add bool, node uint64, ctx []byte)
 	// (again) with whatever directory it has now.
 	m.c.dirs.forgetPeer(node, index, false)
 	if add {
-		m.snapshotNow = true
+		m.compaction.Force()
 	} else if node == uint64(m.c.cfg.ID) {
 		m.c.e.cfg.Logger.Info("this node was removed from the cluster; it serves nothing more and can be closed")
 	}
