@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway/clock"
+	"github.com/parkway-io/parkway/internal/backoff"
 	"github.com/parkway-io/parkway/metadata"
 )
 
@@ -531,7 +532,7 @@ func (c *Consumer) fetch(ctx context.Context, m *Member, part uint32, id uint64)
 	default:
 		from = AtConsumer(c.cfg.Name).OrReset(c.cfg.Reset)
 	}
-	pause := c.n.cfg.RetryBackoffMin
+	bo := backoff.New(c.n.cfg.RetryBackoffMin, c.n.cfg.RetryBackoffMax)
 	for ctx.Err() == nil {
 		var b Batch
 		var err error
@@ -544,7 +545,7 @@ func (c *Consumer) fetch(ctx context.Context, m *Member, part uint32, id uint64)
 		case ctx.Err() != nil:
 			return
 		case err == nil:
-			pause = c.n.cfg.RetryBackoffMin
+			bo.Reset()
 			c.n.eng.Metrics().SetLag(c.t.Stream.Name, c.t.Name, part, c.lagName(), b.End-b.Next)
 			if len(b.Messages) == 0 {
 				from = AtOffset(b.Next)
@@ -578,10 +579,9 @@ func (c *Consumer) fetch(ctx context.Context, m *Member, part uint32, id uint64)
 		default:
 			// Retriable (a leader change, a full shard, too many
 			// waiters): back off and poll again.
-			if c.n.sleep(ctx, pause) != nil {
+			if c.n.sleep(ctx, bo.Next()) != nil {
 				return
 			}
-			pause = min(pause*2, c.n.cfg.RetryBackoffMax)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/parkway-io/parkway/host"
+	"github.com/parkway-io/parkway/internal/backoff"
 	"github.com/parkway-io/parkway/metadata"
 )
 
@@ -254,12 +255,11 @@ func (n *Node) awaitMetadata(ctx context.Context, f func() error) error {
 	}
 	ctx, cancel := n.deadline(ctx)
 	defer cancel()
-	pause := n.cfg.RetryBackoffMin
+	bo := backoff.New(n.cfg.RetryBackoffMin, n.cfg.RetryBackoffMax)
 	for missing(err) {
-		if n.sleep(ctx, pause) != nil {
+		if n.sleep(ctx, bo.Next()) != nil {
 			return err
 		}
-		pause = min(pause*2, n.cfg.RetryBackoffMax)
 		err = f()
 	}
 	return err

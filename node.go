@@ -13,6 +13,7 @@ import (
 
 	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/host"
+	"github.com/parkway-io/parkway/internal/backoff"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/router"
@@ -274,7 +275,7 @@ func (n *Node) await(ctx context.Context, f shard.Frame, reply <-chan shard.Resp
 	req, err := f.Req, sent
 	var (
 		deadline time.Time
-		pause    = n.cfg.RetryBackoffMin
+		bo       = backoff.New(n.cfg.RetryBackoffMin, n.cfg.RetryBackoffMax)
 		timer    clock.Timer
 	)
 	defer func() {
@@ -345,8 +346,7 @@ func (n *Node) await(ctx context.Context, f shard.Frame, reply <-chan shard.Resp
 		if !now.Before(deadline) {
 			return shard.Response{}, fmt.Errorf("parkway: deadline passed while retrying: %w", err)
 		}
-		wait := min(pause, deadline.Sub(now))
-		pause = min(pause*2, n.cfg.RetryBackoffMax)
+		wait := min(bo.Next(), deadline.Sub(now))
 		if timer == nil {
 			timer = n.cfg.Clock.NewTimer(wait)
 		} else {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/parkway-io/parkway/internal/backoff"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/shard"
 )
@@ -197,7 +198,7 @@ func (e *Engine) RenewLease(ctx context.Context, l MemberLease) error {
 	c := e.cl
 	ctx, cancel := e.Deadline(ctx)
 	defer cancel()
-	pause := e.cfg.RetryBackoffMin
+	bo := backoff.New(e.cfg.RetryBackoffMin, e.cfg.RetryBackoffMax)
 	for {
 		ch, stop, err := c.sendLease(l)
 		var r LeaseResult
@@ -226,10 +227,9 @@ func (e *Engine) RenewLease(ctx context.Context, l MemberLease) error {
 		if !errors.Is(r.Err, shard.ErrRetry) || ctx.Err() != nil {
 			return r.Err
 		}
-		if err := e.Sleep(ctx, pause); err != nil {
+		if err := e.Sleep(ctx, bo.Next()); err != nil {
 			return fmt.Errorf("%w: member lease: %w", shard.ErrRetry, err)
 		}
-		pause = min(pause*2, e.cfg.RetryBackoffMax)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/parkway-io/parkway/clock"
+	"github.com/parkway-io/parkway/internal/backoff"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/shard"
 )
@@ -165,7 +166,7 @@ func (c *clusterNode) changeVoters(ctx context.Context, add bool, node uint64, c
 	}
 	ctx, cancel := e.Deadline(ctx)
 	defer cancel()
-	pause := e.cfg.RetryBackoffMin
+	bo := backoff.New(e.cfg.RetryBackoffMin, e.cfg.RetryBackoffMax)
 	for {
 		if done() {
 			return nil
@@ -201,10 +202,9 @@ func (c *clusterNode) changeVoters(ctx context.Context, add bool, node uint64, c
 			}
 			continue
 		}
-		if err := e.Sleep(ctx, pause); err != nil {
+		if err := e.Sleep(ctx, bo.Next()); err != nil {
 			return err
 		}
-		pause = min(pause*2, e.cfg.RetryBackoffMax)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/parkway-io/parkway/internal/backoff"
 	"github.com/parkway-io/parkway/internal/dedupe"
 	"github.com/parkway-io/parkway/internal/groups"
 	"github.com/parkway-io/parkway/internal/replica"
@@ -65,17 +66,16 @@ type metaGroup struct {
 	lease   leases
 
 	// failed is closed (after err is set) when the member stopped for
-	// good: its raft log cannot be reopened (see reopen), or it has none
+	// good: its raft log cannot be reopened (see reopenGroup), or it has none
 	// (a cluster without a data directory).
 	failed chan struct{}
 	err    error
 	// broken is set (wrapping shard.ErrRetry) while the member is down
 	// after a failed Ready, its group closed: it is reopened from its raft
-	// log at retryAt, and after each failed reopen delay doubles, within
-	// the build backoff's bounds.
-	broken  error
-	retryAt time.Time
-	delay   time.Duration
+	// log once reopen is due, and after each failed reopen its delay
+	// doubles, within the build backoff's bounds.
+	broken error
+	reopen backoff.Backoff
 
 	// Deduplication keys of this node incarnation's proposals.
 	producer uint64
@@ -83,10 +83,10 @@ type metaGroup struct {
 
 	served []served // manual engines: forwarded requests awaiting answers
 
-	// snapshotNow forces the next compaction: a node was added, and a
-	// joining member takes only a snapshot whose voters include it, so
-	// the one the leader sends it must be taken after the change.
-	snapshotNow bool
+	// compaction is the log's compaction trigger; a node added forces
+	// one: a joining member takes only a snapshot whose voters include
+	// it, so the one the leader sends it must be taken after the change.
+	compaction groups.Compaction
 
 	q metaQuiet // quiescence (metaquiesce.go)
 }
@@ -265,14 +265,24 @@ func (m *metaGroup) down(cause error) error {
 	_ = m.g.Close()
 	m.LeaderChanged(0)
 	cfg := m.c.e.cfg
-	m.delay = cfg.BuildBackoffMin
-	if m.delay == 0 {
-		m.delay = reconciler.DefaultBackoffMin
-	}
-	m.retryAt = cfg.Clock.Now().Add(m.delay)
+	m.reopen = metaReopenBackoff(cfg)
+	delay := m.reopen.Fail(cfg.Clock.Now())
 	m.broken = fmt.Errorf("%w: the metadata member is down after a raft log failure, to be reopened: %w", shard.ErrRetry, cause)
-	cfg.Logger.Error("metadata raft ready failed; reopening the member from its raft log", "error", cause, "retry_in", m.delay)
+	cfg.Logger.Error("metadata raft ready failed; reopening the member from its raft log", "error", cause, "retry_in", delay)
 	return m.broken
+}
+
+// metaReopenBackoff paces the reopens of a down metadata member: the build
+// backoff's bounds (the reconciler's defaults where unset).
+func metaReopenBackoff(cfg Config) backoff.Backoff {
+	lo, hi := cfg.BuildBackoffMin, cfg.BuildBackoffMax
+	if lo == 0 {
+		lo = reconciler.DefaultBackoffMin
+	}
+	if hi == 0 {
+		hi = reconciler.DefaultBackoffMax
+	}
+	return backoff.New(lo, hi)
 }
 
 // stop stops the member for good: its metadata calls fail with
@@ -295,10 +305,10 @@ func (m *metaGroup) tick() error {
 		return m.err
 	}
 	if m.broken != nil {
-		if m.c.e.cfg.Clock.Now().Before(m.retryAt) {
+		if !m.reopen.Due(m.c.e.cfg.Clock.Now()) {
 			return m.broken
 		}
-		if err := m.reopen(); err != nil {
+		if err := m.reopenGroup(); err != nil {
 			return err
 		}
 		m.q = metaQuiet{} // a reopened member starts awake
@@ -322,7 +332,7 @@ func (m *metaGroup) tick() error {
 // twice the delay, clamped at the build backoff's maximum; a log that is
 // corrupt, or commits less than the store applied, cannot be run from,
 // and the member stops for good.
-func (m *metaGroup) reopen() error {
+func (m *metaGroup) reopenGroup() error {
 	c, cfg := m.c, m.c.e.cfg
 	applied := m.g.Applied()
 	disk, err := c.openMetaDisk()
@@ -343,14 +353,9 @@ func (m *metaGroup) reopen() error {
 		return m.stop(err)
 	}
 	if err != nil {
-		hi := cfg.BuildBackoffMax
-		if hi == 0 {
-			hi = reconciler.DefaultBackoffMax
-		}
-		m.delay = min(m.delay*2, max(hi, m.delay))
-		m.retryAt = cfg.Clock.Now().Add(m.delay)
+		delay := m.reopen.Fail(cfg.Clock.Now())
 		m.broken = fmt.Errorf("%w: the metadata member is down after a raft log failure, reopening failed: %w", shard.ErrRetry, err)
-		cfg.Logger.Error("reopening the metadata member failed", "error", err, "retry_in", m.delay)
+		cfg.Logger.Error("reopening the metadata member failed", "error", err, "retry_in", delay)
 		return m.broken
 	}
 	m.g, m.broken = g, nil
@@ -366,13 +371,10 @@ func (m *metaGroup) reopen() error {
 // is exactly the state at the applied index.
 func (m *metaGroup) compact() {
 	g := m.g
-	if !m.snapshotNow && !m.policy.Due(g, 0) {
+	if !m.compaction.Due(g, m.policy) {
 		return
 	}
-	if g.Applied() <= g.SnapshotIndex() {
-		return
-	}
-	m.snapshotNow = false
+	m.compaction.Compacted()
 	data, err := metadata.EncodeGroupSnapshot(m.keys(), m.store.Export())
 	if err == nil {
 		err = g.Compact(g.Applied(), data)
@@ -519,7 +521,7 @@ func (e *Engine) ReadBarrier(ctx context.Context) error {
 	m := e.cl.meta
 	ctx, cancel := e.Deadline(ctx)
 	defer cancel()
-	pause := e.cfg.RetryBackoffMin
+	bo := backoff.New(e.cfg.RetryBackoffMin, e.cfg.RetryBackoffMax)
 	for {
 		reply := make(chan error, 1)
 		select {
@@ -545,10 +547,9 @@ func (e *Engine) ReadBarrier(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("%w: metadata read barrier: %w", shard.ErrRetry, ctx.Err())
 		}
-		if err := e.Sleep(ctx, pause); err != nil {
+		if err := e.Sleep(ctx, bo.Next()); err != nil {
 			return fmt.Errorf("%w: metadata read barrier: %w", shard.ErrRetry, err)
 		}
-		pause = min(pause*2, e.cfg.RetryBackoffMax)
 	}
 }
 
@@ -672,7 +673,7 @@ func (c *clusterNode) applyReplicated(ctx context.Context, cmd metadata.Command)
 		withdraw := m.store.Announce(cmd)
 		defer withdraw()
 	}
-	pause := e.cfg.RetryBackoffMin
+	bo := backoff.New(e.cfg.RetryBackoffMin, e.cfg.RetryBackoffMax)
 	for {
 		reply := make(chan MetadataResult, 1)
 		select {
@@ -697,10 +698,9 @@ func (c *clusterNode) applyReplicated(ctx context.Context, cmd metadata.Command)
 		if r.Err == nil || !errors.Is(r.Err, shard.ErrRetry) {
 			return r.Result, r.Err
 		}
-		if err := e.Sleep(ctx, pause); err != nil {
+		if err := e.Sleep(ctx, bo.Next()); err != nil {
 			return metadata.Result{}, err
 		}
-		pause = min(pause*2, e.cfg.RetryBackoffMax)
 	}
 }
 
@@ -765,7 +765,7 @@ func (m *metaGroup) ConfChanged(index uint64, add bool, node uint64, ctx []byte)
 	// (again) with whatever directory it has now.
 	m.c.dirs.forgetPeer(node, index, false)
 	if add {
-		m.snapshotNow = true
+		m.compaction.Force()
 	} else if node == uint64(m.c.cfg.ID) {
 		m.c.e.cfg.Logger.Info("this node was removed from the cluster; it serves nothing more and can be closed")
 	}

@@ -113,7 +113,7 @@ func (m *metaGroup) peerLive(peer uint64, live bool) {
 		return
 	}
 	m.wake()
-	if m.g.ForgetLeader() != nil {
+	if _, err := groups.LeaderDied(m.g, peer); err != nil {
 		return
 	}
 	if m.campaigner() == uint64(m.c.cfg.ID) {
@@ -122,19 +122,15 @@ func (m *metaGroup) peerLive(peer uint64, live bool) {
 }
 
 // campaigner is the member that stands for election when the leader's
-// node died: the first node in Peers order that liveness holds alive, so
-// every survivor with the same view agrees and only one campaigns.
+// node died (groups.Campaigner): the first node in Peers order that
+// liveness holds alive, so every survivor with the same view agrees and
+// only one campaigns.
 func (m *metaGroup) campaigner() uint64 {
 	peers := m.store.Nodes() // the founders and the nodes added since
 	if len(peers) == 0 {
 		peers = m.c.peers
 	}
-	for _, p := range peers {
-		if m.c.live.alive(p) {
-			return p
-		}
-	}
-	return 0
+	return groups.Campaigner(peers, m.c.live.alive, 0)
 }
 
 // sleepTicks is how many ticks a started engine's driver sleeps before

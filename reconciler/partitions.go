@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/parkway-io/parkway/clock"
+	"github.com/parkway-io/parkway/internal/backoff"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
@@ -87,10 +88,11 @@ func newHeld() *btree.BTreeG[heldPartition] {
 	return btree.NewG(16, func(a, b heldPartition) bool { return a.ns < b.ns })
 }
 
-type backoff struct {
-	delay time.Duration
-	next  time.Time
-	err   error // the last failure: parked frames are answered with it
+// failing is a namespace whose build or delete failed: its retry schedule
+// and its last error.
+type failing struct {
+	bo  backoff.Backoff
+	err error // the last failure: parked frames are answered with it
 }
 
 // Partitions is the default reconciler of one shard. It is not safe for
@@ -102,7 +104,7 @@ type Partitions struct {
 	m     *metrics.Shard
 	table *router.Table
 
-	backoffs map[backoffKey]backoff
+	backoffs map[backoffKey]failing
 	// damaged are the namespaces evicted for damage in their local copy
 	// of a replicated partition (shard.State.Damaged), with the damage:
 	// their next build sets the copy aside first (see repair).
@@ -194,7 +196,7 @@ func New(cfg Config, table *router.Table) (*Partitions, error) {
 		log:      cfg.Logger.Named(fmt.Sprintf("reconciler-%d", id)),
 		m:        cfg.Metrics.Shard(id),
 		table:    table,
-		backoffs: make(map[backoffKey]backoff),
+		backoffs: make(map[backoffKey]failing),
 		damaged:  make(map[metadata.Namespace]error),
 		prebuilt: make(map[metadata.Namespace]prebuilt),
 		held:     newHeld(),
@@ -623,21 +625,19 @@ func (r *Partitions) remove(ctx context.Context, ns metadata.Namespace, now time
 func (r *Partitions) fail(key backoffKey, now time.Time, rep *Report, what string, err error) {
 	b, ok := r.backoffs[key]
 	if !ok {
-		b.delay = r.cfg.BackoffMin
-	} else {
-		b.delay = min(b.delay*2, r.cfg.BackoffMax)
+		b.bo = backoff.New(r.cfg.BackoffMin, r.cfg.BackoffMax)
 	}
-	b.next = now.Add(b.delay)
+	delay := b.bo.Fail(now)
 	b.err = err
 	r.backoffs[key] = b
 	rep.Failed++
 	r.m.BuildFailed.Inc()
-	r.log.Warn("partition "+what+" failed; backing off", "ns", key.ns, "retry_in", b.delay, "error", err)
+	r.log.Warn("partition "+what+" failed; backing off", "ns", key.ns, "retry_in", delay, "error", err)
 }
 
 func (r *Partitions) due(key backoffKey, now time.Time) bool {
 	b, ok := r.backoffs[key]
-	return !ok || !now.Before(b.next)
+	return !ok || b.bo.Due(now)
 }
 
 func (r *Partitions) backedOff(key backoffKey) bool {

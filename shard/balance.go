@@ -46,7 +46,7 @@ func (s *Shard) balanceStep() {
 			return
 		}
 		s.q.transfer, o.rep.balancing = nil, false
-		if o.rep.grp != nil && o.rep.grp.IsLeader() && !s.q.down[s.preferred(o)] {
+		if o.rep.grp != nil && o.rep.grp.IsLeader() && s.q.down.Live(s.preferred(o)) {
 			// Timed out, and liveness has not (yet) declared the
 			// preferred leader dead — it may be cut off for less than the
 			// liveness timeout: try again after the others. Once it is
@@ -61,7 +61,7 @@ func (s *Shard) balanceStep() {
 		s.q.balance = s.q.balance[1:]
 		o.rep.balancing = false
 		to := s.preferred(o)
-		if o.rep.grp == nil || s.replicated[o.p.Namespace()] != o || !o.rep.grp.IsLeader() || s.q.down[to] {
+		if o.rep.grp == nil || s.replicated[o.p.Namespace()] != o || !o.rep.grp.IsLeader() || !s.q.down.Live(to) {
 			continue // gone, no longer led here, or its preferred leader is away
 		}
 		s.wake(o)

@@ -99,7 +99,7 @@ func (s *Shard) admitNew(o *owned, elect, campaigned bool) {
 		s.inflight(o)
 	case elect:
 		s.queueCampaign(o)
-	case s.q.down[s.preferred(o)]:
+	case !s.q.down.Live(s.preferred(o)):
 		// The member that should campaign is already dead.
 		if s.campaigner(o) == s.cfg.Replication.Node {
 			s.queueCampaign(o)
@@ -325,7 +325,7 @@ func (s *Shard) keepActive(o *owned) error {
 	if every := max(s.electionTicks()/2, 1); int64(o.rep.quiet.AwakeTicks())%every != 0 {
 		return nil
 	}
-	return o.rep.grp.KeepActive(s.peerLive)
+	return o.rep.grp.KeepActive(s.q.down.Live)
 }
 
 // standAgainstBehind runs before a peer's message is stepped: a held

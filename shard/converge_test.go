@@ -248,9 +248,9 @@ func TestHeldMemberStandsAgainstCampaignerThatIsBehind(t *testing.T) {
 	}
 	// Which survivor campaigns once the leader dies.
 	s := n.shard(lead%3 + 1)
-	s.q.down = map[uint64]bool{lead: true}
+	s.q.down.Set(lead, false)
 	camp := s.campaigner(s.owned[ns])
-	s.q.down = nil
+	s.q.down.Set(lead, true)
 	other := 6 - lead - camp
 
 	// The campaigner misses a write the other two commit.

@@ -131,7 +131,7 @@ func repairable(o *owned) bool { return o.rep.grp != nil && len(o.rep.peers) > 1
 func (s *Shard) stepDown(o *owned) {
 	self := s.cfg.Replication.Node
 	for _, v := range o.rep.grp.Voters() {
-		if v == self || s.q.down[v] {
+		if v == self || !s.q.down.Live(v) {
 			continue
 		}
 		if err := o.rep.grp.TransferLeader(v); err != nil {

@@ -193,7 +193,7 @@ func (s *Shard) advanceMove(o *owned) bool {
 	// 1. Add the new replicas.
 	for _, n := range info.Replicas {
 		if !slices.Contains(voters, n) {
-			if s.q.down[n] {
+			if !s.q.down.Live(n) {
 				// Node liveness reports n dead: as a voter it would take
 				// nothing, and the group would count a dead member in its
 				// quorum (four voters, one dead: no further failure
@@ -293,7 +293,7 @@ func (s *Shard) confChanged(o *owned, add bool) {
 	s.refreshPeers(o)
 	o.rep.reads.VotersChanged()
 	if add {
-		o.rep.compactNow = true
+		o.rep.compact.Force()
 	}
 	o.rep.moveTicks, o.rep.moveIdle = 0, 0 // progress: the next step may start
 	s.considerMove(o)

@@ -105,7 +105,7 @@ func (s *Shard) sendElsewhere(ns metadata.Namespace) {
 // follower then points at its leader.
 func (s *Shard) replicaHint(replicas []uint64) uint64 {
 	for _, n := range replicas {
-		if !s.q.down[n] {
+		if s.q.down.Live(n) {
 			return n
 		}
 	}

@@ -53,7 +53,7 @@ type quiescence struct {
 	// groups are awake than a tick handles (converge.go).
 	tickNext int
 	// down holds the peers node liveness reported dead.
-	down map[uint64]bool
+	down groups.Down
 	// campaign holds the groups this node stands for election in (new
 	// groups it should lead, groups whose leader's node died), waiting
 	// for their turn; inflight the elections started and not yet won;
@@ -138,7 +138,7 @@ func (r *replicated) idle() bool {
 // reports whether it did.
 func (s *Shard) maybeQuiesce(o *owned) bool {
 	r := s.cfg.Replication
-	if !o.rep.quiet.Tick(o.rep.grp, r.Quiesce && o.rep.idle(), s.peerLive, func(m *raftpb.Message) {
+	if !o.rep.quiet.Tick(o.rep.grp, r.Quiesce && o.rep.idle(), s.q.down.Live, func(m *raftpb.Message) {
 		r.Send(m.GetTo(), o.p.Namespace(), o.p.Epoch(), m)
 	}) {
 		return false
@@ -165,9 +165,6 @@ func (s *Shard) stepQuiesce(o *owned, m *raftpb.Message) bool {
 	return true
 }
 
-// peerLive reports whether node liveness holds peer alive.
-func (s *Shard) peerLive(peer uint64) bool { return !s.q.down[peer] }
-
 // SetPeerLive tells the shard what node liveness learned of peer: dead
 // (live false) or alive again. When a peer dies, the groups it led
 // forget it and wake, and this node campaigns in those it is chosen for;
@@ -182,13 +179,12 @@ func (s *Shard) SetPeerLive(ctx context.Context, peer uint64, live bool) error {
 
 func (s *Shard) setPeerLive(peer uint64, live bool) {
 	r := s.cfg.Replication
-	if r == nil || peer == r.Node || s.q.down[peer] == !live {
+	if r == nil || peer == r.Node || !s.q.down.Set(peer, live) {
 		return
 	}
 	// In namespace order, so the groups wake (and campaign) in an order
 	// a simulator's seed decides.
 	if live {
-		delete(s.q.down, peer)
 		for _, ns := range sortedOwned(s.replicated) {
 			if o := s.replicated[ns]; o.rep.grp.IsLeader() {
 				s.wake(o)
@@ -197,10 +193,6 @@ func (s *Shard) setPeerLive(peer uint64, live bool) {
 		}
 		return
 	}
-	if s.q.down == nil {
-		s.q.down = make(map[uint64]bool)
-	}
-	s.q.down[peer] = true
 	for _, ns := range sortedOwned(s.replicated) {
 		o := s.replicated[ns]
 		if o == nil || o.rep.grp == nil {
@@ -209,7 +201,7 @@ func (s *Shard) setPeerLive(peer uint64, live bool) {
 		switch lead := o.rep.grp.Leader(); {
 		case lead == peer:
 			s.wake(o)
-			if err := o.rep.grp.ForgetLeader(); err != nil {
+			if _, err := groups.LeaderDied(o.rep.grp, peer); err != nil {
 				s.failGroup(o, err)
 				continue
 			}
@@ -234,33 +226,14 @@ func (s *Shard) setPeerLive(peer uint64, live bool) {
 // with node removal). A joiner before its snapshot has no voters: it
 // goes by o.peers, and never campaigns anyway.
 func (s *Shard) campaigner(o *owned) uint64 {
-	ns, peers := o.p.Namespace(), o.rep.peers
+	peers := o.rep.peers
 	if o.rep.grp != nil {
 		if v := o.rep.grp.Voters(); len(v) > 0 {
 			slices.Sort(v)
 			peers = v
 		}
 	}
-	n := 0
-	for _, p := range peers {
-		if !s.q.down[p] {
-			n++
-		}
-	}
-	if n == 0 {
-		return 0
-	}
-	k := int(uint64(ns) % uint64(n))
-	for _, p := range peers {
-		if s.q.down[p] {
-			continue
-		}
-		if k == 0 {
-			return p
-		}
-		k--
-	}
-	return 0
+	return groups.Campaigner(peers, s.q.down.Live, uint64(o.p.Namespace()))
 }
 
 // QuiescedGroups reports how many of the shard's raft groups are quiesced

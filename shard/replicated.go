@@ -32,15 +32,14 @@ type replicated struct {
 	// moving: queued for the move driver (move.go), which steps it
 	// every moveTicks ticks; moveIdle counts the ticks in the driver's
 	// window since moveMark last changed or a configuration change
-	// applied; compactNow forces the next compaction (a member joined).
+	// applied.
 	moving bool
 	// whole are the joined replicas that reported their partition log
 	// whole and synced (catchUpWhole), as this node, leading, heard it.
-	whole      map[uint64]bool
-	moveTicks  int
-	moveIdle   int
-	moveMark   moveMark
-	compactNow bool
+	whole     map[uint64]bool
+	moveTicks int
+	moveIdle  int
+	moveMark  moveMark
 	// proposeBuf holds produces waiting to be proposed together as one
 	// raft entry when the pump runs out of queued frames.
 	proposeBuf []Frame
@@ -63,7 +62,8 @@ type replicated struct {
 	// offsets: with cursor and dedupe, the state a snapshot carries.
 	start     uint64
 	consumers map[string]uint64
-	// sinceSnap counts payload bytes applied since the last snapshot.
-	sinceSnap int64
-	catchup   *catchUp
+	// compact is the compaction trigger: bytes applied since the last
+	// snapshot, and a compaction a joining member forces.
+	compact groups.Compaction
+	catchup *catchUp
 }

@@ -547,12 +547,8 @@ func (s *Shard) maybeCompact(o *owned) {
 		return
 	}
 	r := s.cfg.Replication
-	if !o.rep.compactNow && !(replica.CompactionPolicy{Entries: r.CompactEntries, Bytes: r.CompactBytes}).Due(g, o.rep.sinceSnap) {
+	if !o.rep.compact.Due(g, replica.CompactionPolicy{Entries: r.CompactEntries, Bytes: r.CompactBytes}) {
 		return
-	}
-	if g.Applied() <= g.SnapshotIndex() {
-		o.rep.compactNow = false
-		return // nothing applied since the last snapshot
 	}
 	if err := o.p.Sync(); err != nil {
 		s.fence(o, err)
@@ -563,7 +559,7 @@ func (s *Shard) maybeCompact(o *owned) {
 		s.log.Error("raft log compaction failed", "ns", o.p.Namespace(), "error", err)
 		return
 	}
-	o.rep.sinceSnap, o.rep.compactNow = 0, false
+	o.rep.compact.Compacted()
 	s.m.RaftCompactions.Inc()
 }
 
@@ -664,7 +660,7 @@ func (h groupHandler) apply(index, id uint64, payload []byte) error {
 }
 
 func (h groupHandler) applyFrames(index uint64, frames []Frame, payload []byte) error {
-	h.o.rep.sinceSnap += int64(len(payload))
+	h.o.rep.compact.Applied(int64(len(payload)))
 	if len(payload) < 4 {
 		return fmt.Errorf("apply index %d: entry shorter than its header", index)
 	}
@@ -923,7 +919,7 @@ func (h groupHandler) ApplySnapshot(index uint64, data []byte) error {
 	}
 	o := h.o
 	o.rep.restore(st)
-	o.rep.sinceSnap = 0
+	o.rep.compact.Restored()
 	if c := o.rep.catchup; c != nil {
 		kept := c.deferred[:0]
 		for _, e := range c.deferred {

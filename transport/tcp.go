@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway/clock"
+	"github.com/parkway-io/parkway/internal/backoff"
 	"github.com/parkway-io/parkway/internal/run"
 )
 
@@ -717,7 +718,7 @@ func (b *TCPBus) sleep(ctx context.Context, d time.Duration) bool {
 }
 
 func (b *TCPBus) acceptLoop(ctx context.Context) {
-	backoff := time.Duration(0)
+	bo := backoff.New(b.opts.BackoffMin, b.opts.BackoffMax)
 	for {
 		c, err := b.ln.Accept()
 		if err != nil {
@@ -725,13 +726,12 @@ func (b *TCPBus) acceptLoop(ctx context.Context) {
 				return
 			}
 			// Transient (e.g. out of file descriptors): back off.
-			backoff = nextBackoff(backoff, b.opts.BackoffMin, b.opts.BackoffMax)
-			if !b.sleep(ctx, backoff) {
+			if !b.sleep(ctx, bo.Next()) {
 				return
 			}
 			continue
 		}
-		backoff = 0
+		bo.Reset()
 		if b.inbound.Load() >= int64(b.opts.MaxConns) {
 			b.stats.rejectedConns.Add(1)
 			c.Close()
@@ -942,12 +942,12 @@ func (b *TCPBus) checkInbound(m *Message, peer NodeID) error {
 // RemovePeer removes p.
 func (b *TCPBus) writeLoop(ctx context.Context, p *tcpPeer) {
 	var (
-		c       net.Conn // the TCP connection (tracked, closed)
-		rw      net.Conn // what frames are written to: c or TLS over it
-		w       = bufio.NewWriterSize(nil, 64<<10)
-		h       [frameOverhead]byte
-		backoff time.Duration
-		held    *Message // taken off p.q, not yet written
+		c    net.Conn // the TCP connection (tracked, closed)
+		rw   net.Conn // what frames are written to: c or TLS over it
+		w    = bufio.NewWriterSize(nil, 64<<10)
+		h    [frameOverhead]byte
+		bo   = backoff.New(b.opts.BackoffMin, b.opts.BackoffMax)
+		held *Message // taken off p.q, not yet written
 	)
 	defer func() {
 		if c != nil {
@@ -968,15 +968,14 @@ func (b *TCPBus) writeLoop(ctx context.Context, p *tcpPeer) {
 		held = &m
 		for c == nil {
 			if c, rw = b.dial(ctx, p); c != nil {
-				backoff = 0
+				bo.Reset()
 				w.Reset(rw)
 				break
 			}
 			if ctx.Err() != nil || b.closed.Load() {
 				return
 			}
-			backoff = nextBackoff(backoff, b.opts.BackoffMin, b.opts.BackoffMax)
-			if !b.sleep(ctx, backoff) {
+			if !b.sleep(ctx, bo.Next()) {
 				return
 			}
 		}
@@ -1043,11 +1042,4 @@ func (b *TCPBus) dial(ctx context.Context, p *tcpPeer) (net.Conn, net.Conn) {
 		return nil, nil
 	}
 	return c, tc
-}
-
-func nextBackoff(cur, lo, hi time.Duration) time.Duration {
-	if cur <= 0 {
-		return lo
-	}
-	return min(cur*2, hi)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/internal/backoff"
 	"github.com/parkway-io/parkway/transport"
 )
 
@@ -113,7 +114,7 @@ func parseJoinVia(s string) ([]string, error) {
 func joinCluster(ctx context.Context, self transport.NodeID, addr string, via []string, log hclog.Logger) {
 	client := &http.Client{Timeout: addNodeTimeout + 10*time.Second}
 	admitted := make([]bool, len(via))
-	pause := 100 * time.Millisecond
+	bo := backoff.New(100*time.Millisecond, 5*time.Second)
 	for round := 1; ; round++ {
 		all := true
 		for i, base := range via {
@@ -137,7 +138,7 @@ func joinCluster(ctx context.Context, self transport.NodeID, addr string, via []
 				log.Warn("a member did not add this node; trying the next", "member", base, "error", err, "round", round)
 			}
 		}
-		t := time.NewTimer(pause)
+		t := time.NewTimer(bo.Next())
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -145,7 +146,6 @@ func joinCluster(ctx context.Context, self transport.NodeID, addr string, via []
 			return
 		case <-t.C:
 		}
-		pause = min(pause*2, 5*time.Second)
 	}
 }
 

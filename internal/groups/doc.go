@@ -9,10 +9,14 @@
 // goroutine: the owner of a group drives every call on its own
 // goroutine, as it drives the replica.Group itself.
 //
-// Today it holds leader reads (Reads) and a group's quiescence decisions
-// (Quiet, StepQuiesce), which the partition groups and the metadata group
-// both use. The rest of the multi-raft host — the awake set and peer
-// liveness, campaign scheduling, failure and reopen, the compaction
-// trigger and the configuration-change mechanics — is still written in
-// shard and host, and moves here in the following steps.
+// Today it holds leader reads (Reads), a group's quiescence decisions
+// (Quiet, StepQuiesce), node liveness's verdicts and the campaign after a
+// leader's death (Down, Campaigner, LeaderDied) and the compaction
+// trigger (Compaction), which the partition groups and the metadata group
+// both use. The rest of the multi-raft host — the awake set, the
+// scheduling of many elections at once, and the configuration-change
+// mechanics — is still written in shard and host. A failed group is
+// reopened by its owner (the reconciler rebuilds a partition, the
+// metadata member reopens itself), both paced by the one backoff
+// (internal/backoff).
 package groups

@@ -3,6 +3,8 @@ package sim
 import (
 	"fmt"
 	"time"
+
+	"github.com/parkway-io/parkway/internal/backoff"
 )
 
 // resend is a membership proposal a driver makes again until a member
@@ -22,7 +24,7 @@ type resend struct {
 	proposed   bool
 	proposedAt time.Time
 	retryAt    time.Time
-	pause      time.Duration
+	pause      backoff.Backoff
 }
 
 // resendStep says what the driver of p does now: done is a member whose
@@ -59,13 +61,15 @@ func (c *csim) resendStep(p *resend, applied func(*cnode) bool, from []*cnode, r
 
 // proposedThrough records that p was proposed through v.
 func (c *csim) proposedThrough(p *resend, v *cnode) {
-	p.via, p.proposed, p.proposedAt, p.pause = v, true, c.clk.Now(), 0
+	p.via, p.proposed, p.proposedAt = v, true, c.clk.Now()
+	p.pause.Reset()
 	c.event("n%d %s proposed through n%d", p.node, p.what, v.id)
 }
 
 // resendLater pauses p after a refusal.
 func (c *csim) resendLater(p *resend, err error) {
-	p.pause = min(max(2*p.pause, retryMin), retryMax)
-	p.retryAt = c.clk.Now().Add(p.pause)
-	c.event("n%d %s retry in %v: %v", p.node, p.what, p.pause, err)
+	p.pause.Min, p.pause.Max = retryMin, retryMax
+	d := p.pause.Next()
+	p.retryAt = c.clk.Now().Add(d)
+	c.event("n%d %s retry in %v: %v", p.node, p.what, d, err)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway/host"
+	"github.com/parkway-io/parkway/internal/backoff"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/router"
@@ -482,14 +483,13 @@ func (c *csim) scheduleRetry(o *op, err error) {
 	now := c.clk.Now()
 	if o.deadline.IsZero() {
 		o.deadline = now.Add(requestTimeout)
-		o.pause = retryMin
+		o.pause = backoff.New(retryMin, retryMax)
 	}
 	if !now.Before(o.deadline) {
 		c.finish(o, outcomeNotApplied, shard.Response{}, fmt.Errorf("deadline passed while retrying: %w", err))
 		return
 	}
-	wait := min(o.pause, o.deadline.Sub(now))
-	o.pause = min(o.pause*2, retryMax)
+	wait := min(o.pause.Next(), o.deadline.Sub(now))
 	o.waiting, o.retryAt = true, now.Add(wait)
 }
 
@@ -702,7 +702,7 @@ func (c *csim) nextCommand(o *op, prev metadata.Result) {
 	m.step++
 	c.nextSeq++
 	m.key, m.cmd = host.MetadataKey{Producer: metaProducer, Seq: c.nextSeq}, cmd
-	o.deadline, o.pause = time.Time{}, 0
+	o.deadline, o.pause = time.Time{}, backoff.Backoff{}
 	c.event("op=%d command %T%+v seq=%d", o.id, cmd, cmd, m.key.Seq)
 	c.propose(o)
 }

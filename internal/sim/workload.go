@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/parkway-io/parkway/internal/backoff"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/router"
@@ -83,7 +84,7 @@ type op struct {
 	waiting  bool // for retryAt
 	retryAt  time.Time
 	deadline time.Time
-	pause    time.Duration
+	pause    backoff.Backoff
 	// End.
 	callEv, retEv int64
 	done          bool
@@ -483,14 +484,13 @@ func (s *sim) scheduleRetry(o *op, err error) {
 	now := s.clk.Now()
 	if o.deadline.IsZero() {
 		o.deadline = now.Add(requestTimeout)
-		o.pause = retryMin
+		o.pause = backoff.New(retryMin, retryMax)
 	}
 	if !now.Before(o.deadline) {
 		s.finish(o, outcomeNotApplied, shard.Response{}, fmt.Errorf("deadline passed while retrying: %w", err))
 		return
 	}
-	wait := min(o.pause, o.deadline.Sub(now))
-	o.pause = min(o.pause*2, retryMax)
+	wait := min(o.pause.Next(), o.deadline.Sub(now))
 	o.waiting, o.retryAt = true, now.Add(wait)
 }
 

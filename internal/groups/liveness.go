@@ -1,0 +1,78 @@
+package groups
+
+import "github.com/parkway-io/parkway/internal/replica"
+
+// Peer liveness and campaigns after a death. Failure detection is per
+// node, not per group (node liveness, one heartbeat per node pair): its
+// verdicts reach every group a node hosts, which then react alike. A
+// group whose leader's node died forgets its leader (LeaderDied), and one
+// surviving member stands for election at once (Campaigner), so the group
+// does not wait out an election timeout it may not even be ticking
+// (quiescence). When and how many such elections start is the owner's
+// business: a shard spreads thousands over its ticks, the metadata group
+// starts its one at once.
+
+// Down is the set of peers node liveness reports dead, as one owner of
+// groups last heard it. The zero value holds every peer alive.
+type Down struct{ dead map[uint64]bool }
+
+// Live reports whether peer is not held dead.
+func (d *Down) Live(peer uint64) bool { return !d.dead[peer] }
+
+// Set records liveness's verdict on peer and reports whether it changed
+// what Down held.
+func (d *Down) Set(peer uint64, live bool) bool {
+	if d.dead[peer] == !live {
+		return false
+	}
+	if live {
+		delete(d.dead, peer)
+		return true
+	}
+	if d.dead == nil {
+		d.dead = make(map[uint64]bool)
+	}
+	d.dead[peer] = true
+	return true
+}
+
+// Campaigner is the member that stands for election in a group whose
+// leader died: among members, in the order given, those live reports
+// alive, the spread-th of them modulo their count (0 when none is
+// alive). Every node that passes the same members in the same order with
+// the same liveness agrees, so exactly one campaigns; spread (the
+// partition's namespace, say) lets the elections of many groups spread
+// over the survivors.
+func Campaigner(members []uint64, live func(peer uint64) bool, spread uint64) uint64 {
+	n := 0
+	for _, p := range members {
+		if live(p) {
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	k := int(spread % uint64(n))
+	for _, p := range members {
+		if !live(p) {
+			continue
+		}
+		if k == 0 {
+			return p
+		}
+		k--
+	}
+	return 0
+}
+
+// LeaderDied is node liveness's verdict that peer died, for group g: if
+// peer leads g as this member knows it, g forgets its leader (so a
+// campaign of its own, or a peer's, can win at once) and LeaderDied
+// reports true. An error fails the group (replica.ErrGroupFailed).
+func LeaderDied(g *replica.Group, peer uint64) (bool, error) {
+	if g.Leader() != peer {
+		return false, nil
+	}
+	return true, g.ForgetLeader()
+}
