@@ -309,3 +309,24 @@ func (a *Admin) ConsumerOffset(ctx context.Context, t Topic, part uint32, consum
 	}
 	return r.Offset, r.Found, nil
 }
+
+// DeleteConsumerOffset removes consumer's stored offset in a partition:
+// a replicated write, like StoreOffset, so every replica forgets it and a
+// later ConsumerOffset reports none (a poll AtConsumer then starts by its
+// reset policy). Removing an offset that is not stored is no error.
+func (a *Admin) DeleteConsumerOffset(ctx context.Context, t Topic, part uint32, consumer string) error {
+	n := a.n
+	if err := n.begin(ctx); err != nil {
+		return err
+	}
+	if err := validConsumer(consumer); err != nil {
+		return err
+	}
+	ns, epoch, err := n.resolveWait(ctx, t, part)
+	if err != nil {
+		return err
+	}
+	req := &shard.Request{Op: shard.OpDeleteOffset, NS: ns, Epoch: epoch, Consumer: consumer}
+	_, err = n.call(ctx, req, t, part)
+	return err
+}

@@ -196,6 +196,24 @@ func TestConsumerOffsets(t *testing.T) {
 		if off, ok, _ := n.Admin().ConsumerOffset(ctx, topic, 0, "reader"); !ok || off != 0 {
 			t.Fatalf("after rewinding: %d, %v", off, ok)
 		}
+
+		// A deleted offset is gone (a second delete is no error); a
+		// poll at the consumer then starts by its reset policy.
+		if err := n.Admin().StoreOffset(ctx, topic, 0, "reader", 4); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if err := n.Admin().DeleteConsumerOffset(ctx, topic, 0, "reader"); err != nil {
+				t.Fatalf("DeleteConsumerOffset: %v", err)
+			}
+		}
+		if _, ok, err := n.Admin().ConsumerOffset(ctx, topic, 0, "reader"); err != nil || ok {
+			t.Fatalf("after its delete: stored %v, %v", ok, err)
+		}
+		b, err = n.Poll(ctx, topic, 0, parkway.AtConsumer("reader"), 10)
+		if err != nil || len(b.Messages) != 5 || b.Messages[0].Offset != 0 {
+			t.Fatalf("poll at a deleted consumer: %v, %v; want all 5 from 0", payloads(b.Messages), err)
+		}
 	})
 }
 

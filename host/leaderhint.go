@@ -99,8 +99,7 @@ func (c *clusterNode) learnForwarded(req *shard.Request, to uint64, r shard.Resp
 		err = r.Err
 	}
 	switch {
-	case err == nil && (req.FromLeader || req.Op == shard.OpProduce || req.Op == shard.OpStoreOffset ||
-		req.Op == shard.OpTruncate || req.Op == shard.OpPurge):
+	case err == nil && (req.FromLeader || req.Op.IsWrite()):
 		c.hints.set(req.NS, to, c.e.cfg.Clock.Now())
 	case errors.Is(err, shard.ErrNotLeader):
 		c.hints.drop(req.NS, to)

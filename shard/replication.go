@@ -829,6 +829,15 @@ func (h groupHandler) applyOp(index uint64, op entryOp, f Frame, waiting bool) e
 		o.rep.setConsumer(consumer, off)
 		h.answered(f, waiting, Response{Offset: off})
 		return nil
+	case entryDeleteOffset:
+		consumer := string(op.consumer)
+		if err := o.p.DeleteConsumerOffset(consumer); err != nil {
+			// An I/O failure, as for a store: fence and rebuild.
+			return fmt.Errorf("apply index %d: delete consumer offset: %w", index, err)
+		}
+		delete(o.rep.consumers, consumer)
+		h.answered(f, waiting, Response{})
+		return nil
 	default: // entryTruncate, entryPurge (decodeOp refuses other kinds)
 		off := o.rep.cursor
 		if op.kind == entryTruncate {
