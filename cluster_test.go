@@ -331,8 +331,8 @@ func TestClusterReadsAndPartitionWritesAreReplicated(t *testing.T) {
 		if err := nodes[other].Admin().StoreOffset(ctx, tp, 0, "gone", 3); err != nil {
 			t.Fatal(err)
 		}
-		if err := nodes[follower].Admin().DeleteConsumerOffset(ctx, tp, 0, "gone"); err != nil {
-			t.Fatal(err)
+		if found, err := nodes[follower].Admin().DeleteConsumerOffset(ctx, tp, 0, "gone"); err != nil || !found {
+			t.Fatalf("DeleteConsumerOffset: found %v, %v", found, err)
 		}
 		for id, n := range nodes {
 			if _, ok, err := n.Admin().ConsumerOffset(ctx, tp, 0, "gone"); err != nil || ok {

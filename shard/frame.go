@@ -38,8 +38,8 @@ const (
 	// Consumer set, the consumer's stored offset (Found, Offset). A read
 	// like OpGetOffset: a leader read when FromLeader.
 	OpOffsets
-	// OpDeleteOffset removes Consumer's stored offset: a replicated
-	// write, like OpStoreOffset.
+	// OpDeleteOffset removes Consumer's stored offset (Found: there was
+	// one): a replicated write, like OpStoreOffset.
 	OpDeleteOffset
 
 	// opFlush is Flush's marker frame; it never reaches a partition.
@@ -150,7 +150,8 @@ type Response struct {
 	// Offset is the first offset of a produce, the next offset after a
 	// poll, or a consumer's stored offset.
 	Offset uint64
-	// Found reports whether a consumer offset was stored.
+	// Found reports whether a consumer offset was stored (before an
+	// OpDeleteOffset removed it).
 	Found bool
 	// Start and End are the partition's start offset and end (next)
 	// offset, answered by OpOffsets.

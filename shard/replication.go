@@ -835,8 +835,9 @@ func (h groupHandler) applyOp(index uint64, op entryOp, f Frame, waiting bool) e
 			// An I/O failure, as for a store: fence and rebuild.
 			return fmt.Errorf("apply index %d: delete consumer offset: %w", index, err)
 		}
+		_, found := o.rep.consumers[consumer]
 		delete(o.rep.consumers, consumer)
-		h.answered(f, waiting, Response{})
+		h.answered(f, waiting, Response{Found: found})
 		return nil
 	default: // entryTruncate, entryPurge (decodeOp refuses other kinds)
 		off := o.rep.cursor

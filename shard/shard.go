@@ -770,7 +770,11 @@ func serve(p partition.Partition, r *Request) Response {
 	case OpStoreOffset:
 		return Response{Err: p.StoreConsumerOffset(r.Consumer, r.Offset), Offset: r.Offset}
 	case OpDeleteOffset:
-		return Response{Err: p.DeleteConsumerOffset(r.Consumer)}
+		_, found, err := p.ConsumerOffset(r.Consumer)
+		if err == nil {
+			err = p.DeleteConsumerOffset(r.Consumer)
+		}
+		return Response{Err: err, Found: found}
 	case OpGetOffset:
 		off, ok, err := p.ConsumerOffset(r.Consumer)
 		return Response{Err: err, Offset: off, Found: ok}
