@@ -2,6 +2,7 @@ package parkway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/parkway-io/parkway/metadata"
@@ -308,4 +309,64 @@ func (a *Admin) ConsumerOffset(ctx context.Context, t Topic, part uint32, consum
 		return 0, false, err
 	}
 	return r.Offset, r.Found, nil
+}
+
+// DeleteConsumerOffset removes consumer's stored offset in a partition
+// and reports whether one was stored: a replicated write, like
+// StoreOffset, so every replica forgets it and a later ConsumerOffset
+// reports none (a poll AtConsumer then starts by its reset policy).
+// Removing an offset that is not stored is no error.
+func (a *Admin) DeleteConsumerOffset(ctx context.Context, t Topic, part uint32, consumer string) (bool, error) {
+	n := a.n
+	if err := n.begin(ctx); err != nil {
+		return false, err
+	}
+	if err := validConsumer(consumer); err != nil {
+		return false, err
+	}
+	ns, epoch, err := n.resolveWait(ctx, t, part)
+	if err != nil {
+		return false, err
+	}
+	req := &shard.Request{Op: shard.OpDeleteOffset, NS: ns, Epoch: epoch, Consumer: consumer}
+	r, err := n.call(ctx, req, t, part)
+	return r.Found, err
+}
+
+// DeleteConsumer removes consumer's stored offsets in every partition of
+// every topic of stream s (a Kafka listener's DeleteGroups), one
+// partition at a time, and returns how many it removed. It stops at the
+// first error; what it removed until then stays removed, and a retry
+// removes the rest.
+func (a *Admin) DeleteConsumer(ctx context.Context, s Stream, consumer string) (int, error) {
+	if err := validConsumer(consumer); err != nil {
+		return 0, err
+	}
+	topics, err := a.Topics(ctx, s)
+	if err != nil {
+		return 0, err
+	}
+	removed := 0
+	for _, t := range topics {
+		parts, err := a.Partitions(ctx, t)
+		if errors.Is(err, ErrTopicNotFound) {
+			continue // deleted meanwhile: its offsets went with it
+		}
+		if err != nil {
+			return removed, err
+		}
+		for _, p := range parts {
+			found, err := a.DeleteConsumerOffset(ctx, t, p.Partition, consumer)
+			if errors.Is(err, ErrTopicNotFound) || errors.Is(err, ErrPartitionNotFound) {
+				continue
+			}
+			if err != nil {
+				return removed, err
+			}
+			if found {
+				removed++
+			}
+		}
+	}
+	return removed, nil
 }

@@ -196,6 +196,48 @@ func TestConsumerOffsets(t *testing.T) {
 		if off, ok, _ := n.Admin().ConsumerOffset(ctx, topic, 0, "reader"); !ok || off != 0 {
 			t.Fatalf("after rewinding: %d, %v", off, ok)
 		}
+
+		// A deleted offset is gone (a second delete is no error); a
+		// poll at the consumer then starts by its reset policy.
+		if err := n.Admin().StoreOffset(ctx, topic, 0, "reader", 4); err != nil {
+			t.Fatal(err)
+		}
+		for i, want := range []bool{true, false} {
+			if found, err := n.Admin().DeleteConsumerOffset(ctx, topic, 0, "reader"); err != nil || found != want {
+				t.Fatalf("DeleteConsumerOffset #%d: found %v, %v; want %v", i+1, found, err, want)
+			}
+		}
+		if _, ok, err := n.Admin().ConsumerOffset(ctx, topic, 0, "reader"); err != nil || ok {
+			t.Fatalf("after its delete: stored %v, %v", ok, err)
+		}
+		b, err = n.Poll(ctx, topic, 0, parkway.AtConsumer("reader"), 10)
+		if err != nil || len(b.Messages) != 5 || b.Messages[0].Offset != 0 {
+			t.Fatalf("poll at a deleted consumer: %v, %v; want all 5 from 0", payloads(b.Messages), err)
+		}
+
+		// DeleteConsumer removes the consumer's offsets in every
+		// partition of the stream, and no one else's.
+		other := mustTopic(t, n, stream, "u", 1)
+		for _, at := range []struct {
+			t parkway.Topic
+			p uint32
+		}{{topic, 0}, {topic, 1}, {other, 0}} {
+			if err := n.Admin().StoreOffset(ctx, at.t, at.p, "reader", 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := n.Admin().StoreOffset(ctx, other, 0, "keep", 0); err != nil {
+			t.Fatal(err)
+		}
+		if removed, err := n.Admin().DeleteConsumer(ctx, stream, "reader"); err != nil || removed != 3 {
+			t.Fatalf("DeleteConsumer: removed %d, %v; want 3", removed, err)
+		}
+		if _, ok, err := n.Admin().ConsumerOffset(ctx, other, 0, "reader"); err != nil || ok {
+			t.Fatalf("after DeleteConsumer: stored %v, %v", ok, err)
+		}
+		if _, ok, err := n.Admin().ConsumerOffset(ctx, other, 0, "keep"); err != nil || !ok {
+			t.Fatalf("another consumer after DeleteConsumer: stored %v, %v", ok, err)
+		}
 	})
 }
 

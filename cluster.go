@@ -154,8 +154,11 @@ func (c *Cluster) Rebalance(ctx context.Context) error {
 }
 
 // Leader returns the node that leads a partition's raft group, as this
-// node sees it (0 while no leader is known). It is ErrInvalidArgument on a
-// node that is not part of a cluster.
+// node sees it (0 while no leader is known). A node that holds no replica
+// of the partition asks a replica (the answer is kept for about a second
+// of raft ticks, and dropped when the node it names is declared dead), so
+// the call may wait for a round trip. It is ErrInvalidArgument on a node
+// that is not part of a cluster.
 func (c *Cluster) Leader(ctx context.Context, t Topic, part uint32) (transport.NodeID, error) {
 	n := c.n
 	if err := c.begin(ctx); err != nil {

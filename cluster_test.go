@@ -327,6 +327,22 @@ func TestClusterReadsAndPartitionWritesAreReplicated(t *testing.T) {
 			t.Fatalf("poll at the consumer's offset: %v %v", payloads(b.Messages), err)
 		}
 
+		// So is a consumer offset's removal.
+		if err := nodes[other].Admin().StoreOffset(ctx, tp, 0, "gone", 3); err != nil {
+			t.Fatal(err)
+		}
+		if found, err := nodes[follower].Admin().DeleteConsumerOffset(ctx, tp, 0, "gone"); err != nil || !found {
+			t.Fatalf("DeleteConsumerOffset: found %v, %v", found, err)
+		}
+		for id, n := range nodes {
+			if _, ok, err := n.Admin().ConsumerOffset(ctx, tp, 0, "gone"); err != nil || ok {
+				t.Fatalf("deleted consumer offset through node %d: stored %v, %v", id, ok, err)
+			}
+		}
+		if off, ok, err := nodes[other].Admin().ConsumerOffset(ctx, tp, 0, "c"); err != nil || !ok || off != 7 {
+			t.Fatalf("another consumer's offset after a delete: %d %v %v", off, ok, err)
+		}
+
 		// Truncation through a follower reaches every replica.
 		if err := nodes[follower].Admin().TruncatePartition(ctx, tp, 0, 5); err != nil {
 			t.Fatal(err)

@@ -66,6 +66,9 @@ type clusterNode struct {
 	// partition and request id: told when the partition's leader moves
 	// or the node they went to is declared dead (forward.go).
 	watching map[metadata.Namespace]map[uint64]*forwardWatch
+	// hints are the learnt leaders of partitions held elsewhere
+	// (leaderhint.go).
+	hints leaderHints
 
 	// applied fires after every metadata entry or snapshot this node
 	// applies: membership calls wait on it (membership.go).
@@ -361,7 +364,9 @@ func (e *Engine) Forward(ctx context.Context, to uint64, req *shard.Request) (sh
 	for {
 		select {
 		case b := <-ch:
-			return DecodeResponse(b)
+			r, err := DecodeResponse(b)
+			c.learnForwarded(req, to, r, err)
+			return r, err
 		case <-t.C():
 			return shard.Response{}, fmt.Errorf("%w: no reply from node %d", shard.ErrOutcomeUnknown, to)
 		case <-ctx.Done():

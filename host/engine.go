@@ -546,7 +546,11 @@ func (e *Engine) ReplicaFor(ns metadata.Namespace) uint64 {
 }
 
 // Leader returns the node that leads ns's raft group as this node sees it
-// (0 while none is known).
+// (0 while none is known): its replica's group knows, and for a partition
+// held elsewhere the node asks a replica (leaderhint.go).
 func (e *Engine) Leader(ctx context.Context, ns metadata.Namespace) (uint64, error) {
+	if e.ReplicaFor(ns) != 0 {
+		return e.cl.remoteLeader(ctx, ns), nil
+	}
 	return e.shards[e.router.Owner(ns)].Leader(ctx, ns)
 }

@@ -86,6 +86,7 @@ func (c *clusterNode) leaderChanged(ns metadata.Namespace, lead uint64) {
 
 // peerDead tells the polls forwarded to peer that it was declared dead.
 func (c *clusterNode) peerDead(peer uint64) {
+	c.hints.dropNode(peer)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, ws := range c.watching {

@@ -95,7 +95,7 @@ func DecodeRequest(b []byte, now time.Time) (*shard.Request, error) {
 	r.UseConsumer, r.FromLeader = flags&flagUseConsumer != 0, flags&flagFromLeader != 0
 	switch r.Op {
 	case shard.OpProduce, shard.OpPoll, shard.OpStoreOffset, shard.OpGetOffset,
-		shard.OpTruncate, shard.OpPurge, shard.OpOffsets:
+		shard.OpTruncate, shard.OpPurge, shard.OpOffsets, shard.OpDeleteOffset:
 	default:
 		// Replication traffic (OpRaft, OpCatchUp) has its own message
 		// kinds; a client request never carries it.

@@ -55,6 +55,10 @@ func (s *Server) dispatch(ctx context.Context, req kmsg.Request, p *pending, ses
 		p.resp = s.listGroups(ctx, r)
 	case *kmsg.DescribeGroupsRequest:
 		p.resp = s.describeGroups(ctx, r)
+	case *kmsg.DeleteGroupsRequest:
+		p.resp = s.deleteGroups(ctx, r)
+	case *kmsg.OffsetDeleteRequest:
+		p.resp = s.offsetDelete(ctx, r)
 	case *kmsg.CreatePartitionsRequest:
 		p.resp = s.createPartitions(ctx, r)
 	case *kmsg.DeleteRecordsRequest:

@@ -10,10 +10,10 @@ type Operation string
 
 // The operations checked.
 const (
-	OpRead     Operation = "Read"     // Fetch; a group's join, sync, heartbeat, leave and commits
+	OpRead     Operation = "Read"     // Fetch; a group's join, sync, heartbeat, leave and commits; the topic of an OffsetDelete
 	OpWrite    Operation = "Write"    // Produce
 	OpCreate   Operation = "Create"   // CreateTopics, auto-creation
-	OpDelete   Operation = "Delete"   // DeleteTopics, DeleteRecords
+	OpDelete   Operation = "Delete"   // DeleteTopics, DeleteRecords; DeleteGroups and OffsetDelete (of the group)
 	OpAlter    Operation = "Alter"    // CreatePartitions
 	OpDescribe Operation = "Describe" // Metadata, ListOffsets, OffsetFetch, DescribeGroups, ListGroups
 )

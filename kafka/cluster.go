@@ -6,6 +6,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -77,21 +78,35 @@ func (s *Server) partitionsOf(ctx context.Context, t parkway.Topic, count int) [
 	if err != nil {
 		return out
 	}
-	for _, info := range infos {
+	out = make([]kmsg.MetadataResponseTopicPartition, len(infos))
+	// Leaders of partitions held elsewhere are asked of their replicas
+	// (a round trip each when not learnt recently): several at once.
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, leaderLookups)
+	for i, info := range infos {
 		mp := kmsg.NewMetadataResponseTopicPartition()
 		mp.Partition, mp.LeaderEpoch = int32(info.Partition), 0
 		for _, r := range info.Replicas {
 			mp.Replicas = append(mp.Replicas, int32(r))
 		}
 		mp.ISR = mp.Replicas
-		lead, err := s.node.Cluster().Leader(ctx, t, info.Partition)
-		if err != nil || lead == 0 {
-			mp.Leader = -1
-			mp.ErrorCode = s.code(kmsg.Metadata, kerr.LeaderNotAvailable.Code)
-		} else {
-			mp.Leader = int32(lead)
-		}
-		out = append(out, mp)
+		out[i] = mp
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			lead, err := s.node.Cluster().Leader(ctx, t, info.Partition)
+			if err != nil || lead == 0 {
+				out[i].Leader = -1
+				out[i].ErrorCode = s.code(kmsg.Metadata, kerr.LeaderNotAvailable.Code)
+			} else {
+				out[i].Leader = int32(lead)
+			}
+		})
 	}
+	wg.Wait()
 	return out
 }
+
+// leaderLookups bounds the partition leaders one Metadata request looks
+// up at once.
+const leaderLookups = 8

@@ -18,7 +18,7 @@ import (
 	"github.com/parkway-io/parkway/transport"
 )
 
-// cluster is three nodes on an in-memory bus, each with a listener.
+// cluster is nodes on an in-memory bus, each with a listener.
 type cluster struct {
 	t       *testing.T
 	nodes   map[int32]*parkway.Node
@@ -27,11 +27,21 @@ type cluster struct {
 	brokers map[int32]string
 }
 
+// startCluster starts three nodes.
 func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	return startClusterOf(t, 3)
+}
+
+// startClusterOf starts size nodes, ids 1..size.
+func startClusterOf(t *testing.T, size int) *cluster {
 	t.Helper()
 	bus := transport.NewNetwork(transport.NetworkOptions{})
 	t.Cleanup(func() { bus.Close() })
-	peers := []transport.NodeID{1, 2, 3}
+	var peers []transport.NodeID
+	for id := range size {
+		peers = append(peers, transport.NodeID(id+1))
+	}
 	c := &cluster{t: t, nodes: map[int32]*parkway.Node{}, servers: map[int32]*Server{}, served: map[int32]chan error{}, brokers: map[int32]string{}}
 	listeners := map[int32]net.Listener{}
 	for _, id := range peers {
@@ -398,5 +408,122 @@ func TestClusterNotLeaderNamesTheLeader(t *testing.T) {
 	cons := c.client([]int32{follower}, kgo.ConsumeTopics("moved"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if got := consume(t, cons, 51); len(got) != 51 {
 		t.Fatalf("consumed %d records through the follower's client, want 51", len(got))
+	}
+}
+
+// TestClusterMetadataNamesLeaderWithoutReplica: a listener on a node that
+// holds no replica of a partition still names the partition's leader in
+// Metadata — its node asks a replica — and names the new one within
+// seconds of the old leader's death. (Its node's own shards know only
+// the groups it is a member of: with four nodes and three replicas the
+// listener answered LEADER_NOT_AVAILABLE for every partition placed
+// elsewhere, and a client that knew only that broker could not produce.)
+func TestClusterMetadataNamesLeaderWithoutReplica(t *testing.T) {
+	c := startClusterOf(t, 4)
+	ctx := ctxFor(t)
+	adm := kadm.NewClient(c.client([]int32{1}))
+	if res, err := adm.CreateTopics(ctx, 4, 3, nil, "placed"); err != nil || res["placed"].Err != nil {
+		t.Fatalf("CreateTopics: %v %v", err, res["placed"].Err)
+	}
+	stream, err := c.nodes[1].Stream(ctx, DefaultStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic, err := c.nodes[1].Topic(ctx, stream, "placed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	infos, err := c.nodes[1].Admin().Partitions(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A partition and a node outside its placement.
+	var (
+		part     int32 = -1
+		outsider int32
+		replicas = map[int32]bool{}
+	)
+	for _, info := range infos {
+		held := map[int32]bool{}
+		for _, r := range info.Replicas {
+			held[int32(r)] = true
+		}
+		for id := range int32(4) {
+			if !held[id+1] {
+				part, outsider, replicas = int32(info.Partition), id+1, held
+				break
+			}
+		}
+		if part >= 0 {
+			break
+		}
+	}
+	if part < 0 {
+		t.Fatalf("every node holds every partition: %+v", infos)
+	}
+
+	// metadataLeader asks the outsider's listener for the partition's
+	// leader until it names one that is not dead, within a bound.
+	metadataLeader := func(dead int32) int32 {
+		t.Helper()
+		r := dialRaw(t, c.brokers[outsider])
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			req := kmsg.NewPtrMetadataRequest()
+			req.Version = 12
+			rt := kmsg.NewMetadataRequestTopic()
+			rt.Topic = kmsg.StringPtr("placed")
+			req.Topics = append(req.Topics, rt)
+			resp := r.request(req).(*kmsg.MetadataResponse)
+			for _, p := range resp.Topics[0].Partitions {
+				if p.Partition == part && p.ErrorCode == 0 && p.Leader > 0 && p.Leader != dead {
+					if !replicas[p.Leader] {
+						t.Fatalf("node %d's listener names node %d, not a replica (%v), as partition %d's leader", outsider, p.Leader, replicas, part)
+					}
+					return p.Leader
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d's listener named no leader of partition %d (placed on %v) in 10 s: %+v", outsider, part, replicas, resp.Topics[0].Partitions)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	start := time.Now()
+	lead := metadataLeader(0)
+	t.Logf("first leader after %v", time.Since(start))
+	if l, err := c.nodes[lead].Cluster().Leader(ctx, topic, uint32(part)); err != nil || int32(l) != lead {
+		t.Fatalf("the outsider's listener names leader %d, the leader's own node says %d (%v)", lead, l, err)
+	}
+
+	// A client that knows only the outsider produces to the partition.
+	cl := c.client([]int32{outsider}, kgo.DefaultProduceTopic("placed"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	produce := func(from, to int) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			cl.Produce(ctx, &kgo.Record{Value: []byte(fmt.Sprint(i)), Partition: part}, nil)
+		}
+		if err := cl.Flush(ctx); err != nil {
+			t.Fatalf("Flush: %v", err)
+		}
+	}
+	produce(0, 20)
+
+	// The leader dies: the outsider's listener names the new one.
+	c.kill(lead)
+	start = time.Now()
+	next := metadataLeader(lead)
+	t.Logf("next leader after %v", time.Since(start))
+	t.Logf("partition %d on %v: leader %d killed, node %d's listener names %d", part, replicas, lead, outsider, next)
+	produce(20, 40)
+	var alive int32
+	for id := range c.nodes {
+		if id != lead && replicas[id] {
+			alive = id
+		}
+	}
+	po, err := c.nodes[alive].Admin().PartitionOffsets(ctx, topic, uint32(part), "")
+	if err != nil || po.End != 40 {
+		t.Fatalf("partition end %d (%v), want 40", po.End, err)
 	}
 }

@@ -45,6 +45,8 @@ var served = map[int16]versionRange{
 	int16(kmsg.OffsetFetch):             {0, 7},
 	int16(kmsg.ListGroups):              {0, 4},
 	int16(kmsg.DescribeGroups):          {0, 5},
+	int16(kmsg.DeleteGroups):            {0, 2},
+	int16(kmsg.OffsetDelete):            {0, 0},
 	int16(kmsg.CreatePartitions):        {0, 3},
 	int16(kmsg.DeleteRecords):           {0, 2},
 	int16(kmsg.DescribeConfigs):         {0, 4},

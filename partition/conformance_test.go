@@ -298,8 +298,36 @@ var conformanceCases = []struct {
 		check(p)
 		mustClose(t, p)
 		p = mustBuild(t, restart(), ns, 3)
-		defer mustClose(t, p)
 		check(p)
+		if got := p.ConsumerOffsets(); len(got) != len(names) {
+			t.Fatalf("ConsumerOffsets lists %d consumers, want %d", len(got), len(names))
+		}
+
+		// A deleted offset is gone, after a restart too; deleting one
+		// not stored is no error.
+		deleted := names[2]
+		for range 2 {
+			if err := p.DeleteConsumerOffset(deleted); err != nil {
+				t.Fatalf("DeleteConsumerOffset(%q): %v", deleted, err)
+			}
+		}
+		gone := func(p partition.Partition) {
+			t.Helper()
+			if _, ok, err := p.ConsumerOffset(deleted); ok || err != nil {
+				t.Fatalf("ConsumerOffset(%q) after its delete: ok=%v err=%v", deleted, ok, err)
+			}
+			if _, ok := p.ConsumerOffsets()[deleted]; ok {
+				t.Fatalf("ConsumerOffsets lists %q after its delete", deleted)
+			}
+			if got, ok, err := p.ConsumerOffset("c"); !ok || err != nil || got != 5 {
+				t.Fatalf("ConsumerOffset(c) = %d, %v, %v after another's delete", got, ok, err)
+			}
+		}
+		gone(p)
+		mustClose(t, p)
+		p = mustBuild(t, restart(), ns, 3)
+		defer mustClose(t, p)
+		gone(p)
 	}},
 	{"BufferReuse", func(t *testing.T, s partition.Store, _ func() partition.Store) {
 		p := mustBuild(t, s, mustNS(t, 1, 1, 1), 1)

@@ -1180,6 +1180,26 @@ func (p *filePartition) clampConsumers() {
 	}
 }
 
+// DeleteConsumerOffset removes the consumer's offset file and makes the
+// removal durable (the directory's fsync) before returning.
+func (p *filePartition) DeleteConsumerOffset(consumer string) error {
+	if p.closed {
+		return ErrClosed
+	}
+	if _, ok := p.consumers[consumer]; !ok {
+		return nil
+	}
+	dir := filepath.Join(p.dir, consumersDir)
+	if err := p.fs.Remove(filepath.Join(dir, consumerFileName(consumer))); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err := p.fs.SyncDir(dir); err != nil {
+		return err
+	}
+	delete(p.consumers, consumer)
+	return nil
+}
+
 func (p *filePartition) ConsumerOffset(consumer string) (uint64, bool, error) {
 	if p.closed {
 		return 0, false, ErrClosed

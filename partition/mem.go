@@ -3,6 +3,7 @@ package partition
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -339,6 +340,18 @@ func (p *memPartition) ConsumerOffset(consumer string) (uint64, bool, error) {
 	}
 	off, ok := p.log.consumers[consumer]
 	return off, ok, nil
+}
+
+func (p *memPartition) DeleteConsumerOffset(consumer string) error {
+	if p.closed {
+		return ErrClosed
+	}
+	delete(p.log.consumers, consumer)
+	return nil
+}
+
+func (p *memPartition) ConsumerOffsets() map[string]uint64 {
+	return maps.Clone(p.log.consumers)
 }
 
 func (p *memPartition) Close() error {

@@ -192,6 +192,12 @@ type Partition interface {
 	StoreConsumerOffset(consumer string, offset uint64) error
 	// ConsumerOffset returns the consumer's stored offset.
 	ConsumerOffset(consumer string) (offset uint64, ok bool, err error)
+	// DeleteConsumerOffset removes the consumer's stored offset (durably
+	// for FileStore); removing one that is not stored is no error.
+	DeleteConsumerOffset(consumer string) error
+	// ConsumerOffsets returns every stored consumer offset, by consumer
+	// (a copy).
+	ConsumerOffsets() map[string]uint64
 	// Close releases files. The partition's data stays in its store.
 	Close() error
 }

@@ -26,6 +26,8 @@ func (p *nopPartition) Read(uint64, int) ([]partition.Message, error) { return n
 func (p *nopPartition) NextOffset() uint64                            { return p.next }
 func (p *nopPartition) StoreConsumerOffset(string, uint64) error      { return nil }
 func (p *nopPartition) ConsumerOffset(string) (uint64, bool, error)   { return 0, false, nil }
+func (p *nopPartition) DeleteConsumerOffset(string) error             { return nil }
+func (p *nopPartition) ConsumerOffsets() map[string]uint64            { return nil }
 func (p *nopPartition) Close() error                                  { return nil }
 func (p *nopPartition) StartOffset() uint64                           { return 0 }
 func (p *nopPartition) Sync() error                                   { return nil }

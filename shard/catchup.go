@@ -414,7 +414,8 @@ func (r *replicated) setConsumer(name string, off uint64) {
 
 // settle brings the local partition in line with the replicated state a
 // snapshot installed, once its log holds every message up to the cursor:
-// the replicated truncation and the consumer offsets.
+// the replicated truncation and the consumer offsets (one the snapshot
+// does not hold was deleted meanwhile).
 func (o *owned) settle() error {
 	if o.rep.start > o.p.StartOffset() {
 		if err := o.p.TruncateBefore(min(o.rep.start, o.p.NextOffset())); err != nil {
@@ -424,6 +425,13 @@ func (o *owned) settle() error {
 	for _, name := range slices.Sorted(maps.Keys(o.rep.consumers)) {
 		if err := o.p.StoreConsumerOffset(name, o.rep.consumers[name]); err != nil {
 			return err
+		}
+	}
+	for name := range o.p.ConsumerOffsets() {
+		if _, ok := o.rep.consumers[name]; !ok {
+			if err := o.p.DeleteConsumerOffset(name); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -172,12 +172,8 @@ func (s *Shard) toGroup(o *owned, f Frame) bool {
 	if o.damaged == nil || o.rep.grp == nil {
 		return false
 	}
-	switch f.Req.Op {
-	case OpProduce, OpStoreOffset, OpTruncate, OpPurge:
-	default:
-		if !f.Req.FromLeader {
-			return false
-		}
+	if !f.Req.Op.IsWrite() && !f.Req.FromLeader {
+		return false
 	}
 	s.notLeader(o, f)
 	return true
@@ -221,7 +217,7 @@ func (s *Shard) answerBuildFailed(ns metadata.Namespace, cause error) {
 		f := q.pop().frame
 		switch {
 		case len(peers) == 0 || f.Req.Op == OpRaft || f.Req.Op == OpCatchUp:
-		case f.Req.FromLeader, f.Req.Op == OpProduce, f.Req.Op == OpStoreOffset, f.Req.Op == OpTruncate, f.Req.Op == OpPurge:
+		case f.Req.FromLeader, f.Req.Op.IsWrite():
 			s.answer(f, Response{Err: &NotLeaderError{Leader: s.replicaHint(peers)}})
 			continue
 		}

@@ -17,10 +17,11 @@ import (
 
 // Kinds of the operations a replicated entry carries.
 const (
-	entryProduce     byte = 1 // producer u64, seq u64, len u32, batch
-	entryStoreOffset byte = 2 // offset u64, len u8, consumer
-	entryTruncate    byte = 3 // offset u64
-	entryPurge       byte = 4
+	entryProduce      byte = 1 // producer u64, seq u64, len u32, batch
+	entryStoreOffset  byte = 2 // offset u64, len u8, consumer
+	entryTruncate     byte = 3 // offset u64
+	entryPurge        byte = 4
+	entryDeleteOffset byte = 5 // len u8, consumer
 )
 
 // appendOp encodes f's operation into an entry.
@@ -47,6 +48,12 @@ func appendOp(data []byte, f Frame) ([]byte, error) {
 		data = binary.LittleEndian.AppendUint64(data, r.Offset)
 		data = append(data, byte(len(r.Consumer)))
 		return append(data, r.Consumer...), nil
+	case OpDeleteOffset:
+		if len(r.Consumer) > 255 {
+			return data, errors.New("parkway: consumer name longer than 255 bytes")
+		}
+		data = append(data, entryDeleteOffset, byte(len(r.Consumer)))
+		return append(data, r.Consumer...), nil
 	case OpTruncate:
 		data = append(data, entryTruncate)
 		return binary.LittleEndian.AppendUint64(data, r.Offset), nil
@@ -63,7 +70,7 @@ type entryOp struct {
 	key      produceKey // entryProduce
 	batch    []byte     // entryProduce: the encoded batch
 	offset   uint64     // entryStoreOffset, entryTruncate
-	consumer []byte     // entryStoreOffset
+	consumer []byte     // entryStoreOffset, entryDeleteOffset
 }
 
 // decodeOp decodes the operation at the head of b, the entry at index,
@@ -100,6 +107,12 @@ func decodeOp(index uint64, b []byte) (op entryOp, rest []byte, err error) {
 		return op, b[8:], nil
 	case entryPurge:
 		return op, b, nil
+	case entryDeleteOffset:
+		if len(b) < 1 || len(b)-1 < int(b[0]) {
+			return op, nil, errTruncatedOp(index)
+		}
+		op.consumer = b[1 : 1+int(b[0])]
+		return op, b[1+int(b[0]):], nil
 	}
 	return op, nil, fmt.Errorf("apply index %d: unknown operation %d", index, op.kind)
 }

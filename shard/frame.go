@@ -38,6 +38,9 @@ const (
 	// Consumer set, the consumer's stored offset (Found, Offset). A read
 	// like OpGetOffset: a leader read when FromLeader.
 	OpOffsets
+	// OpDeleteOffset removes Consumer's stored offset (Found: there was
+	// one): a replicated write, like OpStoreOffset.
+	OpDeleteOffset
 
 	// opFlush is Flush's marker frame; it never reaches a partition.
 	opFlush Op = 255
@@ -64,8 +67,20 @@ func (o Op) String() string {
 		return "catchup"
 	case OpOffsets:
 		return "offsets"
+	case OpDeleteOffset:
+		return "delete_offset"
 	}
 	return "unknown"
+}
+
+// IsWrite reports whether o changes a partition: on a replicated
+// partition only its leader takes it, and proposes it.
+func (o Op) IsWrite() bool {
+	switch o {
+	case OpProduce, OpStoreOffset, OpDeleteOffset, OpTruncate, OpPurge:
+		return true
+	}
+	return false
 }
 
 // Request is a partition operation addressed to a namespace.
@@ -135,7 +150,8 @@ type Response struct {
 	// Offset is the first offset of a produce, the next offset after a
 	// poll, or a consumer's stored offset.
 	Offset uint64
-	// Found reports whether a consumer offset was stored.
+	// Found reports whether a consumer offset was stored (before an
+	// OpDeleteOffset removed it).
 	Found bool
 	// Start and End are the partition's start offset and end (next)
 	// offset, answered by OpOffsets.

@@ -278,6 +278,7 @@ func FuzzDecodeEntry(f *testing.F) {
 		{Req: &Request{Op: OpStoreOffset, Consumer: "group-a", Offset: 12}},
 		{Req: &Request{Op: OpTruncate, Offset: 40}},
 		{Req: &Request{Op: OpPurge}},
+		{Req: &Request{Op: OpDeleteOffset, Consumer: "group-b"}},
 	}
 	var all []byte
 	for _, fr := range frames {
@@ -297,6 +298,7 @@ func FuzzDecodeEntry(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{entryProduce, 1, 2, 3})
 	f.Add([]byte{entryStoreOffset, 0, 0, 0, 0, 0, 0, 0, 0, 200, 'x'})
+	f.Add([]byte{entryDeleteOffset, 9, 'x'})
 	f.Add([]byte{9})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for len(b) > 0 {
@@ -329,6 +331,9 @@ func encodeEntryOp(op entryOp) []byte {
 		b = append(b, op.consumer...)
 	case entryTruncate:
 		b = binary.LittleEndian.AppendUint64(b, op.offset)
+	case entryDeleteOffset:
+		b = append(b, byte(len(op.consumer)))
+		b = append(b, op.consumer...)
 	}
 	return b
 }

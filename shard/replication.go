@@ -829,6 +829,16 @@ func (h groupHandler) applyOp(index uint64, op entryOp, f Frame, waiting bool) e
 		o.rep.setConsumer(consumer, off)
 		h.answered(f, waiting, Response{Offset: off})
 		return nil
+	case entryDeleteOffset:
+		consumer := string(op.consumer)
+		if err := o.p.DeleteConsumerOffset(consumer); err != nil {
+			// An I/O failure, as for a store: fence and rebuild.
+			return fmt.Errorf("apply index %d: delete consumer offset: %w", index, err)
+		}
+		_, found := o.rep.consumers[consumer]
+		delete(o.rep.consumers, consumer)
+		h.answered(f, waiting, Response{Found: found})
+		return nil
 	default: // entryTruncate, entryPurge (decodeOp refuses other kinds)
 		off := o.rep.cursor
 		if op.kind == entryTruncate {

@@ -676,11 +676,11 @@ func (s *Shard) serveOwned(o *owned, f Frame) {
 		return
 	}
 	if o.rep.grp != nil {
-		switch f.Req.Op {
-		case OpProduce, OpStoreOffset, OpTruncate, OpPurge:
+		switch {
+		case f.Req.Op.IsWrite():
 			s.propose(o, f)
 			return
-		case OpPoll, OpGetOffset, OpOffsets:
+		case f.Req.Op == OpPoll, f.Req.Op == OpGetOffset, f.Req.Op == OpOffsets:
 			if s.readReplicated(o, f) {
 				return
 			}
@@ -769,6 +769,12 @@ func serve(p partition.Partition, r *Request) Response {
 		return resp
 	case OpStoreOffset:
 		return Response{Err: p.StoreConsumerOffset(r.Consumer, r.Offset), Offset: r.Offset}
+	case OpDeleteOffset:
+		_, found, err := p.ConsumerOffset(r.Consumer)
+		if err == nil {
+			err = p.DeleteConsumerOffset(r.Consumer)
+		}
+		return Response{Err: err, Found: found}
 	case OpGetOffset:
 		off, ok, err := p.ConsumerOffset(r.Consumer)
 		return Response{Err: err, Offset: off, Found: ok}
