@@ -103,7 +103,9 @@ func (a *Admin) CreatePartitions(ctx context.Context, t Topic, count int) error 
 	return n.topicCommand(ctx, t, metadata.CreatePartitions{Stream: t.Stream.ID, Topic: t.ID, Revision: t.Revision, Count: count})
 }
 
-// DeletePartitions removes count partitions from the tail of a topic.
+// DeletePartitions removes count partitions from the tail of a topic. A
+// topic keeps at least one: removing all of them (or more) is
+// ErrInvalidPartitionCount; DeleteTopic removes a topic whole.
 func (a *Admin) DeletePartitions(ctx context.Context, t Topic, count int) error {
 	n := a.n
 	return n.topicCommand(ctx, t, metadata.DeletePartitions{Stream: t.Stream.ID, Topic: t.ID, Revision: t.Revision, Count: count})

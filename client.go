@@ -6,7 +6,6 @@ import (
 	"hash"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/spaolacci/murmur3"
 
@@ -559,18 +558,16 @@ type PartitionOffsets struct {
 	Lag uint64
 }
 
-// validConsumer accepts 1–255 bytes of letters, digits, '.', '_' and '-',
-// other than "." and "..": consumer names become file names on disk, so
-// anything that could escape the offsets directory is refused up front.
+// validConsumer applies the one naming rule of parkway (streams, topics,
+// groups, members, consumers: 1 to 255 bytes of UTF-8 without control
+// characters, metadata.ValidateName). A consumer name is never used as a
+// path as it is: the partition stores its offset in a file whose name
+// escapes every byte outside [A-Za-z0-9_.-] (see package partition), so
+// no name reaches outside the offsets directory. The error matches both
+// ErrInvalidConsumer and ErrInvalidName.
 func validConsumer(name string) error {
-	if name == "" || len(name) > metadata.MaxNameLength || !utf8.ValidString(name) || name == "." || name == ".." {
-		return fmt.Errorf("%w: %q", ErrInvalidConsumer, name)
-	}
-	for _, r := range name {
-		ok := r == '.' || r == '_' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z'
-		if !ok {
-			return fmt.Errorf("%w: %q", ErrInvalidConsumer, name)
-		}
+	if err := metadata.ValidateName("consumer", name); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConsumer, err)
 	}
 	return nil
 }

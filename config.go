@@ -76,9 +76,11 @@ type Config struct {
 	// RetentionInterval is how often retention is enforced (default 10 s).
 	RetentionInterval time.Duration
 
-	// Shards is the number of shards (default: GOMAXPROCS).
+	// Shards is the number of shards (default: GOMAXPROCS, at most
+	// MaxShards).
 	Shards int
-	// InboxSize bounds each shard's inbox (default 1,024 frames).
+	// InboxSize bounds each shard's inbox (default 1,024 frames, at most
+	// MaxInboxSize).
 	InboxSize int
 	// PinShards pins shard i's pump to CPU i mod NumCPU (Linux only). Off
 	// by default: the library lives in the host's process and should not
@@ -114,9 +116,11 @@ type Config struct {
 	BuildBackoffMin, BuildBackoffMax time.Duration
 
 	// MaxMessageSize caps one message's payload plus headers, each
-	// header counted with its 8 bytes of framing (default 1 MiB).
+	// header counted with its 8 bytes of framing (default 1 MiB, at most
+	// MaxBatchBytesLimit).
 	MaxMessageSize int
-	// MaxBatchMessages caps the messages of one produce (default 10,000).
+	// MaxBatchMessages caps the messages of one produce (default 10,000,
+	// at most MaxBatchMessagesLimit).
 	MaxBatchMessages int
 	// MaxBatchBytes caps one produce's messages, sized as MaxMessageSize
 	// counts them (default 16 MiB, at most MaxBatchBytesLimit). It exists
@@ -183,6 +187,12 @@ const (
 	DefaultSegmentSize     = partition.DefaultSegmentSize
 	MinSegmentSize         = partition.MinSegmentSize
 	MaxSegmentSize         = partition.MaxSegmentSize
+	// MaxShards, MaxInboxSize and MaxBatchMessagesLimit bound Shards,
+	// InboxSize and MaxBatchMessages. Shards and inboxes are made whole at
+	// Open, used or not; a shard is meant to be one per core.
+	MaxShards             = host.MaxShards
+	MaxInboxSize          = shard.MaxInboxSize
+	MaxBatchMessagesLimit = 1 << 20
 )
 
 // Validate reports every problem with c, joined.
@@ -198,10 +208,15 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %v < 0", name, v))
 		}
 	}
-	negInt("Shards", c.Shards)
-	negInt("InboxSize", c.InboxSize)
-	negInt("MaxMessageSize", c.MaxMessageSize)
-	negInt("MaxBatchMessages", c.MaxBatchMessages)
+	if c.Shards < 0 || c.Shards > MaxShards {
+		errs = append(errs, fmt.Errorf("Shards %d outside [0, %d] (0 for one per CPU)", c.Shards, MaxShards))
+	}
+	if c.MaxMessageSize < 0 || c.MaxMessageSize > MaxBatchBytesLimit {
+		errs = append(errs, fmt.Errorf("MaxMessageSize %d outside [0, %d] (a message travels in one batch)", c.MaxMessageSize, MaxBatchBytesLimit))
+	}
+	if c.MaxBatchMessages < 0 || c.MaxBatchMessages > MaxBatchMessagesLimit {
+		errs = append(errs, fmt.Errorf("MaxBatchMessages %d outside [0, %d]", c.MaxBatchMessages, MaxBatchMessagesLimit))
+	}
 	negInt("MaxBatchBytes", c.MaxBatchBytes)
 	if c.MaxBatchBytes > MaxBatchBytesLimit {
 		errs = append(errs, fmt.Errorf("MaxBatchBytes %d > %d (the transport frame bounds a batch)", c.MaxBatchBytes, MaxBatchBytesLimit))
@@ -244,7 +259,8 @@ func (c Config) Validate() error {
 	}
 	// The promise of RequestTimeout's doc: a request racing a topic
 	// creation must outlive the park age bound to be served, not failed.
-	if c.RequestTimeout >= 0 && c.ReconcileInterval >= 0 && c.Park.MaxPasses >= 0 {
+	if c.RequestTimeout >= 0 && c.ReconcileInterval >= 0 && c.ReconcileInterval <= reconciler.MaxPeriod &&
+		c.Park.MaxPasses >= 0 && c.Park.MaxPasses <= shard.MaxParkPasses {
 		d := c.withDefaults()
 		passes := d.Park.MaxPasses
 		if passes == 0 {
@@ -254,7 +270,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("RequestTimeout %v must exceed Park.MaxPasses × ReconcileInterval = %d × %v", d.RequestTimeout, passes, d.ReconcileInterval))
 		}
 	}
-	if err := (shard.Config{Park: c.Park}).Validate(); err != nil {
+	if err := (shard.Config{Park: c.Park, InboxSize: c.InboxSize}).Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -272,7 +288,7 @@ var ErrInvalidConfig = errors.New("parkway: invalid config")
 // declared once.
 func (c Config) withDefaults() Config {
 	if c.Shards == 0 {
-		c.Shards = runtime.GOMAXPROCS(0)
+		c.Shards = min(runtime.GOMAXPROCS(0), MaxShards)
 	}
 	if c.MaxMessageSize == 0 {
 		c.MaxMessageSize = DefaultMaxMessageSize

@@ -221,7 +221,7 @@ func TestBehaviour24EveryStartPositionResolves(t *testing.T) {
 		if err != nil || po != (parkway.PartitionOffsets{Start: 3, End: 5, Lag: 2}) {
 			t.Fatalf("PartitionOffsets without a consumer = %+v, %v", po, err)
 		}
-		if _, err := n.Admin().PartitionOffsets(ctx, topic, 0, "bad/name"); !errors.Is(err, parkway.ErrInvalidConsumer) {
+		if _, err := n.Admin().PartitionOffsets(ctx, topic, 0, "bad\x00name"); !errors.Is(err, parkway.ErrInvalidConsumer) {
 			t.Fatalf("PartitionOffsets with a bad consumer name: %v", err)
 		}
 	})

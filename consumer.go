@@ -45,8 +45,8 @@ type ConsumerConfig struct {
 	// stores its offsets under Name (Admin.StoreOffset).
 	Group string
 	// Name names the consumer: the member's name in a group (optional),
-	// the consumer name without one (required: letters, digits, '.', '_'
-	// and '-').
+	// the consumer name without one (required). Names follow the one rule
+	// of ErrInvalidName.
 	Name string
 	// SessionTimeout is the group member's session timeout (default
 	// DefaultSessionTimeout). The Consumer heartbeats at a third of it.
@@ -100,17 +100,24 @@ const (
 )
 
 // Validate reports every invalid field, joined, each matching
-// ErrInvalidArgument (or ErrInvalidConsumer for the name).
+// ErrInvalidArgument, or ErrInvalidName for a name (with
+// ErrInvalidConsumer for a consumer's).
 func (c ConsumerConfig) Validate() error {
 	var errs []error
+	// One naming rule for both (ErrInvalidName's): a consumer's name, or
+	// a group member's, which JoinGroup checks again.
 	if c.Group == "" {
 		if err := validConsumer(c.Name); err != nil {
 			errs = append(errs, fmt.Errorf("%w (a consumer without a group needs a name)", err))
 		}
-	} else if c.Name != "" {
-		// The rule JoinGroup applies, checked up front.
-		if err := metadata.ValidateName("member", c.Name); err != nil {
-			errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidArgument, err))
+	} else {
+		if err := metadata.ValidateName("group", c.Group); err != nil {
+			errs = append(errs, err)
+		}
+		if c.Name != "" {
+			if err := metadata.ValidateName("member", c.Name); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if c.SessionTimeout != 0 && (c.SessionTimeout < MinSessionTimeout || c.SessionTimeout > MaxSessionTimeout) {
@@ -264,9 +271,6 @@ func (n *Node) NewConsumer(ctx context.Context, t Topic, cfg ConsumerConfig) (*C
 		delivered:  make(chan struct{}, 1),
 	}
 	if cfg.Group != "" {
-		if err := n.Admin().CreateGroup(ctx, t, cfg.Group); err != nil && !errors.Is(err, ErrGroupExists) {
-			return nil, err
-		}
 		m, err := n.JoinGroup(ctx, t, cfg.Group, MemberConfig{Name: cfg.Name, SessionTimeout: cfg.SessionTimeout})
 		if err != nil {
 			return nil, err
@@ -808,7 +812,7 @@ func (c *Consumer) heartbeat() {
 	case errors.Is(err, ErrUnknownMember):
 		// Our session lapsed (a long pause, a partition from the
 		// metadata leader): join again as a new member.
-		nm, err := c.n.JoinGroup(c.ctx, c.t, c.cfg.Group, MemberConfig{Name: c.cfg.Name, SessionTimeout: c.cfg.SessionTimeout})
+		nm, err := c.n.joinGroup(c.ctx, c.t, c.cfg.Group, MemberConfig{Name: c.cfg.Name, SessionTimeout: c.cfg.SessionTimeout}, false)
 		if err != nil {
 			if fatalConsumerError(err) {
 				c.fail(err)
@@ -837,7 +841,8 @@ func (c *Consumer) heartbeat() {
 // order within each partition. It waits for messages (without using CPU)
 // until ctx ends, the consumer is closed, NewConsumer's context ends or a
 // fatal error (the topic or group deleted) — which it yields once, with
-// an empty Delivery, before it stops (ctx's own end too). Breaking out of
+// an empty Delivery, before it stops (ctx's own end too; a nil ctx is
+// ErrInvalidArgument). Breaking out of
 // the loop is allowed; a later call continues where it stopped — within
 // MaxPollInterval: after it a group member has left its group, and the
 // later call joins again. The position of a message counts as handled
@@ -852,6 +857,10 @@ func (c *Consumer) heartbeat() {
 // group for that long, is dropped, never delivered.
 func (c *Consumer) Messages(ctx context.Context) iter.Seq2[Delivery, error] {
 	return func(yield func(Delivery, error) bool) {
+		if ctx == nil {
+			yield(Delivery{}, fmt.Errorf("%w: nil context", ErrInvalidArgument))
+			return
+		}
 		for {
 			// The rest of a batch a previous loop broke out of comes
 			// first: its fetcher has moved past it.
@@ -953,6 +962,9 @@ func (c *Consumer) afterBatch() {
 // offset) and Commit returns nil for it; other failures are returned and
 // the positions kept for the next commit.
 func (c *Consumer) Commit(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	}
 	c.mu.Lock()
 	if len(c.processed) == 0 {
 		c.mu.Unlock()

@@ -47,7 +47,11 @@ var (
 	// and deduplicates on read.
 	ErrOutcomeUnknown = shard.ErrOutcomeUnknown
 
-	// ErrInvalidName reports an empty, over-long or malformed name.
+	// ErrInvalidName reports an empty, over-long or malformed name. One
+	// rule holds for the names of streams, topics, consumer groups, group
+	// members and consumers: 1 to 255 bytes of valid UTF-8 without
+	// control characters. Names are case-sensitive and never used as
+	// paths as they are.
 	ErrInvalidName = metadata.ErrInvalidName
 	// ErrStreamExists and ErrTopicExists report a duplicate name.
 	ErrStreamExists = metadata.ErrStreamExists
@@ -115,7 +119,9 @@ var (
 	ErrCorrupt = partition.ErrCorrupt
 	// ErrOffsetOutOfRange reports an offset outside a partition's log.
 	ErrOffsetOutOfRange = partition.ErrOffsetOutOfRange
-	// ErrInvalidConsumer reports a malformed consumer name.
+	// ErrInvalidConsumer reports a malformed consumer name. Consumer
+	// names follow the rule of every name (see ErrInvalidName), and the
+	// error matches ErrInvalidName too.
 	ErrInvalidConsumer = errors.New("parkway: invalid consumer name")
 	// ErrTooManyWaiters reports a waiting poll refused because its
 	// partition's shard already holds its bound of waiting polls (10,000).

@@ -97,22 +97,47 @@ type Member struct {
 	confirmed int64
 }
 
-// JoinGroup joins consumer group group of topic t and returns the member
-// with its first assignment. It is the layer below a Consumer (which
-// joins, heartbeats, follows rebalances and commits by itself), for a
-// host that drives a group's membership itself.
+// JoinGroup joins consumer group group of topic t, creating the group if
+// it does not exist (as NewConsumer does, and as Kafka's JoinGroup does),
+// and returns the member with its first assignment. It is the layer below
+// a Consumer (which joins, heartbeats, follows rebalances and commits by
+// itself), for a host that drives a group's membership itself. Group and
+// member names follow the rule of stream and topic names (ErrInvalidName).
 func (n *Node) JoinGroup(ctx context.Context, t Topic, group string, cfg MemberConfig) (*Member, error) {
+	return n.joinGroup(ctx, t, group, cfg, true)
+}
+
+// joinGroup joins group, creating it first if create is set and it does
+// not exist. A Consumer that rejoins after its session lapsed does not
+// create: a group deleted meanwhile ends it (ErrGroupNotFound).
+func (n *Node) joinGroup(ctx context.Context, t Topic, group string, cfg MemberConfig, create bool) (*Member, error) {
 	if err := n.begin(ctx); err != nil {
 		return nil, err
 	}
 	if _, err := n.topicInfo(ctx, t); err != nil {
 		return nil, err
 	}
-	now := n.cfg.Clock.Now().UnixNano()
-	res, err := n.apply(ctx, metadata.JoinGroup{
+	cmd := metadata.JoinGroup{
 		Stream: t.Stream.ID, Topic: t.ID, Revision: t.Revision, Group: group,
-		Member: cfg.Name, SessionTimeout: cfg.SessionTimeout, Now: now,
-	})
+		Member: cfg.Name, SessionTimeout: cfg.SessionTimeout,
+	}
+	if err := cmd.Validate(); err != nil {
+		return nil, n.groupError(err, t) // before a group is created for it
+	}
+	join := func() (metadata.Result, int64, error) {
+		cmd.Now = n.cfg.Clock.Now().UnixNano()
+		res, err := n.apply(ctx, cmd)
+		return res, cmd.Now, err
+	}
+	// Join first: the group usually exists, and a join storm then costs
+	// one metadata entry a member, not two.
+	res, now, err := join()
+	if create && errors.Is(err, metadata.ErrGroupNotFound) {
+		if cerr := n.Admin().CreateGroup(ctx, t, group); cerr != nil && !errors.Is(cerr, ErrGroupExists) {
+			return nil, cerr
+		}
+		res, now, err = join()
+	}
 	if err != nil {
 		return nil, n.groupError(err, t)
 	}

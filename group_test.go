@@ -262,8 +262,16 @@ func TestGroupInvalidInput(t *testing.T) {
 		n := open(t, parkway.Config{Shards: 1})
 		ctx := ctxFor(t)
 		tp := mustTopic(t, n, mustStream(t, n, "s"), "t", 2)
-		if _, err := n.JoinGroup(ctx, tp, "nope", parkway.MemberConfig{}); !errors.Is(err, parkway.ErrGroupNotFound) {
-			t.Errorf("join of an unknown group: %v", err)
+		// A join creates its group, as NewConsumer does (the bad-input
+		// tour of issue 27 found JoinGroup refusing what NewConsumer
+		// accepted).
+		if m, err := n.JoinGroup(ctx, tp, "new", parkway.MemberConfig{}); err != nil {
+			t.Errorf("join of a new group: %v", err)
+		} else if g, err := n.Admin().Group(ctx, tp, "new"); err != nil || len(g.Members) != 1 || g.Members[0].ID != m.ID() {
+			t.Errorf("the group a join created: %+v, %v", g, err)
+		}
+		if _, err := n.JoinGroup(ctx, tp, "", parkway.MemberConfig{}); !errors.Is(err, parkway.ErrInvalidName) {
+			t.Errorf("join of group \"\": %v, want ErrInvalidName", err)
 		}
 		if err := n.Admin().CreateGroup(ctx, tp, "g"); err != nil {
 			t.Fatal(err)
@@ -291,7 +299,7 @@ func TestGroupInvalidInput(t *testing.T) {
 			{Group: "g", Commit: 9},
 			{Group: "g", Name: "bad\x00name"}, // JoinGroup's name rule, checked up front
 		} {
-			if _, err := n.NewConsumer(ctx, tp, cfg); !errors.Is(err, parkway.ErrInvalidArgument) && !errors.Is(err, parkway.ErrInvalidConsumer) {
+			if _, err := n.NewConsumer(ctx, tp, cfg); !errors.Is(err, parkway.ErrInvalidArgument) && !errors.Is(err, parkway.ErrInvalidName) {
 				t.Errorf("NewConsumer(%+v): %v, want a typed error", cfg, err)
 			}
 		}

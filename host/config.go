@@ -198,17 +198,29 @@ const (
 	DefaultRetryBackoffMax = 50 * time.Millisecond
 )
 
+// Upper bounds of Config and Cluster fields, so a value no deployment
+// needs is refused with a message rather than by a failed allocation, an
+// overflowed duration or an engine that never elects a leader.
+const (
+	// MaxShards bounds Config.Shards: a shard is a goroutine, an inbox
+	// and a reconciler, made at New whether used or not; it is meant to be
+	// one per core.
+	MaxShards = 1024
+	// MaxTickInterval bounds Cluster.TickInterval: leaders are elected
+	// within 10–20 ticks, members declared dead after 50.
+	MaxTickInterval = 10 * time.Second
+	// MaxLiveness bounds Cluster.LivenessInterval and LivenessTimeout.
+	MaxLiveness = time.Hour
+)
+
 // ErrInvalidConfig wraps every problem Config.Validate reports.
 var ErrInvalidConfig = errors.New("parkway: invalid engine config")
 
 // Validate reports every problem with c, joined.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Shards <= 0 {
-		errs = append(errs, fmt.Errorf("Shards %d must be > 0", c.Shards))
-	}
-	if c.InboxSize < 0 {
-		errs = append(errs, fmt.Errorf("InboxSize %d < 0", c.InboxSize))
+	if c.Shards <= 0 || c.Shards > MaxShards {
+		errs = append(errs, fmt.Errorf("Shards %d outside [1, %d]", c.Shards, MaxShards))
 	}
 	if c.MetadataSnapshotEvery < 0 {
 		errs = append(errs, fmt.Errorf("MetadataSnapshotEvery %d < 0", c.MetadataSnapshotEvery))
@@ -229,7 +241,7 @@ func (c Config) Validate() error {
 	if c.Cluster != nil {
 		errs = append(errs, c.Cluster.Validate())
 	}
-	if err := (shard.Config{Park: c.Park}).Validate(); err != nil {
+	if err := (shard.Config{Park: c.Park, InboxSize: c.InboxSize}).Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -244,6 +256,16 @@ func (c *Cluster) Validate() error {
 	if c.ID == 0 || !slices.Contains(c.Peers, c.ID) {
 		errs = append(errs, fmt.Errorf("Cluster.ID %d must be non-zero and listed in Peers", c.ID))
 	}
+	seen := make(map[transport.NodeID]bool, len(c.Peers))
+	for _, p := range c.Peers {
+		switch {
+		case p == 0:
+			errs = append(errs, errors.New("Cluster.Peers lists node 0 (node ids start at 1)"))
+		case seen[p]:
+			errs = append(errs, fmt.Errorf("Cluster.Peers lists node %d twice", p))
+		}
+		seen[p] = true
+	}
 	if c.Bus == nil {
 		errs = append(errs, errors.New("Cluster.Bus is required"))
 	} else if c.Bus.ID() != c.ID {
@@ -255,14 +277,14 @@ func (c *Cluster) Validate() error {
 	if c.CompactBytes < 0 {
 		errs = append(errs, fmt.Errorf("Cluster.CompactBytes %d < 0", c.CompactBytes))
 	}
-	if c.TickInterval < 0 {
-		errs = append(errs, fmt.Errorf("Cluster.TickInterval %v < 0", c.TickInterval))
+	if c.TickInterval < 0 || c.TickInterval > MaxTickInterval {
+		errs = append(errs, fmt.Errorf("Cluster.TickInterval %v outside [0, %v] (0 for the default)", c.TickInterval, MaxTickInterval))
 	}
 	if c.MaxForwardedBytes < 0 || c.MaxForwardedPeerBytes < 0 {
 		errs = append(errs, fmt.Errorf("Cluster.MaxForwardedBytes %d and MaxForwardedPeerBytes %d must not be negative", c.MaxForwardedBytes, c.MaxForwardedPeerBytes))
 	}
-	if c.LivenessInterval < 0 || c.LivenessTimeout < 0 {
-		errs = append(errs, fmt.Errorf("Cluster.LivenessInterval %v and LivenessTimeout %v must not be negative", c.LivenessInterval, c.LivenessTimeout))
+	if c.LivenessInterval < 0 || c.LivenessTimeout < 0 || c.LivenessInterval > MaxLiveness || c.LivenessTimeout > MaxLiveness {
+		errs = append(errs, fmt.Errorf("Cluster.LivenessInterval %v and LivenessTimeout %v must be within [0, %v] (0 for the defaults)", c.LivenessInterval, c.LivenessTimeout, MaxLiveness))
 	}
 	return errors.Join(errs...)
 }

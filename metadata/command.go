@@ -57,7 +57,9 @@ type CreatePartitions struct {
 }
 
 // DeletePartitions removes the Count highest-numbered partitions of a topic.
-// It may remove all of them.
+// It leaves at least one (ErrInvalidPartitionCount otherwise), as
+// CreateTopic makes none with fewer; a topic restored from a log written
+// before this rule may have none.
 type DeletePartitions struct {
 	Stream, Topic uint32
 	Count         int

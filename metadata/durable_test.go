@@ -88,8 +88,9 @@ func richWorkload() []Command {
 		DeleteTopic{Stream: 0, Topic: 2},
 		CreateTopic{Stream: 0, Name: "t2", Partitions: 2}, // recreate: takes id 1, the lowest hole
 		CreateTopic{Stream: 0, Name: "t1", Partitions: 1}, // takes id 2
-		DeletePartitions{Stream: 0, Topic: 0, Count: 5},   // all of them
-		PurgeTopic{Stream: 0, Topic: 0},                   // no partitions: no bump
+		DeletePartitions{Stream: 0, Topic: 0, Count: 5},   // fails: all of them
+		DeletePartitions{Stream: 0, Topic: 0, Count: 4},   // all but one
+		PurgeTopic{Stream: 0, Topic: 0},
 		CreatePartitions{Stream: 0, Topic: 0, Count: 1},
 		DeleteStream{Stream: 3},
 		DeleteStream{Stream: 7}, // fails

@@ -23,7 +23,8 @@ var (
 	ErrTopicNotFound = errors.New("parkway: topic not found")
 	// ErrInvalidPartitionCount reports a CreateTopic with Partitions outside
 	// 1..MaxPartitionsPerTopic, a CreatePartitions or DeletePartitions with
-	// Count < 1, a DeletePartitions removing more partitions than exist, or
+	// Count < 1, a DeletePartitions removing all the partitions there are
+	// (a topic keeps one) or more, or
 	// a CreatePartitions growing a topic past MaxPartitionID.
 	ErrInvalidPartitionCount = errors.New("parkway: invalid partition count")
 	// ErrTooManyStreams reports that every stream id up to MaxStreamID is

@@ -81,6 +81,25 @@ type JoinGroup struct {
 	Revision uint64 // the topic's created revision, if not 0 (see DeleteStream)
 }
 
+// Validate checks what a join asks for on its own, before any group is
+// looked up: the group name, the member name (if any) and the session
+// timeout. A host checks it before it creates a group for the join, so a
+// refused join creates nothing; applying the join checks it again.
+func (c JoinGroup) Validate() error {
+	if err := validateName("group", c.Group); err != nil {
+		return err
+	}
+	if c.Member != "" {
+		if err := validateName("member", c.Member); err != nil {
+			return err
+		}
+	}
+	if c.SessionTimeout != 0 && (c.SessionTimeout < MinSessionTimeout || c.SessionTimeout > MaxSessionTimeout) {
+		return fmt.Errorf("%w: session timeout %v outside [%v, %v]", ErrInvalidGroupRequest, c.SessionTimeout, MinSessionTimeout, MaxSessionTimeout)
+	}
+	return nil
+}
+
 // LeaveGroup removes a member from its group and rebalances it.
 type LeaveGroup struct {
 	Stream, Topic uint32
@@ -626,17 +645,12 @@ func (s *Store) joinGroup(c JoinGroup) (Result, bool, error) {
 	if err != nil {
 		return Result{}, false, err
 	}
-	if c.Member != "" {
-		if err := validateName("member", c.Member); err != nil {
-			return Result{}, false, err
-		}
+	if err := c.Validate(); err != nil {
+		return Result{}, false, err
 	}
 	timeout := c.SessionTimeout
 	if timeout == 0 {
 		timeout = DefaultSessionTimeout
-	}
-	if timeout < MinSessionTimeout || timeout > MaxSessionTimeout {
-		return Result{}, false, fmt.Errorf("%w: session timeout %v outside [%v, %v]", ErrInvalidGroupRequest, c.SessionTimeout, MinSessionTimeout, MaxSessionTimeout)
 	}
 	now := s.groupNow(c.Now)
 	if len(g.members) >= MaxMembersPerGroup {

@@ -524,18 +524,17 @@ func (s *Store) deletePartitions(c DeletePartitions) (Result, bool, error) {
 	if err != nil {
 		return Result{}, false, err
 	}
+	// A topic keeps at least one partition, as CreateTopic makes none
+	// with fewer: delete the topic to have none.
 	have := len(t.parts)
-	if c.Count < 1 || c.Count > have {
-		return Result{}, false, fmt.Errorf("%w: delete %d partitions from %d/%d, want 1..%d",
-			ErrInvalidPartitionCount, c.Count, st.id, t.id, have)
+	if c.Count < 1 || c.Count >= have {
+		return Result{}, false, fmt.Errorf("%w: delete %d partitions from %d/%d of %d, want 1..%d (a topic keeps one)",
+			ErrInvalidPartitionCount, c.Count, st.id, t.id, have, have-1)
 	}
 	keep := have - c.Count
 	removed := slices.Clone(t.parts[keep:])
 	s.removePartitions(removed)
 	t.parts = slices.Clip(t.parts[:keep])
-	if keep == 0 {
-		t.parts = nil // as a restored topic without partitions
-	}
 	s.revision++
 	t.topicGroupsResized(s.revision)
 	return Result{Revision: s.revision, Stream: st.id, Topic: t.id, Removed: removed}, true, nil

@@ -220,8 +220,7 @@ func TestRevisionBumpsAndWakes(t *testing.T) {
 		{SetTopicConfig{Stream: 0, Topic: 0, Config: TopicConfig{RetentionBytes: 1 << 20}}, true, true}, // unchanged
 		{PurgeTopic{Stream: 0, Topic: 0}, true, true},
 		{DeletePartitions{Stream: 0, Topic: 0, Count: 2}, true, true},
-		{DeletePartitions{Stream: 0, Topic: 0, Count: 3}, true, true}, // all of them
-		{PurgeTopic{Stream: 0, Topic: 0}, false, false},               // no partitions
+		{DeletePartitions{Stream: 0, Topic: 0, Count: 2}, true, true}, // all but one
 		{CreatePartitions{Stream: 0, Topic: 0, Count: 1}, true, true},
 		{DeleteTopic{Stream: 0, Topic: 0}, true, true},
 		{CreateTopic{Stream: 0, Name: "u", Partitions: 1}, true, true},
@@ -348,6 +347,7 @@ func TestErrorsChangeNothing(t *testing.T) {
 		{"shrink missing stream", DeletePartitions{Stream: 9, Topic: 0, Count: 1}, ErrStreamNotFound},
 		{"shrink by zero", DeletePartitions{Stream: 0, Topic: 0, Count: 0}, ErrInvalidPartitionCount},
 		{"shrink too far", DeletePartitions{Stream: 0, Topic: 0, Count: 3}, ErrInvalidPartitionCount},
+		{"shrink to none", DeletePartitions{Stream: 0, Topic: 0, Count: 2}, ErrInvalidPartitionCount},
 		{"purge missing topic", PurgeTopic{Stream: 0, Topic: 9}, ErrTopicNotFound},
 		{"purge missing stream", PurgeTopic{Stream: 9, Topic: 0}, ErrStreamNotFound},
 		{"nil SetTopicConfig pointer", (*SetTopicConfig)(nil), ErrUnknownCommand},

@@ -45,6 +45,9 @@ const (
 	DefaultBytesPerShard      int64 = 16 << 20
 	DefaultAlignment          int64 = 4 << 10
 	DefaultMaxPasses                = 3
+	// MaxParkPasses bounds MaxPasses: a frame parked for longer than
+	// 1,000 reconcile passes waits for nothing a pass can bring.
+	MaxParkPasses = 1000
 
 	// frameOverhead is the fixed part of a parked frame's footprint (its
 	// header and reply path), so a frame with no payload still counts.
@@ -87,8 +90,8 @@ func (l ParkLimits) validate() []error {
 	if l.Alignment < 0 || l.Alignment&(l.Alignment-1) != 0 {
 		errs = append(errs, fmt.Errorf("park Alignment %d is not a power of two", l.Alignment))
 	}
-	if l.MaxPasses < 0 {
-		errs = append(errs, fmt.Errorf("park MaxPasses %d < 0", l.MaxPasses))
+	if l.MaxPasses < 0 || l.MaxPasses > MaxParkPasses {
+		errs = append(errs, fmt.Errorf("park MaxPasses %d outside [0, %d] (0 for the default)", l.MaxPasses, MaxParkPasses))
 	}
 	if l.MaxAge < 0 {
 		errs = append(errs, fmt.Errorf("park MaxAge %v < 0", l.MaxAge))

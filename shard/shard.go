@@ -24,6 +24,9 @@ import (
 const (
 	// DefaultInboxSize is the reference server's inbox bound.
 	DefaultInboxSize = 1024
+	// MaxInboxSize bounds Config.InboxSize: the inbox is allocated whole
+	// when the shard starts (16 bytes a frame, 16 MiB at the bound).
+	MaxInboxSize = 1 << 20
 	// DefaultControlSize bounds queued control operations. The reconciler
 	// waits for each operation, so a handful is plenty.
 	DefaultControlSize = 16
@@ -90,8 +93,8 @@ func (c Config) Validate() error {
 	if c.ID < 0 {
 		errs = append(errs, fmt.Errorf("shard ID %d < 0", c.ID))
 	}
-	if c.InboxSize < 0 {
-		errs = append(errs, fmt.Errorf("shard InboxSize %d < 0", c.InboxSize))
+	if c.InboxSize < 0 || c.InboxSize > MaxInboxSize {
+		errs = append(errs, fmt.Errorf("shard InboxSize %d outside [0, %d] (0 for the default)", c.InboxSize, MaxInboxSize))
 	}
 	if c.ControlSize < 0 {
 		errs = append(errs, fmt.Errorf("shard ControlSize %d < 0", c.ControlSize))

@@ -122,6 +122,10 @@ var (
 	ErrUnknownPeer = errors.New("bus: unknown peer")
 	ErrClosed      = errors.New("bus: closed")
 	ErrTooLarge    = errors.New("bus: message exceeds the frame limit")
+	// ErrInvalidNodeID reports node id 0, which names no node: as a
+	// bus's own id (ListenTCP, Network.Endpoint's endpoint for it) or a
+	// peer's (AddPeer, RemovePeer).
+	ErrInvalidNodeID = errors.New("bus: node id 0 names no node")
 )
 
 // DefaultQueueSize bounds per-peer send queues and inboxes (the reference

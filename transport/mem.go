@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"container/heap"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -153,14 +154,17 @@ func NewNetwork(opts NetworkOptions) *Network {
 
 // Endpoint returns the open endpoint for id, creating it if there is none
 // or the previous one was closed (a restarted node gets a fresh, empty
-// inbox). It panics on id 0. On a closed Network it returns a closed
-// endpoint.
+// inbox). On a closed Network it returns a closed endpoint; for id 0,
+// which names no node, a closed endpoint whose Send fails with
+// ErrInvalidNodeID (a ClusterConfig naming it is refused by Validate).
 func (n *Network) Endpoint(id NodeID) Bus {
-	if id == 0 {
-		panic("bus: node id 0")
-	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if id == 0 {
+		e := &memEndpoint{n: n, closed: true, inbox: make(chan Message)}
+		close(e.inbox)
+		return e
+	}
 	if e, ok := n.eps[id]; ok && !e.closed {
 		return e
 	}
@@ -383,6 +387,9 @@ func (n *Network) deliverLoop(ctx context.Context) {
 func (n *Network) send(from *memEndpoint, m Message) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if from.id == 0 {
+		return fmt.Errorf("%w: sent from", ErrInvalidNodeID)
+	}
 	if from.closed {
 		return ErrClosed
 	}

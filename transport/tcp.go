@@ -347,11 +347,11 @@ var _ Bus = (*TCPBus)(nil)
 // does not authenticate as id.
 func ListenTCP(id NodeID, addr string, peers map[NodeID]string, opts TCPOptions) (*TCPBus, error) {
 	if id == 0 {
-		return nil, errors.New("bus: node id 0")
+		return nil, fmt.Errorf("%w: the bus's own", ErrInvalidNodeID)
 	}
 	for pid := range peers {
 		if pid == 0 {
-			return nil, errors.New("bus: peer id 0")
+			return nil, fmt.Errorf("%w: a peer's (at %q)", ErrInvalidNodeID, peers[pid])
 		}
 	}
 	if err := opts.setDefaults(id); err != nil {
@@ -395,7 +395,7 @@ func ListenTCP(id NodeID, addr string, peers map[NodeID]string, opts TCPOptions)
 // RemovePeer removed is admitted again.
 func (b *TCPBus) AddPeer(id NodeID, addr string) error {
 	if id == 0 {
-		return errors.New("bus: peer id 0")
+		return fmt.Errorf("%w: a peer's", ErrInvalidNodeID)
 	}
 	if id == b.id {
 		return nil
@@ -450,7 +450,7 @@ func (b *TCPBus) AddPeer(id NodeID, addr string) error {
 // with RemovePeer may be accepted; its message is then dropped.
 func (b *TCPBus) RemovePeer(id NodeID) error {
 	if id == 0 {
-		return errors.New("bus: peer id 0")
+		return fmt.Errorf("%w: a peer's", ErrInvalidNodeID)
 	}
 	if id == b.id {
 		return nil
