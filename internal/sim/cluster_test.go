@@ -47,7 +47,7 @@ var (
 func defaultClusterOutcomes() []outcome {
 	clusterOnce.Do(func() {
 		start := time.Now()
-		list := make([]uint64, defaultClusterSeeds)
+		list := make([]uint64, defaultCount(defaultClusterSeeds))
 		for i := range list {
 			list[i] = uint64(i)
 		}
@@ -152,6 +152,12 @@ func TestClusterParallelRunsAgree(t *testing.T) {
 
 // Every cluster fault kind fires within the default cluster seeds.
 func TestClusterFaultsFire(t *testing.T) {
+	if raceEnabled {
+		// The race run holds a tenth of the default seeds (defaultCount),
+		// too few for the rarest faults; CI's run without -race checks
+		// this at the full count.
+		t.Skip("fault coverage is checked at the full default count, without -race")
+	}
 	var total sim.FaultCounts
 	for _, r := range defaultClusterOutcomes() {
 		addFaults(&total, r.res.Faults)
