@@ -66,6 +66,13 @@ func (c *csim) startLies() {
 		func() *vfs.MemFS { return liarNode().mem },
 		func() *metadata.Store { return liarNode().meta },
 		path.Dir(metaRaftLog), &c.faults, "n"+strconv.FormatUint(c.liar, 10)+" ")
+	// The rule needs an honest majority of every group a lie touches: a
+	// partition whose replicas the liar's metadata counts as fewer than
+	// three (placed on two nodes, or moved down to two) is not lied to.
+	c.lies.only = func(ns metadata.Namespace) bool {
+		info, ok := liarNode().meta.Partition(ns)
+		return !ok || len(info.Replicas) == 0 || len(info.Replicas) >= 3
+	}
 	c.event("n%d is the liar", c.liar)
 }
 
