@@ -416,3 +416,54 @@ func TestBehaviour28ClusterRepairsDamagedIncarnationFile(t *testing.T) {
 		})
 	}
 }
+
+// TestBehaviour28ClusterRepairsDamagedConsumerOffset: a named consumer's
+// offset is per-partition state every replica holds. A replica whose
+// offset file is damaged (a byte flipped: it fails its checksum) is not
+// served with the offset reset to 0, nor with the damage: the copy is set
+// aside and rebuilt from its peers, and its consumer offset comes back
+// from the group's replicated state. A local poll at the consumer on the
+// repaired node starts where the consumer stood.
+func TestBehaviour28ClusterRepairsDamagedConsumerOffset(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, dirs := newRealCluster(t, func(cfg *parkway.Config) { cfg.Cluster.CompactEntries = 8 })
+		s := mustStream(t, c.nodes[1], "s")
+		tp := mustTopic(t, c.nodes[1], s, "t", 1)
+		want := c.produceBatches(1, tp, "a", 500)
+		ctx := context.Background()
+		const at = 321
+		if err := c.nodes[1].Admin().StoreOffset(ctx, tp, 0, "reader", at); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, c.produceBatches(1, tp, "b", 100)...) // the store is in the snapshot, not the tail
+		c.converged(tp, want)
+		leader, err := c.nodes[1].Cluster().Leader(ctx, tp, 0)
+		if err != nil || leader == 0 {
+			t.Fatalf("leader: %d, %v", leader, err)
+		}
+		bad := others(leader)[0]
+		c.stop(bad)
+		file := filepath.Join(partitionDir(dirs[bad], s, tp), "offsets", "consumers", "reader")
+		flipAt(t, file, fileLen(t, file)-1)
+		n := c.start(bad)
+		reg := registry(t, n)
+		waitFor(t, "the damaged replica's repair", func() bool {
+			return metricValue(t, reg, "parkway_replica_repairs_total") == 1
+		})
+		c.converged(tp, want)
+		var b parkway.Batch
+		waitFor(t, "a local poll at the consumer on the repaired node", func() bool {
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			b, err = n.Poll(pctx, tp, 0, parkway.AtConsumer("reader").Local(), 1)
+			return err == nil && len(b.Messages) == 1
+		})
+		if b.Messages[0].Offset != at || string(b.Messages[0].Payload) != want[at] {
+			t.Fatalf("local poll at the consumer on the repaired node starts at offset %d, want %d", b.Messages[0].Offset, at)
+		}
+		off, ok, err := n.Admin().ConsumerOffset(ctx, tp, 0, "reader")
+		if err != nil || !ok || off != at {
+			t.Fatalf("consumer offset through the repaired node: %d, %v, %v; want %d", off, ok, err, at)
+		}
+	})
+}

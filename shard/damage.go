@@ -31,7 +31,10 @@ import (
 //   - The reconciler evicts it, sets its files aside (the store's
 //     SetAside keeps the raft log, RaftLogName) and builds it again,
 //     empty; damage found when the partition is built (a restart, the
-//     rebuild) is set aside the same way.
+//     rebuild) is set aside the same way. A damaged incarnation file
+//     is set aside too and rewritten from the metadata, but only when
+//     the raft log is tagged with that incarnation (tagRaftLog,
+//     RaftLogOf): the raft state kept must be this group's.
 //   - replicate restores the group from the raft log: the snapshot's
 //     state says how far the partition log reached, so the replica
 //     fetches the messages from its peers (catchup.go) and re-applies the
@@ -42,6 +45,27 @@ import (
 // cursor), not the local log's. A damaged raft log is not repaired this
 // way (what the replica promised its group is lost with it): replicate
 // refuses the group with the *partition.CorruptError naming the raft log.
+//
+// Why a replica whose raft log is damaged is not re-seeded from its peers
+// automatically. A group's raft ids are the node ids. Rejoining with the
+// same id and an empty (or shortened) log as a voter is unsafe: before
+// the damage the member may have voted in term T for one candidate, and
+// empty it may vote in T again for another, so two leaders can be elected
+// in T; and entries it acknowledged, counted in a commit quorum, are
+// forgotten, so a later quorum it joins may elect a leader that lacks a
+// committed entry. Removing it from the configuration and adding it back
+// under the same id (the move path: a joiner with an empty log) does not
+// close the first hole in etcd raft: nothing tells a vote request of a
+// term the old member voted in from one of a later term, and a candidate
+// of that term may still be collecting votes, or its request be in
+// flight, when the fresh member answers. The safe re-seed gives the new
+// copy a raft id the group never saw (a replica id distinct from the
+// node id, allocated by the metadata with each placement, as etcd's
+// member ids and CockroachDB's replica ids are), which the groups, the
+// transport's addressing by node, the placement and the move driver do
+// not have yet. Until then the member stays out and an operator moves the
+// replica (which waits out any election of the lost terms in practice,
+// but is not proven safe either).
 
 // RaftLogName is the name of a replicated partition's raft log in the
 // partition's directory: what a repair of the partition log keeps.

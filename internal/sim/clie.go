@@ -30,11 +30,11 @@ import (
 // returning what the log holds at each offset, every replica at
 // quiescence holding the whole log. One more: damage may be reported
 // (a typed *partition.CorruptError, or the EIO of a bad sector) only by
-// the liar, for an incarnation a lie touched. A damaged replica the
-// engine leaves unrepaired (a damaged raft log refuses its group by
-// design; a damaged incarnation file, and some other damage, are open
-// bugs) is classified as a known limit (known.go), and only where the
-// violation is the liar's own copy of a partition a lie touched.
+// the liar, for an incarnation a lie touched. The liar's damaged copies
+// are repaired from their peers (the store wrapper forwards the repair);
+// one whose raft log a lie damaged is refused by design, and is
+// classified as a known limit (known.go), only where the violation is
+// the liar's own copy of that partition.
 
 // ClusterLie is the lying-disk rate of LyingClusterConfig: about five lies
 // in a run of the default length, all on one node.
@@ -66,6 +66,13 @@ func (c *csim) startLies() {
 		func() *vfs.MemFS { return liarNode().mem },
 		func() *metadata.Store { return liarNode().meta },
 		path.Dir(metaRaftLog), &c.faults, "n"+strconv.FormatUint(c.liar, 10)+" ")
+	// The rule needs an honest majority of every group a lie touches: a
+	// partition whose replicas the liar's metadata counts as fewer than
+	// three (placed on two nodes, or moved down to two) is not lied to.
+	c.lies.only = func(ns metadata.Namespace) bool {
+		info, ok := liarNode().meta.Partition(ns)
+		return !ok || len(info.Replicas) == 0 || len(info.Replicas) >= 3
+	}
 	c.event("n%d is the liar", c.liar)
 }
 
@@ -107,14 +114,14 @@ func (c *csim) liedTo(n *cnode, key incKey) bool {
 // parked for it there, requests waiting on it there, its copy short of
 // the log, its group not led by it as the preferred leader, a replica
 // move (and the removal it drains) waiting for that copy to catch up —
-// named by stuckLabel. Anything else is a bug.
+// and that copy's raft log was damaged by a lie (stuckLabel). Anything
+// else is a bug: every other damage is repaired from the peers.
 func (c *csim) unrepaired() string {
 	liar := c.node(c.liar)
 	if c.lies == nil || liar == nil || liar.down {
 		return ""
 	}
 	touched := func(ns metadata.Namespace) bool { return c.lies.all || c.lies.dirs[ns] }
-	known, found := knownNotRepaired, false
 	for _, n := range c.nodes {
 		for _, sh := range n.shards {
 			if sh.Parked() == 0 {
@@ -128,7 +135,6 @@ func (c *csim) unrepaired() string {
 				if n != liar || !touched(pn.NS) {
 					return ""
 				}
-				found = true
 			}
 		}
 	}
@@ -136,7 +142,6 @@ func (c *csim) unrepaired() string {
 		if a.node != liar || !touched(a.op.ns) {
 			return ""
 		}
-		found = true
 	}
 	skip := func(id uint64, ns metadata.Namespace) bool {
 		return id == c.liar && touched(ns)
@@ -150,7 +155,7 @@ func (c *csim) unrepaired() string {
 			return ""
 		}
 		if len(p.Leaving) > 0 {
-			found, stuckMove = true, true
+			stuckMove = true
 		}
 	}
 	if c.convergedExcept(skip) != "" || c.join != nil || c.remove != nil && !stuckMove || c.movingOther() != "" {
@@ -159,18 +164,11 @@ func (c *csim) unrepaired() string {
 	if c.unbalancedExcept(skip) != "" {
 		return ""
 	}
-	if known == knownNotRepaired {
-		known = c.stuckLabel(nil, knownNotRepaired)
-	}
-	if known != "" && (found || c.converged() != "" || c.unbalanced() != "") {
-		return known
-	}
-	// Calm at this instant, but the cluster never stayed calm: the liar
-	// retries a group its damaged raft log refuses, forever.
-	if known == knownRaftLogRefused {
-		return known
-	}
-	return ""
+	// Only a damaged raft log excuses it (refused by design; the liar
+	// retries its group forever, so the cluster never stays calm even
+	// when it is calm at this instant). Every other damage is repaired
+	// from the peers.
+	return c.stuckLabel(nil, "")
 }
 
 // movingOther is moving, but for the nodes whose metadata is the same

@@ -90,17 +90,18 @@
 // every replica whole at quiescence. Damage may be reported — a typed
 // *partition.CorruptError or a raft log refused as corrupt, to a client,
 // at a reopen or in the final reads — only by the liar, for a partition a
-// lie touched; anywhere else it is a violation. The engine does not yet
-// repair a damaged replica from its peers, so three outcomes are known
-// limits (known.go), classified only when every reason the cluster did
-// not settle is the liar's copy of a touched partition: a damaged raft
-// log refused by design (knownRaftLogRefused), and two open bugs of the
-// repair from peers: a damaged incarnation file never rebuilt
-// (knownIncarnationNotRepaired) and some segment or consumer-offset
-// damage not re-fetched (knownNotRepaired); or a damaged incarnation
-// file gets the liar's copy, raft state included, removed while it is a
-// replica (knownReplicaIncarnationDamage). A damaged raft log no longer
-// fails the other partitions' builds of its shard: nothing excuses that.
+// lie touched; anywhere else it is a violation. The liar's damaged
+// replicas are repaired from their peers as the engine repairs them (the
+// simulated store forwards the reconciler's SetAside and Reincarnate to
+// the file store): its copy is set aside and fetched again, a damaged
+// incarnation file rewritten from the metadata when the raft log's tag
+// names the incarnation, and every replica must be whole at quiescence.
+// Two outcomes are known limits (known.go): a copy whose raft log a lie
+// damaged, refused by design (knownRaftLogRefused, classified only when
+// every reason the cluster did not settle is that copy); and a damaged incarnation file cut short gets the
+// liar's copy, raft state included, removed while it is a replica
+// (knownReplicaIncarnationDamage). A damaged raft log no longer fails the
+// other partitions' builds of its shard: nothing excuses that.
 // BreakSwallowDamage, the liar answering its clients' reads that meet
 // damage with nothing, is caught
 // (TestBehaviour28ClusterLyingDiskCatchesSwallowedDamage).

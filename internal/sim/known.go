@@ -54,15 +54,6 @@ const (
 // classified only where the violation is the liar's own copy of an
 // incarnation a lie touched; the honest majority is checked as always.
 const (
-	// knownNotRepaired: an open bug since replicas are repaired from
-	// their peers (what the repair misses is not yet diagnosed). A
-	// replica whose files a lie damaged — a consumer offset file, a
-	// segment — still ends up unbuilt (peers' raft traffic for it parked)
-	// or short of the log on some seeds (cluster lying seeds 3 and 4),
-	// so the cluster never settles with every replica whole. The honest
-	// replicas keep every acknowledged message. A damaged incarnation
-	// file or raft log has its own label below.
-	knownNotRepaired = "OPEN BUG: a replica damaged by a lie (not its incarnation file or raft log) is still not repaired from its peers on some seeds: it stays unbuilt or short of the log"
 	// knownReplicaIncarnationDamage: as knownIncarnationDamage on one
 	// node: the liar's damaged incarnation file makes its copy look dead
 	// or half-built, and the directory — the segments and the replica's
@@ -71,8 +62,11 @@ const (
 	knownReplicaIncarnationDamage = "a damaged incarnation file makes a replica's directory (its log and raft state) look dead: removed while the node is a replica"
 	// knownRaftLogRefused: by design for now (the member's votes and
 	// acknowledged entries are gone with a damaged raft log, so it is
-	// not rebuilt from its peers): the group is refused on that node and
-	// the reconciler retries it with backoff forever, so the cluster
-	// never stays calm; the group runs on its honest majority.
+	// not rebuilt from its peers; rejoining under the same raft id is
+	// not safe, see package shard, damage.go): the group is refused on
+	// that node and the reconciler retries it with backoff forever, so
+	// the cluster never stays calm; the group runs on its honest
+	// majority. (A raft log cut short or rolled back is not refused: it
+	// looks like a torn tail, an open bug the wider seed range finds.)
 	knownRaftLogRefused = "a replica whose raft log a lie damaged is refused on that node (not repaired: its votes and acked entries are gone) and retried forever; the group runs on the others"
 )

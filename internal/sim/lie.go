@@ -79,6 +79,9 @@ var lieNames = [lieKinds]string{"flip stored", "truncate", "rollback", "misdirec
 // lies is a node's lying-disk state, kept across restarts (the read
 // faults are the disk's, not the process's).
 type lies struct {
+	// only, if set, says which partitions' files may be hit (the
+	// cluster's: those where the liar is a minority of the replicas).
+	only    func(ns metadata.Namespace) bool
 	sectors *errorfs.Sectors
 	flips   *errorfs.Flips
 	// mis, when armed, misdirects one of the next writes to misPath.
@@ -365,6 +368,9 @@ func (l *lies) dataFiles() []string {
 				continue
 			}
 			if dir == dataDir && (n == "LOCK" || n == "IDENTITY") || strings.HasPrefix(n, ".") {
+				continue
+			}
+			if ns, ok := nsOfPath(p); ok && l.only != nil && !l.only(ns) {
 				continue
 			}
 			if fi.Size() > 0 {
