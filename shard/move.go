@@ -4,31 +4,37 @@ import (
 	"context"
 	"slices"
 
+	"github.com/parkway-io/parkway/internal/groups"
 	"github.com/parkway-io/parkway/metadata"
 )
 
 // Moving replicas. The metadata decides where a partition's replicas
 // should be (metadata.PartitionInfo.Replicas; see the metadata package's
 // moves.go); the group's leader makes the group's voters match, one raft
-// configuration change at a time:
+// configuration change at a time, in the order internal/groups'
+// NextChange gives (behaviour 31):
 //
-//  1. every new replica is added first. Its node materialised the
-//     partition as a joining member (empty, not a voter); the leader
-//     compacts its log once the change applies, so the snapshot it sends
-//     the newcomer names it, and the newcomer then fetches the partition
-//     log through the catch-up.
-//  2. once every new replica has caught up with the leader's snapshot,
-//     each old replica is removed. A leader that is itself leaving first
-//     hands leadership to a staying replica, which carries on.
-//  3. once the voters are exactly the replicas, the leader settles the
+//  1. every new replica is added first, as a learner. Its node
+//     materialised the partition as a joining member (empty, not a
+//     voter); the leader compacts its log once the change applies, so the
+//     snapshot it sends the newcomer names it, and the newcomer then
+//     fetches the partition log through the catch-up. A learner votes in
+//     nothing, so a group of three moving a replica tolerates one more
+//     failure throughout.
+//  2. a learner is promoted to voter once it is whole: its raft log
+//     caught up with the leader's snapshot and commit index
+//     (groups.CaughtUp), and it reported its partition log whole and
+//     synced (the catch-up's ask and answer).
+//  3. once every new replica is a whole voter, each old replica is
+//     removed. A leader that is itself leaving first hands leadership to
+//     a staying replica, which carries on.
+//  4. once the voters are exactly the replicas, the leader settles the
 //     move (Replication.Settle proposes metadata.SettleReplicas), and the
 //     leaving nodes remove their copies.
 //
 // Adding before removing keeps the group at its replication factor or
-// above throughout, and every step is a single-member change, so any
-// quorum of the configuration before a step intersects any quorum of the
-// one after it. The driver is a pure function of the group's state and
-// the committed metadata, re-run on ticks: a lost proposal, a leader
+// above throughout. The driver is a pure function of the group's state
+// and the committed metadata, re-run on ticks: a lost proposal, a leader
 // change or a restart is picked up where the state says it stands.
 
 const (
@@ -104,7 +110,7 @@ func (s *Shard) needsMove(o *owned) bool {
 		return true
 	}
 	voters := o.rep.grp.Voters()
-	if len(voters) != len(info.Replicas) {
+	if len(voters) != len(info.Replicas) || len(o.rep.grp.Learners()) > 0 {
 		return true
 	}
 	for _, n := range info.Replicas {
@@ -133,8 +139,9 @@ func (s *Shard) considerMove(o *owned) {
 // catches up delays the moves behind it instead of blocking them. Only
 // the window is driven, so at most movesPerShard groups are sent new
 // replicas at once; a rotated move keeps its state (a newcomer added
-// stays a voter, and its old replica stays until the newcomer caught up:
-// advanceMove checks that whenever the move comes round again).
+// stays a learner, and its old replica stays until the newcomer is a
+// whole voter: advanceMove checks that whenever the move comes round
+// again).
 func (s *Shard) moveStep() {
 	if len(s.q.moves) == 0 {
 		return
@@ -190,30 +197,48 @@ func (s *Shard) advanceMove(o *owned) bool {
 		return false
 	}
 	s.wake(o)
-	// 1. Add the new replicas.
-	for _, n := range info.Replicas {
-		if !slices.Contains(voters, n) {
-			if !s.q.down.Live(n) {
-				// Node liveness reports n dead: as a voter it would take
-				// nothing, and the group would count a dead member in its
-				// quorum (four voters, one dead: no further failure
-				// tolerated) — in every group moving to n, since stalled
-				// moves yield the window. The move waits until n is live.
-				return false
-			}
-			if err := o.rep.grp.ProposeConfChange(true, n, nil); err != nil {
-				s.log.Debug("proposing a replica", "ns", ns, "node", n, "error", err)
-			}
-			s.markReady(o)
-			o.rep.moveTicks = moveRetryTicks
+	// A learner is whole once its raft log caught up and it reported its
+	// partition log whole and synced (asked until it does).
+	whole := func(n uint64) bool {
+		if !groups.CaughtUp(o.rep.grp, n) {
 			return false
 		}
-	}
-	// 2. Remove the old ones, once the new ones caught up.
-	for _, n := range voters {
-		if slices.Contains(info.Replicas, n) {
-			continue
+		if !o.rep.whole[n] {
+			s.askWhole(o, n)
+			return false
 		}
+		return true
+	}
+	switch ch := groups.NextChange(o.rep.grp, info.Replicas, whole); ch.Kind {
+	case groups.ChangeAddLearner:
+		// 1. Add a new replica, as a learner.
+		n := ch.Node
+		if !s.q.down.Live(n) {
+			// Node liveness reports n dead: it would take nothing, and
+			// the leader would keep sending it a snapshot — in every
+			// group moving to n, since stalled moves yield the window.
+			// The move waits until n is live.
+			return false
+		}
+		if err := o.rep.grp.ProposeLearner(n, nil); err != nil {
+			s.log.Debug("proposing a learner", "ns", ns, "node", n, "error", err)
+		}
+		s.markReady(o)
+		o.rep.moveTicks = moveRetryTicks
+		return false
+	case groups.ChangeWait:
+		return false // check again next tick
+	case groups.ChangePromote:
+		// 2. Promote a whole learner.
+		if err := o.rep.grp.ProposeConfChange(true, ch.Node, nil); err != nil {
+			s.log.Debug("promoting a learner", "ns", ns, "node", ch.Node, "error", err)
+		}
+		s.markReady(o)
+		o.rep.moveTicks = moveRetryTicks
+		return false
+	case groups.ChangeRemove:
+		// 3. Remove an old replica, once the new ones are whole voters.
+		n := ch.Node
 		for _, m := range info.Replicas {
 			if m != r.Node && !o.rep.grp.Caught(m) {
 				return false // check again next tick
@@ -259,7 +284,7 @@ func (s *Shard) advanceMove(o *owned) bool {
 		o.rep.moveTicks = moveRetryTicks
 		return false
 	}
-	// 3. Settle: the voters are the replicas.
+	// 4. Settle: the voters are the replicas.
 	if len(info.Leaving) == 0 {
 		s.considerBalance(o) // the preferred leader may be a newcomer
 		return true
@@ -278,21 +303,21 @@ func (s *Shard) advanceMove(o *owned) bool {
 func (s *Shard) markMove(o *owned, info metadata.PartitionInfo, voters []uint64) moveMark {
 	m := moveMark{leaving: len(info.Leaving)}
 	for _, n := range info.Replicas {
-		if n != s.cfg.Replication.Node && slices.Contains(voters, n) && !o.rep.grp.Caught(n) {
+		if n != s.cfg.Replication.Node && (slices.Contains(voters, n) || o.rep.grp.IsLearner(n)) && !o.rep.grp.Caught(n) {
 			m.match += o.rep.grp.Match(n)
 		}
 	}
 	return m
 }
 
-// confChanged follows an applied change of o's voters: the peers are
-// recomputed; on an addition the log is compacted at once, because a
-// joining member takes only a snapshot whose voters include it; and the
-// leader's driver goes on at once with the next step.
-func (s *Shard) confChanged(o *owned, add bool) {
+// confChanged follows an applied change of o's members: the peers are
+// recomputed; when a learner joined the log is compacted at once,
+// because a joining member takes only a snapshot whose configuration
+// names it; and the leader's driver goes on at once with the next step.
+func (s *Shard) confChanged(o *owned, joined bool) {
 	s.refreshPeers(o)
 	o.rep.reads.VotersChanged()
-	if add {
+	if joined {
 		o.rep.compact.Force()
 	}
 	o.rep.moveTicks, o.rep.moveIdle = 0, 0 // progress: the next step may start

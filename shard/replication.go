@@ -951,7 +951,7 @@ func (h groupHandler) ApplySnapshot(index uint64, data []byte) error {
 // ConfChanged implements replica.ConfChanger: the move driver follows
 // every applied change of the group's voters.
 func (h groupHandler) ConfChanged(index uint64, add bool, node uint64, ctx []byte) error {
-	h.s.confChanged(h.o, add)
+	h.s.confChanged(h.o, add && h.o.rep.grp.IsLearner(node))
 	return nil
 }
 

@@ -13,9 +13,11 @@
 // (Quiet, StepQuiesce), node liveness's verdicts and the campaign after a
 // leader's death (Down, Campaigner, LeaderDied) and the compaction
 // trigger (Compaction), which the partition groups and the metadata group
-// both use. The rest of the multi-raft host — the awake set, the
-// scheduling of many elections at once, and the configuration-change
-// mechanics — is still written in shard and host. A failed group is
+// both use, and the order of a move's configuration changes (NextChange,
+// CaughtUp: a newcomer joins as a learner and is promoted once whole),
+// which the partition groups use; the metadata group still adds a node
+// as a voter at once. The rest of the multi-raft host — the awake set and
+// the scheduling of many elections at once — is still written in shard. A failed group is
 // reopened by its owner (the reconciler rebuilds a partition, the
 // metadata member reopens itself), both paced by the one backoff
 // (internal/backoff).

@@ -46,8 +46,11 @@ func TestInconsistentLogIsCorruptionNotPanic(t *testing.T) {
 		{"voter listed twice", func(d *replica.Disk) error {
 			return d.Save(snapWith(5, 2, &raftpb.ConfState{Voters: []uint64{1, 2, 2}}), nil, nil)
 		}},
-		{"learners", func(d *replica.Disk) error {
-			return d.Save(snapWith(5, 2, &raftpb.ConfState{Voters: []uint64{1, 2}, Learners: []uint64{3}}), nil, nil)
+		{"a learner that is also a voter", func(d *replica.Disk) error {
+			return d.Save(snapWith(5, 2, &raftpb.ConfState{Voters: []uint64{1, 2}, Learners: []uint64{2}}), nil, nil)
+		}},
+		{"learner 0", func(d *replica.Disk) error {
+			return d.Save(snapWith(5, 2, &raftpb.ConfState{Voters: []uint64{1, 2}, Learners: []uint64{0}}), nil, nil)
 		}},
 		{"joint configuration", func(d *replica.Disk) error {
 			return d.Save(snapWith(5, 2, &raftpb.ConfState{Voters: []uint64{1, 2, 3}, VotersOutgoing: []uint64{1, 2}}), nil, nil)

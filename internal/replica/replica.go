@@ -397,7 +397,10 @@ func (g *Group) start(storage raft.Storage) error {
 }
 
 // confAfter is the configuration after entry e on top of cs, or nil when
-// e changes nothing. Only adding and removing voters is ever proposed.
+// e changes nothing. Only adding a learner, adding (or promoting) a voter
+// and removing a member are ever proposed, one node at a time, as raft
+// applies them: a learner added is no voter, a voter added is no longer
+// a learner, and a removal takes either.
 func confAfter(cs *raftpb.ConfState, e *raftpb.Entry) *raftpb.ConfState {
 	if e.GetType() != raftpb.EntryConfChange {
 		return nil
@@ -406,18 +409,31 @@ func confAfter(cs *raftpb.ConfState, e *raftpb.Entry) *raftpb.ConfState {
 	if proto.Unmarshal(e.GetData(), &cc) != nil {
 		return nil
 	}
-	voters := slices.Clone(cs.GetVoters())
+	voters, learners := slices.Clone(cs.GetVoters()), slices.Clone(cs.GetLearners())
+	is := func(v uint64) func(uint64) bool { return func(x uint64) bool { return x == v } }
 	switch id := cc.GetNodeId(); cc.GetType() {
 	case raftpb.ConfChangeAddNode:
+		learners = slices.DeleteFunc(learners, is(id))
 		if !slices.Contains(voters, id) {
 			voters = append(voters, id)
 		}
+	case raftpb.ConfChangeAddLearnerNode:
+		if slices.Contains(voters, id) {
+			return nil // raft refuses to demote a voter: nothing changes
+		}
+		if !slices.Contains(learners, id) {
+			learners = append(learners, id)
+		}
 	case raftpb.ConfChangeRemoveNode:
-		voters = slices.DeleteFunc(voters, func(v uint64) bool { return v == id })
+		voters = slices.DeleteFunc(voters, is(id))
+		learners = slices.DeleteFunc(learners, is(id))
 	default:
 		return nil
 	}
-	return &raftpb.ConfState{Voters: voters}
+	if len(learners) == 0 {
+		learners = nil
+	}
+	return &raftpb.ConfState{Voters: voters, Learners: learners}
 }
 
 // ProposeConfChange proposes a change of the group's voters (a Dynamic
@@ -446,6 +462,29 @@ func (g *Group) ProposeConfChange(add bool, node uint64, ctx []byte) (err error)
 	return g.rn.ProposeConfChange(&raftpb.ConfChange{Type: typ.Enum(), NodeId: new(node), Context: ctx})
 }
 
+// ProposeLearner proposes adding node as a learner (a Dynamic group
+// only): a member that receives the log and votes in no election and no
+// quorum, so a group that adds one keeps its fault tolerance while the
+// newcomer catches up. ProposeConfChange(true, node, ctx) later promotes
+// it to a voter. The rules of ProposeConfChange hold: one change at a
+// time, the caller tries again.
+func (g *Group) ProposeLearner(node uint64, ctx []byte) (err error) {
+	if g.failed != nil {
+		return g.failed
+	}
+	if !g.cfg.Dynamic {
+		return fmt.Errorf("parkway: raft group %d has a static membership", g.cfg.Group)
+	}
+	if node == 0 {
+		return fmt.Errorf("parkway: raft group %d: configuration change of node 0", g.cfg.Group)
+	}
+	defer g.guard(&err)
+	if g.Leader() == 0 {
+		return ErrNoLeader
+	}
+	return g.rn.ProposeConfChange(&raftpb.ConfChange{Type: raftpb.ConfChangeAddLearnerNode.Enum(), NodeId: new(node), Context: ctx})
+}
+
 // staticPeers is what a snapshot's voters must be among: Peers, or
 // anything in a Dynamic group, whose voters change.
 func (g *Group) staticPeers() []uint64 {
@@ -457,6 +496,14 @@ func (g *Group) staticPeers() []uint64 {
 
 // Voters are the group's voters as this member last applied them.
 func (g *Group) Voters() []uint64 { return slices.Clone(g.cs.GetVoters()) }
+
+// Learners are the group's learners as this member last applied them:
+// members that receive the log but vote in nothing.
+func (g *Group) Learners() []uint64 { return slices.Clone(g.cs.GetLearners()) }
+
+// IsLearner reports whether node is a learner as this member last applied
+// the configuration.
+func (g *Group) IsLearner(node uint64) bool { return slices.Contains(g.cs.GetLearners(), node) }
 
 // AppliedVoters are the voters of the configuration raft itself holds:
 // the last one it applied, as Voters. A failed group reports none: raft
@@ -477,8 +524,10 @@ func (g *Group) AppliedVoters() []uint64 {
 }
 
 // ConfChanger is an optional Handler method: it is called when a change of
-// the group's voters is applied, at its index, with the context the
-// proposer gave it, after raft applied it.
+// the group's members is applied, at its index, with the context the
+// proposer gave it, after raft applied it. add is true for a learner
+// added and for a voter added or promoted (Voters and Learners then tell
+// which), false for a member removed.
 type ConfChanger interface {
 	ConfChanged(index uint64, add bool, node uint64, ctx []byte) error
 }
@@ -492,6 +541,15 @@ func (g *Group) Snapshot() (index uint64, data []byte) {
 		return g.snap, nil
 	}
 	return s.GetMetadata().GetIndex(), s.GetData()
+}
+
+// Committed is the member's commit index: on the leader, the index up
+// to which a quorum of voters holds the log (0 for a failed group).
+func (g *Group) Committed() uint64 {
+	if g.failed != nil {
+		return 0
+	}
+	return g.rn.BasicStatus().HardState.GetCommit()
 }
 
 // Applied is the index of the last entry applied (or of the snapshot
@@ -601,16 +659,17 @@ func (g *Group) TransferLeader(to uint64) (err error) {
 	return nil
 }
 
-// Caught reports, on the leader, whether node is a voter whose log the
-// leader knows to reach its latest snapshot and that it replicates to
-// normally (not probing, not sending a snapshot): a member that joined has
-// installed a snapshot taken after it was added. False elsewhere.
+// Caught reports, on the leader, whether node is a voter or learner whose
+// log the leader knows to reach its latest snapshot and that it
+// replicates to normally (not probing, not sending a snapshot): a member
+// that joined has installed a snapshot taken after it was added. False
+// elsewhere.
 func (g *Group) Caught(node uint64) (ok bool) {
 	if g.failed != nil || !g.IsLeader() {
 		return false
 	}
-	g.rn.WithProgress(func(id uint64, typ raft.ProgressType, pr tracker.Progress) {
-		if id == node && typ == raft.ProgressTypePeer {
+	g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+		if id == node {
 			ok = pr.Match >= g.snap && pr.State == tracker.StateReplicate
 		}
 	})
@@ -618,15 +677,15 @@ func (g *Group) Caught(node uint64) (ok bool) {
 }
 
 // Match reports, on the leader, the highest log index the leader knows
-// node's log to hold; 0 elsewhere, or for a node that is not a voter. On
-// one leader it never decreases: the move driver reads a rise as a
-// newcomer making progress towards Caught.
+// node's log to hold; 0 elsewhere, or for a node that is neither a voter
+// nor a learner. On one leader it never decreases: the move driver reads
+// a rise as a newcomer making progress towards Caught.
 func (g *Group) Match(node uint64) (match uint64) {
 	if g.failed != nil || !g.IsLeader() {
 		return 0
 	}
-	g.rn.WithProgress(func(id uint64, typ raft.ProgressType, pr tracker.Progress) {
-		if id == node && typ == raft.ProgressTypePeer {
+	g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+		if id == node {
 			match = pr.Match
 		}
 	})
@@ -845,7 +904,8 @@ func (g *Group) handle(h Handler, rd raft.Ready) error {
 			}
 			g.cs = g.rn.ApplyConfChange(&cc)
 			if c, ok := h.(ConfChanger); ok {
-				if err := c.ConfChanged(e.GetIndex(), cc.GetType() == raftpb.ConfChangeAddNode, cc.GetNodeId(), cc.GetContext()); err != nil {
+				add := cc.GetType() == raftpb.ConfChangeAddNode || cc.GetType() == raftpb.ConfChangeAddLearnerNode
+				if err := c.ConfChanged(e.GetIndex(), add, cc.GetNodeId(), cc.GetContext()); err != nil {
 					return err
 				}
 			}

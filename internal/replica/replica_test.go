@@ -610,3 +610,94 @@ func TestRestartPastAnUncommittedConfChangeKeepsTheAppliedVoters(t *testing.T) {
 		t.Fatalf("restored from its snapshot, member 1 holds voters %v, want [1 2 3]: the change never committed", got)
 	}
 }
+
+// A member added as a learner receives the log but counts in no quorum:
+// with it and one voter cut off, the other two voters still commit. A
+// learner's progress is reported like a voter's (Caught, Match), it is
+// kept across a restart that replays the change (before any snapshot
+// names it), and adding it again as a voter promotes it.
+func TestLearnerJoinsThenIsPromoted(t *testing.T) {
+	fs := vfs.NewMem()
+	c := &cluster{t: t, members: map[uint64]*replica.Group{}, applied: map[uint64][]string{},
+		leaders: map[uint64]uint64{}, cut: map[uint64]bool{}, snaps: map[uint64]int{},
+		disks: map[uint64]*replica.Disk{}, fs: fs, boom: map[uint64]string{}, failed: map[uint64]error{},
+		dynamic: true}
+	for id := uint64(1); id <= 3; id++ {
+		c.start(id, 3)
+	}
+	c.settle()
+	if err := c.members[1].Campaign(); err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	if _, err := c.members[1].Propose([]byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	d, err := replica.OpenDisk(fs, "/raft/4/log", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := replica.New(replica.Config{Group: 7, Node: 4, Peers: []uint64{1, 2, 3, 4}, Dynamic: true, Join: true, Disk: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.members[4], c.disks[4] = j, d
+	lead := c.members[1]
+	// Until the leader's snapshot names it, the joiner can take nothing
+	// (as a partition's leader compacts once a member joined).
+	c.cut[4] = true
+	if err := lead.ProposeLearner(4, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	if !slices.Equal(lead.Learners(), []uint64{4}) || !slices.Equal(slices.Sorted(slices.Values(lead.Voters())), []uint64{1, 2, 3}) || !lead.IsLearner(4) {
+		t.Fatalf("after adding learner 4: voters %v, learners %v", lead.Voters(), lead.Learners())
+	}
+	// Restarted before a snapshot names the learner, a member replays the
+	// change from its log.
+	if err := c.members[2].Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.start(2, 3)
+	c.settle()
+	if got := c.members[2].Learners(); !slices.Equal(got, []uint64{4}) {
+		t.Fatalf("member 2 restarted holds learners %v, want [4]", got)
+	}
+	// The learner takes a snapshot naming it.
+	if err := lead.Compact(lead.Applied(), encodeState(c.applied[1])); err != nil {
+		t.Fatal(err)
+	}
+	c.cut[4] = false
+	c.tick(3)
+	if !lead.Caught(4) || lead.Match(4) < lead.SnapshotIndex() {
+		t.Fatalf("learner 4 not caught up: caught %v, match %d, snapshot %d", lead.Caught(4), lead.Match(4), lead.SnapshotIndex())
+	}
+	if got := j.Learners(); !slices.Equal(got, []uint64{4}) {
+		t.Fatalf("the learner holds learners %v after its snapshot, want [4]", got)
+	}
+	// A learner counts in no quorum: voters 1 and 2 commit without 3 and 4.
+	c.cut[3], c.cut[4] = true, true
+	if _, err := lead.Propose([]byte("two")); err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	if got := c.applied[1]; len(got) == 0 || got[len(got)-1] != "two" {
+		t.Fatalf("voters 1 and 2 did not commit with a voter and the learner cut off: applied %q", got)
+	}
+	c.cut[3], c.cut[4] = false, false
+	// Promoted, it is a voter and no longer a learner, everywhere.
+	if err := lead.ProposeConfChange(true, 4, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.tick(3)
+	for id := uint64(1); id <= 4; id++ {
+		g := c.members[id]
+		if v := slices.Sorted(slices.Values(g.Voters())); !slices.Equal(v, []uint64{1, 2, 3, 4}) || len(g.Learners()) != 0 {
+			t.Fatalf("member %d after the promotion: voters %v, learners %v", id, v, g.Learners())
+		}
+	}
+	if got := c.applied[4]; len(got) == 0 || got[len(got)-1] != "two" {
+		t.Fatalf("the promoted member applied %q, want it to end with \"two\"", got)
+	}
+}

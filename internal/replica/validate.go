@@ -93,10 +93,10 @@ func invalidf(format string, args ...any) error {
 }
 
 // checkConfState accepts the configurations this package runs: voters
-// only, each a member (when members is not nil), none twice, no learners,
-// no joint state, and no field raft does not know (raft compares conf
-// states with proto.Equal, unknown fields included, and panics when they
-// differ).
+// and learners, each a member (when members is not nil), none twice and
+// none both, no joint state, and no field raft does not know (raft
+// compares conf states with proto.Equal, unknown fields included, and
+// panics when they differ).
 func checkConfState(cs *raftpb.ConfState, members []uint64) error {
 	if cs == nil {
 		return errors.New("no conf state")
@@ -108,11 +108,12 @@ func checkConfState(cs *raftpb.ConfState, members []uint64) error {
 	if len(voters) == 0 {
 		return errors.New("conf state has no voters")
 	}
-	if len(cs.GetLearners()) != 0 || len(cs.GetVotersOutgoing()) != 0 || len(cs.GetLearnersNext()) != 0 || cs.GetAutoLeave() {
-		return errors.New("conf state has learners or a joint configuration")
+	if len(cs.GetVotersOutgoing()) != 0 || len(cs.GetLearnersNext()) != 0 || cs.GetAutoLeave() {
+		return errors.New("conf state has a joint configuration")
 	}
-	if members != nil && len(voters) > len(members) {
-		return fmt.Errorf("conf state has %d voters, the group %d members", len(voters), len(members))
+	learners := cs.GetLearners()
+	if members != nil && len(voters)+len(learners) > len(members) {
+		return fmt.Errorf("conf state has %d voters and %d learners, the group %d members", len(voters), len(learners), len(members))
 	}
 	sorted := slices.Sorted(slices.Values(voters))
 	for i, v := range sorted {
@@ -124,6 +125,21 @@ func checkConfState(cs *raftpb.ConfState, members []uint64) error {
 		}
 		if members != nil && !slices.Contains(members, v) {
 			return fmt.Errorf("conf state voter %d is not a member", v)
+		}
+	}
+	sorted = slices.Sorted(slices.Values(learners))
+	for i, v := range sorted {
+		if v == 0 {
+			return errors.New("conf state has learner 0")
+		}
+		if i > 0 && sorted[i-1] == v {
+			return fmt.Errorf("conf state lists learner %d twice", v)
+		}
+		if slices.Contains(voters, v) {
+			return fmt.Errorf("conf state lists %d as a voter and a learner", v)
+		}
+		if members != nil && !slices.Contains(members, v) {
+			return fmt.Errorf("conf state learner %d is not a member", v)
 		}
 	}
 	return nil
@@ -164,8 +180,9 @@ func checkEntries(ents []*raftpb.Entry, prevIndex, prevTerm uint64) error {
 
 // checkEntryKinds refuses entries this package never writes: normal
 // entries too short for the proposal envelope, and membership changes
-// other than adding or removing one voter — any membership change unless
-// conf (a Dynamic group, or a log read back, whose group checks it again).
+// other than adding a voter or a learner or removing a member — any
+// membership change unless conf (a Dynamic group, or a log read back,
+// whose group checks it again).
 func checkEntryKinds(ents []*raftpb.Entry, conf bool) error {
 	var size uint64
 	for _, e := range ents {
@@ -191,7 +208,8 @@ func checkEntryKinds(ents []*raftpb.Entry, conf bool) error {
 }
 
 // checkConfChange refuses a membership change this package never
-// proposes: anything but adding or removing one non-zero voter.
+// proposes: anything but adding a voter or a learner, or removing a
+// member, one non-zero node at a time.
 func checkConfChange(data []byte) error {
 	var cc raftpb.ConfChange
 	if err := proto.Unmarshal(data, &cc); err != nil {
@@ -201,7 +219,7 @@ func checkConfChange(data []byte) error {
 		return errors.New("membership change has unknown fields")
 	}
 	switch cc.GetType() {
-	case raftpb.ConfChangeAddNode, raftpb.ConfChangeRemoveNode:
+	case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode, raftpb.ConfChangeRemoveNode:
 	default:
 		return fmt.Errorf("membership change of type %v", cc.GetType())
 	}

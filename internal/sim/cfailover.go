@@ -58,6 +58,9 @@ type ledGroup struct {
 	key      incKey
 	owner    int
 	replicas []uint64
+	// configs are the voter sets the group may have (moveConfigs): one,
+	// its replicas, unless it is moving.
+	configs [][]uint64
 	// led is set once a survivor was seen leading it.
 	led bool
 }
@@ -79,23 +82,24 @@ func (c *csim) ledGroups(n *cnode) []ledGroup {
 		if lead != n.id {
 			continue
 		}
-		if len(p.Leaving) > 0 {
-			// A move is under way: its newcomer may be a voter already,
-			// and it cannot vote until it holds the leader's snapshot
-			// (moves add voters, not learners), so a majority of the
-			// replicas may not be enough to elect. Not judged.
-			continue
-		}
-		reps := make([]uint64, 0, len(p.Replicas))
+		// A group mid-move is judged too (behaviour 31): its newcomers
+		// join as learners and vote only once whole, so whichever of
+		// its possible configurations it is in, a majority of it that
+		// survives and holds the partition can elect.
+		reps := make([]uint64, 0, len(p.Replicas)+len(p.Leaving))
 		quiet := true
-		for _, r := range c.replicasOf(p) {
+		for _, r := range append(c.replicasOf(p), c.leavingOf(p)...) {
 			reps = append(reps, r.id)
 			if r != n && r.reachable() {
 				quiet = quiet && c.quiescedOn(r, p)
 			}
 		}
 		if quiet && c.viol == nil {
-			out = append(out, ledGroup{key: incKey{p.NS, p.CreatedRevision}, owner: int(p.Owner), replicas: reps})
+			configs := [][]uint64{reps}
+			if len(p.Leaving) > 0 && len(p.Replicas) > 0 {
+				configs = moveConfigs(p)
+			}
+			out = append(out, ledGroup{key: incKey{p.NS, p.CreatedRevision}, owner: int(p.Owner), replicas: reps, configs: configs})
 		}
 	}
 	return out
@@ -285,7 +289,7 @@ func (c *csim) checkFailover(final bool) {
 				holders = append(holders, s)
 			}
 		}
-		if len(holders) < len(g.replicas)/2+1 {
+		if !g.electable(holders) {
 			if final {
 				c.event("failover of %v not checked: %d of replicas %v hold it", g.key, len(holders), g.replicas)
 			}
@@ -361,4 +365,73 @@ func (c *csim) zombieHeartbeats(n *cnode) {
 			_ = n.eng.Deliver(transport.Message{From: transport.NodeID(d.id), To: transport.NodeID(n.id), Kind: host.KindLiveness})
 		}
 	}
+}
+
+// leavingOf are the nodes of p's leaving replicas.
+func (c *csim) leavingOf(p metadata.PartitionInfo) []*cnode {
+	out := make([]*cnode, 0, len(p.Leaving))
+	for _, id := range p.Leaving {
+		if n := c.node(id); n != nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// moveConfigs are the voter sets p's group, placed and moving, may be
+// in: the replicas that did not join by a move,
+// with any of the newcomers (each a voter once promoted) and the leaving
+// replicas — all of them until every newcomer is a voter, any of them
+// after (the leaving are removed one at a time only then).
+func moveConfigs(p metadata.PartitionInfo) [][]uint64 {
+	var core, fresh []uint64
+	for _, r := range p.Replicas {
+		if p.Joins(r) {
+			fresh = append(fresh, r)
+		} else {
+			core = append(core, r)
+		}
+	}
+	var out [][]uint64
+	for a := 0; a < 1<<len(fresh); a++ {
+		for b := 0; b < 1<<len(p.Leaving); b++ {
+			allFresh, allLeaving := a == 1<<len(fresh)-1, b == 1<<len(p.Leaving)-1
+			if !allLeaving && !allFresh {
+				continue // a replica leaves only once every newcomer votes
+			}
+			cfg := slices.Clone(core)
+			for i, r := range fresh {
+				if a&(1<<i) != 0 {
+					cfg = append(cfg, r)
+				}
+			}
+			for i, r := range p.Leaving {
+				if b&(1<<i) != 0 {
+					cfg = append(cfg, r)
+				}
+			}
+			if len(cfg) > 0 {
+				out = append(out, cfg)
+			}
+		}
+	}
+	return out
+}
+
+// electable reports whether, in every configuration g may be in, a
+// majority of the voters are among holders (alive and holding the
+// partition): then a survivor must come to lead it.
+func (g *ledGroup) electable(holders []*cnode) bool {
+	for _, cfg := range g.configs {
+		n := 0
+		for _, h := range holders {
+			if slices.Contains(cfg, h.id) {
+				n++
+			}
+		}
+		if n < len(cfg)/2+1 {
+			return false
+		}
+	}
+	return true
 }

@@ -1,0 +1,95 @@
+package groups
+
+import (
+	"slices"
+
+	"github.com/parkway-io/parkway/internal/replica"
+)
+
+// Membership changes. The owner decides which members a group should
+// have (a partition's replicas, from the metadata); its leader takes the
+// group there one raft configuration change at a time, as a pure
+// function of the group's configuration (NextChange), re-run on ticks: a
+// lost proposal, a leader change or a restart is picked up where the
+// configuration says it stands.
+//
+//  1. A newcomer joins as a learner (behaviour 31): it receives the log,
+//     and a snapshot naming it, but votes in no election and counts in
+//     no quorum, so a group of three that is moving a replica tolerates
+//     one failure throughout, however long the newcomer takes.
+//  2. It is promoted to voter only once it is whole: caught up with the
+//     leader (CaughtUp: its log reaches the leader's snapshot and commit
+//     index, and it is replicated to normally) and, by the owner's
+//     judgement, holding its application state whole and synced (a
+//     partition log fetched beside the raft log).
+//  3. Then each member that should go is removed. The owner hands
+//     leadership to a staying voter first when it is itself leaving.
+//
+// Every step is a single-member change, so any quorum of the
+// configuration before a step intersects any quorum of the one after it.
+
+// ChangeKind is what NextChange asks of the leader.
+type ChangeKind uint8
+
+const (
+	// ChangeDone: the voters are the target, and no learner is left.
+	ChangeDone ChangeKind = iota
+	// ChangeAddLearner: propose Node as a learner.
+	ChangeAddLearner
+	// ChangeWait: the learner Node is not whole yet; nothing to propose.
+	ChangeWait
+	// ChangePromote: propose the learner Node as a voter.
+	ChangePromote
+	// ChangeRemove: propose removing Node, a voter not in the target or
+	// a learner no longer wanted. The owner checks what it must before
+	// (that every newcomer is whole), and hands leadership away first
+	// when Node is itself.
+	ChangeRemove
+)
+
+// Change is the next configuration change of a group.
+type Change struct {
+	Kind ChangeKind
+	Node uint64
+}
+
+// NextChange is the next change that takes g, which this node leads, to
+// the voters target: learners are added first, each promoted once whole
+// reports it whole (CaughtUp and the owner's own judgement), and only
+// then are members outside target removed.
+func NextChange(g *replica.Group, target []uint64, whole func(node uint64) bool) Change {
+	voters, learners := g.Voters(), g.Learners()
+	for _, n := range target {
+		if !slices.Contains(voters, n) && !slices.Contains(learners, n) {
+			return Change{ChangeAddLearner, n}
+		}
+	}
+	for _, n := range target {
+		if slices.Contains(learners, n) {
+			if !whole(n) {
+				return Change{ChangeWait, n}
+			}
+			return Change{ChangePromote, n}
+		}
+	}
+	for _, n := range learners {
+		if !slices.Contains(target, n) {
+			return Change{ChangeRemove, n}
+		}
+	}
+	for _, n := range voters {
+		if !slices.Contains(target, n) {
+			return Change{ChangeRemove, n}
+		}
+	}
+	return Change{Kind: ChangeDone}
+}
+
+// CaughtUp reports, on g's leader, whether node's raft log is caught up:
+// it holds the leader's latest snapshot and every entry up to the
+// leader's commit index, and the leader replicates to it normally. A
+// learner that is caught up may be promoted without a quorum that waits
+// on it.
+func CaughtUp(g *replica.Group, node uint64) bool {
+	return g.Caught(node) && g.Match(node) >= g.Committed()
+}
