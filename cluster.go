@@ -172,6 +172,23 @@ func (c *Cluster) Leader(ctx context.Context, t Topic, part uint32) (transport.N
 	return transport.NodeID(lead), err
 }
 
+// LeaderTerm is Leader and the raft term of the partition's group as this
+// node sees it: while a leader is known, the term it was elected in.
+// Terms only grow, and every change of leader takes a new one, so the
+// term serves as Kafka's leader epoch (KIP-320).
+func (c *Cluster) LeaderTerm(ctx context.Context, t Topic, part uint32) (transport.NodeID, uint64, error) {
+	n := c.n
+	if err := c.begin(ctx); err != nil {
+		return 0, 0, err
+	}
+	ns, _, err := n.resolveWait(ctx, t, part)
+	if err != nil {
+		return 0, 0, err
+	}
+	lead, term, err := n.eng.LeaderTerm(ctx, ns)
+	return transport.NodeID(lead), term, err
+}
+
 // State reports the cluster as this node sees it: the members and
 // their liveness, the metadata leader and each partition's leader. It is
 // read-only and local: it waits for no other node and proposes nothing,

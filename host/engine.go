@@ -549,8 +549,16 @@ func (e *Engine) ReplicaFor(ns metadata.Namespace) uint64 {
 // (0 while none is known): its replica's group knows, and for a partition
 // held elsewhere the node asks a replica (leaderhint.go).
 func (e *Engine) Leader(ctx context.Context, ns metadata.Namespace) (uint64, error) {
+	lead, _, err := e.LeaderTerm(ctx, ns)
+	return lead, err
+}
+
+// LeaderTerm is Leader and the group's term: the one the leader was
+// elected in while one is known (Kafka's leader epoch).
+func (e *Engine) LeaderTerm(ctx context.Context, ns metadata.Namespace) (lead, term uint64, err error) {
 	if e.ReplicaFor(ns) != 0 {
-		return e.cl.remoteLeader(ctx, ns), nil
+		lead, term = e.cl.remoteLeader(ctx, ns)
+		return lead, term, nil
 	}
-	return e.shards[e.router.Owner(ns)].Leader(ctx, ns)
+	return e.shards[e.router.Owner(ns)].LeaderTerm(ctx, ns)
 }

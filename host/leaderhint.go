@@ -16,12 +16,12 @@ import (
 // client of this node (a Kafka listener's Metadata, Cluster.Leader) also
 // needs the leader of a partition placed elsewhere, or it is told "no
 // leader" for as long as the placement lasts. So the node asks: a
-// replica, with a leader read (the leader confirms with a quorum that it
-// still leads, so only a current leader answers it), following the
-// followers' "not leader, ask N" pointers. What it learns is kept for a
-// short while (leaderHintTTL), and also learnt from the requests it
-// forwards (a write or a leader read answered by node N was served by
-// N's leadership); a hint naming a node declared dead is dropped.
+// replica, with a leader read of the partition's offsets (the leader
+// confirms with a quorum that it still leads, so only a current leader
+// answers it, with its term), following the followers' "not leader, ask
+// N" pointers. What it learns is kept for a short while
+// (leaderHintTicks); a hint naming a node declared dead, or one that
+// answered a forwarded request "not leader", is dropped.
 
 // leaderHintTicks is how many raft ticks a learnt leader is trusted
 // before it is asked again (a second at the default tick). A client sent
@@ -38,21 +38,21 @@ type leaderHints struct {
 }
 
 type leaderHint struct {
-	lead uint64
-	at   time.Time
+	lead, term uint64
+	at         time.Time
 }
 
-func (h *leaderHints) get(ns metadata.Namespace, now time.Time, ttl time.Duration) (uint64, bool) {
+func (h *leaderHints) get(ns metadata.Namespace, now time.Time, ttl time.Duration) (leaderHint, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	l, ok := h.m[ns]
 	if !ok || now.Sub(l.at) >= ttl || now.Before(l.at) {
-		return 0, false
+		return leaderHint{}, false
 	}
-	return l.lead, true
+	return l, true
 }
 
-func (h *leaderHints) set(ns metadata.Namespace, lead uint64, now time.Time) {
+func (h *leaderHints) set(ns metadata.Namespace, lead, term uint64, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.m == nil {
@@ -63,7 +63,7 @@ func (h *leaderHints) set(ns metadata.Namespace, lead uint64, now time.Time) {
 	if len(h.m) >= 1<<16 {
 		clear(h.m)
 	}
-	h.m[ns] = leaderHint{lead: lead, at: now}
+	h.m[ns] = leaderHint{lead: lead, term: term, at: now}
 }
 
 // drop forgets ns's hint if it names lead (any hint when lead is 0).
@@ -91,32 +91,29 @@ func (c *clusterNode) hintTTL() time.Duration {
 	return leaderHintTicks * c.cfg.TickInterval
 }
 
-// learnForwarded records what a forwarded request's answer from node to
-// says of ns's leader: a write, or a leader read, served there was served
-// by the leader; "not leader" there ends a hint naming it.
+// learnForwarded drops a hint naming node to when a request forwarded
+// there was answered "not leader".
 func (c *clusterNode) learnForwarded(req *shard.Request, to uint64, r shard.Response, err error) {
 	if err == nil {
 		err = r.Err
 	}
-	switch {
-	case err == nil && (req.FromLeader || req.Op.IsWrite()):
-		c.hints.set(req.NS, to, c.e.cfg.Clock.Now())
-	case errors.Is(err, shard.ErrNotLeader):
+	if errors.Is(err, shard.ErrNotLeader) {
 		c.hints.drop(req.NS, to)
 	}
 }
 
-// remoteLeader returns the leader of ns, a partition held elsewhere: the
-// hint learnt last, or what its replicas answer now (0 when none
-// confirms a leader: an election is under way, or none answers).
-func (c *clusterNode) remoteLeader(ctx context.Context, ns metadata.Namespace) uint64 {
+// remoteLeader returns the leader of ns, a partition held elsewhere, and
+// its term: the hint learnt last, or what its replicas answer now (0, 0
+// when none confirms a leader: an election is under way, or none
+// answers).
+func (c *clusterNode) remoteLeader(ctx context.Context, ns metadata.Namespace) (lead, term uint64) {
 	now := c.e.cfg.Clock.Now()
-	if lead, ok := c.hints.get(ns, now, c.hintTTL()); ok {
-		return lead
+	if h, ok := c.hints.get(ns, now, c.hintTTL()); ok {
+		return h.lead, h.term
 	}
 	info, ok := c.e.meta.Partition(ns)
 	if !ok || len(info.Replicas) == 0 {
-		return 0
+		return 0, 0
 	}
 	// The replicas node liveness holds alive first, each asked at most
 	// once; a follower's pointer is asked next.
@@ -139,21 +136,22 @@ func (c *clusterNode) remoteLeader(ctx context.Context, ns metadata.Namespace) u
 			continue
 		}
 		asked[to] = true
-		pointer, ok := c.askLeader(ctx, ns, to)
+		pointer, term, ok := c.askLeader(ctx, ns, to)
 		if ok {
-			return to // askLeader learnt it (Forward's learnForwarded)
+			c.hints.set(ns, to, term, c.e.cfg.Clock.Now())
+			return to, term
 		}
 		if pointer != 0 && !asked[pointer] {
 			queue = append([]uint64{pointer}, queue...)
 		}
 	}
-	return 0
+	return 0, 0
 }
 
 // askLeader sends a leader read of ns's offsets to node to, bounded by
-// the forward timeout: ok when to served it (it leads); otherwise the
-// leader it points at, if any.
-func (c *clusterNode) askLeader(ctx context.Context, ns metadata.Namespace, to uint64) (pointer uint64, ok bool) {
+// the forward timeout: ok when to served it (it leads; term is its
+// term); otherwise the leader it points at, if any.
+func (c *clusterNode) askLeader(ctx context.Context, ns metadata.Namespace, to uint64) (pointer, term uint64, ok bool) {
 	ctx, cancel := context.WithTimeout(ctx, c.e.ForwardTimeout())
 	defer cancel()
 	r, err := c.e.Forward(ctx, to, &shard.Request{Op: shard.OpOffsets, NS: ns, FromLeader: true})
@@ -161,11 +159,11 @@ func (c *clusterNode) askLeader(ctx context.Context, ns metadata.Namespace, to u
 		err = r.Err
 	}
 	if err == nil {
-		return 0, true
+		return 0, r.Term, true
 	}
 	var nl *shard.NotLeaderError
 	if errors.As(err, &nl) {
-		return nl.Leader, false
+		return nl.Leader, 0, false
 	}
-	return 0, false
+	return 0, 0, false
 }

@@ -58,21 +58,23 @@ func readPollFields(b []byte, r *shard.Request) ([]byte, error) {
 	return b[pollFieldsSize:], nil
 }
 
-// appendOffsetsFields appends an OpOffsets answer's start and end.
+// appendOffsetsFields appends an OpOffsets answer's start, end and term.
 func appendOffsetsFields(b []byte, r shard.Response) []byte {
 	b = binary.LittleEndian.AppendUint64(b, r.Start)
-	return binary.LittleEndian.AppendUint64(b, r.End)
+	b = binary.LittleEndian.AppendUint64(b, r.End)
+	return binary.LittleEndian.AppendUint64(b, r.Term)
 }
 
 // readOffsetsFields reads an OpOffsets answer's start and end into r; an
 // end below the start is errWire.
 func readOffsetsFields(b []byte, r *shard.Response) ([]byte, error) {
-	if len(b) < 16 {
+	if len(b) < 24 {
 		return nil, fmt.Errorf("%w: offsets of %d bytes", errWire, len(b))
 	}
 	r.Start, r.End = binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:])
 	if r.End < r.Start {
 		return nil, fmt.Errorf("%w: end %d below start %d", errWire, r.End, r.Start)
 	}
-	return b[16:], nil
+	r.Term = binary.LittleEndian.Uint64(b[16:])
+	return b[24:], nil
 }

@@ -33,6 +33,8 @@ func (s *Server) dispatch(ctx context.Context, req kmsg.Request, p *pending, ses
 		p.resp = s.describeCluster(r)
 	case *kmsg.ListOffsetsRequest:
 		p.resp = s.listOffsets(ctx, r)
+	case *kmsg.OffsetForLeaderEpochRequest:
+		p.resp = s.offsetForLeaderEpoch(ctx, r)
 	case *kmsg.ProduceRequest:
 		s.produce(ctx, r, p)
 	case *kmsg.FetchRequest:

@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"hash/fnv"
+	"math"
 	"net"
 	"slices"
 	"strconv"
@@ -85,7 +86,7 @@ func (s *Server) partitionsOf(ctx context.Context, t parkway.Topic, count int) [
 	sem := make(chan struct{}, leaderLookups)
 	for i, info := range infos {
 		mp := kmsg.NewMetadataResponseTopicPartition()
-		mp.Partition, mp.LeaderEpoch = int32(info.Partition), 0
+		mp.Partition = int32(info.Partition)
 		for _, r := range info.Replicas {
 			mp.Replicas = append(mp.Replicas, int32(r))
 		}
@@ -94,12 +95,10 @@ func (s *Server) partitionsOf(ctx context.Context, t parkway.Topic, count int) [
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			lead, err := s.node.Cluster().Leader(ctx, t, info.Partition)
-			if err != nil || lead == 0 {
-				out[i].Leader = -1
+			lead, epoch := s.leaderOf(ctx, t, int32(info.Partition))
+			out[i].Leader, out[i].LeaderEpoch = lead, epoch
+			if lead < 0 {
 				out[i].ErrorCode = s.code(kmsg.Metadata, kerr.LeaderNotAvailable.Code)
-			} else {
-				out[i].Leader = int32(lead)
 			}
 		})
 	}
@@ -110,3 +109,34 @@ func (s *Server) partitionsOf(ctx context.Context, t parkway.Topic, count int) [
 // leaderLookups bounds the partition leaders one Metadata request looks
 // up at once.
 const leaderLookups = 8
+
+// leaderOf is a partition's leader and leader epoch as this node sees
+// them: on a single node this broker, epoch 0; in a cluster the raft
+// group's leader and term (-1 and -1 while no leader is known). The
+// raft term serves as Kafka's leader epoch (KIP-320): it only grows, and
+// each new leader is elected in a term of its own.
+func (s *Server) leaderOf(ctx context.Context, t parkway.Topic, part int32) (lead, epoch int32) {
+	if s.cfg.Brokers == nil {
+		return s.cfg.BrokerID, 0
+	}
+	l, term, err := s.node.Cluster().LeaderTerm(ctx, t, uint32(part))
+	if err != nil || l == 0 {
+		return -1, -1
+	}
+	return int32(l), int32(min(term, math.MaxInt32))
+}
+
+// epochCode judges a request's CurrentLeaderEpoch against the
+// partition's (KIP-320): -1 (either) checks nothing; an older one is
+// FENCED_LEADER_EPOCH — the client's metadata is stale, and it refreshes
+// it — and a newer one UNKNOWN_LEADER_EPOCH: this broker has not heard
+// of the election yet, and the client retries.
+func epochCode(requested, epoch int32) int16 {
+	switch {
+	case requested < 0 || epoch < 0 || requested == epoch:
+		return 0
+	case requested < epoch:
+		return kerr.FencedLeaderEpoch.Code
+	}
+	return kerr.UnknownLeaderEpoch.Code
+}

@@ -23,6 +23,7 @@ type fetchPart struct {
 	part     int32
 	offset   int64
 	maxBytes int
+	epoch    int32 // the partition's leader epoch, stamped on its batches
 	resp     *kmsg.FetchResponseTopicPartition
 	skip     bool // answered with an error already
 }
@@ -89,9 +90,14 @@ func (s *Server) fetch(ctx context.Context, r *kmsg.FetchRequest) kmsg.Response 
 				// A consumer is sent to the leader as a producer is
 				// (see leaderElsewhere), from Fetch v12 with its id and
 				// from v16 its address (KIP-951).
-				if lead, ok := s.leaderElsewhere(ctx, t, rp.Partition); ok {
+				lead, epoch, elsewhere := s.leaderElsewhere(ctx, t, rp.Partition)
+				fp.epoch = max(epoch, 0)
+				if code := epochCode(rp.CurrentLeaderEpoch, epoch); code != 0 && !elsewhere {
+					sp.ErrorCode = s.code(kmsg.Fetch, code)
+					fp.skip = true
+				} else if elsewhere {
 					sp.ErrorCode = s.code(kmsg.Fetch, kerr.NotLeaderForPartition.Code)
-					sp.CurrentLeader.LeaderID, sp.CurrentLeader.LeaderEpoch = lead, 0
+					sp.CurrentLeader.LeaderID, sp.CurrentLeader.LeaderEpoch = lead, epoch
 					if r.Version >= 16 && !slices.ContainsFunc(resp.Brokers, func(b kmsg.FetchResponseBroker) bool { return b.NodeID == lead }) {
 						if b, ok := s.broker(lead); ok {
 							rb := kmsg.NewFetchResponseBroker()
@@ -177,7 +183,7 @@ func (s *Server) fetchPartition(ctx context.Context, fp *fetchPart, maxBytes int
 		return 0, nil
 	}
 	before := len(fp.resp.RecordBatches)
-	fp.resp.RecordBatches = appendBatch(fp.resp.RecordBatches, b.Messages, 0)
+	fp.resp.RecordBatches = appendBatch(fp.resp.RecordBatches, b.Messages, fp.epoch)
 	return len(fp.resp.RecordBatches) - before, nil
 }
 

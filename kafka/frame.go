@@ -30,6 +30,7 @@ var served = map[int16]versionRange{
 	int16(kmsg.Produce):                 {3, 13},
 	int16(kmsg.Fetch):                   {4, 17},
 	int16(kmsg.ListOffsets):             {1, 10},
+	int16(kmsg.OffsetForLeaderEpoch):    {0, 4},
 	int16(kmsg.Metadata):                {1, 13},
 	int16(kmsg.ApiVersions):             {0, 4},
 	int16(kmsg.CreateTopics):            {2, 7},

@@ -122,8 +122,24 @@ func FuzzProcess(f *testing.F) {
 	dc.Resources = append(dc.Resources, dcr)
 	sh := kmsg.NewPtrSASLHandshakeRequest()
 	sh.Version, sh.Mechanism = 1, "PLAIN"
+	dg := kmsg.NewPtrDeleteGroupsRequest()
+	dg.Version, dg.Groups = 2, []string{"g", "other"}
+	od := kmsg.NewPtrOffsetDeleteRequest()
+	od.Group = "g"
+	odt := kmsg.NewOffsetDeleteRequestTopic()
+	odt.Topic = name
+	odt.Partitions = append(odt.Partitions, kmsg.NewOffsetDeleteRequestTopicPartition())
+	od.Topics = append(od.Topics, odt)
+	oe := kmsg.NewPtrOffsetForLeaderEpochRequest()
+	oe.Version = 4
+	oet := kmsg.NewOffsetForLeaderEpochRequestTopic()
+	oet.Topic = name
+	oep := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
+	oep.CurrentLeaderEpoch, oep.LeaderEpoch = 0, 0
+	oet.Partitions = append(oet.Partitions, oep)
+	oe.Topics = append(oe.Topics, oet)
 	for _, req := range []kmsg.Request{md, pr, fr, lo, ct, av, kmsg.NewPtrInitProducerIDRequest(), kmsg.NewPtrDeleteTopicsRequest(),
-		fc, oc, of, hb, dc, sh, kmsg.NewPtrListGroupsRequest(), kmsg.NewPtrDescribeGroupsRequest()} {
+		fc, oc, of, hb, dc, sh, kmsg.NewPtrListGroupsRequest(), kmsg.NewPtrDescribeGroupsRequest(), dg, od, oe} {
 		f.Add(formatter.AppendRequest(nil, req, 1)[4:])
 	}
 	f.Fuzz(func(t *testing.T, frame []byte) {

@@ -76,8 +76,8 @@ func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest, p *pending
 				sp.ErrorCode = s.code(kmsg.Produce, kerr.UnknownTopicOrPartition.Code)
 				continue
 			}
-			if lead, ok := s.leaderElsewhere(wctx, t, rp.Partition); ok {
-				s.notLeader(resp, sp, lead)
+			if lead, epoch, ok := s.leaderElsewhere(wctx, t, rp.Partition); ok {
+				s.notLeader(resp, sp, lead, epoch)
 				continue
 			}
 			batches, err := dec.decodeBatches(rp.Records)
@@ -218,26 +218,26 @@ func dedupeKey(pid int64, epoch int16, firstSeq int32) parkway.ProducerSeq {
 // partition being built) or the leader has no listener in Config.Brokers,
 // the produce is handed to parkway as before, which parks it until a
 // leader serves it.
-func (s *Server) leaderElsewhere(ctx context.Context, t parkway.Topic, part int32) (int32, bool) {
-	if s.cfg.Brokers == nil {
-		return 0, false
+//
+// It also returns the partition's leader epoch as this node sees it
+// (leaderOf).
+func (s *Server) leaderElsewhere(ctx context.Context, t parkway.Topic, part int32) (lead, epoch int32, elsewhere bool) {
+	lead, epoch = s.leaderOf(ctx, t, part)
+	if lead < 0 || lead == s.cfg.BrokerID {
+		return lead, epoch, false
 	}
-	lead, err := s.node.Cluster().Leader(ctx, t, uint32(part))
-	if err != nil || lead == 0 || int32(lead) == s.cfg.BrokerID {
-		return 0, false
+	if _, ok := s.cfg.Brokers[lead]; !ok {
+		return lead, epoch, false
 	}
-	if _, ok := s.cfg.Brokers[int32(lead)]; !ok {
-		return 0, false
-	}
-	return int32(lead), true
+	return lead, epoch, true
 }
 
 // notLeader answers a partition NOT_LEADER_OR_FOLLOWER naming its leader:
 // from Produce v10 (KIP-951) in the response itself, so the client moves
 // without waiting for a Metadata round trip.
-func (s *Server) notLeader(resp *kmsg.ProduceResponse, sp *kmsg.ProduceResponseTopicPartition, lead int32) {
+func (s *Server) notLeader(resp *kmsg.ProduceResponse, sp *kmsg.ProduceResponseTopicPartition, lead, epoch int32) {
 	sp.ErrorCode = s.code(kmsg.Produce, kerr.NotLeaderForPartition.Code)
-	sp.CurrentLeader.LeaderID, sp.CurrentLeader.LeaderEpoch = lead, 0
+	sp.CurrentLeader.LeaderID, sp.CurrentLeader.LeaderEpoch = lead, epoch
 	if resp.Version < 10 {
 		return
 	}

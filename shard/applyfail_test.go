@@ -180,3 +180,30 @@ func TestPollOnUnusablePartitionFencesIt(t *testing.T) {
 		t.Fatalf("%d partitions fenced after a poll met an unusable one, want 1", s.Fenced())
 	}
 }
+
+// A snapshot installed on a replica makes its consumer offsets the
+// snapshot's: one the replica stored but the snapshot lacks was deleted
+// in entries the replica never applied (a replicated OpDeleteOffset it
+// missed while cut off), and settle removes it; one the snapshot holds
+// is stored as the snapshot says.
+func TestSettleDropsOffsetsTheSnapshotLacks(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	ns, epoch := h.topic("t")
+	p := h.build(ns, epoch)
+	if _, err := p.Append([]partition.Message{{Payload: []byte("a")}, {Payload: []byte("b")}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"kept", "gone"} {
+		if err := p.StoreConsumerOffset(c, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := &owned{p: p}
+	o.rep.restore(replicatedState{next: 2, consumers: map[string]uint64{"kept": 2}})
+	if err := o.settle(); err != nil {
+		t.Fatalf("settle: %v", err)
+	}
+	if got := p.ConsumerOffsets(); len(got) != 1 || got["kept"] != 2 {
+		t.Fatalf("consumer offsets after settle: %v, want kept at 2 alone", got)
+	}
+}

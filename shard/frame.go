@@ -156,6 +156,10 @@ type Response struct {
 	// Start and End are the partition's start offset and end (next)
 	// offset, answered by OpOffsets.
 	Start, End uint64
+	// Term is the raft term of the partition's group where an OpOffsets
+	// was served (0 on a partition that is not replicated): a leader
+	// read's is the term its leader was elected in.
+	Term uint64
 	// Messages are a poll's messages (read-only).
 	Messages []partition.Message
 }

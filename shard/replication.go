@@ -997,14 +997,21 @@ type dedupeTable = dedupe.Window[uint64]
 // Leader reports the node this shard believes leads ns's group (0: none
 // known, or ns is not replicated here).
 func (s *Shard) Leader(ctx context.Context, ns metadata.Namespace) (uint64, error) {
-	var lead uint64
+	lead, _, err := s.LeaderTerm(ctx, ns)
+	return lead, err
+}
+
+// LeaderTerm is Leader and the group's current term as this replica
+// knows it (0 and 0 for a group this shard does not hold). While a
+// leader is known the term is the one it was elected in.
+func (s *Shard) LeaderTerm(ctx context.Context, ns metadata.Namespace) (lead, term uint64, err error) {
 	if err := s.do(ctx, newControl(func(s *Shard) error {
 		if o := s.owned[ns]; o != nil && o.rep.grp != nil {
-			lead = o.rep.grp.Leader()
+			lead, term = o.rep.grp.Leader(), o.rep.grp.Term()
 		}
 		return nil
 	}, nil)); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return lead, nil
+	return lead, term, nil
 }

@@ -726,6 +726,9 @@ func (s *Shard) serveRead(o *owned, f Frame) {
 		return
 	}
 	resp := serve(o.p, f.Req)
+	if f.Req.Op == OpOffsets && o.rep.grp != nil {
+		resp.Term = o.rep.grp.Term()
+	}
 	resp.Err = s.damagedRead(o, f, s.fenceUnusable(o, resp.Err))
 	s.answer(f, resp)
 	if f.Req.Op == OpTruncate || f.Req.Op == OpPurge {

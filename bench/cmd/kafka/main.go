@@ -8,7 +8,8 @@
 // Brokers:
 //
 //	listener-memory  a parkway node without a data directory, the listener on it
-//	listener-disk    a parkway node on disk, the topic FsyncInterval (-interval)
+//	listener-disk    a parkway node on disk, the topic FsyncInterval (-interval),
+//	                 or FsyncAlways (-fsync always)
 //	kfake            franz-go's kfake, in memory
 //
 // and, for the protocol's cost, parkway's own ProduceAsync in one process
@@ -22,6 +23,8 @@
 //	go -C bench run ./cmd/kafka
 //	go -C bench run ./cmd/kafka -rounds 5 -round 3s -only listener-memory,kfake
 //	go -C bench run ./cmd/kafka -only listener-memory -profile /tmp/prof
+//	go -C bench run ./cmd/kafka -size 1024
+//	go -C bench run ./cmd/kafka -fsync always -only listener-disk,async-disk
 package main
 
 import (
@@ -63,6 +66,7 @@ type options struct {
 	parts    int
 	size     int
 	interval time.Duration
+	fsync    string
 	profile  string
 }
 
@@ -81,6 +85,7 @@ func run() error {
 	fs.IntVar(&o.parts, "partitions", 4, "partitions of the topic")
 	fs.IntVar(&o.size, "size", 100, "record value size in bytes")
 	fs.DurationVar(&o.interval, "interval", 2*time.Minute, "FsyncInterval of the on-disk cases (the compare command's interval)")
+	fs.StringVar(&o.fsync, "fsync", "interval", "fsync policy of the on-disk cases: interval (-interval) or always")
 	fs.StringVar(&o.profile, "profile", "", "write each broker process's CPU profile to DIR/<broker>.pprof")
 	only := fs.String("only", strings.Join(brokers, ","), "comma-separated brokers to run")
 	child := fs.String("broker", "", "internal: serve this broker in this process (the child side)")
@@ -92,6 +97,9 @@ func run() error {
 	}
 	if o.round < time.Second {
 		return errors.New("-round must be at least 1s")
+	}
+	if o.fsync != "interval" && o.fsync != "always" {
+		return fmt.Errorf("-fsync %q: want interval or always", o.fsync)
 	}
 	var results []result
 	for _, b := range strings.Split(*only, ",") {
@@ -131,8 +139,12 @@ func load() string {
 }
 
 func report(w io.Writer, rs []result, o options) {
-	fmt.Fprintf(w, "%d-byte records, %d partitions, %d rounds of %v (median), %d CPUs, load average %s at the end\n\n",
-		o.size, o.parts, o.rounds, o.round, runtime.NumCPU(), load())
+	fsync := "FsyncAlways"
+	if o.fsync == "interval" {
+		fsync = "FsyncInterval " + o.interval.String()
+	}
+	fmt.Fprintf(w, "%d-byte records, %d partitions, on disk %s, %d rounds of %v (median), %d CPUs, load average %s at the end\n\n",
+		o.size, o.parts, fsync, o.rounds, o.round, runtime.NumCPU(), load())
 	fmt.Fprintln(w, "| broker | records/s | broker CPU µs/record | client CPU µs/record | rounds (records/s) |")
 	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | --- |")
 	by := map[string]result{}
@@ -158,7 +170,7 @@ func report(w io.Writer, rs []result, o options) {
 		fmt.Fprintf(w, "- %s: rate %.2f×, broker CPU per record %.2f×\n", what, ra.rate/rb.rate, ra.brokerCPU/rb.brokerCPU)
 	}
 	ratio("listener (memory) / kfake", "listener-memory", "kfake")
-	ratio("listener (disk, interval) / kfake", "listener-disk", "kfake")
+	ratio("listener (disk) / kfake", "listener-disk", "kfake")
 	ratio("listener (memory) / ProduceAsync (memory)", "listener-memory", "async-memory")
 	ratio("listener (disk) / ProduceAsync (disk)", "listener-disk", "async-disk")
 }
@@ -169,7 +181,7 @@ func measure(b string, o options) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	args := []string{"-broker", b, "-partitions", strconv.Itoa(o.parts), "-size", strconv.Itoa(o.size), "-interval", o.interval.String()}
+	args := []string{"-broker", b, "-partitions", strconv.Itoa(o.parts), "-size", strconv.Itoa(o.size), "-interval", o.interval.String(), "-fsync", o.fsync}
 	if o.profile != "" {
 		if err := os.MkdirAll(o.profile, 0o755); err != nil {
 			return result{}, err
@@ -384,7 +396,10 @@ func serveChild(b string, o options) (err error) {
 			return err
 		}
 		var opts []parkway.TopicOption
-		if dir != "" {
+		switch {
+		case dir != "" && o.fsync == "always":
+			opts = append(opts, parkway.WithFsync(parkway.FsyncAlways, 0))
+		case dir != "":
 			opts = append(opts, parkway.WithFsync(parkway.FsyncInterval, o.interval))
 		}
 		s, err := node.Admin().CreateStream(ctx, kafka.DefaultStream)
