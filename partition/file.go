@@ -195,6 +195,11 @@ type FileStore struct {
 	journalOnce sync.Once
 	jlog        *journalLog
 
+	// manifestMu serialises manifest writes; recorded is the partition
+	// set the last one recorded (manifest.go).
+	manifestMu sync.Mutex
+	recorded   map[metadata.Namespace]uint64
+
 	// readOnly: opened by OpenReadOnlyStore (readonly.go).
 	readOnly bool
 

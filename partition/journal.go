@@ -983,6 +983,11 @@ func (l *journalLog) create() error {
 	}
 	l.mu.Unlock()
 	l.f, l.seq, l.size, l.zeroed, l.fresh, l.unsynced = f, seq, 0, 0, true, false
+	// The manifest lists the file before anything is written into it, so
+	// an offline verify can tell it was lost (manifest.go). Best effort:
+	// a manifest that cannot be written costs verify its knowledge of
+	// this file, not the write.
+	_ = l.store.writeManifest(nil)
 	return nil
 }
 
@@ -1017,6 +1022,19 @@ func (l *journalLog) prune() {
 	}
 	l.files = kept
 	l.mu.Unlock()
+	if len(drop) == 0 {
+		return
+	}
+	// The manifest records the directories the partitions synced into
+	// and leaves the dropped files out before they go (manifest.go); if
+	// it cannot, they stay for the next prune.
+	if err := l.store.recordBeforePrune(); err != nil {
+		l.mu.Lock()
+		l.files = append(l.files, drop...)
+		slices.Sort(l.files)
+		l.mu.Unlock()
+		return
+	}
 	for _, seq := range drop {
 		if err := l.store.fs.Remove(l.store.journalFile(seq)); err != nil && !isNotExist(err) {
 			l.mu.Lock()

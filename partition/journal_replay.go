@@ -67,6 +67,11 @@ func (s *FileStore) replayJournals() error {
 			return fmt.Errorf("parkway: replaying the journal into partition %v: %w", ns, err)
 		}
 	}
+	// The replayed files go: the manifest records first the directories
+	// the replay synced and no journal file (manifest.go).
+	if err := s.RecordPartitions(); err != nil {
+		return fmt.Errorf("parkway: journal: recording the replayed partitions: %w", err)
+	}
 	for _, seq := range files {
 		if err := s.fs.Remove(s.journalFile(seq)); err != nil && !isNotExist(err) {
 			return fmt.Errorf("parkway: journal: %w", err)

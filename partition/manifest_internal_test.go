@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"encoding/binary"
 	"errors"
 	"maps"
 	"slices"
@@ -15,9 +16,10 @@ import (
 func FuzzDecodeManifest(f *testing.F) {
 	ns1, _ := metadata.NewNamespace(1, 2, 3)
 	ns2, _ := metadata.NewNamespace(7, 0, 0)
-	stored := []Stored{{NS: ns2}, {NS: ns1}}
-	f.Add(encodeManifest(nil, nil))
-	f.Add(encodeManifest(stored, map[metadata.Namespace]uint64{ns1: 5, ns2: 9}))
+	f.Add(encodeManifest(Manifest{}))
+	f.Add(encodeManifest(Manifest{JournalKnown: true}))
+	f.Add(encodeManifest(Manifest{Partitions: map[metadata.Namespace]uint64{ns1: 5, ns2: 9}}))
+	f.Add(encodeManifest(Manifest{Partitions: map[metadata.Namespace]uint64{ns1: 5, ns2: 9}, Journal: []uint64{3, 4}, JournalKnown: true}))
 	f.Add([]byte("PWPM"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := decodeManifest(b)
@@ -28,15 +30,10 @@ func FuzzDecodeManifest(f *testing.F) {
 			}
 			return
 		}
-		// Re-encode in namespace order, as RecordPartitions lists.
-		var st []Stored
-		for _, ns := range slices.Sorted(maps.Keys(m)) {
-			st = append(st, Stored{NS: ns})
-		}
-		if got := encodeManifest(st, m); string(got) != string(b) {
+		if got := encodeManifest(m); string(got) != string(b) {
 			m2, err := decodeManifest(got)
-			if err != nil || !maps.Equal(m, m2) {
-				t.Fatalf("%x decoded to %v, which encodes to %x (%v)", b, m, got, err)
+			if err != nil || !maps.Equal(m.Partitions, m2.Partitions) || !slices.Equal(m.Journal, m2.Journal) || m.JournalKnown != m2.JournalKnown {
+				t.Fatalf("%x decoded to %+v, which encodes to %x (%v)", b, m, got, err)
 			}
 		}
 	})
@@ -47,21 +44,31 @@ func FuzzDecodeManifest(f *testing.F) {
 // a *CorruptError at the right byte.
 func TestDecodeManifestRefuses(t *testing.T) {
 	ns, _ := metadata.NewNamespace(1, 2, 3)
-	good := encodeManifest([]Stored{{NS: ns}}, map[metadata.Namespace]uint64{ns: 4})
-	if m, err := decodeManifest(good); err != nil || m[ns] != 4 || len(m) != 1 {
-		t.Fatalf("good manifest: %v, %v", m, err)
+	good := encodeManifest(Manifest{Partitions: map[metadata.Namespace]uint64{ns: 4}, Journal: []uint64{7}, JournalKnown: true})
+	if m, err := decodeManifest(good); err != nil || m.Partitions[ns] != 4 || len(m.Partitions) != 1 || !slices.Equal(m.Journal, []uint64{7}) {
+		t.Fatalf("good manifest: %+v, %v", m, err)
+	}
+	v1 := encodeManifest(Manifest{Partitions: map[metadata.Namespace]uint64{ns: 4}})
+	if m, err := decodeManifest(v1); err != nil || m.Partitions[ns] != 4 || m.JournalKnown {
+		t.Fatalf("version 1 manifest: %+v, %v", m, err)
 	}
 	huge := append([]byte(nil), good[:5]...)
 	huge = append(huge, 0xff, 0xff, 0xff, 0xff)
+	body := good[:len(good)-4]
+	jcount := len(body) - 12 // the journal count's offset: before one file number
+	hugeJournal := append(append([]byte(nil), body[:jcount]...), 0xff, 0xff, 0xff, 0xff)
+	unordered := encodeRaw(append(append(append([]byte(nil), body[:jcount]...), 2, 0, 0, 0), append(u64(5), u64(5)...)...))
 	for name, c := range map[string]struct {
 		b   []byte
 		off int64
 	}{
-		"short":    {good[:8], 0},
-		"magic":    {append([]byte("XWPM"), good[4:]...), 0},
-		"version":  {append(append([]byte(nil), good[:4]...), append([]byte{2}, good[5:]...)...), 4},
-		"checksum": {append(append([]byte(nil), good[:len(good)-1]...), good[len(good)-1]^1), int64(len(good) - 4)},
-		"count":    {encodeRaw(huge), 5},
+		"short":         {good[:8], 0},
+		"magic":         {append([]byte("XWPM"), good[4:]...), 0},
+		"version":       {append(append([]byte(nil), good[:4]...), append([]byte{3}, good[5:]...)...), 4},
+		"checksum":      {append(append([]byte(nil), good[:len(good)-1]...), good[len(good)-1]^1), int64(len(good) - 4)},
+		"count":         {encodeRaw(huge), 5},
+		"journal count": {encodeRaw(hugeJournal), int64(jcount)},
+		"journal order": {unordered, int64(jcount + 12)},
 	} {
 		_, err := decodeManifest(c.b)
 		var ce *CorruptError
@@ -70,6 +77,8 @@ func TestDecodeManifestRefuses(t *testing.T) {
 		}
 	}
 }
+
+func u64(v uint64) []byte { return binary.LittleEndian.AppendUint64(nil, v) }
 
 // encodeRaw appends the checksum to a manifest body.
 func encodeRaw(body []byte) []byte {

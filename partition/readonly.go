@@ -437,6 +437,7 @@ func (s *FileStore) verifyConsumers(dir string, next uint64) []Problem {
 
 // JournalFile describes one journal file VerifyJournals read.
 type JournalFile struct {
+	Seq     uint64 // its number, which a manifest lists (Manifest.Journal)
 	Path    string
 	Size    int64
 	Entries int // partition entries in its whole frames
@@ -458,7 +459,8 @@ func (s *FileStore) VerifyJournals() ([]JournalFile, []Problem, error) {
 	var files []JournalFile
 	var out []Problem
 	for _, n := range names {
-		if _, ok := parseJournalName(n); !ok {
+		seq, ok := parseJournalName(n)
+		if !ok {
 			continue
 		}
 		path := filepath.Join(dir, n)
@@ -466,7 +468,7 @@ func (s *FileStore) VerifyJournals() ([]JournalFile, []Problem, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		jf := JournalFile{Path: path, Size: int64(len(b))}
+		jf := JournalFile{Seq: seq, Path: path, Size: int64(len(b))}
 		entries, err := decodeJournal(b, path)
 		var ce *CorruptError
 		switch {
@@ -483,6 +485,9 @@ func (s *FileStore) VerifyJournals() ([]JournalFile, []Problem, error) {
 	}
 	return files, out, nil
 }
+
+// JournalFilePath is the path journal file seq has in the store.
+func (s *FileStore) JournalFilePath(seq uint64) string { return s.journalFile(seq) }
 
 // JournalTail is what the journal files hold of one partition that its
 // files lack, as a node opening the directory replays it

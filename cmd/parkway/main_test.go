@@ -33,6 +33,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(deferChildEnv); dir != "" {
 		deferChild(dir) // never returns: the parent kills it
 	}
+	if dir := os.Getenv(rollChildEnv); dir != "" {
+		rollChild(dir) // never returns: the parent kills it
+	}
 	goleak.VerifyTestMain(cleanup{m})
 }
 

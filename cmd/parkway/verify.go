@@ -154,8 +154,10 @@ func (v *verifier) run() int {
 	for _, p := range problems {
 		v.report(p.Path, p.Offset, describe(p.Err), p.Repair)
 	}
+	present := make(map[uint64]bool, len(jfiles))
 	for _, jf := range jfiles {
 		files++
+		present[jf.Seq] = true
 		if jf.Records == 0 {
 			continue
 		}
@@ -191,13 +193,26 @@ func (v *verifier) run() int {
 			v.report(dir, 0, errors.New("orphan partition directory: "+why), "the node deletes it when it starts")
 		}
 	}
-	recorded, err := d.store.RecordedPartitions()
+	man, err := d.store.ReadManifest()
 	switch {
 	case err == nil:
 		files++
 	case !errors.Is(err, fs.ErrNotExist):
-		v.reportErr(partition.ManifestPath(d.path), err, "without it a removed partition directory looks like a partition that never needed files; the node writes it again at its next clean close")
+		v.reportErr(partition.ManifestPath(d.path), err, "without it a removed partition directory or journal file cannot be told; the node writes it again when its journal next starts or drops a file, and at its next clean close")
+	case len(jfiles) > 0:
+		v.report(partition.ManifestPath(d.path), 0, errors.New("missing, while the journal holds files: a node writes it before it writes into a journal file"),
+			"without it a removed journal file or partition directory cannot be told; the node writes it again")
 	}
+	// Every journal file the manifest lists was durable when it was
+	// written, and is removed only after a later manifest leaves it out.
+	for _, seq := range man.Journal {
+		if !present[seq] {
+			v.report(d.store.JournalFilePath(seq), 0,
+				errors.New("journal file missing: PARTITIONS lists it as holding records the partitions' files may lack"),
+				"the node opens without them: the acknowledged messages only it held are lost")
+		}
+	}
+	recorded := man.Partitions
 	if meta != nil {
 		for _, pi := range meta.Snapshot().Partitions {
 			if have[pi.NS] {
@@ -206,10 +221,11 @@ func (v *verifier) run() int {
 			if d.cluster && (v.node == 0 || !slices.Contains(pi.Replicas, v.node)) {
 				continue // another node's replica, or this node's id is not known
 			}
-			// The manifest of the last clean close says this incarnation
-			// had a directory: it was removed, whatever the journal holds.
+			// The manifest says this incarnation had a directory; unless
+			// the journal rebuilds it (its layout was not durable yet when
+			// the manifest was written), it was removed.
 			built := recorded[pi.NS] == pi.CreatedRevision
-			if !d.cluster && !built && v.deferred(meta, pi) {
+			if !d.cluster && v.deferred(meta, pi, built) {
 				continue
 			}
 			repair := "the node builds it again, empty"
@@ -218,7 +234,7 @@ func (v *verifier) run() int {
 			}
 			why := ""
 			if built {
-				why = " (it had one at the node's last clean close)"
+				why = " (PARTITIONS records that it had one)"
 			}
 			v.report(partitionDir(d.path, pi.NS), 0,
 				fmt.Errorf("partition %v (incarnation %d) is in the metadata but its directory is missing%s", pi.NS, pi.CreatedRevision, why),
@@ -238,16 +254,18 @@ func (v *verifier) run() int {
 // were written once its directory was durable, so it had files), and a
 // topic configured FsyncNever, whose partitions get files when built.
 //
-// A partition the manifest of the node's last clean close records (see
-// partition.FileStore.RecordPartitions) had a directory: run reports it
-// as removed before asking this. What cannot be told from the directory:
-// a deferred partition that got files after the last clean close (the
-// node crashed since), whose journal files were then removed (a
-// checkpoint synced its files), and whose directory was removed afterwards
-// looks like an empty deferred partition; so does one of a topic on the
-// node's default policy (FsyncDefault), which this tool does not know,
-// when that default is FsyncNever.
-func (v *verifier) deferred(meta *metadata.Store, pi metadata.PartitionInfo) bool {
+// built says the manifest (PARTITIONS, see partition.Manifest) records
+// that the partition had a directory: then a journal without its records
+// does not make it an empty deferred one, it was removed. The manifest
+// is written whenever the journal starts or drops a file and at a clean
+// close, so a directory built since the last one still has its records
+// in the journal, and a journal file removed behind the node's back is
+// one the manifest lists. What cannot be told from the directory: a
+// partition whose first durable write was a consumer offset (it got
+// files with no journal record) after the last manifest, and one of a
+// topic on the node's default policy (FsyncDefault), which this tool does
+// not know, when that default is FsyncNever.
+func (v *verifier) deferred(meta *metadata.Store, pi metadata.PartitionInfo, built bool) bool {
 	if neverSynced(meta, pi.NS) {
 		return false
 	}
@@ -257,6 +275,8 @@ func (v *verifier) deferred(meta *metadata.Store, pi metadata.PartitionInfo) boo
 	case err != nil:
 		v.reportErr(filepath.Join(v.d.path, journalDir), err, "")
 		return true // the journal's problem, reported; the directory's follows from it
+	case t.Entries == 0 && built:
+		return false // it had a directory, and nothing rebuilds it
 	case t.Entries == 0:
 		fmt.Fprintf(v.stdout, "note: %s has no directory and the journal holds no record of partition %v: the node builds it empty, as a partition with no record yet lives (a lost directory whose records the journal no longer holds looks the same)\n", v.d.rel(dir), pi.NS)
 		return true

@@ -283,7 +283,7 @@ func TestVerifyMissingDirectory(t *testing.T) {
 	r := runBin(t, "verify", dir)
 	rel, _ := filepath.Rel(dir, p)
 	if r.code != exitProblems || !strings.Contains(r.stdout, rel+":0: partition") ||
-		!strings.Contains(r.stdout, "directory is missing (it had one at the node's last clean close)") {
+		!strings.Contains(r.stdout, "directory is missing (PARTITIONS records that it had one)") {
 		t.Fatalf("verify:\n%v", r)
 	}
 }
