@@ -80,3 +80,18 @@ func EnginePartitions(ctx context.Context, n *Node, t Topic) ([]metadata.Partiti
 // MetadataApplied returns the metadata raft log index n applied last (0
 // on a single node).
 func MetadataApplied(n *Node) uint64 { return n.eng.MetadataApplied() }
+
+// RaftApplied is the raft index n's replica of ns applied last (0: n
+// holds no replica of ns).
+func RaftApplied(n *Node, ns metadata.Namespace) uint64 {
+	for _, s := range n.eng.Shards() {
+		st, err := s.Inspect(context.Background())
+		if err != nil {
+			continue
+		}
+		if i, ok := st.Applied[ns]; ok {
+			return i
+		}
+	}
+	return 0
+}

@@ -435,6 +435,9 @@ type State struct {
 	// Quiesced lists the namespaces whose raft group is quiesced (not
 	// ticked: see Replication.Quiesce), in namespace order.
 	Quiesced []metadata.Namespace
+	// Applied maps each replicated namespace to the raft index its group
+	// applied last: the entries it applied, empty ones included.
+	Applied map[metadata.Namespace]uint64
 }
 
 // Inspect returns the shard's state, read on the pump.
@@ -464,10 +467,12 @@ func opInspect(st *State) control {
 			}
 		}
 		slices.Sort(st.Failed)
+		st.Applied = make(map[metadata.Namespace]uint64, len(s.replicated))
 		for ns, o := range s.replicated {
 			if !s.isAwake(o) {
 				st.Quiesced = append(st.Quiesced, ns)
 			}
+			st.Applied[ns] = o.rep.grp.Applied()
 		}
 		slices.Sort(st.Quiesced)
 		st.Tombstoned = maps.Clone(s.tombstoned)

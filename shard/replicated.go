@@ -41,7 +41,9 @@ type replicated struct {
 	moveIdle  int
 	moveMark  moveMark
 	// proposeBuf holds produces waiting to be proposed together as one
-	// raft entry when the pump runs out of queued frames.
+	// raft entry when the pump runs out of queued frames, or, while an
+	// entry this node proposed is in flight, until it is applied
+	// (groupcommit.go).
 	proposeBuf []Frame
 	ready      bool
 	quiet      groups.Quiet // ticks since the group last woke (quiesce.go)
@@ -66,4 +68,7 @@ type replicated struct {
 	// snapshot, and a compaction a joining member forces.
 	compact groups.Compaction
 	catchup *catchUp
+
+	// proposeQueued: o is on the shard's proposing list (groupcommit.go).
+	proposeQueued bool
 }

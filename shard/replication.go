@@ -301,11 +301,7 @@ func (s *Shard) propose(o *owned, f Frame) {
 	if s.writesRefused(o, f) {
 		return
 	}
-	if len(o.rep.proposeBuf) == 0 {
-		s.proposing = append(s.proposing, o)
-	}
-	o.rep.proposeBuf = append(o.rep.proposeBuf, f)
-	s.proposed++
+	s.queuePropose(o, f) // groupcommit.go
 }
 
 // readReplicated serves a read of a replicated partition. A read asking
@@ -380,15 +376,18 @@ func (s *Shard) dropReads(o *owned, err error) {
 	o.rep.reads.Drop(func(f Frame) { s.answer(f, Response{Err: err}) })
 }
 
-// flushProposals proposes every buffered write of each partition as one
-// raft entry: concurrent producers share the entry's round of consensus,
-// as they share an fsync in a commit group. It runs when the inbox is
-// momentarily empty or enough writes are buffered.
+// flushProposals proposes every buffered write of each queued partition
+// as one raft entry: concurrent producers share the entry's round of
+// consensus, as they share an fsync in a commit group. It runs when the
+// inbox is momentarily empty or enough writes are buffered; a partition
+// with an entry in flight is queued only once it is applied
+// (groupcommit.go).
 func (s *Shard) flushProposals() {
 	list := s.proposing
 	s.proposing = nil
 	s.proposed = 0
 	for _, o := range list {
+		o.rep.proposeQueued = false
 		frames := o.rep.proposeBuf
 		o.rep.proposeBuf = nil
 		if o.rep.grp == nil || len(frames) == 0 {
@@ -656,6 +655,7 @@ func (h groupHandler) apply(index, id uint64, payload []byte) error {
 	err := h.applyFrames(index, frames, payload)
 	delete(h.o.rep.pending, id)
 	h.s.reuseFrames(h.o, frames)
+	h.s.releaseProposals(h.o)
 	return err
 }
 
@@ -981,6 +981,9 @@ func (h groupHandler) LeaderChanged(lead uint64) {
 		}
 		delete(h.o.rep.pending, id)
 	}
+	// The writes gathered behind them were never proposed: flushProposals
+	// answers them "not leader".
+	h.s.releaseProposals(h.o)
 }
 
 // produceKey identifies one logical produce across retries.

@@ -164,8 +164,9 @@ type Shard struct {
 	syncTimer    clock.Timer                   // interval-policy fsync timer, armed while needed
 	syncAt       time.Time                     // when syncTimer fires; zero when disarmed
 	replicated   map[metadata.Namespace]*owned // owned partitions with a raft group
-	proposing    []*owned                      // partitions with buffered produces
-	proposed     int                           // produces buffered across them
+	proposing    []*owned                      // partitions with buffered produces to propose
+	proposed     int                           // produces buffered since the last flush
+	released     bool                          // a partition's gathered produces were queued (groupcommit.go)
 	entryBuf     []byte                        // flushProposals' entry scratch (Propose copies it)
 	appending    []*owned                      // partitions with produces queued for one Append
 	appendQueued int                           // produces queued across them
@@ -493,10 +494,19 @@ func (s *Shard) tickFired() {
 // settle ends every unit of pump work: raft groups with work are
 // processed and the commit group is closed if nothing else waits.
 func (s *Shard) settle() {
-	if len(s.proposing) > 0 && (len(s.inbox) == 0 || s.proposed >= maxGroup) {
-		s.flushProposals()
+	for {
+		if len(s.proposing) > 0 && (len(s.inbox) == 0 || s.proposed >= maxGroup) {
+			s.flushProposals()
+		}
+		s.processReady()
+		// Applying the last entry in flight of a partition released the
+		// produces gathered behind it: they are proposed now, with the
+		// commit's frames (groupcommit.go).
+		if !s.released {
+			break
+		}
+		s.released = false
 	}
-	s.processReady()
 	s.maybeFlush()
 	s.wakeWaiters()
 	s.flushRaft()
