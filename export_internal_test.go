@@ -95,3 +95,15 @@ func RaftApplied(n *Node, ns metadata.Namespace) uint64 {
 	}
 	return 0
 }
+
+// QuiescedReplicas is how many of n's replicated partitions have their
+// raft group quiesced (not ticked).
+func QuiescedReplicas(n *Node) int {
+	q := 0
+	for _, s := range n.eng.Shards() {
+		if st, err := s.Inspect(context.Background()); err == nil {
+			q += len(st.Quiesced)
+		}
+	}
+	return q
+}

@@ -1,0 +1,89 @@
+package parkway_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/transport"
+)
+
+// BenchmarkIdleReplicaMemory is what an idle replica holds: three nodes
+// in one process over the in-memory network, one topic of N partitions
+// (every node a replica of each), each with a leader, produced to once
+// and quiesced; then the live heap (runtime.MemStats.HeapAlloc after two
+// collections) over the one before the topic was created, per replica
+// (3N). It is a byte count, not a rate: the machine's load does not move
+// it. The iterations are not timed work; b.N only repeats the reading.
+//
+//	go test -run '^$' -bench IdleReplicaMemory -benchtime 1x .
+func BenchmarkIdleReplicaMemory(b *testing.B) {
+	for _, parts := range []int{1000} {
+		b.Run(fmt.Sprintf("partitions=%d", parts), func(b *testing.B) { benchIdleReplicaMemory(b, parts) })
+	}
+}
+
+func benchIdleReplicaMemory(b *testing.B, parts int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	net := transport.NewNetwork(transport.NetworkOptions{})
+	defer net.Close()
+	peers := []transport.NodeID{1, 2, 3}
+	var nodes []*parkway.Node
+	for _, id := range peers {
+		n, err := parkway.Open(parkway.Config{Shards: 2, Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: net.Endpoint(id)}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer n.Close()
+		nodes = append(nodes, n)
+	}
+	s, err := nodes[0].Admin().CreateStream(ctx, "s")
+	if err != nil {
+		b.Fatal(err)
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	before := heap()
+	tp, err := nodes[0].Admin().CreateTopic(ctx, s, "t", parts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for p := range uint32(parts) {
+		for {
+			_, err := nodes[0].Produce(ctx, tp, parkway.PartitionID(p), parkway.Message{Payload: make([]byte, 100)})
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for {
+		q := 0
+		for _, n := range nodes {
+			q += parkway.QuiescedReplicas(n)
+		}
+		if q == 3*parts {
+			break
+		}
+		if ctx.Err() != nil {
+			b.Fatalf("%d of %d replicas quiesced", q, 3*parts)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var per float64
+	for range b.N {
+		per = float64(heap()-before) / float64(3*parts)
+	}
+	b.ReportMetric(per, "heap-B/replica")
+}
