@@ -469,7 +469,7 @@ func opInspect(st *State) control {
 		slices.Sort(st.Failed)
 		st.Applied = make(map[metadata.Namespace]uint64, len(s.replicated))
 		for ns, o := range s.replicated {
-			if !s.isAwake(o) {
+			if !s.q.awake.Has(o.p.Namespace(), o) {
 				st.Quiesced = append(st.Quiesced, ns)
 			}
 			st.Applied[ns] = o.rep.grp.Applied()

@@ -202,7 +202,7 @@ func (s *Shard) campaignDue() {
 			// Another member won: its leader brings the group up.
 		case lead == 0 && age >= patience:
 			s.queueCampaign(o) // its followers may not be there yet
-		case lead != 0 && (!s.isAwake(o) || age >= settleTimeouts*s.electionTicks()):
+		case lead != 0 && (!s.q.awake.Has(o.p.Namespace(), o) || age >= settleTimeouts*s.electionTicks()):
 			// Won and quiesced; or won long ago, and a follower is
 			// still missing: it leaves its place to the next one.
 		default:
@@ -295,19 +295,11 @@ const ticksPerRound = 256
 // ticksPerRound of them in turn. It is a copy, for tickRaft to go through
 // while ticking changes the set.
 func (s *Shard) tickList() []*owned {
-	n := len(s.q.awake)
-	if !s.cfg.Replication.Quiesce || n <= ticksPerRound {
-		s.q.tickNext = 0
-		return s.awakeList()
+	budget := 0
+	if s.cfg.Replication.Quiesce {
+		budget = ticksPerRound
 	}
-	start := s.q.tickNext % n
-	clear(s.q.tickBuf)
-	s.q.tickBuf = s.q.tickBuf[:0]
-	for i := range ticksPerRound {
-		s.q.tickBuf = append(s.q.tickBuf, s.q.awake[(start+i)%n])
-	}
-	s.q.tickNext = start + ticksPerRound
-	return s.q.tickBuf
+	return s.q.awake.Turn(budget)
 }
 
 // keepActive runs before each tick of an awake group: with

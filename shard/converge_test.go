@@ -31,7 +31,7 @@ func (n *replNet) tickOnly() {
 }
 
 // awake counts the groups a node's shard ticks.
-func (n *replNet) awake(id uint64) int { return len(n.shard(id).q.awake) }
+func (n *replNet) awake(id uint64) int { return n.shard(id).q.awake.Len() }
 
 // led counts the groups of nss whose leader is their preferred one, as
 // that leader sees it, and the groups with no leader anywhere.
@@ -161,8 +161,8 @@ func (n *replNet) leaderless(nss []metadata.Namespace) int {
 func TestTicksTakeTurnsPastTheBudget(t *testing.T) {
 	s := &Shard{cfg: Config{Replication: &Replication{Quiesce: true}}}
 	const awake = ticksPerRound + ticksPerRound/2
-	for range awake {
-		s.q.awake = append(s.q.awake, &owned{})
+	for i := range awake {
+		s.q.awake.Add(metadata.Namespace(i), &owned{})
 	}
 	seen := make(map[*owned]int)
 	for range 2 {

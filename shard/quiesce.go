@@ -44,14 +44,9 @@ const campaignsPerTick = 128
 // quiescence is the shard's bookkeeping for quiescence (pump-owned).
 type quiescence struct {
 	// awake holds the groups that are ticked (every group when
-	// quiescence is off), in the order they woke, and at the index of
-	// each in awake; tickBuf is tickRaft's copy of awake.
-	awake   []*owned
-	at      map[metadata.Namespace]int
-	tickBuf []*owned
-	// tickNext is where the next tick's turn starts in awake when more
-	// groups are awake than a tick handles (converge.go).
-	tickNext int
+	// quiescence is off), in the order they woke; a tick takes its turn
+	// of them (converge.go).
+	awake groups.Awake[metadata.Namespace, *owned]
 	// down holds the peers node liveness reported dead.
 	down groups.Down
 	// campaign holds the groups this node stands for election in (new
@@ -79,51 +74,11 @@ func (s *Shard) wake(o *owned) {
 	if o.rep.grp == nil {
 		return
 	}
-	if !s.isAwake(o) {
-		if s.q.at == nil {
-			s.q.at = make(map[metadata.Namespace]int)
-		}
-		s.forgetAwake(o) // an earlier incarnation's entry, if any
-		s.q.at[o.p.Namespace()] = len(s.q.awake)
-		s.q.awake = append(s.q.awake, o)
+	if s.q.awake.Add(o.p.Namespace(), o) { // an earlier incarnation's entry goes
 		o.rep.quiet.Woke()
 		s.m.RaftWakes.Inc()
 	}
 	s.armTick()
-}
-
-// isAwake reports whether o's group is ticked.
-func (s *Shard) isAwake(o *owned) bool {
-	i, ok := s.q.at[o.p.Namespace()]
-	return ok && s.q.awake[i] == o
-}
-
-// forgetAwake stops ticking the group of o's namespace: it quiesced, or
-// it is gone. The last awake group takes its place (the order stays a
-// function of what happened, not of map iteration).
-func (s *Shard) forgetAwake(o *owned) {
-	ns := o.p.Namespace()
-	i, ok := s.q.at[ns]
-	if !ok {
-		return
-	}
-	last := len(s.q.awake) - 1
-	if i != last {
-		moved := s.q.awake[last]
-		s.q.awake[i] = moved
-		s.q.at[moved.p.Namespace()] = i
-	}
-	s.q.awake[last] = nil
-	s.q.awake = s.q.awake[:last]
-	delete(s.q.at, ns)
-}
-
-// awakeList is a copy of the awake groups, for tickRaft to go through
-// while ticking changes the set.
-func (s *Shard) awakeList() []*owned {
-	clear(s.q.tickBuf)
-	s.q.tickBuf = append(s.q.tickBuf[:0], s.q.awake...)
-	return s.q.tickBuf
 }
 
 // idle reports whether the shard has nothing pending on the group that
@@ -143,7 +98,7 @@ func (s *Shard) maybeQuiesce(o *owned) bool {
 	}) {
 		return false
 	}
-	s.forgetAwake(o)
+	s.q.awake.Remove(o.p.Namespace())
 	s.m.RaftQuiesces.Inc()
 	s.syncQuiesced(o)
 	return true
@@ -157,8 +112,8 @@ func (s *Shard) stepQuiesce(o *owned, m *raftpb.Message) bool {
 	if !groups.StepQuiesce(o.rep.grp, m, s.cfg.Replication.Quiesce && o.rep.idle()) {
 		return false
 	}
-	if s.isAwake(o) {
-		s.forgetAwake(o)
+	if s.q.awake.Has(o.p.Namespace(), o) {
+		s.q.awake.Remove(o.p.Namespace())
 		s.m.RaftQuiesces.Inc()
 		s.syncQuiesced(o)
 	}
@@ -241,7 +196,7 @@ func (s *Shard) campaigner(o *owned) uint64 {
 func (s *Shard) QuiescedGroups(ctx context.Context) (quiesced, leading int, err error) {
 	err = s.do(ctx, newControl(func(s *Shard) error {
 		for _, o := range s.replicated {
-			if s.isAwake(o) {
+			if s.q.awake.Has(o.p.Namespace(), o) {
 				continue
 			}
 			quiesced++

@@ -212,7 +212,7 @@ func (s *Shard) unreplicate(o *owned, err error) {
 		return
 	}
 	delete(s.replicated, o.p.Namespace())
-	s.forgetAwake(o)
+	s.q.awake.Remove(o.p.Namespace())
 	// Proposed writes may have committed — and been applied on the other
 	// replicas — already: their outcome is unknown, never "retry here".
 	for id, fs := range o.rep.pending {
@@ -570,11 +570,11 @@ func (s *Shard) tickRaft() {
 	s.balanceStep()
 	s.moveStep()
 	for _, o := range s.tickList() {
-		if !s.isAwake(o) {
+		if !s.q.awake.Has(o.p.Namespace(), o) {
 			continue
 		}
 		if o.rep.unhold(); o.rep.held {
-			s.forgetAwake(o) // woken by a message; waits for its turn
+			s.q.awake.Remove(o.p.Namespace()) // woken by a message; waits for its turn
 			continue
 		}
 		if s.maybeQuiesce(o) {
@@ -595,7 +595,7 @@ func (s *Shard) tickRaft() {
 }
 
 func (s *Shard) armTick() {
-	if (len(s.q.awake) == 0 && !s.electionsPending()) || s.tickArmed {
+	if (s.q.awake.Len() == 0 && !s.electionsPending()) || s.tickArmed {
 		return
 	}
 	d := s.cfg.Replication.TickInterval

@@ -1,0 +1,84 @@
+package groups
+
+// Awake is the set of groups a host ticks (the others are quiesced, or
+// held), in the order they woke: a host that ticks them in that order
+// ticks them in an order its history decides, not map iteration, so a
+// simulator's run is reproducible. K names a group (a partition's
+// namespace); G is the host's handle of one incarnation of it, so a
+// rebuilt group replaces the entry of the one it replaced. The zero value
+// is empty. It is not safe for concurrent use.
+type Awake[K comparable, G comparable] struct {
+	groups []G
+	keys   []K
+	at     map[K]int
+	// buf is Turn's copy; next is where the next turn starts when more
+	// groups are awake than a turn takes.
+	buf  []G
+	next int
+}
+
+// Len is the number of awake groups.
+func (a *Awake[K, G]) Len() int { return len(a.groups) }
+
+// Has reports whether g, under k, is awake.
+func (a *Awake[K, G]) Has(k K, g G) bool {
+	i, ok := a.at[k]
+	return ok && a.groups[i] == g
+}
+
+// Add wakes g under k and reports whether it was not awake. An entry of
+// another handle under k (an earlier incarnation) is dropped first.
+func (a *Awake[K, G]) Add(k K, g G) bool {
+	if a.Has(k, g) {
+		return false
+	}
+	a.Remove(k)
+	if a.at == nil {
+		a.at = make(map[K]int)
+	}
+	a.at[k] = len(a.groups)
+	a.groups = append(a.groups, g)
+	a.keys = append(a.keys, k)
+	return true
+}
+
+// Remove stops ticking the group under k: it quiesced, or it is gone.
+// The last awake group takes its place (the order stays a function of
+// what happened).
+func (a *Awake[K, G]) Remove(k K) {
+	i, ok := a.at[k]
+	if !ok {
+		return
+	}
+	last := len(a.groups) - 1
+	if i != last {
+		a.groups[i], a.keys[i] = a.groups[last], a.keys[last]
+		a.at[a.keys[i]] = i
+	}
+	var g G
+	var key K
+	a.groups[last], a.keys[last] = g, key
+	a.groups, a.keys = a.groups[:last], a.keys[:last]
+	delete(a.at, k)
+}
+
+// Turn is the groups to tick this tick, a copy the caller may go through
+// while ticking changes the set (valid until the next Turn): all of them,
+// or, when budget is positive and more are awake, the next budget of them
+// in turn, so a tick's work stays bounded however many groups are awake.
+func (a *Awake[K, G]) Turn(budget int) []G {
+	n := len(a.groups)
+	clear(a.buf)
+	a.buf = a.buf[:0]
+	if budget <= 0 || n <= budget {
+		a.next = 0
+		a.buf = append(a.buf, a.groups...)
+		return a.buf
+	}
+	start := a.next % n
+	for i := range budget {
+		a.buf = append(a.buf, a.groups[(start+i)%n])
+	}
+	a.next = start + budget
+	return a.buf
+}
