@@ -9,3 +9,14 @@ func AllowSmallSegments(t testing.TB, n int64) {
 	minSegmentSize = n
 	t.Cleanup(func() { minSegmentSize = old })
 }
+
+// AppendCopiedBytes is the number of bytes Append copies into its encode
+// buffer for msgs (the records as encoded there).
+func AppendCopiedBytes(msgs []Message) int {
+	var n int
+	for i := range msgs {
+		s, _ := recordSize(&msgs[i])
+		n += s
+	}
+	return n
+}
