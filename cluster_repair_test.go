@@ -467,3 +467,52 @@ func TestBehaviour28ClusterRepairsDamagedConsumerOffset(t *testing.T) {
 		}
 	})
 }
+
+// TestBehaviour28ClusterCutTailRefetched: the last segment of a replica
+// cut short while its node is down (half of it gone, whole records with
+// it) looks like a torn tail to the partition's recovery, but in a
+// cluster the replica's raft state knows how far its log reached: the
+// replica fetches the rest from its peers, so nothing acknowledged is
+// lost and no offset is handed out again, whether it was a follower or
+// the group's leader.
+func TestBehaviour28ClusterCutTailRefetched(t *testing.T) {
+	for _, role := range []string{"follower", "leader"} {
+		t.Run(role, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c, dirs := newRealCluster(t, func(cfg *parkway.Config) { cfg.Cluster.CompactEntries = 8 })
+				s := mustStream(t, c.nodes[1], "s")
+				tp := mustTopic(t, c.nodes[1], s, "t", 1)
+				want := c.produceBatches(1, tp, "a", 1500)
+				c.converged(tp, want)
+				leader, err := c.nodes[1].Cluster().Leader(context.Background(), tp, 0)
+				if err != nil || leader == 0 {
+					t.Fatalf("leader: %d, %v", leader, err)
+				}
+				bad := leader
+				if role == "follower" {
+					bad = others(leader)[0]
+				}
+				c.stop(bad)
+				segs := segmentFiles(t, partitionDir(dirs[bad], s, tp))
+				tail := segs[len(segs)-1]
+				if err := os.Truncate(tail, fileLen(t, tail)/2); err != nil {
+					t.Fatal(err)
+				}
+				n := c.start(bad)
+				c.converged(tp, want)
+				ack, err := n.Produce(context.Background(), tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("after")})
+				if err != nil || ack.FirstOffset != uint64(len(want)) {
+					t.Fatalf("produce after the cut: %+v, %v; want offset %d", ack, err, len(want))
+				}
+				want = append(want, "after")
+				for _, id := range c.peers {
+					got, err := leaderLog(c.nodes[id], tp)
+					if err != nil || !slices.Equal(got, want) {
+						t.Fatalf("reading through node %d: %d messages, %v; want the %d acknowledged", id, len(got), err, len(want))
+					}
+				}
+				c.converged(tp, want)
+			})
+		})
+	}
+}
