@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -251,5 +253,48 @@ func TestBudget(t *testing.T) {
 	}
 	if want := int64(4 * DefaultMaxRequestSize); connBudget(Config{}.withDefaults()) != want {
 		t.Fatalf("a connection's budget: %d, want %d", connBudget(Config{}.withDefaults()), want)
+	}
+}
+
+// TestFetchSessionsDeclined: fetch sessions (KIP-227) are declined as
+// the KIP allows. A fetch asking for a new session (id 0, epoch 0) is
+// served in full with session id 0, "no session was created", so the
+// client goes on with full fetches; one naming a session is
+// FETCH_SESSION_ID_NOT_FOUND, after which a client starts over with a
+// full fetch. franz-go (which asks for sessions) consumes either way.
+func TestFetchSessionsDeclined(t *testing.T) {
+	f := serve(t, Config{DefaultPartitions: 1})
+	ctx := ctxFor(t)
+	prod := f.client(t, kgo.DefaultProduceTopic("sessions"), kgo.AllowAutoTopicCreation())
+	var recs []*kgo.Record
+	for i := range 5 {
+		recs = append(recs, kgo.StringRecord(fmt.Sprint(i)))
+	}
+	if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	r := dialRaw(t, f.addr)
+	fetch := func(id, epoch int32) *kmsg.FetchResponse {
+		t.Helper()
+		req := kmsg.NewPtrFetchRequest()
+		req.Version, req.MaxBytes, req.SessionID, req.SessionEpoch = 12, 1<<20, id, epoch
+		ft := kmsg.NewFetchRequestTopic()
+		ft.Topic = "sessions"
+		fp := kmsg.NewFetchRequestTopicPartition()
+		fp.PartitionMaxBytes = 1 << 20
+		ft.Partitions = append(ft.Partitions, fp)
+		req.Topics = append(req.Topics, ft)
+		return r.request(req).(*kmsg.FetchResponse)
+	}
+	resp := fetch(0, 0)
+	if resp.ErrorCode != 0 || resp.SessionID != 0 || len(resp.Topics) != 1 || len(resp.Topics[0].Partitions[0].RecordBatches) == 0 {
+		t.Fatalf("a fetch asking for a session: error %d, session %d, %+v; want a full answer with no session", resp.ErrorCode, resp.SessionID, resp.Topics)
+	}
+	if resp := fetch(5, 1); resp.ErrorCode != kerr.FetchSessionIDNotFound.Code {
+		t.Fatalf("a fetch naming a session: error %d, want FETCH_SESSION_ID_NOT_FOUND", resp.ErrorCode)
+	}
+	cons := f.client(t, kgo.ConsumeTopics("sessions"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if got := consume(t, cons, 5); len(got) != 5 {
+		t.Fatalf("franz-go consumed %d records, want 5", len(got))
 	}
 }
