@@ -34,9 +34,15 @@
 // refusing it would make the client resend its unacknowledged batches
 // under a new producer id, which the window cannot recognise.
 //
+// DeleteGroups and OffsetDelete remove committed offsets, each a
+// replicated write of its partition (Admin.DeleteConsumerOffset).
+//
 // In a cluster every node runs a listener; Config.Brokers names them all,
-// so Metadata points clients at each partition's raft leader and every
-// listener names the same coordinator for a group.
+// so Metadata points clients at each partition's raft leader (a node
+// holding no replica of a partition asks a replica) and every listener
+// names the same coordinator for a group. A partition's leader epoch
+// (KIP-320) is its raft group's term: Fetch, ListOffsets and
+// OffsetForLeaderEpoch fence a stale one.
 //
 // # Security
 //
