@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -407,5 +408,66 @@ func TestClusterProduceAsyncThroughFollower(t *testing.T) {
 				t.Fatalf("async produce %d through a follower: %+v %v", i, ack, err)
 			}
 		}
+	})
+}
+
+// A node that holds no replica of a partition knows its leader and term
+// all the same (Cluster.Leader, Cluster.LeaderTerm): it asks a replica,
+// and after the leader's node is cut off it names the new leader, at a
+// higher term, within a few elections.
+func TestClusterLeaderOfAPartitionHeldElsewhere(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net, nodes := threeNodes(t)
+		ctx := context.Background()
+		s := mustStream(t, nodes[1], "s")
+		tp := mustTopic(t, nodes[1], s, "t", 1, parkway.WithReplicas(2))
+		mustProduce(t, nodes[1], tp, parkway.PartitionID(0), "warm")
+		infos, err := nodes[1].Admin().Partitions(ctx, tp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var outsider transport.NodeID
+		for id := range nodes {
+			if !slices.Contains(infos[0].Replicas, id) {
+				outsider = id
+			}
+		}
+		if outsider == 0 {
+			t.Fatalf("replicas %v: every node holds the partition", infos[0].Replicas)
+		}
+		var lead transport.NodeID
+		var term uint64
+		waitFor(t, "a leader known to a replica", func() bool {
+			lead, term, err = nodes[infos[0].Replicas[0]].Cluster().LeaderTerm(ctx, tp, 0)
+			return err == nil && lead != 0
+		})
+		gotLead, gotTerm, err := nodes[outsider].Cluster().LeaderTerm(ctx, tp, 0)
+		if err != nil || gotLead != lead || gotTerm != term {
+			t.Fatalf("node %d (no replica) says leader %d term %d (%v); the replicas say %d at %d", outsider, gotLead, gotTerm, err, lead, term)
+		}
+
+		// The leader's node is cut off; the other replica cannot elect
+		// alone (two replicas), so heal and let the group settle: the
+		// outsider follows whatever the group decides.
+		var rest []transport.NodeID
+		for id := range nodes {
+			if id != lead {
+				rest = append(rest, id)
+			}
+		}
+		net.Partition([]transport.NodeID{lead}, rest)
+		waitFor(t, "the outsider to stop naming a node it cannot reach", func() bool {
+			l, _ := nodes[outsider].Cluster().Leader(ctx, tp, 0)
+			return l != lead
+		})
+		net.Heal()
+		waitFor(t, "the outsider to agree with the replicas again", func() bool {
+			l, tm, err := nodes[outsider].Cluster().LeaderTerm(ctx, tp, 0)
+			if err != nil || l == 0 {
+				return false
+			}
+			rl, rt, err := nodes[l].Cluster().LeaderTerm(ctx, tp, 0)
+			return err == nil && rl == l && rt == tm && tm >= term
+		})
 	})
 }

@@ -21,20 +21,32 @@ import (
 // GROUP_ID_NOT_FOUND.
 
 // groupDelete is the coordinator's side of a DeleteGroups: a group with
-// members is refused; one without is forgotten (its offsets are the
-// caller's). known reports whether the coordinator knew it.
+// members is refused; one without is forgotten and marked deleting until
+// the caller, having removed its offsets, calls deleted. known reports
+// whether the coordinator knew it.
 func (c *coordinator) groupDelete(name string) (code int16, known bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	g, ok := c.groups[name]
-	if !ok {
-		return 0, false
+	if c.deleting[name] {
+		return kerr.CoordinatorLoadInProgress.Code, true
 	}
-	if len(g.members) > 0 || len(g.pending) > 0 {
+	g, ok := c.groups[name]
+	if ok && (len(g.members) > 0 || len(g.pending) > 0) {
 		return kerr.NonEmptyGroup.Code, true
 	}
 	delete(c.groups, name)
-	return 0, true
+	if c.deleting == nil {
+		c.deleting = map[string]bool{}
+	}
+	c.deleting[name] = true
+	return 0, ok
+}
+
+// deleted ends a deletion groupDelete began.
+func (c *coordinator) deleted(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.deleting, name)
 }
 
 // subscriptions reports what OffsetDelete needs of a group: whether the
@@ -104,6 +116,7 @@ func (s *Server) deleteGroup(ctx context.Context, name string) int16 {
 	if code != 0 {
 		return code
 	}
+	defer s.groups.deleted(name)
 	stream, err := s.topics.streamHandle(ctx)
 	if err != nil {
 		return errorCode(err)

@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // TestDeleteGroupsAndOffsets drives DeleteGroups and OffsetDelete with
@@ -140,5 +142,36 @@ func TestDeleteGroupsAndOffsets(t *testing.T) {
 	}
 	if got := committed("busy"); len(got) != 0 {
 		t.Fatalf("committed offsets of busy after DeleteGroups: %v", got)
+	}
+}
+
+// TestGroupDeletionHoldsOffJoinsAndCommits: while a DeleteGroups removes
+// a group's committed offsets, a join or a commit of the group is asked
+// to retry (COORDINATOR_LOAD_IN_PROGRESS) rather than land in the middle
+// of the deletion and be removed by it; a second deletion of the group
+// meanwhile is asked to retry too. Once it is done, both are served.
+func TestGroupDeletionHoldsOffJoinsAndCommits(t *testing.T) {
+	c := newCoordinator()
+	if code, known := c.groupDelete("g"); code != 0 || known {
+		t.Fatalf("groupDelete of an unknown group: code %d, known %v", code, known)
+	}
+	if code := c.commitCheck("g", "", -1); code != kerr.CoordinatorLoadInProgress.Code {
+		t.Errorf("commit during the deletion: code %d, want COORDINATOR_LOAD_IN_PROGRESS", code)
+	}
+	join := kmsg.NewPtrJoinGroupRequest()
+	join.Version, join.Group, join.SessionTimeoutMillis, join.ProtocolType = 5, "g", 10_000, "consumer"
+	join.Protocols = append(join.Protocols, kmsg.JoinGroupRequestProtocol{Name: "range"})
+	if resp, _ := c.join(join, "client", "host", time.Now()); resp.ErrorCode != kerr.CoordinatorLoadInProgress.Code {
+		t.Errorf("join during the deletion: code %d, want COORDINATOR_LOAD_IN_PROGRESS", resp.ErrorCode)
+	}
+	if code, _ := c.groupDelete("g"); code != kerr.CoordinatorLoadInProgress.Code {
+		t.Errorf("a second deletion meanwhile: code %d, want COORDINATOR_LOAD_IN_PROGRESS", code)
+	}
+	c.deleted("g")
+	if code := c.commitCheck("g", "", -1); code != 0 {
+		t.Errorf("commit after the deletion: code %d", code)
+	}
+	if resp, _ := c.join(join, "client", "host", time.Now()); resp.ErrorCode == kerr.CoordinatorLoadInProgress.Code {
+		t.Errorf("join after the deletion still refused")
 	}
 }

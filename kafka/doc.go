@@ -34,9 +34,20 @@
 // refusing it would make the client resend its unacknowledged batches
 // under a new producer id, which the window cannot recognise.
 //
+// DeleteGroups and OffsetDelete remove committed offsets, each a
+// replicated write of its partition (Admin.DeleteConsumerOffset).
+//
+// Fetch sessions (KIP-227) are served: a session remembers the partitions
+// a client fetches, so its fetches name only what changed and are answered
+// only for the partitions with news. Sessions are bounded in number and
+// partitions; past the bounds a fetch is served in full without one.
+//
 // In a cluster every node runs a listener; Config.Brokers names them all,
-// so Metadata points clients at each partition's raft leader and every
-// listener names the same coordinator for a group.
+// so Metadata points clients at each partition's raft leader (a node
+// holding no replica of a partition asks a replica) and every listener
+// names the same coordinator for a group. A partition's leader epoch
+// (KIP-320) is its raft group's term: Fetch, ListOffsets and
+// OffsetForLeaderEpoch fence a stale one.
 //
 // # Security
 //

@@ -33,14 +33,64 @@ type fetchPart struct {
 // polls on every partition for MaxWaitMs, answered as soon as one has
 // records. A waiting
 // poll is registered at the partition's shard and woken by the append
-// (parkway's waiting Poll), so an idle consumer costs no CPU. Fetch
-// sessions are declined (session id 0): every fetch is a full one.
+// (parkway's waiting Poll), so an idle consumer costs no CPU. A fetch of
+// a session (fetchsession.go) is served as a full fetch of the session's
+// partitions, its answer cut to the partitions with news.
 func (s *Server) fetch(ctx context.Context, r *kmsg.FetchRequest) kmsg.Response {
-	resp := r.ResponseKind().(*kmsg.FetchResponse)
-	if r.SessionID != 0 || r.SessionEpoch > 0 {
-		resp.ErrorCode = s.code(kmsg.Fetch, kerr.FetchSessionIDNotFound.Code)
+	byID := r.Version >= 13
+	fail := func(code int16) kmsg.Response {
+		resp := r.ResponseKind().(*kmsg.FetchResponse)
+		resp.ErrorCode = s.code(kmsg.Fetch, code)
 		return resp
 	}
+	now := time.Now()
+	var (
+		sess *fetchSession
+		all  bool
+	)
+	switch {
+	case r.SessionEpoch == -1: // no session, or the last fetch of one
+		if r.SessionID != 0 {
+			s.sessions.close(r.SessionID)
+		}
+		return s.fetchFull(ctx, r)
+	case r.SessionEpoch == 0: // a new session (replacing the one named, if any)
+		if r.SessionID != 0 {
+			s.sessions.close(r.SessionID)
+		}
+		if sess = s.sessions.open(now); sess == nil {
+			return s.fetchFull(ctx, r) // none free: no session (id 0)
+		}
+		all = true
+	case r.SessionID == 0:
+		return fail(kerr.InvalidFetchSessionEpoch.Code)
+	default:
+		var code int16
+		if sess, code = s.sessions.take(r.SessionID, r.SessionEpoch, now); code != 0 {
+			return fail(code)
+		}
+	}
+	if !sess.update(r, byID) || !s.sessions.account(sess) {
+		s.sessions.release(sess, false)
+		if all {
+			return s.fetchFull(ctx, r) // too many partitions: no session
+		}
+		return fail(kerr.FetchSessionIDNotFound.Code) // the client starts over, without one
+	}
+	resp := s.fetchFull(ctx, sess.request(r)).(*kmsg.FetchResponse)
+	if resp.ErrorCode != 0 {
+		s.sessions.release(sess, false)
+		return resp
+	}
+	sess.incremental(resp, byID, all)
+	resp.SessionID = sess.id
+	s.sessions.release(sess, true)
+	return resp
+}
+
+// fetchFull serves a fetch of every partition it names.
+func (s *Server) fetchFull(ctx context.Context, r *kmsg.FetchRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.FetchResponse)
 	wait := time.Duration(max(r.MaxWaitMillis, 0)) * time.Millisecond
 	wait = min(wait, parkway.MaxPollWait, s.cfg.RequestTimeout)
 	ctx, cancel := context.WithTimeout(ctx, wait+s.cfg.RequestTimeout)

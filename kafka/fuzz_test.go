@@ -138,8 +138,19 @@ func FuzzProcess(f *testing.F) {
 	oep.CurrentLeaderEpoch, oep.LeaderEpoch = 0, 0
 	oet.Partitions = append(oet.Partitions, oep)
 	oe.Topics = append(oe.Topics, oet)
+	fs := kmsg.NewPtrFetchRequest() // a new fetch session
+	fs.Version, fs.MaxBytes, fs.SessionEpoch = 13, 1<<20, 0
+	fst := kmsg.NewFetchRequestTopic()
+	fst.Topic = name
+	fst.Partitions = append(fst.Partitions, kmsg.NewFetchRequestTopicPartition())
+	fs.Topics = append(fs.Topics, fst)
+	fi := kmsg.NewPtrFetchRequest() // an incremental fetch of session 1, forgetting a partition
+	fi.Version, fi.MaxBytes, fi.SessionID, fi.SessionEpoch = 12, 1<<20, 1, 1
+	ff := kmsg.NewFetchRequestForgottenTopic()
+	ff.Topic, ff.Partitions = name, []int32{0, 1}
+	fi.ForgottenTopics = append(fi.ForgottenTopics, ff)
 	for _, req := range []kmsg.Request{md, pr, fr, lo, ct, av, kmsg.NewPtrInitProducerIDRequest(), kmsg.NewPtrDeleteTopicsRequest(),
-		fc, oc, of, hb, dc, sh, kmsg.NewPtrListGroupsRequest(), kmsg.NewPtrDescribeGroupsRequest(), dg, od, oe} {
+		fc, oc, of, hb, dc, sh, kmsg.NewPtrListGroupsRequest(), kmsg.NewPtrDescribeGroupsRequest(), dg, od, oe, fs, fi} {
 		f.Add(formatter.AppendRequest(nil, req, 1)[4:])
 	}
 	f.Fuzz(func(t *testing.T, frame []byte) {

@@ -82,6 +82,11 @@ type group struct {
 type coordinator struct {
 	mu     sync.Mutex
 	groups map[string]*group
+	// deleting are the groups a DeleteGroups is removing the committed
+	// offsets of: a join or a commit meanwhile is asked to retry
+	// (COORDINATOR_LOAD_IN_PROGRESS), so no member's commit lands in the
+	// middle of the deletion and is removed by it (deletegroups.go).
+	deleting map[string]bool
 }
 
 func newCoordinator() *coordinator { return &coordinator{groups: map[string]*group{}} }
@@ -124,6 +129,9 @@ func (c *coordinator) join(r *kmsg.JoinGroupRequest, clientID, clientHost string
 	rebalance = min(rebalance, maxSessionTimeout)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.deleting[r.Group] {
+		return fail(kerr.CoordinatorLoadInProgress.Code)
+	}
 	g, ok := c.groups[r.Group]
 	if !ok {
 		if len(c.groups) >= maxGroups {
@@ -397,6 +405,9 @@ func (c *coordinator) membershipChanged(g *group, now time.Time) {
 func (c *coordinator) commitCheck(groupID, memberID string, generation int32) int16 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.deleting[groupID] {
+		return kerr.CoordinatorLoadInProgress.Code
+	}
 	if generation < 0 && memberID == "" {
 		if g, ok := c.groups[groupID]; ok && len(g.members) > 0 {
 			return kerr.UnknownMemberID.Code

@@ -30,6 +30,8 @@ type Server struct {
 	topics  *topicCache
 	pids    *producers
 	groups  *coordinator
+	// sessions are the fetch sessions (KIP-227) of every connection.
+	sessions *fetchSessions
 
 	// ctx is cancelled by Close: it ends the work of every request in
 	// flight (waiting fetches, produces waiting for their acks).
@@ -86,6 +88,7 @@ func NewServer(node *parkway.Node, cfg Config) (*Server, error) {
 	s.topics = newTopicCache(node, cfg.Stream)
 	s.pids = newProducers(cfg.Brokers != nil)
 	s.groups = newCoordinator()
+	s.sessions = newFetchSessions()
 	return s, nil
 }
 

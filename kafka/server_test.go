@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -251,5 +253,159 @@ func TestBudget(t *testing.T) {
 	}
 	if want := int64(4 * DefaultMaxRequestSize); connBudget(Config{}.withDefaults()) != want {
 		t.Fatalf("a connection's budget: %d, want %d", connBudget(Config{}.withDefaults()), want)
+	}
+}
+
+// TestFetchSessions: fetch sessions (KIP-227). A fetch asking for a new
+// session gets one and a full answer; a fetch of the session names only
+// the partitions whose offset changed and is answered only for the
+// partitions with news (records, or a moved high watermark); a fetch at
+// the wrong epoch is INVALID_FETCH_SESSION_EPOCH, one of an unknown
+// session FETCH_SESSION_ID_NOT_FOUND; a forgotten partition is no longer
+// fetched; the final epoch closes the session. franz-go (which uses
+// sessions) consumes through them.
+func TestFetchSessions(t *testing.T) {
+	f := serve(t, Config{DefaultPartitions: 1})
+	ctx := ctxFor(t)
+	prod := f.client(t, kgo.DefaultProduceTopic("sessions"), kgo.AllowAutoTopicCreation())
+	produce := func(n int) {
+		t.Helper()
+		var recs []*kgo.Record
+		for i := range n {
+			recs = append(recs, kgo.StringRecord(fmt.Sprint(i)))
+		}
+		if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	produce(5)
+	r := dialRaw(t, f.addr)
+	fetch := func(id, epoch int32, offset int64, forget bool) *kmsg.FetchResponse {
+		t.Helper()
+		req := kmsg.NewPtrFetchRequest()
+		req.Version, req.MaxBytes, req.SessionID, req.SessionEpoch = 12, 1<<20, id, epoch
+		if offset >= 0 {
+			ft := kmsg.NewFetchRequestTopic()
+			ft.Topic = "sessions"
+			fp := kmsg.NewFetchRequestTopicPartition()
+			fp.PartitionMaxBytes, fp.FetchOffset = 1<<20, offset
+			ft.Partitions = append(ft.Partitions, fp)
+			req.Topics = append(req.Topics, ft)
+		}
+		if forget {
+			ft := kmsg.NewFetchRequestForgottenTopic()
+			ft.Topic, ft.Partitions = "sessions", []int32{0}
+			req.ForgottenTopics = append(req.ForgottenTopics, ft)
+		}
+		return r.request(req).(*kmsg.FetchResponse)
+	}
+	records := func(resp *kmsg.FetchResponse) (parts, n int) {
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				parts++
+				var b kmsg.RecordBatch
+				if len(p.RecordBatches) > 0 && b.ReadFrom(p.RecordBatches) == nil {
+					n += int(b.NumRecords)
+				}
+			}
+		}
+		return parts, n
+	}
+
+	resp := fetch(0, 0, 0, false)
+	if parts, n := records(resp); resp.ErrorCode != 0 || resp.SessionID == 0 || parts != 1 || n != 5 {
+		t.Fatalf("a fetch asking for a session: error %d, session %d, %d partitions, %d records; want a session and all 5", resp.ErrorCode, resp.SessionID, parts, n)
+	}
+	id := resp.SessionID
+	// The client moved to offset 5: nothing new there.
+	if resp := fetch(id, 1, 5, false); resp.ErrorCode != 0 || resp.SessionID != id {
+		t.Fatalf("session fetch 1: error %d, session %d", resp.ErrorCode, resp.SessionID)
+	} else if parts, _ := records(resp); parts != 0 {
+		t.Fatalf("session fetch 1 without news answered %d partitions", parts)
+	}
+	// New records: a fetch naming no partition gets them.
+	produce(2)
+	if resp := fetch(id, 2, -1, false); resp.ErrorCode != 0 {
+		t.Fatalf("session fetch 2: error %d", resp.ErrorCode)
+	} else if parts, n := records(resp); parts != 1 || n != 2 {
+		t.Fatalf("session fetch 2 after 2 new records: %d partitions, %d records", parts, n)
+	}
+	if resp := fetch(id, 2, -1, false); resp.ErrorCode != kerr.InvalidFetchSessionEpoch.Code {
+		t.Fatalf("a repeated epoch: error %d, want INVALID_FETCH_SESSION_EPOCH", resp.ErrorCode)
+	}
+	if resp := fetch(id+1000, 1, -1, false); resp.ErrorCode != kerr.FetchSessionIDNotFound.Code {
+		t.Fatalf("an unknown session: error %d, want FETCH_SESSION_ID_NOT_FOUND", resp.ErrorCode)
+	}
+	// A forgotten partition is no longer fetched.
+	if resp := fetch(id, 3, -1, true); resp.ErrorCode != 0 {
+		t.Fatalf("session fetch 3: error %d", resp.ErrorCode)
+	}
+	produce(1)
+	if resp := fetch(id, 4, -1, false); resp.ErrorCode != 0 {
+		t.Fatalf("session fetch 4: error %d", resp.ErrorCode)
+	} else if parts, _ := records(resp); parts != 0 {
+		t.Fatalf("a forgotten partition answered (%d partitions)", parts)
+	}
+	// The final epoch closes it.
+	if resp := fetch(id, -1, 0, false); resp.ErrorCode != 0 || resp.SessionID != 0 {
+		t.Fatalf("a final fetch: error %d, session %d", resp.ErrorCode, resp.SessionID)
+	}
+	if resp := fetch(id, 5, -1, false); resp.ErrorCode != kerr.FetchSessionIDNotFound.Code {
+		t.Fatalf("a closed session: error %d, want FETCH_SESSION_ID_NOT_FOUND", resp.ErrorCode)
+	}
+
+	cons := f.client(t, kgo.ConsumeTopics("sessions"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if got := consume(t, cons, 8); len(got) != 8 {
+		t.Fatalf("franz-go consumed %d records, want 8", len(got))
+	}
+}
+
+// TestFetchSessionBounds: the sessions' partitions are bounded all
+// together, whatever clients send; a session that ends gives its share
+// back; the least recently used session makes room for a new one.
+func TestFetchSessionBounds(t *testing.T) {
+	fs := newFetchSessions()
+	now := time.Now()
+	fill := func(s *fetchSession, n int) {
+		for i := range n {
+			k := sessionKey{topic: fmt.Sprint(s.id), part: int32(i)}
+			s.parts[k] = &sessionPart{key: k}
+		}
+	}
+	var held []*fetchSession
+	for i := range maxSessionPartitionsTotal / maxSessionPartitions {
+		s := fs.open(now.Add(time.Duration(i) * time.Millisecond))
+		fill(s, maxSessionPartitions)
+		if !fs.account(s) {
+			t.Fatalf("session %d refused below the bound (total %d)", s.id, fs.total)
+		}
+		fs.release(s, true)
+		held = append(held, s)
+	}
+	extra := fs.open(now)
+	fill(extra, 1)
+	if fs.account(extra) {
+		t.Fatalf("a partition past the total bound was taken (total %d)", fs.total)
+	}
+	fs.release(extra, false)
+	fs.close(held[0].id)
+	again := fs.open(now.Add(time.Minute))
+	fill(again, maxSessionPartitions)
+	if !fs.account(again) {
+		t.Fatalf("a closed session's share was not given back (total %d)", fs.total)
+	}
+	fs.release(again, true)
+	if fs.total != maxSessionPartitionsTotal {
+		t.Fatalf("total %d, want %d", fs.total, maxSessionPartitionsTotal)
+	}
+	// A full table evicts the least recently used session.
+	for len(fs.byID) < maxFetchSessions {
+		s := fs.open(now.Add(2 * time.Minute))
+		fs.release(s, true)
+	}
+	if s := fs.open(now.Add(3 * time.Minute)); s == nil || len(fs.byID) != maxFetchSessions {
+		t.Fatalf("no session made room for a new one")
+	} else if _, ok := fs.byID[held[1].id]; ok {
+		t.Fatalf("the least recently used session was kept")
 	}
 }
