@@ -336,11 +336,12 @@ func (m *Member) poll(ctx context.Context, part uint32, from Start, max int, opt
 // committedNow reads the group's committed offset from this node's
 // committed metadata (newer than the member's last refresh, if anything).
 func (m *Member) committedNow(part uint32) (uint64, bool) {
-	g, ok := m.n.meta.Group(m.topic.Stream.ID, m.topic.ID, m.group)
-	if !ok || int64(part) >= int64(len(g.Partitions)) {
+	// One partition's state, not a copy of the group: every poll of
+	// every member asks.
+	p, ok := m.n.meta.GroupPartitionState(m.topic.Stream.ID, m.topic.ID, m.group, part)
+	if !ok {
 		return 0, false
 	}
-	p := g.Partitions[part]
 	return p.Offset, p.Committed
 }
 

@@ -769,6 +769,47 @@ func (s *Store) Group(stream, topic uint32, name string) (GroupInfo, bool) {
 	return g.info(stream, topic), true
 }
 
+// GroupSummary is what identifies a group and its state, read without
+// copying its members or partitions (Store.GroupSummary).
+type GroupSummary struct {
+	CreatedRevision, Generation uint64
+	Members, Partitions         int
+}
+
+// GroupSummary returns a committed group's summary in O(1), where Group
+// copies the whole group.
+func (s *Store) GroupSummary(stream, topic uint32, name string) (GroupSummary, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, t, err := s.lookupTopic(stream, topic)
+	if err != nil {
+		return GroupSummary{}, false
+	}
+	g, ok := t.groups[name]
+	if !ok {
+		return GroupSummary{}, false
+	}
+	return GroupSummary{CreatedRevision: g.createdRev, Generation: g.generation, Members: len(g.members), Partitions: len(g.parts)}, true
+}
+
+// GroupPartitionState returns one partition's assignment and committed
+// offset in a committed group, in O(1): what a member's poll needs of the
+// group, where Group copies every member and partition (a poll of each
+// of a thousand members cost a thousand copies of the group).
+func (s *Store) GroupPartitionState(stream, topic uint32, name string, part uint32) (GroupPartition, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, t, err := s.lookupTopic(stream, topic)
+	if err != nil {
+		return GroupPartition{}, false
+	}
+	g, ok := t.groups[name]
+	if !ok || int64(part) >= int64(len(g.parts)) {
+		return GroupPartition{}, false
+	}
+	return g.parts[part], true
+}
+
 // Groups returns a topic's consumer groups, by name.
 func (s *Store) Groups(stream, topic uint32) []GroupInfo {
 	s.mu.RLock()

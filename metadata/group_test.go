@@ -485,6 +485,19 @@ func TestGroupRandomHistory(t *testing.T) {
 							seed, step, m.ID, g.Name, v, err, g.Assigned(m.ID), g.Revoking(m.ID))
 					}
 				}
+				// The O(1) reads agree with the copy of the group.
+				want := GroupSummary{CreatedRevision: g.CreatedRevision, Generation: g.Generation, Members: len(g.Members), Partitions: len(g.Partitions)}
+				if sum, ok := s.GroupSummary(0, 0, g.Name); !ok || sum != want {
+					t.Fatalf("seed %d step %d: GroupSummary of %s = %+v, %v; want %+v", seed, step, g.Name, sum, ok, want)
+				}
+				for i, p := range g.Partitions {
+					if ps, ok := s.GroupPartitionState(0, 0, g.Name, uint32(i)); !ok || ps != p {
+						t.Fatalf("seed %d step %d: GroupPartitionState of %s/%d = %+v, %v; want %+v", seed, step, g.Name, i, ps, ok, p)
+					}
+				}
+				if _, ok := s.GroupPartitionState(0, 0, g.Name, uint32(len(g.Partitions))); ok {
+					t.Fatalf("seed %d step %d: GroupPartitionState past the partitions of %s answered", seed, step, g.Name)
+				}
 				if committed[g.Name] == nil {
 					committed[g.Name] = map[uint32]uint64{}
 				}

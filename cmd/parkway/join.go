@@ -80,6 +80,72 @@ func (a *adminAPI) addNode(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintln(w, "ok")
 }
 
+// removeNodeTimeout bounds one DELETE /admin/nodes/{id} call on the
+// member's side: RemoveNode moves the node's replicas first, which takes
+// as long as the data takes; a call cut short is made again and carries
+// on from where the cluster stands.
+const removeNodeTimeout = 10 * time.Minute
+
+// removeNode removes a node from the cluster (Cluster.RemoveNode), then
+// from this member's bus (TCPBus.RemovePeer): DELETE /admin/nodes/{id}.
+// 200 once this member applied the removal; 400 for a node this member
+// cannot remove (itself: ask another member); 409 when a topic's
+// replication factor needs the node; 503 with the error when it could
+// not be done now (call again).
+func (a *adminAPI) removeNode(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), removeNodeTimeout)
+	defer cancel()
+	if err := a.node.Cluster().RemoveNode(ctx, id); err != nil {
+		code := http.StatusServiceUnavailable
+		switch {
+		case errors.Is(err, parkway.ErrInvalidNode):
+			code = http.StatusBadRequest
+		case errors.Is(err, parkway.ErrNotEnoughNodes):
+			code = http.StatusConflict
+		}
+		http.Error(w, err.Error(), code)
+		return
+	}
+	if err := a.bus.RemovePeer(id); err != nil {
+		http.Error(w, "removed from the cluster, but not from this member's bus: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	a.log.Info("node removed", "node_id", id, "from", r.RemoteAddr)
+	fmt.Fprintln(w, "ok")
+}
+
+// removePeer takes a removed node off this member's bus
+// (TCPBus.RemovePeer): DELETE /admin/peers/{id}. Every remaining member
+// does it after the removal, as every member admitted the node before it
+// was added.
+func (a *adminAPI) removePeer(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	if err := a.bus.RemovePeer(id); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	a.log.Info("peer removed", "node_id", id, "from", r.RemoteAddr)
+	fmt.Fprintln(w, "ok")
+}
+
+// pathID reads the path value id, a non-zero node id; it answers 400
+// itself when there is none.
+func pathID(w http.ResponseWriter, r *http.Request) (transport.NodeID, bool) {
+	id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)
+	if err != nil || id == 0 {
+		http.Error(w, fmt.Sprintf("id %q: want a non-zero node id", r.PathValue("id")), http.StatusBadRequest)
+		return 0, false
+	}
+	return transport.NodeID(id), true
+}
+
 // formID reads the form value id, a non-zero node id; it answers 400
 // itself when there is none.
 func formID(w http.ResponseWriter, r *http.Request) (transport.NodeID, bool) {
@@ -93,13 +159,18 @@ func formID(w http.ResponseWriter, r *http.Request) (transport.NodeID, bool) {
 
 // parseJoinVia parses --join-via: host:port,… (an http:// prefix is
 // allowed) into base URLs.
-func parseJoinVia(s string) ([]string, error) {
+func parseJoinVia(s string) ([]string, error) { return parseVia("serve: --join-via", s) }
+
+// parseVia parses a list of members' --http addresses, host:port,… (an
+// http:// prefix is allowed), into base URLs; what names the flag in a
+// usage error.
+func parseVia(what, s string) ([]string, error) {
 	var out []string
 	for _, v := range strings.Split(s, ",") {
 		v = strings.TrimSpace(v)
 		hostport := strings.TrimPrefix(v, "http://")
 		if _, _, err := net.SplitHostPort(hostport); err != nil || strings.Contains(hostport, "/") {
-			return nil, usageErr("serve: --join-via entry %q: want host:port (a member's --http address)", v)
+			return nil, usageErr("%s entry %q: want host:port (a member's --http address)", what, v)
 		}
 		out = append(out, "http://"+hostport)
 	}
@@ -156,6 +227,21 @@ func post(ctx context.Context, client *http.Client, u string, form url.Values) e
 		return err
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	return do(client, req)
+}
+
+// httpStatusError is an answer other than 200.
+type httpStatusError struct {
+	code int
+	msg  string
+}
+
+func (e *httpStatusError) Error() string {
+	return fmt.Sprintf("%d %s: %s", e.code, http.StatusText(e.code), e.msg)
+}
+
+// do sends req and wants 200; another answer is an *httpStatusError.
+func do(client *http.Client, req *http.Request) error {
 	resp, err := client.Do(req)
 	if err != nil {
 		return err
@@ -163,7 +249,7 @@ func post(ctx context.Context, client *http.Client, u string, form url.Values) e
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+		return &httpStatusError{code: resp.StatusCode, msg: strings.TrimSpace(string(body))}
 	}
 	return nil
 }

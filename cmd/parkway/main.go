@@ -5,6 +5,7 @@
 //	parkway inspect  streams, topics, partitions, groups and raft state of a data directory
 //	parkway verify   check every checksum and offset of a data directory
 //	parkway dump     print a partition's messages as JSON lines
+//	parkway remove-node  remove a node from a running cluster (through members started with --admin)
 //
 // inspect, verify and dump never change a byte of the directory: they read
 // it through the node's own code (the partition, metadata and raft log
@@ -65,6 +66,8 @@ Commands:
   inspect  show a data directory's streams, topics, partitions, groups and raft state
   verify   check every record, index entry and log of a data directory
   dump     print a partition's messages as JSON lines
+  remove-node  remove a node from a running cluster, through members'
+           --http listeners (members started with --admin)
 
 Run 'parkway <command> --help' for a command's flags.
 
@@ -93,6 +96,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runVerify(rest, stdout, stderr)
 	case "dump":
 		err = runDump(rest, stdout, stderr)
+	case "remove-node":
+		err = runRemoveNode(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, topUsage)
 		return exitOK

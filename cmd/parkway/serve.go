@@ -53,8 +53,11 @@ itself, and --join-via naming the HTTP addresses (--http) of the members,
 which run with --admin. It asks each of them to admit its address to
 their bus (POST /admin/peers), then one of them to add it to the cluster
 (POST /admin/nodes, Cluster.AddNode), retrying until one does; it logs
-"joined the cluster" then. --admin serves those two calls on --http to
-anyone who can reach it: keep --http on a trusted network (the default
+"joined the cluster" then. Removing a node: 'parkway remove-node' asks a
+member to remove it (DELETE /admin/nodes/{id}, Cluster.RemoveNode, which
+first moves its replicas to the others) and every member to take it off
+its bus (DELETE /admin/peers/{id}). --admin serves these calls on --http
+to anyone who can reach it: keep --http on a trusted network (the default
 is loopback). A member started without --admin refuses them (404).
 
 HTTP (--http): /metrics (Prometheus), /healthz (200 while the node is
@@ -110,7 +113,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	f.StringVar(&c.peers, "peers", "", "cluster: every founding member, this one included: id=host:port,…")
 	f.BoolVar(&c.join, "join", false, "cluster: join a running cluster (a member then adds this node) instead of founding one")
 	f.StringVar(&c.joinVia, "join-via", "", "with --join: the HTTP addresses (host:port,…) of members running with --admin, asked to add this node")
-	f.BoolVar(&c.admin, "admin", false, "cluster: serve /admin/peers and /admin/nodes on --http, through which a node started with --join is added")
+	f.BoolVar(&c.admin, "admin", false, "cluster: serve /admin/peers and /admin/nodes on --http, through which a node started with --join is added and parkway remove-node removes one")
 	f.StringVar(&c.clusterID, "cluster-id", "", "cluster: the cluster's id, as its certificates name it")
 	f.StringVar(&c.tlsCert, "tls-cert", "", "cluster: this node's certificate chain (PEM)")
 	f.StringVar(&c.tlsKey, "tls-key", "", "cluster: this node's private key (PEM)")
@@ -477,6 +480,8 @@ func httpHandler(node *parkway.Node, reg *prometheus.Registry, closing *atomic.B
 	if admin != nil {
 		mux.HandleFunc("POST /admin/peers", admin.addPeer)
 		mux.HandleFunc("POST /admin/nodes", admin.addNode)
+		mux.HandleFunc("DELETE /admin/nodes/{id}", admin.removeNode)
+		mux.HandleFunc("DELETE /admin/peers/{id}", admin.removePeer)
 	}
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {

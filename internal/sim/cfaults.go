@@ -54,6 +54,11 @@ func (c *csim) startFaults() {
 	if c.quiescing || c.calming() {
 		return
 	}
+	if c.cfg.MemberPartitions > 0 && c.storm.settled == 0 {
+		// A join storm forms its group first: a thousand members joining
+		// at once is the load under test; faults start once it settled.
+		return
+	}
 	f := c.cfg.Faults
 	nf := f.Net
 	w := &c.netf

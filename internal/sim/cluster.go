@@ -131,6 +131,10 @@ type csim struct {
 
 	quiescing bool
 
+	// storm is what a join storm's run measures (Config.MemberPartitions,
+	// cmembers.go).
+	storm stormState
+
 	// Membership and failover (cjoin.go, cfailover.go): the node being
 	// added, how many were, the failover to check after a quiesced
 	// leader's crash, and the end of the calm that crash imposed.
@@ -327,6 +331,10 @@ func (c *csim) result() Result {
 		VirtualTime: c.clk.Now().Sub(epoch0),
 		Faults:      f,
 		Ops:         c.ops,
+
+		StormSettled:          c.storm.settled,
+		StormSettledDelivered: c.storm.deliveredThen,
+		StormDelivered:        c.ops.MemberDelivered - c.storm.deliveredThen,
 	}
 }
 
@@ -683,6 +691,7 @@ func (c *csim) tick() {
 	}
 	c.expireFaults()
 	c.startFaults()
+	c.stormCheck()
 	c.joinAct()
 	c.removeAct()
 	units := c.units()

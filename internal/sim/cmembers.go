@@ -89,10 +89,21 @@ func (c *csim) members() []*client {
 // (plus 0.5–1.5 s for the others to take its partitions and commit),
 // then the network heals and the poll, retried in place meanwhile, is
 // answered.
+//
+// In a join storm (Config.MemberPartitions) the first cut waits until the
+// group has settled, and the next until it could have settled again
+// after the last one healed: stormCutGap past it. Drawn at every poll of
+// a thousand members, cuts otherwise followed one another as soon as the
+// network healed, from before the group had even formed: the metadata
+// leader's node was cut off about once a second, and the group never
+// settled.
 func (c *csim) cutMember(cl *client) {
 	m, o, w := cl.member, cl.op, &c.netf
 	if o == nil || o.kind != kindPoll || w.partitioned || c.quiescing || c.calming() || c.rng.IntN(20) != 0 {
 		return
+	}
+	if c.cfg.MemberPartitions > 0 && (c.storm.settled == 0 || c.clk.Now().Before(c.storm.nextCut)) {
+		return // a storm settles first, then between cuts
 	}
 	var rest []uint64
 	for _, id := range c.memberIDs() {
@@ -106,11 +117,79 @@ func (c *csim) cutMember(cl *client) {
 	w.sides = [2][]uint64{{m.home}, rest}
 	w.partitioned = true
 	w.partitionEnd = c.clk.Now().Add(m.timeout + c.randDuration(500*time.Millisecond, 1500*time.Millisecond))
+	if c.cfg.MemberPartitions > 0 {
+		c.storm.nextCut = w.partitionEnd.Add(stormCutGap)
+	}
 	c.faults.Partitions++
 	c.faults.MemberCuts++
 	c.event("net partition (member %d's node cut off with its poll op=%d in flight) %v | %v until %v",
 		cl.id, o.id, w.sides[0], w.sides[1], w.partitionEnd.Sub(epoch0))
 	c.applyCuts()
+}
+
+// stormCutGap is how long after a member cut heals a join storm's next
+// may start: the longest session timeout (a member cut off expires
+// within it and rejoins) and as long again for the rebalances.
+const stormCutGap = 6 * time.Second
+
+// stormState is what a join storm's run measures (see Result).
+type stormState struct {
+	started       time.Time // the first member's join
+	settled       time.Duration
+	deliveredThen int
+	nextCut       time.Time
+}
+
+// stormCheck records when a join storm's group first settles: every
+// member in the group on the metadata leader's store, every partition
+// held by one and none moving. It looks every 64th step (reading the
+// group copies it).
+func (c *csim) stormCheck() {
+	st := &c.storm
+	if c.cfg.MemberPartitions == 0 || st.settled != 0 || c.quiescing {
+		return
+	}
+	if st.started.IsZero() {
+		if c.ops.MemberJoins > 0 {
+			st.started = c.clk.Now()
+		}
+		return
+	}
+	if c.actions%64 != 0 {
+		return
+	}
+	var meta *metadata.Store
+	for _, n := range c.nodes {
+		if !n.down && n.meta != nil && n.eng != nil && n.eng.MetadataStatus().Leader == n.id {
+			meta = n.meta
+		}
+	}
+	if meta == nil {
+		return
+	}
+	m := c.members()[0].member
+	g, ok := meta.Group(m.stream, m.topic, memberGroup)
+	if !ok {
+		return
+	}
+	moving, free := 0, 0
+	for _, p := range g.Partitions {
+		if p.Holder == 0 {
+			free++
+		}
+		if p.Next != 0 {
+			moving++
+		}
+	}
+	if len(g.Members) != c.cfg.GroupMembers || moving > 0 || free > 0 {
+		if c.actions%4096 == 0 {
+			c.event("storm unsettled: %d members of %d, generation %d, %d partitions moving, %d free", len(g.Members), c.cfg.GroupMembers, g.Generation, moving, free)
+		}
+		return
+	}
+	st.settled = c.clk.Now().Sub(st.started)
+	st.deliveredThen = c.ops.MemberDelivered
+	c.event("storm settled %v after the first join: %d members, generation %d, %d messages delivered", st.settled, len(g.Members), g.Generation, st.deliveredThen)
 }
 
 // memberAct lets member client cl start its next operation.
@@ -132,7 +211,11 @@ func (c *csim) memberAct(cl *client) {
 		}
 		return
 	}
-	g, ok := meta.Group(t.Stream, t.ID, memberGroup)
+	// What a member reads of its group costs what it holds, not the
+	// group's size, as a Member's reads do (GroupSummary, MemberOf,
+	// GroupPartitionState): copies of a thousand members' group at every
+	// act made a storm's seed take minutes.
+	g, ok := meta.GroupSummary(t.Stream, t.ID, memberGroup)
 	if !ok {
 		c.memberMeta(cl, home, "create", metadata.CreateGroup{Stream: t.Stream, Topic: t.ID, Name: memberGroup, Revision: t.CreatedRevision})
 		return
@@ -173,8 +256,9 @@ func (c *csim) memberAct(cl *client) {
 			}
 			return
 		}
-		held := g.Assigned(m.id)
-		if len(held) == 0 {
+		v, err := meta.MemberOf(t.Stream, t.ID, memberGroup, m.id, m.gen)
+		held := v.Held
+		if err != nil || len(held) == 0 {
 			return
 		}
 		part := held[c.rng.IntN(len(held))]
@@ -188,7 +272,7 @@ func (c *csim) memberAct(cl *client) {
 			return
 		}
 		var from uint64
-		if p := g.Partitions[part]; p.Committed {
+		if p, ok := meta.GroupPartitionState(t.Stream, t.ID, memberGroup, part); ok && p.Committed {
 			from = p.Offset
 		}
 		m.doing, m.part = "poll", part
@@ -269,7 +353,7 @@ func (c *csim) leaseDone(cl *client) bool {
 	case r.Err == nil:
 		m.confirmed = max(m.confirmed, m.now)
 		if home := c.node(m.home); home != nil && home.meta != nil {
-			if g, ok := home.meta.Group(m.stream, m.topic, memberGroup); ok && g.Generation >= m.gen {
+			if g, ok := home.meta.GroupSummary(m.stream, m.topic, memberGroup); ok && g.Generation >= m.gen {
 				m.gen = g.Generation // Member.refresh
 			}
 		}
@@ -356,7 +440,7 @@ func (c *csim) memberDone(cl *client, o *op) {
 		case o.outcome != outcomeOK:
 			m.lastBeat = time.Time{} // refused or lost: refresh first
 		}
-		if g, ok := home.meta.Group(m.stream, m.topic, memberGroup); ok && o.outcome == outcomeOK && g.Generation >= m.gen {
+		if g, ok := home.meta.GroupSummary(m.stream, m.topic, memberGroup); ok && o.outcome == outcomeOK && g.Generation >= m.gen {
 			m.gen = g.Generation // Member.refresh
 		}
 		return
@@ -403,11 +487,11 @@ func (c *csim) groupCommitted(m *gmember, part uint32) (uint64, uint64) {
 		if !ok || t.CreatedRevision != m.topicRev {
 			continue
 		}
-		g, ok := n.meta.Group(m.stream, m.topic, memberGroup)
-		if !ok || g.CreatedRevision != m.groupRev || int(part) >= len(g.Partitions) {
+		g, ok := n.meta.GroupSummary(m.stream, m.topic, memberGroup)
+		if !ok || g.CreatedRevision != m.groupRev {
 			continue
 		}
-		if p := g.Partitions[part]; p.Committed && p.Offset > off {
+		if p, ok := n.meta.GroupPartitionState(m.stream, m.topic, memberGroup, part); ok && p.Committed && p.Offset > off {
 			off, at = p.Offset, n.id
 		}
 	}

@@ -153,10 +153,13 @@ func stormConfig(seed uint64) sim.Config {
 
 // TestClusterGroupJoinStorm runs a join storm (invariant 9): members homed
 // on the three nodes in turn all join one group at once as soon as their
-// topic exists, and go on heartbeating, polling, committing and being cut
-// off under the member seeds' faults; every join starts a generation and
-// moves partitions from live members in two steps. No member hands its
-// application a message below the group's committed offset. 24 members by
+// topic exists (the random workload leaves that topic alone), and go on
+// heartbeating, polling, committing and, once the group has settled,
+// being cut off under the member seeds' faults; every join starts a
+// generation and moves partitions from live members in two steps. Every
+// seed settles (every member in the group, every partition held, none
+// moving) and delivers after it, and no member hands its application a
+// message below the group's committed offset. 24 members by
 // default; -sim.storm 1000 runs the thousand (slow: minutes a
 // seed), -sim.seed S replays one.
 func TestClusterGroupJoinStorm(t *testing.T) {
@@ -177,7 +180,14 @@ func TestClusterGroupJoinStorm(t *testing.T) {
 	for i, r := range runs {
 		addOps(&ops, r.res.Ops)
 		addFaults(&faults, r.res.Faults)
+		t.Logf("seed %d: settled %v after the first join (%d messages delivered by then, %d after), %v of virtual time",
+			list[i], r.res.StormSettled, r.res.StormSettledDelivered, r.res.StormDelivered, r.res.VirtualTime)
 		if r.err == nil {
+			// A storm must settle (every member in the group, every
+			// partition held, none moving) and deliver after it.
+			if r.res.StormSettled == 0 || r.res.StormDelivered == 0 {
+				t.Errorf("seed %d: the storm did not settle and deliver (settled %v, %d delivered after)", list[i], r.res.StormSettled, r.res.StormDelivered)
+			}
 			continue
 		}
 		var v *sim.Violation

@@ -451,6 +451,15 @@ type Result struct {
 	VirtualTime time.Duration
 	Faults      FaultCounts
 	Ops         OpCounts
+	// StormSettled, with Config.MemberPartitions (a join storm), is how
+	// long after the first member joined the group first settled: every
+	// member in it, every partition held and none moving (0: it never
+	// did). StormSettledDelivered is how many messages members had
+	// handed to their applications by then, StormDelivered how many
+	// from then to the end of the run.
+	StormSettled          time.Duration
+	StormSettledDelivered int
+	StormDelivered        int
 }
 
 // Invariant names, indexed by number.
