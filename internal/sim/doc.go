@@ -96,9 +96,12 @@
 // the file store): its copy is set aside and fetched again, a damaged
 // incarnation file rewritten from the metadata when the raft log's tag
 // names the incarnation, and every replica must be whole at quiescence.
-// Two outcomes are known limits (known.go): a copy whose raft log a lie
+// Three outcomes are known limits (known.go): a copy whose raft log a lie
 // damaged, refused by design (knownRaftLogRefused, classified only when
-// every reason the cluster did not settle is that copy); and a damaged incarnation file cut short gets the
+// every reason the cluster did not settle is that copy); a raft log cut
+// short or rolled back, which looks torn, so the replica forgets votes
+// and acknowledged entries (knownRaftLogCut, an open bug: any violation
+// of a seed where that lie fired); and a damaged incarnation file cut short gets the
 // liar's copy, raft state included, removed while it is a replica
 // (knownReplicaIncarnationDamage). A damaged raft log no longer fails the
 // other partitions' builds of its shard: nothing excuses that.
