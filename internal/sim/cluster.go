@@ -298,6 +298,9 @@ func (c *csim) run() {
 		}
 		c.tick()
 	}
+	for c.stormRunning() {
+		c.tick()
+	}
 	if c.viol != nil {
 		return
 	}

@@ -192,6 +192,20 @@ func (c *csim) stormCheck() {
 	c.event("storm settled %v after the first join: %d members, generation %d, %d messages delivered", st.settled, len(g.Members), g.Generation, st.deliveredThen)
 }
 
+// stormRunning reports whether a join storm's run goes on past its
+// steps (Config.StormFor): it has not settled and delivered after it yet,
+// and StormFor has not passed since the first join.
+func (c *csim) stormRunning() bool {
+	st := &c.storm
+	if c.viol != nil || c.cfg.MemberPartitions == 0 || c.cfg.StormFor == 0 {
+		return false
+	}
+	if st.settled != 0 && c.ops.MemberDelivered > st.deliveredThen {
+		return false
+	}
+	return !st.started.IsZero() && c.clk.Now().Sub(st.started) < c.cfg.StormFor
+}
+
 // memberAct lets member client cl start its next operation.
 func (c *csim) memberAct(cl *client) {
 	m := cl.member

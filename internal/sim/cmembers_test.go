@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/parkway-io/parkway/internal/sim"
 )
@@ -132,6 +133,10 @@ var (
 	flagStormParts = flag.Int("sim.stormparts", 0, "partitions of the join storm's topic (0: as many as members)")
 )
 
+// stormFor bounds a storm's run in virtual time past its steps
+// (Config.StormFor): a thousand members settle well within it.
+const stormFor = 30 * time.Second
+
 // defaultStormSeeds is how many seeds TestClusterGroupJoinStorm runs.
 const defaultStormSeeds = 4
 
@@ -148,6 +153,7 @@ func stormConfig(seed uint64) sim.Config {
 	}
 	cfg.Faults.Net.Partition /= 20
 	cfg.Faults.Net.Stop /= 20
+	cfg.StormFor = stormFor
 	return cfg
 }
 

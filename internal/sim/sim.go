@@ -193,6 +193,14 @@ type Config struct {
 	// their home knows: with many members, every member joins at once —
 	// a join storm (TestClusterGroupJoinStorm).
 	MemberPartitions int
+	// StormFor, with MemberPartitions, sizes a join storm's run in
+	// virtual time rather than steps: after Steps steps the scheduler
+	// goes on until the storm has settled and a member delivered after
+	// it, or until StormFor has passed since the first join. A storm's
+	// virtual time per step shrinks with its members (each step acts for
+	// one in eight of them), so a fixed step budget that covers seconds
+	// for 24 members covers about 150 ms for 1,000, too short to settle.
+	StormFor time.Duration
 	// InboxSize is each shard's inbox bound. The default is 4 frames —
 	// small, so bursts fill it — when Faults.InboxBurst is set, and the
 	// production default (shard.DefaultInboxSize) otherwise.
