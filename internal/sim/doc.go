@@ -349,7 +349,9 @@
 //     crashes, joins or removals, which stall the metadata log). A join
 //     storm (Config.MemberPartitions, TestClusterGroupJoinStorm): many
 //     members on a topic of their own all join at once, each join a
-//     generation moving partitions from live members in two steps.
+//     generation moving partitions from live members in two steps; its
+//     run goes on past its steps until it settles and a member delivers
+//     after it (Config.StormFor bounds that in virtual time).
 //
 // Panics in the engine (etcd raft's included) are reported as violations
 // of invariant 0, with the seed, rather than crashing the test binary.
