@@ -57,6 +57,25 @@ func TestGroupCheckFindsViolations(t *testing.T) {
 		t.Fatalf("two assignments of one generation: %v", err)
 	}
 
+	// The same store, read again only when its revision moved: a
+	// snapshot installed over it (a later revision) is read, and its
+	// second assignment of the generation caught.
+	gc = newGroupCheck()
+	same := store(t)
+	if err := gc.observe("n1", same); err != nil {
+		t.Fatal(err)
+	}
+	snap = same.Export()
+	snap.Revision++
+	parts = snap.Streams[0].Topics[0].Groups[0].Partitions
+	parts[0].Holder = parts[0].Holder%2 + 1
+	if err := same.Replace(snap); err != nil {
+		t.Fatal(err)
+	}
+	if err := gc.observe("n1", same); err == nil || !strings.Contains(err.Error(), "generation") {
+		t.Fatalf("a later revision of the same store: %v", err)
+	}
+
 	// Offset back from 5 to 3.
 	gc = newGroupCheck()
 	if err := gc.observe("n1", good); err != nil {
