@@ -25,11 +25,11 @@ func TestAPIByRole(t *testing.T) {
 		}},
 		{reflect.TypeFor[*parkway.Admin](), []string{
 			"ConsumerOffset", "CreateGroup", "CreatePartitions", "CreateStream", "CreateTopic",
-			"DeleteGroup", "DeletePartitions", "DeleteStream", "DeleteTopic", "Group",
+			"DeleteConsumer", "DeleteConsumerOffset", "DeleteGroup", "DeletePartitions", "DeleteStream", "DeleteTopic", "Group",
 			"PartitionOffsets", "Partitions", "PurgeTopic", "SetTopicConfig", "Shards",
 			"StoreOffset", "Streams", "TopicInfo", "Topics", "TruncatePartition",
 		}},
-		{reflect.TypeFor[*parkway.Cluster](), []string{"AddNode", "Leader", "Rebalance", "RemoveNode", "State"}},
+		{reflect.TypeFor[*parkway.Cluster](), []string{"AddNode", "Leader", "LeaderTerm", "Rebalance", "RemoveNode", "State"}},
 	} {
 		var got []string
 		for i := range c.typ.NumMethod() {
@@ -53,9 +53,10 @@ func TestClusterCallsOnSingleNode(t *testing.T) {
 		c := n.Cluster()
 		_, leaderErr := c.Leader(ctx, tp, 0)
 		_, stateErr := c.State(ctx)
+		_, _, termErr := c.LeaderTerm(ctx, tp, 0)
 		for what, err := range map[string]error{
 			"AddNode": c.AddNode(ctx, 2), "RemoveNode": c.RemoveNode(ctx, 2), "Rebalance": c.Rebalance(ctx),
-			"Leader": leaderErr, "State": stateErr,
+			"Leader": leaderErr, "LeaderTerm": termErr, "State": stateErr,
 		} {
 			if !errors.Is(err, parkway.ErrInvalidArgument) {
 				t.Errorf("%s on a single node: %v, want ErrInvalidArgument", what, err)
