@@ -63,6 +63,29 @@ type decoder struct {
 	// left is how many bytes the request's records may still inflate
 	// to: what one request makes the server hold is bounded.
 	left int
+	// bufs, when set, lends the buffers snappy and zstd batches inflate
+	// into; inflated lists them (and those made afresh), for recycle.
+	bufs     *bufPool
+	inflated [][]byte
+}
+
+// recycle gives the buffers the decoded records point into back to
+// d.bufs. Only once nothing reads those records again: the produce
+// calls it when every append it started was acknowledged (Produce
+// promises to have copied the payloads by then).
+func (d *decoder) recycle() {
+	for _, b := range d.inflated {
+		d.bufs.put(b)
+	}
+	d.inflated = nil
+}
+
+// borrow returns an empty buffer to inflate into, lent by d.bufs.
+func (d *decoder) borrow() []byte {
+	if d.bufs == nil {
+		return nil
+	}
+	return d.bufs.get()
 }
 
 // decodeBatches splits a produce's record set into batches and decodes
@@ -179,14 +202,18 @@ func (d *decoder) inflate(codec int16, src []byte) ([]byte, error) {
 			out, err = readLimited(zr, d.left)
 		}
 	case 2:
-		out, err = d.unsnappy(src)
+		if out, err = d.unsnappy(src); err == nil && d.bufs != nil {
+			d.inflated = append(d.inflated, out)
+		}
 	case 3:
 		out, err = readLimited(lz4.NewReader(bytes.NewReader(src)), d.left)
 	case 4:
 		// The decoder refuses a frame whose content or window would pass
 		// its memory limit (the request limit); the check below then
 		// applies the request's own remaining allowance.
-		out, err = d.zstd.DecodeAll(src, nil)
+		if out, err = d.zstd.DecodeAll(src, d.borrow()); err == nil && d.bufs != nil {
+			d.inflated = append(d.inflated, out)
+		}
 		if errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrWindowSizeExceeded) || errors.Is(err, zstd.ErrFrameSizeExceeded) {
 			return nil, fmt.Errorf("%w: zstd", errRecordsTooLarge)
 		}
@@ -228,13 +255,13 @@ var xerialMagic = []byte{0x82, 'S', 'N', 'A', 'P', 'P', 'Y', 0}
 
 func (d *decoder) unsnappy(src []byte) ([]byte, error) {
 	if !bytes.HasPrefix(src, xerialMagic) {
-		return d.snappyBlock(nil, src)
+		return d.snappyBlock(d.borrow(), src)
 	}
 	if len(src) < 16 {
 		return nil, fmt.Errorf("%w: short xerial header", errCorruptRecords)
 	}
 	src = src[16:]
-	var out []byte
+	out := d.borrow()
 	for len(src) > 0 {
 		if len(src) < 4 {
 			return nil, fmt.Errorf("%w: short xerial chunk", errCorruptRecords)
