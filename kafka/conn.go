@@ -237,7 +237,15 @@ func (c *conn) writeLoop(queue <-chan *pending) {
 		if p.noResponse || failed {
 			continue
 		}
+		fetch, _ := resp.(*kmsg.FetchResponse)
+		if fetch != nil && cap(buf) < fetchResponseBound(fetch) {
+			buf = c.s.bufs.get()
+		}
 		buf = appendResponse(buf[:0], p.hdr, resp)
+		if fetch != nil {
+			// Its batches are copied into buf: nothing reads them again.
+			c.s.bufs.recycleFetch(fetch)
+		}
 		_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.RequestTimeout))
 		if _, err := w.Write(buf); err != nil {
 			failed = true
@@ -256,7 +264,10 @@ func (c *conn) writeLoop(queue <-chan *pending) {
 		}
 		c.s.metrics.latency.WithLabelValues(api).Observe(time.Since(p.start).Seconds())
 		if cap(buf) > 1<<20 {
-			buf = nil // do not keep one large fetch's buffer for the connection's life
+			// Do not keep one large fetch's buffer for the connection's
+			// life: the next large fetch, on any connection, takes it.
+			c.s.bufs.put(buf)
+			buf = nil
 		}
 	}
 	if !failed {

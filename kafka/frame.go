@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -148,6 +149,9 @@ func (r *tagReader) Span(n int) []byte {
 // appendResponse appends a response frame — size prefix, header, body —
 // for a request with header h.
 func appendResponse(dst []byte, h reqHeader, resp kmsg.Response) []byte {
+	if f, ok := resp.(*kmsg.FetchResponse); ok {
+		dst = slices.Grow(dst, fetchResponseBound(f))
+	}
 	start := len(dst)
 	dst = append(dst, 0, 0, 0, 0)
 	dst = binary.BigEndian.AppendUint32(dst, uint32(h.corr))
@@ -161,6 +165,26 @@ func appendResponse(dst []byte, h reqHeader, resp kmsg.Response) []byte {
 	dst = resp.AppendTo(dst)
 	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-4))
 	return dst
+}
+
+// fetchResponseBound is about the encoded size of resp's frame, a little
+// over:
+// its record batches, most of it, and a generous allowance for each
+// topic's and partition's fixed fields. appendResponse reserves it up
+// front, so a response of megabytes is copied into the frame once rather
+// than once more at every doubling of the frame (the connection's frame
+// buffer starts empty after any large response, so every large fetch grew
+// it from nothing).
+func fetchResponseBound(resp *kmsg.FetchResponse) int {
+	n := 64 // the frame's size, the response header, the top-level fields
+	for i := range resp.Topics {
+		t := &resp.Topics[i]
+		n += 64 + len(t.Topic)
+		for j := range t.Partitions {
+			n += 128 + len(t.Partitions[j].RecordBatches)
+		}
+	}
+	return n
 }
 
 // apiVersionsResponse lists the versions served. An ApiVersions of a

@@ -35,7 +35,7 @@ func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest, p *pending
 	resp := r.ResponseKind().(*kmsg.ProduceResponse)
 	p.noResponse = r.Acks == 0
 	wctx, cancel := s.requestContext(ctx, r.TimeoutMillis)
-	dec := decoder{zstd: s.zstd, left: s.cfg.MaxRequestSize}
+	dec := decoder{zstd: s.zstd, left: s.cfg.MaxRequestSize, bufs: &s.inflateBufs}
 	var work []*partProduce
 
 	resp.Topics = make([]kmsg.ProduceResponseTopic, len(r.Topics))
@@ -95,8 +95,15 @@ func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest, p *pending
 	}
 	p.wait = func(context.Context) kmsg.Response {
 		defer cancel()
+		acked := true
 		for _, w := range work {
-			s.finishAppends(wctx, w, &resp.Topics[w.topic].Partitions[w.part])
+			acked = s.finishAppends(wctx, w, &resp.Topics[w.topic].Partitions[w.part]) && acked
+		}
+		// An append not acknowledged (refused, timed out) may still be
+		// queued or in flight with the records: its buffers are left to
+		// the collector.
+		if acked {
+			dec.recycle()
 		}
 		return resp
 	}
@@ -141,9 +148,12 @@ func (s *Server) startAppends(ctx context.Context, w *partProduce, batches []dec
 }
 
 // finishAppends waits for a partition's appends and fills in its
-// response: the first batch's offset, or the first error.
-func (s *Server) finishAppends(ctx context.Context, w *partProduce, sp *kmsg.ProduceResponseTopicPartition) {
+// response: the first batch's offset, or the first error. It reports
+// whether every append it started was acknowledged.
+func (s *Server) finishAppends(ctx context.Context, w *partProduce, sp *kmsg.ProduceResponseTopicPartition) (acked bool) {
 	if w.dup != nil {
+		// A retry's batches were not appended again: nothing of this
+		// request's is in flight for them.
 		select {
 		case <-w.dup.done:
 			if w.dup.err != nil {
@@ -154,14 +164,16 @@ func (s *Server) finishAppends(ctx context.Context, w *partProduce, sp *kmsg.Pro
 		case <-ctx.Done():
 			sp.ErrorCode = s.code(kmsg.Produce, kerr.RequestTimedOut.Code)
 		}
-		return
+		return len(w.acks) == 0
 	}
+	acked = true
 	for i, a := range w.acks {
 		ack, err := a.Wait(ctx)
 		if w.seqs[i] != nil {
 			s.pids.finish(w.key, w.seqs[i], int64(ack.FirstOffset), err)
 		}
 		if err != nil {
+			acked = false
 			if errors.Is(err, parkway.ErrTopicNotFound) {
 				s.topics.forget(w.handle, err)
 			}
@@ -175,6 +187,7 @@ func (s *Server) finishAppends(ctx context.Context, w *partProduce, sp *kmsg.Pro
 			sp.BaseOffset = int64(ack.FirstOffset)
 		}
 	}
+	return acked
 }
 
 // produceErrorCode maps a produce's error; by topic ID, a topic whose

@@ -32,6 +32,11 @@ type Server struct {
 	groups  *coordinator
 	// sessions are the fetch sessions (KIP-227) of every connection.
 	sessions *fetchSessions
+	// bufs recycles the large buffers of fetch responses; inflateBufs
+	// those compressed produce batches inflate into (apart, so that
+	// neither kind's sizes are lent to the other).
+	bufs        bufPool
+	inflateBufs bufPool
 
 	// ctx is cancelled by Close: it ends the work of every request in
 	// flight (waiting fetches, produces waiting for their acks).

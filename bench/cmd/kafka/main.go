@@ -1,30 +1,51 @@
 // Command kafka measures parkway's Kafka listener (package kafka) against
-// franz-go's kfake, each broker in a process of its own driven over
-// loopback by this process with a franz-go producer (idempotent, acks=all,
-// default batching and linger), so each broker's own CPU is measured
-// apart from the client's: the broker process answers getrusage
-// (RUSAGE_SELF, user + system) at the start and end of every round.
+// franz-go's kfake and against nats-server with JetStream, each broker in
+// a process of its own driven over loopback by this process, so each
+// broker's own CPU is measured apart from the client's: the broker process
+// answers getrusage (RUSAGE_SELF, user + system) at the start and end of
+// every round.
 //
 // Brokers:
 //
-//	listener-memory  a parkway node without a data directory, the listener on it
-//	listener-disk    a parkway node on disk, the topic FsyncInterval (-interval),
-//	                 or FsyncAlways (-fsync always)
-//	kfake            franz-go's kfake, in memory
+//	listener-memory   a parkway node without a data directory, the listener on it
+//	listener-disk     a parkway node on disk, its topics FsyncInterval (-interval)
+//	                  or FsyncAlways (-fsync always)
+//	kfake             franz-go's kfake, in memory
+//	jetstream-memory  nats-server with JetStream, memory-storage streams
+//	jetstream-disk    nats-server with JetStream, file-storage streams, its
+//	                  sync_interval -interval or sync_always (-fsync always)
+//	async-memory,     parkway's own ProduceAsync in one process (no network,
+//	async-disk        no client library: a ring of 512 pending acks from one
+//	                  goroutine, messages spread over the partitions), in
+//	                  memory and on disk at the listener's settings; its CPU
+//	                  is the whole process's, producer included (produce only)
 //
-// and, for the protocol's cost, parkway's own ProduceAsync in one process
-// (no network, no client library: a ring of 512 pending acks from one
-// goroutine, messages spread over the partitions), in memory and on disk
-// at the same settings; its CPU is the whole process's, producer included.
+// Modes (-modes):
 //
-// Every round lasts -round (at least 1 s) and the figure is the median of
-// -rounds. From the repository root:
+//	produce  for -round, a franz-go producer (idempotent, acks=all, default
+//	         batching, linger and compression) to a topic of -partitions;
+//	         JetStream: nats.go async publish to -partitions streams of one
+//	         subject each (a ring of 4,096 pending acks, the compare
+//	         command's depth), round-robin
+//	consume  a franz-go consumer (a new client each round, reset to the
+//	         start) catching up -records records preloaded in -partitions
+//	         partitions; JetStream: one pull consumer per stream (ack none,
+//	         deliver all, nats.go's Messages iterator fetching in batches)
+//	create   a produce to a topic that does not exist yet, auto-created by
+//	         the client's Metadata request, until its ack (kgo, no linger,
+//	         one client reused); JetStream: add a stream, then publish to
+//	         it and wait for the ack. -creates samples, p50 and p99
+//
+// Every broker starts once; the rounds of a mode alternate between the
+// brokers (round 1 of every broker, then round 2, ...), so a change in the
+// machine's load hits all of them. The figure is the median of -rounds.
+// From the repository root:
 //
 //	go -C bench run ./cmd/kafka
-//	go -C bench run ./cmd/kafka -rounds 5 -round 3s -only listener-memory,kfake
-//	go -C bench run ./cmd/kafka -only listener-memory -profile /tmp/prof
-//	go -C bench run ./cmd/kafka -size 1024
-//	go -C bench run ./cmd/kafka -fsync always -only listener-disk,async-disk
+//	go -C bench run ./cmd/kafka -fsync always -only listener-disk,jetstream-disk,async-disk -modes produce,create
+//	go -C bench run ./cmd/kafka -size 1024 -modes produce
+//	go -C bench run ./cmd/kafka -only listener-memory -modes consume -profile /tmp/prof
+//	go tool pprof -top /tmp/prof/listener-memory-consume-r*.pprof
 package main
 
 import (
@@ -35,36 +56,33 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/parkway-io/parkway"
 	"github.com/parkway-io/parkway/bench"
-	"github.com/parkway-io/parkway/kafka"
 )
 
-const topicName = "bench"
+const (
+	produceTopic = "bench"   // the produce mode's topic (streams bench-<i>)
+	catchUpTopic = "catchup" // the consume mode's topic (streams catchup-<i>)
+)
 
-var brokers = []string{"listener-memory", "listener-disk", "kfake", "async-memory", "async-disk"}
+var brokers = []string{"listener-memory", "listener-disk", "kfake", "jetstream-memory", "jetstream-disk", "async-memory", "async-disk"}
+
+var modes = []string{"produce", "consume", "create"}
 
 type options struct {
 	round    time.Duration
 	rounds   int
 	parts    int
 	size     int
+	records  int
+	creates  int
 	interval time.Duration
 	fsync    string
 	profile  string
@@ -80,14 +98,17 @@ func main() {
 func run() error {
 	fs := flag.NewFlagSet("kafka", flag.ContinueOnError)
 	var o options
-	fs.DurationVar(&o.round, "round", 2*time.Second, "length of one round (at least 1s)")
-	fs.IntVar(&o.rounds, "rounds", 3, "rounds per broker; the median is reported")
-	fs.IntVar(&o.parts, "partitions", 4, "partitions of the topic")
+	fs.DurationVar(&o.round, "round", 2*time.Second, "length of one produce round (at least 1s)")
+	fs.IntVar(&o.rounds, "rounds", 3, "rounds per broker and mode; the median is reported")
+	fs.IntVar(&o.parts, "partitions", 4, "partitions of the topics (JetStream: streams)")
 	fs.IntVar(&o.size, "size", 100, "record value size in bytes")
-	fs.DurationVar(&o.interval, "interval", 2*time.Minute, "FsyncInterval of the on-disk cases (the compare command's interval)")
+	fs.IntVar(&o.records, "records", 1_000_000, "records the consume mode catches up on each round")
+	fs.IntVar(&o.creates, "creates", 300, "topics the create mode creates per broker, over all rounds")
+	fs.DurationVar(&o.interval, "interval", 2*time.Minute, "FsyncInterval and sync_interval of the on-disk cases (the compare command's interval)")
 	fs.StringVar(&o.fsync, "fsync", "interval", "fsync policy of the on-disk cases: interval (-interval) or always")
-	fs.StringVar(&o.profile, "profile", "", "write each broker process's CPU profile to DIR/<broker>.pprof")
+	fs.StringVar(&o.profile, "profile", "", "write each broker process's CPU profile of each round to DIR/<broker>-<mode>-r<round>.pprof")
 	only := fs.String("only", strings.Join(brokers, ","), "comma-separated brokers to run")
+	modeList := fs.String("modes", strings.Join(modes, ","), "comma-separated modes to run")
 	child := fs.String("broker", "", "internal: serve this broker in this process (the child side)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err
@@ -101,228 +122,213 @@ func run() error {
 	if o.fsync != "interval" && o.fsync != "always" {
 		return fmt.Errorf("-fsync %q: want interval or always", o.fsync)
 	}
-	var results []result
-	for _, b := range strings.Split(*only, ",") {
+	if o.rounds < 1 || o.parts < 1 || o.size < 1 || o.records < o.parts || o.creates < o.rounds {
+		return errors.New("-rounds, -partitions and -size must be positive, -records at least -partitions, -creates at least -rounds")
+	}
+	o.records -= o.records % o.parts // the same count in every partition
+	names := strings.Split(*only, ",")
+	for _, b := range names {
 		if !slices.Contains(brokers, b) {
 			return fmt.Errorf("unknown broker %q (have %s)", b, strings.Join(brokers, ", "))
 		}
-		r, err := measure(b, o)
-		if err != nil {
-			return fmt.Errorf("%s: %w", b, err)
-		}
-		results = append(results, r)
-		fmt.Fprintf(os.Stderr, "%s: %.0f records/s, broker CPU %.2f µs/record, client CPU %.2f µs/record\n", b, r.rate, r.brokerCPU, r.clientCPU)
 	}
-	report(os.Stdout, results, o)
+	var ms []string
+	for _, m := range strings.Split(*modeList, ",") {
+		if !slices.Contains(modes, m) {
+			return fmt.Errorf("unknown mode %q (have %s)", m, strings.Join(modes, ", "))
+		}
+		ms = append(ms, m)
+	}
+	if o.profile != "" {
+		if err := os.MkdirAll(o.profile, 0o755); err != nil {
+			return err
+		}
+	}
+	command := strings.Join(append([]string{"go -C bench run ./cmd/kafka"}, os.Args[1:]...), " ")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+
+	started := time.Now()
+	var bs []*broker
+	defer func() {
+		for _, b := range bs {
+			if err := b.stop(); err != nil {
+				fmt.Fprintf(os.Stderr, "%s: %v\n", b.name, err)
+			}
+		}
+	}()
+	for _, name := range names {
+		b, err := startBroker(ctx, name, o)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		bs = append(bs, b)
+	}
+	rep := report{o: o, command: command}
+	for _, m := range ms {
+		var err error
+		switch m {
+		case "produce":
+			err = rep.produce(ctx, bs)
+		case "consume":
+			err = rep.consume(ctx, bs)
+		case "create":
+			err = rep.create(ctx, bs)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", m, err)
+		}
+	}
+	rep.wall = time.Since(started)
+	rep.write(os.Stdout)
 	return nil
 }
 
-// result is one broker's medians over the rounds.
-type result struct {
-	broker    string
-	rate      float64 // acknowledged records per second
-	brokerCPU float64 // broker process CPU per record, µs
-	clientCPU float64 // this process's CPU per record, µs (0 for the async cases)
-	rounds    []float64
+// broker is one broker child process and this process's client of it.
+type broker struct {
+	name string
+	cmd  *exec.Cmd
+	in   io.WriteCloser
+	out  *bufio.Scanner
+	// t drives the broker over loopback; nil for the async cases, which
+	// run their producer inside the child.
+	t target
 }
 
-func load() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
+// target is what the driver needs of a broker it reaches over loopback;
+// kafkaTarget and jetStreamTarget implement it.
+type target interface {
+	// setUpProduce prepares the produce mode (topics or streams exist and
+	// every partition took a record) outside the timed rounds.
+	setUpProduce(ctx context.Context, value []byte) error
+	// produce produces for d and waits for every ack; it returns the
+	// records acknowledged and the time from the first produce to the
+	// last ack.
+	produce(ctx context.Context, value []byte, d time.Duration) (int, time.Duration, error)
+	// preload writes n records of value to the consume mode's topic.
+	preload(ctx context.Context, value []byte, n int) error
+	// catchUp reads the consume mode's n records from the start with a
+	// new consumer and returns how long that took.
+	catchUp(ctx context.Context, n int) (time.Duration, error)
+	// createFirst creates topic name (auto-created by the produce, or the
+	// stream added first) and produces value to it, waiting for the ack.
+	createFirst(ctx context.Context, name string, value []byte) error
+	close()
 }
 
-func report(w io.Writer, rs []result, o options) {
-	fsync := "FsyncAlways"
-	if o.fsync == "interval" {
-		fsync = "FsyncInterval " + o.interval.String()
-	}
-	fmt.Fprintf(w, "%d-byte records, %d partitions, on disk %s, %d rounds of %v (median), %d CPUs, load average %s at the end\n\n",
-		o.size, o.parts, fsync, o.rounds, o.round, runtime.NumCPU(), load())
-	fmt.Fprintln(w, "| broker | records/s | broker CPU µs/record | client CPU µs/record | rounds (records/s) |")
-	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | --- |")
-	by := map[string]result{}
-	for _, r := range rs {
-		by[r.broker] = r
-		var rounds []string
-		for _, x := range r.rounds {
-			rounds = append(rounds, fmt.Sprintf("%.0f", x))
-		}
-		client := fmt.Sprintf("%.2f", r.clientCPU)
-		if strings.HasPrefix(r.broker, "async") {
-			client = "(in the broker's)"
-		}
-		fmt.Fprintf(w, "| %s | %.0f | %.2f | %s | %s |\n", r.broker, r.rate, r.brokerCPU, client, strings.Join(rounds, ", "))
-	}
-	fmt.Fprintln(w)
-	ratio := func(what, a, b string) {
-		ra, oka := by[a]
-		rb, okb := by[b]
-		if !oka || !okb {
-			return
-		}
-		fmt.Fprintf(w, "- %s: rate %.2f×, broker CPU per record %.2f×\n", what, ra.rate/rb.rate, ra.brokerCPU/rb.brokerCPU)
-	}
-	ratio("listener (memory) / kfake", "listener-memory", "kfake")
-	ratio("listener (disk) / kfake", "listener-disk", "kfake")
-	ratio("listener (memory) / ProduceAsync (memory)", "listener-memory", "async-memory")
-	ratio("listener (disk) / ProduceAsync (disk)", "listener-disk", "async-disk")
-}
-
-// measure starts broker b in a child process and runs the rounds.
-func measure(b string, o options) (result, error) {
+func startBroker(ctx context.Context, name string, o options) (*broker, error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return result{}, err
+		return nil, err
 	}
-	args := []string{"-broker", b, "-partitions", strconv.Itoa(o.parts), "-size", strconv.Itoa(o.size), "-interval", o.interval.String(), "-fsync", o.fsync}
+	args := []string{"-broker", name, "-partitions", strconv.Itoa(o.parts), "-size", strconv.Itoa(o.size),
+		"-interval", o.interval.String(), "-fsync", o.fsync}
+	b := &broker{name: name, cmd: exec.Command(exe, args...)}
+	b.cmd.Stderr = os.Stderr
+	if b.in, err = b.cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	outPipe, err := b.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := b.cmd.Start(); err != nil {
+		return nil, err
+	}
+	b.out = bufio.NewScanner(outPipe)
+	ready, err := b.ask("")
+	if err == nil && (len(ready) != 2 || ready[0] != "ready") {
+		err = fmt.Errorf("broker said %q", ready)
+	}
+	if err == nil {
+		switch {
+		case strings.HasPrefix(name, "async"):
+		case strings.HasPrefix(name, "jetstream"):
+			b.t, err = newJetStreamTarget(ready[1], name == "jetstream-memory", o)
+		default:
+			b.t, err = newKafkaTarget(ctx, ready[1])
+		}
+	}
+	if err != nil {
+		return nil, errors.Join(err, b.stop())
+	}
+	return b, nil
+}
+
+// ask sends line (if any) to the child and reads its answer.
+func (b *broker) ask(line string) ([]string, error) {
+	if line != "" {
+		if _, err := fmt.Fprintln(b.in, line); err != nil {
+			return nil, err
+		}
+	}
+	if !b.out.Scan() {
+		return nil, fmt.Errorf("broker process ended: %v", b.out.Err())
+	}
+	return strings.Fields(b.out.Text()), nil
+}
+
+// cpu is the child's CPU time so far, user and system.
+func (b *broker) cpu() (time.Duration, error) {
+	f, err := b.ask("cpu")
+	if err != nil {
+		return 0, err
+	}
+	if len(f) != 2 || f[0] != "cpu" {
+		return 0, fmt.Errorf("broker said %q", f)
+	}
+	ns, err := strconv.ParseInt(f[1], 10, 64)
+	return time.Duration(ns), err
+}
+
+// profile starts (path != "") or stops the child's CPU profile.
+func (b *broker) profile(path string) error {
+	line := "unprofile"
+	if path != "" {
+		line = "profile " + path
+	}
+	f, err := b.ask(line)
+	if err == nil && (len(f) != 1 || f[0] != "ok") {
+		err = fmt.Errorf("broker said %q", f)
+	}
+	return err
+}
+
+func (b *broker) stop() error {
+	if b.t != nil {
+		b.t.close()
+	}
+	b.in.Close()
+	return b.cmd.Wait()
+}
+
+// timed runs work as one round of mode on b: the child's CPU and this
+// process's are read around it, and the child profiles it with -profile.
+func (b *broker) timed(o options, mode string, round int, work func() error) (brokerCPU, clientCPU time.Duration, err error) {
 	if o.profile != "" {
-		if err := os.MkdirAll(o.profile, 0o755); err != nil {
-			return result{}, err
+		if err := b.profile(filepath.Join(o.profile, fmt.Sprintf("%s-%s-r%d.pprof", b.name, mode, round+1))); err != nil {
+			return 0, 0, err
 		}
-		args = append(args, "-profile", o.profile)
 	}
-	cmd := exec.Command(exe, args...)
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
+	b0, err := b.cpu()
 	if err != nil {
-		return result{}, err
-	}
-	outPipe, err := cmd.StdoutPipe()
-	if err != nil {
-		return result{}, err
-	}
-	if err := cmd.Start(); err != nil {
-		return result{}, err
-	}
-	out := bufio.NewScanner(outPipe)
-	ask := func(line string) ([]string, error) {
-		if line != "" {
-			if _, err := fmt.Fprintln(in, line); err != nil {
-				return nil, err
-			}
-		}
-		if !out.Scan() {
-			return nil, fmt.Errorf("broker process ended: %v", out.Err())
-		}
-		return strings.Fields(out.Text()), nil
-	}
-	r, err := drive(b, o, ask)
-	in.Close()
-	return r, errors.Join(err, cmd.Wait())
-}
-
-func drive(b string, o options, ask func(string) ([]string, error)) (result, error) {
-	ready, err := ask("")
-	if err != nil {
-		return result{}, err
-	}
-	if len(ready) != 2 || ready[0] != "ready" {
-		return result{}, fmt.Errorf("broker said %q", ready)
-	}
-	res := result{broker: b}
-	var rates, bcpu, ccpu []float64
-	if strings.HasPrefix(b, "async") {
-		for range o.rounds {
-			f, err := ask("run " + o.round.String())
-			if err != nil {
-				return res, err
-			}
-			if len(f) != 4 || f[0] != "ran" {
-				return res, fmt.Errorf("broker said %q", f)
-			}
-			n, _ := strconv.ParseFloat(f[1], 64)
-			el, _ := strconv.ParseFloat(f[2], 64)
-			cpu, _ := strconv.ParseFloat(f[3], 64)
-			rates = append(rates, n/(el/1e9))
-			bcpu = append(bcpu, cpu/1e3/n)
-			ccpu = append(ccpu, 0)
-		}
-	} else {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(ready[1]), kgo.DefaultProduceTopic(topicName),
-			kgo.RequiredAcks(kgo.AllISRAcks())) // idempotent is kgo's default
-		if err != nil {
-			return res, err
-		}
-		defer cl.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		value := payload(o.size)
-		// Warm every partition (kgo's sticky partitioner moves on per batch).
-		for range 20 * o.parts {
-			if err := cl.ProduceSync(ctx, &kgo.Record{Value: value}).FirstErr(); err != nil {
-				return res, fmt.Errorf("warm: %w", err)
-			}
-		}
-		brokerCPU := func() (float64, error) {
-			f, err := ask("cpu")
-			if err != nil {
-				return 0, err
-			}
-			if len(f) != 2 || f[0] != "cpu" {
-				return 0, fmt.Errorf("broker said %q", f)
-			}
-			return strconv.ParseFloat(f[1], 64)
-		}
-		for range o.rounds {
-			b0, err := brokerCPU()
-			if err != nil {
-				return res, err
-			}
-			c0, _ := bench.ProcessCPU()
-			n, el, err := produceFor(ctx, cl, value, o.round)
-			if err != nil {
-				return res, err
-			}
-			c1, _ := bench.ProcessCPU()
-			b1, err := brokerCPU()
-			if err != nil {
-				return res, err
-			}
-			rates = append(rates, float64(n)/el.Seconds())
-			bcpu = append(bcpu, (b1-b0)/1e3/float64(n))
-			ccpu = append(ccpu, float64((c1-c0).Nanoseconds())/1e3/float64(n))
-		}
-	}
-	res.rounds = slices.Clone(rates)
-	res.rate, res.brokerCPU, res.clientCPU = median(rates), median(bcpu), median(ccpu)
-	return res, nil
-}
-
-// produceFor produces records for d, then flushes; it returns how many
-// were acknowledged and the time from the first produce to the flush.
-func produceFor(ctx context.Context, cl *kgo.Client, value []byte, d time.Duration) (int64, time.Duration, error) {
-	var acked atomic.Int64
-	var failed atomic.Pointer[error]
-	cb := func(_ *kgo.Record, err error) {
-		if err != nil {
-			failed.CompareAndSwap(nil, &err)
-			return
-		}
-		acked.Add(1)
-	}
-	start := time.Now()
-	deadline := start.Add(d)
-	for i := 0; ; i++ {
-		if i%256 == 0 && time.Now().After(deadline) {
-			break
-		}
-		cl.Produce(ctx, &kgo.Record{Value: value}, cb)
-	}
-	if err := cl.Flush(ctx); err != nil {
 		return 0, 0, err
 	}
-	el := time.Since(start)
-	if e := failed.Load(); e != nil {
-		return 0, 0, *e
+	c0, _ := bench.ProcessCPU()
+	if err := work(); err != nil {
+		return 0, 0, err
 	}
-	return acked.Load(), el, nil
+	c1, _ := bench.ProcessCPU()
+	b1, err := b.cpu()
+	if err != nil {
+		return 0, 0, err
+	}
+	if o.profile != "" {
+		if err := b.profile(""); err != nil {
+			return 0, 0, err
+		}
+	}
+	return b1 - b0, c1 - c0, nil
 }
 
 // payload is size random bytes, the same for every record: data that
@@ -341,154 +347,14 @@ func median(xs []float64) float64 {
 	return s[len(s)/2]
 }
 
-// --- the broker process ----------------------------------------------------
-
-func rusageSelf() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
 	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
-}
-
-// serveChild runs broker b until its standard input closes, answering the
-// driver's lines: "cpu" (this process's CPU so far, ns) and, for the async
-// cases, "run D" (produce for D; answers count, elapsed ns, CPU ns).
-func serveChild(b string, o options) (err error) {
-	if o.profile != "" {
-		f, err := os.Create(filepath.Join(o.profile, b+".pprof"))
-		if err != nil {
-			return err
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer func() {
-			pprof.StopCPUProfile()
-			err = errors.Join(err, f.Close())
-		}()
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
 	}
-	ctx := context.Background()
-	var (
-		addr    string
-		stop    func() error
-		produce func(time.Duration) (int, time.Duration, error)
-	)
-	switch b {
-	case "kfake":
-		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(o.parts), topicName))
-		if err != nil {
-			return err
-		}
-		addr = c.ListenAddrs()[0]
-		stop = func() error { c.Close(); return nil }
-	default:
-		dir := ""
-		if strings.HasSuffix(b, "-disk") {
-			if dir, err = os.MkdirTemp("", "parkway-kafka-bench-"); err != nil {
-				return err
-			}
-			defer os.RemoveAll(dir)
-		}
-		// Two shards, as the compare command: the reference machine has two cores.
-		node, err := parkway.Open(parkway.Config{DataDir: dir, Shards: 2})
-		if err != nil {
-			return err
-		}
-		var opts []parkway.TopicOption
-		switch {
-		case dir != "" && o.fsync == "always":
-			opts = append(opts, parkway.WithFsync(parkway.FsyncAlways, 0))
-		case dir != "":
-			opts = append(opts, parkway.WithFsync(parkway.FsyncInterval, o.interval))
-		}
-		s, err := node.Admin().CreateStream(ctx, kafka.DefaultStream)
-		if err != nil {
-			return errors.Join(err, node.Close())
-		}
-		topic, err := node.Admin().CreateTopic(ctx, s, topicName, o.parts, opts...)
-		if err != nil {
-			return errors.Join(err, node.Close())
-		}
-		if strings.HasPrefix(b, "async") {
-			addr = "-"
-			stop = node.Close
-			produce = func(d time.Duration) (int, time.Duration, error) { return produceAsync(ctx, node, topic, o, d) }
-			// Warm every partition, as the Kafka cases do.
-			if _, _, err := produce(100 * time.Millisecond); err != nil {
-				return errors.Join(err, node.Close())
-			}
-			break
-		}
-		srv, err := kafka.NewServer(node, kafka.Config{})
-		if err != nil {
-			return errors.Join(err, node.Close())
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return errors.Join(err, node.Close())
-		}
-		served := make(chan error, 1)
-		go func() { served <- srv.Serve(l) }()
-		addr = l.Addr().String()
-		stop = func() error {
-			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			err := srv.Shutdown(sctx)
-			<-served
-			return errors.Join(err, node.Close())
-		}
-	}
-	fmt.Printf("ready %s\n", addr)
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		f := strings.Fields(in.Text())
-		switch {
-		case len(f) == 1 && f[0] == "cpu":
-			fmt.Printf("cpu %d\n", rusageSelf())
-		case len(f) == 2 && f[0] == "run" && produce != nil:
-			d, err := time.ParseDuration(f[1])
-			if err != nil {
-				return errors.Join(err, stop())
-			}
-			c0 := rusageSelf()
-			n, el, err := produce(d)
-			if err != nil {
-				return errors.Join(err, stop())
-			}
-			fmt.Printf("ran %d %d %d\n", n, el.Nanoseconds(), rusageSelf()-c0)
-		default:
-			fmt.Println("unknown")
-		}
-	}
-	return stop()
-}
-
-// produceAsync produces single messages through ProduceAsync for d from
-// one goroutine, keeping a ring of 512 pending acks (the oldest awaited
-// before its slot is reused), spreading them over the partitions.
-func produceAsync(ctx context.Context, node *parkway.Node, topic parkway.Topic, o options, d time.Duration) (int, time.Duration, error) {
-	const window = 512
-	value := payload(o.size)
-	ring := make([]*parkway.PendingAck, window)
-	start := time.Now()
-	deadline := start.Add(d)
-	n := 0
-	for ; n%256 != 0 || time.Now().Before(deadline); n++ {
-		slot := n % window
-		if p := ring[slot]; p != nil {
-			if _, err := p.Wait(ctx); err != nil {
-				return 0, 0, err
-			}
-		}
-		ring[slot] = node.ProduceAsync(ctx, topic, parkway.PartitionID(uint32(n%o.parts)), parkway.Message{Payload: value})
-	}
-	for _, p := range ring {
-		if p != nil {
-			if _, err := p.Wait(ctx); err != nil {
-				return 0, 0, err
-			}
-		}
-	}
-	return n, time.Since(start), nil
+	return strings.Join(f[:3], " ")
 }

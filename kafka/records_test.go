@@ -1,0 +1,273 @@
+package kafka
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/klauspost/compress/snappy"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/parkway-io/parkway"
+)
+
+// TestAppendBatchDecodes reads appendBatch's output back with kmsg: two
+// batches appended behind other bytes, each with its Length, CRC, header
+// fields and records (non-dense offsets, a key, headers, an empty value)
+// as a Kafka client reads them.
+func TestAppendBatchDecodes(t *testing.T) {
+	first := []parkway.Message{
+		{Offset: 10, Timestamp: 5_000_000, Key: []byte("k"), Payload: []byte("one"),
+			Headers: []parkway.Header{{Key: "h", Value: []byte("v")}, {Key: "e"}}},
+		{Offset: 11, Timestamp: 5_003_000},
+		{Offset: 14, Timestamp: 5_002_000, Payload: bytes.Repeat([]byte("x"), 300)},
+	}
+	second := []parkway.Message{{Offset: 15, Timestamp: 6_000_000, Payload: []byte("two")}}
+	out := appendBatch([]byte("prefix"), first, 7)
+	out = appendBatch(out, second, 8)
+	if !bytes.HasPrefix(out, []byte("prefix")) {
+		t.Fatalf("the bytes before the batch changed: %q", out[:6])
+	}
+	rest := out[6:]
+	for _, want := range []struct {
+		msgs  []parkway.Message
+		epoch int32
+		maxTS int64
+	}{{first, 7, 5_003}, {second, 8, 6_000}} {
+		var b kmsg.RecordBatch
+		if err := b.ReadFrom(rest); err != nil {
+			t.Fatal(err)
+		}
+		end := batchLengthEnd + int(b.Length)
+		if end > len(rest) {
+			t.Fatalf("batch Length %d runs past the %d bytes left", b.Length, len(rest))
+		}
+		if got := crc32.Checksum(rest[batchCRCStart:end], castagnoli); uint32(b.CRC) != got {
+			t.Fatalf("CRC %#x, the bytes sum to %#x", uint32(b.CRC), got)
+		}
+		base := want.msgs[0].Offset
+		if b.FirstOffset != int64(base) || b.PartitionLeaderEpoch != want.epoch || b.Magic != 2 ||
+			b.LastOffsetDelta != int32(want.msgs[len(want.msgs)-1].Offset-base) || b.NumRecords != int32(len(want.msgs)) ||
+			b.FirstTimestamp != want.msgs[0].Timestamp/1000 || b.MaxTimestamp != want.maxTS || b.ProducerID != -1 {
+			t.Fatalf("batch header %+v for %d messages from offset %d", b, len(want.msgs), base)
+		}
+		recs := rest[batchHeaderSize:end]
+		for i, m := range want.msgs {
+			n, k := binary.Varint(recs)
+			if k <= 0 || int(n)+k > len(recs) {
+				t.Fatalf("record %d: length %d (%d bytes) with %d bytes left", i, n, k, len(recs))
+			}
+			var r kmsg.Record
+			if err := r.ReadFrom(recs[:k+int(n)]); err != nil {
+				t.Fatalf("record %d: %v", i, err)
+			}
+			recs = recs[k+int(n):]
+			if int64(r.OffsetDelta) != int64(m.Offset-base) || r.TimestampDelta64 != m.Timestamp/1000-b.FirstTimestamp ||
+				!bytes.Equal(r.Key, m.Key) || (r.Key == nil) != (m.Key == nil) || !bytes.Equal(r.Value, m.Payload) || r.Value == nil ||
+				len(r.Headers) != len(m.Headers) {
+				t.Fatalf("record %d reads %+v, want %+v", i, r, m)
+			}
+			for j, h := range m.Headers {
+				if r.Headers[j].Key != h.Key || !bytes.Equal(r.Headers[j].Value, h.Value) {
+					t.Fatalf("record %d header %d reads %+v, want %+v", i, j, r.Headers[j], h)
+				}
+			}
+		}
+		if len(recs) != 0 {
+			t.Fatalf("%d bytes after the last record inside the batch", len(recs))
+		}
+		rest = rest[end:]
+	}
+	if len(rest) != 0 {
+		t.Fatalf("%d bytes after the second batch", len(rest))
+	}
+}
+
+// TestFetchEncodingAllocations pins the fetch path's allocations, which
+// were a third of a catching-up consumer's broker CPU: a batch of a
+// thousand small records is written into its destination grown once
+// (not into a records buffer grown by doubling, then copied), and a
+// fetch response of a megabyte of batches is framed into a buffer grown
+// once (not from nothing by doubling). Allocation counts, not times:
+// deterministic.
+func TestFetchEncodingAllocations(t *testing.T) {
+	msgs := make([]parkway.Message, 1000)
+	for i := range msgs {
+		msgs[i] = parkway.Message{Offset: uint64(i), Timestamp: int64(i) * 1000, Payload: bytes.Repeat([]byte{byte(i)}, 100)}
+	}
+	// The destination and the scratch buffer of one record's encoding.
+	if n := testing.AllocsPerRun(20, func() { appendBatch(nil, msgs, 0) }); n > 2+raceAllocs {
+		t.Errorf("appendBatch of 1,000 records: %.0f allocations, want %d", n, 2+raceAllocs)
+	}
+	resp := kmsg.NewPtrFetchResponse()
+	resp.Version = 12
+	for range 2 {
+		topic := kmsg.NewFetchResponseTopic()
+		topic.Topic = "t"
+		for p := range 2 {
+			part := kmsg.NewFetchResponseTopicPartition()
+			part.Partition = int32(p)
+			part.RecordBatches = make([]byte, 256<<10)
+			topic.Partitions = append(topic.Partitions, part)
+		}
+		resp.Topics = append(resp.Topics, topic)
+	}
+	h := reqHeader{key: int16(kmsg.Fetch), version: 12, flexible: true}
+	if n := testing.AllocsPerRun(20, func() { appendResponse(nil, h, resp) }); n > 1+raceAllocs {
+		t.Errorf("framing a 1 MiB fetch response: %.0f allocations, want %d", n, 1+raceAllocs)
+	}
+}
+
+// TestBufPool: a fetch's buffers are recycled once its response is
+// encoded and none is left in the response; buffers too small to be
+// worth keeping are not kept.
+func TestBufPool(t *testing.T) {
+	var b bufPool
+	b.put(make([]byte, 10, minPooled-1))
+	if got := b.get(); got != nil {
+		t.Fatalf("a %d-byte buffer was kept", cap(got))
+	}
+	resp := kmsg.NewPtrFetchResponse()
+	topic := kmsg.NewFetchResponseTopic()
+	part := kmsg.NewFetchResponseTopicPartition()
+	part.RecordBatches = make([]byte, 100, 1<<20)
+	topic.Partitions = append(topic.Partitions, part)
+	resp.Topics = append(resp.Topics, topic)
+	b.recycleFetch(resp)
+	if p := resp.Topics[0].Partitions[0]; p.RecordBatches != nil {
+		t.Fatalf("the recycled response still holds %d bytes of batches", len(p.RecordBatches))
+	}
+	if raceAllocs > 0 {
+		return // under the race detector sync.Pool drops a random part of what it is given
+	}
+	if got := b.get(); cap(got) != 1<<20 || len(got) != 0 {
+		t.Fatalf("got a buffer of %d/%d bytes, want the recycled 0/%d", len(got), cap(got), 1<<20)
+	}
+}
+
+// TestConsumeLargeFetches: two consumers at once catch up megabytes
+// (fetches of batches and frames large enough to be recycled, taken by
+// the other connection's next fetch) and each reads every record as it
+// was produced, exactly once.
+func TestConsumeLargeFetches(t *testing.T) {
+	f := serve(t, Config{DefaultPartitions: 2})
+	const topic, n = "large", 8000
+	prod := f.client(t, kgo.DefaultProduceTopic(topic), kgo.AllowAutoTopicCreation(), kgo.ProducerBatchCompression(kgo.NoCompression()))
+	value := func(i int) []byte { return bytes.Repeat([]byte{byte(i), byte(i >> 8)}, 512) }
+	for i := range n {
+		prod.Produce(ctxFor(t), &kgo.Record{Key: []byte(fmt.Sprint(i)), Value: value(i)}, nil)
+	}
+	if err := prod.Flush(ctxFor(t)); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for c := range errs {
+		cons := f.client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		wg.Go(func() {
+			seen := make(map[int]bool, n)
+			ctx := ctxFor(t)
+			for len(seen) < n && ctx.Err() == nil {
+				fs := cons.PollFetches(ctx)
+				if es := fs.Errors(); len(es) > 0 && ctx.Err() == nil {
+					errs[c] = es[0].Err
+					return
+				}
+				for _, r := range fs.Records() {
+					i, err := strconv.Atoi(string(r.Key))
+					if err != nil || seen[i] || !bytes.Equal(r.Value, value(i)) {
+						errs[c] = fmt.Errorf("record %q at %d/%d: seen %v, value intact %v", r.Key, r.Partition, r.Offset, seen[i], bytes.Equal(r.Value, value(i)))
+						return
+					}
+					seen[i] = true
+				}
+			}
+			if len(seen) < n {
+				errs[c] = fmt.Errorf("read %d of %d records", len(seen), n)
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDecoderRecyclesInflated: the buffer a snappy batch inflates into
+// is listed for recycling and lent again once recycled; a decoder
+// without a pool (the fuzz target's) lists nothing.
+func TestDecoderRecyclesInflated(t *testing.T) {
+	msgs := make([]parkway.Message, 1000)
+	for i := range msgs {
+		msgs[i] = parkway.Message{Offset: uint64(i), Timestamp: 1000, Payload: bytes.Repeat([]byte{byte(i)}, 100)}
+	}
+	records := appendBatch(nil, msgs, 0)[batchHeaderSize:]
+	raw := batch(2, snappy.Encode(nil, records), int32(len(msgs)), false)
+
+	var pool bufPool
+	d := decoder{left: 1 << 30, bufs: &pool}
+	bs, err := d.decodeBatches(raw)
+	if err != nil || len(bs) != 1 || len(bs[0].msgs) != len(msgs) || !bytes.Equal(bs[0].msgs[999].Payload, msgs[999].Payload) {
+		t.Fatalf("decoded %d batches (%v)", len(bs), err)
+	}
+	if len(d.inflated) != 1 || len(d.inflated[0]) != len(records) {
+		t.Fatalf("%d inflated buffers listed, want the batch's one of %d bytes", len(d.inflated), len(records))
+	}
+	d.recycle()
+	if d.inflated != nil {
+		t.Fatal("recycle left the buffers listed")
+	}
+	if raceAllocs == 0 { // under the race detector sync.Pool drops a random part of what it is given
+		if got := pool.get(); cap(got) < len(records) {
+			t.Fatalf("the pool lends %d bytes, want the recycled buffer of at least %d", cap(got), len(records))
+		}
+	}
+	plain := decoder{left: 1 << 30}
+	if _, err := plain.decodeBatches(raw); err != nil || plain.inflated != nil {
+		t.Fatalf("a decoder without a pool listed %d buffers (%v)", len(plain.inflated), err)
+	}
+}
+
+// TestConcurrentCompressedProducesIntact: four producers at once send
+// large snappy batches, whose inflated buffers are recycled between
+// their requests once acknowledged; a consumer reads every record as it
+// was produced.
+func TestConcurrentCompressedProducesIntact(t *testing.T) {
+	f := serve(t, Config{DefaultPartitions: 2})
+	const topic, n = "compressed", 3000
+	value := func(p, i int) []byte { return bytes.Repeat([]byte(fmt.Sprintf("%d-%d;", p, i)), 100) }
+	const producers = 4
+	var wg sync.WaitGroup
+	errs := make([]error, producers)
+	for p := range errs {
+		prod := f.client(t, kgo.DefaultProduceTopic(topic), kgo.AllowAutoTopicCreation(), kgo.ProducerBatchCompression(kgo.SnappyCompression()))
+		wg.Go(func() {
+			for i := range n {
+				prod.Produce(ctxFor(t), &kgo.Record{Key: []byte(fmt.Sprintf("%d-%d", p, i)), Value: value(p, i)}, nil)
+			}
+			errs[p] = prod.Flush(ctxFor(t))
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	cons := f.client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	seen := map[string]bool{}
+	for _, r := range consume(t, cons, producers*n) {
+		var p, i int
+		if _, err := fmt.Sscanf(string(r.Key), "%d-%d", &p, &i); err != nil || seen[string(r.Key)] || !bytes.Equal(r.Value, value(p, i)) {
+			t.Fatalf("record %q at %d/%d: seen before %v, value intact %v", r.Key, r.Partition, r.Offset, seen[string(r.Key)], err == nil && bytes.Equal(r.Value, value(p, i)))
+		}
+		seen[string(r.Key)] = true
+	}
+	if len(seen) != producers*n {
+		t.Fatalf("read %d distinct records, want %d", len(seen), producers*n)
+	}
+}
