@@ -38,6 +38,11 @@ const (
 	// which answers with KindLeaseReply (grouplease.go).
 	KindLease
 	KindLeaseReply
+	// KindProbe asks the node a request was forwarded to whether it still
+	// holds it (the request's id in Group, no payload); KindProbeReply
+	// answers with one byte, 1 if it does (forward.go).
+	KindProbe
+	KindProbeReply
 )
 
 // clusterNode is the replicated side of an engine: the metadata group
@@ -290,7 +295,7 @@ func (e *Engine) deliver(ctx context.Context, m transport.Message) error {
 		// Held until answered: charged first, answered at once when over
 		// budget.
 		n := forwardCharge(len(m.Payload))
-		if !c.fwd.take(uint64(m.From), n) {
+		if !c.fwd.take(uint64(m.From), m.Group, n) {
 			err := fmt.Errorf("%w: node %d holds its bound of forwarded requests", shard.ErrRetry, c.cfg.ID)
 			_ = c.send(uint64(m.From), KindReply, m.Group, EncodeResponse(shard.Response{Err: err}))
 			return nil
@@ -300,9 +305,33 @@ func (e *Engine) deliver(ctx context.Context, m transport.Message) error {
 			return nil
 		}
 		e.group.Go(func(ctx context.Context) {
-			defer c.fwd.give(uint64(m.From), n)
+			defer c.fwd.give(uint64(m.From), m.Group, n)
 			c.serveRemote(ctx, m)
 		})
+		return nil
+	case KindProbe:
+		held := byte(0)
+		if c.fwd.holds(uint64(m.From), m.Group) {
+			held = 1
+		}
+		_ = c.send(uint64(m.From), KindProbeReply, m.Group, []byte{held})
+		return nil
+	case KindProbeReply:
+		if len(m.Payload) != 1 || m.Payload[0] > 1 {
+			return fmt.Errorf("%w: probe reply of %d bytes", ErrMalformed, len(m.Payload))
+		}
+		c.mu.Lock()
+		w, ok := c.waiting[m.Group]
+		if ok && w.to == uint64(m.From) {
+			// One writer (this receiver), so once the stale news is
+			// taken the send cannot block.
+			select {
+			case <-w.probe:
+			default:
+			}
+			w.probe <- m.Payload[0] == 1
+		}
+		c.mu.Unlock()
 		return nil
 	case KindReply:
 		c.mu.Lock()
@@ -323,20 +352,24 @@ func (e *Engine) deliver(ctx context.Context, m transport.Message) error {
 }
 
 // Forward sends a partition request to node to (its leader) and waits
-// for the answer: the client following a "not leader" hint. One attempt
-// waits a bounded time (ForwardTimeout): a leader that died with the
-// request never answers, and the caller's deadline may be far off; the
-// outcome is then unknown (produces carry a (producer, sequence) pair, so
-// the retry that follows cannot apply a batch twice).
+// for the answer: the client following a "not leader" hint. The request
+// is sent to to once: a leader that takes long to answer (a large batch
+// on a loaded machine) is asked, every ForwardTimeout, whether it still
+// holds the request, and waited for while it does or does not answer, up
+// to ctx and the request's deadline; it is given up only when it says it
+// does not hold it (the request, or its answer, was lost on the way), or
+// when the partition's leader moves (forward.go). The outcome is then
+// unknown; the caller sends the request again (produces carry a
+// (producer, sequence) pair, so a batch is never applied twice).
 func (e *Engine) Forward(ctx context.Context, to uint64, req *shard.Request) (shard.Response, error) {
 	c := e.cl
 	if c == nil {
 		return shard.Response{}, errNotClustered
 	}
 	id := c.reqID.Add(1)
-	ch := make(chan []byte, 1)
+	ch, probe := make(chan []byte, 1), make(chan bool, 1)
 	c.mu.Lock()
-	c.waiting[id] = awaited{ch: ch, to: to}
+	c.waiting[id] = awaited{ch: ch, probe: probe, to: to}
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
@@ -361,22 +394,50 @@ func (e *Engine) Forward(ctx context.Context, to uint64, req *shard.Request) (sh
 	defer c.unwatch(id, req.NS)
 	moved := w.c
 	reads := req.Op == shard.OpPoll || req.Op == shard.OpOffsets || req.Op == shard.OpGetOffset
+	answer := func(b []byte) (shard.Response, error) {
+		r, err := DecodeResponse(b)
+		c.learnForwarded(req, to, r, err)
+		return r, err
+	}
 	for {
 		select {
 		case b := <-ch:
-			r, err := DecodeResponse(b)
-			c.learnForwarded(req, to, r, err)
-			return r, err
+			return answer(b)
 		case <-t.C():
-			return shard.Response{}, fmt.Errorf("%w: no reply from node %d", shard.ErrOutcomeUnknown, to)
+			// No answer yet. Sending the request again would stack a
+			// second copy on a leader that may still be taking or serving
+			// the first (a multi-MiB batch on a starved machine was sent
+			// 4–5 times so): ask whether it holds it, and wait on.
+			now := e.cfg.Clock.Now()
+			if !req.Deadline.IsZero() && !now.Before(req.Deadline) {
+				return shard.Response{}, fmt.Errorf("%w: no reply from node %d by the request's deadline", shard.ErrOutcomeUnknown, to)
+			}
+			_ = c.send(to, KindProbe, id, nil)
+			next := e.ForwardTimeout()
+			if !req.Deadline.IsZero() {
+				next = min(next, req.Deadline.Sub(now))
+			}
+			t.Reset(next)
+		case held := <-probe:
+			if held {
+				continue
+			}
+			// The probe's answer follows the request's on the same
+			// connection, so an answer sent before it is here already.
+			select {
+			case b := <-ch:
+				return answer(b)
+			default:
+			}
+			return shard.Response{}, fmt.Errorf("%w: node %d does not hold the request (it, or its answer, was lost)", shard.ErrOutcomeUnknown, to)
 		case <-ctx.Done():
 			return shard.Response{}, fmt.Errorf("%w: %w", shard.ErrOutcomeUnknown, ctx.Err())
 		case ev := <-moved:
 			newLeader := ev.lead != 0 && ev.lead != to
 			if !reads && newLeader {
 				// A write may or may not have been applied by the old
-				// leader: its outcome is unknown, as at the timer, and
-				// the caller retries it (a produce with its producer
+				// leader: its outcome is unknown, and the caller retries
+				// it on the new leader (a produce with its producer
 				// sequence, which the partition deduplicates). Only a
 				// leader the partition's raft group reports ends it: node
 				// liveness may declare a node dead that is only slow to
@@ -399,10 +460,12 @@ func (e *Engine) Forward(ctx context.Context, to uint64, req *shard.Request) (sh
 	}
 }
 
-// awaited is a forwarded request awaiting its reply from node to.
+// awaited is a forwarded request awaiting its reply from node to, and
+// the answers to the probes asking it whether it still holds it.
 type awaited struct {
-	ch chan []byte
-	to uint64
+	ch    chan []byte
+	probe chan bool
+	to    uint64
 }
 
 // ForwardTimeout bounds one forwarded attempt or one metadata proposal:
@@ -448,15 +511,15 @@ func (c *clusterNode) serveRemote(ctx context.Context, m transport.Message) {
 func (c *clusterNode) serveManual(m transport.Message, n int64) {
 	req, err := DecodeRequest(m.Payload, c.e.cfg.Clock.Now())
 	if err != nil {
-		c.fwd.give(uint64(m.From), n)
 		_ = c.send(uint64(m.From), KindReply, m.Group, EncodeResponse(shard.Response{Err: err}))
+		c.fwd.give(uint64(m.From), m.Group, n)
 		return
 	}
 	reply := make(chan shard.Response, 1)
 	if _, err := c.e.router.Send(req.NS, shard.Frame{Req: req, Reply: reply}); err != nil {
 		c.e.CountSendFailure(req, err)
-		c.fwd.give(uint64(m.From), n)
 		_ = c.send(uint64(m.From), KindReply, m.Group, EncodeResponse(shard.Response{Err: fmt.Errorf("%w: %w", shard.ErrRetry, err)}))
+		c.fwd.give(uint64(m.From), m.Group, n)
 		return
 	}
 	c.meta.served = append(c.meta.served, served{to: uint64(m.From), id: m.Group, reply: reply, n: n})
@@ -482,8 +545,8 @@ func (e *Engine) PumpReplies() {
 	for _, s := range m.served {
 		select {
 		case r := <-s.reply:
-			e.cl.fwd.give(s.to, s.n)
 			_ = e.cl.send(s.to, KindReply, s.id, EncodeResponse(r))
+			e.cl.fwd.give(s.to, s.id, s.n)
 		default:
 			keep = append(keep, s)
 		}

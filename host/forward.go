@@ -18,6 +18,19 @@ import "github.com/parkway-io/parkway/metadata"
 // new leader only, not on a death node liveness declared: a node busy
 // taking a large batch can look dead for a while, and its write would
 // start over.
+//
+// Without news, a request is sent once to its node and never stacked on
+// it again: a leader slow to take or serve it (a multi-MiB batch on a
+// starved machine, where each forward timeout used to add one more copy,
+// 4–5 in all) would only fall further behind. At each forward timeout
+// the sender asks instead whether the node still holds the request
+// (KindProbe, answered from the forward budget's record of the requests
+// received and not yet answered) and waits on while it does, or while
+// the question goes unanswered, up to the caller's context and the
+// request's deadline. A "no" means the request or its answer was lost —
+// the answer is sent before the record is dropped, on the same
+// connection, so it arrives first — and ends the attempt with an unknown
+// outcome; the caller's retry sends it again.
 
 // forwardWatch is one watched forwarded poll: the node it went to, and
 // where the news arrives (buffered: the newest unread news is enough).

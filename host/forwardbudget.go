@@ -27,7 +27,10 @@ const forwardOverhead = 8 << 10
 // forwardCharge is what a forwarded request of n bytes is charged.
 func forwardCharge(n int) int64 { return int64(n) + forwardOverhead }
 
-// forwardBudget is the bytes of forwarded requests a node holds, by peer.
+// forwardBudget is the bytes of forwarded requests a node holds, by peer,
+// and which requests they are: a peer that waited long for an answer asks
+// whether its request is still held (KindProbe) before it sends another
+// copy (forward.go).
 type forwardBudget struct {
 	peerMax, totalMax int64
 
@@ -36,18 +39,25 @@ type forwardBudget struct {
 	peak    int64
 	refused uint64
 	byPeer  map[uint64]int64 // peers holding bytes only
+	// reqs counts the held requests by (peer, request id): a count, as
+	// a peer that restarted numbers its requests from 1 again.
+	reqs map[heldRequest]int
 }
+
+// heldRequest names a forwarded request: its sender and the sender's id.
+type heldRequest struct{ peer, id uint64 }
 
 func newForwardBudget(peerMax, totalMax int64) *forwardBudget {
-	return &forwardBudget{peerMax: peerMax, totalMax: totalMax, byPeer: make(map[uint64]int64)}
+	return &forwardBudget{peerMax: peerMax, totalMax: totalMax, byPeer: make(map[uint64]int64),
+		reqs: make(map[heldRequest]int)}
 }
 
-// take charges a request of n bytes from peer; false (nothing charged,
+// take charges request id of n bytes from peer; false (nothing charged,
 // counted as refused) when that would pass the total, or the peer's bound
 // while the peer holds anything: a peer holding nothing may always have
 // one request served, so a request larger than the peer bound (it is
 // bounded by the transport's frame) is not refused for good.
-func (f *forwardBudget) take(peer uint64, n int64) bool {
+func (f *forwardBudget) take(peer, id uint64, n int64) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	p := f.byPeer[peer]
@@ -58,19 +68,36 @@ func (f *forwardBudget) take(peer uint64, n int64) bool {
 	f.byPeer[peer] = p + n
 	f.held += n
 	f.peak = max(f.peak, f.held)
+	f.reqs[heldRequest{peer, id}]++
 	return true
 }
 
-// give releases what take charged.
-func (f *forwardBudget) give(peer uint64, n int64) {
+// give releases what take charged. Its callers have sent the request's
+// answer first, so a peer told the request is no longer held finds the
+// answer ahead of that news (one connection per peer keeps their order).
+func (f *forwardBudget) give(peer, id uint64, n int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	k := heldRequest{peer, id}
+	if f.reqs[k] > 1 {
+		f.reqs[k]--
+	} else {
+		delete(f.reqs, k)
+	}
 	if p := f.byPeer[peer] - n; p > 0 {
 		f.byPeer[peer] = p
 	} else {
 		delete(f.byPeer, peer)
 	}
 	f.held -= n
+}
+
+// holds reports whether request id from peer is held: received and not
+// yet answered.
+func (f *forwardBudget) holds(peer, id uint64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reqs[heldRequest{peer, id}] > 0
 }
 
 // ForwardStats describe the forwarded requests a node serves for its

@@ -4,7 +4,9 @@ import "testing"
 
 // TestForwardBudget: a request is refused past the total, or past its
 // peer's bound while the peer holds anything; a peer holding nothing may
-// have one request larger than its bound; releases free both bounds.
+// have one request larger than its bound; releases free both bounds. It
+// knows which requests it holds, by sender and id (a refused one is not
+// held), so a sender's probe is answered truly.
 func TestForwardBudget(t *testing.T) {
 	f := newForwardBudget(10, 25)
 	steps := []struct {
@@ -19,21 +21,32 @@ func TestForwardBudget(t *testing.T) {
 		{3, 2, true},
 	}
 	for i, s := range steps {
-		if got := f.take(s.peer, s.n); got != s.ok {
+		if got := f.take(s.peer, uint64(i), s.n); got != s.ok {
 			t.Fatalf("step %d: take(%d, %d) = %v", i, s.peer, s.n, got)
 		}
 	}
 	if st := f.stats(); st.HeldBytes != 25 || st.PeakHeldBytes != 25 || st.Refused != 2 {
 		t.Fatalf("stats %+v", st)
 	}
-	f.give(1, 8)
-	if !f.take(1, 8) {
+	for _, h := range []struct {
+		peer, id uint64
+		want     bool
+	}{{1, 0, true}, {1, 1, false}, {2, 2, true}, {3, 3, false}, {3, 4, true}, {2, 0, false}} {
+		if got := f.holds(h.peer, h.id); got != h.want {
+			t.Fatalf("holds(%d, %d) = %v", h.peer, h.id, got)
+		}
+	}
+	f.give(1, 0, 8)
+	if f.holds(1, 0) {
+		t.Fatal("a request answered is still held")
+	}
+	if !f.take(1, 9, 8) {
 		t.Fatal("a released peer was refused")
 	}
-	f.give(1, 8)
-	f.give(2, 15)
-	f.give(3, 2)
-	if st := f.stats(); st.HeldBytes != 0 || len(f.byPeer) != 0 {
-		t.Fatalf("after release: %+v, %d peers", st, len(f.byPeer))
+	f.give(1, 9, 8)
+	f.give(2, 2, 15)
+	f.give(3, 4, 2)
+	if st := f.stats(); st.HeldBytes != 0 || len(f.byPeer) != 0 || len(f.reqs) != 0 {
+		t.Fatalf("after release: %+v, %d peers, %d requests", st, len(f.byPeer), len(f.reqs))
 	}
 }
