@@ -52,6 +52,8 @@ func TestTourConfigUpperBounds(t *testing.T) {
 		{"Shards", parkway.Config{Shards: parkway.MaxShards + 1}},
 		{"InboxSize", parkway.Config{Shards: 1, InboxSize: math.MaxInt}},
 		{"InboxSize", parkway.Config{Shards: 1, InboxSize: parkway.MaxInboxSize + 1}},
+		{"InboxBytes", parkway.Config{Shards: 1, InboxBytes: parkway.MaxInboxBytes + 1}},
+		{"InboxBytes", parkway.Config{Shards: 1, InboxBytes: -1}},
 		{"MaxMessageSize", parkway.Config{Shards: 1, MaxMessageSize: math.MaxInt}},
 		{"MaxMessageSize", parkway.Config{Shards: 1, MaxMessageSize: parkway.MaxBatchBytesLimit + 1}},
 		{"MaxBatchMessages", parkway.Config{Shards: 1, MaxBatchMessages: math.MaxInt}},
@@ -78,7 +80,7 @@ func TestTourConfigUpperBounds(t *testing.T) {
 	}
 	// The bounds themselves are valid.
 	for _, cfg := range []parkway.Config{
-		{Shards: parkway.MaxShards}, {InboxSize: parkway.MaxInboxSize},
+		{Shards: parkway.MaxShards}, {InboxSize: parkway.MaxInboxSize}, {InboxBytes: parkway.MaxInboxBytes},
 		{MaxMessageSize: parkway.MaxBatchBytesLimit, MaxBatchBytes: parkway.MaxBatchBytesLimit},
 		{MaxBatchMessages: parkway.MaxBatchMessagesLimit},
 		{Park: shard.ParkLimits{MaxPasses: shard.MaxParkPasses}, RequestTimeout: time.Hour},

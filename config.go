@@ -82,6 +82,16 @@ type Config struct {
 	// InboxSize bounds each shard's inbox (default 1,024 frames, at most
 	// MaxInboxSize).
 	InboxSize int
+	// InboxBytes bounds the bytes of the raft and catch-up messages from
+	// peers waiting in each shard's inbox (default 64 MiB, at most
+	// MaxInboxBytes; a cluster only), and one partition's messages to a
+	// quarter of it: one that would pass either is dropped and counted
+	// (parkway_frame_drops_total{reason="inbox_bytes"}) and sent again by
+	// its peer, unless nothing is held ahead of it, so a message larger
+	// than the bound still gets through. Client requests are not charged:
+	// their callers wait for room (and a forwarded one is charged to
+	// ClusterConfig.MaxForwardedBytes).
+	InboxBytes int64
 	// PinShards pins shard i's pump to CPU i mod NumCPU (Linux only). Off
 	// by default: the library lives in the host's process and should not
 	// take cores without being asked.
@@ -187,11 +197,14 @@ const (
 	DefaultSegmentSize     = partition.DefaultSegmentSize
 	MinSegmentSize         = partition.MinSegmentSize
 	MaxSegmentSize         = partition.MaxSegmentSize
-	// MaxShards, MaxInboxSize and MaxBatchMessagesLimit bound Shards,
-	// InboxSize and MaxBatchMessages. Shards and inboxes are made whole at
-	// Open, used or not; a shard is meant to be one per core.
+	// MaxShards, MaxInboxSize, MaxInboxBytes and MaxBatchMessagesLimit
+	// bound Shards, InboxSize, InboxBytes and MaxBatchMessages. Shards and
+	// inboxes are made whole at Open, used or not; a shard is meant to be
+	// one per core.
 	MaxShards             = host.MaxShards
 	MaxInboxSize          = shard.MaxInboxSize
+	MaxInboxBytes         = shard.MaxInboxBytes
+	DefaultInboxBytes     = shard.DefaultInboxBytes
 	MaxBatchMessagesLimit = 1 << 20
 )
 
@@ -270,7 +283,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("RequestTimeout %v must exceed Park.MaxPasses × ReconcileInterval = %d × %v", d.RequestTimeout, passes, d.ReconcileInterval))
 		}
 	}
-	if err := (shard.Config{Park: c.Park, InboxSize: c.InboxSize}).Validate(); err != nil {
+	if err := (shard.Config{Park: c.Park, InboxSize: c.InboxSize, InboxBytes: c.InboxBytes}).Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -310,7 +323,7 @@ func (c Config) withDefaults() Config {
 // with the engine's defaults applied.
 func (c Config) engineConfig() host.Config {
 	return host.Config{
-		Shards: c.Shards, InboxSize: c.InboxSize, Park: c.Park, PinShards: c.PinShards,
+		Shards: c.Shards, InboxSize: c.InboxSize, InboxBytes: c.InboxBytes, Park: c.Park, PinShards: c.PinShards,
 		DataDir: c.DataDir, FS: c.FS, SegmentSize: c.SegmentSize, Preallocate: c.Preallocate,
 		VerifyOnOpen: c.VerifyOnOpen, MaxOpenFiles: c.MaxOpenFiles, MetadataSnapshotEvery: c.MetadataSnapshotEvery,
 		Defaults: TopicConfig{

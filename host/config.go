@@ -26,6 +26,9 @@ type Config struct {
 	Shards int
 	// InboxSize bounds each shard's inbox (default 1,024 frames).
 	InboxSize int
+	// InboxBytes bounds the bytes of peer frames in each shard's inbox
+	// (shard.Config.InboxBytes; default shard.DefaultInboxBytes).
+	InboxBytes int64
 	// Park bounds each shard's park buffer.
 	Park shard.ParkLimits
 	// PinShards pins shard i's pump to CPU i mod NumCPU (Linux only).
@@ -241,7 +244,7 @@ func (c Config) Validate() error {
 	if c.Cluster != nil {
 		errs = append(errs, c.Cluster.Validate())
 	}
-	if err := (shard.Config{Park: c.Park, InboxSize: c.InboxSize}).Validate(); err != nil {
+	if err := (shard.Config{Park: c.Park, InboxSize: c.InboxSize, InboxBytes: c.InboxBytes}).Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -161,7 +161,7 @@ func New(cfg Config) (*Engine, error) {
 			journal = e.fstore.NewJournal()
 		}
 		s, err := shard.New(shard.Config{
-			ID: i, InboxSize: cfg.InboxSize, Park: park, Clock: clk, Replication: rep, Journal: journal,
+			ID: i, InboxSize: cfg.InboxSize, InboxBytes: cfg.InboxBytes, Park: park, Clock: clk, Replication: rep, Journal: journal,
 			PinCPU: cfg.PinShards, CPU: i % runtime.NumCPU(), Manual: cfg.Manual,
 			Logger: cfg.Logger, Metrics: e.metrics,
 		}, e.meta, e.router)
@@ -517,6 +517,8 @@ func (e *Engine) Once(ctx context.Context, req *shard.Request) shard.Response {
 func (e *Engine) CountSendFailure(req *shard.Request, err error) {
 	reason := metrics.ReasonUnroutable
 	switch {
+	case errors.Is(err, shard.ErrInboxBytes):
+		reason = metrics.ReasonInboxBytes
 	case errors.Is(err, router.ErrFull):
 		reason = metrics.ReasonFull
 	case errors.Is(err, router.ErrDisconnected):

@@ -41,6 +41,9 @@ const (
 	// ReasonWaitersFull: a waiting poll refused by the shard's bound on
 	// waiting polls.
 	ReasonWaitersFull = "waiters_full"
+	// ReasonInboxBytes: a peer's raft or catch-up message refused by the
+	// shard inbox's byte bound (the peer sends it again).
+	ReasonInboxBytes = "inbox_bytes"
 )
 
 // Transient deny reasons, the label values of

@@ -55,7 +55,7 @@ func TestBehaviour17FailedApplyAnswersEachWriteOfTheEntryOnce(t *testing.T) {
 		}
 	}
 	for range calls {
-		s.handleFrame(<-s.inbox) // as the pump: one entry once the inbox drains
+		s.handleFrame(s.taken(<-s.inbox)) // as the pump: one entry once the inbox drains
 	}
 	if o := s.owned[ns]; len(o.rep.pending) != 1 {
 		t.Fatalf("%d proposals for three buffered writes, want 1", len(o.rep.pending))

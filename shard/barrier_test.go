@@ -143,7 +143,7 @@ func TestBehaviour06RedispatchRefusedIsReparkedOrAnswered(t *testing.T) {
 	// committed placement puts the namespace on shard 1, whose inbox holds
 	// one frame.
 	h := newHarness(t, 2, func(metadata.Namespace, int) int { return 1 })
-	h.shards[1].inbox = make(chan Frame, 1)
+	h.shards[1].inbox = make(chan inboxFrame, 1)
 	s0, s1 := h.shards[0], h.shards[1]
 	ns, _ := metadata.NewNamespace(0, 0, 0)
 	var calls []call
@@ -161,8 +161,8 @@ func TestBehaviour06RedispatchRefusedIsReparkedOrAnswered(t *testing.T) {
 	if got := len(s1.inbox); got != 1 {
 		t.Fatalf("owner inbox holds %d frames, want 1", got)
 	}
-	if f := <-s1.inbox; string(f.Req.Messages[0].Payload) != "a" {
-		t.Fatalf("forwarded %q first, want a", f.Req.Messages[0].Payload)
+	if in := <-s1.inbox; string(in.f.Req.Messages[0].Payload) != "a" {
+		t.Fatalf("forwarded %q first, want a", in.f.Req.Messages[0].Payload)
 	}
 	q := s0.park.byNS[ns]
 	if q == nil || q.len() != 2 {

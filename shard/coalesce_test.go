@@ -49,7 +49,7 @@ func TestQueuedProducesShareOneAppend(t *testing.T) {
 		t.Fatal(err)
 	}
 	for len(s.inbox) > 0 {
-		s.handleFrame(<-s.inbox)
+		s.handleFrame(s.taken(<-s.inbox))
 	}
 	if p.calls != 1 {
 		t.Fatalf("4 queued produces took %d appends, want 1", p.calls)
@@ -83,7 +83,7 @@ func TestCoalescedBadInputIsAnsweredAlone(t *testing.T) {
 		calls = append(calls, c)
 	}
 	for len(s.inbox) > 0 {
-		s.handleFrame(<-s.inbox)
+		s.handleFrame(s.taken(<-s.inbox))
 	}
 	if r := calls[0].answered(t); r.Err != nil || r.Offset != 0 {
 		t.Fatalf("first produce: %+v", r)
@@ -114,7 +114,7 @@ func TestBehaviour17EmptyProduceAmongQueuedOnesIsRefused(t *testing.T) {
 		}
 	}
 	for len(s.inbox) > 0 {
-		s.handleFrame(<-s.inbox)
+		s.handleFrame(s.taken(<-s.inbox))
 	}
 	if r := calls[0].answered(t); r.Err != nil || r.Offset != 0 {
 		t.Fatalf("first produce: %+v", r)
@@ -146,10 +146,10 @@ func TestQueuedProduceDeniedAfterDeleteCommits(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s.handle(<-s.inbox) // admitted and queued: another frame waits
+	s.handle(s.taken(<-s.inbox)) // admitted and queued: another frame waits
 	first.pending(t)
 	h.apply(metadata.DeleteTopic{Stream: ns.Stream(), Topic: ns.Topic()})
-	s.handleFrame(<-s.inbox)
+	s.handleFrame(s.taken(<-s.inbox))
 	mustErr(t, first.answered(t), ErrRetry)
 	mustErr(t, second.answered(t), ErrRetry)
 	if p.calls != 0 {

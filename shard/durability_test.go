@@ -47,7 +47,7 @@ func TestGroupCommitSharesOneFsync(t *testing.T) {
 	// Step the pump by hand: each frame is handled with more waiting
 	// behind it, so the group stays open until the inbox drains.
 	for range calls {
-		s.handle(<-s.inbox)
+		s.handle(s.taken(<-s.inbox))
 		if len(s.inbox) > 0 {
 			s.maybeFlush()
 			for _, c := range calls {

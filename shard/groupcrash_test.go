@@ -68,7 +68,7 @@ func groupWorkload(t *testing.T, fsys vfs.FS) (acks []ack, parts map[metadata.Na
 			calls = append(calls, c)
 		}
 		for len(s.inbox) > 0 {
-			s.handleFrame(<-s.inbox)
+			s.handleFrame(s.taken(<-s.inbox))
 		}
 		for i, c := range calls {
 			resp := c.answered(t)
@@ -196,7 +196,7 @@ func TestGroupSyncsItsPartitionsConcurrently(t *testing.T) {
 	go func() {
 		defer close(done)
 		for len(s.inbox) > 0 {
-			s.handleFrame(<-s.inbox)
+			s.handleFrame(s.taken(<-s.inbox))
 		}
 	}()
 	released := false

@@ -92,7 +92,7 @@ func TestCommitGroupClosesAtMaxGroupOnRedispatch(t *testing.T) {
 	if err := <-c.done; err != nil {
 		t.Fatal(err)
 	}
-	s.handleFrame(<-s.inbox)
+	s.handleFrame(s.taken(<-s.inbox))
 	if !slices.Equal(p.sizes, []int{maxGroup, 1}) {
 		t.Fatalf("%d re-dispatched produces appended in batches of %v, want [%d 1]", len(calls), p.sizes, maxGroup)
 	}
@@ -130,16 +130,16 @@ func TestProposalGroupClosesAtMaxGroup(t *testing.T) {
 		}
 	}
 	for range maxGroup - 1 {
-		s.handleFrame(<-s.inbox) // as the pump: the inbox is not empty yet
+		s.handleFrame(s.taken(<-s.inbox)) // as the pump: the inbox is not empty yet
 	}
 	if len(o.rep.pending) != 0 || len(o.rep.proposeBuf) != maxGroup-1 {
 		t.Fatalf("%d proposals, %d writes buffered before the bound; want 0 and %d", len(o.rep.pending), len(o.rep.proposeBuf), maxGroup-1)
 	}
-	s.handleFrame(<-s.inbox)
+	s.handleFrame(s.taken(<-s.inbox))
 	if len(o.rep.pending) != 1 || len(o.rep.proposeBuf) != 0 {
 		t.Fatalf("%d proposals, %d writes buffered at the bound; want 1 and 0", len(o.rep.pending), len(o.rep.proposeBuf))
 	}
-	s.handleFrame(<-s.inbox) // the inbox drains: the last write is proposed alone
+	s.handleFrame(s.taken(<-s.inbox)) // the inbox drains: the last write is proposed alone
 	n.settle()
 	for i, c := range calls {
 		if r := c.answered(t); r.Err != nil || r.Offset != uint64(i) {

@@ -107,7 +107,7 @@ func (r *journalRun) round(k int) {
 	}
 	for _, s := range r.h.shards {
 		for len(s.inbox) > 0 {
-			s.handleFrame(<-s.inbox)
+			s.handleFrame(s.taken(<-s.inbox))
 		}
 	}
 	for i, c := range calls {

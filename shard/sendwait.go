@@ -19,12 +19,20 @@ func (s *Shard) SendBefore(ctx context.Context, f Frame, expire <-chan time.Time
 	if s.closed {
 		return ErrClosed
 	}
+	// A peer frame over the byte bound is refused at once, as TrySend
+	// does: its bytes may not wait for room, only its slot may.
+	in, err := s.charge(f)
+	if err != nil {
+		return err
+	}
 	select {
-	case s.inbox <- f:
+	case s.inbox <- in:
 		return nil
 	case <-ctx.Done():
+		s.uncharge(in)
 		return ctx.Err()
 	case <-expire:
+		s.uncharge(in)
 		return router.ErrFull
 	}
 }

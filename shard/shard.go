@@ -25,8 +25,13 @@ const (
 	// DefaultInboxSize is the reference server's inbox bound.
 	DefaultInboxSize = 1024
 	// MaxInboxSize bounds Config.InboxSize: the inbox is allocated whole
-	// when the shard starts (16 bytes a frame, 16 MiB at the bound).
+	// when the shard starts (24 bytes a frame, 24 MiB at the bound).
 	MaxInboxSize = 1 << 20
+	// DefaultInboxBytes bounds the bytes of peer frames in the inbox: 64
+	// MiB, four batches at the default MaxBatchBytes replicating at once.
+	DefaultInboxBytes = 64 << 20
+	// MaxInboxBytes bounds Config.InboxBytes.
+	MaxInboxBytes = 1 << 30
 	// DefaultControlSize bounds queued control operations. The reconciler
 	// waits for each operation, so a handful is plenty.
 	DefaultControlSize = 16
@@ -39,6 +44,18 @@ type Config struct {
 	// InboxSize bounds the inbox (default 1,024 frames). Sends never block:
 	// a full inbox refuses the frame and the sender answers it.
 	InboxSize int
+	// InboxBytes bounds the bytes of the peer frames (OpRaft, OpCatchUp)
+	// waiting in the inbox (default DefaultInboxBytes, at most
+	// MaxInboxBytes), each charged its payload (a raft message's encoded
+	// size, a catch-up message's length) plus a fixed 64 bytes; one
+	// partition's frames may hold a quarter of it. A peer frame that
+	// would pass either is refused (ErrInboxBytes) unless nothing is
+	// held ahead of it, so a frame larger than the bound is not refused
+	// for good; a refused frame is lost, which raft and catch-up
+	// repair by sending again. Client frames are not charged: their
+	// callers wait for their answers (a forwarded request is bounded by
+	// the node's forward budget).
+	InboxBytes int64
 	// ControlSize bounds queued control operations (default 16).
 	ControlSize int
 	// Park bounds the park buffer.
@@ -96,6 +113,9 @@ func (c Config) Validate() error {
 	if c.InboxSize < 0 || c.InboxSize > MaxInboxSize {
 		errs = append(errs, fmt.Errorf("shard InboxSize %d outside [0, %d] (0 for the default)", c.InboxSize, MaxInboxSize))
 	}
+	if c.InboxBytes < 0 || c.InboxBytes > MaxInboxBytes {
+		errs = append(errs, fmt.Errorf("shard InboxBytes %d outside [0, %d] (0 for the default)", c.InboxBytes, MaxInboxBytes))
+	}
 	if c.ControlSize < 0 {
 		errs = append(errs, fmt.Errorf("shard ControlSize %d < 0", c.ControlSize))
 	}
@@ -134,8 +154,11 @@ type Shard struct {
 	router    *router.Router[Frame]
 	table     *router.Table
 
-	inbox chan Frame
+	inbox chan inboxFrame
 	ctrl  chan control
+	// inboxBytes is what the peer frames in the inbox are charged
+	// (inbox.go).
+	inboxBytes *inboxBudget
 
 	// sendMu orders TrySend against Close: senders hold it shared while
 	// they check closed and enqueue, Close takes it exclusively to flip
@@ -214,6 +237,9 @@ func New(cfg Config, meta *metadata.Store, rt *router.Router[Frame]) (*Shard, er
 	if cfg.InboxSize == 0 {
 		cfg.InboxSize = DefaultInboxSize
 	}
+	if cfg.InboxBytes == 0 {
+		cfg.InboxBytes = DefaultInboxBytes
+	}
 	if cfg.ControlSize == 0 {
 		cfg.ControlSize = DefaultControlSize
 	}
@@ -251,7 +277,8 @@ func New(cfg Config, meta *metadata.Store, rt *router.Router[Frame]) (*Shard, er
 		meta:       meta,
 		router:     rt,
 		table:      rt.Table(),
-		inbox:      make(chan Frame, cfg.InboxSize),
+		inbox:      make(chan inboxFrame, cfg.InboxSize),
+		inboxBytes: newInboxBudget(cfg.InboxBytes),
 		ctrl:       make(chan control, cfg.ControlSize),
 		group:      run.NewGroup(),
 		clock:      cfg.Clock,
@@ -307,10 +334,15 @@ func (s *Shard) TrySend(f Frame) error {
 	if s.closed {
 		return router.ErrDisconnected
 	}
+	in, err := s.charge(f)
+	if err != nil {
+		return err
+	}
 	select {
-	case s.inbox <- f:
+	case s.inbox <- in:
 		return nil
 	default:
+		s.uncharge(in)
 		return router.ErrFull
 	}
 }
@@ -380,8 +412,8 @@ func (s *Shard) pump(ctx context.Context) {
 			return
 		case c := <-s.ctrl:
 			s.runControl(c)
-		case f := <-s.inbox:
-			s.handleFrame(f)
+		case in := <-s.inbox:
+			s.handleFrame(s.taken(in))
 		case <-s.syncC():
 			s.syncFired()
 		case <-s.tickC():
@@ -419,8 +451,8 @@ func (s *Shard) Step() bool {
 	default:
 	}
 	select {
-	case f := <-s.inbox:
-		s.handleFrame(f)
+	case in := <-s.inbox:
+		s.handleFrame(s.taken(in))
 		return true
 	default:
 	}
@@ -582,8 +614,8 @@ func (s *Shard) maybeFlush() {
 func (s *Shard) shutdown() {
 	for {
 		select {
-		case f := <-s.inbox:
-			s.drop(f, metrics.ReasonShutdown, ErrClosed)
+		case in := <-s.inbox:
+			s.drop(s.taken(in), metrics.ReasonShutdown, ErrClosed)
 			continue
 		case c := <-s.ctrl:
 			c.abandonIt()
