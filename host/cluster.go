@@ -468,9 +468,10 @@ type awaited struct {
 	to    uint64
 }
 
-// ForwardTimeout bounds one forwarded attempt or one metadata proposal:
-// several election timeouts, so a dead leader is replaced before the
-// retry.
+// ForwardTimeout is how long a forwarded request waits for its answer
+// before its node is asked whether it still holds it (Forward), and
+// bounds one metadata proposal: several election timeouts, so a dead
+// leader is replaced before the retry.
 func (e *Engine) ForwardTimeout() time.Duration {
 	if e.cl == nil {
 		return 0
