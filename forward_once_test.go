@@ -24,12 +24,20 @@ type requestPath struct {
 	// holdFor is the node whose requests and probes are held (0: none).
 	holdFor transport.NodeID
 	held    []transport.Message
+	// loseReplies is how many of the next answers to forwarded requests
+	// are lost.
+	loseReplies int
 }
 
 func (b *requestPath) Send(m transport.Message) error {
 	b.mu.Lock()
 	if m.Kind == host.KindRequest {
 		b.sent[m.To]++
+	}
+	if m.Kind == host.KindReply && b.loseReplies > 0 {
+		b.loseReplies--
+		b.mu.Unlock()
+		return nil
 	}
 	if (m.Kind == host.KindRequest || m.Kind == host.KindProbe) && m.To == b.holdFor {
 		m.Payload = bytes.Clone(m.Payload)
@@ -45,6 +53,12 @@ func (b *requestPath) requests(to transport.NodeID) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.sent[to]
+}
+
+func (b *requestPath) loseReply() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.loseReplies++
 }
 
 func (b *requestPath) hold(to transport.NodeID) {
@@ -77,7 +91,9 @@ func (b *requestPath) release(lose bool) {
 // run sent a multi-MiB batch 4–5 times). Then a request is lost: the
 // leader answers the next probe that it does not hold it, and the
 // follower sends it once more — a loss costs a copy, not the caller's
-// deadline. Each batch is appended once.
+// deadline. Then an answer is lost: the leader says it lacks the request,
+// which is sent again and answered from the partition's deduplication
+// window, with the first copy's offset. Each batch is appended once.
 func TestForwardedProduceSentOncePerLeader(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		net := transport.NewNetwork(transport.NetworkOptions{})
@@ -162,9 +178,23 @@ func TestForwardedProduceSentOncePerLeader(t *testing.T) {
 			t.Fatalf("the leader moved from %d to %d (%v): the copies were not all for one leader", lead, l, err)
 		}
 
+		// A lost answer: the leader appended the batch and its answer was
+		// lost; it says it lacks the request, which is sent again and
+		// answered from the partition's deduplication window.
+		lead, from = settle()
+		before = buses[from].requests(lead)
+		buses[lead].loseReply()
+		a, err := produce(from, 3)
+		if err != nil || a.FirstOffset != 3 {
+			t.Fatalf("produce whose answer was lost: %+v, %v", a, err)
+		}
+		if n := buses[from].requests(lead) - before; n != 2 {
+			t.Fatalf("the leader was sent %d copies of a request whose answer was lost once, want 2", n)
+		}
+
 		b, err := nodes[lead].Poll(ctx, tp, 0, parkway.AtOffset(1), 10)
-		if err != nil || len(b.Messages) != 2 || b.Messages[0].Payload[0] != 1 || b.Messages[1].Payload[0] != 2 {
-			t.Fatalf("the partition after the two produces: %d messages, %v; want each batch once", len(b.Messages), err)
+		if err != nil || len(b.Messages) != 3 || b.Messages[0].Payload[0] != 1 || b.Messages[1].Payload[0] != 2 || b.Messages[2].Payload[0] != 3 {
+			t.Fatalf("the partition after the three produces: %d messages, %v; want each batch once", len(b.Messages), err)
 		}
 	})
 }
