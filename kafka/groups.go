@@ -77,6 +77,10 @@ type group struct {
 	order        []string             // member ids in join order: the first is the leader when one is needed
 	pending      map[string]time.Time // ids handed out with MEMBER_ID_REQUIRED, until their join
 	deadline     time.Time            // of the rebalance under way
+	// term is the raft term of the coordinator partition's leadership
+	// under which this listener holds the group (0 until a request
+	// confirmed it, and always on a single node): see claim.
+	term uint64
 }
 
 type coordinator struct {
@@ -419,6 +423,49 @@ func (c *coordinator) commitCheck(groupID, memberID string, generation int32) in
 		return kerr.RebalanceInProgress.Code
 	}
 	return code
+}
+
+// claim records that this listener coordinates group under term. A group
+// held from another term is dropped first: this listener led the
+// coordinator partition before, another node coordinated the group in
+// between, and the members, generations and assignments kept here are
+// stale. The group starts anew, empty; its members rejoin.
+func (c *coordinator) claim(groupID string, term uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g, ok := c.groups[groupID]
+	switch {
+	case !ok:
+	case g.term == 0:
+		g.term = term
+	case g.term != term:
+		c.drop(g)
+	}
+}
+
+// release drops group's membership: this listener no longer coordinates
+// it, and the members waiting for a join or sync answer are told
+// NOT_COORDINATOR, so they find the new coordinator.
+func (c *coordinator) release(groupID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if g, ok := c.groups[groupID]; ok {
+		c.drop(g)
+	}
+}
+
+func (c *coordinator) drop(g *group) {
+	for _, m := range g.members {
+		if m.join != nil {
+			m.join <- &kmsg.JoinGroupResponse{ErrorCode: kerr.NotCoordinator.Code, Generation: -1}
+			m.join = nil
+		}
+		if m.sync != nil {
+			m.sync <- syncAnswer{code: kerr.NotCoordinator.Code}
+			m.sync = nil
+		}
+	}
+	delete(c.groups, g.name)
 }
 
 // tick expires lapsed sessions and ends rebalances past their deadline.
