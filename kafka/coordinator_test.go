@@ -253,3 +253,65 @@ func TestClusterCoordinatorMovesWhenItsNodeDies(t *testing.T) {
 		t.Errorf("the coordinators' topic in parkway: %v", err)
 	}
 }
+
+// TestCoordinatorTermsAndRelease: a group is held under the term in
+// which its coordinator partition's leader was first confirmed; a claim
+// in the same term keeps it, a claim in another (this listener led, lost
+// and leads again) drops it — its members are unknown and the next join
+// starts a new group — and a release (the group is coordinated
+// elsewhere now) answers a member waiting for its join NOT_COORDINATOR.
+func TestCoordinatorTermsAndRelease(t *testing.T) {
+	c := newCoordinator()
+	now := time.Unix(1000, 0)
+	join := func(member string) (*kmsg.JoinGroupResponse, <-chan *kmsg.JoinGroupResponse) {
+		r := kmsg.NewPtrJoinGroupRequest()
+		r.Version, r.Group, r.MemberID, r.ProtocolType = 9, "g", member, "consumer"
+		r.SessionTimeoutMillis, r.RebalanceTimeoutMillis = 10_000, 5_000
+		r.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: []byte(member)}}
+		return c.join(r, "client", "/127.0.0.1", now)
+	}
+	member := func() string {
+		t.Helper()
+		resp, _ := join("")
+		_, wait := join(resp.MemberID)
+		if ja := <-wait; ja.ErrorCode != 0 || ja.Generation != 1 {
+			t.Fatalf("join: %+v", ja)
+		}
+		return resp.MemberID
+	}
+	a := member()
+	c.claim("g", 5)
+	c.claim("g", 5)
+	hb := func(id string) int16 {
+		r := kmsg.NewPtrHeartbeatRequest()
+		r.Group, r.MemberID, r.Generation = "g", id, 1
+		return c.heartbeat(r, now)
+	}
+	if code := hb(a); code != 0 {
+		t.Fatalf("a heartbeat in the term the group was claimed in: code %d", code)
+	}
+	c.claim("g", 7)
+	if code := hb(a); code != kerr.UnknownMemberID.Code {
+		t.Fatalf("a heartbeat from the previous term's member: code %d, want UNKNOWN_MEMBER_ID", code)
+	}
+	if _, ok := c.groups["g"]; ok {
+		t.Fatal("the group of an earlier term is still held")
+	}
+
+	b := member()
+	// A second member's join waits for b to rejoin.
+	resp, _ := join("")
+	_, wait := join(resp.MemberID)
+	c.release("g")
+	select {
+	case got := <-wait:
+		if got.ErrorCode != kerr.NotCoordinator.Code {
+			t.Fatalf("the waiting join answered code %d, want NOT_COORDINATOR", got.ErrorCode)
+		}
+	default:
+		t.Fatal("the waiting join is not answered by the release")
+	}
+	if code := hb(b); code != kerr.UnknownMemberID.Code {
+		t.Fatalf("a heartbeat after the release: code %d, want UNKNOWN_MEMBER_ID", code)
+	}
+}
