@@ -142,9 +142,7 @@ func (s *Server) coordinatorOf(ctx context.Context, group string) (b broker, ter
 		s.log.Debug("group coordinator: the coordinators' topic", "err", err)
 		return broker{}, 0, false
 	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(group))
-	lead, term, err := s.node.Cluster().LeaderTerm(ctx, t, h.Sum32()%uint32(n))
+	lead, term, err := s.node.Cluster().LeaderTerm(ctx, t, groupPartition(group, n))
 	if err != nil {
 		s.forgetCoordTopic(t, err)
 		return broker{}, 0, false
@@ -158,6 +156,58 @@ func (s *Server) coordinatorOf(ctx context.Context, group string) (b broker, ter
 		}
 	}
 	return broker{}, 0, false
+}
+
+// groupPartition is the coordinator partition of group, of n.
+func groupPartition(group string, n int) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(group))
+	return h.Sum32() % uint32(n)
+}
+
+// sweepGroups, in a cluster, releases the groups this listener holds but
+// no longer coordinates and claims the others in their partition's
+// current term, so that a group that moved is neither listed nor
+// described here, nor its members kept waiting, until a request for it
+// arrives. Each coordinator partition's leader is asked once; a partition
+// whose leader could not be asked is left as it is.
+func (s *Server) sweepGroups(ctx context.Context) {
+	if s.cfg.Brokers == nil {
+		return
+	}
+	names := s.groups.names()
+	if len(names) == 0 {
+		return
+	}
+	ctx, cancel := s.requestContext(ctx, 0)
+	defer cancel()
+	t, n, err := s.coordTopic(ctx)
+	if err != nil {
+		return
+	}
+	type leadership struct {
+		lead int32
+		term uint64
+		err  error
+	}
+	asked := map[uint32]leadership{}
+	for _, g := range names {
+		p := groupPartition(g, n)
+		l, ok := asked[p]
+		if !ok {
+			lead, term, err := s.node.Cluster().LeaderTerm(ctx, t, p)
+			l = leadership{int32(lead), term, err}
+			asked[p] = l
+		}
+		switch {
+		case l.err != nil:
+			s.forgetCoordTopic(t, l.err)
+		case l.lead == 0 || l.lead != s.cfg.BrokerID: // 0: an election under way
+			s.groups.release(g)
+		default:
+			s.groups.claim(g, l.term)
+		}
+	}
 }
 
 // coordinates reports whether this listener coordinates group now. A

@@ -110,6 +110,29 @@ func TestClusterCoordinatorMovesWhenItsNodeDies(t *testing.T) {
 	}
 	coord := c.agreedCoordinator(group)
 
+	// A listener holding a group it does not coordinate (it did before
+	// the partition's leadership moved) lets it go within a janitor tick:
+	// ListGroups there stops naming it.
+	other := coord%3 + 1
+	stale := kmsg.NewPtrJoinGroupRequest()
+	stale.Version, stale.Group, stale.MemberID, stale.ProtocolType = 9, group, "", "consumer"
+	stale.SessionTimeoutMillis, stale.RebalanceTimeoutMillis = 60_000, 60_000
+	stale.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range"}}
+	c.servers[other].groups.join(stale, "stale", "/127.0.0.1", time.Now())
+	r := dialRaw(t, c.brokers[other])
+	for listed := true; listed; {
+		listed = false
+		for _, g := range r.request(kmsg.NewPtrListGroupsRequest()).(*kmsg.ListGroupsResponse).Groups {
+			listed = listed || g.Group == group
+		}
+		if listed && ctx.Err() != nil {
+			t.Fatalf("listener %d still lists group %s, which %d coordinates", other, group, coord)
+		}
+		if listed {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+
 	d := &deliveries{before: map[string]int{}, after: map[string]int{}}
 	var stops []func()
 	for i := range 2 {

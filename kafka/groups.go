@@ -18,8 +18,9 @@ import (
 // protocol all of them support and a leader, the leader computes the
 // assignment (any assignor the clients share, cooperative-sticky
 // included) and the coordinator hands each member its share. Group
-// membership and generations live here, in the listener's memory: one
-// coordinator per listener, itself (FindCoordinator answers this broker).
+// membership and generations live here, in the listener's memory, for
+// the groups this listener coordinates: all of them on a single node, in
+// a cluster those whose coordinator partition its node leads (cluster.go).
 // Committed offsets do not: they are parkway's named consumer offsets
 // (the consumer's name is the group id), replicated and durable with the
 // partition, so a listener or node restart loses the groups' membership —
@@ -497,6 +498,17 @@ func (c *coordinator) tick(now time.Time) {
 	}
 }
 
+// names lists the groups held.
+func (c *coordinator) names() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.groups))
+	for name := range c.groups {
+		out = append(out, name)
+	}
+	return out
+}
+
 func (c *coordinator) list() []kmsg.ListGroupsResponseGroup {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -510,7 +522,8 @@ func (c *coordinator) list() []kmsg.ListGroupsResponseGroup {
 	return out
 }
 
-// runJanitor ticks the coordinator until ctx ends.
+// runJanitor ticks the coordinator until ctx ends and, in a cluster,
+// lets go of the groups that moved to another coordinator (sweepGroups).
 func (s *Server) runJanitor(ctx context.Context) {
 	t := time.NewTicker(janitorEvery)
 	defer t.Stop()
@@ -520,6 +533,7 @@ func (s *Server) runJanitor(ctx context.Context) {
 			return
 		case now := <-t.C:
 			s.groups.tick(now)
+			s.sweepGroups(ctx)
 		}
 	}
 }
