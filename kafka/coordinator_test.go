@@ -99,6 +99,8 @@ func (d *deliveries) distinct() int {
 // there; no record committed before the kill is polled again. (With the
 // coordinator a static hash of the group id over the configured brokers,
 // the survivors named the dead node for ever and the group stopped.)
+// Also: a listener that holds a group it does not coordinate lets it go,
+// and the internal topic is neither listed nor reachable by name.
 func TestClusterCoordinatorMovesWhenItsNodeDies(t *testing.T) {
 	c := startCluster(t)
 	ctx := ctxFor(t)
@@ -274,6 +276,17 @@ func TestClusterCoordinatorMovesWhenItsNodeDies(t *testing.T) {
 	}
 	if _, err := c.nodes[survivor].Topic(ctx, stream, coordinatorTopic); err != nil {
 		t.Errorf("the coordinators' topic in parkway: %v", err)
+	}
+	// Naming it is answered as for an unknown topic that cannot be
+	// created: no Kafka request reaches it.
+	mreq := kmsg.NewPtrMetadataRequest()
+	mreq.Version, mreq.AllowAutoTopicCreation = 12, true
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(coordinatorTopic)
+	mreq.Topics = append(mreq.Topics, mt)
+	mresp := dialRaw(t, c.brokers[survivor]).request(mreq).(*kmsg.MetadataResponse)
+	if got := mresp.Topics[0]; got.ErrorCode != kerr.InvalidTopicException.Code || len(got.Partitions) != 0 {
+		t.Errorf("Metadata of %s: error code %d, %d partitions; want INVALID_TOPIC_EXCEPTION and none", coordinatorTopic, got.ErrorCode, len(got.Partitions))
 	}
 }
 
