@@ -40,7 +40,7 @@ func (s *Server) dispatch(ctx context.Context, req kmsg.Request, p *pending, ses
 	case *kmsg.FetchRequest:
 		p.wait = func(ctx context.Context) kmsg.Response { return s.fetch(ctx, r) }
 	case *kmsg.FindCoordinatorRequest:
-		p.resp = s.findCoordinator(r)
+		p.resp = s.findCoordinator(ctx, r)
 	case *kmsg.JoinGroupRequest:
 		s.joinGroup(ctx, r, p.hdr.clientID, p.remote, p)
 	case *kmsg.SyncGroupRequest:

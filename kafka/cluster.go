@@ -2,6 +2,8 @@ package kafka
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"hash/fnv"
 	"math"
 	"net"
@@ -45,19 +47,183 @@ func (s *Server) brokerList() []broker {
 	return out
 }
 
-// coordinatorFor is the broker coordinating a group: a hash of its id over
-// the brokers, so every listener of a cluster names the same one and a
-// group's members meet at one coordinator.
-func (s *Server) coordinatorFor(group string) broker {
-	list := s.brokerList()
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(group))
-	return list[h.Sum32()%uint32(len(list))]
+// The coordinator of a consumer group, in a cluster, is the raft leader
+// of one partition of an internal topic of the listener's stream
+// (coordinatorTopic), chosen by a hash of the group id — as Kafka's is the
+// leader of a partition of __consumer_offsets. Raft elects at most one
+// leader per term and every node learns it, so once the cluster agrees
+// every listener names the same coordinator, and when its node dies the
+// partition elects another and the groups move with it. The topic holds
+// no records: only its leadership is used. Committed offsets are not
+// there but in parkway's named consumer offsets of the data partitions,
+// so a coordinator that moves loses only membership (members rejoin).
+const (
+	coordinatorTopic      = "__group_coordinators"
+	coordinatorPartitions = 8
+)
+
+// coordTopic returns the internal coordinator topic and its partition
+// count, creating the topic with the node's default replication when it
+// is missing (every listener may race to create it: one wins).
+func (s *Server) coordTopic(ctx context.Context) (parkway.Topic, int, error) {
+	s.coordMu.Lock()
+	t, n := s.coordT, s.coordN
+	s.coordMu.Unlock()
+	if n > 0 {
+		return t, n, nil
+	}
+	stream, err := s.topics.streamHandle(ctx)
+	if err != nil {
+		return parkway.Topic{}, 0, err
+	}
+	t, err = s.node.Topic(ctx, stream, coordinatorTopic)
+	if errors.Is(err, parkway.ErrTopicNotFound) {
+		t, err = s.node.Admin().CreateTopic(ctx, stream, coordinatorTopic, coordinatorPartitions)
+		if errors.Is(err, parkway.ErrTopicExists) {
+			t, err = s.node.Topic(ctx, stream, coordinatorTopic)
+		} else if err == nil {
+			s.log.Info("created the group coordinators' topic", "topic", coordinatorTopic, "partitions", coordinatorPartitions)
+		}
+	}
+	if err != nil {
+		s.forgetStream(stream, err)
+		return parkway.Topic{}, 0, err
+	}
+	info, err := s.node.Admin().TopicInfo(ctx, t)
+	if err != nil {
+		s.forgetStream(stream, err)
+		return parkway.Topic{}, 0, err
+	}
+	if info.Partitions <= 0 {
+		return parkway.Topic{}, 0, fmt.Errorf("kafka: %s has no partitions", coordinatorTopic)
+	}
+	s.coordMu.Lock()
+	s.coordT, s.coordN = t, info.Partitions
+	s.coordMu.Unlock()
+	return t, info.Partitions, nil
 }
 
-// isCoordinator reports whether this listener coordinates group.
-func (s *Server) isCoordinator(group string) bool {
-	return s.cfg.Brokers == nil || s.coordinatorFor(group).id == s.cfg.BrokerID
+// forgetStream drops the cached stream handle when err says the stream
+// went (the next call recreates it).
+func (s *Server) forgetStream(stream parkway.Stream, err error) {
+	if errors.Is(err, parkway.ErrStreamNotFound) {
+		s.topics.forget(parkway.Topic{Stream: stream}, err)
+	}
+}
+
+// forgetCoordTopic drops the cached coordinator topic when err says its
+// incarnation (or its stream) is gone.
+func (s *Server) forgetCoordTopic(t parkway.Topic, err error) {
+	if !errors.Is(err, parkway.ErrTopicNotFound) && !errors.Is(err, parkway.ErrStreamNotFound) {
+		return
+	}
+	s.coordMu.Lock()
+	if s.coordT == t {
+		s.coordT, s.coordN = parkway.Topic{}, 0
+	}
+	s.coordMu.Unlock()
+	s.forgetStream(t.Stream, err)
+}
+
+// coordinatorOf is the broker coordinating group and the raft term of
+// its coordinator partition's leader. On a single node it is this
+// listener (term 0); in a cluster ok is false while no leader is known
+// (the topic being created, an election under way) or the leader has no
+// listener in Config.Brokers.
+func (s *Server) coordinatorOf(ctx context.Context, group string) (b broker, term uint64, ok bool) {
+	if s.cfg.Brokers == nil {
+		host, port := s.advertisedAddr()
+		return broker{s.cfg.BrokerID, host, port}, 0, true
+	}
+	ctx, cancel := s.requestContext(ctx, 0)
+	defer cancel()
+	t, n, err := s.coordTopic(ctx)
+	if err != nil {
+		s.log.Debug("group coordinator: the coordinators' topic", "err", err)
+		return broker{}, 0, false
+	}
+	lead, term, err := s.node.Cluster().LeaderTerm(ctx, t, groupPartition(group, n))
+	if err != nil {
+		s.forgetCoordTopic(t, err)
+		return broker{}, 0, false
+	}
+	if lead == 0 {
+		return broker{}, 0, false
+	}
+	for _, b := range s.brokerList() {
+		if b.id == int32(lead) {
+			return b, term, true
+		}
+	}
+	return broker{}, 0, false
+}
+
+// groupPartition is the coordinator partition of group, of n.
+func groupPartition(group string, n int) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(group))
+	return h.Sum32() % uint32(n)
+}
+
+// sweepGroups, in a cluster, releases the groups this listener holds but
+// no longer coordinates and claims the others in their partition's
+// current term, so that a group that moved is neither listed nor
+// described here, nor its members kept waiting, until a request for it
+// arrives. Each coordinator partition's leader is asked once; a partition
+// whose leader could not be asked is left as it is.
+func (s *Server) sweepGroups(ctx context.Context) {
+	if s.cfg.Brokers == nil {
+		return
+	}
+	names := s.groups.names()
+	if len(names) == 0 {
+		return
+	}
+	ctx, cancel := s.requestContext(ctx, 0)
+	defer cancel()
+	t, n, err := s.coordTopic(ctx)
+	if err != nil {
+		return
+	}
+	type leadership struct {
+		lead int32
+		term uint64
+		err  error
+	}
+	asked := map[uint32]leadership{}
+	for _, g := range names {
+		p := groupPartition(g, n)
+		l, ok := asked[p]
+		if !ok {
+			lead, term, err := s.node.Cluster().LeaderTerm(ctx, t, p)
+			l = leadership{int32(lead), term, err}
+			asked[p] = l
+		}
+		switch {
+		case l.err != nil:
+			s.forgetCoordTopic(t, l.err)
+		case l.lead == 0 || l.lead != s.cfg.BrokerID: // 0: an election under way
+			s.groups.release(g)
+		default:
+			s.groups.claim(g, l.term)
+		}
+	}
+}
+
+// coordinates reports whether this listener coordinates group now. A
+// listener that does claims the group at the coordinator partition's
+// term: membership it kept from an earlier term, when it led before and
+// another node coordinated in between, is dropped, so a coordinator
+// starts every term with empty membership. One that does not drops the
+// group's membership, answering its waiting members NOT_COORDINATOR.
+func (s *Server) coordinates(ctx context.Context, group string) bool {
+	b, term, ok := s.coordinatorOf(ctx, group)
+	if !ok || b.id != s.cfg.BrokerID {
+		s.groups.release(group)
+		return false
+	}
+	s.groups.claim(group, term)
+	return true
 }
 
 // partitionsOf describes a topic's partitions: on a single node this

@@ -52,7 +52,9 @@ type Config struct {
 	// every node's listener by broker id, this node's included: Metadata
 	// then announces every node as a broker, each partition's raft leader
 	// as its leader and its placement as its replicas, and each consumer
-	// group's coordinator is one of them, chosen by the group id. Nil on a
+	// group's coordinator is the one whose node leads the group's
+	// partition of the internal topic __group_coordinators (created in
+	// Stream when missing), so it moves when that node dies. Nil on a
 	// single node: this listener is the only broker.
 	Brokers map[int32]string
 	// ClusterID is the Kafka cluster id announced in Metadata (default
@@ -60,7 +62,9 @@ type Config struct {
 	ClusterID string
 
 	// Stream is the parkway stream holding the Kafka topics, created when
-	// missing (default "kafka").
+	// missing (default "kafka"). In a cluster it also holds the internal
+	// topic __group_coordinators (see Brokers), which Kafka clients do not
+	// see.
 	Stream string
 	// DisableAutoCreate turns off Kafka's auto.create.topics.enable: by
 	// default a produce to, or a Metadata request that allows creation

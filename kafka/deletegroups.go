@@ -87,7 +87,7 @@ func (s *Server) groupDeleteGate(ctx context.Context, group string) int16 {
 		return kerr.InvalidGroupID.Code
 	case !s.allowed(ctx, OpDelete, ResourceGroup, group):
 		return kerr.GroupAuthorizationFailed.Code
-	case !s.isCoordinator(group):
+	case !s.coordinates(ctx, group):
 		return kerr.NotCoordinator.Code
 	}
 	return 0

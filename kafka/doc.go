@@ -25,8 +25,8 @@
 //
 // A consumer group's committed offsets are parkway's named consumer
 // offsets of the group id (replicated and durable with the partition);
-// the group's membership and generations are the listener's coordinator's,
-// in memory. An idempotent producer's batches are deduplicated in the
+// the group's membership and generations are its coordinator's, in
+// memory. An idempotent producer's batches are deduplicated in the
 // partition's replicated window (Node.ProduceAsyncIdempotent), so a retry after
 // a leader change applies once. In a cluster a listener does not refuse a
 // sequence it did not expect as out of order unless a batch failed at it
@@ -44,8 +44,17 @@
 //
 // In a cluster every node runs a listener; Config.Brokers names them all,
 // so Metadata points clients at each partition's raft leader (a node
-// holding no replica of a partition asks a replica) and every listener
-// names the same coordinator for a group. A partition's leader epoch
+// holding no replica of a partition asks a replica). A group's
+// coordinator is the listener of the raft leader of one partition, chosen
+// by a hash of the group id, of the internal topic __group_coordinators
+// in Config.Stream — created by the first listener that needs it with
+// the node's default replication, holding no records, hidden from Kafka
+// clients — so every listener names the same coordinator once the
+// cluster agrees on that leader (COORDINATOR_NOT_AVAILABLE until then),
+// and the coordinator moves when its node dies. A listener that no
+// longer coordinates a group answers NOT_COORDINATOR and drops its
+// membership, and a new coordinator starts the group empty: members
+// rejoin and resume from their committed offsets. A partition's leader epoch
 // (KIP-320) is its raft group's term: Fetch, ListOffsets and
 // OffsetForLeaderEpoch fence a stale one.
 //

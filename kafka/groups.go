@@ -18,8 +18,9 @@ import (
 // protocol all of them support and a leader, the leader computes the
 // assignment (any assignor the clients share, cooperative-sticky
 // included) and the coordinator hands each member its share. Group
-// membership and generations live here, in the listener's memory: one
-// coordinator per listener, itself (FindCoordinator answers this broker).
+// membership and generations live here, in the listener's memory, for
+// the groups this listener coordinates: all of them on a single node, in
+// a cluster those whose coordinator partition its node leads (cluster.go).
 // Committed offsets do not: they are parkway's named consumer offsets
 // (the consumer's name is the group id), replicated and durable with the
 // partition, so a listener or node restart loses the groups' membership —
@@ -77,6 +78,10 @@ type group struct {
 	order        []string             // member ids in join order: the first is the leader when one is needed
 	pending      map[string]time.Time // ids handed out with MEMBER_ID_REQUIRED, until their join
 	deadline     time.Time            // of the rebalance under way
+	// term is the raft term of the coordinator partition's leadership
+	// under which this listener holds the group (0 until a request
+	// confirmed it, and always on a single node): see claim.
+	term uint64
 }
 
 type coordinator struct {
@@ -421,6 +426,49 @@ func (c *coordinator) commitCheck(groupID, memberID string, generation int32) in
 	return code
 }
 
+// claim records that this listener coordinates group under term. A group
+// held from another term is dropped first: this listener led the
+// coordinator partition before, another node coordinated the group in
+// between, and the members, generations and assignments kept here are
+// stale. The group starts anew, empty; its members rejoin.
+func (c *coordinator) claim(groupID string, term uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g, ok := c.groups[groupID]
+	switch {
+	case !ok:
+	case g.term == 0:
+		g.term = term
+	case g.term != term:
+		c.drop(g)
+	}
+}
+
+// release drops group's membership: this listener no longer coordinates
+// it, and the members waiting for a join or sync answer are told
+// NOT_COORDINATOR, so they find the new coordinator.
+func (c *coordinator) release(groupID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if g, ok := c.groups[groupID]; ok {
+		c.drop(g)
+	}
+}
+
+func (c *coordinator) drop(g *group) {
+	for _, m := range g.members {
+		if m.join != nil {
+			m.join <- &kmsg.JoinGroupResponse{ErrorCode: kerr.NotCoordinator.Code, Generation: -1}
+			m.join = nil
+		}
+		if m.sync != nil {
+			m.sync <- syncAnswer{code: kerr.NotCoordinator.Code}
+			m.sync = nil
+		}
+	}
+	delete(c.groups, g.name)
+}
+
 // tick expires lapsed sessions and ends rebalances past their deadline.
 func (c *coordinator) tick(now time.Time) {
 	c.mu.Lock()
@@ -450,6 +498,17 @@ func (c *coordinator) tick(now time.Time) {
 	}
 }
 
+// names lists the groups held.
+func (c *coordinator) names() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.groups))
+	for name := range c.groups {
+		out = append(out, name)
+	}
+	return out
+}
+
 func (c *coordinator) list() []kmsg.ListGroupsResponseGroup {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -463,7 +522,8 @@ func (c *coordinator) list() []kmsg.ListGroupsResponseGroup {
 	return out
 }
 
-// runJanitor ticks the coordinator until ctx ends.
+// runJanitor ticks the coordinator until ctx ends and, in a cluster,
+// lets go of the groups that moved to another coordinator (sweepGroups).
 func (s *Server) runJanitor(ctx context.Context) {
 	t := time.NewTicker(janitorEvery)
 	defer t.Stop()
@@ -473,6 +533,7 @@ func (s *Server) runJanitor(ctx context.Context) {
 			return
 		case now := <-t.C:
 			s.groups.tick(now)
+			s.sweepGroups(ctx)
 		}
 	}
 }

@@ -17,7 +17,7 @@ func (s *Server) groupGate(ctx context.Context, group string) int16 {
 	if !s.allowed(ctx, OpRead, ResourceGroup, group) {
 		return kerr.GroupAuthorizationFailed.Code
 	}
-	if !s.isCoordinator(group) {
+	if !s.coordinates(ctx, group) {
 		return kerr.NotCoordinator.Code
 	}
 	return 0
@@ -29,34 +29,43 @@ const (
 	coordinatorTransaction = 1
 )
 
-// findCoordinator answers this broker for every group; transactions are
-// not supported.
-func (s *Server) findCoordinator(r *kmsg.FindCoordinatorRequest) kmsg.Response {
+// findCoordinator answers each group's coordinator (coordinatorOf):
+// this broker on a single node; in a cluster the current leader of the
+// group's coordinator partition, or COORDINATOR_NOT_AVAILABLE while none
+// is known, which clients retry. Transactions are not supported.
+func (s *Server) findCoordinator(ctx context.Context, r *kmsg.FindCoordinatorRequest) kmsg.Response {
+	ctx, cancel := s.requestContext(ctx, 0)
+	defer cancel()
 	resp := r.ResponseKind().(*kmsg.FindCoordinatorResponse)
-	answer := func(key string) (int16, *string) {
+	answer := func(key string) (broker, int16, *string) {
 		switch {
 		case r.CoordinatorType == coordinatorTransaction:
 			msg := "transactions are not supported"
-			return s.code(kmsg.FindCoordinator, kerr.TransactionalIDAuthorizationFailed.Code), &msg
+			return broker{id: -1}, s.code(kmsg.FindCoordinator, kerr.TransactionalIDAuthorizationFailed.Code), &msg
 		case r.CoordinatorType != coordinatorGroup:
 			msg := "unknown coordinator type"
-			return s.code(kmsg.FindCoordinator, kerr.InvalidRequest.Code), &msg
+			return broker{id: -1}, s.code(kmsg.FindCoordinator, kerr.InvalidRequest.Code), &msg
 		case !validGroupID(key):
-			return s.code(kmsg.FindCoordinator, kerr.InvalidGroupID.Code), nil
+			return broker{id: -1}, s.code(kmsg.FindCoordinator, kerr.InvalidGroupID.Code), nil
 		}
-		return 0, nil
+		b, _, ok := s.coordinatorOf(ctx, key)
+		if !ok {
+			msg := "no coordinator is known yet: an election is under way"
+			return broker{id: -1}, s.code(kmsg.FindCoordinator, kerr.CoordinatorNotAvailable.Code), &msg
+		}
+		return b, 0, nil
 	}
 	if r.Version < 4 {
-		resp.ErrorCode, resp.ErrorMessage = answer(r.CoordinatorKey)
-		b := s.coordinatorFor(r.CoordinatorKey)
+		var b broker
+		b, resp.ErrorCode, resp.ErrorMessage = answer(r.CoordinatorKey)
 		resp.NodeID, resp.Host, resp.Port = b.id, b.host, b.port
 		return resp
 	}
 	for _, key := range r.CoordinatorKeys {
 		c := kmsg.NewFindCoordinatorResponseCoordinator()
-		b := s.coordinatorFor(key)
+		var b broker
+		b, c.ErrorCode, c.ErrorMessage = answer(key)
 		c.Key, c.NodeID, c.Host, c.Port = key, b.id, b.host, b.port
-		c.ErrorCode, c.ErrorMessage = answer(key)
 		resp.Coordinators = append(resp.Coordinators, c)
 	}
 	return resp

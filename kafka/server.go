@@ -30,6 +30,12 @@ type Server struct {
 	topics  *topicCache
 	pids    *producers
 	groups  *coordinator
+	// coordMu guards the cached handle and partition count of the
+	// internal topic whose partitions' leaders coordinate the groups (in
+	// a cluster; cluster.go).
+	coordMu sync.Mutex
+	coordT  parkway.Topic
+	coordN  int
 	// sessions are the fetch sessions (KIP-227) of every connection.
 	sessions *fetchSessions
 	// bufs recycles the large buffers of fetch responses; inflateBufs

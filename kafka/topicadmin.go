@@ -113,7 +113,7 @@ func (s *Server) describeGroups(ctx context.Context, r *kmsg.DescribeGroupsReque
 			resp.Groups = append(resp.Groups, dg)
 			continue
 		}
-		if !s.isCoordinator(name) {
+		if !s.coordinates(ctx, name) {
 			dg.ErrorCode = s.code(kmsg.DescribeGroups, kerr.NotCoordinator.Code)
 			resp.Groups = append(resp.Groups, dg)
 			continue

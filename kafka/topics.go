@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/parkway-io/parkway"
@@ -112,6 +113,9 @@ func (c *topicCache) lookup(ctx context.Context, name string) (parkway.Topic, er
 
 // lookupFresh reads the topic from the metadata, bypassing the cache.
 func (c *topicCache) lookupFresh(ctx context.Context, name string) (parkway.Topic, error) {
+	if name == coordinatorTopic { // internal: no Kafka client sees it
+		return parkway.Topic{}, fmt.Errorf("%w: %q", parkway.ErrTopicNotFound, name)
+	}
 	s, err := c.streamHandle(ctx)
 	if err != nil {
 		return parkway.Topic{}, err
@@ -168,6 +172,7 @@ func (c *topicCache) all(ctx context.Context) ([]parkway.Topic, error) {
 	if err != nil {
 		return nil, err
 	}
+	ts = slices.DeleteFunc(ts, func(t parkway.Topic) bool { return t.Name == coordinatorTopic })
 	for _, t := range ts {
 		c.remember(t)
 	}
@@ -177,6 +182,9 @@ func (c *topicCache) all(ctx context.Context) ([]parkway.Topic, error) {
 // create creates a topic; one that exists already is returned as
 // parkway.ErrTopicExists.
 func (c *topicCache) create(ctx context.Context, name string, partitions int, opts ...parkway.TopicOption) (parkway.Topic, error) {
+	if name == coordinatorTopic {
+		return parkway.Topic{}, fmt.Errorf("%w: %q is the listener's internal topic", parkway.ErrInvalidName, name)
+	}
 	s, err := c.streamHandle(ctx)
 	if err != nil {
 		return parkway.Topic{}, err
