@@ -69,42 +69,42 @@ type heldGroup struct {
 }
 
 // electionTicks is the groups' election timeout in ticks.
-func (s *Shard) electionTicks() int64 {
-	if t := s.cfg.Replication.ElectionTicks; t > 0 {
+func (rg *raftGroups) electionTicks() int64 {
+	if t := rg.cfg.ElectionTicks; t > 0 {
 		return int64(t)
 	}
 	return 10 // replica's default
 }
 
 // live reports whether o is still this shard's group of its namespace.
-func (s *Shard) live(o *owned) bool {
-	return o.rep.grp != nil && s.replicated[o.p.Namespace()] == o
+func (rg *raftGroups) live(o *owned) bool {
+	return o.rep.grp != nil && rg.replicated[o.p.Namespace()] == o
 }
 
 // electionRoom reports whether a new group this node should lead may
 // campaign at once (nothing queued, room in flight).
-func (s *Shard) electionRoom() bool {
-	return !s.cfg.Replication.Quiesce || (len(s.q.campaign) == 0 && len(s.q.inflight) < campaignsInFlight)
+func (rg *raftGroups) electionRoom() bool {
+	return !rg.cfg.Quiesce || (len(rg.q.campaign) == 0 && len(rg.q.inflight) < campaignsInFlight)
 }
 
 // admitNew settles how a new group gets its first leader: campaigned is
 // whether it stood for election already; elect whether this node should.
-func (s *Shard) admitNew(o *owned, elect, campaigned bool) {
-	if !s.cfg.Replication.Quiesce {
+func (rg *raftGroups) admitNew(o *owned, elect, campaigned bool) {
+	if !rg.cfg.Quiesce {
 		return
 	}
 	o.rep.held, o.rep.queued = false, false // a rebuilt group's earlier state
 	switch {
 	case campaigned:
-		s.inflight(o)
+		rg.inflight(o)
 	case elect:
-		s.queueCampaign(o)
-	case !s.q.down.Live(s.preferred(o)):
+		rg.queueCampaign(o)
+	case !rg.q.down.Live(rg.preferred(o)):
 		// The member that should campaign is already dead.
-		if s.campaigner(o) == s.cfg.Replication.Node {
-			s.queueCampaign(o)
+		if rg.campaigner(o) == rg.cfg.Node {
+			rg.queueCampaign(o)
 		} else {
-			s.hold(o)
+			rg.hold(o)
 		}
 	case o.rep.catchup == nil && o.rep.grp.Term() <= 1:
 		// A group that never saw an election (a new one starts at term
@@ -113,30 +113,30 @@ func (s *Shard) admitNew(o *owned, elect, campaigned bool) {
 		// ticking as before: its log may be ahead of the preferred
 		// leader's, which then cannot win, and only its own election
 		// timer would elect one that can.
-		s.hold(o)
+		rg.hold(o)
 	}
 }
 
 // queueCampaign queues an election in o's group; it waits unticked.
-func (s *Shard) queueCampaign(o *owned) {
+func (rg *raftGroups) queueCampaign(o *owned) {
 	o.rep.held = true
 	if o.rep.queued {
 		return
 	}
 	o.rep.queued = true
-	s.q.campaign = append(s.q.campaign, o)
-	s.armTick()
+	rg.q.campaign = append(rg.q.campaign, o)
+	rg.armTick()
 }
 
 // hold stops ticking o's group until a peer's message gives it a leader
 // (or holdTimeouts pass).
-func (s *Shard) hold(o *owned) {
+func (rg *raftGroups) hold(o *owned) {
 	if o.rep.held {
 		return // held already, or queued for an election
 	}
 	o.rep.held = true
-	s.q.held = append(s.q.held, heldGroup{o: o, since: s.q.ticks})
-	s.armTick()
+	rg.q.held = append(rg.q.held, heldGroup{o: o, since: rg.q.ticks})
+	rg.armTick()
 }
 
 // unhold ticks o's group again once it has a leader (a peer's message
@@ -154,100 +154,100 @@ func (r *replicated) unhold() {
 // node queues an election if it is the group's campaigner, and holds the
 // group otherwise. Without Replication.Quiesce the group stays awake, and
 // its election timer is the fallback.
-func (s *Shard) electAfterDeath(o *owned) {
-	mine := s.campaigner(o) == s.cfg.Replication.Node
+func (rg *raftGroups) electAfterDeath(o *owned) {
+	mine := rg.campaigner(o) == rg.cfg.Node
 	switch {
-	case !s.cfg.Replication.Quiesce:
+	case !rg.cfg.Quiesce:
 		if mine {
-			s.q.campaign = append(s.q.campaign, o)
+			rg.q.campaign = append(rg.q.campaign, o)
 		}
 	case mine:
-		s.queueCampaign(o)
+		rg.queueCampaign(o)
 	default:
-		s.hold(o)
+		rg.hold(o)
 	}
 }
 
 // inflight records an election started in o's group.
-func (s *Shard) inflight(o *owned) {
+func (rg *raftGroups) inflight(o *owned) {
 	o.rep.held = false
-	o.rep.campaignAt = s.q.ticks
-	s.q.inflight = append(s.q.inflight, o)
+	o.rep.campaignAt = rg.q.ticks
+	rg.q.inflight = append(rg.q.inflight, o)
 }
 
 // electionsPending reports whether the shard must keep ticking for the
 // elections it queued or holds, even with no group awake.
-func (s *Shard) electionsPending() bool {
-	return len(s.q.campaign) > 0 || len(s.q.held) > 0 || len(s.q.inflight) > 0
+func (rg *raftGroups) electionsPending() bool {
+	return len(rg.q.campaign) > 0 || len(rg.q.held) > 0 || len(rg.q.inflight) > 0
 }
 
 // campaignDue runs on every raft tick: it retires the elections that
 // found a leader (or ran out of patience), releases the held groups
 // that waited too long, and starts queued elections while there is room.
-func (s *Shard) campaignDue() {
-	s.q.ticks++
-	if !s.cfg.Replication.Quiesce {
-		s.campaignDueTicked()
+func (rg *raftGroups) campaignDue() {
+	rg.q.ticks++
+	if !rg.cfg.Quiesce {
+		rg.campaignDueTicked()
 		return
 	}
-	patience := campaignPatienceTimeouts * s.electionTicks()
-	kept := s.q.inflight[:0]
-	for _, o := range s.q.inflight {
-		if !s.live(o) {
+	patience := campaignPatienceTimeouts * rg.electionTicks()
+	kept := rg.q.inflight[:0]
+	for _, o := range rg.q.inflight {
+		if !rg.live(o) {
 			continue // gone
 		}
-		age := s.q.ticks - o.rep.campaignAt
+		age := rg.q.ticks - o.rep.campaignAt
 		switch lead := o.rep.grp.Leader(); {
-		case lead != 0 && lead != s.cfg.Replication.Node:
+		case lead != 0 && lead != rg.cfg.Node:
 			// Another member won: its leader brings the group up.
 		case lead == 0 && age >= patience:
-			s.queueCampaign(o) // its followers may not be there yet
-		case lead != 0 && (!s.q.awake.Has(o.p.Namespace(), o) || age >= settleTimeouts*s.electionTicks()):
+			rg.queueCampaign(o) // its followers may not be there yet
+		case lead != 0 && (!rg.q.awake.Has(o.p.Namespace(), o) || age >= settleTimeouts*rg.electionTicks()):
 			// Won and quiesced; or won long ago, and a follower is
 			// still missing: it leaves its place to the next one.
 		default:
 			kept = append(kept, o)
 		}
 	}
-	clear(s.q.inflight[len(kept):])
-	s.q.inflight = kept
+	clear(rg.q.inflight[len(kept):])
+	rg.q.inflight = kept
 
-	hold := holdTimeouts * s.electionTicks()
-	for len(s.q.held) > 0 {
-		h := s.q.held[0]
+	hold := holdTimeouts * rg.electionTicks()
+	for len(rg.q.held) > 0 {
+		h := rg.q.held[0]
 		h.o.rep.unhold()
-		if h.o.rep.held && s.live(h.o) && s.q.ticks-h.since < hold {
+		if h.o.rep.held && rg.live(h.o) && rg.q.ticks-h.since < hold {
 			break // the oldest hold has not expired yet
 		}
-		s.q.held[0] = heldGroup{}
-		s.q.held = s.q.held[1:]
-		if h.o.rep.held && s.live(h.o) && !h.o.rep.queued {
+		rg.q.held[0] = heldGroup{}
+		rg.q.held = rg.q.held[1:]
+		if h.o.rep.held && rg.live(h.o) && !h.o.rep.queued {
 			h.o.rep.held = false
-			s.queueCampaign(h.o) // nobody contacted it: stand itself
+			rg.queueCampaign(h.o) // nobody contacted it: stand itself
 		}
 	}
-	if len(s.q.held) == 0 {
-		s.q.held = nil
+	if len(rg.q.held) == 0 {
+		rg.q.held = nil
 	}
 
-	for len(s.q.campaign) > 0 && len(s.q.inflight) < campaignsInFlight {
-		o := s.q.campaign[0]
-		s.q.campaign[0] = nil
-		s.q.campaign = s.q.campaign[1:]
+	for len(rg.q.campaign) > 0 && len(rg.q.inflight) < campaignsInFlight {
+		o := rg.q.campaign[0]
+		rg.q.campaign[0] = nil
+		rg.q.campaign = rg.q.campaign[1:]
 		o.rep.queued = false
-		if !s.live(o) || o.rep.grp.Leader() != 0 {
+		if !rg.live(o) || o.rep.grp.Leader() != 0 {
 			o.rep.unhold()
 			continue // gone, or another member won meanwhile
 		}
 		if err := o.rep.grp.Campaign(); err != nil {
-			s.failGroup(o, err)
+			rg.failGroup(o, err)
 			continue
 		}
-		s.inflight(o)
-		s.markReady(o)
+		rg.inflight(o)
+		rg.markReady(o)
 	}
-	if len(s.q.campaign) == 0 {
-		s.q.campaign = nil
+	if len(rg.q.campaign) == 0 {
+		rg.q.campaign = nil
 	}
 }
 
@@ -256,24 +256,24 @@ func (s *Shard) campaignDue() {
 // awake, and campaignsPerTick bounds the elections started per tick. A
 // group that found a leader meanwhile (another member won), or is gone,
 // is skipped.
-func (s *Shard) campaignDueTicked() {
+func (rg *raftGroups) campaignDueTicked() {
 	n := 0
-	for len(s.q.campaign) > 0 && n < campaignsPerTick {
-		o := s.q.campaign[0]
-		s.q.campaign[0] = nil
-		s.q.campaign = s.q.campaign[1:]
-		if !s.live(o) || o.rep.grp.Leader() != 0 {
+	for len(rg.q.campaign) > 0 && n < campaignsPerTick {
+		o := rg.q.campaign[0]
+		rg.q.campaign[0] = nil
+		rg.q.campaign = rg.q.campaign[1:]
+		if !rg.live(o) || o.rep.grp.Leader() != 0 {
 			continue
 		}
 		n++
 		if err := o.rep.grp.Campaign(); err != nil {
-			s.failGroup(o, err)
+			rg.failGroup(o, err)
 			continue
 		}
-		s.markReady(o)
+		rg.markReady(o)
 	}
-	if len(s.q.campaign) == 0 {
-		s.q.campaign = nil
+	if len(rg.q.campaign) == 0 {
+		rg.q.campaign = nil
 	}
 }
 
@@ -294,12 +294,12 @@ const ticksPerRound = 256
 // with Replication.Quiesce and more than ticksPerRound awake, the next
 // ticksPerRound of them in turn. It is a copy, for tickRaft to go through
 // while ticking changes the set.
-func (s *Shard) tickList() []*owned {
+func (rg *raftGroups) tickList() []*owned {
 	budget := 0
-	if s.cfg.Replication.Quiesce {
+	if rg.cfg.Quiesce {
 		budget = ticksPerRound
 	}
-	return s.q.awake.Turn(budget)
+	return rg.q.awake.Turn(budget)
 }
 
 // keepActive runs before each tick of an awake group: with
@@ -310,14 +310,14 @@ func (s *Shard) tickList() []*owned {
 // windows. A leader whose followers' answers are merely late keeps
 // leading; one cut off from a majority steps down once liveness declares
 // the majority dead.
-func (s *Shard) keepActive(o *owned) error {
-	if !s.cfg.Replication.Quiesce {
+func (rg *raftGroups) keepActive(o *owned) error {
+	if !rg.cfg.Quiesce {
 		return nil
 	}
-	if every := max(s.electionTicks()/2, 1); int64(o.rep.quiet.AwakeTicks())%every != 0 {
+	if every := max(rg.electionTicks()/2, 1); int64(o.rep.quiet.AwakeTicks())%every != 0 {
 		return nil
 	}
-	return o.rep.grp.KeepActive(s.q.down.Live)
+	return o.rep.grp.KeepActive(rg.q.down.Live)
 }
 
 // standAgainstBehind runs before a peer's message is stepped: a held
@@ -328,14 +328,14 @@ func (s *Shard) keepActive(o *owned) error {
 // a member that rebuilt its partition empty after the others agreed on
 // a log. Left held, this member would wait out holdTimeouts (10 s at the
 // default tick) while the group has no leader.
-func (s *Shard) standAgainstBehind(o *owned, m *raftpb.Message) {
-	if !s.cfg.Replication.Quiesce || !o.rep.held || o.rep.queued {
+func (rg *raftGroups) standAgainstBehind(o *owned, m *raftpb.Message) {
+	if !rg.cfg.Quiesce || !o.rep.held || o.rep.queued {
 		return
 	}
 	if t := m.GetType(); t != raftpb.MsgPreVote && t != raftpb.MsgVote {
 		return
 	}
 	if o.rep.grp.Leader() == 0 && o.rep.grp.LogAhead(m.GetLogTerm(), m.GetIndex()) {
-		s.queueCampaign(o)
+		rg.queueCampaign(o)
 	}
 }

@@ -26,12 +26,12 @@ func newQuiescedReplNet(t *testing.T, count int) (*replNet, []metadata.Namespace
 // tickOnly runs one raft tick on every node without delivering anything.
 func (n *replNet) tickOnly() {
 	for id := uint64(1); id <= 3; id++ {
-		n.shard(id).tickRaft()
+		n.shard(id).rg.tickRaft()
 	}
 }
 
 // awake counts the groups a node's shard ticks.
-func (n *replNet) awake(id uint64) int { return n.shard(id).q.awake.Len() }
+func (n *replNet) awake(id uint64) int { return n.shard(id).rg.q.awake.Len() }
 
 // led counts the groups of nss whose leader is their preferred one, as
 // that leader sees it, and the groups with no leader anywhere.
@@ -63,7 +63,7 @@ func TestManyNewGroupsElectInBoundedBatches(t *testing.T) {
 	n.tickOnly()
 	for id := uint64(1); id <= 3; id++ {
 		s := n.shard(id)
-		if got := len(s.q.inflight); got > campaignsInFlight {
+		if got := len(s.rg.q.inflight); got > campaignsInFlight {
 			t.Fatalf("node %d: %d elections under way, want at most %d", id, got, campaignsInFlight)
 		}
 		if got := n.awake(id); got > campaignsInFlight {
@@ -98,8 +98,8 @@ func TestDeadLeadersGroupsElectInBoundedBatches(t *testing.T) {
 		}
 	}
 	for range 400 {
-		if n.awake(1)+n.awake(2)+n.awake(3) == 0 && !n.shard(1).electionsPending() &&
-			!n.shard(2).electionsPending() && !n.shard(3).electionsPending() {
+		if n.awake(1)+n.awake(2)+n.awake(3) == 0 && !n.shard(1).rg.electionsPending() &&
+			!n.shard(2).rg.electionsPending() && !n.shard(3).rg.electionsPending() {
 			break
 		}
 		n.tick(1)
@@ -119,7 +119,7 @@ func TestDeadLeadersGroupsElectInBoundedBatches(t *testing.T) {
 
 	n.cut[3] = true
 	for id := uint64(1); id <= 2; id++ {
-		n.shard(id).setPeerLive(3, false)
+		n.shard(id).rg.setPeerLive(3, false)
 	}
 	n.tickOnly()
 	for id := uint64(1); id <= 2; id++ {
@@ -138,7 +138,7 @@ func TestDeadLeadersGroupsElectInBoundedBatches(t *testing.T) {
 	}
 	for _, ns := range ledBy3 {
 		o := n.shard(1).owned[ns]
-		if want := n.shard(1).campaigner(o); n.leaderAmong(ns, 3) != want {
+		if want := n.shard(1).rg.campaigner(o); n.leaderAmong(ns, 3) != want {
 			t.Fatalf("group %v led by node %d, want its campaigner %d", ns, n.leaderAmong(ns, 3), want)
 		}
 	}
@@ -159,14 +159,14 @@ func (n *replNet) leaderless(nss []metadata.Namespace) int {
 // ticksPerRound a tick, so each group's raft clock slows by the ratio
 // instead of the shard falling behind.
 func TestTicksTakeTurnsPastTheBudget(t *testing.T) {
-	s := &Shard{cfg: Config{Replication: &Replication{Quiesce: true}}}
+	rg := &raftGroups{cfg: &Replication{Quiesce: true}}
 	const awake = ticksPerRound + ticksPerRound/2
 	for i := range awake {
-		s.q.awake.Add(metadata.Namespace(i), &owned{})
+		rg.q.awake.Add(metadata.Namespace(i), &owned{})
 	}
 	seen := make(map[*owned]int)
 	for range 2 {
-		list := s.tickList()
+		list := rg.tickList()
 		if len(list) != ticksPerRound {
 			t.Fatalf("a tick ticks %d of %d awake groups, want %d", len(list), awake, ticksPerRound)
 		}
@@ -211,15 +211,15 @@ func TestLeaderWithLateFollowersKeepsLeadingUntilLivenessSaysDead(t *testing.T) 
 	s := n.shard(lead)
 	c := produce(ns, "late")
 	s.handle(c.f)
-	s.flushProposals()
-	n.tick(20 * int(s.electionTicks()))
+	s.rg.flushProposals()
+	n.tick(20 * int(s.rg.electionTicks()))
 	if !s.owned[ns].rep.grp.IsLeader() {
 		t.Fatalf("node %d stepped down while its followers were alive, merely silent", lead)
 	}
 	for _, id := range others {
-		s.setPeerLive(id, false)
+		s.rg.setPeerLive(id, false)
 	}
-	n.tick(3 * int(s.electionTicks()))
+	n.tick(3 * int(s.rg.electionTicks()))
 	if s.owned[ns].rep.grp.IsLeader() {
 		t.Fatalf("node %d still leads after liveness declared both followers dead", lead)
 	}
@@ -248,9 +248,9 @@ func TestHeldMemberStandsAgainstCampaignerThatIsBehind(t *testing.T) {
 	}
 	// Which survivor campaigns once the leader dies.
 	s := n.shard(lead%3 + 1)
-	s.q.down.Set(lead, false)
-	camp := s.campaigner(s.owned[ns])
-	s.q.down.Set(lead, true)
+	s.rg.q.down.Set(lead, false)
+	camp := s.rg.campaigner(s.owned[ns])
+	s.rg.q.down.Set(lead, true)
 	other := 6 - lead - camp
 
 	// The campaigner misses a write the other two commit.
@@ -265,12 +265,12 @@ func TestHeldMemberStandsAgainstCampaignerThatIsBehind(t *testing.T) {
 	// The leader dies; the campaigner returns; both survivors learn it.
 	n.cut[camp], n.cut[lead] = false, true
 	for _, id := range []uint64{camp, other} {
-		n.shard(id).setPeerLive(lead, false)
+		n.shard(id).rg.setPeerLive(lead, false)
 	}
 	if o := n.shard(other).owned[ns]; !o.rep.held || o.rep.queued {
 		t.Fatalf("node %d (not the campaigner): held %v, queued %v; want held for the campaigner", other, o.rep.held, o.rep.queued)
 	}
-	hold := int(holdTimeouts * n.shard(other).electionTicks())
+	hold := int(holdTimeouts * n.shard(other).rg.electionTicks())
 	for i := range hold / 2 {
 		if l := n.leaderAmong(ns, lead); l != 0 {
 			if l != other {
