@@ -156,7 +156,7 @@ func opInsertOwned(p partition.Partition, d Durability) control {
 			// acknowledgement costs a share of the group's journal
 			// write (under FsyncInterval one without an fsync), and no
 			// file of its own (DESIGN behaviour 32).
-			o.staged = j.Attach(p) && !d.always()
+			o.sync.staged = j.Attach(p) && !d.always()
 		}
 		if s.cfg.Replication != nil {
 			if err := s.rg.replicate(o); err != nil {

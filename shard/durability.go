@@ -34,17 +34,8 @@ func (d Durability) always() bool {
 type owned struct {
 	p   partition.Partition
 	dur Durability
-	// dirty: appended since the last Sync.
-	dirty bool
-	// staged: an FsyncInterval partition whose appends reach a file
-	// through the shard's journal (a deferred partition attached at
-	// InsertOwned, see partition.Journal.Stage) until its interval Sync
-	// takes it out; stageDirty: appended since the last Stage, so its
-	// acks wait for it, as an FsyncAlways partition's wait for the group
-	// commit.
-	staged, stageDirty bool
-	// deadline is when an interval-policy partition must be synced by.
-	deadline time.Time
+	// sync is the partition's standing with the commit group.
+	sync syncState
 
 	// appendBuf holds produces queued to be appended together (see
 	// coalesce.go).
@@ -76,6 +67,23 @@ type owned struct {
 	damaged error
 }
 
+// syncState is an owned partition's standing with the shard's commit
+// group (commitgroup.go): what of it waits for an fsync or a journal
+// stage.
+type syncState struct {
+	// dirty: appended since the last Sync.
+	dirty bool
+	// staged: an FsyncInterval partition whose appends reach a file
+	// through the shard's journal (a deferred partition attached at
+	// InsertOwned, see partition.Journal.Stage) until its interval Sync
+	// takes it out; stageDirty: appended since the last Stage, so its
+	// acks wait for it, as an FsyncAlways partition's wait for the group
+	// commit.
+	staged, stageDirty bool
+	// deadline is when an interval-policy partition must be synced by.
+	deadline time.Time
+}
+
 // pendingAck is a produce appended under FsyncAlways whose answer waits
 // for the group's fsync.
 type pendingAck struct {
@@ -94,7 +102,7 @@ func (cg *commitGroup) appended(o *owned, f Frame, r Response) {
 	cg.sh.polls.touch(o) // under FsyncAlways, wakeWaiters waits for the fsync
 	switch {
 	case o.dur.always():
-		o.dirty = true
+		o.sync.dirty = true
 		if len(cg.pending) == 0 {
 			cg.groupStart = cg.sh.clock.Now() // the group's first append
 		}
@@ -102,8 +110,8 @@ func (cg *commitGroup) appended(o *owned, f Frame, r Response) {
 		return
 	case o.dur.Fsync == metadata.FsyncInterval:
 		cg.dirtyInterval(o)
-		if o.staged {
-			o.stageDirty = true
+		if o.sync.staged {
+			o.sync.stageDirty = true
 			cg.pending = append(cg.pending, pendingAck{f: f, r: r, o: o})
 			return
 		}
@@ -113,7 +121,7 @@ func (cg *commitGroup) appended(o *owned, f Frame, r Response) {
 
 // unacked reports whether o holds appends whose answers wait for the
 // group (a commit, or a journal stage): never shown to a reader before.
-func (o *owned) unacked() bool { return o.dirty && o.dur.always() || o.stageDirty }
+func (o *owned) unacked() bool { return o.sync.dirty && o.dur.always() || o.sync.stageDirty }
 
 // flushGroup is group commit: the dirty partitions made durable for every
 // ack queued since the last flush, then the answers. Concurrent producers
@@ -135,11 +143,11 @@ func (cg *commitGroup) flushGroup() {
 	dirty, staged := cg.groupBuf[:0], cg.stageBuf[:0]
 	for _, pa := range cg.pending {
 		switch o := pa.o; {
-		case o.stageDirty:
-			o.stageDirty = false
+		case o.sync.stageDirty:
+			o.sync.stageDirty = false
 			staged = append(staged, o)
-		case o.dirty && o.dur.always():
-			o.dirty = false
+		case o.sync.dirty && o.dur.always():
+			o.sync.dirty = false
 			dirty = append(dirty, o)
 		}
 	}
@@ -227,13 +235,13 @@ func (s *Shard) Fenced() int { return int(s.fenced.Load()) }
 // syncDue walks (so the timer's work is in the dirty partitions, not the
 // owned ones) and arms the timer for its deadline.
 func (cg *commitGroup) dirtyInterval(o *owned) {
-	if o.dirty {
+	if o.sync.dirty {
 		return
 	}
-	o.dirty = true
-	o.deadline = cg.sh.clock.Now().Add(o.dur.Interval)
+	o.sync.dirty = true
+	o.sync.deadline = cg.sh.clock.Now().Add(o.dur.Interval)
 	cg.intervalDirty = append(cg.intervalDirty, o)
-	cg.armSync(o.deadline)
+	cg.armSync(o.sync.deadline)
 }
 
 // armSync makes sure the interval timer fires by at.
@@ -261,17 +269,17 @@ func (cg *commitGroup) syncDue() {
 	due := cg.groupBuf[:0]
 	keep := cg.intervalDirty[:0] // compacted in place: keep never passes the loop
 	for _, o := range cg.intervalDirty {
-		if !o.dirty || o.dur.always() || cg.sh.owned[o.p.Namespace()] != o {
+		if !o.sync.dirty || o.dur.always() || cg.sh.owned[o.p.Namespace()] != o {
 			continue // synced meanwhile, reconfigured, or no longer owned
 		}
-		if !now.Before(o.deadline) {
-			o.dirty = false
+		if !now.Before(o.sync.deadline) {
+			o.sync.dirty = false
 			due = append(due, o)
 			continue
 		}
 		keep = append(keep, o)
-		if next.IsZero() || o.deadline.Before(next) {
-			next = o.deadline
+		if next.IsZero() || o.sync.deadline.Before(next) {
+			next = o.sync.deadline
 		}
 	}
 	clear(cg.intervalDirty[len(keep):])
@@ -280,7 +288,7 @@ func (cg *commitGroup) syncDue() {
 		if err := o.p.Sync(); err != nil {
 			cg.sh.log.Error("interval fsync failed", "ns", o.p.Namespace(), "error", err)
 		} else {
-			o.staged = false // its files hold everything: out of the journal
+			o.sync.staged = false // its files hold everything: out of the journal
 		}
 		if o.rep.grp != nil && o.rep.grp.Disk() != nil {
 			if err := o.rep.grp.Disk().Sync(); err != nil {
@@ -325,8 +333,8 @@ func opSetDurability(ns metadata.Namespace, d Durability) control {
 		// behind for a journal commit that no longer comes (its appends
 		// are now acknowledged without one, so they must reach its files
 		// at once), and the Sync takes it out of the journal.
-		if o.dirty || (o.dur.always() && !d.always()) {
-			o.dirty = false
+		if o.sync.dirty || (o.dur.always() && !d.always()) {
+			o.sync.dirty = false
 			if err := o.p.Sync(); err != nil {
 				return err
 			}
@@ -345,7 +353,7 @@ func opSetDurability(ns metadata.Namespace, d Durability) control {
 		o.dur = d
 		// Synced above if it left FsyncInterval dirty; under FsyncAlways
 		// its journal commits cover what it stages.
-		o.staged = false
+		o.sync.staged = false
 		return nil
 	}, nil)
 }

@@ -1,13 +1,13 @@
 package shard
 
 import (
-	"github.com/hashicorp/go-hclog"
-	"github.com/parkway-io/parkway/metrics"
 	"sync"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/parkway-io/parkway/clock"
-	"github.com/parkway-io/parkway/internal/replica"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/metrics"
 )
 
 // raftGroups hosts the shard's partition raft groups (multi-raft: one
@@ -48,5 +48,3 @@ type raftGroups struct {
 	tickArmed  bool
 	q          quiescence // quiesced groups and peer liveness (quiesce.go)
 }
-
-var _ replica.Handler = groupHandler{}
