@@ -28,9 +28,10 @@
 //     partitions, one per partition (multi-raft): a group's creation and
 //     removal, peers' messages, Ready handling, proposals and leader
 //     reads (replication.go, groupcommit.go), the raft tick and
-//     quiescence with node liveness (quiesce.go), elections in bounded
-//     batches (converge.go), leadership balance (balance.go), moves
-//     (move.go) and catch-up (catchup.go). A partition's replicated state
+//     quiescence with node liveness (quiesce.go), who stands for
+//     election (converge.go; groups.Elections schedules the elections in
+//     bounded batches), leadership balance (balance.go), moves (move.go)
+//     and catch-up (catchup.go). A partition's replicated state
 //     is its owned.rep (replicated.go); groupHandler applies the entries
 //     a group commits to the partition (replication.go).
 //   - commitGroup (commitgroup.go) makes appends durable before they are
@@ -40,7 +41,8 @@
 //
 // The mechanisms every raft group needs whoever hosts it (leader reads,
 // quiescence decisions, liveness verdicts, the compaction trigger, a
-// move's configuration changes, the awake set) are internal/groups',
+// move's configuration changes, the awake set, the election scheduler)
+// are internal/groups',
 // shared with the metadata group.
 //
 // # Manual mode

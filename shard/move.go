@@ -342,14 +342,14 @@ func (s *Shard) UpdatePlacement(ctx context.Context, ns metadata.Namespace) erro
 // Rebalance) changed the replica set, and the node that was preferred
 // when the group was held may no longer be one, or may judge by a
 // placement this node no longer has. Without it each waits for the other
-// until the hold expires (holdTimeouts, 10 s at the default tick).
+// until the hold expires (groups.HoldTimeouts, 10 s at the default tick).
 func (rg *raftGroups) campaignIfPreferred(o *owned) {
 	r := rg.cfg
-	if o.rep.grp == nil || !r.Quiesce || !o.rep.held || o.rep.queued || o.rep.grp.Leader() != 0 ||
+	if o.rep.grp == nil || !r.Quiesce || !o.rep.elect.Held() || o.rep.elect.Queued() || o.rep.grp.Leader() != 0 ||
 		rg.preferred(o) != r.Node || !slices.Contains(o.rep.grp.Voters(), r.Node) {
 		return
 	}
-	rg.queueCampaign(o)
+	rg.elect.Queue(o)
 }
 
 func (rg *raftGroups) updatePlacement(ns metadata.Namespace) {

@@ -37,7 +37,7 @@ func TestMoveMakesAHeldGroupsNewPreferredLeaderCampaign(t *testing.T) {
 	h.insert(h.shards[0], p)
 	n.parts[replicaKey{second, ns}] = p
 	n.settle()
-	if o := n.shard(second).rg.replicated[ns]; o == nil || !o.rep.held {
+	if o := n.shard(second).rg.replicated[ns]; o == nil || !o.rep.elect.Held() {
 		t.Fatalf("the second founder's group is not held for its preferred leader (%+v)", o)
 	}
 	n.apply(metadata.DrainNode{Node: first})

@@ -36,11 +36,6 @@ import (
 //     When a peer returns, the groups this node leads wake so the leader
 //     brings it up to date.
 
-// campaignsPerTick bounds the elections a shard starts per raft tick
-// after a peer died, when its groups are not quiesced (converge.go bounds
-// the elections in flight when they are).
-const campaignsPerTick = 128
-
 // quiescence is the shard's bookkeeping for quiescence (pump-owned).
 type quiescence struct {
 	// awake holds the groups that are ticked (every group when
@@ -49,15 +44,6 @@ type quiescence struct {
 	awake groups.Awake[metadata.Namespace, *owned]
 	// down holds the peers node liveness reported dead.
 	down groups.Down
-	// campaign holds the groups this node stands for election in (new
-	// groups it should lead, groups whose leader's node died), waiting
-	// for their turn; inflight the elections started and not yet won;
-	// held the groups waiting, unticked, for a peer to give them a
-	// leader; ticks counts the raft ticks (converge.go).
-	campaign []*owned
-	inflight []*owned
-	held     []heldGroup
-	ticks    int64
 	// balance holds the groups this node leads whose preferred leader is
 	// another node, waiting to hand leadership back (balance.go);
 	// transfer is the one being handed back, for transferTicks ticks.
@@ -141,7 +127,8 @@ func (rg *raftGroups) setPeerLive(peer uint64, live bool) {
 	// a simulator's seed decides.
 	if live {
 		for _, ns := range sortedOwned(rg.replicated) {
-			if o := rg.replicated[ns]; o.rep.grp.IsLeader() {
+			o := rg.replicated[ns]
+			if v, _ := groups.PeerLive(o.rep.grp, peer, true); v == groups.PeerBack {
 				rg.wake(o)
 				rg.considerBalance(o)
 			}
@@ -153,15 +140,15 @@ func (rg *raftGroups) setPeerLive(peer uint64, live bool) {
 		if o == nil || o.rep.grp == nil {
 			continue // failed by an earlier step of this loop
 		}
-		switch lead := o.rep.grp.Leader(); {
-		case lead == peer:
+		switch v, err := groups.PeerLive(o.rep.grp, peer, false); {
+		case v == groups.LeaderLost:
 			rg.wake(o)
-			if _, err := groups.LeaderDied(o.rep.grp, peer); err != nil {
+			if err != nil {
 				rg.failGroup(o, err)
 				continue
 			}
 			rg.markReady(o)
-		case lead == 0 && o.rep.held && rg.preferred(o) == peer:
+		case o.rep.grp.Leader() == 0 && o.rep.elect.Held() && rg.preferred(o) == peer:
 			// A new group held for the dead node's first campaign.
 		default:
 			continue

@@ -6,6 +6,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/parkway-io/parkway/clock"
+	"github.com/parkway-io/parkway/internal/groups"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
 )
@@ -47,4 +48,7 @@ type raftGroups struct {
 	raftTimer  clock.Timer
 	tickArmed  bool
 	q          quiescence // quiesced groups and peer liveness (quiesce.go)
+	// elect schedules the elections of the groups: new groups this node
+	// should lead, groups whose leader's node died (converge.go).
+	elect groups.Elections[*owned]
 }

@@ -190,7 +190,7 @@ func (rg *raftGroups) replicate(o *owned) error {
 	// A replica fetching its partition log (a repaired one, damage.go)
 	// does not campaign: it would lead with nothing to serve.
 	elect := len(g.Voters()) > 0 && preferredLeader(ns, o.rep.peers, o.rep.placed) == r.Node && o.rep.catchup == nil
-	campaigned := elect && rg.electionRoom()
+	campaigned := elect && rg.elect.Room()
 	if campaigned {
 		if err := g.Campaign(); err != nil {
 			o.rep.grp = nil
@@ -566,14 +566,14 @@ func (rg *raftGroups) maybeCompact(o *owned) {
 // simulator's run is reproducible); a leader with nothing to do quiesces
 // its group instead (quiesce.go).
 func (rg *raftGroups) tickRaft() {
-	rg.campaignDue()
+	rg.elect.Tick()
 	rg.balanceStep()
 	rg.moveStep()
 	for _, o := range rg.tickList() {
 		if !rg.q.awake.Has(o.p.Namespace(), o) {
 			continue
 		}
-		if o.rep.unhold(); o.rep.held {
+		if o.rep.elect.Unhold(o.rep.grp); o.rep.elect.Held() {
 			rg.q.awake.Remove(o.p.Namespace()) // woken by a message; waits for its turn
 			continue
 		}
@@ -595,7 +595,7 @@ func (rg *raftGroups) tickRaft() {
 }
 
 func (rg *raftGroups) armTick() {
-	if (rg.q.awake.Len() == 0 && !rg.electionsPending()) || rg.tickArmed {
+	if (rg.q.awake.Len() == 0 && !rg.elect.Pending()) || rg.tickArmed {
 		return
 	}
 	d := rg.cfg.TickInterval

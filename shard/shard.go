@@ -12,6 +12,7 @@ import (
 
 	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/internal/affinity"
+	"github.com/parkway-io/parkway/internal/groups"
 	"github.com/parkway-io/parkway/internal/run"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
@@ -262,6 +263,9 @@ func New(cfg Config, meta *metadata.Store, rt *router.Router[Frame]) (*Shard, er
 	s.rg = raftGroups{
 		sh: s, cfg: cfg.Replication, log: s.log, m: s.m, meta: meta, clock: cfg.Clock,
 		replicated: make(map[metadata.Namespace]*owned),
+	}
+	if r := cfg.Replication; r != nil {
+		s.rg.elect = groups.NewElections[*owned](&s.rg, r.Node, r.Quiesce, s.rg.electionTicks())
 	}
 	s.commit = commitGroup{sh: s}
 	s.polls = waitingPolls{sh: s, waiters: newWaiterTree()}
