@@ -19,7 +19,8 @@
 // and the awake set a host ticks in turns (Awake; the metadata member,
 // one group, is awake or not), and the scheduling of many elections at
 // once (Elections: a bounded number under way, the others queued or
-// held unticked; the metadata member, one group, campaigns at once). A failed group is reopened by its owner
-// (the reconciler rebuilds a partition, the metadata member reopens
-// itself), both paced by the one backoff (internal/backoff).
+// held unticked; the metadata member, one group, campaigns at once). A
+// failed group is reopened by its owner (the reconciler rebuilds a
+// partition, the metadata member reopens itself), both paced by the one
+// backoff (internal/backoff).
 package groups
