@@ -103,20 +103,12 @@ func (m *metaGroup) peerLive(peer uint64, live bool) {
 	if m.unavailable() != nil {
 		return
 	}
-	if live {
-		if m.g.IsLeader() {
-			m.wake()
-		}
-		return
-	}
-	if m.g.Leader() != peer {
+	v, err := groups.PeerLive(m.g, peer, live)
+	if v == groups.PeerUnmoved {
 		return
 	}
 	m.wake()
-	if _, err := groups.LeaderDied(m.g, peer); err != nil {
-		return
-	}
-	if m.campaigner() == uint64(m.c.cfg.ID) {
+	if v == groups.LeaderLost && err == nil && m.campaigner() == uint64(m.c.cfg.ID) {
 		_ = m.g.Campaign()
 	}
 }

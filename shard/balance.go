@@ -21,61 +21,61 @@ package shard
 const transferTimeoutTicks = 30
 
 // preferred is the member of o's group that should lead it.
-func (s *Shard) preferred(o *owned) uint64 {
+func (rg *raftGroups) preferred(o *owned) uint64 {
 	return preferredLeader(o.p.Namespace(), o.rep.peers, o.rep.placed)
 }
 
 // considerBalance queues o, which this node leads, for a transfer back to
 // its preferred leader when that is another node.
-func (s *Shard) considerBalance(o *owned) {
-	if o.rep.grp == nil || o.rep.balancing || s.preferred(o) == s.cfg.Replication.Node {
+func (rg *raftGroups) considerBalance(o *owned) {
+	if o.rep.grp == nil || o.rep.balancing || rg.preferred(o) == rg.cfg.Node {
 		return
 	}
 	o.rep.balancing = true
-	s.q.balance = append(s.q.balance, o)
-	s.wake(o) // the transfer needs ticks
+	rg.q.balance = append(rg.q.balance, o)
+	rg.wake(o) // the transfer needs ticks
 }
 
 // balanceStep runs on every raft tick: it watches the transfer under way
 // and, once it is done or timed out, starts the next one whose preferred
 // leader is live.
-func (s *Shard) balanceStep() {
-	if o := s.q.transfer; o != nil {
-		s.q.transferTicks++
-		if o.rep.grp != nil && o.rep.grp.IsLeader() && s.q.transferTicks < transferTimeoutTicks {
+func (rg *raftGroups) balanceStep() {
+	if o := rg.q.transfer; o != nil {
+		rg.q.transferTicks++
+		if o.rep.grp != nil && o.rep.grp.IsLeader() && rg.q.transferTicks < transferTimeoutTicks {
 			return
 		}
-		s.q.transfer, o.rep.balancing = nil, false
-		if o.rep.grp != nil && o.rep.grp.IsLeader() && s.q.down.Live(s.preferred(o)) {
+		rg.q.transfer, o.rep.balancing = nil, false
+		if o.rep.grp != nil && o.rep.grp.IsLeader() && rg.q.down.Live(rg.preferred(o)) {
 			// Timed out, and liveness has not (yet) declared the
 			// preferred leader dead — it may be cut off for less than the
 			// liveness timeout: try again after the others. Once it is
 			// declared dead the group leaves the queue, and its return
 			// queues it again.
-			s.considerBalance(o)
+			rg.considerBalance(o)
 		}
 	}
-	for len(s.q.balance) > 0 {
-		o := s.q.balance[0]
-		s.q.balance[0] = nil
-		s.q.balance = s.q.balance[1:]
+	for len(rg.q.balance) > 0 {
+		o := rg.q.balance[0]
+		rg.q.balance[0] = nil
+		rg.q.balance = rg.q.balance[1:]
 		o.rep.balancing = false
-		to := s.preferred(o)
-		if o.rep.grp == nil || s.replicated[o.p.Namespace()] != o || !o.rep.grp.IsLeader() || !s.q.down.Live(to) {
+		to := rg.preferred(o)
+		if o.rep.grp == nil || rg.replicated[o.p.Namespace()] != o || !o.rep.grp.IsLeader() || !rg.q.down.Live(to) {
 			continue // gone, no longer led here, or its preferred leader is away
 		}
-		s.wake(o)
+		rg.wake(o)
 		if err := o.rep.grp.TransferLeader(to); err != nil {
-			s.failGroup(o, err)
+			rg.failGroup(o, err)
 			continue
 		}
-		s.markReady(o)
+		rg.markReady(o)
 		o.rep.balancing = true
-		s.q.transfer, s.q.transferTicks = o, 0
-		s.m.LeaderTransfers.Inc()
+		rg.q.transfer, rg.q.transferTicks = o, 0
+		rg.m.LeaderTransfers.Inc()
 		break
 	}
-	if len(s.q.balance) == 0 {
-		s.q.balance = nil
+	if len(rg.q.balance) == 0 {
+		rg.q.balance = nil
 	}
 }

@@ -50,7 +50,7 @@ func TestReorderedReplicasHandLeadershipOver(t *testing.T) {
 		}
 		n.tickAll()
 	}
-	if got := n.shard(next).replicated[ns].rep.grp.Voters(); !slices.Equal(slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(info.Replicas))) {
+	if got := n.shard(next).rg.replicated[ns].rep.grp.Voters(); !slices.Equal(slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(info.Replicas))) {
 		t.Fatalf("voters %v after a reorder of %v", got, info.Replicas)
 	}
 }

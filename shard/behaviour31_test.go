@@ -42,7 +42,7 @@ func TestBehaviour31JoinerIsLearnerUntilWhole(t *testing.T) {
 	}
 	n.cut[joiner] = true
 	n.materialise(ns)
-	g := n.shard(lead).replicated[ns].rep.grp
+	g := n.shard(lead).rg.replicated[ns].rep.grp
 	for range 100 {
 		n.tickAll()
 		if slices.Contains(g.Learners(), joiner) {
@@ -89,10 +89,10 @@ func TestBehaviour31JoinerIsLearnerUntilWhole(t *testing.T) {
 		if l == 0 {
 			continue
 		}
-		o := n.shard(l).replicated[ns]
+		o := n.shard(l).rg.replicated[ns]
 		if !promoted && slices.Contains(o.rep.grp.Voters(), joiner) {
 			promoted = true
-			if j := n.shard(joiner).replicated[ns]; j == nil || j.rep.catchup != nil {
+			if j := n.shard(joiner).rg.replicated[ns]; j == nil || j.rep.catchup != nil {
 				t.Fatalf("the joiner %d was promoted before its partition log was whole", joiner)
 			}
 			if !slices.Contains(o.rep.grp.Voters(), leaving) {
@@ -107,10 +107,10 @@ func TestBehaviour31JoinerIsLearnerUntilWhole(t *testing.T) {
 		t.Fatalf("the move did not complete (promoted %v): %+v", promoted, info)
 	}
 	l := n.leader(ns)
-	if v := slices.Sorted(slices.Values(n.shard(l).replicated[ns].rep.grp.Voters())); !slices.Equal(v, slices.Sorted(slices.Values(info.Replicas))) {
+	if v := slices.Sorted(slices.Values(n.shard(l).rg.replicated[ns].rep.grp.Voters())); !slices.Equal(v, slices.Sorted(slices.Values(info.Replicas))) {
 		t.Fatalf("voters %v after the move, want %v", v, info.Replicas)
 	}
-	if lr := n.shard(l).replicated[ns].rep.grp.Learners(); len(lr) != 0 {
+	if lr := n.shard(l).rg.replicated[ns].rep.grp.Learners(); len(lr) != 0 {
 		t.Fatalf("learners %v after the move", lr)
 	}
 	for range 20 {

@@ -56,13 +56,13 @@ const (
 )
 
 // startCatchUp begins (or extends) fetching up to target.
-func (s *Shard) startCatchUp(o *owned, target uint64) {
+func (rg *raftGroups) startCatchUp(o *owned, target uint64) {
 	if o.rep.catchup == nil {
 		o.rep.catchup = &catchUp{target: target, peer: -1}
 	} else if target > o.rep.catchup.target {
 		o.rep.catchup.target = target
 	}
-	s.sendFetch(o, false)
+	rg.sendFetch(o, false)
 }
 
 // sendFetch asks a peer for the next chunk. The first fetch of a
@@ -70,8 +70,8 @@ func (s *Shard) startCatchUp(o *owned, target uint64) {
 // answered or, at first, to the leader when one is known; a fetch sent
 // again after a timeout or an empty answer goes to the next peer in turn,
 // so one peer that cannot serve never stalls the replica.
-func (s *Shard) sendFetch(o *owned, rotate bool) {
-	c, r, peers := o.rep.catchup, s.cfg.Replication, o.rep.peers
+func (rg *raftGroups) sendFetch(o *owned, rotate bool) {
+	c, r, peers := o.rep.catchup, rg.cfg, o.rep.peers
 	if r.SendCatchUp == nil || len(peers) < 2 {
 		return
 	}
@@ -97,10 +97,10 @@ func (s *Shard) sendFetch(o *owned, rotate bool) {
 }
 
 // tickCatchUp re-sends a fetch that went unanswered.
-func (s *Shard) tickCatchUp(o *owned) {
+func (rg *raftGroups) tickCatchUp(o *owned) {
 	if c := o.rep.catchup; c != nil {
 		if c.idle++; c.idle >= catchUpRetryTicks {
-			s.sendFetch(o, true)
+			rg.sendFetch(o, true)
 		}
 	}
 }
@@ -108,7 +108,7 @@ func (s *Shard) tickCatchUp(o *owned) {
 // catchUpFrame serves a fetch from this replica's log, appends the
 // data a peer sent, or answers or records a leader's question whether
 // the log is whole.
-func (s *Shard) catchUpFrame(o *owned, f Frame) {
+func (rg *raftGroups) catchUpFrame(o *owned, f Frame) {
 	m, ok := decodeCatchUp(f.Req.Payload)
 	if !ok {
 		return
@@ -116,17 +116,17 @@ func (s *Shard) catchUpFrame(o *owned, f Frame) {
 	switch m.kind {
 	case catchUpFetch:
 		if o.failed == nil {
-			s.serveFetch(o, m.node, m.from, m.to)
+			rg.serveFetch(o, m.node, m.from, m.to)
 		}
 	case catchUpData:
 		msgs, err := partition.DecodeBatch(m.batch)
 		if err != nil {
-			s.log.Warn("catch-up data does not decode", "ns", o.p.Namespace(), "error", err)
+			rg.log.Warn("catch-up data does not decode", "ns", o.p.Namespace(), "error", err)
 			return
 		}
-		s.caughtUp(o, m.from, m.start, msgs)
+		rg.caughtUp(o, m.from, m.start, msgs)
 	case catchUpAsk:
-		s.answerWhole(o, m.node)
+		rg.answerWhole(o, m.node)
 	case catchUpWhole:
 		if o.rep.whole == nil {
 			o.rep.whole = make(map[uint64]bool)
@@ -199,8 +199,8 @@ func decodeCatchUp(b []byte) (m catchUpMsg, ok bool) {
 }
 
 // askWhole asks replica to, a new one, whether its log is whole.
-func (s *Shard) askWhole(o *owned, to uint64) {
-	r := s.cfg.Replication
+func (rg *raftGroups) askWhole(o *owned, to uint64) {
+	r := rg.cfg
 	if r.SendCatchUp == nil {
 		return
 	}
@@ -211,14 +211,14 @@ func (s *Shard) askWhole(o *owned, to uint64) {
 // under way holds everything its raft state says it does; it syncs the
 // partition log first, so that what it reports survives a power loss —
 // the old replica, once removed, can no longer be fetched from.
-func (s *Shard) answerWhole(o *owned, requester uint64) {
-	r := s.cfg.Replication
+func (rg *raftGroups) answerWhole(o *owned, requester uint64) {
+	r := rg.cfg
 	if r.SendCatchUp == nil || requester == r.Node || o.rep.catchup != nil || o.failed != nil {
 		return
 	}
 	if err := o.p.Sync(); err != nil {
-		s.fence(o, err)
-		s.log.Error("fsync of a caught-up replica failed; partition fenced", "ns", o.p.Namespace(), "error", err)
+		rg.sh.fence(o, err)
+		rg.log.Error("fsync of a caught-up replica failed; partition fenced", "ns", o.p.Namespace(), "error", err)
 		return
 	}
 	r.SendCatchUp(requester, o.p.Namespace(), o.p.Epoch(), catchUpMsg{kind: catchUpWhole, node: r.Node}.append(nil))
@@ -226,8 +226,8 @@ func (s *Shard) answerWhole(o *owned, requester uint64) {
 
 // serveFetch replies with the messages [from, to) this replica holds, up
 // to a chunk, and its start offset.
-func (s *Shard) serveFetch(o *owned, requester, from, to uint64) {
-	r := s.cfg.Replication
+func (rg *raftGroups) serveFetch(o *owned, requester, from, to uint64) {
+	r := rg.cfg
 	if r.SendCatchUp == nil || requester == r.Node {
 		return
 	}
@@ -236,8 +236,8 @@ func (s *Shard) serveFetch(o *owned, requester, from, to uint64) {
 	if from >= start && from < min(to, o.p.NextOffset()) {
 		var err error
 		if msgs, err = o.p.Read(from, int(min(to-from, catchUpChunk))); err != nil {
-			s.log.Warn("serving a catch-up fetch", "ns", o.p.Namespace(), "error", err)
-			s.replicaDamaged(o, err) // the requester asks the next peer
+			rg.log.Warn("serving a catch-up fetch", "ns", o.p.Namespace(), "error", err)
+			rg.replicaDamaged(o, err) // the requester asks the next peer
 			return
 		}
 	}
@@ -251,7 +251,7 @@ func (s *Shard) serveFetch(o *owned, requester, from, to uint64) {
 
 // caughtUp appends fetched messages; once the log reaches the target the
 // deferred entries are applied.
-func (s *Shard) caughtUp(o *owned, from, start uint64, msgs []partition.Message) {
+func (rg *raftGroups) caughtUp(o *owned, from, start uint64, msgs []partition.Message) {
 	c := o.rep.catchup
 	if c == nil || o.rep.grp == nil || from != o.p.NextOffset() {
 		return // a duplicate or a reply to an older fetch
@@ -261,12 +261,12 @@ func (s *Shard) caughtUp(o *owned, from, start uint64, msgs []partition.Message)
 		// were truncated, purged or retired there. The offsets are
 		// skipped, as on the peer, and the fetch goes on from its start.
 		if err := o.p.SkipTo(min(start, c.target)); err != nil {
-			s.fence(o, err)
-			s.log.Error("skipping removed offsets failed; partition fenced", "ns", o.p.Namespace(), "error", err)
+			rg.sh.fence(o, err)
+			rg.log.Error("skipping removed offsets failed; partition fenced", "ns", o.p.Namespace(), "error", err)
 			return
 		}
 		if from, msgs = o.p.NextOffset(), nil; from < c.target {
-			s.sendFetch(o, false)
+			rg.sendFetch(o, false)
 			return
 		}
 	}
@@ -275,16 +275,16 @@ func (s *Shard) caughtUp(o *owned, from, start uint64, msgs []partition.Message)
 			msgs = msgs[:n]
 		}
 		if _, err := o.p.Append(msgs); err != nil {
-			s.fence(o, err)
-			s.log.Error("appending catch-up data failed; partition fenced", "ns", o.p.Namespace(), "error", err)
+			rg.sh.fence(o, err)
+			rg.log.Error("appending catch-up data failed; partition fenced", "ns", o.p.Namespace(), "error", err)
 			return
 		}
-		s.m.CaughtUp.Add(float64(len(msgs)))
+		rg.m.CaughtUp.Add(float64(len(msgs)))
 	} else if from < c.target {
 		return // this peer lacks it too: the retry asks the next one
 	}
 	if o.p.NextOffset() < c.target {
-		s.sendFetch(o, false)
+		rg.sendFetch(o, false)
 		return
 	}
 	o.rep.catchup = nil
@@ -294,13 +294,13 @@ func (s *Shard) caughtUp(o *owned, from, start uint64, msgs []partition.Message)
 	// its group restored from there. A fenced partition whose group went
 	// on would apply the entries after them at their offsets.
 	if err := o.settle(); err != nil {
-		s.failGroup(o, fmt.Errorf("settling a caught-up partition: %w", err))
+		rg.failGroup(o, fmt.Errorf("settling a caught-up partition: %w", err))
 		return
 	}
-	h := groupHandler{s: s, o: o}
+	h := groupHandler{s: rg.sh, o: o}
 	for _, e := range c.deferred {
 		if err := h.apply(e.index, e.id, e.payload); err != nil {
-			s.failGroup(o, fmt.Errorf("applying the entries deferred during a catch-up: %w", err))
+			rg.failGroup(o, fmt.Errorf("applying the entries deferred during a catch-up: %w", err))
 			return
 		}
 	}

@@ -74,7 +74,7 @@ func (s *Shard) flushAppendsOf(o *owned) {
 	s.coalesceBuf = msgs[:0]
 	if err == nil {
 		for _, f := range frames {
-			s.appended(o, f, Response{Offset: first})
+			s.commit.appended(o, f, Response{Offset: first})
 			first += uint64(len(f.Req.Messages))
 		}
 		return
@@ -110,5 +110,5 @@ func (s *Shard) appendOne(o *owned, f Frame) {
 		s.answer(f, Response{Err: err})
 		return
 	}
-	s.appended(o, f, Response{Offset: first})
+	s.commit.appended(o, f, Response{Offset: first})
 }

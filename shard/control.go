@@ -34,7 +34,7 @@ func newControl(fn func(s *Shard) error, abandon func()) control {
 // apply runs the operation. The open commit group is closed first: an
 // operation may close or replace a partition that pending acks wait on.
 func (c control) apply(s *Shard) {
-	s.flushGroup()
+	s.commit.flushGroup()
 	c.done <- c.fn(s)
 }
 
@@ -156,10 +156,10 @@ func opInsertOwned(p partition.Partition, d Durability) control {
 			// acknowledgement costs a share of the group's journal
 			// write (under FsyncInterval one without an fsync), and no
 			// file of its own (DESIGN behaviour 32).
-			o.staged = j.Attach(p) && !d.always()
+			o.sync.staged = j.Attach(p) && !d.always()
 		}
 		if s.cfg.Replication != nil {
-			if err := s.replicate(o); err != nil {
+			if err := s.rg.replicate(o); err != nil {
 				_ = p.Close()
 				// The partition's own failure (its raft log is damaged
 				// or unreadable): the reconciler backs its build off,
@@ -224,8 +224,8 @@ func opTombstone(ns metadata.Namespace, epoch *uint64) control {
 		if o.failed != nil {
 			s.fenced.Add(-1)
 		}
-		s.dropWaiters(o, errTombstoned, false)
-		s.unreplicate(o, errTombstoned)
+		s.polls.dropWaiters(o, errTombstoned, false)
+		s.rg.unreplicate(o, errTombstoned)
 		delete(s.owned, ns)
 		s.tombstoned[ns] = *epoch
 		s.table.Delete(ns, *epoch)
@@ -467,9 +467,9 @@ func opInspect(st *State) control {
 			}
 		}
 		slices.Sort(st.Failed)
-		st.Applied = make(map[metadata.Namespace]uint64, len(s.replicated))
-		for ns, o := range s.replicated {
-			if !s.q.awake.Has(o.p.Namespace(), o) {
+		st.Applied = make(map[metadata.Namespace]uint64, len(s.rg.replicated))
+		for ns, o := range s.rg.replicated {
+			if !s.rg.q.awake.Has(o.p.Namespace(), o) {
 				st.Quiesced = append(st.Quiesced, ns)
 			}
 			st.Applied[ns] = o.rep.grp.Applied()
@@ -484,7 +484,7 @@ func opInspect(st *State) control {
 			return true
 		})
 		st.ParkedFrames, st.ParkedBytes, st.Passes = s.park.frames, s.park.bytes, s.pass
-		st.Waiting = s.waiters.Len()
+		st.Waiting = s.polls.waiters.Len()
 		return nil
 	}, nil)
 }
@@ -501,8 +501,8 @@ func (s *Shard) Evict(ctx context.Context, ns metadata.Namespace) (bool, error) 
 		if !ok || o.failed == nil {
 			return nil
 		}
-		s.dropWaiters(o, fmt.Errorf("%w: %v: %w", ErrPartitionFailed, ns, o.failed), false)
-		s.unreplicate(o, ErrPartitionFailed)
+		s.polls.dropWaiters(o, fmt.Errorf("%w: %v: %w", ErrPartitionFailed, ns, o.failed), false)
+		s.rg.unreplicate(o, ErrPartitionFailed)
 		delete(s.owned, ns)
 		s.fenced.Add(-1)
 		if err := o.p.Close(); err != nil {

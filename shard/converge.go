@@ -1,110 +1,64 @@
 package shard
 
-import "go.etcd.io/raft/v3/raftpb"
+import (
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/parkway-io/parkway/internal/groups"
+	"github.com/parkway-io/parkway/internal/replica"
+)
 
 // Elections in bounded batches. Thousands of groups may need a leader at
 // once: a CreateTopic of many partitions, a restart, or a dead node's
 // quiesced groups. Left to themselves, every member of every such group
 // ticks, runs its election timer and campaigns, and a shard that ticks
-// thousands of groups every tick (each leader heartbeating its followers
-// while it waits for them to materialise) has no time left to build the
+// thousands of groups every tick has no time left to build the
 // partitions the elections wait for: creation collapses into repeated
-// elections and CheckQuorum step-downs. With Replication.Quiesce set, the
-// shard instead:
-//
-//   - starts an election only while fewer than campaignsInFlight of its
-//     elections are under way (until the group it won quiesces); the
-//     others wait in order (q.campaign), not ticked. An election that
-//     found no leader within campaignPatienceTimeouts (its followers may
-//     not exist yet) goes back to the end of the queue, unticked, so the
-//     groups that are ticked stay few however many wait;
-//   - holds a group it does not stand for election in (q.held): not
-//     ticked until a peer's message gives it a leader, since the member
-//     that should campaign (the preferred leader of a new group, the
-//     chosen campaigner of a dead leader's group) will contact it. Node
-//     liveness covers a campaigner that died (SetPeerLive queues the
-//     group here when this node is the next campaigner); a group still
-//     leaderless after holdTimeouts stands for election itself, through
-//     the same bounded queue, so no group waits for ever on a member
-//     that never campaigns.
+// elections and CheckQuorum step-downs. The shard's elections
+// (raftGroups.elect) are scheduled by groups.Elections instead: with
+// Replication.Quiesce set, a bounded number under way at once, the
+// others queued unticked, and the groups this node does not stand for
+// election in held, unticked, until a peer's message gives them a leader
+// (or groups.HoldTimeouts pass). The shard decides who stands: the
+// preferred leader of a new group (admitNew), the chosen campaigner of a
+// dead leader's group (electAfterDeath, from SetPeerLive), a held member
+// asked for its vote by a candidate that is behind (standAgainstBehind).
 //
 // Two more guards keep an overloaded shard from feeding its own overload:
 // past ticksPerRound awake groups the groups take turns at being ticked,
 // and a leader's CheckQuorum counts followers on live nodes as heard from
 // (keepActive), so answers that are merely late start no election.
-//
-// A held or queued group still answers every message it is sent (its
-// Ready is handled after each step): it votes, and it wins an election
-// it started without being ticked.
-
-// campaignsInFlight bounds the elections a shard has under way at once.
-// An election is under way until the group it won quiesces: a new
-// leader heartbeats its followers every tick until they all hold its
-// log, and those heartbeats, not the votes, are what a shard with
-// thousands of new groups cannot keep up with.
-const campaignsInFlight = 32
-
-// campaignPatienceTimeouts is how long an election without a winner
-// counts as under way before it yields its place, and settleTimeouts how
-// long one that won does while its followers catch up (in election
-// timeouts).
-const (
-	campaignPatienceTimeouts = 3
-	settleTimeouts           = 10
-)
-
-// holdTimeouts is how long a held group waits to be contacted before it
-// stands for election itself (in election timeouts: 10 s at the default
-// tick). It covers a campaigner that is alive but never campaigns (its
-// build of the partition keeps failing): short enough that the group is
-// not left without a leader for long, long enough that a follower does
-// not stand against a campaigner that is merely working through a queue
-// of thousands of elections, which would split the votes.
-const holdTimeouts = 100
-
-// heldGroup is a held group and the shard tick it was held at.
-type heldGroup struct {
-	o     *owned
-	since int64
-}
 
 // electionTicks is the groups' election timeout in ticks.
-func (s *Shard) electionTicks() int64 {
-	if t := s.cfg.Replication.ElectionTicks; t > 0 {
+func (rg *raftGroups) electionTicks() int64 {
+	if t := rg.cfg.ElectionTicks; t > 0 {
 		return int64(t)
 	}
 	return 10 // replica's default
 }
 
 // live reports whether o is still this shard's group of its namespace.
-func (s *Shard) live(o *owned) bool {
-	return o.rep.grp != nil && s.replicated[o.p.Namespace()] == o
-}
-
-// electionRoom reports whether a new group this node should lead may
-// campaign at once (nothing queued, room in flight).
-func (s *Shard) electionRoom() bool {
-	return !s.cfg.Replication.Quiesce || (len(s.q.campaign) == 0 && len(s.q.inflight) < campaignsInFlight)
+func (rg *raftGroups) live(o *owned) bool {
+	return o.rep.grp != nil && rg.replicated[o.p.Namespace()] == o
 }
 
 // admitNew settles how a new group gets its first leader: campaigned is
 // whether it stood for election already; elect whether this node should.
-func (s *Shard) admitNew(o *owned, elect, campaigned bool) {
-	if !s.cfg.Replication.Quiesce {
+func (rg *raftGroups) admitNew(o *owned, elect, campaigned bool) {
+	if !rg.cfg.Quiesce {
 		return
 	}
-	o.rep.held, o.rep.queued = false, false // a rebuilt group's earlier state
+	o.rep.elect.Reset() // a rebuilt group's earlier state
 	switch {
 	case campaigned:
-		s.inflight(o)
+		rg.elect.Started(o)
 	case elect:
-		s.queueCampaign(o)
-	case !s.q.down.Live(s.preferred(o)):
+		rg.elect.Queue(o)
+	case !rg.q.down.Live(rg.preferred(o)):
 		// The member that should campaign is already dead.
-		if s.campaigner(o) == s.cfg.Replication.Node {
-			s.queueCampaign(o)
+		if rg.campaigner(o) == rg.cfg.Node {
+			rg.elect.Queue(o)
 		} else {
-			s.hold(o)
+			rg.elect.Hold(o)
 		}
 	case o.rep.catchup == nil && o.rep.grp.Term() <= 1:
 		// A group that never saw an election (a new one starts at term
@@ -113,39 +67,7 @@ func (s *Shard) admitNew(o *owned, elect, campaigned bool) {
 		// ticking as before: its log may be ahead of the preferred
 		// leader's, which then cannot win, and only its own election
 		// timer would elect one that can.
-		s.hold(o)
-	}
-}
-
-// queueCampaign queues an election in o's group; it waits unticked.
-func (s *Shard) queueCampaign(o *owned) {
-	o.rep.held = true
-	if o.rep.queued {
-		return
-	}
-	o.rep.queued = true
-	s.q.campaign = append(s.q.campaign, o)
-	s.armTick()
-}
-
-// hold stops ticking o's group until a peer's message gives it a leader
-// (or holdTimeouts pass).
-func (s *Shard) hold(o *owned) {
-	if o.rep.held {
-		return // held already, or queued for an election
-	}
-	o.rep.held = true
-	s.q.held = append(s.q.held, heldGroup{o: o, since: s.q.ticks})
-	s.armTick()
-}
-
-// unhold ticks o's group again once it has a leader (a peer's message
-// told it, or it won an election it started), so its election timer
-// watches the leader, or it heartbeats and quiesces as a leader does.
-// tickRaft calls it on every held group it finds awake.
-func (r *replicated) unhold() {
-	if r.held && r.grp != nil && r.grp.Leader() != 0 {
-		r.held = false
+		rg.elect.Hold(o)
 	}
 }
 
@@ -154,127 +76,8 @@ func (r *replicated) unhold() {
 // node queues an election if it is the group's campaigner, and holds the
 // group otherwise. Without Replication.Quiesce the group stays awake, and
 // its election timer is the fallback.
-func (s *Shard) electAfterDeath(o *owned) {
-	mine := s.campaigner(o) == s.cfg.Replication.Node
-	switch {
-	case !s.cfg.Replication.Quiesce:
-		if mine {
-			s.q.campaign = append(s.q.campaign, o)
-		}
-	case mine:
-		s.queueCampaign(o)
-	default:
-		s.hold(o)
-	}
-}
-
-// inflight records an election started in o's group.
-func (s *Shard) inflight(o *owned) {
-	o.rep.held = false
-	o.rep.campaignAt = s.q.ticks
-	s.q.inflight = append(s.q.inflight, o)
-}
-
-// electionsPending reports whether the shard must keep ticking for the
-// elections it queued or holds, even with no group awake.
-func (s *Shard) electionsPending() bool {
-	return len(s.q.campaign) > 0 || len(s.q.held) > 0 || len(s.q.inflight) > 0
-}
-
-// campaignDue runs on every raft tick: it retires the elections that
-// found a leader (or ran out of patience), releases the held groups
-// that waited too long, and starts queued elections while there is room.
-func (s *Shard) campaignDue() {
-	s.q.ticks++
-	if !s.cfg.Replication.Quiesce {
-		s.campaignDueTicked()
-		return
-	}
-	patience := campaignPatienceTimeouts * s.electionTicks()
-	kept := s.q.inflight[:0]
-	for _, o := range s.q.inflight {
-		if !s.live(o) {
-			continue // gone
-		}
-		age := s.q.ticks - o.rep.campaignAt
-		switch lead := o.rep.grp.Leader(); {
-		case lead != 0 && lead != s.cfg.Replication.Node:
-			// Another member won: its leader brings the group up.
-		case lead == 0 && age >= patience:
-			s.queueCampaign(o) // its followers may not be there yet
-		case lead != 0 && (!s.q.awake.Has(o.p.Namespace(), o) || age >= settleTimeouts*s.electionTicks()):
-			// Won and quiesced; or won long ago, and a follower is
-			// still missing: it leaves its place to the next one.
-		default:
-			kept = append(kept, o)
-		}
-	}
-	clear(s.q.inflight[len(kept):])
-	s.q.inflight = kept
-
-	hold := holdTimeouts * s.electionTicks()
-	for len(s.q.held) > 0 {
-		h := s.q.held[0]
-		h.o.rep.unhold()
-		if h.o.rep.held && s.live(h.o) && s.q.ticks-h.since < hold {
-			break // the oldest hold has not expired yet
-		}
-		s.q.held[0] = heldGroup{}
-		s.q.held = s.q.held[1:]
-		if h.o.rep.held && s.live(h.o) && !h.o.rep.queued {
-			h.o.rep.held = false
-			s.queueCampaign(h.o) // nobody contacted it: stand itself
-		}
-	}
-	if len(s.q.held) == 0 {
-		s.q.held = nil
-	}
-
-	for len(s.q.campaign) > 0 && len(s.q.inflight) < campaignsInFlight {
-		o := s.q.campaign[0]
-		s.q.campaign[0] = nil
-		s.q.campaign = s.q.campaign[1:]
-		o.rep.queued = false
-		if !s.live(o) || o.rep.grp.Leader() != 0 {
-			o.rep.unhold()
-			continue // gone, or another member won meanwhile
-		}
-		if err := o.rep.grp.Campaign(); err != nil {
-			s.failGroup(o, err)
-			continue
-		}
-		s.inflight(o)
-		s.markReady(o)
-	}
-	if len(s.q.campaign) == 0 {
-		s.q.campaign = nil
-	}
-}
-
-// campaignDueTicked starts the next few queued elections of a shard
-// whose groups are all ticked (no Replication.Quiesce): the groups wait
-// awake, and campaignsPerTick bounds the elections started per tick. A
-// group that found a leader meanwhile (another member won), or is gone,
-// is skipped.
-func (s *Shard) campaignDueTicked() {
-	n := 0
-	for len(s.q.campaign) > 0 && n < campaignsPerTick {
-		o := s.q.campaign[0]
-		s.q.campaign[0] = nil
-		s.q.campaign = s.q.campaign[1:]
-		if !s.live(o) || o.rep.grp.Leader() != 0 {
-			continue
-		}
-		n++
-		if err := o.rep.grp.Campaign(); err != nil {
-			s.failGroup(o, err)
-			continue
-		}
-		s.markReady(o)
-	}
-	if len(s.q.campaign) == 0 {
-		s.q.campaign = nil
-	}
+func (rg *raftGroups) electAfterDeath(o *owned) {
+	rg.elect.AfterDeath(o, rg.campaigner(o) == rg.cfg.Node)
 }
 
 // ticksPerRound bounds the groups a shard ticks per raft tick. Below it
@@ -294,12 +97,12 @@ const ticksPerRound = 256
 // with Replication.Quiesce and more than ticksPerRound awake, the next
 // ticksPerRound of them in turn. It is a copy, for tickRaft to go through
 // while ticking changes the set.
-func (s *Shard) tickList() []*owned {
+func (rg *raftGroups) tickList() []*owned {
 	budget := 0
-	if s.cfg.Replication.Quiesce {
+	if rg.cfg.Quiesce {
 		budget = ticksPerRound
 	}
-	return s.q.awake.Turn(budget)
+	return rg.q.awake.Turn(budget)
 }
 
 // keepActive runs before each tick of an awake group: with
@@ -310,14 +113,14 @@ func (s *Shard) tickList() []*owned {
 // windows. A leader whose followers' answers are merely late keeps
 // leading; one cut off from a majority steps down once liveness declares
 // the majority dead.
-func (s *Shard) keepActive(o *owned) error {
-	if !s.cfg.Replication.Quiesce {
+func (rg *raftGroups) keepActive(o *owned) error {
+	if !rg.cfg.Quiesce {
 		return nil
 	}
-	if every := max(s.electionTicks()/2, 1); int64(o.rep.quiet.AwakeTicks())%every != 0 {
+	if every := max(rg.electionTicks()/2, 1); int64(o.rep.quiet.AwakeTicks())%every != 0 {
 		return nil
 	}
-	return o.rep.grp.KeepActive(s.q.down.Live)
+	return o.rep.grp.KeepActive(rg.q.down.Live)
 }
 
 // standAgainstBehind runs before a peer's message is stepped: a held
@@ -326,16 +129,41 @@ func (s *Shard) keepActive(o *owned) error {
 // the member the survivors chose to replace a dead leader, but it cannot
 // win this vote, and with the dead leader's vote missing it may need it:
 // a member that rebuilt its partition empty after the others agreed on
-// a log. Left held, this member would wait out holdTimeouts (10 s at the
-// default tick) while the group has no leader.
-func (s *Shard) standAgainstBehind(o *owned, m *raftpb.Message) {
-	if !s.cfg.Replication.Quiesce || !o.rep.held || o.rep.queued {
+// a log. Left held, this member would wait out groups.HoldTimeouts (10 s
+// at the default tick) while the group has no leader.
+func (rg *raftGroups) standAgainstBehind(o *owned, m *raftpb.Message) {
+	if !rg.cfg.Quiesce || !o.rep.elect.Held() || o.rep.elect.Queued() {
 		return
 	}
 	if t := m.GetType(); t != raftpb.MsgPreVote && t != raftpb.MsgVote {
 		return
 	}
 	if o.rep.grp.Leader() == 0 && o.rep.grp.LogAhead(m.GetLogTerm(), m.GetIndex()) {
-		s.queueCampaign(o)
+		rg.elect.Queue(o)
 	}
 }
+
+// Candidate is o's candidacy in the shard's elections, its raft group,
+// and whether it is still the shard's group of its namespace
+// (groups.ElectionHost).
+func (rg *raftGroups) Candidate(o *owned) (*groups.Candidacy, *replica.Group, bool) {
+	return &o.rep.elect, o.rep.grp, rg.live(o)
+}
+
+// Awake reports whether o's group is ticked (groups.ElectionHost).
+func (rg *raftGroups) Awake(o *owned) bool { return rg.q.awake.Has(o.p.Namespace(), o) }
+
+// Campaigned takes the outcome of an election the scheduler started in
+// o's group (groups.ElectionHost): its Ready is processed, or the group
+// failed.
+func (rg *raftGroups) Campaigned(o *owned, err error) {
+	if err != nil {
+		rg.failGroup(o, err)
+		return
+	}
+	rg.markReady(o)
+}
+
+// ElectionPending keeps the raft tick running for an election queued or
+// a group held (groups.ElectionHost).
+func (rg *raftGroups) ElectionPending() { rg.armTick() }

@@ -4,15 +4,21 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/parkway-io/parkway/internal/groups"
 	"github.com/parkway-io/parkway/metadata"
 )
+
+// inFlight bounds the elections a shard has under way.
+const inFlight = groups.CampaignsInFlight
 
 // newQuiescedReplNet is newReplNet with Replication.Quiesce set, and
 // count single-partition topics committed on every node.
 func newQuiescedReplNet(t *testing.T, count int) (*replNet, []metadata.Namespace, []uint64) {
 	n := newReplNet(t)
 	for id := uint64(1); id <= 3; id++ {
-		n.shard(id).cfg.Replication.Quiesce = true
+		s := n.shard(id)
+		s.cfg.Replication.Quiesce = true
+		s.rg.elect = groups.NewElections[*owned](&s.rg, s.cfg.Replication.Node, true, s.rg.electionTicks())
 	}
 	var nss []metadata.Namespace
 	var epochs []uint64
@@ -26,12 +32,12 @@ func newQuiescedReplNet(t *testing.T, count int) (*replNet, []metadata.Namespace
 // tickOnly runs one raft tick on every node without delivering anything.
 func (n *replNet) tickOnly() {
 	for id := uint64(1); id <= 3; id++ {
-		n.shard(id).tickRaft()
+		n.shard(id).rg.tickRaft()
 	}
 }
 
 // awake counts the groups a node's shard ticks.
-func (n *replNet) awake(id uint64) int { return n.shard(id).q.awake.Len() }
+func (n *replNet) awake(id uint64) int { return n.shard(id).rg.q.awake.Len() }
 
 // led counts the groups of nss whose leader is their preferred one, as
 // that leader sees it, and the groups with no leader anywhere.
@@ -53,8 +59,8 @@ func (n *replNet) led(nss []metadata.Namespace) (preferred, none int) {
 // follows until a leader contacts it. Every group still gets its
 // preferred leader, a batch at a time.
 func TestManyNewGroupsElectInBoundedBatches(t *testing.T) {
-	const groups = 6 * campaignsInFlight
-	n, nss, epochs := newQuiescedReplNet(t, groups)
+	const count = 6 * inFlight
+	n, nss, epochs := newQuiescedReplNet(t, count)
 	for i, ns := range nss {
 		for id := uint64(1); id <= 3; id++ {
 			n.materialise(id, ns, epochs[i])
@@ -63,16 +69,16 @@ func TestManyNewGroupsElectInBoundedBatches(t *testing.T) {
 	n.tickOnly()
 	for id := uint64(1); id <= 3; id++ {
 		s := n.shard(id)
-		if got := len(s.q.inflight); got > campaignsInFlight {
-			t.Fatalf("node %d: %d elections under way, want at most %d", id, got, campaignsInFlight)
+		if got := s.rg.elect.InFlight(); got > inFlight {
+			t.Fatalf("node %d: %d elections under way, want at most %d", id, got, inFlight)
 		}
-		if got := n.awake(id); got > campaignsInFlight {
-			t.Fatalf("node %d ticks %d of its %d new groups, want at most %d (the elections it started)", id, got, groups, campaignsInFlight)
+		if got := n.awake(id); got > inFlight {
+			t.Fatalf("node %d ticks %d of its %d new groups, want at most %d (the elections it started)", id, got, count, inFlight)
 		}
 	}
 	n.settle()
-	if pref, _ := n.led(nss); pref > 3*campaignsInFlight {
-		t.Fatalf("%d groups led before a tick, want at most %d (one batch per node)", pref, 3*campaignsInFlight)
+	if pref, _ := n.led(nss); pref > 3*inFlight {
+		t.Fatalf("%d groups led before a tick, want at most %d (one batch per node)", pref, 3*inFlight)
 	}
 	for range 400 {
 		if _, none := n.led(nss); none == 0 {
@@ -80,8 +86,8 @@ func TestManyNewGroupsElectInBoundedBatches(t *testing.T) {
 		}
 		n.tick(1)
 	}
-	if pref, none := n.led(nss); pref != groups || none != 0 {
-		t.Fatalf("%d of %d groups led by their preferred leader, %d leaderless", pref, groups, none)
+	if pref, none := n.led(nss); pref != count || none != 0 {
+		t.Fatalf("%d of %d groups led by their preferred leader, %d leaderless", pref, count, none)
 	}
 }
 
@@ -90,22 +96,22 @@ func TestManyNewGroupsElectInBoundedBatches(t *testing.T) {
 // ticked, the groups it merely follows wait unticked for the campaigner's
 // votes, and every group ends up led by its campaigner.
 func TestDeadLeadersGroupsElectInBoundedBatches(t *testing.T) {
-	const groups = 9 * campaignsInFlight
-	n, nss, epochs := newQuiescedReplNet(t, groups)
+	const count = 9 * inFlight
+	n, nss, epochs := newQuiescedReplNet(t, count)
 	for i, ns := range nss {
 		for id := uint64(1); id <= 3; id++ {
 			n.materialise(id, ns, epochs[i])
 		}
 	}
 	for range 400 {
-		if n.awake(1)+n.awake(2)+n.awake(3) == 0 && !n.shard(1).electionsPending() &&
-			!n.shard(2).electionsPending() && !n.shard(3).electionsPending() {
+		if n.awake(1)+n.awake(2)+n.awake(3) == 0 && !n.shard(1).rg.elect.Pending() &&
+			!n.shard(2).rg.elect.Pending() && !n.shard(3).rg.elect.Pending() {
 			break
 		}
 		n.tick(1)
 	}
-	if pref, none := n.led(nss); pref != groups || none != 0 {
-		t.Fatalf("before the death: %d of %d groups led by their preferred leader, %d leaderless", pref, groups, none)
+	if pref, none := n.led(nss); pref != count || none != 0 {
+		t.Fatalf("before the death: %d of %d groups led by their preferred leader, %d leaderless", pref, count, none)
 	}
 	var ledBy3 []metadata.Namespace
 	for _, ns := range nss {
@@ -113,18 +119,18 @@ func TestDeadLeadersGroupsElectInBoundedBatches(t *testing.T) {
 			ledBy3 = append(ledBy3, ns)
 		}
 	}
-	if len(ledBy3) <= 2*campaignsInFlight {
+	if len(ledBy3) <= 2*inFlight {
 		t.Fatalf("node 3 leads %d groups, too few for the test", len(ledBy3))
 	}
 
 	n.cut[3] = true
 	for id := uint64(1); id <= 2; id++ {
-		n.shard(id).setPeerLive(3, false)
+		n.shard(id).rg.setPeerLive(3, false)
 	}
 	n.tickOnly()
 	for id := uint64(1); id <= 2; id++ {
-		if got := n.awake(id); got > campaignsInFlight {
-			t.Fatalf("node %d ticks %d of node 3's %d groups after its death, want at most %d", id, got, len(ledBy3), campaignsInFlight)
+		if got := n.awake(id); got > inFlight {
+			t.Fatalf("node %d ticks %d of node 3's %d groups after its death, want at most %d", id, got, len(ledBy3), inFlight)
 		}
 	}
 	for range 400 {
@@ -138,7 +144,7 @@ func TestDeadLeadersGroupsElectInBoundedBatches(t *testing.T) {
 	}
 	for _, ns := range ledBy3 {
 		o := n.shard(1).owned[ns]
-		if want := n.shard(1).campaigner(o); n.leaderAmong(ns, 3) != want {
+		if want := n.shard(1).rg.campaigner(o); n.leaderAmong(ns, 3) != want {
 			t.Fatalf("group %v led by node %d, want its campaigner %d", ns, n.leaderAmong(ns, 3), want)
 		}
 	}
@@ -159,14 +165,14 @@ func (n *replNet) leaderless(nss []metadata.Namespace) int {
 // ticksPerRound a tick, so each group's raft clock slows by the ratio
 // instead of the shard falling behind.
 func TestTicksTakeTurnsPastTheBudget(t *testing.T) {
-	s := &Shard{cfg: Config{Replication: &Replication{Quiesce: true}}}
+	rg := &raftGroups{cfg: &Replication{Quiesce: true}}
 	const awake = ticksPerRound + ticksPerRound/2
 	for i := range awake {
-		s.q.awake.Add(metadata.Namespace(i), &owned{})
+		rg.q.awake.Add(metadata.Namespace(i), &owned{})
 	}
 	seen := make(map[*owned]int)
 	for range 2 {
-		list := s.tickList()
+		list := rg.tickList()
 		if len(list) != ticksPerRound {
 			t.Fatalf("a tick ticks %d of %d awake groups, want %d", len(list), awake, ticksPerRound)
 		}
@@ -211,15 +217,15 @@ func TestLeaderWithLateFollowersKeepsLeadingUntilLivenessSaysDead(t *testing.T) 
 	s := n.shard(lead)
 	c := produce(ns, "late")
 	s.handle(c.f)
-	s.flushProposals()
-	n.tick(20 * int(s.electionTicks()))
+	s.rg.flushProposals()
+	n.tick(20 * int(s.rg.electionTicks()))
 	if !s.owned[ns].rep.grp.IsLeader() {
 		t.Fatalf("node %d stepped down while its followers were alive, merely silent", lead)
 	}
 	for _, id := range others {
-		s.setPeerLive(id, false)
+		s.rg.setPeerLive(id, false)
 	}
-	n.tick(3 * int(s.electionTicks()))
+	n.tick(3 * int(s.rg.electionTicks()))
 	if s.owned[ns].rep.grp.IsLeader() {
 		t.Fatalf("node %d still leads after liveness declared both followers dead", lead)
 	}
@@ -229,7 +235,7 @@ func TestLeaderWithLateFollowersKeepsLeadingUntilLivenessSaysDead(t *testing.T) 
 // A dead leader's chosen campaigner whose log is behind cannot win: the
 // other survivor, held for the campaigner's votes, refuses it. That
 // survivor stands itself as soon as it refuses, instead of waiting out
-// holdTimeouts (simulator cluster seeds 388 and 509: a member rebuilt
+// groups.HoldTimeouts (simulator cluster seeds 388 and 509: a member rebuilt
 // empty was the campaigner, and the group had no leader 1 s after the
 // crash).
 func TestHeldMemberStandsAgainstCampaignerThatIsBehind(t *testing.T) {
@@ -248,9 +254,9 @@ func TestHeldMemberStandsAgainstCampaignerThatIsBehind(t *testing.T) {
 	}
 	// Which survivor campaigns once the leader dies.
 	s := n.shard(lead%3 + 1)
-	s.q.down.Set(lead, false)
-	camp := s.campaigner(s.owned[ns])
-	s.q.down.Set(lead, true)
+	s.rg.q.down.Set(lead, false)
+	camp := s.rg.campaigner(s.owned[ns])
+	s.rg.q.down.Set(lead, true)
 	other := 6 - lead - camp
 
 	// The campaigner misses a write the other two commit.
@@ -265,12 +271,12 @@ func TestHeldMemberStandsAgainstCampaignerThatIsBehind(t *testing.T) {
 	// The leader dies; the campaigner returns; both survivors learn it.
 	n.cut[camp], n.cut[lead] = false, true
 	for _, id := range []uint64{camp, other} {
-		n.shard(id).setPeerLive(lead, false)
+		n.shard(id).rg.setPeerLive(lead, false)
 	}
-	if o := n.shard(other).owned[ns]; !o.rep.held || o.rep.queued {
-		t.Fatalf("node %d (not the campaigner): held %v, queued %v; want held for the campaigner", other, o.rep.held, o.rep.queued)
+	if o := n.shard(other).owned[ns]; !o.rep.elect.Held() || o.rep.elect.Queued() {
+		t.Fatalf("node %d (not the campaigner): held %v, queued %v; want held for the campaigner", other, o.rep.elect.Held(), o.rep.elect.Queued())
 	}
-	hold := int(holdTimeouts * n.shard(other).electionTicks())
+	hold := int(groups.HoldTimeouts * n.shard(other).rg.electionTicks())
 	for i := range hold / 2 {
 		if l := n.leaderAmong(ns, lead); l != 0 {
 			if l != other {

@@ -131,17 +131,17 @@ func RaftLogOf(fsys vfs.FS, dir string) (RaftLog, error) {
 // replicated partition o (see above). A leader transfers leadership to
 // another voter first, so the group is led by a whole replica while this
 // one is repaired.
-func (s *Shard) replicaDamaged(o *owned, err error) {
+func (rg *raftGroups) replicaDamaged(o *owned, err error) {
 	if !repairable(o) || o.damaged != nil || !errors.Is(err, partition.ErrCorrupt) {
 		return
 	}
-	s.log.Error("replica damaged on disk; it is fenced and will be fetched again from its peers", "ns", o.p.Namespace(), "error", err)
+	rg.log.Error("replica damaged on disk; it is fenced and will be fetched again from its peers", "ns", o.p.Namespace(), "error", err)
 	o.damaged = err
 	if o.rep.grp.IsLeader() {
-		s.stepDown(o)
+		rg.stepDown(o)
 	}
 	if o.failed == nil {
-		s.fence(o, err)
+		rg.sh.fence(o, err)
 	}
 }
 
@@ -152,18 +152,18 @@ func repairable(o *owned) bool { return o.rep.grp != nil && len(o.rep.peers) > 1
 
 // stepDown asks another voter of o's group, one liveness does not report
 // down, to take leadership over (raft's leadership transfer).
-func (s *Shard) stepDown(o *owned) {
-	self := s.cfg.Replication.Node
+func (rg *raftGroups) stepDown(o *owned) {
+	self := rg.cfg.Node
 	for _, v := range o.rep.grp.Voters() {
-		if v == self || !s.q.down.Live(v) {
+		if v == self || !rg.q.down.Live(v) {
 			continue
 		}
 		if err := o.rep.grp.TransferLeader(v); err != nil {
-			s.log.Warn("handing leadership of a damaged replica over failed", "ns", o.p.Namespace(), "to", v, "error", err)
+			rg.log.Warn("handing leadership of a damaged replica over failed", "ns", o.p.Namespace(), "to", v, "error", err)
 			return
 		}
-		s.m.LeaderTransfers.Inc()
-		s.markReady(o)
+		rg.m.LeaderTransfers.Inc()
+		rg.markReady(o)
 		return
 	}
 }
@@ -177,7 +177,7 @@ func (s *Shard) damagedRead(o *owned, f Frame, err error) error {
 	if !repairable(o) || err == nil || !errors.Is(err, partition.ErrCorrupt) {
 		return err
 	}
-	s.replicaDamaged(o, err)
+	s.rg.replicaDamaged(o, err)
 	if f.Req.FromLeader {
 		if lead := o.rep.grp.Leader(); lead != 0 && lead != s.cfg.Replication.Node {
 			return &NotLeaderError{Leader: lead}
@@ -199,7 +199,7 @@ func (s *Shard) toGroup(o *owned, f Frame) bool {
 	if !f.Req.Op.IsWrite() && !f.Req.FromLeader {
 		return false
 	}
-	s.notLeader(o, f)
+	s.rg.notLeader(o, f)
 	return true
 }
 
@@ -242,7 +242,7 @@ func (s *Shard) answerBuildFailed(ns metadata.Namespace, cause error) {
 		switch {
 		case len(peers) == 0 || f.Req.Op == OpRaft || f.Req.Op == OpCatchUp:
 		case f.Req.FromLeader, f.Req.Op.IsWrite():
-			s.answer(f, Response{Err: &NotLeaderError{Leader: s.replicaHint(peers)}})
+			s.answer(f, Response{Err: &NotLeaderError{Leader: s.rg.replicaHint(peers)}})
 			continue
 		}
 		s.drop(f, metrics.ReasonBuildFailed, err)
@@ -256,7 +256,7 @@ func (s *Shard) answerBuildFailed(ns metadata.Namespace, cause error) {
 // rebuild. A replica the group can repair takes it as replicaDamaged and
 // sends f to the group; a partition replicated once refuses f with the
 // damage, as a single node does. It reports whether f was answered.
-func (s *Shard) writesRefused(o *owned, f Frame) bool {
+func (rg *raftGroups) writesRefused(o *owned, f Frame) bool {
 	if f.Req.Op != OpProduce {
 		return false
 	}
@@ -269,10 +269,10 @@ func (s *Shard) writesRefused(o *owned, f Frame) bool {
 		return false
 	}
 	if repairable(o) {
-		s.replicaDamaged(o, err)
-		s.notLeader(o, f)
+		rg.replicaDamaged(o, err)
+		rg.notLeader(o, f)
 		return true
 	}
-	s.answer(f, Response{Err: err})
+	rg.sh.answer(f, Response{Err: err})
 	return true
 }

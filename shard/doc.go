@@ -16,6 +16,35 @@
 // bounded in count and resident bytes, aged by reconciler passes, and always
 // answered.
 //
+// # Layout
+//
+// A Shard is the pump and what only the pump does: control operations
+// and the barrier (park buffer, fences, tombstones: shard.go, control.go,
+// park.go), routing (placement.go) and serving an owned partition's
+// frames locally (shard.go, coalesce.go). Three pump-owned parts hold
+// state of their own, each a type with its own methods:
+//
+//   - raftGroups (raftgroups.go) hosts the raft groups of the replicated
+//     partitions, one per partition (multi-raft): a group's creation and
+//     removal, peers' messages, Ready handling, proposals and leader
+//     reads (replication.go, groupcommit.go), the raft tick and
+//     quiescence with node liveness (quiesce.go), who stands for
+//     election (converge.go; groups.Elections schedules the elections in
+//     bounded batches), leadership balance (balance.go), moves (move.go)
+//     and catch-up (catchup.go). A partition's replicated state
+//     is its owned.rep (replicated.go); groupHandler applies the entries
+//     a group commits to the partition (replication.go).
+//   - commitGroup (commitgroup.go) makes appends durable before they are
+//     answered: the FsyncAlways group commit, journal stages and interval
+//     syncs (durability.go, groupsync.go).
+//   - waitingPolls (polls.go) holds the waiting polls (wait.go).
+//
+// The mechanisms every raft group needs whoever hosts it (leader reads,
+// quiescence decisions, liveness verdicts, the compaction trigger, a
+// move's configuration changes, the awake set, the election scheduler)
+// are internal/groups',
+// shared with the metadata group.
+//
 // # Manual mode
 //
 // With Config.Manual the shard runs no goroutine and is driven by hand,

@@ -34,17 +34,8 @@ func (d Durability) always() bool {
 type owned struct {
 	p   partition.Partition
 	dur Durability
-	// dirty: appended since the last Sync.
-	dirty bool
-	// staged: an FsyncInterval partition whose appends reach a file
-	// through the shard's journal (a deferred partition attached at
-	// InsertOwned, see partition.Journal.Stage) until its interval Sync
-	// takes it out; stageDirty: appended since the last Stage, so its
-	// acks wait for it, as an FsyncAlways partition's wait for the group
-	// commit.
-	staged, stageDirty bool
-	// deadline is when an interval-policy partition must be synced by.
-	deadline time.Time
+	// sync is the partition's standing with the commit group.
+	sync syncState
 
 	// appendBuf holds produces queued to be appended together (see
 	// coalesce.go).
@@ -76,6 +67,23 @@ type owned struct {
 	damaged error
 }
 
+// syncState is an owned partition's standing with the shard's commit
+// group (commitgroup.go): what of it waits for an fsync or a journal
+// stage.
+type syncState struct {
+	// dirty: appended since the last Sync.
+	dirty bool
+	// staged: an FsyncInterval partition whose appends reach a file
+	// through the shard's journal (a deferred partition attached at
+	// InsertOwned, see partition.Journal.Stage) until its interval Sync
+	// takes it out; stageDirty: appended since the last Stage, so its
+	// acks wait for it, as an FsyncAlways partition's wait for the group
+	// commit.
+	staged, stageDirty bool
+	// deadline is when an interval-policy partition must be synced by.
+	deadline time.Time
+}
+
 // pendingAck is a produce appended under FsyncAlways whose answer waits
 // for the group's fsync.
 type pendingAck struct {
@@ -90,30 +98,30 @@ const maxGroup = 256
 
 // appended records a successful append to o and either answers it now
 // (never / interval) or queues the answer for the group's fsync (always).
-func (s *Shard) appended(o *owned, f Frame, r Response) {
-	s.touch(o) // under FsyncAlways, wakeWaiters waits for the fsync
+func (cg *commitGroup) appended(o *owned, f Frame, r Response) {
+	cg.sh.polls.touch(o) // under FsyncAlways, wakeWaiters waits for the fsync
 	switch {
 	case o.dur.always():
-		o.dirty = true
-		if len(s.pending) == 0 {
-			s.groupStart = s.clock.Now() // the group's first append
+		o.sync.dirty = true
+		if len(cg.pending) == 0 {
+			cg.groupStart = cg.sh.clock.Now() // the group's first append
 		}
-		s.pending = append(s.pending, pendingAck{f: f, r: r, o: o})
+		cg.pending = append(cg.pending, pendingAck{f: f, r: r, o: o})
 		return
 	case o.dur.Fsync == metadata.FsyncInterval:
-		s.dirtyInterval(o)
-		if o.staged {
-			o.stageDirty = true
-			s.pending = append(s.pending, pendingAck{f: f, r: r, o: o})
+		cg.dirtyInterval(o)
+		if o.sync.staged {
+			o.sync.stageDirty = true
+			cg.pending = append(cg.pending, pendingAck{f: f, r: r, o: o})
 			return
 		}
 	}
-	s.answer(f, r)
+	cg.sh.answer(f, r)
 }
 
 // unacked reports whether o holds appends whose answers wait for the
 // group (a commit, or a journal stage): never shown to a reader before.
-func (o *owned) unacked() bool { return o.dirty && o.dur.always() || o.stageDirty }
+func (o *owned) unacked() bool { return o.sync.dirty && o.dur.always() || o.sync.stageDirty }
 
 // flushGroup is group commit: the dirty partitions made durable for every
 // ack queued since the last flush, then the answers. Concurrent producers
@@ -127,19 +135,19 @@ func (o *owned) unacked() bool { return o.dirty && o.dur.always() || o.stageDirt
 // is answered before the group is durable. If a sync fails, every ack that depended on it is answered
 // with the error (commitError): not appended, if the commit took the
 // group's records back out of the log, else of unknown outcome.
-func (s *Shard) flushGroup() {
-	s.lingered = false
-	if len(s.pending) == 0 {
+func (cg *commitGroup) flushGroup() {
+	cg.lingered = false
+	if len(cg.pending) == 0 {
 		return
 	}
-	dirty, staged := s.groupBuf[:0], s.stageBuf[:0]
-	for _, pa := range s.pending {
+	dirty, staged := cg.groupBuf[:0], cg.stageBuf[:0]
+	for _, pa := range cg.pending {
 		switch o := pa.o; {
-		case o.stageDirty:
-			o.stageDirty = false
+		case o.sync.stageDirty:
+			o.sync.stageDirty = false
 			staged = append(staged, o)
-		case o.dirty && o.dur.always():
-			o.dirty = false
+		case o.sync.dirty && o.dur.always():
+			o.sync.dirty = false
 			dirty = append(dirty, o)
 		}
 	}
@@ -149,16 +157,16 @@ func (s *Shard) flushGroup() {
 			failed = make(map[*owned]error)
 		}
 		failed[o] = err
-		s.fence(o, err)
-		s.log.Error("fsync failed; acks withheld, partition fenced until it is rebuilt from disk", "ns", o.p.Namespace(), "error", err)
+		cg.sh.fence(o, err)
+		cg.sh.log.Error("fsync failed; acks withheld, partition fenced until it is rebuilt from disk", "ns", o.p.Namespace(), "error", err)
 	}
-	for i, err := range s.syncGroup(dirty) {
+	for i, err := range cg.syncGroup(dirty) {
 		if err != nil {
 			fail(dirty[i], err)
 		}
 	}
 	if len(staged) > 0 {
-		for i, err := range s.stageGroup(staged) {
+		for i, err := range cg.stageGroup(staged) {
 			if err != nil {
 				fail(staged[i], err)
 			}
@@ -166,17 +174,17 @@ func (s *Shard) flushGroup() {
 	}
 	clear(dirty)
 	clear(staged)
-	s.groupBuf, s.stageBuf = dirty[:0], staged[:0]
-	for i, pa := range s.pending {
+	cg.groupBuf, cg.stageBuf = dirty[:0], staged[:0]
+	for i, pa := range cg.pending {
 		if err, ok := failed[pa.o]; ok {
 			pa.r = Response{Err: commitError(err)}
 		}
-		s.touch(pa.o) // acknowledged: readable by waiting polls
-		s.answer(pa.f, pa.r)
-		s.pending[i] = pendingAck{}
+		cg.sh.polls.touch(pa.o) // acknowledged: readable by waiting polls
+		cg.sh.answer(pa.f, pa.r)
+		cg.pending[i] = pendingAck{}
 	}
-	s.pending = s.pending[:0]
-	s.m.CommitLatency.Observe(s.clock.Now().Sub(s.groupStart).Seconds())
+	cg.pending = cg.pending[:0]
+	cg.sh.m.CommitLatency.Observe(cg.sh.clock.Now().Sub(cg.groupStart).Seconds())
 }
 
 // commitError is the answer to a produce whose group commit failed with
@@ -200,13 +208,13 @@ func commitError(err error) error {
 // yields its processor once per group (runtime.Gosched: no sleep, no
 // timer) and, if that brought frames, takes them into the group first. A
 // manual shard does not linger: its driver decides what runs next.
-func (s *Shard) lingerGroup() bool {
-	if s.cfg.Manual || s.lingered || len(s.pending) >= maxGroup {
+func (cg *commitGroup) lingerGroup() bool {
+	if cg.sh.cfg.Manual || cg.lingered || len(cg.pending) >= maxGroup {
 		return false
 	}
-	s.lingered = true
+	cg.lingered = true
 	runtime.Gosched()
-	return len(s.inbox) > 0
+	return len(cg.sh.inbox) > 0
 }
 
 // fence marks o failed (once) and counts it, so the reconciler's fast-skip
@@ -226,83 +234,83 @@ func (s *Shard) Fenced() int { return int(s.fenced.Load()) }
 // append since its last sync starts its loss window, puts it on the list
 // syncDue walks (so the timer's work is in the dirty partitions, not the
 // owned ones) and arms the timer for its deadline.
-func (s *Shard) dirtyInterval(o *owned) {
-	if o.dirty {
+func (cg *commitGroup) dirtyInterval(o *owned) {
+	if o.sync.dirty {
 		return
 	}
-	o.dirty = true
-	o.deadline = s.clock.Now().Add(o.dur.Interval)
-	s.intervalDirty = append(s.intervalDirty, o)
-	s.armSync(o.deadline)
+	o.sync.dirty = true
+	o.sync.deadline = cg.sh.clock.Now().Add(o.dur.Interval)
+	cg.intervalDirty = append(cg.intervalDirty, o)
+	cg.armSync(o.sync.deadline)
 }
 
 // armSync makes sure the interval timer fires by at.
-func (s *Shard) armSync(at time.Time) {
-	if s.syncTimer != nil && !s.syncAt.IsZero() && !at.Before(s.syncAt) {
+func (cg *commitGroup) armSync(at time.Time) {
+	if cg.syncTimer != nil && !cg.syncAt.IsZero() && !at.Before(cg.syncAt) {
 		return
 	}
-	d := max(at.Sub(s.clock.Now()), 0)
-	if s.syncTimer == nil {
-		s.syncTimer = s.clock.NewTimer(d)
+	d := max(at.Sub(cg.sh.clock.Now()), 0)
+	if cg.syncTimer == nil {
+		cg.syncTimer = cg.sh.clock.NewTimer(d)
 	} else {
-		s.syncTimer.Reset(d)
+		cg.syncTimer.Reset(d)
 	}
-	s.syncAt = at
+	cg.syncAt = at
 }
 
 // syncDue syncs every interval-policy partition whose deadline has passed
 // (concurrently, as a commit group is) and re-arms the timer for the
 // earliest remaining one. The timer exists only while some partition is
 // dirty, so an idle shard has none.
-func (s *Shard) syncDue() {
-	now := s.clock.Now()
-	s.syncAt = time.Time{}
+func (cg *commitGroup) syncDue() {
+	now := cg.sh.clock.Now()
+	cg.syncAt = time.Time{}
 	var next time.Time
-	due := s.groupBuf[:0]
-	keep := s.intervalDirty[:0] // compacted in place: keep never passes the loop
-	for _, o := range s.intervalDirty {
-		if !o.dirty || o.dur.always() || s.owned[o.p.Namespace()] != o {
+	due := cg.groupBuf[:0]
+	keep := cg.intervalDirty[:0] // compacted in place: keep never passes the loop
+	for _, o := range cg.intervalDirty {
+		if !o.sync.dirty || o.dur.always() || cg.sh.owned[o.p.Namespace()] != o {
 			continue // synced meanwhile, reconfigured, or no longer owned
 		}
-		if !now.Before(o.deadline) {
-			o.dirty = false
+		if !now.Before(o.sync.deadline) {
+			o.sync.dirty = false
 			due = append(due, o)
 			continue
 		}
 		keep = append(keep, o)
-		if next.IsZero() || o.deadline.Before(next) {
-			next = o.deadline
+		if next.IsZero() || o.sync.deadline.Before(next) {
+			next = o.sync.deadline
 		}
 	}
-	clear(s.intervalDirty[len(keep):])
-	s.intervalDirty = keep
-	s.syncEach(due, func(o *owned) error {
+	clear(cg.intervalDirty[len(keep):])
+	cg.intervalDirty = keep
+	cg.syncEach(due, func(o *owned) error {
 		if err := o.p.Sync(); err != nil {
-			s.log.Error("interval fsync failed", "ns", o.p.Namespace(), "error", err)
+			cg.sh.log.Error("interval fsync failed", "ns", o.p.Namespace(), "error", err)
 		} else {
-			o.staged = false // its files hold everything: out of the journal
+			o.sync.staged = false // its files hold everything: out of the journal
 		}
 		if o.rep.grp != nil && o.rep.grp.Disk() != nil {
 			if err := o.rep.grp.Disk().Sync(); err != nil {
-				s.log.Error("interval fsync of a raft log failed", "ns", o.p.Namespace(), "error", err)
+				cg.sh.log.Error("interval fsync of a raft log failed", "ns", o.p.Namespace(), "error", err)
 			}
 		}
 		return nil
 	})
 	clear(due)
-	s.groupBuf = due[:0]
+	cg.groupBuf = due[:0]
 	if !next.IsZero() {
-		s.armSync(next)
+		cg.armSync(next)
 	}
 }
 
 // syncC is the interval timer's channel, or nil (blocks forever) when no
 // timer is armed.
-func (s *Shard) syncC() <-chan time.Time {
-	if s.syncTimer == nil || s.syncAt.IsZero() {
+func (cg *commitGroup) syncC() <-chan time.Time {
+	if cg.syncTimer == nil || cg.syncAt.IsZero() {
 		return nil
 	}
-	return s.syncTimer.C()
+	return cg.syncTimer.C()
 }
 
 // SetDurability changes the durability of an owned namespace (after a
@@ -319,14 +327,14 @@ func opSetDurability(ns metadata.Namespace, d Durability) control {
 		if !ok {
 			return nil
 		}
-		s.flushGroup()
+		s.commit.flushGroup()
 		// A partition leaving FsyncAlways is synced even if no ack waits:
 		// its acknowledged records may be in the journal only, or held
 		// behind for a journal commit that no longer comes (its appends
 		// are now acknowledged without one, so they must reach its files
 		// at once), and the Sync takes it out of the journal.
-		if o.dirty || (o.dur.always() && !d.always()) {
-			o.dirty = false
+		if o.sync.dirty || (o.dur.always() && !d.always()) {
+			o.sync.dirty = false
 			if err := o.p.Sync(); err != nil {
 				return err
 			}
@@ -345,7 +353,7 @@ func opSetDurability(ns metadata.Namespace, d Durability) control {
 		o.dur = d
 		// Synced above if it left FsyncInterval dirty; under FsyncAlways
 		// its journal commits cover what it stages.
-		o.staged = false
+		o.sync.staged = false
 		return nil
 	}, nil)
 }
@@ -381,7 +389,7 @@ func opRetain(now time.Time, res *RetentionResult) control {
 			}
 			n, err := o.p.EnforceRetention(olderThan, o.dur.RetentionBytes)
 			if n > 0 {
-				s.touch(o)
+				s.polls.touch(o)
 			}
 			res.Messages += n
 			if err != nil {

@@ -119,7 +119,7 @@ func TestIntervalFsync(t *testing.T) {
 	ns, epoch := h.topic("t")
 	p := &syncCounter{Partition: h.build(ns, epoch)}
 	_ = h.step(s, opInsertOwned(p, Durability{Fsync: metadata.FsyncInterval, Interval: time.Second}))
-	if s.syncC() != nil {
+	if s.commit.syncC() != nil {
 		t.Fatal("sync timer armed with nothing dirty")
 	}
 	a := produce(ns, "a")
@@ -127,14 +127,14 @@ func TestIntervalFsync(t *testing.T) {
 	if r := a.answered(t); r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	if s.syncC() == nil || p.syncs != 0 {
-		t.Fatalf("after an append: timer %v, syncs %d", s.syncC() != nil, p.syncs)
+	if s.commit.syncC() == nil || p.syncs != 0 {
+		t.Fatalf("after an append: timer %v, syncs %d", s.commit.syncC() != nil, p.syncs)
 	}
 	clk.Advance(time.Second)
-	<-s.syncC()
-	s.syncDue()
-	if p.syncs != 1 || s.syncC() != nil {
-		t.Fatalf("after the interval: syncs %d, timer still armed %v", p.syncs, s.syncC() != nil)
+	<-s.commit.syncC()
+	s.commit.syncDue()
+	if p.syncs != 1 || s.commit.syncC() != nil {
+		t.Fatalf("after the interval: syncs %d, timer still armed %v", p.syncs, s.commit.syncC() != nil)
 	}
 }
 
@@ -354,11 +354,11 @@ func TestIntervalFsyncTimerKeepsTheEarliestDeadline(t *testing.T) {
 	}
 	clk.Advance(time.Second)
 	select {
-	case <-s.syncC():
+	case <-s.commit.syncC():
 	default:
 		t.Fatal("the interval timer did not fire at the short interval's deadline")
 	}
-	s.syncDue()
+	s.commit.syncDue()
 	if short.syncs != 1 {
 		t.Fatalf("short-interval partition synced %d times at its deadline, want 1", short.syncs)
 	}
@@ -392,11 +392,11 @@ func TestIntervalFsyncOfAReplicatedPartition(t *testing.T) {
 	syncs := p.syncs
 	clk.Advance(time.Second)
 	select {
-	case <-s.syncC():
+	case <-s.commit.syncC():
 	default:
 		t.Fatal("no interval fsync due after an applied write")
 	}
-	s.syncDue()
+	s.commit.syncDue()
 	if p.syncs != syncs+1 {
 		t.Fatalf("interval fsync synced the partition %d times, want 1", p.syncs-syncs)
 	}

@@ -16,26 +16,26 @@ package shard
 
 // queuePropose buffers f, a write admitted on o's leader, for the next
 // entry of o's group.
-func (s *Shard) queuePropose(o *owned, f Frame) {
+func (rg *raftGroups) queuePropose(o *owned, f Frame) {
 	o.rep.proposeBuf = append(o.rep.proposeBuf, f)
-	s.proposed++
+	rg.proposed++
 	if !o.rep.proposeQueued && (len(o.rep.pending) == 0 || len(o.rep.proposeBuf) >= maxGroup) {
-		s.queueProposal(o)
+		rg.queueProposal(o)
 	}
 }
 
 // queueProposal puts o on the list flushProposals proposes from.
-func (s *Shard) queueProposal(o *owned) {
+func (rg *raftGroups) queueProposal(o *owned) {
 	o.rep.proposeQueued = true
-	s.proposing = append(s.proposing, o)
+	rg.proposing = append(rg.proposing, o)
 }
 
 // releaseProposals queues the writes gathered behind o's entries in
 // flight once none is left: the last was applied, or leadership moved
 // and they were answered. settle proposes them before it returns.
-func (s *Shard) releaseProposals(o *owned) {
+func (rg *raftGroups) releaseProposals(o *owned) {
 	if len(o.rep.pending) == 0 && len(o.rep.proposeBuf) > 0 && !o.rep.proposeQueued {
-		s.queueProposal(o)
-		s.released = true
+		rg.queueProposal(o)
+		rg.released = true
 	}
 }

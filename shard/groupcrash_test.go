@@ -282,12 +282,12 @@ func TestIntervalSyncCoversTheDirtyPartitionsStillOwned(t *testing.T) {
 		t.Fatalf("durability change synced %d times, want 1", ps[2].syncs)
 	}
 	clk.Advance(time.Second)
-	<-s.syncC()
-	s.syncDue()
+	<-s.commit.syncC()
+	s.commit.syncDue()
 	if got := [4]int{ps[0].syncs, ps[1].syncs, ps[2].syncs, ps[3].syncs}; got != [4]int{1, 0, 1, 0} {
 		t.Fatalf("syncs per partition %v, want [1 0 1 0]", got)
 	}
-	if s.syncC() != nil || len(s.intervalDirty) != 0 {
-		t.Fatalf("after the sync: timer armed %v, %d partitions still listed dirty", s.syncC() != nil, len(s.intervalDirty))
+	if s.commit.syncC() != nil || len(s.commit.intervalDirty) != 0 {
+		t.Fatalf("after the sync: timer armed %v, %d partitions still listed dirty", s.commit.syncC() != nil, len(s.commit.intervalDirty))
 	}
 }

@@ -9,32 +9,32 @@ import (
 // the errors by index: through the shard's journal when it has one (one
 // write and one fsync for the group, see partition.Journal), else by
 // syncing each partition (syncEach).
-func (s *Shard) syncGroup(dirty []*owned) []error {
-	j := s.cfg.Journal
+func (cg *commitGroup) syncGroup(dirty []*owned) []error {
+	j := cg.sh.cfg.Journal
 	if j == nil {
-		return s.syncEach(dirty, func(o *owned) error { return o.p.Sync() })
+		return cg.syncEach(dirty, func(o *owned) error { return o.p.Sync() })
 	}
-	ps := s.groupParts[:0]
+	ps := cg.groupParts[:0]
 	for _, o := range dirty {
 		ps = append(ps, o.p)
 	}
 	errs := j.Commit(ps)
 	clear(ps)
-	s.groupParts = ps[:0]
+	cg.groupParts = ps[:0]
 	return errs
 }
 
 // stageGroup writes the records of a group's staged partitions (see
 // owned.staged) to the shard's journal without an fsync
 // (partition.Journal.Stage) and returns the errors by index.
-func (s *Shard) stageGroup(staged []*owned) []error {
-	ps := s.groupParts[:0]
+func (cg *commitGroup) stageGroup(staged []*owned) []error {
+	ps := cg.groupParts[:0]
 	for _, o := range staged {
 		ps = append(ps, o.p)
 	}
-	errs := s.cfg.Journal.Stage(ps)
+	errs := cg.sh.cfg.Journal.Stage(ps)
 	clear(ps)
-	s.groupParts = ps[:0]
+	cg.groupParts = ps[:0]
 	return errs
 }
 
@@ -56,9 +56,9 @@ const maxSyncFanout = 8
 // goroutines: each partition is synced once, while the pump waits. A
 // Manual shard runs them one after another in order, so a stepped run
 // stays deterministic.
-func (s *Shard) syncEach(parts []*owned, fn func(*owned) error) []error {
+func (cg *commitGroup) syncEach(parts []*owned, fn func(*owned) error) []error {
 	errs := make([]error, len(parts))
-	if len(parts) <= 1 || s.cfg.Manual {
+	if len(parts) <= 1 || cg.sh.cfg.Manual {
 		for i, o := range parts {
 			errs[i] = fn(o)
 		}
@@ -87,8 +87,8 @@ func (s *Shard) syncEach(parts []*owned, fn func(*owned) error) []error {
 
 // journalDue is signalled when the store's journal starts a new file, or
 // nil (blocks forever) without a journal.
-func (s *Shard) journalDue() <-chan struct{} {
-	if j := s.cfg.Journal; j != nil {
+func (cg *commitGroup) journalDue() <-chan struct{} {
+	if j := cg.sh.cfg.Journal; j != nil {
 		return j.Due()
 	}
 	return nil
@@ -99,8 +99,8 @@ func (s *Shard) journalDue() <-chan struct{} {
 // can go even if the shard commits nothing more. A partition whose fsync
 // fails is broken: its next operation reports it, and its acknowledged
 // records stay in the journal until it is rebuilt.
-func (s *Shard) journalCheckpoint() {
-	if err := s.cfg.Journal.Checkpoint(); err != nil {
-		s.log.Error("journal checkpoint: fsync failed", "error", err)
+func (cg *commitGroup) journalCheckpoint() {
+	if err := cg.sh.cfg.Journal.Checkpoint(); err != nil {
+		cg.sh.log.Error("journal checkpoint: fsync failed", "error", err)
 	}
 }

@@ -7,9 +7,9 @@ import "github.com/parkway-io/parkway/internal/replica"
 // times per replicated produce on every node — so each partition boxes
 // its handler once and keeps it. The handler holds only the shard and o,
 // which never change for o.
-func (s *Shard) handlerOf(o *owned) replica.Handler {
+func (rg *raftGroups) handlerOf(o *owned) replica.Handler {
 	if o.rep.handler == nil {
-		o.rep.handler = groupHandler{s: s, o: o}
+		o.rep.handler = groupHandler{s: rg.sh, o: o}
 	}
 	return o.rep.handler
 }

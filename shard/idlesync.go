@@ -20,12 +20,12 @@ package shard
 // Interval topics are synced by their timer, and FsyncNever topics keep
 // their tails pinned by choice (as a single node's do). A failed fsync
 // fences the partition, as one before a compaction does.
-func (s *Shard) syncQuiesced(o *owned) {
+func (rg *raftGroups) syncQuiesced(o *owned) {
 	if !o.dur.always() || o.failed != nil {
 		return
 	}
 	if err := o.p.Sync(); err != nil {
-		s.fence(o, err)
-		s.log.Error("fsync of a quiesced partition failed; partition fenced", "ns", o.p.Namespace(), "error", err)
+		rg.sh.fence(o, err)
+		rg.log.Error("fsync of a quiesced partition failed; partition fenced", "ns", o.p.Namespace(), "error", err)
 	}
 }

@@ -410,13 +410,13 @@ func TestLingerGroupYieldsOncePerGroup(t *testing.T) {
 	first := produce(ns, "first")
 	s.handle(first.f)
 	s.flushAppends()
-	if len(s.pending) != 1 {
-		t.Fatalf("%d acks pending, want 1", len(s.pending))
+	if len(s.commit.pending) != 1 {
+		t.Fatalf("%d acks pending, want 1", len(s.commit.pending))
 	}
-	if s.lingerGroup() {
+	if s.commit.lingerGroup() {
 		t.Fatal("lingered on an empty inbox and reported frames")
 	}
-	if s.lingerGroup() {
+	if s.commit.lingerGroup() {
 		t.Fatal("lingered twice in one group")
 	}
 	s.maybeFlush() // lingered already: closes the group
@@ -430,17 +430,17 @@ func TestLingerGroupYieldsOncePerGroup(t *testing.T) {
 	if err := s.TrySend(third.f); err != nil {
 		t.Fatal(err)
 	}
-	if !s.lingerGroup() {
+	if !s.commit.lingerGroup() {
 		t.Fatal("a new group did not linger, or missed the frame in the inbox")
 	}
 	second.pending(t)
 
 	m := newHarness(t, 1, nil, func(c *Config) { c.Manual = true })
-	m.shards[0].pending = append(m.shards[0].pending, pendingAck{})
-	if m.shards[0].lingerGroup() {
+	m.shards[0].commit.pending = append(m.shards[0].commit.pending, pendingAck{})
+	if m.shards[0].commit.lingerGroup() {
 		t.Fatal("a manual shard lingered")
 	}
-	m.shards[0].pending = nil
+	m.shards[0].commit.pending = nil
 }
 
 // When the store's journal starts a new file, a shard that commits nothing

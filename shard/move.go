@@ -71,11 +71,11 @@ type moveMark struct {
 // refreshPeers recomputes o.peers from the group's voters, in the
 // metadata's order (the preferred leader first): the peers catch-up
 // fetches from, campaigns are chosen among and balance hands back to.
-func (s *Shard) refreshPeers(o *owned) {
+func (rg *raftGroups) refreshPeers(o *owned) {
 	if o.rep.grp == nil || !o.rep.placed {
 		return
 	}
-	info, ok := s.meta.Partition(o.p.Namespace())
+	info, ok := rg.meta.Partition(o.p.Namespace())
 	if !ok || info.CreatedRevision != o.p.Epoch() {
 		return
 	}
@@ -101,8 +101,8 @@ func (s *Shard) refreshPeers(o *owned) {
 // needsMove reports whether o's group, which this node leads, has
 // membership work: voters that differ from the replicas, or leaving
 // replicas to settle.
-func (s *Shard) needsMove(o *owned) bool {
-	info, ok := s.meta.Partition(o.p.Namespace())
+func (rg *raftGroups) needsMove(o *owned) bool {
+	info, ok := rg.meta.Partition(o.p.Namespace())
 	if !ok || info.CreatedRevision != o.p.Epoch() || len(info.Replicas) == 0 {
 		return false
 	}
@@ -123,13 +123,13 @@ func (s *Shard) needsMove(o *owned) bool {
 
 // considerMove queues o, if this node leads it and it has membership
 // work, for the move driver.
-func (s *Shard) considerMove(o *owned) {
-	if o.rep.grp == nil || !o.rep.placed || o.rep.moving || !o.rep.grp.IsLeader() || !s.needsMove(o) {
+func (rg *raftGroups) considerMove(o *owned) {
+	if o.rep.grp == nil || !o.rep.placed || o.rep.moving || !o.rep.grp.IsLeader() || !rg.needsMove(o) {
 		return
 	}
 	o.rep.moving, o.rep.moveTicks, o.rep.moveIdle, o.rep.moveMark = true, 0, 0, moveMark{}
-	s.q.moves = append(s.q.moves, o)
-	s.wake(o) // the steps need ticks
+	rg.q.moves = append(rg.q.moves, o)
+	rg.wake(o) // the steps need ticks
 }
 
 // moveStep runs on every raft tick: it advances the first movesPerShard
@@ -142,19 +142,19 @@ func (s *Shard) considerMove(o *owned) {
 // stays a learner, and its old replica stays until the newcomer is a
 // whole voter: advanceMove checks that whenever the move comes round
 // again).
-func (s *Shard) moveStep() {
-	if len(s.q.moves) == 0 {
+func (rg *raftGroups) moveStep() {
+	if len(rg.q.moves) == 0 {
 		return
 	}
-	waiting := len(s.q.moves) > movesPerShard
-	kept := s.q.moves[:0]
+	waiting := len(rg.q.moves) > movesPerShard
+	kept := rg.q.moves[:0]
 	var stalled []*owned
-	for i, o := range s.q.moves {
+	for i, o := range rg.q.moves {
 		if i >= movesPerShard {
 			kept = append(kept, o)
 			continue
 		}
-		if s.advanceMove(o) {
+		if rg.advanceMove(o) {
 			o.rep.moving = false
 			continue
 		}
@@ -168,35 +168,35 @@ func (s *Shard) moveStep() {
 	// kept and stalled together are the queue less the moves done, so
 	// they fit in its array: kept was written behind the reading.
 	kept = append(kept, stalled...)
-	clear(s.q.moves[len(kept):])
-	s.q.moves = kept
+	clear(rg.q.moves[len(kept):])
+	rg.q.moves = kept
 	if len(kept) == 0 {
-		s.q.moves = nil
+		rg.q.moves = nil
 	}
 }
 
 // advanceMove takes o's next membership step; it reports true when o has
 // nothing more to do here (done, or no longer led by this node: the new
 // leader's driver carries on).
-func (s *Shard) advanceMove(o *owned) bool {
+func (rg *raftGroups) advanceMove(o *owned) bool {
 	ns := o.p.Namespace()
-	if o.rep.grp == nil || s.replicated[ns] != o || !o.rep.grp.IsLeader() {
+	if o.rep.grp == nil || rg.replicated[ns] != o || !o.rep.grp.IsLeader() {
 		return true
 	}
-	info, ok := s.meta.Partition(ns)
+	info, ok := rg.meta.Partition(ns)
 	if !ok || info.CreatedRevision != o.p.Epoch() {
 		return true
 	}
-	r := s.cfg.Replication
+	r := rg.cfg
 	voters := o.rep.grp.Voters()
-	if m := s.markMove(o, info, voters); m != o.rep.moveMark {
+	if m := rg.markMove(o, info, voters); m != o.rep.moveMark {
 		o.rep.moveMark, o.rep.moveIdle = m, 0
 	}
 	if o.rep.moveTicks > 0 {
 		o.rep.moveTicks--
 		return false
 	}
-	s.wake(o)
+	rg.wake(o)
 	// A learner is whole once its raft log caught up and it reported its
 	// partition log whole and synced (asked until it does).
 	whole := func(n uint64) bool {
@@ -204,7 +204,7 @@ func (s *Shard) advanceMove(o *owned) bool {
 			return false
 		}
 		if !o.rep.whole[n] {
-			s.askWhole(o, n)
+			rg.askWhole(o, n)
 			return false
 		}
 		return true
@@ -213,7 +213,7 @@ func (s *Shard) advanceMove(o *owned) bool {
 	case groups.ChangeAddLearner:
 		// 1. Add a new replica, as a learner.
 		n := ch.Node
-		if !s.q.down.Live(n) {
+		if !rg.q.down.Live(n) {
 			// Node liveness reports n dead: it would take nothing, and
 			// the leader would keep sending it a snapshot — in every
 			// group moving to n, since stalled moves yield the window.
@@ -221,9 +221,9 @@ func (s *Shard) advanceMove(o *owned) bool {
 			return false
 		}
 		if err := o.rep.grp.ProposeLearner(n, nil); err != nil {
-			s.log.Debug("proposing a learner", "ns", ns, "node", n, "error", err)
+			rg.log.Debug("proposing a learner", "ns", ns, "node", n, "error", err)
 		}
-		s.markReady(o)
+		rg.markReady(o)
 		o.rep.moveTicks = moveRetryTicks
 		return false
 	case groups.ChangeWait:
@@ -231,9 +231,9 @@ func (s *Shard) advanceMove(o *owned) bool {
 	case groups.ChangePromote:
 		// 2. Promote a whole learner.
 		if err := o.rep.grp.ProposeConfChange(true, ch.Node, nil); err != nil {
-			s.log.Debug("promoting a learner", "ns", ns, "node", ch.Node, "error", err)
+			rg.log.Debug("promoting a learner", "ns", ns, "node", ch.Node, "error", err)
 		}
-		s.markReady(o)
+		rg.markReady(o)
 		o.rep.moveTicks = moveRetryTicks
 		return false
 	case groups.ChangeRemove:
@@ -254,39 +254,39 @@ func (s *Shard) advanceMove(o *owned) bool {
 		}
 		for _, m := range info.Replicas {
 			if m != r.Node && info.Joins(m) && !o.rep.whole[m] {
-				s.askWhole(o, m)
+				rg.askWhole(o, m)
 				return false
 			}
 		}
 		if info.Joins(r.Node) {
 			if err := o.p.Sync(); err != nil {
-				s.fence(o, err)
+				rg.sh.fence(o, err)
 				return true
 			}
 		}
 		if n == r.Node {
 			// This node is leaving: hand the group to a staying replica
 			// (the first live one, the preferred leader if it is).
-			to := s.replicaHint(info.Replicas)
+			to := rg.replicaHint(info.Replicas)
 			if err := o.rep.grp.TransferLeader(to); err != nil {
-				s.failGroup(o, err)
+				rg.failGroup(o, err)
 				return true
 			}
-			s.markReady(o)
-			s.m.LeaderTransfers.Inc()
+			rg.markReady(o)
+			rg.m.LeaderTransfers.Inc()
 			o.rep.moveTicks = moveRetryTicks
 			return false
 		}
 		if err := o.rep.grp.ProposeConfChange(false, n, nil); err != nil {
-			s.log.Debug("proposing a replica's removal", "ns", ns, "node", n, "error", err)
+			rg.log.Debug("proposing a replica's removal", "ns", ns, "node", n, "error", err)
 		}
-		s.markReady(o)
+		rg.markReady(o)
 		o.rep.moveTicks = moveRetryTicks
 		return false
 	}
 	// 4. Settle: the voters are the replicas.
 	if len(info.Leaving) == 0 {
-		s.considerBalance(o) // the preferred leader may be a newcomer
+		rg.considerBalance(o) // the preferred leader may be a newcomer
 		return true
 	}
 	if r.Settle != nil {
@@ -300,10 +300,10 @@ func (s *Shard) advanceMove(o *owned) bool {
 
 // markMove is o's moveMark now: info is o's committed partition, voters
 // its group's.
-func (s *Shard) markMove(o *owned, info metadata.PartitionInfo, voters []uint64) moveMark {
+func (rg *raftGroups) markMove(o *owned, info metadata.PartitionInfo, voters []uint64) moveMark {
 	m := moveMark{leaving: len(info.Leaving)}
 	for _, n := range info.Replicas {
-		if n != s.cfg.Replication.Node && (slices.Contains(voters, n) || o.rep.grp.IsLearner(n)) && !o.rep.grp.Caught(n) {
+		if n != rg.cfg.Node && (slices.Contains(voters, n) || o.rep.grp.IsLearner(n)) && !o.rep.grp.Caught(n) {
 			m.match += o.rep.grp.Match(n)
 		}
 	}
@@ -314,14 +314,14 @@ func (s *Shard) markMove(o *owned, info metadata.PartitionInfo, voters []uint64)
 // recomputed; when a learner joined the log is compacted at once,
 // because a joining member takes only a snapshot whose configuration
 // names it; and the leader's driver goes on at once with the next step.
-func (s *Shard) confChanged(o *owned, joined bool) {
-	s.refreshPeers(o)
+func (rg *raftGroups) confChanged(o *owned, joined bool) {
+	rg.refreshPeers(o)
 	o.rep.reads.VotersChanged()
 	if joined {
 		o.rep.compact.Force()
 	}
 	o.rep.moveTicks, o.rep.moveIdle = 0, 0 // progress: the next step may start
-	s.considerMove(o)
+	rg.considerMove(o)
 }
 
 // UpdatePlacement tells the shard that the committed replica set of ns
@@ -331,7 +331,7 @@ func (s *Shard) confChanged(o *owned, joined bool) {
 // ignored.
 func (s *Shard) UpdatePlacement(ctx context.Context, ns metadata.Namespace) error {
 	return s.do(ctx, newControl(func(s *Shard) error {
-		s.updatePlacement(ns)
+		s.rg.updatePlacement(ns)
 		return nil
 	}, nil))
 }
@@ -342,25 +342,25 @@ func (s *Shard) UpdatePlacement(ctx context.Context, ns metadata.Namespace) erro
 // Rebalance) changed the replica set, and the node that was preferred
 // when the group was held may no longer be one, or may judge by a
 // placement this node no longer has. Without it each waits for the other
-// until the hold expires (holdTimeouts, 10 s at the default tick).
-func (s *Shard) campaignIfPreferred(o *owned) {
-	r := s.cfg.Replication
-	if o.rep.grp == nil || !r.Quiesce || !o.rep.held || o.rep.queued || o.rep.grp.Leader() != 0 ||
-		s.preferred(o) != r.Node || !slices.Contains(o.rep.grp.Voters(), r.Node) {
+// until the hold expires (groups.HoldTimeouts, 10 s at the default tick).
+func (rg *raftGroups) campaignIfPreferred(o *owned) {
+	r := rg.cfg
+	if o.rep.grp == nil || !r.Quiesce || !o.rep.elect.Held() || o.rep.elect.Queued() || o.rep.grp.Leader() != 0 ||
+		rg.preferred(o) != r.Node || !slices.Contains(o.rep.grp.Voters(), r.Node) {
 		return
 	}
-	s.queueCampaign(o)
+	rg.elect.Queue(o)
 }
 
-func (s *Shard) updatePlacement(ns metadata.Namespace) {
-	if o := s.replicated[ns]; o != nil {
-		s.refreshPeers(o)
-		s.campaignIfPreferred(o)
-		s.considerMove(o)
+func (rg *raftGroups) updatePlacement(ns metadata.Namespace) {
+	if o := rg.replicated[ns]; o != nil {
+		rg.refreshPeers(o)
+		rg.campaignIfPreferred(o)
+		rg.considerMove(o)
 		// A new preferred leader (Rebalance reorders replica sets) is
 		// handed the group.
 		if o.rep.grp != nil && o.rep.grp.IsLeader() {
-			s.considerBalance(o)
+			rg.considerBalance(o)
 		}
 	}
 }

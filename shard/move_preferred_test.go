@@ -37,7 +37,7 @@ func TestMoveMakesAHeldGroupsNewPreferredLeaderCampaign(t *testing.T) {
 	h.insert(h.shards[0], p)
 	n.parts[replicaKey{second, ns}] = p
 	n.settle()
-	if o := n.shard(second).replicated[ns]; o == nil || !o.rep.held {
+	if o := n.shard(second).rg.replicated[ns]; o == nil || !o.rep.elect.Held() {
 		t.Fatalf("the second founder's group is not held for its preferred leader (%+v)", o)
 	}
 	n.apply(metadata.DrainNode{Node: first})
@@ -45,7 +45,7 @@ func TestMoveMakesAHeldGroupsNewPreferredLeaderCampaign(t *testing.T) {
 	if moved.Replicas[0] != second || !slices.Equal(moved.Leaving, []uint64{first}) {
 		t.Fatalf("after draining n%d the placement is %+v, want n%d preferred", first, moved, second)
 	}
-	n.shard(second).updatePlacement(ns)
+	n.shard(second).rg.updatePlacement(ns)
 	// The third founder builds now, after the move.
 	h = n.nodes[third]
 	p = h.build(ns, info.CreatedRevision)
@@ -53,7 +53,7 @@ func TestMoveMakesAHeldGroupsNewPreferredLeaderCampaign(t *testing.T) {
 	n.parts[replicaKey{third, ns}] = p
 	n.settle()
 	for _, f := range founders {
-		if got := n.shard(third).replicated[ns].rep.grp.Voters(); !slices.Contains(got, f) {
+		if got := n.shard(third).rg.replicated[ns].rep.grp.Voters(); !slices.Contains(got, f) {
 			t.Fatalf("the late founder n%d starts with voters %v, without the founder n%d", third, got, f)
 		}
 	}
@@ -166,13 +166,13 @@ func TestLeaderDeathSurvivorsAgreeOnTheCampaignerAcrossAMove(t *testing.T) {
 	// Only c's metadata applies the drain of b (the others lag), so the
 	// group itself does not change: its leader has not seen the move.
 	n.nodes[c].apply(metadata.DrainNode{Node: b})
-	n.shard(c).updatePlacement(ns)
+	n.shard(c).rg.updatePlacement(ns)
 	n.cut[a] = true
 	for _, s := range []uint64{b, c} {
-		if l := n.shard(s).replicated[ns].rep.grp.Leader(); l != a {
+		if l := n.shard(s).rg.replicated[ns].rep.grp.Leader(); l != a {
 			t.Fatalf("n%d sees leader n%d before the death, want n%d", s, l, a)
 		}
-		n.shard(s).setPeerLive(a, false)
+		n.shard(s).rg.setPeerLive(a, false)
 	}
 	n.settle()
 	// A few election timeouts, far inside one hold (100 of them).
@@ -213,7 +213,7 @@ func TestMoveKeepsTheOldReplicaUntilTheNewOneIsWhole(t *testing.T) {
 	caught := false
 	for range 400 {
 		n.tickAll()
-		g := n.shard(lead).replicated[ns].rep.grp
+		g := n.shard(lead).rg.replicated[ns].rep.grp
 		caught = caught || g.Caught(joiner)
 		if !slices.Contains(g.Voters(), from) {
 			t.Fatalf("old replica n%d removed while the new one n%d had %d of 5 messages", from, joiner, n.parts[replicaKey{joiner, ns}].NextOffset())

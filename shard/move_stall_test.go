@@ -42,7 +42,7 @@ func (n *moveNet) ledByPreferred(all []metadata.Namespace) bool {
 // voters are ns's voters as its leader sees them (nil without a leader).
 func (n *moveNet) voters(ns metadata.Namespace) []uint64 {
 	if l := n.leader(ns); l != 0 {
-		return n.shard(l).replicated[ns].rep.grp.Voters()
+		return n.shard(l).rg.replicated[ns].rep.grp.Voters()
 	}
 	return nil
 }
@@ -69,11 +69,11 @@ func TestStalledMovesYieldTheWindow(t *testing.T) {
 	}
 	var lead uint64
 	for id := uint64(1); id < drained; id++ {
-		if lead == 0 || len(n.shard(id).q.moves) > len(n.shard(lead).q.moves) {
+		if lead == 0 || len(n.shard(id).rg.q.moves) > len(n.shard(lead).rg.q.moves) {
 			lead = id
 		}
 	}
-	queue := n.shard(lead).q.moves
+	queue := n.shard(lead).rg.q.moves
 	if len(queue) <= movesPerShard {
 		t.Fatalf("node %d leads %d moves, want more than the window of %d", lead, len(queue), movesPerShard)
 	}
@@ -105,7 +105,7 @@ func TestStalledMovesYieldTheWindow(t *testing.T) {
 		// The groups lead sends a snapshot or the entries to catch up
 		// to, besides the stalled ones: no more than the window.
 		catching := 0
-		for _, o := range n.shard(lead).q.moves {
+		for _, o := range n.shard(lead).rg.q.moves {
 			ns := o.p.Namespace()
 			info, _ := n.nodes[1].meta.Partition(ns)
 			joiner := info.Replicas[len(info.Replicas)-1]
@@ -170,7 +170,7 @@ func TestMoveWaitsForDeadNewcomer(t *testing.T) {
 		n.cut[newcomer] = down
 		for id := uint64(1); id <= 4; id++ {
 			if id != newcomer {
-				n.shard(id).setPeerLive(newcomer, !down)
+				n.shard(id).rg.setPeerLive(newcomer, !down)
 			}
 		}
 	}

@@ -110,7 +110,7 @@ func (n *moveNet) materialise(ns metadata.Namespace) {
 			n.parts[replicaKey{id, ns}] = p
 			continue
 		}
-		n.shard(id).updatePlacement(ns)
+		n.shard(id).rg.updatePlacement(ns)
 	}
 	n.settle()
 }
@@ -153,7 +153,7 @@ func (n *moveNet) produceAcked(lead uint64, ns metadata.Namespace, k int) []stri
 
 func (n *moveNet) leader(ns metadata.Namespace) uint64 {
 	for id := uint64(1); id <= 4; id++ {
-		if o := n.shard(id).replicated[ns]; o != nil && o.rep.grp.IsLeader() {
+		if o := n.shard(id).rg.replicated[ns]; o != nil && o.rep.grp.IsLeader() {
 			return id
 		}
 	}
@@ -184,7 +184,7 @@ func TestMoveAddsThenRemovesThenSettles(t *testing.T) {
 	n.cut[joiner] = true
 	for range 200 {
 		n.tickAll()
-		if l := n.leader(ns); l != 0 && !slices.Contains(n.shard(l).replicated[ns].rep.grp.Voters(), lead) {
+		if l := n.leader(ns); l != 0 && !slices.Contains(n.shard(l).rg.replicated[ns].rep.grp.Voters(), lead) {
 			t.Fatalf("replica %d removed while the joiner %d was cut off", lead, joiner)
 		}
 	}
@@ -198,13 +198,13 @@ func TestMoveAddsThenRemovesThenSettles(t *testing.T) {
 		if l == 0 {
 			continue
 		}
-		v := slices.Sorted(slices.Values(n.shard(l).replicated[ns].rep.grp.Voters()))
+		v := slices.Sorted(slices.Values(n.shard(l).rg.replicated[ns].rep.grp.Voters()))
 		if len(seen) == 0 || !slices.Equal(seen[len(seen)-1], v) {
 			seen = append(seen, v)
 			if !slices.Contains(v, lead) {
 				// The old replica is out: the joiner must have taken a
 				// snapshot naming it by then.
-				if j := n.shard(joiner).replicated[ns]; j == nil || !slices.Contains(j.rep.grp.Voters(), joiner) {
+				if j := n.shard(joiner).rg.replicated[ns]; j == nil || !slices.Contains(j.rep.grp.Voters(), joiner) {
 					t.Fatalf("replica %d removed before the joiner %d took a snapshot naming it", lead, joiner)
 				}
 			}
@@ -238,7 +238,7 @@ func TestMoveAddsThenRemovesThenSettles(t *testing.T) {
 
 func (n *moveNet) tickAll() {
 	for id := uint64(1); id <= 4; id++ {
-		n.shard(id).tickRaft()
+		n.shard(id).rg.tickRaft()
 	}
 	n.settle()
 }

@@ -25,11 +25,11 @@ func (s *Shard) holds(info metadata.PartitionInfo) bool {
 // peersOf is the membership of info's raft group: its replicas, or every
 // peer for a partition placed before placement existed (or unknown here:
 // a build racing a delete, which the reconciler tears down).
-func (s *Shard) peersOf(info metadata.PartitionInfo) []uint64 {
+func (rg *raftGroups) peersOf(info metadata.PartitionInfo) []uint64 {
 	if len(info.Replicas) > 0 {
 		return info.Members()
 	}
-	return s.cfg.Replication.Peers
+	return rg.cfg.Peers
 }
 
 // foundingVoters are the voters a founding replica of a partition that
@@ -76,7 +76,7 @@ func (s *Shard) elsewhere(f Frame, info metadata.PartitionInfo) {
 		s.m.Drop(f.Req.Op.String(), metrics.ReasonNotReplicated)
 		return
 	}
-	s.answer(f, Response{Err: &NotLeaderError{Leader: s.replicaHint(info.Replicas)}})
+	s.answer(f, Response{Err: &NotLeaderError{Leader: s.rg.replicaHint(info.Replicas)}})
 }
 
 // sendElsewhere answers ns's parked frames with elsewhere: the metadata
@@ -103,9 +103,9 @@ func (s *Shard) sendElsewhere(ns metadata.Namespace) {
 // replicaHint is the replica a request for a partition held elsewhere is
 // sent to: the first live one from the preferred leader on, which a
 // follower then points at its leader.
-func (s *Shard) replicaHint(replicas []uint64) uint64 {
+func (rg *raftGroups) replicaHint(replicas []uint64) uint64 {
 	for _, n := range replicas {
-		if s.q.down.Live(n) {
+		if rg.q.down.Live(n) {
 			return n
 		}
 	}

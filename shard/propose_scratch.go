@@ -6,19 +6,19 @@ const maxEntryBuf = 64 << 10
 
 // keepEntryBuf keeps data, an entry just handed to Propose (which copies
 // it), as the scratch the next flushProposals encodes into.
-func (s *Shard) keepEntryBuf(data []byte) {
+func (rg *raftGroups) keepEntryBuf(data []byte) {
 	if cap(data) <= maxEntryBuf {
-		s.entryBuf = data[:0]
+		rg.entryBuf = data[:0]
 	}
 }
 
 // reuseProposing gives flushProposals' list back as s.proposing when
 // nothing was queued meanwhile, so the next flush appends without
 // allocating.
-func (s *Shard) reuseProposing(list []*owned) {
+func (rg *raftGroups) reuseProposing(list []*owned) {
 	clear(list)
-	if s.proposing == nil {
-		s.proposing = list[:0]
+	if rg.proposing == nil {
+		rg.proposing = list[:0]
 	}
 }
 
@@ -26,7 +26,7 @@ func (s *Shard) reuseProposing(list []*owned) {
 // from o.pending, back to o as the buffer its next produces are gathered
 // in, unless some are being gathered already. The frames were copied out
 // of it (applyFrames and the apply batch hold Frame values).
-func (s *Shard) reuseFrames(o *owned, frames []Frame) {
+func (rg *raftGroups) reuseFrames(o *owned, frames []Frame) {
 	if cap(frames) == 0 || len(o.rep.proposeBuf) > 0 {
 		return
 	}

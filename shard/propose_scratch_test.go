@@ -35,8 +35,8 @@ func TestProduceBufferedWhileAnEntryAppliesIsProposed(t *testing.T) {
 	}
 	a := produce(ns, "a")
 	s.handle(a.f)
-	s.flushProposals()
-	s.processReady() // the entry goes out to the followers
+	s.rg.flushProposals()
+	s.rg.processReady() // the entry goes out to the followers
 	deliver(func(to uint64) bool { return to != lead })
 	for id := uint64(1); id <= 3; id++ {
 		if id != lead {
@@ -46,7 +46,7 @@ func TestProduceBufferedWhileAnEntryAppliesIsProposed(t *testing.T) {
 	b := produce(ns, "b")
 	s.handle(b.f) // buffered for the next proposal
 	deliver(func(to uint64) bool { return to == lead })
-	s.processReady() // "a" commits and is applied while "b" waits in the buffer
+	s.rg.processReady() // "a" commits and is applied while "b" waits in the buffer
 	if r := a.answered(t); r.Err != nil || r.Offset != 0 {
 		t.Fatalf("first produce: %+v", r)
 	}

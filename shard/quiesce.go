@@ -36,11 +36,6 @@ import (
 //     When a peer returns, the groups this node leads wake so the leader
 //     brings it up to date.
 
-// campaignsPerTick bounds the elections a shard starts per raft tick
-// after a peer died, when its groups are not quiesced (converge.go bounds
-// the elections in flight when they are).
-const campaignsPerTick = 128
-
 // quiescence is the shard's bookkeeping for quiescence (pump-owned).
 type quiescence struct {
 	// awake holds the groups that are ticked (every group when
@@ -49,15 +44,6 @@ type quiescence struct {
 	awake groups.Awake[metadata.Namespace, *owned]
 	// down holds the peers node liveness reported dead.
 	down groups.Down
-	// campaign holds the groups this node stands for election in (new
-	// groups it should lead, groups whose leader's node died), waiting
-	// for their turn; inflight the elections started and not yet won;
-	// held the groups waiting, unticked, for a peer to give them a
-	// leader; ticks counts the raft ticks (converge.go).
-	campaign []*owned
-	inflight []*owned
-	held     []heldGroup
-	ticks    int64
 	// balance holds the groups this node leads whose preferred leader is
 	// another node, waiting to hand leadership back (balance.go);
 	// transfer is the one being handed back, for transferTicks ticks.
@@ -70,15 +56,15 @@ type quiescence struct {
 }
 
 // wake makes o's group ticked again.
-func (s *Shard) wake(o *owned) {
+func (rg *raftGroups) wake(o *owned) {
 	if o.rep.grp == nil {
 		return
 	}
-	if s.q.awake.Add(o.p.Namespace(), o) { // an earlier incarnation's entry goes
+	if rg.q.awake.Add(o.p.Namespace(), o) { // an earlier incarnation's entry goes
 		o.rep.quiet.Woke()
-		s.m.RaftWakes.Inc()
+		rg.m.RaftWakes.Inc()
 	}
-	s.armTick()
+	rg.armTick()
 }
 
 // idle reports whether the shard has nothing pending on the group that
@@ -91,16 +77,16 @@ func (r *replicated) idle() bool {
 // maybeQuiesce quiesces o's group if it leads a group with nothing to do,
 // sending its followers the quiesce heartbeat (groups.Quiet.Tick); it
 // reports whether it did.
-func (s *Shard) maybeQuiesce(o *owned) bool {
-	r := s.cfg.Replication
-	if !o.rep.quiet.Tick(o.rep.grp, r.Quiesce && o.rep.idle(), s.q.down.Live, func(m *raftpb.Message) {
+func (rg *raftGroups) maybeQuiesce(o *owned) bool {
+	r := rg.cfg
+	if !o.rep.quiet.Tick(o.rep.grp, r.Quiesce && o.rep.idle(), rg.q.down.Live, func(m *raftpb.Message) {
 		r.Send(m.GetTo(), o.p.Namespace(), o.p.Epoch(), m)
 	}) {
 		return false
 	}
-	s.q.awake.Remove(o.p.Namespace())
-	s.m.RaftQuiesces.Inc()
-	s.syncQuiesced(o)
+	rg.q.awake.Remove(o.p.Namespace())
+	rg.m.RaftQuiesces.Inc()
+	rg.syncQuiesced(o)
 	return true
 }
 
@@ -108,14 +94,14 @@ func (s *Shard) maybeQuiesce(o *owned) bool {
 // state matches it takes (groups.StepQuiesce): the group stops ticking,
 // and it reports true. Otherwise the caller steps m, a refused quiesce
 // heartbeat as the ordinary heartbeat it stands for.
-func (s *Shard) stepQuiesce(o *owned, m *raftpb.Message) bool {
-	if !groups.StepQuiesce(o.rep.grp, m, s.cfg.Replication.Quiesce && o.rep.idle()) {
+func (rg *raftGroups) stepQuiesce(o *owned, m *raftpb.Message) bool {
+	if !groups.StepQuiesce(o.rep.grp, m, rg.cfg.Quiesce && o.rep.idle()) {
 		return false
 	}
-	if s.q.awake.Has(o.p.Namespace(), o) {
-		s.q.awake.Remove(o.p.Namespace())
-		s.m.RaftQuiesces.Inc()
-		s.syncQuiesced(o)
+	if rg.q.awake.Has(o.p.Namespace(), o) {
+		rg.q.awake.Remove(o.p.Namespace())
+		rg.m.RaftQuiesces.Inc()
+		rg.syncQuiesced(o)
 	}
 	return true
 }
@@ -127,46 +113,47 @@ func (s *Shard) stepQuiesce(o *owned, m *raftpb.Message) bool {
 // date. Without Replication.Quiesce it only records the peer's state.
 func (s *Shard) SetPeerLive(ctx context.Context, peer uint64, live bool) error {
 	return s.do(ctx, newControl(func(s *Shard) error {
-		s.setPeerLive(peer, live)
+		s.rg.setPeerLive(peer, live)
 		return nil
 	}, nil))
 }
 
-func (s *Shard) setPeerLive(peer uint64, live bool) {
-	r := s.cfg.Replication
-	if r == nil || peer == r.Node || !s.q.down.Set(peer, live) {
+func (rg *raftGroups) setPeerLive(peer uint64, live bool) {
+	r := rg.cfg
+	if r == nil || peer == r.Node || !rg.q.down.Set(peer, live) {
 		return
 	}
 	// In namespace order, so the groups wake (and campaign) in an order
 	// a simulator's seed decides.
 	if live {
-		for _, ns := range sortedOwned(s.replicated) {
-			if o := s.replicated[ns]; o.rep.grp.IsLeader() {
-				s.wake(o)
-				s.considerBalance(o)
+		for _, ns := range sortedOwned(rg.replicated) {
+			o := rg.replicated[ns]
+			if v, _ := groups.PeerLive(o.rep.grp, peer, true); v == groups.PeerBack {
+				rg.wake(o)
+				rg.considerBalance(o)
 			}
 		}
 		return
 	}
-	for _, ns := range sortedOwned(s.replicated) {
-		o := s.replicated[ns]
+	for _, ns := range sortedOwned(rg.replicated) {
+		o := rg.replicated[ns]
 		if o == nil || o.rep.grp == nil {
 			continue // failed by an earlier step of this loop
 		}
-		switch lead := o.rep.grp.Leader(); {
-		case lead == peer:
-			s.wake(o)
-			if _, err := groups.LeaderDied(o.rep.grp, peer); err != nil {
-				s.failGroup(o, err)
+		switch v, err := groups.PeerLive(o.rep.grp, peer, false); {
+		case v == groups.LeaderLost:
+			rg.wake(o)
+			if err != nil {
+				rg.failGroup(o, err)
 				continue
 			}
-			s.markReady(o)
-		case lead == 0 && o.rep.held && s.preferred(o) == peer:
+			rg.markReady(o)
+		case o.rep.grp.Leader() == 0 && o.rep.elect.Held() && rg.preferred(o) == peer:
 			// A new group held for the dead node's first campaign.
 		default:
 			continue
 		}
-		s.electAfterDeath(o)
+		rg.electAfterDeath(o)
 	}
 }
 
@@ -180,7 +167,7 @@ func (s *Shard) setPeerLive(peer uint64, live bool) {
 // would each wait for the other to campaign (simulator cluster seed 661
 // with node removal). A joiner before its snapshot has no voters: it
 // goes by o.peers, and never campaigns anyway.
-func (s *Shard) campaigner(o *owned) uint64 {
+func (rg *raftGroups) campaigner(o *owned) uint64 {
 	peers := o.rep.peers
 	if o.rep.grp != nil {
 		if v := o.rep.grp.Voters(); len(v) > 0 {
@@ -188,15 +175,15 @@ func (s *Shard) campaigner(o *owned) uint64 {
 			peers = v
 		}
 	}
-	return groups.Campaigner(peers, s.q.down.Live, uint64(o.p.Namespace()))
+	return groups.Campaigner(peers, rg.q.down.Live, uint64(o.p.Namespace()))
 }
 
 // QuiescedGroups reports how many of the shard's raft groups are quiesced
 // (not ticked), and how many of those this node leads.
 func (s *Shard) QuiescedGroups(ctx context.Context) (quiesced, leading int, err error) {
 	err = s.do(ctx, newControl(func(s *Shard) error {
-		for _, o := range s.replicated {
-			if s.q.awake.Has(o.p.Namespace(), o) {
+		for _, o := range s.rg.replicated {
+			if s.rg.q.awake.Has(o.p.Namespace(), o) {
 				continue
 			}
 			quiesced++

@@ -2,8 +2,8 @@ package shard
 
 // flushRaft hands the raft messages held back during a unit of pump work
 // to the transport (Replication.Flush).
-func (s *Shard) flushRaft() {
-	if r := s.cfg.Replication; r != nil && r.Flush != nil {
+func (rg *raftGroups) flushRaft() {
+	if r := rg.cfg; r != nil && r.Flush != nil {
 		r.Flush()
 	}
 }
@@ -12,4 +12,4 @@ func (s *Shard) flushRaft() {
 // a group's raft log is written (replica.BeforeSave): a leader's appends
 // leave before its fsync, and no group's messages wait for another
 // group's.
-func (h groupHandler) BeforeSave() { h.s.flushRaft() }
+func (h groupHandler) BeforeSave() { h.s.rg.flushRaft() }

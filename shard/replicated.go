@@ -47,13 +47,10 @@ type replicated struct {
 	proposeBuf []Frame
 	ready      bool
 	quiet      groups.Quiet // ticks since the group last woke (quiesce.go)
-	// held: not ticked while it waits for an election (queued: in the
-	// shard's campaign queue) or for a peer to give it a leader;
-	// campaignAt is the shard tick its last election started at
-	// (converge.go).
-	held, queued bool
-	campaignAt   int64
-	dedupe       dedupeTable
+	// elect is the group's place in the shard's elections (converge.go):
+	// held, unticked, for an election or a leader.
+	elect  groups.Candidacy
+	dedupe dedupeTable
 	// cursor is the replicated log's next offset: where the next applied
 	// produce lands in every replica's partition log. The local log can
 	// be ahead of it (re-applying after a restart) or, while catchup is

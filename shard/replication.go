@@ -119,8 +119,8 @@ func (e *NotLeaderError) Is(target error) bool { return target == ErrNotLeader }
 // nodes — campaigns at once instead of waiting out an election timeout;
 // its votes may reach nodes that have not materialised the partition yet,
 // where they park and are stepped once it lands.
-func (s *Shard) replicate(o *owned) error {
-	r := s.cfg.Replication
+func (rg *raftGroups) replicate(o *owned) error {
+	r := rg.cfg
 	ns := o.p.Namespace()
 	var disk *replica.Disk
 	if loc, ok := o.p.(partition.Located); ok {
@@ -142,8 +142,8 @@ func (s *Shard) replicate(o *owned) error {
 			return err
 		}
 	}
-	info, _ := s.meta.Partition(ns)
-	o.rep.peers, o.rep.placed = s.peersOf(info), len(info.Replicas) > 0
+	info, _ := rg.meta.Partition(ns)
+	o.rep.peers, o.rep.placed = rg.peersOf(info), len(info.Replicas) > 0
 	// A placed group's membership changes as its replicas move: a
 	// replica a move added after the partition was created joins empty
 	// and waits for the leader's snapshot (see move.go).
@@ -154,8 +154,8 @@ func (s *Shard) replicate(o *owned) error {
 	}
 	g, err := replica.New(replica.Config{
 		Group: uint64(ns), Node: r.Node, Peers: voters, Dynamic: o.rep.placed, Join: joins,
-		ElectionTicks: r.ElectionTicks, Logger: s.log, Disk: disk,
-		Metrics: s.m.Raft, Clock: s.clock, Fsync: s.m.RaftSyncs,
+		ElectionTicks: r.ElectionTicks, Logger: rg.log, Disk: disk,
+		Metrics: rg.m.Raft, Clock: rg.clock, Fsync: rg.m.RaftSyncs,
 		// A peer's snapshot that ApplySnapshot would refuse is an invalid
 		// message, not a failed group.
 		CheckSnapshot: func(b []byte) error { _, err := decodeState(b); return err },
@@ -178,9 +178,9 @@ func (s *Shard) replicate(o *owned) error {
 	if o.p.NextOffset() < o.rep.cursor {
 		// The snapshot says the partition holds more than it does (it was
 		// lost, or a catch-up was interrupted): fetch the rest first.
-		s.startCatchUp(o, o.rep.cursor)
+		rg.startCatchUp(o, o.rep.cursor)
 	}
-	s.refreshPeers(o)
+	rg.refreshPeers(o)
 	// Many new groups at once campaign a bounded number at a time
 	// (converge.go); a joining member never campaigns before it holds
 	// the leader's snapshot (it has no voters until then). One restarted
@@ -190,7 +190,7 @@ func (s *Shard) replicate(o *owned) error {
 	// A replica fetching its partition log (a repaired one, damage.go)
 	// does not campaign: it would lead with nothing to serve.
 	elect := len(g.Voters()) > 0 && preferredLeader(ns, o.rep.peers, o.rep.placed) == r.Node && o.rep.catchup == nil
-	campaigned := elect && s.electionRoom()
+	campaigned := elect && rg.elect.Room()
 	if campaigned {
 		if err := g.Campaign(); err != nil {
 			o.rep.grp = nil
@@ -198,92 +198,92 @@ func (s *Shard) replicate(o *owned) error {
 			return err
 		}
 	}
-	s.replicated[ns] = o
-	s.markReady(o)
-	s.admitNew(o, elect, campaigned)
-	s.armTick()
+	rg.replicated[ns] = o
+	rg.markReady(o)
+	rg.admitNew(o, elect, campaigned)
+	rg.armTick()
 	return nil
 }
 
 // unreplicate drops o's group; its waiting produces are answered. The
 // raft log is synced (unless the policy is never) and closed.
-func (s *Shard) unreplicate(o *owned, err error) {
+func (rg *raftGroups) unreplicate(o *owned, err error) {
 	if o.rep.grp == nil {
 		return
 	}
-	delete(s.replicated, o.p.Namespace())
-	s.q.awake.Remove(o.p.Namespace())
+	delete(rg.replicated, o.p.Namespace())
+	rg.q.awake.Remove(o.p.Namespace())
 	// Proposed writes may have committed — and been applied on the other
 	// replicas — already: their outcome is unknown, never "retry here".
 	for id, fs := range o.rep.pending {
 		for _, f := range fs {
-			s.answer(f, Response{Err: fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)})
+			rg.sh.answer(f, Response{Err: fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)})
 		}
 		delete(o.rep.pending, id)
 	}
-	s.dropReads(o, err)
-	s.dropWaiters(o, err, false)
+	rg.dropReads(o, err)
+	rg.sh.polls.dropWaiters(o, err, false)
 	for _, f := range o.rep.proposeBuf { // never proposed: err holds
-		s.answer(f, Response{Err: err})
+		rg.sh.answer(f, Response{Err: err})
 	}
 	o.rep.proposeBuf = nil
 	if d := o.rep.grp.Disk(); d != nil && o.dur.Fsync != metadata.FsyncNever {
 		if serr := d.Sync(); serr != nil {
-			s.log.Warn("syncing a raft log on close", "ns", o.p.Namespace(), "error", serr)
+			rg.log.Warn("syncing a raft log on close", "ns", o.p.Namespace(), "error", serr)
 		}
 	}
 	if cerr := o.rep.grp.Close(); cerr != nil {
-		s.log.Warn("closing a raft log", "ns", o.p.Namespace(), "error", cerr)
+		rg.log.Warn("closing a raft log", "ns", o.p.Namespace(), "error", cerr)
 	}
 	o.rep.grp = nil
 	o.rep.catchup = nil
-	s.setLeader(o, 0)
+	rg.setLeader(o, 0)
 }
 
 // setLeader records lead as o's leader where other goroutines read it
 // (Leaders), and keeps the partitions-led gauge: one for each group this
 // node leads.
-func (s *Shard) setLeader(o *owned, lead uint64) {
-	self := s.cfg.Replication.Node
+func (rg *raftGroups) setLeader(o *owned, lead uint64) {
+	self := rg.cfg.Node
 	if o.rep.led != (lead == self && lead != 0) {
 		o.rep.led = !o.rep.led
 		if o.rep.led {
-			s.m.Led.Inc()
+			rg.m.Led.Inc()
 		} else {
-			s.m.Led.Dec()
+			rg.m.Led.Dec()
 		}
 	}
 	ns := o.p.Namespace()
-	s.leadersMu.Lock()
+	rg.leadersMu.Lock()
 	if lead == 0 {
-		delete(s.leaders, ns)
+		delete(rg.leaders, ns)
 	} else {
-		if s.leaders == nil {
-			s.leaders = make(map[metadata.Namespace]uint64)
+		if rg.leaders == nil {
+			rg.leaders = make(map[metadata.Namespace]uint64)
 		}
-		s.leaders[ns] = lead
+		rg.leaders[ns] = lead
 	}
-	s.leadersMu.Unlock()
+	rg.leadersMu.Unlock()
 }
 
 // Leaders adds to into every replicated partition of this shard whose
 // leader this node knows, with that leader. Safe from any goroutine: it
 // reads what the pump recorded at each leader change, not the groups.
 func (s *Shard) Leaders(into map[metadata.Namespace]uint64) {
-	s.leadersMu.Lock()
-	defer s.leadersMu.Unlock()
-	for ns, lead := range s.leaders {
+	s.rg.leadersMu.Lock()
+	defer s.rg.leadersMu.Unlock()
+	for ns, lead := range s.rg.leaders {
 		into[ns] = lead
 	}
 }
 
 // notLeader answers f on a follower: "not leader" with the leader's id,
 // or "retry here" while no leader is known.
-func (s *Shard) notLeader(o *owned, f Frame) {
-	if lead := o.rep.grp.Leader(); lead != 0 && lead != s.cfg.Replication.Node {
-		s.answer(f, Response{Err: &NotLeaderError{Leader: lead}})
+func (rg *raftGroups) notLeader(o *owned, f Frame) {
+	if lead := o.rep.grp.Leader(); lead != 0 && lead != rg.cfg.Node {
+		rg.sh.answer(f, Response{Err: &NotLeaderError{Leader: lead}})
 	} else {
-		s.deny(f, metrics.DenyNoLeader, errNoLeader)
+		rg.sh.deny(f, metrics.DenyNoLeader, errNoLeader)
 	}
 }
 
@@ -293,15 +293,15 @@ func (s *Shard) notLeader(o *owned, f Frame) {
 // so every replica applies the same writes in the same order (consumer
 // offsets and truncations included: they survive the loss of the node
 // that took them).
-func (s *Shard) propose(o *owned, f Frame) {
+func (rg *raftGroups) propose(o *owned, f Frame) {
 	if !o.rep.grp.IsLeader() {
-		s.notLeader(o, f)
+		rg.notLeader(o, f)
 		return
 	}
-	if s.writesRefused(o, f) {
+	if rg.writesRefused(o, f) {
 		return
 	}
-	s.queuePropose(o, f) // groupcommit.go
+	rg.queuePropose(o, f) // groupcommit.go
 }
 
 // readReplicated serves a read of a replicated partition. A read asking
@@ -311,20 +311,20 @@ func (s *Shard) propose(o *owned, f Frame) {
 // arrived. A leader cut off or paused while others elected a new one
 // therefore never serves a stale read: its confirmation never comes, and
 // the read is answered "retry" when it learns it lost leadership.
-func (s *Shard) readReplicated(o *owned, f Frame) bool {
+func (rg *raftGroups) readReplicated(o *owned, f Frame) bool {
 	if !f.Req.FromLeader {
 		return false
 	}
 	if !o.rep.grp.IsLeader() {
-		s.notLeader(o, f)
+		rg.notLeader(o, f)
 		return true
 	}
-	s.readSeq++
-	if err := o.rep.reads.Ask(o.rep.grp, s.readSeq, f); err != nil {
-		s.failGroup(o, err) // answers f with the waiting reads
+	rg.readSeq++
+	if err := o.rep.reads.Ask(o.rep.grp, rg.readSeq, f); err != nil {
+		rg.failGroup(o, err) // answers f with the waiting reads
 		return true
 	}
-	s.markReady(o)
+	rg.markReady(o)
 	return true
 }
 
@@ -332,20 +332,20 @@ func (s *Shard) readReplicated(o *owned, f Frame) bool {
 // of every read still waiting for one (groups.Reads.Reask), once the
 // Ready that applied a change of the group's voters is handled
 // (confChanged records it).
-func (s *Shard) reaskReads(o *owned) {
+func (rg *raftGroups) reaskReads(o *owned) {
 	asked, err := o.rep.reads.Reask(o.rep.grp)
 	if err != nil {
-		s.failGroup(o, err)
+		rg.failGroup(o, err)
 		return
 	}
 	if asked {
-		s.markReady(o)
+		rg.markReady(o)
 	}
 }
 
 // serveReads moves confirmed reads to the applied-index wait and serves
 // those whose index is applied.
-func (s *Shard) serveReads(o *owned) {
+func (rg *raftGroups) serveReads(o *owned) {
 	g := o.rep.grp
 	if g == nil {
 		return
@@ -354,26 +354,26 @@ func (s *Shard) serveReads(o *owned) {
 	if o.rep.reads.Waiting() == 0 || o.rep.catchup != nil {
 		return
 	}
-	rev, live := s.meta.CreatedRevision(o.p.Namespace())
+	rev, live := rg.meta.CreatedRevision(o.p.Namespace())
 	live = live && rev == o.p.Epoch()
 	o.rep.reads.Serve(g.Applied(), func(f Frame) {
 		switch {
 		case !live:
 			// Behaviour 10 at serve time: a delete committed while the
 			// read waited for its confirmation.
-			s.deny(f, metrics.DenyIncarnation, errIncarnation)
+			rg.sh.deny(f, metrics.DenyIncarnation, errIncarnation)
 		case o.failed != nil:
-			s.fenceFailed(o, f)
+			rg.sh.fenceFailed(o, f)
 		default:
-			s.serveRead(o, f)
+			rg.sh.serveRead(o, f)
 		}
 	})
 }
 
 // dropReads answers every leader read of o's group, confirmed or not:
 // leadership moved, or the group is gone.
-func (s *Shard) dropReads(o *owned, err error) {
-	o.rep.reads.Drop(func(f Frame) { s.answer(f, Response{Err: err}) })
+func (rg *raftGroups) dropReads(o *owned, err error) {
+	o.rep.reads.Drop(func(f Frame) { rg.sh.answer(f, Response{Err: err}) })
 }
 
 // flushProposals proposes every buffered write of each queued partition
@@ -382,10 +382,10 @@ func (s *Shard) dropReads(o *owned, err error) {
 // inbox is momentarily empty or enough writes are buffered; a partition
 // with an entry in flight is queued only once it is applied
 // (groupcommit.go).
-func (s *Shard) flushProposals() {
-	list := s.proposing
-	s.proposing = nil
-	s.proposed = 0
+func (rg *raftGroups) flushProposals() {
+	list := rg.proposing
+	rg.proposing = nil
+	rg.proposed = 0
 	for _, o := range list {
 		o.rep.proposeQueued = false
 		frames := o.rep.proposeBuf
@@ -395,22 +395,22 @@ func (s *Shard) flushProposals() {
 		}
 		if !o.rep.grp.IsLeader() {
 			for _, f := range frames {
-				s.notLeader(o, f)
+				rg.notLeader(o, f)
 			}
 			continue
 		}
-		data := binary.LittleEndian.AppendUint32(s.entryBuf[:0], uint32(len(frames)))
+		data := binary.LittleEndian.AppendUint32(rg.entryBuf[:0], uint32(len(frames)))
 		kept := frames[:0]
 		// The leader stamps append times before proposing: the entry
 		// carries them, so every replica stores the same ones.
-		now := s.clock.Now().UnixMicro()
+		now := rg.clock.Now().UnixMicro()
 		for _, f := range frames {
 			if f.Req.Op == OpProduce {
 				stampAppendTime(f.Req.Messages, now)
 			}
 			next, err := appendOp(data, f)
 			if err != nil {
-				s.answer(f, Response{Err: err}) // bad input: never proposed
+				rg.sh.answer(f, Response{Err: err}) // bad input: never proposed
 				continue
 			}
 			data = next
@@ -421,53 +421,53 @@ func (s *Shard) flushProposals() {
 		}
 		binary.LittleEndian.PutUint32(data, uint32(len(kept)))
 		id, err := o.rep.grp.Propose(data)
-		s.keepEntryBuf(data)
+		rg.keepEntryBuf(data)
 		if errors.Is(err, replica.ErrGroupFailed) {
-			s.failGroup(o, err)
+			rg.failGroup(o, err)
 			for _, f := range kept {
-				s.fenceFailed(o, f)
+				rg.sh.fenceFailed(o, f)
 			}
 			continue
 		}
 		if err != nil {
 			for _, f := range kept {
-				s.answer(f, Response{Err: fmt.Errorf("%w: %w", ErrRetry, err)})
+				rg.sh.answer(f, Response{Err: fmt.Errorf("%w: %w", ErrRetry, err)})
 			}
 			continue
 		}
 		o.rep.pending[id] = kept
-		s.markReady(o)
+		rg.markReady(o)
 	}
-	s.reuseProposing(list)
+	rg.reuseProposing(list)
 }
 
 // stepRaft feeds a peer's message to the partition's group. A message the
 // group refuses as invalid is counted and dropped; one that stops the
 // group (raft panicked on it) fences the partition.
-func (s *Shard) stepRaft(o *owned, f Frame) {
+func (rg *raftGroups) stepRaft(o *owned, f Frame) {
 	if o.rep.grp == nil {
-		s.m.Drop(f.Req.Op.String(), metrics.ReasonNotReplicated)
+		rg.m.Drop(f.Req.Op.String(), metrics.ReasonNotReplicated)
 		return
 	}
-	if s.stepQuiesce(o, f.Req.Raft) {
+	if rg.stepQuiesce(o, f.Req.Raft) {
 		return
 	}
-	s.standAgainstBehind(o, f.Req.Raft)
+	rg.standAgainstBehind(o, f.Req.Raft)
 	switch err := o.rep.grp.Step(f.Req.Raft); {
 	case err == nil:
 	case errors.Is(err, replica.ErrGroupFailed):
-		s.failGroup(o, err)
+		rg.failGroup(o, err)
 		return
 	case errors.Is(err, replica.ErrOutOfReach):
-		s.m.Drop(f.Req.Op.String(), metrics.ReasonOutOfReach)
-		s.log.Warn("raft message with a term out of reach dropped", "ns", f.Req.NS, "error", err)
+		rg.m.Drop(f.Req.Op.String(), metrics.ReasonOutOfReach)
+		rg.log.Warn("raft message with a term out of reach dropped", "ns", f.Req.NS, "error", err)
 	case errors.Is(err, replica.ErrInvalidMessage):
-		s.m.Drop(f.Req.Op.String(), metrics.ReasonInvalidRaft)
-		s.log.Debug("invalid raft message dropped", "ns", f.Req.NS, "error", err)
+		rg.m.Drop(f.Req.Op.String(), metrics.ReasonInvalidRaft)
+		rg.log.Debug("invalid raft message dropped", "ns", f.Req.NS, "error", err)
 	default:
-		s.log.Debug("raft step refused", "ns", f.Req.NS, "error", err)
+		rg.log.Debug("raft step refused", "ns", f.Req.NS, "error", err)
 	}
-	s.markReady(o)
+	rg.markReady(o)
 }
 
 // failGroup fences o after its raft group stopped — a Ready that failed
@@ -475,64 +475,64 @@ func (s *Shard) stepRaft(o *owned, f Frame) {
 // reconciler evicts and rebuilds the partition, and the rebuilt group
 // restores from the raft log. Every request waiting on the group is
 // answered with ErrPartitionFailed.
-func (s *Shard) failGroup(o *owned, err error) {
-	s.log.Error("raft group failed; partition fenced", "ns", o.p.Namespace(), "error", err)
+func (rg *raftGroups) failGroup(o *owned, err error) {
+	rg.log.Error("raft group failed; partition fenced", "ns", o.p.Namespace(), "error", err)
 	// A panic while applying may have left produces in the shard's apply
 	// batch: they belong to this partition, and the next apply of another
 	// one must not append them (their frames are still pending here).
-	groupHandler{s: s, o: o}.resetBatch()
+	groupHandler{s: rg.sh, o: o}.resetBatch()
 	if errors.Is(err, partition.ErrCorrupt) && o.damaged == nil && repairable(o) {
 		o.damaged = err // an append met damage in the partition log (damage.go)
 	}
 	if o.failed == nil {
-		s.fence(o, err)
+		rg.sh.fence(o, err)
 	}
-	s.unreplicate(o, fmt.Errorf("%w: %w", ErrPartitionFailed, err))
+	rg.unreplicate(o, fmt.Errorf("%w: %w", ErrPartitionFailed, err))
 }
 
 // markReady queues o for processReady. A group with work is ticked: a
 // quiesced group wakes.
-func (s *Shard) markReady(o *owned) {
-	s.wake(o)
+func (rg *raftGroups) markReady(o *owned) {
+	rg.wake(o)
 	if !o.rep.ready {
 		o.rep.ready = true
-		s.readyList = append(s.readyList, o)
+		rg.readyList = append(rg.readyList, o)
 	}
 }
 
 // processReady handles every group with pending work: persist, send,
 // apply. It runs after each pump step, so a Step or Propose is followed by
 // its messages without waiting for a tick.
-func (s *Shard) processReady() {
-	for len(s.readyList) > 0 {
+func (rg *raftGroups) processReady() {
+	for len(rg.readyList) > 0 {
 		// Swap in the spare list so markReady appends without allocating.
-		list := s.readyList
-		s.readyList, s.readySpare = s.readySpare[:0], nil
+		list := rg.readyList
+		rg.readyList, rg.readySpare = rg.readySpare[:0], nil
 		for _, o := range list {
 			o.rep.ready = false
 			if o.rep.grp == nil {
 				continue
 			}
-			h := s.handlerOf(o)
+			h := rg.handlerOf(o)
 			for o.rep.grp != nil && o.rep.grp.HasReady() {
 				if err := o.rep.grp.Handle(h); err != nil {
 					// The group cannot go on (its log or its partition
 					// refused a write, or raft panicked).
-					s.failGroup(o, err)
+					rg.failGroup(o, err)
 					break
 				}
 			}
 			if o.rep.grp != nil && o.rep.reads.ReaskDue() {
-				s.reaskReads(o)
+				rg.reaskReads(o)
 			}
 			if o.rep.grp != nil {
-				s.serveReads(o)
+				rg.serveReads(o)
 			}
-			s.touch(o) // applied entries are readable by waiting polls
-			s.maybeCompact(o)
+			rg.sh.polls.touch(o) // applied entries are readable by waiting polls
+			rg.maybeCompact(o)
 		}
 		clear(list)
-		s.readySpare = list[:0]
+		rg.readySpare = list[:0]
 	}
 }
 
@@ -540,81 +540,81 @@ func (s *Shard) processReady() {
 // last snapshot: the partition is synced (the snapshot will claim its
 // content), then the log is cut behind a snapshot of the partition's
 // state.
-func (s *Shard) maybeCompact(o *owned) {
+func (rg *raftGroups) maybeCompact(o *owned) {
 	g := o.rep.grp
 	if g == nil || o.rep.catchup != nil || o.failed != nil {
 		return
 	}
-	r := s.cfg.Replication
+	r := rg.cfg
 	if !o.rep.compact.Due(g, replica.CompactionPolicy{Entries: r.CompactEntries, Bytes: r.CompactBytes}) {
 		return
 	}
 	if err := o.p.Sync(); err != nil {
-		s.fence(o, err)
-		s.log.Error("fsync before a raft snapshot failed; partition fenced", "ns", o.p.Namespace(), "error", err)
+		rg.sh.fence(o, err)
+		rg.log.Error("fsync before a raft snapshot failed; partition fenced", "ns", o.p.Namespace(), "error", err)
 		return
 	}
 	if err := g.Compact(g.Applied(), o.rep.encodeState()); err != nil {
-		s.log.Error("raft log compaction failed", "ns", o.p.Namespace(), "error", err)
+		rg.log.Error("raft log compaction failed", "ns", o.p.Namespace(), "error", err)
 		return
 	}
 	o.rep.compact.Compacted()
-	s.m.RaftCompactions.Inc()
+	rg.m.RaftCompactions.Inc()
 }
 
 // tickRaft ticks every awake group, in the order they woke (so a
 // simulator's run is reproducible); a leader with nothing to do quiesces
 // its group instead (quiesce.go).
-func (s *Shard) tickRaft() {
-	s.campaignDue()
-	s.balanceStep()
-	s.moveStep()
-	for _, o := range s.tickList() {
-		if !s.q.awake.Has(o.p.Namespace(), o) {
+func (rg *raftGroups) tickRaft() {
+	rg.elect.Tick()
+	rg.balanceStep()
+	rg.moveStep()
+	for _, o := range rg.tickList() {
+		if !rg.q.awake.Has(o.p.Namespace(), o) {
 			continue
 		}
-		if o.rep.unhold(); o.rep.held {
-			s.q.awake.Remove(o.p.Namespace()) // woken by a message; waits for its turn
+		if o.rep.elect.Unhold(o.rep.grp); o.rep.elect.Held() {
+			rg.q.awake.Remove(o.p.Namespace()) // woken by a message; waits for its turn
 			continue
 		}
-		if s.maybeQuiesce(o) {
+		if rg.maybeQuiesce(o) {
 			continue
 		}
-		if err := s.keepActive(o); err != nil {
-			s.failGroup(o, err)
+		if err := rg.keepActive(o); err != nil {
+			rg.failGroup(o, err)
 			continue
 		}
 		if err := o.rep.grp.Tick(); err != nil {
-			s.failGroup(o, err)
+			rg.failGroup(o, err)
 			continue
 		}
-		s.tickCatchUp(o)
-		s.markReady(o)
+		rg.tickCatchUp(o)
+		rg.markReady(o)
 	}
-	s.armTick()
+	rg.armTick()
 }
 
-func (s *Shard) armTick() {
-	if (s.q.awake.Len() == 0 && !s.electionsPending()) || s.tickArmed {
+func (rg *raftGroups) armTick() {
+	if (rg.q.awake.Len() == 0 && !rg.elect.Pending()) || rg.tickArmed {
 		return
 	}
-	d := s.cfg.Replication.TickInterval
-	if s.raftTimer == nil {
-		s.raftTimer = s.clock.NewTimer(d)
+	d := rg.cfg.TickInterval
+	if rg.raftTimer == nil {
+		rg.raftTimer = rg.clock.NewTimer(d)
 	} else {
-		s.raftTimer.Reset(d)
+		rg.raftTimer.Reset(d)
 	}
-	s.tickArmed = true
+	rg.tickArmed = true
 }
 
 // tickC is the raft tick channel, nil (never ready) while no group is
 // awake, so a shard with nothing replicated, or all of it quiesced, has
 // no timer.
-func (s *Shard) tickC() <-chan time.Time {
-	if !s.tickArmed {
+func (rg *raftGroups) tickC() <-chan time.Time {
+	if !rg.tickArmed {
 		return nil
 	}
-	return s.raftTimer.C()
+	return rg.raftTimer.C()
 }
 
 // groupHandler applies one partition group's Ready.
@@ -654,8 +654,8 @@ func (h groupHandler) apply(index, id uint64, payload []byte) error {
 	frames := h.o.rep.pending[id]
 	err := h.applyFrames(index, frames, payload)
 	delete(h.o.rep.pending, id)
-	h.s.reuseFrames(h.o, frames)
-	h.s.releaseProposals(h.o)
+	h.s.rg.reuseFrames(h.o, frames)
+	h.s.rg.releaseProposals(h.o)
 	return err
 }
 
@@ -777,7 +777,7 @@ func (h groupHandler) flushBatch(index uint64) error {
 		h.answered(it.f, it.waiting, Response{Offset: first})
 	}
 	if o.dur.Fsync == metadata.FsyncInterval {
-		h.s.dirtyInterval(o)
+		h.s.commit.dirtyInterval(o)
 	}
 	h.resetBatch()
 	return nil
@@ -913,7 +913,7 @@ func (h groupHandler) applyOne(index uint64, key produceKey, batch []byte, f Fra
 		h.s.answer(f, Response{Offset: first})
 	}
 	if o.dur.Fsync == metadata.FsyncInterval {
-		h.s.dirtyInterval(o)
+		h.s.commit.dirtyInterval(o)
 	}
 	return nil
 }
@@ -940,9 +940,9 @@ func (h groupHandler) ApplySnapshot(index uint64, data []byte) error {
 		c.deferred = kept
 	}
 	h.s.m.RaftSnapshots.Inc()
-	h.s.refreshPeers(o) // the snapshot carries the voters
+	h.s.rg.refreshPeers(o) // the snapshot carries the voters
 	if have := o.p.NextOffset(); have < o.rep.cursor {
-		h.s.startCatchUp(o, o.rep.cursor)
+		h.s.rg.startCatchUp(o, o.rep.cursor)
 		return nil
 	}
 	return o.settle()
@@ -951,20 +951,20 @@ func (h groupHandler) ApplySnapshot(index uint64, data []byte) error {
 // ConfChanged implements replica.ConfChanger: the move driver follows
 // every applied change of the group's voters.
 func (h groupHandler) ConfChanged(index uint64, add bool, node uint64, ctx []byte) error {
-	h.s.confChanged(h.o, add && h.o.rep.grp.IsLearner(node))
+	h.s.rg.confChanged(h.o, add && h.o.rep.grp.IsLearner(node))
 	return nil
 }
 
 // LeaderChanged fails the produces this node proposed as leader: their
 // outcome is now unknown (behaviour: never silently applied twice).
 func (h groupHandler) LeaderChanged(lead uint64) {
-	h.s.setLeader(h.o, lead)
+	h.s.rg.setLeader(h.o, lead)
 	if f := h.s.cfg.Replication.LeaderChanged; f != nil {
 		f(h.o.p.Namespace(), lead)
 	}
 	if lead == h.s.cfg.Replication.Node {
-		h.s.considerBalance(h.o)
-		h.s.considerMove(h.o)
+		h.s.rg.considerBalance(h.o)
+		h.s.rg.considerMove(h.o)
 		return
 	}
 	// Leader reads waiting here, for leadership confirmation or for
@@ -973,8 +973,8 @@ func (h groupHandler) LeaderChanged(lead uint64) {
 	if lead != 0 {
 		err = &NotLeaderError{Leader: lead}
 	}
-	h.s.dropReads(h.o, err)
-	h.s.dropWaiters(h.o, err, true)
+	h.s.rg.dropReads(h.o, err)
+	h.s.polls.dropWaiters(h.o, err, true)
 	for id, fs := range h.o.rep.pending {
 		for _, f := range fs {
 			h.s.answer(f, Response{Err: ErrOutcomeUnknown})
@@ -983,7 +983,7 @@ func (h groupHandler) LeaderChanged(lead uint64) {
 	}
 	// The writes gathered behind them were never proposed: flushProposals
 	// answers them "not leader".
-	h.s.releaseProposals(h.o)
+	h.s.rg.releaseProposals(h.o)
 }
 
 // produceKey identifies one logical produce across retries.

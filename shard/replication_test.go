@@ -78,7 +78,7 @@ func (n *replNet) settle() {
 func (n *replNet) tick(rounds int) {
 	for range rounds {
 		for id := uint64(1); id <= 3; id++ {
-			n.shard(id).tickRaft()
+			n.shard(id).rg.tickRaft()
 		}
 		n.settle()
 	}
@@ -341,7 +341,7 @@ func TestConcurrentProducesShareOneEntry(t *testing.T) {
 		s.handle(c.f) // buffered: the pump has more work queued
 		calls = append(calls, c)
 	}
-	s.flushProposals()
+	s.rg.flushProposals()
 	o := s.owned[ns]
 	if len(o.rep.pending) != 1 {
 		t.Fatalf("%d proposals for 3 queued produces, want 1", len(o.rep.pending))
@@ -455,7 +455,7 @@ func TestEntryProducesShareOneAppendOnEveryReplica(t *testing.T) {
 		s.handle(c.f)
 		calls = append(calls, c)
 	}
-	s.flushProposals()
+	s.rg.flushProposals()
 	n.settle()
 	for i, want := range []uint64{0, 1, 2, 0} {
 		if r := calls[i].answered(t); r.Err != nil || r.Offset != want {

@@ -8,11 +8,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/btree"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/internal/affinity"
+	"github.com/parkway-io/parkway/internal/groups"
 	"github.com/parkway-io/parkway/internal/run"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
@@ -142,17 +142,13 @@ func (c Config) Validate() error {
 
 // Shard owns partitions and serves the frames addressed to them.
 type Shard struct {
-	id   int
-	cfg  Config
-	log  hclog.Logger
-	m    *metrics.Shard
-	meta *metadata.Store
-	// leaders is each replicated partition's leader as this node knows it
-	// (setLeader), for readers off the pump (Leaders).
-	leadersMu sync.Mutex
-	leaders   map[metadata.Namespace]uint64
-	router    *router.Router[Frame]
-	table     *router.Table
+	id     int
+	cfg    Config
+	log    hclog.Logger
+	m      *metrics.Shard
+	meta   *metadata.Store
+	router *router.Router[Frame]
+	table  *router.Table
 
 	inbox chan inboxFrame
 	ctrl  chan control
@@ -179,47 +175,25 @@ type Shard struct {
 
 	clock clock.Clock
 
+	// rg hosts the partitions' raft groups (raftgroups.go).
+	rg raftGroups
+	// commit makes appends durable before their answers (commitgroup.go).
+	commit commitGroup
+	// polls are the waiting polls (polls.go).
+	polls waitingPolls
+
 	// Pump-owned state: touched only by the pump goroutine (or, in Manual
 	// mode, by the driver's goroutine, which is the pump).
 	owned        map[metadata.Namespace]*owned
-	pending      []pendingAck                  // acks waiting for the group's fsync
-	groupStart   time.Time                     // when the commit group's first append was made
-	syncTimer    clock.Timer                   // interval-policy fsync timer, armed while needed
-	syncAt       time.Time                     // when syncTimer fires; zero when disarmed
-	replicated   map[metadata.Namespace]*owned // owned partitions with a raft group
-	proposing    []*owned                      // partitions with buffered produces to propose
-	proposed     int                           // produces buffered since the last flush
-	released     bool                          // a partition's gathered produces were queued (groupcommit.go)
-	entryBuf     []byte                        // flushProposals' entry scratch (Propose copies it)
 	appending    []*owned                      // partitions with produces queued for one Append
 	appendQueued int                           // produces queued across them
 	coalesceBuf  []partition.Message           // scratch for a coalesced batch
-	readyList    []*owned                      // groups with work for processReady
-	readSeq      uint64                        // last leader-read request id
 	applyBatch   applyBatch                    // scratch for an entry's produces
-	readySpare   []*owned                      // processReady's other list, reused
-	raftTimer    clock.Timer
-	tickArmed    bool
-	q            quiescence                    // quiesced groups and peer liveness (quiesce.go)
 	parkTimer    clock.Timer                   // armed at the earliest parked frame's expiry
 	parkAt       time.Time                     // when parkTimer fires; zero when disarmed
 	tombstoned   map[metadata.Namespace]uint64 // ns → epoch being torn down
-	waiters      *btree.BTreeG[*waiter]        // waiting polls by deadline (wait.go)
-	waitSeq      uint64                        // last waiter's sequence number
-	waitTimer    clock.Timer                   // fires at the earliest waiter's deadline
-	waitAt       time.Time                     // when waitTimer fires; zero when disarmed
-	touchedList  []*owned                      // partitions whose waiters wakeWaiters looks at
 	park         *parkBuffer
 	pass         uint64 // sweeps applied
-
-	// groupBuf is scratch for the partitions a commit group or an
-	// interval sync covers; intervalDirty lists the interval-policy
-	// partitions dirty since their last sync (durability.go).
-	groupBuf      []*owned
-	stageBuf      []*owned              // scratch for a group's staged partitions
-	groupParts    []partition.Partition // scratch of syncGroup
-	lingered      bool                  // the open group yielded once (lingerGroup)
-	intervalDirty []*owned
 }
 
 // New returns a shard reading committed metadata from meta and routing
@@ -283,11 +257,18 @@ func New(cfg Config, meta *metadata.Store, rt *router.Router[Frame]) (*Shard, er
 		group:      run.NewGroup(),
 		clock:      cfg.Clock,
 		owned:      make(map[metadata.Namespace]*owned),
-		replicated: make(map[metadata.Namespace]*owned),
 		tombstoned: make(map[metadata.Namespace]uint64),
 		park:       newParkBuffer(cfg.Park),
-		waiters:    newWaiterTree(),
 	}
+	s.rg = raftGroups{
+		sh: s, cfg: cfg.Replication, log: s.log, m: s.m, meta: meta, clock: cfg.Clock,
+		replicated: make(map[metadata.Namespace]*owned),
+	}
+	if r := cfg.Replication; r != nil {
+		s.rg.elect = groups.NewElections[*owned](&s.rg, r.Node, r.Quiesce, s.rg.electionTicks())
+	}
+	s.commit = commitGroup{sh: s}
+	s.polls = waitingPolls{sh: s, waiters: newWaiterTree()}
 	return s, nil
 }
 
@@ -414,16 +395,16 @@ func (s *Shard) pump(ctx context.Context) {
 			s.runControl(c)
 		case in := <-s.inbox:
 			s.handleFrame(s.taken(in))
-		case <-s.syncC():
+		case <-s.commit.syncC():
 			s.syncFired()
-		case <-s.tickC():
+		case <-s.rg.tickC():
 			s.tickFired()
-		case <-s.waitC():
+		case <-s.polls.waitC():
 			s.waitTimerFired()
 		case <-s.parkC():
 			s.parkFired()
-		case <-s.journalDue():
-			s.journalCheckpoint()
+		case <-s.commit.journalDue():
+			s.commit.journalCheckpoint()
 		}
 	}
 }
@@ -457,19 +438,19 @@ func (s *Shard) Step() bool {
 	default:
 	}
 	select {
-	case <-s.syncC():
+	case <-s.commit.syncC():
 		s.syncFired()
 		return true
 	default:
 	}
 	select {
-	case <-s.tickC():
+	case <-s.rg.tickC():
 		s.tickFired()
 		return true
 	default:
 	}
 	select {
-	case <-s.waitC():
+	case <-s.polls.waitC():
 		s.waitTimerFired()
 		return true
 	default:
@@ -481,8 +462,8 @@ func (s *Shard) Step() bool {
 	default:
 	}
 	select {
-	case <-s.journalDue():
-		s.journalCheckpoint()
+	case <-s.commit.journalDue():
+		s.commit.journalCheckpoint()
 		return true
 	default:
 	}
@@ -506,20 +487,20 @@ func (s *Shard) handleFrame(f Frame) {
 
 // syncFired runs the interval-fsync timer's work.
 func (s *Shard) syncFired() {
-	s.syncDue()
+	s.commit.syncDue()
 	s.settle()
 }
 
 // waitTimerFired answers the waiting polls whose deadline passed.
 func (s *Shard) waitTimerFired() {
-	s.waitFired()
+	s.polls.waitFired()
 	s.settle()
 }
 
 // tickFired runs the raft tick's work.
 func (s *Shard) tickFired() {
-	s.tickArmed = false
-	s.tickRaft()
+	s.rg.tickArmed = false
+	s.rg.tickRaft()
 	s.settle()
 }
 
@@ -527,35 +508,35 @@ func (s *Shard) tickFired() {
 // processed and the commit group is closed if nothing else waits.
 func (s *Shard) settle() {
 	for {
-		if len(s.proposing) > 0 && (len(s.inbox) == 0 || s.proposed >= maxGroup) {
-			s.flushProposals()
+		if len(s.rg.proposing) > 0 && (len(s.inbox) == 0 || s.rg.proposed >= maxGroup) {
+			s.rg.flushProposals()
 		}
-		s.processReady()
+		s.rg.processReady()
 		// Applying the last entry in flight of a partition released the
 		// produces gathered behind it: they are proposed now, with the
 		// commit's frames (groupcommit.go).
-		if !s.released {
+		if !s.rg.released {
 			break
 		}
-		s.released = false
+		s.rg.released = false
 	}
 	s.maybeFlush()
-	s.wakeWaiters()
-	s.flushRaft()
+	s.polls.wakeWaiters()
+	s.rg.flushRaft()
 }
 
 func (s *Shard) stopTimers() {
-	if s.syncTimer != nil {
-		s.syncTimer.Stop()
+	if s.commit.syncTimer != nil {
+		s.commit.syncTimer.Stop()
 	}
 	if s.parkTimer != nil {
 		s.parkTimer.Stop()
 	}
-	if s.raftTimer != nil {
-		s.raftTimer.Stop()
+	if s.rg.raftTimer != nil {
+		s.rg.raftTimer.Stop()
 	}
-	if s.waitTimer != nil {
-		s.waitTimer.Stop()
+	if s.polls.waitTimer != nil {
+		s.polls.waitTimer.Stop()
 	}
 }
 
@@ -604,8 +585,8 @@ func (s *Shard) maybeFlush() {
 	if len(s.appending) > 0 && (len(s.inbox) == 0 || s.appendQueued >= maxGroup) {
 		s.flushAppends()
 	}
-	if len(s.pending) > 0 && (len(s.inbox) == 0 || len(s.pending) >= maxGroup) && !s.lingerGroup() {
-		s.flushGroup()
+	if len(s.commit.pending) > 0 && (len(s.inbox) == 0 || len(s.commit.pending) >= maxGroup) && !s.commit.lingerGroup() {
+		s.commit.flushGroup()
 	}
 }
 
@@ -633,10 +614,10 @@ func (s *Shard) shutdown() {
 	s.park = newParkBuffer(s.cfg.Park)
 	s.gauges()
 	s.flushAppends()
-	s.flushGroup()
-	s.dropAllWaiters(ErrClosed)
-	for _, o := range s.replicated {
-		s.unreplicate(o, ErrClosed)
+	s.commit.flushGroup()
+	s.polls.dropAllWaiters(ErrClosed)
+	for _, o := range s.rg.replicated {
+		s.rg.unreplicate(o, ErrClosed)
 	}
 	for ns, o := range s.owned {
 		if err := o.p.Close(); err != nil {
@@ -655,7 +636,7 @@ func (s *Shard) shutdown() {
 func (s *Shard) handle(f Frame) {
 	if f.Req.Op == opFlush {
 		s.flushAppends()
-		s.flushGroup() // frames before the barrier include their acks
+		s.commit.flushGroup() // frames before the barrier include their acks
 		s.answer(f, Response{})
 		return
 	}
@@ -701,12 +682,12 @@ func (s *Shard) serveOwned(o *owned, f Frame) {
 	if f.Req.Op == OpRaft {
 		// Behaviour 20: the epoch matched, so the message is for this
 		// incarnation; raft itself orders it against the group.
-		s.stepRaft(o, f)
+		s.rg.stepRaft(o, f)
 		return
 	}
 	if f.Req.Op == OpCatchUp {
-		s.catchUpFrame(o, f)
-		s.touch(o)
+		s.rg.catchUpFrame(o, f)
+		s.polls.touch(o)
 		return
 	}
 	// Behaviour 10: an ack must never land in an incarnation that teardown
@@ -723,10 +704,10 @@ func (s *Shard) serveOwned(o *owned, f Frame) {
 	if o.rep.grp != nil {
 		switch {
 		case f.Req.Op.IsWrite():
-			s.propose(o, f)
+			s.rg.propose(o, f)
 			return
 		case f.Req.Op == OpPoll, f.Req.Op == OpGetOffset, f.Req.Op == OpOffsets:
-			if s.readReplicated(o, f) {
+			if s.rg.readReplicated(o, f) {
 				return
 			}
 		}
@@ -750,7 +731,7 @@ func (s *Shard) serveOwned(o *owned, f Frame) {
 	if o.unacked() {
 		// Never show a reader what has not been acknowledged: close the
 		// group (sync and ack) before reading past it.
-		s.flushGroup()
+		s.commit.flushGroup()
 		if o.failed != nil {
 			s.fenceFailed(o, f) // the sync failed: what it covered is not acknowledged
 			return
@@ -764,7 +745,7 @@ func (s *Shard) serveOwned(o *owned, f Frame) {
 // touch o, so waiting polls they passed are answered.
 func (s *Shard) serveRead(o *owned, f Frame) {
 	if f.Req.Op == OpPoll {
-		s.servePoll(o, f)
+		s.polls.servePoll(o, f)
 		return
 	}
 	resp := serve(o.p, f.Req)
@@ -774,7 +755,7 @@ func (s *Shard) serveRead(o *owned, f Frame) {
 	resp.Err = s.damagedRead(o, f, s.fenceUnusable(o, resp.Err))
 	s.answer(f, resp)
 	if f.Req.Op == OpTruncate || f.Req.Op == OpPurge {
-		s.touch(o)
+		s.polls.touch(o)
 	}
 }
 

@@ -197,50 +197,50 @@ func readPoll(p partition.Partition, from uint64, r *Request) (Response, bool) {
 
 // servePoll serves a poll against o: answered now, or registered as a
 // waiter when it asks to wait and is not satisfied yet.
-func (s *Shard) servePoll(o *owned, f Frame) {
+func (wp *waitingPolls) servePoll(o *owned, f Frame) {
 	r := f.Req
 	from, err := resolveStart(o.p, r)
 	if err != nil {
-		s.answer(f, Response{Err: err})
+		wp.sh.answer(f, Response{Err: err})
 		return
 	}
 	resp, full := readPoll(o.p, from, r)
 	if full || r.MaxWait <= 0 || resp.Err != nil {
-		resp.Err = s.damagedRead(o, f, s.fenceUnusable(o, resp.Err))
-		s.answer(f, resp)
+		resp.Err = wp.sh.damagedRead(o, f, wp.sh.fenceUnusable(o, resp.Err))
+		wp.sh.answer(f, resp)
 		return
 	}
-	if s.waiters.Len() >= s.cfg.MaxWaiters {
-		s.m.Drop(r.Op.String(), metrics.ReasonWaitersFull)
-		s.answer(f, Response{Err: fmt.Errorf("%w (%d)", ErrTooManyWaiters, s.cfg.MaxWaiters)})
+	if wp.waiters.Len() >= wp.sh.cfg.MaxWaiters {
+		wp.sh.m.Drop(r.Op.String(), metrics.ReasonWaitersFull)
+		wp.sh.answer(f, Response{Err: fmt.Errorf("%w (%d)", ErrTooManyWaiters, wp.sh.cfg.MaxWaiters)})
 		return
 	}
-	s.waitSeq++
-	w := &waiter{f: f, o: o, from: from, deadline: s.clock.Now().Add(min(r.MaxWait, MaxPollWait)), seq: s.waitSeq}
-	s.waiters.ReplaceOrInsert(w)
+	wp.waitSeq++
+	w := &waiter{f: f, o: o, from: from, deadline: wp.sh.clock.Now().Add(min(r.MaxWait, MaxPollWait)), seq: wp.waitSeq}
+	wp.waiters.ReplaceOrInsert(w)
 	o.waiters = append(o.waiters, w)
-	s.armWait(w.deadline)
+	wp.armWait(w.deadline)
 }
 
 // touch notes that o's readable log changed (messages became readable,
 // or its start moved): its waiters are looked at when the unit of pump
 // work settles.
-func (s *Shard) touch(o *owned) {
+func (wp *waitingPolls) touch(o *owned) {
 	if len(o.waiters) > 0 && !o.touched {
 		o.touched = true
-		s.touchedList = append(s.touchedList, o)
+		wp.touchedList = append(wp.touchedList, o)
 	}
 }
 
 // wakeWaiters answers the waiters of touched partitions that can be
 // answered now.
-func (s *Shard) wakeWaiters() {
-	if len(s.touchedList) == 0 {
+func (wp *waitingPolls) wakeWaiters() {
+	if len(wp.touchedList) == 0 {
 		return
 	}
 	// Answering touches nothing, so the list is not appended to while it
 	// is walked, and its memory is reused.
-	list := s.touchedList
+	list := wp.touchedList
 	for _, o := range list {
 		o.touched = false
 		if o.rep.grp == nil && o.unacked() {
@@ -249,31 +249,31 @@ func (s *Shard) wakeWaiters() {
 			continue
 		}
 		o.waiters = slices.DeleteFunc(o.waiters, func(w *waiter) bool {
-			if !s.finishWait(w, false) {
+			if !wp.finishWait(w, false) {
 				return false
 			}
-			s.waiters.Delete(w)
+			wp.waiters.Delete(w)
 			return true
 		})
 	}
 	clear(list)
-	s.touchedList = list[:0]
+	wp.touchedList = list[:0]
 }
 
 // finishWait answers w if it can be answered now (always at its
 // deadline) and reports whether it was.
-func (s *Shard) finishWait(w *waiter, deadline bool) bool {
+func (wp *waitingPolls) finishWait(w *waiter, deadline bool) bool {
 	o, p := w.o, w.o.p
-	if rev, ok := s.meta.CreatedRevision(p.Namespace()); !ok || rev != p.Epoch() {
-		s.deny(w.f, metrics.DenyIncarnation, errIncarnation)
+	if rev, ok := wp.sh.meta.CreatedRevision(p.Namespace()); !ok || rev != p.Epoch() {
+		wp.sh.deny(w.f, metrics.DenyIncarnation, errIncarnation)
 		return true
 	}
 	if o.failed != nil {
-		s.fenceFailed(o, w.f)
+		wp.sh.fenceFailed(o, w.f)
 		return true
 	}
 	if w.from < p.StartOffset() {
-		s.answer(w.f, Response{Err: fmt.Errorf("%w: truncated past the waiting poll's offset %d (start offset %d)",
+		wp.sh.answer(w.f, Response{Err: fmt.Errorf("%w: truncated past the waiting poll's offset %d (start offset %d)",
 			partition.ErrOffsetOutOfRange, w.from, p.StartOffset())})
 		return true
 	}
@@ -289,62 +289,62 @@ func (s *Shard) finishWait(w *waiter, deadline bool) bool {
 	if !full && !deadline {
 		return false
 	}
-	s.answer(w.f, resp)
+	wp.sh.answer(w.f, resp)
 	return true
 }
 
 // armWait makes sure the wait timer fires by at.
-func (s *Shard) armWait(at time.Time) {
-	if s.waitTimer != nil && !s.waitAt.IsZero() && !at.Before(s.waitAt) {
+func (wp *waitingPolls) armWait(at time.Time) {
+	if wp.waitTimer != nil && !wp.waitAt.IsZero() && !at.Before(wp.waitAt) {
 		return
 	}
-	d := max(at.Sub(s.clock.Now()), 0)
-	if s.waitTimer == nil {
-		s.waitTimer = s.clock.NewTimer(d)
+	d := max(at.Sub(wp.sh.clock.Now()), 0)
+	if wp.waitTimer == nil {
+		wp.waitTimer = wp.sh.clock.NewTimer(d)
 	} else {
-		s.waitTimer.Stop()
-		s.waitTimer.Reset(d)
+		wp.waitTimer.Stop()
+		wp.waitTimer.Reset(d)
 	}
-	s.waitAt = at
+	wp.waitAt = at
 }
 
 // waitC is the wait timer's channel, nil (never ready) while no waiter
 // needs it.
-func (s *Shard) waitC() <-chan time.Time {
-	if s.waitTimer == nil || s.waitAt.IsZero() {
+func (wp *waitingPolls) waitC() <-chan time.Time {
+	if wp.waitTimer == nil || wp.waitAt.IsZero() {
 		return nil
 	}
-	return s.waitTimer.C()
+	return wp.waitTimer.C()
 }
 
 // waitFired answers every waiter whose deadline has passed and re-arms
 // the timer for the earliest remaining one.
-func (s *Shard) waitFired() {
-	s.waitAt = time.Time{}
-	now := s.clock.Now()
+func (wp *waitingPolls) waitFired() {
+	wp.waitAt = time.Time{}
+	now := wp.sh.clock.Now()
 	expired := map[*owned]bool{}
 	for {
-		w, ok := s.waiters.Min()
+		w, ok := wp.waiters.Min()
 		if !ok || w.deadline.After(now) {
 			break
 		}
-		s.waiters.DeleteMin()
-		s.finishWait(w, true)
+		wp.waiters.DeleteMin()
+		wp.finishWait(w, true)
 		expired[w.o] = true
 		w.o = nil // marks it answered for the sweep below
 	}
 	for o := range expired {
 		o.waiters = slices.DeleteFunc(o.waiters, func(w *waiter) bool { return w.o == nil })
 	}
-	if w, ok := s.waiters.Min(); ok {
-		s.armWait(w.deadline)
+	if w, ok := wp.waiters.Min(); ok {
+		wp.armWait(w.deadline)
 	}
 }
 
 // dropWaiters answers o's waiters with err (all of them, or only leader
 // reads with leaderOnly): the partition is going away, or this replica
 // stopped leading it.
-func (s *Shard) dropWaiters(o *owned, err error, leaderOnly bool) {
+func (wp *waitingPolls) dropWaiters(o *owned, err error, leaderOnly bool) {
 	if len(o.waiters) == 0 {
 		return
 	}
@@ -352,18 +352,18 @@ func (s *Shard) dropWaiters(o *owned, err error, leaderOnly bool) {
 		if leaderOnly && !w.f.Req.FromLeader {
 			return false
 		}
-		s.waiters.Delete(w)
-		s.answer(w.f, Response{Err: err})
+		wp.waiters.Delete(w)
+		wp.sh.answer(w.f, Response{Err: err})
 		return true
 	})
 }
 
 // dropAllWaiters answers every waiting poll with err (the shard closes).
-func (s *Shard) dropAllWaiters(err error) {
-	s.waiters.Ascend(func(w *waiter) bool {
-		s.answer(w.f, Response{Err: err})
+func (wp *waitingPolls) dropAllWaiters(err error) {
+	wp.waiters.Ascend(func(w *waiter) bool {
+		wp.sh.answer(w.f, Response{Err: err})
 		w.o.waiters = nil
 		return true
 	})
-	s.waiters.Clear(false)
+	wp.waiters.Clear(false)
 }

@@ -141,8 +141,8 @@ func TestWaitingPollDeadline(t *testing.T) {
 	for r.s.Step() {
 	}
 	wantBatch(t, partial.answered(t), "b", 2)
-	if r.s.waiters.Len() != 0 || r.s.waitC() != nil {
-		t.Fatalf("%d waiters left, timer armed %v", r.s.waiters.Len(), r.s.waitC() != nil)
+	if r.s.polls.waiters.Len() != 0 || r.s.polls.waitC() != nil {
+		t.Fatalf("%d waiters left, timer armed %v", r.s.polls.waiters.Len(), r.s.polls.waitC() != nil)
 	}
 }
 
@@ -349,7 +349,7 @@ func TestWaitingPollReplicated(t *testing.T) {
 	n.settle()
 	leaderRead.pending(t)
 	localRead.pending(t)
-	if w := n.shard(lead).waiters.Len(); w != 1 {
+	if w := n.shard(lead).polls.waiters.Len(); w != 1 {
 		t.Fatalf("leader holds %d waiting polls, want 1", w)
 	}
 	c := produce(ns, "x")

@@ -5,7 +5,7 @@ import "github.com/parkway-io/parkway/internal/replica"
 // Peer liveness and campaigns after a death. Failure detection is per
 // node, not per group (node liveness, one heartbeat per node pair): its
 // verdicts reach every group a node hosts, which then react alike. A
-// group whose leader's node died forgets its leader (LeaderDied), and one
+// group whose leader's node died forgets its leader (PeerLive), and one
 // surviving member stands for election at once (Campaigner), so the group
 // does not wait out an election timeout it may not even be ticking
 // (quiescence). When and how many such elections start is the owner's
@@ -66,13 +66,36 @@ func Campaigner(members []uint64, live func(peer uint64) bool, spread uint64) ui
 	return 0
 }
 
-// LeaderDied is node liveness's verdict that peer died, for group g: if
-// peer leads g as this member knows it, g forgets its leader (so a
-// campaign of its own, or a peer's, can win at once) and LeaderDied
-// reports true. An error fails the group (replica.ErrGroupFailed).
-func LeaderDied(g *replica.Group, peer uint64) (bool, error) {
-	if g.Leader() != peer {
-		return false, nil
+// PeerVerdict is what node liveness's report on a peer means for one
+// group (PeerLive).
+type PeerVerdict int
+
+// Peer verdicts.
+const (
+	// PeerUnmoved: the report changes nothing for the group.
+	PeerUnmoved PeerVerdict = iota
+	// PeerBack: the peer is alive again and this member leads the group:
+	// the group wakes, so its leader brings the peer up to date.
+	PeerBack
+	// LeaderLost: the peer, which led the group as this member knows it,
+	// died: the group forgot its leader (so a campaign of its own, or a
+	// peer's, can win at once) and wakes; its campaigner (Campaigner)
+	// stands for election.
+	LeaderLost
+)
+
+// PeerLive is node liveness's verdict that peer died (live false) or is
+// alive again, for group g. An error, with LeaderLost, fails the group
+// (replica.ErrGroupFailed).
+func PeerLive(g *replica.Group, peer uint64, live bool) (PeerVerdict, error) {
+	if live {
+		if g.IsLeader() {
+			return PeerBack, nil
+		}
+		return PeerUnmoved, nil
 	}
-	return true, g.ForgetLeader()
+	if g.Leader() != peer {
+		return PeerUnmoved, nil
+	}
+	return LeaderLost, g.ForgetLeader()
 }

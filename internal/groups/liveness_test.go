@@ -52,13 +52,24 @@ func TestCampaigner(t *testing.T) {
 	}
 }
 
-// A death forgets the leader only when the dead peer leads.
-func TestLeaderDied(t *testing.T) {
+// A death forgets the leader only when the dead peer leads; a return
+// wakes only a leader.
+func TestPeerLive(t *testing.T) {
 	g := leader(t)
-	if ok, err := groups.LeaderDied(g, 2); ok || err != nil {
-		t.Fatalf("peer 2, not the leader, died: %v %v", ok, err)
+	if v, err := groups.PeerLive(g, 2, false); v != groups.PeerUnmoved || err != nil {
+		t.Fatalf("peer 2, not the leader, died: %v %v", v, err)
 	}
 	if g.Leader() != 1 {
 		t.Fatalf("leader %d after another peer died", g.Leader())
+	}
+	if v, err := groups.PeerLive(g, 2, true); v != groups.PeerBack || err != nil {
+		t.Fatalf("peer 2 returned to a leader: %v %v", v, err)
+	}
+	f := follower(t, 7)
+	if v, _ := groups.PeerLive(f, 2, true); v != groups.PeerUnmoved {
+		t.Fatalf("peer 2 returned to a follower: %v", v)
+	}
+	if v, err := groups.PeerLive(g, 1, false); v != groups.LeaderLost || err != nil {
+		t.Fatalf("the leader's node died: %v %v", v, err)
 	}
 }

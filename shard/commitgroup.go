@@ -1,0 +1,31 @@
+package shard
+
+import (
+	"time"
+
+	"github.com/parkway-io/parkway/clock"
+	"github.com/parkway-io/parkway/partition"
+)
+
+// commitGroup makes the shard's appends durable before they are answered
+// (durability.go, groupsync.go): the acks waiting for the group commit's
+// fsync (FsyncAlways) or a journal stage, and the interval-policy
+// partitions waiting for their timer (FsyncInterval). It is pump-owned;
+// sh is the shard it answers and fences through.
+type commitGroup struct {
+	sh *Shard
+
+	pending    []pendingAck // acks waiting for the group's fsync
+	groupStart time.Time    // when the commit group's first append was made
+	syncTimer  clock.Timer  // interval-policy fsync timer, armed while needed
+	syncAt     time.Time    // when syncTimer fires; zero when disarmed
+	lingered   bool         // the open group yielded once (lingerGroup)
+
+	// groupBuf is scratch for the partitions a commit group or an
+	// interval sync covers; intervalDirty lists the interval-policy
+	// partitions dirty since their last sync.
+	groupBuf      []*owned
+	stageBuf      []*owned              // scratch for a group's staged partitions
+	groupParts    []partition.Partition // scratch of syncGroup
+	intervalDirty []*owned
+}

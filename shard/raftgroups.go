@@ -1,0 +1,54 @@
+package shard
+
+import (
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/parkway-io/parkway/clock"
+	"github.com/parkway-io/parkway/internal/groups"
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/metrics"
+)
+
+// raftGroups hosts the shard's partition raft groups (multi-raft: one
+// group per replicated partition, all driven from the shard's pump). It
+// owns what the groups need beyond their partitions: the groups with
+// work for processReady, the raft tick, quiescence and peer liveness, the
+// election, balance and move queues, the proposals gathered for group
+// commit, and leader reads. The shard keeps the pump, the barrier (park,
+// fences, control ops), routing, local serving and waiting polls; a
+// group's committed entries are applied to its partition by groupHandler.
+//
+// sh is the shard the groups serve their requests through (answers,
+// fences, waiting polls, the metadata); raftGroups is pump-owned, as the
+// shard's own state is.
+type raftGroups struct {
+	sh *Shard
+	// The shard's configuration, logger, metrics, metadata and clock.
+	cfg   *Replication // nil on a single node
+	log   hclog.Logger
+	m     *metrics.Shard
+	meta  *metadata.Store
+	clock clock.Clock
+
+	// leaders is each replicated partition's leader as this node knows it
+	// (setLeader), for readers off the pump (Shard.Leaders).
+	leadersMu sync.Mutex
+	leaders   map[metadata.Namespace]uint64
+
+	replicated map[metadata.Namespace]*owned // owned partitions with a raft group
+	proposing  []*owned                      // partitions with buffered produces to propose
+	proposed   int                           // produces buffered since the last flush
+	released   bool                          // a partition's gathered produces were queued (groupcommit.go)
+	entryBuf   []byte                        // flushProposals' entry scratch (Propose copies it)
+	readyList  []*owned                      // groups with work for processReady
+	readySpare []*owned                      // processReady's other list, reused
+	readSeq    uint64                        // last leader-read request id
+	raftTimer  clock.Timer
+	tickArmed  bool
+	q          quiescence // quiesced groups and peer liveness (quiesce.go)
+	// elect schedules the elections of the groups: new groups this node
+	// should lead, groups whose leader's node died (converge.go).
+	elect groups.Elections[*owned]
+}
