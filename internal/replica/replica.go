@@ -419,7 +419,7 @@ func confAfter(cs *raftpb.ConfState, e *raftpb.Entry) *raftpb.ConfState {
 		}
 	case raftpb.ConfChangeAddLearnerNode:
 		if slices.Contains(voters, id) {
-			return nil // raft refuses to demote a voter: nothing changes
+			return nil // a voter is never demoted (Handle applies it as no change)
 		}
 		if !slices.Contains(learners, id) {
 			learners = append(learners, id)
@@ -467,7 +467,10 @@ func (g *Group) ProposeConfChange(add bool, node uint64, ctx []byte) (err error)
 // quorum, so a group that adds one keeps its fault tolerance while the
 // newcomer catches up. ProposeConfChange(true, node, ctx) later promotes
 // it to a voter. The rules of ProposeConfChange hold: one change at a
-// time, the caller tries again.
+// time, the caller tries again. A learner's addition that finds node a
+// voter when it applies changes nothing (raft itself would demote the
+// voter): one proposed again after the promotion, by a member whose view
+// lagged, is harmless.
 func (g *Group) ProposeLearner(node uint64, ctx []byte) (err error) {
 	if g.failed != nil {
 		return g.failed
@@ -505,6 +508,21 @@ func (g *Group) Learners() []uint64 { return slices.Clone(g.cs.GetLearners()) }
 // the configuration.
 func (g *Group) IsLearner(node uint64) bool { return slices.Contains(g.cs.GetLearners(), node) }
 
+// AppliedLearners are the learners of the configuration raft itself
+// holds, as AppliedVoters (none for a failed group).
+func (g *Group) AppliedLearners() []uint64 {
+	if g.failed != nil {
+		return nil
+	}
+	ids := g.rn.Status().Config.Learners
+	out := make([]uint64, 0, len(ids))
+	for id := range ids {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // AppliedVoters are the voters of the configuration raft itself holds:
 // the last one it applied, as Voters. A failed group reports none: raft
 // may have taken a configuration (from a snapshot whose write then
@@ -527,7 +545,8 @@ func (g *Group) AppliedVoters() []uint64 {
 // the group's members is applied, at its index, with the context the
 // proposer gave it, after raft applied it. add is true for a learner
 // added and for a voter added or promoted (Voters and Learners then tell
-// which), false for a member removed.
+// which; a learner's addition that named a voter changed nothing), false
+// for a member removed.
 type ConfChanger interface {
 	ConfChanged(index uint64, add bool, node uint64, ctx []byte) error
 }
@@ -920,7 +939,17 @@ func (g *Group) handle(h Handler, rd raft.Ready) error {
 			if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
 				return err
 			}
-			g.cs = g.rn.ApplyConfChange(&cc)
+			applied := &cc
+			if cc.GetType() == raftpb.ConfChangeAddLearnerNode && slices.Contains(g.cs.GetVoters(), cc.GetNodeId()) {
+				// raft would demote the voter to a learner. No owner means
+				// that: such a change is a learner's addition proposed
+				// again by a member whose view lagged behind its
+				// promotion. It is applied as no change (node 0, which
+				// raft skips), as confAfter replays it; the owner is told
+				// of it all the same, its node still a voter.
+				applied = &raftpb.ConfChange{Type: cc.Type, NodeId: new(uint64(0))}
+			}
+			g.cs = g.rn.ApplyConfChange(applied)
 			if c, ok := h.(ConfChanger); ok {
 				add := cc.GetType() == raftpb.ConfChangeAddNode || cc.GetType() == raftpb.ConfChangeAddLearnerNode
 				if err := c.ConfChanged(e.GetIndex(), add, cc.GetNodeId(), cc.GetContext()); err != nil {

@@ -700,4 +700,25 @@ func TestLearnerJoinsThenIsPromoted(t *testing.T) {
 	if got := c.applied[4]; len(got) == 0 || got[len(got)-1] != "two" {
 		t.Fatalf("the promoted member applied %q, want it to end with \"two\"", got)
 	}
+	// A learner's addition proposed again after the promotion (by a
+	// member whose view lagged) demotes nothing: raft would, the group
+	// applies it as no change, and a member that replays it from its log
+	// agrees.
+	if err := lead.ProposeLearner(4, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.tick(3)
+	if err := c.members[2].Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.start(2, 3)
+	c.tick(3)
+	for id := uint64(1); id <= 4; id++ {
+		g := c.members[id]
+		v, av := slices.Sorted(slices.Values(g.Voters())), g.AppliedVoters()
+		if !slices.Equal(v, []uint64{1, 2, 3, 4}) || !slices.Equal(av, v) || len(g.Learners()) != 0 || len(g.AppliedLearners()) != 0 {
+			t.Fatalf("member %d after a learner's addition of voter 4: voters %v (raft's %v), learners %v (raft's %v)",
+				id, v, av, g.Learners(), g.AppliedLearners())
+		}
+	}
 }
