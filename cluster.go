@@ -94,12 +94,18 @@ func (c *Cluster) begin(ctx context.Context) error {
 
 // AddNode adds a node to the cluster at runtime. The node must be running
 // (Open with ClusterConfig.Join, its own ID, and Peers naming it and nodes it
-// can reach) and reachable through this node's bus. It becomes a member
-// of the metadata raft group — one membership change at a time — and
-// receives the cluster's metadata; topics and partitions created from
-// then on are placed over it too. Existing partitions keep their
-// replicas until Rebalance moves some of them onto it. AddNode returns
-// once this node applied the change; adding a member again is a no-op.
+// can reach) and reachable through this node's bus. It joins the
+// metadata raft group as a learner — one membership change at a time —
+// that receives the cluster's metadata but votes in nothing, and the
+// metadata leader promotes it to voter once it has caught up, so a
+// cluster that is growing keeps its fault tolerance meanwhile; topics and
+// partitions created from its addition on are placed over it too.
+// Existing partitions keep their replicas until Rebalance moves some of
+// them onto it. AddNode returns once this node applied the promotion;
+// adding a member again is a no-op. It waits until ctx ends (or
+// Config.RequestTimeout, if ctx has no deadline): a node not caught up by
+// then stays a learner and AddNode fails with ErrNotPromoted; calling it
+// again waits for the promotion, and RemoveNode removes the learner.
 func (c *Cluster) AddNode(ctx context.Context, id transport.NodeID) error {
 	n := c.n
 	if err := c.begin(ctx); err != nil {

@@ -175,6 +175,13 @@ var (
 	// ErrNotEnoughNodes refuses a RemoveNode that would leave a topic
 	// with fewer nodes than its replication factor.
 	ErrNotEnoughNodes = metadata.ErrNotEnoughNodes
+	// ErrNotPromoted reports an AddNode whose context ended while the
+	// node was still a learner of the metadata group: added (the metadata
+	// names it, partitions may be placed on it), but not caught up with
+	// the metadata yet, so not a voter. The metadata leader promotes it
+	// once it catches up; call AddNode again to wait for that, or
+	// RemoveNode to take it out. The error wraps the context's too.
+	ErrNotPromoted = host.ErrNotPromoted
 )
 
 // LockedError reports a DataDir locked by another holder: Dir, and PID the

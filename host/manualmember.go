@@ -11,16 +11,19 @@ import (
 // ProposeAddNode is AddNode's proposal for a manual engine, whose driver
 // does the waiting that AddNode does: it proposes, through this node's
 // metadata group member, the membership change that adds node to the
-// metadata group, carrying the AddNode command under key, and handles
-// what the proposal made ready. It returns once raft took the proposal.
-// The change applies when it commits — on this node, when Meta().Nodes()
-// names node — or never: raft drops a change proposed while another is
-// in flight, and a proposal is lost with its leader. So the driver
-// proposes again under the same key after a bounded wait
+// metadata group as a learner, carrying the AddNode command under key,
+// and handles what the proposal made ready. It returns once raft took
+// the proposal. The change applies when it commits — on this node, when
+// Meta().Nodes() names node — or never: raft drops a change proposed
+// while another is in flight, and a proposal is lost with its leader. So
+// the driver proposes again under the same key after a bounded wait
 // (ForwardTimeout, as AddNode does); a second commit of the same change
-// is a no-op, its command a duplicate. An error wrapping shard.ErrRetry
-// means that no leader is known or that the member is down: propose
-// again after a pause.
+// is a no-op, its command a duplicate (and a learner's addition that
+// finds the node promoted already changes nothing). An error wrapping
+// shard.ErrRetry means that no leader is known or that the member is
+// down: propose again after a pause. The promotion to voter is the
+// metadata leader's, on a TickMetadata once the learner has caught up
+// (MetadataStatus: Voters then names it, Learners no longer).
 func (e *Engine) ProposeAddNode(key MetadataKey, node uint64) error {
 	if err := e.manualMembership(node); err != nil {
 		return err

@@ -9,18 +9,31 @@ import (
 
 	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/internal/backoff"
+	"github.com/parkway-io/parkway/internal/groups"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/shard"
 )
 
 // Membership: nodes join (AddNode), leave (RemoveNode) and share the load
-// (Rebalance) while the cluster serves. The metadata group's voters change
-// with raft configuration changes that carry the metadata command
-// recording the change, so the store's nodes and the group's voters
-// change at the same log index; partition replicas move with the
-// metadata's move commands, which each partition group's leader carries
-// out with configuration changes of its own (see the shard package's
-// move.go and the metadata package's moves.go).
+// (Rebalance) while the cluster serves. The metadata group's members
+// change with raft configuration changes that carry the metadata command
+// recording the change, so the store's nodes and the group's members
+// (voters and learners) change at the same log index; partition replicas
+// move with the metadata's move commands, which each partition group's
+// leader carries out with configuration changes of its own (see the
+// shard package's move.go and the metadata package's moves.go).
+//
+// A node joins the metadata group as a learner (behaviour 31), in the
+// change that carries its AddNode command: it receives the log and the
+// metadata snapshot but votes in nothing, so a metadata group of three
+// that is growing tolerates one failure while the newcomer catches up,
+// however long it takes (it may be cut off for good). The leader promotes
+// it to voter on a tick once it has caught up (promoteLearners: the
+// order and the judgement are internal/groups' NextChange and CaughtUp,
+// as for a partition's move). The promotion carries no command: it is
+// the leader's own step, re-run on every tick from the configuration and
+// the store, so a new leader carries on where the old one stood, and a
+// member restarted mid-catch-up is promoted once it caught up again.
 
 // appliedSignal wakes the callers waiting for the metadata to reach a
 // state: every entry or snapshot the node applies closes the current
@@ -76,21 +89,58 @@ func (e *Engine) membershipCall(node uint64, needNode bool) error {
 }
 
 // AddNode adds node to the cluster: the metadata group takes it as a
-// voter, and the AddNode command the change carries records it in the
-// metadata, so partitions created from then on are placed over it too.
-// Partitions that exist stay on their nodes until Rebalance moves some
-// onto it. The node must be running with Cluster.Join, and this node's
-// bus must reach it (a TCP bus: TCPBus.AddPeer on every member first).
-// AddNode returns once this node has applied the change; adding a member
-// is a no-op.
+// learner, and the AddNode command the change carries records it in the
+// metadata, so partitions created from then on are placed over it too;
+// the metadata leader promotes it to voter once it has caught up with the
+// metadata (it holds the leader's snapshot and every entry up to the
+// leader's commit index). Partitions that exist stay on their nodes until
+// Rebalance moves some onto it. The node must be running with
+// Cluster.Join, and this node's bus must reach it (a TCP bus:
+// TCPBus.AddPeer on every member first).
+//
+// AddNode returns once this node has applied the node's promotion (or, for
+// a node that is a voter already, at once). It waits until ctx ends, or
+// RequestTimeout when ctx has no deadline: a node that does not catch up
+// by then (unreachable, or down) stays a learner, named in the metadata,
+// and AddNode fails with an error wrapping ErrNotPromoted and ctx's
+// error. The leader still promotes the learner whenever it catches up;
+// calling AddNode again waits for that, and RemoveNode removes the
+// learner.
 func (e *Engine) AddNode(ctx context.Context, node uint64) error {
 	if err := e.membershipCall(node, true); err != nil {
 		return err
 	}
-	return e.cl.changeVoters(ctx, true, node, metadata.AddNode{Node: node}, func() bool {
-		return slices.Contains(e.meta.Nodes(), node)
-	})
+	c := e.cl
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = clock.WithTimeout(ctx, e.cfg.Clock, e.cfg.RequestTimeout)
+		defer cancel()
+	}
+	voter := func() bool { return c.meta.voter(node) }
+	if voter() {
+		return nil
+	}
+	// A retry after an interruption finds the learner added: only the
+	// wait for its promotion is left.
+	if !slices.Contains(e.meta.Nodes(), node) {
+		err := c.changeVoters(ctx, true, node, metadata.AddNode{Node: node}, func() bool {
+			return slices.Contains(e.meta.Nodes(), node)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if err := c.waitApplied(ctx, voter); err != nil {
+		return fmt.Errorf("%w: node %d is a learner of the metadata group, not caught up yet: %w", ErrNotPromoted, node, err)
+	}
+	return nil
 }
+
+// ErrNotPromoted is AddNode's error when its context ended while the node
+// was still a learner of the metadata group: added (the metadata names
+// it), but not yet caught up. The leader promotes it once it catches up;
+// call AddNode again to wait for that, or RemoveNode to take it out.
+var ErrNotPromoted = errors.New("parkway: the node is added as a learner and not promoted to voter yet")
 
 // RemoveNode removes node from the cluster while it serves: first every
 // replica the node holds moves to the other nodes (metadata.DrainNode;
@@ -152,7 +202,8 @@ func (e *Engine) Rebalance(ctx context.Context) error {
 	return e.cl.waitApplied(ctx, func() bool { moving, _ := e.meta.Moving(0); return moving == 0 })
 }
 
-// changeVoters proposes the metadata group's membership change of node,
+// changeVoters proposes the metadata group's membership change of node
+// (an addition adds a learner),
 // carrying cmd, until done reports it applied here. raft takes one change
 // at a time: a proposal made while another is in flight is dropped, and
 // one lost with a leader never applies; either is proposed again after a
@@ -206,6 +257,85 @@ func (c *clusterNode) changeVoters(ctx context.Context, add bool, node uint64, c
 			return err
 		}
 	}
+}
+
+// metaConf is a metadata group configuration, as a member applied it.
+type metaConf struct{ voters, learners []uint64 }
+
+// voter reports whether node is a voter of the metadata group as this
+// member last applied its configuration. Safe from any goroutine.
+func (m *metaGroup) voter(node uint64) bool {
+	conf := m.conf.Load()
+	return conf != nil && slices.Contains(conf.voters, node)
+}
+
+// publishConf publishes the member's configuration after it changed (a
+// membership change or a snapshot applied: confChanged), and wakes the
+// callers waiting on the metadata (waitApplied).
+func (m *metaGroup) publishConf() {
+	if !m.confChanged {
+		return
+	}
+	m.confChanged = false
+	m.conf.Store(&metaConf{voters: m.g.Voters(), learners: m.g.Learners()})
+	m.c.applied.fire()
+}
+
+// metaPromoteRetryTicks is how long the leader gives a learner's
+// promotion (or an orphan learner's removal) it proposed to apply before
+// it proposes it again: raft drops a change proposed while another is
+// in flight, and a proposal can be lost with a message.
+const metaPromoteRetryTicks = 20
+
+// promoteLearners is the metadata leader's part of adding a node, run on
+// every tick of an awake leader: it promotes the first learner that has
+// caught up (groups.NextChange with groups.CaughtUp as the judgement of
+// whole), towards the voters the store names. The learners are the
+// nodes the store names that are not voters yet; a learner the store does
+// not name (its AddNode command was refused, as one past MaxNodes is) is
+// removed. Adding a learner and removing a voter are AddNode's and
+// RemoveNode's, which carry the commands: a node the store names is a
+// member of the configuration, as both change at the same index. It
+// reports whether a learner that node liveness holds alive awaits its
+// promotion: the leader then stays awake (it does not quiesce), to
+// judge it on every tick.
+func (m *metaGroup) promoteLearners() (promoting bool) {
+	g := m.g
+	if !g.IsLeader() {
+		m.promoteWait = 0
+		return false
+	}
+	learners := g.Learners()
+	if len(learners) == 0 {
+		m.promoteWait = 0
+		return false
+	}
+	for _, n := range learners {
+		promoting = promoting || m.c.live.alive(n)
+	}
+	if m.promoteWait > 0 {
+		m.promoteWait--
+		return promoting
+	}
+	voters := g.Voters()
+	target := slices.DeleteFunc(m.store.Nodes(), func(n uint64) bool {
+		return !slices.Contains(voters, n) && !slices.Contains(learners, n)
+	})
+	ch := groups.NextChange(g, target, func(n uint64) bool { return groups.CaughtUp(g, n) })
+	var err error
+	switch {
+	case ch.Kind == groups.ChangePromote:
+		err = g.ProposeConfChange(true, ch.Node, nil)
+	case ch.Kind == groups.ChangeRemove && slices.Contains(learners, ch.Node):
+		err = g.ProposeConfChange(false, ch.Node, nil)
+	default:
+		return promoting // waiting for a learner to catch up
+	}
+	m.promoteWait = metaPromoteRetryTicks
+	if err != nil {
+		m.c.e.cfg.Logger.Debug("changing a metadata learner", "node", ch.Node, "promote", ch.Kind == groups.ChangePromote, "error", err)
+	}
+	return true
 }
 
 // settle proposes metadata.SettleReplicas for a partition group's leader

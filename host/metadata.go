@@ -89,6 +89,17 @@ type metaGroup struct {
 	compaction groups.Compaction
 
 	q metaQuiet // quiescence (metaquiesce.go)
+
+	// conf is the group's configuration as this member last applied it,
+	// published for readers off the driver (AddNode waits for its node
+	// to be a voter); confChanged marks it stale after a membership
+	// change or a snapshot, until the next process publishes it.
+	conf        atomic.Pointer[metaConf]
+	confChanged bool
+	// promoteWait is how many more ticks the leader gives the
+	// configuration change it proposed for a learner to apply before it
+	// proposes it again (membership.go).
+	promoteWait int
 }
 
 type metaOp struct {
@@ -148,6 +159,8 @@ func openMetaGroup(c *clusterNode, disk *replica.Disk, mcfg metadata.Config) (*m
 			return fail(fmt.Errorf("replaying the metadata log: %w", err))
 		}
 	}
+	m.confChanged = true
+	m.publishConf()
 	return m, nil
 }
 
@@ -236,6 +249,7 @@ func (m *metaGroup) process() error {
 			return m.down(err)
 		}
 	}
+	m.publishConf()
 	m.compact()
 	m.serveReads()
 	return nil
@@ -314,7 +328,11 @@ func (m *metaGroup) tick() error {
 		m.q = metaQuiet{} // a reopened member starts awake
 	}
 	m.leaseTick()
-	if m.q.quiet || m.quiesceOnTick() {
+	if m.q.quiet {
+		return nil
+	}
+	// A learner waiting for its promotion needs the leader's ticks.
+	if promoting := m.promoteLearners(); m.quiesceOnTick(!promoting) {
 		return nil
 	}
 	_ = m.g.Tick() // a panic fails the group, which process reports
@@ -359,6 +377,8 @@ func (m *metaGroup) reopenGroup() error {
 		return m.broken
 	}
 	m.g, m.broken = g, nil
+	m.confChanged = true
+	m.publishConf()
 	cfg.Logger.Info("metadata member reopened from its raft log", "applied", g.Applied())
 	if ev := cfg.Events.MetadataReopened; ev != nil {
 		ev(g.Applied())
@@ -578,11 +598,12 @@ func (e *Engine) HandleMetadata() error {
 }
 
 // MetadataGroupStatus is a metadata member's raft position, and the
-// group's voters in the configuration it has applied (a node joining has
-// none until it installs a snapshot).
+// group's voters and learners (nodes added, not yet promoted: see
+// AddNode) in the configuration it has applied (a node joining has none
+// until it installs a snapshot).
 type MetadataGroupStatus struct {
 	Leader, Applied, SnapshotIndex uint64
-	Voters                         []uint64
+	Voters, Learners               []uint64
 }
 
 // MetadataApplied is the metadata group's index this node applied last
@@ -600,7 +621,8 @@ func (e *Engine) MetadataStatus() MetadataGroupStatus {
 		return MetadataGroupStatus{}
 	}
 	g := e.cl.meta.g
-	return MetadataGroupStatus{Leader: g.Leader(), Applied: g.Applied(), SnapshotIndex: g.SnapshotIndex(), Voters: g.AppliedVoters()}
+	return MetadataGroupStatus{Leader: g.Leader(), Applied: g.Applied(), SnapshotIndex: g.SnapshotIndex(),
+		Voters: g.AppliedVoters(), Learners: g.AppliedLearners()}
 }
 
 // MetadataKey is the deduplication key of one metadata command: a command
@@ -758,6 +780,7 @@ func applyMetaCommand(store *metadata.Store, seen *dedupe.Window[MetadataResult]
 // command.
 func (m *metaGroup) ConfChanged(index uint64, add bool, node uint64, ctx []byte) error {
 	m.barriers.VotersChanged()
+	m.confChanged = true
 	if len(ctx) == 0 {
 		return nil
 	}
@@ -773,14 +796,21 @@ func (m *metaGroup) ConfChanged(index uint64, add bool, node uint64, ctx []byte)
 }
 
 // proposeConfChange proposes the membership change that adds node to the
-// metadata group or removes it, carrying the AddNode or RemoveNode
-// command data.
+// metadata group, as a learner (the leader promotes it once it caught up:
+// promoteLearners), or removes it, voter or learner, carrying the AddNode
+// or RemoveNode command data.
 func (m *metaGroup) proposeConfChange(add bool, node uint64, data []byte) error {
 	if err := m.unavailable(); err != nil {
 		return err
 	}
 	m.wake()
-	if err := m.g.ProposeConfChange(add, node, data); err != nil {
+	var err error
+	if add {
+		err = m.g.ProposeLearner(node, data)
+	} else {
+		err = m.g.ProposeConfChange(false, node, data)
+	}
+	if err != nil {
 		return fmt.Errorf("%w: %w", shard.ErrRetry, err)
 	}
 	return nil
@@ -819,6 +849,7 @@ func (m *metaGroup) ApplySnapshot(index uint64, data []byte) error {
 	if ev != nil {
 		before = m.store.Snapshot().Partitions
 	}
+	m.confChanged = true // the snapshot's configuration, published by process
 	snap, err := m.decodeSnapshot(data)
 	if err == nil {
 		err = m.store.Replace(snap)

@@ -2,6 +2,7 @@ package host
 
 import (
 	"errors"
+	"slices"
 
 	"go.etcd.io/raft/v3/raftpb"
 
@@ -59,12 +60,12 @@ func (e *Engine) MetadataQuiesced() bool {
 }
 
 // quiesceOnTick is the tick of an awake member: a leader with nothing to
-// do quiesces instead of ticking (reported true), sending its followers
-// the quiesce heartbeat.
-func (m *metaGroup) quiesceOnTick() bool {
+// do (idle: no live learner awaits its promotion) quiesces instead of
+// ticking (reported true), sending its followers the quiesce heartbeat.
+func (m *metaGroup) quiesceOnTick(idle bool) bool {
 	// A read barrier of the leader's own waits for a heartbeat round's
 	// answers, which a quiesced leader would not resend if one was lost.
-	if !m.q.clock.Tick(m.g, m.barriers.Asked() == 0, m.c.live.alive, m.Send) {
+	if !m.q.clock.Tick(m.g, idle && m.barriers.Asked() == 0, m.c.live.alive, m.Send) {
 		return false
 	}
 	m.q.quiet = true
@@ -114,13 +115,16 @@ func (m *metaGroup) peerLive(peer uint64, live bool) {
 }
 
 // campaigner is the member that stands for election when the leader's
-// node died (groups.Campaigner): the first node in Peers order that
+// node died (groups.Campaigner): the first voter in Peers order that
 // liveness holds alive, so every survivor with the same view agrees and
-// only one campaigns.
+// only one campaigns (a learner, not yet promoted, votes in nothing).
 func (m *metaGroup) campaigner() uint64 {
 	peers := m.store.Nodes() // the founders and the nodes added since
 	if len(peers) == 0 {
 		peers = m.c.peers
+	}
+	if learners := m.g.Learners(); len(learners) > 0 {
+		peers = slices.DeleteFunc(slices.Clone(peers), func(n uint64) bool { return slices.Contains(learners, n) })
 	}
 	return groups.Campaigner(peers, m.c.live.alive, 0)
 }

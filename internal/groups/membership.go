@@ -7,11 +7,12 @@ import (
 )
 
 // Membership changes. The owner decides which members a group should
-// have (a partition's replicas, from the metadata); its leader takes the
-// group there one raft configuration change at a time, as a pure
-// function of the group's configuration (NextChange), re-run on ticks: a
-// lost proposal, a leader change or a restart is picked up where the
-// configuration says it stands.
+// have (a partition's replicas, from the metadata; the metadata group's
+// nodes, from its store); its leader takes the group there one raft
+// configuration change at a time, as a pure function of the group's
+// configuration (NextChange), re-run on ticks: a lost proposal, a leader
+// change or a restart is picked up where the configuration says it
+// stands.
 //
 //  1. A newcomer joins as a learner (behaviour 31): it receives the log,
 //     and a snapshot naming it, but votes in no election and counts in
@@ -21,7 +22,10 @@ import (
 //     leader (CaughtUp: its log reaches the leader's snapshot and commit
 //     index, and it is replicated to normally) and, by the owner's
 //     judgement, holding its application state whole and synced (a
-//     partition log fetched beside the raft log).
+//     partition log fetched beside the raft log; nothing more for the
+//     metadata group, whose state is all in its raft log and snapshot).
+//     Learners are promoted in the order they become whole: one that
+//     never catches up (its node is cut off) holds no other back.
 //  3. Then each member that should go is removed. The owner hands
 //     leadership to a staying voter first when it is itself leaving.
 //
@@ -55,8 +59,9 @@ type Change struct {
 
 // NextChange is the next change that takes g, which this node leads, to
 // the voters target: learners are added first, each promoted once whole
-// reports it whole (CaughtUp and the owner's own judgement), and only
-// then are members outside target removed.
+// reports it whole (CaughtUp and the owner's own judgement; the first
+// whole one in target's order, ChangeWait naming the first learner when
+// none is), and only then are members outside target removed.
 func NextChange(g *replica.Group, target []uint64, whole func(node uint64) bool) Change {
 	voters, learners := g.Voters(), g.Learners()
 	for _, n := range target {
@@ -64,13 +69,19 @@ func NextChange(g *replica.Group, target []uint64, whole func(node uint64) bool)
 			return Change{ChangeAddLearner, n}
 		}
 	}
+	var wait uint64
 	for _, n := range target {
 		if slices.Contains(learners, n) {
-			if !whole(n) {
-				return Change{ChangeWait, n}
+			if whole(n) {
+				return Change{ChangePromote, n}
 			}
-			return Change{ChangePromote, n}
+			if wait == 0 {
+				wait = n
+			}
 		}
+	}
+	if wait != 0 {
+		return Change{ChangeWait, wait}
 	}
 	for _, n := range learners {
 		if !slices.Contains(target, n) {

@@ -74,3 +74,23 @@ func TestCaughtUpNeedsTheLearnersAnswer(t *testing.T) {
 		t.Fatal("the leader itself is not caught up")
 	}
 }
+
+// A learner that never becomes whole (its node is cut off) holds no other
+// back: the first whole learner is promoted, and the wait names the first
+// learner only when none is whole.
+func TestNextChangePromotesAnyWholeLearner(t *testing.T) {
+	g := dynamicLeader(t)
+	for _, n := range []uint64{2, 3} {
+		if err := g.ProposeLearner(n, nil); err != nil {
+			t.Fatal(err)
+		}
+		handle(t, g)
+	}
+	target := []uint64{1, 2, 3}
+	if got, want := groups.NextChange(g, target, func(n uint64) bool { return n == 3 }), (groups.Change{Kind: groups.ChangePromote, Node: 3}); got != want {
+		t.Fatalf("learner 2 stuck, learner 3 whole: NextChange = %+v, want %+v", got, want)
+	}
+	if got, want := groups.NextChange(g, target, func(uint64) bool { return false }), (groups.Change{Kind: groups.ChangeWait, Node: 2}); got != want {
+		t.Fatalf("no learner whole: NextChange = %+v, want %+v", got, want)
+	}
+}

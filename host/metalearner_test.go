@@ -1,0 +1,272 @@
+package host_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/parkway-io/parkway/clock"
+	"github.com/parkway-io/parkway/host"
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/transport"
+	"github.com/parkway-io/parkway/vfs"
+)
+
+// learnerCluster is three founding manual engines (nodes 1..3) and a
+// fourth that joins (Cluster.Join), each on its own disk, over a manually
+// delivered network whose links the test cuts.
+type learnerCluster struct {
+	t       *testing.T
+	clk     *clock.Manual
+	net     *transport.Network
+	disks   map[uint64]*vfs.MemFS
+	engines map[uint64]*host.Engine
+}
+
+func newLearnerCluster(t *testing.T) *learnerCluster {
+	c := &learnerCluster{t: t, clk: clock.NewManual(t0), disks: map[uint64]*vfs.MemFS{}, engines: map[uint64]*host.Engine{}}
+	c.net = transport.NewNetwork(transport.NetworkOptions{Clock: c.clk, ManualDelivery: true})
+	t.Cleanup(func() { _ = c.net.Close() })
+	for id := uint64(1); id <= 4; id++ {
+		c.disks[id] = vfs.NewMem()
+		c.open(id)
+	}
+	return c
+}
+
+// open (re)opens node id's engine on its disk.
+func (c *learnerCluster) open(id uint64) {
+	peers, join := []transport.NodeID{1, 2, 3}, false
+	if id == 4 {
+		peers, join = []transport.NodeID{1, 2, 3, 4}, true
+	}
+	e, err := host.New(host.Config{Shards: 1, Manual: true, Clock: c.clk, DataDir: "/data", FS: c.disks[id],
+		Cluster: &host.Cluster{ID: transport.NodeID(id), Peers: peers, Join: join, Bus: c.net.Endpoint(transport.NodeID(id))}})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { _ = e.Close() })
+	c.engines[id] = e
+}
+
+// step runs rounds: every engine handles its metadata member, takes what
+// was delivered to it and ticks once, and the clock moves one raft tick.
+func (c *learnerCluster) step(rounds int) {
+	c.t.Helper()
+	for range rounds {
+		for id := uint64(1); id <= 4; id++ {
+			e := c.engines[id]
+			if err := e.HandleMetadata(); err != nil {
+				c.t.Fatal(err)
+			}
+			ep := c.net.Endpoint(transport.NodeID(id))
+			for len(ep.Recv()) > 0 {
+				if err := e.Deliver(<-ep.Recv()); err != nil {
+					c.t.Fatal(err)
+				}
+			}
+			if err := e.TickMetadata(); err != nil {
+				c.t.Fatal(err)
+			}
+		}
+		c.clk.Advance(10 * time.Millisecond)
+	}
+}
+
+// cut cuts (or, with linked, restores) both directions between a and
+// each of others.
+func (c *learnerCluster) cut(a uint64, linked bool, others ...uint64) {
+	for _, b := range others {
+		if linked {
+			c.net.Connect(transport.NodeID(a), transport.NodeID(b))
+			c.net.Connect(transport.NodeID(b), transport.NodeID(a))
+		} else {
+			c.net.Disconnect(transport.NodeID(a), transport.NodeID(b))
+			c.net.Disconnect(transport.NodeID(b), transport.NodeID(a))
+		}
+	}
+}
+
+// leader is the founder among among that leads the metadata group by its
+// own account (0: none).
+func (c *learnerCluster) leader(among ...uint64) uint64 {
+	for _, id := range among {
+		if c.engines[id].MetadataStatus().Leader == id {
+			return id
+		}
+	}
+	return 0
+}
+
+// conf checks that each of nodes holds voters and learners as the
+// metadata group's configuration, and names voters and learners together
+// as the cluster's nodes.
+func (c *learnerCluster) conf(what string, voters, learners []uint64, nodes ...uint64) {
+	c.t.Helper()
+	members := slices.Sorted(slices.Values(append(slices.Clone(voters), learners...)))
+	for _, id := range nodes {
+		e := c.engines[id]
+		st := e.MetadataStatus()
+		if !slices.Equal(st.Voters, voters) || !slices.Equal(st.Learners, learners) {
+			c.t.Fatalf("%s: node %d's metadata group has voters %v and learners %v, want %v and %v", what, id, st.Voters, st.Learners, voters, learners)
+		}
+		if got := e.Meta().Nodes(); !slices.Equal(got, members) {
+			c.t.Fatalf("%s: node %d's metadata names nodes %v, want %v", what, id, got, members)
+		}
+	}
+}
+
+// Behaviour 31 for the metadata group: a node added joins as a learner,
+// so a metadata group of three that is growing still commits with one of
+// its three voters cut off while the newcomer cannot be reached (with
+// the newcomer a voter at once, as before, four voters would need three
+// and only two could answer). The leader promotes the learner once it
+// has caught up; a leader that loses its place mid-promotion leaves it
+// to the next, which completes it.
+func TestBehaviour31MetadataJoinerIsLearnerUntilCaughtUp(t *testing.T) {
+	c := newLearnerCluster(t)
+	c.step(20)
+	lead := c.leader(1, 2, 3)
+	if lead == 0 {
+		t.Fatal("the founders elected no metadata leader")
+	}
+	// Node 4 cannot be reached: it is added, and catches nothing up.
+	c.cut(4, false, 1, 2, 3)
+	if err := c.engines[lead].ProposeAddNode(c.engines[lead].NewMetadataKey(), 4); err != nil {
+		t.Fatal(err)
+	}
+	c.step(50)
+	c.conf("node 4 added, cut off", []uint64{1, 2, 3}, []uint64{4}, 1, 2, 3)
+
+	// A founder other than the leader is cut off too: the leader and the
+	// remaining founder are a quorum of the three voters.
+	var other, cut uint64
+	for _, id := range []uint64{1, 2, 3} {
+		switch {
+		case id == lead:
+		case cut == 0:
+			cut = id
+		default:
+			other = id
+		}
+	}
+	c.cut(cut, false, 1, 2, 3, 4)
+	if _, err := c.engines[lead].ProposeMetadata(c.engines[lead].NewMetadataKey(), metadata.CreateStream{Name: "orders"}); err != nil {
+		t.Fatal(err)
+	}
+	c.step(50)
+	for _, id := range []uint64{lead, other} {
+		if _, ok := c.engines[id].Meta().StreamByName("orders"); !ok {
+			t.Fatalf("node %d: a stream created with voter %d and learner 4 cut off never committed (voters %v, learners %v)",
+				id, cut, c.engines[id].MetadataStatus().Voters, c.engines[id].MetadataStatus().Learners)
+		}
+	}
+
+	// The leader is cut off from everyone and the other founders meet
+	// again: they elect a new leader, which, once node 4 can be reached,
+	// promotes it — the old leader never could.
+	c.cut(cut, true, other)
+	c.cut(lead, false, 1, 2, 3, 4)
+	c.step(100)
+	next := c.leader(cut, other)
+	if next == 0 {
+		t.Fatalf("nodes %d and %d elected no metadata leader", cut, other)
+	}
+	c.conf("a new leader, node 4 still cut off", []uint64{1, 2, 3}, []uint64{4}, cut, other)
+	c.cut(4, true, cut, other)
+	c.step(100)
+	c.conf("node 4 reachable by the new leader", []uint64{1, 2, 3, 4}, nil, cut, other, 4)
+	if _, ok := c.engines[4].Meta().StreamByName("orders"); !ok {
+		t.Fatal("the promoted node 4 does not know stream orders")
+	}
+	// The old leader learns it all when it returns.
+	c.cut(lead, true, 1, 2, 3, 4)
+	c.step(100)
+	c.conf("every link restored", []uint64{1, 2, 3, 4}, nil, 1, 2, 3, 4)
+}
+
+// A learner restarted before it caught up, and again once it held the
+// metadata snapshot, is promoted all the same: node 4 is added while cut
+// off and restarted (a joiner with nothing yet); reachable again, it
+// installs the leader's snapshot, naming it a learner, and is restarted
+// at once from its disk; then it is promoted, and learns so after its
+// restart. A learner's addition proposed again after the promotion (by a
+// member whose view lagged) demotes nothing.
+func TestMetadataLearnerRestartedMidCatchUp(t *testing.T) {
+	c := newLearnerCluster(t)
+	c.step(20)
+	lead := c.leader(1, 2, 3)
+	if lead == 0 {
+		t.Fatal("the founders elected no metadata leader")
+	}
+	c.cut(4, false, 1, 2, 3)
+	key := c.engines[lead].NewMetadataKey()
+	if err := c.engines[lead].ProposeAddNode(key, 4); err != nil {
+		t.Fatal(err)
+	}
+	c.step(50)
+	c.conf("node 4 added, cut off", []uint64{1, 2, 3}, []uint64{4}, 1, 2, 3)
+	restart := func() {
+		t.Helper()
+		if err := c.engines[4].Close(); err != nil {
+			t.Fatal(err)
+		}
+		c.open(4)
+	}
+	restart()
+	c.step(20)
+	c.conf("node 4 restarted, cut off", []uint64{1, 2, 3}, []uint64{4}, 1, 2, 3)
+	c.cut(4, true, 1, 2, 3)
+	for range 100 {
+		if len(c.engines[4].MetadataStatus().Learners) > 0 {
+			break
+		}
+		c.step(1)
+	}
+	if st := c.engines[4].MetadataStatus(); !slices.Equal(st.Learners, []uint64{4}) || !slices.Equal(st.Voters, []uint64{1, 2, 3}) {
+		t.Fatalf("reachable, node 4 holds voters %v and learners %v, want [1 2 3] and [4]", st.Voters, st.Learners)
+	}
+	restart()
+	c.step(100)
+	c.conf("node 4 restarted once it held the snapshot", []uint64{1, 2, 3, 4}, nil, 1, 2, 3, 4)
+
+	// The same addition again, under its first key and a new one: nothing
+	// changes.
+	if err := c.engines[lead].ProposeAddNode(key, 4); err != nil {
+		t.Fatal(err)
+	}
+	c.step(50)
+	if err := c.engines[lead].ProposeAddNode(c.engines[lead].NewMetadataKey(), 4); err != nil {
+		t.Fatal(err)
+	}
+	c.step(50)
+	c.conf("node 4's addition proposed again", []uint64{1, 2, 3, 4}, nil, 1, 2, 3, 4)
+}
+
+// RemoveNode's change removes a node that is still a learner: node 4 is
+// added while cut off, drained and removed, and the group is its three
+// founders again, with no learner left.
+func TestMetadataLearnerRemoved(t *testing.T) {
+	c := newLearnerCluster(t)
+	c.step(20)
+	lead := c.leader(1, 2, 3)
+	if lead == 0 {
+		t.Fatal("the founders elected no metadata leader")
+	}
+	c.cut(4, false, 1, 2, 3)
+	e := c.engines[lead]
+	if err := e.ProposeAddNode(e.NewMetadataKey(), 4); err != nil {
+		t.Fatal(err)
+	}
+	c.step(50)
+	c.conf("node 4 added, cut off", []uint64{1, 2, 3}, []uint64{4}, 1, 2, 3)
+	if _, err := e.ProposeMetadata(e.NewMetadataKey(), metadata.DrainNode{Node: 4}); err != nil {
+		t.Fatal(err)
+	}
+	c.step(20)
+	if err := e.ProposeRemoveNode(e.NewMetadataKey(), 4); err != nil {
+		t.Fatal(err)
+	}
+	c.step(50)
+	c.conf("learner 4 removed", []uint64{1, 2, 3}, nil, 1, 2, 3)
+}
