@@ -209,7 +209,7 @@ func (c *Cluster) State(ctx context.Context) (ClusterState, error) {
 	st := n.eng.ClusterStatus()
 	out := ClusterState{Node: transport.NodeID(st.Node), MetadataLeader: transport.NodeID(st.MetadataLeader)}
 	for _, m := range st.Members {
-		out.Members = append(out.Members, MemberState{ID: transport.NodeID(m.ID), Live: m.Live})
+		out.Members = append(out.Members, MemberState{ID: transport.NodeID(m.ID), Live: m.Live, Learner: m.Learner})
 	}
 	meta := n.eng.Meta()
 	// Handles by (stream, topic) id, for this snapshot's partitions.

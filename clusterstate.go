@@ -26,6 +26,11 @@ type MemberState struct {
 	// partitions elect leaders among the others), true again at its
 	// first message. The answering node is always live.
 	Live bool
+	// Learner is set while the member is a learner of the metadata raft
+	// group, as the answering node last applied the group's configuration:
+	// added by AddNode, receiving the metadata but voting in nothing until
+	// it has caught up and the metadata leader promotes it.
+	Learner bool
 }
 
 // PartitionState is one partition and its raft group's leader.

@@ -43,10 +43,14 @@ type ClusterStatus struct {
 	Leaders map[metadata.Namespace]uint64
 }
 
-// MemberStatus is one member of the cluster and its liveness.
+// MemberStatus is one member of the cluster and its liveness. Learner is
+// set while it is a learner of the metadata group, as this node last
+// applied the group's configuration: added, not yet caught up and
+// promoted to voter (AddNode).
 type MemberStatus struct {
-	ID   uint64
-	Live bool
+	ID      uint64
+	Live    bool
+	Learner bool
 }
 
 // ClusterStatus reports the cluster as this node sees it. It reads what
@@ -69,8 +73,13 @@ func (e *Engine) ClusterStatus() ClusterStatus {
 		nodes = slices.Clone(c.peers)
 	}
 	slices.Sort(nodes)
+	var learners []uint64
+	if conf := c.meta.conf.Load(); conf != nil {
+		learners = conf.learners
+	}
 	for _, id := range nodes {
-		st.Members = append(st.Members, MemberStatus{ID: id, Live: id == self || c.live.judgedLive(id)})
+		st.Members = append(st.Members, MemberStatus{ID: id, Live: id == self || c.live.judgedLive(id),
+			Learner: slices.Contains(learners, id)})
 	}
 	return st
 }
