@@ -43,7 +43,19 @@ type manualCluster struct {
 	engines []*host.Engine
 	// applied[i] lists the metadata indexes node i applied, in order.
 	applied [][]uint64
+	// back is how far the engines' wall clock is set back from clk.
+	back atomic.Int64
 }
+
+// setBackClock is a manual clock whose wall time is set back by back
+// (its timers run on the manual clock, as a Go timer runs across a wall
+// clock step).
+type setBackClock struct {
+	*clock.Manual
+	back *atomic.Int64
+}
+
+func (s setBackClock) Now() time.Time { return s.Manual.Now().Add(-time.Duration(s.back.Load())) }
 
 const recoverBackoff = time.Second
 
@@ -63,7 +75,7 @@ func newManualCluster(t *testing.T) *manualCluster {
 
 // open (re)opens node i's engine on its disk.
 func (c *manualCluster) open(i int) {
-	e, err := host.New(host.Config{Shards: 1, Manual: true, Clock: c.clk, DataDir: "/data",
+	e, err := host.New(host.Config{Shards: 1, Manual: true, Clock: setBackClock{c.clk, &c.back}, DataDir: "/data",
 		FS: errorfs.New(c.disks[i], c.inj[i]), BuildBackoffMin: recoverBackoff, BuildBackoffMax: 4 * recoverBackoff,
 		Cluster: &host.Cluster{ID: c.peers[i], Peers: c.peers, Bus: c.net.Endpoint(c.peers[i])},
 		Events: host.Events{MetadataApplied: func(index uint64, _ metadata.Command, _ metadata.Result, _ error, _ bool) {
@@ -229,6 +241,29 @@ func TestMetadataMemberReopensAfterRaftLogWriteFails(t *testing.T) {
 	c.open(0)
 	if got := streamNames(c.engines[0]); got != "[a b c]" {
 		t.Fatalf("node 1 restarted from its disk holds streams %s, want [a b c]", got)
+	}
+}
+
+// A member down after a failed write is reopened after its backoff in
+// ticks, whatever the wall clock does meanwhile: set back by an hour
+// (the simulator's clock faults did this), a wall clock read for the
+// backoff would keep the member down for an hour.
+func TestMetadataMemberReopensAfterItsClockIsSetBack(t *testing.T) {
+	c := newManualCluster(t)
+	c.pump()
+	e1 := c.engines[0]
+	c.commit(0, e1.NewMetadataKey(), metadata.CreateStream{Name: "a"})
+	c.inj[0].armed.Store(true)
+	if _, err := e1.ProposeMetadata(e1.NewMetadataKey(), metadata.CreateStream{Name: "b"}); err == nil {
+		c.pump()
+	}
+	if !c.inj[0].fired.Load() {
+		t.Fatal("the metadata raft log write did not fail")
+	}
+	c.back.Store(int64(time.Hour))
+	c.tick(2 * recoverBackoff)
+	if err := e1.HandleMetadata(); err != nil {
+		t.Fatalf("member not reopened after its backoff, its clock set back: %v", err)
 	}
 }
 
