@@ -33,8 +33,9 @@ type adminAPI struct {
 }
 
 // addNodeTimeout bounds one /admin/nodes call: AddNode returns once the
-// change is applied here, or fails; the joiner calls again after a failure
-// (adding a member twice is a no-op).
+// node's promotion from learner to voter is applied here, or fails; the
+// joiner calls again after a failure (adding a member twice is a no-op,
+// and a call for a learner waits for its promotion).
 const addNodeTimeout = time.Minute
 
 // addPeer admits a node's address to this member's bus: POST

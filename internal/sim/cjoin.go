@@ -17,19 +17,23 @@ import (
 // command (Engine.ProposeAddNode, the manual engine's form of AddNode's
 // proposal), proposed again under the same key when the member has not
 // applied it within the engine's forward timeout, through whichever
-// member is running then. The joiner receives the metadata as a snapshot
+// member is running then. The change adds the joiner as a learner
+// (behaviour 31); the metadata leader promotes it to voter on a tick
+// once it has caught up. The joiner receives the metadata as a snapshot
 // from the metadata leader; partitions created from then on are placed
 // over it too (invariant 7 checks every build against the placement).
 // Every fault reaches it as any other node, before and after it is
 // added; clients use it once a member has applied its addition.
 //
 // Invariant 8 checks membership: after every action, every running
-// node's metadata names exactly the voters of the metadata group's
-// configuration it has applied (the AddNode command travels inside the
-// change, so both move at the same index); at quiescence every addition
-// has completed, every node holds the same voters, and every node that
-// joined is one of them (and holds the same metadata as every other:
-// invariant 3's convergence covers it).
+// node's metadata names exactly the members — voters and learners — of
+// the metadata group's configuration it has applied (the AddNode command
+// travels inside the change that adds the learner, so both move at the
+// same index), and no node is both; at quiescence every addition has
+// completed, every node holds the same voters and no learner (each was
+// promoted once it caught up), and every node that joined is one of the
+// voters (and holds the same metadata as every other: invariant 3's
+// convergence covers it).
 
 // maxJoins bounds the nodes that join in one run.
 const maxJoins = 2
@@ -107,18 +111,24 @@ func (c *csim) joined(v *cnode) {
 	c.event("n%d JOINED (applied on n%d, nodes %v)", j.id, v.id, v.meta.Nodes())
 }
 
-// checkVoters: n's metadata names exactly the voters of the metadata
-// group configuration n has applied (invariant 8). A member that has
-// applied no configuration yet (a joiner before its first snapshot) is
-// not judged.
+// checkVoters: n's metadata names exactly the members, voters and
+// learners, of the metadata group configuration n has applied, and none
+// is both (invariant 8). A member that has applied no configuration yet
+// (a joiner before its first snapshot) is not judged.
 func (c *csim) checkVoters(n *cnode) {
-	voters := n.eng.MetadataStatus().Voters
-	if len(voters) == 0 {
+	st := n.eng.MetadataStatus()
+	if len(st.Voters) == 0 {
 		return
 	}
-	nodes := n.meta.Nodes()
-	if !slices.Equal(nodes, voters) {
-		c.fail(8, "n%d's metadata names nodes %v, its metadata group's voters are %v", n.id, nodes, voters)
+	for _, l := range st.Learners {
+		if slices.Contains(st.Voters, l) {
+			c.fail(8, "n%d's metadata group holds n%d as a voter and a learner (voters %v, learners %v)", n.id, l, st.Voters, st.Learners)
+			return
+		}
+	}
+	members := slices.Sorted(slices.Values(append(slices.Clone(st.Voters), st.Learners...)))
+	if nodes := n.meta.Nodes(); !slices.Equal(nodes, members) {
+		c.fail(8, "n%d's metadata names nodes %v, its metadata group's voters are %v and learners %v", n.id, nodes, st.Voters, st.Learners)
 	}
 }
 
@@ -139,8 +149,13 @@ func (c *csim) checkMembership() {
 	}
 	want := c.memberIDs()
 	for _, n := range c.nodes {
-		if got := n.eng.MetadataStatus().Voters; !slices.Equal(got, want) {
-			c.fail(8, "at quiescence n%d's metadata group has voters %v, want %v (every node that ran but those removed)", n.id, got, want)
+		st := n.eng.MetadataStatus()
+		if !slices.Equal(st.Voters, want) {
+			c.fail(8, "at quiescence n%d's metadata group has voters %v, want %v (every node that ran but those removed)", n.id, st.Voters, want)
+			return
+		}
+		if len(st.Learners) > 0 {
+			c.fail(8, "at quiescence n%d's metadata group still has learners %v: none was promoted", n.id, st.Learners)
 			return
 		}
 	}

@@ -177,10 +177,11 @@
 // time in two, every other fault ends and no fault or new client
 // operation starts for a second, for the failover check of invariant 8;
 // a new node joining mid-run (cjoin.go): it starts with Cluster.Join on
-// an empty disk and is added through a running member by the metadata
-// group's membership change carrying the AddNode command
+// an empty disk and is added through a running member, as a learner, by
+// the metadata group's membership change carrying the AddNode command
 // (Engine.ProposeAddNode, proposed again like AddNode does until a
-// member has applied it), receives the metadata as a snapshot, takes
+// member has applied it), receives the metadata as a snapshot, is
+// promoted to voter by the metadata leader once it caught up, takes
 // every fault like the founders, and serves clients once added; topics
 // created after it may be placed on it; a member of a cluster of four or
 // more removed mid-run (cremove.go), as Engine.RemoveNode removes one:
@@ -303,13 +304,15 @@
 //     holding no replica and were sent on (Result.Ops.NotHeld counts
 //     those answers, Result.Ops.LeaderTransfers the transfers started).
 //  8. Membership and failover (cluster mode): after every action, every
-//     running node's metadata names exactly the voters of the metadata
-//     group's configuration it has applied (the AddNode command travels
-//     inside the membership change, so both move at the same log index);
+//     running node's metadata names exactly the members, voters and
+//     learners, of the metadata group's configuration it has applied, and
+//     no node is both (the AddNode command travels inside the change that
+//     adds the node as a learner, so both move at the same log index);
 //     at quiescence every node addition and removal has completed and
-//     every member's metadata group has as voters exactly the members:
-//     every node that ran but those removed (and, by invariant 3, the
-//     joiners hold the same metadata as the founders).
+//     every member's metadata group has as voters exactly the members,
+//     and no learner: every node that ran but those removed, each joiner
+//     promoted once it caught up (and, by invariant 3, the joiners hold
+//     the same metadata as the founders).
 //     A second after a node leading quiesced groups crashed in a calm,
 //     every group it led that was quiesced on every replica — so that
 //     only node liveness can tell the survivors — has a new leader among
