@@ -19,9 +19,10 @@ import (
 // election timers.
 //
 //   - The leader quiesces on a tick once every live follower has
-//     acknowledged its whole log, everything is committed and applied, and
-//     no read barrier of its own is in flight: it sends each follower a
-//     quiesce heartbeat instead of ticking.
+//     acknowledged its whole log, everything is committed and applied,
+//     no read barrier of its own is in flight and no learner that node
+//     liveness holds alive awaits its promotion (membership.go): it sends
+//     each follower a quiesce heartbeat instead of ticking.
 //   - A follower stops ticking when a quiesce heartbeat matches its state
 //     exactly (replica.Group.AcceptQuiesce); otherwise the heartbeat is
 //     stepped as the ordinary heartbeat it stands for, whose answer wakes

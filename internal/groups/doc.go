@@ -12,14 +12,14 @@
 // Both the partition groups and the metadata group use its leader reads
 // (Reads), quiescence decisions (Quiet, StepQuiesce), node liveness's
 // verdicts and the campaign after a leader's death (Down, Campaigner,
-// PeerLive) and the compaction trigger (Compaction). The partition
-// groups also use the order of a move's configuration changes
-// (NextChange, CaughtUp: a newcomer joins as a learner and is promoted
-// once whole; the metadata group still adds a node as a voter at once)
-// and the awake set a host ticks in turns (Awake; the metadata member,
-// one group, is awake or not), and the scheduling of many elections at
-// once (Elections: a bounded number under way, the others queued or
-// held unticked; the metadata member, one group, campaigns at once). A
+// PeerLive), the compaction trigger (Compaction) and the order of
+// configuration changes (NextChange, CaughtUp: a newcomer joins as a
+// learner and is promoted once whole — a partition's new replica, and a
+// node added to the metadata group). The partition groups also use the
+// awake set a host ticks in turns (Awake; the metadata member, one
+// group, is awake or not), and the scheduling of many elections at once
+// (Elections: a bounded number under way, the others queued or held
+// unticked; the metadata member, one group, campaigns at once). A
 // failed group is reopened by its owner (the reconciler rebuilds a
 // partition, the metadata member reopens itself), both paced by the one
 // backoff (internal/backoff).
