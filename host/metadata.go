@@ -76,11 +76,6 @@ type metaGroup struct {
 	// doubles, within the build backoff's bounds.
 	broken error
 	reopen backoff.Backoff
-	// ticks counts the member's ticks: the clock the reopen backoff
-	// reads (tickTime). The node's wall clock would not do: set back by
-	// a minute while the member is down, it would put the reopen off by
-	// a minute.
-	ticks int64
 
 	// Deduplication keys of this node incarnation's proposals.
 	producer uint64
@@ -285,16 +280,10 @@ func (m *metaGroup) down(cause error) error {
 	m.LeaderChanged(0)
 	cfg := m.c.e.cfg
 	m.reopen = metaReopenBackoff(cfg)
-	delay := m.reopen.Fail(m.tickTime())
+	delay := m.reopen.Fail(cfg.Clock.Now())
 	m.broken = fmt.Errorf("%w: the metadata member is down after a raft log failure, to be reopened: %w", shard.ErrRetry, cause)
 	cfg.Logger.Error("metadata raft ready failed; reopening the member from its raft log", "error", cause, "retry_in", delay)
 	return m.broken
-}
-
-// tickTime is the time on the member's tick clock: its ticks, each a
-// tick interval long.
-func (m *metaGroup) tickTime() time.Time {
-	return time.Time{}.Add(time.Duration(m.ticks) * m.c.cfg.TickInterval)
 }
 
 // metaReopenBackoff paces the reopens of a down metadata member: the build
@@ -326,12 +315,11 @@ func (m *metaGroup) stop(cause error) error {
 // metadata tick drives the recovery of a started engine and of a manual
 // one alike.
 func (m *metaGroup) tick() error {
-	m.ticks++
 	if m.err != nil {
 		return m.err
 	}
 	if m.broken != nil {
-		if !m.reopen.Due(m.tickTime()) {
+		if !m.reopen.Due(m.c.e.cfg.Clock.Now()) {
 			return m.broken
 		}
 		if err := m.reopenGroup(); err != nil {
@@ -383,7 +371,7 @@ func (m *metaGroup) reopenGroup() error {
 		return m.stop(err)
 	}
 	if err != nil {
-		delay := m.reopen.Fail(m.tickTime())
+		delay := m.reopen.Fail(cfg.Clock.Now())
 		m.broken = fmt.Errorf("%w: the metadata member is down after a raft log failure, reopening failed: %w", shard.ErrRetry, err)
 		cfg.Logger.Error("reopening the metadata member failed", "error", err, "retry_in", delay)
 		return m.broken
@@ -483,8 +471,7 @@ func (c *clusterNode) runMetadata(ctx context.Context) {
 		case <-tick.C():
 			k := max(int64(clk.Now().Sub(last)/every), 1)
 			last = last.Add(time.Duration(k) * every)
-			m.ticks += k - 1 // the ticks slept through, on the tick clock
-			_ = m.tick()     // process, at the top, reports a failure
+			_ = m.tick() // process, at the top, reports a failure
 			c.live.advance(ctx, k)
 			n := m.sleepTicks()
 			long = n > 1

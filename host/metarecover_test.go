@@ -244,10 +244,11 @@ func TestMetadataMemberReopensAfterRaftLogWriteFails(t *testing.T) {
 	}
 }
 
-// A member down after a failed write is reopened after its backoff in
-// ticks, whatever the wall clock does meanwhile: set back by an hour
-// (the simulator's clock faults did this), a wall clock read for the
-// backoff would keep the member down for an hour.
+// A member down after a failed write is reopened after its backoff even
+// if the wall clock is set back meanwhile: by an hour here (the
+// simulator's clock faults set a node's back by 10 s), which would keep
+// the member down for an hour if the backoff waited for the time it
+// first named (backoff.Backoff.Due starts the wait again instead).
 func TestMetadataMemberReopensAfterItsClockIsSetBack(t *testing.T) {
 	c := newManualCluster(t)
 	c.pump()

@@ -51,8 +51,17 @@ func (b *Backoff) Fail(now time.Time) time.Duration {
 }
 
 // Due reports whether the next attempt may start at now: always before
-// the first failure and after Reset.
-func (b *Backoff) Due(now time.Time) bool { return !now.Before(b.due) }
+// the first failure and after Reset. A now earlier than the failure Fail
+// recorded is a wall clock set back meanwhile (a time from a clock with a
+// monotonic reading, as Go's time.Now, never is): the wait starts again
+// from now, the same delay long, rather than lasting as long again as
+// the clock went back.
+func (b *Backoff) Due(now time.Time) bool {
+	if b.delay > 0 && now.Before(b.due.Add(-b.delay)) {
+		b.due = now.Add(b.delay)
+	}
+	return !now.Before(b.due)
+}
 
 // Failing reports whether a failure was recorded since the last Reset
 // (or Next handed out a pause).

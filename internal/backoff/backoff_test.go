@@ -82,3 +82,26 @@ func TestFailDue(t *testing.T) {
 		t.Fatal("Reset must leave the backoff due and not failing")
 	}
 }
+
+// A wall clock set back while a failure waits starts the wait again from
+// the new time, the same delay long: it does not last as long again as
+// the clock went back. A clock that moved forward is simply past due.
+func TestDueAfterTheClockWasSetBack(t *testing.T) {
+	now := time.Unix(1000, 0)
+	b := New(time.Second, 4*time.Second)
+	b.Fail(now)
+	back := now.Add(-time.Hour)
+	if b.Due(back) {
+		t.Fatal("due at once after the clock was set back")
+	}
+	if b.Due(back.Add(time.Second - time.Nanosecond)) {
+		t.Fatal("due before the delay passed on the clock set back")
+	}
+	if !b.Due(back.Add(time.Second)) {
+		t.Fatal("not due a delay after the clock was set back: the wait lasts as long as the clock went back")
+	}
+	b.Fail(back.Add(time.Second))
+	if !b.Due(back.Add(time.Hour)) {
+		t.Fatal("not due after the clock jumped forward")
+	}
+}
