@@ -203,12 +203,12 @@ func (e *Engine) Rebalance(ctx context.Context) error {
 }
 
 // changeVoters proposes the metadata group's membership change of node
-// (an addition adds a learner),
-// carrying cmd, until done reports it applied here. raft takes one change
-// at a time: a proposal made while another is in flight is dropped, and
-// one lost with a leader never applies; either is proposed again after a
-// bounded wait (the command's deduplication key makes a second commit a
-// no-op).
+// (an addition adds a learner), carrying cmd, until done reports it
+// applied here. raft takes one change at a time: a proposal made while
+// another is in flight is dropped, and one lost with a leader never
+// applies; either is proposed again after a bounded wait (the command's
+// deduplication key makes a second commit a no-op, and a learner's
+// addition that finds the node a voter changes nothing).
 func (c *clusterNode) changeVoters(ctx context.Context, add bool, node uint64, cmd metadata.Command, done func() bool) error {
 	e, m := c.e, c.meta
 	data, err := encodeMetaCommand(e.NewMetadataKey(), cmd)
