@@ -30,7 +30,13 @@ import (
 // uncommitted suffix), or a hard state. Compaction rewrites the file as
 // the snapshot, the hard state and the entries after the snapshot, into a
 // temporary file renamed over the old one, so a crash leaves either file
-// whole.
+// whole; each such file starts with its generation (a recGen record).
+//
+// Beside the file, a sync mark (mark.go) records which generation the
+// log is and how many of its bytes were synced: a log cut short, or
+// rolled back to an older copy, after it was synced ends on whole
+// records like a log whose last write was torn, and is refused as
+// ErrCorruptLog rather than recovered as one.
 //
 // A Disk is not safe for concurrent use; its Group owns it.
 type Disk struct {
