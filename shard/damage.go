@@ -45,6 +45,9 @@ import (
 // cursor), not the local log's. A damaged raft log is not repaired this
 // way (what the replica promised its group is lost with it): replicate
 // refuses the group with the *partition.CorruptError naming the raft log.
+// That includes a raft log cut short or rolled back after it was synced,
+// which its sync mark (RaftMarkName, package replica) tells from a torn
+// tail.
 //
 // Why a replica whose raft log is damaged is not re-seeded from its peers
 // automatically. A group's raft ids are the node ids. Rejoining with the
