@@ -69,6 +69,9 @@ type Disk struct {
 	marked  mark
 	markSeq uint64
 	noMark  bool
+	// slack is what ReadDisk found in the mark that no mark accounts
+	// for (MarkSlack).
+	slack string
 }
 
 // ObserveSyncs makes the log's fsyncs from now on observe their duration
@@ -217,7 +220,8 @@ func ReadDisk(fsys vfs.FS, path string) (*Disk, error) {
 	if err := d.load(); err != nil {
 		return nil, err
 	}
-	m, found, err := readMark(fsys, path)
+	m, found, slack, err := readMarkSlack(fsys, path)
+	d.slack = slack
 	if err == nil && found {
 		err = d.checkMark(m)
 	} else if err != nil {
@@ -229,6 +233,12 @@ func ReadDisk(fsys vfs.FS, path string) (*Disk, error) {
 	}
 	return d, nil
 }
+
+// MarkSlack describes, for a Disk opened by ReadDisk, what in its sync
+// mark no mark accounts for — a slot that fails its checksum (a torn
+// write of the mark, or damage: OpenDisk reads the other slot), stray
+// bytes — or "" if nothing; a missing mark is not slack.
+func (d *Disk) MarkSlack() string { return d.slack }
 
 // TornTail returns the offset and size of the bytes after the last whole
 // record of a Disk opened by ReadDisk: what OpenDisk truncates away as a

@@ -134,27 +134,55 @@ func decodeMark(b []byte) (mark, error) {
 	return best, nil
 }
 
+// markSlack describes what in a mark file's content b no mark accounts
+// for: a slot that fails its checksum (a write of it torn, or damage),
+// bytes outside the slots that are not zero, a file not of its size; ""
+// if none. OpenDisk reads the valid slot all the same; offline tools
+// report it (Disk.MarkSlack).
+func markSlack(b []byte) string {
+	if len(b) != markStride+markSize {
+		return fmt.Sprintf("%d bytes, not %d", len(b), markStride+markSize)
+	}
+	for _, at := range []int{0, markStride} {
+		if _, ok := decodeSlot(b[at:]); !ok {
+			return fmt.Sprintf("the slot at byte %d fails its checksum", at)
+		}
+	}
+	for i, c := range b[markSize:markStride] {
+		if c != 0 {
+			return fmt.Sprintf("byte %d, between the slots, is not zero", markSize+i)
+		}
+	}
+	return ""
+}
+
 // readMark reads the mark of the log at path; found is false if there is
-// none. A mark with no valid slot is an error.
+// none. A mark with no valid slot is an error. slack is markSlack's.
 func readMark(fsys vfs.FS, path string) (m mark, found bool, err error) {
+	m, found, _, err = readMarkSlack(fsys, path)
+	return m, found, err
+}
+
+func readMarkSlack(fsys vfs.FS, path string) (m mark, found bool, slack string, err error) {
 	f, err := fsys.OpenFile(markPath(path), os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
-		return mark{}, false, nil
+		return mark{}, false, "", nil
 	}
 	if err != nil {
-		return mark{}, false, err
+		return mark{}, false, "", err
 	}
 	defer f.Close()
-	b := make([]byte, markStride+markSize)
+	// One byte more than a mark file holds, to see one that is longer.
+	b := make([]byte, markStride+markSize+1)
 	n, err := f.ReadAt(b, 0)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return mark{}, false, err
+		return mark{}, false, "", err
 	}
 	m, err = decodeMark(b[:n])
 	if err != nil {
-		return mark{}, false, fmt.Errorf("sync mark %s of %d bytes: %w", markPath(path), n, err)
+		return mark{}, false, "", fmt.Errorf("sync mark %s of %d bytes: %w", markPath(path), n, err)
 	}
-	return m, true, nil
+	return m, true, markSlack(b[:n]), nil
 }
 
 // checkMark compares the log d recovered with its mark m: a log of an
@@ -206,8 +234,11 @@ func (d *Disk) createMark(m mark) error {
 	_ = d.fs.Remove(tmp)
 	f, err := d.fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err == nil {
+		// Both slots hold the first mark: every byte of a whole mark
+		// file is accounted for (MarkSlack).
 		b := make([]byte, markStride+markSize)
-		copy(b[int64(m.seq%2)*markStride:], m.encode())
+		copy(b, m.encode())
+		copy(b[markStride:], m.encode())
 		if _, err = f.WriteAt(b, 0); err == nil {
 			err = f.Sync()
 		}
