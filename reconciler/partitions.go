@@ -690,7 +690,7 @@ func (r *Partitions) repair(info metadata.PartitionInfo, p partition.Partition, 
 			r.log.Warn("closing a damaged replica", "ns", info.NS, "error", err)
 		}
 	}
-	aside, err := a.SetAside(info.NS, shard.RaftLogName)
+	aside, err := a.SetAside(info.NS, shard.RaftLogName, shard.RaftMarkName)
 	if errors.Is(err, partition.ErrIncarnationDamaged) {
 		aside, err = reincarnate(a, info)
 	}
@@ -728,5 +728,5 @@ func reincarnate(a asidingStore, info metadata.PartitionInfo) (string, error) {
 	case l.Incarnation != info.CreatedRevision:
 		return "", fmt.Errorf("incarnation file damaged, and the raft log is of incarnation %d, not %d", l.Incarnation, info.CreatedRevision)
 	}
-	return a.Reincarnate(info.NS, info.CreatedRevision, shard.RaftLogName)
+	return a.Reincarnate(info.NS, info.CreatedRevision, shard.RaftLogName, shard.RaftMarkName)
 }

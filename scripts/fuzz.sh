@@ -17,6 +17,7 @@ targets='
 ./internal/tail FuzzTorn
 ./internal/replica FuzzStep
 ./internal/replica FuzzRaftLog
+./internal/replica FuzzDecodeMark
 ./metadata FuzzDecodeCommand
 ./metadata FuzzDecodeSnapshot
 ./metadata FuzzDecodeGroupSnapshot

@@ -45,6 +45,9 @@ import (
 // cursor), not the local log's. A damaged raft log is not repaired this
 // way (what the replica promised its group is lost with it): replicate
 // refuses the group with the *partition.CorruptError naming the raft log.
+// That includes a raft log cut short or rolled back after it was synced,
+// which its sync mark (RaftMarkName, package replica) tells from a torn
+// tail.
 //
 // Why a replica whose raft log is damaged is not re-seeded from its peers
 // automatically. A group's raft ids are the node ids. Rejoining with the
@@ -68,8 +71,13 @@ import (
 // but is not proven safe either).
 
 // RaftLogName is the name of a replicated partition's raft log in the
-// partition's directory: what a repair of the partition log keeps.
-const RaftLogName = raftLogName
+// partition's directory, and RaftMarkName its sync mark's (how far the
+// log was synced, replica.MarkName): what a repair of the partition log
+// keeps.
+const (
+	RaftLogName  = raftLogName
+	RaftMarkName = raftLogName + replica.MarkSuffix
+)
 
 // tagRaftLog binds disk, the raft log of the incarnation epoch of a
 // replicated partition, to that incarnation (replica.Disk.SetTag): a log
@@ -185,6 +193,24 @@ func (s *Shard) damagedRead(o *owned, f Frame, err error) error {
 		return errNoLeader
 	}
 	return fmt.Errorf("%w: %v: %w", ErrPartitionFailed, o.p.Namespace(), err)
+}
+
+// stoppedAt returns the damage a read of p stopped below: n messages read
+// from from, of count asked, below the partition's end. A partition's
+// Read serves the messages below damage and leaves the damage to the read
+// that starts at it; a replica its group can repair must not answer such
+// a read short as if it were whole — nothing may then ever read the
+// damaged offset on this replica, which would stay short of its group's
+// log for good, without an error. The damage is read here so the caller
+// takes it (damagedRead: the replica is fenced and fetched again from its
+// peers). nil if the read was whole.
+func stoppedAt(p partition.Partition, from uint64, n, count int) error {
+	next := from + uint64(n)
+	if n >= count || next >= p.NextOffset() {
+		return nil
+	}
+	_, err := p.Read(next, 1)
+	return err
 }
 
 // toGroup answers f, a request to damaged replica o that waits for its

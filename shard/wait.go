@@ -163,10 +163,15 @@ func resolveStart(p partition.Partition, r *Request) (uint64, error) {
 // so Next is an offset a consumer can store): up to Count messages,
 // trimmed to the byte budget (the first message always). full reports
 // that the poll is satisfied: MinCount messages, or the byte budget
-// reached.
-func readPoll(p partition.Partition, from uint64, r *Request) (Response, bool) {
+// reached. With whole, a read the partition stops below its end (below
+// damage, Partition.Read) is answered with the damage instead of short
+// (see damage.go, stoppedAt).
+func readPoll(p partition.Partition, from uint64, r *Request, whole bool) (Response, bool) {
 	from = min(from, p.NextOffset())
 	msgs, err := p.Read(from, r.Count)
+	if err == nil && whole {
+		err = stoppedAt(p, from, len(msgs), r.Count)
+	}
 	if err != nil {
 		return Response{Err: err}, true
 	}
@@ -204,7 +209,7 @@ func (wp *waitingPolls) servePoll(o *owned, f Frame) {
 		wp.sh.answer(f, Response{Err: err})
 		return
 	}
-	resp, full := readPoll(o.p, from, r)
+	resp, full := readPoll(o.p, from, r, repairable(o))
 	if full || r.MaxWait <= 0 || resp.Err != nil {
 		resp.Err = wp.sh.damagedRead(o, f, wp.sh.fenceUnusable(o, resp.Err))
 		wp.sh.answer(f, resp)
@@ -285,10 +290,11 @@ func (wp *waitingPolls) finishWait(w *waiter, deadline bool) bool {
 			return false
 		}
 	}
-	resp, full := readPoll(p, w.from, w.f.Req)
+	resp, full := readPoll(p, w.from, w.f.Req, repairable(o))
 	if !full && !deadline {
 		return false
 	}
+	resp.Err = wp.sh.damagedRead(o, w.f, wp.sh.fenceUnusable(o, resp.Err))
 	wp.sh.answer(w.f, resp)
 	return true
 }

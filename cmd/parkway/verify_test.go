@@ -165,6 +165,16 @@ func TestVerifyClusterDirectory(t *testing.T) {
 				t.Fatal(err)
 			}
 			return p
+		}, "cut short"},
+		{"truncated partition raft log without a sync mark (a log from before marks)", func(dir string) string {
+			p := partRaft(dir)
+			if err := os.Remove(p + ".mark"); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Truncate(p, fileSize(t, p)-3); err != nil {
+				t.Fatal(err)
+			}
+			return p
 		}, "torn tail"},
 		{"missing partition raft log", func(dir string) string {
 			p := partRaft(dir)
@@ -175,6 +185,16 @@ func TestVerifyClusterDirectory(t *testing.T) {
 		}, "raft log missing"},
 		{"empty partition raft log", func(dir string) string {
 			p := partRaft(dir)
+			if err := os.Truncate(p, 0); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}, "cut short"},
+		{"empty partition raft log without a sync mark", func(dir string) string {
+			p := partRaft(dir)
+			if err := os.Remove(p + ".mark"); err != nil {
+				t.Fatal(err)
+			}
 			if err := os.Truncate(p, 0); err != nil {
 				t.Fatal(err)
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 
@@ -29,7 +30,13 @@ import (
 // uncommitted suffix), or a hard state. Compaction rewrites the file as
 // the snapshot, the hard state and the entries after the snapshot, into a
 // temporary file renamed over the old one, so a crash leaves either file
-// whole.
+// whole; each such file starts with its generation (a recGen record).
+//
+// Beside the file, a sync mark (mark.go) records which generation the
+// log is and how many of its bytes were synced: a log cut short, or
+// rolled back to an older copy, after it was synced ends on whole
+// records like a log whose last write was torn, and is refused as
+// ErrCorruptLog rather than recovered as one.
 //
 // A Disk is not safe for concurrent use; its Group owns it.
 type Disk struct {
@@ -52,6 +59,19 @@ type Disk struct {
 	syncs prometheus.Observer
 	// tag is the owner's tag (SetTag), nil if none was written.
 	tag []byte
+	// gen is the log file's generation (mark.go): the recGen record of a
+	// file Rewrite wrote, 0 for one it did not.
+	gen uint64
+	// mark is the sync mark file (nil until written), marked what it
+	// says and markSeq its last slot's sequence number; noMark holds it
+	// back while Rewrite saves into the file not yet renamed into place.
+	mark    vfs.File
+	marked  mark
+	markSeq uint64
+	noMark  bool
+	// slack is what ReadDisk found in the mark that no mark accounts
+	// for (MarkSlack).
+	slack string
 }
 
 // ObserveSyncs makes the log's fsyncs from now on observe their duration
@@ -82,6 +102,9 @@ const (
 	recEntries
 	recHardState
 	recTag
+	// recGen holds the file's generation (mark.go), a uint64: the first
+	// record of every file Rewrite writes.
+	recGen
 )
 
 // MaxTag bounds a Disk's tag (SetTag).
@@ -113,6 +136,10 @@ func OpenDisk(fsys vfs.FS, path string, sync bool) (*Disk, error) {
 	opts := wal.Options{MaxRecordSize: maxRecord}
 	l, err := wal.Open(fsys, path, opts)
 	if errors.Is(err, fs.ErrNotExist) {
+		// A sync mark without its log: the log, synced, is gone.
+		if _, serr := fsys.Stat(markPath(path)); serr == nil {
+			return nil, d.corrupt(0, fmt.Errorf("raft log missing, but its sync mark %s says it was synced", markPath(path)))
+		}
 		if err := fsys.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return nil, fmt.Errorf("raft log %s: %w", path, err)
 		}
@@ -132,7 +159,46 @@ func OpenDisk(fsys vfs.FS, path string, sync bool) (*Disk, error) {
 	if err := d.load(); err != nil {
 		return nil, err
 	}
+	if err := d.openMark(); err != nil {
+		d.log.Close()
+		return nil, err
+	}
 	return d, nil
+}
+
+// openMark checks the recovered log against its sync mark (mark.go) and
+// records in the mark what the log now holds (Open synced it).
+func (d *Disk) openMark() error {
+	m, found, err := readMark(d.fs, d.path)
+	if err != nil {
+		return d.markDamage(err)
+	}
+	if found {
+		if err := d.checkMark(m); err != nil {
+			return err
+		}
+		if d.mark, err = d.fs.OpenFile(markPath(d.path), os.O_RDWR, 0); err != nil {
+			return fmt.Errorf("raft log %s: open sync mark: %w", d.path, err)
+		}
+		d.marked, d.markSeq = m, m.seq
+	}
+	if err := d.writeMark(); err != nil {
+		if d.mark != nil {
+			d.mark.Close()
+		}
+		return err
+	}
+	return nil
+}
+
+// markDamage is the error of a mark that cannot be read: a mark with no
+// valid slot is damage (the log it vouches for is not trusted), reported
+// as the log's.
+func (d *Disk) markDamage(err error) error {
+	if errors.Is(err, errNoMark) {
+		return d.corrupt(0, err)
+	}
+	return fmt.Errorf("raft log %s: %w", d.path, err)
 }
 
 // ReadDisk opens the raft log at path for reading only, as offline tools
@@ -154,8 +220,25 @@ func ReadDisk(fsys vfs.FS, path string) (*Disk, error) {
 	if err := d.load(); err != nil {
 		return nil, err
 	}
+	m, found, slack, err := readMarkSlack(fsys, path)
+	d.slack = slack
+	if err == nil && found {
+		err = d.checkMark(m)
+	} else if err != nil {
+		err = d.markDamage(err)
+	}
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
 	return d, nil
 }
+
+// MarkSlack describes, for a Disk opened by ReadDisk, what in its sync
+// mark no mark accounts for — a slot that fails its checksum (a torn
+// write of the mark, or damage: OpenDisk reads the other slot), stray
+// bytes — or "" if nothing; a missing mark is not slack.
+func (d *Disk) MarkSlack() string { return d.slack }
 
 // TornTail returns the offset and size of the bytes after the last whole
 // record of a Disk opened by ReadDisk: what OpenDisk truncates away as a
@@ -258,6 +341,11 @@ func (d *Disk) replayRecord(off int64, data []byte) error {
 			return fmt.Errorf("tag of %d bytes", len(body))
 		}
 		d.tag = slices.Clone(body)
+	case recGen:
+		if len(body) != 8 {
+			return fmt.Errorf("generation of %d bytes", len(body))
+		}
+		d.gen = binary.LittleEndian.Uint64(body)
 	default:
 		return fmt.Errorf("unknown record type %d", data[0])
 	}
@@ -412,9 +500,21 @@ func (d *Disk) Save(snap *raftpb.Snapshot, ents []*raftpb.Entry, hs *raftpb.Hard
 		d.term, d.vote = hs.GetTerm(), hs.GetVote()
 	}
 	if wrote && d.sync {
-		return d.log.Sync()
+		return d.syncLog()
 	}
 	return nil
+}
+
+// syncLog syncs the log, then records in its sync mark what is now
+// durable (mark.go).
+func (d *Disk) syncLog() error {
+	if err := d.log.Sync(); err != nil {
+		return err
+	}
+	if d.noMark {
+		return nil
+	}
+	return d.writeMark()
 }
 
 func (d *Disk) append(typ byte, m proto.Message) error {
@@ -444,7 +544,7 @@ func (d *Disk) Sync() error {
 	if err := d.writeHeld(); err != nil {
 		return err
 	}
-	return d.log.Sync()
+	return d.syncLog()
 }
 
 // Size is the log file's size in bytes.
@@ -463,8 +563,13 @@ func (d *Disk) Rewrite(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raft
 	old, held := d.log, d.held
 	nl.ObserveSyncs(d.syncs)
 	// hs is the group's whole hard state, at least as new as a held one.
-	d.log, d.held = nl, nil
-	if d.tag != nil {
+	// The new file is the next generation: its mark is written once it is
+	// renamed into place (a mark naming it before would make the old file
+	// look rolled back after a crash).
+	d.log, d.held, d.noMark = nl, nil, true
+	defer func() { d.noMark = false }()
+	_, err = nl.Append(binary.LittleEndian.AppendUint64([]byte{recGen}, d.gen+1))
+	if err == nil && d.tag != nil {
 		_, err = nl.Append(append([]byte{recTag}, d.tag...))
 	}
 	if err == nil {
@@ -485,9 +590,14 @@ func (d *Disk) Rewrite(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raft
 	// Renamed: the new file is the log at the path, so it takes the
 	// appends from now on even if the directory sync fails (appends to the
 	// replaced file would never be read again).
+	d.gen++
 	err = d.fs.SyncDir(filepath.Dir(d.path))
 	if cerr := old.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil {
+		d.noMark = false
+		err = d.writeMark()
 	}
 	return err
 }
@@ -497,7 +607,12 @@ func (d *Disk) Rewrite(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raft
 // as it keeps every other unsynced write.
 func (d *Disk) Close() error {
 	werr := d.writeHeld()
-	return errors.Join(werr, d.log.Close())
+	var merr error
+	if d.mark != nil {
+		merr = d.mark.Close()
+		d.mark = nil
+	}
+	return errors.Join(werr, d.log.Close(), merr)
 }
 
 func encodeEntries(dst []byte, ents []*raftpb.Entry) []byte {

@@ -10,6 +10,7 @@ import (
 	"github.com/parkway-io/parkway/internal/replica"
 	"github.com/parkway-io/parkway/internal/wal"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/shard"
 	"github.com/parkway-io/parkway/vfs"
 )
 
@@ -192,7 +193,7 @@ func (c *csim) movingOther() string {
 // nil, is the copy's partition (else every partition a lie touched).
 func (c *csim) stuckLabel(ns *metadata.Namespace, def string) string {
 	for n, b := range c.lies.bases {
-		if (ns == nil || n == *ns) && b["raft.log"] {
+		if (ns == nil || n == *ns) && (b[shard.RaftLogName] || b[shard.RaftMarkName]) {
 			return knownRaftLogRefused
 		}
 	}

@@ -230,9 +230,6 @@ func runCluster(cfg Config) (Result, error) {
 	c.guard(c.close)
 	res := c.result()
 	if c.viol != nil {
-		if c.viol.Known == "" && c.lies != nil && c.lies.raftCut {
-			c.viol.Known = knownRaftLogCut
-		}
 		return res, c.viol
 	}
 	return res, nil

@@ -220,6 +220,29 @@ func (t *ctap) Location() (vfs.FS, string) {
 	return nil, ""
 }
 
+// Damage implements partition.Damaged when the partition does: the
+// reconciler repairs a replica whose build found damage (a damaged last
+// segment, a sealed one cut short). Hidden behind the tap, it never did
+// in the simulator: the liar's copy with a byte flipped in its last
+// segment stayed short of the log until a write reached it, or for good
+// (cluster lying seed 150).
+func (t *ctap) Damage() error {
+	if d, ok := t.Partition.(partition.Damaged); ok {
+		return d.Damage()
+	}
+	return nil
+}
+
+// WritesRefused implements partition.WriteFenced when the partition
+// does: a leader asks before it proposes a write its own copy would
+// refuse (package shard, damage.go).
+func (t *ctap) WritesRefused() error {
+	if w, ok := t.Partition.(partition.WriteFenced); ok {
+		return w.WritesRefused()
+	}
+	return nil
+}
+
 // SkipTo implements partition.Partition. A replica skips offsets only
 // when its peers removed them (truncation, purge, retention), none of
 // which the workload does: skipping would lose messages.

@@ -96,14 +96,19 @@
 // the file store): its copy is set aside and fetched again, a damaged
 // incarnation file rewritten from the metadata when the raft log's tag
 // names the incarnation, and every replica must be whole at quiescence.
-// Three outcomes are known limits (known.go): a copy whose raft log a lie
+// Two outcomes are known limits (known.go): a copy whose raft log a lie
 // damaged, refused by design (knownRaftLogRefused, classified only when
-// every reason the cluster did not settle is that copy); a raft log cut
-// short or rolled back, which looks torn, so the replica forgets votes
-// and acknowledged entries (knownRaftLogCut, an open bug: any violation
-// of a seed where that lie fired); and a damaged incarnation file cut short gets the
-// liar's copy, raft state included, removed while it is a replica
-// (knownReplicaIncarnationDamage). A damaged raft log no longer fails the
+// every reason the cluster did not settle is that copy) — bytes flipped
+// in the log, or the log cut short or rolled back, which its sync mark
+// (package replica, mark.go) tells from a torn tail, or its mark
+// damaged; and a damaged incarnation file cut short gets the liar's
+// copy, raft state included, removed while it is a replica
+// (knownReplicaIncarnationDamage). A cut or rolled-back raft log used to
+// look torn, the replica forgetting votes and acknowledged entries (an
+// open bug, knownRaftLogCut, until the mark). The replica's partition
+// wrapper forwards partition.Damaged and partition.WriteFenced: hiding
+// them, it kept the reconciler from repairing a copy whose build found
+// damage (seed 150 stayed short of the log for good). A damaged raft log no longer fails the
 // other partitions' builds of its shard: nothing excuses that.
 // BreakSwallowDamage, the liar answering its clients' reads that meet
 // damage with nothing, is caught

@@ -66,19 +66,12 @@ const (
 	// not safe, see package shard, damage.go): the group is refused on
 	// that node and the reconciler retries it with backoff forever, so
 	// the cluster never stays calm; the group runs on its honest
-	// majority. (A raft log cut short or rolled back is not refused: it
-	// looks like a torn tail, an open bug the wider seed range finds.)
-	// knownRaftLogCut: an open bug. A raft log cut short or rolled back
-	// to an earlier copy on the liar ends on a whole record, so it looks
-	// like a log whose last write was torn, and nothing durable records
-	// how far it was synced: the replica comes back having forgotten
-	// votes and acknowledged entries, which raft's safety rests on. The
-	// group can then lose acknowledged messages, never converge, or
-	// livelock its leader and that follower (cluster lying seed 29 of
-	// 0-39; 48, 132, 133, 134 of 40-199). Classified for
-	// any violation of a seed in which such a lie fired: raft's
-	// guarantees are void from there for that group, and the simulator
-	// cannot tell which later violation follows from it.
-	knownRaftLogCut     = "OPEN BUG: a raft log cut short or rolled back on the liar looks like a torn tail: the replica forgets votes and acknowledged entries, and its group may lose acknowledged messages or never settle"
+	// majority. A raft log cut short or rolled back after it was synced
+	// is refused the same way: its sync mark (package replica, mark.go)
+	// records how far it was synced, so it no longer passes for a log
+	// whose last write was torn (it did, an open bug until the mark:
+	// the replica came back having forgotten votes and acknowledged
+	// entries, cluster lying seeds 29, 48, 132, 133 and 134). A lie on
+	// the mark file itself is refused too.
 	knownRaftLogRefused = "a replica whose raft log a lie damaged is refused on that node (not repaired: its votes and acked entries are gone) and retried forever; the group runs on the others"
 )

@@ -79,9 +79,6 @@ var lieNames = [lieKinds]string{"flip stored", "truncate", "rollback", "misdirec
 // lies is a node's lying-disk state, kept across restarts (the read
 // faults are the disk's, not the process's).
 type lies struct {
-	// raftCut records that a raft log was cut short or rolled back
-	// (knownRaftLogCut).
-	raftCut bool
 	// only, if set, says which partitions' files may be hit (the
 	// cluster's: those where the liar is a minority of the replicas).
 	only    func(ns metadata.Namespace) bool
@@ -524,7 +521,6 @@ func (l *lies) lieDown(kind int, name string) {
 		err = errorfs.TruncateStored(l.mem(), name, to)
 		l.event("LIE truncate %s from %d to %d bytes: %v", name, size, to, errString(err))
 		l.lieAt(name, -1)
-		l.raftCut = l.raftCut || path.Base(name) == "raft.log" && to < size
 	case lieRollback:
 		// An earlier copy of the same file: of the same incarnation (a
 		// file of a dead incarnation restored into its successor's
@@ -543,7 +539,6 @@ func (l *lies) lieDown(kind int, name string) {
 		}
 		err = c.Restore(l.mem())
 		l.lieAt(name, -1)
-		l.raftCut = l.raftCut || path.Base(name) == "raft.log" && int64(len(c.Data)) < size
 		l.event("LIE rollback %s from %d to %d bytes: %v", name, size, len(c.Data), errString(err))
 	}
 	if err != nil {
