@@ -1051,8 +1051,20 @@ func (c *Consumer) Close() error {
 		ctx, cancel := c.n.deadline(context.Background())
 		defer cancel()
 		var errs []error
+		c.mu.Lock()
+		ended := c.fatal != nil
+		c.mu.Unlock()
 		if c.cfg.Commit != CommitManual {
-			errs = append(errs, c.Commit(ctx))
+			// A consumer whose life ended has committed and left (end).
+			// A message that passed the delivery fence just before can
+			// still be marked handled after that commit; the member that
+			// could commit it is gone (ErrUnknownMember), so it is not
+			// committed and is delivered again to the partition's next
+			// owner — at least once, as after any leave — and Close does
+			// not report it as a failure.
+			if err := c.Commit(ctx); err != nil && !(ended && errors.Is(err, ErrUnknownMember)) {
+				errs = append(errs, err)
+			}
 		}
 		if m := c.Member(); m != nil {
 			if err := m.Leave(ctx); err != nil && !errors.Is(err, ErrUnknownMember) {
