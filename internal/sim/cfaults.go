@@ -251,8 +251,37 @@ func (c *csim) startClog() {
 	c.noteLinks()
 }
 
+// noteClogged counts, for every produce in flight, each clogged link
+// whose receiver runs as up: what a clog held was sent while its sender
+// ran and is delivered when the clog ends, whether or not the sender
+// still runs (a node crashed or paused since: its acknowledgements, held
+// by the clog, still reach the leader and commit, as raft allows — cluster
+// seed 1376). A receiver that is down gets nothing. Only at the clog's
+// end: an acknowledgement that came back while the link was clogged (a
+// transport that sends it over the reverse path, BreakReplyPath) is
+// still caught.
+func (c *csim) noteClogged() {
+	for _, l := range c.netf.clogs {
+		up := false
+		for _, n := range c.nodes {
+			if n.id == l[1] && n.reachable() {
+				up = true
+			}
+		}
+		if !up || l[0] > maxNodes || l[1] > maxNodes {
+			continue
+		}
+		for _, cl := range c.clients {
+			if o := cl.op; o != nil && (o.kind == kindProduce || o.kind == kindBatch) {
+				o.reach[l[0]] |= 1<<l[1] | 1<<l[0]
+			}
+		}
+	}
+}
+
 // unclog ends the clogs, delivering what they held.
 func (c *csim) unclog() {
+	c.noteClogged()
 	released := c.net.UnclogAll()
 	c.netf.clogs = nil
 	c.event("net unclog released=%d", released)
