@@ -262,13 +262,7 @@ func (c *csim) startClog() {
 // still caught.
 func (c *csim) noteClogged() {
 	for _, l := range c.netf.clogs {
-		up := false
-		for _, n := range c.nodes {
-			if n.id == l[1] && n.reachable() {
-				up = true
-			}
-		}
-		if !up || l[0] > maxNodes || l[1] > maxNodes {
+		if to := c.node(l[1]); to == nil || !to.reachable() {
 			continue
 		}
 		for _, cl := range c.clients {

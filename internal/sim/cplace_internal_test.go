@@ -64,3 +64,36 @@ func TestQuorumReached(t *testing.T) {
 		}
 	}
 }
+
+// Regression for the checker's false alarm on cluster seed 1376: a
+// follower acknowledged over a clogged link and went down; its held
+// acknowledgements reached the leader when the clog ended and the entry
+// committed, as raft allows. The clog's links count as up at its end for
+// the produces in flight (noteClogged), when the receiver runs; a clog
+// into a node that is down delivers nothing and counts nothing.
+func TestCheckerSeed1376ClogReleasedAfterItsSenderWentDown(t *testing.T) {
+	c := &csim{}
+	for id := uint64(1); id <= 3; id++ {
+		c.nodes = append(c.nodes, &cnode{c: c, id: id})
+	}
+	c.node(3).down = true // n3 acknowledged, then went down
+	o := &op{kind: kindProduce}
+	o.reach[1] = 1<<1 | 1<<3 // the leader reached n3 while the op ran
+	o.reach[3] = 1 << 3      // n3's answers were held by the clog
+	c.clients = []*client{{op: o}}
+	reps := []uint64{1, 2, 3}
+	if quorumReached(o.reach, reps) {
+		t.Fatal("a quorum before the clog ended: the test does not set up the case")
+	}
+	c.netf.clogs = [][2]uint64{{3, 2}} // into n2, which is down too
+	c.node(2).down = true
+	c.noteClogged()
+	if quorumReached(o.reach, reps) {
+		t.Fatal("a clog into a node that is down counted as a link")
+	}
+	c.netf.clogs = [][2]uint64{{3, 1}}
+	c.noteClogged()
+	if !quorumReached(o.reach, reps) {
+		t.Fatalf("the clog's release to the leader not counted: reach %v", o.reach)
+	}
+}
