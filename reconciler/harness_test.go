@@ -73,8 +73,20 @@ type harness struct {
 	shards []*shard.Shard
 	recs   []*reconciler.Partitions
 	clk    *clock.Manual
-	m      *metrics.Metrics
+	// wall is the clock the reconcilers read: clk, minus back (a wall
+	// clock set back, as NTP or an operator may).
+	wall *setBackClock
+	m    *metrics.Metrics
 }
+
+// setBackClock reads a manual clock minus a chosen amount, so a test can
+// set the time back, which a Manual clock never goes.
+type setBackClock struct {
+	*clock.Manual
+	back time.Duration
+}
+
+func (c *setBackClock) Now() time.Time { return c.Manual.Now().Add(-c.back) }
 
 func newHarness(t *testing.T, n int, assign func(metadata.Namespace, int) int) *harness {
 	t.Helper()
@@ -90,6 +102,7 @@ func newHarness(t *testing.T, n int, assign func(metadata.Namespace, int) int) *
 		store: &faultyStore{inner: partition.NewMemStore(), fail: map[metadata.Namespace]error{}},
 		table: &router.Table{}, clk: clock.NewManual(time.Unix(0, 0)), m: metrics.New(),
 	}
+	h.wall = &setBackClock{Manual: h.clk}
 	h.rt, _ = router.New[shard.Frame](h.table, n)
 	for i := range n {
 		s, err := shard.New(shard.Config{ID: i, Metrics: h.m}, meta, h.rt)
@@ -99,7 +112,7 @@ func newHarness(t *testing.T, n int, assign func(metadata.Namespace, int) int) *
 		h.rt.Register(i, s)
 		s.Start()
 		h.shards = append(h.shards, s)
-		rec, err := reconciler.New(reconciler.Config{Shard: s, Meta: meta, Store: h.store, Clock: h.clk, Metrics: h.m}, h.table)
+		rec, err := reconciler.New(reconciler.Config{Shard: s, Meta: meta, Store: h.store, Clock: h.wall, Metrics: h.m}, h.table)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -637,7 +637,15 @@ func (r *Partitions) fail(key backoffKey, now time.Time, rep *Report, what strin
 
 func (r *Partitions) due(key backoffKey, now time.Time) bool {
 	b, ok := r.backoffs[key]
-	return !ok || b.bo.Due(now)
+	if !ok {
+		return true
+	}
+	// Due may move the schedule (a clock set back restarts the wait), so
+	// the moved copy is stored: dropped, a clock set back further than the
+	// delay kept the retry from ever being due again (simulator seed 5474).
+	due := b.bo.Due(now)
+	r.backoffs[key] = b
+	return due
 }
 
 func (r *Partitions) backedOff(key backoffKey) bool {

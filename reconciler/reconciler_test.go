@@ -328,6 +328,31 @@ func TestBehaviour16BuildBackoff(t *testing.T) {
 	}
 }
 
+// Behaviour 16 with a wall clock set back after a failure: the retry is
+// due once the delay has passed on the clock as it now reads, not when the
+// clock reaches the old schedule again (simulator seed 5474: a clock set
+// back 19 s left a committed partition unbuilt past quiescence).
+func TestBehaviour16BuildRetriedAfterTheClockWasSetBack(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	bad := h.topic("bad")
+	h.store.setFail(bad.NS, errDisk)
+	if rep := h.pass(0); rep.Failed != 1 {
+		t.Fatalf("first pass: %+v", rep)
+	}
+	h.store.setFail(bad.NS, nil)
+	h.wall.back = time.Hour
+	for step := range 8 { // 4 s, four times the first delay
+		h.clk.Advance(500 * time.Millisecond)
+		if rep := h.pass(0); rep.Built == 1 {
+			if step < 1 {
+				t.Fatalf("rebuilt %v after the set-back, before the delay of 1s", time.Duration(step+1)*500*time.Millisecond)
+			}
+			return
+		}
+	}
+	t.Fatal("build not retried within 4s of a clock set back an hour: the retry waits for the old schedule")
+}
+
 func TestNewRejectsMissingDependencies(t *testing.T) {
 	if _, err := reconciler.New(reconciler.Config{}, &router.Table{}); err == nil {
 		t.Fatal("accepted a config with no shard")
