@@ -271,10 +271,10 @@ func (e *Engine) deliver(ctx context.Context, m transport.Message) error {
 			if err := decodeRaft(&in.box, m.Payload[8:]); err != nil {
 				return fmt.Errorf("%w: partition raft message: %w", ErrMalformed, err)
 			}
-			in.req = shard.Request{Op: shard.OpRaft, NS: ns, Epoch: epoch, Raft: &in.box.msg}
+			in.req = shard.Request{Op: shard.OpRaft, NS: ns, Epoch: epoch, Raft: &in.box.msg, Peer: uint64(m.From)}
 			req = &in.req
 		} else {
-			req = &shard.Request{Op: shard.OpCatchUp, NS: ns, Epoch: epoch, Payload: m.Payload[8:]}
+			req = &shard.Request{Op: shard.OpCatchUp, NS: ns, Epoch: epoch, Payload: m.Payload[8:], Peer: uint64(m.From)}
 		}
 		if _, err := e.router.Send(ns, shard.Frame{Req: req}); err != nil {
 			e.CountSendFailure(req, err)
@@ -282,7 +282,7 @@ func (e *Engine) deliver(ctx context.Context, m transport.Message) error {
 		}
 		return nil
 	case KindPartitionRaftBatch:
-		return e.deliverRaftBatch(m.Payload)
+		return e.deliverRaftBatch(uint64(m.From), m.Payload)
 	case KindLease, KindLeaseReply:
 		return c.deliverLease(uint64(m.From), m.Kind, m.Payload)
 	case KindMetaRaft:

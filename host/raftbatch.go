@@ -188,7 +188,7 @@ func decodeRaftBatch(b []byte) ([]raftRecord, error) {
 // shard, in order. A batch that does not decode is refused whole; a
 // message a shard's full inbox refuses is lost (raft re-sends), and the
 // first such refusal is reported.
-func (e *Engine) deliverRaftBatch(payload []byte) error {
+func (e *Engine) deliverRaftBatch(from uint64, payload []byte) error {
 	recs, err := decodeRaftBatch(payload)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrMalformed, err)
@@ -203,7 +203,7 @@ func (e *Engine) deliverRaftBatch(payload []byte) error {
 	var first error
 	for i, r := range recs {
 		req := &ins[i].req
-		*req = shard.Request{Op: shard.OpRaft, NS: r.ns, Epoch: r.epoch, Raft: &ins[i].box.msg}
+		*req = shard.Request{Op: shard.OpRaft, NS: r.ns, Epoch: r.epoch, Raft: &ins[i].box.msg, Peer: from}
 		if _, err := e.router.Send(r.ns, shard.Frame{Req: req}); err != nil {
 			e.CountSendFailure(req, err)
 			if first == nil {

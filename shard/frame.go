@@ -125,6 +125,11 @@ type Request struct {
 	// Payload is an OpCatchUp frame's message; Epoch is the sender's
 	// incarnation.
 	Payload []byte
+	// Peer is the node a peer frame (OpRaft, OpCatchUp) came from, as the
+	// transport authenticated it (not the raft message's From, which the
+	// sender writes): the inbox charges the frame's bytes to that peer's
+	// share too (Config.InboxBytes). Zero when not known.
+	Peer uint64
 	// FromLeader asks for a read (poll, consumer offset) of a replicated
 	// partition to be served by its leader, which has applied every
 	// acknowledged write: a follower answers NotLeaderError. Without it a

@@ -15,9 +15,11 @@ import (
 // inbox, where they wait for the pump: bounded in frames only, a member
 // sending maximum-size messages faster than the shard steps them could
 // make the node hold 1,024 of them per shard. Their bytes are charged
-// when they enter and released when the pump takes them, in total and
-// by partition (a quarter of the bound each); one that would pass either
-// is refused and lost, which is safe for exactly these
+// when they enter and released when the pump takes them, in total, by
+// partition (a quarter of the bound each) and by the peer that sent them
+// (half the bound each: a member flooding many partitions, each within
+// its quarter, leaves room for the other members' traffic); one that
+// would pass any is refused and lost, which is safe for exactly these
 // frames — raft sends its messages again, and a catch-up fetch
 // unanswered for catchUpRetryTicks is sent again — and nothing
 // acknowledged depends on them. Client frames are not charged: each has
@@ -50,48 +52,75 @@ func inboxCharge(f Frame) int64 {
 // room for the other partitions' traffic on the shard.
 const inboxNamespaceShare = 4
 
-// inboxBudget is the bytes the peer frames in a shard's inbox hold, in
-// total and by partition. Senders run concurrently (the node's transport
-// receiver, other shards forwarding, the pump re-dispatching), hence the
-// lock; only peer frames take it.
-type inboxBudget struct {
-	max, nsMax int64
+// inboxPeerShare is the part of the inbox's byte bound one sending peer's
+// frames may hold, whatever partitions they are for: with a share per
+// partition only, a member flooding four partitions filled the inbox and
+// the other members' raft traffic for the shard was refused.
+const inboxPeerShare = 2
 
-	mu   sync.Mutex
-	held int64
-	peak int64
-	byNS map[metadata.Namespace]int64 // partitions holding bytes only
+// inboxBudget is the bytes the peer frames in a shard's inbox hold, in
+// total, by partition and by sending peer. Senders run concurrently (the
+// node's transport receiver, other shards forwarding, the pump
+// re-dispatching), hence the lock; only peer frames take it.
+type inboxBudget struct {
+	max, nsMax, peerMax int64
+
+	mu     sync.Mutex
+	held   int64
+	peak   int64
+	byNS   map[metadata.Namespace]int64 // partitions holding bytes only
+	byPeer map[uint64]int64             // peers holding bytes only
 }
 
 func newInboxBudget(max int64) *inboxBudget {
-	return &inboxBudget{max: max, nsMax: max / inboxNamespaceShare, byNS: make(map[metadata.Namespace]int64)}
+	return &inboxBudget{
+		max: max, nsMax: max / inboxNamespaceShare, peerMax: max / inboxPeerShare,
+		byNS: make(map[metadata.Namespace]int64), byPeer: make(map[uint64]int64),
+	}
 }
 
-// take charges n bytes of a frame for ns; false (nothing charged) when
-// that would pass the total while the inbox holds peer bytes, or ns's
-// share while ns holds any: a frame larger than a bound enters when
-// there is nothing ahead of it, so it is not refused for good.
-func (b *inboxBudget) take(ns metadata.Namespace, n int64) bool {
+// take charges n bytes of a frame for ns sent by peer (0: not known, as
+// for a frame another shard of this node hands on, which is charged to
+// the total and its partition only); false (nothing charged) when that
+// would pass the total while the inbox holds peer bytes, ns's share while
+// ns holds any, or peer's share while peer holds any: a frame larger
+// than a bound enters when there is nothing ahead of it, so it is not
+// refused for good.
+func (b *inboxBudget) take(peer uint64, ns metadata.Namespace, n int64) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p := b.byNS[ns]
-	if b.held > 0 && b.held+n > b.max || p > 0 && p+n > b.nsMax {
+	var q int64
+	if peer != 0 {
+		q = b.byPeer[peer]
+	}
+	if b.held > 0 && b.held+n > b.max || p > 0 && p+n > b.nsMax || q > 0 && q+n > b.peerMax {
 		return false
 	}
 	b.byNS[ns] = p + n
+	if peer != 0 {
+		b.byPeer[peer] = q + n
+	}
 	b.held += n
 	b.peak = max(b.peak, b.held)
 	return true
 }
 
 // give releases what take charged.
-func (b *inboxBudget) give(ns metadata.Namespace, n int64) {
+func (b *inboxBudget) give(peer uint64, ns metadata.Namespace, n int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if p := b.byNS[ns] - n; p > 0 {
 		b.byNS[ns] = p
 	} else {
 		delete(b.byNS, ns)
+	}
+	if peer != 0 {
+		if q := b.byPeer[peer] - n; q > 0 {
+			b.byPeer[peer] = q
+		} else {
+			delete(b.byPeer, peer)
+		}
 	}
 	b.held -= n
 }
@@ -102,7 +131,7 @@ func (s *Shard) charge(f Frame) (inboxFrame, error) {
 	if n == 0 {
 		return inboxFrame{f: f}, nil
 	}
-	if !s.inboxBytes.take(f.Req.NS, n) {
+	if !s.inboxBytes.take(f.Req.Peer, f.Req.NS, n) {
 		return inboxFrame{}, ErrInboxBytes
 	}
 	return inboxFrame{f: f, n: n}, nil
@@ -112,7 +141,7 @@ func (s *Shard) charge(f Frame) (inboxFrame, error) {
 // the inbox or that the pump took from it.
 func (s *Shard) uncharge(in inboxFrame) {
 	if in.n != 0 {
-		s.inboxBytes.give(in.f.Req.NS, in.n)
+		s.inboxBytes.give(in.f.Req.Peer, in.f.Req.NS, in.n)
 	}
 }
 

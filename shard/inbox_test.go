@@ -155,20 +155,101 @@ func TestInboxBudget(t *testing.T) {
 		{4, 1, false}, // the total is spent
 	}
 	for i, s := range steps {
-		if got := b.take(s.ns, s.n); got != s.ok {
+		if got := b.take(0, s.ns, s.n); got != s.ok {
 			t.Fatalf("step %d: take(%d, %d) = %v", i, s.ns, s.n, got)
 		}
 	}
 	if b.held != 100 || b.peak != 100 {
 		t.Fatalf("held %d, peak %d", b.held, b.peak)
 	}
-	b.give(1, 20)
-	b.give(2, 60)
-	b.give(3, 20)
+	b.give(0, 1, 20)
+	b.give(0, 2, 60)
+	b.give(0, 3, 20)
 	if b.held != 0 || len(b.byNS) != 0 {
 		t.Fatalf("after release: %d held, %d partitions", b.held, len(b.byNS))
 	}
-	if !b.take(5, 500) {
+	if !b.take(0, 5, 500) {
 		t.Fatal("a frame larger than the bound was refused by an empty inbox")
+	}
+}
+
+// TestInboxBudgetPeerShare: one sending peer's frames hold at most half
+// the bound, whatever partitions they are for, so a peer flooding many
+// partitions (each within its quarter) leaves room for another peer's
+// frames; a frame of a peer holding nothing enters past its share;
+// releases free the peer's share.
+func TestInboxBudgetPeerShare(t *testing.T) {
+	b := newInboxBudget(100) // a partition's share: 25, a peer's: 50
+	for ns := metadata.Namespace(1); ns <= 2; ns++ {
+		if !b.take(2, ns, 25) {
+			t.Fatalf("peer 2's frame for partition %d refused within its shares", ns)
+		}
+	}
+	if b.take(2, 3, 10) {
+		t.Fatal("peer 2 passed its half of the inbox with a third partition")
+	}
+	if !b.take(3, 4, 25) || !b.take(3, 5, 25) {
+		t.Fatal("peer 3's frames refused while peer 2 floods")
+	}
+	if b.byPeer[2] != 50 || b.byPeer[3] != 50 || b.held != 100 {
+		t.Fatalf("held %d: peer 2 %d, peer 3 %d", b.held, b.byPeer[2], b.byPeer[3])
+	}
+	b.give(2, 1, 25)
+	b.give(2, 2, 25)
+	if _, ok := b.byPeer[2]; ok {
+		t.Fatalf("peer 2 still charged %d after its frames were taken", b.byPeer[2])
+	}
+	if !b.take(2, 3, 25) {
+		t.Fatal("peer 2 refused after its frames were taken")
+	}
+	b.give(3, 4, 25)
+	b.give(3, 5, 25)
+	b.give(2, 3, 25)
+	if !b.take(4, 6, 80) {
+		t.Fatal("a frame larger than a peer's share refused while its peer holds nothing")
+	}
+}
+
+// TestInboxBytesPeerFloodingManyPartitions: a member floods eight
+// partitions' replicas on one shard with large frames, each partition
+// within its quarter of InboxBytes; another member's frame for a ninth
+// partition still enters. With shares per partition only, the flood of
+// four partitions filled the inbox and the second member's frame was
+// refused.
+func TestInboxBytesPeerFloodingManyPartitions(t *testing.T) {
+	const bound = 1 << 20
+	s := &Shard{inboxBytes: newInboxBudget(bound)}
+	big := make([]byte, 64<<10)
+	frame := func(peer uint64, ns metadata.Namespace) Frame {
+		return Frame{Req: &Request{Op: OpCatchUp, NS: ns, Epoch: 1, Payload: big, Peer: peer}}
+	}
+	var taken []inboxFrame
+	refused := 0
+	for i := range 64 {
+		in, err := s.charge(frame(2, metadata.Namespace(1+i%8)))
+		switch {
+		case err == nil:
+			taken = append(taken, in)
+		case errors.Is(err, ErrInboxBytes):
+			refused++
+		default:
+			t.Fatal(err)
+		}
+	}
+	if refused == 0 || s.inboxBytes.byPeer[2] > bound/inboxPeerShare {
+		t.Fatalf("the flooding peer holds %d bytes of %d (%d frames refused)", s.inboxBytes.byPeer[2], bound, refused)
+	}
+	for i := range 4 {
+		in, err := s.charge(frame(3, metadata.Namespace(100+i)))
+		if err != nil {
+			t.Fatalf("the other member's frame %d refused under the flood: %v", i, err)
+		}
+		taken = append(taken, in)
+	}
+	for _, in := range taken {
+		s.uncharge(in)
+	}
+	if b := s.inboxBytes; b.held != 0 || len(b.byPeer) != 0 || len(b.byNS) != 0 {
+		t.Fatalf("after the frames were taken: %d held, %d peers, %d partitions", b.held, len(b.byPeer), len(b.byNS))
 	}
 }

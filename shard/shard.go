@@ -48,8 +48,8 @@ type Config struct {
 	// waiting in the inbox (default DefaultInboxBytes, at most
 	// MaxInboxBytes), each charged its payload (a raft message's encoded
 	// size, a catch-up message's length) plus a fixed 64 bytes; one
-	// partition's frames may hold a quarter of it. A peer frame that
-	// would pass either is refused (ErrInboxBytes) unless nothing is
+	// partition's frames may hold a quarter of it, one sending peer's
+	// (Request.Peer) half. A peer frame that would pass any is refused (ErrInboxBytes) unless nothing is
 	// held ahead of it, so a frame larger than the bound is not refused
 	// for good; a refused frame is lost, which raft and catch-up
 	// repair by sending again. Client frames are not charged: their
