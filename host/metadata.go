@@ -239,13 +239,12 @@ func (m *metaGroup) process() error {
 	if err := m.unavailable(); err != nil {
 		return err
 	}
-	// A panic contained in Tick, Step or Propose failed the group as a
-	// failed Ready does.
-	if err := m.g.Err(); err != nil {
-		return m.down(err)
-	}
-	for m.g.HasReady() {
-		if err := m.g.Handle(m); err != nil {
+	// groups.Process reports a panic contained in Tick, Step or Propose,
+	// which failed the group as a failed Ready does. Read barriers asked
+	// again of new voters are new work, handled at once.
+	for again := true; again; {
+		var err error
+		if again, err = groups.Process(m.g, m, &m.barriers); err != nil {
 			return m.down(err)
 		}
 	}
@@ -480,17 +479,10 @@ func (c *clusterNode) runMetadata(ctx context.Context) {
 	}
 }
 
-// serveReads asks again for the read barriers still unconfirmed after
-// the group's voters changed (groups.Reads.Reask), moves those the leader
-// confirmed to waiting for the applied index, and answers those whose
-// read index is applied.
+// serveReads answers the read barriers whose read index is applied
+// (groups.Process confirmed them, and asked those still unconfirmed
+// again after the group's voters changed).
 func (m *metaGroup) serveReads() {
-	if m.barriers.ReaskDue() && m.unavailable() == nil {
-		// The new requests go out with the next process; a failed group
-		// is reported there.
-		_, _ = m.barriers.Reask(m.g)
-	}
-	m.barriers.Confirm(m.g)
 	m.barriers.Serve(m.g.Applied(), func(r metaRead) {
 		switch {
 		case r.reply != nil:

@@ -1,13 +1,11 @@
 package host
 
 import (
-	"errors"
 	"slices"
 
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/parkway-io/parkway/internal/groups"
-	"github.com/parkway-io/parkway/internal/replica"
 	"github.com/parkway-io/parkway/metrics"
 )
 
@@ -73,25 +71,49 @@ func (m *metaGroup) quiesceOnTick(idle bool) bool {
 	return true
 }
 
-// step feeds a peer's metadata raft message to the member: a quiesce
-// heartbeat that matches the member's state quiesces it, anything else
-// wakes it and is stepped (a refused quiesce heartbeat as the ordinary
-// heartbeat it stands for).
+// step feeds a peer's metadata raft message to the member
+// (groups.Step; the member's side is below): a quiesce heartbeat that
+// matches the member's state quiesces it, anything else wakes it and is
+// stepped (a refused quiesce heartbeat as the ordinary heartbeat it
+// stands for). A member that is down drops it: raft re-sends.
 func (m *metaGroup) step(msg *raftpb.Message) {
-	if groups.StepQuiesce(m.g, msg, true) {
-		m.q.quiet = true
+	if m.unavailable() != nil {
 		return
 	}
-	m.wake()
-	// Raft's own refusals (a stale message) are its business; a message
-	// no correct member sends is counted.
-	switch err := m.g.Step(msg); {
-	case errors.Is(err, replica.ErrOutOfReach):
-		m.c.e.drops.Drop(metaRaftVariant, metrics.ReasonOutOfReach)
-	case errors.Is(err, replica.ErrInvalidMessage):
-		m.c.e.drops.Drop(metaRaftVariant, metrics.ReasonInvalidRaft)
+	groups.Step(m.g, msg, m)
+}
+
+// AcceptsQuiesce implements groups.Member: a follower takes any quiesce
+// heartbeat that matches its state. Unlike a partition's member it does
+// not wait for its own requests first: a proposal it forwarded, or a
+// read index it asked, may have been lost, and stays pending until its
+// caller asks again (which wakes the member) or the leader changes, so
+// waiting for them would keep an idle metadata group awake for good.
+func (m *metaGroup) AcceptsQuiesce() bool { return true }
+
+// Quiesced implements groups.Member: the member is no longer ticked.
+func (m *metaGroup) Quiesced() { m.q.quiet = true }
+
+// Stepped implements groups.Member: a peer's message wakes the member.
+func (m *metaGroup) Stepped() { m.wake() }
+
+// Refused implements groups.Member: a message no correct member sends is
+// counted (and one out of reach logged: a peer's term ran away); raft's
+// own refusals (a stale message) are its business.
+func (m *metaGroup) Refused(reason string, err error) {
+	if reason == "" {
+		return
+	}
+	m.c.e.drops.Drop(metaRaftVariant, reason)
+	if reason == metrics.ReasonOutOfReach {
+		m.c.e.cfg.Logger.Warn("metadata raft message with a term out of reach dropped", "error", err)
+	} else {
+		m.c.e.cfg.Logger.Debug("invalid metadata raft message dropped", "error", err)
 	}
 }
+
+// Failed implements groups.Member: the member goes down (see down).
+func (m *metaGroup) Failed(err error) { _ = m.down(err) }
 
 // metaRaftVariant labels the metadata group's refused raft messages in
 // parkway_frame_drops_total (shard "-1", the node's own).

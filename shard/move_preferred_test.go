@@ -73,7 +73,7 @@ func TestMoveMakesAHeldGroupsNewPreferredLeaderCampaign(t *testing.T) {
 // voter the move then removes, is answered: the confirmation raft waits
 // for counted the removed voter's heartbeat answer, which never comes,
 // so on the configuration change the read is asked again of the voters
-// as they are now (reaskReads). Without that it waits for ever
+// as they are now (groups.Process). Without that it waits for ever
 // (simulator cluster seed 559 with node removal: a consumer-offset read
 // on the new leader of a one-replica partition moved off a drained node
 // was never answered). The moved partition has one replica: the new

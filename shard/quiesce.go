@@ -90,22 +90,6 @@ func (rg *raftGroups) maybeQuiesce(o *owned) bool {
 	return true
 }
 
-// stepQuiesce handles m if it is a quiesce heartbeat a follower whose
-// state matches it takes (groups.StepQuiesce): the group stops ticking,
-// and it reports true. Otherwise the caller steps m, a refused quiesce
-// heartbeat as the ordinary heartbeat it stands for.
-func (rg *raftGroups) stepQuiesce(o *owned, m *raftpb.Message) bool {
-	if !groups.StepQuiesce(o.rep.grp, m, rg.cfg.Quiesce && o.rep.idle()) {
-		return false
-	}
-	if rg.q.awake.Has(o.p.Namespace(), o) {
-		rg.q.awake.Remove(o.p.Namespace())
-		rg.m.RaftQuiesces.Inc()
-		rg.syncQuiesced(o)
-	}
-	return true
-}
-
 // SetPeerLive tells the shard what node liveness learned of peer: dead
 // (live false) or alive again. When a peer dies, the groups it led
 // forget it and wake, and this node campaigns in those it is chosen for;

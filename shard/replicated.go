@@ -19,7 +19,7 @@ type replicated struct {
 	// the produces this node proposed by proposal id, and whether the
 	// group is queued for processReady.
 	grp     *replica.Group
-	handler replica.Handler    // the group's Handler, boxed once (handlerOf)
+	handler groups.Member      // the group's Handler, boxed once (handlerOf)
 	peers   []uint64           // the group's members (see peersOf)
 	placed  bool               // peers come from the metadata's placement
 	pending map[uint64][]Frame // proposal id → the produces it carries

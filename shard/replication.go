@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/parkway-io/parkway/internal/dedupe"
+	"github.com/parkway-io/parkway/internal/groups"
 	"github.com/parkway-io/parkway/internal/replica"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
@@ -328,29 +329,10 @@ func (rg *raftGroups) readReplicated(o *owned, f Frame) bool {
 	return true
 }
 
-// reaskReads asks the new voters again for the leadership confirmation
-// of every read still waiting for one (groups.Reads.Reask), once the
-// Ready that applied a change of the group's voters is handled
-// (confChanged records it).
-func (rg *raftGroups) reaskReads(o *owned) {
-	asked, err := o.rep.reads.Reask(o.rep.grp)
-	if err != nil {
-		rg.failGroup(o, err)
-		return
-	}
-	if asked {
-		rg.markReady(o)
-	}
-}
-
-// serveReads moves confirmed reads to the applied-index wait and serves
-// those whose index is applied.
+// serveReads serves the confirmed reads whose index is applied
+// (groups.Process confirmed them).
 func (rg *raftGroups) serveReads(o *owned) {
 	g := o.rep.grp
-	if g == nil {
-		return
-	}
-	o.rep.reads.Confirm(g)
 	if o.rep.reads.Waiting() == 0 || o.rep.catchup != nil {
 		return
 	}
@@ -441,33 +423,18 @@ func (rg *raftGroups) flushProposals() {
 	rg.reuseProposing(list)
 }
 
-// stepRaft feeds a peer's message to the partition's group. A message the
-// group refuses as invalid is counted and dropped; one that stops the
-// group (raft panicked on it) fences the partition.
+// stepRaft feeds a peer's message to the partition's group
+// (groups.Step): a message the group refuses as invalid is counted and
+// dropped; one that stops the group (raft panicked on it) fences the
+// partition. A held member asked for its vote may stand itself first
+// (standAgainstBehind).
 func (rg *raftGroups) stepRaft(o *owned, f Frame) {
 	if o.rep.grp == nil {
 		rg.m.Drop(f.Req.Op.String(), metrics.ReasonNotReplicated)
 		return
 	}
-	if rg.stepQuiesce(o, f.Req.Raft) {
-		return
-	}
 	rg.standAgainstBehind(o, f.Req.Raft)
-	switch err := o.rep.grp.Step(f.Req.Raft); {
-	case err == nil:
-	case errors.Is(err, replica.ErrGroupFailed):
-		rg.failGroup(o, err)
-		return
-	case errors.Is(err, replica.ErrOutOfReach):
-		rg.m.Drop(f.Req.Op.String(), metrics.ReasonOutOfReach)
-		rg.log.Warn("raft message with a term out of reach dropped", "ns", f.Req.NS, "error", err)
-	case errors.Is(err, replica.ErrInvalidMessage):
-		rg.m.Drop(f.Req.Op.String(), metrics.ReasonInvalidRaft)
-		rg.log.Debug("invalid raft message dropped", "ns", f.Req.NS, "error", err)
-	default:
-		rg.log.Debug("raft step refused", "ns", f.Req.NS, "error", err)
-	}
-	rg.markReady(o)
+	groups.Step(o.rep.grp, f.Req.Raft, rg.handlerOf(o))
 }
 
 // failGroup fences o after its raft group stopped — a Ready that failed
@@ -500,8 +467,9 @@ func (rg *raftGroups) markReady(o *owned) {
 	}
 }
 
-// processReady handles every group with pending work: persist, send,
-// apply. It runs after each pump step, so a Step or Propose is followed by
+// processReady handles every group with pending work (groups.Process:
+// persist, send, apply, then the leader reads), then serves what became
+// readable and compacts a log that is due. It runs after each pump step, so a Step or Propose is followed by
 // its messages without waiting for a tick.
 func (rg *raftGroups) processReady() {
 	for len(rg.readyList) > 0 {
@@ -513,19 +481,14 @@ func (rg *raftGroups) processReady() {
 			if o.rep.grp == nil {
 				continue
 			}
-			h := rg.handlerOf(o)
-			for o.rep.grp != nil && o.rep.grp.HasReady() {
-				if err := o.rep.grp.Handle(h); err != nil {
-					// The group cannot go on (its log or its partition
-					// refused a write, or raft panicked).
-					rg.failGroup(o, err)
-					break
+			if again, err := groups.Process(o.rep.grp, rg.handlerOf(o), &o.rep.reads); err != nil {
+				// The group cannot go on (its log or its partition
+				// refused a write, or raft panicked).
+				rg.failGroup(o, err)
+			} else {
+				if again { // reads asked again of new voters
+					rg.markReady(o)
 				}
-			}
-			if o.rep.grp != nil && o.rep.reads.ReaskDue() {
-				rg.reaskReads(o)
-			}
-			if o.rep.grp != nil {
 				rg.serveReads(o)
 			}
 			rg.sh.polls.touch(o) // applied entries are readable by waiting polls

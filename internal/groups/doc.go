@@ -9,7 +9,13 @@
 // goroutine: the owner of a group drives every call on its own
 // goroutine, as it drives the replica.Group itself.
 //
-// Both the partition groups and the metadata group use its leader reads
+// Both the partition groups and the metadata group are driven through
+// it: a peer's message is stepped by Step and a group's Ready handled by
+// Process, in one order (validation and the term bound, persist then
+// send then apply, are replica.Group's; around them a quiesce heartbeat
+// taken or stepped, a refusal counted under its reason, a failure
+// reported, and leader reads asked again and confirmed after the Ready),
+// each host its Member. Both use its leader reads
 // (Reads), quiescence decisions (Quiet, StepQuiesce), node liveness's
 // verdicts and the campaign after a leader's death (Down, Campaigner,
 // PeerLive), the compaction trigger (Compaction) and the order of
