@@ -153,7 +153,7 @@ func (c *clusterNode) openMetaDisk() (*replica.Disk, error) {
 // deterministic first leader, no election wait.
 func (c *clusterNode) campaignFirst() {
 	if !c.cfg.Join && c.cfg.Peers[0] == c.cfg.ID {
-		_ = c.meta.g.Campaign()
+		c.meta.elect.Stand(c.meta)
 	}
 }
 

@@ -89,6 +89,11 @@ type metaGroup struct {
 	compaction groups.Compaction
 
 	q metaQuiet // quiescence (metaquiesce.go)
+	// elect schedules the member's elections, cand is its place in them
+	// (groups.Elections, without its bound: one group, campaigning at
+	// once; its election timer is the fallback).
+	elect groups.Elections[*metaGroup]
+	cand  groups.Candidacy
 
 	// conf is the group's configuration as this member last applied it,
 	// published for readers off the driver (AddNode waits for its node
@@ -133,6 +138,7 @@ func openMetaGroup(c *clusterNode, disk *replica.Disk, mcfg metadata.Config) (*m
 		seen: dedupe.New[MetadataResult](metaDedupeWindow), policy: replica.CompactionPolicy{Entries: every},
 		props: make(chan metaOp), in: make(chan *raftpb.Message, 1024), failed: make(chan struct{}),
 		reads: make(chan chan error), leaseIn: make(chan leaseOp, 4096), producer: newProducerID()}
+	m.elect = groups.NewElections(m, uint64(c.cfg.ID), false, replica.DefaultElectionTicks)
 	fail := func(err error) (*metaGroup, error) {
 		_ = g.Close()
 		return nil, err
@@ -325,8 +331,10 @@ func (m *metaGroup) tick() error {
 			return err
 		}
 		m.q = metaQuiet{} // a reopened member starts awake
+		m.cand.Reset()
 	}
 	m.leaseTick()
+	m.elect.Tick()
 	if m.q.quiet {
 		return nil
 	}

@@ -6,6 +6,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/parkway-io/parkway/internal/groups"
+	"github.com/parkway-io/parkway/internal/replica"
 	"github.com/parkway-io/parkway/metrics"
 )
 
@@ -133,9 +134,27 @@ func (m *metaGroup) peerLive(peer uint64, live bool) {
 	}
 	m.wake()
 	if v == groups.LeaderLost && err == nil && m.campaigner() == uint64(m.c.cfg.ID) {
-		_ = m.g.Campaign()
+		m.elect.Stand(m)
 	}
 }
+
+// Candidate is the member's candidacy and group, and whether it runs
+// (groups.ElectionHost).
+func (m *metaGroup) Candidate(*metaGroup) (*groups.Candidacy, *replica.Group, bool) {
+	return &m.cand, m.g, m.unavailable() == nil
+}
+
+// Awake reports whether the member is ticked (groups.ElectionHost).
+func (m *metaGroup) Awake(*metaGroup) bool { return !m.q.quiet }
+
+// Campaigned takes the outcome of an election the member stood in
+// (groups.ElectionHost): it is awake, and its campaign goes out with the
+// next process, which also reports a group that failed to start it.
+func (m *metaGroup) Campaigned(*metaGroup, error) { m.wake() }
+
+// ElectionPending keeps the member ticked while an election waits
+// (groups.ElectionHost).
+func (m *metaGroup) ElectionPending() { m.wake() }
 
 // campaigner is the member that stands for election when the leader's
 // node died (groups.Campaigner): the first voter in Peers order that

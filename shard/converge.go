@@ -33,7 +33,7 @@ func (rg *raftGroups) electionTicks() int64 {
 	if t := rg.cfg.ElectionTicks; t > 0 {
 		return int64(t)
 	}
-	return 10 // replica's default
+	return replica.DefaultElectionTicks
 }
 
 // live reports whether o is still this shard's group of its namespace.

@@ -18,14 +18,15 @@
 // each host its Member. Both use its leader reads
 // (Reads), quiescence decisions (Quiet, StepQuiesce), node liveness's
 // verdicts and the campaign after a leader's death (Down, Campaigner,
-// PeerLive), the compaction trigger (Compaction) and the order of
+// PeerLive, and Elections, which starts it), the compaction trigger (Compaction) and the order of
 // configuration changes (NextChange, CaughtUp: a newcomer joins as a
 // learner and is promoted once whole — a partition's new replica, and a
 // node added to the metadata group). The partition groups also use the
 // awake set a host ticks in turns (Awake; the metadata member, one
-// group, is awake or not), and the scheduling of many elections at once
-// (Elections: a bounded number under way, the others queued or held
-// unticked; the metadata member, one group, campaigns at once). A
+// group, is awake or not), and the bound on elections under way at once
+// (Elections with quiescence: the others queued or held unticked; the
+// metadata member, one group, schedules its elections without the bound
+// and stands at once, Elections.Stand). A
 // failed group is reopened by its owner (the reconciler rebuilds a
 // partition, the metadata member reopens itself), both paced by the one
 // backoff (internal/backoff).

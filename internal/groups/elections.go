@@ -177,6 +177,29 @@ func (e *Elections[G]) Started(g G) {
 	e.inflight = append(e.inflight, g)
 }
 
+// Stand makes this node stand for election in g now, if g still has no
+// leader, or queues the election while there is no room (Room; only
+// with quiescence is there ever none). The metadata member, one group
+// scheduled without the bound, stands at once.
+func (e *Elections[G]) Stand(g G) {
+	if !e.Room() {
+		e.Queue(g)
+		return
+	}
+	_, grp, live := e.host.Candidate(g)
+	if !live || grp.Leader() != 0 {
+		return
+	}
+	if err := grp.Campaign(); err != nil {
+		e.host.Campaigned(g, err)
+		return
+	}
+	if e.bounded {
+		e.Started(g)
+	}
+	e.host.Campaigned(g, nil)
+}
+
 // AfterDeath is the part of node liveness's report of a death for a
 // group whose leader (or, for a group that never had one, whose
 // preferred leader) died: this node queues an election if it is the

@@ -169,3 +169,32 @@ func TestElectionsAwake(t *testing.T) {
 		t.Fatalf("%d elections started in all, Pending %v; want %d, false", len(h.campaigned), e.Pending(), n-2)
 	}
 }
+
+// Stand starts an election at once while there is room, and not in a
+// group that is gone or has a leader; without room (quiescence, and
+// CampaignsInFlight elections under way) it queues it, held.
+func TestElectionsStand(t *testing.T) {
+	h := newElectionHost(t, 3)
+	e := groups.NewElections[int](h, 1, false, timeout)
+	h.groups[1].live = false
+	h.groups[2].g = leader(t)
+	for i := range 3 {
+		e.Stand(i)
+	}
+	if len(h.campaigned) != 1 || h.campaigned[0] != 0 || e.Pending() {
+		t.Fatalf("started %v, Pending %v; want [0] at once, nothing pending", h.campaigned, e.Pending())
+	}
+
+	const n = groups.CampaignsInFlight + 1
+	h = newElectionHost(t, n)
+	e = groups.NewElections[int](h, 1, true, timeout)
+	for i := range n {
+		e.Stand(i)
+	}
+	if len(h.campaigned) != n-1 || e.InFlight() != n-1 {
+		t.Fatalf("started %d, in flight %d; want %d at once", len(h.campaigned), e.InFlight(), n-1)
+	}
+	if last := h.groups[n-1].c; !last.Queued() || !last.Held() || h.pending == 0 {
+		t.Fatalf("the election past the bound: queued %v held %v pending %d, want queued and held", last.Queued(), last.Held(), h.pending)
+	}
+}

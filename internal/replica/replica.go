@@ -113,6 +113,10 @@ type Config struct {
 	Fsync   prometheus.Observer
 }
 
+// DefaultElectionTicks is a group's election timeout, in ticks, when
+// Config.ElectionTicks is 0.
+const DefaultElectionTicks = 10
+
 // commitMarks is how many of a leader's recent appends a group remembers
 // the time of, to observe their commit latency: more appends in flight
 // than this go unobserved (the oldest are overwritten), which bounds the
@@ -216,7 +220,7 @@ func New(cfg Config) (g *Group, err error) {
 		return nil, fmt.Errorf("parkway: raft group %d peers: %w", cfg.Group, err)
 	}
 	if cfg.ElectionTicks == 0 {
-		cfg.ElectionTicks = 10
+		cfg.ElectionTicks = DefaultElectionTicks
 	}
 	if cfg.HeartbeatTicks == 0 {
 		cfg.HeartbeatTicks = 1
