@@ -10,33 +10,24 @@ import (
 	"github.com/parkway-io/parkway/metrics"
 )
 
-// Quiescence of the metadata group, as the partition groups quiesce: the
-// decisions (when a leader quiesces, which quiesce heartbeat a follower
-// takes) are internal/groups' Quiet.Tick and StepQuiesce, shared with the
-// shards. A metadata group with nothing to do is not ticked,
-// so an idle cluster's metadata members send no heartbeats and run no
-// election timers.
+// The metadata member's side of internal/groups' mechanisms, which it
+// shares with the partition groups: its peers' messages are stepped by
+// groups.Step (the member is a groups.Member), its quiescence decided by
+// groups.Quiet and StepQuiesce, its elections scheduled by
+// groups.Elections (a groups.ElectionHost of its one group), and node
+// liveness's reports read by groups.PeerLive. What is the member's own:
 //
-//   - The leader quiesces on a tick once every live follower has
-//     acknowledged its whole log, everything is committed and applied,
-//     no read barrier of its own is in flight and no learner that node
-//     liveness holds alive awaits its promotion (membership.go): it sends
-//     each follower a quiesce heartbeat instead of ticking.
-//   - A follower stops ticking when a quiesce heartbeat matches its state
-//     exactly (replica.Group.AcceptQuiesce); otherwise the heartbeat is
-//     stepped as the ordinary heartbeat it stands for, whose answer wakes
-//     the leader, which ticks a heartbeat round before it tries again.
-//   - Any raft message from a peer wakes the member, and so does local
-//     work: a proposal or a read barrier.
-//   - Failure detection comes from node liveness (liveness.go): when the
-//     leader's node is declared dead, its followers forget it and wake,
-//     and one survivor, the first live node in Peers order, campaigns at
-//     once; the woken members' election timers remain the fallback. When
-//     a peer returns, a leader wakes to bring it up to date.
-//
-// While the member is quiesced only node liveness needs the driver of a
-// started engine, so its timer fires once per liveness interval instead
-// of every tick (sleepTicks); a wake brings it back to every tick.
+//   - what keeps its leader from quiescing: a read barrier of its own in
+//     flight, a learner node liveness holds alive awaiting its promotion
+//     (membership.go); a follower takes any quiesce heartbeat matching
+//     its state (AcceptsQuiesce says why);
+//   - who campaigns when the leader's node dies: the first live voter in
+//     Peers order (campaigner), at once; the woken members' election
+//     timers remain the fallback;
+//   - the driver of a started engine: while the member is quiesced only
+//     node liveness needs it, so its timer fires once per liveness
+//     interval instead of every tick (sleepTicks); a wake brings it back
+//     to every tick.
 
 // metaQuiet is the metadata member's quiescence state (driver-owned).
 type metaQuiet struct {
