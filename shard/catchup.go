@@ -217,7 +217,7 @@ func (rg *raftGroups) answerWhole(o *owned, requester uint64) {
 		return
 	}
 	if err := o.p.Sync(); err != nil {
-		rg.sh.fence(o, err)
+		rg.owner.fence(o, err)
 		rg.log.Error("fsync of a caught-up replica failed; partition fenced", "ns", o.p.Namespace(), "error", err)
 		return
 	}
@@ -261,7 +261,7 @@ func (rg *raftGroups) caughtUp(o *owned, from, start uint64, msgs []partition.Me
 		// were truncated, purged or retired there. The offsets are
 		// skipped, as on the peer, and the fetch goes on from its start.
 		if err := o.p.SkipTo(min(start, c.target)); err != nil {
-			rg.sh.fence(o, err)
+			rg.owner.fence(o, err)
 			rg.log.Error("skipping removed offsets failed; partition fenced", "ns", o.p.Namespace(), "error", err)
 			return
 		}
@@ -275,7 +275,7 @@ func (rg *raftGroups) caughtUp(o *owned, from, start uint64, msgs []partition.Me
 			msgs = msgs[:n]
 		}
 		if _, err := o.p.Append(msgs); err != nil {
-			rg.sh.fence(o, err)
+			rg.owner.fence(o, err)
 			rg.log.Error("appending catch-up data failed; partition fenced", "ns", o.p.Namespace(), "error", err)
 			return
 		}
@@ -297,7 +297,7 @@ func (rg *raftGroups) caughtUp(o *owned, from, start uint64, msgs []partition.Me
 		rg.failGroup(o, fmt.Errorf("settling a caught-up partition: %w", err))
 		return
 	}
-	h := groupHandler{s: rg.sh, o: o}
+	h := groupHandler{rg: rg, o: o}
 	for _, e := range c.deferred {
 		if err := h.apply(e.index, e.id, e.payload); err != nil {
 			rg.failGroup(o, fmt.Errorf("applying the entries deferred during a catch-up: %w", err))

@@ -3,7 +3,10 @@ package shard
 import (
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/parkway-io/parkway/clock"
+	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
 )
 
@@ -11,9 +14,17 @@ import (
 // (durability.go, groupsync.go): the acks waiting for the group commit's
 // fsync (FsyncAlways) or a journal stage, and the interval-policy
 // partitions waiting for their timer (FsyncInterval). It is pump-owned;
-// sh is the shard it answers and fences through.
+// owner is the shard it answers and fences through (owner.go), polls the
+// waiting polls an acknowledged append wakes; the rest is the shard's
+// configuration (manual: Config.Manual, journal: Config.Journal).
 type commitGroup struct {
-	sh *Shard
+	owner   commitOwner
+	polls   *waitingPolls
+	clock   clock.Clock
+	log     hclog.Logger
+	m       *metrics.Shard
+	manual  bool
+	journal *partition.Journal
 
 	pending    []pendingAck // acks waiting for the group's fsync
 	groupStart time.Time    // when the commit group's first append was made

@@ -149,7 +149,7 @@ func (rg *raftGroups) replicaDamaged(o *owned, err error) {
 		rg.stepDown(o)
 	}
 	if o.failed == nil {
-		rg.sh.fence(o, err)
+		rg.owner.fence(o, err)
 	}
 }
 
@@ -299,6 +299,6 @@ func (rg *raftGroups) writesRefused(o *owned, f Frame) bool {
 		rg.notLeader(o, f)
 		return true
 	}
-	rg.sh.answer(f, Response{Err: err})
+	rg.owner.answer(f, Response{Err: err})
 	return true
 }

@@ -39,11 +39,15 @@
 //     syncs (durability.go, groupsync.go).
 //   - waitingPolls (polls.go) holds the waiting polls (wait.go).
 //
-// The mechanisms every raft group needs whoever hosts it (leader reads,
-// quiescence decisions, liveness verdicts, the compaction trigger, a
-// move's configuration changes, the awake set, the election scheduler)
-// are internal/groups',
-// shared with the metadata group.
+// None of the parts holds the shard: each reaches it through a narrow
+// interface of what it does to it (answer, deny, fence, and a few
+// checks of its own; owner.go), which the shard implements.
+//
+// The mechanisms every raft group needs whoever hosts it (stepping a
+// peer's message and handling a Ready, leader reads, quiescence
+// decisions, liveness verdicts, the compaction trigger, a move's
+// configuration changes, the awake set, the election scheduler) are
+// internal/groups', shared with the metadata group.
 //
 // # Manual mode
 //

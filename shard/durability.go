@@ -99,12 +99,12 @@ const maxGroup = 256
 // appended records a successful append to o and either answers it now
 // (never / interval) or queues the answer for the group's fsync (always).
 func (cg *commitGroup) appended(o *owned, f Frame, r Response) {
-	cg.sh.polls.touch(o) // under FsyncAlways, wakeWaiters waits for the fsync
+	cg.polls.touch(o) // under FsyncAlways, wakeWaiters waits for the fsync
 	switch {
 	case o.dur.always():
 		o.sync.dirty = true
 		if len(cg.pending) == 0 {
-			cg.groupStart = cg.sh.clock.Now() // the group's first append
+			cg.groupStart = cg.clock.Now() // the group's first append
 		}
 		cg.pending = append(cg.pending, pendingAck{f: f, r: r, o: o})
 		return
@@ -116,7 +116,7 @@ func (cg *commitGroup) appended(o *owned, f Frame, r Response) {
 			return
 		}
 	}
-	cg.sh.answer(f, r)
+	cg.owner.answer(f, r)
 }
 
 // unacked reports whether o holds appends whose answers wait for the
@@ -157,8 +157,8 @@ func (cg *commitGroup) flushGroup() {
 			failed = make(map[*owned]error)
 		}
 		failed[o] = err
-		cg.sh.fence(o, err)
-		cg.sh.log.Error("fsync failed; acks withheld, partition fenced until it is rebuilt from disk", "ns", o.p.Namespace(), "error", err)
+		cg.owner.fence(o, err)
+		cg.log.Error("fsync failed; acks withheld, partition fenced until it is rebuilt from disk", "ns", o.p.Namespace(), "error", err)
 	}
 	for i, err := range cg.syncGroup(dirty) {
 		if err != nil {
@@ -179,12 +179,12 @@ func (cg *commitGroup) flushGroup() {
 		if err, ok := failed[pa.o]; ok {
 			pa.r = Response{Err: commitError(err)}
 		}
-		cg.sh.polls.touch(pa.o) // acknowledged: readable by waiting polls
-		cg.sh.answer(pa.f, pa.r)
+		cg.polls.touch(pa.o) // acknowledged: readable by waiting polls
+		cg.owner.answer(pa.f, pa.r)
 		cg.pending[i] = pendingAck{}
 	}
 	cg.pending = cg.pending[:0]
-	cg.sh.m.CommitLatency.Observe(cg.sh.clock.Now().Sub(cg.groupStart).Seconds())
+	cg.m.CommitLatency.Observe(cg.clock.Now().Sub(cg.groupStart).Seconds())
 }
 
 // commitError is the answer to a produce whose group commit failed with
@@ -209,12 +209,12 @@ func commitError(err error) error {
 // timer) and, if that brought frames, takes them into the group first. A
 // manual shard does not linger: its driver decides what runs next.
 func (cg *commitGroup) lingerGroup() bool {
-	if cg.sh.cfg.Manual || cg.lingered || len(cg.pending) >= maxGroup {
+	if cg.manual || cg.lingered || len(cg.pending) >= maxGroup {
 		return false
 	}
 	cg.lingered = true
 	runtime.Gosched()
-	return len(cg.sh.inbox) > 0
+	return cg.owner.inboxed()
 }
 
 // fence marks o failed (once) and counts it, so the reconciler's fast-skip
@@ -239,7 +239,7 @@ func (cg *commitGroup) dirtyInterval(o *owned) {
 		return
 	}
 	o.sync.dirty = true
-	o.sync.deadline = cg.sh.clock.Now().Add(o.dur.Interval)
+	o.sync.deadline = cg.clock.Now().Add(o.dur.Interval)
 	cg.intervalDirty = append(cg.intervalDirty, o)
 	cg.armSync(o.sync.deadline)
 }
@@ -249,9 +249,9 @@ func (cg *commitGroup) armSync(at time.Time) {
 	if cg.syncTimer != nil && !cg.syncAt.IsZero() && !at.Before(cg.syncAt) {
 		return
 	}
-	d := max(at.Sub(cg.sh.clock.Now()), 0)
+	d := max(at.Sub(cg.clock.Now()), 0)
 	if cg.syncTimer == nil {
-		cg.syncTimer = cg.sh.clock.NewTimer(d)
+		cg.syncTimer = cg.clock.NewTimer(d)
 	} else {
 		cg.syncTimer.Reset(d)
 	}
@@ -263,13 +263,13 @@ func (cg *commitGroup) armSync(at time.Time) {
 // earliest remaining one. The timer exists only while some partition is
 // dirty, so an idle shard has none.
 func (cg *commitGroup) syncDue() {
-	now := cg.sh.clock.Now()
+	now := cg.clock.Now()
 	cg.syncAt = time.Time{}
 	var next time.Time
 	due := cg.groupBuf[:0]
 	keep := cg.intervalDirty[:0] // compacted in place: keep never passes the loop
 	for _, o := range cg.intervalDirty {
-		if !o.sync.dirty || o.dur.always() || cg.sh.owned[o.p.Namespace()] != o {
+		if !o.sync.dirty || o.dur.always() || !cg.owner.owns(o) {
 			continue // synced meanwhile, reconfigured, or no longer owned
 		}
 		if !now.Before(o.sync.deadline) {
@@ -286,13 +286,13 @@ func (cg *commitGroup) syncDue() {
 	cg.intervalDirty = keep
 	cg.syncEach(due, func(o *owned) error {
 		if err := o.p.Sync(); err != nil {
-			cg.sh.log.Error("interval fsync failed", "ns", o.p.Namespace(), "error", err)
+			cg.log.Error("interval fsync failed", "ns", o.p.Namespace(), "error", err)
 		} else {
 			o.sync.staged = false // its files hold everything: out of the journal
 		}
 		if o.rep.grp != nil && o.rep.grp.Disk() != nil {
 			if err := o.rep.grp.Disk().Sync(); err != nil {
-				cg.sh.log.Error("interval fsync of a raft log failed", "ns", o.p.Namespace(), "error", err)
+				cg.log.Error("interval fsync of a raft log failed", "ns", o.p.Namespace(), "error", err)
 			}
 		}
 		return nil

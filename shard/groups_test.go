@@ -157,7 +157,7 @@ func TestCorruptEntryIsAnErrorNotAPanic(t *testing.T) {
 	ns, epoch := n.create("t", 1)
 	n.materialise(1, ns, epoch)
 	s := n.shard(1)
-	h := groupHandler{s: s, o: s.owned[ns]}
+	h := groupHandler{rg: &s.rg, o: s.owned[ns]}
 	for _, claimed := range []uint32{30, 1000} { // just past the entry's end, and far past it
 		entry := binary.LittleEndian.AppendUint32(nil, 1) // one operation
 		entry = append(entry, entryProduce)

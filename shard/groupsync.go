@@ -10,7 +10,7 @@ import (
 // write and one fsync for the group, see partition.Journal), else by
 // syncing each partition (syncEach).
 func (cg *commitGroup) syncGroup(dirty []*owned) []error {
-	j := cg.sh.cfg.Journal
+	j := cg.journal
 	if j == nil {
 		return cg.syncEach(dirty, func(o *owned) error { return o.p.Sync() })
 	}
@@ -32,7 +32,7 @@ func (cg *commitGroup) stageGroup(staged []*owned) []error {
 	for _, o := range staged {
 		ps = append(ps, o.p)
 	}
-	errs := cg.sh.cfg.Journal.Stage(ps)
+	errs := cg.journal.Stage(ps)
 	clear(ps)
 	cg.groupParts = ps[:0]
 	return errs
@@ -58,7 +58,7 @@ const maxSyncFanout = 8
 // stays deterministic.
 func (cg *commitGroup) syncEach(parts []*owned, fn func(*owned) error) []error {
 	errs := make([]error, len(parts))
-	if len(parts) <= 1 || cg.sh.cfg.Manual {
+	if len(parts) <= 1 || cg.manual {
 		for i, o := range parts {
 			errs[i] = fn(o)
 		}
@@ -88,7 +88,7 @@ func (cg *commitGroup) syncEach(parts []*owned, fn func(*owned) error) []error {
 // journalDue is signalled when the store's journal starts a new file, or
 // nil (blocks forever) without a journal.
 func (cg *commitGroup) journalDue() <-chan struct{} {
-	if j := cg.sh.cfg.Journal; j != nil {
+	if j := cg.journal; j != nil {
 		return j.Due()
 	}
 	return nil
@@ -100,7 +100,7 @@ func (cg *commitGroup) journalDue() <-chan struct{} {
 // fails is broken: its next operation reports it, and its acknowledged
 // records stay in the journal until it is rebuilt.
 func (cg *commitGroup) journalCheckpoint() {
-	if err := cg.sh.cfg.Journal.Checkpoint(); err != nil {
-		cg.sh.log.Error("journal checkpoint: fsync failed", "error", err)
+	if err := cg.journal.Checkpoint(); err != nil {
+		cg.log.Error("journal checkpoint: fsync failed", "error", err)
 	}
 }

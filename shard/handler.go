@@ -10,10 +10,10 @@ import (
 // Converting a groupHandler to the interface allocates, and processReady
 // hands one to every Process — a few times per replicated produce on
 // every node — so each partition boxes its handler once and keeps it.
-// The handler holds only the shard and o, which never change for o.
+// The handler holds only the raft groups and o, which never change for o.
 func (rg *raftGroups) handlerOf(o *owned) groups.Member {
 	if o.rep.handler == nil {
-		o.rep.handler = groupHandler{s: rg.sh, o: o}
+		o.rep.handler = groupHandler{rg: rg, o: o}
 	}
 	return o.rep.handler
 }
@@ -22,13 +22,13 @@ func (rg *raftGroups) handlerOf(o *owned) groups.Member {
 // group's ticks only with Replication.Quiesce, and only while nothing is
 // pending on it here (replicated.idle).
 func (h groupHandler) AcceptsQuiesce() bool {
-	return h.s.cfg.Replication.Quiesce && h.o.rep.idle()
+	return h.rg.cfg.Quiesce && h.o.rep.idle()
 }
 
 // Quiesced implements groups.Member: the follower took a quiesce
 // heartbeat, and its group is no longer ticked.
 func (h groupHandler) Quiesced() {
-	rg, o := &h.s.rg, h.o
+	rg, o := h.rg, h.o
 	if rg.q.awake.Has(o.p.Namespace(), o) {
 		rg.q.awake.Remove(o.p.Namespace())
 		rg.m.RaftQuiesces.Inc()
@@ -40,7 +40,7 @@ func (h groupHandler) Quiesced() {
 // counted and logged (one out of reach as a warning: a peer's term ran
 // away), one raft refused itself only logged.
 func (h groupHandler) Refused(reason string, err error) {
-	rg, ns := &h.s.rg, h.o.p.Namespace()
+	rg, ns := h.rg, h.o.p.Namespace()
 	switch reason {
 	case metrics.ReasonOutOfReach:
 		rg.m.Drop(OpRaft.String(), reason)
@@ -54,7 +54,7 @@ func (h groupHandler) Refused(reason string, err error) {
 }
 
 // Stepped implements groups.Member: the group has work.
-func (h groupHandler) Stepped() { h.s.rg.markReady(h.o) }
+func (h groupHandler) Stepped() { h.rg.markReady(h.o) }
 
 // Failed implements groups.Member: the partition is fenced and rebuilt.
-func (h groupHandler) Failed(err error) { h.s.rg.failGroup(h.o, err) }
+func (h groupHandler) Failed(err error) { h.rg.failGroup(h.o, err) }

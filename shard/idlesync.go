@@ -25,7 +25,7 @@ func (rg *raftGroups) syncQuiesced(o *owned) {
 		return
 	}
 	if err := o.p.Sync(); err != nil {
-		rg.sh.fence(o, err)
+		rg.owner.fence(o, err)
 		rg.log.Error("fsync of a quiesced partition failed; partition fenced", "ns", o.p.Namespace(), "error", err)
 	}
 }

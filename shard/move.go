@@ -260,7 +260,7 @@ func (rg *raftGroups) advanceMove(o *owned) bool {
 		}
 		if info.Joins(r.Node) {
 			if err := o.p.Sync(); err != nil {
-				rg.sh.fence(o, err)
+				rg.owner.fence(o, err)
 				return true
 			}
 		}

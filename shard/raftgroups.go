@@ -20,11 +20,14 @@ import (
 // fences, control ops), routing, local serving and waiting polls; a
 // group's committed entries are applied to its partition by groupHandler.
 //
-// sh is the shard the groups serve their requests through (answers,
-// fences, waiting polls, the metadata); raftGroups is pump-owned, as the
-// shard's own state is.
+// owner is the shard the groups answer their requests through (answers,
+// fences, leader reads served; owner.go), polls and commit the shard's
+// other parts an applied entry wakes or dirties; raftGroups is
+// pump-owned, as the shard's own state is.
 type raftGroups struct {
-	sh *Shard
+	owner  groupsOwner
+	polls  *waitingPolls
+	commit *commitGroup
 	// The shard's configuration, logger, metrics, metadata and clock.
 	cfg   *Replication // nil on a single node
 	log   hclog.Logger
@@ -42,6 +45,7 @@ type raftGroups struct {
 	proposed   int                           // produces buffered since the last flush
 	released   bool                          // a partition's gathered produces were queued (groupcommit.go)
 	entryBuf   []byte                        // flushProposals' entry scratch (Propose copies it)
+	applyBatch applyBatch                    // scratch for an entry's produces
 	readyList  []*owned                      // groups with work for processReady
 	readySpare []*owned                      // processReady's other list, reused
 	readSeq    uint64                        // last leader-read request id

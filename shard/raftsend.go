@@ -12,4 +12,4 @@ func (rg *raftGroups) flushRaft() {
 // a group's raft log is written (replica.BeforeSave): a leader's appends
 // leave before its fsync, and no group's messages wait for another
 // group's.
-func (h groupHandler) BeforeSave() { h.s.rg.flushRaft() }
+func (h groupHandler) BeforeSave() { h.rg.flushRaft() }

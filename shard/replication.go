@@ -218,14 +218,14 @@ func (rg *raftGroups) unreplicate(o *owned, err error) {
 	// replicas — already: their outcome is unknown, never "retry here".
 	for id, fs := range o.rep.pending {
 		for _, f := range fs {
-			rg.sh.answer(f, Response{Err: fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)})
+			rg.owner.answer(f, Response{Err: fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)})
 		}
 		delete(o.rep.pending, id)
 	}
 	rg.dropReads(o, err)
-	rg.sh.polls.dropWaiters(o, err, false)
+	rg.polls.dropWaiters(o, err, false)
 	for _, f := range o.rep.proposeBuf { // never proposed: err holds
-		rg.sh.answer(f, Response{Err: err})
+		rg.owner.answer(f, Response{Err: err})
 	}
 	o.rep.proposeBuf = nil
 	if d := o.rep.grp.Disk(); d != nil && o.dur.Fsync != metadata.FsyncNever {
@@ -282,9 +282,9 @@ func (s *Shard) Leaders(into map[metadata.Namespace]uint64) {
 // or "retry here" while no leader is known.
 func (rg *raftGroups) notLeader(o *owned, f Frame) {
 	if lead := o.rep.grp.Leader(); lead != 0 && lead != rg.cfg.Node {
-		rg.sh.answer(f, Response{Err: &NotLeaderError{Leader: lead}})
+		rg.owner.answer(f, Response{Err: &NotLeaderError{Leader: lead}})
 	} else {
-		rg.sh.deny(f, metrics.DenyNoLeader, errNoLeader)
+		rg.owner.deny(f, metrics.DenyNoLeader, errNoLeader)
 	}
 }
 
@@ -343,11 +343,11 @@ func (rg *raftGroups) serveReads(o *owned) {
 		case !live:
 			// Behaviour 10 at serve time: a delete committed while the
 			// read waited for its confirmation.
-			rg.sh.deny(f, metrics.DenyIncarnation, errIncarnation)
+			rg.owner.deny(f, metrics.DenyIncarnation, errIncarnation)
 		case o.failed != nil:
-			rg.sh.fenceFailed(o, f)
+			rg.owner.fenceFailed(o, f)
 		default:
-			rg.sh.serveRead(o, f)
+			rg.owner.serveRead(o, f)
 		}
 	})
 }
@@ -355,7 +355,7 @@ func (rg *raftGroups) serveReads(o *owned) {
 // dropReads answers every leader read of o's group, confirmed or not:
 // leadership moved, or the group is gone.
 func (rg *raftGroups) dropReads(o *owned, err error) {
-	o.rep.reads.Drop(func(f Frame) { rg.sh.answer(f, Response{Err: err}) })
+	o.rep.reads.Drop(func(f Frame) { rg.owner.answer(f, Response{Err: err}) })
 }
 
 // flushProposals proposes every buffered write of each queued partition
@@ -392,7 +392,7 @@ func (rg *raftGroups) flushProposals() {
 			}
 			next, err := appendOp(data, f)
 			if err != nil {
-				rg.sh.answer(f, Response{Err: err}) // bad input: never proposed
+				rg.owner.answer(f, Response{Err: err}) // bad input: never proposed
 				continue
 			}
 			data = next
@@ -407,13 +407,13 @@ func (rg *raftGroups) flushProposals() {
 		if errors.Is(err, replica.ErrGroupFailed) {
 			rg.failGroup(o, err)
 			for _, f := range kept {
-				rg.sh.fenceFailed(o, f)
+				rg.owner.fenceFailed(o, f)
 			}
 			continue
 		}
 		if err != nil {
 			for _, f := range kept {
-				rg.sh.answer(f, Response{Err: fmt.Errorf("%w: %w", ErrRetry, err)})
+				rg.owner.answer(f, Response{Err: fmt.Errorf("%w: %w", ErrRetry, err)})
 			}
 			continue
 		}
@@ -447,12 +447,12 @@ func (rg *raftGroups) failGroup(o *owned, err error) {
 	// A panic while applying may have left produces in the shard's apply
 	// batch: they belong to this partition, and the next apply of another
 	// one must not append them (their frames are still pending here).
-	groupHandler{s: rg.sh, o: o}.resetBatch()
+	groupHandler{rg: rg, o: o}.resetBatch()
 	if errors.Is(err, partition.ErrCorrupt) && o.damaged == nil && repairable(o) {
 		o.damaged = err // an append met damage in the partition log (damage.go)
 	}
 	if o.failed == nil {
-		rg.sh.fence(o, err)
+		rg.owner.fence(o, err)
 	}
 	rg.unreplicate(o, fmt.Errorf("%w: %w", ErrPartitionFailed, err))
 }
@@ -491,7 +491,7 @@ func (rg *raftGroups) processReady() {
 				}
 				rg.serveReads(o)
 			}
-			rg.sh.polls.touch(o) // applied entries are readable by waiting polls
+			rg.polls.touch(o) // applied entries are readable by waiting polls
 			rg.maybeCompact(o)
 		}
 		clear(list)
@@ -513,7 +513,7 @@ func (rg *raftGroups) maybeCompact(o *owned) {
 		return
 	}
 	if err := o.p.Sync(); err != nil {
-		rg.sh.fence(o, err)
+		rg.owner.fence(o, err)
 		rg.log.Error("fsync before a raft snapshot failed; partition fenced", "ns", o.p.Namespace(), "error", err)
 		return
 	}
@@ -582,12 +582,12 @@ func (rg *raftGroups) tickC() <-chan time.Time {
 
 // groupHandler applies one partition group's Ready.
 type groupHandler struct {
-	s *Shard
-	o *owned
+	rg *raftGroups
+	o  *owned
 }
 
 func (h groupHandler) Send(m *raftpb.Message) {
-	h.s.cfg.Replication.Send(m.GetTo(), h.o.p.Namespace(), h.o.p.Epoch(), m)
+	h.rg.cfg.Send(m.GetTo(), h.o.p.Namespace(), h.o.p.Epoch(), m)
 }
 
 // Apply appends a committed batch to the local log. On the proposer the
@@ -617,8 +617,8 @@ func (h groupHandler) apply(index, id uint64, payload []byte) error {
 	frames := h.o.rep.pending[id]
 	err := h.applyFrames(index, frames, payload)
 	delete(h.o.rep.pending, id)
-	h.s.rg.reuseFrames(h.o, frames)
-	h.s.rg.releaseProposals(h.o)
+	h.rg.reuseFrames(h.o, frames)
+	h.rg.releaseProposals(h.o)
 	return err
 }
 
@@ -659,7 +659,7 @@ func (h groupHandler) applyFrames(index uint64, frames []Frame, payload []byte) 
 			// entry again. Its writes from here on are committed, so their
 			// outcome is unknown to their callers, not failed.
 			for j := i; j < len(frames); j++ {
-				h.s.answer(frames[j], Response{Err: fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)})
+				h.rg.owner.answer(frames[j], Response{Err: fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)})
 			}
 			return err
 		}
@@ -693,7 +693,7 @@ type applyBatch struct {
 // batchProduce takes op, a produce, into the batch when it can share the
 // Append (reports false otherwise).
 func (h groupHandler) batchProduce(index uint64, op entryOp, f Frame, waiting bool) (bool, error) {
-	o, b := h.o, &h.s.applyBatch
+	o, b := h.o, &h.rg.applyBatch
 	if op.kind != entryProduce || o.p.NextOffset() != o.rep.cursor {
 		return false, nil
 	}
@@ -720,7 +720,7 @@ func (h groupHandler) batchProduce(index uint64, op entryOp, f Frame, waiting bo
 
 // flushBatch appends the batched produces and answers them.
 func (h groupHandler) flushBatch(index uint64) error {
-	o, b := h.o, &h.s.applyBatch
+	o, b := h.o, &h.rg.applyBatch
 	if len(b.items) == 0 {
 		return nil
 	}
@@ -740,7 +740,7 @@ func (h groupHandler) flushBatch(index uint64) error {
 		h.answered(it.f, it.waiting, Response{Offset: first})
 	}
 	if o.dur.Fsync == metadata.FsyncInterval {
-		h.s.commit.dirtyInterval(o)
+		h.rg.commit.dirtyInterval(o)
 	}
 	h.resetBatch()
 	return nil
@@ -749,14 +749,14 @@ func (h groupHandler) flushBatch(index uint64) error {
 // failBatch answers the batched produces of an entry that could not be
 // applied: committed, so their outcome is unknown.
 func (h groupHandler) failBatch(err error) {
-	for _, it := range h.s.applyBatch.items {
+	for _, it := range h.rg.applyBatch.items {
 		h.answered(it.f, it.waiting, Response{Err: fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)})
 	}
 	h.resetBatch()
 }
 
 func (h groupHandler) resetBatch() {
-	b := &h.s.applyBatch
+	b := &h.rg.applyBatch
 	clear(b.items)
 	b.items = b.items[:0]
 	clear(b.msgs)
@@ -827,7 +827,7 @@ func (h groupHandler) applyOp(index uint64, op entryOp, f Frame, waiting bool) e
 // answered answers a waiting frame.
 func (h groupHandler) answered(f Frame, waiting bool, r Response) {
 	if waiting {
-		h.s.answer(f, r)
+		h.rg.owner.answer(f, r)
 	}
 }
 
@@ -842,7 +842,7 @@ func (h groupHandler) applyOne(index uint64, key produceKey, batch []byte, f Fra
 	if key.Producer != 0 {
 		if first, dup := o.rep.dedupe.Get(key); dup {
 			if waiting {
-				h.s.answer(f, Response{Offset: first})
+				h.rg.owner.answer(f, Response{Offset: first})
 			}
 			return nil
 		}
@@ -873,10 +873,10 @@ func (h groupHandler) applyOne(index uint64, key produceKey, batch []byte, f Fra
 		o.rep.dedupe.Put(key, first)
 	}
 	if waiting {
-		h.s.answer(f, Response{Offset: first})
+		h.rg.owner.answer(f, Response{Offset: first})
 	}
 	if o.dur.Fsync == metadata.FsyncInterval {
-		h.s.commit.dirtyInterval(o)
+		h.rg.commit.dirtyInterval(o)
 	}
 	return nil
 }
@@ -902,10 +902,10 @@ func (h groupHandler) ApplySnapshot(index uint64, data []byte) error {
 		}
 		c.deferred = kept
 	}
-	h.s.m.RaftSnapshots.Inc()
-	h.s.rg.refreshPeers(o) // the snapshot carries the voters
+	h.rg.m.RaftSnapshots.Inc()
+	h.rg.refreshPeers(o) // the snapshot carries the voters
 	if have := o.p.NextOffset(); have < o.rep.cursor {
-		h.s.rg.startCatchUp(o, o.rep.cursor)
+		h.rg.startCatchUp(o, o.rep.cursor)
 		return nil
 	}
 	return o.settle()
@@ -914,20 +914,20 @@ func (h groupHandler) ApplySnapshot(index uint64, data []byte) error {
 // ConfChanged implements replica.ConfChanger: the move driver follows
 // every applied change of the group's voters.
 func (h groupHandler) ConfChanged(index uint64, add bool, node uint64, ctx []byte) error {
-	h.s.rg.confChanged(h.o, add && h.o.rep.grp.IsLearner(node))
+	h.rg.confChanged(h.o, add && h.o.rep.grp.IsLearner(node))
 	return nil
 }
 
 // LeaderChanged fails the produces this node proposed as leader: their
 // outcome is now unknown (behaviour: never silently applied twice).
 func (h groupHandler) LeaderChanged(lead uint64) {
-	h.s.rg.setLeader(h.o, lead)
-	if f := h.s.cfg.Replication.LeaderChanged; f != nil {
+	h.rg.setLeader(h.o, lead)
+	if f := h.rg.cfg.LeaderChanged; f != nil {
 		f(h.o.p.Namespace(), lead)
 	}
-	if lead == h.s.cfg.Replication.Node {
-		h.s.rg.considerBalance(h.o)
-		h.s.rg.considerMove(h.o)
+	if lead == h.rg.cfg.Node {
+		h.rg.considerBalance(h.o)
+		h.rg.considerMove(h.o)
 		return
 	}
 	// Leader reads waiting here, for leadership confirmation or for
@@ -936,17 +936,17 @@ func (h groupHandler) LeaderChanged(lead uint64) {
 	if lead != 0 {
 		err = &NotLeaderError{Leader: lead}
 	}
-	h.s.rg.dropReads(h.o, err)
-	h.s.polls.dropWaiters(h.o, err, true)
+	h.rg.dropReads(h.o, err)
+	h.rg.polls.dropWaiters(h.o, err, true)
 	for id, fs := range h.o.rep.pending {
 		for _, f := range fs {
-			h.s.answer(f, Response{Err: ErrOutcomeUnknown})
+			h.rg.owner.answer(f, Response{Err: ErrOutcomeUnknown})
 		}
 		delete(h.o.rep.pending, id)
 	}
 	// The writes gathered behind them were never proposed: flushProposals
 	// answers them "not leader".
-	h.s.rg.releaseProposals(h.o)
+	h.rg.releaseProposals(h.o)
 }
 
 // produceKey identifies one logical produce across retries.

@@ -188,7 +188,6 @@ type Shard struct {
 	appending    []*owned                      // partitions with produces queued for one Append
 	appendQueued int                           // produces queued across them
 	coalesceBuf  []partition.Message           // scratch for a coalesced batch
-	applyBatch   applyBatch                    // scratch for an entry's produces
 	parkTimer    clock.Timer                   // armed at the earliest parked frame's expiry
 	parkAt       time.Time                     // when parkTimer fires; zero when disarmed
 	tombstoned   map[metadata.Namespace]uint64 // ns → epoch being torn down
@@ -261,14 +260,17 @@ func New(cfg Config, meta *metadata.Store, rt *router.Router[Frame]) (*Shard, er
 		park:       newParkBuffer(cfg.Park),
 	}
 	s.rg = raftGroups{
-		sh: s, cfg: cfg.Replication, log: s.log, m: s.m, meta: meta, clock: cfg.Clock,
+		owner: s, polls: &s.polls, commit: &s.commit,
+		cfg: cfg.Replication, log: s.log, m: s.m, meta: meta, clock: cfg.Clock,
 		replicated: make(map[metadata.Namespace]*owned),
 	}
 	if r := cfg.Replication; r != nil {
 		s.rg.elect = groups.NewElections[*owned](&s.rg, r.Node, r.Quiesce, s.rg.electionTicks())
 	}
-	s.commit = commitGroup{sh: s}
-	s.polls = waitingPolls{sh: s, waiters: newWaiterTree()}
+	s.commit = commitGroup{owner: s, polls: &s.polls, clock: cfg.Clock, log: s.log, m: s.m,
+		manual: cfg.Manual, journal: cfg.Journal}
+	s.polls = waitingPolls{owner: s, clock: cfg.Clock, meta: meta, m: s.m, maxWaiters: cfg.MaxWaiters,
+		waiters: newWaiterTree()}
 	return s, nil
 }
 

@@ -206,22 +206,22 @@ func (wp *waitingPolls) servePoll(o *owned, f Frame) {
 	r := f.Req
 	from, err := resolveStart(o.p, r)
 	if err != nil {
-		wp.sh.answer(f, Response{Err: err})
+		wp.owner.answer(f, Response{Err: err})
 		return
 	}
 	resp, full := readPoll(o.p, from, r, repairable(o))
 	if full || r.MaxWait <= 0 || resp.Err != nil {
-		resp.Err = wp.sh.damagedRead(o, f, wp.sh.fenceUnusable(o, resp.Err))
-		wp.sh.answer(f, resp)
+		resp.Err = wp.owner.damagedRead(o, f, wp.owner.fenceUnusable(o, resp.Err))
+		wp.owner.answer(f, resp)
 		return
 	}
-	if wp.waiters.Len() >= wp.sh.cfg.MaxWaiters {
-		wp.sh.m.Drop(r.Op.String(), metrics.ReasonWaitersFull)
-		wp.sh.answer(f, Response{Err: fmt.Errorf("%w (%d)", ErrTooManyWaiters, wp.sh.cfg.MaxWaiters)})
+	if wp.waiters.Len() >= wp.maxWaiters {
+		wp.m.Drop(r.Op.String(), metrics.ReasonWaitersFull)
+		wp.owner.answer(f, Response{Err: fmt.Errorf("%w (%d)", ErrTooManyWaiters, wp.maxWaiters)})
 		return
 	}
 	wp.waitSeq++
-	w := &waiter{f: f, o: o, from: from, deadline: wp.sh.clock.Now().Add(min(r.MaxWait, MaxPollWait)), seq: wp.waitSeq}
+	w := &waiter{f: f, o: o, from: from, deadline: wp.clock.Now().Add(min(r.MaxWait, MaxPollWait)), seq: wp.waitSeq}
 	wp.waiters.ReplaceOrInsert(w)
 	o.waiters = append(o.waiters, w)
 	wp.armWait(w.deadline)
@@ -269,16 +269,16 @@ func (wp *waitingPolls) wakeWaiters() {
 // deadline) and reports whether it was.
 func (wp *waitingPolls) finishWait(w *waiter, deadline bool) bool {
 	o, p := w.o, w.o.p
-	if rev, ok := wp.sh.meta.CreatedRevision(p.Namespace()); !ok || rev != p.Epoch() {
-		wp.sh.deny(w.f, metrics.DenyIncarnation, errIncarnation)
+	if rev, ok := wp.meta.CreatedRevision(p.Namespace()); !ok || rev != p.Epoch() {
+		wp.owner.deny(w.f, metrics.DenyIncarnation, errIncarnation)
 		return true
 	}
 	if o.failed != nil {
-		wp.sh.fenceFailed(o, w.f)
+		wp.owner.fenceFailed(o, w.f)
 		return true
 	}
 	if w.from < p.StartOffset() {
-		wp.sh.answer(w.f, Response{Err: fmt.Errorf("%w: truncated past the waiting poll's offset %d (start offset %d)",
+		wp.owner.answer(w.f, Response{Err: fmt.Errorf("%w: truncated past the waiting poll's offset %d (start offset %d)",
 			partition.ErrOffsetOutOfRange, w.from, p.StartOffset())})
 		return true
 	}
@@ -294,8 +294,8 @@ func (wp *waitingPolls) finishWait(w *waiter, deadline bool) bool {
 	if !full && !deadline {
 		return false
 	}
-	resp.Err = wp.sh.damagedRead(o, w.f, wp.sh.fenceUnusable(o, resp.Err))
-	wp.sh.answer(w.f, resp)
+	resp.Err = wp.owner.damagedRead(o, w.f, wp.owner.fenceUnusable(o, resp.Err))
+	wp.owner.answer(w.f, resp)
 	return true
 }
 
@@ -304,9 +304,9 @@ func (wp *waitingPolls) armWait(at time.Time) {
 	if wp.waitTimer != nil && !wp.waitAt.IsZero() && !at.Before(wp.waitAt) {
 		return
 	}
-	d := max(at.Sub(wp.sh.clock.Now()), 0)
+	d := max(at.Sub(wp.clock.Now()), 0)
 	if wp.waitTimer == nil {
-		wp.waitTimer = wp.sh.clock.NewTimer(d)
+		wp.waitTimer = wp.clock.NewTimer(d)
 	} else {
 		wp.waitTimer.Stop()
 		wp.waitTimer.Reset(d)
@@ -327,7 +327,7 @@ func (wp *waitingPolls) waitC() <-chan time.Time {
 // the timer for the earliest remaining one.
 func (wp *waitingPolls) waitFired() {
 	wp.waitAt = time.Time{}
-	now := wp.sh.clock.Now()
+	now := wp.clock.Now()
 	expired := map[*owned]bool{}
 	for {
 		w, ok := wp.waiters.Min()
@@ -359,7 +359,7 @@ func (wp *waitingPolls) dropWaiters(o *owned, err error, leaderOnly bool) {
 			return false
 		}
 		wp.waiters.Delete(w)
-		wp.sh.answer(w.f, Response{Err: err})
+		wp.owner.answer(w.f, Response{Err: err})
 		return true
 	})
 }
@@ -367,7 +367,7 @@ func (wp *waitingPolls) dropWaiters(o *owned, err error, leaderOnly bool) {
 // dropAllWaiters answers every waiting poll with err (the shard closes).
 func (wp *waitingPolls) dropAllWaiters(err error) {
 	wp.waiters.Ascend(func(w *waiter) bool {
-		wp.sh.answer(w.f, Response{Err: err})
+		wp.owner.answer(w.f, Response{Err: err})
 		w.o.waiters = nil
 		return true
 	})

@@ -1,0 +1,55 @@
+package shard
+
+// The shard's three pump-owned parts — its raft groups (raftGroups), its
+// commit group (commitGroup) and its waiting polls (waitingPolls) — do
+// not hold the shard. Each holds the narrow interface below of what it
+// does to it, and the shard implements them all, so what a part may do
+// to the shard is written down here rather than being the whole of
+// *Shard. What a part needs of another part it holds directly (the raft
+// groups and the commit group wake the waiting polls; an applied entry
+// dirties a partition for the commit group's interval sync), and what it
+// only reads (the configuration, clock, logger, metrics, metadata) it is
+// given when the shard is built.
+
+// answerer is what every part does to the shard: answer a frame (the
+// shard counts it and hands it to the caller's reply), deny one, fence a
+// partition after a failed write, and answer a frame of a fenced one.
+type answerer interface {
+	answer(f Frame, r Response) bool
+	deny(f Frame, reason string, err error)
+	fence(o *owned, err error)
+	fenceFailed(o *owned, f Frame)
+}
+
+// groupsOwner is what the raft groups need of the shard: besides
+// answering, serving a leader read once it is confirmed and applied.
+type groupsOwner interface {
+	answerer
+	serveRead(o *owned, f Frame)
+}
+
+// pollsOwner is what the waiting polls need of the shard: besides
+// answering, the checks a read ends with (a partition that cannot be
+// read from fenced, a damaged read answered as the shard answers it).
+type pollsOwner interface {
+	answerer
+	fenceUnusable(o *owned, err error) error
+	damagedRead(o *owned, f Frame, err error) error
+}
+
+// commitOwner is what the commit group needs of the shard: besides
+// answering, whether frames wait in the inbox (an open group waits for
+// their appends) and whether a partition is still the shard's (an
+// interval sync skips one evicted or replaced).
+type commitOwner interface {
+	answerer
+	inboxed() bool
+	owns(o *owned) bool
+}
+
+// inboxed reports whether frames wait in the inbox (commitOwner).
+func (s *Shard) inboxed() bool { return len(s.inbox) > 0 }
+
+// owns reports whether o is the shard's partition of its namespace
+// (commitOwner).
+func (s *Shard) owns(o *owned) bool { return s.owned[o.p.Namespace()] == o }
