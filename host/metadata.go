@@ -160,10 +160,8 @@ func openMetaGroup(c *clusterNode, disk *replica.Disk, mcfg metadata.Config) (*m
 	if ev := c.e.cfg.Events.MetadataOpened; ev != nil {
 		ev(store)
 	}
-	for g.HasReady() {
-		if err := g.Handle(m); err != nil {
-			return fail(fmt.Errorf("replaying the metadata log: %w", err))
-		}
+	if _, err := groups.Process(g, m, &m.barriers); err != nil {
+		return fail(fmt.Errorf("replaying the metadata log: %w", err))
 	}
 	m.confChanged = true
 	m.publishConf()
