@@ -229,7 +229,7 @@ func (m *Member) heartbeat(ctx context.Context, gen uint64) (Assignment, error) 
 	v, err := m.n.meta.MemberOf(m.topic.Stream.ID, m.topic.ID, m.group, m.id, gen)
 	if err == nil && !v.Releases {
 		err = m.n.eng.RenewLease(ctx, host.MemberLease{Stream: m.topic.Stream.ID, Topic: m.topic.ID,
-			TopicRevision: m.topic.Revision, Group: m.group, Member: m.id})
+			TopicRevision: m.topic.Revision, Group: m.group, Member: m.id, Session: m.timeout})
 	} else {
 		_, err = m.n.apply(ctx, metadata.CommitGroupOffsets{
 			Stream: m.topic.Stream.ID, Topic: m.topic.ID, Revision: m.topic.Revision,
