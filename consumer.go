@@ -21,8 +21,10 @@ import (
 type CommitPolicy uint8
 
 const (
-	// CommitOnInterval commits every ConsumerConfig.CommitInterval (1 s
-	// by default) and on Close: at-least-once, with up to an interval's
+	// CommitOnInterval commits handled positions within
+	// ConsumerConfig.CommitInterval (1 s by default) of their handling —
+	// its timer runs only while some wait, so an idle consumer's never
+	// fires — and on Close: at-least-once, with up to an interval's
 	// messages to redeliver after a crash. The default, as Kafka's
 	// auto-commit: a commit is a durable write (a metadata-log entry for
 	// a group, an offset file for a named consumer), too costly to pay
@@ -58,7 +60,9 @@ type ConsumerConfig struct {
 	Reset OffsetReset
 	// Commit is the commit policy (default CommitOnInterval).
 	Commit CommitPolicy
-	// CommitInterval is CommitOnInterval's period (default 1 s).
+	// CommitInterval is CommitOnInterval's period (default 1 s): a
+	// handled position is committed at most this long after it was
+	// handled.
 	CommitInterval time.Duration
 	// MaxMessages bounds one poll of a partition (default 256).
 	MaxMessages int

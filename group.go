@@ -203,7 +203,11 @@ func (m *Member) Committed(part uint32) (uint64, bool) {
 // of any live one. It acknowledges the generation the member acts in,
 // which releases the partitions of Assignment.Revoking the member knew
 // of: call it once it hands none of their messages out any more (and has
-// committed them, if it will).
+// committed them, if it will). In a cluster, a heartbeat that releases
+// nothing is sent to the metadata leader with the node's other members'
+// at the end of a lease window (a hundredth of the session timeout, at
+// most 100 ms: host.LeaseWindow), so it returns after that and a round
+// trip; its lease counts from when it was called.
 func (m *Member) Heartbeat(ctx context.Context) (Assignment, error) {
 	m.mu.Lock()
 	gen := m.gen

@@ -38,6 +38,9 @@ import (
 var idleGroupProfile = flag.String("idlegroup.profile", "", "write a CPU profile of BenchmarkIdleGroup's measured window to PREFIX-<sub>.pprof")
 
 //
+// timers=1000 is members=1000's client side alone: its goroutines and
+// timers, no node.
+//
 // consumers=1000 is the same group of 1,000 Consumers, each with its
 // application ranging over Messages (what a service runs): the library
 // then paces the heartbeats (Consumer.nextHeartbeat) and each member also
@@ -49,6 +52,51 @@ func BenchmarkIdleGroup(b *testing.B) {
 		}
 		b.Run(fmt.Sprintf("nodes=%d/consumers=1000", nodes), func(b *testing.B) { benchIdleGroup(b, nodes, 1000, true) })
 	}
+	b.Run("timers=1000", benchIdleTimers)
+}
+
+// benchIdleTimers is the floor of members=1000's own client side: the
+// same 1,000 goroutines waking on the same staggered timers, calling
+// nothing, with no node in the process.
+func benchIdleTimers(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	every := parkway.DefaultSessionTimeout / 3
+	var mu sync.Mutex
+	beats := 0
+	for range 1000 {
+		wait := time.Duration(rand.Int64N(int64(every)))
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+				wait = every
+				mu.Lock()
+				beats++
+				mu.Unlock()
+			}
+		})
+	}
+	time.Sleep(2 * every)
+	cpu0 := processCPU(b)
+	start := time.Now()
+	for b.Loop() {
+		time.Sleep(100 * time.Millisecond) // the measured idle time, not synchronisation
+	}
+	wall := time.Since(start)
+	cpu := processCPU(b) - cpu0
+	mu.Lock()
+	woke := beats
+	mu.Unlock()
+	b.ReportMetric(float64(cpu)/1e6/wall.Seconds(), "cpu-ms/s")
+	b.ReportMetric(float64(woke), "wakes")
 }
 
 func benchIdleGroup(b *testing.B, nodes, members int, consumers bool) {
