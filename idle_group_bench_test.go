@@ -37,7 +37,6 @@ import (
 // -idlegroup.profile /tmp/ig writes /tmp/ig-nodes=1-members=1000.pprof.
 var idleGroupProfile = flag.String("idlegroup.profile", "", "write a CPU profile of BenchmarkIdleGroup's measured window to PREFIX-<sub>.pprof")
 
-//
 // timers=1000 is members=1000's client side alone: its goroutines and
 // timers, no node.
 //
