@@ -17,6 +17,11 @@ import (
 	"github.com/parkway-io/parkway/transport"
 )
 
+// idleGroupProfile names a file prefix for a CPU profile of each
+// sub-benchmark's measured window only (not of the joins before it):
+// -idlegroup.profile PREFIX writes PREFIX-nodes=1-members=1000.pprof.
+var idleGroupProfile = flag.String("idlegroup.profile", "", "write a CPU profile of BenchmarkIdleGroup's measured window to PREFIX-<sub>.pprof")
+
 // BenchmarkIdleGroup measures what one consumer group of members costs
 // while nothing is produced: members joined through one node or spread
 // over three in-memory nodes, one group over a topic of 1,000
@@ -32,11 +37,6 @@ import (
 //
 //	go test -run '^$' -bench IdleGroup -benchtime 10s .
 //
-// idleGroupProfile names a file prefix for a CPU profile of each
-// sub-benchmark's measured window only (not of the joins before it):
-// -idlegroup.profile /tmp/ig writes /tmp/ig-nodes=1-members=1000.pprof.
-var idleGroupProfile = flag.String("idlegroup.profile", "", "write a CPU profile of BenchmarkIdleGroup's measured window to PREFIX-<sub>.pprof")
-
 // timers=1000 is members=1000's client side alone: its goroutines and
 // timers, no node.
 //
