@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway/clock"
+	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/internal/backoff"
 	"github.com/parkway-io/parkway/metadata"
 )
@@ -20,8 +21,10 @@ import (
 type CommitPolicy uint8
 
 const (
-	// CommitOnInterval commits every ConsumerConfig.CommitInterval (1 s
-	// by default) and on Close: at-least-once, with up to an interval's
+	// CommitOnInterval commits handled positions within
+	// ConsumerConfig.CommitInterval (1 s by default) of their handling —
+	// its timer runs only while some wait, so an idle consumer's never
+	// fires — and on Close: at-least-once, with up to an interval's
 	// messages to redeliver after a crash. The default, as Kafka's
 	// auto-commit: a commit is a durable write (a metadata-log entry for
 	// a group, an offset file for a named consumer), too costly to pay
@@ -57,7 +60,9 @@ type ConsumerConfig struct {
 	Reset OffsetReset
 	// Commit is the commit policy (default CommitOnInterval).
 	Commit CommitPolicy
-	// CommitInterval is CommitOnInterval's period (default 1 s).
+	// CommitInterval is CommitOnInterval's period (default 1 s): a
+	// handled position is committed at most this long after it was
+	// handled.
 	CommitInterval time.Duration
 	// MaxMessages bounds one poll of a partition (default 256).
 	MaxMessages int
@@ -194,6 +199,10 @@ type Consumer struct {
 	batches chan fetched  // from the fetchers; never closed
 	kick    chan struct{} // asks the heartbeat loop to refresh now
 	commitC chan struct{} // asks the maintenance loop to commit now
+	// pending tells the maintenance loop that a position was handled
+	// while none waited for a commit: CommitOnInterval's timer runs only
+	// while some do, so an idle consumer's timer does not fire.
+	pending chan struct{}
 
 	mu        sync.Mutex
 	member    *Member             // nil for a named consumer
@@ -263,6 +272,7 @@ func (n *Node) NewConsumer(ctx context.Context, t Topic, cfg ConsumerConfig) (*C
 		batches:    make(chan fetched),
 		kick:       make(chan struct{}, 1),
 		commitC:    make(chan struct{}, 1),
+		pending:    make(chan struct{}, 1),
 		fetchers:   make(map[uint32]*fetcher),
 		processed:  make(map[uint32]uint64),
 		life:       ctx,
@@ -636,14 +646,19 @@ func (c *Consumer) maintain() {
 		regrouped = wake
 		c.regroup() // what was applied before the subscription
 	}
-	hb := c.n.cfg.Clock.NewTimer(every)
+	hb := c.n.cfg.Clock.NewTimer(c.nextHeartbeat(every))
 	defer hb.Stop()
+	// CommitOnInterval's timer runs while handled positions wait for
+	// their commit (commitC set), so each is committed within
+	// CommitInterval of being handled and an idle consumer's timer never
+	// fires; pending arms it.
 	var commit clock.Timer
 	var commitC <-chan time.Time
+	var pending <-chan struct{}
 	if c.cfg.Commit == CommitOnInterval {
 		commit = c.n.cfg.Clock.NewTimer(c.cfg.CommitInterval)
 		defer commit.Stop()
-		commitC = commit.C()
+		commitC, pending = commit.C(), c.pending
 	}
 	for {
 		select {
@@ -654,7 +669,17 @@ func (c *Consumer) maintain() {
 			return
 		case <-commitC:
 			_ = c.Commit(c.ctx) // failures leave the positions for the next round
-			commit.Reset(c.cfg.CommitInterval)
+			if c.uncommitted() {
+				commit.Reset(c.cfg.CommitInterval)
+			} else {
+				commitC = nil // until pending
+			}
+			continue
+		case <-pending:
+			if commitC == nil {
+				commit.Reset(c.cfg.CommitInterval)
+				commitC = commit.C()
+			}
 			continue
 		case <-c.commitC:
 			_ = c.Commit(c.ctx) // failures leave the positions for the next batch
@@ -775,14 +800,27 @@ func (c *Consumer) regroup() {
 	c.follow(m, c.assign())
 }
 
-// nextHeartbeat is the wait before the next heartbeat: every, or less if
-// the application's processing bound passes sooner. (Lapsed members are
-// the metadata leader's to expire: no heartbeat is needed for that.)
+// nextHeartbeat is the wait before the next heartbeat: about every, or
+// less if the application's processing bound passes sooner. (Lapsed
+// members are the metadata leader's to expire: no heartbeat is needed for
+// that.)
+//
+// The heartbeat falls in the middle of a lease window (host.LeaseWindow,
+// a hundredth of the session timeout, at most 100 ms) on the node's
+// clock, and in a cluster its renewal is sent at the window's end with
+// those of the node's other members: a node's thousand Consumers wake a
+// few times per window instead of one at a time, and send one message
+// per window to the metadata leader, not one per heartbeat. A heartbeat
+// comes within half a window of every (a two-hundredth of the session
+// timeout), and its renewal is sent half a window after it was asked.
 func (c *Consumer) nextHeartbeat(every time.Duration) time.Duration {
 	m := c.Member()
 	if m == nil {
 		return every
 	}
+	now := c.n.cfg.Clock.Now()
+	w := host.LeaseWindow(c.cfg.SessionTimeout)
+	every = now.Add(every).Truncate(w).Add(w / 2).Sub(now)
 	c.mu.Lock()
 	if !c.asking && !c.idle {
 		// Wake when the application's processing bound passes.
@@ -934,12 +972,27 @@ func (c *Consumer) handled(part uint32, id uint64, next uint64) {
 	// A message of a group member that passed the fence counts even if
 	// its partition is being revoked meanwhile: the revocation commits it.
 	fenced := c.delivering == int64(part) && c.deliveringFor != nil && c.deliveringFor == c.member
+	first := false
 	if current || fenced {
+		first = len(c.processed) == 0
 		c.processed[part] = next
 	}
 	c.delivering, c.deliveringFor = -1, nil
 	c.mu.Unlock()
 	c.signalDelivered()
+	if first {
+		select {
+		case c.pending <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// uncommitted reports whether handled positions wait for a commit.
+func (c *Consumer) uncommitted() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.processed) > 0
 }
 
 // afterBatch asks for a commit under CommitAfterBatch. The maintenance

@@ -203,7 +203,11 @@ func (m *Member) Committed(part uint32) (uint64, bool) {
 // of any live one. It acknowledges the generation the member acts in,
 // which releases the partitions of Assignment.Revoking the member knew
 // of: call it once it hands none of their messages out any more (and has
-// committed them, if it will).
+// committed them, if it will). In a cluster, a heartbeat that releases
+// nothing is sent to the metadata leader with the node's other members'
+// at the end of a lease window (a hundredth of the session timeout, at
+// most 100 ms: host.LeaseWindow), so it returns after that and a round
+// trip; its lease counts from when it was called.
 func (m *Member) Heartbeat(ctx context.Context) (Assignment, error) {
 	m.mu.Lock()
 	gen := m.gen
@@ -229,7 +233,7 @@ func (m *Member) heartbeat(ctx context.Context, gen uint64) (Assignment, error) 
 	v, err := m.n.meta.MemberOf(m.topic.Stream.ID, m.topic.ID, m.group, m.id, gen)
 	if err == nil && !v.Releases {
 		err = m.n.eng.RenewLease(ctx, host.MemberLease{Stream: m.topic.Stream.ID, Topic: m.topic.ID,
-			TopicRevision: m.topic.Revision, Group: m.group, Member: m.id})
+			TopicRevision: m.topic.Revision, Group: m.group, Member: m.id, Session: m.timeout})
 	} else {
 		_, err = m.n.apply(ctx, metadata.CommitGroupOffsets{
 			Stream: m.topic.Stream.ID, Topic: m.topic.ID, Revision: m.topic.Revision,

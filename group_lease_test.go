@@ -2,11 +2,13 @@ package parkway_test
 
 import (
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/transport"
 )
 
@@ -198,6 +200,124 @@ func TestGroupLeasesOutliveTheMetadataLeader(t *testing.T) {
 		}
 		if n := len(a2.Partitions) + len(a2.Revoking) + len(b2.Partitions) + len(b2.Revoking); n != 6 {
 			t.Fatalf("a and b hold %d of 6 partitions: %+v, %+v", n, a2, b2)
+		}
+	})
+}
+
+// CommitOnInterval's timer runs only while handled positions wait for a
+// commit, so an idle Consumer's does not fire; a position handled after
+// a long idle spell is still committed within CommitInterval, and again
+// after the next idle spell (the timer is armed anew each time).
+func TestConsumerCommitsOnIntervalAfterIdling(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := open(t, parkway.Config{Shards: 2})
+		ctx := ctxFor(t)
+		tp := mustTopic(t, n, mustStream(t, n, "s"), "t", 1)
+		c, err := n.NewConsumer(ctx, tp, parkway.ConsumerConfig{Group: "g", SessionTimeout: 3 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		delivered := make(chan uint64)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for d, err := range c.Messages(ctx) {
+				if err != nil {
+					return
+				}
+				delivered <- d.Offset
+			}
+		}()
+		for i := range 2 {
+			time.Sleep(10 * time.Second) // idle: no commit waits
+			mustProduce(t, n, tp, parkway.PartitionID(0), fmt.Sprintf("m%d", i))
+			if off := <-delivered; off != uint64(i) {
+				t.Fatalf("delivered offset %d, want %d", off, i)
+			}
+			time.Sleep(parkway.DefaultCommitInterval + 100*time.Millisecond)
+			g, err := n.Admin().Group(ctx, tp, "g")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p := g.Partitions[0]; !p.Committed || p.Offset != uint64(i+1) {
+				t.Fatalf("after idling and handling offset %d: committed %+v, want %d within the commit interval", i, p, i+1)
+			}
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+	})
+}
+
+// leaseCountingBus counts the lease renewal messages its node sends.
+type leaseCountingBus struct {
+	transport.Bus
+	leases *atomic.Int64
+}
+
+func (b leaseCountingBus) Send(m transport.Message) error {
+	if m.Kind == host.KindLease {
+		b.leases.Add(1)
+	}
+	return b.Bus.Send(m)
+}
+
+// A node's members renew their leases together: thirty members of a
+// node that does not lead the metadata heartbeat at once, and the node
+// sends the metadata leader one message of renewals for them (one per
+// heartbeat before), all of them confirmed.
+func TestGroupHeartbeatsOfANodeTravelTogether(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net := transport.NewNetwork(transport.NetworkOptions{})
+		t.Cleanup(func() { _ = net.Close() })
+		peers := []transport.NodeID{1, 2, 3}
+		nodes := map[transport.NodeID]*parkway.Node{}
+		sent := map[transport.NodeID]*atomic.Int64{}
+		for _, id := range peers {
+			sent[id] = new(atomic.Int64)
+			nodes[id] = open(t, parkway.Config{Shards: 2, RequestTimeout: 5 * time.Second,
+				Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: leaseCountingBus{Bus: net.Endpoint(id), leases: sent[id]}}})
+		}
+		ctx := ctxFor(t)
+		tp := mustTopic(t, nodes[1], mustStream(t, nodes[1], "s"), "t", 6)
+		st, err := nodes[1].Cluster().State(ctx)
+		if err != nil || st.MetadataLeader == 0 {
+			t.Fatalf("metadata leader %v (%v)", st.MetadataLeader, err)
+		}
+		home := nodes[1+st.MetadataLeader%3] // another node
+		var ms []*parkway.Member
+		for i := range 30 {
+			m, err := home.JoinGroup(ctx, tp, "g", parkway.MemberConfig{Name: fmt.Sprintf("m%d", i)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ms = append(ms, m)
+		}
+		settleMembers(t, ms...)
+		synctest.Wait()
+		var before int64
+		for _, c := range sent {
+			before += c.Load()
+		}
+		errs := make(chan error, len(ms))
+		for _, m := range ms {
+			go func() {
+				_, err := m.Heartbeat(ctx)
+				errs <- err
+			}()
+		}
+		for range ms {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		var after int64
+		for _, c := range sent {
+			after += c.Load()
+		}
+		if got := after - before; got != 1 {
+			t.Fatalf("thirty heartbeats at once sent %d lease messages, want 1", got)
 		}
 	})
 }

@@ -4,8 +4,11 @@ package parkway_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"runtime/pprof"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +16,11 @@ import (
 	"github.com/parkway-io/parkway"
 	"github.com/parkway-io/parkway/transport"
 )
+
+// idleGroupProfile names a file prefix for a CPU profile of each
+// sub-benchmark's measured window only (not of the joins before it):
+// -idlegroup.profile PREFIX writes PREFIX-nodes=1-members=1000.pprof.
+var idleGroupProfile = flag.String("idlegroup.profile", "", "write a CPU profile of BenchmarkIdleGroup's measured window to PREFIX-<sub>.pprof")
 
 // BenchmarkIdleGroup measures what one consumer group of members costs
 // while nothing is produced: members joined through one node or spread
@@ -28,15 +36,69 @@ import (
 // depends on the machine.
 //
 //	go test -run '^$' -bench IdleGroup -benchtime 10s .
+//
+// timers=1000 is members=1000's client side alone: its goroutines and
+// timers, no node.
+//
+// consumers=1000 is the same group of 1,000 Consumers, each with its
+// application ranging over Messages (what a service runs): the library
+// then paces the heartbeats (Consumer.nextHeartbeat) and each member also
+// holds a waiting poll of its partition.
 func BenchmarkIdleGroup(b *testing.B) {
 	for _, nodes := range []int{1, 3} {
 		for _, members := range []int{0, 1000} {
-			b.Run(fmt.Sprintf("nodes=%d/members=%d", nodes, members), func(b *testing.B) { benchIdleGroup(b, nodes, members) })
+			b.Run(fmt.Sprintf("nodes=%d/members=%d", nodes, members), func(b *testing.B) { benchIdleGroup(b, nodes, members, false) })
 		}
+		b.Run(fmt.Sprintf("nodes=%d/consumers=1000", nodes), func(b *testing.B) { benchIdleGroup(b, nodes, 1000, true) })
 	}
+	b.Run("timers=1000", benchIdleTimers)
 }
 
-func benchIdleGroup(b *testing.B, nodes, members int) {
+// benchIdleTimers is the floor of members=1000's own client side: the
+// same 1,000 goroutines waking on the same staggered timers, calling
+// nothing, with no node in the process.
+func benchIdleTimers(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	every := parkway.DefaultSessionTimeout / 3
+	var mu sync.Mutex
+	beats := 0
+	for range 1000 {
+		wait := time.Duration(rand.Int64N(int64(every)))
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+				wait = every
+				mu.Lock()
+				beats++
+				mu.Unlock()
+			}
+		})
+	}
+	time.Sleep(2 * every)
+	cpu0 := processCPU(b)
+	start := time.Now()
+	for b.Loop() {
+		time.Sleep(100 * time.Millisecond) // the measured idle time, not synchronisation
+	}
+	wall := time.Since(start)
+	cpu := processCPU(b) - cpu0
+	mu.Lock()
+	woke := beats
+	mu.Unlock()
+	b.ReportMetric(float64(cpu)/1e6/wall.Seconds(), "cpu-ms/s")
+	b.ReportMetric(float64(woke), "wakes")
+}
+
+func benchIdleGroup(b *testing.B, nodes, members int, consumers bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer func() {
@@ -101,9 +163,31 @@ func benchIdleGroup(b *testing.B, nodes, members int) {
 	}
 	joins := make(chan int)
 	var joining sync.WaitGroup
+	consume := func(i int) {
+		c, err := ns[i%len(ns)].NewConsumer(ctx, t, parkway.ConsumerConfig{Group: "g", Name: fmt.Sprintf("c%d", i)})
+		if err != nil {
+			errs <- err
+			return
+		}
+		wg.Go(func() {
+			defer func() { _ = c.Close() }()
+			for _, err := range c.Messages(ctx) {
+				if err != nil {
+					if ctx.Err() == nil {
+						errs <- fmt.Errorf("consumer %d: %w", i, err)
+					}
+					return
+				}
+			}
+		})
+	}
 	for range 16 {
 		joining.Go(func() {
 			for i := range joins {
+				if consumers {
+					consume(i)
+					continue
+				}
 				m, err := ns[i%len(ns)].JoinGroup(ctx, t, "g", parkway.MemberConfig{Name: fmt.Sprintf("m%d", i)})
 				if err != nil {
 					errs <- err
@@ -147,6 +231,16 @@ func benchIdleGroup(b *testing.B, nodes, members int) {
 	// staggered heartbeat is sent.
 	time.Sleep(2 * every)
 
+	if *idleGroupProfile != "" {
+		f, err := os.Create(fmt.Sprintf("%s-nodes=%d-members=%d.pprof", *idleGroupProfile, nodes, members))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			b.Fatal(err)
+		}
+	}
 	cpu0 := processCPU(b)
 	start := time.Now()
 	for b.Loop() {
@@ -154,6 +248,9 @@ func benchIdleGroup(b *testing.B, nodes, members int) {
 	}
 	wall := time.Since(start)
 	cpu := processCPU(b) - cpu0
+	if *idleGroupProfile != "" {
+		pprof.StopCPUProfile()
+	}
 
 	select {
 	case err := <-errs:

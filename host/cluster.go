@@ -63,8 +63,10 @@ type clusterNode struct {
 	reqID   atomic.Uint64
 	mu      sync.Mutex
 	waiting map[uint64]awaited // forwarded requests awaiting replies
-	// leaseWaits are the lease renewals awaiting answers (grouplease.go).
+	// leaseWaits are the lease renewal messages awaiting answers, out
+	// the renewals waiting to be sent (grouplease.go).
 	leaseWaits map[uint64]chan LeaseResult
+	out        *leaseOutbox
 	// fwd bounds the forwarded requests this node holds for its peers.
 	fwd *forwardBudget
 	// watching are the forwarded waiting polls awaiting replies, by
@@ -101,7 +103,7 @@ func newClusterNode(e *Engine) *clusterNode {
 	c := &clusterNode{e: e, cfg: cfg, peers: peers, bus: cfg.Bus,
 		waiting: make(map[uint64]awaited), applied: newAppliedSignal(), dirs: e.ident,
 		fwd:      newForwardBudget(cfg.MaxForwardedPeerBytes, cfg.MaxForwardedBytes),
-		watching: make(map[metadata.Namespace]map[uint64]*forwardWatch)}
+		watching: make(map[metadata.Namespace]map[uint64]*forwardWatch), out: newLeaseOutbox()}
 	if c.dirs == nil {
 		c.dirs = &dataDir{}
 	} else {

@@ -353,6 +353,7 @@ func (e *Engine) Start() error {
 	if e.cl != nil {
 		e.group.Go(e.cl.receive)
 		e.group.Go(e.cl.runMetadata)
+		e.group.Go(e.cl.runLeaseSender)
 	} else {
 		e.group.Go(e.runLeases)
 	}

@@ -362,16 +362,17 @@ func (c *csim) leaseDone(cl *client) bool {
 		r.Err = errors.New("no answer")
 	}
 	m.lease, m.leaseCancel = nil, nil
-	c.event("member %d (id %d) lease answered: %v", cl.id, m.id, errString(r.Err))
+	err := r.Of(0) // the message held this member's renewal only
+	c.event("member %d (id %d) lease answered: %v", cl.id, m.id, errString(err))
 	switch {
-	case r.Err == nil:
+	case err == nil:
 		m.confirmed = max(m.confirmed, m.now)
 		if home := c.node(m.home); home != nil && home.meta != nil {
 			if g, ok := home.meta.GroupSummary(m.stream, m.topic, memberGroup); ok && g.Generation >= m.gen {
 				m.gen = g.Generation // Member.refresh
 			}
 		}
-	case errors.Is(r.Err, metadata.ErrUnknownMember):
+	case errors.Is(err, metadata.ErrUnknownMember):
 		m.id = 0 // expired or gone: join again
 	default:
 		m.lastBeat = time.Time{} // refused or lost: ask again
