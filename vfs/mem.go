@@ -17,19 +17,16 @@ import (
 //   - Each file has volatile content (what reads see) and durable content
 //     (what survives a crash). File.Sync copies the volatile content to
 //     the durable one.
-//
 //   - Each directory has a volatile entry map (what lookups see) and a
 //     durable one. Creating, renaming and removing entries changes only
 //     the volatile map; SyncDir of the directory copies it to the durable
 //     map. A file created and synced but whose directory was never synced
 //     is therefore lost in a crash, and a file removed without a SyncDir
 //     comes back (with its durable content).
-//
 //   - Simplification: directories created by MkdirAll are durable at once
 //     (their entry is added to the parent's volatile and durable maps), so
 //     callers need not SyncDir parents for MemFS; a real disk does need
 //     it, and parkway does it anyway.
-//
 //   - WriteBack (WriteBacker) records the file's content as handed to
 //     the device: it becomes the file's durable content at the next Sync
 //     of any file, or SyncDir, on the MemFS — the device's cache flush is
