@@ -439,9 +439,6 @@ func (f *budgetFile) Datasync() error { return vfs.Datasync(f.File) }
 // WriteBack passes vfs.WriteBack through to the wrapped file.
 func (f *budgetFile) WriteBack() error { return vfs.WriteBack(f.File) }
 
-// StartWriteBack passes vfs.StartWriteBack through to the wrapped file.
-func (f *budgetFile) StartWriteBack() error { return vfs.StartWriteBack(f.File) }
-
 func (f *budgetFile) Close() error {
 	err := f.File.Close()
 	if !f.closed {

@@ -245,17 +245,6 @@ func (f *lazyFile) WriteBack() error {
 	return f.synced(vfs.WriteBack(file))
 }
 
-// StartWriteBack passes vfs.StartWriteBack through to the file, which
-// stays pinned: nothing is promised until WriteBack.
-func (f *lazyFile) StartWriteBack() error {
-	file, err := f.use("sync", false)
-	if err != nil {
-		return err
-	}
-	defer f.h.release()
-	return vfs.StartWriteBack(file)
-}
-
 func (f *lazyFile) Stat() (os.FileInfo, error) {
 	file, err := f.use("stat", false)
 	if err != nil {

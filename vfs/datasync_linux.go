@@ -32,19 +32,15 @@ func datasync(f *os.File) error {
 }
 
 // writeBack is sync_file_range(2) over the whole file: wait for writes
-// already under way, start the rest, and, if wait, wait for them all. No
-// cache flush: the data is durable with the device's next one
-// (WriteBacker). Errors of the writeback are reported as fsync reports
-// them.
-func writeBack(f *os.File, wait bool) error {
+// already under way, start the rest, wait for them all. No cache flush:
+// the data is durable with the device's next one (WriteBacker). Errors
+// of the writeback are reported as fsync reports them.
+func writeBack(f *os.File) error {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return err
 	}
-	flags := unix.SYNC_FILE_RANGE_WAIT_BEFORE | unix.SYNC_FILE_RANGE_WRITE
-	if wait {
-		flags |= unix.SYNC_FILE_RANGE_WAIT_AFTER
-	}
+	const flags = unix.SYNC_FILE_RANGE_WAIT_BEFORE | unix.SYNC_FILE_RANGE_WRITE | unix.SYNC_FILE_RANGE_WAIT_AFTER
 	var serr error
 	if err := rc.Control(func(fd uintptr) {
 		for {

@@ -77,8 +77,7 @@ func TestDatasync(t *testing.T) {
 // WriteBack hands a file's data to the device without a flush: on MemFS
 // it survives a power loss only once a Sync of any file, or a SyncDir,
 // on the same FS followed it (the device's cache flush is not per file),
-// with the content it had at the WriteBack (StartWriteBack alone
-// promises nothing); a Sync of the file itself
+// with the content it had at the WriteBack; a Sync of the file itself
 // keeps its newer content. errorfs reports it as OpWriteBack and can fail
 // it; the operating system's files implement it (sync_file_range on
 // Linux).
@@ -91,9 +90,6 @@ func TestWriteBack(t *testing.T) {
 		t.Fatal("the OS file does not implement WriteBacker")
 	}
 	if _, err := f.Write([]byte("data")); err != nil {
-		t.Fatal(err)
-	}
-	if err := vfs.StartWriteBack(f); err != nil {
 		t.Fatal(err)
 	}
 	if err := vfs.WriteBack(f); err != nil {
@@ -143,15 +139,6 @@ func TestWriteBack(t *testing.T) {
 		return string(b)
 	}
 	write(g, "one")
-	if err := vfs.StartWriteBack(g); err != nil {
-		t.Fatal(err)
-	}
-	if err := other.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	if got := content(mem); got != "" {
-		t.Fatalf("write-back started (not waited for), another file synced, power loss: %q, want nothing", got)
-	}
 	if err := vfs.WriteBack(g); err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ import (
 //     callers need not SyncDir parents for MemFS; a real disk does need
 //     it, and parkway does it anyway.
 //   - WriteBack (WriteBacker) records the file's content as handed to
-//     the device (StartWriteBack alone promises nothing): it becomes the file's durable content at the next Sync
+//     the device: it becomes the file's durable content at the next Sync
 //     of any file, or SyncDir, on the MemFS — the device's cache flush is
 //     not per file — unless a Sync of the file itself made newer content
 //     durable first.
@@ -645,17 +645,6 @@ func (f *memFile) WriteBack() error {
 		f.fs.backed = map[*memNode][]byte{}
 	}
 	f.fs.backed[f.n] = slices.Clone(f.n.data)
-	return nil
-}
-
-// StartWriteBack implements WriteBacker: it promises nothing until
-// WriteBack, so it only checks the file is open.
-func (f *memFile) StartWriteBack() error {
-	f.fs.mu.Lock()
-	defer f.fs.mu.Unlock()
-	if f.closed {
-		return pathErr("sync_file_range", f.name, os.ErrClosed)
-	}
 	return nil
 }
 

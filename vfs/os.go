@@ -58,10 +58,6 @@ func (f osFile) Preallocate(off, n int64) error { return preallocate(f.File, off
 // Datasync is fdatasync on Linux (see datasync_linux.go), Sync elsewhere.
 func (f osFile) Datasync() error { return datasync(f.File) }
 
-// WriteBack and StartWriteBack are sync_file_range on Linux (see
-// datasync_linux.go); elsewhere WriteBack is fdatasync or fsync and
-// StartWriteBack does nothing.
-func (f osFile) WriteBack() error { return writeBack(f.File, true) }
-
-// StartWriteBack: see WriteBack.
-func (f osFile) StartWriteBack() error { return writeBack(f.File, false) }
+// WriteBack is sync_file_range on Linux (see datasync_linux.go), fdatasync
+// or fsync elsewhere.
+func (f osFile) WriteBack() error { return writeBack(f.File) }

@@ -103,39 +103,23 @@ func Datasync(f File) error {
 // to the device without a cache flush: the write completes, so the data
 // has left the page cache, but it may sit in the device's volatile cache
 // until the device's next flush — which every Sync, Datasync or SyncDir
-// of any file on the same filesystem issues once the write completed
-// (and the filesystem's own periodic commit). On Linux it is
-// sync_file_range(2), which also reports a failed writeback as fsync
+// of any file on the same filesystem issues (and the filesystem's own
+// periodic commit). On Linux it is sync_file_range(2) with WAIT_BEFORE,
+// WRITE and WAIT_AFTER, which also reports a failed writeback as fsync
 // does.
 //
 // What it is for: a small side file made durable by another file's
-// fsync. Written after the other file's fsync and handed to the device,
+// fsync. Written and handed to the device after the other file's fsync,
 // it is durable with that file's next one, for the price of a write of
 // one block rather than of a flush (package replica's sync mark, which
 // is why a side file that may lag one fsync behind is all it can give).
-// StartWriteBack lets the write overlap other work: call WriteBack, which
-// waits for it, before the fsync that is to carry it. It holds where
-// overwriting a block a file already holds needs no metadata to be read
-// back (ext4, xfs); on a filesystem that copies on write (btrfs, zfs) the
-// new block is reachable only after the filesystem's next commit, so the
-// data lags further. Callers must use it only where data durable later
-// than planned is harmless.
+// It holds where overwriting a block a file already holds needs no
+// metadata to be read back (ext4, xfs); on a filesystem that copies on
+// write (btrfs, zfs) the new block is reachable only after the
+// filesystem's next commit, so the data lags further. Callers must use it
+// only where data durable later than planned is harmless.
 type WriteBacker interface {
-	// StartWriteBack starts writing the file's data to the device and
-	// returns without waiting: nothing is promised until WriteBack.
-	StartWriteBack() error
-	// WriteBack writes the file's data to the device and waits until the
-	// device has it: durable with the next flush.
 	WriteBack() error
-}
-
-// StartWriteBack starts handing f's written data to the device
-// (WriteBacker); a file that cannot does nothing until WriteBack.
-func StartWriteBack(f File) error {
-	if w, ok := f.(WriteBacker); ok {
-		return w.StartWriteBack()
-	}
-	return nil
 }
 
 // WriteBack hands f's written data to the device (WriteBacker): durable

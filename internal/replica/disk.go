@@ -70,9 +70,6 @@ type Disk struct {
 	marked  mark
 	markSeq uint64
 	noMark  bool
-	// markBacking: the mark's last slot was written and its write-back
-	// started, not yet waited for (waitMark).
-	markBacking bool
 	// slack is what ReadDisk found in the mark that no mark accounts
 	// for (MarkSlack).
 	slack string
@@ -510,13 +507,9 @@ func (d *Disk) Save(snap *raftpb.Snapshot, ents []*raftpb.Entry, hs *raftpb.Hard
 }
 
 // syncLog syncs the log, then records in its sync mark what is now
-// durable (mark.go): written and handed to the device, durable with the
-// next flush (the next syncLog's, at the latest: it waits for that write
-// first), so one flush per synced write.
+// durable (mark.go): written back, durable with the next flush (the next
+// syncLog's, at the latest), so one flush per synced write.
 func (d *Disk) syncLog() error {
-	if err := d.waitMark(); err != nil {
-		return err
-	}
 	if err := d.log.Sync(); err != nil {
 		return err
 	}
@@ -616,13 +609,12 @@ func (d *Disk) Rewrite(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raft
 
 // Close closes the file without syncing it. A held hard state is
 // written first, so a process that stops cleanly keeps its commit index
-// as it keeps every other unsynced write; the sync mark's last slot is
-// handed to the device (durable with the next flush on the filesystem).
+// as it keeps every other unsynced write.
 func (d *Disk) Close() error {
 	werr := d.writeHeld()
 	var merr error
 	if d.mark != nil {
-		merr = errors.Join(d.waitMark(), d.mark.Close())
+		merr = d.mark.Close()
 		d.mark = nil
 	}
 	return errors.Join(werr, d.log.Close(), merr)

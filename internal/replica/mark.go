@@ -33,15 +33,17 @@ import (
 //
 // How it is kept durable, for one flush per synced write. After every
 // fsync of the log that made something new durable, the mark's next slot
-// is written — so it never claims more than the log holds — and its
-// write to the device started without a flush of its own
-// (vfs.StartWriteBack: sync_file_range on Linux, the write of one block);
-// before the log's next fsync, the Disk waits for that write to complete
-// (vfs.WriteBack, at once in practice: the network round trip to the
-// next write took longer), so the mark is durable with that fsync, or
-// with any flush on the filesystem after the write completed, whichever
-// comes first. Close waits for it too. Compaction's Rewrite, which fsyncs
-// several times anyway, fdatasyncs the mark naming the new generation.
+// is written — so it never claims more than the log holds — and handed to
+// the device without a flush of its own (vfs.WriteBack: sync_file_range
+// on Linux, the write of one block). It is durable with the device's next
+// cache flush: the log's next fsync, or any fsync on the filesystem,
+// whichever comes first. Compaction's Rewrite, which fsyncs several times
+// anyway, fdatasyncs the mark naming the new generation. (Starting the
+// write after the fsync and waiting for it only before the next one
+// would take the block write off the acknowledgement's path, but
+// measured no faster, and meanwhile the mark holds writes nothing
+// covered, which pins its descriptor under the partition store's budget:
+// every idle replica would hold one.)
 //
 // What that costs in detection, and why no design with one flush per
 // synced write does better. The mark lags: until the next flush, only the
@@ -77,8 +79,7 @@ import (
 //
 // So the mark stays where it was, with its format; only its fdatasync
 // after each synced write became a write-back, durable with the next
-// flush (on the ack path only the write's start: its wait comes before
-// the next fsync, off the path of the acknowledgement it follows). On a filesystem that copies on write (btrfs, zfs) a written-back
+// flush. On a filesystem that copies on write (btrfs, zfs) a written-back
 // block may need the filesystem's next commit to become reachable, so
 // the mark lags further there (vfs.WriteBacker); it is never ahead of the
 // log, so it never refuses a sound one.
@@ -248,9 +249,9 @@ func (d *Disk) checkMark(m mark) error {
 }
 
 // writeMark records that the log is synced as it stands, in the mark
-// file's next slot: fdatasynced if durable, else its write to the device
-// started, to be waited for before the log's next fsync (waitMark) and
-// durable with it (see above). A Disk without a mark file yet creates it whole,
+// file's next slot: fdatasynced if durable, else handed to the device to
+// be durable with its next flush (see above: after a synced write, the
+// log's next fsync). A Disk without a mark file yet creates it whole,
 // synced, under a temporary name and renames it into place, so that a
 // mark file that exists always holds a valid slot.
 func (d *Disk) writeMark(durable bool) error {
@@ -269,30 +270,15 @@ func (d *Disk) writeMark(durable bool) error {
 		// The file never changes size after it is created: the slot's
 		// block is overwritten in place, which needs no metadata to be
 		// read back, so fdatasync (or the next flush) covers it alone.
-		sync := vfs.StartWriteBack
+		sync := vfs.WriteBack
 		if durable {
 			sync = vfs.Datasync
 		}
 		if err := sync(d.mark); err != nil {
 			return fmt.Errorf("raft log %s: sync mark: %w", d.path, err)
 		}
-		d.markBacking = !durable
 	}
 	d.markSeq, d.marked = m.seq, m
-	return nil
-}
-
-// waitMark waits until the mark's last slot written reached the device
-// (writeMark started it): durable with the next flush, which the caller
-// is about to issue.
-func (d *Disk) waitMark() error {
-	if !d.markBacking {
-		return nil
-	}
-	if err := vfs.WriteBack(d.mark); err != nil {
-		return fmt.Errorf("raft log %s: sync mark: %w", d.path, err)
-	}
-	d.markBacking = false
 	return nil
 }
 

@@ -56,9 +56,6 @@ const (
 	// OpWriteBack is a file's vfs.WriteBack: its data handed to the
 	// device, durable with the next sync of anything on the FS.
 	OpWriteBack
-	// OpStartWriteBack is a file's vfs.StartWriteBack, which promises
-	// nothing (not a write point).
-	OpStartWriteBack
 )
 
 var opNames = [...]string{
@@ -66,7 +63,6 @@ var opNames = [...]string{
 	OpSync: "sync", OpTruncate: "truncate", OpPreallocate: "fallocate", OpRemove: "remove",
 	OpRemoveAll: "removeall", OpRename: "rename", OpMkdirAll: "mkdirall", OpReadDir: "readdir",
 	OpStat: "stat", OpSyncDir: "syncdir", OpClose: "close", OpWriteBack: "writeback",
-	OpStartWriteBack: "writeback-start",
 }
 
 // String is the operation's name as used in the *os.PathError Op field.
@@ -478,15 +474,6 @@ func (f *errorFile) WriteBack() error {
 		return err
 	}
 	return vfs.WriteBack(f.f)
-}
-
-// StartWriteBack is an OpStartWriteBack to the injector, then
-// vfs.StartWriteBack of the inner file.
-func (f *errorFile) StartWriteBack() error {
-	if err := f.check(OpStartWriteBack); err != nil {
-		return err
-	}
-	return vfs.StartWriteBack(f.f)
 }
 
 func (f *errorFile) Truncate(size int64) error {
