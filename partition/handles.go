@@ -436,6 +436,9 @@ func (b budgetFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, e
 // Datasync passes vfs.Datasync through to the wrapped file.
 func (f *budgetFile) Datasync() error { return vfs.Datasync(f.File) }
 
+// WriteBack passes vfs.WriteBack through to the wrapped file.
+func (f *budgetFile) WriteBack() error { return vfs.WriteBack(f.File) }
+
 func (f *budgetFile) Close() error {
 	err := f.File.Close()
 	if !f.closed {

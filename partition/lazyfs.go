@@ -23,11 +23,11 @@ import (
 // path on its next use. The rules that keep that safe:
 //
 //   - A file written (WriteAt, Write, Truncate) is pinned open until a
-//     Sync or Datasync through it succeeds, for the reason tails are
-//     pinned (handles.go): after a failed writeback the error is reported
-//     on the descriptors that were open when it happened, and an fsync
-//     through a descriptor opened later could report success for lost
-//     data. So an fsync always goes through the descriptor the writes
+//     Sync, Datasync or WriteBack through it succeeds, for the reason
+//     tails are pinned (handles.go): after a failed writeback the error is
+//     reported on the descriptors that were open when it happened, and an
+//     fsync through a descriptor opened later could report success for
+//     lost data. So an fsync always goes through the descriptor the writes
 //     did, and a file with writes not yet fsynced is never closed.
 //   - A reopen never creates or truncates: it uses the flags of the first
 //     open without O_CREATE, O_EXCL and O_TRUNC.
@@ -230,6 +230,19 @@ func (f *lazyFile) Datasync() error {
 		return err
 	}
 	return f.synced(vfs.Datasync(file))
+}
+
+// WriteBack passes vfs.WriteBack through to the file. It unpins the file
+// as a sync does: the writeback's errors are reported through the
+// descriptor the writes went through (sync_file_range waits for them as
+// fsync does), and what is left, the device's cache flush, is not per
+// descriptor.
+func (f *lazyFile) WriteBack() error {
+	file, err := f.use("sync", false)
+	if err != nil {
+		return err
+	}
+	return f.synced(vfs.WriteBack(file))
 }
 
 func (f *lazyFile) Stat() (os.FileInfo, error) {

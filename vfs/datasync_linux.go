@@ -30,3 +30,29 @@ func datasync(f *os.File) error {
 	}
 	return nil
 }
+
+// writeBack is sync_file_range(2) over the whole file: wait for writes
+// already under way, start the rest, wait for them all. No cache flush:
+// the data is durable with the device's next one (WriteBacker). Errors
+// of the writeback are reported as fsync reports them.
+func writeBack(f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	const flags = unix.SYNC_FILE_RANGE_WAIT_BEFORE | unix.SYNC_FILE_RANGE_WRITE | unix.SYNC_FILE_RANGE_WAIT_AFTER
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		for {
+			if serr = unix.SyncFileRange(int(fd), 0, 0, flags); serr != unix.EINTR {
+				return
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return &os.PathError{Op: "sync_file_range", Path: f.Name(), Err: serr}
+	}
+	return nil
+}

@@ -27,6 +27,11 @@ import (
 //     (their entry is added to the parent's volatile and durable maps), so
 //     callers need not SyncDir parents for MemFS; a real disk does need
 //     it, and parkway does it anyway.
+//   - WriteBack (WriteBacker) records the file's content as handed to
+//     the device: it becomes the file's durable content at the next Sync
+//     of any file, or SyncDir, on the MemFS — the device's cache flush is
+//     not per file — unless a Sync of the file itself made newer content
+//     durable first.
 //
 // Crash returns a new MemFS holding only the durable state. Un-synced data
 // is lost whole: MemFS never keeps a random prefix of un-synced writes.
@@ -48,6 +53,19 @@ type MemFS struct {
 	root *memNode
 	// locks are the files locked with Lock, by inode as flock's are.
 	locks map[*memNode]*memLock
+	// backed holds the content each file had at its last WriteBack since
+	// the last flush (flushLocked): durable at the next one.
+	backed map[*memNode][]byte
+}
+
+// flushLocked is the device's cache flush that every Sync and SyncDir
+// issues: what files handed to the device with WriteBack becomes
+// durable.
+func (m *MemFS) flushLocked() {
+	for n, data := range m.backed {
+		n.durable, n.shared = data, false
+	}
+	clear(m.backed)
 }
 
 // memNode is a file or a directory (an inode).
@@ -425,6 +443,7 @@ func (m *MemFS) SyncDir(dir string) error {
 	if !n.dir {
 		return pathErr("sync", dir, syscall.ENOTDIR)
 	}
+	m.flushLocked()
 	n.durableEntries = make(map[string]*memNode, len(n.entries))
 	for name, c := range n.entries {
 		n.durableEntries[name] = c
@@ -601,11 +620,31 @@ func (f *memFile) Sync() error {
 	if f.closed {
 		return pathErr("sync", f.name, os.ErrClosed)
 	}
+	f.fs.flushLocked()
 	if f.n.dir {
 		return nil
 	}
 	f.n.durable = f.n.data[:len(f.n.data):len(f.n.data)]
 	f.n.shared = true
+	return nil
+}
+
+// WriteBack implements WriteBacker: the file's current content becomes
+// durable at the next Sync or SyncDir of anything on the MemFS (see
+// MemFS). A directory handle's does nothing.
+func (f *memFile) WriteBack() error {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if f.closed {
+		return pathErr("sync_file_range", f.name, os.ErrClosed)
+	}
+	if f.n.dir {
+		return nil
+	}
+	if f.fs.backed == nil {
+		f.fs.backed = map[*memNode][]byte{}
+	}
+	f.fs.backed[f.n] = slices.Clone(f.n.data)
 	return nil
 }
 

@@ -57,3 +57,7 @@ func (f osFile) Preallocate(off, n int64) error { return preallocate(f.File, off
 
 // Datasync is fdatasync on Linux (see datasync_linux.go), Sync elsewhere.
 func (f osFile) Datasync() error { return datasync(f.File) }
+
+// WriteBack is sync_file_range on Linux (see datasync_linux.go), fdatasync
+// or fsync elsewhere.
+func (f osFile) WriteBack() error { return writeBack(f.File) }

@@ -11,7 +11,10 @@
 // on a real disk (MemFS enforces it): a file's data survives a crash only
 // up to its last File.Sync; a directory entry created, renamed into or
 // removed from a directory survives a crash only after SyncDir of that
-// directory.
+// directory; data a file handed to the device with WriteBack survives a
+// crash once a Sync, Datasync or SyncDir of any file on the same FS
+// followed it (the device's cache flush that makes it durable is not
+// per file).
 package vfs
 
 import (
@@ -94,6 +97,38 @@ func Datasync(f File) error {
 		return d.Datasync()
 	}
 	return f.Sync()
+}
+
+// WriteBacker is implemented by files that can hand their written data
+// to the device without a cache flush: the write completes, so the data
+// has left the page cache, but it may sit in the device's volatile cache
+// until the device's next flush — which every Sync, Datasync or SyncDir
+// of any file on the same filesystem issues (and the filesystem's own
+// periodic commit). On Linux it is sync_file_range(2) with WAIT_BEFORE,
+// WRITE and WAIT_AFTER, which also reports a failed writeback as fsync
+// does.
+//
+// What it is for: a small side file made durable by another file's
+// fsync. Written and handed to the device after the other file's fsync,
+// it is durable with that file's next one, for the price of a write of
+// one block rather than of a flush; its user must accept that the side
+// file lags one fsync behind (package replica's sync mark). It holds where overwriting a block a file already holds needs no
+// metadata to be read back (ext4, xfs); on a filesystem that copies on
+// write (btrfs, zfs) the new block is reachable only after the
+// filesystem's next commit, so the data lags further. Callers must use it
+// only where data durable later than planned is harmless.
+type WriteBacker interface {
+	WriteBack() error
+}
+
+// WriteBack hands f's written data to the device (WriteBacker): durable
+// with the next Sync, Datasync or SyncDir of any file on the same FS. A
+// file that cannot do that is Datasynced instead, which covers more.
+func WriteBack(f File) error {
+	if w, ok := f.(WriteBacker); ok {
+		return w.WriteBack()
+	}
+	return Datasync(f)
 }
 
 // ReadFile returns the whole content of the named file.

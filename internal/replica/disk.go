@@ -33,9 +33,10 @@ import (
 // whole; each such file starts with its generation (a recGen record).
 //
 // Beside the file, a sync mark (mark.go) records which generation the
-// log is and how many of its bytes were synced: a log cut short, or
-// rolled back to an older copy, after it was synced ends on whole
-// records like a log whose last write was torn, and is refused as
+// log is and how many of its bytes were synced (up to the previous
+// synced write at least: it rides on the log's next flush): a log cut
+// short, or rolled back to an older copy, after it was synced ends on
+// whole records like a log whose last write was torn, and is refused as
 // ErrCorruptLog rather than recovered as one.
 //
 // A Disk is not safe for concurrent use; its Group owns it.
@@ -182,7 +183,7 @@ func (d *Disk) openMark() error {
 		}
 		d.marked, d.markSeq = m, m.seq
 	}
-	if err := d.writeMark(); err != nil {
+	if err := d.writeMark(false); err != nil {
 		if d.mark != nil {
 			d.mark.Close()
 		}
@@ -506,7 +507,8 @@ func (d *Disk) Save(snap *raftpb.Snapshot, ents []*raftpb.Entry, hs *raftpb.Hard
 }
 
 // syncLog syncs the log, then records in its sync mark what is now
-// durable (mark.go).
+// durable (mark.go): written back, durable with the next flush (the next
+// syncLog's, at the latest), so one flush per synced write.
 func (d *Disk) syncLog() error {
 	if err := d.log.Sync(); err != nil {
 		return err
@@ -514,7 +516,7 @@ func (d *Disk) syncLog() error {
 	if d.noMark {
 		return nil
 	}
-	return d.writeMark()
+	return d.writeMark(false)
 }
 
 func (d *Disk) append(typ byte, m proto.Message) error {
@@ -596,8 +598,11 @@ func (d *Disk) Rewrite(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raft
 		err = cerr
 	}
 	if err == nil {
+		// Fdatasynced, not left to the next flush: the file this
+		// generation replaced is still whole on disk, and a rollback to
+		// it is caught only once the mark names the new one.
 		d.noMark = false
-		err = d.writeMark()
+		err = d.writeMark(true)
 	}
 	return err
 }

@@ -26,22 +26,70 @@ import (
 // the older records with the older file), so the fact is kept beside it:
 // the mark file, <log>.mark, says which file the log was (its generation:
 // Rewrite writes each new file with the next one, in a recGen record) and
-// how many bytes of it were synced. It is written, and fsynced, after
-// every fsync of the log that made something new durable — so it never
-// claims more than the log holds — and OpenDisk refuses, as damage
+// how many bytes of it were synced. OpenDisk refuses, as damage
 // (ErrCorruptLog), a log of an older generation than its mark says, or
-// shorter than the mark's size. A log ahead of its mark is a crash between
-// the two fsyncs, and is fine.
+// shorter than the mark's size. A log ahead of its mark is fine: the mark
+// is only ever a lower bound.
 //
-// What it costs: one more write and fsync, of a small file, per synced
-// Save (a Disk opened with sync, the FsyncAlways policy) and per Sync.
+// How it is kept durable, for one flush per synced write. After every
+// fsync of the log that made something new durable, the mark's next slot
+// is written — so it never claims more than the log holds — and handed to
+// the device without a flush of its own (vfs.WriteBack: sync_file_range
+// on Linux, the write of one block). It is durable with the device's next
+// cache flush: the log's next fsync, or any fsync on the filesystem,
+// whichever comes first. Compaction's Rewrite, which fsyncs several times
+// anyway, fdatasyncs the mark naming the new generation. (Starting the
+// write after the fsync and waiting for it only before the next one
+// would take the block write off the acknowledgement's path, but
+// measured no faster, and meanwhile the mark holds writes nothing
+// covered, which pins its descriptor under the partition store's budget:
+// every idle replica would hold one.)
 //
-// What it does not catch: the mark and the log rolled back together (a
-// whole disk restored from a backup), and a cut of bytes no fsync covered
-// (a torn write: nothing acted on them). A damaged or short mark is
-// damage too (the log is then not trusted); a missing one is written
-// afresh from the log as found (a log written before marks existed, or a
-// crash before the first mark was renamed into place).
+// What that costs in detection, and why no design with one flush per
+// synced write does better. The mark lags: until the next flush, only the
+// previous one's is sure to be durable. A power loss right after a synced
+// write (before the device's next flush), followed by a cut of exactly
+// what that write made durable, opens as a torn tail: the most recent
+// synced batch, which raft may have acknowledged, is the one cut that
+// goes unseen, and only after a power loss (a process crash keeps the
+// page cache, and the mark with it). That window is inherent, wherever
+// the mark is kept: with one flush per write, a power loss during the
+// flush can make any subset of that write's blocks durable, so a record
+// claiming the new end that reached the disk without the batch it
+// describes must read as a torn write; and the disk after that is the
+// disk after the batch was synced and then cut off. The other options:
+//
+//   - the mark inside the log (a commit record per synced batch with the
+//     generation and the cumulative length): a cut removes those records
+//     with the batch, and a rollback restores the older ones with the
+//     older file, so the log still cannot vouch for its own end. Raft's
+//     hard state is no independent witness either: its commit index is in
+//     the same file and is cut with it.
+//   - a header slot at the start of the log file, overwritten with every
+//     synced write: covered by the log's own fsync, it survives a cut
+//     (which removes the end), but a rollback to an older copy brings the
+//     older header back, which a mark beside the file is not subject to.
+//   - the mark written without any flush, or fdatasynced every N writes:
+//     it would lag by the kernel's writeback delay (about 30 s) or N
+//     writes, not one.
+//   - a preallocated log of fixed size would make any truncation visible
+//     at once (a torn write never shrinks it), at the cost of space per
+//     log (a node holds a raft log per partition replica) and a different
+//     wal format; rollbacks would still need the mark.
+//
+// So the mark stays where it was, with its format; only its fdatasync
+// after each synced write became a write-back, durable with the next
+// flush. On a filesystem that copies on write (btrfs, zfs) a written-back
+// block may need the filesystem's next commit to become reachable, so
+// the mark lags further there (vfs.WriteBacker); it is never ahead of the
+// log, so it never refuses a sound one.
+//
+// What it does not catch at all: the mark and the log rolled back
+// together (a whole disk restored from a backup), and a cut of bytes no
+// fsync covered (a torn write: nothing acted on them). A damaged or short
+// mark is damage too (the log is then not trusted); a missing one is
+// written afresh from the log as found (a log written before marks
+// existed, or a crash before the first mark was renamed into place).
 //
 // # Format
 //
@@ -200,11 +248,13 @@ func (d *Disk) checkMark(m mark) error {
 	return nil
 }
 
-// writeMark records that the log is synced as it stands: in the mark
-// file's next slot, fsynced. A Disk without a mark file yet creates it
-// whole under a temporary name and renames it into place, so that a mark
-// file that exists always holds a valid slot.
-func (d *Disk) writeMark() error {
+// writeMark records that the log is synced as it stands, in the mark
+// file's next slot: fdatasynced if durable, else handed to the device to
+// be durable with its next flush (see above: after a synced write, the
+// log's next fsync). A Disk without a mark file yet creates it whole,
+// synced, under a temporary name and renames it into place, so that a
+// mark file that exists always holds a valid slot.
+func (d *Disk) writeMark(durable bool) error {
 	m := mark{seq: d.markSeq + 1, gen: d.gen, size: uint64(d.log.Size())}
 	if d.mark != nil && m.gen == d.marked.gen && m.size == d.marked.size {
 		return nil // nothing new was synced
@@ -217,9 +267,14 @@ func (d *Disk) writeMark() error {
 		if _, err := d.mark.WriteAt(m.encode(), int64(m.seq%2)*markStride); err != nil {
 			return fmt.Errorf("raft log %s: sync mark: %w", d.path, err)
 		}
-		// The file never changes size after it is created: fdatasync
-		// makes the slot durable without a metadata commit.
-		if err := vfs.Datasync(d.mark); err != nil {
+		// The file never changes size after it is created: the slot's
+		// block is overwritten in place, which needs no metadata to be
+		// read back, so fdatasync (or the next flush) covers it alone.
+		sync := vfs.WriteBack
+		if durable {
+			sync = vfs.Datasync
+		}
+		if err := sync(d.mark); err != nil {
 			return fmt.Errorf("raft log %s: sync mark: %w", d.path, err)
 		}
 	}

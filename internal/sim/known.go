@@ -68,8 +68,9 @@ const (
 	// the cluster never stays calm; the group runs on its honest
 	// majority. A raft log cut short or rolled back after it was synced
 	// is refused the same way: its sync mark (package replica, mark.go)
-	// records how far it was synced, so it no longer passes for a log
-	// whose last write was torn (it did, an open bug until the mark:
+	// records how far it was synced (after a power loss, up to the synced
+	// write before the last at least: the mark rides on the log's next
+	// flush), so it no longer passes for a log whose last write was torn (it did, an open bug until the mark:
 	// the replica came back having forgotten votes and acknowledged
 	// entries, cluster lying seeds 29, 48, 132, 133 and 134). A lie on
 	// the mark file itself is refused too.

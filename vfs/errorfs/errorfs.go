@@ -53,13 +53,16 @@ const (
 	OpStat
 	OpSyncDir
 	OpClose
+	// OpWriteBack is a file's vfs.WriteBack: its data handed to the
+	// device, durable with the next sync of anything on the FS.
+	OpWriteBack
 )
 
 var opNames = [...]string{
 	OpOpen: "open", OpWrite: "write", OpWriteAt: "writeat", OpRead: "read", OpReadAt: "readat",
 	OpSync: "sync", OpTruncate: "truncate", OpPreallocate: "fallocate", OpRemove: "remove",
 	OpRemoveAll: "removeall", OpRename: "rename", OpMkdirAll: "mkdirall", OpReadDir: "readdir",
-	OpStat: "stat", OpSyncDir: "syncdir", OpClose: "close",
+	OpStat: "stat", OpSyncDir: "syncdir", OpClose: "close", OpWriteBack: "writeback",
 }
 
 // String is the operation's name as used in the *os.PathError Op field.
@@ -94,7 +97,7 @@ type Op struct {
 func (op Op) Mutating() bool {
 	switch op.Kind {
 	case OpWrite, OpWriteAt, OpSync, OpTruncate, OpPreallocate, OpRemove, OpRemoveAll,
-		OpRename, OpMkdirAll, OpSyncDir:
+		OpRename, OpMkdirAll, OpSyncDir, OpWriteBack:
 		return true
 	case OpOpen:
 		return op.Flag&(os.O_CREATE|os.O_TRUNC) != 0
@@ -462,6 +465,15 @@ func (f *errorFile) Datasync() error {
 		return err
 	}
 	return vfs.Datasync(f.f)
+}
+
+// WriteBack is an OpWriteBack to the injector, then vfs.WriteBack of the
+// inner file.
+func (f *errorFile) WriteBack() error {
+	if err := f.check(OpWriteBack); err != nil {
+		return err
+	}
+	return vfs.WriteBack(f.f)
 }
 
 func (f *errorFile) Truncate(size int64) error {
