@@ -141,6 +141,25 @@ func checkRead(t testing.TB, p partition.Partition, from uint64, max, wantN, siz
 	}
 }
 
+// checkReadOn is checkRead over as many reads as the partition needs: a
+// MemStore read stops at its chunk's end, and the caller reads on from
+// the next offset, as Partition.Read says.
+func checkReadOn(t testing.TB, p partition.Partition, from uint64, max, wantN, size int) {
+	t.Helper()
+	got := 0
+	for got < wantN {
+		more, err := p.Read(from+uint64(got), max-got)
+		if err != nil || len(more) == 0 {
+			t.Fatalf("Read(%d, %d) = %d messages, %v; %d read before, want %d in all", from+uint64(got), max-got, len(more), err, got, wantN)
+		}
+		checkRead(t, p, from+uint64(got), max-got, len(more), size)
+		got += len(more)
+	}
+	if more, err := p.Read(from+uint64(got), max-got); err != nil || got < max && len(more) != 0 {
+		t.Fatalf("Read(%d, %d) past the %d messages wanted = %d messages, %v", from+uint64(got), max-got, wantN, len(more), err)
+	}
+}
+
 func TestConformance(t *testing.T) {
 	for _, h := range harnesses() {
 		t.Run(h.name, func(t *testing.T) {

@@ -1211,22 +1211,22 @@ func TestMemTruncateChunks(t *testing.T) {
 		if err := p.TruncateBefore(cut); err != nil {
 			t.Fatal(err)
 		}
-		checkRead(t, p, cut, 5000, int(3000-cut), 4)
+		checkReadOn(t, p, cut, 5000, int(3000-cut), 4)
 	}
 	if err := p.TruncateBefore(3000); err != nil {
 		t.Fatal(err)
 	}
 	fillSegments(t, p, 5000, 333, 4)
-	checkRead(t, p, 3000, 5000, 2000, 4)
+	checkReadOn(t, p, 3000, 5000, 2000, 4)
 	if err := p.TruncateBefore(4096); err != nil { // a chunk boundary
 		t.Fatal(err)
 	}
-	checkRead(t, p, 4096, 5000, 904, 4)
+	checkReadOn(t, p, 4096, 5000, 904, 4)
 	if err := p.TruncateBefore(5000); err != nil {
 		t.Fatal(err)
 	}
 	fillSegments(t, p, 5121, 121, 4) // 5000 is not a chunk boundary, 5120 is
-	checkRead(t, p, 5000, 500, 121, 4)
+	checkReadOn(t, p, 5000, 500, 121, 4)
 }
 
 // TestFileReopenReadErrors fails each read-side operation (open for

@@ -17,7 +17,12 @@ import (
 // same epoch reopens it) but not the process.
 //
 // MemStore is safe for concurrent Build and Remove; the Partitions it
-// returns are, like every Partition, for one goroutine at a time.
+// returns are, like every Partition, for one goroutine at a time. Their
+// reads hand out the stored messages themselves, never a copy, so the
+// messages a reader holds may be read from any goroutine while the owner
+// appends and truncates: a stored message is never written again (see
+// memPartition.Read). Their partitions implement Keeper, which stores a
+// caller's bytes without copying them.
 type MemStore struct {
 	mu   sync.Mutex
 	logs map[metadata.Namespace]*memLog
@@ -54,8 +59,9 @@ func memSize(m *Message) int64 {
 }
 
 var (
-	_ Store = (*MemStore)(nil)
-	_ Store = (*FileStore)(nil)
+	_ Store  = (*MemStore)(nil)
+	_ Store  = (*FileStore)(nil)
+	_ Keeper = (*memPartition)(nil)
 )
 
 // memChunk is the number of messages per chunk (80 KiB of Message structs).
@@ -222,6 +228,17 @@ func (p *memPartition) EnforceRetention(olderThanMicros, maxBytes int64) (uint64
 // and one for all Header structs. Keys are strings and need no copy. Every slice
 // handed out is capped so appending to it cannot spill into a neighbour.
 func (p *memPartition) Append(msgs []Message) (uint64, error) {
+	return p.append(msgs, false)
+}
+
+// AppendKept implements Keeper: the batch's slices are stored as given
+// (capped, as Append's copies are), so the partition's memory per message
+// is the caller's and nothing is copied but the Message structs.
+func (p *memPartition) AppendKept(msgs []Message) (uint64, error) {
+	return p.append(msgs, true)
+}
+
+func (p *memPartition) append(msgs []Message, keep bool) (uint64, error) {
 	if p.closed {
 		return 0, ErrClosed
 	}
@@ -230,6 +247,9 @@ func (p *memPartition) Append(msgs []Message) (uint64, error) {
 	}
 	var payloadBytes, headerCount, valueBytes int
 	for i := range msgs {
+		if keep {
+			break
+		}
 		payloadBytes += len(msgs[i].Payload) + len(msgs[i].Key)
 		headerCount += len(msgs[i].Headers)
 		for j := range msgs[i].Headers {
@@ -254,28 +274,14 @@ func (p *memPartition) Append(msgs []Message) (uint64, error) {
 		in := &msgs[i]
 		l.lastAT = stampAppendTime(in, l.lastAT)
 		out := Message{Offset: first + uint64(i), ID: in.ID, Timestamp: in.Timestamp, AppendTime: l.lastAT}
-		if len(in.Key) > 0 {
-			start := len(payloads)
-			payloads = append(payloads, in.Key...)
-			out.Key = payloads[start:len(payloads):len(payloads)]
-		}
-		if len(in.Payload) > 0 {
-			start := len(payloads)
-			payloads = append(payloads, in.Payload...)
-			out.Payload = payloads[start:len(payloads):len(payloads)]
-		}
-		if n := len(in.Headers); n > 0 {
-			hs := headers[:n:n]
-			headers = headers[n:]
-			for j := range in.Headers {
-				hs[j].Key = in.Headers[j].Key
-				if v := in.Headers[j].Value; len(v) > 0 {
-					start := len(values)
-					values = append(values, v...)
-					hs[j].Value = values[start:len(values):len(values)]
-				}
+		if keep {
+			out.Key, out.Payload, out.Headers = capped(in.Key), capped(in.Payload), capped(in.Headers)
+			for j := range out.Headers {
+				// The Header structs are handed over with their values.
+				out.Headers[j].Value = capped(out.Headers[j].Value)
 			}
-			out.Headers = hs
+		} else {
+			copyInto(&out, in, &payloads, &values, &headers)
 		}
 		if l.next%memChunk == 0 {
 			size := memChunk
@@ -293,6 +299,54 @@ func (p *memPartition) Append(msgs []Message) (uint64, error) {
 	return first, nil
 }
 
+// copyInto sets out's key, payload and headers to copies of in's, taken
+// from the batch's arenas (payloads and keys, header values, Header
+// structs), each capped so appending to it cannot spill into a neighbour.
+func copyInto(out, in *Message, payloads, values *[]byte, headers *[]Header) {
+	if len(in.Key) > 0 {
+		start := len(*payloads)
+		*payloads = append(*payloads, in.Key...)
+		out.Key = (*payloads)[start:len(*payloads):len(*payloads)]
+	}
+	if len(in.Payload) > 0 {
+		start := len(*payloads)
+		*payloads = append(*payloads, in.Payload...)
+		out.Payload = (*payloads)[start:len(*payloads):len(*payloads)]
+	}
+	if n := len(in.Headers); n > 0 {
+		hs := (*headers)[:n:n]
+		*headers = (*headers)[n:]
+		for j := range in.Headers {
+			hs[j].Key = in.Headers[j].Key
+			if v := in.Headers[j].Value; len(v) > 0 {
+				start := len(*values)
+				*values = append(*values, v...)
+				hs[j].Value = (*values)[start:len(*values):len(*values)]
+			}
+		}
+		out.Headers = hs
+	}
+}
+
+// capped is s with its capacity cut to its length (nil stays nil, and an
+// empty slice becomes nil, as Append's copies are): an append to a stored
+// message's slice by a reader reallocates instead of writing past it.
+func capped[T any](s []T) []T {
+	if len(s) == 0 {
+		return nil
+	}
+	return s[:len(s):len(s)]
+}
+
+// Read hands out the stored messages themselves, not a copy: the
+// returned slice is a window on the chunk holding from, capped at its
+// length so an append to it cannot reach the chunk, and it ends at that
+// chunk's end (at most memChunk messages per read). A stored message is
+// written once, by the Append that stores it, and never again: later
+// appends fill slots past it or new chunks, and truncation only drops
+// whole chunks from the log, so a reader's window stays intact (and its
+// chunk alive) for as long as the reader holds it. The messages must be
+// treated as read-only (Partition.Read).
 func (p *memPartition) Read(from uint64, max int) ([]Message, error) {
 	if p.closed {
 		return nil, ErrClosed
@@ -304,12 +358,10 @@ func (p *memPartition) Read(from uint64, max int) ([]Message, error) {
 	if max <= 0 || from >= l.next {
 		return nil, nil
 	}
-	out := make([]Message, min(uint64(max), l.next-from))
-	for k := 0; k < len(out); {
-		off := from + uint64(k)
-		k += copy(out[k:], l.chunks[(off-l.first)/memChunk][off%memChunk:])
-	}
-	return out, nil
+	chunk := l.chunks[(from-l.first)/memChunk]
+	i := int(from % memChunk)
+	end := i + int(min(uint64(max), uint64(len(chunk)-i)))
+	return chunk[i:end:end], nil
 }
 
 // OffsetForTime implements Partition by binary search: Append keeps

@@ -96,8 +96,10 @@ type Message struct {
 	Key []byte
 	// Headers are optional user headers.
 	Headers []Header
-	// Payload is the message body. Append copies it; slices returned by
-	// Read must be treated as read-only.
+	// Payload is the message body. Append copies it (Keeper.AppendKept,
+	// where a partition offers it, keeps it); messages returned by Read,
+	// their Key, Headers and Payload included, must be treated as
+	// read-only.
 	Payload []byte
 }
 
@@ -118,6 +120,12 @@ type Partition interface {
 	// below the log's start is ErrOffsetOutOfRange. FileStore: a read stops
 	// below damaged or missing messages, returning those before them; the
 	// read that starts at one returns a *CorruptError (see FileStore.Build).
+	// MemStore: a read returns the stored messages themselves, not a copy,
+	// and stops at the end of the 1,024-message chunk holding from, so it
+	// may return fewer than max below NextOffset; read on from the next
+	// offset. The returned messages (the structs and the bytes they point
+	// to) are read-only for every store: nothing may write them, and an
+	// append to the returned slice does not reach the log.
 	Read(from uint64, max int) ([]Message, error)
 	// OffsetForTime returns the offset of the first readable message
 	// whose AppendTime is at or after t (µs since the Unix epoch), or
@@ -273,6 +281,19 @@ type Damaged interface {
 // write: a committed write its log refuses could never be applied.
 type WriteFenced interface {
 	WritesRefused() error
+}
+
+// Keeper is implemented by partitions that can store a batch's bytes
+// without copying them (MemStore's). AppendKept is Append, except that
+// the partition keeps the Key, Headers (the slice, its Header structs
+// and their values) and Payload of each message as the stored message's
+// own instead of copying them: the caller hands them over, and nothing
+// may write them afterwards, the caller included (readers get them from
+// Read). Only the Message structs are copied. A partition whose Append
+// copies into storage of its own (FileStore's encodes records) has no
+// use for it.
+type Keeper interface {
+	AppendKept(msgs []Message) (first uint64, err error)
 }
 
 // Located is implemented by partitions kept in a directory of a
