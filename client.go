@@ -51,6 +51,10 @@ type Ack struct {
 	FirstOffset uint64
 	// Count is the number of messages appended.
 	Count int
+	// Kept reports that the node keeps the batch's bytes as the stored
+	// messages instead of a copy (ProduceAsyncGive to a node that stores
+	// in memory): the caller must never write them again.
+	Kept bool
 }
 
 // Produce appends msgs to one partition of topic t, whole or not at all,
@@ -223,7 +227,7 @@ type PendingAck struct {
 // order they were started, except one that had to be retried: it is sent
 // again when it is waited for, after the others.
 func (n *Node) ProduceAsync(ctx context.Context, t Topic, to Partitioning, msgs ...Message) *PendingAck {
-	return n.produceAsync(ctx, t, to, ProducerSeq{}, msgs)
+	return n.produceAsync(ctx, t, to, ProducerSeq{}, msgs, false)
 }
 
 // ProducerSeq names one logical produce across retries, for a caller that
@@ -246,11 +250,29 @@ func (n *Node) ProduceAsyncIdempotent(ctx context.Context, t Topic, to Partition
 	if seq.Producer == 0 {
 		return &PendingAck{done: true, err: fmt.Errorf("%w: producer 0 (0 is none)", ErrInvalidArgument)}
 	}
-	return n.produceAsync(ctx, t, to, seq, msgs)
+	return n.produceAsync(ctx, t, to, seq, msgs, false)
 }
 
-// produceAsync starts a produce, under seq when its producer is set.
-func (n *Node) produceAsync(ctx context.Context, t Topic, to Partitioning, seq ProducerSeq, msgs []Message) *PendingAck {
+// ProduceAsyncGive is ProduceAsyncIdempotent (ProduceAsync when
+// seq.Producer is 0) for a caller that gives the node the batch's bytes
+// instead of lending them: the messages' Key, Headers and Payload slices
+// (the bytes they point to, and the Header structs). A node that stores
+// partitions in memory (no DataDir) keeps them as the stored messages of
+// a partition that is not replicated instead of copying them, where
+// Produce and ProduceAsync copy, and Wait reports it (Ack.Kept); readers
+// get them from Poll. So the caller must
+// not write them until Wait returns, nor ever after Wait returns an Ack
+// with Kept set or an error (the node may hold them). Otherwise they
+// were copied and may be reused once Wait returned. A listener that
+// decodes each client batch into a buffer of its own gives that buffer
+// and recycles it only when it was not kept.
+func (n *Node) ProduceAsyncGive(ctx context.Context, t Topic, to Partitioning, seq ProducerSeq, msgs ...Message) *PendingAck {
+	return n.produceAsync(ctx, t, to, seq, msgs, true)
+}
+
+// produceAsync starts a produce, under seq when its producer is set; give
+// offers the batch's bytes to the partition (ProduceAsyncGive).
+func (n *Node) produceAsync(ctx context.Context, t Topic, to Partitioning, seq ProducerSeq, msgs []Message, give bool) *PendingAck {
 	start := n.cfg.Clock.Now()
 	req, part, size, err := n.prepareProduce(ctx, t, to, msgs)
 	if err != nil {
@@ -259,6 +281,7 @@ func (n *Node) produceAsync(ctx context.Context, t Topic, to Partitioning, seq P
 	if seq.Producer != 0 && n.eng.Clustered() {
 		req.Producer, req.Seq = seq.Producer, seq.Seq
 	}
+	req.Give = give
 	p := &PendingAck{n: n, reply: make(chan shard.Response, 1), topic: t, part: part, size: size, start: start}
 	p.f = shard.Frame{Req: req, Reply: p.reply}
 	p.sent = n.first(ctx, p.f)
@@ -280,7 +303,7 @@ func (p *PendingAck) Wait(ctx context.Context) (Ack, error) {
 	r, err := p.n.await(ctx, p.f, p.reply, p.sent, p.topic, p.part)
 	p.done, p.err = true, err
 	if err == nil {
-		p.ack = Ack{Partition: p.part, FirstOffset: r.Offset, Count: len(p.f.Req.Messages)}
+		p.ack = Ack{Partition: p.part, FirstOffset: r.Offset, Count: len(p.f.Req.Messages), Kept: r.Kept}
 		p.n.countProduced(p.topic, len(p.f.Req.Messages), p.size, p.start)
 	}
 	return p.ack, p.err

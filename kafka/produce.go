@@ -35,7 +35,10 @@ func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest, p *pending
 	resp := r.ResponseKind().(*kmsg.ProduceResponse)
 	p.noResponse = r.Acks == 0
 	wctx, cancel := s.requestContext(ctx, r.TimeoutMillis)
-	dec := decoder{zstd: s.zstd, left: s.cfg.MaxRequestSize, bufs: &s.inflateBufs}
+	dec := decoder{zstd: s.zstd, left: s.cfg.MaxRequestSize}
+	if !s.kept.Load() {
+		dec.bufs = &s.inflateBufs
+	}
 	var work []*partProduce
 
 	resp.Topics = make([]kmsg.ProduceResponseTopic, len(r.Topics))
@@ -95,14 +98,18 @@ func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest, p *pending
 	}
 	p.wait = func(context.Context) kmsg.Response {
 		defer cancel()
-		acked := true
+		acked, kept := true, false
 		for _, w := range work {
-			acked = s.finishAppends(wctx, w, &resp.Topics[w.topic].Partitions[w.part]) && acked
+			a, k := s.finishAppends(wctx, w, &resp.Topics[w.topic].Partitions[w.part])
+			acked, kept = acked && a, kept || k
+		}
+		if kept {
+			s.kept.Store(true)
 		}
 		// An append not acknowledged (refused, timed out) may still be
-		// queued or in flight with the records: its buffers are left to
-		// the collector.
-		if acked {
+		// queued or in flight with the records, and a kept one's records
+		// are the partition's: their buffers are left to the collector.
+		if acked && !kept {
 			dec.recycle()
 		}
 		return resp
@@ -134,23 +141,26 @@ func (s *Server) startAppends(ctx context.Context, w *partProduce, batches []dec
 			seq = sb
 		}
 		to := parkway.PartitionID(uint32(w.key.part))
+		var key parkway.ProducerSeq // none: the node draws its own
 		if seq != nil {
 			// The batch's identity goes with it into the partition's
 			// replicated deduplication window: a retry through any
 			// listener, after a leader change too, applies once.
-			key := dedupeKey(b.hdr.ProducerID, b.hdr.ProducerEpoch, b.hdr.FirstSequence)
-			w.acks = append(w.acks, s.node.ProduceAsyncIdempotent(ctx, w.handle, to, key, b.msgs...))
-		} else {
-			w.acks = append(w.acks, s.node.ProduceAsync(ctx, w.handle, to, b.msgs...))
+			key = dedupeKey(b.hdr.ProducerID, b.hdr.ProducerEpoch, b.hdr.FirstSequence)
 		}
+		// The records' bytes are the request's own (its frame, or the
+		// buffer the batch inflated into): given, so a node that stores
+		// in memory keeps them instead of copying every record.
+		w.acks = append(w.acks, s.node.ProduceAsyncGive(ctx, w.handle, to, key, b.msgs...))
 		w.seqs = append(w.seqs, seq)
 	}
 }
 
 // finishAppends waits for a partition's appends and fills in its
 // response: the first batch's offset, or the first error. It reports
-// whether every append it started was acknowledged.
-func (s *Server) finishAppends(ctx context.Context, w *partProduce, sp *kmsg.ProduceResponseTopicPartition) (acked bool) {
+// whether every append it started was acknowledged, and whether the node
+// kept any batch's bytes (Ack.Kept).
+func (s *Server) finishAppends(ctx context.Context, w *partProduce, sp *kmsg.ProduceResponseTopicPartition) (acked, kept bool) {
 	if w.dup != nil {
 		// A retry's batches were not appended again: nothing of this
 		// request's is in flight for them.
@@ -164,7 +174,7 @@ func (s *Server) finishAppends(ctx context.Context, w *partProduce, sp *kmsg.Pro
 		case <-ctx.Done():
 			sp.ErrorCode = s.code(kmsg.Produce, kerr.RequestTimedOut.Code)
 		}
-		return len(w.acks) == 0
+		return len(w.acks) == 0, false
 	}
 	acked = true
 	for i, a := range w.acks {
@@ -183,11 +193,12 @@ func (s *Server) finishAppends(ctx context.Context, w *partProduce, sp *kmsg.Pro
 			}
 			continue
 		}
+		kept = kept || ack.Kept
 		if i == 0 && sp.ErrorCode == 0 {
 			sp.BaseOffset = int64(ack.FirstOffset)
 		}
 	}
-	return acked
+	return acked, kept
 }
 
 // produceErrorCode maps a produce's error; by topic ID, a topic whose

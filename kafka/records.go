@@ -71,8 +71,8 @@ type decoder struct {
 
 // recycle gives the buffers the decoded records point into back to
 // d.bufs. Only once nothing reads those records again: the produce
-// calls it when every append it started was acknowledged (Produce
-// promises to have copied the payloads by then).
+// calls it when every append it started was acknowledged and none was
+// kept (ProduceAsyncGive: the node copied the payloads by then).
 func (d *decoder) recycle() {
 	for _, b := range d.inflated {
 		d.bufs.put(b)

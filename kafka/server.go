@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -43,6 +44,13 @@ type Server struct {
 	// neither kind's sizes are lent to the other).
 	bufs        bufPool
 	inflateBufs bufPool
+	// kept is set once the node kept a batch's bytes instead of copying
+	// them (ProduceAsyncGive: it stores in memory). From then on batches
+	// inflate into buffers of their own size, never a pooled one whose
+	// spare capacity the partition would keep alive with them, and none
+	// is recycled; until then, and on a node that copies, the inflate
+	// buffers are lent by the pool and recycled after the acks.
+	kept atomic.Bool
 
 	// ctx is cancelled by Close: it ends the work of every request in
 	// flight (waiting fetches, produces waiting for their acks).

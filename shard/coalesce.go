@@ -65,16 +65,18 @@ func (s *Shard) flushAppendsOf(o *owned) {
 	}
 	now := s.clock.Now().UnixMicro()
 	msgs := s.coalesceBuf[:0]
+	give := true
 	for _, f := range frames {
 		stampAppendTime(f.Req.Messages, now)
 		msgs = append(msgs, f.Req.Messages...)
+		give = give && f.Req.Give
 	}
-	first, err := o.p.Append(msgs)
+	first, kept, err := appendTo(o.p, msgs, give)
 	clear(msgs)
 	s.coalesceBuf = msgs[:0]
 	if err == nil {
 		for _, f := range frames {
-			s.commit.appended(o, f, Response{Offset: first})
+			s.commit.appended(o, f, Response{Offset: first, Kept: kept})
 			first += uint64(len(f.Req.Messages))
 		}
 		return
@@ -82,6 +84,18 @@ func (s *Shard) flushAppendsOf(o *owned) {
 	for _, f := range frames {
 		s.appendOne(o, f)
 	}
+}
+
+// appendTo appends msgs to p, keeping their bytes when give offers them
+// (every produce of the batch did) and p stores bytes as given; kept
+// reports whether it did.
+func appendTo(p partition.Partition, msgs []partition.Message, give bool) (first uint64, kept bool, err error) {
+	if k, ok := p.(partition.Keeper); ok && give {
+		first, err = k.AppendKept(msgs)
+		return first, true, err
+	}
+	first, err = p.Append(msgs)
+	return first, false, err
 }
 
 // stampAppendTime sets the append time of a produce's messages: the
@@ -96,7 +110,7 @@ func stampAppendTime(msgs []partition.Message, now int64) {
 // appendOne appends a single produce and answers it.
 func (s *Shard) appendOne(o *owned, f Frame) {
 	stampAppendTime(f.Req.Messages, s.clock.Now().UnixMicro())
-	first, err := o.p.Append(f.Req.Messages)
+	first, kept, err := appendTo(o.p, f.Req.Messages, f.Req.Give)
 	if err != nil {
 		if errors.Is(err, partition.ErrUnusable) {
 			// The partition refuses every later write until it is built
@@ -110,5 +124,5 @@ func (s *Shard) appendOne(o *owned, f Frame) {
 		s.answer(f, Response{Err: err})
 		return
 	}
-	s.commit.appended(o, f, Response{Offset: first})
+	s.commit.appended(o, f, Response{Offset: first, Kept: kept})
 }

@@ -93,6 +93,14 @@ type Request struct {
 	Epoch uint64
 	// Messages is the batch of a produce.
 	Messages []partition.Message
+	// Give offers the produce's bytes (its messages' keys, headers and
+	// payloads) to the partition: one that stores bytes as given
+	// (partition.Keeper) keeps them instead of copying them, and the
+	// answer says so (Response.Kept). The sender must not write them
+	// until it is answered, nor ever after a Kept answer or none. Only
+	// a local, unreplicated append keeps them; a frame sent to another
+	// node goes without it.
+	Give bool
 	// Offset is where a poll starts, or the offset a consumer stores.
 	Offset uint64
 	// Count is the most messages a poll returns.
@@ -165,8 +173,12 @@ type Response struct {
 	// was served (0 on a partition that is not replicated): a leader
 	// read's is the term its leader was elected in.
 	Term uint64
-	// Messages are a poll's messages (read-only).
+	// Messages are a poll's messages (read-only: they may be the
+	// partition's own, partition.Read).
 	Messages []partition.Message
+	// Kept reports that a produce's partition kept the bytes its Give
+	// offered instead of copying them.
+	Kept bool
 }
 
 // Frame is a request in flight with its reply path.

@@ -162,8 +162,8 @@ func resolveStart(p partition.Partition, r *Request) (uint64, error) {
 // readPoll reads a poll's batch from from (read as the end when past it,
 // so Next is an offset a consumer can store): up to Count messages,
 // trimmed to the byte budget (the first message always). full reports
-// that the poll is satisfied: MinCount messages, or the byte budget
-// reached. With whole, a read the partition stops below its end (below
+// that the poll is satisfied: MinCount messages, the byte budget
+// reached, or a read that stopped below the end. With whole, a read the partition stops below its end (below
 // damage, Partition.Read) is answered with the damage instead of short
 // (see damage.go, stoppedAt).
 func readPoll(p partition.Partition, from uint64, r *Request, whole bool) (Response, bool) {
@@ -196,8 +196,12 @@ func readPoll(p partition.Partition, from uint64, r *Request, whole bool) (Respo
 		next = msgs[n-1].Offset + 1
 	}
 	minCount := max(r.MinCount, 1)
+	// A read that stopped short below the end (an in-memory partition's
+	// stops at its chunk's end) is all one read serves: waiting would not
+	// grow it, so it answers a poll waiting for more.
+	short := len(msgs) > 0 && next < p.NextOffset()
 	// Start and End let the caller compute its lag without another call.
-	return Response{Messages: msgs, Offset: next, Start: p.StartOffset(), End: p.NextOffset()}, full || len(msgs) >= min(minCount, r.Count)
+	return Response{Messages: msgs, Offset: next, Start: p.StartOffset(), End: p.NextOffset()}, full || short || len(msgs) >= min(minCount, r.Count)
 }
 
 // servePoll serves a poll against o: answered now, or registered as a

@@ -1,0 +1,66 @@
+package kafka
+
+import (
+	"encoding/binary"
+	"fmt"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// fetchRecords fetches partition 0 of topic from offset 0 in one request
+// (no wait) with the given partition budget, and returns the records of
+// every batch in the answer.
+func fetchRecords(r *raw, topic string, budget int32) (records int) {
+	r.t.Helper()
+	req := kmsg.NewPtrFetchRequest()
+	req.Version, req.MaxWaitMillis, req.MinBytes, req.MaxBytes = 12, 0, 1, 64<<20
+	ft := kmsg.NewFetchRequestTopic()
+	ft.Topic = topic
+	fp := kmsg.NewFetchRequestTopicPartition()
+	fp.PartitionMaxBytes = budget
+	ft.Partitions = append(ft.Partitions, fp)
+	req.Topics = append(req.Topics, ft)
+	p := r.request(req).(*kmsg.FetchResponse).Topics[0].Partitions[0]
+	if p.ErrorCode != 0 {
+		r.t.Fatalf("fetch: error %d", p.ErrorCode)
+	}
+	b := p.RecordBatches
+	for len(b) > 0 {
+		var batch kmsg.RecordBatch
+		if err := batch.ReadFrom(b); err != nil {
+			r.t.Fatalf("fetched batch: %v", err)
+		}
+		records += int(batch.NumRecords)
+		b = b[12+binary.BigEndian.Uint32(b[8:]):]
+	}
+	return records
+}
+
+// TestFetchFillsBudgetAcrossMemoryChunks: an in-memory partition serves
+// a poll up to the end of a 1,024-message chunk, and a fetch polls on
+// until its budget is used: one fetch with room for everything returns
+// all 3,000 records, and one with a smaller budget more than a chunk,
+// within the budget.
+func TestFetchFillsBudgetAcrossMemoryChunks(t *testing.T) {
+	f := serve(t, Config{DefaultPartitions: 1})
+	ctx := ctxFor(t)
+	prod := f.client(t, kgo.DefaultProduceTopic("chunks"), kgo.AllowAutoTopicCreation())
+	recs := make([]*kgo.Record, 3000)
+	for i := range recs {
+		recs[i] = kgo.StringRecord(fmt.Sprintf("r%04d", i))
+	}
+	if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+	r := dialRaw(t, f.addr)
+	if n := fetchRecords(r, "chunks", 1<<20); n != 3000 {
+		t.Fatalf("one fetch with a 1 MiB budget returned %d records, want all 3,000", n)
+	}
+	// The budget counts what a poll's does: the records' values here, 5
+	// bytes each.
+	if n := fetchRecords(r, "chunks", 8000); n <= 1024 || n > 1600 {
+		t.Fatalf("a fetch with an 8,000-byte budget returned %d records, want more than a chunk and at most 1,600", n)
+	}
+}
