@@ -77,8 +77,9 @@ func BenchmarkProduce(b *testing.B) {
 	}
 }
 
-// BenchmarkPoll measures polling 100 messages of 100 bytes per call from a
-// partition holding 10,000.
+// BenchmarkPoll measures polling up to 100 messages of 100 bytes per call
+// from a partition holding 10,000 (an in-memory read stops at a chunk's
+// end: the next poll reads on from Next).
 func BenchmarkPoll(b *testing.B) {
 	n, t := benchNode(b, "")
 	ctx := context.Background()
@@ -94,14 +95,16 @@ func BenchmarkPoll(b *testing.B) {
 	b.SetBytes(100 * 100)
 	b.ReportAllocs()
 	var off uint64
+	read := 0
 	for b.Loop() {
 		batch, err := n.Poll(ctx, t, 0, parkway.AtOffset(off), 100)
-		if err != nil || len(batch.Messages) != 100 {
+		if err != nil || len(batch.Messages) == 0 {
 			b.Fatalf("poll at %d: %d messages, %v", off, len(batch.Messages), err)
 		}
+		read += len(batch.Messages)
 		off = batch.Next % 9_900
 	}
-	b.ReportMetric(float64(b.N*100)/b.Elapsed().Seconds(), "msgs/s")
+	b.ReportMetric(float64(read)/b.Elapsed().Seconds(), "msgs/s")
 }
 
 // BenchmarkDurability measures the storage paths of issue "durable
