@@ -74,7 +74,7 @@ type Ack struct {
 // ignored. Message.Key is stored with the message.
 func (n *Node) Produce(ctx context.Context, t Topic, to Partitioning, msgs ...Message) (Ack, error) {
 	start := n.cfg.Clock.Now()
-	req, part, size, err := n.prepareProduce(ctx, t, to, msgs)
+	req, part, size, err := n.prepareProduce(ctx, t, to, msgs, false)
 	if err != nil {
 		return Ack{}, err
 	}
@@ -125,11 +125,12 @@ func batchBytes(msgs []Message) int {
 	return total
 }
 
-// prepareProduce validates and copies a batch, chooses its partition and
-// resolves its namespace: everything of a produce before it is sent. It
-// also returns the batch's size (partition.MessageSize summed), which the
-// limits checked and the produced-bytes metric counts.
-func (n *Node) prepareProduce(ctx context.Context, t Topic, to Partitioning, msgs []Message) (req *shard.Request, part uint32, size int, err error) {
+// prepareProduce validates and copies a batch (a given one is used in
+// place, ProduceAsyncGive), chooses its partition and resolves its
+// namespace: everything of a produce before it is sent. It also returns
+// the batch's size (partition.MessageSize summed), which the limits
+// checked and the produced-bytes metric counts.
+func (n *Node) prepareProduce(ctx context.Context, t Topic, to Partitioning, msgs []Message, give bool) (req *shard.Request, part uint32, size int, err error) {
 	if err := n.begin(ctx); err != nil {
 		return nil, 0, 0, err
 	}
@@ -148,15 +149,20 @@ func (n *Node) prepareProduce(ctx context.Context, t Topic, to Partitioning, msg
 		batch []Message
 		one   *oneProduce
 	)
-	if len(msgs) == 1 {
+	switch {
+	case give:
+		batch = msgs // the caller gave the slice too: set in place
+	case len(msgs) == 1:
 		one = &oneProduce{}
 		batch = one.msg[:]
-	} else {
+	default:
 		batch = make([]Message, len(msgs))
 	}
 	total := 0
 	for i := range msgs {
-		batch[i] = msgs[i]
+		if !give {
+			batch[i] = msgs[i]
+		}
 		m := &batch[i]
 		m.Offset, m.AppendTime = 0, 0
 		if m.Timestamp == 0 {
@@ -254,16 +260,18 @@ func (n *Node) ProduceAsyncIdempotent(ctx context.Context, t Topic, to Partition
 }
 
 // ProduceAsyncGive is ProduceAsyncIdempotent (ProduceAsync when
-// seq.Producer is 0) for a caller that gives the node the batch's bytes
-// instead of lending them: the messages' Key, Headers and Payload slices
-// (the bytes they point to, and the Header structs). A node that stores
-// partitions in memory (no DataDir) keeps them as the stored messages of
-// a partition that is not replicated instead of copying them, where
-// Produce and ProduceAsync copy, and Wait reports it (Ack.Kept); readers
-// get them from Poll. So the caller must
-// not write them until Wait returns, nor ever after Wait returns an Ack
-// with Kept set or an error (the node may hold them). Otherwise they
-// were copied and may be reused once Wait returned. A listener that
+// seq.Producer is 0) for a caller that gives the node the batch instead
+// of lending it: the msgs slice, whose messages the node completes in
+// place (Offset, AppendTime, a zero Timestamp, the key of Key
+// partitioning) where Produce copies the slice first, and the bytes the
+// messages point to (Key, Headers with their values, Payload). A node
+// that stores partitions in memory (no DataDir) keeps those bytes as the
+// stored messages of a partition that is not replicated, where Produce
+// and ProduceAsync copy them, and Wait reports it (Ack.Kept); readers get
+// them from Poll. So the caller must not touch msgs nor write the bytes
+// until Wait returns, nor write the bytes ever after Wait returns an Ack
+// with Kept set, or an error (the node may hold them). Otherwise the
+// bytes were copied and may be reused once Wait returned. A listener that
 // decodes each client batch into a buffer of its own gives that buffer
 // and recycles it only when it was not kept.
 func (n *Node) ProduceAsyncGive(ctx context.Context, t Topic, to Partitioning, seq ProducerSeq, msgs ...Message) *PendingAck {
@@ -274,7 +282,7 @@ func (n *Node) ProduceAsyncGive(ctx context.Context, t Topic, to Partitioning, s
 // offers the batch's bytes to the partition (ProduceAsyncGive).
 func (n *Node) produceAsync(ctx context.Context, t Topic, to Partitioning, seq ProducerSeq, msgs []Message, give bool) *PendingAck {
 	start := n.cfg.Clock.Now()
-	req, part, size, err := n.prepareProduce(ctx, t, to, msgs)
+	req, part, size, err := n.prepareProduce(ctx, t, to, msgs, give)
 	if err != nil {
 		return &PendingAck{done: true, err: err}
 	}

@@ -12,6 +12,7 @@ import (
 // as the partition's messages (Ack.Kept; a poll returns the given bytes
 // themselves), a lent one (ProduceAsync) is copied, and a node with a
 // DataDir copies a given one too (Kept false: the caller may reuse it).
+// A given slice is completed in place; a lent one is not written.
 func TestProduceAsyncGive(t *testing.T) {
 	for _, disk := range []bool{false, true} {
 		t.Run(fmt.Sprintf("disk=%v", disk), func(t *testing.T) {
@@ -43,6 +44,11 @@ func TestProduceAsyncGive(t *testing.T) {
 				}
 				if &got[2].Payload[0] == &lent[0].Payload[0] {
 					t.Fatal("a lent payload was kept")
+				}
+				// The given slice was completed in place, the lent one
+				// left as it was.
+				if given[0].Timestamp == 0 || lent[0].Timestamp != 0 {
+					t.Fatalf("timestamps after the produces: given %d (want set), lent %d (want 0)", given[0].Timestamp, lent[0].Timestamp)
 				}
 			})
 		})
