@@ -63,8 +63,10 @@ type decoder struct {
 	// left is how many bytes the request's records may still inflate
 	// to: what one request makes the server hold is bounded.
 	left int
-	// bufs, when set, lends the buffers snappy and zstd batches inflate
-	// into; inflated lists them (and those made afresh), for recycle.
+	// bufs, when set, lends the buffers batches are decoded into (snappy
+	// and zstd batches inflate into them, uncompressed ones are copied
+	// out of the request frame into them); inflated lists them (and
+	// those made afresh), for recycle.
 	bufs     *bufPool
 	inflated [][]byte
 }
@@ -195,7 +197,16 @@ func (d *decoder) inflate(codec int16, src []byte) ([]byte, error) {
 	)
 	switch codec {
 	case 0:
-		return src, nil // not inflated: the bytes are the request's, already counted
+		// Not compressed: the bytes are the request frame's, which holds
+		// every partition's batches. They are copied into a buffer of the
+		// batch's own (one copy of the batch, not one per record), so a
+		// batch the node keeps (ProduceAsyncGive) keeps only its own bytes
+		// alive, never the frame and the other partitions' records with
+		// it: a partition's retention would otherwise not free them.
+		out = append(d.borrow(), src...)
+		if d.bufs != nil {
+			d.inflated = append(d.inflated, out)
+		}
 	case 1:
 		var zr *gzip.Reader
 		if zr, err = gzip.NewReader(bytes.NewReader(src)); err == nil {

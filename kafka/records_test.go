@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/klauspost/compress/snappy"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -269,5 +270,31 @@ func TestConcurrentCompressedProducesIntact(t *testing.T) {
 	}
 	if len(seen) != producers*n {
 		t.Fatalf("read %d distinct records, want %d", len(seen), producers*n)
+	}
+}
+
+// TestDecoderCopiesUncompressedBatch: an uncompressed batch's records are
+// decoded from a copy of the batch's own, never from the request frame,
+// which holds every partition's batches: a batch an in-memory node keeps
+// must not keep the frame (and the other partitions' records) alive. The
+// copy is lent by the pool and listed for recycling like an inflated
+// batch's buffer.
+func TestDecoderCopiesUncompressedBatch(t *testing.T) {
+	msgs := []parkway.Message{{Timestamp: 1000, Payload: []byte("one")}, {Offset: 1, Timestamp: 1000, Payload: []byte("two")}}
+	raw := appendBatch(nil, msgs, 0)
+	var pool bufPool
+	d := decoder{left: 1 << 20, bufs: &pool}
+	bs, err := d.decodeBatches(raw)
+	if err != nil || len(bs) != 1 || string(bs[0].msgs[1].Payload) != "two" {
+		t.Fatalf("decoded %d batches (%v)", len(bs), err)
+	}
+	for i, m := range bs[0].msgs {
+		p := unsafe.Pointer(unsafe.SliceData(m.Payload))
+		if uintptr(p) >= uintptr(unsafe.Pointer(&raw[0])) && uintptr(p) < uintptr(unsafe.Pointer(&raw[0]))+uintptr(len(raw)) {
+			t.Fatalf("record %d's payload points into the request's bytes", i)
+		}
+	}
+	if len(d.inflated) != 1 {
+		t.Fatalf("%d buffers listed for recycling, want the batch's copy", len(d.inflated))
 	}
 }
