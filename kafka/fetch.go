@@ -244,14 +244,18 @@ func (s *Server) fetchPartition(ctx context.Context, fp *fetchPart, maxBytes int
 	// without waiting, while the partition has more and the budget room.
 	// The budget counts as the poll's does (keys, payloads, headers).
 	// Only the fetch's first record may pass it, so a later poll's first
-	// message that does not fit is left for the next fetch.
+	// message that does not fit is left for the next fetch. A poll the
+	// budget cut short left less room than its last message took (the
+	// cut stops before the message that would not fit): taking that as
+	// the size of the next, the fetch does not ask again for what will
+	// not fit (on disk, each poll reads its messages from the files).
 	used := 0
 	for i := range b.Messages {
 		used += bytesOf(&b.Messages[i])
 	}
 	for len(b.Messages) > 0 && b.Next < b.End {
 		left := maxBytes - used
-		if left <= 0 {
+		if left <= 0 || left < bytesOf(&b.Messages[len(b.Messages)-1]) {
 			break
 		}
 		if b, err = s.node.Poll(ctx, fp.handle, uint32(fp.part), parkway.AtOffset(b.Next), maxFetchMessages, parkway.MaxBytes(left)); err != nil || len(b.Messages) == 0 || bytesOf(&b.Messages[0]) > left {
