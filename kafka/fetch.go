@@ -241,26 +241,28 @@ func (s *Server) fetchPartition(ctx context.Context, fp *fetchPart, maxBytes int
 	// A poll may stop below the partition's end with room left in the
 	// budget (an in-memory partition serves one up to the end of a
 	// 1,024-message chunk, its stored messages without a copy): poll on,
-	// without waiting, while the partition has more and the budget room.
-	// The budget counts as the poll's does (keys, payloads, headers).
-	// Only the fetch's first record may pass it, so a later poll's first
-	// message that does not fit is left for the next fetch. A poll the
-	// budget cut short left less room than its last message took (the
-	// cut stops before the message that would not fit): taking that as
-	// the size of the next, the fetch does not ask again for what will
-	// not fit (on disk, each poll reads its messages from the files).
-	used := 0
+	// without waiting, while the partition has more and the budget room,
+	// up to maxFetchMessages in all. The budget counts as the poll's does
+	// (keys, payloads, headers). Only the fetch's first record may pass
+	// it, so a later poll's first message that does not fit is left for
+	// the next fetch. A poll the budget cut short left less room than its
+	// last message took (the cut stops before the message that would not
+	// fit): taking that as the size of the next, the fetch does not ask
+	// again for what will not fit. On disk a poll reads up to its count
+	// from the files, so a fetch asks no more than it did in one poll.
+	used, polled := 0, len(b.Messages)
 	for i := range b.Messages {
 		used += bytesOf(&b.Messages[i])
 	}
-	for len(b.Messages) > 0 && b.Next < b.End {
+	for len(b.Messages) > 0 && b.Next < b.End && polled < maxFetchMessages {
 		left := maxBytes - used
 		if left <= 0 || left < bytesOf(&b.Messages[len(b.Messages)-1]) {
 			break
 		}
-		if b, err = s.node.Poll(ctx, fp.handle, uint32(fp.part), parkway.AtOffset(b.Next), maxFetchMessages, parkway.MaxBytes(left)); err != nil || len(b.Messages) == 0 || bytesOf(&b.Messages[0]) > left {
+		if b, err = s.node.Poll(ctx, fp.handle, uint32(fp.part), parkway.AtOffset(b.Next), maxFetchMessages-polled, parkway.MaxBytes(left)); err != nil || len(b.Messages) == 0 || bytesOf(&b.Messages[0]) > left {
 			break // what this poll met, the next fetch meets
 		}
+		polled += len(b.Messages)
 		fp.resp.HighWatermark, fp.resp.LastStableOffset = int64(b.End), int64(b.End)
 		fp.resp.RecordBatches = appendBatch(fp.resp.RecordBatches, b.Messages, fp.epoch)
 		for i := range b.Messages {

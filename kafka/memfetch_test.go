@@ -59,25 +59,28 @@ func polled(t *testing.T, reg *prometheus.Registry) float64 {
 
 // TestFetchFillsBudgetAcrossMemoryChunks: an in-memory partition serves
 // a poll up to the end of a 1,024-message chunk, and a fetch polls on
-// until its budget is used: one fetch with room for everything returns
-// all 3,000 records, and one with a smaller budget more than a chunk,
-// within the budget.
+// until its budget is used, up to the count one poll asks for: one fetch
+// with room for all 12,000 records returns 10,000 (maxFetchMessages), one
+// with a smaller budget more than a chunk, within the budget, without
+// polling a record it then drops.
 func TestFetchFillsBudgetAcrossMemoryChunks(t *testing.T) {
 	f := serve(t, Config{DefaultPartitions: 1})
 	ctx := ctxFor(t)
 	prod := f.client(t, kgo.DefaultProduceTopic("chunks"), kgo.AllowAutoTopicCreation())
-	recs := make([]*kgo.Record, 3000)
+	recs := make([]*kgo.Record, 12_000)
 	for i := range recs {
-		recs[i] = kgo.StringRecord(fmt.Sprintf("r%04d", i))
+		recs[i] = kgo.StringRecord(fmt.Sprintf("r%04d", i%10_000))
 	}
-	if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatalf("produce: %v", err)
+	for i := 0; i < len(recs); i += 3000 {
+		if err := prod.ProduceSync(ctx, recs[i:i+3000]...).FirstErr(); err != nil {
+			t.Fatalf("produce: %v", err)
+		}
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(f.node.Metrics())
 	r := dialRaw(t, f.addr)
-	if n := fetchRecords(r, "chunks", 1<<20); n != 3000 {
-		t.Fatalf("one fetch with a 1 MiB budget returned %d records, want all 3,000", n)
+	if n := fetchRecords(r, "chunks", 1<<20); n != maxFetchMessages {
+		t.Fatalf("one fetch with a 1 MiB budget returned %d records, want %d (as many as one poll asks for)", n, maxFetchMessages)
 	}
 	// The budget counts what a poll's does: the records' values here, 5
 	// bytes each. 8,002 bytes: a chunk (1,024), then a poll the budget
