@@ -21,7 +21,7 @@ func TestAPIByRole(t *testing.T) {
 	}{
 		{reflect.TypeFor[*parkway.Node](), []string{
 			"Admin", "Close", "Cluster", "JoinGroup", "Metrics", "NewConsumer", "Poll",
-			"Produce", "ProduceAsync", "ProduceAsyncIdempotent", "Ready", "Stream", "Topic",
+			"Produce", "ProduceAsync", "ProduceAsyncGive", "ProduceAsyncIdempotent", "Ready", "Stream", "Topic",
 		}},
 		{reflect.TypeFor[*parkway.Admin](), []string{
 			"ConsumerOffset", "CreateGroup", "CreatePartitions", "CreateStream", "CreateTopic",

@@ -238,6 +238,8 @@ func (p *memPartition) AppendKept(msgs []Message) (uint64, error) {
 	return p.append(msgs, true)
 }
 
+// append is Append, keeping msgs' slices instead of copying them with
+// keep (AppendKept).
 func (p *memPartition) append(msgs []Message, keep bool) (uint64, error) {
 	if p.closed {
 		return 0, ErrClosed
@@ -248,7 +250,7 @@ func (p *memPartition) append(msgs []Message, keep bool) (uint64, error) {
 	var payloadBytes, headerCount, valueBytes int
 	for i := range msgs {
 		if keep {
-			break
+			break // nothing to copy: no arenas
 		}
 		payloadBytes += len(msgs[i].Payload) + len(msgs[i].Key)
 		headerCount += len(msgs[i].Headers)
