@@ -37,6 +37,10 @@ func (c *csim) quiesce() {
 	if !c.settle() {
 		return
 	}
+	c.checkForwardBudget(true)
+	if c.viol != nil {
+		return
+	}
 	c.checkMembership()
 	c.checkOwnership()
 	c.finalReads()
@@ -494,6 +498,13 @@ func (c *csim) clusterDropOK(variant, reason string) bool {
 	switch reason {
 	case metrics.ReasonUnroutable, metrics.ReasonMisrouted, metrics.ReasonDeliveryFailed:
 		return false
+	case metrics.ReasonOutOfReach:
+		// A term out of the bound's reach: only a forged one (cpeer.go),
+		// as no correct run comes near the bound.
+		return c.faults.ForgedTerms > 0
+	}
+	if variant == metaRaftVariant && reason == metrics.ReasonInvalidRaft {
+		return c.faults.ForgedExtreme > 0 // past the absolute cap
 	}
 	if variant == shard.OpRaft.String() || variant == shard.OpCatchUp.String() {
 		return true
@@ -510,6 +521,10 @@ func (c *csim) clusterDropOK(variant, reason string) bool {
 	}
 	return false
 }
+
+// metaRaftVariant labels the metadata group's refused raft messages in
+// parkway_frame_drops_total (the engine's label).
+const metaRaftVariant = "metadata_raft"
 
 // checkParkAndDrops: at quiescence every park buffer is empty, and every
 // frame drop is explained (invariant 4).

@@ -93,6 +93,7 @@ func (c *csim) crashHow(n *cnode, power bool, lo, hi time.Duration) {
 	clear(n.waits)
 	n.waits = n.waits[:0]
 	c.oldMetrics = append(c.oldMetrics, n.m)
+	c.noteForwardRefusals(n)
 	if power {
 		n.mem = n.mem.Crash()
 		// What the shutdown writes and syncs goes to the disk the power

@@ -129,6 +129,7 @@ func (c *csim) calm(n *cnode, groups []ledGroup, voters []uint64, metaLeader boo
 	now := c.clk.Now()
 	c.faults.CalmCrashes++
 	c.netf = netState{}
+	c.peerFaultsOff()
 	c.setWeather()
 	released := c.net.Flush() + c.net.UnclogAll()
 	for _, m := range c.nodes {
@@ -172,6 +173,7 @@ func (c *csim) quietForDeaf() bool {
 	}
 	now := c.clk.Now()
 	c.netf = netState{}
+	c.peerFaultsOff()
 	c.setWeather()
 	released := c.net.Flush() + c.net.UnclogAll()
 	for _, m := range c.nodes {

@@ -122,6 +122,7 @@ func (c *csim) startFaults() {
 	if len(w.clogs) == 0 && c.roll(nf.Clog) {
 		c.startClog()
 	}
+	c.startPeerFaults()
 	if c.depth == 0 && c.roll(nf.Stop) && !slices.ContainsFunc(c.nodes, func(n *cnode) bool { return n.stopped || n.down }) {
 		n := c.nodes[c.rng.IntN(len(c.nodes))]
 		n.stopped = true
@@ -347,6 +348,7 @@ func (c *csim) expireFaults() {
 	if len(w.clogs) > 0 && !now.Before(w.clogEnd) {
 		c.unclog()
 	}
+	c.expirePeerFaults()
 	for _, n := range c.nodes {
 		c.expireClockFaults(n.clk, fmt.Sprintf("n%d", n.id))
 		if n.down && !now.Before(n.restartAt) && c.depth == 0 {
@@ -422,6 +424,7 @@ func (c *csim) applyCuts() {
 // disks work again.
 func (c *csim) faultsOff() {
 	c.netf = netState{}
+	c.peerFaultsOff()
 	c.setWeather()
 	released := c.net.Flush() + c.net.UnclogAll()
 	for _, n := range c.nodes {

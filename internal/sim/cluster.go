@@ -147,6 +147,9 @@ type csim struct {
 	deafWait     *deafWait
 	calmUntil    time.Time
 
+	// peerf is the misbehaving member's spells (cpeer.go).
+	peerf peerState
+
 	// lies are the liar's lies (clie.go), nil when FaultRates.Lie is 0.
 	lies *lies
 	liar uint64
@@ -325,6 +328,7 @@ func (c *csim) result() Result {
 	c.ops.LeaderTransfers = c.leaderTransfers()
 	f.MsgDropped, f.MsgDuplicated, f.MsgReordered = int(st.Dropped), int(st.Duplicated), int(st.Reordered)
 	f.MsgDelayed, f.MsgCut, f.MsgClogged = int(st.Delayed), int(st.Cut), int(st.Clogged)
+	c.peerCounts(&f)
 	return Result{
 		Seed:        c.cfg.Seed,
 		Nodes:       c.cfg.Nodes,
@@ -398,7 +402,8 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *cnode
 		BuildBackoffMin: backoffMin, BuildBackoffMax: backoffMax,
 		NewReconciler: newReconciler,
 		Cluster: &host.Cluster{ID: transport.NodeID(id), Peers: peers, Join: n.join, Bus: &outboxBus{n: n},
-			TickInterval: c.cfg.TickInterval, CompactEntries: c.compactEntries},
+			TickInterval: c.cfg.TickInterval, CompactEntries: c.compactEntries,
+			MaxForwardedBytes: simForwardedBytes, MaxForwardedPeerBytes: simForwardedPeerBytes},
 		Clock:      n.clk,
 		ShardClock: func(i int) clock.Clock { return n.clocks[i] },
 		Metrics:    n.m,
@@ -534,6 +539,9 @@ func (n *cnode) flushOutbox() {
 		}
 		err := n.ep.Send(o)
 		n.c.event("n%d send %s to=n%d err=%v", n.id, describeMsg(o), o.To, errString(err))
+		if n.c.forging(n) {
+			n.c.forgeTerms(n, o)
+		}
 		n.outbox[i] = transport.Message{}
 	}
 	n.outbox = n.outbox[:0]
@@ -582,6 +590,14 @@ func (m *cmirror) TrySend(f shard.Frame) error {
 	c := m.n.c
 	err := m.sh.TrySend(f)
 	var a *attempt
+	if isFlood(f.Req) {
+		// A misbehaving member's forwarded request (cpeer.go).
+		if err == nil {
+			m.n.shadow[m.i] = append(m.n.shadow[m.i], floodFrame)
+		}
+		c.event("n%d enqueue shard=%d flood %d err=%v", m.n.id, m.i, f.Req.Seq, errString(err))
+		return err
+	}
 	if op := f.Req.Op; op != shard.OpRaft && op != shard.OpCatchUp {
 		if a = c.attempts[f.Req]; a == nil {
 			c.fail(0, "n%d shard %d was sent a frame the simulator did not issue", m.n.id, m.i)
@@ -603,8 +619,12 @@ func (m *cmirror) TrySend(f shard.Frame) error {
 	return err
 }
 
-// catchUpFrame marks a catch-up frame in an inbox mirror.
-var catchUpFrame = &attempt{}
+// catchUpFrame marks a catch-up frame in an inbox mirror, floodFrame a
+// request of a misbehaving member's flood.
+var (
+	catchUpFrame = &attempt{}
+	floodFrame   = &attempt{}
+)
 
 // afterAction ends every scheduler action: raft messages go out, answers
 // are collected, and metadata commands whose commit a client waited for
@@ -625,6 +645,7 @@ func (c *csim) afterAction() {
 			c.checkVoters(n)
 		}
 	}
+	c.checkForwardBudget(false)
 	c.collect()
 	for _, n := range c.nodes {
 		n.stored = n.stored[:0]
@@ -853,6 +874,9 @@ func (c *csim) stepShard(n *cnode, i int) {
 		queued = true
 		if a == catchUpFrame {
 			a, fetch = nil, true
+		}
+		if a == floodFrame {
+			a = nil
 		}
 		if a != nil {
 			rev, _ := n.meta.CreatedRevision(a.op.ns)

@@ -216,6 +216,7 @@ func (c *csim) removed(r *removing, v *cnode) {
 	n.waits = n.waits[:0]
 	if !n.down {
 		c.oldMetrics = append(c.oldMetrics, n.m) // a crash recorded them already
+		c.noteForwardRefusals(n)
 	}
 	if err := n.eng.Close(); err != nil {
 		c.event("n%d close: %v", n.id, err)

@@ -82,6 +82,9 @@ type FaultRates struct {
 
 	// Net are the network faults of cluster mode (Config.Nodes > 1).
 	Net NetFaultRates
+	// Peer are the faults of a member that misbehaves within the
+	// protocol (cluster mode, cpeer.go).
+	Peer PeerFaultRates
 	// Clock are the faults of the nodes' clocks (both modes).
 	Clock ClockFaultRates
 	// SpareMetadataLog, in cluster mode, keeps DiskFull and DiskError
@@ -124,6 +127,30 @@ type NetFaultRates struct {
 	// other node and does no work at all (a paused process); clients do
 	// not start requests on it, and those it holds wait for it to resume.
 	Stop float64
+}
+
+// PeerFaultRates are the faults of a member that misbehaves within the
+// protocol: authenticated, its messages well formed, what they say
+// false or too much (cluster mode, cpeer.go). Each is the chance, per
+// scheduler step, that one member picked at random starts the spell,
+// when it is not already on; the spell lasts 100 ms – 2 s.
+type PeerFaultRates struct {
+	// Terms makes the member send, besides each of its heartbeats,
+	// heartbeat and append answers, votes and pre-votes (partition
+	// groups and the metadata group), now and then a copy with a forged
+	// term: an extreme one (2^62, 2^62−1, 2^62+1, 2^64−1), which the
+	// bound relative to the receiver's term must refuse, or a jump ahead
+	// of the real term by up to 2^28, which raft adopts (a run forges
+	// jumps of 2^31 in all at most: see cpeer.go).
+	Terms float64
+	// Flood makes the member send bursts of forwarded produce requests
+	// (16–64 KiB each, for a partition its metadata knows, under an
+	// incarnation that never exists) and probes for them to one peer at
+	// a time: the peer holds them until it answered them, within its
+	// forwarded-request budgets (host.Cluster.MaxForwardedPeerBytes,
+	// MaxForwardedBytes, small in the simulator), and answers the rest
+	// at once.
+	Flood float64
 }
 
 // ClockFaultRates are the faults of the nodes' own clocks. Each node
@@ -249,6 +276,7 @@ func DefaultClusterFaults() FaultRates {
 			Clog:      0.0008,
 			Stop:      0.0004,
 		},
+		Peer: PeerFaultRates{Terms: 0.0004, Flood: 0.0004},
 	}
 }
 
@@ -318,12 +346,12 @@ func (c Config) validate() error {
 	if c.cluster() && f.InboxBurst > 0 {
 		errs = append(errs, errors.New("sim: InboxBurst is a single-node fault"))
 	}
-	if !c.cluster() && (f.QuiescedCrash > 0 || f.Join > 0 || f.Remove > 0 || f.WrongDisk > 0) {
-		errs = append(errs, errors.New("sim: QuiescedCrash, Join, Remove and WrongDisk need Nodes > 1"))
+	if !c.cluster() && (f.QuiescedCrash > 0 || f.Join > 0 || f.Remove > 0 || f.WrongDisk > 0 || f.Peer != (PeerFaultRates{})) {
+		errs = append(errs, errors.New("sim: QuiescedCrash, Join, Remove, WrongDisk and Peer need Nodes > 1"))
 	}
 	for _, p := range []float64{f.InboxBurst, f.DiskFull, f.DiskError, f.SlowBuild, f.Crash, f.QuiescedCrash, f.Join, f.Remove, f.Lie, f.WrongDisk,
 		n.Drop, n.Duplicate, n.Reorder, n.Delay, n.Partition, n.OneWay, n.Clog, n.Stop,
-		f.Clock.Jump, f.Clock.Strobe, f.Clock.Drift} {
+		f.Peer.Terms, f.Peer.Flood, f.Clock.Jump, f.Clock.Strobe, f.Clock.Drift} {
 		if p < 0 || p > 1 {
 			errs = append(errs, fmt.Errorf("sim: fault probability %v outside [0, 1]", p))
 		}
@@ -406,6 +434,25 @@ type FaultCounts struct {
 	// WrongDisks counts the starts on another node's data directory
 	// (cluster mode), each refused.
 	WrongDisks int
+	// A misbehaving member (cluster mode, cpeer.go). TermSpells counts
+	// the spells of forged terms that began; ForgedTerms the forged
+	// copies sent (ForgedExtreme of them with an extreme term); TermsRefused
+	// the raft messages the receivers refused as out of reach of their
+	// term or invalid (parkway_frame_drops_total, reasons
+	// raft_out_of_reach and invalid_raft_message). FloodSpells counts the
+	// spells of forwarded-request floods, FloodRequests the requests and
+	// FloodProbes the probes sent, FloodRefused the requests answered at
+	// once over a budget (host.ForwardStats.Refused), FloodPeakBytes the
+	// most bytes of forwarded requests one node held.
+	TermSpells     int
+	ForgedTerms    int
+	ForgedExtreme  int
+	TermsRefused   int
+	FloodSpells    int
+	FloodRequests  int
+	FloodProbes    int
+	FloodRefused   int
+	FloodPeakBytes int
 }
 
 // OpCounts counts client operations by kind and by outcome.

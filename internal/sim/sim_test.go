@@ -219,6 +219,15 @@ func addFaults(t *sim.FaultCounts, f sim.FaultCounts) {
 	t.DeafCalms += f.DeafCalms
 	t.FailedPasses += f.FailedPasses
 	t.MetaReopens += f.MetaReopens
+	t.TermSpells += f.TermSpells
+	t.ForgedTerms += f.ForgedTerms
+	t.ForgedExtreme += f.ForgedExtreme
+	t.TermsRefused += f.TermsRefused
+	t.FloodSpells += f.FloodSpells
+	t.FloodRequests += f.FloodRequests
+	t.FloodProbes += f.FloodProbes
+	t.FloodRefused += f.FloodRefused
+	t.FloodPeakBytes = max(t.FloodPeakBytes, f.FloodPeakBytes)
 }
 
 func addOps(t *sim.OpCounts, o sim.OpCounts) {

@@ -10,6 +10,13 @@ const Enabled = false
 // breaks when the tag is set.
 var ServeStaleParked off
 
+// NoTermStep and NoForwardBudget are off for good in this build, like
+// ServeStaleParked.
+var (
+	NoTermStep      off
+	NoForwardBudget off
+)
+
 // off is a switch that cannot be set: Load is the constant false, so a
 // branch on it is dead code.
 type off struct{}

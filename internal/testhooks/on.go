@@ -14,4 +14,15 @@ var (
 	// of rejecting them as stale (breaks DESIGN behaviour 4). Read in the
 	// shard's re-dispatch, once per materialisation.
 	ServeStaleParked atomic.Bool
+	// NoTermStep, when set, lets a raft message through whatever its
+	// term's distance ahead of the receiver's (replica.MaxTermStep is not
+	// applied; the absolute cap still is), as validation did before issue
+	// 26: one message at term 2^62 leaves a group unable to elect for
+	// good. Read in replica's message check, once per message.
+	NoTermStep atomic.Bool
+	// NoForwardBudget, when set, makes a node take every forwarded
+	// request whatever the bytes it already holds for its sender and in
+	// total (Cluster.MaxForwardedPeerBytes, MaxForwardedBytes), as before
+	// issue 26. Read in host's forward budget, once per request.
+	NoForwardBudget atomic.Bool
 )

@@ -14,9 +14,12 @@
 //
 // The package imports nothing of parkway, so any package may read it.
 //
-// One switch is left. The other broken builds the simulator proves it
-// catches (a fast-skip that ignores parked frames, raft messages without
-// their incarnation) are built from outside, through the engine's public
-// seams (internal/sim's Break* variables); this one breaks a check inside
-// the shard's re-dispatch that no seam reaches.
+// Three switches are left. The other broken builds the simulator proves
+// it catches (a fast-skip that ignores parked frames, raft messages
+// without their incarnation) are built from outside, through the engine's
+// public seams (internal/sim's Break* variables); these break checks no
+// seam reaches: the shard's re-dispatch (ServeStaleParked), the bound on
+// a peer's raft term relative to the receiver's (NoTermStep), and the
+// budget of forwarded requests (NoForwardBudget) — the last two caught by
+// the cluster simulator's misbehaving member (internal/sim, cpeer.go).
 package testhooks

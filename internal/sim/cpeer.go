@@ -1,0 +1,389 @@
+package sim
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/parkway-io/parkway/host"
+	"github.com/parkway-io/parkway/metrics"
+	"github.com/parkway-io/parkway/partition"
+	"github.com/parkway-io/parkway/shard"
+	"github.com/parkway-io/parkway/transport"
+)
+
+// A member that misbehaves within the protocol (FaultRates.Peer). The
+// transport authenticates it, so everything it sends reaches the
+// engines, and everything it sends is well formed; what it says is
+// false, or too much. The engine is driven as always: the misbehaving
+// node runs the real engine, and the simulator adds to what that engine
+// sends, in the transport wrapper (flushOutbox) or from the node's
+// endpoint, so no production code has a path for it. Two kinds:
+//
+//   - Forged terms (PeerFaultRates.Terms): besides some of its raft
+//     messages — heartbeats, heartbeat and append answers, votes and
+//     pre-votes, of partition groups (alone or batched) and of the
+//     metadata group — the member sends a copy under another term. An
+//     extreme term (2^62, 2^62−1, 2^62+1, 2^64−1) must be refused by the
+//     receiver's bound (replica.MaxTermStep relative to its own term, and
+//     the absolute cap): one accepted used to leave its group unable to
+//     elect for good (issue 26). A jump ahead of the real term (up to
+//     2^28) is within the bound: raft adopts it — a follower takes the
+//     sender for its leader in that term, a leader that hears of a
+//     higher term steps down — and the group must elect again. The copy
+//     forges only the message's term, never its entries, log position or
+//     commit, and never claims leadership with data: raft's safety holds
+//     against a term claimed by a heartbeat or a vote (no entry, and no
+//     lease read: reads go through ReadIndex), while a forged append could
+//     break it, which the README's security model leaves to the member's
+//     trust. A run forges jumps of termJumpBudget in all at most: a
+//     member more than replica.MaxTermStep behind its group is refused
+//     for good by design (a crashed replica would never rejoin), which a
+//     misbehaving member could otherwise reach with two messages.
+//   - A flood of forwarded requests (PeerFaultRates.Flood): bursts of
+//     large produce requests (host.KindRequest) for a partition the
+//     member's metadata knows, under an incarnation that never exists
+//     (floodEpoch, so no replica ever appends one), and probes for them
+//     (host.KindProbe). The receiver holds each from receipt until it is
+//     answered (served by its shard; parked until its partition is built
+//     or its park expires), within its forwarded-request budgets, which
+//     the simulator sets small (simForwardedPeerBytes,
+//     simForwardedBytes); over them a request is answered at once with a
+//     retriable error. Invariant 10 checks the budget never passes and is
+//     all given back at quiescence; the others — no acknowledged loss,
+//     every group led again, every replica whole — that the flood starves
+//     nothing for good.
+//
+// Not modelled: frames. The in-memory network delivers whole messages,
+// and the transport's inbound budgets per connection, per peer and in
+// total, with its frame and stall timeouts (a member holding near-complete
+// frames), exist only on real sockets (transport.TCPBus; tested over TLS
+// by TestBehaviour26PeerShareKeepsOtherPeersServed). The simulator's
+// stalled direction is the clog (NetFaultRates.Clog).
+
+// The forwarded-request budgets of the simulated nodes: small, so that a
+// flood meets them (a request is charged its bytes and 8 KiB).
+const (
+	simForwardedBytes     = 512 << 10
+	simForwardedPeerBytes = 192 << 10
+)
+
+// The flood's requests: floodProducer marks them (shard.Request.Producer;
+// the inbox mirror knows them by it), floodEpoch is an incarnation no
+// partition ever has (a metadata revision, which a run never comes near),
+// and their request ids start at floodIDBase, far above those an engine
+// draws (it counts from 1), so no answer is taken for another's.
+const (
+	floodProducer = 0xf100df100df100d1
+	floodEpoch    = 1 << 62
+	floodIDBase   = 1 << 62
+)
+
+// Forged jumps: each at most maxTermJump, termJumpBudget in all per run
+// (well below replica.MaxTermStep, 2^32).
+const (
+	maxTermJump    = 1 << 28
+	termJumpBudget = 1 << 31
+)
+
+// extremeTerms are the forged terms no group may adopt: at and around
+// the absolute cap (2^62) and the largest a message can carry.
+var extremeTerms = [...]uint64{1 << 62, 1<<62 - 1, 1<<62 + 1, math.MaxUint64}
+
+// peerState is the misbehaving member's spells.
+type peerState struct {
+	// termNode forges terms until termEnd (0: no spell); jumped is what
+	// the run's forged jumps add up to.
+	termNode uint64
+	termEnd  time.Time
+	jumped   uint64
+	// floodNode floods until floodEnd (0: no spell); floodID is the
+	// flood's last request id, floodTo the member its last burst went to.
+	floodNode uint64
+	floodEnd  time.Time
+	floodID   uint64
+	floodTo   uint64
+	// refusedGone are the forwarded requests refused by engines that
+	// have since crashed.
+	refusedGone uint64
+}
+
+// startPeerFaults starts a spell of forged terms or of a flood (each
+// from a running member, for 100 ms – 2 s), and sends the flood's next
+// burst.
+func (c *csim) startPeerFaults() {
+	p, rates := &c.peerf, c.cfg.Faults.Peer
+	now := c.clk.Now()
+	if p.termNode == 0 && c.roll(rates.Terms) {
+		n := c.nodes[c.rng.IntN(len(c.nodes))]
+		p.termNode, p.termEnd = n.id, now.Add(c.randDuration(100*time.Millisecond, 2*time.Second))
+		c.faults.TermSpells++
+		c.event("n%d forges terms until %v", n.id, p.termEnd.Sub(epoch0))
+	}
+	if p.floodNode == 0 && c.roll(rates.Flood) {
+		n := c.nodes[c.rng.IntN(len(c.nodes))]
+		p.floodNode, p.floodEnd = n.id, now.Add(c.randDuration(100*time.Millisecond, 2*time.Second))
+		c.faults.FloodSpells++
+		c.event("n%d floods forwarded requests until %v", n.id, p.floodEnd.Sub(epoch0))
+	}
+	if p.floodNode != 0 && c.rng.IntN(32) == 0 {
+		c.floodBurst()
+	}
+}
+
+// expirePeerFaults ends the spells whose time is up.
+func (c *csim) expirePeerFaults() {
+	p := &c.peerf
+	now := c.clk.Now()
+	if p.termNode != 0 && !now.Before(p.termEnd) {
+		c.event("n%d forges no more terms", p.termNode)
+		p.termNode = 0
+	}
+	if p.floodNode != 0 && !now.Before(p.floodEnd) {
+		c.event("n%d floods no more", p.floodNode)
+		p.floodNode = 0
+	}
+}
+
+// peerFaultsOff ends both spells (quiescence, calms).
+func (c *csim) peerFaultsOff() {
+	c.peerf.termNode, c.peerf.floodNode = 0, 0
+}
+
+// forging reports whether n forges terms now.
+func (c *csim) forging(n *cnode) bool {
+	return c.peerf.termNode == n.id && !c.quiescing && !c.calming()
+}
+
+// forgeable reports whether a forged term on m is safe to send (see the
+// top of this file): no entries, no snapshot, no leadership transfer.
+func forgeable(m *raftpb.Message) bool {
+	switch m.GetType() {
+	case raftpb.MsgHeartbeat, raftpb.MsgHeartbeatResp, raftpb.MsgAppResp, raftpb.MsgVote, raftpb.MsgPreVote:
+		return m.GetTerm() > 0
+	}
+	return false
+}
+
+// forgeTerms sends, one time in four, a copy of o — a raft message n's
+// engine sent — under a forged term, if o carries a forgeable message.
+func (c *csim) forgeTerms(n *cnode, o transport.Message) {
+	if c.rng.IntN(4) != 0 {
+		return
+	}
+	p := &c.peerf
+	extreme := p.jumped >= termJumpBudget || c.rng.IntN(2) == 0
+	var term, jump uint64
+	if extreme {
+		term = extremeTerms[c.rng.IntN(len(extremeTerms))]
+	} else {
+		jump = 1 + c.rng.Uint64N(min(maxTermJump, termJumpBudget-p.jumped))
+	}
+	forge := func(b []byte) ([]byte, bool) {
+		m := &raftpb.Message{}
+		if proto.Unmarshal(b, m) != nil || !forgeable(m) {
+			return nil, false
+		}
+		if extreme {
+			m.Term = &term
+		} else {
+			t := m.GetTerm() + jump
+			m.Term = &t
+		}
+		out, err := proto.Marshal(m)
+		return out, err == nil
+	}
+	f := transport.Message{To: o.To, From: o.From, Kind: o.Kind, Group: o.Group}
+	switch o.Kind {
+	case host.KindMetaRaft:
+		b, ok := forge(o.Payload)
+		if !ok {
+			return
+		}
+		f.Payload = b
+	case host.KindPartitionRaft:
+		if len(o.Payload) < 8 {
+			return
+		}
+		b, ok := forge(o.Payload[8:])
+		if !ok {
+			return
+		}
+		f.Payload = append(append([]byte(nil), o.Payload[:8]...), b...)
+	case host.KindPartitionRaftBatch:
+		// count u32, then records: namespace u64, epoch u64, size u32,
+		// message. The copy holds the forgeable records only, forged.
+		b := o.Payload
+		out, count := []byte{0, 0, 0, 0}, uint32(0)
+		for i := 4; i+20 <= len(b); {
+			size := int(binary.LittleEndian.Uint32(b[i+16:]))
+			if size > len(b)-i-20 {
+				return
+			}
+			if m, ok := forge(b[i+20 : i+20+size]); ok {
+				out = append(out, b[i:i+16]...)
+				out = binary.LittleEndian.AppendUint32(out, uint32(len(m)))
+				out = append(out, m...)
+				count++
+			}
+			i += 20 + size
+		}
+		if count == 0 {
+			return
+		}
+		binary.LittleEndian.PutUint32(out, count)
+		f.Payload = out
+	default:
+		return
+	}
+	c.faults.ForgedTerms++
+	what := fmt.Sprintf("+%d", jump)
+	if extreme {
+		c.faults.ForgedExtreme++
+		what = fmt.Sprintf("=%d", term)
+	} else {
+		p.jumped += jump
+	}
+	err := n.ep.Send(f)
+	c.event("n%d send %s to=n%d with a forged term %s err=%v", n.id, describeMsg(o), f.To, what, errString(err))
+}
+
+// floodBurst sends 4–24 forwarded produce requests of 16–64 KiB from the
+// flooding member to one other member, for one partition its metadata
+// knows, and one time in two probes the member its last burst went to
+// for the last requests of that burst.
+func (c *csim) floodBurst() {
+	p := &c.peerf
+	n := c.node(p.floodNode)
+	if n == nil || !n.reachable() || c.quiescing || c.calming() || n.meta == nil {
+		return
+	}
+	parts := n.meta.Snapshot().Partitions
+	if len(parts) == 0 || len(c.nodes) < 2 {
+		return
+	}
+	to := c.nodes[c.rng.IntN(len(c.nodes))]
+	if to == n {
+		return
+	}
+	ns := parts[c.rng.IntN(len(parts))].NS
+	if p.floodID == 0 {
+		p.floodID = floodIDBase
+	}
+	if c.rng.IntN(2) == 0 && p.floodID > floodIDBase {
+		// Probes for the last burst's ids: the receiver answers whether
+		// it still holds each (a probe costs it nothing to hold).
+		for id := max(floodIDBase+1, p.floodID-3); id <= p.floodID; id++ {
+			err := n.ep.Send(transport.Message{To: transport.NodeID(p.floodTo), From: transport.NodeID(n.id), Kind: host.KindProbe, Group: id})
+			c.faults.FloodProbes++
+			c.event("n%d flood probe %d to=n%d err=%v", n.id, id, p.floodTo, errString(err))
+		}
+	}
+	p.floodTo = to.id
+	k := 4 + c.rng.IntN(21)
+	size := (16 + c.rng.IntN(49)) << 10
+	now := n.clk.Now()
+	sent := 0
+	for range k {
+		p.floodID++
+		req := &shard.Request{Op: shard.OpProduce, NS: ns, Epoch: floodEpoch, Producer: floodProducer, Seq: p.floodID,
+			Messages: []partition.Message{{Payload: make([]byte, size)}}, Deadline: now.Add(2 * time.Second)}
+		payload, err := host.EncodeRequest(req, now)
+		if err != nil {
+			c.fail(0, "n%d encode a flood request: %v", n.id, err)
+			return
+		}
+		if n.ep.Send(transport.Message{To: transport.NodeID(to.id), From: transport.NodeID(n.id), Kind: host.KindRequest, Group: p.floodID, Payload: payload}) == nil {
+			sent++
+		}
+		c.faults.FloodRequests++
+	}
+	c.event("n%d flood %d requests of %d KiB for %v to=n%d sent=%d", n.id, k, size>>10, ns, to.id, sent)
+}
+
+// isFlood reports whether r is one of the flood's requests.
+func isFlood(r *shard.Request) bool {
+	return r.Producer == floodProducer && r.Epoch == floodEpoch
+}
+
+// checkForwardBudget checks invariant 10 after every action: no running
+// node ever held more bytes of forwarded requests than its budget
+// (host.ForwardStats.PeakHeldBytes); at quiescence (final), none holds
+// any.
+func (c *csim) checkForwardBudget(final bool) {
+	for _, n := range c.nodes {
+		if n.eng == nil || n.down {
+			continue
+		}
+		st := n.eng.ForwardStats()
+		c.faults.FloodPeakBytes = max(c.faults.FloodPeakBytes, int(st.PeakHeldBytes))
+		if st.PeakHeldBytes > simForwardedBytes {
+			c.fail(10, "n%d held %d bytes of forwarded requests, its budget is %d", n.id, st.PeakHeldBytes, simForwardedBytes)
+			return
+		}
+		if final && st.HeldBytes != 0 {
+			c.fail(10, "n%d still holds %d bytes of forwarded requests at quiescence", n.id, st.HeldBytes)
+			return
+		}
+	}
+}
+
+// noteForwardRefusals keeps the forwarded requests n's engine refused
+// before it goes down or is removed (its counters go with it).
+func (c *csim) noteForwardRefusals(n *cnode) {
+	if n.eng != nil {
+		c.peerf.refusedGone += n.eng.ForwardStats().Refused
+	}
+}
+
+// peerCounts fills in the counts read from the engines: forwarded
+// requests refused over a budget, raft messages refused for their term.
+func (c *csim) peerCounts(f *FaultCounts) {
+	refused := c.peerf.refusedGone
+	ms := append([]*metrics.Metrics(nil), c.oldMetrics...)
+	for _, n := range c.nodes {
+		if n.eng != nil && !n.down {
+			refused += n.eng.ForwardStats().Refused
+			ms = append(ms, n.m)
+		}
+	}
+	f.FloodRefused = int(refused)
+	for _, m := range ms {
+		f.TermsRefused += int(sumDrops(m, metrics.ReasonOutOfReach, metrics.ReasonInvalidRaft))
+	}
+}
+
+// sumDrops is the frames m counted dropped for any of reasons.
+func sumDrops(m *metrics.Metrics, reasons ...string) float64 {
+	reg := prometheus.NewRegistry()
+	if reg.Register(m) != nil {
+		return 0
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		return 0
+	}
+	var sum float64
+	for _, f := range fams {
+		if f.GetName() != "parkway_frame_drops_total" {
+			continue
+		}
+		for _, mt := range f.GetMetric() {
+			for _, l := range mt.GetLabel() {
+				if l.GetName() == "reason" {
+					for _, r := range reasons {
+						if l.GetValue() == r {
+							sum += mt.GetCounter().GetValue()
+						}
+					}
+				}
+			}
+		}
+	}
+	return sum
+}
