@@ -5,6 +5,7 @@ package sim_test
 import (
 	"testing"
 
+	"github.com/parkway-io/parkway/internal/sim"
 	"github.com/parkway-io/parkway/internal/testhooks"
 )
 
@@ -12,4 +13,24 @@ import (
 // rejecting them) is caught as a message crossing incarnations.
 func TestCatchesServeStaleParked(t *testing.T) {
 	expectCaught(t, &testhooks.ServeStaleParked, 2)
+}
+
+// A term bound that is not relative to the receiver's term (only the
+// absolute cap, as before issue 26) lets a misbehaving member's forged
+// term of 2^62 or 2^62−1 through: the group it reaches adopts it, can
+// elect at most once more, and never settles. Forged terms run at ten
+// times their default rate, so that early seeds forge extreme ones.
+func TestClusterCatchesNoTermBound(t *testing.T) {
+	expectClusterCaught(t, func(seed uint64) sim.Config {
+		cfg := sim.DefaultClusterConfig(seed)
+		cfg.Faults.Peer.Terms *= 10
+		return cfg
+	}, &testhooks.NoTermStep, 0, 1, 3, 4, 7, 8)
+}
+
+// Without the forwarded-request budget a node holds every request a
+// flooding member sends it until it answers it: caught when a node holds
+// more than its budget (invariant 10).
+func TestClusterCatchesNoForwardBudget(t *testing.T) {
+	expectClusterCaught(t, sim.DefaultClusterConfig, &testhooks.NoForwardBudget, 10)
 }

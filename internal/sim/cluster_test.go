@@ -23,6 +23,8 @@ var (
 	flagJoinX      = flag.Float64("sim.joinx", 1, "multiply the cluster seeds' node join rate")
 	flagOneWayX    = flag.Float64("sim.onewayx", 1, "multiply the cluster seeds' one-way partition rate")
 	flagClogX      = flag.Float64("sim.clogx", 1, "multiply the cluster seeds' link clog rate")
+	flagTermsX     = flag.Float64("sim.termsx", 1, "multiply the cluster seeds' forged-term rate (a misbehaving member)")
+	flagFloodX     = flag.Float64("sim.floodx", 1, "multiply the cluster seeds' forwarded-request flood rate (a misbehaving member)")
 )
 
 // clusterConfig is the cluster configuration the flags select.
@@ -33,6 +35,8 @@ func clusterConfig(seed uint64) sim.Config {
 	cfg.Faults.Join *= *flagJoinX
 	cfg.Faults.Net.OneWay *= *flagOneWayX
 	cfg.Faults.Net.Clog *= *flagClogX
+	cfg.Faults.Peer.Terms *= *flagTermsX
+	cfg.Faults.Peer.Flood *= *flagFloodX
 	scaleClockFaults(&cfg)
 	return cfg
 }
@@ -66,7 +70,7 @@ func TestClusterSimulation(t *testing.T) {
 	list := seeds(t, defaultClusterSeeds)
 	_, replay := replaySeed(t)
 	defaultRange := isDefaultRange() && *flagMetaFaults && *flagRemoveX == 1 && *flagJoinX == 1 &&
-		*flagOneWayX == 1 && *flagClogX == 1
+		*flagOneWayX == 1 && *flagClogX == 1 && *flagTermsX == 1 && *flagFloodX == 1
 	if defaultRange {
 		runs = defaultClusterOutcomes()
 	} else {
@@ -192,6 +196,14 @@ func TestClusterFaultsFire(t *testing.T) {
 		{"node removed mid-run (drained, then taken out of the metadata group)", total.Removed},
 		{"replica moved off a node (move settled)", total.MovesSettled},
 		{"calm after a quiesced leader's crash", total.CalmCrashes},
+		{"spell of forged raft terms (a misbehaving member)", total.TermSpells},
+		{"raft message sent with an extreme forged term", total.ForgedExtreme},
+		{"raft message sent with a forged jump of its term", total.ForgedTerms - total.ForgedExtreme},
+		{"raft message refused for its term", total.TermsRefused},
+		{"spell of forwarded-request floods (a misbehaving member)", total.FloodSpells},
+		{"flooded forwarded request", total.FloodRequests},
+		{"probe for a flooded request", total.FloodProbes},
+		{"flooded request refused over a forward budget", total.FloodRefused},
 		{"group led by a survivor after its quiesced leader crashed", total.Failovers},
 	} {
 		if c.n == 0 {

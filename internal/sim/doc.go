@@ -170,7 +170,9 @@
 // none, or two sides of which only one reaches the other; clogs
 // (transport.Network.Clog): one direction of a link, or every link into
 // or out of one node, holding its messages for up to a second and then
-// delivering them in order; each node's clock skewed, stepped, strobing
+// delivering them in order; a member that misbehaves within the
+// protocol, forging raft terms or flooding forwarded requests (see A
+// misbehaving member); each node's clock skewed, stepped, strobing
 // or drifting (see Clocks); a
 // node stopped (a paused process: cut off, doing nothing) and resumed; a
 // node crash — power loss or process crash — after which it is down for
@@ -206,6 +208,56 @@
 // preferred leader again (leader balance hands leadership back with
 // raft's leadership transfer after a failure moved it, so transfers run
 // under every fault above and at quiescence).
+//
+// # A misbehaving member
+//
+// With Config.Faults.Peer (on in DefaultClusterFaults; cpeer.go) one
+// member at a time, picked at random, misbehaves for 100 ms – 2 s while
+// following the protocol's form: the transport authenticates it, so its
+// messages reach the engines, and each is well formed. It runs the real
+// engine; the simulator adds to what that engine sends (in the transport
+// wrapper, or from the node's endpoint), never a path in the engine.
+//
+//   - Forged terms (PeerFaultRates.Terms): besides one in four of its
+//     heartbeats, heartbeat and append answers, votes and pre-votes — of
+//     partition groups, alone or batched, and of the metadata group — it
+//     sends a copy under a forged term: an extreme one (2^62, 2^62−1,
+//     2^62+1, 2^64−1), which every receiver must refuse (the bound
+//     relative to its own term, replica.MaxTermStep, and the absolute
+//     cap; refusals are counted, Result.Faults.TermsRefused, and a
+//     raft_out_of_reach drop without a forged term is a violation of
+//     invariant 4), or a jump ahead of the real term of up to 2^28, which
+//     raft adopts: followers take the forger for their leader in that
+//     term, leaders that hear of it step down, and every group must
+//     elect again and converge at quiescence. Only the term is forged —
+//     no entries, log positions or commits, and no message that claims
+//     leadership with data, which the security model leaves to a
+//     member's trust. A run's forged jumps add up to 2^31 at most: a
+//     replica more than MaxTermStep behind its group is refused for good
+//     by design, which a forger could otherwise bring about for a
+//     replica that is down with two messages.
+//   - Forwarded-request floods (PeerFaultRates.Flood): bursts of 4–24
+//     forwarded produce requests (host.KindRequest) of 16–64 KiB for a
+//     partition its metadata knows, under an incarnation that never
+//     exists (so no replica appends one), to one other member at a time,
+//     and probes for them (host.KindProbe). The receiver holds each until
+//     its shard answered it, within its budgets (host.Cluster
+//     MaxForwardedPeerBytes and MaxForwardedBytes, 192 KiB and 512 KiB in
+//     the simulator), and answers the rest at once with a retriable error
+//     (Result.Faults.FloodRefused). Invariant 10 holds the budget; the
+//     others, that the flood takes nothing for good from the other
+//     members' traffic.
+//
+// Not modelled: frames. The in-memory network delivers whole messages;
+// the transport's inbound budgets (per connection, per authenticated peer
+// and in total) and its frame and stall deadlines, which bound a member
+// holding near-complete frames, exist only on real sockets
+// (transport.TCPBus, tested over TLS by
+// TestBehaviour26PeerShareKeepsOtherPeersServed). A stalled direction in
+// the simulator is a clog. Nor does the forger flood the shards' inboxes
+// with raft bytes (Config.InboxBytes; TestInboxBytesBoundsPeerFlood in
+// package shard): the workload's raft messages are a few hundred bytes,
+// far below the inbox's byte bound.
 //
 // # Clocks
 //
@@ -274,8 +326,11 @@
 //     when those fired; park_expired, removed and not_owner are answers of
 //     normal convergence (deletes racing requests); in a cluster raft and
 //     catch-up traffic may be dropped for any reason but a routing
-//     failure (raft re-sends); delivery_failed, unroutable and misrouted
-//     are always violations.
+//     failure (raft re-sends) or a term out of reach — raft_out_of_reach,
+//     and invalid_raft_message for the metadata group, only when a
+//     misbehaving member forged terms (no correct run comes near the
+//     bound); delivery_failed, unroutable and misrouted are always
+//     violations.
 //  5. Each partition incarnation's produce/poll/offset history, as the
 //     clients saw it, is linearizable (porcupine) against an append-only
 //     log with consumer offsets. In a cluster, produces answered
@@ -360,6 +415,11 @@
 //     generation moving partitions from live members in two steps; its
 //     run goes on past its steps until it settles and a member delivers
 //     after it (Config.StormFor bounds that in virtual time).
+//  10. Budgets against a misbehaving member (cluster mode): after every
+//     action, no running node has ever held more bytes of forwarded
+//     requests than its budget (host.Engine.ForwardStats' peak against
+//     Cluster.MaxForwardedBytes), and at quiescence none holds any: every
+//     request a flood made it hold was answered and given back.
 //
 // Panics in the engine (etcd raft's included) are reported as violations
 // of invariant 0, with the seed, rather than crashing the test binary.
@@ -388,8 +448,9 @@
 // Cluster disk faults reach the metadata raft log unless
 // `-sim.metafaults=false`. Rates scale with `-sim.clockx F` (the clock
 // faults, both modes), `-sim.onewayx F` and `-sim.clogx F` (one-way
-// partitions and clogs), `-sim.removex F` and `-sim.joinx F`; 0 turns a
-// fault off.
+// partitions and clogs), `-sim.termsx F` and `-sim.floodx F` (a
+// misbehaving member's forged terms and floods), `-sim.removex F` and
+// `-sim.joinx F`; 0 turns a fault off.
 //
 // # Broken builds
 //
@@ -402,7 +463,15 @@
 // that does not keep append times non-decreasing, caught only by the
 // clock faults (append times going backwards); BreakLivenessReport, node
 // liveness that does not report whom a node hears, caught only by a
-// leader gone deaf (its groups never failing over).
+// leader gone deaf (its groups never failing over). Two break checks
+// inside the engine that no seam reaches, so they are switches of
+// package testhooks, which exist only under the build tag
+// parkway_brokenbuild (brokenbuild_test.go, `go test -tags
+// parkway_brokenbuild ./internal/sim -run ClusterCatchesNo`):
+// testhooks.NoTermStep, validation without the term bound relative to the
+// receiver, caught by forged extreme terms (a group that adopted 2^62
+// never settles); testhooks.NoForwardBudget, a node that holds every
+// forwarded request, caught by a flood (invariant 10).
 //
 // # Scope
 //
