@@ -196,6 +196,7 @@ func TestClusterFaultsFire(t *testing.T) {
 		{"node removed mid-run (drained, then taken out of the metadata group)", total.Removed},
 		{"replica moved off a node (move settled)", total.MovesSettled},
 		{"calm after a quiesced leader's crash", total.CalmCrashes},
+		{"start on another node's data directory (refused)", total.WrongDisks},
 		{"spell of forged raft terms (a misbehaving member)", total.TermSpells},
 		{"raft message sent with an extreme forged term", total.ForgedExtreme},
 		{"raft message sent with a forged jump of its term", total.ForgedTerms - total.ForgedExtreme},

@@ -265,6 +265,7 @@ func DefaultClusterFaults() FaultRates {
 		QuiescedCrash: 0.0002,
 		Join:          0.0001,
 		Remove:        0.0002,
+		WrongDisk:     0.25,
 		Clock:         ClockFaultRates{Jump: 0.0005, Strobe: 0.0003, Drift: 0.0005},
 		Net: NetFaultRates{
 			Drop:      0.0015,

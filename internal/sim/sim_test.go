@@ -219,6 +219,7 @@ func addFaults(t *sim.FaultCounts, f sim.FaultCounts) {
 	t.DeafCalms += f.DeafCalms
 	t.FailedPasses += f.FailedPasses
 	t.MetaReopens += f.MetaReopens
+	t.WrongDisks += f.WrongDisks
 	t.TermSpells += f.TermSpells
 	t.ForgedTerms += f.ForgedTerms
 	t.ForgedExtreme += f.ForgedExtreme

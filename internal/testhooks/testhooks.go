@@ -9,8 +9,8 @@
 // build each switch is a value whose Load is the constant false, so the
 // broken branch is dead code the compiler drops, and a test that would
 // flip one does not compile without the tag. CI runs those tests with
-// the tag (go test -tags parkway_brokenbuild -run ServeStaleParked
-// ./shard ./internal/sim).
+// the tag (go test -tags parkway_brokenbuild -run
+// 'ServeStaleParked|ClusterCatchesNo' ./shard ./internal/sim).
 //
 // The package imports nothing of parkway, so any package may read it.
 //
