@@ -91,10 +91,6 @@ const (
 	termJumpBudget = 1 << 31
 )
 
-// extremeTerms are the forged terms no group may adopt: at and around
-// the absolute cap (2^62) and the largest a message can carry.
-var extremeTerms = [...]uint64{1 << 62, 1<<62 - 1, 1<<62 + 1, math.MaxUint64}
-
 // peerState is the misbehaving member's spells.
 type peerState struct {
 	// termNode forges terms until termEnd (0: no spell); jumped is what
@@ -180,65 +176,20 @@ func (c *csim) forgeTerms(n *cnode, o transport.Message) {
 	extreme := p.jumped >= termJumpBudget || c.rng.IntN(2) == 0
 	var term, jump uint64
 	if extreme {
-		term = extremeTerms[c.rng.IntN(len(extremeTerms))]
+		// The forged terms no group may adopt: at and around the absolute
+		// cap (2^62), and the largest a message can carry.
+		extremes := [...]uint64{1 << 62, 1<<62 - 1, 1<<62 + 1, math.MaxUint64}
+		term = extremes[c.rng.IntN(len(extremes))]
 	} else {
 		jump = 1 + c.rng.Uint64N(min(maxTermJump, termJumpBudget-p.jumped))
 	}
-	forge := func(b []byte) ([]byte, bool) {
-		m := &raftpb.Message{}
-		if proto.Unmarshal(b, m) != nil || !forgeable(m) {
-			return nil, false
-		}
+	f, ok := forgedCopy(o, func(t uint64) uint64 {
 		if extreme {
-			m.Term = &term
-		} else {
-			t := m.GetTerm() + jump
-			m.Term = &t
+			return term
 		}
-		out, err := proto.Marshal(m)
-		return out, err == nil
-	}
-	f := transport.Message{To: o.To, From: o.From, Kind: o.Kind, Group: o.Group}
-	switch o.Kind {
-	case host.KindMetaRaft:
-		b, ok := forge(o.Payload)
-		if !ok {
-			return
-		}
-		f.Payload = b
-	case host.KindPartitionRaft:
-		if len(o.Payload) < 8 {
-			return
-		}
-		b, ok := forge(o.Payload[8:])
-		if !ok {
-			return
-		}
-		f.Payload = append(append([]byte(nil), o.Payload[:8]...), b...)
-	case host.KindPartitionRaftBatch:
-		// count u32, then records: namespace u64, epoch u64, size u32,
-		// message. The copy holds the forgeable records only, forged.
-		b := o.Payload
-		out, count := []byte{0, 0, 0, 0}, uint32(0)
-		for i := 4; i+20 <= len(b); {
-			size := int(binary.LittleEndian.Uint32(b[i+16:]))
-			if size > len(b)-i-20 {
-				return
-			}
-			if m, ok := forge(b[i+20 : i+20+size]); ok {
-				out = append(out, b[i:i+16]...)
-				out = binary.LittleEndian.AppendUint32(out, uint32(len(m)))
-				out = append(out, m...)
-				count++
-			}
-			i += 20 + size
-		}
-		if count == 0 {
-			return
-		}
-		binary.LittleEndian.PutUint32(out, count)
-		f.Payload = out
-	default:
+		return t + jump
+	})
+	if !ok {
 		return
 	}
 	c.faults.ForgedTerms++
@@ -251,6 +202,67 @@ func (c *csim) forgeTerms(n *cnode, o transport.Message) {
 	}
 	err := n.ep.Send(f)
 	c.event("n%d send %s to=n%d with a forged term %s err=%v", n.id, describeMsg(o), f.To, what, errString(err))
+}
+
+// forgedCopy is a copy of o — a metadata or partition raft message,
+// alone or batched — whose forgeable raft messages carry the term forge
+// makes of theirs; a batch's copy holds only those. It reports false when
+// o carries none (or does not decode).
+func forgedCopy(o transport.Message, forge func(term uint64) uint64) (transport.Message, bool) {
+	one := func(b []byte) ([]byte, bool) {
+		m := &raftpb.Message{}
+		if proto.Unmarshal(b, m) != nil || !forgeable(m) {
+			return nil, false
+		}
+		t := forge(m.GetTerm())
+		m.Term = &t
+		out, err := proto.Marshal(m)
+		return out, err == nil
+	}
+	f := transport.Message{To: o.To, From: o.From, Kind: o.Kind, Group: o.Group}
+	switch o.Kind {
+	case host.KindMetaRaft:
+		b, ok := one(o.Payload)
+		if !ok {
+			return f, false
+		}
+		f.Payload = b
+	case host.KindPartitionRaft:
+		if len(o.Payload) < 8 {
+			return f, false
+		}
+		b, ok := one(o.Payload[8:])
+		if !ok {
+			return f, false
+		}
+		f.Payload = append(append([]byte(nil), o.Payload[:8]...), b...)
+	case host.KindPartitionRaftBatch:
+		// count u32, then records: namespace u64, epoch u64, size u32,
+		// message.
+		b := o.Payload
+		out, count := []byte{0, 0, 0, 0}, uint32(0)
+		for i := 4; i+20 <= len(b); {
+			size := int(binary.LittleEndian.Uint32(b[i+16:]))
+			if size > len(b)-i-20 {
+				return f, false
+			}
+			if m, ok := one(b[i+20 : i+20+size]); ok {
+				out = append(out, b[i:i+16]...)
+				out = binary.LittleEndian.AppendUint32(out, uint32(len(m)))
+				out = append(out, m...)
+				count++
+			}
+			i += 20 + size
+		}
+		if count == 0 {
+			return f, false
+		}
+		binary.LittleEndian.PutUint32(out, count)
+		f.Payload = out
+	default:
+		return f, false
+	}
+	return f, true
 }
 
 // floodBurst sends 4–24 forwarded produce requests of 16–64 KiB from the
