@@ -255,8 +255,8 @@
 // (transport.TCPBus, tested over TLS by
 // TestBehaviour26PeerShareKeepsOtherPeersServed). A stalled direction in
 // the simulator is a clog. Nor does the forger flood the shards' inboxes
-// with raft bytes (Config.InboxBytes; TestInboxBytesBoundsPeerFlood in
-// package shard): the workload's raft messages are a few hundred bytes,
+// with raft bytes (Config.InboxBytes; TestInboxBytesBoundsPeerFlood and
+// TestInboxBytesPeerFloodingManyPartitions in package shard): the workload's raft messages are a few hundred bytes,
 // far below the inbox's byte bound.
 //
 // # Clocks
