@@ -256,8 +256,9 @@
 // TestBehaviour26PeerShareKeepsOtherPeersServed). A stalled direction in
 // the simulator is a clog. Nor does the forger flood the shards' inboxes
 // with raft bytes (Config.InboxBytes; TestInboxBytesBoundsPeerFlood and
-// TestInboxBytesPeerFloodingManyPartitions in package shard): the workload's raft messages are a few hundred bytes,
-// far below the inbox's byte bound.
+// TestInboxBytesPeerFloodingManyPartitions in package shard): the
+// workload's raft messages are a few hundred bytes, far below the
+// inbox's byte bound.
 //
 // # Clocks
 //
