@@ -257,8 +257,8 @@
 // the simulator is a clog. Nor does the forger flood the shards' inboxes
 // with raft bytes (Config.InboxBytes; TestInboxBytesBoundsPeerFlood and
 // TestInboxBytesPeerFloodingManyPartitions in package shard): the
-// workload's raft messages are a few hundred bytes, far below the
-// inbox's byte bound.
+// workload's messages are under 50 bytes, so its raft traffic stays far
+// below the inbox's byte bound (64 MiB per shard).
 //
 // # Clocks
 //
