@@ -328,14 +328,20 @@ func TestClusterCatchesZombieLiveness(t *testing.T) {
 // before the new one holds the log — loses what only the leaving
 // replica held (a partition of one replica) and leaves the newcomer of
 // any group without a source: caught as replicas that disagree or lose
-// acknowledged writes, or a move that never completes. Removals run five
-// times as often as by default, so that early seeds move replicas.
+// acknowledged writes, a move that never completes, or a request to a
+// partition so left that is never answered (invariant 1, which the
+// checker reports first of what kept the cluster from settling: seed 2
+// since the misbehaving member and starts on another node's directory
+// joined the default faults, a read of 1/0/1 sent just after its leaving
+// replica's early settle; the seed passes without the broken build).
+// Removals run five times as often as by default, so that early seeds
+// move replicas.
 func TestClusterCatchesEarlySettle(t *testing.T) {
 	expectClusterCaught(t, func(seed uint64) sim.Config {
 		cfg := sim.DefaultClusterConfig(seed)
 		cfg.Faults.Remove *= 5
 		return cfg
-	}, &sim.BreakEarlySettle, 3, 4, 7, 8)
+	}, &sim.BreakEarlySettle, 1, 3, 4, 7, 8)
 }
 
 // TestBehaviour27ClusterWrongDiskRefused: every crashed node is first
