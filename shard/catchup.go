@@ -423,7 +423,11 @@ func (o *owned) settle() error {
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(o.rep.consumers)) {
-		if err := o.p.StoreConsumerOffset(name, o.rep.consumers[name]); err != nil {
+		want := o.rep.consumers[name]
+		if have, ok, err := o.p.ConsumerOffset(name); err == nil && ok && have == want {
+			continue // held already: no write (a rebuild settles every time)
+		}
+		if err := o.p.StoreConsumerOffset(name, want); err != nil {
 			return err
 		}
 	}

@@ -167,7 +167,7 @@ func (rg *raftGroups) replicate(o *owned) error {
 		}
 		return err
 	}
-	_, data := g.Snapshot()
+	snapIndex, data := g.Snapshot()
 	st, err := decodeState(data)
 	if err != nil {
 		_ = g.Close()
@@ -180,6 +180,20 @@ func (rg *raftGroups) replicate(o *owned) error {
 		// The snapshot says the partition holds more than it does (it was
 		// lost, or a catch-up was interrupted): fetch the rest first.
 		rg.startCatchUp(o, o.rep.cursor)
+	} else if snapIndex > 0 {
+		// The partition may not hold the snapshot's state: installing a
+		// leader's snapshot can fail while settling it (a consumer
+		// offset's write met EIO) after raft persisted the snapshot, and
+		// the group is then rebuilt from here. Settle it again (settle
+		// writes only what differs); the entries after the snapshot are
+		// applied again over it. Without this, the rebuilt replica
+		// answered "not found" for a consumer offset its peers held
+		// (simulator cluster seed 1609).
+		if err := o.settle(); err != nil {
+			o.rep.grp = nil
+			_ = g.Close()
+			return fmt.Errorf("partition %v: settling the raft snapshot's state: %w", ns, err)
+		}
 	}
 	rg.refreshPeers(o)
 	// Many new groups at once campaign a bounded number at a time
