@@ -153,6 +153,12 @@ func readIncarnation(fsys vfs.FS, dir string) (uint64, error) {
 		if want := crc32.Checksum([]byte(fields[0]), castagnoli); uint32(sum) != want {
 			return 0, corruptf(path, 0, "incarnation checksum %08x, computed %08x", sum, want)
 		}
+		// A checked record is exactly what encodeIncarnation writes: a
+		// checksum in capitals, a leading zero or extra spaces are bytes
+		// no build wrote, so something else changed the file.
+		if string(b) != string(encodeIncarnation(epoch)) {
+			return 0, corruptf(path, 0, "incarnation file %q is not in its record's form", b)
+		}
 	}
 	return epoch, nil
 }
