@@ -73,8 +73,7 @@ func TestObserveCommitLatencyAndElections(t *testing.T) {
 		}
 	}
 	c.cut[1] = true
-	c.tick(40)
-	lead := c.leaderAmong(2, 3)
+	lead := c.elect(40, 2, 3)
 	if lead == 0 {
 		t.Fatal("no new leader")
 	}
