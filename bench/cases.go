@@ -455,10 +455,22 @@ func readPass(ctx context.Context, r reader, count int, more func(read int) bool
 // both sides, however long that takes: the latency depends on how many
 // topics already exist, so both systems must reach the same number.
 func runConvergence(ctx context.Context, in instance, c caseSpec, m *meter) error {
+	return converge(ctx, in, c, m)
+}
+
+// creator creates a topic (JetStream: a stream) of one partition called
+// name and produces one message to it, returning at the ack: case 6 and,
+// on three replicas, case R6.
+type creator interface {
+	createAndProduce(ctx context.Context, name string, payload []byte) error
+}
+
+// converge is case 6's timed loop on any system that creates topics.
+func converge(ctx context.Context, in creator, c caseSpec, m *meter) error {
 	payload := make([]byte, c.payload)
 	names := make([]string, c.count)
 	for i := range names {
-		names[i] = fmt.Sprintf("conv-%d", i)
+		names[i] = convergenceTopic(i)
 	}
 	lat := make([]time.Duration, c.count)
 	if p, ok := in.(topicPreparer); ok {

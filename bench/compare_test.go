@@ -24,7 +24,7 @@ func tinySizes() Sizes {
 	always := set
 	always.Consume, always.Consume1K, always.Consume64K = 0, 0, 0
 	return Sizes{Interval: set, Always: always,
-		Replicated: ReplicatedSizes{ProduceWait: 100, Pipelined: 200, PipelinedAsync: 200, Batch: 200}}
+		Replicated: ReplicatedSizes{ProduceWait: 100, Pipelined: 200, PipelinedAsync: 200, Batch: 200, Topics: 5}}
 }
 
 func TestCompareQuickPath(t *testing.T) {
@@ -86,13 +86,13 @@ func TestCompareQuickPath(t *testing.T) {
 		}
 	}
 	// Two rounds × six systems per replicated case, rotating the order.
-	for _, key := range []string{"produce-wait", "pipelined", "pipelined-async", "batch"} {
+	for _, key := range []string{"produce-wait", "pipelined", "pipelined-async", "batch", "convergence"} {
 		if n := len(regexp.MustCompile(`(?m)^replicated +`+key+` `).FindAllString(progress.String(), -1)); n != 12 {
 			t.Errorf("replicated %s ran %d times, want 12:\n%s", key, n, progress.String())
 		}
 	}
 	rr := rep.replicated
-	if rr == nil || len(rr.cases) != 4 || len(rr.systems) != 6 {
+	if rr == nil || len(rr.cases) != 5 || len(rr.systems) != 6 {
 		t.Fatalf("replicated section: %+v", rr)
 	}
 	for _, c := range rr.cases {
@@ -165,7 +165,8 @@ func checkSamples(t *testing.T, rep *Report, base string, minRound time.Duration
 		for _, c := range rr.cases {
 			for sys, ss := range c.samples {
 				for i, s := range ss {
-					check(fmt.Sprintf("replicated/%s on %s round %d", c.spec.key, rr.systems[sys], i+1), c.spec.count, true, s)
+					check(fmt.Sprintf("replicated/%s on %s round %d", c.spec.key, rr.systems[sys], i+1), c.spec.count,
+						c.spec.key != "convergence", s)
 				}
 			}
 		}
@@ -443,5 +444,58 @@ func TestKeepPrevious(t *testing.T) {
 	rep.LinkPrevious("RESULTS-previous.md")
 	if md := rep.Markdown("x"); !strings.Contains(md, "[RESULTS-previous.md](RESULTS-previous.md)") {
 		t.Errorf("report does not link the previous one:\n%s", md)
+	}
+}
+
+// TestReplicatedConvergence runs case R6 on its own: every system
+// creates its topics (streams) of three replicas and produces to each,
+// the after-run check finds every replica holding its message, and the
+// report carries the case and its targets. The check must also fail for
+// a topic that was never created.
+func TestReplicatedConvergence(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	sizes := tinySizes()
+	sizes.Replicated.Topics = 3
+	rep, err := Run(ctx, Config{Rounds: 1, Sizes: &sizes, MinRound: -1, TempDir: t.TempDir(),
+		Filter: mustCompile(t, `^replicated/convergence$`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := rep.Markdown("x")
+	for _, want := range []string{"R6 create a topic of 3 replicas and produce at once", "case R6 p99 ≤ 1/3 of JetStream R3 file's",
+		"case R6 CPU per create + produce ≤ 1/2"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	rr := rep.replicated
+	if rr == nil || len(rr.cases) != 1 {
+		t.Fatalf("replicated cases: %+v", rr)
+	}
+	for i, ss := range rr.cases[0].samples {
+		if len(ss) != 1 || len(ss[0].lat) != 3 {
+			t.Errorf("%s: samples %+v, want one round of 3 latencies", rr.systems[i], ss)
+		}
+	}
+	for _, sys := range replicatedSystems() {
+		in, err := sys.open(ctx, t.TempDir(), make([]byte, 100))
+		if err != nil {
+			t.Fatalf("%s: open: %v", sys.name(), err)
+		}
+		err = in.(creator).createAndProduce(ctx, convergenceTopic(0), make([]byte, 100))
+		if err == nil {
+			err = in.(topicVerifier).verifyTopics(ctx, 1)
+		}
+		if err != nil {
+			t.Errorf("%s: one topic: %v", sys.name(), err)
+		}
+		if err := in.(topicVerifier).verifyTopics(ctx, 2); err == nil {
+			t.Errorf("%s: verifyTopics passed for a topic never created", sys.name())
+		}
+		if err := in.close(); err != nil {
+			t.Errorf("%s: close: %v", sys.name(), err)
+		}
 	}
 }

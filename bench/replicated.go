@@ -44,6 +44,9 @@ type ReplicatedSizes struct {
 	Pipelined      int // case R2
 	PipelinedAsync int // case R2a: R2 through parkway's ProduceAsync
 	Batch          int // case R3; a multiple of 100
+	// Topics is case R6's exact number of topics (JetStream: streams)
+	// created and produced to, each replicated on all three nodes.
+	Topics int
 }
 
 func (s ReplicatedSizes) validate() error {
@@ -51,7 +54,7 @@ func (s ReplicatedSizes) validate() error {
 	if s.Batch%produceBatch != 0 {
 		errs = append(errs, fmt.Errorf("replicated: Batch %d is not a multiple of %d", s.Batch, produceBatch))
 	}
-	for _, v := range []int{s.ProduceWait, s.Pipelined, s.PipelinedAsync, s.Batch} {
+	for _, v := range []int{s.ProduceWait, s.Pipelined, s.PipelinedAsync, s.Batch, s.Topics} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("replicated: negative count %d", v))
 		}
@@ -63,9 +66,9 @@ func (s ReplicatedSizes) validate() error {
 // lines: "replicated/<key>".
 const replicatedSet = "replicated"
 
-// replicatedCases are cases 1–3 on three replicas: the same payloads,
-// pipelining depth and batch size as the single-node cases, so the
-// single-node figures of the same run sit beside them.
+// replicatedCases are cases 1–3 and 6 on three replicas: the same
+// payloads, pipelining depth and batch size as the single-node cases, so
+// the single-node figures of the same run sit beside them.
 func replicatedCases(sz ReplicatedSizes) []replCase {
 	all := []replCase{
 		{caseSpec{id: "R1", key: "produce-wait", title: "produce and wait, one message per call, quorum ack", payload: 100,
@@ -76,6 +79,8 @@ func replicatedCases(sz ReplicatedSizes) []replCase {
 			count: sz.PipelinedAsync, parts: 1, metrics: []metric{msgsPerSec, cpuPerMsg, mbPerSec, allocsPerMsg}}, runPipelinedAsync},
 		{caseSpec{id: "R3", key: "batch", title: "batched produce, 100 messages per call, quorum ack", payload: 100,
 			count: sz.Batch, parts: 1, metrics: []metric{msgsPerSec, cpuPerMsg, mbPerSec, allocsPerMsg}}, runBatch},
+		{caseSpec{id: "R6", key: "convergence", title: "create a topic of 3 replicas and produce at once: time to first ack", payload: 100,
+			count: sz.Topics, parts: 1, metrics: []metric{p50, p99, cpuPerMsg, allocsPerMsg}}, runReplConvergence},
 	}
 	out := all[:0]
 	for _, c := range all {
@@ -84,6 +89,29 @@ func replicatedCases(sz ReplicatedSizes) []replCase {
 		}
 	}
 	return out
+}
+
+// runReplConvergence is case 6 on three replicas (R6): each new topic
+// (JetStream: stream) is replicated on all three nodes, so its first ack
+// waits for the metadata commit, the partition's raft group on three
+// nodes with its first leader, and one replication round. The produces
+// go to the node (server) of the bench partition's leader; a new
+// partition led elsewhere is reached through it, on both sides.
+func runReplConvergence(ctx context.Context, p producer, c caseSpec, m *meter) error {
+	in, ok := p.(creator)
+	if !ok {
+		return fmt.Errorf("%T cannot create topics", p)
+	}
+	return converge(ctx, in, c, m)
+}
+
+// convergenceTopic is the name of case 6's (and R6's) i-th topic.
+func convergenceTopic(i int) string { return fmt.Sprintf("conv-%d", i) }
+
+// topicVerifier checks, after case R6, that every replica of each of its n
+// topics holds exactly the one acknowledged message.
+type topicVerifier interface {
+	verifyTopics(ctx context.Context, n int) error
 }
 
 type replCase struct {
@@ -289,6 +317,42 @@ func (c *parkwayCluster) verify(ctx context.Context, want int) error {
 	return nil
 }
 
+// verifyTopics: every node's own replica of each of case R6's n topics
+// holds exactly its one message (a local Poll, waiting for followers).
+func (c *parkwayCluster) verifyTopics(ctx context.Context, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, verifyTimeout)
+	defer cancel()
+	streams := c.streams
+	if len(streams) == 0 {
+		streams = []parkway.Stream{c.stream}
+	}
+	for i := range n {
+		name := convergenceTopic(i)
+		for j, node := range c.nodes {
+			topic, err := node.Topic(ctx, streams[i/topicsPerStream], name)
+			if err != nil {
+				return fmt.Errorf("parkway: node %d: topic %s: %w", j+1, name, err)
+			}
+			for {
+				got, err := parkwayCount(ctx, node, topic, 1)
+				if err != nil {
+					return fmt.Errorf("parkway: node %d: topic %s: %w", j+1, name, err)
+				}
+				if got == 1 {
+					break
+				}
+				if got > 1 {
+					return fmt.Errorf("parkway: node %d: topic %s holds %d messages, 1 was acknowledged", j+1, name, got)
+				}
+				if err := pause(ctx); err != nil {
+					return fmt.Errorf("parkway: node %d: topic %s holds none of its acknowledged message: %w", j+1, name, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
 // parkwayCount returns how many messages node's own replica holds in
 // partition 0 from offset 0, reading at most want+1: enough to tell fewer,
 // exactly and more. The reads are local: a plain Poll is served by the
@@ -362,6 +426,7 @@ type jetStreamCluster struct {
 	*jetStreamInstance // the client, connected to the stream leader's server
 	srvs               []*server.Server
 	leader             string // the stream leader's server name
+	storage            nats.StorageType
 }
 
 // jsStream is the replicated stream's name and only subject.
@@ -386,6 +451,7 @@ func (s jetStreamClusterSystem) open(ctx context.Context, dir string, warm []byt
 		if err != nil {
 			return nil, err
 		}
+		c.storage = s.storage
 		if err := c.setUp(ctx, s.storage, warm); err != nil {
 			return nil, errors.Join(err, c.close())
 		}
@@ -590,6 +656,54 @@ func (c *jetStreamCluster) verify(ctx context.Context, want int) error {
 	})
 }
 
+// createAndProduce is case R6's: AddStream with three replicas on the
+// cluster's storage, then Publish to it at once (the client's server is
+// the bench stream leader's; the new stream's leader may be another).
+func (c *jetStreamCluster) createAndProduce(ctx context.Context, name string, payload []byte) error {
+	if _, err := c.js.AddStream(&nats.StreamConfig{Name: name, Subjects: []string{name}, Storage: c.storage, Replicas: replicas},
+		nats.Context(ctx)); err != nil {
+		return fmt.Errorf("nats: add stream %s: %w", name, err)
+	}
+	if _, err := c.js.Publish(name, payload); err != nil {
+		return fmt.Errorf("nats: publish to new stream %s: %w", name, err)
+	}
+	return nil
+}
+
+// verifyTopics: each of case R6's n streams has a leader holding exactly
+// its one message, with both followers current.
+func (c *jetStreamCluster) verifyTopics(ctx context.Context, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, verifyTimeout)
+	defer cancel()
+	for i := range n {
+		name := convergenceTopic(i)
+		if err := waitFor(ctx, fmt.Sprintf("stream %s's followers to hold its message", name), func() (bool, error) {
+			info, err := c.js.StreamInfo(name, nats.Context(ctx))
+			if errors.Is(err, nats.ErrStreamNotFound) {
+				return false, fmt.Errorf("nats: stream %s: %w", name, err)
+			}
+			if err != nil || info.Cluster == nil || info.Cluster.Leader == "" {
+				return false, nil // not answerable yet; the wait retries
+			}
+			if info.State.Msgs != 1 {
+				return false, fmt.Errorf("nats: stream %s holds %d messages, 1 was acknowledged", name, info.State.Msgs)
+			}
+			if len(info.Cluster.Replicas) != replicas-1 {
+				return false, nil
+			}
+			for _, r := range info.Cluster.Replicas {
+				if !r.Current || r.Offline || r.Lag != 0 {
+					return false, nil
+				}
+			}
+			return true, nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (c *jetStreamCluster) busDrops() int64 { return -1 }
 
 // close closes the client, then shuts every server down and waits until
@@ -751,7 +865,14 @@ func (r *runner) runReplCase(ctx context.Context, sys replSystem, c replCase, ro
 	}
 	err = c.run(ctx, in, c.spec, m)
 	err = errors.Join(err, m.finishProfile())
-	if err == nil {
+	switch {
+	case err != nil:
+	case c.spec.key == "convergence":
+		// Every new topic's one message was acknowledged: every replica
+		// of every topic must hold it, and nothing more; the bench
+		// topic still holds just the warm message.
+		err = errors.Join(in.verify(ctx, 1), in.(topicVerifier).verifyTopics(ctx, c.spec.count))
+	default:
 		// Every produce was acknowledged; every replica must hold all of
 		// them, and nothing more, with the warm message.
 		err = in.verify(ctx, m.s.msgs+1)
@@ -831,6 +952,12 @@ ack, a leader change, or a missing or extra message fails the run.
 | R2 pipelined, 4,096 outstanding | as case 2: 4,096 goroutines, each ` + "`Produce`" + ` one message and wait, to the leader node | as case 2: ` + "`js.PublishAsync`" + `, a ring of 4,096 ack futures |
 | R2a pipelined, async API | as case 2a: one goroutine, ` + "`ProduceAsync`" + ` to the leader node with a ring of 4,096 ` + "`PendingAck`" + `s | as case 2a: R2 run again |
 | R3 batched, 100 per call | ` + "`Produce`" + ` with 100 messages, sequential | as case 3: 100 ` + "`PublishAsync`" + ` calls, then wait on all 100 |
+| R6 create a topic and produce at once | as case 6, each topic replicated on the three nodes (the default factor): ` + "`CreateTopic`" + ` (1 partition) through the leader node above, then ` + "`Produce`" + ` one message to it at once through the same node (forwarded when the new partition's leader is another); latency to the ack, over N topics | ` + "`js.AddStream`" + ` (` + "`Replicas: 3`" + `, the system's storage), then ` + "`js.Publish`" + ` at once, through the same client (routed when the new stream's leader is another server) |
+
+After case R6 (not timed), every node's own replica of every new topic
+must hold exactly its one acknowledged message (parkway: a local ` + "`Poll`" + ` per
+node and topic; JetStream: each stream's leader holds 1 message, both
+followers current with no lag), and the bench topic still just the warm one.
 `
 
 func (r *Report) writeReplicated(b *strings.Builder) {

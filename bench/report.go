@@ -605,6 +605,50 @@ func (r *Report) Targets() []Target {
 			out = append(out, t)
 		}
 	}
+	return append(out, r.replicatedTargets()...)
+}
+
+// replicatedTargets are issue 33's for case R6 on parkway ×3 disk over TCP
+// against JetStream R3 file (both on disk, both over loopback TCP): p50
+// and p99 at most a third of JetStream's, CPU per create + produce at most
+// half of it.
+func (r *Report) replicatedTargets() []Target {
+	rr := r.replicated
+	if rr == nil {
+		return nil
+	}
+	pw, js := rr.index(parkwayClusterSystem{disk: true, tcp: true}.name()), rr.index(jetStreamClusterSystem{nats.FileStorage}.name())
+	var c *replCaseResult
+	for i := range rr.cases {
+		if rr.cases[i].spec.key == "convergence" {
+			c = &rr.cases[i]
+		}
+	}
+	if c == nil || pw < 0 || js < 0 {
+		return nil
+	}
+	var out []Target
+	for _, k := range []struct {
+		m    metric
+		what string
+		max  float64
+	}{{p50, "p50", 1.0 / 3}, {p99, "p99", 1.0 / 3}, {cpuPerMsg, "CPU per create + produce", 0.5}} {
+		a, b := summarize(k.m, c.samples[pw]).median, summarize(k.m, c.samples[js]).median
+		if b <= 0 {
+			continue
+		}
+		ratio := a / b
+		goal := "1/3"
+		if k.max == 0.5 {
+			goal = "1/2"
+		}
+		t := Target{Name: fmt.Sprintf("case R6 %s ≤ %s of JetStream R3 file's (×3 disk TCP)", k.what, goal), Set: "replicated",
+			Measured: formatRatioOf(a, b), Met: ratio <= k.max}
+		if !t.Met {
+			t.Shortfall = fmt.Sprintf("by a factor of %s (target ≤ %s)", sig3(ratio/k.max), goal)
+		}
+		out = append(out, t)
+	}
 	return out
 }
 

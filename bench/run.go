@@ -53,8 +53,8 @@ const DefaultMinRound = time.Second
 // in a few tens of milliseconds, and a slow one (JetStream fsyncing every
 // message) does not run for ten seconds. The consume data sets are read
 // again pass after pass, so they only bound the disk the round uses.
-// Case 6 creates 1,000 topics (200 with fsync on every write) on both
-// sides whatever the time.
+// Case 6 creates 1,000 topics (200 with fsync on every write; case R6,
+// topics of three replicas, 200) on both sides whatever the time.
 func DefaultSizes() Sizes {
 	return Sizes{
 		Interval: SetSizes{
@@ -65,7 +65,7 @@ func DefaultSizes() Sizes {
 			ProduceWait: 200, Pipelined: 1_000, PipelinedAsync: 1_000, Batch: 1_000, Partitions: 200,
 			Topics: 200, Pipelined1K: 500, Pipelined64K: 100,
 		},
-		Replicated: ReplicatedSizes{ProduceWait: 1_000, Pipelined: 5_000, PipelinedAsync: 5_000, Batch: 10_000},
+		Replicated: ReplicatedSizes{ProduceWait: 1_000, Pipelined: 5_000, PipelinedAsync: 5_000, Batch: 10_000, Topics: 200},
 		Waiting:    WaitingSizes{Latency: 1_000, Idle: 1_000, IdleWindow: 10 * time.Second},
 	}
 }
@@ -86,7 +86,7 @@ func QuickSizes() Sizes {
 			ProduceWait: 20, Pipelined: 100, PipelinedAsync: 100, Batch: 100, Partitions: 24,
 			Topics: 20, Pipelined1K: 50, Pipelined64K: 10,
 		},
-		Replicated: ReplicatedSizes{ProduceWait: 100, Pipelined: 500, PipelinedAsync: 500, Batch: 1_000},
+		Replicated: ReplicatedSizes{ProduceWait: 100, Pipelined: 500, PipelinedAsync: 500, Batch: 1_000, Topics: 20},
 		Waiting:    WaitingSizes{Latency: 100, Idle: 100, IdleWindow: time.Second},
 	}
 }

@@ -82,10 +82,7 @@ type instance interface {
 	producer
 	// reader opens a reader of part from its first message.
 	reader(ctx context.Context, part int) (reader, error)
-	// createAndProduce creates a new topic (JetStream: a stream) called
-	// name with one partition and produces one message to it, returning
-	// at the ack.
-	createAndProduce(ctx context.Context, name string, payload []byte) error
+	creator
 }
 
 // reader reads a partition from its start.

@@ -79,7 +79,7 @@ func TestWaitingSection(t *testing.T) {
 	md := rep.Markdown("go -C bench run ./cmd/compare -only waiting")
 	for _, want := range []string{
 		"## Waiting consumers: latency and idle cost", "### W1 produce→consume latency", "### W2 20 readers waiting",
-		"parkway Consumer / JetStream Consume", "parkway Poll+WaitFor / JetStream Fetch+MaxWait", "CPU, % of one core",
+		"parkway Consumer, commit after each batch / JetStream Consume", "parkway Poll+WaitFor / JetStream Fetch+MaxWait", "CPU, % of one core",
 		"JetStream, no reader",
 	} {
 		if !strings.Contains(md, want) {

@@ -23,6 +23,7 @@
 //	go -C bench run ./cmd/compare -only waiting           # about 7 min on 2 cores
 //	go -C bench run ./cmd/compare -run 'interval/batch$' -cpuprofile /tmp/prof
 //	go -C bench run ./cmd/compare -run '^interval/convergence$' -topics 10000 # case 6 over 10,000 topics
+//	go -C bench run ./cmd/compare -run '^replicated/convergence$'           # case R6: topics of three replicas
 //	go tool pprof -top /tmp/prof/interval-batch-r*.pprof
 package main
 
@@ -57,7 +58,7 @@ func run() error {
 	only := fs.String("only", "", "only one section: \"replicated\" (three replicas), \"waiting\" (waiting consumers) or \"single\" (everything else)")
 	cpuprofile := fs.String("cpuprofile", "", "directory for CPU profiles of the parkway side, one per case and round")
 	tmp := fs.String("tmpdir", "", "where data directories are created (default: the system temp dir)")
-	topics := fs.Int("topics", 0, "case 6 (convergence): topics each round creates, in both sets (0: the default sizes; e.g. 10000 for the flatness check)")
+	topics := fs.Int("topics", 0, "case 6 (convergence): topics each round creates, in both sets and in case R6 (0: the default sizes; e.g. 10000 for the flatness check)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err
 	}
@@ -88,7 +89,7 @@ func run() error {
 		if cfg.Sizes != nil {
 			sizes = *cfg.Sizes
 		}
-		sizes.Interval.Topics, sizes.Always.Topics = *topics, *topics
+		sizes.Interval.Topics, sizes.Always.Topics, sizes.Replicated.Topics = *topics, *topics, *topics
 		cfg.Sizes = &sizes
 	}
 	switch *only {
