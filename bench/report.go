@@ -416,6 +416,9 @@ func (r *Report) writeRoundLengths(b *strings.Builder) {
 	}
 	if rr := r.replicated; rr != nil {
 		for _, c := range rr.cases {
+			if c.spec.key == "convergence" {
+				continue // R6: a fixed number of topics, not a timed round
+			}
 			for i, ss := range c.samples {
 				see(replicatedSet+"/"+c.spec.key+" on "+rr.systems[i], ss)
 			}
