@@ -9,6 +9,7 @@ import (
 
 	"github.com/spaolacci/murmur3"
 
+	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/shard"
@@ -210,9 +211,8 @@ func (n *Node) prepareProduce(ctx context.Context, t Topic, to Partitioning, msg
 // PendingAck is a produce started by ProduceAsync.
 type PendingAck struct {
 	n     *Node
-	f     shard.Frame
-	reply chan shard.Response
-	sent  error
+	req   *shard.Request
+	call  host.PendingCall
 	topic Topic
 	part  uint32
 	size  int       // the batch's bytes, for the produced-bytes metric
@@ -290,10 +290,7 @@ func (n *Node) produceAsync(ctx context.Context, t Topic, to Partitioning, seq P
 		req.Producer, req.Seq = seq.Producer, seq.Seq
 	}
 	req.Give = give
-	p := &PendingAck{n: n, reply: make(chan shard.Response, 1), topic: t, part: part, size: size, start: start}
-	p.f = shard.Frame{Req: req, Reply: p.reply}
-	p.sent = n.first(ctx, p.f)
-	return p
+	return &PendingAck{n: n, req: req, call: n.eng.StartCall(ctx, req), topic: t, part: part, size: size, start: start}
 }
 
 // Wait returns the produce's acknowledgement or error, waiting for it
@@ -308,11 +305,12 @@ func (p *PendingAck) Wait(ctx context.Context) (Ack, error) {
 	if ctx == nil {
 		return Ack{}, fmt.Errorf("%w: nil context", ErrInvalidArgument)
 	}
-	r, err := p.n.await(ctx, p.f, p.reply, p.sent, p.topic, p.part)
+	r, err := p.call.Wait(ctx, p.n.resolver(p.topic, p.part))
+	err = publicError(err)
 	p.done, p.err = true, err
 	if err == nil {
-		p.ack = Ack{Partition: p.part, FirstOffset: r.Offset, Count: len(p.f.Req.Messages), Kept: r.Kept}
-		p.n.countProduced(p.topic, len(p.f.Req.Messages), p.size, p.start)
+		p.ack = Ack{Partition: p.part, FirstOffset: r.Offset, Count: len(p.req.Messages), Kept: r.Kept}
+		p.n.countProduced(p.topic, len(p.req.Messages), p.size, p.start)
 	}
 	return p.ack, p.err
 }

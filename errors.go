@@ -7,7 +7,6 @@ import (
 	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
-	"github.com/parkway-io/parkway/router"
 	"github.com/parkway-io/parkway/shard"
 )
 
@@ -213,14 +212,4 @@ func publicError(err error) error {
 		return fmt.Errorf("%w: %w", ErrClosed, err)
 	}
 	return err
-}
-
-// retryInPlace reports whether err means "the same request to this node
-// will likely succeed shortly". ErrNotLeader is deliberately not one of
-// them: retrying it here can never succeed.
-func retryInPlace(err error) bool {
-	if errors.Is(err, ErrNotLeader) || errors.Is(err, ErrOutcomeUnknown) {
-		return false
-	}
-	return errors.Is(err, shard.ErrRetry) || errors.Is(err, router.ErrFull)
 }

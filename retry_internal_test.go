@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/router"
 	"github.com/parkway-io/parkway/shard"
 )
@@ -49,8 +50,8 @@ func TestBehaviour18RetryHereIsDistinctFromNotLeader(t *testing.T) {
 		{"other", errors.New("disk on fire"), false},
 	}
 	for _, c := range cases {
-		if got := retryInPlace(c.err); got != c.want {
-			t.Errorf("retryInPlace(%s = %v) = %v, want %v", c.name, c.err, got, c.want)
+		if got := host.RetryInPlace(c.err); got != c.want {
+			t.Errorf("host.RetryInPlace(%s = %v) = %v, want %v", c.name, c.err, got, c.want)
 		}
 	}
 }

@@ -46,7 +46,7 @@ func TestBehaviour18ForwardedRetryHereSurvivesTheWire(t *testing.T) {
 			t.Errorf("%s came back as %v: no longer ErrRetry", c.name, r.Err)
 		case errors.Is(r.Err, ErrNotLeader) || errors.As(r.Err, &nl):
 			t.Errorf("%s came back as %v: typed as not-leader", c.name, r.Err)
-		case !retryInPlace(r.Err):
+		case !host.RetryInPlace(r.Err):
 			t.Errorf("%s came back as %v: not retried in place", c.name, r.Err)
 		case c.stale != errors.Is(r.Err, shard.ErrStaleIncarnation):
 			t.Errorf("%s came back as %v: stale incarnation %v, want %v", c.name, r.Err, !c.stale, c.stale)
@@ -58,7 +58,7 @@ func TestBehaviour18ForwardedRetryHereSurvivesTheWire(t *testing.T) {
 		t.Fatal(err)
 	}
 	var nl *shard.NotLeaderError
-	if !errors.As(r.Err, &nl) || nl.Leader != 3 || errors.Is(r.Err, ErrRetry) || retryInPlace(r.Err) {
+	if !errors.As(r.Err, &nl) || nl.Leader != 3 || errors.Is(r.Err, ErrRetry) || host.RetryInPlace(r.Err) {
 		t.Fatalf("not-leader (node 3) came back as %v", r.Err)
 	}
 }

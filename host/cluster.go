@@ -279,7 +279,7 @@ func (e *Engine) deliver(ctx context.Context, m transport.Message) error {
 			req = &shard.Request{Op: shard.OpCatchUp, NS: ns, Epoch: epoch, Payload: m.Payload[8:], Peer: uint64(m.From)}
 		}
 		if _, err := e.router.Send(ns, shard.Frame{Req: req}); err != nil {
-			e.CountSendFailure(req, err)
+			e.countSendFailure(req, err)
 			return err
 		}
 		return nil
@@ -353,7 +353,7 @@ func (e *Engine) deliver(ctx context.Context, m transport.Message) error {
 	}
 }
 
-// Forward sends a partition request to node to (its leader) and waits
+// forward sends a partition request to node to (its leader) and waits
 // for the answer: the client following a "not leader" hint. The request
 // is sent to to once: a leader that takes long to answer (a large batch
 // on a loaded machine) is asked, every ForwardTimeout, whether it still
@@ -363,7 +363,7 @@ func (e *Engine) deliver(ctx context.Context, m transport.Message) error {
 // when the partition's leader moves (forward.go). The outcome is then
 // unknown; the caller sends the request again (produces carry a
 // (producer, sequence) pair, so a batch is never applied twice).
-func (e *Engine) Forward(ctx context.Context, to uint64, req *shard.Request) (shard.Response, error) {
+func (e *Engine) forward(ctx context.Context, to uint64, req *shard.Request) (shard.Response, error) {
 	c := e.cl
 	if c == nil {
 		return shard.Response{}, errNotClustered
@@ -471,7 +471,7 @@ type awaited struct {
 }
 
 // ForwardTimeout is how long a forwarded request waits for its answer
-// before its node is asked whether it still holds it (Forward), and
+// before its node is asked whether it still holds it (forward), and
 // bounds one metadata proposal: several election timeouts, so a dead
 // leader is replaced before the retry.
 func (e *Engine) ForwardTimeout() time.Duration {
@@ -520,7 +520,7 @@ func (c *clusterNode) serveManual(m transport.Message, n int64) {
 	}
 	reply := make(chan shard.Response, 1)
 	if _, err := c.e.router.Send(req.NS, shard.Frame{Req: req, Reply: reply}); err != nil {
-		c.e.CountSendFailure(req, err)
+		c.e.countSendFailure(req, err)
 		_ = c.send(uint64(m.From), KindReply, m.Group, EncodeResponse(shard.Response{Err: fmt.Errorf("%w: %w", shard.ErrRetry, err)}))
 		c.fwd.give(uint64(m.From), m.Group, n)
 		return

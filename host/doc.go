@@ -22,5 +22,5 @@
 // coalesced per shard and unit of pump work (raftbatch.go).
 //
 // The root package parkway is the client API on top of an engine: handles,
-// retries in place, following "not leader" hints through Forward.
+// retries in place, following "not leader" hints, through the client call (call.go).
 package host

@@ -503,7 +503,7 @@ func (e *Engine) Sleep(ctx context.Context, d time.Duration) error {
 func (e *Engine) Once(ctx context.Context, req *shard.Request) shard.Response {
 	reply := make(chan shard.Response, 1)
 	if _, err := e.router.Send(req.NS, shard.Frame{Req: req, Reply: reply}); err != nil {
-		e.CountSendFailure(req, err)
+		e.countSendFailure(req, err)
 		return shard.Response{Err: fmt.Errorf("%w: %w", shard.ErrRetry, err)}
 	}
 	select {
@@ -514,8 +514,8 @@ func (e *Engine) Once(ctx context.Context, req *shard.Request) shard.Response {
 	}
 }
 
-// CountSendFailure counts a frame the router could not hand to a shard.
-func (e *Engine) CountSendFailure(req *shard.Request, err error) {
+// countSendFailure counts a frame the router could not hand to a shard.
+func (e *Engine) countSendFailure(req *shard.Request, err error) {
 	reason := metrics.ReasonUnroutable
 	switch {
 	case errors.Is(err, shard.ErrInboxBytes):
@@ -528,11 +528,11 @@ func (e *Engine) CountSendFailure(req *shard.Request, err error) {
 	e.drops.Drop(req.Op.String(), reason)
 }
 
-// ReplicaFor returns where to send a request for ns when this node holds
+// replicaFor returns where to send a request for ns when this node holds
 // no replica of it: the first replica, from the preferred leader on, that
 // node liveness holds alive (the preferred leader if none is). It returns
 // 0 on a single node, and for a partition held here or not known here.
-func (e *Engine) ReplicaFor(ns metadata.Namespace) uint64 {
+func (e *Engine) replicaFor(ns metadata.Namespace) uint64 {
 	if e.cl == nil {
 		return 0
 	}
@@ -559,7 +559,7 @@ func (e *Engine) Leader(ctx context.Context, ns metadata.Namespace) (uint64, err
 // LeaderTerm is Leader and the group's term: the one the leader was
 // elected in while one is known (Kafka's leader epoch).
 func (e *Engine) LeaderTerm(ctx context.Context, ns metadata.Namespace) (lead, term uint64, err error) {
-	if e.ReplicaFor(ns) != 0 {
+	if e.replicaFor(ns) != 0 {
 		lead, term = e.cl.remoteLeader(ctx, ns)
 		return lead, term, nil
 	}

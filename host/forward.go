@@ -2,7 +2,7 @@ package host
 
 import "github.com/parkway-io/parkway/metadata"
 
-// Requests forwarded to a partition's leader (Engine.Forward) wait for
+// Requests forwarded to a partition's leader (Engine.forward) wait for
 // the leader's answer: a waiting poll up to its MaxWait, anything else up
 // to the forward timeout. A leader that dies, or is cut off and steps
 // down, never answers: without news the poll's reader waited out its
@@ -10,7 +10,7 @@ import "github.com/parkway-io/parkway/metadata"
 // of a second after the failure. So each forwarded request is watched:
 // when this node learns that its partition has a new leader (its
 // replica's raft group reports it, shard Replication.LeaderChanged) or
-// that the node it went to is dead (node liveness), Forward gives up on
+// that the node it went to is dead (node liveness), forward gives up on
 // the old leader. A read is sent again where the news points (the old
 // leader's late answer finds no one waiting); a write ends with an
 // unknown outcome, as at the timer, and the caller retries it (a produce

@@ -154,7 +154,7 @@ func (c *clusterNode) remoteLeader(ctx context.Context, ns metadata.Namespace) (
 func (c *clusterNode) askLeader(ctx context.Context, ns metadata.Namespace, to uint64) (pointer, term uint64, ok bool) {
 	ctx, cancel := context.WithTimeout(ctx, c.e.ForwardTimeout())
 	defer cancel()
-	r, err := c.e.Forward(ctx, to, &shard.Request{Op: shard.OpOffsets, NS: ns, FromLeader: true})
+	r, err := c.e.forward(ctx, to, &shard.Request{Op: shard.OpOffsets, NS: ns, FromLeader: true})
 	if err == nil {
 		err = r.Err
 	}

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 
 	"github.com/parkway-io/parkway/clock"
-	"github.com/parkway-io/parkway/internal/backoff"
 	"github.com/parkway-io/parkway/internal/groups"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/shard"
@@ -217,10 +216,38 @@ func (c *clusterNode) changeVoters(ctx context.Context, add bool, node uint64, c
 	}
 	ctx, cancel := e.Deadline(ctx)
 	defer cancel()
-	bo := backoff.New(e.cfg.RetryBackoffMin, e.cfg.RetryBackoffMax)
+	rs := NewResendDriver(e.ForwardTimeout(), e.cfg.RetryBackoffMin, e.cfg.RetryBackoffMax)
+	var timer clock.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
-		if done() {
+		// Taken before done is asked, so an application after the
+		// question wakes the wait.
+		applied := c.applied.next()
+		st := rs.Step(e.cfg.Clock.Now(), done())
+		switch st.Op {
+		case ResendDone:
 			return nil
+		case ResendWait:
+			d := st.At.Sub(e.cfg.Clock.Now())
+			if timer == nil {
+				timer = e.cfg.Clock.NewTimer(d)
+			} else {
+				timer.Reset(d)
+			}
+			select {
+			case <-applied:
+			case <-timer.C():
+			case <-ctx.Done():
+				if rs.InFlight() {
+					return fmt.Errorf("%w: changing the membership of node %d: %w", shard.ErrOutcomeUnknown, node, ctx.Err())
+				}
+				return ctx.Err()
+			}
+			continue
 		}
 		reply := make(chan MetadataResult, 1)
 		select {
@@ -236,25 +263,15 @@ func (c *clusterNode) changeVoters(ctx context.Context, add bool, node uint64, c
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		if r.Err != nil && !errors.Is(r.Err, shard.ErrRetry) {
-			return r.Err
-		}
-		if r.Err == nil {
-			// Proposed: wait for it to apply here, for a bounded time (a
+		switch {
+		case r.Err == nil:
+			// Proposed: wait for it to apply, for a bounded time (a
 			// proposal lost to a leader change is proposed again).
-			wctx, wcancel := clock.WithTimeout(ctx, e.cfg.Clock, e.ForwardTimeout())
-			err := c.waitApplied(wctx, done)
-			wcancel()
-			if err == nil {
-				return nil
-			}
-			if ctx.Err() != nil {
-				return fmt.Errorf("%w: changing the membership of node %d: %w", shard.ErrOutcomeUnknown, node, ctx.Err())
-			}
-			continue
-		}
-		if err := e.Sleep(ctx, bo.Next()); err != nil {
-			return err
+			rs.Proposed(e.cfg.Clock.Now())
+		case errors.Is(r.Err, shard.ErrRetry):
+			rs.Refused(e.cfg.Clock.Now())
+		default:
+			return r.Err
 		}
 	}
 }

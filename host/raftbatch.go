@@ -205,7 +205,7 @@ func (e *Engine) deliverRaftBatch(from uint64, payload []byte) error {
 		req := &ins[i].req
 		*req = shard.Request{Op: shard.OpRaft, NS: r.ns, Epoch: r.epoch, Raft: &ins[i].box.msg, Peer: from}
 		if _, err := e.router.Send(r.ns, shard.Frame{Req: req}); err != nil {
-			e.CountSendFailure(req, err)
+			e.countSendFailure(req, err)
 			if first == nil {
 				first = err
 			}

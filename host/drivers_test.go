@@ -1,0 +1,123 @@
+package host_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/parkway-io/parkway/host"
+	"github.com/parkway-io/parkway/shard"
+)
+
+// TestCallDriver pins the client call's decisions: "retry here" is
+// retried in place with the one backoff until the deadline, "not leader"
+// is followed and never retried in place (unless it names this node
+// after a forward: leadership moving here), an unknown outcome is retried
+// in a cluster only, and anything else ends the call.
+func TestCallDriver(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	cfg := host.CallConfig{Clustered: true, Self: 1, Timeout: time.Second, BackoffMin: time.Millisecond, BackoffMax: 4 * time.Millisecond}
+	retry := fmt.Errorf("materialising: %w", shard.ErrRetry)
+
+	d := host.NewCallDriver(cfg)
+	if st := d.Start(t0.Add(10*time.Millisecond), 0); st.Op != host.CallSend {
+		t.Fatalf("start: %+v, want a send here", st)
+	}
+	// Retries in place: 1, 2, 4, 4 ms, then the deadline cuts the wait.
+	now := t0
+	for i, want := range []time.Duration{1, 2, 4, 3} {
+		st := d.Answer(now, shard.Response{Err: retry}, nil)
+		if st.Op != host.CallWait || st.At.Sub(now) != want*time.Millisecond {
+			t.Fatalf("retry %d: %+v, want a wait of %v ms", i, st, want)
+		}
+		now = st.At
+		if st := d.Fired(); st.Op != host.CallSend {
+			t.Fatalf("fired: %+v, want a send", st)
+		}
+	}
+	if st := d.Answer(now, shard.Response{}, retry); st.Op != host.CallDone || !errors.Is(st.Err, shard.ErrRetry) {
+		t.Fatalf("at the deadline: %+v, want done with the retried error", st)
+	}
+
+	d = host.NewCallDriver(cfg)
+	if st := d.Start(time.Time{}, 3); st.Op != host.CallForward || st.To != 3 {
+		t.Fatalf("start on a node without a replica: %+v, want a forward to 3", st)
+	}
+	nl := &shard.NotLeaderError{Leader: 2}
+	if st := d.Answer(t0, shard.Response{Err: nl}, nil); st.Op != host.CallForward || st.To != 2 {
+		t.Fatalf("not leader (2): %+v, want a forward to 2", st)
+	}
+	if st := d.Answer(t0, shard.Response{Err: &shard.NotLeaderError{Leader: 1}}, nil); st.Op != host.CallWait || !errors.Is(st.Err, shard.ErrRetry) {
+		t.Fatalf("forwarded, not leader (this node): %+v, want a retry in place", st)
+	}
+	if st := d.Answer(t0, shard.Response{Err: shard.ErrOutcomeUnknown}, nil); st.Op != host.CallWait {
+		t.Fatalf("unknown outcome in a cluster: %+v, want a retry", st)
+	}
+	if st := d.Answer(t0, shard.Response{Offset: 7}, nil); st.Op != host.CallDone || st.Err != nil || st.Resp.Offset != 7 {
+		t.Fatalf("answer: %+v, want done at offset 7", st)
+	}
+	if st := d.Answer(t0, shard.Response{}, host.ErrClosed); st.Op != host.CallDone || !errors.Is(st.Err, host.ErrClosed) {
+		t.Fatalf("closed: %+v, want done with ErrClosed", st)
+	}
+	if st := d.Answer(t0, shard.Response{Err: shard.ErrClosed}, nil); st.Op != host.CallDone || !errors.Is(st.Err, host.ErrClosed) {
+		t.Fatalf("shard closed: %+v, want done with ErrClosed", st)
+	}
+
+	one := host.NewCallDriver(host.CallConfig{Timeout: time.Second, BackoffMin: time.Millisecond, BackoffMax: time.Millisecond})
+	one.Start(time.Time{}, 0)
+	if st := one.Answer(t0, shard.Response{Err: shard.ErrOutcomeUnknown}, nil); st.Op != host.CallDone || !errors.Is(st.Err, shard.ErrOutcomeUnknown) {
+		t.Fatalf("unknown outcome on one node: %+v, want done (never retried)", st)
+	}
+	if st := one.Answer(t0, shard.Response{Err: nl}, nil); st.Op != host.CallDone {
+		t.Fatalf("not leader on one node: %+v, want done", st)
+	}
+	// Without a deadline at Start, the first retry fixes it Timeout on.
+	st := one.Answer(t0, shard.Response{Err: retry}, nil)
+	if st.Op != host.CallWait {
+		t.Fatalf("retry: %+v", st)
+	}
+	if st := one.Answer(t0.Add(time.Second), shard.Response{Err: retry}, nil); st.Op != host.CallDone {
+		t.Fatalf("a timeout after the first retry: %+v, want done", st)
+	}
+}
+
+// TestResendDriver pins the membership resend: a proposal in flight is
+// waited for up to the timeout and then made again at once; a refused one
+// is made again after a doubling pause, reset by a proposal made.
+func TestResendDriver(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	r := host.NewResendDriver(50*time.Millisecond, time.Millisecond, 4*time.Millisecond)
+	if st := r.Step(t0, false); st.Op != host.ResendPropose || st.Again {
+		t.Fatalf("first step: %+v, want a proposal", st)
+	}
+	if d := r.Refused(t0); d != time.Millisecond {
+		t.Fatalf("first pause %v, want 1ms", d)
+	}
+	if st := r.Step(t0, false); st.Op != host.ResendWait || !st.At.Equal(t0.Add(time.Millisecond)) {
+		t.Fatalf("after a refusal: %+v, want a wait of 1ms", st)
+	}
+	if d := r.Refused(t0); d != 2*time.Millisecond {
+		t.Fatalf("second pause %v, want 2ms", d)
+	}
+	now := t0.Add(2 * time.Millisecond)
+	if st := r.Step(now, false); st.Op != host.ResendPropose {
+		t.Fatalf("after the pause: %+v, want a proposal", st)
+	}
+	r.Proposed(now)
+	if !r.InFlight() {
+		t.Fatal("not in flight after a proposal")
+	}
+	if st := r.Step(now.Add(49*time.Millisecond), false); st.Op != host.ResendWait || !st.At.Equal(now.Add(50*time.Millisecond)) {
+		t.Fatalf("in flight: %+v, want a wait to the timeout", st)
+	}
+	if st := r.Step(now.Add(50*time.Millisecond), false); st.Op != host.ResendPropose || !st.Again {
+		t.Fatalf("at the timeout: %+v, want a proposal made again", st)
+	}
+	if d := r.Refused(now); d != time.Millisecond {
+		t.Fatalf("pause after a proposal made: %v, want the minimum again", d)
+	}
+	if st := r.Step(now, true); st.Op != host.ResendDone {
+		t.Fatalf("applied: %+v, want done", st)
+	}
+}
