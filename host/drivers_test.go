@@ -121,3 +121,28 @@ func TestResendDriver(t *testing.T) {
 		t.Fatalf("applied: %+v, want done", st)
 	}
 }
+
+// TestAskDriver pins the metadata ask (apply-and-retry, read barrier):
+// each try is given the timeout, an error worth another try pauses with
+// the doubling backoff, any other answer ends the ask.
+func TestAskDriver(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	d := host.NewAskDriver(50*time.Millisecond, time.Millisecond, 2*time.Millisecond, func(err error) bool { return errors.Is(err, shard.ErrRetry) })
+	if st := d.Start(t0); st.Op != host.AskSend || !st.At.Equal(t0.Add(50*time.Millisecond)) {
+		t.Fatalf("start: %+v, want a try given 50ms", st)
+	}
+	for i, want := range []time.Duration{1, 2, 2} {
+		if st := d.Answer(t0, shard.ErrRetry); st.Op != host.AskWait || st.At.Sub(t0) != want*time.Millisecond {
+			t.Fatalf("retry %d: %+v, want a pause of %v ms", i, st, want)
+		}
+	}
+	if st := d.Fired(t0); st.Op != host.AskSend {
+		t.Fatalf("fired: %+v, want a try", st)
+	}
+	if st := d.Answer(t0, host.ErrClosed); st.Op != host.AskDone || !errors.Is(st.Err, host.ErrClosed) {
+		t.Fatalf("closed: %+v, want done with the error", st)
+	}
+	if st := d.Answer(t0, nil); st.Op != host.AskDone || st.Err != nil {
+		t.Fatalf("answered: %+v, want done", st)
+	}
+}

@@ -539,8 +539,22 @@ func (e *Engine) ReadBarrier(ctx context.Context) error {
 	m := e.cl.meta
 	ctx, cancel := e.Deadline(ctx)
 	defer cancel()
-	bo := backoff.New(e.cfg.RetryBackoffMin, e.cfg.RetryBackoffMax)
-	for {
+	d := NewAskDriver(e.ForwardTimeout(), e.cfg.RetryBackoffMin, e.cfg.RetryBackoffMax, func(err error) bool {
+		return !errors.Is(err, ErrClosed) && !errors.Is(err, ErrMetadataFailed)
+	})
+	t := askTimer{clk: e.cfg.Clock}
+	defer t.stop()
+	for st := d.Start(e.cfg.Clock.Now()); ; {
+		switch st.Op {
+		case AskDone:
+			return st.Err
+		case AskWait:
+			if err := t.sleep(ctx, st.At); err != nil {
+				return fmt.Errorf("%w: metadata read barrier: %w", shard.ErrRetry, err)
+			}
+			st = d.Fired(e.cfg.Clock.Now())
+			continue
+		}
 		reply := make(chan error, 1)
 		select {
 		case m.reads <- reply:
@@ -549,25 +563,18 @@ func (e *Engine) ReadBarrier(ctx context.Context) error {
 		case <-ctx.Done():
 			return fmt.Errorf("%w: metadata read barrier: %w", shard.ErrRetry, ctx.Err())
 		}
-		t := e.cfg.Clock.NewTimer(e.ForwardTimeout())
 		var err error
 		select {
 		case err = <-reply:
-		case <-t.C():
+		case <-t.until(st.At):
 			err = fmt.Errorf("%w: no read index yet", shard.ErrRetry)
 		case <-ctx.Done():
-			err = ctx.Err()
-		}
-		t.Stop()
-		if err == nil || errors.Is(err, ErrClosed) || errors.Is(err, ErrMetadataFailed) {
-			return err
-		}
-		if ctx.Err() != nil {
 			return fmt.Errorf("%w: metadata read barrier: %w", shard.ErrRetry, ctx.Err())
 		}
-		if err := e.Sleep(ctx, bo.Next()); err != nil {
-			return fmt.Errorf("%w: metadata read barrier: %w", shard.ErrRetry, err)
+		if err != nil && ctx.Err() != nil && d.again(err) {
+			return fmt.Errorf("%w: metadata read barrier: %w", shard.ErrRetry, ctx.Err())
 		}
+		st = d.Answer(e.cfg.Clock.Now(), err)
 	}
 }
 
@@ -693,8 +700,23 @@ func (c *clusterNode) applyReplicated(ctx context.Context, cmd metadata.Command)
 		withdraw := m.store.Announce(cmd)
 		defer withdraw()
 	}
-	bo := backoff.New(e.cfg.RetryBackoffMin, e.cfg.RetryBackoffMax)
-	for {
+	d := NewAskDriver(e.ForwardTimeout(), e.cfg.RetryBackoffMin, e.cfg.RetryBackoffMax, func(err error) bool {
+		return errors.Is(err, shard.ErrRetry)
+	})
+	t := askTimer{clk: e.cfg.Clock}
+	defer t.stop()
+	var r MetadataResult
+	for st := d.Start(e.cfg.Clock.Now()); ; {
+		switch st.Op {
+		case AskDone:
+			return r.Result, st.Err
+		case AskWait:
+			if err := t.sleep(ctx, st.At); err != nil {
+				return metadata.Result{}, err
+			}
+			st = d.Fired(e.cfg.Clock.Now())
+			continue
+		}
 		reply := make(chan MetadataResult, 1)
 		select {
 		case m.props <- metaOp{data: data, reply: reply}:
@@ -703,24 +725,15 @@ func (c *clusterNode) applyReplicated(ctx context.Context, cmd metadata.Command)
 		case <-ctx.Done():
 			return metadata.Result{}, ctx.Err()
 		}
-		var r MetadataResult
-		t := e.cfg.Clock.NewTimer(e.ForwardTimeout())
 		select {
 		case r = <-reply:
-		case <-t.C():
-			r.Err = fmt.Errorf("%w: not committed yet", shard.ErrRetry)
+		case <-t.until(st.At):
+			r = MetadataResult{Err: fmt.Errorf("%w: not committed yet", shard.ErrRetry)}
 		case <-ctx.Done():
-			t.Stop()
 			// Proposed but not seen committed: it may still commit.
 			return metadata.Result{}, fmt.Errorf("%w: %w", shard.ErrOutcomeUnknown, ctx.Err())
 		}
-		t.Stop()
-		if r.Err == nil || !errors.Is(r.Err, shard.ErrRetry) {
-			return r.Result, r.Err
-		}
-		if err := e.Sleep(ctx, bo.Next()); err != nil {
-			return metadata.Result{}, err
-		}
+		st = d.Answer(e.cfg.Clock.Now(), r.Err)
 	}
 }
 
