@@ -63,7 +63,7 @@ func (c *csim) startJoin() {
 	c.applyCuts()
 	c.nextSeq++
 	c.join = &joining{id: id, key: host.MetadataKey{Producer: metaProducer, Seq: c.nextSeq},
-		p: resend{node: id, what: "join"}}
+		p: c.newResend(id, "join")}
 	c.joinAct()
 }
 

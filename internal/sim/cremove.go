@@ -84,7 +84,7 @@ func (c *csim) startRemove() {
 	drain := host.MetadataKey{Producer: metaProducer, Seq: c.nextSeq}
 	c.nextSeq++
 	leave := host.MetadataKey{Producer: metaProducer, Seq: c.nextSeq}
-	c.remove = &removing{id: n.id, drainKey: drain, leaveKey: leave, p: resend{node: n.id, what: "drain"}}
+	c.remove = &removing{id: n.id, drainKey: drain, leaveKey: leave, p: c.newResend(n.id, "drain")}
 	c.event("n%d REMOVE starts (members %v, down %v)", n.id, c.memberIDs(), n.down)
 	c.removeAct()
 }
@@ -130,16 +130,15 @@ func (c *csim) removeAct() {
 // drained moves the removal on to waiting for the moves: v's metadata
 // held the drain at revision rev.
 func (c *csim) drained(r *removing, v *cnode, rev uint64) {
-	r.phase, r.p, r.drainRev = removeWait, resend{node: r.id, what: "removal"}, rev
+	r.phase, r.p, r.drainRev = removeWait, c.newResend(r.id, "removal"), rev
 	c.event("n%d DRAINING (applied on n%d, revision %d)", r.id, v.id, rev)
 	c.removeAct()
 }
 
 func (c *csim) removeDrainAct(r *removing) {
-	if r.p.proposed {
+	if r.p.d.InFlight() {
 		select {
 		case res := <-r.answer:
-			r.p.proposed = false
 			switch {
 			case res.Err == nil:
 				c.drained(r, r.p.via, res.Result.Revision)

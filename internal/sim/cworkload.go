@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway/host"
-	"github.com/parkway-io/parkway/internal/backoff"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/router"
@@ -62,9 +61,13 @@ type metaOp struct {
 	// The command in flight: its key and encoded proposal.
 	key        host.MetadataKey
 	cmd        metadata.Command
-	proposed   bool
-	proposedAt time.Time
-	created    []metadata.PartitionInfo
+	proposed bool
+	// ask paces the command's proposals as the engine's metadata
+	// apply-and-retry does (host.AskDriver); a proposal not committed by
+	// until is given up and made again after a pause.
+	ask     host.AskDriver
+	until   time.Time
+	created []metadata.PartitionInfo
 	result     metadata.Result // the last command's
 }
 
@@ -98,10 +101,8 @@ func (c *csim) clientAct(cl *client) {
 		switch {
 		case o.waiting && !now.Before(o.retryAt):
 			c.retry(o)
-		case o.kind == kindMeta && o.meta.proposed && !now.Before(o.meta.proposedAt.Add(forwardTicks*c.cfg.TickInterval)):
-			c.ops.MetaRetries++
-			c.event("op=%d meta not committed after %d ticks: propose again", o.id, forwardTicks)
-			c.propose(o)
+		case o.kind == kindMeta && o.meta.proposed && !now.Before(o.meta.until):
+			c.metaTimeout(o)
 		}
 		return
 	}
@@ -317,11 +318,14 @@ func (c *csim) onAnswer(a *attempt, r shard.Response) {
 		a.served = a.node.lastServe[o.ns]
 	}
 	a.ansEv = c.event("answer a=%d op=%d n%d %s", a.id, o.id, a.node.id, describe(r))
+	// The checks on the answer are the simulator's; what the client does
+	// next is the Node's client call (host.CallDriver) deciding.
 	var nl *shard.NotLeaderError
 	switch {
 	case r.Err == nil:
 		o.hops = 0
 		c.onSuccess(a, r)
+		return
 	case errors.As(r.Err, &nl):
 		c.ops.NotLeader++
 		if info, ok := a.node.meta.Partition(o.ns); ok && !info.Holds(a.node.id) {
@@ -330,30 +334,23 @@ func (c *csim) onAnswer(a *attempt, r shard.Response) {
 		if !c.checkNotApplied(a, r.Err) {
 			return
 		}
-		lead := c.node(nl.Leader)
-		if lead == nil || lead.id == a.node.id || lead.down || o.hops >= maxHops {
-			// Leadership is moving to the node that answered, or the hints
-			// go round: retry in place after a pause.
-			o.hops = 0
-			c.scheduleRetry(o, r.Err)
-			return
-		}
-		o.hops++
-		c.ops.Redirects++
-		c.send(c.newAttempt(o), lead)
+		c.follow(o, a, c.callOf(o).Answer(c.clk.Now(), r, nil), r.Err)
+		return
 	case errors.Is(r.Err, shard.ErrOutcomeUnknown):
 		// The Node retries an unknown outcome in a cluster: a produce's
 		// retry carries the same (producer, sequence) pair, and storing a
 		// consumer offset again is idempotent.
 		c.ops.UnknownAnswers++
 		o.maybeApplied, o.hops = true, 0
-		c.scheduleRetry(o, r.Err)
+		c.follow(o, a, c.callOf(o).Answer(c.clk.Now(), r, nil), r.Err)
+		return
 	case retryable(r.Err):
 		o.hops = 0
 		if !c.checkNotApplied(a, r.Err) {
 			return
 		}
-		c.scheduleRetry(o, r.Err)
+		c.follow(o, a, c.callOf(o).Answer(c.clk.Now(), r, nil), r.Err)
+		return
 	default:
 		if isCorruptLog(r.Err) && !c.damageExplained(a) {
 			c.fail(3, "attempt %d (op %d %v %v) answered by n%d with damage no lie explains: %v", a.id, o.id, o.kind, o.ns, a.node.id, r.Err)
@@ -477,20 +474,86 @@ func (c *csim) onSuccess(a *attempt, r shard.Response) {
 	c.finish(o, outcomeOK, r, nil)
 }
 
+// callOf is o's client call driver, a call of its home node's.
+func (c *csim) callOf(o *op) *host.CallDriver { return o.callDriver(true, o.home.id) }
+
+// follow carries out the client call's step st after attempt a of o was
+// answered cause: a forward is a new attempt at the leader named (the
+// simulated bus delivers a forwarded request as the node's router
+// would), a wait a retry in place at its time, and the end of the call
+// (its deadline passed while retrying) an operation not applied. A
+// leader that is not running, or the node that answered, or hints that
+// go round (maxHops) are a forward that cannot be made: the call is told
+// so, as the engine's forward tells it a send that failed.
+func (c *csim) follow(o *op, a *attempt, st host.CallStep, cause error) {
+	if st.Op == host.CallForward {
+		lead := c.node(st.To)
+		if lead != nil && lead.id != a.node.id && !lead.down && o.hops < maxHops {
+			o.hops++
+			c.ops.Redirects++
+			c.send(c.newAttempt(o), lead)
+			return
+		}
+		o.hops = 0
+		st = c.callOf(o).Answer(c.clk.Now(), shard.Response{}, fmt.Errorf("%w: no forward to n%d: %v", shard.ErrRetry, st.To, cause))
+	}
+	switch st.Op {
+	case host.CallWait:
+		o.waiting, o.retryAt = true, st.At
+	case host.CallDone:
+		if st.Err == nil {
+			c.fail(0, "op %d: the client call ended without an answer after %v", o.id, cause)
+			return
+		}
+		c.finish(o, outcomeNotApplied, shard.Response{}, st.Err)
+	default:
+		c.fail(0, "op %d: the client call asked for %v after %v", o.id, st.Op, cause)
+	}
+}
+
 // scheduleRetry retries o in place after a pause (doubling, clamped),
-// until its deadline.
+// until its deadline: a metadata operation here, a data operation
+// through its client call (the home node cannot be reached: a retry).
 func (c *csim) scheduleRetry(o *op, err error) {
 	now := c.clk.Now()
+	if o.kind != kindMeta {
+		c.follow(o, nil, c.callOf(o).Answer(now, shard.Response{}, fmt.Errorf("%w: %v", shard.ErrRetry, err)), err)
+		return
+	}
+	c.metaAnswer(o, fmt.Errorf("%w: %v", shard.ErrRetry, err))
+}
+
+// metaTimeout gives up on o's proposal, not committed in time: the
+// engine's apply-and-retry proposes it again after a pause.
+func (c *csim) metaTimeout(o *op) {
+	c.ops.MetaRetries++
+	c.event("op=%d meta not committed after %d ticks: propose again", o.id, forwardTicks)
+	c.metaAnswer(o, fmt.Errorf("%w: not committed yet", shard.ErrRetry))
+}
+
+// metaAnswer takes the outcome err of o's proposal as the engine's
+// metadata apply-and-retry does (host.AskDriver): a "retry" pauses and
+// proposes again, within the operation's deadline (the caller's context,
+// for the engine), anything else ends the operation.
+func (c *csim) metaAnswer(o *op, err error) {
+	o.meta.proposed = false
+	now := c.clk.Now()
+	st := o.meta.ask.Answer(now, err)
+	if st.Op == host.AskDone {
+		c.finish(o, outcomeError, shard.Response{}, err)
+		return
+	}
 	if o.deadline.IsZero() {
 		o.deadline = now.Add(requestTimeout)
-		o.pause = backoff.New(retryMin, retryMax)
 	}
 	if !now.Before(o.deadline) {
 		c.finish(o, outcomeNotApplied, shard.Response{}, fmt.Errorf("deadline passed while retrying: %w", err))
 		return
 	}
-	wait := min(o.pause.Next(), o.deadline.Sub(now))
-	o.waiting, o.retryAt = true, now.Add(wait)
+	o.waiting, o.retryAt = true, st.At
+	if st.At.After(o.deadline) {
+		o.retryAt = o.deadline
+	}
 }
 
 // retry tries o again through its home node, which must still know the
@@ -513,6 +576,10 @@ func (c *csim) retry(o *op) {
 		c.finish(o, outcomeNotApplied, shard.Response{}, errGone)
 		return
 	}
+	if st := c.callOf(o).Fired(); st.Op != host.CallSend {
+		c.fail(0, "op %d: the client call asked for %v at its retry", o.id, st.Op)
+		return
+	}
 	c.ops.Retries++
 	c.send(c.newAttempt(o), home)
 }
@@ -525,9 +592,8 @@ func (c *csim) retryDue() {
 			switch {
 			case o.waiting && !now.Before(o.retryAt):
 				c.retry(o)
-			case o.kind == kindMeta && o.meta.proposed && !now.Before(o.meta.proposedAt.Add(forwardTicks*c.cfg.TickInterval)):
-				c.ops.MetaRetries++
-				c.propose(o)
+			case o.kind == kindMeta && o.meta.proposed && !now.Before(o.meta.until):
+				c.metaTimeout(o)
 			}
 		}
 	}
@@ -714,7 +780,8 @@ func (c *csim) nextCommand(o *op, prev metadata.Result) {
 	m.step++
 	c.nextSeq++
 	m.key, m.cmd = host.MetadataKey{Producer: metaProducer, Seq: c.nextSeq}, cmd
-	o.deadline, o.pause = time.Time{}, backoff.Backoff{}
+	o.deadline = time.Time{}
+	m.ask = host.NewAskDriver(forwardTicks*c.cfg.TickInterval, retryMin, retryMax, func(err error) bool { return errors.Is(err, shard.ErrRetry) })
 	c.event("op=%d command %T%+v seq=%d", o.id, cmd, cmd, m.key.Seq)
 	c.propose(o)
 }
@@ -735,7 +802,7 @@ func (c *csim) propose(o *op) {
 		return
 	}
 	n.waits = append(n.waits, metaWait{o: o, key: m.key, ch: ch})
-	m.proposed, m.proposedAt = true, c.clk.Now()
+	m.proposed, m.until = true, m.ask.Fired(c.clk.Now()).At
 	o.maybeApplied = true
 	c.event("op=%d proposed on n%d", o.id, n.id)
 }
@@ -753,7 +820,7 @@ func (c *csim) onMetaResult(d metaAnswer) {
 	m.proposed = false
 	c.event("op=%d committed seq=%d rev=%d err=%v", o.id, m.key.Seq, d.r.Result.Revision, errString(d.r.Err))
 	if d.r.Err != nil {
-		c.finish(o, outcomeError, shard.Response{}, d.r.Err)
+		c.metaAnswer(o, d.r.Err)
 		return
 	}
 	m.created = append(m.created, d.r.Result.Created...)

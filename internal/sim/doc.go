@@ -23,8 +23,10 @@
 //     the commits they depend on, before any reconciler has run; a few
 //     come from clients whose view lags and still target a deleted
 //     partition. Requests are shard.Frames sent through the router (TrySend; a refusal is an
-//     answer), and "retry here" answers are retried in place with backoff
-//     until a deadline, re-resolving the namespace first, as the Node does;
+//     answer), and what follows an answer is the Node's client call
+//     deciding (host.CallDriver, the shipped driver): "retry here" is
+//     retried in place with its backoff until its deadline, the
+//     namespace re-resolved first;
 //   - a shard takes one Step;
 //   - a shard's reconciler runs one pass (on a commit wake, on its period,
 //     or spontaneously);
@@ -146,17 +148,24 @@
 // every cluster size some nodes hold no replica of some partitions, and
 // recreating a topic may place its new incarnation on other nodes.
 // Clients talk to a node they pick (their home): partition requests go
-// through its router, a "not leader" answer is followed to the hinted
-// leader (the simulated client goes to that node's router itself, where
-// the Node would forward over the bus) — a node holding no replica of the
-// partition answers one with a live replica as the hint — "retry here"
-// brings the request
-// home after a pause, and an unknown outcome is retried with the same
-// (producer, sequence) pair, as the Node does. Polls and offset reads ask
+// through its router, and the Node's client call (host.CallDriver, the
+// shipped driver, told each answer and the virtual time) decides what
+// follows: a "not leader" answer is followed to the hinted leader (the
+// simulated client goes to that node's router itself, where the Node
+// would forward over the bus; a hint naming a node that is down, the
+// node that answered, or a fourth hop in a row is told to the driver as
+// a forward that failed) — a node holding no replica of the partition
+// answers one with a live replica as the hint — "retry here" brings the
+// request home after the driver's pause, and an unknown outcome is
+// retried with the same (producer, sequence) pair. Polls and offset reads ask
 // for the leader (Request.FromLeader); one poll in five reads the home
 // node's own replica (Start.Local). Metadata commands are proposed to the
-// home node's metadata member (Engine.ProposeMetadata) and proposed
-// again, with the same key, after the engine's forward timeout; the data operations that depend on
+// home node's metadata member (Engine.ProposeMetadata) and paced by the
+// engine's metadata apply-and-retry (host.AskDriver): one not committed
+// within the engine's forward timeout, or answered "retry", is proposed
+// again, with the same key, after its pause; AddNode's and RemoveNode's
+// proposals are paced by the engine's membership resend
+// (host.ResendDriver, cresend.go), through a member the seed picks; the data operations that depend on
 // them are issued at once, through random nodes whose metadata may not
 // have applied the commit yet.
 //
@@ -490,10 +499,11 @@
 // retention by age reads each node's clock, but the clock faults do not
 // reach it. Cluster mode has no inbox bursts, removes
 // a node only through a drain (never one whose replicas it cannot move,
-// and never below three members), and its clients do not go through the
-// Node (request forwarding
-// over the bus, kindRequest/kindReply, is not exercised, nor is the
-// Node's first try straight to a live replica, Engine.ReplicaFor: a
-// simulated client reaches a replica through the shard's "not leader"
-// answer).
+// and never below three members), and its clients drive the Node's
+// client call (host.CallDriver) but not its blocking owner: request
+// forwarding over the bus (kindRequest/kindReply, the forward's probe and
+// leader watch) is not exercised, nor is the first try straight to a
+// live replica (the engine's replicaFor: a simulated client reaches a
+// replica through the shard's "not leader" answer), nor ReadBarrier
+// (which returns at once on a manual engine), Consumer or Member.
 package sim

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/parkway-io/parkway/internal/backoff"
+	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/router"
@@ -84,7 +84,6 @@ type op struct {
 	waiting  bool // for retryAt
 	retryAt  time.Time
 	deadline time.Time
-	pause    backoff.Backoff
 	// End.
 	callEv, retEv int64
 	done          bool
@@ -96,6 +95,10 @@ type op struct {
 	home *cnode // the node the client talks to
 	// hops counts "not leader" hints followed since the last other answer.
 	hops int
+	// call decides a data operation's retries and forwards, as the
+	// Node's client call does (callOf starts it).
+	call        host.CallDriver
+	callStarted bool
 	// producer and seq identify a produce across its tries, as the Node's
 	// do: the partition deduplicates a batch applied before.
 	producer, seq uint64
@@ -478,20 +481,32 @@ func (s *sim) onSuccess(a *attempt, r shard.Response) {
 	s.finish(o, outcomeOK, r, nil)
 }
 
-// scheduleRetry retries o in place after a pause (doubling, clamped),
-// until its deadline, as the Node's client side does.
+// scheduleRetry retries o in place after a pause, until its deadline:
+// the Node's client call (host.CallDriver) decides both.
 func (s *sim) scheduleRetry(o *op, err error) {
-	now := s.clk.Now()
-	if o.deadline.IsZero() {
-		o.deadline = now.Add(requestTimeout)
-		o.pause = backoff.New(retryMin, retryMax)
+	st := o.callDriver(false, 0).Answer(s.clk.Now(), shard.Response{Err: err}, nil)
+	switch st.Op {
+	case host.CallWait:
+		o.waiting, o.retryAt = true, st.At
+	case host.CallDone:
+		s.finish(o, outcomeNotApplied, shard.Response{}, st.Err)
+	default:
+		s.fail(0, "op %d: the client call asked for %v after %v", o.id, st.Op, err)
 	}
-	if !now.Before(o.deadline) {
-		s.finish(o, outcomeNotApplied, shard.Response{}, fmt.Errorf("deadline passed while retrying: %w", err))
-		return
+}
+
+// callDriver is o's client call driver, started at its first use, as
+// the Node's client call of o's request on node self (clustered: of a
+// cluster): its first try went to the owner shard, its deadline is fixed
+// at its first retry.
+func (o *op) callDriver(clustered bool, self uint64) *host.CallDriver {
+	if !o.callStarted {
+		o.call = host.NewCallDriver(host.CallConfig{Clustered: clustered, Self: self, Timeout: requestTimeout,
+			BackoffMin: retryMin, BackoffMax: retryMax})
+		o.call.Start(time.Time{}, 0)
+		o.callStarted = true
 	}
-	wait := min(o.pause.Next(), o.deadline.Sub(now))
-	o.waiting, o.retryAt = true, now.Add(wait)
+	return &o.call
 }
 
 var errGone = errors.New("sim: partition no longer committed")
@@ -502,6 +517,10 @@ func (s *sim) retry(o *op) {
 	if _, ok := s.n.meta.Partition(o.ns); !ok {
 		s.event("retry op=%d: ns=%v no longer committed", o.id, o.ns)
 		s.finish(o, outcomeNotApplied, shard.Response{}, errGone)
+		return
+	}
+	if st := o.callDriver(false, 0).Fired(); st.Op != host.CallSend {
+		s.fail(0, "op %d: the client call asked for %v at its retry", o.id, st.Op)
 		return
 	}
 	s.ops.Retries++
