@@ -72,14 +72,15 @@ type CallConfig struct {
 // CallDriver decides the steps of one client call. Make it with
 // NewCallDriver; it is not safe for concurrent use.
 type CallDriver struct {
-	cfg        CallConfig
+	cfg        *CallConfig
 	deadline   time.Time // the call's; zero until Start or the first retry
 	bo         backoff.Backoff
 	forwarding bool // the answer awaited is a forwarded request's
 }
 
-// NewCallDriver is the driver of one call under cfg.
-func NewCallDriver(cfg CallConfig) CallDriver {
+// NewCallDriver is the driver of one call under cfg, which it keeps and
+// does not change (an engine's calls share one).
+func NewCallDriver(cfg *CallConfig) CallDriver {
 	return CallDriver{cfg: cfg, bo: backoff.New(cfg.BackoffMin, cfg.BackoffMax)}
 }
 
@@ -181,8 +182,8 @@ type PendingCall struct {
 	d     CallDriver
 	f     shard.Frame
 	reply chan shard.Response
-	step  CallStep // what Wait does first
-	sent  error    // the first local send's refusal
+	to    uint64 // where the first try was forwarded (0: sent here)
+	sent  error  // the first local send's refusal
 }
 
 // Call sends req to the owner of its namespace and waits for the
@@ -200,7 +201,7 @@ func (e *Engine) Call(ctx context.Context, req *shard.Request, resolve Resolve) 
 func (e *Engine) StartCall(ctx context.Context, req *shard.Request) PendingCall {
 	p := PendingCall{e: e, reply: make(chan shard.Response, 1)}
 	p.f = shard.Frame{Req: req, Reply: p.reply}
-	p.d = NewCallDriver(e.callConfig())
+	p.d = NewCallDriver(&e.callCfg)
 	var replica uint64
 	if e.cl != nil {
 		replica = e.replicaFor(req.NS)
@@ -211,8 +212,9 @@ func (e *Engine) StartCall(ctx context.Context, req *shard.Request) PendingCall 
 		cd, _ := ctx.Deadline()
 		req.Deadline = CallDeadline(e.cfg.Clock.Now(), cd, e.cfg.RequestTimeout)
 	}
-	p.step = p.d.Start(req.Deadline, replica)
-	if p.step.Op == CallSend {
+	if st := p.d.Start(req.Deadline, replica); st.Op == CallForward {
+		p.to = st.To
+	} else {
 		p.sent = e.send(ctx, p.f)
 	}
 	return p
@@ -236,7 +238,10 @@ func (p *PendingCall) Wait(ctx context.Context, resolve Resolve) (shard.Response
 			timer.Stop()
 		}
 	}()
-	step := p.step
+	step := CallStep{Op: CallSend}
+	if p.to != 0 {
+		step = CallStep{Op: CallForward, To: p.to}
+	}
 	for {
 		switch step.Op {
 		case CallDone:

@@ -20,7 +20,7 @@ func TestCallDriver(t *testing.T) {
 	cfg := host.CallConfig{Clustered: true, Self: 1, Timeout: time.Second, BackoffMin: time.Millisecond, BackoffMax: 4 * time.Millisecond}
 	retry := fmt.Errorf("materialising: %w", shard.ErrRetry)
 
-	d := host.NewCallDriver(cfg)
+	d := host.NewCallDriver(&cfg)
 	if st := d.Start(t0.Add(10*time.Millisecond), 0); st.Op != host.CallSend {
 		t.Fatalf("start: %+v, want a send here", st)
 	}
@@ -40,7 +40,7 @@ func TestCallDriver(t *testing.T) {
 		t.Fatalf("at the deadline: %+v, want done with the retried error", st)
 	}
 
-	d = host.NewCallDriver(cfg)
+	d = host.NewCallDriver(&cfg)
 	if st := d.Start(time.Time{}, 3); st.Op != host.CallForward || st.To != 3 {
 		t.Fatalf("start on a node without a replica: %+v, want a forward to 3", st)
 	}
@@ -64,7 +64,7 @@ func TestCallDriver(t *testing.T) {
 		t.Fatalf("shard closed: %+v, want done with ErrClosed", st)
 	}
 
-	one := host.NewCallDriver(host.CallConfig{Timeout: time.Second, BackoffMin: time.Millisecond, BackoffMax: time.Millisecond})
+	one := host.NewCallDriver(&host.CallConfig{Timeout: time.Second, BackoffMin: time.Millisecond, BackoffMax: time.Millisecond})
 	one.Start(time.Time{}, 0)
 	if st := one.Answer(t0, shard.Response{Err: shard.ErrOutcomeUnknown}, nil); st.Op != host.CallDone || !errors.Is(st.Err, shard.ErrOutcomeUnknown) {
 		t.Fatalf("unknown outcome on one node: %+v, want done (never retried)", st)

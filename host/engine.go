@@ -68,6 +68,9 @@ type Engine struct {
 	metrics *metrics.Metrics
 	drops   *metrics.Shard
 	cl      *clusterNode // nil for a single node
+	// callCfg is what every client call's driver reads (call.go), set
+	// once the cluster side exists.
+	callCfg CallConfig
 
 	// announced wake the reconcilers' prebuilds (started engines only).
 	announced []<-chan struct{}
@@ -89,6 +92,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	cfg = cfg.withDefaults()
 	e := &Engine{cfg: cfg, metrics: cfg.Metrics, group: run.NewGroup()}
+	e.callCfg = e.callConfig() // a single node's; a cluster's once its side exists
 	if e.metrics == nil {
 		var labels prometheus.Labels
 		if cfg.Cluster != nil {
@@ -237,6 +241,7 @@ func (e *Engine) openMetadata() error {
 	switch {
 	case cfg.Cluster != nil:
 		e.cl = newClusterNode(e)
+		e.callCfg = e.callConfig()
 		dir := ""
 		if cfg.DataDir != "" {
 			dir = filepath.Join(cfg.DataDir, "metadata-raft")

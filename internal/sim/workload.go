@@ -501,7 +501,7 @@ func (s *sim) scheduleRetry(o *op, err error) {
 // at its first retry.
 func (o *op) callDriver(clustered bool, self uint64) *host.CallDriver {
 	if !o.callStarted {
-		o.call = host.NewCallDriver(host.CallConfig{Clustered: clustered, Self: self, Timeout: requestTimeout,
+		o.call = host.NewCallDriver(&host.CallConfig{Clustered: clustered, Self: self, Timeout: requestTimeout,
 			BackoffMin: retryMin, BackoffMax: retryMax})
 		o.call.Start(time.Time{}, 0)
 		o.callStarted = true
