@@ -59,8 +59,8 @@ type metaOp struct {
 	steps []func(prev metadata.Result) metadata.Command
 	step  int
 	// The command in flight: its key and encoded proposal.
-	key        host.MetadataKey
-	cmd        metadata.Command
+	key      host.MetadataKey
+	cmd      metadata.Command
 	proposed bool
 	// ask paces the command's proposals as the engine's metadata
 	// apply-and-retry does (host.AskDriver); a proposal not committed by
@@ -68,7 +68,7 @@ type metaOp struct {
 	ask     host.AskDriver
 	until   time.Time
 	created []metadata.PartitionInfo
-	result     metadata.Result // the last command's
+	result  metadata.Result // the last command's
 }
 
 // running lists the nodes clients can reach: those running, once they
