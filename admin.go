@@ -24,8 +24,7 @@ func (n *Node) Admin() *Admin { return &n.admin }
 
 // Shards returns the number of shards.
 func (a *Admin) Shards() int {
-	n := a.n
-	return len(n.shards)
+	return a.n.eng.ShardCount()
 }
 
 // CreateStream creates a stream and returns its handle (the stream takes

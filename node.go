@@ -25,10 +25,9 @@ import (
 // metadata, its shards, the router in front of them and a reconciler per
 // shard. All methods are safe for concurrent use.
 type Node struct {
-	cfg    Config
-	eng    *host.Engine
-	meta   *metadata.Store
-	shards []*shard.Shard
+	cfg  Config
+	eng  *host.Engine
+	meta *metadata.Store
 
 	admin   Admin
 	cluster Cluster
@@ -73,7 +72,7 @@ func Open(cfg Config) (*Node, error) {
 		_ = eng.Close()
 		return nil, err
 	}
-	n := &Node{cfg: cfg, eng: eng, meta: eng.Meta(), shards: eng.Shards(),
+	n := &Node{cfg: cfg, eng: eng, meta: eng.Meta(),
 		producer: rand.Uint64() | 1, origin: originOf(eng, ec)}
 	n.admin.n, n.cluster.n = n, n
 	return n, nil

@@ -7,7 +7,6 @@ import (
 	"slices"
 
 	"github.com/parkway-io/parkway/metadata"
-	"github.com/parkway-io/parkway/shard"
 )
 
 // ErrNotReady reports that a node does not yet serve everything it holds
@@ -32,13 +31,9 @@ func (n *Node) Ready(ctx context.Context) error {
 			return fmt.Errorf("%w: metadata not applied: %w", ErrNotReady, err)
 		}
 	}
-	states := make([]shard.State, len(n.shards))
-	for i, s := range n.shards {
-		st, err := s.Inspect(ctx)
-		if err != nil {
-			return fmt.Errorf("%w: shard %d: %w", ErrNotReady, i, err)
-		}
-		states[i] = st
+	states, err := n.eng.Inspect(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrNotReady, err)
 	}
 	self := n.eng.NodeID()
 	missing, fenced := 0, 0

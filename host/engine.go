@@ -433,6 +433,23 @@ func (e *Engine) Router() *router.Router[shard.Frame] { return e.router }
 // Shards returns the shards, index = shard id.
 func (e *Engine) Shards() []*shard.Shard { return e.shards }
 
+// ShardCount returns how many shards the engine runs.
+func (e *Engine) ShardCount() int { return len(e.shards) }
+
+// Inspect returns every shard's state, index = shard id, each read on its
+// shard's pump; the error names the shard that could not answer.
+func (e *Engine) Inspect(ctx context.Context) ([]shard.State, error) {
+	states := make([]shard.State, len(e.shards))
+	for i, s := range e.shards {
+		st, err := s.Inspect(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("shard %d: %w", i, err)
+		}
+		states[i] = st
+	}
+	return states, nil
+}
+
 // Reconcilers returns each shard's reconciler, index = shard id.
 func (e *Engine) Reconcilers() []reconciler.Reconciler { return e.recs }
 
