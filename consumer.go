@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway/clock"
-	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/internal/backoff"
 	"github.com/parkway-io/parkway/metadata"
 )
@@ -67,8 +66,12 @@ type ConsumerConfig struct {
 	// MaxMessages bounds one poll of a partition (default 256).
 	MaxMessages int
 	// MaxWait is how long one waiting poll of a partition waits (default
-	// 5 s, at most MaxPollWait). A poll returns as soon as a message is
-	// there; MaxWait only bounds how often an idle partition is re-polled.
+	// and at most MaxPollWait, 30 s). A poll returns as soon as a message
+	// is there, and one waiting at a leader that loses its leadership is
+	// sent again to the new leader as soon as its node learns of it:
+	// MaxWait only bounds how often an idle partition is re-polled, each
+	// re-poll a read at the partition's leader (in a cluster, one that
+	// wakes its quiesced raft group), so the default is the longest.
 	MaxWait time.Duration
 	// MaxPollInterval bounds the time a group member's application may
 	// take between asking for one message and asking for the next
@@ -100,7 +103,7 @@ type ConsumerConfig struct {
 const (
 	DefaultCommitInterval      = time.Second
 	DefaultConsumerMaxMessages = 256
-	DefaultConsumerMaxWait     = 5 * time.Second
+	DefaultConsumerMaxWait     = MaxPollWait
 	DefaultMaxPollInterval     = 5 * time.Minute
 )
 
@@ -281,7 +284,7 @@ func (n *Node) NewConsumer(ctx context.Context, t Topic, cfg ConsumerConfig) (*C
 		delivered:  make(chan struct{}, 1),
 	}
 	if cfg.Group != "" {
-		m, err := n.JoinGroup(ctx, t, cfg.Group, MemberConfig{Name: cfg.Name, SessionTimeout: cfg.SessionTimeout})
+		m, err := n.joinGroup(ctx, t, cfg.Group, MemberConfig{Name: cfg.Name, SessionTimeout: cfg.SessionTimeout}, true, c.memberLive)
 		if err != nil {
 			return nil, err
 		}
@@ -621,13 +624,15 @@ func (c *Consumer) fail(err error) {
 	}
 }
 
-// maintain heartbeats a group member (at a third of its session timeout,
-// and just after another member's session would lapse, so a dead member's
-// partitions move promptly), rejoins after a lapsed session, and follows
-// the assignment; for a named consumer it follows the topic's partition
-// count. It also runs CommitOnInterval.
+// maintain follows a group member's assignment, rejoins after its session
+// lapsed (its node's renewal found it gone) and leaves for an application
+// that exceeded MaxPollInterval; for a named consumer it follows the
+// topic's partition count. It also runs CommitOnInterval. A member's
+// session is kept alive by its node with the node's other members
+// (memberLive bounds it), so an idle Consumer's loop sleeps: its timer
+// fires once per MaxPollInterval, as a safety net.
 func (c *Consumer) maintain() {
-	every := c.cfg.SessionTimeout / 3
+	every := c.cfg.MaxPollInterval
 	var changed, regrouped <-chan struct{}
 	if c.Member() == nil {
 		// A named consumer follows the topic's partitions: it wakes on
@@ -690,6 +695,7 @@ func (c *Consumer) maintain() {
 		case <-hb.C():
 		case <-c.kick:
 		case <-changed:
+		case <-c.lostMember():
 		}
 		if c.stalled() {
 			c.leaveIdle()
@@ -800,34 +806,54 @@ func (c *Consumer) regroup() {
 	c.follow(m, c.assign())
 }
 
-// nextHeartbeat is the wait before the next heartbeat: about every, or
-// less if the application's processing bound passes sooner. (Lapsed
-// members are the metadata leader's to expire: no heartbeat is needed for
-// that.)
-//
-// The heartbeat falls in the middle of a lease window (host.LeaseWindow,
-// a hundredth of the session timeout, at most 100 ms) on the node's
-// clock, and in a cluster its renewal is sent at the window's end with
-// those of the node's other members: a node's thousand Consumers wake a
-// few times per window instead of one at a time, and send one message
-// per window to the metadata leader, not one per heartbeat. A heartbeat
-// comes within half a window of every (a two-hundredth of the session
-// timeout), and its renewal is sent half a window after it was asked.
+// nextHeartbeat is the wait before the next heartbeat: every, or less
+// if the application's processing bound passes sooner, or a third of the
+// session timeout while the member is lost (its node found it gone and
+// the rejoin failed: it is tried again then).
 func (c *Consumer) nextHeartbeat(every time.Duration) time.Duration {
 	m := c.Member()
 	if m == nil {
 		return every
 	}
-	now := c.n.cfg.Clock.Now()
-	w := host.LeaseWindow(c.cfg.SessionTimeout)
-	every = now.Add(every).Truncate(w).Add(w / 2).Sub(now)
+	select {
+	case <-m.lost:
+		every = min(every, c.cfg.SessionTimeout/3)
+	default:
+	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if !c.asking && !c.idle {
 		// Wake when the application's processing bound passes.
 		every = min(every, max(c.askedAt.Add(c.cfg.MaxPollInterval).Sub(c.n.cfg.Clock.Now())+time.Millisecond, time.Millisecond))
 	}
-	c.mu.Unlock()
 	return every
+}
+
+// lostMember is closed once the node's renewal of the current member
+// found it gone: the maintenance loop rejoins. Nil once it is closed (the
+// rejoin failed: nextHeartbeat paces the retries) or without a group.
+func (c *Consumer) lostMember() <-chan struct{} {
+	m := c.Member()
+	if m == nil {
+		return nil
+	}
+	select {
+	case <-m.lost:
+		return nil
+	default:
+		return m.lost
+	}
+}
+
+// memberLive is the liveness bound of a Consumer's member (see
+// host.LeaseHolder): its node keeps the member's session alive while the
+// application asks for messages, or handles one for no longer than
+// MaxPollInterval, and not once the Consumer left for exceeding it. The
+// maintenance loop leaves at that bound; this one holds if it cannot.
+func (c *Consumer) memberLive(now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.idle && (c.asking || now.Sub(c.askedAt) <= c.cfg.MaxPollInterval)
 }
 
 // heartbeat refreshes membership and assignment once.
@@ -850,7 +876,7 @@ func (c *Consumer) heartbeat() {
 	case errors.Is(err, ErrUnknownMember):
 		// Our session lapsed (a long pause, a partition from the
 		// metadata leader): join again as a new member.
-		nm, err := c.n.joinGroup(c.ctx, c.t, c.cfg.Group, MemberConfig{Name: c.cfg.Name, SessionTimeout: c.cfg.SessionTimeout}, false)
+		nm, err := c.n.joinGroup(c.ctx, c.t, c.cfg.Group, MemberConfig{Name: c.cfg.Name, SessionTimeout: c.cfg.SessionTimeout}, false, c.memberLive)
 		if err != nil {
 			if fatalConsumerError(err) {
 				c.fail(err)

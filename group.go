@@ -7,10 +7,12 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/shard"
 )
 
 // Consumer groups
@@ -57,10 +59,21 @@ type MemberConfig struct {
 	// Name names the member for humans (GroupInfo, logs); it may be
 	// empty and need not be unique.
 	Name string
-	// SessionTimeout is how long the member stays in the group without a
-	// heartbeat (default DefaultSessionTimeout). Heartbeat at a third of
-	// it. Nodes' clocks must agree to well within it.
+	// SessionTimeout is how long the member stays in the group once its
+	// node stops renewing its lease (default DefaultSessionTimeout): the
+	// node renews it by itself at a third of it while the application
+	// shows it is alive (MaxPollInterval). Nodes' clocks must agree to
+	// well within it.
 	SessionTimeout time.Duration
+	// MaxPollInterval is how long the member's node keeps its session
+	// alive after the application's last call of Poll (or the end of its
+	// last waiting Poll), Commit or Heartbeat (default
+	// DefaultMaxPollInterval, 5 min, as Kafka's max.poll.interval.ms):
+	// past it the node stops renewing the member's lease, and the group
+	// expires the member a session timeout later, so its partitions move
+	// away from an application that stopped. A short one (a millisecond)
+	// makes the member live by its own Heartbeat calls alone.
+	MaxPollInterval time.Duration
 }
 
 // Assignment is what a member holds in a generation of its group.
@@ -92,9 +105,25 @@ type Member struct {
 	mu   sync.Mutex
 	view metadata.MemberView // its part of the group as of its last refresh
 	gen  uint64              // the generation the member acts in
-	// confirmed is the Now of the member's last join, heartbeat or
-	// commit that was applied: the start of its lease (metadata.LeaseEnd).
+	// confirmed is the Now of the member's last join, heartbeat, commit
+	// or kept renewal that was applied: the start of its lease
+	// (metadata.LeaseEnd).
 	confirmed int64
+
+	// The node keeps the member's lease (host.Engine.KeepLease) while
+	// live says the application shows it is alive: by default, while
+	// Poll, Commit or Heartbeat was called within maxPoll (active, unix
+	// nanoseconds) or a Poll is in flight (polling); a Consumer's member
+	// while the Consumer has not left for exceeding its own bound.
+	live    func(now time.Time) bool
+	maxPoll time.Duration
+	active  atomic.Int64
+	polling atomic.Int32
+	kept    atomic.Bool // the node keeps it (unkeep is set)
+	keepMu  sync.Mutex
+	unkeep  func() // stops the node keeping it; nil when it does not
+	ended   bool   // it left, or the node found it gone: never kept again
+	lost    chan struct{} // closed once the node's renewal found it gone
 }
 
 // JoinGroup joins consumer group group of topic t, creating the group if
@@ -103,14 +132,25 @@ type Member struct {
 // a Consumer (which joins, heartbeats, follows rebalances and commits by
 // itself), for a host that drives a group's membership itself. Group and
 // member names follow the rule of stream and topic names (ErrInvalidName).
+//
+// The member's node keeps its session alive by itself (as Kafka's client
+// heartbeats from a background thread), with one renewal round for all
+// of the node's members, while the application calls Poll, Commit or
+// Heartbeat within MemberConfig.MaxPollInterval: a host needs no timer
+// or goroutine per member. Heartbeat is still what releases partitions
+// being revoked (Assignment.Revoking) and refreshes the assignment.
 func (n *Node) JoinGroup(ctx context.Context, t Topic, group string, cfg MemberConfig) (*Member, error) {
-	return n.joinGroup(ctx, t, group, cfg, true)
+	if cfg.MaxPollInterval < 0 {
+		return nil, fmt.Errorf("%w: negative MaxPollInterval %v", ErrInvalidArgument, cfg.MaxPollInterval)
+	}
+	return n.joinGroup(ctx, t, group, cfg, true, nil)
 }
 
 // joinGroup joins group, creating it first if create is set and it does
 // not exist. A Consumer that rejoins after its session lapsed does not
-// create: a group deleted meanwhile ends it (ErrGroupNotFound).
-func (n *Node) joinGroup(ctx context.Context, t Topic, group string, cfg MemberConfig, create bool) (*Member, error) {
+// create: a group deleted meanwhile ends it (ErrGroupNotFound). live,
+// if set, replaces the member's own liveness bound (a Consumer's).
+func (n *Node) joinGroup(ctx context.Context, t Topic, group string, cfg MemberConfig, create bool, live func(time.Time) bool) (*Member, error) {
 	if err := n.begin(ctx); err != nil {
 		return nil, err
 	}
@@ -145,11 +185,95 @@ func (n *Node) joinGroup(ctx context.Context, t Topic, group string, cfg MemberC
 	if timeout == 0 {
 		timeout = DefaultSessionTimeout
 	}
-	m := &Member{n: n, topic: t, group: group, id: res.Member, timeout: timeout, confirmed: now}
+	m := &Member{n: n, topic: t, group: group, id: res.Member, timeout: timeout, confirmed: now,
+		live: live, maxPoll: cfg.MaxPollInterval, lost: make(chan struct{})}
+	if m.maxPoll == 0 {
+		m.maxPoll = DefaultMaxPollInterval
+	}
+	if m.live == nil {
+		m.live = m.applicationLive
+	}
+	m.active.Store(now)
 	if err := m.refresh(); err != nil {
 		return nil, err
 	}
+	m.keep()
 	return m, nil
+}
+
+// keep has the node keep the member's lease, unless it does already or
+// the member ended. A node that closed keeps nothing: the member expires.
+func (m *Member) keep() {
+	m.keepMu.Lock()
+	defer m.keepMu.Unlock()
+	if m.unkeep != nil || m.ended {
+		return
+	}
+	unkeep, err := m.n.eng.KeepLease(host.MemberLease{Stream: m.topic.Stream.ID, Topic: m.topic.ID,
+		TopicRevision: m.topic.Revision, Group: m.group, Member: m.id, Session: m.timeout}, (*memberLease)(m))
+	if err == nil {
+		m.unkeep = unkeep
+		m.kept.Store(true)
+	}
+}
+
+// unkept records that the node no longer keeps the member's lease: it
+// stopped (ended: it left or is gone for good) or its application
+// stopped showing it is alive (a later call keeps it again).
+func (m *Member) unkept(ended bool) {
+	m.keepMu.Lock()
+	defer m.keepMu.Unlock()
+	if ended && !m.ended {
+		m.ended = true
+		if m.unkeep != nil {
+			m.unkeep()
+		}
+	}
+	m.unkeep = nil
+	m.kept.Store(false)
+}
+
+// memberLease is a Member as its node's kept lease (host.LeaseHolder).
+type memberLease Member
+
+// Live implements host.LeaseHolder.
+func (l *memberLease) Live(now time.Time) bool { return l.live(now) }
+
+// Renewed implements host.LeaseHolder: a confirmed renewal starts the
+// member's lease anew; one refused for good (the member was expired or
+// its group deleted) marks it lost, which a Consumer acts on at once.
+func (l *memberLease) Renewed(at time.Time, err error) {
+	m := (*Member)(l)
+	switch {
+	case err == nil:
+		m.renew(at.UnixNano())
+	case !errors.Is(err, shard.ErrRetry):
+		m.keepMu.Lock()
+		gone := !m.ended
+		m.keepMu.Unlock()
+		m.unkept(true)
+		if gone {
+			close(m.lost)
+		}
+	}
+}
+
+// Unkept implements host.LeaseHolder: the application stopped showing
+// it is alive.
+func (l *memberLease) Unkept() { (*Member)(l).unkept(false) }
+
+// applicationLive is a Member's own liveness bound: a Poll in flight, or
+// a call of Poll, Commit or Heartbeat within MaxPollInterval.
+func (m *Member) applicationLive(now time.Time) bool {
+	return m.polling.Load() > 0 || now.UnixNano()-m.active.Load() <= int64(m.maxPoll)
+}
+
+// touch records that the application called the member.
+func (m *Member) touch() {
+	m.active.Store(m.n.cfg.Clock.Now().UnixNano())
+	if !m.kept.Load() {
+		m.keep()
+	}
 }
 
 // refresh reads the member's part of the group's committed state on this
@@ -209,6 +333,7 @@ func (m *Member) Committed(part uint32) (uint64, bool) {
 // most 100 ms: host.LeaseWindow), so it returns after that and a round
 // trip; its lease counts from when it was called.
 func (m *Member) Heartbeat(ctx context.Context) (Assignment, error) {
+	m.touch()
 	m.mu.Lock()
 	gen := m.gen
 	m.mu.Unlock()
@@ -305,6 +430,11 @@ func AtCommitted() Start { return Start{committed: true} }
 // lost touch with its group for that long, returns the error and no
 // messages (behaviour 33).
 func (m *Member) Poll(ctx context.Context, part uint32, from Start, max int, opts ...PollOption) (Batch, error) {
+	m.polling.Add(1)
+	defer func() {
+		m.touch()
+		m.polling.Add(-1)
+	}()
 	if err := m.check(part); err != nil {
 		return Batch{}, err
 	}
@@ -369,6 +499,7 @@ func (m *Member) resetStart(ctx context.Context, r OffsetReset, part uint32) Sta
 // nothing there, and every lower commit after it would be a regression).
 // It also counts as a heartbeat.
 func (m *Member) Commit(ctx context.Context, offsets map[uint32]uint64) error {
+	m.touch()
 	if len(offsets) == 0 {
 		return nil
 	}
@@ -414,6 +545,7 @@ func (m *Member) commit(ctx context.Context, offsets map[uint32]uint64) error {
 // Leave leaves the group: its partitions go to the other members at
 // once, without waiting for the session to lapse.
 func (m *Member) Leave(ctx context.Context) error {
+	m.unkept(true)
 	_, err := m.n.apply(ctx, metadata.LeaveGroup{
 		Stream: m.topic.Stream.ID, Topic: m.topic.ID, Revision: m.topic.Revision,
 		Group: m.group, Member: m.id, Now: m.n.cfg.Clock.Now().UnixNano(),

@@ -91,8 +91,11 @@ func TestGroupLeasesOutliveTheMetadataLeader(t *testing.T) {
 			}
 		}
 		x, y := others[0], others[1]
+		// The members live by their own heartbeats (a MaxPollInterval of
+		// a millisecond: their nodes keep nothing for them), so dead's
+		// silence is its end.
 		join := func(n *parkway.Node, name string) *parkway.Member {
-			m, err := n.JoinGroup(ctx, tp, "g", parkway.MemberConfig{Name: name, SessionTimeout: timeout})
+			m, err := n.JoinGroup(ctx, tp, "g", parkway.MemberConfig{Name: name, SessionTimeout: timeout, MaxPollInterval: time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -171,7 +171,9 @@ func TestBehaviour23StaleMemberIsFencedAfterExpiry(t *testing.T) {
 		if err := n.Admin().CreateGroup(ctx, tp, "g"); err != nil {
 			t.Fatal(err)
 		}
-		cfg := parkway.MemberConfig{SessionTimeout: 3 * time.Second}
+		// Members that live by their own calls: their node keeps their
+		// sessions for a millisecond after the last.
+		cfg := parkway.MemberConfig{SessionTimeout: 3 * time.Second, MaxPollInterval: time.Millisecond}
 		a, err := n.JoinGroup(ctx, tp, "g", cfg)
 		if err != nil {
 			t.Fatal(err)

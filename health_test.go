@@ -219,7 +219,7 @@ func TestMetricsConsumerGroups(t *testing.T) {
 		if m, gen := value("parkway_group_members"), value("parkway_group_generation"); m != 0 || gen != 0 {
 			t.Fatalf("a new group: members %v, generation %v; want 0, 0", m, gen)
 		}
-		a, err := n.JoinGroup(ctx, tp, "g", parkway.MemberConfig{Name: "a", SessionTimeout: time.Second})
+		a, err := n.JoinGroup(ctx, tp, "g", parkway.MemberConfig{Name: "a", SessionTimeout: time.Second, MaxPollInterval: time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -232,7 +232,9 @@ func TestMetricsConsumerGroups(t *testing.T) {
 		if got := value("parkway_group_commits_total"); got != 1 {
 			t.Fatalf("commits %v after one commit, want 1", got)
 		}
-		// a never heartbeats: its session lapses, and b's join expires it.
+		// a never heartbeats (and its node keeps its session for a
+		// millisecond after its last call): its session lapses, and b's
+		// join expires it.
 		time.Sleep(2 * time.Second)
 		if _, err := n.JoinGroup(ctx, tp, "g", parkway.MemberConfig{Name: "b"}); err != nil {
 			t.Fatal(err)

@@ -154,8 +154,8 @@ func registry(t testing.TB, n *parkway.Node) *prometheus.Registry {
 }
 
 // metricValue sums the samples of family name whose labels include every
-// pair of labels (alternating name, value). A family with no matching
-// sample counts 0.
+// pair of labels (alternating name, value); a histogram's sample is its
+// count. A family with no matching sample counts 0.
 func metricValue(t testing.TB, reg prometheus.Gatherer, name string, labels ...string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
@@ -185,6 +185,8 @@ func metricValue(t testing.TB, reg prometheus.Gatherer, name string, labels ...s
 				sum += m.GetCounter().GetValue()
 			case m.GetGauge() != nil:
 				sum += m.GetGauge().GetValue()
+			case m.GetHistogram() != nil:
+				sum += float64(m.GetHistogram().GetSampleCount())
 			}
 		}
 	}

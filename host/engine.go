@@ -71,6 +71,8 @@ type Engine struct {
 	// callCfg is what every client call's driver reads (call.go), set
 	// once the cluster side exists.
 	callCfg CallConfig
+	// keep is the members whose leases it keeps (KeepLease).
+	keep *leaseKeeper
 
 	// announced wake the reconcilers' prebuilds (started engines only).
 	announced []<-chan struct{}
@@ -91,7 +93,7 @@ func New(cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	e := &Engine{cfg: cfg, metrics: cfg.Metrics, group: run.NewGroup()}
+	e := &Engine{cfg: cfg, metrics: cfg.Metrics, group: run.NewGroup(), keep: newLeaseKeeper()}
 	e.callCfg = e.callConfig() // a single node's; a cluster's once its side exists
 	if e.metrics == nil {
 		var labels prometheus.Labels

@@ -451,8 +451,9 @@ func (o *leaseOutbox) close() {
 	o.pending = nil
 }
 
-// runLeaseSender sends a started cluster engine's renewals: each batch
-// when it is due, in one message to the metadata leader, again after a
+// runLeaseSender sends a started cluster engine's renewals: the kept
+// leases' rounds (leasekeeper.go) and each batch of asked ones when it is
+// due, in one message to the metadata leader, again after a
 // retriable failure (a lost message, a leader change) until RequestTimeout
 // after its first renewal was asked. It sleeps while there is none.
 func (c *clusterNode) runLeaseSender(ctx context.Context) {
@@ -461,11 +462,15 @@ func (c *clusterNode) runLeaseSender(ctx context.Context) {
 	t := clk.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
+		kept := c.renewKept(ctx, clk.Now())
 		b, at := o.next(clk.Now())
 		if b != nil {
 			c.sendLeaseBatch(ctx, b)
 			close(b.done)
 			continue
+		}
+		if at.IsZero() || (!kept.IsZero() && kept.Before(at)) {
+			at = kept
 		}
 		var fire <-chan time.Time
 		if !at.IsZero() {
@@ -476,6 +481,7 @@ func (c *clusterNode) runLeaseSender(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-o.kick:
+		case <-c.e.keep.kick:
 		case <-fire:
 		}
 		t.Stop()
@@ -767,9 +773,9 @@ func (m *metaGroup) answerLease(op leaseOp, r LeaseResult) {
 	_ = m.c.send(op.from, KindLeaseReply, 0, encodeLeaseReply(op.id, r))
 }
 
-// runLeases expires the lapsed members of a single node's groups: it
-// sleeps until the earliest lease is due, or a group changes (a join may
-// bring an earlier one).
+// runLeases expires the lapsed members of a single node's groups and
+// renews its kept leases' rounds: it sleeps until the earliest lease or
+// round is due, or a group changes (a join may bring an earlier one).
 func (e *Engine) runLeases(ctx context.Context) {
 	wake, cancel := e.meta.SubscribeGroups()
 	defer cancel()
@@ -779,10 +785,16 @@ func (e *Engine) runLeases(ctx context.Context) {
 		for _, cmd := range e.meta.DueExpiries(now.UnixNano(), time.Second) {
 			_, _ = e.ApplyMetadata(ctx, cmd) // a failure comes due again
 		}
+		kept := e.renewKeptLocal(clk.Now())
 		var timer <-chan time.Time
 		stop := func() bool { return false }
-		if at, ok := e.meta.NextLeaseDue(); ok {
-			t := clk.NewTimer(time.Duration(at-clk.Now().UnixNano()) + time.Millisecond)
+		at, ok := e.meta.NextLeaseDue()
+		d := time.Duration(at-clk.Now().UnixNano()) + time.Millisecond
+		if k := kept.Sub(clk.Now()); !kept.IsZero() && (!ok || k < d) {
+			d, ok = max(k, 0), true
+		}
+		if ok {
+			t := clk.NewTimer(d)
 			timer, stop = t.C(), t.Stop
 		}
 		select {
@@ -790,6 +802,7 @@ func (e *Engine) runLeases(ctx context.Context) {
 			stop()
 			return
 		case <-wake:
+		case <-e.keep.kick:
 		case <-timer:
 		}
 		stop()
