@@ -121,8 +121,8 @@ type Member struct {
 	polling atomic.Int32
 	kept    atomic.Bool // the node keeps it (unkeep is set)
 	keepMu  sync.Mutex
-	unkeep  func() // stops the node keeping it; nil when it does not
-	ended   bool   // it left, or the node found it gone: never kept again
+	unkeep  func()        // stops the node keeping it; nil when it does not
+	ended   bool          // it left, or the node found it gone: never kept again
 	lost    chan struct{} // closed once the node's renewal found it gone
 }
 
