@@ -48,8 +48,9 @@
 // A Consumer (NewConsumer) is the one way a service consumes. It hands
 // out messages through a range-over-func iterator (Messages), polling each
 // partition it holds with a waiting poll, committing by policy (every
-// second by default), and, in a group, heartbeating and following
-// rebalances by itself. Its offsets live in one of two stores:
+// second by default), and, in a group, following rebalances by itself;
+// its node keeps its group session alive, with one renewal round for all
+// of the node's members. Its offsets live in one of two stores:
 //
 //   - A consumer group (ConsumerConfig.Group) keeps its committed offsets
 //     in the metadata, with its members and its assignment of partitions
