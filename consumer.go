@@ -51,7 +51,8 @@ type ConsumerConfig struct {
 	// of ErrInvalidName.
 	Name string
 	// SessionTimeout is the group member's session timeout (default
-	// DefaultSessionTimeout). The Consumer heartbeats at a third of it.
+	// DefaultSessionTimeout). Its node renews it at a third of it, with
+	// the node's other members.
 	SessionTimeout time.Duration
 	// Reset is where a partition starts with no committed offset, or one
 	// outside [start, end]: ResetEarliest (default), ResetLatest or
@@ -182,8 +183,8 @@ type Delivery struct {
 // members come and go) or as a named consumer of every partition. It
 // polls each partition it holds with a waiting poll, so an idle consumer
 // costs no CPU; hands messages out through an iterator; commits by its
-// policy; heartbeats, follows rebalances and rejoins after a lapsed
-// session by itself. Delivery is at least once: after a crash or a
+// policy; follows rebalances and rejoins after a lapsed session by
+// itself, while its node keeps its session alive (no timer of its own). Delivery is at least once: after a crash or a
 // rebalance, messages handled since the last commit are delivered again
 // (to this member or the partition's next holder).
 //
@@ -915,7 +916,7 @@ func (c *Consumer) heartbeat() {
 // A group member's message is handed out only while the member holds its
 // partition (behaviour 33): before each message the iterator checks that
 // this node's committed assignment still gives the partition to the
-// member and that the member's lease holds (a heartbeat applied within
+// member and that the member's lease holds (a renewal confirmed within
 // four fifths of the session timeout); a batch read before a rebalance,
 // or a waiting poll answered after the member lost contact with its
 // group for that long, is dropped, never delivered.

@@ -321,10 +321,12 @@ func (m *Member) Committed(part uint32) (uint64, bool) {
 	return m.committedNow(part)
 }
 
-// Heartbeat keeps the member's session alive and refreshes its
-// assignment, which it returns. It also expires the group's members whose
-// sessions lapsed, so a group notices a dead member at the next heartbeat
-// of any live one. It acknowledges the generation the member acts in,
+// Heartbeat renews the member's session and refreshes its assignment,
+// which it returns. A host need not call it to keep the member alive —
+// the member's node renews its session by itself while the application
+// calls Poll, Commit or Heartbeat within MemberConfig.MaxPollInterval —
+// but it is what releases revoked partitions: it acknowledges the
+// generation the member acts in,
 // which releases the partitions of Assignment.Revoking the member knew
 // of: call it once it hands none of their messages out any more (and has
 // committed them, if it will). In a cluster, a heartbeat that releases
@@ -387,7 +389,8 @@ func (m *Member) renew(now int64) {
 // made when a poll is registered and again when its answer comes back
 // with messages, and by a Consumer before each message it hands out:
 //   - the member's lease must hold (metadata.LeaseEnd): a member that had
-//     no heartbeat applied for most of its session timeout — cut off
+//     no renewal (its node's or its own heartbeat's) confirmed for most
+//     of its session timeout — cut off
 //     from the metadata leader, say — may have been expired and its
 //     partitions given to others, who may have committed past what this
 //     answer holds, though its own node has not heard of it;
@@ -423,8 +426,8 @@ func AtCommitted() Start { return Start{committed: true} }
 // Node.Poll for the options). It is refused with ErrNotAssigned or
 // ErrStaleGeneration when the member does not hold the partition in its
 // generation, and with ErrUnknownMember when it left, was expired, or had
-// no heartbeat (or commit) applied for four fifths of its session
-// timeout (metadata.LeaseEnd) — Heartbeat renews that. The fence is
+// no renewal (its node's, a heartbeat's or a commit's) confirmed for four
+// fifths of its session timeout (metadata.LeaseEnd). The fence is
 // checked when the poll is made and again when its answer arrives: a
 // waiting poll answered after the partition moved, or after the member
 // lost touch with its group for that long, returns the error and no
