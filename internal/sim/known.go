@@ -35,12 +35,6 @@ const (
 	// checksum is damage, package tail's rule. A lie that touched the
 	// journal is, as it may have hidden what the journal would repair.)
 	knownTailDamage = "the end of the last segment cut off or rolled back looks like a torn tail (no durable record of the synced end): truncated, acknowledged messages lost and offsets reused"
-	// knownOpenRefused: damage in one partition's files that the journal
-	// replay meets at open (a consumer offset file, a log that no longer
-	// holds what a journal record says it does, a damaged journal
-	// record) makes host.New fail with the *CorruptError: the whole
-	// node refuses to start, where that partition alone should be fenced.
-	knownOpenRefused = "damage the journal replay meets at open makes the whole node refuse to start (typed *CorruptError), not just its partition fenced"
 	// knownUnusableNotRebuilt: not a lie. A journal write-behind that
 	// fails (ENOSPC) and whose rollback cannot be synced (EIO) leaves the
 	// partition failed (partition.ErrUnusable), but only an Append
