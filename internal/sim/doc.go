@@ -49,7 +49,9 @@
 //
 // # Disks that lie (single node)
 //
-// With Config.Faults.Lie (LyingConfig; TestBehaviour28SimulationLyingDisk)
+// The default single-node faults include Config.Faults.Lie (DefaultLie,
+// about four lies a seed; TestSimulation, and
+// TestBehaviour28SimulationLyingDisk with -sim.liex and -sim.liekinds):
 // the disk also lies — succeeds with the wrong bytes — about a file of the
 // data directory outside the metadata log, picked in proportion to its
 // size (lie.go, built from errorfs's lying faults): while the node is down
@@ -73,6 +75,20 @@
 // damage by design). Each kind is shown effective by a broken build that
 // ignores damage (BreakSwallowDamage, BreakRebuildOnDamage;
 // TestBehaviour28LyingDiskCatchesSwallowedDamage).
+//
+// What holds on one node, and what does not yet. Damage the journal
+// replay meets at open (a journal record past its partition's log's end,
+// a damaged consumer offset file, a damaged journal frame) fences the
+// partitions it concerns and the node opens (package partition,
+// replayJournals); a partition left unusable by a failed write-behind is
+// fenced and rebuilt whether a read or an append meets it. Two limits
+// remain, classified (known.go) and skipped by TestSimulation and the
+// lying-disk test unless -sim.known: the end of the last segment cut off
+// or rolled back, which nothing durable tells from a torn tail (no sync
+// mark for the partition log yet: knownTailDamage, the most frequent, about
+// one lying seed in eight), and an incarnation file cut short or rolled
+// back, taken for a half-built directory (knownIncarnationDamage; a whole
+// record that fails its checksum is reported and kept).
 //
 // # Disks that lie (cluster)
 //
