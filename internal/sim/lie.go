@@ -162,7 +162,10 @@ func (l *lies) dirEpoch(ns metadata.Namespace, name string) (uint64, bool) {
 	// "", "data", "streams", s, "topics", t, "partitions", p: nsOfPath
 	// checked the shape.
 	dir := strings.Join(strings.Split(name, "/")[:8], "/")
-	if b, err := vfs.ReadFile(l.mem(), path.Join(dir, "incarnation")); err == nil {
+	// Only a whole record (its newline read) names it: a file a lie cut
+	// short may still start with digits, of another epoch (seed 1008:
+	// "51 …" cut to "5").
+	if b, err := vfs.ReadFile(l.mem(), path.Join(dir, "incarnation")); err == nil && strings.HasSuffix(string(b), "\n") {
 		if f := strings.Fields(string(b)); len(f) > 0 {
 			if epoch, err := strconv.ParseUint(f[0], 10, 64); err == nil {
 				return epoch, true
