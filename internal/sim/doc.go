@@ -81,14 +81,17 @@
 // a damaged consumer offset file, a damaged journal frame) fences the
 // partitions it concerns and the node opens (package partition,
 // replayJournals); a partition left unusable by a failed write-behind is
-// fenced and rebuilt whether a read or an append meets it. Two limits
+// fenced and rebuilt whether a read or an append meets it; a segment's
+// last record whose length has one bit flipped (stored or on read) is
+// damage, not a torn write. Two limits
 // remain, classified (known.go) and skipped by TestSimulation and the
 // lying-disk test unless -sim.known: the end of the last segment cut off
-// or rolled back, which nothing durable tells from a torn tail (no sync
-// mark for the partition log yet: knownTailDamage, the most frequent, about
-// one lying seed in eight), and an incarnation file cut short or rolled
-// back, taken for a half-built directory (knownIncarnationDamage; a whole
-// record that fails its checksum is reported and kept).
+// or rolled back, or the journal touched, which nothing durable tells
+// from a torn tail (no sync mark for the partition log and the journal
+// yet: knownTailDamage, the most frequent, about one seed in seven), and
+// an incarnation file cut short, taken for a half-built directory
+// (knownIncarnationDamage, about one seed in eighty; a whole record that
+// fails its checksum is reported and kept).
 //
 // # Disks that lie (cluster)
 //
