@@ -244,6 +244,30 @@ func TestBehaviour28DamageIsReportedNeverTruncated(t *testing.T) {
 		flipAt(t, l.tail(), int64(rec)*damageRecord+5)
 		checkDamage(t, l, l.cfg, damageWant{lo: tailBase + rec, hi: tailBase + rec + 1, path: l.tail(), pos: int64(rec) * damageRecord, fenced: true, end: damageCount})
 	})
+	t.Run("tail, last record's length, one bit", func(t *testing.T) {
+		// One bit of the last record's length flipped so that the record
+		// runs past the end of the file: it reads as a write cut short,
+		// and was truncated, the acknowledged message lost and its offset
+		// handed out again. Flipped back, the record checks whole: damage.
+		l := writeDamageLog(t)
+		tailBase := l.bases[len(l.bases)-1]
+		last := fileLen(t, l.tail()) - damageRecord
+		f, err := os.OpenFile(l.tail(), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := []byte{0}
+		if _, err := f.ReadAt(b, last+5); err != nil {
+			t.Fatal(err)
+		}
+		b[0] ^= 0x40 // +16 KiB
+		if _, err := f.WriteAt(b, last+5); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		rec := uint64(last / damageRecord)
+		checkDamage(t, l, l.cfg, damageWant{lo: tailBase + rec, hi: tailBase + rec + 1, path: l.tail(), pos: last, fenced: true, end: damageCount})
+	})
 	t.Run("sealed segment", func(t *testing.T) {
 		// Found by the open with VerifyOnOpen, or by the read that reaches
 		// it without: only the damaged record is lost to reads.

@@ -209,6 +209,9 @@ type FileStore struct {
 	// files may lack (their fsync failed): the next Build of the same
 	// incarnation applies those records again (journal_replay.go).
 	lost map[metadata.Namespace]lostRecords
+	// held are partitions whose replay at open met damage: their Build
+	// applies the records and fences what it cannot (journal_replay.go).
+	held map[metadata.Namespace]heldReplay
 }
 
 // timeSync runs sync, an fsync of a partition's tail segment, and
@@ -226,10 +229,12 @@ func (s *FileStore) timeSync(sync func() error) error {
 
 // NewFileStore validates cfg, creates cfg.Dir if needed, replays the
 // journals a previous process left (see Journal) into their partitions
-// and returns the store. A journal that is damaged (not merely torn at
-// its end by a crash) is a *CorruptError, and so is a journal record
-// that would leave a gap in its partition's log: the store does not open
-// rather than lose acknowledged messages silently.
+// and returns the store. Damage the replay meets — a journal that is
+// damaged (not merely torn at its end by a crash), a journal record that
+// would leave a gap in its partition's log, a damaged file of the
+// partition — fences the partitions it concerns, whose Builds report it
+// as a *CorruptError (see replayJournals); the store opens and serves the
+// others, never losing acknowledged messages silently.
 func NewFileStore(cfg FileConfig) (*FileStore, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -433,6 +438,10 @@ func (s *FileStore) build(ns metadata.Namespace, epoch uint64, deferred bool) (*
 			_ = p.closeFiles()
 			return nil, err
 		}
+		if p, err = s.applyHeld(p); err != nil {
+			_ = p.closeFiles()
+			return nil, err
+		}
 		// Only now is the log as long as it was acknowledged: clamped
 		// before the journal's records were applied, a consumer offset
 		// stored over messages acknowledged through the journal would
@@ -490,6 +499,9 @@ func (s *FileStore) Remove(ns metadata.Namespace) error {
 		return err
 	}
 	s.forgetLost(ns)
+	s.mu.Lock()
+	delete(s.held, ns)
+	s.mu.Unlock()
 	if err := s.fs.SyncDir(filepath.Dir(dir)); err != nil && !isNotExist(err) {
 		return err
 	}

@@ -279,8 +279,10 @@ func TestJournalCheckpointAndClose(t *testing.T) {
 }
 
 // A journal record that starts past the end of its partition's log means
-// acknowledged messages before it were lost: the store refuses to open,
-// with a typed error, rather than leave a gap.
+// acknowledged messages before it were lost: the store opens, and the
+// partition's Build fences it, the gap a hole answering the
+// *CorruptError naming the journal, rather than leave a gap or hand its
+// offsets out again.
 func TestJournalReplayGapIsCorruption(t *testing.T) {
 	mem := vfs.NewMem()
 	s, err := NewFileStore(FileConfig{Dir: "/data", FS: mem})
@@ -309,10 +311,24 @@ func TestJournalReplayGapIsCorruption(t *testing.T) {
 	if err := vfs.WriteFileAtomic(mem, "/data/journal/"+journalFileName(1), frame); err != nil {
 		t.Fatal(err)
 	}
-	_, err = NewFileStore(FileConfig{Dir: "/data", FS: mem})
+	s2, err := NewFileStore(FileConfig{Dir: "/data", FS: mem})
+	if err != nil {
+		t.Fatalf("opening with a journal record at offset 4 of an empty log: %v", err)
+	}
+	p, err = s2.Build(ns, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
 	var ce *CorruptError
-	if !errors.As(err, &ce) || ce.Path != "/data/journal/"+journalFileName(1) {
-		t.Fatalf("opening with a journal record at offset 4 of an empty log: %v, want a *CorruptError naming the journal", err)
+	if _, err := p.Read(0, 10); !errors.As(err, &ce) || ce.Path != "/data/journal/"+journalFileName(1) {
+		t.Fatalf("read below a journal record at offset 4 of an empty log: %v, want a *CorruptError naming the journal", err)
+	}
+	if next := p.NextOffset(); next != 5 {
+		t.Fatalf("NextOffset %d, want 5 (past the journal's record)", next)
+	}
+	if _, err := p.Append([]Message{m}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("append past the gap: %v, want ErrCorrupt", err)
 	}
 }
 

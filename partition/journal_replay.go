@@ -33,6 +33,20 @@ import (
 // A crash during replay leaves the files in place: the next open replays
 // them again, skipping what the first attempt appended. The removals need
 // not be durable for the same reason.
+//
+// Damage fences the partitions it may concern, not the store (DESIGN
+// behaviour 28: one damaged partition must not keep a node from serving
+// the others). A partition whose replay meets damage (a *CorruptError: a
+// record past its log's end, a damaged consumer offset file) is left to
+// its Build, which applies the records again and fences what it cannot
+// (held); a journal file that is damaged itself, whose damaged frame
+// names no partition one can trust, fences every partition held at open
+// at its log's end (held, with no records). The journal files are then
+// kept, not removed: they are the only durable record of the damage, and
+// the next open fences the same partitions again. A partition purged past
+// the damage (TruncateBefore(NextOffset)) holds every record of the kept
+// files by offset, so a gap no longer fences it; damage in a journal file
+// fences every partition held until that file is removed by hand.
 func (s *FileStore) replayJournals() error {
 	files, err := s.journalFiles()
 	if err != nil {
@@ -43,6 +57,7 @@ func (s *FileStore) replayJournals() error {
 	}
 	s.journalSeq.Store(files[len(files)-1])
 	byNS := make(map[metadata.Namespace][]journalEntry)
+	var damaged error // the first journal file found damaged
 	for _, seq := range files {
 		path := s.journalFile(seq)
 		b, err := vfs.ReadFile(s.fs, path)
@@ -50,6 +65,10 @@ func (s *FileStore) replayJournals() error {
 			return fmt.Errorf("parkway: journal: %w", err)
 		}
 		entries, err := decodeJournal(b, path)
+		if errors.Is(err, ErrCorrupt) {
+			damaged = cmp.Or(damaged, err)
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -62,10 +81,39 @@ func (s *FileStore) replayJournals() error {
 		nss = append(nss, ns)
 	}
 	slices.SortFunc(nss, cmp.Compare)
+	keep := damaged != nil
 	for _, ns := range nss {
-		if err := s.replayPartition(ns, byNS[ns]); err != nil {
+		err := s.replayPartition(ns, byNS[ns])
+		if errors.Is(err, ErrCorrupt) {
+			// Left to the partition's Build, which fences it: the rest
+			// of the node opens.
+			s.hold(ns, byNS[ns], nil)
+			keep = true
+			continue
+		}
+		if err != nil {
 			return fmt.Errorf("parkway: replaying the journal into partition %v: %w", ns, err)
 		}
+	}
+	if damaged != nil {
+		stored, err := s.List()
+		if err != nil {
+			return fmt.Errorf("parkway: journal: %w", err)
+		}
+		for _, st := range stored {
+			if st.Epoch != 0 {
+				s.hold(st.NS, byNS[st.NS], damaged)
+			}
+		}
+	}
+	if keep {
+		// The files are kept (see above); the manifest still records the
+		// directories the replay synced, and lists no journal file: the
+		// kept ones are read by every open, not by an offline verify.
+		if err := s.RecordPartitions(); err != nil {
+			return fmt.Errorf("parkway: journal: recording the replayed partitions: %w", err)
+		}
+		return nil
 	}
 	// The replayed files go: the manifest records first the directories
 	// the replay synced and no journal file (manifest.go).
@@ -167,6 +215,95 @@ func rebuildEpoch(entries []journalEntry, inc uint64, have bool) (uint64, bool) 
 		}
 	}
 	return fresh, rebuild
+}
+
+// heldReplay is what a replay left to a partition's Build (see
+// replayJournals): its journal records, and the damaged journal file
+// that fences it, if one does.
+type heldReplay struct {
+	entries []journalEntry
+	journal error
+}
+
+// hold records a partition whose replay is left to its Build. A damaged
+// journal (journal) adds to what its replay left.
+func (s *FileStore) hold(ns metadata.Namespace, entries []journalEntry, journal error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held == nil {
+		s.held = make(map[metadata.Namespace]heldReplay)
+	}
+	h := s.held[ns]
+	h.entries = entries
+	h.journal = cmp.Or(h.journal, journal)
+	s.held[ns] = h
+}
+
+// applyHeld applies to p, just opened, the replay its open left to it
+// (hold), as the replay would have, and fences it for what that cannot
+// apply: a record past the log's end (the messages between were lost)
+// makes a hole from the log's end to the last record's end (reads in it
+// answer the *CorruptError), a damaged journal one at the log's end that
+// no read reaches; reads below are served, and appends are refused with
+// the *CorruptError, so no offset is handed out twice. The records stay held: a later Build of
+// the same incarnation (a rebuild after a fence) meets the same gap.
+//
+// It returns p, or the partition reopened by repairFromJournal; on error
+// p is still the caller's to close.
+func (s *FileStore) applyHeld(p *filePartition) (*filePartition, error) {
+	s.mu.Lock()
+	h, ok := s.held[p.ns]
+	s.mu.Unlock()
+	if !ok {
+		return p, nil
+	}
+	p, err := s.repairFromJournal(p, h.entries)
+	if err != nil {
+		return p, err
+	}
+	var end uint64
+	for _, e := range h.entries {
+		if e.ns == p.ns && e.epoch == p.epoch {
+			end = max(end, e.first+uint64(len(e.msgs)))
+		}
+	}
+	from := p.next
+	err = p.applyJournal(h.entries)
+	var ce *CorruptError
+	if err != nil && !errors.As(err, &ce) {
+		return p, err
+	}
+	if p.next > from {
+		if err := p.Sync(); err != nil {
+			return p, err
+		}
+	}
+	switch {
+	case err == nil:
+	case p.fenced != nil:
+		// Damaged already, its damage reported: what the journal holds
+		// past it cannot be appended, and its offsets are a hole, so
+		// that no purge hands them out again.
+		if end > p.next {
+			p.holes = append(p.holes, hole{from: p.next, to: end, err: ce})
+			p.next = end
+		}
+		return p, nil
+	case end > p.next:
+		p.holes = append(p.holes, hole{from: p.next, to: end, err: ce})
+		p.fenced = fmt.Errorf("partition %v: writes refused: its journal holds records past its log's end, the messages between lost: %w", p.ns, ce)
+		p.next = end
+	default:
+		return p, err
+	}
+	if errors.As(h.journal, &ce) && p.fenced == nil {
+		// Where the lost records would end is unknown: the hole starts
+		// at the log's end (Damage reports it), which stays where it is
+		// (every offset below it is served; none past it was seen).
+		p.holes = append(p.holes, hole{from: p.next, to: p.next + 1, err: ce})
+		p.fenced = fmt.Errorf("partition %v: writes refused: a journal file is damaged, and records of the partition past its log's end may be lost with it: %w", p.ns, ce)
+	}
+	return p, nil
 }
 
 // applyJournal appends to p what entries hold of its incarnation beyond

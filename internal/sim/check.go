@@ -13,7 +13,6 @@ import (
 
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
-	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/shard"
 )
 
@@ -255,11 +254,7 @@ func (s *sim) finalReads() bool {
 			return true
 		}
 		if o.outcome != outcomeOK {
-			known := ""
-			if errors.Is(o.err, partition.ErrUnusable) {
-				known = knownUnusableNotRebuilt
-			}
-			s.failKnown(known, 4, "committed partition %v not readable at quiescence: %v", key, o.err)
+			s.fail(4, "committed partition %v not readable at quiescence: %v", key, o.err)
 			return false
 		}
 		log := s.oracle[key]
@@ -364,8 +359,9 @@ var dropGates = map[string]func(s *sim) bool{
 	// Small inboxes under bursts.
 	metrics.ReasonFull:         func(s *sim) bool { return s.faults.InboxFull > 0 },
 	metrics.ReasonParkOverflow: func(s *sim) bool { return s.bursts > 0 },
-	// Disk faults back builds off.
-	metrics.ReasonBuildFailed: func(s *sim) bool { return s.faults.DiskFull+s.faults.DiskError > 0 },
+	// Disk faults back builds off, and so does damage a lie left (a
+	// build that fails with it is counted as detected).
+	metrics.ReasonBuildFailed: func(s *sim) bool { return s.faults.DiskFull+s.faults.DiskError+s.faults.Detected > 0 },
 	// A crashed node's shards shut down.
 	metrics.ReasonShutdown:     func(s *sim) bool { return s.faults.Crash+s.restarts > 0 },
 	metrics.ReasonDisconnected: func(s *sim) bool { return s.faults.Crash+s.restarts > 0 },

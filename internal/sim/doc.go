@@ -49,7 +49,9 @@
 //
 // # Disks that lie (single node)
 //
-// With Config.Faults.Lie (LyingConfig; TestBehaviour28SimulationLyingDisk)
+// The default single-node faults include Config.Faults.Lie (DefaultLie,
+// about four lies a seed; TestSimulation, and
+// TestBehaviour28SimulationLyingDisk with -sim.liex and -sim.liekinds):
 // the disk also lies — succeeds with the wrong bytes — about a file of the
 // data directory outside the metadata log, picked in proportion to its
 // size (lie.go, built from errorfs's lying faults): while the node is down
@@ -73,6 +75,23 @@
 // damage by design). Each kind is shown effective by a broken build that
 // ignores damage (BreakSwallowDamage, BreakRebuildOnDamage;
 // TestBehaviour28LyingDiskCatchesSwallowedDamage).
+//
+// What holds on one node, and what does not yet. Damage the journal
+// replay meets at open (a journal record past its partition's log's end,
+// a damaged consumer offset file, a damaged journal frame) fences the
+// partitions it concerns and the node opens (package partition,
+// replayJournals); a partition left unusable by a failed write-behind is
+// fenced and rebuilt whether a read or an append meets it; a segment's
+// last record whose length has one bit flipped (stored or on read) is
+// damage, not a torn write. Two limits
+// remain, classified (known.go) and skipped by TestSimulation and the
+// lying-disk test unless -sim.known: the end of the last segment cut off
+// or rolled back, or the journal touched, which nothing durable tells
+// from a torn tail (no sync mark for the partition log and the journal
+// yet: knownTailDamage, the most frequent, about one seed in seven), and
+// an incarnation file cut short, taken for a half-built directory
+// (knownIncarnationDamage, about one seed in eighty; a whole record that
+// fails its checksum is reported and kept).
 //
 // # Disks that lie (cluster)
 //

@@ -124,11 +124,7 @@ func (s *sim) openNode() *node {
 		Clock:         s.nclk, Metrics: n.m,
 	})
 	if err != nil {
-		known := ""
-		if isCorrupt(err) && (s.lies.all || len(s.lies.keys) > 0) {
-			known = knownOpenRefused
-		}
-		s.failKnown(known, 0, "open node (gen %d): %v", n.gen, err)
+		s.fail(0, "open node (gen %d): %v", n.gen, err)
 		return n
 	}
 	n.eng, n.meta, n.rt = eng, eng.Meta(), eng.Router()

@@ -9,7 +9,12 @@ package sim
 // from metadata snapshots; stale leader reads (leader reads now go
 // through raft's ReadIndex); and a metadata member whose raft log refused
 // one write leaving the group until its node restarted (it is reopened
-// from its log now, and the default cluster faults reach that log).
+// from its log now, and the default cluster faults reach that log); on
+// a single node, damage the journal replay meets at open refusing the
+// whole node (knownOpenRefused: the partitions it concerns are fenced
+// now, package partition, replayJournals), and a partition left
+// unusable by a failed write-behind never rebuilt
+// (knownUnusableNotRebuilt: a read that meets it fences it too now).
 //
 // Known engine bugs the simulator finds are classified where they are
 // detected (Violation.Known, as narrowly as the simulator can tell), and
@@ -18,12 +23,14 @@ package sim
 
 // Known engine limits the lying disk (lie.go) finds on a single node.
 const (
-	// knownIncarnationDamage: the incarnation file of a partition is not
-	// checksummed and a directory whose file does not name the committed
-	// incarnation is taken for a dead or half-built one: a bit flipped in
-	// it (stored, or on its way to memory), or the file cut short, makes
-	// Build start the partition over, or the orphan sweep remove it, and
-	// the acknowledged messages are deleted without an error.
+	// knownIncarnationDamage: the incarnation file of a partition
+	// carries a checksum, and a whole record that fails it is reported
+	// (a *CorruptError) and its directory kept; but a file cut short
+	// reads exactly as the torn write of a half-built directory, and one
+	// rolled back to an earlier copy (another incarnation's, or none)
+	// names another incarnation: Build starts the partition over, or
+	// the orphan sweep removes it, and the acknowledged messages are
+	// deleted without an error.
 	knownIncarnationDamage = "a damaged incarnation file makes the partition's directory look dead or half-built: it is removed or rebuilt empty, acknowledged messages deleted silently"
 	// knownTailDamage: damage confined to the end of the last segment —
 	// the file cut short at or inside its last record, or rolled back to
@@ -35,19 +42,6 @@ const (
 	// checksum is damage, package tail's rule. A lie that touched the
 	// journal is, as it may have hidden what the journal would repair.)
 	knownTailDamage = "the end of the last segment cut off or rolled back looks like a torn tail (no durable record of the synced end): truncated, acknowledged messages lost and offsets reused"
-	// knownOpenRefused: damage in one partition's files that the journal
-	// replay meets at open (a consumer offset file, a log that no longer
-	// holds what a journal record says it does, a damaged journal
-	// record) makes host.New fail with the *CorruptError: the whole
-	// node refuses to start, where that partition alone should be fenced.
-	knownOpenRefused = "damage the journal replay meets at open makes the whole node refuse to start (typed *CorruptError), not just its partition fenced"
-	// knownUnusableNotRebuilt: not a lie. A journal write-behind that
-	// fails (ENOSPC) and whose rollback cannot be synced (EIO) leaves the
-	// partition failed (partition.ErrUnusable), but only an Append
-	// meeting ErrUnusable fences it for the reconciler to rebuild: reads
-	// answer ErrUnusable until the node restarts (lying-disk seed 19 of
-	// the default range, where the lies only shift the other faults).
-	knownUnusableNotRebuilt = "a partition left unusable by a failed write-behind whose rollback could not be synced is never fenced and rebuilt: reads answer ErrUnusable until a restart"
 )
 
 // Known engine limits the lying disk finds in a cluster (clie.go). Each is
