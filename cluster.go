@@ -195,6 +195,75 @@ func (c *Cluster) LeaderTerm(ctx context.Context, t Topic, part uint32) (transpo
 	return transport.NodeID(lead), term, err
 }
 
+// ProduceInTerm appends msgs to partition part of t as Produce does, but
+// only while this node leads the partition's raft group in term term (the
+// term LeaderTerm reports): the write is proposed only by this node's
+// replica, only if it leads in that term, and a raft entry proposed in a
+// term commits only as part of that term's log. So a writer that read the
+// partition's state under one leadership never writes after a later
+// leader did — the later leader's log holds every write of the earlier
+// term that committed, and no write of it commits after — which makes
+// the term a fence, as Kafka's leader epoch fences a deposed group
+// coordinator. It is neither forwarded nor retried: it fails with an
+// error matching ErrNotLeader when this node does not lead in term (or
+// holds no replica of the partition), and with ErrOutcomeUnknown when
+// leadership was lost after the entry was proposed (the entry may still
+// commit, as part of term's log; a later leader holds it then). A
+// "retry here" answer (ErrRetry) is returned, not retried. term 0 is
+// ErrInvalidArgument, as is a node that is not part of a cluster.
+func (c *Cluster) ProduceInTerm(ctx context.Context, t Topic, part uint32, term uint64, msgs ...Message) (Ack, error) {
+	n := c.n
+	if err := c.begin(ctx); err != nil {
+		return Ack{}, err
+	}
+	if term == 0 {
+		return Ack{}, fmt.Errorf("%w: term 0", ErrInvalidArgument)
+	}
+	start := n.cfg.Clock.Now()
+	req, part, size, err := n.prepareProduce(ctx, t, PartitionID(part), msgs, false)
+	if err != nil {
+		return Ack{}, err
+	}
+	// No deduplication: the write is never retried, and a fenced write
+	// must not be matched with another's.
+	req.Term, req.Producer, req.Seq = term, 0, 0
+	r, err := n.eng.CallHere(ctx, req)
+	if err != nil {
+		return Ack{}, publicError(err)
+	}
+	n.countProduced(t, len(req.Messages), size, start)
+	return Ack{Partition: part, FirstOffset: r.Offset, Count: len(req.Messages)}, nil
+}
+
+// InSyncReplicas returns the in-sync replicas of a partition (Kafka's
+// ISR) and the raft term they were taken in, as the partition's raft
+// leader knows them from its replication progress: itself, and each
+// voter it heard from within an election timeout that it replicates to
+// normally and whose log reaches within a few dozen entries of the
+// commit index. A follower cut off drops out once the leader stops
+// hearing from it (or the log moves past it) and returns once it answers
+// and catches up. Only the leader knows: a node that does not lead the
+// partition answers an error matching ErrNotLeader.
+func (c *Cluster) InSyncReplicas(ctx context.Context, t Topic, part uint32) ([]transport.NodeID, uint64, error) {
+	n := c.n
+	if err := c.begin(ctx); err != nil {
+		return nil, 0, err
+	}
+	ns, _, err := n.resolveWait(ctx, t, part)
+	if err != nil {
+		return nil, 0, err
+	}
+	term, ids, err := n.eng.InSync(ctx, ns)
+	if err != nil {
+		return nil, 0, publicError(err)
+	}
+	out := make([]transport.NodeID, len(ids))
+	for i, id := range ids {
+		out[i] = transport.NodeID(id)
+	}
+	return out, term, nil
+}
+
 // State reports the cluster as this node sees it: the members and
 // their liveness, the metadata leader and each partition's leader. It is
 // read-only and local: it waits for no other node and proposes nothing,

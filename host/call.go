@@ -220,6 +220,31 @@ func (e *Engine) StartCall(ctx context.Context, req *shard.Request) PendingCall 
 	return p
 }
 
+// CallHere sends req to the owner shard of its namespace on this node,
+// once, and waits for the answer: it is neither forwarded nor retried,
+// as a write fenced to a raft term (shard.Request.Term) must not be — it
+// is the local replica's leadership in that term the caller asks for. A
+// partition this node holds no replica of answers a NotLeaderError.
+func (e *Engine) CallHere(ctx context.Context, req *shard.Request) (shard.Response, error) {
+	if e.replicaFor(req.NS) != 0 {
+		return shard.Response{}, &shard.NotLeaderError{}
+	}
+	if req.Deadline.IsZero() {
+		cd, _ := ctx.Deadline()
+		req.Deadline = CallDeadline(e.cfg.Clock.Now(), cd, e.cfg.RequestTimeout)
+	}
+	reply := make(chan shard.Response, 1)
+	if err := e.send(ctx, shard.Frame{Req: req, Reply: reply}); err != nil {
+		return shard.Response{}, err
+	}
+	select {
+	case r := <-reply:
+		return r, r.Err
+	case <-ctx.Done():
+		return shard.Response{}, ctx.Err()
+	}
+}
+
 // callConfig is the CallConfig of this engine's calls.
 func (e *Engine) callConfig() CallConfig {
 	return CallConfig{Clustered: e.cl != nil, Self: e.NodeID(), Timeout: e.cfg.RequestTimeout,

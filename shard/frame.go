@@ -148,6 +148,15 @@ type Request struct {
 	// partition: a batch whose (Producer, Seq) was applied already is not
 	// applied again. Zero Producer disables deduplication.
 	Producer, Seq uint64
+	// Term, when non-zero, fences a write to the leadership of one raft
+	// term: only a leader elected in that term proposes it, and one that
+	// is not (a follower, a leader of another term, a partition that is
+	// not replicated) answers errTermFenced, which matches ErrNotLeader.
+	// An entry proposed in term T commits only as part of term T's log, so
+	// a writer that loaded state at term T never writes after a later
+	// leader's (Cluster.ProduceInTerm). Never forwarded: a frame carrying
+	// it is sent to the local shard only.
+	Term uint64
 	// Deadline, when set, is when the client stops waiting for this
 	// attempt: a frame parked for its partition is answered by then
 	// (retriable) even if no reconcile pass runs meanwhile — a build

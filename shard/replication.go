@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -98,6 +99,9 @@ var (
 	ErrOutcomeUnknown = errors.New("parkway: outcome unknown: the write may or may not have been applied")
 
 	errNoLeader = fmt.Errorf("%w: partition has no leader yet", ErrRetry)
+	// errTermFenced answers a write fenced to a term (Request.Term) that
+	// this replica does not lead in.
+	errTermFenced = fmt.Errorf("%w: not the leader in the term the write is fenced to", ErrNotLeader)
 )
 
 // NotLeaderError is ErrNotLeader with the leader's node id (0: unknown).
@@ -309,6 +313,9 @@ func (rg *raftGroups) notLeader(o *owned, f Frame) {
 // offsets and truncations included: they survive the loss of the node
 // that took them).
 func (rg *raftGroups) propose(o *owned, f Frame) {
+	if rg.termFenced(o, f) {
+		return
+	}
 	if !o.rep.grp.IsLeader() {
 		rg.notLeader(o, f)
 		return
@@ -317,6 +324,16 @@ func (rg *raftGroups) propose(o *owned, f Frame) {
 		return
 	}
 	rg.queuePropose(o, f) // groupcommit.go
+}
+
+// termFenced answers f errTermFenced, and reports true, when f is fenced
+// to a term (Request.Term) this replica does not lead in.
+func (rg *raftGroups) termFenced(o *owned, f Frame) bool {
+	if f.Req.Term == 0 || o.rep.grp.IsLeader() && o.rep.grp.Term() == f.Req.Term {
+		return false
+	}
+	rg.owner.answer(f, Response{Err: errTermFenced})
+	return true
 }
 
 // readReplicated serves a read of a replicated partition. A read asking
@@ -395,6 +412,9 @@ func (rg *raftGroups) flushProposals() {
 			}
 			continue
 		}
+		// A write fenced to a term that ended while it was buffered
+		// (this node lost and won again) is not proposed in the new one.
+		frames = slices.DeleteFunc(frames, func(f Frame) bool { return rg.termFenced(o, f) })
 		data := binary.LittleEndian.AppendUint32(rg.entryBuf[:0], uint32(len(frames)))
 		kept := frames[:0]
 		// The leader stamps append times before proposing: the entry
@@ -994,4 +1014,30 @@ func (s *Shard) LeaderTerm(ctx context.Context, ns metadata.Namespace) (lead, te
 		return 0, 0, err
 	}
 	return lead, term, nil
+}
+
+// inSyncLag is how many entries behind the commit index a follower may
+// be and still count as in sync (InSync): a follower keeping up lags by
+// the entries in flight to it, one that stopped falls behind by every
+// entry committed since.
+const inSyncLag = 64
+
+// InSync is the in-sync set of ns's group (replica.Group.InSync) and the
+// term it was taken in, answered by the group's leader; a shard that does
+// not lead the group answers ErrNotLeader (with the leader it knows).
+func (s *Shard) InSync(ctx context.Context, ns metadata.Namespace) (term uint64, ids []uint64, err error) {
+	if err := s.do(ctx, newControl(func(s *Shard) error {
+		o := s.owned[ns]
+		if o == nil || o.rep.grp == nil {
+			return &NotLeaderError{}
+		}
+		if !o.rep.grp.IsLeader() {
+			return &NotLeaderError{Leader: o.rep.grp.Leader()}
+		}
+		term, ids = o.rep.grp.Term(), o.rep.grp.InSync(inSyncLag)
+		return nil
+	}, nil)); err != nil {
+		return 0, nil, err
+	}
+	return term, ids, nil
 }

@@ -714,6 +714,11 @@ func (s *Shard) serveOwned(o *owned, f Frame) {
 			}
 		}
 	}
+	if f.Req.Term != 0 {
+		// Fenced to a raft term, on a partition that is not replicated.
+		s.answer(f, Response{Err: errTermFenced})
+		return
+	}
 	if f.Req.Op == OpProduce {
 		// An empty batch would vanish inside a coalesced one: it is
 		// appended alone, which answers its error.
