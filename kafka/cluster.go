@@ -53,10 +53,10 @@ func (s *Server) brokerList() []broker {
 // leader of a partition of __consumer_offsets. Raft elects at most one
 // leader per term and every node learns it, so once the cluster agrees
 // every listener names the same coordinator, and when its node dies the
-// partition elects another and the groups move with it. The topic holds
-// no records: only its leadership is used. Committed offsets are not
-// there but in parkway's named consumer offsets of the data partitions,
-// so a coordinator that moves loses only membership (members rejoin).
+// partition elects another and the groups move with it. The partition
+// holds the group log of its groups (grouplog.go): membership and
+// committed offsets, written in the coordinator's term and replayed by
+// the next coordinator, so a move loses neither.
 const (
 	coordinatorTopic      = "__group_coordinators"
 	coordinatorPartitions = 8
@@ -165,65 +165,36 @@ func groupPartition(group string, n int) uint32 {
 	return h.Sum32() % uint32(n)
 }
 
-// sweepGroups, in a cluster, releases the groups this listener holds but
-// no longer coordinates and claims the others in their partition's
-// current term, so that a group that moved is neither listed nor
-// described here, nor its members kept waiting, until a request for it
-// arrives. Each coordinator partition's leader is asked once; a partition
-// whose leader could not be asked is left as it is.
+// sweepGroups, in a cluster, unloads the coordinator partitions this
+// listener no longer leads in the term it loaded them in (and the groups
+// it holds without a load), so that a group that moved is neither listed
+// nor described here, nor its members kept waiting, until a request for
+// it arrives and loads it again. Each partition's leader is asked once; a
+// partition whose leader could not be asked is left as it is.
 func (s *Server) sweepGroups(ctx context.Context) {
 	if s.cfg.Brokers == nil {
 		return
 	}
-	names := s.groups.names()
-	if len(names) == 0 {
+	parts := s.groups.loadedParts()
+	if len(parts) == 0 {
 		return
 	}
 	ctx, cancel := s.requestContext(ctx, 0)
 	defer cancel()
-	t, n, err := s.coordTopic(ctx)
+	t, _, err := s.coordTopic(ctx)
 	if err != nil {
 		return
 	}
-	type leadership struct {
-		lead int32
-		term uint64
-		err  error
-	}
-	asked := map[uint32]leadership{}
-	for _, g := range names {
-		p := groupPartition(g, n)
-		l, ok := asked[p]
-		if !ok {
-			lead, term, err := s.node.Cluster().LeaderTerm(ctx, t, p)
-			l = leadership{int32(lead), term, err}
-			asked[p] = l
+	for _, p := range sortedParts(parts) {
+		lead, term, err := s.node.Cluster().LeaderTerm(ctx, t, p)
+		if err != nil {
+			s.forgetCoordTopic(t, err)
+			continue
 		}
-		switch {
-		case l.err != nil:
-			s.forgetCoordTopic(t, l.err)
-		case l.lead == 0 || l.lead != s.cfg.BrokerID: // 0: an election under way
-			s.groups.release(g)
-		default:
-			s.groups.claim(g, l.term)
+		if cp := parts[p]; cp == nil || int32(lead) != s.cfg.BrokerID || cp.term != term {
+			s.groups.unload(p)
 		}
 	}
-}
-
-// coordinates reports whether this listener coordinates group now. A
-// listener that does claims the group at the coordinator partition's
-// term: membership it kept from an earlier term, when it led before and
-// another node coordinated in between, is dropped, so a coordinator
-// starts every term with empty membership. One that does not drops the
-// group's membership, answering its waiting members NOT_COORDINATOR.
-func (s *Server) coordinates(ctx context.Context, group string) bool {
-	b, term, ok := s.coordinatorOf(ctx, group)
-	if !ok || b.id != s.cfg.BrokerID {
-		s.groups.release(group)
-		return false
-	}
-	s.groups.claim(group, term)
-	return true
 }
 
 // partitionsOf describes a topic's partitions: on a single node this

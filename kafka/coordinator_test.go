@@ -3,6 +3,8 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -120,7 +122,7 @@ func TestClusterCoordinatorMovesWhenItsNodeDies(t *testing.T) {
 	stale.Version, stale.Group, stale.MemberID, stale.ProtocolType = 9, group, "", "consumer"
 	stale.SessionTimeoutMillis, stale.RebalanceTimeoutMillis = 60_000, 60_000
 	stale.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range"}}
-	c.servers[other].groups.join(stale, "stale", "/127.0.0.1", time.Now())
+	c.servers[other].groups.join(stale, groupPartition(group, coordinatorPartitions), "stale", "/127.0.0.1", time.Now())
 	r := dialRaw(t, c.brokers[other])
 	for listed := true; listed; {
 		listed = false
@@ -183,24 +185,31 @@ func TestClusterCoordinatorMovesWhenItsNodeDies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	topic, err := c.nodes[1].Topic(ctx, stream, topicName)
-	if err != nil {
+	if _, err := c.nodes[1].Topic(ctx, stream, topicName); err != nil {
 		t.Fatal(err)
 	}
-	// committed sums the group's committed offsets as node at reads them.
+	// committed sums the group's committed offsets as its coordinator
+	// answers them to a new client bootstrapped from node at (one that
+	// kept the dead coordinator would keep asking it).
 	committed := func(at int32) (map[int32]int64, int64) {
 		t.Helper()
 		by, sum := map[int32]int64{}, int64(0)
-		for p := range uint32(3) {
-			off, found, err := c.nodes[at].Admin().ConsumerOffset(ctx, topic, p, group)
-			if err != nil {
-				t.Logf("ConsumerOffset %d at node %d: %v", p, at, err)
-				continue
-			}
-			if found {
-				by[int32(p)], sum = int64(off), sum+int64(off)
-			}
+		cl, err := kgo.NewClient(kgo.SeedBrokers(c.brokers[at]))
+		if err != nil {
+			t.Fatal(err)
 		}
+		defer cl.Close()
+		fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		res, err := kadm.NewClient(cl).FetchOffsets(fctx, group)
+		if err != nil {
+			return by, 0 // the coordinator dead or moving: asked again
+		}
+		res.Each(func(o kadm.OffsetResponse) {
+			if o.Topic == topicName && o.Err == nil && o.At >= 0 {
+				by[o.Partition], sum = o.At, sum+o.At
+			}
+		})
 		return by, sum
 	}
 	waitCommitted := func(at int32, want int64) map[int32]int64 {
@@ -226,6 +235,24 @@ func TestClusterCoordinatorMovesWhenItsNodeDies(t *testing.T) {
 	d.mu.Lock()
 	d.killed = true
 	d.mu.Unlock()
+	// The group's generation and members at its coordinator (-1: not
+	// held there, or not stable with both members).
+	generation := func(at int32) (int32, string) {
+		gs := c.servers[at].groups
+		gs.mu.Lock()
+		defer gs.mu.Unlock()
+		if g := gs.groups[group]; g != nil && g.state == groupStable && len(g.members) == 2 {
+			return g.generation, fmt.Sprint(slices.Sorted(maps.Keys(g.members)))
+		}
+		return -1, ""
+	}
+	gen, members := generation(coord)
+	for deadline := time.Now().Add(testTimeout); gen < 1; gen, members = generation(coord) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the group never settled with both members at its coordinator %d", coord)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	start := time.Now()
 	c.kill(coord)
 	before := waitCommitted(survivor, half)
@@ -240,8 +267,13 @@ func TestClusterCoordinatorMovesWhenItsNodeDies(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	// The members commit at the new coordinator.
+	// The members commit at the new coordinator, which loaded the group
+	// from the group log: they kept their generation (no member rejoined:
+	// a join would have started another).
 	waitCommitted(survivor, 2*half)
+	if got, now := generation(next); got != gen || now != members {
+		t.Errorf("the group is at generation %d with members %s at the new coordinator %d, was %d with %s at %d: its members rejoined", got, now, next, gen, members, coord)
+	}
 	t.Logf("group resumed at %d and committed everything %v after the kill", next, time.Since(start))
 
 	d.mu.Lock()
@@ -290,64 +322,115 @@ func TestClusterCoordinatorMovesWhenItsNodeDies(t *testing.T) {
 	}
 }
 
-// TestCoordinatorTermsAndRelease: a group is held under the term in
-// which its coordinator partition's leader was first confirmed; a claim
-// in the same term keeps it, a claim in another (this listener led, lost
-// and leads again) drops it — its members are unknown and the next join
-// starts a new group — and a release (the group is coordinated
-// elsewhere now) answers a member waiting for its join NOT_COORDINATOR.
-func TestCoordinatorTermsAndRelease(t *testing.T) {
+// TestCoordinatorLoadsTheGroupLog: a group's state travels through the
+// group log. The leader's SyncGroup yields the group record (and the
+// members are answered only once it is written: synced); a coordinator
+// that installs that record and a commit — another node after a move, or
+// this one after a restart — serves the members on in their generation
+// (a heartbeat is accepted, no rejoin) and answers the committed offset.
+// A commit answered after its partition was loaded again in another term
+// is not applied over the load (the load replayed it), and an unload
+// answers a member waiting for its join NOT_COORDINATOR and forgets the
+// members.
+func TestCoordinatorLoadsTheGroupLog(t *testing.T) {
+	const part = 3
 	c := newCoordinator()
+	c.install(part, 5, nil, time.Unix(1000, 0))
 	now := time.Unix(1000, 0)
-	join := func(member string) (*kmsg.JoinGroupResponse, <-chan *kmsg.JoinGroupResponse) {
+	join := func(c *coordinator, member string) (*kmsg.JoinGroupResponse, <-chan *kmsg.JoinGroupResponse) {
 		r := kmsg.NewPtrJoinGroupRequest()
 		r.Version, r.Group, r.MemberID, r.ProtocolType = 9, "g", member, "consumer"
 		r.SessionTimeoutMillis, r.RebalanceTimeoutMillis = 10_000, 5_000
-		r.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: []byte(member)}}
-		return c.join(r, "client", "/127.0.0.1", now)
+		r.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: []byte("meta-" + member)}}
+		return c.join(r, part, "client", "/127.0.0.1", now)
 	}
-	member := func() string {
-		t.Helper()
-		resp, _ := join("")
-		_, wait := join(resp.MemberID)
-		if ja := <-wait; ja.ErrorCode != 0 || ja.Generation != 1 {
-			t.Fatalf("join: %+v", ja)
-		}
-		return resp.MemberID
+	resp, _ := join(c, "")
+	a := resp.MemberID
+	_, wait := join(c, a)
+	ja := <-wait
+	if ja.ErrorCode != 0 || ja.Generation != 1 || ja.LeaderID != a {
+		t.Fatalf("join: %+v", ja)
 	}
-	a := member()
-	c.claim("g", 5)
-	c.claim("g", 5)
-	hb := func(id string) int16 {
-		r := kmsg.NewPtrHeartbeatRequest()
-		r.Group, r.MemberID, r.Generation = "g", id, 1
-		return c.heartbeat(r, now)
+	sr := kmsg.NewPtrSyncGroupRequest()
+	sr.Group, sr.MemberID, sr.Generation = "g", a, 1
+	sr.GroupAssignment = []kmsg.SyncGroupRequestGroupAssignment{{MemberID: a, MemberAssignment: []byte("a's share")}}
+	_, answer, persist := c.sync(sr, now)
+	if persist == nil || answer == nil {
+		t.Fatal("the leader's sync asks for no group record to be written")
 	}
-	if code := hb(a); code != 0 {
-		t.Fatalf("a heartbeat in the term the group was claimed in: code %d", code)
+	select {
+	case got := <-answer:
+		t.Fatalf("the leader was answered %+v before its group record was written", got)
+	default:
 	}
-	c.claim("g", 7)
-	if code := hb(a); code != kerr.UnknownMemberID.Code {
-		t.Fatalf("a heartbeat from the previous term's member: code %d, want UNKNOWN_MEMBER_ID", code)
-	}
-	if _, ok := c.groups["g"]; ok {
-		t.Fatal("the group of an earlier term is still held")
+	c.synced("g", persist.group.generation, 0)
+	if got := <-answer; got.code != 0 || string(got.assignment) != "a's share" {
+		t.Fatalf("sync answer %+v", got)
 	}
 
-	b := member()
-	// A second member's join waits for b to rejoin.
-	resp, _ := join("")
-	_, wait := join(resp.MemberID)
-	c.release("g")
+	// The records as the log holds them.
+	encode := func(r *logRecord) *logRecord {
+		t.Helper()
+		b, err := encodeLogRecord(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := decodeLogRecord(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	commit := &logRecord{kind: logCommit, commits: []logOffset{{tp: topicPart{"t", 0}, revision: 9, offset: 42}}}
+	recs := []loadedRecord{{group: "g", at: 1, rec: encode(persist)}, {group: "g", at: 2, rec: encode(commit)}}
+
+	moved := newCoordinator()
+	moved.install(part, 7, recs, now.Add(time.Second))
+	hb := func(c *coordinator, id string, gen int32) int16 {
+		r := kmsg.NewPtrHeartbeatRequest()
+		r.Group, r.MemberID, r.Generation = "g", id, gen
+		return c.heartbeat(r, now.Add(2*time.Second))
+	}
+	if code := hb(moved, a, 1); code != 0 {
+		t.Fatalf("a heartbeat of generation 1 at the coordinator that loaded the log: code %d", code)
+	}
+	if code := moved.commitCheck("g", a, 1); code != 0 {
+		t.Fatalf("a commit of generation 1 there: code %d", code)
+	}
+	if off, ok := moved.committedOffset("g", topicPart{"t", 0}, 9); !ok || off != 42 {
+		t.Fatalf("committed offset %d %v, want 42", off, ok)
+	}
+	if _, ok := moved.committedOffset("g", topicPart{"t", 0}, 10); ok {
+		t.Fatal("an offset committed for one incarnation of a topic answers for another")
+	}
+	sync := kmsg.NewPtrSyncGroupRequest()
+	sync.Group, sync.MemberID, sync.Generation = "g", a, 1
+	if got, _, _ := moved.sync(sync, now); got.code != 0 || string(got.assignment) != "a's share" {
+		t.Fatalf("the loaded group's assignment: %+v", got)
+	}
+
+	// A commit answered in term 5 after the partition was loaded in 7.
+	moved.applyCommit("g", part, 5, 3, []logOffset{{tp: topicPart{"t", 0}, revision: 9, offset: 1}})
+	if off, _ := moved.committedOffset("g", topicPart{"t", 0}, 9); off != 42 {
+		t.Fatalf("a commit of an older term moved the offset to %d", off)
+	}
+
+	// A second member waits for a to rejoin; the unload answers it.
+	resp, _ = join(moved, "")
+	_, wait = join(moved, resp.MemberID)
+	moved.unload(part)
 	select {
 	case got := <-wait:
 		if got.ErrorCode != kerr.NotCoordinator.Code {
 			t.Fatalf("the waiting join answered code %d, want NOT_COORDINATOR", got.ErrorCode)
 		}
 	default:
-		t.Fatal("the waiting join is not answered by the release")
+		t.Fatal("the waiting join is not answered by the unload")
 	}
-	if code := hb(b); code != kerr.UnknownMemberID.Code {
-		t.Fatalf("a heartbeat after the release: code %d, want UNKNOWN_MEMBER_ID", code)
+	if code := hb(moved, a, 1); code != kerr.UnknownMemberID.Code {
+		t.Fatalf("a heartbeat after the unload: code %d, want UNKNOWN_MEMBER_ID", code)
+	}
+	if _, ok := moved.committedOffset("g", topicPart{"t", 0}, 9); ok {
+		t.Fatal("the unloaded partition's offsets are still answered")
 	}
 }

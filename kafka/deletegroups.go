@@ -10,9 +10,11 @@ import (
 	"github.com/parkway-io/parkway"
 )
 
-// DeleteGroups and OffsetDelete remove a group's committed offsets:
-// parkway's named consumer offsets of the group id, each removal a
-// replicated write of its partition (Admin.DeleteConsumerOffset). As in
+// DeleteGroups and OffsetDelete remove a group's committed offsets: a
+// record of the group log (fenced to the coordinator's term, as a commit
+// is), then the named consumer offsets of the group id committed before
+// the group log existed, each a replicated write of its partition
+// (Admin.DeleteConsumerOffset). As in
 // Kafka, a group with members is not deleted (NON_EMPTY_GROUP), and an
 // offset of a topic the group's members subscribe to is not removed
 // (GROUP_SUBSCRIBED_TO_TOPIC): a member would commit it again, or
@@ -80,17 +82,16 @@ func (c *coordinator) subscriptions(name string) (known, members, consumer bool,
 }
 
 // groupDeleteGate checks what both requests check first: a valid id, the
-// principal may delete the group, and this broker coordinates it.
-func (s *Server) groupDeleteGate(ctx context.Context, group string) int16 {
+// principal may delete the group, and this broker coordinates it (with
+// the partition and term its records are fenced to).
+func (s *Server) groupDeleteGate(ctx context.Context, group string) (uint32, uint64, int16) {
 	switch {
 	case !validGroupID(group):
-		return kerr.InvalidGroupID.Code
+		return 0, 0, kerr.InvalidGroupID.Code
 	case !s.allowed(ctx, OpDelete, ResourceGroup, group):
-		return kerr.GroupAuthorizationFailed.Code
-	case !s.coordinates(ctx, group):
-		return kerr.NotCoordinator.Code
+		return 0, 0, kerr.GroupAuthorizationFailed.Code
 	}
-	return 0
+	return s.holdGroup(ctx, group)
 }
 
 func (s *Server) deleteGroups(ctx context.Context, r *kmsg.DeleteGroupsRequest) kmsg.Response {
@@ -109,7 +110,8 @@ func (s *Server) deleteGroups(ctx context.Context, r *kmsg.DeleteGroupsRequest) 
 // deleteGroup deletes one group: its membership here, then every
 // committed offset of it in the listener's stream.
 func (s *Server) deleteGroup(ctx context.Context, name string) int16 {
-	if code := s.groupDeleteGate(ctx, name); code != 0 {
+	part, term, code := s.groupDeleteGate(ctx, name)
+	if code != 0 {
 		return code
 	}
 	code, known := s.groups.groupDelete(name)
@@ -117,6 +119,13 @@ func (s *Server) deleteGroup(ctx context.Context, name string) int16 {
 		return code
 	}
 	defer s.groups.deleted(name)
+	if _, err := s.writeGroupLog(ctx, part, term, name, &logRecord{kind: logDelete}); err != nil {
+		s.logFailed(part, term, err)
+		return logWriteCode(err)
+	}
+	if s.groups.forgetGroup(name) {
+		known = true
+	}
 	stream, err := s.topics.streamHandle(ctx)
 	if err != nil {
 		return errorCode(err)
@@ -140,7 +149,8 @@ func (s *Server) offsetDelete(ctx context.Context, r *kmsg.OffsetDeleteRequest) 
 	ctx, cancel := s.requestContext(ctx, 0)
 	defer cancel()
 	resp := r.ResponseKind().(*kmsg.OffsetDeleteResponse)
-	if code := s.groupDeleteGate(ctx, r.Group); code != 0 {
+	part, term, code := s.groupDeleteGate(ctx, r.Group)
+	if code != 0 {
 		resp.ErrorCode = s.code(kmsg.OffsetDelete, code)
 		return resp
 	}
@@ -170,6 +180,13 @@ func (s *Server) offsetDelete(ctx context.Context, r *kmsg.OffsetDeleteRequest) 
 			case subscribed[rt.Topic]:
 				dp.ErrorCode = s.code(kmsg.OffsetDelete, kerr.GroupSubscribedToTopic.Code)
 			default:
+				tp := topicPart{rt.Topic, rp.Partition}
+				if _, err := s.writeGroupLog(ctx, part, term, r.Group, &logRecord{kind: logForget, forgets: []topicPart{tp}}); err != nil {
+					s.logFailed(part, term, err)
+					dp.ErrorCode = s.code(kmsg.OffsetDelete, logWriteCode(err))
+					break
+				}
+				found = s.groups.forgetOffsets(r.Group, []topicPart{tp}) || found
 				had, err := s.node.Admin().DeleteConsumerOffset(ctx, t, uint32(rp.Partition), r.Group)
 				if err != nil {
 					s.topics.forget(t, err)
@@ -190,8 +207,12 @@ func (s *Server) offsetDelete(ctx context.Context, r *kmsg.OffsetDeleteRequest) 
 
 // hasOffsets reports whether the group has a committed offset in any
 // partition of the listener's stream: whether it exists, for a group the
-// coordinator does not know (an error reading is taken for "it may").
+// coordinator does not know (an error reading is taken for "it may"):
+// in the group log, or as a named consumer offset committed before it.
 func (s *Server) hasOffsets(ctx context.Context, group string) bool {
+	if s.groups.hasLogOffsets(group) {
+		return true
+	}
 	all, err := s.topics.all(ctx)
 	if err != nil {
 		return true

@@ -17,14 +17,15 @@ import (
 // with client-side assignment: members join, the coordinator picks a
 // protocol all of them support and a leader, the leader computes the
 // assignment (any assignor the clients share, cooperative-sticky
-// included) and the coordinator hands each member its share. Group
-// membership and generations live here, in the listener's memory, for
-// the groups this listener coordinates: all of them on a single node, in
-// a cluster those whose coordinator partition its node leads (cluster.go).
-// Committed offsets do not: they are parkway's named consumer offsets
-// (the consumer's name is the group id), replicated and durable with the
-// partition, so a listener or node restart loses the groups' membership —
-// members rejoin — but no committed offset.
+// included) and the coordinator hands each member its share. The groups
+// this listener coordinates — all of them on a single node, in a cluster
+// those whose coordinator partition its node leads (cluster.go) — are
+// held here, loaded from and written to the group log (grouplog.go,
+// groupstate.go): a completed rebalance, a group emptied, every commit
+// and every removal is a record of the group's coordinator partition,
+// written in the term the partition was loaded in. A coordinator that
+// moves or restarts therefore loses no member, generation or committed
+// offset: the next one replays the log and serves the members on.
 
 // Group limits.
 const (
@@ -78,10 +79,29 @@ type group struct {
 	order        []string             // member ids in join order: the first is the leader when one is needed
 	pending      map[string]time.Time // ids handed out with MEMBER_ID_REQUIRED, until their join
 	deadline     time.Time            // of the rebalance under way
-	// term is the raft term of the coordinator partition's leadership
-	// under which this listener holds the group (0 until a request
-	// confirmed it, and always on a single node): see claim.
-	term uint64
+	part         uint32               // its coordinator partition
+	// persisting is set while the leader's assignment is written to the
+	// group log (SyncGroup waits for it).
+	persisting bool
+}
+
+// coordPart is a coordinator partition loaded here: in the raft term of
+// its leadership in which its log was replayed (0 on a single node).
+type coordPart struct{ term uint64 }
+
+// committed is a group's committed offset of one partition, as the group
+// log holds it: at is the log offset of the record that wrote it (a
+// later record wins, whatever order the writers were answered in).
+type committed struct {
+	offset   int64
+	revision uint64
+	at       uint64
+}
+
+// groupOffsets are a group's committed offsets, by topic and partition.
+type groupOffsets struct {
+	part uint32
+	by   map[topicPart]committed
 }
 
 type coordinator struct {
@@ -92,9 +112,19 @@ type coordinator struct {
 	// (COORDINATOR_LOAD_IN_PROGRESS), so no member's commit lands in the
 	// middle of the deletion and is removed by it (deletegroups.go).
 	deleting map[string]bool
+	// parts are the coordinator partitions loaded here, and offsets the
+	// committed offsets of their groups (a group without members keeps
+	// its offsets: it is not in groups).
+	parts   map[uint32]*coordPart
+	offsets map[string]*groupOffsets
+	// emptied are the groups that lost their last member since the group
+	// log was last told (persistEmptied writes them).
+	emptied map[string]*group
 }
 
-func newCoordinator() *coordinator { return &coordinator{groups: map[string]*group{}} }
+func newCoordinator() *coordinator {
+	return &coordinator{groups: map[string]*group{}, parts: map[uint32]*coordPart{}, offsets: map[string]*groupOffsets{}, emptied: map[string]*group{}}
+}
 
 func newMemberID(clientID string) string {
 	var b [8]byte
@@ -111,7 +141,7 @@ func validGroupID(id string) bool { return validName(id, 255) }
 
 // join handles a JoinGroup: an answer now, or a channel the answer comes
 // on once the rebalance completes.
-func (c *coordinator) join(r *kmsg.JoinGroupRequest, clientID, clientHost string, now time.Time) (*kmsg.JoinGroupResponse, <-chan *kmsg.JoinGroupResponse) {
+func (c *coordinator) join(r *kmsg.JoinGroupRequest, part uint32, clientID, clientHost string, now time.Time) (*kmsg.JoinGroupResponse, <-chan *kmsg.JoinGroupResponse) {
 	resp := r.ResponseKind().(*kmsg.JoinGroupResponse)
 	resp.Generation = -1
 	fail := func(code int16) (*kmsg.JoinGroupResponse, <-chan *kmsg.JoinGroupResponse) {
@@ -142,7 +172,7 @@ func (c *coordinator) join(r *kmsg.JoinGroupRequest, clientID, clientHost string
 		if len(c.groups) >= maxGroups {
 			return fail(kerr.CoordinatorNotAvailable.Code)
 		}
-		g = &group{name: r.Group, members: map[string]*member{}, pending: map[string]time.Time{}}
+		g = &group{name: r.Group, part: part, members: map[string]*member{}, pending: map[string]time.Time{}}
 		c.groups[r.Group] = g
 	}
 	if len(g.members) > 0 && g.protocolType != r.ProtocolType {
@@ -231,8 +261,10 @@ func (c *coordinator) complete(g *group, now time.Time) {
 		}
 	}
 	g.generation++
+	g.persisting = false // a sync of the generation before is answered by now
 	if len(g.members) == 0 {
 		g.state, g.leader, g.protocol = groupEmpty, "", ""
+		c.emptied[g.name] = g
 		return
 	}
 	if _, ok := g.members[g.leader]; !ok {
@@ -284,6 +316,7 @@ func (c *coordinator) complete(g *group, now time.Time) {
 			c.remove(g, id)
 		}
 		g.state = groupEmpty
+		c.emptied[g.name] = g
 	}
 }
 
@@ -321,40 +354,89 @@ func (c *coordinator) check(groupID, memberID string, generation int32) (*group,
 	return g, m, 0
 }
 
-func (c *coordinator) sync(r *kmsg.SyncGroupRequest, now time.Time) (syncAnswer, <-chan syncAnswer) {
+// sync handles a SyncGroup: an answer now, or a channel the answer
+// comes on. The leader's assignment must reach the group log before any
+// member is answered with it (a coordinator that moves then serves the
+// generation on): sync then also returns the group record to write, and
+// the caller writes it and calls synced.
+func (c *coordinator) sync(r *kmsg.SyncGroupRequest, now time.Time) (syncAnswer, <-chan syncAnswer, *logRecord) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	g, m, code := c.check(r.Group, r.MemberID, r.Generation)
 	if code != 0 {
-		return syncAnswer{code: code}, nil
+		return syncAnswer{code: code}, nil, nil
 	}
 	m.deadline = now.Add(m.session)
 	switch g.state {
 	case groupPreparing:
-		return syncAnswer{code: kerr.RebalanceInProgress.Code}, nil
+		return syncAnswer{code: kerr.RebalanceInProgress.Code}, nil, nil
 	case groupStable:
-		return syncAnswer{assignment: m.assignment}, nil
-	}
-	if r.MemberID == g.leader {
-		given := map[string][]byte{}
-		for _, a := range r.GroupAssignment {
-			given[a.MemberID] = a.MemberAssignment
-		}
-		for id, om := range g.members {
-			om.assignment = given[id]
-			if om.sync != nil {
-				om.sync <- syncAnswer{assignment: om.assignment}
-				om.sync = nil
-			}
-		}
-		g.state = groupStable
-		return syncAnswer{assignment: m.assignment}, nil
+		return syncAnswer{assignment: m.assignment}, nil, nil
 	}
 	if m.sync != nil {
 		m.sync <- syncAnswer{code: kerr.UnknownMemberID.Code}
 	}
 	m.sync = make(chan syncAnswer, 1)
-	return syncAnswer{}, m.sync
+	if r.MemberID != g.leader || g.persisting {
+		return syncAnswer{}, m.sync, nil
+	}
+	given := map[string][]byte{}
+	for _, a := range r.GroupAssignment {
+		given[a.MemberID] = a.MemberAssignment
+	}
+	for id, om := range g.members {
+		om.assignment = given[id]
+	}
+	g.persisting = true
+	return syncAnswer{}, m.sync, &logRecord{kind: logGroup, group: groupRecord(g)}
+}
+
+// groupRecord is g as the group log keeps it.
+func groupRecord(g *group) logGroupState {
+	out := logGroupState{generation: g.generation, protocolType: g.protocolType, protocol: g.protocol, leader: g.leader}
+	for _, id := range g.order {
+		m := g.members[id]
+		lm := logMember{id: id, clientID: m.clientID, clientHost: m.clientHost,
+			sessionMs: uint32(m.session / time.Millisecond), rebalanceMs: uint32(m.rebalanceTimeout / time.Millisecond), assignment: m.assignment}
+		for _, p := range m.protocols {
+			if p.Name == g.protocol {
+				lm.metadata = p.Metadata
+			}
+		}
+		out.members = append(out.members, lm)
+	}
+	return out
+}
+
+// synced ends a leader's sync of generation once its group record was
+// written (code 0: the group is stable and every member waiting gets its
+// assignment) or refused (every member waiting gets code and the group
+// waits for its members to rejoin).
+func (c *coordinator) synced(name string, generation int32, code int16) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g, ok := c.groups[name]
+	if !ok || g.generation != generation {
+		return // dropped or moved on meanwhile: its members were answered
+	}
+	g.persisting = false
+	if g.state != groupCompleting {
+		return
+	}
+	for _, m := range g.members {
+		if m.sync == nil {
+			continue
+		}
+		if code != 0 {
+			m.sync <- syncAnswer{code: code}
+		} else {
+			m.sync <- syncAnswer{assignment: m.assignment}
+		}
+		m.sync = nil
+	}
+	if code == 0 {
+		g.state = groupStable
+	}
 }
 
 func (c *coordinator) heartbeat(r *kmsg.HeartbeatRequest, now time.Time) int16 {
@@ -397,6 +479,7 @@ func (c *coordinator) membershipChanged(g *group, now time.Time) {
 	case len(g.members) == 0 && g.state != groupEmpty:
 		g.state, g.leader, g.protocol = groupEmpty, "", ""
 		g.generation++
+		c.emptied[g.name] = g
 	case g.state == groupStable || g.state == groupCompleting:
 		c.prepare(g, now)
 	case g.state == groupPreparing:
@@ -424,24 +507,6 @@ func (c *coordinator) commitCheck(groupID, memberID string, generation int32) in
 		return kerr.RebalanceInProgress.Code
 	}
 	return code
-}
-
-// claim records that this listener coordinates group under term. A group
-// held from another term is dropped first: this listener led the
-// coordinator partition before, another node coordinated the group in
-// between, and the members, generations and assignments kept here are
-// stale. The group starts anew, empty; its members rejoin.
-func (c *coordinator) claim(groupID string, term uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	g, ok := c.groups[groupID]
-	switch {
-	case !ok:
-	case g.term == 0:
-		g.term = term
-	case g.term != term:
-		c.drop(g)
-	}
 }
 
 // release drops group's membership: this listener no longer coordinates
@@ -493,7 +558,7 @@ func (c *coordinator) tick(now time.Time) {
 			c.complete(g, now)
 		}
 		if g.state == groupEmpty && len(g.pending) == 0 {
-			delete(c.groups, name) // its offsets stay in parkway
+			delete(c.groups, name) // its offsets stay (c.offsets, and the group log)
 		}
 	}
 }
@@ -522,8 +587,9 @@ func (c *coordinator) list() []kmsg.ListGroupsResponseGroup {
 	return out
 }
 
-// runJanitor ticks the coordinator until ctx ends and, in a cluster,
-// lets go of the groups that moved to another coordinator (sweepGroups).
+// runJanitor ticks the coordinator until ctx ends, writes the groups
+// emptied by lapsed sessions to the group log and, in a cluster, lets go
+// of the coordinator partitions that moved (sweepGroups).
 func (s *Server) runJanitor(ctx context.Context) {
 	t := time.NewTicker(janitorEvery)
 	defer t.Stop()
@@ -533,6 +599,7 @@ func (s *Server) runJanitor(ctx context.Context) {
 			return
 		case now := <-t.C:
 			s.groups.tick(now)
+			s.persistEmptied(ctx)
 			s.sweepGroups(ctx)
 		}
 	}

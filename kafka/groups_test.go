@@ -210,7 +210,7 @@ func TestCoordinatorFences(t *testing.T) {
 		r.Version, r.Group, r.MemberID, r.ProtocolType = 9, "g", member, "consumer"
 		r.SessionTimeoutMillis, r.RebalanceTimeoutMillis = 10_000, 5_000
 		r.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: []byte(member)}}
-		return c.join(r, "client", "/127.0.0.1", now)
+		return c.join(r, 0, "client", "/127.0.0.1", now)
 	}
 	// A first join without an id gets one and MEMBER_ID_REQUIRED.
 	resp, wait := join("")
@@ -232,7 +232,14 @@ func TestCoordinatorFences(t *testing.T) {
 		for id, b := range assign {
 			r.GroupAssignment = append(r.GroupAssignment, kmsg.SyncGroupRequestGroupAssignment{MemberID: id, MemberAssignment: b})
 		}
-		return c.sync(r, now)
+		got, wait, persist := c.sync(r, now)
+		if persist != nil {
+			// The leader's: its group record written, every member
+			// waiting is answered.
+			c.synced("g", persist.group.generation, 0)
+			return <-wait, nil
+		}
+		return got, wait
 	}
 	if got, _ := sync(a, 1, map[string][]byte{a: []byte("all")}); got.code != 0 || string(got.assignment) != "all" {
 		t.Fatalf("a's sync: %+v", got)

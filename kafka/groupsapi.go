@@ -12,15 +12,14 @@ import (
 )
 
 // groupGate is the check every group request passes first: the
-// principal may read the group, and this broker coordinates it.
-func (s *Server) groupGate(ctx context.Context, group string) int16 {
+// principal may read the group, and this broker coordinates it with its
+// coordinator partition loaded (holdGroup). It returns the partition and
+// the term the group's writes are fenced to.
+func (s *Server) groupGate(ctx context.Context, group string) (uint32, uint64, int16) {
 	if !s.allowed(ctx, OpRead, ResourceGroup, group) {
-		return kerr.GroupAuthorizationFailed.Code
+		return 0, 0, kerr.GroupAuthorizationFailed.Code
 	}
-	if !s.coordinates(ctx, group) {
-		return kerr.NotCoordinator.Code
-	}
-	return 0
+	return s.holdGroup(ctx, group)
 }
 
 // Coordinator key types of FindCoordinator.
@@ -78,14 +77,15 @@ func (s *Server) joinGroup(ctx context.Context, r *kmsg.JoinGroupRequest, client
 	if clientID != nil && *clientID != "" {
 		cid = *clientID
 	}
-	if code := s.groupGate(ctx, r.Group); code != 0 {
+	part, _, code := s.groupGate(ctx, r.Group)
+	if code != 0 {
 		resp := r.ResponseKind().(*kmsg.JoinGroupResponse)
 		resp.Generation = -1
 		resp.ErrorCode = s.code(kmsg.JoinGroup, code)
 		p.resp = resp
 		return
 	}
-	resp, wait := s.groups.join(r, cid, clientHost, time.Now())
+	resp, wait := s.groups.join(r, part, cid, clientHost, time.Now())
 	if wait == nil {
 		s.code(kmsg.JoinGroup, resp.ErrorCode)
 		p.resp = resp
@@ -117,14 +117,26 @@ func (s *Server) syncGroup(ctx context.Context, r *kmsg.SyncGroupRequest, p *pen
 		resp.MemberAssignment = a.assignment
 		return resp
 	}
-	if code := s.groupGate(ctx, r.Group); code != 0 {
+	part, term, code := s.groupGate(ctx, r.Group)
+	if code != 0 {
 		p.resp = fill(syncAnswer{code: code})
 		return
 	}
-	now, wait := s.groups.sync(r, time.Now())
+	now, wait, persist := s.groups.sync(r, time.Now())
 	if wait == nil {
 		p.resp = fill(now)
 		return
+	}
+	if persist != nil {
+		// The leader's assignment: written to the group log before any
+		// member is answered with it.
+		code := int16(0)
+		if _, err := s.writeGroupLog(ctx, part, term, r.Group, persist); err != nil {
+			s.log.Debug("group log: a generation", "group", r.Group, "err", err)
+			code = logWriteCode(err)
+			s.logFailed(part, term, err)
+		}
+		s.groups.synced(r.Group, persist.group.generation, code)
 	}
 	p.wait = func(ctx context.Context) kmsg.Response {
 		select {
@@ -138,7 +150,7 @@ func (s *Server) syncGroup(ctx context.Context, r *kmsg.SyncGroupRequest, p *pen
 
 func (s *Server) heartbeat(ctx context.Context, r *kmsg.HeartbeatRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.HeartbeatResponse)
-	if code := s.groupGate(ctx, r.Group); code != 0 {
+	if _, _, code := s.groupGate(ctx, r.Group); code != 0 {
 		resp.ErrorCode = s.code(kmsg.Heartbeat, code)
 		return resp
 	}
@@ -148,10 +160,11 @@ func (s *Server) heartbeat(ctx context.Context, r *kmsg.HeartbeatRequest) kmsg.R
 
 func (s *Server) leaveGroup(ctx context.Context, r *kmsg.LeaveGroupRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.LeaveGroupResponse)
-	if code := s.groupGate(ctx, r.Group); code != 0 {
+	if _, _, code := s.groupGate(ctx, r.Group); code != 0 {
 		resp.ErrorCode = s.code(kmsg.LeaveGroup, code)
 		return resp
 	}
+	defer s.persistEmptied(ctx) // the last member gone: the log says so
 	if r.Version < 3 {
 		resp.ErrorCode = s.code(kmsg.LeaveGroup, s.groups.leave(r.Group, []string{r.MemberID}, time.Now())[0])
 		return resp
@@ -195,48 +208,88 @@ func containsFold(list []string, s string) bool {
 	return false
 }
 
-// offsetCommit stores each partition's offset as parkway's named consumer
-// offset of the group, after the coordinator's generation fence.
+// offsetCommit writes the request's offsets as one commit record of the
+// group log, fenced to the term the coordinator loaded the group's
+// partition in, after the coordinator's generation fence: a coordinator
+// that lost the partition's leadership since cannot commit (raft refuses
+// its entry) and answers NOT_COORDINATOR.
 func (s *Server) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) kmsg.Response {
 	ctx, cancel := s.requestContext(ctx, 0)
 	defer cancel()
 	resp := r.ResponseKind().(*kmsg.OffsetCommitResponse)
 	fence := int16(0)
+	var (
+		part uint32
+		term uint64
+	)
 	if !validGroupID(r.Group) {
 		fence = kerr.InvalidGroupID.Code
-	} else if code := s.groupGate(ctx, r.Group); code != 0 {
-		fence = code
-	} else if r.Version >= 1 {
+	} else if part, term, fence = s.groupGate(ctx, r.Group); fence == 0 && r.Version >= 1 {
 		fence = s.groups.commitCheck(r.Group, r.MemberID, r.Generation)
 	}
+	var (
+		commits []logOffset
+		written []*kmsg.OffsetCommitResponseTopicPartition // answered by the write
+	)
 	for _, rt := range r.Topics {
 		ct := kmsg.NewOffsetCommitResponseTopic()
 		ct.Topic = rt.Topic
-		t, tErr := s.topics.lookup(ctx, rt.Topic)
-		if tErr == nil && !s.allowed(ctx, OpRead, ResourceTopic, rt.Topic) {
-			tErr = errTopicDenied
+		var (
+			t    parkway.Topic
+			tErr error
+		)
+		if fence == 0 {
+			t, tErr = s.topics.lookup(ctx, rt.Topic)
+			if tErr == nil && !s.allowed(ctx, OpRead, ResourceTopic, rt.Topic) {
+				tErr = errTopicDenied
+			}
 		}
 		for _, rp := range rt.Partitions {
 			cp := kmsg.NewOffsetCommitResponseTopicPartition()
 			cp.Partition = rp.Partition
 			switch {
 			case fence != 0:
-				cp.ErrorCode = s.code(kmsg.OffsetCommit, fence)
+				cp.ErrorCode = fence
 			case tErr != nil:
 				cp.ErrorCode = s.topicErrorCode(kmsg.OffsetCommit, tErr)
 			case rp.Partition < 0:
-				cp.ErrorCode = s.code(kmsg.OffsetCommit, kerr.UnknownTopicOrPartition.Code)
+				cp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 			case rp.Offset < 0:
-				cp.ErrorCode = s.code(kmsg.OffsetCommit, kerr.OffsetOutOfRange.Code)
+				cp.ErrorCode = kerr.OffsetOutOfRange.Code
 			default:
-				if err := s.node.Admin().StoreOffset(ctx, t, uint32(rp.Partition), r.Group, uint64(rp.Offset)); err != nil {
-					s.topics.forget(t, err)
-					cp.ErrorCode = s.topicErrorCode(kmsg.OffsetCommit, err)
-				}
+				commits = append(commits, logOffset{tp: topicPart{rt.Topic, rp.Partition}, revision: t.Revision, offset: rp.Offset})
 			}
 			ct.Partitions = append(ct.Partitions, cp)
 		}
 		resp.Topics = append(resp.Topics, ct)
+	}
+	// The partitions the write answers, found after the response's
+	// slices stopped growing.
+	for ti := range resp.Topics {
+		for pi := range resp.Topics[ti].Partitions {
+			if cp := &resp.Topics[ti].Partitions[pi]; cp.ErrorCode == 0 {
+				written = append(written, cp)
+			}
+		}
+	}
+	if len(commits) > 0 {
+		at, err := s.writeGroupLog(ctx, part, term, r.Group, &logRecord{kind: logCommit, commits: commits})
+		if err != nil {
+			s.log.Debug("group log: a commit", "group", r.Group, "err", err)
+			s.logFailed(part, term, err)
+			code := logWriteCode(err)
+			for _, cp := range written {
+				cp.ErrorCode = code
+			}
+		} else {
+			s.groups.applyCommit(r.Group, part, term, at, commits)
+		}
+	}
+	for ti := range resp.Topics {
+		for pi := range resp.Topics[ti].Partitions {
+			cp := &resp.Topics[ti].Partitions[pi]
+			cp.ErrorCode = s.code(kmsg.OffsetCommit, cp.ErrorCode)
+		}
 	}
 	return resp
 }
@@ -253,6 +306,10 @@ func (s *Server) offsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequest) km
 	}
 	if !s.allowed(ctx, OpDescribe, ResourceGroup, r.Group) {
 		resp.ErrorCode = s.code(kmsg.OffsetFetch, kerr.GroupAuthorizationFailed.Code)
+		return resp
+	}
+	if _, _, code := s.holdGroup(ctx, r.Group); code != 0 {
+		resp.ErrorCode = s.code(kmsg.OffsetFetch, code)
 		return resp
 	}
 	type target struct {
@@ -300,6 +357,12 @@ func (s *Server) offsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequest) km
 			case p < 0:
 				fp.ErrorCode = s.code(kmsg.OffsetFetch, kerr.UnknownTopicOrPartition.Code)
 			default:
+				if off, ok := s.groups.committedOffset(r.Group, topicPart{tg.name, p}, t.Revision); ok {
+					fp.Offset = off
+					break
+				}
+				// Committed before the group log: parkway's named
+				// consumer offset of the group id.
 				off, found, err := s.node.Admin().ConsumerOffset(ctx, t, uint32(p), r.Group)
 				switch {
 				case err != nil && !errors.Is(err, parkway.ErrPartitionNotFound):

@@ -34,6 +34,9 @@ type Server struct {
 	// coordMu guards the cached handle and partition count of the
 	// internal topic whose partitions' leaders coordinate the groups (in
 	// a cluster; cluster.go).
+	// loadMu makes coordinator partition loads one at a time
+	// (groupstate.go).
+	loadMu  sync.Mutex
 	coordMu sync.Mutex
 	coordT  parkway.Topic
 	coordN  int

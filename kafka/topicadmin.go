@@ -113,8 +113,8 @@ func (s *Server) describeGroups(ctx context.Context, r *kmsg.DescribeGroupsReque
 			resp.Groups = append(resp.Groups, dg)
 			continue
 		}
-		if !s.coordinates(ctx, name) {
-			dg.ErrorCode = s.code(kmsg.DescribeGroups, kerr.NotCoordinator.Code)
+		if _, _, code := s.holdGroup(ctx, name); code != 0 {
+			dg.ErrorCode = s.code(kmsg.DescribeGroups, code)
 			resp.Groups = append(resp.Groups, dg)
 			continue
 		}

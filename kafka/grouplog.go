@@ -1,0 +1,299 @@
+package kafka
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+)
+
+// The group log. Every consumer group's state is written, as records, to
+// its partition of the internal topic __group_coordinators — as Kafka
+// writes it to __consumer_offsets: the group's generation, protocol,
+// leader and members with their assignments once a rebalance completes
+// (SyncGroup) or the group empties, every OffsetCommit, and the removals
+// of OffsetDelete and DeleteGroups. A record's message key is the group
+// id; its payload is one of the forms below.
+//
+// Each write is fenced to the raft term in which the coordinator loaded
+// the partition (Cluster.ProduceInTerm): only the leader elected in that
+// term proposes it, and an entry of a term commits only in that term's
+// log. A coordinator that lost the partition's leadership — cut off,
+// paused, or deposed and elected again — therefore cannot commit an
+// offset after the new coordinator loaded the group: the new one first
+// writes a load marker in its own term and replays the partition up to
+// it, so it holds every write that committed before, and none commits
+// after it from an older term.
+//
+// Layout: a version byte (1), a kind byte, then by kind (integers big
+// endian; a string is a uint16 length and its bytes; bytes are a uint32
+// length and the bytes):
+//
+//	marker:  nothing (a coordinator's load point)
+//	group:   generation int32, protocol type, protocol, leader (strings),
+//	         member count uint16, each member: id, client id, client
+//	         host (strings), session and rebalance timeouts (uint32 ms),
+//	         protocol metadata, assignment (bytes)
+//	commit:  count uint32, each: topic (string), topic revision uint64,
+//	         partition int32, offset int64
+//	forget:  count uint32, each: topic (string), partition int32 (OffsetDelete)
+//	delete:  nothing (DeleteGroups: the group and all its offsets)
+
+const groupLogVersion = 1
+
+type logKind byte
+
+const (
+	logMarker logKind = iota + 1
+	logGroup
+	logCommit
+	logForget
+	logDelete
+)
+
+// errGroupLog reports a record that is not one of the forms above.
+var errGroupLog = errors.New("kafka: malformed group log record")
+
+// logMember is a member as the group record keeps it.
+type logMember struct {
+	id, clientID, clientHost string
+	sessionMs, rebalanceMs   uint32
+	metadata, assignment     []byte
+}
+
+// logGroupState is a group record's body.
+type logGroupState struct {
+	generation                     int32
+	protocolType, protocol, leader string
+	members                        []logMember
+}
+
+// topicPart names a committed offset: a topic by name and a partition.
+type topicPart struct {
+	topic string
+	part  int32
+}
+
+// logOffset is one committed offset of a commit record; revision is the
+// topic incarnation it was committed for (a topic deleted and recreated
+// under the name does not inherit it).
+type logOffset struct {
+	tp       topicPart
+	revision uint64
+	offset   int64
+}
+
+// logRecord is a decoded record.
+type logRecord struct {
+	kind    logKind
+	group   logGroupState // logGroup
+	commits []logOffset   // logCommit
+	forgets []topicPart   // logForget
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.BigEndian.AppendUint16(b, uint16(len(s)))
+	return append(b, s...)
+}
+
+func appendBytes(b []byte, p []byte) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(p)))
+	return append(b, p...)
+}
+
+// encodeLogRecord writes r. Strings longer than 65,535 bytes cannot be
+// written (group ids, member ids, topic names and protocols are far
+// shorter: they are checked where they enter).
+func encodeLogRecord(r *logRecord) ([]byte, error) {
+	b := []byte{groupLogVersion, byte(r.kind)}
+	long := func(s string) bool { return len(s) > math.MaxUint16 }
+	switch r.kind {
+	case logMarker, logDelete:
+	case logGroup:
+		g := &r.group
+		if long(g.protocolType) || long(g.protocol) || long(g.leader) || len(g.members) > math.MaxUint16 {
+			return nil, fmt.Errorf("%w: a field is too long", errGroupLog)
+		}
+		b = binary.BigEndian.AppendUint32(b, uint32(g.generation))
+		b = appendString(b, g.protocolType)
+		b = appendString(b, g.protocol)
+		b = appendString(b, g.leader)
+		b = binary.BigEndian.AppendUint16(b, uint16(len(g.members)))
+		for _, m := range g.members {
+			if long(m.id) || long(m.clientID) || long(m.clientHost) {
+				return nil, fmt.Errorf("%w: a member field is too long", errGroupLog)
+			}
+			b = appendString(b, m.id)
+			b = appendString(b, m.clientID)
+			b = appendString(b, m.clientHost)
+			b = binary.BigEndian.AppendUint32(b, m.sessionMs)
+			b = binary.BigEndian.AppendUint32(b, m.rebalanceMs)
+			b = appendBytes(b, m.metadata)
+			b = appendBytes(b, m.assignment)
+		}
+	case logCommit:
+		b = binary.BigEndian.AppendUint32(b, uint32(len(r.commits)))
+		for _, c := range r.commits {
+			if long(c.tp.topic) {
+				return nil, fmt.Errorf("%w: a topic name is too long", errGroupLog)
+			}
+			b = appendString(b, c.tp.topic)
+			b = binary.BigEndian.AppendUint64(b, c.revision)
+			b = binary.BigEndian.AppendUint32(b, uint32(c.tp.part))
+			b = binary.BigEndian.AppendUint64(b, uint64(c.offset))
+		}
+	case logForget:
+		b = binary.BigEndian.AppendUint32(b, uint32(len(r.forgets)))
+		for _, tp := range r.forgets {
+			if long(tp.topic) {
+				return nil, fmt.Errorf("%w: a topic name is too long", errGroupLog)
+			}
+			b = appendString(b, tp.topic)
+			b = binary.BigEndian.AppendUint32(b, uint32(tp.part))
+		}
+	default:
+		return nil, fmt.Errorf("%w: kind %d", errGroupLog, r.kind)
+	}
+	return b, nil
+}
+
+// logReader reads a record's fields, each length checked against the
+// bytes left before anything is allocated.
+type logReader struct {
+	b   []byte
+	err error
+}
+
+func (r *logReader) take(n int) []byte {
+	if r.err != nil {
+		return nil
+	}
+	if n < 0 || n > len(r.b) {
+		r.err = fmt.Errorf("%w: %d bytes wanted, %d left", errGroupLog, n, len(r.b))
+		return nil
+	}
+	out := r.b[:n:n]
+	r.b = r.b[n:]
+	return out
+}
+
+func (r *logReader) u16() uint16 {
+	if p := r.take(2); p != nil {
+		return binary.BigEndian.Uint16(p)
+	}
+	return 0
+}
+
+func (r *logReader) u32() uint32 {
+	if p := r.take(4); p != nil {
+		return binary.BigEndian.Uint32(p)
+	}
+	return 0
+}
+
+func (r *logReader) u64() uint64 {
+	if p := r.take(8); p != nil {
+		return binary.BigEndian.Uint64(p)
+	}
+	return 0
+}
+
+func (r *logReader) str() string { return string(r.take(int(r.u16()))) }
+
+func (r *logReader) bytes() []byte {
+	n := r.u32()
+	if uint64(n) > uint64(len(r.b)) {
+		r.take(len(r.b) + 1) // fails with the lengths
+		return nil
+	}
+	p := r.take(int(n))
+	if len(p) == 0 {
+		return nil
+	}
+	return append([]byte(nil), p...)
+}
+
+// count reads an element count and checks that the bytes left can hold
+// that many elements of at least min bytes each.
+func (r *logReader) count(n uint32, min int) int {
+	if r.err == nil && uint64(n)*uint64(min) > uint64(len(r.b)) {
+		r.err = fmt.Errorf("%w: %d elements in %d bytes", errGroupLog, n, len(r.b))
+	}
+	if r.err != nil {
+		return 0
+	}
+	return int(n)
+}
+
+// decodeLogRecord reads a record encodeLogRecord wrote. Hostile input
+// (the partition's bytes could be written by anything with access to the
+// stream) is refused with errGroupLog, never a panic.
+func decodeLogRecord(p []byte) (*logRecord, error) {
+	if len(p) < 2 || p[0] != groupLogVersion {
+		return nil, fmt.Errorf("%w: no version %d header", errGroupLog, groupLogVersion)
+	}
+	r := &logReader{b: p[2:]}
+	out := &logRecord{kind: logKind(p[1])}
+	switch out.kind {
+	case logMarker, logDelete:
+	case logGroup:
+		g := &out.group
+		g.generation = int32(r.u32())
+		g.protocolType, g.protocol, g.leader = r.str(), r.str(), r.str()
+		// A member is at least three empty strings, two timeouts and two
+		// empty byte strings.
+		n := r.count(uint32(r.u16()), 3*2+2*4+2*4)
+		if n > 0 {
+			g.members = make([]logMember, 0, n)
+		}
+		for range n {
+			var m logMember
+			m.id, m.clientID, m.clientHost = r.str(), r.str(), r.str()
+			m.sessionMs, m.rebalanceMs = r.u32(), r.u32()
+			m.metadata, m.assignment = r.bytes(), r.bytes()
+			if r.err != nil {
+				break
+			}
+			g.members = append(g.members, m)
+		}
+	case logCommit:
+		n := r.count(r.u32(), 2+8+4+8)
+		if n > 0 {
+			out.commits = make([]logOffset, 0, n)
+		}
+		for range n {
+			var c logOffset
+			c.tp.topic = r.str()
+			c.revision = r.u64()
+			c.tp.part = int32(r.u32())
+			c.offset = int64(r.u64())
+			if r.err != nil {
+				break
+			}
+			out.commits = append(out.commits, c)
+		}
+	case logForget:
+		n := r.count(r.u32(), 2+4)
+		if n > 0 {
+			out.forgets = make([]topicPart, 0, n)
+		}
+		for range n {
+			var tp topicPart
+			tp.topic = r.str()
+			tp.part = int32(r.u32())
+			if r.err != nil {
+				break
+			}
+			out.forgets = append(out.forgets, tp)
+		}
+	default:
+		return nil, fmt.Errorf("%w: kind %d", errGroupLog, out.kind)
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	if len(r.b) != 0 {
+		return nil, fmt.Errorf("%w: %d bytes left over", errGroupLog, len(r.b))
+	}
+	return out, nil
+}

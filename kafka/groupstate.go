@@ -1,0 +1,426 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/parkway-io/parkway"
+)
+
+// Committed offsets are kept in the group log, beside the group's
+// membership, rather than in parkway's named consumer offsets of the data
+// partitions: a named offset is a write of the data partition's raft
+// group, which the coordinator partition's term cannot fence, so a
+// deposed coordinator's commit could land after the new coordinator's
+// and move a group's offset back. In the group log a commit is one record
+// of the partition whose leadership makes the coordinator, fenced to the
+// term it loaded in. Offsets committed before the group log existed
+// (named consumer offsets of the group id) are still read: a partition
+// the log has no offset of answers its named offset, so none is lost on
+// migration; OffsetDelete and DeleteGroups remove both.
+
+// loadedAt reports whether coordinator partition p is loaded in term.
+func (c *coordinator) loadedAt(p uint32, term uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cp, ok := c.parts[p]
+	return ok && cp.term == term
+}
+
+// termOf is the term coordinator partition p is loaded in, if it is.
+func (c *coordinator) termOf(p uint32) (uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cp, ok := c.parts[p]
+	if !ok {
+		return 0, false
+	}
+	return cp.term, true
+}
+
+// unload lets go of coordinator partition p: its groups (members waiting
+// for a join or sync answer are told NOT_COORDINATOR), their offsets, and
+// the groups held for it without a load (a join that raced the load).
+func (c *coordinator) unload(p uint32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unloadLocked(p)
+}
+
+func (c *coordinator) unloadLocked(p uint32) {
+	delete(c.parts, p)
+	for _, g := range c.groups {
+		if g.part == p {
+			c.drop(g)
+		}
+	}
+	for name, o := range c.offsets {
+		if o.part == p {
+			delete(c.offsets, name)
+		}
+	}
+	for name, g := range c.emptied {
+		if g.part == p {
+			delete(c.emptied, name)
+		}
+	}
+}
+
+// loadedRecord is a group log record with its group id and log offset.
+type loadedRecord struct {
+	group string
+	at    uint64
+	rec   *logRecord
+}
+
+// install makes p's replayed records the state of its groups, loaded in
+// term: each group's last group record becomes its membership (members
+// keep their generation and assignment, and their sessions run from now:
+// their heartbeats continue here), each commit sets an offset, a forget
+// removes one and a delete the group.
+func (c *coordinator) install(p uint32, term uint64, recs []loadedRecord, now time.Time) {
+	states := map[string]*logGroupState{}
+	offsets := map[string]*groupOffsets{}
+	for _, r := range recs {
+		switch r.rec.kind {
+		case logGroup:
+			states[r.group] = &r.rec.group
+		case logCommit:
+			o := offsets[r.group]
+			if o == nil {
+				o = &groupOffsets{part: p, by: map[topicPart]committed{}}
+				offsets[r.group] = o
+			}
+			for _, lo := range r.rec.commits {
+				o.by[lo.tp] = committed{offset: lo.offset, revision: lo.revision, at: r.at}
+			}
+		case logForget:
+			if o := offsets[r.group]; o != nil {
+				for _, tp := range r.rec.forgets {
+					delete(o.by, tp)
+				}
+			}
+		case logDelete:
+			delete(states, r.group)
+			delete(offsets, r.group)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unloadLocked(p)
+	c.parts[p] = &coordPart{term: term}
+	for name, o := range offsets {
+		c.offsets[name] = o
+	}
+	for name, st := range states {
+		if len(st.members) == 0 || st.protocol == "" {
+			continue // empty: nothing to serve but its offsets
+		}
+		g := &group{name: name, part: p, state: groupStable, generation: st.generation, protocolType: st.protocolType,
+			protocol: st.protocol, leader: st.leader, members: map[string]*member{}, pending: map[string]time.Time{}}
+		for _, lm := range st.members {
+			if _, dup := g.members[lm.id]; dup || lm.id == "" {
+				continue
+			}
+			m := &member{id: lm.id, clientID: lm.clientID, clientHost: lm.clientHost,
+				session: time.Duration(lm.sessionMs) * time.Millisecond, rebalanceTimeout: time.Duration(lm.rebalanceMs) * time.Millisecond,
+				protocols: []kmsg.JoinGroupRequestProtocol{{Name: st.protocol, Metadata: lm.metadata}}, assignment: lm.assignment}
+			m.session = min(max(m.session, minSessionTimeout), maxSessionTimeout)
+			m.rebalanceTimeout = min(max(m.rebalanceTimeout, m.session), maxSessionTimeout)
+			m.deadline = now.Add(m.session)
+			g.members[m.id] = m
+			g.order = append(g.order, m.id)
+		}
+		if _, ok := g.members[g.leader]; !ok {
+			g.leader = g.order[0]
+		}
+		c.groups[name] = g
+	}
+}
+
+// applyCommit records a commit record written at log offset at in term,
+// unless p was unloaded or loaded again since (the load replayed it).
+func (c *coordinator) applyCommit(name string, p uint32, term, at uint64, commits []logOffset) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cp, ok := c.parts[p]; !ok || cp.term != term {
+		return
+	}
+	o := c.offsets[name]
+	if o == nil {
+		o = &groupOffsets{part: p, by: map[topicPart]committed{}}
+		c.offsets[name] = o
+	}
+	for _, lo := range commits {
+		if prev, ok := o.by[lo.tp]; !ok || prev.at < at {
+			o.by[lo.tp] = committed{offset: lo.offset, revision: lo.revision, at: at}
+		}
+	}
+}
+
+// committedOffset is the offset group committed for tp of the topic
+// incarnation revision, as the group log holds it.
+func (c *coordinator) committedOffset(name string, tp topicPart, revision uint64) (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o := c.offsets[name]
+	if o == nil {
+		return 0, false
+	}
+	co, ok := o.by[tp]
+	if !ok || co.revision != revision {
+		return 0, false
+	}
+	return co.offset, true
+}
+
+// hasLogOffsets reports whether the group log holds an offset of group.
+func (c *coordinator) hasLogOffsets(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o := c.offsets[name]
+	return o != nil && len(o.by) > 0
+}
+
+// forgetOffsets removes tps from group's offsets (OffsetDelete, once its
+// record is written), reporting whether any was there.
+func (c *coordinator) forgetOffsets(name string, tps []topicPart) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o := c.offsets[name]
+	if o == nil {
+		return false
+	}
+	had := false
+	for _, tp := range tps {
+		_, ok := o.by[tp]
+		had = had || ok
+		delete(o.by, tp)
+	}
+	return had
+}
+
+// forgetGroup removes group's offsets (DeleteGroups, once its record is
+// written), reporting whether it had any.
+func (c *coordinator) forgetGroup(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o := c.offsets[name]
+	delete(c.offsets, name)
+	return o != nil && len(o.by) > 0
+}
+
+// takeEmptied returns the groups emptied since the last call, each with
+// the record of its emptiness, its partition and that partition's term.
+func (c *coordinator) takeEmptied() []emptiedGroup {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []emptiedGroup
+	for name, g := range c.emptied {
+		delete(c.emptied, name)
+		cp, ok := c.parts[g.part]
+		if !ok || len(g.members) > 0 {
+			continue // unloaded, or members joined again meanwhile
+		}
+		out = append(out, emptiedGroup{name: name, part: g.part, term: cp.term, rec: &logRecord{kind: logGroup, group: groupRecord(g)}})
+	}
+	return out
+}
+
+type emptiedGroup struct {
+	name string
+	part uint32
+	term uint64
+	rec  *logRecord
+}
+
+// groupLogBatch is how many records a load reads at a time.
+const groupLogBatch = 512
+
+// errNotLoaded reports a group write for a partition not loaded here.
+var errNotLoaded = errors.New("kafka: coordinator partition not loaded")
+
+// writeGroupLog writes r for group to coordinator partition p, fenced to
+// term (Cluster.ProduceInTerm; on a single node, term 0, a plain
+// produce), and returns its log offset.
+func (s *Server) writeGroupLog(ctx context.Context, p uint32, term uint64, group string, r *logRecord) (uint64, error) {
+	payload, err := encodeLogRecord(r)
+	if err != nil {
+		return 0, err
+	}
+	t, _, err := s.coordTopic(ctx)
+	if err != nil {
+		return 0, err
+	}
+	msg := parkway.Message{Key: []byte(group), Payload: payload}
+	var ack parkway.Ack
+	if term != 0 {
+		ack, err = s.node.Cluster().ProduceInTerm(ctx, t, p, term, msg)
+	} else {
+		ack, err = s.node.Produce(ctx, t, parkway.PartitionID(p), msg)
+	}
+	if err != nil {
+		s.forgetCoordTopic(t, err)
+		return 0, err
+	}
+	return ack.FirstOffset, nil
+}
+
+// load makes coordinator partition p loaded here in term: a load marker
+// is written in term (so the partition's log up to it holds every record
+// that committed in an earlier term, and no record of an earlier term
+// commits after it), and the log is replayed up to it. Loads are one at
+// a time; a request for a partition being loaded waits for it.
+func (s *Server) load(ctx context.Context, p uint32, term uint64) error {
+	if s.groups.loadedAt(p, term) {
+		return nil
+	}
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	if s.groups.loadedAt(p, term) {
+		return nil
+	}
+	s.groups.unload(p)
+	start := time.Now()
+	marker, err := s.writeGroupLog(ctx, p, term, "", &logRecord{kind: logMarker})
+	if err != nil {
+		return err
+	}
+	t, _, err := s.coordTopic(ctx)
+	if err != nil {
+		return err
+	}
+	var recs []loadedRecord
+	bad := 0
+	from := parkway.AtFirst()
+	for {
+		b, err := s.node.Poll(ctx, t, p, from, groupLogBatch)
+		if err != nil {
+			s.forgetCoordTopic(t, err)
+			return err
+		}
+		done := len(b.Messages) == 0
+		for _, m := range b.Messages {
+			if m.Offset >= marker {
+				done = true
+				break
+			}
+			group := string(m.Key)
+			if group == "" {
+				continue // a load marker
+			}
+			rec, err := decodeLogRecord(m.Payload)
+			if err != nil || !validGroupID(group) {
+				bad++
+				continue
+			}
+			recs = append(recs, loadedRecord{group: group, at: m.Offset, rec: rec})
+		}
+		if done {
+			break
+		}
+		from = parkway.AtOffset(b.Next)
+	}
+	if bad > 0 {
+		s.log.Warn("group log: records skipped as malformed", "partition", p, "skipped", bad)
+	}
+	s.groups.install(p, term, recs, time.Now())
+	s.log.Debug("group log loaded", "partition", p, "term", term, "records", len(recs), "took", time.Since(start))
+	return nil
+}
+
+// holdGroup is the coordinator gate of a group request: this listener
+// coordinates group (else NOT_COORDINATOR, and whatever it held of the
+// group is dropped) and its coordinator partition is loaded in the
+// current term (else the load's error: NOT_COORDINATOR when leadership
+// moved meanwhile, COORDINATOR_LOAD_IN_PROGRESS otherwise, both
+// retried by clients). It returns the partition and term the group's
+// writes are fenced to.
+func (s *Server) holdGroup(ctx context.Context, group string) (uint32, uint64, int16) {
+	b, term, ok := s.coordinatorOf(ctx, group)
+	if !ok || b.id != s.cfg.BrokerID {
+		s.groups.release(group)
+		return 0, 0, kerr.NotCoordinator.Code
+	}
+	_, n, err := s.coordTopic(ctx)
+	if err != nil {
+		return 0, 0, kerr.CoordinatorNotAvailable.Code
+	}
+	p := groupPartition(group, n)
+	if err := s.load(ctx, p, term); err != nil {
+		s.log.Debug("group log: load", "partition", p, "term", term, "err", err)
+		return 0, 0, logWriteCode(err)
+	}
+	return p, term, 0
+}
+
+// logWriteCode is the group error code of a failed group log write or
+// load: NOT_COORDINATOR when this node does not lead the partition in the
+// term (or may no longer: the outcome is unknown), else
+// COORDINATOR_LOAD_IN_PROGRESS, retriable.
+func logWriteCode(err error) int16 {
+	switch {
+	case errors.Is(err, parkway.ErrNotLeader), errors.Is(err, parkway.ErrOutcomeUnknown):
+		return kerr.NotCoordinator.Code
+	case errors.Is(err, errGroupLog), errors.Is(err, parkway.ErrMessageTooLarge), errors.Is(err, parkway.ErrBatchTooLarge):
+		return kerr.RecordListTooLarge.Code
+	}
+	return kerr.CoordinatorLoadInProgress.Code
+}
+
+// logFailed lets go of p after a group log write failed because its
+// leadership moved: the next request reloads it, or finds the new
+// coordinator.
+func (s *Server) logFailed(p uint32, term uint64, err error) {
+	if logWriteCode(err) != kerr.NotCoordinator.Code {
+		return
+	}
+	if cur, ok := s.groups.termOf(p); ok && cur == term {
+		s.groups.unload(p)
+	}
+}
+
+// persistEmptied writes the groups that lost their last member: a
+// coordinator that loads them later does not bring their members back.
+// A write that fails is not retried (the members' sessions lapse at the
+// next coordinator instead).
+func (s *Server) persistEmptied(ctx context.Context) {
+	for _, e := range s.groups.takeEmptied() {
+		if _, err := s.writeGroupLog(ctx, e.part, e.term, e.name, e.rec); err != nil {
+			s.log.Debug("group log: an emptied group", "group", e.name, "err", err)
+			s.logFailed(e.part, e.term, err)
+		}
+	}
+}
+
+// loadedParts lists the loaded coordinator partitions with their terms,
+// and the partitions of groups held without a load, with ok false.
+func (c *coordinator) loadedParts() map[uint32]*coordPart {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[uint32]*coordPart{}
+	for p, cp := range c.parts {
+		out[p] = &coordPart{term: cp.term}
+	}
+	for _, g := range c.groups {
+		if _, ok := out[g.part]; !ok {
+			out[g.part] = nil
+		}
+	}
+	return out
+}
+
+// sortedParts is the keys of parts in order (for a stable sweep).
+func sortedParts(parts map[uint32]*coordPart) []uint32 {
+	out := make([]uint32, 0, len(parts))
+	for p := range parts {
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return out
+}
