@@ -21,6 +21,7 @@ import (
 // cluster is nodes on an in-memory bus, each with a listener.
 type cluster struct {
 	t       *testing.T
+	bus     *transport.Network
 	nodes   map[int32]*parkway.Node
 	servers map[int32]*Server
 	served  map[int32]chan error
@@ -42,7 +43,7 @@ func startClusterOf(t *testing.T, size int) *cluster {
 	for id := range size {
 		peers = append(peers, transport.NodeID(id+1))
 	}
-	c := &cluster{t: t, nodes: map[int32]*parkway.Node{}, servers: map[int32]*Server{}, served: map[int32]chan error{}, brokers: map[int32]string{}}
+	c := &cluster{t: t, bus: bus, nodes: map[int32]*parkway.Node{}, servers: map[int32]*Server{}, served: map[int32]chan error{}, brokers: map[int32]string{}}
 	listeners := map[int32]net.Listener{}
 	for _, id := range peers {
 		n, err := parkway.Open(parkway.Config{Shards: 1, Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: bus.Endpoint(id)}})

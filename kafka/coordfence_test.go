@@ -1,0 +1,218 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/transport"
+)
+
+// rawMember joins group at the broker r speaks to, alone, and syncs: the
+// group is stable in generation 1 with this member as leader.
+func rawMember(t *testing.T, r *raw, group string) (string, int32) {
+	t.Helper()
+	join := kmsg.NewPtrJoinGroupRequest()
+	join.Version, join.Group, join.ProtocolType = 9, group, "consumer"
+	join.SessionTimeoutMillis, join.RebalanceTimeoutMillis = 30_000, 30_000
+	join.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range"}}
+	jr := r.request(join).(*kmsg.JoinGroupResponse)
+	if jr.ErrorCode != kerr.MemberIDRequired.Code {
+		t.Fatalf("first join: code %d", jr.ErrorCode)
+	}
+	join.MemberID = jr.MemberID
+	if jr = r.request(join).(*kmsg.JoinGroupResponse); jr.ErrorCode != 0 {
+		t.Fatalf("join: code %d", jr.ErrorCode)
+	}
+	sync := kmsg.NewPtrSyncGroupRequest()
+	sync.Version, sync.Group, sync.MemberID, sync.Generation = 5, group, jr.MemberID, jr.Generation
+	sync.GroupAssignment = []kmsg.SyncGroupRequestGroupAssignment{{MemberID: jr.MemberID, MemberAssignment: []byte("all")}}
+	if sr := r.request(sync).(*kmsg.SyncGroupResponse); sr.ErrorCode != 0 {
+		t.Fatalf("sync: code %d", sr.ErrorCode)
+	}
+	return jr.MemberID, jr.Generation
+}
+
+// rawCommit commits offset of topic's partition 0 for member and
+// returns the partition's error code.
+func rawCommit(t *testing.T, r *raw, group, member string, gen int32, topic string, offset int64) int16 {
+	t.Helper()
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Version, req.Group, req.MemberID, req.Generation = 8, group, member, gen
+	rt := kmsg.NewOffsetCommitRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewOffsetCommitRequestTopicPartition()
+	rp.Partition, rp.Offset = 0, offset
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	return r.request(req).(*kmsg.OffsetCommitResponse).Topics[0].Partitions[0].ErrorCode
+}
+
+// TestClusterDeposedCoordinatorCannotCommit: a group's coordinator is cut
+// off from the other two nodes, which elect a new leader of the group's
+// coordinator partition. The old coordinator still holds the group,
+// loaded in its old term, and commits for its member as it would after
+// its gate let a request through — while cut off, and again once the
+// network heals and it knows the new leader. Both writes are refused
+// (raft never commits the first; the second is fenced to a term its node
+// no longer leads), the group log holds neither, and the new coordinator
+// answers the offset committed before the cut, then the member's commit
+// there. (Before the group log, a commit was parkway's named consumer
+// offset, stored through whichever node led the data partition: the old
+// coordinator's commit after the heal was stored, over the new one's.)
+func TestClusterDeposedCoordinatorCannotCommit(t *testing.T) {
+	c := startCluster(t)
+	ctx := ctxFor(t)
+	const group, topicName = "fenced-group", "fenced"
+	all := []int32{1, 2, 3}
+	r := dialRaw(t, c.brokers[1])
+	ct := kmsg.NewPtrCreateTopicsRequest()
+	ct.Version, ct.TimeoutMillis = 5, 10_000
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topicName, 1, 3
+	ct.Topics = append(ct.Topics, rt)
+	if resp := r.request(ct).(*kmsg.CreateTopicsResponse); resp.Topics[0].ErrorCode != 0 {
+		t.Fatalf("CreateTopics: code %d", resp.Topics[0].ErrorCode)
+	}
+	coord := c.agreedCoordinator(group)
+	old := c.servers[coord]
+	cr := dialRaw(t, c.brokers[coord])
+	member, gen := rawMember(t, cr, group)
+	if code := rawCommit(t, cr, group, member, gen, topicName, 5); code != 0 {
+		t.Fatalf("commit at the coordinator: code %d", code)
+	}
+	ctopic, n, err := old.coordTopic(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	part := groupPartition(group, n)
+	term, loaded := old.groups.termOf(part)
+	if !loaded || term == 0 {
+		t.Fatalf("the coordinator holds partition %d loaded %v in term %d", part, loaded, term)
+	}
+	stream, err := c.nodes[coord].Stream(ctx, DefaultStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dataTopic, err := c.nodes[coord].Topic(ctx, stream, topicName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	commitRecord := func(offset int64) *logRecord {
+		return &logRecord{kind: logCommit, commits: []logOffset{{tp: topicPart{topicName, 0}, revision: dataTopic.Revision, offset: offset}}}
+	}
+
+	// Cut off, the old coordinator's commit does not commit.
+	var rest []transport.NodeID
+	for _, id := range all {
+		if id != coord {
+			rest = append(rest, transport.NodeID(id))
+		}
+	}
+	c.bus.Partition([]transport.NodeID{transport.NodeID(coord)}, rest)
+	cut := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		_, err := old.writeGroupLog(wctx, part, term, group, commitRecord(66))
+		cut <- err
+	}()
+	var next transport.NodeID
+	for deadline := time.Now().Add(testTimeout); ; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the other nodes elected no new leader of the coordinator partition")
+		}
+		l1, t1, err1 := c.nodes[int32(rest[0])].Cluster().LeaderTerm(ctx, ctopic, part)
+		l2, t2, err2 := c.nodes[int32(rest[1])].Cluster().LeaderTerm(ctx, ctopic, part)
+		if err1 == nil && err2 == nil && l1 == l2 && t1 == t2 && slices.Contains(rest, l1) && t1 > term {
+			next = l1
+			break
+		}
+	}
+	if err := <-cut; err == nil {
+		t.Fatal("the cut-off coordinator's commit was acknowledged")
+	}
+
+	// Healed, it learns the new leader (whose coordinator loads the
+	// group: a write of the partition that reaches it); the group it
+	// loaded in the old term is fenced all the same.
+	c.bus.Heal()
+	if _, _, code := c.servers[int32(next)].holdGroup(ctx, group); code != 0 {
+		t.Fatalf("the new coordinator's load: code %d", code)
+	}
+	for deadline := time.Now().Add(testTimeout); ; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the old coordinator never learned the new leader")
+		}
+		if l, _, err := c.nodes[coord].Cluster().LeaderTerm(ctx, ctopic, part); err == nil && l == next {
+			break
+		}
+	}
+	if _, err := old.writeGroupLog(ctx, part, term, group, commitRecord(77)); !errors.Is(err, parkway.ErrNotLeader) {
+		t.Fatalf("the deposed coordinator's commit after the heal: %v, want ErrNotLeader", err)
+	}
+	// Through the Kafka API it answers NOT_COORDINATOR.
+	if code := rawCommit(t, cr, group, member, gen, topicName, 88); code != kerr.NotCoordinator.Code {
+		t.Fatalf("a commit at the deposed coordinator: code %d, want NOT_COORDINATOR", code)
+	}
+
+	// No commit of the deposed coordinator is in the group log.
+	var offsets []int64
+	for from := uint64(0); ; {
+		b, err := c.nodes[int32(next)].Poll(ctx, ctopic, part, parkway.AtOffset(from), 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b.Messages) == 0 {
+			break
+		}
+		for _, m := range b.Messages {
+			if string(m.Key) != group {
+				continue
+			}
+			rec, err := decodeLogRecord(m.Payload)
+			if err != nil {
+				t.Fatalf("group log record at %d: %v", m.Offset, err)
+			}
+			for _, co := range rec.commits {
+				offsets = append(offsets, co.offset)
+			}
+		}
+		from = b.Next
+	}
+	if !slices.Equal(offsets, []int64{5}) {
+		t.Fatalf("the group log holds commits %v, want only 5", offsets)
+	}
+
+	// The new coordinator serves the member on, in its generation.
+	nc := c.agreedCoordinator(group, coord)
+	nr := dialRaw(t, c.brokers[nc])
+	fetch := func() int64 {
+		t.Helper()
+		req := kmsg.NewPtrOffsetFetchRequest()
+		req.Version, req.Group = 5, group
+		ft := kmsg.NewOffsetFetchRequestTopic()
+		ft.Topic, ft.Partitions = topicName, []int32{0}
+		req.Topics = append(req.Topics, ft)
+		resp := nr.request(req).(*kmsg.OffsetFetchResponse)
+		if resp.ErrorCode != 0 || resp.Topics[0].Partitions[0].ErrorCode != 0 {
+			t.Fatalf("OffsetFetch at the new coordinator: codes %d %d", resp.ErrorCode, resp.Topics[0].Partitions[0].ErrorCode)
+		}
+		return resp.Topics[0].Partitions[0].Offset
+	}
+	if got := fetch(); got != 5 {
+		t.Fatalf("the new coordinator answers offset %d, want 5", got)
+	}
+	if code := rawCommit(t, nr, group, member, gen, topicName, 9); code != 0 {
+		t.Fatalf("the member's commit at the new coordinator, generation %d: code %d", gen, code)
+	}
+	if got := fetch(); got != 9 {
+		t.Fatalf("the new coordinator answers offset %d after the commit, want 9", got)
+	}
+}
