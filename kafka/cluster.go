@@ -199,8 +199,11 @@ func (s *Server) sweepGroups(ctx context.Context) {
 
 // partitionsOf describes a topic's partitions: on a single node this
 // broker leads all; in a cluster each partition's leader is its raft
-// leader as this node sees it and its replicas are its placement (also
-// given as the in-sync set: the listener does not see raft's progress).
+// leader as this node sees it and its replicas are its placement. The
+// in-sync set of a partition this node leads is the raft leader's
+// (Cluster.InSyncReplicas: the followers keeping up with it, and itself);
+// a node that does not lead a partition does not see its followers'
+// progress and answers the placement.
 func (s *Server) partitionsOf(ctx context.Context, t parkway.Topic, count int) []kmsg.MetadataResponseTopicPartition {
 	out := make([]kmsg.MetadataResponseTopicPartition, 0, count)
 	if s.cfg.Brokers == nil {
@@ -236,6 +239,14 @@ func (s *Server) partitionsOf(ctx context.Context, t parkway.Topic, count int) [
 			out[i].Leader, out[i].LeaderEpoch = lead, epoch
 			if lead < 0 {
 				out[i].ErrorCode = s.code(kmsg.Metadata, kerr.LeaderNotAvailable.Code)
+			}
+			if lead == s.cfg.BrokerID {
+				if isr, _, err := s.node.Cluster().InSyncReplicas(ctx, t, info.Partition); err == nil {
+					out[i].ISR = make([]int32, len(isr))
+					for j, id := range isr {
+						out[i].ISR[j] = int32(id)
+					}
+				}
 			}
 		})
 	}

@@ -216,3 +216,89 @@ func TestClusterDeposedCoordinatorCannotCommit(t *testing.T) {
 		t.Fatalf("the new coordinator answers offset %d after the commit, want 9", got)
 	}
 }
+
+// TestClusterMetadataInSyncReplicas: the partition leader's listener
+// answers the in-sync replicas from raft's progress, not the placement: a
+// follower cut off from the others drops out of the ISR once the log moves
+// on without it, and returns once the network heals and it catches up.
+func TestClusterMetadataInSyncReplicas(t *testing.T) {
+	c := startCluster(t)
+	ctx := ctxFor(t)
+	const topicName = "isr"
+	r := dialRaw(t, c.brokers[1])
+	ct := kmsg.NewPtrCreateTopicsRequest()
+	ct.Version, ct.TimeoutMillis = 5, 10_000
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topicName, 1, 3
+	ct.Topics = append(ct.Topics, rt)
+	if resp := r.request(ct).(*kmsg.CreateTopicsResponse); resp.Topics[0].ErrorCode != 0 {
+		t.Fatalf("CreateTopics: code %d", resp.Topics[0].ErrorCode)
+	}
+	stream, err := c.nodes[1].Stream(ctx, DefaultStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic, err := c.nodes[1].Topic(ctx, stream, topicName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// metadata is the partition's leader and ISR as broker at answers.
+	metadata := func(at int32) (int32, []int32) {
+		t.Helper()
+		req := kmsg.NewPtrMetadataRequest()
+		req.Version = 12
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.Topic = kmsg.StringPtr(topicName)
+		req.Topics = append(req.Topics, mt)
+		resp := dialRaw(t, c.brokers[at]).request(req).(*kmsg.MetadataResponse)
+		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+			t.Fatalf("metadata: %+v", resp.Topics)
+		}
+		p := resp.Topics[0].Partitions[0]
+		return p.Leader, slices.Sorted(slices.Values(p.ISR))
+	}
+	wait := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(testTimeout); !cond(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	var lead int32
+	wait("a leader with every replica in sync", func() bool {
+		l, isr := metadata(1)
+		if l <= 0 {
+			return false
+		}
+		lead = l
+		_, isr = metadata(l)
+		return slices.Equal(isr, []int32{1, 2, 3})
+	})
+	cut := lead%3 + 1
+	keep := 6 - lead - cut
+	c.bus.Disconnect(transport.NodeID(lead), transport.NodeID(cut))
+	c.bus.Disconnect(transport.NodeID(keep), transport.NodeID(cut))
+	produced := 0
+	want := slices.Sorted(slices.Values([]int32{lead, keep}))
+	wait("the cut-off follower to leave the ISR", func() bool {
+		// The log moves on without it.
+		if _, err := c.nodes[lead].Produce(ctx, topic, parkway.PartitionID(0), parkway.Message{Payload: []byte("while cut")}); err != nil {
+			t.Fatalf("produce at the leader: %v", err)
+		}
+		produced++
+		l, isr := metadata(lead)
+		return l == lead && slices.Equal(isr, want)
+	})
+	t.Logf("follower %d out of the ISR of leader %d after %d records", cut, lead, produced)
+	c.bus.Heal()
+	wait("the follower to return to the ISR", func() bool {
+		_, isr := metadata(lead)
+		return slices.Equal(isr, []int32{1, 2, 3})
+	})
+	po, err := c.nodes[cut].Admin().PartitionOffsets(ctx, topic, 0, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("follower %d back in the ISR holding %d records of %d", cut, po.End, produced)
+}

@@ -42,6 +42,7 @@ targets='
 ./kafka FuzzDecodeBatches
 ./kafka FuzzProcess
 ./kafka FuzzSCRAM
+./kafka FuzzDecodeGroupLog
 ./host FuzzLivenessReport
 ./host FuzzDecodeLease
 ./transport FuzzTCPInbound
