@@ -61,9 +61,10 @@ func rawCommit(t *testing.T, r *raw, group, member string, gen int32, topic stri
 // its gate let a request through — while cut off, and again once the
 // network heals and it knows the new leader. Both writes are refused
 // (raft never commits the first; the second is fenced to a term its node
-// no longer leads), the group log holds neither, and the new coordinator
+// no longer leads), the group log holds neither, and the coordinator
+// then — the new one, or the old node leading again in a later term —
 // answers the offset committed before the cut, then the member's commit
-// there. (Before the group log, a commit was parkway's named consumer
+// in its generation. (Before the group log, a commit was parkway's named consumer
 // offset, stored through whichever node led the data partition: the old
 // coordinator's commit after the heal was stored, over the new one's.)
 func TestClusterDeposedCoordinatorCannotCommit(t *testing.T) {
@@ -157,10 +158,6 @@ func TestClusterDeposedCoordinatorCannotCommit(t *testing.T) {
 	if _, err := old.writeGroupLog(ctx, part, term, group, commitRecord(77)); !errors.Is(err, parkway.ErrNotLeader) {
 		t.Fatalf("the deposed coordinator's commit after the heal: %v, want ErrNotLeader", err)
 	}
-	// Through the Kafka API it answers NOT_COORDINATOR.
-	if code := rawCommit(t, cr, group, member, gen, topicName, 88); code != kerr.NotCoordinator.Code {
-		t.Fatalf("a commit at the deposed coordinator: code %d, want NOT_COORDINATOR", code)
-	}
 
 	// No commit of the deposed coordinator is in the group log.
 	var offsets []int64
@@ -190,8 +187,11 @@ func TestClusterDeposedCoordinatorCannotCommit(t *testing.T) {
 		t.Fatalf("the group log holds commits %v, want only 5", offsets)
 	}
 
-	// The new coordinator serves the member on, in its generation.
-	nc := c.agreedCoordinator(group, coord)
+	// The new coordinator serves the member on, in its generation. (It
+	// may be the old one's node again, leading in a later term: the
+	// preferred leader takes leadership back. It then loads the group
+	// anew, from the log.)
+	nc := c.agreedCoordinator(group)
 	nr := dialRaw(t, c.brokers[nc])
 	fetch := func() int64 {
 		t.Helper()

@@ -23,10 +23,12 @@
 // gets a new ID, and a request that names the old ID is refused with
 // UNKNOWN_TOPIC_ID instead of reaching the new topic.
 //
-// A consumer group's committed offsets are parkway's named consumer
-// offsets of the group id (replicated and durable with the partition);
-// the group's membership and generations are its coordinator's, in
-// memory. An idempotent producer's batches are deduplicated in the
+// A consumer group's state — generation, protocol, leader, members and
+// their assignments — and its committed offsets are records of the
+// group's partition of the internal topic __group_coordinators (see
+// below), as Kafka keeps them in __consumer_offsets; offsets committed
+// by earlier releases as parkway's named consumer offsets of the group id
+// are still read for a partition the group log has none of. An idempotent producer's batches are deduplicated in the
 // partition's replicated window (Node.ProduceAsyncIdempotent), so a retry after
 // a leader change applies once. In a cluster a listener does not refuse a
 // sequence it did not expect as out of order unless a batch failed at it
@@ -34,8 +36,8 @@
 // refusing it would make the client resend its unacknowledged batches
 // under a new producer id, which the window cannot recognise.
 //
-// DeleteGroups and OffsetDelete remove committed offsets, each a
-// replicated write of its partition (Admin.DeleteConsumerOffset).
+// DeleteGroups and OffsetDelete remove committed offsets: a group log
+// record, then the named consumer offsets of earlier releases.
 //
 // Fetch sessions (KIP-227) are served: a session remembers the partitions
 // a client fetches, so its fetches name only what changed and are answered
@@ -48,13 +50,21 @@
 // coordinator is the listener of the raft leader of one partition, chosen
 // by a hash of the group id, of the internal topic __group_coordinators
 // in Config.Stream — created by the first listener that needs it with
-// the node's default replication, holding no records, hidden from Kafka
-// clients — so every listener names the same coordinator once the
-// cluster agrees on that leader (COORDINATOR_NOT_AVAILABLE until then),
-// and the coordinator moves when its node dies. A listener that no
-// longer coordinates a group answers NOT_COORDINATOR and drops its
-// membership, and a new coordinator starts the group empty: members
-// rejoin and resume from their committed offsets. A partition's leader epoch
+// the node's default replication, hidden from Kafka clients — so every
+// listener names the same coordinator once the cluster agrees on that
+// leader (COORDINATOR_NOT_AVAILABLE until then), and the coordinator
+// moves when its node dies. The partition holds its groups' log: a
+// completed rebalance (written before any member gets its assignment), a
+// group emptied, every commit and every removal, each written in the raft
+// term in which the coordinator loaded the partition
+// (Cluster.ProduceInTerm), so a coordinator that lost the partition's
+// leadership cannot commit after the new one loaded it. A coordinator
+// loads a partition by writing a marker in its term and replaying the log
+// up to it; the members keep their ids and generation, and their
+// heartbeats and commits continue there. A listener that no longer
+// coordinates a group answers NOT_COORDINATOR and lets the partition go.
+// Metadata's in-sync replicas of a partition this node leads are raft's
+// (Cluster.InSyncReplicas); elsewhere the placement. A partition's leader epoch
 // (KIP-320) is its raft group's term: Fetch, ListOffsets and
 // OffsetForLeaderEpoch fence a stale one.
 //
