@@ -267,12 +267,12 @@ func TestClusterMetadataInSyncReplicas(t *testing.T) {
 	}
 	var lead int32
 	wait("a leader with every replica in sync", func() bool {
-		l, isr := metadata(1)
+		l, _ := metadata(1)
 		if l <= 0 {
 			return false
 		}
 		lead = l
-		_, isr = metadata(l)
+		_, isr := metadata(l)
 		return slices.Equal(isr, []int32{1, 2, 3})
 	})
 	cut := lead%3 + 1

@@ -563,17 +563,6 @@ func (c *coordinator) tick(now time.Time) {
 	}
 }
 
-// names lists the groups held.
-func (c *coordinator) names() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]string, 0, len(c.groups))
-	for name := range c.groups {
-		out = append(out, name)
-	}
-	return out
-}
-
 func (c *coordinator) list() []kmsg.ListGroupsResponseGroup {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -242,9 +242,6 @@ type emptiedGroup struct {
 // groupLogBatch is how many records a load reads at a time.
 const groupLogBatch = 512
 
-// errNotLoaded reports a group write for a partition not loaded here.
-var errNotLoaded = errors.New("kafka: coordinator partition not loaded")
-
 // writeGroupLog writes r for group to coordinator partition p, fenced to
 // term (Cluster.ProduceInTerm; on a single node, term 0, a plain
 // produce), and returns its log offset.
