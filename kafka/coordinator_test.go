@@ -410,7 +410,7 @@ func TestCoordinatorLoadsTheGroupLog(t *testing.T) {
 	}
 
 	// A commit answered in term 5 after the partition was loaded in 7.
-	moved.applyCommit("g", part, 5, 3, []logOffset{{tp: topicPart{"t", 0}, revision: 9, offset: 1}})
+	moved.applyRecord("g", part, 5, 3, &logRecord{kind: logCommit, commits: []logOffset{{tp: topicPart{"t", 0}, revision: 9, offset: 1}}})
 	if off, _ := moved.committedOffset("g", topicPart{"t", 0}, 9); off != 42 {
 		t.Fatalf("a commit of an older term moved the offset to %d", off)
 	}

@@ -119,12 +119,10 @@ func (s *Server) deleteGroup(ctx context.Context, name string) int16 {
 		return code
 	}
 	defer s.groups.deleted(name)
+	known = s.groups.hasLogOffsets(name) || known
 	if _, err := s.writeGroupLog(ctx, part, term, name, &logRecord{kind: logDelete}); err != nil {
 		s.logFailed(part, term, err)
 		return logWriteCode(err)
-	}
-	if s.groups.forgetGroup(name) {
-		known = true
 	}
 	stream, err := s.topics.streamHandle(ctx)
 	if err != nil {
@@ -181,12 +179,12 @@ func (s *Server) offsetDelete(ctx context.Context, r *kmsg.OffsetDeleteRequest) 
 				dp.ErrorCode = s.code(kmsg.OffsetDelete, kerr.GroupSubscribedToTopic.Code)
 			default:
 				tp := topicPart{rt.Topic, rp.Partition}
+				found = s.groups.hasOffset(r.Group, tp) || found
 				if _, err := s.writeGroupLog(ctx, part, term, r.Group, &logRecord{kind: logForget, forgets: []topicPart{tp}}); err != nil {
 					s.logFailed(part, term, err)
 					dp.ErrorCode = s.code(kmsg.OffsetDelete, logWriteCode(err))
 					break
 				}
-				found = s.groups.forgetOffsets(r.Group, []topicPart{tp}) || found
 				had, err := s.node.Admin().DeleteConsumerOffset(ctx, t, uint32(rp.Partition), r.Group)
 				if err != nil {
 					s.topics.forget(t, err)

@@ -61,7 +61,9 @@
 // leadership cannot commit after the new one loaded it. A coordinator
 // loads a partition by writing a marker in its term and replaying the log
 // up to it; the members keep their ids and generation, and their
-// heartbeats and commits continue there. A listener that no longer
+// heartbeats and commits continue there. A partition's log is compacted
+// by a snapshot written in the coordinator's term and a truncation before
+// it. A listener that no longer
 // coordinates a group answers NOT_COORDINATOR and lets the partition go.
 // Metadata's in-sync replicas of a partition this node leads are raft's
 // (Cluster.InSyncReplicas); elsewhere the placement. A partition's leader epoch

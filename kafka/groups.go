@@ -87,7 +87,12 @@ type group struct {
 
 // coordPart is a coordinator partition loaded here: in the raft term of
 // its leadership in which its log was replayed (0 on a single node).
-type coordPart struct{ term uint64 }
+type coordPart struct {
+	term uint64
+	// records counts the records of the partition's log since it was
+	// loaded or compacted: compaction is due past compactAfter.
+	records int
+}
 
 // committed is a group's committed offset of one partition, as the group
 // log holds it: at is the log offset of the record that wrote it (a
@@ -98,10 +103,13 @@ type committed struct {
 	at       uint64
 }
 
-// groupOffsets are a group's committed offsets, by topic and partition.
+// groupOffsets are what the group log holds of a group: its committed
+// offsets, by topic and partition, and its last group record (nil if
+// none), which a compaction writes again.
 type groupOffsets struct {
-	part uint32
-	by   map[topicPart]committed
+	part  uint32
+	by    map[topicPart]committed
+	state *logGroupState
 }
 
 type coordinator struct {
@@ -577,8 +585,9 @@ func (c *coordinator) list() []kmsg.ListGroupsResponseGroup {
 }
 
 // runJanitor ticks the coordinator until ctx ends, writes the groups
-// emptied by lapsed sessions to the group log and, in a cluster, lets go
-// of the coordinator partitions that moved (sweepGroups).
+// emptied by lapsed sessions to the group log, in a cluster lets go of
+// the coordinator partitions that moved (sweepGroups), and compacts the
+// group log partitions that grew long (compactDue).
 func (s *Server) runJanitor(ctx context.Context) {
 	t := time.NewTicker(janitorEvery)
 	defer t.Stop()
@@ -590,6 +599,7 @@ func (s *Server) runJanitor(ctx context.Context) {
 			s.groups.tick(now)
 			s.persistEmptied(ctx)
 			s.sweepGroups(ctx)
+			s.compactDue(ctx)
 		}
 	}
 }

@@ -273,16 +273,13 @@ func (s *Server) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) 
 		}
 	}
 	if len(commits) > 0 {
-		at, err := s.writeGroupLog(ctx, part, term, r.Group, &logRecord{kind: logCommit, commits: commits})
-		if err != nil {
+		if _, err := s.writeGroupLog(ctx, part, term, r.Group, &logRecord{kind: logCommit, commits: commits}); err != nil {
 			s.log.Debug("group log: a commit", "group", r.Group, "err", err)
 			s.logFailed(part, term, err)
 			code := logWriteCode(err)
 			for _, cp := range written {
 				cp.ErrorCode = code
 			}
-		} else {
-			s.groups.applyCommit(r.Group, part, term, at, commits)
 		}
 	}
 	for ti := range resp.Topics {

@@ -84,41 +84,41 @@ type loadedRecord struct {
 // their heartbeats continue here), each commit sets an offset, a forget
 // removes one and a delete the group.
 func (c *coordinator) install(p uint32, term uint64, recs []loadedRecord, now time.Time) {
-	states := map[string]*logGroupState{}
-	offsets := map[string]*groupOffsets{}
+	logged := map[string]*groupOffsets{}
+	of := func(name string) *groupOffsets {
+		o := logged[name]
+		if o == nil {
+			o = &groupOffsets{part: p, by: map[topicPart]committed{}}
+			logged[name] = o
+		}
+		return o
+	}
 	for _, r := range recs {
 		switch r.rec.kind {
 		case logGroup:
-			states[r.group] = &r.rec.group
+			of(r.group).state = &r.rec.group
 		case logCommit:
-			o := offsets[r.group]
-			if o == nil {
-				o = &groupOffsets{part: p, by: map[topicPart]committed{}}
-				offsets[r.group] = o
-			}
+			o := of(r.group)
 			for _, lo := range r.rec.commits {
 				o.by[lo.tp] = committed{offset: lo.offset, revision: lo.revision, at: r.at}
 			}
 		case logForget:
-			if o := offsets[r.group]; o != nil {
-				for _, tp := range r.rec.forgets {
-					delete(o.by, tp)
-				}
+			o := of(r.group)
+			for _, tp := range r.rec.forgets {
+				delete(o.by, tp)
 			}
 		case logDelete:
-			delete(states, r.group)
-			delete(offsets, r.group)
+			delete(logged, r.group)
 		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.unloadLocked(p)
-	c.parts[p] = &coordPart{term: term}
-	for name, o := range offsets {
+	c.parts[p] = &coordPart{term: term, records: len(recs)}
+	for name, o := range logged {
 		c.offsets[name] = o
-	}
-	for name, st := range states {
-		if len(st.members) == 0 || st.protocol == "" {
+		st := o.state
+		if st == nil || len(st.members) == 0 || st.protocol == "" {
 			continue // empty: nothing to serve but its offsets
 		}
 		g := &group{name: name, part: p, state: groupStable, generation: st.generation, protocolType: st.protocolType,
@@ -136,6 +136,9 @@ func (c *coordinator) install(p uint32, term uint64, recs []loadedRecord, now ti
 			g.members[m.id] = m
 			g.order = append(g.order, m.id)
 		}
+		if len(g.order) == 0 {
+			continue
+		}
 		if _, ok := g.members[g.leader]; !ok {
 			g.leader = g.order[0]
 		}
@@ -143,23 +146,40 @@ func (c *coordinator) install(p uint32, term uint64, recs []loadedRecord, now ti
 	}
 }
 
-// applyCommit records a commit record written at log offset at in term,
-// unless p was unloaded or loaded again since (the load replayed it).
-func (c *coordinator) applyCommit(name string, p uint32, term, at uint64, commits []logOffset) {
+// applyRecord applies a record of group written at log offset at in
+// term to what the coordinator holds of the group log, unless p was
+// unloaded or loaded again since (the load replayed it).
+func (c *coordinator) applyRecord(name string, p uint32, term, at uint64, r *logRecord) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if cp, ok := c.parts[p]; !ok || cp.term != term {
+	cp, ok := c.parts[p]
+	if !ok || cp.term != term {
 		return
 	}
+	cp.records++
 	o := c.offsets[name]
-	if o == nil {
+	if o == nil && (r.kind == logCommit || r.kind == logGroup) {
 		o = &groupOffsets{part: p, by: map[topicPart]committed{}}
 		c.offsets[name] = o
 	}
-	for _, lo := range commits {
-		if prev, ok := o.by[lo.tp]; !ok || prev.at < at {
-			o.by[lo.tp] = committed{offset: lo.offset, revision: lo.revision, at: at}
+	switch r.kind {
+	case logCommit:
+		for _, lo := range r.commits {
+			if prev, ok := o.by[lo.tp]; !ok || prev.at < at {
+				o.by[lo.tp] = committed{offset: lo.offset, revision: lo.revision, at: at}
+			}
 		}
+	case logGroup:
+		st := r.group
+		o.state = &st
+	case logForget:
+		if o != nil {
+			for _, tp := range r.forgets {
+				delete(o.by, tp)
+			}
+		}
+	case logDelete:
+		delete(c.offsets, name)
 	}
 }
 
@@ -187,32 +207,16 @@ func (c *coordinator) hasLogOffsets(name string) bool {
 	return o != nil && len(o.by) > 0
 }
 
-// forgetOffsets removes tps from group's offsets (OffsetDelete, once its
-// record is written), reporting whether any was there.
-func (c *coordinator) forgetOffsets(name string, tps []topicPart) bool {
+// hasOffset reports whether the group log holds an offset of group's tp.
+func (c *coordinator) hasOffset(name string, tp topicPart) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	o := c.offsets[name]
 	if o == nil {
 		return false
 	}
-	had := false
-	for _, tp := range tps {
-		_, ok := o.by[tp]
-		had = had || ok
-		delete(o.by, tp)
-	}
-	return had
-}
-
-// forgetGroup removes group's offsets (DeleteGroups, once its record is
-// written), reporting whether it had any.
-func (c *coordinator) forgetGroup(name string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	o := c.offsets[name]
-	delete(c.offsets, name)
-	return o != nil && len(o.by) > 0
+	_, ok := o.by[tp]
+	return ok
 }
 
 // takeEmptied returns the groups emptied since the last call, each with
@@ -244,22 +248,36 @@ const groupLogBatch = 512
 
 // writeGroupLog writes r for group to coordinator partition p, fenced to
 // term (Cluster.ProduceInTerm; on a single node, term 0, a plain
-// produce), and returns its log offset.
+// produce), applies it to what the coordinator holds (applyRecord) and
+// returns its log offset. Writes share logMu, which a compaction takes
+// alone: it snapshots what every write before it applied.
 func (s *Server) writeGroupLog(ctx context.Context, p uint32, term uint64, group string, r *logRecord) (uint64, error) {
 	payload, err := encodeLogRecord(r)
 	if err != nil {
 		return 0, err
 	}
+	s.logMu.RLock()
+	defer s.logMu.RUnlock()
+	at, err := s.produceLog(ctx, p, term, parkway.Message{Key: []byte(group), Payload: payload})
+	if err != nil {
+		return 0, err
+	}
+	s.groups.applyRecord(group, p, term, at, r)
+	return at, nil
+}
+
+// produceLog appends msgs to coordinator partition p, fenced to term
+// (not on a single node), and returns the first one's offset.
+func (s *Server) produceLog(ctx context.Context, p uint32, term uint64, msgs ...parkway.Message) (uint64, error) {
 	t, _, err := s.coordTopic(ctx)
 	if err != nil {
 		return 0, err
 	}
-	msg := parkway.Message{Key: []byte(group), Payload: payload}
 	var ack parkway.Ack
 	if term != 0 {
-		ack, err = s.node.Cluster().ProduceInTerm(ctx, t, p, term, msg)
+		ack, err = s.node.Cluster().ProduceInTerm(ctx, t, p, term, msgs...)
 	} else {
-		ack, err = s.node.Produce(ctx, t, parkway.PartitionID(p), msg)
+		ack, err = s.node.Produce(ctx, t, parkway.PartitionID(p), msgs...)
 	}
 	if err != nil {
 		s.forgetCoordTopic(t, err)
@@ -395,14 +413,15 @@ func (s *Server) persistEmptied(ctx context.Context) {
 	}
 }
 
-// loadedParts lists the loaded coordinator partitions with their terms,
-// and the partitions of groups held without a load, with ok false.
+// loadedParts lists the loaded coordinator partitions with their terms
+// and record counts, and the partitions of groups held without a load,
+// with nil.
 func (c *coordinator) loadedParts() map[uint32]*coordPart {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := map[uint32]*coordPart{}
 	for p, cp := range c.parts {
-		out[p] = &coordPart{term: cp.term}
+		out[p] = &coordPart{term: cp.term, records: cp.records}
 	}
 	for _, g := range c.groups {
 		if _, ok := out[g.part]; !ok {

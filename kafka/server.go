@@ -36,7 +36,10 @@ type Server struct {
 	// a cluster; cluster.go).
 	// loadMu makes coordinator partition loads one at a time
 	// (groupstate.go).
-	loadMu  sync.Mutex
+	loadMu sync.Mutex
+	// logMu is shared by group log writes and taken alone by a
+	// compaction (groupstate.go, compact.go).
+	logMu   sync.RWMutex
 	coordMu sync.Mutex
 	coordT  parkway.Topic
 	coordN  int
