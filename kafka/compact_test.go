@@ -177,3 +177,78 @@ func TestGroupLogCompaction(t *testing.T) {
 		t.Fatalf("a commit after the reload: %v", got)
 	}
 }
+
+// TestGroupOffsetsCommittedBeforeTheGroupLog: offsets a group committed
+// before the group log existed — parkway's named consumer offsets of the
+// group id, as earlier releases stored them — are still answered for the
+// partitions the group log has no offset of, a commit in the log takes
+// precedence, and OffsetDelete removes both, so no committed offset is
+// lost by the upgrade and none removed comes back.
+func TestGroupOffsetsCommittedBeforeTheGroupLog(t *testing.T) {
+	f := serve(t, Config{})
+	ctx := ctxFor(t)
+	r := dialRaw(t, f.addr)
+	const group, topicName = "legacy", "upgraded"
+	ct := kmsg.NewPtrCreateTopicsRequest()
+	ct.Version, ct.TimeoutMillis = 5, 10_000
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topicName, 3, 1
+	ct.Topics = append(ct.Topics, rt)
+	if resp := r.request(ct).(*kmsg.CreateTopicsResponse); resp.Topics[0].ErrorCode != 0 {
+		t.Fatalf("CreateTopics: code %d", resp.Topics[0].ErrorCode)
+	}
+	topic, err := f.srv.topics.lookup(ctx, topicName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range uint32(3) {
+		for range 30 {
+			if _, err := f.node.Produce(ctx, topic, parkway.PartitionID(p), parkway.Message{Payload: []byte("x")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := f.node.Admin().StoreOffset(ctx, topic, p, group, uint64(10+p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fetch := func() map[int32]int64 {
+		t.Helper()
+		req := kmsg.NewPtrOffsetFetchRequest()
+		req.Version, req.Group = 5, group
+		ft := kmsg.NewOffsetFetchRequestTopic()
+		ft.Topic, ft.Partitions = topicName, []int32{0, 1, 2}
+		req.Topics = append(req.Topics, ft)
+		resp := r.request(req).(*kmsg.OffsetFetchResponse)
+		out := map[int32]int64{}
+		for _, p := range resp.Topics[0].Partitions {
+			if p.ErrorCode != 0 {
+				t.Fatalf("OffsetFetch: code %d", p.ErrorCode)
+			}
+			if p.Offset >= 0 {
+				out[p.Partition] = p.Offset
+			}
+		}
+		return out
+	}
+	if got := fetch(); got[0] != 10 || got[1] != 11 || got[2] != 12 {
+		t.Fatalf("offsets committed before the group log: %v, want 0:10 1:11 2:12", got)
+	}
+	if code := rawCommit(t, r, group, "", -1, topicName, 20); code != 0 {
+		t.Fatalf("commit: code %d", code)
+	}
+	if got := fetch(); got[0] != 20 || got[1] != 11 {
+		t.Fatalf("after a commit of partition 0 in the group log: %v, want 0:20 1:11 2:12", got)
+	}
+	od := kmsg.NewPtrOffsetDeleteRequest()
+	od.Group = group
+	odt := kmsg.NewOffsetDeleteRequestTopic()
+	odt.Topic = topicName
+	odt.Partitions = []kmsg.OffsetDeleteRequestTopicPartition{{Partition: 0}, {Partition: 1}}
+	od.Topics = append(od.Topics, odt)
+	if resp := r.request(od).(*kmsg.OffsetDeleteResponse); resp.ErrorCode != 0 {
+		t.Fatalf("OffsetDelete: code %d", resp.ErrorCode)
+	}
+	if got := fetch(); len(got) != 1 || got[2] != 12 {
+		t.Fatalf("after OffsetDelete of partitions 0 and 1: %v, want 2:12 alone", got)
+	}
+}

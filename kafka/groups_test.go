@@ -306,11 +306,11 @@ func TestCoordinatorFences(t *testing.T) {
 	}
 }
 
-// TestGroupOffsetsSurviveRestart: a group's commits are parkway's
-// consumer offsets, durable with the node: after the node and its
-// listener restart on the same data directory, the group's members are
-// gone (they rejoin) but its committed offsets are not, and a member
-// resumes after what was committed.
+// TestGroupOffsetsSurviveRestart: a group's commits are records of its
+// group log partition, durable with the node: after the node and its
+// listener restart on the same data directory, the listener loads the
+// group log and a member (the first one left) resumes after what was
+// committed.
 func TestGroupOffsetsSurviveRestart(t *testing.T) {
 	dir := t.TempDir()
 	start := func() (*parkway.Node, *Server, string, chan error) {
