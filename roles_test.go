@@ -29,7 +29,7 @@ func TestAPIByRole(t *testing.T) {
 			"PartitionOffsets", "Partitions", "PurgeTopic", "SetTopicConfig", "Shards",
 			"StoreOffset", "Streams", "TopicInfo", "Topics", "TruncatePartition",
 		}},
-		{reflect.TypeFor[*parkway.Cluster](), []string{"AddNode", "Leader", "LeaderTerm", "Rebalance", "RemoveNode", "State"}},
+		{reflect.TypeFor[*parkway.Cluster](), []string{"AddNode", "InSyncReplicas", "Leader", "LeaderTerm", "ProduceInTerm", "Rebalance", "RemoveNode", "State"}},
 	} {
 		var got []string
 		for i := range c.typ.NumMethod() {
@@ -54,9 +54,12 @@ func TestClusterCallsOnSingleNode(t *testing.T) {
 		_, leaderErr := c.Leader(ctx, tp, 0)
 		_, stateErr := c.State(ctx)
 		_, _, termErr := c.LeaderTerm(ctx, tp, 0)
+		_, produceErr := c.ProduceInTerm(ctx, tp, 0, 1, parkway.Message{Payload: []byte("x")})
+		_, _, isrErr := c.InSyncReplicas(ctx, tp, 0)
 		for what, err := range map[string]error{
 			"AddNode": c.AddNode(ctx, 2), "RemoveNode": c.RemoveNode(ctx, 2), "Rebalance": c.Rebalance(ctx),
 			"Leader": leaderErr, "LeaderTerm": termErr, "State": stateErr,
+			"ProduceInTerm": produceErr, "InSyncReplicas": isrErr,
 		} {
 			if !errors.Is(err, parkway.ErrInvalidArgument) {
 				t.Errorf("%s on a single node: %v, want ErrInvalidArgument", what, err)
