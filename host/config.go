@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/parkway-io/parkway/clock"
+	"github.com/parkway-io/parkway/internal/raftid"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
@@ -264,6 +265,9 @@ func (c *Cluster) Validate() error {
 		switch {
 		case p == 0:
 			errs = append(errs, errors.New("Cluster.Peers lists node 0 (node ids start at 1)"))
+		case uint64(p) > raftid.MaxNode:
+			// A node id is the low bits of its replicas' raft ids.
+			errs = append(errs, fmt.Errorf("Cluster.Peers lists node %d, node ids are at most %d", p, uint64(raftid.MaxNode)))
 		case seen[p]:
 			errs = append(errs, fmt.Errorf("Cluster.Peers lists node %d twice", p))
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/parkway-io/parkway/internal/raftid"
 	"github.com/parkway-io/parkway/metadata"
 )
 
@@ -39,8 +40,8 @@ func (e *Engine) manualMembership(node uint64) error {
 		return errNotClustered
 	case !e.cfg.Manual:
 		return errNotManual
-	case node == 0:
-		return fmt.Errorf("%w: node id 0", metadata.ErrInvalidNode)
+	case raftid.CheckNode(node) != nil:
+		return fmt.Errorf("%w: %w", metadata.ErrInvalidNode, raftid.CheckNode(node))
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/internal/groups"
+	"github.com/parkway-io/parkway/internal/raftid"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/shard"
 )
@@ -81,8 +82,8 @@ func (e *Engine) membershipCall(node uint64, needNode bool) error {
 		return ErrManual
 	case e.closed.Load():
 		return ErrClosed
-	case needNode && node == 0:
-		return fmt.Errorf("%w: node id 0", metadata.ErrInvalidNode)
+	case needNode && raftid.CheckNode(node) != nil:
+		return fmt.Errorf("%w: %w", metadata.ErrInvalidNode, raftid.CheckNode(node))
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+
+	"github.com/parkway-io/parkway/internal/raftid"
 )
 
 // Placement: in a cluster every partition is a raft group on Replicas
@@ -163,8 +165,8 @@ func checkNodes(nodes []uint64) error {
 		return fmt.Errorf("%d nodes, at most %d", len(nodes), MaxNodes)
 	}
 	for i, n := range nodes {
-		if n == 0 {
-			return errors.New("node id 0")
+		if err := raftid.CheckNode(n); err != nil {
+			return err // a node id is the low bits of its replicas' raft ids
 		}
 		if slices.Contains(nodes[:i], n) {
 			return fmt.Errorf("node %d listed twice", n)
@@ -229,8 +231,8 @@ var (
 
 func (s *Store) addNode(c AddNode) (Result, bool, error) {
 	switch {
-	case c.Node == 0:
-		return Result{}, false, fmt.Errorf("%w: node id 0", ErrInvalidNode)
+	case raftid.CheckNode(c.Node) != nil:
+		return Result{}, false, fmt.Errorf("%w: %w", ErrInvalidNode, raftid.CheckNode(c.Node))
 	case len(s.place.nodes) == 0:
 		return Result{}, false, fmt.Errorf("%w: node %d: a single node's metadata has no nodes to add to", ErrInvalidNode, c.Node)
 	case slices.Contains(s.place.nodes, c.Node):

@@ -7,6 +7,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/parkway-io/parkway/internal/groups"
+	"github.com/parkway-io/parkway/internal/raftid"
 	"github.com/parkway-io/parkway/metadata"
 )
 
@@ -80,7 +81,7 @@ func (r *replicated) idle() bool {
 func (rg *raftGroups) maybeQuiesce(o *owned) bool {
 	r := rg.cfg
 	if !o.rep.quiet.Tick(o.rep.grp, r.Quiesce && o.rep.idle(), rg.q.down.Live, func(m *raftpb.Message) {
-		r.Send(m.GetTo(), o.p.Namespace(), o.p.Epoch(), m)
+		r.Send(raftid.Node(m.GetTo()), o.p.Namespace(), o.p.Epoch(), m)
 	}) {
 		return false
 	}

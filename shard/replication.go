@@ -13,6 +13,7 @@ import (
 
 	"github.com/parkway-io/parkway/internal/dedupe"
 	"github.com/parkway-io/parkway/internal/groups"
+	"github.com/parkway-io/parkway/internal/raftid"
 	"github.com/parkway-io/parkway/internal/replica"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
@@ -30,7 +31,9 @@ type Replication struct {
 	Node  uint64
 	Peers []uint64
 	// Send hands a raft message of the partition (ns, epoch) to the
-	// transport. It must not block; a message it loses is re-sent by raft.
+	// transport, for node to (the node of the message's recipient, whose
+	// raft id may name a later replica generation: internal/raftid). It
+	// must not block; a message it loses is re-sent by raft.
 	Send func(to uint64, ns metadata.Namespace, epoch uint64, m *raftpb.Message)
 	// TickInterval is the raft tick (default 10 ms); a leader is elected
 	// within ElectionTicks..2·ElectionTicks ticks of losing the last one
@@ -461,10 +464,18 @@ func (rg *raftGroups) flushProposals() {
 // (groups.Step): a message the group refuses as invalid is counted and
 // dropped; one that stops the group (raft panicked on it) fences the
 // partition. A held member asked for its vote may stand itself first
-// (standAgainstBehind).
+// (standAgainstBehind). A message whose sender's raft id names another
+// node than the one the transport authenticated is refused: a raft id
+// carries its node (internal/raftid), and a member may speak only for
+// its own replicas.
 func (rg *raftGroups) stepRaft(o *owned, f Frame) {
 	if o.rep.grp == nil {
 		rg.m.Drop(f.Req.Op.String(), metrics.ReasonNotReplicated)
+		return
+	}
+	if from := f.Req.Raft.GetFrom(); f.Req.Peer != 0 && raftid.Node(from) != f.Req.Peer {
+		rg.m.Drop(f.Req.Op.String(), metrics.ReasonInvalidRaft)
+		rg.log.Debug("raft message from another node's replica id dropped", "ns", o.p.Namespace(), "from", from, "peer", f.Req.Peer)
 		return
 	}
 	rg.standAgainstBehind(o, f.Req.Raft)
@@ -620,8 +631,10 @@ type groupHandler struct {
 	o  *owned
 }
 
+// Send implements replica.Handler: the message goes to the node holding
+// its recipient, which a raft id names (internal/raftid).
 func (h groupHandler) Send(m *raftpb.Message) {
-	h.rg.cfg.Send(m.GetTo(), h.o.p.Namespace(), h.o.p.Epoch(), m)
+	h.rg.cfg.Send(raftid.Node(m.GetTo()), h.o.p.Namespace(), h.o.p.Epoch(), m)
 }
 
 // Apply appends a committed batch to the local log. On the proposer the
