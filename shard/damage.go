@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/parkway-io/parkway/internal/raftid"
 	"github.com/parkway-io/parkway/internal/replica"
 	"github.com/parkway-io/parkway/internal/wal"
 	"github.com/parkway-io/parkway/metadata"
@@ -80,17 +81,32 @@ const (
 )
 
 // tagRaftLog binds disk, the raft log of the incarnation epoch of a
-// replicated partition, to that incarnation (replica.Disk.SetTag): a log
-// without a tag (new, or written before logs were tagged) is tagged now
-// (the partition's build has just read its incarnation file and found
-// epoch); a log tagged with another incarnation is refused as damage —
-// raft state of another group must never be taken for this one's.
-func tagRaftLog(disk *replica.Disk, epoch uint64) error {
-	tag := binary.LittleEndian.AppendUint64(nil, epoch)
-	switch have := disk.Tag(); {
+// replicated partition, to that incarnation and to the raft id of the
+// replica that writes it (replica.Disk.SetTag; the tag is the epoch then
+// the id, 8 bytes each, little endian): a log without a tag (new, or
+// written before logs were tagged) is tagged now (the partition's build
+// has just read its incarnation file and found epoch); a log tagged with
+// another incarnation, or with another replica's id, is refused as
+// damage — raft state of another group must never be taken for this
+// one's, nor another replica's term, vote and acknowledged entries for
+// this replica's (a re-seeded replica has a new id, internal/raftid, and
+// a log of the id it had must not come back under the new one). A log
+// tagged before tags named the replica (the epoch alone) was written by
+// the replica of generation 0, whose id is the node id: it is taken by
+// that id only, and tagged with it.
+func tagRaftLog(disk *replica.Disk, epoch, id uint64) error {
+	tag := binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, epoch), id)
+	have := disk.Tag()
+	switch {
 	case have == nil:
 		return disk.SetTag(tag)
-	case len(have) != len(tag) || binary.LittleEndian.Uint64(have) != epoch:
+	case len(have) == 8 && binary.LittleEndian.Uint64(have) == epoch && raftid.Gen(id) == 0:
+		return disk.SetTag(tag)
+	case len(have) == 8 && binary.LittleEndian.Uint64(have) == epoch:
+		return &partition.CorruptError{Path: disk.Path(), Err: fmt.Errorf("raft log of the replica %#x of incarnation %d opened by replica %#x", raftid.Node(id), epoch, id)}
+	case len(have) == 16 && binary.LittleEndian.Uint64(have) == epoch && binary.LittleEndian.Uint64(have[8:]) != id:
+		return &partition.CorruptError{Path: disk.Path(), Err: fmt.Errorf("raft log of the replica %#x of incarnation %d opened by replica %#x", binary.LittleEndian.Uint64(have[8:]), epoch, id)}
+	case len(have) != 16 || binary.LittleEndian.Uint64(have) != epoch:
 		return &partition.CorruptError{Path: disk.Path(), Err: fmt.Errorf("raft log tagged %x in the directory of incarnation %d", have, epoch)}
 	}
 	return nil
@@ -103,9 +119,12 @@ type RaftLog struct {
 	// group from this directory: no term, vote or acknowledged entry to
 	// lose or to mistake for another incarnation's.
 	Held bool
-	// Tagged reports that the log names its incarnation, Incarnation.
+	// Tagged reports that the log names its incarnation, Incarnation,
+	// and Replica the raft id of the replica that wrote it (0 in a log
+	// tagged before tags named the replica: the node's generation 0).
 	Tagged      bool
 	Incarnation uint64
+	Replica     uint64
 }
 
 // RaftLogOf reads the raft log in dir, a replicated partition's
@@ -129,8 +148,11 @@ func RaftLogOf(fsys vfs.FS, dir string) (RaftLog, error) {
 	defer d.Close()
 	rec := d.Recovered()
 	l := RaftLog{Held: !rec.Empty()}
-	if tag := d.Tag(); len(tag) == 8 {
+	switch tag := d.Tag(); len(tag) {
+	case 8:
 		l.Tagged, l.Incarnation = true, binary.LittleEndian.Uint64(tag)
+	case 16:
+		l.Tagged, l.Incarnation, l.Replica = true, binary.LittleEndian.Uint64(tag), binary.LittleEndian.Uint64(tag[8:])
 	}
 	return l, nil
 }

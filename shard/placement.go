@@ -22,6 +22,13 @@ func (s *Shard) holds(info metadata.PartitionInfo) bool {
 	return r == nil || info.Holds(r.Node)
 }
 
+// replicaID is the raft id of this node's replica of info (see
+// internal/raftid): generation 0, the node id, until the metadata names
+// another.
+func (rg *raftGroups) replicaID(metadata.PartitionInfo) uint64 {
+	return rg.cfg.Node
+}
+
 // peersOf is the membership of info's raft group: its replicas, or every
 // peer for a partition placed before placement existed (or unknown here:
 // a build racing a delete, which the reconciler tears down).

@@ -18,7 +18,10 @@ type replicated struct {
 	// Replication (nil grp on a single node): the partition's raft group,
 	// the produces this node proposed by proposal id, and whether the
 	// group is queued for processReady.
-	grp     *replica.Group
+	grp *replica.Group
+	// id is this replica's raft id in grp (replicaID): the node id, or
+	// a later generation of the node's replica once one was re-seeded.
+	id      uint64
 	handler groups.Member      // the group's Handler, boxed once (handlerOf)
 	peers   []uint64           // the group's members (see peersOf)
 	placed  bool               // peers come from the metadata's placement

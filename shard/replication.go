@@ -130,6 +130,8 @@ func (e *NotLeaderError) Is(target error) bool { return target == ErrNotLeader }
 func (rg *raftGroups) replicate(o *owned) error {
 	r := rg.cfg
 	ns := o.p.Namespace()
+	info, _ := rg.meta.Partition(ns)
+	id := rg.replicaID(info)
 	var disk *replica.Disk
 	if loc, ok := o.p.(partition.Located); ok {
 		fsys, dir := loc.Location()
@@ -145,12 +147,11 @@ func (rg *raftGroups) replicate(o *owned) error {
 		if disk, err = replica.OpenDisk(fsys, filepath.Join(dir, raftLogName), o.dur.always()); err != nil {
 			return raftLogDamage(err)
 		}
-		if err := tagRaftLog(disk, o.p.Epoch()); err != nil {
+		if err := tagRaftLog(disk, o.p.Epoch(), id); err != nil {
 			_ = disk.Close()
 			return err
 		}
 	}
-	info, _ := rg.meta.Partition(ns)
 	o.rep.peers, o.rep.placed = rg.peersOf(info), len(info.Replicas) > 0
 	// A placed group's membership changes as its replicas move: a
 	// replica a move added after the partition was created joins empty
@@ -161,7 +162,7 @@ func (rg *raftGroups) replicate(o *owned) error {
 		voters, joins = foundingVoters(info)
 	}
 	g, err := replica.New(replica.Config{
-		Group: uint64(ns), Node: r.Node, Peers: voters, Dynamic: o.rep.placed, Join: joins,
+		Group: uint64(ns), Node: id, Peers: voters, Dynamic: o.rep.placed, Join: joins,
 		ElectionTicks: r.ElectionTicks, Logger: rg.log, Disk: disk,
 		Metrics: rg.m.Raft, Clock: rg.clock, Fsync: rg.m.RaftSyncs,
 		// A peer's snapshot that ApplySnapshot would refuse is an invalid
@@ -180,7 +181,7 @@ func (rg *raftGroups) replicate(o *owned) error {
 		_ = g.Close()
 		return fmt.Errorf("partition %v: raft snapshot: %w", ns, err)
 	}
-	o.rep.grp = g
+	o.rep.grp, o.rep.id = g, id
 	o.rep.pending = make(map[uint64][]Frame)
 	o.rep.restore(st)
 	if o.p.NextOffset() < o.rep.cursor {
