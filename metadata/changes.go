@@ -82,6 +82,8 @@ func rangeOf(cmd Command, res Result) NamespaceRange {
 		return NamespaceRange{Lo: 0, Hi: ^Namespace(0)}
 	case SettleReplicas:
 		return NamespaceRange{Lo: c.NS, Hi: c.NS + 1}
+	case ReseedReplica:
+		return NamespaceRange{Lo: c.NS, Hi: c.NS + 1}
 	case DeleteStream:
 		return StreamRange(res.Stream)
 	default:

@@ -78,6 +78,7 @@ const (
 	cmdRebalance
 	cmdSettleReplicas
 	cmdExpireMembers
+	cmdReseedReplica
 )
 
 const (
@@ -215,6 +216,11 @@ func EncodeCommand(c Command) ([]byte, error) {
 		e.uvarint(uint64(c.NS))
 		e.uvarint(c.CreatedRevision)
 		e.uvarint(c.Node)
+	case ReseedReplica:
+		e.header(cmdReseedReplica)
+		e.uvarint(uint64(c.NS))
+		e.uvarint(c.CreatedRevision)
+		e.uvarint(c.Replica)
 	}
 	if rev != 0 {
 		e.uvarint(rev)
@@ -399,11 +405,13 @@ func DecodeCommand(b []byte) (Command, error) {
 		c = em
 	case cmdSettleReplicas:
 		c = SettleReplicas{NS: Namespace(d.uvarint()), CreatedRevision: d.uvarint(), Node: d.uvarint()}
+	case cmdReseedReplica:
+		c = ReseedReplica{NS: Namespace(d.uvarint()), CreatedRevision: d.uvarint(), Replica: d.uvarint()}
 	default:
 		d.failAt(0, "unknown command type "+strconv.Itoa(int(typ)))
 	}
 	if ver == commandVersionRevision && d.err == nil {
-		if typ == cmdCreateStream || (typ >= cmdAddNode && typ <= cmdSettleReplicas) {
+		if typ == cmdCreateStream || (typ >= cmdAddNode && typ <= cmdSettleReplicas) || typ == cmdReseedReplica {
 			d.failAt(1, "version 2 of a command that names no incarnation")
 		}
 		at := d.off

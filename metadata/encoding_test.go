@@ -26,6 +26,8 @@ func allCommands() []Command {
 		Rebalance{},
 		SettleReplicas{NS: 5, CreatedRevision: 2, Node: 1},
 		SettleReplicas{NS: math.MaxUint64, CreatedRevision: math.MaxUint64, Node: math.MaxUint64},
+		ReseedReplica{NS: 5, CreatedRevision: 2, Replica: 1<<32 | 3},
+		ReseedReplica{NS: math.MaxUint64, CreatedRevision: math.MaxUint64, Replica: math.MaxUint64},
 		CreateStream{Name: "a\xffb\x00\n"},
 		CreateStream{Name: strings.Repeat("é", 300)},
 		DeleteStream{Stream: 0},
@@ -85,8 +87,8 @@ func TestCommandRoundTrip(t *testing.T) {
 			t.Errorf("pointer to %#v encodes as %x, %v; value as %x", c, pb, err, b)
 		}
 	}
-	if len(types) != 20 {
-		t.Errorf("round trip covers %d command types, want all 20: %v", len(types), types)
+	if len(types) != 21 {
+		t.Errorf("round trip covers %d command types, want all 21: %v", len(types), types)
 	}
 	for _, bad := range []Command{nil, (*CreateTopic)(nil), foreignCommand{}} {
 		if _, err := EncodeCommand(bad); !errors.Is(err, ErrUnknownCommand) {
@@ -138,7 +140,7 @@ func TestDecodeCommandRejectsGarbage(t *testing.T) {
 		{"empty", nil, 0},
 		{"type only", []byte{1}, 1},
 		{"type zero", []byte{0, 1}, 0},
-		{"unknown type", []byte{cmdExpireMembers + 1, 1}, 0},
+		{"unknown type", []byte{cmdReseedReplica + 1, 1}, 0},
 		{"unknown version", []byte{1, 2, 0}, 1},
 		{"version zero", []byte{2, 0, 0}, 1},
 		{"missing field", []byte{2, 1}, 2},

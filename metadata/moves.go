@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/parkway-io/parkway/internal/raftid"
 )
 
 // Moving replicas. A partition's replica set (PartitionInfo.Replicas) is
@@ -52,8 +54,11 @@ type RemoveNode struct {
 type Rebalance struct{}
 
 // SettleReplicas reports that the raft group of the partition NS, at
-// incarnation CreatedRevision, no longer counts Node among its voters: the
-// node leaves PartitionInfo.Leaving and removes its copy. Proposed by the
+// incarnation CreatedRevision, no longer counts the replica of raft id
+// Node (the node id for a replica of generation 0, see
+// PartitionInfo.Replicas) among its voters: it leaves
+// PartitionInfo.Leaving and its node removes its copy, unless the node
+// holds a newer replica of the partition (ReseedReplica). Proposed by the
 // group's leader; a settle that finds nothing to do (a repeat, another
 // incarnation) is a no-op that does not bump the revision.
 type SettleReplicas struct {
@@ -62,10 +67,31 @@ type SettleReplicas struct {
 	Node            uint64
 }
 
+// ReseedReplica replaces the replica of raft id Replica of the partition
+// NS, at incarnation CreatedRevision, by a new replica on the same node
+// under a raft id the group never had (the partition's next Generation,
+// internal/raftid): the node reports it when its copy's raft log is
+// damaged — cut short, rolled back past its sync mark, or failing its
+// checksum — and so lost what the replica promised its group (its term,
+// its vote, entries it acknowledged). The replica cannot rejoin under its
+// id: empty, it could vote twice in a term, and a quorum counting it
+// could miss a committed entry. Under a new id it is a newcomer, moved in
+// as any other (Joined, then added as a learner, sent a snapshot and the
+// partition log, and promoted once whole), and the old id leaves the
+// group as a leaving replica does (Leaving, then SettleReplicas). A
+// reseed that finds Replica no longer in the replica set (a repeat, a
+// move since, another incarnation) is a no-op.
+type ReseedReplica struct {
+	NS              Namespace
+	CreatedRevision uint64
+	Replica         uint64
+}
+
 func (DrainNode) isCommand()      {}
 func (RemoveNode) isCommand()     {}
 func (Rebalance) isCommand()      {}
 func (SettleReplicas) isCommand() {}
+func (ReseedReplica) isCommand()  {}
 
 // ErrNodeBusy reports a RemoveNode of a node that was not drained or
 // still holds replicas, and ErrNotEnoughNodes a DrainNode that would
@@ -104,10 +130,10 @@ func (p PartitionInfo) Members() []uint64 {
 	return slices.Concat(p.Replicas, p.Leaving)
 }
 
-// Joins reports whether node's replica of p joined after p was created:
-// it starts empty and waits for the leader's snapshot, where a founding
-// replica starts from the group's initial state.
-func (p PartitionInfo) Joins(node uint64) bool { return slices.Contains(p.Joined, node) }
+// Joins reports whether the replica of raft id id joined p after p was
+// created: it starts empty and waits for the leader's snapshot, where a
+// founding replica starts from the group's initial state.
+func (p PartitionInfo) Joins(id uint64) bool { return slices.Contains(p.Joined, id) }
 
 // knownNode checks the node a membership command names.
 func (s *Store) knownNode(node uint64) error {
@@ -149,11 +175,26 @@ func (s *Store) set(r partitionRef, p PartitionInfo) {
 	s.partitions[p.NS] = p
 }
 
-// moved is p with its replica from (at index i) replaced by to: the new
-// replica goes last, so the preferred leader is an existing replica when
-// the old one led; from is left in Leaving, and to joins (unless it was
-// still leaving, and so still a member).
+// moved is p with its replica from (at index i) replaced by one on node
+// to: the new replica goes last, so the preferred leader is an existing
+// replica when the old one led; from is left in Leaving, and to joins
+// (unless its replica was still leaving, and so still a member: it takes
+// that replica's id back). A new replica's raft id is the node id while
+// the partition never re-seeded a replica (Generation 0, the ids every
+// replica had before replica ids existed), and the next generation from
+// then on.
 func moved(p PartitionInfo, i int, to uint64) PartitionInfo {
+	if j := indexOfNode(p.Leaving, to); j >= 0 {
+		to = p.Leaving[j]
+	} else if p.Generation > 0 {
+		p.Generation++
+		to = raftid.ID(to, p.Generation)
+	}
+	return movedTo(p, i, to)
+}
+
+// movedTo is moved with the new replica's raft id chosen.
+func movedTo(p PartitionInfo, i int, to uint64) PartitionInfo {
 	from := p.Replicas[i]
 	reps := make([]uint64, 0, len(p.Replicas))
 	reps = append(reps, p.Replicas[:i]...)
@@ -177,10 +218,10 @@ func (pl *placement) replacement(p PartitionInfo) uint64 {
 	best, bestLeaving := uint64(0), false
 	for k := range n {
 		c := pl.nodes[(start+k)%n]
-		if pl.isDraining(c) || slices.Contains(p.Replicas, c) {
+		if pl.isDraining(c) || indexOfNode(p.Replicas, c) >= 0 {
 			continue
 		}
-		leaving := slices.Contains(p.Leaving, c)
+		leaving := indexOfNode(p.Leaving, c) >= 0
 		switch {
 		case best == 0,
 			bestLeaving && !leaving,
@@ -207,7 +248,7 @@ func (s *Store) drainNode(c DrainNode) (Result, bool, error) {
 	var err error
 	s.eachPartition(func(r partitionRef) {
 		p := r.t.parts[r.i]
-		i := slices.Index(p.Replicas, c.Node)
+		i := indexOfNode(p.Replicas, c.Node)
 		if i < 0 || err != nil {
 			return
 		}
@@ -279,7 +320,7 @@ func (s *Store) rebalance(Rebalance) (Result, bool, error) {
 		}
 		for i, x := range p.Replicas {
 			to := pl.replacement(p)
-			if to == 0 || slices.Contains(p.Leaving, to) || pl.load[x]-pl.load[to] < 2 {
+			if to == 0 || indexOfNode(p.Leaving, to) >= 0 || pl.load[raftid.Node(x)]-pl.load[to] < 2 {
 				continue
 			}
 			np := moved(p, i, to)
@@ -297,13 +338,13 @@ func (s *Store) rebalance(Rebalance) (Result, bool, error) {
 		if len(p.Replicas) < 2 {
 			return
 		}
-		first, j := p.Replicas[0], 0
-		for k, n := range p.Replicas[1:] {
-			if pl.leads[n] < pl.leads[p.Replicas[j]] {
+		first, j := raftid.Node(p.Replicas[0]), 0
+		for k, id := range p.Replicas[1:] {
+			if pl.leads[raftid.Node(id)] < pl.leads[raftid.Node(p.Replicas[j])] {
 				j = k + 1
 			}
 		}
-		if j == 0 || pl.leads[first]-pl.leads[p.Replicas[j]] < 2 {
+		if j == 0 || pl.leads[first]-pl.leads[raftid.Node(p.Replicas[j])] < 2 {
 			return
 		}
 		pl.remove(p)
@@ -341,6 +382,30 @@ func (s *Store) settleReplicas(c SettleReplicas) (Result, bool, error) {
 	return Result{Revision: s.revision}, true, nil
 }
 
+func (s *Store) reseedReplica(c ReseedReplica) (Result, bool, error) {
+	p, ok := s.partitions[c.NS]
+	if !ok || p.CreatedRevision != c.CreatedRevision {
+		return Result{Revision: s.revision}, false, nil
+	}
+	i := slices.Index(p.Replicas, c.Replica)
+	if i < 0 {
+		return Result{Revision: s.revision}, false, nil
+	}
+	if p.Generation >= raftid.MaxGen {
+		return Result{}, false, fmt.Errorf("%w: partition %d of topic %d in stream %d re-seeded %d times", ErrInvalidNode, p.Partition, p.Topic, p.Stream, p.Generation)
+	}
+	st := s.streamByID[p.Stream]
+	t := st.topicByID[p.Topic]
+	np := p
+	np.Generation++
+	np = movedTo(np, i, raftid.ID(raftid.Node(c.Replica), np.Generation))
+	s.place.remove(p)
+	s.place.add(np)
+	s.set(partitionRef{t, int(p.Partition)}, np)
+	s.revision++
+	return Result{Revision: s.revision}, true, nil
+}
+
 // insertSorted returns a copy of ids with id inserted in order (once).
 func insertSorted(ids []uint64, id uint64) []uint64 {
 	i, found := slices.BinarySearch(ids, id)
@@ -357,12 +422,17 @@ func checkMoves(ps PartitionSnapshot, nodes []uint64) error {
 	if len(ps.Replicas) == 0 && len(ps.Leaving)+len(ps.Joined) > 0 {
 		return errors.New("moves of a partition without replicas")
 	}
-	for i, n := range ps.Leaving {
-		switch {
+	for i, id := range ps.Leaving {
+		switch n := raftid.Node(id); {
 		case !slices.Contains(nodes, n):
-			return fmt.Errorf("leaving replica on unknown node %d", n)
-		case slices.Contains(ps.Leaving[:i], n), slices.Contains(ps.Replicas, n):
-			return fmt.Errorf("node %d leaving twice, or leaving and a replica", n)
+			return fmt.Errorf("leaving replica %#x on unknown node %d", id, n)
+		case indexOfNode(ps.Leaving[:i], n) >= 0, slices.Contains(ps.Replicas, id):
+			return fmt.Errorf("node %d leaving twice, or replica %#x leaving and a replica", n, id)
+		}
+	}
+	for _, id := range slices.Concat(ps.Replicas, ps.Leaving) {
+		if raftid.Gen(id) > ps.Generation {
+			return fmt.Errorf("replica %#x of a generation beyond the partition's %d", id, ps.Generation)
 		}
 	}
 	for i, n := range ps.Joined {

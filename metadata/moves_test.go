@@ -34,7 +34,7 @@ func checkMoveInvariants(t *testing.T, s *Store) {
 				t.Fatalf("partition %v: replica on draining node %d", p.NS, n)
 			}
 		}
-		if err := checkMoves(PartitionSnapshot{Replicas: p.Replicas, Leaving: p.Leaving, Joined: p.Joined}, s.Nodes()); err != nil {
+		if err := checkMoves(PartitionSnapshot{Replicas: p.Replicas, Leaving: p.Leaving, Joined: p.Joined, Generation: p.Generation}, s.Nodes()); err != nil {
 			t.Fatalf("partition %v: %v", p.NS, err)
 		}
 		if q, _ := s.Partition(p.NS); !reflect.DeepEqual(q, p) {
@@ -223,6 +223,9 @@ func TestRestoreRejectsBadMoves(t *testing.T) {
 		"leaving twice":          func(s *StoreSnapshot) { s.Streams[0].Topics[0].Partitions[0].Leaving = []uint64{3, 3} },
 		"joined a stranger":      func(s *StoreSnapshot) { s.Streams[0].Topics[0].Partitions[0].Joined = []uint64{4} },
 		"joined twice":           func(s *StoreSnapshot) { s.Streams[0].Topics[0].Partitions[0].Joined = []uint64{2, 2} },
+		"generation beyond":      func(s *StoreSnapshot) { s.Streams[0].Topics[0].Partitions[0].Replicas = []uint64{1, 1<<32 | 2} },
+		"node twice by id":       func(s *StoreSnapshot) { s.Streams[0].Topics[0].Partitions[0].Replicas = []uint64{1, 1<<32 | 1} },
+		"leaving node twice":     func(s *StoreSnapshot) { s.Streams[0].Topics[0].Partitions[0].Leaving = []uint64{3, 1<<32 | 3} },
 	}
 	for name, mutate := range cases {
 		t.Run(name, func(t *testing.T) {

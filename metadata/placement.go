@@ -146,16 +146,20 @@ func (p *placement) count(pi PartitionInfo, d int) {
 	if len(pi.Replicas) == 0 || p.load == nil {
 		return // a single node's partition, on every node and none
 	}
-	for i, n := range pi.Replicas {
+	for i, id := range pi.Replicas {
+		n := raftid.Node(id)
 		p.load[n] += d
 		p.held[n] += d
 		if i == 0 {
 			p.leads[n] += d
 		}
 	}
-	// A leaving node is never a replica too (moved, checkMoves).
-	for _, n := range pi.Leaving {
-		p.held[n] += d
+	// A leaving replica's node is a replica's too only when the node's
+	// replica was re-seeded (ReseedReplica): counted once.
+	for _, id := range pi.Leaving {
+		if n := raftid.Node(id); indexOfNode(pi.Replicas, n) < 0 {
+			p.held[n] += d
+		}
 	}
 }
 
@@ -185,11 +189,12 @@ func checkReplicas(replicas, nodes []uint64) error {
 	case len(replicas) > MaxReplicas:
 		return fmt.Errorf("%d replicas, at most %d", len(replicas), MaxReplicas)
 	}
-	for i, n := range replicas {
+	for i, id := range replicas {
+		n := raftid.Node(id)
 		if !slices.Contains(nodes, n) {
-			return fmt.Errorf("replica on unknown node %d", n)
+			return fmt.Errorf("replica %#x on unknown node %d", id, n)
 		}
-		if slices.Contains(replicas[:i], n) {
+		if indexOfNode(replicas[:i], n) >= 0 {
 			return fmt.Errorf("node %d holds two replicas", n)
 		}
 	}
@@ -207,7 +212,41 @@ func (s *Store) Nodes() []uint64 {
 // or leaving it (see moves.go) — : every node does when p has no replica
 // set (a single node, or a partition created before placement existed).
 func (p PartitionInfo) Holds(node uint64) bool {
-	return len(p.Replicas) == 0 || slices.Contains(p.Replicas, node) || slices.Contains(p.Leaving, node)
+	_, ok := p.ReplicaOf(node)
+	return len(p.Replicas) == 0 || ok
+}
+
+// ReplicaOf is the raft id of node's replica of p: the one in its replica
+// set, else the one leaving it. A node holds one copy of a partition, so
+// a node whose replica was re-seeded (ReseedReplica: a new id in
+// Replicas, the old one in Leaving until the group drops it) holds the
+// new one.
+func (p PartitionInfo) ReplicaOf(node uint64) (id uint64, ok bool) {
+	if i := indexOfNode(p.Replicas, node); i >= 0 {
+		return p.Replicas[i], true
+	}
+	if i := indexOfNode(p.Leaving, node); i >= 0 {
+		return p.Leaving[i], true
+	}
+	return 0, false
+}
+
+// NodeOf is the node holding the replica of raft id id (see
+// PartitionInfo.Replicas).
+func NodeOf(id uint64) uint64 { return raftid.Node(id) }
+
+// NodesOf is the nodes holding the replicas of raft ids ids, in order.
+func NodesOf(ids []uint64) []uint64 {
+	out := make([]uint64, len(ids))
+	for i, id := range ids {
+		out[i] = raftid.Node(id)
+	}
+	return out
+}
+
+// indexOfNode is the index in ids of a raft id of node's, or -1.
+func indexOfNode(ids []uint64, node uint64) int {
+	return slices.IndexFunc(ids, func(id uint64) bool { return raftid.Node(id) == node })
 }
 
 // AddNode adds a node to the cluster: partitions created from now on are

@@ -69,6 +69,9 @@ type PartitionSnapshot struct {
 	// Leaving and Joined are PartitionInfo's: replicas on their way
 	// out, and replicas added after creation.
 	Leaving, Joined []uint64
+	// Generation is PartitionInfo's: the highest replica generation
+	// allocated.
+	Generation uint64
 }
 
 // Export returns a consistent copy of the whole state, taken under one read
@@ -89,7 +92,7 @@ func (s *Store) Export() StoreSnapshot {
 				ts.Partitions = make([]PartitionSnapshot, len(t.parts))
 				for i, p := range t.parts {
 					ts.Partitions[i] = PartitionSnapshot{CreatedRevision: p.CreatedRevision, Replicas: slices.Clone(p.Replicas),
-						Leaving: slices.Clone(p.Leaving), Joined: slices.Clone(p.Joined)}
+						Leaving: slices.Clone(p.Leaving), Joined: slices.Clone(p.Joined), Generation: p.Generation}
 				}
 			}
 			for _, name := range slices.Sorted(maps.Keys(t.groups)) {
@@ -244,6 +247,7 @@ func (s *Store) restoreTopic(rev uint64, st *stream, ts TopicSnapshot) (*topic, 
 		parts[0].Replicas = slices.Clone(ps.Replicas)
 		parts[0].Leaving = slices.Clone(ps.Leaving)
 		parts[0].Joined = slices.Clone(ps.Joined)
+		parts[0].Generation = ps.Generation
 		t.parts[i] = parts[0]
 	}
 	for i, gi := range ts.Groups {
@@ -344,7 +348,9 @@ func slabOf(max uint32, ids []uint32) slab {
 
 // Snapshot encoding
 //
-//	version     1 byte (5; 4 is the same without the member each group
+//	version     1 byte (6 when a partition re-seeded a replica, else 5; 5
+//	            is 6 without each partition's replica generation; 4 is
+//	            the same as 5 without the member each group
 //	            partition moves to, 3 also without the draining nodes and
 //	            each partition's leaving and joined replicas, 2 also
 //	            without the nodes and replicas, 1 also without the group
@@ -359,7 +365,8 @@ func slabOf(max uint32, ids []uint32) slab {
 //	    then its replication factor, varint),
 //	    partitions: uvarint count, then each partition's created revision
 //	      (version 3: then its replicas, uvarint count, then each uvarint;
-//	      version 4: then its leaving and its joined replicas, the same)
+//	      version 4: then its leaving and its joined replicas, the same;
+//	      version 6: then its replica generation, uvarint)
 //	    groups (version 2): uvarint count, then each:
 //	      name, created revision, generation, generation revision,
 //	      next member, members: uvarint count, then each:
@@ -377,7 +384,11 @@ const (
 	snapshotVersion2 = 2
 	snapshotVersion3 = 3
 	snapshotVersion4 = 4
-	snapshotVersion  = 5
+	snapshotVersion5 = 5
+	// snapshotVersion adds the partitions' replica generations. It is
+	// written only when one is not 0, so a cluster that never re-seeded
+	// a replica writes what versions before replica ids read.
+	snapshotVersion = 6
 )
 
 // The smallest encodings of a list element, which bound a list's length
@@ -399,7 +410,11 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // EncodeSnapshot encodes a snapshot. It does not validate it (Restore
 // does) and cannot fail today; the error is for future formats.
 func EncodeSnapshot(snap StoreSnapshot) ([]byte, error) {
-	e := encoder{b: []byte{snapshotVersion}, replicas: true}
+	ver := byte(snapshotVersion5)
+	if reseeded(snap) {
+		ver = snapshotVersion
+	}
+	e := encoder{b: []byte{ver}, replicas: true}
 	e.uvarint(snap.Revision)
 	e.varint(snap.GroupClock)
 	e.ids(snap.Nodes)
@@ -422,6 +437,9 @@ func EncodeSnapshot(snap StoreSnapshot) ([]byte, error) {
 				e.ids(p.Replicas)
 				e.ids(p.Leaving)
 				e.ids(p.Joined)
+				if ver >= snapshotVersion {
+					e.uvarint(p.Generation)
+				}
 			}
 			e.uvarint(uint64(len(ts.Groups)))
 			for _, g := range ts.Groups {
@@ -512,9 +530,12 @@ func DecodeSnapshot(b []byte) (StoreSnapshot, error) {
 					ts.Partitions[i].Leaving = d.ids(MaxReplicas)
 					ts.Partitions[i].Joined = d.ids(MaxReplicas)
 				}
+				if ver >= snapshotVersion {
+					ts.Partitions[i].Generation = d.uvarint()
+				}
 			}
 			if ver >= snapshotVersion2 {
-				ts.Groups = d.groups(ver >= snapshotVersion)
+				ts.Groups = d.groups(ver >= snapshotVersion5)
 			}
 			ss.Topics = append(ss.Topics, ts)
 			if d.err != nil {
@@ -526,10 +547,30 @@ func DecodeSnapshot(b []byte) (StoreSnapshot, error) {
 			break
 		}
 	}
+	if ver == snapshotVersion && d.err == nil && !reseeded(snap) {
+		// Version 6 is written only for a replica generation not 0:
+		// one encoding per state.
+		d.failAt(0, "version 6 without a replica generation (not canonical)")
+	}
 	if err := d.finish(); err != nil {
 		return StoreSnapshot{}, err
 	}
 	return snap, nil
+}
+
+// reseeded reports whether a partition of snap re-seeded a replica (a
+// replica generation not 0).
+func reseeded(snap StoreSnapshot) bool {
+	for _, ss := range snap.Streams {
+		for _, ts := range ss.Topics {
+			for _, p := range ts.Partitions {
+				if p.Generation != 0 {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // Replace makes the store's state snap's, in place, and wakes its

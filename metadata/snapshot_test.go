@@ -412,7 +412,7 @@ func FuzzDecodeSnapshot(f *testing.F) {
 		again, err := EncodeSnapshot(snap)
 		// Older versions re-encode as the current version; the current
 		// one must round-trip byte for byte.
-		if err != nil || (b[0] == snapshotVersion && !bytes.Equal(again, b)) {
+		if err != nil || (b[0] >= snapshotVersion5 && !bytes.Equal(again, b)) {
 			t.Fatalf("decoded %+v encodes as %x, %v", snap, again, err)
 		}
 		for _, ss := range snap.Streams {

@@ -45,9 +45,13 @@ type PartitionInfo struct {
 	CreatedRevision uint64
 	// Owner is the partition's owner shard, Config.Assign(NS, Config.Shards).
 	Owner int
-	// Replicas are the nodes holding the partition's raft group in a
+	// Replicas are the replicas of the partition's raft group in a
 	// cluster, the preferred leader first (see placement.go); nil on a
-	// single node. The slice is shared: never modify it.
+	// single node. The slice is shared: never modify it. Each is the
+	// replica's raft id, which names its node (internal/raftid: the node
+	// id is the low 32 bits; NodeOf): the node id itself for a replica of
+	// generation 0, a later generation once the node's replica was
+	// re-seeded (ReseedReplica). Leaving and Joined hold raft ids too.
 	Replicas []uint64
 	// Leaving are nodes a move took off Replicas whose copy may still be
 	// a voter of the group: they keep it until the group's leader settles
@@ -57,6 +61,11 @@ type PartitionInfo struct {
 	// after the partition was created: they start empty and wait for the
 	// leader's snapshot. Shared, like Replicas.
 	Joined []uint64
+	// Generation is the highest replica generation allocated in the
+	// partition (ReseedReplica): 0 until a replica was re-seeded. From
+	// then on every replica added gets the next one, so no raft id the
+	// group had comes back.
+	Generation uint64
 }
 
 // StreamInfo describes a committed stream.
@@ -232,7 +241,7 @@ func deref(cmd Command) (Command, bool) {
 	case CreateStream, DeleteStream, CreateTopic, DeleteTopic,
 		CreatePartitions, DeletePartitions, PurgeTopic, SetTopicConfig,
 		CreateGroup, DeleteGroup, JoinGroup, LeaveGroup, Heartbeat, CommitGroupOffsets, ExpireMembers,
-		AddNode, DrainNode, RemoveNode, Rebalance, SettleReplicas:
+		AddNode, DrainNode, RemoveNode, Rebalance, SettleReplicas, ReseedReplica:
 		return c, true
 	case *DrainNode:
 		if c != nil {
@@ -247,6 +256,10 @@ func deref(cmd Command) (Command, bool) {
 			return *c, true
 		}
 	case *SettleReplicas:
+		if c != nil {
+			return *c, true
+		}
+	case *ReseedReplica:
 		if c != nil {
 			return *c, true
 		}
@@ -360,6 +373,8 @@ func (s *Store) apply(cmd Command) (res Result, wake bool, err error) {
 		return s.rebalance(c)
 	case SettleReplicas:
 		return s.settleReplicas(c)
+	case ReseedReplica:
+		return s.reseedReplica(c)
 	case CommitGroupOffsets:
 		return s.commitGroupOffsets(c)
 	case ExpireMembers:

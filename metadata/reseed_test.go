@@ -1,0 +1,120 @@
+package metadata
+
+import (
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/parkway-io/parkway/internal/raftid"
+)
+
+// TestReseedReplica pins the metadata side of re-seeding a replica whose
+// raft log was lost: the node keeps its place in the replica set under a
+// raft id the group never had (the next generation), joining as a
+// newcomer, while the old id leaves as a moved replica does.
+func TestReseedReplica(t *testing.T) {
+	s := clusterStore(t, 1, 2, 3)
+	mustApply(t, s, CreateTopic{Stream: 0, Name: "t", Partitions: 1, Config: TopicConfig{Replicas: 3}})
+	p := s.Snapshot().Partitions[0]
+	old := p.Replicas[0] // the preferred leader: the new copy must not lead until whole
+	node := old
+	rev := s.Revision()
+	mustApply(t, s, ReseedReplica{NS: p.NS, CreatedRevision: p.CreatedRevision, Replica: old})
+	q, _ := s.Partition(p.NS)
+	id := raftid.ID(node, 1)
+	switch {
+	case s.Revision() != rev+1:
+		t.Fatalf("revision %d, want %d", s.Revision(), rev+1)
+	case q.Generation != 1:
+		t.Fatalf("generation %d, want 1", q.Generation)
+	case !reflect.DeepEqual(q.Replicas, append(slices.Clone(p.Replicas[1:]), id)):
+		t.Fatalf("replicas %#x, want %#x then the new id %#x last", q.Replicas, p.Replicas[1:], id)
+	case !reflect.DeepEqual(q.Leaving, []uint64{old}) || !q.Joins(id) || q.Joins(old):
+		t.Fatalf("leaving %#x joined %#x: want the old id leaving, the new one joining", q.Leaving, q.Joined)
+	}
+	if got, ok := q.ReplicaOf(node); !ok || got != id || !q.Holds(node) {
+		t.Fatalf("ReplicaOf(%d) = %#x, %v; want the new id", node, got, ok)
+	}
+	if !reflect.DeepEqual(NodesOf(q.Replicas), append(slices.Clone(p.Replicas[1:]), node)) {
+		t.Fatalf("NodesOf(%#x) = %v", q.Replicas, NodesOf(q.Replicas))
+	}
+	if moving, held := s.Moving(node); moving != 1 || held != 1 {
+		t.Fatalf("Moving(%d) = %d, %d; want 1 partition moving, held once", node, moving, held)
+	}
+	checkMoveInvariants(t, s)
+
+	// A repeat, or a reseed of another incarnation, changes nothing.
+	rev = s.Revision()
+	mustApply(t, s, ReseedReplica{NS: p.NS, CreatedRevision: p.CreatedRevision, Replica: old})
+	mustApply(t, s, ReseedReplica{NS: p.NS, CreatedRevision: p.CreatedRevision + 1, Replica: id})
+	if s.Revision() != rev {
+		t.Fatalf("a repeated reseed moved the revision from %d to %d", rev, s.Revision())
+	}
+
+	// The snapshot carries the generation (version 6), and restores.
+	enc, err := EncodeSnapshot(s.Export())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if enc[0] != snapshotVersion {
+		t.Fatalf("snapshot version %d, want %d", enc[0], snapshotVersion)
+	}
+	snap, err := DecodeSnapshot(enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Restore(Config{Shards: 3, Assign: testAssign, Nodes: []uint64{1, 2, 3}}, snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(r.Export(), s.Export()) {
+		t.Fatal("restored store differs")
+	}
+
+	// Settled, the old id is gone; the node keeps its new replica.
+	settleAll(t, s)
+	q, _ = s.Partition(p.NS)
+	if len(q.Leaving) != 0 || !q.Holds(node) {
+		t.Fatalf("after settling: leaving %#x, holds %v", q.Leaving, q.Holds(node))
+	}
+	// A second reseed takes the next generation.
+	mustApply(t, s, ReseedReplica{NS: p.NS, CreatedRevision: p.CreatedRevision, Replica: id})
+	q, _ = s.Partition(p.NS)
+	if got, _ := q.ReplicaOf(node); got != raftid.ID(node, 2) {
+		t.Fatalf("second reseed: %#x, want %#x", got, raftid.ID(node, 2))
+	}
+	settleAll(t, s)
+	// From then on a move allocates a new generation too: no id the group
+	// had comes back.
+	mustApply(t, s, AddNode{Node: 4})
+	mustApply(t, s, DrainNode{Node: node})
+	q, _ = s.Partition(p.NS)
+	if got, ok := q.ReplicaOf(4); !ok || got != raftid.ID(4, 3) || q.Generation != 3 {
+		t.Fatalf("moved onto node 4: %#x (generation %d), want %#x", got, q.Generation, raftid.ID(4, 3))
+	}
+	checkMoveInvariants(t, s)
+}
+
+// TestSnapshotWithoutReseedKeepsVersion5: a cluster that never re-seeded a
+// replica writes the snapshot version that versions before replica ids
+// read; one with a generation writes version 6.
+func TestSnapshotWithoutReseedKeepsVersion5(t *testing.T) {
+	s := clusterStore(t, 1, 2, 3)
+	mustApply(t, s, CreateTopic{Stream: 0, Name: "t", Partitions: 2, Config: TopicConfig{Replicas: 3}})
+	enc, err := EncodeSnapshot(s.Export())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if enc[0] != snapshotVersion5 {
+		t.Fatalf("snapshot version %d, want %d", enc[0], snapshotVersion5)
+	}
+	snap := s.Export()
+	snap.Streams[0].Topics[0].Partitions[0].Generation = 1
+	v6, err := EncodeSnapshot(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := DecodeSnapshot(v6); v6[0] != snapshotVersion || err != nil || !reflect.DeepEqual(got, snap) {
+		t.Fatalf("version %d with a generation: %v", v6[0], err)
+	}
+}
