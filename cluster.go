@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway/host"
+	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/transport"
 )
 
@@ -296,7 +297,7 @@ func (c *Cluster) State(ctx context.Context) (ClusterState, error) {
 		}
 		ps := PartitionState{Topic: t, Partition: p.Partition, Leader: transport.NodeID(st.Leaders[p.NS])}
 		for _, r := range p.Replicas {
-			ps.Replicas = append(ps.Replicas, transport.NodeID(r))
+			ps.Replicas = append(ps.Replicas, transport.NodeID(metadata.NodeOf(r)))
 		}
 		out.Partitions = append(out.Partitions, ps)
 	}

@@ -101,7 +101,7 @@ func nodeIDs(ids []uint64) []transport.NodeID {
 	}
 	out := make([]transport.NodeID, len(ids))
 	for i, id := range ids {
-		out[i] = transport.NodeID(id)
+		out[i] = transport.NodeID(metadata.NodeOf(id)) // a replica's raft id names its node
 	}
 	return out
 }

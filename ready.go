@@ -39,7 +39,7 @@ func (n *Node) Ready(ctx context.Context) error {
 	missing, fenced := 0, 0
 	var first metadata.Namespace
 	for _, p := range n.meta.Snapshot().Partitions {
-		if n.eng.Clustered() && !slices.Contains(p.Replicas, self) {
+		if n.eng.Clustered() && !slices.Contains(metadata.NodesOf(p.Replicas), self) {
 			continue
 		}
 		if p.Owner >= len(states) {

@@ -181,6 +181,12 @@ func New(cfg Config) (*Engine, error) {
 		e.router.Register(i, sender)
 		e.shards = append(e.shards, s)
 	}
+	// A replica whose raft log is damaged is re-seeded through the
+	// metadata, in a cluster (reconciler.Config.Reseed).
+	var reseed func(metadata.Namespace, uint64, uint64)
+	if c := e.cl; c != nil {
+		reseed = c.reseed
+	}
 	newRec := cfg.NewReconciler
 	if newRec == nil {
 		newRec = func(c reconciler.Config, t *router.Table) (reconciler.Reconciler, error) { return reconciler.New(c, t) }
@@ -190,7 +196,7 @@ func New(cfg Config) (*Engine, error) {
 			Shard: s, Meta: e.meta, Store: e.store, Clock: cfg.Clock,
 			BackoffMin: cfg.BuildBackoffMin, BackoffMax: cfg.BuildBackoffMax, Node: e.NodeID(),
 			Defaults: cfg.Defaults, RetentionInterval: cfg.RetentionInterval,
-			Logger: cfg.Logger, Metrics: e.metrics,
+			Logger: cfg.Logger, Metrics: e.metrics, Reseed: reseed,
 		}, e.table)
 		if err != nil {
 			return nil, err
@@ -564,12 +570,13 @@ func (e *Engine) replicaFor(ns metadata.Namespace) uint64 {
 	if !ok || info.Holds(uint64(e.cl.cfg.ID)) {
 		return 0
 	}
-	for _, r := range info.Replicas {
+	nodes := metadata.NodesOf(info.Replicas) // the replicas' raft ids name their nodes
+	for _, r := range nodes {
 		if e.cl.live.heardRecently(r) {
 			return r
 		}
 	}
-	return info.Replicas[0]
+	return nodes[0]
 }
 
 // Leader returns the node that leads ns's raft group as this node sees it

@@ -117,13 +117,14 @@ func (c *clusterNode) remoteLeader(ctx context.Context, ns metadata.Namespace) (
 	}
 	// The replicas node liveness holds alive first, each asked at most
 	// once; a follower's pointer is asked next.
-	queue := make([]uint64, 0, len(info.Replicas))
-	for _, r := range info.Replicas {
+	nodes := metadata.NodesOf(info.Replicas) // the replicas' raft ids name their nodes
+	queue := make([]uint64, 0, len(nodes))
+	for _, r := range nodes {
 		if c.live.heardRecently(r) {
 			queue = append(queue, r)
 		}
 	}
-	for _, r := range info.Replicas {
+	for _, r := range nodes {
 		if !slices.Contains(queue, r) {
 			queue = append(queue, r)
 		}

@@ -361,12 +361,25 @@ func (m *metaGroup) promoteLearners() (promoting bool) {
 // metadata driver is busy the settle is dropped, and the leader proposes
 // it again.
 func (c *clusterNode) settle(ns metadata.Namespace, epoch, node uint64) {
-	cmd := metadata.SettleReplicas{NS: ns, CreatedRevision: epoch, Node: node}
+	c.proposeAsync(metadata.SettleReplicas{NS: ns, CreatedRevision: epoch, Node: node}, ns, node)
+}
+
+// reseed proposes metadata.ReseedReplica for this node's replica of a
+// partition whose raft log is damaged (reconciler.Config.Reseed). Like
+// settle it never blocks: a proposal dropped is made again at the
+// build's next retry.
+func (c *clusterNode) reseed(ns metadata.Namespace, epoch, replica uint64) {
+	c.proposeAsync(metadata.ReseedReplica{NS: ns, CreatedRevision: epoch, Replica: replica}, ns, replica)
+}
+
+// proposeAsync proposes cmd, about the replica of raft id node of ns, to
+// the metadata without waiting for it.
+func (c *clusterNode) proposeAsync(cmd metadata.Command, ns metadata.Namespace, node uint64) {
 	if c.e.cfg.Manual {
 		// A manual engine's driver steps the shards and the metadata
 		// member from one goroutine.
 		if _, err := c.e.ProposeMetadata(c.e.NewMetadataKey(), cmd); err != nil {
-			c.e.cfg.Logger.Debug("proposing a settle", "ns", ns, "node", node, "error", err)
+			c.e.cfg.Logger.Debug("proposing a replica change", "command", fmt.Sprintf("%T", cmd), "ns", ns, "replica", node, "error", err)
 		}
 		return
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/internal/backoff"
+	"github.com/parkway-io/parkway/internal/raftid"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
@@ -50,6 +51,12 @@ type Config struct {
 	// that have a bound (default 10 s). It runs even when a pass would
 	// otherwise be skipped: age-based retention changes with time alone.
 	RetentionInterval time.Duration
+	// Reseed, in a cluster, proposes metadata.ReseedReplica for the
+	// replica of raft id replica of partition (ns, epoch), held by this
+	// node, whose raft log is damaged (see reseed). It must not block: a
+	// proposal lost is proposed again at the next retry of the build.
+	// Nil leaves such a replica refused, retried with backoff.
+	Reseed func(ns metadata.Namespace, epoch, replica uint64)
 }
 
 // DefaultRetentionInterval is how often retention bounds are enforced.
@@ -109,6 +116,11 @@ type Partitions struct {
 	// of a replicated partition (shard.State.Damaged), with the damage:
 	// their next build sets the copy aside first (see repair).
 	damaged map[metadata.Namespace]error
+	// reseeding are the replicated partitions whose raft log on this node
+	// was found damaged, with the raft id of the replica that lost it,
+	// reported to the metadata (Config.Reseed): once the metadata names
+	// a newer replica here, the copy is set aside whole (see reseed).
+	reseeding map[metadata.Namespace]uint64
 	// held is what the shard owns, as this reconciler left it (it is the
 	// only one that builds, evicts or removes): namespace, epoch and
 	// durability, in namespace order so a pass over changed ranges finds
@@ -191,15 +203,16 @@ func New(cfg Config, table *router.Table) (*Partitions, error) {
 	}
 	id := cfg.Shard.ID()
 	return &Partitions{
-		cfg:      cfg,
-		id:       id,
-		log:      cfg.Logger.Named(fmt.Sprintf("reconciler-%d", id)),
-		m:        cfg.Metrics.Shard(id),
-		table:    table,
-		backoffs: make(map[backoffKey]failing),
-		damaged:  make(map[metadata.Namespace]error),
-		prebuilt: make(map[metadata.Namespace]prebuilt),
-		held:     newHeld(),
+		cfg:       cfg,
+		id:        id,
+		log:       cfg.Logger.Named(fmt.Sprintf("reconciler-%d", id)),
+		m:         cfg.Metrics.Shard(id),
+		table:     table,
+		backoffs:  make(map[backoffKey]failing),
+		damaged:   make(map[metadata.Namespace]error),
+		reseeding: make(map[metadata.Namespace]uint64),
+		prebuilt:  make(map[metadata.Namespace]prebuilt),
+		held:      newHeld(),
 	}, nil
 }
 
@@ -528,6 +541,11 @@ func (r *Partitions) finish(rep *Report) {
 // the partition off the pump, then the shard takes it on its pump.
 func (r *Partitions) build(ctx context.Context, info metadata.PartitionInfo, want shard.Durability, now time.Time, rep *Report) error {
 	key := backoffKey{info.NS, causeAdd}
+	if lost, ok := r.reseeding[info.NS]; ok {
+		if id, held := info.ReplicaOf(r.cfg.Node); held && raftid.Gen(id) > raftid.Gen(lost) {
+			delete(r.backoffs, key) // re-seeded: the new replica is built at once
+		}
+	}
 	if !r.due(key, now) {
 		return nil
 	}
@@ -579,7 +597,12 @@ func (r *Partitions) build(ctx context.Context, info metadata.PartitionInfo, wan
 		case errors.Is(err, shard.ErrPartitionFailed):
 			// This partition's own failure (a damaged raft log): backed
 			// off like a failed build, and the other partitions of the
-			// pass are built meanwhile.
+			// pass are built meanwhile. A copy of a replica the metadata
+			// has replaced is set aside and the new replica built now.
+			if r.reseed(info, err) {
+				delete(r.backoffs, key)
+				return r.build(ctx, info, want, now, rep)
+			}
 			r.fail(key, now, rep, "build", err)
 			return nil
 		}
@@ -690,7 +713,7 @@ func (r *Partitions) repair(info metadata.PartitionInfo, p partition.Partition, 
 	if !ok || r.cfg.Node == 0 || !errors.Is(damage, partition.ErrCorrupt) {
 		return false
 	}
-	if len(info.Replicas) > 0 && !slices.ContainsFunc(info.Members(), func(n uint64) bool { return n != r.cfg.Node }) {
+	if len(info.Replicas) > 0 && !slices.ContainsFunc(info.Members(), func(id uint64) bool { return metadata.NodeOf(id) != r.cfg.Node }) {
 		return false
 	}
 	if p != nil {
@@ -709,6 +732,70 @@ func (r *Partitions) repair(info metadata.PartitionInfo, p partition.Partition, 
 	r.m.ReplicaRepairs.Inc()
 	r.log.Error("replica damaged on disk: its copy is set aside and fetched again from its peers", "ns", info.NS, "aside", aside, "error", damage)
 	return true
+}
+
+// reseed handles cause, the failure of this node's replica of info to
+// build, if its raft log is damaged or belongs to a replica the metadata
+// has replaced. It reports whether it set the copy aside, whole, raft log
+// included, so the caller builds the new replica at once.
+//
+// Why. A replica whose raft log is damaged (a record failing its
+// checksum, a log cut short or rolled back past its sync mark) has lost
+// its term, its vote and the entries it acknowledged; empty under the
+// same raft id it could vote twice in a term, or complete a quorum that
+// lacks a committed entry. So it is never rebuilt under its id: the node
+// reports it (Config.Reseed), the metadata gives the node's replica the
+// partition's next generation (metadata.ReseedReplica, a raft id the
+// group never had, internal/raftid), and the group's leader moves the
+// new replica in as a learner, sends it a snapshot and the partition
+// log, and promotes it once whole. Here, once the metadata names a newer
+// replica than the one whose log is in the directory, the directory is
+// set aside (partition.FileStore.SetAside keeps it for an operator) and
+// the new replica starts empty. A log whose replica cannot be read (it
+// is damaged) is the reported one's when this reconciler reported it; a
+// log of an older generation than the metadata's, read from its tag, is
+// replaced for sure. What it never does is empty a log of the replica
+// the metadata names: that replica lost its log and is reported again.
+func (r *Partitions) reseed(info metadata.PartitionInfo, cause error) bool {
+	a, ok := r.cfg.Store.(asidingStore)
+	if !ok || r.cfg.Node == 0 || len(info.Replicas) == 0 || !errors.Is(cause, partition.ErrCorrupt) {
+		return false
+	}
+	id, ok := info.ReplicaOf(r.cfg.Node)
+	if !ok || !slices.ContainsFunc(info.Members(), func(m uint64) bool { return metadata.NodeOf(m) != r.cfg.Node }) {
+		return false // nothing to fetch a new copy from
+	}
+	fsys, dir := a.Location(info.NS)
+	var older bool // the log is of an older replica of this node's
+	if l, err := shard.RaftLogOf(fsys, dir); err == nil && (l.Held || l.Tagged) {
+		of := l.Replica
+		if of == 0 {
+			of = r.cfg.Node // tagged before tags named the replica: generation 0
+		}
+		older = of != id && raftid.Gen(of) < raftid.Gen(id)
+	}
+	lost, reported := r.reseeding[info.NS]
+	switch {
+	case older, reported && raftid.Gen(lost) < raftid.Gen(id):
+		aside, err := a.SetAside(info.NS)
+		if errors.Is(err, partition.ErrIncarnationDamaged) {
+			aside, err = reincarnate(a, info)
+		}
+		if err != nil {
+			r.log.Error("setting a re-seeded replica's old copy aside failed", "ns", info.NS, "error", err)
+			return false
+		}
+		delete(r.reseeding, info.NS)
+		r.m.ReplicaRepairs.Inc()
+		r.log.Warn("replica re-seeded: its old copy is set aside and the new replica is fetched from its peers",
+			"ns", info.NS, "replica", id, "aside", aside)
+		return true
+	case shard.RaftLogLost(cause) && r.cfg.Reseed != nil:
+		r.reseeding[info.NS] = id
+		r.log.Error("raft log damaged: the replica is re-seeded from its peers under a new raft id", "ns", info.NS, "replica", id, "error", cause)
+		r.cfg.Reseed(info.NS, info.CreatedRevision, id)
+	}
+	return false
 }
 
 // reincarnate sets aside the copy of a replica whose incarnation file is

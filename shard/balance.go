@@ -28,7 +28,7 @@ func (rg *raftGroups) preferred(o *owned) uint64 {
 // considerBalance queues o, which this node leads, for a transfer back to
 // its preferred leader when that is another node.
 func (rg *raftGroups) considerBalance(o *owned) {
-	if o.rep.grp == nil || o.rep.balancing || rg.preferred(o) == rg.cfg.Node {
+	if o.rep.grp == nil || o.rep.balancing || rg.preferred(o) == o.rep.id {
 		return
 	}
 	o.rep.balancing = true

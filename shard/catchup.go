@@ -7,6 +7,8 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/parkway-io/parkway/internal/raftid"
+	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
 )
 
@@ -80,20 +82,20 @@ func (rg *raftGroups) sendFetch(o *owned, rotate bool) {
 	switch lead := o.rep.grp.Leader(); {
 	case !rotate && c.peer >= 0:
 		to = peers[c.peer]
-	case !rotate && lead != 0 && lead != r.Node:
+	case !rotate && lead != 0 && lead != o.rep.id:
 		to = lead
 		c.peer = slices.Index(peers, lead)
 	default:
 		for range peers {
 			c.peer = (c.peer + 1) % len(peers)
-			if peers[c.peer] != r.Node {
+			if peers[c.peer] != o.rep.id {
 				break
 			}
 		}
 		to = peers[c.peer]
 	}
-	b := catchUpMsg{kind: catchUpFetch, node: r.Node, from: o.p.NextOffset(), to: c.target}.append(nil)
-	r.SendCatchUp(to, o.p.Namespace(), o.p.Epoch(), b)
+	b := catchUpMsg{kind: catchUpFetch, node: o.rep.id, from: o.p.NextOffset(), to: c.target}.append(nil)
+	r.SendCatchUp(raftid.Node(to), o.p.Namespace(), o.p.Epoch(), b)
 }
 
 // tickCatchUp re-sends a fetch that went unanswered.
@@ -111,6 +113,13 @@ func (rg *raftGroups) tickCatchUp(o *owned) {
 func (rg *raftGroups) catchUpFrame(o *owned, f Frame) {
 	m, ok := decodeCatchUp(f.Req.Payload)
 	if !ok {
+		return
+	}
+	if m.kind != catchUpData && f.Req.Peer != 0 && raftid.Node(m.node) != f.Req.Peer {
+		// A replica named by its raft id speaks from its own node only
+		// (internal/raftid): a whole reported for a replica of another
+		// node would let it be promoted on a word that is not its own.
+		rg.m.Drop(OpCatchUp.String(), metrics.ReasonInvalidRaft)
 		return
 	}
 	switch m.kind {
@@ -139,8 +148,8 @@ func (rg *raftGroups) catchUpFrame(o *owned, f Frame) {
 // (see the wire format above).
 type catchUpMsg struct {
 	kind byte
-	// node is the requester of a fetch or an ask, the replica of a
-	// whole.
+	// node is the raft id of the requester of a fetch or an ask, of the
+	// replica of a whole (internal/raftid: it names the node too).
 	node uint64
 	// from and to bound a fetch; from and start head a data reply,
 	// whose messages are batch (partition.EncodeBatch).
@@ -204,7 +213,7 @@ func (rg *raftGroups) askWhole(o *owned, to uint64) {
 	if r.SendCatchUp == nil {
 		return
 	}
-	r.SendCatchUp(to, o.p.Namespace(), o.p.Epoch(), catchUpMsg{kind: catchUpAsk, node: r.Node}.append(nil))
+	r.SendCatchUp(raftid.Node(to), o.p.Namespace(), o.p.Epoch(), catchUpMsg{kind: catchUpAsk, node: o.rep.id}.append(nil))
 }
 
 // answerWhole answers a leader's catchUpAsk: a replica with no catch-up
@@ -213,7 +222,7 @@ func (rg *raftGroups) askWhole(o *owned, to uint64) {
 // the old replica, once removed, can no longer be fetched from.
 func (rg *raftGroups) answerWhole(o *owned, requester uint64) {
 	r := rg.cfg
-	if r.SendCatchUp == nil || requester == r.Node || o.rep.catchup != nil || o.failed != nil {
+	if r.SendCatchUp == nil || requester == o.rep.id || o.rep.catchup != nil || o.failed != nil {
 		return
 	}
 	if err := o.p.Sync(); err != nil {
@@ -221,14 +230,14 @@ func (rg *raftGroups) answerWhole(o *owned, requester uint64) {
 		rg.log.Error("fsync of a caught-up replica failed; partition fenced", "ns", o.p.Namespace(), "error", err)
 		return
 	}
-	r.SendCatchUp(requester, o.p.Namespace(), o.p.Epoch(), catchUpMsg{kind: catchUpWhole, node: r.Node}.append(nil))
+	r.SendCatchUp(raftid.Node(requester), o.p.Namespace(), o.p.Epoch(), catchUpMsg{kind: catchUpWhole, node: o.rep.id}.append(nil))
 }
 
 // serveFetch replies with the messages [from, to) this replica holds, up
 // to a chunk, and its start offset.
 func (rg *raftGroups) serveFetch(o *owned, requester, from, to uint64) {
 	r := rg.cfg
-	if r.SendCatchUp == nil || requester == r.Node {
+	if r.SendCatchUp == nil || requester == o.rep.id {
 		return
 	}
 	var msgs []partition.Message
@@ -246,7 +255,7 @@ func (rg *raftGroups) serveFetch(o *owned, requester, from, to uint64) {
 	if err != nil {
 		return
 	}
-	r.SendCatchUp(requester, o.p.Namespace(), o.p.Epoch(), b)
+	r.SendCatchUp(raftid.Node(requester), o.p.Namespace(), o.p.Epoch(), b)
 }
 
 // caughtUp appends fetched messages; once the log reaches the target the

@@ -55,7 +55,7 @@ func (rg *raftGroups) admitNew(o *owned, elect, campaigned bool) {
 		rg.elect.Queue(o)
 	case !rg.q.down.Live(rg.preferred(o)):
 		// The member that should campaign is already dead.
-		if rg.campaigner(o) == rg.cfg.Node {
+		if rg.campaigner(o) == o.rep.id {
 			rg.elect.Queue(o)
 		} else {
 			rg.elect.Hold(o)
@@ -77,7 +77,7 @@ func (rg *raftGroups) admitNew(o *owned, elect, campaigned bool) {
 // group otherwise. Without Replication.Quiesce the group stays awake, and
 // its election timer is the fallback.
 func (rg *raftGroups) electAfterDeath(o *owned) {
-	rg.elect.AfterDeath(o, rg.campaigner(o) == rg.cfg.Node)
+	rg.elect.AfterDeath(o, rg.campaigner(o) == o.rep.id)
 }
 
 // ticksPerRound bounds the groups a shard ticks per raft tick. Below it

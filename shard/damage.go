@@ -112,6 +112,23 @@ func tagRaftLog(disk *replica.Disk, epoch, id uint64) error {
 	return nil
 }
 
+// RaftLogLost reports whether err, a replicated partition's build
+// failure, is damage to its raft log (or its sync mark): a
+// *partition.CorruptError naming one. The replica has then lost what it
+// promised its group, and only a replica under a new raft id may take
+// its place (metadata.ReseedReplica).
+func RaftLogLost(err error) bool {
+	var ce *partition.CorruptError
+	if !errors.As(err, &ce) {
+		return false
+	}
+	switch filepath.Base(ce.Path) {
+	case RaftLogName, RaftMarkName:
+		return true
+	}
+	return false
+}
+
 // RaftLog is what RaftLogOf found in a replicated partition's directory.
 type RaftLog struct {
 	// Held reports raft state: a raft log holding a snapshot, a hard
@@ -183,7 +200,7 @@ func repairable(o *owned) bool { return o.rep.grp != nil && len(o.rep.peers) > 1
 // stepDown asks another voter of o's group, one liveness does not report
 // down, to take leadership over (raft's leadership transfer).
 func (rg *raftGroups) stepDown(o *owned) {
-	self := rg.cfg.Node
+	self := o.rep.id
 	for _, v := range o.rep.grp.Voters() {
 		if v == self || !rg.q.down.Live(v) {
 			continue
@@ -209,8 +226,8 @@ func (s *Shard) damagedRead(o *owned, f Frame, err error) error {
 	}
 	s.rg.replicaDamaged(o, err)
 	if f.Req.FromLeader {
-		if lead := o.rep.grp.Leader(); lead != 0 && lead != s.cfg.Replication.Node {
-			return &NotLeaderError{Leader: lead}
+		if lead := o.rep.grp.Leader(); lead != 0 && lead != o.rep.id {
+			return &NotLeaderError{Leader: raftid.Node(lead)}
 		}
 		return errNoLeader
 	}
@@ -282,7 +299,7 @@ func (s *Shard) answerBuildFailed(ns metadata.Namespace, cause error) {
 			if len(peers) == 0 {
 				peers = r.Peers
 			}
-			peers = slices.DeleteFunc(slices.Clone(peers), func(n uint64) bool { return n == r.Node })
+			peers = slices.DeleteFunc(slices.Clone(peers), func(id uint64) bool { return raftid.Node(id) == r.Node })
 		}
 	}
 	for q.len() > 0 {
@@ -290,7 +307,7 @@ func (s *Shard) answerBuildFailed(ns metadata.Namespace, cause error) {
 		switch {
 		case len(peers) == 0 || f.Req.Op == OpRaft || f.Req.Op == OpCatchUp:
 		case f.Req.FromLeader, f.Req.Op.IsWrite():
-			s.answer(f, Response{Err: &NotLeaderError{Leader: s.rg.replicaHint(peers)}})
+			s.answer(f, Response{Err: &NotLeaderError{Leader: raftid.Node(s.rg.replicaHint(peers))}})
 			continue
 		}
 		s.drop(f, metrics.ReasonBuildFailed, err)

@@ -240,7 +240,7 @@ func (rg *raftGroups) advanceMove(o *owned) bool {
 		// 3. Remove an old replica, once the new ones are whole voters.
 		n := ch.Node
 		for _, m := range info.Replicas {
-			if m != r.Node && !o.rep.grp.Caught(m) {
+			if m != o.rep.id && !o.rep.grp.Caught(m) {
 				return false // check again next tick
 			}
 		}
@@ -249,22 +249,22 @@ func (rg *raftGroups) advanceMove(o *owned) bool {
 		// its log is whole and durable (catch-up), the old replica, which
 		// may be the only other copy, stays. This node, if it joined,
 		// must be whole too.
-		if info.Joins(r.Node) && o.rep.catchup != nil {
+		if info.Joins(o.rep.id) && o.rep.catchup != nil {
 			return false
 		}
 		for _, m := range info.Replicas {
-			if m != r.Node && info.Joins(m) && !o.rep.whole[m] {
+			if m != o.rep.id && info.Joins(m) && !o.rep.whole[m] {
 				rg.askWhole(o, m)
 				return false
 			}
 		}
-		if info.Joins(r.Node) {
+		if info.Joins(o.rep.id) {
 			if err := o.p.Sync(); err != nil {
 				rg.owner.fence(o, err)
 				return true
 			}
 		}
-		if n == r.Node {
+		if n == o.rep.id {
 			// This node is leaving: hand the group to a staying replica
 			// (the first live one, the preferred leader if it is).
 			to := rg.replicaHint(info.Replicas)
@@ -303,7 +303,7 @@ func (rg *raftGroups) advanceMove(o *owned) bool {
 func (rg *raftGroups) markMove(o *owned, info metadata.PartitionInfo, voters []uint64) moveMark {
 	m := moveMark{leaving: len(info.Leaving)}
 	for _, n := range info.Replicas {
-		if n != rg.cfg.Node && (slices.Contains(voters, n) || o.rep.grp.IsLearner(n)) && !o.rep.grp.Caught(n) {
+		if n != o.rep.id && (slices.Contains(voters, n) || o.rep.grp.IsLearner(n)) && !o.rep.grp.Caught(n) {
 			m.match += o.rep.grp.Match(n)
 		}
 	}
@@ -346,7 +346,7 @@ func (s *Shard) UpdatePlacement(ctx context.Context, ns metadata.Namespace) erro
 func (rg *raftGroups) campaignIfPreferred(o *owned) {
 	r := rg.cfg
 	if o.rep.grp == nil || !r.Quiesce || !o.rep.elect.Held() || o.rep.elect.Queued() || o.rep.grp.Leader() != 0 ||
-		rg.preferred(o) != r.Node || !slices.Contains(o.rep.grp.Voters(), r.Node) {
+		rg.preferred(o) != o.rep.id || !slices.Contains(o.rep.grp.Voters(), o.rep.id) {
 		return
 	}
 	rg.elect.Queue(o)

@@ -3,6 +3,7 @@ package shard
 import (
 	"slices"
 
+	"github.com/parkway-io/parkway/internal/raftid"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
 )
@@ -25,8 +26,11 @@ func (s *Shard) holds(info metadata.PartitionInfo) bool {
 // replicaID is the raft id of this node's replica of info (see
 // internal/raftid): generation 0, the node id, until the metadata names
 // another.
-func (rg *raftGroups) replicaID(metadata.PartitionInfo) uint64 {
-	return rg.cfg.Node
+func (rg *raftGroups) replicaID(info metadata.PartitionInfo) uint64 {
+	if id, ok := info.ReplicaOf(rg.cfg.Node); ok {
+		return id
+	}
+	return rg.cfg.Node // a group over every peer, or a partition not placed here
 }
 
 // peersOf is the membership of info's raft group: its replicas, or every
@@ -83,7 +87,7 @@ func (s *Shard) elsewhere(f Frame, info metadata.PartitionInfo) {
 		s.m.Drop(f.Req.Op.String(), metrics.ReasonNotReplicated)
 		return
 	}
-	s.answer(f, Response{Err: &NotLeaderError{Leader: s.rg.replicaHint(info.Replicas)}})
+	s.answer(f, Response{Err: &NotLeaderError{Leader: raftid.Node(s.rg.replicaHint(info.Replicas))}})
 }
 
 // sendElsewhere answers ns's parked frames with elsewhere: the metadata

@@ -133,7 +133,7 @@ func (rg *raftGroups) setPeerLive(peer uint64, live bool) {
 				continue
 			}
 			rg.markReady(o)
-		case o.rep.grp.Leader() == 0 && o.rep.elect.Held() && rg.preferred(o) == peer:
+		case o.rep.grp.Leader() == 0 && o.rep.elect.Held() && raftid.Node(rg.preferred(o)) == peer:
 			// A new group held for the dead node's first campaign.
 		default:
 			continue

@@ -156,7 +156,7 @@ func (rg *raftGroups) replicate(o *owned) error {
 	// A placed group's membership changes as its replicas move: a
 	// replica a move added after the partition was created joins empty
 	// and waits for the leader's snapshot (see move.go).
-	joins := o.rep.placed && info.Joins(r.Node)
+	joins := o.rep.placed && info.Joins(id)
 	voters := o.rep.peers
 	if o.rep.placed && !joins && len(info.Joined) > 0 {
 		voters, joins = foundingVoters(info)
@@ -212,7 +212,7 @@ func (rg *raftGroups) replicate(o *owned) error {
 	// preferred leader, or the only replica left.
 	// A replica fetching its partition log (a repaired one, damage.go)
 	// does not campaign: it would lead with nothing to serve.
-	elect := len(g.Voters()) > 0 && preferredLeader(ns, o.rep.peers, o.rep.placed) == r.Node && o.rep.catchup == nil
+	elect := len(g.Voters()) > 0 && preferredLeader(ns, o.rep.peers, o.rep.placed) == o.rep.id && o.rep.catchup == nil
 	campaigned := elect && rg.elect.Room()
 	if campaigned {
 		if err := g.Campaign(); err != nil {
@@ -263,12 +263,11 @@ func (rg *raftGroups) unreplicate(o *owned, err error) {
 	rg.setLeader(o, 0)
 }
 
-// setLeader records lead as o's leader where other goroutines read it
-// (Leaders), and keeps the partitions-led gauge: one for each group this
-// node leads.
+// setLeader records lead, a raft id, as o's leader where other
+// goroutines read it (Leaders: its node), and keeps the partitions-led
+// gauge: one for each group this node leads.
 func (rg *raftGroups) setLeader(o *owned, lead uint64) {
-	self := rg.cfg.Node
-	if o.rep.led != (lead == self && lead != 0) {
+	if o.rep.led != (lead == o.rep.id && lead != 0) {
 		o.rep.led = !o.rep.led
 		if o.rep.led {
 			rg.m.Led.Inc()
@@ -284,7 +283,7 @@ func (rg *raftGroups) setLeader(o *owned, lead uint64) {
 		if rg.leaders == nil {
 			rg.leaders = make(map[metadata.Namespace]uint64)
 		}
-		rg.leaders[ns] = lead
+		rg.leaders[ns] = raftid.Node(lead)
 	}
 	rg.leadersMu.Unlock()
 }
@@ -303,8 +302,8 @@ func (s *Shard) Leaders(into map[metadata.Namespace]uint64) {
 // notLeader answers f on a follower: "not leader" with the leader's id,
 // or "retry here" while no leader is known.
 func (rg *raftGroups) notLeader(o *owned, f Frame) {
-	if lead := o.rep.grp.Leader(); lead != 0 && lead != rg.cfg.Node {
-		rg.owner.answer(f, Response{Err: &NotLeaderError{Leader: lead}})
+	if lead := o.rep.grp.Leader(); lead != 0 && lead != o.rep.id {
+		rg.owner.answer(f, Response{Err: &NotLeaderError{Leader: raftid.Node(lead)}})
 	} else {
 		rg.owner.deny(f, metrics.DenyNoLeader, errNoLeader)
 	}
@@ -971,9 +970,9 @@ func (h groupHandler) ConfChanged(index uint64, add bool, node uint64, ctx []byt
 func (h groupHandler) LeaderChanged(lead uint64) {
 	h.rg.setLeader(h.o, lead)
 	if f := h.rg.cfg.LeaderChanged; f != nil {
-		f(h.o.p.Namespace(), lead)
+		f(h.o.p.Namespace(), raftid.Node(lead))
 	}
-	if lead == h.rg.cfg.Node {
+	if lead == h.o.rep.id {
 		h.rg.considerBalance(h.o)
 		h.rg.considerMove(h.o)
 		return
@@ -982,7 +981,7 @@ func (h groupHandler) LeaderChanged(lead uint64) {
 	// messages, go to the new leader.
 	var err error = errNoLeader
 	if lead != 0 {
-		err = &NotLeaderError{Leader: lead}
+		err = &NotLeaderError{Leader: raftid.Node(lead)}
 	}
 	h.rg.dropReads(h.o, err)
 	h.rg.polls.dropWaiters(h.o, err, true)
@@ -1021,7 +1020,7 @@ func (s *Shard) Leader(ctx context.Context, ns metadata.Namespace) (uint64, erro
 func (s *Shard) LeaderTerm(ctx context.Context, ns metadata.Namespace) (lead, term uint64, err error) {
 	if err := s.do(ctx, newControl(func(s *Shard) error {
 		if o := s.owned[ns]; o != nil && o.rep.grp != nil {
-			lead, term = o.rep.grp.Leader(), o.rep.grp.Term()
+			lead, term = raftid.Node(o.rep.grp.Leader()), o.rep.grp.Term()
 		}
 		return nil
 	}, nil)); err != nil {

@@ -240,7 +240,7 @@ func inspect(d *dataDir) (*inspection, error) {
 	for _, pi := range meta.Snapshot().Partitions {
 		sn, tn := nameOf(pi.NS)
 		pv := partitionView{Stream: sn, Topic: tn, Partition: pi.Partition, Incarnation: pi.CreatedRevision,
-			Replicas: pi.Replicas, Dir: d.rel(partitionDir(d.path, pi.NS))}
+			Replicas: metadata.NodesOf(pi.Replicas), Dir: d.rel(partitionDir(d.path, pi.NS))}
 		epoch, ok := epochs[pi.NS]
 		delete(epochs, pi.NS)
 		switch {

@@ -218,7 +218,7 @@ func (v *verifier) run() int {
 			if have[pi.NS] {
 				continue
 			}
-			if d.cluster && (v.node == 0 || !slices.Contains(pi.Replicas, v.node)) {
+			if d.cluster && (v.node == 0 || !slices.Contains(metadata.NodesOf(pi.Replicas), v.node)) {
 				continue // another node's replica, or this node's id is not known
 			}
 			// The manifest says this incarnation had a directory; unless

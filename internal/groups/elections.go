@@ -243,7 +243,7 @@ func (e *Elections[G]) Tick() {
 		}
 		age := e.ticks - c.at
 		switch lead := grp.Leader(); {
-		case lead != 0 && lead != e.self:
+		case lead != 0 && !grp.IsLeader():
 			// Another member won: its leader brings the group up.
 		case lead == 0 && age >= patience:
 			e.Queue(g) // its followers may not be there yet

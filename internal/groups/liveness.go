@@ -1,6 +1,9 @@
 package groups
 
-import "github.com/parkway-io/parkway/internal/replica"
+import (
+	"github.com/parkway-io/parkway/internal/raftid"
+	"github.com/parkway-io/parkway/internal/replica"
+)
 
 // Peer liveness and campaigns after a death. Failure detection is per
 // node, not per group (node liveness, one heartbeat per node pair): its
@@ -16,8 +19,9 @@ import "github.com/parkway-io/parkway/internal/replica"
 // groups last heard it. The zero value holds every peer alive.
 type Down struct{ dead map[uint64]bool }
 
-// Live reports whether peer is not held dead.
-func (d *Down) Live(peer uint64) bool { return !d.dead[peer] }
+// Live reports whether peer is not held dead. peer is a node id or the
+// raft id of a replica on it (internal/raftid): liveness is the node's.
+func (d *Down) Live(peer uint64) bool { return !d.dead[raftid.Node(peer)] }
 
 // Set records liveness's verdict on peer and reports whether it changed
 // what Down held.
@@ -94,8 +98,8 @@ func PeerLive(g *replica.Group, peer uint64, live bool) (PeerVerdict, error) {
 		}
 		return PeerUnmoved, nil
 	}
-	if g.Leader() != peer {
-		return PeerUnmoved, nil
+	if raftid.Node(g.Leader()) != peer {
+		return PeerUnmoved, nil // peer is a node; the leader a raft id
 	}
 	return LeaderLost, g.ForgetLeader()
 }

@@ -1,0 +1,140 @@
+package parkway_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/metadata"
+)
+
+// waitLong is waitFor with a longer bound (virtual time inside the
+// bubble): a re-seed takes a build retry, a metadata commit, a learner's
+// snapshot and catch-up, a promotion, a removal and a settle.
+func waitLong(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for range 12000 {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+// TestBehaviour28ClusterDamagedRaftLogReseeded: a follower whose raft log
+// is damaged while its node is down — a byte flipped in its middle, the
+// log cut short, or rolled back to an older copy of itself — lost what it
+// promised its group (its votes, the entries it acknowledged), so it must
+// never take part under its raft id again. With no operator call, its
+// node reports it, the metadata gives the node's replica a raft id the
+// group never had (generation 1 of the node), the group adds it as a
+// learner, sends it a snapshot and the partition log, promotes it once
+// whole and removes the old id: the group is back to three voters, the
+// re-seeded one among them (a write is acknowledged with the other
+// follower down), and every acknowledged message is read from every
+// replica at its one offset.
+func TestBehaviour28ClusterDamagedRaftLogReseeded(t *testing.T) {
+	for _, lie := range []string{"flipped", "cut short", "rolled back"} {
+		t.Run(lie, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c, dirs := newRealCluster(t, nil)
+				s := mustStream(t, c.nodes[1], "s")
+				tp := mustTopic(t, c.nodes[1], s, "t", 1)
+				other := mustTopic(t, c.nodes[1], s, "u", 1) // the same shard, built after tp
+				want := c.produceBatches(1, tp, "a", 500)
+				wantOther := c.produce(1, other, "o", 3)
+				c.converged(tp, want)
+				ctx := context.Background()
+				leader, err := c.nodes[1].Cluster().Leader(ctx, tp, 0)
+				if err != nil || leader == 0 {
+					t.Fatalf("leader: %d, %v", leader, err)
+				}
+				bad := others(leader)[0]
+				dir := partitionDir(dirs[bad], s, tp)
+				raftLog := filepath.Join(dir, "raft.log")
+				c.stop(bad)
+				switch lie {
+				case "flipped":
+					flipAt(t, raftLog, fileLen(t, raftLog)/2)
+				case "cut short":
+					if err := os.Truncate(raftLog, fileLen(t, raftLog)/2+3); err != nil {
+						t.Fatal(err)
+					}
+				case "rolled back":
+					older, err := os.ReadFile(raftLog)
+					if err != nil {
+						t.Fatal(err)
+					}
+					c.start(bad)
+					want = append(want, c.produceBatches(bad, tp, "r", 300)...)
+					c.converged(tp, want)
+					c.stop(bad)
+					if err := os.WriteFile(raftLog, older, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				n := c.start(bad)
+
+				// Re-seeded: the node's replica has a new raft id, the old
+				// one left the group and the move settled.
+				var info metadata.PartitionInfo
+				waitLong(t, "the damaged replica re-seeded", func() bool {
+					ps, err := parkway.EnginePartitions(ctx, c.nodes[leader], tp)
+					if err != nil || len(ps) != 1 {
+						return false
+					}
+					info = ps[0]
+					id, ok := info.ReplicaOf(uint64(bad))
+					return ok && id != uint64(bad) && len(info.Leaving) == 0
+				})
+				if id, _ := info.ReplicaOf(uint64(bad)); id != 1<<32|uint64(bad) || len(info.Replicas) != 3 || info.Generation != 1 {
+					t.Fatalf("after the re-seed: replicas %#x, generation %d; want node %d's replica of generation 1 among 3", info.Replicas, info.Generation, bad)
+				}
+				if metadata.NodeOf(info.Replicas[0]) == uint64(bad) {
+					t.Fatalf("the re-seeded replica is the preferred leader: %#x", info.Replicas)
+				}
+				c.converged(tp, want)
+				aside, err := filepath.Glob(filepath.Join(dir, "damaged-*", "raft.log"))
+				if err != nil || len(aside) != 1 {
+					t.Fatalf("the old copy's raft log set aside: %v, %v", aside, err)
+				}
+
+				// Three voters, the re-seeded one among them: with the
+				// other follower down, a write needs its acknowledgement.
+				// Offsets go on from the last acknowledged: none reused.
+				third := others(leader)[1]
+				c.stop(third)
+				msgs := make([]parkway.Message, 50)
+				for i := range msgs {
+					msgs[i].Payload = []byte(fmt.Sprintf("after-%d", i))
+				}
+				ack, err := c.nodes[leader].Produce(ctx, tp, parkway.PartitionID(0), msgs...)
+				if err != nil || ack.FirstOffset != uint64(len(want)) {
+					t.Fatalf("produce with node %d down: %+v, %v; want offset %d", third, ack, err, len(want))
+				}
+				for _, m := range msgs {
+					want = append(want, string(m.Payload))
+				}
+				c.start(third)
+				c.converged(tp, want)
+				for _, id := range c.peers {
+					got, err := leaderLog(c.nodes[id], tp)
+					if err != nil || !slices.Equal(got, want) {
+						t.Fatalf("reading through node %d: %d messages, %v; want the %d acknowledged", id, len(got), err, len(want))
+					}
+				}
+				got, err := localLog(n, other)
+				if err != nil || !slices.Equal(got, wantOther) {
+					t.Fatalf("the other partition on node %d: %q, %v", bad, got, err)
+				}
+			})
+		})
+	}
+}
