@@ -3,83 +3,11 @@ package parkway_test
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
-	"slices"
 	"testing"
 	"testing/synctest"
-	"time"
 
 	"github.com/parkway-io/parkway"
-	"github.com/parkway-io/parkway/partition"
 )
-
-// TestBehaviour28ClusterRaftLogCutRefused: a follower's raft log cut
-// short, or rolled back to an older copy of itself, while its node is
-// down ends on whole records, as a log whose last write was torn does;
-// it used to be recovered as one, and the member came back having
-// forgotten votes and acknowledged entries. Its sync mark says how far it
-// was synced, so the node refuses that group as for any damaged raft log
-// (ErrPartitionFailed wrapping a *partition.CorruptError naming the raft
-// log) and the group serves every acknowledged message on the other two.
-func TestBehaviour28ClusterRaftLogCutRefused(t *testing.T) {
-	for _, lie := range []string{"cut short", "rolled back"} {
-		t.Run(lie, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				c, dirs := newRealCluster(t, nil)
-				s := mustStream(t, c.nodes[1], "s")
-				tp := mustTopic(t, c.nodes[1], s, "t", 1)
-				want := c.produceBatches(1, tp, "a", 300)
-				c.converged(tp, want)
-				leader, err := c.nodes[1].Cluster().Leader(context.Background(), tp, 0)
-				if err != nil || leader == 0 {
-					t.Fatalf("leader: %d, %v", leader, err)
-				}
-				bad := others(leader)[0]
-				raftLog := filepath.Join(partitionDir(dirs[bad], s, tp), "raft.log")
-				c.stop(bad)
-				switch lie {
-				case "cut short":
-					// Inside a record, as a torn final write would leave it.
-					if err := os.Truncate(raftLog, fileLen(t, raftLog)/2+3); err != nil {
-						t.Fatal(err)
-					}
-				case "rolled back":
-					older, err := os.ReadFile(raftLog)
-					if err != nil {
-						t.Fatal(err)
-					}
-					c.start(bad)
-					want = append(want, c.produceBatches(bad, tp, "b", 300)...)
-					c.converged(tp, want)
-					c.stop(bad)
-					if err := os.WriteFile(raftLog, older, 0o644); err != nil {
-						t.Fatal(err)
-					}
-				}
-				n := c.start(bad)
-
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				var ce *partition.CorruptError
-				waitFor(t, "the cut raft log refused", func() bool {
-					_, err := n.Poll(ctx, tp, 0, parkway.AtOffset(0).Local(), 10)
-					return errors.As(err, &ce)
-				})
-				if _, err := n.Poll(ctx, tp, 0, parkway.AtOffset(0).Local(), 10); !errors.Is(err, parkway.ErrPartitionFailed) || ce.Path != raftLog {
-					t.Fatalf("local poll of the replica whose raft log was %s: %v; want ErrPartitionFailed wrapping a *partition.CorruptError for %s", lie, err, raftLog)
-				}
-				want = append(want, c.produceBatches(bad, tp, "c", 100)...)
-				for _, id := range c.peers {
-					got, err := leaderLog(c.nodes[id], tp)
-					if err != nil || !slices.Equal(got, want) {
-						t.Fatalf("reading through node %d: %d messages, %v; want the %d acknowledged", id, len(got), err, len(want))
-					}
-				}
-			})
-		})
-	}
-}
 
 // TestBehaviour28ClusterDamageNeverReadShort: a follower whose copy is
 // damaged is never answered short without an error, and is repaired even

@@ -228,62 +228,6 @@ func TestBehaviour28ClusterRepairsDamageFoundByARead(t *testing.T) {
 	})
 }
 
-// TestBehaviour28ClusterDamagedRaftLog: a replica whose raft log is
-// damaged (a byte flipped in its middle) is not repaired in place: it
-// lost what it promised its group (votes, acknowledged entries), so it
-// must not take part with it. Its node refuses that group — every request
-// for the partition there is answered at once with ErrPartitionFailed
-// wrapping a *partition.CorruptError naming the raft log — and serves the
-// rest (a partition of the same shard after it included); the group goes
-// on with the other two replicas and serves every acknowledged message.
-func TestBehaviour28ClusterDamagedRaftLog(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		c, dirs := newRealCluster(t, nil)
-		s := mustStream(t, c.nodes[1], "s")
-		tp := mustTopic(t, c.nodes[1], s, "t", 1)
-		other := mustTopic(t, c.nodes[1], s, "u", 1) // built after tp on the one shard
-		want := c.produceBatches(1, tp, "a", 500)
-		wantOther := c.produce(1, other, "o", 3)
-		c.converged(tp, want)
-		leader, err := c.nodes[1].Cluster().Leader(context.Background(), tp, 0)
-		if err != nil || leader == 0 {
-			t.Fatalf("leader: %d, %v", leader, err)
-		}
-		bad := others(leader)[0]
-		c.stop(bad)
-		raftLog := filepath.Join(partitionDir(dirs[bad], s, tp), "raft.log")
-		flipAt(t, raftLog, fileLen(t, raftLog)/2)
-		n := c.start(bad)
-
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		var ce *partition.CorruptError
-		waitFor(t, "the damaged raft log reported", func() bool {
-			_, err := n.Poll(ctx, tp, 0, parkway.AtOffset(0).Local(), 10)
-			return errors.As(err, &ce)
-		})
-		_, err = n.Poll(ctx, tp, 0, parkway.AtOffset(0).Local(), 10)
-		if !errors.Is(err, parkway.ErrPartitionFailed) || !errors.Is(err, parkway.ErrCorrupt) || errors.Is(err, parkway.ErrRetry) || ce.Path != raftLog {
-			t.Fatalf("local poll of the replica with a damaged raft log: %v; want ErrPartitionFailed wrapping a *partition.CorruptError for %s", err, raftLog)
-		}
-		if ctx.Err() != nil {
-			t.Fatal("the damage was answered at a deadline, not at once")
-		}
-		want = append(want, c.produceBatches(bad, tp, "b", 100)...)
-		for _, id := range c.peers {
-			got, err := leaderLog(c.nodes[id], tp)
-			if err != nil || !slices.Equal(got, want) {
-				t.Fatalf("reading through node %d: %d messages, %v; want the %d acknowledged", id, len(got), err, len(want))
-			}
-		}
-		// The shard's other partition is built and served on the node.
-		waitFor(t, "the other partition on the damaged node", func() bool {
-			got, err := localLog(n, other)
-			return err == nil && slices.Equal(got, wantOther)
-		})
-	})
-}
-
 // TestBehaviour28ClusterOneReplicaServedAroundDamage: a partition with a
 // single replica in a cluster has no peer to be repaired from: its damage
 // is handled as on a single node (read around, writes refused with the

@@ -48,28 +48,31 @@ import (
 // refuses the group with the *partition.CorruptError naming the raft log.
 // That includes a raft log cut short or rolled back after it was synced,
 // which its sync mark (RaftMarkName, package replica) tells from a torn
-// tail.
+// tail. Such a replica is re-seeded instead, under a new raft id.
 //
-// Why a replica whose raft log is damaged is not re-seeded from its peers
-// automatically. A group's raft ids are the node ids. Rejoining with the
-// same id and an empty (or shortened) log as a voter is unsafe: before
-// the damage the member may have voted in term T for one candidate, and
-// empty it may vote in T again for another, so two leaders can be elected
-// in T; and entries it acknowledged, counted in a commit quorum, are
-// forgotten, so a later quorum it joins may elect a leader that lacks a
-// committed entry. Removing it from the configuration and adding it back
-// under the same id (the move path: a joiner with an empty log) does not
-// close the first hole in etcd raft: nothing tells a vote request of a
-// term the old member voted in from one of a later term, and a candidate
-// of that term may still be collecting votes, or its request be in
-// flight, when the fresh member answers. The safe re-seed gives the new
-// copy a raft id the group never saw (a replica id distinct from the
-// node id, allocated by the metadata with each placement, as etcd's
-// member ids and CockroachDB's replica ids are), which the groups, the
-// transport's addressing by node, the placement and the move driver do
-// not have yet. Until then the member stays out and an operator moves the
-// replica (which waits out any election of the lost terms in practice,
-// but is not proven safe either).
+// Why a replica whose raft log is damaged is re-seeded under a new raft
+// id. Rejoining with the same id and an empty (or shortened) log is
+// unsafe: before the damage the member may have voted in term T for one
+// candidate, and empty it may vote in T again for another, so two
+// leaders can be elected in T; and entries it acknowledged, counted in a
+// commit quorum, are forgotten, so a later quorum it joins may elect a
+// leader that lacks a committed entry. Removing it and adding it back
+// under the same id does not close the first hole in etcd raft: nothing
+// tells a vote request of a term the old member voted in from one of a
+// later term. So the new copy gets a raft id the group never had, as
+// etcd's member ids and CockroachDB's replica ids are: a replica's raft
+// id encodes its node and a per-partition generation (internal/raftid;
+// generation 0 is the node id, so data written before replica ids keeps
+// its ids), and the metadata allocates the next generation
+// (metadata.ReseedReplica, reported by the node's reconciler: RaftLogLost,
+// reconciler.Config.Reseed). The node's old copy is set aside whole, raft
+// log included, and the new replica starts empty; the group's leader
+// moves it in as any newcomer (move.go: a learner, sent a snapshot and
+// the partition log, promoted once whole), then removes the old id. A
+// message to the old id reaching the node is refused by the new
+// replica's raft (it names its recipient), and a raft log is taken only
+// by the replica id it is tagged with (tagRaftLog). The group runs on its
+// other members meanwhile, as it did while the copy was refused.
 
 // RaftLogName is the name of a replicated partition's raft log in the
 // partition's directory, and RaftMarkName its sync mark's (how far the

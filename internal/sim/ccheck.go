@@ -298,9 +298,6 @@ func (c *csim) notQuiescent() {
 		}
 		c.fail(1, "operations never finished (%s): %s", limit, strings.Join(busy, ", "))
 	}
-	if c.viol != nil && c.viol.Known == "" {
-		c.viol.Known = c.unrepaired()
-	}
 }
 
 // silencedByOldProposal reports whether every unanswered attempt is a

@@ -10,7 +10,6 @@ import (
 	"github.com/parkway-io/parkway/internal/replica"
 	"github.com/parkway-io/parkway/internal/wal"
 	"github.com/parkway-io/parkway/metadata"
-	"github.com/parkway-io/parkway/shard"
 	"github.com/parkway-io/parkway/vfs"
 )
 
@@ -108,114 +107,6 @@ func (c *csim) isLiar(n *cnode) bool { return c.lies != nil && n.id == c.liar }
 // directory, the journal).
 func (c *csim) liedTo(n *cnode, key incKey) bool {
 	return c.isLiar(n) && c.lies.damageOK(key)
-}
-
-// unrepaired reports whether everything that kept the cluster from
-// settling is a copy the liar holds of a partition a lie touched — frames
-// parked for it there, requests waiting on it there, its copy short of
-// the log, its group not led by it as the preferred leader, a replica
-// move (and the removal it drains) waiting for that copy to catch up —
-// and that copy's raft log was damaged by a lie (stuckLabel). Anything
-// else is a bug: every other damage is repaired from the peers.
-func (c *csim) unrepaired() string {
-	liar := c.node(c.liar)
-	if c.lies == nil || liar == nil || liar.down {
-		return ""
-	}
-	touched := func(ns metadata.Namespace) bool { return c.lies.all || c.lies.dirs[ns] }
-	for _, n := range c.nodes {
-		for _, sh := range n.shards {
-			if sh.Parked() == 0 {
-				continue
-			}
-			st, err := sh.Inspect(c.ctx)
-			if err != nil {
-				return ""
-			}
-			for _, pn := range st.Parked {
-				if n != liar || !touched(pn.NS) {
-					return ""
-				}
-			}
-		}
-	}
-	for _, a := range c.inflight {
-		if a.node != liar || !touched(a.op.ns) {
-			return ""
-		}
-	}
-	skip := func(id uint64, ns metadata.Namespace) bool {
-		return id == c.liar && touched(ns)
-	}
-	// A move that adds the liar's copy of a touched partition waits for
-	// that copy to catch up, which it never does.
-	// So does the removal of a node that move drains.
-	stuckMove := false
-	for _, p := range c.nodes[0].meta.Snapshot().Partitions {
-		if len(p.Leaving) > 0 && (!touched(p.NS) || !slices.Contains(p.Replicas, c.liar)) {
-			return ""
-		}
-		if len(p.Leaving) > 0 {
-			stuckMove = true
-		}
-	}
-	if c.convergedExcept(skip) != "" || c.join != nil || c.remove != nil && !stuckMove || c.movingOther() != "" {
-		return ""
-	}
-	if c.unbalancedExcept(skip) != "" {
-		return ""
-	}
-	// Only a damaged raft log excuses it (refused by design; the liar
-	// retries its group forever, so the cluster never stays calm even
-	// when it is calm at this instant). Every other damage is repaired
-	// from the peers.
-	return c.stuckLabel(nil, "")
-}
-
-// movingOther is moving, but for the nodes whose metadata is the same
-// committed moves unrepaired already judged (every member's view).
-func (c *csim) movingOther() string {
-	for _, n := range c.nodes {
-		if moving, _ := n.meta.Moving(0); moving == 0 {
-			continue
-		}
-		if len(n.meta.Snapshot().Partitions) != len(c.nodes[0].meta.Snapshot().Partitions) {
-			return "metadata differs"
-		}
-	}
-	return ""
-}
-
-// stuckLabel names the known limit a copy on the liar of a partition a
-// lie touched is stuck in: its raft log, which a lie touched, refused
-// (a damaged incarnation file beside it too: the repair keeps raft state
-// only from a log that names its incarnation); otherwise def. ns, if not
-// nil, is the copy's partition (else every partition a lie touched).
-func (c *csim) stuckLabel(ns *metadata.Namespace, def string) string {
-	for n, b := range c.lies.bases {
-		if (ns == nil || n == *ns) && (b[shard.RaftLogName] || b[shard.RaftMarkName]) {
-			return knownRaftLogRefused
-		}
-	}
-	return def
-}
-
-// unowned reports whether the only difference between key's owners and
-// its placement is the liar's copy, missing, of a partition a lie
-// touched: the known limit of that copy (invariant 7 at quiescence).
-func (c *csim) unowned(key incKey, got, want []uint64) string {
-	if c.lies == nil || !c.liedTo(c.node(c.liar), key) && !(c.lies.all || c.lies.dirs[key.ns]) {
-		return ""
-	}
-	if len(want) != len(got)+1 || !slices.Contains(want, c.liar) || slices.Contains(got, c.liar) {
-		return ""
-	}
-	for _, id := range got {
-		if !slices.Contains(want, id) {
-			return ""
-		}
-	}
-	return c.stuckLabel(&key.ns, "")
 }
 
 // damageReported reports whether o's failure, the answer of a final read

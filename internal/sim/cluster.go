@@ -469,6 +469,7 @@ func (c *csim) newNodeClock() *nodeClock {
 
 // node is member id (nil: no such member, or removed).
 func (c *csim) node(id uint64) *cnode {
+	id = metadata.NodeOf(id) // a replica's raft id names its node
 	for _, n := range c.nodes {
 		if n.id == id {
 			return n

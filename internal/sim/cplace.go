@@ -96,9 +96,6 @@ func (c *csim) checkOwnership() {
 		slices.Sort(got)
 		if !slices.Equal(got, want) {
 			c.fail(7, "at quiescence %v is owned by nodes %v, its placement is %v", k, got, p.Replicas)
-			if c.viol != nil && c.viol.Known == "" {
-				c.viol.Known = c.unowned(k, got, want)
-			}
 			return
 		}
 	}
@@ -138,7 +135,7 @@ func (c *csim) unbalancedExcept(skip func(id uint64, ns metadata.Namespace) bool
 		if len(p.Replicas) == 0 || (skip != nil && skip(p.Replicas[0], p.NS)) {
 			continue
 		}
-		want := p.Replicas[0]
+		want := metadata.NodeOf(p.Replicas[0])
 		n := c.node(want)
 		if n == nil || n.down || int(p.Owner) >= len(n.shards) {
 			return fmt.Sprintf("%v: preferred leader n%d not running", p.NS, want)

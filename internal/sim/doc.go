@@ -117,12 +117,15 @@
 // the file store): its copy is set aside and fetched again, a damaged
 // incarnation file rewritten from the metadata when the raft log's tag
 // names the incarnation, and every replica must be whole at quiescence.
-// Two outcomes are known limits (known.go): a copy whose raft log a lie
-// damaged, refused by design (knownRaftLogRefused, classified only when
-// every reason the cluster did not settle is that copy) — bytes flipped
-// in the log, or the log cut short or rolled back, which its sync mark
-// (package replica, mark.go) tells from a torn tail, or its mark
-// damaged; and a damaged incarnation file cut short gets the liar's
+// A copy whose raft log a lie damaged — bytes flipped in the log, or the
+// log cut short or rolled back, which its sync mark (package replica,
+// mark.go) tells from a torn tail, or its mark damaged — lost its votes
+// and acknowledged entries: it is re-seeded from its peers under a new
+// raft id (metadata.ReseedReplica), as the engine does, and must be whole
+// at quiescence like any other (it used to be refused by design and the
+// cluster never settled; nothing excuses that now). One outcome is a
+// known limit (known.go): a damaged incarnation file cut short gets the
+// liar's
 // copy, raft state included, removed while it is a replica
 // (knownReplicaIncarnationDamage). A cut or rolled-back raft log used to
 // look torn, the replica forgetting votes and acknowledged entries (an

@@ -54,19 +54,4 @@ const (
 	// raft log with its term and vote — is removed while the node's
 	// metadata names it a replica.
 	knownReplicaIncarnationDamage = "a damaged incarnation file makes a replica's directory (its log and raft state) look dead: removed while the node is a replica"
-	// knownRaftLogRefused: by design for now (the member's votes and
-	// acknowledged entries are gone with a damaged raft log, so it is
-	// not rebuilt from its peers; rejoining under the same raft id is
-	// not safe, see package shard, damage.go): the group is refused on
-	// that node and the reconciler retries it with backoff forever, so
-	// the cluster never stays calm; the group runs on its honest
-	// majority. A raft log cut short or rolled back after it was synced
-	// is refused the same way: its sync mark (package replica, mark.go)
-	// records how far it was synced (after a power loss, up to the synced
-	// write before the last at least: the mark rides on the log's next
-	// flush), so it no longer passes for a log whose last write was torn (it did, an open bug until the mark:
-	// the replica came back having forgotten votes and acknowledged
-	// entries, cluster lying seeds 29, 48, 132, 133 and 134). A lie on
-	// the mark file itself is refused too.
-	knownRaftLogRefused = "a replica whose raft log a lie damaged is refused on that node (not repaired: its votes and acked entries are gone) and retried forever; the group runs on the others"
 )
