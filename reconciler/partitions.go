@@ -756,6 +756,10 @@ func (r *Partitions) repair(info metadata.PartitionInfo, p partition.Partition, 
 // log of an older generation than the metadata's, read from its tag, is
 // replaced for sure. What it never does is empty a log of the replica
 // the metadata names: that replica lost its log and is reported again.
+// (A log newer than the metadata — a node whose metadata lags its raft
+// log — is refused by its tag, reported to no effect, and taken once the
+// metadata catches up: ReseedReplica of an id no longer in the replica
+// set is a no-op.)
 func (r *Partitions) reseed(info metadata.PartitionInfo, cause error) bool {
 	a, ok := r.cfg.Store.(asidingStore)
 	if !ok || r.cfg.Node == 0 || len(info.Replicas) == 0 || !errors.Is(cause, partition.ErrCorrupt) {
@@ -766,8 +770,13 @@ func (r *Partitions) reseed(info metadata.PartitionInfo, cause error) bool {
 		return false // nothing to fetch a new copy from
 	}
 	fsys, dir := a.Location(info.NS)
-	var older bool // the log is of an older replica of this node's
-	if l, err := shard.RaftLogOf(fsys, dir); err == nil && (l.Held || l.Tagged) {
+	// older: the log names an older replica of this node's. unread: the
+	// log is too damaged to say whose it is.
+	var older, unread bool
+	switch l, err := shard.RaftLogOf(fsys, dir); {
+	case err != nil:
+		unread = true
+	case l.Held || l.Tagged:
 		of := l.Replica
 		if of == 0 {
 			of = r.cfg.Node // tagged before tags named the replica: generation 0
@@ -791,7 +800,12 @@ func (r *Partitions) reseed(info metadata.PartitionInfo, cause error) bool {
 			"ns", info.NS, "replica", id, "aside", aside)
 		return true
 	case shard.RaftLogLost(cause) && r.cfg.Reseed != nil:
-		r.reseeding[info.NS] = id
+		if unread {
+			// Whose the log is can be told only now: the node's
+			// metadata, durable with what it acted on, names id, so the
+			// log was written by id or an older replica of this node's.
+			r.reseeding[info.NS] = id
+		}
 		r.log.Error("raft log damaged: the replica is re-seeded from its peers under a new raft id", "ns", info.NS, "replica", id, "error", cause)
 		r.cfg.Reseed(info.NS, info.CreatedRevision, id)
 	}
