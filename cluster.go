@@ -17,9 +17,10 @@ import (
 // from package transport: transport.NewNetwork for nodes in one process,
 // transport.ListenTCP between processes.
 type ClusterConfig struct {
-	// ID is this node (non-zero). Peers are the founding members, this one
-	// included (the same list on each); for a node that joins, the nodes
-	// it can reach first, itself included.
+	// ID is this node (non-zero, at most 2^32−1: a replica's raft id is
+	// its node id and a generation in the high bits). Peers are the
+	// founding members, this one included (the same list on each); for a
+	// node that joins, the nodes it can reach first, itself included.
 	ID    transport.NodeID
 	Peers []transport.NodeID
 	// Join makes this node join a running cluster instead of founding

@@ -121,7 +121,8 @@ type Config struct {
 // one more raft group on every node, driven by the engine. Nodes join a
 // running cluster with Join and Engine.AddNode.
 type Cluster struct {
-	// ID is this node; Peers lists every node, this one included. For a
+	// ID is this node (1 to 2^32−1: internal/raftid); Peers lists every
+	// node, this one included. For a
 	// node that founds the cluster, Peers are the founding members (the
 	// same list on each); for one that joins, the nodes it can reach
 	// first, itself included.

@@ -254,6 +254,21 @@ func TestConfigValidateReportsEveryProblem(t *testing.T) {
 	}
 }
 
+// TestConfigRefusesNodeIDsAboveReplicaIDRange: a node id is the low 32
+// bits of its replicas' raft ids (internal/raftid), so a larger one would
+// name another node's replica; it is refused at configuration.
+func TestConfigRefusesNodeIDsAboveReplicaIDRange(t *testing.T) {
+	big := transport.NodeID(1<<32 | 2)
+	err := (&host.Cluster{ID: 1, Peers: []transport.NodeID{1, big}}).Validate()
+	if err == nil || !contains(err.Error(), "node ids are at most") {
+		t.Fatalf("Validate of peer %d: %v, want it refused", big, err)
+	}
+	ok := (&host.Cluster{ID: 1, Peers: []transport.NodeID{1, 1<<32 - 1}}).Validate()
+	if ok != nil && contains(ok.Error(), "node ids are at most") {
+		t.Fatalf("Validate of peer 2^32-1: %v", ok)
+	}
+}
+
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
 // TestDeadlineOnTheEngineClock: the request deadline Engine.Deadline adds

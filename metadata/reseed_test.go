@@ -1,6 +1,7 @@
 package metadata
 
 import (
+	"errors"
 	"reflect"
 	"slices"
 	"testing"
@@ -116,5 +117,24 @@ func TestSnapshotWithoutReseedKeepsVersion5(t *testing.T) {
 	}
 	if got, err := DecodeSnapshot(v6); v6[0] != snapshotVersion || err != nil || !reflect.DeepEqual(got, snap) {
 		t.Fatalf("version %d with a generation: %v", v6[0], err)
+	}
+}
+
+// TestNodeIDsBoundedByReplicaIDs: a node id above 2^32-1 would be read
+// as another node's replica of a later generation (internal/raftid): the
+// store refuses it in AddNode, its config and a snapshot.
+func TestNodeIDsBoundedByReplicaIDs(t *testing.T) {
+	s := clusterStore(t, 1, 2, 3)
+	if _, err := s.Apply(AddNode{Node: 1<<32 | 1}); !errors.Is(err, ErrInvalidNode) {
+		t.Fatalf("AddNode of node 2^32+1: %v, want ErrInvalidNode", err)
+	}
+	mustApply(t, s, AddNode{Node: raftid.MaxNode})
+	if _, err := NewStore(Config{Shards: 3, Assign: testAssign, Nodes: []uint64{1, 1 << 32}}); err == nil {
+		t.Fatal("a config naming node 2^32 accepted")
+	}
+	snap := s.Export()
+	snap.Nodes = append(snap.Nodes, 1<<33)
+	if _, err := Restore(Config{Shards: 3, Assign: testAssign}, snap); !errors.Is(err, ErrInvalidSnapshot) {
+		t.Fatalf("Restore of a snapshot naming node 2^33: %v, want ErrInvalidSnapshot", err)
 	}
 }
