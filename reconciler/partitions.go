@@ -631,6 +631,7 @@ func (r *Partitions) remove(ctx context.Context, ns metadata.Namespace, now time
 		return err
 	}
 	r.held.Delete(heldPartition{ns: ns})
+	delete(r.reseeding, ns)
 	if err := r.cfg.Store.Remove(ns); err != nil {
 		r.fail(key, now, rep, "remove", err)
 		return nil
