@@ -1035,8 +1035,8 @@ func (s *Shard) LeaderTerm(ctx context.Context, ns metadata.Namespace) (lead, te
 // entry committed since.
 const inSyncLag = 64
 
-// InSync is the in-sync set of ns's group (replica.Group.InSync) and the
-// term it was taken in, answered by the group's leader; a shard that does
+// InSync is the in-sync set of ns's group (replica.Group.InSync), as the
+// nodes of its replicas, and the term it was taken in, answered by the group's leader; a shard that does
 // not lead the group answers ErrNotLeader (with the leader it knows).
 func (s *Shard) InSync(ctx context.Context, ns metadata.Namespace) (term uint64, ids []uint64, err error) {
 	if err := s.do(ctx, newControl(func(s *Shard) error {
@@ -1045,9 +1045,12 @@ func (s *Shard) InSync(ctx context.Context, ns metadata.Namespace) (term uint64,
 			return &NotLeaderError{}
 		}
 		if !o.rep.grp.IsLeader() {
-			return &NotLeaderError{Leader: o.rep.grp.Leader()}
+			return &NotLeaderError{Leader: raftid.Node(o.rep.grp.Leader())}
 		}
 		term, ids = o.rep.grp.Term(), o.rep.grp.InSync(inSyncLag)
+		for i, id := range ids {
+			ids[i] = raftid.Node(id) // replica ids name their nodes
+		}
 		return nil
 	}, nil)); err != nil {
 		return 0, nil, err
