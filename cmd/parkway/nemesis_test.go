@@ -537,7 +537,7 @@ func consume(ctx context.Context, t *testing.T, h *history, c int, client func(.
 				delete(assigned, p)
 			}
 		}))
-	defer cl.Close()
+	defer cl.CloseAllowingRebalance() // BlockRebalanceOnPoll: Close alone can leave kgo's leave goroutine waiting for a rebalance the poll loop blocks
 	for ctx.Err() == nil {
 		pollCtx, cancel := context.WithTimeout(ctx, time.Second)
 		fs := cl.PollRecords(pollCtx, 500)
