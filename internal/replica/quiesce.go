@@ -65,7 +65,12 @@ func (g *Group) CanQuiesce(live func(node uint64) bool) bool {
 // alone), so the commit index it carries is the one raft's own heartbeat
 // would carry (the least of the follower's match and the commit), and a
 // follower may step it as an ordinary heartbeat (StripQuiesce).
+//
+// The leader stops here, every append committed and observed: it drops its
+// commit marks (markAppends allocates them again on its next append), which
+// an idle group would otherwise hold for nothing.
 func (g *Group) QuiesceMessages() []*raftpb.Message {
+	g.marks = nil
 	st := g.rn.BasicStatus()
 	term, commit := st.HardState.GetTerm(), st.HardState.GetCommit()
 	var out []*raftpb.Message
