@@ -67,10 +67,11 @@ func (g *Group) CanQuiesce(live func(node uint64) bool) bool {
 // follower may step it as an ordinary heartbeat (StripQuiesce).
 //
 // The leader stops here, every append committed and observed: it drops its
-// commit marks (markAppends allocates them again on its next append), which
-// an idle group would otherwise hold for nothing.
+// commit marks and its proposal buffer (markAppends and Propose allocate
+// them again when it next appends), which an idle group would otherwise
+// hold for nothing.
 func (g *Group) QuiesceMessages() []*raftpb.Message {
-	g.marks = nil
+	g.marks, g.envelope = nil, nil
 	st := g.rn.BasicStatus()
 	term, commit := st.HardState.GetTerm(), st.HardState.GetCommit()
 	var out []*raftpb.Message
