@@ -11,6 +11,8 @@
 // evicts in the same order as the others.
 package dedupe
 
+import "math"
+
 // Key identifies one logical write across retries.
 type Key struct{ Producer, Seq uint64 }
 
@@ -32,16 +34,17 @@ const inlineKeys = 8
 // and vals is nil. The two forms evict and iterate alike: the order is
 // the one ring either way.
 type Window[V any] struct {
-	size  int
-	seen  map[Key]V
-	vals  []V
-	order []Key
-	next  int
+	// int32s, side by side: the window is a field of every replica's
+	// state, and this keeps it at 64 bytes.
+	size, next int32
+	seen       map[Key]V
+	vals       []V
+	order      []Key
 }
 
 // New returns an empty window remembering at most size keys (size > 0).
 func New[V any](size int) *Window[V] {
-	return &Window[V]{size: max(size, 1)}
+	return &Window[V]{size: int32(min(max(size, 1), math.MaxInt32))}
 }
 
 // find returns the place of k in the inline form's order, or -1.
@@ -89,7 +92,7 @@ func (w *Window[V]) Put(k Key, v V) {
 		w.seen[k] = v
 		return
 	}
-	if len(w.order) < w.size {
+	if len(w.order) < int(w.size) {
 		w.order = append(w.order, k)
 		if w.seen == nil {
 			w.vals = append(w.vals, v)
@@ -115,7 +118,7 @@ func (w *Window[V]) Len() int { return len(w.order) }
 // false.
 func (w *Window[V]) All(f func(Key, V) bool) {
 	for i := range w.order {
-		j := (w.next + i) % len(w.order)
+		j := (int(w.next) + i) % len(w.order)
 		k := w.order[j]
 		var v V
 		if w.seen != nil {
