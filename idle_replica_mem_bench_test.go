@@ -2,8 +2,11 @@ package parkway_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"testing"
 	"time"
 
@@ -20,6 +23,9 @@ import (
 // it. The iterations are not timed work; b.N only repeats the reading.
 //
 //	go test -run '^$' -bench IdleReplicaMemory -benchtime 1x .
+//
+// With -test.memprofile P (and -test.memprofilerate 4096), the heap
+// profile at the moment of the reading is written to P.idle.
 func BenchmarkIdleReplicaMemory(b *testing.B) {
 	for _, parts := range []int{1000} {
 		b.Run(fmt.Sprintf("partitions=%d", parts), func(b *testing.B) { benchIdleReplicaMemory(b, parts) })
@@ -86,4 +92,16 @@ func benchIdleReplicaMemory(b *testing.B, parts int) {
 		per = float64(heap()-before) / float64(3*parts)
 	}
 	b.ReportMetric(per, "heap-B/replica")
+	// The profile -test.memprofile writes at exit sees the nodes closed:
+	// the one of the idle replicas is written here, beside it (.idle).
+	if f := flag.Lookup("test.memprofile"); f != nil && f.Value.String() != "" {
+		out, err := os.Create(f.Value.String() + ".idle")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer out.Close()
+		if err := pprof.Lookup("heap").WriteTo(out, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

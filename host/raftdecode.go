@@ -1,6 +1,8 @@
 package host
 
 import (
+	"unsafe"
+
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -51,17 +53,41 @@ type oneEntry struct {
 	box [1]entryBox
 }
 
-// smallEntryData is the most entry data oneSmallEntry holds inline: a
-// produce of a message or two (a 100-byte message's entry is about 180
-// bytes).
-const smallEntryData = 256
+// A one-entry block with its data inline is sized to fill the allocator's
+// size class it lands in, and there are three of them: raft keeps the
+// block as long as it keeps the entry (an idle group keeps its last
+// entries until it compacts), so a block rounded up far past its data is
+// memory every idle replica pays. An entry with no data (a new leader's
+// empty entry) gets the bare oneEntry. The classes are Go's 256, 320 and
+// 384 bytes (runtime/sizeclasses.go).
+const (
+	tinyEntryData  = int(256 - unsafe.Sizeof(oneEntry{}))
+	midEntryData   = int(320 - unsafe.Sizeof(oneEntry{}))
+	smallEntryData = int(384 - unsafe.Sizeof(oneEntry{})) // a produce of a message or two (a 100-byte message's entry is about 180 bytes)
+)
 
-// oneSmallEntry is oneEntry with room for its data: a small produce's
-// entry, its slice and its data in one allocation, which lives as long as
-// raft keeps the entry.
-type oneSmallEntry struct {
-	oneEntry
-	data [smallEntryData]byte
+// oneTinyEntry, oneMidEntry and oneSmallEntry are oneEntry with room for
+// its data: a small produce's entry, its slice and its data in one
+// allocation, which lives as long as raft keeps the entry.
+type (
+	oneTinyEntry struct {
+		oneEntry
+		data [tinyEntryData]byte
+	}
+	oneMidEntry struct {
+		oneEntry
+		data [midEntryData]byte
+	}
+	oneSmallEntry struct {
+		oneEntry
+		data [smallEntryData]byte
+	}
+)
+
+// link points the block's one entry slot at its entry.
+func (one *oneEntry) link() []*raftpb.Entry {
+	one.ptr[0] = &one.box[0].e
+	return one.ptr[:]
 }
 
 // Field numbers of raftpb.Message and raftpb.Entry (raft.proto).
@@ -194,14 +220,18 @@ func (box *raftBox) fill(b []byte, sh *raftShape) {
 		data  []byte // all entry data shares it, each entry's slice capped at its end
 	)
 	switch {
+	case sh.entries == 1 && (sh.data == 0 || sh.data > smallEntryData):
+		one := &oneEntry{}
+		m.Entries, boxes = one.link(), one.box[:]
+	case sh.entries == 1 && sh.data <= tinyEntryData:
+		one := &oneTinyEntry{}
+		m.Entries, boxes, data = one.link(), one.box[:], one.data[:0:sh.data]
+	case sh.entries == 1 && sh.data <= midEntryData:
+		one := &oneMidEntry{}
+		m.Entries, boxes, data = one.link(), one.box[:], one.data[:0:sh.data]
 	case sh.entries == 1 && sh.data <= smallEntryData:
 		one := &oneSmallEntry{}
-		one.ptr[0] = &one.box[0].e
-		m.Entries, boxes, data = one.ptr[:], one.box[:], one.data[:0:sh.data]
-	case sh.entries == 1:
-		one := &oneEntry{}
-		one.ptr[0] = &one.box[0].e
-		m.Entries, boxes = one.ptr[:], one.box[:]
+		m.Entries, boxes, data = one.link(), one.box[:], one.data[:0:sh.data]
 	case sh.entries > 1:
 		m.Entries = make([]*raftpb.Entry, sh.entries)
 		boxes = make([]entryBox, sh.entries)

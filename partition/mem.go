@@ -73,8 +73,9 @@ const memChunk = 1024
 // per partition cost 104 KiB each before a single message mattered
 // (3.2 GB for 10,000 partitions on three replicas with one message each);
 // chunks after the first are allocated full, so a busy partition pays
-// the doublings once.
-const memFirstChunk = 4
+// the doublings once. It starts at one message (112 B), not four: an idle
+// replica with one message held three empty slots it never used.
+const memFirstChunk = 1
 
 // NewMemStore returns an empty MemStore.
 func NewMemStore() *MemStore {
@@ -90,7 +91,7 @@ func (s *MemStore) Build(ns metadata.Namespace, epoch uint64) (Partition, error)
 		return nil, fmt.Errorf("%w: %v", ErrInUse, ns)
 	}
 	if l == nil || l.epoch != epoch {
-		l = &memLog{epoch: epoch, consumers: make(map[string]uint64), lastAT: math.MinInt64}
+		l = &memLog{epoch: epoch, lastAT: math.MinInt64} // consumers: made by the first stored offset
 		s.logs[ns] = l
 	}
 	l.open = true
@@ -383,6 +384,9 @@ func (p *memPartition) StoreConsumerOffset(consumer string, offset uint64) error
 	}
 	if next := p.log.next; offset > next {
 		return fmt.Errorf("%w: consumer offset %d past next offset %d", ErrOffsetOutOfRange, offset, next)
+	}
+	if p.log.consumers == nil {
+		p.log.consumers = make(map[string]uint64)
 	}
 	p.log.consumers[consumer] = offset
 	return nil

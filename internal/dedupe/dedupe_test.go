@@ -1,6 +1,9 @@
 package dedupe
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 func TestWindowEvictsOldestFirst(t *testing.T) {
 	w := New[int](3)
@@ -46,5 +49,114 @@ func TestWindowPutExistingKeepsPlace(t *testing.T) {
 	w.Reset()
 	if w.Len() != 0 {
 		t.Fatal("Reset left keys")
+	}
+}
+
+// model is the window as it was before the inline form: a map and the
+// ring of its keys. Window must answer, evict and iterate exactly as it
+// does, since the window is replicated state.
+type model struct {
+	size  int
+	seen  map[Key]int
+	order []Key
+	next  int
+}
+
+func (m *model) put(k Key, v int) {
+	if _, ok := m.seen[k]; ok {
+		m.seen[k] = v
+		return
+	}
+	if len(m.order) < m.size {
+		m.order = append(m.order, k)
+	} else {
+		delete(m.seen, m.order[m.next])
+		m.order[m.next] = k
+		m.next = (m.next + 1) % m.size
+	}
+	m.seen[k] = v
+}
+
+func (m *model) all() []Key {
+	var out []Key
+	for i := range m.order {
+		out = append(out, m.order[(m.next+i)%len(m.order)])
+	}
+	return out
+}
+
+// checkLike fails unless w holds exactly m's keys, values and order.
+func checkLike(t *testing.T, w *Window[int], m *model, step string) {
+	t.Helper()
+	want := m.all()
+	if w.Len() != len(want) {
+		t.Fatalf("%s: Len = %d, want %d", step, w.Len(), len(want))
+	}
+	i := 0
+	w.All(func(k Key, v int) bool {
+		if i >= len(want) || k != want[i] || v != m.seen[k] {
+			t.Fatalf("%s: All's key %d is %v=%d, want %v=%d (order %v)", step, i, k, v, want[min(i, len(want)-1)], m.seen[k], want)
+		}
+		i++
+		return true
+	})
+	for k, mv := range m.seen {
+		if v, ok := w.Get(k); !ok || v != mv {
+			t.Fatalf("%s: Get(%v) = %d, %v, want %d", step, k, v, ok, mv)
+		}
+	}
+}
+
+// The inline form (up to inlineKeys keys, no map) and the map form it
+// turns into answer, evict oldest first, and iterate in the same order as
+// a plain map and ring, across the switch and around the ring, with keys
+// put again; a window restored from All (as a snapshot restores one) holds
+// the same keys and evicts the same ones afterwards.
+func TestWindowInlineAndMapFormsAgree(t *testing.T) {
+	for _, size := range []int{1, 2, inlineKeys - 1, inlineKeys, inlineKeys + 1, 3 * inlineKeys} {
+		w := New[int](size)
+		m := &model{size: size, seen: map[Key]int{}}
+		var restored *Window[int]
+		for i := range 6 * inlineKeys {
+			// Every third put repeats a recent key (kept or evicted).
+			k := Key{Producer: uint64(i % 2), Seq: uint64(i)}
+			if i%3 == 2 {
+				k = Key{Producer: uint64((i - 2) % 2), Seq: uint64(i - 2)}
+			}
+			w.Put(k, i)
+			m.put(k, i)
+			step := fmt.Sprintf("size %d, put %d", size, i)
+			checkLike(t, w, m, step)
+			if restored != nil {
+				restored.Put(k, i)
+				checkLike(t, restored, m, step+" (restored)")
+			}
+			if i == inlineKeys+2 {
+				restored = New[int](size)
+				w.All(func(k Key, v int) bool { restored.Put(k, v); return true })
+				checkLike(t, restored, m, step+" (restored)")
+			}
+		}
+		if _, ok := w.Get(Key{Producer: 7, Seq: 7}); ok {
+			t.Fatalf("size %d: a key never put is found", size)
+		}
+		w.Reset()
+		if w.Len() != 0 {
+			t.Fatalf("size %d: Reset left keys", size)
+		}
+	}
+}
+
+// A zero Window is DefaultSize keys: it keeps more than inlineKeys.
+func TestZeroWindowPassesInlineForm(t *testing.T) {
+	var w Window[int]
+	for i := range 4 * inlineKeys {
+		w.Put(Key{1, uint64(i)}, i)
+	}
+	if w.Len() != 4*inlineKeys {
+		t.Fatalf("Len = %d, want %d", w.Len(), 4*inlineKeys)
+	}
+	if v, ok := w.Get(Key{1, 0}); !ok || v != 0 {
+		t.Fatalf("the first key: %d, %v", v, ok)
 	}
 }

@@ -67,6 +67,23 @@ func TestObserveCommitLatencyAndElections(t *testing.T) {
 	if h := commits(1); h.GetSampleCount() != base+1 || h.GetSampleSum() != 0.003 {
 		t.Fatalf("leader: %d commits summing %v s, want %d summing 0.003", h.GetSampleCount(), h.GetSampleSum(), base+1)
 	}
+	// A leader that quiesces drops its commit marks; its next append is
+	// timed all the same.
+	if !c.members[1].CanQuiesce(func(uint64) bool { return true }) {
+		t.Fatal("the caught-up leader cannot quiesce")
+	}
+	c.members[1].QuiesceMessages()
+	if _, err := c.members[1].Propose([]byte("y")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.members[1].Handle(member{c, 1}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(5 * time.Millisecond)
+	c.settle()
+	if h := commits(1); h.GetSampleCount() != base+2 || h.GetSampleSum() != 0.008 {
+		t.Fatalf("leader after quiescing: %d commits summing %v s, want %d summing 0.008", h.GetSampleCount(), h.GetSampleSum(), base+2)
+	}
 	for _, id := range []uint64{2, 3} {
 		if n := commits(id).GetSampleCount(); n != 0 {
 			t.Fatalf("follower %d observed %d commits", id, n)

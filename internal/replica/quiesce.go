@@ -65,7 +65,13 @@ func (g *Group) CanQuiesce(live func(node uint64) bool) bool {
 // alone), so the commit index it carries is the one raft's own heartbeat
 // would carry (the least of the follower's match and the commit), and a
 // follower may step it as an ordinary heartbeat (StripQuiesce).
+//
+// The leader stops here, every append committed and observed: it drops its
+// commit marks and its proposal buffer (markAppends and Propose allocate
+// them again when it next appends), which an idle group would otherwise
+// hold for nothing.
 func (g *Group) QuiesceMessages() []*raftpb.Message {
+	g.marks, g.envelope = nil, nil
 	st := g.rn.BasicStatus()
 	term, commit := st.HardState.GetTerm(), st.HardState.GetCommit()
 	var out []*raftpb.Message

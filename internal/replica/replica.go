@@ -67,6 +67,11 @@ type Config struct {
 	// configuration change added it, to send it the group's state as a
 	// snapshot.
 	Join bool
+	// ForwardProposals lets a follower propose: raft forwards the entry
+	// to the leader. The proposer learns the outcome only by seeing its
+	// proposal id applied, so its caller needs a deadline. Partition
+	// groups leave it off and answer "not leader" instead.
+	ForwardProposals bool
 	// InitialData is the state machine's state in a new group's initial
 	// snapshot (the one every founding member starts from): what a member
 	// that joins later is sent when the log was never compacted.
@@ -76,11 +81,6 @@ type Config struct {
 	ElectionTicks, HeartbeatTicks int
 	// Logger receives raft's own logging (default: silent).
 	Logger hclog.Logger
-	// ForwardProposals lets a follower propose: raft forwards the entry
-	// to the leader. The proposer learns the outcome only by seeing its
-	// proposal id applied, so its caller needs a deadline. Partition
-	// groups leave it off and answer "not leader" instead.
-	ForwardProposals bool
 	// Disk persists the member's raft state; nil keeps it in memory only,
 	// and such a member must never restart under the same id (it would
 	// forget its votes and the entries it acknowledged). A Disk that
@@ -134,15 +134,17 @@ type Group struct {
 	cfg        Config
 	rn         *raft.RawNode
 	storage    *raft.MemoryStorage
-	disk       *Disk
 	cs         *raftpb.ConfState // the voters as of the last applied entry
 	applied    uint64
 	snap       uint64 // index of the latest snapshot
 	readStates []raft.ReadState
 	nextID     uint64
 	lead       uint64
-	// envelope is where a leader's Propose builds the entry (see there).
-	envelope []byte
+	// envelope is where a leader's Propose builds the entry (see there),
+	// behind a pointer that only a proposing leader allocates: with it
+	// and the fields' order, a Group fits the allocator's 320-byte class
+	// (TestGroupSize).
+	envelope *[]byte
 	// failed is why the group stopped (an ErrGroupFailed), or nil.
 	failed error
 	// marks are the leader's recent appends (commitMarks), allocated when
@@ -241,18 +243,18 @@ func New(cfg Config) (g *Group, err error) {
 	if _, err := io.ReadFull(rand.Reader, base[:]); err != nil {
 		return nil, fmt.Errorf("parkway: raft group %d: proposal id base: %w", cfg.Group, err)
 	}
-	g = &Group{cfg: cfg, storage: storage, disk: cfg.Disk, nextID: binary.LittleEndian.Uint64(base[:])>>1 | 1}
+	g = &Group{cfg: cfg, storage: storage, nextID: binary.LittleEndian.Uint64(base[:])>>1 | 1}
 	if cfg.Disk != nil && cfg.Fsync != nil {
 		cfg.Disk.ObserveSyncs(cfg.Fsync)
 	}
 	var rec Recovered
-	if g.disk != nil {
-		rec = g.disk.Recovered()
+	if g.cfg.Disk != nil {
+		rec = g.cfg.Disk.Recovered()
 		// OpenDisk checked the records against each other; what is left
 		// needs the group's members.
 		if rec.Snapshot != nil {
 			if err := checkConfState(rec.Snapshot.GetMetadata().GetConfState(), g.staticPeers()); err != nil {
-				return nil, g.disk.corrupt(g.disk.snapOff, err)
+				return nil, g.cfg.Disk.corrupt(g.cfg.Disk.snapOff, err)
 			}
 		}
 	}
@@ -289,8 +291,8 @@ func New(cfg Config) (g *Group, err error) {
 			}, Data: cfg.InitialData},
 			HardState: &raftpb.HardState{Term: new(uint64(1)), Commit: new(uint64(1))},
 		}
-		if g.disk != nil {
-			if err := g.disk.Save(rec.Snapshot, nil, rec.HardState); err != nil {
+		if g.cfg.Disk != nil {
+			if err := g.cfg.Disk.Save(rec.Snapshot, nil, rec.HardState); err != nil {
 				return nil, err
 			}
 		}
@@ -600,7 +602,7 @@ func (g *Group) Compact(index uint64, data []byte) (err error) {
 	if err != nil {
 		return err
 	}
-	if g.disk != nil {
+	if g.cfg.Disk != nil {
 		hs, _, _ := g.storage.InitialState()
 		last, _ := g.storage.LastIndex()
 		var ents []*raftpb.Entry
@@ -609,7 +611,7 @@ func (g *Group) Compact(index uint64, data []byte) (err error) {
 				return err
 			}
 		}
-		if err := g.disk.Rewrite(snap, hs, ents); err != nil {
+		if err := g.cfg.Disk.Rewrite(snap, hs, ents); err != nil {
 			return err
 		}
 	}
@@ -623,14 +625,14 @@ func (g *Group) Compact(index uint64, data []byte) (err error) {
 }
 
 // Disk is the member's raft log (nil: memory only).
-func (g *Group) Disk() *Disk { return g.disk }
+func (g *Group) Disk() *Disk { return g.cfg.Disk }
 
 // Close closes the member's raft log.
 func (g *Group) Close() error {
-	if g.disk == nil {
+	if g.cfg.Disk == nil {
 		return nil
 	}
-	return g.disk.Close()
+	return g.cfg.Disk.Close()
 }
 
 // Tick advances the group's logical clock by one tick. It fails only
@@ -794,12 +796,17 @@ func (g *Group) Propose(payload []byte) (_ uint64, err error) {
 	// before any is sent and would see them all alike if raft kept it.
 	var data []byte
 	if !g.cfg.ForwardProposals {
-		data = g.envelope[:0]
+		if g.envelope != nil {
+			data = (*g.envelope)[:0]
+		}
 	}
 	data = binary.LittleEndian.AppendUint64(slices.Grow(data, 8+len(payload)), id)
 	data = append(data, payload...)
 	if !g.cfg.ForwardProposals && cap(data) <= maxEnvelope {
-		g.envelope = data[:0]
+		if g.envelope == nil {
+			g.envelope = new([]byte)
+		}
+		*g.envelope = data[:0]
 	}
 	if err := g.rn.Propose(data); err != nil {
 		return 0, err
@@ -883,7 +890,7 @@ func (g *Group) handle(h Handler, rd raft.Ready) error {
 	if early {
 		g.send(h, rd.Messages)
 	}
-	if g.disk != nil {
+	if g.cfg.Disk != nil {
 		var snap *raftpb.Snapshot
 		if hasSnap {
 			snap = rd.Snapshot
@@ -891,7 +898,7 @@ func (g *Group) handle(h Handler, rd raft.Ready) error {
 		if f, ok := h.(BeforeSave); ok && (hasSnap || len(rd.Entries) > 0 || (rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState))) {
 			f.BeforeSave()
 		}
-		if err := g.disk.Save(snap, rd.Entries, rd.HardState); err != nil {
+		if err := g.cfg.Disk.Save(snap, rd.Entries, rd.HardState); err != nil {
 			return err
 		}
 	}
@@ -923,7 +930,7 @@ func (g *Group) handle(h Handler, rd raft.Ready) error {
 		g.send(h, rd.Messages)
 	}
 	for _, e := range rd.CommittedEntries {
-		if t := e.GetType(); (t == raftpb.EntryConfChange || t == raftpb.EntryConfChangeV2) && g.disk != nil {
+		if t := e.GetType(); (t == raftpb.EntryConfChange || t == raftpb.EntryConfChangeV2) && g.cfg.Disk != nil {
 			// A commit index is normally not synced (a lost one is
 			// learned again from the leader), but one that commits a
 			// change of the voters is, whatever the Disk's policy, before
@@ -933,7 +940,7 @@ func (g *Group) handle(h Handler, rd raft.Ready) error {
 			// removed voters for ever (a one-replica partition moved to a
 			// new node: that node, restarted, waited for the old node's
 			// vote).
-			if err := g.disk.Sync(); err != nil {
+			if err := g.cfg.Disk.Sync(); err != nil {
 				return err
 			}
 		}
