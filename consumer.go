@@ -71,8 +71,10 @@ type ConsumerConfig struct {
 	// is there, and one waiting at a leader that loses its leadership is
 	// sent again to the new leader as soon as its node learns of it:
 	// MaxWait only bounds how often an idle partition is re-polled, each
-	// re-poll a read at the partition's leader (in a cluster, one that
-	// wakes its quiesced raft group), so the default is the longest.
+	// re-poll a read at the partition's leader (in a cluster, forwarded
+	// there, a request and its answer between two nodes; answered empty
+	// at its deadline without waking the partition's quiesced raft
+	// group), so the default is the longest.
 	MaxWait time.Duration
 	// MaxPollInterval bounds the time a group member's application may
 	// take between asking for one message and asking for the next

@@ -35,7 +35,13 @@ type pollsOwner interface {
 	answerer
 	fenceUnusable(o *owned, err error) error
 	damagedRead(o *owned, f Frame, err error) error
+	// confirmLeaderRead serves f, a waiting poll registered unconfirmed
+	// that has messages to answer, as a leader read (wait.go).
+	confirmLeaderRead(o *owned, f Frame)
 }
+
+// confirmLeaderRead serves f through the leader read (pollsOwner).
+func (s *Shard) confirmLeaderRead(o *owned, f Frame) { s.rg.readReplicated(o, f) }
 
 // commitOwner is what the commit group needs of the shard: besides
 // answering, whether frames wait in the inbox (an open group waits for

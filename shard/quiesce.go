@@ -68,6 +68,11 @@ func (rg *raftGroups) wake(o *owned) {
 	rg.armTick()
 }
 
+// quiesced reports whether o's group is quiesced (not ticked).
+func (rg *raftGroups) quiesced(o *owned) bool {
+	return rg.cfg != nil && rg.cfg.Quiesce && o.rep.grp != nil && !rg.q.awake.Has(o.p.Namespace(), o)
+}
+
 // idle reports whether the shard has nothing pending on the group that
 // needs it to keep ticking.
 func (r *replicated) idle() bool {

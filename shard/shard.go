@@ -524,6 +524,12 @@ func (s *Shard) settle() {
 	}
 	s.maybeFlush()
 	s.polls.wakeWaiters()
+	for len(s.rg.readyList) > 0 {
+		// A waiter registered unconfirmed became a leader read (wait.go):
+		// its confirmation starts now, not at the next unit of work.
+		s.rg.processReady()
+		s.polls.wakeWaiters()
+	}
 	s.rg.flushRaft()
 }
 
@@ -709,7 +715,7 @@ func (s *Shard) serveOwned(o *owned, f Frame) {
 			s.rg.propose(o, f)
 			return
 		case f.Req.Op == OpPoll, f.Req.Op == OpGetOffset, f.Req.Op == OpOffsets:
-			if s.rg.readReplicated(o, f) {
+			if s.polls.waitUnconfirmed(o, f, s.rg.quiesced(o)) || s.rg.readReplicated(o, f) {
 				return
 			}
 		}

@@ -39,6 +39,25 @@ import (
 //
 // A shard holds at most Config.MaxWaiters waiting polls; one more is
 // answered ErrTooManyWaiters at once. Waits are capped at MaxPollWait.
+//
+// A leader read (Request.FromLeader) of a replicated partition is
+// confirmed with a quorum (ReadIndex, replication.go) before it reads and
+// registers. One exception keeps idle consumers cheap: a waiting poll at
+// the leader of a quiesced group, from an explicit offset that is the
+// partition's end, registers unconfirmed (waitUnconfirmed). Such a poll
+// can only be answered in two ways. With nothing at its deadline: answered
+// here, no round and the group stays quiesced, since an empty answer
+// serves no data. Its next offset is the offset the poll asked for, so
+// even a deposed leader that does not know it lost (its followers elected
+// another while it was cut off) only says "nothing yet" and moves no
+// reader back; the reader polls again, and a node that learns of the new
+// leader answers its leader reads "not leader", so they are sent there.
+// With messages (or a partial batch at its deadline): never from here; it
+// goes through the leader read as any other poll (confirmLeaderRead), so
+// every message a poll returns is served after a quorum confirmed the
+// leader. An idle partition's consumer thus costs its quiesced group
+// nothing every MaxPollWait, where a confirmed re-poll woke the group for
+// a heartbeat round to its followers and back.
 
 // MaxPollWait caps Request.MaxWait: a longer wait is shortened to it. It
 // is the reference server's cap (Apache Iggy's 30 s).
@@ -101,6 +120,10 @@ type waiter struct {
 	from     uint64
 	deadline time.Time
 	seq      uint64
+	// unconfirmed marks a leader read registered without its leader's
+	// confirmation (waitUnconfirmed): it is answered here only with
+	// nothing, at its deadline.
+	unconfirmed bool
 }
 
 func waiterLess(a, b *waiter) bool {
@@ -224,11 +247,40 @@ func (wp *waitingPolls) servePoll(o *owned, f Frame) {
 		wp.owner.answer(f, Response{Err: fmt.Errorf("%w (%d)", ErrTooManyWaiters, wp.maxWaiters)})
 		return
 	}
+	wp.register(o, f, from, false)
+}
+
+// register makes f a waiter on o from offset from.
+func (wp *waitingPolls) register(o *owned, f Frame, from uint64, unconfirmed bool) {
 	wp.waitSeq++
-	w := &waiter{f: f, o: o, from: from, deadline: wp.clock.Now().Add(min(r.MaxWait, MaxPollWait)), seq: wp.waitSeq}
+	w := &waiter{f: f, o: o, from: from, deadline: wp.clock.Now().Add(min(f.Req.MaxWait, MaxPollWait)), seq: wp.waitSeq, unconfirmed: unconfirmed}
 	wp.waiters.ReplaceOrInsert(w)
 	o.waiters = append(o.waiters, w)
 	wp.armWait(w.deadline)
+}
+
+// waitUnconfirmed registers f, a leader read of replicated partition o,
+// as a waiter without its leader's confirmation when it can only wait
+// (see the package comment above: answered here with nothing at its
+// deadline, through the leader read with anything else), and reports
+// whether it did. It does so only where a confirmation costs a wake: the
+// group is quiesced (every write committed and applied, so the leader's
+// end is the group's as far as it knows). The poll must start at an
+// explicit offset equal to the partition's end: a start resolved from
+// this replica's state (a stored offset, the last message, a timestamp)
+// or an offset past its end would be answered with an offset only a
+// confirmed leader may vouch for. Anything else is confirmed first, as
+// before.
+func (wp *waitingPolls) waitUnconfirmed(o *owned, f Frame, quiesced bool) bool {
+	r := f.Req
+	if !quiesced || r.Op != OpPoll || !r.FromLeader || r.MaxWait <= 0 || r.Count <= 0 ||
+		r.Start != StartOffset || r.UseConsumer || o.rep.grp == nil || !o.rep.grp.IsLeader() ||
+		o.rep.catchup != nil || o.failed != nil || o.unacked() ||
+		r.Offset != o.p.NextOffset() || wp.waiters.Len() >= wp.maxWaiters {
+		return false
+	}
+	wp.register(o, f, r.Offset, true)
+	return true
 }
 
 // touch notes that o's readable log changed (messages became readable,
@@ -298,6 +350,19 @@ func (wp *waitingPolls) finishWait(w *waiter, deadline bool) bool {
 	if !full && !deadline {
 		return false
 	}
+	if w.unconfirmed && resp.Err == nil && len(resp.Messages) > 0 {
+		// Messages are served only by a confirmed leader: the poll
+		// becomes a leader read that answers what is there once
+		// confirmed (it does not wait again).
+		req := *w.f.Req
+		req.MaxWait = 0
+		f := w.f
+		f.Req = &req
+		wp.owner.confirmLeaderRead(o, f)
+		return true
+	}
+	// Nothing (or an error) for an unconfirmed waiter at its deadline:
+	// answered here, without a round, as the package comment explains.
 	resp.Err = wp.owner.damagedRead(o, w.f, wp.owner.fenceUnusable(o, resp.Err))
 	wp.owner.answer(w.f, resp)
 	return true

@@ -699,7 +699,7 @@ func (c *csim) storeElsewhere(o *op, except uint64, add func(*op, incKey, linIn,
 // history, or reports false to leave it out.
 func (c *csim) linearizeOp(o *op) (incKey, linIn, linOut, bool) {
 	in := linIn{kind: o.kind, from: o.from, count: o.count, consumer: o.consumer, useConsumer: o.useConsumer,
-		offset: o.offset, stale: o.kind == kindPoll && o.local}
+		offset: o.offset, stale: o.kind == kindPoll && o.local, wait: o.kind == kindPoll && !o.local && o.wait > 0}
 	var out linOut
 	switch o.kind {
 	case kindPoll:

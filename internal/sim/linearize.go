@@ -25,6 +25,12 @@ type linIn struct {
 	// the log holds there, but may stop short of the log's end, and start
 	// from a consumer offset the replica has not caught up with.
 	stale bool
+	// wait: a waiting poll of the leader. Answered empty, with its own
+	// offset as the next one, it claims nothing about the log: the
+	// leader of a quiesced group answers an idle poll's expiry without
+	// confirming its leadership (shard/wait.go), so a deposed leader may
+	// answer "nothing yet" for an offset its successor has filled.
+	wait bool
 }
 
 // linOut is an operation's output.
@@ -80,6 +86,9 @@ var logModel = porcupine.Model{
 					return false, nil
 				}
 				return k == 0 || slices.Equal(s.log[from:from+k], out.ids), s
+			}
+			if in.wait && len(out.ids) == 0 && out.offset == from {
+				return true, s
 			}
 			// A poll past the end reads as the end: Next is the end.
 			lo, hi := min(from, n), min(from+uint64(in.count), n)
