@@ -139,7 +139,7 @@ func decodeJournal(b []byte, path string) ([]journalEntry, error) {
 			if q, ok := certainFrameAfter(b, pos+1); ok {
 				return nil, corruptf(path, int64(pos), "zeros where a journal frame should start, followed by a valid one at byte %d", q)
 			}
-			if finalWrittenWhole(b, pos, journalFrameHeader) {
+			if finalWrittenWhole(b, pos) {
 				return nil, corruptf(path, int64(pos), "a journal frame with no length, written whole (not cut short, no unwritten sector): damage, not a torn write")
 			}
 			return out, nil
@@ -157,8 +157,8 @@ func decodeJournal(b []byte, path string) ([]journalEntry, error) {
 			// Nothing certain after it: torn only if it is an incomplete
 			// write (package tail, the rule every log applies). A frame
 			// written whole and damaged since held acknowledged records.
-			if finalWrittenWhole(b, pos, journalFrameHeader+uint64(length)) {
-				return nil, corruptf(path, int64(pos), "the last journal frame fails its checksum but was written whole (not cut short, no unwritten sector): damage, not a torn write")
+			if finalWrittenWhole(b, pos) {
+				return nil, corruptf(path, int64(pos), "the last journal frame fails its checksum but was written whole (not cut short, no unwritten sector, or whole with one bit of its length flipped back): damage, not a torn write")
 			}
 			return out, nil
 		}
@@ -180,16 +180,33 @@ func decodeJournal(b []byte, path string) ([]journalEntry, error) {
 	return out, nil
 }
 
-// finalWrittenWhole reports whether the bad frame at pos in b, of size
-// bytes as its header says, with no certain frame after it, is damage: no
+// finalWrittenWhole reports whether the bad frame at pos in b, with no
+// certain frame after it, is damage: no
 // frame at all follows it (valid uncertain frames after it make it part
 // of a torn tail: a crash may tear any of them, in any order), and it is
 // not an incomplete write by package tail's rule.
-func finalWrittenWhole(b []byte, pos int, size uint64) bool {
+func finalWrittenWhole(b []byte, pos int) bool {
 	if _, ok := nextJournalFrame(b, pos+1); ok {
 		return false
 	}
-	return !tail.Torn(b[pos:], int64(pos), journalFrameHeader, size)
+	return !tail.Torn(b[pos:], int64(pos), journalTailFormat)
+}
+
+// journalTailFormat is the journal's frame format, for package tail's
+// rule.
+var journalTailFormat = tail.Format{
+	LengthAt: 4,
+	Size: func(h []byte) (int, uint64) {
+		return journalFrameHeader, journalFrameHeader + uint64(le.Uint32(h[4:])&^journalUncertain)
+	},
+	Whole: func(b []byte) bool {
+		if len(b) < journalFrameHeader {
+			return false
+		}
+		length := le.Uint32(b[4:]) &^ journalUncertain
+		return uint64(length) <= uint64(len(b)-journalFrameHeader) &&
+			crc32.Checksum(b[4:journalFrameHeader+int(length)], castagnoli) == le.Uint32(b)
+	},
 }
 
 // certainFrameAfter finds the first position at or after from where a

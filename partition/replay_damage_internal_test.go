@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -58,9 +59,14 @@ func copyTree(t *testing.T, from string) string {
 //     it: no partition can be trusted to hold the damaged frame's
 //     records, so each is fenced at its log's end (every read below it
 //     served, the damage reported by Damage, appends answered the
-//     *CorruptError).
+//     *CorruptError);
+//   - one bit of the length of the journal's last frame flipped, so that
+//     the frame runs into the zeros of the preallocated file (or past its
+//     end): it reads as a write cut short, but flipped back the frame
+//     checks whole — damage (package tail's rule), fenced the same way,
+//     the file kept as it is.
 func TestBehaviour28ReplayDamageFencesItsPartition(t *testing.T) {
-	for _, c := range []string{"log cut below the journal", "consumer offset file", "journal frame"} {
+	for _, c := range []string{"log cut below the journal", "consumer offset file", "journal frame", "journal, last frame's length, one bit"} {
 		t.Run(c, func(t *testing.T) {
 			dir := t.TempDir()
 			cfg := FileConfig{Dir: dir, MaxOpenFiles: 16, SerialSyncs: true}
@@ -115,6 +121,31 @@ func TestBehaviour28ReplayDamageFencesItsPartition(t *testing.T) {
 					t.Fatalf("setup: journal files %v (%v)", names, err)
 				}
 				flipAt(t, filepath.Join(rel(s.journalPath()), names[0].Name()), 20)
+			case "journal, last frame's length, one bit":
+				names, err := os.ReadDir(rel(s.journalPath()))
+				if err != nil || len(names) == 0 {
+					t.Fatalf("setup: journal files %v (%v)", names, err)
+				}
+				path := filepath.Join(rel(s.journalPath()), names[len(names)-1].Name())
+				b, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// The file is preallocated: its frames end where zeros start.
+				last := 0 // the last frame's start
+				for pos := 0; pos+journalFrameHeader <= len(b) && !allZero(b[pos:pos+journalFrameHeader]); {
+					last = pos
+					pos += journalFrameHeader + int(le.Uint32(b[pos+4:])&^journalUncertain)
+				}
+				b[last+5] ^= 0x40 // +16 KiB: into the zeros after the frames, or past the end of the file
+				if err := vfs.WriteFileAtomic(vfs.Default, path, b); err != nil {
+					t.Fatal(err)
+				}
+				defer func() {
+					if after, err := os.ReadFile(path); err != nil || !bytes.Equal(after, b) {
+						t.Errorf("the damaged journal file changed: %d bytes of %d (%v)", len(after), len(b), err)
+					}
+				}()
 			}
 
 			for open := range 2 { // the second open finds the damage again
@@ -138,7 +169,8 @@ func checkFenced(t *testing.T, s *FileStore, c string) {
 	}
 	defer p1.Close()
 	msgs, err := p1.Read(0, 10)
-	if want := []string{"1/0", "1/1", "1/2", "1/3", "1/4", "1/5"}; c != "journal frame" && (err != nil || !slices.Equal(payloadsOf(msgs), want)) {
+	journal := strings.HasPrefix(c, "journal")
+	if want := []string{"1/0", "1/1", "1/2", "1/3", "1/4", "1/5"}; !journal && (err != nil || !slices.Equal(payloadsOf(msgs), want)) {
 		t.Fatalf("partition 1: %v, %v; want %v", payloadsOf(msgs), err, want)
 	}
 	p0, err := s.Build(journalNS(t, 0), 1)
@@ -154,7 +186,7 @@ func checkFenced(t *testing.T, s *FileStore, c string) {
 	}
 	defer p0.Close()
 	for _, p := range []Partition{p0, p1} {
-		if c != "journal frame" && p == p1 {
+		if !journal && p == p1 {
 			continue
 		}
 		end := p.NextOffset()

@@ -692,30 +692,7 @@ func (s *segment) finalDamage(end, size int64, stop *CorruptError) (*CorruptErro
 	if end >= size {
 		return nil, nil
 	}
-	var h [recordHeaderSizeV1]byte
-	var l uint32
-	hs := recordHeaderSizeV1
-	if size-end >= 8 {
-		if _, err := s.log.ReadAt(h[:8], end); err != nil {
-			return nil, err
-		}
-		l, hs = recordLength(h[:])
-	}
-	if size-end >= 8 {
-		// A length that runs the record past what follows it reads as a
-		// write cut short, unless one bit of it is all that is wrong: a
-		// record that checks whole with one bit of its length flipped
-		// back was written whole, and the flip is damage (a torn write
-		// leaves a true length over missing bytes; 32 candidates whose
-		// CRC-32C a stray match passes about once in 2^27).
-		if whole, err := s.lengthFlipped(end, size); err != nil || whole {
-			if err != nil {
-				return nil, err
-			}
-			return corruptf(s.logPath, end, "the last record's length has a bit flipped (the record checks whole with it flipped back): damage, not a torn write"), nil
-		}
-	}
-	torn, err := tail.TornAt(s.log, end, size, hs, uint64(l))
+	torn, err := tail.TornAt(s.log, end, size, s.tailFormat())
 	if err != nil || torn {
 		return nil, err
 	}
@@ -723,30 +700,22 @@ func (s *segment) finalDamage(end, size int64, stop *CorruptError) (*CorruptErro
 	if stop != nil {
 		why = stop.Err.Error()
 	}
-	return corruptf(s.logPath, end, "%s; it is the last record but was written whole (not cut short, no unwritten sector): damage, not a torn write", why), nil
+	return corruptf(s.logPath, end, "%s; it is the last record but was written whole (not cut short, no unwritten sector, or whole with one bit of its length flipped back): damage, not a torn write", why), nil
 }
 
-// maxFlipProbe bounds the bytes lengthFlipped reads: a last record
-// larger than that is judged by the tail rule alone.
-const maxFlipProbe = 1 << 20
-
-// lengthFlipped reports whether the bytes from end to size (the file's)
-// start with a whole, valid record once one bit of the record's length
-// field is flipped.
-func (s *segment) lengthFlipped(end, size int64) (bool, error) {
-	b := make([]byte, min(size-end, maxFlipProbe))
-	if _, err := s.log.ReadAt(b, end); err != nil && !errors.Is(err, io.EOF) {
-		return false, err
+// tailFormat is the segment's record format, for package tail's rule.
+func (s *segment) tailFormat() tail.Format {
+	return tail.Format{
+		LengthAt: 4,
+		Size: func(h []byte) (int, uint64) {
+			l, hs := recordLength(h)
+			return hs, uint64(l)
+		},
+		Whole: func(b []byte) bool {
+			_, n, err := parseRecord(b, s.logPath, 0)
+			return err == nil && n > 0
+		},
 	}
-	for bit := range 32 {
-		le.PutUint32(b[4:], le.Uint32(b[4:])^1<<bit)
-		_, n, err := parseRecord(b, s.logPath, end)
-		le.PutUint32(b[4:], le.Uint32(b[4:])^1<<bit)
-		if err == nil && n > 0 {
-			return true, nil
-		}
-	}
-	return false, nil
 }
 
 // resync looks past damage for the next record: the first position q in

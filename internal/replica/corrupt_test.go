@@ -1,8 +1,10 @@
 package replica_test
 
 import (
+	"encoding/binary"
 	"errors"
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -310,4 +312,71 @@ func TestFinalRecordWrittenWholeIsDamage(t *testing.T) {
 		}
 	})
 	_ = b
+}
+
+// TestFinalRecordLengthFlippedIsDamage, on the real filesystem: one bit
+// of the raft log's last record's length flipped — whichever bit, so the
+// record runs past the end of the file or ends inside itself — reads as
+// a write cut short by the rest of package tail's rule, but the record
+// checks whole with the bit flipped back: damage. OpenDisk refuses it
+// with ErrCorruptLog and a *wal.CorruptError at the record's offset and
+// leaves the file as it is; truncating would forget the hard state that
+// acknowledged entries. The same record cut short at any byte is a torn
+// write: OpenDisk drops it and opens.
+func TestFinalRecordLengthFlippedIsDamage(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "g", "raft.log")
+	d, err := replica.OpenDisk(vfs.Default, path, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Save(snapAt(1, 1, ""), entries(2, 3, 2), hardState(2, 1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Save(nil, nil, hardState(2, 1, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := 0 // the last record's offset: records are a 4-byte data length, a checksum, the data
+	for pos := 0; pos < len(good); pos += wal.HeaderSize + int(binary.LittleEndian.Uint32(good[pos:])) {
+		last = pos
+	}
+	write := func(b []byte) {
+		t.Helper()
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for bit := range 32 {
+		bad := slices.Clone(good)
+		bad[last+bit/8] ^= 1 << (bit % 8)
+		write(bad)
+		_, err := replica.OpenDisk(vfs.Default, path, true)
+		var ce *wal.CorruptError
+		if !errors.Is(err, replica.ErrCorruptLog) || !errors.As(err, &ce) || ce.Path != path || ce.Offset != int64(last) {
+			t.Fatalf("bit %d of the last record's length flipped: %v, want ErrCorruptLog with a *wal.CorruptError at %s:%d", bit, err, path, last)
+		}
+		if after, err := os.ReadFile(path); err != nil || !slices.Equal(after, bad) {
+			t.Fatalf("bit %d of the last record's length flipped: the log changed to %d bytes of %d (%v)", bit, len(after), len(bad), err)
+		}
+	}
+	for cut := last + 1; cut < len(good); cut++ {
+		write(good[:cut])
+		d, err := replica.OpenDisk(vfs.Default, path, true)
+		if err != nil {
+			t.Fatalf("the last record cut short at byte %d of %d: %v, want a torn write dropped", cut-last, len(good)-last, err)
+		}
+		got := d.Recovered().HardState.GetCommit()
+		if err := d.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got != 2 {
+			t.Fatalf("the last record cut short at byte %d: commit %d, want 2 (the record before it)", cut-last, got)
+		}
+	}
 }

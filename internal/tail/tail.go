@@ -18,10 +18,19 @@
 // checksum, with no unwritten sector and not ending in zeros — was written
 // whole and changed afterwards: damage.
 //
+// One damage is told apart before those: a length field with one bit
+// flipped. A length flipped into one that runs past the end of the file
+// would read as a write cut short; a record that checks whole (its
+// checksum holds) with one bit of its length flipped back was written
+// whole, and is damage whatever else the rule would say. A torn write
+// leaves a true length over missing bytes, and a stray checksum match
+// among the 32 candidates happens about once in 2^27.
+//
 // The rule errs towards "torn" only for records whose own bytes hold a
 // sector's worth of zeros, or end in zeros, and are damaged elsewhere; and
-// a header whose length was damaged into one that runs past the end reads
-// as torn, since nothing in the record can say otherwise. It errs towards
+// a header whose length was damaged in more than one bit into one that
+// runs past the end reads as torn, since nothing in the record can say
+// otherwise. It errs towards
 // "damage" for a torn write whose unwritten sectors hold older bytes
 // rather than zeros (a region written, not synced, taken back and written
 // again before a power loss): the log is then refused, with the error,
@@ -38,12 +47,38 @@ const SectorSize = 512
 // and a few zero bytes are no evidence of anything.
 const minChunk = 8
 
+// Format is what the rule needs of a log's record format.
+type Format struct {
+	// LengthAt is where a record's length field (4 bytes, little endian)
+	// lies in its header.
+	LengthAt int
+	// Size returns, from the first LengthAt+4 bytes of a record, the size
+	// of its fixed header and the record's size, header included, as its
+	// length field states it.
+	Size func(h []byte) (header int, size uint64)
+	// Whole reports whether b starts with a whole record whose checksum
+	// holds (b may run past it). It must accept any bytes without
+	// panicking, and neither keep nor change b.
+	Whole func(b []byte) bool
+}
+
+// maxProbe bounds the bytes TornAt reads to check a record with its
+// length flipped back: a candidate larger than that is judged by the rest
+// of the rule alone. Torn, given the bytes, checks every candidate.
+const maxProbe = 16 << 20
+
 // Torn reports whether rec — a log's bytes from a bad record's start, at
 // file offset pos, to the end of the file, with nothing whole after it —
-// is an incomplete final write. header is the size of the record's fixed
-// header; size is the record's length, header included, as the header
-// states it (any value when the header is cut or states none).
-func Torn(rec []byte, pos int64, header int, size uint64) bool {
+// is an incomplete final write. Torn changes bytes of rec while it runs
+// and restores them before it returns.
+func Torn(rec []byte, pos int64, f Format) bool {
+	if len(rec) < f.LengthAt+4 {
+		return true // the file ends before the record's length does
+	}
+	if lengthFlipped(rec, f) {
+		return false
+	}
+	header, size := f.Size(rec)
 	if len(rec) < header || size > uint64(len(rec)) {
 		return true // the file ends before the record does
 	}
@@ -57,8 +92,27 @@ func Torn(rec []byte, pos int64, header int, size uint64) bool {
 
 // TornAt is Torn for a record read from r, from pos to end (the end of
 // the file), read in pieces: a damaged length is never trusted to size a
-// buffer.
-func TornAt(r io.ReaderAt, pos, end int64, header int, size uint64) (bool, error) {
+// buffer (the bytes a candidate length needs are read only if the file
+// holds them, and at most maxProbe of them).
+func TornAt(r io.ReaderAt, pos, end int64, f Format) (bool, error) {
+	if end-pos < int64(f.LengthAt+4) {
+		return true, nil
+	}
+	var h [64]byte
+	hb := h[:min(int64(len(h)), end-pos)]
+	if _, err := r.ReadAt(hb, pos); err != nil {
+		return false, err
+	}
+	if need := probeSize(hb, end-pos, f); need > 0 {
+		b := make([]byte, need)
+		if _, err := r.ReadAt(b, pos); err != nil {
+			return false, err
+		}
+		if lengthFlipped(b, f) {
+			return false, nil
+		}
+	}
+	header, size := f.Size(hb)
 	if end-pos < int64(header) || size > uint64(end-pos) {
 		return true, nil
 	}
@@ -84,6 +138,44 @@ func TornAt(r io.ReaderAt, pos, end int64, header int, size uint64) (bool, error
 		at = stop
 	}
 	return stopped(z, n, end-pos), nil
+}
+
+// flip flips one bit of the length field of the record header h.
+func flip(h []byte, f Format, bit int) {
+	l := h[f.LengthAt : f.LengthAt+4]
+	l[bit/8] ^= 1 << (bit % 8)
+}
+
+// probeSize is the bytes, of the avail a file holds from a record's
+// start (whose first bytes are h), that the record's candidates with one
+// bit of the length flipped need: the largest that fits, or 0 if none
+// does.
+func probeSize(h []byte, avail int64, f Format) int64 {
+	var need int64
+	for bit := range 32 {
+		flip(h, f, bit)
+		header, size := f.Size(h)
+		flip(h, f, bit)
+		if size >= uint64(header) && size <= uint64(min(avail, maxProbe)) {
+			need = max(need, int64(size))
+		}
+	}
+	return need
+}
+
+// lengthFlipped reports whether rec starts with a whole record once one
+// bit of its length field is flipped: a record written whole whose
+// length was damaged since.
+func lengthFlipped(rec []byte, f Format) bool {
+	for bit := range 32 {
+		flip(rec, f, bit)
+		whole := f.Whole(rec)
+		flip(rec, f, bit)
+		if whole {
+			return true
+		}
+	}
+	return false
 }
 
 // stopped reports whether a record of n bytes, in a file that has total

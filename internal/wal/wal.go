@@ -450,7 +450,7 @@ const (
 )
 
 // errWrittenWhole is why a bad final record is damage.
-var errWrittenWhole = errors.New("the last record fails its checksum but was written whole (not cut short, no unwritten sector): damage, not a torn write")
+var errWrittenWhole = errors.New("the last record fails its checksum but was written whole (not cut short, no unwritten sector, or whole with one bit of its length flipped back): damage, not a torn write")
 
 // scan walks the records of b, calling fn (if not nil) with each record's
 // position and data until fn returns false. It returns the number of valid
@@ -480,14 +480,25 @@ func scan(b []byte, max int, fn func(i uint64, data []byte) bool) (n uint64, goo
 	}
 	// Nothing whole after it: torn only if it is an incomplete write
 	// (package tail, the rule every log applies).
-	var size uint64
-	if len(b)-good >= 4 {
-		size = HeaderSize + uint64(binary.LittleEndian.Uint32(b[good:]))
-	}
-	if torn.Torn(b[good:], int64(good), HeaderSize, size) {
+	if torn.Torn(b[good:], int64(good), tailFormat(max)) {
 		return n, good, tailTorn
 	}
 	return n, good, tailDamaged
+}
+
+// tailFormat is the record format, for package tail's rule, of a log
+// whose records hold at most max bytes of data.
+func tailFormat(max int) torn.Format {
+	return torn.Format{
+		LengthAt: 0,
+		Size: func(h []byte) (int, uint64) {
+			return HeaderSize, HeaderSize + uint64(binary.LittleEndian.Uint32(h))
+		},
+		Whole: func(b []byte) bool {
+			_, _, ok := decodeRecord(b, max)
+			return ok
+		},
+	}
 }
 
 // readAll reads the whole file.
