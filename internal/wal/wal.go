@@ -21,9 +21,13 @@
 //
 // Open reads the whole file and validates every record. Whatever follows the
 // last valid record is a torn write if no valid record can be found anywhere
-// after it: a partial record, a record with a bad checksum, zeros, garbage.
-// Open truncates it away, so the next append lands right behind the last
-// good record. Open always syncs the file before returning, so the records
+// after it and it is an incomplete write by package tail's rule (the one
+// every log applies): a record cut short, one that stops part way into
+// zeros, one with an unwritten sector. Open truncates it away, so the next
+// append lands right behind the last good record. A last record written
+// whole and damaged since — a bad checksum over its whole length, or a
+// record that checks whole with one bit of its length flipped back — is a
+// *CorruptError, and nothing is truncated. Open always syncs the file before returning, so the records
 // it found are durable even if a previous process wrote them and died before
 // its own sync (they may have been only in the page cache); callers can act
 // on what Replay returns. (After a failed fsync, Linux may report later
