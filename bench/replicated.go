@@ -631,15 +631,21 @@ func (c *jetStreamCluster) caughtUp(ctx context.Context, js nats.JetStreamContex
 	if want >= 0 && info.State.Msgs != uint64(want) {
 		return false, fmt.Errorf("nats: stream leader holds %d messages, %d were acknowledged", info.State.Msgs, want)
 	}
+	return followersCurrent(info), nil
+}
+
+// followersCurrent reports whether a replicated stream's info lists both
+// followers, each current, online and with no lag.
+func followersCurrent(info *nats.StreamInfo) bool {
 	if len(info.Cluster.Replicas) != replicas-1 {
-		return false, nil
+		return false
 	}
 	for _, r := range info.Cluster.Replicas {
 		if !r.Current || r.Offline || r.Lag != 0 {
-			return false, nil
+			return false
 		}
 	}
-	return true, nil
+	return true
 }
 
 func (c *jetStreamCluster) entry() string {
@@ -688,15 +694,7 @@ func (c *jetStreamCluster) verifyTopics(ctx context.Context, n int) error {
 			if info.State.Msgs != 1 {
 				return false, fmt.Errorf("nats: stream %s holds %d messages, 1 was acknowledged", name, info.State.Msgs)
 			}
-			if len(info.Cluster.Replicas) != replicas-1 {
-				return false, nil
-			}
-			for _, r := range info.Cluster.Replicas {
-				if !r.Current || r.Offline || r.Lag != 0 {
-					return false, nil
-				}
-			}
-			return true, nil
+			return followersCurrent(info), nil
 		}); err != nil {
 			return err
 		}
