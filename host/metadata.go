@@ -138,7 +138,7 @@ func openMetaGroup(c *clusterNode, disk *replica.Disk, mcfg metadata.Config) (*m
 		seen: dedupe.New[MetadataResult](metaDedupeWindow), policy: replica.CompactionPolicy{Entries: every},
 		props: make(chan metaOp), in: make(chan *raftpb.Message, 1024), failed: make(chan struct{}),
 		reads: make(chan chan error), leaseIn: make(chan leaseOp, 4096), producer: newProducerID()}
-	m.elect = groups.NewElections(m, uint64(c.cfg.ID), false, replica.DefaultElectionTicks)
+	m.elect = groups.NewElections(m, false, replica.DefaultElectionTicks)
 	fail := func(err error) (*metaGroup, error) {
 		_ = g.Close()
 		return nil, err

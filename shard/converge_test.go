@@ -18,7 +18,7 @@ func newQuiescedReplNet(t *testing.T, count int) (*replNet, []metadata.Namespace
 	for id := uint64(1); id <= 3; id++ {
 		s := n.shard(id)
 		s.cfg.Replication.Quiesce = true
-		s.rg.elect = groups.NewElections[*owned](&s.rg, s.cfg.Replication.Node, true, s.rg.electionTicks())
+		s.rg.elect = groups.NewElections[*owned](&s.rg, true, s.rg.electionTicks())
 	}
 	var nss []metadata.Namespace
 	var epochs []uint64

@@ -265,7 +265,7 @@ func New(cfg Config, meta *metadata.Store, rt *router.Router[Frame]) (*Shard, er
 		replicated: make(map[metadata.Namespace]*owned),
 	}
 	if r := cfg.Replication; r != nil {
-		s.rg.elect = groups.NewElections[*owned](&s.rg, r.Node, r.Quiesce, s.rg.electionTicks())
+		s.rg.elect = groups.NewElections[*owned](&s.rg, r.Quiesce, s.rg.electionTicks())
 	}
 	s.commit = commitGroup{owner: s, polls: &s.polls, clock: cfg.Clock, log: s.log, m: s.m,
 		manual: cfg.Manual, journal: cfg.Journal}

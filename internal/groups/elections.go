@@ -107,10 +107,8 @@ type ElectionHost[G comparable] interface {
 // is not safe for concurrent use: the host drives it on its goroutine.
 type Elections[G comparable] struct {
 	host ElectionHost[G]
-	// bounded: quiescence is on; self is the host's node, and timeout an
-	// election timeout in ticks.
+	// bounded: quiescence is on; timeout an election timeout in ticks.
 	bounded bool
-	self    uint64
 	timeout int64
 
 	// campaign holds the groups this node stands for election in, waiting
@@ -129,11 +127,11 @@ type heldGroup[G comparable] struct {
 	since int64
 }
 
-// NewElections returns the elections of host, the node self, whose
-// groups time an election out after electionTicks ticks; bounded is
-// quiescence (see above).
-func NewElections[G comparable](host ElectionHost[G], self uint64, bounded bool, electionTicks int64) Elections[G] {
-	return Elections[G]{host: host, bounded: bounded, self: self, timeout: electionTicks}
+// NewElections returns the elections of host, whose groups time an
+// election out after electionTicks ticks; bounded is quiescence (see
+// above).
+func NewElections[G comparable](host ElectionHost[G], bounded bool, electionTicks int64) Elections[G] {
+	return Elections[G]{host: host, bounded: bounded, timeout: electionTicks}
 }
 
 // Room reports whether a new group this node should lead may campaign at

@@ -65,7 +65,7 @@ const timeout = 10 // election ticks
 func TestElectionsBounded(t *testing.T) {
 	const n = groups.CampaignsInFlight + 8
 	h := newElectionHost(t, n)
-	e := groups.NewElections[int](h, 1, true, timeout)
+	e := groups.NewElections[int](h, true, timeout)
 	for i := range n {
 		e.Queue(i)
 		if c := &h.groups[i].c; !c.Held() || !c.Queued() {
@@ -118,7 +118,7 @@ func TestElectionsBounded(t *testing.T) {
 func TestElectionsHoldExpires(t *testing.T) {
 	h := newElectionHost(t, 1)
 	h.groups[1] = &candidate{g: leader(t), live: true, awake: true}
-	e := groups.NewElections[int](h, 1, true, timeout)
+	e := groups.NewElections[int](h, true, timeout)
 	e.Hold(1)
 	e.Hold(0)
 	e.Hold(1) // held already: not held twice
@@ -147,7 +147,7 @@ func TestElectionsHoldExpires(t *testing.T) {
 func TestElectionsAwake(t *testing.T) {
 	const n = groups.CampaignsPerTick + 2
 	h := newElectionHost(t, n)
-	e := groups.NewElections[int](h, 1, false, timeout)
+	e := groups.NewElections[int](h, false, timeout)
 	if !e.Room() {
 		t.Fatal("no room without quiescence")
 	}
@@ -175,7 +175,7 @@ func TestElectionsAwake(t *testing.T) {
 // CampaignsInFlight elections under way) it queues it, held.
 func TestElectionsStand(t *testing.T) {
 	h := newElectionHost(t, 3)
-	e := groups.NewElections[int](h, 1, false, timeout)
+	e := groups.NewElections[int](h, false, timeout)
 	h.groups[1].live = false
 	h.groups[2].g = leader(t)
 	for i := range 3 {
@@ -187,7 +187,7 @@ func TestElectionsStand(t *testing.T) {
 
 	const n = groups.CampaignsInFlight + 1
 	h = newElectionHost(t, n)
-	e = groups.NewElections[int](h, 1, true, timeout)
+	e = groups.NewElections[int](h, true, timeout)
 	for i := range n {
 		e.Stand(i)
 	}
