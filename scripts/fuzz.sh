@@ -37,7 +37,6 @@ targets='
 ./host FuzzDecodeResponse
 ./host FuzzDecodeRaftBatch
 ./host FuzzDecodeRaft
-./host FuzzDecodeRaft
 ./host FuzzDecodeIdentity
 ./kafka FuzzDecodeBatches
 ./kafka FuzzProcess
