@@ -21,7 +21,7 @@ var (
 const lyingSeeds = 60
 
 // TestBehaviour28SimulationLyingDisk runs single-node seeds with the
-// lying disk on (sim.LyingConfig: bit flips, truncations and rollbacks
+// lying disk on (sim.DefaultConfig, whose faults include lies: bit flips, truncations and rollbacks
 // while the node is down, misdirected writes, bad sectors and flips on
 // read while it runs): every acknowledged message is read intact at its
 // offset or its read reports the damage with a typed error; never a
@@ -32,7 +32,7 @@ func TestBehaviour28SimulationLyingDisk(t *testing.T) {
 	list := seeds(t, lyingSeeds)
 	_, replay := replaySeed(t)
 	runs := runSeeds(list, func(seed uint64) sim.Config {
-		cfg := sim.LyingConfig(seed)
+		cfg := sim.DefaultConfig(seed)
 		cfg.Faults.Lie *= *flagLieX
 		cfg.Faults.LieKinds = sim.LieKind(*flagLieKinds)
 		if *flagTrace && replay {
@@ -81,7 +81,7 @@ const lieCaughtSeeds = 60
 // checksum) and builds that meet it starting the partition over
 // (sim.BreakRebuildOnDamage) — the simulator reports a silent loss or an
 // answer that does not linearize, for every lie kind alone, within
-// lieCaughtSeeds seeds (the lie rate is twice LyingConfig's). Violations
+// lieCaughtSeeds seeds (the lie rate is twice the default's). Violations
 // classified as known limits do not count, but for truncations (see
 // below).
 func TestBehaviour28LyingDiskCatchesSwallowedDamage(t *testing.T) {
@@ -104,7 +104,7 @@ func TestBehaviour28LyingDiskCatchesSwallowedDamage(t *testing.T) {
 				list[i] = uint64(i)
 			}
 			cfg := func(seed uint64) sim.Config {
-				cfg := sim.LyingConfig(seed)
+				cfg := sim.DefaultConfig(seed)
 				cfg.Faults.Lie *= 2
 				cfg.Faults.LieKinds = k.Kind
 				// Without the clock faults, whose draws (merged beside

@@ -244,11 +244,6 @@ func DefaultConfig(seed uint64) Config {
 	return Config{Seed: seed, Faults: DefaultFaults()}
 }
 
-// LyingConfig is the configuration of the lying-disk seeds: the default
-// ones, whose faults include lies (DefaultLie) since the single-node
-// engine limits they found were fixed or classified (known.go).
-func LyingConfig(seed uint64) Config { return DefaultConfig(seed) }
-
 // DefaultLie is the lying-disk rate of the default single-node faults:
 // about four lies in a run of the default length.
 const DefaultLie = 0.002
