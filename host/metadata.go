@@ -88,7 +88,9 @@ type metaGroup struct {
 	// it, so the one the leader sends it must be taken after the change.
 	compaction groups.Compaction
 
-	q metaQuiet // quiescence (metaquiesce.go)
+	// awake is the member's quiescence: its one group is in it while it
+	// is ticked (groups.Awake; metamember.go).
+	awake groups.Awake[uint64, *metaGroup]
 	// elect schedules the member's elections, cand is its place in them
 	// (groups.Elections, without its bound: one group, campaigning at
 	// once; its election timer is the fallback).
@@ -139,6 +141,7 @@ func openMetaGroup(c *clusterNode, disk *replica.Disk, mcfg metadata.Config) (*m
 		props: make(chan metaOp), in: make(chan *raftpb.Message, 1024), failed: make(chan struct{}),
 		reads: make(chan chan error), leaseIn: make(chan leaseOp, 4096), producer: newProducerID()}
 	m.elect = groups.NewElections(m, false, replica.DefaultElectionTicks)
+	m.wake() // a member starts awake
 	fail := func(err error) (*metaGroup, error) {
 		_ = g.Close()
 		return nil, err
@@ -328,16 +331,22 @@ func (m *metaGroup) tick() error {
 		if err := m.reopenGroup(); err != nil {
 			return err
 		}
-		m.q = metaQuiet{} // a reopened member starts awake
+		m.awake.Remove(metaKey)
+		m.wake() // a reopened member starts awake, its clock from zero
 		m.cand.Reset()
 	}
 	m.leaseTick()
 	m.elect.Tick()
-	if m.q.quiet {
+	if m.quiesced() {
 		return nil
 	}
-	// A learner waiting for its promotion needs the leader's ticks.
-	if promoting := m.promoteLearners(); m.quiesceOnTick(!promoting) {
+	// An awake leader with nothing to do quiesces instead of ticking,
+	// sending its followers the quiesce heartbeat. A learner waiting for
+	// its promotion needs the leader's ticks; a read barrier of the
+	// leader's own waits for a heartbeat round's answers, which a
+	// quiesced leader would not resend if one was lost.
+	promoting := m.promoteLearners()
+	if m.awake.Quiesce(metaKey, m.g, !promoting && m.barriers.Asked() == 0, m.c.live.alive, m.Send) {
 		return nil
 	}
 	_ = m.g.Tick() // a panic fails the group, which process reports
@@ -444,7 +453,7 @@ func (c *clusterNode) runMetadata(ctx context.Context) {
 			return
 		}
 		m.serveReads()
-		if long && !m.q.quiet {
+		if long && !m.quiesced() {
 			// Woken while the driver slept: back to one fire per tick,
 			// from the next tick on.
 			tick.Reset(every - clk.Now().Sub(last)%every)
@@ -483,6 +492,21 @@ func (c *clusterNode) runMetadata(ctx context.Context) {
 			tick.Reset(time.Duration(n)*every - clk.Now().Sub(last))
 		}
 	}
+}
+
+// sleepTicks is how many ticks a started engine's driver sleeps before
+// it next fires: one while the member is ticked (or down, waiting for its
+// reopen), until node liveness's next heartbeat round while it is
+// quiesced.
+func (m *metaGroup) sleepTicks() int64 {
+	if !m.quiesced() || m.unavailable() != nil {
+		return 1
+	}
+	n := m.c.live.untilBeat()
+	if due, ok := m.leaseDueTicks(); ok {
+		n = min(n, due) // a lease lapses first: expire it in time
+	}
+	return n
 }
 
 // serveReads answers the read barriers whose read index is applied
@@ -579,7 +603,7 @@ func (e *Engine) ReadBarrier(ctx context.Context) error {
 }
 
 // TickMetadata ticks a manual engine's metadata group member once (unless
-// it is quiesced, see metaquiesce.go) and handles what it made ready. Tick it every Cluster.TickInterval: the
+// it is quiesced, see metamember.go) and handles what it made ready. Tick it every Cluster.TickInterval: the
 // ticks also reopen a member that went down after its raft log refused a
 // write, once its backoff has passed (until then, and when the reopen
 // fails, it returns an error wrapping shard.ErrRetry). Node liveness
@@ -628,6 +652,13 @@ func (e *Engine) MetadataStatus() MetadataGroupStatus {
 	g := e.cl.meta.g
 	return MetadataGroupStatus{Leader: g.Leader(), Applied: g.Applied(), SnapshotIndex: g.SnapshotIndex(),
 		Voters: g.AppliedVoters(), Learners: g.AppliedLearners()}
+}
+
+// MetadataQuiesced reports whether this node's metadata member is
+// quiesced (not ticked). Call it from the goroutine that drives a manual
+// engine.
+func (e *Engine) MetadataQuiesced() bool {
+	return e.cl != nil && e.cl.meta.quiesced()
 }
 
 // MetadataKey is the deduplication key of one metadata command: a command

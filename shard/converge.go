@@ -117,7 +117,7 @@ func (rg *raftGroups) keepActive(o *owned) error {
 	if !rg.cfg.Quiesce {
 		return nil
 	}
-	if every := max(rg.electionTicks()/2, 1); int64(o.rep.quiet.AwakeTicks())%every != 0 {
+	if every := max(rg.electionTicks()/2, 1); int64(rg.q.awake.Ticks(o.p.Namespace()))%every != 0 {
 		return nil
 	}
 	return o.rep.grp.KeepActive(rg.q.down.Live)

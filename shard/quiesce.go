@@ -2,7 +2,6 @@ package shard
 
 import (
 	"context"
-	"slices"
 
 	"go.etcd.io/raft/v3/raftpb"
 
@@ -40,8 +39,8 @@ import (
 // quiescence is the shard's bookkeeping for quiescence (pump-owned).
 type quiescence struct {
 	// awake holds the groups that are ticked (every group when
-	// quiescence is off), in the order they woke; a tick takes its turn
-	// of them (converge.go).
+	// quiescence is off), in the order they woke, with their quiescence
+	// clocks; a tick takes its turn of them (converge.go).
 	awake groups.Awake[metadata.Namespace, *owned]
 	// down holds the peers node liveness reported dead.
 	down groups.Down
@@ -62,7 +61,6 @@ func (rg *raftGroups) wake(o *owned) {
 		return
 	}
 	if rg.q.awake.Add(o.p.Namespace(), o) { // an earlier incarnation's entry goes
-		o.rep.quiet.Woke()
 		rg.m.RaftWakes.Inc()
 	}
 	rg.armTick()
@@ -81,16 +79,15 @@ func (r *replicated) idle() bool {
 }
 
 // maybeQuiesce quiesces o's group if it leads a group with nothing to do,
-// sending its followers the quiesce heartbeat (groups.Quiet.Tick); it
+// sending its followers the quiesce heartbeat (groups.Awake.Quiesce); it
 // reports whether it did.
 func (rg *raftGroups) maybeQuiesce(o *owned) bool {
 	r := rg.cfg
-	if !o.rep.quiet.Tick(o.rep.grp, r.Quiesce && o.rep.idle(), rg.q.down.Live, func(m *raftpb.Message) {
+	if !rg.q.awake.Quiesce(o.p.Namespace(), o.rep.grp, r.Quiesce && o.rep.idle(), rg.q.down.Live, func(m *raftpb.Message) {
 		r.Send(raftid.Node(m.GetTo()), o.p.Namespace(), o.p.Epoch(), m)
 	}) {
 		return false
 	}
-	rg.q.awake.Remove(o.p.Namespace())
 	rg.m.RaftQuiesces.Inc()
 	rg.syncQuiesced(o)
 	return true
@@ -148,24 +145,12 @@ func (rg *raftGroups) setPeerLive(peer uint64, live bool) {
 }
 
 // campaigner is the live member that stands for election in ns's group
-// when its leader died: chosen among the live members by the namespace,
-// as the preferred leader is among all of them, so every node agrees
-// given the same liveness and the elections spread over the survivors.
-// The members are the group's voters in ascending order, not o.peers:
-// o.peers follow the metadata's order of the replicas, which a move
-// changes, and two members whose metadata stand either side of a move
-// would each wait for the other to campaign (simulator cluster seed 661
-// with node removal). A joiner before its snapshot has no voters: it
-// goes by o.peers, and never campaigns anyway.
+// when its leader died (groups.CampaignerOf): chosen among the live
+// voters by the namespace, as the preferred leader is among all of them,
+// so every node agrees given the same liveness and the elections spread
+// over the survivors.
 func (rg *raftGroups) campaigner(o *owned) uint64 {
-	peers := o.rep.peers
-	if o.rep.grp != nil {
-		if v := o.rep.grp.Voters(); len(v) > 0 {
-			slices.Sort(v)
-			peers = v
-		}
-	}
-	return groups.Campaigner(peers, rg.q.down.Live, uint64(o.p.Namespace()))
+	return groups.CampaignerOf(o.rep.grp, o.rep.peers, rg.q.down.Live, uint64(o.p.Namespace()))
 }
 
 // QuiescedGroups reports how many of the shard's raft groups are quiesced

@@ -49,7 +49,6 @@ type replicated struct {
 	// (groupcommit.go).
 	proposeBuf []Frame
 	ready      bool
-	quiet      groups.Quiet // ticks since the group last woke (quiesce.go)
 	// elect is the group's place in the shard's elections (converge.go):
 	// held, unticked, for an election or a leader.
 	elect  groups.Candidacy

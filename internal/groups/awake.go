@@ -1,15 +1,19 @@
 package groups
 
-// Awake is the set of groups a host ticks (the others are quiesced, or
-// held), in the order they woke: a host that ticks them in that order
-// ticks them in an order its history decides, not map iteration, so a
-// simulator's run is reproducible. K names a group (a partition's
-// namespace); G is the host's handle of one incarnation of it, so a
-// rebuilt group replaces the entry of the one it replaced. The zero value
-// is empty. It is not safe for concurrent use.
+// Awake is a host's quiescence state (quiesce.go): the set of groups it
+// ticks (the others are quiesced, or held), in the order they woke, each
+// with its quiescence clock, the ticks since it woke. A host that ticks
+// them in that order ticks them in an order its history decides, not map
+// iteration, so a simulator's run is reproducible. K names a group (a
+// partition's namespace); G is the host's handle of one incarnation of
+// it, so a rebuilt group replaces the entry of the one it replaced. A
+// host of many groups (a shard) and a host of one (the metadata member)
+// keep the same set. The zero value is empty: every group quiesced. It is
+// not safe for concurrent use.
 type Awake[K comparable, G comparable] struct {
 	groups []G
 	keys   []K
+	ticks  []int // ticks since each woke (Quiesce)
 	at     map[K]int
 	// buf is Turn's copy; next is where the next turn starts when more
 	// groups are awake than a turn takes.
@@ -26,8 +30,9 @@ func (a *Awake[K, G]) Has(k K, g G) bool {
 	return ok && a.groups[i] == g
 }
 
-// Add wakes g under k and reports whether it was not awake. An entry of
-// another handle under k (an earlier incarnation) is dropped first.
+// Add wakes g under k and reports whether it was not awake; a group that
+// wakes starts its quiescence clock again. An entry of another handle
+// under k (an earlier incarnation) is dropped first.
 func (a *Awake[K, G]) Add(k K, g G) bool {
 	if a.Has(k, g) {
 		return false
@@ -39,6 +44,7 @@ func (a *Awake[K, G]) Add(k K, g G) bool {
 	a.at[k] = len(a.groups)
 	a.groups = append(a.groups, g)
 	a.keys = append(a.keys, k)
+	a.ticks = append(a.ticks, 0)
 	return true
 }
 
@@ -52,14 +58,23 @@ func (a *Awake[K, G]) Remove(k K) {
 	}
 	last := len(a.groups) - 1
 	if i != last {
-		a.groups[i], a.keys[i] = a.groups[last], a.keys[last]
+		a.groups[i], a.keys[i], a.ticks[i] = a.groups[last], a.keys[last], a.ticks[last]
 		a.at[a.keys[i]] = i
 	}
 	var g G
 	var key K
 	a.groups[last], a.keys[last] = g, key
-	a.groups, a.keys = a.groups[:last], a.keys[:last]
+	a.groups, a.keys, a.ticks = a.groups[:last], a.keys[:last], a.ticks[:last]
 	delete(a.at, k)
+}
+
+// Ticks is how many ticks the group under k was counted (Quiesce) since
+// it woke; 0 when it is not awake.
+func (a *Awake[K, G]) Ticks(k K) int {
+	if i, ok := a.at[k]; ok {
+		return a.ticks[i]
+	}
+	return 0
 }
 
 // Turn is the groups to tick this tick, a copy the caller may go through

@@ -30,9 +30,16 @@ func TestAwake(t *testing.T) {
 		}
 		return out
 	}
+	// d's quiescence clock counts three ticks (not idle: never quiesces).
+	for range 3 {
+		a.Quiesce(3, nil, false, nil, nil)
+	}
 	a.Remove(0)
 	if got := names(a.Turn(0)); !slices.Equal(got, []string{"d", "b", "c"}) {
 		t.Fatalf("after removing the first: %v, want the last moved into its place", got)
+	}
+	if a.Ticks(3) != 3 || a.Ticks(1) != 0 {
+		t.Fatalf("clocks after the move: d %d, b %d; want 3 and 0 (the clock moves with its group)", a.Ticks(3), a.Ticks(1))
 	}
 	b2 := &wokeGroup{"b2"}
 	if !a.Add(1, b2) || a.Has(1, h[1]) || a.Len() != 3 {

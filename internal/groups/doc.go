@@ -15,15 +15,17 @@
 // send then apply, are replica.Group's; around them a quiesce heartbeat
 // taken or stepped, a refusal counted under its reason, a failure
 // reported, and leader reads asked again and confirmed after the Ready),
-// each host its Member. Both use its leader reads
-// (Reads), quiescence decisions (Quiet, StepQuiesce), node liveness's
-// verdicts and the campaign after a leader's death (Down, Campaigner,
-// PeerLive, and Elections, which starts it), the compaction trigger (Compaction) and the order of
+// each host its Member. Both keep their quiescence in an Awake, the set
+// of groups a host ticks with each one's quiescence clock (a shard's
+// holds its partition groups, ticked in turns; the metadata member's its
+// one group), quiesced by Awake.Quiesce and StepQuiesce. Both use its
+// leader reads (Reads), node liveness's verdicts and the campaign after a
+// leader's death (Down, PeerLive, CampaignerOf, and Elections, which
+// starts it), the compaction trigger (Compaction) and the order of
 // configuration changes (NextChange, CaughtUp: a newcomer joins as a
 // learner and is promoted once whole — a partition's new replica, and a
 // node added to the metadata group). The partition groups also use the
-// awake set a host ticks in turns (Awake; the metadata member, one
-// group, is awake or not), and the bound on elections under way at once
+// bound on elections under way at once
 // (Elections with quiescence: the others queued or held unticked; the
 // metadata member, one group, schedules its elections without the bound
 // and stands at once, Elections.Stand). A

@@ -1,6 +1,8 @@
 package groups
 
 import (
+	"slices"
+
 	"github.com/parkway-io/parkway/internal/raftid"
 	"github.com/parkway-io/parkway/internal/replica"
 )
@@ -68,6 +70,25 @@ func Campaigner(members []uint64, live func(peer uint64) bool, spread uint64) ui
 		k--
 	}
 	return 0
+}
+
+// CampaignerOf is the Campaigner of group g, among its voters in
+// ascending order. The host's own list of members is no common order: a
+// partition's follows the metadata's order of its replicas, which a move
+// changes, and two members whose metadata stand either side of a move
+// would each wait for the other to campaign (simulator cluster seed 661
+// with node removal); the voters, once the change is applied, are the
+// same on every member. A member that has no voters yet (a joiner before
+// its snapshot) goes by members, and never campaigns anyway: it votes in
+// nothing.
+func CampaignerOf(g *replica.Group, members []uint64, live func(peer uint64) bool, spread uint64) uint64 {
+	if g != nil {
+		if v := g.Voters(); len(v) > 0 {
+			slices.Sort(v)
+			members = v
+		}
+	}
+	return Campaigner(members, live, spread)
 }
 
 // PeerVerdict is what node liveness's report on a peer means for one

@@ -12,15 +12,19 @@ import (
 //
 //   - The leader quiesces on a tick once every live follower has
 //     acknowledged its whole log, everything is committed and applied,
-//     and its owner has nothing pending on the group (Quiet.Tick): it
+//     and its owner has nothing pending on the group (Awake.Quiesce): it
 //     sends each follower a quiesce heartbeat instead of ticking.
 //   - A follower quiesces when a quiesce heartbeat matches its state
 //     exactly (StepQuiesce); otherwise the heartbeat is stepped as the
 //     ordinary heartbeat it stands for, whose answer wakes the leader,
 //     which ticks a heartbeat round before it tries again.
 //
-// Which groups are awake, and what wakes them, is the owner's business
-// (a message, local work, a peer's death reported by node liveness).
+// Which groups are awake is kept in one place, the host's Awake, whoever
+// the host: a woken group is added (Add restarts its clock), a tick goes
+// through Quiesce, a quiesce heartbeat taken removes it. What wakes a
+// group is the owner's business (a message, local work, a peer's death
+// reported by node liveness), and so is what keeps it from quiescing
+// (idle).
 
 // QuiesceAfterTicks is how long a woken group is ticked before its leader
 // may quiesce it again: one heartbeat round, whose answers tell the
@@ -28,23 +32,19 @@ import (
 // lags, or missed the commit index, is then brought up to date first).
 const QuiesceAfterTicks = 2
 
-// Quiet is one group's quiescence clock: the ticks since it last woke.
-// The zero value is a group that just woke.
-type Quiet struct{ awakeTicks int }
-
-// Woke restarts the clock: the group is ticked again.
-func (q *Quiet) Woke() { q.awakeTicks = 0 }
-
-// AwakeTicks is how many ticks the group has been ticked since it woke.
-func (q *Quiet) AwakeTicks() int { return q.awakeTicks }
-
-// Tick counts a tick of the awake group g and reports whether it
-// quiesces instead of ticking: it has been awake QuiesceAfterTicks, its
-// owner is idle (nothing pending that needs ticks), and g leads a group
-// every live follower of which holds its whole log (replica.Group.CanQuiesce
-// with live, node liveness). The quiesce heartbeats then go to send.
-func (q *Quiet) Tick(g *replica.Group, idle bool, live func(peer uint64) bool, send func(*raftpb.Message)) bool {
-	if q.awakeTicks++; q.awakeTicks < QuiesceAfterTicks {
+// Quiesce counts a tick of the awake group under k, whose raft group is
+// g, and reports whether it quiesces instead of ticking (it is then no
+// longer awake): it has been awake QuiesceAfterTicks, its owner is idle
+// (nothing pending that needs ticks), and g leads a group every live
+// follower of which holds its whole log (replica.Group.CanQuiesce with
+// live, node liveness). The quiesce heartbeats then go to send. A group
+// that is not awake is not ticked, and is left as it is.
+func (a *Awake[K, G]) Quiesce(k K, g *replica.Group, idle bool, live func(peer uint64) bool, send func(*raftpb.Message)) bool {
+	i, ok := a.at[k]
+	if !ok {
+		return false
+	}
+	if a.ticks[i]++; a.ticks[i] < QuiesceAfterTicks {
 		return false
 	}
 	if !idle || !g.CanQuiesce(live) {
@@ -53,6 +53,7 @@ func (q *Quiet) Tick(g *replica.Group, idle bool, live func(peer uint64) bool, s
 	for _, m := range g.QuiesceMessages() {
 		send(m)
 	}
+	a.Remove(k)
 	return true
 }
 

@@ -9,25 +9,38 @@ import (
 )
 
 // A woken leader is ticked QuiesceAfterTicks before it may quiesce, and
-// only while its owner is idle; a wake restarts the count.
-func TestQuietTick(t *testing.T) {
+// only while its owner is idle; quiescing takes it out of the awake set
+// and sends the quiesce heartbeats; a wake restarts the count; a group
+// that is not awake is not counted.
+func TestAwakeQuiesce(t *testing.T) {
 	g := leader(t)
 	live := func(uint64) bool { return true }
-	send := func(*raftpb.Message) {}
-	var q groups.Quiet
+	sent := 0
+	send := func(*raftpb.Message) { sent++ }
+	var a groups.Awake[int, string]
+	if a.Quiesce(1, g, true, live, send) || a.Ticks(1) != 0 {
+		t.Fatal("a group that is not awake was counted")
+	}
+	a.Add(1, "g")
 	for i := 1; i < groups.QuiesceAfterTicks; i++ {
-		if q.Tick(g, true, live, send) {
+		if a.Quiesce(1, g, true, live, send) {
 			t.Fatalf("quiesced on tick %d after waking", i)
 		}
 	}
-	if q.Tick(g, false, live, send) {
+	if a.Quiesce(1, g, false, live, send) {
 		t.Fatal("quiesced with work pending")
 	}
-	if !q.Tick(g, true, live, send) {
+	if a.Ticks(1) != groups.QuiesceAfterTicks {
+		t.Fatalf("%d ticks counted, want %d", a.Ticks(1), groups.QuiesceAfterTicks)
+	}
+	if !a.Quiesce(1, g, true, live, send) {
 		t.Fatal("an idle lone leader did not quiesce")
 	}
-	q.Woke()
-	if q.AwakeTicks() != 0 || q.Tick(g, true, live, send) {
+	if a.Has(1, "g") || a.Len() != 0 {
+		t.Fatal("a quiesced group is still awake")
+	}
+	a.Add(1, "g")
+	if a.Ticks(1) != 0 || a.Quiesce(1, g, true, live, send) {
 		t.Fatal("a wake did not restart the count")
 	}
 }

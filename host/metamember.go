@@ -1,67 +1,44 @@
 package host
 
 import (
-	"slices"
-
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/parkway-io/parkway/internal/groups"
 	"github.com/parkway-io/parkway/internal/replica"
+	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
 )
 
-// The metadata member's side of internal/groups' mechanisms, which it
-// shares with the partition groups: its peers' messages are stepped by
-// groups.Step (the member is a groups.Member), its quiescence decided by
-// groups.Quiet and StepQuiesce, its elections scheduled by
-// groups.Elections (a groups.ElectionHost of its one group), and node
-// liveness's reports read by groups.PeerLive. What is the member's own:
+// The metadata member is driven by internal/groups as the partition
+// groups are: its peers' messages are stepped by groups.Step (the member
+// is a groups.Member), its quiescence is a groups.Awake of its one group
+// (added when it wakes, counted and quiesced by Awake.Quiesce on a tick,
+// removed when it takes a quiesce heartbeat), its elections scheduled by
+// groups.Elections (a groups.ElectionHost of its one group), node
+// liveness's reports read by groups.PeerLive, and who campaigns after a
+// death chosen by groups.CampaignerOf. What is the member's own:
 //
 //   - what keeps its leader from quiescing: a read barrier of its own in
 //     flight, a learner node liveness holds alive awaiting its promotion
-//     (membership.go); a follower takes any quiesce heartbeat matching
-//     its state (AcceptsQuiesce says why);
-//   - who campaigns when the leader's node dies: the first live voter in
-//     Peers order (campaigner), at once; the woken members' election
-//     timers remain the fallback;
+//     (tick, membership.go); a follower takes any quiesce heartbeat
+//     matching its state (AcceptsQuiesce says why);
+//   - that it stands for election at once when the leader's node died
+//     and it is the campaigner (one group: no bound to queue behind); the
+//     woken members' election timers remain the fallback;
 //   - the driver of a started engine: while the member is quiesced only
 //     node liveness needs it, so its timer fires once per liveness
-//     interval instead of every tick (sleepTicks); a wake brings it back
-//     to every tick.
+//     interval instead of every tick (sleepTicks, metadata.go); a wake
+//     brings it back to every tick.
 
-// metaQuiet is the metadata member's quiescence state (driver-owned).
-type metaQuiet struct {
-	quiet bool // not ticked
-	clock groups.Quiet
-}
+// metaKey names the metadata member's one group in its groups.Awake.
+const metaKey = uint64(metadata.MetadataNamespace)
 
-// wake makes the member ticked again.
-func (m *metaGroup) wake() {
-	if m.q.quiet {
-		m.q.quiet = false
-		m.q.clock.Woke()
-	}
-}
+// wake makes the member ticked again (a group that wakes starts its
+// quiescence clock again).
+func (m *metaGroup) wake() { m.awake.Add(metaKey, m) }
 
-// MetadataQuiesced reports whether this node's metadata member is
-// quiesced (not ticked). Call it from the goroutine that drives a manual
-// engine.
-func (e *Engine) MetadataQuiesced() bool {
-	return e.cl != nil && e.cl.meta.q.quiet
-}
-
-// quiesceOnTick is the tick of an awake member: a leader with nothing to
-// do (idle: no live learner awaits its promotion) quiesces instead of
-// ticking (reported true), sending its followers the quiesce heartbeat.
-func (m *metaGroup) quiesceOnTick(idle bool) bool {
-	// A read barrier of the leader's own waits for a heartbeat round's
-	// answers, which a quiesced leader would not resend if one was lost.
-	if !m.q.clock.Tick(m.g, idle && m.barriers.Asked() == 0, m.c.live.alive, m.Send) {
-		return false
-	}
-	m.q.quiet = true
-	return true
-}
+// quiesced reports whether the member is quiesced (not ticked).
+func (m *metaGroup) quiesced() bool { return !m.awake.Has(metaKey, m) }
 
 // step feeds a peer's metadata raft message to the member
 // (groups.Step; the member's side is below): a quiesce heartbeat that
@@ -84,7 +61,7 @@ func (m *metaGroup) step(msg *raftpb.Message) {
 func (m *metaGroup) AcceptsQuiesce() bool { return true }
 
 // Quiesced implements groups.Member: the member is no longer ticked.
-func (m *metaGroup) Quiesced() { m.q.quiet = true }
+func (m *metaGroup) Quiesced() { m.awake.Remove(metaKey) }
 
 // Stepped implements groups.Member: a peer's message wakes the member.
 func (m *metaGroup) Stepped() { m.wake() }
@@ -136,7 +113,7 @@ func (m *metaGroup) Candidate(*metaGroup) (*groups.Candidacy, *replica.Group, bo
 }
 
 // Awake reports whether the member is ticked (groups.ElectionHost).
-func (m *metaGroup) Awake(*metaGroup) bool { return !m.q.quiet }
+func (m *metaGroup) Awake(*metaGroup) bool { return !m.quiesced() }
 
 // Campaigned takes the outcome of an election the member stood in
 // (groups.ElectionHost): it is awake, and its campaign goes out with the
@@ -148,31 +125,9 @@ func (m *metaGroup) Campaigned(*metaGroup, error) { m.wake() }
 func (m *metaGroup) ElectionPending() { m.wake() }
 
 // campaigner is the member that stands for election when the leader's
-// node died (groups.Campaigner): the first voter in Peers order that
-// liveness holds alive, so every survivor with the same view agrees and
-// only one campaigns (a learner, not yet promoted, votes in nothing).
+// node died (groups.CampaignerOf): the first voter in ascending order
+// that liveness holds alive, so every survivor with the same view agrees
+// and only one campaigns (a learner, not yet promoted, votes in nothing).
 func (m *metaGroup) campaigner() uint64 {
-	peers := m.store.Nodes() // the founders and the nodes added since
-	if len(peers) == 0 {
-		peers = m.c.peers
-	}
-	if learners := m.g.Learners(); len(learners) > 0 {
-		peers = slices.DeleteFunc(slices.Clone(peers), func(n uint64) bool { return slices.Contains(learners, n) })
-	}
-	return groups.Campaigner(peers, m.c.live.alive, 0)
-}
-
-// sleepTicks is how many ticks a started engine's driver sleeps before
-// it next fires: one while the member is ticked (or down, waiting for its
-// reopen), until node liveness's next heartbeat round while it is
-// quiesced.
-func (m *metaGroup) sleepTicks() int64 {
-	if !m.q.quiet || m.unavailable() != nil {
-		return 1
-	}
-	n := m.c.live.untilBeat()
-	if due, ok := m.leaseDueTicks(); ok {
-		n = min(n, due) // a lease lapses first: expire it in time
-	}
-	return n
+	return groups.CampaignerOf(m.g, m.c.peers, m.c.live.alive, 0)
 }

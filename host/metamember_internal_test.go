@@ -72,7 +72,7 @@ func TestQuiescedMetadataDriverSleepsUntilLivenessBeat(t *testing.T) {
 		tr.deliver()
 	}
 	m, live := tr.engines[0].cl.meta, tr.engines[0].cl.live
-	if !m.q.quiet {
+	if !m.quiesced() {
 		t.Fatal("node 1's metadata member did not quiesce")
 	}
 	// 20 ticks counted, one heartbeat round every 10: the next is 10 away.
