@@ -299,12 +299,6 @@ func (m *metaGroup) publishConf() {
 	m.c.applied.fire()
 }
 
-// metaPromoteRetryTicks is how long the leader gives a learner's
-// promotion (or an orphan learner's removal) it proposed to apply before
-// it proposes it again: raft drops a change proposed while another is
-// in flight, and a proposal can be lost with a message.
-const metaPromoteRetryTicks = 20
-
 // promoteLearners is the metadata leader's part of adding a node, run on
 // every tick of an awake leader: it promotes the first learner that has
 // caught up (groups.NextChange with groups.CaughtUp as the judgement of
@@ -320,19 +314,18 @@ const metaPromoteRetryTicks = 20
 func (m *metaGroup) promoteLearners() (promoting bool) {
 	g := m.g
 	if !g.IsLeader() {
-		m.promoteWait = 0
+		m.promotePace.Reset()
 		return false
 	}
 	learners := g.Learners()
 	if len(learners) == 0 {
-		m.promoteWait = 0
+		m.promotePace.Reset()
 		return false
 	}
 	for _, n := range learners {
 		promoting = promoting || m.c.live.alive(n)
 	}
-	if m.promoteWait > 0 {
-		m.promoteWait--
+	if m.promotePace.Wait() {
 		return promoting
 	}
 	voters := g.Voters()
@@ -340,18 +333,13 @@ func (m *metaGroup) promoteLearners() (promoting bool) {
 		return !slices.Contains(voters, n) && !slices.Contains(learners, n)
 	})
 	ch := groups.NextChange(g, target, func(n uint64) bool { return groups.CaughtUp(g, n) })
-	var err error
-	switch {
-	case ch.Kind == groups.ChangePromote:
-		err = g.ProposeConfChange(true, ch.Node, nil)
-	case ch.Kind == groups.ChangeRemove && slices.Contains(learners, ch.Node):
-		err = g.ProposeConfChange(false, ch.Node, nil)
-	default:
+	if ch.Kind != groups.ChangePromote && (ch.Kind != groups.ChangeRemove || !slices.Contains(learners, ch.Node)) {
 		return promoting // waiting for a learner to catch up
 	}
-	m.promoteWait = metaPromoteRetryTicks
-	if err != nil {
-		m.c.e.cfg.Logger.Debug("changing a metadata learner", "node", ch.Node, "promote", ch.Kind == groups.ChangePromote, "error", err)
+	// Given groups.ChangeRetryTicks to apply, then proposed again.
+	m.promotePace.Proposed()
+	if err := groups.Propose(g, ch, nil); err != nil {
+		m.c.e.cfg.Logger.Debug("changing a metadata learner", "change", ch.Kind, "node", ch.Node, "error", err)
 	}
 	return true
 }

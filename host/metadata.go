@@ -103,10 +103,10 @@ type metaGroup struct {
 	// change or a snapshot, until the next process publishes it.
 	conf        atomic.Pointer[metaConf]
 	confChanged bool
-	// promoteWait is how many more ticks the leader gives the
-	// configuration change it proposed for a learner to apply before it
-	// proposes it again (membership.go).
-	promoteWait int
+	// promotePace is how long the leader gives the configuration change
+	// it proposed for a learner to apply before it proposes it again
+	// (groups.ChangePace; membership.go).
+	promotePace groups.ChangePace
 }
 
 type metaOp struct {
@@ -846,13 +846,11 @@ func (m *metaGroup) proposeConfChange(add bool, node uint64, data []byte) error 
 		return err
 	}
 	m.wake()
-	var err error
-	if add {
-		err = m.g.ProposeLearner(node, data)
-	} else {
-		err = m.g.ProposeConfChange(false, node, data)
+	ch := groups.Change{Kind: groups.ChangeAddLearner, Node: node}
+	if !add {
+		ch.Kind = groups.ChangeRemove
 	}
-	if err != nil {
+	if err := groups.Propose(m.g, ch, data); err != nil {
 		return fmt.Errorf("%w: %w", shard.ErrRetry, err)
 	}
 	return nil

@@ -42,17 +42,16 @@ const (
 	// rebalance of thousands of partitions does not send thousands of
 	// snapshots and catch-ups together.
 	movesPerShard = 4
-	// moveRetryTicks is how long a step is given to show (a
-	// configuration change to apply, a settle to commit) before it is
-	// proposed again.
-	moveRetryTicks = 20
 	// moveStallTicks is how long a move in the driver's window may go
 	// without progress before it yields its place to the next one queued
-	// (see moveStep). A healthy step shows within moveRetryTicks; a
+	// (see moveStep). A step is given groups.ChangeRetryTicks to show (a
+	// configuration change to apply, a settle to commit) before it is
+	// proposed again (groups.ChangePace), and a healthy one shows by
+	// then; a
 	// newcomer whose node died or is cut off never does, and without
 	// the rotation movesPerShard such moves would hold the window, and
 	// every move queued behind them, until the leader changed.
-	moveStallTicks = 5 * moveRetryTicks
+	moveStallTicks = 5 * groups.ChangeRetryTicks
 )
 
 // moveMark is what a move's progress is judged by, besides an applied
@@ -127,7 +126,8 @@ func (rg *raftGroups) considerMove(o *owned) {
 	if o.rep.grp == nil || !o.rep.placed || o.rep.moving || !o.rep.grp.IsLeader() || !rg.needsMove(o) {
 		return
 	}
-	o.rep.moving, o.rep.moveTicks, o.rep.moveIdle, o.rep.moveMark = true, 0, 0, moveMark{}
+	o.rep.moving, o.rep.moveIdle, o.rep.moveMark = true, 0, moveMark{}
+	o.rep.movePace.Reset()
 	rg.q.moves = append(rg.q.moves, o)
 	rg.wake(o) // the steps need ticks
 }
@@ -192,8 +192,7 @@ func (rg *raftGroups) advanceMove(o *owned) bool {
 	if m := rg.markMove(o, info, voters); m != o.rep.moveMark {
 		o.rep.moveMark, o.rep.moveIdle = m, 0
 	}
-	if o.rep.moveTicks > 0 {
-		o.rep.moveTicks--
+	if o.rep.movePace.Wait() {
 		return false
 	}
 	rg.wake(o)
@@ -220,21 +219,13 @@ func (rg *raftGroups) advanceMove(o *owned) bool {
 			// The move waits until n is live.
 			return false
 		}
-		if err := o.rep.grp.ProposeLearner(n, nil); err != nil {
-			rg.log.Debug("proposing a learner", "ns", ns, "node", n, "error", err)
-		}
-		rg.markReady(o)
-		o.rep.moveTicks = moveRetryTicks
+		rg.proposeChange(o, ch)
 		return false
 	case groups.ChangeWait:
 		return false // check again next tick
 	case groups.ChangePromote:
 		// 2. Promote a whole learner.
-		if err := o.rep.grp.ProposeConfChange(true, ch.Node, nil); err != nil {
-			rg.log.Debug("promoting a learner", "ns", ns, "node", ch.Node, "error", err)
-		}
-		rg.markReady(o)
-		o.rep.moveTicks = moveRetryTicks
+		rg.proposeChange(o, ch)
 		return false
 	case groups.ChangeRemove:
 		// 3. Remove an old replica, once the new ones are whole voters.
@@ -274,14 +265,10 @@ func (rg *raftGroups) advanceMove(o *owned) bool {
 			}
 			rg.markReady(o)
 			rg.m.LeaderTransfers.Inc()
-			o.rep.moveTicks = moveRetryTicks
+			o.rep.movePace.Proposed()
 			return false
 		}
-		if err := o.rep.grp.ProposeConfChange(false, n, nil); err != nil {
-			rg.log.Debug("proposing a replica's removal", "ns", ns, "node", n, "error", err)
-		}
-		rg.markReady(o)
-		o.rep.moveTicks = moveRetryTicks
+		rg.proposeChange(o, ch)
 		return false
 	}
 	// 4. Settle: the voters are the replicas.
@@ -294,8 +281,18 @@ func (rg *raftGroups) advanceMove(o *owned) bool {
 			r.Settle(ns, o.p.Epoch(), n)
 		}
 	}
-	o.rep.moveTicks = moveRetryTicks
+	o.rep.movePace.Proposed()
 	return false
+}
+
+// proposeChange proposes ch, the next configuration change of o's group
+// (groups.Propose), and gives it groups.ChangeRetryTicks to apply.
+func (rg *raftGroups) proposeChange(o *owned, ch groups.Change) {
+	if err := groups.Propose(o.rep.grp, ch, nil); err != nil {
+		rg.log.Debug("proposing a configuration change", "ns", o.p.Namespace(), "change", ch.Kind, "node", ch.Node, "error", err)
+	}
+	rg.markReady(o)
+	o.rep.movePace.Proposed()
 }
 
 // markMove is o's moveMark now: info is o's committed partition, voters
@@ -320,7 +317,8 @@ func (rg *raftGroups) confChanged(o *owned, joined bool) {
 	if joined {
 		o.rep.compact.Force()
 	}
-	o.rep.moveTicks, o.rep.moveIdle = 0, 0 // progress: the next step may start
+	o.rep.movePace.Reset() // progress: the next step may start
+	o.rep.moveIdle = 0
 	rg.considerMove(o)
 }
 

@@ -32,15 +32,16 @@ type replicated struct {
 	// balancing: queued, or under way, for a leadership transfer back
 	// to the preferred leader (balance.go); the group keeps ticking.
 	balancing bool
-	// moving: queued for the move driver (move.go), which steps it
-	// every moveTicks ticks; moveIdle counts the ticks in the driver's
+	// moving: queued for the move driver (move.go), which steps it at
+	// movePace (a step proposed is given groups.ChangeRetryTicks to
+	// show); moveIdle counts the ticks in the driver's
 	// window since moveMark last changed or a configuration change
 	// applied.
 	moving bool
 	// whole are the joined replicas that reported their partition log
 	// whole and synced (catchUpWhole), as this node, leading, heard it.
 	whole     map[uint64]bool
-	moveTicks int
+	movePace  groups.ChangePace
 	moveIdle  int
 	moveMark  moveMark
 	// proposeBuf holds produces waiting to be proposed together as one

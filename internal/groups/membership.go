@@ -51,6 +51,23 @@ const (
 	ChangeRemove
 )
 
+// String names the kind, for logs.
+func (k ChangeKind) String() string {
+	switch k {
+	case ChangeDone:
+		return "done"
+	case ChangeAddLearner:
+		return "add learner"
+	case ChangeWait:
+		return "wait"
+	case ChangePromote:
+		return "promote"
+	case ChangeRemove:
+		return "remove"
+	}
+	return "unknown"
+}
+
 // Change is the next configuration change of a group.
 type Change struct {
 	Kind ChangeKind
@@ -103,4 +120,51 @@ func NextChange(g *replica.Group, target []uint64, whole func(node uint64) bool)
 // on it.
 func CaughtUp(g *replica.Group, node uint64) bool {
 	return g.Caught(node) && g.Match(node) >= g.Committed()
+}
+
+// ChangeRetryTicks is how long a leader gives a configuration change it
+// proposed (or the step its owner took for one: a leadership transfer, a
+// settle) to show before it proposes it again: raft drops a change
+// proposed while another is in flight, and a proposal can be lost with a
+// message or a leader.
+const ChangeRetryTicks = 20
+
+// ChangePace is one group's pace of configuration changes: after the
+// leader proposed a step it waits ChangeRetryTicks of its ticks for the
+// step to show before it takes the next (or the same again). The zero
+// value waits for nothing.
+type ChangePace struct{ wait int }
+
+// Proposed starts the wait after a step was proposed.
+func (p *ChangePace) Proposed() { p.wait = ChangeRetryTicks }
+
+// Reset ends the wait: a change applied (the next step may start at
+// once), or this member no longer leads.
+func (p *ChangePace) Reset() { p.wait = 0 }
+
+// Wait counts a tick and reports whether the leader is still waiting for
+// its last step to show (no step to take on this tick).
+func (p *ChangePace) Wait() bool {
+	if p.wait > 0 {
+		p.wait--
+		return true
+	}
+	return false
+}
+
+// Propose proposes c, a change NextChange gave, to g: a learner added,
+// a learner promoted, a member removed, carrying data (the command the
+// owner records the change with, or nil). ChangeDone and ChangeWait
+// propose nothing. An error is raft's refusal (no leader, a change in
+// flight): the owner proposes again after its pace's wait.
+func Propose(g *replica.Group, c Change, data []byte) error {
+	switch c.Kind {
+	case ChangeAddLearner:
+		return g.ProposeLearner(c.Node, data)
+	case ChangePromote:
+		return g.ProposeConfChange(true, c.Node, data)
+	case ChangeRemove:
+		return g.ProposeConfChange(false, c.Node, data)
+	}
+	return nil
 }

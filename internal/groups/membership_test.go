@@ -94,3 +94,51 @@ func TestNextChangePromotesAnyWholeLearner(t *testing.T) {
 		t.Fatalf("no learner whole: NextChange = %+v, want %+v", got, want)
 	}
 }
+
+// Propose carries out each change NextChange names: the learner added,
+// promoted, then removed, each with the data given; ChangeWait and
+// ChangeDone propose nothing.
+func TestProposeChange(t *testing.T) {
+	g := dynamicLeader(t)
+	step := func(c groups.Change, voters, learners int) {
+		t.Helper()
+		if err := groups.Propose(g, c, nil); err != nil {
+			t.Fatalf("Propose(%v %d): %v", c.Kind, c.Node, err)
+		}
+		handle(t, g)
+		if len(g.Voters()) != voters || len(g.Learners()) != learners {
+			t.Fatalf("after %v %d: voters %v, learners %v; want %d and %d", c.Kind, c.Node, g.Voters(), g.Learners(), voters, learners)
+		}
+	}
+	// Node 1 is the lone voter, whose log commits alone, until the
+	// promotion.
+	step(groups.Change{Kind: groups.ChangeAddLearner, Node: 2}, 1, 1)
+	step(groups.Change{Kind: groups.ChangeAddLearner, Node: 3}, 1, 2)
+	step(groups.Change{Kind: groups.ChangeWait, Node: 2}, 1, 2)
+	step(groups.Change{Kind: groups.ChangeRemove, Node: 3}, 1, 1)
+	step(groups.Change{Kind: groups.ChangePromote, Node: 2}, 2, 0)
+	step(groups.Change{Kind: groups.ChangeDone}, 2, 0)
+}
+
+// A proposed step is given ChangeRetryTicks ticks to show; Reset ends the
+// wait at once.
+func TestChangePace(t *testing.T) {
+	var p groups.ChangePace
+	if p.Wait() {
+		t.Fatal("the zero pace waits")
+	}
+	p.Proposed()
+	for i := range groups.ChangeRetryTicks {
+		if !p.Wait() {
+			t.Fatalf("tick %d after a proposal: no longer waiting, want %d ticks", i+1, groups.ChangeRetryTicks)
+		}
+	}
+	if p.Wait() {
+		t.Fatal("still waiting past ChangeRetryTicks")
+	}
+	p.Proposed()
+	p.Reset()
+	if p.Wait() {
+		t.Fatal("waiting after Reset")
+	}
+}
