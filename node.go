@@ -11,6 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/parkway-io/parkway/clock"
+
 	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
@@ -211,10 +213,13 @@ func (n *Node) callDeadline(ctx context.Context, now time.Time) time.Time {
 	return host.CallDeadline(now, cd, n.cfg.RequestTimeout)
 }
 
-// deadline bounds ctx by RequestTimeout when it has no earlier deadline.
+// deadline bounds ctx by RequestTimeout, on the node's clock, when it has
+// no earlier deadline.
 func (n *Node) deadline(ctx context.Context) (context.Context, context.CancelFunc) {
-	return n.eng.Deadline(ctx)
+	return clock.WithTimeout(ctx, n.cfg.Clock, n.cfg.RequestTimeout)
 }
 
 // sleep waits d on the node's clock, or until ctx ends.
-func (n *Node) sleep(ctx context.Context, d time.Duration) error { return n.eng.Sleep(ctx, d) }
+func (n *Node) sleep(ctx context.Context, d time.Duration) error {
+	return clock.Sleep(ctx, n.cfg.Clock, d)
+}

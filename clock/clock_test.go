@@ -99,3 +99,44 @@ func TestWithTimeout(t *testing.T) {
 		t.Fatalf("Err after the parent's cancel = %v, want Canceled", ctx3.Err())
 	}
 }
+
+// A parent whose deadline comes no later than WithTimeout's keeps it, and
+// no timer is made for a deadline that cannot end the context first.
+func TestWithTimeoutKeepsAnEarlierParentDeadline(t *testing.T) {
+	start := time.Unix(1000, 0)
+	m := clock.NewManual(start)
+	parent, pcancel := clock.WithTimeout(context.Background(), m, time.Second)
+	defer pcancel()
+	m.WaitPending(1)
+	ctx, cancel := clock.WithTimeout(parent, m, time.Hour)
+	defer cancel()
+	if d, ok := ctx.Deadline(); !ok || !d.Equal(start.Add(time.Second)) {
+		t.Fatalf("Deadline = %v, %v; want the parent's, %v", d, ok, start.Add(time.Second))
+	}
+	if n := m.Pending(); n != 1 {
+		t.Fatalf("%d timers pending, want the parent's alone", n)
+	}
+	m.Advance(time.Second)
+	<-ctx.Done()
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		t.Fatalf("Err = %v, want the parent's DeadlineExceeded", ctx.Err())
+	}
+}
+
+// Sleep returns once the clock moved d, or with ctx's error when ctx ends
+// first.
+func TestSleep(t *testing.T) {
+	m := clock.NewManual(time.Unix(1000, 0))
+	done := make(chan error, 1)
+	go func() { done <- clock.Sleep(context.Background(), m, time.Second) }()
+	m.WaitPending(1)
+	m.Advance(time.Second)
+	if err := <-done; err != nil {
+		t.Fatalf("Sleep = %v, want nil", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := clock.Sleep(ctx, m, time.Hour); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Sleep with an ended ctx = %v, want Canceled", err)
+	}
+}

@@ -507,24 +507,10 @@ func (e *Engine) ApplyMetadata(ctx context.Context, cmd metadata.Command) (metad
 	}
 }
 
-// Deadline bounds ctx by RequestTimeout when it has no earlier deadline.
-func (e *Engine) Deadline(ctx context.Context) (context.Context, context.CancelFunc) {
-	if d, ok := ctx.Deadline(); ok && d.Sub(e.cfg.Clock.Now()) <= e.cfg.RequestTimeout {
-		return context.WithCancel(ctx)
-	}
+// deadline bounds ctx by RequestTimeout, on the engine's clock, when it
+// has no earlier deadline.
+func (e *Engine) deadline(ctx context.Context) (context.Context, context.CancelFunc) {
 	return clock.WithTimeout(ctx, e.cfg.Clock, e.cfg.RequestTimeout)
-}
-
-// Sleep waits d on the engine's clock, or until ctx ends.
-func (e *Engine) Sleep(ctx context.Context, d time.Duration) error {
-	t := e.cfg.Clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C():
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // Once runs req on this node's owner shard and returns its answer,

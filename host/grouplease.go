@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/internal/backoff"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/shard"
@@ -113,11 +114,13 @@ type leaseWait struct {
 // leases is the leader's renewal state, owned by the metadata driver.
 type leases struct {
 	queue []leaseOp // renewed, waiting for the next read index
-	// seq is the read index in flight for batch (0: none), asked at.
-	seq   uint64
-	batch []leaseOp
-	asked time.Time
-	ready []leaseWait // confirmed, waiting for the applied index
+	// seq names the read index in flight for batch (0: none), asked at;
+	// batches is the last seq given.
+	seq     uint64
+	batches uint64
+	batch   []leaseOp
+	asked   time.Time
+	ready   []leaseWait // confirmed, waiting for the applied index
 }
 
 // Lease message error codes.
@@ -501,7 +504,7 @@ func (c *clusterNode) sendLeaseBatch(ctx context.Context, b *leaseBatch) {
 			!e.cfg.Clock.Now().Before(deadline) {
 			return
 		}
-		if err := e.Sleep(ctx, bo.Next()); err != nil {
+		if err := clock.Sleep(ctx, e.cfg.Clock, bo.Next()); err != nil {
 			b.answer.Err = ErrClosed
 			return
 		}
@@ -660,12 +663,12 @@ func (m *metaGroup) serveLease(op leaseOp) {
 // askLeaseIndex asks one read index for every queued renewal.
 func (m *metaGroup) askLeaseIndex() {
 	m.wake()
-	m.readSeq++
-	m.lease.seq, m.lease.asked = m.readSeq, m.c.e.cfg.Clock.Now()
+	m.lease.batches++
+	m.lease.seq, m.lease.asked = m.lease.batches, m.c.e.cfg.Clock.Now()
 	m.lease.batch = append(m.lease.batch, m.lease.queue...)
 	m.lease.queue = m.lease.queue[:0]
 	// A failed group is reported by the next process.
-	_ = m.barriers.Ask(m.g, m.readSeq, metaRead{lease: m.readSeq})
+	_ = m.barriers.Ask(m.g, metaRead{lease: m.lease.seq})
 }
 
 // leaseConfirmed takes the read index confirming the batch in flight.

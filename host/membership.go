@@ -215,7 +215,7 @@ func (c *clusterNode) changeVoters(ctx context.Context, add bool, node uint64, c
 	if err != nil {
 		return err
 	}
-	ctx, cancel := e.Deadline(ctx)
+	ctx, cancel := e.deadline(ctx)
 	defer cancel()
 	rs := NewResendDriver(e.ForwardTimeout(), e.cfg.RetryBackoffMin, e.cfg.RetryBackoffMax)
 	var timer clock.Timer

@@ -58,7 +58,6 @@ type metaGroup struct {
 	// lease renewals ask the same way (metaRead.lease), one read index per
 	// batch.
 	reads    chan chan error
-	readSeq  uint64
 	barriers groups.Reads[metaRead]
 	// leaseIn takes members' lease renewals (started engines), lease is
 	// the leader's state of them (grouplease.go).
@@ -470,8 +469,7 @@ func (c *clusterNode) runMetadata(ctx context.Context) {
 				break
 			}
 			m.wake()
-			m.readSeq++
-			_ = m.barriers.Ask(m.g, m.readSeq, metaRead{reply: reply}) // a failed group is reported by the next process
+			_ = m.barriers.Ask(m.g, metaRead{reply: reply}) // a failed group is reported by the next process
 		case op := <-m.leaseIn:
 			m.serveLease(op)
 		case op := <-m.props:
@@ -561,7 +559,7 @@ func (e *Engine) ReadBarrier(ctx context.Context) error {
 		return nil
 	}
 	m := e.cl.meta
-	ctx, cancel := e.Deadline(ctx)
+	ctx, cancel := e.deadline(ctx)
 	defer cancel()
 	d := NewAskDriver(e.ForwardTimeout(), e.cfg.RetryBackoffMin, e.cfg.RetryBackoffMax, func(err error) bool {
 		return !errors.Is(err, ErrClosed) && !errors.Is(err, ErrMetadataFailed)
@@ -722,7 +720,7 @@ func (c *clusterNode) applyReplicated(ctx context.Context, cmd metadata.Command)
 	if err != nil {
 		return metadata.Result{}, err
 	}
-	ctx, cancel := e.Deadline(ctx)
+	ctx, cancel := e.deadline(ctx)
 	defer cancel()
 	// This node's reconcilers build what the command creates while it is
 	// replicated (see metadata.Store.Announce): the forecast is from this

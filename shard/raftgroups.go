@@ -48,7 +48,6 @@ type raftGroups struct {
 	applyBatch applyBatch                    // scratch for an entry's produces
 	readyList  []*owned                      // groups with work for processReady
 	readySpare []*owned                      // processReady's other list, reused
-	readSeq    uint64                        // last leader-read request id
 	raftTimer  clock.Timer
 	tickArmed  bool
 	q          quiescence // quiesced groups and peer liveness (quiesce.go)

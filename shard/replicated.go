@@ -40,10 +40,10 @@ type replicated struct {
 	moving bool
 	// whole are the joined replicas that reported their partition log
 	// whole and synced (catchUpWhole), as this node, leading, heard it.
-	whole     map[uint64]bool
-	movePace  groups.ChangePace
-	moveIdle  int
-	moveMark  moveMark
+	whole    map[uint64]bool
+	movePace groups.ChangePace
+	moveIdle int
+	moveMark moveMark
 	// proposeBuf holds produces waiting to be proposed together as one
 	// raft entry when the pump runs out of queued frames, or, while an
 	// entry this node proposed is in flight, until it is applied

@@ -354,8 +354,7 @@ func (rg *raftGroups) readReplicated(o *owned, f Frame) bool {
 		rg.notLeader(o, f)
 		return true
 	}
-	rg.readSeq++
-	if err := o.rep.reads.Ask(o.rep.grp, rg.readSeq, f); err != nil {
+	if err := o.rep.reads.Ask(o.rep.grp, f); err != nil {
 		rg.failGroup(o, err) // answers f with the waiting reads
 		return true
 	}

@@ -15,10 +15,11 @@ import (
 // read with (a client frame, a reply channel). The zero value is ready
 // to use.
 //
-// The owner names each read with an id unique among the group's reads in
-// flight; the id is the ReadIndex request's context, so a confirmation
+// Each read is named by an id unique among the group's reads (Ask hands
+// them out); the id is the ReadIndex request's context, so a confirmation
 // finds its read and one for a read already gone is ignored.
 type Reads[T any] struct {
+	seq     uint64 // the last id handed out
 	asked   map[uint64]T
 	waiting []waitingRead[T]
 	// reask: the group's voters changed since the reads in asked were
@@ -32,15 +33,16 @@ type waitingRead[T any] struct {
 	item  T
 }
 
-// Ask asks g for the leadership confirmation of read id and keeps item
-// until it comes. On an error the read stays asked: the owner fails the
-// group, which drops it.
-func (r *Reads[T]) Ask(g *replica.Group, id uint64, item T) error {
+// Ask asks g for the leadership confirmation of a new read and keeps
+// item until it comes. On an error the read stays asked: the owner fails
+// the group, which drops it.
+func (r *Reads[T]) Ask(g *replica.Group, item T) error {
 	if r.asked == nil {
 		r.asked = make(map[uint64]T)
 	}
-	r.asked[id] = item
-	return g.ReadIndex(binary.LittleEndian.AppendUint64(nil, id))
+	r.seq++
+	r.asked[r.seq] = item
+	return g.ReadIndex(binary.LittleEndian.AppendUint64(nil, r.seq))
 }
 
 // VotersChanged records that the group's voters changed: Reask is then

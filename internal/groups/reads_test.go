@@ -50,8 +50,8 @@ func leader(t *testing.T) *replica.Group {
 func TestReadsConfirmThenServe(t *testing.T) {
 	g := leader(t)
 	var r groups.Reads[string]
-	for id, item := range []string{"a", "b"} {
-		if err := r.Ask(g, uint64(id+1), item); err != nil {
+	for _, item := range []string{"a", "b"} {
+		if err := r.Ask(g, item); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -80,7 +80,7 @@ func TestReadsConfirmThenServe(t *testing.T) {
 func TestReadsReaskAfterVotersChanged(t *testing.T) {
 	g := leader(t)
 	var r groups.Reads[string]
-	if err := r.Ask(g, 7, "x"); err != nil {
+	if err := r.Ask(g, "x"); err != nil {
 		t.Fatal(err)
 	}
 	handle(t, g)
@@ -111,11 +111,11 @@ func TestReadsReaskAfterVotersChanged(t *testing.T) {
 func TestReadsDrop(t *testing.T) {
 	g := leader(t)
 	var r groups.Reads[string]
-	for id, item := range []string{"confirmed", "asked"} {
-		if err := r.Ask(g, uint64(id+1), item); err != nil {
+	for i, item := range []string{"confirmed", "asked"} {
+		if err := r.Ask(g, item); err != nil {
 			t.Fatal(err)
 		}
-		if id == 0 {
+		if i == 0 {
 			handle(t, g)
 			r.Confirm(g)
 		}
@@ -127,7 +127,7 @@ func TestReadsDrop(t *testing.T) {
 	}
 	// Asked again of a member that then no longer leads: Reask asks
 	// nothing (LeaderChanged drops such reads).
-	if err := r.Ask(g, 3, "asked"); err != nil {
+	if err := r.Ask(g, "asked"); err != nil {
 		t.Fatal(err)
 	}
 	follower, err := replica.New(replica.Config{Group: 2, Node: 1, Peers: []uint64{1, 2, 3}})

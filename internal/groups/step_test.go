@@ -185,7 +185,7 @@ func TestStepAfterFailure(t *testing.T) {
 func TestProcessReasksReads(t *testing.T) {
 	lead, follow := pair(t)
 	var r groups.Reads[int]
-	if err := r.Ask(lead.g, 1, 10); err != nil {
+	if err := r.Ask(lead.g, 10); err != nil {
 		t.Fatal(err)
 	}
 	if lead.process(t, &r) || lead.g.HasReady() {
