@@ -11,13 +11,11 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/parkway-io/parkway/internal/backoff"
 	"github.com/parkway-io/parkway/internal/dedupe"
 	"github.com/parkway-io/parkway/internal/groups"
 	"github.com/parkway-io/parkway/internal/replica"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
-	"github.com/parkway-io/parkway/reconciler"
 	"github.com/parkway-io/parkway/shard"
 )
 
@@ -69,12 +67,12 @@ type metaGroup struct {
 	// (a cluster without a data directory).
 	failed chan struct{}
 	err    error
-	// broken is set (wrapping shard.ErrRetry) while the member is down
-	// after a failed Ready, its group closed: it is reopened from its raft
-	// log once reopen is due, and after each failed reopen its delay
-	// doubles, within the build backoff's bounds.
-	broken error
-	reopen backoff.Backoff
+	// reopen is down (why: an error wrapping shard.ErrRetry) while the
+	// member is down after a failed Ready, its group closed: it is
+	// reopened from its raft log once reopen is due, and after each failed
+	// reopen its delay doubles, within the build backoff's bounds
+	// (groups.Reopen, the reconciler's pace of partition rebuilds).
+	reopen groups.Reopen
 
 	// Deduplication keys of this node incarnation's proposals.
 	producer uint64
@@ -199,7 +197,7 @@ func (c *clusterNode) metaGroupConfig(disk *replica.Disk, applied uint64) replic
 
 func (m *metaGroup) close() error {
 	m.answerAll(ErrClosed)
-	if m.broken != nil || (m.err != nil && m.c.metaLog != "") {
+	if m.reopen.Down() != nil || (m.err != nil && m.c.metaLog != "") {
 		return nil // closed when it went down
 	}
 	return m.g.Close()
@@ -220,7 +218,7 @@ func (m *metaGroup) recv(msg *raftpb.Message) error {
 		if m.err != nil {
 			return m.err
 		}
-		if m.broken != nil {
+		if m.reopen.Down() != nil {
 			return nil // dropped while the member is down: raft re-sends
 		}
 		m.step(msg)
@@ -267,7 +265,7 @@ func (m *metaGroup) unavailable() error {
 	if m.err != nil {
 		return m.err
 	}
-	return m.broken
+	return m.reopen.Down()
 }
 
 // down takes the member down after its group failed. The group is closed
@@ -284,31 +282,25 @@ func (m *metaGroup) down(cause error) error {
 	_ = m.g.Close()
 	m.LeaderChanged(0)
 	cfg := m.c.e.cfg
-	m.reopen = metaReopenBackoff(cfg)
-	delay := m.reopen.Fail(cfg.Clock.Now())
-	m.broken = fmt.Errorf("%w: the metadata member is down after a raft log failure, to be reopened: %w", shard.ErrRetry, cause)
+	m.reopen.Reopened() // a fresh wait: the member ran since its last failure
+	delay := m.goDown(fmt.Errorf("%w: the metadata member is down after a raft log failure, to be reopened: %w", shard.ErrRetry, cause))
 	cfg.Logger.Error("metadata raft ready failed; reopening the member from its raft log", "error", cause, "retry_in", delay)
-	return m.broken
+	return m.reopen.Down()
 }
 
-// metaReopenBackoff paces the reopens of a down metadata member: the build
-// backoff's bounds (the reconciler's defaults where unset).
-func metaReopenBackoff(cfg Config) backoff.Backoff {
-	lo, hi := cfg.BuildBackoffMin, cfg.BuildBackoffMax
-	if lo == 0 {
-		lo = reconciler.DefaultBackoffMin
-	}
-	if hi == 0 {
-		hi = reconciler.DefaultBackoffMax
-	}
-	return backoff.New(lo, hi)
+// goDown records why the member is down (or that a reopen failed) and
+// returns the wait before the next reopen: the build backoff's bounds,
+// as the reconciler's rebuilds of a failed partition group.
+func (m *metaGroup) goDown(why error) time.Duration {
+	cfg := m.c.e.cfg
+	return m.reopen.Fail(cfg.Clock.Now(), cfg.BuildBackoffMin, cfg.BuildBackoffMax, why)
 }
 
 // stop stops the member for good: its metadata calls fail with
 // ErrMetadataFailed until the node restarts.
 func (m *metaGroup) stop(cause error) error {
 	m.c.e.cfg.Logger.Error("metadata member stopped; this node leaves the metadata group until restarted", "error", cause)
-	m.broken = nil
+	m.reopen.Reopened()
 	m.err = fmt.Errorf("%w: %w", ErrMetadataFailed, cause)
 	close(m.failed)
 	m.answerAll(m.err)
@@ -323,9 +315,9 @@ func (m *metaGroup) tick() error {
 	if m.err != nil {
 		return m.err
 	}
-	if m.broken != nil {
+	if m.reopen.Down() != nil {
 		if !m.reopen.Due(m.c.e.cfg.Clock.Now()) {
-			return m.broken
+			return m.reopen.Down()
 		}
 		if err := m.reopenGroup(); err != nil {
 			return err
@@ -384,12 +376,12 @@ func (m *metaGroup) reopenGroup() error {
 		return m.stop(err)
 	}
 	if err != nil {
-		delay := m.reopen.Fail(cfg.Clock.Now())
-		m.broken = fmt.Errorf("%w: the metadata member is down after a raft log failure, reopening failed: %w", shard.ErrRetry, err)
+		delay := m.goDown(fmt.Errorf("%w: the metadata member is down after a raft log failure, reopening failed: %w", shard.ErrRetry, err))
 		cfg.Logger.Error("reopening the metadata member failed", "error", err, "retry_in", delay)
-		return m.broken
+		return m.reopen.Down()
 	}
-	m.g, m.broken = g, nil
+	m.g = g
+	m.reopen.Reopened()
 	m.confChanged = true
 	m.publishConf()
 	cfg.Logger.Info("metadata member reopened from its raft log", "applied", g.Applied())

@@ -3,6 +3,7 @@ package host
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.etcd.io/raft/v3/raftpb"
@@ -52,9 +53,9 @@ func TestMetadataMemberRefusesAndDropsWhileDown(t *testing.T) {
 	}
 	// Down (a started engine's driver steps what reaches it while the
 	// member waits for its reopen): nothing is stepped.
-	m.broken = errors.New("down")
+	m.reopen.Fail(time.Time{}, 0, 0, errors.New("down"))
 	m.step(far())
-	m.broken = nil
+	m.reopen.Reopened()
 	if drops(metrics.ReasonOutOfReach) != 1 {
 		t.Fatalf("a down member stepped a message: out of reach %v, want 1", drops(metrics.ReasonOutOfReach))
 	}

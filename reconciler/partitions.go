@@ -11,7 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/parkway-io/parkway/clock"
-	"github.com/parkway-io/parkway/internal/backoff"
+	"github.com/parkway-io/parkway/internal/groups"
 	"github.com/parkway-io/parkway/internal/raftid"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
@@ -21,10 +21,11 @@ import (
 	"github.com/parkway-io/parkway/vfs"
 )
 
-// Backoff defaults, the reference server's: 1 s doubling, clamped at 60 s.
+// Backoff defaults, the reference server's: 1 s doubling, clamped at 60 s
+// (the pace of every failed raft group's reopen, groups.Reopen).
 const (
-	DefaultBackoffMin = time.Second
-	DefaultBackoffMax = time.Minute
+	DefaultBackoffMin = groups.DefaultReopenMin
+	DefaultBackoffMax = groups.DefaultReopenMax
 )
 
 // Config configures the default Partitions reconciler.
@@ -95,13 +96,6 @@ func newHeld() *btree.BTreeG[heldPartition] {
 	return btree.NewG(16, func(a, b heldPartition) bool { return a.ns < b.ns })
 }
 
-// failing is a namespace whose build or delete failed: its retry schedule
-// and its last error.
-type failing struct {
-	bo  backoff.Backoff
-	err error // the last failure: parked frames are answered with it
-}
-
 // Partitions is the default reconciler of one shard. It is not safe for
 // concurrent passes; Run calls it from one goroutine.
 type Partitions struct {
@@ -111,7 +105,12 @@ type Partitions struct {
 	m     *metrics.Shard
 	table *router.Table
 
-	backoffs map[backoffKey]failing
+	// backoffs are the namespaces whose build or delete failed: their
+	// retry schedule and their last error (parked frames are answered
+	// with it). A partition whose raft group failed is rebuilt, its group
+	// reopened from its raft log, at the pace every failed group's reopen
+	// keeps (groups.Reopen).
+	backoffs map[backoffKey]groups.Reopen
 	// damaged are the namespaces evicted for damage in their local copy
 	// of a replicated partition (shard.State.Damaged), with the damage:
 	// their next build sets the copy aside first (see repair).
@@ -208,7 +207,7 @@ func New(cfg Config, table *router.Table) (*Partitions, error) {
 		log:       cfg.Logger.Named(fmt.Sprintf("reconciler-%d", id)),
 		m:         cfg.Metrics.Shard(id),
 		table:     table,
-		backoffs:  make(map[backoffKey]failing),
+		backoffs:  make(map[backoffKey]groups.Reopen),
 		damaged:   make(map[metadata.Namespace]error),
 		reseeding: make(map[metadata.Namespace]uint64),
 		prebuilt:  make(map[metadata.Namespace]prebuilt),
@@ -508,11 +507,11 @@ func (r *Partitions) sweep(ctx context.Context, parked []shard.ParkedNamespace, 
 			verdicts[pn.NS] = shard.VerdictBuildFailed
 			// The answer carries why: damage on disk is answered as such
 			// (not retried in place), not as a generic retry.
-			if b, ok := r.backoffs[backoffKey{pn.NS, causeAdd}]; ok && b.err != nil {
+			if b, ok := r.backoffs[backoffKey{pn.NS, causeAdd}]; ok && b.Down() != nil {
 				if causes == nil {
 					causes = make(map[metadata.Namespace]error)
 				}
-				causes[pn.NS] = b.err
+				causes[pn.NS] = b.Down()
 			}
 		}
 	}
@@ -647,12 +646,8 @@ func (r *Partitions) remove(ctx context.Context, ns metadata.Namespace, now time
 // fail records a failure and backs its retry off exponentially (behaviour
 // 16). Other namespaces carry on in the same pass.
 func (r *Partitions) fail(key backoffKey, now time.Time, rep *Report, what string, err error) {
-	b, ok := r.backoffs[key]
-	if !ok {
-		b.bo = backoff.New(r.cfg.BackoffMin, r.cfg.BackoffMax)
-	}
-	delay := b.bo.Fail(now)
-	b.err = err
+	b := r.backoffs[key]
+	delay := b.Fail(now, r.cfg.BackoffMin, r.cfg.BackoffMax, err)
 	r.backoffs[key] = b
 	rep.Failed++
 	r.m.BuildFailed.Inc()
@@ -667,7 +662,7 @@ func (r *Partitions) due(key backoffKey, now time.Time) bool {
 	// Due may move the schedule (a clock set back restarts the wait), so
 	// the moved copy is stored: dropped, a clock set back further than the
 	// delay kept the retry from ever being due again (simulator seed 5474).
-	due := b.bo.Due(now)
+	due := b.Due(now)
 	r.backoffs[key] = b
 	return due
 }
