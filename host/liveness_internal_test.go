@@ -17,14 +17,7 @@ import (
 // intervals is dead.
 func TestLivenessStarvedDriverDeclaresNobodyDead(t *testing.T) {
 	tr := newManualTrio(t)
-	for range 20 {
-		for _, e := range tr.engines {
-			if err := e.TickMetadata(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		tr.deliver()
-	}
+	tr.tick(20)
 	ctx := context.Background()
 	live := tr.engines[0].cl.live
 	if !live.alive(2) || !live.alive(3) {

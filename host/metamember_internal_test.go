@@ -57,20 +57,26 @@ func (tr *manualTrio) deliver() {
 	}
 }
 
+// tick ticks every engine's metadata n times, delivering everything
+// after each round.
+func (tr *manualTrio) tick(n int) {
+	for range n {
+		for _, e := range tr.engines {
+			if err := e.TickMetadata(); err != nil {
+				tr.t.Fatal(err)
+			}
+		}
+		tr.deliver()
+	}
+}
+
 // A started engine's metadata driver sleeps through the ticks of a
 // quiesced member up to node liveness's next heartbeat round, and fires
 // every tick again once the member wakes. Counting the ticks slept
 // through at once sends the heartbeats that ticking one at a time would.
 func TestQuiescedMetadataDriverSleepsUntilLivenessBeat(t *testing.T) {
 	tr := newManualTrio(t)
-	for range 20 {
-		for _, e := range tr.engines {
-			if err := e.TickMetadata(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		tr.deliver()
-	}
+	tr.tick(20)
 	m, live := tr.engines[0].cl.meta, tr.engines[0].cl.live
 	if !m.quiesced() {
 		t.Fatal("node 1's metadata member did not quiesce")

@@ -4,7 +4,8 @@
 // rather than once per host.
 //
 // It sits below shard and host and imports only internal/replica (one
-// raft group) and the public seams: no metadata or partition types, so
+// raft group), the internal leaves it builds on (raftid, backoff) and the
+// public seams: no metadata or partition types, so
 // a group's application stays the host's business. It starts no
 // goroutine: the owner of a group drives every call on its own
 // goroutine, as it drives the replica.Group itself.
@@ -21,15 +22,17 @@
 // one group), quiesced by Awake.Quiesce and StepQuiesce. Both use its
 // leader reads (Reads), node liveness's verdicts and the campaign after a
 // leader's death (Down, PeerLive, CampaignerOf, and Elections, which
-// starts it), the compaction trigger (Compaction) and the order of
-// configuration changes (NextChange, CaughtUp: a newcomer joins as a
-// learner and is promoted once whole — a partition's new replica, and a
-// node added to the metadata group). The partition groups also use the
+// starts it), the compaction trigger (Compaction) and the configuration
+// changes (NextChange, CaughtUp: a newcomer joins as a learner and is
+// promoted once whole — a partition's new replica, and a node added to
+// the metadata group; Propose and ChangePace: each step proposed, and
+// given ChangeRetryTicks to show). The partition groups also use the
 // bound on elections under way at once
 // (Elections with quiescence: the others queued or held unticked; the
 // metadata member, one group, schedules its elections without the bound
 // and stands at once, Elections.Stand). A
 // failed group is reopened by its owner (the reconciler rebuilds a
-// partition, the metadata member reopens itself), both paced by the one
-// backoff (internal/backoff).
+// partition, the metadata member reopens itself), both paced by Reopen
+// (the one backoff, internal/backoff). Nothing here reads a clock: a
+// time, where one matters (Reopen), is passed in.
 package groups
