@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/parkway-io/parkway/internal/groups"
+	"github.com/parkway-io/parkway/internal/replica"
 )
 
 // Down records liveness's verdicts and says when one changed what it held.
@@ -71,5 +72,29 @@ func TestPeerLive(t *testing.T) {
 	}
 	if v, err := groups.PeerLive(g, 1, false); v != groups.LeaderLost || err != nil {
 		t.Fatalf("the leader's node died: %v %v", v, err)
+	}
+}
+
+// CampaignerOf goes by the group's voters in ascending order, whatever
+// order the host lists its members in, so hosts that list them
+// differently agree; a member with no voters goes by the members given.
+func TestCampaignerOf(t *testing.T) {
+	var d groups.Down
+	g, err := replica.New(replica.Config{Group: 1, Node: 1, Peers: []uint64{3, 1, 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	for _, members := range [][]uint64{{3, 2, 1}, {2, 3, 1}, nil} {
+		if got := groups.CampaignerOf(g, members, d.Live, 0); got != 1 {
+			t.Fatalf("members %v: campaigner %d, want 1, the first voter in ascending order", members, got)
+		}
+	}
+	d.Set(1, false)
+	if got := groups.CampaignerOf(g, []uint64{3, 2}, d.Live, 0); got != 2 {
+		t.Fatalf("voter 1 dead: campaigner %d, want 2", got)
+	}
+	if got := groups.CampaignerOf(nil, []uint64{3, 2}, d.Live, 0); got != 3 {
+		t.Fatalf("no group: campaigner %d, want 3, the first live member given", got)
 	}
 }
