@@ -155,8 +155,9 @@ func (rg *raftGroups) campaigner(o *owned) uint64 {
 
 // QuiescedGroups reports how many of the shard's raft groups are quiesced
 // (not ticked), and how many of those this node leads.
-func (s *Shard) QuiescedGroups(ctx context.Context) (quiesced, leading int, err error) {
-	err = s.do(ctx, newControl(func(s *Shard) error {
+func (s *Shard) QuiescedGroups(ctx context.Context) (int, int, error) {
+	var quiesced, leading int // written by the pump, read only once it answered (see LeaderTerm)
+	err := s.do(ctx, newControl(func(s *Shard) error {
 		for _, o := range s.rg.replicated {
 			if s.rg.q.awake.Has(o.p.Namespace(), o) {
 				continue

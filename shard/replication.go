@@ -1016,7 +1016,11 @@ func (s *Shard) Leader(ctx context.Context, ns metadata.Namespace) (uint64, erro
 // LeaderTerm is Leader and the group's current term as this replica
 // knows it (0 and 0 for a group this shard does not hold). While a
 // leader is known the term is the one it was elected in.
-func (s *Shard) LeaderTerm(ctx context.Context, ns metadata.Namespace) (lead, term uint64, err error) {
+func (s *Shard) LeaderTerm(ctx context.Context, ns metadata.Namespace) (uint64, uint64, error) {
+	// The pump writes these; they are read only once it answered (a
+	// do abandoned by ctx may still run the operation later, so they
+	// must not be the results the early return writes).
+	var lead, term uint64
 	if err := s.do(ctx, newControl(func(s *Shard) error {
 		if o := s.owned[ns]; o != nil && o.rep.grp != nil {
 			lead, term = raftid.Node(o.rep.grp.Leader()), o.rep.grp.Term()
