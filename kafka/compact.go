@@ -58,9 +58,9 @@ func (c *coordinator) snapshot(p uint32) ([]parkway.Message, error) {
 			recs = append(recs, &logRecord{kind: logGroup, group: *o.state})
 		}
 		if len(o.by) > 0 {
-			r := &logRecord{kind: logCommit}
+			r := &logRecord{kind: logCommitMeta}
 			for tp, co := range o.by {
-				r.commits = append(r.commits, logOffset{tp: tp, revision: co.revision, offset: co.offset})
+				r.commits = append(r.commits, logOffset{tp: tp, revision: co.revision, offset: co.offset, metadata: co.metadata})
 			}
 			slices.SortFunc(r.commits, func(a, b logOffset) int {
 				if a.tp.topic != b.tp.topic {

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"testing"
 
@@ -15,7 +16,8 @@ import (
 // before it, and a coordinator that loads the partition afterwards (here
 // a second listener on the node, as after a restart) holds the same
 // state from the snapshot alone: the member is served on in its
-// generation, the last committed offset of each partition is answered,
+// generation, the last committed offset of each partition is answered
+// with its metadata,
 // an offset removed before the compaction stays removed, and a deleted
 // group stays deleted.
 func TestGroupLogCompaction(t *testing.T) {
@@ -64,6 +66,7 @@ func TestGroupLogCompaction(t *testing.T) {
 		rt.Topic = topicName
 		rp := kmsg.NewOffsetCommitRequestTopicPartition()
 		rp.Partition, rp.Offset = part, offset
+		rp.Metadata = kmsg.StringPtr(fmt.Sprint("at-", offset))
 		rt.Partitions = append(rt.Partitions, rp)
 		req.Topics = append(req.Topics, rt)
 		if code := r.request(req).(*kmsg.OffsetCommitResponse).Topics[0].Partitions[0].ErrorCode; code != 0 {
@@ -159,6 +162,9 @@ func TestGroupLogCompaction(t *testing.T) {
 			}
 			if p.Offset >= 0 {
 				out[p.Partition] = p.Offset
+				if want := fmt.Sprint("at-", p.Offset); p.Metadata == nil || *p.Metadata != want {
+					t.Errorf("%s's offset %d of partition %d lost its metadata %q", group, p.Offset, p.Partition, want)
+				}
 			}
 		}
 		return out

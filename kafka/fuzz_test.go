@@ -209,6 +209,7 @@ func FuzzDecodeGroupLog(f *testing.F) {
 		{kind: logGroup, group: logGroupState{generation: 3, protocolType: "consumer", protocol: "cooperative-sticky", leader: "m-1",
 			members: []logMember{{id: "m-1", clientID: "c", clientHost: "/127.0.0.1", sessionMs: 10_000, rebalanceMs: 60_000, metadata: []byte{0, 1}, assignment: []byte("a")}}}},
 		{kind: logCommit, commits: []logOffset{{tp: topicPart{"t", 2}, revision: 7, offset: 42}}},
+		{kind: logCommitMeta, commits: []logOffset{{tp: topicPart{"t", 2}, revision: 7, offset: 42, metadata: "m"}, {tp: topicPart{"u", 0}, revision: 1, offset: 0}}},
 		{kind: logForget, forgets: []topicPart{{"t", 0}, {"u", 1}}},
 	} {
 		b, err := encodeLogRecord(r)

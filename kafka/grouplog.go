@@ -35,7 +35,11 @@ import (
 //	         host (strings), session and rebalance timeouts (uint32 ms),
 //	         protocol metadata, assignment (bytes)
 //	commit:  count uint32, each: topic (string), topic revision uint64,
-//	         partition int32, offset int64
+//	         partition int32, offset int64 (written before commits kept
+//	         their metadata; still read)
+//	commit with metadata: as commit, each entry followed by the
+//	         commit's metadata string (OffsetCommit's, at most
+//	         maxCommitMetadata bytes)
 //	forget:  count uint32, each: topic (string), partition int32 (OffsetDelete)
 //	delete:  nothing (DeleteGroups: the group and all its offsets)
 
@@ -49,7 +53,13 @@ const (
 	logCommit
 	logForget
 	logDelete
+	logCommitMeta // a commit whose offsets carry their metadata strings
 )
+
+// maxCommitMetadata bounds the metadata string of a committed offset, as
+// Kafka's offset.metadata.max.bytes does (its default): a longer one is
+// refused with OFFSET_METADATA_TOO_LARGE.
+const maxCommitMetadata = 4096
 
 // errGroupLog reports a record that is not one of the forms above.
 var errGroupLog = errors.New("kafka: malformed group log record")
@@ -81,13 +91,14 @@ type logOffset struct {
 	tp       topicPart
 	revision uint64
 	offset   int64
+	metadata string // the committer's, as OffsetFetch answers it
 }
 
 // logRecord is a decoded record.
 type logRecord struct {
 	kind    logKind
 	group   logGroupState // logGroup
-	commits []logOffset   // logCommit
+	commits []logOffset   // logCommit, logCommitMeta
 	forgets []topicPart   // logForget
 }
 
@@ -131,16 +142,22 @@ func encodeLogRecord(r *logRecord) ([]byte, error) {
 			b = appendBytes(b, m.metadata)
 			b = appendBytes(b, m.assignment)
 		}
-	case logCommit:
+	case logCommit, logCommitMeta:
 		b = binary.BigEndian.AppendUint32(b, uint32(len(r.commits)))
 		for _, c := range r.commits {
-			if long(c.tp.topic) {
-				return nil, fmt.Errorf("%w: a topic name is too long", errGroupLog)
+			if long(c.tp.topic) || long(c.metadata) {
+				return nil, fmt.Errorf("%w: a topic name or metadata is too long", errGroupLog)
+			}
+			if r.kind == logCommit && c.metadata != "" {
+				return nil, fmt.Errorf("%w: metadata in a commit without", errGroupLog)
 			}
 			b = appendString(b, c.tp.topic)
 			b = binary.BigEndian.AppendUint64(b, c.revision)
 			b = binary.BigEndian.AppendUint32(b, uint32(c.tp.part))
 			b = binary.BigEndian.AppendUint64(b, uint64(c.offset))
+			if r.kind == logCommitMeta {
+				b = appendString(b, c.metadata)
+			}
 		}
 	case logForget:
 		b = binary.BigEndian.AppendUint32(b, uint32(len(r.forgets)))
@@ -256,8 +273,12 @@ func decodeLogRecord(p []byte) (*logRecord, error) {
 			}
 			g.members = append(g.members, m)
 		}
-	case logCommit:
-		n := r.count(r.u32(), 2+8+4+8)
+	case logCommit, logCommitMeta:
+		least := 2 + 8 + 4 + 8
+		if out.kind == logCommitMeta {
+			least += 2
+		}
+		n := r.count(r.u32(), least)
 		if n > 0 {
 			out.commits = make([]logOffset, 0, n)
 		}
@@ -267,6 +288,9 @@ func decodeLogRecord(p []byte) (*logRecord, error) {
 			c.revision = r.u64()
 			c.tp.part = int32(r.u32())
 			c.offset = int64(r.u64())
+			if out.kind == logCommitMeta {
+				c.metadata = r.str()
+			}
 			if r.err != nil {
 				break
 			}

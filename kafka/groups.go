@@ -100,6 +100,7 @@ type coordPart struct {
 type committed struct {
 	offset   int64
 	revision uint64
+	metadata string
 	at       uint64
 }
 

@@ -256,8 +256,14 @@ func (s *Server) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) 
 				cp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 			case rp.Offset < 0:
 				cp.ErrorCode = kerr.OffsetOutOfRange.Code
+			case rp.Metadata != nil && len(*rp.Metadata) > maxCommitMetadata:
+				cp.ErrorCode = kerr.OffsetMetadataTooLarge.Code
 			default:
-				commits = append(commits, logOffset{tp: topicPart{rt.Topic, rp.Partition}, revision: t.Revision, offset: rp.Offset})
+				lo := logOffset{tp: topicPart{rt.Topic, rp.Partition}, revision: t.Revision, offset: rp.Offset}
+				if rp.Metadata != nil {
+					lo.metadata = *rp.Metadata
+				}
+				commits = append(commits, lo)
 			}
 			ct.Partitions = append(ct.Partitions, cp)
 		}
@@ -273,7 +279,7 @@ func (s *Server) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) 
 		}
 	}
 	if len(commits) > 0 {
-		if _, err := s.writeGroupLog(ctx, part, term, r.Group, &logRecord{kind: logCommit, commits: commits}); err != nil {
+		if _, err := s.writeGroupLog(ctx, part, term, r.Group, &logRecord{kind: logCommitMeta, commits: commits}); err != nil {
 			s.log.Debug("group log: a commit", "group", r.Group, "err", err)
 			s.logFailed(part, term, err)
 			code := logWriteCode(err)
@@ -354,8 +360,8 @@ func (s *Server) offsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequest) km
 			case p < 0:
 				fp.ErrorCode = s.code(kmsg.OffsetFetch, kerr.UnknownTopicOrPartition.Code)
 			default:
-				if off, ok := s.groups.committedOffset(r.Group, topicPart{tg.name, p}, t.Revision); ok {
-					fp.Offset = off
+				if co, ok := s.groups.committedAt(r.Group, topicPart{tg.name, p}, t.Revision); ok {
+					fp.Offset, fp.Metadata = co.offset, &co.metadata
 					break
 				}
 				// Committed before the group log: parkway's named

@@ -97,10 +97,10 @@ func (c *coordinator) install(p uint32, term uint64, recs []loadedRecord, now ti
 		switch r.rec.kind {
 		case logGroup:
 			of(r.group).state = &r.rec.group
-		case logCommit:
+		case logCommit, logCommitMeta:
 			o := of(r.group)
 			for _, lo := range r.rec.commits {
-				o.by[lo.tp] = committed{offset: lo.offset, revision: lo.revision, at: r.at}
+				o.by[lo.tp] = committed{offset: lo.offset, revision: lo.revision, metadata: lo.metadata, at: r.at}
 			}
 		case logForget:
 			o := of(r.group)
@@ -158,15 +158,15 @@ func (c *coordinator) applyRecord(name string, p uint32, term, at uint64, r *log
 	}
 	cp.records++
 	o := c.offsets[name]
-	if o == nil && (r.kind == logCommit || r.kind == logGroup) {
+	if o == nil && (r.kind == logCommit || r.kind == logCommitMeta || r.kind == logGroup) {
 		o = &groupOffsets{part: p, by: map[topicPart]committed{}}
 		c.offsets[name] = o
 	}
 	switch r.kind {
-	case logCommit:
+	case logCommit, logCommitMeta:
 		for _, lo := range r.commits {
 			if prev, ok := o.by[lo.tp]; !ok || prev.at < at {
-				o.by[lo.tp] = committed{offset: lo.offset, revision: lo.revision, at: at}
+				o.by[lo.tp] = committed{offset: lo.offset, revision: lo.revision, metadata: lo.metadata, at: at}
 			}
 		}
 	case logGroup:
@@ -186,17 +186,24 @@ func (c *coordinator) applyRecord(name string, p uint32, term, at uint64, r *log
 // committedOffset is the offset group committed for tp of the topic
 // incarnation revision, as the group log holds it.
 func (c *coordinator) committedOffset(name string, tp topicPart, revision uint64) (int64, bool) {
+	co, ok := c.committedAt(name, tp, revision)
+	return co.offset, ok
+}
+
+// committedAt is group's commit of tp of the topic incarnation revision,
+// with its metadata, as the group log holds it.
+func (c *coordinator) committedAt(name string, tp topicPart, revision uint64) (committed, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	o := c.offsets[name]
 	if o == nil {
-		return 0, false
+		return committed{}, false
 	}
 	co, ok := o.by[tp]
 	if !ok || co.revision != revision {
-		return 0, false
+		return committed{}, false
 	}
-	return co.offset, true
+	return co, true
 }
 
 // hasLogOffsets reports whether the group log holds an offset of group.
