@@ -7,6 +7,7 @@ import (
 
 	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/shard"
 	"github.com/parkway-io/parkway/transport"
 )
 
@@ -244,26 +245,29 @@ func (c *Cluster) ProduceInTerm(ctx context.Context, t Topic, part uint32, term 
 // normally and whose log reaches within a few dozen entries of the
 // commit index. A follower cut off drops out once the leader stops
 // hearing from it (or the log moves past it) and returns once it answers
-// and catches up. Only the leader knows: a node that does not lead the
-// partition answers an error matching ErrNotLeader.
+// and catches up. Only the leader knows, so every node asks it: the
+// answer is a leader read (the leader confirms with a quorum that it
+// still leads), forwarded as any read of the partition's leader is, and
+// a node that cannot reach a leader fails as such a read does (within
+// RequestTimeout or ctx).
 func (c *Cluster) InSyncReplicas(ctx context.Context, t Topic, part uint32) ([]transport.NodeID, uint64, error) {
 	n := c.n
 	if err := c.begin(ctx); err != nil {
 		return nil, 0, err
 	}
-	ns, _, err := n.resolveWait(ctx, t, part)
+	ns, epoch, err := n.resolveWait(ctx, t, part)
 	if err != nil {
 		return nil, 0, err
 	}
-	term, ids, err := n.eng.InSync(ctx, ns)
+	r, err := n.call(ctx, &shard.Request{Op: shard.OpOffsets, NS: ns, Epoch: epoch, FromLeader: true}, t, part)
 	if err != nil {
-		return nil, 0, publicError(err)
+		return nil, 0, err
 	}
-	out := make([]transport.NodeID, len(ids))
-	for i, id := range ids {
+	out := make([]transport.NodeID, len(r.InSync))
+	for i, id := range r.InSync {
 		out[i] = transport.NodeID(id)
 	}
-	return out, term, nil
+	return out, r.Term, nil
 }
 
 // State reports the cluster as this node sees it: the members and

@@ -573,16 +573,6 @@ func (e *Engine) Leader(ctx context.Context, ns metadata.Namespace) (uint64, err
 	return lead, err
 }
 
-// InSync is ns's in-sync replicas and the term of its leader, answered
-// on the group's leader only (shard.Shard.InSync): a node holding no
-// replica of ns answers ErrNotLeader too.
-func (e *Engine) InSync(ctx context.Context, ns metadata.Namespace) (term uint64, ids []uint64, err error) {
-	if e.replicaFor(ns) != 0 {
-		return 0, nil, &shard.NotLeaderError{}
-	}
-	return e.shards[e.router.Owner(ns)].InSync(ctx, ns)
-}
-
 // LeaderTerm is Leader and the group's term: the one the leader was
 // elected in while one is known (Kafka's leader epoch).
 func (e *Engine) LeaderTerm(ctx context.Context, ns metadata.Namespace) (lead, term uint64, err error) {

@@ -49,7 +49,7 @@ func FuzzDecodeRequest(f *testing.F) {
 // FuzzDecodeResponse feeds arbitrary bytes to the reply decoder: it must
 // never panic.
 func FuzzDecodeResponse(f *testing.F) {
-	f.Add(EncodeResponse(shard.Response{Offset: 5, Found: true, Start: 1, End: 9,
+	f.Add(EncodeResponse(shard.Response{Offset: 5, Found: true, Start: 1, End: 9, Term: 3, InSync: []uint64{1, 2},
 		Messages: []partition.Message{{Payload: []byte("m")}}}))
 	f.Add(EncodeResponse(shard.Response{Err: &shard.NotLeaderError{Leader: 2}}))
 	f.Add(EncodeResponse(shard.Response{Err: shard.ErrTooManyWaiters}))

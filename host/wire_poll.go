@@ -11,8 +11,9 @@ import (
 // The forwarded-request fields of long polls, start positions and
 // partition offsets: a poll carries its start kind, reset policy,
 // timestamp, maximum wait, minimum count and byte budget behind flagPoll;
-// every successful reply carries the partition's start and end offsets
-// (OpOffsets answers them; other ops send zeros).
+// every successful reply carries the partition's start and end offsets,
+// its term and its leader's in-sync replicas (OpOffsets answers them;
+// other ops send zeros and none).
 
 // flagPoll marks a forwarded request that carries the poll fields.
 const flagPoll byte = 1 << 2
@@ -58,17 +59,31 @@ func readPollFields(b []byte, r *shard.Request) ([]byte, error) {
 	return b[pollFieldsSize:], nil
 }
 
-// appendOffsetsFields appends an OpOffsets answer's start, end and term.
+// maxWireInSync bounds the in-sync replicas a reply carries: a count
+// byte (a raft group has far fewer voters).
+const maxWireInSync = 255
+
+// appendOffsetsFields appends an OpOffsets answer's start, end and term,
+// and the leader's in-sync replicas: a count u8 and each node u64 (at
+// most maxWireInSync are sent).
 func appendOffsetsFields(b []byte, r shard.Response) []byte {
 	b = binary.LittleEndian.AppendUint64(b, r.Start)
 	b = binary.LittleEndian.AppendUint64(b, r.End)
-	return binary.LittleEndian.AppendUint64(b, r.Term)
+	b = binary.LittleEndian.AppendUint64(b, r.Term)
+	isr := r.InSync[:min(len(r.InSync), maxWireInSync)]
+	b = append(b, byte(len(isr)))
+	for _, id := range isr {
+		b = binary.LittleEndian.AppendUint64(b, id)
+	}
+	return b
 }
 
-// readOffsetsFields reads an OpOffsets answer's start and end into r; an
-// end below the start is errWire.
+// readOffsetsFields reads an OpOffsets answer's start, end, term and
+// in-sync replicas into r; an end below the start, or fewer bytes than
+// the count of in-sync replicas needs (checked before anything is
+// allocated), is errWire.
 func readOffsetsFields(b []byte, r *shard.Response) ([]byte, error) {
-	if len(b) < 24 {
+	if len(b) < 25 {
 		return nil, fmt.Errorf("%w: offsets of %d bytes", errWire, len(b))
 	}
 	r.Start, r.End = binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:])
@@ -76,5 +91,16 @@ func readOffsetsFields(b []byte, r *shard.Response) ([]byte, error) {
 		return nil, fmt.Errorf("%w: end %d below start %d", errWire, r.End, r.Start)
 	}
 	r.Term = binary.LittleEndian.Uint64(b[16:])
-	return b[24:], nil
+	n := int(b[24])
+	b = b[25:]
+	if len(b) < 8*n {
+		return nil, fmt.Errorf("%w: %d in-sync replicas in %d bytes", errWire, n, len(b))
+	}
+	if n > 0 {
+		r.InSync = make([]uint64, n)
+		for i := range r.InSync {
+			r.InSync[i] = binary.LittleEndian.Uint64(b[8*i:])
+		}
+	}
+	return b[8*n:], nil
 }

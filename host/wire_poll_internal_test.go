@@ -2,6 +2,7 @@ package host
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -57,6 +58,16 @@ func TestWirePollFields(t *testing.T) {
 	}
 	if _, err := readOffsetsFields(appendOffsetsFields(nil, shard.Response{Start: 9, End: 3}), &r); !errors.Is(err, errWire) {
 		t.Fatalf("end below start: %v", err)
+	}
+	// The leader's in-sync replicas travel with its term; a count the
+	// bytes left cannot hold is refused before anything is allocated.
+	r = shard.Response{}
+	isr := appendOffsetsFields(nil, shard.Response{Start: 1, End: 2, Term: 7, InSync: []uint64{3, 1}})
+	if rest, err := readOffsetsFields(isr, &r); err != nil || len(rest) != 0 || r.Term != 7 || !slices.Equal(r.InSync, []uint64{3, 1}) {
+		t.Fatalf("in-sync round trip: %+v, %v (%d bytes left)", r, err, len(rest))
+	}
+	if _, err := readOffsetsFields(isr[:len(isr)-1], &r); !errors.Is(err, errWire) {
+		t.Fatalf("an in-sync list cut short: %v", err)
 	}
 	if codeTooManyWaiters <= codeOther || flagPoll&(flagUseConsumer|flagFromLeader) != 0 {
 		t.Fatal("the proposed code or flag collides with wire.go's")

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -200,10 +201,9 @@ func (s *Server) sweepGroups(ctx context.Context) {
 // partitionsOf describes a topic's partitions: on a single node this
 // broker leads all; in a cluster each partition's leader is its raft
 // leader as this node sees it and its replicas are its placement. The
-// in-sync set of a partition this node leads is the raft leader's
-// (Cluster.InSyncReplicas: the followers keeping up with it, and itself);
-// a node that does not lead a partition does not see its followers'
-// progress and answers the placement.
+// in-sync set is the raft leader's, whichever listener answers
+// (Cluster.InSyncReplicas asks the leader: the followers keeping up with
+// it, and itself); while no leader answers, the placement.
 func (s *Server) partitionsOf(ctx context.Context, t parkway.Topic, count int) []kmsg.MetadataResponseTopicPartition {
 	out := make([]kmsg.MetadataResponseTopicPartition, 0, count)
 	if s.cfg.Brokers == nil {
@@ -240,8 +240,10 @@ func (s *Server) partitionsOf(ctx context.Context, t parkway.Topic, count int) [
 			if lead < 0 {
 				out[i].ErrorCode = s.code(kmsg.Metadata, kerr.LeaderNotAvailable.Code)
 			}
-			if lead == s.cfg.BrokerID {
-				if isr, _, err := s.node.Cluster().InSyncReplicas(ctx, t, info.Partition); err == nil {
+			if lead >= 0 {
+				ictx, cancel := context.WithTimeout(ctx, isrWait)
+				defer cancel()
+				if isr, _, err := s.node.Cluster().InSyncReplicas(ictx, t, info.Partition); err == nil && len(isr) > 0 {
 					out[i].ISR = make([]int32, len(isr))
 					for j, id := range isr {
 						out[i].ISR[j] = int32(id)
@@ -253,6 +255,11 @@ func (s *Server) partitionsOf(ctx context.Context, t parkway.Topic, count int) [
 	wg.Wait()
 	return out
 }
+
+// isrWait bounds the wait for a partition leader's in-sync replicas: a
+// leader that does not answer by then (dead, cut off, deposed) leaves the
+// placement answered, rather than hold the Metadata answer up.
+const isrWait = 2 * time.Second
 
 // leaderLookups bounds the partition leaders one Metadata request looks
 // up at once.

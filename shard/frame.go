@@ -182,6 +182,12 @@ type Response struct {
 	// was served (0 on a partition that is not replicated): a leader
 	// read's is the term its leader was elected in.
 	Term uint64
+	// InSync are the nodes of the group's in-sync replicas (Group.InSync:
+	// the leader and the followers keeping up with it), answered with a
+	// leader read of OpOffsets (FromLeader) by the leader that served it:
+	// only the leader sees its followers' progress, and any node learns
+	// it by asking (Cluster.InSyncReplicas).
+	InSync []uint64
 	// Messages are a poll's messages (read-only: they may be the
 	// partition's own, partition.Read).
 	Messages []partition.Message

@@ -1033,30 +1033,7 @@ func (s *Shard) LeaderTerm(ctx context.Context, ns metadata.Namespace) (uint64, 
 }
 
 // inSyncLag is how many entries behind the commit index a follower may
-// be and still count as in sync (InSync): a follower keeping up lags by
-// the entries in flight to it, one that stopped falls behind by every
-// entry committed since.
+// be and still count as in sync (Response.InSync): a follower keeping up
+// lags by the entries in flight to it, one that stopped falls behind by
+// every entry committed since.
 const inSyncLag = 64
-
-// InSync is the in-sync set of ns's group (replica.Group.InSync), as the
-// nodes of its replicas, and the term it was taken in, answered by the group's leader; a shard that does
-// not lead the group answers ErrNotLeader (with the leader it knows).
-func (s *Shard) InSync(ctx context.Context, ns metadata.Namespace) (term uint64, ids []uint64, err error) {
-	if err := s.do(ctx, newControl(func(s *Shard) error {
-		o := s.owned[ns]
-		if o == nil || o.rep.grp == nil {
-			return &NotLeaderError{}
-		}
-		if !o.rep.grp.IsLeader() {
-			return &NotLeaderError{Leader: raftid.Node(o.rep.grp.Leader())}
-		}
-		term, ids = o.rep.grp.Term(), o.rep.grp.InSync(inSyncLag)
-		for i, id := range ids {
-			ids[i] = raftid.Node(id) // replica ids name their nodes
-		}
-		return nil
-	}, nil)); err != nil {
-		return 0, nil, err
-	}
-	return term, ids, nil
-}

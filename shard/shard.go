@@ -13,6 +13,7 @@ import (
 	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/internal/affinity"
 	"github.com/parkway-io/parkway/internal/groups"
+	"github.com/parkway-io/parkway/internal/raftid"
 	"github.com/parkway-io/parkway/internal/run"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
@@ -764,6 +765,12 @@ func (s *Shard) serveRead(o *owned, f Frame) {
 	resp := serve(o.p, f.Req)
 	if f.Req.Op == OpOffsets && o.rep.grp != nil {
 		resp.Term = o.rep.grp.Term()
+		if f.Req.FromLeader && o.rep.grp.IsLeader() {
+			resp.InSync = o.rep.grp.InSync(inSyncLag)
+			for i, id := range resp.InSync {
+				resp.InSync[i] = raftid.Node(id) // replica ids name their nodes
+			}
+		}
 	}
 	resp.Err = s.damagedRead(o, f, s.fenceUnusable(o, resp.Err))
 	s.answer(f, resp)
