@@ -100,7 +100,7 @@ func (s *Server) metadata(ctx context.Context, r *kmsg.MetadataRequest) kmsg.Res
 	ctx, cancel := s.requestContext(ctx, 0)
 	defer cancel()
 	resp := r.ResponseKind().(*kmsg.MetadataResponse)
-	for _, br := range s.brokerList() {
+	for _, br := range s.liveBrokers() {
 		b := kmsg.NewMetadataResponseBroker()
 		b.NodeID, b.Host, b.Port = br.id, br.host, br.port
 		resp.Brokers = append(resp.Brokers, b)
@@ -181,7 +181,7 @@ func (s *Server) describeTopic(ctx context.Context, t parkway.Topic) kmsg.Metada
 
 func (s *Server) describeCluster(r *kmsg.DescribeClusterRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.DescribeClusterResponse)
-	for _, br := range s.brokerList() {
+	for _, br := range s.liveBrokers() {
 		b := kmsg.NewDescribeClusterResponseBroker()
 		b.NodeID, b.Host, b.Port = br.id, br.host, br.port
 		resp.Brokers = append(resp.Brokers, b)

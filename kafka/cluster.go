@@ -48,6 +48,41 @@ func (s *Server) brokerList() []broker {
 	return out
 }
 
+// liveBrokers is brokerList without the brokers whose nodes this node
+// judges dead, as Kafka's Metadata lists only the brokers registered
+// alive: a client picks any listed broker for a request that may go
+// anywhere (FindCoordinator among them, which franz-go sends once,
+// without a retry), so a dead one listed makes such requests fail —
+// and a heartbeat that fails to find its coordinator twice makes the
+// member rejoin its group. This broker is always listed.
+func (s *Server) liveBrokers() []broker {
+	all := s.brokerList()
+	dead := s.dead.Load()
+	if dead == nil {
+		return all
+	}
+	return slices.DeleteFunc(all, func(b broker) bool { return b.id != s.cfg.BrokerID && (*dead)[b.id] })
+}
+
+// readLiveness records which brokers' nodes this node judges dead
+// (liveBrokers), in a cluster; the janitor calls it every tick.
+func (s *Server) readLiveness(ctx context.Context) {
+	if s.cfg.Brokers == nil {
+		return
+	}
+	st, err := s.node.Cluster().State(ctx)
+	if err != nil {
+		return // kept as last read
+	}
+	dead := map[int32]bool{}
+	for _, m := range st.Members {
+		if !m.Live {
+			dead[int32(m.ID)] = true
+		}
+	}
+	s.dead.Store(&dead)
+}
+
 // The coordinator of a consumer group, in a cluster, is the raft leader
 // of one partition of an internal topic of the listener's stream
 // (coordinatorTopic), chosen by a hash of the group id — as Kafka's is the

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -526,5 +527,47 @@ func TestClusterMetadataNamesLeaderWithoutReplica(t *testing.T) {
 	po, err := c.nodes[alive].Admin().PartitionOffsets(ctx, topic, uint32(part), "")
 	if err != nil || po.End != 40 {
 		t.Fatalf("partition end %d (%v), want 40", po.End, err)
+	}
+}
+
+// TestMetadataListsLiveBrokers: Metadata and DescribeCluster list the
+// brokers whose nodes the answering node judges live, as Kafka lists the
+// brokers registered alive. A dead broker listed is picked by clients
+// for requests that may go to any broker — franz-go sends FindCoordinator
+// so, once, and a heartbeat that twice fails to find its coordinator
+// makes its member rejoin the group.
+func TestMetadataListsLiveBrokers(t *testing.T) {
+	c := startCluster(t)
+	ctx := ctxFor(t)
+	brokers := func(at int32) ([]int32, []int32) {
+		t.Helper()
+		r := dialRaw(t, c.brokers[at])
+		defer func() { _ = r.nc.Close() }()
+		var md, dc []int32
+		mreq := kmsg.NewPtrMetadataRequest()
+		mreq.Version, mreq.Topics = 12, []kmsg.MetadataRequestTopic{}
+		for _, b := range r.request(mreq).(*kmsg.MetadataResponse).Brokers {
+			md = append(md, b.NodeID)
+		}
+		dreq := kmsg.NewPtrDescribeClusterRequest()
+		dreq.Version, dreq.EndpointType = 1, 1
+		for _, b := range r.request(dreq).(*kmsg.DescribeClusterResponse).Brokers {
+			dc = append(dc, b.NodeID)
+		}
+		return md, dc
+	}
+	if md, dc := brokers(1); !slices.Equal(md, []int32{1, 2, 3}) || !slices.Equal(dc, md) {
+		t.Fatalf("before the kill: Metadata lists %v, DescribeCluster %v; want 1, 2 and 3", md, dc)
+	}
+	c.kill(3)
+	for {
+		md, dc := brokers(1)
+		if slices.Equal(md, []int32{1, 2}) && slices.Equal(dc, md) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("after the kill: Metadata lists %v, DescribeCluster %v; want 1 and 2", md, dc)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -24,7 +24,8 @@
 // UNKNOWN_TOPIC_ID instead of reaching the new topic.
 //
 // A consumer group's state — generation, protocol, leader, members and
-// their assignments — and its committed offsets are records of the
+// their assignments — and its committed offsets (each with the commit's
+// metadata string, at most 4,096 bytes) are records of the
 // group's partition of the internal topic __group_coordinators (see
 // below), as Kafka keeps them in __consumer_offsets; offsets committed
 // by earlier releases as parkway's named consumer offsets of the group id
@@ -65,8 +66,10 @@
 // by a snapshot written in the coordinator's term and a truncation before
 // it. A listener that no longer
 // coordinates a group answers NOT_COORDINATOR and lets the partition go.
-// Metadata's in-sync replicas of a partition this node leads are raft's
-// (Cluster.InSyncReplicas); elsewhere the placement. A partition's leader epoch
+// Metadata lists the brokers whose nodes this node judges live, and each
+// partition's in-sync replicas as its raft leader knows them
+// (Cluster.InSyncReplicas, asked of the leader from any node). A
+// partition's leader epoch
 // (KIP-320) is its raft group's term: Fetch, ListOffsets and
 // OffsetForLeaderEpoch fence a stale one.
 //

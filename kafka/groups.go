@@ -585,9 +585,10 @@ func (c *coordinator) list() []kmsg.ListGroupsResponseGroup {
 	return out
 }
 
-// runJanitor ticks the coordinator until ctx ends, writes the groups
-// emptied by lapsed sessions to the group log, in a cluster lets go of
-// the coordinator partitions that moved (sweepGroups), and compacts the
+// runJanitor, until ctx ends, reads which nodes are live
+// (readLiveness), ticks the coordinator, writes the groups emptied by
+// lapsed sessions to the group log, in a cluster lets go of the
+// coordinator partitions that moved (sweepGroups), and compacts the
 // group log partitions that grew long (compactDue).
 func (s *Server) runJanitor(ctx context.Context) {
 	t := time.NewTicker(janitorEvery)
@@ -597,6 +598,7 @@ func (s *Server) runJanitor(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
+			s.readLiveness(ctx)
 			s.groups.tick(now)
 			s.persistEmptied(ctx)
 			s.sweepGroups(ctx)

@@ -57,6 +57,10 @@ type Server struct {
 	// is recycled; until then, and on a node that copies, the inflate
 	// buffers are lent by the pool and recycled after the acks.
 	kept atomic.Bool
+	// dead are the brokers of Config.Brokers whose nodes this node
+	// judges dead (Cluster.State), as the janitor last read them: Metadata
+	// leaves them out (liveBrokers). Nil until the first read.
+	dead atomic.Pointer[map[int32]bool]
 
 	// ctx is cancelled by Close: it ends the work of every request in
 	// flight (waiting fetches, produces waiting for their acks).
