@@ -372,6 +372,100 @@ func TestFileFinalRecordWrittenWholeIsDamage(t *testing.T) {
 	}
 }
 
+// TestFileFinalRecordDamageAfterAHole: a tail segment's last record
+// written whole and damaged since is damage whatever came before it. With
+// a damaged record earlier in the file as well (a hole, with whole records
+// after it), the last one is judged by the same rule as when it is the
+// only damage: its offset is a hole too, the log's end stays past it and
+// no offset is reused — on the node's open, on a reopen (the rebuild after
+// a fence) and on a read-only open alike. (Single-node simulator seed
+// 5736: the last record's field lengths damaged, another record before it
+// damaged later; the rebuild judged the last one only when nothing came
+// before it, and opened with the acknowledged last offset gone.) On the
+// real filesystem.
+func TestFileFinalRecordDamageAfterAHole(t *testing.T) {
+	const size, count = 100, 20
+	ns := mustNS(t, 8, 0, 11)
+	pos := make([]int64, count+1) // pos[i]: where record i starts
+	for i := range count {
+		pos[i+1] = pos[i] + recSize(msg(uint64(i), size))
+	}
+	for _, c := range []struct {
+		name string
+		at   int64 // the byte of the last record flipped, from its start
+		mask byte
+	}{
+		{"payload", recSize(msg(count-1, size)) - 10, 0x5a},
+		{"field length", 53, 0x08}, // seed 5736's: a key/header/payload length, by 2048
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := partition.FileConfig{Dir: dir, SegmentSize: mib}
+			p := mustBuild(t, newFileStore(t, cfg), ns, 1)
+			mustAppend(t, p, batch(0, count, size))
+			mustClose(t, p)
+			seg := filepath.Join(partDir(dir, ns), segName(0, ".log"))
+			n := fileSize(t, seg)
+			if n < pos[count] {
+				t.Fatalf("segment is %d bytes, want at least %d", n, pos[count])
+			}
+			flip := func(at int64, mask byte) {
+				f, err := os.OpenFile(seg, os.O_RDWR, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				b := []byte{0}
+				if _, err := f.ReadAt(b, at); err != nil {
+					t.Fatal(err)
+				}
+				b[0] ^= mask
+				if _, err := f.WriteAt(b, at); err != nil {
+					t.Fatal(err)
+				}
+			}
+			flip(pos[count-1]+c.at, c.mask)
+			flip(pos[5]+70, 0x5a) // record 5's payload
+
+			check := func(p partition.Partition, writable bool) {
+				t.Helper()
+				if p.NextOffset() != count {
+					t.Fatalf("NextOffset %d, want %d: the damaged last record was taken for a torn write", p.NextOffset(), count)
+				}
+				checkRead(t, p, 0, 1000, 5, size)
+				checkRead(t, p, 6, 13, 13, size)
+				for _, off := range []uint64{5, count - 1} {
+					var ce *partition.CorruptError
+					if _, err := p.Read(off, 1); !errors.As(err, &ce) || ce.Path != seg || ce.Offset != pos[off] {
+						t.Fatalf("Read(%d): %v, want a *CorruptError for %s at byte %d", off, err, seg, pos[off])
+					}
+				}
+				if !writable {
+					return
+				}
+				if _, err := p.Append(batch(count, 1, size)); !errors.Is(err, partition.ErrCorrupt) || p.NextOffset() != count {
+					t.Fatalf("Append: %v (next %d), want ErrCorrupt at %d", err, p.NextOffset(), count)
+				}
+			}
+			for range 2 { // the open, then the rebuild's
+				p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+				check(p, true)
+				mustClose(t, p)
+				if got := fileSize(t, seg); got != n {
+					t.Fatalf("segment is %d bytes, want it untouched at %d", got, n)
+				}
+			}
+			ro, err := partition.OpenReadOnlyStore(dir, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rp := mustBuild(t, ro, ns, 1)
+			check(rp, false)
+			mustClose(t, rp)
+		})
+	}
+}
+
 // Repairing a torn tail is part of opening it: if the truncation back to
 // the last whole record, or its fsync, fails, the Build fails with that
 // error (it never serves a tail whose repair is not durable), and a later

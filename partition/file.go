@@ -1016,21 +1016,12 @@ func (s *FileStore) openTail(seg *segment, buf []byte) ([]byte, []hole, error) {
 		return buf, nil, err
 	}
 	size := fi.Size()
-	end, next, holes, stop, buf, err := seg.scanHoles(size, buf)
+	// Nothing whole after the last bad record: it is truncated below only
+	// if it is an incomplete final write; if it was written whole, its
+	// offset is a hole like any damage (the log's end is past it).
+	end, next, holes, buf, err := seg.scanTail(size, buf)
 	if err != nil {
 		return buf, nil, err
-	}
-	if len(holes) == 0 {
-		// Nothing whole after the bad record: truncated only if it is an
-		// incomplete final write; if it was written whole, its offset is
-		// a hole like any damage (the log's end is past it).
-		var ce *CorruptError
-		if ce, err = seg.finalDamage(end, size, stop); err != nil {
-			return buf, nil, err
-		} else if ce != nil {
-			holes = []hole{{from: next, to: next + 1, err: ce}}
-			end, next = size, next+1
-		}
 	}
 	seg.size, seg.next, seg.maxTSKnown = end, next, true
 	if len(holes) > 0 {

@@ -75,18 +75,9 @@ func (s *FileStore) readTail(seg *segment, buf []byte) ([]byte, []hole, error) {
 	if err != nil {
 		return buf, nil, err
 	}
-	end, next, holes, stop, buf, err := seg.scanHoles(fi.Size(), buf)
+	end, next, holes, buf, err := seg.scanTail(fi.Size(), buf) // as openTail judges it
 	if err != nil {
 		return buf, nil, err
-	}
-	if len(holes) == 0 { // as openTail judges a bad last record
-		var ce *CorruptError
-		if ce, err = seg.finalDamage(end, fi.Size(), stop); err != nil {
-			return buf, nil, err
-		} else if ce != nil {
-			holes = []hole{{from: next, to: next + 1, err: ce}}
-			end, next = fi.Size(), next+1
-		}
 	}
 	// synced: a reader has nothing to make durable (Close must not sync).
 	seg.size, seg.next, seg.maxTSKnown, seg.synced = end, next, true, true
@@ -270,10 +261,14 @@ func (s *FileStore) verifySegment(seg *segment, tail bool, buf []byte) (_ []Prob
 		repair := ""
 		if tail {
 			repair = fmt.Sprintf("the node truncates the tail segment here, dropping %d bytes", size-end)
-			if d, derr := seg.finalDamage(end, size, ce); derr != nil {
-				return nil, false, buf, derr
-			} else if d != nil {
-				repair = "the node keeps the file: the record was written whole (damage, not a torn write); reads stop at it and writes to the partition are refused"
+			// Judged as the node's open judges it (scanTail): the scan
+			// is returned from below, so seg's state no longer matters.
+			_, _, holes, b, terr := seg.scanTail(size, buf)
+			if buf = b; terr != nil {
+				return nil, false, buf, terr
+			}
+			if len(holes) > 0 {
+				repair = "the node keeps the file: the record is damage, not a torn write (it was written whole, or whole records follow it); reads stop at it and writes to the partition are refused"
 			}
 		}
 		out = append(out, Problem{Path: ce.Path, Offset: ce.Offset, Err: err, Repair: repair})

@@ -682,25 +682,31 @@ func (s *segment) scanHoles(size int64, buf []byte) (end int64, next uint64, hol
 	}
 }
 
-// finalDamage judges what follows a segment's last whole record, at end
-// (of a file of size bytes), when nothing whole follows it: nil if it is
-// an incomplete final write (package tail's rule, every log's), which a
-// tail segment's recovery truncates; otherwise the *CorruptError of a
-// last record written whole and damaged since (stop, if not nil, says
-// how it fails). Any other error is an I/O error.
-func (s *segment) finalDamage(end, size int64, stop *CorruptError) (*CorruptError, error) {
-	if end >= size {
-		return nil, nil
+// scanTail is scanHoles for a log's last segment, with what follows its
+// last whole record judged, always, by package tail's rule (every log's):
+// an incomplete final write is left after end, for the caller to truncate
+// (or, if there are holes, to leave as it is, fenced); a last record
+// written whole and damaged since is one more hole, its offset, and the
+// log's end is past it (end is then size). Every way a last segment is
+// opened — a node's open, a rebuild, a read-only open — judges its final
+// record here and only here, whatever damage came before it: a bad record
+// earlier in the file changes nothing about whether the last one was
+// written whole. Any other error is an I/O error.
+func (s *segment) scanTail(size int64, buf []byte) (end int64, next uint64, holes []hole, _ []byte, err error) {
+	end, next, holes, stop, buf, err := s.scanHoles(size, buf)
+	if err != nil || end >= size {
+		return end, next, holes, buf, err
 	}
 	torn, err := tail.TornAt(s.log, end, size, s.tailFormat())
 	if err != nil || torn {
-		return nil, err
+		return end, next, holes, buf, err
 	}
 	why := "a record fails its checksum"
 	if stop != nil {
 		why = stop.Err.Error()
 	}
-	return corruptf(s.logPath, end, "%s; it is the last record but was written whole (not cut short, no unwritten sector, or whole with one bit of its length flipped back): damage, not a torn write", why), nil
+	ce := corruptf(s.logPath, end, "%s; it is the last record but was written whole (not cut short, no unwritten sector, or whole with one bit of its length flipped back): damage, not a torn write", why)
+	return size, next + 1, append(holes, hole{from: next, to: next + 1, err: ce}), buf, nil
 }
 
 // tailFormat is the segment's record format, for package tail's rule.

@@ -64,36 +64,38 @@ type Format struct {
 
 // maxProbe bounds the bytes TornAt reads to check a record with its
 // length flipped back: a candidate larger than that is judged by the rest
-// of the rule alone. Torn, given the bytes, checks every candidate.
+// of the rule alone.
 const maxProbe = 16 << 20
 
 // Torn reports whether rec — a log's bytes from a bad record's start, at
 // file offset pos, to the end of the file, with nothing whole after it —
-// is an incomplete final write. Torn changes bytes of rec while it runs
-// and restores them before it returns.
+// is an incomplete final write. It is TornAt over rec: a log held in
+// memory and a log read from its file are judged by the same code, so
+// the same bytes get the same answer however they are read. Torn neither
+// keeps nor changes rec.
 func Torn(rec []byte, pos int64, f Format) bool {
-	if len(rec) < f.LengthAt+4 {
-		return true // the file ends before the record's length does
-	}
-	if lengthFlipped(rec, f) {
-		return false
-	}
-	header, size := f.Size(rec)
-	if len(rec) < header || size > uint64(len(rec)) {
-		return true // the file ends before the record does
-	}
-	n := int(max(size, uint64(header)))
-	z := len(rec)
-	for z > 0 && rec[z-1] == 0 {
-		z--
-	}
-	return stopped(z, n, len(rec)) || zeroSector(rec[:n], pos, n < minChunk)
+	torn, _ := TornAt(bytesAt{rec, pos}, pos, pos+int64(len(rec)), f) // a bytesAt never fails
+	return torn
 }
 
-// TornAt is Torn for a record read from r, from pos to end (the end of
+// bytesAt reads b as the file bytes from pos on.
+type bytesAt struct {
+	b   []byte
+	pos int64
+}
+
+func (r bytesAt) ReadAt(p []byte, off int64) (int, error) {
+	off -= r.pos
+	if off < 0 || off+int64(len(p)) > int64(len(r.b)) {
+		return 0, io.ErrUnexpectedEOF // TornAt reads only within [pos, end)
+	}
+	return copy(p, r.b[off:]), nil
+}
+
+// TornAt is the rule for a record read from r, from pos to end (the end of
 // the file), read in pieces: a damaged length is never trusted to size a
 // buffer (the bytes a candidate length needs are read only if the file
-// holds them, and at most maxProbe of them).
+// holds them, and at most maxProbe of them). Torn is TornAt over bytes.
 func TornAt(r io.ReaderAt, pos, end int64, f Format) (bool, error) {
 	if end-pos < int64(f.LengthAt+4) {
 		return true, nil
