@@ -10,6 +10,7 @@ import (
 
 	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/shard"
 )
 
 // base is what both modes share: the configuration, the one seeded RNG
@@ -22,6 +23,41 @@ type base struct {
 	tr   *trace
 	viol *Violation
 	grp  *groupCheck // invariant 6, created on first use
+
+	// The workload's history, the same in both modes: the clients, every
+	// operation and try, the tries in flight (in send order), and every
+	// message id a produce carried.
+	clients     []*client
+	allOps      []*op
+	metaOps     []*op // cluster mode: metadata operations (kindMeta)
+	finalOps    []*op
+	allAttempts []*attempt
+	attempts    map[*shard.Request]*attempt
+	inflight    []*attempt
+	nextOp      uint64
+	nextAttempt uint64
+	nextMsg     uint64
+	msgs        map[uint64]*msgInfo
+
+	faults FaultCounts
+	ops    OpCounts
+	// depth > 0 while a slow build runs nested scheduler steps;
+	// quiescing once work and faults stop.
+	depth     int
+	quiescing bool
+	// memberDone takes the end of a consumer group member's operation
+	// (cluster mode, cmembers.go).
+	memberDone func(*client, *op)
+}
+
+// newBase is the state both modes start from.
+func newBase(cfg Config, rng *rand.Rand, clk *clock.Manual) base {
+	b := base{cfg: cfg, rng: rng, clk: clk, tr: newTrace(cfg.Trace),
+		attempts: make(map[*shard.Request]*attempt), msgs: make(map[uint64]*msgInfo)}
+	for i := range cfg.Clients {
+		b.clients = append(b.clients, &client{id: i})
+	}
+	return b
 }
 
 // checkGroups checks one node's committed consumer groups (invariant 6).

@@ -2,15 +2,12 @@ package sim
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"sort"
 	"strings"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
@@ -37,12 +34,7 @@ func (c *csim) quiesce() {
 	if !c.settle() {
 		return
 	}
-	c.checkForwardBudget(true)
-	if c.viol != nil {
-		return
-	}
-	c.checkMembership()
-	c.checkOwnership()
+	settledChecks(c)
 	c.finalReads()
 }
 
@@ -158,21 +150,6 @@ func (c *csim) advanceQuiet(converged bool) {
 		}
 	}
 	c.advance(max(next.Sub(now), time.Microsecond))
-}
-
-func (c *csim) waitingOps() []*op {
-	var out []*op
-	for _, cl := range c.clients {
-		if cl.op != nil && cl.op.waiting {
-			out = append(out, cl.op)
-		}
-	}
-	for _, o := range c.finalOps {
-		if !o.done && o.waiting {
-			out = append(out, o)
-		}
-	}
-	return out
 }
 
 // idle: no request in flight, no operation unfinished, no membership
@@ -450,40 +427,6 @@ func (c *csim) finalRead(n *cnode, ns metadata.Namespace) *op {
 	return o
 }
 
-// finalChecks asserts invariants 1, 4 and 5 on the settled cluster.
-func (c *csim) finalChecks() {
-	c.checkAnswers()
-	c.checkParkAndDrops()
-	c.checkLinearizable()
-}
-
-// checkAnswers: every attempt was answered once, and no second answer
-// waits in any reply channel; every operation finished (invariant 1).
-func (c *csim) checkAnswers() {
-	if c.viol != nil {
-		return
-	}
-	for _, a := range c.allAttempts {
-		if a.crashed {
-			continue // answered by the crash; the dead shards may answer too
-		}
-		if !a.answered {
-			c.fail(1, "attempt %d (op %d %v %v on n%d) never answered", a.id, a.op.id, a.op.kind, a.op.ns, a.node.id)
-			return
-		}
-		if len(a.reply) > 0 {
-			c.fail(1, "attempt %d (op %d %v %v on n%d) answered twice", a.id, a.op.id, a.op.kind, a.op.ns, a.node.id)
-			return
-		}
-	}
-	for _, o := range slices.Concat(c.allOps, c.metaOps) {
-		if !o.done {
-			c.fail(1, "op %d (%v %v) never finished", o.id, o.kind, o.ns)
-			return
-		}
-	}
-}
-
 // clusterDropOK says which drop reasons cluster mode explains, by
 // variant. Raft traffic has no client and raft re-sends it, so dropping
 // it is fine wherever a frame can be dropped (behaviour 17) — except for
@@ -523,121 +466,80 @@ func (c *csim) clusterDropOK(variant, reason string) bool {
 // parkway_frame_drops_total (the engine's label).
 const metaRaftVariant = "metadata_raft"
 
-// checkParkAndDrops: at quiescence every park buffer is empty, and every
-// frame drop is explained (invariant 4).
-func (c *csim) checkParkAndDrops() {
-	if c.viol != nil {
-		return
-	}
-	for _, n := range c.nodes {
-		for i, sh := range n.shards {
-			st, err := sh.Inspect(context.Background())
-			if err != nil {
-				c.fail(0, "inspect n%d shard %d: %v", n.id, i, err)
-				return
-			}
-			if st.ParkedFrames != 0 || st.ParkedBytes != 0 || len(st.Parked) != 0 || sh.Parked() != 0 {
-				c.fail(4, "n%d shard %d park buffer not empty at quiescence: %d frames, %d bytes, %d namespaces",
-					n.id, i, st.ParkedFrames, st.ParkedBytes, len(st.Parked))
-				return
-			}
-		}
-	}
-	ms := slices.Concat(c.oldMetrics, nil)
-	for _, n := range c.nodes {
-		ms = append(ms, n.m)
-	}
-	for _, m := range ms {
-		reg := prometheus.NewRegistry()
-		if err := reg.Register(m); err != nil {
-			c.fail(0, "metrics: %v", err)
-			return
-		}
-		fams, err := reg.Gather()
-		if err != nil {
-			c.fail(0, "metrics: %v", err)
-			return
-		}
-		for _, f := range fams {
-			if f.GetName() != "parkway_frame_drops_total" {
-				continue
-			}
-			for _, mt := range f.GetMetric() {
-				if mt.GetCounter().GetValue() == 0 {
-					continue
-				}
-				labels := map[string]string{}
-				for _, l := range mt.GetLabel() {
-					labels[l.GetName()] = l.GetValue()
-				}
-				if !c.clusterDropOK(labels["variant"], labels["reason"]) {
-					c.fail(4, "shard %s dropped %v %s frames for reason %q, which nothing injected explains",
-						labels["shard"], mt.GetCounter().GetValue(), labels["variant"], labels["reason"])
-					return
-				}
-				c.event("drops shard=%s %s %s=%v", labels["shard"], labels["variant"], labels["reason"], mt.GetCounter().GetValue())
-			}
-		}
-	}
-}
-
-// checkLinearizable checks each partition incarnation's history
+// history places every operation in its incarnation's history
 // (invariant 5). Produces and consumer offsets are replicated writes, and
 // polls and offset reads asked of the leader must see every acknowledged
 // write: all are checked against one log with consumer offsets. A Local
 // poll reads whichever replica the client reached, from its own copy, and
 // is checked as a stale read (linIn.stale).
-func (c *csim) checkLinearizable() {
-	if c.viol != nil {
-		return
-	}
-	hist := make(map[incKey][]linOp)
-	add := func(o *op, key incKey, in linIn, out linOut) {
-		ret := o.retEv
-		if out.unknown {
-			ret = unknownReturn + int64(o.id)
-		}
-		hist[key] = append(hist[key], linOp{client: clientID(o.client), in: in, out: out, call: o.callEv, ret: ret, op: o.id})
-	}
+func (c *csim) history() histories {
+	hist := make(histories)
 	for _, o := range c.allOps {
 		if o.kind == kindProduce || o.kind == kindBatch {
-			c.linearizeProduce(o, add)
+			c.linearizeProduce(o, hist.add)
 			if c.viol != nil {
-				return
+				return nil
 			}
 			continue
 		}
 		key, in, out, ok := c.linearizeOp(o)
 		if c.viol != nil {
-			return
+			return nil
 		}
 		if ok {
-			add(o, key, in, out)
+			hist.add(o, key, in, out)
 		}
 		if o.kind == kindStore {
 			except := uint64(0)
 			if ok {
 				except = key.epoch
 			}
-			c.storeElsewhere(o, except, add)
+			c.storeElsewhere(o, except, hist.add)
 		}
 	}
-	keys := make([]incKey, 0, len(hist))
-	for k := range hist {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].compare(keys[j]) < 0 })
-	for _, k := range keys {
-		switch check(hist[k]) {
-		case checkIllegal:
-			c.fail(5, "history of %v is not linearizable:\n%s", k, describeHistory(hist[k]))
-			return
-		case checkUnknown:
-			c.ops.Unchecked++
-		default:
-			c.ops.Linearized++
+	return hist
+}
+
+// unlinearized is false: every incarnation's history is checked (a
+// liar's damaged copy is repaired from its peers).
+func (c *csim) unlinearized(incKey) bool { return false }
+
+// dropOK is clusterDropOK.
+func (c *csim) dropOK(variant, reason string) bool { return c.clusterDropOK(variant, reason) }
+
+// shardsNow lists every member's shards.
+func (c *csim) shardsNow() []namedShard {
+	var out []namedShard
+	for _, n := range c.nodes {
+		for i, sh := range n.shards {
+			out = append(out, namedShard{fmt.Sprintf("n%d shard %d", n.id, i), sh})
 		}
 	}
+	return out
+}
+
+// dropCounters lists the metrics of every node incarnation, the crashed
+// ones first.
+func (c *csim) dropCounters() []dropCounter {
+	var out []dropCounter
+	for _, m := range c.oldMetrics {
+		out = append(out, dropCounter{m: m})
+	}
+	for _, n := range c.nodes {
+		out = append(out, dropCounter{m: n.m})
+	}
+	return out
+}
+
+// metas lists the metadata of every running node.
+func (c *csim) metas() []namedMeta {
+	var out []namedMeta
+	for _, n := range c.nodes {
+		if n.eng != nil && !n.down {
+			out = append(out, namedMeta{fmt.Sprintf("n%d (open %d)", n.id, n.gen), n.meta})
+		}
+	}
+	return out
 }
 
 // linearizeProduce places a produce in the history of each incarnation a

@@ -93,7 +93,7 @@ var clusterLieCatching = []uint64{33, 36, 98}
 // lie rate (a lie picks its file by size, and the small files — raft
 // logs, their sync marks, incarnation files — are read only at open).
 func TestBehaviour28ClusterLyingDiskCatchesSwallowedDamage(t *testing.T) {
-	sim.BreakSwallowDamage.Store(true)
+	hookOf(t, "BreakSwallowDamage", 3, 5).Store(true)
 	defer sim.BreakSwallowDamage.Store(false)
 	list := seeds(t, clusterLieCaughtSeeds)
 	if _, replay := replaySeed(t); !replay && *flagSeeds == 0 {

@@ -80,20 +80,9 @@ type csim struct {
 	nodes    []*cnode
 	gone     []*cnode
 
-	clients     []*client
-	allOps      []*op
-	metaOps     []*op
-	finalOps    []*op
-	allAttempts []*attempt
-	attempts    map[*shard.Request]*attempt
-	inflight    []*attempt
-	nextOp      uint64
-	nextAttempt uint64
-	nextMsg     uint64
-	nextSeq     uint64
-	metaDone    []metaAnswer
+	nextSeq  uint64
+	metaDone []metaAnswer
 
-	msgs   map[uint64]*msgInfo
 	oracle map[incKey]*repLog
 	// oldMetrics are the counters of crashed node incarnations.
 	oldMetrics []*metrics.Metrics
@@ -117,9 +106,7 @@ type csim struct {
 	// moves since (notePlacement).
 	placed map[incKey][][]uint64
 
-	faults FaultCounts
-	ops    OpCounts
-	netf   netState
+	netf netState
 	// compactEntries is the partitions' raft log compaction interval
 	// (shard.Replication.CompactEntries), picked per seed: mostly small,
 	// so snapshots and catch-up happen.
@@ -127,9 +114,6 @@ type csim struct {
 	// actions counts the ends of scheduler actions: raft's random draws
 	// during one action are a function of it (see seededReader).
 	actions uint64
-	depth   int // > 0 while a slow build runs nested scheduler steps
-
-	quiescing bool
 
 	// storm is what a join storm's run measures (Config.MemberPartitions,
 	// cmembers.go).
@@ -246,11 +230,9 @@ func newCluster(cfg Config) *csim {
 	compact := [...]uint64{4, 16, 64, shard.DefaultCompactEntries}[rng.IntN(4)]
 	clk := clock.NewManual(epoch0)
 	c := &csim{
-		base:           base{cfg: cfg, rng: rng, clk: clk, tr: newTrace(cfg.Trace)},
+		base:           newBase(cfg, rng, clk),
 		ctx:            context.Background(),
 		net:            transport.NewNetwork(transport.NetworkOptions{Clock: clk, ManualDelivery: true}),
-		attempts:       make(map[*shard.Request]*attempt),
-		msgs:           make(map[uint64]*msgInfo),
 		oracle:         make(map[incKey]*repLog),
 		metaLog:        make(map[uint64]string),
 		metaDup:        make(map[uint64]bool),
@@ -265,9 +247,7 @@ func newCluster(cfg Config) *csim {
 		c.peers = append(c.peers, uint64(i+1))
 	}
 	c.founders = slices.Clone(c.peers)
-	for i := range cfg.Clients {
-		c.clients = append(c.clients, &client{id: i})
-	}
+	c.memberDone = c.memberDoneOf
 	c.startMembers()
 	c.startLies()
 	return c
@@ -308,7 +288,7 @@ func (c *csim) run() {
 	if c.viol != nil {
 		return
 	}
-	c.finalChecks()
+	finalChecks(c)
 	c.event("end")
 }
 
@@ -641,13 +621,9 @@ func (c *csim) afterAction() {
 		}
 		n.flushOutbox()
 		n.collectMeta()
-		if n.eng != nil && !n.down {
-			c.checkGroups(fmt.Sprintf("n%d (open %d)", n.id, n.gen), n.meta)
-			c.checkVoters(n)
-		}
 	}
-	c.checkForwardBudget(false)
-	c.collect()
+	stepChecks(c)
+	c.collect(c.onAnswer)
 	for _, n := range c.nodes {
 		n.stored = n.stored[:0]
 	}
@@ -658,7 +634,7 @@ func (c *csim) afterAction() {
 		for _, n := range c.nodes {
 			n.flushOutbox()
 		}
-		c.collect()
+		c.collect(c.onAnswer)
 	}
 }
 

@@ -215,8 +215,9 @@ func TestClusterFaultsFire(t *testing.T) {
 
 // expectClusterCaught is expectCaught over the default cluster seeds,
 // run under cfg.
-func expectClusterCaught(t *testing.T, cfg func(uint64) sim.Config, hook interface{ Store(bool) }, invariants ...int) {
+func expectClusterCaught(t *testing.T, cfg func(uint64) sim.Config, name string, invariants ...int) {
 	t.Helper()
+	hook := hookOf(t, name, invariants...)
 	hook.Store(true)
 	defer hook.Store(false)
 	list := make([]uint64, defaultClusterSeeds)
@@ -265,13 +266,13 @@ func TestClusterCatchesRaftWithoutEpoch(t *testing.T) {
 		cfg := sim.DefaultClusterConfig(seed)
 		cfg.Faults.Net.OneWay, cfg.Faults.Net.Clog, cfg.Faults.Clock = 0, 0, sim.ClockFaultRates{}
 		return cfg
-	}, &sim.BreakRaftEpoch, 0, 2, 3, 5)
+	}, "BreakRaftEpoch", 0, 2, 3, 5)
 }
 
 // Produces without a (producer, sequence) pair are applied twice when a
 // produce whose outcome was unknown is retried.
 func TestClusterCatchesNoProducerIDs(t *testing.T) {
-	expectClusterCaught(t, sim.DefaultClusterConfig, &sim.BreakNoProducerIDs, 5)
+	expectClusterCaught(t, sim.DefaultClusterConfig, "BreakNoProducerIDs", 5)
 }
 
 // A fast-skip that ignores the park buffer strands parked frames on a
@@ -283,13 +284,13 @@ func TestClusterCatchesFastSkipIgnoringParked(t *testing.T) {
 		cfg := sim.DefaultClusterConfig(seed)
 		cfg.Faults.DiskFull, cfg.Faults.DiskError, cfg.Faults.Crash = 0, 0, 0
 		return cfg
-	}, &sim.BreakFastSkip, 4, 1)
+	}, "BreakFastSkip", 4, 1)
 }
 
 // A node that materialises a partition its placement leaves out (its
 // reconciler ignoring reconciler.Config.Node) is caught at the build.
 func TestClusterCatchesReplicaOffPlacement(t *testing.T) {
-	expectClusterCaught(t, sim.DefaultClusterConfig, &sim.BreakPlacement, 7)
+	expectClusterCaught(t, sim.DefaultClusterConfig, "BreakPlacement", 7)
 }
 
 // Without leadership transfer (every MsgTimeoutNow lost on the bus),
@@ -299,7 +300,7 @@ func TestClusterCatchesReplicaOffPlacement(t *testing.T) {
 // staying replica before it removes itself: without transfers that move,
 // and the removal of the node waiting for it, never completes (8).
 func TestClusterCatchesNoLeaderTransfer(t *testing.T) {
-	expectClusterCaught(t, sim.DefaultClusterConfig, &sim.BreakLeaderTransfer, 7, 8)
+	expectClusterCaught(t, sim.DefaultClusterConfig, "BreakLeaderTransfer", 7, 8)
 }
 
 // A node added with the AddNode metadata command alone, without the
@@ -307,7 +308,7 @@ func TestClusterCatchesNoLeaderTransfer(t *testing.T) {
 // metadata naming a node the group does not have as a voter: caught
 // after the first action that applies it.
 func TestClusterCatchesJoinWithoutConfChange(t *testing.T) {
-	expectClusterCaught(t, sim.DefaultClusterConfig, &sim.BreakJoinCommand, 8)
+	expectClusterCaught(t, sim.DefaultClusterConfig, "BreakJoinCommand", 8)
 }
 
 // When a crashed node's liveness heartbeats keep arriving, nothing tells
@@ -321,7 +322,7 @@ func TestClusterCatchesZombieLiveness(t *testing.T) {
 		cfg := sim.DefaultClusterConfig(seed)
 		cfg.Faults.QuiescedCrash *= 10
 		return cfg
-	}, &sim.BreakZombieLiveness, 8)
+	}, "BreakZombieLiveness", 8)
 }
 
 // A move settled as soon as it is planned — the leaving replica dropped
@@ -341,7 +342,7 @@ func TestClusterCatchesEarlySettle(t *testing.T) {
 		cfg := sim.DefaultClusterConfig(seed)
 		cfg.Faults.Remove *= 5
 		return cfg
-	}, &sim.BreakEarlySettle, 1, 3, 4, 7, 8)
+	}, "BreakEarlySettle", 1, 3, 4, 7, 8)
 }
 
 // TestBehaviour27ClusterWrongDiskRefused: every crashed node is first
@@ -384,7 +385,7 @@ func TestClusterCatchesWrongDiskAccepted(t *testing.T) {
 		cfg.Faults.WrongDisk = 1
 		cfg.Faults.Crash *= 4
 		return cfg
-	}, &sim.BreakIdentityCheck, 8, 0)
+	}, "BreakIdentityCheck", 8, 0)
 }
 
 // A transport that sends a message whose own direction is cut or clogged
@@ -405,7 +406,7 @@ func TestClusterCatchesReplyPathOneWay(t *testing.T) {
 		cfg.Faults.Net.OneWay *= 8
 		cfg.Faults.Net.Clog = 0
 		return cfg
-	}, &sim.BreakReplyPath, 3, 8)
+	}, "BreakReplyPath", 3, 8)
 }
 
 func TestClusterCatchesReplyPathClog(t *testing.T) {
@@ -414,7 +415,7 @@ func TestClusterCatchesReplyPathClog(t *testing.T) {
 		cfg.Faults.Net.Clog *= 8
 		cfg.Faults.Net.OneWay = 0
 		return cfg
-	}, &sim.BreakReplyPath, 3)
+	}, "BreakReplyPath", 3)
 }
 
 // The same broken partition in a cluster: each leader stamps append times
@@ -422,7 +423,7 @@ func TestClusterCatchesReplyPathClog(t *testing.T) {
 // its predecessor's (skew, a step back, a strobe) stamps later messages
 // earlier. Only the clock faults expose it.
 func TestClusterCatchesAppendTimeOrder(t *testing.T) {
-	expectClusterCaught(t, sim.DefaultClusterConfig, &sim.BreakAppendTimeOrder, 3)
+	expectClusterCaught(t, sim.DefaultClusterConfig, "BreakAppendTimeOrder", 3)
 }
 
 // Node liveness that does not report whom a node hears lets a node that
@@ -435,7 +436,7 @@ func TestClusterCatchesLivenessWithoutReport(t *testing.T) {
 		cfg := sim.DefaultClusterConfig(seed)
 		cfg.Faults.Net.OneWay *= 50
 		return cfg
-	}, &sim.BreakLivenessReport, 8)
+	}, "BreakLivenessReport", 8)
 }
 
 // Seed 1609 found a replica that diverged for good: installing a leader's

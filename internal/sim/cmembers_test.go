@@ -105,7 +105,7 @@ func TestClusterGroupMembersCatchUnfencedDelivery(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs member seeds until one fails")
 	}
-	sim.BreakMemberFence.Store(true)
+	hookOf(t, "BreakMemberFence", 9).Store(true)
 	defer sim.BreakMemberFence.Store(false)
 	// The seeds that caught it on the current tree go first (the run
 	// stops at the first catch); the rest of 0..99 stays behind them, as

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -138,22 +137,6 @@ func (c *csim) clientAct(cl *client) {
 	c.dataOp(cl, n, p.NS, c.pickKind())
 }
 
-// pickKind is sim.pickKind's mix.
-func (c *csim) pickKind() opKind {
-	switch w := c.rng.IntN(100); {
-	case w < 34:
-		return kindProduce
-	case w < 50:
-		return kindBatch
-	case w < 78:
-		return kindPoll
-	case w < 90:
-		return kindStore
-	default:
-		return kindGet
-	}
-}
-
 // knownLen is the length of the log of ns's incarnation committed on n.
 func (c *csim) knownLen(n *cnode, ns metadata.Namespace) uint64 {
 	rev, ok := n.meta.CreatedRevision(ns)
@@ -225,52 +208,6 @@ func (c *csim) dataOp(cl *client, n *cnode, ns metadata.Namespace, kind opKind) 
 	return o
 }
 
-// newAttempt builds the next try of o: a fresh request, and for a produce
-// fresh message ids (so the oracle can tell tries apart) under the op's
-// one (producer, sequence) pair.
-func (c *csim) newAttempt(o *op) *attempt {
-	c.nextAttempt++
-	a := &attempt{id: c.nextAttempt, op: o, reply: make(chan shard.Response, 1)}
-	req := &shard.Request{NS: o.ns}
-	switch o.kind {
-	case kindProduce, kindBatch:
-		req.Op, req.Producer, req.Seq = shard.OpProduce, o.producer, o.seq
-		ts := c.clk.Now().UnixMicro()
-		for range o.n {
-			c.nextMsg++
-			id := c.nextMsg
-			a.ids = append(a.ids, id)
-			c.msgs[id] = &msgInfo{a: a}
-			req.Messages = append(req.Messages, partition.Message{Timestamp: ts, Payload: c.payload(id)})
-		}
-	case kindPoll:
-		req.Op, req.Offset, req.Count = shard.OpPoll, o.from, o.count
-		req.Consumer, req.UseConsumer, req.FromLeader = o.consumer, o.useConsumer, !o.local
-		req.MaxWait, req.MinCount = o.wait, o.minCount
-	case kindStore:
-		req.Op, req.Consumer, req.Offset = shard.OpStoreOffset, o.consumer, o.offset
-	case kindGet:
-		req.Op, req.Consumer, req.FromLeader = shard.OpGetOffset, o.consumer, !o.local
-	}
-	a.req = req
-	c.attempts[req] = a
-	c.allAttempts = append(c.allAttempts, a)
-	o.attempts = append(o.attempts, a)
-	c.ops.Attempts++
-	return a
-}
-
-// payload is sim.payload: the message id and a filler derived from it.
-func (c *csim) payload(id uint64) []byte {
-	k := c.rng.IntN(41)
-	b := make([]byte, 8+k)
-	binary.LittleEndian.PutUint64(b, id)
-	for j := range k {
-		b[8+j] = byte(id*31 + uint64(j))
-	}
-	return b
-}
-
 // send hands a's frame to n's router. A refusal is the attempt's answer.
 func (c *csim) send(a *attempt, n *cnode) {
 	a.node = n
@@ -284,25 +221,6 @@ func (c *csim) send(a *attempt, n *cnode) {
 		return
 	}
 	c.inflight = append(c.inflight, a)
-}
-
-// collect takes every answer waiting on an in-flight attempt's reply
-// channel, in send order.
-func (c *csim) collect() {
-	pending := append([]*attempt(nil), c.inflight...)
-	c.inflight = c.inflight[:0]
-	for _, a := range pending {
-		if c.viol != nil {
-			c.inflight = append(c.inflight, a)
-			continue
-		}
-		select {
-		case r := <-a.reply:
-			c.onAnswer(a, r)
-		default:
-			c.inflight = append(c.inflight, a)
-		}
-	}
 }
 
 // onAnswer handles an attempt's answer the way the Node's client side does
@@ -600,25 +518,6 @@ func (c *csim) retryDue() {
 	for _, o := range c.finalOps {
 		if !o.done && o.waiting && !now.Before(o.retryAt) {
 			c.retry(o)
-		}
-	}
-}
-
-// finish ends o. "Not applied" becomes "unknown" once a try's outcome was
-// unknown.
-func (c *csim) finish(o *op, oc outcome, r shard.Response, err error) {
-	if oc == outcomeNotApplied && o.maybeApplied {
-		oc = outcomeUnknown
-	}
-	o.done, o.outcome, o.resp, o.err, o.waiting = true, oc, r, err, false
-	o.retEv = c.event("done op=%d %v", o.id, oc)
-	if oc == outcomeUnknown {
-		c.ops.Unknown++
-	}
-	if o.client != nil {
-		o.client.op = nil
-		if o.client.member != nil {
-			c.memberDone(o.client, o)
 		}
 	}
 }

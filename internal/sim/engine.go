@@ -196,14 +196,14 @@ func (s *sim) stepShard(i int) {
 		// No frame queued: a due timer of the shard's own (parked frames
 		// past their age bound or deadline).
 		s.event("step shard=%d timer", i)
-		s.collect()
+		s.collect(s.onAnswer)
 		return
 	case !did:
 		s.fail(0, "shard %d did not step with attempt %d queued", i, a.id)
 		return
 	}
 	s.event("step shard=%d a=%d stamp=%d", i, a.id, a.stamp)
-	s.collect()
+	s.collect(s.onAnswer)
 }
 
 // stepAll steps every shard until all are idle: queued frames, and due
@@ -217,7 +217,7 @@ func (s *sim) stepAll() {
 				did = true
 			} else if s.n.shards[i].Step() {
 				s.event("step shard=%d timer", i)
-				s.collect()
+				s.collect(s.onAnswer)
 				did = true
 			}
 		}
@@ -246,7 +246,7 @@ func (s *sim) reconcile(i int) {
 		s.event("pass shard=%d rev=%d built=%d removed=%d rows=%d failed=%d answered=%d expired=%d parked=%d pending=%d",
 			i, rep.Revision, rep.Built, rep.Removed, rep.RowsWritten, rep.Failed, rep.Answered, rep.Expired, rep.Parked, rep.Pending)
 	}
-	s.collect()
+	s.collect(s.onAnswer)
 }
 
 // crash is a power loss: every request in flight is answered by the

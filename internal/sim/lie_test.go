@@ -95,8 +95,8 @@ func TestBehaviour28LyingDiskCatchesSwallowedDamage(t *testing.T) {
 			// (issue 26, item 2; with that fixed, swallowing the holes
 			// it leaves is caught by seed 7).
 			knownOK := k.Kind == sim.LieTruncate || k.Kind == sim.LieFlipStored
-			sim.BreakSwallowDamage.Store(true)
-			sim.BreakRebuildOnDamage.Store(true)
+			hookOf(t, "BreakSwallowDamage", 3, 5).Store(true)
+			hookOf(t, "BreakRebuildOnDamage", 3, 5).Store(true)
 			defer sim.BreakSwallowDamage.Store(false)
 			defer sim.BreakRebuildOnDamage.Store(false)
 			list := make([]uint64, lieCaughtSeeds)

@@ -109,14 +109,14 @@ type msgInfo struct {
 
 // Payloads carry the message id and a filler derived from it, so a read
 // can tell which message it got and whether its bytes are intact.
-func (s *sim) payload(id uint64) []byte {
-	n := s.rng.IntN(41)
-	b := make([]byte, 8+n)
-	binary.LittleEndian.PutUint64(b, id)
+func (b *base) payload(id uint64) []byte {
+	n := b.rng.IntN(41)
+	p := make([]byte, 8+n)
+	binary.LittleEndian.PutUint64(p, id)
 	for j := range n {
-		b[8+j] = byte(id*31 + uint64(j))
+		p[8+j] = byte(id*31 + uint64(j))
 	}
-	return b
+	return p
 }
 
 func decodePayload(b []byte) (uint64, bool) {

@@ -139,8 +139,8 @@ type attempt struct {
 }
 
 // Data operations weigh: produce 34, batch 16, poll 28, store 12, get 10.
-func (s *sim) pickKind() opKind {
-	switch w := s.rng.IntN(100); {
+func (b *base) pickKind() opKind {
+	switch w := b.rng.IntN(100); {
 	case w < 34:
 		return kindProduce
 	case w < 50:
@@ -281,40 +281,6 @@ func (o *op) args() string {
 	return ""
 }
 
-// newAttempt builds the next try of o: a fresh request (and, for a
-// produce, fresh message ids, so the storage tap can tell tries apart).
-func (s *sim) newAttempt(o *op) *attempt {
-	s.nextAttempt++
-	a := &attempt{id: s.nextAttempt, op: o, reply: make(chan shard.Response, 1)}
-	req := &shard.Request{NS: o.ns}
-	switch o.kind {
-	case kindProduce, kindBatch:
-		req.Op = shard.OpProduce
-		ts := s.clk.Now().UnixMicro()
-		for range o.n {
-			s.nextMsg++
-			id := s.nextMsg
-			a.ids = append(a.ids, id)
-			s.msgs[id] = &msgInfo{a: a}
-			req.Messages = append(req.Messages, partition.Message{Timestamp: ts, Payload: s.payload(id)})
-		}
-	case kindPoll:
-		req.Op, req.Offset, req.Count = shard.OpPoll, o.from, o.count
-		req.Consumer, req.UseConsumer = o.consumer, o.useConsumer
-		req.MaxWait, req.MinCount = o.wait, o.minCount
-	case kindStore:
-		req.Op, req.Consumer, req.Offset = shard.OpStoreOffset, o.consumer, o.offset
-	case kindGet:
-		req.Op, req.Consumer = shard.OpGetOffset, o.consumer
-	}
-	a.req = req
-	s.attempts[req] = a
-	s.allAttempts = append(s.allAttempts, a)
-	o.attempts = append(o.attempts, a)
-	s.ops.Attempts++
-	return a
-}
-
 // send hands a's frame to the router. A refusal is the attempt's answer.
 func (s *sim) send(a *attempt) {
 	a.sendEv = s.event("send a=%d op=%d", a.id, a.op.id)
@@ -327,21 +293,6 @@ func (s *sim) send(a *attempt) {
 		return
 	}
 	s.inflight = append(s.inflight, a)
-}
-
-// collect takes every answer waiting on an in-flight attempt's reply
-// channel, in send order.
-func (s *sim) collect() {
-	pending := append([]*attempt(nil), s.inflight...)
-	s.inflight = s.inflight[:0]
-	for _, a := range pending {
-		select {
-		case r := <-a.reply:
-			s.onAnswer(a, r)
-		default:
-			s.inflight = append(s.inflight, a)
-		}
-	}
 }
 
 // retryable is the Node's retry-in-place rule: "retry here" answers and
@@ -542,16 +493,96 @@ func (s *sim) retryDue() {
 	}
 }
 
-// finish ends o.
-func (s *sim) finish(o *op, oc outcome, r shard.Response, err error) {
+// newAttempt builds the next try of o: a fresh request, and for a produce
+// fresh message ids (so the storage tap and the oracle can tell tries
+// apart) under the op's one (producer, sequence) pair (none on a single
+// node). A cluster read asks the leader unless it is Local.
+func (b *base) newAttempt(o *op) *attempt {
+	b.nextAttempt++
+	a := &attempt{id: b.nextAttempt, op: o, reply: make(chan shard.Response, 1)}
+	req := &shard.Request{NS: o.ns}
+	switch o.kind {
+	case kindProduce, kindBatch:
+		req.Op, req.Producer, req.Seq = shard.OpProduce, o.producer, o.seq
+		ts := b.clk.Now().UnixMicro()
+		for range o.n {
+			b.nextMsg++
+			id := b.nextMsg
+			a.ids = append(a.ids, id)
+			b.msgs[id] = &msgInfo{a: a}
+			req.Messages = append(req.Messages, partition.Message{Timestamp: ts, Payload: b.payload(id)})
+		}
+	case kindPoll:
+		req.Op, req.Offset, req.Count = shard.OpPoll, o.from, o.count
+		req.Consumer, req.UseConsumer, req.FromLeader = o.consumer, o.useConsumer, o.home != nil && !o.local
+		req.MaxWait, req.MinCount = o.wait, o.minCount
+	case kindStore:
+		req.Op, req.Consumer, req.Offset = shard.OpStoreOffset, o.consumer, o.offset
+	case kindGet:
+		req.Op, req.Consumer, req.FromLeader = shard.OpGetOffset, o.consumer, o.home != nil && !o.local
+	}
+	a.req = req
+	b.attempts[req] = a
+	b.allAttempts = append(b.allAttempts, a)
+	o.attempts = append(o.attempts, a)
+	b.ops.Attempts++
+	return a
+}
+
+// collect takes every answer waiting on an in-flight attempt's reply
+// channel, in send order, and hands it to the mode's answer (onAnswer).
+// After a violation nothing more is taken.
+func (b *base) collect(answer func(*attempt, shard.Response)) {
+	pending := append([]*attempt(nil), b.inflight...)
+	b.inflight = b.inflight[:0]
+	for _, a := range pending {
+		if b.viol != nil {
+			b.inflight = append(b.inflight, a)
+			continue
+		}
+		select {
+		case r := <-a.reply:
+			answer(a, r)
+		default:
+			b.inflight = append(b.inflight, a)
+		}
+	}
+}
+
+// finish ends o. "Not applied" becomes "unknown" once a try's outcome was
+// unknown (cluster mode); a member's operation ends in memberDone.
+func (b *base) finish(o *op, oc outcome, r shard.Response, err error) {
+	if oc == outcomeNotApplied && o.maybeApplied {
+		oc = outcomeUnknown
+	}
 	o.done, o.outcome, o.resp, o.err, o.waiting = true, oc, r, err, false
-	o.retEv = s.event("done op=%d %v", o.id, oc)
+	o.retEv = b.event("done op=%d %v", o.id, oc)
 	if oc == outcomeUnknown {
-		s.ops.Unknown++
+		b.ops.Unknown++
 	}
 	if o.client != nil {
 		o.client.op = nil
+		if o.client.member != nil {
+			b.memberDone(o.client, o)
+		}
 	}
+}
+
+// waitingOps lists the operations waiting for their retry, in client
+// order, then the final reads.
+func (b *base) waitingOps() []*op {
+	var out []*op
+	for _, c := range b.clients {
+		if c.op != nil && c.op.waiting {
+			out = append(out, c.op)
+		}
+	}
+	for _, o := range b.finalOps {
+		if !o.done && o.waiting {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // maxBurstClients bounds the clients added for bursts, so at most
@@ -651,7 +682,7 @@ func (s *sim) metaOp(c *client) {
 	default:
 		st := streams[s.rng.IntN(len(streams))]
 		if st.Topics < maxTopics {
-			created = s.createTopic(st.ID, s.freeTopicName(st.ID), 1+s.rng.IntN(3))
+			created = s.createTopic(st.ID, freeTopicName(s.n.meta, st.ID), 1+s.rng.IntN(3))
 		}
 	}
 	if len(created) == 0 {
@@ -696,15 +727,6 @@ func (s *sim) createStreamNamed(name string) []metadata.PartitionInfo {
 		return nil
 	}
 	return s.createTopic(res.Stream, "t0", 1+s.rng.IntN(3))
-}
-
-func (s *sim) freeTopicName(stream uint32) string {
-	for i := 0; ; i++ {
-		name := fmt.Sprintf("t%d", i)
-		if _, ok := s.n.meta.TopicByName(stream, name); !ok {
-			return name
-		}
-	}
 }
 
 func (s *sim) createTopic(stream uint32, name string, partitions int) []metadata.PartitionInfo {
