@@ -112,3 +112,30 @@ func (b *base) roll(p float64) bool {
 
 // now is the virtual time since the start, for trace lines.
 func (b *base) now() time.Duration { return b.clk.Now().Sub(epoch0) }
+
+// slowBuild rolls the slow-build fault for a partition build about to
+// start, and returns how many scheduler steps the build takes (0: none).
+// The pass that called Build is blocked while the node (the cluster)
+// goes on: the steps run nested inside Build, with that reconciler
+// marked busy (reconcile does it). Not while nested already, nor at
+// quiescence.
+func (b *base) slowBuild() int {
+	if b.depth > 0 || b.quiescing || !b.roll(b.cfg.Faults.SlowBuild) {
+		return 0
+	}
+	b.faults.SlowBuild++
+	return 5 + b.rng.IntN(36)
+}
+
+// nested runs k scheduler steps inside the current one, stopping at a
+// violation.
+func (b *base) nested(k int, tick func()) {
+	b.depth++
+	for range k {
+		if b.viol != nil {
+			break
+		}
+		tick()
+	}
+	b.depth--
+}

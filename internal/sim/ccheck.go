@@ -11,7 +11,6 @@ import (
 
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
-	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/shard"
 )
 
@@ -600,41 +599,10 @@ func (c *csim) storeElsewhere(o *op, except uint64, add func(*op, incKey, linIn,
 // linearizeOp places a read or a consumer offset operation in a partition
 // history, or reports false to leave it out.
 func (c *csim) linearizeOp(o *op) (incKey, linIn, linOut, bool) {
-	in := linIn{kind: o.kind, from: o.from, count: o.count, consumer: o.consumer, useConsumer: o.useConsumer,
-		offset: o.offset, stale: o.kind == kindPoll && o.local, wait: o.kind == kindPoll && !o.local && o.wait > 0}
-	var out linOut
-	switch o.kind {
-	case kindPoll:
-		if o.outcome != outcomeOK {
-			return incKey{}, in, out, false
-		}
-		out.offset = o.resp.Offset
-		for _, m := range o.resp.Messages {
-			id, _ := decodePayload(m.Payload)
-			out.ids = append(out.ids, id)
-		}
-	case kindStore:
-		switch o.outcome {
-		case outcomeOK:
-		case outcomeError:
-			if !errors.Is(o.err, partition.ErrOffsetOutOfRange) {
-				return incKey{}, in, out, false
-			}
-			out.outOfRange = true
-		case outcomeUnknown:
-			out.unknown = true
-		default:
-			return incKey{}, in, out, false
-		}
-	case kindGet:
-		if o.outcome != outcomeOK {
-			return incKey{}, in, out, false
-		}
-		out.offset, out.found = o.resp.Offset, o.resp.Found
-	default:
+	in, out, ok := linearizeRead(o)
+	if !ok {
 		return incKey{}, in, out, false
 	}
-	last := o.attempts[len(o.attempts)-1]
 	if out.unknown {
 		// A store whose outcome is unknown was proposed by a leader that
 		// took one of its tries against the incarnation it was stamped
@@ -646,32 +614,7 @@ func (c *csim) linearizeOp(o *op) (incKey, linIn, linOut, bool) {
 		}
 		return incKey{}, in, out, false
 	}
-	if last.crashed || !servedAnswer(last.resp.Err) {
-		return incKey{}, in, out, false
-	}
-	key := incKey{o.ns, last.served}
-	cands := last.node.incs.during(o.ns, o.callEv, o.retEv)
-	if last.served == 0 || !slices.Contains(cands, key.epoch) {
-		c.fail(2, "op %d on %v answered %v by n%d's incarnation %d, not committed there while it ran (%v)",
-			o.id, o.ns, o.outcome, last.node.id, last.served, cands)
-		return incKey{}, in, out, false
-	}
-	if len(out.ids) > 0 {
-		info := c.msgs[out.ids[0]]
-		if info == nil || !info.appended {
-			c.fail(2, "op %d read message %d that was never appended", o.id, out.ids[0])
-			return incKey{}, in, out, false
-		}
-		for _, id := range out.ids {
-			if x := c.msgs[id]; x == nil || x.key != info.key {
-				c.fail(2, "op %d read one batch from two incarnations", o.id)
-				return incKey{}, in, out, false
-			}
-		}
-		if info.key != key {
-			c.fail(2, "op %d was served by %v but read messages of %v", o.id, key, info.key)
-			return incKey{}, in, out, false
-		}
-	}
-	return key, in, out, true
+	last := o.attempts[len(o.attempts)-1]
+	key, ok := c.placeServed(o, last.node.incs, fmt.Sprintf("n%d's ", last.node.id), out)
+	return key, in, out, ok
 }

@@ -371,95 +371,49 @@ func (s *sim) metas() []namedMeta {
 }
 
 // linearizeOp places o in a partition history, or reports false to leave
-// it out.
+// it out: a produce where the storage tap saw a try of it land (one try
+// at most: a single node takes no (producer, sequence) pair), the rest in
+// the incarnation that served the final try.
 func (s *sim) linearizeOp(o *op) (incKey, linIn, linOut, bool) {
-	in := linIn{kind: o.kind, from: o.from, count: o.count, consumer: o.consumer, useConsumer: o.useConsumer, offset: o.offset}
+	if o.kind != kindProduce && o.kind != kindBatch {
+		in, out, ok := linearizeRead(o)
+		if !ok {
+			return incKey{}, in, out, false
+		}
+		// The incarnation that served the final attempt (the tap saw
+		// it), which was committed at that moment (the tap checked the
+		// fence), so at some point while the operation ran. In flight at
+		// a crash, no shard served it (answers are collected after every
+		// engine action, crashes fall between them): it had no effect.
+		key, ok := s.placeServed(o, s.incs, "", out)
+		return key, in, out, ok
+	}
+	in := linIn{kind: o.kind}
 	var out linOut
-	switch o.kind {
-	case kindProduce, kindBatch:
-		var applied *attempt
-		for _, a := range o.attempts {
-			if len(a.ids) > 0 && s.msgs[a.ids[0]].appended {
-				if applied != nil {
-					s.fail(5, "op %d applied twice: attempts %d and %d", o.id, applied.id, a.id)
-					return incKey{}, in, out, false
-				}
-				applied = a
-			}
-		}
-		switch o.outcome {
-		case outcomeOK:
-			out.offset = o.resp.Offset
-		case outcomeUnknown:
-			out.unknown = true
-		default:
+	var applied *attempt
+	for _, a := range o.attempts {
+		if len(a.ids) > 0 && s.msgs[a.ids[0]].appended {
 			if applied != nil {
-				s.fail(5, "op %d ended %v (%v), yet attempt %d was appended", o.id, o.outcome, o.err, applied.id)
-			}
-			return incKey{}, in, out, false
-		}
-		if applied == nil {
-			return incKey{}, in, out, false // unknown and never appended
-		}
-		in.ids = applied.ids
-		return s.msgs[applied.ids[0]].key, in, out, true
-	case kindPoll:
-		if o.outcome != outcomeOK {
-			return incKey{}, in, out, false
-		}
-		out.offset = o.resp.Offset
-		for _, m := range o.resp.Messages {
-			id, _ := decodePayload(m.Payload)
-			out.ids = append(out.ids, id)
-		}
-	case kindStore:
-		switch o.outcome {
-		case outcomeOK:
-		case outcomeError:
-			out.outOfRange = true
-		case outcomeUnknown:
-			out.unknown = true
-		default:
-			return incKey{}, in, out, false
-		}
-	case kindGet:
-		if o.outcome != outcomeOK {
-			return incKey{}, in, out, false
-		}
-		out.offset, out.found = o.resp.Offset, o.resp.Found
-	}
-	// The incarnation that served the final attempt (the tap saw it), which
-	// was committed at that moment (the tap checked the fence), so at some
-	// point while the operation ran.
-	last := o.attempts[len(o.attempts)-1]
-	if last.crashed || !servedAnswer(last.resp.Err) {
-		// In flight at a crash: no shard served it (answers are collected
-		// after every engine action, crashes fall between them), so it
-		// had no effect.
-		return incKey{}, in, out, false
-	}
-	key := incKey{o.ns, last.served}
-	cands := s.incs.during(o.ns, o.callEv, o.retEv)
-	if last.served == 0 || !slices.Contains(cands, key.epoch) {
-		s.fail(2, "op %d on %v answered %v by incarnation %d, not committed while it ran (%v)", o.id, o.ns, o.outcome, last.served, cands)
-		return incKey{}, in, out, false
-	}
-	if len(out.ids) > 0 {
-		info := s.msgs[out.ids[0]]
-		if info == nil || !info.appended {
-			s.fail(2, "op %d read message %d that was never appended", o.id, out.ids[0])
-			return incKey{}, in, out, false
-		}
-		for _, id := range out.ids {
-			if x := s.msgs[id]; x == nil || x.key != info.key {
-				s.fail(2, "op %d read one batch from two incarnations", o.id)
+				s.fail(5, "op %d applied twice: attempts %d and %d", o.id, applied.id, a.id)
 				return incKey{}, in, out, false
 			}
-		}
-		if info.key != key {
-			s.fail(2, "op %d was served by %v but read messages of %v", o.id, key, info.key)
-			return incKey{}, in, out, false
+			applied = a
 		}
 	}
-	return key, in, out, true
+	switch o.outcome {
+	case outcomeOK:
+		out.offset = o.resp.Offset
+	case outcomeUnknown:
+		out.unknown = true
+	default:
+		if applied != nil {
+			s.fail(5, "op %d ended %v (%v), yet attempt %d was appended", o.id, o.outcome, o.err, applied.id)
+		}
+		return incKey{}, in, out, false
+	}
+	if applied == nil {
+		return incKey{}, in, out, false // unknown and never appended
+	}
+	in.ids = applied.ids
+	return s.msgs[applied.ids[0]].key, in, out, true
 }

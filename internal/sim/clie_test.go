@@ -37,32 +37,15 @@ func TestBehaviour28ClusterLyingDisk(t *testing.T) {
 		return cfg
 	}, false)
 	var lies sim.LieCounts
-	detected, failures, known := 0, 0, map[string]int{}
-	for i, r := range runs {
+	detected := 0
+	for _, r := range runs {
 		for k, n := range r.res.Faults.Lies {
 			lies[k] += n
 		}
 		detected += r.res.Faults.Detected
-		var v *sim.Violation
-		if errors.As(r.err, &v) && v.Known != "" && !*flagKnown {
-			known[v.Known]++
-			t.Logf("seed %d: skipped, known: %s\n  replay: %s", list[i], v.Known, v.Replay)
-			continue
-		}
-		if r.err != nil {
-			failures++
-			if failures <= 10 {
-				t.Errorf("seed %d: %v", list[i], r.err)
-			}
-		}
 	}
-	if failures > 10 {
-		t.Errorf("... %d failing seeds in all", failures)
-	}
+	judge(t, list, runs, 10)
 	t.Logf("%d cluster seeds: lies %v, damage detected %d times", len(runs), lies, detected)
-	for k, n := range known {
-		t.Logf("%d seeds skipped for the known limit: %s", n, k)
-	}
 	if lies.Total() == 0 && len(runs) >= 10 {
 		t.Errorf("no lie fired in %d seeds", len(runs))
 	}

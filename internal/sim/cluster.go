@@ -170,13 +170,12 @@ type cnode struct {
 	// with the channel each outcome arrives on.
 	waits []metaWait
 
-	store    *cstore
-	rt       *router.Router[shard.Frame]
-	shards   []*shard.Shard
-	recs     []reconciler.Reconciler
-	wakes    []<-chan struct{}
-	nextPass []time.Time
-	busy     []bool
+	store  *cstore
+	rt     *router.Router[shard.Frame]
+	shards []*shard.Shard
+	recs   []reconciler.Reconciler
+	passes
+	busy []bool
 	// clk is the node's own clock (clock.go); clocks are the shards'
 	// views of it, which know when each shard's raft tick is due.
 	clk    *nodeClock
@@ -738,21 +737,6 @@ func (c *csim) runUnit(u unit) {
 			c.reconcile(u.n, u.i)
 		}
 	}
-}
-
-// passDue is node.passDue for a cluster node; now is its monotonic time.
-func (n *cnode) passDue(i int, now time.Time) bool {
-	due := false
-	select {
-	case <-n.wakes[i]:
-		due = true
-	default:
-	}
-	if !now.Before(n.nextPass[i]) {
-		due = true
-		n.nextPass[i] = now.Add(passPeriod)
-	}
-	return due
 }
 
 // advance moves the virtual clock, and every member's clock with it, and

@@ -84,32 +84,11 @@ func TestClusterSimulation(t *testing.T) {
 	}
 	var total sim.FaultCounts
 	var ops sim.OpCounts
-	failures, known := 0, 0
-	for i, r := range runs {
+	for _, r := range runs {
 		addFaults(&total, r.res.Faults)
 		addOps(&ops, r.res.Ops)
-		if r.err == nil {
-			continue
-		}
-		var v *sim.Violation
-		if errors.As(r.err, &v) && v.Known != "" && !*flagKnown {
-			// TODO(sim): a known engine bug (see sim.Violation.Known);
-			// skipped until it is fixed. -sim.known fails on it.
-			known++
-			t.Logf("seed %d: skipped, known bug: %s\n  replay: %s", list[i], v.Known, v.Replay)
-			continue
-		}
-		failures++
-		if failures <= 5 {
-			t.Errorf("seed %d: %v", list[i], r.err)
-		}
 	}
-	if failures > 5 {
-		t.Errorf("... %d failing seeds in all", failures)
-	}
-	if known > 0 {
-		t.Logf("%d seeds skipped for known bugs", known)
-	}
+	judge(t, list, runs, 5)
 	t.Logf("%d cluster seeds: faults %+v", len(runs), total)
 	t.Logf("ops %+v", ops)
 	if defaultRange {
@@ -210,47 +189,6 @@ func TestClusterFaultsFire(t *testing.T) {
 		if c.n == 0 {
 			t.Errorf("fault %q never fired in %d default cluster seeds", c.name, defaultClusterSeeds)
 		}
-	}
-}
-
-// expectClusterCaught is expectCaught over the default cluster seeds,
-// run under cfg.
-func expectClusterCaught(t *testing.T, cfg func(uint64) sim.Config, name string, invariants ...int) {
-	t.Helper()
-	hook := hookOf(t, name, invariants...)
-	hook.Store(true)
-	defer hook.Store(false)
-	list := make([]uint64, defaultClusterSeeds)
-	for i := range list {
-		list[i] = uint64(i)
-	}
-	runs := runSeeds(list, cfg, true)
-	caught := 0
-	for i, r := range runs {
-		if r.err == nil {
-			continue
-		}
-		var v *sim.Violation
-		if !errors.As(r.err, &v) {
-			t.Fatalf("seed %d: %v", list[i], r.err)
-		}
-		if v.Known != "" {
-			continue // a known engine bug, not the broken build's doing
-		}
-		for _, inv := range invariants {
-			if v.Invariant == inv {
-				caught++
-				if caught == 1 {
-					t.Logf("caught by seed %d: invariant %d: %s", list[i], v.Invariant, v.Detail)
-				}
-			}
-		}
-		if caught == 0 {
-			t.Errorf("seed %d failed on invariant %d, want one of %v: %v", list[i], v.Invariant, invariants, r.err)
-		}
-	}
-	if caught == 0 {
-		t.Fatalf("the broken build passed all %d default cluster seeds", defaultClusterSeeds)
 	}
 }
 

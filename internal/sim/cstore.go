@@ -39,20 +39,9 @@ type cstore struct {
 func (st *cstore) Build(ns metadata.Namespace, epoch uint64) (partition.Partition, error) {
 	n := st.n
 	c := n.c
-	if c.depth == 0 && !c.quiescing && c.roll(c.cfg.Faults.SlowBuild) {
-		// The pass that called Build is blocked here while the cluster
-		// goes on (the reconciler is marked busy by reconcile).
-		c.faults.SlowBuild++
-		k := 5 + c.rng.IntN(36)
+	if k := c.slowBuild(); k > 0 {
 		c.event("n%d slow build ns=%v epoch=%d: %d steps", n.id, ns, epoch, k)
-		c.depth++
-		for range k {
-			if c.viol != nil {
-				break
-			}
-			c.tick()
-		}
-		c.depth--
+		c.nested(k, c.tick)
 		c.event("n%d slow build ns=%v epoch=%d resumes", n.id, ns, epoch)
 	}
 	p, err := st.inner.Build(ns, epoch)
@@ -382,21 +371,9 @@ func (c *csim) onReplicaAppend(n *cnode, key incKey, first uint64, msgs []partit
 			}
 			continue
 		}
-		if info.appended {
-			c.fail(5, "message %d of attempt %d (op %d) is in the log twice: at %v/%d and %v/%d",
-				id, a.id, a.op.id, info.key, info.off, key, off)
+		if !c.tapAppend(info, id, key, off) {
 			return
 		}
-		if a.handles == 0 {
-			c.fail(0, "message %d of attempt %d appended before any shard took its frame", id, a.id)
-			return
-		}
-		if a.stamp != 0 && a.stamp != key.epoch {
-			c.fail(2, "attempt %d (op %d) was taken from its inbox on n%d while incarnation %d of %v was committed there, "+
-				"but its message %d was appended to incarnation %d", a.id, a.op.id, a.node.id, a.stamp, key.ns, id, key.epoch)
-			return
-		}
-		info.appended, info.key, info.off = true, key, off
 		rl.ids = append(rl.ids, id)
 		rl.acked = append(rl.acked, false)
 		rl.raw = append(rl.raw, m.AppendTime)

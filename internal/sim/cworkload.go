@@ -151,58 +151,10 @@ func (c *csim) knownLen(n *cnode, ns metadata.Namespace) uint64 {
 
 // dataOp starts a partition operation of kind on ns for cl through n.
 func (c *csim) dataOp(cl *client, n *cnode, ns metadata.Namespace, kind opKind) *op {
-	c.nextOp++
-	o := &op{id: c.nextOp, client: cl, kind: kind, ns: ns, home: n}
-	consumers := [...]string{"c0", "c1"}
-	switch kind {
-	case kindProduce:
-		o.n = 1
-		c.ops.Produce++
-	case kindBatch:
-		o.n = 2 + c.rng.IntN(4)
-		c.ops.ProduceBatch++
-	case kindPoll:
-		if c.rng.IntN(10) < 4 {
-			o.from = 0
-		} else {
-			o.from = uint64(c.rng.IntN(int(c.knownLen(n, ns)) + 3))
-		}
-		o.count = 1 + c.rng.IntN(8)
-		if c.rng.IntN(4) == 0 {
-			o.useConsumer, o.consumer = true, consumers[c.rng.IntN(2)]
-		}
-		o.local = c.rng.IntN(5) == 0
-		// A waiting poll from a consumer's stored offset resolves its start
-		// when it registers and reads when it is answered: two points in
-		// time, which the single-point linearizability model cannot place
-		// (it flagged correct answers on cluster seeds 6491 and 7618). Waiting
-		// polls here start at an offset; the shard tests cover the rest.
-		if !o.useConsumer && c.rng.IntN(4) == 0 {
-			// A waiting poll (behaviour 22), woken at the leader's apply
-			// or, local, at this replica's.
-			o.wait = time.Duration(1+c.rng.IntN(300)) * time.Millisecond
-			o.minCount = 1 + c.rng.IntN(3)
-		}
-		c.ops.Poll++
-	case kindStore:
-		o.consumer = consumers[c.rng.IntN(2)]
-		o.offset = uint64(c.rng.IntN(int(c.knownLen(n, ns)) + 2))
-		c.ops.StoreOffset++
-	case kindGet:
-		o.consumer = consumers[c.rng.IntN(2)]
-		c.ops.GetOffset++
-	}
-	if (kind == kindProduce || kind == kindBatch) && !BreakNoProducerIDs.Load() {
-		o.producer = 1 + uint64(clientID(cl)+1)
-		o.seq = o.id
-	}
+	o := c.newDataOp(cl, n, ns, kind, func() uint64 { return c.knownLen(n, ns) })
 	if kind == kindProduce || kind == kindBatch {
 		o.reach = c.links()
 	}
-	if cl != nil {
-		cl.op = o
-	}
-	c.allOps = append(c.allOps, o)
 	o.callEv = c.event("call op=%d client=%d n%d %v ns=%v%s", o.id, clientID(cl), n.id, kind, ns, o.args())
 	c.send(c.newAttempt(o), n)
 	return o

@@ -60,9 +60,7 @@ type node struct {
 	// shards and recs are the engine's.
 	shards []*shard.Shard
 	recs   []reconciler.Reconciler
-	wakes  []<-chan struct{}
-	// nextPass is when each reconciler's periodic pass is due.
-	nextPass []time.Time
+	passes
 	// busy marks a reconciler whose pass is blocked in a slow build.
 	busy []bool
 	// shadow mirrors each shard's inbox, in order: the attempts whose
@@ -71,20 +69,28 @@ type node struct {
 	m      *metrics.Metrics
 }
 
+// passes are a node's reconciler triggers, one per shard: the engine's
+// commit wake and when the periodic pass is next due (the node's
+// monotonic time).
+type passes struct {
+	wakes    []<-chan struct{}
+	nextPass []time.Time
+}
+
 // passDue reports whether shard i's reconciler would run now (the
 // node's monotonic time): a commit
 // woke it or its period elapsed (reconciler.Run's two triggers). It
 // consumes the wake and re-arms the period as Run does.
-func (n *node) passDue(i int, now time.Time) bool {
+func (p *passes) passDue(i int, now time.Time) bool {
 	due := false
 	select {
-	case <-n.wakes[i]:
+	case <-p.wakes[i]:
 		due = true
 	default:
 	}
-	if !now.Before(n.nextPass[i]) {
+	if !now.Before(p.nextPass[i]) {
 		due = true
-		n.nextPass[i] = now.Add(passPeriod)
+		p.nextPass[i] = now.Add(passPeriod)
 	}
 	return due
 }

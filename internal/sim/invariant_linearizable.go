@@ -1,6 +1,12 @@
 package sim
 
-import "sort"
+import (
+	"errors"
+	"slices"
+	"sort"
+
+	"github.com/parkway-io/parkway/partition"
+)
 
 // Invariant 5: each partition incarnation's produce/poll/offset history,
 // as the clients saw it, is linearizable (porcupine, linearize.go)
@@ -69,4 +75,85 @@ func checkLinearizable(h harness) {
 			b.ops.Linearized++
 		}
 	}
+}
+
+// linearizeRead takes a poll or a consumer offset operation's input and
+// output for the history, or reports false to leave it out: it failed,
+// or, a store, it was refused for something else than an offset out of
+// range (nothing a log with offsets says). A cluster poll may be Local
+// (a read of a replica that may lag: stale) or a waiting one at the
+// leader; a store's unknown outcome is left to the mode to place.
+func linearizeRead(o *op) (linIn, linOut, bool) {
+	in := linIn{kind: o.kind, from: o.from, count: o.count, consumer: o.consumer, useConsumer: o.useConsumer, offset: o.offset,
+		stale: o.kind == kindPoll && o.local, wait: o.kind == kindPoll && o.home != nil && !o.local && o.wait > 0}
+	var out linOut
+	switch o.kind {
+	case kindPoll:
+		if o.outcome != outcomeOK {
+			return in, out, false
+		}
+		out.offset = o.resp.Offset
+		for _, m := range o.resp.Messages {
+			id, _ := decodePayload(m.Payload)
+			out.ids = append(out.ids, id)
+		}
+	case kindStore:
+		switch o.outcome {
+		case outcomeOK:
+		case outcomeError:
+			if !errors.Is(o.err, partition.ErrOffsetOutOfRange) {
+				return in, out, false
+			}
+			out.outOfRange = true
+		case outcomeUnknown:
+			out.unknown = true
+		default:
+			return in, out, false
+		}
+	case kindGet:
+		if o.outcome != outcomeOK {
+			return in, out, false
+		}
+		out.offset, out.found = o.resp.Offset, o.resp.Found
+	default:
+		return in, out, false
+	}
+	return in, out, true
+}
+
+// placeServed places o, a read or an offset operation with output out, in
+// the incarnation that served its final try — which must have been
+// committed on the serving node (incs, who names it) while o ran — and
+// checks that what it read was appended to that incarnation (invariant
+// 2). It reports false to leave o out: its final try was answered by a
+// crash, or by a refusal rather than by the partition.
+func (b *base) placeServed(o *op, incs *timeline, who string, out linOut) (incKey, bool) {
+	last := o.attempts[len(o.attempts)-1]
+	if last.crashed || !servedAnswer(last.resp.Err) {
+		return incKey{}, false
+	}
+	key := incKey{o.ns, last.served}
+	cands := incs.during(o.ns, o.callEv, o.retEv)
+	if last.served == 0 || !slices.Contains(cands, key.epoch) {
+		b.fail(2, "op %d on %v answered %v by %sincarnation %d, not committed there while it ran (%v)", o.id, o.ns, o.outcome, who, last.served, cands)
+		return incKey{}, false
+	}
+	if len(out.ids) > 0 {
+		info := b.msgs[out.ids[0]]
+		if info == nil || !info.appended {
+			b.fail(2, "op %d read message %d that was never appended", o.id, out.ids[0])
+			return incKey{}, false
+		}
+		for _, id := range out.ids {
+			if x := b.msgs[id]; x == nil || x.key != info.key {
+				b.fail(2, "op %d read one batch from two incarnations", o.id)
+				return incKey{}, false
+			}
+		}
+		if info.key != key {
+			b.fail(2, "op %d was served by %v but read messages of %v", o.id, key, info.key)
+			return incKey{}, false
+		}
+	}
+	return key, true
 }

@@ -41,34 +41,15 @@ func TestBehaviour28SimulationLyingDisk(t *testing.T) {
 		return cfg
 	}, false)
 	var lies sim.LieCounts
-	detected, failures, known := 0, 0, map[string]int{}
-	for i, r := range runs {
+	detected := 0
+	for _, r := range runs {
 		for k, n := range r.res.Faults.Lies {
 			lies[k] += n
 		}
 		detected += r.res.Faults.Detected
-		var v *sim.Violation
-		if errors.As(r.err, &v) && v.Known != "" && !*flagKnown {
-			// A known engine limit (sim.Violation.Known, known.go);
-			// -sim.known fails on it.
-			known[v.Known]++
-			t.Logf("seed %d: skipped, known: %s\n  replay: %s -run %s -sim.seed=%d", list[i], v.Known, v.Replay, t.Name(), list[i])
-			continue
-		}
-		if r.err != nil {
-			failures++
-			if failures <= 40 {
-				t.Errorf("seed %d: %v", list[i], r.err)
-			}
-		}
 	}
-	if failures > 5 {
-		t.Errorf("... %d failing seeds in all", failures)
-	}
+	judge(t, list, runs, 40)
 	t.Logf("%d seeds: lies %v, damage detected %d times", len(runs), lies, detected)
-	for k, n := range known {
-		t.Logf("%d seeds skipped for the known limit: %s", n, k)
-	}
 }
 
 // lieCaughtSeeds bounds the seeds each kind of

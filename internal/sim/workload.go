@@ -203,53 +203,73 @@ func (s *sim) knownLen(ns metadata.Namespace) uint64 {
 
 // dataOp starts a partition operation of kind on ns for c.
 func (s *sim) dataOp(c *client, ns metadata.Namespace, kind opKind) *op {
-	s.nextOp++
-	o := &op{id: s.nextOp, client: c, kind: kind, ns: ns}
+	o := s.newDataOp(c, nil, ns, kind, func() uint64 { return s.knownLen(ns) })
+	a := s.newAttempt(o)
+	o.callEv = s.event("call op=%d client=%d %v ns=%v%s", o.id, clientID(c), kind, ns, o.args())
+	s.send(a)
+	return o
+}
+
+// newDataOp draws a partition operation of kind on ns for cl (nil for
+// none), through home in a cluster (nil on one node), and records it;
+// known is the length of ns's log as the oracle knows it, to pick
+// plausible offsets. In a cluster a poll may read the home node's own
+// replica (Local), and a produce carries a (producer, sequence) pair over
+// all its tries, so the partition deduplicates a retry of a batch that
+// was applied after all.
+func (b *base) newDataOp(cl *client, home *cnode, ns metadata.Namespace, kind opKind, known func() uint64) *op {
+	b.nextOp++
+	o := &op{id: b.nextOp, client: cl, kind: kind, ns: ns, home: home}
 	consumers := [...]string{"c0", "c1"}
 	switch kind {
 	case kindProduce:
 		o.n = 1
-		s.ops.Produce++
+		b.ops.Produce++
 	case kindBatch:
-		o.n = 2 + s.rng.IntN(4)
-		s.ops.ProduceBatch++
+		o.n = 2 + b.rng.IntN(4)
+		b.ops.ProduceBatch++
 	case kindPoll:
-		if s.rng.IntN(10) < 4 {
+		if b.rng.IntN(10) < 4 {
 			o.from = 0
 		} else {
-			o.from = uint64(s.rng.IntN(int(s.knownLen(ns)) + 3))
+			o.from = uint64(b.rng.IntN(int(known()) + 3))
 		}
-		o.count = 1 + s.rng.IntN(8)
-		if s.rng.IntN(4) == 0 {
-			o.useConsumer, o.consumer = true, consumers[s.rng.IntN(2)]
+		o.count = 1 + b.rng.IntN(8)
+		if b.rng.IntN(4) == 0 {
+			o.useConsumer, o.consumer = true, consumers[b.rng.IntN(2)]
+		}
+		if home != nil {
+			o.local = b.rng.IntN(5) == 0
 		}
 		// A waiting poll from a consumer's stored offset resolves its start
 		// when it registers and reads when it is answered: two points in
 		// time, which the single-point linearizability model cannot place
 		// (it flagged correct answers on cluster seeds 6491 and 7618). Waiting
 		// polls here start at an offset; the shard tests cover the rest.
-		if !o.useConsumer && s.rng.IntN(4) == 0 {
-			// A waiting poll: answered when enough messages are there, at
-			// its wait's end, or when its partition goes (behaviour 22).
-			o.wait = time.Duration(1+s.rng.IntN(300)) * time.Millisecond
-			o.minCount = 1 + s.rng.IntN(3)
+		if !o.useConsumer && b.rng.IntN(4) == 0 {
+			// A waiting poll (behaviour 22): answered when enough messages
+			// are there (woken at the leader's apply or, local, at this
+			// replica's), at its wait's end, or when its partition goes.
+			o.wait = time.Duration(1+b.rng.IntN(300)) * time.Millisecond
+			o.minCount = 1 + b.rng.IntN(3)
 		}
-		s.ops.Poll++
+		b.ops.Poll++
 	case kindStore:
-		o.consumer = consumers[s.rng.IntN(2)]
-		o.offset = uint64(s.rng.IntN(int(s.knownLen(ns)) + 2))
-		s.ops.StoreOffset++
+		o.consumer = consumers[b.rng.IntN(2)]
+		o.offset = uint64(b.rng.IntN(int(known()) + 2))
+		b.ops.StoreOffset++
 	case kindGet:
-		o.consumer = consumers[s.rng.IntN(2)]
-		s.ops.GetOffset++
+		o.consumer = consumers[b.rng.IntN(2)]
+		b.ops.GetOffset++
 	}
-	if c != nil {
-		c.op = o
+	if home != nil && (kind == kindProduce || kind == kindBatch) && !BreakNoProducerIDs.Load() {
+		o.producer = 1 + uint64(clientID(cl)+1)
+		o.seq = o.id
 	}
-	s.allOps = append(s.allOps, o)
-	a := s.newAttempt(o)
-	o.callEv = s.event("call op=%d client=%d %v ns=%v%s", o.id, clientID(c), kind, ns, o.args())
-	s.send(a)
+	if cl != nil {
+		cl.op = o
+	}
+	b.allOps = append(b.allOps, o)
 	return o
 }
 
