@@ -38,6 +38,8 @@ type base struct {
 	nextAttempt uint64
 	nextMsg     uint64
 	msgs        map[uint64]*msgInfo
+	// oracle is each incarnation's log as the storage tap saw it appended.
+	oracle map[incKey]*incLog
 
 	faults FaultCounts
 	ops    OpCounts
@@ -53,7 +55,8 @@ type base struct {
 // newBase is the state both modes start from.
 func newBase(cfg Config, rng *rand.Rand, clk *clock.Manual) base {
 	b := base{cfg: cfg, rng: rng, clk: clk, tr: newTrace(cfg.Trace),
-		attempts: make(map[*shard.Request]*attempt), msgs: make(map[uint64]*msgInfo)}
+		attempts: make(map[*shard.Request]*attempt), msgs: make(map[uint64]*msgInfo),
+		oracle: make(map[incKey]*incLog)}
 	for i := range cfg.Clients {
 		b.clients = append(b.clients, &client{id: i})
 	}

@@ -75,7 +75,7 @@ const raftCalmRounds = 60
 // reconciler passes, and runs all ready work again.
 func (c *csim) settleRound() {
 	c.drain()
-	c.retryDue()
+	c.retryDue(c.retry, c.metaTimeout)
 	c.joinAct()
 	c.removeAct()
 	c.afterAction()

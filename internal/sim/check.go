@@ -141,7 +141,7 @@ func (s *sim) restart() {
 // one pass of every reconciler.
 func (s *sim) settleRound() {
 	s.stepAll()
-	s.retryDue()
+	s.retryDue(s.retry, nil)
 	s.stepAll()
 	for i := range s.n.shards {
 		s.reconcile(i)

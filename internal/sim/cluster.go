@@ -83,7 +83,6 @@ type csim struct {
 	nextSeq  uint64
 	metaDone []metaAnswer
 
-	oracle map[incKey]*repLog
 	// oldMetrics are the counters of crashed node incarnations.
 	oldMetrics []*metrics.Metrics
 	// builds counts how often each replica was built (opened);
@@ -232,7 +231,6 @@ func newCluster(cfg Config) *csim {
 		base:           newBase(cfg, rng, clk),
 		ctx:            context.Background(),
 		net:            transport.NewNetwork(transport.NetworkOptions{Clock: clk, ManualDelivery: true}),
-		oracle:         make(map[incKey]*repLog),
 		metaLog:        make(map[uint64]string),
 		metaDup:        make(map[uint64]bool),
 		placed:         make(map[incKey][][]uint64),

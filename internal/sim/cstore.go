@@ -10,23 +10,6 @@ import (
 	"github.com/parkway-io/parkway/vfs"
 )
 
-// repLog is the oracle of one partition incarnation in cluster mode: the
-// log as replicas applied it — the first replica to reach an offset
-// defines what the offset holds, and every other replica must append the
-// same message there — and how far each replica's copy reaches.
-type repLog struct {
-	ids   []uint64
-	acked []bool
-	// lens maps each node holding a copy to its length.
-	lens map[uint64]uint64
-	// ackedEnd is one past the highest acknowledged offset.
-	ackedEnd uint64
-	// ats are the append times reads returned; raw the append times the
-	// first replica to apply each offset was handed (BreakAppendTimeOrder).
-	ats appendTimes
-	raw []int64
-}
-
 // cstore wraps a cluster node's FileStore: it slows builds down, checks
 // what a build opens against the oracle, and wraps every partition in a
 // tap.
@@ -57,7 +40,7 @@ func (st *cstore) Build(ns metadata.Namespace, epoch uint64) (partition.Partitio
 	c.builds[buildKey{n.id, key}]++
 	rl := c.oracle[key]
 	if rl == nil {
-		rl = &repLog{lens: make(map[uint64]uint64)}
+		rl = &incLog{lens: make(map[uint64]uint64)}
 		c.oracle[key] = rl
 	}
 	if have, ok := rl.lens[n.id]; ok {
@@ -74,7 +57,7 @@ func (st *cstore) Build(ns metadata.Namespace, epoch uint64) (partition.Partitio
 // verifyReplicaReopen checks a copy rebuilt on a node that held it before
 // (a partition evicted after a failed fsync): what it holds is a prefix
 // of the log, at most what the replica had appended.
-func (c *csim) verifyReplicaReopen(n *cnode, key incKey, rl *repLog, have uint64, p partition.Partition) {
+func (c *csim) verifyReplicaReopen(n *cnode, key incKey, rl *incLog, have uint64, p partition.Partition) {
 	next := p.NextOffset()
 	// A file the liar's disk rolled back to an earlier copy may hold
 	// more than the replica had appended since (a tail recovery cut off,

@@ -95,14 +95,8 @@ func (c *csim) pickNode() *cnode {
 // clientAct lets cl act: retry or re-propose its operation if that is
 // due, or start a new one.
 func (c *csim) clientAct(cl *client) {
-	now := c.clk.Now()
 	if o := cl.op; o != nil {
-		switch {
-		case o.waiting && !now.Before(o.retryAt):
-			c.retry(o)
-		case o.kind == kindMeta && o.meta.proposed && !now.Before(o.meta.until):
-			c.metaTimeout(o)
-		}
+		retryIfDue(o, c.clk.Now(), c.retry, c.metaTimeout)
 		return
 	}
 	if cl.member != nil {
@@ -137,21 +131,9 @@ func (c *csim) clientAct(cl *client) {
 	c.dataOp(cl, n, p.NS, c.pickKind())
 }
 
-// knownLen is the length of the log of ns's incarnation committed on n.
-func (c *csim) knownLen(n *cnode, ns metadata.Namespace) uint64 {
-	rev, ok := n.meta.CreatedRevision(ns)
-	if !ok {
-		return 0
-	}
-	if rl := c.oracle[incKey{ns, rev}]; rl != nil {
-		return uint64(len(rl.ids))
-	}
-	return 0
-}
-
 // dataOp starts a partition operation of kind on ns for cl through n.
 func (c *csim) dataOp(cl *client, n *cnode, ns metadata.Namespace, kind opKind) *op {
-	o := c.newDataOp(cl, n, ns, kind, func() uint64 { return c.knownLen(n, ns) })
+	o := c.newDataOp(cl, n, ns, kind, func() uint64 { return c.knownLen(n.meta, ns) })
 	if kind == kindProduce || kind == kindBatch {
 		o.reach = c.links()
 	}
@@ -454,25 +436,6 @@ func (c *csim) retry(o *op) {
 	c.send(c.newAttempt(o), home)
 }
 
-// retryDue retries every operation whose pause is over, in client order.
-func (c *csim) retryDue() {
-	now := c.clk.Now()
-	for _, cl := range c.clients {
-		if o := cl.op; o != nil {
-			switch {
-			case o.waiting && !now.Before(o.retryAt):
-				c.retry(o)
-			case o.kind == kindMeta && o.meta.proposed && !now.Before(o.meta.until):
-				c.metaTimeout(o)
-			}
-		}
-	}
-	for _, o := range c.finalOps {
-		if !o.done && o.waiting && !now.Before(o.retryAt) {
-			c.retry(o)
-		}
-	}
-}
 
 // metaOpStart starts a metadata operation for cl through n, computed from
 // n's view of the metadata. Names are few, so deletes and recreates reuse

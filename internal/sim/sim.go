@@ -626,7 +626,6 @@ func newSim(cfg Config) *sim {
 		mem:       vfs.NewMem(),
 		ctx:       context.Background(),
 		lastServe: make(map[metadata.Namespace]uint64),
-		oracle:    make(map[incKey]*incLog),
 		incs:      newTimeline(),
 	}
 	s.lies = newLies(&s.base, func() *vfs.MemFS { return s.mem }, func() *metadata.Store { return s.n.meta }, metaDir, &s.faults, "")
@@ -744,7 +743,6 @@ type sim struct {
 	// served a client request (the storage tap sets it): an answer that
 	// reports a served request was served there.
 	lastServe map[metadata.Namespace]uint64
-	oracle    map[incKey]*incLog
 	incs      *timeline
 
 	bursts        int

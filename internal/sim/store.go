@@ -28,14 +28,22 @@ func (k incKey) compare(o incKey) int {
 
 // incLog is the oracle's copy of one incarnation's log, as the storage tap
 // saw it appended: the message id at each offset, and whether a client was
-// told it is acknowledged.
+// told it is acknowledged. In a cluster it is the log as the replicas
+// applied it: the first replica to reach an offset defines what the
+// offset holds, and every other replica must append the same message
+// there.
 type incLog struct {
 	ids   []uint64
 	acked []bool
 	// ats are the append times reads returned; raw the append times the
-	// shard stamped (BreakAppendTimeOrder).
+	// shard (in a cluster, the first replica to apply each offset) was
+	// handed (BreakAppendTimeOrder).
 	ats appendTimes
 	raw []int64
+	// Cluster mode: lens maps each node holding a copy to its length;
+	// ackedEnd is one past the highest acknowledged offset.
+	lens     map[uint64]uint64
+	ackedEnd uint64
 }
 
 // appendTimes are the append times reads returned for one log's offsets

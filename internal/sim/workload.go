@@ -158,9 +158,7 @@ func (b *base) pickKind() opKind {
 // new one.
 func (s *sim) clientAct(c *client) {
 	if c.op != nil {
-		if c.op.waiting && !s.clk.Now().Before(c.op.retryAt) {
-			s.retry(c.op)
-		}
+		retryIfDue(c.op, s.clk.Now(), s.retry, nil)
 		return
 	}
 	if c.extra || s.quiescing {
@@ -188,26 +186,26 @@ func (s *sim) clientAct(c *client) {
 	s.dataOp(c, p.NS, s.pickKind())
 }
 
-// knownLen is the length of ns's committed incarnation as the oracle knows
-// it, to pick plausible offsets.
-func (s *sim) knownLen(ns metadata.Namespace) uint64 {
-	rev, ok := s.n.meta.CreatedRevision(ns)
-	if !ok {
-		return 0
-	}
-	if log := s.oracle[incKey{ns, rev}]; log != nil {
-		return uint64(len(log.ids))
-	}
-	return 0
-}
-
 // dataOp starts a partition operation of kind on ns for c.
 func (s *sim) dataOp(c *client, ns metadata.Namespace, kind opKind) *op {
-	o := s.newDataOp(c, nil, ns, kind, func() uint64 { return s.knownLen(ns) })
+	o := s.newDataOp(c, nil, ns, kind, func() uint64 { return s.knownLen(s.n.meta, ns) })
 	a := s.newAttempt(o)
 	o.callEv = s.event("call op=%d client=%d %v ns=%v%s", o.id, clientID(c), kind, ns, o.args())
 	s.send(a)
 	return o
+}
+
+// knownLen is the length of the log of ns's incarnation committed in
+// meta (a node's view) as the oracle knows it, to pick plausible offsets.
+func (b *base) knownLen(meta *metadata.Store, ns metadata.Namespace) uint64 {
+	rev, ok := meta.CreatedRevision(ns)
+	if !ok {
+		return 0
+	}
+	if log := b.oracle[incKey{ns, rev}]; log != nil {
+		return uint64(len(log.ids))
+	}
+	return 0
 }
 
 // newDataOp draws a partition operation of kind on ns for cl (nil for
@@ -498,20 +496,6 @@ func (s *sim) retry(o *op) {
 	s.send(s.newAttempt(o))
 }
 
-// retryDue retries every operation whose pause is over, in client order.
-func (s *sim) retryDue() {
-	now := s.clk.Now()
-	for _, c := range s.clients {
-		if c.op != nil && c.op.waiting && !now.Before(c.op.retryAt) {
-			s.retry(c.op)
-		}
-	}
-	for _, o := range s.finalOps {
-		if !o.done && o.waiting && !now.Before(o.retryAt) {
-			s.retry(o)
-		}
-	}
-}
 
 // newAttempt builds the next try of o: a fresh request, and for a produce
 // fresh message ids (so the storage tap and the oracle can tell tries
@@ -603,6 +587,35 @@ func (b *base) waitingOps() []*op {
 		}
 	}
 	return out
+}
+
+// retryDue retries every operation whose pause is over, in client order,
+// then the final reads, through the mode's retry (and, a cluster's
+// metadata operation whose proposal was not committed in time, its
+// metaTimeout).
+func (b *base) retryDue(retry, metaTimeout func(*op)) {
+	now := b.clk.Now()
+	for _, cl := range b.clients {
+		if o := cl.op; o != nil {
+			retryIfDue(o, now, retry, metaTimeout)
+		}
+	}
+	for _, o := range b.finalOps {
+		if !o.done && o.waiting && !now.Before(o.retryAt) {
+			retry(o)
+		}
+	}
+}
+
+// retryIfDue retries o if its pause is over, or gives up on its metadata
+// proposal if that is overdue (cluster mode).
+func retryIfDue(o *op, now time.Time, retry, metaTimeout func(*op)) {
+	switch {
+	case o.waiting && !now.Before(o.retryAt):
+		retry(o)
+	case o.kind == kindMeta && o.meta.proposed && !now.Before(o.meta.until):
+		metaTimeout(o)
+	}
 }
 
 // maxBurstClients bounds the clients added for bursts, so at most
