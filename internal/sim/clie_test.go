@@ -2,7 +2,6 @@ package sim_test
 
 import (
 	"errors"
-	"os"
 	"slices"
 	"testing"
 
@@ -25,29 +24,10 @@ const clusterLyingSeeds = 40
 // -sim.seed, -sim.seeds, -sim.start, -sim.liekinds and -sim.liex select
 // as for TestBehaviour28SimulationLyingDisk.
 func TestBehaviour28ClusterLyingDisk(t *testing.T) {
-	list := seeds(t, clusterLyingSeeds)
-	_, replay := replaySeed(t)
-	runs := runSeeds(list, func(seed uint64) sim.Config {
-		cfg := sim.LyingClusterConfig(seed)
-		cfg.Faults.Lie *= *flagLieX
-		cfg.Faults.LieKinds = sim.LieKind(*flagLieKinds)
-		if *flagTrace && replay {
-			cfg.Trace = os.Stdout
-		}
-		return cfg
-	}, false)
-	var lies sim.LieCounts
-	detected := 0
-	for _, r := range runs {
-		for k, n := range r.res.Faults.Lies {
-			lies[k] += n
-		}
-		detected += r.res.Faults.Detected
-	}
-	judge(t, list, runs, 10)
-	t.Logf("%d cluster seeds: lies %v, damage detected %d times", len(runs), lies, detected)
-	if lies.Total() == 0 && len(runs) >= 10 {
-		t.Errorf("no lie fired in %d seeds", len(runs))
+	n, lies, detected := runLying(t, clusterLyingSeeds, sim.LyingClusterConfig, 10)
+	t.Logf("%d cluster seeds: lies %v, damage detected %d times", n, lies, detected)
+	if lies.Total() == 0 && n >= 10 {
+		t.Errorf("no lie fired in %d seeds", n)
 	}
 }
 

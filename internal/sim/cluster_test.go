@@ -4,9 +4,7 @@ import (
 	"errors"
 	"flag"
 	"os"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/parkway-io/parkway/internal/sim"
 )
@@ -42,23 +40,10 @@ func clusterConfig(seed uint64) sim.Config {
 }
 
 // The default cluster range is run once and shared by the cluster tests.
-var (
-	clusterOnce sync.Once
-	clusterRuns []outcome
-	clusterTime time.Duration
-)
+var clusterRange sharedRange
 
 func defaultClusterOutcomes() []outcome {
-	clusterOnce.Do(func() {
-		start := time.Now()
-		list := make([]uint64, defaultCount(defaultClusterSeeds))
-		for i := range list {
-			list[i] = uint64(i)
-		}
-		clusterRuns = runSeeds(list, sim.DefaultClusterConfig, false)
-		clusterTime = time.Since(start)
-	})
-	return clusterRuns
+	return clusterRange.outcomes(defaultClusterSeeds, sim.DefaultClusterConfig)
 }
 
 // TestClusterSimulation runs the cluster seeds (three or five nodes; default
@@ -92,7 +77,7 @@ func TestClusterSimulation(t *testing.T) {
 	t.Logf("%d cluster seeds: faults %+v", len(runs), total)
 	t.Logf("ops %+v", ops)
 	if defaultRange {
-		t.Logf("default cluster seeds took %v", clusterTime)
+		t.Logf("default cluster seeds took %v", clusterRange.took)
 	}
 }
 

@@ -436,7 +436,6 @@ func (c *csim) retry(o *op) {
 	c.send(c.newAttempt(o), home)
 }
 
-
 // metaOpStart starts a metadata operation for cl through n, computed from
 // n's view of the metadata. Names are few, so deletes and recreates reuse
 // slab ids and namespaces.

@@ -29,10 +29,20 @@ const lyingSeeds = 60
 // single node). -sim.seed, -sim.seeds and -sim.start select seeds as for
 // TestSimulation.
 func TestBehaviour28SimulationLyingDisk(t *testing.T) {
-	list := seeds(t, lyingSeeds)
+	n, lies, detected := runLying(t, lyingSeeds, sim.DefaultConfig, 40)
+	t.Logf("%d seeds: lies %v, damage detected %d times", n, lies, detected)
+}
+
+// runLying runs the seeds (def by default) of a lying-disk test under
+// cfg, its lie rate and kinds scaled by -sim.liex and -sim.liekinds, and
+// judges them; it returns how many ran, the lies that fired and how often
+// damage was detected.
+func runLying(t *testing.T, def int, cfg func(uint64) sim.Config, shown int) (int, sim.LieCounts, int) {
+	t.Helper()
+	list := seeds(t, def)
 	_, replay := replaySeed(t)
 	runs := runSeeds(list, func(seed uint64) sim.Config {
-		cfg := sim.DefaultConfig(seed)
+		cfg := cfg(seed)
 		cfg.Faults.Lie *= *flagLieX
 		cfg.Faults.LieKinds = sim.LieKind(*flagLieKinds)
 		if *flagTrace && replay {
@@ -48,8 +58,8 @@ func TestBehaviour28SimulationLyingDisk(t *testing.T) {
 		}
 		detected += r.res.Faults.Detected
 	}
-	judge(t, list, runs, 40)
-	t.Logf("%d seeds: lies %v, damage detected %d times", len(runs), lies, detected)
+	judge(t, list, runs, shown)
+	return len(runs), lies, detected
 }
 
 // lieCaughtSeeds bounds the seeds each kind of

@@ -114,26 +114,34 @@ func runSeeds(list []uint64, cfg func(uint64) sim.Config, stopEarly bool) []outc
 	return out
 }
 
-// The default seed range is run once and shared by TestSimulation and
-// TestFaultsFire.
-var (
-	defaultOnce sync.Once
-	defaultRuns []outcome
-	defaultTime time.Duration
-)
+// sharedRange is a default seed range run once and shared by the tests
+// that read it.
+type sharedRange struct {
+	once sync.Once
+	runs []outcome
+	took time.Duration
+}
 
-func defaultOutcomes() []outcome {
-	defaultOnce.Do(func() {
+// outcomes runs seeds 0..n-1 under cfg (a tenth of the large ranges
+// under -race: defaultCount) the first time it is called.
+func (r *sharedRange) outcomes(n int, cfg func(uint64) sim.Config) []outcome {
+	r.once.Do(func() {
 		start := time.Now()
-		list := make([]uint64, defaultCount(defaultSeeds))
+		list := make([]uint64, defaultCount(n))
 		for i := range list {
 			list[i] = uint64(i)
 		}
-		defaultRuns = runSeeds(list, sim.DefaultConfig, false)
-		defaultTime = time.Since(start)
+		r.runs = runSeeds(list, cfg, false)
+		r.took = time.Since(start)
 	})
-	return defaultRuns
+	return r.runs
 }
+
+// The default seed range is run once and shared by TestSimulation and
+// TestFaultsFire.
+var defaultRange sharedRange
+
+func defaultOutcomes() []outcome { return defaultRange.outcomes(defaultSeeds, sim.DefaultConfig) }
 
 func isDefaultRange() bool {
 	return *flagSeed == "" && *flagSeeds == 0 && *flagStart == 0 && *flagClockX == 1
@@ -175,7 +183,7 @@ func TestSimulation(t *testing.T) {
 	t.Logf("%d seeds: faults %+v", len(runs), total)
 	t.Logf("ops %+v", ops)
 	if isDefaultRange() {
-		t.Logf("default seeds took %v", defaultTime)
+		t.Logf("default seeds took %v", defaultRange.took)
 	}
 }
 

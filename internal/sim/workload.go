@@ -496,7 +496,6 @@ func (s *sim) retry(o *op) {
 	s.send(s.newAttempt(o))
 }
 
-
 // newAttempt builds the next try of o: a fresh request, and for a produce
 // fresh message ids (so the storage tap and the oracle can tell tries
 // apart) under the op's one (producer, sequence) pair (none on a single
