@@ -10,6 +10,7 @@ import (
 
 	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/shard"
 )
 
 // base is what both modes share: the configuration, the one seeded RNG
@@ -22,6 +23,44 @@ type base struct {
 	tr   *trace
 	viol *Violation
 	grp  *groupCheck // invariant 6, created on first use
+
+	// The workload's history, the same in both modes: the clients, every
+	// operation and try, the tries in flight (in send order), and every
+	// message id a produce carried.
+	clients     []*client
+	allOps      []*op
+	metaOps     []*op // cluster mode: metadata operations (kindMeta)
+	finalOps    []*op
+	allAttempts []*attempt
+	attempts    map[*shard.Request]*attempt
+	inflight    []*attempt
+	nextOp      uint64
+	nextAttempt uint64
+	nextMsg     uint64
+	msgs        map[uint64]*msgInfo
+	// oracle is each incarnation's log as the storage tap saw it appended.
+	oracle map[incKey]*incLog
+
+	faults FaultCounts
+	ops    OpCounts
+	// depth > 0 while a slow build runs nested scheduler steps;
+	// quiescing once work and faults stop.
+	depth     int
+	quiescing bool
+	// memberDone takes the end of a consumer group member's operation
+	// (cluster mode, cmembers.go).
+	memberDone func(*client, *op)
+}
+
+// newBase is the state both modes start from.
+func newBase(cfg Config, rng *rand.Rand, clk *clock.Manual) base {
+	b := base{cfg: cfg, rng: rng, clk: clk, tr: newTrace(cfg.Trace),
+		attempts: make(map[*shard.Request]*attempt), msgs: make(map[uint64]*msgInfo),
+		oracle: make(map[incKey]*incLog)}
+	for i := range cfg.Clients {
+		b.clients = append(b.clients, &client{id: i})
+	}
+	return b
 }
 
 // checkGroups checks one node's committed consumer groups (invariant 6).
@@ -76,3 +115,30 @@ func (b *base) roll(p float64) bool {
 
 // now is the virtual time since the start, for trace lines.
 func (b *base) now() time.Duration { return b.clk.Now().Sub(epoch0) }
+
+// slowBuild rolls the slow-build fault for a partition build about to
+// start, and returns how many scheduler steps the build takes (0: none).
+// The pass that called Build is blocked while the node (the cluster)
+// goes on: the steps run nested inside Build, with that reconciler
+// marked busy (reconcile does it). Not while nested already, nor at
+// quiescence.
+func (b *base) slowBuild() int {
+	if b.depth > 0 || b.quiescing || !b.roll(b.cfg.Faults.SlowBuild) {
+		return 0
+	}
+	b.faults.SlowBuild++
+	return 5 + b.rng.IntN(36)
+}
+
+// nested runs k scheduler steps inside the current one, stopping at a
+// violation.
+func (b *base) nested(k int, tick func()) {
+	b.depth++
+	for range k {
+		if b.viol != nil {
+			break
+		}
+		tick()
+	}
+	b.depth--
+}

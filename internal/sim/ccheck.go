@@ -2,7 +2,6 @@ package sim
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,11 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
-	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/shard"
 )
 
@@ -37,12 +33,7 @@ func (c *csim) quiesce() {
 	if !c.settle() {
 		return
 	}
-	c.checkForwardBudget(true)
-	if c.viol != nil {
-		return
-	}
-	c.checkMembership()
-	c.checkOwnership()
+	settledChecks(c)
 	c.finalReads()
 }
 
@@ -84,7 +75,7 @@ const raftCalmRounds = 60
 // reconciler passes, and runs all ready work again.
 func (c *csim) settleRound() {
 	c.drain()
-	c.retryDue()
+	c.retryDue(c.retry, c.metaTimeout)
 	c.joinAct()
 	c.removeAct()
 	c.afterAction()
@@ -158,21 +149,6 @@ func (c *csim) advanceQuiet(converged bool) {
 		}
 	}
 	c.advance(max(next.Sub(now), time.Microsecond))
-}
-
-func (c *csim) waitingOps() []*op {
-	var out []*op
-	for _, cl := range c.clients {
-		if cl.op != nil && cl.op.waiting {
-			out = append(out, cl.op)
-		}
-	}
-	for _, o := range c.finalOps {
-		if !o.done && o.waiting {
-			out = append(out, o)
-		}
-	}
-	return out
 }
 
 // idle: no request in flight, no operation unfinished, no membership
@@ -450,40 +426,6 @@ func (c *csim) finalRead(n *cnode, ns metadata.Namespace) *op {
 	return o
 }
 
-// finalChecks asserts invariants 1, 4 and 5 on the settled cluster.
-func (c *csim) finalChecks() {
-	c.checkAnswers()
-	c.checkParkAndDrops()
-	c.checkLinearizable()
-}
-
-// checkAnswers: every attempt was answered once, and no second answer
-// waits in any reply channel; every operation finished (invariant 1).
-func (c *csim) checkAnswers() {
-	if c.viol != nil {
-		return
-	}
-	for _, a := range c.allAttempts {
-		if a.crashed {
-			continue // answered by the crash; the dead shards may answer too
-		}
-		if !a.answered {
-			c.fail(1, "attempt %d (op %d %v %v on n%d) never answered", a.id, a.op.id, a.op.kind, a.op.ns, a.node.id)
-			return
-		}
-		if len(a.reply) > 0 {
-			c.fail(1, "attempt %d (op %d %v %v on n%d) answered twice", a.id, a.op.id, a.op.kind, a.op.ns, a.node.id)
-			return
-		}
-	}
-	for _, o := range slices.Concat(c.allOps, c.metaOps) {
-		if !o.done {
-			c.fail(1, "op %d (%v %v) never finished", o.id, o.kind, o.ns)
-			return
-		}
-	}
-}
-
 // clusterDropOK says which drop reasons cluster mode explains, by
 // variant. Raft traffic has no client and raft re-sends it, so dropping
 // it is fine wherever a frame can be dropped (behaviour 17) — except for
@@ -523,121 +465,80 @@ func (c *csim) clusterDropOK(variant, reason string) bool {
 // parkway_frame_drops_total (the engine's label).
 const metaRaftVariant = "metadata_raft"
 
-// checkParkAndDrops: at quiescence every park buffer is empty, and every
-// frame drop is explained (invariant 4).
-func (c *csim) checkParkAndDrops() {
-	if c.viol != nil {
-		return
-	}
-	for _, n := range c.nodes {
-		for i, sh := range n.shards {
-			st, err := sh.Inspect(context.Background())
-			if err != nil {
-				c.fail(0, "inspect n%d shard %d: %v", n.id, i, err)
-				return
-			}
-			if st.ParkedFrames != 0 || st.ParkedBytes != 0 || len(st.Parked) != 0 || sh.Parked() != 0 {
-				c.fail(4, "n%d shard %d park buffer not empty at quiescence: %d frames, %d bytes, %d namespaces",
-					n.id, i, st.ParkedFrames, st.ParkedBytes, len(st.Parked))
-				return
-			}
-		}
-	}
-	ms := slices.Concat(c.oldMetrics, nil)
-	for _, n := range c.nodes {
-		ms = append(ms, n.m)
-	}
-	for _, m := range ms {
-		reg := prometheus.NewRegistry()
-		if err := reg.Register(m); err != nil {
-			c.fail(0, "metrics: %v", err)
-			return
-		}
-		fams, err := reg.Gather()
-		if err != nil {
-			c.fail(0, "metrics: %v", err)
-			return
-		}
-		for _, f := range fams {
-			if f.GetName() != "parkway_frame_drops_total" {
-				continue
-			}
-			for _, mt := range f.GetMetric() {
-				if mt.GetCounter().GetValue() == 0 {
-					continue
-				}
-				labels := map[string]string{}
-				for _, l := range mt.GetLabel() {
-					labels[l.GetName()] = l.GetValue()
-				}
-				if !c.clusterDropOK(labels["variant"], labels["reason"]) {
-					c.fail(4, "shard %s dropped %v %s frames for reason %q, which nothing injected explains",
-						labels["shard"], mt.GetCounter().GetValue(), labels["variant"], labels["reason"])
-					return
-				}
-				c.event("drops shard=%s %s %s=%v", labels["shard"], labels["variant"], labels["reason"], mt.GetCounter().GetValue())
-			}
-		}
-	}
-}
-
-// checkLinearizable checks each partition incarnation's history
+// history places every operation in its incarnation's history
 // (invariant 5). Produces and consumer offsets are replicated writes, and
 // polls and offset reads asked of the leader must see every acknowledged
 // write: all are checked against one log with consumer offsets. A Local
 // poll reads whichever replica the client reached, from its own copy, and
 // is checked as a stale read (linIn.stale).
-func (c *csim) checkLinearizable() {
-	if c.viol != nil {
-		return
-	}
-	hist := make(map[incKey][]linOp)
-	add := func(o *op, key incKey, in linIn, out linOut) {
-		ret := o.retEv
-		if out.unknown {
-			ret = unknownReturn + int64(o.id)
-		}
-		hist[key] = append(hist[key], linOp{client: clientID(o.client), in: in, out: out, call: o.callEv, ret: ret, op: o.id})
-	}
+func (c *csim) history() histories {
+	hist := make(histories)
 	for _, o := range c.allOps {
 		if o.kind == kindProduce || o.kind == kindBatch {
-			c.linearizeProduce(o, add)
+			c.linearizeProduce(o, hist.add)
 			if c.viol != nil {
-				return
+				return nil
 			}
 			continue
 		}
 		key, in, out, ok := c.linearizeOp(o)
 		if c.viol != nil {
-			return
+			return nil
 		}
 		if ok {
-			add(o, key, in, out)
+			hist.add(o, key, in, out)
 		}
 		if o.kind == kindStore {
 			except := uint64(0)
 			if ok {
 				except = key.epoch
 			}
-			c.storeElsewhere(o, except, add)
+			c.storeElsewhere(o, except, hist.add)
 		}
 	}
-	keys := make([]incKey, 0, len(hist))
-	for k := range hist {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].compare(keys[j]) < 0 })
-	for _, k := range keys {
-		switch check(hist[k]) {
-		case checkIllegal:
-			c.fail(5, "history of %v is not linearizable:\n%s", k, describeHistory(hist[k]))
-			return
-		case checkUnknown:
-			c.ops.Unchecked++
-		default:
-			c.ops.Linearized++
+	return hist
+}
+
+// unlinearized is false: every incarnation's history is checked (a
+// liar's damaged copy is repaired from its peers).
+func (c *csim) unlinearized(incKey) bool { return false }
+
+// dropOK is clusterDropOK.
+func (c *csim) dropOK(variant, reason string) bool { return c.clusterDropOK(variant, reason) }
+
+// shardsNow lists every member's shards.
+func (c *csim) shardsNow() []namedShard {
+	var out []namedShard
+	for _, n := range c.nodes {
+		for i, sh := range n.shards {
+			out = append(out, namedShard{fmt.Sprintf("n%d shard %d", n.id, i), sh})
 		}
 	}
+	return out
+}
+
+// dropCounters lists the metrics of every node incarnation, the crashed
+// ones first.
+func (c *csim) dropCounters() []dropCounter {
+	var out []dropCounter
+	for _, m := range c.oldMetrics {
+		out = append(out, dropCounter{m: m})
+	}
+	for _, n := range c.nodes {
+		out = append(out, dropCounter{m: n.m})
+	}
+	return out
+}
+
+// metas lists the metadata of every running node.
+func (c *csim) metas() []namedMeta {
+	var out []namedMeta
+	for _, n := range c.nodes {
+		if n.eng != nil && !n.down {
+			out = append(out, namedMeta{fmt.Sprintf("n%d (open %d)", n.id, n.gen), n.meta})
+		}
+	}
+	return out
 }
 
 // linearizeProduce places a produce in the history of each incarnation a
@@ -698,41 +599,10 @@ func (c *csim) storeElsewhere(o *op, except uint64, add func(*op, incKey, linIn,
 // linearizeOp places a read or a consumer offset operation in a partition
 // history, or reports false to leave it out.
 func (c *csim) linearizeOp(o *op) (incKey, linIn, linOut, bool) {
-	in := linIn{kind: o.kind, from: o.from, count: o.count, consumer: o.consumer, useConsumer: o.useConsumer,
-		offset: o.offset, stale: o.kind == kindPoll && o.local, wait: o.kind == kindPoll && !o.local && o.wait > 0}
-	var out linOut
-	switch o.kind {
-	case kindPoll:
-		if o.outcome != outcomeOK {
-			return incKey{}, in, out, false
-		}
-		out.offset = o.resp.Offset
-		for _, m := range o.resp.Messages {
-			id, _ := decodePayload(m.Payload)
-			out.ids = append(out.ids, id)
-		}
-	case kindStore:
-		switch o.outcome {
-		case outcomeOK:
-		case outcomeError:
-			if !errors.Is(o.err, partition.ErrOffsetOutOfRange) {
-				return incKey{}, in, out, false
-			}
-			out.outOfRange = true
-		case outcomeUnknown:
-			out.unknown = true
-		default:
-			return incKey{}, in, out, false
-		}
-	case kindGet:
-		if o.outcome != outcomeOK {
-			return incKey{}, in, out, false
-		}
-		out.offset, out.found = o.resp.Offset, o.resp.Found
-	default:
+	in, out, ok := linearizeRead(o)
+	if !ok {
 		return incKey{}, in, out, false
 	}
-	last := o.attempts[len(o.attempts)-1]
 	if out.unknown {
 		// A store whose outcome is unknown was proposed by a leader that
 		// took one of its tries against the incarnation it was stamped
@@ -744,32 +614,7 @@ func (c *csim) linearizeOp(o *op) (incKey, linIn, linOut, bool) {
 		}
 		return incKey{}, in, out, false
 	}
-	if last.crashed || !servedAnswer(last.resp.Err) {
-		return incKey{}, in, out, false
-	}
-	key := incKey{o.ns, last.served}
-	cands := last.node.incs.during(o.ns, o.callEv, o.retEv)
-	if last.served == 0 || !slices.Contains(cands, key.epoch) {
-		c.fail(2, "op %d on %v answered %v by n%d's incarnation %d, not committed there while it ran (%v)",
-			o.id, o.ns, o.outcome, last.node.id, last.served, cands)
-		return incKey{}, in, out, false
-	}
-	if len(out.ids) > 0 {
-		info := c.msgs[out.ids[0]]
-		if info == nil || !info.appended {
-			c.fail(2, "op %d read message %d that was never appended", o.id, out.ids[0])
-			return incKey{}, in, out, false
-		}
-		for _, id := range out.ids {
-			if x := c.msgs[id]; x == nil || x.key != info.key {
-				c.fail(2, "op %d read one batch from two incarnations", o.id)
-				return incKey{}, in, out, false
-			}
-		}
-		if info.key != key {
-			c.fail(2, "op %d was served by %v but read messages of %v", o.id, key, info.key)
-			return incKey{}, in, out, false
-		}
-	}
-	return key, in, out, true
+	last := o.attempts[len(o.attempts)-1]
+	key, ok := c.placeServed(o, last.node.incs, fmt.Sprintf("n%d's ", last.node.id), out)
+	return key, in, out, ok
 }

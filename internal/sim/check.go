@@ -1,15 +1,11 @@
 package sim
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
@@ -145,7 +141,7 @@ func (s *sim) restart() {
 // one pass of every reconciler.
 func (s *sim) settleRound() {
 	s.stepAll()
-	s.retryDue()
+	s.retryDue(s.retry, nil)
 	s.stepAll()
 	for i := range s.n.shards {
 		s.reconcile(i)
@@ -164,21 +160,6 @@ func (s *sim) advanceQuiet() {
 		}
 	}
 	s.advance(max(next.Sub(now), time.Microsecond))
-}
-
-func (s *sim) waitingOps() []*op {
-	var out []*op
-	for _, c := range s.clients {
-		if c.op != nil && c.op.waiting {
-			out = append(out, c.op)
-		}
-	}
-	for _, o := range s.finalOps {
-		if !o.done && o.waiting {
-			out = append(out, o)
-		}
-	}
-	return out
 }
 
 // idle: no request in flight or waiting to be retried, no frame queued or
@@ -317,37 +298,6 @@ func (s *sim) awaitFinal(o *op) bool {
 	return s.viol == nil
 }
 
-// finalChecks asserts invariants 1, 4 and 5 on the settled run.
-func (s *sim) finalChecks() {
-	s.checkAnswers()
-	s.checkParkAndDrops()
-	s.checkLinearizable()
-}
-
-// checkAnswers: every attempt was answered once (or by the crash), and no
-// second answer waits in any reply channel (invariant 1).
-func (s *sim) checkAnswers() {
-	if s.viol != nil {
-		return
-	}
-	for _, a := range s.allAttempts {
-		if !a.answered && !a.crashed {
-			s.fail(1, "attempt %d (op %d %v %v) never answered", a.id, a.op.id, a.op.kind, a.op.ns)
-			return
-		}
-		if len(a.reply) > 0 && !a.crashed {
-			s.fail(1, "attempt %d (op %d %v %v) answered twice", a.id, a.op.id, a.op.kind, a.op.ns)
-			return
-		}
-	}
-	for _, o := range s.allOps {
-		if !o.done {
-			s.fail(1, "op %d (%v %v) never finished", o.id, o.kind, o.ns)
-			return
-		}
-	}
-}
-
 // dropGates says which injected fault explains a drop reason; a reason
 // missing from it is never acceptable.
 var dropGates = map[string]func(s *sim) bool{
@@ -368,201 +318,102 @@ var dropGates = map[string]func(s *sim) bool{
 	// (A process crash closes nothing: its shards are abandoned.)
 }
 
-// checkParkAndDrops: at quiescence every park buffer is empty, and every
-// frame drop is explained by an injected fault or by convergence
-// (invariant 4).
-func (s *sim) checkParkAndDrops() {
-	if s.viol != nil {
-		return
-	}
-	for i, sh := range s.n.shards {
-		st, err := sh.Inspect(context.Background())
-		if err != nil {
-			s.fail(0, "inspect shard %d: %v", i, err)
-			return
-		}
-		if st.ParkedFrames != 0 || st.ParkedBytes != 0 || len(st.Parked) != 0 || sh.Parked() != 0 {
-			s.fail(4, "shard %d park buffer not empty at quiescence: %d frames, %d bytes, %d namespaces",
-				i, st.ParkedFrames, st.ParkedBytes, len(st.Parked))
-			return
-		}
-	}
-	for gen, m := range s.allMetrics {
-		reg := prometheus.NewRegistry()
-		if err := reg.Register(m); err != nil {
-			s.fail(0, "metrics: %v", err)
-			return
-		}
-		fams, err := reg.Gather()
-		if err != nil {
-			s.fail(0, "metrics: %v", err)
-			return
-		}
-		for _, f := range fams {
-			if f.GetName() != "parkway_frame_drops_total" {
-				continue
-			}
-			for _, mt := range f.GetMetric() {
-				if mt.GetCounter().GetValue() == 0 {
-					continue
-				}
-				labels := map[string]string{}
-				for _, l := range mt.GetLabel() {
-					labels[l.GetName()] = l.GetValue()
-				}
-				gate, ok := dropGates[labels["reason"]]
-				if !ok || !gate(s) {
-					s.fail(4, "node gen %d shard %s dropped %v %s frames for reason %q, which no injected fault explains",
-						gen+1, labels["shard"], mt.GetCounter().GetValue(), labels["variant"], labels["reason"])
-					return
-				}
-				s.event("drops gen=%d shard=%s %s %s=%v", gen+1, labels["shard"], labels["variant"], labels["reason"], mt.GetCounter().GetValue())
-			}
-		}
-	}
-}
-
-// Linearizability (invariant 5). Each partition incarnation is an
-// append-only log with consumer offsets; the operations the clients saw
-// against it must be linearizable. An operation's incarnation is where the
-// storage tap saw its messages land (produce) or the one whose partition
-// served it (the others). Unknown outcomes never return, so the checker
-// may also place them after everything else: not applied.
-const unknownReturn int64 = 1 << 62
-
-func (s *sim) checkLinearizable() {
-	if s.viol != nil {
-		return
-	}
-	hist := make(map[incKey][]linOp)
+// history places every operation in its incarnation's history
+// (invariant 5): a produce where the storage tap saw it land, the rest
+// in the incarnation that served it.
+func (s *sim) history() histories {
+	hist := make(histories)
 	for _, o := range s.allOps {
 		key, in, out, ok := s.linearizeOp(o)
 		if s.viol != nil {
-			return
+			return nil
 		}
-		if !ok {
-			continue
-		}
-		ret := o.retEv
-		if out.unknown {
-			ret = unknownReturn + int64(o.id)
-		}
-		hist[key] = append(hist[key], linOp{client: clientID(o.client), in: in, out: out, call: o.callEv, ret: ret, op: o.id})
-	}
-	keys := make([]incKey, 0, len(hist))
-	for k := range hist {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].compare(keys[j]) < 0 })
-	for _, k := range keys {
-		if s.lies.damageOK(k) {
-			// Reads stop below damage by design, which an intact log
-			// cannot explain; invariant 3 checks these per offset.
-			s.ops.Unchecked++
-			continue
-		}
-		switch check(hist[k]) {
-		case checkIllegal:
-			s.fail(5, "history of %v is not linearizable:\n%s", k, describeHistory(hist[k]))
-			return
-		case checkUnknown:
-			s.ops.Unchecked++
-		default:
-			s.ops.Linearized++
+		if ok {
+			hist.add(o, key, in, out)
 		}
 	}
+	return hist
+}
+
+// unlinearized leaves out the incarnations a lie damaged.
+func (s *sim) unlinearized(k incKey) bool { return s.lies.damageOK(k) }
+
+// dropOK is dropGates' verdict on a drop reason.
+func (s *sim) dropOK(_, reason string) bool {
+	gate, ok := dropGates[reason]
+	return ok && gate(s)
+}
+
+// shardsNow lists the node's shards.
+func (s *sim) shardsNow() []namedShard {
+	out := make([]namedShard, 0, len(s.n.shards))
+	for i, sh := range s.n.shards {
+		out = append(out, namedShard{fmt.Sprintf("shard %d", i), sh})
+	}
+	return out
+}
+
+// dropCounters lists the metrics of every incarnation of the node.
+func (s *sim) dropCounters() []dropCounter {
+	out := make([]dropCounter, 0, len(s.allMetrics))
+	for gen, m := range s.allMetrics {
+		out = append(out, dropCounter{m: m, who: fmt.Sprintf("node gen %d ", gen+1), label: fmt.Sprintf("gen=%d ", gen+1)})
+	}
+	return out
+}
+
+// metas is the running node's metadata.
+func (s *sim) metas() []namedMeta {
+	if s.n == nil {
+		return nil
+	}
+	return []namedMeta{{fmt.Sprintf("node (open %d)", s.n.gen), s.n.meta}}
 }
 
 // linearizeOp places o in a partition history, or reports false to leave
-// it out.
+// it out: a produce where the storage tap saw a try of it land (one try
+// at most: a single node takes no (producer, sequence) pair), the rest in
+// the incarnation that served the final try.
 func (s *sim) linearizeOp(o *op) (incKey, linIn, linOut, bool) {
-	in := linIn{kind: o.kind, from: o.from, count: o.count, consumer: o.consumer, useConsumer: o.useConsumer, offset: o.offset}
+	if o.kind != kindProduce && o.kind != kindBatch {
+		in, out, ok := linearizeRead(o)
+		if !ok {
+			return incKey{}, in, out, false
+		}
+		// The incarnation that served the final attempt (the tap saw
+		// it), which was committed at that moment (the tap checked the
+		// fence), so at some point while the operation ran. In flight at
+		// a crash, no shard served it (answers are collected after every
+		// engine action, crashes fall between them): it had no effect.
+		key, ok := s.placeServed(o, s.incs, "", out)
+		return key, in, out, ok
+	}
+	in := linIn{kind: o.kind}
 	var out linOut
-	switch o.kind {
-	case kindProduce, kindBatch:
-		var applied *attempt
-		for _, a := range o.attempts {
-			if len(a.ids) > 0 && s.msgs[a.ids[0]].appended {
-				if applied != nil {
-					s.fail(5, "op %d applied twice: attempts %d and %d", o.id, applied.id, a.id)
-					return incKey{}, in, out, false
-				}
-				applied = a
-			}
-		}
-		switch o.outcome {
-		case outcomeOK:
-			out.offset = o.resp.Offset
-		case outcomeUnknown:
-			out.unknown = true
-		default:
+	var applied *attempt
+	for _, a := range o.attempts {
+		if len(a.ids) > 0 && s.msgs[a.ids[0]].appended {
 			if applied != nil {
-				s.fail(5, "op %d ended %v (%v), yet attempt %d was appended", o.id, o.outcome, o.err, applied.id)
-			}
-			return incKey{}, in, out, false
-		}
-		if applied == nil {
-			return incKey{}, in, out, false // unknown and never appended
-		}
-		in.ids = applied.ids
-		return s.msgs[applied.ids[0]].key, in, out, true
-	case kindPoll:
-		if o.outcome != outcomeOK {
-			return incKey{}, in, out, false
-		}
-		out.offset = o.resp.Offset
-		for _, m := range o.resp.Messages {
-			id, _ := decodePayload(m.Payload)
-			out.ids = append(out.ids, id)
-		}
-	case kindStore:
-		switch o.outcome {
-		case outcomeOK:
-		case outcomeError:
-			out.outOfRange = true
-		case outcomeUnknown:
-			out.unknown = true
-		default:
-			return incKey{}, in, out, false
-		}
-	case kindGet:
-		if o.outcome != outcomeOK {
-			return incKey{}, in, out, false
-		}
-		out.offset, out.found = o.resp.Offset, o.resp.Found
-	}
-	// The incarnation that served the final attempt (the tap saw it), which
-	// was committed at that moment (the tap checked the fence), so at some
-	// point while the operation ran.
-	last := o.attempts[len(o.attempts)-1]
-	if last.crashed || !servedAnswer(last.resp.Err) {
-		// In flight at a crash: no shard served it (answers are collected
-		// after every engine action, crashes fall between them), so it
-		// had no effect.
-		return incKey{}, in, out, false
-	}
-	key := incKey{o.ns, last.served}
-	cands := s.incs.during(o.ns, o.callEv, o.retEv)
-	if last.served == 0 || !slices.Contains(cands, key.epoch) {
-		s.fail(2, "op %d on %v answered %v by incarnation %d, not committed while it ran (%v)", o.id, o.ns, o.outcome, last.served, cands)
-		return incKey{}, in, out, false
-	}
-	if len(out.ids) > 0 {
-		info := s.msgs[out.ids[0]]
-		if info == nil || !info.appended {
-			s.fail(2, "op %d read message %d that was never appended", o.id, out.ids[0])
-			return incKey{}, in, out, false
-		}
-		for _, id := range out.ids {
-			if x := s.msgs[id]; x == nil || x.key != info.key {
-				s.fail(2, "op %d read one batch from two incarnations", o.id)
+				s.fail(5, "op %d applied twice: attempts %d and %d", o.id, applied.id, a.id)
 				return incKey{}, in, out, false
 			}
-		}
-		if info.key != key {
-			s.fail(2, "op %d was served by %v but read messages of %v", o.id, key, info.key)
-			return incKey{}, in, out, false
+			applied = a
 		}
 	}
-	return key, in, out, true
+	switch o.outcome {
+	case outcomeOK:
+		out.offset = o.resp.Offset
+	case outcomeUnknown:
+		out.unknown = true
+	default:
+		if applied != nil {
+			s.fail(5, "op %d ended %v (%v), yet attempt %d was appended", o.id, o.outcome, o.err, applied.id)
+		}
+		return incKey{}, in, out, false
+	}
+	if applied == nil {
+		return incKey{}, in, out, false // unknown and never appended
+	}
+	in.ids = applied.ids
+	return s.msgs[applied.ids[0]].key, in, out, true
 }

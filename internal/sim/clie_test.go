@@ -2,7 +2,6 @@ package sim_test
 
 import (
 	"errors"
-	"os"
 	"slices"
 	"testing"
 
@@ -25,46 +24,10 @@ const clusterLyingSeeds = 40
 // -sim.seed, -sim.seeds, -sim.start, -sim.liekinds and -sim.liex select
 // as for TestBehaviour28SimulationLyingDisk.
 func TestBehaviour28ClusterLyingDisk(t *testing.T) {
-	list := seeds(t, clusterLyingSeeds)
-	_, replay := replaySeed(t)
-	runs := runSeeds(list, func(seed uint64) sim.Config {
-		cfg := sim.LyingClusterConfig(seed)
-		cfg.Faults.Lie *= *flagLieX
-		cfg.Faults.LieKinds = sim.LieKind(*flagLieKinds)
-		if *flagTrace && replay {
-			cfg.Trace = os.Stdout
-		}
-		return cfg
-	}, false)
-	var lies sim.LieCounts
-	detected, failures, known := 0, 0, map[string]int{}
-	for i, r := range runs {
-		for k, n := range r.res.Faults.Lies {
-			lies[k] += n
-		}
-		detected += r.res.Faults.Detected
-		var v *sim.Violation
-		if errors.As(r.err, &v) && v.Known != "" && !*flagKnown {
-			known[v.Known]++
-			t.Logf("seed %d: skipped, known: %s\n  replay: %s", list[i], v.Known, v.Replay)
-			continue
-		}
-		if r.err != nil {
-			failures++
-			if failures <= 10 {
-				t.Errorf("seed %d: %v", list[i], r.err)
-			}
-		}
-	}
-	if failures > 10 {
-		t.Errorf("... %d failing seeds in all", failures)
-	}
-	t.Logf("%d cluster seeds: lies %v, damage detected %d times", len(runs), lies, detected)
-	for k, n := range known {
-		t.Logf("%d seeds skipped for the known limit: %s", n, k)
-	}
-	if lies.Total() == 0 && len(runs) >= 10 {
-		t.Errorf("no lie fired in %d seeds", len(runs))
+	n, lies, detected := runLying(t, clusterLyingSeeds, sim.LyingClusterConfig, 10)
+	t.Logf("%d cluster seeds: lies %v, damage detected %d times", n, lies, detected)
+	if lies.Total() == 0 && n >= 10 {
+		t.Errorf("no lie fired in %d seeds", n)
 	}
 }
 
@@ -93,7 +56,7 @@ var clusterLieCatching = []uint64{33, 36, 98}
 // lie rate (a lie picks its file by size, and the small files — raft
 // logs, their sync marks, incarnation files — are read only at open).
 func TestBehaviour28ClusterLyingDiskCatchesSwallowedDamage(t *testing.T) {
-	sim.BreakSwallowDamage.Store(true)
+	hookOf(t, "BreakSwallowDamage", 3, 5).Store(true)
 	defer sim.BreakSwallowDamage.Store(false)
 	list := seeds(t, clusterLieCaughtSeeds)
 	if _, replay := replaySeed(t); !replay && *flagSeeds == 0 {

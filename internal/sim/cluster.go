@@ -80,21 +80,9 @@ type csim struct {
 	nodes    []*cnode
 	gone     []*cnode
 
-	clients     []*client
-	allOps      []*op
-	metaOps     []*op
-	finalOps    []*op
-	allAttempts []*attempt
-	attempts    map[*shard.Request]*attempt
-	inflight    []*attempt
-	nextOp      uint64
-	nextAttempt uint64
-	nextMsg     uint64
-	nextSeq     uint64
-	metaDone    []metaAnswer
+	nextSeq  uint64
+	metaDone []metaAnswer
 
-	msgs   map[uint64]*msgInfo
-	oracle map[incKey]*repLog
 	// oldMetrics are the counters of crashed node incarnations.
 	oldMetrics []*metrics.Metrics
 	// builds counts how often each replica was built (opened);
@@ -117,9 +105,7 @@ type csim struct {
 	// moves since (notePlacement).
 	placed map[incKey][][]uint64
 
-	faults FaultCounts
-	ops    OpCounts
-	netf   netState
+	netf netState
 	// compactEntries is the partitions' raft log compaction interval
 	// (shard.Replication.CompactEntries), picked per seed: mostly small,
 	// so snapshots and catch-up happen.
@@ -127,9 +113,6 @@ type csim struct {
 	// actions counts the ends of scheduler actions: raft's random draws
 	// during one action are a function of it (see seededReader).
 	actions uint64
-	depth   int // > 0 while a slow build runs nested scheduler steps
-
-	quiescing bool
 
 	// storm is what a join storm's run measures (Config.MemberPartitions,
 	// cmembers.go).
@@ -186,13 +169,12 @@ type cnode struct {
 	// with the channel each outcome arrives on.
 	waits []metaWait
 
-	store    *cstore
-	rt       *router.Router[shard.Frame]
-	shards   []*shard.Shard
-	recs     []reconciler.Reconciler
-	wakes    []<-chan struct{}
-	nextPass []time.Time
-	busy     []bool
+	store  *cstore
+	rt     *router.Router[shard.Frame]
+	shards []*shard.Shard
+	recs   []reconciler.Reconciler
+	passes
+	busy []bool
 	// clk is the node's own clock (clock.go); clocks are the shards'
 	// views of it, which know when each shard's raft tick is due.
 	clk    *nodeClock
@@ -246,12 +228,9 @@ func newCluster(cfg Config) *csim {
 	compact := [...]uint64{4, 16, 64, shard.DefaultCompactEntries}[rng.IntN(4)]
 	clk := clock.NewManual(epoch0)
 	c := &csim{
-		base:           base{cfg: cfg, rng: rng, clk: clk, tr: newTrace(cfg.Trace)},
+		base:           newBase(cfg, rng, clk),
 		ctx:            context.Background(),
 		net:            transport.NewNetwork(transport.NetworkOptions{Clock: clk, ManualDelivery: true}),
-		attempts:       make(map[*shard.Request]*attempt),
-		msgs:           make(map[uint64]*msgInfo),
-		oracle:         make(map[incKey]*repLog),
 		metaLog:        make(map[uint64]string),
 		metaDup:        make(map[uint64]bool),
 		placed:         make(map[incKey][][]uint64),
@@ -265,9 +244,7 @@ func newCluster(cfg Config) *csim {
 		c.peers = append(c.peers, uint64(i+1))
 	}
 	c.founders = slices.Clone(c.peers)
-	for i := range cfg.Clients {
-		c.clients = append(c.clients, &client{id: i})
-	}
+	c.memberDone = c.memberDoneOf
 	c.startMembers()
 	c.startLies()
 	return c
@@ -308,7 +285,7 @@ func (c *csim) run() {
 	if c.viol != nil {
 		return
 	}
-	c.finalChecks()
+	finalChecks(c)
 	c.event("end")
 }
 
@@ -641,13 +618,9 @@ func (c *csim) afterAction() {
 		}
 		n.flushOutbox()
 		n.collectMeta()
-		if n.eng != nil && !n.down {
-			c.checkGroups(fmt.Sprintf("n%d (open %d)", n.id, n.gen), n.meta)
-			c.checkVoters(n)
-		}
 	}
-	c.checkForwardBudget(false)
-	c.collect()
+	stepChecks(c)
+	c.collect(c.onAnswer)
 	for _, n := range c.nodes {
 		n.stored = n.stored[:0]
 	}
@@ -658,7 +631,7 @@ func (c *csim) afterAction() {
 		for _, n := range c.nodes {
 			n.flushOutbox()
 		}
-		c.collect()
+		c.collect(c.onAnswer)
 	}
 }
 
@@ -762,21 +735,6 @@ func (c *csim) runUnit(u unit) {
 			c.reconcile(u.n, u.i)
 		}
 	}
-}
-
-// passDue is node.passDue for a cluster node; now is its monotonic time.
-func (n *cnode) passDue(i int, now time.Time) bool {
-	due := false
-	select {
-	case <-n.wakes[i]:
-		due = true
-	default:
-	}
-	if !now.Before(n.nextPass[i]) {
-		due = true
-		n.nextPass[i] = now.Add(passPeriod)
-	}
-	return due
 }
 
 // advance moves the virtual clock, and every member's clock with it, and

@@ -4,9 +4,7 @@ import (
 	"errors"
 	"flag"
 	"os"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/parkway-io/parkway/internal/sim"
 )
@@ -42,23 +40,10 @@ func clusterConfig(seed uint64) sim.Config {
 }
 
 // The default cluster range is run once and shared by the cluster tests.
-var (
-	clusterOnce sync.Once
-	clusterRuns []outcome
-	clusterTime time.Duration
-)
+var clusterRange sharedRange
 
 func defaultClusterOutcomes() []outcome {
-	clusterOnce.Do(func() {
-		start := time.Now()
-		list := make([]uint64, defaultCount(defaultClusterSeeds))
-		for i := range list {
-			list[i] = uint64(i)
-		}
-		clusterRuns = runSeeds(list, sim.DefaultClusterConfig, false)
-		clusterTime = time.Since(start)
-	})
-	return clusterRuns
+	return clusterRange.outcomes(defaultClusterSeeds, sim.DefaultClusterConfig)
 }
 
 // TestClusterSimulation runs the cluster seeds (three or five nodes; default
@@ -84,36 +69,15 @@ func TestClusterSimulation(t *testing.T) {
 	}
 	var total sim.FaultCounts
 	var ops sim.OpCounts
-	failures, known := 0, 0
-	for i, r := range runs {
+	for _, r := range runs {
 		addFaults(&total, r.res.Faults)
 		addOps(&ops, r.res.Ops)
-		if r.err == nil {
-			continue
-		}
-		var v *sim.Violation
-		if errors.As(r.err, &v) && v.Known != "" && !*flagKnown {
-			// TODO(sim): a known engine bug (see sim.Violation.Known);
-			// skipped until it is fixed. -sim.known fails on it.
-			known++
-			t.Logf("seed %d: skipped, known bug: %s\n  replay: %s", list[i], v.Known, v.Replay)
-			continue
-		}
-		failures++
-		if failures <= 5 {
-			t.Errorf("seed %d: %v", list[i], r.err)
-		}
 	}
-	if failures > 5 {
-		t.Errorf("... %d failing seeds in all", failures)
-	}
-	if known > 0 {
-		t.Logf("%d seeds skipped for known bugs", known)
-	}
+	judge(t, list, runs, 5)
 	t.Logf("%d cluster seeds: faults %+v", len(runs), total)
 	t.Logf("ops %+v", ops)
 	if defaultRange {
-		t.Logf("default cluster seeds took %v", clusterTime)
+		t.Logf("default cluster seeds took %v", clusterRange.took)
 	}
 }
 
@@ -213,46 +177,6 @@ func TestClusterFaultsFire(t *testing.T) {
 	}
 }
 
-// expectClusterCaught is expectCaught over the default cluster seeds,
-// run under cfg.
-func expectClusterCaught(t *testing.T, cfg func(uint64) sim.Config, hook interface{ Store(bool) }, invariants ...int) {
-	t.Helper()
-	hook.Store(true)
-	defer hook.Store(false)
-	list := make([]uint64, defaultClusterSeeds)
-	for i := range list {
-		list[i] = uint64(i)
-	}
-	runs := runSeeds(list, cfg, true)
-	caught := 0
-	for i, r := range runs {
-		if r.err == nil {
-			continue
-		}
-		var v *sim.Violation
-		if !errors.As(r.err, &v) {
-			t.Fatalf("seed %d: %v", list[i], r.err)
-		}
-		if v.Known != "" {
-			continue // a known engine bug, not the broken build's doing
-		}
-		for _, inv := range invariants {
-			if v.Invariant == inv {
-				caught++
-				if caught == 1 {
-					t.Logf("caught by seed %d: invariant %d: %s", list[i], v.Invariant, v.Detail)
-				}
-			}
-		}
-		if caught == 0 {
-			t.Errorf("seed %d failed on invariant %d, want one of %v: %v", list[i], v.Invariant, invariants, r.err)
-		}
-	}
-	if caught == 0 {
-		t.Fatalf("the broken build passed all %d default cluster seeds", defaultClusterSeeds)
-	}
-}
-
 // Raft messages that do not carry their incarnation (the reference
 // design's hole, behaviour 20) let a dead incarnation's group talk to its
 // replacement: caught as raft panicking on a log it does not have
@@ -265,13 +189,13 @@ func TestClusterCatchesRaftWithoutEpoch(t *testing.T) {
 		cfg := sim.DefaultClusterConfig(seed)
 		cfg.Faults.Net.OneWay, cfg.Faults.Net.Clog, cfg.Faults.Clock = 0, 0, sim.ClockFaultRates{}
 		return cfg
-	}, &sim.BreakRaftEpoch, 0, 2, 3, 5)
+	}, "BreakRaftEpoch", 0, 2, 3, 5)
 }
 
 // Produces without a (producer, sequence) pair are applied twice when a
 // produce whose outcome was unknown is retried.
 func TestClusterCatchesNoProducerIDs(t *testing.T) {
-	expectClusterCaught(t, sim.DefaultClusterConfig, &sim.BreakNoProducerIDs, 5)
+	expectClusterCaught(t, sim.DefaultClusterConfig, "BreakNoProducerIDs", 5)
 }
 
 // A fast-skip that ignores the park buffer strands parked frames on a
@@ -283,13 +207,13 @@ func TestClusterCatchesFastSkipIgnoringParked(t *testing.T) {
 		cfg := sim.DefaultClusterConfig(seed)
 		cfg.Faults.DiskFull, cfg.Faults.DiskError, cfg.Faults.Crash = 0, 0, 0
 		return cfg
-	}, &sim.BreakFastSkip, 4, 1)
+	}, "BreakFastSkip", 4, 1)
 }
 
 // A node that materialises a partition its placement leaves out (its
 // reconciler ignoring reconciler.Config.Node) is caught at the build.
 func TestClusterCatchesReplicaOffPlacement(t *testing.T) {
-	expectClusterCaught(t, sim.DefaultClusterConfig, &sim.BreakPlacement, 7)
+	expectClusterCaught(t, sim.DefaultClusterConfig, "BreakPlacement", 7)
 }
 
 // Without leadership transfer (every MsgTimeoutNow lost on the bus),
@@ -299,7 +223,7 @@ func TestClusterCatchesReplicaOffPlacement(t *testing.T) {
 // staying replica before it removes itself: without transfers that move,
 // and the removal of the node waiting for it, never completes (8).
 func TestClusterCatchesNoLeaderTransfer(t *testing.T) {
-	expectClusterCaught(t, sim.DefaultClusterConfig, &sim.BreakLeaderTransfer, 7, 8)
+	expectClusterCaught(t, sim.DefaultClusterConfig, "BreakLeaderTransfer", 7, 8)
 }
 
 // A node added with the AddNode metadata command alone, without the
@@ -307,7 +231,7 @@ func TestClusterCatchesNoLeaderTransfer(t *testing.T) {
 // metadata naming a node the group does not have as a voter: caught
 // after the first action that applies it.
 func TestClusterCatchesJoinWithoutConfChange(t *testing.T) {
-	expectClusterCaught(t, sim.DefaultClusterConfig, &sim.BreakJoinCommand, 8)
+	expectClusterCaught(t, sim.DefaultClusterConfig, "BreakJoinCommand", 8)
 }
 
 // When a crashed node's liveness heartbeats keep arriving, nothing tells
@@ -321,7 +245,7 @@ func TestClusterCatchesZombieLiveness(t *testing.T) {
 		cfg := sim.DefaultClusterConfig(seed)
 		cfg.Faults.QuiescedCrash *= 10
 		return cfg
-	}, &sim.BreakZombieLiveness, 8)
+	}, "BreakZombieLiveness", 8)
 }
 
 // A move settled as soon as it is planned — the leaving replica dropped
@@ -341,7 +265,7 @@ func TestClusterCatchesEarlySettle(t *testing.T) {
 		cfg := sim.DefaultClusterConfig(seed)
 		cfg.Faults.Remove *= 5
 		return cfg
-	}, &sim.BreakEarlySettle, 1, 3, 4, 7, 8)
+	}, "BreakEarlySettle", 1, 3, 4, 7, 8)
 }
 
 // TestBehaviour27ClusterWrongDiskRefused: every crashed node is first
@@ -384,7 +308,7 @@ func TestClusterCatchesWrongDiskAccepted(t *testing.T) {
 		cfg.Faults.WrongDisk = 1
 		cfg.Faults.Crash *= 4
 		return cfg
-	}, &sim.BreakIdentityCheck, 8, 0)
+	}, "BreakIdentityCheck", 8, 0)
 }
 
 // A transport that sends a message whose own direction is cut or clogged
@@ -405,7 +329,7 @@ func TestClusterCatchesReplyPathOneWay(t *testing.T) {
 		cfg.Faults.Net.OneWay *= 8
 		cfg.Faults.Net.Clog = 0
 		return cfg
-	}, &sim.BreakReplyPath, 3, 8)
+	}, "BreakReplyPath", 3, 8)
 }
 
 func TestClusterCatchesReplyPathClog(t *testing.T) {
@@ -414,7 +338,7 @@ func TestClusterCatchesReplyPathClog(t *testing.T) {
 		cfg.Faults.Net.Clog *= 8
 		cfg.Faults.Net.OneWay = 0
 		return cfg
-	}, &sim.BreakReplyPath, 3)
+	}, "BreakReplyPath", 3)
 }
 
 // The same broken partition in a cluster: each leader stamps append times
@@ -422,7 +346,7 @@ func TestClusterCatchesReplyPathClog(t *testing.T) {
 // its predecessor's (skew, a step back, a strobe) stamps later messages
 // earlier. Only the clock faults expose it.
 func TestClusterCatchesAppendTimeOrder(t *testing.T) {
-	expectClusterCaught(t, sim.DefaultClusterConfig, &sim.BreakAppendTimeOrder, 3)
+	expectClusterCaught(t, sim.DefaultClusterConfig, "BreakAppendTimeOrder", 3)
 }
 
 // Node liveness that does not report whom a node hears lets a node that
@@ -435,7 +359,7 @@ func TestClusterCatchesLivenessWithoutReport(t *testing.T) {
 		cfg := sim.DefaultClusterConfig(seed)
 		cfg.Faults.Net.OneWay *= 50
 		return cfg
-	}, &sim.BreakLivenessReport, 8)
+	}, "BreakLivenessReport", 8)
 }
 
 // Seed 1609 found a replica that diverged for good: installing a leader's

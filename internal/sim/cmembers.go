@@ -433,11 +433,11 @@ func (c *csim) memberMeta(cl *client, home *cnode, what string, cmd metadata.Com
 	c.nextCommand(o, metadata.Result{})
 }
 
-// memberDone takes the end of a member's operation: a group command's
+// memberDoneOf takes the end of a member's operation: a group command's
 // result renews its lease and generation (or drops its membership), a
 // poll's batch is handed to the application through the fence and
 // committed after it.
-func (c *csim) memberDone(cl *client, o *op) {
+func (c *csim) memberDoneOf(cl *client, o *op) {
 	m := cl.member
 	home := c.node(m.home)
 	if home == nil {

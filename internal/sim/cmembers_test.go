@@ -50,23 +50,11 @@ func TestClusterGroupMembers(t *testing.T) {
 	}, false)
 	var ops sim.OpCounts
 	var faults sim.FaultCounts
-	failures := 0
-	for i, r := range runs {
+	for _, r := range runs {
 		addOps(&ops, r.res.Ops)
 		addFaults(&faults, r.res.Faults)
-		if r.err == nil {
-			continue
-		}
-		var v *sim.Violation
-		if errors.As(r.err, &v) && v.Known != "" && !*flagKnown {
-			t.Logf("seed %d: skipped, known bug: %s\n  replay: %s", list[i], v.Known, v.Replay)
-			continue
-		}
-		failures++
-		if failures <= 5 {
-			t.Errorf("seed %d: %v", list[i], r.err)
-		}
 	}
+	judge(t, list, runs, 5)
 	if !replay && len(list) > 0 {
 		// The members' runs are as deterministic as the others.
 		again, _ := sim.Run(memberConfig(list[0]))
@@ -105,7 +93,7 @@ func TestClusterGroupMembersCatchUnfencedDelivery(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs member seeds until one fails")
 	}
-	sim.BreakMemberFence.Store(true)
+	hookOf(t, "BreakMemberFence", 9).Store(true)
 	defer sim.BreakMemberFence.Store(false)
 	// The seeds that caught it on the current tree go first (the run
 	// stops at the first catch); the rest of 0..99 stays behind them, as

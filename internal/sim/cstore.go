@@ -10,23 +10,6 @@ import (
 	"github.com/parkway-io/parkway/vfs"
 )
 
-// repLog is the oracle of one partition incarnation in cluster mode: the
-// log as replicas applied it — the first replica to reach an offset
-// defines what the offset holds, and every other replica must append the
-// same message there — and how far each replica's copy reaches.
-type repLog struct {
-	ids   []uint64
-	acked []bool
-	// lens maps each node holding a copy to its length.
-	lens map[uint64]uint64
-	// ackedEnd is one past the highest acknowledged offset.
-	ackedEnd uint64
-	// ats are the append times reads returned; raw the append times the
-	// first replica to apply each offset was handed (BreakAppendTimeOrder).
-	ats appendTimes
-	raw []int64
-}
-
 // cstore wraps a cluster node's FileStore: it slows builds down, checks
 // what a build opens against the oracle, and wraps every partition in a
 // tap.
@@ -39,20 +22,9 @@ type cstore struct {
 func (st *cstore) Build(ns metadata.Namespace, epoch uint64) (partition.Partition, error) {
 	n := st.n
 	c := n.c
-	if c.depth == 0 && !c.quiescing && c.roll(c.cfg.Faults.SlowBuild) {
-		// The pass that called Build is blocked here while the cluster
-		// goes on (the reconciler is marked busy by reconcile).
-		c.faults.SlowBuild++
-		k := 5 + c.rng.IntN(36)
+	if k := c.slowBuild(); k > 0 {
 		c.event("n%d slow build ns=%v epoch=%d: %d steps", n.id, ns, epoch, k)
-		c.depth++
-		for range k {
-			if c.viol != nil {
-				break
-			}
-			c.tick()
-		}
-		c.depth--
+		c.nested(k, c.tick)
 		c.event("n%d slow build ns=%v epoch=%d resumes", n.id, ns, epoch)
 	}
 	p, err := st.inner.Build(ns, epoch)
@@ -68,7 +40,7 @@ func (st *cstore) Build(ns metadata.Namespace, epoch uint64) (partition.Partitio
 	c.builds[buildKey{n.id, key}]++
 	rl := c.oracle[key]
 	if rl == nil {
-		rl = &repLog{lens: make(map[uint64]uint64)}
+		rl = &incLog{lens: make(map[uint64]uint64)}
 		c.oracle[key] = rl
 	}
 	if have, ok := rl.lens[n.id]; ok {
@@ -85,7 +57,7 @@ func (st *cstore) Build(ns metadata.Namespace, epoch uint64) (partition.Partitio
 // verifyReplicaReopen checks a copy rebuilt on a node that held it before
 // (a partition evicted after a failed fsync): what it holds is a prefix
 // of the log, at most what the replica had appended.
-func (c *csim) verifyReplicaReopen(n *cnode, key incKey, rl *repLog, have uint64, p partition.Partition) {
+func (c *csim) verifyReplicaReopen(n *cnode, key incKey, rl *incLog, have uint64, p partition.Partition) {
 	next := p.NextOffset()
 	// A file the liar's disk rolled back to an earlier copy may hold
 	// more than the replica had appended since (a tail recovery cut off,
@@ -382,21 +354,9 @@ func (c *csim) onReplicaAppend(n *cnode, key incKey, first uint64, msgs []partit
 			}
 			continue
 		}
-		if info.appended {
-			c.fail(5, "message %d of attempt %d (op %d) is in the log twice: at %v/%d and %v/%d",
-				id, a.id, a.op.id, info.key, info.off, key, off)
+		if !c.tapAppend(info, id, key, off) {
 			return
 		}
-		if a.handles == 0 {
-			c.fail(0, "message %d of attempt %d appended before any shard took its frame", id, a.id)
-			return
-		}
-		if a.stamp != 0 && a.stamp != key.epoch {
-			c.fail(2, "attempt %d (op %d) was taken from its inbox on n%d while incarnation %d of %v was committed there, "+
-				"but its message %d was appended to incarnation %d", a.id, a.op.id, a.node.id, a.stamp, key.ns, id, key.epoch)
-			return
-		}
-		info.appended, info.key, info.off = true, key, off
 		rl.ids = append(rl.ids, id)
 		rl.acked = append(rl.acked, false)
 		rl.raw = append(rl.raw, m.AppendTime)

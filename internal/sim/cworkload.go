@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -96,14 +95,8 @@ func (c *csim) pickNode() *cnode {
 // clientAct lets cl act: retry or re-propose its operation if that is
 // due, or start a new one.
 func (c *csim) clientAct(cl *client) {
-	now := c.clk.Now()
 	if o := cl.op; o != nil {
-		switch {
-		case o.waiting && !now.Before(o.retryAt):
-			c.retry(o)
-		case o.kind == kindMeta && o.meta.proposed && !now.Before(o.meta.until):
-			c.metaTimeout(o)
-		}
+		retryIfDue(o, c.clk.Now(), c.retry, c.metaTimeout)
 		return
 	}
 	if cl.member != nil {
@@ -138,137 +131,15 @@ func (c *csim) clientAct(cl *client) {
 	c.dataOp(cl, n, p.NS, c.pickKind())
 }
 
-// pickKind is sim.pickKind's mix.
-func (c *csim) pickKind() opKind {
-	switch w := c.rng.IntN(100); {
-	case w < 34:
-		return kindProduce
-	case w < 50:
-		return kindBatch
-	case w < 78:
-		return kindPoll
-	case w < 90:
-		return kindStore
-	default:
-		return kindGet
-	}
-}
-
-// knownLen is the length of the log of ns's incarnation committed on n.
-func (c *csim) knownLen(n *cnode, ns metadata.Namespace) uint64 {
-	rev, ok := n.meta.CreatedRevision(ns)
-	if !ok {
-		return 0
-	}
-	if rl := c.oracle[incKey{ns, rev}]; rl != nil {
-		return uint64(len(rl.ids))
-	}
-	return 0
-}
-
 // dataOp starts a partition operation of kind on ns for cl through n.
 func (c *csim) dataOp(cl *client, n *cnode, ns metadata.Namespace, kind opKind) *op {
-	c.nextOp++
-	o := &op{id: c.nextOp, client: cl, kind: kind, ns: ns, home: n}
-	consumers := [...]string{"c0", "c1"}
-	switch kind {
-	case kindProduce:
-		o.n = 1
-		c.ops.Produce++
-	case kindBatch:
-		o.n = 2 + c.rng.IntN(4)
-		c.ops.ProduceBatch++
-	case kindPoll:
-		if c.rng.IntN(10) < 4 {
-			o.from = 0
-		} else {
-			o.from = uint64(c.rng.IntN(int(c.knownLen(n, ns)) + 3))
-		}
-		o.count = 1 + c.rng.IntN(8)
-		if c.rng.IntN(4) == 0 {
-			o.useConsumer, o.consumer = true, consumers[c.rng.IntN(2)]
-		}
-		o.local = c.rng.IntN(5) == 0
-		// A waiting poll from a consumer's stored offset resolves its start
-		// when it registers and reads when it is answered: two points in
-		// time, which the single-point linearizability model cannot place
-		// (it flagged correct answers on cluster seeds 6491 and 7618). Waiting
-		// polls here start at an offset; the shard tests cover the rest.
-		if !o.useConsumer && c.rng.IntN(4) == 0 {
-			// A waiting poll (behaviour 22), woken at the leader's apply
-			// or, local, at this replica's.
-			o.wait = time.Duration(1+c.rng.IntN(300)) * time.Millisecond
-			o.minCount = 1 + c.rng.IntN(3)
-		}
-		c.ops.Poll++
-	case kindStore:
-		o.consumer = consumers[c.rng.IntN(2)]
-		o.offset = uint64(c.rng.IntN(int(c.knownLen(n, ns)) + 2))
-		c.ops.StoreOffset++
-	case kindGet:
-		o.consumer = consumers[c.rng.IntN(2)]
-		c.ops.GetOffset++
-	}
-	if (kind == kindProduce || kind == kindBatch) && !BreakNoProducerIDs.Load() {
-		o.producer = 1 + uint64(clientID(cl)+1)
-		o.seq = o.id
-	}
+	o := c.newDataOp(cl, n, ns, kind, func() uint64 { return c.knownLen(n.meta, ns) })
 	if kind == kindProduce || kind == kindBatch {
 		o.reach = c.links()
 	}
-	if cl != nil {
-		cl.op = o
-	}
-	c.allOps = append(c.allOps, o)
 	o.callEv = c.event("call op=%d client=%d n%d %v ns=%v%s", o.id, clientID(cl), n.id, kind, ns, o.args())
 	c.send(c.newAttempt(o), n)
 	return o
-}
-
-// newAttempt builds the next try of o: a fresh request, and for a produce
-// fresh message ids (so the oracle can tell tries apart) under the op's
-// one (producer, sequence) pair.
-func (c *csim) newAttempt(o *op) *attempt {
-	c.nextAttempt++
-	a := &attempt{id: c.nextAttempt, op: o, reply: make(chan shard.Response, 1)}
-	req := &shard.Request{NS: o.ns}
-	switch o.kind {
-	case kindProduce, kindBatch:
-		req.Op, req.Producer, req.Seq = shard.OpProduce, o.producer, o.seq
-		ts := c.clk.Now().UnixMicro()
-		for range o.n {
-			c.nextMsg++
-			id := c.nextMsg
-			a.ids = append(a.ids, id)
-			c.msgs[id] = &msgInfo{a: a}
-			req.Messages = append(req.Messages, partition.Message{Timestamp: ts, Payload: c.payload(id)})
-		}
-	case kindPoll:
-		req.Op, req.Offset, req.Count = shard.OpPoll, o.from, o.count
-		req.Consumer, req.UseConsumer, req.FromLeader = o.consumer, o.useConsumer, !o.local
-		req.MaxWait, req.MinCount = o.wait, o.minCount
-	case kindStore:
-		req.Op, req.Consumer, req.Offset = shard.OpStoreOffset, o.consumer, o.offset
-	case kindGet:
-		req.Op, req.Consumer, req.FromLeader = shard.OpGetOffset, o.consumer, !o.local
-	}
-	a.req = req
-	c.attempts[req] = a
-	c.allAttempts = append(c.allAttempts, a)
-	o.attempts = append(o.attempts, a)
-	c.ops.Attempts++
-	return a
-}
-
-// payload is sim.payload: the message id and a filler derived from it.
-func (c *csim) payload(id uint64) []byte {
-	k := c.rng.IntN(41)
-	b := make([]byte, 8+k)
-	binary.LittleEndian.PutUint64(b, id)
-	for j := range k {
-		b[8+j] = byte(id*31 + uint64(j))
-	}
-	return b
 }
 
 // send hands a's frame to n's router. A refusal is the attempt's answer.
@@ -284,25 +155,6 @@ func (c *csim) send(a *attempt, n *cnode) {
 		return
 	}
 	c.inflight = append(c.inflight, a)
-}
-
-// collect takes every answer waiting on an in-flight attempt's reply
-// channel, in send order.
-func (c *csim) collect() {
-	pending := append([]*attempt(nil), c.inflight...)
-	c.inflight = c.inflight[:0]
-	for _, a := range pending {
-		if c.viol != nil {
-			c.inflight = append(c.inflight, a)
-			continue
-		}
-		select {
-		case r := <-a.reply:
-			c.onAnswer(a, r)
-		default:
-			c.inflight = append(c.inflight, a)
-		}
-	}
 }
 
 // onAnswer handles an attempt's answer the way the Node's client side does
@@ -582,45 +434,6 @@ func (c *csim) retry(o *op) {
 	}
 	c.ops.Retries++
 	c.send(c.newAttempt(o), home)
-}
-
-// retryDue retries every operation whose pause is over, in client order.
-func (c *csim) retryDue() {
-	now := c.clk.Now()
-	for _, cl := range c.clients {
-		if o := cl.op; o != nil {
-			switch {
-			case o.waiting && !now.Before(o.retryAt):
-				c.retry(o)
-			case o.kind == kindMeta && o.meta.proposed && !now.Before(o.meta.until):
-				c.metaTimeout(o)
-			}
-		}
-	}
-	for _, o := range c.finalOps {
-		if !o.done && o.waiting && !now.Before(o.retryAt) {
-			c.retry(o)
-		}
-	}
-}
-
-// finish ends o. "Not applied" becomes "unknown" once a try's outcome was
-// unknown.
-func (c *csim) finish(o *op, oc outcome, r shard.Response, err error) {
-	if oc == outcomeNotApplied && o.maybeApplied {
-		oc = outcomeUnknown
-	}
-	o.done, o.outcome, o.resp, o.err, o.waiting = true, oc, r, err, false
-	o.retEv = c.event("done op=%d %v", o.id, oc)
-	if oc == outcomeUnknown {
-		c.ops.Unknown++
-	}
-	if o.client != nil {
-		o.client.op = nil
-		if o.client.member != nil {
-			c.memberDone(o.client, o)
-		}
-	}
 }
 
 // metaOpStart starts a metadata operation for cl through n, computed from

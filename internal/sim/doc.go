@@ -314,8 +314,27 @@
 // # Invariants
 //
 // Checked on every run, online where possible (Run stops at the first
-// violation and reports it with the seed and the replay command):
+// violation and reports it with the seed and the replay command). Each
+// is a value of type invariant registered with the harness
+// (invariant.go), one file each (invariant_answers.go,
+// invariant_drops.go, ...): its number, its name, the DESIGN behaviours
+// it checks, its checks — after every scheduler action, once the run has
+// settled, on the settled run — over the harness interface both modes
+// implement (the workload's history they share in base, each node's
+// shards, drop counters and metadata, each incarnation's history as the
+// clients saw it), where it is checked online as the history is
+// recorded, and the broken builds whose seeds fail on it. A single-node
+// run and a cluster run check through the one registry, in its order;
+// a check that exists only in a cluster (7, 8, 10) is a no-op on one
+// node. TestInvariantsHaveBrokenBuilds lists the registry and fails when
+// an invariant names no broken build that it catches nor why none does
+// (invariant 6: the group state machine is package metadata's, no seam
+// reaches it), or names one no catch test sets; each catch test checks
+// that the registry names its broken build for every invariant it
+// accepts.
 //
+//  0. The engine neither panics nor fails a call outside the faults
+//     injected (invariant_engine.go).
 //  1. Every client request is answered exactly once (a router refusal is
 //     an answer; a request in flight at a crash is answered by the crash;
 //     in a cluster, NotLeaderError and ErrOutcomeUnknown are answers).
@@ -495,22 +514,27 @@
 // that does not keep append times non-decreasing, caught only by the
 // clock faults (append times going backwards); BreakLivenessReport, node
 // liveness that does not report whom a node hears, caught only by a
-// leader gone deaf (its groups never failing over). Two break checks
+// leader gone deaf (its groups never failing over). Three break checks
 // inside the engine that no seam reaches, so they are switches of
 // package testhooks, which exist only under the build tag
 // parkway_brokenbuild (brokenbuild_test.go, `go test -tags
-// parkway_brokenbuild ./internal/sim -run ClusterCatchesNo`):
+// parkway_brokenbuild ./internal/sim -run 'ServeStaleParked|ClusterCatchesNo'`):
+// testhooks.ServeStaleParked, parked frames of another incarnation
+// served, caught as a message crossing incarnations (invariant 2);
 // testhooks.NoTermStep, validation without the term bound relative to the
 // receiver, caught by forged extreme terms (a group that adopted 2^62
 // never settles); testhooks.NoForwardBudget, a node that holds every
-// forwarded request, caught by a flood (invariant 10).
+// forwarded request, caught by a flood (invariant 10). Each invariant's
+// file names the broken builds that catch it (see Invariants), and the
+// catch tests look their broken build up by that name.
 //
 // # Scope
 //
 // Cluster lies reach one node per seed and never the metadata group's
-// raft log; the default seeds of both modes run without lies (the lying
-// tests run them: the engine's known limits, known.go, would make a
-// share of the default seeds skipped rather than clean). With
+// raft log; the default cluster seeds run without lies (the lying tests
+// run them: the engine's known limits, known.go, would make a share of
+// the default seeds skipped rather than clean), the default single-node
+// seeds with them, skipping the seeds that meet a known limit. With
 // FaultRates.WrongDisk (one restart in four in the default cluster
 // faults; every restart in TestBehaviour27ClusterWrongDiskRefused) a
 // crashed node is first started on a copy of another member's data

@@ -60,9 +60,7 @@ type node struct {
 	// shards and recs are the engine's.
 	shards []*shard.Shard
 	recs   []reconciler.Reconciler
-	wakes  []<-chan struct{}
-	// nextPass is when each reconciler's periodic pass is due.
-	nextPass []time.Time
+	passes
 	// busy marks a reconciler whose pass is blocked in a slow build.
 	busy []bool
 	// shadow mirrors each shard's inbox, in order: the attempts whose
@@ -71,20 +69,28 @@ type node struct {
 	m      *metrics.Metrics
 }
 
+// passes are a node's reconciler triggers, one per shard: the engine's
+// commit wake and when the periodic pass is next due (the node's
+// monotonic time).
+type passes struct {
+	wakes    []<-chan struct{}
+	nextPass []time.Time
+}
+
 // passDue reports whether shard i's reconciler would run now (the
 // node's monotonic time): a commit
 // woke it or its period elapsed (reconciler.Run's two triggers). It
 // consumes the wake and re-arms the period as Run does.
-func (n *node) passDue(i int, now time.Time) bool {
+func (p *passes) passDue(i int, now time.Time) bool {
 	due := false
 	select {
-	case <-n.wakes[i]:
+	case <-p.wakes[i]:
 		due = true
 	default:
 	}
-	if !now.Before(n.nextPass[i]) {
+	if !now.Before(p.nextPass[i]) {
 		due = true
-		n.nextPass[i] = now.Add(passPeriod)
+		p.nextPass[i] = now.Add(passPeriod)
 	}
 	return due
 }
@@ -196,14 +202,14 @@ func (s *sim) stepShard(i int) {
 		// No frame queued: a due timer of the shard's own (parked frames
 		// past their age bound or deadline).
 		s.event("step shard=%d timer", i)
-		s.collect()
+		s.collect(s.onAnswer)
 		return
 	case !did:
 		s.fail(0, "shard %d did not step with attempt %d queued", i, a.id)
 		return
 	}
 	s.event("step shard=%d a=%d stamp=%d", i, a.id, a.stamp)
-	s.collect()
+	s.collect(s.onAnswer)
 }
 
 // stepAll steps every shard until all are idle: queued frames, and due
@@ -217,7 +223,7 @@ func (s *sim) stepAll() {
 				did = true
 			} else if s.n.shards[i].Step() {
 				s.event("step shard=%d timer", i)
-				s.collect()
+				s.collect(s.onAnswer)
 				did = true
 			}
 		}
@@ -246,7 +252,7 @@ func (s *sim) reconcile(i int) {
 		s.event("pass shard=%d rev=%d built=%d removed=%d rows=%d failed=%d answered=%d expired=%d parked=%d pending=%d",
 			i, rep.Revision, rep.Built, rep.Removed, rep.RowsWritten, rep.Failed, rep.Answered, rep.Expired, rep.Parked, rep.Pending)
 	}
-	s.collect()
+	s.collect(s.onAnswer)
 }
 
 // crash is a power loss: every request in flight is answered by the

@@ -29,10 +29,20 @@ const lyingSeeds = 60
 // single node). -sim.seed, -sim.seeds and -sim.start select seeds as for
 // TestSimulation.
 func TestBehaviour28SimulationLyingDisk(t *testing.T) {
-	list := seeds(t, lyingSeeds)
+	n, lies, detected := runLying(t, lyingSeeds, sim.DefaultConfig, 40)
+	t.Logf("%d seeds: lies %v, damage detected %d times", n, lies, detected)
+}
+
+// runLying runs the seeds (def by default) of a lying-disk test under
+// cfg, its lie rate and kinds scaled by -sim.liex and -sim.liekinds, and
+// judges them; it returns how many ran, the lies that fired and how often
+// damage was detected.
+func runLying(t *testing.T, def int, cfg func(uint64) sim.Config, shown int) (int, sim.LieCounts, int) {
+	t.Helper()
+	list := seeds(t, def)
 	_, replay := replaySeed(t)
 	runs := runSeeds(list, func(seed uint64) sim.Config {
-		cfg := sim.DefaultConfig(seed)
+		cfg := cfg(seed)
 		cfg.Faults.Lie *= *flagLieX
 		cfg.Faults.LieKinds = sim.LieKind(*flagLieKinds)
 		if *flagTrace && replay {
@@ -41,34 +51,15 @@ func TestBehaviour28SimulationLyingDisk(t *testing.T) {
 		return cfg
 	}, false)
 	var lies sim.LieCounts
-	detected, failures, known := 0, 0, map[string]int{}
-	for i, r := range runs {
+	detected := 0
+	for _, r := range runs {
 		for k, n := range r.res.Faults.Lies {
 			lies[k] += n
 		}
 		detected += r.res.Faults.Detected
-		var v *sim.Violation
-		if errors.As(r.err, &v) && v.Known != "" && !*flagKnown {
-			// A known engine limit (sim.Violation.Known, known.go);
-			// -sim.known fails on it.
-			known[v.Known]++
-			t.Logf("seed %d: skipped, known: %s\n  replay: %s -run %s -sim.seed=%d", list[i], v.Known, v.Replay, t.Name(), list[i])
-			continue
-		}
-		if r.err != nil {
-			failures++
-			if failures <= 40 {
-				t.Errorf("seed %d: %v", list[i], r.err)
-			}
-		}
 	}
-	if failures > 5 {
-		t.Errorf("... %d failing seeds in all", failures)
-	}
-	t.Logf("%d seeds: lies %v, damage detected %d times", len(runs), lies, detected)
-	for k, n := range known {
-		t.Logf("%d seeds skipped for the known limit: %s", n, k)
-	}
+	judge(t, list, runs, shown)
+	return len(runs), lies, detected
 }
 
 // lieCaughtSeeds bounds the seeds each kind of
@@ -95,8 +86,8 @@ func TestBehaviour28LyingDiskCatchesSwallowedDamage(t *testing.T) {
 			// (issue 26, item 2; with that fixed, swallowing the holes
 			// it leaves is caught by seed 7).
 			knownOK := k.Kind == sim.LieTruncate || k.Kind == sim.LieFlipStored
-			sim.BreakSwallowDamage.Store(true)
-			sim.BreakRebuildOnDamage.Store(true)
+			hookOf(t, "BreakSwallowDamage", 3, 5).Store(true)
+			hookOf(t, "BreakRebuildOnDamage", 3, 5).Store(true)
 			defer sim.BreakSwallowDamage.Store(false)
 			defer sim.BreakRebuildOnDamage.Store(false)
 			list := make([]uint64, lieCaughtSeeds)

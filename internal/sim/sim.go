@@ -622,19 +622,13 @@ func newSim(cfg Config) *sim {
 		cfg.Shards = 1 + rng.IntN(3)
 	}
 	s := &sim{
-		base:      base{cfg: cfg, rng: rng, clk: clock.NewManual(epoch0), tr: newTrace(cfg.Trace)},
+		base:      newBase(cfg, rng, clock.NewManual(epoch0)),
 		mem:       vfs.NewMem(),
 		ctx:       context.Background(),
-		attempts:  make(map[*shard.Request]*attempt),
-		msgs:      make(map[uint64]*msgInfo),
 		lastServe: make(map[metadata.Namespace]uint64),
-		oracle:    make(map[incKey]*incLog),
 		incs:      newTimeline(),
 	}
 	s.lies = newLies(&s.base, func() *vfs.MemFS { return s.mem }, func() *metadata.Store { return s.n.meta }, metaDir, &s.faults, "")
-	for i := range cfg.Clients {
-		s.clients = append(s.clients, &client{id: i})
-	}
 	s.nclk = newNodeClock(s.initialSkew())
 	return s
 }
@@ -660,7 +654,7 @@ func (s *sim) run() {
 	if s.viol != nil {
 		return
 	}
-	s.finalChecks()
+	finalChecks(s)
 	s.event("end")
 }
 
@@ -706,9 +700,7 @@ func (s *sim) tick() {
 	if s.roll(f.InboxBurst) {
 		s.burst()
 	}
-	if s.n != nil {
-		defer s.checkGroups(fmt.Sprintf("node (open %d)", s.n.gen), s.n.meta)
-	}
+	defer stepChecks(s)
 	switch w := s.rng.IntN(100); {
 	case w < 34:
 		s.clientAct(s.clients[s.rng.IntN(len(s.clients))])
@@ -747,33 +739,16 @@ type sim struct {
 	gen        int
 	allMetrics []*metrics.Metrics
 
-	clients     []*client
-	allOps      []*op
-	finalOps    []*op
-	allAttempts []*attempt
-	attempts    map[*shard.Request]*attempt
-	inflight    []*attempt // sent, taken by an inbox, not answered; in send order
-	nextOp      uint64
-	nextAttempt uint64
-	nextMsg     uint64
-
 	// lastServe is, per namespace, the incarnation whose partition last
 	// served a client request (the storage tap sets it): an answer that
 	// reports a served request was served there.
 	lastServe map[metadata.Namespace]uint64
-	msgs      map[uint64]*msgInfo
-	oracle    map[incKey]*incLog
 	incs      *timeline
 
-	faults        FaultCounts
-	ops           OpCounts
 	bursts        int
 	restarts      int // node restarts at quiescence (fenced partitions)
 	diskFullUntil time.Time
 	ticks         int
-	// depth > 0 while a slow build runs nested scheduler steps; building
-	// is the stack of shards whose pass is running.
-	depth     int
-	building  []int
-	quiescing bool
+	// building is the stack of shards whose pass is running.
+	building []int
 }

@@ -114,26 +114,34 @@ func runSeeds(list []uint64, cfg func(uint64) sim.Config, stopEarly bool) []outc
 	return out
 }
 
-// The default seed range is run once and shared by TestSimulation and
-// TestFaultsFire.
-var (
-	defaultOnce sync.Once
-	defaultRuns []outcome
-	defaultTime time.Duration
-)
+// sharedRange is a default seed range run once and shared by the tests
+// that read it.
+type sharedRange struct {
+	once sync.Once
+	runs []outcome
+	took time.Duration
+}
 
-func defaultOutcomes() []outcome {
-	defaultOnce.Do(func() {
+// outcomes runs seeds 0..n-1 under cfg (a tenth of the large ranges
+// under -race: defaultCount) the first time it is called.
+func (r *sharedRange) outcomes(n int, cfg func(uint64) sim.Config) []outcome {
+	r.once.Do(func() {
 		start := time.Now()
-		list := make([]uint64, defaultCount(defaultSeeds))
+		list := make([]uint64, defaultCount(n))
 		for i := range list {
 			list[i] = uint64(i)
 		}
-		defaultRuns = runSeeds(list, sim.DefaultConfig, false)
-		defaultTime = time.Since(start)
+		r.runs = runSeeds(list, cfg, false)
+		r.took = time.Since(start)
 	})
-	return defaultRuns
+	return r.runs
 }
+
+// The default seed range is run once and shared by TestSimulation and
+// TestFaultsFire.
+var defaultRange sharedRange
+
+func defaultOutcomes() []outcome { return defaultRange.outcomes(defaultSeeds, sim.DefaultConfig) }
 
 func isDefaultRange() bool {
 	return *flagSeed == "" && *flagSeeds == 0 && *flagStart == 0 && *flagClockX == 1
@@ -167,35 +175,43 @@ func TestSimulation(t *testing.T) {
 	}
 	var total sim.FaultCounts
 	var ops sim.OpCounts
-	failures, known := 0, map[string]int{}
-	for i, r := range runs {
+	for _, r := range runs {
 		addFaults(&total, r.res.Faults)
 		addOps(&ops, r.res.Ops)
+	}
+	judge(t, list, runs, 5)
+	t.Logf("%d seeds: faults %+v", len(runs), total)
+	t.Logf("ops %+v", ops)
+	if isDefaultRange() {
+		t.Logf("default seeds took %v", defaultRange.took)
+	}
+}
+
+// judge fails the test for every failing seed of runs (showing the first
+// shown), but skips — logging them with their replay commands — the
+// seeds that hit a known engine limit (sim.Violation.Known, known.go)
+// unless -sim.known is set, and logs how many each limit skipped.
+func judge(t *testing.T, list []uint64, runs []outcome, shown int) {
+	t.Helper()
+	failures, known := 0, map[string]int{}
+	for i, r := range runs {
 		var v *sim.Violation
 		if errors.As(r.err, &v) && v.Known != "" && !*flagKnown {
-			// A known engine limit the lying disk finds (known.go);
-			// -sim.known fails on it.
 			known[v.Known]++
 			t.Logf("seed %d: skipped, known: %s\n  replay: %s -run %s -sim.seed=%d", list[i], v.Known, v.Replay, t.Name(), list[i])
 			continue
 		}
 		if r.err != nil {
-			failures++
-			if failures <= 5 {
+			if failures++; failures <= shown {
 				t.Errorf("seed %d: %v", list[i], r.err)
 			}
 		}
 	}
-	if failures > 5 {
+	if failures > shown {
 		t.Errorf("... %d failing seeds in all", failures)
 	}
-	t.Logf("%d seeds: faults %+v", len(runs), total)
-	t.Logf("ops %+v", ops)
 	for k, n := range known {
 		t.Logf("%d seeds skipped for the known limit: %s", n, k)
-	}
-	if isDefaultRange() {
-		t.Logf("default seeds took %v", defaultTime)
 	}
 }
 
@@ -337,15 +353,31 @@ func TestFaultsFire(t *testing.T) {
 
 // expectCaught runs the default seeds with a deliberately broken build and
 // expects the simulator to report a violation of one of the invariants.
-func expectCaught(t *testing.T, hook interface{ Store(bool) }, invariants ...int) {
+func expectCaught(t *testing.T, name string, invariants ...int) {
 	t.Helper()
+	expectCaughtIn(t, defaultSeeds, sim.DefaultConfig, name, invariants...)
+}
+
+// expectClusterCaught is expectCaught over the default cluster seeds,
+// run under cfg.
+func expectClusterCaught(t *testing.T, cfg func(uint64) sim.Config, name string, invariants ...int) {
+	t.Helper()
+	expectCaughtIn(t, defaultClusterSeeds, cfg, name, invariants...)
+}
+
+// expectCaughtIn runs seeds 0..n-1 under cfg with the broken build name
+// set, and expects one to fail on one of the invariants (the registry
+// must name the build for each) and none on another.
+func expectCaughtIn(t *testing.T, n int, cfg func(uint64) sim.Config, name string, invariants ...int) {
+	t.Helper()
+	hook := hookOf(t, name, invariants...)
 	hook.Store(true)
 	defer hook.Store(false)
-	list := make([]uint64, defaultSeeds)
+	list := make([]uint64, n)
 	for i := range list {
 		list[i] = uint64(i)
 	}
-	runs := runSeeds(list, sim.DefaultConfig, true)
+	runs := runSeeds(list, cfg, true)
 	caught := 0
 	for i, r := range runs {
 		if r.err == nil {
@@ -356,7 +388,7 @@ func expectCaught(t *testing.T, hook interface{ Store(bool) }, invariants ...int
 			t.Fatalf("seed %d: %v", list[i], r.err)
 		}
 		if v.Known != "" {
-			continue // a known limit the lying disk finds (known.go), not the broken build's
+			continue // a known engine limit (known.go), not the broken build's doing
 		}
 		for _, inv := range invariants {
 			if v.Invariant == inv {
@@ -371,14 +403,14 @@ func expectCaught(t *testing.T, hook interface{ Store(bool) }, invariants ...int
 		}
 	}
 	if caught == 0 {
-		t.Fatalf("the broken build passed all %d default seeds", defaultSeeds)
+		t.Fatalf("the broken build passed all %d seeds", n)
 	}
 }
 
 // A fast-skip that ignores the park buffer leaves frames parked and
 // unanswered forever.
 func TestCatchesFastSkipIgnoringParked(t *testing.T) {
-	expectCaught(t, &sim.BreakFastSkip, 4, 1)
+	expectCaught(t, "BreakFastSkip", 4, 1)
 }
 
 // A run without fault rates injects nothing and passes; a bad Config is
@@ -409,5 +441,5 @@ func TestNoFaultsAndBadConfig(t *testing.T) {
 // shared clock of a run without clock faults the stamps never decrease,
 // and the broken build passes.
 func TestCatchesAppendTimeOrder(t *testing.T) {
-	expectCaught(t, &sim.BreakAppendTimeOrder, 3)
+	expectCaught(t, "BreakAppendTimeOrder", 3)
 }

@@ -28,14 +28,22 @@ func (k incKey) compare(o incKey) int {
 
 // incLog is the oracle's copy of one incarnation's log, as the storage tap
 // saw it appended: the message id at each offset, and whether a client was
-// told it is acknowledged.
+// told it is acknowledged. In a cluster it is the log as the replicas
+// applied it: the first replica to reach an offset defines what the
+// offset holds, and every other replica must append the same message
+// there.
 type incLog struct {
 	ids   []uint64
 	acked []bool
 	// ats are the append times reads returned; raw the append times the
-	// shard stamped (BreakAppendTimeOrder).
+	// shard (in a cluster, the first replica to apply each offset) was
+	// handed (BreakAppendTimeOrder).
 	ats appendTimes
 	raw []int64
+	// Cluster mode: lens maps each node holding a copy to its length;
+	// ackedEnd is one past the highest acknowledged offset.
+	lens     map[uint64]uint64
+	ackedEnd uint64
 }
 
 // appendTimes are the append times reads returned for one log's offsets
@@ -109,14 +117,14 @@ type msgInfo struct {
 
 // Payloads carry the message id and a filler derived from it, so a read
 // can tell which message it got and whether its bytes are intact.
-func (s *sim) payload(id uint64) []byte {
-	n := s.rng.IntN(41)
-	b := make([]byte, 8+n)
-	binary.LittleEndian.PutUint64(b, id)
+func (b *base) payload(id uint64) []byte {
+	n := b.rng.IntN(41)
+	p := make([]byte, 8+n)
+	binary.LittleEndian.PutUint64(p, id)
 	for j := range n {
-		b[8+j] = byte(id*31 + uint64(j))
+		p[8+j] = byte(id*31 + uint64(j))
 	}
-	return b
+	return p
 }
 
 func decodePayload(b []byte) (uint64, bool) {
@@ -144,22 +152,11 @@ type simStore struct {
 // Build implements partition.Store.
 func (st *simStore) Build(ns metadata.Namespace, epoch uint64) (partition.Partition, error) {
 	s := st.s
-	if s.depth == 0 && !s.quiescing && s.roll(s.cfg.Faults.SlowBuild) {
-		// The pass that called Build is blocked here while the rest of the
-		// node goes on: more scheduler steps run now, with this
-		// reconciler marked busy. Crashes wait until depth is 0 again, so
-		// st.n is still the node when they are done.
-		s.faults.SlowBuild++
-		k := 5 + s.rng.IntN(36)
+	// Crashes wait until depth is 0 again, so st.n is still the node
+	// when the nested steps are done.
+	if k := s.slowBuild(); k > 0 {
 		s.event("slow build ns=%v epoch=%d by shard %d: %d steps", ns, epoch, s.building[len(s.building)-1], k)
-		s.depth++
-		for range k {
-			if s.viol != nil {
-				break
-			}
-			s.tick()
-		}
-		s.depth--
+		s.nested(k, s.tick)
 		s.event("slow build ns=%v epoch=%d resumes", ns, epoch)
 	}
 	p, err := st.inner.Build(ns, epoch)
@@ -363,21 +360,9 @@ func (s *sim) onAppend(key incKey, first uint64, msgs []partition.Message) {
 		}
 		a := info.a
 		aid = a.id
-		if info.appended {
-			s.fail(5, "message %d of attempt %d appended twice: at %v/%d and %v/%d",
-				id, a.id, info.key, info.off, key, first+uint64(i))
+		if !s.tapAppend(info, id, key, first+uint64(i)) {
 			return
 		}
-		if a.handles == 0 {
-			s.fail(0, "message %d of attempt %d appended before any shard took its frame", id, a.id)
-			return
-		}
-		if a.stamp != 0 && a.stamp != key.epoch {
-			s.fail(2, "attempt %d (op %d) was taken from its inbox while incarnation %d of %v was committed, "+
-				"but its message %d was appended to incarnation %d", a.id, a.op.id, a.stamp, key.ns, id, key.epoch)
-			return
-		}
-		info.appended, info.key, info.off = true, key, first+uint64(i)
 		log.ids = append(log.ids, id)
 		log.acked = append(log.acked, false)
 		log.raw = append(log.raw, m.AppendTime)

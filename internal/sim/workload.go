@@ -139,8 +139,8 @@ type attempt struct {
 }
 
 // Data operations weigh: produce 34, batch 16, poll 28, store 12, get 10.
-func (s *sim) pickKind() opKind {
-	switch w := s.rng.IntN(100); {
+func (b *base) pickKind() opKind {
+	switch w := b.rng.IntN(100); {
 	case w < 34:
 		return kindProduce
 	case w < 50:
@@ -158,9 +158,7 @@ func (s *sim) pickKind() opKind {
 // new one.
 func (s *sim) clientAct(c *client) {
 	if c.op != nil {
-		if c.op.waiting && !s.clk.Now().Before(c.op.retryAt) {
-			s.retry(c.op)
-		}
+		retryIfDue(c.op, s.clk.Now(), s.retry, nil)
 		return
 	}
 	if c.extra || s.quiescing {
@@ -188,68 +186,88 @@ func (s *sim) clientAct(c *client) {
 	s.dataOp(c, p.NS, s.pickKind())
 }
 
-// knownLen is the length of ns's committed incarnation as the oracle knows
-// it, to pick plausible offsets.
-func (s *sim) knownLen(ns metadata.Namespace) uint64 {
-	rev, ok := s.n.meta.CreatedRevision(ns)
+// dataOp starts a partition operation of kind on ns for c.
+func (s *sim) dataOp(c *client, ns metadata.Namespace, kind opKind) *op {
+	o := s.newDataOp(c, nil, ns, kind, func() uint64 { return s.knownLen(s.n.meta, ns) })
+	a := s.newAttempt(o)
+	o.callEv = s.event("call op=%d client=%d %v ns=%v%s", o.id, clientID(c), kind, ns, o.args())
+	s.send(a)
+	return o
+}
+
+// knownLen is the length of the log of ns's incarnation committed in
+// meta (a node's view) as the oracle knows it, to pick plausible offsets.
+func (b *base) knownLen(meta *metadata.Store, ns metadata.Namespace) uint64 {
+	rev, ok := meta.CreatedRevision(ns)
 	if !ok {
 		return 0
 	}
-	if log := s.oracle[incKey{ns, rev}]; log != nil {
+	if log := b.oracle[incKey{ns, rev}]; log != nil {
 		return uint64(len(log.ids))
 	}
 	return 0
 }
 
-// dataOp starts a partition operation of kind on ns for c.
-func (s *sim) dataOp(c *client, ns metadata.Namespace, kind opKind) *op {
-	s.nextOp++
-	o := &op{id: s.nextOp, client: c, kind: kind, ns: ns}
+// newDataOp draws a partition operation of kind on ns for cl (nil for
+// none), through home in a cluster (nil on one node), and records it;
+// known is the length of ns's log as the oracle knows it, to pick
+// plausible offsets. In a cluster a poll may read the home node's own
+// replica (Local), and a produce carries a (producer, sequence) pair over
+// all its tries, so the partition deduplicates a retry of a batch that
+// was applied after all.
+func (b *base) newDataOp(cl *client, home *cnode, ns metadata.Namespace, kind opKind, known func() uint64) *op {
+	b.nextOp++
+	o := &op{id: b.nextOp, client: cl, kind: kind, ns: ns, home: home}
 	consumers := [...]string{"c0", "c1"}
 	switch kind {
 	case kindProduce:
 		o.n = 1
-		s.ops.Produce++
+		b.ops.Produce++
 	case kindBatch:
-		o.n = 2 + s.rng.IntN(4)
-		s.ops.ProduceBatch++
+		o.n = 2 + b.rng.IntN(4)
+		b.ops.ProduceBatch++
 	case kindPoll:
-		if s.rng.IntN(10) < 4 {
+		if b.rng.IntN(10) < 4 {
 			o.from = 0
 		} else {
-			o.from = uint64(s.rng.IntN(int(s.knownLen(ns)) + 3))
+			o.from = uint64(b.rng.IntN(int(known()) + 3))
 		}
-		o.count = 1 + s.rng.IntN(8)
-		if s.rng.IntN(4) == 0 {
-			o.useConsumer, o.consumer = true, consumers[s.rng.IntN(2)]
+		o.count = 1 + b.rng.IntN(8)
+		if b.rng.IntN(4) == 0 {
+			o.useConsumer, o.consumer = true, consumers[b.rng.IntN(2)]
+		}
+		if home != nil {
+			o.local = b.rng.IntN(5) == 0
 		}
 		// A waiting poll from a consumer's stored offset resolves its start
 		// when it registers and reads when it is answered: two points in
 		// time, which the single-point linearizability model cannot place
 		// (it flagged correct answers on cluster seeds 6491 and 7618). Waiting
 		// polls here start at an offset; the shard tests cover the rest.
-		if !o.useConsumer && s.rng.IntN(4) == 0 {
-			// A waiting poll: answered when enough messages are there, at
-			// its wait's end, or when its partition goes (behaviour 22).
-			o.wait = time.Duration(1+s.rng.IntN(300)) * time.Millisecond
-			o.minCount = 1 + s.rng.IntN(3)
+		if !o.useConsumer && b.rng.IntN(4) == 0 {
+			// A waiting poll (behaviour 22): answered when enough messages
+			// are there (woken at the leader's apply or, local, at this
+			// replica's), at its wait's end, or when its partition goes.
+			o.wait = time.Duration(1+b.rng.IntN(300)) * time.Millisecond
+			o.minCount = 1 + b.rng.IntN(3)
 		}
-		s.ops.Poll++
+		b.ops.Poll++
 	case kindStore:
-		o.consumer = consumers[s.rng.IntN(2)]
-		o.offset = uint64(s.rng.IntN(int(s.knownLen(ns)) + 2))
-		s.ops.StoreOffset++
+		o.consumer = consumers[b.rng.IntN(2)]
+		o.offset = uint64(b.rng.IntN(int(known()) + 2))
+		b.ops.StoreOffset++
 	case kindGet:
-		o.consumer = consumers[s.rng.IntN(2)]
-		s.ops.GetOffset++
+		o.consumer = consumers[b.rng.IntN(2)]
+		b.ops.GetOffset++
 	}
-	if c != nil {
-		c.op = o
+	if home != nil && (kind == kindProduce || kind == kindBatch) && !BreakNoProducerIDs.Load() {
+		o.producer = 1 + uint64(clientID(cl)+1)
+		o.seq = o.id
 	}
-	s.allOps = append(s.allOps, o)
-	a := s.newAttempt(o)
-	o.callEv = s.event("call op=%d client=%d %v ns=%v%s", o.id, clientID(c), kind, ns, o.args())
-	s.send(a)
+	if cl != nil {
+		cl.op = o
+	}
+	b.allOps = append(b.allOps, o)
 	return o
 }
 
@@ -281,40 +299,6 @@ func (o *op) args() string {
 	return ""
 }
 
-// newAttempt builds the next try of o: a fresh request (and, for a
-// produce, fresh message ids, so the storage tap can tell tries apart).
-func (s *sim) newAttempt(o *op) *attempt {
-	s.nextAttempt++
-	a := &attempt{id: s.nextAttempt, op: o, reply: make(chan shard.Response, 1)}
-	req := &shard.Request{NS: o.ns}
-	switch o.kind {
-	case kindProduce, kindBatch:
-		req.Op = shard.OpProduce
-		ts := s.clk.Now().UnixMicro()
-		for range o.n {
-			s.nextMsg++
-			id := s.nextMsg
-			a.ids = append(a.ids, id)
-			s.msgs[id] = &msgInfo{a: a}
-			req.Messages = append(req.Messages, partition.Message{Timestamp: ts, Payload: s.payload(id)})
-		}
-	case kindPoll:
-		req.Op, req.Offset, req.Count = shard.OpPoll, o.from, o.count
-		req.Consumer, req.UseConsumer = o.consumer, o.useConsumer
-		req.MaxWait, req.MinCount = o.wait, o.minCount
-	case kindStore:
-		req.Op, req.Consumer, req.Offset = shard.OpStoreOffset, o.consumer, o.offset
-	case kindGet:
-		req.Op, req.Consumer = shard.OpGetOffset, o.consumer
-	}
-	a.req = req
-	s.attempts[req] = a
-	s.allAttempts = append(s.allAttempts, a)
-	o.attempts = append(o.attempts, a)
-	s.ops.Attempts++
-	return a
-}
-
 // send hands a's frame to the router. A refusal is the attempt's answer.
 func (s *sim) send(a *attempt) {
 	a.sendEv = s.event("send a=%d op=%d", a.id, a.op.id)
@@ -327,21 +311,6 @@ func (s *sim) send(a *attempt) {
 		return
 	}
 	s.inflight = append(s.inflight, a)
-}
-
-// collect takes every answer waiting on an in-flight attempt's reply
-// channel, in send order.
-func (s *sim) collect() {
-	pending := append([]*attempt(nil), s.inflight...)
-	s.inflight = s.inflight[:0]
-	for _, a := range pending {
-		select {
-		case r := <-a.reply:
-			s.onAnswer(a, r)
-		default:
-			s.inflight = append(s.inflight, a)
-		}
-	}
 }
 
 // retryable is the Node's retry-in-place rule: "retry here" answers and
@@ -527,30 +496,124 @@ func (s *sim) retry(o *op) {
 	s.send(s.newAttempt(o))
 }
 
-// retryDue retries every operation whose pause is over, in client order.
-func (s *sim) retryDue() {
-	now := s.clk.Now()
-	for _, c := range s.clients {
-		if c.op != nil && c.op.waiting && !now.Before(c.op.retryAt) {
-			s.retry(c.op)
+// newAttempt builds the next try of o: a fresh request, and for a produce
+// fresh message ids (so the storage tap and the oracle can tell tries
+// apart) under the op's one (producer, sequence) pair (none on a single
+// node). A cluster read asks the leader unless it is Local.
+func (b *base) newAttempt(o *op) *attempt {
+	b.nextAttempt++
+	a := &attempt{id: b.nextAttempt, op: o, reply: make(chan shard.Response, 1)}
+	req := &shard.Request{NS: o.ns}
+	switch o.kind {
+	case kindProduce, kindBatch:
+		req.Op, req.Producer, req.Seq = shard.OpProduce, o.producer, o.seq
+		ts := b.clk.Now().UnixMicro()
+		for range o.n {
+			b.nextMsg++
+			id := b.nextMsg
+			a.ids = append(a.ids, id)
+			b.msgs[id] = &msgInfo{a: a}
+			req.Messages = append(req.Messages, partition.Message{Timestamp: ts, Payload: b.payload(id)})
 		}
+	case kindPoll:
+		req.Op, req.Offset, req.Count = shard.OpPoll, o.from, o.count
+		req.Consumer, req.UseConsumer, req.FromLeader = o.consumer, o.useConsumer, o.home != nil && !o.local
+		req.MaxWait, req.MinCount = o.wait, o.minCount
+	case kindStore:
+		req.Op, req.Consumer, req.Offset = shard.OpStoreOffset, o.consumer, o.offset
+	case kindGet:
+		req.Op, req.Consumer, req.FromLeader = shard.OpGetOffset, o.consumer, o.home != nil && !o.local
 	}
-	for _, o := range s.finalOps {
-		if !o.done && o.waiting && !now.Before(o.retryAt) {
-			s.retry(o)
+	a.req = req
+	b.attempts[req] = a
+	b.allAttempts = append(b.allAttempts, a)
+	o.attempts = append(o.attempts, a)
+	b.ops.Attempts++
+	return a
+}
+
+// collect takes every answer waiting on an in-flight attempt's reply
+// channel, in send order, and hands it to the mode's answer (onAnswer).
+// After a violation nothing more is taken.
+func (b *base) collect(answer func(*attempt, shard.Response)) {
+	pending := append([]*attempt(nil), b.inflight...)
+	b.inflight = b.inflight[:0]
+	for _, a := range pending {
+		if b.viol != nil {
+			b.inflight = append(b.inflight, a)
+			continue
+		}
+		select {
+		case r := <-a.reply:
+			answer(a, r)
+		default:
+			b.inflight = append(b.inflight, a)
 		}
 	}
 }
 
-// finish ends o.
-func (s *sim) finish(o *op, oc outcome, r shard.Response, err error) {
+// finish ends o. "Not applied" becomes "unknown" once a try's outcome was
+// unknown (cluster mode); a member's operation ends in memberDone.
+func (b *base) finish(o *op, oc outcome, r shard.Response, err error) {
+	if oc == outcomeNotApplied && o.maybeApplied {
+		oc = outcomeUnknown
+	}
 	o.done, o.outcome, o.resp, o.err, o.waiting = true, oc, r, err, false
-	o.retEv = s.event("done op=%d %v", o.id, oc)
+	o.retEv = b.event("done op=%d %v", o.id, oc)
 	if oc == outcomeUnknown {
-		s.ops.Unknown++
+		b.ops.Unknown++
 	}
 	if o.client != nil {
 		o.client.op = nil
+		if o.client.member != nil {
+			b.memberDone(o.client, o)
+		}
+	}
+}
+
+// waitingOps lists the operations waiting for their retry, in client
+// order, then the final reads.
+func (b *base) waitingOps() []*op {
+	var out []*op
+	for _, c := range b.clients {
+		if c.op != nil && c.op.waiting {
+			out = append(out, c.op)
+		}
+	}
+	for _, o := range b.finalOps {
+		if !o.done && o.waiting {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// retryDue retries every operation whose pause is over, in client order,
+// then the final reads, through the mode's retry (and, a cluster's
+// metadata operation whose proposal was not committed in time, its
+// metaTimeout).
+func (b *base) retryDue(retry, metaTimeout func(*op)) {
+	now := b.clk.Now()
+	for _, cl := range b.clients {
+		if o := cl.op; o != nil {
+			retryIfDue(o, now, retry, metaTimeout)
+		}
+	}
+	for _, o := range b.finalOps {
+		if !o.done && o.waiting && !now.Before(o.retryAt) {
+			retry(o)
+		}
+	}
+}
+
+// retryIfDue retries o if its pause is over, or gives up on its metadata
+// proposal if that is overdue (cluster mode).
+func retryIfDue(o *op, now time.Time, retry, metaTimeout func(*op)) {
+	switch {
+	case o.waiting && !now.Before(o.retryAt):
+		retry(o)
+	case o.kind == kindMeta && o.meta.proposed && !now.Before(o.meta.until):
+		metaTimeout(o)
 	}
 }
 
@@ -651,7 +714,7 @@ func (s *sim) metaOp(c *client) {
 	default:
 		st := streams[s.rng.IntN(len(streams))]
 		if st.Topics < maxTopics {
-			created = s.createTopic(st.ID, s.freeTopicName(st.ID), 1+s.rng.IntN(3))
+			created = s.createTopic(st.ID, freeTopicName(s.n.meta, st.ID), 1+s.rng.IntN(3))
 		}
 	}
 	if len(created) == 0 {
@@ -696,15 +759,6 @@ func (s *sim) createStreamNamed(name string) []metadata.PartitionInfo {
 		return nil
 	}
 	return s.createTopic(res.Stream, "t0", 1+s.rng.IntN(3))
-}
-
-func (s *sim) freeTopicName(stream uint32) string {
-	for i := 0; ; i++ {
-		name := fmt.Sprintf("t%d", i)
-		if _, ok := s.n.meta.TopicByName(stream, name); !ok {
-			return name
-		}
-	}
 }
 
 func (s *sim) createTopic(stream uint32, name string, partitions int) []metadata.PartitionInfo {
