@@ -64,8 +64,11 @@ func newReplRun(t *testing.T, fsys vfs.FS, dur Durability) *replRun {
 func (r *replRun) add(name string) {
 	ns, epoch := r.h.topic(name)
 	r.parts[ns] = epoch
-	if r.store != nil && (r.insert(ns, epoch) || r.insert(ns, epoch)) {
-		r.nss = append(r.nss, ns)
+	for try := 0; r.store != nil && try < 2; try++ {
+		if r.insert(ns, epoch) {
+			r.nss = append(r.nss, ns)
+			return
+		}
 	}
 }
 
