@@ -470,18 +470,25 @@ func (s *FileStore) build(ns metadata.Namespace, epoch uint64, deferred bool) (*
 	// A deferred partition closed with records in the journal only (its
 	// files could not be created or synced) comes back from the journal.
 	lost := s.hasLost(ns, epoch)
-	if deferred && !lost && (isNotExist(err) || errors.Is(err, errBadIncarnation)) {
+	if !lost && (isNotExist(err) || errors.Is(err, errBadIncarnation)) {
 		_, serr := s.fs.Stat(dir)
-		if isNotExist(serr) && isNotExist(err) {
+		if deferred && isNotExist(serr) && isNotExist(err) {
 			return s.deferredPartition(ns, epoch, dir), nil
 		}
 		// A directory with no incarnation of its own yet, holding files
 		// of the partition's owner that name this incarnation (a
 		// deferred replicated partition's raft log, see Lodge): they
 		// are kept, and the partition starts over without its own
-		// files, which a materialisation cut short may have left.
+		// files, which a materialisation cut short may have left. Built
+		// by Build, it gets them at once.
 		if serr == nil {
-			if p, ok, err := s.lodgedPartition(ns, epoch, dir); err != nil || ok {
+			p, ok, err := s.lodgedPartition(ns, epoch, dir)
+			if err == nil && ok && !deferred {
+				if err = p.materialize(); err != nil {
+					_ = p.closeFiles()
+				}
+			}
+			if err != nil || ok {
 				return p, err
 			}
 		}
@@ -971,6 +978,10 @@ func (p *filePartition) materialize() (err error) {
 		}
 	} else {
 		p.layout = s.ancestors(p.dir, true)
+		if pending {
+			// Directories a failed Lodge made exist now, not durable.
+			p.layout = unionDirs(layout, p.layout)
+		}
 	}
 	p.layoutPending = true // createSegment leaves the directory's fsync to the layout's
 	defer func() {
@@ -995,6 +1006,18 @@ func (p *filePartition) materialize() (err error) {
 	p.markLayout(true)
 	p.deferred, p.tried = false, false
 	return nil
+}
+
+// unionDirs returns the directories of a and then those of b that a
+// lacks.
+func unionDirs(a, b []string) []string {
+	out := slices.Clone(a)
+	for _, d := range b {
+		if !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // within reports whether path is dir or below it.

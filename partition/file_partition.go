@@ -1336,8 +1336,9 @@ func (p *filePartition) Location() (vfs.FS, string) {
 // first acknowledgement (DESIGN behaviour 32). The directories it
 // created are its pending layout, made durable here with durable, or
 // else by the partition's first Sync with the files materialize creates
-// there. A failed MkdirAll leaves the partition as it was, to be tried
-// again; a failed fsync breaks it, as a failed layout sync does.
+// there. A failed MkdirAll leaves the directories it made pending, to
+// be tried again; a failed fsync breaks the partition, as a failed
+// layout sync does.
 func (p *filePartition) Lodge(durable bool) (vfs.FS, string, error) {
 	if p.closed {
 		return nil, "", ErrClosed
@@ -1355,13 +1356,17 @@ func (p *filePartition) Lodge(durable bool) (vfs.FS, string, error) {
 	}
 	if !p.lodged {
 		// The directories whose entries change: the new ones and the
-		// deepest one that existed, as for a fresh build.
+		// deepest one that existed, as for a fresh build (and those an
+		// earlier attempt made, which exist now).
 		layout := p.store.ancestors(p.dir, true)
+		if p.layoutPending {
+			layout = unionDirs(p.layout, layout)
+		}
+		p.setLayout(layout, true)
 		if err := p.fs.MkdirAll(p.dir, 0o755); err != nil {
 			return nil, "", err
 		}
 		p.lodged = true
-		p.setLayout(layout, true)
 	}
 	p.held = true
 	if durable && p.layoutPending {

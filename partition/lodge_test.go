@@ -137,6 +137,23 @@ func TestLodgedDeferredPartition(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Build (not deferred) of a lodged directory keeps the owner's log
+	// too, and creates the partition's files beside it.
+	if err := s.Remove(crashNS); err != nil {
+		t.Fatal(err)
+	}
+	lodge(t, s, mem, 7).Close()
+	p, err = s.Build(crashNS, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names(t, mem, dir); !slices.Contains(got, ownerLog) || !slices.Contains(got, "incarnation") {
+		t.Fatalf("Build of a lodged directory at its incarnation left %q, want the owner's log beside the partition's files", got)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+
 	// Another incarnation's directory without an incarnation file:
 	// discarded by the build, owner's log included.
 	s2, err := partition.NewFileStore(lodgedConfig(mem))

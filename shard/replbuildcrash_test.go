@@ -22,8 +22,8 @@ import (
 // there, the raft log holding them), the later ones make it create its
 // files part-way through the run.
 const (
-	replParts   = 3
-	replRounds  = 6
+	replParts   = 2
+	replRounds  = 5
 	replPayload = 900
 )
 
