@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -156,8 +157,13 @@ func TestClusterCoordinatorMovesWhenItsNodeDies(t *testing.T) {
 	// session timeout, and a Kafka member keeps its generation across a
 	// coordinator move only within it.
 	survivors := slices.DeleteFunc(slices.Clone(all), func(id int32) bool { return id == coord })
+	// Each member logs at debug level into a buffer printed only when the
+	// test fails: why a member rejoined (which request, which error, a
+	// session timeout) is in the client's log and nowhere else.
+	logs := newFailureLog(t)
 	for i := range 2 {
-		cl := c.client(survivors, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topicName),
+		cl := c.client(survivors, kgo.WithLogger(logs.logger(fmt.Sprint("mover-", i))),
+			kgo.ConsumerGroup(group), kgo.ConsumeTopics(topicName),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(),
 			kgo.HeartbeatInterval(100*time.Millisecond), kgo.SessionTimeout(10*time.Second),
 			kgo.FetchMaxWait(200*time.Millisecond), kgo.ClientID(fmt.Sprint("mover-", i)))
@@ -488,4 +494,46 @@ func TestCoordinatorLoadsTheGroupLog(t *testing.T) {
 	if _, ok := moved.committedOffset("g", topicPart{"t", 0}, 9); ok {
 		t.Fatal("the unloaded partition's offsets are still answered")
 	}
+}
+
+// failureLog collects the debug logs of franz-go clients and hands them
+// to t.Log only if the test failed: a passing run stays quiet, a failing
+// one shows what each client did and was answered.
+type failureLog struct {
+	mu    sync.Mutex
+	start time.Time
+	b     strings.Builder
+}
+
+func newFailureLog(t *testing.T) *failureLog {
+	l := &failureLog{start: time.Now()}
+	// Registered before the clients' Close, so it runs after them and
+	// holds their last words.
+	t.Cleanup(func() {
+		if t.Failed() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			t.Log("client logs:\n" + l.b.String())
+		}
+	})
+	return l
+}
+
+func (l *failureLog) logger(name string) kgo.Logger { return &failureLogger{l: l, name: name} }
+
+type failureLogger struct {
+	l    *failureLog
+	name string
+}
+
+func (f *failureLogger) Level() kgo.LogLevel { return kgo.LogLevelDebug }
+
+func (f *failureLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	f.l.mu.Lock()
+	defer f.l.mu.Unlock()
+	fmt.Fprintf(&f.l.b, "%9.3fs %s %s %s", time.Since(f.l.start).Seconds(), f.name, level, msg)
+	for i := 0; i+1 < len(keyvals); i += 2 {
+		fmt.Fprintf(&f.l.b, " %v=%v", keyvals[i], keyvals[i+1])
+	}
+	f.l.b.WriteByte('\n')
 }
