@@ -23,9 +23,12 @@ import (
 
 // Backoff defaults, the reference server's: 1 s doubling, clamped at 60 s
 // (the pace of every failed raft group's reopen, groups.Reopen).
+// They are written out rather than named after groups' constants, which
+// an exported declaration must not expose (the values are the same,
+// TestBackoffDefaultsAreGroups).
 const (
-	DefaultBackoffMin = groups.DefaultReopenMin
-	DefaultBackoffMax = groups.DefaultReopenMax
+	DefaultBackoffMin = time.Second
+	DefaultBackoffMax = time.Minute
 )
 
 // Config configures the default Partitions reconciler.
