@@ -1550,3 +1550,148 @@ func TestFileTailIndexIsWrittenInBatches(t *testing.T) {
 		checkRead(t, q, from, 5, min(5, int(next-from)), size)
 	}
 }
+
+// TestFileLogShorterThanItsSyncedEnd: the manifest records how far each
+// partition's log was synced, so a last segment cut short inside a synced
+// record, or rolled back to an earlier synced copy, no longer reads as a
+// torn tail: Build reports the *CorruptError, the offsets up to the
+// synced end are a hole, writes are refused and no offset is given out
+// again — on the node's open, on a reopen and on a read-only open. (It
+// used to be truncated back to the last whole record, the acknowledged
+// messages after it lost and their offsets reused.) A torn tail past the
+// synced end is still truncated. On the real filesystem.
+func TestFileLogShorterThanItsSyncedEnd(t *testing.T) {
+	const size, count = 100, 20
+	ns := mustNS(t, 8, 0, 12)
+	pos := make([]int64, count+1)
+	for i := range count {
+		pos[i+1] = pos[i] + recSize(msg(uint64(i), size))
+	}
+	for _, c := range []struct {
+		name   string
+		damage func(t *testing.T, seg string, early []byte)
+		want   uint64 // the log's end as found: offsets from it to count are the hole
+	}{
+		{"cut inside a record", func(t *testing.T, seg string, _ []byte) {
+			if err := os.Truncate(seg, pos[15]+30); err != nil {
+				t.Fatal(err)
+			}
+		}, 15},
+		{"cut at a record's start", func(t *testing.T, seg string, _ []byte) {
+			if err := os.Truncate(seg, pos[12]); err != nil {
+				t.Fatal(err)
+			}
+		}, 12},
+		{"rolled back to an earlier synced copy", func(t *testing.T, seg string, early []byte) {
+			if err := os.WriteFile(seg, early, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, 10},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := partition.FileConfig{Dir: dir, SegmentSize: mib}
+			s := newFileStore(t, cfg)
+			p := mustBuild(t, s, ns, 1)
+			seg := filepath.Join(partDir(dir, ns), segName(0, ".log"))
+			mustAppend(t, p, batch(0, 10, size))
+			if err := p.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			early, err := os.ReadFile(seg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustAppend(t, p, batch(10, count-10, size))
+			if err := p.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			mustClose(t, p)
+			if err := s.RecordPartitions(); err != nil {
+				t.Fatal(err)
+			}
+			c.damage(t, seg, early)
+
+			check := func(p partition.Partition, writable bool) {
+				t.Helper()
+				if p.NextOffset() != count {
+					t.Fatalf("NextOffset %d, want %d: the log was cut back below its synced end", p.NextOffset(), count)
+				}
+				checkRead(t, p, 0, int(c.want), int(c.want), size)
+				var ce *partition.CorruptError
+				if _, err := p.Read(c.want, 1); !errors.As(err, &ce) || ce.Path != seg {
+					t.Fatalf("Read(%d): %v, want a *CorruptError for %s", c.want, err, seg)
+				}
+				if d, ok := p.(partition.Damaged); !ok || !errors.As(d.Damage(), &ce) {
+					t.Fatal("Damage() reports nothing")
+				}
+				if !writable {
+					return
+				}
+				if _, err := p.Append(batch(count, 1, size)); !errors.Is(err, partition.ErrCorrupt) || p.NextOffset() != count {
+					t.Fatalf("Append: %v (next %d), want ErrCorrupt at %d", err, p.NextOffset(), count)
+				}
+			}
+			for range 2 { // the open, then a reopen: the manifest keeps the synced end
+				s := newFileStore(t, cfg)
+				p := mustBuild(t, s, ns, 1)
+				check(p, true)
+				mustClose(t, p)
+				if err := s.RecordPartitions(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ro, err := partition.OpenReadOnlyStore(dir, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rp := mustBuild(t, ro, ns, 1)
+			check(rp, false)
+			mustClose(t, rp)
+
+			// A purge accepts the loss: appends go on at the synced end.
+			p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+			if err := p.TruncateBefore(count); err != nil {
+				t.Fatal(err)
+			}
+			mustAppend(t, p, batch(count, 1, size))
+			mustClose(t, p)
+		})
+	}
+
+	t.Run("torn past the synced end", func(t *testing.T) {
+		dir := t.TempDir()
+		cfg := partition.FileConfig{Dir: dir, SegmentSize: mib}
+		s := newFileStore(t, cfg)
+		p := mustBuild(t, s, ns, 1)
+		mustAppend(t, p, batch(0, 10, size))
+		if err := p.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		mustClose(t, p)
+		if err := s.RecordPartitions(); err != nil {
+			t.Fatal(err)
+		}
+		seg := filepath.Join(partDir(dir, ns), segName(0, ".log"))
+		f, err := os.OpenFile(seg, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Half of an eleventh record: a write past the synced end that a
+		// crash tore.
+		rec := make([]byte, recSize(msg(10, size)))
+		for i := range rec[:len(rec)/2] {
+			rec[i] = byte(i + 1)
+		}
+		if _, err := f.WriteAt(rec[:len(rec)/2], pos[10]); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+		defer mustClose(t, p)
+		if p.NextOffset() != 10 {
+			t.Fatalf("NextOffset %d, want 10", p.NextOffset())
+		}
+		mustAppend(t, p, batch(10, 1, size))
+	})
+}

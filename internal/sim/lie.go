@@ -302,29 +302,44 @@ func (l *lies) touched(key incKey, class string) bool {
 	return l != nil && l.keys[key][class]
 }
 
-// lossKnown classifies a silent loss of messages of key,
-// found after a lie, as a known limit (known.go), or "" if none explains
-// it. A lie that touched the journal may have hidden a tail the journal
-// would have repaired, so it counts as touching the log.
-func (s *sim) lossKnown(key incKey) string {
+// lossKnown classifies a silent loss of messages of key, the first
+// acknowledged one lost at offset off, found after a lie, as a known
+// limit (known.go), or "" if none explains it. A last segment cut short
+// or rolled back below the synced end the partitions manifest records is
+// not excused: a log found shorter is reported (package partition,
+// checkSyncedEnd), and a loss there fails the seed.
+func (s *sim) lossKnown(key incKey, off uint64) string {
 	switch {
 	case s.lies.touched(key, "incarnation"):
 		return knownIncarnationDamage
 	case s.lies.all:
-		// The journal was touched: it may have held what would repair
-		// the tail.
-		return knownTailDamage
+		// A file outside the partitions' directories was touched: the
+		// journal, which may have held the only durable copy of what
+		// was acknowledged since the last manifest, or the manifest.
+		return knownJournalDamage
 	}
-	// The tail's damage looks like a torn tail only when the file was
-	// cut short or rolled back (its end is then gone whole): bytes
-	// flipped in its last records, written whole, are damage that
-	// recovery reports (package tail's rule), not excused here.
+	cut := false
 	for _, pt := range s.lies.points[key] {
-		if pt.off < 0 {
-			return knownTailDamage
-		}
+		cut = cut || pt.off < 0
+	}
+	if cut && off >= s.recordedEnd(key) {
+		return knownUnrecordedTail
 	}
 	return ""
+}
+
+// recordedEnd is the synced end the partitions manifest records for key
+// (0 if it records none, or cannot be read).
+func (s *sim) recordedEnd(key incKey) uint64 {
+	st, err := partition.OpenReadOnlyStore(dataDir, s.mem)
+	if err != nil {
+		return 0
+	}
+	m, err := st.ReadManifest()
+	if err != nil || m.Partitions[key.ns] != key.epoch {
+		return 0
+	}
+	return m.Ends[key.ns]
 }
 
 // failKnown records a violation classified as the known limit known (a
