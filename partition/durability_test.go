@@ -1695,3 +1695,69 @@ func TestFileLogShorterThanItsSyncedEnd(t *testing.T) {
 		mustAppend(t, p, batch(10, 1, size))
 	})
 }
+
+// TestFileFirstCommitIsMarkedInTheJournal: a partition's first Commit
+// after a build or reopen is a direct fsync, whose records are in no
+// journal entry, and the manifest records their end only from its next
+// write. The commit writes a synced-end mark to the journal before it
+// returns, so a crash, then the last segment cut below what it
+// acknowledged, is reported at the next open (the journal's replay finds
+// the log ending before the mark) rather than truncated as a torn tail.
+// On the real filesystem.
+func TestFileFirstCommitIsMarkedInTheJournal(t *testing.T) {
+	const size, count = 100, 10
+	ns := mustNS(t, 8, 0, 13)
+	for _, reopen := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reopened=%v", reopen), func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := partition.FileConfig{Dir: dir, SegmentSize: mib}
+			base := uint64(0)
+			if reopen {
+				// A partition with messages, cleanly closed: its next
+				// build's first commit is direct too.
+				s := newFileStore(t, cfg)
+				p := mustBuild(t, s, ns, 1)
+				mustAppend(t, p, batch(0, 3, size))
+				if err := p.Sync(); err != nil {
+					t.Fatal(err)
+				}
+				mustClose(t, p)
+				if err := s.RecordPartitions(); err != nil {
+					t.Fatal(err)
+				}
+				base = 3
+			}
+			s := newFileStore(t, cfg)
+			j := s.NewJournal()
+			p := mustBuild(t, s, ns, 1)
+			mustAppend(t, p, batch(base, count, size))
+			if errs := j.Commit([]partition.Partition{p}); errs[0] != nil {
+				t.Fatal(errs[0])
+			}
+			// The process stops here (no Close, no manifest); then the
+			// last segment loses its last records.
+			seg := filepath.Join(partDir(dir, ns), segName(0, ".log"))
+			var cut int64
+			for i := range base + 5 {
+				cut += recSize(msg(i, size))
+			}
+			if err := os.Truncate(seg, cut); err != nil {
+				t.Fatal(err)
+			}
+			p2 := mustBuild(t, newFileStore(t, cfg), ns, 1)
+			defer mustClose(t, p2)
+			if p2.NextOffset() != base+count {
+				t.Fatalf("NextOffset %d, want %d: acknowledged messages cut off were taken for a torn tail", p2.NextOffset(), base+count)
+			}
+			checkRead(t, p2, 0, 100, int(base+5), size)
+			if _, err := p2.Read(base+5, 1); !errors.Is(err, partition.ErrCorrupt) {
+				t.Fatalf("Read(%d): %v, want ErrCorrupt", base+5, err)
+			}
+			if _, err := p2.Append(batch(base+count, 1, size)); !errors.Is(err, partition.ErrCorrupt) {
+				t.Fatalf("Append: %v, want ErrCorrupt", err)
+			}
+			_ = p.Close()
+			_ = j.Close()
+		})
+	}
+}

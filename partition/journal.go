@@ -234,6 +234,10 @@ type Journal struct {
 
 	w    journalWrite
 	ebuf []byte
+	// mw and mbuf write the synced-end marks of partitions synced
+	// directly (markDirect).
+	mw   journalWrite
+	mbuf []byte
 	// scratch of Commit
 	own     []*filePartition
 	entries []int
@@ -279,6 +283,7 @@ func (s *FileStore) NewJournal() *Journal {
 		parts:      make(map[*filePartition]struct{}),
 	}
 	j.w = journalWrite{h: j, wake: make(chan bool, 1)}
+	j.mw = journalWrite{h: j, wake: make(chan bool, 1)}
 	l.mu.Lock()
 	l.handles = append(l.handles, j)
 	l.mu.Unlock()
@@ -332,8 +337,40 @@ func (j *Journal) Commit(parts []Partition) []error {
 		i := j.direct[k]
 		errs[i] = parts[i].Sync()
 	})
+	j.markDirect(errs)
 	j.finish(errs)
 	return errs
+}
+
+// markDirect writes, for each partition of this store that Commit synced
+// directly (its first commit: it is not in the journal yet), a
+// synced-end mark (see journal_codec.go) to the journal, in one frame
+// made durable by one fdatasync, before the commit is acknowledged: the
+// records that commit acknowledges are in no journal entry, and the
+// partitions manifest records their end only from its next write, so
+// without the mark a last segment cut short or rolled back below them
+// would read as a torn tail. It costs a journal write per partition's
+// first commit after a build or reopen, none after. The store is told the
+// synced end first (noteSynced): the commit succeeds whatever the mark's
+// write does, and a manifest written once the journal file holding the
+// mark is pruned records it. A failed write costs the detection only.
+func (j *Journal) markDirect(errs []error) {
+	buf := j.mbuf[:0]
+	for _, i := range j.direct {
+		fp := j.own[i]
+		if fp == nil || errs[i] != nil || fp.journal != nil || fp.next == 0 || fp.store != j.store {
+			continue
+		}
+		fp.store.noteSynced(fp.ns, fp.epoch, min(fp.synced, fp.next))
+		buf = appendJournalEntryFresh(buf, fp.ns, fp.epoch, min(fp.synced, fp.next), 0, false, nil)
+	}
+	j.mbuf = buf
+	if len(buf) == 0 {
+		return
+	}
+	j.mw.chunks, j.mw.err = append(j.mw.chunks[:0], buf), nil
+	j.log.commit(&j.mw)
+	j.mw.chunks[0] = nil
 }
 
 // Stage is Commit for FsyncInterval: it writes the new records of parts

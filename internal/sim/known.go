@@ -43,15 +43,6 @@ const (
 	// reported — nor are bytes flipped in a last record written whole,
 	// package tail's rule.)
 	knownJournalDamage = "the journal's end cut off or rolled back looks like a torn tail (no durable record of the journal's synced end): its last frames' acknowledged messages lost"
-	// knownUnrecordedTail: the end of the last segment cut off or
-	// rolled back above the synced end the partitions manifest records:
-	// messages acknowledged by a direct fsync (a partition's first
-	// commit after a build or reopen, which goes around the journal)
-	// since the last manifest was written. Nothing durable records them
-	// until the next manifest (the journal's next file or prune, the next
-	// open or clean close), so their loss reads as a torn tail. Below the
-	// recorded end a loss fails the seed.
-	knownUnrecordedTail = "the end of the last segment cut off or rolled back above the manifest's recorded synced end (a direct-fsync commit since the last manifest): truncated as a torn tail, acknowledged messages lost"
 )
 
 // Known engine limits the lying disk finds in a cluster (clie.go). Each is

@@ -302,13 +302,13 @@ func (l *lies) touched(key incKey, class string) bool {
 	return l != nil && l.keys[key][class]
 }
 
-// lossKnown classifies a silent loss of messages of key, the first
-// acknowledged one lost at offset off, found after a lie, as a known
-// limit (known.go), or "" if none explains it. A last segment cut short
-// or rolled back below the synced end the partitions manifest records is
-// not excused: a log found shorter is reported (package partition,
-// checkSyncedEnd), and a loss there fails the seed.
-func (s *sim) lossKnown(key incKey, off uint64) string {
+// lossKnown classifies a silent loss of messages of key, found after a
+// lie, as a known limit (known.go), or "" if none explains it. A last
+// segment cut short or rolled back is not excused: how far each log was
+// synced is durable (the partitions manifest, and the journal's
+// synced-end marks for a direct commit), and a log found shorter is
+// reported (package partition, checkSyncedEnd and the replay).
+func (s *sim) lossKnown(key incKey) string {
 	switch {
 	case s.lies.touched(key, "incarnation"):
 		return knownIncarnationDamage
@@ -318,28 +318,7 @@ func (s *sim) lossKnown(key incKey, off uint64) string {
 		// was acknowledged since the last manifest, or the manifest.
 		return knownJournalDamage
 	}
-	cut := false
-	for _, pt := range s.lies.points[key] {
-		cut = cut || pt.off < 0
-	}
-	if cut && off >= s.recordedEnd(key) {
-		return knownUnrecordedTail
-	}
 	return ""
-}
-
-// recordedEnd is the synced end the partitions manifest records for key
-// (0 if it records none, or cannot be read).
-func (s *sim) recordedEnd(key incKey) uint64 {
-	st, err := partition.OpenReadOnlyStore(dataDir, s.mem)
-	if err != nil {
-		return 0
-	}
-	m, err := st.ReadManifest()
-	if err != nil || m.Partitions[key.ns] != key.epoch {
-		return 0
-	}
-	return m.Ends[key.ns]
 }
 
 // failKnown records a violation classified as the known limit known (a

@@ -201,7 +201,7 @@ func (s *sim) verifyReopen(n *node, key incKey, log *incLog, p partition.Partiti
 	}
 	for off := next; off < uint64(len(log.ids)); off++ {
 		if log.acked[off] {
-			s.failKnown(s.lossKnown(key, off), 3, "%v reopened with %d messages: acknowledged message %d at offset %d lost", key, next, log.ids[off], off)
+			s.failKnown(s.lossKnown(key), 3, "%v reopened with %d messages: acknowledged message %d at offset %d lost", key, next, log.ids[off], off)
 			return
 		}
 	}
