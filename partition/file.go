@@ -500,10 +500,12 @@ func (s *FileStore) build(ns metadata.Namespace, epoch uint64, deferred bool) (*
 			}
 		}
 	}
+	if err := s.dropSynced(ns); err != nil { // the log starts over
+		return nil, err
+	}
 	if err := s.fs.RemoveAll(dir); err != nil {
 		return nil, err
 	}
-	s.forgetSynced(ns)
 	if !lost {
 		s.forgetLost(ns)
 	}

@@ -43,11 +43,27 @@ func (s *FileStore) noteSynced(ns metadata.Namespace, epoch, end uint64) {
 }
 
 // forgetSynced drops ns's synced end: its directory was removed on
-// purpose (Remove, or a Build that starts it over).
-func (s *FileStore) forgetSynced(ns metadata.Namespace) {
+// purpose (Remove), or its log emptied on purpose under the same
+// incarnation (a Build that starts it over, SetAside). It reports whether
+// there was one.
+func (s *FileStore) forgetSynced(ns metadata.Namespace) bool {
 	s.endsMu.Lock()
+	defer s.endsMu.Unlock()
+	_, ok := s.ends[ns]
 	delete(s.ends, ns)
-	s.endsMu.Unlock()
+	return ok
+}
+
+// dropSynced is forgetSynced for a log emptied under the incarnation it
+// had: the manifest is written at once without ns's synced end, so that
+// a crash before the next manifest does not leave one that the empty log
+// would be found shorter than. It is rare (a copy set aside, a directory
+// started over) and costs one manifest write.
+func (s *FileStore) dropSynced(ns metadata.Namespace) error {
+	if !s.forgetSynced(ns) {
+		return nil
+	}
+	return s.writeManifest(nil)
 }
 
 // syncedEndOf is ns's synced end in epoch (0 if none is known).
