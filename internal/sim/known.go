@@ -41,7 +41,10 @@ const (
 	// rolled back is no longer excused — knownTailDamage was fixed: the
 	// manifest records each log's synced end and a shorter log is
 	// reported — nor are bytes flipped in a last record written whole,
-	// package tail's rule.)
+	// package tail's rule.) It is classified, as broadly as before,
+	// whenever a lie touched any file outside the partitions'
+	// directories (the journal, the manifest, the metadata's files):
+	// the simulator does not tell which of them hid the loss.
 	knownJournalDamage = "the journal's end cut off or rolled back looks like a torn tail (no durable record of the journal's synced end): its last frames' acknowledged messages lost"
 )
 
