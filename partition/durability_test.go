@@ -1761,3 +1761,88 @@ func TestFileFirstCommitIsMarkedInTheJournal(t *testing.T) {
 		})
 	}
 }
+
+// TestFileReplayKeepsTheMarksSyncedEnd: a reopen whose journal replay
+// finds a log holding all its journal entries already (a direct first
+// commit, synced, then a crash) removes the journal files, with the
+// synced-end mark; the manifest it writes first must record the end the
+// mark gave, so that the log cut short after another crash is reported,
+// not taken for a torn tail.
+func TestFileReplayKeepsTheMarksSyncedEnd(t *testing.T) {
+	const size, count = 100, 10
+	ns := mustNS(t, 8, 0, 14)
+	dir := t.TempDir()
+	cfg := partition.FileConfig{Dir: dir, SegmentSize: mib}
+	s := newFileStore(t, cfg)
+	j := s.NewJournal()
+	// Another partition's first commit opens the journal file (and
+	// writes the manifest, as a new journal file does), so that p's mark
+	// goes to a file already there and no manifest records p's end.
+	other := mustBuild(t, s, mustNS(t, 8, 0, 15), 1)
+	mustAppend(t, other, batch(0, 1, size))
+	if errs := j.Commit([]partition.Partition{other}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	p := mustBuild(t, s, ns, 1)
+	mustAppend(t, p, batch(0, count, size))
+	if errs := j.Commit([]partition.Partition{p}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	// A crash, then a reopen whose replay applies nothing and removes
+	// the journal files; then another crash.
+	_ = newFileStore(t, cfg)
+	seg := filepath.Join(partDir(dir, ns), segName(0, ".log"))
+	var cut int64
+	for i := range uint64(5) {
+		cut += recSize(msg(i, size))
+	}
+	if err := os.Truncate(seg, cut); err != nil {
+		t.Fatal(err)
+	}
+	p2 := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p2)
+	if p2.NextOffset() != count {
+		t.Fatalf("NextOffset %d, want %d: acknowledged messages cut off after a replay were taken for a torn tail", p2.NextOffset(), count)
+	}
+	if _, err := p2.Read(5, 1); !errors.Is(err, partition.ErrCorrupt) {
+		t.Fatalf("Read(5): %v, want ErrCorrupt", err)
+	}
+	_ = p.Close()
+	_ = other.Close()
+	_ = j.Close()
+}
+
+// TestFileFirstCommitFailsWithoutItsMark: a direct first commit whose
+// synced-end mark cannot be made durable (the journal's fdatasync fails)
+// is not acknowledged — nothing durable would record its end, and a
+// segment cut short after a crash would lose it silently — and, the mark
+// possibly in the journal, its records are not taken back (their outcome
+// is unknown, not "not appended").
+func TestFileFirstCommitFailsWithoutItsMark(t *testing.T) {
+	const size, count = 100, 4
+	var fail atomic.Bool
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if fail.Load() && op.Kind == errorfs.OpSync && strings.HasSuffix(op.Path, ".journal") {
+			return syscall.EIO
+		}
+		return nil
+	})
+	cfg := partition.FileConfig{Dir: "/data", FS: errorfs.New(vfs.NewMem(), inj), SegmentSize: mib}
+	s := newFileStore(t, cfg)
+	j := s.NewJournal()
+	defer func() { _ = j.Close() }()
+	p := mustBuild(t, s, mustNS(t, 8, 0, 16), 1)
+	defer func() { _ = p.Close() }()
+	mustAppend(t, p, batch(0, count, size))
+	fail.Store(true)
+	err := j.Commit([]partition.Partition{p})[0]
+	if err == nil {
+		t.Fatal("Commit acknowledged a first commit whose synced-end mark failed")
+	}
+	if !errors.Is(err, syscall.EIO) || errors.Is(err, partition.ErrRolledBack) {
+		t.Fatalf("Commit: %v, want the journal's EIO, not ErrRolledBack", err)
+	}
+	if p.NextOffset() != count {
+		t.Fatalf("NextOffset %d after the failed mark, want %d (records kept)", p.NextOffset(), count)
+	}
+}
