@@ -133,6 +133,13 @@ func (s *FileStore) setAside(ns metadata.Namespace, epoch uint64, keep []string)
 			move = append(move, name)
 		}
 	}
+	// The log will be empty under the same incarnation: the synced end
+	// recorded for it goes first, or the next Build would find the empty
+	// log shorter than it and fence it (a crash before the move leaves
+	// the data, which the next Build reports as damage again).
+	if err := s.dropSynced(ns); err != nil {
+		return "", err
+	}
 	if len(move) == 0 && epoch == 0 {
 		return "", nil
 	}

@@ -1550,3 +1550,299 @@ func TestFileTailIndexIsWrittenInBatches(t *testing.T) {
 		checkRead(t, q, from, 5, min(5, int(next-from)), size)
 	}
 }
+
+// TestFileLogShorterThanItsSyncedEnd: the manifest records how far each
+// partition's log was synced, so a last segment cut short inside a synced
+// record, or rolled back to an earlier synced copy, no longer reads as a
+// torn tail: Build reports the *CorruptError, the offsets up to the
+// synced end are a hole, writes are refused and no offset is given out
+// again — on the node's open, on a reopen and on a read-only open. (It
+// used to be truncated back to the last whole record, the acknowledged
+// messages after it lost and their offsets reused.) A torn tail past the
+// synced end is still truncated. On the real filesystem.
+func TestFileLogShorterThanItsSyncedEnd(t *testing.T) {
+	const size, count = 100, 20
+	ns := mustNS(t, 8, 0, 12)
+	pos := make([]int64, count+1)
+	for i := range count {
+		pos[i+1] = pos[i] + recSize(msg(uint64(i), size))
+	}
+	for _, c := range []struct {
+		name   string
+		damage func(t *testing.T, seg string, early []byte)
+		want   uint64 // the log's end as found: offsets from it to count are the hole
+	}{
+		{"cut inside a record", func(t *testing.T, seg string, _ []byte) {
+			if err := os.Truncate(seg, pos[15]+30); err != nil {
+				t.Fatal(err)
+			}
+		}, 15},
+		{"cut at a record's start", func(t *testing.T, seg string, _ []byte) {
+			if err := os.Truncate(seg, pos[12]); err != nil {
+				t.Fatal(err)
+			}
+		}, 12},
+		{"rolled back to an earlier synced copy", func(t *testing.T, seg string, early []byte) {
+			if err := os.WriteFile(seg, early, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, 10},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := partition.FileConfig{Dir: dir, SegmentSize: mib}
+			s := newFileStore(t, cfg)
+			p := mustBuild(t, s, ns, 1)
+			seg := filepath.Join(partDir(dir, ns), segName(0, ".log"))
+			mustAppend(t, p, batch(0, 10, size))
+			if err := p.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			early, err := os.ReadFile(seg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustAppend(t, p, batch(10, count-10, size))
+			if err := p.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			mustClose(t, p)
+			if err := s.RecordPartitions(); err != nil {
+				t.Fatal(err)
+			}
+			c.damage(t, seg, early)
+
+			check := func(p partition.Partition, writable bool) {
+				t.Helper()
+				if p.NextOffset() != count {
+					t.Fatalf("NextOffset %d, want %d: the log was cut back below its synced end", p.NextOffset(), count)
+				}
+				checkRead(t, p, 0, int(c.want), int(c.want), size)
+				var ce *partition.CorruptError
+				if _, err := p.Read(c.want, 1); !errors.As(err, &ce) || ce.Path != seg {
+					t.Fatalf("Read(%d): %v, want a *CorruptError for %s", c.want, err, seg)
+				}
+				if d, ok := p.(partition.Damaged); !ok || !errors.As(d.Damage(), &ce) {
+					t.Fatal("Damage() reports nothing")
+				}
+				if !writable {
+					return
+				}
+				if _, err := p.Append(batch(count, 1, size)); !errors.Is(err, partition.ErrCorrupt) || p.NextOffset() != count {
+					t.Fatalf("Append: %v (next %d), want ErrCorrupt at %d", err, p.NextOffset(), count)
+				}
+			}
+			for range 2 { // the open, then a reopen: the manifest keeps the synced end
+				s := newFileStore(t, cfg)
+				p := mustBuild(t, s, ns, 1)
+				check(p, true)
+				mustClose(t, p)
+				if err := s.RecordPartitions(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ro, err := partition.OpenReadOnlyStore(dir, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rp := mustBuild(t, ro, ns, 1)
+			check(rp, false)
+			mustClose(t, rp)
+
+			// A purge accepts the loss: appends go on at the synced end.
+			p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+			if err := p.TruncateBefore(count); err != nil {
+				t.Fatal(err)
+			}
+			mustAppend(t, p, batch(count, 1, size))
+			mustClose(t, p)
+		})
+	}
+
+	t.Run("torn past the synced end", func(t *testing.T) {
+		dir := t.TempDir()
+		cfg := partition.FileConfig{Dir: dir, SegmentSize: mib}
+		s := newFileStore(t, cfg)
+		p := mustBuild(t, s, ns, 1)
+		mustAppend(t, p, batch(0, 10, size))
+		if err := p.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		mustClose(t, p)
+		if err := s.RecordPartitions(); err != nil {
+			t.Fatal(err)
+		}
+		seg := filepath.Join(partDir(dir, ns), segName(0, ".log"))
+		f, err := os.OpenFile(seg, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Half of an eleventh record: a write past the synced end that a
+		// crash tore.
+		rec := make([]byte, recSize(msg(10, size)))
+		for i := range rec[:len(rec)/2] {
+			rec[i] = byte(i + 1)
+		}
+		if _, err := f.WriteAt(rec[:len(rec)/2], pos[10]); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		p = mustBuild(t, newFileStore(t, cfg), ns, 1)
+		defer mustClose(t, p)
+		if p.NextOffset() != 10 {
+			t.Fatalf("NextOffset %d, want 10", p.NextOffset())
+		}
+		mustAppend(t, p, batch(10, 1, size))
+	})
+}
+
+// TestFileFirstCommitIsMarkedInTheJournal: a partition's first Commit
+// after a build or reopen is a direct fsync, whose records are in no
+// journal entry, and the manifest records their end only from its next
+// write. The commit writes a synced-end mark to the journal before it
+// returns, so a crash, then the last segment cut below what it
+// acknowledged, is reported at the next open (the journal's replay finds
+// the log ending before the mark) rather than truncated as a torn tail.
+// On the real filesystem.
+func TestFileFirstCommitIsMarkedInTheJournal(t *testing.T) {
+	const size, count = 100, 10
+	ns := mustNS(t, 8, 0, 13)
+	for _, reopen := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reopened=%v", reopen), func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := partition.FileConfig{Dir: dir, SegmentSize: mib}
+			base := uint64(0)
+			if reopen {
+				// A partition with messages, cleanly closed: its next
+				// build's first commit is direct too.
+				s := newFileStore(t, cfg)
+				p := mustBuild(t, s, ns, 1)
+				mustAppend(t, p, batch(0, 3, size))
+				if err := p.Sync(); err != nil {
+					t.Fatal(err)
+				}
+				mustClose(t, p)
+				if err := s.RecordPartitions(); err != nil {
+					t.Fatal(err)
+				}
+				base = 3
+			}
+			s := newFileStore(t, cfg)
+			j := s.NewJournal()
+			p := mustBuild(t, s, ns, 1)
+			mustAppend(t, p, batch(base, count, size))
+			if errs := j.Commit([]partition.Partition{p}); errs[0] != nil {
+				t.Fatal(errs[0])
+			}
+			// The process stops here (no Close, no manifest); then the
+			// last segment loses its last records.
+			seg := filepath.Join(partDir(dir, ns), segName(0, ".log"))
+			var cut int64
+			for i := range base + 5 {
+				cut += recSize(msg(i, size))
+			}
+			if err := os.Truncate(seg, cut); err != nil {
+				t.Fatal(err)
+			}
+			p2 := mustBuild(t, newFileStore(t, cfg), ns, 1)
+			defer mustClose(t, p2)
+			if p2.NextOffset() != base+count {
+				t.Fatalf("NextOffset %d, want %d: acknowledged messages cut off were taken for a torn tail", p2.NextOffset(), base+count)
+			}
+			checkRead(t, p2, 0, 100, int(base+5), size)
+			if _, err := p2.Read(base+5, 1); !errors.Is(err, partition.ErrCorrupt) {
+				t.Fatalf("Read(%d): %v, want ErrCorrupt", base+5, err)
+			}
+			if _, err := p2.Append(batch(base+count, 1, size)); !errors.Is(err, partition.ErrCorrupt) {
+				t.Fatalf("Append: %v, want ErrCorrupt", err)
+			}
+			_ = p.Close()
+			_ = j.Close()
+		})
+	}
+}
+
+// TestFileReplayKeepsTheMarksSyncedEnd: a reopen whose journal replay
+// finds a log holding all its journal entries already (a direct first
+// commit, synced, then a crash) removes the journal files, with the
+// synced-end mark; the manifest it writes first must record the end the
+// mark gave, so that the log cut short after another crash is reported,
+// not taken for a torn tail.
+func TestFileReplayKeepsTheMarksSyncedEnd(t *testing.T) {
+	const size, count = 100, 10
+	ns := mustNS(t, 8, 0, 14)
+	dir := t.TempDir()
+	cfg := partition.FileConfig{Dir: dir, SegmentSize: mib}
+	s := newFileStore(t, cfg)
+	j := s.NewJournal()
+	// Another partition's first commit opens the journal file (and
+	// writes the manifest, as a new journal file does), so that p's mark
+	// goes to a file already there and no manifest records p's end.
+	other := mustBuild(t, s, mustNS(t, 8, 0, 15), 1)
+	mustAppend(t, other, batch(0, 1, size))
+	if errs := j.Commit([]partition.Partition{other}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	p := mustBuild(t, s, ns, 1)
+	mustAppend(t, p, batch(0, count, size))
+	if errs := j.Commit([]partition.Partition{p}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	// A crash, then a reopen whose replay applies nothing and removes
+	// the journal files; then another crash.
+	_ = newFileStore(t, cfg)
+	seg := filepath.Join(partDir(dir, ns), segName(0, ".log"))
+	var cut int64
+	for i := range uint64(5) {
+		cut += recSize(msg(i, size))
+	}
+	if err := os.Truncate(seg, cut); err != nil {
+		t.Fatal(err)
+	}
+	p2 := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p2)
+	if p2.NextOffset() != count {
+		t.Fatalf("NextOffset %d, want %d: acknowledged messages cut off after a replay were taken for a torn tail", p2.NextOffset(), count)
+	}
+	if _, err := p2.Read(5, 1); !errors.Is(err, partition.ErrCorrupt) {
+		t.Fatalf("Read(5): %v, want ErrCorrupt", err)
+	}
+	_ = p.Close()
+	_ = other.Close()
+	_ = j.Close()
+}
+
+// TestFileFirstCommitFailsWithoutItsMark: a direct first commit whose
+// synced-end mark cannot be made durable (the journal's fdatasync fails)
+// is not acknowledged — nothing durable would record its end, and a
+// segment cut short after a crash would lose it silently — and, the mark
+// possibly in the journal, its records are not taken back (their outcome
+// is unknown, not "not appended").
+func TestFileFirstCommitFailsWithoutItsMark(t *testing.T) {
+	const size, count = 100, 4
+	var fail atomic.Bool
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if fail.Load() && op.Kind == errorfs.OpSync && strings.HasSuffix(op.Path, ".journal") {
+			return syscall.EIO
+		}
+		return nil
+	})
+	cfg := partition.FileConfig{Dir: "/data", FS: errorfs.New(vfs.NewMem(), inj), SegmentSize: mib}
+	s := newFileStore(t, cfg)
+	j := s.NewJournal()
+	defer func() { _ = j.Close() }()
+	p := mustBuild(t, s, mustNS(t, 8, 0, 16), 1)
+	defer func() { _ = p.Close() }()
+	mustAppend(t, p, batch(0, count, size))
+	fail.Store(true)
+	err := j.Commit([]partition.Partition{p})[0]
+	if err == nil {
+		t.Fatal("Commit acknowledged a first commit whose synced-end mark failed")
+	}
+	if !errors.Is(err, syscall.EIO) || errors.Is(err, partition.ErrRolledBack) {
+		t.Fatalf("Commit: %v, want the journal's EIO, not ErrRolledBack", err)
+	}
+	if p.NextOffset() != count {
+		t.Fatalf("NextOffset %d after the failed mark, want %d (records kept)", p.NextOffset(), count)
+	}
+}

@@ -211,6 +211,10 @@ type FileStore struct {
 	// set the last one recorded (manifest.go).
 	manifestMu sync.Mutex
 	recorded   map[metadata.Namespace]uint64
+	// endsMu guards ends: each partition's synced end, loaded from the
+	// manifest at open and raised as partitions sync (syncedend.go).
+	endsMu sync.Mutex
+	ends   map[metadata.Namespace]syncedEnd
 
 	// readOnly: opened by OpenReadOnlyStore (readonly.go).
 	readOnly bool
@@ -270,6 +274,7 @@ func NewFileStore(cfg FileConfig) (*FileStore, error) {
 		busy: make(map[metadata.Namespace]struct{}), lost: make(map[metadata.Namespace]lostRecords),
 	}
 	s.located = storeFS{budgetFS{FS: fsys, c: c}}
+	s.loadSyncedEnds()
 	if err := s.replayJournals(); err != nil {
 		return nil, err
 	}
@@ -443,6 +448,7 @@ func (s *FileStore) build(ns metadata.Namespace, epoch uint64, deferred bool) (*
 			return nil, err
 		}
 		if s.readOnly {
+			p.checkSyncedEnd()
 			p.clampConsumers() // as the node reads them
 			return p, nil
 		}
@@ -454,6 +460,7 @@ func (s *FileStore) build(ns metadata.Namespace, epoch uint64, deferred bool) (*
 			_ = p.closeFiles()
 			return nil, err
 		}
+		p.checkSyncedEnd() // what the journal held is applied: the log is whole, or damaged
 		// Only now is the log as long as it was acknowledged: clamped
 		// before the journal's records were applied, a consumer offset
 		// stored over messages acknowledged through the journal would
@@ -493,6 +500,9 @@ func (s *FileStore) build(ns metadata.Namespace, epoch uint64, deferred bool) (*
 			}
 		}
 	}
+	if err := s.dropSynced(ns); err != nil { // the log starts over
+		return nil, err
+	}
 	if err := s.fs.RemoveAll(dir); err != nil {
 		return nil, err
 	}
@@ -529,6 +539,7 @@ func (s *FileStore) Remove(ns metadata.Namespace) error {
 		return err
 	}
 	s.forgetLost(ns)
+	s.forgetSynced(ns)
 	s.mu.Lock()
 	delete(s.held, ns)
 	s.mu.Unlock()

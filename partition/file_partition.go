@@ -29,6 +29,8 @@ type filePartition struct {
 	start uint64
 	// synced is the offset below which every message is durable.
 	synced uint64
+	// notedEnd is the synced end last passed to the store (noteSynced).
+	notedEnd uint64
 	// lastAT is the append time of the newest message (math.MinInt64
 	// for none): Append never stamps one below it.
 	lastAT int64
@@ -501,6 +503,7 @@ func (p *filePartition) wroteFile() {
 // fileSynced records that the tail's file holds no unsynced records.
 func (p *filePartition) fileSynced() {
 	p.dirtyFile = false
+	p.noteSynced()
 	if j := p.journal; p.jpin && j != nil {
 		j.mu.Lock()
 		j.unpinLocked(p)
@@ -513,6 +516,7 @@ func (p *filePartition) fileSynced() {
 func (p *filePartition) setMark() {
 	tail := p.tail()
 	p.mark, p.markBase, p.markPos = p.next, tail.base, tail.size
+	p.noteSynced()
 }
 
 // commitFailed is the error of a Commit that could not make p's appends

@@ -234,6 +234,11 @@ type Journal struct {
 
 	w    journalWrite
 	ebuf []byte
+	// mw and mbuf write the synced-end marks of partitions synced
+	// directly (markDirect).
+	mw   journalWrite
+	mbuf []byte
+	mfps []int // markDirect's partition indexes, kept for reuse
 	// scratch of Commit
 	own     []*filePartition
 	entries []int
@@ -279,6 +284,7 @@ func (s *FileStore) NewJournal() *Journal {
 		parts:      make(map[*filePartition]struct{}),
 	}
 	j.w = journalWrite{h: j, wake: make(chan bool, 1)}
+	j.mw = journalWrite{h: j, wake: make(chan bool, 1)}
 	l.mu.Lock()
 	l.handles = append(l.handles, j)
 	l.mu.Unlock()
@@ -332,9 +338,61 @@ func (j *Journal) Commit(parts []Partition) []error {
 		i := j.direct[k]
 		errs[i] = parts[i].Sync()
 	})
+	j.markDirect(errs)
 	j.finish(errs)
 	return errs
 }
+
+// markDirect writes, for each partition of this store that Commit synced
+// directly (its first commit: it is not in the journal yet), a
+// synced-end mark (see journal_codec.go) to the journal, in one frame
+// made durable by one fdatasync, before the commit is acknowledged: the
+// records that commit acknowledges are in no journal entry, and the
+// partitions manifest records their end only from its next write, so
+// without the mark a last segment cut short or rolled back below them
+// would read as a torn tail. It costs a journal write per partition's
+// first commit after a build or reopen, none after. The store is told the
+// synced end first (noteSynced; Sync's setMark did too), so a manifest
+// written once the journal file holding the mark is pruned records it.
+//
+// A commit whose mark could not be written is not acknowledged: the
+// partition's error wraps errMarkUnwritten and the write's error.
+// Acknowledging records whose end nothing durable records would let a
+// cut of the segment lose them silently (single-node seeds 4464, 5819,
+// 6073, 6678: a journal write's EIO or ENOSPC at the mark, a crash, then
+// the segment cut short). The records cannot be taken back (Sync made
+// them the commit point, and a failed write may have left the mark), so
+// they stay, of unknown outcome, and the shard rebuilds the partition.
+func (j *Journal) markDirect(errs []error) {
+	buf := j.mbuf[:0]
+	marked := j.mfps[:0]
+	for _, i := range j.direct {
+		fp := j.own[i]
+		if fp == nil || errs[i] != nil || fp.journal != nil || fp.next == 0 || fp.store != j.store {
+			continue
+		}
+		fp.store.noteSynced(fp.ns, fp.epoch, min(fp.synced, fp.next))
+		buf = appendJournalEntryFresh(buf, fp.ns, fp.epoch, min(fp.synced, fp.next), 0, false, nil)
+		marked = append(marked, i)
+	}
+	j.mbuf, j.mfps = buf, marked[:0]
+	if len(buf) == 0 {
+		return
+	}
+	j.mw.chunks, j.mw.err = append(j.mw.chunks[:0], buf), nil
+	j.log.commit(&j.mw)
+	j.mw.chunks[0] = nil
+	if err := j.mw.err; err != nil {
+		for _, i := range marked {
+			errs[i] = fmt.Errorf("partition %v: %w: %w", j.own[i].ns, errMarkUnwritten, err)
+		}
+	}
+}
+
+// errMarkUnwritten is the commit error of a partition synced directly
+// whose synced-end mark's journal write failed (see markDirect): its
+// records are in its files, so finish must not take them back.
+var errMarkUnwritten = errors.New("its synced-end mark could not be written to the journal")
 
 // Stage is Commit for FsyncInterval: it writes the new records of parts
 // that are in the journal (a deferred partition attached with Attach) to
@@ -456,7 +514,7 @@ func (j *Journal) finish(errs []error) {
 		case fp == nil:
 		case errs[i] == nil:
 			fp.setMark() // committed: acknowledged from now on
-		case !errors.Is(errs[i], ErrRolledBack) && !errors.Is(errs[i], ErrClosed) && !isEntry(j.entries, i):
+		case !errors.Is(errs[i], ErrRolledBack) && !errors.Is(errs[i], ErrClosed) && !errors.Is(errs[i], errMarkUnwritten) && !isEntry(j.entries, i):
 			// Its own fsync failed (here, or at the checkpoint), or it
 			// was broken before: nothing of its appends is in the
 			// journal.

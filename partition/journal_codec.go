@@ -23,6 +23,14 @@ package partition
 //	   32     …  records   count segment records (codec.go), offsets
 //	                       first, first+1, …, each with its own checksum
 //
+// An entry with count and size 0 (and not fresh) holds no records: it is
+// a synced-end mark, saying the partition's log was durable in its own
+// files up to first when the frame was written (Journal.Commit writes one
+// for each partition it synced directly, whose acknowledged records are
+// in no journal entry). A replay treats it as it treats any entry ending
+// at first: a log that ends before it lost acknowledged messages, a
+// *CorruptError.
+//
 // The frame checksum covers the length, so a damaged length is caught
 // rather than followed. A frame is written by one write and, unless it is
 // staged (Journal.Stage: written for FsyncInterval, whose acknowledgement
@@ -235,7 +243,7 @@ func nextJournalFrame(b []byte, from int) (int, bool) {
 		}
 		e := r[journalFrameHeader:]
 		count, size := le.Uint32(e[24:])&^journalEntryFresh, le.Uint32(e[28:])
-		if checkNamespace(metadata.Namespace(le.Uint64(e))) != nil || count == 0 ||
+		if checkNamespace(metadata.Namespace(le.Uint64(e))) != nil || count == 0 && size != 0 ||
 			uint64(size) > uint64(length)-journalEntryHeader || uint64(count) > uint64(size)/recordHeaderSizeV1 {
 			continue
 		}
@@ -273,7 +281,13 @@ func decodeJournalEntries(out []journalEntry, b []byte, path string, base int64)
 			return nil, corruptf(path, pos, "journal entry of %d bytes, %d left in the frame", size, avail)
 		}
 		// Every record takes at least the smallest header: a count the
-		// bytes cannot hold is refused before the slice is allocated.
+		// bytes cannot hold is refused before the slice is allocated. A
+		// synced-end mark holds no record, and is never fresh.
+		if count == 0 && size == 0 && !e.fresh {
+			out = append(out, e)
+			at += journalEntryHeader
+			continue
+		}
 		if count == 0 || uint64(count) > uint64(size)/recordHeaderSizeV1 {
 			return nil, corruptf(path, pos, "journal entry claims %d records in %d bytes", count, size)
 		}

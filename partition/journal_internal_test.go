@@ -148,6 +148,12 @@ func FuzzDecodeJournal(f *testing.F) {
 	bad := bytes.Clone(b)
 	bad[20] ^= 1
 	f.Add(bad)
+	// A frame of synced-end marks (entries with no records) after them.
+	marks, start := beginJournalFrame(bytes.Clone(b))
+	marks = appendJournalEntryFresh(marks, journalNS(f, 2), 9, 40, 0, false, nil)
+	marks = appendJournalEntryFresh(marks, journalNS(f, 3), 9, 7, 0, false, nil)
+	sealJournalFrame(marks, start)
+	f.Add(marks)
 	f.Fuzz(func(t *testing.T, in []byte) {
 		entries, err := decodeJournal(in, "f")
 		if err != nil {
@@ -158,8 +164,8 @@ func FuzzDecodeJournal(f *testing.F) {
 		}
 		total := 0
 		for _, e := range entries {
-			if len(e.msgs) == 0 {
-				t.Fatal("an entry with no messages")
+			if len(e.msgs) == 0 && e.fresh {
+				t.Fatal("a fresh entry with no messages (only a synced-end mark holds none, and it is never fresh)")
 			}
 			for i, m := range e.msgs {
 				if m.Offset != e.first+uint64(i) {
@@ -671,5 +677,39 @@ func TestJournalDamageBeforeUncertainFramesIsATornTail(t *testing.T) {
 	entries, err = decodeJournal(frame(good, 1, true), "j")
 	if err != nil || len(entries) != 2 || !entries[1].uncertain || entries[0].uncertain {
 		t.Fatalf("an uncertain frame decodes to %d entries (%v), uncertain marks wrong", len(entries), err)
+	}
+}
+
+// TestJournalSyncedEndMarks: an entry with no records is a synced-end
+// mark; it decodes with its partition, incarnation and offset, counts as
+// a whole frame for the torn-or-damaged judgement, and a fresh one (or
+// one claiming records in no bytes) is refused.
+func TestJournalSyncedEndMarks(t *testing.T) {
+	b, ends := sampleJournal(t)
+	marks, start := beginJournalFrame(bytes.Clone(b))
+	marks = appendJournalEntryFresh(marks, journalNS(t, 2), 9, 40, 0, false, nil)
+	sealJournalFrame(marks, start)
+	entries, err := decodeJournal(marks, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := entries[len(entries)-1]
+	if last.ns != journalNS(t, 2) || last.epoch != 9 || last.first != 40 || len(last.msgs) != 0 {
+		t.Fatalf("mark decoded as %+v", last)
+	}
+	if q, ok := nextJournalFrame(marks, ends[1]); !ok || q != ends[1] {
+		t.Fatalf("nextJournalFrame = %d, %v: a frame of marks is a whole frame", q, ok)
+	}
+	for _, c := range []struct {
+		name  string
+		count int
+		fresh bool
+	}{{"fresh", 0, true}, {"records in no bytes", 1, false}} {
+		bad, start := beginJournalFrame(nil)
+		bad = appendJournalEntryFresh(bad, journalNS(t, 2), 9, 40, c.count, c.fresh, nil)
+		sealJournalFrame(bad, start)
+		if _, err := decodeJournal(bad, "f"); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: %v, want ErrCorrupt", c.name, err)
+		}
 	}
 }

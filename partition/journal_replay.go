@@ -200,7 +200,25 @@ func (s *FileStore) replayPartition(ns metadata.Namespace, entries []journalEntr
 		_ = p.Close()
 		return err
 	}
-	return p.Close() // syncs what was appended, and the layout
+	if err := p.Close(); err != nil { // syncs what was appended, and the layout
+		return err
+	}
+	// The journal files go once the manifest is written (replayJournal):
+	// the end their entries (records and synced-end marks) give the log
+	// must be in it, or a log they held whole, its own files synced in an
+	// earlier run, would lose its synced end with them, and a segment cut
+	// short after the next crash would read as a torn tail (single-node
+	// seeds 6073 and 6678). applyJournal checked the log reaches it.
+	var end uint64
+	for _, e := range entries {
+		if e.epoch == inc {
+			end = max(end, e.first+uint64(len(e.msgs)))
+		}
+	}
+	if end > 0 && !s.readOnly {
+		s.noteSynced(ns, inc, end)
+	}
+	return nil
 }
 
 // rebuildEpoch is the incarnation a replay rebuilds from entries (all of

@@ -537,8 +537,8 @@ func TestJournalNewFileCheckpointsIdleHandles(t *testing.T) {
 		}
 		bp = append(bp, p)
 	}
-	commitRound(t, idle, ip, 0) // direct
-	commitRound(t, idle, ip, 1) // journal file 1
+	commitRound(t, idle, ip, 0) // direct: its synced-end mark is journal file 1
+	commitRound(t, idle, ip, 1) // journal file 2
 	drain := func(j *Journal) bool {
 		select {
 		case <-j.Due():
@@ -549,7 +549,7 @@ func TestJournalNewFileCheckpointsIdleHandles(t *testing.T) {
 	}
 	drain(idle)
 	for k := range 3 {
-		commitRound(t, busy, bp, k) // journal files 2, 3 (round 0 is direct)
+		commitRound(t, busy, bp, k) // journal files 3 (round 0's marks), 4, 5
 	}
 	if !drain(idle) {
 		t.Fatal("the journal started new files without telling the idle handle")
@@ -561,14 +561,14 @@ func TestJournalNewFileCheckpointsIdleHandles(t *testing.T) {
 	if err := busy.Checkpoint(); err != nil { // syncs its own, prunes
 		t.Fatal(err)
 	}
-	if !exists(1) {
-		t.Fatal("journal file 1, holding the idle handle's unsynced records, was removed")
+	if !exists(2) {
+		t.Fatal("journal file 2, holding the idle handle's unsynced records, was removed")
 	}
 	if err := idle.Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
-	if exists(1) {
-		t.Fatal("journal file 1 kept after the idle handle checkpointed")
+	if exists(2) {
+		t.Fatal("journal file 2 kept after the idle handle checkpointed")
 	}
 	if fp := ip[0].(*filePartition); fp.synced != 2 {
 		t.Fatalf("the idle partition is synced to %d after its checkpoint, want 2", fp.synced)

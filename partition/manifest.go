@@ -53,18 +53,41 @@ import (
 // after a crash; its journal entries are then fresh ones, from which the
 // node rebuilds it, and a reader must ask the journal first.
 //
+// The synced end. Each entry also records how far its partition's log
+// was durable (synced, and committed) when the manifest was written: the
+// log's synced end. A crash never takes a log below it, so a log found
+// shorter — its last segment cut short, rolled back to an earlier synced
+// copy, or its last segments deleted with their indexes — lost messages
+// that were acknowledged: Build reports it (a *CorruptError naming the
+// last segment) and fences the partition for writes, with the offsets up
+// to the synced end a hole, rather than truncate it as a torn tail and
+// give the offsets out again. The manifest is written at the moments
+// listed above, none on the path that acknowledges a message; what it
+// does not yet record is in the journal, whose records replay (or, if
+// the log ends before one, a *CorruptError) makes good, since a journal
+// file is removed only after a manifest recorded the ends its records
+// reached. A partition written without the journal (not FsyncAlways, or
+// its first commit after a build, which is a direct fsync) is covered
+// from the next manifest on: the journal's next file, its next prune, the
+// next open or clean close. Ends only grow for an incarnation: a manifest
+// keeps the end the last one recorded for an incarnation it still
+// lists, whatever the partition's files say now.
+//
 // Format (little endian): "PWPM", a version byte, the entry count
-// (uint32), count × (namespace uint64, incarnation uint64); version 2
-// then holds the journal file count (uint32) and count × file number
+// (uint32), count × (namespace uint64, incarnation uint64, synced end
+// uint64); then the journal file count (uint32) and count × file number
 // (uint64, ascending); then the CRC-32C of everything before it. Version
-// 1 (no journal list) is still read. The file is replaced atomically.
+// 2 (entries without the synced end) and version 1 (no journal list
+// either) are still read. The file is replaced atomically.
 
 const (
 	manifestName     = "PARTITIONS"
 	manifestVersion1 = 1
-	manifestVersion  = 2
+	manifestVersion2 = 2
+	manifestVersion  = 3
 	manifestHeader   = 4 + 1 + 4
-	manifestEntry    = 16
+	manifestEntry2   = 16 // versions 1 and 2
+	manifestEntry    = 24
 )
 
 var manifestMagic = [4]byte{'P', 'W', 'P', 'M'}
@@ -82,6 +105,9 @@ type Manifest struct {
 	// manifest of version 1, which does not say.
 	Journal      []uint64
 	JournalKnown bool
+	// Ends maps a partition to its log's synced end in the incarnation
+	// Partitions names (absent: 0, or a manifest older than version 3).
+	Ends map[metadata.Namespace]uint64
 }
 
 // RecordPartitions writes the manifest from the partition directories the
@@ -150,7 +176,8 @@ func (s *FileStore) writeManifest(parts map[metadata.Namespace]uint64) error {
 		journal = slices.Clone(l.files)
 		l.mu.Unlock()
 	}
-	if err := vfs.WriteFileAtomic(s.raw, ManifestPath(s.cfg.Dir), encodeManifest(Manifest{Partitions: parts, Journal: journal, JournalKnown: true})); err != nil {
+	ends := s.syncedEnds(parts)
+	if err := vfs.WriteFileAtomic(s.raw, ManifestPath(s.cfg.Dir), encodeManifest(Manifest{Partitions: parts, Journal: journal, JournalKnown: true, Ends: ends})); err != nil {
 		return err
 	}
 	s.recorded = parts
@@ -177,19 +204,23 @@ func (s *FileStore) ReadManifest() (Manifest, error) {
 	return m, nil
 }
 
-// encodeManifest encodes m, its partitions in namespace order.
+// encodeManifest encodes m, its partitions in namespace order: version
+// 3, or version 1 if !m.JournalKnown.
 func encodeManifest(m Manifest) []byte {
-	b := make([]byte, 0, manifestHeader+len(m.Partitions)*manifestEntry+4+8*len(m.Journal)+4)
-	b = append(b, manifestMagic[:]...)
-	version := byte(manifestVersion)
+	version, entry := byte(manifestVersion), manifestEntry
 	if !m.JournalKnown {
-		version = manifestVersion1
+		version, entry = manifestVersion1, manifestEntry2
 	}
+	b := make([]byte, 0, manifestHeader+len(m.Partitions)*entry+4+8*len(m.Journal)+4)
+	b = append(b, manifestMagic[:]...)
 	b = append(b, version)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(m.Partitions)))
 	for _, ns := range slices.Sorted(maps.Keys(m.Partitions)) {
 		b = binary.LittleEndian.AppendUint64(b, uint64(ns))
 		b = binary.LittleEndian.AppendUint64(b, m.Partitions[ns])
+		if m.JournalKnown {
+			b = binary.LittleEndian.AppendUint64(b, m.Ends[ns])
+		}
 	}
 	if m.JournalKnown {
 		b = binary.LittleEndian.AppendUint32(b, uint32(len(m.Journal)))
@@ -217,22 +248,26 @@ func decodeManifest(b []byte) (Manifest, error) {
 		return Manifest{}, corruptf("", 0, "not a partitions manifest (magic %q)", b[:4])
 	}
 	version := b[4]
-	if version != manifestVersion && version != manifestVersion1 {
-		return Manifest{}, corruptf("", 4, "manifest version %d, want %d or %d", b[4], manifestVersion1, manifestVersion)
+	if version < manifestVersion1 || version > manifestVersion {
+		return Manifest{}, corruptf("", 4, "manifest version %d, want %d to %d", b[4], manifestVersion1, manifestVersion)
+	}
+	entry := manifestEntry2
+	if version == manifestVersion {
+		entry = manifestEntry
 	}
 	body := b[:len(b)-4]
 	if sum := binary.LittleEndian.Uint32(b[len(b)-4:]); sum != crc32.Checksum(body, castagnoli) {
 		return Manifest{}, corruptf("", int64(len(b)-4), "manifest checksum mismatch")
 	}
 	n := binary.LittleEndian.Uint32(b[5:])
-	end := uint64(manifestHeader) + uint64(n)*manifestEntry
+	end := uint64(manifestHeader) + uint64(n)*uint64(entry)
 	switch {
 	case version == manifestVersion1 && end != uint64(len(body)),
-		version == manifestVersion && end+4 > uint64(len(body)):
+		version != manifestVersion1 && end+4 > uint64(len(body)):
 		return Manifest{}, corruptf("", 5, "manifest counts %d entries in %d bytes", n, len(body)-manifestHeader)
 	}
-	m := Manifest{Partitions: make(map[metadata.Namespace]uint64, n)}
-	for off := manifestHeader; off < int(end); off += manifestEntry {
+	m := Manifest{Partitions: make(map[metadata.Namespace]uint64, n), Ends: make(map[metadata.Namespace]uint64)}
+	for off := manifestHeader; off < int(end); off += entry {
 		ns := metadata.Namespace(binary.LittleEndian.Uint64(body[off:]))
 		epoch := binary.LittleEndian.Uint64(body[off+8:])
 		if err := checkNamespace(ns); err != nil || epoch == 0 {
@@ -242,6 +277,11 @@ func decodeManifest(b []byte) (Manifest, error) {
 			return Manifest{}, corruptf("", int64(off), "manifest names partition %v twice", ns)
 		}
 		m.Partitions[ns] = epoch
+		if entry == manifestEntry {
+			if e := binary.LittleEndian.Uint64(body[off+16:]); e != 0 {
+				m.Ends[ns] = e
+			}
+		}
 	}
 	if version == manifestVersion1 {
 		return m, nil

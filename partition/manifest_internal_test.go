@@ -20,6 +20,7 @@ func FuzzDecodeManifest(f *testing.F) {
 	f.Add(encodeManifest(Manifest{JournalKnown: true}))
 	f.Add(encodeManifest(Manifest{Partitions: map[metadata.Namespace]uint64{ns1: 5, ns2: 9}}))
 	f.Add(encodeManifest(Manifest{Partitions: map[metadata.Namespace]uint64{ns1: 5, ns2: 9}, Journal: []uint64{3, 4}, JournalKnown: true}))
+	f.Add(encodeManifest(Manifest{Partitions: map[metadata.Namespace]uint64{ns1: 5, ns2: 9}, Ends: map[metadata.Namespace]uint64{ns1: 40}, JournalKnown: true}))
 	f.Add([]byte("PWPM"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := decodeManifest(b)
@@ -32,7 +33,7 @@ func FuzzDecodeManifest(f *testing.F) {
 		}
 		if got := encodeManifest(m); string(got) != string(b) {
 			m2, err := decodeManifest(got)
-			if err != nil || !maps.Equal(m.Partitions, m2.Partitions) || !slices.Equal(m.Journal, m2.Journal) || m.JournalKnown != m2.JournalKnown {
+			if err != nil || !maps.Equal(m.Partitions, m2.Partitions) || !maps.Equal(m.Ends, m2.Ends) || !slices.Equal(m.Journal, m2.Journal) || m.JournalKnown != m2.JournalKnown {
 				t.Fatalf("%x decoded to %+v, which encodes to %x (%v)", b, m, got, err)
 			}
 		}
@@ -47,6 +48,18 @@ func TestDecodeManifestRefuses(t *testing.T) {
 	good := encodeManifest(Manifest{Partitions: map[metadata.Namespace]uint64{ns: 4}, Journal: []uint64{7}, JournalKnown: true})
 	if m, err := decodeManifest(good); err != nil || m.Partitions[ns] != 4 || len(m.Partitions) != 1 || !slices.Equal(m.Journal, []uint64{7}) {
 		t.Fatalf("good manifest: %+v, %v", m, err)
+	}
+	withEnd := encodeManifest(Manifest{Partitions: map[metadata.Namespace]uint64{ns: 4}, Ends: map[metadata.Namespace]uint64{ns: 77}, JournalKnown: true})
+	if m, err := decodeManifest(withEnd); err != nil || m.Ends[ns] != 77 || m.Partitions[ns] != 4 {
+		t.Fatalf("manifest with a synced end: %+v, %v", m, err)
+	}
+	// Version 2, whose entries have no synced end, is still read.
+	v2 := append(append([]byte(nil), good[:4]...), 2)
+	v2 = append(v2, good[5:9]...)
+	v2 = append(append(v2, u64(uint64(ns))...), u64(4)...)
+	v2 = append(v2, good[9+manifestEntry:len(good)-4]...)
+	if m, err := decodeManifest(encodeRaw(v2)); err != nil || m.Partitions[ns] != 4 || len(m.Ends) != 0 || !slices.Equal(m.Journal, []uint64{7}) {
+		t.Fatalf("version 2 manifest: %+v, %v", m, err)
 	}
 	v1 := encodeManifest(Manifest{Partitions: map[metadata.Namespace]uint64{ns: 4}})
 	if m, err := decodeManifest(v1); err != nil || m.Partitions[ns] != 4 || m.JournalKnown {
@@ -64,7 +77,7 @@ func TestDecodeManifestRefuses(t *testing.T) {
 	}{
 		"short":         {good[:8], 0},
 		"magic":         {append([]byte("XWPM"), good[4:]...), 0},
-		"version":       {append(append([]byte(nil), good[:4]...), append([]byte{3}, good[5:]...)...), 4},
+		"version":       {append(append([]byte(nil), good[:4]...), append([]byte{4}, good[5:]...)...), 4},
 		"checksum":      {append(append([]byte(nil), good[:len(good)-1]...), good[len(good)-1]^1), int64(len(good) - 4)},
 		"count":         {encodeRaw(huge), 5},
 		"journal count": {encodeRaw(hugeJournal), int64(jcount)},

@@ -48,6 +48,7 @@ func OpenReadOnlyStore(dir string, fsys vfs.FS) (*FileStore, error) {
 		readOnly: true,
 	}
 	s.located = storeFS{budgetFS{FS: fsys, c: c}}
+	s.loadSyncedEnds() // a log shorter than it was synced reads as the node finds it
 	return s, nil
 }
 

@@ -83,15 +83,16 @@
 // replayJournals); a partition left unusable by a failed write-behind is
 // fenced and rebuilt whether a read or an append meets it; a segment's
 // last record whose length has one bit flipped (stored or on read) is
-// damage, not a torn write. Two limits
-// remain, classified (known.go) and skipped by TestSimulation and the
-// lying-disk test unless -sim.known: the end of the last segment cut off
-// or rolled back, or the journal touched, which nothing durable tells
-// from a torn tail (no sync mark for the partition log and the journal
-// yet: knownTailDamage, the most frequent, about one seed in seven), and
+// damage, not a torn write; the end of the last segment cut off or
+// rolled back below its synced end (the partitions manifest, the
+// journal's entries and synced-end marks) is reported and fenced: a loss
+// there fails the seed. Two limits remain, classified (known.go) and
+// skipped by TestSimulation and the lying-disk test unless -sim.known: a
+// lie on the journal or the manifest, which nothing durable tells from a
+// torn journal tail (knownJournalDamage, about one seed in eight), and
 // an incarnation file cut short, taken for a half-built directory
-// (knownIncarnationDamage, about one seed in eighty; a whole record that
-// fails its checksum is reported and kept).
+// (knownIncarnationDamage, about one seed in a hundred; a whole record
+// that fails its checksum is reported and kept).
 //
 // # Disks that lie (cluster)
 //

@@ -32,16 +32,20 @@ const (
 	// the orphan sweep removes it, and the acknowledged messages are
 	// deleted without an error.
 	knownIncarnationDamage = "a damaged incarnation file makes the partition's directory look dead or half-built: it is removed or rebuilt empty, acknowledged messages deleted silently"
-	// knownTailDamage: damage confined to the end of the last segment —
-	// the file cut short at or inside its last record, or rolled back to
-	// an earlier synced copy — looks exactly like a torn tail, since
-	// nothing durable records how far the log was synced: recovery
-	// truncates it, the acknowledged messages there are lost without an
-	// error and their offsets are handed out again. (Bytes flipped in the
-	// last record are not excused: a record written whole that fails its
-	// checksum is damage, package tail's rule. A lie that touched the
-	// journal is, as it may have hidden what the journal would repair.)
-	knownTailDamage = "the end of the last segment cut off or rolled back looks like a torn tail (no durable record of the synced end): truncated, acknowledged messages lost and offsets reused"
+	// knownJournalDamage: the shared journal cut short or rolled back
+	// to an earlier copy loses its last frames, and with them the only
+	// durable copy of what they acknowledged since the partitions
+	// manifest last recorded the logs' synced ends: nothing durable
+	// records how far the journal itself was synced, so its end reads as
+	// a torn tail. (The end of a partition's last segment cut off or
+	// rolled back is no longer excused — knownTailDamage was fixed: the
+	// manifest records each log's synced end and a shorter log is
+	// reported — nor are bytes flipped in a last record written whole,
+	// package tail's rule.) It is classified, as broadly as before,
+	// whenever a lie touched any file outside the partitions'
+	// directories (the journal, the manifest, the metadata's files):
+	// the simulator does not tell which of them hid the loss.
+	knownJournalDamage = "the journal's end cut off or rolled back looks like a torn tail (no durable record of the journal's synced end): its last frames' acknowledged messages lost"
 )
 
 // Known engine limits the lying disk finds in a cluster (clie.go). Each is

@@ -302,27 +302,21 @@ func (l *lies) touched(key incKey, class string) bool {
 	return l != nil && l.keys[key][class]
 }
 
-// lossKnown classifies a silent loss of messages of key,
-// found after a lie, as a known limit (known.go), or "" if none explains
-// it. A lie that touched the journal may have hidden a tail the journal
-// would have repaired, so it counts as touching the log.
+// lossKnown classifies a silent loss of messages of key, found after a
+// lie, as a known limit (known.go), or "" if none explains it. A last
+// segment cut short or rolled back is not excused: how far each log was
+// synced is durable (the partitions manifest, and the journal's
+// synced-end marks for a direct commit), and a log found shorter is
+// reported (package partition, checkSyncedEnd and the replay).
 func (s *sim) lossKnown(key incKey) string {
 	switch {
 	case s.lies.touched(key, "incarnation"):
 		return knownIncarnationDamage
 	case s.lies.all:
-		// The journal was touched: it may have held what would repair
-		// the tail.
-		return knownTailDamage
-	}
-	// The tail's damage looks like a torn tail only when the file was
-	// cut short or rolled back (its end is then gone whole): bytes
-	// flipped in its last records, written whole, are damage that
-	// recovery reports (package tail's rule), not excused here.
-	for _, pt := range s.lies.points[key] {
-		if pt.off < 0 {
-			return knownTailDamage
-		}
+		// A file outside the partitions' directories was touched: the
+		// journal, which may have held the only durable copy of what
+		// was acknowledged since the last manifest, or the manifest.
+		return knownJournalDamage
 	}
 	return ""
 }
