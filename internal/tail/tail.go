@@ -106,7 +106,10 @@ func TornAt(r io.ReaderAt, pos, end int64, f Format) (bool, error) {
 		return false, err
 	}
 	if need := probeSize(hb, end-pos, f); need > 0 {
-		b := make([]byte, need)
+		// A candidate may claim fewer bytes than its own length field
+		// spans; the flip needs the field whole (the check above made sure
+		// the file holds it).
+		b := make([]byte, max(need, int64(f.LengthAt+4)))
 		if _, err := r.ReadAt(b, pos); err != nil {
 			return false, err
 		}
