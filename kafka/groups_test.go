@@ -203,7 +203,7 @@ func waitCount(t *testing.T, s *seen, n int) {
 // KIP-394 member id handshake, a rebalance as a member joins, the
 // generation fence on commits and heartbeats, and a lapsed session.
 func TestCoordinatorFences(t *testing.T) {
-	c := newCoordinator()
+	c := newCoordinator(DefaultGroupHeartbeatInterval, DefaultGroupSessionTimeout)
 	now := time.Unix(1000, 0)
 	join := func(member string) (*kmsg.JoinGroupResponse, <-chan *kmsg.JoinGroupResponse) {
 		r := kmsg.NewPtrJoinGroupRequest()
