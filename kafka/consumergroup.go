@@ -206,7 +206,7 @@ func (c *coordinator) consumerHeartbeat(r *kmsg.ConsumerGroupHeartbeatRequest, p
 		}
 		c.cgroups[r.Group] = g
 	}
-	dirty := false
+	dirty, bump := false, false // bump: the group moves to a new epoch
 	m := g.members[r.MemberID]
 	switch {
 	case r.MemberEpoch < 0: // -1 leaves; -2, a static member's leave, too (static membership is not served)
@@ -222,8 +222,7 @@ func (c *coordinator) consumerHeartbeat(r *kmsg.ConsumerGroupHeartbeatRequest, p
 		}
 		m = &cgMember{id: r.MemberID, assigned: map[topicPart]int32{}, revoking: map[topicPart]bool{}}
 		g.members[m.id] = m
-		g.epoch++
-		dirty = true
+		bump = true
 	case m == nil:
 		return fail(kerr.UnknownMemberID.Code, "")
 	case !join && r.MemberEpoch != m.epoch:
@@ -252,8 +251,7 @@ func (c *coordinator) consumerHeartbeat(r *kmsg.ConsumerGroupHeartbeatRequest, p
 		subs = slices.Compact(subs)
 		if !slices.Equal(subs, m.topics) {
 			m.topics = subs
-			g.epoch++
-			dirty = true
+			bump = true
 		}
 	}
 	// The subscribed topics' partitions as the target was computed from:
@@ -266,6 +264,9 @@ func (c *coordinator) consumerHeartbeat(r *kmsg.ConsumerGroupHeartbeatRequest, p
 	}
 	if !maps.Equal(view, g.topics) {
 		g.topics = view
+		bump = true
+	}
+	if bump {
 		g.epoch++
 		dirty = true
 	}
@@ -467,18 +468,27 @@ func assignTarget(g *cgroup) {
 			count[id]++
 		}
 	}
+	// Balance: a partition of the member holding the most moves to the
+	// eligible member holding the fewest, while that narrows the gap.
 	for moved := true; moved; {
 		moved = false
-		for _, tp := range all {
-			from := owner[tp]
-			if from == "" {
-				continue
+		order := slices.Clone(ids)
+		slices.SortStableFunc(order, func(a, b string) int { return count[b] - count[a] })
+		for _, from := range order {
+			for _, tp := range all {
+				if owner[tp] != from {
+					continue
+				}
+				if to := fewest(tp); to != "" && count[to]+1 < count[from] {
+					owner[tp] = to
+					count[from]--
+					count[to]++
+					moved = true
+					break
+				}
 			}
-			if to := fewest(tp); to != "" && count[to]+1 < count[from] {
-				owner[tp] = to
-				count[from]--
-				count[to]++
-				moved = true
+			if moved {
+				break
 			}
 		}
 	}
