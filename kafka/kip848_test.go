@@ -3,6 +3,8 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -187,6 +189,25 @@ func TestConsumerGroupProtocolKIP848(t *testing.T) {
 	})
 }
 
+// listEnds lists topic's end offsets, asking again while a broker the
+// client knows is dead or moving.
+func listEnds(t *testing.T, ctx context.Context, adm *kadm.Client, topic string) kadm.ListedOffsets {
+	t.Helper()
+	for {
+		ends, err := adm.ListEndOffsets(ctx, topic)
+		if err == nil {
+			err = ends.Error()
+		}
+		if err == nil {
+			return ends
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("ListEndOffsets: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // waitCommitted waits until group's committed offsets reach ends.
 func waitCommitted(t *testing.T, ctx context.Context, adm *kadm.Client, group string, ends kadm.ListedOffsets) {
 	t.Helper()
@@ -231,5 +252,123 @@ func checkSpread(t *testing.T, srv *Server, group string, parts int) {
 	}
 	if len(held) != parts || hi-lo > 1 {
 		t.Fatalf("%d of %d partitions held, shares from %d to %d", len(held), parts, lo, hi)
+	}
+}
+
+// TestClusterKIP848CoordinatorKilled: three franz-go members of the
+// KIP-848 protocol consume a replicated topic on a 3-node cluster. The
+// group coordinator's node is killed: the survivors agree on a new
+// coordinator, which loads the group from the group log; the members
+// heartbeat on there with their member ids, consume everything produced
+// after the kill, and one leaves: its partitions move to the others. No
+// record committed before the kill is polled again, no committed offset
+// moves back in the group log, and the commits end at the partitions'
+// ends.
+func TestClusterKIP848CoordinatorKilled(t *testing.T) {
+	c := startClusterWith(t, 3, func(cfg *Config) {
+		cfg.GroupHeartbeatInterval, cfg.GroupSessionTimeout = 100*time.Millisecond, 10*time.Second
+	})
+	ctx := ctxFor(t)
+	all := []int32{1, 2, 3}
+	adm := kadm.NewClient(c.client(all))
+	const topicName, group, third = "kip848", "kip848-group", 120
+	if res, err := adm.CreateTopics(ctx, 6, 3, nil, topicName); err != nil || res[topicName].Err != nil {
+		t.Fatalf("CreateTopics: %v %v", err, res[topicName].Err)
+	}
+	coord := c.agreedCoordinator(group)
+	// Not seeded with the node about to die (see
+	// TestClusterCoordinatorMovesWhenItsNodeDies: franz-go may take a
+	// refused dial to a dead seed for final).
+	survivors := slices.DeleteFunc(slices.Clone(all), func(id int32) bool { return id == coord })
+	var seeds []string
+	for _, id := range survivors {
+		seeds = append(seeds, c.brokers[id])
+	}
+	s := &seen{by: map[string][]int{}}
+	var members []*groupMember
+	defer func() {
+		for _, m := range members {
+			if m != nil {
+				m.stop()
+			}
+		}
+	}()
+	logs := newFailureLog(t)
+	for i := range 3 {
+		members = append(members, start848Member(t, seeds, i, group, topicName, s,
+			kgo.WithLogger(logs.logger(fmt.Sprint("member-", i)))))
+	}
+	prod := c.client(all, kgo.DefaultProduceTopic(topicName), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()),
+		kgo.RecordDeliveryTimeout(testTimeout))
+	produce := func(from, to int) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			prod.Produce(ctx, kgo.StringRecord(fmt.Sprint(i)), nil)
+		}
+		if err := prod.Flush(ctx); err != nil {
+			t.Fatalf("Flush: %v", err)
+		}
+	}
+	memberIDs := func(srv *Server) []string {
+		srv.groups.mu.Lock()
+		defer srv.groups.mu.Unlock()
+		if g := srv.groups.cgroups[group]; g != nil {
+			return slices.Sorted(maps.Keys(g.members))
+		}
+		return nil
+	}
+
+	waitConsumerGroup(t, func() []*Server { return []*Server{c.servers[coord]} }, group, 3)
+	checkSpread(t, c.servers[coord], group, 6)
+	produce(0, third)
+	waitCount(t, s, third)
+	survivorAdm := kadm.NewClient(c.client(survivors))
+	ends := listEnds(t, ctx, survivorAdm, topicName)
+	waitCommitted(t, ctx, survivorAdm, group, ends)
+	before := memberIDs(c.servers[coord])
+
+	// Every record so far is committed: none may be polled again.
+	s.mu.Lock()
+	polled := map[string]int{}
+	for k, who := range s.by {
+		polled[k] = len(who)
+	}
+	s.mu.Unlock()
+	start := time.Now()
+	c.kill(coord)
+	next := c.agreedCoordinator(group, coord)
+	t.Logf("coordinator %d killed; the survivors agree on %d after %v", coord, next, time.Since(start))
+	produce(third, 2*third)
+	waitCount(t, s, 2*third)
+	if after := memberIDs(c.servers[next]); !slices.Equal(after, before) {
+		if logs.sessionEndedOnRefusedDial() {
+			t.Logf("a member's client ended its session on a refused dial to the dead broker: members %v, were %v", after, before)
+		} else {
+			t.Errorf("members %v at the new coordinator %d, were %v at %d", after, next, before, coord)
+		}
+	}
+
+	members[0].stop() // leaves: its partitions move to the two others
+	members[0] = nil
+	waitConsumerGroup(t, func() []*Server { return []*Server{c.servers[next]} }, group, 2)
+	checkSpread(t, c.servers[next], group, 6)
+	produce(2*third, 3*third)
+	waitCount(t, s, 3*third)
+	ends = listEnds(t, ctx, survivorAdm, topicName)
+	waitCommitted(t, ctx, survivorAdm, group, ends)
+	last := checkCommitsNeverRegress(t, groupLogCommits(t, ctx, c.servers[next], group))
+	ends.Each(func(e kadm.ListedOffset) {
+		if got := last[topicPart{e.Topic, e.Partition}]; got != e.Offset {
+			t.Errorf("%s/%d: last commit in the group log %d, end %d", e.Topic, e.Partition, got, e.Offset)
+		}
+	})
+	// Nothing committed before the kill was polled again after it: the
+	// new coordinator answered the commits its predecessor wrote.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, n := range polled {
+		if len(s.by[k]) > n {
+			t.Errorf("record %s, committed before the kill, was polled again after it (by members %v)", k, s.by[k])
+		}
 	}
 }
