@@ -41,8 +41,11 @@ func (s *Server) consumerGroupHeartbeat(ctx context.Context, r *kmsg.ConsumerGro
 		resp.ErrorCode = s.code(kmsg.ConsumerGroupHeartbeat, code)
 		return resp
 	}
-	if !validGroupID(r.Group) {
+	switch {
+	case !validGroupID(r.Group):
 		return fail(kerr.InvalidGroupID.Code)
+	case len(r.SubscribedTopicNames) > maxSubscribedTopics:
+		return fail(kerr.InvalidRequest.Code)
 	}
 	part, term, code := s.groupGate(ctx, r.Group)
 	if code != 0 {
@@ -58,7 +61,7 @@ func (s *Server) consumerGroupHeartbeat(ctx context.Context, r *kmsg.ConsumerGro
 		s.log.Debug("consumer group: subscribed topics", "group", r.Group, "err", err)
 		return fail(kerr.CoordinatorLoadInProgress.Code) // retried by the member
 	}
-	a := s.groups.consumerHeartbeat(r, part, meta, cid, clientHost, time.Now())
+	a := s.groups.consumerHeartbeat(r, part, term, meta, cid, clientHost, time.Now())
 	if a.persist != nil {
 		if _, err := s.writeGroupLog(ctx, part, term, r.Group, a.persist); err != nil {
 			s.log.Debug("group log: a consumer group", "group", r.Group, "err", err)

@@ -66,6 +66,10 @@ const (
 // uniformAssignor is the only server-side assignor served.
 const uniformAssignor = "uniform"
 
+// maxSubscribedTopics bounds a member's subscription (each name is
+// resolved at every heartbeat that changes it).
+const maxSubscribedTopics = 10_000
+
 // cgTopic is a subscribed topic as a target assignment was computed
 // from: its Kafka topic ID and partition count.
 type cgTopic struct {
@@ -82,9 +86,9 @@ type cgMember struct {
 	target                   []topicPart // its share of the target assignment, sorted
 	// assigned are the partitions it holds, each with the member epoch it
 	// was given the partition at; revoking those it must give up and
-	// holds until it reports them gone.
+	// holds until it reports them gone (with the same epochs).
 	assigned map[topicPart]int32
-	revoking map[topicPart]bool
+	revoking map[topicPart]int32
 	deadline time.Time // the session lapses then
 	revokeBy time.Time // set while revoking: removed if still revoking then
 }
@@ -102,7 +106,8 @@ type cgroup struct {
 // holds reports whether m holds tp (assigned or being revoked).
 func (m *cgMember) holds(tp topicPart) bool {
 	_, a := m.assigned[tp]
-	return a || m.revoking[tp]
+	_, r := m.revoking[tp]
+	return a || r
 }
 
 // cgState names the group's state as ConsumerGroupDescribe and
@@ -149,10 +154,12 @@ type cgAnswer struct {
 }
 
 // consumerHeartbeat applies a ConsumerGroupHeartbeat to group r.Group
-// of coordinator partition part. meta holds the topics the group and the
+// of coordinator partition part, loaded in term (else nothing changes:
+// NOT_COORDINATOR, so the record is never written in a term the state
+// was not loaded in). meta holds the topics the group and the
 // request subscribe to that exist (a topic missing from it has no
 // partitions to assign). It never waits: the answer is computed now.
-func (c *coordinator) consumerHeartbeat(r *kmsg.ConsumerGroupHeartbeatRequest, part uint32, meta map[string]cgTopic, clientID, clientHost string, now time.Time) cgAnswer {
+func (c *coordinator) consumerHeartbeat(r *kmsg.ConsumerGroupHeartbeatRequest, part uint32, term uint64, meta map[string]cgTopic, clientID, clientHost string, now time.Time) cgAnswer {
 	resp := r.ResponseKind().(*kmsg.ConsumerGroupHeartbeatResponse)
 	resp.HeartbeatIntervalMillis = int32(c.cgInterval / time.Millisecond)
 	fail := func(code int16, msg string) cgAnswer {
@@ -176,6 +183,8 @@ func (c *coordinator) consumerHeartbeat(r *kmsg.ConsumerGroupHeartbeatRequest, p
 		return fail(kerr.UnsupportedAssignor.Code, "only the uniform assignor is served")
 	case join && (r.RebalanceTimeoutMillis < 0 || r.SubscribedTopicNames == nil):
 		return fail(kerr.InvalidRequest.Code, "a join carries the rebalance timeout and the subscription")
+	case len(r.SubscribedTopicNames) > maxSubscribedTopics:
+		return fail(kerr.InvalidRequest.Code, "too many subscribed topics")
 	case join && (r.Topics == nil || len(r.Topics) > 0):
 		return fail(kerr.InvalidRequest.Code, "TopicPartitions must be empty when (re-)joining.")
 	}
@@ -186,6 +195,9 @@ func (c *coordinator) consumerHeartbeat(r *kmsg.ConsumerGroupHeartbeatRequest, p
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if cp, ok := c.parts[part]; !ok || cp.term != term {
+		return fail(kerr.NotCoordinator.Code, "")
+	}
 	if c.deleting[r.Group] {
 		return fail(kerr.CoordinatorLoadInProgress.Code, "")
 	}
@@ -220,7 +232,7 @@ func (c *coordinator) consumerHeartbeat(r *kmsg.ConsumerGroupHeartbeatRequest, p
 		if len(g.members) >= maxGroupMembers {
 			return fail(kerr.GroupMaxSizeReached.Code, "")
 		}
-		m = &cgMember{id: r.MemberID, assigned: map[topicPart]int32{}, revoking: map[topicPart]bool{}}
+		m = &cgMember{id: r.MemberID, assigned: map[topicPart]int32{}, revoking: map[topicPart]int32{}}
 		g.members[m.id] = m
 		bump = true
 	case m == nil:
@@ -378,10 +390,10 @@ func reconcile(g *cgroup, m *cgMember, owned map[topicPart]bool, now time.Time) 
 	for _, tp := range m.target {
 		target[tp] = true
 	}
-	for tp := range m.assigned {
+	for tp, at := range m.assigned {
 		if !target[tp] {
 			delete(m.assigned, tp)
-			m.revoking[tp] = true
+			m.revoking[tp] = at
 			changed = true
 		}
 	}
@@ -526,7 +538,9 @@ func (c *coordinator) consumerRecord(g *cgroup) *logRecord {
 		for _, tp := range slices.SortedFunc(maps.Keys(m.assigned), compareTopicPart) {
 			lm.assigned = append(lm.assigned, logAssigned{tp: tp, epoch: m.assigned[tp]})
 		}
-		lm.revoking = slices.SortedFunc(maps.Keys(m.revoking), compareTopicPart)
+		for _, tp := range slices.SortedFunc(maps.Keys(m.revoking), compareTopicPart) {
+			lm.revoking = append(lm.revoking, logAssigned{tp: tp, epoch: m.revoking[tp]})
+		}
 		st.members = append(st.members, lm)
 	}
 	return &logRecord{kind: logConsumer, consumer: st}
@@ -546,12 +560,12 @@ func (c *coordinator) consumerGroupOf(name string, p uint32, st *logConsumerStat
 		m := &cgMember{id: lm.id, clientID: lm.clientID, clientHost: lm.clientHost, epoch: lm.epoch, prevEpoch: lm.prevEpoch,
 			rebalanceTimeout: min(max(time.Duration(lm.rebalanceMs)*time.Millisecond, minSessionTimeout), maxSessionTimeout),
 			topics:           slices.Clone(lm.topics), target: slices.Clone(lm.target),
-			assigned: map[topicPart]int32{}, revoking: map[topicPart]bool{}, deadline: now.Add(c.cgSession)}
+			assigned: map[topicPart]int32{}, revoking: map[topicPart]int32{}, deadline: now.Add(c.cgSession)}
 		for _, a := range lm.assigned {
 			m.assigned[a.tp] = a.epoch
 		}
-		for _, tp := range lm.revoking {
-			m.revoking[tp] = true
+		for _, a := range lm.revoking {
+			m.revoking[a.tp] = a.epoch
 		}
 		if len(m.revoking) > 0 {
 			m.revokeBy = now.Add(m.rebalanceTimeout)
@@ -615,7 +629,11 @@ func (c *coordinator) consumerCommitCheck(group, memberID string, epoch int32, v
 	assigned := maps.Clone(m.assigned)
 	revoking := maps.Clone(m.revoking)
 	return true, 0, func(tp topicPart) int16 {
-		if at, ok := assigned[tp]; ok && epoch >= at || revoking[tp] && epoch == m.epoch {
+		at, ok := assigned[tp]
+		if !ok {
+			at, ok = revoking[tp]
+		}
+		if ok && epoch >= at {
 			return 0
 		}
 		return kerr.StaleMemberEpoch.Code

@@ -51,7 +51,7 @@ func (h *cgHarness) hb(member string, epoch int32, topics []string, owned []topi
 			r.Topics = append(r.Topics, kmsg.ConsumerGroupHeartbeatRequestTopic{TopicID: h.meta[name].id, Partitions: ps})
 		}
 	}
-	a := h.c.consumerHeartbeat(r, 0, h.meta, "client", "/127.0.0.1", h.now)
+	a := h.c.consumerHeartbeat(r, 0, 0, h.meta, "client", "/127.0.0.1", h.now)
 	if a.persist != nil {
 		// What the group log would keep must read back as it was written.
 		b, err := encodeLogRecord(a.persist)
@@ -147,6 +147,9 @@ func TestConsumerGroupRevokesBeforeAssigning(t *testing.T) {
 	}
 	if code := h.commit("a", 1, 9, revoked[0]); code != 0 {
 		t.Fatalf("a commits a partition it is revoking: code %d", code)
+	}
+	if code := h.commit("a", 0, 9, revoked[0]); code != kerr.StaleMemberEpoch.Code {
+		t.Fatalf("a commits a partition it is revoking with an epoch before it was given it: code %d", code)
 	}
 	// b gets nothing of what a still holds.
 	if rb = h.hb("b", 2, sub, []topicPart{}); len(h.assigned(rb)) != 0 {
@@ -501,5 +504,46 @@ func TestConsumerGroupRecordRoundTrip(t *testing.T) {
 	}
 	if len(back.members["a"].revoking) == 0 {
 		t.Fatal("a's revocations were not kept")
+	}
+}
+
+// TestConsumerGroupHeartbeatRefusals: what is not served is refused with
+// the code Kafka answers, and a heartbeat applied in a term the
+// partition is not loaded in changes nothing.
+func TestConsumerGroupHeartbeatRefusals(t *testing.T) {
+	h := newCGHarness(t, map[string]int32{"t": 2})
+	req := func() *kmsg.ConsumerGroupHeartbeatRequest {
+		r := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+		r.Version, r.Group, r.MemberID, r.RebalanceTimeoutMillis = 1, "g", "a", 5000
+		r.SubscribedTopicNames, r.Topics = []string{"t"}, []kmsg.ConsumerGroupHeartbeatRequestTopic{}
+		return r
+	}
+	regex, rangeAssignor := ".*", "range"
+	for _, c := range []struct {
+		what string
+		edit func(*kmsg.ConsumerGroupHeartbeatRequest)
+		code int16
+	}{
+		{"a regular expression subscription", func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.SubscribedTopicRegex = &regex }, kerr.UnsupportedVersion.Code},
+		{"the range assignor", func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.ServerAssignor = &rangeAssignor }, kerr.UnsupportedAssignor.Code},
+		{"no member id", func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.MemberID = "" }, kerr.InvalidRequest.Code},
+		{"a join owning partitions", func(r *kmsg.ConsumerGroupHeartbeatRequest) {
+			r.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{{TopicID: h.meta["t"].id, Partitions: []int32{0}}}
+		}, kerr.InvalidRequest.Code},
+		{"a join without a subscription", func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.SubscribedTopicNames = nil }, kerr.InvalidRequest.Code},
+		{"an epoch below -2", func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.MemberEpoch = -3 }, kerr.InvalidRequest.Code},
+		{"an invalid group id", func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.Group = "" }, kerr.InvalidGroupID.Code},
+	} {
+		r := req()
+		c.edit(r)
+		if a := h.c.consumerHeartbeat(r, 0, 0, h.meta, "c", "/127.0.0.1", h.now); a.resp.ErrorCode != c.code || a.persist != nil {
+			t.Errorf("%s: code %d (a record: %v), want %d", c.what, a.resp.ErrorCode, a.persist != nil, c.code)
+		}
+	}
+	if a := h.c.consumerHeartbeat(req(), 0, 7, h.meta, "c", "/127.0.0.1", h.now); a.resp.ErrorCode != kerr.NotCoordinator.Code || a.persist != nil {
+		t.Fatalf("a join applied in a term the partition is not loaded in: code %d", a.resp.ErrorCode)
+	}
+	if len(h.c.cgroups) != 0 {
+		t.Fatal("a refused heartbeat created a group")
 	}
 }

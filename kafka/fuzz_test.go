@@ -233,7 +233,7 @@ func FuzzDecodeGroupLog(f *testing.F) {
 			topics: []logCTopic{{name: "t", id: [16]byte{1, 2}, parts: 3}},
 			members: []logCMember{
 				{id: "a", clientID: "c", clientHost: "/127.0.0.1", rebalanceMs: 60_000, epoch: 5, prevEpoch: 3, topics: []string{"t"},
-					target: []topicPart{{"t", 0}, {"t", 1}}, assigned: []logAssigned{{tp: topicPart{"t", 0}, epoch: 3}}, revoking: []topicPart{{"t", 2}}},
+					target: []topicPart{{"t", 0}, {"t", 1}}, assigned: []logAssigned{{tp: topicPart{"t", 0}, epoch: 3}}, revoking: []logAssigned{{tp: topicPart{"t", 2}, epoch: 2}}},
 				{id: "b", epoch: 4, topics: []string{"t"}, target: []topicPart{{"t", 2}}},
 			}}},
 		{kind: logConsumer},

@@ -48,9 +48,9 @@ import (
 //	         member count uint16, each: id, client id, client host
 //	         (strings), rebalance timeout uint32 ms, epoch and previous
 //	         epoch int32, subscribed topic count uint16 and the names
-//	         (strings), then its target, its assigned partitions (each
-//	         followed by the epoch int32 it was given at) and its
-//	         revoking ones, each list a uint32 count of topic (string)
+//	         (strings), then its target, its assigned partitions and its
+//	         revoking ones (each of these two followed by the epoch int32
+//	         it was given at), each list a uint32 count of topic (string)
 //	         and partition int32
 
 const groupLogVersion = 1
@@ -127,7 +127,7 @@ type logCMember struct {
 	topics                   []string
 	target                   []topicPart
 	assigned                 []logAssigned
-	revoking                 []topicPart
+	revoking                 []logAssigned
 }
 
 // logConsumerState is a consumer group record's body.
@@ -273,16 +273,15 @@ func appendConsumer(b []byte, g *logConsumerState) ([]byte, error) {
 		if b, err = appendParts(b, m.target, nil); err != nil {
 			return nil, err
 		}
-		tps := make([]topicPart, len(m.assigned))
-		epochs := make([]int32, len(m.assigned))
-		for i, a := range m.assigned {
-			tps[i], epochs[i] = a.tp, a.epoch
-		}
-		if b, err = appendParts(b, tps, epochs); err != nil {
-			return nil, err
-		}
-		if b, err = appendParts(b, m.revoking, nil); err != nil {
-			return nil, err
+		for _, held := range [][]logAssigned{m.assigned, m.revoking} {
+			tps := make([]topicPart, len(held))
+			epochs := make([]int32, len(held))
+			for i, a := range held {
+				tps[i], epochs[i] = a.tp, a.epoch
+			}
+			if b, err = appendParts(b, tps, epochs); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return b, nil
@@ -515,7 +514,10 @@ func (r *logReader) consumer() logConsumerState {
 		for i := range tps {
 			m.assigned = append(m.assigned, logAssigned{tp: tps[i], epoch: epochs[i]})
 		}
-		m.revoking, _ = r.parts(false)
+		tps, epochs = r.parts(true)
+		for i := range tps {
+			m.revoking = append(m.revoking, logAssigned{tp: tps[i], epoch: epochs[i]})
+		}
 		if r.err != nil {
 			return g
 		}
