@@ -68,17 +68,9 @@ func TestShutdownAndCloseAreIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer node.Close()
-	srv, err := NewServer(node, Config{AdvertisedAddr: "127.0.0.1:1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(l.Addr().String()), kgo.DefaultProduceTopic("t"), kgo.AllowAutoTopicCreation())
+	l := listen(t, node, Config{AdvertisedAddr: "127.0.0.1:1"})
+	srv := l.srv
+	cl, err := kgo.NewClient(kgo.SeedBrokers(l.addr), kgo.DefaultProduceTopic("t"), kgo.AllowAutoTopicCreation())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +85,7 @@ func TestShutdownAndCloseAreIdempotent(t *testing.T) {
 	if err := srv.Shutdown(ctx); err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
-	if err := <-served; !errors.Is(err, ErrServerClosed) {
+	if err := l.serveErr(); !errors.Is(err, ErrServerClosed) {
 		t.Fatalf("Serve: %v, want ErrServerClosed", err)
 	}
 	if err := srv.Close(); err != nil {
