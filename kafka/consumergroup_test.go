@@ -18,6 +18,7 @@ type cgHarness struct {
 	c    *coordinator
 	now  time.Time
 	meta map[string]cgTopic
+	at   uint64 // the log offset of the last record written
 }
 
 func newCGHarness(t *testing.T, topics map[string]int32) *cgHarness {
@@ -61,6 +62,9 @@ func (h *cgHarness) hb(member string, epoch int32, topics []string, owned []topi
 		if _, err := decodeLogRecord(b); err != nil {
 			h.t.Fatalf("decode the group record: %v", err)
 		}
+		// As writeGroupLog applies a written record.
+		h.at++
+		h.c.applyRecord("g", 0, 0, h.at, a.persist)
 	}
 	return a.resp
 }
@@ -504,6 +508,37 @@ func TestConsumerGroupRecordRoundTrip(t *testing.T) {
 	}
 	if len(back.members["a"].revoking) == 0 {
 		t.Fatal("a's revocations were not kept")
+	}
+
+	// A compaction's snapshot of the partition, loaded by another
+	// coordinator (a move, a restart), serves the same group.
+	msgs, err := h.c.snapshot(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []loadedRecord
+	for i, m := range msgs {
+		rec, err := decodeLogRecord(m.Payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, loadedRecord{group: string(m.Key), at: uint64(i), rec: rec})
+	}
+	moved := newCoordinator(time.Second, 10*time.Second)
+	moved.install(0, 1, recs, h.now)
+	loaded := moved.cgroups["g"]
+	if loaded == nil {
+		t.Fatal("the loaded partition holds no consumer group g")
+	}
+	if got, err := encodeLogRecord(moved.consumerRecord(loaded)); err != nil || string(got) != string(b) {
+		t.Fatalf("the group loaded from a snapshot is not the group snapshotted (err %v)", err)
+	}
+	// Its members heartbeat on there at their epochs.
+	m := loaded.members["b"]
+	r := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+	r.Version, r.Group, r.MemberID, r.MemberEpoch = 1, "g", "b", m.epoch
+	if a := moved.consumerHeartbeat(r, 0, 1, h.meta, "c", "/127.0.0.1", h.now); a.resp.ErrorCode != 0 || a.resp.MemberEpoch != m.epoch {
+		t.Fatalf("b's heartbeat at the new coordinator: code %d epoch %d, want 0 and %d", a.resp.ErrorCode, a.resp.MemberEpoch, m.epoch)
 	}
 }
 
