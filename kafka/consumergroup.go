@@ -305,7 +305,9 @@ func (c *coordinator) consumerHeartbeat(r *kmsg.ConsumerGroupHeartbeatRequest, p
 }
 
 // ownedOf maps the partitions a heartbeat reports owned to names; a
-// topic ID the group's view does not know is not one of its partitions.
+// topic ID the group's view does not know, or a partition it does not
+// have, is not one of its partitions (and takes no memory: the map holds
+// at most the view's partitions, however many the request lists).
 func (c *coordinator) ownedOf(g *cgroup, topics []kmsg.ConsumerGroupHeartbeatRequestTopic) map[topicPart]bool {
 	byID := make(map[[16]byte]string, len(g.topics))
 	for name, t := range g.topics {
@@ -318,7 +320,9 @@ func (c *coordinator) ownedOf(g *cgroup, topics []kmsg.ConsumerGroupHeartbeatReq
 			continue
 		}
 		for _, p := range t.Partitions {
-			out[topicPart{name, p}] = true
+			if p >= 0 && p < g.topics[name].parts {
+				out[topicPart{name, p}] = true
+			}
 		}
 	}
 	return out
