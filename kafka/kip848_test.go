@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/parkway-io/parkway"
 )
@@ -378,5 +380,31 @@ func TestClusterKIP848CoordinatorKilled(t *testing.T) {
 		if len(s.by[k]) > n {
 			t.Errorf("record %s, committed before the kill, was polled again after it (by members %v)", k, s.by[k])
 		}
+	}
+}
+
+// TestKIP848RegexFallsBackToClassic: a regular expression subscription
+// is not served by the KIP-848 protocol: its join is answered
+// UNSUPPORTED_VERSION, on which franz-go falls back to the classic
+// protocol, and the member consumes as a classic group's.
+func TestKIP848RegexFallsBackToClassic(t *testing.T) {
+	f := serve(t, kip848Config())
+	ctx := ctxFor(t)
+	prod := f.client(t, kgo.DefaultProduceTopic("regex-topic"), kgo.AllowAutoTopicCreation())
+	if err := prod.ProduceSync(ctx, kgo.StringRecord("one")).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	cl := f.client(t, kgo.ConsumerGroup("regex-group"), kgo.ConsumeRegex(), kgo.ConsumeTopics("regex-.*"),
+		kgo.ServerSideBalancer(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
+	if got := consume(t, cl, 1); string(got[0].Value) != "one" {
+		t.Fatalf("consumed %q", got[0].Value)
+	}
+	f.srv.groups.mu.Lock()
+	defer f.srv.groups.mu.Unlock()
+	if _, classic := f.srv.groups.groups["regex-group"]; !classic || f.srv.groups.cgroups["regex-group"] != nil {
+		t.Fatalf("the regex member's group: classic %v, consumer group %v", classic, f.srv.groups.cgroups["regex-group"] != nil)
+	}
+	if n := testutil.ToFloat64(f.srv.metrics.errors.WithLabelValues(apiName(int16(kmsg.ConsumerGroupHeartbeat)), "35")); n < 1 {
+		t.Fatalf("%v ConsumerGroupHeartbeats answered UNSUPPORTED_VERSION, want at least 1", n)
 	}
 }
