@@ -47,12 +47,14 @@ import (
 // A group is either classic or consumer while it has members: a
 // ConsumerGroupHeartbeat for a classic group with members answers
 // GROUP_ID_NOT_FOUND and a JoinGroup for a consumer group with members
-// INCONSISTENT_GROUP_PROTOCOL, as Kafka does without its migration
-// policy. A group without members takes either (its offsets stay).
+// INCONSISTENT_GROUP_PROTOCOL, as Kafka answers with
+// group.consumer.migration.policy=disabled (no member of one protocol
+// joins a group of the other). A group without members takes either
+// (its offsets stay).
 //
 // Served: topic name subscriptions and the "uniform" assignor. Not
 // served: regular expression subscriptions (UNSUPPORTED_VERSION on the
-// join, on which clients fall back to the classic protocol), the
+// join, on which franz-go falls back to the classic protocol), the
 // "range" assignor (UNSUPPORTED_ASSIGNOR), and static membership (an
 // instance id is ignored: the member is dynamic; epoch -2 leaves).
 
