@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -406,5 +407,144 @@ func TestKIP848RegexFallsBackToClassic(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(f.srv.metrics.errors.WithLabelValues(apiName(int16(kmsg.ConsumerGroupHeartbeat)), "35")); n < 1 {
 		t.Fatalf("%v ConsumerGroupHeartbeats answered UNSUPPORTED_VERSION, want at least 1", n)
+	}
+}
+
+// TestKIP848CommitFenceOverTheWire drives the KIP-848 protocol with raw
+// requests: OffsetCommit applies the per-partition fence a member's
+// heartbeats set up — a member commits what it holds, also while
+// revoking it, and nothing once it released it; the new holder commits
+// it from the epoch it was given it at; a member commits with v9 only;
+// an admin commit is refused while the group has members — and what is
+// refused never reaches the group log. ConsumerGroupDescribe, ListGroups
+// and DescribeGroups answer the group as a consumer group.
+func TestKIP848CommitFenceOverTheWire(t *testing.T) {
+	f := serve(t, kip848Config())
+	r := dialRaw(t, f.addr)
+	const group, topicName = "wire-group", "wire"
+	ct := kmsg.NewPtrCreateTopicsRequest()
+	ct.Version, ct.TimeoutMillis = 5, 10_000
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topicName, 2, 1
+	ct.Topics = append(ct.Topics, rt)
+	if resp := r.request(ct).(*kmsg.CreateTopicsResponse); resp.Topics[0].ErrorCode != 0 {
+		t.Fatalf("CreateTopics: code %d", resp.Topics[0].ErrorCode)
+	}
+	topic, err := f.srv.topics.lookup(ctxFor(t), topicName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := topicID(topic)
+	// hb sends a full heartbeat (owned nil: a join) and returns the
+	// member's epoch and assigned partitions.
+	hb := func(member string, epoch int32, owned []int32) (int32, []int32) {
+		t.Helper()
+		req := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+		req.Version, req.Group, req.MemberID, req.MemberEpoch, req.RebalanceTimeoutMillis = 1, group, member, epoch, 30_000
+		req.SubscribedTopicNames, req.Topics = []string{topicName}, []kmsg.ConsumerGroupHeartbeatRequestTopic{}
+		if len(owned) > 0 {
+			req.Topics = append(req.Topics, kmsg.ConsumerGroupHeartbeatRequestTopic{TopicID: id, Partitions: owned})
+		}
+		resp := r.request(req).(*kmsg.ConsumerGroupHeartbeatResponse)
+		if resp.ErrorCode != 0 || resp.Assignment == nil {
+			t.Fatalf("heartbeat of %s at %d: code %d, assignment %v", member, epoch, resp.ErrorCode, resp.Assignment)
+		}
+		var parts []int32
+		for _, at := range resp.Assignment.Topics {
+			if at.TopicID != id {
+				t.Fatalf("assigned topic ID %x, want %x", at.TopicID, id)
+			}
+			parts = append(parts, at.Partitions...)
+		}
+		slices.Sort(parts)
+		return resp.MemberEpoch, parts
+	}
+	commit := func(version int16, member string, epoch int32, part int32, offset int64) int16 {
+		t.Helper()
+		req := kmsg.NewPtrOffsetCommitRequest()
+		req.Version, req.Group, req.MemberID, req.Generation = version, group, member, epoch
+		ot := kmsg.NewOffsetCommitRequestTopic()
+		ot.Topic = topicName
+		op := kmsg.NewOffsetCommitRequestTopicPartition()
+		op.Partition, op.Offset = part, offset
+		ot.Partitions = append(ot.Partitions, op)
+		req.Topics = append(req.Topics, ot)
+		return r.request(req).(*kmsg.OffsetCommitResponse).Topics[0].Partitions[0].ErrorCode
+	}
+	fetch := func(part int32) int64 {
+		t.Helper()
+		req := kmsg.NewPtrOffsetFetchRequest()
+		req.Version, req.Group = 7, group
+		req.Topics = []kmsg.OffsetFetchRequestTopic{{Topic: topicName, Partitions: []int32{part}}}
+		return r.request(req).(*kmsg.OffsetFetchResponse).Topics[0].Partitions[0].Offset
+	}
+
+	ea, parts := hb("a", 0, nil)
+	if !slices.Equal(parts, []int32{0, 1}) {
+		t.Fatalf("a alone is assigned %v", parts)
+	}
+	if code := commit(9, "a", ea, 0, 5); code != 0 {
+		t.Fatalf("a commits partition 0: code %d", code)
+	}
+	if code := commit(8, "a", ea, 0, 6); code != kerr.UnsupportedVersion.Code {
+		t.Fatalf("a commits with OffsetCommit v8: code %d, want UNSUPPORTED_VERSION", code)
+	}
+	if code := commit(9, "", -1, 0, 6); code != kerr.UnknownMemberID.Code {
+		t.Fatalf("an admin commit while the group has members: code %d", code)
+	}
+
+	eb, parts := hb("b", 0, nil)
+	if len(parts) != 0 {
+		t.Fatalf("b was given %v, which a holds", parts)
+	}
+	_, kept := hb("a", ea, []int32{0, 1}) // a is told to give one up
+	if len(kept) != 1 {
+		t.Fatalf("a keeps %v after b joined", kept)
+	}
+	moving := 1 - kept[0]
+	if code := commit(9, "a", ea, moving, 10); code != 0 {
+		t.Fatalf("a commits the partition it is revoking: code %d", code)
+	}
+	if code := commit(9, "b", eb, moving, 99); code != kerr.StaleMemberEpoch.Code {
+		t.Fatalf("b commits the partition a holds: code %d", code)
+	}
+	ea, _ = hb("a", ea, kept) // revoked
+	eb, parts = hb("b", eb, nil)
+	if !slices.Equal(parts, []int32{moving}) {
+		t.Fatalf("b is assigned %v once a revoked %d", parts, moving)
+	}
+	if code := commit(9, "a", ea, moving, 11); code != kerr.StaleMemberEpoch.Code {
+		t.Fatalf("a commits the partition it released: code %d", code)
+	}
+	if code := commit(9, "b", eb-1, moving, 12); code != kerr.StaleMemberEpoch.Code {
+		t.Fatalf("b commits its new partition with an epoch before it was given it: code %d", code)
+	}
+	if got := fetch(moving); got != 10 {
+		t.Fatalf("partition %d's committed offset %d, want a's 10 (the refused commits never landed)", moving, got)
+	}
+	if code := commit(9, "b", eb, moving, 13); code != 0 {
+		t.Fatalf("b commits its new partition: code %d", code)
+	}
+	if got := fetch(moving); got != 13 {
+		t.Fatalf("partition %d's committed offset %d, want b's 13", moving, got)
+	}
+
+	cd := kmsg.NewPtrConsumerGroupDescribeRequest()
+	cd.Version, cd.Groups = 1, []string{group, "no-such-group"}
+	described := r.request(cd).(*kmsg.ConsumerGroupDescribeResponse)
+	if g := described.Groups[0]; g.ErrorCode != 0 || len(g.Members) != 2 || g.AssignorName != uniformAssignor {
+		t.Fatalf("ConsumerGroupDescribe: %+v", g)
+	}
+	if g := described.Groups[1]; g.ErrorCode != kerr.GroupIDNotFound.Code {
+		t.Fatalf("ConsumerGroupDescribe of an unknown group: code %d", g.ErrorCode)
+	}
+	dg := kmsg.NewPtrDescribeGroupsRequest()
+	dg.Version, dg.Groups = 5, []string{group}
+	if g := r.request(dg).(*kmsg.DescribeGroupsResponse).Groups[0]; g.ErrorCode != kerr.GroupIDNotFound.Code {
+		t.Fatalf("DescribeGroups of a consumer group: code %d", g.ErrorCode)
+	}
+	listed := r.request(kmsg.NewPtrListGroupsRequest()).(*kmsg.ListGroupsResponse)
+	if len(listed.Groups) != 1 || listed.Groups[0].Group != group || listed.Groups[0].ProtocolType != "consumer" {
+		t.Fatalf("ListGroups: %+v", listed.Groups)
 	}
 }
