@@ -45,6 +45,19 @@ func TestConfigValidateReportsEveryProblem(t *testing.T) {
 	if err := (Config{MaxRequestSize: 1 << 20, MaxInflightBytes: 1 << 10}).Validate(); err == nil {
 		t.Error("a budget below one request passed Validate")
 	}
+	for _, c := range []Config{
+		{GroupHeartbeatInterval: -time.Second},
+		{GroupHeartbeatInterval: time.Minute}, // not below the default 45 s session timeout
+		{GroupHeartbeatInterval: time.Second, GroupSessionTimeout: time.Second},
+		{GroupSessionTimeout: time.Hour},
+	} {
+		if err := c.Validate(); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "group heartbeat interval") {
+			t.Errorf("heartbeat interval %v, session timeout %v: %v", c.GroupHeartbeatInterval, c.GroupSessionTimeout, err)
+		}
+	}
+	if err := (Config{GroupHeartbeatInterval: 100 * time.Millisecond, GroupSessionTimeout: time.Second}).Validate(); err != nil {
+		t.Errorf("a heartbeat interval below the session timeout: %v", err)
+	}
 	node, err := parkway.Open(parkway.Config{Shards: 1})
 	if err != nil {
 		t.Fatal(err)
