@@ -53,6 +53,10 @@ func (s *Server) dispatch(ctx context.Context, req kmsg.Request, p *pending, ses
 		p.resp = s.offsetCommit(ctx, r)
 	case *kmsg.OffsetFetchRequest:
 		p.resp = s.offsetFetch(ctx, r)
+	case *kmsg.ConsumerGroupHeartbeatRequest:
+		p.resp = s.consumerGroupHeartbeat(ctx, r, p.hdr.clientID, p.remote)
+	case *kmsg.ConsumerGroupDescribeRequest:
+		p.resp = s.consumerGroupDescribe(ctx, r)
 	case *kmsg.ListGroupsRequest:
 		p.resp = s.listGroups(ctx, r)
 	case *kmsg.DescribeGroupsRequest:

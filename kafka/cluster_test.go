@@ -38,6 +38,13 @@ func startCluster(t *testing.T) *cluster {
 // startClusterOf starts size nodes, ids 1..size.
 func startClusterOf(t *testing.T, size int) *cluster {
 	t.Helper()
+	return startClusterWith(t, size, nil)
+}
+
+// startClusterWith starts size nodes, ids 1..size, each listener's
+// config changed by with (if not nil).
+func startClusterWith(t *testing.T, size int, with func(*Config)) *cluster {
+	t.Helper()
 	bus := transport.NewNetwork(transport.NetworkOptions{})
 	t.Cleanup(func() { bus.Close() })
 	var peers []transport.NodeID
@@ -59,7 +66,11 @@ func startClusterOf(t *testing.T, size int) *cluster {
 		c.nodes[int32(id)], listeners[int32(id)], c.brokers[int32(id)] = n, l, l.Addr().String()
 	}
 	for id, n := range c.nodes {
-		srv, err := NewServer(n, Config{BrokerID: id, Brokers: c.brokers, DefaultPartitions: 3})
+		cfg := Config{BrokerID: id, Brokers: c.brokers, DefaultPartitions: 3}
+		if with != nil {
+			with(&cfg)
+		}
+		srv, err := NewServer(n, cfg)
 		if err != nil {
 			t.Fatalf("NewServer %d: %v", id, err)
 		}

@@ -2,7 +2,6 @@ package kafka
 
 import (
 	"errors"
-	"net"
 	"strings"
 	"testing"
 
@@ -27,24 +26,14 @@ func TestCommitMetadataKeptInGroupLog(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv, err := NewServer(node, Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		served := make(chan error, 1)
-		go func() { served <- srv.Serve(l) }()
-		cl, err := kgo.NewClient(kgo.SeedBrokers(l.Addr().String()))
+		l := listen(t, node, Config{})
+		cl, err := kgo.NewClient(kgo.SeedBrokers(l.addr))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return kadm.NewClient(cl), func() {
 			cl.Close()
-			_ = srv.Close()
-			<-served
+			l.stop()
 			if err := node.Close(); err != nil {
 				t.Fatal(err)
 			}

@@ -57,6 +57,9 @@ func (c *coordinator) snapshot(p uint32) ([]parkway.Message, error) {
 		if o.state != nil {
 			recs = append(recs, &logRecord{kind: logGroup, group: *o.state})
 		}
+		if o.consumer != nil {
+			recs = append(recs, &logRecord{kind: logConsumer, consumer: *o.consumer})
+		}
 		if len(o.by) > 0 {
 			r := &logRecord{kind: logCommitMeta}
 			for tp, co := range o.by {

@@ -1,9 +1,7 @@
 package kafka
 
 import (
-	"errors"
 	"fmt"
-	"net"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -28,23 +26,8 @@ func TestGroupLogCompaction(t *testing.T) {
 	t.Cleanup(func() { _ = node.Close() })
 	serve := func() (*Server, *raw) {
 		t.Helper()
-		srv, err := NewServer(node, Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		served := make(chan error, 1)
-		go func() { served <- srv.Serve(l) }()
-		t.Cleanup(func() {
-			_ = srv.Close()
-			if err := <-served; !errors.Is(err, ErrServerClosed) {
-				t.Errorf("Serve: %v", err)
-			}
-		})
-		return srv, dialRaw(t, l.Addr().String())
+		l := listen(t, node, Config{})
+		return l.srv, dialRaw(t, l.addr)
 	}
 	ctx := ctxFor(t)
 	srv, r := serve()

@@ -98,6 +98,15 @@ type Config struct {
 	// of its own. Default 30 s.
 	RequestTimeout time.Duration
 
+	// GroupHeartbeatInterval is the heartbeat interval a consumer group
+	// member of the KIP-848 protocol (ConsumerGroupHeartbeat) is told
+	// (Kafka's group.consumer.heartbeat.interval.ms; default 5 s).
+	GroupHeartbeatInterval time.Duration
+	// GroupSessionTimeout removes such a member that sends no heartbeat
+	// for this long (group.consumer.session.timeout.ms; default 45 s). It
+	// must exceed GroupHeartbeatInterval.
+	GroupSessionTimeout time.Duration
+
 	// TLS, when set, makes the listener serve TLS (ListenAndServe and
 	// Serve alike).
 	TLS *tls.Config
@@ -175,6 +184,20 @@ func (c Config) Validate() error {
 	if c.RequestTimeout < 0 {
 		bad("request timeout %v is negative", c.RequestTimeout)
 	}
+	if c.GroupHeartbeatInterval < 0 || c.GroupSessionTimeout < 0 {
+		bad("group heartbeat interval %v or session timeout %v is negative", c.GroupHeartbeatInterval, c.GroupSessionTimeout)
+	} else {
+		hb, st := c.GroupHeartbeatInterval, c.GroupSessionTimeout
+		if hb == 0 {
+			hb = DefaultGroupHeartbeatInterval
+		}
+		if st == 0 {
+			st = DefaultGroupSessionTimeout
+		}
+		if hb < time.Millisecond || st <= hb || st > maxSessionTimeout {
+			bad("group heartbeat interval %v and session timeout %v: 1 ms <= interval < timeout <= %v", hb, st, maxSessionTimeout)
+		}
+	}
 	if c.SASL != nil {
 		if c.SASL.Credentials == nil {
 			bad("SASL without a credential store")
@@ -219,6 +242,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.GroupHeartbeatInterval == 0 {
+		c.GroupHeartbeatInterval = DefaultGroupHeartbeatInterval
+	}
+	if c.GroupSessionTimeout == 0 {
+		c.GroupSessionTimeout = DefaultGroupSessionTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()

@@ -408,7 +408,7 @@ func TestClusterCoordinatorMovesWhenItsNodeDies(t *testing.T) {
 // members.
 func TestCoordinatorLoadsTheGroupLog(t *testing.T) {
 	const part = 3
-	c := newCoordinator()
+	c := newCoordinator(DefaultGroupHeartbeatInterval, DefaultGroupSessionTimeout)
 	c.install(part, 5, nil, time.Unix(1000, 0))
 	now := time.Unix(1000, 0)
 	join := func(c *coordinator, member string) (*kmsg.JoinGroupResponse, <-chan *kmsg.JoinGroupResponse) {
@@ -458,7 +458,7 @@ func TestCoordinatorLoadsTheGroupLog(t *testing.T) {
 	commit := &logRecord{kind: logCommit, commits: []logOffset{{tp: topicPart{"t", 0}, revision: 9, offset: 42}}}
 	recs := []loadedRecord{{group: "g", at: 1, rec: encode(persist)}, {group: "g", at: 2, rec: encode(commit)}}
 
-	moved := newCoordinator()
+	moved := newCoordinator(DefaultGroupHeartbeatInterval, DefaultGroupSessionTimeout)
 	moved.install(part, 7, recs, now.Add(time.Second))
 	hb := func(c *coordinator, id string, gen int32) int16 {
 		r := kmsg.NewPtrHeartbeatRequest()

@@ -36,7 +36,13 @@ func (c *coordinator) groupDelete(name string) (code int16, known bool) {
 	if ok && (len(g.members) > 0 || len(g.pending) > 0) {
 		return kerr.NonEmptyGroup.Code, true
 	}
+	cg, cok := c.cgroups[name]
+	if cok && len(cg.members) > 0 {
+		return kerr.NonEmptyGroup.Code, true
+	}
+	ok = ok || cok
 	delete(c.groups, name)
+	delete(c.cgroups, name)
 	if c.deleting == nil {
 		c.deleting = map[string]bool{}
 	}
@@ -59,6 +65,13 @@ func (c *coordinator) deleted(name string) {
 func (c *coordinator) subscriptions(name string) (known, members, consumer bool, topics map[string]bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if cg, ok := c.cgroups[name]; ok && len(cg.members) > 0 {
+		topics = map[string]bool{}
+		for _, t := range cg.subscribed() {
+			topics[t] = true
+		}
+		return true, true, true, topics
+	}
 	g, ok := c.groups[name]
 	if !ok {
 		return false, false, false, nil

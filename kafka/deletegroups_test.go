@@ -151,7 +151,7 @@ func TestDeleteGroupsAndOffsets(t *testing.T) {
 // of the deletion and be removed by it; a second deletion of the group
 // meanwhile is asked to retry too. Once it is done, both are served.
 func TestGroupDeletionHoldsOffJoinsAndCommits(t *testing.T) {
-	c := newCoordinator()
+	c := newCoordinator(DefaultGroupHeartbeatInterval, DefaultGroupSessionTimeout)
 	if code, known := c.groupDelete("g"); code != 0 || known {
 		t.Fatalf("groupDelete of an unknown group: code %d, known %v", code, known)
 	}

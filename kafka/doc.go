@@ -37,6 +37,14 @@
 // refusing it would make the client resend its unacknowledged batches
 // under a new producer id, which the window cannot recognise.
 //
+// KIP-848's consumer group protocol (ConsumerGroupHeartbeat), in which
+// the coordinator assigns, is served by the same coordinator: the
+// group's epoch and members — subscriptions, target, held and revoking
+// partitions — are a record of the same group log, written before a
+// heartbeat is answered; a partition moves only once its holder revoked
+// it, and a member commits only what it holds (consumergroup.go). While
+// it has members a group is either classic or consumer.
+//
 // DeleteGroups and OffsetDelete remove committed offsets: a group log
 // record, then the named consumer offsets of earlier releases.
 //

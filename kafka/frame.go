@@ -43,7 +43,7 @@ var served = map[int16]versionRange{
 	int16(kmsg.SyncGroup):               {0, 5},
 	int16(kmsg.Heartbeat):               {0, 4},
 	int16(kmsg.LeaveGroup):              {0, 5},
-	int16(kmsg.OffsetCommit):            {0, 8},
+	int16(kmsg.OffsetCommit):            {0, 9},
 	int16(kmsg.OffsetFetch):             {0, 7},
 	int16(kmsg.ListGroups):              {0, 4},
 	int16(kmsg.DescribeGroups):          {0, 5},
@@ -53,6 +53,10 @@ var served = map[int16]versionRange{
 	int16(kmsg.DeleteRecords):           {0, 2},
 	int16(kmsg.DescribeConfigs):         {0, 4},
 	int16(kmsg.IncrementalAlterConfigs): {0, 1},
+	// KIP-848's consumer group protocol: v1 is the one clients use (a
+	// member id of the client's making).
+	int16(kmsg.ConsumerGroupHeartbeat): {1, 1},
+	int16(kmsg.ConsumerGroupDescribe):  {0, 1},
 	// Handshake v0 would be followed by raw SASL tokens outside Kafka's
 	// framing; v1 wraps them in SaslAuthenticate, which every current
 	// client uses.

@@ -150,8 +150,26 @@ func FuzzProcess(f *testing.F) {
 	ff := kmsg.NewFetchRequestForgottenTopic()
 	ff.Topic, ff.Partitions = name, []int32{0, 1}
 	fi.ForgottenTopics = append(fi.ForgottenTopics, ff)
+	// KIP-848: a join, a heartbeat owning a partition, a leave, a
+	// describe, and a member's commit (OffsetCommit v9).
+	cj := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+	cj.Version, cj.Group, cj.MemberID, cj.MemberEpoch, cj.RebalanceTimeoutMillis = 1, "cg", "member-1", 0, 60_000
+	cj.SubscribedTopicNames, cj.Topics = []string{name}, []kmsg.ConsumerGroupHeartbeatRequestTopic{}
+	uniform := uniformAssignor
+	cj.ServerAssignor = &uniform
+	ch := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+	ch.Version, ch.Group, ch.MemberID, ch.MemberEpoch = 1, "cg", "member-1", 2
+	ch.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{{TopicID: [16]byte{0, 0, 0, 1, 0, 0, 0, 1}, Partitions: []int32{0, 1}}}
+	cl := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+	cl.Version, cl.Group, cl.MemberID, cl.MemberEpoch = 1, "cg", "member-1", -1
+	cd := kmsg.NewPtrConsumerGroupDescribeRequest()
+	cd.Version, cd.Groups = 1, []string{"cg", "g"}
+	oc9 := kmsg.NewPtrOffsetCommitRequest()
+	oc9.Version, oc9.Group, oc9.MemberID, oc9.Generation = 9, "cg", "member-1", 1
+	oc9.Topics = oc.Topics
 	for _, req := range []kmsg.Request{md, pr, fr, lo, ct, av, kmsg.NewPtrInitProducerIDRequest(), kmsg.NewPtrDeleteTopicsRequest(),
-		fc, oc, of, hb, dc, sh, kmsg.NewPtrListGroupsRequest(), kmsg.NewPtrDescribeGroupsRequest(), dg, od, oe, fs, fi} {
+		fc, oc, of, hb, dc, sh, kmsg.NewPtrListGroupsRequest(), kmsg.NewPtrDescribeGroupsRequest(), dg, od, oe, fs, fi,
+		cj, ch, cl, cd, oc9} {
 		f.Add(formatter.AppendRequest(nil, req, 1)[4:])
 	}
 	f.Fuzz(func(t *testing.T, frame []byte) {
@@ -211,6 +229,14 @@ func FuzzDecodeGroupLog(f *testing.F) {
 		{kind: logCommit, commits: []logOffset{{tp: topicPart{"t", 2}, revision: 7, offset: 42}}},
 		{kind: logCommitMeta, commits: []logOffset{{tp: topicPart{"t", 2}, revision: 7, offset: 42, metadata: "m"}, {tp: topicPart{"u", 0}, revision: 1, offset: 0}}},
 		{kind: logForget, forgets: []topicPart{{"t", 0}, {"u", 1}}},
+		{kind: logConsumer, consumer: logConsumerState{epoch: 5, targetEpoch: 5,
+			topics: []logCTopic{{name: "t", id: [16]byte{1, 2}, parts: 3}},
+			members: []logCMember{
+				{id: "a", clientID: "c", clientHost: "/127.0.0.1", rebalanceMs: 60_000, epoch: 5, prevEpoch: 3, topics: []string{"t"},
+					target: []topicPart{{"t", 0}, {"t", 1}}, assigned: []logAssigned{{tp: topicPart{"t", 0}, epoch: 3}}, revoking: []logAssigned{{tp: topicPart{"t", 2}, epoch: 2}}},
+				{id: "b", epoch: 4, topics: []string{"t"}, target: []topicPart{{"t", 2}}},
+			}}},
+		{kind: logConsumer},
 	} {
 		b, err := encodeLogRecord(r)
 		if err != nil {
@@ -220,6 +246,7 @@ func FuzzDecodeGroupLog(f *testing.F) {
 	}
 	f.Add([]byte{groupLogVersion, byte(logCommit), 0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{groupLogVersion, byte(logGroup), 0, 0, 0, 1, 0xff, 0xff})
+	f.Add([]byte{groupLogVersion, byte(logConsumer), 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := decodeLogRecord(b)
 		if err != nil {

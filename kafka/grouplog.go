@@ -42,6 +42,16 @@ import (
 //	         maxCommitMetadata bytes)
 //	forget:  count uint32, each: topic (string), partition int32 (OffsetDelete)
 //	delete:  nothing (DeleteGroups: the group and all its offsets)
+//	consumer: a consumer group (KIP-848, consumergroup.go): group
+//	         epoch and target epoch int32, topic count uint16, each:
+//	         name (string), topic ID (16 bytes), partitions int32;
+//	         member count uint16, each: id, client id, client host
+//	         (strings), rebalance timeout uint32 ms, epoch and previous
+//	         epoch int32, subscribed topic count uint16 and the names
+//	         (strings), then its target, its assigned partitions and its
+//	         revoking ones (each of these two followed by the epoch int32
+//	         it was given at), each list a uint32 count of topic (string)
+//	         and partition int32
 
 const groupLogVersion = 1
 
@@ -54,6 +64,7 @@ const (
 	logForget
 	logDelete
 	logCommitMeta // a commit whose offsets carry their metadata strings
+	logConsumer   // a consumer group's state (KIP-848)
 )
 
 // maxCommitMetadata bounds the metadata string of a committed offset, as
@@ -94,12 +105,45 @@ type logOffset struct {
 	metadata string // the committer's, as OffsetFetch answers it
 }
 
+// logCTopic is a topic of a consumer group's view.
+type logCTopic struct {
+	name  string
+	id    [16]byte
+	parts int32
+}
+
+// logAssigned is a partition a consumer group member holds, with the
+// member epoch it was given the partition at.
+type logAssigned struct {
+	tp    topicPart
+	epoch int32
+}
+
+// logCMember is a consumer group member as its group record keeps it.
+type logCMember struct {
+	id, clientID, clientHost string
+	rebalanceMs              uint32
+	epoch, prevEpoch         int32
+	topics                   []string
+	target                   []topicPart
+	assigned                 []logAssigned
+	revoking                 []logAssigned
+}
+
+// logConsumerState is a consumer group record's body.
+type logConsumerState struct {
+	epoch, targetEpoch int32
+	topics             []logCTopic
+	members            []logCMember
+}
+
 // logRecord is a decoded record.
 type logRecord struct {
-	kind    logKind
-	group   logGroupState // logGroup
-	commits []logOffset   // logCommit, logCommitMeta
-	forgets []topicPart   // logForget
+	kind     logKind
+	group    logGroupState    // logGroup
+	consumer logConsumerState // logConsumer
+	commits  []logOffset      // logCommit, logCommitMeta
+	forgets  []topicPart      // logForget
 }
 
 func appendString(b []byte, s string) []byte {
@@ -168,8 +212,77 @@ func encodeLogRecord(r *logRecord) ([]byte, error) {
 			b = appendString(b, tp.topic)
 			b = binary.BigEndian.AppendUint32(b, uint32(tp.part))
 		}
+	case logConsumer:
+		return appendConsumer(b, &r.consumer)
 	default:
 		return nil, fmt.Errorf("%w: kind %d", errGroupLog, r.kind)
+	}
+	return b, nil
+}
+
+func appendParts(b []byte, tps []topicPart, epochs []int32) ([]byte, error) {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(tps)))
+	for i, tp := range tps {
+		if len(tp.topic) > math.MaxUint16 {
+			return nil, fmt.Errorf("%w: a topic name is too long", errGroupLog)
+		}
+		b = appendString(b, tp.topic)
+		b = binary.BigEndian.AppendUint32(b, uint32(tp.part))
+		if epochs != nil {
+			b = binary.BigEndian.AppendUint32(b, uint32(epochs[i]))
+		}
+	}
+	return b, nil
+}
+
+func appendConsumer(b []byte, g *logConsumerState) ([]byte, error) {
+	long := func(s string) bool { return len(s) > math.MaxUint16 }
+	if len(g.topics) > math.MaxUint16 || len(g.members) > math.MaxUint16 {
+		return nil, fmt.Errorf("%w: too many topics or members", errGroupLog)
+	}
+	b = binary.BigEndian.AppendUint32(b, uint32(g.epoch))
+	b = binary.BigEndian.AppendUint32(b, uint32(g.targetEpoch))
+	b = binary.BigEndian.AppendUint16(b, uint16(len(g.topics)))
+	for _, t := range g.topics {
+		if long(t.name) {
+			return nil, fmt.Errorf("%w: a topic name is too long", errGroupLog)
+		}
+		b = appendString(b, t.name)
+		b = append(b, t.id[:]...)
+		b = binary.BigEndian.AppendUint32(b, uint32(t.parts))
+	}
+	b = binary.BigEndian.AppendUint16(b, uint16(len(g.members)))
+	var err error
+	for _, m := range g.members {
+		if long(m.id) || long(m.clientID) || long(m.clientHost) || len(m.topics) > math.MaxUint16 {
+			return nil, fmt.Errorf("%w: a member field is too long", errGroupLog)
+		}
+		b = appendString(b, m.id)
+		b = appendString(b, m.clientID)
+		b = appendString(b, m.clientHost)
+		b = binary.BigEndian.AppendUint32(b, m.rebalanceMs)
+		b = binary.BigEndian.AppendUint32(b, uint32(m.epoch))
+		b = binary.BigEndian.AppendUint32(b, uint32(m.prevEpoch))
+		b = binary.BigEndian.AppendUint16(b, uint16(len(m.topics)))
+		for _, t := range m.topics {
+			if long(t) {
+				return nil, fmt.Errorf("%w: a topic name is too long", errGroupLog)
+			}
+			b = appendString(b, t)
+		}
+		if b, err = appendParts(b, m.target, nil); err != nil {
+			return nil, err
+		}
+		for _, held := range [][]logAssigned{m.assigned, m.revoking} {
+			tps := make([]topicPart, len(held))
+			epochs := make([]int32, len(held))
+			for i, a := range held {
+				tps[i], epochs[i] = a.tp, a.epoch
+			}
+			if b, err = appendParts(b, tps, epochs); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return b, nil
 }
@@ -310,6 +423,8 @@ func decodeLogRecord(p []byte) (*logRecord, error) {
 			}
 			out.forgets = append(out.forgets, tp)
 		}
+	case logConsumer:
+		out.consumer = r.consumer()
 	default:
 		return nil, fmt.Errorf("%w: kind %d", errGroupLog, out.kind)
 	}
@@ -320,4 +435,93 @@ func decodeLogRecord(p []byte) (*logRecord, error) {
 		return nil, fmt.Errorf("%w: %d bytes left over", errGroupLog, len(r.b))
 	}
 	return out, nil
+}
+
+// parts reads a list of partitions (with their epochs when withEpochs).
+func (r *logReader) parts(withEpochs bool) ([]topicPart, []int32) {
+	least := 2 + 4
+	if withEpochs {
+		least += 4
+	}
+	n := r.count(r.u32(), least)
+	if n == 0 {
+		return nil, nil
+	}
+	tps := make([]topicPart, 0, n)
+	var epochs []int32
+	if withEpochs {
+		epochs = make([]int32, 0, n)
+	}
+	for range n {
+		tp := topicPart{topic: r.str(), part: int32(r.u32())}
+		var e int32
+		if withEpochs {
+			e = int32(r.u32())
+		}
+		if r.err != nil {
+			return nil, nil
+		}
+		tps = append(tps, tp)
+		if withEpochs {
+			epochs = append(epochs, e)
+		}
+	}
+	return tps, epochs
+}
+
+// consumer reads a consumer group record's body.
+func (r *logReader) consumer() logConsumerState {
+	var g logConsumerState
+	g.epoch, g.targetEpoch = int32(r.u32()), int32(r.u32())
+	nt := r.count(uint32(r.u16()), 2+16+4)
+	if nt > 0 {
+		g.topics = make([]logCTopic, 0, nt)
+	}
+	for range nt {
+		var t logCTopic
+		t.name = r.str()
+		copy(t.id[:], r.take(16))
+		t.parts = int32(r.u32())
+		if r.err != nil {
+			return g
+		}
+		g.topics = append(g.topics, t)
+	}
+	// A member is at least three empty strings, a timeout, two epochs,
+	// an empty topic list and three empty partition lists.
+	nm := r.count(uint32(r.u16()), 3*2+4+4+4+2+3*4)
+	if nm > 0 {
+		g.members = make([]logCMember, 0, nm)
+	}
+	for range nm {
+		var m logCMember
+		m.id, m.clientID, m.clientHost = r.str(), r.str(), r.str()
+		m.rebalanceMs = r.u32()
+		m.epoch, m.prevEpoch = int32(r.u32()), int32(r.u32())
+		ns := r.count(uint32(r.u16()), 2)
+		if ns > 0 {
+			m.topics = make([]string, 0, ns)
+		}
+		for range ns {
+			t := r.str()
+			if r.err != nil {
+				return g
+			}
+			m.topics = append(m.topics, t)
+		}
+		m.target, _ = r.parts(false)
+		tps, epochs := r.parts(true)
+		for i := range tps {
+			m.assigned = append(m.assigned, logAssigned{tp: tps[i], epoch: epochs[i]})
+		}
+		tps, epochs = r.parts(true)
+		for i := range tps {
+			m.revoking = append(m.revoking, logAssigned{tp: tps[i], epoch: epochs[i]})
+		}
+		if r.err != nil {
+			return g
+		}
+		g.members = append(g.members, m)
+	}
+	return g
 }

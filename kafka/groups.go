@@ -111,6 +111,9 @@ type groupOffsets struct {
 	part  uint32
 	by    map[topicPart]committed
 	state *logGroupState
+	// consumer is its last consumer group record (KIP-848), nil if none;
+	// of state and consumer only the later record's is kept.
+	consumer *logConsumerState
 }
 
 type coordinator struct {
@@ -129,10 +132,18 @@ type coordinator struct {
 	// emptied are the groups that lost their last member since the group
 	// log was last told (persistEmptied writes them).
 	emptied map[string]*group
+	// cgroups are the consumer groups (KIP-848) of the loaded
+	// partitions, and cgInterval and cgSession the heartbeat interval
+	// they are told and the session timeout they are held to
+	// (consumergroup.go).
+	cgroups    map[string]*cgroup
+	cgInterval time.Duration
+	cgSession  time.Duration
 }
 
-func newCoordinator() *coordinator {
-	return &coordinator{groups: map[string]*group{}, parts: map[uint32]*coordPart{}, offsets: map[string]*groupOffsets{}, emptied: map[string]*group{}}
+func newCoordinator(interval, session time.Duration) *coordinator {
+	return &coordinator{groups: map[string]*group{}, parts: map[uint32]*coordPart{}, offsets: map[string]*groupOffsets{}, emptied: map[string]*group{},
+		cgroups: map[string]*cgroup{}, cgInterval: interval, cgSession: session}
 }
 
 func newMemberID(clientID string) string {
@@ -175,6 +186,9 @@ func (c *coordinator) join(r *kmsg.JoinGroupRequest, part uint32, clientID, clie
 	defer c.mu.Unlock()
 	if c.deleting[r.Group] {
 		return fail(kerr.CoordinatorLoadInProgress.Code)
+	}
+	if cg, ok := c.cgroups[r.Group]; ok && len(cg.members) > 0 {
+		return fail(kerr.InconsistentGroupProtocol.Code) // a consumer group (KIP-848) with members
 	}
 	g, ok := c.groups[r.Group]
 	if !ok {
@@ -570,6 +584,11 @@ func (c *coordinator) tick(now time.Time) {
 			delete(c.groups, name) // its offsets stay (c.offsets, and the group log)
 		}
 	}
+	for name, g := range c.cgroups {
+		if len(g.members) == 0 {
+			delete(c.cgroups, name) // its record and offsets stay
+		}
+	}
 }
 
 func (c *coordinator) list() []kmsg.ListGroupsResponseGroup {
@@ -581,12 +600,18 @@ func (c *coordinator) list() []kmsg.ListGroupsResponseGroup {
 		lg.Group, lg.ProtocolType, lg.GroupState, lg.GroupType = g.name, g.protocolType, g.state.String(), "classic"
 		out = append(out, lg)
 	}
+	for _, g := range c.cgroups {
+		lg := kmsg.NewListGroupsResponseGroup()
+		lg.Group, lg.ProtocolType, lg.GroupState, lg.GroupType = g.name, "consumer", g.state(), "consumer"
+		out = append(out, lg)
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Group < out[j].Group })
 	return out
 }
 
 // runJanitor, until ctx ends, reads which nodes are live
-// (readLiveness), ticks the coordinator, writes the groups emptied by
+// (readLiveness), removes the consumer group members that lapsed
+// (expireConsumers), ticks the coordinator, writes the groups emptied by
 // lapsed sessions to the group log, in a cluster lets go of the
 // coordinator partitions that moved (sweepGroups), and compacts the
 // group log partitions that grew long (compactDue).
@@ -599,6 +624,7 @@ func (s *Server) runJanitor(ctx context.Context) {
 			return
 		case now := <-t.C:
 			s.readLiveness(ctx)
+			s.expireConsumers(ctx, now)
 			s.groups.tick(now)
 			s.persistEmptied(ctx)
 			s.sweepGroups(ctx)

@@ -3,7 +3,6 @@ package kafka
 import (
 	"context"
 	"fmt"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -203,7 +202,7 @@ func waitCount(t *testing.T, s *seen, n int) {
 // KIP-394 member id handshake, a rebalance as a member joins, the
 // generation fence on commits and heartbeats, and a lapsed session.
 func TestCoordinatorFences(t *testing.T) {
-	c := newCoordinator()
+	c := newCoordinator(DefaultGroupHeartbeatInterval, DefaultGroupSessionTimeout)
 	now := time.Unix(1000, 0)
 	join := func(member string) (*kmsg.JoinGroupResponse, <-chan *kmsg.JoinGroupResponse) {
 		r := kmsg.NewPtrJoinGroupRequest()
@@ -313,26 +312,15 @@ func TestCoordinatorFences(t *testing.T) {
 // committed.
 func TestGroupOffsetsSurviveRestart(t *testing.T) {
 	dir := t.TempDir()
-	start := func() (*parkway.Node, *Server, string, chan error) {
+	start := func() (*parkway.Node, *listening) {
 		node, err := parkway.Open(parkway.Config{Shards: 1, DataDir: dir})
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv, err := NewServer(node, Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		served := make(chan error, 1)
-		go func() { served <- srv.Serve(l) }()
-		return node, srv, l.Addr().String(), served
+		return node, listen(t, node, Config{})
 	}
-	stop := func(node *parkway.Node, srv *Server, served chan error) {
-		_ = srv.Close()
-		<-served
+	stop := func(node *parkway.Node, l *listening) {
+		l.stop()
 		if err := node.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -347,8 +335,8 @@ func TestGroupOffsetsSurviveRestart(t *testing.T) {
 		return cl
 	}
 	ctx := ctxFor(t)
-	node, srv, addr, served := start()
-	cl := member(addr)
+	node, l := start()
+	cl := member(l.addr)
 	for i := range 10 {
 		if err := cl.ProduceSync(ctx, kgo.StringRecord(fmt.Sprint("before-", i))).FirstErr(); err != nil {
 			t.Fatal(err)
@@ -361,11 +349,11 @@ func TestGroupOffsetsSurviveRestart(t *testing.T) {
 		t.Fatalf("commit: %v", err)
 	}
 	cl.Close()
-	stop(node, srv, served)
+	stop(node, l)
 
-	node, srv, addr, served = start()
-	defer stop(node, srv, served)
-	cl = member(addr)
+	node, l = start()
+	defer stop(node, l)
+	cl = member(l.addr)
 	defer cl.Close()
 	if err := cl.ProduceSync(ctx, kgo.StringRecord("after")).FirstErr(); err != nil {
 		t.Fatal(err)

@@ -222,10 +222,22 @@ func (s *Server) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) 
 		part uint32
 		term uint64
 	)
+	var partFence func(topicPart) int16 // a consumer group member's, per partition
 	if !validGroupID(r.Group) {
 		fence = kerr.InvalidGroupID.Code
-	} else if part, term, fence = s.groupGate(ctx, r.Group); fence == 0 && r.Version >= 1 {
-		fence = s.groups.commitCheck(r.Group, r.MemberID, r.Generation)
+	} else if part, term, fence = s.groupGate(ctx, r.Group); fence == 0 {
+		if s.groups.isConsumer(r.Group) {
+			// Held until the commit is written: no heartbeat frees one of
+			// its partitions for another member in between.
+			defer s.cgLock(r.Group)()
+		}
+		handled, code, pf := s.groups.consumerCommitCheck(r.Group, r.MemberID, r.Generation, r.Version)
+		switch {
+		case handled:
+			fence, partFence = code, pf
+		case r.Version >= 1:
+			fence = s.groups.commitCheck(r.Group, r.MemberID, r.Generation)
+		}
 	}
 	var (
 		commits []logOffset
@@ -258,6 +270,8 @@ func (s *Server) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) 
 				cp.ErrorCode = kerr.OffsetOutOfRange.Code
 			case rp.Metadata != nil && len(*rp.Metadata) > maxCommitMetadata:
 				cp.ErrorCode = kerr.OffsetMetadataTooLarge.Code
+			case partFence != nil && partFence(topicPart{rt.Topic, rp.Partition}) != 0:
+				cp.ErrorCode = partFence(topicPart{rt.Topic, rp.Partition})
 			default:
 				lo := logOffset{tp: topicPart{rt.Topic, rp.Partition}, revision: t.Revision, offset: rp.Offset}
 				if rp.Metadata != nil {

@@ -69,6 +69,11 @@ func (c *coordinator) unloadLocked(p uint32) {
 			delete(c.emptied, name)
 		}
 	}
+	for name, g := range c.cgroups {
+		if g.part == p {
+			delete(c.cgroups, name)
+		}
+	}
 }
 
 // loadedRecord is a group log record with its group id and log offset.
@@ -96,7 +101,11 @@ func (c *coordinator) install(p uint32, term uint64, recs []loadedRecord, now ti
 	for _, r := range recs {
 		switch r.rec.kind {
 		case logGroup:
-			of(r.group).state = &r.rec.group
+			o := of(r.group)
+			o.state, o.consumer = &r.rec.group, nil
+		case logConsumer:
+			o := of(r.group)
+			o.state, o.consumer = nil, &r.rec.consumer
 		case logCommit, logCommitMeta:
 			o := of(r.group)
 			for _, lo := range r.rec.commits {
@@ -117,6 +126,10 @@ func (c *coordinator) install(p uint32, term uint64, recs []loadedRecord, now ti
 	c.parts[p] = &coordPart{term: term, records: len(recs)}
 	for name, o := range logged {
 		c.offsets[name] = o
+		if o.consumer != nil && len(o.consumer.members) > 0 {
+			c.cgroups[name] = c.consumerGroupOf(name, p, o.consumer, now)
+			continue
+		}
 		st := o.state
 		if st == nil || len(st.members) == 0 || st.protocol == "" {
 			continue // empty: nothing to serve but its offsets
@@ -158,7 +171,7 @@ func (c *coordinator) applyRecord(name string, p uint32, term, at uint64, r *log
 	}
 	cp.records++
 	o := c.offsets[name]
-	if o == nil && (r.kind == logCommit || r.kind == logCommitMeta || r.kind == logGroup) {
+	if o == nil && (r.kind == logCommit || r.kind == logCommitMeta || r.kind == logGroup || r.kind == logConsumer) {
 		o = &groupOffsets{part: p, by: map[topicPart]committed{}}
 		c.offsets[name] = o
 	}
@@ -171,7 +184,10 @@ func (c *coordinator) applyRecord(name string, p uint32, term, at uint64, r *log
 		}
 	case logGroup:
 		st := r.group
-		o.state = &st
+		o.state, o.consumer = &st, nil
+	case logConsumer:
+		st := r.consumer
+		o.state, o.consumer = nil, &st
 	case logForget:
 		if o != nil {
 			for _, tp := range r.forgets {

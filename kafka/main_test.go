@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,35 +49,69 @@ func serve(t testing.TB, cfg Config) *fixture {
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
-	if testing.Verbose() && cfg.Logger == nil {
-		cfg.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: os.Stderr})
-	}
-	srv, err := NewServer(node, cfg)
-	if err != nil {
-		_ = node.Close()
-		t.Fatalf("NewServer: %v", err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("Listen: %v", err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
-	t.Cleanup(func() {
-		if err := srv.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-		if n := testutil.ToFloat64(srv.metrics.closed.WithLabelValues("panic")); n != 0 {
-			t.Errorf("%v connections were closed by a panic", n)
-		}
-		if err := <-served; !errors.Is(err, ErrServerClosed) {
-			t.Errorf("Serve returned %v, want ErrServerClosed", err)
-		}
+	t.Cleanup(func() { // runs after the listener's (cleanups run last first)
 		if err := node.Close(); err != nil {
 			t.Errorf("node Close: %v", err)
 		}
 	})
-	return &fixture{node: node, srv: srv, addr: l.Addr().String()}
+	if testing.Verbose() && cfg.Logger == nil {
+		cfg.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: os.Stderr})
+	}
+	l := listen(t, node, cfg)
+	t.Cleanup(func() {
+		l.stop()
+		if n := testutil.ToFloat64(l.srv.metrics.closed.WithLabelValues("panic")); n != 0 {
+			t.Errorf("%v connections were closed by a panic", n)
+		}
+	})
+	return &fixture{node: node, srv: l.srv, addr: l.addr}
+}
+
+// listening is a Server serving on a loopback port of a node the test
+// owns.
+type listening struct {
+	t      testing.TB
+	srv    *Server
+	addr   string
+	served chan error
+	once   sync.Once
+	err    error // what Serve returned, once it did
+}
+
+// listen serves cfg on node at 127.0.0.1:0 until stop, which also runs
+// when the test ends (before the cleanups registered earlier, such as
+// the node's close).
+func listen(t testing.TB, node *parkway.Node, cfg Config) *listening {
+	t.Helper()
+	srv, err := NewServer(node, cfg)
+	if err != nil {
+		t.Fatalf("NewServer: %v", err)
+	}
+	nl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("Listen: %v", err)
+	}
+	l := &listening{t: t, srv: srv, addr: nl.Addr().String(), served: make(chan error, 1)}
+	go func() { l.served <- srv.Serve(nl) }()
+	t.Cleanup(l.stop)
+	return l
+}
+
+// serveErr waits for Serve to return and returns what it returned.
+func (l *listening) serveErr() error {
+	l.once.Do(func() { l.err = <-l.served })
+	return l.err
+}
+
+// stop closes the server and checks that Serve returned
+// ErrServerClosed. It may be called again.
+func (l *listening) stop() {
+	if err := l.srv.Close(); err != nil {
+		l.t.Errorf("Close: %v", err)
+	}
+	if err := l.serveErr(); !errors.Is(err, ErrServerClosed) {
+		l.t.Errorf("Serve returned %v, want ErrServerClosed", err)
+	}
 }
 
 // client returns a franz-go client of the fixture, closed at test end.

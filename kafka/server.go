@@ -39,7 +39,9 @@ type Server struct {
 	loadMu sync.Mutex
 	// logMu is shared by group log writes and taken alone by a
 	// compaction (groupstate.go, compact.go).
-	logMu   sync.RWMutex
+	logMu sync.RWMutex
+	// cgMu are the consumer groups' locks (cgLock, consumerapi.go).
+	cgMu    [cgStripes]sync.Mutex
 	coordMu sync.Mutex
 	coordT  parkway.Topic
 	coordN  int
@@ -116,7 +118,7 @@ func NewServer(node *parkway.Node, cfg Config) (*Server, error) {
 	}
 	s.topics = newTopicCache(node, cfg.Stream)
 	s.pids = newProducers(cfg.Brokers != nil)
-	s.groups = newCoordinator()
+	s.groups = newCoordinator(cfg.GroupHeartbeatInterval, cfg.GroupSessionTimeout)
 	s.sessions = newFetchSessions()
 	return s, nil
 }

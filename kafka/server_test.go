@@ -45,6 +45,19 @@ func TestConfigValidateReportsEveryProblem(t *testing.T) {
 	if err := (Config{MaxRequestSize: 1 << 20, MaxInflightBytes: 1 << 10}).Validate(); err == nil {
 		t.Error("a budget below one request passed Validate")
 	}
+	for _, c := range []Config{
+		{GroupHeartbeatInterval: -time.Second},
+		{GroupHeartbeatInterval: time.Minute}, // not below the default 45 s session timeout
+		{GroupHeartbeatInterval: time.Second, GroupSessionTimeout: time.Second},
+		{GroupSessionTimeout: time.Hour},
+	} {
+		if err := c.Validate(); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "group heartbeat interval") {
+			t.Errorf("heartbeat interval %v, session timeout %v: %v", c.GroupHeartbeatInterval, c.GroupSessionTimeout, err)
+		}
+	}
+	if err := (Config{GroupHeartbeatInterval: 100 * time.Millisecond, GroupSessionTimeout: time.Second}).Validate(); err != nil {
+		t.Errorf("a heartbeat interval below the session timeout: %v", err)
+	}
 	node, err := parkway.Open(parkway.Config{Shards: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -68,17 +81,9 @@ func TestShutdownAndCloseAreIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer node.Close()
-	srv, err := NewServer(node, Config{AdvertisedAddr: "127.0.0.1:1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(l.Addr().String()), kgo.DefaultProduceTopic("t"), kgo.AllowAutoTopicCreation())
+	l := listen(t, node, Config{AdvertisedAddr: "127.0.0.1:1"})
+	srv := l.srv
+	cl, err := kgo.NewClient(kgo.SeedBrokers(l.addr), kgo.DefaultProduceTopic("t"), kgo.AllowAutoTopicCreation())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +98,7 @@ func TestShutdownAndCloseAreIdempotent(t *testing.T) {
 	if err := srv.Shutdown(ctx); err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
-	if err := <-served; !errors.Is(err, ErrServerClosed) {
+	if err := l.serveErr(); !errors.Is(err, ErrServerClosed) {
 		t.Fatalf("Serve: %v, want ErrServerClosed", err)
 	}
 	if err := srv.Close(); err != nil {

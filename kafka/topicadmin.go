@@ -129,6 +129,11 @@ func (c *coordinator) describe(name string, dg *kmsg.DescribeGroupsResponseGroup
 	defer c.mu.Unlock()
 	g, ok := c.groups[name]
 	if !ok {
+		if cg, consumer := c.cgroups[name]; consumer && len(cg.members) > 0 {
+			msg := "the group is a consumer group: ConsumerGroupDescribe describes it"
+			dg.ErrorCode, dg.ErrorMessage = kerr.GroupIDNotFound.Code, &msg // as Kafka answers
+			return
+		}
 		dg.State = "Dead" // as Kafka answers for a group it does not know
 		return
 	}

@@ -1,0 +1,166 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/parkway-io/parkway"
+)
+
+// cgStripes is how many locks the consumer groups (KIP-848) share, by a
+// hash of the group id. A group's heartbeats, its expiries and its
+// members' commits each hold the group's lock from reading its state to
+// the group log write of their change, so the log holds a group's
+// changes in the order they were made, no heartbeat is answered from a
+// state the log may not hold, and a member's commit of a partition lands
+// before the record that frees the partition for another member.
+const cgStripes = 64
+
+func (s *Server) cgLock(group string) func() {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(group))
+	mu := &s.cgMu[h.Sum32()%cgStripes]
+	mu.Lock()
+	return mu.Unlock
+}
+
+// consumerGroupHeartbeat serves ConsumerGroupHeartbeat (consumergroup.go):
+// the group's change is written to the group log, fenced to the
+// coordinator's term, before the member is answered.
+func (s *Server) consumerGroupHeartbeat(ctx context.Context, r *kmsg.ConsumerGroupHeartbeatRequest, clientID *string, clientHost string) kmsg.Response {
+	ctx, cancel := s.requestContext(ctx, 0)
+	defer cancel()
+	resp := r.ResponseKind().(*kmsg.ConsumerGroupHeartbeatResponse)
+	fail := func(code int16) kmsg.Response {
+		resp.ErrorCode = s.code(kmsg.ConsumerGroupHeartbeat, code)
+		return resp
+	}
+	switch {
+	case !validGroupID(r.Group):
+		return fail(kerr.InvalidGroupID.Code)
+	case len(r.SubscribedTopicNames) > maxSubscribedTopics:
+		return fail(kerr.InvalidRequest.Code)
+	}
+	part, term, code := s.groupGate(ctx, r.Group)
+	if code != 0 {
+		return fail(code)
+	}
+	cid := "kafka"
+	if clientID != nil && *clientID != "" {
+		cid = *clientID
+	}
+	defer s.cgLock(r.Group)()
+	meta, err := s.consumerTopics(ctx, append(s.groups.consumerSubscribed(r.Group), r.SubscribedTopicNames...))
+	if err != nil {
+		s.log.Debug("consumer group: subscribed topics", "group", r.Group, "err", err)
+		return fail(kerr.CoordinatorLoadInProgress.Code) // retried by the member
+	}
+	a := s.groups.consumerHeartbeat(r, part, term, meta, cid, clientHost, time.Now())
+	if a.persist != nil {
+		if _, err := s.writeGroupLog(ctx, part, term, r.Group, a.persist); err != nil {
+			s.log.Debug("group log: a consumer group", "group", r.Group, "err", err)
+			s.consumerLogFailed(part, term)
+			return fail(logWriteCode(err))
+		}
+	}
+	a.resp.ErrorCode = s.code(kmsg.ConsumerGroupHeartbeat, a.resp.ErrorCode)
+	return a.resp
+}
+
+// consumerTopics resolves the subscribed topics that exist to their
+// topic IDs and partition counts.
+func (s *Server) consumerTopics(ctx context.Context, names []string) (map[string]cgTopic, error) {
+	slices.Sort(names)
+	names = slices.Compact(names)
+	out := make(map[string]cgTopic, len(names))
+	for _, name := range names {
+		if !validTopicName(name) {
+			continue
+		}
+		for attempt := 0; ; attempt++ {
+			t, err := s.topics.lookup(ctx, name)
+			if errors.Is(err, parkway.ErrTopicNotFound) {
+				break
+			}
+			if err != nil {
+				return nil, err
+			}
+			info, err := s.node.Admin().TopicInfo(ctx, t)
+			if err != nil {
+				// A cached incarnation that is gone: ask the metadata once more.
+				s.topics.forget(t, err)
+				if attempt == 0 {
+					continue
+				}
+				if errors.Is(err, parkway.ErrTopicNotFound) {
+					break
+				}
+				return nil, err
+			}
+			out[name] = cgTopic{id: topicID(t), parts: int32(info.Partitions)}
+			break
+		}
+	}
+	return out, nil
+}
+
+// consumerLogFailed lets go of coordinator partition p after a consumer
+// group's record failed to reach its log: the change it recorded was
+// made here, and the next request reloads what the log holds.
+func (s *Server) consumerLogFailed(p uint32, term uint64) {
+	if cur, ok := s.groups.termOf(p); ok && cur == term {
+		s.groups.unload(p)
+	}
+}
+
+// expireConsumers removes the consumer group members whose session
+// lapsed or whose revocation is overdue, each group's change written
+// to the group log.
+func (s *Server) expireConsumers(ctx context.Context, now time.Time) {
+	for _, name := range s.groups.expireConsumers(now) {
+		func() {
+			defer s.cgLock(name)()
+			rec, part, term := s.groups.expireConsumer(name, now)
+			if rec == nil {
+				return
+			}
+			if _, err := s.writeGroupLog(ctx, part, term, name, rec); err != nil {
+				s.log.Debug("group log: a consumer group's expiry", "group", name, "err", err)
+				s.consumerLogFailed(part, term)
+			}
+		}()
+	}
+}
+
+// consumerGroupDescribe describes the consumer groups this listener
+// coordinates.
+func (s *Server) consumerGroupDescribe(ctx context.Context, r *kmsg.ConsumerGroupDescribeRequest) kmsg.Response {
+	ctx, cancel := s.requestContext(ctx, 0)
+	defer cancel()
+	resp := r.ResponseKind().(*kmsg.ConsumerGroupDescribeResponse)
+	for _, name := range r.Groups {
+		dg := kmsg.NewConsumerGroupDescribeResponseGroup()
+		dg.Group = name
+		switch {
+		case !validGroupID(name):
+			dg.ErrorCode = kerr.InvalidGroupID.Code
+		case !s.allowed(ctx, OpDescribe, ResourceGroup, name):
+			dg.ErrorCode = kerr.GroupAuthorizationFailed.Code
+		default:
+			if _, _, code := s.holdGroup(ctx, name); code != 0 {
+				dg.ErrorCode = code
+			} else {
+				s.groups.describeConsumer(name, &dg)
+			}
+		}
+		dg.ErrorCode = s.code(kmsg.ConsumerGroupDescribe, dg.ErrorCode)
+		resp.Groups = append(resp.Groups, dg)
+	}
+	return resp
+}
