@@ -581,6 +581,18 @@ func (r *Partitions) build(ctx context.Context, info metadata.PartitionInfo, wan
 		}
 		delete(r.damaged, info.NS)
 		if err != nil {
+			// A replica built deferred holds its raft log and none of
+			// its own files: its build reads the log's tag (see
+			// partition.FileConfig.OwnerIncarnation), so a damaged log
+			// fails the build itself, not the InsertOwned below. It is
+			// the same loss, re-seeded the same way: setting the
+			// partition's files aside (repair) keeps the damaged log,
+			// and retrying the build alone would fail on it for good
+			// while the group goes on counting this replica.
+			if r.reseed(info, err) {
+				delete(r.backoffs, key)
+				return r.build(ctx, info, want, now, rep)
+			}
 			r.fail(key, now, rep, "build", err)
 			return nil
 		}
