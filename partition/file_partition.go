@@ -1241,7 +1241,11 @@ func (p *filePartition) ConsumerOffset(consumer string) (uint64, bool, error) {
 
 // Close persists the tail's index, fsyncs the tail so a clean shutdown
 // loses nothing even without Sync, closes every file and releases the
-// namespace for the next Build or Remove.
+// namespace for the next Build or Remove. A deferred partition whose
+// owner's log holds its records (Lodge) is not materialised for them:
+// the owner's log keeps them, and re-applies them to the partition the
+// next Build opens (see Lodger); only the directories it lodged in are
+// made durable, as a clean shutdown makes a partition's layout.
 func (p *filePartition) Close() error {
 	if p.closed {
 		return ErrClosed
@@ -1249,18 +1253,26 @@ func (p *filePartition) Close() error {
 	p.closed = true
 	var errs []error
 	durable := false
-	if p.broken == nil {
+	heldOnly := p.deferred && p.held
+	if p.broken == nil && !heldOnly {
 		errs = append(errs, p.flushWrites(false))
 	}
-	if p.deferred && len(p.wpend) == 0 {
-		// Empty and never materialised: nothing to make durable, and
-		// nothing on disk to close. A later Build starts it afresh.
+	if p.deferred && (len(p.wpend) == 0 || heldOnly) {
+		// Never materialised, and empty or held by its owner's log:
+		// nothing of its own to make durable, and nothing on disk to
+		// close. A later Build starts it afresh (in the directory its
+		// owner's log keeps, see lodgedPartition).
+		var err error
+		if p.lodged && p.layoutPending && p.broken == nil {
+			err = p.syncPending(false) // syncLayout would materialise it
+		}
+		p.wpend = nil
 		if j := p.journal; j != nil {
 			j.release(p)
 			p.journal, p.stash, p.jpend = nil, false, nil
 		}
 		p.store.release(p.ns)
-		return nil
+		return err
 	}
 	if p.broken == nil && !p.deferred {
 		errs = append(errs, p.syncLayout())

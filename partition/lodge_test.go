@@ -3,6 +3,7 @@ package partition_test
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -91,13 +92,11 @@ func TestLodgedDeferredPartition(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Its close created its files (it held records). A materialisation
-	// cut short leaves them without an incarnation file.
-	if got := names(t, mem, dir); !slices.Contains(got, "incarnation") {
-		t.Fatalf("closed holding two messages, the partition has %q: its files were not created", got)
-	}
-	if err := mem.Remove(filepath.Join(dir, "incarnation")); err != nil {
-		t.Fatal(err)
+	// Its close left the records to its owner's log: no file of its
+	// own. A materialisation cut short leaves files without an
+	// incarnation file.
+	if got := names(t, mem, dir); !slices.Equal(got, []string{ownerLog}) {
+		t.Fatalf("closed holding two messages, the partition has %q in its directory, want only its owner's log", got)
 	}
 	for _, f := range []string{"00000000000000000000.log", "00000000000000000000.index", ".incarnation.tmp"} {
 		if err := vfs.WriteFileAtomic(mem, filepath.Join(dir, f), []byte("x")); err != nil {
@@ -203,4 +202,73 @@ func TestLodgeFailedDirectorySync(t *testing.T) {
 		t.Fatal("a partition whose lodging failed to sync lodged again")
 	}
 	_ = p.Close()
+}
+
+// A lodged partition's Close leaves the records it holds behind to its
+// owner's log (which re-applies them to the next build) and creates no
+// file of its own, but makes the directories it lodged in durable, as a
+// clean shutdown makes a partition's layout: lodged without an fsync
+// (an owner under interval fsync), its Close syncs the partition's
+// directory and the new ones above it, where the owner's log lives. The
+// partition reopens empty beside the owner's log.
+func TestLodgedPartitionCloseLeavesRecordsToOwner(t *testing.T) {
+	partition.AllowSmallSegments(t, smallSegment)
+	mem := vfs.NewMem()
+	var closing bool
+	var synced, created []string
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		switch {
+		case !closing:
+		case op.Kind == errorfs.OpSyncDir:
+			synced = append(synced, filepath.ToSlash(op.Path))
+		case op.Kind == errorfs.OpOpen && op.Flag&os.O_CREATE != 0, op.Kind == errorfs.OpMkdirAll:
+			created = append(created, op.Path)
+		}
+		return nil
+	})
+	s, err := partition.NewFileStore(lodgedConfig(errorfs.New(mem, inj)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.BuildDeferred(crashNS, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, dir, err := p.(partition.Lodger).Lodge(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := vfs.WriteFileAtomic(mem, filepath.Join(dir, ownerLog), []byte("7\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Append(batch(0, 2, 100)); err != nil {
+		t.Fatal(err)
+	}
+	closing = true
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closing = false
+	if len(created) > 0 {
+		t.Fatalf("the close created %q", created)
+	}
+	if !slices.Contains(synced, filepath.ToSlash(dir)) || !slices.Contains(synced, filepath.ToSlash(filepath.Dir(dir))) {
+		t.Fatalf("the close synced %q: want the partition's directory and its parent, new at the lodging", synced)
+	}
+	if got := names(t, mem, dir); !slices.Equal(got, []string{ownerLog}) {
+		t.Fatalf("closed holding two messages: %q in the directory, want the owner's log alone", got)
+	}
+	p, err = s.BuildDeferred(crashNS, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.NextOffset() != 0 {
+		t.Fatalf("reopened at offset %d, want 0 (the owner re-applies its records)", p.NextOffset())
+	}
+	if got := names(t, mem, dir); !slices.Equal(got, []string{ownerLog}) {
+		t.Fatalf("reopened: %q in the directory, want only the owner's log", got)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
 }
