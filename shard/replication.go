@@ -250,7 +250,10 @@ func raftLogDir(o *owned) (vfs.FS, string, bool, error) {
 }
 
 // unreplicate drops o's group; its waiting produces are answered. The
-// raft log is synced (unless the policy is never) and closed.
+// raft log is synced (unless the policy is never, but for the shard's
+// Close, which fsyncs whatever the policy: a partition built deferred
+// leaves the records it holds to its raft log, partition.Lodger) and
+// closed.
 func (rg *raftGroups) unreplicate(o *owned, err error) {
 	if o.rep.grp == nil {
 		return
@@ -271,7 +274,7 @@ func (rg *raftGroups) unreplicate(o *owned, err error) {
 		rg.owner.answer(f, Response{Err: err})
 	}
 	o.rep.proposeBuf = nil
-	if d := o.rep.grp.Disk(); d != nil && o.dur.Fsync != metadata.FsyncNever {
+	if d := o.rep.grp.Disk(); d != nil && (o.dur.Fsync != metadata.FsyncNever || errors.Is(err, ErrClosed)) {
 		if serr := d.Sync(); serr != nil {
 			rg.log.Warn("syncing a raft log on close", "ns", o.p.Namespace(), "error", serr)
 		}
