@@ -204,6 +204,32 @@ func TestBehaviour21ClusterPowerLossKeepsAcked(t *testing.T) {
 	})
 }
 
+// A clean Close fsyncs whatever the policy (README, FsyncNever): under
+// FsyncNever a new replica's records are in its raft log alone (DESIGN
+// behaviour 32: it is built deferred, and its Close leaves them to the
+// log), so the shard's close syncs the raft log too. Every node closed,
+// then a power loss on every disk: the acknowledged messages are all
+// there after the restart.
+func TestClusterCleanCloseKeepsFsyncNeverRecords(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newDiskCluster(t, nil)
+		s := mustStream(t, c.nodes[1], "s")
+		tp := mustTopic(t, c.nodes[1], s, "t", 1, parkway.WithFsync(parkway.FsyncNever, 0))
+		want := c.produce(2, tp, "a", 6)
+		c.converged(tp, want)
+		for _, id := range c.peers {
+			c.stop(id)
+			c.disks[id] = c.disks[id].Crash()
+		}
+		for _, id := range c.peers {
+			c.start(id)
+		}
+		c.converged(tp, want)
+		want = append(want, c.produce(1, tp, "b", 2)...)
+		c.converged(tp, want)
+	})
+}
+
 // A replica away while the leader compacts its raft log past what the
 // replica has is sent a snapshot, fetches the messages its partition log
 // lacks from a peer, and converges — also across its own restart; the

@@ -2,6 +2,7 @@ package parkway_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -137,4 +138,82 @@ func TestBehaviour28ClusterDamagedRaftLogReseeded(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestBehaviour28ClusterDeferredReplicaDamagedRaftLogReseeded: a
+// follower built deferred (DESIGN behaviour 32: its raft log is the one
+// file in its directory, no file of the partition's own yet) whose raft
+// log is damaged while its node is down is re-seeded like any other
+// replica that lost its log. Its build is where the damage shows (the
+// store reads the log's tag to tell whose directory it is), not the
+// group's start: the build failure must be taken as the raft log's loss
+// (reported for a new raft id, the old copy set aside whole once the
+// metadata names it), not retried on its own for ever while the group
+// keeps sending to the old id — the simulator's lying disk found that
+// (cluster seed 7: a flipped byte in such a raft log left frames parked
+// on the node for good).
+func TestBehaviour28ClusterDeferredReplicaDamagedRaftLogReseeded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newDiskCluster(t, nil)
+		s := mustStream(t, c.nodes[1], "s")
+		tp := mustTopic(t, c.nodes[1], s, "t", 1, parkway.WithFsync(parkway.FsyncAlways, 0))
+		want := c.produce(1, tp, "a", 6) // small: held behind, the files not needed
+		c.converged(tp, want)
+		ctx := context.Background()
+		leader, err := c.nodes[1].Cluster().Leader(ctx, tp, 0)
+		if err != nil || leader == 0 {
+			t.Fatalf("leader: %d, %v", leader, err)
+		}
+		bad := others(leader)[0]
+		dir := fmt.Sprintf("/data/streams/%d/topics/%d/partitions/0", s.ID, tp.ID)
+		// Lost power, so its Close materialises nothing on what stays.
+		c.powerLoss(bad)
+		fsys := c.disks[bad]
+		names, err := fsys.ReadDir(dir)
+		if err != nil || !slices.Contains(names, "raft.log") || slices.Contains(names, "incarnation") {
+			t.Fatalf("node %d's replica after the power loss holds %q (%v); want its raft log and no file of its own", bad, names, err)
+		}
+		raftLog := dir + "/raft.log"
+		st, err := fsys.Stat(raftLog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := fsys.OpenFile(raftLog, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := []byte{0}
+		if _, err := f.ReadAt(b, st.Size()/2); err != nil {
+			t.Fatal(err)
+		}
+		b[0] ^= 0x5a
+		if _, err := f.WriteAt(b, st.Size()/2); err != nil {
+			t.Fatal(err)
+		}
+		if err := errors.Join(f.Sync(), f.Close()); err != nil {
+			t.Fatal(err)
+		}
+		c.start(bad)
+
+		var info metadata.PartitionInfo
+		waitLong(t, "the damaged replica re-seeded", func() bool {
+			ps, err := parkway.EnginePartitions(ctx, c.nodes[leader], tp)
+			if err != nil || len(ps) != 1 {
+				return false
+			}
+			info = ps[0]
+			id, ok := info.ReplicaOf(uint64(bad))
+			return ok && id != uint64(bad) && len(info.Leaving) == 0
+		})
+		if id, _ := info.ReplicaOf(uint64(bad)); id != 1<<32|uint64(bad) || len(info.Replicas) != 3 {
+			t.Fatalf("after the re-seed: replicas %#x; want node %d's replica of generation 1 among 3", info.Replicas, bad)
+		}
+		c.converged(tp, want)
+		names, err = fsys.ReadDir(dir + "/damaged-1")
+		if err != nil || !slices.Contains(names, "raft.log") {
+			t.Fatalf("the old copy set aside: %q, %v", names, err)
+		}
+		want = append(want, c.produce(bad, tp, "b", 3)...)
+		c.converged(tp, want)
+	})
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/parkway-io/parkway/reconciler"
 	"github.com/parkway-io/parkway/router"
 	"github.com/parkway-io/parkway/shard"
+	"github.com/parkway-io/parkway/vfs"
 )
 
 // Errors of the engine. The root package re-exports them.
@@ -285,7 +286,7 @@ func (e *Engine) openStore() error {
 		}
 		return nil
 	}
-	fstore, err := partition.NewFileStore(partition.FileConfig{
+	fcfg := partition.FileConfig{
 		Dir: cfg.DataDir, FS: cfg.FS, SegmentSize: cfg.SegmentSize, Preallocate: cfg.Preallocate,
 		VerifyOnOpen: cfg.VerifyOnOpen, MaxOpenFiles: cfg.MaxOpenFiles,
 		// A manual engine is stepped by a simulator: its filesystem calls
@@ -293,7 +294,11 @@ func (e *Engine) openStore() error {
 		SerialSyncs:  cfg.Manual,
 		SegmentSyncs: e.metrics.Fsync(metrics.LogSegment),
 		JournalSyncs: e.metrics.Fsync(metrics.LogJournal),
-	})
+	}
+	if cfg.Cluster != nil {
+		fcfg.OwnerIncarnation = raftLogIncarnation
+	}
+	fstore, err := partition.NewFileStore(fcfg)
 	if err != nil {
 		return err
 	}
@@ -302,6 +307,20 @@ func (e *Engine) openStore() error {
 		e.store = cfg.WrapStore(fstore, e.meta)
 	}
 	return e.removeOrphans()
+}
+
+// raftLogIncarnation is a cluster's partition.FileConfig.OwnerIncarnation:
+// a replica built deferred has its raft log in its directory and no file
+// of the partition's own, and the log's tag names its incarnation (see
+// shard.RaftLogOf). The orphan sweep and the builds then tell it from a
+// directory left by another incarnation, and keep its term, vote and
+// entries.
+func raftLogIncarnation(fsys vfs.FS, dir string) (uint64, error) {
+	l, err := shard.RaftLogOf(fsys, dir)
+	if err != nil || !l.Tagged {
+		return 0, err
+	}
+	return l.Incarnation, nil
 }
 
 // removeOrphans deletes partitions the store holds that committed metadata

@@ -27,8 +27,10 @@ const asidePrefix = "damaged-"
 // the replica promised its group is not damaged with its partition log)
 // and the copies set aside before. It returns the directory the data went
 // to ("" if there was nothing to move). A partition whose incarnation
-// file is missing is refused with the error reading it, one whose file is
-// damaged with ErrIncarnationDamaged (see Reincarnate).
+// file is missing is a replica built deferred (see Lodger), whose
+// directory holds its owner's files only: they are set aside, but keep.
+// One whose file is damaged is refused with ErrIncarnationDamaged (see
+// Reincarnate).
 //
 // Why. A replica of a partition whose files are damaged (a
 // *CorruptError that is not a torn tail) must not go on serving them as
@@ -107,6 +109,10 @@ func (s *FileStore) setAside(ns metadata.Namespace, epoch uint64, keep []string)
 	switch {
 	case err == nil && (epoch == 0 || inc == epoch):
 		epoch = 0 // whole: nothing to rewrite
+	case isNotExist(err) && epoch == 0:
+		// A replica built deferred (see Lodger) whose partition has no
+		// files yet: the directory holds its owner's files only, which
+		// the owner judged (a raft log's tag names its incarnation).
 	case err == nil:
 		return "", fmt.Errorf("partition %v: incarnation file names incarnation %d, not %d", ns, inc, epoch)
 	case damaged && epoch == 0:

@@ -108,6 +108,18 @@ type FileConfig struct {
 	// operating system. Tests substitute an in-memory or fault-injecting
 	// one.
 	FS vfs.FS
+	// OwnerIncarnation, if set, reads the incarnation that the files of
+	// a partition's owner in dir name (0 if they name none): a replicated
+	// partition's raft log is tagged with its incarnation. It is asked
+	// about a directory that holds no incarnation file of the
+	// partition's own but files that are not the partition's: a
+	// partition built deferred whose owner lodged its log there (see
+	// Lodger), which List reports at that incarnation and BuildDeferred
+	// reopens if it is the one built, or discards if it is another. An
+	// error (an unreadable log) is reported as List's Damage and as the
+	// build's error, and the directory is kept. Nil: such a directory is
+	// a half-built one, discarded by the next build.
+	OwnerIncarnation func(fsys vfs.FS, dir string) (uint64, error)
 }
 
 // Validate reports every problem with c, joined, each wrapping
@@ -465,9 +477,27 @@ func (s *FileStore) build(ns metadata.Namespace, epoch uint64, deferred bool) (*
 	// A deferred partition closed with records in the journal only (its
 	// files could not be created or synced) comes back from the journal.
 	lost := s.hasLost(ns, epoch)
-	if deferred && !lost && isNotExist(err) {
-		if _, serr := s.fs.Stat(dir); isNotExist(serr) {
+	if !lost && (isNotExist(err) || errors.Is(err, errBadIncarnation)) {
+		_, serr := s.fs.Stat(dir)
+		if deferred && isNotExist(serr) && isNotExist(err) {
 			return s.deferredPartition(ns, epoch, dir), nil
+		}
+		// A directory with no incarnation of its own yet, holding files
+		// of the partition's owner that name this incarnation (a
+		// deferred replicated partition's raft log, see Lodge): they
+		// are kept, and the partition starts over without its own
+		// files, which a materialisation cut short may have left. Built
+		// by Build, it gets them at once.
+		if serr == nil {
+			p, ok, err := s.lodgedPartition(ns, epoch, dir)
+			if err == nil && ok && !deferred {
+				if err = p.materialize(); err != nil {
+					_ = p.closeFiles()
+				}
+			}
+			if err != nil || ok {
+				return p, err
+			}
 		}
 	}
 	if err := s.dropSynced(ns); err != nil { // the log starts over
@@ -566,6 +596,14 @@ func (s *FileStore) List() ([]Stored, error) {
 					damage = err
 				case !isNotExist(err) && !errors.Is(err, errBadIncarnation):
 					return nil, err
+				default:
+					// A replica built deferred is at the incarnation
+					// its owner's files name.
+					if inc, ok, err := s.ownerIncarnation(dir); err != nil {
+						damage = err
+					} else if ok {
+						epoch = inc
+					}
 				}
 				out = append(out, Stored{NS: ns, Epoch: epoch, Damage: damage})
 			}
@@ -837,6 +875,81 @@ func (s *FileStore) deferredPartition(ns metadata.Namespace, epoch uint64, dir s
 	return p
 }
 
+// lodgedPartition returns the new, empty partition ns at epoch in dir,
+// deferred and lodged, if dir holds files that are not the partition's
+// own (its owner's, see Lodge), after removing those that are; ok is
+// false if dir holds none of its owner's.
+func (s *FileStore) lodgedPartition(ns metadata.Namespace, epoch uint64, dir string) (*filePartition, bool, error) {
+	inc, ok, err := s.ownerIncarnation(dir)
+	if err != nil || !ok || (inc != 0 && inc != epoch) {
+		return nil, false, err // none, or another incarnation's: discarded
+	}
+	if err := removeOwnFiles(s.fs, dir); err != nil {
+		return nil, false, err
+	}
+	p := s.deferredPartition(ns, epoch, dir)
+	p.lodged = true
+	// Like a reopened partition's: the entries exist, and may come from
+	// a process that stopped before making them durable.
+	p.setLayout(s.ancestors(dir, false), false)
+	return p, true, nil
+}
+
+// ownerIncarnation reads the incarnation named by the owner's files in
+// dir, a directory with no incarnation file (FileConfig.OwnerIncarnation):
+// ok is false if the store has no owner to ask, or dir holds only the
+// partition's own files (a half-built directory).
+func (s *FileStore) ownerIncarnation(dir string) (inc uint64, ok bool, err error) {
+	if s.cfg.OwnerIncarnation == nil {
+		return 0, false, nil
+	}
+	names, err := s.fs.ReadDir(dir)
+	if err != nil {
+		return 0, false, err
+	}
+	if !slices.ContainsFunc(names, func(n string) bool { return !ownFile(n) }) {
+		return 0, false, nil
+	}
+	inc, err = s.cfg.OwnerIncarnation(s.raw, dir)
+	return inc, err == nil, err
+}
+
+// ownFile reports whether name, an entry of a partition's directory, is
+// one of the partition's own files (or a temporary file of one): the
+// segments' logs and indexes, the offsets directory, the incarnation and
+// start records.
+func ownFile(name string) bool {
+	base := strings.TrimSuffix(strings.TrimPrefix(name, "."), ".tmp")
+	switch base {
+	case incarnationFile, startFile, "offsets":
+		return true
+	}
+	for _, ext := range []string{indexExt, timeIndexExt} {
+		if digits, ok := strings.CutSuffix(name, ext); ok {
+			name = digits + logExt
+		}
+	}
+	_, ok := parseSegmentName(name)
+	return ok
+}
+
+// removeOwnFiles removes the partition's own files from dir (ownFile),
+// leaving its owner's.
+func removeOwnFiles(fsys vfs.FS, dir string) error {
+	names, err := fsys.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if ownFile(n) {
+			if err := fsys.RemoveAll(filepath.Join(dir, n)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // materialize creates the files of a deferred partition (BuildDeferred)
 // as a fresh Build would: its directories, the files of its one segment
 // and the incarnation file, none of them synced — its layout is pending,
@@ -852,17 +965,40 @@ func (p *filePartition) materialize() (err error) {
 	}
 	s, tail := p.store, p.tail()
 	if p.tried {
-		if err := s.fs.RemoveAll(p.dir); err != nil {
+		if p.lodged {
+			err = removeOwnFiles(s.fs, p.dir) // the owner's files stay
+		} else {
+			err = s.fs.RemoveAll(p.dir)
+		}
+		if err != nil {
 			return err
 		}
 	}
 	p.tried = true
-	p.layout = s.ancestors(p.dir, true)
+	layout, pending := p.layout, p.layoutPending
+	if p.lodged {
+		// The directory exists (Lodge, or found at the build holding
+		// its owner's files): the new entries are in it, and the
+		// directories above it are pending still if the lodging did
+		// not sync them.
+		if !pending {
+			p.layout = nil
+		}
+		if !slices.Contains(p.layout, p.dir) {
+			p.layout = append(slices.Clone(p.layout), p.dir)
+		}
+	} else {
+		p.layout = s.ancestors(p.dir, true)
+		if pending {
+			// Directories a failed Lodge made exist now, not durable.
+			p.layout = unionDirs(layout, p.layout)
+		}
+	}
 	p.layoutPending = true // createSegment leaves the directory's fsync to the layout's
 	defer func() {
 		if err != nil {
 			_ = tail.close()
-			p.layout, p.layoutPending = nil, false
+			p.layout, p.layoutPending = layout, pending
 		}
 	}()
 	for _, sub := range []string{consumersDir, groupsDir} {
@@ -881,6 +1017,18 @@ func (p *filePartition) materialize() (err error) {
 	p.markLayout(true)
 	p.deferred, p.tried = false, false
 	return nil
+}
+
+// unionDirs returns the directories of a and then those of b that a
+// lacks.
+func unionDirs(a, b []string) []string {
+	out := slices.Clone(a)
+	for _, d := range b {
+		if !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // within reports whether path is dir or below it.

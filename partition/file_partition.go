@@ -44,10 +44,18 @@ type filePartition struct {
 	// and, once committed, in its journal; tried: a materialisation
 	// failed part-way, and the next one starts its directory over.
 	deferred, tried bool
-	consumers       map[string]uint64
-	buf             []byte // append scratch
-	idxBuf          []byte // index scratch
-	closed          bool
+	// lodged: the directory of a deferred partition exists for files its
+	// owner keeps there (Lodge), or a build found it holding such files:
+	// while deferred only the directories in layout (if layoutPending)
+	// are the partition's, and a materialisation starts over by removing
+	// the partition's own files (removeOwnFiles), never the directory.
+	// held: the owner's log holds the partition's appends (Lodge), so a
+	// deferred partition keeps them behind while they fit.
+	lodged, held bool
+	consumers    map[string]uint64
+	buf          []byte // append scratch
+	idxBuf       []byte // index scratch
+	closed       bool
 	// broken is set when a failed append could not be rolled back (the
 	// file may hold bytes past the logical end; appending over them could
 	// leave a stale record that a reopen would resurrect) or when an fsync
@@ -86,7 +94,8 @@ type filePartition struct {
 	// its file yet (write-behind, see Append): the tail's bytes
 	// [tail.size-len(wpend), tail.size). Only a partition in a journal
 	// defers writes, and its records reach the journal before they are
-	// acknowledged.
+	// acknowledged — or a deferred one whose owner's log holds them
+	// (held).
 	wpend []byte
 	// dirtyFile: the tail's file holds records written since its last
 	// fsync, so its descriptor is pinned (see handleCache); jpin: it is
@@ -303,11 +312,12 @@ func (p *filePartition) Append(msgs []Message) (uint64, error) {
 		}
 		tail = p.tail()
 	}
-	if p.stash && uint64(len(p.wpend))+total <= writeBehind {
+	if (p.stash || p.held && p.deferred) && uint64(len(p.wpend))+total <= writeBehind {
 		return p.appendBehind(tail, msgs)
 	}
 	// A deferred partition holds only what fits behind: these records
-	// need its files.
+	// need its files. (Held by the owner's log, it is written through
+	// once materialised, as a partition built by Build is.)
 	if err := p.materialize(); err != nil {
 		return 0, err
 	}
@@ -392,8 +402,10 @@ func (p *filePartition) Append(msgs []Message) (uint64, error) {
 // it (Read, OffsetForTime, a roll, a sync, a checkpoint, Close). Until the
 // journal's next Commit they are not acknowledged; after it, the journal
 // holds them durably, and a crash that loses wpend loses nothing: the
-// replay at the next open appends them to the partition's files. Nothing
-// here touches a file, so nothing can fail.
+// replay at the next open appends them to the partition's files. A
+// deferred partition whose owner's log holds its records (Lodge) keeps
+// them here the same way, the owner re-applying them after a restart.
+// Nothing here touches a file, so nothing can fail.
 func (p *filePartition) appendBehind(tail *segment, msgs []Message) (uint64, error) {
 	first := p.next
 	maxTS, lastAT := tail.maxTS, p.lastAT
@@ -795,9 +807,20 @@ func (p *filePartition) syncLayoutWith(withTail bool) error {
 	if !p.layoutPending {
 		return nil
 	}
-	f, err := p.fs.OpenFile(filepath.Join(p.dir, incarnationFile), os.O_RDWR, 0)
-	if err != nil {
-		return p.fail("opening the incarnation file", err)
+	return p.syncPending(withTail)
+}
+
+// syncPending makes the pending layout durable (see syncLayoutWith): the
+// incarnation file and the directories in layout, and with withTail the
+// tail's data. A deferred partition whose directory was lodged (Lodge)
+// has no incarnation file yet: only the directories are synced.
+func (p *filePartition) syncPending(withTail bool) error {
+	var f vfs.File
+	if !p.deferred {
+		var err error
+		if f, err = p.fs.OpenFile(filepath.Join(p.dir, incarnationFile), os.O_RDWR, 0); err != nil {
+			return p.fail("opening the incarnation file", err)
+		}
 	}
 	// Jobs: the incarnation file, the directories, then the tail.
 	errs := make([]error, 1+len(p.layout)+1)
@@ -811,7 +834,9 @@ func (p *filePartition) syncLayoutWith(withTail bool) error {
 	fanOut(jobs, width, p.store.cfg.SerialSyncs, func(k int) {
 		switch {
 		case k == 0:
-			errs[0] = f.Sync()
+			if f != nil {
+				errs[0] = f.Sync()
+			}
 		case k <= len(p.layout):
 			if d := p.layout[k-1]; within(d, p.dir) {
 				errs[k] = p.fs.SyncDir(d)
@@ -822,8 +847,10 @@ func (p *filePartition) syncLayoutWith(withTail bool) error {
 			errs[len(errs)-1] = tail.Sync()
 		}
 	})
-	if cerr := f.Close(); errs[0] == nil {
-		errs[0] = cerr
+	if f != nil {
+		if cerr := f.Close(); errs[0] == nil {
+			errs[0] = cerr
+		}
 	}
 	if errs[0] != nil {
 		return p.fail("fsync of the incarnation file", errs[0])
@@ -1214,7 +1241,11 @@ func (p *filePartition) ConsumerOffset(consumer string) (uint64, bool, error) {
 
 // Close persists the tail's index, fsyncs the tail so a clean shutdown
 // loses nothing even without Sync, closes every file and releases the
-// namespace for the next Build or Remove.
+// namespace for the next Build or Remove. A deferred partition whose
+// owner's log holds its records (Lodge) is not materialised for them:
+// the owner's log keeps them, and re-applies them to the partition the
+// next Build opens (see Lodger); only the directories it lodged in are
+// made durable, as a clean shutdown makes a partition's layout.
 func (p *filePartition) Close() error {
 	if p.closed {
 		return ErrClosed
@@ -1222,18 +1253,26 @@ func (p *filePartition) Close() error {
 	p.closed = true
 	var errs []error
 	durable := false
-	if p.broken == nil {
+	heldOnly := p.deferred && p.held
+	if p.broken == nil && !heldOnly {
 		errs = append(errs, p.flushWrites(false))
 	}
-	if p.deferred && len(p.wpend) == 0 {
-		// Empty and never materialised: nothing to make durable, and
-		// nothing on disk to close. A later Build starts it afresh.
+	if p.deferred && (len(p.wpend) == 0 || heldOnly) {
+		// Never materialised, and empty or held by its owner's log:
+		// nothing of its own to make durable, and nothing on disk to
+		// close. A later Build starts it afresh (in the directory its
+		// owner's log keeps, see lodgedPartition).
+		var err error
+		if p.lodged && p.layoutPending && p.broken == nil {
+			err = p.syncPending(false) // syncLayout would materialise it
+		}
+		p.wpend = nil
 		if j := p.journal; j != nil {
 			j.release(p)
 			p.journal, p.stash, p.jpend = nil, false, nil
 		}
 		p.store.release(p.ns)
-		return nil
+		return err
 	}
 	if p.broken == nil && !p.deferred {
 		errs = append(errs, p.syncLayout())
@@ -1303,4 +1342,71 @@ func (p *filePartition) Damage() error {
 func (p *filePartition) Location() (vfs.FS, string) {
 	_ = p.materialize()
 	return p.store.located, p.dir
+}
+
+// Lodge implements Lodger.
+//
+// A deferred partition gets its directory, and the directories above it
+// that are missing, with none of its own files: its owner's log — a
+// replicated partition's raft log — is the one file on the path to its
+// first acknowledgement (DESIGN behaviour 32). The directories it
+// created are its pending layout, made durable here with durable, or
+// else by the partition's first Sync with the files materialize creates
+// there. A failed MkdirAll leaves the directories it made pending, to
+// be tried again; a failed fsync breaks the partition, as a failed
+// layout sync does.
+func (p *filePartition) Lodge(durable bool) (vfs.FS, string, error) {
+	if p.closed {
+		return nil, "", ErrClosed
+	}
+	if p.broken != nil {
+		return nil, "", p.broken
+	}
+	if !p.deferred {
+		if durable {
+			if err := p.syncLayout(); err != nil {
+				return nil, "", err
+			}
+		}
+		return p.store.located, p.dir, nil
+	}
+	if !p.lodged {
+		// The directories whose entries change: the new ones and the
+		// deepest one that existed, as for a fresh build (and those an
+		// earlier attempt made, which exist now).
+		layout := p.store.ancestors(p.dir, true)
+		if p.layoutPending {
+			layout = unionDirs(p.layout, layout)
+		}
+		p.setLayout(layout, true)
+		if err := p.fs.MkdirAll(p.dir, 0o755); err != nil {
+			return nil, "", err
+		}
+		p.lodged = true
+	}
+	p.held = true
+	if durable && p.layoutPending {
+		if err := p.syncPending(false); err != nil {
+			return nil, "", err
+		}
+	}
+	return p.store.located, p.dir, nil
+}
+
+// setLayout makes layout the partition's pending layout, its shared
+// directories marked as changed now (fresh) or as holding entries that
+// may not be durable (a directory found on disk), see dirSyncs.
+func (p *filePartition) setLayout(layout []string, fresh bool) {
+	var shared []string
+	for _, d := range layout {
+		if !within(d, p.dir) {
+			shared = append(shared, d)
+		}
+	}
+	p.layout, p.layoutPending = layout, true
+	if fresh {
+		p.layoutGen = p.store.dirs.mark(shared)
+	} else {
+		p.layoutGen = p.store.dirs.markExisting(shared)
+	}
 }

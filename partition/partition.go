@@ -306,3 +306,23 @@ type Located interface {
 	// alone by it.
 	Location() (vfs.FS, string)
 }
+
+// Lodger is implemented by partitions kept in a directory (FileStore's)
+// whose owner keeps a log of its own there that holds every record the
+// partition appends until the partition's files hold them durably: a
+// replicated partition's raft log, which holds every entry since its
+// last snapshot and re-applies them after a restart, and whose
+// compaction syncs the partition first.
+type Lodger interface {
+	// Lodge returns the partition's filesystem and directory, as
+	// Location does, for the owner's log. A partition built deferred
+	// (FileStore.BuildDeferred) then gets its directory only: none of
+	// its own files, which are created when it needs them (see
+	// FileStore.BuildDeferred), and it keeps its appends behind (in
+	// memory) while they fit in its write-behind buffer, its owner's log
+	// holding them. With durable, the directory's entry and every one
+	// above it up to the store's directory are durable when Lodge
+	// returns (for a partition that was not deferred, its whole layout),
+	// so the log's fsyncs keep the log.
+	Lodge(durable bool) (vfs.FS, string, error)
+}

@@ -555,11 +555,14 @@ func (r *Partitions) build(ctx context.Context, info metadata.PartitionInfo, wan
 	if !ok {
 		var err error
 		build := r.cfg.Store.Build
-		if d, ok := r.cfg.Store.(deferringStore); ok && (want.Fsync == metadata.FsyncAlways || want.Fsync == metadata.FsyncInterval) && r.cfg.Shard.Journaled() {
+		journaled := (want.Fsync == metadata.FsyncAlways || want.Fsync == metadata.FsyncInterval) && r.cfg.Shard.Journaled()
+		if d, ok := r.cfg.Store.(deferringStore); ok && (journaled || r.cfg.Shard.Replicated()) {
 			// Its records go to the shard's journal from the first
-			// (committed, or staged under FsyncInterval): its files are
-			// created off the acknowledgement path (DESIGN behaviour 32).
-			// Under FsyncNever an append is acknowledged without the
+			// (committed, or staged under FsyncInterval), or to its raft
+			// log, which holds every entry since its last snapshot,
+			// whatever the fsync policy: its files are created off the
+			// acknowledgement path (DESIGN behaviour 32). On one node
+			// under FsyncNever an append is acknowledged without the
 			// journal, so it needs the files at once, and they are
 			// created here, off the pump.
 			build = d.BuildDeferred
@@ -578,6 +581,18 @@ func (r *Partitions) build(ctx context.Context, info metadata.PartitionInfo, wan
 		}
 		delete(r.damaged, info.NS)
 		if err != nil {
+			// A replica built deferred holds its raft log and none of
+			// its own files: its build reads the log's tag (see
+			// partition.FileConfig.OwnerIncarnation), so a damaged log
+			// fails the build itself, not the InsertOwned below. It is
+			// the same loss, re-seeded the same way: setting the
+			// partition's files aside (repair) keeps the damaged log,
+			// and retrying the build alone would fail on it for good
+			// while the group goes on counting this replica.
+			if r.reseed(info, err) {
+				delete(r.backoffs, key)
+				return r.build(ctx, info, want, now, rep)
+			}
 			r.fail(key, now, rep, "build", err)
 			return nil
 		}

@@ -45,7 +45,10 @@ import (
 // No offset is given out again: offsets are the group's (the replicated
 // cursor), not the local log's. A damaged raft log is not repaired this
 // way (what the replica promised its group is lost with it): replicate
-// refuses the group with the *partition.CorruptError naming the raft log.
+// refuses the group with the *partition.CorruptError naming the raft log
+// (a replica built deferred, whose directory holds its raft log and no
+// file of its own, gets that error from its build already, which reads
+// the log's tag: partition.FileConfig.OwnerIncarnation).
 // That includes a raft log cut short or rolled back after it was synced,
 // which its sync mark (RaftMarkName, package replica) tells from a torn
 // tail. Such a replica is re-seeded instead, under a new raft id.

@@ -18,6 +18,7 @@ import (
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
+	"github.com/parkway-io/parkway/vfs"
 )
 
 // Replication makes every partition this shard owns a member of a raft
@@ -133,17 +134,11 @@ func (rg *raftGroups) replicate(o *owned) error {
 	info, _ := rg.meta.Partition(ns)
 	id := rg.replicaID(info)
 	var disk *replica.Disk
-	if loc, ok := o.p.(partition.Located); ok {
-		fsys, dir := loc.Location()
-		if o.dur.always() {
-			// The raft log lives in the partition's directory: the
-			// directory must be durable before the log's fsyncs mean
-			// anything (a new partition's layout is synced lazily).
-			if err := o.p.Sync(); err != nil {
-				return err
-			}
-		}
-		var err error
+	fsys, dir, onDisk, err := raftLogDir(o)
+	if err != nil {
+		return err
+	}
+	if onDisk {
 		if disk, err = replica.OpenDisk(fsys, filepath.Join(dir, raftLogName), o.dur.always()); err != nil {
 			return raftLogDamage(err)
 		}
@@ -228,8 +223,37 @@ func (rg *raftGroups) replicate(o *owned) error {
 	return nil
 }
 
+// raftLogDir returns the directory o's raft log lives in, its
+// partition's (ok false: a partition kept in memory, whose raft log is
+// too). The raft log holds every entry since its last snapshot, and a
+// compaction syncs the partition first: so a partition built deferred
+// (partition.FileStore.BuildDeferred) gets its directory only, the
+// raft log is the one file on the path to its first acknowledgement,
+// and the partition's own files are created when it needs them (DESIGN
+// behaviour 32). Under FsyncAlways the directory is made durable first:
+// the log's fsyncs mean nothing while its directory entry may be lost.
+func raftLogDir(o *owned) (vfs.FS, string, bool, error) {
+	if l, ok := o.p.(partition.Lodger); ok {
+		fsys, dir, err := l.Lodge(o.dur.always())
+		return fsys, dir, err == nil, err
+	}
+	if loc, ok := o.p.(partition.Located); ok {
+		fsys, dir := loc.Location()
+		if o.dur.always() {
+			if err := o.p.Sync(); err != nil {
+				return nil, "", false, err
+			}
+		}
+		return fsys, dir, true, nil
+	}
+	return nil, "", false, nil
+}
+
 // unreplicate drops o's group; its waiting produces are answered. The
-// raft log is synced (unless the policy is never) and closed.
+// raft log is synced (unless the policy is never, but for the shard's
+// Close, which fsyncs whatever the policy: a partition built deferred
+// leaves the records it holds to its raft log, partition.Lodger) and
+// closed.
 func (rg *raftGroups) unreplicate(o *owned, err error) {
 	if o.rep.grp == nil {
 		return
@@ -250,7 +274,7 @@ func (rg *raftGroups) unreplicate(o *owned, err error) {
 		rg.owner.answer(f, Response{Err: err})
 	}
 	o.rep.proposeBuf = nil
-	if d := o.rep.grp.Disk(); d != nil && o.dur.Fsync != metadata.FsyncNever {
+	if d := o.rep.grp.Disk(); d != nil && (o.dur.Fsync != metadata.FsyncNever || errors.Is(err, ErrClosed)) {
 		if serr := d.Sync(); serr != nil {
 			rg.log.Warn("syncing a raft log on close", "ns", o.p.Namespace(), "error", serr)
 		}

@@ -284,6 +284,13 @@ func (s *Shard) ID() int { return s.id }
 // files exist.
 func (s *Shard) Journaled() bool { return s.cfg.Journal != nil }
 
+// Replicated reports whether the shard's partitions are raft group
+// members (Config.Replication): each keeps a raft log in its directory,
+// which holds the records of a partition built deferred
+// (partition.FileStore.BuildDeferred) until its files exist (see
+// partition.Lodger).
+func (s *Shard) Replicated() bool { return s.cfg.Replication != nil }
+
 // Start runs the pump. It is idempotent. A Manual shard starts no
 // goroutine: its driver calls Step instead.
 func (s *Shard) Start() {

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	binenc "encoding/binary"
 	"fmt"
 	"hash/crc32"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/parkway-io/parkway"
 )
@@ -346,5 +348,46 @@ func TestVerifyDamagedManifest(t *testing.T) {
 	r := runBin(t, "verify", dir)
 	if r.code != exitProblems || !strings.Contains(r.stdout, fmt.Sprintf("PARTITIONS:%d: manifest checksum mismatch", len(b)-4)) {
 		t.Fatalf("verify:\n%v", r)
+	}
+}
+
+// A replica built deferred (DESIGN behaviour 32) that never needed files
+// of its own has its raft log alone in its directory, tagged with its
+// incarnation: verify takes it as whole, and reads the log.
+func TestVerifyClusterReplicaBuiltDeferred(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	cfg := parkway.Config{DataDir: dir, Shards: 2}
+	inCluster(t, &cfg)
+	node, err := parkway.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := node.Admin().CreateStream(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp, err := node.Admin().CreateTopic(ctx, st, "empty", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A poll is answered by the replica's leader: once it is, the
+	// replica and its raft log exist.
+	if _, err := node.Poll(ctx, tp, 0, parkway.AtOffset(0), 1); err != nil {
+		t.Fatal(err)
+	}
+	part := filepath.Join(dir, "streams", "0", "topics", "0", "partitions", "0")
+	if _, err := os.Stat(filepath.Join(part, "raft.log")); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(part, "incarnation")); err == nil {
+		t.Fatal("the empty replica has an incarnation file: it was not built deferred")
+	}
+	if r := runBin(t, "verify", dir); r.code != 0 {
+		t.Fatalf("verify of a cluster directory holding a replica built deferred:\n%v", r)
 	}
 }

@@ -20,6 +20,17 @@ type cstore struct {
 
 // Build implements partition.Store.
 func (st *cstore) Build(ns metadata.Namespace, epoch uint64) (partition.Partition, error) {
+	return st.build(ns, epoch, st.inner.Build)
+}
+
+// BuildDeferred passes on partition.FileStore.BuildDeferred, which the
+// reconciler uses for every replicated partition (DESIGN behaviour 32),
+// with Build's checks.
+func (st *cstore) BuildDeferred(ns metadata.Namespace, epoch uint64) (partition.Partition, error) {
+	return st.build(ns, epoch, st.files().BuildDeferred)
+}
+
+func (st *cstore) build(ns metadata.Namespace, epoch uint64, build func(metadata.Namespace, uint64) (partition.Partition, error)) (partition.Partition, error) {
 	n := st.n
 	c := n.c
 	if k := c.slowBuild(); k > 0 {
@@ -27,7 +38,7 @@ func (st *cstore) Build(ns metadata.Namespace, epoch uint64) (partition.Partitio
 		c.nested(k, c.tick)
 		c.event("n%d slow build ns=%v epoch=%d resumes", n.id, ns, epoch)
 	}
-	p, err := st.inner.Build(ns, epoch)
+	p, err := build(ns, epoch)
 	if err != nil {
 		c.event("n%d build ns=%v epoch=%d err=%v", n.id, ns, epoch, err)
 		return nil, err
@@ -190,6 +201,22 @@ func (t *ctap) Location() (vfs.FS, string) {
 		return loc.Location()
 	}
 	return nil, ""
+}
+
+// Lodge implements partition.Lodger when the partition does (a
+// replicated partition's raft log goes in its directory), and Location
+// otherwise, made durable with durable as shard's replicate would.
+func (t *ctap) Lodge(durable bool) (vfs.FS, string, error) {
+	if l, ok := t.Partition.(partition.Lodger); ok {
+		return l.Lodge(durable)
+	}
+	fsys, dir := t.Location()
+	if durable {
+		if err := t.Sync(); err != nil {
+			return nil, "", err
+		}
+	}
+	return fsys, dir, nil
 }
 
 // Damage implements partition.Damaged when the partition does: the
