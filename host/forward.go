@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/shard"
 )
@@ -250,16 +251,19 @@ type awaited struct {
 }
 
 // Forwarding is a partition request forwarded to another node, awaiting
-// its answer: the owner of its ForwardDriver's steps. Engine.forward
-// waits on one; a manual engine's driver steps one with Step. It is not
-// safe for concurrent use.
+// its answer: the owner of its ForwardDriver's steps, which it carries
+// out with the engine's bus and clock (its timer runs on the clock's
+// timers). Engine.forward waits on one; a manual engine's driver steps
+// one with Step. It is not safe for concurrent use.
 type Forwarding struct {
 	c   *clusterNode
+	clk clock.Clock
 	id  uint64
 	to  uint64
 	req *shard.Request
 	a   awaited
 	w   *forwardWatch
+	t   clock.Timer
 	d   ForwardDriver
 	st  ForwardStep
 }
@@ -273,10 +277,10 @@ func (e *Engine) StartForward(to uint64, req *shard.Request) (*Forwarding, error
 	if c == nil {
 		return nil, errNotClustered
 	}
-	f := &Forwarding{c: c, id: c.reqID.Add(1), to: to, req: req,
+	f := &Forwarding{c: c, clk: e.cfg.Clock, id: c.reqID.Add(1), to: to, req: req,
 		a: awaited{ch: make(chan []byte, 1), probe: make(chan bool, 1), to: to}}
 	f.d = NewForwardDriver(to, req, e.ForwardTimeout())
-	now := e.cfg.Clock.Now()
+	now := f.clk.Now()
 	payload, err := EncodeRequest(req, now)
 	if err != nil {
 		return nil, err
@@ -293,6 +297,7 @@ func (e *Engine) StartForward(to uint64, req *shard.Request) (*Forwarding, error
 	// timer (a waiting poll's MaxWait, or the forward timeout).
 	f.w = c.watch(f.id, req.NS, to)
 	f.st = f.d.Start(now, len(payload))
+	f.t = f.clk.NewTimer(f.st.At.Sub(now))
 	return f, nil
 }
 
@@ -300,14 +305,11 @@ func (e *Engine) StartForward(to uint64, req *shard.Request) (*Forwarding, error
 // the request, its reply and probes).
 func (f *Forwarding) ID() uint64 { return f.id }
 
-// At is when Step must be called at the latest (the driver's timer).
-func (f *Forwarding) At() time.Time { return f.st.At }
-
-// Step takes, at now, what arrived since the last call — the answer, a
-// probe's answer, news of the leader — and the timer if it is due, and
-// reports the forward's outcome once it is over (done); a forward over
-// has let go of its registrations. It never blocks.
-func (f *Forwarding) Step(now time.Time) (r shard.Response, err error, done bool) {
+// Step takes what arrived since the last call — the answer, a probe's
+// answer, news of the leader, the timer — and reports the forward's
+// outcome once it is over (done); a forward over has let go of its
+// registrations. It never blocks.
+func (f *Forwarding) Step() (r shard.Response, err error, done bool) {
 	for f.st.Op != ForwardDone {
 		if f.st.Op == ForwardProbe {
 			f.probe()
@@ -322,16 +324,13 @@ func (f *Forwarding) Step(now time.Time) (r shard.Response, err error, done bool
 		select {
 		case held := <-f.a.probe:
 			f.probed(held)
-			continue
 		case ev := <-f.w.c:
 			f.st = f.d.News(ev.lead, ev.dead)
-			continue
+		case <-f.t.C():
+			f.st = f.d.Timer(f.clk.Now())
 		default:
-		}
-		if now.Before(f.st.At) {
 			return shard.Response{}, nil, false
 		}
-		f.st = f.d.Timer(now)
 	}
 	r, err = f.end()
 	return r, err, true
@@ -346,9 +345,11 @@ func (f *Forwarding) Abandon() {
 	}
 }
 
-// probe asks the node whether it still holds the request.
+// probe asks the node whether it still holds the request, and sets the
+// timer for the next question.
 func (f *Forwarding) probe() {
 	_ = f.c.send(f.to, KindProbe, f.id, nil)
+	f.t.Reset(f.st.At.Sub(f.clk.Now()))
 	f.st.Op = ForwardWait
 }
 
@@ -378,7 +379,8 @@ func (f *Forwarding) end() (shard.Response, error) {
 	return f.st.Resp, nil
 }
 
-// unregister forgets the forward's reply and news registrations.
+// unregister forgets the forward's reply and news registrations and
+// stops its timer.
 func (f *Forwarding) unregister() {
 	f.c.mu.Lock()
 	delete(f.c.waiting, f.id)
@@ -386,6 +388,9 @@ func (f *Forwarding) unregister() {
 	if f.w != nil {
 		f.c.unwatch(f.id, f.req.NS)
 		f.w = nil
+	}
+	if f.t != nil {
+		f.t.Stop()
 	}
 }
 
@@ -404,19 +409,15 @@ func (e *Engine) forward(ctx context.Context, to uint64, req *shard.Request) (sh
 	if err != nil {
 		return shard.Response{}, err
 	}
-	clk := e.cfg.Clock
-	t := clk.NewTimer(f.st.At.Sub(clk.Now()))
-	defer t.Stop()
 	for f.st.Op != ForwardDone {
 		if f.st.Op == ForwardProbe {
 			f.probe()
-			t.Reset(f.st.At.Sub(clk.Now()))
 		}
 		select {
 		case b := <-f.a.ch:
 			f.st = f.d.Reply(b)
-		case <-t.C():
-			f.st = f.d.Timer(clk.Now())
+		case <-f.t.C():
+			f.st = f.d.Timer(f.clk.Now())
 		case held := <-f.a.probe:
 			f.probed(held)
 		case <-ctx.Done():

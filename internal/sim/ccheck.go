@@ -155,7 +155,7 @@ func (c *csim) advanceQuiet(converged bool) {
 // change or replica move under way, no frame queued or parked anywhere,
 // no message on the bus.
 func (c *csim) idle() bool {
-	if len(c.inflight) > 0 || c.join != nil || c.remove != nil || c.moving() != "" {
+	if len(c.inflight) > 0 || len(c.barriers) > 0 || c.join != nil || c.remove != nil || c.moving() != "" {
 		return false
 	}
 	for _, cl := range c.clients {

@@ -99,6 +99,9 @@ type op struct {
 	// Node's client call does (callOf starts it).
 	call        host.CallDriver
 	callStarted bool
+	// fwdDeadline is the deadline its forwarded requests carry (cluster
+	// mode), set at the first forward.
+	fwdDeadline time.Time
 	// producer and seq identify a produce across its tries, as the Node's
 	// do: the partition deduplicates a batch applied before.
 	producer, seq uint64
@@ -136,6 +139,15 @@ type attempt struct {
 	served uint64
 	// node is the node it was sent to (cluster mode).
 	node *cnode
+	// A forwarded attempt (cluster mode): its home node's engine sent it
+	// to node over the bus (host.Forwarding, via the node forwarding).
+	// What node's shard answered is captured when node sends the reply
+	// (fwdServed, the consumer offset it stored in fwdStored), as the
+	// forward may end before the reply arrives, or without it.
+	via       *cnode
+	fwd       *host.Forwarding
+	fwdServed uint64
+	fwdStored *storeRecord
 }
 
 // Data operations weigh: produce 34, batch 16, poll 28, store 12, get 10.
