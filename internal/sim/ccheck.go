@@ -453,7 +453,9 @@ func (c *csim) clusterDropOK(variant, reason string) bool {
 		metrics.ReasonFull, metrics.ReasonParkOverflow:
 		return true
 	case metrics.ReasonBuildFailed:
-		return c.faults.DiskFull+c.faults.DiskError > 0
+		// A disk fault, or a lie: a bad sector's EIO fails a build as
+		// any read error does (single-node mode counts lies too).
+		return c.faults.DiskFull+c.faults.DiskError > 0 || c.faults.Lies.Total() > 0
 	case metrics.ReasonShutdown, metrics.ReasonDisconnected:
 		// A crash, or a removed node closed with frames still queued.
 		return c.faults.Crash+c.faults.ProcessCrash+c.faults.Removed > 0
