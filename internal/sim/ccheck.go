@@ -377,7 +377,7 @@ func (c *csim) finalOffsets(key incKey) {
 			c.allOps = append(c.allOps, o)
 			c.finalOps = append(c.finalOps, o)
 			o.callEv = c.event("call op=%d final offset n%d ns=%v consumer=%s", o.id, n.id, key.ns, consumer)
-			c.send(c.newAttempt(o), n)
+			c.startCall(o, c.newAttempt(o), n)
 			c.afterAction()
 			deadline := c.clk.Now().Add(quiesceLimit)
 			for !o.done && c.viol == nil {
@@ -421,7 +421,7 @@ func (c *csim) finalRead(n *cnode, ns metadata.Namespace) *op {
 	c.allOps = append(c.allOps, o)
 	c.finalOps = append(c.finalOps, o)
 	o.callEv = c.event("call op=%d final read n%d ns=%v", o.id, n.id, ns)
-	c.send(c.newAttempt(o), n)
+	c.startCall(o, c.newAttempt(o), n)
 	c.afterAction()
 	return o
 }

@@ -143,7 +143,7 @@ func (c *csim) dataOp(cl *client, n *cnode, ns metadata.Namespace, kind opKind) 
 		o.reach = c.links()
 	}
 	o.callEv = c.event("call op=%d client=%d n%d %v ns=%v%s", o.id, clientID(cl), n.id, kind, ns, o.args())
-	c.send(c.newAttempt(o), n)
+	c.startCall(o, c.newAttempt(o), n)
 	return o
 }
 
@@ -343,8 +343,28 @@ func (c *csim) onSuccess(a *attempt, r shard.Response) {
 	c.finish(o, outcomeOK, r, nil)
 }
 
-// callOf is o's client call driver, a call of its home node's.
-func (c *csim) callOf(o *op) *host.CallDriver { return o.callDriver(true, o.home.id) }
+// callOf is o's client call driver, a call of its home node's engine
+// (startCall).
+func (c *csim) callOf(o *op) *host.CallDriver { return &o.call }
+
+// startCall makes a, o's first try, through its home n as the Node's
+// client call does: the engine's call driver (host.Engine.NewCall)
+// decides it — to n's owner shard, or for a partition n holds no replica
+// of straight to a live replica, forwarded over the bus.
+func (c *csim) startCall(o *op, a *attempt, n *cnode) {
+	var st host.CallStep
+	o.call, st = n.eng.NewCall(o.ns, time.Time{})
+	if st.Op == host.CallForward {
+		if to := c.node(st.To); to != nil && to.id != n.id {
+			o.hops++
+			c.forward(a, n, to)
+			return
+		}
+		// A replica the simulator does not know (removed): the request
+		// goes to the owner shard, which names a live one.
+	}
+	c.send(a, n)
+}
 
 // follow carries out the client call's step st after attempt a of o was
 // answered cause: a forward is a new attempt at the leader named (the
