@@ -24,8 +24,10 @@ import (
 // a goroutine: it is told the time and each answer, and says what to do
 // next (send here, forward there, wake at a time, done). Engine.StartCall
 // and PendingCall.Wait carry its steps out with the engine's router, bus
-// and clock; Engine.Call is the two of them. The simulator drives the
-// same CallDriver against its own delivery and clock.
+// and clock; Engine.Call is the two of them. Engine.NewCall gives a
+// manual engine's driver (the simulator) the same CallDriver and first
+// step, whose steps it carries out against its own delivery and clock
+// (a forward through StartForward, forward.go).
 
 // CallOp is what a call's driver asks for next.
 type CallOp uint8
