@@ -24,8 +24,10 @@ import (
 // a goroutine: it is told the time and each answer, and says what to do
 // next (send here, forward there, wake at a time, done). Engine.StartCall
 // and PendingCall.Wait carry its steps out with the engine's router, bus
-// and clock; Engine.Call is the two of them. The simulator drives the
-// same CallDriver against its own delivery and clock.
+// and clock; Engine.Call is the two of them. Engine.NewCall gives a
+// manual engine's driver (the simulator) the same CallDriver and first
+// step, whose steps it carries out against its own delivery and clock
+// (a forward through StartForward, forward.go).
 
 // CallOp is what a call's driver asks for next.
 type CallOp uint8
@@ -201,23 +203,34 @@ func (e *Engine) Call(ctx context.Context, req *shard.Request, resolve Resolve) 
 func (e *Engine) StartCall(ctx context.Context, req *shard.Request) PendingCall {
 	p := PendingCall{e: e, reply: make(chan shard.Response, 1)}
 	p.f = shard.Frame{Req: req, Reply: p.reply}
-	p.d = NewCallDriver(&e.callCfg)
-	var replica uint64
-	if e.cl != nil {
-		replica = e.replicaFor(req.NS)
-	}
 	// The clock is read only for a request without a deadline: a
 	// producer stamps its own from the clock read that stamped its batch.
 	if req.Deadline.IsZero() {
 		cd, _ := ctx.Deadline()
 		req.Deadline = CallDeadline(e.cfg.Clock.Now(), cd, e.cfg.RequestTimeout)
 	}
-	if st := p.d.Start(req.Deadline, replica); st.Op == CallForward {
+	var st CallStep
+	if p.d, st = e.NewCall(req.NS, req.Deadline); st.Op == CallForward {
 		p.to = st.To
 	} else {
 		p.sent = e.send(ctx, p.f)
 	}
 	return p
+}
+
+// NewCall is the driver of a call on this engine of a request for ns
+// with deadline (zero: fixed at the first retry, see CallDriver.Start),
+// and its first step: to the local owner shard, or, for a partition this
+// node holds no replica of, straight to a live replica. StartCall takes
+// its steps so; a manual engine's driver (the simulator) carries them
+// out itself.
+func (e *Engine) NewCall(ns metadata.Namespace, deadline time.Time) (CallDriver, CallStep) {
+	d := NewCallDriver(&e.callCfg)
+	var replica uint64
+	if e.cl != nil {
+		replica = e.replicaFor(ns)
+	}
+	return d, d.Start(deadline, replica)
 }
 
 // CallHere sends req to the owner shard of its namespace on this node,

@@ -146,3 +146,71 @@ func TestAskDriver(t *testing.T) {
 		t.Fatalf("answered: %+v, want done", st)
 	}
 }
+
+// TestForwardDriver pins a forwarded request's decisions: the answer ends
+// it; the timer asks whether the node still holds the request and waits
+// on while it does, until the request's deadline; a "no" ends it with an
+// unknown outcome; a new leader ends a write (unknown) and sends a read
+// there, a death sends a read again and leaves a write waiting; the
+// caller giving up makes the outcome unknown.
+func TestForwardDriver(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	timeout := 50 * time.Millisecond
+	write := &shard.Request{Op: shard.OpProduce, Deadline: t0.Add(120 * time.Millisecond)}
+	d := host.NewForwardDriver(2, write, timeout)
+	if st := d.Start(t0, 0); st.Op != host.ForwardWait || !st.At.Equal(t0.Add(timeout)) {
+		t.Fatalf("start: %+v, want a wait of the forward timeout", st)
+	}
+	now := t0.Add(timeout)
+	if st := d.Timer(now); st.Op != host.ForwardProbe || !st.At.Equal(now.Add(timeout)) {
+		t.Fatalf("timer: %+v, want a probe and another timeout", st)
+	}
+	if st := d.Probed(true); st.Op != host.ForwardWait || !st.At.Equal(now.Add(timeout)) {
+		t.Fatalf("held: %+v, want to wait on", st)
+	}
+	now = now.Add(timeout)
+	if st := d.Timer(now); st.Op != host.ForwardProbe || !st.At.Equal(write.Deadline) {
+		t.Fatalf("timer near the deadline: %+v, want a probe and a wait to the deadline", st)
+	}
+	if st := d.Timer(write.Deadline); st.Op != host.ForwardDone || !errors.Is(st.Err, shard.ErrOutcomeUnknown) {
+		t.Fatalf("deadline: %+v, want an unknown outcome", st)
+	}
+	if st := d.Probed(false); st.Op != host.ForwardDone || !errors.Is(st.Err, shard.ErrOutcomeUnknown) {
+		t.Fatalf("not held: %+v, want an unknown outcome", st)
+	}
+	if st := d.News(0, false); st.Op != host.ForwardWait {
+		t.Fatalf("write, no leader yet: %+v, want to wait on", st)
+	}
+	if st := d.News(2, false); st.Op != host.ForwardWait {
+		t.Fatalf("write, the same leader: %+v, want to wait on", st)
+	}
+	if st := d.News(0, true); st.Op != host.ForwardWait {
+		t.Fatalf("write, node declared dead: %+v, want to wait on", st)
+	}
+	if st := d.News(3, false); st.Op != host.ForwardDone || !errors.Is(st.Err, shard.ErrOutcomeUnknown) {
+		t.Fatalf("write, new leader: %+v, want an unknown outcome", st)
+	}
+	if st := d.Cancelled(errors.New("gone")); st.Op != host.ForwardDone || !errors.Is(st.Err, shard.ErrOutcomeUnknown) {
+		t.Fatalf("cancelled: %+v, want an unknown outcome", st)
+	}
+	b := host.EncodeResponse(shard.Response{Offset: 7})
+	if st := d.Reply(b); st.Op != host.ForwardDone || st.Err != nil || st.Resp.Offset != 7 {
+		t.Fatalf("reply: %+v, want the answer", st)
+	}
+
+	read := &shard.Request{Op: shard.OpPoll, MaxWait: time.Second}
+	d = host.NewForwardDriver(2, read, timeout)
+	if st := d.Start(t0, 0); !st.At.Equal(t0.Add(timeout + time.Second)) {
+		t.Fatalf("waiting poll: %+v, want a wait of the timeout and its MaxWait", st)
+	}
+	var nl *shard.NotLeaderError
+	if st := d.News(3, false); st.Op != host.ForwardDone || !errors.As(st.Err, &nl) || nl.Leader != 3 {
+		t.Fatalf("read, new leader: %+v, want not leader naming 3", st)
+	}
+	if st := d.News(0, true); st.Op != host.ForwardDone || !errors.Is(st.Err, shard.ErrRetry) {
+		t.Fatalf("read, node declared dead: %+v, want a retry", st)
+	}
+	if st := d.News(2, false); st.Op != host.ForwardWait {
+		t.Fatalf("read, the same leader: %+v, want to wait on", st)
+	}
+}

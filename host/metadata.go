@@ -456,12 +456,7 @@ func (c *clusterNode) runMetadata(ctx context.Context) {
 			m.answerReads(ErrClosed)
 			return
 		case reply := <-m.reads:
-			if err := m.unavailable(); err != nil {
-				reply <- err
-				break
-			}
-			m.wake()
-			_ = m.barriers.Ask(m.g, metaRead{reply: reply}) // a failed group is reported by the next process
+			m.askRead(reply)
 		case op := <-m.leaseIn:
 			m.serveLease(op)
 		case op := <-m.props:
@@ -532,64 +527,6 @@ func (m *metaGroup) answerReads(err error) {
 			r.reply <- err
 		}
 	})
-}
-
-// ReadBarrier waits until this node's metadata has applied everything the
-// metadata group had committed when it was called: a ReadIndex through the
-// group's leader (a heartbeat round confirms its leadership), then a wait
-// for the local applied index. A metadata read made after it returns sees
-// every command committed before the call, through any node. On a single
-// node, and on a manual engine, it returns at once: their reads are local
-// (a single node's are current). It retries until ctx's deadline (or
-// RequestTimeout) while no leader answers, then fails with an error
-// wrapping shard.ErrRetry.
-func (e *Engine) ReadBarrier(ctx context.Context) error {
-	if e.closed.Load() {
-		return ErrClosed
-	}
-	if e.cl == nil || e.cfg.Manual {
-		return nil
-	}
-	m := e.cl.meta
-	ctx, cancel := e.deadline(ctx)
-	defer cancel()
-	d := NewAskDriver(e.ForwardTimeout(), e.cfg.RetryBackoffMin, e.cfg.RetryBackoffMax, func(err error) bool {
-		return !errors.Is(err, ErrClosed) && !errors.Is(err, ErrMetadataFailed)
-	})
-	t := askTimer{clk: e.cfg.Clock}
-	defer t.stop()
-	for st := d.Start(e.cfg.Clock.Now()); ; {
-		switch st.Op {
-		case AskDone:
-			return st.Err
-		case AskWait:
-			if err := t.sleep(ctx, st.At); err != nil {
-				return fmt.Errorf("%w: metadata read barrier: %w", shard.ErrRetry, err)
-			}
-			st = d.Fired(e.cfg.Clock.Now())
-			continue
-		}
-		reply := make(chan error, 1)
-		select {
-		case m.reads <- reply:
-		case <-m.failed:
-			return m.err
-		case <-ctx.Done():
-			return fmt.Errorf("%w: metadata read barrier: %w", shard.ErrRetry, ctx.Err())
-		}
-		var err error
-		select {
-		case err = <-reply:
-		case <-t.until(st.At):
-			err = fmt.Errorf("%w: no read index yet", shard.ErrRetry)
-		case <-ctx.Done():
-			return fmt.Errorf("%w: metadata read barrier: %w", shard.ErrRetry, ctx.Err())
-		}
-		if err != nil && ctx.Err() != nil && d.again(err) {
-			return fmt.Errorf("%w: metadata read barrier: %w", shard.ErrRetry, ctx.Err())
-		}
-		st = d.Answer(e.cfg.Clock.Now(), err)
-	}
 }
 
 // TickMetadata ticks a manual engine's metadata group member once (unless

@@ -13,6 +13,7 @@ func init() {
 	brokenBuilds["testhooks.ServeStaleParked"] = &testhooks.ServeStaleParked
 	brokenBuilds["testhooks.NoTermStep"] = &testhooks.NoTermStep
 	brokenBuilds["testhooks.NoForwardBudget"] = &testhooks.NoForwardBudget
+	brokenBuilds["testhooks.NoReadIndexWait"] = &testhooks.NoReadIndexWait
 }
 
 // Serving parked frames stamped with another incarnation (instead of
@@ -39,4 +40,11 @@ func TestClusterCatchesNoTermBound(t *testing.T) {
 // more than its budget (invariant 10).
 func TestClusterCatchesNoForwardBudget(t *testing.T) {
 	expectClusterCaught(t, sim.DefaultClusterConfig, "testhooks.NoForwardBudget", 10)
+}
+
+// A read barrier answered at once, before the metadata group confirmed a
+// read index and before the node applied it, is caught when a barrier
+// on a node behind the others returns (invariant 11).
+func TestClusterCatchesNoReadIndexWait(t *testing.T) {
+	expectClusterCaught(t, sim.DefaultClusterConfig, "testhooks.NoReadIndexWait", 11)
 }

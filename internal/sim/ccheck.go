@@ -155,7 +155,7 @@ func (c *csim) advanceQuiet(converged bool) {
 // change or replica move under way, no frame queued or parked anywhere,
 // no message on the bus.
 func (c *csim) idle() bool {
-	if len(c.inflight) > 0 || c.join != nil || c.remove != nil || c.moving() != "" {
+	if len(c.inflight) > 0 || len(c.barriers) > 0 || c.join != nil || c.remove != nil || c.moving() != "" {
 		return false
 	}
 	for _, cl := range c.clients {
@@ -377,7 +377,7 @@ func (c *csim) finalOffsets(key incKey) {
 			c.allOps = append(c.allOps, o)
 			c.finalOps = append(c.finalOps, o)
 			o.callEv = c.event("call op=%d final offset n%d ns=%v consumer=%s", o.id, n.id, key.ns, consumer)
-			c.send(c.newAttempt(o), n)
+			c.startCall(o, c.newAttempt(o), n)
 			c.afterAction()
 			deadline := c.clk.Now().Add(quiesceLimit)
 			for !o.done && c.viol == nil {
@@ -421,7 +421,7 @@ func (c *csim) finalRead(n *cnode, ns metadata.Namespace) *op {
 	c.allOps = append(c.allOps, o)
 	c.finalOps = append(c.finalOps, o)
 	o.callEv = c.event("call op=%d final read n%d ns=%v", o.id, n.id, ns)
-	c.send(c.newAttempt(o), n)
+	c.startCall(o, c.newAttempt(o), n)
 	c.afterAction()
 	return o
 }
@@ -453,7 +453,9 @@ func (c *csim) clusterDropOK(variant, reason string) bool {
 		metrics.ReasonFull, metrics.ReasonParkOverflow:
 		return true
 	case metrics.ReasonBuildFailed:
-		return c.faults.DiskFull+c.faults.DiskError > 0
+		// A disk fault, or a lie: a bad sector's EIO fails a build as
+		// any read error does (single-node mode counts lies too).
+		return c.faults.DiskFull+c.faults.DiskError > 0 || c.faults.Lies.Total() > 0
 	case metrics.ReasonShutdown, metrics.ReasonDisconnected:
 		// A crash, or a removed node closed with frames still queued.
 		return c.faults.Crash+c.faults.ProcessCrash+c.faults.Removed > 0

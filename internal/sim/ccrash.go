@@ -116,7 +116,12 @@ func (c *csim) crashHow(n *cnode, power bool, lo, hi time.Duration) {
 func (c *csim) abandon(n *cnode) {
 	kept := c.inflight[:0]
 	for _, a := range c.inflight {
-		if a.node != n {
+		switch {
+		case a.fwd != nil && a.via.id == n.id:
+			a.fwd.Abandon() // the forwarding node is gone, and the call with it
+		case a.fwd != nil || a.node != n:
+			// A forward to n finds out by itself: no answer, probes
+			// unanswered or answered "not held", news of n's death.
 			kept = append(kept, a)
 			continue
 		}

@@ -68,6 +68,15 @@ type csim struct {
 	base
 	ctx context.Context
 	net *transport.Network
+	// fwds are the forwarded attempts by their forward's request on the
+	// bus (the forwarding node, the request id); delivering is the one
+	// whose request a node is taking from the bus.
+	fwds       map[fwdKey]*attempt
+	delivering *attempt
+	fromBus    bool
+	// barriers are the read barriers in flight (cbarrier.go).
+	barriers    []*barrier
+	nextBarrier int
 	// wrongDisk is set while a node is started on another's data
 	// directory (startOnWrongDisk): the refusal is the expected outcome.
 	wrongDisk bool
@@ -239,6 +248,7 @@ func newCluster(cfg Config) *csim {
 		storeFailed:    make(map[buildKey]bool),
 		storeOutcomes:  make(map[storeKey]uint8),
 		compactEntries: compact,
+		fwds:           make(map[fwdKey]*attempt),
 	}
 	for i := range cfg.Nodes {
 		c.peers = append(c.peers, uint64(i+1))
@@ -498,6 +508,9 @@ func (b *outboxBus) Send(m transport.Message) error {
 		b.n.c.event("n%d drop %s (broken leader transfer)", b.n.id, describeMsg(m))
 		return nil
 	}
+	if m.Kind == host.KindReply {
+		b.n.c.forwardReplied(b.n, m)
+	}
 	b.n.outbox = append(b.n.outbox, m)
 	return nil
 }
@@ -578,8 +591,24 @@ func (m *cmirror) TrySend(f shard.Frame) error {
 	}
 	if op := f.Req.Op; op != shard.OpRaft && op != shard.OpCatchUp {
 		if a = c.attempts[f.Req]; a == nil {
-			c.fail(0, "n%d shard %d was sent a frame the simulator did not issue", m.n.id, m.i)
-			return err
+			switch {
+			case c.delivering != nil && sameRequest(c.delivering.req, f.Req):
+				// A forwarded attempt, decoded from the bus.
+				a = c.delivering
+				c.attempts[f.Req] = a
+			case !c.fromBus:
+				c.fail(0, "n%d shard %d was sent a frame the simulator did not issue", m.n.id, m.i)
+				return err
+			default:
+				// A forwarded request whose forward is gone (its sender
+				// restarted, the request delayed on the bus): nobody
+				// waits for its answer.
+				if err == nil {
+					m.n.shadow[m.i] = append(m.n.shadow[m.i], floodFrame)
+				}
+				c.event("n%d enqueue shard=%d stray forwarded %v err=%v", m.n.id, m.i, f.Req.Op, errString(err))
+				return err
+			}
 		}
 	}
 	if err == nil {
@@ -621,6 +650,8 @@ func (c *csim) afterAction() {
 	}
 	stepChecks(c)
 	c.collect(c.onAnswer)
+	c.stepForwards()
+	c.stepBarriers()
 	for _, n := range c.nodes {
 		n.stored = n.stored[:0]
 	}
@@ -812,6 +843,13 @@ func (c *csim) deliver(n *cnode, k int) {
 
 // receive hands m to n's engine; it reports false on a violation.
 func (c *csim) receive(n *cnode, m transport.Message) bool {
+	if m.Kind == host.KindRequest {
+		if a := c.fwds[fwdKey{uint64(m.From), m.Group}]; a != nil && a.node.id == n.id {
+			c.delivering = a
+		}
+		c.fromBus = true
+		defer func() { c.delivering, c.fromBus = nil, false }()
+	}
 	if err := n.eng.Deliver(m); err != nil && !errors.Is(err, router.ErrFull) {
 		if errors.Is(err, host.ErrMetadataFailed) {
 			c.event("n%d metadata member stopped: %v", n.id, err)

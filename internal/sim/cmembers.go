@@ -297,7 +297,7 @@ func (c *csim) memberAct(cl *client) {
 		cl.op = o
 		c.allOps = append(c.allOps, o)
 		o.callEv = c.event("call op=%d member=%d (id %d gen %d) n%d poll ns=%v%s", o.id, cl.id, m.id, m.gen, home.id, ns, o.args())
-		c.send(c.newAttempt(o), home)
+		c.startCall(o, c.newAttempt(o), home)
 	}
 }
 

@@ -17,9 +17,9 @@ import (
 // Cluster clients. A client talks to one node per operation (its home,
 // picked among the running nodes), as a host calls its local Node:
 // partition requests go through the home node's router; a "not leader"
-// answer is followed to the hinted leader (the Node forwards there over
-// the bus; the simulator's client goes straight to that node's router),
-// and a "retry here" answer brings the operation back home after a pause.
+// answer is followed to the hinted leader, forwarded there over the bus
+// by the home node's engine as the Node's call does (cforward.go), and a
+// "retry here" answer brings the operation back home after a pause.
 // A produce keeps its (producer, sequence) pair over every try, so the
 // partition deduplicates a retry of a batch that was applied after all.
 // Metadata commands are proposed to the home node's metadata group member
@@ -119,6 +119,11 @@ func (c *csim) clientAct(cl *client) {
 		c.metaOpStart(cl, n, true)
 		return
 	}
+	if c.rng.IntN(100) < 5 && len(c.barriers) < maxBarriers {
+		// A lookup by name through n: its read barrier.
+		c.startBarrier(n)
+		return
+	}
 	if c.rng.IntN(100) < 5 {
 		// A client whose view lags: it still addresses a partition this
 		// node has seen deleted.
@@ -138,7 +143,7 @@ func (c *csim) dataOp(cl *client, n *cnode, ns metadata.Namespace, kind opKind) 
 		o.reach = c.links()
 	}
 	o.callEv = c.event("call op=%d client=%d n%d %v ns=%v%s", o.id, clientID(cl), n.id, kind, ns, o.args())
-	c.send(c.newAttempt(o), n)
+	c.startCall(o, c.newAttempt(o), n)
 	return o
 }
 
@@ -166,7 +171,10 @@ func (c *csim) onAnswer(a *attempt, r shard.Response) {
 		return
 	}
 	a.answered, a.resp = true, r
-	if servedAnswer(r.Err) && !errors.Is(r.Err, shard.ErrNotLeader) && !errors.Is(r.Err, shard.ErrOutcomeUnknown) {
+	switch {
+	case a.fwd != nil:
+		a.served = a.fwdServed // captured when the node sent its answer
+	case servedAnswer(r.Err) && !errors.Is(r.Err, shard.ErrNotLeader) && !errors.Is(r.Err, shard.ErrOutcomeUnknown):
 		a.served = a.node.lastServe[o.ns]
 	}
 	a.ansEv = c.event("answer a=%d op=%d n%d %s", a.id, o.id, a.node.id, describe(r))
@@ -208,7 +216,8 @@ func (c *csim) onAnswer(a *attempt, r shard.Response) {
 			c.fail(3, "attempt %d (op %d %v %v) answered by n%d with damage no lie explains: %v", a.id, o.id, o.kind, o.ns, a.node.id, r.Err)
 			return
 		}
-		if o.kind == kindStore && errors.Is(r.Err, partition.ErrOffsetOutOfRange) && r.Offset != o.offset {
+		if o.kind == kindStore && a.fwd == nil && errors.Is(r.Err, partition.ErrOffsetOutOfRange) && r.Offset != o.offset {
+			// (A forwarded answer's error carries no offset on the wire.)
 			// A refused consumer offset is answered with the offset refused.
 			c.fail(5, "attempt %d (op %d) storing %s=%d was answered for offset %d: the answer of another write (%v)",
 				a.id, o.id, o.consumer, o.offset, r.Offset, r.Err)
@@ -312,22 +321,50 @@ func (c *csim) onSuccess(a *attempt, r shard.Response) {
 	if o.kind == kindStore {
 		// The leader answers a consumer offset when it applies it: in the
 		// action that produced this answer.
-		i := slices.IndexFunc(a.node.stored, func(st storeRecord) bool {
-			return st.ns == o.ns && st.consumer == o.consumer && st.offset == o.offset && st.err == nil
-		})
-		if r.Offset != o.offset || i < 0 {
+		// A forwarded store's record was taken when its node answered.
+		rec := a.fwdStored
+		if a.fwd == nil {
+			i := slices.IndexFunc(a.node.stored, func(st storeRecord) bool {
+				return st.ns == o.ns && st.consumer == o.consumer && st.offset == o.offset && st.err == nil
+			})
+			if i >= 0 {
+				st := a.node.stored[i]
+				rec = &st
+				a.node.stored = slices.Delete(a.node.stored, i, i+1) // one answer per application
+			}
+		}
+		if r.Offset != o.offset || rec == nil {
 			c.fail(5, "attempt %d (op %d) storing %s=%d was answered ok (offset %d), but n%d stored no such offset then",
 				a.id, o.id, o.consumer, o.offset, r.Offset, a.node.id)
 			return
 		}
-		a.served = a.node.stored[i].epoch
-		a.node.stored = slices.Delete(a.node.stored, i, i+1) // one answer per application
+		a.served = rec.epoch
 	}
 	c.finish(o, outcomeOK, r, nil)
 }
 
-// callOf is o's client call driver, a call of its home node's.
-func (c *csim) callOf(o *op) *host.CallDriver { return o.callDriver(true, o.home.id) }
+// callOf is o's client call driver, a call of its home node's engine
+// (startCall).
+func (c *csim) callOf(o *op) *host.CallDriver { return &o.call }
+
+// startCall makes a, o's first try, through its home n as the Node's
+// client call does: the engine's call driver (host.Engine.NewCall)
+// decides it — to n's owner shard, or for a partition n holds no replica
+// of straight to a live replica, forwarded over the bus.
+func (c *csim) startCall(o *op, a *attempt, n *cnode) {
+	var st host.CallStep
+	o.call, st = n.eng.NewCall(o.ns, time.Time{})
+	if st.Op == host.CallForward {
+		if to := c.node(st.To); to != nil && to.id != n.id {
+			o.hops++
+			c.forward(a, n, to)
+			return
+		}
+		// A replica the simulator does not know (removed): the request
+		// goes to the owner shard, which names a live one.
+	}
+	c.send(a, n)
+}
 
 // follow carries out the client call's step st after attempt a of o was
 // answered cause: a forward is a new attempt at the leader named (the
@@ -339,15 +376,15 @@ func (c *csim) callOf(o *op) *host.CallDriver { return o.callDriver(true, o.home
 // so, as the engine's forward tells it a send that failed.
 func (c *csim) follow(o *op, a *attempt, st host.CallStep, cause error) {
 	if st.Op == host.CallForward {
-		lead := c.node(st.To)
-		if lead != nil && lead.id != a.node.id && !lead.down && o.hops < maxHops {
+		home, lead := c.cur(o.home), c.node(st.To)
+		if lead != nil && lead.id != home.id && home.reachable() && o.hops < maxHops {
 			o.hops++
 			c.ops.Redirects++
-			c.send(c.newAttempt(o), lead)
+			c.forward(c.newAttempt(o), home, lead)
 			return
 		}
 		o.hops = 0
-		st = c.callOf(o).Answer(c.clk.Now(), shard.Response{}, fmt.Errorf("%w: no forward to n%d: %v", shard.ErrRetry, st.To, cause))
+		st = c.callOf(o).Answer(c.clk.Now(), shard.Response{}, forwardFailed(st.To, cause))
 	}
 	switch st.Op {
 	case host.CallWait:

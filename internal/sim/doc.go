@@ -173,12 +173,19 @@
 // Clients talk to a node they pick (their home): partition requests go
 // through its router, and the Node's client call (host.CallDriver, the
 // shipped driver, told each answer and the virtual time) decides what
-// follows: a "not leader" answer is followed to the hinted leader (the
-// simulated client goes to that node's router itself, where the Node
-// would forward over the bus; a hint naming a node that is down, the
-// node that answered, or a fourth hop in a row is told to the driver as
-// a forward that failed) — a node holding no replica of the partition
-// answers one with a live replica as the hint — "retry here" brings the
+// follows: a "not leader" answer is followed to the hinted leader — the
+// home node's engine forwards the request over the bus
+// (host.Engine.StartForward, stepped by the simulator where a started
+// engine's call blocks on it; cforward.go) and the leader's engine
+// serves it and sends the answer back, while the forward's own driver
+// (host.ForwardDriver) probes a leader slow to answer, gives a write up
+// as unknown when the partition's leader moves, sends a read again on
+// news of a new leader or of the node's death, and ends at the request's
+// deadline; every network fault reaches the request, its answer and the
+// probes (a hint naming the home itself, or a fourth hop in a row, is
+// told to the driver as a forward that failed) — a node holding no
+// replica of the partition answers one with a live replica as the
+// hint — "retry here" brings the
 // request home after the driver's pause, and an unknown outcome is
 // retried with the same (producer, sequence) pair. Polls and offset reads ask
 // for the leader (Request.FromLeader); one poll in five reads the home
@@ -326,7 +333,7 @@
 // clients saw it), where it is checked online as the history is
 // recorded, and the broken builds whose seeds fail on it. A single-node
 // run and a cluster run check through the one registry, in its order;
-// a check that exists only in a cluster (7, 8, 10) is a no-op on one
+// a check that exists only in a cluster (7, 8, 10, 11) is a no-op on one
 // node. TestInvariantsHaveBrokenBuilds lists the registry and fails when
 // an invariant names no broken build that it catches nor why none does
 // (invariant 6: the group state machine is package metadata's, no seam
@@ -472,6 +479,13 @@
 //     requests than its budget (host.Engine.ForwardStats' peak against
 //     Cluster.MaxForwardedBytes), and at quiescence none holds any: every
 //     request a flood made it hold was answered and given back.
+//  11. Read barriers (cluster mode): clients look names up through a
+//     node now and then, and the lookup's metadata read barrier runs on
+//     that node's engine (host.Engine.StartReadBarrier, the steps
+//     ReadBarrier blocks on; cbarrier.go): one that returns without an
+//     error leaves the node having applied every metadata entry some
+//     node had applied when it started; one given up at its deadline (no
+//     leader reached) is counted (Result.Ops.BarriersFailed).
 //
 // Panics in the engine (etcd raft's included) are reported as violations
 // of invariant 0, with the seed, rather than crashing the test binary.
@@ -515,7 +529,7 @@
 // that does not keep append times non-decreasing, caught only by the
 // clock faults (append times going backwards); BreakLivenessReport, node
 // liveness that does not report whom a node hears, caught only by a
-// leader gone deaf (its groups never failing over). Three break checks
+// leader gone deaf (its groups never failing over). Four break checks
 // inside the engine that no seam reaches, so they are switches of
 // package testhooks, which exist only under the build tag
 // parkway_brokenbuild (brokenbuild_test.go, `go test -tags
@@ -525,7 +539,10 @@
 // testhooks.NoTermStep, validation without the term bound relative to the
 // receiver, caught by forged extreme terms (a group that adopted 2^62
 // never settles); testhooks.NoForwardBudget, a node that holds every
-// forwarded request, caught by a flood (invariant 10). Each invariant's
+// forwarded request, caught by a flood (invariant 10);
+// testhooks.NoReadIndexWait, a metadata read barrier answered at once,
+// caught when a barrier on a node behind the others returns (invariant
+// 11). Each invariant's
 // file names the broken builds that catch it (see Invariants), and the
 // catch tests look their broken build up by that name.
 //
@@ -547,10 +564,15 @@
 // reach it. Cluster mode has no inbox bursts, removes
 // a node only through a drain (never one whose replicas it cannot move,
 // and never below three members), and its clients drive the Node's
-// client call (host.CallDriver) but not its blocking owner: request
-// forwarding over the bus (kindRequest/kindReply, the forward's probe and
-// leader watch) is not exercised, nor is the first try straight to a
-// live replica (the engine's replicaFor: a simulated client reaches a
-// replica through the shard's "not leader" answer), nor ReadBarrier
-// (which returns at once on a manual engine), Consumer or Member.
+// client call (host.CallDriver) and the forward (host.Forwarding and its
+// ForwardDriver) but not their blocking owners (Engine.Call, whose
+// steps the simulator carries out itself, and Engine.forward): the
+// first try straight to a live replica (the engine's replicaFor: a
+// simulated client reaches a replica through the shard's "not leader"
+// answer) is not exercised, nor ReadBarrier's blocking owner (its steps
+// are, through Engine.StartReadBarrier), Consumer or Member. A forwarded request's error
+// answer crosses the wire as the engine encodes it: a damaged raft log's
+// error (wal.ErrCorrupt, replica.ErrCorruptLog) arrives as text, so the
+// lying-disk check that damage is reported only where a lie explains it
+// sees such answers only from a client's own home node.
 package sim

@@ -49,6 +49,7 @@ var invariants = [...]*invariant{
 	&invMembership,
 	&invMemberFence,
 	&invForwardBudget,
+	&invReadBarrier,
 }
 
 // harness is what the invariants read of a run, in either mode: the

@@ -12,7 +12,7 @@ var invIncarnations = invariant{
 	name:      "no message crosses incarnations",
 	behaviour: "4, 10, 20, 25",
 	online:    "the storage tap (store.go, cstore.go) at every append and read; the incarnation that served each operation while the history is placed (invariant 5)",
-	caughtBy:  []string{"BreakRaftEpoch", "testhooks.ServeStaleParked"},
+	caughtBy:  []string{"BreakRaftEpoch", "testhooks.ServeStaleParked", "BreakFastSkip"},
 }
 
 // tapAppend checks, at the storage tap, the first append of message id

@@ -484,6 +484,9 @@ type OpCounts struct {
 	MemberJoins     int // joins of members committed
 	MemberLeases    int // lease renewals members sent (heartbeats that are no log entry)
 	MemberExpired   int // expiries of lapsed members the metadata leader committed (ExpireMembers that removed some)
+	// Read barriers (invariant 11).
+	Barriers       int // metadata read barriers started
+	BarriersFailed int // those given up (no leader answered by the deadline, the member down or failed)
 }
 
 // Result describes a run.

@@ -292,6 +292,8 @@ func addOps(t *sim.OpCounts, o sim.OpCounts) {
 	t.MemberLeases += o.MemberLeases
 	t.MemberJoins += o.MemberJoins
 	t.MemberExpired += o.MemberExpired
+	t.Barriers += o.Barriers
+	t.BarriersFailed += o.BarriersFailed
 }
 
 // Two runs of one seed produce the same event trace, byte for byte (its

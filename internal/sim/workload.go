@@ -95,10 +95,12 @@ type op struct {
 	home *cnode // the node the client talks to
 	// hops counts "not leader" hints followed since the last other answer.
 	hops int
-	// call decides a data operation's retries and forwards, as the
-	// Node's client call does (callOf starts it).
-	call        host.CallDriver
-	callStarted bool
+	// call decides a data operation's retries and forwards: the driver
+	// of the Node's client call, from its home node's engine (startCall).
+	call host.CallDriver
+	// fwdDeadline is the deadline its forwarded requests carry (cluster
+	// mode), set at the first forward.
+	fwdDeadline time.Time
 	// producer and seq identify a produce across its tries, as the Node's
 	// do: the partition deduplicates a batch applied before.
 	producer, seq uint64
@@ -136,6 +138,15 @@ type attempt struct {
 	served uint64
 	// node is the node it was sent to (cluster mode).
 	node *cnode
+	// A forwarded attempt (cluster mode): its home node's engine sent it
+	// to node over the bus (host.Forwarding, via the node forwarding).
+	// What node's shard answered is captured when node sends the reply
+	// (fwdServed, the consumer offset it stored in fwdStored), as the
+	// forward may end before the reply arrives, or without it.
+	via       *cnode
+	fwd       *host.Forwarding
+	fwdServed uint64
+	fwdStored *storeRecord
 }
 
 // Data operations weigh: produce 34, batch 16, poll 28, store 12, get 10.
@@ -191,7 +202,7 @@ func (s *sim) dataOp(c *client, ns metadata.Namespace, kind opKind) *op {
 	o := s.newDataOp(c, nil, ns, kind, func() uint64 { return s.knownLen(s.n.meta, ns) })
 	a := s.newAttempt(o)
 	o.callEv = s.event("call op=%d client=%d %v ns=%v%s", o.id, clientID(c), kind, ns, o.args())
-	s.send(a)
+	s.startCall(o, a)
 	return o
 }
 
@@ -453,7 +464,7 @@ func (s *sim) onSuccess(a *attempt, r shard.Response) {
 // scheduleRetry retries o in place after a pause, until its deadline:
 // the Node's client call (host.CallDriver) decides both.
 func (s *sim) scheduleRetry(o *op, err error) {
-	st := o.callDriver(false, 0).Answer(s.clk.Now(), shard.Response{Err: err}, nil)
+	st := o.call.Answer(s.clk.Now(), shard.Response{Err: err}, nil)
 	switch st.Op {
 	case host.CallWait:
 		o.waiting, o.retryAt = true, st.At
@@ -464,18 +475,17 @@ func (s *sim) scheduleRetry(o *op, err error) {
 	}
 }
 
-// callDriver is o's client call driver, started at its first use, as
-// the Node's client call of o's request on node self (clustered: of a
-// cluster): its first try went to the owner shard, its deadline is fixed
-// at its first retry.
-func (o *op) callDriver(clustered bool, self uint64) *host.CallDriver {
-	if !o.callStarted {
-		o.call = host.NewCallDriver(&host.CallConfig{Clustered: clustered, Self: self, Timeout: requestTimeout,
-			BackoffMin: retryMin, BackoffMax: retryMax})
-		o.call.Start(time.Time{}, 0)
-		o.callStarted = true
+// startCall makes a, o's first try, as the Node's client call on the
+// node does: the engine's call driver (host.Engine.NewCall) decides it —
+// to the owner shard on one node; its deadline is fixed at its first
+// retry.
+func (s *sim) startCall(o *op, a *attempt) {
+	var st host.CallStep
+	if o.call, st = s.n.eng.NewCall(o.ns, time.Time{}); st.Op != host.CallSend {
+		s.fail(0, "op %d: the client call asked for %v first", o.id, st.Op)
+		return
 	}
-	return &o.call
+	s.send(a)
 }
 
 var errGone = errors.New("sim: partition no longer committed")
@@ -488,7 +498,7 @@ func (s *sim) retry(o *op) {
 		s.finish(o, outcomeNotApplied, shard.Response{}, errGone)
 		return
 	}
-	if st := o.callDriver(false, 0).Fired(); st.Op != host.CallSend {
+	if st := o.call.Fired(); st.Op != host.CallSend {
 		s.fail(0, "op %d: the client call asked for %v at its retry", o.id, st.Op)
 		return
 	}

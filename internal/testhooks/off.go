@@ -15,6 +15,7 @@ var ServeStaleParked off
 var (
 	NoTermStep      off
 	NoForwardBudget off
+	NoReadIndexWait off
 )
 
 // off is a switch that cannot be set: Load is the constant false, so a

@@ -25,4 +25,10 @@ var (
 	// total (Cluster.MaxForwardedPeerBytes, MaxForwardedBytes), as before
 	// issue 26. Read in host's forward budget, once per request.
 	NoForwardBudget atomic.Bool
+	// NoReadIndexWait, when set, makes a metadata read barrier answer
+	// at once, before the metadata group confirmed a read index and
+	// before this node applied it: a lookup after it may miss a command
+	// committed through another node. Read in host's askRead, once per
+	// try.
+	NoReadIndexWait atomic.Bool
 )

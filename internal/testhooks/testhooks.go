@@ -14,12 +14,14 @@
 //
 // The package imports nothing of parkway, so any package may read it.
 //
-// Three switches are left. The other broken builds the simulator proves
+// Four switches are left. The other broken builds the simulator proves
 // it catches (a fast-skip that ignores parked frames, raft messages
 // without their incarnation) are built from outside, through the engine's
 // public seams (internal/sim's Break* variables); these break checks no
 // seam reaches: the shard's re-dispatch (ServeStaleParked), the bound on
-// a peer's raft term relative to the receiver's (NoTermStep), and the
-// budget of forwarded requests (NoForwardBudget) — the last two caught by
-// the cluster simulator's misbehaving member (internal/sim, cpeer.go).
+// a peer's raft term relative to the receiver's (NoTermStep), the
+// budget of forwarded requests (NoForwardBudget) — these two caught by
+// the cluster simulator's misbehaving member (internal/sim, cpeer.go) —
+// and the metadata read barrier's wait for a confirmed, applied read
+// index (NoReadIndexWait, caught by the cluster simulator's barriers).
 package testhooks
