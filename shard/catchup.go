@@ -431,16 +431,20 @@ func (o *owned) settle() error {
 			return err
 		}
 	}
+	// What the copy holds is read once, as the copy's own state, not as a
+	// consumer's read (ConsumerOffset serves clients: a replica whose
+	// incarnation is being deleted may still install a snapshot).
+	held := o.p.ConsumerOffsets()
 	for _, name := range slices.Sorted(maps.Keys(o.rep.consumers)) {
 		want := o.rep.consumers[name]
-		if have, ok, err := o.p.ConsumerOffset(name); err == nil && ok && have == want {
+		if have, ok := held[name]; ok && have == want {
 			continue // held already: no write (a rebuild settles every time)
 		}
 		if err := o.p.StoreConsumerOffset(name, want); err != nil {
 			return err
 		}
 	}
-	for name := range o.p.ConsumerOffsets() {
+	for name := range held {
 		if _, ok := o.rep.consumers[name]; !ok {
 			if err := o.p.DeleteConsumerOffset(name); err != nil {
 				return err
