@@ -36,17 +36,10 @@ import (
 // classified as a known limit (known.go), only where the violation is
 // the liar's own copy of that partition.
 
-// ClusterLie is the lying-disk rate of LyingClusterConfig: about five lies
-// in a run of the default length, all on one node.
+// ClusterLie is the lying-disk rate of the default cluster faults
+// (DefaultClusterFaults): about five lies in a run of the default length,
+// all on one node.
 const ClusterLie = 0.0004
-
-// LyingClusterConfig is the configuration of the cluster lying-disk seeds:
-// the default cluster configuration plus ClusterLie.
-func LyingClusterConfig(seed uint64) Config {
-	cfg := DefaultClusterConfig(seed)
-	cfg.Faults.Lie = ClusterLie
-	return cfg
-}
 
 // startLies picks the liar, a founder, when lies are on.
 func (c *csim) startLies() {

@@ -7,23 +7,37 @@ import (
 	"github.com/parkway-io/parkway/internal/sim"
 )
 
-// clusterLyingSeeds is how many seeds TestBehaviour28ClusterLyingDisk runs
-// by default.
-const clusterLyingSeeds = 40
-
-// TestBehaviour28ClusterLyingDisk runs cluster seeds with one node's disk
-// lying (sim.LyingClusterConfig: one founder of three or five is the liar,
-// with every lie kind of the single-node lying disk): every cluster
-// invariant holds while a majority of each group's replicas is honest —
-// no acknowledged message lost or changed, no offset reused, no read
-// served damaged — and damage is reported only by the liar, for what a
-// lie touched (DESIGN behaviour 28, cluster). A violation the engine
-// cannot yet avoid (a damaged replica is not repaired from its peers) is
-// a known limit (sim.Violation.Known), skipped unless -sim.known.
-// -sim.seed, -sim.seeds, -sim.start, -sim.liekinds and -sim.liex select
-// as for TestBehaviour28SimulationLyingDisk.
+// TestBehaviour28ClusterLyingDisk judges the default cluster seeds, whose
+// faults include one node's disk lying (sim.DefaultClusterFaults,
+// sim.ClusterLie: one founder of three or five is the liar, with every lie
+// kind of the single-node lying disk): every cluster invariant holds while
+// a majority of each group's replicas is honest — no acknowledged message
+// lost or changed, no offset reused, no read served damaged — and damage
+// is reported only by the liar, for what a lie touched (DESIGN behaviour
+// 28, cluster); and lies fired. A violation the engine cannot yet avoid is
+// a known limit (sim.Violation.Known), skipped unless -sim.known. It
+// shares TestClusterSimulation's default range; -sim.seed, -sim.seeds,
+// -sim.start, -sim.liekinds and -sim.liex select as for
+// TestBehaviour28SimulationLyingDisk.
 func TestBehaviour28ClusterLyingDisk(t *testing.T) {
-	n, lies, detected := runLying(t, clusterLyingSeeds, sim.LyingClusterConfig, 10)
+	var (
+		n        int
+		lies     sim.LieCounts
+		detected int
+	)
+	if isDefaultRange() && *flagLieKinds == 0 && *flagLieX == 1 {
+		runs := defaultClusterOutcomes()
+		for _, r := range runs {
+			for k, c := range r.res.Faults.Lies {
+				lies[k] += c
+			}
+			detected += r.res.Faults.Detected
+		}
+		judge(t, seeds(t, defaultClusterSeeds), runs, 10)
+		n = len(runs)
+	} else {
+		n, lies, detected = runLying(t, defaultClusterSeeds, sim.DefaultClusterConfig, 10)
+	}
 	t.Logf("%d cluster seeds: lies %v, damage detected %d times", n, lies, detected)
 	if lies.Total() == 0 && n >= 10 {
 		t.Errorf("no lie fired in %d seeds", n)
@@ -43,8 +57,8 @@ const clusterLieCaughtSeeds = 60
 // each alone, within clusterLieCaughtSeeds seeds of 4,000 steps. Each
 // kind proves itself as on a single node (caughtByLie: a lie of the kind
 // in the catching seed, which passes with its lies disarmed and without
-// the broken build). The lies come at thirty times LyingClusterConfig's
-// rate, on the partitions' files only (a lie picks its file by size, and
+// the broken build). The lies come at thirty times the default cluster
+// faults' rate (sim.ClusterLie), on the partitions' files only (a lie picks its file by size, and
 // a client's read meets few of them), without DiskError, whose EIO the
 // broken build swallows as well. Lies of the stored bytes (flips,
 // truncations, rollbacks) and misdirected writes are found when the liar
@@ -62,7 +76,7 @@ func TestBehaviour28ClusterLyingDiskCatchesSwallowedDamage(t *testing.T) {
 			defer sim.BreakSwallowDamage.Store(false)
 			list := seeds(t, clusterLieCaughtSeeds)
 			cfg := func(seed uint64) sim.Config {
-				cfg := sim.LyingClusterConfig(seed)
+				cfg := sim.DefaultClusterConfig(seed)
 				cfg.Faults.Lie *= 30 * *flagLieX
 				cfg.Faults.LieKinds = k.Kind
 				cfg.Faults.LiePartitionsOnly = true

@@ -283,6 +283,7 @@ func DefaultClusterFaults() FaultRates {
 			Stop:      0.0004,
 		},
 		Peer: PeerFaultRates{Terms: 0.0004, Flood: 0.0004},
+		Lie:  ClusterLie,
 	}
 }
 
