@@ -135,3 +135,19 @@ func isLogDamage(err error) bool {
 func isCorruptLog(err error) bool {
 	return isCorrupt(err) || errors.Is(err, wal.ErrCorrupt) || errors.Is(err, replica.ErrCorruptLog)
 }
+
+// deadIncarnationDamaged reports whether n is the liar and a lie damaged
+// the incarnation file of ns's directory while it held an incarnation
+// that n's metadata no longer commits (knownDeadIncarnationDamage).
+func (c *csim) deadIncarnationDamaged(n *cnode, ns metadata.Namespace) bool {
+	if !c.isLiar(n) {
+		return false
+	}
+	info, ok := n.meta.Partition(ns)
+	for key, classes := range c.lies.keys {
+		if key.ns == ns && classes["incarnation"] && (!ok || key.epoch != info.CreatedRevision) {
+			return true
+		}
+	}
+	return false
+}

@@ -58,4 +58,16 @@ const (
 	// raft log with its term and vote — is removed while the node's
 	// metadata names it a replica.
 	knownReplicaIncarnationDamage = "a damaged incarnation file makes a replica's directory (its log and raft state) look dead: removed while the node is a replica"
+	// knownDeadIncarnationDamage: the liar's incarnation file damaged
+	// while its directory held an incarnation that was deleted since
+	// (a later one of the namespace committed): the file cannot say
+	// whose the directory is, so every build of the new incarnation on
+	// that node fails on it; the repair (reconciler's reincarnate) keeps
+	// or discards a copy only when its raft log is tagged with the
+	// incarnation the metadata names, and this one's names the dead one,
+	// so the copy is never repaired and the frames for it stay parked on
+	// that node (invariant 4; the group serves without it). Classified
+	// only when every parked frame is on the liar, for such a partition.
+	// Cluster seed 419 of 0-499.
+	knownDeadIncarnationDamage = "a dead incarnation's damaged incarnation file blocks the next incarnation's builds on the liar (its raft log names the dead one, so it is not repaired): frames for it stay parked"
 )
