@@ -509,7 +509,9 @@
 // meets at open refusing the whole node; those it finds in a cluster — a
 // damaged replica not repaired from its peers, a damaged raft log
 // blocking its shard's other partitions on that node, a damaged
-// incarnation file getting a replica's directory removed; and one that is not a lie: a
+// incarnation file getting a replica's directory removed, a dead
+// incarnation's damaged incarnation file blocking the next incarnation's
+// builds on the liar (knownDeadIncarnationDamage); and one that is not a lie: a
 // partition left unusable by a failed write-behind is never rebuilt);
 // the cluster and lying-disk tests skip such seeds unless -sim.known is
 // set, and log them with their replay commands.
