@@ -25,7 +25,7 @@ func TestBehaviour28ClusterLyingDisk(t *testing.T) {
 		lies     sim.LieCounts
 		detected int
 	)
-	if isDefaultRange() && *flagLieKinds == 0 && *flagLieX == 1 {
+	if isDefaultRange() && *flagLieKinds == 0 && *flagLieX == 1 && !*flagDisarmed {
 		runs := defaultClusterOutcomes()
 		for _, r := range runs {
 			for k, c := range r.res.Faults.Lies {

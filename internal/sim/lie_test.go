@@ -14,6 +14,7 @@ import (
 var (
 	flagLieKinds = flag.Uint("sim.liekinds", 0, "TestBehaviour28SimulationLyingDisk: only these lie kinds (sim.LieKind bits)")
 	flagLieX     = flag.Float64("sim.liex", 1, "TestBehaviour28SimulationLyingDisk: multiply the lie rate")
+	flagDisarmed = flag.Bool("sim.liesdisarmed", false, "TestBehaviour28SimulationLyingDisk, TestBehaviour28ClusterLyingDisk: every lie disarmed (same draws, disk intact), the control that tells a failure the lies caused")
 )
 
 // lyingSeeds is how many seeds TestBehaviour28SimulationLyingDisk runs by
@@ -45,6 +46,7 @@ func runLying(t *testing.T, def int, cfg func(uint64) sim.Config, shown int) (in
 		cfg := cfg(seed)
 		cfg.Faults.Lie *= *flagLieX
 		cfg.Faults.LieKinds = sim.LieKind(*flagLieKinds)
+		cfg.Faults.LiesDisarmed = *flagDisarmed
 		if *flagTrace && replay {
 			cfg.Trace = os.Stdout
 		}
