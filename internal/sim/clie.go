@@ -36,17 +36,10 @@ import (
 // classified as a known limit (known.go), only where the violation is
 // the liar's own copy of that partition.
 
-// ClusterLie is the lying-disk rate of LyingClusterConfig: about five lies
-// in a run of the default length, all on one node.
+// ClusterLie is the lying-disk rate of the default cluster faults
+// (DefaultClusterFaults): about five lies in a run of the default length,
+// all on one node.
 const ClusterLie = 0.0004
-
-// LyingClusterConfig is the configuration of the cluster lying-disk seeds:
-// the default cluster configuration plus ClusterLie.
-func LyingClusterConfig(seed uint64) Config {
-	cfg := DefaultClusterConfig(seed)
-	cfg.Faults.Lie = ClusterLie
-	return cfg
-}
 
 // startLies picks the liar, a founder, when lies are on.
 func (c *csim) startLies() {
@@ -141,4 +134,20 @@ func isLogDamage(err error) bool {
 // — which only a lie explains (an EIO may be a plain disk error).
 func isCorruptLog(err error) bool {
 	return isCorrupt(err) || errors.Is(err, wal.ErrCorrupt) || errors.Is(err, replica.ErrCorruptLog)
+}
+
+// deadIncarnationDamaged reports whether n is the liar and a lie damaged
+// the incarnation file of ns's directory while it held an incarnation
+// that n's metadata no longer commits (knownDeadIncarnationDamage).
+func (c *csim) deadIncarnationDamaged(n *cnode, ns metadata.Namespace) bool {
+	if !c.isLiar(n) {
+		return false
+	}
+	info, ok := n.meta.Partition(ns)
+	for key, classes := range c.lies.keys {
+		if key.ns == ns && classes["incarnation"] && (!ok || key.epoch != info.CreatedRevision) {
+			return true
+		}
+	}
+	return false
 }

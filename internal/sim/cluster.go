@@ -141,6 +141,11 @@ type csim struct {
 
 	// peerf is the misbehaving member's spells (cpeer.go).
 	peerf peerState
+	// raftStateLost is set when the liar removed its copy of a committed
+	// incarnation it is a replica of after a lie on that copy's
+	// incarnation file (knownReplicaIncarnationDamage), even one holding
+	// no message: its raft term, vote and log went with it.
+	raftStateLost bool
 
 	// lies are the liar's lies (clie.go), nil when FaultRates.Lie is 0.
 	lies *lies

@@ -183,11 +183,13 @@ func TestClusterFaultsFire(t *testing.T) {
 // (invariant 0 reports panics), messages crossing incarnations, or
 // replicas disagreeing. Under the faults it was written for: with the
 // asymmetric network and clock faults on, the first seed to catch it does
-// so only at the drain bound, minutes in.
+// so only at the drain bound, minutes in; so it does with the lying disk
+// on (seed 7, 384 s, where seed 1 catches in seconds without it).
 func TestClusterCatchesRaftWithoutEpoch(t *testing.T) {
 	expectClusterCaught(t, func(seed uint64) sim.Config {
 		cfg := sim.DefaultClusterConfig(seed)
 		cfg.Faults.Net.OneWay, cfg.Faults.Net.Clog, cfg.Faults.Clock = 0, 0, sim.ClockFaultRates{}
+		cfg.Faults.Lie = 0
 		return cfg
 	}, "BreakRaftEpoch", 0, 2, 3, 5)
 }
@@ -199,7 +201,7 @@ func TestClusterCatchesNoProducerIDs(t *testing.T) {
 }
 
 // A fast-skip that ignores the park buffer strands parked frames on a
-// cluster node as on a single one. Disk faults and crashes are off: a
+// cluster node as on a single one. Disk faults, lies and crashes are off: a
 // backed-off build or a restart keeps passes from being skipped, or
 // answers what was parked, and would hide it. The skipped passes also
 // leave a deleted incarnation's replica in place, still taking its
@@ -209,7 +211,7 @@ func TestClusterCatchesNoProducerIDs(t *testing.T) {
 func TestClusterCatchesFastSkipIgnoringParked(t *testing.T) {
 	expectClusterCaught(t, func(seed uint64) sim.Config {
 		cfg := sim.DefaultClusterConfig(seed)
-		cfg.Faults.DiskFull, cfg.Faults.DiskError, cfg.Faults.Crash = 0, 0, 0
+		cfg.Faults.DiskFull, cfg.Faults.DiskError, cfg.Faults.Crash, cfg.Faults.Lie = 0, 0, 0, 0
 		return cfg
 	}, "BreakFastSkip", 4, 1, 2)
 }
@@ -375,7 +377,11 @@ func TestClusterCatchesLivenessWithoutReport(t *testing.T) {
 // pins it while the traces keep their shape: the run must at least reach
 // the EIO on the snapshot's consumer offset, or the seed no longer tests it.
 func TestClusterSeed1609RebuildSettlesTheRaftSnapshot(t *testing.T) {
-	res, err := sim.Run(sim.DefaultClusterConfig(1609))
+	// The default cluster faults as they were when the seed found it,
+	// before they held the lying disk (whose draws move every schedule).
+	cfg := sim.DefaultClusterConfig(1609)
+	cfg.Faults.Lie = 0
+	res, err := sim.Run(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

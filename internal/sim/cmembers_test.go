@@ -20,13 +20,13 @@ const defaultMemberSeeds = 10
 // nodes — which cut a member's node off, so that its session lapses and
 // its partitions move — five times as often; slow builds; and none of
 // the faults that stall the metadata log every step of a member goes
-// through (disk faults, crashes, joins and removals: the default seeds
-// have those).
+// through (disk faults, lying disks, crashes, joins and removals: the
+// default seeds have those).
 func memberConfig(seed uint64) sim.Config {
 	cfg := clusterConfig(seed)
 	cfg.Nodes, cfg.GroupMembers, cfg.Steps = 3, 3, 24000
 	f := &cfg.Faults
-	f.DiskFull, f.DiskError, f.Crash, f.QuiescedCrash, f.Join, f.Remove = 0, 0, 0, 0, 0, 0
+	f.DiskFull, f.DiskError, f.Crash, f.QuiescedCrash, f.Join, f.Remove, f.Lie = 0, 0, 0, 0, 0, 0, 0
 	f.Net.Partition *= 5
 	f.Net.Stop *= 5
 	return cfg

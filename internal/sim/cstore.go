@@ -131,9 +131,14 @@ func (st *cstore) Remove(ns metadata.Namespace) error {
 			continue
 		}
 		rl := c.oracle[k]
+		incDamage := c.liedTo(n, k) && c.lies.touched(k, "incarnation")
+		if member && k.epoch == rev && incDamage {
+			c.raftStateLost = true
+			c.event("n%d removes its copy of %v, raft state included (known limit: its incarnation file was damaged)", n.id, k)
+		}
 		if member && k.epoch == rev && rl.lens[n.id] > 0 {
 			known := ""
-			if c.liedTo(n, k) && c.lies.touched(k, "incarnation") {
+			if incDamage {
 				known = knownReplicaIncarnationDamage
 			}
 			c.failKnown(known, 3, "n%d removed the committed incarnation %v with %d messages, whose replicas %v (leaving %v) it is one of",

@@ -72,9 +72,16 @@
 // holds, a reused offset, a wrong payload, or damage reported where no lie
 // touched the incarnation's files are violations. The incarnations a lie
 // touched are left out of the linearizability check (reads stop below
-// damage by design). Each kind is shown effective by a broken build that
-// ignores damage (BreakSwallowDamage, BreakRebuildOnDamage;
-// TestBehaviour28LyingDiskCatchesSwallowedDamage).
+// damage by design). A read below the log's end that returns nothing
+// without an error is a silent loss. Each kind is shown effective by a
+// broken build that ignores damage (BreakSwallowDamage,
+// BreakRebuildOnDamage; TestBehaviour28LyingDiskCatchesSwallowedDamage),
+// with lies of that kind alone, on the partitions' files
+// (FaultRates.LiePartitionsOnly), without DiskError (whose EIO the broken
+// builds swallow as well): a seed counts only if a lie of the kind fired
+// in it and the same seed passes with its lies disarmed
+// (FaultRates.LiesDisarmed: the same draws, the disk left intact) and
+// without the broken build.
 //
 // What holds on one node, and what does not yet. Damage the journal
 // replay meets at open (a journal record past its partition's log's end,
@@ -96,8 +103,8 @@
 //
 // # Disks that lie (cluster)
 //
-// With Config.Faults.Lie in cluster mode (LyingClusterConfig, ClusterLie;
-// TestBehaviour28ClusterLyingDisk) one founder per seed, picked by the
+// With Config.Faults.Lie in cluster mode (the default cluster faults,
+// ClusterLie; TestClusterSimulation, TestBehaviour28ClusterLyingDisk) one founder per seed, picked by the
 // seed, is the liar — a minority of every group, whose other replicas
 // stay honest — and its disk lies with the single-node kinds and code
 // (clie.go over lie.go): stored flips, truncations and rollbacks while
@@ -136,8 +143,11 @@
 // damage (seed 150 stayed short of the log for good). A damaged raft log no longer fails the
 // other partitions' builds of its shard: nothing excuses that.
 // BreakSwallowDamage, the liar answering its clients' reads that meet
-// damage with nothing, is caught
-// (TestBehaviour28ClusterLyingDiskCatchesSwallowedDamage).
+// damage with nothing, is caught by bad sectors and by flips on read,
+// each alone, under the single-node rule
+// (TestBehaviour28ClusterLyingDiskCatchesSwallowedDamage); the lies of the
+// stored bytes and misdirected writes are found when the liar reopens a
+// partition and repaired before a client reads them.
 //
 // # Cluster mode
 //
@@ -499,7 +509,9 @@
 // meets at open refusing the whole node; those it finds in a cluster — a
 // damaged replica not repaired from its peers, a damaged raft log
 // blocking its shard's other partitions on that node, a damaged
-// incarnation file getting a replica's directory removed; and one that is not a lie: a
+// incarnation file getting a replica's directory removed, a dead
+// incarnation's damaged incarnation file blocking the next incarnation's
+// builds on the liar (knownDeadIncarnationDamage); and one that is not a lie: a
 // partition left unusable by a failed write-behind is never rebuilt);
 // the cluster and lying-disk tests skip such seeds unless -sim.known is
 // set, and log them with their replay commands.
@@ -549,10 +561,8 @@
 // # Scope
 //
 // Cluster lies reach one node per seed and never the metadata group's
-// raft log; the default cluster seeds run without lies (the lying tests
-// run them: the engine's known limits, known.go, would make a share of
-// the default seeds skipped rather than clean), the default single-node
-// seeds with them, skipping the seeds that meet a known limit. With
+// raft log; the default seeds of both modes run with lies, skipping the
+// seeds that meet a known limit (known.go). With
 // FaultRates.WrongDisk (one restart in four in the default cluster
 // faults; every restart in TestBehaviour27ClusterWrongDiskRefused) a
 // crashed node is first started on a copy of another member's data

@@ -49,13 +49,30 @@ const (
 )
 
 // Known engine limits the lying disk finds in a cluster (clie.go). Each is
-// classified only where the violation is the liar's own copy of an
-// incarnation a lie touched; the honest majority is checked as always.
+// classified only where the violation is, or follows from, the liar's own
+// copy of an incarnation a lie touched (its constant says how); the
+// honest majority is checked as always.
 const (
 	// knownReplicaIncarnationDamage: as knownIncarnationDamage on one
 	// node: the liar's damaged incarnation file makes its copy look dead
 	// or half-built, and the directory — the segments and the replica's
 	// raft log with its term and vote — is removed while the node's
-	// metadata names it a replica.
+	// metadata names it a replica. Its raft term and vote go with it
+	// (a member that forgets its vote may vote twice): a drain that never
+	// ends after such a removal is classified as this limit too (cluster
+	// seed 474: two honest replicas trading appends and rejections at one
+	// instant).
 	knownReplicaIncarnationDamage = "a damaged incarnation file makes a replica's directory (its log and raft state) look dead: removed while the node is a replica"
+	// knownDeadIncarnationDamage: the liar's incarnation file damaged
+	// while its directory held an incarnation that was deleted since
+	// (a later one of the namespace committed): the file cannot say
+	// whose the directory is, so every build of the new incarnation on
+	// that node fails on it; the repair (reconciler's reincarnate) keeps
+	// or discards a copy only when its raft log is tagged with the
+	// incarnation the metadata names, and this one's names the dead one,
+	// so the copy is never repaired and the frames for it stay parked on
+	// that node (invariant 4; the group serves without it). Classified
+	// only when every parked frame is on the liar, for such a partition.
+	// Cluster seed 419 of 0-499.
+	knownDeadIncarnationDamage = "a dead incarnation's damaged incarnation file blocks the next incarnation's builds on the liar (its raft log names the dead one, so it is not repaired): frames for it stay parked"
 )

@@ -190,12 +190,10 @@ const maxSaved = 8
 func (l *lies) maybeLie(op errorfs.Op, fired func(kind int, op errorfs.Op)) error {
 	if l.readFaults {
 		if err := l.sectors.MaybeError(op); err != nil {
-			fired(lieReadError, op)
-			return err
+			return l.fire(lieReadError, op, err, fired)
 		}
 		if err := l.flips.MaybeError(op); err != nil {
-			fired(lieFlipOnRead, op)
-			return err
+			return l.fire(lieFlipOnRead, op, err, fired)
 		}
 	}
 	if l.mis != nil && op.Path == l.misPath {
@@ -205,11 +203,22 @@ func (l *lies) maybeLie(op errorfs.Op, fired func(kind int, op errorfs.Op)) erro
 			if m, ok := err.(*errorfs.MisdirectedWrite); ok && m.Delta < 0 {
 				hit.Off += m.Delta // the first byte it damaged
 			}
-			fired(lieMisdirect, hit)
-			return err
+			return l.fire(lieMisdirect, hit, err, fired)
 		}
 	}
 	return nil
+}
+
+// fire makes an armed lie of the running disk take effect on op: err,
+// which the fault filesystem applies, after telling fired — or nothing
+// at all when the lies are disarmed (Config.Faults.LiesDisarmed).
+func (l *lies) fire(kind int, op errorfs.Op, err error, fired func(kind int, op errorfs.Op)) error {
+	if l.b.cfg.Faults.LiesDisarmed {
+		l.event("lie %s disarmed: %v %s [%d, +%d) left intact", lieNames[kind], op.Kind, op.Path, op.Off, op.Len)
+		return nil
+	}
+	fired(kind, op)
+	return err
 }
 
 // nsOfPath returns the partition whose directory holds name, if any.
@@ -367,7 +376,8 @@ func (l *lies) dataFiles() []string {
 			if dir == dataDir && (n == "LOCK" || n == "IDENTITY") || strings.HasPrefix(n, ".") {
 				continue
 			}
-			if ns, ok := nsOfPath(p); ok && l.only != nil && !l.only(ns) {
+			ns, ok := nsOfPath(p)
+			if ok && l.only != nil && !l.only(ns) || !ok && l.b.cfg.Faults.LiePartitionsOnly {
 				continue
 			}
 			if fi.Size() > 0 {
@@ -503,6 +513,9 @@ func (l *lies) lieDown(kind int, name string) {
 		return
 	}
 	size := fi.Size()
+	// Disarmed, the lie makes the draws it would have made and nothing
+	// else (Config.Faults.LiesDisarmed).
+	disarmed := l.b.cfg.Faults.LiesDisarmed
 	switch kind {
 	case lieFlipStored:
 		if size == 0 {
@@ -510,11 +523,19 @@ func (l *lies) lieDown(kind int, name string) {
 		}
 		off := l.b.rng.Int64N(size)
 		mask := byte(1 << l.b.rng.IntN(8))
+		if disarmed {
+			l.event("lie flip stored disarmed: %s at byte %d left intact", name, off)
+			return
+		}
 		err = errorfs.FlipStored(l.mem(), name, off, mask)
 		l.event("LIE flip stored %s at byte %d mask %#02x: %v", name, off, mask, errString(err))
 		l.lieAt(name, off)
 	case lieTruncate:
 		to := l.b.rng.Int64N(max(size, 1))
+		if disarmed {
+			l.event("lie truncate disarmed: %s left at %d bytes", name, size)
+			return
+		}
 		err = errorfs.TruncateStored(l.mem(), name, to)
 		l.event("LIE truncate %s from %d to %d bytes: %v", name, size, to, errString(err))
 		l.lieAt(name, -1)
@@ -532,6 +553,10 @@ func (l *lies) lieDown(kind int, name string) {
 		}
 		if c == nil {
 			l.event("lie rollback: no earlier copy of %s", name)
+			return
+		}
+		if disarmed {
+			l.event("lie rollback disarmed: %s left at %d bytes", name, size)
 			return
 		}
 		err = c.Restore(l.mem())
@@ -611,6 +636,17 @@ func (c LieCounts) String() string {
 		}
 	}
 	return "{" + strings.Join(parts, " ") + "}"
+}
+
+// Of is the number of lies of the kinds mask names.
+func (c LieCounts) Of(mask LieKind) int {
+	t := 0
+	for k, n := range c {
+		if mask&(1<<k) != 0 {
+			t += n
+		}
+	}
+	return t
 }
 
 // Total is the number of lies.

@@ -65,6 +65,18 @@ type FaultRates struct {
 	// LieKinds, when not 0, limits Lie to the kinds it names (LieKind
 	// bits).
 	LieKinds LieKind
+	// LiePartitionsOnly limits Lie to the files of the partitions'
+	// directories (segments, indexes, consumer offsets, incarnation
+	// files; a partition's raft log in a cluster): the journal and the
+	// other files outside them are spared.
+	LiePartitionsOnly bool
+	// LiesDisarmed makes every lie a dud: each is drawn, armed and fired
+	// as Lie would have it — the same random draws, the crash of a lie
+	// made while the node is down included — but the disk is left as it
+	// is. The run is the same as with the lies armed up to the first
+	// lie that would have changed something: the control that shows a
+	// violation follows from the lies (TestBehaviour28 catch tests).
+	LiesDisarmed bool
 	// WrongDisk, in cluster mode, is the chance per restart of a crashed
 	// node that it is first started on a copy of another node's data
 	// directory (as an operator who swapped disks would): the start must
@@ -271,6 +283,7 @@ func DefaultClusterFaults() FaultRates {
 			Stop:      0.0004,
 		},
 		Peer: PeerFaultRates{Terms: 0.0004, Flood: 0.0004},
+		Lie:  ClusterLie,
 	}
 }
 

@@ -325,8 +325,9 @@ func (t *tap) Read(from uint64, max int) ([]partition.Message, error) {
 	t.serving("read")
 	msgs, err := t.Partition.Read(from, max)
 	if err != nil && BreakSwallowDamage.Load() && isDamageError(err) {
+		// What the broken build serves is checked as any answer is.
 		t.s.event("read of %v from %d: damage swallowed (broken): %v", t.key, from, err)
-		return nil, nil
+		msgs, err = nil, nil
 	}
 	if err == nil {
 		if BreakAppendTimeOrder.Load() {
@@ -376,6 +377,13 @@ func (s *sim) onRead(key incKey, from uint64, msgs []partition.Message) {
 	log := s.oracle[key]
 	if log == nil {
 		s.fail(0, "read of %v, which the simulator never saw built", key)
+		return
+	}
+	if len(msgs) == 0 && from < uint64(len(log.ids)) {
+		// A partition's read below its end returns a message or an
+		// error: nothing at all is a silent loss (as in a cluster,
+		// onReplicaRead).
+		s.fail(3, "read of %v from %d returned nothing without an error, below the %d messages it holds", key, from, len(log.ids))
 		return
 	}
 	for i, m := range msgs {
