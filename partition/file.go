@@ -200,6 +200,10 @@ type FileStore struct {
 	dirs    *dirSyncs
 	// journalSeq is the last journal file number handed out (journal.go).
 	journalSeq atomic.Uint64
+	// jmark is what the journal's next mark starts from: the last
+	// slot's sequence number and the synced ends of the journal files a
+	// damaged replay kept (journal_mark.go).
+	jmark journalMark
 	// journalReady: the journal directory exists and its entry is durable.
 	journalReady atomic.Bool
 	// jlog is the store's journal, shared by its Journals (journal.go),

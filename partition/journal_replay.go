@@ -52,10 +52,19 @@ func (s *FileStore) replayJournals() error {
 	if err != nil {
 		return err
 	}
+	// The mark says how far each file was synced, and numbers new files
+	// past every one it saw (journal_mark.go). One with no valid slot
+	// reads as none.
+	mark, _, err := readJournalMark(s.fs, s.journalMarkPath())
+	if err != nil && !errors.Is(err, ErrCorrupt) {
+		return fmt.Errorf("parkway: journal: %w", err)
+	}
+	s.journalSeq.Store(mark.high)
+	s.jmark.seq = mark.seq
 	if len(files) == 0 {
 		return nil
 	}
-	s.journalSeq.Store(files[len(files)-1])
+	s.journalSeq.Store(max(mark.high, files[len(files)-1]))
 	byNS := make(map[metadata.Namespace][]journalEntry)
 	var damaged error // the first journal file found damaged
 	for _, seq := range files {
@@ -64,13 +73,19 @@ func (s *FileStore) replayJournals() error {
 		if err != nil {
 			return fmt.Errorf("parkway: journal: %w", err)
 		}
-		entries, err := decodeJournal(b, path)
+		entries, end, err := decodeJournalTo(b, path)
 		if errors.Is(err, ErrCorrupt) {
 			damaged = cmp.Or(damaged, err)
 			continue
 		}
 		if err != nil {
 			return err
+		}
+		// A file whose frames end before it was synced lost acknowledged
+		// records: damage, not a torn tail. The frames before the cut are
+		// whole, and applied.
+		if err := checkJournalEnd(mark, seq, path, int64(end)); err != nil {
+			damaged = cmp.Or(damaged, err)
 		}
 		for _, e := range entries {
 			byNS[e.ns] = append(byNS[e.ns], e)
@@ -82,6 +97,16 @@ func (s *FileStore) replayJournals() error {
 	}
 	slices.SortFunc(nss, cmp.Compare)
 	keep := damaged != nil
+	if keep {
+		// The files are kept, and so are their synced ends: the next
+		// open finds a file cut short again.
+		s.jmark.ends = make(map[uint64]int64)
+		for _, seq := range files {
+			if e, ok := mark.ends[seq]; ok {
+				s.jmark.ends[seq] = e
+			}
+		}
+	}
 	for _, ns := range nss {
 		err := s.replayPartition(ns, byNS[ns])
 		if errors.Is(err, ErrCorrupt) {
