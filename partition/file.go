@@ -474,7 +474,11 @@ func (s *FileStore) build(ns metadata.Namespace, epoch uint64, deferred bool) (*
 	case s.readOnly:
 		return nil, s.notStored(ns, epoch, inc, err)
 	case err == nil, isNotExist(err), errors.Is(err, errBadIncarnation):
-		// Another epoch, nothing, or a half-built directory: start over.
+		// Another epoch, nothing, or a half-built directory: start over —
+		// unless this incarnation was synced there (incarnationLost).
+		if lerr := s.incarnationLost(ns, epoch, dir, inc, err); lerr != nil {
+			return nil, lerr
+		}
 	default:
 		return nil, err // unreadable: keep the data, report
 	}
@@ -539,11 +543,16 @@ func (s *FileStore) Remove(ns metadata.Namespace) error {
 	}
 	defer s.release(ns)
 	dir := s.partitionDir(ns)
+	// The manifest forgets the synced end first: a removal a crash
+	// interrupts must not read as a damaged incarnation file
+	// (incarnationLost).
+	if err := s.dropSynced(ns); err != nil {
+		return err
+	}
 	if err := s.fs.RemoveAll(dir); err != nil {
 		return err
 	}
 	s.forgetLost(ns)
-	s.forgetSynced(ns)
 	s.mu.Lock()
 	delete(s.held, ns)
 	s.mu.Unlock()
@@ -595,18 +604,26 @@ func (s *FileStore) List() ([]Stored, error) {
 				var damage error
 				var ce *CorruptError
 				switch {
-				case err == nil:
 				case errors.As(err, &ce):
 					damage = err
-				case !isNotExist(err) && !errors.Is(err, errBadIncarnation):
+				case err != nil && !isNotExist(err) && !errors.Is(err, errBadIncarnation):
 					return nil, err
-				default:
+				case err != nil:
 					// A replica built deferred is at the incarnation
 					// its owner's files name.
-					if inc, ok, err := s.ownerIncarnation(dir); err != nil {
-						damage = err
+					if inc, ok, oerr := s.ownerIncarnation(dir); oerr != nil {
+						damage = oerr
 					} else if ok {
-						epoch = inc
+						epoch, err = inc, nil
+					}
+				}
+				if damage == nil {
+					// Missing, torn or older than an incarnation synced
+					// there: damaged, not dead (incarnationLost).
+					if e := s.syncedIncarnation(ns); e.end > 0 && (err != nil || epoch < e.epoch) {
+						if damage = s.incarnationLost(ns, e.epoch, dir, epoch, err); damage != nil {
+							epoch = 0
+						}
 					}
 				}
 				out = append(out, Stored{NS: ns, Epoch: epoch, Damage: damage})

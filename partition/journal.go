@@ -195,6 +195,8 @@ type journalLog struct {
 	markSeq   uint64
 	ends      map[uint64]int64
 	markDirty bool
+	markBuf   []byte   // the slot being written, kept for reuse
+	markFiles []uint64 // scratch of appendJournalMark
 }
 
 // journalWrite is one handle's part of a write: its entries, in chunks

@@ -182,7 +182,7 @@ func FuzzDecodeJournal(f *testing.F) {
 
 // journalPartitions builds n partitions of s and inserts one message in
 // each, synced: ready to join a journal.
-func journalPartitions(t *testing.T, s *FileStore, n int) []Partition {
+func journalPartitions(t testing.TB, s *FileStore, n int) []Partition {
 	t.Helper()
 	var ps []Partition
 	for i := range n {

@@ -108,20 +108,32 @@ type journalMark struct {
 // encodeJournalMark encodes m as a slot (at most journalMarkStride
 // bytes). Only the journalMarkFiles newest files are listed.
 func encodeJournalMark(m journalMark) []byte {
-	files := slices.Sorted(maps.Keys(m.ends))
-	if len(files) > journalMarkFiles {
-		files = files[len(files)-journalMarkFiles:]
+	b, _ := appendJournalMark(nil, nil, m)
+	return b
+}
+
+// appendJournalMark appends the slot of m to dst, sorting its files in
+// scratch; it returns both for reuse.
+func appendJournalMark(dst []byte, scratch []uint64, m journalMark) ([]byte, []uint64) {
+	files := scratch[:0]
+	for f := range m.ends {
+		files = append(files, f)
 	}
-	b := make([]byte, 0, journalMarkHeader+16*len(files)+4)
+	slices.Sort(files)
+	listed := files
+	if len(listed) > journalMarkFiles {
+		listed = listed[len(listed)-journalMarkFiles:]
+	}
+	b := dst
 	b = binary.LittleEndian.AppendUint32(b, journalMarkMagic)
 	b = binary.LittleEndian.AppendUint64(b, m.seq)
 	b = binary.LittleEndian.AppendUint64(b, m.high)
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(files)))
-	for _, f := range files {
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(listed)))
+	for _, f := range listed {
 		b = binary.LittleEndian.AppendUint64(b, f)
 		b = binary.LittleEndian.AppendUint64(b, uint64(m.ends[f]))
 	}
-	return appendCRC(b)
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[len(dst):], castagnoli)), files
 }
 
 // decodeJournalMarkSlot decodes the slot at the start of b; ok is false
@@ -257,7 +269,9 @@ func (l *journalLog) writeMark(durable bool) error {
 		return nil // no journal file yet: nothing to record
 	}
 	m := journalMark{seq: l.markSeq + 1, high: l.store.journalSeq.Load(), ends: l.ends}
-	slot := encodeJournalMark(m)
+	var slot []byte
+	slot, l.markFiles = appendJournalMark(l.markBuf[:0], l.markFiles, m)
+	l.markBuf = slot
 	created := false
 	if l.markFile == nil {
 		var err error
@@ -329,3 +343,21 @@ func (l *journalLog) closeMark() error {
 	}
 	return err
 }
+
+// JournalSyncedEnds reads the synced-end mark of the journal of the store
+// in dir, as a store opening there would: how many bytes of each journal
+// file (by number) were synced, as far as the mark records (see
+// journal_mark.go; the last synced write may be missing from it). A store
+// without a mark, or with none valid, has none. It changes nothing, and
+// is for tools that read a data directory offline.
+func JournalSyncedEnds(fsys vfs.FS, dir string) (map[uint64]int64, error) {
+	m, _, err := readJournalMark(fsys, filepath.Join(dir, journalDir, journalMarkName))
+	if err != nil && !errors.Is(err, ErrCorrupt) {
+		return nil, err
+	}
+	return maps.Clone(m.ends), nil
+}
+
+// JournalFileNumber returns the number of the journal file named name (a
+// base name), and whether it is one.
+func JournalFileNumber(name string) (uint64, bool) { return parseJournalName(name) }

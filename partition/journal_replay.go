@@ -206,8 +206,17 @@ func (s *FileStore) replayPartition(ns metadata.Namespace, entries []journalEntr
 		}
 	case !have || !slices.ContainsFunc(entries, func(e journalEntry) bool { return e.epoch == inc }):
 		// Deleted or never durably built (nothing was acknowledged in
-		// it), or only other incarnations' records.
+		// it), or only other incarnations' records — unless entries
+		// written once its layout was durable name a newer incarnation
+		// than the directory's: its incarnation file was damaged
+		// (incarnationLost), and its Build reports it.
 		s.release(ns)
+		if epoch, end, ok := durableEpoch(entries); ok && (!have || inc < epoch) && !s.readOnly && s.syncedIncarnation(ns).epoch <= epoch {
+			s.noteSynced(ns, epoch, end)
+			if lerr := s.incarnationLost(ns, epoch, dir, inc, err); lerr != nil {
+				return lerr
+			}
+		}
 		return nil
 	default:
 		p, err = s.open(ns, inc, dir, false)
@@ -244,6 +253,23 @@ func (s *FileStore) replayPartition(ns metadata.Namespace, entries []journalEntr
 		s.noteSynced(ns, inc, end)
 	}
 	return nil
+}
+
+// durableEpoch is the newest incarnation among entries (all of one
+// partition) with an entry written once the partition's layout was
+// durable (not journalEntryFresh: a synced-end mark or records), and the
+// end its entries give the log.
+func durableEpoch(entries []journalEntry) (epoch, end uint64, ok bool) {
+	for _, e := range entries {
+		if !e.fresh && e.epoch >= epoch {
+			if e.epoch > epoch {
+				end = 0
+			}
+			epoch, ok = e.epoch, true
+			end = max(end, e.first+uint64(len(e.msgs)))
+		}
+	}
+	return epoch, end, ok && end > 0
 }
 
 // rebuildEpoch is the incarnation a replay rebuilds from entries (all of

@@ -200,10 +200,18 @@ func (s *sim) verifyReopen(n *node, key incKey, log *incLog, p partition.Partiti
 		return
 	}
 	for off := next; off < uint64(len(log.ids)); off++ {
-		if log.acked[off] {
-			s.failKnown(s.lossKnown(key), 3, "%v reopened with %d messages: acknowledged message %d at offset %d lost", key, next, log.ids[off], off)
-			return
+		if !log.acked[off] {
+			continue
 		}
+		if s.lies.all && fencedByJournal(p) {
+			// Reported: the journal that held them is damaged, and the
+			// partition refuses appends past its end for good.
+			s.event("%v reopened with %d messages, fenced for journal damage: acknowledged message %d at offset %d reported lost", key, next, log.ids[off], off)
+			s.faults.Detected++
+			break
+		}
+		s.failKnown(s.lossKnown(key), 3, "%v reopened with %d messages: acknowledged message %d at offset %d lost", key, next, log.ids[off], off)
+		return
 	}
 	if s.lies.damageOK(key) {
 		s.verifyDamaged(n, key, log, p)
@@ -254,7 +262,7 @@ func (st *simStore) Remove(ns metadata.Namespace) error {
 		// sync, before any ack): only unacknowledged messages may go with it.
 		if committed && k.epoch == rev && slices.Contains(s.oracle[k].acked, true) {
 			known := ""
-			if s.lies.touched(k, "incarnation") {
+			if s.lies.touched(k, "incarnation") && s.lies.all {
 				known = knownIncarnationDamage
 			}
 			s.failKnown(known, 3, "the committed incarnation %v was removed with %d messages, some acknowledged", k, len(s.oracle[k].ids))
