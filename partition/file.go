@@ -543,16 +543,17 @@ func (s *FileStore) Remove(ns metadata.Namespace) error {
 	}
 	defer s.release(ns)
 	dir := s.partitionDir(ns)
-	// The manifest forgets the synced end first: a removal a crash
-	// interrupts must not read as a damaged incarnation file
-	// (incarnationLost).
-	if err := s.dropSynced(ns); err != nil {
-		return err
-	}
 	if err := s.fs.RemoveAll(dir); err != nil {
 		return err
 	}
 	s.forgetLost(ns)
+	// The next manifest forgets the synced end. (Written now, it would
+	// cost a manifest write per partition of a deleted topic; a removal
+	// a crash interrupts half way, on a filesystem that keeps part of
+	// it, may then be listed as a damaged incarnation file until the
+	// orphan sweep, or the next Build of a newer incarnation, removes
+	// it.)
+	s.forgetSynced(ns)
 	s.mu.Lock()
 	delete(s.held, ns)
 	s.mu.Unlock()
