@@ -138,7 +138,7 @@ func TestIncarnationRolledBackToAnOlderOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := old.Append([]Message{{Payload: []byte("a")}}); err == nil {
+	if _, err = old.Append([]Message{{Payload: []byte("a")}}); err == nil {
 		err = old.Sync()
 	}
 	if err != nil {
@@ -155,7 +155,7 @@ func TestIncarnationRolledBackToAnOlderOne(t *testing.T) {
 	if err != nil || p.NextOffset() != 0 {
 		t.Fatalf("recreated as incarnation 5: %v", err)
 	}
-	if _, err := p.Append([]Message{{Payload: []byte("b")}, {Payload: []byte("c")}}); err == nil {
+	if _, err = p.Append([]Message{{Payload: []byte("b")}, {Payload: []byte("c")}}); err == nil {
 		err = p.Sync()
 	}
 	if err != nil {
