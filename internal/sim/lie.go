@@ -357,22 +357,22 @@ func (l *lies) settleJournal() {
 	l.misdirected = nil
 }
 
-// fencedByJournal reports whether p, reopened, is fenced for damage a
-// journal file holds: the replay found the journal damaged (or cut below
-// its synced end), and the partitions it concerns refuse appends at their
-// log's end, so the acknowledged messages past it are reported lost, not
+// fencedByJournal reports whether p, reopened after a lie touched the
+// journal, refuses appends for damage at its end: the replay found the
+// journal damaged (or cut below its synced end) and fenced the
+// partitions it concerns at their log's end, or damage the partition's
+// own files hold fenced it first (then the journal's adds no hole: seed
+// 7656, a stored flip in the segment beside a misdirected journal
+// write). Either way the acknowledged messages past its end are reported
+// (the partition answers the *CorruptError) and their offsets are not
 // given out again.
 func fencedByJournal(p partition.Partition) bool {
-	d, ok := p.(partition.Damaged)
+	f, ok := p.(partition.WriteFenced)
 	if !ok {
 		return false
 	}
 	var ce *partition.CorruptError
-	if !errors.As(d.Damage(), &ce) {
-		return false
-	}
-	_, ok = journalFile(ce.Path)
-	return ok
+	return errors.As(f.WritesRefused(), &ce)
 }
 
 // lossKnown classifies a silent loss of messages of key, found after a
