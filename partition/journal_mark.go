@@ -222,6 +222,31 @@ func readJournalMark(fsys vfs.FS, path string) (m journalMark, found bool, bad e
 	return m, true, nil
 }
 
+// journalMarkSlack describes what in a mark file's content b no mark
+// accounts for — a slot that fails its checksum (a write of it torn, or
+// damage), bytes after a slot's record that are not zero, a file not of
+// its size — or "" if none. The node reads the valid slot all the same;
+// verify reports it.
+func journalMarkSlack(b []byte) string {
+	if len(b) != 2*journalMarkStride {
+		return fmt.Sprintf("%d bytes, not %d", len(b), 2*journalMarkStride)
+	}
+	for _, at := range []int{0, journalMarkStride} {
+		slot := b[at : at+journalMarkStride]
+		m, ok := decodeJournalMarkSlot(slot)
+		if !ok {
+			return fmt.Sprintf("the slot at byte %d fails its checksum", at)
+		}
+		end := journalMarkHeader + 16*len(m.ends) + 4
+		for i, c := range slot[end:] {
+			if c != 0 {
+				return fmt.Sprintf("byte %d, after the slot's record, is not zero", at+end+i)
+			}
+		}
+	}
+	return ""
+}
+
 // checkJournalEnd compares a journal file's frames, which end at byte
 // end, with what the mark says was synced of it.
 func checkJournalEnd(m journalMark, seq uint64, path string, end int64) error {
@@ -271,6 +296,11 @@ func (l *journalLog) writeMark(durable bool) error {
 	m := journalMark{seq: l.markSeq + 1, high: l.store.journalSeq.Load(), ends: l.ends}
 	var slot []byte
 	slot, l.markFiles = appendJournalMark(l.markBuf[:0], l.markFiles, m)
+	// Written whole, zeros after the record: every byte of the file is
+	// accounted for (journalMarkSlack).
+	for len(slot) < journalMarkStride {
+		slot = append(slot, 0)
+	}
 	l.markBuf = slot
 	created := false
 	if l.markFile == nil {
