@@ -105,6 +105,13 @@ func (s *FileStore) setAside(ns metadata.Namespace, epoch uint64, keep []string)
 	// caller knows the incarnation (Reincarnate).
 	inc, err := readIncarnation(s.fs, dir)
 	var ce *CorruptError
+	if errors.Is(err, errBadIncarnation) {
+		// Cut short where an incarnation was synced: damaged, not
+		// half-built (incarnationLost).
+		if lerr := s.incarnationLost(ns, s.syncedIncarnation(ns).epoch, dir, inc, err); lerr != nil {
+			err = lerr
+		}
+	}
 	damaged := errors.As(err, &ce)
 	switch {
 	case err == nil && (epoch == 0 || inc == epoch):

@@ -200,6 +200,10 @@ type FileStore struct {
 	dirs    *dirSyncs
 	// journalSeq is the last journal file number handed out (journal.go).
 	journalSeq atomic.Uint64
+	// jmark is what the journal's next mark starts from: the last
+	// slot's sequence number and the synced ends of the journal files a
+	// damaged replay kept (journal_mark.go).
+	jmark journalMark
 	// journalReady: the journal directory exists and its entry is durable.
 	journalReady atomic.Bool
 	// jlog is the store's journal, shared by its Journals (journal.go),
@@ -470,7 +474,11 @@ func (s *FileStore) build(ns metadata.Namespace, epoch uint64, deferred bool) (*
 	case s.readOnly:
 		return nil, s.notStored(ns, epoch, inc, err)
 	case err == nil, isNotExist(err), errors.Is(err, errBadIncarnation):
-		// Another epoch, nothing, or a half-built directory: start over.
+		// Another epoch, nothing, or a half-built directory: start over —
+		// unless this incarnation was synced there (incarnationLost).
+		if lerr := s.incarnationLost(ns, epoch, dir, inc, err); lerr != nil {
+			return nil, lerr
+		}
 	default:
 		return nil, err // unreadable: keep the data, report
 	}
@@ -539,6 +547,12 @@ func (s *FileStore) Remove(ns metadata.Namespace) error {
 		return err
 	}
 	s.forgetLost(ns)
+	// The next manifest forgets the synced end. (Written now, it would
+	// cost a manifest write per partition of a deleted topic; a removal
+	// a crash interrupts half way, on a filesystem that keeps part of
+	// it, may then be listed as a damaged incarnation file until the
+	// orphan sweep, or the next Build of a newer incarnation, removes
+	// it.)
 	s.forgetSynced(ns)
 	s.mu.Lock()
 	delete(s.held, ns)
@@ -591,18 +605,26 @@ func (s *FileStore) List() ([]Stored, error) {
 				var damage error
 				var ce *CorruptError
 				switch {
-				case err == nil:
 				case errors.As(err, &ce):
 					damage = err
-				case !isNotExist(err) && !errors.Is(err, errBadIncarnation):
+				case err != nil && !isNotExist(err) && !errors.Is(err, errBadIncarnation):
 					return nil, err
-				default:
+				case err != nil:
 					// A replica built deferred is at the incarnation
 					// its owner's files name.
-					if inc, ok, err := s.ownerIncarnation(dir); err != nil {
-						damage = err
+					if inc, ok, oerr := s.ownerIncarnation(dir); oerr != nil {
+						damage = oerr
 					} else if ok {
-						epoch = inc
+						epoch, err = inc, nil
+					}
+				}
+				if damage == nil {
+					// Missing, torn or older than an incarnation synced
+					// there: damaged, not dead (incarnationLost).
+					if e := s.syncedIncarnation(ns); e.end > 0 && (err != nil || epoch < e.epoch) {
+						if damage = s.incarnationLost(ns, e.epoch, dir, epoch, err); damage != nil {
+							epoch = 0
+						}
 					}
 				}
 				out = append(out, Stored{NS: ns, Epoch: epoch, Damage: damage})

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -184,6 +185,18 @@ type journalLog struct {
 	zeros []byte // journalZeroWrite zeros, for zeroFill
 	// lastSync is how long the last fdatasync took, in nanoseconds.
 	lastSync atomic.Int64
+
+	// The synced-end mark (journal_mark.go), under markMu: the mark file
+	// (open once written in this process), its last slot's sequence
+	// number, the synced end of each journal file it records, and whether
+	// they changed since the last slot was written.
+	markMu    sync.Mutex
+	markFile  vfs.File
+	markSeq   uint64
+	ends      map[uint64]int64
+	markDirty bool
+	markBuf   []byte   // the slot being written, kept for reuse
+	markFiles []uint64 // scratch of appendJournalMark
 }
 
 // journalWrite is one handle's part of a write: its entries, in chunks
@@ -214,7 +227,11 @@ func (s *FileStore) journal() *journalLog {
 		if size == 0 {
 			size = journalFileSize
 		}
-		s.jlog = &journalLog{store: s, serial: s.cfg.SerialSyncs, fileSize: size, arrived: make(chan struct{}, 1)}
+		s.jlog = &journalLog{store: s, serial: s.cfg.SerialSyncs, fileSize: size, arrived: make(chan struct{}, 1),
+			markSeq: s.jmark.seq, ends: maps.Clone(s.jmark.ends), markDirty: true}
+		if s.jlog.ends == nil {
+			s.jlog.ends = make(map[uint64]int64)
+		}
 	})
 	return s.jlog
 }
@@ -673,6 +690,10 @@ func (j *Journal) checkpoint() error {
 	j.mu.Unlock()
 	// A fixed order, so a serial run (SerialSyncs) is reproducible.
 	slices.SortFunc(members, func(a, b *filePartition) int { return cmp.Compare(a.ns, b.ns) })
+	// The mark, handed to the device before the members' fsyncs flush it,
+	// records the journal's last synced write too (journal_mark.go). A
+	// failure leaves it for the journal's next write, which fails on it.
+	_ = j.log.writeMark(false)
 	errs := make([]error, len(members))
 	fanOut(len(members), checkpointFanout, j.serial, func(k int) {
 		if fp := members[k]; fp.synced < fp.next || fp.layoutPending {
@@ -756,12 +777,20 @@ func (j *Journal) Close() error {
 	if k := slices.Index(l.handles, j); k >= 0 {
 		l.handles = slices.Delete(l.handles, k, k+1)
 	}
-	if len(l.handles) == 0 && !l.writing && l.f != nil {
+	last := len(l.handles) == 0 && !l.writing
+	if last && l.f != nil {
 		err = l.f.Close()
 		l.f = nil
 	}
 	l.mu.Unlock()
 	l.prune()
+	if last {
+		// The ends the last fdatasyncs made durable, fdatasynced: after a
+		// clean close the mark does not lag (journal_mark.go).
+		if merr := l.closeMark(); err == nil {
+			err = merr
+		}
+	}
 	return err
 }
 
@@ -967,6 +996,11 @@ func (l *journalLog) append(frame []byte, sync bool) error {
 	if end := l.size + int64(len(frame)); end > l.zeroed {
 		err = l.zeroFill(end)
 	}
+	if err == nil && sync {
+		// The ends earlier fdatasyncs made durable, in the mark, durable
+		// with this one (journal_mark.go).
+		err = l.writeMark(false)
+	}
 	if err == nil {
 		l.wrote = true // the frame may reach the file, whole or in part
 		err = writeFull(l.f, frame, l.size)
@@ -997,6 +1031,7 @@ func (l *journalLog) append(frame []byte, sync bool) error {
 	}
 	if err == nil {
 		l.size += int64(len(frame))
+		l.noteJournalSynced(l.seq, l.size)
 	}
 	return err
 }
@@ -1041,6 +1076,9 @@ func (l *journalLog) create() error {
 	}
 	l.mu.Unlock()
 	l.f, l.seq, l.size, l.zeroed, l.fresh, l.unsynced = f, seq, 0, 0, true, false
+	l.markMu.Lock()
+	l.markDirty = true // the highest file number grew
+	l.markMu.Unlock()
 	// The manifest lists the file before anything is written into it, so
 	// an offline verify can tell it was lost (manifest.go). Best effort:
 	// a manifest that cannot be written costs verify its knowledge of
@@ -1093,14 +1131,18 @@ func (l *journalLog) prune() {
 		l.mu.Unlock()
 		return
 	}
+	removed := drop[:0]
 	for _, seq := range drop {
 		if err := l.store.fs.Remove(l.store.journalFile(seq)); err != nil && !isNotExist(err) {
 			l.mu.Lock()
 			l.files = append(l.files, seq) // retried by the next prune
 			slices.Sort(l.files)
 			l.mu.Unlock()
+			continue
 		}
+		removed = append(removed, seq)
 	}
+	l.forgetJournalFiles(removed)
 }
 
 // fanOut runs fn(0), …, fn(n-1): one after another with serial, else on

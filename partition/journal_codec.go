@@ -136,6 +136,13 @@ func sealJournalFrameAs(b []byte, start int, uncertain bool) {
 // The messages alias b. Every count and length is checked against the
 // bytes that remain before anything is allocated for it.
 func decodeJournal(b []byte, path string) ([]journalEntry, error) {
+	out, _, err := decodeJournalTo(b, path)
+	return out, err
+}
+
+// decodeJournalTo is decodeJournal, also returning where its frames end:
+// the length of b, or where a torn tail starts.
+func decodeJournalTo(b []byte, path string) ([]journalEntry, int, error) {
 	var out []journalEntry
 	pos := 0
 	for pos < len(b) {
@@ -145,12 +152,12 @@ func decodeJournal(b []byte, path string) ([]journalEntry, error) {
 			// certain valid frame follows: zeros over frames are damage
 			// too.
 			if q, ok := certainFrameAfter(b, pos+1); ok {
-				return nil, corruptf(path, int64(pos), "zeros where a journal frame should start, followed by a valid one at byte %d", q)
+				return nil, pos, corruptf(path, int64(pos), "zeros where a journal frame should start, followed by a valid one at byte %d", q)
 			}
 			if finalWrittenWhole(b, pos) {
-				return nil, corruptf(path, int64(pos), "a journal frame with no length, written whole (not cut short, no unwritten sector): damage, not a torn write")
+				return nil, pos, corruptf(path, int64(pos), "a journal frame with no length, written whole (not cut short, no unwritten sector): damage, not a torn write")
 			}
-			return out, nil
+			return out, pos, nil
 		}
 		length := le.Uint32(rest[4:]) &^ journalUncertain
 		end := journalFrameHeader + int(min(uint64(length), uint64(len(b))))
@@ -160,23 +167,23 @@ func decodeJournal(b []byte, path string) ([]journalEntry, error) {
 			// certain frame after it was written, and fsynced, after it
 			// was whole and durable.
 			if q, ok := certainFrameAfter(b, pos+1); ok {
-				return nil, corruptf(path, int64(pos), "damaged journal frame followed by a valid one at byte %d", q)
+				return nil, pos, corruptf(path, int64(pos), "damaged journal frame followed by a valid one at byte %d", q)
 			}
 			// Nothing certain after it: torn only if it is an incomplete
 			// write (package tail, the rule every log applies). A frame
 			// written whole and damaged since held acknowledged records.
 			if finalWrittenWhole(b, pos) {
-				return nil, corruptf(path, int64(pos), "the last journal frame fails its checksum but was written whole (not cut short, no unwritten sector, or whole with one bit of its length flipped back): damage, not a torn write")
+				return nil, pos, corruptf(path, int64(pos), "the last journal frame fails its checksum but was written whole (not cut short, no unwritten sector, or whole with one bit of its length flipped back): damage, not a torn write")
 			}
-			return out, nil
+			return out, pos, nil
 		}
 		if length == 0 {
-			return nil, corruptf(path, int64(pos), "empty journal frame")
+			return nil, pos, corruptf(path, int64(pos), "empty journal frame")
 		}
 		var err error
 		from := len(out)
 		if out, err = decodeJournalEntries(out, rest[journalFrameHeader:end], path, int64(pos+journalFrameHeader)); err != nil {
-			return nil, err
+			return nil, pos, err
 		}
 		if le.Uint32(rest[4:])&journalUncertain != 0 {
 			for k := from; k < len(out); k++ {
@@ -185,7 +192,7 @@ func decodeJournal(b []byte, path string) ([]journalEntry, error) {
 		}
 		pos += end
 	}
-	return out, nil
+	return out, pos, nil
 }
 
 // finalWrittenWhole reports whether the bad frame at pos in b, with no

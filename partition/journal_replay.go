@@ -52,10 +52,19 @@ func (s *FileStore) replayJournals() error {
 	if err != nil {
 		return err
 	}
+	// The mark says how far each file was synced, and numbers new files
+	// past every one it saw (journal_mark.go). One with no valid slot
+	// reads as none.
+	mark, _, err := readJournalMark(s.fs, s.journalMarkPath())
+	if err != nil && !errors.Is(err, ErrCorrupt) {
+		return fmt.Errorf("parkway: journal: %w", err)
+	}
+	s.journalSeq.Store(mark.high)
+	s.jmark.seq = mark.seq
 	if len(files) == 0 {
 		return nil
 	}
-	s.journalSeq.Store(files[len(files)-1])
+	s.journalSeq.Store(max(mark.high, files[len(files)-1]))
 	byNS := make(map[metadata.Namespace][]journalEntry)
 	var damaged error // the first journal file found damaged
 	for _, seq := range files {
@@ -64,13 +73,19 @@ func (s *FileStore) replayJournals() error {
 		if err != nil {
 			return fmt.Errorf("parkway: journal: %w", err)
 		}
-		entries, err := decodeJournal(b, path)
+		entries, end, err := decodeJournalTo(b, path)
 		if errors.Is(err, ErrCorrupt) {
 			damaged = cmp.Or(damaged, err)
 			continue
 		}
 		if err != nil {
 			return err
+		}
+		// A file whose frames end before it was synced lost acknowledged
+		// records: damage, not a torn tail. The frames before the cut are
+		// whole, and applied.
+		if err := checkJournalEnd(mark, seq, path, int64(end)); err != nil {
+			damaged = cmp.Or(damaged, err)
 		}
 		for _, e := range entries {
 			byNS[e.ns] = append(byNS[e.ns], e)
@@ -82,6 +97,16 @@ func (s *FileStore) replayJournals() error {
 	}
 	slices.SortFunc(nss, cmp.Compare)
 	keep := damaged != nil
+	if keep {
+		// The files are kept, and so are their synced ends: the next
+		// open finds a file cut short again.
+		s.jmark.ends = make(map[uint64]int64)
+		for _, seq := range files {
+			if e, ok := mark.ends[seq]; ok {
+				s.jmark.ends[seq] = e
+			}
+		}
+	}
 	for _, ns := range nss {
 		err := s.replayPartition(ns, byNS[ns])
 		if errors.Is(err, ErrCorrupt) {
@@ -181,8 +206,17 @@ func (s *FileStore) replayPartition(ns metadata.Namespace, entries []journalEntr
 		}
 	case !have || !slices.ContainsFunc(entries, func(e journalEntry) bool { return e.epoch == inc }):
 		// Deleted or never durably built (nothing was acknowledged in
-		// it), or only other incarnations' records.
+		// it), or only other incarnations' records — unless entries
+		// written once its layout was durable name a newer incarnation
+		// than the directory's: its incarnation file was damaged
+		// (incarnationLost), and its Build reports it.
 		s.release(ns)
+		if epoch, end, ok := durableEpoch(entries); ok && (!have || inc < epoch) && !s.readOnly && s.syncedIncarnation(ns).epoch <= epoch {
+			s.noteSynced(ns, epoch, end)
+			if lerr := s.incarnationLost(ns, epoch, dir, inc, err); lerr != nil {
+				return lerr
+			}
+		}
 		return nil
 	default:
 		p, err = s.open(ns, inc, dir, false)
@@ -219,6 +253,23 @@ func (s *FileStore) replayPartition(ns metadata.Namespace, entries []journalEntr
 		s.noteSynced(ns, inc, end)
 	}
 	return nil
+}
+
+// durableEpoch is the newest incarnation among entries (all of one
+// partition) with an entry written once the partition's layout was
+// durable (not journalEntryFresh: a synced-end mark or records), and the
+// end its entries give the log.
+func durableEpoch(entries []journalEntry) (epoch, end uint64, ok bool) {
+	for _, e := range entries {
+		if !e.fresh && e.epoch >= epoch {
+			if e.epoch > epoch {
+				end = 0
+			}
+			epoch, ok = e.epoch, true
+			end = max(end, e.first+uint64(len(e.msgs)))
+		}
+	}
+	return epoch, end, ok && end > 0
 }
 
 // rebuildEpoch is the incarnation a replay rebuilds from entries (all of

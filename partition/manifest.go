@@ -143,8 +143,17 @@ func (s *FileStore) listedPartitions() (map[metadata.Namespace]uint64, error) {
 	}
 	m := make(map[metadata.Namespace]uint64, len(stored))
 	for _, st := range stored {
-		if st.Epoch != 0 && st.Damage == nil {
+		switch {
+		case st.Epoch != 0 && st.Damage == nil:
 			m[st.NS] = st.Epoch
+		case st.Damage != nil:
+			// A damaged incarnation file: the incarnation synced there,
+			// if known, stays recorded with its end, so the next open
+			// still tells the directory from a half-built one
+			// (incarnationLost).
+			if e := s.syncedIncarnation(st.NS); e.end > 0 {
+				m[st.NS] = e.epoch
+			}
 		}
 	}
 	return m, nil

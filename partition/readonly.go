@@ -454,6 +454,26 @@ func (s *FileStore) VerifyJournals() ([]JournalFile, []Problem, error) {
 	}
 	var files []JournalFile
 	var out []Problem
+	// The journal's mark: a file whose frames end before it was synced
+	// is damage (journal_mark.go), and a mark with no valid slot is
+	// reported (the node reads it as none).
+	mark, found, bad := readJournalMark(s.fs, s.journalMarkPath())
+	var ce *CorruptError
+	switch {
+	case errors.As(bad, &ce):
+		out = append(out, Problem{Path: ce.Path, Offset: ce.Offset, Err: bad})
+	case bad != nil:
+		return nil, nil, bad
+	case found:
+		b, err := vfs.ReadFile(s.fs, s.journalMarkPath())
+		if err != nil {
+			return nil, nil, err
+		}
+		if slack := journalMarkSlack(b); slack != "" {
+			path := s.journalMarkPath()
+			out = append(out, Problem{Path: path, Err: corruptf(path, 0, "journal mark: %s (the node reads its valid slot)", slack)})
+		}
+	}
 	for _, n := range names {
 		seq, ok := parseJournalName(n)
 		if !ok {
@@ -465,8 +485,10 @@ func (s *FileStore) VerifyJournals() ([]JournalFile, []Problem, error) {
 			return nil, nil, err
 		}
 		jf := JournalFile{Seq: seq, Path: path, Size: int64(len(b))}
-		entries, err := decodeJournal(b, path)
-		var ce *CorruptError
+		entries, end, err := decodeJournalTo(b, path)
+		if err == nil {
+			err = checkJournalEnd(mark, seq, path, int64(end))
+		}
 		switch {
 		case errors.As(err, &ce):
 			out = append(out, Problem{Path: ce.Path, Offset: ce.Offset, Err: err})

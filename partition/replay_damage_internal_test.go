@@ -66,7 +66,8 @@ func copyTree(t *testing.T, from string) string {
 //     checks whole — damage (package tail's rule), fenced the same way,
 //     the file kept as it is.
 func TestBehaviour28ReplayDamageFencesItsPartition(t *testing.T) {
-	for _, c := range []string{"log cut below the journal", "consumer offset file", "journal frame", "journal, last frame's length, one bit"} {
+	for _, c := range []string{"log cut below the journal", "consumer offset file", "journal frame", "journal, last frame's length, one bit",
+		"journal cut short below its synced end", "journal rolled back to an earlier frame"} {
 		t.Run(c, func(t *testing.T) {
 			dir := t.TempDir()
 			cfg := FileConfig{Dir: dir, MaxOpenFiles: 16, SerialSyncs: true}
@@ -121,12 +122,46 @@ func TestBehaviour28ReplayDamageFencesItsPartition(t *testing.T) {
 					t.Fatalf("setup: journal files %v (%v)", names, err)
 				}
 				flipAt(t, filepath.Join(rel(s.journalPath()), names[0].Name()), 20)
+			case "journal cut short below its synced end", "journal rolled back to an earlier frame":
+				// The journal's mark records the end of every synced write
+				// but the last (journal_mark.go): a cut inside the frame of
+				// round 3, or at its start (the file as it was before round
+				// 3 was written), loses rounds 3 and 4 that the mark vouches
+				// for. Without the mark both read as a torn tail: the
+				// replay applied rounds 0 to 2 and the partitions took
+				// offsets 3 and 4 again.
+				names, err := vfs.Default.ReadDir(rel(s.journalPath()))
+				names = journalFileNames(names, err)
+				if err != nil || len(names) != 1 {
+					t.Fatalf("setup: journal files %v (%v)", names, err)
+				}
+				path := filepath.Join(rel(s.journalPath()), names[0])
+				b, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var starts []int // the frames' starts: round 0's marks, then rounds 1 to 5
+				for pos := 0; pos+journalFrameHeader <= len(b) && !allZero(b[pos:pos+journalFrameHeader]); {
+					starts = append(starts, pos)
+					pos += journalFrameHeader + int(le.Uint32(b[pos+4:])&^journalUncertain)
+				}
+				if len(starts) != 6 {
+					t.Fatalf("setup: %d journal frames, want 6", len(starts))
+				}
+				to := starts[3]
+				if c == "journal cut short below its synced end" {
+					to += 20
+				}
+				if err := os.Truncate(path, int64(to)); err != nil {
+					t.Fatal(err)
+				}
 			case "journal, last frame's length, one bit":
-				names, err := os.ReadDir(rel(s.journalPath()))
+				names, err := vfs.Default.ReadDir(rel(s.journalPath()))
+				names = journalFileNames(names, err)
 				if err != nil || len(names) == 0 {
 					t.Fatalf("setup: journal files %v (%v)", names, err)
 				}
-				path := filepath.Join(rel(s.journalPath()), names[len(names)-1].Name())
+				path := filepath.Join(rel(s.journalPath()), names[len(names)-1])
 				b, err := os.ReadFile(path)
 				if err != nil {
 					t.Fatal(err)

@@ -2,6 +2,7 @@ package partition
 
 import (
 	"fmt"
+	"path/filepath"
 
 	"github.com/parkway-io/parkway/metadata"
 )
@@ -127,4 +128,43 @@ func (p *filePartition) checkSyncedEnd() {
 	}
 	p.next = end
 	p.setMark()
+}
+
+// syncedIncarnation is ns's synced end with its incarnation, if one is
+// known.
+func (s *FileStore) syncedIncarnation(ns metadata.Namespace) syncedEnd {
+	s.endsMu.Lock()
+	defer s.endsMu.Unlock()
+	return s.ends[ns]
+}
+
+// incarnationLost reports, as a *CorruptError naming the incarnation
+// file, a partition directory whose incarnation file is missing or cut
+// short (err, from readIncarnation), or names an older incarnation (inc),
+// although incarnation epoch was synced there: its synced end is known
+// (the partitions manifest, or the journal's entries, which are written
+// only once a partition's layout, the incarnation file with it, is
+// durable). No crash does that — a half-built directory, which Build
+// starts over and the orphan sweep removes, never had anything synced —
+// so the file was damaged, cut short or rolled back, and the directory
+// holds acknowledged messages: it is kept, and Build refuses the
+// partition with the error rather than start it over empty. nil if the
+// directory is missing, or nothing of epoch was synced.
+func (s *FileStore) incarnationLost(ns metadata.Namespace, epoch uint64, dir string, inc uint64, err error) error {
+	end := s.syncedEndOf(ns, epoch)
+	if end == 0 || err == nil && inc >= epoch {
+		return nil
+	}
+	if _, serr := s.fs.Stat(dir); serr != nil {
+		return nil // no directory: nothing to keep
+	}
+	path := filepath.Join(dir, incarnationFile)
+	what := fmt.Sprintf("names incarnation %d", inc)
+	switch {
+	case isNotExist(err):
+		what = "is missing"
+	case err != nil:
+		what = "is cut short"
+	}
+	return corruptf(path, 0, "the incarnation file %s, but incarnation %d of partition %v was synced here up to offset %d: the file was damaged; the directory and its acknowledged messages are kept", what, epoch, ns, end)
 }

@@ -188,6 +188,7 @@ func TestJournalWriteBehindClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	names, err := mem.ReadDir("/data/journal")
+	names = journalFileNames(names, err)
 	if err != nil || len(names) != 0 {
 		t.Fatalf("journal files %v left after a clean close (%v)", names, err)
 	}

@@ -29,6 +29,7 @@ targets='
 ./partition FuzzSealedSegment
 ./partition FuzzIncarnation
 ./partition FuzzDecodeManifest
+./partition FuzzDecodeJournalMark
 ./shard FuzzDecodeState
 ./shard FuzzDecodeCatchUp
 ./shard FuzzDecodeEntry

@@ -106,6 +106,9 @@ func (c *csim) crashHow(n *cnode, power bool, lo, hi time.Duration) {
 		// The dead process's lock on the data directory dies with it.
 		n.mem.ReleaseLocks()
 	}
+	if c.isLiar(n) {
+		c.lies.settleJournal()
+	}
 	// A crashed process is not closed: its open files, shards and raft
 	// logs are simply abandoned.
 }

@@ -310,8 +310,12 @@ var dropGates = map[string]func(s *sim) bool{
 	metrics.ReasonFull:         func(s *sim) bool { return s.faults.InboxFull > 0 },
 	metrics.ReasonParkOverflow: func(s *sim) bool { return s.bursts > 0 },
 	// Disk faults back builds off, and so does damage a lie left (a
-	// build that fails with it is counted as detected).
-	metrics.ReasonBuildFailed: func(s *sim) bool { return s.faults.DiskFull+s.faults.DiskError+s.faults.Detected > 0 },
+	// build that fails with it is counted as detected), and a
+	// misdirected write answered as a failed one (a commit it failed
+	// fences its partition, whose rebuild may back off: seed 8597).
+	metrics.ReasonBuildFailed: func(s *sim) bool {
+		return s.faults.DiskFull+s.faults.DiskError+s.faults.Detected+s.faults.LieWriteErrors > 0
+	},
 	// A crashed node's shards shut down.
 	metrics.ReasonShutdown:     func(s *sim) bool { return s.faults.Crash+s.restarts > 0 },
 	metrics.ReasonDisconnected: func(s *sim) bool { return s.faults.Crash+s.restarts > 0 },

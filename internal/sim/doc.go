@@ -93,13 +93,20 @@
 // damage, not a torn write; the end of the last segment cut off or
 // rolled back below its synced end (the partitions manifest, the
 // journal's entries and synced-end marks) is reported and fenced: a loss
-// there fails the seed. Two limits remain, classified (known.go) and
-// skipped by TestSimulation and the lying-disk test unless -sim.known: a
-// lie on the journal or the manifest, which nothing durable tells from a
-// torn journal tail (knownJournalDamage, about one seed in eight), and
-// an incarnation file cut short, taken for a half-built directory
-// (knownIncarnationDamage, about one seed in a hundred; a whole record
-// that fails its checksum is reported and kept).
+// there fails the seed; so is a journal file cut short or rolled back
+// below the end its own synced-end mark records (package partition,
+// journal_mark.go: the partitions held are fenced at their log's end, a
+// loss reported), and an incarnation file cut short, emptied or rolled
+// back where the manifest or the journal proves the incarnation synced
+// (its directory is kept, its build refused). Two limits remain,
+// classified (known.go) and skipped by TestSimulation and the lying-disk
+// test unless -sim.known: a lie on a journal file at or past the end its
+// mark records (the mark's one-write window, knownJournalDamage), and
+// an incarnation file damaged when a lie also touched the manifest or
+// the journal that proved it synced (knownIncarnationDamage). A
+// misdirected write aimed before the start of its file is answered as a
+// failed write (FaultCounts.LieWriteErrors), and explains the
+// build_failed drops of the rebuild it causes (seed 8597).
 //
 // # Disks that lie (cluster)
 //

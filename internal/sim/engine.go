@@ -288,6 +288,9 @@ func (s *sim) crashWith(power bool, down func()) {
 		// The dead process's lock on the data directory dies with it.
 		s.mem.ReleaseLocks()
 	}
+	if s.cfg.Faults.Lie > 0 {
+		s.lies.settleJournal()
+	}
 	if down != nil {
 		down()
 	}

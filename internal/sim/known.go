@@ -23,29 +23,29 @@ package sim
 
 // Known engine limits the lying disk (lie.go) finds on a single node.
 const (
-	// knownIncarnationDamage: the incarnation file of a partition
-	// carries a checksum, and a whole record that fails it is reported
-	// (a *CorruptError) and its directory kept; but a file cut short
-	// reads exactly as the torn write of a half-built directory, and one
-	// rolled back to an earlier copy (another incarnation's, or none)
-	// names another incarnation: Build starts the partition over, or
-	// the orphan sweep removes it, and the acknowledged messages are
-	// deleted without an error.
-	knownIncarnationDamage = "a damaged incarnation file makes the partition's directory look dead or half-built: it is removed or rebuilt empty, acknowledged messages deleted silently"
-	// knownJournalDamage: the shared journal cut short or rolled back
-	// to an earlier copy loses its last frames, and with them the only
-	// durable copy of what they acknowledged since the partitions
-	// manifest last recorded the logs' synced ends: nothing durable
-	// records how far the journal itself was synced, so its end reads as
-	// a torn tail. (The end of a partition's last segment cut off or
-	// rolled back is no longer excused — knownTailDamage was fixed: the
-	// manifest records each log's synced end and a shorter log is
-	// reported — nor are bytes flipped in a last record written whole,
-	// package tail's rule.) It is classified, as broadly as before,
-	// whenever a lie touched any file outside the partitions'
-	// directories (the journal, the manifest, the metadata's files):
-	// the simulator does not tell which of them hid the loss.
-	knownJournalDamage = "the journal's end cut off or rolled back looks like a torn tail (no durable record of the journal's synced end): its last frames' acknowledged messages lost"
+	// knownIncarnationDamage: an incarnation file cut short, emptied
+	// or rolled back to an older record, in a directory where the store
+	// knows the incarnation was synced (the partitions manifest records
+	// its synced end, or the journal holds entries written once its
+	// layout was durable), is reported (a *CorruptError) and the
+	// directory kept (package partition, incarnationLost). What remains:
+	// the proof itself lied about too — a lie on a file outside the
+	// partitions' directories (the manifest rolled back to a copy without
+	// the end, the journal cut) — and the directory reads as half-built:
+	// Build starts it over, or the orphan sweep removes it, its
+	// acknowledged messages deleted. Classified only when a lie touched
+	// both the incarnation file and a file outside the directories.
+	knownIncarnationDamage = "a damaged incarnation file, and a lie on the manifest or journal that proved the incarnation synced: the directory reads as half-built, removed or rebuilt empty"
+	// knownJournalDamage: the journal's synced-end mark (package
+	// partition, journal_mark.go) records how far each journal file was
+	// synced, and a file found shorter is reported and fences the
+	// partitions; but the mark lags by one synced write (it is handed to
+	// the device before the next write's fdatasync, which makes it
+	// durable), so a lie that cuts, rolls back or misdirects only the
+	// journal's last synced write before a crash reads as a torn tail.
+	// Classified only for a lie on a journal file from a byte at or past
+	// the end the mark records for it at the time (lies.journalHit).
+	knownJournalDamage = "a lie on the journal's last synced write, past the end its synced-end mark records (the mark's one-write window): its frames read as a torn tail, their acknowledged messages lost"
 )
 
 // Known engine limits the lying disk finds in a cluster (clie.go). Each is

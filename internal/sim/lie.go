@@ -111,6 +111,13 @@ type lies struct {
 	points map[incKey][]liePoint
 	// readFaults is set while the read faults may fire.
 	readFaults bool
+	// journalWindow: a lie hit a journal file at or past the end its
+	// synced-end mark recorded (the documented window: the journal's
+	// last synced write, which the mark records only with the next one);
+	// misdirected are the journal writes misdirected since the last
+	// crash, judged against the mark the crash leaves (settleJournal).
+	journalWindow bool
+	misdirected   []liePoint
 
 	// The liar's place in the run: the run's RNG, trace and violations
 	// (b), the disk that lies (mem: the node's current one, which a power
@@ -311,20 +318,79 @@ func (l *lies) touched(key incKey, class string) bool {
 	return l != nil && l.keys[key][class]
 }
 
+// journalFile returns the number of the journal file name, if it is one.
+func journalFile(name string) (uint64, bool) {
+	if path.Dir(name) != path.Join(dataDir, "journal") {
+		return 0, false
+	}
+	return partition.JournalFileNumber(path.Base(name))
+}
+
+// journalHit records a lie that changed the journal file name from byte
+// off on (a cut, a rollback to a copy of that size, a misdirected write's
+// first byte): at or past the end the journal's synced-end mark records
+// for the file, it is in the mark's window (the journal's last synced
+// write), where a loss cannot be told from a torn tail; below it, the
+// replay must report it.
+func (l *lies) journalHit(name string, off int64) {
+	seq, ok := journalFile(name)
+	if !ok {
+		return
+	}
+	ends, err := partition.JournalSyncedEnds(l.mem(), dataDir)
+	if err != nil {
+		l.b.fail(0, "reading the journal's mark: %v", err)
+		return
+	}
+	if off >= ends[seq] {
+		l.journalWindow = true
+		l.event("lie on %s from byte %d: at or past its synced end %d in the mark (its last synced write)", name, off, ends[seq])
+	}
+}
+
+// settleJournal judges the journal writes misdirected before a crash
+// against the mark the crash leaves.
+func (l *lies) settleJournal() {
+	for _, m := range l.misdirected {
+		l.journalHit(m.name, m.off)
+	}
+	l.misdirected = nil
+}
+
+// fencedByJournal reports whether p, reopened after a lie touched the
+// journal, refuses appends for damage at its end: the replay found the
+// journal damaged (or cut below its synced end) and fenced the
+// partitions it concerns at their log's end, or damage the partition's
+// own files hold fenced it first (then the journal's adds no hole: seed
+// 7656, a stored flip in the segment beside a misdirected journal
+// write). Either way the acknowledged messages past its end are reported
+// (the partition answers the *CorruptError) and their offsets are not
+// given out again.
+func fencedByJournal(p partition.Partition) bool {
+	f, ok := p.(partition.WriteFenced)
+	if !ok {
+		return false
+	}
+	var ce *partition.CorruptError
+	return errors.As(f.WritesRefused(), &ce)
+}
+
 // lossKnown classifies a silent loss of messages of key, found after a
 // lie, as a known limit (known.go), or "" if none explains it. A last
 // segment cut short or rolled back is not excused: how far each log was
 // synced is durable (the partitions manifest, and the journal's
 // synced-end marks for a direct commit), and a log found shorter is
-// reported (package partition, checkSyncedEnd and the replay).
+// reported (package partition, checkSyncedEnd and the replay). Nor is
+// a journal file cut below the end its own mark records (journal_mark.go
+// in package partition): only a lie at or past it, in the window of the
+// journal's last synced write, is. Nor is an incarnation file cut short
+// or rolled back, unless a lie also touched what proves the incarnation
+// was synced (the manifest, the journal: a file outside the partitions).
 func (s *sim) lossKnown(key incKey) string {
 	switch {
-	case s.lies.touched(key, "incarnation"):
+	case s.lies.touched(key, "incarnation") && s.lies.all:
 		return knownIncarnationDamage
-	case s.lies.all:
-		// A file outside the partitions' directories was touched: the
-		// journal, which may have held the only durable copy of what
-		// was acknowledged since the last manifest, or the manifest.
+	case s.lies.journalWindow:
 		return knownJournalDamage
 	}
 	return ""
@@ -539,6 +605,7 @@ func (l *lies) lieDown(kind int, name string) {
 		err = errorfs.TruncateStored(l.mem(), name, to)
 		l.event("LIE truncate %s from %d to %d bytes: %v", name, size, to, errString(err))
 		l.lieAt(name, -1)
+		l.journalHit(name, to)
 	case lieRollback:
 		// An earlier copy of the same file: of the same incarnation (a
 		// file of a dead incarnation restored into its successor's
@@ -561,6 +628,7 @@ func (l *lies) lieDown(kind int, name string) {
 		}
 		err = c.Restore(l.mem())
 		l.lieAt(name, -1)
+		l.journalHit(name, int64(len(c.Data)))
 		l.event("LIE rollback %s from %d to %d bytes: %v", name, size, len(c.Data), errString(err))
 	}
 	if err != nil {
@@ -573,11 +641,21 @@ func (l *lies) lieDown(kind int, name string) {
 // lieFired counts a lie that took effect and records what it touched.
 func (l *lies) lieFired(kind int, op errorfs.Op) {
 	l.counts.Lies[kind]++
+	if kind == lieMisdirect && op.Off < 0 {
+		// Aimed before the file's start: errorfs fails the write (an
+		// injected I/O error), which damages nothing.
+		l.counts.LieWriteErrors++
+		l.event("lie %s fired: %v %s [%d, +%d): answered as a failed write", lieNames[kind], op.Kind, op.Path, op.Off, op.Len)
+		return
+	}
 	l.lieTouched(op.Path)
 	switch kind {
 	case lieMisdirect:
 		// Both the range meant and the range hit are damaged.
 		l.lieAt(op.Path, op.Off)
+		if _, ok := journalFile(op.Path); ok {
+			l.misdirected = append(l.misdirected, liePoint{op.Path, op.Off})
+		}
 	case lieFlipOnRead:
 		if err, ok := l.flips.MaybeError(op).(*errorfs.FlipOnRead); ok {
 			l.lieAt(op.Path, err.Off)

@@ -438,6 +438,10 @@ type FaultCounts struct {
 	// touched incarnations answered with damage.
 	Lies     LieCounts
 	Detected int
+	// LieWriteErrors counts the misdirected writes (Lies) aimed before
+	// the start of their file: errorfs answers them as a failed write,
+	// an injected I/O error like DiskError's.
+	LieWriteErrors int
 	// WrongDisks counts the starts on another node's data directory
 	// (cluster mode), each refused.
 	WrongDisks int

@@ -445,3 +445,21 @@ func TestNoFaultsAndBadConfig(t *testing.T) {
 func TestCatchesAppendTimeOrder(t *testing.T) {
 	expectCaught(t, "BreakAppendTimeOrder", 3)
 }
+
+// Seed 8597 failed invariant 4: a misdirected write aimed before the
+// start of a journal file is answered by errorfs as a failed write (an
+// injected I/O error); it failed a commit, the partition's rebuild backed
+// off, and the polls parked for it were dropped as build_failed, which
+// only disk faults and detected damage explained. The lie is counted as
+// the failed write it is (LieWriteErrors). The seed pins it while the
+// traces keep their shape: the run must reach that lie, or the seed no
+// longer tests it.
+func TestSeed8597FailedMisdirectExplainsBuildFailedDrops(t *testing.T) {
+	res, err := sim.Run(sim.DefaultConfig(8597))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Faults.LieWriteErrors == 0 {
+		t.Fatalf("seed 8597 injected no misdirected write answered as a failed one: the traces moved and it no longer tests the drop: %+v", res.Faults)
+	}
+}

@@ -44,6 +44,12 @@ type incLog struct {
 	// ackedEnd is one past the highest acknowledged offset.
 	lens     map[uint64]uint64
 	ackedEnd uint64
+	// reported are the messages past the end of a reopen fenced for
+	// journal damage (reported lost, not reused): a later reopen that
+	// finds the damage gone (a later lie cut it off) replays them from
+	// the journal, and they are checked again in place.
+	reported      []uint64
+	reportedAcked []bool
 }
 
 // appendTimes are the append times reads returned for one log's offsets
@@ -195,15 +201,32 @@ func (st *simStore) Build(ns metadata.Namespace, epoch uint64) (partition.Partit
 // unacknowledged appends, whose offsets will be reused).
 func (s *sim) verifyReopen(n *node, key incKey, log *incLog, p partition.Partition) {
 	next := p.NextOffset()
+	if more := next - min(next, uint64(len(log.ids))); more > 0 && len(log.reported) > 0 {
+		k := min(more, uint64(len(log.reported)))
+		log.ids = append(log.ids, log.reported[:k]...)
+		log.acked = append(log.acked, log.reportedAcked[:k]...)
+		log.reported, log.reportedAcked = log.reported[k:], log.reportedAcked[k:]
+		s.event("%v reopened with %d messages: %d reported lost with a damaged journal are back", key, next, k)
+	}
 	if next > uint64(len(log.ids)) {
 		s.fail(3, "%v reopened with %d messages, only %d were ever appended", key, next, len(log.ids))
 		return
 	}
 	for off := next; off < uint64(len(log.ids)); off++ {
-		if log.acked[off] {
-			s.failKnown(s.lossKnown(key), 3, "%v reopened with %d messages: acknowledged message %d at offset %d lost", key, next, log.ids[off], off)
-			return
+		if !log.acked[off] {
+			continue
 		}
+		if s.lies.all && fencedByJournal(p) {
+			// Reported: the journal that held them is damaged, and the
+			// partition refuses appends past its end for good.
+			s.event("%v reopened with %d messages, fenced for journal damage: acknowledged message %d at offset %d reported lost", key, next, log.ids[off], off)
+			s.faults.Detected++
+			log.reported = append(slices.Clone(log.ids[next:]), log.reported...)
+			log.reportedAcked = append(slices.Clone(log.acked[next:]), log.reportedAcked...)
+			break
+		}
+		s.failKnown(s.lossKnown(key), 3, "%v reopened with %d messages: acknowledged message %d at offset %d lost", key, next, log.ids[off], off)
+		return
 	}
 	if s.lies.damageOK(key) {
 		s.verifyDamaged(n, key, log, p)
@@ -254,7 +277,7 @@ func (st *simStore) Remove(ns metadata.Namespace) error {
 		// sync, before any ack): only unacknowledged messages may go with it.
 		if committed && k.epoch == rev && slices.Contains(s.oracle[k].acked, true) {
 			known := ""
-			if s.lies.touched(k, "incarnation") {
+			if s.lies.touched(k, "incarnation") && s.lies.all {
 				known = knownIncarnationDamage
 			}
 			s.failKnown(known, 3, "the committed incarnation %v was removed with %d messages, some acknowledged", k, len(s.oracle[k].ids))
