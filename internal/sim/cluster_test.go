@@ -29,6 +29,7 @@ var (
 func clusterConfig(seed uint64) sim.Config {
 	cfg := sim.DefaultClusterConfig(seed)
 	cfg.Faults.SpareMetadataLog = !*flagMetaFaults
+	cfg.Faults.LiesDisarmed = *flagDisarmed
 	cfg.Faults.Remove *= *flagRemoveX
 	cfg.Faults.Join *= *flagJoinX
 	cfg.Faults.Net.OneWay *= *flagOneWayX
@@ -55,7 +56,7 @@ func TestClusterSimulation(t *testing.T) {
 	list := seeds(t, defaultClusterSeeds)
 	_, replay := replaySeed(t)
 	defaultRange := isDefaultRange() && *flagMetaFaults && *flagRemoveX == 1 && *flagJoinX == 1 &&
-		*flagOneWayX == 1 && *flagClogX == 1 && *flagTermsX == 1 && *flagFloodX == 1
+		*flagOneWayX == 1 && *flagClogX == 1 && *flagTermsX == 1 && *flagFloodX == 1 && !*flagDisarmed
 	if defaultRange {
 		runs = defaultClusterOutcomes()
 	} else {

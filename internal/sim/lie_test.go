@@ -14,7 +14,7 @@ import (
 var (
 	flagLieKinds = flag.Uint("sim.liekinds", 0, "TestBehaviour28SimulationLyingDisk: only these lie kinds (sim.LieKind bits)")
 	flagLieX     = flag.Float64("sim.liex", 1, "TestBehaviour28SimulationLyingDisk: multiply the lie rate")
-	flagDisarmed = flag.Bool("sim.liesdisarmed", false, "TestBehaviour28SimulationLyingDisk, TestBehaviour28ClusterLyingDisk: every lie disarmed (same draws, disk intact), the control that tells a failure the lies caused")
+	flagDisarmed = flag.Bool("sim.liesdisarmed", false, "TestBehaviour28SimulationLyingDisk, TestBehaviour28ClusterLyingDisk, TestClusterSimulation: every lie disarmed (same draws, disk intact), the control that tells a failure the lies caused")
 )
 
 // lyingSeeds is how many seeds TestBehaviour28SimulationLyingDisk runs by
