@@ -1846,3 +1846,73 @@ func TestFileFirstCommitFailsWithoutItsMark(t *testing.T) {
 		t.Fatalf("NextOffset %d after the failed mark, want %d (records kept)", p.NextOffset(), count)
 	}
 }
+
+// TestFileCheckpointCoveredCommitIsMarkedInTheJournal: a Commit that finds
+// its handle's checkpoint due (a partition's records are in an older
+// journal file than the current one) syncs the partitions' own files
+// first, and the records it acknowledges are then in no journal entry —
+// as after a direct first commit — while the manifest records their end
+// only from its next write. The commit writes a synced-end mark for them,
+// so a crash, then the last segment cut below what it acknowledged, is
+// reported at the next open, not truncated as a torn tail (single-node
+// seed 62323). On the real filesystem.
+func TestFileCheckpointCoveredCommitIsMarkedInTheJournal(t *testing.T) {
+	const size = 100
+	dir := t.TempDir()
+	// Every journal write starts a new file, so that files age.
+	cfg := partition.FileConfig{Dir: dir, SegmentSize: mib, SerialSyncs: true, JournalFileSize: 1}
+	s := newFileStore(t, cfg)
+	jp, jq, jr := s.NewJournal(), s.NewJournal(), s.NewJournal()
+	ns := mustNS(t, 8, 0, 16)
+	p := mustBuild(t, s, ns, 1)
+	q := mustBuild(t, s, mustNS(t, 8, 0, 17), 1)
+	r := mustBuild(t, s, mustNS(t, 8, 0, 18), 1)
+	commit := func(j *partition.Journal, x partition.Partition, from uint64, n int) {
+		t.Helper()
+		mustAppend(t, x, batch(from, n, size))
+		if errs := j.Commit([]partition.Partition{x}); errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+	}
+	commit(jq, q, 0, 1) // direct: its mark is journal file 1
+	commit(jq, q, 1, 1) // file 2: q's records keep files from 2 on
+	commit(jp, p, 0, 1) // direct: file 3
+	commit(jp, p, 1, 1) // file 4: p's records
+	commit(jr, r, 0, 1) // direct: file 5, now the current one
+	// r's checkpoint prunes file 1 (and writes the manifest, with p's
+	// end at 2): the checkpoint below prunes nothing, and writes none.
+	if err := jr.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	// p's records are in file 4, older than 5: this Commit checkpoints
+	// first, which syncs p's segment with offsets 2-4 in it.
+	commit(jp, p, 2, 3)
+	// The process stops here (no Close); then the last segment loses
+	// its last records.
+	seg := filepath.Join(partDir(dir, ns), segName(0, ".log"))
+	var cut int64
+	for i := range uint64(3) {
+		cut += recSize(msg(i, size))
+	}
+	if err := os.Truncate(seg, cut); err != nil {
+		t.Fatal(err)
+	}
+	p2 := mustBuild(t, newFileStore(t, cfg), ns, 1)
+	defer mustClose(t, p2)
+	if p2.NextOffset() != 5 {
+		t.Fatalf("NextOffset %d, want 5: acknowledged messages cut off were taken for a torn tail", p2.NextOffset())
+	}
+	checkRead(t, p2, 0, 100, 3, size)
+	if _, err := p2.Read(3, 1); !errors.Is(err, partition.ErrCorrupt) {
+		t.Fatalf("Read(3): %v, want ErrCorrupt", err)
+	}
+	if _, err := p2.Append(batch(5, 1, size)); !errors.Is(err, partition.ErrCorrupt) {
+		t.Fatalf("Append: %v, want ErrCorrupt", err)
+	}
+	for _, x := range []partition.Partition{p, q, r} {
+		_ = x.Close()
+	}
+	for _, j := range []*partition.Journal{jp, jq, jr} {
+		_ = j.Close()
+	}
+}

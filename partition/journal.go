@@ -260,6 +260,10 @@ type Journal struct {
 	own     []*filePartition
 	entries []int
 	direct  []int
+	// covered: partitions with records for this Commit's entry that the
+	// checkpoint prepare ran synced instead (see prepare): like direct
+	// ones, their synced end gets a mark (markDirect).
+	covered []int
 
 	closed bool
 	// forming: a partition of this handle appended records for the
@@ -368,7 +372,10 @@ func (j *Journal) Commit(parts []Partition) []error {
 // partitions manifest records their end only from its next write, so
 // without the mark a last segment cut short or rolled back below them
 // would read as a torn tail. It costs a journal write per partition's
-// first commit after a build or reopen, none after. The store is told the
+// first commit after a build or reopen, none after — and so does each
+// partition whose records for this Commit's entry the checkpoint run by
+// prepare synced instead (covered): they too are in no journal entry. The
+// store is told the
 // synced end first (noteSynced; Sync's setMark did too), so a manifest
 // written once the journal file holding the mark is pruned records it.
 //
@@ -383,9 +390,9 @@ func (j *Journal) Commit(parts []Partition) []error {
 func (j *Journal) markDirect(errs []error) {
 	buf := j.mbuf[:0]
 	marked := j.mfps[:0]
-	for _, i := range j.direct {
+	for k, i := range slices.Concat(j.direct, j.covered) {
 		fp := j.own[i]
-		if fp == nil || errs[i] != nil || fp.journal != nil || fp.next == 0 || fp.store != j.store {
+		if fp == nil || errs[i] != nil || k < len(j.direct) && fp.journal != nil || fp.next == 0 || fp.store != j.store {
 			continue
 		}
 		fp.store.noteSynced(fp.ns, fp.epoch, min(fp.synced, fp.next))
@@ -482,6 +489,14 @@ func (j *Journal) prepare(parts []Partition, errs []error, stage bool) {
 				errs[i] = fp.broken
 			case fp.next > fp.jnext:
 				kept = append(kept, i)
+			default:
+				// Its records are in its own files only: nothing
+				// durable but them says how far it was acknowledged
+				// until the manifest's next write. It gets a mark as a
+				// partition synced directly does (single-node seed
+				// 62323: the segment cut short after a power loss read
+				// as a torn tail, an acknowledged message lost).
+				j.covered = append(j.covered, i)
 			}
 		}
 		entries = kept
@@ -542,7 +557,7 @@ func (j *Journal) finish(errs []error) {
 	clear(j.w.fps)
 	clear(j.own)
 	j.w.chunks, j.w.fps = j.w.chunks[:0], j.w.fps[:0]
-	j.own, j.entries, j.direct = j.own[:0], j.entries[:0], j.direct[:0]
+	j.own, j.entries, j.direct, j.covered = j.own[:0], j.entries[:0], j.direct[:0], j.covered[:0]
 	if cap(j.ebuf) <= maxRetainedBuffer {
 		j.ebuf = j.ebuf[:0]
 	} else {
