@@ -1,7 +1,5 @@
 package shard
 
-import "github.com/parkway-io/parkway/partition"
-
 // syncQuiesced syncs the partition log of o, a replicated partition
 // whose group just quiesced, when its topic is FsyncAlways.
 //
@@ -22,22 +20,8 @@ import "github.com/parkway-io/parkway/partition"
 // Interval topics are synced by their timer, and FsyncNever topics keep
 // their tails pinned by choice (as a single node's do). A failed fsync
 // fences the partition, as one before a compaction does.
-//
-// A partition still deferred (partition.Deferred: built by
-// partition.FileStore.BuildDeferred, its few records held behind in
-// memory and in the raft log) pins no descriptor, so it is left as it
-// is: its Sync would create its files (ten or so directory entries and
-// the fsyncs of its layout) for nothing this sync is for. Its files are
-// created when it needs them, at the latest by the Sync before a
-// compaction, as under the other policies. Synced here, a new topic's
-// replicas created their files as soon as their group quiesced after the
-// first acknowledgement, racing with the producer's return (DESIGN
-// behaviour 32, TestBehaviour32ClusterReplicaCostsOnlyItsRaftLog).
 func (rg *raftGroups) syncQuiesced(o *owned) {
 	if !o.dur.always() || o.failed != nil {
-		return
-	}
-	if d, ok := o.p.(partition.Deferred); ok && d.Deferred() {
 		return
 	}
 	if err := o.p.Sync(); err != nil {
