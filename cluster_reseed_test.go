@@ -13,6 +13,7 @@ import (
 
 	"github.com/parkway-io/parkway"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/transport"
 )
 
 // waitLong is waitFor with a longer bound (virtual time inside the
@@ -27,6 +28,25 @@ func waitLong(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("timed out waiting for %s", what)
+}
+
+// waitReseeded waits until the metadata, read through n, gives node bad's
+// replica of tp's one partition a raft id other than its first and no
+// replica is leaving any more (the move settled), and returns that
+// partition's information.
+func waitReseeded(t *testing.T, ctx context.Context, n *parkway.Node, tp parkway.Topic, bad transport.NodeID) metadata.PartitionInfo {
+	t.Helper()
+	var info metadata.PartitionInfo
+	waitLong(t, "the damaged replica re-seeded", func() bool {
+		ps, err := parkway.EnginePartitions(ctx, n, tp)
+		if err != nil || len(ps) != 1 {
+			return false
+		}
+		info = ps[0]
+		id, ok := info.ReplicaOf(uint64(bad))
+		return ok && id != uint64(bad) && len(info.Leaving) == 0
+	})
+	return info
 }
 
 // TestBehaviour28ClusterDamagedRaftLogReseeded: a follower whose raft log
@@ -85,16 +105,7 @@ func TestBehaviour28ClusterDamagedRaftLogReseeded(t *testing.T) {
 
 				// Re-seeded: the node's replica has a new raft id, the old
 				// one left the group and the move settled.
-				var info metadata.PartitionInfo
-				waitLong(t, "the damaged replica re-seeded", func() bool {
-					ps, err := parkway.EnginePartitions(ctx, c.nodes[leader], tp)
-					if err != nil || len(ps) != 1 {
-						return false
-					}
-					info = ps[0]
-					id, ok := info.ReplicaOf(uint64(bad))
-					return ok && id != uint64(bad) && len(info.Leaving) == 0
-				})
+				info := waitReseeded(t, ctx, c.nodes[leader], tp, bad)
 				if id, _ := info.ReplicaOf(uint64(bad)); id != 1<<32|uint64(bad) || len(info.Replicas) != 3 || info.Generation != 1 {
 					t.Fatalf("after the re-seed: replicas %#x, generation %d; want node %d's replica of generation 1 among 3", info.Replicas, info.Generation, bad)
 				}
@@ -195,16 +206,7 @@ func TestBehaviour28ClusterDeferredReplicaDamagedRaftLogReseeded(t *testing.T) {
 		}
 		c.start(bad)
 
-		var info metadata.PartitionInfo
-		waitLong(t, "the damaged replica re-seeded", func() bool {
-			ps, err := parkway.EnginePartitions(ctx, c.nodes[leader], tp)
-			if err != nil || len(ps) != 1 {
-				return false
-			}
-			info = ps[0]
-			id, ok := info.ReplicaOf(uint64(bad))
-			return ok && id != uint64(bad) && len(info.Leaving) == 0
-		})
+		info := waitReseeded(t, ctx, c.nodes[leader], tp, bad)
 		if id, _ := info.ReplicaOf(uint64(bad)); id != 1<<32|uint64(bad) || len(info.Replicas) != 3 {
 			t.Fatalf("after the re-seed: replicas %#x; want node %d's replica of generation 1 among 3", info.Replicas, bad)
 		}
