@@ -60,6 +60,9 @@ type gatedReconciler struct {
 	inner reconciler.Reconciler
 	gate  <-chan struct{}
 	built atomic.Int64
+	// passed, when set, hears of every pass that ended (a send that
+	// never blocks), so a test can wait for the passes' own reports.
+	passed chan<- struct{}
 }
 
 func (r *gatedReconciler) Reconcile(ctx context.Context) (reconciler.Report, error) {
@@ -70,6 +73,10 @@ func (r *gatedReconciler) Reconcile(ctx context.Context) (reconciler.Report, err
 	}
 	rep, err := r.inner.Reconcile(ctx)
 	r.built.Add(int64(rep.Built))
+	select {
+	case r.passed <- struct{}{}:
+	default:
+	}
 	return rep, err
 }
 
@@ -83,13 +90,14 @@ type handNode struct {
 	shards  []*shard.Shard
 	recs    []*gatedReconciler
 	wakes   []<-chan struct{}
+	passed  chan struct{} // every reconcile pass that ended
 }
 
 // wireByHand builds a node of two shards; manual shards run no goroutine.
 // Cleanup closes the shards and the metadata subscriptions.
 func wireByHand(t *testing.T, manual bool, gate <-chan struct{}) *handNode {
 	t.Helper()
-	n := &handNode{store: newCountingStore(), table: &router.Table{}, metrics: metrics.New()}
+	n := &handNode{store: newCountingStore(), table: &router.Table{}, metrics: metrics.New(), passed: make(chan struct{}, 1)}
 	var err error
 	if n.meta, err = metadata.NewStore(metadata.Config{Shards: shards, Assign: router.Assign}); err != nil {
 		t.Fatal(err)
@@ -117,7 +125,7 @@ func wireByHand(t *testing.T, manual bool, gate <-chan struct{}) *handNode {
 		}
 		wake, unsub := n.meta.Subscribe()
 		t.Cleanup(unsub)
-		n.recs = append(n.recs, &gatedReconciler{inner: def, gate: gate})
+		n.recs = append(n.recs, &gatedReconciler{inner: def, gate: gate, passed: n.passed})
 		n.wakes = append(n.wakes, wake)
 	}
 	return n
@@ -202,13 +210,19 @@ func (n *handNode) checkServed(t *testing.T, nss []metadata.Namespace, got []sha
 			t.Errorf("shard %d still parks %d frame(s)", s.ID(), s.Parked())
 		}
 	}
+	built := int64(n.reportedBuilds())
+	if b := n.store.builds.Load(); b != int64(len(nss)) || built != b {
+		t.Errorf("custom store built %d partitions, reconcilers reported %d; want %d", b, built, len(nss))
+	}
+}
+
+// reportedBuilds sums the builds the reconcile passes reported.
+func (n *handNode) reportedBuilds() int {
 	var built int64
 	for _, r := range n.recs {
 		built += r.built.Load()
 	}
-	if b := n.store.builds.Load(); b != int64(len(nss)) || built != b {
-		t.Errorf("custom store built %d partitions, reconcilers reported %d; want %d", b, built, len(nss))
-	}
+	return int(built)
 }
 
 // materialised sums parkway_partitions_materialised_total as a host
@@ -293,8 +307,18 @@ func TestEmbedParkAndServe(t *testing.T) {
 		}
 	}
 	// A shard answers parked frames on its pump before the pass that
-	// built their partition returns: stop the loops, and flush the pumps,
-	// before reading what the passes and the park buffers report.
+	// built their partition returns: wait for the passes to report every
+	// build (stopping the loops sooner cancels a pass whose InsertOwned
+	// has landed but not yet returned, and its build goes uncounted),
+	// then stop the loops and flush the pumps before reading what the
+	// passes and the park buffers report.
+	for n.reportedBuilds() < partitions {
+		select {
+		case <-n.passed:
+		case <-ctx.Done():
+			t.Fatalf("reconcilers reported %d builds, want %d", n.reportedBuilds(), partitions)
+		}
+	}
 	stop()
 	wg.Wait()
 	for _, s := range n.shards {

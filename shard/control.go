@@ -67,7 +67,14 @@ func (s *Shard) do(ctx context.Context, c control) error {
 	case err := <-c.done:
 		return err
 	case <-ctx.Done():
-		return ctx.Err()
+		// A result already sent wins over the deadline: the operation
+		// landed, and a caller told otherwise would redo it.
+		select {
+		case err := <-c.done:
+			return err
+		default:
+			return ctx.Err()
+		}
 	case <-s.group.Done():
 		// The shard is stopping: the pump may still apply c, or shutdown
 		// will abandon it. Either way the caller must not read results the
