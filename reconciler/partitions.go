@@ -739,7 +739,13 @@ func (r *Partitions) repair(info metadata.PartitionInfo, p partition.Partition, 
 	if errors.Is(err, partition.ErrIncarnationDamaged) {
 		aside, err = reincarnate(a, info)
 	}
-	if err != nil || aside == "" {
+	if err == nil && aside == "" {
+		// Nothing of the replica's own is on disk to set aside (a
+		// replica built deferred keeps only its raft log, whose damage
+		// the re-seed handles): no failure to report.
+		return p != nil // closed: build it again all the same
+	}
+	if err != nil {
 		r.log.Error("setting a damaged replica aside failed", "ns", info.NS, "damage", damage, "error", err)
 		return p != nil // closed: build it again all the same
 	}
