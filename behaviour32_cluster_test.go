@@ -15,10 +15,21 @@ import (
 
 // clusterCreateProduceCost opens three nodes over the in-memory network,
 // each on a data directory of its own through one counting filesystem,
-// creates and produces to a first topic (what a cluster pays once), then
-// counts the fsyncs and directory entries created on every node from
-// the call that creates a second topic, replicated on all three, to the
-// acknowledgement of its first produce (a quorum holds it).
+// creates and produces to a first topic (what a cluster pays once, held
+// by every node before the count starts), then counts the fsyncs and
+// directory entries created on every node from the call that creates a
+// second topic, replicated on all three, past the acknowledgement of its
+// first produce (a quorum holds it) until every node's groups of both
+// topics have quiesced.
+//
+// The count ends at a state, not at a moment: what the replicas do
+// after the ack (the followers applying the entry, each group's quiesce,
+// which under FsyncAlways syncs what its partition wrote) is in it
+// whatever the machine's load. Ended when Produce returned, the count
+// raced with that work: a quiesce that materialised the replicas' files
+// was counted on a loaded machine and missed on an idle one. So this is
+// an upper bound on the path to the first ack, and what it counts is
+// what an idle new replica costs its node.
 //
 // Only what concerns the new topic is returned: operations on paths in
 // its directory (every node's) and fsyncs of the directories above it.
@@ -59,6 +70,15 @@ func clusterCreateProduceCost(t *testing.T, policy parkway.FsyncPolicy) (syncs, 
 	if _, err := n.Produce(ctx, warm, parkway.PartitionID(0), parkway.Message{Payload: []byte("warm")}); err != nil {
 		t.Fatal(err)
 	}
+	// Every node holds the warm replica (its build created the stream's
+	// topics/ directory) and the warm message before the count starts: a
+	// node outside the warm produce's quorum may still be building it.
+	for i, node := range nodes {
+		until(ctx, t, fmt.Sprintf("node %d to hold the warm message", i+1), func() bool {
+			b, err := node.Poll(ctx, warm, 0, parkway.AtOffset(0).Local(), 1)
+			return err == nil && len(b.Messages) == 1
+		})
+	}
 	fsys.reset()
 	fsys.on.Store(true)
 	tp, err := n.Admin().CreateTopic(ctx, s, "new", 1, opt)
@@ -67,6 +87,17 @@ func clusterCreateProduceCost(t *testing.T, policy parkway.FsyncPolicy) (syncs, 
 	}
 	if _, err := n.Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("first")}); err != nil {
 		t.Fatal(err)
+	}
+	// Every node holds the first message and has quiesced since: the
+	// entry that carried it woke the group (a node that was not in the
+	// ack's quorum may still be asleep from before the produce), and its
+	// quiesce runs the FsyncAlways sync (shard.syncQuiesced) before
+	// Inspect can report it.
+	for i, node := range nodes {
+		until(ctx, t, fmt.Sprintf("node %d to hold the first message, its groups quiesced", i+1), func() bool {
+			b, err := node.Poll(ctx, tp, 0, parkway.AtOffset(0).Local(), 1)
+			return err == nil && len(b.Messages) == 1 && parkway.QuiescedReplicas(node) == 2
+		})
 	}
 	fsys.on.Store(false)
 	mine := func(ops []string) []string {
@@ -90,9 +121,12 @@ func clusterCreateProduceCost(t *testing.T, policy parkway.FsyncPolicy) (syncs, 
 // raft log, which holds every entry since its last snapshot, is the one
 // file it creates (with the log's sync mark), in the directories that
 // lead to it; no segment, no offsets directory, no incarnation file is
-// created or synced. Counted through the vfs seam on all three nodes,
-// from CreateTopic to the first produce's ack, under FsyncInterval and
-// FsyncAlways (which syncs the raft log's directories first).
+// created or synced, on the path to the ack or after it while the
+// replica idles. Counted through the vfs seam on all three nodes, from
+// CreateTopic until every group has quiesced after the first produce's
+// ack, under FsyncInterval and FsyncAlways (which syncs the raft log's
+// directories first, and at a quiesce what a partition wrote to files of
+// its own: none for a replica still deferred).
 func TestBehaviour32ClusterReplicaCostsOnlyItsRaftLog(t *testing.T) {
 	for _, policy := range []parkway.FsyncPolicy{parkway.FsyncInterval, parkway.FsyncAlways} {
 		t.Run(policy.String(), func(t *testing.T) {
@@ -138,5 +172,19 @@ func raftLogPath(kind, path string) bool {
 		return false
 	default:
 		return base == "raft.log" || base == "raft.log.mark" || base == ".raft.log.mark.tmp"
+	}
+}
+
+// until polls cond until it holds, failing the test when ctx ends first.
+// (waitFor's bound is for virtual time; this test runs on a real disk
+// and a real clock, where a loaded machine takes longer.)
+func until(ctx context.Context, t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 }

@@ -3,6 +3,7 @@ package parkway_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -13,11 +14,18 @@ import (
 
 // TestClusterMaxOpenFiles runs three nodes, each with a descriptor budget
 // of 8, over 40 partitions replicated on every node: each node keeps 40
-// raft logs beside the partitions' segment files, in the partitions'
-// directories. Every partition takes a produce, every replica serves it,
-// before and after every node restarts, while no node's partition store
-// — partition files and raft logs together — holds more than 8
-// descriptors at once.
+// raft logs in the partitions' directories. Every partition takes a
+// produce, every replica serves it, before and after every node
+// restarts, while no node's partition store — partition files and raft
+// logs together — holds more than 8 descriptors at once.
+//
+// The first round's messages are small: every replica holds its message
+// in memory and in its raft log, with no file of its own (built
+// deferred, DESIGN behaviour 32), through the restart, whose builds read
+// each replica's incarnation from its raft log's tag. The second round's
+// are larger than a replica holds in memory: every replica creates its
+// segment files beside its raft log, and its tail stays pinned open
+// until its group quiesces and syncs it.
 func TestClusterMaxOpenFiles(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const budget, parts = 8, 40
@@ -32,12 +40,17 @@ func TestClusterMaxOpenFiles(t *testing.T) {
 		})
 		s := mustStream(t, c.nodes[1], "s")
 		tp := mustTopic(t, c.nodes[1], s, "t", parts)
+		// Round 0's payloads fit in a deferred replica's 4 KiB of
+		// write-behind, round 1's do not.
+		payload := func(round int, p uint32) string {
+			return fmt.Sprintf("%d/%d", round, p) + strings.Repeat("x", round*5000)
+		}
 		produceAll := func(round int) {
 			t.Helper()
 			for p := range uint32(parts) {
 				via := c.peers[int(p)%len(c.peers)]
 				if _, err := c.nodes[via].Produce(context.Background(), tp, parkway.PartitionID(p),
-					parkway.Message{Payload: fmt.Appendf(nil, "%d/%d", round, p)}); err != nil {
+					parkway.Message{Payload: []byte(payload(round, p))}); err != nil {
 					t.Fatalf("round %d: produce to %d via node %d: %v", round, p, via, err)
 				}
 				// The write pins the partition's tail on every replica
@@ -70,8 +83,8 @@ func TestClusterMaxOpenFiles(t *testing.T) {
 						return len(got) > round
 					})
 					for r := range round + 1 {
-						if want := fmt.Sprintf("%d/%d", r, p); got[r] != want {
-							t.Fatalf("node %d partition %d offset %d holds %q, want %q", id, p, r, got[r], want)
+						if want := payload(r, p); got[r] != want {
+							t.Fatalf("node %d partition %d offset %d holds %d bytes, want %d (%q)", id, p, r, len(got[r]), len(want), want[:min(len(want), 8)])
 						}
 					}
 				}

@@ -932,7 +932,12 @@ func (s *FileStore) ownerIncarnation(dir string) (inc uint64, ok bool, err error
 	if !slices.ContainsFunc(names, func(n string) bool { return !ownFile(n) }) {
 		return 0, false, nil
 	}
-	inc, err = s.cfg.OwnerIncarnation(s.raw, dir)
+	// Through the budget: the owner's reader holds its files open at
+	// once (a raft log and its sync mark), and a node restarting with
+	// many replicas still deferred asks about each of them; read through
+	// the raw filesystem, each read took the store that many descriptors
+	// past a budget its idle handles could have made room in.
+	inc, err = s.cfg.OwnerIncarnation(s.fs, dir)
 	return inc, err == nil, err
 }
 

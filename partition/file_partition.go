@@ -1344,6 +1344,9 @@ func (p *filePartition) Location() (vfs.FS, string) {
 	return p.store.located, p.dir
 }
 
+// Deferred implements Deferred.
+func (p *filePartition) Deferred() bool { return p.deferred }
+
 // Lodge implements Lodger.
 //
 // A deferred partition gets its directory, and the directories above it

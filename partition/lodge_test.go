@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/vfs"
 	"github.com/parkway-io/parkway/vfs/errorfs"
@@ -270,5 +271,94 @@ func TestLodgedPartitionCloseLeavesRecordsToOwner(t *testing.T) {
 	}
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The owner's files are read through the store's descriptor budget when
+// a build asks whose a lodged directory is (FileConfig.OwnerIncarnation):
+// a node restarting with many replicas still lodged builds each, while
+// the raft logs of those already built sit open in the budget as idle
+// handles. The owner here reads like a raft log's: two files held at
+// once (the log and its sync mark). Read through the raw filesystem, each
+// such read took the store two descriptors past its budget instead of
+// closing idle ones (a cluster's node held 9–11 with a budget of 8).
+func TestLodgedOwnerReadWithinBudget(t *testing.T) {
+	const budget, parts = partition.MinMaxOpenFiles, 12
+	partition.AllowSmallSegments(t, smallSegment)
+	mem := vfs.NewMem()
+	s, err := partition.NewFileStore(lodgedConfig(mem))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nss []metadata.Namespace
+	for i := range uint32(parts) {
+		ns, err := metadata.NewNamespace(1, 2, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nss = append(nss, ns)
+		p, err := s.BuildDeferred(ns, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, dir, err := p.(partition.Lodger).Lodge(true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := vfs.WriteFileAtomic(mem, filepath.Join(dir, ownerLog), []byte("7\n")); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	cfs := newCountingFS(mem)
+	cfg := lodgedConfig(cfs)
+	cfg.MaxOpenFiles = budget
+	read := cfg.OwnerIncarnation
+	cfg.OwnerIncarnation = func(fsys vfs.FS, dir string) (uint64, error) {
+		mark, err := fsys.OpenFile(filepath.Join(dir, ownerLog), os.O_RDONLY, 0)
+		if err != nil {
+			return 0, err
+		}
+		defer mark.Close()
+		return read(fsys, dir)
+	}
+	s, err = partition.NewFileStore(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var open []vfs.File
+	defer func() {
+		for _, f := range open {
+			_ = f.Close()
+		}
+	}()
+	for _, ns := range nss {
+		p, err := s.BuildDeferred(ns, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		fsys, dir, err := p.(partition.Lodger).Lodge(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := names(t, mem, dir); !slices.Equal(got, []string{ownerLog}) {
+			t.Fatalf("partition %v rebuilt with %q in its directory, want its owner's log only (lodged)", ns, got)
+		}
+		// The owner keeps its log open in the budget, as a raft log is.
+		f, err := fsys.OpenFile(filepath.Join(dir, ownerLog), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, f)
+		if _, err := f.ReadAt(make([]byte, 1), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, most := cfs.state(); most > budget {
+		t.Fatalf("rebuilding %d lodged partitions held %d descriptors at once, budget %d", parts, most, budget)
 	}
 }

@@ -307,6 +307,16 @@ type Located interface {
 	Location() (vfs.FS, string)
 }
 
+// Deferred is implemented by partitions a store can build with no file
+// of their own yet (FileStore.BuildDeferred).
+type Deferred interface {
+	// Deferred reports whether the partition still has no file of its
+	// own: it holds its records behind, in memory, and (lodged, see
+	// Lodger) its owner's log holds them durably; no descriptor of its
+	// is open. Its files are created when it needs them, and by Sync.
+	Deferred() bool
+}
+
 // Lodger is implemented by partitions kept in a directory (FileStore's)
 // whose owner keeps a log of its own there that holds every record the
 // partition appends until the partition's files hold them durably: a

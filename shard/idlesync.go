@@ -1,5 +1,7 @@
 package shard
 
+import "github.com/parkway-io/parkway/partition"
+
 // syncQuiesced syncs the partition log of o, a replicated partition
 // whose group just quiesced, when its topic is FsyncAlways.
 //
@@ -20,8 +22,26 @@ package shard
 // Interval topics are synced by their timer, and FsyncNever topics keep
 // their tails pinned by choice (as a single node's do). A failed fsync
 // fences the partition, as one before a compaction does.
+//
+// A partition still deferred (partition.Deferred: built by
+// partition.FileStore.BuildDeferred, its few records held behind in
+// memory, its raft log lodged in its directory) is left as it is. This
+// sync has nothing to do for it: it has no file, so no descriptor is
+// pinned, and every record it holds is in the raft log, which Save
+// fsynced before the acknowledgement and which re-applies them after a
+// restart (the log is compacted only after a Sync of the partition,
+// maybeCompact). Its Sync would create its files — ten or so directory
+// entries and the fsyncs of its layout — for nothing: an idle replica
+// would cost the files behaviour 32 keeps off its path, right after its
+// first acknowledgement (DESIGN behaviour 32,
+// TestBehaviour32ClusterReplicaCostsOnlyItsRaftLog). Its files are
+// created when it needs them, as under the other policies: past its
+// write-behind buffer, for a consumer offset, before a compaction.
 func (rg *raftGroups) syncQuiesced(o *owned) {
 	if !o.dur.always() || o.failed != nil {
+		return
+	}
+	if d, ok := o.p.(partition.Deferred); ok && d.Deferred() {
 		return
 	}
 	if err := o.p.Sync(); err != nil {

@@ -224,6 +224,14 @@ func (t *ctap) Lodge(durable bool) (vfs.FS, string, error) {
 	return fsys, dir, nil
 }
 
+// Deferred implements partition.Deferred when the partition does: the
+// shard leaves a deferred replica's files uncreated when its group
+// quiesces, as it does outside the simulator.
+func (t *ctap) Deferred() bool {
+	d, ok := t.Partition.(partition.Deferred)
+	return ok && d.Deferred()
+}
+
 // Damage implements partition.Damaged when the partition does: the
 // reconciler repairs a replica whose build found damage (a damaged last
 // segment, a sealed one cut short). Hidden behind the tap, it never did
