@@ -1070,15 +1070,50 @@ func (g *Group) send(h Handler, msgs []*raftpb.Message) {
 // invariant violations: they panic, as raft's own logger does.
 type raftLogger struct{ l hclog.Logger }
 
-func (r raftLogger) Debug(v ...any)              { r.l.Debug(fmt.Sprint(v...)) }
-func (r raftLogger) Debugf(f string, v ...any)   { r.l.Debug(fmt.Sprintf(f, v...)) }
-func (r raftLogger) Info(v ...any)               { r.l.Debug(fmt.Sprint(v...)) }
-func (r raftLogger) Infof(f string, v ...any)    { r.l.Debug(fmt.Sprintf(f, v...)) }
-func (r raftLogger) Warning(v ...any)            { r.l.Warn(fmt.Sprint(v...)) }
-func (r raftLogger) Warningf(f string, v ...any) { r.l.Warn(fmt.Sprintf(f, v...)) }
-func (r raftLogger) Error(v ...any)              { r.l.Error(fmt.Sprint(v...)) }
-func (r raftLogger) Errorf(f string, v ...any)   { r.l.Error(fmt.Sprintf(f, v...)) }
-func (r raftLogger) Fatal(v ...any)              { panic(fmt.Sprint(v...)) }
-func (r raftLogger) Fatalf(f string, v ...any)   { panic(fmt.Sprintf(f, v...)) }
-func (r raftLogger) Panic(v ...any)              { panic(fmt.Sprint(v...)) }
-func (r raftLogger) Panicf(f string, v ...any)   { panic(fmt.Sprintf(f, v...)) }
+// raftLogger formats a line only when its level is logged: raft logs at
+// Info on every start of a raft node (a group's creation, a reopen), and
+// an election logs several lines; with logging off (the default) they
+// were formatted for nobody.
+func (r raftLogger) Debug(v ...any) {
+	if r.l.IsDebug() {
+		r.l.Debug(fmt.Sprint(v...))
+	}
+}
+
+func (r raftLogger) Debugf(f string, v ...any) {
+	if r.l.IsDebug() {
+		r.l.Debug(fmt.Sprintf(f, v...))
+	}
+}
+
+func (r raftLogger) Info(v ...any) { r.Debug(v...) }
+
+func (r raftLogger) Infof(f string, v ...any) { r.Debugf(f, v...) }
+
+func (r raftLogger) Warning(v ...any) {
+	if r.l.IsWarn() {
+		r.l.Warn(fmt.Sprint(v...))
+	}
+}
+
+func (r raftLogger) Warningf(f string, v ...any) {
+	if r.l.IsWarn() {
+		r.l.Warn(fmt.Sprintf(f, v...))
+	}
+}
+
+func (r raftLogger) Error(v ...any) {
+	if r.l.IsError() {
+		r.l.Error(fmt.Sprint(v...))
+	}
+}
+
+func (r raftLogger) Errorf(f string, v ...any) {
+	if r.l.IsError() {
+		r.l.Error(fmt.Sprintf(f, v...))
+	}
+}
+func (r raftLogger) Fatal(v ...any)            { panic(fmt.Sprint(v...)) }
+func (r raftLogger) Fatalf(f string, v ...any) { panic(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Panic(v ...any)            { panic(fmt.Sprint(v...)) }
+func (r raftLogger) Panicf(f string, v ...any) { panic(fmt.Sprintf(f, v...)) }

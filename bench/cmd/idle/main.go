@@ -4,7 +4,10 @@
 // node 1 sees it), a settling pause and a synchronous collection and
 // scavenge of the heap (debug.FreeOSMemory), it measures over a window the
 // process CPU (getrusage: user + system, all threads) and the messages
-// each node sends to each peer, by kind. From the repository root:
+// each node sends to each peer, by kind; the live heap at the window's
+// start per replica (HeapAlloc over 3N: the whole process, the nodes'
+// fixed costs included) and the resident set beside them. From the
+// repository root:
 //
 //	go -C bench run ./cmd/idle                          # 1,000 and 10,000 partitions
 //	go -C bench run ./cmd/idle -partitions 1000 -measure 20s
@@ -68,8 +71,8 @@ func run() error {
 		return err
 	}
 	fmt.Printf("GOMAXPROCS %d, NumCPU %d, %s\n\n", runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.Version())
-	fmt.Println("| partitions | converged | idle CPU (% of one core) | msgs/s per ordered node pair: all | partition raft | metadata raft | liveness | other | load average (1 min) before / after |")
-	fmt.Println("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+	fmt.Println("| partitions | converged | idle CPU (% of one core) | msgs/s per ordered node pair: all | partition raft | metadata raft | liveness | other | live heap per replica (whole process / 3N) | resident set | load average (1 min) before / after |")
+	fmt.Println("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 	for _, f := range strings.Split(*parts, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n <= 0 {
@@ -144,6 +147,10 @@ func one(partitions int, settle, measure, converge time.Duration, profile, memPr
 	// CPU at 10,000 partitions that belong to the creation, not to an
 	// idle cluster.
 	debug.FreeOSMemory()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	heapPer := float64(ms.HeapAlloc) / float64(3*partitions)
+	rss := residentSet()
 	if memProfile != "" {
 		f, err := os.Create(fmt.Sprintf("%s-%d.pprof", memProfile, partitions))
 		if err != nil {
@@ -217,9 +224,9 @@ func one(partitions int, settle, measure, converge time.Duration, profile, memPr
 	rate := func(x float64) string { return fmt.Sprintf("%.1f", x/wall.Seconds()/pairs) }
 	raft := delta[1] + delta[7] // single messages and batches
 	other := all - raft - delta[2] - delta[6]
-	fmt.Printf("| %d | %s | %.1f %% | %s | %s | %s | %s | %s | %s / %s |\n", partitions, conv,
+	fmt.Printf("| %d | %s | %.1f %% | %s | %s | %s | %s | %s | %.0f B | %s | %s / %s |\n", partitions, conv,
 		100*float64(cpu1-cpu0)/float64(wall), rate(all), rate(raft), rate(delta[2]), rate(delta[6]), rate(other),
-		load0, loadAverage())
+		heapPer, rss, load0, loadAverage())
 	return nil
 }
 
@@ -337,4 +344,19 @@ func loadAverage() string {
 		return f[0]
 	}
 	return "n/a"
+}
+
+// residentSet is the process's resident set (VmRSS of /proc/self/status),
+// or "-" where that file is missing.
+func residentSet() string {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return "-"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "-"
 }
