@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"errors"
 	"runtime"
 	"testing"
 
@@ -109,5 +110,27 @@ func TestBehaviour28ClusterLyingDiskCatchesSwallowedDamage(t *testing.T) {
 			}
 			t.Fatalf("swallowed damage passed %d cluster seeds with only %s lies", len(list), k.Name)
 		})
+	}
+}
+
+// TestClusterSeed20250RaftLogWindowIsKnown pins cluster seed 20250 as the
+// raft log's sync-mark window (knownRaftLogWindow), and only that: its
+// liar's raft log is rolled back to exactly the size its mark records,
+// losing its last synced write (5 acknowledged messages) as a torn tail,
+// and its copy never converges (invariant 3). With the same draws and the
+// lies disarmed the seed passes, so the lie is the cause.
+func TestClusterSeed20250RaftLogWindowIsKnown(t *testing.T) {
+	if raceEnabled {
+		t.Skip("two cluster seeds of 2m of virtual quiescence: too slow under -race")
+	}
+	_, err := sim.Run(sim.DefaultClusterConfig(20250))
+	var v *sim.Violation
+	if !errors.As(err, &v) || v.Invariant != 3 || v.Known != sim.KnownRaftLogWindow {
+		t.Fatalf("seed 20250: %v; want invariant 3 classified as the raft log's mark window", err)
+	}
+	cfg := sim.DefaultClusterConfig(20250)
+	cfg.Faults.LiesDisarmed = true
+	if _, err := sim.Run(cfg); err != nil {
+		t.Fatalf("seed 20250 with its lies disarmed: %v", err)
 	}
 }
