@@ -871,9 +871,11 @@ func incarnationDamaged(err error) bool {
 // state that does not prove its incarnation — untagged, tagged with
 // another, or damaged — is never kept under this one (it could be an
 // earlier incarnation's term, vote and entries, and elect this member
-// with another group's log), nor discarded (a member that forgets its
-// vote can vote twice): the copy is not repaired, its build keeps
-// failing, and the group serves without it.
+// with another group's log), nor discarded under this replica's raft id
+// (a member that forgets its vote can vote twice): the copy is not
+// repaired here, its build fails, and reseed reports the replica for a
+// new raft id (incarnationDamaged), under which the whole copy is set
+// aside and the replica starts empty.
 func reincarnate(a asidingStore, info metadata.PartitionInfo) (string, error) {
 	fsys, dir := a.Location(info.NS)
 	l, err := shard.RaftLogOf(fsys, dir)

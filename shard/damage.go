@@ -35,7 +35,10 @@ import (
 //     rebuild) is set aside the same way. A damaged incarnation file
 //     is set aside too and rewritten from the metadata, but only when
 //     the raft log is tagged with that incarnation (tagRaftLog,
-//     RaftLogOf): the raft state kept must be this group's.
+//     RaftLogOf): the raft state kept must be this group's. A raft log
+//     that does not prove it (damaged too, untagged, another
+//     incarnation's) gets the replica re-seeded under a new raft id, as
+//     a damaged raft log does (below), and the whole copy set aside.
 //   - replicate restores the group from the raft log: the snapshot's
 //     state says how far the partition log reached, so the replica
 //     fetches the messages from its peers (catchup.go) and re-applies the

@@ -68,12 +68,14 @@ const (
 	// (a later one of the namespace committed): the file cannot say
 	// whose the directory is, so every build of the new incarnation on
 	// that node fails on it; the repair (reconciler's reincarnate) keeps
-	// or discards a copy only when its raft log is tagged with the
-	// incarnation the metadata names, and this one's names the dead one,
-	// so the copy is never repaired and the frames for it stay parked on
-	// that node (invariant 4; the group serves without it). Classified
+	// a copy only when its raft log is tagged with the incarnation the
+	// metadata names, and this one's names the dead one. The node then
+	// reports its replica for a re-seed (a new raft id, the copy set
+	// aside whole), which the group's leader carries out; a group that
+	// cannot elect without this replica (two voters) never does, and the
+	// frames for it stay parked on that node (invariant 4). Classified
 	// only when every parked frame is on the liar, for such a partition.
-	// Cluster seed 419 of 0-499.
+	// Cluster seed 419 of 0-499 (before the re-seed existed).
 	knownDeadIncarnationDamage = "a dead incarnation's damaged incarnation file blocks the next incarnation's builds on the liar (its raft log names the dead one, so it is not repaired): frames for it stay parked"
 	// knownRaftLogWindow: a replica's raft log records how far it was
 	// synced in its sync mark (package replica, mark.go), which lags by
