@@ -113,24 +113,26 @@ func TestBehaviour28ClusterLyingDiskCatchesSwallowedDamage(t *testing.T) {
 	}
 }
 
-// TestClusterSeed20250RaftLogWindowIsKnown pins cluster seed 20250 as the
-// raft log's sync-mark window (knownRaftLogWindow), and only that: its
-// liar's raft log is rolled back to exactly the size its mark records,
-// losing its last synced write (5 acknowledged messages) as a torn tail,
-// and its copy never converges (invariant 3). With the same draws and the
-// lies disarmed the seed passes, so the lie is the cause.
-func TestClusterSeed20250RaftLogWindowIsKnown(t *testing.T) {
+// TestClusterSeed20750RaftLogWindowIsKnown pins cluster seed 20750 as
+// the raft log's sync-mark window (knownRaftLogWindow), and only that:
+// the liar's raft log of 0/0/0 is cut past the size its mark records,
+// losing its last synced write as a torn tail; an honest node, elected
+// with the liar's vote, leads without the 3 acknowledged messages the
+// other honest node holds, and its copy never converges (invariant 3).
+// With the same draws and the lies disarmed the seed passes, so the lie
+// is the cause.
+func TestClusterSeed20750RaftLogWindowIsKnown(t *testing.T) {
 	if raceEnabled {
 		t.Skip("two cluster seeds of 2m of virtual quiescence: too slow under -race")
 	}
-	_, err := sim.Run(sim.DefaultClusterConfig(20250))
+	_, err := sim.Run(sim.DefaultClusterConfig(20750))
 	var v *sim.Violation
 	if !errors.As(err, &v) || v.Invariant != 3 || v.Known != sim.KnownRaftLogWindow {
-		t.Fatalf("seed 20250: %v; want invariant 3 classified as the raft log's mark window", err)
+		t.Fatalf("seed 20750: %v; want invariant 3 classified as the raft log's mark window", err)
 	}
-	cfg := sim.DefaultClusterConfig(20250)
+	cfg := sim.DefaultClusterConfig(20750)
 	cfg.Faults.LiesDisarmed = true
 	if _, err := sim.Run(cfg); err != nil {
-		t.Fatalf("seed 20250 with its lies disarmed: %v", err)
+		t.Fatalf("seed 20750 with its lies disarmed: %v", err)
 	}
 }

@@ -86,15 +86,17 @@ const (
 	// tail: the replica comes back without entries it acknowledged, or a
 	// vote it cast, and nothing on its disk says so. Its group may then
 	// count it for a commit it lacks: its copy never converges (cluster
-	// seed 20250: the liar's replica held 0 of 5 messages for good), or
-	// it leads without an entry an honest follower holds committed, and
-	// the two trade appends and rejections without end (seed 326). The
+	// seed 20250 before the forward fix: the liar's replica held 0 of 5
+	// messages for good), it elects an honest node that lacks committed
+	// entries (seed 20750: the leader held 0 of 3), or it leads without
+	// an entry an honest follower holds committed, and the two trade
+	// appends and rejections without end (seed 326). The
 	// mark's doc explains why no design with one flush per synced write
 	// closes the window (a power loss mid-flush can make any subset of
 	// the write's blocks durable, so a claim of the new end must read as
 	// a torn write); closing it costs a second flush on every
-	// acknowledgement. Classified only for the liar's copies of such an
-	// incarnation (invariant 3), or a drain that never ends after such a
-	// lie (invariant 0).
+	// acknowledgement. Classified only when every copy left behind is of
+	// such an incarnation (invariant 3), or for a drain that never ends
+	// after such a lie (invariant 0).
 	knownRaftLogWindow = "a lie on a raft log's last synced write, past the size its sync mark records (the mark's one-write window): the replica forgets entries it acknowledged, read as a torn tail"
 )
