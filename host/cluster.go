@@ -298,15 +298,6 @@ func (e *Engine) deliver(ctx context.Context, m transport.Message) error {
 		// budget.
 		n := forwardCharge(len(m.Payload))
 		if !c.fwd.take(uint64(m.From), m.Group, n) {
-			if c.fwd.holds(uint64(m.From), m.Group) {
-				// A copy of a request held here (the network delivered
-				// it twice): the held one's answer is the request's one
-				// answer, as a probe would be told. Refused now, the
-				// copy's "retry" could reach the peer first and say "not
-				// applied" of a request being applied (cluster seed
-				// 20765: a produce answered ErrRetry and appended).
-				return nil
-			}
 			err := fmt.Errorf("%w: node %d holds its bound of forwarded requests", shard.ErrRetry, c.cfg.ID)
 			_ = c.send(uint64(m.From), KindReply, m.Group, EncodeResponse(shard.Response{Err: err}))
 			return nil

@@ -390,21 +390,3 @@ func TestClusterSeed1609RebuildSettlesTheRaftSnapshot(t *testing.T) {
 		t.Fatalf("seed 1609 injected no disk error: the traces moved and it no longer exercises the rebuild: %+v", res.Faults)
 	}
 }
-
-// TestClusterSeed20765DuplicateForwardAnsweredOnce pins cluster seed
-// 20765 (it fails with its lies disarmed too: not a lie). A forwarded
-// produce was delivered twice to the leader's node; the first copy was
-// taken and applied, the second refused over the sending peer's forward
-// budget with "retry", and that refusal reached the sender first: the
-// client was told "not applied" of an appended message (invariant 5). A
-// copy of a request the node holds is now dropped: the held one's answer
-// is the request's one answer.
-func TestClusterSeed20765DuplicateForwardAnsweredOnce(t *testing.T) {
-	res, err := sim.Run(sim.DefaultClusterConfig(20765))
-	if err != nil {
-		t.Fatalf("seed 20765: %v", err)
-	}
-	if res.Faults.MsgDuplicated == 0 {
-		t.Fatalf("seed 20765 duplicated no message: the draws moved and it no longer tests a duplicated forward: %+v", res.Faults)
-	}
-}
