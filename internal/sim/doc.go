@@ -155,9 +155,8 @@
 // vote may elect an honest node lacking committed entries, or it may
 // lead without a committed entry an honest follower holds, the two
 // trading appends and rejections without end (knownRaftLogWindow, seeds
-// 20750 and 326, 20250 before the forward fix changed its run;
-// lies.raftLogHit judges each cut and rollback against the mark on the
-// liar's disk at the time). A cut or rolled-back raft log used to
+// 20250, 20750 and 326; lies.raftLogHit judges each cut and rollback
+// against the mark on the liar's disk at the time). A cut or rolled-back raft log used to
 // look torn, the replica forgetting votes and acknowledged entries (an
 // open bug, knownRaftLogCut, until the mark). The replica's partition
 // wrapper forwards partition.Damaged and partition.WriteFenced: hiding

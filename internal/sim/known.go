@@ -86,8 +86,8 @@ const (
 	// tail: the replica comes back without entries it acknowledged, or a
 	// vote it cast, and nothing on its disk says so. Its group may then
 	// count it for a commit it lacks: its copy never converges (cluster
-	// seed 20250 before the forward fix: the liar's replica held 0 of 5
-	// messages for good), it elects an honest node that lacks committed
+	// seed 20250: the liar's replica held 0 of 5 messages for good), it
+	// elects an honest node that lacks committed
 	// entries (seed 20750: the leader held 0 of 3), or it leads without
 	// an entry an honest follower holds committed, and the two trade
 	// appends and rejections without end (seed 326). The
