@@ -1,7 +1,6 @@
 package sim_test
 
 import (
-	"errors"
 	"runtime"
 	"testing"
 
@@ -110,29 +109,5 @@ func TestBehaviour28ClusterLyingDiskCatchesSwallowedDamage(t *testing.T) {
 			}
 			t.Fatalf("swallowed damage passed %d cluster seeds with only %s lies", len(list), k.Name)
 		})
-	}
-}
-
-// TestClusterSeed20750RaftLogWindowIsKnown pins cluster seed 20750 as
-// the raft log's sync-mark window (knownRaftLogWindow), and only that:
-// the liar's raft log of 0/0/0 is cut past the size its mark records,
-// losing its last synced write as a torn tail; an honest node, elected
-// with the liar's vote, leads without the 3 acknowledged messages the
-// other honest node holds, and its copy never converges (invariant 3).
-// With the same draws and the lies disarmed the seed passes, so the lie
-// is the cause.
-func TestClusterSeed20750RaftLogWindowIsKnown(t *testing.T) {
-	if raceEnabled {
-		t.Skip("two cluster seeds of 2m of virtual quiescence: too slow under -race")
-	}
-	_, err := sim.Run(sim.DefaultClusterConfig(20750))
-	var v *sim.Violation
-	if !errors.As(err, &v) || v.Invariant != 3 || v.Known != sim.KnownRaftLogWindow {
-		t.Fatalf("seed 20750: %v; want invariant 3 classified as the raft log's mark window", err)
-	}
-	cfg := sim.DefaultClusterConfig(20750)
-	cfg.Faults.LiesDisarmed = true
-	if _, err := sim.Run(cfg); err != nil {
-		t.Fatalf("seed 20750 with its lies disarmed: %v", err)
 	}
 }

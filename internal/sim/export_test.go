@@ -27,7 +27,3 @@ func Invariants() []InvariantInfo {
 	}
 	return out
 }
-
-// KnownRaftLogWindow is knownRaftLogWindow, for the test that pins the
-// seed it classifies.
-const KnownRaftLogWindow = knownRaftLogWindow
