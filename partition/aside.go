@@ -47,6 +47,11 @@ func (s *FileStore) SetAside(ns metadata.Namespace, keep ...string) (string, err
 	return s.setAside(ns, 0, keep)
 }
 
+// IncarnationName is the name of the incarnation file in a partition's
+// directory: the record of which incarnation the directory holds. A
+// *CorruptError naming it is damage to that record (see Reincarnate).
+const IncarnationName = incarnationFile
+
 // ErrIncarnationDamaged marks the error of SetAside for a partition whose
 // incarnation file is damaged (a *CorruptError naming it is wrapped too):
 // which incarnation the directory holds is unknown, and only Reincarnate,

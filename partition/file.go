@@ -117,8 +117,12 @@ type FileConfig struct {
 	// Lodger), which List reports at that incarnation and BuildDeferred
 	// reopens if it is the one built, or discards if it is another. An
 	// error (an unreadable log) is reported as List's Damage and as the
-	// build's error, and the directory is kept. Nil: such a directory is
-	// a half-built one, discarded by the next build.
+	// build's error, and the directory is kept — unless it comes with an
+	// incarnation older than the one built (a damaged log whose valid
+	// prefix still names its incarnation): that directory is an earlier
+	// incarnation's, and the build discards it as it discards an intact
+	// one. Nil: such a directory is a half-built one, discarded by the
+	// next build.
 	OwnerIncarnation func(fsys vfs.FS, dir string) (uint64, error)
 }
 
@@ -903,6 +907,13 @@ func (s *FileStore) deferredPartition(ns metadata.Namespace, epoch uint64, dir s
 // false if dir holds none of its owner's.
 func (s *FileStore) lodgedPartition(ns metadata.Namespace, epoch uint64, dir string) (*filePartition, bool, error) {
 	inc, ok, err := s.ownerIncarnation(dir)
+	if err != nil && inc != 0 && inc < epoch {
+		// Damaged, but an earlier incarnation's: nothing of this one's
+		// (cluster seeds 390 and 20325: a dead incarnation's raft log
+		// damaged, every build of the next one refused on it, and its
+		// group of two voters never elected).
+		return nil, false, nil
+	}
 	if err != nil || !ok || (inc != 0 && inc != epoch) {
 		return nil, false, err // none, or another incarnation's: discarded
 	}
@@ -938,7 +949,7 @@ func (s *FileStore) ownerIncarnation(dir string) (inc uint64, ok bool, err error
 	// the raw filesystem, each read took the store that many descriptors
 	// past a budget its idle handles could have made room in.
 	inc, err = s.cfg.OwnerIncarnation(s.fs, dir)
-	return inc, err == nil, err
+	return inc, err == nil, err // inc may name a damaged owner's incarnation
 }
 
 // ownFile reports whether name, an entry of a partition's directory, is

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -791,9 +792,12 @@ func (r *Partitions) reseed(info metadata.PartitionInfo, cause error) bool {
 	}
 	fsys, dir := a.Location(info.NS)
 	// older: the log names an older replica of this node's. unread: the
-	// log is too damaged to say whose it is.
-	var older, unread bool
-	switch l, err := shard.RaftLogOf(fsys, dir); {
+	// log is too damaged to say whose it is. unproven: the incarnation
+	// file is damaged and the raft log does not prove the directory is
+	// this incarnation's (reincarnate refused it).
+	var older, unread, unproven bool
+	l, err := shard.RaftLogOf(fsys, dir)
+	switch {
 	case err != nil:
 		unread = true
 	case l.Held || l.Tagged:
@@ -803,12 +807,18 @@ func (r *Partitions) reseed(info metadata.PartitionInfo, cause error) bool {
 		}
 		older = of != id && raftid.Gen(of) < raftid.Gen(id)
 	}
+	if incarnationDamaged(cause) {
+		unproven = unread || l.Held && (!l.Tagged || l.Incarnation != info.CreatedRevision)
+	}
 	lost, reported := r.reseeding[info.NS]
 	switch {
 	case older, reported && raftid.Gen(lost) < raftid.Gen(id):
 		aside, err := a.SetAside(info.NS)
 		if errors.Is(err, partition.ErrIncarnationDamaged) {
-			aside, err = reincarnate(a, info)
+			// The whole copy goes, raft log included, whichever
+			// incarnation it held: the new replica starts empty, so
+			// nothing of the old one has to prove its incarnation.
+			aside, err = a.Reincarnate(info.NS, info.CreatedRevision)
 		}
 		if err != nil {
 			r.log.Error("setting a re-seeded replica's old copy aside failed", "ns", info.NS, "error", err)
@@ -819,17 +829,37 @@ func (r *Partitions) reseed(info metadata.PartitionInfo, cause error) bool {
 		r.log.Warn("replica re-seeded: its old copy is set aside and the new replica is fetched from its peers",
 			"ns", info.NS, "replica", id, "aside", aside)
 		return true
-	case shard.RaftLogLost(cause) && r.cfg.Reseed != nil:
-		if unread {
+	case (shard.RaftLogLost(cause) || unproven) && r.cfg.Reseed != nil:
+		if unread || unproven {
 			// Whose the log is can be told only now: the node's
 			// metadata, durable with what it acted on, names id, so the
-			// log was written by id or an older replica of this node's.
+			// log was written by id or an older replica of this node's
+			// (or of an earlier incarnation, which the new replica
+			// replaces all the same).
 			r.reseeding[info.NS] = id
 		}
-		r.log.Error("raft log damaged: the replica is re-seeded from its peers under a new raft id", "ns", info.NS, "replica", id, "error", cause)
+		r.log.Error("raft log damaged or of unproven incarnation: the replica is re-seeded from its peers under a new raft id", "ns", info.NS, "replica", id, "error", cause)
 		r.cfg.Reseed(info.NS, info.CreatedRevision, id)
 	}
 	return false
+}
+
+// incarnationDamaged reports whether err, a build failure, is damage to
+// the partition's incarnation file (a *partition.CorruptError naming it).
+//
+// Why it leads to a re-seed. A copy whose incarnation file is damaged is
+// repaired under its raft id only when its raft log proves the directory
+// is this incarnation's (reincarnate); a log that is damaged too, untagged,
+// or tagged with another incarnation proves nothing, and the replica
+// cannot be built. It is then one the group has lost, as with a damaged
+// raft log: left alone, the group runs one voter short for good, and the
+// frames its leader sends to it park and expire on this node forever
+// (cluster seed 20382: the incarnation file and the raft log of the same
+// directory flipped). A new raft id is safe whatever the directory held:
+// the old copy is set aside whole and the new replica starts empty.
+func incarnationDamaged(err error) bool {
+	var ce *partition.CorruptError
+	return errors.As(err, &ce) && filepath.Base(ce.Path) == partition.IncarnationName
 }
 
 // reincarnate sets aside the copy of a replica whose incarnation file is
@@ -841,9 +871,11 @@ func (r *Partitions) reseed(info metadata.PartitionInfo, cause error) bool {
 // state that does not prove its incarnation — untagged, tagged with
 // another, or damaged — is never kept under this one (it could be an
 // earlier incarnation's term, vote and entries, and elect this member
-// with another group's log), nor discarded (a member that forgets its
-// vote can vote twice): the copy is not repaired, its build keeps
-// failing, and the group serves without it.
+// with another group's log), nor discarded under this replica's raft id
+// (a member that forgets its vote can vote twice): the copy is not
+// repaired here, its build fails, and reseed reports the replica for a
+// new raft id (incarnationDamaged), under which the whole copy is set
+// aside and the replica starts empty.
 func reincarnate(a asidingStore, info metadata.PartitionInfo) (string, error) {
 	fsys, dir := a.Location(info.NS)
 	l, err := shard.RaftLogOf(fsys, dir)

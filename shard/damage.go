@@ -35,7 +35,10 @@ import (
 //     rebuild) is set aside the same way. A damaged incarnation file
 //     is set aside too and rewritten from the metadata, but only when
 //     the raft log is tagged with that incarnation (tagRaftLog,
-//     RaftLogOf): the raft state kept must be this group's.
+//     RaftLogOf): the raft state kept must be this group's. A raft log
+//     that does not prove it (damaged too, untagged, another
+//     incarnation's) gets the replica re-seeded under a new raft id, as
+//     a damaged raft log does (below), and the whole copy set aside.
 //   - replicate restores the group from the raft log: the snapshot's
 //     state says how far the partition log reached, so the replica
 //     fetches the messages from its peers (catchup.go) and re-applies the
@@ -153,7 +156,10 @@ type RaftLog struct {
 // RaftLogOf reads the raft log in dir, a replicated partition's
 // directory, without changing anything: whether it holds raft state, and
 // the incarnation it is tagged with (see tagRaftLog). A missing log holds
-// nothing; err is the log's damage or read error.
+// nothing; err is the log's damage or read error. With damage (a
+// *partition.CorruptError), the RaftLog still reports the tag the log's
+// valid prefix holds (replica.PrefixTag), if any, and Held false: whose
+// log it was, though not what it held.
 //
 // Why. A repair whose partition's incarnation file is damaged keeps the
 // raft log — the member's term, vote and acknowledged entries — only if
@@ -166,18 +172,30 @@ func RaftLogOf(fsys vfs.FS, dir string) (RaftLog, error) {
 		return RaftLog{}, nil
 	}
 	if err != nil {
-		return RaftLog{}, raftLogDamage(err)
+		err = raftLogDamage(err)
+		var l RaftLog
+		if errors.Is(err, partition.ErrCorrupt) {
+			if tag, terr := replica.PrefixTag(fsys, filepath.Join(dir, raftLogName)); terr == nil {
+				l.tag(tag)
+			}
+		}
+		return l, err
 	}
 	defer d.Close()
 	rec := d.Recovered()
 	l := RaftLog{Held: !rec.Empty()}
-	switch tag := d.Tag(); len(tag) {
+	l.tag(d.Tag())
+	return l, nil
+}
+
+// tag records what tag (tagRaftLog) names.
+func (l *RaftLog) tag(tag []byte) {
+	switch len(tag) {
 	case 8:
 		l.Tagged, l.Incarnation = true, binary.LittleEndian.Uint64(tag)
 	case 16:
 		l.Tagged, l.Incarnation, l.Replica = true, binary.LittleEndian.Uint64(tag), binary.LittleEndian.Uint64(tag[8:])
 	}
-	return l, nil
 }
 
 // replicaDamaged takes damage found at run time in the local copy of

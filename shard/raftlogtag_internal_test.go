@@ -3,12 +3,15 @@ package shard
 import (
 	"encoding/binary"
 	"errors"
+	"os"
 	"testing"
 
 	"github.com/parkway-io/parkway/internal/raftid"
 	"github.com/parkway-io/parkway/internal/replica"
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/vfs"
+
+	"go.etcd.io/raft/v3/raftpb"
 )
 
 // TestRaftLogTagNamesTheReplica pins that a raft log is taken only by
@@ -92,5 +95,64 @@ func TestRaftLogTagNamesTheReplica(t *testing.T) {
 	l, err := RaftLogOf(fsys, "dir")
 	if err != nil || !l.Tagged || l.Incarnation != epoch || l.Replica != gen1 {
 		t.Fatalf("RaftLogOf = %+v, %v; want incarnation %d, replica %#x", l, err, epoch, gen1)
+	}
+}
+
+// TestRaftLogOfDamagedLogNamesItsIncarnation: a raft log ReadDisk refuses
+// as damaged — its sync mark cut, or a record in its middle flipped —
+// still names the incarnation its valid prefix is tagged with, beside the
+// damage, and never claims raft state: the build of a later incarnation
+// in that directory knows it for an earlier incarnation's (cluster seeds
+// 390 and 20325: a dead incarnation's damaged raft log refused every
+// build of the next incarnation's replica on the node).
+func TestRaftLogOfDamagedLogNamesItsIncarnation(t *testing.T) {
+	const epoch = 7
+	gen0 := raftid.ID(2, 0)
+	tag := binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, epoch), gen0)
+	for _, damage := range []string{"mark cut", "record flipped"} {
+		t.Run(damage, func(t *testing.T) {
+			fsys := vfs.NewMem()
+			d, err := replica.OpenDisk(fsys, "dir/"+raftLogName, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := d.SetTag(tag); err != nil {
+				t.Fatal(err)
+			}
+			for i := uint64(1); i <= 20; i++ {
+				if err := d.Save(nil, []*raftpb.Entry{{Term: new(uint64(1)), Index: new(i), Data: make([]byte, 100)}}, &raftpb.HardState{Term: new(uint64(1)), Vote: new(gen0), Commit: new(i)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := d.Close(); err != nil {
+				t.Fatal(err)
+			}
+			switch damage {
+			case "mark cut":
+				f, err := fsys.OpenFile("dir/"+RaftMarkName, os.O_RDWR, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := errors.Join(f.Truncate(3), f.Close()); err != nil {
+					t.Fatal(err)
+				}
+			case "record flipped":
+				b, err := vfs.ReadFile(fsys, "dir/"+raftLogName)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b[len(b)/2] ^= 0x10
+				if err := vfs.WriteFileAtomic(fsys, "dir/"+raftLogName, b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			l, err := RaftLogOf(fsys, "dir")
+			if !errors.Is(err, partition.ErrCorrupt) {
+				t.Fatalf("RaftLogOf of a damaged log: %v, want a CorruptError", err)
+			}
+			if !l.Tagged || l.Incarnation != epoch || l.Replica != gen0 || l.Held {
+				t.Fatalf("RaftLogOf of a damaged log = %+v; want its tag (incarnation %d, replica %#x) and no raft state", l, epoch, gen0)
+			}
+		})
 	}
 }

@@ -667,3 +667,25 @@ func decodeEntries(b []byte) ([]*raftpb.Entry, error) {
 	}
 	return ents, nil
 }
+
+// PrefixTag returns the tag (SetTag) that the valid prefix of the raft
+// log at path holds — the last tag record before the first record that
+// fails its checksum, if any — or nil if that prefix holds none. It is
+// for a log ReadDisk refuses as damaged (a record in its middle, its sync
+// mark cut or rolled back): the damage makes its raft state unusable,
+// but a tag written before it, whole and checksummed, still says whose
+// log it was. Which records the damage hid is unknown, so a later tag
+// may have been lost; a log's owner tags it once, when it opens it.
+func PrefixTag(fsys vfs.FS, path string) ([]byte, error) {
+	var tag []byte
+	err := wal.ScanPrefix(fsys, path, wal.Options{MaxRecordSize: maxRecord}, func(_ uint64, data []byte) bool {
+		if len(data) > 1 && data[0] == recTag && len(data)-1 <= MaxTag {
+			tag = data[1:]
+		}
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("raft log %s: %w", path, err)
+	}
+	return tag, nil
+}

@@ -243,6 +243,11 @@ func FuzzRaftLog(f *testing.F) {
 		if err := l.Close(); err != nil {
 			t.Fatal(err)
 		}
+		// The tag a damaged log's valid prefix holds is read from any
+		// bytes without failing, and bounded.
+		if tag, err := replica.PrefixTag(fsys, "/g/log"); err != nil || len(tag) > replica.MaxTag {
+			t.Fatalf("PrefixTag: %d bytes, %v", len(tag), err)
+		}
 		err = openGroup(fsys, "/g/log")
 		switch {
 		case err == nil:

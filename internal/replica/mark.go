@@ -119,6 +119,17 @@ func MarkName(log string) string { return log + MarkSuffix }
 
 func markPath(path string) string { return MarkName(path) }
 
+// SyncedSize reads what the sync mark of the raft log at path records,
+// changing nothing: the generation of the log file and how many bytes of
+// it were synced; found is false if there is no mark. A mark with no
+// valid slot is an error. For offline tools and the simulator, which
+// tell a loss inside the mark's window (the log's last synced write,
+// read as a torn tail) from one the mark reports.
+func SyncedSize(fsys vfs.FS, path string) (gen, size uint64, found bool, err error) {
+	m, found, err := readMark(fsys, path)
+	return m.gen, m.size, found, err
+}
+
 // mark is one slot's content.
 type mark struct {
 	seq, gen, size uint64

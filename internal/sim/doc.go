@@ -131,18 +131,32 @@
 // simulated store forwards the reconciler's SetAside and Reincarnate to
 // the file store): its copy is set aside and fetched again, a damaged
 // incarnation file rewritten from the metadata when the raft log's tag
-// names the incarnation, and every replica must be whole at quiescence.
+// names the incarnation — and otherwise (the log damaged too, untagged,
+// or another incarnation's) the replica re-seeded under a new raft id
+// (seed 20382) — and every replica must be whole at quiescence. A
+// damaged raft log whose valid prefix is tagged with an earlier
+// incarnation is that incarnation's: the next incarnation's build
+// discards its directory (seeds 390 and 20325).
 // A copy whose raft log a lie damaged — bytes flipped in the log, or the
 // log cut short or rolled back, which its sync mark (package replica,
 // mark.go) tells from a torn tail, or its mark damaged — lost its votes
 // and acknowledged entries: it is re-seeded from its peers under a new
 // raft id (metadata.ReseedReplica), as the engine does, and must be whole
 // at quiescence like any other (it used to be refused by design and the
-// cluster never settled; nothing excuses that now). One outcome is a
-// known limit (known.go): a damaged incarnation file cut short gets the
-// liar's
-// copy, raft state included, removed while it is a replica
-// (knownReplicaIncarnationDamage). A cut or rolled-back raft log used to
+// cluster never settled; nothing excuses that now). Two outcomes are
+// known limits (known.go): a damaged incarnation file cut short gets the
+// liar's copy, raft state included, removed while it is a replica
+// (knownReplicaIncarnationDamage); and a raft log cut or rolled back
+// only in its sync mark's window — from a byte at or past the size the
+// mark records, the log's last synced write, which the mark records only
+// with the next flush (mark.go says why one flush per synced write
+// cannot do better) — reads as a torn tail, the replica forgetting
+// entries it acknowledged (or a vote): its copy may never converge, its
+// vote may elect an honest node lacking committed entries, or it may
+// lead without a committed entry an honest follower holds, the two
+// trading appends and rejections without end (knownRaftLogWindow, seeds
+// 20250, 20750 and 326; lies.raftLogHit judges each cut and rollback
+// against the mark on the liar's disk at the time). A cut or rolled-back raft log used to
 // look torn, the replica forgetting votes and acknowledged entries (an
 // open bug, knownRaftLogCut, until the mark). The replica's partition
 // wrapper forwards partition.Damaged and partition.WriteFenced: hiding
@@ -518,7 +532,9 @@
 // blocking its shard's other partitions on that node, a damaged
 // incarnation file getting a replica's directory removed, a dead
 // incarnation's damaged incarnation file blocking the next incarnation's
-// builds on the liar (knownDeadIncarnationDamage); and one that is not a lie: a
+// builds on the liar in a group that cannot elect without it
+// (knownDeadIncarnationDamage), a lie on a raft log's last synced write
+// read as a torn tail (knownRaftLogWindow); and one that is not a lie: a
 // partition left unusable by a failed write-behind is never rebuilt);
 // the cluster and lying-disk tests skip such seeds unless -sim.known is
 // set, and log them with their replay commands.

@@ -68,11 +68,35 @@ const (
 	// (a later one of the namespace committed): the file cannot say
 	// whose the directory is, so every build of the new incarnation on
 	// that node fails on it; the repair (reconciler's reincarnate) keeps
-	// or discards a copy only when its raft log is tagged with the
-	// incarnation the metadata names, and this one's names the dead one,
-	// so the copy is never repaired and the frames for it stay parked on
-	// that node (invariant 4; the group serves without it). Classified
+	// a copy only when its raft log is tagged with the incarnation the
+	// metadata names, and this one's names the dead one. The node then
+	// reports its replica for a re-seed (a new raft id, the copy set
+	// aside whole), which the group's leader carries out; a group that
+	// cannot elect without this replica (two voters) never does, and the
+	// frames for it stay parked on that node (invariant 4). Classified
 	// only when every parked frame is on the liar, for such a partition.
-	// Cluster seed 419 of 0-499.
+	// Cluster seed 419 of 0-499 (before the re-seed existed).
 	knownDeadIncarnationDamage = "a dead incarnation's damaged incarnation file blocks the next incarnation's builds on the liar (its raft log names the dead one, so it is not repaired): frames for it stay parked"
+	// knownRaftLogWindow: a replica's raft log records how far it was
+	// synced in its sync mark (package replica, mark.go), which lags by
+	// one synced write: it is written after each fsync of the log and
+	// made durable by the next flush. A lie that cuts or rolls back only
+	// the log's last synced write before a power loss (from a byte at or
+	// past the size the mark records, lies.raftLogHit) reads as a torn
+	// tail: the replica comes back without entries it acknowledged, or a
+	// vote it cast, and nothing on its disk says so. Its group may then
+	// count it for a commit it lacks: its copy never converges (cluster
+	// seed 20250: the liar's replica held 0 of 5 messages for good), it
+	// elects an honest node that lacks committed
+	// entries (seed 20750: the leader held 0 of 3), or it leads without
+	// an entry an honest follower holds committed, and the two trade
+	// appends and rejections without end (seed 326). The
+	// mark's doc explains why no design with one flush per synced write
+	// closes the window (a power loss mid-flush can make any subset of
+	// the write's blocks durable, so a claim of the new end must read as
+	// a torn write); closing it costs a second flush on every
+	// acknowledgement. Classified only when every copy left behind is of
+	// such an incarnation (invariant 3), or for a drain that never ends
+	// after such a lie (invariant 0).
+	knownRaftLogWindow = "a lie on a raft log's last synced write, past the size its sync mark records (the mark's one-write window): the replica forgets entries it acknowledged, read as a torn tail"
 )

@@ -3,11 +3,13 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"math"
 	"path"
 	"strconv"
 	"strings"
 	"syscall"
 
+	"github.com/parkway-io/parkway/internal/replica"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/shard"
@@ -118,6 +120,11 @@ type lies struct {
 	// crash, judged against the mark the crash leaves (settleJournal).
 	journalWindow bool
 	misdirected   []liePoint
+	// raftWindow are the incarnations whose raft log (on the liar) a
+	// lie cut or rolled back from a byte at or past the size its sync
+	// mark recorded (the raft log's last synced write: the mark's
+	// window, package replica, mark.go).
+	raftWindow map[incKey]bool
 
 	// The liar's place in the run: the run's RNG, trace and violations
 	// (b), the disk that lies (mem: the node's current one, which a power
@@ -346,6 +353,33 @@ func (l *lies) journalHit(name string, off int64) {
 		l.journalWindow = true
 		l.event("lie on %s from byte %d: at or past its synced end %d in the mark (its last synced write)", name, off, ends[seq])
 	}
+}
+
+// raftLogHit records a lie that cut or rolled back the raft log name
+// from byte off on: at or past the size its sync mark records (or with
+// no mark yet), it is in the mark's window — the log's last synced
+// write, which the mark records only with the next flush — where the
+// loss reads as a torn tail (package replica, mark.go, says why no
+// design with one flush per synced write closes it); below it, the
+// replica must refuse the log and be re-seeded.
+func (l *lies) raftLogHit(name string, off int64) {
+	ns, ok := nsOfPath(name)
+	if !ok || path.Base(name) != "raft.log" {
+		return
+	}
+	_, size, found, err := replica.SyncedSize(l.mem(), name)
+	if err != nil || found && off < int64(min(size, math.MaxInt64)) {
+		return // the mark reports it
+	}
+	rev, ok := l.dirEpoch(ns, name)
+	if !ok {
+		return
+	}
+	if l.raftWindow == nil {
+		l.raftWindow = map[incKey]bool{}
+	}
+	l.raftWindow[incKey{ns, rev}] = true
+	l.event("lie on %s from byte %d: at or past its synced size %d in the mark (found: %v; its last synced write)", name, off, size, found)
 }
 
 // settleJournal judges the journal writes misdirected before a crash
@@ -606,6 +640,7 @@ func (l *lies) lieDown(kind int, name string) {
 		l.event("LIE truncate %s from %d to %d bytes: %v", name, size, to, errString(err))
 		l.lieAt(name, -1)
 		l.journalHit(name, to)
+		l.raftLogHit(name, to)
 	case lieRollback:
 		// An earlier copy of the same file: of the same incarnation (a
 		// file of a dead incarnation restored into its successor's
@@ -629,6 +664,7 @@ func (l *lies) lieDown(kind int, name string) {
 		err = c.Restore(l.mem())
 		l.lieAt(name, -1)
 		l.journalHit(name, int64(len(c.Data)))
+		l.raftLogHit(name, int64(len(c.Data)))
 		l.event("LIE rollback %s from %d to %d bytes: %v", name, size, len(c.Data), errString(err))
 	}
 	if err != nil {

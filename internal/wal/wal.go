@@ -529,3 +529,27 @@ func readAt(f vfs.File, size int64) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// ScanPrefix reads the file at path, which need not be a whole log, and
+// calls fn with each record of its valid prefix, in order: the records
+// from the start up to the first one that fails its checksum or does not
+// fit, whatever follows (damage, a torn tail), until fn returns false.
+// Every record fn sees passed its checksum, so a damaged log still says
+// what its first records held (a raft log's tag: whose log it is). The
+// data slices are fn's to keep.
+func ScanPrefix(fs vfs.FS, path string, opts Options, fn func(index uint64, data []byte) bool) error {
+	if err := opts.check(); err != nil {
+		return err
+	}
+	f, err := fs.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return fmt.Errorf("wal: open %s: %w", path, err)
+	}
+	defer f.Close()
+	b, err := readAll(f)
+	if err != nil {
+		return fmt.Errorf("wal: open %s: %w", path, err)
+	}
+	scan(b, opts.max(), func(i uint64, data []byte) bool { return fn(opts.FirstIndex+i, data) })
+	return nil
+}
