@@ -14,6 +14,7 @@ func init() {
 	brokenBuilds["testhooks.NoTermStep"] = &testhooks.NoTermStep
 	brokenBuilds["testhooks.NoForwardBudget"] = &testhooks.NoForwardBudget
 	brokenBuilds["testhooks.NoReadIndexWait"] = &testhooks.NoReadIndexWait
+	brokenBuilds["testhooks.NoJoinConfChange"] = &testhooks.NoJoinConfChange
 }
 
 // Serving parked frames stamped with another incarnation (instead of
@@ -47,4 +48,14 @@ func TestClusterCatchesNoForwardBudget(t *testing.T) {
 // on a node behind the others returns (invariant 11).
 func TestClusterCatchesNoReadIndexWait(t *testing.T) {
 	expectClusterCaught(t, sim.DefaultClusterConfig, "testhooks.NoReadIndexWait", 11)
+}
+
+// An AddNode that proposes its AddNode command alone, without the
+// metadata group's membership change that carries it, leaves the
+// metadata naming a node the group does not have as a member: caught
+// after the first action that applies it (invariant 8). The simulator
+// adds nodes through the engine's own AddNode steps (host.MemberChange),
+// so the broken branch is the shipped code's.
+func TestClusterCatchesNoJoinConfChange(t *testing.T) {
+	expectClusterCaught(t, sim.DefaultClusterConfig, "testhooks.NoJoinConfChange", 8)
 }
