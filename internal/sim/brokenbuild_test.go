@@ -15,6 +15,7 @@ func init() {
 	brokenBuilds["testhooks.NoForwardBudget"] = &testhooks.NoForwardBudget
 	brokenBuilds["testhooks.NoReadIndexWait"] = &testhooks.NoReadIndexWait
 	brokenBuilds["testhooks.NoJoinConfChange"] = &testhooks.NoJoinConfChange
+	brokenBuilds["testhooks.CommitSkipsOffset"] = &testhooks.CommitSkipsOffset
 }
 
 // Serving parked frames stamped with another incarnation (instead of
@@ -58,4 +59,12 @@ func TestClusterCatchesNoReadIndexWait(t *testing.T) {
 // so the broken branch is the shipped code's.
 func TestClusterCatchesNoJoinConfChange(t *testing.T) {
 	expectClusterCaught(t, sim.DefaultClusterConfig, "testhooks.NoJoinConfChange", 8)
+}
+
+// A group commit that stores one offset past the one committed leaves a
+// message below the group's committed offset that no member was handed:
+// caught on the member seeds when a member's next poll of the partition
+// ends, or once the run settled (invariant 12).
+func TestClusterCatchesNoDeliveryBeforeCommit(t *testing.T) {
+	expectCaughtIn(t, defaultMemberSeeds, memberConfig, "testhooks.CommitSkipsOffset", 12)
 }

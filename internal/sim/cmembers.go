@@ -460,6 +460,9 @@ func (c *csim) memberDoneOf(cl *client, o *op) {
 		}
 		return
 	}
+	if o.kind == kindPoll && m.id != 0 {
+		c.checkDelivered(deliveryKeyOf(m, m.part))
+	}
 	if o.kind != kindPoll || o.outcome != outcomeOK || len(o.resp.Messages) == 0 || m.id == 0 {
 		return
 	}
@@ -482,6 +485,11 @@ func (c *csim) memberDoneOf(cl *client, o *op) {
 		}
 	}
 	c.ops.MemberDelivered += len(o.resp.Messages)
+	offs := make([]uint64, len(o.resp.Messages))
+	for i, msg := range o.resp.Messages {
+		offs[i] = msg.Offset
+	}
+	c.noteDelivered(deliveryKeyOf(m, m.part), offs)
 	next := o.resp.Messages[len(o.resp.Messages)-1].Offset + 1
 	m.now = c.clk.Now().UnixNano()
 	c.memberMeta(cl, home, "commit", metadata.CommitGroupOffsets{Stream: m.stream, Topic: m.topic, Group: memberGroup,
@@ -493,22 +501,5 @@ func (c *csim) memberDoneOf(cl *client, o *op) {
 // node knows (each applies the log at its own pace; what one applied is
 // committed), for m's group incarnation, and a node that applied it.
 func (c *csim) groupCommitted(m *gmember, part uint32) (uint64, uint64) {
-	var off, at uint64
-	for _, n := range c.nodes {
-		if n.down || n.meta == nil {
-			continue
-		}
-		t, ok := n.meta.Topic(m.stream, m.topic)
-		if !ok || t.CreatedRevision != m.topicRev {
-			continue
-		}
-		g, ok := n.meta.GroupSummary(m.stream, m.topic, memberGroup)
-		if !ok || g.CreatedRevision != m.groupRev {
-			continue
-		}
-		if p, ok := n.meta.GroupPartitionState(m.stream, m.topic, memberGroup, part); ok && p.Committed && p.Offset > off {
-			off, at = p.Offset, n.id
-		}
-	}
-	return off, at
+	return c.committedOf(deliveryKeyOf(m, part))
 }

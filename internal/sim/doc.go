@@ -508,6 +508,15 @@
 //     error leaves the node having applied every metadata entry some
 //     node had applied when it started; one given up at its deadline (no
 //     leader reached) is counted (Result.Ops.BarriersFailed).
+//  12. A group commits only what its members were handed (cluster mode
+//     with Config.GroupMembers, the members of invariant 9): every offset
+//     below the members' group's committed offset of a partition (the
+//     largest any node applied, per topic and group incarnation) was
+//     handed to some member's application; checked when a member's poll
+//     ends and, for every partition, once the run settled. That the
+//     offset never goes backwards is invariant 6's. The members'
+//     poll/commit cycle is still the simulator's own (cmembers.go), not
+//     the root package's Consumer.
 //
 // Panics in the engine (etcd raft's included) are reported as violations
 // of invariant 0, with the seed, rather than crashing the test binary.

@@ -38,4 +38,10 @@ var (
 	// change would. Read in host's proposeConfChange, once per proposal
 	// of an addition.
 	NoJoinConfChange atomic.Bool
+	// CommitSkipsOffset, when set, makes a consumer group's committed
+	// offset one past the offset its commit names: the message at the
+	// offset committed is never read by the group, as a commit path that
+	// lost count of what it delivered would leave it. Read in metadata's
+	// commitGroupOffsets, once per partition committed.
+	CommitSkipsOffset atomic.Bool
 )
