@@ -514,9 +514,12 @@
 //     largest any node applied, per topic and group incarnation) was
 //     handed to some member's application; checked when a member's poll
 //     ends and, for every partition, once the run settled. That the
-//     offset never goes backwards is invariant 6's. The members'
-//     poll/commit cycle is still the simulator's own (cmembers.go), not
-//     the root package's Consumer.
+//     offset never goes backwards is invariant 6's. The members make a
+//     parkway.Member's own decisions (host.GroupMember: the fence, the
+//     heartbeat's choice between a lease renewal and a commit of
+//     nothing, where a poll starts, the commit, the generation adopted);
+//     the Consumer's loop around them (its fetchers, its follow-up of a
+//     rebalance) is not driven yet.
 //
 // Panics in the engine (etcd raft's included) are reported as violations
 // of invariant 0, with the seed, rather than crashing the test binary.

@@ -63,7 +63,7 @@ func (d *deliveredSet) add(off uint64) {
 
 // deliveryKeyOf is the key of m's partition part.
 func deliveryKeyOf(m *gmember, part uint32) deliveryKey {
-	return deliveryKey{stream: m.stream, topic: m.topic, topicRev: m.topicRev, groupRev: m.groupRev, part: part}
+	return deliveryKey{stream: m.Stream, topic: m.Topic, topicRev: m.TopicRevision, groupRev: m.groupRev, part: part}
 }
 
 // noteDelivered records that a member handed the messages at offsets
