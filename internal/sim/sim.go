@@ -533,26 +533,12 @@ type Result struct {
 	StormDelivered        int
 }
 
-// Invariant names, indexed by number.
-var invariantNames = [...]string{
-	0: "simulator consistency",
-	1: "every request answered exactly once",
-	2: "no message crosses incarnations",
-	3: "acknowledged messages survive, offsets dense",
-	4: "quiescence: park buffers empty, no unexplained drops",
-	5: "per-partition history linearizable",
-	6: "consumer groups: one assignment per generation, offsets never go back",
-	7: "placement: replicas only where placed, leaders back on their preferred nodes",
-	8: "membership and failover: metadata nodes are the metadata group's voters, joins complete, a dead leader's groups elect new leaders",
-	9: "consumer groups under faults: no message below the group's committed offset reaches a member's application",
-}
-
 // Violation is a failed run: the first invariant found violated.
 type Violation struct {
 	Seed uint64
 	// Cluster is set for a cluster-mode run (Config.Nodes > 1).
 	Cluster bool
-	// Invariant is 1–8 (see the package documentation); 0 reports the
+	// Invariant is 1–12 (see the package documentation); 0 reports the
 	// simulator losing track of the engine (a desynchronised inbox mirror,
 	// an engine call failing), which is a bug too.
 	Invariant int
@@ -599,8 +585,12 @@ func replayCommand(cfg Config) string {
 
 func (v *Violation) Error() string {
 	var b strings.Builder
+	name := "unregistered"
+	if v.Invariant >= 0 && v.Invariant < len(invariants) {
+		name = invariants[v.Invariant].name // the registry's (invariant.go)
+	}
 	fmt.Fprintf(&b, "sim: seed %d: invariant %d (%s) violated at event %d: %s\n",
-		v.Seed, v.Invariant, invariantNames[v.Invariant], v.Event, v.Detail)
+		v.Seed, v.Invariant, name, v.Event, v.Detail)
 	if v.Known != "" {
 		fmt.Fprintf(&b, "known bug: %s\n", v.Known)
 	}
