@@ -104,11 +104,10 @@ type Member struct {
 
 	mu   sync.Mutex
 	view metadata.MemberView // its part of the group as of its last refresh
-	gen  uint64              // the generation the member acts in
-	// confirmed is the Now of the member's last join, heartbeat, commit
-	// or kept renewal that was applied: the start of its lease
-	// (metadata.LeaseEnd).
-	confirmed int64
+	// gm is the member's state (its generation, its lease's start) and
+	// the decisions of its cycle (host.GroupMember, which the simulator
+	// steps too); its Gen and Confirmed change under mu, the rest never.
+	gm host.GroupMember
 
 	// The node keeps the member's lease (host.Engine.KeepLease) while
 	// live says the application shows it is alive: by default, while
@@ -185,7 +184,9 @@ func (n *Node) joinGroup(ctx context.Context, t Topic, group string, cfg MemberC
 	if timeout == 0 {
 		timeout = DefaultSessionTimeout
 	}
-	m := &Member{n: n, topic: t, group: group, id: res.Member, timeout: timeout, confirmed: now,
+	m := &Member{n: n, topic: t, group: group, id: res.Member, timeout: timeout,
+		gm: host.GroupMember{Stream: t.Stream.ID, Topic: t.ID, TopicRevision: t.Revision, Group: group,
+			ID: res.Member, Session: timeout, Confirmed: now},
 		live: live, maxPoll: cfg.MaxPollInterval, lost: make(chan struct{})}
 	if m.maxPoll == 0 {
 		m.maxPoll = DefaultMaxPollInterval
@@ -209,8 +210,7 @@ func (m *Member) keep() {
 	if m.unkeep != nil || m.ended {
 		return
 	}
-	unkeep, err := m.n.eng.KeepLease(host.MemberLease{Stream: m.topic.Stream.ID, Topic: m.topic.ID,
-		TopicRevision: m.topic.Revision, Group: m.group, Member: m.id, Session: m.timeout}, (*memberLease)(m))
+	unkeep, err := m.n.eng.KeepLease(m.gm.Lease(), (*memberLease)(m))
 	if err == nil {
 		m.unkeep = unkeep
 		m.kept.Store(true)
@@ -282,7 +282,7 @@ func (m *Member) touch() {
 // the partitions once and copies none of the other members.
 func (m *Member) refresh() error {
 	m.mu.Lock()
-	gen := m.gen
+	gen := m.gm.Gen
 	m.mu.Unlock()
 	v, err := m.n.meta.MemberOf(m.topic.Stream.ID, m.topic.ID, m.group, m.id, gen)
 	if errors.Is(err, metadata.ErrTopicNotFound) || errors.Is(err, metadata.ErrStreamNotFound) {
@@ -293,8 +293,8 @@ func (m *Member) refresh() error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if v.Generation >= m.view.Generation {
-		m.view, m.gen = v, v.Generation
+	if m.gm.Adopt(v) {
+		m.view = v
 	}
 	return nil
 }
@@ -312,7 +312,7 @@ func (m *Member) Assignment() Assignment {
 	defer m.mu.Unlock()
 	revoking := slices.Clone(m.view.Revoking)
 	held := slices.DeleteFunc(slices.Clone(m.view.Held), func(p uint32) bool { _, moving := slices.BinarySearch(revoking, p); return moving })
-	return Assignment{Generation: m.gen, Partitions: held, Revoking: revoking}
+	return Assignment{Generation: m.gm.Gen, Partitions: held, Revoking: revoking}
 }
 
 // Committed returns the group's committed offset for a partition as
@@ -337,7 +337,7 @@ func (m *Member) Committed(part uint32) (uint64, bool) {
 func (m *Member) Heartbeat(ctx context.Context) (Assignment, error) {
 	m.touch()
 	m.mu.Lock()
-	gen := m.gen
+	gen := m.gm.Gen
 	m.mu.Unlock()
 	return m.heartbeat(ctx, gen)
 }
@@ -357,15 +357,12 @@ func (m *Member) heartbeat(ctx context.Context, gen uint64) (Assignment, error) 
 		return Assignment{}, err
 	}
 	now := m.n.cfg.Clock.Now().UnixNano()
-	v, err := m.n.meta.MemberOf(m.topic.Stream.ID, m.topic.ID, m.group, m.id, gen)
-	if err == nil && !v.Releases {
-		err = m.n.eng.RenewLease(ctx, host.MemberLease{Stream: m.topic.Stream.ID, Topic: m.topic.ID,
-			TopicRevision: m.topic.Revision, Group: m.group, Member: m.id, Session: m.timeout})
+	// The decision reads only the member's fixed fields (gen is passed).
+	var err error
+	if renew, cmd := m.gm.Heartbeat(m.n.meta, gen, now); renew {
+		err = m.n.eng.RenewLease(ctx, m.gm.Lease())
 	} else {
-		_, err = m.n.apply(ctx, metadata.CommitGroupOffsets{
-			Stream: m.topic.Stream.ID, Topic: m.topic.ID, Revision: m.topic.Revision,
-			Group: m.group, Member: m.id, Generation: gen, Now: now,
-		})
+		_, err = m.n.apply(ctx, cmd)
 	}
 	if err != nil {
 		return Assignment{}, m.n.groupError(err, m.topic)
@@ -381,7 +378,7 @@ func (m *Member) heartbeat(ctx context.Context, gen uint64) (Assignment, error) 
 // heartbeat or commit of the member that was applied.
 func (m *Member) renew(now int64) {
 	m.mu.Lock()
-	m.confirmed = max(m.confirmed, now)
+	m.gm.Renewed(now)
 	m.mu.Unlock()
 }
 
@@ -402,10 +399,9 @@ func (m *Member) renew(now int64) {
 // Both are local reads, no round trip.
 func (m *Member) check(part uint32) error {
 	m.mu.Lock()
-	gen, confirmed := m.gen, m.confirmed
+	gm := m.gm
 	m.mu.Unlock()
-	err := m.n.meta.CheckDelivery(m.topic.Stream.ID, m.topic.ID, m.group, m.id, gen, part,
-		confirmed, m.timeout, m.n.cfg.Clock.Now().UnixNano())
+	err := gm.Fence(m.n.meta, part, m.n.cfg.Clock.Now().UnixNano())
 	if errors.Is(err, metadata.ErrGroupNotFound) || errors.Is(err, metadata.ErrTopicNotFound) || errors.Is(err, metadata.ErrStreamNotFound) {
 		if _, terr := m.n.topicAlive(m.topic); terr != nil {
 			return terr
@@ -474,12 +470,8 @@ func (m *Member) poll(ctx context.Context, part uint32, from Start, max int, opt
 // committed metadata (newer than the member's last refresh, if anything).
 func (m *Member) committedNow(part uint32) (uint64, bool) {
 	// One partition's state, not a copy of the group: every poll of
-	// every member asks.
-	p, ok := m.n.meta.GroupPartitionState(m.topic.Stream.ID, m.topic.ID, m.group, part)
-	if !ok {
-		return 0, false
-	}
-	return p.Offset, p.Committed
+	// every member asks. It reads only the member's fixed fields.
+	return m.gm.PollFrom(m.n.meta, part)
 }
 
 // resetStart is where a reset policy starts.
@@ -528,17 +520,14 @@ func (m *Member) commit(ctx context.Context, offsets map[uint32]uint64) error {
 		return nil
 	}
 	m.mu.Lock()
-	gen := m.gen
+	gen := m.gm.Gen
 	m.mu.Unlock()
 	now := m.n.cfg.Clock.Now().UnixNano()
-	cmd := metadata.CommitGroupOffsets{
-		Stream: m.topic.Stream.ID, Topic: m.topic.ID, Revision: m.topic.Revision,
-		Group: m.group, Member: m.id, Generation: gen, Now: now,
-	}
+	var offs []metadata.GroupOffset
 	for _, p := range slices.Sorted(maps.Keys(offsets)) {
-		cmd.Offsets = append(cmd.Offsets, metadata.GroupOffset{Partition: p, Offset: offsets[p]})
+		offs = append(offs, metadata.GroupOffset{Partition: p, Offset: offsets[p]})
 	}
-	if _, err := m.n.apply(ctx, cmd); err != nil {
+	if _, err := m.n.apply(ctx, m.gm.Commit(gen, offs, now)); err != nil {
 		return m.n.groupError(err, m.topic)
 	}
 	m.renew(now)

@@ -79,8 +79,8 @@ func (e *Engine) ProposeRemoveNode(key MetadataKey, node uint64) error {
 	if err := e.manualMembership(node); err != nil {
 		return err
 	}
-	if node == uint64(e.cl.cfg.ID) {
-		return fmt.Errorf("%w: node %d cannot remove itself: remove it through another member", metadata.ErrInvalidNode, node)
+	if err := e.cl.notSelf(node); err != nil {
+		return err
 	}
 	if !slices.Contains(e.meta.Draining(), node) {
 		return fmt.Errorf("%w: node %d is not drained (DrainNode first)", metadata.ErrNodeBusy, node)

@@ -11,7 +11,6 @@ import (
 	"github.com/parkway-io/parkway/internal/groups"
 	"github.com/parkway-io/parkway/internal/raftid"
 	"github.com/parkway-io/parkway/metadata"
-	"github.com/parkway-io/parkway/shard"
 )
 
 // Membership: nodes join (AddNode), leave (RemoveNode) and share the load
@@ -110,30 +109,12 @@ func (e *Engine) AddNode(ctx context.Context, node uint64) error {
 	if err := e.membershipCall(node, true); err != nil {
 		return err
 	}
-	c := e.cl
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = clock.WithTimeout(ctx, e.cfg.Clock, e.cfg.RequestTimeout)
 		defer cancel()
 	}
-	voter := func() bool { return c.meta.voter(node) }
-	if voter() {
-		return nil
-	}
-	// A retry after an interruption finds the learner added: only the
-	// wait for its promotion is left.
-	if !slices.Contains(e.meta.Nodes(), node) {
-		err := c.changeVoters(ctx, true, node, metadata.AddNode{Node: node}, func() bool {
-			return slices.Contains(e.meta.Nodes(), node)
-		})
-		if err != nil {
-			return err
-		}
-	}
-	if err := c.waitApplied(ctx, voter); err != nil {
-		return fmt.Errorf("%w: node %d is a learner of the metadata group, not caught up yet: %w", ErrNotPromoted, node, err)
-	}
-	return nil
+	return e.cl.changeMembership(ctx, true, node)
 }
 
 // ErrNotPromoted is AddNode's error when its context ended while the node
@@ -158,34 +139,20 @@ func (e *Engine) RemoveNode(ctx context.Context, node uint64) error {
 	if err := e.membershipCall(node, true); err != nil {
 		return err
 	}
-	c := e.cl
+	if err := e.cl.notSelf(node); err != nil {
+		return err
+	}
+	return e.cl.changeMembership(ctx, false, node)
+}
+
+// notSelf refuses the removal of this node: the node removed may never
+// learn that its removal committed (the leader stops replicating to
+// it), so it cannot wait for it.
+func (c *clusterNode) notSelf(node uint64) error {
 	if node == uint64(c.cfg.ID) {
-		// The node removed may never learn its removal committed (the
-		// leader stops replicating to it), so it cannot wait for it.
 		return fmt.Errorf("%w: node %d cannot remove itself: remove it through another member", metadata.ErrInvalidNode, node)
 	}
-	// This node's metadata may lag behind the node's addition (it was cut
-	// off while another member added it): judged from that view, the
-	// node is "not a member" and the call would return at once, with the
-	// node still a voter and a holder of replicas. So the view is
-	// brought up to what the cluster had committed first.
-	if err := e.ReadBarrier(ctx); err != nil {
-		return fmt.Errorf("parkway: removing node %d: %w", node, err)
-	}
-	if !slices.Contains(e.meta.Nodes(), node) {
-		return nil
-	}
-	if !slices.Contains(e.meta.Draining(), node) {
-		if _, err := e.ApplyMetadata(ctx, metadata.DrainNode{Node: node}); err != nil {
-			return err
-		}
-	}
-	if err := c.waitApplied(ctx, func() bool { _, held := e.meta.Moving(node); return held == 0 }); err != nil {
-		return fmt.Errorf("parkway: removing node %d: waiting for its replicas to move: %w", node, err)
-	}
-	return c.changeVoters(ctx, false, node, metadata.RemoveNode{Node: node}, func() bool {
-		return !slices.Contains(e.meta.Nodes(), node)
-	})
+	return nil
 }
 
 // Rebalance spreads the partitions' replicas, and their preferred
@@ -200,81 +167,6 @@ func (e *Engine) Rebalance(ctx context.Context) error {
 		return err
 	}
 	return e.cl.waitApplied(ctx, func() bool { moving, _ := e.meta.Moving(0); return moving == 0 })
-}
-
-// changeVoters proposes the metadata group's membership change of node
-// (an addition adds a learner), carrying cmd, until done reports it
-// applied here. raft takes one change at a time: a proposal made while
-// another is in flight is dropped, and one lost with a leader never
-// applies; either is proposed again after a bounded wait (the command's
-// deduplication key makes a second commit a no-op, and a learner's
-// addition that finds the node a voter changes nothing).
-func (c *clusterNode) changeVoters(ctx context.Context, add bool, node uint64, cmd metadata.Command, done func() bool) error {
-	e, m := c.e, c.meta
-	data, err := encodeMetaCommand(e.NewMetadataKey(), cmd)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := e.deadline(ctx)
-	defer cancel()
-	rs := NewResendDriver(e.ForwardTimeout(), e.cfg.RetryBackoffMin, e.cfg.RetryBackoffMax)
-	var timer clock.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	for {
-		// Taken before done is asked, so an application after the
-		// question wakes the wait.
-		applied := c.applied.next()
-		st := rs.Step(e.cfg.Clock.Now(), done())
-		switch st.Op {
-		case ResendDone:
-			return nil
-		case ResendWait:
-			d := st.At.Sub(e.cfg.Clock.Now())
-			if timer == nil {
-				timer = e.cfg.Clock.NewTimer(d)
-			} else {
-				timer.Reset(d)
-			}
-			select {
-			case <-applied:
-			case <-timer.C():
-			case <-ctx.Done():
-				if rs.InFlight() {
-					return fmt.Errorf("%w: changing the membership of node %d: %w", shard.ErrOutcomeUnknown, node, ctx.Err())
-				}
-				return ctx.Err()
-			}
-			continue
-		}
-		reply := make(chan MetadataResult, 1)
-		select {
-		case m.props <- metaOp{change: node, remove: !add, data: data, reply: reply}:
-		case <-m.failed:
-			return m.err
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		var r MetadataResult
-		select {
-		case r = <-reply:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		switch {
-		case r.Err == nil:
-			// Proposed: wait for it to apply, for a bounded time (a
-			// proposal lost to a leader change is proposed again).
-			rs.Proposed(e.cfg.Clock.Now())
-		case errors.Is(r.Err, shard.ErrRetry):
-			rs.Refused(e.cfg.Clock.Now())
-		default:
-			return r.Err
-		}
-	}
 }
 
 // metaConf is a metadata group configuration, as a member applied it.

@@ -14,6 +14,7 @@ import (
 	"github.com/parkway-io/parkway/internal/dedupe"
 	"github.com/parkway-io/parkway/internal/groups"
 	"github.com/parkway-io/parkway/internal/replica"
+	"github.com/parkway-io/parkway/internal/testhooks"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/shard"
@@ -773,6 +774,11 @@ func (m *metaGroup) proposeConfChange(add bool, node uint64, data []byte) error 
 		return err
 	}
 	m.wake()
+	if add && testhooks.NoJoinConfChange.Load() {
+		// broken: the AddNode command alone, without the change that
+		// makes the node a member of the group
+		return m.propose(data, make(chan MetadataResult, 1))
+	}
 	ch := groups.Change{Kind: groups.ChangeAddLearner, Node: node}
 	if !add {
 		ch.Kind = groups.ChangeRemove

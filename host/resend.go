@@ -17,9 +17,8 @@ import (
 // ResendDriver holds the decisions without a clock or a goroutine: its
 // owner asks Step with the time and whether the change is applied where
 // it looks, proposes when told to and reports the proposal's fate with
-// Proposed or Refused. changeVoters is its blocking owner on one node;
-// the simulator drives it too, proposing through whichever member it
-// picks.
+// Proposed or Refused. memberDriver (memberchange.go) holds one for
+// the configuration change of AddNode and RemoveNode.
 
 // ResendOp is what a resend's driver asks for next.
 type ResendOp uint8

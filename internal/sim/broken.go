@@ -41,12 +41,6 @@ var (
 	// completes and leader balance never hands a group back to its
 	// preferred leader. Cluster mode only.
 	BreakLeaderTransfer atomic.Bool
-	// BreakJoinCommand adds a joining node with the plain AddNode
-	// metadata command (Engine.ProposeMetadata) instead of the metadata
-	// group's membership change that carries it: the metadata names a
-	// node the group does not have as a voter, as a node addition that
-	// forgot the raft configuration change would. Cluster mode only.
-	BreakJoinCommand atomic.Bool
 	// BreakZombieLiveness keeps a crashed node's liveness heartbeats
 	// arriving at every running node (as if its liveness loop outlived its
 	// raft groups): the survivors never declare it dead, so the groups it

@@ -14,6 +14,8 @@ func init() {
 	brokenBuilds["testhooks.NoTermStep"] = &testhooks.NoTermStep
 	brokenBuilds["testhooks.NoForwardBudget"] = &testhooks.NoForwardBudget
 	brokenBuilds["testhooks.NoReadIndexWait"] = &testhooks.NoReadIndexWait
+	brokenBuilds["testhooks.NoJoinConfChange"] = &testhooks.NoJoinConfChange
+	brokenBuilds["testhooks.CommitSkipsOffset"] = &testhooks.CommitSkipsOffset
 }
 
 // Serving parked frames stamped with another incarnation (instead of
@@ -47,4 +49,22 @@ func TestClusterCatchesNoForwardBudget(t *testing.T) {
 // on a node behind the others returns (invariant 11).
 func TestClusterCatchesNoReadIndexWait(t *testing.T) {
 	expectClusterCaught(t, sim.DefaultClusterConfig, "testhooks.NoReadIndexWait", 11)
+}
+
+// An AddNode that proposes its AddNode command alone, without the
+// metadata group's membership change that carries it, leaves the
+// metadata naming a node the group does not have as a member: caught
+// after the first action that applies it (invariant 8). The simulator
+// adds nodes through the engine's own AddNode steps (host.MemberChange),
+// so the broken branch is the shipped code's.
+func TestClusterCatchesNoJoinConfChange(t *testing.T) {
+	expectClusterCaught(t, sim.DefaultClusterConfig, "testhooks.NoJoinConfChange", 8)
+}
+
+// A group commit that stores one offset past the one committed leaves a
+// message below the group's committed offset that no member was handed:
+// caught on the member seeds when a member's next poll of the partition
+// ends, or once the run settled (invariant 12).
+func TestClusterCatchesNoDeliveryBeforeCommit(t *testing.T) {
+	expectCaughtIn(t, defaultMemberSeeds, memberConfig, "testhooks.CommitSkipsOffset", 12)
 }

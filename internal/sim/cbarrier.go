@@ -34,10 +34,15 @@ type barrier struct {
 
 // startBarrier starts a read barrier on n.
 func (c *csim) startBarrier(n *cnode) {
+	// Raft's applied index on both sides (MetadataStatus), not
+	// MetadataApplied: that is the last command's or snapshot's index, so
+	// a member that applied an entry without a command (a configuration
+	// change, a new leader's empty entry) reports less than a joiner that
+	// installed a snapshot at the same index.
 	var want uint64
 	for _, m := range c.nodes {
 		if m.eng != nil && !m.down {
-			want = max(want, m.eng.MetadataApplied())
+			want = max(want, m.eng.MetadataStatus().Applied)
 		}
 	}
 	b, err := n.eng.StartReadBarrier(n.clk.Now().Add(requestTimeout))
@@ -48,7 +53,7 @@ func (c *csim) startBarrier(n *cnode) {
 	c.nextBarrier++
 	c.barriers = append(c.barriers, &barrier{id: c.nextBarrier, n: n, gen: n.gen, b: b, want: want})
 	c.ops.Barriers++
-	c.event("barrier b=%d n%d want=%d applied=%d", c.nextBarrier, n.id, want, n.eng.MetadataApplied())
+	c.event("barrier b=%d n%d want=%d applied=%d", c.nextBarrier, n.id, want, n.eng.MetadataStatus().Applied)
 }
 
 // stepBarriers steps the read barriers in flight on the running nodes;
@@ -73,7 +78,7 @@ func (c *csim) stepBarriers() {
 			continue
 		}
 		c.barriers = slices.Delete(c.barriers, i, i+1)
-		got := b.n.eng.MetadataApplied()
+		got := b.n.eng.MetadataStatus().Applied
 		c.event("barrier b=%d n%d done applied=%d err=%v", b.id, b.n.id, got, errString(err))
 		switch {
 		case err == nil && got < b.want:

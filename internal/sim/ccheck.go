@@ -306,7 +306,7 @@ func (c *csim) notQuiescent() {
 	case c.join != nil:
 		c.fail(8, "the addition of n%d never completed (%s)", c.join.id, limit)
 	case c.remove != nil:
-		c.fail(8, "the removal of n%d never completed (%s, phase %d): %s", c.remove.id, limit, c.remove.phase, c.heldBy(c.remove.id))
+		c.fail(8, "the removal of n%d never completed (%s, %d calls): %s", c.remove.id, limit, c.remove.calls, c.heldBy(c.remove.id))
 	case c.moving() != "":
 		c.fail(7, "replica moves never settled (%s): %s", limit, c.moving())
 	case c.unbalanced() != "":

@@ -1,10 +1,11 @@
 package sim
 
 import (
+	"errors"
 	"slices"
 
 	"github.com/parkway-io/parkway/host"
-	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/shard"
 	"github.com/parkway-io/parkway/transport"
 	"github.com/parkway-io/parkway/vfs"
 )
@@ -12,18 +13,19 @@ import (
 // Nodes joining mid-run (Config.Faults.Join). A new node starts as a host
 // starts one that joins a running cluster — an engine with Cluster.Join
 // on an empty disk, its Peers the nodes running then and itself — and is
-// added through a running member the way Engine.AddNode adds it: the
+// added through a running member by Engine.AddNode's own steps
+// (Engine.StartAddNode, stepped on the member's manual engine): the
 // membership change of the metadata group that carries the AddNode
-// command (Engine.ProposeAddNode, the manual engine's form of AddNode's
-// proposal), proposed again under the same key when the member has not
-// applied it within the engine's forward timeout, through whichever
-// member is running then. The change adds the joiner as a learner
+// command, proposed again under the same key when the member has not
+// applied it within the engine's forward timeout, then the wait for the
+// promotion; a call that fails, or whose member crashes, is made again
+// through whichever member is running then. The change adds the joiner as a learner
 // (behaviour 31); the metadata leader promotes it to voter on a tick
 // once it has caught up. The joiner receives the metadata as a snapshot
 // from the metadata leader; partitions created from then on are placed
 // over it too (invariant 7 checks every build against the placement).
 // Every fault reaches it as any other node, before and after it is
-// added; clients use it once a member has applied its addition.
+// added; clients use it once AddNode returned.
 //
 // Invariant 8 checks membership: after every action, every running
 // node's metadata names exactly the members — voters and learners — of
@@ -38,11 +40,12 @@ import (
 // maxJoins bounds the nodes that join in one run.
 const maxJoins = 2
 
-// joining is the addition of a node in progress.
+// joining is the addition of a node in progress: AddNode calls made
+// through members until one returns.
 type joining struct {
-	id  uint64
-	key host.MetadataKey
-	p   resend
+	id   uint64
+	key  host.MetadataKey
+	call *memberCall
 }
 
 // startJoin starts a new node with Cluster.Join and begins adding it.
@@ -62,13 +65,16 @@ func (c *csim) startJoin() {
 	c.nodes = append(c.nodes, n)
 	c.applyCuts()
 	c.nextSeq++
-	c.join = &joining{id: id, key: host.MetadataKey{Producer: metaProducer, Seq: c.nextSeq},
-		p: c.newResend(id, "join")}
+	c.join = &joining{id: id, key: host.MetadataKey{Producer: metaProducer, Seq: c.nextSeq}}
 	c.joinAct()
 }
 
-// joinAct moves the addition in progress along (resend): it is done
-// once a member has applied it (AddNode returns then).
+// joinAct moves the addition in progress along: the AddNode call in
+// flight is stepped, or one is made through a running member. It is
+// done once a call returned: the member it went through has applied the
+// node's promotion to voter. A call given up at its deadline (the
+// member cut off, the learner not caught up yet) is made again, under
+// the same key, through whichever member runs then.
 func (c *csim) joinAct() {
 	j := c.join
 	if j == nil || c.viol != nil {
@@ -80,29 +86,22 @@ func (c *csim) joinAct() {
 			members = append(members, n)
 		}
 	}
-	done, v := c.resendStep(&j.p, func(v *cnode) bool { return slices.Contains(v.meta.Nodes(), j.id) }, members, &c.ops.JoinRetries)
-	if done != nil {
-		c.joined(done)
-		return
+	v, err, done := c.stepCall(&j.call, j.id, "join", members, func(v *cnode) (*host.MemberChange, error) {
+		return v.eng.StartAddNode(j.key, j.id, v.clk.Now().Add(requestTimeout))
+	}, &c.ops.JoinRetries)
+	switch {
+	case !done:
+	case err == nil:
+		c.joined(v)
+	case errors.Is(err, shard.ErrRetry) || errors.Is(err, shard.ErrOutcomeUnknown) ||
+		errors.Is(err, host.ErrNotPromoted) || errors.Is(err, host.ErrMetadataFailed):
+		c.ops.JoinCalls++ // called again
+	default:
+		c.fail(0, "n%d AddNode through n%d failed: %v", j.id, v.id, err)
 	}
-	if v == nil {
-		return
-	}
-	var err error
-	if BreakJoinCommand.Load() {
-		_, err = v.eng.ProposeMetadata(j.key, metadata.AddNode{Node: j.id})
-	} else {
-		err = v.eng.ProposeAddNode(j.key, j.id)
-	}
-	if err != nil {
-		c.event("n%d join proposed through n%d: %v", j.id, v.id, err)
-		c.resendLater(&j.p, err)
-		return
-	}
-	c.proposedThrough(&j.p, v)
 }
 
-// joined ends the addition: member v has applied it.
+// joined ends the addition: AddNode returned on member v.
 func (c *csim) joined(v *cnode) {
 	j := c.join
 	c.join = nil

@@ -126,6 +126,9 @@ type csim struct {
 	// storm is what a join storm's run measures (Config.MemberPartitions,
 	// cmembers.go).
 	storm stormState
+	// delivered are the offsets the group members handed to their
+	// applications (invariant 12, invariant_delivered.go).
+	delivered map[deliveryKey]*deliveredSet
 
 	// Membership and failover (cjoin.go, cfailover.go): the node being
 	// added, how many were, the failover to check after a quiesced

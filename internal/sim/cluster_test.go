@@ -233,14 +233,6 @@ func TestClusterCatchesNoLeaderTransfer(t *testing.T) {
 	expectClusterCaught(t, sim.DefaultClusterConfig, "BreakLeaderTransfer", 7, 8)
 }
 
-// A node added with the AddNode metadata command alone, without the
-// metadata group's membership change that carries it, leaves the
-// metadata naming a node the group does not have as a voter: caught
-// after the first action that applies it.
-func TestClusterCatchesJoinWithoutConfChange(t *testing.T) {
-	expectClusterCaught(t, sim.DefaultClusterConfig, "BreakJoinCommand", 8)
-}
-
 // When a crashed node's liveness heartbeats keep arriving, nothing tells
 // the survivors that it died, and the groups it led while quiesced, which
 // send nothing, never elect a new leader: caught when the failover after

@@ -11,8 +11,11 @@ import (
 )
 
 // Consumer group members under faults (cluster mode, Config.GroupMembers;
-// invariant 9, DESIGN behaviour 33). Each member is a client homed on one
-// node, as a parkway.Member is joined through one Node: it joins group
+// invariants 9 and 12, DESIGN behaviour 33). Each member is a client
+// homed on one node, as a parkway.Member is joined through one Node, and
+// makes the Member's own decisions (host.GroupMember, which parkway's
+// Member holds: the fence, the heartbeat, where a poll starts, the
+// commit, the generation adopted): it joins group
 // memberGroup of a topic, heartbeats at a third of its session timeout
 // (acknowledging its generation, which releases the partitions moving
 // away from it: it hands nothing out between its steps),
@@ -43,19 +46,16 @@ const memberGroup = "members"
 
 // gmember is one simulated group member.
 type gmember struct {
-	home    uint64
-	timeout time.Duration
-	// The group incarnation it acts in (0: none picked yet).
-	stream, topic uint32
-	topicRev      uint64
-	groupRev      uint64
-	// id is its member id (0: not joined), gen the generation it acts
-	// in, confirmed the Now of its last applied join, heartbeat or
-	// commit (its lease's start), lastBeat when it last heartbeated.
-	id        uint64
-	gen       uint64
-	confirmed int64
-	lastBeat  time.Time
+	home uint64
+	// The engine's group member (host.GroupMember, a parkway.Member's
+	// state and decisions): its topic incarnation (TopicRevision 0: none
+	// picked yet), its member ID (0: not joined), the generation it acts
+	// in, its lease's start, its session timeout.
+	host.GroupMember
+	// groupRev is the group incarnation it acts in, lastBeat when it
+	// last heartbeated.
+	groupRev uint64
+	lastBeat time.Time
 	// Of the command in flight: its kind and Now; of a poll, the
 	// partition.
 	doing string
@@ -72,8 +72,8 @@ type gmember struct {
 // startMembers creates the member clients (after the ordinary ones).
 func (c *csim) startMembers() {
 	for i := range c.cfg.GroupMembers {
-		m := &gmember{home: c.peers[i%len(c.peers)],
-			timeout: time.Duration(1500+c.rng.IntN(1500)) * time.Millisecond}
+		m := &gmember{home: c.peers[i%len(c.peers)], GroupMember: host.GroupMember{Group: memberGroup,
+			Session: time.Duration(1500+c.rng.IntN(1500)) * time.Millisecond}}
 		c.clients = append(c.clients, &client{id: len(c.clients), member: m})
 	}
 }
@@ -116,7 +116,7 @@ func (c *csim) cutMember(cl *client) {
 	}
 	w.sides = [2][]uint64{{m.home}, rest}
 	w.partitioned = true
-	w.partitionEnd = c.clk.Now().Add(m.timeout + c.randDuration(500*time.Millisecond, 1500*time.Millisecond))
+	w.partitionEnd = c.clk.Now().Add(m.Session + c.randDuration(500*time.Millisecond, 1500*time.Millisecond))
 	if c.cfg.MemberPartitions > 0 {
 		c.storm.nextCut = w.partitionEnd.Add(stormCutGap)
 	}
@@ -168,7 +168,7 @@ func (c *csim) stormCheck() {
 		return
 	}
 	m := c.members()[0].member
-	g, ok := meta.Group(m.stream, m.topic, memberGroup)
+	g, ok := meta.Group(m.Stream, m.Topic, memberGroup)
 	if !ok {
 		return
 	}
@@ -235,26 +235,26 @@ func (c *csim) memberAct(cl *client) {
 		return
 	}
 	if g.CreatedRevision != m.groupRev {
-		m.groupRev, m.id = g.CreatedRevision, 0 // a new incarnation
+		m.groupRev, m.ID = g.CreatedRevision, 0 // a new incarnation
 	}
 	m.now = now.UnixNano()
 	switch {
-	case m.id == 0:
+	case m.ID == 0:
 		c.memberMeta(cl, home, "join", metadata.JoinGroup{Stream: t.Stream, Topic: t.ID, Group: memberGroup,
-			Member: fmt.Sprintf("m%d", cl.id), SessionTimeout: m.timeout, Now: m.now, Revision: t.CreatedRevision})
-	case now.Sub(m.lastBeat) >= m.timeout/3:
+			Member: fmt.Sprintf("m%d", cl.id), SessionTimeout: m.Session, Now: m.now, Revision: t.CreatedRevision})
+	case now.Sub(m.lastBeat) >= m.Session/3:
 		// A heartbeat as a Member's: if it releases partitions moving
 		// away from the member (it hands out nothing between its steps),
 		// a commit of nothing acknowledging the generation it acts in;
 		// else a lease renewal at the metadata leader, no log entry.
 		m.lastBeat = now
-		if v, err := meta.MemberOf(t.Stream, t.ID, memberGroup, m.id, m.gen); err == nil && !v.Releases {
-			c.memberLease(cl, home, host.MemberLease{Stream: t.Stream, Topic: t.ID, TopicRevision: t.CreatedRevision,
-				Group: memberGroup, Member: m.id})
+		// The Member's own decision (host.GroupMember.Heartbeat).
+		renew, cmd := m.Heartbeat(meta, m.Gen, m.now)
+		if renew {
+			c.memberLease(cl, home, m.Lease())
 			return
 		}
-		c.memberMeta(cl, home, "heartbeat", metadata.CommitGroupOffsets{Stream: t.Stream, Topic: t.ID, Group: memberGroup,
-			Member: m.id, Generation: m.gen, Now: m.now, Revision: t.CreatedRevision})
+		c.memberMeta(cl, home, "heartbeat", cmd)
 	default:
 		// The members' topic needs messages: a member produces too, half
 		// the time — in a storm less, so that a thousand members do not
@@ -270,7 +270,7 @@ func (c *csim) memberAct(cl *client) {
 			}
 			return
 		}
-		v, err := meta.MemberOf(t.Stream, t.ID, memberGroup, m.id, m.gen)
+		v, err := meta.MemberOf(t.Stream, t.ID, memberGroup, m.ID, m.Gen)
 		held := v.Held
 		if err != nil || len(held) == 0 {
 			return
@@ -285,9 +285,9 @@ func (c *csim) memberAct(cl *client) {
 			c.fail(0, "member %d: %v", cl.id, err)
 			return
 		}
-		var from uint64
-		if p, ok := meta.GroupPartitionState(t.Stream, t.ID, memberGroup, part); ok && p.Committed {
-			from = p.Offset
+		var from uint64 // none committed: from the first, as ResetEarliest
+		if off, ok := m.PollFrom(meta, part); ok {
+			from = off
 		}
 		m.doing, m.part = "poll", part
 		c.nextOp++
@@ -296,7 +296,7 @@ func (c *csim) memberAct(cl *client) {
 		c.ops.Poll++
 		cl.op = o
 		c.allOps = append(c.allOps, o)
-		o.callEv = c.event("call op=%d member=%d (id %d gen %d) n%d poll ns=%v%s", o.id, cl.id, m.id, m.gen, home.id, ns, o.args())
+		o.callEv = c.event("call op=%d member=%d (id %d gen %d) n%d poll ns=%v%s", o.id, cl.id, m.ID, m.Gen, home.id, ns, o.args())
 		c.startCall(o, c.newAttempt(o), home)
 	}
 }
@@ -337,13 +337,13 @@ func (c *csim) memberLease(cl *client, home *cnode, l host.MemberLease) {
 	m := cl.member
 	ch, cancel, err := home.eng.SendLease(l)
 	if err != nil {
-		c.event("member %d (id %d) lease on n%d: %v", cl.id, m.id, home.id, err)
+		c.event("member %d (id %d) lease on n%d: %v", cl.id, m.ID, home.id, err)
 		m.lastBeat = time.Time{} // ask again
 		return
 	}
 	c.ops.MemberLeases++
 	m.lease, m.leaseCancel, m.leaseUntil = ch, cancel, c.clk.Now().Add(forwardTicks*c.cfg.TickInterval)
-	c.event("member %d (id %d gen %d) renews its lease through n%d", cl.id, m.id, m.gen, home.id)
+	c.event("member %d (id %d gen %d) renews its lease through n%d", cl.id, m.ID, m.Gen, home.id)
 }
 
 // leaseDone takes member cl's lease answer, if it came or is given up
@@ -363,17 +363,15 @@ func (c *csim) leaseDone(cl *client) bool {
 	}
 	m.lease, m.leaseCancel = nil, nil
 	err := r.Of(0) // the message held this member's renewal only
-	c.event("member %d (id %d) lease answered: %v", cl.id, m.id, errString(err))
+	c.event("member %d (id %d) lease answered: %v", cl.id, m.ID, errString(err))
 	switch {
 	case err == nil:
-		m.confirmed = max(m.confirmed, m.now)
+		m.Renewed(m.now)
 		if home := c.node(m.home); home != nil && home.meta != nil {
-			if g, ok := home.meta.GroupSummary(m.stream, m.topic, memberGroup); ok && g.Generation >= m.gen {
-				m.gen = g.Generation // Member.refresh
-			}
+			m.refresh(home.meta)
 		}
 	case errors.Is(err, metadata.ErrUnknownMember):
-		m.id = 0 // expired or gone: join again
+		m.ID = 0 // expired or gone: join again
 	default:
 		m.lastBeat = time.Time{} // refused or lost: ask again
 	}
@@ -384,8 +382,8 @@ func (c *csim) leaseDone(cl *client) bool {
 // is committed on its home, else the first topic home knows (with
 // Config.MemberPartitions, the members' own topic).
 func (c *csim) memberTopic(m *gmember, meta *metadata.Store) (metadata.TopicInfo, bool) {
-	if m.topicRev != 0 {
-		if t, ok := meta.Topic(m.stream, m.topic); ok && t.CreatedRevision == m.topicRev {
+	if m.TopicRevision != 0 {
+		if t, ok := meta.Topic(m.Stream, m.Topic); ok && t.CreatedRevision == m.TopicRevision {
 			return t, true
 		}
 	}
@@ -398,13 +396,13 @@ func (c *csim) memberTopic(m *gmember, meta *metadata.Store) (metadata.TopicInfo
 		if !ok || t.Partitions == 0 {
 			return metadata.TopicInfo{}, false
 		}
-		m.stream, m.topic, m.topicRev, m.groupRev, m.id = t.Stream, t.ID, t.CreatedRevision, 0, 0
+		m.Stream, m.Topic, m.TopicRevision, m.groupRev, m.ID = t.Stream, t.ID, t.CreatedRevision, 0, 0
 		return t, true
 	}
 	for _, st := range meta.Streams() {
 		for _, t := range meta.Topics(st.ID) {
 			if t.Partitions > 0 {
-				m.stream, m.topic, m.topicRev, m.groupRev, m.id = t.Stream, t.ID, t.CreatedRevision, 0, 0
+				m.Stream, m.Topic, m.TopicRevision, m.groupRev, m.ID = t.Stream, t.ID, t.CreatedRevision, 0, 0
 				return t, true
 			}
 		}
@@ -414,8 +412,7 @@ func (c *csim) memberTopic(m *gmember, meta *metadata.Store) (metadata.TopicInfo
 
 // memberFence is the Consumer's fence (Member.check) for m on home.
 func (c *csim) memberFence(m *gmember, home *cnode, part uint32) error {
-	return home.meta.CheckDelivery(m.stream, m.topic, memberGroup, m.id, m.gen, part,
-		m.confirmed, m.timeout, c.clk.Now().UnixNano())
+	return m.Fence(home.meta, part, c.clk.Now().UnixNano())
 }
 
 // memberMeta proposes a member's group command through home.
@@ -446,21 +443,25 @@ func (c *csim) memberDoneOf(cl *client, o *op) {
 	if o.kind == kindMeta {
 		switch {
 		case o.outcome == outcomeOK && m.doing == "join":
-			m.id, m.confirmed, m.lastBeat = o.meta.result.Member, m.now, c.clk.Now()
+			// A new Member: its generation is its group's, from its join on.
+			m.ID, m.Gen, m.Confirmed, m.lastBeat = o.meta.result.Member, 0, m.now, c.clk.Now()
 			c.ops.MemberJoins++
 		case o.outcome == outcomeOK && m.doing != "create":
-			m.confirmed = max(m.confirmed, m.now)
+			m.Renewed(m.now)
 		case errors.Is(o.err, metadata.ErrUnknownMember):
-			m.id = 0 // expired or gone: join again
+			m.ID = 0 // expired or gone: join again
 		case o.outcome != outcomeOK:
 			m.lastBeat = time.Time{} // refused or lost: refresh first
 		}
-		if g, ok := home.meta.GroupSummary(m.stream, m.topic, memberGroup); ok && o.outcome == outcomeOK && g.Generation >= m.gen {
-			m.gen = g.Generation // Member.refresh
+		if o.outcome == outcomeOK && m.ID != 0 {
+			m.refresh(home.meta)
 		}
 		return
 	}
-	if o.kind != kindPoll || o.outcome != outcomeOK || len(o.resp.Messages) == 0 || m.id == 0 {
+	if o.kind == kindPoll && m.ID != 0 {
+		c.checkDelivered(deliveryKeyOf(m, m.part))
+	}
+	if o.kind != kindPoll || o.outcome != outcomeOK || len(o.resp.Messages) == 0 || m.ID == 0 {
 		return
 	}
 	var err error
@@ -469,7 +470,7 @@ func (c *csim) memberDoneOf(cl *client, o *op) {
 	}
 	if err != nil || !home.reachable() {
 		c.ops.MemberFenced++
-		c.event("member %d (id %d gen %d) drops %d messages of %d at %d: %v", cl.id, m.id, m.gen,
+		c.event("member %d (id %d gen %d) drops %d messages of %d at %d: %v", cl.id, m.ID, m.Gen,
 			len(o.resp.Messages), m.part, o.resp.Messages[0].Offset, errString(err))
 		return
 	}
@@ -477,38 +478,34 @@ func (c *csim) memberDoneOf(cl *client, o *op) {
 	for _, msg := range o.resp.Messages {
 		if msg.Offset < committed {
 			c.fail(9, "member %d (id %d, generation %d, on n%d) handed its application message %d of partition %d; the group's committed offset is %d (applied on n%d)",
-				cl.id, m.id, m.gen, m.home, msg.Offset, m.part, committed, node)
+				cl.id, m.ID, m.Gen, m.home, msg.Offset, m.part, committed, node)
 			return
 		}
 	}
 	c.ops.MemberDelivered += len(o.resp.Messages)
+	offs := make([]uint64, len(o.resp.Messages))
+	for i, msg := range o.resp.Messages {
+		offs[i] = msg.Offset
+	}
+	c.noteDelivered(deliveryKeyOf(m, m.part), offs)
 	next := o.resp.Messages[len(o.resp.Messages)-1].Offset + 1
 	m.now = c.clk.Now().UnixNano()
-	c.memberMeta(cl, home, "commit", metadata.CommitGroupOffsets{Stream: m.stream, Topic: m.topic, Group: memberGroup,
-		Member: m.id, Generation: m.gen, Offsets: []metadata.GroupOffset{{Partition: m.part, Offset: next}},
-		Now: m.now, Revision: m.topicRev})
+	c.memberMeta(cl, home, "commit", m.Commit(m.Gen, []metadata.GroupOffset{{Partition: m.part, Offset: next}}, m.now))
+}
+
+// refresh is Member.refresh: the member's view of its group on its
+// node's committed metadata, after a join, heartbeat or commit of it
+// applied, makes the group's generation the member's
+// (host.GroupMember.Adopt).
+func (m *gmember) refresh(meta *metadata.Store) {
+	if v, err := meta.MemberOf(m.Stream, m.Topic, memberGroup, m.ID, m.Gen); err == nil {
+		m.Adopt(v)
+	}
 }
 
 // groupCommitted is the group's committed offset of part as far as any
 // node knows (each applies the log at its own pace; what one applied is
 // committed), for m's group incarnation, and a node that applied it.
 func (c *csim) groupCommitted(m *gmember, part uint32) (uint64, uint64) {
-	var off, at uint64
-	for _, n := range c.nodes {
-		if n.down || n.meta == nil {
-			continue
-		}
-		t, ok := n.meta.Topic(m.stream, m.topic)
-		if !ok || t.CreatedRevision != m.topicRev {
-			continue
-		}
-		g, ok := n.meta.GroupSummary(m.stream, m.topic, memberGroup)
-		if !ok || g.CreatedRevision != m.groupRev {
-			continue
-		}
-		if p, ok := n.meta.GroupPartitionState(m.stream, m.topic, memberGroup, part); ok && p.Committed && p.Offset > off {
-			off, at = p.Offset, n.id
-		}
-	}
-	return off, at
+	return c.committedOf(deliveryKeyOf(m, part))
 }

@@ -9,27 +9,31 @@ import (
 
 	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/shard"
 )
 
 // Nodes removed mid-run (Config.Faults.Remove). A member of a cluster of
-// four or more is removed the way Engine.RemoveNode removes one, through
-// another running member:
+// four or more is removed by Engine.RemoveNode's own steps
+// (Engine.StartRemoveNode, stepped on another running member's manual
+// engine; a call that fails, or whose member crashes, is made again
+// through another), after a read barrier:
 //
-//  1. drain: the DrainNode command (Engine.ProposeMetadata) re-places
-//     every replica the node holds on the other nodes; proposed again
-//     under the same key when its answer has not come within the
-//     engine's forward timeout, through whichever member runs then, and
-//     abandoned when the metadata refuses it (metadata.ErrNotEnoughNodes:
-//     some topic's replication factor needs the node);
+//  1. drain: the DrainNode command re-places every replica the node
+//     holds on the other nodes, through the metadata apply-and-retry
+//     (host.AskDriver); the removal is abandoned when the metadata
+//     refuses it (metadata.ErrNotEnoughNodes: some topic's replication
+//     factor needs the node);
 //  2. wait: each moved partition's group leader adds the new replica
 //     (which is sent a snapshot and fetches the partition log), removes
-//     the old one and settles the move (SettleReplicas); the driver waits
-//     until a member's metadata reports no replica left on the node —
-//     for as long as that takes, with every fault going on;
-//  3. leave: the metadata group's membership change carrying RemoveNode
-//     (Engine.ProposeRemoveNode), proposed again like the drain.
+//     the old one and settles the move (SettleReplicas); the call waits
+//     until its member's metadata reports no replica left on the node,
+//     and the next call on from where the last stood — for as long as
+//     that takes, with every fault going on;
+//  3. leave: the metadata group's membership change carrying RemoveNode,
+//     proposed again under the same key until it applies (the membership
+//     resend, host.ResendDriver).
 //
-// Once a member applied the removal, the node is closed and leaves the
+// Once the call returned, the node is closed and leaves the
 // simulation: nothing reaches it any more, clients homed on it see it
 // down, and every check from then on is over the remaining members. The
 // node being removed may crash, stop or be cut off meanwhile like any
@@ -49,29 +53,16 @@ import (
 // and crashes need three to leave a majority somewhere.
 const minMembers = 3
 
-// removing is the removal of a node in progress.
+// removing is the removal of a node in progress: RemoveNode calls made
+// through other members until one returns.
 type removing struct {
-	id    uint64
-	phase uint8
+	id uint64
 	// The two commands' keys, each fixed for the whole removal so that a
-	// proposal made again is deduplicated.
+	// proposal made again, by the same call or the next, is deduplicated.
 	drainKey, leaveKey host.MetadataKey
-	// p is the proposal of the current step (the drain, then the
-	// removal); answer is the drain's outcome on the member it went
-	// through.
-	p      resend
-	answer <-chan host.MetadataResult
-	// drainRev is the metadata revision of a member that had applied the
-	// drain: one past it that names no id applied the removal (one that
-	// names none before it may just not have applied the addition).
-	drainRev uint64
+	call               *memberCall
+	calls              int // the calls made so far
 }
-
-const (
-	removeDrain uint8 = iota
-	removeWait
-	removeLeave
-)
 
 // startRemove picks a member and begins removing it.
 func (c *csim) startRemove() {
@@ -84,7 +75,7 @@ func (c *csim) startRemove() {
 	drain := host.MetadataKey{Producer: metaProducer, Seq: c.nextSeq}
 	c.nextSeq++
 	leave := host.MetadataKey{Producer: metaProducer, Seq: c.nextSeq}
-	c.remove = &removing{id: n.id, drainKey: drain, leaveKey: leave, p: c.newResend(n.id, "drain")}
+	c.remove = &removing{id: n.id, drainKey: drain, leaveKey: leave}
 	c.event("n%d REMOVE starts (members %v, down %v)", n.id, c.memberIDs(), n.down)
 	c.removeAct()
 }
@@ -101,103 +92,42 @@ func (c *csim) removers(id uint64) []*cnode {
 	return out
 }
 
-// removeAct moves the removal in progress along. It waits while a slow
-// build's nested steps run (the node closed could be the one building)
-// and while a failover is checked (the node closed could be the one that
-// crashed).
+// removeAct moves the removal in progress along: the RemoveNode call in
+// flight is stepped, or one is made through another running member. It
+// waits while a slow build's nested steps run (the node closed could be
+// the one building) and while a failover is checked (the node closed
+// could be the one that crashed). A call given up at its deadline (the
+// member cut off, the moves not done yet) is made again through
+// whichever member runs then: it carries on where the cluster stands.
 func (c *csim) removeAct() {
 	r := c.remove
 	if r == nil || c.viol != nil || c.depth > 0 || c.calming() || c.failover != nil {
 		return
 	}
-	switch r.phase {
-	case removeDrain:
-		c.removeDrainAct(r)
-	case removeWait:
-		for _, v := range c.removers(r.id) {
-			if _, held := v.meta.Moving(r.id); held == 0 && slices.Contains(v.meta.Draining(), r.id) {
-				r.phase = removeLeave
-				c.event("n%d drained: no replica left (seen on n%d)", r.id, v.id)
-				c.removeLeaveAct(r)
-				return
-			}
-		}
-	case removeLeave:
-		c.removeLeaveAct(r)
+	started := r.call == nil
+	v, err, done := c.stepCall(&r.call, r.id, "removal", c.removers(r.id), func(v *cnode) (*host.MemberChange, error) {
+		return v.eng.StartRemoveNode(r.drainKey, r.leaveKey, r.id, v.clk.Now().Add(requestTimeout))
+	}, &c.ops.RemoveRetries)
+	if started && r.call != nil {
+		r.calls++
+	}
+	switch {
+	case !done:
+	case err == nil:
+		c.removed(r, v)
+	case errors.Is(err, metadata.ErrNotEnoughNodes):
+		c.faults.RemovesRefused++
+		c.event("n%d REMOVE refused: %v", r.id, err)
+		c.remove = nil
+	case errors.Is(err, shard.ErrRetry) || errors.Is(err, shard.ErrOutcomeUnknown) ||
+		errors.Is(err, host.ErrMetadataFailed) || errors.Is(err, metadata.ErrNodeBusy):
+		c.ops.RemoveCalls++ // called again
+	default:
+		c.fail(0, "n%d RemoveNode through n%d failed: %v", r.id, v.id, err)
 	}
 }
 
-// drained moves the removal on to waiting for the moves: v's metadata
-// held the drain at revision rev.
-func (c *csim) drained(r *removing, v *cnode, rev uint64) {
-	r.phase, r.p, r.drainRev = removeWait, c.newResend(r.id, "removal"), rev
-	c.event("n%d DRAINING (applied on n%d, revision %d)", r.id, v.id, rev)
-	c.removeAct()
-}
-
-func (c *csim) removeDrainAct(r *removing) {
-	if r.p.d.InFlight() {
-		select {
-		case res := <-r.answer:
-			switch {
-			case res.Err == nil:
-				c.drained(r, r.p.via, res.Result.Revision)
-			case errors.Is(res.Err, metadata.ErrNotEnoughNodes):
-				c.faults.RemovesRefused++
-				c.event("n%d REMOVE refused: %v", r.id, res.Err)
-				c.remove = nil
-			default:
-				c.resendLater(&r.p, res.Err)
-			}
-			return
-		default:
-		}
-	}
-	draining := func(v *cnode) bool { return slices.Contains(v.meta.Draining(), r.id) }
-	done, v := c.resendStep(&r.p, draining, c.removers(r.id), &c.ops.RemoveRetries)
-	if done != nil {
-		c.drained(r, done, done.meta.Revision())
-		return
-	}
-	if v == nil {
-		return
-	}
-	ch, err := v.eng.ProposeMetadata(r.drainKey, metadata.DrainNode{Node: r.id})
-	if err != nil {
-		c.event("n%d drain proposed through n%d: %v", r.id, v.id, err)
-		c.resendLater(&r.p, err)
-		return
-	}
-	r.answer = ch
-	c.proposedThrough(&r.p, v)
-}
-
-func (c *csim) removeLeaveAct(r *removing) {
-	applied := func(v *cnode) bool { return c.appliedRemoval(r, v) }
-	done, v := c.resendStep(&r.p, applied, c.removers(r.id), &c.ops.RemoveRetries)
-	if done != nil {
-		c.removed(r, done)
-		return
-	}
-	if v == nil {
-		return
-	}
-	// A member whose metadata lags behind the drain refuses the removal
-	// as busy (ErrNodeBusy) and proposes nothing: try again later.
-	if err := v.eng.ProposeRemoveNode(r.leaveKey, r.id); err != nil {
-		c.event("n%d removal proposed through n%d: %v", r.id, v.id, err)
-		c.resendLater(&r.p, err)
-		return
-	}
-	c.proposedThrough(&r.p, v)
-}
-
-// appliedRemoval reports whether v's metadata holds the removal of r.id.
-func (c *csim) appliedRemoval(r *removing, v *cnode) bool {
-	return v.meta.Revision() > r.drainRev && !slices.Contains(v.meta.Nodes(), r.id)
-}
-
-// removed ends the removal: member v has applied it. The removed node is
+// removed ends the removal: RemoveNode returned on member v. The removed node is
 // closed, as a host closes it once RemoveNode returns.
 func (c *csim) removed(r *removing, v *cnode) {
 	c.remove = nil

@@ -1,72 +1,65 @@
 package sim
 
 import (
-	"fmt"
-
 	"github.com/parkway-io/parkway/host"
 )
 
-// resend is a membership change a driver (cjoin.go, cremove.go) proposes
-// until a member has applied it, paced by the engine's own membership
-// resend (host.ResendDriver, as Engine.AddNode and Engine.RemoveNode use
-// it): the simulator only picks the member each proposal goes through.
-type resend struct {
-	node uint64 // the node added or removed
-	what string // the step, for the trace
-	// via is the member the last proposal went through.
-	via *cnode
-	d   host.ResendDriver
+// memberCall is an AddNode or RemoveNode call in flight on member via
+// (incarnation gen): the engine's own membership change
+// (host.MemberChange, the steps Engine.AddNode and Engine.RemoveNode
+// block on), started on via's manual engine and stepped after every
+// action. Its decisions — the read barrier, the drain and the wait for
+// the moves, the configuration change proposed again under the same key
+// until it applies, the wait for the promotion — are the engine's; the
+// simulator only picks the member each call is made on, as an operator
+// calls again through another member when a call fails or its node
+// dies.
+type memberCall struct {
+	via     *cnode
+	gen     int
+	mc      *host.MemberChange
+	retries int // the call's proposals made again, counted so far
 }
 
-// newResend is the resend of step what of node's addition or removal,
-// with the engine's forward timeout and the simulated retry pauses.
-func (c *csim) newResend(node uint64, what string) resend {
-	return resend{node: node, what: what, d: host.NewResendDriver(forwardTicks*c.cfg.TickInterval, retryMin, retryMax)}
-}
-
-// resendStep says what the driver of p does now: done is a member whose
-// metadata holds the proposal applied (applied reports it), next the
-// member to propose through (one of from, picked by the seed), and both
-// are nil while it waits. retries counts the proposals made again after
-// the timeout.
-func (c *csim) resendStep(p *resend, applied func(*cnode) bool, from []*cnode, retries *int) (done, next *cnode) {
-	var v *cnode
-	ok := false
-	if p.d.InFlight() {
-		v = c.cur(p.via)
-		ok = v.reachable() && applied(v)
+// stepCall steps the call of step what of node's change in *p, first
+// starting one (start) on a member of from the seed picks when none is
+// in flight. It reports the call's outcome once it returned (done), and
+// the member it went through; a call whose member crashed is gone with
+// it, and one whose member is stopped waits.
+func (c *csim) stepCall(p **memberCall, node uint64, what string, from []*cnode, start func(v *cnode) (*host.MemberChange, error), retries *int) (via *cnode, err error, done bool) {
+	cl := *p
+	if cl != nil && (cl.via.gen != cl.gen || cl.via.down || c.node(cl.via.id) != cl.via) {
+		c.event("n%d %s call through n%d gone with it", node, what, cl.via.id)
+		cl, *p = nil, nil
 	}
-	st := p.d.Step(c.clk.Now(), ok)
-	if st.Again {
-		*retries++
-		c.event("n%d %s not applied after %d ticks: propose again", p.node, p.what, forwardTicks)
+	if cl == nil {
+		if len(from) == 0 {
+			return nil, nil, false
+		}
+		v := from[c.rng.IntN(len(from))]
+		mc, err := start(v)
+		if err != nil {
+			c.fail(0, "n%d %s call through n%d: %v", node, what, v.id, err)
+			return nil, nil, false
+		}
+		cl = &memberCall{via: v, gen: v.gen, mc: mc}
+		*p = cl
+		c.event("n%d %s call through n%d", node, what, v.id)
 	}
-	switch st.Op {
-	case host.ResendDone:
-		return v, nil
-	case host.ResendWait:
-		return nil, nil
+	if cl.via.stopped {
+		return nil, nil, false
 	}
-	if len(from) == 0 {
-		c.resendLater(p, fmt.Errorf("no member running"))
-		return nil, nil
+	err, done = cl.mc.Step()
+	cl.via.flushOutbox()
+	if r := cl.mc.Retries(); r > cl.retries {
+		*retries += r - cl.retries
+		cl.retries = r
+		c.event("n%d %s not applied after %d ticks: proposed again through n%d", node, what, forwardTicks, cl.via.id)
 	}
-	v = from[c.rng.IntN(len(from))]
-	if applied(v) {
-		return v, nil
+	if !done {
+		return nil, nil, false
 	}
-	return nil, v
-}
-
-// proposedThrough records that p was proposed through v.
-func (c *csim) proposedThrough(p *resend, v *cnode) {
-	p.via = v
-	p.d.Proposed(c.clk.Now())
-	c.event("n%d %s proposed through n%d", p.node, p.what, v.id)
-}
-
-// resendLater pauses p after a refusal.
-func (c *csim) resendLater(p *resend, err error) {
-	d := p.d.Refused(c.clk.Now())
-	c.event("n%d %s retry in %v: %v", p.node, p.what, d, err)
+	*p = nil
+	c.event("n%d %s call through n%d returned: %v", node, what, cl.via.id, errString(err))
+	return cl.via, err, true
 }

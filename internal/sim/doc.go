@@ -224,9 +224,10 @@
 // home node's metadata member (Engine.ProposeMetadata) and paced by the
 // engine's metadata apply-and-retry (host.AskDriver): one not committed
 // within the engine's forward timeout, or answered "retry", is proposed
-// again, with the same key, after its pause; AddNode's and RemoveNode's
-// proposals are paced by the engine's membership resend
-// (host.ResendDriver, cresend.go), through a member the seed picks; the data operations that depend on
+// again, with the same key, after its pause; nodes are added and removed
+// by the engine's own AddNode and RemoveNode steps (host.MemberChange,
+// started on a member the seed picks and stepped there, cresend.go); the
+// data operations that depend on
 // them are issued at once, through random nodes whose metadata may not
 // have applied the commit yet.
 //
@@ -254,19 +255,23 @@
 // time in two, every other fault ends and no fault or new client
 // operation starts for a second, for the failover check of invariant 8;
 // a new node joining mid-run (cjoin.go): it starts with Cluster.Join on
-// an empty disk and is added through a running member, as a learner, by
-// the metadata group's membership change carrying the AddNode command
-// (Engine.ProposeAddNode, proposed again like AddNode does until a
-// member has applied it), receives the metadata as a snapshot, is
-// promoted to voter by the metadata leader once it caught up, takes
-// every fault like the founders, and serves clients once added; topics
+// an empty disk and is added through a running member by AddNode's own
+// steps (Engine.StartAddNode: the metadata group's membership change
+// carrying the AddNode command, which adds it as a learner, proposed
+// again under the same key until the member has applied it, then the
+// wait for its promotion; a call given up at its deadline, or whose
+// member died, is made again through another), receives the metadata as
+// a snapshot, is promoted to voter by the metadata leader once it caught
+// up, takes every fault like the founders, and serves clients once
+// AddNode returned; topics
 // created after it may be placed on it; a member of a cluster of four or
-// more removed mid-run (cremove.go), as Engine.RemoveNode removes one:
+// more removed mid-run (cremove.go) by RemoveNode's own steps
+// (Engine.StartRemoveNode, through another member: a read barrier, then)
 // the DrainNode command re-places its replicas, each moved partition's
 // group leader adds the new replica (snapshot, then catch-up) and removes
 // the old one before settling the move, and once no replica is left on
 // the node the metadata group's membership change carrying RemoveNode
-// (Engine.ProposeRemoveNode) takes it out and the node is closed — with
+// takes it out and the node is closed once the call returned — with
 // every other fault going on meanwhile, the node removed included. The
 // metadata workload also issues Rebalance, which moves replicas onto
 // the nodes holding the fewest (onto a node that joined) and reorders
@@ -517,6 +522,18 @@
 //     error leaves the node having applied every metadata entry some
 //     node had applied when it started; one given up at its deadline (no
 //     leader reached) is counted (Result.Ops.BarriersFailed).
+//  12. A group commits only what its members were handed (cluster mode
+//     with Config.GroupMembers, the members of invariant 9): every offset
+//     below the members' group's committed offset of a partition (the
+//     largest any node applied, per topic and group incarnation) was
+//     handed to some member's application; checked when a member's poll
+//     ends and, for every partition, once the run settled. That the
+//     offset never goes backwards is invariant 6's. The members make a
+//     parkway.Member's own decisions (host.GroupMember: the fence, the
+//     heartbeat's choice between a lease renewal and a commit of
+//     nothing, where a poll starts, the commit, the generation adopted);
+//     the Consumer's loop around them (its fetchers, its follow-up of a
+//     rebalance) is not driven yet.
 //
 // Panics in the engine (etcd raft's included) are reported as violations
 // of invariant 0, with the seed, rather than crashing the test binary.

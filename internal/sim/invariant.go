@@ -50,6 +50,7 @@ var invariants = [...]*invariant{
 	&invMemberFence,
 	&invForwardBudget,
 	&invReadBarrier,
+	&invDelivered,
 }
 
 // harness is what the invariants read of a run, in either mode: the

@@ -13,7 +13,8 @@ var invGroups = invariant{
 	behaviour: "23",
 	step:      checkGroupsNow,
 	uncaught: "the group commands' state machine is package metadata's, which no seam of the simulator reaches and no testhooks " +
-		"switch breaks; TestGroupCheckFindsViolations feeds the checker committed groups that break each of its clauses",
+		"switch breaks as this checks (testhooks.CommitSkipsOffset moves an offset forward: invariant 12's); " +
+		"TestGroupCheckFindsViolations feeds the checker committed groups that break each of its clauses",
 }
 
 // checkGroupsNow checks the committed groups of every running node.

@@ -20,5 +20,5 @@ var invMembership = invariant{
 	}),
 	settled:  inCluster((*csim).checkMembership),
 	online:   "the failover checks after a calm (cfailover.go), the wrong-disk start (startOnWrongDisk)",
-	caughtBy: []string{"BreakLeaderTransfer", "BreakJoinCommand", "BreakZombieLiveness", "BreakEarlySettle", "BreakIdentityCheck", "BreakReplyPath", "BreakLivenessReport", "testhooks.NoTermStep"},
+	caughtBy: []string{"BreakLeaderTransfer", "testhooks.NoJoinConfChange", "BreakZombieLiveness", "BreakEarlySettle", "BreakIdentityCheck", "BreakReplyPath", "BreakLivenessReport", "testhooks.NoTermStep"},
 }

@@ -17,7 +17,6 @@ var brokenBuilds = map[string]interface{ Store(bool) }{
 	"BreakRaftEpoch":       &sim.BreakRaftEpoch,
 	"BreakPlacement":       &sim.BreakPlacement,
 	"BreakLeaderTransfer":  &sim.BreakLeaderTransfer,
-	"BreakJoinCommand":     &sim.BreakJoinCommand,
 	"BreakZombieLiveness":  &sim.BreakZombieLiveness,
 	"BreakEarlySettle":     &sim.BreakEarlySettle,
 	"BreakSwallowDamage":   &sim.BreakSwallowDamage,

@@ -51,8 +51,8 @@ type FaultRates struct {
 	QuiescedCrash float64
 	// Join, in cluster mode, is the chance per scheduler step that a new
 	// node starts (Cluster.Join, an empty disk) and is added to the
-	// cluster through a running member (the metadata group's membership
-	// change, Engine.ProposeAddNode): one addition at a time, at most two
+	// cluster through a running member (the engine's AddNode steps,
+	// Engine.StartAddNode): one addition at a time, at most two
 	// per run, and never past seven nodes.
 	Join float64
 	// Lie is the chance per scheduler step of a lying disk fault
@@ -85,10 +85,10 @@ type FaultRates struct {
 	WrongDisk float64
 	// Remove, in cluster mode, is the chance per scheduler step that a
 	// member of a cluster of four or more starts being removed as
-	// Engine.RemoveNode removes one (cremove.go): DrainNode moves its
-	// replicas to the other nodes, the driver waits for the moves to
-	// settle, then the metadata group's membership change carrying
-	// RemoveNode (Engine.ProposeRemoveNode) takes it out; the removed
+	// Engine.RemoveNode removes one (cremove.go, Engine.StartRemoveNode):
+	// DrainNode moves its replicas to the other nodes, the call waits for
+	// the moves to settle, then the metadata group's membership change
+	// carrying RemoveNode takes it out; the removed
 	// node is closed. One membership change at a time.
 	Remove float64
 
@@ -493,7 +493,9 @@ type OpCounts struct {
 	LeaderTransfers int // leadership transfers a shard started (parkway_leader_transfers_total)
 	// Membership.
 	JoinRetries   int // node additions proposed again after the forward timeout
-	RemoveRetries int // drains and removals proposed again after the forward timeout
+	RemoveRetries int // removals proposed again after the forward timeout
+	JoinCalls     int // AddNode calls that failed and were made again
+	RemoveCalls   int // RemoveNode calls that failed and were made again
 	Rebalances    int // metadata.Rebalance commands the workload issued
 	// Group members (Config.GroupMembers).
 	MemberDelivered int // messages members handed their applications
@@ -549,7 +551,7 @@ type Violation struct {
 	Seed uint64
 	// Cluster is set for a cluster-mode run (Config.Nodes > 1).
 	Cluster bool
-	// Invariant is 1–8 (see the package documentation); 0 reports the
+	// Invariant is 1–12 (see the package documentation); 0 reports the
 	// simulator losing track of the engine (a desynchronised inbox mirror,
 	// an engine call failing), which is a bug too.
 	Invariant int

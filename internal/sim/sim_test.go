@@ -286,6 +286,8 @@ func addOps(t *sim.OpCounts, o sim.OpCounts) {
 	t.LeaderTransfers += o.LeaderTransfers
 	t.JoinRetries += o.JoinRetries
 	t.RemoveRetries += o.RemoveRetries
+	t.JoinCalls += o.JoinCalls
+	t.RemoveCalls += o.RemoveCalls
 	t.Rebalances += o.Rebalances
 	t.MemberDelivered += o.MemberDelivered
 	t.MemberFenced += o.MemberFenced

@@ -31,4 +31,17 @@ var (
 	// committed through another node. Read in host's askRead, once per
 	// try.
 	NoReadIndexWait atomic.Bool
+	// NoJoinConfChange, when set, makes AddNode propose its AddNode
+	// command alone, without the metadata group's configuration change
+	// that carries it: the metadata names a node the group does not have
+	// as a member, as a node addition that forgot the raft configuration
+	// change would. Read in host's proposeConfChange, once per proposal
+	// of an addition.
+	NoJoinConfChange atomic.Bool
+	// CommitSkipsOffset, when set, makes a consumer group's committed
+	// offset one past the offset its commit names: the message at the
+	// offset committed is never read by the group, as a commit path that
+	// lost count of what it delivered would leave it. Read in metadata's
+	// commitGroupOffsets, once per partition committed.
+	CommitSkipsOffset atomic.Bool
 )

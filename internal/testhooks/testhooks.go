@@ -14,7 +14,7 @@
 //
 // The package imports nothing of parkway, so any package may read it.
 //
-// Four switches are left. The other broken builds the simulator proves
+// Six switches are left. The other broken builds the simulator proves
 // it catches (a fast-skip that ignores parked frames, raft messages
 // without their incarnation) are built from outside, through the engine's
 // public seams (internal/sim's Break* variables); these break checks no
@@ -22,6 +22,10 @@
 // a peer's raft term relative to the receiver's (NoTermStep), the
 // budget of forwarded requests (NoForwardBudget) — these two caught by
 // the cluster simulator's misbehaving member (internal/sim, cpeer.go) —
-// and the metadata read barrier's wait for a confirmed, applied read
-// index (NoReadIndexWait, caught by the cluster simulator's barriers).
+// the metadata read barrier's wait for a confirmed, applied read
+// index (NoReadIndexWait, caught by the cluster simulator's barriers),
+// and AddNode's configuration change (NoJoinConfChange, caught by the
+// cluster simulator's node additions, which run AddNode's own steps),
+// and a consumer group's committed offset (CommitSkipsOffset, caught by
+// the cluster simulator's group members).
 package testhooks
