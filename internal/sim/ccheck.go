@@ -216,6 +216,19 @@ func (c *csim) raftWindowCopy(_ uint64, ns metadata.Namespace) bool {
 	return ok && c.lies.raftWindow[incKey{ns, rev}]
 }
 
+// unownedSoleLog reports whether ns's only replica is on the liar, node
+// id, and a lie touched the raft log in ns's directory there
+// (knownUnownedSoleLog): a build refusing that directory leaves the
+// partition built nowhere.
+func (c *csim) unownedSoleLog(id uint64, ns metadata.Namespace) bool {
+	n := c.node(id)
+	if n == nil || !c.isLiar(n) || !c.lies.bases[ns]["raft.log"] {
+		return false
+	}
+	info, ok := c.nodes[0].meta.Partition(ns)
+	return ok && len(c.replicasOf(info)) == 1
+}
+
 // convergedExcept is converged, but for the copies skip names (a node and
 // a partition).
 func (c *csim) convergedExcept(skip func(id uint64, ns metadata.Namespace) bool) string {
@@ -239,6 +252,9 @@ func (c *csim) convergedExcept(skip func(id uint64, ns metadata.Namespace) bool)
 		key := incKey{p.NS, p.CreatedRevision}
 		rl := c.oracle[key]
 		if rl == nil {
+			if skip != nil && !slices.ContainsFunc(c.replicasOf(p), func(n *cnode) bool { return !skip(n.id, p.NS) }) {
+				continue
+			}
 			return fmt.Sprintf("%v built nowhere", key)
 		}
 		for _, n := range c.replicasOf(p) {
@@ -299,8 +315,11 @@ func (c *csim) notQuiescent() {
 		// cut inside its sync mark's window differ: that replica lost
 		// entries it acknowledged without knowing (knownRaftLogWindow).
 		known := ""
-		if c.lies != nil && len(c.lies.raftWindow) > 0 && c.convergedExcept(c.raftWindowCopy) == "" {
+		switch {
+		case c.lies != nil && len(c.lies.raftWindow) > 0 && c.convergedExcept(c.raftWindowCopy) == "":
 			known = knownRaftLogWindow
+		case c.lies != nil && c.convergedExcept(c.unownedSoleLog) == "":
+			known = knownUnownedSoleLog
 		}
 		c.failKnown(known, 3, "replicas never converged (%s): %s", limit, diff)
 	case c.join != nil:
