@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"sync"
 
+	"github.com/parkway-io/parkway/internal/dedupe"
 	"github.com/parkway-io/parkway/internal/testhooks"
 )
 
@@ -50,14 +51,12 @@ type forwardBudget struct {
 	// a peer that restarted numbers its requests from 1 again.
 	reqs map[heldRequest]int
 	// copies are the held requests by (peer, id, digest of the bytes),
-	// and answered the ones answered last (answeredOrder, a ring whose
-	// oldest record is at answeredNext once full, bounded by maxAnswered): what tells a copy of a request the
-	// network delivered twice from a request of its own (see admit).
-	copies        map[requestCopy]int
-	answered      map[requestCopy]struct{}
-	answeredOrder []requestCopy
-	answeredNext  int
-	seed          maphash.Seed
+	// and answered the digest of the ones answered last by (peer, id),
+	// in the one deduplication window: what tells a copy of a request
+	// the network delivered twice from a request of its own (see admit).
+	copies   map[requestCopy]int
+	answered *dedupe.Window[uint64]
+	seed     maphash.Seed
 }
 
 // heldRequest names a forwarded request: its sender and the sender's id.
@@ -89,7 +88,7 @@ const (
 func newForwardBudget(peerMax, totalMax int64) *forwardBudget {
 	return &forwardBudget{peerMax: peerMax, totalMax: totalMax, byPeer: make(map[uint64]int64),
 		reqs: make(map[heldRequest]int), copies: make(map[requestCopy]int),
-		answered: make(map[requestCopy]struct{}), seed: maphash.MakeSeed()}
+		answered: dedupe.New[uint64](maxAnswered), seed: maphash.MakeSeed()}
 }
 
 // digest is the digest of a forwarded request's payload that admit and
@@ -109,7 +108,7 @@ func (f *forwardBudget) admit(peer, id, sum uint64, n int64) admission {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := requestCopy{peer, id, sum}
-	if _, ok := f.answered[c]; ok || f.copies[c] > 0 {
+	if sent, ok := f.answered.Get(dedupe.Key{Producer: peer, Seq: id}); (ok && sent == sum) || f.copies[c] > 0 {
 		f.duplicates++
 		return admitDuplicate
 	}
@@ -132,17 +131,7 @@ func (f *forwardBudget) release(peer, id, sum uint64, n int64) {
 	} else {
 		delete(f.copies, c)
 	}
-	if _, ok := f.answered[c]; ok {
-		return
-	}
-	if len(f.answeredOrder) < maxAnswered {
-		f.answeredOrder = append(f.answeredOrder, c)
-	} else {
-		delete(f.answered, f.answeredOrder[f.answeredNext])
-		f.answeredOrder[f.answeredNext] = c
-		f.answeredNext = (f.answeredNext + 1) % maxAnswered
-	}
-	f.answered[c] = struct{}{}
+	f.answered.Put(dedupe.Key{Producer: peer, Seq: id}, sum)
 }
 
 // takeLocked charges request id of n bytes from peer; false (nothing charged,
