@@ -295,19 +295,22 @@ func (e *Engine) deliver(ctx context.Context, m transport.Message) error {
 		return c.meta.recv(&box.msg)
 	case KindRequest:
 		// Held until answered: charged first, answered at once when over
-		// budget.
-		n := forwardCharge(len(m.Payload))
-		if !c.fwd.take(uint64(m.From), m.Group, n) {
+		// budget; a copy the network delivered twice is served once.
+		n, sum := forwardCharge(len(m.Payload)), c.fwd.digest(m.Payload)
+		switch c.fwd.admit(uint64(m.From), m.Group, sum, n) {
+		case admitDuplicate:
+			return nil
+		case admitOverBudget:
 			err := fmt.Errorf("%w: node %d holds its bound of forwarded requests", shard.ErrRetry, c.cfg.ID)
 			_ = c.send(uint64(m.From), KindReply, m.Group, EncodeResponse(shard.Response{Err: err}))
 			return nil
 		}
 		if e.cfg.Manual {
-			c.serveManual(m, n)
+			c.serveManual(m, sum, n)
 			return nil
 		}
 		e.group.Go(func(ctx context.Context) {
-			defer c.fwd.give(uint64(m.From), m.Group, n)
+			defer c.fwd.release(uint64(m.From), m.Group, sum, n)
 			c.serveRemote(ctx, m)
 		})
 		return nil
@@ -394,29 +397,29 @@ func (c *clusterNode) serveRemote(ctx context.Context, m transport.Message) {
 // on its owner shard and the reply sent when the caller's steps answer it
 // (PumpReplies). n is what the request holds of the forward budget,
 // released with its reply.
-func (c *clusterNode) serveManual(m transport.Message, n int64) {
+func (c *clusterNode) serveManual(m transport.Message, sum uint64, n int64) {
 	req, err := DecodeRequest(m.Payload, c.e.cfg.Clock.Now())
 	if err != nil {
 		_ = c.send(uint64(m.From), KindReply, m.Group, EncodeResponse(shard.Response{Err: err}))
-		c.fwd.give(uint64(m.From), m.Group, n)
+		c.fwd.release(uint64(m.From), m.Group, sum, n)
 		return
 	}
 	reply := make(chan shard.Response, 1)
 	if _, err := c.e.router.Send(req.NS, shard.Frame{Req: req, Reply: reply}); err != nil {
 		c.e.countSendFailure(req, err)
 		_ = c.send(uint64(m.From), KindReply, m.Group, EncodeResponse(shard.Response{Err: fmt.Errorf("%w: %w", shard.ErrRetry, err)}))
-		c.fwd.give(uint64(m.From), m.Group, n)
+		c.fwd.release(uint64(m.From), m.Group, sum, n)
 		return
 	}
-	c.meta.served = append(c.meta.served, served{to: uint64(m.From), id: m.Group, reply: reply, n: n})
+	c.meta.served = append(c.meta.served, served{to: uint64(m.From), id: m.Group, reply: reply, sum: sum, n: n})
 }
 
 // served is a forwarded request a manual engine queued on a shard, with
 // the bytes it holds of the forward budget.
 type served struct {
-	to, id uint64
-	reply  chan shard.Response
-	n      int64
+	to, id, sum uint64
+	reply       chan shard.Response
+	n           int64
 }
 
 // PumpReplies sends the replies of forwarded requests a manual engine's
@@ -432,7 +435,7 @@ func (e *Engine) PumpReplies() {
 		select {
 		case r := <-s.reply:
 			_ = e.cl.send(s.to, KindReply, s.id, EncodeResponse(r))
-			e.cl.fwd.give(s.to, s.id, s.n)
+			e.cl.fwd.release(s.to, s.id, s.sum, s.n)
 		default:
 			keep = append(keep, s)
 		}

@@ -1,8 +1,10 @@
 package host
 
 import (
+	"hash/maphash"
 	"sync"
 
+	"github.com/parkway-io/parkway/internal/dedupe"
 	"github.com/parkway-io/parkway/internal/testhooks"
 )
 
@@ -42,28 +44,102 @@ type forwardBudget struct {
 	held    int64
 	peak    int64
 	refused uint64
-	byPeer  map[uint64]int64 // peers holding bytes only
+	// duplicates counts the copies admit recognised.
+	duplicates uint64
+	byPeer     map[uint64]int64 // peers holding bytes only
 	// reqs counts the held requests by (peer, request id): a count, as
 	// a peer that restarted numbers its requests from 1 again.
 	reqs map[heldRequest]int
+	// copies are the held requests by (peer, id, digest of the bytes),
+	// and answered the digest of the ones answered last by (peer, id),
+	// in the one deduplication window: what tells a copy of a request
+	// the network delivered twice from a request of its own (see admit).
+	copies   map[requestCopy]int
+	answered *dedupe.Window[uint64]
+	seed     maphash.Seed
 }
 
 // heldRequest names a forwarded request: its sender and the sender's id.
 type heldRequest struct{ peer, id uint64 }
 
+// requestCopy names a forwarded request's bytes: its sender, the
+// sender's id and a digest of the payload.
+type requestCopy struct{ peer, id, sum uint64 }
+
+// maxAnswered bounds the answered requests remembered for telling late
+// copies apart: 4,096 records of 24 bytes (plus the map's).
+const maxAnswered = 4096
+
+// admission is admit's verdict on a forwarded request.
+type admission uint8
+
+const (
+	// admitted: charged and held until give; the caller serves it.
+	admitted admission = iota
+	// admitOverBudget: refused (nothing charged); the caller answers it
+	// at once with a retriable error.
+	admitOverBudget
+	// admitDuplicate: a copy of a request held or answered (the network
+	// delivered it twice); nothing charged, and the caller neither
+	// serves nor answers it: the first copy's answer is the request's.
+	admitDuplicate
+)
+
 func newForwardBudget(peerMax, totalMax int64) *forwardBudget {
 	return &forwardBudget{peerMax: peerMax, totalMax: totalMax, byPeer: make(map[uint64]int64),
-		reqs: make(map[heldRequest]int)}
+		reqs: make(map[heldRequest]int), copies: make(map[requestCopy]int),
+		answered: dedupe.New[uint64](maxAnswered), seed: maphash.MakeSeed()}
 }
 
-// take charges request id of n bytes from peer; false (nothing charged,
+// digest is the digest of a forwarded request's payload that admit and
+// give take.
+func (f *forwardBudget) digest(payload []byte) uint64 { return maphash.Bytes(f.seed, payload) }
+
+// admit decides what to do with forwarded request id of n bytes from
+// peer, whose payload has digest sum. A request whose exact bytes under
+// the same id are held, or were answered lately, is a copy the network
+// duplicated (the sender sends each request once, forward.go): serving
+// it as well would apply a write twice, and the sender, which takes the
+// first answer, could be told "not applied, retry" by one copy while the
+// other was appended (seed 104: a copy parked behind a slow build was
+// answered "no leader yet" while its twin was appended). Otherwise it is
+// takeLocked.
+func (f *forwardBudget) admit(peer, id, sum uint64, n int64) admission {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := requestCopy{peer, id, sum}
+	if sent, ok := f.answered.Get(dedupe.Key{Producer: peer, Seq: id}); (ok && sent == sum) || f.copies[c] > 0 {
+		f.duplicates++
+		return admitDuplicate
+	}
+	if !f.takeLocked(peer, id, n) {
+		return admitOverBudget
+	}
+	f.copies[c]++
+	return admitted
+}
+
+// release is giveLocked for a request admit admitted: its answer was sent, and
+// it is remembered as answered for a while.
+func (f *forwardBudget) release(peer, id, sum uint64, n int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.giveLocked(peer, id, n)
+	c := requestCopy{peer, id, sum}
+	if f.copies[c] > 1 {
+		f.copies[c]--
+	} else {
+		delete(f.copies, c)
+	}
+	f.answered.Put(dedupe.Key{Producer: peer, Seq: id}, sum)
+}
+
+// takeLocked charges request id of n bytes from peer; false (nothing charged,
 // counted as refused) when that would pass the total, or the peer's bound
 // while the peer holds anything: a peer holding nothing may always have
 // one request served, so a request larger than the peer bound (it is
 // bounded by the transport's frame) is not refused for good.
-func (f *forwardBudget) take(peer, id uint64, n int64) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+func (f *forwardBudget) takeLocked(peer, id uint64, n int64) bool {
 	p := f.byPeer[peer]
 	if (f.held+n > f.totalMax || (p > 0 && p+n > f.peerMax)) && !testhooks.NoForwardBudget.Load() {
 		f.refused++
@@ -76,12 +152,10 @@ func (f *forwardBudget) take(peer, id uint64, n int64) bool {
 	return true
 }
 
-// give releases what take charged. Its callers have sent the request's
+// giveLocked releases what takeLocked charged. Its callers have sent the request's
 // answer first, so a peer told the request is no longer held finds the
 // answer ahead of that news (one connection per peer keeps their order).
-func (f *forwardBudget) give(peer, id uint64, n int64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+func (f *forwardBudget) giveLocked(peer, id uint64, n int64) {
 	k := heldRequest{peer, id}
 	if f.reqs[k] > 1 {
 		f.reqs[k]--
@@ -116,12 +190,16 @@ type ForwardStats struct {
 	// retriable error because they would have passed
 	// Cluster.MaxForwardedBytes or the sender's MaxForwardedPeerBytes.
 	Refused uint64
+	// Duplicates counts forwarded requests received again (the network
+	// delivered one twice) while held or lately answered: neither served
+	// nor answered a second time, the first copy's answer being theirs.
+	Duplicates uint64
 }
 
 func (f *forwardBudget) stats() ForwardStats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return ForwardStats{HeldBytes: uint64(f.held), PeakHeldBytes: uint64(f.peak), Refused: f.refused}
+	return ForwardStats{HeldBytes: uint64(f.held), PeakHeldBytes: uint64(f.peak), Refused: f.refused, Duplicates: f.duplicates}
 }
 
 // ForwardStats returns the counters of the forwarded requests this node

@@ -21,7 +21,7 @@ func TestForwardBudget(t *testing.T) {
 		{3, 2, true},
 	}
 	for i, s := range steps {
-		if got := f.take(s.peer, uint64(i), s.n); got != s.ok {
+		if got := f.admit(s.peer, uint64(i), uint64(i), s.n) == admitted; got != s.ok {
 			t.Fatalf("step %d: take(%d, %d) = %v", i, s.peer, s.n, got)
 		}
 	}
@@ -36,16 +36,16 @@ func TestForwardBudget(t *testing.T) {
 			t.Fatalf("holds(%d, %d) = %v", h.peer, h.id, got)
 		}
 	}
-	f.give(1, 0, 8)
+	f.release(1, 0, 0, 8)
 	if f.holds(1, 0) {
 		t.Fatal("a request answered is still held")
 	}
-	if !f.take(1, 9, 8) {
+	if f.admit(1, 9, 9, 8) != admitted {
 		t.Fatal("a released peer was refused")
 	}
-	f.give(1, 9, 8)
-	f.give(2, 2, 15)
-	f.give(3, 4, 2)
+	f.release(1, 9, 9, 8)
+	f.release(2, 2, 2, 15)
+	f.release(3, 4, 4, 2)
 	if st := f.stats(); st.HeldBytes != 0 || len(f.byPeer) != 0 || len(f.reqs) != 0 {
 		t.Fatalf("after release: %+v, %d peers, %d requests", st, len(f.byPeer), len(f.reqs))
 	}
