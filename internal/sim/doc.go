@@ -551,7 +551,10 @@
 // incarnation's damaged incarnation file blocking the next incarnation's
 // builds on the liar in a group that cannot elect without it
 // (knownDeadIncarnationDamage), a lie on a raft log's last synced write
-// read as a torn tail (knownRaftLogWindow); and one that is not a lie: a
+// read as a torn tail (knownRaftLogWindow), a raft log cut below its
+// incarnation tag where the next incarnation's only replica is the
+// liar's, which no build may take and no peer can re-seed
+// (knownUnownedSoleLog); and one that is not a lie: a
 // partition left unusable by a failed write-behind is never rebuilt);
 // the cluster and lying-disk tests skip such seeds unless -sim.known is
 // set, and log them with their replay commands.
