@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/parkway-io/parkway/internal/syncmark"
 	"github.com/parkway-io/parkway/vfs"
 )
 
@@ -186,17 +187,15 @@ type journalLog struct {
 	// lastSync is how long the last fdatasync took, in nanoseconds.
 	lastSync atomic.Int64
 
-	// The synced-end mark (journal_mark.go), under markMu: the mark file
-	// (open once written in this process), its last slot's sequence
-	// number, the synced end of each journal file it records, and whether
-	// they changed since the last slot was written.
+	// The synced-end mark (journal_mark.go), under markMu: the mark
+	// file's writer (open once written in this process), the synced end
+	// of each journal file it records, and whether they changed since the
+	// last slot was written.
 	markMu    sync.Mutex
-	markFile  vfs.File
-	markSeq   uint64
+	mark      *syncmark.File[journalMarkSlot]
 	ends      map[uint64]int64
 	markDirty bool
-	markBuf   []byte   // the slot being written, kept for reuse
-	markFiles []uint64 // scratch of appendJournalMark
+	markFiles []journalEnd // scratch of writeMark
 }
 
 // journalWrite is one handle's part of a write: its entries, in chunks
@@ -228,7 +227,7 @@ func (s *FileStore) journal() *journalLog {
 			size = journalFileSize
 		}
 		s.jlog = &journalLog{store: s, serial: s.cfg.SerialSyncs, fileSize: size, arrived: make(chan struct{}, 1),
-			markSeq: s.jmark.seq, ends: maps.Clone(s.jmark.ends), markDirty: true}
+			mark: journalMarkFormat.Writer(s.fs, s.journalMarkPath(), s.jmark.seq), ends: maps.Clone(s.jmark.ends), markDirty: true}
 		if s.jlog.ends == nil {
 			s.jlog.ends = make(map[uint64]int64)
 		}
