@@ -707,7 +707,7 @@ func (j *Journal) checkpoint() error {
 	// The mark, handed to the device before the members' fsyncs flush it,
 	// records the journal's last synced write too (journal_mark.go). A
 	// failure leaves it for the journal's next write, which fails on it.
-	_ = j.log.writeMark(false)
+	_ = j.log.writeMark(syncmark.WrittenBack)
 	errs := make([]error, len(members))
 	fanOut(len(members), checkpointFanout, j.serial, func(k int) {
 		if fp := members[k]; fp.synced < fp.next || fp.layoutPending {
@@ -1011,9 +1011,10 @@ func (l *journalLog) append(frame []byte, sync bool) error {
 		err = l.zeroFill(end)
 	}
 	if err == nil && sync {
-		// The ends earlier fdatasyncs made durable, in the mark, durable
-		// with this one (journal_mark.go).
-		err = l.writeMark(false)
+		// The ends earlier fdatasyncs made durable, in the mark: its write
+		// started, not waited for, so durable with the next fdatasync
+		// (journal_mark.go).
+		err = l.writeMark(syncmark.Started)
 	}
 	if err == nil {
 		l.wrote = true // the frame may reach the file, whole or in part

@@ -238,11 +238,12 @@ func (l *journalLog) forgetJournalFiles(seqs []uint64) {
 }
 
 // writeMark writes the mark's next slot if anything changed since the
-// last one: handed to the device (vfs.WriteBack) to be durable with the
-// next flush, or with durable fdatasynced. The first write in a process
-// opens the mark file, creating it whole if it is missing or not of its
-// size (syncmark.File).
-func (l *journalLog) writeMark(durable bool) error {
+// last one, made durable as sync says (syncmark.Sync): the journal's
+// fdatasyncs start its write only (see above), a checkpoint waits for it,
+// a clean close fdatasyncs it. The first write in a process opens the
+// mark file, creating it whole if it is missing or not of its size
+// (syncmark.File).
+func (l *journalLog) writeMark(sync syncmark.Sync) error {
 	l.markMu.Lock()
 	defer l.markMu.Unlock()
 	if !l.markDirty {
@@ -257,7 +258,7 @@ func (l *journalLog) writeMark(durable bool) error {
 	}
 	slices.SortFunc(files, func(a, b journalEnd) int { return cmp.Compare(a.file, b.file) })
 	l.markFiles = files
-	if err := l.mark.Write(journalMarkSlot{high: l.store.journalSeq.Load(), files: files}, durable); err != nil {
+	if err := l.mark.Write(journalMarkSlot{high: l.store.journalSeq.Load(), files: files}, sync); err != nil {
 		return fmt.Errorf("journal mark: %w", err)
 	}
 	l.markDirty = false
@@ -273,7 +274,7 @@ func (l *journalLog) closeMark() error {
 	if !open {
 		return nil
 	}
-	err := l.writeMark(true)
+	err := l.writeMark(syncmark.Durable)
 	l.markMu.Lock()
 	defer l.markMu.Unlock()
 	if cerr := l.mark.Close(); err == nil {

@@ -131,6 +131,44 @@ func WriteBack(f File) error {
 	return Datasync(f)
 }
 
+// WriteBackStarter is implemented by files that can start handing their
+// written data to the device without waiting for the write to complete
+// (WriteBacker's write, without its wait). Started, the data is durable
+// with the first device flush after the write completes, which is not
+// known; WaitWriteBack waits for it (and reports its errors as fsync
+// does), so it is durable at the latest with the first flush after the
+// WaitWriteBack returns. On Linux they are sync_file_range(2) with WRITE,
+// and with WAIT_BEFORE.
+//
+// What it is for: a small side file whose durability may lag the other
+// file's fsyncs by one more than WriteBacker's (package syncmark); a
+// caller rewriting a block it started must wait for that write first, or
+// the write in flight may carry a mix of the old and new bytes.
+type WriteBackStarter interface {
+	StartWriteBack() error
+	WaitWriteBack() error
+}
+
+// StartWriteBack starts handing f's written data to the device
+// (WriteBackStarter). A file that cannot is written back (WriteBack),
+// which waits, and covers more.
+func StartWriteBack(f File) error {
+	if s, ok := f.(WriteBackStarter); ok {
+		return s.StartWriteBack()
+	}
+	return WriteBack(f)
+}
+
+// WaitWriteBack waits for the writes StartWriteBack started on f
+// (WriteBackStarter); for a file that cannot start them, nothing is
+// under way.
+func WaitWriteBack(f File) error {
+	if s, ok := f.(WriteBackStarter); ok {
+		return s.WaitWriteBack()
+	}
+	return nil
+}
+
 // ReadFile returns the whole content of the named file.
 func ReadFile(fs FS, name string) (_ []byte, err error) {
 	f, err := fs.OpenFile(name, os.O_RDONLY, 0)

@@ -184,7 +184,11 @@ func (d *Disk) writeMark(durable bool) error {
 	if d.hasMark && m == d.marked {
 		return nil // nothing new was synced
 	}
-	if err := d.mark.Write(m, durable); err != nil {
+	sync := syncmark.WrittenBack
+	if durable {
+		sync = syncmark.Durable
+	}
+	if err := d.mark.Write(m, sync); err != nil {
 		return fmt.Errorf("raft log %s: %w", d.path, err)
 	}
 	d.marked, d.hasMark = m, true

@@ -31,13 +31,20 @@
 //
 // # Writing without a flush
 //
-// File.Write hands the slot to the device without a flush (vfs.WriteBack):
-// it is durable with the device's next flush, which any fsync on the
-// filesystem issues. The users rely on one rule for that to be safe: a
-// slot only ever names what an fsync that has already returned made
-// durable, so whenever the slot reaches the disk it is not ahead of the
-// log; what they give up is that it may lag, by the synced writes whose
-// flush it missed.
+// File.Write hands the slot to the device without a flush (WrittenBack:
+// vfs.WriteBack, which waits for the write): it is durable with the
+// device's next flush, which any fsync on the filesystem issues. Or it
+// only starts the write (Started: vfs.StartWriteBack), and the slot is
+// durable with the first flush after the next Write, which waits for it
+// before it overwrites the file's page (a write in flight would carry a
+// mix of the old and new bytes) — a lag of one more flush, for no wait.
+// Or it fdatasyncs the slot (Durable).
+//
+// The users rely on one rule for any of these to be safe: a slot only
+// ever names what an fsync that has already returned made durable, so
+// whenever the slot reaches the disk, in whatever order with whatever
+// else, it is not ahead of the log; what they give up is that it may lag,
+// by the synced writes whose flush it missed.
 package syncmark
 
 import (
@@ -208,6 +215,20 @@ func (f *Format[T]) Read(fsys vfs.FS, path string) (m Mark[T], found bool, slack
 	return m, true, f.Slack(b[:n]), nil
 }
 
+// Sync is how File.Write makes a slot durable.
+type Sync int
+
+const (
+	// WrittenBack: written back, waited for (vfs.WriteBack), durable with
+	// the device's next flush.
+	WrittenBack Sync = iota
+	// Started: written back without waiting (vfs.StartWriteBack), durable
+	// with the first flush after the next Write (or Close) waited for it.
+	Started
+	// Durable: fdatasynced.
+	Durable
+)
+
 // File writes a mark file's slots in turn.
 type File[T any] struct {
 	format *Format[T]
@@ -216,6 +237,8 @@ type File[T any] struct {
 	f      vfs.File // nil until the first Write
 	seq    uint64
 	buf    []byte
+	// started: the last slot's write was started, not waited for.
+	started bool
 }
 
 // Writer returns the writer of the mark file at path whose last slot
@@ -231,13 +254,12 @@ func (w *File[T]) Seq() uint64 { return w.seq }
 // Open reports whether the file is open (written in this process).
 func (w *File[T]) Open() bool { return w.f != nil }
 
-// Write records v in the file's next slot, then hands it to the device
-// without a flush (vfs.WriteBack: durable with the next flush of any
-// file on the filesystem), or with durable fdatasyncs it. The first Write
-// opens the file; one missing, or not of its size, is first written
-// whole instead (both slots holding v), synced, and renamed into place,
-// so that a mark file that exists always holds a valid slot.
-func (w *File[T]) Write(v T, durable bool) error {
+// Write records v in the file's next slot, then makes it durable as sync
+// says (see Sync). The first Write opens the file; one missing, or not of
+// its size, is first written whole instead (both slots holding v),
+// synced, and renamed into place, so that a mark file that exists always
+// holds a valid slot.
+func (w *File[T]) Write(v T, sync Sync) error {
 	f := w.format
 	m := Mark[T]{Seq: w.seq + 1, V: v}
 	// Written to the slot's end, zeros after the record: every byte of
@@ -266,17 +288,38 @@ func (w *File[T]) Write(v T, durable bool) error {
 			return nil
 		}
 	}
+	if err := w.wait(); err != nil {
+		return err
+	}
 	if _, err := w.f.WriteAt(b, int64(m.Seq%2)*int64(f.Stride)); err != nil {
 		return fmt.Errorf("sync mark %s: %w", w.path, err)
 	}
-	sync := vfs.WriteBack
-	if durable {
-		sync = vfs.Datasync
+	var err error
+	switch sync {
+	case Started:
+		err = vfs.StartWriteBack(w.f)
+	case Durable:
+		err = vfs.Datasync(w.f)
+	default:
+		err = vfs.WriteBack(w.f)
 	}
-	if err := sync(w.f); err != nil {
+	if err != nil {
 		return fmt.Errorf("sync mark %s: %w", w.path, err)
 	}
-	w.seq = m.Seq
+	w.seq, w.started = m.Seq, sync == Started
+	return nil
+}
+
+// wait waits for the last slot's write if it was only started: a page
+// under write-back is not rewritten.
+func (w *File[T]) wait() error {
+	if !w.started {
+		return nil
+	}
+	if err := vfs.WaitWriteBack(w.f); err != nil {
+		return fmt.Errorf("sync mark %s: %w", w.path, err)
+	}
+	w.started = false
 	return nil
 }
 
@@ -303,12 +346,16 @@ func (w *File[T]) open(rec []byte) (created bool, err error) {
 	return created, nil
 }
 
-// Close closes the file if it is open. It does not sync it.
+// Close closes the file if it is open, first waiting for a slot's write
+// that was only started. It does not sync it.
 func (w *File[T]) Close() error {
 	if w.f == nil {
 		return nil
 	}
-	err := w.f.Close()
-	w.f = nil
+	err := w.wait()
+	if cerr := w.f.Close(); err == nil {
+		err = cerr
+	}
+	w.f, w.started = nil, false
 	return err
 }

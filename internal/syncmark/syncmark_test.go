@@ -33,7 +33,7 @@ func TestWriteAndRead(t *testing.T) {
 	w := format.Writer(mem, path, 0)
 	defer w.Close()
 	for v := uint64(1); v <= 5; v++ {
-		if err := w.Write(v*10, false); err != nil {
+		if err := w.Write(v*10, syncmark.WrittenBack); err != nil {
 			t.Fatal(err)
 		}
 		m, found, slack, err := format.Read(mem, path)
@@ -73,7 +73,7 @@ func TestWriteAndRead(t *testing.T) {
 	}
 	w2 := format.Writer(mem, path, 9)
 	defer w2.Close()
-	if err := w2.Write(99, false); err != nil {
+	if err := w2.Write(99, syncmark.WrittenBack); err != nil {
 		t.Fatal(err)
 	}
 	m, found, slack, err := format.Read(mem, path)
@@ -81,7 +81,7 @@ func TestWriteAndRead(t *testing.T) {
 		t.Fatalf("rewritten: %+v found %v slack %q %v", m, found, slack, err)
 	}
 	// A payload its codec refuses is no slot.
-	if err := w2.Write(5000, false); err != nil {
+	if err := w2.Write(5000, syncmark.WrittenBack); err != nil {
 		t.Fatal(err)
 	}
 	if m, _, _, err := format.Read(mem, path); err != nil || m.Seq != 10 {
@@ -99,10 +99,10 @@ func TestWriteBackRidesOnTheNextFlush(t *testing.T) {
 	const path = "/m"
 	w := format.Writer(mem, path, 0)
 	defer w.Close()
-	if err := w.Write(1, false); err != nil { // created whole, synced
+	if err := w.Write(1, syncmark.WrittenBack); err != nil { // created whole, synced
 		t.Fatal(err)
 	}
-	if err := w.Write(2, false); err != nil {
+	if err := w.Write(2, syncmark.WrittenBack); err != nil {
 		t.Fatal(err)
 	}
 	if m, _, _, err := format.Read(mem.Crash(), path); err != nil || m.V != 1 {
@@ -114,10 +114,57 @@ func TestWriteBackRidesOnTheNextFlush(t *testing.T) {
 	if m, _, _, err := format.Read(mem.Crash(), path); err != nil || m.V != 2 {
 		t.Fatalf("power loss after another file's sync: %+v %v, want the second slot", m, err)
 	}
-	if err := w.Write(3, true); err != nil {
+	if err := w.Write(3, syncmark.Durable); err != nil {
 		t.Fatal(err)
 	}
 	if m, _, _, err := format.Read(mem.Crash(), path); err != nil || m.V != 3 {
 		t.Fatalf("power loss after a durable write: %+v %v", m, err)
+	}
+}
+
+// A slot whose write was only started is not durable at the next flush:
+// the next Write waits for it, and the flush after that carries it. The
+// next Write's own slot, only started, is not durable yet either.
+func TestStartedRidesOnTheFlushAfterTheNextWrite(t *testing.T) {
+	mem := vfs.NewMem()
+	const path = "/m"
+	w := format.Writer(mem, path, 0)
+	if err := w.Write(1, syncmark.Durable); err != nil { // created whole, synced
+		t.Fatal(err)
+	}
+	flush := func() {
+		t.Helper()
+		if err := vfs.WriteFileAtomic(mem, "/other", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	durable := func() uint64 {
+		t.Helper()
+		m, _, _, err := format.Read(mem.Crash(), path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.V
+	}
+	if err := w.Write(2, syncmark.Started); err != nil {
+		t.Fatal(err)
+	}
+	flush()
+	if v := durable(); v != 1 {
+		t.Fatalf("a started slot, then a flush: %d durable, want 1 (not waited for)", v)
+	}
+	if err := w.Write(3, syncmark.Started); err != nil {
+		t.Fatal(err)
+	}
+	flush()
+	if v := durable(); v != 2 {
+		t.Fatalf("the next write, then a flush: %d durable, want 2", v)
+	}
+	if err := w.Close(); err != nil { // waits for slot 3
+		t.Fatal(err)
+	}
+	flush()
+	if v := durable(); v != 3 {
+		t.Fatalf("closed, then a flush: %d durable, want 3", v)
 	}
 }
