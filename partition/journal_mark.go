@@ -38,23 +38,41 @@ import (
 // How it is kept durable without a flush of its own. Before each fdatasync
 // of the journal that follows an earlier synced write, the mark's next
 // slot is written with the ends the earlier fdatasyncs made durable — so it
-// never claims more than the files hold — and handed to the device
-// without a flush (vfs.WriteBack: sync_file_range on Linux, the write of
-// one block): the fdatasync that follows, the journal's own, flushes the
-// device and makes the mark durable with the frame. So the journal's
-// acknowledgement path pays one more block write per group and no flush.
-// A checkpoint, whose partition fsyncs flush the device anyway, writes the
-// mark first too, and a clean close fdatasyncs it.
+// never claims more than the files hold — and its write to the device is
+// started, not waited for (vfs.StartWriteBack: sync_file_range WRITE on
+// Linux); the next slot's write first waits for it (WAIT_BEFORE), so it is
+// durable with the journal fdatasync after that one at the latest, and
+// usually with the one right after it (its block is queued before the
+// frame's). So the journal's acknowledgement path pays one more block
+// write per group, no flush, and no wait for the block.
 //
-// The window. The mark lags by one synced write: the frames of the last
-// group synced before a power loss (or before the last checkpoint) are
-// recorded only by the mark written before the next one. A cut of exactly
-// those frames after a power loss reads as a torn tail — the same window
-// package replica's raft log mark leaves, for the same reason: with one
-// flush per write, a power loss during the flush can make any subset of
-// that write's blocks durable, so a record claiming the new end that
-// reached the disk without the frames it describes must be read as a
-// torn write. A process crash keeps the page cache, and the mark with it.
+// Why not wait, as package replica's raft log mark does (vfs.WriteBack):
+// waiting makes the mark durable with the very next fdatasync, a lag of
+// one synced write rather than two, but it cost 40–75 CPU-µs per group
+// commit (BenchmarkJournalCommit: the thread blocks in the syscall), for
+// detection only. Safety does not rest on it: a slot names only ends that
+// an fdatasync which has returned made durable, so whenever and in
+// whatever order its block reaches the disk — alone, before the frame
+// being synced, or not at all — it is never ahead of the journal, and the
+// replay never reports a sound journal as cut
+// (TestJournalMarkNeverAheadOfTheJournal: a slot naming the frame being
+// synced fails it). The wait before the next slot's write is needed
+// anyway: both slots share a page, and a page rewritten while its write
+// is in flight may reach the disk with the old and new bytes mixed.
+// A checkpoint, whose partition fsyncs flush the device anyway, writes the
+// mark first and waits for it (vfs.WriteBack), and a clean close
+// fdatasyncs it.
+//
+// The window. The mark lags by up to two synced writes: the frames of the
+// last two groups synced before a power loss (or of the last group before
+// the last checkpoint) may be recorded only by marks not yet durable. A
+// cut of exactly those frames after a power loss reads as a torn tail.
+// One synced write of lag is inherent (package replica's raft log mark
+// leaves it, for the same reason: with one flush per write, a power loss
+// during the flush can make any subset of that write's blocks durable, so
+// a record claiming the new end that reached the disk without the frames
+// it describes must be read as a torn write); the second is the price of
+// not waiting. A process crash keeps the page cache, and the mark with it.
 // What it does not catch at all: the mark and the journal rolled back
 // together (a whole disk restored from a backup), and a journal file the
 // mark does not list (more than journalMarkFiles kept at once, or the

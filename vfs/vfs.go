@@ -112,7 +112,7 @@ func Datasync(f File) error {
 // fsync. Written and handed to the device after the other file's fsync,
 // it is durable with that file's next one, for the price of a write of
 // one block rather than of a flush; its user must accept that the side
-// file lags one fsync behind (package replica's sync mark). It holds where overwriting a block a file already holds needs no
+// file lags one fsync behind (package syncmark). It holds where overwriting a block a file already holds needs no
 // metadata to be read back (ext4, xfs); on a filesystem that copies on
 // write (btrfs, zfs) the new block is reachable only after the
 // filesystem's next commit, so the data lags further. Callers must use it
