@@ -48,9 +48,9 @@ import (
 //
 // Why not wait, as package replica's raft log mark does (vfs.WriteBack):
 // waiting makes the mark durable with the very next fdatasync, a lag of
-// one synced write rather than two, but it cost 40–75 CPU-µs per group
-// commit (BenchmarkJournalCommit: the thread blocks in the syscall), for
-// detection only. Safety does not rest on it: a slot names only ends that
+// one synced write rather than two, but it cost about 45 CPU-µs per group
+// commit (BenchmarkJournalCommit, RESULTS.md: the thread blocks in the
+// syscall), for detection only. Safety does not rest on it: a slot names only ends that
 // an fdatasync which has returned made durable, so whenever and in
 // whatever order its block reaches the disk — alone, before the frame
 // being synced, or not at all — it is never ahead of the journal, and the
