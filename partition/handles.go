@@ -439,6 +439,12 @@ func (f *budgetFile) Datasync() error { return vfs.Datasync(f.File) }
 // WriteBack passes vfs.WriteBack through to the wrapped file.
 func (f *budgetFile) WriteBack() error { return vfs.WriteBack(f.File) }
 
+// StartWriteBack passes vfs.StartWriteBack through to the wrapped file.
+func (f *budgetFile) StartWriteBack() error { return vfs.StartWriteBack(f.File) }
+
+// WaitWriteBack passes vfs.WaitWriteBack through to the wrapped file.
+func (f *budgetFile) WaitWriteBack() error { return vfs.WaitWriteBack(f.File) }
+
 func (f *budgetFile) Close() error {
 	err := f.File.Close()
 	if !f.closed {

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/parkway-io/parkway/internal/syncmark"
 	"github.com/parkway-io/parkway/vfs"
 )
 
@@ -186,17 +187,15 @@ type journalLog struct {
 	// lastSync is how long the last fdatasync took, in nanoseconds.
 	lastSync atomic.Int64
 
-	// The synced-end mark (journal_mark.go), under markMu: the mark file
-	// (open once written in this process), its last slot's sequence
-	// number, the synced end of each journal file it records, and whether
-	// they changed since the last slot was written.
+	// The synced-end mark (journal_mark.go), under markMu: the mark
+	// file's writer (open once written in this process), the synced end
+	// of each journal file it records, and whether they changed since the
+	// last slot was written.
 	markMu    sync.Mutex
-	markFile  vfs.File
-	markSeq   uint64
+	mark      *syncmark.File[journalMarkSlot]
 	ends      map[uint64]int64
 	markDirty bool
-	markBuf   []byte   // the slot being written, kept for reuse
-	markFiles []uint64 // scratch of appendJournalMark
+	markFiles []journalEnd // scratch of writeMark
 }
 
 // journalWrite is one handle's part of a write: its entries, in chunks
@@ -228,7 +227,7 @@ func (s *FileStore) journal() *journalLog {
 			size = journalFileSize
 		}
 		s.jlog = &journalLog{store: s, serial: s.cfg.SerialSyncs, fileSize: size, arrived: make(chan struct{}, 1),
-			markSeq: s.jmark.seq, ends: maps.Clone(s.jmark.ends), markDirty: true}
+			mark: journalMarkFormat.Writer(s.fs, s.journalMarkPath(), s.jmark.seq), ends: maps.Clone(s.jmark.ends), markDirty: true}
 		if s.jlog.ends == nil {
 			s.jlog.ends = make(map[uint64]int64)
 		}
@@ -708,7 +707,7 @@ func (j *Journal) checkpoint() error {
 	// The mark, handed to the device before the members' fsyncs flush it,
 	// records the journal's last synced write too (journal_mark.go). A
 	// failure leaves it for the journal's next write, which fails on it.
-	_ = j.log.writeMark(false)
+	_ = j.log.writeMark(syncmark.WrittenBack)
 	errs := make([]error, len(members))
 	fanOut(len(members), checkpointFanout, j.serial, func(k int) {
 		if fp := members[k]; fp.synced < fp.next || fp.layoutPending {
@@ -1012,9 +1011,10 @@ func (l *journalLog) append(frame []byte, sync bool) error {
 		err = l.zeroFill(end)
 	}
 	if err == nil && sync {
-		// The ends earlier fdatasyncs made durable, in the mark, durable
-		// with this one (journal_mark.go).
-		err = l.writeMark(false)
+		// The ends earlier fdatasyncs made durable, in the mark: its write
+		// started, not waited for, so durable with the next fdatasync
+		// (journal_mark.go).
+		err = l.writeMark(syncmark.Started)
 	}
 	if err == nil {
 		l.wrote = true // the frame may reach the file, whole or in part

@@ -1,16 +1,15 @@
 package partition
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
-	"io"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 
+	"github.com/parkway-io/parkway/internal/syncmark"
 	"github.com/parkway-io/parkway/vfs"
 )
 
@@ -39,23 +38,41 @@ import (
 // How it is kept durable without a flush of its own. Before each fdatasync
 // of the journal that follows an earlier synced write, the mark's next
 // slot is written with the ends the earlier fdatasyncs made durable — so it
-// never claims more than the files hold — and handed to the device
-// without a flush (vfs.WriteBack: sync_file_range on Linux, the write of
-// one block): the fdatasync that follows, the journal's own, flushes the
-// device and makes the mark durable with the frame. So the journal's
-// acknowledgement path pays one more block write per group and no flush.
-// A checkpoint, whose partition fsyncs flush the device anyway, writes the
-// mark first too, and a clean close fdatasyncs it.
+// never claims more than the files hold — and its write to the device is
+// started, not waited for (vfs.StartWriteBack: sync_file_range WRITE on
+// Linux); the next slot's write first waits for it (WAIT_BEFORE), so it is
+// durable with the journal fdatasync after that one at the latest, and
+// usually with the one right after it (its block is queued before the
+// frame's). So the journal's acknowledgement path pays one more block
+// write per group, no flush, and no wait for the block.
 //
-// The window. The mark lags by one synced write: the frames of the last
-// group synced before a power loss (or before the last checkpoint) are
-// recorded only by the mark written before the next one. A cut of exactly
-// those frames after a power loss reads as a torn tail — the same window
-// package replica's raft log mark leaves, for the same reason: with one
-// flush per write, a power loss during the flush can make any subset of
-// that write's blocks durable, so a record claiming the new end that
-// reached the disk without the frames it describes must be read as a
-// torn write. A process crash keeps the page cache, and the mark with it.
+// Why not wait, as package replica's raft log mark does (vfs.WriteBack):
+// waiting makes the mark durable with the very next fdatasync, a lag of
+// one synced write rather than two, but it cost about 45 CPU-µs per group
+// commit (BenchmarkJournalCommit, RESULTS.md: the thread blocks in the
+// syscall), for detection only. Safety does not rest on it: a slot names only ends that
+// an fdatasync which has returned made durable, so whenever and in
+// whatever order its block reaches the disk — alone, before the frame
+// being synced, or not at all — it is never ahead of the journal, and the
+// replay never reports a sound journal as cut
+// (TestJournalMarkNeverAheadOfTheJournal: a slot naming the frame being
+// synced fails it). The wait before the next slot's write is needed
+// anyway: both slots share a page, and a page rewritten while its write
+// is in flight may reach the disk with the old and new bytes mixed.
+// A checkpoint, whose partition fsyncs flush the device anyway, writes the
+// mark first and waits for it (vfs.WriteBack), and a clean close
+// fdatasyncs it.
+//
+// The window. The mark lags by up to two synced writes: the frames of the
+// last two groups synced before a power loss (or of the last group before
+// the last checkpoint) may be recorded only by marks not yet durable. A
+// cut of exactly those frames after a power loss reads as a torn tail.
+// One synced write of lag is inherent (package replica's raft log mark
+// leaves it, for the same reason: with one flush per write, a power loss
+// during the flush can make any subset of that write's blocks durable, so
+// a record claiming the new end that reached the disk without the frames
+// it describes must be read as a torn write); the second is the price of
+// not waiting. A process crash keeps the page cache, and the mark with it.
 // What it does not catch at all: the mark and the journal rolled back
 // together (a whole disk restored from a backup), and a journal file the
 // mark does not list (more than journalMarkFiles kept at once, or the
@@ -70,127 +87,120 @@ import (
 //
 // # Format
 //
-// Two slots of journalMarkStride bytes, at byte 0 and at
-// journalMarkStride, written in turn, so that a write torn in one leaves
-// the other whole; the valid slot with the higher sequence number holds
-// (little endian):
+// A sync mark file of package syncmark (its slots, checksums, and the
+// write-back of a slot are that package's, shared with package replica's
+// raft log mark): two slots of journalMarkStride bytes, at byte 0 and at
+// journalMarkStride, the valid one with the higher sequence number
+// holding. A slot's payload (little endian):
 //
-//	magic  uint32, journalMarkMagic ("PWJM")
-//	seq    uint64: the slot's sequence number (1, 2, 3, …)
 //	high   uint64: the highest journal file number created
 //	count  uint32: files that follow (at most journalMarkFiles)
 //	count × (file number uint64, synced bytes uint64), ascending
-//	crc    uint32: CRC-32C (Castagnoli) of the bytes before it
 //
-// The file is created whole (both slots holding the first mark), synced
-// and renamed into place, and never changes size after: a slot is
-// overwritten in place, which needs no metadata to be read back, so the
-// next flush covers it.
+// in a record that starts with magic journalMarkMagic ("PWJM") and the
+// slot's sequence number and ends with its CRC-32C, zeros after it to
+// the slot's end.
 
 const (
 	journalMarkName   = "SYNCED"
 	journalMarkMagic  = 0x4d4a5750 // "PWJM"
 	journalMarkStride = 512
-	journalMarkHeader = 4 + 8 + 8 + 4
+	// journalMarkHeader is the payload's fixed part: high and count.
+	journalMarkHeader = 8 + 4
 	// journalMarkFiles is the most journal files a slot lists: the
 	// newest are kept (the journal seldom keeps more than two or three).
-	journalMarkFiles = (journalMarkStride - journalMarkHeader - 4) / 16
+	journalMarkFiles = (journalMarkStride - syncmark.Header - journalMarkHeader - 4) / 16
 )
 
-// journalMark is one slot's content.
+// journalMarkFormat is the journal mark's file.
+var journalMarkFormat = syncmark.Format[journalMarkSlot]{
+	Magic:  journalMarkMagic,
+	Stride: journalMarkStride,
+	Size:   2 * journalMarkStride,
+	Codec:  journalMarkCodec{},
+}
+
+// journalMark is what a mark says: its slot's sequence number, the
+// highest journal file number created, and the synced end of each
+// journal file it lists.
 type journalMark struct {
 	seq  uint64
 	high uint64
-	// ends maps a journal file to the bytes of it that were synced.
 	ends map[uint64]int64
 }
 
-// encodeJournalMark encodes m as a slot (at most journalMarkStride
-// bytes). Only the journalMarkFiles newest files are listed.
-func encodeJournalMark(m journalMark) []byte {
-	b, _ := appendJournalMark(nil, nil, m)
-	return b
+// journalMarkSlot is one slot's payload.
+type journalMarkSlot struct {
+	high  uint64
+	files []journalEnd // ascending by file
 }
 
-// appendJournalMark appends the slot of m to dst, sorting its files in
-// scratch; it returns both for reuse.
-func appendJournalMark(dst []byte, scratch []uint64, m journalMark) ([]byte, []uint64) {
-	files := scratch[:0]
-	for f := range m.ends {
-		files = append(files, f)
-	}
-	slices.Sort(files)
-	listed := files
-	if len(listed) > journalMarkFiles {
-		listed = listed[len(listed)-journalMarkFiles:]
-	}
-	b := dst
-	b = binary.LittleEndian.AppendUint32(b, journalMarkMagic)
-	b = binary.LittleEndian.AppendUint64(b, m.seq)
-	b = binary.LittleEndian.AppendUint64(b, m.high)
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(listed)))
-	for _, f := range listed {
-		b = binary.LittleEndian.AppendUint64(b, f)
-		b = binary.LittleEndian.AppendUint64(b, uint64(m.ends[f]))
-	}
-	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[len(dst):], castagnoli)), files
+// journalEnd is a journal file's synced end.
+type journalEnd struct {
+	file uint64
+	end  int64
 }
 
-// decodeJournalMarkSlot decodes the slot at the start of b; ok is false
-// for anything but a whole, valid slot. Every count is checked against
-// the slot's size before anything is allocated.
-func decodeJournalMarkSlot(b []byte) (m journalMark, ok bool) {
-	if len(b) < journalMarkHeader+4 || binary.LittleEndian.Uint32(b) != journalMarkMagic {
-		return journalMark{}, false
+// journalMarkCodec is the payload's codec.
+type journalMarkCodec struct{}
+
+// AppendPayload appends s; only the journalMarkFiles newest files are
+// listed.
+func (journalMarkCodec) AppendPayload(dst []byte, s journalMarkSlot) []byte {
+	files := s.files
+	if len(files) > journalMarkFiles {
+		files = files[len(files)-journalMarkFiles:]
 	}
-	n := binary.LittleEndian.Uint32(b[20:])
+	dst = binary.LittleEndian.AppendUint64(dst, s.high)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(files)))
+	for _, f := range files {
+		dst = binary.LittleEndian.AppendUint64(dst, f.file)
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(f.end))
+	}
+	return dst
+}
+
+// PayloadLen reads the count: a slot lists at most journalMarkFiles.
+func (journalMarkCodec) PayloadLen(b []byte) (int, bool) {
+	if len(b) < journalMarkHeader {
+		return 0, false
+	}
+	n := binary.LittleEndian.Uint32(b[8:])
 	if n > journalMarkFiles {
-		return journalMark{}, false
+		return 0, false
 	}
-	end := journalMarkHeader + 16*int(n)
-	if len(b) < end+4 || crc32.Checksum(b[:end], castagnoli) != binary.LittleEndian.Uint32(b[end:]) {
-		return journalMark{}, false
-	}
-	m = journalMark{seq: binary.LittleEndian.Uint64(b[4:]), high: binary.LittleEndian.Uint64(b[12:]), ends: make(map[uint64]int64, n)}
-	if m.seq == 0 {
-		return journalMark{}, false
-	}
+	return journalMarkHeader + 16*int(n), true
+}
+
+// DecodePayload checks that the files are ascending, none past the
+// highest number, and no end past maxJournalMarkEnd.
+func (journalMarkCodec) DecodePayload(b []byte) (journalMarkSlot, bool) {
+	s := journalMarkSlot{high: binary.LittleEndian.Uint64(b)}
+	n := (len(b) - journalMarkHeader) / 16
+	s.files = make([]journalEnd, 0, n)
 	var last uint64
-	for at := journalMarkHeader; at < end; at += 16 {
+	for at := journalMarkHeader; at+16 <= len(b); at += 16 {
 		f, size := binary.LittleEndian.Uint64(b[at:]), binary.LittleEndian.Uint64(b[at+8:])
-		if f <= last || f > m.high || size > maxJournalMarkEnd {
-			return journalMark{}, false
+		if f <= last || f > s.high || size > maxJournalMarkEnd {
+			return journalMarkSlot{}, false
 		}
-		m.ends[f], last = int64(size), f
+		s.files = append(s.files, journalEnd{file: f, end: int64(size)})
+		last = f
 	}
-	return m, true
+	return s, true
 }
 
 // maxJournalMarkEnd bounds a synced end: no journal file is anywhere near
 // it, and a larger one is damage.
 const maxJournalMarkEnd = 1 << 50
 
-// errNoJournalMark is decodeJournalMark's answer for bytes holding no
-// valid slot.
-var errNoJournalMark = errors.New("no valid slot")
-
-// decodeJournalMark decodes a mark file's content: the valid slot with
-// the highest sequence number.
-func decodeJournalMark(b []byte) (journalMark, error) {
-	var best journalMark
-	found := false
-	for _, at := range []int{0, journalMarkStride} {
-		if at >= len(b) {
-			break
-		}
-		if m, ok := decodeJournalMarkSlot(b[at:min(len(b), at+journalMarkStride)]); ok && (!found || m.seq > best.seq) {
-			best, found = m, true
-		}
+// journalMarkOf is the mark m holds.
+func journalMarkOf(m syncmark.Mark[journalMarkSlot]) journalMark {
+	jm := journalMark{seq: m.Seq, high: m.V.high, ends: make(map[uint64]int64, len(m.V.files))}
+	for _, f := range m.V.files {
+		jm.ends[f.file] = f.end
 	}
-	if !found {
-		return journalMark{}, errNoJournalMark
-	}
-	return best, nil
+	return jm
 }
 
 // journalMarkPath is the mark file of the store's journal.
@@ -200,51 +210,17 @@ func (s *FileStore) journalMarkPath() string {
 
 // readJournalMark reads the journal's mark; found is false if there is
 // none, or none valid (bad describes that one: a mark with no valid slot
-// reads as none, see above).
-func readJournalMark(fsys vfs.FS, path string) (m journalMark, found bool, bad error) {
-	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
-	if isNotExist(err) {
-		return journalMark{}, false, nil
+// reads as none, see above). slack is what in the file no slot accounts
+// for (syncmark's Slack), for verify.
+func readJournalMark(fsys vfs.FS, path string) (m journalMark, found bool, slack string, bad error) {
+	sm, found, slack, err := journalMarkFormat.Read(fsys, path)
+	if errors.Is(err, syncmark.ErrNoSlot) {
+		return journalMark{}, false, "", corruptf(path, 0, "journal mark: %v", err)
 	}
-	if err != nil {
-		return journalMark{}, false, err
+	if err != nil || !found {
+		return journalMark{}, false, "", err
 	}
-	defer f.Close()
-	b := make([]byte, 2*journalMarkStride)
-	n, err := f.ReadAt(b, 0)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return journalMark{}, false, err
-	}
-	m, err = decodeJournalMark(b[:n])
-	if err != nil {
-		return journalMark{}, false, corruptf(path, 0, "journal mark of %d bytes: %v", n, err)
-	}
-	return m, true, nil
-}
-
-// journalMarkSlack describes what in a mark file's content b no mark
-// accounts for — a slot that fails its checksum (a write of it torn, or
-// damage), bytes after a slot's record that are not zero, a file not of
-// its size — or "" if none. The node reads the valid slot all the same;
-// verify reports it.
-func journalMarkSlack(b []byte) string {
-	if len(b) != 2*journalMarkStride {
-		return fmt.Sprintf("%d bytes, not %d", len(b), 2*journalMarkStride)
-	}
-	for _, at := range []int{0, journalMarkStride} {
-		slot := b[at : at+journalMarkStride]
-		m, ok := decodeJournalMarkSlot(slot)
-		if !ok {
-			return fmt.Sprintf("the slot at byte %d fails its checksum", at)
-		}
-		end := journalMarkHeader + 16*len(m.ends) + 4
-		for i, c := range slot[end:] {
-			if c != 0 {
-				return fmt.Sprintf("byte %d, after the slot's record, is not zero", at+end+i)
-			}
-		}
-	}
-	return ""
+	return journalMarkOf(sm), true, slack, nil
 }
 
 // checkJournalEnd compares a journal file's frames, which end at byte
@@ -280,96 +256,47 @@ func (l *journalLog) forgetJournalFiles(seqs []uint64) {
 }
 
 // writeMark writes the mark's next slot if anything changed since the
-// last one: handed to the device (vfs.WriteBack) to be durable with the
-// next flush, or with durable fdatasynced. The first write in a process
-// opens the mark file, creating it whole if it is missing or not of its
-// size.
-func (l *journalLog) writeMark(durable bool) error {
+// last one, made durable as sync says (syncmark.Sync): the journal's
+// fdatasyncs start its write only (see above), a checkpoint waits for it,
+// a clean close fdatasyncs it. The first write in a process opens the
+// mark file, creating it whole if it is missing or not of its size
+// (syncmark.File).
+func (l *journalLog) writeMark(sync syncmark.Sync) error {
 	l.markMu.Lock()
 	defer l.markMu.Unlock()
 	if !l.markDirty {
 		return nil
 	}
-	if l.markFile == nil && !l.store.journalReady.Load() {
+	if !l.mark.Open() && !l.store.journalReady.Load() {
 		return nil // no journal file yet: nothing to record
 	}
-	m := journalMark{seq: l.markSeq + 1, high: l.store.journalSeq.Load(), ends: l.ends}
-	var slot []byte
-	slot, l.markFiles = appendJournalMark(l.markBuf[:0], l.markFiles, m)
-	// Written whole, zeros after the record: every byte of the file is
-	// accounted for (journalMarkSlack).
-	for len(slot) < journalMarkStride {
-		slot = append(slot, 0)
+	files := l.markFiles[:0]
+	for f, end := range l.ends {
+		files = append(files, journalEnd{file: f, end: end})
 	}
-	l.markBuf = slot
-	created := false
-	if l.markFile == nil {
-		var err error
-		if created, err = l.openMark(slot); err != nil {
-			return fmt.Errorf("journal mark: %w", err)
-		}
+	slices.SortFunc(files, func(a, b journalEnd) int { return cmp.Compare(a.file, b.file) })
+	l.markFiles = files
+	if err := l.mark.Write(journalMarkSlot{high: l.store.journalSeq.Load(), files: files}, sync); err != nil {
+		return fmt.Errorf("journal mark: %w", err)
 	}
-	if !created {
-		if _, err := l.markFile.WriteAt(slot, int64(m.seq%2)*journalMarkStride); err != nil {
-			return fmt.Errorf("journal mark: %w", err)
-		}
-		sync := vfs.WriteBack
-		if durable {
-			sync = vfs.Datasync
-		}
-		if err := sync(l.markFile); err != nil {
-			return fmt.Errorf("journal mark: %w", err)
-		}
-	}
-	l.markSeq, l.markDirty = m.seq, false
+	l.markDirty = false
 	return nil
-}
-
-// openMark opens the mark file, first writing it whole (both slots
-// holding slot, synced, renamed into place: created) unless it is there
-// at its size. The journal directory exists (the current file is in it).
-func (l *journalLog) openMark(slot []byte) (created bool, err error) {
-	s := l.store
-	path := s.journalMarkPath()
-	fi, err := s.fs.Stat(path)
-	switch {
-	case err == nil && fi.Size() == 2*journalMarkStride:
-	case err == nil || isNotExist(err):
-		b := make([]byte, 2*journalMarkStride)
-		copy(b, slot)
-		copy(b[journalMarkStride:], slot)
-		if err := vfs.WriteFileAtomic(s.fs, path, b); err != nil {
-			return false, err
-		}
-		created = true
-	default:
-		return false, err
-	}
-	f, err := s.fs.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return false, err
-	}
-	l.markFile = f
-	return created, nil
 }
 
 // closeMark fdatasyncs the mark with what changed since its last slot
 // and closes it, if this process wrote it.
 func (l *journalLog) closeMark() error {
 	l.markMu.Lock()
-	open := l.markFile != nil
+	open := l.mark.Open()
 	l.markMu.Unlock()
 	if !open {
 		return nil
 	}
-	err := l.writeMark(true)
+	err := l.writeMark(syncmark.Durable)
 	l.markMu.Lock()
 	defer l.markMu.Unlock()
-	if l.markFile != nil {
-		if cerr := l.markFile.Close(); err == nil {
-			err = cerr
-		}
-		l.markFile = nil
+	if cerr := l.mark.Close(); err == nil {
+		err = cerr
 	}
 	return err
 }
@@ -381,7 +308,7 @@ func (l *journalLog) closeMark() error {
 // without a mark, or with none valid, has none. It changes nothing, and
 // is for tools that read a data directory offline.
 func JournalSyncedEnds(fsys vfs.FS, dir string) (map[uint64]int64, error) {
-	m, _, err := readJournalMark(fsys, filepath.Join(dir, journalDir, journalMarkName))
+	m, _, _, err := readJournalMark(fsys, filepath.Join(dir, journalDir, journalMarkName))
 	if err != nil && !errors.Is(err, ErrCorrupt) {
 		return nil, err
 	}

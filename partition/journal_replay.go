@@ -55,7 +55,7 @@ func (s *FileStore) replayJournals() error {
 	// The mark says how far each file was synced, and numbers new files
 	// past every one it saw (journal_mark.go). One with no valid slot
 	// reads as none.
-	mark, _, err := readJournalMark(s.fs, s.journalMarkPath())
+	mark, _, _, err := readJournalMark(s.fs, s.journalMarkPath())
 	if err != nil && !errors.Is(err, ErrCorrupt) {
 		return fmt.Errorf("parkway: journal: %w", err)
 	}

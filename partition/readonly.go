@@ -457,22 +457,16 @@ func (s *FileStore) VerifyJournals() ([]JournalFile, []Problem, error) {
 	// The journal's mark: a file whose frames end before it was synced
 	// is damage (journal_mark.go), and a mark with no valid slot is
 	// reported (the node reads it as none).
-	mark, found, bad := readJournalMark(s.fs, s.journalMarkPath())
+	mark, _, slack, bad := readJournalMark(s.fs, s.journalMarkPath())
 	var ce *CorruptError
 	switch {
 	case errors.As(bad, &ce):
 		out = append(out, Problem{Path: ce.Path, Offset: ce.Offset, Err: bad})
 	case bad != nil:
 		return nil, nil, bad
-	case found:
-		b, err := vfs.ReadFile(s.fs, s.journalMarkPath())
-		if err != nil {
-			return nil, nil, err
-		}
-		if slack := journalMarkSlack(b); slack != "" {
-			path := s.journalMarkPath()
-			out = append(out, Problem{Path: path, Err: corruptf(path, 0, "journal mark: %s (the node reads its valid slot)", slack)})
-		}
+	case slack != "":
+		path := s.journalMarkPath()
+		out = append(out, Problem{Path: path, Err: corruptf(path, 0, "journal mark: %s (the node reads its valid slot)", slack)})
 	}
 	for _, n := range names {
 		seq, ok := parseJournalName(n)

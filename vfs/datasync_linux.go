@@ -36,11 +36,26 @@ func datasync(f *os.File) error {
 // the data is durable with the device's next one (WriteBacker). Errors
 // of the writeback are reported as fsync reports them.
 func writeBack(f *os.File) error {
+	return syncFileRange(f, unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER)
+}
+
+// startWriteBack is sync_file_range(2) with WRITE only: start writing the
+// file's dirty pages, without waiting for them (WriteBackStarter).
+func startWriteBack(f *os.File) error {
+	return syncFileRange(f, unix.SYNC_FILE_RANGE_WRITE)
+}
+
+// waitWriteBack is sync_file_range(2) with WAIT_BEFORE only: wait for the
+// writes under way, reporting their errors as fsync does.
+func waitWriteBack(f *os.File) error {
+	return syncFileRange(f, unix.SYNC_FILE_RANGE_WAIT_BEFORE)
+}
+
+func syncFileRange(f *os.File, flags int) error {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return err
 	}
-	const flags = unix.SYNC_FILE_RANGE_WAIT_BEFORE | unix.SYNC_FILE_RANGE_WRITE | unix.SYNC_FILE_RANGE_WAIT_AFTER
 	var serr error
 	if err := rc.Control(func(fd uintptr) {
 		for {

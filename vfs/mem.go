@@ -32,6 +32,9 @@ import (
 //     of any file, or SyncDir, on the MemFS — the device's cache flush is
 //     not per file — unless a Sync of the file itself made newer content
 //     durable first.
+//   - StartWriteBack (WriteBackStarter) records the content too, but it
+//     is handed to the device (as by WriteBack) only at the file's next
+//     WaitWriteBack or WriteBack: until then no flush makes it durable.
 //
 // Crash returns a new MemFS holding only the durable state. Un-synced data
 // is lost whole: MemFS never keeps a random prefix of un-synced writes.
@@ -56,6 +59,12 @@ type MemFS struct {
 	// backed holds the content each file had at its last WriteBack since
 	// the last flush (flushLocked): durable at the next one.
 	backed map[*memNode][]byte
+	// started holds the content each file had at its last
+	// StartWriteBack not yet waited for: it becomes backed at the file's
+	// WaitWriteBack or WriteBack, and is lost by a Sync of the file (whose
+	// newer content is durable) or a crash. A conservative model: a real
+	// device may complete the write, and a flush make it durable, sooner.
+	started map[*memNode][]byte
 }
 
 // flushLocked is the device's cache flush that every Sync and SyncDir
@@ -624,6 +633,7 @@ func (f *memFile) Sync() error {
 	if f.n.dir {
 		return nil
 	}
+	delete(f.fs.started, f.n)
 	f.n.durable = f.n.data[:len(f.n.data):len(f.n.data)]
 	f.n.shared = true
 	return nil
@@ -644,7 +654,65 @@ func (f *memFile) WriteBack() error {
 	if f.fs.backed == nil {
 		f.fs.backed = map[*memNode][]byte{}
 	}
+	delete(f.fs.started, f.n)
 	f.fs.backed[f.n] = slices.Clone(f.n.data)
+	return nil
+}
+
+// CompleteWriteBacks completes every write StartWriteBack started and
+// nothing waited for yet, as a device may at any time: their content is
+// durable at the next Sync or SyncDir of anything on the MemFS. It is the
+// other end of the model (see MemFS), for tests of what must hold however
+// early a started write lands.
+func (m *MemFS) CompleteWriteBacks() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.backed == nil {
+		m.backed = map[*memNode][]byte{}
+	}
+	for n, data := range m.started {
+		m.backed[n] = data
+	}
+	clear(m.started)
+}
+
+// StartWriteBack implements WriteBackStarter: the file's current content
+// is handed to the device at its next WaitWriteBack or WriteBack (see
+// MemFS). A directory handle's does nothing.
+func (f *memFile) StartWriteBack() error {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if f.closed {
+		return pathErr("sync_file_range", f.name, os.ErrClosed)
+	}
+	if f.n.dir {
+		return nil
+	}
+	if f.fs.started == nil {
+		f.fs.started = map[*memNode][]byte{}
+	}
+	f.fs.started[f.n] = slices.Clone(f.n.data)
+	return nil
+}
+
+// WaitWriteBack implements WriteBackStarter: the content the last
+// StartWriteBack recorded is durable at the next Sync or SyncDir of
+// anything on the MemFS.
+func (f *memFile) WaitWriteBack() error {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if f.closed {
+		return pathErr("sync_file_range", f.name, os.ErrClosed)
+	}
+	data, ok := f.fs.started[f.n]
+	if !ok {
+		return nil
+	}
+	delete(f.fs.started, f.n)
+	if f.fs.backed == nil {
+		f.fs.backed = map[*memNode][]byte{}
+	}
+	f.fs.backed[f.n] = data
 	return nil
 }
 

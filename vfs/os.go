@@ -61,3 +61,11 @@ func (f osFile) Datasync() error { return datasync(f.File) }
 // WriteBack is sync_file_range on Linux (see datasync_linux.go), fdatasync
 // or fsync elsewhere.
 func (f osFile) WriteBack() error { return writeBack(f.File) }
+
+// StartWriteBack and WaitWriteBack are sync_file_range on Linux (see
+// datasync_linux.go); elsewhere StartWriteBack is fdatasync or fsync, and
+// there is nothing to wait for.
+func (f osFile) StartWriteBack() error { return startWriteBack(f.File) }
+
+// WaitWriteBack: see StartWriteBack.
+func (f osFile) WaitWriteBack() error { return waitWriteBack(f.File) }

@@ -112,7 +112,7 @@ func Datasync(f File) error {
 // fsync. Written and handed to the device after the other file's fsync,
 // it is durable with that file's next one, for the price of a write of
 // one block rather than of a flush; its user must accept that the side
-// file lags one fsync behind (package replica's sync mark). It holds where overwriting a block a file already holds needs no
+// file lags one fsync behind (package syncmark). It holds where overwriting a block a file already holds needs no
 // metadata to be read back (ext4, xfs); on a filesystem that copies on
 // write (btrfs, zfs) the new block is reachable only after the
 // filesystem's next commit, so the data lags further. Callers must use it
@@ -129,6 +129,44 @@ func WriteBack(f File) error {
 		return w.WriteBack()
 	}
 	return Datasync(f)
+}
+
+// WriteBackStarter is implemented by files that can start handing their
+// written data to the device without waiting for the write to complete
+// (WriteBacker's write, without its wait). Started, the data is durable
+// with the first device flush after the write completes, which is not
+// known; WaitWriteBack waits for it (and reports its errors as fsync
+// does), so it is durable at the latest with the first flush after the
+// WaitWriteBack returns. On Linux they are sync_file_range(2) with WRITE,
+// and with WAIT_BEFORE.
+//
+// What it is for: a small side file whose durability may lag the other
+// file's fsyncs by one more than WriteBacker's (package syncmark); a
+// caller rewriting a block it started must wait for that write first, or
+// the write in flight may carry a mix of the old and new bytes.
+type WriteBackStarter interface {
+	StartWriteBack() error
+	WaitWriteBack() error
+}
+
+// StartWriteBack starts handing f's written data to the device
+// (WriteBackStarter). A file that cannot is written back (WriteBack),
+// which waits, and covers more.
+func StartWriteBack(f File) error {
+	if s, ok := f.(WriteBackStarter); ok {
+		return s.StartWriteBack()
+	}
+	return WriteBack(f)
+}
+
+// WaitWriteBack waits for the writes StartWriteBack started on f
+// (WriteBackStarter); for a file that cannot start them, nothing is
+// under way.
+func WaitWriteBack(f File) error {
+	if s, ok := f.(WriteBackStarter); ok {
+		return s.WaitWriteBack()
+	}
+	return nil
 }
 
 // ReadFile returns the whole content of the named file.

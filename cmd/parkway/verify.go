@@ -389,7 +389,7 @@ func (v *verifier) verifyRaftLog(path, whose string) bool {
 		v.report(path, off, fmt.Errorf("torn tail: %d bytes after the last whole record", n), "the node truncates them")
 	}
 	if slack := disk.MarkSlack(); slack != "" {
-		v.report(replica.MarkName(path), 0, fmt.Errorf("sync mark: %s", slack), "the node reads the other slot and writes this one next")
+		v.report(replica.MarkName(path), 0, fmt.Errorf("sync mark: %s", slack), "the node reads the valid slot and writes the other next (a file not of its size: written whole again)")
 	}
 	if st := disk.Recovered().State(); st.Term == 0 && st.SnapshotIndex == 0 && st.LastIndex == 0 {
 		v.report(path, 0, fmt.Errorf("%s raft log holds no state", whose), "the node starts the member afresh: its votes and log are forgotten")

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 
@@ -13,6 +12,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/parkway-io/parkway/internal/syncmark"
 	"github.com/parkway-io/parkway/internal/wal"
 	"github.com/parkway-io/parkway/vfs"
 )
@@ -63,12 +63,12 @@ type Disk struct {
 	// gen is the log file's generation (mark.go): the recGen record of a
 	// file Rewrite wrote, 0 for one it did not.
 	gen uint64
-	// mark is the sync mark file (nil until written), marked what it
-	// says and markSeq its last slot's sequence number; noMark holds it
-	// back while Rewrite saves into the file not yet renamed into place.
-	mark    vfs.File
+	// mark writes the sync mark file; marked is what it says, if
+	// hasMark (read or written); noMark holds it back while Rewrite
+	// saves into the file not yet renamed into place.
+	mark    *syncmark.File[mark]
 	marked  mark
-	markSeq uint64
+	hasMark bool
 	noMark  bool
 	// slack is what ReadDisk found in the mark that no mark accounts
 	// for (MarkSlack).
@@ -170,23 +170,19 @@ func OpenDisk(fsys vfs.FS, path string, sync bool) (*Disk, error) {
 // openMark checks the recovered log against its sync mark (mark.go) and
 // records in the mark what the log now holds (Open synced it).
 func (d *Disk) openMark() error {
-	m, found, err := readMark(d.fs, d.path)
+	m, found, _, err := readMark(d.fs, d.path)
 	if err != nil {
 		return d.markDamage(err)
 	}
 	if found {
-		if err := d.checkMark(m); err != nil {
+		if err := d.checkMark(m.V); err != nil {
 			return err
 		}
-		if d.mark, err = d.fs.OpenFile(markPath(d.path), os.O_RDWR, 0); err != nil {
-			return fmt.Errorf("raft log %s: open sync mark: %w", d.path, err)
-		}
-		d.marked, d.markSeq = m, m.seq
+		d.marked, d.hasMark = m.V, true
 	}
+	d.mark = markFormat.Writer(d.fs, markPath(d.path), m.Seq)
 	if err := d.writeMark(false); err != nil {
-		if d.mark != nil {
-			d.mark.Close()
-		}
+		d.mark.Close()
 		return err
 	}
 	return nil
@@ -196,7 +192,7 @@ func (d *Disk) openMark() error {
 // valid slot is damage (the log it vouches for is not trusted), reported
 // as the log's.
 func (d *Disk) markDamage(err error) error {
-	if errors.Is(err, errNoMark) {
+	if errors.Is(err, syncmark.ErrNoSlot) {
 		return d.corrupt(0, err)
 	}
 	return fmt.Errorf("raft log %s: %w", d.path, err)
@@ -221,10 +217,10 @@ func ReadDisk(fsys vfs.FS, path string) (*Disk, error) {
 	if err := d.load(); err != nil {
 		return nil, err
 	}
-	m, found, slack, err := readMarkSlack(fsys, path)
+	m, found, slack, err := readMark(fsys, path)
 	d.slack = slack
 	if err == nil && found {
-		err = d.checkMark(m)
+		err = d.checkMark(m.V)
 	} else if err != nil {
 		err = d.markDamage(err)
 	}
@@ -615,7 +611,6 @@ func (d *Disk) Close() error {
 	var merr error
 	if d.mark != nil {
 		merr = d.mark.Close()
-		d.mark = nil
 	}
 	return errors.Join(werr, d.log.Close(), merr)
 }

@@ -2,14 +2,9 @@ package replica
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"hash/crc32"
-	"io"
-	"io/fs"
-	"os"
-	"path/filepath"
 
+	"github.com/parkway-io/parkway/internal/syncmark"
 	"github.com/parkway-io/parkway/vfs"
 )
 
@@ -93,21 +88,30 @@ import (
 //
 // # Format
 //
-// Two slots of markSize bytes, at byte 0 and at markStride, written in
-// turn, so that a write torn in one leaves the other whole; the valid
-// slot with the higher sequence number holds:
+// A sync mark file of package syncmark (its slots, checksums and
+// write-back are that package's, shared with the partition journal's
+// mark): two slots, at byte 0 and at markStride, the file markStride+32
+// bytes long. A slot's payload (little endian):
 //
-//	magic  uint32 little endian, markMagic
-//	seq    uint64: the slot's sequence number (1, 2, 3, …)
 //	gen    uint64: the log file's generation (0: a file no Rewrite wrote)
 //	size   uint64: bytes of the log synced
-//	crc    uint32: CRC-32C (Castagnoli) of the 28 bytes before it
+//
+// so that a slot's record is 32 bytes: magic markMagic, sequence
+// number, payload, CRC-32C.
 
 const (
-	markMagic  = 0x4d53_5750 // "PWSM"
-	markSize   = 32
-	markStride = 512
+	markMagic   = 0x4d53_5750 // "PWSM"
+	markPayload = 16
+	markStride  = 512
 )
+
+// markFormat is the raft log mark's file.
+var markFormat = syncmark.Format[mark]{
+	Magic:  markMagic,
+	Stride: markStride,
+	Size:   markStride + syncmark.Header + markPayload + 4,
+	Codec:  markCodec{},
+}
 
 // MarkSuffix makes the name of a raft log's sync mark from the log's: a
 // file kept beside the log wherever the log is kept (see MarkName).
@@ -126,122 +130,40 @@ func markPath(path string) string { return MarkName(path) }
 // tell a loss inside the mark's window (the log's last synced write,
 // read as a torn tail) from one the mark reports.
 func SyncedSize(fsys vfs.FS, path string) (gen, size uint64, found bool, err error) {
-	m, found, err := readMark(fsys, path)
-	return m.gen, m.size, found, err
+	m, found, _, err := readMark(fsys, path)
+	return m.V.gen, m.V.size, found, err
 }
 
-// mark is one slot's content.
+// mark is one slot's payload: which log file, and how much of it, was
+// synced.
 type mark struct {
-	seq, gen, size uint64
+	gen, size uint64
 }
 
-var markTable = crc32.MakeTable(crc32.Castagnoli)
+// markCodec is the payload's codec.
+type markCodec struct{}
 
-func (m mark) encode() []byte {
-	b := make([]byte, 0, markSize)
-	b = binary.LittleEndian.AppendUint32(b, markMagic)
-	b = binary.LittleEndian.AppendUint64(b, m.seq)
-	b = binary.LittleEndian.AppendUint64(b, m.gen)
-	b = binary.LittleEndian.AppendUint64(b, m.size)
-	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, markTable))
+func (markCodec) AppendPayload(dst []byte, m mark) []byte {
+	dst = binary.LittleEndian.AppendUint64(dst, m.gen)
+	return binary.LittleEndian.AppendUint64(dst, m.size)
 }
 
-// decodeSlot decodes one slot; ok is false for anything but a whole,
-// valid slot.
-func decodeSlot(b []byte) (m mark, ok bool) {
-	if len(b) < markSize || binary.LittleEndian.Uint32(b) != markMagic {
-		return mark{}, false
-	}
-	if crc32.Checksum(b[:markSize-4], markTable) != binary.LittleEndian.Uint32(b[markSize-4:]) {
-		return mark{}, false
-	}
-	m = mark{
-		seq:  binary.LittleEndian.Uint64(b[4:]),
-		gen:  binary.LittleEndian.Uint64(b[12:]),
-		size: binary.LittleEndian.Uint64(b[20:]),
-	}
-	if m.seq == 0 || m.size > maxLogSize {
-		return mark{}, false
-	}
-	return m, true
+func (markCodec) PayloadLen(b []byte) (int, bool) { return markPayload, len(b) >= markPayload }
+
+func (markCodec) DecodePayload(b []byte) (mark, bool) {
+	m := mark{gen: binary.LittleEndian.Uint64(b), size: binary.LittleEndian.Uint64(b[8:])}
+	return m, m.size <= maxLogSize
 }
 
 // maxLogSize bounds a mark's size: no log a Disk reads whole in memory is
 // anywhere near it, and a larger one is damage.
 const maxLogSize = 1 << 50
 
-// errNoMark is decodeMark's answer for bytes holding no valid slot.
-var errNoMark = errors.New("no valid slot")
-
-// decodeMark decodes a mark file's content: the valid slot with the
-// highest sequence number. It reads at most markStride+markSize bytes of
-// b, whatever b holds.
-func decodeMark(b []byte) (mark, error) {
-	var best mark
-	found := false
-	for _, at := range []int{0, markStride} {
-		if at >= len(b) {
-			break
-		}
-		if m, ok := decodeSlot(b[at:]); ok && (!found || m.seq > best.seq) {
-			best, found = m, true
-		}
-	}
-	if !found {
-		return mark{}, errNoMark
-	}
-	return best, nil
-}
-
-// markSlack describes what in a mark file's content b no mark accounts
-// for: a slot that fails its checksum (a write of it torn, or damage),
-// bytes outside the slots that are not zero, a file not of its size; ""
-// if none. OpenDisk reads the valid slot all the same; offline tools
-// report it (Disk.MarkSlack).
-func markSlack(b []byte) string {
-	if len(b) != markStride+markSize {
-		return fmt.Sprintf("%d bytes, not %d", len(b), markStride+markSize)
-	}
-	for _, at := range []int{0, markStride} {
-		if _, ok := decodeSlot(b[at:]); !ok {
-			return fmt.Sprintf("the slot at byte %d fails its checksum", at)
-		}
-	}
-	for i, c := range b[markSize:markStride] {
-		if c != 0 {
-			return fmt.Sprintf("byte %d, between the slots, is not zero", markSize+i)
-		}
-	}
-	return ""
-}
-
 // readMark reads the mark of the log at path; found is false if there is
-// none. A mark with no valid slot is an error. slack is markSlack's.
-func readMark(fsys vfs.FS, path string) (m mark, found bool, err error) {
-	m, found, _, err = readMarkSlack(fsys, path)
-	return m, found, err
-}
-
-func readMarkSlack(fsys vfs.FS, path string) (m mark, found bool, slack string, err error) {
-	f, err := fsys.OpenFile(markPath(path), os.O_RDONLY, 0)
-	if errors.Is(err, fs.ErrNotExist) {
-		return mark{}, false, "", nil
-	}
-	if err != nil {
-		return mark{}, false, "", err
-	}
-	defer f.Close()
-	// One byte more than a mark file holds, to see one that is longer.
-	b := make([]byte, markStride+markSize+1)
-	n, err := f.ReadAt(b, 0)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return mark{}, false, "", err
-	}
-	m, err = decodeMark(b[:n])
-	if err != nil {
-		return mark{}, false, "", fmt.Errorf("sync mark %s of %d bytes: %w", markPath(path), n, err)
-	}
-	return m, true, markSlack(b[:n]), nil
+// none. A mark with no valid slot is an error (syncmark.ErrNoSlot).
+// slack is syncmark's (Disk.MarkSlack).
+func readMark(fsys vfs.FS, path string) (m syncmark.Mark[mark], found bool, slack string, err error) {
+	return markFormat.Read(fsys, markPath(path))
 }
 
 // checkMark compares the log d recovered with its mark m: a log of an
@@ -262,72 +184,24 @@ func (d *Disk) checkMark(m mark) error {
 // writeMark records that the log is synced as it stands, in the mark
 // file's next slot: fdatasynced if durable, else handed to the device to
 // be durable with its next flush (see above: after a synced write, the
-// log's next fsync). A Disk without a mark file yet creates it whole,
+// log's next fsync). A Disk whose mark file is missing creates it whole,
 // synced, under a temporary name and renames it into place, so that a
-// mark file that exists always holds a valid slot.
+// mark file that exists always holds a valid slot (syncmark.File).
 func (d *Disk) writeMark(durable bool) error {
-	m := mark{seq: d.markSeq + 1, gen: d.gen, size: uint64(d.log.Size())}
-	if d.mark != nil && m.gen == d.marked.gen && m.size == d.marked.size {
+	if d.mark == nil {
+		return nil // a Disk that only reads (ReadDisk) writes no mark
+	}
+	m := mark{gen: d.gen, size: uint64(d.log.Size())}
+	if d.hasMark && m == d.marked {
 		return nil // nothing new was synced
 	}
-	if d.mark == nil {
-		if err := d.createMark(m); err != nil {
-			return err
-		}
-	} else {
-		if _, err := d.mark.WriteAt(m.encode(), int64(m.seq%2)*markStride); err != nil {
-			return fmt.Errorf("raft log %s: sync mark: %w", d.path, err)
-		}
-		// The file never changes size after it is created: the slot's
-		// block is overwritten in place, which needs no metadata to be
-		// read back, so fdatasync (or the next flush) covers it alone.
-		sync := vfs.WriteBack
-		if durable {
-			sync = vfs.Datasync
-		}
-		if err := sync(d.mark); err != nil {
-			return fmt.Errorf("raft log %s: sync mark: %w", d.path, err)
-		}
+	sync := syncmark.WrittenBack
+	if durable {
+		sync = syncmark.Durable
 	}
-	d.markSeq, d.marked = m.seq, m
-	return nil
-}
-
-// createMark writes the first mark file.
-func (d *Disk) createMark(m mark) error {
-	path := markPath(d.path)
-	tmp := tmpPath(path)
-	_ = d.fs.Remove(tmp)
-	f, err := d.fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
-	if err == nil {
-		// Both slots hold the first mark: every byte of a whole mark
-		// file is accounted for (MarkSlack).
-		b := make([]byte, markStride+markSize)
-		copy(b, m.encode())
-		copy(b[markStride:], m.encode())
-		if _, err = f.WriteAt(b, 0); err == nil {
-			err = f.Sync()
-		}
-		if err == nil {
-			err = d.fs.Rename(tmp, path)
-		}
-		if err == nil {
-			err = d.fs.SyncDir(filepath.Dir(path))
-		}
-		if err != nil {
-			f.Close()
-			_ = d.fs.Remove(tmp)
-		}
+	if err := d.mark.Write(m, sync); err != nil {
+		return fmt.Errorf("raft log %s: %w", d.path, err)
 	}
-	if err != nil {
-		return fmt.Errorf("raft log %s: create sync mark: %w", d.path, err)
-	}
-	// The handle was opened under the temporary name; writes through it
-	// reach the renamed file on every filesystem we run on, but reopen by
-	// name to hold the file the path names.
-	f.Close()
-	if d.mark, err = d.fs.OpenFile(path, os.O_RDWR, 0); err != nil {
-		return fmt.Errorf("raft log %s: open sync mark: %w", d.path, err)
-	}
+	d.marked, d.hasMark = m, true
 	return nil
 }

@@ -337,8 +337,8 @@ func journalFile(name string) (uint64, bool) {
 // off on (a cut, a rollback to a copy of that size, a misdirected write's
 // first byte): at or past the end the journal's synced-end mark records
 // for the file, it is in the mark's window (the journal's last synced
-// write), where a loss cannot be told from a torn tail; below it, the
-// replay must report it.
+// writes, partition/journal_mark.go), where a loss cannot be told from a
+// torn tail; below it, the replay must report it.
 func (l *lies) journalHit(name string, off int64) {
 	seq, ok := journalFile(name)
 	if !ok {
@@ -351,7 +351,7 @@ func (l *lies) journalHit(name string, off int64) {
 	}
 	if off >= ends[seq] {
 		l.journalWindow = true
-		l.event("lie on %s from byte %d: at or past its synced end %d in the mark (its last synced write)", name, off, ends[seq])
+		l.event("lie on %s from byte %d: at or past its synced end %d in the mark (its last synced writes)", name, off, ends[seq])
 	}
 }
 

@@ -56,6 +56,10 @@ const (
 	// OpWriteBack is a file's vfs.WriteBack: its data handed to the
 	// device, durable with the next sync of anything on the FS.
 	OpWriteBack
+	// OpStartWriteBack is a file's vfs.StartWriteBack: its data handed
+	// to the device without waiting; OpWaitWriteBack the wait for it.
+	OpStartWriteBack
+	OpWaitWriteBack
 )
 
 var opNames = [...]string{
@@ -63,6 +67,7 @@ var opNames = [...]string{
 	OpSync: "sync", OpTruncate: "truncate", OpPreallocate: "fallocate", OpRemove: "remove",
 	OpRemoveAll: "removeall", OpRename: "rename", OpMkdirAll: "mkdirall", OpReadDir: "readdir",
 	OpStat: "stat", OpSyncDir: "syncdir", OpClose: "close", OpWriteBack: "writeback",
+	OpStartWriteBack: "startwriteback", OpWaitWriteBack: "waitwriteback",
 }
 
 // String is the operation's name as used in the *os.PathError Op field.
@@ -97,7 +102,7 @@ type Op struct {
 func (op Op) Mutating() bool {
 	switch op.Kind {
 	case OpWrite, OpWriteAt, OpSync, OpTruncate, OpPreallocate, OpRemove, OpRemoveAll,
-		OpRename, OpMkdirAll, OpSyncDir, OpWriteBack:
+		OpRename, OpMkdirAll, OpSyncDir, OpWriteBack, OpStartWriteBack:
 		return true
 	case OpOpen:
 		return op.Flag&(os.O_CREATE|os.O_TRUNC) != 0
@@ -474,6 +479,24 @@ func (f *errorFile) WriteBack() error {
 		return err
 	}
 	return vfs.WriteBack(f.f)
+}
+
+// StartWriteBack is an OpStartWriteBack to the injector, then
+// vfs.StartWriteBack of the inner file.
+func (f *errorFile) StartWriteBack() error {
+	if err := f.check(OpStartWriteBack); err != nil {
+		return err
+	}
+	return vfs.StartWriteBack(f.f)
+}
+
+// WaitWriteBack is an OpWaitWriteBack to the injector, then
+// vfs.WaitWriteBack of the inner file.
+func (f *errorFile) WaitWriteBack() error {
+	if err := f.check(OpWaitWriteBack); err != nil {
+		return err
+	}
+	return vfs.WaitWriteBack(f.f)
 }
 
 func (f *errorFile) Truncate(size int64) error {

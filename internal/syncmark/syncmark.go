@@ -1,0 +1,361 @@
+// Package syncmark keeps a sync mark: a small file beside a log that
+// records how far the log was synced, so that a log later found shorter
+// than that (cut short, or rolled back to an older copy of itself) is
+// told from a torn tail, which reads the same from the log alone.
+//
+// Two users keep one, each with its own payload (what "how far" means to
+// it) and its own reasons, documented where they are: package replica's
+// raft log mark (<log>.mark: the log's generation and synced size) and
+// package partition's journal mark (journal/SYNCED: each journal file's
+// synced end). This package is the part they share: the file's slots,
+// their checksums, which slot wins, and how a slot is written.
+//
+// # Format
+//
+// A mark file holds two slots, at byte 0 and at byte Stride, written in
+// turn, so that a write torn in one leaves the other whole; the valid
+// slot with the higher sequence number holds. A slot's record is (little
+// endian):
+//
+//	magic    uint32: the user's
+//	seq      uint64: the slot's sequence number (1, 2, 3, …)
+//	payload  the user's (Codec), its length told by its own bytes
+//	crc      uint32: CRC-32C (Castagnoli) of the bytes before it
+//
+// and the rest of the slot, to the next slot or the file's end, is
+// zeros. The file is created whole (both slots holding the first record),
+// synced and renamed into place, and never changes size after: a slot is
+// overwritten in place, which needs no metadata to be read back, so a
+// flush of the device covers it without an fsync of the file's own
+// (vfs.WriteBacker).
+//
+// # Writing without a flush
+//
+// File.Write hands the slot to the device without a flush (WrittenBack:
+// vfs.WriteBack, which waits for the write): it is durable with the
+// device's next flush, which any fsync on the filesystem issues. Or it
+// only starts the write (Started: vfs.StartWriteBack), and the slot is
+// durable with the first flush after the next Write, which waits for it
+// before it overwrites the file's page (a write in flight would carry a
+// mix of the old and new bytes) — a lag of one more flush, for no wait.
+// Or it fdatasyncs the slot (Durable).
+//
+// The users rely on one rule for any of these to be safe: a slot only
+// ever names what an fsync that has already returned made durable, so
+// whenever the slot reaches the disk, in whatever order with whatever
+// else, it is not ahead of the log; what they give up is that it may lag,
+// by the synced writes whose flush it missed.
+package syncmark
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"os"
+
+	"github.com/parkway-io/parkway/vfs"
+)
+
+// Header is the bytes of a slot's record before its payload: the magic
+// and the sequence number.
+const Header = 4 + 8
+
+// trailer is the record's checksum.
+const trailer = 4
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Codec encodes one user's payload.
+type Codec[T any] interface {
+	// AppendPayload appends the payload of v to dst.
+	AppendPayload(dst []byte, v T) []byte
+	// PayloadLen is the length of the payload at the start of b, told
+	// by its own bytes (a count); false if b cannot hold a payload (too
+	// short, a count out of bounds). b is all the slot holds past the
+	// header, hostile: nothing is allocated.
+	PayloadLen(b []byte) (int, bool)
+	// DecodePayload decodes a payload of PayloadLen's length whose
+	// checksum matched; false if its content is invalid.
+	DecodePayload(b []byte) (T, bool)
+}
+
+// Format is one user's mark file: its magic, where its second slot
+// starts, its size, and its payload's codec. Stride bounds the first
+// slot's record; Size-Stride the second's.
+type Format[T any] struct {
+	Magic  uint32
+	Stride int
+	Size   int
+	Codec  Codec[T]
+}
+
+// Mark is one slot's content.
+type Mark[T any] struct {
+	Seq uint64
+	V   T
+}
+
+// ErrNoSlot is Decode's and Read's answer for a mark file holding no
+// valid slot (each torn or damaged).
+var ErrNoSlot = errors.New("no valid slot")
+
+// AppendSlot appends the record of m to dst (without the zeros after it).
+func (f *Format[T]) AppendSlot(dst []byte, m Mark[T]) []byte {
+	start := len(dst)
+	dst = binary.LittleEndian.AppendUint32(dst, f.Magic)
+	dst = binary.LittleEndian.AppendUint64(dst, m.Seq)
+	dst = f.Codec.AppendPayload(dst, m.V)
+	return binary.LittleEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
+}
+
+// DecodeSlot decodes the record at the start of b (b ends where the slot
+// does); n is its length. ok is false for anything but a whole, valid
+// record with a sequence number.
+func (f *Format[T]) DecodeSlot(b []byte) (m Mark[T], n int, ok bool) {
+	if len(b) < Header+trailer || binary.LittleEndian.Uint32(b) != f.Magic {
+		return Mark[T]{}, 0, false
+	}
+	pl, ok := f.Codec.PayloadLen(b[Header:])
+	if !ok || pl < 0 || pl > len(b)-Header-trailer {
+		return Mark[T]{}, 0, false
+	}
+	end := Header + pl
+	if crc32.Checksum(b[:end], castagnoli) != binary.LittleEndian.Uint32(b[end:]) {
+		return Mark[T]{}, 0, false
+	}
+	seq := binary.LittleEndian.Uint64(b[4:])
+	if seq == 0 {
+		return Mark[T]{}, 0, false
+	}
+	v, ok := f.Codec.DecodePayload(b[Header:end])
+	if !ok {
+		return Mark[T]{}, 0, false
+	}
+	return Mark[T]{Seq: seq, V: v}, end + trailer, true
+}
+
+// slot is the bytes of slot i of the file content b, as far as b holds
+// them.
+func (f *Format[T]) slot(b []byte, i int) []byte {
+	at, end := i*f.Stride, f.Size
+	if i == 0 {
+		end = f.Stride
+	}
+	if at >= len(b) {
+		return nil
+	}
+	return b[at:min(len(b), end)]
+}
+
+// Decode decodes a mark file's content: the valid slot with the highest
+// sequence number, or ErrNoSlot.
+func (f *Format[T]) Decode(b []byte) (Mark[T], error) {
+	var best Mark[T]
+	found := false
+	for i := range 2 {
+		if m, _, ok := f.DecodeSlot(f.slot(b, i)); ok && (!found || m.Seq > best.Seq) {
+			best, found = m, true
+		}
+	}
+	if !found {
+		return Mark[T]{}, ErrNoSlot
+	}
+	return best, nil
+}
+
+// Slack describes what in a mark file's content b no mark accounts for —
+// a slot that fails its checksum (a write of it torn, or damage), bytes
+// after a slot's record that are not zero, a file not of its size — or
+// "" if none. A reader uses the valid slot all the same; offline tools
+// report it.
+func (f *Format[T]) Slack(b []byte) string {
+	if len(b) != f.Size {
+		return fmt.Sprintf("%d bytes, not %d", len(b), f.Size)
+	}
+	for i := range 2 {
+		s := f.slot(b, i)
+		_, n, ok := f.DecodeSlot(s)
+		if !ok {
+			return fmt.Sprintf("the slot at byte %d fails its checksum", i*f.Stride)
+		}
+		for k, c := range s[n:] {
+			if c != 0 {
+				return fmt.Sprintf("byte %d, after the slot's record, is not zero", i*f.Stride+n+k)
+			}
+		}
+	}
+	return ""
+}
+
+// Read reads the mark file at path: found is false if there is none; a
+// file with no valid slot is an error wrapping ErrNoSlot. slack is
+// Slack's.
+func (f *Format[T]) Read(fsys vfs.FS, path string) (m Mark[T], found bool, slack string, err error) {
+	file, err := fsys.OpenFile(path, os.O_RDONLY, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Mark[T]{}, false, "", nil
+	}
+	if err != nil {
+		return Mark[T]{}, false, "", err
+	}
+	defer file.Close()
+	// One byte more than a mark file holds, to see one that is longer.
+	b := make([]byte, f.Size+1)
+	n, err := file.ReadAt(b, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return Mark[T]{}, false, "", err
+	}
+	m, err = f.Decode(b[:n])
+	if err != nil {
+		return Mark[T]{}, false, "", fmt.Errorf("sync mark %s of %d bytes: %w", path, n, err)
+	}
+	return m, true, f.Slack(b[:n]), nil
+}
+
+// Sync is how File.Write makes a slot durable.
+type Sync int
+
+const (
+	// WrittenBack: written back, waited for (vfs.WriteBack), durable with
+	// the device's next flush.
+	WrittenBack Sync = iota
+	// Started: written back without waiting (vfs.StartWriteBack), durable
+	// with the first flush after the next Write (or Close) waited for it.
+	Started
+	// Durable: fdatasynced.
+	Durable
+)
+
+// File writes a mark file's slots in turn.
+type File[T any] struct {
+	format *Format[T]
+	fs     vfs.FS
+	path   string
+	f      vfs.File // nil until the first Write
+	seq    uint64
+	buf    []byte
+	// started: the last slot's write was started, not waited for.
+	started bool
+}
+
+// Writer returns the writer of the mark file at path whose last slot
+// (read by Read, 0 if none) has sequence number seq. Nothing is opened
+// until the first Write.
+func (f *Format[T]) Writer(fsys vfs.FS, path string, seq uint64) *File[T] {
+	return &File[T]{format: f, fs: fsys, path: path, seq: seq}
+}
+
+// Seq is the sequence number of the last slot written (or read).
+func (w *File[T]) Seq() uint64 { return w.seq }
+
+// Open reports whether the file is open (written in this process).
+func (w *File[T]) Open() bool { return w.f != nil }
+
+// Write records v in the file's next slot, then makes it durable as sync
+// says (see Sync). The first Write opens the file; one missing, or not of
+// its size, is first written whole instead (both slots holding v),
+// synced, and renamed into place, so that a mark file that exists always
+// holds a valid slot.
+func (w *File[T]) Write(v T, sync Sync) error {
+	f := w.format
+	m := Mark[T]{Seq: w.seq + 1, V: v}
+	// Written to the slot's end, zeros after the record: every byte of
+	// the file is accounted for (Slack), whatever an earlier, longer
+	// record left there.
+	span := f.Stride
+	if m.Seq%2 == 1 {
+		span = f.Size - f.Stride
+	}
+	b := f.AppendSlot(w.buf[:0], m)
+	rec := len(b)
+	if rec > min(f.Stride, f.Size-f.Stride) {
+		return fmt.Errorf("sync mark %s: a record of %d bytes does not fit its slot", w.path, rec)
+	}
+	for len(b) < span {
+		b = append(b, 0)
+	}
+	w.buf = b
+	if w.f == nil {
+		created, err := w.open(b[:rec])
+		if err != nil {
+			return fmt.Errorf("sync mark %s: %w", w.path, err)
+		}
+		if created {
+			w.seq = m.Seq
+			return nil
+		}
+	}
+	if err := w.wait(); err != nil {
+		return err
+	}
+	if _, err := w.f.WriteAt(b, int64(m.Seq%2)*int64(f.Stride)); err != nil {
+		return fmt.Errorf("sync mark %s: %w", w.path, err)
+	}
+	var err error
+	switch sync {
+	case Started:
+		err = vfs.StartWriteBack(w.f)
+	case Durable:
+		err = vfs.Datasync(w.f)
+	default:
+		err = vfs.WriteBack(w.f)
+	}
+	if err != nil {
+		return fmt.Errorf("sync mark %s: %w", w.path, err)
+	}
+	w.seq, w.started = m.Seq, sync == Started
+	return nil
+}
+
+// wait waits for the last slot's write if it was only started: a page
+// under write-back is not rewritten.
+func (w *File[T]) wait() error {
+	if !w.started {
+		return nil
+	}
+	if err := vfs.WaitWriteBack(w.f); err != nil {
+		return fmt.Errorf("sync mark %s: %w", w.path, err)
+	}
+	w.started = false
+	return nil
+}
+
+// open opens the file for writing, first writing it whole with rec in
+// both slots (created) unless it is there at its size.
+func (w *File[T]) open(rec []byte) (created bool, err error) {
+	fi, err := w.fs.Stat(w.path)
+	switch {
+	case err == nil && fi.Size() == int64(w.format.Size):
+	case err == nil || errors.Is(err, fs.ErrNotExist):
+		b := make([]byte, w.format.Size)
+		copy(b, rec)
+		copy(b[w.format.Stride:], rec)
+		if err := vfs.WriteFileAtomic(w.fs, w.path, b); err != nil {
+			return false, err
+		}
+		created = true
+	default:
+		return false, err
+	}
+	if w.f, err = w.fs.OpenFile(w.path, os.O_RDWR, 0); err != nil {
+		return false, err
+	}
+	return created, nil
+}
+
+// Close closes the file if it is open, first waiting for a slot's write
+// that was only started. It does not sync it.
+func (w *File[T]) Close() error {
+	if w.f == nil {
+		return nil
+	}
+	err := w.wait()
+	if cerr := w.f.Close(); err == nil {
+		err = cerr
+	}
+	w.f, w.started = nil, false
+	return err
+}

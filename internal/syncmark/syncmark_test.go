@@ -1,0 +1,170 @@
+package syncmark_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"testing"
+
+	"github.com/parkway-io/parkway/internal/syncmark"
+	"github.com/parkway-io/parkway/vfs"
+)
+
+// u64 is a test payload: one uint64, below 1000.
+type u64 struct{}
+
+func (u64) AppendPayload(dst []byte, v uint64) []byte {
+	return binary.LittleEndian.AppendUint64(dst, v)
+}
+func (u64) PayloadLen(b []byte) (int, bool) { return 8, len(b) >= 8 }
+func (u64) DecodePayload(b []byte) (uint64, bool) {
+	v := binary.LittleEndian.Uint64(b)
+	return v, v < 1000
+}
+
+var format = syncmark.Format[uint64]{Magic: 0x54534554, Stride: 64, Size: 128, Codec: u64{}}
+
+// The first Write creates the file whole with both slots; later ones
+// alternate slots, and a reader takes the highest valid one, the other
+// when it is torn; with both torn there is none. A file not of its size
+// is written whole again at the first Write.
+func TestWriteAndRead(t *testing.T) {
+	mem := vfs.NewMem()
+	const path = "/m"
+	w := format.Writer(mem, path, 0)
+	defer w.Close()
+	for v := uint64(1); v <= 5; v++ {
+		if err := w.Write(v*10, syncmark.WrittenBack); err != nil {
+			t.Fatal(err)
+		}
+		m, found, slack, err := format.Read(mem, path)
+		if err != nil || !found || slack != "" || m.Seq != v || m.V != v*10 {
+			t.Fatalf("after write %d: %+v found %v slack %q %v", v, m, found, slack, err)
+		}
+	}
+	b, err := vfs.ReadFile(mem, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Seq 5 is in slot 1, seq 4 in slot 0.
+	b[format.Stride+syncmark.Header] ^= 1
+	if m, err := format.Decode(b); err != nil || m.Seq != 4 || m.V != 40 {
+		t.Fatalf("slot 1 torn: %+v %v, want seq 4", m, err)
+	}
+	if s := format.Slack(b); s != "the slot at byte 64 fails its checksum" {
+		t.Fatalf("slack %q", s)
+	}
+	b[syncmark.Header] ^= 1
+	if _, err := format.Decode(b); !errors.Is(err, syncmark.ErrNoSlot) {
+		t.Fatalf("both torn: %v", err)
+	}
+	b[syncmark.Header] ^= 1
+	b[format.Stride+syncmark.Header] ^= 1
+	b[40] = 7
+	if s := format.Slack(b); s != "byte 40, after the slot's record, is not zero" {
+		t.Fatalf("slack %q", s)
+	}
+	if s := format.Slack(append(b, 0)); s != "129 bytes, not 128" {
+		t.Fatalf("slack %q", s)
+	}
+
+	// A file of another size is replaced whole, both slots the record.
+	if err := vfs.WriteFileAtomic(mem, path, []byte("short")); err != nil {
+		t.Fatal(err)
+	}
+	w2 := format.Writer(mem, path, 9)
+	defer w2.Close()
+	if err := w2.Write(99, syncmark.WrittenBack); err != nil {
+		t.Fatal(err)
+	}
+	m, found, slack, err := format.Read(mem, path)
+	if err != nil || !found || slack != "" || m.Seq != 10 || m.V != 99 {
+		t.Fatalf("rewritten: %+v found %v slack %q %v", m, found, slack, err)
+	}
+	// A payload its codec refuses is no slot.
+	if err := w2.Write(5000, syncmark.WrittenBack); err != nil {
+		t.Fatal(err)
+	}
+	if m, _, _, err := format.Read(mem, path); err != nil || m.Seq != 10 {
+		t.Fatalf("an invalid payload in slot 1: %+v %v, want slot 0's seq 10", m, err)
+	}
+	if _, found, _, err := format.Read(mem, "/none"); found || err != nil {
+		t.Fatalf("missing: found %v, %v", found, err)
+	}
+}
+
+// A slot written back survives a power loss once any file is synced
+// after it, and not before; a durable Write survives at once.
+func TestWriteBackRidesOnTheNextFlush(t *testing.T) {
+	mem := vfs.NewMem()
+	const path = "/m"
+	w := format.Writer(mem, path, 0)
+	defer w.Close()
+	if err := w.Write(1, syncmark.WrittenBack); err != nil { // created whole, synced
+		t.Fatal(err)
+	}
+	if err := w.Write(2, syncmark.WrittenBack); err != nil {
+		t.Fatal(err)
+	}
+	if m, _, _, err := format.Read(mem.Crash(), path); err != nil || m.V != 1 {
+		t.Fatalf("power loss before any flush: %+v %v, want the first slot", m, err)
+	}
+	if err := vfs.WriteFileAtomic(mem, "/other", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if m, _, _, err := format.Read(mem.Crash(), path); err != nil || m.V != 2 {
+		t.Fatalf("power loss after another file's sync: %+v %v, want the second slot", m, err)
+	}
+	if err := w.Write(3, syncmark.Durable); err != nil {
+		t.Fatal(err)
+	}
+	if m, _, _, err := format.Read(mem.Crash(), path); err != nil || m.V != 3 {
+		t.Fatalf("power loss after a durable write: %+v %v", m, err)
+	}
+}
+
+// A slot whose write was only started is not durable at the next flush:
+// the next Write waits for it, and the flush after that carries it. The
+// next Write's own slot, only started, is not durable yet either.
+func TestStartedRidesOnTheFlushAfterTheNextWrite(t *testing.T) {
+	mem := vfs.NewMem()
+	const path = "/m"
+	w := format.Writer(mem, path, 0)
+	if err := w.Write(1, syncmark.Durable); err != nil { // created whole, synced
+		t.Fatal(err)
+	}
+	flush := func() {
+		t.Helper()
+		if err := vfs.WriteFileAtomic(mem, "/other", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	durable := func() uint64 {
+		t.Helper()
+		m, _, _, err := format.Read(mem.Crash(), path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.V
+	}
+	if err := w.Write(2, syncmark.Started); err != nil {
+		t.Fatal(err)
+	}
+	flush()
+	if v := durable(); v != 1 {
+		t.Fatalf("a started slot, then a flush: %d durable, want 1 (not waited for)", v)
+	}
+	if err := w.Write(3, syncmark.Started); err != nil {
+		t.Fatal(err)
+	}
+	flush()
+	if v := durable(); v != 2 {
+		t.Fatalf("the next write, then a flush: %d durable, want 2", v)
+	}
+	if err := w.Close(); err != nil { // waits for slot 3
+		t.Fatal(err)
+	}
+	flush()
+	if v := durable(); v != 3 {
+		t.Fatalf("closed, then a flush: %d durable, want 3", v)
+	}
+}
