@@ -211,7 +211,9 @@ func ReadFile(fs FS, name string) (_ []byte, err error) {
 // Two concurrent WriteFileAtomic calls for the same name share the
 // temporary file and must not happen.
 func WriteFileAtomic(fs FS, name string, data []byte) (err error) {
-	dir, base := filepath.Split(name)
+	// Dir, not Split: the directory synced below is named as every
+	// other caller names it (no trailing separator).
+	dir, base := filepath.Dir(name), filepath.Base(name)
 	tmp := filepath.Join(dir, "."+base+".tmp")
 	f, err := fs.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
@@ -233,9 +235,6 @@ func WriteFileAtomic(fs FS, name string, data []byte) (err error) {
 	}
 	if err = fs.Rename(tmp, name); err != nil {
 		return err
-	}
-	if dir == "" {
-		dir = "."
 	}
 	return fs.SyncDir(dir)
 }
