@@ -4,11 +4,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/shard"
-	"github.com/parkway-io/parkway/transport"
 )
 
 // TestForwardDuplicateServedOnce: a forwarded request the network
@@ -20,26 +18,11 @@ import (
 // simulator seed 104). Another request under the same id (other bytes: a
 // sender that restarted numbers from 1 again) is served.
 func TestForwardDuplicateServedOnce(t *testing.T) {
-	clk := clock.NewManual(t0)
-	net := transport.NewNetwork(transport.NetworkOptions{Clock: clk, ManualDelivery: true})
-	defer net.Close()
-	e, err := host.New(host.Config{Shards: 1, Manual: true, Clock: clk,
-		Cluster: &host.Cluster{ID: 1, Peers: []transport.NodeID{1, 2}, Bus: net.Endpoint(1)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	self, peer := net.Endpoint(1), net.Endpoint(2)
+	r := newForwardRig(t)
+	clk, e, peer := r.clk, r.e, r.peer
 	deliver := func(id uint64, payload []byte) {
 		t.Helper()
-		if err := peer.Send(transport.Message{To: 1, Kind: host.KindRequest, Group: id, Payload: payload}); err != nil {
-			t.Fatal(err)
-		}
-		for len(self.Recv()) > 0 {
-			if err := e.Deliver(<-self.Recv()); err != nil {
-				t.Fatal(err)
-			}
-		}
+		r.deliver(t, host.KindRequest, id, payload)
 	}
 	// serve runs the shard until it answers what it holds past their
 	// deadline and returns how many replies the peer got.

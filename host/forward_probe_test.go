@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/shard"
@@ -18,30 +17,11 @@ import (
 // answer goes before the 0, so a sender that hears "not held" has its
 // answer already. A malformed probe answer is refused.
 func TestForwardProbeAnswersWhatIsHeld(t *testing.T) {
-	clk := clock.NewManual(t0)
-	net := transport.NewNetwork(transport.NetworkOptions{Clock: clk, ManualDelivery: true})
-	defer net.Close()
-	e, err := host.New(host.Config{Shards: 1, Manual: true, Clock: clk,
-		Cluster: &host.Cluster{ID: 1, Peers: []transport.NodeID{1, 2}, Bus: net.Endpoint(1)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	self, peer := net.Endpoint(1), net.Endpoint(2)
+	r := newForwardRig(t)
+	clk, e, peer := r.clk, r.e, r.peer
 	deliver := func(kind uint8, id uint64, payload []byte) {
 		t.Helper()
-		if err := peer.Send(transport.Message{To: 1, Kind: kind, Group: id, Payload: payload}); err != nil {
-			t.Fatal(err)
-		}
-		for len(self.Recv()) > 0 {
-			m := <-self.Recv()
-			if m.Kind != kind {
-				continue
-			}
-			if err := e.Deliver(m); err != nil {
-				t.Fatal(err)
-			}
-		}
+		r.deliver(t, kind, id, payload)
 	}
 	// answers are the replies and probe answers the peer got, in order.
 	answers := func() (got []string) {
