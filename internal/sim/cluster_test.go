@@ -361,24 +361,3 @@ func TestClusterCatchesLivenessWithoutReport(t *testing.T) {
 	}, "BreakLivenessReport", 8)
 }
 
-// Seed 1609 found a replica that diverged for good: installing a leader's
-// snapshot, its consumer-offset write met EIO after raft had persisted the
-// snapshot; the partition was rebuilt from its raft log, whose snapshot
-// state was restored but, its log needing no catch-up, never settled into
-// the partition, so it answered "not found" for an offset its peers held
-// (invariant 3). The rebuild now settles the snapshot's state. The seed
-// pins it while the traces keep their shape: the run must at least reach
-// the EIO on the snapshot's consumer offset, or the seed no longer tests it.
-func TestClusterSeed1609RebuildSettlesTheRaftSnapshot(t *testing.T) {
-	// The default cluster faults as they were when the seed found it,
-	// before they held the lying disk (whose draws move every schedule).
-	cfg := sim.DefaultClusterConfig(1609)
-	cfg.Faults.Lie = 0
-	res, err := sim.Run(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Faults.DiskError == 0 {
-		t.Fatalf("seed 1609 injected no disk error: the traces moved and it no longer exercises the rebuild: %+v", res.Faults)
-	}
-}
