@@ -1,14 +1,18 @@
 package shard
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
+	"github.com/parkway-io/parkway/vfs"
 )
 
 // offsetStoreFails is a partition whose consumer-offset writes fail with
@@ -205,5 +209,147 @@ func TestSettleDropsOffsetsTheSnapshotLacks(t *testing.T) {
 	}
 	if got := p.ConsumerOffsets(); len(got) != 1 || got["kept"] != 2 {
 		t.Fatalf("consumer offsets after settle: %v, want kept at 2 alone", got)
+	}
+}
+
+// raftLogged is a partition whose replica keeps its raft log on fsys (as
+// a file partition does, partition.Located), so a rebuild restores the
+// group from it; while *fail is set, its consumer-offset writes fail.
+type raftLogged struct {
+	partition.Partition
+	fsys vfs.FS
+	fail *error
+}
+
+func (p raftLogged) Location() (vfs.FS, string) { return p.fsys, "/raft" }
+
+func (p raftLogged) StoreConsumerOffset(name string, off uint64) error {
+	if *p.fail != nil {
+		return *p.fail
+	}
+	return p.Partition.StoreConsumerOffset(name, off)
+}
+
+// A follower installing the leader's snapshot needs no catch-up (its log
+// holds every message) but cannot store the snapshot's consumer offset
+// (EIO) after raft persisted the snapshot: its group fails and the
+// partition is fenced, evicted and rebuilt from its raft log, whose
+// snapshot the rebuild must settle into the partition — its log again
+// needs no catch-up, and nothing after the snapshot re-applies the
+// offset. Unsettled, the rebuilt replica answered "not found" for a
+// consumer offset its peers held (simulator cluster seed 1609).
+func TestRebuildSettlesTheRaftSnapshotItFailedToInstall(t *testing.T) {
+	n := newMoveNetWith(t, func(r *Replication) { r.CompactEntries = 64 })
+	n.apply(metadata.CreateStream{Name: "s"})
+	info := n.apply(metadata.CreateTopic{Stream: 0, Name: "t", Partitions: 1, Config: metadata.TopicConfig{Replicas: 3}}).Created[0]
+	ns, epoch := info.NS, info.CreatedRevision
+	fails := map[uint64]*error{}
+	disks := map[uint64]vfs.FS{}
+	for _, id := range info.Replicas {
+		h := n.nodes[id]
+		fails[id], disks[id] = new(error), vfs.NewMem()
+		if err := disks[id].MkdirAll("/raft", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		p := h.build(ns, epoch)
+		h.insert(h.shards[0], raftLogged{p, disks[id], fails[id]})
+		n.parts[replicaKey{id, ns}] = p
+	}
+	n.settle()
+	var lead uint64
+	for range 500 {
+		if lead = n.leader(ns); lead != 0 {
+			break
+		}
+		n.tickAll()
+	}
+	if lead == 0 {
+		t.Fatal("no leader")
+	}
+	n.produceAcked(lead, ns, 2)
+	var f uint64 // a follower
+	for _, id := range info.Replicas {
+		if id != lead {
+			f = id
+			break
+		}
+	}
+
+	// Cut off, the follower misses consumer c's stores, then d's again
+	// and again: the leader compacts well past c's last store, beyond the
+	// entries its group keeps in memory for a lagging follower (512, the
+	// replica package's default), so the follower must take the snapshot,
+	// and no entry after it stores c — only the snapshot holds it.
+	n.cutGroup[replicaKey{f, ns}] = true
+	for i := range uint64(600) {
+		consumer, off := "d", i%2
+		if i < 2 {
+			consumer = "c"
+		}
+		store := request(ns, &Request{Op: OpStoreOffset, Consumer: consumer, Offset: off})
+		n.shard(lead).handle(store.f)
+		n.settle()
+		if r := store.answered(t); r.Err != nil {
+			t.Fatalf("store offset: %v", r.Err)
+		}
+	}
+	snap, _ := n.shard(lead).rg.replicated[ns].rep.grp.Snapshot()
+	if snap <= 512+n.shard(f).rg.replicated[ns].rep.grp.Applied() {
+		t.Fatalf("the leader compacted at %d only: it would send the follower entries, not its snapshot", snap)
+	}
+	*fails[f] = errors.New("EIO")
+	n.cutGroup[replicaKey{f, ns}] = false
+	for range 20 {
+		n.tickAll()
+	}
+	s := n.shard(f)
+	if s.Fenced() != 1 {
+		t.Fatalf("%d partitions fenced on the follower, want 1: the snapshot's install did not fail", s.Fenced())
+	}
+	if got := testutil.ToFloat64(n.nodes[f].m.RaftSnapshots.WithLabelValues("0")); got != 1 {
+		t.Fatalf("the follower installed %v snapshots, want 1", got)
+	}
+	if _, ok, _ := n.parts[replicaKey{f, ns}].ConsumerOffset("c"); ok {
+		t.Fatal("the follower stored the offset its failing disk refused")
+	}
+
+	// The reconciler evicts the fenced partition and rebuilds it, on a
+	// disk that works again.
+	evicted := make(chan error, 1)
+	go func() {
+		ok, err := s.Evict(context.Background(), ns)
+		if err == nil && !ok {
+			err = errors.New("not evicted")
+		}
+		evicted <- err
+	}()
+	s.runControl(<-s.ctrl) // as the pump would
+	if err := <-evicted; err != nil {
+		t.Fatalf("evict: %v", err)
+	}
+	*fails[f] = nil
+	h := n.nodes[f]
+	p := h.build(ns, epoch)
+	h.insert(s, raftLogged{p, disks[f], fails[f]})
+	n.parts[replicaKey{f, ns}] = p
+	for range 20 {
+		n.tickAll()
+	}
+	if s.Fenced() != 0 {
+		t.Fatal("the rebuilt partition is fenced")
+	}
+	if o := s.rg.replicated[ns]; o == nil || o.rep.catchup != nil {
+		t.Fatal("the rebuilt replica is not replicating, or is catching up: its log held every message")
+	}
+	if got := testutil.ToFloat64(n.nodes[f].m.RaftSnapshots.WithLabelValues("0")); got != 1 {
+		t.Fatalf("the follower installed %v snapshots, want 1: the rebuild must restore the one its raft log holds", got)
+	}
+	for _, id := range info.Replicas {
+		for _, c := range []string{"c", "d"} {
+			off, ok, err := n.parts[replicaKey{id, ns}].ConsumerOffset(c)
+			if err != nil || !ok || off != 1 {
+				t.Fatalf("replica %d (follower %d rebuilt) answers consumer %s at %d, found %v, %v; want 1", id, f, c, off, ok, err)
+			}
+		}
 	}
 }
