@@ -360,4 +360,3 @@ func TestClusterCatchesLivenessWithoutReport(t *testing.T) {
 		return cfg
 	}, "BreakLivenessReport", 8)
 }
-
