@@ -74,7 +74,7 @@ func clusterCreateProduceCost(t *testing.T, policy parkway.FsyncPolicy) (syncs, 
 	// topics/ directory) and the warm message before the count starts: a
 	// node outside the warm produce's quorum may still be building it.
 	for i, node := range nodes {
-		until(ctx, t, fmt.Sprintf("node %d to hold the warm message", i+1), func() bool {
+		pollUntil(ctx, t, fmt.Sprintf("node %d to hold the warm message", i+1), func() bool {
 			b, err := node.Poll(ctx, warm, 0, parkway.AtOffset(0).Local(), 1)
 			return err == nil && len(b.Messages) == 1
 		})
@@ -94,7 +94,7 @@ func clusterCreateProduceCost(t *testing.T, policy parkway.FsyncPolicy) (syncs, 
 	// quiesce runs the FsyncAlways sync (shard.syncQuiesced) before
 	// Inspect can report it.
 	for i, node := range nodes {
-		until(ctx, t, fmt.Sprintf("node %d to hold the first message, its groups quiesced", i+1), func() bool {
+		pollUntil(ctx, t, fmt.Sprintf("node %d to hold the first message, its groups quiesced", i+1), func() bool {
 			b, err := node.Poll(ctx, tp, 0, parkway.AtOffset(0).Local(), 1)
 			return err == nil && len(b.Messages) == 1 && parkway.QuiescedReplicas(node) == 2
 		})
@@ -172,19 +172,5 @@ func raftLogPath(kind, path string) bool {
 		return false
 	default:
 		return base == "raft.log" || base == "raft.log.mark" || base == ".raft.log.mark.tmp"
-	}
-}
-
-// until polls cond until it holds, failing the test when ctx ends first.
-// (waitFor's bound is for virtual time; this test runs on a real disk
-// and a real clock, where a loaded machine takes longer.)
-func until(ctx context.Context, t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
-		case <-time.After(10 * time.Millisecond):
-		}
 	}
 }
