@@ -651,12 +651,18 @@ func (f *memFile) WriteBack() error {
 	if f.n.dir {
 		return nil
 	}
-	if f.fs.backed == nil {
-		f.fs.backed = map[*memNode][]byte{}
-	}
 	delete(f.fs.started, f.n)
-	f.fs.backed[f.n] = slices.Clone(f.n.data)
+	f.fs.handed(f.n, slices.Clone(f.n.data))
 	return nil
+}
+
+// handed records data as n's content handed to the device: durable at the
+// next Sync or SyncDir of anything on the MemFS. The caller holds m.mu.
+func (m *MemFS) handed(n *memNode, data []byte) {
+	if m.backed == nil {
+		m.backed = map[*memNode][]byte{}
+	}
+	m.backed[n] = data
 }
 
 // CompleteWriteBacks completes every write StartWriteBack started and
@@ -667,11 +673,8 @@ func (f *memFile) WriteBack() error {
 func (m *MemFS) CompleteWriteBacks() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.backed == nil {
-		m.backed = map[*memNode][]byte{}
-	}
 	for n, data := range m.started {
-		m.backed[n] = data
+		m.handed(n, data)
 	}
 	clear(m.started)
 }
@@ -709,10 +712,7 @@ func (f *memFile) WaitWriteBack() error {
 		return nil
 	}
 	delete(f.fs.started, f.n)
-	if f.fs.backed == nil {
-		f.fs.backed = map[*memNode][]byte{}
-	}
-	f.fs.backed[f.n] = data
+	f.fs.handed(f.n, data)
 	return nil
 }
 
