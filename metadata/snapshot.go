@@ -56,7 +56,8 @@ type TopicSnapshot struct {
 	// Partitions[i] is partition i: ids are dense.
 	Partitions []PartitionSnapshot
 	// Groups are the topic's consumer groups, by name (their Stream and
-	// Topic fields are not stored: Restore sets them).
+	// Topic fields are not stored: DecodeSnapshot and Restore set them
+	// from the stream and topic that hold them).
 	Groups []GroupInfo
 }
 
@@ -536,6 +537,12 @@ func DecodeSnapshot(b []byte) (StoreSnapshot, error) {
 			}
 			if ver >= snapshotVersion2 {
 				ts.Groups = d.groups(ver >= snapshotVersion5)
+				// Not stored: a group's place is where it is encoded,
+				// and the decoded snapshot must equal what Export
+				// returns for the store it restores.
+				for i := range ts.Groups {
+					ts.Groups[i].Stream, ts.Groups[i].Topic = ss.ID, ts.ID
+				}
 			}
 			ss.Topics = append(ss.Topics, ts)
 			if d.err != nil {

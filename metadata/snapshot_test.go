@@ -314,7 +314,7 @@ func TestSnapshotEncodingIsPinned(t *testing.T) {
 	// version-4 form (no move) decoding.
 	grouped := StoreSnapshot{Revision: 5, Streams: []StreamSnapshot{{ID: 1, Name: "s", CreatedRevision: 2, Topics: []TopicSnapshot{
 		{ID: 0, Name: "t", CreatedRevision: 3, Partitions: []PartitionSnapshot{{CreatedRevision: 3}}, Groups: []GroupInfo{{
-			Name: "g", CreatedRevision: 4, Generation: 3, GenerationRevision: 5, NextMember: 3,
+			Stream: 1, Name: "g", CreatedRevision: 4, Generation: 3, GenerationRevision: 5, NextMember: 3,
 			Members:    []MemberInfo{{ID: 1, SessionTimeout: 1}, {ID: 2, SessionTimeout: 1}},
 			Partitions: []GroupPartition{{Holder: 1, Since: 1, Offset: 7, Committed: true, Next: 2, NextSince: 3}},
 		}}},
@@ -488,5 +488,34 @@ func TestGroupSnapshotRoundTrip(t *testing.T) {
 	}
 	if gotKeys, snap, err := DecodeGroupSnapshot(b); err != nil || len(gotKeys) != 0 || snap.Revision != s.Revision() {
 		t.Fatalf("keyless group snapshot: %d keys, revision %d, %v", len(gotKeys), snap.Revision, err)
+	}
+}
+
+// TestDecodedSnapshotPlacesGroups: a consumer group's stream and topic
+// are not encoded (its place in the snapshot says them), so DecodeSnapshot
+// sets them; a decoded snapshot equals the Export it was encoded from for
+// a group in any stream and topic, not only in stream 0, topic 0 (the
+// fuzzer found the decoder leaving them 0 under topic 16).
+func TestDecodedSnapshotPlacesGroups(t *testing.T) {
+	s := newTestStore(t)
+	mustApply(t, s, CreateStream{Name: "a"})
+	mustApply(t, s, CreateStream{Name: "b"})
+	mustApply(t, s, CreateTopic{Stream: 1, Name: "t0", Partitions: 1})
+	mustApply(t, s, CreateTopic{Stream: 1, Name: "t1", Partitions: 2})
+	mustApply(t, s, CreateGroup{Stream: 1, Topic: 1, Name: "g"})
+	snap := s.Export()
+	if g := snap.Streams[1].Topics[1].Groups[0]; g.Stream != 1 || g.Topic != 1 {
+		t.Fatalf("export places group at %d/%d, want 1/1", g.Stream, g.Topic)
+	}
+	b, err := EncodeSnapshot(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeSnapshot(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, snap) {
+		t.Fatalf("decoded %+v, exported %+v", got, snap)
 	}
 }
