@@ -2,6 +2,7 @@ package host
 
 import (
 	"hash/maphash"
+	"slices"
 	"sync"
 
 	"github.com/parkway-io/parkway/internal/dedupe"
@@ -47,24 +48,20 @@ type forwardBudget struct {
 	// duplicates counts the copies admit recognised.
 	duplicates uint64
 	byPeer     map[uint64]int64 // peers holding bytes only
-	// reqs counts the held requests by (peer, request id): a count, as
-	// a peer that restarted numbers its requests from 1 again.
-	reqs map[heldRequest]int
-	// copies are the held requests by (peer, id, digest of the bytes),
-	// and answered the digest of the ones answered last by (peer, id),
-	// in the one deduplication window: what tells a copy of a request
-	// the network delivered twice from a request of its own (see admit).
-	copies   map[requestCopy]int
+	// reqs are the held requests by (peer, request id), each as the
+	// digests of its payloads: usually one, more when a peer that
+	// restarted numbers its requests from 1 again. With answered (the
+	// digest of the ones answered last by (peer, id), in the one
+	// deduplication window) they tell a copy of a request the network
+	// delivered twice from a request of its own (see admit), and whether
+	// a request is held at all (holds).
+	reqs     map[heldRequest][]uint64
 	answered *dedupe.Window[uint64]
 	seed     maphash.Seed
 }
 
 // heldRequest names a forwarded request: its sender and the sender's id.
 type heldRequest struct{ peer, id uint64 }
-
-// requestCopy names a forwarded request's bytes: its sender, the
-// sender's id and a digest of the payload.
-type requestCopy struct{ peer, id, sum uint64 }
 
 // maxAnswered bounds the answered requests remembered for telling late
 // copies apart: 4,096 records of 24 bytes (plus the map's).
@@ -87,7 +84,7 @@ const (
 
 func newForwardBudget(peerMax, totalMax int64) *forwardBudget {
 	return &forwardBudget{peerMax: peerMax, totalMax: totalMax, byPeer: make(map[uint64]int64),
-		reqs: make(map[heldRequest]int), copies: make(map[requestCopy]int),
+		reqs:     make(map[heldRequest][]uint64),
 		answered: dedupe.New[uint64](maxAnswered), seed: maphash.MakeSeed()}
 }
 
@@ -107,15 +104,14 @@ func (f *forwardBudget) digest(payload []byte) uint64 { return maphash.Bytes(f.s
 func (f *forwardBudget) admit(peer, id, sum uint64, n int64) admission {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	c := requestCopy{peer, id, sum}
-	if sent, ok := f.answered.Get(dedupe.Key{Producer: peer, Seq: id}); (ok && sent == sum) || f.copies[c] > 0 {
+	k := heldRequest{peer, id}
+	if sent, ok := f.answered.Get(dedupe.Key{Producer: peer, Seq: id}); (ok && sent == sum) || slices.Contains(f.reqs[k], sum) {
 		f.duplicates++
 		return admitDuplicate
 	}
-	if !f.takeLocked(peer, id, n) {
+	if !f.takeLocked(peer, id, sum, n) {
 		return admitOverBudget
 	}
-	f.copies[c]++
 	return admitted
 }
 
@@ -124,13 +120,7 @@ func (f *forwardBudget) admit(peer, id, sum uint64, n int64) admission {
 func (f *forwardBudget) release(peer, id, sum uint64, n int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.giveLocked(peer, id, n)
-	c := requestCopy{peer, id, sum}
-	if f.copies[c] > 1 {
-		f.copies[c]--
-	} else {
-		delete(f.copies, c)
-	}
+	f.giveLocked(peer, id, sum, n)
 	f.answered.Put(dedupe.Key{Producer: peer, Seq: id}, sum)
 }
 
@@ -139,7 +129,7 @@ func (f *forwardBudget) release(peer, id, sum uint64, n int64) {
 // while the peer holds anything: a peer holding nothing may always have
 // one request served, so a request larger than the peer bound (it is
 // bounded by the transport's frame) is not refused for good.
-func (f *forwardBudget) takeLocked(peer, id uint64, n int64) bool {
+func (f *forwardBudget) takeLocked(peer, id, sum uint64, n int64) bool {
 	p := f.byPeer[peer]
 	if (f.held+n > f.totalMax || (p > 0 && p+n > f.peerMax)) && !testhooks.NoForwardBudget.Load() {
 		f.refused++
@@ -148,17 +138,20 @@ func (f *forwardBudget) takeLocked(peer, id uint64, n int64) bool {
 	f.byPeer[peer] = p + n
 	f.held += n
 	f.peak = max(f.peak, f.held)
-	f.reqs[heldRequest{peer, id}]++
+	k := heldRequest{peer, id}
+	f.reqs[k] = append(f.reqs[k], sum)
 	return true
 }
 
 // giveLocked releases what takeLocked charged. Its callers have sent the request's
 // answer first, so a peer told the request is no longer held finds the
 // answer ahead of that news (one connection per peer keeps their order).
-func (f *forwardBudget) giveLocked(peer, id uint64, n int64) {
+func (f *forwardBudget) giveLocked(peer, id, sum uint64, n int64) {
 	k := heldRequest{peer, id}
-	if f.reqs[k] > 1 {
-		f.reqs[k]--
+	if sums := f.reqs[k]; len(sums) > 1 {
+		if i := slices.Index(sums, sum); i >= 0 {
+			f.reqs[k] = slices.Delete(sums, i, i+1)
+		}
 	} else {
 		delete(f.reqs, k)
 	}
@@ -175,7 +168,7 @@ func (f *forwardBudget) giveLocked(peer, id uint64, n int64) {
 func (f *forwardBudget) holds(peer, id uint64) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.reqs[heldRequest{peer, id}] > 0
+	return len(f.reqs[heldRequest{peer, id}]) > 0
 }
 
 // ForwardStats describe the forwarded requests a node serves for its
