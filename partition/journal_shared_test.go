@@ -269,35 +269,7 @@ func TestJournalSharedWriteCrashAtEveryWritePoint(t *testing.T) {
 	}
 	count := errorfs.OnIndex(-1, nil)
 	workload(errorfs.New(vfs.NewMem(), count))
-	n := count.Count()
-	t.Logf("%d write points", n)
-	for i := range n {
-		for _, mode := range []string{"once", "from then on"} {
-			mem := vfs.NewMem()
-			var seen atomic.Int64
-			fired := atomic.Bool{}
-			inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-				if !op.Mutating() {
-					return nil
-				}
-				if k := seen.Add(1) - 1; k == i || (mode == "from then on" && k > i) {
-					fired.Store(true)
-					return syscall.EIO
-				}
-				return nil
-			})
-			r := workload(errorfs.New(mem, inj))
-			if !fired.Load() {
-				t.Fatalf("op %d never happened", i)
-			}
-			if r == nil {
-				continue
-			}
-			what := fmt.Sprintf("op %d failing %s", i, mode)
-			r.check(mem.Crash(), "power loss: "+what)
-			r.check(mem, "process crash: "+what)
-		}
-	}
+	failEveryWritePoint(t, count.Count(), workload)
 }
 
 // TestJournalSharedWriteCrashAtEveryWritePoint with deferred partitions
@@ -333,35 +305,7 @@ func TestJournalDeferredPartitionsCrashAtEveryWritePoint(t *testing.T) {
 	r.check(clean.Crash(), "power loss with deferred partitions in the journal only")
 	count := errorfs.OnIndex(-1, nil)
 	workload(errorfs.New(vfs.NewMem(), count))
-	n := count.Count()
-	t.Logf("%d write points", n)
-	for i := range n {
-		for _, mode := range []string{"once", "from then on"} {
-			mem := vfs.NewMem()
-			var seen atomic.Int64
-			fired := atomic.Bool{}
-			inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-				if !op.Mutating() {
-					return nil
-				}
-				if k := seen.Add(1) - 1; k == i || (mode == "from then on" && k > i) {
-					fired.Store(true)
-					return syscall.EIO
-				}
-				return nil
-			})
-			r := workload(errorfs.New(mem, inj))
-			if !fired.Load() {
-				t.Fatalf("op %d never happened", i)
-			}
-			if r == nil {
-				continue
-			}
-			what := fmt.Sprintf("op %d failing %s", i, mode)
-			r.check(mem.Crash(), "power loss: "+what)
-			r.check(mem, "process crash: "+what)
-		}
-	}
+	failEveryWritePoint(t, count.Count(), workload)
 }
 
 // Handle 1 stages its partitions' records (Journal.Stage: FsyncInterval,
@@ -412,35 +356,7 @@ func TestJournalStagedPartitionsCrashAtEveryWritePoint(t *testing.T) {
 	if len(clean.soft) == 0 || len(clean.acks) == 0 {
 		t.Fatal("the clean run staged or committed nothing")
 	}
-	n := count.Count()
-	t.Logf("%d write points", n)
-	for i := range n {
-		for _, mode := range []string{"once", "from then on"} {
-			mem := vfs.NewMem()
-			var seen atomic.Int64
-			fired := atomic.Bool{}
-			inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-				if !op.Mutating() {
-					return nil
-				}
-				if k := seen.Add(1) - 1; k == i || (mode == "from then on" && k > i) {
-					fired.Store(true)
-					return syscall.EIO
-				}
-				return nil
-			})
-			r := workload(errorfs.New(mem, inj))
-			if !fired.Load() {
-				t.Fatalf("op %d never happened", i)
-			}
-			if r == nil {
-				continue
-			}
-			what := fmt.Sprintf("op %d failing %s", i, mode)
-			r.check(mem.Crash(), "power loss: "+what)
-			r.check(mem, "process crash: "+what)
-		}
-	}
+	failEveryWritePoint(t, count.Count(), workload)
 }
 
 // A failed fdatasync of a shared write fails every journaled partition
@@ -710,4 +626,41 @@ func TestJournalStagedLargeAppendIsWrittenOnce(t *testing.T) {
 	}
 	r.roundOf(3, 1) // small again: to the file, acknowledged after it
 	r.check(live, "process crash with staged partitions open")
+}
+
+// failEveryWritePoint runs workload n times more on a fresh MemFS, its
+// i-th mutating operation failing with EIO once and, in a second run,
+// from then on, for every i below n (the operations a clean run counted);
+// after each run that opened, a power loss and a process crash keep what
+// the run's check demands.
+func failEveryWritePoint(t *testing.T, n int64, workload func(vfs.FS) *sharedRun) {
+	t.Helper()
+	t.Logf("%d write points", n)
+	for i := range n {
+		for _, mode := range []string{"once", "from then on"} {
+			mem := vfs.NewMem()
+			var seen atomic.Int64
+			fired := atomic.Bool{}
+			inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+				if !op.Mutating() {
+					return nil
+				}
+				if k := seen.Add(1) - 1; k == i || (mode == "from then on" && k > i) {
+					fired.Store(true)
+					return syscall.EIO
+				}
+				return nil
+			})
+			r := workload(errorfs.New(mem, inj))
+			if !fired.Load() {
+				t.Fatalf("op %d never happened", i)
+			}
+			if r == nil {
+				continue
+			}
+			what := fmt.Sprintf("op %d failing %s", i, mode)
+			r.check(mem.Crash(), "power loss: "+what)
+			r.check(mem, "process crash: "+what)
+		}
+	}
 }
