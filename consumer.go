@@ -1037,21 +1037,18 @@ func (c *Consumer) Commit(ctx context.Context) error {
 	// The group rebalanced: refresh, drop the positions of partitions
 	// that moved (their next holder redelivers from the committed
 	// offset), and commit the ones still held.
-	held := map[uint32]bool{}
+	var held []uint32
 	c.mu.Lock()
 	ack := c.d.AckGen()
 	c.mu.Unlock()
 	if a, herr := m.heartbeat(ctx, ack); herr == nil {
-		for _, p := range slices.Concat(a.Partitions, a.Revoking) {
-			held[p] = true
-		}
+		held = slices.Concat(a.Partitions, a.Revoking)
 	} else {
 		c.refreshNow()
 	}
-	moved := maps.Clone(offsets)
-	maps.DeleteFunc(moved, func(p uint32, _ uint64) bool { return held[p] })
-	maps.DeleteFunc(offsets, func(p uint32, _ uint64) bool { return !held[p] })
-	c.forget(moved)
+	c.mu.Lock()
+	offsets = c.d.Rebalanced(offsets, held)
+	c.mu.Unlock()
 	if len(offsets) == 0 {
 		return nil
 	}

@@ -4,6 +4,8 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/parkway-io/parkway/internal/testhooks"
 )
 
 // A consumer's decisions — which partitions to fetch after an
@@ -192,6 +194,9 @@ func (d *ConsumerDriver) From(f Fetcher) (offset uint64, ok bool) {
 func (d *ConsumerDriver) Fetched(f Fetcher, next uint64) {
 	if d.current(f) {
 		d.from[f.ID] = next
+		if testhooks.CommitBeforeHandled.Load() {
+			d.processed[f.Part] = next // the broken build: handled before it was handed out
+		}
 	}
 }
 
@@ -288,6 +293,22 @@ func (d *ConsumerDriver) Committed(offsets map[uint32]uint64) {
 			delete(d.processed, p)
 		}
 	}
+}
+
+// Rebalanced records that a group's commit of offsets (read with
+// ToCommit) was refused because the group moved on; held are the
+// partitions the member holds after a refresh (those being revoked
+// included; none if the refresh failed). The positions of partitions
+// that moved are given up — their next holder redelivers from the
+// committed offset —, and retry are the others, to commit again (then
+// Committed, whether that commit succeeds or is refused again).
+func (d *ConsumerDriver) Rebalanced(offsets map[uint32]uint64, held []uint32) (retry map[uint32]uint64) {
+	moved := maps.Clone(offsets)
+	maps.DeleteFunc(moved, func(p uint32, _ uint64) bool { return slices.Contains(held, p) })
+	d.Committed(moved)
+	retry = maps.Clone(offsets)
+	maps.DeleteFunc(retry, func(p uint32, _ uint64) bool { return !slices.Contains(held, p) })
+	return retry
 }
 
 // CommitsOnLeave reports whether the consumer commits what it handled

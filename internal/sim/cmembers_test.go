@@ -65,8 +65,8 @@ func TestClusterGroupMembers(t *testing.T) {
 	if ops.MemberDelivered == 0 {
 		t.Errorf("no member delivered anything: the scenario did not run")
 	}
-	t.Logf("%d seeds: members delivered %d messages, fenced %d answers, renewed %d leases, %d expired; faults %+v",
-		len(runs), ops.MemberDelivered, ops.MemberFenced, ops.MemberLeases, ops.MemberExpired, faults)
+	t.Logf("%d seeds: members delivered %d messages, fenced %d answers, ran %d revocations, renewed %d leases, %d expired; faults %+v",
+		len(runs), ops.MemberDelivered, ops.MemberFenced, ops.MemberRevokes, ops.MemberLeases, ops.MemberExpired, faults)
 }
 
 // unfencedConfig is memberConfig without the one-way, clog and clock
@@ -83,6 +83,36 @@ func unfencedConfig(seed uint64) sim.Config {
 	cfg.Faults.Clock = sim.ClockFaultRates{}
 	cfg.Clients = 2
 	return cfg
+}
+
+// consumerConfig is unfencedConfig with the members on a topic of their
+// own of eight partitions: each holds several, so a batch of one waits
+// for the application while another's is committed, and rebalances
+// revoke some while batches of theirs wait — the Consumer's decisions
+// (host.ConsumerDriver) that invariant 12 judges.
+func consumerConfig(seed uint64) sim.Config {
+	cfg := unfencedConfig(seed)
+	cfg.MemberPartitions = 8
+	return cfg
+}
+
+// TestClusterGroupConsumers runs the consumer seeds (consumerConfig):
+// members that step a Consumer's driver over several partitions each
+// hand out, commit and revoke without a message below a committed
+// offset going undelivered (invariant 12) or one below it delivered
+// (invariant 9).
+func TestClusterGroupConsumers(t *testing.T) {
+	list := seeds(t, defaultMemberSeeds)
+	runs := runSeeds(list, consumerConfig, false)
+	var ops sim.OpCounts
+	for _, r := range runs {
+		addOps(&ops, r.res.Ops)
+	}
+	judge(t, list, runs, 5)
+	if ops.MemberDelivered == 0 || ops.MemberRevokes == 0 {
+		t.Errorf("members delivered %d messages and ran %d revocations: the scenario did not run", ops.MemberDelivered, ops.MemberRevokes)
+	}
+	t.Logf("%d seeds: members delivered %d messages, fenced %d, ran %d revocations, %d joins", len(runs), ops.MemberDelivered, ops.MemberFenced, ops.MemberRevokes, ops.MemberJoins)
 }
 
 // The proof that invariant 9 bites: members that fence a poll only when
