@@ -162,7 +162,7 @@ func TestConsumerDriverRejoinAndStall(t *testing.T) {
 		t.Fatal("an application waiting for messages stalled")
 	}
 	d.Asked(false, t0.Add(time.Hour))
-	if !d.Stalled(t0.Add(time.Hour+2*time.Minute)) {
+	if !d.Stalled(t0.Add(time.Hour + 2*time.Minute)) {
 		t.Fatal("not stalled")
 	}
 	if stopped := d.Leave(true); len(stopped) != 1 || !d.Idle() || d.Live(t0.Add(time.Hour)) {
