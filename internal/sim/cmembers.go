@@ -18,18 +18,22 @@ import (
 // homed on one node, as a parkway.Member is joined through one Node, and
 // makes the Member's own decisions (host.GroupMember, which parkway's
 // Member holds: the fence, the heartbeat, where a poll starts, the
-// commit, the generation adopted): it joins group
-// memberGroup of a topic, heartbeats at a third of its session timeout
-// (acknowledging its generation, which releases the partitions moving
-// away from it: it hands nothing out between its steps),
-// polls a partition it holds from the committed offset with a waiting
-// poll, hands the batch to its application and commits after it. It
-// hands a batch over only through the fence a Consumer applies before
-// each message (metadata.Store.CheckDelivery on its home node's store:
-// its lease, from its last applied join, heartbeat or commit, and its
-// home's committed assignment), checked when the poll is made and when
-// its answer arrives. Faults do the rest: a network partition or a stop
-// cuts a member's node off, its session lapses, the others take its
+// commit, the generation adopted) and the Consumer's around them
+// (host.ConsumerDriver, which parkway's Consumer holds): it joins group
+// memberGroup of a topic, follows its generations as its home applies
+// them (the fetches follow the assignment; a partition moving away is
+// revoked: its handled position committed, then released by a heartbeat
+// acknowledging the generation), heartbeats at a third of its session
+// timeout acknowledging the driver's generation, polls the partitions
+// it fetches with waiting polls (from the committed offset, then from
+// where the last batch ended), queues each batch for its application,
+// which takes it at a later step message by message, and commits after
+// it. It hands a message over only through the fence a Consumer applies
+// before each message (metadata.Store.CheckDelivery on its home node's
+// store: its lease, from its last applied join, heartbeat or commit,
+// and its home's committed assignment), checked when the poll is made,
+// when its answer arrives and before each message. Faults do the rest:
+// a network partition or a stop cuts a member's node off, its session lapses, the others take its
 // partitions and commit, the network heals and its waiting poll —
 // retried in place meanwhile — is answered with messages the group has
 // committed since (cutMember makes that scenario a fault of its own).
@@ -38,7 +42,8 @@ import (
 // is handed to an application.
 
 // BreakMemberFence, when set, makes the simulated members fence a poll
-// only when they make it, not when its answer arrives: the Consumer
+// only when they make it, not when its answer arrives nor before each
+// message: the Consumer
 // before behaviour 33, for the proof that invariant 9 catches it. Only
 // tests set it.
 var BreakMemberFence atomic.Bool
@@ -672,6 +677,12 @@ func (c *csim) memberDoneOf(cl *client, o *op) {
 	}
 	m.queue = append(m.queue, memberBatch{f: f, msgs: o.resp.Messages})
 	m.drv.Fetched(f, o.resp.Offset)
+	if len(m.queue) == 1 && c.rng.IntN(2) == 0 {
+		// The application was waiting for a message (a Consumer's
+		// iterator, asking): it takes the batch at once. Else it is
+		// busy, and takes it at a later step.
+		c.memberDeliver(cl, home)
+	}
 }
 
 // memberMetaDone takes the end of member cl's group command.

@@ -76,7 +76,8 @@ func TestClusterGroupMembers(t *testing.T) {
 // another member committed), these faults only thin out the cuts that
 // make it, and the ordinary clients' random deletes of the members' topic
 // end cut scenarios early (with leases at the metadata leader, seed 7
-// catches it; none of 0-79 did with the default clients).
+// caught it, none of 0-79 with the default clients; with the members
+// stepping the Consumer's driver, seed 6).
 func unfencedConfig(seed uint64) sim.Config {
 	cfg := memberConfig(seed)
 	cfg.Faults.Net.OneWay, cfg.Faults.Net.Clog = 0, 0
@@ -128,7 +129,7 @@ func TestClusterGroupMembersCatchUnfencedDelivery(t *testing.T) {
 	// The seeds that caught it on the current tree go first (the run
 	// stops at the first catch); the rest of 0..99 stays behind them, as
 	// any change to the traces moves which seeds catch it.
-	list := []uint64{65, 7}
+	list := []uint64{6}
 	for i := range uint64(10 * defaultMemberSeeds) {
 		if !slices.Contains(list, i) {
 			list = append(list, i)
