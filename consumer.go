@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway/clock"
+	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/internal/backoff"
 	"github.com/parkway-io/parkway/metadata"
 )
@@ -209,50 +210,31 @@ type Consumer struct {
 	// while none waited for a commit: CommitOnInterval's timer runs only
 	// while some do, so an idle consumer's timer does not fire.
 	pending chan struct{}
-
-	mu        sync.Mutex
-	member    *Member             // nil for a named consumer
-	fetchers  map[uint32]*fetcher // current fetchers by partition
-	nextID    uint64
-	processed map[uint32]uint64 // delivered positions not yet committed
-	rest      fetched           // what a broken-off loop left of its batch
-	fatal     error             // ends iteration
-	// asking is set while the iterator waits for messages on the
-	// application's behalf; askedAt is when the application last asked
-	// (MaxPollInterval runs from it while not asking); idle is set once
-	// the member left the group for exceeding MaxPollInterval.
-	asking  bool
-	askedAt time.Time
-	idle    bool
-	// delivering is the partition a message of which the application is
-	// handling (-1: none), set with the check before each message and
-	// cleared when the loop body returns; delivered is signalled then. A
+	// delivered is signalled when the application finishes a message: a
 	// revocation waits for it.
-	delivering int64
-	delivered  chan struct{}
-	// deliveringFor is the member the message being handled passed the
-	// fence for: its position counts as handled even if the partition is
-	// being revoked meanwhile. revokeBusy is set while a revocation runs;
-	// ackGen is the generation the heartbeats acknowledge: the last one
-	// whose revoked partitions were released.
-	deliveringFor *Member
-	revokeBusy    bool
-	ackGen        uint64
+	delivered chan struct{}
+
+	mu sync.Mutex
+	// d is the consumer's state and decisions (host.ConsumerDriver, which
+	// the simulator's group members step too): the fetches and their
+	// positions, the handled positions, the revocation, the generation
+	// acknowledged, the application's asks. This owner carries its
+	// actions out: a goroutine per fetch (stop cancels it), the
+	// iterator, the maintenance loop, a revocation.
+	d      *host.ConsumerDriver
+	stops  map[uint64]context.CancelFunc // the running fetches' by fetcher ID
+	member *Member                       // nil for a named consumer
+	rest   fetched                       // what a broken-off loop left of its batch
+	fatal  error                         // ends iteration
 
 	closeOnce sync.Once
 	closeErr  error
 }
 
-type fetcher struct {
-	id     uint64
-	cancel context.CancelFunc
-}
-
 type fetched struct {
-	part uint32
-	id   uint64
-	b    Batch
-	err  error
+	f   host.Fetcher
+	b   Batch
+	err error
 }
 
 // NewConsumer starts a consumer of topic t: it joins cfg.Group (creating
@@ -273,18 +255,24 @@ func (n *Node) NewConsumer(ctx context.Context, t Topic, cfg ConsumerConfig) (*C
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	mode := host.CommitOnInterval
+	switch cfg.Commit {
+	case CommitAfterBatch:
+		mode = host.CommitAfterBatch
+	case CommitManual:
+		mode = host.CommitManual
+	}
 	c := &Consumer{
 		n: n, t: t, cfg: cfg,
-		batches:    make(chan fetched),
-		kick:       make(chan struct{}, 1),
-		commitC:    make(chan struct{}, 1),
-		pending:    make(chan struct{}, 1),
-		fetchers:   make(map[uint32]*fetcher),
-		processed:  make(map[uint32]uint64),
-		life:       ctx,
-		askedAt:    n.cfg.Clock.Now(),
-		delivering: -1,
-		delivered:  make(chan struct{}, 1),
+		batches:   make(chan fetched),
+		kick:      make(chan struct{}, 1),
+		commitC:   make(chan struct{}, 1),
+		pending:   make(chan struct{}, 1),
+		delivered: make(chan struct{}, 1),
+		d: host.NewConsumerDriver(host.ConsumerDriverConfig{Group: cfg.Group != "", Commit: mode,
+			MaxPollInterval: cfg.MaxPollInterval, SessionTimeout: cfg.SessionTimeout}, n.cfg.Clock.Now()),
+		stops: make(map[uint64]context.CancelFunc),
+		life:  ctx,
 	}
 	if cfg.Group != "" {
 		m, err := n.joinGroup(ctx, t, cfg.Group, MemberConfig{Name: cfg.Name, SessionTimeout: cfg.SessionTimeout}, true, c.memberLive)
@@ -292,7 +280,7 @@ func (n *Node) NewConsumer(ctx context.Context, t Topic, cfg ConsumerConfig) (*C
 			return nil, err
 		}
 		c.member = m
-		c.ackGen = m.Assignment().Generation
+		c.d.Joined(m.Assignment().Generation)
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	a := c.assign()
@@ -328,15 +316,35 @@ func (c *Consumer) Assignment() Assignment {
 	if c.member != nil {
 		return c.member.Assignment()
 	}
-	return Assignment{Partitions: slices.Sorted(maps.Keys(c.fetchers))}
+	return Assignment{Partitions: c.d.Partitions()}
 }
 
-// assign makes the fetchers match the current assignment: it stops those
-// of partitions no longer held (their undelivered batches are dropped and
-// their uncommitted positions forgotten — the next holder starts from
-// the committed offset — unless they are being revoked: then revoke
-// commits them) and starts one for each newly held partition, after
-// OnAssigned. It returns the assignment it followed.
+// stopFetches stops the fetches the driver stopped (c.mu held): their
+// goroutines end and their lag is no longer reported.
+func (c *Consumer) stopFetches(stopped []host.Fetcher) {
+	for _, f := range stopped {
+		if stop, ok := c.stops[f.ID]; ok {
+			stop()
+			delete(c.stops, f.ID)
+		}
+		c.n.eng.Metrics().DeleteLag(c.t.Stream.Name, c.t.Name, f.Part, c.lagName())
+	}
+}
+
+// startFetch starts the goroutine of fetch f for member m (c.mu held).
+func (c *Consumer) startFetch(m *Member, f host.Fetcher) {
+	ctx, cancel := context.WithCancel(c.ctx)
+	c.stops[f.ID] = cancel
+	c.goroutine(func() { c.fetch(ctx, m, f) })
+}
+
+// assign makes the fetches match the current assignment
+// (host.ConsumerDriver.Assign): those of partitions no longer held stop
+// (their undelivered batches are dropped and their uncommitted positions
+// forgotten — the next holder starts from the committed offset — unless
+// they are being revoked: then revoke commits them) and one starts for
+// each newly held partition, after OnAssigned. It returns the
+// assignment it followed.
 func (c *Consumer) assign() Assignment {
 	var a Assignment
 	c.mu.Lock()
@@ -347,32 +355,8 @@ func (c *Consumer) assign() Assignment {
 			a.Partitions = append(a.Partitions, uint32(p))
 		}
 	}
-	keep := make(map[uint32]bool, len(a.Partitions))
-	for _, p := range a.Partitions {
-		keep[p] = true
-	}
-	revoked := make(map[uint32]bool, len(a.Revoking))
-	for _, p := range a.Revoking {
-		revoked[p] = true
-	}
-	for p, f := range c.fetchers {
-		if !keep[p] {
-			f.cancel()
-			delete(c.fetchers, p)
-			c.n.eng.Metrics().DeleteLag(c.t.Stream.Name, c.t.Name, p, c.lagName())
-		}
-	}
-	for p := range c.processed {
-		if !keep[p] && !revoked[p] {
-			delete(c.processed, p)
-		}
-	}
-	var added []uint32
-	for _, p := range a.Partitions {
-		if _, ok := c.fetchers[p]; !ok {
-			added = append(added, p)
-		}
-	}
+	stopped, added := c.d.Assign(a.Partitions, a.Revoking)
+	c.stopFetches(stopped)
 	c.mu.Unlock()
 	if len(added) == 0 {
 		return a
@@ -383,35 +367,26 @@ func (c *Consumer) assign() Assignment {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, p := range added {
-		if _, ok := c.fetchers[p]; ok {
-			continue
+		if f, ok := c.d.Start(p); ok {
+			c.startFetch(c.member, f)
 		}
-		c.nextID++
-		ctx, cancel := context.WithCancel(c.ctx)
-		f := &fetcher{id: c.nextID, cancel: cancel}
-		c.fetchers[p] = f
-		m := c.member
-		c.goroutine(func() { c.fetch(ctx, m, p, f.id) })
 	}
 	return a
 }
 
-// follow acts on the assignment a refresh found: a member with nothing
-// being revoked acknowledges its generation (its next heartbeat releases
-// nothing it still hands out); one with partitions being revoked runs a
+// follow acts on the assignment a refresh found
+// (host.ConsumerDriver.Follow): a member with nothing being revoked
+// acknowledges its generation; one with partitions being revoked runs a
 // revocation, one at a time, which acknowledges when it is done.
 func (c *Consumer) follow(m *Member, a Assignment) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.member != m || c.revokeBusy {
+	if c.member != m {
 		return
 	}
-	if len(a.Revoking) == 0 {
-		c.ackGen = max(c.ackGen, a.Generation)
-		return
+	if c.d.Follow(a.Generation, a.Revoking) {
+		c.goroutine(func() { c.revoke(m, a) })
 	}
-	c.revokeBusy = true
-	c.goroutine(func() { c.revoke(m, a) })
 }
 
 // revoke gives up the partitions of a.Revoking (behaviour 33): their
@@ -420,10 +395,14 @@ func (c *Consumer) follow(m *Member, a Assignment) {
 // their handled positions (unless CommitManual) and acknowledges a's
 // generation, which releases them to their next holders.
 func (c *Consumer) revoke(m *Member, a Assignment) {
+	released := false
 	defer func() {
 		c.mu.Lock()
-		c.revokeBusy = false
+		c.d.RevokeDone(a.Generation, released)
 		c.mu.Unlock()
+		if released {
+			c.refreshNow()
+		}
 	}()
 	c.awaitDelivery(a.Revoking)
 	if c.ctx.Err() != nil {
@@ -433,13 +412,7 @@ func (c *Consumer) revoke(m *Member, a Assignment) {
 		c.cfg.OnRevoked(c.ctx, a.Revoking)
 	}
 	c.mu.Lock()
-	offsets := map[uint32]uint64{}
-	for _, p := range a.Revoking {
-		if off, ok := c.processed[p]; ok && c.cfg.Commit != CommitManual {
-			offsets[p] = off
-		}
-		delete(c.processed, p)
-	}
+	offsets := c.d.Revoke(a.Revoking)
 	c.mu.Unlock()
 	ctx, cancel := c.n.deadline(c.ctx)
 	defer cancel()
@@ -448,10 +421,7 @@ func (c *Consumer) revoke(m *Member, a Assignment) {
 	if _, err := m.heartbeat(ctx, a.Generation); err != nil {
 		return // the next heartbeat revokes again
 	}
-	c.mu.Lock()
-	c.ackGen = max(c.ackGen, a.Generation)
-	c.mu.Unlock()
-	c.refreshNow()
+	released = true
 }
 
 // awaitDelivery waits until the application is not handling a message
@@ -462,9 +432,9 @@ func (c *Consumer) awaitDelivery(parts []uint32) {
 	defer t.Stop()
 	for {
 		c.mu.Lock()
-		d := c.delivering
+		ready := c.d.RevokeReady(parts)
 		c.mu.Unlock()
-		if d < 0 || !slices.Contains(parts, uint32(d)) {
+		if ready {
 			return
 		}
 		select {
@@ -485,28 +455,29 @@ func (c *Consumer) lagName() string {
 	return c.cfg.Name
 }
 
-// deliverable reports whether a message of part that fetcher id read may
-// be handed to the application now (behaviour 33): the fetcher is still
-// current and, in a group, the member still holds the partition by the
-// fence of Member.Poll (its lease, and this node's committed assignment).
-// The iterator asks before every message, not once per batch, so a batch
-// read before a rebalance or a loss of contact is not handed out after it.
-func (c *Consumer) deliverable(part uint32, id uint64) bool {
+// deliverable reports whether a message of f may be handed to the
+// application now (behaviour 33): the fetch is still current and, in a
+// group, the member still holds the partition by the fence of
+// Member.Poll (its lease, and this node's committed assignment). The
+// iterator asks before every message, not once per batch, so a batch
+// read before a rebalance or a loss of contact is not handed out after
+// it.
+func (c *Consumer) deliverable(f host.Fetcher) bool {
 	c.mu.Lock()
-	f, ok := c.fetchers[part]
+	// From here until the loop body returns, a revocation of the
+	// partition waits (handled ends it).
+	ok := c.d.Deliver(f)
 	m := c.member
-	if ok && f.id == id {
-		// From here until the loop body returns, a revocation of part
-		// waits (handled clears it).
-		c.delivering, c.deliveringFor = int64(part), m
-	}
 	c.mu.Unlock()
-	if !ok || f.id != id {
+	if !ok {
 		return false
 	}
-	if m != nil && m.check(part) != nil {
+	if m != nil && m.check(f.Part) != nil {
 		c.mu.Lock()
-		c.delivering = -1
+		if nf, restart := c.d.Refused(f); restart {
+			c.stopFetches([]host.Fetcher{f})
+			c.startFetch(m, nf)
+		}
 		c.mu.Unlock()
 		c.signalDelivered()
 		return false
@@ -522,15 +493,14 @@ func (c *Consumer) signalDelivered() {
 	}
 }
 
-// stopFetcher forgets fetcher id of part, if it is still the current
-// one: it ended because the group moved on or the member's lease lapsed,
-// and the next assign starts a new one if the partition is still held.
-func (c *Consumer) stopFetcher(part uint32, id uint64) {
+// stopFetcher forgets fetch f, if it is still the current one: it
+// ended because the group moved on or the member's lease lapsed, and
+// the next assign starts a new one if the partition is still held.
+func (c *Consumer) stopFetcher(f host.Fetcher) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if f, ok := c.fetchers[part]; ok && f.id == id {
-		f.cancel()
-		delete(c.fetchers, part)
+	if c.d.Stopped(f) {
+		c.stopFetches([]host.Fetcher{f})
 	}
 }
 
@@ -542,18 +512,38 @@ func (c *Consumer) refreshNow() {
 	}
 }
 
+// from is where fetch f polls next (host.ConsumerDriver.From): where
+// its last batch ended, or the committed offset (a group's, or the
+// named consumer's) by the reset policy.
+func (c *Consumer) from(m *Member, f host.Fetcher) Start {
+	c.mu.Lock()
+	off, ok := c.d.From(f)
+	c.mu.Unlock()
+	switch {
+	case ok:
+		return AtOffset(off)
+	case m != nil:
+		return AtCommitted().OrReset(c.cfg.Reset)
+	default:
+		return AtConsumer(c.cfg.Name).OrReset(c.cfg.Reset)
+	}
+}
+
+// fetched records that fetch f's poll answered up to next and its
+// batch, if any, was handed to the iterator.
+func (c *Consumer) fetched(f host.Fetcher, next uint64) {
+	c.mu.Lock()
+	c.d.Fetched(f, next)
+	c.mu.Unlock()
+}
+
 // fetch polls one partition with waiting polls and hands its batches to
 // the iterator, until its context ends.
-func (c *Consumer) fetch(ctx context.Context, m *Member, part uint32, id uint64) {
-	var from Start
-	switch {
-	case m != nil:
-		from = AtCommitted().OrReset(c.cfg.Reset)
-	default:
-		from = AtConsumer(c.cfg.Name).OrReset(c.cfg.Reset)
-	}
+func (c *Consumer) fetch(ctx context.Context, m *Member, f host.Fetcher) {
+	part := f.Part
 	bo := backoff.New(c.n.cfg.RetryBackoffMin, c.n.cfg.RetryBackoffMax)
 	for ctx.Err() == nil {
+		from := c.from(m, f)
 		var b Batch
 		var err error
 		if m != nil {
@@ -568,12 +558,12 @@ func (c *Consumer) fetch(ctx context.Context, m *Member, part uint32, id uint64)
 			bo.Reset()
 			c.n.eng.Metrics().SetLag(c.t.Stream.Name, c.t.Name, part, c.lagName(), b.End-b.Next)
 			if len(b.Messages) == 0 {
-				from = AtOffset(b.Next)
+				c.fetched(f, b.Next)
 				continue
 			}
 			select {
-			case c.batches <- fetched{part: part, id: id, b: b}:
-				from = AtOffset(b.Next)
+			case c.batches <- fetched{f: f, b: b}:
+				c.fetched(f, b.Next)
 			case <-ctx.Done():
 				return
 			}
@@ -583,16 +573,14 @@ func (c *Consumer) fetch(ctx context.Context, m *Member, part uint32, id uint64)
 			// maintenance loop refreshes the assignment and starts the
 			// fetchers it needs, this partition's again if it still
 			// holds it.
-			c.stopFetcher(part, id)
+			c.stopFetcher(f)
 			c.refreshNow()
 			return
 		case errors.Is(err, ErrOffsetOutOfRange) && c.cfg.Reset != ResetError:
 			// Truncation passed our position: start over by the policy.
-			if m != nil {
-				from = AtCommitted().OrReset(c.cfg.Reset)
-			} else {
-				from = AtConsumer(c.cfg.Name).OrReset(c.cfg.Reset)
-			}
+			c.mu.Lock()
+			c.d.Reset(f)
+			c.mu.Unlock()
 		case fatalConsumerError(err):
 			c.fail(err)
 			return
@@ -715,13 +703,13 @@ func (c *Consumer) maintain() {
 func (c *Consumer) stalled() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.member != nil && !c.idle && !c.asking && c.n.cfg.Clock.Now().Sub(c.askedAt) > c.cfg.MaxPollInterval
+	return c.member != nil && c.d.Stalled(c.n.cfg.Clock.Now())
 }
 
 func (c *Consumer) isIdle() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.idle
+	return c.d.Idle()
 }
 
 // leaveIdle gives up the group for an application that stopped asking
@@ -731,25 +719,15 @@ func (c *Consumer) isIdle() bool {
 // ask joins again (asked).
 func (c *Consumer) leaveIdle() {
 	c.mu.Lock()
-	c.idle = true
 	m := c.member
-	c.dropFetchers()
+	c.stopFetches(c.d.Leave(true))
 	c.mu.Unlock()
 	ctx, cancel := c.n.deadline(c.ctx)
 	defer cancel()
-	if c.cfg.Commit != CommitManual {
+	if c.d.CommitsOnLeave() {
 		_ = c.Commit(ctx) // what fails is redelivered to the next holder
 	}
 	_ = m.Leave(ctx) // a member that cannot leave is expired instead
-}
-
-// dropFetchers stops every fetcher and forgets them (c.mu held).
-func (c *Consumer) dropFetchers() {
-	for p, f := range c.fetchers {
-		f.cancel()
-		delete(c.fetchers, p)
-		c.n.eng.Metrics().DeleteLag(c.t.Stream.Name, c.t.Name, p, c.lagName())
-	}
 }
 
 // asked records that the application asks for a message (waiting says
@@ -758,9 +736,7 @@ func (c *Consumer) dropFetchers() {
 // member gone and rejoins.
 func (c *Consumer) asked(waiting bool) {
 	c.mu.Lock()
-	c.asking, c.askedAt = waiting, c.n.cfg.Clock.Now()
-	rejoin := c.idle
-	c.idle = false
+	rejoin := c.d.Asked(waiting, c.n.cfg.Clock.Now())
 	c.mu.Unlock()
 	if rejoin {
 		c.refreshNow()
@@ -775,12 +751,12 @@ func (c *Consumer) end(err error) {
 	if c.fatal == nil {
 		c.fatal = err
 	}
-	c.dropFetchers()
+	c.stopFetches(c.d.Leave(false))
 	c.mu.Unlock()
 	c.cancel()
 	ctx, cancel := c.n.deadline(context.Background())
 	defer cancel()
-	if c.cfg.Commit != CommitManual {
+	if c.d.CommitsOnLeave() {
 		_ = c.Commit(ctx)
 	}
 	if m := c.Member(); m != nil {
@@ -815,21 +791,17 @@ func (c *Consumer) regroup() {
 // the rejoin failed: it is tried again then).
 func (c *Consumer) nextHeartbeat(every time.Duration) time.Duration {
 	m := c.Member()
-	if m == nil {
-		return every
-	}
-	select {
-	case <-m.lost:
-		every = min(every, c.cfg.SessionTimeout/3)
-	default:
+	lost := false
+	if m != nil {
+		select {
+		case <-m.lost:
+			lost = true
+		default:
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.asking && !c.idle {
-		// Wake when the application's processing bound passes.
-		every = min(every, max(c.askedAt.Add(c.cfg.MaxPollInterval).Sub(c.n.cfg.Clock.Now())+time.Millisecond, time.Millisecond))
-	}
-	return every
+	return c.d.NextHeartbeat(c.n.cfg.Clock.Now(), every, lost)
 }
 
 // lostMember is closed once the node's renewal of the current member
@@ -856,7 +828,7 @@ func (c *Consumer) lostMember() <-chan struct{} {
 func (c *Consumer) memberLive(now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return !c.idle && (c.asking || now.Sub(c.askedAt) <= c.cfg.MaxPollInterval)
+	return c.d.Live(now)
 }
 
 // heartbeat refreshes membership and assignment once.
@@ -871,7 +843,7 @@ func (c *Consumer) heartbeat() {
 		return
 	}
 	c.mu.Lock()
-	ack := c.ackGen
+	ack := c.d.AckGen()
 	c.mu.Unlock()
 	_, err := m.heartbeat(c.ctx, ack)
 	switch {
@@ -888,12 +860,7 @@ func (c *Consumer) heartbeat() {
 		}
 		c.mu.Lock()
 		c.member, m = nm, nm
-		c.ackGen = nm.Assignment().Generation
-		for p, f := range c.fetchers {
-			f.cancel() // they fetch for the old member
-			delete(c.fetchers, p)
-		}
-		clear(c.processed)
+		c.stopFetches(c.d.Joined(nm.Assignment().Generation)) // they fetch for the old member
 		c.mu.Unlock()
 	case fatalConsumerError(err):
 		c.fail(err)
@@ -960,15 +927,15 @@ func (c *Consumer) Messages(ctx context.Context) iter.Seq2[Delivery, error] {
 				return
 			}
 			for i, msg := range f.b.Messages {
-				if !c.deliverable(f.part, f.id) {
+				if !c.deliverable(f.f) {
 					// Revoked mid-batch, or the member's lease lapsed:
 					// the rest is the next holder's.
 					c.refreshNow()
 					break
 				}
-				more := yield(Delivery{Partition: f.part, Message: msg}, nil)
+				more := yield(Delivery{Partition: f.f.Part, Message: msg}, nil)
 				c.asked(false)
-				c.handled(f.part, f.id, msg.Offset+1)
+				c.handled(f.f, msg.Offset+1)
 				if !more {
 					if i+1 < len(f.b.Messages) {
 						f.b.Messages = f.b.Messages[i+1:]
@@ -989,27 +956,19 @@ func (c *Consumer) Messages(ctx context.Context) iter.Seq2[Delivery, error] {
 // application a batch, whose handling MaxPollInterval bounds.
 func (c *Consumer) gotBatch() {
 	c.mu.Lock()
-	c.asking = false
+	c.d.GotBatch()
 	c.mu.Unlock()
 }
 
-// handled records that a partition's messages before next were handled.
-func (c *Consumer) handled(part uint32, id uint64, next uint64) {
+// handled records that fetch f's messages before next were handled
+// (host.ConsumerDriver.Handled), and starts CommitOnInterval's timer
+// for a first position waiting.
+func (c *Consumer) handled(f host.Fetcher, next uint64) {
 	c.mu.Lock()
-	f, ok := c.fetchers[part]
-	current := ok && f.id == id
-	// A message of a group member that passed the fence counts even if
-	// its partition is being revoked meanwhile: the revocation commits it.
-	fenced := c.delivering == int64(part) && c.deliveringFor != nil && c.deliveringFor == c.member
-	first := false
-	if current || fenced {
-		first = len(c.processed) == 0
-		c.processed[part] = next
-	}
-	c.delivering, c.deliveringFor = -1, nil
+	arm := c.d.Handled(f, next)
 	c.mu.Unlock()
 	c.signalDelivered()
-	if first {
+	if arm {
 		select {
 		case c.pending <- struct{}{}:
 		default:
@@ -1021,7 +980,7 @@ func (c *Consumer) handled(part uint32, id uint64, next uint64) {
 func (c *Consumer) uncommitted() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.processed) > 0
+	return c.d.Uncommitted()
 }
 
 // afterBatch asks for a commit under CommitAfterBatch. The maintenance
@@ -1030,7 +989,10 @@ func (c *Consumer) uncommitted() bool {
 // offset write for a named consumer); commits coalesce while one is in
 // flight.
 func (c *Consumer) afterBatch() {
-	if c.cfg.Commit == CommitAfterBatch {
+	c.mu.Lock()
+	now := c.d.BatchDone()
+	c.mu.Unlock()
+	if now {
 		select {
 		case c.commitC <- struct{}{}:
 		default:
@@ -1048,13 +1010,12 @@ func (c *Consumer) Commit(ctx context.Context) error {
 		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
 	}
 	c.mu.Lock()
-	if len(c.processed) == 0 {
-		c.mu.Unlock()
-		return nil
-	}
-	offsets := maps.Clone(c.processed)
+	offsets := c.d.ToCommit()
 	m := c.member
 	c.mu.Unlock()
+	if len(offsets) == 0 {
+		return nil
+	}
 	if m == nil {
 		var errs []error
 		for _, p := range slices.Sorted(maps.Keys(offsets)) {
@@ -1076,21 +1037,18 @@ func (c *Consumer) Commit(ctx context.Context) error {
 	// The group rebalanced: refresh, drop the positions of partitions
 	// that moved (their next holder redelivers from the committed
 	// offset), and commit the ones still held.
-	held := map[uint32]bool{}
+	var held []uint32
 	c.mu.Lock()
-	ack := c.ackGen
+	ack := c.d.AckGen()
 	c.mu.Unlock()
 	if a, herr := m.heartbeat(ctx, ack); herr == nil {
-		for _, p := range slices.Concat(a.Partitions, a.Revoking) {
-			held[p] = true
-		}
+		held = slices.Concat(a.Partitions, a.Revoking)
 	} else {
 		c.refreshNow()
 	}
-	moved := maps.Clone(offsets)
-	maps.DeleteFunc(moved, func(p uint32, _ uint64) bool { return held[p] })
-	maps.DeleteFunc(offsets, func(p uint32, _ uint64) bool { return !held[p] })
-	c.forget(moved)
+	c.mu.Lock()
+	offsets = c.d.Rebalanced(offsets, held)
+	c.mu.Unlock()
 	if len(offsets) == 0 {
 		return nil
 	}
@@ -1112,11 +1070,7 @@ func rebalanced(err error) bool {
 func (c *Consumer) forget(committed map[uint32]uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for p, off := range committed {
-		if c.processed[p] == off {
-			delete(c.processed, p)
-		}
-	}
+	c.d.Committed(committed)
 }
 
 // Close stops the consumer: it stops polling, commits the handled
@@ -1127,7 +1081,7 @@ func (c *Consumer) Close() error {
 	c.closeOnce.Do(func() {
 		c.cancel()
 		c.mu.Lock()
-		c.dropFetchers() // nothing more is handed out
+		c.stopFetches(c.d.Leave(false)) // nothing more is handed out
 		c.mu.Unlock()
 		c.wg.Wait()
 		ctx, cancel := c.n.deadline(context.Background())
@@ -1136,7 +1090,7 @@ func (c *Consumer) Close() error {
 		c.mu.Lock()
 		ended := c.fatal != nil
 		c.mu.Unlock()
-		if c.cfg.Commit != CommitManual {
+		if c.d.CommitsOnLeave() {
 			// A consumer whose life ended has committed and left (end).
 			// A message that passed the delivery fence just before can
 			// still be marked handled after that commit; the member that

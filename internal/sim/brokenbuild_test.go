@@ -16,6 +16,7 @@ func init() {
 	brokenBuilds["testhooks.NoReadIndexWait"] = &testhooks.NoReadIndexWait
 	brokenBuilds["testhooks.NoJoinConfChange"] = &testhooks.NoJoinConfChange
 	brokenBuilds["testhooks.CommitSkipsOffset"] = &testhooks.CommitSkipsOffset
+	brokenBuilds["testhooks.CommitBeforeHandled"] = &testhooks.CommitBeforeHandled
 }
 
 // Serving parked frames stamped with another incarnation (instead of
@@ -67,4 +68,15 @@ func TestClusterCatchesNoJoinConfChange(t *testing.T) {
 // ends, or once the run settled (invariant 12).
 func TestClusterCatchesNoDeliveryBeforeCommit(t *testing.T) {
 	expectCaughtIn(t, defaultMemberSeeds, memberConfig, "testhooks.CommitSkipsOffset", 12)
+}
+
+// A consumer that counts a batch as handled when its fetch answers,
+// before its application was handed any of it, commits the messages of
+// a batch it then drops (its partition revoked while the batch waited
+// for the application, or the member's fence refusing it): the members
+// step the Consumer's own driver (host.ConsumerDriver), so the broken
+// decision is the shipped code's, caught when a member's next poll of
+// the partition ends, or once the run settled (invariant 12).
+func TestClusterCatchesNoHandlingBeforeCommit(t *testing.T) {
+	expectCaughtIn(t, defaultMemberSeeds, consumerConfig, "testhooks.CommitBeforeHandled", 12)
 }

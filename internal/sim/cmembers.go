@@ -3,11 +3,14 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
 )
 
 // Consumer group members under faults (cluster mode, Config.GroupMembers;
@@ -15,18 +18,22 @@ import (
 // homed on one node, as a parkway.Member is joined through one Node, and
 // makes the Member's own decisions (host.GroupMember, which parkway's
 // Member holds: the fence, the heartbeat, where a poll starts, the
-// commit, the generation adopted): it joins group
-// memberGroup of a topic, heartbeats at a third of its session timeout
-// (acknowledging its generation, which releases the partitions moving
-// away from it: it hands nothing out between its steps),
-// polls a partition it holds from the committed offset with a waiting
-// poll, hands the batch to its application and commits after it. It
-// hands a batch over only through the fence a Consumer applies before
-// each message (metadata.Store.CheckDelivery on its home node's store:
-// its lease, from its last applied join, heartbeat or commit, and its
-// home's committed assignment), checked when the poll is made and when
-// its answer arrives. Faults do the rest: a network partition or a stop
-// cuts a member's node off, its session lapses, the others take its
+// commit, the generation adopted) and the Consumer's around them
+// (host.ConsumerDriver, which parkway's Consumer holds): it joins group
+// memberGroup of a topic, follows its generations as its home applies
+// them (the fetches follow the assignment; a partition moving away is
+// revoked: its handled position committed, then released by a heartbeat
+// acknowledging the generation), heartbeats at a third of its session
+// timeout acknowledging the driver's generation, polls the partitions
+// it fetches with waiting polls (from the committed offset, then from
+// where the last batch ended), queues each batch for its application,
+// which takes it at a later step message by message, and commits after
+// it. It hands a message over only through the fence a Consumer applies
+// before each message (metadata.Store.CheckDelivery on its home node's
+// store: its lease, from its last applied join, heartbeat or commit,
+// and its home's committed assignment), checked when the poll is made,
+// when its answer arrives and before each message. Faults do the rest:
+// a network partition or a stop cuts a member's node off, its session lapses, the others take its
 // partitions and commit, the network heals and its waiting poll —
 // retried in place meanwhile — is answered with messages the group has
 // committed since (cutMember makes that scenario a fault of its own).
@@ -35,7 +42,8 @@ import (
 // is handed to an application.
 
 // BreakMemberFence, when set, makes the simulated members fence a poll
-// only when they make it, not when its answer arrives: the Consumer
+// only when they make it, not when its answer arrives nor before each
+// message: the Consumer
 // before behaviour 33, for the proof that invariant 9 catches it. Only
 // tests set it.
 var BreakMemberFence atomic.Bool
@@ -56,24 +64,50 @@ type gmember struct {
 	// last heartbeated.
 	groupRev uint64
 	lastBeat time.Time
-	// Of the command in flight: its kind and Now; of a poll, the
-	// partition.
-	doing string
-	now   int64
-	part  uint32
+	// drv is the member's Consumer (host.ConsumerDriver, a
+	// parkway.Consumer's state and decisions): its fetches and their
+	// positions, its handled positions, its revocation, the generation
+	// it acknowledges. queue are the batches its fetches read that the
+	// application has not taken yet (at most one a fetch, as a
+	// Consumer's fetcher waits until the iterator takes its batch).
+	drv   *host.ConsumerDriver
+	queue []memberBatch
+	// The revocation running (revStep 0: none): its generation, its
+	// partitions, its next step.
+	revGen   uint64
+	revParts []uint32
+	revStep  int
+	// Of the command in flight: its kind and Now; of a poll, the fetch;
+	// of a commit, its offsets.
+	doing  string
+	now    int64
+	fetch  host.Fetcher
+	commit map[uint32]uint64
 	// A lease renewal in flight (a heartbeat that releases nothing: no
 	// log entry, see host.Engine.SendLease): its answer, the call that
 	// forgets it, and when it is given up.
 	lease       <-chan host.LeaseResult
 	leaseCancel func()
 	leaseUntil  time.Time
+	leaseFor    string // "heartbeat" or "release"
+}
+
+// memberBatch is a batch one of a member's fetches read, queued for its
+// application.
+type memberBatch struct {
+	f    host.Fetcher
+	msgs []partition.Message
 }
 
 // startMembers creates the member clients (after the ordinary ones).
 func (c *csim) startMembers() {
 	for i := range c.cfg.GroupMembers {
-		m := &gmember{home: c.peers[i%len(c.peers)], GroupMember: host.GroupMember{Group: memberGroup,
-			Session: time.Duration(1500+c.rng.IntN(1500)) * time.Millisecond}}
+		session := time.Duration(1500+c.rng.IntN(1500)) * time.Millisecond
+		m := &gmember{home: c.peers[i%len(c.peers)], GroupMember: host.GroupMember{Group: memberGroup, Session: session},
+			// A Consumer committing after each batch, whose application
+			// never stalls (the member asks between its steps).
+			drv: host.NewConsumerDriver(host.ConsumerDriverConfig{Group: true, Commit: host.CommitAfterBatch,
+				MaxPollInterval: time.Hour, SessionTimeout: session}, c.clk.Now())}
 		c.clients = append(c.clients, &client{id: len(c.clients), member: m})
 	}
 }
@@ -235,26 +269,39 @@ func (c *csim) memberAct(cl *client) {
 		return
 	}
 	if g.CreatedRevision != m.groupRev {
-		m.groupRev, m.ID = g.CreatedRevision, 0 // a new incarnation
+		m.groupRev = g.CreatedRevision // a new incarnation
+		c.memberGone(m)
 	}
 	m.now = now.UnixNano()
+	if m.ID != 0 {
+		// The Consumer follows its group's generations as its node
+		// applies them (its regroup), not only at its heartbeats.
+		c.memberFollow(cl, meta)
+	}
 	switch {
 	case m.ID == 0:
 		c.memberMeta(cl, home, "join", metadata.JoinGroup{Stream: t.Stream, Topic: t.ID, Group: memberGroup,
 			Member: fmt.Sprintf("m%d", cl.id), SessionTimeout: m.Session, Now: m.now, Revision: t.CreatedRevision})
+	case m.drv.Revoking():
+		c.memberRevoke(cl, home)
 	case now.Sub(m.lastBeat) >= m.Session/3:
-		// A heartbeat as a Member's: if it releases partitions moving
-		// away from the member (it hands out nothing between its steps),
-		// a commit of nothing acknowledging the generation it acts in;
-		// else a lease renewal at the metadata leader, no log entry.
+		// A heartbeat as a Consumer's: it acknowledges the generation
+		// whose revoked partitions the consumer released
+		// (host.ConsumerDriver.AckGen); if that releases partitions, a
+		// commit of nothing, else a lease renewal at the metadata
+		// leader, no log entry (host.GroupMember.Heartbeat).
 		m.lastBeat = now
-		// The Member's own decision (host.GroupMember.Heartbeat).
-		renew, cmd := m.Heartbeat(meta, m.Gen, m.now)
+		renew, cmd := m.Heartbeat(meta, m.drv.AckGen(), m.now)
 		if renew {
-			c.memberLease(cl, home, m.Lease())
+			c.memberLease(cl, home, "heartbeat")
 			return
 		}
 		c.memberMeta(cl, home, "heartbeat", cmd)
+	case len(m.queue) > 0 && c.rng.IntN(2) == 0:
+		// The application takes the batch its fetch queued; the
+		// fetches of other partitions go on meanwhile, as a
+		// Consumer's goroutines do.
+		c.memberDeliver(cl, home)
 	default:
 		// The members' topic needs messages: a member produces too, half
 		// the time — in a storm less, so that a thousand members do not
@@ -270,35 +317,182 @@ func (c *csim) memberAct(cl *client) {
 			}
 			return
 		}
-		v, err := meta.MemberOf(t.Stream, t.ID, memberGroup, m.ID, m.Gen)
-		held := v.Held
-		if err != nil || len(held) == 0 {
+		c.memberPoll(cl, home)
+	}
+}
+
+// memberFollow is the Consumer's regroup and assign: the member's part
+// of its group on its home's committed metadata makes its generation
+// the member's (host.GroupMember.Adopt), the fetches follow the
+// assignment and a revocation starts for partitions moving away
+// (host.ConsumerDriver.Assign, Start, Follow).
+func (c *csim) memberFollow(cl *client, meta *metadata.Store) {
+	m := cl.member
+	v, err := meta.MemberOf(m.Stream, m.Topic, memberGroup, m.ID, m.Gen)
+	if err != nil || !m.Adopt(v) {
+		return
+	}
+	held := slices.DeleteFunc(slices.Clone(v.Held), func(p uint32) bool { return slices.Contains(v.Revoking, p) })
+	_, added := m.drv.Assign(held, v.Revoking)
+	for _, p := range added {
+		m.drv.Start(p)
+	}
+	if m.drv.Follow(m.Gen, v.Revoking) {
+		m.revGen, m.revParts, m.revStep = m.Gen, slices.Clone(v.Revoking), revokeCommit
+		c.ops.MemberRevokes++
+		c.event("member %d (id %d) revokes %v of generation %d", cl.id, m.ID, m.revParts, m.revGen)
+	}
+}
+
+// Steps of a member's revocation.
+const (
+	revokeCommit  = iota + 1 // commit the revoked partitions' handled positions
+	revokeRelease            // acknowledge the generation, which releases them
+)
+
+// memberRevoke runs the next step of member cl's revocation, as a
+// Consumer's revoke does: commit the revoked partitions' handled
+// positions (host.ConsumerDriver.Revoke; the application handles no
+// message between the member's steps, so it waits for none), then the
+// heartbeat acknowledging the revocation's generation, whose answer
+// ends it (RevokeDone).
+func (c *csim) memberRevoke(cl *client, home *cnode) {
+	m := cl.member
+	if m.revStep == revokeCommit {
+		m.revStep = revokeRelease
+		if offsets := m.drv.Revoke(m.revParts); len(offsets) > 0 {
+			m.commit = offsets
+			c.memberMeta(cl, home, "revoke-commit", m.Commit(m.Gen, groupOffsets(offsets), m.now))
 			return
 		}
-		part := held[c.rng.IntN(len(held))]
-		if err := c.memberFence(m, home, part); err != nil {
-			m.lastBeat = time.Time{} // refresh first
-			return
+	}
+	m.lastBeat = c.clk.Now()
+	renew, cmd := m.Heartbeat(home.meta, m.revGen, m.now)
+	if renew {
+		c.memberLease(cl, home, "release")
+		return
+	}
+	c.memberMeta(cl, home, "release", cmd)
+}
+
+// revoked ends member m's revocation: released reports whether its
+// generation's acknowledgement was answered.
+func (c *csim) revoked(m *gmember, released bool) {
+	if m.revStep == 0 {
+		return
+	}
+	m.drv.RevokeDone(m.revGen, released)
+	m.revStep, m.revParts = 0, nil
+}
+
+// memberGone records that member m's membership ended (expired, left,
+// or its group's incarnation changed): it joins again, and a revocation
+// it ran is over.
+func (c *csim) memberGone(m *gmember) {
+	m.ID = 0
+	c.revoked(m, false)
+}
+
+// memberPoll starts a poll of one of the partitions member cl fetches
+// (host.ConsumerDriver's fetches) whose last batch the application has
+// taken, from where the fetch stands (its last batch's end, or the
+// group's committed offset), through the fence a Member.Poll checks
+// first.
+func (c *csim) memberPoll(cl *client, home *cnode) {
+	m := cl.member
+	var parts []uint32
+	for _, p := range m.drv.Partitions() {
+		if !slices.ContainsFunc(m.queue, func(b memberBatch) bool { return b.f.Part == p }) {
+			parts = append(parts, p)
 		}
-		ns, err := metadata.NewNamespace(t.Stream, t.ID, part)
-		if err != nil {
-			c.fail(0, "member %d: %v", cl.id, err)
-			return
-		}
-		var from uint64 // none committed: from the first, as ResetEarliest
-		if off, ok := m.PollFrom(meta, part); ok {
+	}
+	if len(parts) == 0 {
+		return
+	}
+	f, _ := m.drv.Fetching(parts[c.rng.IntN(len(parts))])
+	if err := c.memberFence(m, home, f.Part); err != nil {
+		m.drv.Stopped(f)         // Member.Poll refused it: the fetch ends
+		m.lastBeat = time.Time{} // and the Consumer refreshes
+		return
+	}
+	ns, err := metadata.NewNamespace(m.Stream, m.Topic, f.Part)
+	if err != nil {
+		c.fail(0, "member %d: %v", cl.id, err)
+		return
+	}
+	from, ok := m.drv.From(f)
+	if !ok {
+		from = 0 // none committed: from the first, as ResetEarliest
+		if off, ok := m.PollFrom(home.meta, f.Part); ok {
 			from = off
 		}
-		m.doing, m.part = "poll", part
-		c.nextOp++
-		o := &op{id: c.nextOp, client: cl, kind: kindPoll, ns: ns, home: home, from: from,
-			count: 1 + c.rng.IntN(8), wait: time.Duration(1+c.rng.IntN(300)) * time.Millisecond, minCount: 1}
-		c.ops.Poll++
-		cl.op = o
-		c.allOps = append(c.allOps, o)
-		o.callEv = c.event("call op=%d member=%d (id %d gen %d) n%d poll ns=%v%s", o.id, cl.id, m.ID, m.Gen, home.id, ns, o.args())
-		c.startCall(o, c.newAttempt(o), home)
 	}
+	m.doing, m.fetch = "poll", f
+	c.nextOp++
+	o := &op{id: c.nextOp, client: cl, kind: kindPoll, ns: ns, home: home, from: from,
+		count: 1 + c.rng.IntN(8), wait: time.Duration(1+c.rng.IntN(300)) * time.Millisecond, minCount: 1}
+	c.ops.Poll++
+	cl.op = o
+	c.allOps = append(c.allOps, o)
+	o.callEv = c.event("call op=%d member=%d (id %d gen %d) n%d poll ns=%v%s", o.id, cl.id, m.ID, m.Gen, home.id, ns, o.args())
+	c.startCall(o, c.newAttempt(o), home)
+}
+
+// memberDeliver hands the application the batch member cl's fetch
+// queued first, as a Consumer's iterator does: before each message the
+// fetch must still be current (host.ConsumerDriver.Deliver) and the
+// member's fence must hold (a refusal replaces the fetch: Refused);
+// each message handled counts (Handled), and a handled batch is
+// committed (BatchDone, ToCommit).
+func (c *csim) memberDeliver(cl *client, home *cnode) {
+	m := cl.member
+	b := m.queue[0]
+	m.queue = m.queue[1:]
+	var handled []uint64
+	for _, msg := range b.msgs {
+		if !m.drv.Deliver(b.f) {
+			c.event("member %d (id %d gen %d) drops a batch of %d from %d: its fetch stopped", cl.id, m.ID, m.Gen, b.f.Part, msg.Offset)
+			break
+		}
+		var err error
+		if !BreakMemberFence.Load() {
+			err = c.memberFence(m, home, b.f.Part)
+		}
+		if err != nil {
+			m.drv.Refused(b.f)
+			m.lastBeat = time.Time{} // the Consumer refreshes
+			c.ops.MemberFenced++
+			c.event("member %d (id %d gen %d) drops messages of %d from %d: %v", cl.id, m.ID, m.Gen, b.f.Part, msg.Offset, err)
+			break
+		}
+		if committed, node := c.groupCommitted(m, b.f.Part); msg.Offset < committed {
+			c.fail(9, "member %d (id %d, generation %d, on n%d) handed its application message %d of partition %d; the group's committed offset is %d (applied on n%d)",
+				cl.id, m.ID, m.Gen, m.home, msg.Offset, b.f.Part, committed, node)
+			return
+		}
+		handled = append(handled, msg.Offset)
+		m.drv.Handled(b.f, msg.Offset+1)
+	}
+	if len(handled) > 0 {
+		c.ops.MemberDelivered += len(handled)
+		c.noteDelivered(deliveryKeyOf(m, b.f.Part), handled)
+	}
+	if !m.drv.BatchDone() {
+		return
+	}
+	if offsets := m.drv.ToCommit(); len(offsets) > 0 {
+		m.commit = offsets
+		c.memberMeta(cl, home, "commit", m.Commit(m.Gen, groupOffsets(offsets), m.now))
+	}
+}
+
+// groupOffsets are offsets as a commit names them, in partition order.
+func groupOffsets(offsets map[uint32]uint64) []metadata.GroupOffset {
+	var offs []metadata.GroupOffset
+	for _, p := range slices.Sorted(maps.Keys(offsets)) {
+		offs = append(offs, metadata.GroupOffset{Partition: p, Offset: offsets[p]})
+	}
+	return offs
 }
 
 // The members' own topic (Config.MemberPartitions).
@@ -332,23 +526,29 @@ func (c *csim) createStormTopic(cl *client, home *cnode) {
 	c.nextCommand(o, metadata.Result{})
 }
 
-// memberLease sends member cl's lease renewal through home.
-func (c *csim) memberLease(cl *client, home *cnode, l host.MemberLease) {
+// memberLease sends member cl's lease renewal through home: a
+// heartbeat that releases nothing, for a heartbeat or for a
+// revocation's release (what).
+func (c *csim) memberLease(cl *client, home *cnode, what string) {
 	m := cl.member
-	ch, cancel, err := home.eng.SendLease(l)
+	ch, cancel, err := home.eng.SendLease(m.Lease())
 	if err != nil {
 		c.event("member %d (id %d) lease on n%d: %v", cl.id, m.ID, home.id, err)
 		m.lastBeat = time.Time{} // ask again
+		if what == "release" {
+			c.revoked(m, false)
+		}
 		return
 	}
 	c.ops.MemberLeases++
-	m.lease, m.leaseCancel, m.leaseUntil = ch, cancel, c.clk.Now().Add(forwardTicks*c.cfg.TickInterval)
-	c.event("member %d (id %d gen %d) renews its lease through n%d", cl.id, m.ID, m.Gen, home.id)
+	m.lease, m.leaseCancel, m.leaseUntil, m.leaseFor = ch, cancel, c.clk.Now().Add(forwardTicks*c.cfg.TickInterval), what
+	c.event("member %d (id %d gen %d) renews its lease through n%d (%s)", cl.id, m.ID, m.Gen, home.id, what)
 }
 
 // leaseDone takes member cl's lease answer, if it came or is given up
 // (reported true): an acknowledged renewal renews the member's own lease
-// from the renewal's Now, as a Member's does.
+// from the renewal's Now, as a Member's does, and ends a revocation's
+// release.
 func (c *csim) leaseDone(cl *client) bool {
 	m := cl.member
 	var r host.LeaseResult
@@ -364,14 +564,14 @@ func (c *csim) leaseDone(cl *client) bool {
 	m.lease, m.leaseCancel = nil, nil
 	err := r.Of(0) // the message held this member's renewal only
 	c.event("member %d (id %d) lease answered: %v", cl.id, m.ID, errString(err))
+	if m.leaseFor == "release" {
+		c.revoked(m, err == nil)
+	}
 	switch {
 	case err == nil:
 		m.Renewed(m.now)
-		if home := c.node(m.home); home != nil && home.meta != nil {
-			m.refresh(home.meta)
-		}
 	case errors.Is(err, metadata.ErrUnknownMember):
-		m.ID = 0 // expired or gone: join again
+		c.memberGone(m) // expired or gone: join again
 	default:
 		m.lastBeat = time.Time{} // refused or lost: ask again
 	}
@@ -431,9 +631,9 @@ func (c *csim) memberMeta(cl *client, home *cnode, what string, cmd metadata.Com
 }
 
 // memberDoneOf takes the end of a member's operation: a group command's
-// result renews its lease and generation (or drops its membership), a
-// poll's batch is handed to the application through the fence and
-// committed after it.
+// result renews its lease (or drops its membership) and moves its
+// commit or revocation on; a poll's batch passes the fence of a
+// Member.Poll's answer and is queued for the application.
 func (c *csim) memberDoneOf(cl *client, o *op) {
 	m := cl.member
 	home := c.node(m.home)
@@ -441,65 +641,113 @@ func (c *csim) memberDoneOf(cl *client, o *op) {
 		return
 	}
 	if o.kind == kindMeta {
-		switch {
-		case o.outcome == outcomeOK && m.doing == "join":
-			// A new Member: its generation is its group's, from its join on.
-			m.ID, m.Gen, m.Confirmed, m.lastBeat = o.meta.result.Member, 0, m.now, c.clk.Now()
-			c.ops.MemberJoins++
-		case o.outcome == outcomeOK && m.doing != "create":
-			m.Renewed(m.now)
-		case errors.Is(o.err, metadata.ErrUnknownMember):
-			m.ID = 0 // expired or gone: join again
-		case o.outcome != outcomeOK:
-			m.lastBeat = time.Time{} // refused or lost: refresh first
-		}
-		if o.outcome == outcomeOK && m.ID != 0 {
-			m.refresh(home.meta)
-		}
+		c.memberMetaDone(cl, home, o)
 		return
 	}
 	if o.kind == kindPoll && m.ID != 0 {
-		c.checkDelivered(deliveryKeyOf(m, m.part))
+		c.checkDelivered(deliveryKeyOf(m, m.fetch.Part))
 	}
-	if o.kind != kindPoll || o.outcome != outcomeOK || len(o.resp.Messages) == 0 || m.ID == 0 {
+	if o.kind != kindPoll || m.ID == 0 {
+		return
+	}
+	f := m.fetch
+	switch {
+	case o.outcome != outcomeOK:
+		if errors.Is(o.err, partition.ErrOffsetOutOfRange) {
+			m.drv.Reset(f) // truncation passed its position
+		}
+		return
+	case len(o.resp.Messages) == 0:
+		m.drv.Fetched(f, o.resp.Offset)
 		return
 	}
 	var err error
 	if !BreakMemberFence.Load() {
-		err = c.memberFence(m, home, m.part)
+		err = c.memberFence(m, home, f.Part)
 	}
 	if err != nil || !home.reachable() {
+		// Member.Poll refuses the answer: the fetch ends, the Consumer
+		// refreshes.
 		c.ops.MemberFenced++
 		c.event("member %d (id %d gen %d) drops %d messages of %d at %d: %v", cl.id, m.ID, m.Gen,
-			len(o.resp.Messages), m.part, o.resp.Messages[0].Offset, errString(err))
+			len(o.resp.Messages), f.Part, o.resp.Messages[0].Offset, errString(err))
+		m.drv.Stopped(f)
+		m.lastBeat = time.Time{}
 		return
 	}
-	committed, node := c.groupCommitted(m, m.part)
-	for _, msg := range o.resp.Messages {
-		if msg.Offset < committed {
-			c.fail(9, "member %d (id %d, generation %d, on n%d) handed its application message %d of partition %d; the group's committed offset is %d (applied on n%d)",
-				cl.id, m.ID, m.Gen, m.home, msg.Offset, m.part, committed, node)
-			return
-		}
+	m.queue = append(m.queue, memberBatch{f: f, msgs: o.resp.Messages})
+	m.drv.Fetched(f, o.resp.Offset)
+	if len(m.queue) == 1 && c.rng.IntN(2) == 0 {
+		// The application was waiting for a message (a Consumer's
+		// iterator, asking): it takes the batch at once. Else it is
+		// busy, and takes it at a later step.
+		c.memberDeliver(cl, home)
 	}
-	c.ops.MemberDelivered += len(o.resp.Messages)
-	offs := make([]uint64, len(o.resp.Messages))
-	for i, msg := range o.resp.Messages {
-		offs[i] = msg.Offset
-	}
-	c.noteDelivered(deliveryKeyOf(m, m.part), offs)
-	next := o.resp.Messages[len(o.resp.Messages)-1].Offset + 1
-	m.now = c.clk.Now().UnixNano()
-	c.memberMeta(cl, home, "commit", m.Commit(m.Gen, []metadata.GroupOffset{{Partition: m.part, Offset: next}}, m.now))
 }
 
-// refresh is Member.refresh: the member's view of its group on its
-// node's committed metadata, after a join, heartbeat or commit of it
-// applied, makes the group's generation the member's
-// (host.GroupMember.Adopt).
-func (m *gmember) refresh(meta *metadata.Store) {
-	if v, err := meta.MemberOf(m.Stream, m.Topic, memberGroup, m.ID, m.Gen); err == nil {
-		m.Adopt(v)
+// memberMetaDone takes the end of member cl's group command.
+func (c *csim) memberMetaDone(cl *client, home *cnode, o *op) {
+	m := cl.member
+	ok := o.outcome == outcomeOK
+	if m.ID != 0 {
+		// Invariant 12 where a commit of the member's ends, for the
+		// partitions it named.
+		for _, p := range slices.Sorted(maps.Keys(m.commit)) {
+			c.checkDelivered(deliveryKeyOf(m, p))
+		}
+	}
+	if m.doing == "revoke-commit" {
+		m.commit = nil
+	}
+	switch {
+	case ok && m.doing == "join":
+		// A new Member: its generation is its group's, from its join
+		// on; the Consumer's fetches and positions of the old one end
+		// (host.ConsumerDriver.Joined).
+		c.revoked(m, false)
+		m.ID, m.Gen, m.Confirmed, m.lastBeat = o.meta.result.Member, 0, m.now, c.clk.Now()
+		m.queue = nil
+		if v, err := home.meta.MemberOf(m.Stream, m.Topic, memberGroup, m.ID, 0); err == nil {
+			m.Adopt(v)
+		}
+		m.drv.Joined(m.Gen)
+		c.ops.MemberJoins++
+		c.memberFollow(cl, home.meta)
+		return
+	case ok && m.doing != "create":
+		m.Renewed(m.now)
+	case errors.Is(o.err, metadata.ErrUnknownMember):
+		c.memberGone(m) // expired or gone: join again
+		return
+	case !ok:
+		m.lastBeat = time.Time{} // refused or lost: refresh first
+	}
+	switch m.doing {
+	case "release":
+		c.revoked(m, ok)
+	case "commit", "commit-again":
+		// A Consumer's Commit: committed positions are forgotten; a
+		// commit refused because the group moved on gives up the
+		// positions of partitions that moved and commits the others
+		// once more (host.ConsumerDriver.Rebalanced).
+		offsets := m.commit
+		m.commit = nil
+		rebalanced := errors.Is(o.err, metadata.ErrNotAssigned) || errors.Is(o.err, metadata.ErrStaleGeneration) ||
+			errors.Is(o.err, metadata.ErrOffsetRegression)
+		switch {
+		case ok || (rebalanced && m.doing == "commit-again"):
+			m.drv.Committed(offsets)
+		case rebalanced:
+			var held []uint32
+			if v, err := home.meta.MemberOf(m.Stream, m.Topic, memberGroup, m.ID, m.Gen); err == nil {
+				m.Adopt(v)
+				held = v.Held
+			}
+			if retry := m.drv.Rebalanced(offsets, held); len(retry) > 0 {
+				m.commit = retry
+				c.memberMeta(cl, home, "commit-again", m.Commit(m.Gen, groupOffsets(retry), m.now))
+			}
+		}
 	}
 }
 

@@ -486,8 +486,9 @@
 //     timeout (a lease renewal at the metadata leader, no log entry,
 //     unless the heartbeat releases partitions; the leader proposes the
 //     expiry of lapsed leases, and a new leader grants every member a
-//     session from its takeover), produce, poll a partition they hold from the committed
-//     offset with waiting polls and hand each answer to their
+//     session from its takeover), produce, poll the partitions they hold
+//     (from the committed offset, then from where the last batch ended)
+//     with waiting polls and hand each answer to their
 //     application only through the fence a parkway.Consumer applies
 //     (metadata.Store.CheckDelivery on the home node: the member's lease
 //     and the home's committed assignment), checked when the poll is made
@@ -498,7 +499,7 @@
 //     their sessions lapse, their partitions move, the others commit, the
 //     network heals and the polls retried in place meanwhile are
 //     answered. A partition leaving a live member moves in two steps
-//     (the member acknowledges with its next heartbeat). No message below the
+//     (the member's revocation commits it, then acknowledges). No message below the
 //     group's committed offset (the largest any node has applied for the
 //     group's incarnation) may reach an application
 //     (Result.Ops.MemberDelivered, MemberFenced count the outcomes). The
@@ -531,9 +532,16 @@
 //     offset never goes backwards is invariant 6's. The members make a
 //     parkway.Member's own decisions (host.GroupMember: the fence, the
 //     heartbeat's choice between a lease renewal and a commit of
-//     nothing, where a poll starts, the commit, the generation adopted);
-//     the Consumer's loop around them (its fetchers, its follow-up of a
-//     rebalance) is not driven yet.
+//     nothing, where a poll starts, the commit, the generation adopted)
+//     and step a parkway.Consumer's (host.ConsumerDriver: which
+//     partitions they fetch after an assignment changes and where each
+//     fetch starts, the batches queued for the application and handed
+//     out message by message through the fence, the handled positions
+//     committed after each batch, the revocation that commits a
+//     partition's positions and then releases it, the generation a
+//     heartbeat acknowledges); checked also when a member's commit ends.
+//     The consumer seeds (TestClusterGroupConsumers) put the members on
+//     a topic of eight partitions of their own, so each holds several.
 //
 // Panics in the engine (etcd raft's included) are reported as violations
 // of invariant 0, with the seed, rather than crashing the test binary.

@@ -16,15 +16,16 @@ import (
 // polling at the committed offset, so a committed offset past a message
 // nobody received means that message is lost to the group for good.
 // That the committed offset never goes backwards is invariant 6's.
-// Checked when a member's poll ends (for its partition) and, for every
-// partition, once the run has settled.
+// Checked when a member's poll ends (for its partition), when its
+// commit ends (for the partitions it named) and, for every partition,
+// once the run has settled.
 var invDelivered = invariant{
 	id:        12,
 	name:      "every offset below a group's committed offset delivered to a member",
 	behaviour: "23, 33",
 	settled:   inCluster((*csim).checkAllDelivered),
-	online:    "every poll a member ends (cmembers.go)",
-	caughtBy:  []string{"testhooks.CommitSkipsOffset"},
+	online:    "every poll and commit a member ends (cmembers.go)",
+	caughtBy:  []string{"testhooks.CommitSkipsOffset", "testhooks.CommitBeforeHandled"},
 }
 
 // deliveryKey names a partition of the members' group in one incarnation

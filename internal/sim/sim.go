@@ -500,6 +500,7 @@ type OpCounts struct {
 	// Group members (Config.GroupMembers).
 	MemberDelivered int // messages members handed their applications
 	MemberFenced    int // poll answers with messages a member's fence refused
+	MemberRevokes   int // revocations members ran (their Consumer released partitions moving away)
 	MemberJoins     int // joins of members committed
 	MemberLeases    int // lease renewals members sent (heartbeats that are no log entry)
 	MemberExpired   int // expiries of lapsed members the metadata leader committed (ExpireMembers that removed some)

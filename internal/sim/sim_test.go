@@ -291,6 +291,7 @@ func addOps(t *sim.OpCounts, o sim.OpCounts) {
 	t.Rebalances += o.Rebalances
 	t.MemberDelivered += o.MemberDelivered
 	t.MemberFenced += o.MemberFenced
+	t.MemberRevokes += o.MemberRevokes
 	t.MemberLeases += o.MemberLeases
 	t.MemberJoins += o.MemberJoins
 	t.MemberExpired += o.MemberExpired

@@ -44,4 +44,12 @@ var (
 	// lost count of what it delivered would leave it. Read in metadata's
 	// commitGroupOffsets, once per partition committed.
 	CommitSkipsOffset atomic.Bool
+	// CommitBeforeHandled, when set, makes a consumer count a fetched
+	// batch as handled when its fetch answers, before the application
+	// was handed any of it: a batch dropped after (its partition
+	// revoked, the member's fence refusing it) is committed all the
+	// same, by the revocation or the next commit, and its messages are
+	// never read by the group. Read in host's ConsumerDriver.Fetched,
+	// once per batch.
+	CommitBeforeHandled atomic.Bool
 )

@@ -14,7 +14,7 @@
 //
 // The package imports nothing of parkway, so any package may read it.
 //
-// Six switches are left. The other broken builds the simulator proves
+// Seven switches are left. The other broken builds the simulator proves
 // it catches (a fast-skip that ignores parked frames, raft messages
 // without their incarnation) are built from outside, through the engine's
 // public seams (internal/sim's Break* variables); these break checks no
@@ -26,6 +26,8 @@
 // index (NoReadIndexWait, caught by the cluster simulator's barriers),
 // and AddNode's configuration change (NoJoinConfChange, caught by the
 // cluster simulator's node additions, which run AddNode's own steps),
-// and a consumer group's committed offset (CommitSkipsOffset, caught by
-// the cluster simulator's group members).
+// a consumer group's committed offset (CommitSkipsOffset, caught by
+// the cluster simulator's group members), and a consumer's count of
+// handled positions (CommitBeforeHandled, caught by the same members,
+// which step the consumer's own driver).
 package testhooks
