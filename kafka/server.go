@@ -101,6 +101,9 @@ func NewServer(node *parkway.Node, cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = node.Logger()
+	}
 	cfg = cfg.withDefaults()
 	// A zstd frame states its window; WithDecoderMaxMemory refuses a frame
 	// that would inflate past the request limit (a zip bomb) before the
