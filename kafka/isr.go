@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -133,13 +134,14 @@ type isrRead struct {
 	leader int32
 }
 
-// due takes the reads to make now, marking them in flight: the entries a
-// lookup asked for, except those whose last read failed within isrTick
-// (a leader that failed to answer is not asked again at once). It drops the entries no
-// lookup used for isrForget. The reads are ordered by leader, each
-// leader's interleaved with the others', so that the reads in flight at
-// once spread over the leaders rather than queue at one.
-func (tb *isrTable) due(now time.Time) []isrRead {
+// due takes at most limit reads to make now, marking them in flight:
+// the entries a lookup asked for, except those whose last read failed
+// within isrTick (a leader that failed to answer is not asked again at
+// once). The reads are taken leader by leader in turn, so that those in
+// flight at once spread over the leaders rather than queue at one; the
+// rest stay asked for. It drops the entries no lookup used for
+// isrForget.
+func (tb *isrTable) due(now time.Time, limit int) []isrRead {
 	tb.mu.Lock()
 	defer tb.mu.Unlock()
 	byLeader := map[int32][]isrRead{}
@@ -151,29 +153,27 @@ func (tb *isrTable) due(now time.Time) []isrRead {
 		if !e.wanted || e.inFlight || !e.failedAt.IsZero() && now.Sub(e.failedAt) < isrTick {
 			continue
 		}
-		e.wanted, e.inFlight = false, true
 		byLeader[e.leader] = append(byLeader[e.leader], isrRead{k, e.leader})
 	}
-	leaders := slices.Sorted(func(yield func(int32) bool) {
-		for l := range byLeader {
-			if !yield(l) {
-				return
-			}
-		}
-	})
+	leaders := slices.Sorted(maps.Keys(byLeader))
 	var out []isrRead
-	for i := 0; ; i++ {
+	for i := 0; len(out) < limit; i++ {
 		added := false
 		for _, l := range leaders {
-			if reads := byLeader[l]; i < len(reads) {
+			if reads := byLeader[l]; i < len(reads) && len(out) < limit {
 				out = append(out, reads[i])
 				added = true
 			}
 		}
 		if !added {
-			return out
+			break
 		}
 	}
+	for _, r := range out {
+		e := tb.entries[r.key]
+		e.wanted, e.inFlight = false, true
+	}
+	return out
 }
 
 // store records a read's answer: the in-sync set isr taken in term, or
@@ -199,33 +199,35 @@ func termEpoch(term uint64) int32 { return int32(min(term, math.MaxInt32)) }
 
 // runISR, until ctx ends, makes the in-sync replica reads the table asks
 // for: at once when a lookup found nothing to answer (wake), and every
-// isrTick for the rest. At most isrReads are in flight; it returns once
-// they have ended.
+// isrTick for the rest. At most isrReads are in flight, each on a
+// goroutine of its own; a slot that frees is filled at once, so a leader
+// slow to answer (dead, cut off: up to isrWait) holds up one slot, not
+// the reads of other partitions. It returns once its reads have ended.
 func (s *Server) runISR(ctx context.Context, wake <-chan struct{}) {
 	tick := time.NewTicker(isrTick)
 	defer tick.Stop()
+	free := isrReads
+	done := make(chan struct{}, isrReads)
 	for {
 		select {
 		case <-ctx.Done():
+			for ; free < isrReads; free++ {
+				<-done // the reads end with ctx
+			}
 			return
 		case <-tick.C:
 		case <-wake:
+		case <-done:
+			free++
 		}
-		reads := s.isr.due(time.Now())
-		if len(reads) == 0 {
-			continue
-		}
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, isrReads)
-		for _, r := range reads {
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
+		for _, r := range s.isr.due(time.Now(), free) {
+			free--
+			go func() {
 				isr, term, ok := s.readISR(ctx, r.key)
 				s.isr.store(r.key, isr, term, ok, time.Now())
-			})
+				done <- struct{}{}
+			}()
 		}
-		wg.Wait()
 	}
 }
 

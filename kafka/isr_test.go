@@ -31,7 +31,7 @@ func TestISRTable(t *testing.T) {
 	}
 	read := func(want int) []isrRead {
 		t.Helper()
-		reads := tb.due(at)
+		reads := tb.due(at, isrReads)
 		if len(reads) != want {
 			t.Fatalf("due: %d reads %+v, want %d", len(reads), reads, want)
 		}
@@ -119,7 +119,8 @@ func TestISRTable(t *testing.T) {
 }
 
 // TestISRTableDueSpreadsLeaders: the reads due come leader by leader in
-// turn, so those in flight at once spread over the leaders.
+// turn, so those in flight at once spread over the leaders; at most the
+// free slots are taken, and the rest are taken next.
 func TestISRTableDueSpreadsLeaders(t *testing.T) {
 	tb := newISRTable()
 	at := time.Unix(1_000_000, 0)
@@ -127,13 +128,19 @@ func TestISRTableDueSpreadsLeaders(t *testing.T) {
 	for i, l := range leaders {
 		tb.lookup(isrKey{t: parkway.Topic{ID: 1}, part: uint32(i)}, l, 1, []int32{1, 2, 3}, at)
 	}
-	var got []int32
-	for _, r := range tb.due(at) {
-		got = append(got, r.leader)
+	take := func(limit int, want ...int32) {
+		t.Helper()
+		var got []int32
+		for _, r := range tb.due(at, limit) {
+			got = append(got, r.leader)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("reads by leader %v, want %v", got, want)
+		}
 	}
-	if want := []int32{1, 2, 3, 1, 3, 1}; !slices.Equal(got, want) {
-		t.Fatalf("reads by leader %v, want %v", got, want)
-	}
+	take(4, 1, 2, 3, 1)
+	take(4, 1, 3)
+	take(4)
 }
 
 // TestClusterMetadataReadsISRInBackground: Metadata answers the in-sync
