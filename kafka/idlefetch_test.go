@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // TestIdleConsumerFetchesWait: a franz-go consumer of a partition that
@@ -36,5 +37,22 @@ func TestIdleConsumerFetchesWait(t *testing.T) {
 	t.Logf("%v fetches in %v idle (MaxWait %v, bound %v)", got, elapsed, maxWait, bound)
 	if got > bound {
 		t.Fatalf("%v fetches in %v of an idle partition with MaxWait %v: more than %v, the fetches are not waiting", got, elapsed, maxWait, bound)
+	}
+}
+
+// TestIdleTimeoutClosesConnection: a connection that sends no request
+// for Config.IdleTimeout is closed by the server (counted as a read
+// failure), after being served while it was active.
+func TestIdleTimeoutClosesConnection(t *testing.T) {
+	f := serve(t, Config{IdleTimeout: 200 * time.Millisecond})
+	r := dialRaw(t, f.addr)
+	av := kmsg.NewPtrApiVersionsRequest()
+	av.Version = 3
+	if resp := r.request(av).(*kmsg.ApiVersionsResponse); resp.ErrorCode != 0 {
+		t.Fatalf("ApiVersions: code %d", resp.ErrorCode)
+	}
+	r.expectClosed()
+	if n := testutil.ToFloat64(f.srv.metrics.closed.WithLabelValues("read")); n < 1 {
+		t.Fatalf("connections closed on a read timeout: %v, want 1", n)
 	}
 }
