@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/parkway-io/parkway/clock"
@@ -95,6 +96,11 @@ func (n *Node) Close() error {
 // host's registry. Series are labelled by shard; drops the client side of
 // the Node counts (an inbox refusing a request) carry shard="-1".
 func (n *Node) Metrics() prometheus.Collector { return n.eng.Metrics() }
+
+// Logger returns the Node's logger (Config.Logger, or the silent
+// default), so a component the host runs on the Node — a kafka
+// listener — logs where the Node does without being handed it again.
+func (n *Node) Logger() hclog.Logger { return n.cfg.Logger }
 
 // begin is the common guard of every call.
 func (n *Node) begin(ctx context.Context) error {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"math"
 	"net"
 	"slices"
 	"strconv"
@@ -236,9 +235,9 @@ func (s *Server) sweepGroups(ctx context.Context) {
 // partitionsOf describes a topic's partitions: on a single node this
 // broker leads all; in a cluster each partition's leader is its raft
 // leader as this node sees it and its replicas are its placement. The
-// in-sync set is the raft leader's, whichever listener answers
-// (Cluster.InSyncReplicas asks the leader: the followers keeping up with
-// it, and itself); while no leader answers, the placement.
+// in-sync set is the raft leader's, whichever listener answers, as the
+// refresher last read it (isr.go); while none is known for the current
+// leader, the placement.
 func (s *Server) partitionsOf(ctx context.Context, t parkway.Topic, count int) []kmsg.MetadataResponseTopicPartition {
 	out := make([]kmsg.MetadataResponseTopicPartition, 0, count)
 	if s.cfg.Brokers == nil {
@@ -262,9 +261,7 @@ func (s *Server) partitionsOf(ctx context.Context, t parkway.Topic, count int) [
 	for i, info := range infos {
 		mp := kmsg.NewMetadataResponseTopicPartition()
 		mp.Partition = int32(info.Partition)
-		for _, r := range info.Replicas {
-			mp.Replicas = append(mp.Replicas, int32(r))
-		}
+		mp.Replicas = nodeIDs(info.Replicas)
 		mp.ISR = mp.Replicas
 		out[i] = mp
 		sem <- struct{}{}
@@ -274,15 +271,16 @@ func (s *Server) partitionsOf(ctx context.Context, t parkway.Topic, count int) [
 			out[i].Leader, out[i].LeaderEpoch = lead, epoch
 			if lead < 0 {
 				out[i].ErrorCode = s.code(kmsg.Metadata, kerr.LeaderNotAvailable.Code)
+				return
 			}
-			if lead >= 0 {
-				ictx, cancel := context.WithTimeout(ctx, isrWait)
-				defer cancel()
-				if isr, _, err := s.node.Cluster().InSyncReplicas(ictx, t, info.Partition); err == nil && len(isr) > 0 {
-					out[i].ISR = make([]int32, len(isr))
-					for j, id := range isr {
-						out[i].ISR[j] = int32(id)
-					}
+			isr, ok, wake := s.isr.lookup(isrKey{t, info.Partition, info.CreatedRevision}, lead, epoch, out[i].Replicas, time.Now())
+			if ok {
+				out[i].ISR = isr
+			}
+			if wake {
+				select {
+				case s.isrWake <- struct{}{}:
+				default: // a wake is pending: the refresher reads every due entry
 				}
 			}
 		})
@@ -290,11 +288,6 @@ func (s *Server) partitionsOf(ctx context.Context, t parkway.Topic, count int) [
 	wg.Wait()
 	return out
 }
-
-// isrWait bounds the wait for a partition leader's in-sync replicas: a
-// leader that does not answer by then (dead, cut off, deposed) leaves the
-// placement answered, rather than hold the Metadata answer up.
-const isrWait = 2 * time.Second
 
 // leaderLookups bounds the partition leaders one Metadata request looks
 // up at once.
@@ -313,7 +306,7 @@ func (s *Server) leaderOf(ctx context.Context, t parkway.Topic, part int32) (lea
 	if err != nil || l == 0 {
 		return -1, -1
 	}
-	return int32(l), int32(min(term, math.MaxInt32))
+	return int32(l), termEpoch(term)
 }
 
 // epochCode judges a request's CurrentLeaderEpoch against the

@@ -21,7 +21,7 @@ import (
 
 // cluster is nodes on an in-memory bus, each with a listener.
 type cluster struct {
-	t       *testing.T
+	t       testing.TB
 	bus     *transport.Network
 	nodes   map[int32]*parkway.Node
 	servers map[int32]*Server
@@ -30,20 +30,20 @@ type cluster struct {
 }
 
 // startCluster starts three nodes.
-func startCluster(t *testing.T) *cluster {
+func startCluster(t testing.TB) *cluster {
 	t.Helper()
 	return startClusterOf(t, 3)
 }
 
 // startClusterOf starts size nodes, ids 1..size.
-func startClusterOf(t *testing.T, size int) *cluster {
+func startClusterOf(t testing.TB, size int) *cluster {
 	t.Helper()
 	return startClusterWith(t, size, nil)
 }
 
 // startClusterWith starts size nodes, ids 1..size, each listener's
 // config changed by with (if not nil).
-func startClusterWith(t *testing.T, size int, with func(*Config)) *cluster {
+func startClusterWith(t testing.TB, size int, with func(*Config)) *cluster {
 	t.Helper()
 	bus := transport.NewNetwork(transport.NetworkOptions{})
 	t.Cleanup(func() { bus.Close() })

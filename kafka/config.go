@@ -117,7 +117,8 @@ type Config struct {
 	// Authorizer, when set, is asked before every topic and group
 	// operation (nil allows everything to everyone).
 	Authorizer Authorizer
-	// Logger receives the server's log lines (default: silent).
+	// Logger receives the server's log lines, named "kafka" (default:
+	// the node's logger, Node.Logger).
 	Logger hclog.Logger
 	// MetricsLabels are constant labels on every series of Metrics, as
 	// parkway.Config.MetricsLabels labels the node's. With Brokers set and

@@ -246,7 +246,8 @@ func TestClusterDeposedCoordinatorCannotCommit(t *testing.T) {
 
 // TestClusterMetadataInSyncReplicas: every listener answers the in-sync
 // replicas from the partition leader's raft progress, not the placement
-// (a listener that does not lead the partition asks the leader): a
+// (a listener that does not lead the partition asks the leader, in the
+// background: the set answered is the one its refresher last read): a
 // follower cut off from the others drops out of the ISR once the log
 // moves on without it, at the leader's listener and at the other
 // follower's, and returns once the network heals and it catches up.
@@ -326,11 +327,25 @@ func TestClusterMetadataInSyncReplicas(t *testing.T) {
 		return l == lead && slices.Equal(isr, want)
 	})
 	t.Logf("follower %d out of the ISR of leader %d after %d records", cut, lead, produced)
+	// Metadata answers the placement while no set is known: the sets
+	// answered after the heal must be ones read after it.
+	healed := time.Now()
+	readSince := func(at int32) bool {
+		srv := c.servers[at]
+		srv.isr.mu.Lock()
+		defer srv.isr.mu.Unlock()
+		for k, e := range srv.isr.entries {
+			if k.t == topic && k.part == 0 {
+				return e.readAt.After(healed) && slices.Equal(slices.Sorted(slices.Values(e.isr)), []int32{1, 2, 3})
+			}
+		}
+		return false
+	}
 	c.bus.Heal()
 	wait("the follower to return to the ISR", func() bool {
 		_, isr := metadata(lead)
 		_, there := metadata(keep)
-		return slices.Equal(isr, []int32{1, 2, 3}) && slices.Equal(there, isr)
+		return slices.Equal(isr, []int32{1, 2, 3}) && slices.Equal(there, isr) && readSince(lead) && readSince(keep)
 	})
 	po, err := c.nodes[cut].Admin().PartitionOffsets(ctx, topic, 0, "")
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 // subscribe to are not removed (GROUP_SUBSCRIBED_TO_TOPIC), while those of
 // other topics are; a group without members loses every committed
 // offset; an unknown group is GROUP_ID_NOT_FOUND. What was removed is
-// removed from parkway's consumer offsets (OffsetFetch reads none).
+// gone from the group log (OffsetFetch reads none).
 func TestDeleteGroupsAndOffsets(t *testing.T) {
 	f := serve(t, Config{DefaultPartitions: 2})
 	ctx := ctxFor(t)

@@ -76,7 +76,10 @@
 // coordinates a group answers NOT_COORDINATOR and lets the partition go.
 // Metadata lists the brokers whose nodes this node judges live, and each
 // partition's in-sync replicas as its raft leader knows them
-// (Cluster.InSyncReplicas, asked of the leader from any node). A
+// (Cluster.InSyncReplicas, asked of the leader from any node) — read in
+// the background, at most once a second per partition Metadata names,
+// and answered from memory while taken in the leader epoch answered
+// (isr.go). A
 // partition's leader epoch
 // (KIP-320) is its raft group's term: Fetch, ListOffsets and
 // OffsetForLeaderEpoch fence a stale one.

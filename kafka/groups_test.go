@@ -99,8 +99,8 @@ func (f *fixture) waitGroup(t *testing.T, group string, n int) int32 {
 // TestConsumerGroupRebalance: three franz-go consumers (cooperative-sticky,
 // franz-go's default) share six partitions through the listener's group
 // coordinator; every record is consumed; when one leaves, the others take
-// its partitions; the group's commits land in parkway's consumer offsets
-// and kadm reads them back at the partitions' ends.
+// its partitions; the group's commits land in the group log and kadm
+// reads them back at the partitions' ends.
 func TestConsumerGroupRebalance(t *testing.T) {
 	f := serve(t, Config{})
 	ctx := ctxFor(t)

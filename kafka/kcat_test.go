@@ -13,8 +13,8 @@ import (
 
 // TestKcatInterop drives the listener with kcat (librdkafka, a C client
 // independent of franz-go): it produces keyed records with headers,
-// consumes them back as a consumer group (whose commit lands in parkway's
-// consumer offsets) and lists the metadata. Without kcat the test is
+// consumes them back as a consumer group (whose commit lands in the
+// group log) and lists the metadata. Without kcat the test is
 // skipped and says why; under CI (CI=true), where .ci/run installs it,
 // its absence fails.
 func TestKcatInterop(t *testing.T) {

@@ -18,6 +18,7 @@ type serverMetrics struct {
 	connections prometheus.Gauge
 	refused     *prometheus.CounterVec
 	closed      *prometheus.CounterVec
+	isrReads    *prometheus.CounterVec
 }
 
 func newServerMetrics(labels prometheus.Labels) *serverMetrics {
@@ -47,11 +48,14 @@ func newServerMetrics(labels prometheus.Labels) *serverMetrics {
 		closed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "parkway_kafka_connections_closed_total", Help: "Connections the server closed on bad input or a fault, by reason.", ConstLabels: labels,
 		}, []string{"reason"}),
+		isrReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "parkway_kafka_isr_reads_total", Help: "Partition leaders asked for their in-sync replicas (in a cluster, by the Metadata cache's refresher), by result.", ConstLabels: labels,
+		}, []string{"result"}),
 	}
 }
 
 func (m *serverMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.errors, m.latency, m.bytesIn, m.bytesOut, m.connections, m.refused, m.closed}
+	return []prometheus.Collector{m.requests, m.errors, m.latency, m.bytesIn, m.bytesOut, m.connections, m.refused, m.closed, m.isrReads}
 }
 
 // Describe implements prometheus.Collector.

@@ -63,6 +63,11 @@ type Server struct {
 	// judges dead (Cluster.State), as the janitor last read them: Metadata
 	// leaves them out (liveBrokers). Nil until the first read.
 	dead atomic.Pointer[map[int32]bool]
+	// isr are the partitions' in-sync replica sets Metadata answers, in
+	// a cluster, read by the refresher (isr.go); isrWake asks it to read
+	// at once.
+	isr     *isrTable
+	isrWake chan struct{}
 
 	// ctx is cancelled by Close: it ends the work of every request in
 	// flight (waiting fetches, produces waiting for their acks).
@@ -79,9 +84,11 @@ type Server struct {
 	done       chan struct{} // closed once Close has finished
 
 	// The group coordinator's janitor (session expiry, rebalance
-	// deadlines) runs from the first Serve until Shutdown or Close.
+	// deadlines) and, in a cluster, the in-sync replica refresher run
+	// from the first Serve until Shutdown or Close.
 	janitorOnce sync.Once
 	janitorDone chan struct{} // closed when it returned; nil if it never started
+	isrDone     chan struct{} // closed when the refresher returned; nil if it never started
 }
 
 // NewServer validates cfg and returns a Server for node. It starts
@@ -93,6 +100,9 @@ func NewServer(node *parkway.Node, cfg Config) (*Server, error) {
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = node.Logger()
 	}
 	cfg = cfg.withDefaults()
 	// A zstd frame states its window; WithDecoderMaxMemory refuses a frame
@@ -115,6 +125,8 @@ func NewServer(node *parkway.Node, cfg Config) (*Server, error) {
 		conns:      map[*conn]struct{}{},
 		advertised: cfg.AdvertisedAddr,
 		done:       make(chan struct{}),
+		isr:        newISRTable(),
+		isrWake:    make(chan struct{}, 1),
 	}
 	s.topics = newTopicCache(node, cfg.Stream)
 	s.pids = newProducers(cfg.Brokers != nil)
@@ -163,6 +175,13 @@ func (s *Server) Serve(l net.Listener) error {
 			defer close(s.janitorDone)
 			s.runJanitor(s.ctx)
 		}()
+		if s.cfg.Brokers != nil {
+			s.isrDone = make(chan struct{})
+			go func() {
+				defer close(s.isrDone)
+				s.runISR(s.ctx, s.isrWake)
+			}()
+		}
 	})
 	s.mu.Unlock()
 	defer s.wg.Done()
@@ -290,10 +309,13 @@ func (s *Server) finish() {
 		s.cancel()
 		s.mu.Lock()
 		s.janitorOnce.Do(func() {}) // none starts from now on
-		janitor := s.janitorDone
+		janitor, isr := s.janitorDone, s.isrDone
 		s.mu.Unlock()
 		if janitor != nil {
 			<-janitor
+		}
+		if isr != nil {
+			<-isr
 		}
 		s.zstd.Close()
 		close(s.done)

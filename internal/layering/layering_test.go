@@ -298,3 +298,40 @@ func TestAllowed(t *testing.T) {
 		}
 	}
 }
+
+// listenerOnly are the modules only the Kafka listener needs (the
+// protocol's messages and the record codecs): a host that does not
+// import the listener must not link them.
+var listenerOnly = []string{"github.com/twmb/franz-go", "github.com/klauspost/compress", "github.com/pierrec/lz4"}
+
+// TestCoreDoesNotLinkListenerLibraries: no package of the layered chain
+// or the seams depends, directly or through any other module, on a
+// module only the listener needs, so a host that embeds a Node without
+// the listener links none of them.
+func TestCoreDoesNotLinkListenerLibraries(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("the go command is not available:", err)
+	}
+	var args []string
+	for _, rel := range slices.Concat(chain, seams) {
+		args = append(args, "./"+rel)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(gobin, append([]string{"list", "-deps"}, args...)...)
+	cmd.Dir = "../.." // this package is internal/layering
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.Bytes())
+	}
+	n := 0
+	for dep := range strings.SplitSeq(strings.TrimSpace(stdout.String()), "\n") {
+		n++
+		for _, m := range listenerOnly {
+			if dep == m || strings.HasPrefix(dep, m+"/") {
+				t.Errorf("the core links %s, which only the listener needs", dep)
+			}
+		}
+	}
+	t.Logf("%d packages the core links, none of %v", n, listenerOnly)
+}
