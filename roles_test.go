@@ -20,7 +20,7 @@ func TestAPIByRole(t *testing.T) {
 		want []string
 	}{
 		{reflect.TypeFor[*parkway.Node](), []string{
-			"Admin", "Close", "Cluster", "JoinGroup", "Metrics", "NewConsumer", "Poll",
+			"Admin", "Close", "Cluster", "JoinGroup", "Logger", "Metrics", "NewConsumer", "Poll",
 			"Produce", "ProduceAsync", "ProduceAsyncGive", "ProduceAsyncIdempotent", "Ready", "Stream", "Topic",
 		}},
 		{reflect.TypeFor[*parkway.Admin](), []string{
