@@ -72,7 +72,7 @@ import (
 //     log (a node holds a raft log per partition replica) and a different
 //     wal format; rollbacks would still need the mark.
 //
-// So the mark stays where it was, with its format; only its fdatasync
+// So the mark stays where it was, beside the log; only its fdatasync
 // after each synced write became a write-back, durable with the next
 // flush. On a filesystem that copies on write (btrfs, zfs) a written-back
 // block may need the filesystem's next commit to become reachable, so
