@@ -14,8 +14,13 @@ import (
 // markRecordV1 is the 32 bytes of a version 1 slot's record.
 const markRecordV1 = syncmark.Header + markPayloadV1 + 4
 
-// markV1 is the mark file's version 1.
-var markV1 = &markFormat.Older[0]
+// markV1 is the mark file as version 1's writer wrote it.
+var markV1 = syncmark.Format[mark]{
+	Magic:  markMagicV1,
+	Stride: markStride,
+	Size:   markFormat.Older[0].Size,
+	Codec:  markFormat.Older[0].Codec,
+}
 
 // encodeMark is m's slot record, version 2.
 func encodeMark(seq uint64, m mark) []byte {

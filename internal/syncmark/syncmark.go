@@ -23,19 +23,19 @@
 //	crc      uint32: CRC-32C (Castagnoli) of the bytes before it
 //
 // and the rest of the slot, to the next slot or the file's end, is
-// zeros.
-//
-// The magic names the payload's format version too: a user whose payload
-// changes gives the new version a new magic, and lists the earlier ones
-// (Format.Older, each with its own codec and file size), whose slots
-// still decode. A writer always writes the current version; a file of an
-// earlier version's size is written whole again at its first Write (see
-// below), so a file never holds slots of two versions but for that
-// rewrite's atomic rename. The file is created whole (both slots holding the first record),
+// zeros. The file is created whole (both slots holding the first record),
 // synced and renamed into place, and never changes size after: a slot is
 // overwritten in place, which needs no metadata to be read back, so a
 // flush of the device covers it without an fsync of the file's own
 // (vfs.WriteBacker).
+//
+// The magic names the payload's format version too: a user whose payload
+// changes gives the new version a new magic and lists the earlier ones
+// (Format.Older, each with its codec and file size), whose slots still
+// decode. A writer writes the current version only, and a file of an
+// earlier version's size is written whole again at its first Write (as
+// any file not of its size is: File.Write), so a file holds slots of one
+// version.
 //
 // # Writing without a flush
 //
@@ -152,20 +152,10 @@ var ErrNoSlot = errors.New("no valid slot")
 // AppendSlot appends the record of m to dst (without the zeros after
 // it), in the current version.
 func (f *Format[T]) AppendSlot(dst []byte, m Mark[T]) []byte {
-	return appendSlot(dst, f.Magic, f.Codec, m)
-}
-
-// AppendSlot appends the record of m to dst in version v: what a writer
-// of that version wrote (for tests of the older versions' decoding).
-func (v *Version[T]) AppendSlot(dst []byte, m Mark[T]) []byte {
-	return appendSlot(dst, v.Magic, v.Codec, m)
-}
-
-func appendSlot[T any](dst []byte, magic uint32, c Codec[T], m Mark[T]) []byte {
 	start := len(dst)
-	dst = binary.LittleEndian.AppendUint32(dst, magic)
+	dst = binary.LittleEndian.AppendUint32(dst, f.Magic)
 	dst = binary.LittleEndian.AppendUint64(dst, m.Seq)
-	dst = c.AppendPayload(dst, m.V)
+	dst = f.Codec.AppendPayload(dst, m.V)
 	return binary.LittleEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
 }
 

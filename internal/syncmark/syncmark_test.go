@@ -226,7 +226,7 @@ func TestOlderVersionDecodes(t *testing.T) {
 	// One slot of each version: the higher sequence wins, each read by
 	// its own codec.
 	mixed := make([]byte, format2.Size)
-	copy(mixed, format2.Older[0].AppendSlot(nil, syncmark.Mark[uint64]{Seq: 5, V: 50}))
+	copy(mixed, format.AppendSlot(nil, syncmark.Mark[uint64]{Seq: 5, V: 50}))
 	copy(mixed[format2.Stride:], format2.AppendSlot(nil, syncmark.Mark[uint64]{Seq: 4, V: 40}))
 	if m, err := format2.Decode(mixed); err != nil || m.Seq != 5 || m.V != 50 {
 		t.Fatalf("mixed, version 1 newer: %+v %v, want seq 5 value 50", m, err)
