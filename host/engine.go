@@ -314,8 +314,9 @@ func (e *Engine) openStore() error {
 // of the partition's own, and the log's tag names its incarnation (see
 // shard.RaftLogOf). The orphan sweep and the builds then tell it from a
 // directory left by another incarnation, and keep its term, vote and
-// entries. A damaged log is reported with the incarnation its valid
-// prefix is tagged with (see partition.FileConfig.OwnerIncarnation): a
+// entries. A damaged log is reported with the incarnation its sync mark,
+// or else its valid prefix, is tagged with (see
+// partition.FileConfig.OwnerIncarnation): a
 // build of a later incarnation discards the directory of an earlier
 // one, damaged or not.
 func raftLogIncarnation(fsys vfs.FS, dir string) (uint64, error) {

@@ -118,8 +118,9 @@ type FileConfig struct {
 	// reopens if it is the one built, or discards if it is another. An
 	// error (an unreadable log) is reported as List's Damage and as the
 	// build's error, and the directory is kept — unless it comes with an
-	// incarnation older than the one built (a damaged log whose valid
-	// prefix still names its incarnation): that directory is an earlier
+	// incarnation older than the one built (a damaged log that still
+	// names its incarnation: a raft log's sync mark, or its valid
+	// prefix, holds its tag): that directory is an earlier
 	// incarnation's, and the build discards it as it discards an intact
 	// one. Nil: such a directory is a half-built one, discarded by the
 	// next build.

@@ -157,9 +157,14 @@ type RaftLog struct {
 // directory, without changing anything: whether it holds raft state, and
 // the incarnation it is tagged with (see tagRaftLog). A missing log holds
 // nothing; err is the log's damage or read error. With damage (a
-// *partition.CorruptError), the RaftLog still reports the tag the log's
-// valid prefix holds (replica.PrefixTag), if any, and Held false: whose
-// log it was, though not what it held.
+// *partition.CorruptError), the RaftLog still reports the tag its sync
+// mark names, or else the one the log's valid prefix holds
+// (replica.OwnerTag), if any, and Held false: whose log it was, though
+// not what it held. The mark's tag survives a cut of the log below its
+// tag record: a build of a later incarnation then still knows the log
+// for an earlier one's and discards the directory, and a build of the
+// log's own incarnation is refused (partition.FileConfig.OwnerIncarnation;
+// synced bytes are missing) rather than served empty.
 //
 // Why. A repair whose partition's incarnation file is damaged keeps the
 // raft log — the member's term, vote and acknowledged entries — only if
@@ -175,7 +180,7 @@ func RaftLogOf(fsys vfs.FS, dir string) (RaftLog, error) {
 		err = raftLogDamage(err)
 		var l RaftLog
 		if errors.Is(err, partition.ErrCorrupt) {
-			if tag, terr := replica.PrefixTag(fsys, filepath.Join(dir, raftLogName)); terr == nil {
+			if tag, terr := replica.OwnerTag(fsys, filepath.Join(dir, raftLogName)); terr == nil {
 				l.tag(tag)
 			}
 		}

@@ -33,11 +33,12 @@ import (
 // whole; each such file starts with its generation (a recGen record).
 //
 // Beside the file, a sync mark (mark.go) records which generation the
-// log is and how many of its bytes were synced (up to the previous
-// synced write at least: it rides on the log's next flush): a log cut
-// short, or rolled back to an older copy, after it was synced ends on
-// whole records like a log whose last write was torn, and is refused as
-// ErrCorruptLog rather than recovered as one.
+// log is, how many of its bytes were synced (up to the previous synced
+// write at least: it rides on the log's next flush) and the owner's tag
+// they hold: a log cut short, or rolled back to an older copy, after it
+// was synced ends on whole records like a log whose last write was torn,
+// and is refused as ErrCorruptLog rather than recovered as one; and a
+// log cut below its tag record still says whose it was (OwnerTag).
 //
 // A Disk is not safe for concurrent use; its Group owns it.
 type Disk struct {
@@ -58,8 +59,9 @@ type Disk struct {
 	snapOff, hsOff int64
 	// syncs observes the log's fsyncs (ObserveSyncs), or nil.
 	syncs prometheus.Observer
-	// tag is the owner's tag (SetTag), nil if none was written.
-	tag []byte
+	// tag is the owner's tag (SetTag), "" if none was written (a string:
+	// the sync mark records it, compared on every synced write).
+	tag string
 	// gen is the log file's generation (mark.go): the recGen record of a
 	// file Rewrite wrote, 0 for one it did not.
 	gen uint64
@@ -337,7 +339,7 @@ func (d *Disk) replayRecord(off int64, data []byte) error {
 		if len(body) == 0 || len(body) > MaxTag {
 			return fmt.Errorf("tag of %d bytes", len(body))
 		}
-		d.tag = slices.Clone(body)
+		d.tag = string(body)
 	case recGen:
 		if len(body) != 8 {
 			return fmt.Errorf("generation of %d bytes", len(body))
@@ -401,7 +403,12 @@ func (d *Disk) replayEntries(ents []*raftpb.Entry) error {
 }
 
 // Tag returns the tag the log was last given (SetTag), nil if none.
-func (d *Disk) Tag() []byte { return d.tag }
+func (d *Disk) Tag() []byte {
+	if d.tag == "" {
+		return nil
+	}
+	return []byte(d.tag)
+}
 
 // SetTag records tag (1 to MaxTag bytes) in the log, and keeps it there
 // across Rewrite: what the owner binds the log to. A replicated
@@ -421,7 +428,7 @@ func (d *Disk) SetTag(tag []byte) error {
 	if _, err := d.log.Append(append([]byte{recTag}, tag...)); err != nil {
 		return err
 	}
-	d.tag = slices.Clone(tag)
+	d.tag = string(tag)
 	return nil
 }
 
@@ -567,7 +574,7 @@ func (d *Disk) Rewrite(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raft
 	d.log, d.held, d.noMark = nl, nil, true
 	defer func() { d.noMark = false }()
 	_, err = nl.Append(binary.LittleEndian.AppendUint64([]byte{recGen}, d.gen+1))
-	if err == nil && d.tag != nil {
+	if err == nil && d.tag != "" {
 		_, err = nl.Append(append([]byte{recTag}, d.tag...))
 	}
 	if err == nil {

@@ -72,7 +72,7 @@ import (
 //     log (a node holds a raft log per partition replica) and a different
 //     wal format; rollbacks would still need the mark.
 //
-// So the mark stays where it was, with its format; only its fdatasync
+// So the mark stays where it was, beside the log; only its fdatasync
 // after each synced write became a write-back, durable with the next
 // flush. On a filesystem that copies on write (btrfs, zfs) a written-back
 // block may need the filesystem's next commit to become reachable, so
@@ -86,23 +86,50 @@ import (
 // written afresh from the log as found (a log written before marks
 // existed, or a crash before the first mark was renamed into place).
 //
+// # Whose log it was
+//
+// A slot also records the owner's tag (Disk.SetTag) the synced bytes
+// hold: a replicated partition's raft log is tagged with its incarnation
+// and replica id in its first record, and a log cut below that record
+// cannot say whose it was — an earlier incarnation's, left in the
+// directory where the next one is placed (which may be discarded), or
+// the incarnation's own, cut after it acknowledged writes (which must be
+// refused). The mark survives the cut, so OwnerTag reads the tag from it
+// (and from the log's valid prefix only for a mark that names none). A
+// slot names only a tag that the fsync it follows made durable (SetTag
+// appends the record, the next synced write covers it), so, like the
+// size, it is never ahead of the log.
+//
 // # Format
 //
 // A sync mark file of package syncmark (its slots, checksums and
 // write-back are that package's, shared with the partition journal's
-// mark): two slots, at byte 0 and at markStride, the file markStride+32
-// bytes long. A slot's payload (little endian):
+// mark): two slots, at byte 0 and at markStride. The slot's magic names
+// the payload's version. Version 2 (magic markMagic, "PWS2"; the file
+// markStride+97 bytes long, the second slot's room for the longest
+// record), little endian:
 //
 //	gen    uint64: the log file's generation (0: a file no Rewrite wrote)
 //	size   uint64: bytes of the log synced
+//	taglen uint8: the tag's length, at most MaxTag (0: not tagged)
+//	tag    taglen bytes: the owner's tag the synced bytes hold
 //
-// so that a slot's record is 32 bytes: magic markMagic, sequence
-// number, payload, CRC-32C.
+// Version 1 (magic markMagicV1, "PWSM"; the file markStride+32 bytes
+// long), written before marks carried the tag, still decodes, as a mark
+// naming no tag: gen and size alone, a record of 32 bytes. A writer
+// writes version 2 only, so a version 1 file is written whole again at
+// the first write (syncmark.File), which a Disk makes when it opens.
 
 const (
-	markMagic   = 0x4d53_5750 // "PWSM"
-	markPayload = 16
-	markStride  = 512
+	markMagic   = 0x3253_5750 // "PWS2": version 2
+	markMagicV1 = 0x4d53_5750 // "PWSM": version 1
+	// markFixed is version 2's payload before the tag; markPayload its
+	// longest payload.
+	markFixed   = 8 + 8 + 1
+	markPayload = markFixed + MaxTag
+	// markPayloadV1 is version 1's payload.
+	markPayloadV1 = 16
+	markStride    = 512
 )
 
 // markFormat is the raft log mark's file.
@@ -111,6 +138,11 @@ var markFormat = syncmark.Format[mark]{
 	Stride: markStride,
 	Size:   markStride + syncmark.Header + markPayload + 4,
 	Codec:  markCodec{},
+	Older: []syncmark.Version[mark]{{
+		Magic: markMagicV1,
+		Size:  markStride + syncmark.Header + markPayloadV1 + 4,
+		Codec: markCodecV1{},
+	}},
 }
 
 // MarkSuffix makes the name of a raft log's sync mark from the log's: a
@@ -134,23 +166,71 @@ func SyncedSize(fsys vfs.FS, path string) (gen, size uint64, found bool, err err
 	return m.V.gen, m.V.size, found, err
 }
 
-// mark is one slot's payload: which log file, and how much of it, was
-// synced.
-type mark struct {
-	gen, size uint64
+// OwnerTag returns whose the raft log at path is, for a log ReadDisk
+// refuses as damaged: the tag its sync mark names, if the mark is read
+// and names one, else the tag its valid prefix holds (PrefixTag); nil if
+// neither names one. The mark comes first: it survives a cut of the log
+// below its tag record, and it names the tag of the log it measured
+// whatever file now stands at the path (a log rolled back to another's
+// copy holds that other's tag). Like PrefixTag, it says whose the log
+// was, not what it held.
+func OwnerTag(fsys vfs.FS, path string) ([]byte, error) {
+	if m, found, _, err := readMark(fsys, path); err == nil && found && m.V.tag != "" {
+		return []byte(m.V.tag), nil
+	}
+	return PrefixTag(fsys, path)
 }
 
-// markCodec is the payload's codec.
+// mark is one slot's payload: which log file, and how much of it, was
+// synced, and the owner's tag those bytes hold ("" if none).
+type mark struct {
+	gen, size uint64
+	tag       string
+}
+
+// markCodec is version 2's payload codec.
 type markCodec struct{}
 
 func (markCodec) AppendPayload(dst []byte, m mark) []byte {
 	dst = binary.LittleEndian.AppendUint64(dst, m.gen)
+	dst = binary.LittleEndian.AppendUint64(dst, m.size)
+	dst = append(dst, byte(len(m.tag))) // at most MaxTag: SetTag's and replay's bound
+	return append(dst, m.tag...)
+}
+
+// PayloadLen reads the tag's length, refusing one past MaxTag.
+func (markCodec) PayloadLen(b []byte) (int, bool) {
+	if len(b) < markFixed {
+		return 0, false
+	}
+	n := markFixed + int(b[markFixed-1])
+	return n, int(b[markFixed-1]) <= MaxTag && len(b) >= n
+}
+
+func (markCodec) DecodePayload(b []byte) (mark, bool) {
+	if len(b) < markFixed || len(b) != markFixed+int(b[markFixed-1]) {
+		return mark{}, false
+	}
+	m := mark{gen: binary.LittleEndian.Uint64(b), size: binary.LittleEndian.Uint64(b[8:]), tag: string(b[markFixed:])}
+	return m, m.size <= maxLogSize
+}
+
+// markCodecV1 is version 1's payload codec: no tag. (Its AppendPayload
+// writes what a version 1 writer wrote, for the tests that keep those
+// bytes decoding.)
+type markCodecV1 struct{}
+
+func (markCodecV1) AppendPayload(dst []byte, m mark) []byte {
+	dst = binary.LittleEndian.AppendUint64(dst, m.gen)
 	return binary.LittleEndian.AppendUint64(dst, m.size)
 }
 
-func (markCodec) PayloadLen(b []byte) (int, bool) { return markPayload, len(b) >= markPayload }
+func (markCodecV1) PayloadLen(b []byte) (int, bool) { return markPayloadV1, len(b) >= markPayloadV1 }
 
-func (markCodec) DecodePayload(b []byte) (mark, bool) {
+func (markCodecV1) DecodePayload(b []byte) (mark, bool) {
+	if len(b) != markPayloadV1 {
+		return mark{}, false
+	}
 	m := mark{gen: binary.LittleEndian.Uint64(b), size: binary.LittleEndian.Uint64(b[8:])}
 	return m, m.size <= maxLogSize
 }
@@ -191,7 +271,7 @@ func (d *Disk) writeMark(durable bool) error {
 	if d.mark == nil {
 		return nil // a Disk that only reads (ReadDisk) writes no mark
 	}
-	m := mark{gen: d.gen, size: uint64(d.log.Size())}
+	m := mark{gen: d.gen, size: uint64(d.log.Size()), tag: d.tag}
 	if d.hasMark && m == d.marked {
 		return nil // nothing new was synced
 	}

@@ -373,3 +373,79 @@ func TestDiskPowerLossAtEveryWritePointOpens(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnerTagOfALogCutBelowItsTag, on the real filesystem: a tagged log
+// cut below its tag record (down to nothing, or inside the record) is
+// refused as damage and its valid prefix names no owner, but its sync
+// mark, which survives the cut, does (OwnerTag). A log whose file was
+// replaced by another log's copy is the mark's owner's, not the copy's:
+// it is the mark's log whose synced bytes are missing.
+func TestOwnerTagOfALogCutBelowItsTag(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, tag string) string {
+		t.Helper()
+		path := filepath.Join(dir, name)
+		d, err := replica.OpenDisk(vfs.Default, path, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.SetTag([]byte(tag)); err != nil {
+			t.Fatal(err)
+		}
+		for _, save := range markSaves(d) {
+			if err := save(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := d.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	const tagA, tagB = "incarnation A, replica 1", "incarnation B, replica 2"
+	tagEnd := int64(8 + 1 + len(tagA)) // the first record: a wal header, the type, the tag
+	for _, cut := range []int64{0, tagEnd / 2, tagEnd - 1} {
+		path := write("a.log", tagA)
+		if err := os.Truncate(path, cut); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := replica.ReadDisk(vfs.Default, path); !errors.Is(err, replica.ErrCorruptLog) {
+			t.Fatalf("cut to %d: ReadDisk %v, want ErrCorruptLog", cut, err)
+		}
+		if tag, err := replica.PrefixTag(vfs.Default, path); err != nil || tag != nil {
+			t.Fatalf("cut to %d: the prefix holds tag %q (%v), want none", cut, tag, err)
+		}
+		if tag, err := replica.OwnerTag(vfs.Default, path); err != nil || string(tag) != tagA {
+			t.Fatalf("cut to %d: OwnerTag %q, %v; want %q from the mark", cut, tag, err, tagA)
+		}
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(replica.MarkName(path)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Another log's copy put in its place, shorter than the mark says.
+	pathA, pathB := write("a.log", tagA), write("b.log", tagB)
+	b, err := os.ReadFile(pathB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pathA, b[:tagEnd+1], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if tag, err := replica.PrefixTag(vfs.Default, pathA); err != nil || string(tag) != tagB {
+		t.Fatalf("the copy's prefix: %q, %v; want %q", tag, err, tagB)
+	}
+	if tag, err := replica.OwnerTag(vfs.Default, pathA); err != nil || string(tag) != tagA {
+		t.Fatalf("OwnerTag of a log replaced by another's copy: %q, %v; want the mark's %q", tag, err, tagA)
+	}
+	// Without a mark naming a tag, the prefix's.
+	if err := os.Remove(replica.MarkName(pathA)); err != nil {
+		t.Fatal(err)
+	}
+	if tag, err := replica.OwnerTag(vfs.Default, pathA); err != nil || string(tag) != tagB {
+		t.Fatalf("OwnerTag without a mark: %q, %v; want the prefix's %q", tag, err, tagB)
+	}
+}

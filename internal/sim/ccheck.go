@@ -217,12 +217,13 @@ func (c *csim) raftWindowCopy(_ uint64, ns metadata.Namespace) bool {
 }
 
 // unownedSoleLog reports whether ns's only replica is on the liar, node
-// id, and a lie touched the raft log in ns's directory there
-// (knownUnownedSoleLog): a build refusing that directory leaves the
-// partition built nowhere.
+// id, and lies touched both the raft log in ns's directory there and
+// its sync mark (knownUnownedSoleLog): a build refusing that directory
+// leaves the partition built nowhere. A lie on the log alone is not
+// excused: the mark names whose the log was.
 func (c *csim) unownedSoleLog(id uint64, ns metadata.Namespace) bool {
 	n := c.node(id)
-	if n == nil || !c.isLiar(n) || !c.lies.bases[ns]["raft.log"] {
+	if n == nil || !c.isLiar(n) || !c.lies.bases[ns][shard.RaftLogName] || !c.lies.bases[ns][shard.RaftMarkName] {
 		return false
 	}
 	info, ok := c.nodes[0].meta.Partition(ns)

@@ -134,9 +134,11 @@
 // names the incarnation — and otherwise (the log damaged too, untagged,
 // or another incarnation's) the replica re-seeded under a new raft id
 // (seed 20382) — and every replica must be whole at quiescence. A
-// damaged raft log whose valid prefix is tagged with an earlier
-// incarnation is that incarnation's: the next incarnation's build
-// discards its directory (seeds 390 and 20325).
+// damaged raft log whose sync mark, or else whose valid prefix, is
+// tagged with an earlier incarnation is that incarnation's: the next
+// incarnation's build discards its directory (seeds 390 and 20325; the
+// mark for a log cut below its tag, seeds 273 and 64 on intermediate
+// trees).
 // A copy whose raft log a lie damaged — bytes flipped in the log, or the
 // log cut short or rolled back, which its sync mark (package replica,
 // mark.go) tells from a torn tail, or its mark damaged — lost its votes
@@ -560,8 +562,9 @@
 // builds on the liar in a group that cannot elect without it
 // (knownDeadIncarnationDamage), a lie on a raft log's last synced write
 // read as a torn tail (knownRaftLogWindow), a raft log cut below its
-// incarnation tag where the next incarnation's only replica is the
-// liar's, which no build may take and no peer can re-seed
+// incarnation tag and its sync mark (which names the tag) left
+// unreadable, where the next incarnation's only replica is the liar's,
+// which no build may take and no peer can re-seed
 // (knownUnownedSoleLog); and one that is not a lie: a
 // partition left unusable by a failed write-behind is never rebuilt);
 // the cluster and lying-disk tests skip such seeds unless -sim.known is

@@ -100,19 +100,23 @@ const (
 	// after such a lie (invariant 0).
 	knownRaftLogWindow = "a lie on a raft log's last synced write, past the size its sync mark records (the mark's one-write window): the replica forgets entries it acknowledged, read as a torn tail"
 	// knownUnownedSoleLog: a lie cut a raft log below its first record
-	// (where its incarnation tag is) in a partition directory, and the
-	// next incarnation placed there has its only replica on the liar.
-	// The directory's owner cannot be told: a log of an earlier
-	// incarnation may be discarded, but this may as well be the
-	// incarnation's own log, cut after it acknowledged writes, and with
-	// no other replica there is nothing to re-seed from. The build
-	// refuses the directory (the sync mark says synced bytes are
-	// missing) and reports it on every pass; the partition stays down
-	// until an operator sets the directory aside — never served empty.
-	// Closing it needs the incarnation in the sync mark too (the mark
-	// survives a cut log). Classified only when every partition built
-	// nowhere has its only replica on the liar and a lie touched that
-	// directory's raft log (invariant 3). Cluster seeds 273 (on the tree
-	// with the membership driver) and 64 (with a forwarding change).
-	knownUnownedSoleLog = "a lie cut a raft log below its incarnation tag where the next incarnation's only replica is the liar's: whose log it was cannot be told, so the build refuses the directory and the partition stays down"
+	// (where its incarnation tag is) in a partition directory, another
+	// left its sync mark with no valid slot (cut short, or both slots
+	// hit), and the next incarnation placed there has its only replica
+	// on the liar. The mark names the log's tag too (package replica,
+	// mark.go), so a log cut below its tag alone still says whose it was
+	// (replica.OwnerTag): an earlier incarnation's is discarded by the
+	// next incarnation's build, and the incarnation's own is refused
+	// (TestRaftLogCutBelowItsTag in package shard). With the mark
+	// unreadable too, nothing says whose the log was: it may be the
+	// incarnation's own, cut after it acknowledged writes, and with no
+	// other replica there is nothing to re-seed from. The build refuses
+	// the directory (a damaged mark is damage) and reports it on every
+	// pass; the partition stays down until an operator sets the
+	// directory aside — never served empty. Classified only when every
+	// partition built nowhere has its only replica on the liar and lies
+	// touched both that directory's raft log and its mark (invariant 3).
+	// Before the mark carried the tag, a lie on the log alone did it
+	// (cluster seeds 273 and 64 on intermediate trees).
+	knownUnownedSoleLog = "lies cut a raft log below its incarnation tag and left its sync mark unreadable, where the next incarnation's only replica is the liar's: whose log it was cannot be told, so the build refuses the directory and the partition stays down"
 )

@@ -29,6 +29,14 @@
 // flush of the device covers it without an fsync of the file's own
 // (vfs.WriteBacker).
 //
+// The magic names the payload's format version too: a user whose payload
+// changes gives the new version a new magic and lists the earlier ones
+// (Format.Older, each with its codec and file size), whose slots still
+// decode. A writer writes the current version only, and a file of an
+// earlier version's size is written whole again at its first Write (as
+// any file not of its size is: File.Write), so a file holds slots of one
+// version.
+//
 // # Writing without a flush
 //
 // File.Write hands the slot to the device without a flush (WrittenBack:
@@ -84,12 +92,51 @@ type Codec[T any] interface {
 
 // Format is one user's mark file: its magic, where its second slot
 // starts, its size, and its payload's codec. Stride bounds the first
-// slot's record; Size-Stride the second's.
+// slot's record; Size-Stride the second's. Older lists the earlier
+// versions of the format, whose slots are decoded but never written.
 type Format[T any] struct {
 	Magic  uint32
 	Stride int
 	Size   int
 	Codec  Codec[T]
+	Older  []Version[T]
+}
+
+// Version is an earlier version of a Format: the magic its slots start
+// with, the codec of their payload, and the size of its files, no larger
+// than the current version's (Read reads no more). Its slots sit where
+// the current version's do (the same Stride).
+type Version[T any] struct {
+	Magic uint32
+	Size  int
+	Codec Codec[T]
+}
+
+// codec returns the codec of the version whose magic is magic, if any.
+func (f *Format[T]) codec(magic uint32) (Codec[T], bool) {
+	if magic == f.Magic {
+		return f.Codec, true
+	}
+	for _, v := range f.Older {
+		if v.Magic == magic {
+			return v.Codec, true
+		}
+	}
+	return nil, false
+}
+
+// sizeOK reports whether n is the size of a file of the format, of any
+// version.
+func (f *Format[T]) sizeOK(n int) bool {
+	if n == f.Size {
+		return true
+	}
+	for _, v := range f.Older {
+		if v.Size == n {
+			return true
+		}
+	}
+	return false
 }
 
 // Mark is one slot's content.
@@ -102,7 +149,8 @@ type Mark[T any] struct {
 // valid slot (each torn or damaged).
 var ErrNoSlot = errors.New("no valid slot")
 
-// AppendSlot appends the record of m to dst (without the zeros after it).
+// AppendSlot appends the record of m to dst (without the zeros after
+// it), in the current version.
 func (f *Format[T]) AppendSlot(dst []byte, m Mark[T]) []byte {
 	start := len(dst)
 	dst = binary.LittleEndian.AppendUint32(dst, f.Magic)
@@ -112,13 +160,18 @@ func (f *Format[T]) AppendSlot(dst []byte, m Mark[T]) []byte {
 }
 
 // DecodeSlot decodes the record at the start of b (b ends where the slot
-// does); n is its length. ok is false for anything but a whole, valid
-// record with a sequence number.
+// does), of the current version or an older one (its magic says which);
+// n is its length. ok is false for anything but a whole, valid record
+// with a sequence number.
 func (f *Format[T]) DecodeSlot(b []byte) (m Mark[T], n int, ok bool) {
-	if len(b) < Header+trailer || binary.LittleEndian.Uint32(b) != f.Magic {
+	if len(b) < Header+trailer {
 		return Mark[T]{}, 0, false
 	}
-	pl, ok := f.Codec.PayloadLen(b[Header:])
+	c, ok := f.codec(binary.LittleEndian.Uint32(b))
+	if !ok {
+		return Mark[T]{}, 0, false
+	}
+	pl, ok := c.PayloadLen(b[Header:])
 	if !ok || pl < 0 || pl > len(b)-Header-trailer {
 		return Mark[T]{}, 0, false
 	}
@@ -130,7 +183,7 @@ func (f *Format[T]) DecodeSlot(b []byte) (m Mark[T], n int, ok bool) {
 	if seq == 0 {
 		return Mark[T]{}, 0, false
 	}
-	v, ok := f.Codec.DecodePayload(b[Header:end])
+	v, ok := c.DecodePayload(b[Header:end])
 	if !ok {
 		return Mark[T]{}, 0, false
 	}
@@ -168,11 +221,11 @@ func (f *Format[T]) Decode(b []byte) (Mark[T], error) {
 
 // Slack describes what in a mark file's content b no mark accounts for —
 // a slot that fails its checksum (a write of it torn, or damage), bytes
-// after a slot's record that are not zero, a file not of its size — or
-// "" if none. A reader uses the valid slot all the same; offline tools
-// report it.
+// after a slot's record that are not zero, a file not of its size (of
+// any version's) — or "" if none. A reader uses the valid slot all the
+// same; offline tools report it.
 func (f *Format[T]) Slack(b []byte) string {
-	if len(b) != f.Size {
+	if !f.sizeOK(len(b)) {
 		return fmt.Sprintf("%d bytes, not %d", len(b), f.Size)
 	}
 	for i := range 2 {

@@ -168,3 +168,82 @@ func TestStartedRidesOnTheFlushAfterTheNextWrite(t *testing.T) {
 		t.Fatalf("closed, then a flush: %d durable, want 3", v)
 	}
 }
+
+// u64x2 is the test payload's second version: the value and a second
+// uint64, decoded as their sum (so that a test tells which codec read a
+// slot).
+type u64x2 struct{}
+
+func (u64x2) AppendPayload(dst []byte, v uint64) []byte {
+	return binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(dst, v), 1)
+}
+func (u64x2) PayloadLen(b []byte) (int, bool) { return 16, len(b) >= 16 }
+func (u64x2) DecodePayload(b []byte) (uint64, bool) {
+	v := binary.LittleEndian.Uint64(b) + binary.LittleEndian.Uint64(b[8:])
+	return v, v < 1000
+}
+
+// format2 is format's second version: a new magic, a longer payload, a
+// larger file; format's slots still decode.
+var format2 = syncmark.Format[uint64]{Magic: 0x32534554, Stride: 64, Size: 160, Codec: u64x2{},
+	Older: []syncmark.Version[uint64]{{Magic: format.Magic, Size: format.Size, Codec: format.Codec}}}
+
+// A file of an earlier version reads through the current format, by its
+// magic, its size no slack; the first Write replaces it whole with the
+// current version. Slots of both versions in one file are told apart
+// and the higher sequence wins; an unknown magic is no slot.
+func TestOlderVersionDecodes(t *testing.T) {
+	mem := vfs.NewMem()
+	const path = "/m"
+	w := format.Writer(mem, path, 0)
+	for v := uint64(1); v <= 2; v++ {
+		if err := w.Write(v*10, syncmark.WrittenBack); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m, found, slack, err := format2.Read(mem, path)
+	if err != nil || !found || slack != "" || m.Seq != 2 || m.V != 20 {
+		t.Fatalf("version 1 file read by version 2: %+v found %v slack %q %v, want seq 2 value 20", m, found, slack, err)
+	}
+	w2 := format2.Writer(mem, path, m.Seq)
+	defer w2.Close()
+	if err := w2.Write(30, syncmark.WrittenBack); err != nil {
+		t.Fatal(err)
+	}
+	b, err := vfs.ReadFile(mem, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) != format2.Size || binary.LittleEndian.Uint32(b) != format2.Magic || binary.LittleEndian.Uint32(b[format2.Stride:]) != format2.Magic {
+		t.Fatalf("after version 2's first write: %d bytes, magics %x %x; want %d bytes, both slots version 2", len(b), b[:4], b[format2.Stride:format2.Stride+4], format2.Size)
+	}
+	if m, err := format2.Decode(b); err != nil || m.Seq != 3 || m.V != 31 {
+		t.Fatalf("version 2 slot: %+v %v, want seq 3 value 31", m, err)
+	}
+	// One slot of each version: the higher sequence wins, each read by
+	// its own codec.
+	mixed := make([]byte, format2.Size)
+	copy(mixed, format.AppendSlot(nil, syncmark.Mark[uint64]{Seq: 5, V: 50}))
+	copy(mixed[format2.Stride:], format2.AppendSlot(nil, syncmark.Mark[uint64]{Seq: 4, V: 40}))
+	if m, err := format2.Decode(mixed); err != nil || m.Seq != 5 || m.V != 50 {
+		t.Fatalf("mixed, version 1 newer: %+v %v, want seq 5 value 50", m, err)
+	}
+	copy(mixed[format2.Stride:], format2.AppendSlot(nil, syncmark.Mark[uint64]{Seq: 6, V: 60}))
+	if m, err := format2.Decode(mixed); err != nil || m.Seq != 6 || m.V != 61 {
+		t.Fatalf("mixed, version 2 newer: %+v %v, want seq 6 value 61", m, err)
+	}
+	// Version 1 alone does not know version 2's magic.
+	if m, err := format.Decode(mixed); err != nil || m.Seq != 5 {
+		t.Fatalf("version 1 reading a version 2 slot: %+v %v, want only its own seq 5", m, err)
+	}
+	binary.LittleEndian.PutUint32(mixed, 0x33534554)
+	if m, err := format2.Decode(mixed); err != nil || m.Seq != 6 {
+		t.Fatalf("an unknown magic in slot 0: %+v %v, want slot 1's seq 6", m, err)
+	}
+	if s := format2.Slack(mixed[:format.Size+1]); s != "129 bytes, not 160" {
+		t.Fatalf("slack %q", s)
+	}
+}
