@@ -115,4 +115,27 @@ const (
 	// directory's raft log (invariant 3). Cluster seeds 273 (on the tree
 	// with the membership driver) and 64 (with a forwarding change).
 	knownUnownedSoleLog = "a lie cut a raft log below its incarnation tag where the next incarnation's only replica is the liar's: whose log it was cannot be told, so the build refuses the directory and the partition stays down"
+	// knownTwoVoterReseed: the same cut log as knownUnownedSoleLog, in a
+	// directory where the next incarnation has two replicas, one of them
+	// the liar's. Its owner cannot be told either, so the liar does not
+	// build its replica under its raft id; it sets the directory aside
+	// and reports the replica for a re-seed (a new raft id on the same
+	// node, ReseedReplica), a move the group must commit. But the group
+	// has two voters, the liar's one of them: without it there is no
+	// majority to elect a leader or commit the change, and none is safe
+	// to invent (the liar's copy may be the one that acknowledged). The
+	// move never settles and the partition serves nothing. Issue 28's
+	// rule repairs a replica only while a majority holds an intact copy,
+	// which one of two is not. Closing it needs what closes
+	// knownUnownedSoleLog: the incarnation in the sync mark, so that a
+	// dead incarnation's log is told from the new one's and discarded,
+	// and the replica built under its own raft id. Classified only when
+	// every unsettled move is such a re-seed: one replica leaving, on
+	// the liar, replaced on the liar, in a group of two, whose directory's
+	// raft log a lie touched (invariant 7). Cluster seed 21633: a lie
+	// cut the log of an early incarnation of 0/0/0 at 0.33 s; the one
+	// created at revision 16, replicas on n1 and n2, was refused on n1 at
+	// 8.03 s ("raft log ends at byte 0, but 97 bytes of it were synced"),
+	// and n2 asked n1's old replica for its vote until the end.
+	knownTwoVoterReseed = "a lie cut a raft log below its incarnation tag where the next incarnation has two replicas, one the liar's: the liar re-seeds its replica, and the group of two voters cannot commit the move without it"
 )
