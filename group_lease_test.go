@@ -1,6 +1,7 @@
 package parkway_test
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -321,6 +322,64 @@ func TestGroupHeartbeatsOfANodeTravelTogether(t *testing.T) {
 		}
 		if got := after - before; got != 1 {
 			t.Fatalf("thirty heartbeats at once sent %d lease messages, want 1", got)
+		}
+	})
+}
+
+// A heartbeat after a metadata election is answered at once. Its renewal
+// is confirmed by the leader's read index and then waits for this node to
+// apply what the leader had applied; after an election that is the new
+// leader's empty entry, which carries no command. The wait compared it
+// with the index of the last command applied here, which stays below it
+// until the next command commits: on an idle cluster each renewal waited
+// out its caller's whole context (20 s here; forever without a deadline).
+func TestGroupHeartbeatAfterMetadataElectionIsNotHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net, nodes := threeNodes(t)
+		ctx := ctxFor(t)
+		tp := mustTopic(t, nodes[1], mustStream(t, nodes[1], "s"), "t", 3)
+		if err := nodes[1].Admin().CreateGroup(ctx, tp, "g"); err != nil {
+			t.Fatal(err)
+		}
+		st, err := nodes[1].Cluster().State(ctx)
+		if err != nil || st.MetadataLeader == 0 {
+			t.Fatalf("metadata leader %v (%v)", st.MetadataLeader, err)
+		}
+		lead := st.MetadataLeader
+		var others []transport.NodeID
+		for _, id := range []transport.NodeID{1, 2, 3} {
+			if id != lead {
+				others = append(others, id)
+			}
+		}
+		m, err := nodes[others[0]].JoinGroup(ctx, tp, "g", parkway.MemberConfig{Name: "a", SessionTimeout: 30 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		settleMembers(t, m)
+		// The leader is cut off; the others elect one of them, and the
+		// cluster is whole again with no command after the election.
+		net.Partition([]transport.NodeID{lead}, others)
+		waitFor(t, "a new metadata leader", func() bool {
+			st, err := nodes[others[0]].Cluster().State(ctx)
+			return err == nil && st.MetadataLeader != 0 && st.MetadataLeader != lead
+		})
+		net.Heal()
+		applied := parkway.MetadataApplied(nodes[others[0]])
+		time.Sleep(2 * time.Second)
+		for id, n := range nodes {
+			if got := parkway.MetadataApplied(n); got != applied {
+				t.Fatalf("node %d applied metadata command %d after the election, want %d: the case needs none", id, got, applied)
+			}
+		}
+		hctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		start := time.Now()
+		if _, err := m.Heartbeat(hctx); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took > time.Second {
+			t.Fatalf("a heartbeat after the metadata election took %v", took)
 		}
 	})
 }

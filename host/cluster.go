@@ -77,11 +77,18 @@ type clusterNode struct {
 	// (leaderhint.go).
 	hints leaderHints
 
-	// applied fires after every metadata entry or snapshot this node
-	// applies: membership calls wait on it (membership.go).
+	// applied fires after every metadata command, configuration change
+	// or snapshot this node applies, and whenever raftApplied moves:
+	// membership calls and lease renewals wait on it (membership.go).
 	applied *appliedSignal
-	// appliedIndex is the metadata group's index this node applied last.
+	// appliedIndex is the index of the metadata command or snapshot this
+	// node applied last. raftApplied is its member's raft applied index,
+	// which also counts the entries that carry no command (a new leader's
+	// empty entry, a learner's promotion): a leader's read index may be
+	// one of those, and only raftApplied is sure to reach it before the
+	// next command commits (published by publishApplied).
 	appliedIndex atomic.Uint64
+	raftApplied  atomic.Uint64
 
 	// Data directory incarnations (identity.go): dirs records the peers'
 	// (on disk with a DataDir, in memory without), beat is what this

@@ -362,8 +362,12 @@ func (e *Engine) RenewLease(ctx context.Context, l MemberLease) error {
 		return err
 	}
 	// Read what the leader had applied: the assignment the member reads
-	// next is at least as new as the leader's.
-	_ = c.waitApplied(ctx, func() bool { return c.appliedIndex.Load() >= b.answer.Index })
+	// next is at least as new as the leader's. The answer's index is the
+	// leader's raft applied index, compared with this member's: the last
+	// command's index (appliedIndex) stays below it for as long as no
+	// command follows an entry without one, and a renewal after an
+	// election waited out its whole context so.
+	_ = c.waitApplied(ctx, func() bool { return c.raftApplied.Load() >= b.answer.Index })
 	return nil
 }
 

@@ -166,6 +166,7 @@ func openMetaGroup(c *clusterNode, disk *replica.Disk, mcfg metadata.Config) (*m
 	}
 	m.confChanged = true
 	m.publishConf()
+	m.publishApplied()
 	return m, nil
 }
 
@@ -254,9 +255,23 @@ func (m *metaGroup) process() error {
 		}
 	}
 	m.publishConf()
+	m.publishApplied()
 	m.compact()
 	m.serveReads()
 	return nil
+}
+
+// publishApplied publishes the member's raft applied index for readers
+// off the driver (clusterNode.raftApplied) and wakes the callers waiting
+// on the metadata when it moved: an entry without a command moves it
+// though it changes nothing in the store, and a caller may be waiting
+// for exactly that index (RenewLease: the leader's read index after an
+// election is its empty entry).
+func (m *metaGroup) publishApplied() {
+	if a := m.g.Applied(); a != m.c.raftApplied.Load() {
+		m.c.raftApplied.Store(a)
+		m.c.applied.fire()
+	}
 }
 
 // unavailable is why the member takes no work now (nil: it runs): it is
@@ -385,6 +400,7 @@ func (m *metaGroup) reopenGroup() error {
 	m.reopen.Reopened()
 	m.confChanged = true
 	m.publishConf()
+	m.publishApplied()
 	cfg.Logger.Info("metadata member reopened from its raft log", "applied", g.Applied())
 	if ev := cfg.Events.MetadataReopened; ev != nil {
 		ev(g.Applied())
@@ -563,8 +579,12 @@ type MetadataGroupStatus struct {
 	Voters, Learners               []uint64
 }
 
-// MetadataApplied is the metadata group's index this node applied last
-// (0 on a single node). Safe from any goroutine, unlike MetadataStatus.
+// MetadataApplied is the index of the metadata command or snapshot this
+// node applied last (0 on a single node). Entries without a command (a
+// new leader's empty entry, a configuration change without one) do not
+// move it, so it is no measure of how far two members applied: that is
+// MetadataStatus's Applied, raft's applied index. Safe from any
+// goroutine, unlike MetadataStatus.
 func (e *Engine) MetadataApplied() uint64 {
 	if e.cl == nil {
 		return 0

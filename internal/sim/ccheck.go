@@ -230,6 +230,29 @@ func (c *csim) unownedSoleLog(id uint64, ns metadata.Namespace) bool {
 	return ok && len(c.replicasOf(info)) == 1
 }
 
+// twoVoterReseeds reports whether every unsettled move is the liar's
+// re-seed of its replica in a group of two whose directory's raft log
+// and its sync mark lies touched (knownTwoVoterReseed): the group has no
+// majority without the replica the move replaces.
+func (c *csim) twoVoterReseeds() bool {
+	if c.lies == nil {
+		return false
+	}
+	found := false
+	for _, p := range c.nodes[0].meta.Snapshot().Partitions {
+		if len(p.Leaving) == 0 {
+			continue
+		}
+		if len(p.Leaving) != 1 || len(p.Replicas) != 2 || metadata.NodeOf(p.Leaving[0]) != c.liar ||
+			!slices.ContainsFunc(p.Replicas, func(r uint64) bool { return r != p.Leaving[0] && metadata.NodeOf(r) == c.liar }) ||
+			!c.lies.bases[p.NS][shard.RaftLogName] || !c.lies.bases[p.NS][shard.RaftMarkName] {
+			return false
+		}
+		found = true
+	}
+	return found
+}
+
 // convergedExcept is converged, but for the copies skip names (a node and
 // a partition).
 func (c *csim) convergedExcept(skip func(id uint64, ns metadata.Namespace) bool) string {
@@ -328,7 +351,11 @@ func (c *csim) notQuiescent() {
 	case c.remove != nil:
 		c.fail(8, "the removal of n%d never completed (%s, %d calls): %s", c.remove.id, limit, c.remove.calls, c.heldBy(c.remove.id))
 	case c.moving() != "":
-		c.fail(7, "replica moves never settled (%s): %s", limit, c.moving())
+		known := ""
+		if c.twoVoterReseeds() {
+			known = knownTwoVoterReseed
+		}
+		c.failKnown(known, 7, "replica moves never settled (%s): %s", limit, c.moving())
 	case c.unbalanced() != "":
 		c.fail(7, "leadership never went back to the preferred leaders (%s): %s", limit, c.unbalanced())
 	default:

@@ -119,4 +119,28 @@ const (
 	// Before the mark carried the tag, a lie on the log alone did it
 	// (cluster seeds 273 and 64 on intermediate trees).
 	knownUnownedSoleLog = "lies cut a raft log below its incarnation tag and left its sync mark unreadable, where the next incarnation's only replica is the liar's: whose log it was cannot be told, so the build refuses the directory and the partition stays down"
+	// knownTwoVoterReseed: the same cut log as knownUnownedSoleLog (its
+	// sync mark left unreadable too), in a directory where the next
+	// incarnation has two replicas, one of them the liar's. Its owner
+	// cannot be told either, so the liar does not
+	// build its replica under its raft id; it sets the directory aside
+	// and reports the replica for a re-seed (a new raft id on the same
+	// node, ReseedReplica), a move the group must commit. But the group
+	// has two voters, the liar's one of them: without it there is no
+	// majority to elect a leader or commit the change, and none is safe
+	// to invent (the liar's copy may be the one that acknowledged). The
+	// move never settles and the partition serves nothing. Issue 28's
+	// rule repairs a replica only while a majority holds an intact copy,
+	// which one of two is not. With the mark readable the log's tag is
+	// known (replica.OwnerTag), a dead incarnation's log is discarded and
+	// the replica built under its own raft id: seed 21633 found this
+	// before the mark named the tag, and passes since. Classified only when
+	// every unsettled move is such a re-seed: one replica leaving, on
+	// the liar, replaced on the liar, in a group of two, whose directory's
+	// raft log and sync mark lies touched (invariant 7). Cluster seed 21633: a lie
+	// cut the log of an early incarnation of 0/0/0 at 0.33 s; the one
+	// created at revision 16, replicas on n1 and n2, was refused on n1 at
+	// 8.03 s ("raft log ends at byte 0, but 97 bytes of it were synced"),
+	// and n2 asked n1's old replica for its vote until the end.
+	knownTwoVoterReseed = "a lie cut a raft log below its incarnation tag where the next incarnation has two replicas, one the liar's: the liar re-seeds its replica, and the group of two voters cannot commit the move without it"
 )
