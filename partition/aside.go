@@ -29,8 +29,8 @@ const asidePrefix = "damaged-"
 // to ("" if there was nothing to move). A partition whose incarnation
 // file is missing is a replica built deferred (see Lodger), whose
 // directory holds its owner's files only: they are set aside, but keep.
-// One whose file is damaged is refused with ErrIncarnationDamaged (see
-// Reincarnate).
+// One whose file is damaged or torn is refused with ErrIncarnationDamaged
+// (see Reincarnate).
 //
 // Why. A replica of a partition whose files are damaged (a
 // *CorruptError that is not a torn tail) must not go on serving them as
@@ -53,15 +53,16 @@ func (s *FileStore) SetAside(ns metadata.Namespace, keep ...string) (string, err
 const IncarnationName = incarnationFile
 
 // ErrIncarnationDamaged marks the error of SetAside for a partition whose
-// incarnation file is damaged (a *CorruptError naming it is wrapped too):
+// incarnation file is damaged (a *CorruptError naming it is wrapped too)
+// or torn (a prefix of its record, as a half-built directory has):
 // which incarnation the directory holds is unknown, and only Reincarnate,
 // told by its caller, sets such a copy aside.
 var ErrIncarnationDamaged = errors.New("parkway: incarnation file damaged")
 
 // Reincarnate is SetAside for a partition whose incarnation file is
-// damaged, when the caller knows from elsewhere that the directory holds
-// incarnation epoch (a replica's raft log tagged with it, and the
-// metadata naming it): the data and the damaged file's bytes go into
+// damaged or torn, when the caller knows from elsewhere that the
+// directory holds incarnation epoch (a replica's raft log tagged with
+// it, and the metadata naming it): the data and the damaged file's bytes go into
 // damaged-N as SetAside's do, and the incarnation file is then replaced,
 // atomically, by one naming epoch, so that the next Build opens an empty
 // log at epoch with the files in keep beside it. A whole incarnation file
@@ -117,7 +118,15 @@ func (s *FileStore) setAside(ns metadata.Namespace, epoch uint64, keep []string)
 			err = lerr
 		}
 	}
-	damaged := errors.As(err, &ce)
+	// A torn file (a prefix of the record) is a half-built directory to
+	// Build, which starts it over; with the directory's data to set
+	// aside it is no more known than a damaged one, and is handled as
+	// one: refused here, taken by Reincarnate from a caller that knows
+	// the incarnation. Refused with its own error, a re-seeded replica's
+	// old copy (whose raft log was damaged too) could never be set aside
+	// and the new replica never built (cluster seed 191 on the
+	// hibernation branch: a lie cut the file from 11 to 6 bytes).
+	damaged := errors.As(err, &ce) || errors.Is(err, errBadIncarnation)
 	switch {
 	case err == nil && (epoch == 0 || inc == epoch):
 		epoch = 0 // whole: nothing to rewrite

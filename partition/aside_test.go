@@ -131,3 +131,58 @@ func TestReincarnate(t *testing.T) {
 		t.Fatalf("List after Reincarnate: %+v, %v", st, err)
 	}
 }
+
+// A torn incarnation file (a prefix of its record) beside the data it
+// was built for is refused by SetAside as a damaged one is, with
+// ErrIncarnationDamaged, and taken by Reincarnate: the data goes aside
+// and the file is written again. The reconciler sets aside the old copy
+// of a re-seeded replica (its raft log damaged) through exactly these
+// two calls; refused with an error of its own, the copy stayed, and the
+// new replica was never built (a lie had cut the file from 11 to 6
+// bytes: the partition stayed down on that node for good).
+func TestReincarnateTornIncarnationFile(t *testing.T) {
+	dir := t.TempDir()
+	s := newFileStore(t, partition.FileConfig{Dir: dir, SegmentSize: 1 << 20})
+	ns := mustNS(t, 1, 2, 3)
+	p := mustBuild(t, s, ns, 7)
+	if _, err := p.Append([]partition.Message{{Payload: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	loc, _ := p.(partition.Located)
+	_, pdir := loc.Location()
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	inc := filepath.Join(pdir, "incarnation")
+	whole, err := os.ReadFile(inc)
+	if err != nil || len(whole) < 6 {
+		t.Fatalf("incarnation file %q, %v", whole, err)
+	}
+	torn := whole[:6]
+	if err := os.WriteFile(inc, torn, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetAside(ns); !errors.Is(err, partition.ErrIncarnationDamaged) {
+		t.Fatalf("SetAside under a torn incarnation file: %v, want ErrIncarnationDamaged", err)
+	}
+	aside, err := s.Reincarnate(ns, 7)
+	if err != nil || aside != filepath.Join(pdir, "damaged-1") {
+		t.Fatalf("Reincarnate under a torn incarnation file: %q, %v", aside, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(aside, "incarnation")); err != nil || string(b) != string(torn) {
+		t.Fatalf("torn incarnation file set aside as %q, %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(aside, "00000000000000000000.log")); err != nil {
+		t.Fatalf("first segment not set aside: %v", err)
+	}
+	if b, err := os.ReadFile(inc); err != nil || string(b) != string(whole) {
+		t.Fatalf("incarnation file after Reincarnate: %q, %v; want %q", b, err, whole)
+	}
+	p = mustBuild(t, s, ns, 7)
+	if p.NextOffset() != 0 {
+		t.Fatalf("rebuilt after Reincarnate: next offset %d, want an empty log", p.NextOffset())
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
