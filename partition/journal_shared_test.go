@@ -639,20 +639,12 @@ func failEveryWritePoint(t *testing.T, n int64, workload func(vfs.FS) *sharedRun
 	for i := range n {
 		for _, mode := range []string{"once", "from then on"} {
 			mem := vfs.NewMem()
-			var seen atomic.Int64
-			fired := atomic.Bool{}
-			inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-				if !op.Mutating() {
-					return nil
-				}
-				if k := seen.Add(1) - 1; k == i || (mode == "from then on" && k > i) {
-					fired.Store(true)
-					return syscall.EIO
-				}
-				return nil
-			})
+			inj := errorfs.OnIndex(i, syscall.EIO)
+			if mode == "from then on" {
+				inj = errorfs.FromIndex(i, syscall.EIO)
+			}
 			r := workload(errorfs.New(mem, inj))
-			if !fired.Load() {
+			if !inj.Fired() {
 				t.Fatalf("op %d never happened", i)
 			}
 			if r == nil {

@@ -2,7 +2,6 @@ package shard
 
 import (
 	"fmt"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -138,21 +137,12 @@ func TestCrashAtEveryWritePointOfAMultiPartitionGroup(t *testing.T) {
 		reached := true
 		for _, mode := range []string{"once", "from then on"} {
 			mem := vfs.NewMem()
-			var seen atomic.Int64
-			fired := atomic.Bool{}
-			inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-				if !op.Mutating() {
-					return nil
-				}
-				k := seen.Add(1) - 1
-				if k == int64(i) || (mode == "from then on" && k > int64(i)) {
-					fired.Store(true)
-					return syscall.EIO
-				}
-				return nil
-			})
+			inj := errorfs.OnIndex(int64(i), syscall.EIO)
+			if mode == "from then on" {
+				inj = errorfs.FromIndex(int64(i), syscall.EIO)
+			}
 			acks, parts := groupWorkload(t, errorfs.New(mem, inj))
-			if !fired.Load() {
+			if !inj.Fired() {
 				reached = false
 				break
 			}

@@ -235,21 +235,12 @@ func TestJournalCrashAtEveryWritePoint(t *testing.T) {
 	for i := range n {
 		for _, mode := range []string{"once", "from then on"} {
 			mem := vfs.NewMem()
-			var seen atomic.Int64
-			fired := atomic.Bool{}
-			inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-				if !op.Mutating() {
-					return nil
-				}
-				k := seen.Add(1) - 1
-				if k == i || (mode == "from then on" && k > i) {
-					fired.Store(true)
-					return syscall.EIO
-				}
-				return nil
-			})
+			inj := errorfs.OnIndex(i, syscall.EIO)
+			if mode == "from then on" {
+				inj = errorfs.FromIndex(i, syscall.EIO)
+			}
 			acks, parts := journalWorkload(t, errorfs.New(mem, inj), true)
-			if !fired.Load() {
+			if !inj.Fired() {
 				t.Fatalf("op %d never happened", i)
 			}
 			what := fmt.Sprintf("op %d failing %s, %d acknowledged", i, mode, len(acks))

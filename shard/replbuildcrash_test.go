@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -218,21 +217,12 @@ func TestReplicatedDeferredBuildCrashAtEveryWritePoint(t *testing.T) {
 			for i := range n {
 				for _, mode := range []string{"once", "from then on"} {
 					mem := vfs.NewMem()
-					var seen atomic.Int64
-					fired := atomic.Bool{}
-					inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-						if !op.Mutating() {
-							return nil
-						}
-						k := seen.Add(1) - 1
-						if k == i || (mode == "from then on" && k > i) {
-							fired.Store(true)
-							return syscall.EIO
-						}
-						return nil
-					})
+					inj := errorfs.OnIndex(i, syscall.EIO)
+					if mode == "from then on" {
+						inj = errorfs.FromIndex(i, syscall.EIO)
+					}
 					r := replWorkload(t, errorfs.New(mem, inj), tc.dur, true)
-					if !fired.Load() {
+					if !inj.Fired() {
 						t.Fatalf("op %d never happened", i)
 					}
 					what := fmt.Sprintf("op %d failing %s, %d acknowledged", i, mode, len(r.acks))

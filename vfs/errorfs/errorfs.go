@@ -156,6 +156,8 @@ type Index struct {
 	i     int64
 	err   error
 	kinds matcher
+	// after: every matching operation from the i-th on fails (FromIndex).
+	after bool
 	n     atomic.Int64
 }
 
@@ -166,12 +168,19 @@ func OnIndex(i int64, err error, kinds ...OpKind) *Index {
 	return &Index{i: i, err: err, kinds: matcher(kinds)}
 }
 
+// FromIndex is OnIndex failing the i-th matching operation and every
+// one after it: a disk that stays broken once it breaks, where OnIndex is
+// one that fails once. Crash tests run both at every write point.
+func FromIndex(i int64, err error, kinds ...OpKind) *Index {
+	return &Index{i: i, err: err, kinds: matcher(kinds), after: true}
+}
+
 // MaybeError implements Injector.
 func (x *Index) MaybeError(op Op) error {
 	if !x.kinds.match(op) {
 		return nil
 	}
-	if x.n.Add(1)-1 == x.i {
+	if k := x.n.Add(1) - 1; k == x.i || (x.after && x.i >= 0 && k > x.i) {
 		return x.err
 	}
 	return nil

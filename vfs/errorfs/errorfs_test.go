@@ -142,6 +142,31 @@ func TestOnIndexMutatingOnly(t *testing.T) {
 	}
 }
 
+// TestFromIndexFailsEveryOpFromI: FromIndex fails the i-th matching
+// operation and each one after it, OnIndex only the i-th; operations of
+// other kinds pass either way, and a negative index fails nothing.
+func TestFromIndexFailsEveryOpFromI(t *testing.T) {
+	write := errorfs.Op{Kind: errorfs.OpWrite}
+	read := errorfs.Op{Kind: errorfs.OpRead}
+	for _, c := range []struct {
+		inj  *errorfs.Index
+		want []bool
+	}{
+		{errorfs.FromIndex(2, syscall.EIO), []bool{false, false, true, true, true}},
+		{errorfs.OnIndex(2, syscall.EIO), []bool{false, false, true, false, false}},
+		{errorfs.FromIndex(-1, syscall.EIO), []bool{false, false, false, false, false}},
+	} {
+		for k, want := range c.want {
+			if err := c.inj.MaybeError(read); err != nil {
+				t.Fatalf("a read failed: %v", err)
+			}
+			if got := c.inj.MaybeError(write) != nil; got != want {
+				t.Fatalf("write %d failed %v, want %v", k, got, want)
+			}
+		}
+	}
+}
+
 func TestSwitch(t *testing.T) {
 	mem := vfs.NewMem()
 	sw := errorfs.NewSwitch(syscall.ENOSPC, errorfs.OpWrite, errorfs.OpMkdirAll)
