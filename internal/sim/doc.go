@@ -101,7 +101,7 @@
 // (its directory is kept, its build refused). Two limits remain,
 // classified (known.go) and skipped by TestSimulation and the lying-disk
 // test unless -sim.known: a lie on a journal file at or past the end its
-// mark records (the mark's one-write window, knownJournalDamage), and
+// mark records (the mark's window of up to two synced writes, knownJournalDamage), and
 // an incarnation file damaged when a lie also touched the manifest or
 // the journal that proved it synced (knownIncarnationDamage). A
 // misdirected write aimed before the start of its file is answered as a

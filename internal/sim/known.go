@@ -39,13 +39,15 @@ const (
 	// knownJournalDamage: the journal's synced-end mark (package
 	// partition, journal_mark.go) records how far each journal file was
 	// synced, and a file found shorter is reported and fences the
-	// partitions; but the mark lags by one synced write (it is handed to
-	// the device before the next write's fdatasync, which makes it
-	// durable), so a lie that cuts, rolls back or misdirects only the
-	// journal's last synced write before a crash reads as a torn tail.
+	// partitions; but the mark lags by up to two synced writes (one is
+	// inherent with one flush per write; the second is the price of
+	// starting the mark's write rather than waiting for it: see the
+	// window in journal_mark.go), so a lie that cuts, rolls back or
+	// misdirects only the journal's last synced writes before a crash
+	// reads as a torn tail.
 	// Classified only for a lie on a journal file from a byte at or past
 	// the end the mark records for it at the time (lies.journalHit).
-	knownJournalDamage = "a lie on the journal's last synced write, past the end its synced-end mark records (the mark's one-write window): its frames read as a torn tail, their acknowledged messages lost"
+	knownJournalDamage = "a lie on the journal's last synced writes, past the end its synced-end mark records (the mark's window of up to two writes): their frames read as a torn tail, their acknowledged messages lost"
 )
 
 // Known engine limits the lying disk finds in a cluster (clie.go). Each is
