@@ -22,12 +22,73 @@ import (
 // before the record that frees the partition for another member.
 const cgStripes = 64
 
-func (s *Server) cgLock(group string) func() {
+// cgStripe is the index of group's lock (and of its view, cgViews).
+func cgStripe(group string) uint32 {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(group))
-	mu := &s.cgMu[h.Sum32()%cgStripes]
+	return h.Sum32() % cgStripes
+}
+
+func (s *Server) cgLock(group string) func() {
+	mu := &s.cgMu[cgStripe(group)]
 	mu.Lock()
 	return mu.Unlock
+}
+
+// maxStripeViews bounds the views a stripe keeps (cgViews): past it the
+// stripe's views are dropped, and each group resolves its topics again
+// at its next heartbeat.
+const maxStripeViews = maxGroups/cgStripes + 1
+
+// cgView is a consumer group's subscribed topics as a heartbeat read
+// them from the metadata: the names asked, the IDs and partition counts
+// of those that exist, when, and the topic cache's generation before.
+// A group's members heartbeat every heartbeat interval, each asking for
+// the same topics: the view answers them for one interval, so a group's
+// heartbeats read its topics at most once an interval however many
+// members it has, not once per topic per heartbeat under the group's
+// lock (in a cluster each read is a read index through the metadata
+// group's leader). A topic created, deleted, recreated (a new topic ID)
+// or grown reaches the group's target at once when this listener made
+// or saw the change (the topic cache's generation moved), otherwise
+// (another node, the parkway API) at most an interval late, as a member
+// hears of it at its next heartbeat.
+type cgView struct {
+	names  []string
+	topics map[string]cgTopic
+	at     time.Time
+	gen    uint64
+}
+
+// fresh reports whether v answers a heartbeat at now asking for names
+// (sorted, unique) with the topic cache at generation gen.
+func (v *cgView) fresh(names []string, now time.Time, ttl time.Duration, gen uint64) bool {
+	return v.gen == gen && !now.Before(v.at) && now.Sub(v.at) < ttl && slices.Equal(names, v.names)
+}
+
+// subscribedTopics resolves names for a heartbeat of group at now, from
+// the group's view while it is fresh (cgView). The caller holds the
+// group's lock.
+func (s *Server) subscribedTopics(ctx context.Context, group string, names []string, now time.Time) (map[string]cgTopic, error) {
+	slices.Sort(names)
+	names = slices.Compact(names)
+	stripe := cgStripe(group)
+	views := s.cgViews[stripe]
+	gen := s.topics.generation() // before the reads: a change made during them is read again
+	if v := views[group]; v != nil && v.fresh(names, now, s.groups.cgInterval, gen) {
+		return v.topics, nil
+	}
+	meta, err := s.consumerTopics(ctx, names)
+	if err != nil {
+		delete(views, group)
+		return nil, err
+	}
+	if views == nil || len(views) >= maxStripeViews {
+		views = map[string]*cgView{}
+		s.cgViews[stripe] = views
+	}
+	views[group] = &cgView{names: names, topics: meta, at: now, gen: gen}
+	return meta, nil
 }
 
 // consumerGroupHeartbeat serves ConsumerGroupHeartbeat (consumergroup.go):
@@ -56,12 +117,13 @@ func (s *Server) consumerGroupHeartbeat(ctx context.Context, r *kmsg.ConsumerGro
 		cid = *clientID
 	}
 	defer s.cgLock(r.Group)()
-	meta, err := s.consumerTopics(ctx, append(s.groups.consumerSubscribed(r.Group), r.SubscribedTopicNames...))
+	now := time.Now()
+	meta, err := s.subscribedTopics(ctx, r.Group, append(s.groups.consumerSubscribed(r.Group), r.SubscribedTopicNames...), now)
 	if err != nil {
 		s.log.Debug("consumer group: subscribed topics", "group", r.Group, "err", err)
 		return fail(kerr.CoordinatorLoadInProgress.Code) // retried by the member
 	}
-	a := s.groups.consumerHeartbeat(r, part, term, meta, cid, clientHost, time.Now())
+	a := s.groups.consumerHeartbeat(r, part, term, meta, cid, clientHost, now)
 	if a.persist != nil {
 		if _, err := s.writeGroupLog(ctx, part, term, r.Group, a.persist); err != nil {
 			s.log.Debug("group log: a consumer group", "group", r.Group, "err", err)
@@ -73,11 +135,9 @@ func (s *Server) consumerGroupHeartbeat(ctx context.Context, r *kmsg.ConsumerGro
 	return a.resp
 }
 
-// consumerTopics resolves the subscribed topics that exist to their
-// topic IDs and partition counts.
+// consumerTopics resolves the subscribed topics (names, sorted and
+// unique) that exist to their topic IDs and partition counts.
 func (s *Server) consumerTopics(ctx context.Context, names []string) (map[string]cgTopic, error) {
-	slices.Sort(names)
-	names = slices.Compact(names)
 	out := make(map[string]cgTopic, len(names))
 	for _, name := range names {
 		if !validTopicName(name) {
@@ -91,6 +151,7 @@ func (s *Server) consumerTopics(ctx context.Context, names []string) (map[string
 			if err != nil {
 				return nil, err
 			}
+			s.metrics.groupTopics.Inc()
 			info, err := s.node.Admin().TopicInfo(ctx, t)
 			if err != nil {
 				// A cached incarnation that is gone: ask the metadata once more.

@@ -69,7 +69,7 @@ const (
 const uniformAssignor = "uniform"
 
 // maxSubscribedTopics bounds a member's subscription (each name is
-// resolved at every heartbeat that changes it).
+// resolved when the group's view of its topics is read: cgView).
 const maxSubscribedTopics = 10_000
 
 // cgTopic is a subscribed topic as a target assignment was computed

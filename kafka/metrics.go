@@ -19,6 +19,7 @@ type serverMetrics struct {
 	refused     *prometheus.CounterVec
 	closed      *prometheus.CounterVec
 	isrReads    *prometheus.CounterVec
+	groupTopics prometheus.Counter
 }
 
 func newServerMetrics(labels prometheus.Labels) *serverMetrics {
@@ -51,11 +52,14 @@ func newServerMetrics(labels prometheus.Labels) *serverMetrics {
 		isrReads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "parkway_kafka_isr_reads_total", Help: "Partition leaders asked for their in-sync replicas (in a cluster, by the Metadata cache's refresher), by result.", ConstLabels: labels,
 		}, []string{"result"}),
+		groupTopics: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "parkway_kafka_group_topic_reads_total", Help: "Subscribed topics read from the metadata for consumer group (KIP-848) heartbeats.", ConstLabels: labels,
+		}),
 	}
 }
 
 func (m *serverMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.errors, m.latency, m.bytesIn, m.bytesOut, m.connections, m.refused, m.closed, m.isrReads}
+	return []prometheus.Collector{m.requests, m.errors, m.latency, m.bytesIn, m.bytesOut, m.connections, m.refused, m.closed, m.isrReads, m.groupTopics}
 }
 
 // Describe implements prometheus.Collector.

@@ -40,8 +40,11 @@ type Server struct {
 	// logMu is shared by group log writes and taken alone by a
 	// compaction (groupstate.go, compact.go).
 	logMu sync.RWMutex
-	// cgMu are the consumer groups' locks (cgLock, consumerapi.go).
+	// cgMu are the consumer groups' locks (cgLock, consumerapi.go);
+	// cgViews[i] holds the subscribed topics of stripe i's groups as
+	// their last heartbeats resolved them, guarded by cgMu[i].
 	cgMu    [cgStripes]sync.Mutex
+	cgViews [cgStripes]map[string]*cgView
 	coordMu sync.Mutex
 	coordT  parkway.Topic
 	coordN  int

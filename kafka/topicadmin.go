@@ -40,7 +40,12 @@ func (s *Server) createPartitions(ctx context.Context, r *kmsg.CreatePartitionsR
 			fail(kerr.InvalidPartitions.Code, fmt.Sprintf("the topic has %d partitions; a count must be larger", info.Partitions))
 		case r.ValidateOnly:
 		default:
-			if err := s.node.Admin().CreatePartitions(ctx, t, int(rt.Count)-info.Partitions); err != nil {
+			err := s.node.Admin().CreatePartitions(ctx, t, int(rt.Count)-info.Partitions)
+			// The consumer groups' views of t read it again (cgView): the
+			// lookup above moved the topic cache's generation, but a
+			// heartbeat may have read t's old count since.
+			s.topics.changed()
+			if err != nil {
 				fail(errorCode(err), err.Error())
 			}
 		}

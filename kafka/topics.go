@@ -41,6 +41,11 @@ type topicCache struct {
 	byName  map[string]parkway.Topic
 	byID    map[[16]byte]parkway.Topic
 	maxSize int
+	// gen counts the changes of the cache and of the topics this
+	// listener changed (created, deleted, recreated, grown, or found
+	// gone): a consumer group's view of its topics read before the last
+	// change is read again (cgView).
+	gen uint64
 }
 
 func newTopicCache(node *parkway.Node, stream string) *topicCache {
@@ -75,6 +80,7 @@ func (c *topicCache) streamHandle(ctx context.Context) (parkway.Stream, error) {
 func (c *topicCache) remember(t parkway.Topic) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.gen++
 	if len(c.byName) >= c.maxSize {
 		clear(c.byName)
 		clear(c.byID)
@@ -88,6 +94,7 @@ func (c *topicCache) remember(t parkway.Topic) {
 func (c *topicCache) forget(t parkway.Topic, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.gen++
 	if cur, ok := c.byName[t.Name]; ok && cur == t {
 		delete(c.byName, t.Name)
 	}
@@ -97,6 +104,21 @@ func (c *topicCache) forget(t parkway.Topic, err error) {
 		clear(c.byName)
 		clear(c.byID)
 	}
+}
+
+// generation returns gen (see there).
+func (c *topicCache) generation() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen
+}
+
+// changed counts a change of a topic the cache keeps handles of (its
+// partitions were created).
+func (c *topicCache) changed() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
 }
 
 // lookup returns the live topic named name: from the cache, or the
