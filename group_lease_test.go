@@ -80,17 +80,7 @@ func TestGroupLeasesOutliveTheMetadataLeader(t *testing.T) {
 		}
 		// The members live on the two nodes that do not lead the
 		// metadata (x and y); the leader is the one cut off.
-		st, err := nodes[2].Cluster().State(ctx)
-		if err != nil || st.MetadataLeader == 0 {
-			t.Fatalf("metadata leader %v (%v)", st.MetadataLeader, err)
-		}
-		lead := st.MetadataLeader
-		var others []transport.NodeID
-		for _, id := range []transport.NodeID{1, 2, 3} {
-			if id != lead {
-				others = append(others, id)
-			}
-		}
+		lead, others := metadataLeaderOf(t, ctx, nodes[2])
 		x, y := others[0], others[1]
 		// The members live by their own heartbeats (a MaxPollInterval of
 		// a millisecond: their nodes keep nothing for them), so dead's
@@ -341,17 +331,7 @@ func TestGroupHeartbeatAfterMetadataElectionIsNotHeld(t *testing.T) {
 		if err := nodes[1].Admin().CreateGroup(ctx, tp, "g"); err != nil {
 			t.Fatal(err)
 		}
-		st, err := nodes[1].Cluster().State(ctx)
-		if err != nil || st.MetadataLeader == 0 {
-			t.Fatalf("metadata leader %v (%v)", st.MetadataLeader, err)
-		}
-		lead := st.MetadataLeader
-		var others []transport.NodeID
-		for _, id := range []transport.NodeID{1, 2, 3} {
-			if id != lead {
-				others = append(others, id)
-			}
-		}
+		lead, others := metadataLeaderOf(t, ctx, nodes[1])
 		m, err := nodes[others[0]].JoinGroup(ctx, tp, "g", parkway.MemberConfig{Name: "a", SessionTimeout: 30 * time.Second})
 		if err != nil {
 			t.Fatal(err)
@@ -382,4 +362,20 @@ func TestGroupHeartbeatAfterMetadataElectionIsNotHeld(t *testing.T) {
 			t.Fatalf("a heartbeat after the metadata election took %v", took)
 		}
 	})
+}
+
+// metadataLeaderOf asks n which node leads the metadata group, and
+// returns it with the other two of a three-node cluster.
+func metadataLeaderOf(t *testing.T, ctx context.Context, n *parkway.Node) (lead transport.NodeID, others []transport.NodeID) {
+	t.Helper()
+	st, err := n.Cluster().State(ctx)
+	if err != nil || st.MetadataLeader == 0 {
+		t.Fatalf("metadata leader %v (%v)", st.MetadataLeader, err)
+	}
+	for _, id := range []transport.NodeID{1, 2, 3} {
+		if id != st.MetadataLeader {
+			others = append(others, id)
+		}
+	}
+	return st.MetadataLeader, others
 }
