@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
 )
 
@@ -78,15 +79,7 @@ func TestSetAside(t *testing.T) {
 // opens an empty log at that incarnation. A whole file naming another
 // incarnation is refused, and one naming this one is SetAside's case.
 func TestReincarnate(t *testing.T) {
-	dir := t.TempDir()
-	s := newFileStore(t, partition.FileConfig{Dir: dir, SegmentSize: 1 << 20})
-	ns := mustNS(t, 1, 2, 3)
-	p := mustBuild(t, s, ns, 7)
-	if _, err := p.Append([]partition.Message{{Payload: []byte("x")}}); err != nil {
-		t.Fatal(err)
-	}
-	loc, _ := p.(partition.Located)
-	_, pdir := loc.Location()
+	s, ns, p, pdir := oneMessagePartition(t)
 	if err := os.WriteFile(filepath.Join(pdir, "raft.log"), []byte("kept"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -141,15 +134,7 @@ func TestReincarnate(t *testing.T) {
 // new replica was never built (a lie had cut the file from 11 to 6
 // bytes: the partition stayed down on that node for good).
 func TestReincarnateTornIncarnationFile(t *testing.T) {
-	dir := t.TempDir()
-	s := newFileStore(t, partition.FileConfig{Dir: dir, SegmentSize: 1 << 20})
-	ns := mustNS(t, 1, 2, 3)
-	p := mustBuild(t, s, ns, 7)
-	if _, err := p.Append([]partition.Message{{Payload: []byte("x")}}); err != nil {
-		t.Fatal(err)
-	}
-	loc, _ := p.(partition.Located)
-	_, pdir := loc.Location()
+	s, ns, p, pdir := oneMessagePartition(t)
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -185,4 +170,20 @@ func TestReincarnateTornIncarnationFile(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// oneMessagePartition builds partition 1/2/3 at incarnation 7 in a file
+// store on the real filesystem and appends one message: the set-up of
+// the Reincarnate tests. pdir is the partition's directory.
+func oneMessagePartition(t *testing.T) (s *partition.FileStore, ns metadata.Namespace, p partition.Partition, pdir string) {
+	t.Helper()
+	s = newFileStore(t, partition.FileConfig{Dir: t.TempDir(), SegmentSize: 1 << 20})
+	ns = mustNS(t, 1, 2, 3)
+	p = mustBuild(t, s, ns, 7)
+	if _, err := p.Append([]partition.Message{{Payload: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	loc, _ := p.(partition.Located)
+	_, pdir = loc.Location()
+	return s, ns, p, pdir
 }
