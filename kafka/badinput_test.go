@@ -39,6 +39,20 @@ func dialRaw(t testing.TB, addr string) *raw {
 	return &raw{t: t, nc: nc}
 }
 
+// createTopic creates topic name with parts partitions of rf replicas
+// through CreateTopics v5, failing the test on any error code.
+func (r *raw) createTopic(name string, parts int32, rf int16) {
+	r.t.Helper()
+	ct := kmsg.NewPtrCreateTopicsRequest()
+	ct.Version, ct.TimeoutMillis = 5, 60_000
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, parts, rf
+	ct.Topics = append(ct.Topics, rt)
+	if resp := r.request(ct).(*kmsg.CreateTopicsResponse); resp.Topics[0].ErrorCode != 0 {
+		r.t.Fatalf("CreateTopics %s: code %d", name, resp.Topics[0].ErrorCode)
+	}
+}
+
 func (r *raw) write(b []byte) {
 	r.t.Helper()
 	if _, err := r.nc.Write(b); err != nil {

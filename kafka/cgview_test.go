@@ -84,14 +84,7 @@ func TestKIP848SteadyHeartbeatReadsNoTopics(t *testing.T) {
 	if resp := r.request(dt).(*kmsg.DeleteTopicsResponse); resp.Topics[0].ErrorCode != 0 {
 		t.Fatalf("DeleteTopics: code %d", resp.Topics[0].ErrorCode)
 	}
-	ct := kmsg.NewPtrCreateTopicsRequest()
-	ct.Version, ct.TimeoutMillis = 5, 30_000
-	rt := kmsg.NewCreateTopicsRequestTopic()
-	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = "vb", 3, 1
-	ct.Topics = append(ct.Topics, rt)
-	if resp := r.request(ct).(*kmsg.CreateTopicsResponse); resp.Topics[0].ErrorCode != 0 {
-		t.Fatalf("CreateTopics: code %d", resp.Topics[0].ErrorCode)
-	}
+	r.createTopic("vb", 3, 1)
 	recreated, err := f.node.Topic(ctx, s, "vb")
 	if err != nil {
 		t.Fatal(err)

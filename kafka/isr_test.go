@@ -154,14 +154,7 @@ func TestClusterMetadataReadsISRInBackground(t *testing.T) {
 	c := startCluster(t)
 	const topicName = "isr-burst"
 	r := dialRaw(t, c.brokers[1])
-	ct := kmsg.NewPtrCreateTopicsRequest()
-	ct.Version, ct.TimeoutMillis = 5, 10_000
-	rt := kmsg.NewCreateTopicsRequestTopic()
-	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topicName, parts, 3
-	ct.Topics = append(ct.Topics, rt)
-	if resp := r.request(ct).(*kmsg.CreateTopicsResponse); resp.Topics[0].ErrorCode != 0 {
-		t.Fatalf("CreateTopics: code %d", resp.Topics[0].ErrorCode)
-	}
+	r.createTopic(topicName, parts, 3)
 	srv := c.servers[1]
 	metadata := func() *kmsg.MetadataResponse {
 		req := kmsg.NewPtrMetadataRequest()

@@ -22,14 +22,7 @@ func BenchmarkClusterMetadata1000(b *testing.B) {
 	const parts, topicName = 1000, "meta-bench"
 	c := startCluster(b)
 	r := dialRaw(b, c.brokers[1])
-	ct := kmsg.NewPtrCreateTopicsRequest()
-	ct.Version, ct.TimeoutMillis = 5, 60_000
-	rt := kmsg.NewCreateTopicsRequestTopic()
-	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topicName, parts, 3
-	ct.Topics = append(ct.Topics, rt)
-	if resp := r.request(ct).(*kmsg.CreateTopicsResponse); resp.Topics[0].ErrorCode != 0 {
-		b.Fatalf("CreateTopics: code %d", resp.Topics[0].ErrorCode)
-	}
+	r.createTopic(topicName, parts, 3)
 	metadata := func() *kmsg.MetadataResponse {
 		req := kmsg.NewPtrMetadataRequest()
 		req.Version = 12
