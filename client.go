@@ -75,7 +75,7 @@ type Ack struct {
 // ignored. Message.Key is stored with the message.
 func (n *Node) Produce(ctx context.Context, t Topic, to Partitioning, msgs ...Message) (Ack, error) {
 	start := n.cfg.Clock.Now()
-	req, part, size, err := n.prepareProduce(ctx, t, to, msgs, false)
+	req, part, size, err := n.prepareProduce(ctx, t, to, msgs, nil)
 	if err != nil {
 		return Ack{}, err
 	}
@@ -131,7 +131,15 @@ func batchBytes(msgs []Message) int {
 // namespace: everything of a produce before it is sent. It also returns
 // the batch's size (partition.MessageSize summed), which the limits
 // checked and the produced-bytes metric counts.
-func (n *Node) prepareProduce(ctx context.Context, t Topic, to Partitioning, msgs []Message, give bool) (req *shard.Request, part uint32, size int, err error) {
+func (n *Node) prepareProduce(ctx context.Context, t Topic, to Partitioning, lent, given []Message) (req *shard.Request, part uint32, size int, err error) {
+	// Two parameters, not a slice and a flag: a lent batch is only read
+	// (copied below), so escape analysis keeps a caller's variadic slice
+	// on its stack; only a given one is kept.
+	give := given != nil
+	msgs := lent
+	if give {
+		msgs = given
+	}
 	if err := n.begin(ctx); err != nil {
 		return nil, 0, 0, err
 	}
@@ -152,7 +160,7 @@ func (n *Node) prepareProduce(ctx context.Context, t Topic, to Partitioning, msg
 	)
 	switch {
 	case give:
-		batch = msgs // the caller gave the slice too: set in place
+		batch = given // the caller gave the slice too: set in place
 	case len(msgs) == 1:
 		one = &oneProduce{}
 		batch = one.msg[:]
@@ -233,7 +241,7 @@ type PendingAck struct {
 // order they were started, except one that had to be retried: it is sent
 // again when it is waited for, after the others.
 func (n *Node) ProduceAsync(ctx context.Context, t Topic, to Partitioning, msgs ...Message) *PendingAck {
-	return n.produceAsync(ctx, t, to, ProducerSeq{}, msgs, false)
+	return n.produceAsync(ctx, t, to, ProducerSeq{}, msgs, nil)
 }
 
 // ProducerSeq names one logical produce across retries, for a caller that
@@ -256,7 +264,7 @@ func (n *Node) ProduceAsyncIdempotent(ctx context.Context, t Topic, to Partition
 	if seq.Producer == 0 {
 		return &PendingAck{done: true, err: fmt.Errorf("%w: producer 0 (0 is none)", ErrInvalidArgument)}
 	}
-	return n.produceAsync(ctx, t, to, seq, msgs, false)
+	return n.produceAsync(ctx, t, to, seq, msgs, nil)
 }
 
 // ProduceAsyncGive is ProduceAsyncIdempotent (ProduceAsync when
@@ -275,21 +283,21 @@ func (n *Node) ProduceAsyncIdempotent(ctx context.Context, t Topic, to Partition
 // decodes each client batch into a buffer of its own gives that buffer
 // and recycles it only when it was not kept.
 func (n *Node) ProduceAsyncGive(ctx context.Context, t Topic, to Partitioning, seq ProducerSeq, msgs ...Message) *PendingAck {
-	return n.produceAsync(ctx, t, to, seq, msgs, true)
+	return n.produceAsync(ctx, t, to, seq, nil, msgs)
 }
 
 // produceAsync starts a produce, under seq when its producer is set; give
 // offers the batch's bytes to the partition (ProduceAsyncGive).
-func (n *Node) produceAsync(ctx context.Context, t Topic, to Partitioning, seq ProducerSeq, msgs []Message, give bool) *PendingAck {
+func (n *Node) produceAsync(ctx context.Context, t Topic, to Partitioning, seq ProducerSeq, lent, given []Message) *PendingAck {
 	start := n.cfg.Clock.Now()
-	req, part, size, err := n.prepareProduce(ctx, t, to, msgs, give)
+	req, part, size, err := n.prepareProduce(ctx, t, to, lent, given)
 	if err != nil {
 		return &PendingAck{done: true, err: err}
 	}
 	if seq.Producer != 0 && n.eng.Clustered() {
 		req.Producer, req.Seq = seq.Producer, seq.Seq
 	}
-	req.Give = give
+	req.Give = given != nil
 	return &PendingAck{n: n, req: req, call: n.eng.StartCall(ctx, req), topic: t, part: part, size: size, start: start}
 }
 
