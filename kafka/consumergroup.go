@@ -39,10 +39,15 @@ import (
 // revoke within its rebalance timeout, is removed; leaving is a
 // heartbeat with epoch -1. The group's state — its epochs, the topics
 // its target was computed from and every member with its subscription,
-// target, held and revoking partitions — is a record of the group log,
-// written after every change and before the heartbeat that made it is
-// answered (consumerapi.go): a coordinator that moves loads it and the
-// members heartbeat on with their ids and epochs.
+// target, held and revoking partitions — is kept in the group log as
+// records of its parts (the group's epochs and topics; per member its
+// subscription, its target, its epochs and held partitions: cglog.go),
+// and each change writes the records of the parts it changed, before the
+// heartbeat that made it is answered (consumerapi.go): a coordinator
+// that moves loads the group from them and the members heartbeat on with
+// their ids and epochs. As the assignor moves only the partitions it
+// must, a join writes its member's records, the group's and the targets
+// of the members it took partitions from, however large the group.
 //
 // A group is either classic or consumer while it has members: a
 // ConsumerGroupHeartbeat for a classic group with members answers
@@ -149,10 +154,11 @@ func (c *coordinator) consumerSubscribed(name string) []string {
 }
 
 // cgAnswer is the outcome of a heartbeat: the response and, when the
-// group changed, the group record to write before it is sent.
+// group changed, the records of the change to write before it is sent
+// (consumerDelta).
 type cgAnswer struct {
 	resp    *kmsg.ConsumerGroupHeartbeatResponse
-	persist *logRecord
+	persist []*logRecord
 }
 
 // consumerHeartbeat applies a ConsumerGroupHeartbeat to group r.Group
@@ -229,7 +235,7 @@ func (c *coordinator) consumerHeartbeat(r *kmsg.ConsumerGroupHeartbeatRequest, p
 		}
 		c.removeConsumer(g, m.id)
 		resp.MemberID, resp.MemberEpoch = &m.id, r.MemberEpoch
-		return cgAnswer{resp: resp, persist: c.consumerRecord(g)}
+		return cgAnswer{resp: resp, persist: c.consumerChanges(g)}
 	case join && m == nil:
 		if len(g.members) >= maxGroupMembers {
 			return fail(kerr.GroupMaxSizeReached.Code, "")
@@ -301,7 +307,7 @@ func (c *coordinator) consumerHeartbeat(r *kmsg.ConsumerGroupHeartbeatRequest, p
 	}
 	a := cgAnswer{resp: resp}
 	if dirty {
-		a.persist = c.consumerRecord(g)
+		a.persist = c.consumerChanges(g)
 	}
 	return a
 }
@@ -530,39 +536,25 @@ func compareTopicPart(a, b topicPart) int {
 	return cmp.Compare(a.part, b.part)
 }
 
-// consumerRecord is g as the group log keeps it.
-func (c *coordinator) consumerRecord(g *cgroup) *logRecord {
-	st := logConsumerState{epoch: g.epoch, targetEpoch: g.targetEpoch}
-	for _, name := range slices.Sorted(maps.Keys(g.topics)) {
-		t := g.topics[name]
-		st.topics = append(st.topics, logCTopic{name: name, id: t.id, parts: t.parts})
+// consumerChanges are the records that write g's changes since what
+// the group log holds of it (consumerDelta). The caller holds c.mu.
+func (c *coordinator) consumerChanges(g *cgroup) []*logRecord {
+	var v *cgLog
+	if o := c.offsets[g.name]; o != nil {
+		v = o.consumer
 	}
-	for _, id := range slices.Sorted(maps.Keys(g.members)) {
-		m := g.members[id]
-		lm := logCMember{id: id, clientID: m.clientID, clientHost: m.clientHost, rebalanceMs: uint32(m.rebalanceTimeout / time.Millisecond),
-			epoch: m.epoch, prevEpoch: m.prevEpoch, topics: slices.Clone(m.topics), target: slices.Clone(m.target)}
-		for _, tp := range slices.SortedFunc(maps.Keys(m.assigned), compareTopicPart) {
-			lm.assigned = append(lm.assigned, logAssigned{tp: tp, epoch: m.assigned[tp]})
-		}
-		for _, tp := range slices.SortedFunc(maps.Keys(m.revoking), compareTopicPart) {
-			lm.revoking = append(lm.revoking, logAssigned{tp: tp, epoch: m.revoking[tp]})
-		}
-		st.members = append(st.members, lm)
-	}
-	return &logRecord{kind: logConsumer, consumer: st}
+	return consumerDelta(g, v)
 }
 
-// consumerGroupOf rebuilds a group from its record, its sessions running
-// from now.
-func (c *coordinator) consumerGroupOf(name string, p uint32, st *logConsumerState, now time.Time) *cgroup {
+// consumerGroupOf rebuilds a group from what the group log holds of it,
+// its sessions running from now.
+func (c *coordinator) consumerGroupOf(name string, p uint32, st *cgLog, now time.Time) *cgroup {
 	g := &cgroup{name: name, part: p, epoch: st.epoch, targetEpoch: st.targetEpoch, topics: map[string]cgTopic{}, members: map[string]*cgMember{}}
 	for _, t := range st.topics {
 		g.topics[t.name] = cgTopic{id: t.id, parts: t.parts}
 	}
-	for _, lm := range st.members {
-		if lm.id == "" || g.members[lm.id] != nil {
-			continue
-		}
+	for _, id := range slices.Sorted(maps.Keys(st.members)) {
+		lm := st.members[id]
 		m := &cgMember{id: lm.id, clientID: lm.clientID, clientHost: lm.clientHost, epoch: lm.epoch, prevEpoch: lm.prevEpoch,
 			rebalanceTimeout: min(max(time.Duration(lm.rebalanceMs)*time.Millisecond, minSessionTimeout), maxSessionTimeout),
 			topics:           slices.Clone(lm.topics), target: slices.Clone(lm.target),
@@ -665,9 +657,9 @@ func (c *coordinator) expireConsumers(now time.Time) []string {
 }
 
 // expireConsumer removes group's lapsed and overdue members, returning
-// the group record to write, its partition and that partition's term (nil
-// if none was removed or the partition is not loaded).
-func (c *coordinator) expireConsumer(name string, now time.Time) (*logRecord, uint32, uint64) {
+// the records of the change to write, its partition and that partition's
+// term (nil if none was removed or the partition is not loaded).
+func (c *coordinator) expireConsumer(name string, now time.Time) ([]*logRecord, uint32, uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	g, ok := c.cgroups[name]
@@ -686,7 +678,7 @@ func (c *coordinator) expireConsumer(name string, now time.Time) (*logRecord, ui
 	if !removed || !loaded {
 		return nil, 0, 0
 	}
-	return c.consumerRecord(g), g.part, cp.term
+	return c.consumerChanges(g), g.part, cp.term
 }
 
 // describeConsumer fills a ConsumerGroupDescribe group.

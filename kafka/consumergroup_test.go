@@ -19,6 +19,10 @@ type cgHarness struct {
 	now  time.Time
 	meta map[string]cgTopic
 	at   uint64 // the log offset of the last record written
+	// log is every record written, as a load reads it back, and bytes
+	// the payload bytes of the last heartbeat's records.
+	log   []loadedRecord
+	bytes int
 }
 
 func newCGHarness(t *testing.T, topics map[string]int32) *cgHarness {
@@ -53,20 +57,29 @@ func (h *cgHarness) hb(member string, epoch int32, topics []string, owned []topi
 		}
 	}
 	a := h.c.consumerHeartbeat(r, 0, 0, h.meta, "client", "/127.0.0.1", h.now)
-	if a.persist != nil {
-		// What the group log would keep must read back as it was written.
-		b, err := encodeLogRecord(a.persist)
-		if err != nil {
-			h.t.Fatalf("encode the group record: %v", err)
-		}
-		if _, err := decodeLogRecord(b); err != nil {
-			h.t.Fatalf("decode the group record: %v", err)
-		}
-		// As writeGroupLog applies a written record.
-		h.at++
-		h.c.applyRecord("g", 0, 0, h.at, a.persist)
-	}
+	h.write(a.persist)
 	return a.resp
+}
+
+// write writes recs as writeGroupLog does: each must read back as it was
+// written, and is applied to what the coordinator holds.
+func (h *cgHarness) write(recs []*logRecord) {
+	h.t.Helper()
+	h.bytes = 0
+	for _, rec := range recs {
+		b, err := encodeLogRecord(rec)
+		if err != nil {
+			h.t.Fatalf("encode a group record: %v", err)
+		}
+		back, err := decodeLogRecord(b)
+		if err != nil {
+			h.t.Fatalf("decode a group record: %v", err)
+		}
+		h.bytes += len(b)
+		h.at++
+		h.log = append(h.log, loadedRecord{group: "g", at: h.at, rec: back})
+		h.c.applyRecord("g", 0, 0, h.at, rec)
+	}
 }
 
 // assigned reads a heartbeat answer's assignment as partitions.
@@ -214,8 +227,13 @@ func TestConsumerGroupRevokesBeforeAssigning(t *testing.T) {
 	if names := h.c.expireConsumers(h.now); !slices.Equal(names, []string{"g"}) {
 		t.Fatalf("groups with lapsed members: %v", names)
 	}
-	if rec, _, _ := h.c.expireConsumer("g", h.now); rec == nil || len(rec.consumer.members) != 0 {
-		t.Fatalf("the expiry's record: %+v", rec)
+	recs, _, _ := h.c.expireConsumer("g", h.now)
+	if len(recs) == 0 || recs[len(recs)-1].kind != logCGone || recs[len(recs)-1].member.id != "b" {
+		t.Fatalf("the expiry's records: %+v", recs)
+	}
+	h.write(recs)
+	if v := h.c.offsets["g"].consumer; len(v.members) != 0 || v.epoch != 4 {
+		t.Fatalf("the group log holds %d members at epoch %d after the expiry, want none at 4", len(v.members), v.epoch)
 	}
 	if handled, _, _ := h.c.consumerCommitCheck("g", "", -1, 9); handled {
 		t.Fatal("an admin commit to the emptied group is fenced as a member's")
@@ -371,6 +389,7 @@ func runNeverTwoHolders(t *testing.T, seed uint64) {
 			}
 		}
 		checkTarget(t, g)
+		h.checkReplay(fmt.Sprintf("seed %d, %s", seed, what))
 	}
 	for i := range 300 {
 		ids := slices.Sorted(maps.Keys(clients))
@@ -394,7 +413,8 @@ func runNeverTwoHolders(t *testing.T, seed uint64) {
 				step(other, false, false)
 			}
 			h.now = h.now.Add(6 * time.Second)
-			h.c.expireConsumer("g", h.now)
+			recs, _, _ := h.c.expireConsumer("g", h.now)
+			h.write(recs)
 			// A member removed meanwhile (its revocation overdue) is a
 			// zombie: its client learns at its next heartbeat; its
 			// commits are fenced meanwhile. It owns nothing any more.
@@ -482,29 +502,19 @@ func TestUniformAssignorIsSticky(t *testing.T) {
 	}
 }
 
-// TestConsumerGroupRecordRoundTrip: a group rebuilt from its record is
-// the group that wrote it.
+// TestConsumerGroupRecordRoundTrip: a group rebuilt from what its
+// records hold is the group that wrote them, and so is a group loaded
+// from a compaction's snapshot of the partition.
 func TestConsumerGroupRecordRoundTrip(t *testing.T) {
 	h := newCGHarness(t, map[string]int32{"t": 5})
 	h.hb("a", 0, []string{"t"}, nil)
 	h.hb("b", 0, []string{"t"}, nil)
 	h.hb("a", 1, nil, nil) // revoking
 	g := h.c.cgroups["g"]
-	b, err := encodeLogRecord(h.c.consumerRecord(g))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := decodeLogRecord(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	back := h.c.consumerGroupOf("g", 0, &rec.consumer, h.now)
-	again, err := encodeLogRecord(h.c.consumerRecord(back))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(again) != string(b) {
-		t.Fatal("a group rebuilt from its record writes another record")
+	want := renderCG(g)
+	back := h.c.consumerGroupOf("g", 0, h.c.offsets["g"].consumer, h.now)
+	if got := renderCG(back); got != want {
+		t.Fatalf("the group rebuilt from its records:\n%s\nwant\n%s", got, want)
 	}
 	if len(back.members["a"].revoking) == 0 {
 		t.Fatal("a's revocations were not kept")
@@ -530,8 +540,8 @@ func TestConsumerGroupRecordRoundTrip(t *testing.T) {
 	if loaded == nil {
 		t.Fatal("the loaded partition holds no consumer group g")
 	}
-	if got, err := encodeLogRecord(moved.consumerRecord(loaded)); err != nil || string(got) != string(b) {
-		t.Fatalf("the group loaded from a snapshot is not the group snapshotted (err %v)", err)
+	if got := renderCG(loaded); got != want {
+		t.Fatalf("the group loaded from a snapshot:\n%s\nwant\n%s", got, want)
 	}
 	// Its members heartbeat on there at their epochs.
 	m := loaded.members["b"]
