@@ -11,6 +11,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/parkway-io/parkway"
 )
 
 // renderCG is a consumer group's state as the group log keeps it (not
@@ -313,5 +317,73 @@ func TestUniformAssignorJoinMovesFew(t *testing.T) {
 		if bound := (parts+n-1)/n + 1; changed > bound {
 			t.Fatalf("the join of member %d changed %d members' targets, want at most %d", n, changed, bound)
 		}
+	}
+}
+
+// TestKIP848GroupLogReplaysOverTheWire: a wave of members joining and
+// settling through the listener, one leaving, writes a group log — each
+// change one batch of the records of what it changed — that a
+// coordinator loading the partition rebuilds into the group the serving
+// coordinator holds.
+func TestKIP848GroupLogReplaysOverTheWire(t *testing.T) {
+	f := serve(t, Config{})
+	ctx := ctxFor(t)
+	s, err := f.node.Admin().CreateStream(ctx, "kafka")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"r0", "r1"}
+	for _, name := range names {
+		if _, err := f.node.Admin().CreateTopic(ctx, s, name, 5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := dialRaw(t, f.addr)
+	w := newWave(t, r, "g", names)
+	w.join(12)
+	w.settle()
+	leave := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+	leave.Version, leave.Group, leave.MemberID, leave.MemberEpoch = 1, "g", w.members[3].id, -1
+	w.send(leave)
+	w.members = slices.Delete(w.members, 3, 4)
+	w.settle()
+
+	ct, n, err := f.srv.coordTopic(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []loadedRecord
+	for from := parkway.AtFirst(); ; {
+		b, err := f.node.Poll(ctx, ct, groupPartition("g", n), from, 512)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b.Messages) == 0 {
+			break
+		}
+		for _, m := range b.Messages {
+			if string(m.Key) != "g" {
+				continue
+			}
+			rec, err := decodeLogRecord(m.Payload)
+			if err != nil {
+				t.Fatalf("a record at %d: %v", m.Offset, err)
+			}
+			recs = append(recs, loadedRecord{group: "g", at: m.Offset, rec: rec})
+		}
+		from = parkway.AtOffset(b.Next)
+	}
+	f.srv.groups.mu.Lock()
+	want := renderCG(f.srv.groups.cgroups["g"])
+	f.srv.groups.mu.Unlock()
+	back, served := replayed(recs, time.Now())
+	if back == nil || !served {
+		t.Fatalf("the group log (%d records) loads no group g to serve", len(recs))
+	}
+	if got := renderCG(back); got != want {
+		t.Fatalf("the group log (%d records) replays to\n%s\nthe coordinator holds\n%s", len(recs), got, want)
+	}
+	if strings.Count(want, "member ") != 11 {
+		t.Fatalf("the coordinator holds\n%s\nwant 11 members", want)
 	}
 }

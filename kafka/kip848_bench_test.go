@@ -113,7 +113,7 @@ func heartbeatBenchmarks(b *testing.B, ctx context.Context, r *raw, srv *Server,
 		return
 	}
 	waves := 0 // each wave's group is new (the framework runs a benchmark more than once)
-	for _, n := range []int{10, 100} {
+	for _, n := range []int{10, 100, 1000} {
 		b.Run(fmt.Sprintf("JoinWave/%d", n), func(b *testing.B) {
 			hbs, logged := 0, 0
 			b.ReportAllocs()
