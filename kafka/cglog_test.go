@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
-	"math/rand/v2"
 	"os"
 	"slices"
 	"strings"
@@ -13,8 +12,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
-
-	"github.com/parkway-io/parkway"
 )
 
 // renderCG is a consumer group's state as the group log keeps it (not
@@ -151,88 +148,6 @@ func TestConsumerGroupLogV1Replays(t *testing.T) {
 	h.checkReplay("the compacted log")
 }
 
-// TestConsumerGroupReplayEqualsLive: over random joins, leaves, lapses,
-// lost answers, keepalives, subscription changes and topic growth, the
-// group log rebuilds, after every step, exactly the group the
-// coordinator holds (a restart, a move or a replay loses nothing and
-// invents nothing), also across compactions of the log.
-func TestConsumerGroupReplayEqualsLive(t *testing.T) {
-	for seed := range uint64(25) {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { runReplayEqualsLive(t, seed) })
-	}
-}
-
-func runReplayEqualsLive(t *testing.T, seed uint64) {
-	rng := rand.New(rand.NewPCG(seed, 30))
-	h := newCGHarness(t, map[string]int32{"t": 6, "u": 3, "v": 2})
-	subs := [][]string{{"t", "u"}, {"t"}, {"u", "v"}, {"t", "u", "v"}}
-	type client struct {
-		epoch int32
-		sub   []string
-		owned []topicPart
-	}
-	clients := map[string]*client{}
-	next := 0
-	step := func(id string, full bool) {
-		cl := clients[id]
-		var owned []topicPart
-		if full || cl.epoch == 0 {
-			owned = append([]topicPart{}, cl.owned...)
-		}
-		r := h.hb(id, cl.epoch, cl.sub, owned)
-		if r.ErrorCode != 0 {
-			cl.epoch, cl.owned = 0, nil // fenced or unknown: rejoins
-			return
-		}
-		if rng.IntN(10) == 0 {
-			return // the answer is lost
-		}
-		cl.epoch = r.MemberEpoch
-		if r.Assignment != nil {
-			cl.owned = h.assigned(r)
-		}
-	}
-	for i := range 250 {
-		ids := slices.Sorted(maps.Keys(clients))
-		switch x := rng.IntN(100); {
-		case x < 15 && len(clients) < 8 || len(clients) == 0:
-			id := fmt.Sprint("m", next)
-			next++
-			clients[id] = &client{sub: subs[rng.IntN(len(subs))]}
-			step(id, true)
-		case x < 22:
-			id := ids[rng.IntN(len(ids))]
-			h.hb(id, -1, nil, nil)
-			delete(clients, id)
-		case x < 26:
-			// Everyone but one heartbeats, then the one's session lapses.
-			gone := ids[rng.IntN(len(ids))]
-			delete(clients, gone)
-			h.now = h.now.Add(6 * time.Second)
-			for id := range clients {
-				step(id, true)
-			}
-			h.now = h.now.Add(5 * time.Second)
-			recs, _, _ := h.c.expireConsumer("g", h.now)
-			h.write(recs)
-		case x < 30:
-			id := ids[rng.IntN(len(ids))]
-			clients[id].sub = subs[rng.IntN(len(subs))]
-			step(id, true)
-		case x < 32 && h.meta["t"].parts < 10:
-			tm := h.meta["t"]
-			tm.parts++
-			h.meta["t"] = tm
-		case x < 34:
-			h.compactLog()
-		default:
-			id := ids[rng.IntN(len(ids))]
-			step(id, rng.IntN(3) > 0)
-		}
-		h.checkReplay(fmt.Sprintf("seed %d step %d", seed, i))
-	}
-}
-
 // TestConsumerGroupJoinWritesWhatChanged pins the bytes a join writes to
 // the group log: the records of the joiner, of the group's epochs and of
 // the members whose targets moved, not the group. In a wave of 100
@@ -348,30 +263,13 @@ func TestKIP848GroupLogReplaysOverTheWire(t *testing.T) {
 	w.members = slices.Delete(w.members, 3, 4)
 	w.settle()
 
-	ct, n, err := f.srv.coordTopic(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var recs []loadedRecord
-	for from := parkway.AtFirst(); ; {
-		b, err := f.node.Poll(ctx, ct, groupPartition("g", n), from, 512)
+	for _, m := range groupLogMessages(t, ctx, f.srv, "g") {
+		rec, err := decodeLogRecord(m.Payload)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("a record at %d: %v", m.Offset, err)
 		}
-		if len(b.Messages) == 0 {
-			break
-		}
-		for _, m := range b.Messages {
-			if string(m.Key) != "g" {
-				continue
-			}
-			rec, err := decodeLogRecord(m.Payload)
-			if err != nil {
-				t.Fatalf("a record at %d: %v", m.Offset, err)
-			}
-			recs = append(recs, loadedRecord{group: "g", at: m.Offset, rec: rec})
-		}
-		from = parkway.AtOffset(b.Next)
+		recs = append(recs, loadedRecord{group: "g", at: m.Offset, rec: rec})
 	}
 	f.srv.groups.mu.Lock()
 	want := renderCG(f.srv.groups.cgroups["g"])

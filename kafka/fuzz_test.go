@@ -328,15 +328,8 @@ func encodeConsumerV1(g *logConsumerState) ([]byte, error) {
 		if b, err = appendParts(b, m.target, nil); err != nil {
 			return nil, err
 		}
-		for _, held := range [][]logAssigned{m.assigned, m.revoking} {
-			tps := make([]topicPart, len(held))
-			epochs := make([]int32, len(held))
-			for i, a := range held {
-				tps[i], epochs[i] = a.tp, a.epoch
-			}
-			if b, err = appendParts(b, tps, epochs); err != nil {
-				return nil, err
-			}
+		if b, err = appendHeld(b, &m); err != nil {
+			return nil, err
 		}
 	}
 	return b, nil

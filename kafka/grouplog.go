@@ -333,16 +333,23 @@ func appendCMember(b []byte, k logKind, m *logCMember) ([]byte, error) {
 	case logCCurrent:
 		b = binary.BigEndian.AppendUint32(b, uint32(m.epoch))
 		b = binary.BigEndian.AppendUint32(b, uint32(m.prevEpoch))
-		var err error
-		for _, held := range [][]logAssigned{m.assigned, m.revoking} {
-			tps := make([]topicPart, len(held))
-			epochs := make([]int32, len(held))
-			for i, a := range held {
-				tps[i], epochs[i] = a.tp, a.epoch
-			}
-			if b, err = appendParts(b, tps, epochs); err != nil {
-				return nil, err
-			}
+		return appendHeld(b, m)
+	}
+	return b, nil
+}
+
+// appendHeld writes m's assigned and revoking partitions, each with the
+// epoch it was given at.
+func appendHeld(b []byte, m *logCMember) ([]byte, error) {
+	var err error
+	for _, held := range [][]logAssigned{m.assigned, m.revoking} {
+		tps := make([]topicPart, len(held))
+		epochs := make([]int32, len(held))
+		for i, a := range held {
+			tps[i], epochs[i] = a.tp, a.epoch
+		}
+		if b, err = appendParts(b, tps, epochs); err != nil {
+			return nil, err
 		}
 	}
 	return b, nil

@@ -242,23 +242,33 @@ func (w *wave) settle() {
 // groupLogBytes sums the payloads of group's records in its coordinator
 // partition's log.
 func groupLogBytes(t testing.TB, ctx context.Context, srv *Server, group string) int {
+	total := 0
+	for _, m := range groupLogMessages(t, ctx, srv, group) {
+		total += len(m.Payload)
+	}
+	return total
+}
+
+// groupLogMessages are group's records in its coordinator partition's
+// log.
+func groupLogMessages(t testing.TB, ctx context.Context, srv *Server, group string) []parkway.Message {
 	t.Helper()
 	ct, n, err := srv.coordTopic(ctx)
 	if err != nil {
 		t.Fatalf("coordTopic: %v", err)
 	}
-	total := 0
+	var out []parkway.Message
 	for from := parkway.AtFirst(); ; {
 		b, err := srv.node.Poll(ctx, ct, groupPartition(group, n), from, 512)
 		if err != nil {
 			t.Fatalf("Poll the group log: %v", err)
 		}
 		if len(b.Messages) == 0 {
-			return total
+			return out
 		}
 		for _, m := range b.Messages {
 			if string(m.Key) == group {
-				total += len(m.Payload)
+				out = append(out, m)
 			}
 		}
 		from = parkway.AtOffset(b.Next)
