@@ -108,6 +108,26 @@ type cgroup struct {
 	targetEpoch int32 // the epoch the target assignment was computed at
 	topics      map[string]cgTopic
 	members     map[string]*cgMember
+	// subs counts the members subscribing to each topic (subscribe), so
+	// a heartbeat reads the group's subscribed topics without a pass
+	// over its members.
+	subs map[string]int
+}
+
+// subscribe sets m's subscription to topics, keeping g.subs.
+func (g *cgroup) subscribe(m *cgMember, topics []string) {
+	for _, t := range m.topics {
+		if g.subs[t]--; g.subs[t] <= 0 {
+			delete(g.subs, t)
+		}
+	}
+	m.topics = topics
+	if len(topics) > 0 && g.subs == nil {
+		g.subs = map[string]int{}
+	}
+	for _, t := range topics {
+		g.subs[t]++
+	}
 }
 
 // holds reports whether m holds tp (assigned or being revoked).
@@ -133,13 +153,7 @@ func (g *cgroup) state() string {
 
 // subscribed is the union of the members' subscriptions, sorted.
 func (g *cgroup) subscribed() []string {
-	set := map[string]bool{}
-	for _, m := range g.members {
-		for _, t := range m.topics {
-			set[t] = true
-		}
-	}
-	return slices.Sorted(maps.Keys(set))
+	return slices.Sorted(maps.Keys(g.subs))
 }
 
 // consumerSubscribed lists the topics group's members subscribe to (the
@@ -270,7 +284,7 @@ func (c *coordinator) consumerHeartbeat(r *kmsg.ConsumerGroupHeartbeatRequest, p
 		slices.Sort(subs)
 		subs = slices.Compact(subs)
 		if !slices.Equal(subs, m.topics) {
-			m.topics = subs
+			g.subscribe(m, subs)
 			bump = true
 		}
 	}
@@ -379,6 +393,9 @@ func assignmentOf(g *cgroup, m *cgMember) *kmsg.ConsumerGroupHeartbeatResponseAs
 // removeConsumer removes member id (it left, lapsed or was fenced): its
 // partitions are free, and the group moves to a new epoch.
 func (c *coordinator) removeConsumer(g *cgroup, id string) {
+	if m := g.members[id]; m != nil {
+		g.subscribe(m, nil)
+	}
 	delete(g.members, id)
 	g.epoch++
 	assignTarget(g)
@@ -445,24 +462,24 @@ func reconcile(g *cgroup, m *cgMember, owned map[topicPart]bool, now time.Time) 
 // the member whose target held it; the others go to the eligible member
 // with the fewest; then partitions move, one at a time, from a member to
 // an eligible one holding at least two fewer, until none can: with
-// equal subscriptions the members' shares differ by at most one.
+// equal subscriptions the members' shares differ by at most one. So a
+// join moves only what the balance needs moved (the joiner's share, from
+// the members holding the most), and its cost is a pass over the members
+// and partitions per partition moved: in a group of more members than
+// partitions a join moves nothing.
 func assignTarget(g *cgroup) {
 	g.targetEpoch = g.epoch
 	ids := slices.Sorted(maps.Keys(g.members))
-	subs := make(map[string]map[string]bool, len(ids))
-	for _, id := range ids {
-		s := map[string]bool{}
-		for _, t := range g.members[id].topics {
-			s[t] = true
-		}
-		subs[id] = s
+	subscribes := func(id, topic string) bool {
+		_, ok := slices.BinarySearch(g.members[id].topics, topic)
+		return ok
 	}
 	owner := map[topicPart]string{}
-	count := map[string]int{}
+	count := make(map[string]int, len(ids))
 	for _, id := range ids {
 		for _, tp := range g.members[id].target {
 			t, ok := g.topics[tp.topic]
-			if ok && subs[id][tp.topic] && tp.part >= 0 && tp.part < t.parts && owner[tp] == "" {
+			if ok && subscribes(id, tp.topic) && tp.part >= 0 && tp.part < t.parts && owner[tp] == "" {
 				owner[tp] = id
 				count[id]++
 			}
@@ -474,39 +491,61 @@ func assignTarget(g *cgroup) {
 			all = append(all, topicPart{name, p})
 		}
 	}
-	fewest := func(tp topicPart) string {
+	// fewest is the eligible member of topic holding the fewest (the
+	// first by id among equals), remembered until the counts change.
+	fewestOf := map[string]string{}
+	fewest := func(topic string) string {
+		if id, ok := fewestOf[topic]; ok {
+			return id
+		}
 		best := ""
 		for _, id := range ids {
-			if subs[id][tp.topic] && (best == "" || count[id] < count[best]) {
+			if (best == "" || count[id] < count[best]) && subscribes(id, topic) {
 				best = id
 			}
 		}
+		fewestOf[topic] = best
 		return best
 	}
 	for _, tp := range all {
 		if owner[tp] != "" {
 			continue
 		}
-		if id := fewest(tp); id != "" {
+		if id := fewest(tp.topic); id != "" {
 			owner[tp] = id
 			count[id]++
+			clear(fewestOf)
 		}
 	}
 	// Balance: a partition of the member holding the most moves to the
 	// eligible member holding the fewest, while that narrows the gap.
-	for moved := true; moved; {
-		moved = false
+	for {
+		lo, hi := -1, 0
+		for _, id := range ids {
+			if lo < 0 || count[id] < lo {
+				lo = count[id]
+			}
+			hi = max(hi, count[id])
+		}
+		if hi < lo+2 {
+			break // no member holds two more than another: nothing moves
+		}
 		order := slices.Clone(ids)
 		slices.SortStableFunc(order, func(a, b string) int { return count[b] - count[a] })
+		moved := false
 		for _, from := range order {
+			if count[from] < lo+2 {
+				break // nor from any member after it
+			}
 			for _, tp := range all {
 				if owner[tp] != from {
 					continue
 				}
-				if to := fewest(tp); to != "" && count[to]+1 < count[from] {
+				if to := fewest(tp.topic); to != "" && count[to]+1 < count[from] {
 					owner[tp] = to
 					count[from]--
 					count[to]++
+					clear(fewestOf)
 					moved = true
 					break
 				}
@@ -514,6 +553,9 @@ func assignTarget(g *cgroup) {
 			if moved {
 				break
 			}
+		}
+		if !moved {
+			break
 		}
 	}
 	for _, id := range ids {
@@ -557,8 +599,8 @@ func (c *coordinator) consumerGroupOf(name string, p uint32, st *cgLog, now time
 		lm := st.members[id]
 		m := &cgMember{id: lm.id, clientID: lm.clientID, clientHost: lm.clientHost, epoch: lm.epoch, prevEpoch: lm.prevEpoch,
 			rebalanceTimeout: min(max(time.Duration(lm.rebalanceMs)*time.Millisecond, minSessionTimeout), maxSessionTimeout),
-			topics:           slices.Clone(lm.topics), target: slices.Clone(lm.target),
-			assigned: map[topicPart]int32{}, revoking: map[topicPart]int32{}, deadline: now.Add(c.cgSession)}
+			target:           slices.Clone(lm.target),
+			assigned:         map[topicPart]int32{}, revoking: map[topicPart]int32{}, deadline: now.Add(c.cgSession)}
 		for _, a := range lm.assigned {
 			m.assigned[a.tp] = a.epoch
 		}
@@ -568,6 +610,7 @@ func (c *coordinator) consumerGroupOf(name string, p uint32, st *cgLog, now time
 		if len(m.revoking) > 0 {
 			m.revokeBy = now.Add(m.rebalanceTimeout)
 		}
+		g.subscribe(m, slices.Clone(lm.topics))
 		g.members[m.id] = m
 	}
 	// A partition held by two members in a record is a corrupt record

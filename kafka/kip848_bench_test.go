@@ -19,14 +19,16 @@ import (
 //   - Steady: a member of a stable group of 10 members subscribed to 4
 //     topics of 8 partitions heartbeats, changing nothing (a keepalive,
 //     as clients send between rebalances);
-//   - JoinWave/N: N members join a new group of the same subscription one
-//     after another, then heartbeat with what they own until every
-//     member holds its target (a rebalance).
+//   - JoinWave/N (10, 100 and 1,000 members): N members join a new group
+//     of the same subscription one after another, then heartbeat with
+//     what they own until every member holds its target (a rebalance).
+//     cpu-ns/hb is the process's CPU (listener, node and client) per
+//     heartbeat.
 //
 // Compare ns/hb, allocs/op and log-B/hb:
 //
 //	go test -run XXX -bench KIP848Heartbeat -benchtime 2000x ./kafka      (Steady)
-//	go test -run XXX -bench KIP848Heartbeat/JoinWave -benchtime 5x ./kafka
+//	go test -run XXX -bench 'KIP848Heartbeat$/JoinWave/100$' -benchtime 5x ./kafka
 func BenchmarkKIP848Heartbeat(b *testing.B) {
 	const topics, parts = 4, 8
 	f := serve(b, Config{})
@@ -118,6 +120,7 @@ func heartbeatBenchmarks(b *testing.B, ctx context.Context, r *raw, srv *Server,
 			hbs, logged := 0, 0
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu := processCPU(b)
 			for range b.N {
 				waves++
 				group := fmt.Sprintf("wave-%d-%d", n, waves)
@@ -130,7 +133,9 @@ func heartbeatBenchmarks(b *testing.B, ctx context.Context, r *raw, srv *Server,
 				b.StartTimer()
 			}
 			b.StopTimer()
+			cpu = processCPU(b) - cpu // includes the read-backs of the log, which the timer leaves out
 			b.ReportMetric(float64(hbs)/float64(b.N), "hb/op")
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(hbs), "cpu-ns/hb")
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(hbs), "ns/hb")
 			b.ReportMetric(float64(logged)/float64(hbs), "log-B/hb")
 			b.ReportMetric(float64(logged)/float64(b.N), "log-B/op")
