@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -23,7 +24,12 @@ import (
 //     of the same subscription one after another, then heartbeat with
 //     what they own until every member holds its target (a rebalance).
 //     cpu-ns/hb is the process's CPU (listener, node and client) per
-//     heartbeat.
+//     heartbeat. log-B is the payload bytes of the group's records the
+//     log holds after the wave (a compaction during a long wave rewrites
+//     the group and truncates what came before), written-B what the
+//     coordinator wrote to its topic during the wave as the node counts
+//     produced bytes (keys and framing, load markers and compaction
+//     snapshots included).
 //
 // Compare ns/hb, allocs/op and log-B/hb:
 //
@@ -118,6 +124,7 @@ func heartbeatBenchmarks(b *testing.B, ctx context.Context, r *raw, srv *Server,
 	for _, n := range []int{10, 100, 1000} {
 		b.Run(fmt.Sprintf("JoinWave/%d", n), func(b *testing.B) {
 			hbs, logged := 0, 0
+			written := coordWrittenBytes(b, srv)
 			b.ReportAllocs()
 			b.ResetTimer()
 			cpu := processCPU(b)
@@ -139,6 +146,7 @@ func heartbeatBenchmarks(b *testing.B, ctx context.Context, r *raw, srv *Server,
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(hbs), "ns/hb")
 			b.ReportMetric(float64(logged)/float64(hbs), "log-B/hb")
 			b.ReportMetric(float64(logged)/float64(b.N), "log-B/op")
+			b.ReportMetric((coordWrittenBytes(b, srv)-written)/float64(b.N), "written-B/op")
 		})
 	}
 }
@@ -250,6 +258,34 @@ func groupLogBytes(t testing.TB, ctx context.Context, srv *Server, group string)
 	total := 0
 	for _, m := range groupLogMessages(t, ctx, srv, group) {
 		total += len(m.Payload)
+	}
+	return total
+}
+
+// coordWrittenBytes is what srv's node counts as produced to the group
+// coordinators' topic (parkway_produced_bytes_total).
+func coordWrittenBytes(t testing.TB, srv *Server) float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(srv.node.Metrics()); err != nil {
+		t.Fatalf("registering the node's metrics: %v", err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != "parkway_produced_bytes_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "topic" && l.GetValue() == coordinatorTopic {
+					total += m.GetCounter().GetValue()
+				}
+			}
+		}
 	}
 	return total
 }
