@@ -157,8 +157,9 @@ func TestConsumerGroupLogV1Replays(t *testing.T) {
 // member's reconciliation) grows about linearly in the members.
 func TestConsumerGroupJoinWritesWhatChanged(t *testing.T) {
 	wave := func(n int) (perJoin []int, total int) {
-		h := newCGHarness(t, map[string]int32{"hb0": 8, "hb1": 8, "hb2": 8, "hb3": 8})
-		sub := []string{"hb0", "hb1", "hb2", "hb3"}
+		// (The harness's topic IDs differ by the names' first letters.)
+		h := newCGHarness(t, map[string]int32{"p0": 8, "q0": 8, "r0": 8, "s0": 8})
+		sub := []string{"p0", "q0", "r0", "s0"}
 		epochs := map[string]int32{}
 		owned := map[string][]topicPart{}
 		for i := range n {
