@@ -610,7 +610,9 @@ func (c *coordinator) consumerGroupOf(name string, p uint32, st *cgLog, now time
 		if len(m.revoking) > 0 {
 			m.revokeBy = now.Add(m.rebalanceTimeout)
 		}
-		g.subscribe(m, slices.Clone(lm.topics))
+		// Sorted and unique, as a heartbeat sets them (the assignor
+		// searches them), whatever the record says.
+		g.subscribe(m, slices.Compact(slices.Sorted(slices.Values(lm.topics))))
 		g.members[m.id] = m
 	}
 	// A partition held by two members in a record is a corrupt record
