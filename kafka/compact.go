@@ -14,8 +14,9 @@ import (
 // log would grow — and loads slow — for as long as the groups commit.
 // Past compactAfter records since its load or last compaction, the
 // coordinator writes a snapshot of what it holds of the partition — a
-// marker, then for each group its last group record and one commit
-// record of all its offsets — fenced to its term like every write, and
+// marker, then for each group its last group record (a consumer group's
+// epoch record and each member's latest record of each kind) and one
+// commit record of all its offsets — fenced to its term like every write, and
 // truncates the partition before the marker: every record below it is
 // superseded by the snapshot. Writes are held off meanwhile (logMu), so
 // the snapshot is exactly the log up to it. A commit whose outcome was
@@ -58,7 +59,7 @@ func (c *coordinator) snapshot(p uint32) ([]parkway.Message, error) {
 			recs = append(recs, &logRecord{kind: logGroup, group: *o.state})
 		}
 		if o.consumer != nil {
-			recs = append(recs, &logRecord{kind: logConsumer, consumer: *o.consumer})
+			recs = append(recs, o.consumer.records()...)
 		}
 		if len(o.by) > 0 {
 			r := &logRecord{kind: logCommitMeta}

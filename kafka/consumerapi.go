@@ -124,8 +124,8 @@ func (s *Server) consumerGroupHeartbeat(ctx context.Context, r *kmsg.ConsumerGro
 		return fail(kerr.CoordinatorLoadInProgress.Code) // retried by the member
 	}
 	a := s.groups.consumerHeartbeat(r, part, term, meta, cid, clientHost, now)
-	if a.persist != nil {
-		if _, err := s.writeGroupLog(ctx, part, term, r.Group, a.persist); err != nil {
+	if len(a.persist) > 0 {
+		if _, err := s.writeGroupLog(ctx, part, term, r.Group, a.persist...); err != nil {
 			s.log.Debug("group log: a consumer group", "group", r.Group, "err", err)
 			s.consumerLogFailed(part, term)
 			return fail(logWriteCode(err))
@@ -187,11 +187,11 @@ func (s *Server) expireConsumers(ctx context.Context, now time.Time) {
 	for _, name := range s.groups.expireConsumers(now) {
 		func() {
 			defer s.cgLock(name)()
-			rec, part, term := s.groups.expireConsumer(name, now)
-			if rec == nil {
+			recs, part, term := s.groups.expireConsumer(name, now)
+			if len(recs) == 0 {
 				return
 			}
-			if _, err := s.writeGroupLog(ctx, part, term, name, rec); err != nil {
+			if _, err := s.writeGroupLog(ctx, part, term, name, recs...); err != nil {
 				s.log.Debug("group log: a consumer group's expiry", "group", name, "err", err)
 				s.consumerLogFailed(part, term)
 			}

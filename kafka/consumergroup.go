@@ -39,10 +39,15 @@ import (
 // revoke within its rebalance timeout, is removed; leaving is a
 // heartbeat with epoch -1. The group's state — its epochs, the topics
 // its target was computed from and every member with its subscription,
-// target, held and revoking partitions — is a record of the group log,
-// written after every change and before the heartbeat that made it is
-// answered (consumerapi.go): a coordinator that moves loads it and the
-// members heartbeat on with their ids and epochs.
+// target, held and revoking partitions — is kept in the group log as
+// records of its parts (the group's epochs and topics; per member its
+// subscription, its target, its epochs and held partitions: cglog.go),
+// and each change writes the records of the parts it changed, before the
+// heartbeat that made it is answered (consumerapi.go): a coordinator
+// that moves loads the group from them and the members heartbeat on with
+// their ids and epochs. As the assignor moves only the partitions it
+// must, a join writes its member's records, the group's and the targets
+// of the members it took partitions from, however large the group.
 //
 // A group is either classic or consumer while it has members: a
 // ConsumerGroupHeartbeat for a classic group with members answers
@@ -103,6 +108,26 @@ type cgroup struct {
 	targetEpoch int32 // the epoch the target assignment was computed at
 	topics      map[string]cgTopic
 	members     map[string]*cgMember
+	// subs counts the members subscribing to each topic (subscribe), so
+	// a heartbeat reads the group's subscribed topics without a pass
+	// over its members.
+	subs map[string]int
+}
+
+// subscribe sets m's subscription to topics, keeping g.subs.
+func (g *cgroup) subscribe(m *cgMember, topics []string) {
+	for _, t := range m.topics {
+		if g.subs[t]--; g.subs[t] <= 0 {
+			delete(g.subs, t)
+		}
+	}
+	m.topics = topics
+	if len(topics) > 0 && g.subs == nil {
+		g.subs = map[string]int{}
+	}
+	for _, t := range topics {
+		g.subs[t]++
+	}
 }
 
 // holds reports whether m holds tp (assigned or being revoked).
@@ -128,13 +153,7 @@ func (g *cgroup) state() string {
 
 // subscribed is the union of the members' subscriptions, sorted.
 func (g *cgroup) subscribed() []string {
-	set := map[string]bool{}
-	for _, m := range g.members {
-		for _, t := range m.topics {
-			set[t] = true
-		}
-	}
-	return slices.Sorted(maps.Keys(set))
+	return slices.Sorted(maps.Keys(g.subs))
 }
 
 // consumerSubscribed lists the topics group's members subscribe to (the
@@ -149,10 +168,11 @@ func (c *coordinator) consumerSubscribed(name string) []string {
 }
 
 // cgAnswer is the outcome of a heartbeat: the response and, when the
-// group changed, the group record to write before it is sent.
+// group changed, the records of the change to write before it is sent
+// (consumerDelta).
 type cgAnswer struct {
 	resp    *kmsg.ConsumerGroupHeartbeatResponse
-	persist *logRecord
+	persist []*logRecord
 }
 
 // consumerHeartbeat applies a ConsumerGroupHeartbeat to group r.Group
@@ -229,7 +249,7 @@ func (c *coordinator) consumerHeartbeat(r *kmsg.ConsumerGroupHeartbeatRequest, p
 		}
 		c.removeConsumer(g, m.id)
 		resp.MemberID, resp.MemberEpoch = &m.id, r.MemberEpoch
-		return cgAnswer{resp: resp, persist: c.consumerRecord(g)}
+		return cgAnswer{resp: resp, persist: c.consumerChanges(g)}
 	case join && m == nil:
 		if len(g.members) >= maxGroupMembers {
 			return fail(kerr.GroupMaxSizeReached.Code, "")
@@ -264,7 +284,7 @@ func (c *coordinator) consumerHeartbeat(r *kmsg.ConsumerGroupHeartbeatRequest, p
 		slices.Sort(subs)
 		subs = slices.Compact(subs)
 		if !slices.Equal(subs, m.topics) {
-			m.topics = subs
+			g.subscribe(m, subs)
 			bump = true
 		}
 	}
@@ -301,7 +321,7 @@ func (c *coordinator) consumerHeartbeat(r *kmsg.ConsumerGroupHeartbeatRequest, p
 	}
 	a := cgAnswer{resp: resp}
 	if dirty {
-		a.persist = c.consumerRecord(g)
+		a.persist = c.consumerChanges(g)
 	}
 	return a
 }
@@ -373,6 +393,9 @@ func assignmentOf(g *cgroup, m *cgMember) *kmsg.ConsumerGroupHeartbeatResponseAs
 // removeConsumer removes member id (it left, lapsed or was fenced): its
 // partitions are free, and the group moves to a new epoch.
 func (c *coordinator) removeConsumer(g *cgroup, id string) {
+	if m := g.members[id]; m != nil {
+		g.subscribe(m, nil)
+	}
 	delete(g.members, id)
 	g.epoch++
 	assignTarget(g)
@@ -439,24 +462,24 @@ func reconcile(g *cgroup, m *cgMember, owned map[topicPart]bool, now time.Time) 
 // the member whose target held it; the others go to the eligible member
 // with the fewest; then partitions move, one at a time, from a member to
 // an eligible one holding at least two fewer, until none can: with
-// equal subscriptions the members' shares differ by at most one.
+// equal subscriptions the members' shares differ by at most one. So a
+// join moves only what the balance needs moved (the joiner's share, from
+// the members holding the most), and its cost is a pass over the members
+// and partitions per partition moved: in a group of more members than
+// partitions a join moves nothing.
 func assignTarget(g *cgroup) {
 	g.targetEpoch = g.epoch
 	ids := slices.Sorted(maps.Keys(g.members))
-	subs := make(map[string]map[string]bool, len(ids))
-	for _, id := range ids {
-		s := map[string]bool{}
-		for _, t := range g.members[id].topics {
-			s[t] = true
-		}
-		subs[id] = s
+	subscribes := func(id, topic string) bool {
+		_, ok := slices.BinarySearch(g.members[id].topics, topic)
+		return ok
 	}
 	owner := map[topicPart]string{}
-	count := map[string]int{}
+	count := make(map[string]int, len(ids))
 	for _, id := range ids {
 		for _, tp := range g.members[id].target {
 			t, ok := g.topics[tp.topic]
-			if ok && subs[id][tp.topic] && tp.part >= 0 && tp.part < t.parts && owner[tp] == "" {
+			if ok && subscribes(id, tp.topic) && tp.part >= 0 && tp.part < t.parts && owner[tp] == "" {
 				owner[tp] = id
 				count[id]++
 			}
@@ -468,39 +491,61 @@ func assignTarget(g *cgroup) {
 			all = append(all, topicPart{name, p})
 		}
 	}
-	fewest := func(tp topicPart) string {
+	// fewest is the eligible member of topic holding the fewest (the
+	// first by id among equals), remembered until the counts change.
+	fewestOf := map[string]string{}
+	fewest := func(topic string) string {
+		if id, ok := fewestOf[topic]; ok {
+			return id
+		}
 		best := ""
 		for _, id := range ids {
-			if subs[id][tp.topic] && (best == "" || count[id] < count[best]) {
+			if (best == "" || count[id] < count[best]) && subscribes(id, topic) {
 				best = id
 			}
 		}
+		fewestOf[topic] = best
 		return best
 	}
 	for _, tp := range all {
 		if owner[tp] != "" {
 			continue
 		}
-		if id := fewest(tp); id != "" {
+		if id := fewest(tp.topic); id != "" {
 			owner[tp] = id
 			count[id]++
+			clear(fewestOf)
 		}
 	}
 	// Balance: a partition of the member holding the most moves to the
 	// eligible member holding the fewest, while that narrows the gap.
-	for moved := true; moved; {
-		moved = false
+	for {
+		lo, hi := -1, 0
+		for _, id := range ids {
+			if lo < 0 || count[id] < lo {
+				lo = count[id]
+			}
+			hi = max(hi, count[id])
+		}
+		if hi < lo+2 {
+			break // no member holds two more than another: nothing moves
+		}
 		order := slices.Clone(ids)
 		slices.SortStableFunc(order, func(a, b string) int { return count[b] - count[a] })
+		moved := false
 		for _, from := range order {
+			if count[from] < lo+2 {
+				break // nor from any member after it
+			}
 			for _, tp := range all {
 				if owner[tp] != from {
 					continue
 				}
-				if to := fewest(tp); to != "" && count[to]+1 < count[from] {
+				if to := fewest(tp.topic); to != "" && count[to]+1 < count[from] {
 					owner[tp] = to
 					count[from]--
 					count[to]++
+					clear(fewestOf)
 					moved = true
 					break
 				}
@@ -508,6 +553,9 @@ func assignTarget(g *cgroup) {
 			if moved {
 				break
 			}
+		}
+		if !moved {
+			break
 		}
 	}
 	for _, id := range ids {
@@ -530,43 +578,29 @@ func compareTopicPart(a, b topicPart) int {
 	return cmp.Compare(a.part, b.part)
 }
 
-// consumerRecord is g as the group log keeps it.
-func (c *coordinator) consumerRecord(g *cgroup) *logRecord {
-	st := logConsumerState{epoch: g.epoch, targetEpoch: g.targetEpoch}
-	for _, name := range slices.Sorted(maps.Keys(g.topics)) {
-		t := g.topics[name]
-		st.topics = append(st.topics, logCTopic{name: name, id: t.id, parts: t.parts})
+// consumerChanges are the records that write g's changes since what
+// the group log holds of it (consumerDelta). The caller holds c.mu.
+func (c *coordinator) consumerChanges(g *cgroup) []*logRecord {
+	var v *cgLog
+	if o := c.offsets[g.name]; o != nil {
+		v = o.consumer
 	}
-	for _, id := range slices.Sorted(maps.Keys(g.members)) {
-		m := g.members[id]
-		lm := logCMember{id: id, clientID: m.clientID, clientHost: m.clientHost, rebalanceMs: uint32(m.rebalanceTimeout / time.Millisecond),
-			epoch: m.epoch, prevEpoch: m.prevEpoch, topics: slices.Clone(m.topics), target: slices.Clone(m.target)}
-		for _, tp := range slices.SortedFunc(maps.Keys(m.assigned), compareTopicPart) {
-			lm.assigned = append(lm.assigned, logAssigned{tp: tp, epoch: m.assigned[tp]})
-		}
-		for _, tp := range slices.SortedFunc(maps.Keys(m.revoking), compareTopicPart) {
-			lm.revoking = append(lm.revoking, logAssigned{tp: tp, epoch: m.revoking[tp]})
-		}
-		st.members = append(st.members, lm)
-	}
-	return &logRecord{kind: logConsumer, consumer: st}
+	return consumerDelta(g, v)
 }
 
-// consumerGroupOf rebuilds a group from its record, its sessions running
-// from now.
-func (c *coordinator) consumerGroupOf(name string, p uint32, st *logConsumerState, now time.Time) *cgroup {
+// consumerGroupOf rebuilds a group from what the group log holds of it,
+// its sessions running from now.
+func (c *coordinator) consumerGroupOf(name string, p uint32, st *cgLog, now time.Time) *cgroup {
 	g := &cgroup{name: name, part: p, epoch: st.epoch, targetEpoch: st.targetEpoch, topics: map[string]cgTopic{}, members: map[string]*cgMember{}}
 	for _, t := range st.topics {
 		g.topics[t.name] = cgTopic{id: t.id, parts: t.parts}
 	}
-	for _, lm := range st.members {
-		if lm.id == "" || g.members[lm.id] != nil {
-			continue
-		}
+	for _, id := range slices.Sorted(maps.Keys(st.members)) {
+		lm := st.members[id]
 		m := &cgMember{id: lm.id, clientID: lm.clientID, clientHost: lm.clientHost, epoch: lm.epoch, prevEpoch: lm.prevEpoch,
 			rebalanceTimeout: min(max(time.Duration(lm.rebalanceMs)*time.Millisecond, minSessionTimeout), maxSessionTimeout),
-			topics:           slices.Clone(lm.topics), target: slices.Clone(lm.target),
-			assigned: map[topicPart]int32{}, revoking: map[topicPart]int32{}, deadline: now.Add(c.cgSession)}
+			target:           slices.Clone(lm.target),
+			assigned:         map[topicPart]int32{}, revoking: map[topicPart]int32{}, deadline: now.Add(c.cgSession)}
 		for _, a := range lm.assigned {
 			m.assigned[a.tp] = a.epoch
 		}
@@ -576,6 +610,9 @@ func (c *coordinator) consumerGroupOf(name string, p uint32, st *logConsumerStat
 		if len(m.revoking) > 0 {
 			m.revokeBy = now.Add(m.rebalanceTimeout)
 		}
+		// Sorted and unique, as a heartbeat sets them (the assignor
+		// searches them), whatever the record says.
+		g.subscribe(m, slices.Compact(slices.Sorted(slices.Values(lm.topics))))
 		g.members[m.id] = m
 	}
 	// A partition held by two members in a record is a corrupt record
@@ -665,9 +702,9 @@ func (c *coordinator) expireConsumers(now time.Time) []string {
 }
 
 // expireConsumer removes group's lapsed and overdue members, returning
-// the group record to write, its partition and that partition's term (nil
-// if none was removed or the partition is not loaded).
-func (c *coordinator) expireConsumer(name string, now time.Time) (*logRecord, uint32, uint64) {
+// the records of the change to write, its partition and that partition's
+// term (nil if none was removed or the partition is not loaded).
+func (c *coordinator) expireConsumer(name string, now time.Time) ([]*logRecord, uint32, uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	g, ok := c.cgroups[name]
@@ -686,7 +723,7 @@ func (c *coordinator) expireConsumer(name string, now time.Time) (*logRecord, ui
 	if !removed || !loaded {
 		return nil, 0, 0
 	}
-	return c.consumerRecord(g), g.part, cp.term
+	return c.consumerChanges(g), g.part, cp.term
 }
 
 // describeConsumer fills a ConsumerGroupDescribe group.

@@ -19,6 +19,10 @@ type cgHarness struct {
 	now  time.Time
 	meta map[string]cgTopic
 	at   uint64 // the log offset of the last record written
+	// log is every record written, as a load reads it back, and bytes
+	// the payload bytes of the last heartbeat's records.
+	log   []loadedRecord
+	bytes int
 }
 
 func newCGHarness(t *testing.T, topics map[string]int32) *cgHarness {
@@ -53,20 +57,29 @@ func (h *cgHarness) hb(member string, epoch int32, topics []string, owned []topi
 		}
 	}
 	a := h.c.consumerHeartbeat(r, 0, 0, h.meta, "client", "/127.0.0.1", h.now)
-	if a.persist != nil {
-		// What the group log would keep must read back as it was written.
-		b, err := encodeLogRecord(a.persist)
-		if err != nil {
-			h.t.Fatalf("encode the group record: %v", err)
-		}
-		if _, err := decodeLogRecord(b); err != nil {
-			h.t.Fatalf("decode the group record: %v", err)
-		}
-		// As writeGroupLog applies a written record.
-		h.at++
-		h.c.applyRecord("g", 0, 0, h.at, a.persist)
-	}
+	h.write(a.persist)
 	return a.resp
+}
+
+// write writes recs as writeGroupLog does: each must read back as it was
+// written, and is applied to what the coordinator holds.
+func (h *cgHarness) write(recs []*logRecord) {
+	h.t.Helper()
+	h.bytes = 0
+	for _, rec := range recs {
+		b, err := encodeLogRecord(rec)
+		if err != nil {
+			h.t.Fatalf("encode a group record: %v", err)
+		}
+		back, err := decodeLogRecord(b)
+		if err != nil {
+			h.t.Fatalf("decode a group record: %v", err)
+		}
+		h.bytes += len(b)
+		h.at++
+		h.log = append(h.log, loadedRecord{group: "g", at: h.at, rec: back})
+		h.c.applyRecord("g", 0, 0, h.at, rec)
+	}
 }
 
 // assigned reads a heartbeat answer's assignment as partitions.
@@ -214,8 +227,13 @@ func TestConsumerGroupRevokesBeforeAssigning(t *testing.T) {
 	if names := h.c.expireConsumers(h.now); !slices.Equal(names, []string{"g"}) {
 		t.Fatalf("groups with lapsed members: %v", names)
 	}
-	if rec, _, _ := h.c.expireConsumer("g", h.now); rec == nil || len(rec.consumer.members) != 0 {
-		t.Fatalf("the expiry's record: %+v", rec)
+	recs, _, _ := h.c.expireConsumer("g", h.now)
+	if len(recs) == 0 || recs[len(recs)-1].kind != logCGone || recs[len(recs)-1].member.id != "b" {
+		t.Fatalf("the expiry's records: %+v", recs)
+	}
+	h.write(recs)
+	if v := h.c.offsets["g"].consumer; len(v.members) != 0 || v.epoch != 4 {
+		t.Fatalf("the group log holds %d members at epoch %d after the expiry, want none at 4", len(v.members), v.epoch)
 	}
 	if handled, _, _ := h.c.consumerCommitCheck("g", "", -1, 9); handled {
 		t.Fatal("an admin commit to the emptied group is fenced as a member's")
@@ -264,7 +282,11 @@ func TestGroupIsClassicOrConsumer(t *testing.T) {
 // checkTarget fails unless the target assignment gives every partition
 // of the group's topics to exactly one member subscribing to its topic,
 // with shares differing by at most one (the members subscribe alike).
-func checkTarget(t *testing.T, g *cgroup) {
+func checkTarget(t *testing.T, g *cgroup) { checkTargetOf(t, g, true) }
+
+// checkTargetOf is checkTarget, the shares' balance checked only when
+// even (members subscribing to different topics have uneven shares).
+func checkTargetOf(t *testing.T, g *cgroup, even bool) {
 	t.Helper()
 	owner := map[topicPart]string{}
 	lo, hi := -1, 0
@@ -283,36 +305,62 @@ func checkTarget(t *testing.T, g *cgroup) {
 		}
 		hi = max(hi, len(m.target))
 	}
-	total := 0
-	for _, tm := range g.topics {
-		total += int(tm.parts)
+	total, subscribed := 0, map[string]bool{}
+	for _, m := range g.members {
+		for _, topic := range m.topics {
+			subscribed[topic] = true
+		}
 	}
-	if len(g.members) > 0 && (len(owner) != total || hi-lo > 1) {
+	for name, tm := range g.topics {
+		if subscribed[name] { // a topic its last subscriber left is let go at the next heartbeat
+			total += int(tm.parts)
+		}
+	}
+	if len(g.members) > 0 && (len(owner) != total || even && hi-lo > 1) {
 		t.Fatalf("the target gives %d of %d partitions, shares from %d to %d", len(owner), total, lo, hi)
 	}
 }
 
 // TestConsumerGroupNeverTwoHolders runs random joins, leaves, lapses,
-// lost answers, keepalives and a topic's growth against simulated
-// clients that revoke at once what an answer no longer gives them. After
-// every step no partition is owned by two clients, nor held by two
-// members in the coordinator, nor given twice by the target assignment;
-// once the clients settle, every partition is owned, evenly.
+// lost answers, keepalives, compactions and a topic's growth against
+// simulated clients that revoke at once what an answer no longer gives
+// them. After every step no partition is owned by two clients, nor held
+// by two members in the coordinator, nor given twice by the target
+// assignment, and the group log replays to the group; once the clients
+// settle, every partition is owned, evenly.
 func TestConsumerGroupNeverTwoHolders(t *testing.T) {
 	for seed := range uint64(40) {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { runNeverTwoHolders(t, seed) })
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { runNeverTwoHolders(t, seed, false) })
+	}
+}
+
+// TestConsumerGroupReplayEqualsLive: the walk of
+// TestConsumerGroupNeverTwoHolders with members subscribing to different
+// topics and changing their subscriptions. After every step the group
+// log — with the compactions among the steps — rebuilds exactly the
+// group the coordinator holds (a restart, a move or a replay loses
+// nothing and invents nothing).
+func TestConsumerGroupReplayEqualsLive(t *testing.T) {
+	for seed := range uint64(25) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { runNeverTwoHolders(t, seed, true) })
 	}
 }
 
 type simClient struct {
 	epoch int32
+	sub   []string
 	owned map[topicPart]bool
 }
 
-func runNeverTwoHolders(t *testing.T, seed uint64) {
+// runNeverTwoHolders is the walk of TestConsumerGroupNeverTwoHolders; with
+// mixed, members subscribe to different topics and change subscriptions.
+func runNeverTwoHolders(t *testing.T, seed uint64, mixed bool) {
 	rng := rand.New(rand.NewPCG(seed, 848))
 	h := newCGHarness(t, map[string]int32{"t": 7, "u": 3})
-	sub := []string{"t", "u"}
+	subs := [][]string{{"t", "u"}}
+	if mixed {
+		subs = append(subs, []string{"t"}, []string{"u"})
+	}
 	clients := map[string]*simClient{}
 	next := 0
 	step := func(id string, keepalive, lose bool) {
@@ -321,7 +369,7 @@ func runNeverTwoHolders(t *testing.T, seed uint64) {
 		if !keepalive || cl.epoch == 0 {
 			owned = append([]topicPart{}, slices.SortedFunc(maps.Keys(cl.owned), compareTopicPart)...)
 		}
-		r := h.hb(id, cl.epoch, sub, owned)
+		r := h.hb(id, cl.epoch, cl.sub, owned)
 		if lose {
 			return
 		}
@@ -370,7 +418,8 @@ func runNeverTwoHolders(t *testing.T, seed uint64) {
 				held[tp] = id
 			}
 		}
-		checkTarget(t, g)
+		checkTargetOf(t, g, !mixed)
+		h.checkReplay(fmt.Sprintf("seed %d, %s", seed, what))
 	}
 	for i := range 300 {
 		ids := slices.Sorted(maps.Keys(clients))
@@ -378,7 +427,7 @@ func runNeverTwoHolders(t *testing.T, seed uint64) {
 		case x < 12 && len(clients) < 6 || len(clients) == 0:
 			id := fmt.Sprint("m", next)
 			next++
-			clients[id] = &simClient{owned: map[topicPart]bool{}}
+			clients[id] = &simClient{sub: subs[rng.IntN(len(subs))], owned: map[topicPart]bool{}}
 			step(id, false, false)
 		case x < 18:
 			id := ids[rng.IntN(len(ids))]
@@ -394,7 +443,8 @@ func runNeverTwoHolders(t *testing.T, seed uint64) {
 				step(other, false, false)
 			}
 			h.now = h.now.Add(6 * time.Second)
-			h.c.expireConsumer("g", h.now)
+			recs, _, _ := h.c.expireConsumer("g", h.now)
+			h.write(recs)
 			// A member removed meanwhile (its revocation overdue) is a
 			// zombie: its client learns at its next heartbeat; its
 			// commits are fenced meanwhile. It owns nothing any more.
@@ -407,6 +457,12 @@ func runNeverTwoHolders(t *testing.T, seed uint64) {
 			tm := h.meta["t"]
 			tm.parts++
 			h.meta["t"] = tm
+		case x < 24:
+			h.compactLog()
+		case x < 28 && mixed:
+			id := ids[rng.IntN(len(ids))]
+			clients[id].sub = subs[rng.IntN(len(subs))]
+			step(id, false, false)
 		default:
 			id := ids[rng.IntN(len(ids))]
 			step(id, rng.IntN(3) == 0, rng.IntN(10) == 0)
@@ -421,14 +477,21 @@ func runNeverTwoHolders(t *testing.T, seed uint64) {
 		}
 	}
 	total, lo, hi := 0, -1, 0
+	want, subscribed := 0, map[string]bool{}
 	for _, cl := range clients {
+		for _, topic := range cl.sub {
+			if !subscribed[topic] {
+				subscribed[topic] = true
+				want += int(h.meta[topic].parts)
+			}
+		}
 		total += len(cl.owned)
 		if lo < 0 || len(cl.owned) < lo {
 			lo = len(cl.owned)
 		}
 		hi = max(hi, len(cl.owned))
 	}
-	if want := int(h.meta["t"].parts + h.meta["u"].parts); len(clients) > 0 && (total != want || hi-lo > 1) {
+	if len(clients) > 0 && (total != want || !mixed && hi-lo > 1) {
 		t.Fatalf("seed %d: settled with %d of %d partitions owned by %d clients, shares from %d to %d", seed, total, want, len(clients), lo, hi)
 	}
 }
@@ -482,29 +545,19 @@ func TestUniformAssignorIsSticky(t *testing.T) {
 	}
 }
 
-// TestConsumerGroupRecordRoundTrip: a group rebuilt from its record is
-// the group that wrote it.
+// TestConsumerGroupRecordRoundTrip: a group rebuilt from what its
+// records hold is the group that wrote them, and so is a group loaded
+// from a compaction's snapshot of the partition.
 func TestConsumerGroupRecordRoundTrip(t *testing.T) {
 	h := newCGHarness(t, map[string]int32{"t": 5})
 	h.hb("a", 0, []string{"t"}, nil)
 	h.hb("b", 0, []string{"t"}, nil)
 	h.hb("a", 1, nil, nil) // revoking
 	g := h.c.cgroups["g"]
-	b, err := encodeLogRecord(h.c.consumerRecord(g))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := decodeLogRecord(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	back := h.c.consumerGroupOf("g", 0, &rec.consumer, h.now)
-	again, err := encodeLogRecord(h.c.consumerRecord(back))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(again) != string(b) {
-		t.Fatal("a group rebuilt from its record writes another record")
+	want := renderCG(g)
+	back := h.c.consumerGroupOf("g", 0, h.c.offsets["g"].consumer, h.now)
+	if got := renderCG(back); got != want {
+		t.Fatalf("the group rebuilt from its records:\n%s\nwant\n%s", got, want)
 	}
 	if len(back.members["a"].revoking) == 0 {
 		t.Fatal("a's revocations were not kept")
@@ -530,8 +583,8 @@ func TestConsumerGroupRecordRoundTrip(t *testing.T) {
 	if loaded == nil {
 		t.Fatal("the loaded partition holds no consumer group g")
 	}
-	if got, err := encodeLogRecord(moved.consumerRecord(loaded)); err != nil || string(got) != string(b) {
-		t.Fatalf("the group loaded from a snapshot is not the group snapshotted (err %v)", err)
+	if got := renderCG(loaded); got != want {
+		t.Fatalf("the group loaded from a snapshot:\n%s\nwant\n%s", got, want)
 	}
 	// Its members heartbeat on there at their epochs.
 	m := loaded.members["b"]

@@ -40,10 +40,13 @@
 // KIP-848's consumer group protocol (ConsumerGroupHeartbeat), in which
 // the coordinator assigns, is served by the same coordinator: the
 // group's epoch and members — subscriptions, target, held and revoking
-// partitions — are a record of the same group log, written before a
-// heartbeat is answered; a partition moves only once its holder revoked
-// it, and a member commits only what it holds (consumergroup.go). While
-// it has members a group is either classic or consumer.
+// partitions — are records of the same group log, one per part (the
+// group's epochs; per member its subscription, target and held
+// partitions), and a change writes those of the parts it changed before
+// a heartbeat is answered (cglog.go); a partition moves only once its
+// holder revoked it, and a member commits only what it holds
+// (consumergroup.go). While it has members a group is either classic or
+// consumer.
 //
 // DeleteGroups and OffsetDelete remove committed offsets: a group log
 // record, then the named consumer offsets of earlier releases.

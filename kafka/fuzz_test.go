@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -237,16 +239,21 @@ func FuzzDecodeGroupLog(f *testing.F) {
 				{id: "b", epoch: 4, topics: []string{"t"}, target: []topicPart{{"t", 2}}},
 			}}},
 		{kind: logConsumer},
+		{kind: logCGroup, consumer: logConsumerState{epoch: 7, targetEpoch: 6, topics: []logCTopic{{name: "t", id: [16]byte{1, 2}, parts: 3}}}},
+		{kind: logCGroup},
+		{kind: logCSubscribe, member: logCMember{id: "a", clientID: "c", clientHost: "/127.0.0.1", rebalanceMs: 60_000, topics: []string{"t", "u"}}},
+		{kind: logCTarget, member: logCMember{id: "a", target: []topicPart{{"t", 0}, {"u", 1}}}},
+		{kind: logCCurrent, member: logCMember{id: "a", epoch: 5, prevEpoch: 3,
+			assigned: []logAssigned{{tp: topicPart{"t", 0}, epoch: 3}}, revoking: []logAssigned{{tp: topicPart{"t", 2}, epoch: 2}}}},
+		{kind: logCGone, member: logCMember{id: "a"}},
 	} {
-		b, err := encodeLogRecord(r)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
+		f.Add(encodeForFuzz(f, r))
 	}
 	f.Add([]byte{groupLogVersion, byte(logCommit), 0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{groupLogVersion, byte(logGroup), 0, 0, 0, 1, 0xff, 0xff})
 	f.Add([]byte{groupLogVersion, byte(logConsumer), 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0xff, 0xff})
+	f.Add([]byte{groupLogVersion2, byte(logCCurrent), 0, 1, 'a', 0, 0, 0, 1, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff})
+	f.Add([]byte{groupLogVersion, byte(logCTarget), 0, 1, 'a', 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := decodeLogRecord(b)
 		if err != nil {
@@ -255,12 +262,75 @@ func FuzzDecodeGroupLog(f *testing.F) {
 			}
 			return
 		}
-		again, err := encodeLogRecord(r)
-		if err != nil {
-			t.Fatalf("a decoded record does not encode: %v", err)
-		}
-		if !bytes.Equal(again, b) {
+		if again := encodeForFuzz(t, r); !bytes.Equal(again, b) {
 			t.Fatalf("record %x decodes and encodes to %x", b, again)
 		}
+		// A consumer group's record applies to what a coordinator holds
+		// of the group, and what that rebuilds, without a panic.
+		var o groupOffsets
+		o.by = map[topicPart]committed{}
+		o.apply(r, 1)
+		if o.consumer != nil {
+			c := newCoordinator(time.Second, 10*time.Second)
+			g := c.consumerGroupOf("g", 0, o.consumer, time.Unix(1000, 0))
+			consumerDelta(g, o.consumer)
+		}
 	})
+}
+
+// encodeForFuzz encodes r; a whole consumer group record (version 1),
+// which the listener no longer writes, as the listener wrote it then.
+func encodeForFuzz(t testing.TB, r *logRecord) []byte {
+	t.Helper()
+	var b []byte
+	var err error
+	if r.kind == logConsumer {
+		b, err = encodeConsumerV1(&r.consumer)
+	} else {
+		b, err = encodeLogRecord(r)
+	}
+	if err != nil {
+		t.Fatalf("a decoded record does not encode: %v", err)
+	}
+	return b
+}
+
+// encodeConsumerV1 writes a whole consumer group record as the listener
+// wrote it before version 2 (grouplog.go): its old logs hold them.
+func encodeConsumerV1(g *logConsumerState) ([]byte, error) {
+	long := func(s string) bool { return len(s) > math.MaxUint16 }
+	if len(g.members) > math.MaxUint16 {
+		return nil, fmt.Errorf("%w: too many members", errGroupLog)
+	}
+	// Its head is an epoch record's body.
+	b, err := appendCGroup([]byte{groupLogVersion, byte(logConsumer)}, &logConsumerState{epoch: g.epoch, targetEpoch: g.targetEpoch, topics: g.topics})
+	if err != nil {
+		return nil, err
+	}
+	b = binary.BigEndian.AppendUint16(b, uint16(len(g.members)))
+	for _, m := range g.members {
+		if long(m.id) || long(m.clientID) || long(m.clientHost) || len(m.topics) > math.MaxUint16 {
+			return nil, fmt.Errorf("%w: a member field is too long", errGroupLog)
+		}
+		b = appendString(b, m.id)
+		b = appendString(b, m.clientID)
+		b = appendString(b, m.clientHost)
+		b = binary.BigEndian.AppendUint32(b, m.rebalanceMs)
+		b = binary.BigEndian.AppendUint32(b, uint32(m.epoch))
+		b = binary.BigEndian.AppendUint32(b, uint32(m.prevEpoch))
+		b = binary.BigEndian.AppendUint16(b, uint16(len(m.topics)))
+		for _, t := range m.topics {
+			if long(t) {
+				return nil, fmt.Errorf("%w: a topic name is too long", errGroupLog)
+			}
+			b = appendString(b, t)
+		}
+		if b, err = appendParts(b, m.target, nil); err != nil {
+			return nil, err
+		}
+		if b, err = appendHeld(b, &m); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
 }

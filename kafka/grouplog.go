@@ -42,18 +42,46 @@ import (
 //	         maxCommitMetadata bytes)
 //	forget:  count uint32, each: topic (string), partition int32 (OffsetDelete)
 //	delete:  nothing (DeleteGroups: the group and all its offsets)
-//	consumer: a consumer group (KIP-848, consumergroup.go): group
-//	         epoch and target epoch int32, topic count uint16, each:
-//	         name (string), topic ID (16 bytes), partitions int32;
-//	         member count uint16, each: id, client id, client host
-//	         (strings), rebalance timeout uint32 ms, epoch and previous
-//	         epoch int32, subscribed topic count uint16 and the names
-//	         (strings), then its target, its assigned partitions and its
-//	         revoking ones (each of these two followed by the epoch int32
-//	         it was given at), each list a uint32 count of topic (string)
-//	         and partition int32
+//	consumer: a whole consumer group (KIP-848, consumergroup.go),
+//	         written before version 2 and still read, no longer
+//	         written: group epoch and target epoch int32, topic count
+//	         uint16, each: name (string), topic ID (16 bytes),
+//	         partitions int32; member count uint16, each: id, client
+//	         id, client host (strings), rebalance timeout uint32 ms,
+//	         epoch and previous epoch int32, subscribed topic count
+//	         uint16 and the names (strings), then its target, its
+//	         assigned partitions and its revoking ones (each of these
+//	         two followed by the epoch int32 it was given at), each list
+//	         a uint32 count of topic (string) and partition int32
+//
+// Version 2 (the version byte 2) holds a consumer group as records of
+// its parts, as Kafka's coordinator writes a consumer group to
+// __consumer_offsets, so a change writes what changed — its members'
+// records and, when its epochs or topics moved, the group's — rather
+// than the whole group (consumerDelta, cglog.go). Each replaces
+// the last record of its kind for its group (and member), and a gone
+// record ends a member's three; a whole-group record of version 1 is
+// their union:
+//
+//	cgroup:     group epoch and target epoch int32, the topic list of
+//	            consumer (count uint16, name, ID, partitions)
+//	csubscribe: member id, client id, client host (strings), rebalance
+//	            timeout uint32 ms, subscribed topic count uint16 and the
+//	            names (strings)
+//	ctarget:    member id (string), its target (a partition list)
+//	ccurrent:   member id (string), epoch and previous epoch int32, its
+//	            assigned and its revoking partitions (each a partition
+//	            list, each partition followed by the epoch int32 it was
+//	            given at)
+//	cgone:      member id (string): the member left or was removed
+//
+// The kinds of version 1 keep version 1 (their bytes do not change);
+// the kinds of version 2 are read only under version 2.
 
-const groupLogVersion = 1
+const (
+	groupLogVersion  = 1
+	groupLogVersion2 = 2 // the consumer group's per-member records
+)
 
 type logKind byte
 
@@ -64,8 +92,22 @@ const (
 	logForget
 	logDelete
 	logCommitMeta // a commit whose offsets carry their metadata strings
-	logConsumer   // a consumer group's state (KIP-848)
+	logConsumer   // a consumer group's whole state (KIP-848; version 1, read only)
+	// Version 2: a consumer group's state in parts.
+	logCGroup     // its epochs and topics
+	logCSubscribe // a member's subscription and client
+	logCTarget    // a member's target assignment
+	logCCurrent   // a member's epochs and held partitions
+	logCGone      // a member removed
 )
+
+// versionOf is the version a record of kind k is written with.
+func versionOf(k logKind) byte {
+	if k >= logCGroup {
+		return groupLogVersion2
+	}
+	return groupLogVersion
+}
 
 // maxCommitMetadata bounds the metadata string of a committed offset, as
 // Kafka's offset.metadata.max.bytes does (its default): a longer one is
@@ -141,9 +183,12 @@ type logConsumerState struct {
 type logRecord struct {
 	kind     logKind
 	group    logGroupState    // logGroup
-	consumer logConsumerState // logConsumer
-	commits  []logOffset      // logCommit, logCommitMeta
-	forgets  []topicPart      // logForget
+	consumer logConsumerState // logConsumer; logCGroup (no members)
+	// member is the member of logCSubscribe, logCTarget, logCCurrent and
+	// logCGone, with the fields its kind holds.
+	member  logCMember
+	commits []logOffset // logCommit, logCommitMeta
+	forgets []topicPart // logForget
 }
 
 func appendString(b []byte, s string) []byte {
@@ -160,7 +205,7 @@ func appendBytes(b []byte, p []byte) []byte {
 // written (group ids, member ids, topic names and protocols are far
 // shorter: they are checked where they enter).
 func encodeLogRecord(r *logRecord) ([]byte, error) {
-	b := []byte{groupLogVersion, byte(r.kind)}
+	b := []byte{versionOf(r.kind), byte(r.kind)}
 	long := func(s string) bool { return len(s) > math.MaxUint16 }
 	switch r.kind {
 	case logMarker, logDelete:
@@ -213,7 +258,14 @@ func encodeLogRecord(r *logRecord) ([]byte, error) {
 			b = binary.BigEndian.AppendUint32(b, uint32(tp.part))
 		}
 	case logConsumer:
-		return appendConsumer(b, &r.consumer)
+		return nil, fmt.Errorf("%w: whole consumer group records are no longer written", errGroupLog)
+	case logCGroup:
+		if len(r.consumer.members) > 0 {
+			return nil, fmt.Errorf("%w: members in a consumer group's epoch record", errGroupLog)
+		}
+		return appendCGroup(b, &r.consumer)
+	case logCSubscribe, logCTarget, logCCurrent, logCGone:
+		return appendCMember(b, r.kind, &r.member)
 	default:
 		return nil, fmt.Errorf("%w: kind %d", errGroupLog, r.kind)
 	}
@@ -235,34 +287,40 @@ func appendParts(b []byte, tps []topicPart, epochs []int32) ([]byte, error) {
 	return b, nil
 }
 
-func appendConsumer(b []byte, g *logConsumerState) ([]byte, error) {
-	long := func(s string) bool { return len(s) > math.MaxUint16 }
-	if len(g.topics) > math.MaxUint16 || len(g.members) > math.MaxUint16 {
-		return nil, fmt.Errorf("%w: too many topics or members", errGroupLog)
+// appendCGroup writes a consumer group's epochs and topics.
+func appendCGroup(b []byte, g *logConsumerState) ([]byte, error) {
+	if len(g.topics) > math.MaxUint16 {
+		return nil, fmt.Errorf("%w: too many topics", errGroupLog)
 	}
 	b = binary.BigEndian.AppendUint32(b, uint32(g.epoch))
 	b = binary.BigEndian.AppendUint32(b, uint32(g.targetEpoch))
 	b = binary.BigEndian.AppendUint16(b, uint16(len(g.topics)))
 	for _, t := range g.topics {
-		if long(t.name) {
+		if len(t.name) > math.MaxUint16 {
 			return nil, fmt.Errorf("%w: a topic name is too long", errGroupLog)
 		}
 		b = appendString(b, t.name)
 		b = append(b, t.id[:]...)
 		b = binary.BigEndian.AppendUint32(b, uint32(t.parts))
 	}
-	b = binary.BigEndian.AppendUint16(b, uint16(len(g.members)))
-	var err error
-	for _, m := range g.members {
-		if long(m.id) || long(m.clientID) || long(m.clientHost) || len(m.topics) > math.MaxUint16 {
+	return b, nil
+}
+
+// appendCMember writes the part of member m a record of kind k holds.
+func appendCMember(b []byte, k logKind, m *logCMember) ([]byte, error) {
+	long := func(s string) bool { return len(s) > math.MaxUint16 }
+	if long(m.id) {
+		return nil, fmt.Errorf("%w: a member id is too long", errGroupLog)
+	}
+	b = appendString(b, m.id)
+	switch k {
+	case logCSubscribe:
+		if long(m.clientID) || long(m.clientHost) || len(m.topics) > math.MaxUint16 {
 			return nil, fmt.Errorf("%w: a member field is too long", errGroupLog)
 		}
-		b = appendString(b, m.id)
 		b = appendString(b, m.clientID)
 		b = appendString(b, m.clientHost)
 		b = binary.BigEndian.AppendUint32(b, m.rebalanceMs)
-		b = binary.BigEndian.AppendUint32(b, uint32(m.epoch))
-		b = binary.BigEndian.AppendUint32(b, uint32(m.prevEpoch))
 		b = binary.BigEndian.AppendUint16(b, uint16(len(m.topics)))
 		for _, t := range m.topics {
 			if long(t) {
@@ -270,18 +328,28 @@ func appendConsumer(b []byte, g *logConsumerState) ([]byte, error) {
 			}
 			b = appendString(b, t)
 		}
-		if b, err = appendParts(b, m.target, nil); err != nil {
-			return nil, err
+	case logCTarget:
+		return appendParts(b, m.target, nil)
+	case logCCurrent:
+		b = binary.BigEndian.AppendUint32(b, uint32(m.epoch))
+		b = binary.BigEndian.AppendUint32(b, uint32(m.prevEpoch))
+		return appendHeld(b, m)
+	}
+	return b, nil
+}
+
+// appendHeld writes m's assigned and revoking partitions, each with the
+// epoch it was given at.
+func appendHeld(b []byte, m *logCMember) ([]byte, error) {
+	var err error
+	for _, held := range [][]logAssigned{m.assigned, m.revoking} {
+		tps := make([]topicPart, len(held))
+		epochs := make([]int32, len(held))
+		for i, a := range held {
+			tps[i], epochs[i] = a.tp, a.epoch
 		}
-		for _, held := range [][]logAssigned{m.assigned, m.revoking} {
-			tps := make([]topicPart, len(held))
-			epochs := make([]int32, len(held))
-			for i, a := range held {
-				tps[i], epochs[i] = a.tp, a.epoch
-			}
-			if b, err = appendParts(b, tps, epochs); err != nil {
-				return nil, err
-			}
+		if b, err = appendParts(b, tps, epochs); err != nil {
+			return nil, err
 		}
 	}
 	return b, nil
@@ -359,11 +427,14 @@ func (r *logReader) count(n uint32, min int) int {
 // (the partition's bytes could be written by anything with access to the
 // stream) is refused with errGroupLog, never a panic.
 func decodeLogRecord(p []byte) (*logRecord, error) {
-	if len(p) < 2 || p[0] != groupLogVersion {
-		return nil, fmt.Errorf("%w: no version %d header", errGroupLog, groupLogVersion)
+	if len(p) < 2 || (p[0] != groupLogVersion && p[0] != groupLogVersion2) {
+		return nil, fmt.Errorf("%w: no version %d or %d header", errGroupLog, groupLogVersion, groupLogVersion2)
 	}
 	r := &logReader{b: p[2:]}
 	out := &logRecord{kind: logKind(p[1])}
+	if p[0] != versionOf(out.kind) {
+		return nil, fmt.Errorf("%w: kind %d in a version %d record", errGroupLog, out.kind, p[0])
+	}
 	switch out.kind {
 	case logMarker, logDelete:
 	case logGroup:
@@ -425,6 +496,10 @@ func decodeLogRecord(p []byte) (*logRecord, error) {
 		}
 	case logConsumer:
 		out.consumer = r.consumer()
+	case logCGroup:
+		out.consumer = r.cgroupHead()
+	case logCSubscribe, logCTarget, logCCurrent, logCGone:
+		out.member = r.cmember(out.kind)
 	default:
 		return nil, fmt.Errorf("%w: kind %d", errGroupLog, out.kind)
 	}
@@ -469,8 +544,9 @@ func (r *logReader) parts(withEpochs bool) ([]topicPart, []int32) {
 	return tps, epochs
 }
 
-// consumer reads a consumer group record's body.
-func (r *logReader) consumer() logConsumerState {
+// cgroupHead reads a consumer group's epochs and topics (the head of a
+// whole-group record, and all of an epoch record).
+func (r *logReader) cgroupHead() logConsumerState {
 	var g logConsumerState
 	g.epoch, g.targetEpoch = int32(r.u32()), int32(r.u32())
 	nt := r.count(uint32(r.u16()), 2+16+4)
@@ -487,6 +563,63 @@ func (r *logReader) consumer() logConsumerState {
 		}
 		g.topics = append(g.topics, t)
 	}
+	return g
+}
+
+// held reads a list of partitions with the epochs they were given at.
+func (r *logReader) held() []logAssigned {
+	tps, epochs := r.parts(true)
+	var out []logAssigned
+	if len(tps) > 0 {
+		out = make([]logAssigned, 0, len(tps))
+	}
+	for i := range tps {
+		out = append(out, logAssigned{tp: tps[i], epoch: epochs[i]})
+	}
+	return out
+}
+
+// subscription reads a member's subscribed topic names.
+func (r *logReader) subscription() []string {
+	ns := r.count(uint32(r.u16()), 2)
+	var out []string
+	if ns > 0 {
+		out = make([]string, 0, ns)
+	}
+	for range ns {
+		t := r.str()
+		if r.err != nil {
+			return nil
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// cmember reads a member record of kind k (version 2).
+func (r *logReader) cmember(k logKind) logCMember {
+	m := logCMember{id: r.str()}
+	switch k {
+	case logCSubscribe:
+		m.clientID, m.clientHost = r.str(), r.str()
+		m.rebalanceMs = r.u32()
+		m.topics = r.subscription()
+	case logCTarget:
+		m.target, _ = r.parts(false)
+	case logCCurrent:
+		m.epoch, m.prevEpoch = int32(r.u32()), int32(r.u32())
+		m.assigned = r.held()
+		m.revoking = r.held()
+	}
+	return m
+}
+
+// consumer reads a whole consumer group record's body (version 1).
+func (r *logReader) consumer() logConsumerState {
+	g := r.cgroupHead()
+	if r.err != nil {
+		return g
+	}
 	// A member is at least three empty strings, a timeout, two epochs,
 	// an empty topic list and three empty partition lists.
 	nm := r.count(uint32(r.u16()), 3*2+4+4+4+2+3*4)
@@ -498,26 +631,10 @@ func (r *logReader) consumer() logConsumerState {
 		m.id, m.clientID, m.clientHost = r.str(), r.str(), r.str()
 		m.rebalanceMs = r.u32()
 		m.epoch, m.prevEpoch = int32(r.u32()), int32(r.u32())
-		ns := r.count(uint32(r.u16()), 2)
-		if ns > 0 {
-			m.topics = make([]string, 0, ns)
-		}
-		for range ns {
-			t := r.str()
-			if r.err != nil {
-				return g
-			}
-			m.topics = append(m.topics, t)
-		}
+		m.topics = r.subscription()
 		m.target, _ = r.parts(false)
-		tps, epochs := r.parts(true)
-		for i := range tps {
-			m.assigned = append(m.assigned, logAssigned{tp: tps[i], epoch: epochs[i]})
-		}
-		tps, epochs = r.parts(true)
-		for i := range tps {
-			m.revoking = append(m.revoking, logAssigned{tp: tps[i], epoch: epochs[i]})
-		}
+		m.assigned = r.held()
+		m.revoking = r.held()
 		if r.err != nil {
 			return g
 		}

@@ -111,9 +111,9 @@ type groupOffsets struct {
 	part  uint32
 	by    map[topicPart]committed
 	state *logGroupState
-	// consumer is its last consumer group record (KIP-848), nil if none;
-	// of state and consumer only the later record's is kept.
-	consumer *logConsumerState
+	// consumer is what its consumer group records (KIP-848) hold, nil if
+	// none; of state and consumer only the later records' is kept.
+	consumer *cgLog
 }
 
 type coordinator struct {

@@ -100,24 +100,11 @@ func (c *coordinator) install(p uint32, term uint64, recs []loadedRecord, now ti
 	}
 	for _, r := range recs {
 		switch r.rec.kind {
-		case logGroup:
-			o := of(r.group)
-			o.state, o.consumer = &r.rec.group, nil
-		case logConsumer:
-			o := of(r.group)
-			o.state, o.consumer = nil, &r.rec.consumer
-		case logCommit, logCommitMeta:
-			o := of(r.group)
-			for _, lo := range r.rec.commits {
-				o.by[lo.tp] = committed{offset: lo.offset, revision: lo.revision, metadata: lo.metadata, at: r.at}
-			}
-		case logForget:
-			o := of(r.group)
-			for _, tp := range r.rec.forgets {
-				delete(o.by, tp)
-			}
+		case logMarker:
 		case logDelete:
 			delete(logged, r.group)
+		default:
+			of(r.group).apply(r.rec, r.at)
 		}
 	}
 	c.mu.Lock()
@@ -170,11 +157,31 @@ func (c *coordinator) applyRecord(name string, p uint32, term, at uint64, r *log
 		return
 	}
 	cp.records++
+	switch r.kind {
+	case logMarker:
+		return
+	case logDelete:
+		delete(c.offsets, name)
+		return
+	}
 	o := c.offsets[name]
-	if o == nil && (r.kind == logCommit || r.kind == logCommitMeta || r.kind == logGroup || r.kind == logConsumer) {
+	if o == nil {
+		if r.kind == logForget {
+			return
+		}
 		o = &groupOffsets{part: p, by: map[topicPart]committed{}}
 		c.offsets[name] = o
 	}
+	o.apply(r, at)
+}
+
+// apply applies record r of the group, written at log offset at, to what
+// the group log holds of it (a load's replay and a write both apply
+// through here): a commit sets offsets unless a later record set them, a
+// forget removes them, a classic group record replaces the group's
+// membership and a consumer group record (KIP-848) updates it (cgLog);
+// of a classic and a consumer group only the later's is kept.
+func (o *groupOffsets) apply(r *logRecord, at uint64) {
 	switch r.kind {
 	case logCommit, logCommitMeta:
 		for _, lo := range r.commits {
@@ -182,20 +189,15 @@ func (c *coordinator) applyRecord(name string, p uint32, term, at uint64, r *log
 				o.by[lo.tp] = committed{offset: lo.offset, revision: lo.revision, metadata: lo.metadata, at: at}
 			}
 		}
+	case logForget:
+		for _, tp := range r.forgets {
+			delete(o.by, tp)
+		}
 	case logGroup:
 		st := r.group
 		o.state, o.consumer = &st, nil
-	case logConsumer:
-		st := r.consumer
-		o.state, o.consumer = nil, &st
-	case logForget:
-		if o != nil {
-			for _, tp := range r.forgets {
-				delete(o.by, tp)
-			}
-		}
-	case logDelete:
-		delete(c.offsets, name)
+	case logConsumer, logCGroup, logCSubscribe, logCTarget, logCCurrent, logCGone:
+		o.state, o.consumer = nil, o.consumer.apply(r)
 	}
 }
 
@@ -269,23 +271,30 @@ type emptiedGroup struct {
 // groupLogBatch is how many records a load reads at a time.
 const groupLogBatch = 512
 
-// writeGroupLog writes r for group to coordinator partition p, fenced to
-// term (Cluster.ProduceInTerm; on a single node, term 0, a plain
-// produce), applies it to what the coordinator holds (applyRecord) and
-// returns its log offset. Writes share logMu, which a compaction takes
-// alone: it snapshots what every write before it applied.
-func (s *Server) writeGroupLog(ctx context.Context, p uint32, term uint64, group string, r *logRecord) (uint64, error) {
-	payload, err := encodeLogRecord(r)
-	if err != nil {
-		return 0, err
+// writeGroupLog writes rs for group to coordinator partition p, in one
+// produce (one batch: all of a change or none), fenced to term
+// (Cluster.ProduceInTerm; on a single node, term 0, a plain produce),
+// applies them to what the coordinator holds (applyRecord) and returns
+// the first one's log offset. Writes share logMu, which a compaction
+// takes alone: it snapshots what every write before it applied.
+func (s *Server) writeGroupLog(ctx context.Context, p uint32, term uint64, group string, rs ...*logRecord) (uint64, error) {
+	msgs := make([]parkway.Message, len(rs))
+	for i, r := range rs {
+		payload, err := encodeLogRecord(r)
+		if err != nil {
+			return 0, err
+		}
+		msgs[i] = parkway.Message{Key: []byte(group), Payload: payload}
 	}
 	s.logMu.RLock()
 	defer s.logMu.RUnlock()
-	at, err := s.produceLog(ctx, p, term, parkway.Message{Key: []byte(group), Payload: payload})
+	at, err := s.produceLog(ctx, p, term, msgs...)
 	if err != nil {
 		return 0, err
 	}
-	s.groups.applyRecord(group, p, term, at, r)
+	for i, r := range rs {
+		s.groups.applyRecord(group, p, term, at+uint64(i), r)
+	}
 	return at, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -19,14 +20,21 @@ import (
 //   - Steady: a member of a stable group of 10 members subscribed to 4
 //     topics of 8 partitions heartbeats, changing nothing (a keepalive,
 //     as clients send between rebalances);
-//   - JoinWave/N: N members join a new group of the same subscription one
-//     after another, then heartbeat with what they own until every
-//     member holds its target (a rebalance).
+//   - JoinWave/N (10, 100 and 1,000 members): N members join a new group
+//     of the same subscription one after another, then heartbeat with
+//     what they own until every member holds its target (a rebalance).
+//     cpu-ns/hb is the process's CPU (listener, node and client) per
+//     heartbeat. log-B is the payload bytes of the group's records the
+//     log holds after the wave (a compaction during a long wave rewrites
+//     the group and truncates what came before), written-B what the
+//     coordinator wrote to its topic during the wave as the node counts
+//     produced bytes (keys and framing, load markers and compaction
+//     snapshots included).
 //
 // Compare ns/hb, allocs/op and log-B/hb:
 //
 //	go test -run XXX -bench KIP848Heartbeat -benchtime 2000x ./kafka      (Steady)
-//	go test -run XXX -bench KIP848Heartbeat/JoinWave -benchtime 5x ./kafka
+//	go test -run XXX -bench 'KIP848Heartbeat$/JoinWave/100$' -benchtime 5x ./kafka
 func BenchmarkKIP848Heartbeat(b *testing.B) {
 	const topics, parts = 4, 8
 	f := serve(b, Config{})
@@ -113,11 +121,13 @@ func heartbeatBenchmarks(b *testing.B, ctx context.Context, r *raw, srv *Server,
 		return
 	}
 	waves := 0 // each wave's group is new (the framework runs a benchmark more than once)
-	for _, n := range []int{10, 100} {
+	for _, n := range []int{10, 100, 1000} {
 		b.Run(fmt.Sprintf("JoinWave/%d", n), func(b *testing.B) {
 			hbs, logged := 0, 0
+			written := coordWrittenBytes(b, srv)
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu := processCPU(b)
 			for range b.N {
 				waves++
 				group := fmt.Sprintf("wave-%d-%d", n, waves)
@@ -130,10 +140,13 @@ func heartbeatBenchmarks(b *testing.B, ctx context.Context, r *raw, srv *Server,
 				b.StartTimer()
 			}
 			b.StopTimer()
+			cpu = processCPU(b) - cpu // includes the read-backs of the log, which the timer leaves out
 			b.ReportMetric(float64(hbs)/float64(b.N), "hb/op")
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(hbs), "cpu-ns/hb")
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(hbs), "ns/hb")
 			b.ReportMetric(float64(logged)/float64(hbs), "log-B/hb")
 			b.ReportMetric(float64(logged)/float64(b.N), "log-B/op")
+			b.ReportMetric((coordWrittenBytes(b, srv)-written)/float64(b.N), "written-B/op")
 		})
 	}
 }
@@ -242,23 +255,61 @@ func (w *wave) settle() {
 // groupLogBytes sums the payloads of group's records in its coordinator
 // partition's log.
 func groupLogBytes(t testing.TB, ctx context.Context, srv *Server, group string) int {
+	total := 0
+	for _, m := range groupLogMessages(t, ctx, srv, group) {
+		total += len(m.Payload)
+	}
+	return total
+}
+
+// coordWrittenBytes is what srv's node counts as produced to the group
+// coordinators' topic (parkway_produced_bytes_total).
+func coordWrittenBytes(t testing.TB, srv *Server) float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(srv.node.Metrics()); err != nil {
+		t.Fatalf("registering the node's metrics: %v", err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != "parkway_produced_bytes_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "topic" && l.GetValue() == coordinatorTopic {
+					total += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return total
+}
+
+// groupLogMessages are group's records in its coordinator partition's
+// log.
+func groupLogMessages(t testing.TB, ctx context.Context, srv *Server, group string) []parkway.Message {
 	t.Helper()
 	ct, n, err := srv.coordTopic(ctx)
 	if err != nil {
 		t.Fatalf("coordTopic: %v", err)
 	}
-	total := 0
+	var out []parkway.Message
 	for from := parkway.AtFirst(); ; {
 		b, err := srv.node.Poll(ctx, ct, groupPartition(group, n), from, 512)
 		if err != nil {
 			t.Fatalf("Poll the group log: %v", err)
 		}
 		if len(b.Messages) == 0 {
-			return total
+			return out
 		}
 		for _, m := range b.Messages {
 			if string(m.Key) == group {
-				total += len(m.Payload)
+				out = append(out, m)
 			}
 		}
 		from = parkway.AtOffset(b.Next)
