@@ -25,7 +25,7 @@ type replicated struct {
 	handler groups.Member      // the group's Handler, boxed once (handlerOf)
 	peers   []uint64           // the group's members (see peersOf)
 	placed  bool               // peers come from the metadata's placement
-	pending map[uint64][]Frame // proposal id → the produces it carries
+	pending map[uint64][]Frame // proposal id → the produces it carries; nil until the first, and again once quiesced
 	// led: this node leads grp, counted in the partitions-led gauge
 	// (setLeader).
 	led bool
