@@ -561,8 +561,7 @@ type ConfChanger interface {
 // after New, what the owner restores its state machine from before Handle
 // applies the entries that follow it (nil data: the initial, empty state).
 func (g *Group) Snapshot() (index uint64, data []byte) {
-	s := g.storage.latest()
-	return s.GetMetadata().GetIndex(), s.GetData()
+	return g.storage.snapIndex, g.storage.snapData
 }
 
 // Committed is the member's commit index: on the leader, the index up

@@ -15,14 +15,20 @@ import (
 // every snapshot it is given (about 330 bytes for a new group's initial
 // one, whose ConfState the Group holds already), a dummy entry for the
 // compaction point, a mutex and call counters. Here the snapshot is kept
-// as given and the compaction point as two numbers.
+// as its parts, its configuration as given (the Group's own), and the
+// compaction point as two numbers.
 //
-// Nothing stored is modified after it is stored: a snapshot or an entry
-// is replaced, never changed, so sharing them with raft and the Group is
-// safe. Only the Group's owner calls it, as it does raft (no lock).
+// Nothing stored is modified after it is stored: a configuration or an
+// entry is replaced, never changed, so sharing them with raft and the
+// Group is safe. Only the Group's owner calls it, as it does raft (no
+// lock).
 type logStorage struct {
 	hardState *raftpb.HardState
-	snapshot  *raftpb.Snapshot // nil until one is applied
+	// The latest snapshot: its index, term, configuration and data (all
+	// zero until one is applied).
+	snapIndex, snapTerm uint64
+	snapConf            *raftpb.ConfState
+	snapData            []byte
 	// ents[i] is the entry at index offset+1+i; offsetTerm is the term of
 	// the entry at offset (compacted away, kept for matching).
 	ents               []*raftpb.Entry
@@ -33,7 +39,7 @@ var _ raft.Storage = (*logStorage)(nil)
 
 // InitialState implements raft.Storage.
 func (s *logStorage) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {
-	return s.hardState, raftpb.EnsureConfState(s.snapshot.GetMetadata().GetConfState()), nil
+	return s.hardState, raftpb.EnsureConfState(s.snapConf), nil
 }
 
 // SetHardState saves the current hard state.
@@ -93,33 +99,32 @@ func (s *logStorage) FirstIndex() (uint64, error) { return s.offset + 1, nil }
 // Snapshot implements raft.Storage. raft puts the snapshot in a message
 // to a peer; it gets a copy, as MemoryStorage gives (snapshots are rare).
 func (s *logStorage) Snapshot() (*raftpb.Snapshot, error) {
-	return proto.Clone(raftpb.EnsureSnapshot(s.latest())).(*raftpb.Snapshot), nil
+	return proto.Clone(s.latest()).(*raftpb.Snapshot), nil
 }
 
-// latest is the latest snapshot, never nil.
+// latest is the latest snapshot, as MemoryStorage keeps it: every
+// metadata field present. It shares the configuration and data.
 func (s *logStorage) latest() *raftpb.Snapshot {
-	if s.snapshot == nil {
-		return &raftpb.Snapshot{}
-	}
-	return s.snapshot
+	return raftpb.EnsureSnapshot(&raftpb.Snapshot{Data: s.snapData, Metadata: &raftpb.SnapshotMetadata{
+		Index: new(s.snapIndex), Term: new(s.snapTerm), ConfState: s.snapConf}})
 }
 
-// ApplySnapshot replaces the log with snap, which is kept as given: the
-// caller must not modify it afterwards.
+// ApplySnapshot replaces the log with snap, whose configuration and data
+// are kept as given: the caller must not modify them afterwards.
 func (s *logStorage) ApplySnapshot(snap *raftpb.Snapshot) error {
-	snap = raftpb.EnsureSnapshot(snap)
-	if at := s.snapshot.GetMetadata().GetIndex(); at != 0 && at >= snap.GetMetadata().GetIndex() {
+	md := raftpb.EnsureSnapshot(snap).GetMetadata()
+	if s.snapIndex != 0 && s.snapIndex >= md.GetIndex() {
 		return raft.ErrSnapOutOfDate
 	}
-	s.snapshot = snap
-	s.ents, s.offset, s.offsetTerm = nil, snap.GetMetadata().GetIndex(), snap.GetMetadata().GetTerm()
+	s.snapIndex, s.snapTerm, s.snapConf, s.snapData = md.GetIndex(), md.GetTerm(), md.GetConfState(), snap.GetData()
+	s.ents, s.offset, s.offsetTerm = nil, md.GetIndex(), md.GetTerm()
 	return nil
 }
 
 // CreateSnapshot records a snapshot at index i (at most the last index)
 // of configuration cs and state data, and returns a copy of it.
 func (s *logStorage) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (*raftpb.Snapshot, error) {
-	if i <= s.snapshot.GetMetadata().GetIndex() {
+	if i <= s.snapIndex {
 		return nil, raft.ErrSnapOutOfDate
 	}
 	if i > s.lastIndex() {
@@ -131,12 +136,15 @@ func (s *logStorage) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte)
 	}
 	// As MemoryStorage builds it, to the byte (a Disk writes it): the
 	// configuration is cs as given, or else the last snapshot's.
-	md := &raftpb.SnapshotMetadata{Index: new(i), Term: new(term), ConfState: raftpb.EnsureSnapshot(s.latest()).GetMetadata().GetConfState()}
+	conf := raftpb.EnsureConfState(s.snapConf)
 	if cs != nil {
-		md.ConfState = proto.Clone(cs).(*raftpb.ConfState)
+		conf = proto.Clone(cs).(*raftpb.ConfState)
 	}
-	s.snapshot = &raftpb.Snapshot{Metadata: md, Data: data}
-	return proto.Clone(s.snapshot).(*raftpb.Snapshot), nil
+	s.snapIndex, s.snapTerm, s.snapConf, s.snapData = i, term, conf, data
+	// Not latest(): raft's EnsureSnapshot would add the fields cs lacks,
+	// which MemoryStorage's copy does not have either.
+	return proto.Clone(&raftpb.Snapshot{Data: data, Metadata: &raftpb.SnapshotMetadata{
+		Index: new(i), Term: new(term), ConfState: conf}}).(*raftpb.Snapshot), nil
 }
 
 // Compact drops the entries before compactIndex, which must be at most

@@ -134,3 +134,24 @@ func compareLogs(t *testing.T, step int, ours *logStorage, theirs *raft.MemorySt
 		t.Fatalf("step %d: snapshot %v, MemoryStorage %v", step, sa, sb)
 	}
 }
+
+// A new group's initial snapshot costs its log nothing beyond the
+// configuration the Group holds anyway (issue 33: MemoryStorage kept a
+// reflective copy of the whole snapshot): the log shares the Group's
+// ConfState, and raft still reads the snapshot whole.
+func TestNewGroupLogSharesItsConfiguration(t *testing.T) {
+	g, err := New(Config{Group: 1, Node: 1, Peers: []uint64{1, 2, 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.storage.snapConf != g.cs {
+		t.Fatal("the raft log keeps a copy of the group's configuration")
+	}
+	snap, _ := g.storage.Snapshot()
+	if md := snap.GetMetadata(); md.GetIndex() != 1 || md.GetTerm() != 1 || len(md.GetConfState().GetVoters()) != 3 {
+		t.Fatalf("initial snapshot %v", snap)
+	}
+	if index, data := g.Snapshot(); index != 1 || data != nil {
+		t.Fatalf("Snapshot() = %d, %q", index, data)
+	}
+}
