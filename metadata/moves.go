@@ -172,7 +172,6 @@ func (s *Store) eachPartition(fn func(partitionRef)) {
 // partition removed, p added.
 func (s *Store) set(r partitionRef, p PartitionInfo) {
 	r.t.parts[r.i] = p
-	s.partitions[p.NS] = p
 }
 
 // moved is p with its replica from (at index i) replaced by one on node
@@ -286,11 +285,15 @@ func (s *Store) removeNode(c RemoveNode) (Result, bool, error) {
 	}
 	if held := s.place.held[c.Node]; held > 0 {
 		// Only the refusal scans, to name a partition.
-		for _, p := range s.partitions {
-			if len(p.Replicas) > 0 && p.Holds(c.Node) {
-				return Result{}, false, fmt.Errorf("%w: node %d holds a replica of partition %d of topic %d in stream %d (and of %d partitions in all)",
-					ErrNodeBusy, c.Node, p.Partition, p.Topic, p.Stream, held)
+		var named *PartitionInfo
+		s.eachPartition(func(r partitionRef) {
+			if p := &r.t.parts[r.i]; named == nil && len(p.Replicas) > 0 && p.Holds(c.Node) {
+				named = p
 			}
+		})
+		if p := named; p != nil {
+			return Result{}, false, fmt.Errorf("%w: node %d holds a replica of partition %d of topic %d in stream %d (and of %d partitions in all)",
+				ErrNodeBusy, c.Node, p.Partition, p.Topic, p.Stream, held)
 		}
 		return Result{}, false, fmt.Errorf("%w: node %d holds replicas of %d partitions", ErrNodeBusy, c.Node, held)
 	}
@@ -361,7 +364,7 @@ func (s *Store) rebalance(Rebalance) (Result, bool, error) {
 }
 
 func (s *Store) settleReplicas(c SettleReplicas) (Result, bool, error) {
-	p, ok := s.partitions[c.NS]
+	p, ok := s.partition(c.NS)
 	if !ok || p.CreatedRevision != c.CreatedRevision || !slices.Contains(p.Leaving, c.Node) {
 		return Result{Revision: s.revision}, false, nil
 	}
@@ -383,7 +386,7 @@ func (s *Store) settleReplicas(c SettleReplicas) (Result, bool, error) {
 }
 
 func (s *Store) reseedReplica(c ReseedReplica) (Result, bool, error) {
-	p, ok := s.partitions[c.NS]
+	p, ok := s.partition(c.NS)
 	if !ok || p.CreatedRevision != c.CreatedRevision {
 		return Result{Revision: s.revision}, false, nil
 	}

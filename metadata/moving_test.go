@@ -13,14 +13,15 @@ import (
 func scanMoving(s *Store, node uint64) (moving, held int) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	for _, p := range s.partitions {
+	s.eachPartition(func(r partitionRef) {
+		p := r.t.parts[r.i]
 		if len(p.Leaving) > 0 {
 			moving++
 		}
 		if node != 0 && len(p.Replicas) > 0 && p.Holds(node) {
 			held++
 		}
-	}
+	})
 	return moving, held
 }
 

@@ -811,8 +811,13 @@ func TestReplayIsDeterministic(t *testing.T) {
 func checkInvariants(t *testing.T, s *Store) {
 	t.Helper()
 	snap := s.Snapshot()
-	if len(snap.Partitions) != len(s.partitions) {
-		t.Errorf("snapshot has %d partitions, index %d", len(snap.Partitions), len(s.partitions))
+	if len(snap.Partitions) != s.partitions {
+		t.Errorf("snapshot has %d partitions, the store counts %d", len(snap.Partitions), s.partitions)
+	}
+	for _, p := range snap.Partitions {
+		if q, ok := s.partition(p.NS); !ok || q.CreatedRevision != p.CreatedRevision {
+			t.Errorf("%v: found %+v %v, snapshot has %+v", p.NS, q, ok, p)
+		}
 	}
 	if !slices.IsSortedFunc(snap.Partitions, func(a, b PartitionInfo) int { return cmpNS(a.NS, b.NS) }) {
 		t.Error("snapshot not sorted")

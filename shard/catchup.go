@@ -137,10 +137,11 @@ func (rg *raftGroups) catchUpFrame(o *owned, f Frame) {
 	case catchUpAsk:
 		rg.answerWhole(o, m.node)
 	case catchUpWhole:
-		if o.rep.whole == nil {
-			o.rep.whole = make(map[uint64]bool)
+		mv := o.rep.move()
+		if mv.whole == nil {
+			mv.whole = make(map[uint64]bool)
 		}
-		o.rep.whole[m.node] = true
+		mv.whole[m.node] = true
 	}
 }
 

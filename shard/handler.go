@@ -32,6 +32,7 @@ func (h groupHandler) Quiesced() {
 	if rg.q.awake.Has(o.p.Namespace(), o) {
 		rg.q.awake.Remove(o.p.Namespace())
 		rg.m.RaftQuiesces.Inc()
+		rg.shedIdle(o)
 		rg.syncQuiesced(o)
 	}
 }

@@ -126,8 +126,9 @@ func (rg *raftGroups) considerMove(o *owned) {
 	if o.rep.grp == nil || !o.rep.placed || o.rep.moving || !o.rep.grp.IsLeader() || !rg.needsMove(o) {
 		return
 	}
-	o.rep.moving, o.rep.moveIdle, o.rep.moveMark = true, 0, moveMark{}
-	o.rep.movePace.Reset()
+	mv := o.rep.move()
+	o.rep.moving, mv.idle, mv.mark = true, 0, moveMark{}
+	mv.pace.Reset()
 	rg.q.moves = append(rg.q.moves, o)
 	rg.wake(o) // the steps need ticks
 }
@@ -158,8 +159,9 @@ func (rg *raftGroups) moveStep() {
 			o.rep.moving = false
 			continue
 		}
-		if o.rep.moveIdle++; waiting && o.rep.moveIdle >= moveStallTicks {
-			o.rep.moveIdle = 0
+		mv := o.rep.move()
+		if mv.idle++; waiting && mv.idle >= moveStallTicks {
+			mv.idle = 0
 			stalled = append(stalled, o)
 			continue
 		}
@@ -189,10 +191,11 @@ func (rg *raftGroups) advanceMove(o *owned) bool {
 	}
 	r := rg.cfg
 	voters := o.rep.grp.Voters()
-	if m := rg.markMove(o, info, voters); m != o.rep.moveMark {
-		o.rep.moveMark, o.rep.moveIdle = m, 0
+	mv := o.rep.move()
+	if m := rg.markMove(o, info, voters); m != mv.mark {
+		mv.mark, mv.idle = m, 0
 	}
-	if o.rep.movePace.Wait() {
+	if mv.pace.Wait() {
 		return false
 	}
 	rg.wake(o)
@@ -202,7 +205,7 @@ func (rg *raftGroups) advanceMove(o *owned) bool {
 		if !groups.CaughtUp(o.rep.grp, n) {
 			return false
 		}
-		if !o.rep.whole[n] {
+		if !o.rep.isWhole(n) {
 			rg.askWhole(o, n)
 			return false
 		}
@@ -244,7 +247,7 @@ func (rg *raftGroups) advanceMove(o *owned) bool {
 			return false
 		}
 		for _, m := range info.Replicas {
-			if m != o.rep.id && info.Joins(m) && !o.rep.whole[m] {
+			if m != o.rep.id && info.Joins(m) && !o.rep.isWhole(m) {
 				rg.askWhole(o, m)
 				return false
 			}
@@ -265,7 +268,7 @@ func (rg *raftGroups) advanceMove(o *owned) bool {
 			}
 			rg.markReady(o)
 			rg.m.LeaderTransfers.Inc()
-			o.rep.movePace.Proposed()
+			mv.pace.Proposed()
 			return false
 		}
 		rg.proposeChange(o, ch)
@@ -281,7 +284,7 @@ func (rg *raftGroups) advanceMove(o *owned) bool {
 			r.Settle(ns, o.p.Epoch(), n)
 		}
 	}
-	o.rep.movePace.Proposed()
+	mv.pace.Proposed()
 	return false
 }
 
@@ -292,7 +295,7 @@ func (rg *raftGroups) proposeChange(o *owned, ch groups.Change) {
 		rg.log.Debug("proposing a configuration change", "ns", o.p.Namespace(), "change", ch.Kind, "node", ch.Node, "error", err)
 	}
 	rg.markReady(o)
-	o.rep.movePace.Proposed()
+	o.rep.move().pace.Proposed()
 }
 
 // markMove is o's moveMark now: info is o's committed partition, voters
@@ -317,8 +320,10 @@ func (rg *raftGroups) confChanged(o *owned, joined bool) {
 	if joined {
 		o.rep.compact.Force()
 	}
-	o.rep.movePace.Reset() // progress: the next step may start
-	o.rep.moveIdle = 0
+	if mv := o.rep.mv; mv != nil {
+		mv.pace.Reset() // progress: the next step may start
+		mv.idle = 0
+	}
 	rg.considerMove(o)
 }
 

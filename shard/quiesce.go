@@ -89,8 +89,19 @@ func (rg *raftGroups) maybeQuiesce(o *owned) bool {
 		return false
 	}
 	rg.m.RaftQuiesces.Inc()
+	rg.shedIdle(o)
 	rg.syncQuiesced(o)
 	return true
+}
+
+// shedIdle lets go of what o's replica keeps only for proposals in
+// flight, as its group quiesces with none (replicated.idle): the
+// leader's map of pending proposals and the frame buffer its last entry
+// left for the next produces. Both are made again by the next proposal;
+// an idle replica does not pay for them (issue 33: a leader's emptied
+// map kept its table, about 300 bytes).
+func (rg *raftGroups) shedIdle(o *owned) {
+	o.rep.pending, o.rep.proposeBuf = nil, nil
 }
 
 // SetPeerLive tells the shard what node liveness learned of peer: dead

@@ -24,32 +24,32 @@ type replicated struct {
 	id      uint64
 	handler groups.Member      // the group's Handler, boxed once (handlerOf)
 	peers   []uint64           // the group's members (see peersOf)
-	placed  bool               // peers come from the metadata's placement
-	pending map[uint64][]Frame // proposal id → the produces it carries
+	pending map[uint64][]Frame // proposal id → the produces it carries; nil until the first, and again once quiesced
+
+	// The flags side by side, so they share one word (issue 33: an
+	// idle replica's memory).
+	placed bool // peers come from the metadata's placement
 	// led: this node leads grp, counted in the partitions-led gauge
 	// (setLeader).
 	led bool
 	// balancing: queued, or under way, for a leadership transfer back
 	// to the preferred leader (balance.go); the group keeps ticking.
 	balancing bool
-	// moving: queued for the move driver (move.go), which steps it at
-	// movePace (a step proposed is given groups.ChangeRetryTicks to
-	// show); moveIdle counts the ticks in the driver's
-	// window since moveMark last changed or a configuration change
-	// applied.
+	// moving: queued for the move driver (move.go), which steps it with
+	// the state in mv.
 	moving bool
-	// whole are the joined replicas that reported their partition log
-	// whole and synced (catchUpWhole), as this node, leading, heard it.
-	whole    map[uint64]bool
-	movePace groups.ChangePace
-	moveIdle int
-	moveMark moveMark
+	ready  bool
+	// proposeQueued: o is on the shard's proposing list (groupcommit.go).
+	proposeQueued bool
+
+	// mv is the move driver's state (moveState), made the first time a
+	// move needs it: most groups never move.
+	mv *moveState
 	// proposeBuf holds produces waiting to be proposed together as one
 	// raft entry when the pump runs out of queued frames, or, while an
 	// entry this node proposed is in flight, until it is applied
 	// (groupcommit.go).
 	proposeBuf []Frame
-	ready      bool
 	// elect is the group's place in the shard's elections (converge.go):
 	// held, unticked, for an election or a leader.
 	elect  groups.Candidacy
@@ -68,7 +68,30 @@ type replicated struct {
 	// snapshot, and a compaction a joining member forces.
 	compact groups.Compaction
 	catchup *catchUp
-
-	// proposeQueued: o is on the shard's proposing list (groupcommit.go).
-	proposeQueued bool
 }
+
+// moveState is a group's state in the move driver (move.go).
+type moveState struct {
+	// whole are the joined replicas that reported their partition log
+	// whole and synced (catchUpWhole), as this node, leading, heard it.
+	whole map[uint64]bool
+	// pace spaces the steps: a step proposed is given
+	// groups.ChangeRetryTicks to show. idle counts the ticks in the
+	// driver's window since mark last changed or a configuration change
+	// applied.
+	pace groups.ChangePace
+	idle int
+	mark moveMark
+}
+
+// move returns r's move state, making it the first time.
+func (r *replicated) move() *moveState {
+	if r.mv == nil {
+		r.mv = &moveState{}
+	}
+	return r.mv
+}
+
+// isWhole reports whether replica n reported its partition log whole
+// and synced to this node (catchUpWhole).
+func (r *replicated) isWhole(n uint64) bool { return r.mv != nil && r.mv.whole[n] }

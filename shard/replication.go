@@ -177,7 +177,6 @@ func (rg *raftGroups) replicate(o *owned) error {
 		return fmt.Errorf("partition %v: raft snapshot: %w", ns, err)
 	}
 	o.rep.grp, o.rep.id = g, id
-	o.rep.pending = make(map[uint64][]Frame)
 	o.rep.restore(st)
 	if o.p.NextOffset() < o.rep.cursor {
 		// The snapshot says the partition holds more than it does (it was
@@ -476,6 +475,9 @@ func (rg *raftGroups) flushProposals() {
 				rg.owner.answer(f, Response{Err: fmt.Errorf("%w: %w", ErrRetry, err)})
 			}
 			continue
+		}
+		if o.rep.pending == nil {
+			o.rep.pending = make(map[uint64][]Frame) // let go when the group quiesces (shedIdle)
 		}
 		o.rep.pending[id] = kept
 		rg.markReady(o)

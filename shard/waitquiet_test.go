@@ -128,3 +128,31 @@ func TestUnconfirmedWaitingPollServesMessagesOnlyConfirmed(t *testing.T) {
 	r.n.tick(3)
 	wantBatch(t, partial.answered(t), "b", 2)
 }
+
+// A quiesced group's replicas hold nothing for proposals in flight: the
+// leader's map of pending proposals and the frame buffer its applied
+// entry left are let go as the group quiesces (issue 33: memory per idle
+// replica), and the next produce makes them again and is answered.
+func TestQuiescedGroupShedsItsProposalState(t *testing.T) {
+	r := newQuietRig(t)
+	shed := func(when string) {
+		t.Helper()
+		for id := uint64(1); id <= 3; id++ {
+			if o := r.n.shard(id).owned[r.ns]; o.rep.pending != nil || cap(o.rep.proposeBuf) != 0 {
+				t.Fatalf("%s: node %d keeps a pending map %v and a frame buffer of %d", when, id, o.rep.pending != nil, cap(o.rep.proposeBuf))
+			}
+		}
+	}
+	shed("quiesced")
+	c := produce(r.ns, "b")
+	r.s.handle(c.f)
+	r.n.settle()
+	if a := c.answered(t); a.Err != nil {
+		t.Fatal(a.Err)
+	}
+	r.n.tick(40)
+	if r.n.awake(1)+r.n.awake(2)+r.n.awake(3) != 0 {
+		t.Fatal("the group did not quiesce again")
+	}
+	shed("quiesced again")
+}

@@ -133,7 +133,7 @@ type commitMark struct {
 type Group struct {
 	cfg        Config
 	rn         *raft.RawNode
-	storage    *raft.MemoryStorage
+	storage    *logStorage
 	cs         *raftpb.ConfState // the voters as of the last applied entry
 	applied    uint64
 	snap       uint64 // index of the latest snapshot
@@ -233,7 +233,7 @@ func New(cfg Config) (g *Group, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	storage := raft.NewMemoryStorage()
+	storage := &logStorage{}
 	// Proposal ids start from a random base on every start: a member
 	// that restarts must not reissue the ids its earlier life gave entries
 	// still in the log, or re-applying one would answer the new proposal
@@ -364,12 +364,12 @@ func New(cfg Config) (g *Group, err error) {
 // restarts from replaced: the one as of the entries the owner applied
 // (raft reads it once, when it starts).
 type confStorage struct {
-	*raft.MemoryStorage
+	*logStorage
 	cs *raftpb.ConfState
 }
 
 func (s confStorage) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {
-	hs, _, err := s.MemoryStorage.InitialState()
+	hs, _, err := s.logStorage.InitialState()
 	return hs, proto.Clone(s.cs).(*raftpb.ConfState), err
 }
 
@@ -561,11 +561,7 @@ type ConfChanger interface {
 // after New, what the owner restores its state machine from before Handle
 // applies the entries that follow it (nil data: the initial, empty state).
 func (g *Group) Snapshot() (index uint64, data []byte) {
-	s, err := g.storage.Snapshot()
-	if err != nil {
-		return g.snap, nil
-	}
-	return s.GetMetadata().GetIndex(), s.GetData()
+	return g.storage.snapIndex, g.storage.snapData
 }
 
 // Committed is the member's commit index: on the leader, the index up
