@@ -62,7 +62,7 @@ func TestClusterGroupMembers(t *testing.T) {
 			t.Errorf("seed %d: trace hash %x, then %x", list[0], runs[0].res.TraceHash, again.TraceHash)
 		}
 	}
-	if ops.MemberDelivered == 0 {
+	if ops.MemberDelivered == 0 && !replay {
 		t.Errorf("no member delivered anything: the scenario did not run")
 	}
 	t.Logf("%d seeds: members delivered %d messages, fenced %d answers, ran %d revocations, renewed %d leases, %d expired; faults %+v",

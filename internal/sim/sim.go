@@ -602,7 +602,12 @@ func replayCommand(cfg Config) string {
 		return ReplayCommand(cfg.Seed)
 	}
 	cmd := ClusterReplayCommand(cfg.Seed)
-	if cfg.GroupMembers > 0 {
+	// A default seed's members (DefaultClusterConfig's, under the
+	// default faults) replay with it; other member runs are the member
+	// seeds'.
+	f := cfg.Faults
+	f.SpareMetadataLog = false // a flag of the replay, below
+	if cfg.GroupMembers > 0 && f != DefaultClusterFaults() {
 		cmd = fmt.Sprintf("go test ./internal/sim -run TestClusterGroupMembers -sim.seed=%d", cfg.Seed)
 	}
 	if cfg.Faults.SpareMetadataLog {
