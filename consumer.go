@@ -12,7 +12,6 @@ import (
 
 	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/host"
-	"github.com/parkway-io/parkway/internal/backoff"
 	"github.com/parkway-io/parkway/metadata"
 )
 
@@ -217,10 +216,12 @@ type Consumer struct {
 	mu sync.Mutex
 	// d is the consumer's state and decisions (host.ConsumerDriver, which
 	// the simulator's group members step too): the fetches and their
-	// positions, the handled positions, the revocation, the generation
-	// acknowledged, the application's asks. This owner carries its
-	// actions out: a goroutine per fetch (stop cancels it), the
-	// iterator, the maintenance loop, a revocation.
+	// positions, what a failed poll does next, the handled positions and
+	// CommitOnInterval's deadline, the revocation's steps, the
+	// generation acknowledged, the application's asks. This owner
+	// carries its actions out and feeds it the time: a goroutine per
+	// fetch (stop cancels it), the iterator, the maintenance loop and
+	// its timers, a revocation, the callbacks.
 	d      *host.ConsumerDriver
 	stops  map[uint64]context.CancelFunc // the running fetches' by fetcher ID
 	member *Member                       // nil for a named consumer
@@ -270,7 +271,9 @@ func (n *Node) NewConsumer(ctx context.Context, t Topic, cfg ConsumerConfig) (*C
 		pending:   make(chan struct{}, 1),
 		delivered: make(chan struct{}, 1),
 		d: host.NewConsumerDriver(host.ConsumerDriverConfig{Group: cfg.Group != "", Commit: mode,
-			MaxPollInterval: cfg.MaxPollInterval, SessionTimeout: cfg.SessionTimeout}, n.cfg.Clock.Now()),
+			MaxPollInterval: cfg.MaxPollInterval, SessionTimeout: cfg.SessionTimeout,
+			CommitInterval: cfg.CommitInterval, ResetError: cfg.Reset == ResetError,
+			RetryMin: n.cfg.RetryBackoffMin, RetryMax: n.cfg.RetryBackoffMax}, n.cfg.Clock.Now()),
 		stops: make(map[uint64]context.CancelFunc),
 		life:  ctx,
 	}
@@ -366,10 +369,8 @@ func (c *Consumer) assign() Assignment {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, p := range added {
-		if f, ok := c.d.Start(p); ok {
-			c.startFetch(c.member, f)
-		}
+	for _, f := range c.d.Assigned(added) {
+		c.startFetch(c.member, f)
 	}
 	return a
 }
@@ -385,63 +386,63 @@ func (c *Consumer) follow(m *Member, a Assignment) {
 		return
 	}
 	if c.d.Follow(a.Generation, a.Revoking) {
-		c.goroutine(func() { c.revoke(m, a) })
+		c.goroutine(func() { c.revoke(m) })
 	}
 }
 
-// revoke gives up the partitions of a.Revoking (behaviour 33): their
-// fetchers are stopped already; it waits until the application is done
-// with the message of theirs it is handling, calls OnRevoked, commits
-// their handled positions (unless CommitManual) and acknowledges a's
-// generation, which releases them to their next holders.
-func (c *Consumer) revoke(m *Member, a Assignment) {
+// revoke gives up the partitions of a.Revoking (behaviour 33) in the
+// driver's steps (host.ConsumerDriver.RevokeNext): their fetchers are
+// stopped already; it waits until the application is done with the
+// message of theirs it is handling (at most MaxPollInterval: past it the
+// consumer leaves its group, which releases everything), calls
+// OnRevoked, commits their handled positions (unless CommitManual) and
+// acknowledges a's generation, which releases them to their next
+// holders.
+func (c *Consumer) revoke(m *Member) {
 	released := false
 	defer func() {
 		c.mu.Lock()
-		c.d.RevokeDone(a.Generation, released)
+		c.d.RevokeDone(released)
 		c.mu.Unlock()
 		if released {
 			c.refreshNow()
 		}
 	}()
-	c.awaitDelivery(a.Revoking)
-	if c.ctx.Err() != nil {
-		return
-	}
-	if c.cfg.OnRevoked != nil {
-		c.cfg.OnRevoked(c.ctx, a.Revoking)
-	}
-	c.mu.Lock()
-	offsets := c.d.Revoke(a.Revoking)
-	c.mu.Unlock()
-	ctx, cancel := c.n.deadline(c.ctx)
-	defer cancel()
-	// What fails to commit is redelivered by the next holder.
-	_ = m.commit(ctx, offsets)
-	if _, err := m.heartbeat(ctx, a.Generation); err != nil {
-		return // the next heartbeat revokes again
-	}
-	released = true
-}
-
-// awaitDelivery waits until the application is not handling a message
-// of parts, or the consumer ends, or MaxPollInterval passed (then the
-// consumer leaves its group, which releases everything).
-func (c *Consumer) awaitDelivery(parts []uint32) {
 	t := c.n.cfg.Clock.NewTimer(c.cfg.MaxPollInterval)
 	defer t.Stop()
+	waited := false
 	for {
 		c.mu.Lock()
-		ready := c.d.RevokeReady(parts)
+		st := c.d.RevokeNext(waited)
 		c.mu.Unlock()
-		if ready {
-			return
-		}
-		select {
-		case <-c.delivered:
-		case <-t.C():
-			return
-		case <-c.ctx.Done():
+		switch st.Op {
+		case host.RevokeWait:
+			select {
+			case <-c.delivered:
+			case <-t.C():
+				waited = true
+			case <-c.ctx.Done():
+				return
+			}
+		case host.RevokeCallback:
+			if c.ctx.Err() != nil {
+				return
+			}
+			if c.cfg.OnRevoked != nil {
+				c.cfg.OnRevoked(c.ctx, st.Parts)
+			}
+		case host.RevokeCommit:
+			if len(st.Offsets) > 0 {
+				ctx, cancel := c.n.deadline(c.ctx)
+				// What fails to commit is redelivered by the next holder.
+				_ = m.commit(ctx, st.Offsets)
+				cancel()
+			}
+		case host.RevokeRelease:
+			ctx, cancel := c.n.deadline(c.ctx)
+			_, err := m.heartbeat(ctx, st.Gen)
+			cancel()
+			released = err == nil // if not, the next heartbeat revokes again
 			return
 		}
 	}
@@ -493,17 +494,6 @@ func (c *Consumer) signalDelivered() {
 	}
 }
 
-// stopFetcher forgets fetch f, if it is still the current one: it
-// ended because the group moved on or the member's lease lapsed, and
-// the next assign starts a new one if the partition is still held.
-func (c *Consumer) stopFetcher(f host.Fetcher) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.d.Stopped(f) {
-		c.stopFetches([]host.Fetcher{f})
-	}
-}
-
 // refreshNow asks the maintenance loop to heartbeat at once.
 func (c *Consumer) refreshNow() {
 	select {
@@ -541,7 +531,6 @@ func (c *Consumer) fetched(f host.Fetcher, next uint64) {
 // the iterator, until its context ends.
 func (c *Consumer) fetch(ctx context.Context, m *Member, f host.Fetcher) {
 	part := f.Part
-	bo := backoff.New(c.n.cfg.RetryBackoffMin, c.n.cfg.RetryBackoffMax)
 	for ctx.Err() == nil {
 		from := c.from(m, f)
 		var b Batch
@@ -555,7 +544,6 @@ func (c *Consumer) fetch(ctx context.Context, m *Member, f host.Fetcher) {
 		case ctx.Err() != nil:
 			return
 		case err == nil:
-			bo.Reset()
 			c.n.eng.Metrics().SetLag(c.t.Stream.Name, c.t.Name, part, c.lagName(), b.End-b.Next)
 			if len(b.Messages) == 0 {
 				c.fetched(f, b.Next)
@@ -567,27 +555,31 @@ func (c *Consumer) fetch(ctx context.Context, m *Member, f host.Fetcher) {
 			case <-ctx.Done():
 				return
 			}
-		case errors.Is(err, ErrNotAssigned), errors.Is(err, ErrStaleGeneration), errors.Is(err, ErrUnknownMember),
-			errors.Is(err, ErrRebalanceInProgress):
-			// The group moved on, or the member's lease lapsed: the
-			// maintenance loop refreshes the assignment and starts the
-			// fetchers it needs, this partition's again if it still
-			// holds it.
-			c.stopFetcher(f)
-			c.refreshNow()
-			return
-		case errors.Is(err, ErrOffsetOutOfRange) && c.cfg.Reset != ResetError:
-			// Truncation passed our position: start over by the policy.
-			c.mu.Lock()
-			c.d.Reset(f)
-			c.mu.Unlock()
-		case fatalConsumerError(err):
-			c.fail(err)
-			return
 		default:
-			// Retriable (a leader change, a full shard, too many
-			// waiters): back off and poll again.
-			if c.n.sleep(ctx, bo.Next()) != nil {
+			// What a failed poll does next is the driver's
+			// (host.ConsumerDriver.FetchFailed).
+			c.mu.Lock()
+			st := c.d.FetchFailed(f, err)
+			if st.Op == host.FetchEnd && st.Stopped {
+				c.stopFetches([]host.Fetcher{f})
+			}
+			c.mu.Unlock()
+			if errors.Is(err, ErrInvalidArgument) {
+				st.Op = host.FetchFatal // the root's own sentinel, which the driver cannot name
+			}
+			switch st.Op {
+			case host.FetchEnd:
+				// The group moved on, or the member's lease lapsed: the
+				// maintenance loop refreshes the assignment and starts
+				// the fetchers it needs, this partition's again if it
+				// still holds it.
+				c.refreshNow()
+				return
+			case host.FetchFatal:
+				c.fail(err)
+				return
+			}
+			if st.Wait > 0 && c.n.sleep(ctx, st.Wait) != nil {
 				return
 			}
 		}
@@ -597,9 +589,7 @@ func (c *Consumer) fetch(ctx context.Context, m *Member, f host.Fetcher) {
 // fatalConsumerError reports errors a consumer cannot recover from by
 // itself: the topic or group is gone, the node closed, a policy error.
 func fatalConsumerError(err error) bool {
-	return errors.Is(err, ErrTopicNotFound) || errors.Is(err, ErrStreamNotFound) ||
-		errors.Is(err, ErrGroupNotFound) || errors.Is(err, ErrClosed) ||
-		errors.Is(err, ErrOffsetOutOfRange) || errors.Is(err, ErrInvalidArgument)
+	return host.ConsumerFatal(err) || errors.Is(err, ErrInvalidArgument)
 }
 
 // fail records a fatal error for the iterator and wakes it.
@@ -645,7 +635,8 @@ func (c *Consumer) maintain() {
 	hb := c.n.cfg.Clock.NewTimer(c.nextHeartbeat(every))
 	defer hb.Stop()
 	// CommitOnInterval's timer runs while handled positions wait for
-	// their commit (commitC set), so each is committed within
+	// their commit (commitC set), until the deadline the driver keeps
+	// (host.ConsumerDriver.NextCommit), so each is committed within
 	// CommitInterval of being handled and an idle consumer's timer never
 	// fires; pending arms it.
 	var commit clock.Timer
@@ -654,7 +645,7 @@ func (c *Consumer) maintain() {
 	if c.cfg.Commit == CommitOnInterval {
 		commit = c.n.cfg.Clock.NewTimer(c.cfg.CommitInterval)
 		defer commit.Stop()
-		commitC, pending = commit.C(), c.pending
+		commitC, pending = c.armCommit(commit), c.pending
 	}
 	for {
 		select {
@@ -664,18 +655,16 @@ func (c *Consumer) maintain() {
 			c.end(c.life.Err())
 			return
 		case <-commitC:
-			_ = c.Commit(c.ctx) // failures leave the positions for the next round
-			if c.uncommitted() {
-				commit.Reset(c.cfg.CommitInterval)
-			} else {
-				commitC = nil // until pending
+			c.mu.Lock()
+			offsets, due := c.d.IntervalCommit(c.n.cfg.Clock.Now())
+			c.mu.Unlock()
+			if due {
+				_ = c.commit(c.ctx, offsets) // failures leave the positions for the next round
 			}
+			commitC = c.armCommit(commit) // nil until pending, if none wait
 			continue
 		case <-pending:
-			if commitC == nil {
-				commit.Reset(c.cfg.CommitInterval)
-				commitC = commit.C()
-			}
+			commitC = c.armCommit(commit)
 			continue
 		case <-c.commitC:
 			_ = c.Commit(c.ctx) // failures leave the positions for the next batch
@@ -965,7 +954,7 @@ func (c *Consumer) gotBatch() {
 // for a first position waiting.
 func (c *Consumer) handled(f host.Fetcher, next uint64) {
 	c.mu.Lock()
-	arm := c.d.Handled(f, next)
+	arm := c.d.Handled(f, next, c.n.cfg.Clock.Now())
 	c.mu.Unlock()
 	c.signalDelivered()
 	if arm {
@@ -976,11 +965,18 @@ func (c *Consumer) handled(f host.Fetcher, next uint64) {
 	}
 }
 
-// uncommitted reports whether handled positions wait for a commit.
-func (c *Consumer) uncommitted() bool {
+// armCommit sets CommitOnInterval's timer to the driver's deadline
+// (host.ConsumerDriver.NextCommit) and returns its channel, or nil
+// while no handled position waits.
+func (c *Consumer) armCommit(t clock.Timer) <-chan time.Time {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.d.Uncommitted()
+	wait, ok := c.d.NextCommit(c.n.cfg.Clock.Now())
+	c.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	t.Reset(wait)
+	return t.C()
 }
 
 // afterBatch asks for a commit under CommitAfterBatch. The maintenance
@@ -1011,11 +1007,17 @@ func (c *Consumer) Commit(ctx context.Context) error {
 	}
 	c.mu.Lock()
 	offsets := c.d.ToCommit()
-	m := c.member
 	c.mu.Unlock()
+	return c.commit(ctx, offsets)
+}
+
+// commit commits offsets, handled positions the driver named
+// (ToCommit, or its interval commit): Commit's work.
+func (c *Consumer) commit(ctx context.Context, offsets map[uint32]uint64) error {
 	if len(offsets) == 0 {
 		return nil
 	}
+	m := c.Member()
 	if m == nil {
 		var errs []error
 		for _, p := range slices.Sorted(maps.Keys(offsets)) {

@@ -1,19 +1,25 @@
 package host
 
 import (
+	"errors"
 	"maps"
 	"slices"
 	"time"
 
+	"github.com/parkway-io/parkway/internal/backoff"
 	"github.com/parkway-io/parkway/internal/testhooks"
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
 )
 
 // A consumer's decisions — which partitions to fetch after an
-// assignment changes, where a fetch starts, when a message may be handed
-// to the application, which handled positions to commit and when, when
-// to revoke a partition and what to commit before giving it up, which
-// generation a heartbeat acknowledges, when the application stalled and
-// the member leaves, when it rejoins — are made from the consumer's own
+// assignment changes and when their OnAssigned runs, where a fetch
+// starts, what a failed fetch does next, when a message may be handed
+// to the application, which handled positions to commit and when (the
+// interval commit's deadline included), when to revoke a partition and
+// in which order its revocation waits, calls OnRevoked, commits and
+// releases, which generation a heartbeat acknowledges, when the
+// application stalled and the member leaves, when it rejoins — are made from the consumer's own
 // state, told the time and each event, with no goroutine and no clock:
 // ConsumerDriver holds that state and makes them. The root package's
 // Consumer carries the actions out with its goroutines (a fetcher per
@@ -28,8 +34,9 @@ type CommitMode uint8
 
 const (
 	// CommitOnInterval commits within an interval of a handling: the
-	// owner's timer runs while positions wait (ConsumerDriver.Handled
-	// arms it).
+	// driver keeps the deadline (ConsumerDriver.Handled sets it,
+	// NextCommit reports it, IntervalCommit takes it), the owner's timer
+	// runs while positions wait.
 	CommitOnInterval CommitMode = iota
 	// CommitAfterBatch commits once a batch is handled
 	// (ConsumerDriver.BatchDone).
@@ -50,6 +57,18 @@ type ConsumerDriverConfig struct {
 	// SessionTimeout is the member's session timeout: a lost member's
 	// rejoin is retried at a third of it.
 	SessionTimeout time.Duration
+	// CommitInterval is CommitOnInterval's bound: a handled position is
+	// committed at most this long after it was handled.
+	CommitInterval time.Duration
+	// ResetError is set when the consumer's reset policy refuses an
+	// offset out of the partition's range (parkway's ResetError): a
+	// fetch that falls out of it ends the consumer instead of starting
+	// over at the committed offset.
+	ResetError bool
+	// RetryMin and RetryMax bound the pause after a fetch failed with a
+	// retriable error (the one backoff, doubling per failure of the
+	// fetch, reset by its next answer).
+	RetryMin, RetryMax time.Duration
 }
 
 // Fetcher names one fetch of a partition: a new one (a new ID) starts
@@ -66,12 +85,17 @@ type ConsumerDriver struct {
 	cfg ConsumerDriverConfig
 	// fetchers are the current fetches by partition; from, of each, the
 	// offset its next fetch starts at (absent: at the committed offset,
-	// or the reset policy's choice).
+	// or the reset policy's choice); retry, of each that failed since its
+	// last answer, its backoff.
 	fetchers map[uint32]uint64
 	from     map[uint64]uint64
+	retry    map[uint64]*backoff.Backoff
 	nextID   uint64
-	// processed are the handled positions not yet committed.
+	// processed are the handled positions not yet committed; commitAt,
+	// under CommitOnInterval, when they are due for a commit (set when
+	// the first of them was handled, moved on by each interval commit).
 	processed map[uint32]uint64
+	commitAt  time.Time
 	// asking is set while the application waits for a message, askedAt
 	// is when it last asked; idle once the member left for stalling.
 	asking  bool
@@ -83,17 +107,21 @@ type ConsumerDriver struct {
 	delivering    int64
 	deliveringFor uint64
 	epoch         uint64
-	// revokeBusy is set while a revocation runs; ackGen is the
+	// revokeBusy is set while a revocation runs: of generation revGen,
+	// of partitions revParts, at step revStage. ackGen is the
 	// generation heartbeats acknowledge: the last one whose revoked
 	// partitions were released.
 	revokeBusy bool
+	revGen     uint64
+	revParts   []uint32
+	revStage   RevokeOp
 	ackGen     uint64
 }
 
 // NewConsumerDriver returns the driver of a consumer started at now.
 func NewConsumerDriver(cfg ConsumerDriverConfig, now time.Time) *ConsumerDriver {
 	return &ConsumerDriver{cfg: cfg, fetchers: map[uint32]uint64{}, from: map[uint64]uint64{},
-		processed: map[uint32]uint64{}, askedAt: now, delivering: -1}
+		retry: map[uint64]*backoff.Backoff{}, processed: map[uint32]uint64{}, askedAt: now, delivering: -1}
 }
 
 // Joined records a new membership (the first join or a rejoin after
@@ -146,6 +174,19 @@ func (d *ConsumerDriver) Assign(held, revoking []uint32) (stopped []Fetcher, add
 	return stopped, added
 }
 
+// Assigned starts the fetches of parts, Assign's added, once the
+// application was told of them (OnAssigned returned): the started ones
+// are returned, for the owner to run.
+func (d *ConsumerDriver) Assigned(parts []uint32) []Fetcher {
+	var started []Fetcher
+	for _, p := range parts {
+		if f, ok := d.Start(p); ok {
+			started = append(started, f)
+		}
+	}
+	return started
+}
+
 // Start starts a fetch of part, unless one runs (ok false): its first
 // fetch starts at the committed offset (From).
 func (d *ConsumerDriver) Start(part uint32) (f Fetcher, ok bool) {
@@ -162,6 +203,7 @@ func (d *ConsumerDriver) stop(part uint32) Fetcher {
 	id := d.fetchers[part]
 	delete(d.fetchers, part)
 	delete(d.from, id)
+	delete(d.retry, id)
 	return Fetcher{Part: part, ID: id}
 }
 
@@ -190,14 +232,77 @@ func (d *ConsumerDriver) From(f Fetcher) (offset uint64, ok bool) {
 
 // Fetched records that f's fetch answered up to next (exclusive) and
 // its messages, if any, went to the application's queue: the next
-// fetch starts there.
+// fetch starts there, at once (a failure's backoff starts over).
 func (d *ConsumerDriver) Fetched(f Fetcher, next uint64) {
 	if d.current(f) {
 		d.from[f.ID] = next
+		delete(d.retry, f.ID)
 		if testhooks.CommitBeforeHandled.Load() {
 			d.processed[f.Part] = next // the broken build: handled before it was handed out
 		}
 	}
+}
+
+// FetchOp is what a consumer's fetch does after a failed poll.
+type FetchOp uint8
+
+const (
+	// FetchRetry polls again after FetchStep.Wait (0: at once).
+	FetchRetry FetchOp = iota
+	// FetchEnd ends the fetch: the group moved on, or the member's
+	// lease lapsed. The owner refreshes the assignment, which starts the
+	// partition's fetch again if it is still held.
+	FetchEnd
+	// FetchFatal ends the consumer: its iteration ends with the error.
+	FetchFatal
+)
+
+// FetchStep is a failed fetch's next step (FetchFailed).
+type FetchStep struct {
+	Op FetchOp
+	// Wait is FetchRetry's pause.
+	Wait time.Duration
+	// Stopped is set, with FetchEnd, when f was current: the driver
+	// forgot it, and the owner stops it.
+	Stopped bool
+}
+
+// FetchFailed decides what fetch f does after its poll failed with err:
+// a refusal because the group moved on or the member's lease lapsed
+// ends it (FetchEnd); a position truncation passed starts over at the
+// committed offset, at once (unless the reset policy refuses: fatal); a
+// topic, stream or group gone, or the node closed, ends the consumer;
+// anything else is retried after the fetch's backoff.
+func (d *ConsumerDriver) FetchFailed(f Fetcher, err error) FetchStep {
+	switch {
+	case errors.Is(err, metadata.ErrNotAssigned), errors.Is(err, metadata.ErrStaleGeneration),
+		errors.Is(err, metadata.ErrUnknownMember), errors.Is(err, metadata.ErrRebalanceInProgress):
+		return FetchStep{Op: FetchEnd, Stopped: d.Stopped(f)}
+	case errors.Is(err, partition.ErrOffsetOutOfRange) && !d.cfg.ResetError:
+		d.Reset(f)
+		return FetchStep{Op: FetchRetry}
+	case ConsumerFatal(err):
+		return FetchStep{Op: FetchFatal}
+	}
+	if !d.current(f) {
+		return FetchStep{Op: FetchEnd}
+	}
+	bo := d.retry[f.ID]
+	if bo == nil {
+		b := backoff.New(d.cfg.RetryMin, d.cfg.RetryMax)
+		bo = &b
+		d.retry[f.ID] = bo
+	}
+	return FetchStep{Op: FetchRetry, Wait: bo.Next()}
+}
+
+// ConsumerFatal reports the errors a consumer cannot recover from by
+// itself: its topic, stream or group is gone, its node closed, or an
+// offset out of range that its reset policy refuses.
+func ConsumerFatal(err error) bool {
+	return errors.Is(err, metadata.ErrTopicNotFound) || errors.Is(err, metadata.ErrStreamNotFound) ||
+		errors.Is(err, metadata.ErrGroupNotFound) || errors.Is(err, ErrClosed) ||
+		errors.Is(err, partition.ErrOffsetOutOfRange)
 }
 
 // Reset records that f's position fell out of the partition's range
@@ -248,15 +353,19 @@ func (d *ConsumerDriver) Refused(f Fetcher) (restart Fetcher, ok bool) {
 }
 
 // Handled records that the application handled f's messages before
-// next (its loop body returned). The position counts if f is current,
-// or if the message passed the fence for the current member while its
-// partition moved meanwhile (the revocation commits it). arm reports a
-// first position waiting for a commit under CommitOnInterval: the
-// owner's commit timer starts.
-func (d *ConsumerDriver) Handled(f Fetcher, next uint64) (arm bool) {
+// next (its loop body returned) at now. The position counts if f is
+// current, or if the message passed the fence for the current member
+// while its partition moved meanwhile (the revocation commits it). arm
+// reports a first position waiting for a commit under CommitOnInterval:
+// it is due CommitInterval after now, and the owner's commit timer
+// starts (NextCommit).
+func (d *ConsumerDriver) Handled(f Fetcher, next uint64, now time.Time) (arm bool) {
 	fenced := d.delivering == int64(f.Part) && d.deliveringFor != 0 && d.deliveringFor == d.epoch
 	if d.current(f) || fenced {
 		arm = len(d.processed) == 0 && d.cfg.Commit == CommitOnInterval
+		if arm {
+			d.commitAt = now.Add(d.cfg.CommitInterval)
+		}
 		d.processed[f.Part] = next
 	}
 	d.delivering, d.deliveringFor = -1, 0
@@ -275,6 +384,40 @@ func (d *ConsumerDriver) BatchDone() bool { return d.cfg.Commit == CommitAfterBa
 
 // Uncommitted reports whether handled positions wait for a commit.
 func (d *ConsumerDriver) Uncommitted() bool { return len(d.processed) > 0 }
+
+// NextCommit is CommitOnInterval's timer at now: the wait until the
+// handled positions waiting are due (0: now), ok false when none wait
+// or the policy is another (the timer stops: an idle consumer's never
+// fires).
+func (d *ConsumerDriver) NextCommit(now time.Time) (wait time.Duration, ok bool) {
+	if d.cfg.Commit != CommitOnInterval || len(d.processed) == 0 {
+		return 0, false
+	}
+	return max(d.commitAt.Sub(now), 0), true
+}
+
+// IntervalCommit is CommitOnInterval's commit at now: when the handled
+// positions waiting are due (ok), offsets are to commit (then
+// Committed, as ToCommit's), and the positions still waiting after it —
+// its commit failed, or more were handled meanwhile — are due an
+// interval later.
+func (d *ConsumerDriver) IntervalCommit(now time.Time) (offsets map[uint32]uint64, ok bool) {
+	if _, armed := d.NextCommit(now); !armed || now.Before(d.commitAt) {
+		return nil, false
+	}
+	d.commitAt = now.Add(d.cfg.CommitInterval)
+	offsets = d.ToCommit()
+	if testhooks.IntervalCommitsFetched.Load() {
+		// The broken build: the fetches' positions, past batches the
+		// application was not handed yet.
+		for p, id := range d.fetchers {
+			if off, known := d.from[id]; known {
+				offsets[p] = off
+			}
+		}
+	}
+	return offsets, true
+}
 
 // ToCommit are the handled positions to commit (nil: none), a copy.
 func (d *ConsumerDriver) ToCommit() map[uint32]uint64 {
@@ -318,9 +461,9 @@ func (d *ConsumerDriver) CommitsOnLeave() bool { return d.cfg.Commit != CommitMa
 // Follow acts on the assignment a refresh found, in generation gen: a
 // member with nothing being revoked acknowledges gen (its next heartbeat
 // releases nothing it still hands out); one with partitions being
-// revoked starts a revocation (revoke set), one at a time, which the
-// owner runs — RevokeReady, Revoke, then the heartbeat acknowledging
-// gen and RevokeDone.
+// revoked starts a revocation of them (revoke set), one at a time,
+// which the owner runs step by step (RevokeNext) and ends with
+// RevokeDone.
 func (d *ConsumerDriver) Follow(gen uint64, revoking []uint32) (revoke bool) {
 	if d.revokeBusy {
 		return false
@@ -329,19 +472,72 @@ func (d *ConsumerDriver) Follow(gen uint64, revoking []uint32) (revoke bool) {
 		d.ackGen = max(d.ackGen, gen)
 		return false
 	}
-	d.revokeBusy = true
+	d.revokeBusy, d.revGen, d.revParts, d.revStage = true, gen, slices.Clone(revoking), RevokeWait
 	return true
 }
 
-// RevokeReady reports whether a revocation of parts may go on: the
-// application handles no message of theirs (a message that passed the
-// fence is finished first).
-func (d *ConsumerDriver) RevokeReady(parts []uint32) bool { return !d.Delivering(parts) }
+// RevokeOp is a revocation's next step.
+type RevokeOp uint8
 
-// Revoke takes the handled positions of the revoked parts: to commit
+const (
+	// RevokeWait waits until the application is done with the message
+	// of a revoked partition it is handling (Handled or Refused ends
+	// it), or until the owner gives up after MaxPollInterval.
+	RevokeWait RevokeOp = iota
+	// RevokeCallback tells the application (its OnRevoked): it has
+	// handled the last message of the partitions it will get, and may
+	// commit (CommitManual's application commits here).
+	RevokeCallback
+	// RevokeCommit commits the revoked partitions' handled positions,
+	// RevokeStep.Offsets (none under CommitManual, or none handled: no
+	// commit).
+	RevokeCommit
+	// RevokeRelease sends the heartbeat acknowledging the revocation's
+	// generation, which releases the partitions to their next holders;
+	// its answer ends the revocation (RevokeDone).
+	RevokeRelease
+)
+
+// RevokeStep is a revocation's next step (RevokeNext).
+type RevokeStep struct {
+	Op RevokeOp
+	// Parts are the revoked partitions, Gen the generation that revokes
+	// them, Offsets RevokeCommit's positions.
+	Parts   []uint32
+	Gen     uint64
+	Offsets map[uint32]uint64
+}
+
+// RevokeNext is the running revocation's next step, in order: wait for
+// the message being handled (unless waited: the owner gave up waiting),
+// OnRevoked, the commit, the release; the owner carries each out and
+// asks again, until RevokeRelease, whose answer it reports with
+// RevokeDone. Behaviour 33: the next holder gets the partitions only
+// after the application handled its last message of them, was told,
+// and their positions were committed.
+func (d *ConsumerDriver) RevokeNext(waited bool) RevokeStep {
+	st := RevokeStep{Op: d.revStage, Parts: slices.Clone(d.revParts), Gen: d.revGen}
+	switch d.revStage {
+	case RevokeWait:
+		if !waited && d.Delivering(d.revParts) {
+			return st
+		}
+		d.revStage = RevokeCallback
+		st.Op = RevokeCallback
+	case RevokeCallback:
+		d.revStage = RevokeCommit
+		st.Op, st.Offsets = RevokeCommit, d.revoke(d.revParts)
+	case RevokeCommit:
+		d.revStage = RevokeRelease
+		st.Op = RevokeRelease
+	}
+	return st
+}
+
+// revoke takes the handled positions of the revoked parts: to commit
 // before they are released (none under CommitManual, whose application
 // commits in OnRevoked); they are forgotten either way.
-func (d *ConsumerDriver) Revoke(parts []uint32) map[uint32]uint64 {
+func (d *ConsumerDriver) revoke(parts []uint32) map[uint32]uint64 {
 	offsets := map[uint32]uint64{}
 	for _, p := range parts {
 		if off, ok := d.processed[p]; ok && d.cfg.Commit != CommitManual {
@@ -353,13 +549,13 @@ func (d *ConsumerDriver) Revoke(parts []uint32) map[uint32]uint64 {
 }
 
 // RevokeDone ends a revocation: released reports whether the heartbeat
-// acknowledging gen was answered (the partitions went to their next
-// holders); if not, the next refresh revokes again.
-func (d *ConsumerDriver) RevokeDone(gen uint64, released bool) {
-	d.revokeBusy = false
-	if released {
-		d.ackGen = max(d.ackGen, gen)
+// acknowledging its generation was answered (the partitions went to
+// their next holders); if not, the next refresh revokes again.
+func (d *ConsumerDriver) RevokeDone(released bool) {
+	if d.revokeBusy && released {
+		d.ackGen = max(d.ackGen, d.revGen)
 	}
+	d.revokeBusy, d.revParts, d.revStage = false, nil, RevokeWait
 }
 
 // Revoking reports whether a revocation runs.

@@ -1,12 +1,16 @@
 package host_test
 
 import (
+	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/parkway-io/parkway/host"
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
 )
 
 // TestConsumerDriverRebalance pins a consumer's decisions through a
@@ -45,7 +49,7 @@ func TestConsumerDriverRebalance(t *testing.T) {
 	if !d.Deliver(f0) {
 		t.Fatal("a current fetch's message refused")
 	}
-	d.Handled(f0, 10)
+	d.Handled(f0, 10, t0)
 	if !d.BatchDone() {
 		t.Fatal("CommitAfterBatch does not commit after a batch")
 	}
@@ -59,20 +63,23 @@ func TestConsumerDriverRebalance(t *testing.T) {
 	if !d.Follow(2, []uint32{1}) || d.Follow(2, []uint32{1}) {
 		t.Fatal("a revocation does not start once")
 	}
-	if d.RevokeReady([]uint32{1}) {
-		t.Fatal("the revocation goes on while a message of the revoked partition is handled")
+	if st := d.RevokeNext(false); st.Op != host.RevokeWait {
+		t.Fatalf("the revocation goes on (%v) while a message of the revoked partition is handled", st.Op)
 	}
-	d.Handled(f1, 5) // it passed the fence: it counts
-	if !d.RevokeReady([]uint32{1}) {
-		t.Fatal("the revocation waits after the message was handled")
+	d.Handled(f1, 5, t0) // it passed the fence: it counts
+	if st := d.RevokeNext(false); st.Op != host.RevokeCallback || !slices.Equal(st.Parts, []uint32{1}) {
+		t.Fatalf("after the message was handled: %+v, want OnRevoked([1])", st)
 	}
-	if got := d.Revoke([]uint32{1}); !maps.Equal(got, map[uint32]uint64{1: 5}) {
-		t.Fatalf("the revocation commits %v, want 1:5", got)
+	if st := d.RevokeNext(false); st.Op != host.RevokeCommit || !maps.Equal(st.Offsets, map[uint32]uint64{1: 5}) {
+		t.Fatalf("the revocation commits %+v, want 1:5", st)
+	}
+	if st := d.RevokeNext(false); st.Op != host.RevokeRelease || st.Gen != 2 {
+		t.Fatalf("after the commit: %+v, want the release of generation 2", st)
 	}
 	if d.AckGen() != 1 {
 		t.Fatal("generation 2 acknowledged before its revocation was released")
 	}
-	d.RevokeDone(2, true)
+	d.RevokeDone(true)
 	if d.AckGen() != 2 || d.Revoking() {
 		t.Fatalf("after the release: ack %d, want 2", d.AckGen())
 	}
@@ -83,7 +90,7 @@ func TestConsumerDriverRebalance(t *testing.T) {
 	if d.Deliver(f1) {
 		t.Fatal("a stopped fetch's message delivered")
 	}
-	d.Handled(f1, 7)
+	d.Handled(f1, 7, t0)
 	if got := d.ToCommit(); got[1] != 0 {
 		t.Fatalf("a stopped fetch's position counted: %v", got)
 	}
@@ -145,7 +152,7 @@ func TestConsumerDriverRejoinAndStall(t *testing.T) {
 	d.Assign([]uint32{0}, nil)
 	f, _ := d.Start(0)
 	d.Deliver(f)
-	if !d.Handled(f, 4) {
+	if !d.Handled(f, 4, t0) {
 		t.Fatal("CommitOnInterval's timer not armed by a first position")
 	}
 	if d.Stalled(t0.Add(2*time.Minute)) != true {
@@ -174,5 +181,191 @@ func TestConsumerDriverRejoinAndStall(t *testing.T) {
 	d.Joined(5)
 	if d.Uncommitted() || d.AckGen() != 5 {
 		t.Fatalf("a new membership keeps the old positions or generation: ack %d", d.AckGen())
+	}
+}
+
+// TestConsumerDriverIntervalCommit pins CommitOnInterval's deadline: a
+// first handled position is due CommitInterval after it was handled
+// (not after the timer happened to be armed), nothing is due before,
+// a round whose commit failed or left positions is due an interval
+// later, and no timer runs while none wait or under the other
+// policies.
+func TestConsumerDriverIntervalCommit(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	sec := time.Second
+	d := host.NewConsumerDriver(host.ConsumerDriverConfig{Group: true, Commit: host.CommitOnInterval,
+		MaxPollInterval: time.Minute, CommitInterval: sec}, t0)
+	d.Joined(1)
+	d.Assign([]uint32{0, 1}, nil)
+	fs := d.Assigned([]uint32{0, 1})
+	if _, ok := d.NextCommit(t0); ok {
+		t.Fatal("a commit timer runs while no position waits")
+	}
+	d.Fetched(fs[0], 20)
+	d.Deliver(fs[0])
+	if !d.Handled(fs[0], 10, t0) {
+		t.Fatal("a first handled position does not arm the timer")
+	}
+	d.Deliver(fs[1])
+	if d.Handled(fs[1], 3, t0.Add(400*time.Millisecond)) {
+		t.Fatal("a second position armed the timer again")
+	}
+	if wait, ok := d.NextCommit(t0.Add(300 * time.Millisecond)); !ok || wait != 700*time.Millisecond {
+		t.Fatalf("next commit in %v (%v), want 700ms: an interval after the first handling", wait, ok)
+	}
+	if _, due := d.IntervalCommit(t0.Add(999 * time.Millisecond)); due {
+		t.Fatal("an interval commit before the interval passed")
+	}
+	offsets, due := d.IntervalCommit(t0.Add(sec))
+	if !due || !maps.Equal(offsets, map[uint32]uint64{0: 10, 1: 3}) {
+		t.Fatalf("at the interval: %v (%v), want the handled positions 0:10 1:3 (not the fetch's 20)", offsets, due)
+	}
+	// The commit failed: the positions wait another interval.
+	if wait, ok := d.NextCommit(t0.Add(sec)); !ok || wait != sec {
+		t.Fatalf("after a failed round: next in %v (%v), want an interval", wait, ok)
+	}
+	if _, due := d.IntervalCommit(t0.Add(sec + 500*time.Millisecond)); due {
+		t.Fatal("a failed round retried before its interval")
+	}
+	offsets, _ = d.IntervalCommit(t0.Add(2 * sec))
+	d.Committed(offsets)
+	if _, ok := d.NextCommit(t0.Add(2 * sec)); ok {
+		t.Fatal("the timer runs on after everything was committed")
+	}
+	// A position handled long after starts its own interval.
+	d.Deliver(fs[0])
+	if !d.Handled(fs[0], 12, t0.Add(10*sec)) {
+		t.Fatal("a position handled after an idle spell does not arm the timer")
+	}
+	if wait, _ := d.NextCommit(t0.Add(10 * sec)); wait != sec {
+		t.Fatalf("next commit in %v, want an interval from the handling", wait)
+	}
+	for _, mode := range []host.CommitMode{host.CommitAfterBatch, host.CommitManual} {
+		o := host.NewConsumerDriver(host.ConsumerDriverConfig{Commit: mode, CommitInterval: sec}, t0)
+		o.Assign([]uint32{0}, nil)
+		f := o.Assigned([]uint32{0})[0]
+		o.Deliver(f)
+		if o.Handled(f, 1, t0) {
+			t.Fatalf("policy %d armed an interval timer", mode)
+		}
+		if _, due := o.IntervalCommit(t0.Add(time.Hour)); due {
+			t.Fatalf("policy %d made an interval commit", mode)
+		}
+	}
+}
+
+// TestConsumerDriverFetchFailed pins what a failed fetch does: a refusal
+// because the group moved on or the lease lapsed ends it (forgotten, the
+// owner refreshes); a position out of range starts over at the committed
+// offset at once, unless the reset policy is ResetError (fatal); a
+// topic, stream or group gone or the node closed is fatal; anything else
+// is retried after a doubling backoff, which the fetch's next answer
+// resets.
+func TestConsumerDriverFetchFailed(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	ms := time.Millisecond
+	d := host.NewConsumerDriver(host.ConsumerDriverConfig{Group: true, RetryMin: 10 * ms, RetryMax: 35 * ms}, t0)
+	d.Joined(1)
+	d.Assign([]uint32{0, 1, 2}, nil)
+	fs := d.Assigned([]uint32{0, 1, 2})
+	transient := errors.New("leader changed")
+	for i, want := range []time.Duration{10 * ms, 20 * ms, 35 * ms, 35 * ms} {
+		if st := d.FetchFailed(fs[0], transient); st.Op != host.FetchRetry || st.Wait != want {
+			t.Fatalf("failure %d: %+v, want a retry after %v", i+1, st, want)
+		}
+	}
+	d.Fetched(fs[0], 5)
+	if st := d.FetchFailed(fs[0], transient); st.Wait != 10*ms {
+		t.Fatalf("after an answer: wait %v, want the backoff started over at 10ms", st.Wait)
+	}
+	d.Fetched(fs[1], 40)
+	if st := d.FetchFailed(fs[1], fmt.Errorf("poll: %w", partition.ErrOffsetOutOfRange)); st.Op != host.FetchRetry || st.Wait != 0 {
+		t.Fatalf("out of range: %+v, want a retry at once", st)
+	}
+	if _, ok := d.From(fs[1]); ok {
+		t.Fatal("out of range: the fetch goes on from its position, not the committed offset")
+	}
+	for _, err := range []error{metadata.ErrNotAssigned, metadata.ErrStaleGeneration, metadata.ErrUnknownMember, metadata.ErrRebalanceInProgress} {
+		st := d.FetchFailed(fs[2], fmt.Errorf("poll: %w", err))
+		if st.Op != host.FetchEnd {
+			t.Fatalf("%v: %+v, want the fetch ended", err, st)
+		}
+		if _, ok := d.Fetching(2); ok {
+			t.Fatalf("%v: the fetch is still current", err)
+		}
+		d.Assign([]uint32{0, 1, 2}, nil)
+		fs[2] = d.Assigned([]uint32{2})[0]
+	}
+	if st := d.FetchFailed(fs[2], metadata.ErrNotAssigned); !st.Stopped {
+		t.Fatal("a current fetch ended without the owner told to stop it")
+	}
+	if st := d.FetchFailed(fs[2], transient); st.Op != host.FetchEnd || st.Stopped {
+		t.Fatalf("a stopped fetch's failure: %+v, want it ended, nothing to stop", st)
+	}
+	for _, err := range []error{metadata.ErrTopicNotFound, metadata.ErrStreamNotFound, metadata.ErrGroupNotFound, host.ErrClosed} {
+		if st := d.FetchFailed(fs[0], err); st.Op != host.FetchFatal {
+			t.Fatalf("%v: %+v, want fatal", err, st)
+		}
+	}
+	strict := host.NewConsumerDriver(host.ConsumerDriverConfig{ResetError: true}, t0)
+	strict.Assign([]uint32{0}, nil)
+	f := strict.Assigned([]uint32{0})[0]
+	if st := strict.FetchFailed(f, partition.ErrOffsetOutOfRange); st.Op != host.FetchFatal {
+		t.Fatalf("ResetError: out of range is %+v, want fatal", st)
+	}
+}
+
+// TestConsumerDriverRevocationSteps pins a revocation's order under
+// CommitManual and when the wait is given up: OnRevoked comes before
+// any commit and the release, the driver commits nothing itself under
+// CommitManual (the application commits in OnRevoked: its positions
+// are still there to commit until the commit step), a revocation whose
+// release was not answered acknowledges nothing and the next refresh
+// revokes again, and OnAssigned comes before a new partition's fetch.
+func TestConsumerDriverRevocationSteps(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	d := host.NewConsumerDriver(host.ConsumerDriverConfig{Group: true, Commit: host.CommitManual, MaxPollInterval: time.Minute}, t0)
+	d.Joined(1)
+	_, added := d.Assign([]uint32{0, 1}, nil)
+	if _, ok := d.Fetching(0); ok {
+		t.Fatal("a fetch started before the application was told of its partition")
+	}
+	fs := d.Assigned(added)
+	d.Follow(1, nil)
+	d.Deliver(fs[1])
+	d.Handled(fs[1], 8, t0)
+	d.Deliver(fs[1]) // a second message of 1 being handled
+	d.Assign([]uint32{0}, []uint32{1})
+	if !d.Follow(2, []uint32{1}) {
+		t.Fatal("no revocation")
+	}
+	if st := d.RevokeNext(false); st.Op != host.RevokeWait {
+		t.Fatalf("%+v, want a wait for the message being handled", st)
+	}
+	if st := d.RevokeNext(true); st.Op != host.RevokeCallback {
+		t.Fatalf("the wait given up: %+v, want OnRevoked", st)
+	}
+	if got := d.ToCommit(); !maps.Equal(got, map[uint32]uint64{1: 8}) {
+		t.Fatalf("inside OnRevoked the application can commit %v, want 1:8", got)
+	}
+	if st := d.RevokeNext(false); st.Op != host.RevokeCommit || len(st.Offsets) != 0 {
+		t.Fatalf("CommitManual: %+v, want a commit step of nothing", st)
+	}
+	if st := d.RevokeNext(false); st.Op != host.RevokeRelease || st.Gen != 2 {
+		t.Fatalf("%+v, want the release of generation 2", st)
+	}
+	d.RevokeDone(false)
+	if d.AckGen() != 1 || d.Revoking() {
+		t.Fatalf("an unanswered release: ack %d, revoking %v; want 1, none", d.AckGen(), d.Revoking())
+	}
+	if !d.Follow(2, []uint32{1}) {
+		t.Fatal("the next refresh does not revoke again")
+	}
+	if st := d.RevokeNext(false); st.Op != host.RevokeWait {
+		t.Fatalf("%+v, want a wait: the message is still being handled", st)
+	}
+	d.Refused(fs[1]) // the fence refused it: no message of 1 is handled now
+	if st := d.RevokeNext(false); st.Op != host.RevokeCallback {
+		t.Fatalf("%+v, want OnRevoked again (nothing being handled)", st)
 	}
 }

@@ -17,6 +17,7 @@ func init() {
 	brokenBuilds["testhooks.NoJoinConfChange"] = &testhooks.NoJoinConfChange
 	brokenBuilds["testhooks.CommitSkipsOffset"] = &testhooks.CommitSkipsOffset
 	brokenBuilds["testhooks.CommitBeforeHandled"] = &testhooks.CommitBeforeHandled
+	brokenBuilds["testhooks.IntervalCommitsFetched"] = &testhooks.IntervalCommitsFetched
 }
 
 // Serving parked frames stamped with another incarnation (instead of
@@ -79,4 +80,17 @@ func TestClusterCatchesNoDeliveryBeforeCommit(t *testing.T) {
 // the partition ends, or once the run settled (invariant 12).
 func TestClusterCatchesNoHandlingBeforeCommit(t *testing.T) {
 	expectCaughtIn(t, defaultMemberSeeds, consumerConfig, "testhooks.CommitBeforeHandled", 12)
+}
+
+// A consumer whose interval commit (CommitOnInterval) names where its
+// fetches stand rather than what its application handled commits the
+// batches queued for the application; one dropped after (its partition
+// revoked, the member's fence refusing it) is committed all the same.
+// The members draw their commit policy from the seed and step the
+// Consumer's own driver, whose deadline and offsets decide the interval
+// commit (host.ConsumerDriver.IntervalCommit): caught when a member's
+// next poll of the partition ends, or once the run settled (invariant
+// 12).
+func TestClusterCatchesIntervalCommitsFetched(t *testing.T) {
+	expectCaughtIn(t, defaultMemberSeeds, consumerConfig, "testhooks.IntervalCommitsFetched", 12)
 }

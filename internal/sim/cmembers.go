@@ -72,11 +72,21 @@ type gmember struct {
 	// Consumer's fetcher waits until the iterator takes its batch).
 	drv   *host.ConsumerDriver
 	queue []memberBatch
-	// The revocation running (revStep 0: none): its generation, its
-	// partitions, its next step.
-	revGen   uint64
-	revParts []uint32
-	revStep  int
+	// mode is the Consumer's commit policy, drawn per member from the
+	// seed. pollAfter is when a fetch whose poll failed may poll again
+	// (the driver's backoff, host.ConsumerDriver.FetchFailed), by
+	// fetcher ID.
+	mode      host.CommitMode
+	pollAfter map[uint64]time.Time
+	// What the application was told (its OnAssigned and OnRevoked):
+	// told, the partitions its OnAssigned named in this membership and
+	// no OnRevoked since; revokedTold, the partitions of the last
+	// OnRevoked, of generation revokedGen — a message is handed out
+	// only of a told partition, and a revocation releases only what
+	// OnRevoked named (behaviour 33's promises, invariant 9).
+	told        map[uint32]bool
+	revokedTold []uint32
+	revokedGen  uint64
 	// Of the command in flight: its kind and Now; of a poll, the fetch;
 	// of a commit, its offsets.
 	doing  string
@@ -103,11 +113,16 @@ type memberBatch struct {
 func (c *csim) startMembers() {
 	for i := range c.cfg.GroupMembers {
 		session := time.Duration(1500+c.rng.IntN(1500)) * time.Millisecond
+		// A Consumer under one of the three commit policies (interval:
+		// 20-500 ms), whose application never stalls (the member asks
+		// between its steps).
+		mode := host.CommitMode(c.rng.IntN(3))
+		interval := time.Duration(20+c.rng.IntN(480)) * time.Millisecond
 		m := &gmember{home: c.peers[i%len(c.peers)], GroupMember: host.GroupMember{Group: memberGroup, Session: session},
-			// A Consumer committing after each batch, whose application
-			// never stalls (the member asks between its steps).
-			drv: host.NewConsumerDriver(host.ConsumerDriverConfig{Group: true, Commit: host.CommitAfterBatch,
-				MaxPollInterval: time.Hour, SessionTimeout: session}, c.clk.Now())}
+			mode: mode, pollAfter: map[uint64]time.Time{}, told: map[uint32]bool{},
+			drv: host.NewConsumerDriver(host.ConsumerDriverConfig{Group: true, Commit: mode,
+				MaxPollInterval: time.Hour, SessionTimeout: session, CommitInterval: interval,
+				RetryMin: host.DefaultRetryBackoffMin, RetryMax: host.DefaultRetryBackoffMax}, c.clk.Now())}
 		c.clients = append(c.clients, &client{id: len(c.clients), member: m})
 	}
 }
@@ -284,6 +299,11 @@ func (c *csim) memberAct(cl *client) {
 			Member: fmt.Sprintf("m%d", cl.id), SessionTimeout: m.Session, Now: m.now, Revision: t.CreatedRevision})
 	case m.drv.Revoking():
 		c.memberRevoke(cl, home)
+	case c.memberIntervalCommit(cl, home, now):
+		// The Consumer's interval commit, due by the driver's deadline.
+	case m.mode == host.CommitManual && m.drv.Uncommitted() && c.rng.IntN(4) == 0:
+		// A CommitManual application calls Commit now and then.
+		c.memberCommit(cl, home, "commit", m.drv.ToCommit())
 	case now.Sub(m.lastBeat) >= m.Session/3:
 		// A heartbeat as a Consumer's: it acknowledges the generation
 		// whose revoked partitions the consumer released
@@ -334,55 +354,101 @@ func (c *csim) memberFollow(cl *client, meta *metadata.Store) {
 	}
 	held := slices.DeleteFunc(slices.Clone(v.Held), func(p uint32) bool { return slices.Contains(v.Revoking, p) })
 	_, added := m.drv.Assign(held, v.Revoking)
-	for _, p := range added {
-		m.drv.Start(p)
+	if len(added) > 0 {
+		// OnAssigned, then the fetches (host.ConsumerDriver.Assigned).
+		for _, p := range added {
+			m.told[p] = true
+		}
+		c.event("member %d (id %d gen %d) OnAssigned %v", cl.id, m.ID, m.Gen, added)
+		m.drv.Assigned(added)
 	}
 	if m.drv.Follow(m.Gen, v.Revoking) {
-		m.revGen, m.revParts, m.revStep = m.Gen, slices.Clone(v.Revoking), revokeCommit
 		c.ops.MemberRevokes++
-		c.event("member %d (id %d) revokes %v of generation %d", cl.id, m.ID, m.revParts, m.revGen)
+		c.event("member %d (id %d) revokes %v of generation %d", cl.id, m.ID, v.Revoking, m.Gen)
 	}
 }
 
-// Steps of a member's revocation.
-const (
-	revokeCommit  = iota + 1 // commit the revoked partitions' handled positions
-	revokeRelease            // acknowledge the generation, which releases them
-)
-
-// memberRevoke runs the next step of member cl's revocation, as a
-// Consumer's revoke does: commit the revoked partitions' handled
-// positions (host.ConsumerDriver.Revoke; the application handles no
-// message between the member's steps, so it waits for none), then the
-// heartbeat acknowledging the revocation's generation, whose answer
-// ends it (RevokeDone).
+// memberRevoke runs member cl's revocation up to its next operation,
+// in the steps a Consumer's revoke takes (host.ConsumerDriver.RevokeNext;
+// the application handles no message between the member's steps, so the
+// wait ends at once): OnRevoked — a CommitManual application commits
+// its handled positions there, half the time —, the commit of the
+// revoked partitions' handled positions, then the heartbeat
+// acknowledging the revocation's generation, whose answer ends it
+// (RevokeDone). A release of partitions OnRevoked did not name breaks
+// behaviour 33's promise (invariant 9).
 func (c *csim) memberRevoke(cl *client, home *cnode) {
 	m := cl.member
-	if m.revStep == revokeCommit {
-		m.revStep = revokeRelease
-		if offsets := m.drv.Revoke(m.revParts); len(offsets) > 0 {
-			m.commit = offsets
-			c.memberMeta(cl, home, "revoke-commit", m.Commit(m.Gen, groupOffsets(offsets), m.now))
+	for {
+		st := m.drv.RevokeNext(false)
+		switch st.Op {
+		case host.RevokeWait:
+			c.fail(0, "member %d: its revocation waits for a message the application is not handling", cl.id)
+			return
+		case host.RevokeCallback:
+			for _, p := range st.Parts {
+				delete(m.told, p)
+			}
+			m.revokedTold, m.revokedGen = st.Parts, st.Gen
+			c.event("member %d (id %d gen %d) OnRevoked %v", cl.id, m.ID, m.Gen, st.Parts)
+			if m.mode == host.CommitManual && m.drv.Uncommitted() && c.rng.IntN(2) == 0 {
+				c.memberCommit(cl, home, "commit", m.drv.ToCommit())
+				return
+			}
+		case host.RevokeCommit:
+			if len(st.Offsets) > 0 {
+				m.commit = st.Offsets
+				c.memberMeta(cl, home, "revoke-commit", m.Commit(m.Gen, groupOffsets(st.Offsets), m.now))
+				return
+			}
+		case host.RevokeRelease:
+			if m.revokedGen != st.Gen || !slices.Equal(m.revokedTold, st.Parts) {
+				c.fail(9, "member %d (id %d) releases %v of generation %d; its application's last OnRevoked named %v of generation %d",
+					cl.id, m.ID, st.Parts, st.Gen, m.revokedTold, m.revokedGen)
+				return
+			}
+			m.lastBeat = c.clk.Now()
+			renew, cmd := m.Heartbeat(home.meta, st.Gen, m.now)
+			if renew {
+				c.memberLease(cl, home, "release")
+				return
+			}
+			c.memberMeta(cl, home, "release", cmd)
 			return
 		}
 	}
-	m.lastBeat = c.clk.Now()
-	renew, cmd := m.Heartbeat(home.meta, m.revGen, m.now)
-	if renew {
-		c.memberLease(cl, home, "release")
-		return
-	}
-	c.memberMeta(cl, home, "release", cmd)
 }
 
-// revoked ends member m's revocation: released reports whether its
-// generation's acknowledgement was answered.
-func (c *csim) revoked(m *gmember, released bool) {
-	if m.revStep == 0 {
-		return
+// memberIntervalCommit starts member cl's interval commit, if the
+// driver says it is due (host.ConsumerDriver.IntervalCommit), and
+// reports whether it did.
+func (c *csim) memberIntervalCommit(cl *client, home *cnode, now time.Time) bool {
+	m := cl.member
+	if m.mode != host.CommitOnInterval {
+		return false
 	}
-	m.drv.RevokeDone(m.revGen, released)
-	m.revStep, m.revParts = 0, nil
+	offsets, due := m.drv.IntervalCommit(now)
+	if !due || len(offsets) == 0 {
+		return false
+	}
+	c.memberCommit(cl, home, "commit", offsets)
+	return true
+}
+
+// memberCommit starts a Consumer's commit of offsets (what a commit
+// names: ToCommit's, or an interval commit's).
+func (c *csim) memberCommit(cl *client, home *cnode, what string, offsets map[uint32]uint64) {
+	m := cl.member
+	m.commit = offsets
+	c.memberMeta(cl, home, what, m.Commit(m.Gen, groupOffsets(offsets), m.now))
+}
+
+// revoked ends member m's revocation, if one runs: released reports
+// whether its generation's acknowledgement was answered.
+func (c *csim) revoked(m *gmember, released bool) {
+	if m.drv.Revoking() {
+		m.drv.RevokeDone(released)
+	}
 }
 
 // memberGone records that member m's membership ended (expired, left,
@@ -401,7 +467,12 @@ func (c *csim) memberGone(m *gmember) {
 func (c *csim) memberPoll(cl *client, home *cnode) {
 	m := cl.member
 	var parts []uint32
+	now := c.clk.Now()
 	for _, p := range m.drv.Partitions() {
+		f, _ := m.drv.Fetching(p)
+		if now.Before(m.pollAfter[f.ID]) {
+			continue // its backoff after a failed poll
+		}
 		if !slices.ContainsFunc(m.queue, func(b memberBatch) bool { return b.f.Part == p }) {
 			parts = append(parts, p)
 		}
@@ -411,8 +482,7 @@ func (c *csim) memberPoll(cl *client, home *cnode) {
 	}
 	f, _ := m.drv.Fetching(parts[c.rng.IntN(len(parts))])
 	if err := c.memberFence(m, home, f.Part); err != nil {
-		m.drv.Stopped(f)         // Member.Poll refused it: the fetch ends
-		m.lastBeat = time.Time{} // and the Consumer refreshes
+		c.memberFetchFailed(cl, f, err) // Member.Poll refused it
 		return
 	}
 	ns, err := metadata.NewNamespace(m.Stream, m.Topic, f.Part)
@@ -465,13 +535,18 @@ func (c *csim) memberDeliver(cl *client, home *cnode) {
 			c.event("member %d (id %d gen %d) drops messages of %d from %d: %v", cl.id, m.ID, m.Gen, b.f.Part, msg.Offset, err)
 			break
 		}
+		if !m.told[b.f.Part] {
+			c.fail(9, "member %d (id %d, generation %d) handed its application message %d of partition %d before its OnAssigned named it (or after its OnRevoked)",
+				cl.id, m.ID, m.Gen, msg.Offset, b.f.Part)
+			return
+		}
 		if committed, node := c.groupCommitted(m, b.f.Part); msg.Offset < committed {
 			c.fail(9, "member %d (id %d, generation %d, on n%d) handed its application message %d of partition %d; the group's committed offset is %d (applied on n%d)",
 				cl.id, m.ID, m.Gen, m.home, msg.Offset, b.f.Part, committed, node)
 			return
 		}
 		handled = append(handled, msg.Offset)
-		m.drv.Handled(b.f, msg.Offset+1)
+		m.drv.Handled(b.f, msg.Offset+1, c.clk.Now())
 	}
 	if len(handled) > 0 {
 		c.ops.MemberDelivered += len(handled)
@@ -481,8 +556,7 @@ func (c *csim) memberDeliver(cl *client, home *cnode) {
 		return
 	}
 	if offsets := m.drv.ToCommit(); len(offsets) > 0 {
-		m.commit = offsets
-		c.memberMeta(cl, home, "commit", m.Commit(m.Gen, groupOffsets(offsets), m.now))
+		c.memberCommit(cl, home, "commit", offsets)
 	}
 }
 
@@ -653,12 +727,11 @@ func (c *csim) memberDoneOf(cl *client, o *op) {
 	f := m.fetch
 	switch {
 	case o.outcome != outcomeOK:
-		if errors.Is(o.err, partition.ErrOffsetOutOfRange) {
-			m.drv.Reset(f) // truncation passed its position
-		}
+		c.memberFetchFailed(cl, f, o.err)
 		return
 	case len(o.resp.Messages) == 0:
 		m.drv.Fetched(f, o.resp.Offset)
+		delete(m.pollAfter, f.ID)
 		return
 	}
 	var err error
@@ -671,17 +744,39 @@ func (c *csim) memberDoneOf(cl *client, o *op) {
 		c.ops.MemberFenced++
 		c.event("member %d (id %d gen %d) drops %d messages of %d at %d: %v", cl.id, m.ID, m.Gen,
 			len(o.resp.Messages), f.Part, o.resp.Messages[0].Offset, errString(err))
-		m.drv.Stopped(f)
-		m.lastBeat = time.Time{}
+		if err == nil {
+			err = metadata.ErrUnknownMember // its node stopped under it: the member is gone with it
+		}
+		c.memberFetchFailed(cl, f, err)
 		return
 	}
 	m.queue = append(m.queue, memberBatch{f: f, msgs: o.resp.Messages})
 	m.drv.Fetched(f, o.resp.Offset)
+	delete(m.pollAfter, f.ID)
 	if len(m.queue) == 1 && c.rng.IntN(2) == 0 {
 		// The application was waiting for a message (a Consumer's
 		// iterator, asking): it takes the batch at once. Else it is
 		// busy, and takes it at a later step.
 		c.memberDeliver(cl, home)
+	}
+}
+
+// memberFetchFailed does what the Consumer's driver decides after fetch
+// f's poll failed with err (host.ConsumerDriver.FetchFailed): poll again
+// after its backoff, end the fetch and refresh, or end the consumer —
+// the application starts a new one, which joins as a new member.
+func (c *csim) memberFetchFailed(cl *client, f host.Fetcher, err error) {
+	m := cl.member
+	st := m.drv.FetchFailed(f, err)
+	c.event("member %d (id %d gen %d) fetch of %d failed (%v): %v after %v", cl.id, m.ID, m.Gen, f.Part, err, st.Op, st.Wait)
+	switch st.Op {
+	case host.FetchRetry:
+		m.pollAfter[f.ID] = c.clk.Now().Add(st.Wait)
+	case host.FetchEnd:
+		delete(m.pollAfter, f.ID)
+		m.lastBeat = time.Time{} // the Consumer refreshes
+	case host.FetchFatal:
+		c.memberGone(m)
 	}
 }
 
@@ -707,6 +802,8 @@ func (c *csim) memberMetaDone(cl *client, home *cnode, o *op) {
 		c.revoked(m, false)
 		m.ID, m.Gen, m.Confirmed, m.lastBeat = o.meta.result.Member, 0, m.now, c.clk.Now()
 		m.queue = nil
+		clear(m.told) // a new membership: its OnAssigned names what it holds
+		clear(m.pollAfter)
 		if v, err := home.meta.MemberOf(m.Stream, m.Topic, memberGroup, m.ID, 0); err == nil {
 			m.Adopt(v)
 		}
@@ -744,8 +841,7 @@ func (c *csim) memberMetaDone(cl *client, home *cnode, o *op) {
 				held = v.Held
 			}
 			if retry := m.drv.Rebalanced(offsets, held); len(retry) > 0 {
-				m.commit = retry
-				c.memberMeta(cl, home, "commit-again", m.Commit(m.Gen, groupOffsets(retry), m.now))
+				c.memberCommit(cl, home, "commit-again", retry)
 			}
 		}
 	}

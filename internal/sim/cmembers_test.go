@@ -62,7 +62,7 @@ func TestClusterGroupMembers(t *testing.T) {
 			t.Errorf("seed %d: trace hash %x, then %x", list[0], runs[0].res.TraceHash, again.TraceHash)
 		}
 	}
-	if ops.MemberDelivered == 0 {
+	if ops.MemberDelivered == 0 && !replay {
 		t.Errorf("no member delivered anything: the scenario did not run")
 	}
 	t.Logf("%d seeds: members delivered %d messages, fenced %d answers, ran %d revocations, renewed %d leases, %d expired; faults %+v",
@@ -77,7 +77,8 @@ func TestClusterGroupMembers(t *testing.T) {
 // make it, and the ordinary clients' random deletes of the members' topic
 // end cut scenarios early (with leases at the metadata leader, seed 7
 // caught it, none of 0-79 with the default clients; with the members
-// stepping the Consumer's driver, seed 6).
+// stepping the Consumer's driver, seed 6; with their commit policies
+// drawn from the seed, seed 14).
 func unfencedConfig(seed uint64) sim.Config {
 	cfg := memberConfig(seed)
 	cfg.Faults.Net.OneWay, cfg.Faults.Net.Clog = 0, 0
@@ -129,7 +130,7 @@ func TestClusterGroupMembersCatchUnfencedDelivery(t *testing.T) {
 	// The seeds that caught it on the current tree go first (the run
 	// stops at the first catch); the rest of 0..99 stays behind them, as
 	// any change to the traces moves which seeds catch it.
-	list := []uint64{6}
+	list := []uint64{14}
 	for i := range uint64(10 * defaultMemberSeeds) {
 		if !slices.Contains(list, i) {
 			list = append(list, i)

@@ -504,10 +504,15 @@
 //     (the member's revocation commits it, then acknowledges). No message below the
 //     group's committed offset (the largest any node has applied for the
 //     group's incarnation) may reach an application
-//     (Result.Ops.MemberDelivered, MemberFenced count the outcomes). The
-//     members are opt-in, so that the default seeds' traces stay as they
-//     are; their seeds run with the network faults only (no disk faults,
-//     crashes, joins or removals, which stall the metadata log). A join
+//     (Result.Ops.MemberDelivered, MemberFenced count the outcomes), and
+//     an application is handed a partition's messages only after its
+//     OnAssigned named the partition and before its OnRevoked did, and a
+//     revocation releases only what OnRevoked named. One default
+//     cluster seed in three has three members (DefaultClusterConfig),
+//     under every default fault; the member seeds
+//     (TestClusterGroupMembers) run more of them, with the network
+//     faults only (no disk faults, crashes, joins or removals, which
+//     stall the metadata log) and five times the partitions and stops. A join
 //     storm (Config.MemberPartitions, TestClusterGroupJoinStorm): many
 //     members on a topic of their own all join at once, each join a
 //     generation moving partitions from live members in two steps; its
@@ -537,11 +542,16 @@
 //     nothing, where a poll starts, the commit, the generation adopted)
 //     and step a parkway.Consumer's (host.ConsumerDriver: which
 //     partitions they fetch after an assignment changes and where each
-//     fetch starts, the batches queued for the application and handed
-//     out message by message through the fence, the handled positions
-//     committed after each batch, the revocation that commits a
-//     partition's positions and then releases it, the generation a
-//     heartbeat acknowledges); checked also when a member's commit ends.
+//     fetch starts, what a failed poll does next (retry after the fetch's
+//     backoff, end the fetch, end the consumer), the batches queued for
+//     the application and handed out message by message through the
+//     fence, the handled positions and when to commit them under the
+//     member's commit policy — drawn from the seed: after each batch,
+//     on the interval's deadline, or when the application asks (now
+//     and then, and in OnRevoked) —, the revocation's steps (OnRevoked,
+//     the commit of its partitions' positions, the release), the
+//     generation a heartbeat acknowledges); checked also when a
+//     member's commit ends.
 //     The consumer seeds (TestClusterGroupConsumers) put the members on
 //     a topic of eight partitions of their own, so each holds several.
 //

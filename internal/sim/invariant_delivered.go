@@ -25,7 +25,7 @@ var invDelivered = invariant{
 	behaviour: "23, 33",
 	settled:   inCluster((*csim).checkAllDelivered),
 	online:    "every poll and commit a member ends (cmembers.go)",
-	caughtBy:  []string{"testhooks.CommitSkipsOffset", "testhooks.CommitBeforeHandled"},
+	caughtBy:  []string{"testhooks.CommitSkipsOffset", "testhooks.CommitBeforeHandled", "testhooks.IntervalCommitsFetched"},
 }
 
 // deliveryKey names a partition of the members' group in one incarnation

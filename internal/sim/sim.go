@@ -222,10 +222,10 @@ type Config struct {
 	// Clients is the number of concurrent clients (default 6).
 	Clients int
 	// GroupMembers is the number of consumer group members in cluster
-	// mode (default 0): clients homed on the nodes in turn that share a
-	// consumer group as parkway.Consumer members do (cmembers.go,
-	// invariant 9). They are opt-in so that the default seeds' traces
-	// stay as they are.
+	// mode: clients homed on the nodes in turn that share a consumer
+	// group as parkway.Consumer members do, each under a commit policy
+	// drawn from the seed (cmembers.go, invariants 9 and 12). 0 has
+	// none; DefaultClusterConfig gives every third seed three.
 	GroupMembers int
 	// MemberPartitions, when not 0, gives the members a topic of their
 	// own with that many partitions (stream "storm", topic "t", created
@@ -290,14 +290,28 @@ func DefaultClusterFaults() FaultRates {
 // DefaultClusterConfig is the configuration of the default cluster seeds:
 // three nodes, or five for one seed in four (where the default
 // replication factor, three, leaves every partition off two nodes),
-// DefaultClusterFaults.
+// DefaultClusterFaults, and three consumer group members on one seed in
+// three.
 func DefaultClusterConfig(seed uint64) Config {
 	nodes := 3
 	if seed%4 == 3 {
 		nodes = 5
 	}
-	return Config{Seed: seed, Nodes: nodes, Faults: DefaultClusterFaults()}
+	cfg := Config{Seed: seed, Nodes: nodes, Faults: DefaultClusterFaults()}
+	if seed%memberSeedEvery == 1 {
+		cfg.GroupMembers = defaultGroupMembers
+	}
+	return cfg
 }
+
+// Group members in the default cluster seeds: defaultGroupMembers on
+// every memberSeedEvery-th seed (those of seed%memberSeedEvery == 1,
+// three- and five-node ones alike). Members on every seed cost a
+// quarter more CPU per sweep; on a third, under a tenth.
+const (
+	memberSeedEvery     = 3
+	defaultGroupMembers = 3
+)
 
 const (
 	defaultSteps        = 2000
@@ -588,7 +602,12 @@ func replayCommand(cfg Config) string {
 		return ReplayCommand(cfg.Seed)
 	}
 	cmd := ClusterReplayCommand(cfg.Seed)
-	if cfg.GroupMembers > 0 {
+	// A default seed's members (DefaultClusterConfig's, under the
+	// default faults) replay with it; other member runs are the member
+	// seeds'.
+	f := cfg.Faults
+	f.SpareMetadataLog = false // a flag of the replay, below
+	if cfg.GroupMembers > 0 && f != DefaultClusterFaults() {
 		cmd = fmt.Sprintf("go test ./internal/sim -run TestClusterGroupMembers -sim.seed=%d", cfg.Seed)
 	}
 	if cfg.Faults.SpareMetadataLog {

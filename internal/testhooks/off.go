@@ -13,12 +13,13 @@ var ServeStaleParked off
 // NoTermStep and NoForwardBudget are off for good in this build, like
 // ServeStaleParked.
 var (
-	NoTermStep          off
-	NoForwardBudget     off
-	NoReadIndexWait     off
-	NoJoinConfChange    off
-	CommitSkipsOffset   off
-	CommitBeforeHandled off
+	NoTermStep             off
+	NoForwardBudget        off
+	NoReadIndexWait        off
+	NoJoinConfChange       off
+	CommitSkipsOffset      off
+	CommitBeforeHandled    off
+	IntervalCommitsFetched off
 )
 
 // off is a switch that cannot be set: Load is the constant false, so a

@@ -52,4 +52,13 @@ var (
 	// never read by the group. Read in host's ConsumerDriver.Fetched,
 	// once per batch.
 	CommitBeforeHandled atomic.Bool
+	// IntervalCommitsFetched, when set, makes a consumer's interval
+	// commit (CommitOnInterval) name where each of its fetches stands —
+	// past batches fetched but not handed to the application yet —
+	// instead of the positions the application handled: a batch dropped
+	// after (its partition revoked, the member's fence refusing it) is
+	// committed by the timer, and its messages are never read by the
+	// group. Read in host's ConsumerDriver.IntervalCommit, once per
+	// interval commit.
+	IntervalCommitsFetched atomic.Bool
 )
