@@ -276,7 +276,7 @@ func (c *csim) convergedExcept(skip func(id uint64, ns metadata.Namespace) bool)
 		key := incKey{p.NS, p.CreatedRevision}
 		rl := c.oracle[key]
 		if rl == nil {
-			if skip != nil && !slices.ContainsFunc(c.replicasOf(p), func(n *cnode) bool { return !skip(n.id, p.NS) }) {
+			if skip != nil && !slices.ContainsFunc(c.replicasOf(p), func(n *node) bool { return !skip(n.id, p.NS) }) {
 				continue
 			}
 			return fmt.Sprintf("%v built nowhere", key)
@@ -508,7 +508,7 @@ func (c *csim) finalOffsets(key incKey) {
 }
 
 // finalRead issues a read of ns from 0 on n (no client).
-func (c *csim) finalRead(n *cnode, ns metadata.Namespace) *op {
+func (c *csim) finalRead(n *node, ns metadata.Namespace) *op {
 	c.nextOp++
 	o := &op{id: c.nextOp, kind: kindPoll, ns: ns, count: 1 << 20, home: n, local: true}
 	c.allOps = append(c.allOps, o)

@@ -134,7 +134,7 @@ func (s *sim) restart() {
 	s.event("RESTART gen=%d inflight=%d", old.gen, len(s.inflight))
 	s.abandonInflight()
 	old.close()
-	s.n = s.openNode()
+	s.n = s.openNode(old)
 }
 
 // settleRound steps every shard until idle, retries what is due, and runs
@@ -389,7 +389,7 @@ func (s *sim) linearizeOp(o *op) (incKey, linIn, linOut, bool) {
 		// fence), so at some point while the operation ran. In flight at
 		// a crash, no shard served it (answers are collected after every
 		// engine action, crashes fall between them): it had no effect.
-		key, ok := s.placeServed(o, s.incs, "", out)
+		key, ok := s.placeServed(o, s.n.incs, "", out)
 		return key, in, out, ok
 	}
 	in := linIn{kind: o.kind}

@@ -22,7 +22,6 @@ import (
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
-	"github.com/parkway-io/parkway/reconciler"
 	"github.com/parkway-io/parkway/router"
 	"github.com/parkway-io/parkway/shard"
 	"github.com/parkway-io/parkway/transport"
@@ -86,8 +85,8 @@ type csim struct {
 	// ran but those removed (cremove.go), which are in gone.
 	peers    []uint64
 	founders []uint64
-	nodes    []*cnode
-	gone     []*cnode
+	nodes    []*node
+	gone     []*node
 
 	nextSeq  uint64
 	metaDone []metaAnswer
@@ -153,75 +152,6 @@ type csim struct {
 	// lies are the liar's lies (clie.go), nil when FaultRates.Lie is 0.
 	lies *lies
 	liar uint64
-}
-
-// cnode is one simulated cluster node.
-type cnode struct {
-	c   *csim
-	id  uint64
-	mem *vfs.MemFS
-	inj *injector
-	// ep is the node's network endpoint (the simulator's to close on a
-	// crash); the engine sends through the outbox wrapper around it.
-	ep  transport.Bus
-	eng *host.Engine
-	// peers is the node's Cluster.Peers: the founders, or for a node
-	// that joined, the nodes running when it started, itself included
-	// (its engine runs with Cluster.Join). joined is set once a member
-	// has applied its addition (always for a founder): clients use it
-	// from then on.
-	peers  []uint64
-	join   bool
-	joined bool
-
-	meta *metadata.Store
-	// metaRev is meta's revision after the last command or snapshot this
-	// node applied: a command that leaves it is a no-op.
-	metaRev uint64
-	// metaTickAt is when the metadata group's next tick is due;
-	// metaTickErr when a tick last found the member down.
-	metaTickAt  time.Time
-	metaTickErr time.Time
-	// waits are the metadata proposals clients made through this node,
-	// with the channel each outcome arrives on.
-	waits []metaWait
-
-	store  *cstore
-	rt     *router.Router[shard.Frame]
-	shards []*shard.Shard
-	recs   []reconciler.Reconciler
-	passes
-	busy []bool
-	// clk is the node's own clock (clock.go); clocks are the shards'
-	// views of it, which know when each shard's raft tick is due.
-	clk    *nodeClock
-	clocks []*watchedClock
-	// shadow mirrors each shard's inbox, in order: the client attempt of
-	// each queued frame, nil for replication traffic (catchUpFrame for a
-	// catch-up frame).
-	shadow [][]*attempt
-	// fetching is set while a shard handles a catch-up frame: the reads
-	// it makes serve a peer's fetch, not a client.
-	fetching bool
-	m        *metrics.Metrics
-	outbox   []transport.Message
-
-	// incs is this node's view of when incarnations were committed.
-	incs *timeline
-	// lastServe: per namespace, the incarnation that last served a client
-	// request here.
-	lastServe map[metadata.Namespace]uint64
-	// stored lists the consumer offsets stored during the current action.
-	stored []storeRecord
-
-	stopped       bool
-	stopUntil     time.Time
-	diskFullUntil time.Time
-	// down: the node crashed and is not running; it restarts on its disk
-	// at restartAt.
-	down      bool
-	restartAt time.Time
-	gen       int
 }
 
 func runCluster(cfg Config) (Result, error) {
@@ -310,9 +240,7 @@ func (c *csim) run() {
 func (c *csim) close() {
 	for _, n := range slices.Concat(c.nodes, c.gone) {
 		n.inj.dead = true // what shutdown writes reaches nothing anyone checks
-		if n.eng != nil {
-			_ = n.eng.Close()
-		}
+		n.close()
 	}
 	_ = c.net.Close()
 }
@@ -343,8 +271,8 @@ func (c *csim) result() Result {
 // openNode builds node id on disk mem with host.New, as parkway.Open
 // builds a cluster node with a DataDir, in manual mode. Faults are held
 // off while it opens.
-func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *cnode) *cnode {
-	n := &cnode{c: c, id: id, mem: mem, ep: ep, m: metrics.New(), incs: newTimeline(),
+func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *node) *node {
+	n := &node{b: &c.base, c: c, id: id, mem: mem, ep: ep, m: metrics.New(), incs: newTimeline(),
 		lastServe: make(map[metadata.Namespace]uint64)}
 	if prev != nil {
 		// The node's view of incarnations and what served it carry over:
@@ -386,11 +314,10 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *cnode
 		MetadataSnapshotEvery: metaSnapshotEvery,
 		WrapStore: func(st partition.Store, meta *metadata.Store) partition.Store {
 			n.meta = meta
-			n.store = &cstore{n: n, inner: st}
-			return n.store
+			return &cstore{n: n, inner: st}
 		},
 		WrapSender: func(i int, sh *shard.Shard) router.Sender[shard.Frame] {
-			return &cmirror{n: n, i: i, sh: sh}
+			return &mirror{n: n, i: i, sh: sh}
 		},
 		Park:            shard.ParkLimits{MaxAge: parkMaxAge(c.cfg.Seed)},
 		Defaults:        metadata.TopicConfig{Fsync: metadata.FsyncAlways},
@@ -440,7 +367,7 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *cnode
 
 // nodeFS is n's filesystem: its disk behind its fault injector (and,
 // under BreakIdentityCheck on a wrong disk, without its IDENTITY file).
-func (c *csim) nodeFS(n *cnode) vfs.FS {
+func (c *csim) nodeFS(n *node) vfs.FS {
 	var inj errorfs.Injector = n.inj
 	if c.wrongDisk && BreakIdentityCheck.Load() {
 		identity := path.Join(dataDir, "IDENTITY")
@@ -463,7 +390,7 @@ func (c *csim) newNodeClock() *nodeClock {
 }
 
 // node is member id (nil: no such member, or removed).
-func (c *csim) node(id uint64) *cnode {
+func (c *csim) node(id uint64) *node {
 	id = metadata.NodeOf(id) // a replica's raft id names its node
 	for _, n := range c.nodes {
 		if n.id == id {
@@ -482,18 +409,6 @@ func (c *csim) memberIDs() []uint64 {
 	return out
 }
 
-// diskFault implements faultSink.
-func (n *cnode) diskFault(enospc bool, what string, op errorfs.Op) {
-	c := n.c
-	if enospc {
-		c.faults.DiskFull++
-		c.event("n%d fault ENOSPC %v %s", n.id, op.Kind, op.Path)
-		return
-	}
-	c.faults.DiskError++
-	c.event("n%d fault EIO (%s) %v %s", n.id, what, op.Kind, op.Path)
-}
-
 // outboxBus is the engine's transport: it holds what the engine sends
 // until the action that sent it returns. A shard ticks its groups in map
 // order, so the order in which one step's messages of different groups
@@ -501,7 +416,7 @@ func (n *cnode) diskFault(enospc bool, what string, op errorfs.Op) {
 // order, keeping each group's own order, before the network (whose fault
 // PCG draws per message) sees them. The endpoint itself belongs to the
 // simulator, which closes it when the node crashes.
-type outboxBus struct{ n *cnode }
+type outboxBus struct{ n *node }
 
 func (b *outboxBus) Send(m transport.Message) error {
 	m.From = transport.NodeID(b.n.id)
@@ -526,7 +441,7 @@ func (b *outboxBus) Recv() <-chan transport.Message { return b.n.ep.Recv() }
 func (b *outboxBus) ID() transport.NodeID           { return transport.NodeID(b.n.id) }
 func (b *outboxBus) Close() error                   { return nil }
 
-func (n *cnode) flushOutbox() {
+func (n *node) flushOutbox() {
 	if len(n.outbox) == 0 {
 		return
 	}
@@ -576,64 +491,6 @@ func describeMsg(m transport.Message) string {
 	return fmt.Sprintf("kind=%d group=%d", m.Kind, m.Group)
 }
 
-// cmirror is the router's view of shard i of node n: it forwards to the
-// shard and records every frame the inbox takes.
-type cmirror struct {
-	n  *cnode
-	i  int
-	sh *shard.Shard
-}
-
-// TrySend implements router.Sender.
-func (m *cmirror) TrySend(f shard.Frame) error {
-	c := m.n.c
-	err := m.sh.TrySend(f)
-	var a *attempt
-	if isFlood(f.Req) {
-		// A misbehaving member's forwarded request (cpeer.go).
-		if err == nil {
-			m.n.shadow[m.i] = append(m.n.shadow[m.i], floodFrame)
-		}
-		c.event("n%d enqueue shard=%d flood %d err=%v", m.n.id, m.i, f.Req.Seq, errString(err))
-		return err
-	}
-	if op := f.Req.Op; op != shard.OpRaft && op != shard.OpCatchUp {
-		if a = c.attempts[f.Req]; a == nil {
-			switch {
-			case c.delivering != nil && sameRequest(c.delivering.req, f.Req):
-				// A forwarded attempt, decoded from the bus.
-				a = c.delivering
-				c.attempts[f.Req] = a
-			case !c.fromBus:
-				c.fail(0, "n%d shard %d was sent a frame the simulator did not issue", m.n.id, m.i)
-				return err
-			default:
-				// A forwarded request whose forward is gone (its sender
-				// restarted, the request delayed on the bus): nobody
-				// waits for its answer.
-				if err == nil {
-					m.n.shadow[m.i] = append(m.n.shadow[m.i], floodFrame)
-				}
-				c.event("n%d enqueue shard=%d stray forwarded %v err=%v", m.n.id, m.i, f.Req.Op, errString(err))
-				return err
-			}
-		}
-	}
-	if err == nil {
-		q := a
-		if f.Req.Op == shard.OpCatchUp {
-			q = catchUpFrame
-		}
-		m.n.shadow[m.i] = append(m.n.shadow[m.i], q)
-	}
-	if a != nil {
-		c.event("n%d enqueue shard=%d a=%d err=%v", m.n.id, m.i, a.id, errString(err))
-	} else if err != nil {
-		c.event("n%d enqueue shard=%d %v %v err=%v", m.n.id, m.i, f.Req.Op, f.Req.NS, errString(err))
-	}
-	return err
-}
-
 // catchUpFrame marks a catch-up frame in an inbox mirror, floodFrame a
 // request of a misbehaving member's flood.
 var (
@@ -677,7 +534,7 @@ func (c *csim) afterAction() {
 // unit is one piece of engine work the scheduler may pick.
 type unit struct {
 	kind uint8
-	n    *cnode
+	n    *node
 	i    int
 }
 
@@ -830,7 +687,7 @@ func (c *csim) nextDue() (time.Duration, bool) {
 // deliver receives up to k messages from n's endpoint and hands each to
 // the engine's Deliver: partition traffic goes into the router (a full
 // inbox drops it: raft re-sends), metadata traffic into the metadata group.
-func (c *csim) deliver(n *cnode, k int) {
+func (c *csim) deliver(n *node, k int) {
 	for range k {
 		var m transport.Message
 		var ok bool
@@ -850,7 +707,7 @@ func (c *csim) deliver(n *cnode, k int) {
 }
 
 // receive hands m to n's engine; it reports false on a violation.
-func (c *csim) receive(n *cnode, m transport.Message) bool {
+func (c *csim) receive(n *node, m transport.Message) bool {
 	if m.Kind == host.KindRequest {
 		if a := c.fwds[fwdKey{uint64(m.From), m.Group}]; a != nil && a.node.id == n.id {
 			c.delivering = a
@@ -871,7 +728,7 @@ func (c *csim) receive(n *cnode, m transport.Message) bool {
 
 // stepShard steps shard i of n once: the head of its inbox mirror, or
 // (inbox empty) a due raft tick.
-func (c *csim) stepShard(n *cnode, i int) {
+func (c *csim) stepShard(n *node, i int) {
 	var a *attempt
 	queued, fetch := false, false
 	if q := n.shadow[i]; len(q) > 0 {
@@ -909,7 +766,7 @@ func (c *csim) stepShard(n *cnode, i int) {
 }
 
 // reconcile runs one pass of shard i's reconciler on n.
-func (c *csim) reconcile(n *cnode, i int) {
+func (c *csim) reconcile(n *node, i int) {
 	n.busy[i] = true
 	rep, err := n.recs[i].Reconcile(c.ctx)
 	n.busy[i] = false
@@ -931,7 +788,7 @@ func (c *csim) reconcile(n *cnode, i int) {
 }
 
 // metaTick ticks n's metadata group (the engine's timer).
-func (c *csim) metaTick(n *cnode) {
+func (c *csim) metaTick(n *node) {
 	if BreakZombieLiveness.Load() {
 		c.zombieHeartbeats(n)
 	}
@@ -946,7 +803,7 @@ func (c *csim) metaTick(n *cnode) {
 // processMeta handles everything n's metadata group has ready and
 // compacts its log when due (the engine takes its member down when a
 // Ready fails, and its metadata tick reopens it from its raft log).
-func (c *csim) processMeta(n *cnode) {
+func (c *csim) processMeta(n *node) {
 	if err := n.eng.HandleMetadata(); err != nil {
 		c.event("n%d metadata: %v", n.id, err)
 	}
@@ -965,7 +822,7 @@ type metaAnswer struct {
 }
 
 // collectMeta moves the outcomes of n's answered proposals to metaDone.
-func (n *cnode) collectMeta() {
+func (n *node) collectMeta() {
 	kept := n.waits[:0]
 	for _, w := range n.waits {
 		select {
@@ -985,7 +842,7 @@ func (n *cnode) collectMeta() {
 // (invariant 3, for the metadata): a fingerprint of the whole store, so a
 // command applied on one node and deduplicated on another agrees only if
 // neither changed anything.
-func (n *cnode) metaApplied(index uint64, cmd metadata.Command, res metadata.Result, err error, dup bool) {
+func (n *node) metaApplied(index uint64, cmd metadata.Command, res metadata.Result, err error, dup bool) {
 	c := n.c
 	if dup {
 		c.event("n%d meta apply index=%d duplicate", n.id, index)
@@ -1016,7 +873,7 @@ func (n *cnode) metaApplied(index uint64, cmd metadata.Command, res metadata.Res
 // checkMetaState records, or compares with what another node recorded,
 // the fingerprint of n's metadata after applying index; dup is whether n
 // found the command there a duplicate.
-func (c *csim) checkMetaState(n *cnode, index uint64, dup bool) {
+func (c *csim) checkMetaState(n *node, index uint64, dup bool) {
 	b, err := metadata.EncodeSnapshot(n.meta.Export())
 	if err != nil {
 		c.fail(0, "n%d encode metadata: %v", n.id, err)
@@ -1037,7 +894,7 @@ func (c *csim) checkMetaState(n *cnode, index uint64, dup bool) {
 // (after taking the outcomes already delivered). Each proposes again
 // after its bounded wait, and deduplication absorbs a copy that commits
 // after all.
-func (n *cnode) metaLeaderChanged(lead uint64, forgot int) {
+func (n *node) metaLeaderChanged(lead uint64, forgot int) {
 	n.c.ops.MetaElections++
 	n.collectMeta()
 	n.c.event("n%d meta leader=n%d forgot=%d", n.id, lead, forgot)
@@ -1050,7 +907,7 @@ func (n *cnode) metaLeaderChanged(lead uint64, forgot int) {
 // the leader's store whole. The simulator records the incarnations it
 // creates and ends on this node, and checks the store against what other
 // nodes held at that index.
-func (n *cnode) metaSnapshotInstalled(index uint64, before, after []metadata.PartitionInfo, err error) {
+func (n *node) metaSnapshotInstalled(index uint64, before, after []metadata.PartitionInfo, err error) {
 	c := n.c
 	if err != nil {
 		c.event("n%d meta snapshot at %d refused: %v", n.id, index, err)

@@ -73,8 +73,8 @@ type metaOp struct {
 // running lists the nodes clients can reach: those running, once they
 // are members (a node joining serves clients once its addition applied,
 // when AddNode returns).
-func (c *csim) running() []*cnode {
-	var out []*cnode
+func (c *csim) running() []*node {
+	var out []*node
 	for _, n := range c.nodes {
 		if n.reachable() && n.joined {
 			out = append(out, n)
@@ -84,7 +84,7 @@ func (c *csim) running() []*cnode {
 }
 
 // pickNode picks a running node (nil if none).
-func (c *csim) pickNode() *cnode {
+func (c *csim) pickNode() *node {
 	r := c.running()
 	if len(r) == 0 {
 		return nil
@@ -137,7 +137,7 @@ func (c *csim) clientAct(cl *client) {
 }
 
 // dataOp starts a partition operation of kind on ns for cl through n.
-func (c *csim) dataOp(cl *client, n *cnode, ns metadata.Namespace, kind opKind) *op {
+func (c *csim) dataOp(cl *client, n *node, ns metadata.Namespace, kind opKind) *op {
 	o := c.newDataOp(cl, n, ns, kind, func() uint64 { return c.knownLen(n.meta, ns) })
 	if kind == kindProduce || kind == kindBatch {
 		o.reach = c.links()
@@ -148,7 +148,7 @@ func (c *csim) dataOp(cl *client, n *cnode, ns metadata.Namespace, kind opKind) 
 }
 
 // send hands a's frame to n's router. A refusal is the attempt's answer.
-func (c *csim) send(a *attempt, n *cnode) {
+func (c *csim) send(a *attempt, n *node) {
 	a.node = n
 	a.sendEv = c.event("send a=%d op=%d n%d", a.id, a.op.id, n.id)
 	if _, err := n.rt.Send(a.op.ns, shard.Frame{Req: a.req, Reply: a.reply}); err != nil {
@@ -351,7 +351,7 @@ func (c *csim) callOf(o *op) *host.CallDriver { return &o.call }
 // client call does: the engine's call driver (host.Engine.NewCall)
 // decides it — to n's owner shard, or for a partition n holds no replica
 // of straight to a live replica, forwarded over the bus.
-func (c *csim) startCall(o *op, a *attempt, n *cnode) {
+func (c *csim) startCall(o *op, a *attempt, n *node) {
 	var st host.CallStep
 	o.call, st = n.eng.NewCall(o.ns, time.Time{})
 	if st.Op == host.CallForward {
@@ -476,7 +476,7 @@ func (c *csim) retry(o *op) {
 // metaOpStart starts a metadata operation for cl through n, computed from
 // n's view of the metadata. Names are few, so deletes and recreates reuse
 // slab ids and namespaces.
-func (c *csim) metaOpStart(cl *client, n *cnode, group bool) {
+func (c *csim) metaOpStart(cl *client, n *node, group bool) {
 	meta := n.meta
 	streams := meta.Streams()
 	if c.cfg.MemberPartitions > 0 {
@@ -605,7 +605,7 @@ func (c *csim) metaOpStart(cl *client, n *cnode, group bool) {
 // metadata knows (nodes that joined included), so that on
 // every cluster size some nodes hold no replica of some partitions and
 // requests through them are sent on to one that does.
-func (c *csim) topicConfig(n *cnode) metadata.TopicConfig {
+func (c *csim) topicConfig(n *node) metadata.TopicConfig {
 	cfg := metadata.TopicConfig{Fsync: metadata.FsyncAlways}
 	if c.rng.IntN(2) == 0 {
 		cfg.Replicas = 1 + c.rng.IntN(max(len(n.meta.Nodes()), 1))

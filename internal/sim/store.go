@@ -311,7 +311,7 @@ func (t *tap) Unwrap() partition.Partition { return t.Partition }
 // serves only the committed incarnation.
 func (t *tap) serving(what string) {
 	s := t.s
-	s.lastServe[t.key.ns] = t.key.epoch
+	s.n.lastServe[t.key.ns] = t.key.epoch
 	if rev, ok := s.n.meta.CreatedRevision(t.key.ns); !ok || rev != t.key.epoch {
 		s.fail(2, "%s served on %v while the committed incarnation is %d (committed: %v)", what, t.key, rev, ok)
 	}
@@ -333,7 +333,7 @@ func (t *tap) Append(msgs []partition.Message) (uint64, error) {
 		// that is gone: nothing anyone will see.
 		return t.Partition.Append(msgs)
 	}
-	t.s.lastServe[t.key.ns] = t.key.epoch
+	t.s.n.lastServe[t.key.ns] = t.key.epoch
 	first, err := t.Partition.Append(msgs)
 	if err == nil {
 		t.s.onAppend(t.key, first, msgs)

@@ -92,7 +92,7 @@ type op struct {
 	err           error
 
 	// Cluster mode.
-	home *cnode // the node the client talks to
+	home *node // the node the client talks to
 	// hops counts "not leader" hints followed since the last other answer.
 	hops int
 	// call decides a data operation's retries and forwards: the driver
@@ -137,13 +137,13 @@ type attempt struct {
 	// says it was served (a result, or an error from the partition).
 	served uint64
 	// node is the node it was sent to (cluster mode).
-	node *cnode
+	node *node
 	// A forwarded attempt (cluster mode): its home node's engine sent it
 	// to node over the bus (host.Forwarding, via the node forwarding).
 	// What node's shard answered is captured when node sends the reply
 	// (fwdServed, the consumer offset it stored in fwdStored), as the
 	// forward may end before the reply arrives, or without it.
-	via       *cnode
+	via       *node
 	fwd       *host.Forwarding
 	fwdServed uint64
 	fwdStored *storeRecord
@@ -188,7 +188,7 @@ func (s *sim) clientAct(c *client) {
 		// A client whose view lags: it still resolves a partition that
 		// has been deleted (its request parks unstamped, ages out, and the
 		// retry finds it gone).
-		if gone := s.incs.gone(s.n.meta); len(gone) > 0 {
+		if gone := s.n.incs.gone(s.n.meta); len(gone) > 0 {
 			s.dataOp(c, gone[s.rng.IntN(len(gone))], s.pickKind())
 			return
 		}
@@ -226,7 +226,7 @@ func (b *base) knownLen(meta *metadata.Store, ns metadata.Namespace) uint64 {
 // replica (Local), and a produce carries a (producer, sequence) pair over
 // all its tries, so the partition deduplicates a retry of a batch that
 // was applied after all.
-func (b *base) newDataOp(cl *client, home *cnode, ns metadata.Namespace, kind opKind, known func() uint64) *op {
+func (b *base) newDataOp(cl *client, home *node, ns metadata.Namespace, kind opKind, known func() uint64) *op {
 	b.nextOp++
 	o := &op{id: b.nextOp, client: cl, kind: kind, ns: ns, home: home}
 	consumers := [...]string{"c0", "c1"}
@@ -346,7 +346,7 @@ func (s *sim) onAnswer(a *attempt, r shard.Response) {
 	}
 	a.answered, a.resp = true, r
 	if servedAnswer(r.Err) {
-		a.served = s.lastServe[o.ns]
+		a.served = s.n.lastServe[o.ns]
 	}
 	a.ansEv = s.event("answer a=%d op=%d %s", a.id, o.id, describe(r))
 	s.lieAnswer(a, r.Err)
@@ -747,7 +747,7 @@ func (s *sim) groupOp() {
 	for _, st := range s.n.meta.Streams() {
 		topics = append(topics, s.n.meta.Topics(st.ID)...)
 	}
-	if _, cmd := groupCommand(s.rng, s.n.meta, topics, s.nclk.Now()); cmd != nil {
+	if _, cmd := groupCommand(s.rng, s.n.meta, topics, s.n.clk.Now()); cmd != nil {
 		s.commit(cmd) //nolint:errcheck // refusals are part of the workload
 	}
 }
@@ -791,6 +791,6 @@ func (s *sim) commit(cmd metadata.Command) (metadata.Result, error) {
 	}
 	s.ops.Metadata++
 	ev := s.event("commit %T%+v rev=%d created=%d removed=%d", cmd, cmd, res.Revision, len(res.Created), len(res.Removed))
-	s.incs.apply(res, ev)
+	s.n.incs.apply(res, ev)
 	return res, nil
 }
