@@ -5,7 +5,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/parkway-io/parkway/shard"
 	"github.com/parkway-io/parkway/transport"
 )
 
@@ -75,13 +74,7 @@ func (c *csim) crashFor(n *node, lo, hi time.Duration) {
 // crashHow takes n down for a time in [lo, hi], by a power loss if power
 // is set, else by a process crash.
 func (c *csim) crashHow(n *node, power bool, lo, hi time.Duration) {
-	kind := "process crash"
-	if power {
-		c.faults.Crash++
-		kind = "power loss"
-	} else {
-		c.faults.ProcessCrash++
-	}
+	kind := c.countCrash(power)
 	down := c.randDuration(lo, hi)
 	c.event("n%d CRASH (%s) gen=%d down for %v", n.id, kind, n.gen, down)
 	n.inj.dead = true
@@ -94,28 +87,14 @@ func (c *csim) crashHow(n *node, power bool, lo, hi time.Duration) {
 	n.waits = n.waits[:0]
 	c.oldMetrics = append(c.oldMetrics, n.m)
 	c.noteForwardRefusals(n)
-	if power {
-		n.mem = n.mem.Crash()
-		// What the shutdown writes and syncs goes to the disk the power
-		// loss discarded.
-		_ = n.eng.Close()
-		if c.isLiar(n) {
-			c.lies.saveCopies() // an earlier copy a rollback may restore
-		}
-	} else {
-		// The dead process's lock on the data directory dies with it.
-		n.mem.ReleaseLocks()
-	}
+	var l *lies
 	if c.isLiar(n) {
-		c.lies.settleJournal()
+		l = c.lies
 	}
-	// A crashed process is not closed: its open files, shards and raft
-	// logs are simply abandoned.
+	n.crashDisk(power, l)
 }
 
-// abandon answers every request in flight on n: its client sees the
-// connection drop. A write may or may not have been applied; a read did
-// nothing.
+// abandon answers every request in flight on n (answerCrashed).
 func (c *csim) abandon(n *node) {
 	kept := c.inflight[:0]
 	for _, a := range c.inflight {
@@ -128,13 +107,7 @@ func (c *csim) abandon(n *node) {
 			kept = append(kept, a)
 			continue
 		}
-		a.crashed = true
-		a.ansEv = c.event("answer a=%d crashed", a.id)
-		oc := outcomeError
-		if k := a.op.kind; k == kindProduce || k == kindBatch || k == kindStore {
-			oc = outcomeUnknown
-		}
-		c.finish(a.op, oc, shard.Response{}, errCrashed)
+		c.answerCrashed(a)
 	}
 	c.inflight = kept
 }

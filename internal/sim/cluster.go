@@ -308,41 +308,27 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *node)
 	for range c.cfg.Shards {
 		n.clocks = append(n.clocks, &watchedClock{nodeClock: n.clk})
 	}
-	eng, err := host.New(host.Config{
-		Shards: c.cfg.Shards, InboxSize: c.cfg.InboxSize, Manual: true,
-		DataDir: dataDir, FS: c.nodeFS(n), SegmentSize: partition.MinSegmentSize,
-		MetadataSnapshotEvery: metaSnapshotEvery,
-		WrapStore: func(st partition.Store, meta *metadata.Store) partition.Store {
-			n.meta = meta
-			return &cstore{n: n, inner: st}
-		},
-		WrapSender: func(i int, sh *shard.Shard) router.Sender[shard.Frame] {
-			return &mirror{n: n, i: i, sh: sh}
-		},
-		Park:            shard.ParkLimits{MaxAge: parkMaxAge(c.cfg.Seed)},
-		Defaults:        metadata.TopicConfig{Fsync: metadata.FsyncAlways},
-		BuildBackoffMin: backoffMin, BuildBackoffMax: backoffMax,
-		NewReconciler: newReconciler,
-		Cluster: &host.Cluster{ID: transport.NodeID(id), Peers: peers, Join: n.join, Bus: &outboxBus{n: n},
-			TickInterval: c.cfg.TickInterval, CompactEntries: c.compactEntries,
-			MaxForwardedBytes: simForwardedBytes, MaxForwardedPeerBytes: simForwardedPeerBytes},
-		Clock:      n.clk,
-		ShardClock: func(i int) clock.Clock { return n.clocks[i] },
-		Metrics:    n.m,
-		Events: host.Events{
-			MetadataOpened:            func(meta *metadata.Store) { n.meta = meta },
-			MetadataApplied:           n.metaApplied,
-			MetadataSnapshotInstalled: n.metaSnapshotInstalled,
-			MetadataLeaderChanged:     n.metaLeaderChanged,
-			MetadataCompacted: func(index uint64, err error) {
-				c.event("n%d meta compact at %d err=%v", n.id, index, errString(err))
-			},
-			MetadataReopened: func(index uint64) {
-				c.faults.MetaReopens++
-				c.event("n%d meta reopened applied=%d", n.id, index)
-			},
-		},
+	hc := n.hostConfig(c.nodeFS(n), metaSnapshotEvery, func(st partition.Store) partition.Store {
+		return &cstore{n: n, inner: st}
 	})
+	hc.Cluster = &host.Cluster{ID: transport.NodeID(id), Peers: peers, Join: n.join, Bus: &outboxBus{n: n},
+		TickInterval: c.cfg.TickInterval, CompactEntries: c.compactEntries,
+		MaxForwardedBytes: simForwardedBytes, MaxForwardedPeerBytes: simForwardedPeerBytes}
+	hc.ShardClock = func(i int) clock.Clock { return n.clocks[i] }
+	hc.Events = host.Events{
+		MetadataOpened:            func(meta *metadata.Store) { n.meta = meta },
+		MetadataApplied:           n.metaApplied,
+		MetadataSnapshotInstalled: n.metaSnapshotInstalled,
+		MetadataLeaderChanged:     n.metaLeaderChanged,
+		MetadataCompacted: func(index uint64, err error) {
+			c.event("n%d meta compact at %d err=%v", n.id, index, errString(err))
+		},
+		MetadataReopened: func(index uint64) {
+			c.faults.MetaReopens++
+			c.event("n%d meta reopened applied=%d", n.id, index)
+		},
+	}
+	eng, err := host.New(hc)
 	if err != nil && c.wrongDisk && errors.Is(err, host.ErrWrongDataDir) {
 		c.event("n%d refused the wrong data directory: %v", id, err)
 		return n
@@ -351,12 +337,7 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *node)
 		c.fail(0, "n%d open: %v", id, err)
 		return n
 	}
-	n.eng, n.meta, n.rt = eng, eng.Meta(), eng.Router()
-	n.shards, n.recs = eng.Shards(), eng.Reconcilers()
-	for i := range n.shards {
-		n.wakes = append(n.wakes, eng.Wake(i))
-		n.nextPass = append(n.nextPass, n.clk.monoNow())
-	}
+	n.opened(eng)
 	n.metaTickAt = n.clk.monoNow().Add(c.cfg.TickInterval)
 	n.metaRev = n.meta.Revision()
 	st := eng.MetadataStatus()

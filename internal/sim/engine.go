@@ -8,11 +8,9 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway/host"
-	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/reconciler"
-	"github.com/parkway-io/parkway/router"
 	"github.com/parkway-io/parkway/shard"
 	"github.com/parkway-io/parkway/vfs/errorfs"
 )
@@ -66,33 +64,14 @@ func (s *sim) openNode(prev *node) *node {
 
 	n.shadow = make([][]*attempt, s.cfg.Shards)
 	n.busy = make([]bool, s.cfg.Shards)
-	eng, err := host.New(host.Config{
-		Shards: s.cfg.Shards, InboxSize: s.cfg.InboxSize, Manual: true,
-		DataDir: dataDir, FS: errorfs.New(n.mem, n.inj), SegmentSize: partition.MinSegmentSize,
-		MetadataSnapshotEvery: snapshotEvery,
-		WrapStore: func(st partition.Store, meta *metadata.Store) partition.Store {
-			n.meta = meta
-			return &simStore{s: s, n: n, inner: st}
-		},
-		WrapSender: func(i int, sh *shard.Shard) router.Sender[shard.Frame] {
-			return &mirror{n: n, i: i, sh: sh}
-		},
-		Park:            shard.ParkLimits{MaxAge: parkMaxAge(s.cfg.Seed)},
-		Defaults:        metadata.TopicConfig{Fsync: metadata.FsyncAlways},
-		BuildBackoffMin: backoffMin, BuildBackoffMax: backoffMax,
-		NewReconciler: newReconciler,
-		Clock:         n.clk, Metrics: n.m,
-	})
+	eng, err := host.New(n.hostConfig(errorfs.New(n.mem, n.inj), snapshotEvery, func(st partition.Store) partition.Store {
+		return &simStore{s: s, n: n, inner: st}
+	}))
 	if err != nil {
 		s.fail(0, "open node (gen %d): %v", n.gen, err)
 		return n
 	}
-	n.eng, n.meta, n.rt = eng, eng.Meta(), eng.Router()
-	n.shards, n.recs = eng.Shards(), eng.Reconcilers()
-	for i := range n.shards {
-		n.wakes = append(n.wakes, eng.Wake(i))
-		n.nextPass = append(n.nextPass, n.clk.monoNow()) // one pass at start
-	}
+	n.opened(eng)
 	s.event("node open gen=%d revision=%d", n.gen, n.meta.Revision())
 	return n
 }
@@ -186,49 +165,50 @@ func (s *sim) crash() { s.crashWith(s.rng.IntN(3) != 0, nil) }
 func (s *sim) crashWith(power bool, down func()) {
 	old := s.n
 	old.inj.dead = true
-	kind := "power loss"
-	if power {
-		s.faults.Crash++
-	} else {
-		s.faults.ProcessCrash++
-		kind = "process crash"
-	}
-	s.event("CRASH (%s) gen=%d inflight=%d", kind, old.gen, len(s.inflight))
+	s.event("CRASH (%s) gen=%d inflight=%d", s.countCrash(power), old.gen, len(s.inflight))
 	s.abandonInflight()
-	if power {
-		old.mem = old.mem.Crash()
-		old.close() // writes to the lost disk: irrelevant
-		if s.cfg.Faults.Lie > 0 {
-			s.lies.saveCopies()
-		}
-	} else {
-		// The dead process's lock on the data directory dies with it.
-		old.mem.ReleaseLocks()
-	}
+	var l *lies
 	if s.cfg.Faults.Lie > 0 {
-		s.lies.settleJournal()
+		l = s.lies
 	}
+	old.crashDisk(power, l)
 	if down != nil {
 		down()
 	}
-	// A crashed process is not closed: it neither flushes nor syncs
-	// anything; its open files and its shards are simply abandoned.
 	s.n = s.openNode(old)
 }
 
 // abandonInflight answers every request in flight on a node that is going
-// away: its client sees the connection drop.
+// away.
 func (s *sim) abandonInflight() {
 	for _, a := range s.inflight {
-		a.crashed = true
-		a.ansEv = s.event("answer a=%d crashed", a.id)
-		oc := outcomeError // a read that never returned did nothing
-		if k := a.op.kind; k == kindProduce || k == kindBatch || k == kindStore {
-			oc = outcomeUnknown
-		}
-		s.finish(a.op, oc, shard.Response{}, errCrashed)
+		s.answerCrashed(a)
 	}
 	s.inflight = s.inflight[:0]
+}
+
+// countCrash counts a node's crash, a power loss if power is set, else a
+// process crash, and names it.
+func (b *base) countCrash(power bool) string {
+	if power {
+		b.faults.Crash++
+		return "power loss"
+	}
+	b.faults.ProcessCrash++
+	return "process crash"
+}
+
+// answerCrashed answers a, in flight on a node whose process ended: its
+// client sees the connection drop. A write may or may not have been
+// applied; a read did nothing.
+func (b *base) answerCrashed(a *attempt) {
+	a.crashed = true
+	a.ansEv = b.event("answer a=%d crashed", a.id)
+	oc := outcomeError
+	if k := a.op.kind; k == kindProduce || k == kindBatch || k == kindStore {
+		oc = outcomeUnknown
+	}
+	b.finish(a.op, oc, shard.Response{}, errCrashed)
 }
 
 var errCrashed = errors.New("sim: node crashed with the request in flight")

@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/parkway-io/parkway/partition"
+
 	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
@@ -114,6 +116,68 @@ func (n *node) tag() string {
 func (n *node) close() {
 	if n.eng != nil {
 		_ = n.eng.Close()
+	}
+}
+
+// hostConfig is the engine configuration both kinds of node share, as
+// parkway.Open fills it in for a node with a data directory, in manual
+// mode: the node's disk fs, its clock and metrics, the simulator's
+// wrappers around the partition store (wrap) and the shards' inboxes (the
+// mirrors), and the engine parameters that keep quiescence short.
+func (n *node) hostConfig(fs vfs.FS, snapshotEvery int, wrap func(partition.Store) partition.Store) host.Config {
+	cfg := n.b.cfg
+	return host.Config{
+		Shards: cfg.Shards, InboxSize: cfg.InboxSize, Manual: true,
+		DataDir: dataDir, FS: fs, SegmentSize: partition.MinSegmentSize,
+		MetadataSnapshotEvery: snapshotEvery,
+		WrapStore: func(st partition.Store, meta *metadata.Store) partition.Store {
+			n.meta = meta
+			return wrap(st)
+		},
+		WrapSender: func(i int, sh *shard.Shard) router.Sender[shard.Frame] {
+			return &mirror{n: n, i: i, sh: sh}
+		},
+		Park:            shard.ParkLimits{MaxAge: parkMaxAge(cfg.Seed)},
+		Defaults:        metadata.TopicConfig{Fsync: metadata.FsyncAlways},
+		BuildBackoffMin: backoffMin, BuildBackoffMax: backoffMax,
+		NewReconciler: newReconciler,
+		Clock:         n.clk, Metrics: n.m,
+	}
+}
+
+// opened takes the engine host.New built for the node: its metadata,
+// router, shards and reconcilers, each shard's commit wake, and a first
+// pass due at once.
+func (n *node) opened(eng *host.Engine) {
+	n.eng, n.meta, n.rt = eng, eng.Meta(), eng.Router()
+	n.shards, n.recs = eng.Shards(), eng.Reconcilers()
+	for i := range n.shards {
+		n.wakes = append(n.wakes, eng.Wake(i))
+		n.nextPass = append(n.nextPass, n.clk.monoNow())
+	}
+}
+
+// crashDisk leaves the node's disk as the end of its process does, by a
+// power loss (power) or a process crash, and counts it. A power loss
+// keeps only what was synced, and what the dead engine's shutdown then
+// writes and syncs goes to the disk the power loss discarded; a process
+// crash keeps everything written (the page cache survives) but the dead
+// process's lock on the data directory. A crashed process is not closed
+// otherwise: its open files, shards and raft logs are simply abandoned.
+// l, when set, are the disk's lies: a rollback may restore a copy saved
+// at a power loss, and the journal's window is settled.
+func (n *node) crashDisk(power bool, l *lies) {
+	if power {
+		n.mem = n.mem.Crash()
+		n.close()
+		if l != nil {
+			l.saveCopies()
+		}
+	} else {
+		n.mem.ReleaseLocks()
+	}
+	if l != nil {
+		l.settleJournal()
 	}
 }
 
