@@ -132,7 +132,7 @@ func (c *csim) drain() {
 			}
 			for i := range n.shards {
 				for (len(n.shadow[i]) > 0 || n.clocks[i].due()) && c.viol == nil {
-					c.stepShard(n, i)
+					n.step(i)
 					c.afterAction()
 					did = true
 				}

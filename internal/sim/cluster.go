@@ -604,7 +604,7 @@ func (c *csim) runUnit(u unit) {
 	case unitDeliver:
 		c.deliver(u.n, 1+c.rng.IntN(8))
 	case unitStep:
-		c.stepShard(u.n, u.i)
+		u.n.step(u.i)
 	case unitMetaTick:
 		c.metaTick(u.n)
 	case unitPass:
@@ -707,65 +707,16 @@ func (c *csim) receive(n *node, m transport.Message) bool {
 	return true
 }
 
-// stepShard steps shard i of n once: the head of its inbox mirror, or
-// (inbox empty) a due raft tick.
-func (c *csim) stepShard(n *node, i int) {
-	var a *attempt
-	queued, fetch := false, false
-	if q := n.shadow[i]; len(q) > 0 {
-		a, n.shadow[i] = q[0], q[1:]
-		queued = true
-		if a == catchUpFrame {
-			a, fetch = nil, true
-		}
-		if a == floodFrame {
-			a = nil
-		}
-		if a != nil {
-			rev, _ := n.meta.CreatedRevision(a.op.ns)
-			a.stamp = rev
-			a.handles++
-		}
-	}
-	n.fetching = fetch
-	did := n.shards[i].Step()
-	n.fetching = false
-	switch {
-	case queued && !did:
-		c.fail(0, "n%d shard %d did not step with a frame queued", n.id, i)
-	case !queued && !did:
-		n.clocks[i].handled()
-		c.event("n%d step shard=%d idle", n.id, i)
-	case !queued:
-		c.event("n%d step shard=%d tick", n.id, i)
-	case a == nil:
-		c.event("n%d step shard=%d raft", n.id, i)
-	default:
-		c.event("n%d step shard=%d a=%d stamp=%d", n.id, i, a.id, a.stamp)
-	}
-	n.flushOutbox()
-}
 
-// reconcile runs one pass of shard i's reconciler on n.
+// reconcile runs one pass of shard i's reconciler on n. A failed pass is
+// logged and counted, as reconciler.Run logs it and goes on (a replicated
+// partition's raft log may fail to open on a faulty disk, and
+// InsertOwned reports it).
 func (c *csim) reconcile(n *node, i int) {
-	n.busy[i] = true
-	rep, err := n.recs[i].Reconcile(c.ctx)
-	n.busy[i] = false
-	n.flushOutbox()
-	if err != nil {
-		// reconciler.Run logs a failed pass and goes on; so does the
-		// simulator (a replicated partition's raft log may fail to open
-		// on a faulty disk, and InsertOwned reports it).
+	if err := n.pass(c.ctx, i); err != nil {
 		c.event("n%d pass shard=%d failed: %v", n.id, i, err)
 		c.faults.FailedPasses++
-		return
 	}
-	if rep.Skipped {
-		c.event("n%d pass shard=%d rev=%d skipped", n.id, i, rep.Revision)
-		return
-	}
-	c.event("n%d pass shard=%d rev=%d built=%d removed=%d rows=%d failed=%d answered=%d expired=%d parked=%d pending=%d",
-		n.id, i, rep.Revision, rep.Built, rep.Removed, rep.RowsWritten, rep.Failed, rep.Answered, rep.Expired, rep.Parked, rep.Pending)
 }
 
 // metaTick ticks n's metadata group (the engine's timer).

@@ -76,36 +76,12 @@ func (s *sim) openNode(prev *node) *node {
 	return n
 }
 
-// stepShard steps shard i once. The frame it handles, if any, is the head
-// of the inbox mirror; its stamp is the committed created_revision at this
-// instant, which is what the shard parks it with (or, if the shard owns
-// the namespace, the incarnation it is served against).
+// stepShard steps shard i once (node.step) and collects what it
+// answered.
 func (s *sim) stepShard(i int) {
-	n := s.n
-	var a *attempt
-	if q := n.shadow[i]; len(q) > 0 {
-		a, n.shadow[i] = q[0], q[1:]
-		rev, _ := n.meta.CreatedRevision(a.op.ns)
-		a.stamp = rev
-		a.handles++
-	}
-	did := n.shards[i].Step()
-	switch {
-	case a == nil && !did:
-		s.event("step shard=%d idle", i)
-		return
-	case a == nil:
-		// No frame queued: a due timer of the shard's own (parked frames
-		// past their age bound or deadline).
-		s.event("step shard=%d timer", i)
+	if s.n.step(i) {
 		s.collect(s.onAnswer)
-		return
-	case !did:
-		s.fail(0, "shard %d did not step with attempt %d queued", i, a.id)
-		return
 	}
-	s.event("step shard=%d a=%d stamp=%d", i, a.id, a.stamp)
-	s.collect(s.onAnswer)
 }
 
 // stepAll steps every shard until all are idle: queued frames, and due
@@ -118,7 +94,7 @@ func (s *sim) stepAll() {
 				s.stepShard(i)
 				did = true
 			} else if s.n.shards[i].Step() {
-				s.event("step shard=%d timer", i)
+				s.event("step shard=%d tick", i)
 				s.collect(s.onAnswer)
 				did = true
 			}
@@ -129,24 +105,12 @@ func (s *sim) stepAll() {
 	}
 }
 
-// reconcile runs one pass of shard i's reconciler. A slow build inside it
-// runs further scheduler steps; the reconciler is marked busy meanwhile.
+// reconcile runs one pass of shard i's reconciler (node.pass), which
+// must not fail on a single node, and collects what it answered.
 func (s *sim) reconcile(i int) {
-	n := s.n
-	n.busy[i] = true
-	s.building = append(s.building, i)
-	rep, err := n.recs[i].Reconcile(s.ctx)
-	s.building = s.building[:len(s.building)-1]
-	n.busy[i] = false
-	if err != nil {
+	if err := s.n.pass(s.ctx, i); err != nil {
 		s.fail(0, "reconcile shard %d: %v", i, err)
 		return
-	}
-	if rep.Skipped {
-		s.event("pass shard=%d rev=%d skipped", i, rep.Revision)
-	} else {
-		s.event("pass shard=%d rev=%d built=%d removed=%d rows=%d failed=%d answered=%d expired=%d parked=%d pending=%d",
-			i, rep.Revision, rep.Built, rep.Removed, rep.RowsWritten, rep.Failed, rep.Answered, rep.Expired, rep.Parked, rep.Pending)
 	}
 	s.collect(s.onAnswer)
 }

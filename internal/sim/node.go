@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"syscall"
@@ -73,6 +74,8 @@ type node struct {
 	// each queued frame, nil for replication traffic (catchUpFrame for a
 	// catch-up frame).
 	shadow [][]*attempt
+	// building is the stack of shards whose reconciler pass is running.
+	building []int
 	// fetching is set while a shard handles a catch-up frame: the reads
 	// it makes serve a peer's fetch, not a client.
 	fetching bool
@@ -220,6 +223,79 @@ func (n *node) armDiskError() int64 {
 		n.inj.eio, n.inj.eioKind = errorfs.OnIndex(k, torn, errorfs.OpWriteAt), "torn write"
 	}
 	return k
+}
+
+// pass runs one pass of shard i's reconciler, as reconciler.Run's loop
+// does, and records its report. A slow build inside it runs further
+// scheduler steps; the reconciler is marked busy meanwhile, and building
+// names the shards whose passes are on the stack. The error is the
+// pass's: what it means is the harness's to judge.
+func (n *node) pass(ctx context.Context, i int) error {
+	b := n.b
+	n.busy[i] = true
+	n.building = append(n.building, i)
+	rep, err := n.recs[i].Reconcile(ctx)
+	n.building = n.building[:len(n.building)-1]
+	n.busy[i] = false
+	n.flushOutbox()
+	if err != nil {
+		return err
+	}
+	if rep.Skipped {
+		b.event("%spass shard=%d rev=%d skipped", n.tag(), i, rep.Revision)
+		return nil
+	}
+	b.event("%spass shard=%d rev=%d built=%d removed=%d rows=%d failed=%d answered=%d expired=%d parked=%d pending=%d",
+		n.tag(), i, rep.Revision, rep.Built, rep.Removed, rep.RowsWritten, rep.Failed, rep.Answered, rep.Expired, rep.Parked, rep.Pending)
+	return nil
+}
+
+// step steps shard i once and records what it handled: the head of its
+// inbox mirror — a client's frame, stamped with the committed
+// created_revision at this instant (what the shard parks it with, or the
+// incarnation it serves it against), a catch-up or raft frame — or, with
+// nothing queued, a due timer of the shard's own (a raft tick, parked
+// frames past their age bound or deadline). It reports whether the shard
+// did anything.
+func (n *node) step(i int) bool {
+	b := n.b
+	var a *attempt
+	queued, fetch := false, false
+	if q := n.shadow[i]; len(q) > 0 {
+		a, n.shadow[i] = q[0], q[1:]
+		queued = true
+		if a == catchUpFrame {
+			a, fetch = nil, true
+		}
+		if a == floodFrame {
+			a = nil
+		}
+		if a != nil {
+			rev, _ := n.meta.CreatedRevision(a.op.ns)
+			a.stamp = rev
+			a.handles++
+		}
+	}
+	n.fetching = fetch
+	did := n.shards[i].Step()
+	n.fetching = false
+	switch {
+	case queued && !did:
+		b.fail(0, "%sshard %d did not step with a frame queued", n.tag(), i)
+	case !queued && !did:
+		if n.clocks != nil {
+			n.clocks[i].handled()
+		}
+		b.event("%sstep shard=%d idle", n.tag(), i)
+	case !queued:
+		b.event("%sstep shard=%d tick", n.tag(), i)
+	case a == nil:
+		b.event("%sstep shard=%d raft", n.tag(), i)
+	default:
+		b.event("%sstep shard=%d a=%d stamp=%d", n.tag(), i, a.id, a.stamp)
+	}
+	n.flushOutbox()
+	return did
 }
 
 // passes are a node's reconciler triggers, one per shard: the engine's

@@ -779,6 +779,4 @@ type sim struct {
 	bursts   int
 	restarts int // node restarts at quiescence (fenced partitions)
 	ticks    int
-	// building is the stack of shards whose pass is running.
-	building []int
 }

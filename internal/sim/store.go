@@ -161,7 +161,7 @@ func (st *simStore) Build(ns metadata.Namespace, epoch uint64) (partition.Partit
 	// Crashes wait until depth is 0 again, so st.n is still the node
 	// when the nested steps are done.
 	if k := s.slowBuild(); k > 0 {
-		s.event("slow build ns=%v epoch=%d by shard %d: %d steps", ns, epoch, s.building[len(s.building)-1], k)
+		s.event("slow build ns=%v epoch=%d by shard %d: %d steps", ns, epoch, st.n.building[len(st.n.building)-1], k)
 		s.nested(k, s.tick)
 		s.event("slow build ns=%v epoch=%d resumes", ns, epoch)
 	}
