@@ -601,19 +601,12 @@ func (c *csim) unlinearized(incKey) bool { return false }
 // dropOK is clusterDropOK.
 func (c *csim) dropOK(variant, reason string) bool { return c.clusterDropOK(variant, reason) }
 
-// shardsNow lists every member's shards.
-func (c *csim) shardsNow() []namedShard {
-	var out []namedShard
-	for _, n := range c.nodes {
-		for i, sh := range n.shards {
-			out = append(out, namedShard{fmt.Sprintf("n%d shard %d", n.id, i), sh})
-		}
-	}
-	return out
-}
 
 // dropCounters lists the metrics of every node incarnation, the crashed
 // ones first.
+// nodesNow lists every member, down or not: the harness's nodesNow.
+func (c *csim) nodesNow() []*node { return c.nodes }
+
 func (c *csim) dropCounters() []dropCounter {
 	var out []dropCounter
 	for _, m := range c.oldMetrics {
@@ -625,16 +618,6 @@ func (c *csim) dropCounters() []dropCounter {
 	return out
 }
 
-// metas lists the metadata of every running node.
-func (c *csim) metas() []namedMeta {
-	var out []namedMeta
-	for _, n := range c.nodes {
-		if n.eng != nil && !n.down {
-			out = append(out, namedMeta{fmt.Sprintf("n%d (open %d)", n.id, n.gen), n.meta})
-		}
-	}
-	return out
-}
 
 // linearizeProduce places a produce in the history of each incarnation a
 // try of it was applied to: as acknowledged (at its offset) in the one

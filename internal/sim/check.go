@@ -348,16 +348,11 @@ func (s *sim) dropOK(_, reason string) bool {
 	return ok && gate(s)
 }
 
-// shardsNow lists the node's shards.
-func (s *sim) shardsNow() []namedShard {
-	out := make([]namedShard, 0, len(s.n.shards))
-	for i, sh := range s.n.shards {
-		out = append(out, namedShard{fmt.Sprintf("shard %d", i), sh})
-	}
-	return out
-}
 
 // dropCounters lists the metrics of every incarnation of the node.
+// nodesNow lists the node: the harness's nodesNow.
+func (s *sim) nodesNow() []*node { return []*node{s.n} }
+
 func (s *sim) dropCounters() []dropCounter {
 	out := make([]dropCounter, 0, len(s.allMetrics))
 	for gen, m := range s.allMetrics {
@@ -366,13 +361,6 @@ func (s *sim) dropCounters() []dropCounter {
 	return out
 }
 
-// metas is the running node's metadata.
-func (s *sim) metas() []namedMeta {
-	if s.n == nil {
-		return nil
-	}
-	return []namedMeta{{fmt.Sprintf("node (open %d)", s.n.gen), s.n.meta}}
-}
 
 // linearizeOp places o in a partition history, or reports false to leave
 // it out: a produce where the storage tap saw a try of it land (one try

@@ -386,18 +386,7 @@ func (c *csim) follow(o *op, a *attempt, st host.CallStep, cause error) {
 		o.hops = 0
 		st = c.callOf(o).Answer(c.clk.Now(), shard.Response{}, forwardFailed(st.To, cause))
 	}
-	switch st.Op {
-	case host.CallWait:
-		o.waiting, o.retryAt = true, st.At
-	case host.CallDone:
-		if st.Err == nil {
-			c.fail(0, "op %d: the client call ended without an answer after %v", o.id, cause)
-			return
-		}
-		c.finish(o, outcomeNotApplied, shard.Response{}, st.Err)
-	default:
-		c.fail(0, "op %d: the client call asked for %v after %v", o.id, st.Op, cause)
-	}
+	c.callStep(o, st, cause)
 }
 
 // scheduleRetry retries o in place after a pause (doubling, clamped),
@@ -460,17 +449,7 @@ func (c *csim) retry(o *op) {
 		c.propose(o)
 		return
 	}
-	if _, ok := home.meta.Partition(o.ns); !ok {
-		c.event("retry op=%d: ns=%v no longer committed on n%d", o.id, o.ns, home.id)
-		c.finish(o, outcomeNotApplied, shard.Response{}, errGone)
-		return
-	}
-	if st := c.callOf(o).Fired(); st.Op != host.CallSend {
-		c.fail(0, "op %d: the client call asked for %v at its retry", o.id, st.Op)
-		return
-	}
-	c.ops.Retries++
-	c.send(c.newAttempt(o), home)
+	c.retryCall(o, home, func(a *attempt) { c.send(a, home) })
 }
 
 // metaOpStart starts a metadata operation for cl through n, computed from

@@ -104,13 +104,31 @@ type node struct {
 // members (cmembers.go) and misbehaving member (cpeer.go) still use.
 type cnode = node
 
-// tag prefixes the node's trace lines: its id in a cluster, nothing for
+// name names the node in a violation's text: "n2" in a cluster, "node"
+// for the single-node kind.
+func (n *node) name() string {
+	if n.c == nil {
+		return "node"
+	}
+	return fmt.Sprintf("n%d", n.id)
+}
+
+// tag prefixes the node's trace lines: its name in a cluster, nothing for
 // the single-node kind (whose trace lines name no node).
 func (n *node) tag() string {
 	if n.c == nil {
 		return ""
 	}
-	return fmt.Sprintf("n%d ", n.id)
+	return n.name() + " "
+}
+
+// on names the node at the end of a trace line or a violation's text:
+// " on n2" in a cluster, nothing for the single-node kind.
+func (n *node) on() string {
+	if n.c == nil {
+		return ""
+	}
+	return " on " + n.name()
 }
 
 // close releases the node's resources after a crash. Its injector is dead

@@ -461,17 +461,29 @@ func (s *sim) onSuccess(a *attempt, r shard.Response) {
 	s.finish(o, outcomeOK, r, nil)
 }
 
-// scheduleRetry retries o in place after a pause, until its deadline:
-// the Node's client call (host.CallDriver) decides both.
+// scheduleRetry takes a "retry here" answer err to o's try as the
+// client call does (callStep).
 func (s *sim) scheduleRetry(o *op, err error) {
-	st := o.call.Answer(s.clk.Now(), shard.Response{Err: err}, nil)
+	s.callStep(o, o.call.Answer(s.clk.Now(), shard.Response{Err: err}, nil), err)
+}
+
+// callStep carries out the client call's step st after o's try was
+// answered cause (host.CallDriver, the Node's client call): a wait is a
+// retry in place at its time, and the end of the call (its deadline
+// passed while retrying) an operation not applied. A forward is the
+// harness's to make first (a cluster's follow).
+func (b *base) callStep(o *op, st host.CallStep, cause error) {
 	switch st.Op {
 	case host.CallWait:
 		o.waiting, o.retryAt = true, st.At
 	case host.CallDone:
-		s.finish(o, outcomeNotApplied, shard.Response{}, st.Err)
+		if st.Err == nil {
+			b.fail(0, "op %d: the client call ended without an answer after %v", o.id, cause)
+			return
+		}
+		b.finish(o, outcomeNotApplied, shard.Response{}, st.Err)
 	default:
-		s.fail(0, "op %d: the client call asked for %v after %v", o.id, st.Op, err)
+		b.fail(0, "op %d: the client call asked for %v after %v", o.id, st.Op, cause)
 	}
 }
 
@@ -493,17 +505,25 @@ var errGone = errors.New("sim: partition no longer committed")
 // retry re-resolves o's partition and sends a new attempt.
 func (s *sim) retry(o *op) {
 	o.waiting = false
-	if _, ok := s.n.meta.Partition(o.ns); !ok {
-		s.event("retry op=%d: ns=%v no longer committed", o.id, o.ns)
-		s.finish(o, outcomeNotApplied, shard.Response{}, errGone)
+	s.retryCall(o, s.n, s.send)
+}
+
+// retryCall makes the client call's retry in place of o through node n:
+// the Node re-resolves the name there first (a partition no longer
+// committed ends the operation), and the call's wake must ask for a
+// send, which send makes.
+func (b *base) retryCall(o *op, n *node, send func(*attempt)) {
+	if _, ok := n.meta.Partition(o.ns); !ok {
+		b.event("retry op=%d: ns=%v no longer committed%s", o.id, o.ns, n.on())
+		b.finish(o, outcomeNotApplied, shard.Response{}, errGone)
 		return
 	}
 	if st := o.call.Fired(); st.Op != host.CallSend {
-		s.fail(0, "op %d: the client call asked for %v at its retry", o.id, st.Op)
+		b.fail(0, "op %d: the client call asked for %v at its retry", o.id, st.Op)
 		return
 	}
-	s.ops.Retries++
-	s.send(s.newAttempt(o))
+	b.ops.Retries++
+	send(b.newAttempt(o))
 }
 
 // newAttempt builds the next try of o: a fresh request, and for a produce
