@@ -41,29 +41,18 @@ func (c *csim) quiesce() {
 // calmRounds rounds in a row, or reports what kept it busy past
 // quiesceLimit.
 func (c *csim) settle() bool {
-	deadline := c.clk.Now().Add(quiesceLimit)
-	calm := 0
-	for c.viol == nil {
+	converged := false
+	return c.settleLoop(func() (bool, int) {
 		c.settleRound()
-		converged := c.converged() == ""
-		if converged && c.idle() && c.unbalanced() == "" {
-			if calm++; calm >= raftCalmRounds+calmRounds {
-				return true
-			}
-		} else {
-			calm = 0
-		}
-		if !c.clk.Now().Before(deadline) {
-			c.notQuiescent()
-			return false
-		}
+		converged = c.converged() == ""
+		return converged && c.idle() && c.unbalanced() == "", raftCalmRounds + calmRounds
+	}, c.notQuiescent, func(calm int) {
 		// The first calm rounds still move the clock one raft tick at a
 		// time: the message logs agree, but a write that adds no message
 		// (a consumer offset) may not have reached every replica yet, and
 		// a group may still be electing.
 		c.advanceQuiet(converged && (calm == 0 || calm > raftCalmRounds))
-	}
-	return false
+	})
 }
 
 // raftCalmRounds is how many rounds of one raft tick each the cluster
@@ -601,7 +590,6 @@ func (c *csim) unlinearized(incKey) bool { return false }
 // dropOK is clusterDropOK.
 func (c *csim) dropOK(variant, reason string) bool { return c.clusterDropOK(variant, reason) }
 
-
 // dropCounters lists the metrics of every node incarnation, the crashed
 // ones first.
 // nodesNow lists every member, down or not: the harness's nodesNow.
@@ -617,7 +605,6 @@ func (c *csim) dropCounters() []dropCounter {
 	}
 	return out
 }
-
 
 // linearizeProduce places a produce in the history of each incarnation a
 // try of it was applied to: as acknowledged (at its offset) in the one

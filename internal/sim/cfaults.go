@@ -420,9 +420,7 @@ func (c *csim) faultsOff() {
 	}
 	for _, n := range c.nodes {
 		n.stopped = false
-		n.inj.enospc.Set(false)
-		n.inj.eio = nil
-		n.clk.settle()
+		n.faultsOff()
 	}
 	if c.lies != nil {
 		c.lies.stopRunning()

@@ -72,6 +72,31 @@ const (
 	calmRounds   = shard.DefaultMaxPasses + 2
 )
 
+// settleLoop is quiescence's loop in both kinds: round runs one round and
+// reports whether the run is calm and for how many rounds in a row it
+// must be; past quiesceLimit of virtual time notQuiescent reports what
+// kept it busy; otherwise wait moves the clock on, told the calm rounds
+// so far. It reports whether the run settled.
+func (b *base) settleLoop(round func() (calm bool, need int), notQuiescent func(), wait func(calm int)) bool {
+	deadline := b.clk.Now().Add(quiesceLimit)
+	calm := 0
+	for b.viol == nil {
+		if ok, need := round(); ok {
+			if calm++; calm >= need {
+				return true
+			}
+		} else {
+			calm = 0
+		}
+		if !b.clk.Now().Before(deadline) {
+			notQuiescent()
+			return false
+		}
+		wait(calm)
+	}
+	return false
+}
+
 // quiesce stops new work and faults, then steps shards, retries due
 // client operations and runs passes while the clock advances, until
 // nothing is in flight, nothing is parked and no client waits — or the
@@ -105,24 +130,10 @@ func (s *sim) quiesce() {
 // settle runs rounds until the node is idle for calmRounds rounds in a
 // row, or reports what kept it busy past quiesceLimit.
 func (s *sim) settle() bool {
-	deadline := s.clk.Now().Add(quiesceLimit)
-	calm := 0
-	for s.viol == nil {
+	return s.settleLoop(func() (bool, int) {
 		s.settleRound()
-		if s.idle() {
-			if calm++; calm >= calmRounds {
-				return true
-			}
-		} else {
-			calm = 0
-		}
-		if !s.clk.Now().Before(deadline) {
-			s.notQuiescent()
-			return false
-		}
-		s.advanceQuiet()
-	}
-	return false
+		return s.idle(), calmRounds
+	}, s.notQuiescent, func(int) { s.advanceQuiet() })
 }
 
 // restart stops the node process and starts it again on the same disk:
@@ -348,7 +359,6 @@ func (s *sim) dropOK(_, reason string) bool {
 	return ok && gate(s)
 }
 
-
 // dropCounters lists the metrics of every incarnation of the node.
 // nodesNow lists the node: the harness's nodesNow.
 func (s *sim) nodesNow() []*node { return []*node{s.n} }
@@ -360,7 +370,6 @@ func (s *sim) dropCounters() []dropCounter {
 	}
 	return out
 }
-
 
 // linearizeOp places o in a partition history, or reports false to leave
 // it out: a produce where the storage tap saw a try of it land (one try

@@ -707,7 +707,6 @@ func (c *csim) receive(n *node, m transport.Message) bool {
 	return true
 }
 
-
 // reconcile runs one pass of shard i's reconciler on n. A failed pass is
 // logged and counted, as reconciler.Run logs it and goes on (a replicated
 // partition's raft log may fail to open on a faulty disk, and

@@ -254,10 +254,8 @@ func (s *sim) armDiskError() {
 
 // faultsOff ends every fault for quiescence.
 func (s *sim) faultsOff() {
-	s.n.inj.enospc.Set(false)
-	s.n.inj.eio = nil
+	s.n.faultsOff()
 	s.lies.stopRunning()
-	s.n.clk.settle()
 }
 
 // readAll reads p from offset 0 to its end without faults (the

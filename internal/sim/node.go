@@ -213,6 +213,14 @@ func (n *node) diskFault(enospc bool, what string, op errorfs.Op) {
 	n.b.event("%sfault EIO (%s) %v %s", n.tag(), what, op.Kind, op.Path)
 }
 
+// faultsOff ends the node's disk and clock faults for quiescence (its
+// disk's lies are the run's to stop).
+func (n *node) faultsOff() {
+	n.inj.enospc.Set(false)
+	n.inj.eio = nil
+	n.clk.settle()
+}
+
 // fillDisk fails the node's space-consuming disk operations for d.
 func (n *node) fillDisk(d time.Duration) {
 	n.diskFullUntil = n.b.clk.Now().Add(d)
