@@ -10,7 +10,6 @@ import (
 	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
-	"github.com/parkway-io/parkway/router"
 	"github.com/parkway-io/parkway/shard"
 )
 
@@ -148,19 +147,7 @@ func (c *csim) dataOp(cl *client, n *node, ns metadata.Namespace, kind opKind) *
 }
 
 // send hands a's frame to n's router. A refusal is the attempt's answer.
-func (c *csim) send(a *attempt, n *node) {
-	a.node = n
-	a.sendEv = c.event("send a=%d op=%d n%d", a.id, a.op.id, n.id)
-	if _, err := n.rt.Send(a.op.ns, shard.Frame{Req: a.req, Reply: a.reply}); err != nil {
-		if !errors.Is(err, router.ErrFull) {
-			c.fail(0, "n%d router refused attempt %d with %v", n.id, a.id, err)
-			return
-		}
-		c.onAnswer(a, shard.Response{Err: err})
-		return
-	}
-	c.inflight = append(c.inflight, a)
-}
+func (c *csim) send(a *attempt, n *node) { c.sendTo(a, n, c.onAnswer) }
 
 // onAnswer handles an attempt's answer the way the Node's client side does
 // in a cluster.

@@ -122,6 +122,15 @@ func (n *node) tag() string {
 	return n.name() + " "
 }
 
+// suffix names the node at the end of a trace line: " n2" in a cluster,
+// nothing for the single-node kind.
+func (n *node) suffix() string {
+	if n.c == nil {
+		return ""
+	}
+	return " " + n.name()
+}
+
 // on names the node at the end of a trace line or a violation's text:
 // " on n2" in a cluster, nothing for the single-node kind.
 func (n *node) on() string {

@@ -311,17 +311,23 @@ func (o *op) args() string {
 }
 
 // send hands a's frame to the router. A refusal is the attempt's answer.
-func (s *sim) send(a *attempt) {
-	a.sendEv = s.event("send a=%d op=%d", a.id, a.op.id)
-	if _, err := s.n.rt.Send(a.op.ns, shard.Frame{Req: a.req, Reply: a.reply}); err != nil {
+func (s *sim) send(a *attempt) { s.sendTo(a, s.n, s.onAnswer) }
+
+// sendTo sends a through node n's router, as the Node's client call
+// sends a try: a full inbox (router.ErrFull) is an answer, which answer
+// takes; any other refusal is a violation.
+func (b *base) sendTo(a *attempt, n *node, answer func(*attempt, shard.Response)) {
+	a.node = n
+	a.sendEv = b.event("send a=%d op=%d%s", a.id, a.op.id, n.suffix())
+	if _, err := n.rt.Send(a.op.ns, shard.Frame{Req: a.req, Reply: a.reply}); err != nil {
 		if !errors.Is(err, router.ErrFull) {
-			s.fail(0, "router refused attempt %d with %v", a.id, err)
+			b.fail(0, "%srouter refused attempt %d with %v", n.tag(), a.id, err)
 			return
 		}
-		s.onAnswer(a, shard.Response{Err: err})
+		answer(a, shard.Response{Err: err})
 		return
 	}
-	s.inflight = append(s.inflight, a)
+	b.inflight = append(b.inflight, a)
 }
 
 // retryable is the Node's retry-in-place rule: "retry here" answers and
