@@ -137,13 +137,12 @@ func (c *csim) clientAct(cl *client) {
 
 // dataOp starts a partition operation of kind on ns for cl through n.
 func (c *csim) dataOp(cl *client, n *node, ns metadata.Namespace, kind opKind) *op {
-	o := c.newDataOp(cl, n, ns, kind, func() uint64 { return c.knownLen(n.meta, ns) })
-	if kind == kindProduce || kind == kindBatch {
-		o.reach = c.links()
-	}
-	o.callEv = c.event("call op=%d client=%d n%d %v ns=%v%s", o.id, clientID(cl), n.id, kind, ns, o.args())
-	c.startCall(o, c.newAttempt(o), n)
-	return o
+	return c.callData(cl, n, ns, kind, func(o *op, a *attempt) {
+		if kind == kindProduce || kind == kindBatch {
+			o.reach = c.links()
+		}
+		c.startCall(o, a, n)
+	})
 }
 
 // send hands a's frame to n's router. A refusal is the attempt's answer.

@@ -104,10 +104,16 @@ type node struct {
 // members (cmembers.go) and misbehaving member (cpeer.go) still use.
 type cnode = node
 
+// replicated reports whether n is a cluster member (metadata through
+// the metadata raft group, partitions replicated, clients' polls asking
+// for the leader and produces carrying a producer id), not the
+// single-node kind; false for no node.
+func (n *node) replicated() bool { return n != nil && n.c != nil }
+
 // name names the node in a violation's text: "n2" in a cluster, "node"
 // for the single-node kind.
 func (n *node) name() string {
-	if n.c == nil {
+	if !n.replicated() {
 		return "node"
 	}
 	return fmt.Sprintf("n%d", n.id)
@@ -116,7 +122,7 @@ func (n *node) name() string {
 // tag prefixes the node's trace lines: its name in a cluster, nothing for
 // the single-node kind (whose trace lines name no node).
 func (n *node) tag() string {
-	if n.c == nil {
+	if !n.replicated() {
 		return ""
 	}
 	return n.name() + " "
@@ -125,7 +131,7 @@ func (n *node) tag() string {
 // suffix names the node at the end of a trace line: " n2" in a cluster,
 // nothing for the single-node kind.
 func (n *node) suffix() string {
-	if n.c == nil {
+	if !n.replicated() {
 		return ""
 	}
 	return " " + n.name()
@@ -134,7 +140,7 @@ func (n *node) suffix() string {
 // on names the node at the end of a trace line or a violation's text:
 // " on n2" in a cluster, nothing for the single-node kind.
 func (n *node) on() string {
-	if n.c == nil {
+	if !n.replicated() {
 		return ""
 	}
 	return " on " + n.name()

@@ -199,10 +199,17 @@ func (s *sim) clientAct(c *client) {
 
 // dataOp starts a partition operation of kind on ns for c.
 func (s *sim) dataOp(c *client, ns metadata.Namespace, kind opKind) *op {
-	o := s.newDataOp(c, nil, ns, kind, func() uint64 { return s.knownLen(s.n.meta, ns) })
-	a := s.newAttempt(o)
-	o.callEv = s.event("call op=%d client=%d %v ns=%v%s", o.id, clientID(c), kind, ns, o.args())
-	s.startCall(o, a)
+	return s.callData(c, s.n, ns, kind, s.startCall)
+}
+
+// callData starts a data operation of kind on ns by client cl through its
+// home node n: the operation and its first try, recorded, are handed to
+// start, the harness's start of the Node's client call.
+func (b *base) callData(cl *client, n *node, ns metadata.Namespace, kind opKind, start func(*op, *attempt)) *op {
+	o := b.newDataOp(cl, n, ns, kind, func() uint64 { return b.knownLen(n.meta, ns) })
+	a := b.newAttempt(o)
+	o.callEv = b.event("call op=%d client=%d %s%v ns=%v%s", o.id, clientID(cl), n.tag(), kind, ns, o.args())
+	start(o, a)
 	return o
 }
 
@@ -247,7 +254,7 @@ func (b *base) newDataOp(cl *client, home *node, ns metadata.Namespace, kind opK
 		if b.rng.IntN(4) == 0 {
 			o.useConsumer, o.consumer = true, consumers[b.rng.IntN(2)]
 		}
-		if home != nil {
+		if home.replicated() {
 			o.local = b.rng.IntN(5) == 0
 		}
 		// A waiting poll from a consumer's stored offset resolves its start
@@ -271,7 +278,7 @@ func (b *base) newDataOp(cl *client, home *node, ns metadata.Namespace, kind opK
 		o.consumer = consumers[b.rng.IntN(2)]
 		b.ops.GetOffset++
 	}
-	if home != nil && (kind == kindProduce || kind == kindBatch) && !BreakNoProducerIDs.Load() {
+	if home.replicated() && (kind == kindProduce || kind == kindBatch) && !BreakNoProducerIDs.Load() {
 		o.producer = 1 + uint64(clientID(cl)+1)
 		o.seq = o.id
 	}
@@ -553,12 +560,12 @@ func (b *base) newAttempt(o *op) *attempt {
 		}
 	case kindPoll:
 		req.Op, req.Offset, req.Count = shard.OpPoll, o.from, o.count
-		req.Consumer, req.UseConsumer, req.FromLeader = o.consumer, o.useConsumer, o.home != nil && !o.local
+		req.Consumer, req.UseConsumer, req.FromLeader = o.consumer, o.useConsumer, o.home.replicated() && !o.local
 		req.MaxWait, req.MinCount = o.wait, o.minCount
 	case kindStore:
 		req.Op, req.Consumer, req.Offset = shard.OpStoreOffset, o.consumer, o.offset
 	case kindGet:
-		req.Op, req.Consumer, req.FromLeader = shard.OpGetOffset, o.consumer, o.home != nil && !o.local
+		req.Op, req.Consumer, req.FromLeader = shard.OpGetOffset, o.consumer, o.home.replicated() && !o.local
 	}
 	a.req = req
 	b.attempts[req] = a
