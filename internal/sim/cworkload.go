@@ -109,30 +109,14 @@ func (c *csim) clientAct(cl *client) {
 	if n == nil {
 		return
 	}
-	snap := n.meta.Snapshot()
-	if len(snap.Partitions) == 0 || c.rng.IntN(100) < 16 {
-		c.metaOpStart(cl, n, false)
-		return
-	}
-	if c.rng.IntN(100) < 20 {
-		c.metaOpStart(cl, n, true)
-		return
-	}
-	if c.rng.IntN(100) < 5 && len(c.barriers) < maxBarriers {
-		// A lookup by name through n: its read barrier.
-		c.startBarrier(n)
-		return
-	}
-	if c.rng.IntN(100) < 5 {
-		// A client whose view lags: it still addresses a partition this
-		// node has seen deleted.
-		if gone := n.incs.gone(n.meta); len(gone) > 0 {
-			c.dataOp(cl, n, gone[c.rng.IntN(len(gone))], c.pickKind())
-			return
+	c.act(cl, n, func(group bool) { c.metaOpStart(cl, n, group) }, func() bool {
+		if c.rng.IntN(100) < 5 && len(c.barriers) < maxBarriers {
+			// A lookup by name through n: its read barrier.
+			c.startBarrier(n)
+			return true
 		}
-	}
-	p := snap.Partitions[c.rng.IntN(len(snap.Partitions))]
-	c.dataOp(cl, n, p.NS, c.pickKind())
+		return false
+	}, func(ns metadata.Namespace, kind opKind) { c.dataOp(cl, n, ns, kind) })
 }
 
 // dataOp starts a partition operation of kind on ns for cl through n.

@@ -175,26 +175,44 @@ func (s *sim) clientAct(c *client) {
 	if c.extra || s.quiescing {
 		return
 	}
-	snap := s.n.meta.Snapshot()
-	if len(snap.Partitions) == 0 || s.rng.IntN(100) < 16 {
-		s.metaOp(c)
+	s.act(c, s.n, func(group bool) {
+		if group {
+			s.groupOp()
+		} else {
+			s.metaOp(c)
+		}
+	}, nil, func(ns metadata.Namespace, kind opKind) { s.dataOp(c, ns, kind) })
+}
+
+// act is the next action of client cl, through node n, when it has no
+// operation under way: a metadata command (one in six, and always while
+// nothing is committed) or a consumer group command (one in five of the
+// rest), which meta issues; the harness's lookup, if it takes its turn
+// (the cluster's lookups by name, with their read barrier); a data
+// operation, issued by data, on a partition n has seen deleted (one in
+// twenty, a client whose view lags: its request parks unstamped, ages
+// out, and the retry finds it gone) or else on a committed one.
+func (b *base) act(cl *client, n *node, meta func(group bool), lookup func() bool, data func(metadata.Namespace, opKind)) {
+	snap := n.meta.Snapshot()
+	if len(snap.Partitions) == 0 || b.rng.IntN(100) < 16 {
+		meta(false)
 		return
 	}
-	if s.rng.IntN(100) < 20 {
-		s.groupOp()
+	if b.rng.IntN(100) < 20 {
+		meta(true)
 		return
 	}
-	if s.rng.IntN(100) < 5 {
-		// A client whose view lags: it still resolves a partition that
-		// has been deleted (its request parks unstamped, ages out, and the
-		// retry finds it gone).
-		if gone := s.n.incs.gone(s.n.meta); len(gone) > 0 {
-			s.dataOp(c, gone[s.rng.IntN(len(gone))], s.pickKind())
+	if lookup != nil && lookup() {
+		return
+	}
+	if b.rng.IntN(100) < 5 {
+		if gone := n.incs.gone(n.meta); len(gone) > 0 {
+			data(gone[b.rng.IntN(len(gone))], b.pickKind())
 			return
 		}
 	}
-	p := snap.Partitions[s.rng.IntN(len(snap.Partitions))]
-	s.dataOp(c, p.NS, s.pickKind())
+	p := snap.Partitions[b.rng.IntN(len(snap.Partitions))]
+	data(p.NS, b.pickKind())
 }
 
 // dataOp starts a partition operation of kind on ns for c.
