@@ -217,24 +217,8 @@ func (c *csim) run() {
 		c.processMeta(n)
 	}
 	c.afterAction()
-	for range c.cfg.Steps {
-		if c.viol != nil {
-			return
-		}
-		c.tick()
-	}
-	for c.stormRunning() {
-		c.tick()
-	}
-	if c.viol != nil {
-		return
-	}
-	c.quiesce()
-	if c.viol != nil {
-		return
-	}
-	finalChecks(c)
-	c.event("end")
+	// A join storm's run goes on past its steps until it settles.
+	c.drive(c, c.tick, c.stormRunning, c.quiesce)
 }
 
 func (c *csim) close() {

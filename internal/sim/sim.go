@@ -681,21 +681,31 @@ func (s *sim) run() {
 	if s.viol != nil {
 		return
 	}
-	for range s.cfg.Steps {
-		if s.viol != nil {
+	s.drive(s, s.tick, nil, s.quiesce)
+}
+
+// drive runs a run whose nodes are open: Config.Steps scheduler steps
+// (tick), then more while more says the run must go on, quiescence and
+// the final checks, stopping at the first violation.
+func (b *base) drive(h harness, tick func(), more func() bool, quiesce func()) {
+	for range b.cfg.Steps {
+		if b.viol != nil {
 			return
 		}
-		s.tick()
+		tick()
 	}
-	if s.viol != nil {
+	for more != nil && more() {
+		tick()
+	}
+	if b.viol != nil {
 		return
 	}
-	s.quiesce()
-	if s.viol != nil {
+	quiesce()
+	if b.viol != nil {
 		return
 	}
-	finalChecks(s)
-	s.event("end")
+	finalChecks(h)
+	b.event("end")
 }
 
 func (s *sim) result() Result {
