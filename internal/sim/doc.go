@@ -26,13 +26,22 @@
 // restart carrying over the node's disk, clock and the simulator's
 // record of it. The run's shared state (base.go: the RNG, the virtual
 // clock, the trace, the workload's history, the oracle) and the
-// invariants (invariant*.go, one registry) are the same for one node and
-// many.
+// invariants (invariant*.go, one registry, reading the run's nodes) are
+// the same for one node and many, and so are the run's course once its
+// nodes are open (base.drive: the steps, quiescence's loop
+// base.settleLoop, the final checks) and the clients' mechanisms: a
+// client's next action (base.act), a data operation's start through its
+// home node (base.callData), a try's send (base.sendTo), and the Node's
+// client call's wait, end and retry in place (base.callStep,
+// base.retryCall).
 //
 // What is not one yet: a single-node run (sim.go, workload.go, check.go,
 // engine.go, store.go) and a cluster run (cluster.go and the c*.go files)
-// still have their own scheduler loop, client loop, quiescence and
-// partition store tap; the sections below describe each.
+// are still two harness types, each with its own scheduler step (which
+// work it picks and how often), its handling of an answer, its
+// quiescence rounds and final reads, and its partition store tap (one
+// log per incarnation on one node, one copy per replica in a cluster);
+// the sections below describe each.
 //
 // # Single-node mode
 //
