@@ -7,11 +7,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/parkway-io/parkway/partition"
-
 	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
+	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/reconciler"
 	"github.com/parkway-io/parkway/router"
 	"github.com/parkway-io/parkway/shard"
@@ -23,8 +22,8 @@ import (
 // node is one simulated node, of either engine kind, built as
 // parkway.Open builds one: a cluster member (c set: the metadata group
 // member, replicated shards, a network endpoint) or the single-node
-// engine (c nil: metadata.Durable on its disk, no raft, no bus), whose
-// state is the subset of the fields a single node has. One incarnation
+// engine (c nil: metadata.Durable on its disk, no raft, no bus), which
+// uses the fields a node without raft or bus has. One incarnation
 // of the node's process is one node value; a restart builds a new one
 // that carries over what outlives the process (its disk, its clock, the
 // simulator's record of it: openNode's prev).
@@ -194,7 +193,8 @@ func (n *node) opened(eng *host.Engine) {
 }
 
 // crashDisk leaves the node's disk as the end of its process does, by a
-// power loss (power) or a process crash, and counts it. A power loss
+// power loss (power) or a process crash (base.countCrash counts it). A
+// power loss
 // keeps only what was synced, and what the dead engine's shutdown then
 // writes and syncs goes to the disk the power loss discarded; a process
 // crash keeps everything written (the page cache survives) but the dead
