@@ -194,12 +194,12 @@ func (n *node) opened(eng *host.Engine) {
 
 // crashDisk leaves the node's disk as the end of its process does, by a
 // power loss (power) or a process crash (base.countCrash counts it). A
-// power loss
-// keeps only what was synced, and what the dead engine's shutdown then
-// writes and syncs goes to the disk the power loss discarded; a process
-// crash keeps everything written (the page cache survives) but the dead
-// process's lock on the data directory. A crashed process is not closed
-// otherwise: its open files, shards and raft logs are simply abandoned.
+// power loss keeps only what was synced, and what the dead engine's
+// shutdown then writes and syncs goes to the disk the power loss
+// discarded; a process crash keeps everything written (the page cache
+// survives) but the dead process's lock on the data directory. A crashed
+// process is not closed otherwise: its open files, shards and raft logs
+// are simply abandoned.
 // l, when set, are the disk's lies: a rollback may restore a copy saved
 // at a power loss, and the journal's window is settled.
 func (n *node) crashDisk(power bool, l *lies) {
