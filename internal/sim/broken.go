@@ -103,7 +103,7 @@ var (
 // replyPath is BreakReplyPath: it delivers m from n to its receiver over
 // the reverse direction when m's own is cut or clogged and the reverse
 // one is up, and reports whether it did.
-func (c *csim) replyPath(n *cnode, m transport.Message) bool {
+func (c *csim) replyPath(n *node, m transport.Message) bool {
 	to := c.node(uint64(m.To))
 	if to == nil || to.id > maxNodes || n.id > maxNodes {
 		return false
@@ -121,7 +121,7 @@ func (c *csim) replyPath(n *cnode, m transport.Message) bool {
 // apply index (a move command), a settle for every replica leaving a
 // partition. They are proposed after the action (proposing from inside
 // the engine's apply event would re-enter it).
-func (c *csim) breakEarlySettle(n *cnode, index uint64) {
+func (c *csim) breakEarlySettle(n *node, index uint64) {
 	if !BreakEarlySettle.Load() {
 		return
 	}
@@ -137,7 +137,7 @@ func (c *csim) breakEarlySettle(n *cnode, index uint64) {
 
 // earlySettle is a settle BreakEarlySettle proposes through n.
 type earlySettle struct {
-	n   *cnode
+	n   *node
 	cmd metadata.SettleReplicas
 }
 

@@ -26,7 +26,7 @@ const maxBarriers = 4
 // barrier is a read barrier in flight on node n (incarnation gen).
 type barrier struct {
 	id   int
-	n    *cnode
+	n    *node
 	gen  int
 	b    *host.Barrier
 	want uint64 // the highest metadata index any node had applied at its start
@@ -44,7 +44,7 @@ type barrier struct {
 func metaIndex(e *host.Engine) uint64 { return e.MetadataStatus().Applied }
 
 // startBarrier starts a read barrier on n.
-func (c *csim) startBarrier(n *cnode) {
+func (c *csim) startBarrier(n *node) {
 	var want uint64
 	for _, m := range c.nodes {
 		if m.eng != nil && !m.down {

@@ -41,29 +41,18 @@ func (c *csim) quiesce() {
 // calmRounds rounds in a row, or reports what kept it busy past
 // quiesceLimit.
 func (c *csim) settle() bool {
-	deadline := c.clk.Now().Add(quiesceLimit)
-	calm := 0
-	for c.viol == nil {
+	converged := false
+	return c.settleLoop(func() (bool, int) {
 		c.settleRound()
-		converged := c.converged() == ""
-		if converged && c.idle() && c.unbalanced() == "" {
-			if calm++; calm >= raftCalmRounds+calmRounds {
-				return true
-			}
-		} else {
-			calm = 0
-		}
-		if !c.clk.Now().Before(deadline) {
-			c.notQuiescent()
-			return false
-		}
+		converged = c.converged() == ""
+		return converged && c.idle() && c.unbalanced() == "", raftCalmRounds + calmRounds
+	}, c.notQuiescent, func(calm int) {
 		// The first calm rounds still move the clock one raft tick at a
 		// time: the message logs agree, but a write that adds no message
 		// (a consumer offset) may not have reached every replica yet, and
 		// a group may still be electing.
 		c.advanceQuiet(converged && (calm == 0 || calm > raftCalmRounds))
-	}
-	return false
+	})
 }
 
 // raftCalmRounds is how many rounds of one raft tick each the cluster
@@ -132,7 +121,7 @@ func (c *csim) drain() {
 			}
 			for i := range n.shards {
 				for (len(n.shadow[i]) > 0 || n.clocks[i].due()) && c.viol == nil {
-					c.stepShard(n, i)
+					n.step(i)
 					c.afterAction()
 					did = true
 				}
@@ -276,7 +265,7 @@ func (c *csim) convergedExcept(skip func(id uint64, ns metadata.Namespace) bool)
 		key := incKey{p.NS, p.CreatedRevision}
 		rl := c.oracle[key]
 		if rl == nil {
-			if skip != nil && !slices.ContainsFunc(c.replicasOf(p), func(n *cnode) bool { return !skip(n.id, p.NS) }) {
+			if skip != nil && !slices.ContainsFunc(c.replicasOf(p), func(n *node) bool { return !skip(n.id, p.NS) }) {
 				continue
 			}
 			return fmt.Sprintf("%v built nowhere", key)
@@ -508,7 +497,7 @@ func (c *csim) finalOffsets(key incKey) {
 }
 
 // finalRead issues a read of ns from 0 on n (no client).
-func (c *csim) finalRead(n *cnode, ns metadata.Namespace) *op {
+func (c *csim) finalRead(n *node, ns metadata.Namespace) *op {
 	c.nextOp++
 	o := &op{id: c.nextOp, kind: kindPoll, ns: ns, count: 1 << 20, home: n, local: true}
 	c.allOps = append(c.allOps, o)
@@ -601,19 +590,11 @@ func (c *csim) unlinearized(incKey) bool { return false }
 // dropOK is clusterDropOK.
 func (c *csim) dropOK(variant, reason string) bool { return c.clusterDropOK(variant, reason) }
 
-// shardsNow lists every member's shards.
-func (c *csim) shardsNow() []namedShard {
-	var out []namedShard
-	for _, n := range c.nodes {
-		for i, sh := range n.shards {
-			out = append(out, namedShard{fmt.Sprintf("n%d shard %d", n.id, i), sh})
-		}
-	}
-	return out
-}
-
 // dropCounters lists the metrics of every node incarnation, the crashed
 // ones first.
+// nodesNow lists every member, down or not: the harness's nodesNow.
+func (c *csim) nodesNow() []*node { return c.nodes }
+
 func (c *csim) dropCounters() []dropCounter {
 	var out []dropCounter
 	for _, m := range c.oldMetrics {
@@ -621,17 +602,6 @@ func (c *csim) dropCounters() []dropCounter {
 	}
 	for _, n := range c.nodes {
 		out = append(out, dropCounter{m: n.m})
-	}
-	return out
-}
-
-// metas lists the metadata of every running node.
-func (c *csim) metas() []namedMeta {
-	var out []namedMeta
-	for _, n := range c.nodes {
-		if n.eng != nil && !n.down {
-			out = append(out, namedMeta{fmt.Sprintf("n%d (open %d)", n.id, n.gen), n.meta})
-		}
 	}
 	return out
 }

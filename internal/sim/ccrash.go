@@ -5,7 +5,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/parkway-io/parkway/shard"
 	"github.com/parkway-io/parkway/transport"
 )
 
@@ -19,7 +18,7 @@ import (
 // re-applying what its partition log lost.
 
 // crash takes n down for up to a second.
-func (c *csim) crash(n *cnode) { c.crashFor(n, 0, time.Second) }
+func (c *csim) crash(n *node) { c.crashFor(n, 0, time.Second) }
 
 // crashQuiescedLeader crashes a node that leads quiesced partition groups,
 // if one does, for longer than the liveness timeout.
@@ -35,7 +34,7 @@ func (c *csim) crashQuiescedLeader() {
 	// liveness, which does not judge peers dead for the time its own
 	// driver stood still, is slow to see the crash, and the failover it
 	// may be chosen to lead can take longer than the calm's second.
-	calm := c.rng.IntN(2) == 0 && !slices.ContainsFunc(c.nodes, func(m *cnode) bool { return m.stopped })
+	calm := c.rng.IntN(2) == 0 && !slices.ContainsFunc(c.nodes, func(m *node) bool { return m.stopped })
 	var groups []ledGroup
 	var voters []uint64
 	if calm {
@@ -50,8 +49,8 @@ func (c *csim) crashQuiescedLeader() {
 
 // quiescedLeaders are the running nodes that lead quiesced partition
 // groups.
-func (c *csim) quiescedLeaders() []*cnode {
-	var leaders []*cnode
+func (c *csim) quiescedLeaders() []*node {
+	var leaders []*node
 	for _, n := range c.nodes {
 		if !n.reachable() {
 			continue
@@ -68,20 +67,14 @@ func (c *csim) quiescedLeaders() []*cnode {
 
 // crashFor takes n down for a time in [lo, hi]: a power loss two times
 // in three, else a process crash.
-func (c *csim) crashFor(n *cnode, lo, hi time.Duration) {
+func (c *csim) crashFor(n *node, lo, hi time.Duration) {
 	c.crashHow(n, c.rng.IntN(3) != 0, lo, hi)
 }
 
 // crashHow takes n down for a time in [lo, hi], by a power loss if power
 // is set, else by a process crash.
-func (c *csim) crashHow(n *cnode, power bool, lo, hi time.Duration) {
-	kind := "process crash"
-	if power {
-		c.faults.Crash++
-		kind = "power loss"
-	} else {
-		c.faults.ProcessCrash++
-	}
+func (c *csim) crashHow(n *node, power bool, lo, hi time.Duration) {
+	kind := c.countCrash(power)
 	down := c.randDuration(lo, hi)
 	c.event("n%d CRASH (%s) gen=%d down for %v", n.id, kind, n.gen, down)
 	n.inj.dead = true
@@ -94,29 +87,15 @@ func (c *csim) crashHow(n *cnode, power bool, lo, hi time.Duration) {
 	n.waits = n.waits[:0]
 	c.oldMetrics = append(c.oldMetrics, n.m)
 	c.noteForwardRefusals(n)
-	if power {
-		n.mem = n.mem.Crash()
-		// What the shutdown writes and syncs goes to the disk the power
-		// loss discarded.
-		_ = n.eng.Close()
-		if c.isLiar(n) {
-			c.lies.saveCopies() // an earlier copy a rollback may restore
-		}
-	} else {
-		// The dead process's lock on the data directory dies with it.
-		n.mem.ReleaseLocks()
-	}
+	var l *lies
 	if c.isLiar(n) {
-		c.lies.settleJournal()
+		l = c.lies
 	}
-	// A crashed process is not closed: its open files, shards and raft
-	// logs are simply abandoned.
+	n.crashDisk(power, l)
 }
 
-// abandon answers every request in flight on n: its client sees the
-// connection drop. A write may or may not have been applied; a read did
-// nothing.
-func (c *csim) abandon(n *cnode) {
+// abandon answers every request in flight on n (answerCrashed).
+func (c *csim) abandon(n *node) {
 	kept := c.inflight[:0]
 	for _, a := range c.inflight {
 		switch {
@@ -128,19 +107,13 @@ func (c *csim) abandon(n *cnode) {
 			kept = append(kept, a)
 			continue
 		}
-		a.crashed = true
-		a.ansEv = c.event("answer a=%d crashed", a.id)
-		oc := outcomeError
-		if k := a.op.kind; k == kindProduce || k == kindBatch || k == kindStore {
-			oc = outcomeUnknown
-		}
-		c.finish(a.op, oc, shard.Response{}, errCrashed)
+		c.answerCrashed(a)
 	}
 	c.inflight = kept
 }
 
 // restart brings n back on its disk, with a fresh endpoint.
-func (c *csim) restart(n *cnode) {
+func (c *csim) restart(n *node) {
 	if c.roll(c.cfg.Faults.WrongDisk) {
 		c.startOnWrongDisk(n)
 		if c.viol != nil {
@@ -157,8 +130,8 @@ func (c *csim) restart(n *cnode) {
 // directory (its durable state), which must be refused with
 // host.ErrWrongDataDir: a node that took it would vote and acknowledge
 // with another member's log.
-func (c *csim) startOnWrongDisk(n *cnode) {
-	var others []*cnode
+func (c *csim) startOnWrongDisk(n *node) {
+	var others []*node
 	for _, m := range c.nodes {
 		if m.id != n.id && m.mem != nil {
 			others = append(others, m)
@@ -183,7 +156,7 @@ func (c *csim) startOnWrongDisk(n *cnode) {
 
 // cur is the running incarnation of the node n was: n itself unless it
 // crashed and restarted since, or was removed (then it stays down).
-func (c *csim) cur(n *cnode) *cnode {
+func (c *csim) cur(n *node) *node {
 	if m := c.node(n.id); m != nil {
 		return m
 	}
@@ -192,6 +165,6 @@ func (c *csim) cur(n *cnode) *cnode {
 
 // reachable reports whether a client can talk to n: it is neither down
 // nor stopped.
-func (n *cnode) reachable() bool { return !n.down && !n.stopped }
+func (n *node) reachable() bool { return !n.down && !n.stopped }
 
 var errUnreachable = errors.New("sim: node down or stopped")

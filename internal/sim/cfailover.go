@@ -68,7 +68,7 @@ type ledGroup struct {
 // ledGroups lists the committed partition groups n leads that are
 // quiesced on n and on every other node holding a replica of them: only
 // node liveness can wake those once n dies.
-func (c *csim) ledGroups(n *cnode) []ledGroup {
+func (c *csim) ledGroups(n *node) []ledGroup {
 	var out []ledGroup
 	for _, p := range n.meta.Snapshot().Partitions {
 		if !c.quiescedOn(n, p) {
@@ -107,7 +107,7 @@ func (c *csim) ledGroups(n *cnode) []ledGroup {
 
 // quiescedOn reports whether n holds p's incarnation with its group
 // quiesced.
-func (c *csim) quiescedOn(n *cnode, p metadata.PartitionInfo) bool {
+func (c *csim) quiescedOn(n *node, p metadata.PartitionInfo) bool {
 	if int(p.Owner) >= len(n.shards) {
 		return false
 	}
@@ -125,7 +125,7 @@ func (c *csim) calming() bool { return c.clk.Now().Before(c.calmUntil) }
 
 // calm ends every fault but n's crash and holds new ones, and new client
 // operations, off until the failover is checked.
-func (c *csim) calm(n *cnode, groups []ledGroup, voters []uint64, metaLeader bool) {
+func (c *csim) calm(n *node, groups []ledGroup, voters []uint64, metaLeader bool) {
 	now := c.clk.Now()
 	c.faults.CalmCrashes++
 	c.netf = netState{}
@@ -168,7 +168,7 @@ type deafWait struct{ until time.Time }
 // way; it reports whether it did.
 func (c *csim) quietForDeaf() bool {
 	if c.depth > 0 || c.failover != nil || c.deafWait != nil || c.calming() ||
-		slices.ContainsFunc(c.nodes, func(m *cnode) bool { return m.stopped || m.down }) {
+		slices.ContainsFunc(c.nodes, func(m *node) bool { return m.stopped || m.down }) {
 		return false
 	}
 	now := c.clk.Now()
@@ -273,7 +273,7 @@ func (c *csim) checkFailover(final bool) {
 		if g.led {
 			continue
 		}
-		var holders []*cnode
+		var holders []*node
 		for _, id := range g.replicas {
 			s := c.node(id)
 			if s == nil || s.down || id == f.node {
@@ -361,7 +361,7 @@ func (c *csim) checkFailover(final bool) {
 
 // zombieHeartbeats is BreakZombieLiveness: before n's metadata tick, a
 // liveness heartbeat from every node that is down arrives at n.
-func (c *csim) zombieHeartbeats(n *cnode) {
+func (c *csim) zombieHeartbeats(n *node) {
 	for _, d := range c.nodes {
 		if d.down && d != n {
 			_ = n.eng.Deliver(transport.Message{From: transport.NodeID(d.id), To: transport.NodeID(n.id), Kind: host.KindLiveness})
@@ -370,8 +370,8 @@ func (c *csim) zombieHeartbeats(n *cnode) {
 }
 
 // leavingOf are the nodes of p's leaving replicas.
-func (c *csim) leavingOf(p metadata.PartitionInfo) []*cnode {
-	out := make([]*cnode, 0, len(p.Leaving))
+func (c *csim) leavingOf(p metadata.PartitionInfo) []*node {
+	out := make([]*node, 0, len(p.Leaving))
 	for _, id := range p.Leaving {
 		if n := c.node(id); n != nil {
 			out = append(out, n)
@@ -423,7 +423,7 @@ func moveConfigs(p metadata.PartitionInfo) [][]uint64 {
 // electable reports whether, in every configuration g may be in, a
 // majority of the voters are among holders (alive and holding the
 // partition): then a survivor must come to lead it.
-func (g *ledGroup) electable(holders []*cnode) bool {
+func (g *ledGroup) electable(holders []*node) bool {
 	for _, cfg := range g.configs {
 		n := 0
 		for _, h := range holders {

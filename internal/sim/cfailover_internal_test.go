@@ -24,10 +24,10 @@ func TestMoveConfigs(t *testing.T) {
 		t.Fatalf("configs %v, want %v", got, want)
 	}
 	g := ledGroup{configs: moveConfigs(p)}
-	nodes := func(ids ...uint64) []*cnode {
-		var out []*cnode
+	nodes := func(ids ...uint64) []*node {
+		var out []*node
 		for _, id := range ids {
-			out = append(out, &cnode{id: id})
+			out = append(out, &node{id: id})
 		}
 		return out
 	}

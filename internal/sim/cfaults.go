@@ -5,11 +5,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/parkway-io/parkway/transport"
-	"github.com/parkway-io/parkway/vfs/errorfs"
 )
 
 // netState is the cluster's network weather: the fault spells in force,
@@ -123,7 +121,7 @@ func (c *csim) startFaults() {
 		c.startClog()
 	}
 	c.startPeerFaults()
-	if c.depth == 0 && c.roll(nf.Stop) && !slices.ContainsFunc(c.nodes, func(n *cnode) bool { return n.stopped || n.down }) {
+	if c.depth == 0 && c.roll(nf.Stop) && !slices.ContainsFunc(c.nodes, func(n *node) bool { return n.stopped || n.down }) {
 		n := c.nodes[c.rng.IntN(len(c.nodes))]
 		n.stopped = true
 		n.stopUntil = now.Add(c.randDuration(100*time.Millisecond, 3*time.Second))
@@ -138,12 +136,12 @@ func (c *csim) startFaults() {
 		n := c.nodes[c.rng.IntN(len(c.nodes))]
 		return n.clk, fmt.Sprintf("n%d", n.id)
 	})
-	if c.depth == 0 && c.roll(f.Crash) && !slices.ContainsFunc(c.nodes, func(n *cnode) bool { return n.down }) {
+	if c.depth == 0 && c.roll(f.Crash) && !slices.ContainsFunc(c.nodes, func(n *node) bool { return n.down }) {
 		// One node down at a time (and never inside a slow build, whose
 		// node's reconciler pass is on the stack).
 		c.crash(c.nodes[c.rng.IntN(len(c.nodes))])
 	}
-	if c.depth == 0 && c.roll(f.QuiescedCrash) && !slices.ContainsFunc(c.nodes, func(n *cnode) bool { return n.down }) {
+	if c.depth == 0 && c.roll(f.QuiescedCrash) && !slices.ContainsFunc(c.nodes, func(n *node) bool { return n.down }) {
 		c.crashQuiescedLeader()
 	}
 	if c.roll(f.Join) {
@@ -155,10 +153,7 @@ func (c *csim) startFaults() {
 	if c.roll(f.DiskFull) {
 		n := c.nodes[c.rng.IntN(len(c.nodes))]
 		if !n.inj.enospc.On() && !n.down {
-			d := c.randDuration(50*time.Millisecond, 2*time.Second)
-			n.diskFullUntil = now.Add(d)
-			n.inj.enospc.Set(true)
-			c.event("n%d disk full for %v", n.id, d)
+			n.fillDisk(c.randDuration(50*time.Millisecond, 2*time.Second))
 		}
 	}
 	if c.roll(f.DiskError) {
@@ -288,7 +283,7 @@ func (c *csim) unclog() {
 // at one partition's directory, not at "the k-th operation" as the
 // single-node mode does: a shard ticks its raft groups in map order, so
 // the order of operations across partitions is not the seed's to decide.
-func (c *csim) armDiskError(n *cnode) {
+func (c *csim) armDiskError(n *node) {
 	parts := n.meta.Snapshot().Partitions
 	if n.inj.eio != nil || len(parts) == 0 || n.down {
 		return
@@ -297,13 +292,7 @@ func (c *csim) armDiskError(n *cnode) {
 	n.inj.eioPrefix = filepath.Join(dataDir, "streams", strconv.FormatUint(uint64(ns.Stream()), 10),
 		"topics", strconv.FormatUint(uint64(ns.Topic()), 10),
 		"partitions", strconv.FormatUint(uint64(ns.Partition()), 10)) + "/"
-	k := int64(c.rng.IntN(4))
-	if c.rng.IntN(10) < 6 {
-		n.inj.eio, n.inj.eioKind = errorfs.OnIndex(k, syscall.EIO, errorfs.OpSync), "fsync"
-	} else {
-		torn := &errorfs.TornWrite{N: c.rng.IntN(64)}
-		n.inj.eio, n.inj.eioKind = errorfs.OnIndex(k, torn, errorfs.OpWriteAt), "torn write"
-	}
+	k := n.armDiskError()
 	c.event("n%d disk error armed: %s #%d under %v", n.id, n.inj.eioKind, k, ns)
 }
 
@@ -359,10 +348,7 @@ func (c *csim) expireFaults() {
 			n.stopped, cuts = false, true
 			c.event("n%d RESUME", n.id)
 		}
-		if n.inj.enospc.On() && !now.Before(n.diskFullUntil) {
-			n.inj.enospc.Set(false)
-			c.event("n%d disk space back", n.id)
-		}
+		n.expireDiskFull()
 	}
 	if cuts {
 		c.applyCuts()
@@ -434,9 +420,7 @@ func (c *csim) faultsOff() {
 	}
 	for _, n := range c.nodes {
 		n.stopped = false
-		n.inj.enospc.Set(false)
-		n.inj.eio = nil
-		n.clk.settle()
+		n.faultsOff()
 	}
 	if c.lies != nil {
 		c.lies.stopRunning()

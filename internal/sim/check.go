@@ -72,6 +72,31 @@ const (
 	calmRounds   = shard.DefaultMaxPasses + 2
 )
 
+// settleLoop is quiescence's loop in both kinds: round runs one round and
+// reports whether the run is calm and for how many rounds in a row it
+// must be; past quiesceLimit of virtual time notQuiescent reports what
+// kept it busy; otherwise wait moves the clock on, told the calm rounds
+// so far. It reports whether the run settled.
+func (b *base) settleLoop(round func() (calm bool, need int), notQuiescent func(), wait func(calm int)) bool {
+	deadline := b.clk.Now().Add(quiesceLimit)
+	calm := 0
+	for b.viol == nil {
+		if ok, need := round(); ok {
+			if calm++; calm >= need {
+				return true
+			}
+		} else {
+			calm = 0
+		}
+		if !b.clk.Now().Before(deadline) {
+			notQuiescent()
+			return false
+		}
+		wait(calm)
+	}
+	return false
+}
+
 // quiesce stops new work and faults, then steps shards, retries due
 // client operations and runs passes while the clock advances, until
 // nothing is in flight, nothing is parked and no client waits — or the
@@ -105,24 +130,10 @@ func (s *sim) quiesce() {
 // settle runs rounds until the node is idle for calmRounds rounds in a
 // row, or reports what kept it busy past quiesceLimit.
 func (s *sim) settle() bool {
-	deadline := s.clk.Now().Add(quiesceLimit)
-	calm := 0
-	for s.viol == nil {
+	return s.settleLoop(func() (bool, int) {
 		s.settleRound()
-		if s.idle() {
-			if calm++; calm >= calmRounds {
-				return true
-			}
-		} else {
-			calm = 0
-		}
-		if !s.clk.Now().Before(deadline) {
-			s.notQuiescent()
-			return false
-		}
-		s.advanceQuiet()
-	}
-	return false
+		return s.idle(), calmRounds
+	}, s.notQuiescent, func(int) { s.advanceQuiet() })
 }
 
 // restart stops the node process and starts it again on the same disk:
@@ -134,7 +145,7 @@ func (s *sim) restart() {
 	s.event("RESTART gen=%d inflight=%d", old.gen, len(s.inflight))
 	s.abandonInflight()
 	old.close()
-	s.n = s.openNode()
+	s.n = s.openNode(old)
 }
 
 // settleRound steps every shard until idle, retries what is due, and runs
@@ -348,30 +359,16 @@ func (s *sim) dropOK(_, reason string) bool {
 	return ok && gate(s)
 }
 
-// shardsNow lists the node's shards.
-func (s *sim) shardsNow() []namedShard {
-	out := make([]namedShard, 0, len(s.n.shards))
-	for i, sh := range s.n.shards {
-		out = append(out, namedShard{fmt.Sprintf("shard %d", i), sh})
-	}
-	return out
-}
-
 // dropCounters lists the metrics of every incarnation of the node.
+// nodesNow lists the node: the harness's nodesNow.
+func (s *sim) nodesNow() []*node { return []*node{s.n} }
+
 func (s *sim) dropCounters() []dropCounter {
 	out := make([]dropCounter, 0, len(s.allMetrics))
 	for gen, m := range s.allMetrics {
 		out = append(out, dropCounter{m: m, who: fmt.Sprintf("node gen %d ", gen+1), label: fmt.Sprintf("gen=%d ", gen+1)})
 	}
 	return out
-}
-
-// metas is the running node's metadata.
-func (s *sim) metas() []namedMeta {
-	if s.n == nil {
-		return nil
-	}
-	return []namedMeta{{fmt.Sprintf("node (open %d)", s.n.gen), s.n.meta}}
 }
 
 // linearizeOp places o in a partition history, or reports false to leave
@@ -389,7 +386,7 @@ func (s *sim) linearizeOp(o *op) (incKey, linIn, linOut, bool) {
 		// fence), so at some point while the operation ran. In flight at
 		// a crash, no shard served it (answers are collected after every
 		// engine action, crashes fall between them): it had no effect.
-		key, ok := s.placeServed(o, s.incs, "", out)
+		key, ok := s.placeServed(o, s.n.incs, "", out)
 		return key, in, out, ok
 	}
 	in := linIn{kind: o.kind}

@@ -80,13 +80,13 @@ func (c *csim) joinAct() {
 	if j == nil || c.viol != nil {
 		return
 	}
-	var members []*cnode
+	var members []*node
 	for _, n := range c.nodes {
 		if n.joined && n.reachable() {
 			members = append(members, n)
 		}
 	}
-	v, err, done := c.stepCall(&j.call, j.id, "join", members, func(v *cnode) (*host.MemberChange, error) {
+	v, err, done := c.stepCall(&j.call, j.id, "join", members, func(v *node) (*host.MemberChange, error) {
 		return v.eng.StartAddNode(j.key, j.id, v.clk.Now().Add(requestTimeout))
 	}, &c.ops.JoinRetries)
 	switch {
@@ -102,7 +102,7 @@ func (c *csim) joinAct() {
 }
 
 // joined ends the addition: AddNode returned on member v.
-func (c *csim) joined(v *cnode) {
+func (c *csim) joined(v *node) {
 	j := c.join
 	c.join = nil
 	c.faults.Joined++
@@ -114,7 +114,7 @@ func (c *csim) joined(v *cnode) {
 // learners, of the metadata group configuration n has applied, and none
 // is both (invariant 8). A member that has applied no configuration yet
 // (a joiner before its first snapshot) is not judged.
-func (c *csim) checkVoters(n *cnode) {
+func (c *csim) checkVoters(n *node) {
 	st := n.eng.MetadataStatus()
 	if len(st.Voters) == 0 {
 		return

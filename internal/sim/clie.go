@@ -47,7 +47,7 @@ func (c *csim) startLies() {
 		return
 	}
 	c.liar = c.founders[c.rng.IntN(len(c.founders))]
-	liarNode := func() *cnode {
+	liarNode := func() *node {
 		for _, n := range slices.Concat(c.nodes, c.gone) {
 			if n.id == c.liar {
 				return n
@@ -85,7 +85,7 @@ func (c *csim) lie() {
 		c.lies.arm(kind, name)
 		return
 	}
-	if slices.ContainsFunc(c.nodes, func(m *cnode) bool { return m.down }) {
+	if slices.ContainsFunc(c.nodes, func(m *node) bool { return m.down }) {
 		return
 	}
 	c.crashHow(n, true, 0, time.Second)
@@ -93,12 +93,12 @@ func (c *csim) lie() {
 }
 
 // isLiar reports whether n is the node whose disk lies.
-func (c *csim) isLiar(n *cnode) bool { return c.lies != nil && n.id == c.liar }
+func (c *csim) isLiar(n *node) bool { return c.lies != nil && n.id == c.liar }
 
 // liedTo reports whether n's copy of key may be damaged: n is the liar
 // and a lie touched key's files (or a file outside every partition
 // directory, the journal).
-func (c *csim) liedTo(n *cnode, key incKey) bool {
+func (c *csim) liedTo(n *node, key incKey) bool {
 	return c.isLiar(n) && c.lies.damageOK(key)
 }
 
@@ -106,7 +106,7 @@ func (c *csim) liedTo(n *cnode, key incKey) bool {
 // of key through n, is damage the liar reports for its copy (counted as
 // detected): the liar answered it (n itself, or the replica n's "not
 // leader" hint sent the read to).
-func (c *csim) damageReported(n *cnode, o *op, key incKey) bool {
+func (c *csim) damageReported(n *node, o *op, key incKey) bool {
 	if len(o.attempts) == 0 || !isLogDamage(o.err) || !c.liedTo(o.attempts[len(o.attempts)-1].node, key) {
 		return false
 	}
@@ -139,7 +139,7 @@ func isCorruptLog(err error) bool {
 // deadIncarnationDamaged reports whether n is the liar and a lie damaged
 // the incarnation file of ns's directory while it held an incarnation
 // that n's metadata no longer commits (knownDeadIncarnationDamage).
-func (c *csim) deadIncarnationDamaged(n *cnode, ns metadata.Namespace) bool {
+func (c *csim) deadIncarnationDamaged(n *node, ns metadata.Namespace) bool {
 	if !c.isLiar(n) {
 		return false
 	}

@@ -22,7 +22,6 @@ import (
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
-	"github.com/parkway-io/parkway/reconciler"
 	"github.com/parkway-io/parkway/router"
 	"github.com/parkway-io/parkway/shard"
 	"github.com/parkway-io/parkway/transport"
@@ -86,8 +85,8 @@ type csim struct {
 	// ran but those removed (cremove.go), which are in gone.
 	peers    []uint64
 	founders []uint64
-	nodes    []*cnode
-	gone     []*cnode
+	nodes    []*node
+	gone     []*node
 
 	nextSeq  uint64
 	metaDone []metaAnswer
@@ -155,75 +154,6 @@ type csim struct {
 	liar uint64
 }
 
-// cnode is one simulated cluster node.
-type cnode struct {
-	c   *csim
-	id  uint64
-	mem *vfs.MemFS
-	inj *injector
-	// ep is the node's network endpoint (the simulator's to close on a
-	// crash); the engine sends through the outbox wrapper around it.
-	ep  transport.Bus
-	eng *host.Engine
-	// peers is the node's Cluster.Peers: the founders, or for a node
-	// that joined, the nodes running when it started, itself included
-	// (its engine runs with Cluster.Join). joined is set once a member
-	// has applied its addition (always for a founder): clients use it
-	// from then on.
-	peers  []uint64
-	join   bool
-	joined bool
-
-	meta *metadata.Store
-	// metaRev is meta's revision after the last command or snapshot this
-	// node applied: a command that leaves it is a no-op.
-	metaRev uint64
-	// metaTickAt is when the metadata group's next tick is due;
-	// metaTickErr when a tick last found the member down.
-	metaTickAt  time.Time
-	metaTickErr time.Time
-	// waits are the metadata proposals clients made through this node,
-	// with the channel each outcome arrives on.
-	waits []metaWait
-
-	store  *cstore
-	rt     *router.Router[shard.Frame]
-	shards []*shard.Shard
-	recs   []reconciler.Reconciler
-	passes
-	busy []bool
-	// clk is the node's own clock (clock.go); clocks are the shards'
-	// views of it, which know when each shard's raft tick is due.
-	clk    *nodeClock
-	clocks []*watchedClock
-	// shadow mirrors each shard's inbox, in order: the client attempt of
-	// each queued frame, nil for replication traffic (catchUpFrame for a
-	// catch-up frame).
-	shadow [][]*attempt
-	// fetching is set while a shard handles a catch-up frame: the reads
-	// it makes serve a peer's fetch, not a client.
-	fetching bool
-	m        *metrics.Metrics
-	outbox   []transport.Message
-
-	// incs is this node's view of when incarnations were committed.
-	incs *timeline
-	// lastServe: per namespace, the incarnation that last served a client
-	// request here.
-	lastServe map[metadata.Namespace]uint64
-	// stored lists the consumer offsets stored during the current action.
-	stored []storeRecord
-
-	stopped       bool
-	stopUntil     time.Time
-	diskFullUntil time.Time
-	// down: the node crashed and is not running; it restarts on its disk
-	// at restartAt.
-	down      bool
-	restartAt time.Time
-	gen       int
-}
-
 func runCluster(cfg Config) (Result, error) {
 	c := newCluster(cfg)
 	release := seedRaftRand(cfg.Seed, &c.actions)
@@ -287,32 +217,14 @@ func (c *csim) run() {
 		c.processMeta(n)
 	}
 	c.afterAction()
-	for range c.cfg.Steps {
-		if c.viol != nil {
-			return
-		}
-		c.tick()
-	}
-	for c.stormRunning() {
-		c.tick()
-	}
-	if c.viol != nil {
-		return
-	}
-	c.quiesce()
-	if c.viol != nil {
-		return
-	}
-	finalChecks(c)
-	c.event("end")
+	// A join storm's run goes on past its steps until it settles.
+	c.drive(c, c.tick, c.stormRunning, c.quiesce)
 }
 
 func (c *csim) close() {
 	for _, n := range slices.Concat(c.nodes, c.gone) {
 		n.inj.dead = true // what shutdown writes reaches nothing anyone checks
-		if n.eng != nil {
-			_ = n.eng.Close()
-		}
+		n.close()
 	}
 	_ = c.net.Close()
 }
@@ -343,8 +255,8 @@ func (c *csim) result() Result {
 // openNode builds node id on disk mem with host.New, as parkway.Open
 // builds a cluster node with a DataDir, in manual mode. Faults are held
 // off while it opens.
-func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *cnode) *cnode {
-	n := &cnode{c: c, id: id, mem: mem, ep: ep, m: metrics.New(), incs: newTimeline(),
+func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *node) *node {
+	n := &node{b: &c.base, c: c, id: id, mem: mem, ep: ep, m: metrics.New(), incs: newTimeline(),
 		lastServe: make(map[metadata.Namespace]uint64)}
 	if prev != nil {
 		// The node's view of incarnations and what served it carry over:
@@ -380,42 +292,27 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *cnode
 	for range c.cfg.Shards {
 		n.clocks = append(n.clocks, &watchedClock{nodeClock: n.clk})
 	}
-	eng, err := host.New(host.Config{
-		Shards: c.cfg.Shards, InboxSize: c.cfg.InboxSize, Manual: true,
-		DataDir: dataDir, FS: c.nodeFS(n), SegmentSize: partition.MinSegmentSize,
-		MetadataSnapshotEvery: metaSnapshotEvery,
-		WrapStore: func(st partition.Store, meta *metadata.Store) partition.Store {
-			n.meta = meta
-			n.store = &cstore{n: n, inner: st}
-			return n.store
-		},
-		WrapSender: func(i int, sh *shard.Shard) router.Sender[shard.Frame] {
-			return &cmirror{n: n, i: i, sh: sh}
-		},
-		Park:            shard.ParkLimits{MaxAge: parkMaxAge(c.cfg.Seed)},
-		Defaults:        metadata.TopicConfig{Fsync: metadata.FsyncAlways},
-		BuildBackoffMin: backoffMin, BuildBackoffMax: backoffMax,
-		NewReconciler: newReconciler,
-		Cluster: &host.Cluster{ID: transport.NodeID(id), Peers: peers, Join: n.join, Bus: &outboxBus{n: n},
-			TickInterval: c.cfg.TickInterval, CompactEntries: c.compactEntries,
-			MaxForwardedBytes: simForwardedBytes, MaxForwardedPeerBytes: simForwardedPeerBytes},
-		Clock:      n.clk,
-		ShardClock: func(i int) clock.Clock { return n.clocks[i] },
-		Metrics:    n.m,
-		Events: host.Events{
-			MetadataOpened:            func(meta *metadata.Store) { n.meta = meta },
-			MetadataApplied:           n.metaApplied,
-			MetadataSnapshotInstalled: n.metaSnapshotInstalled,
-			MetadataLeaderChanged:     n.metaLeaderChanged,
-			MetadataCompacted: func(index uint64, err error) {
-				c.event("n%d meta compact at %d err=%v", n.id, index, errString(err))
-			},
-			MetadataReopened: func(index uint64) {
-				c.faults.MetaReopens++
-				c.event("n%d meta reopened applied=%d", n.id, index)
-			},
-		},
+	hc := n.hostConfig(c.nodeFS(n), metaSnapshotEvery, func(st partition.Store) partition.Store {
+		return &cstore{n: n, inner: st}
 	})
+	hc.Cluster = &host.Cluster{ID: transport.NodeID(id), Peers: peers, Join: n.join, Bus: &outboxBus{n: n},
+		TickInterval: c.cfg.TickInterval, CompactEntries: c.compactEntries,
+		MaxForwardedBytes: simForwardedBytes, MaxForwardedPeerBytes: simForwardedPeerBytes}
+	hc.ShardClock = func(i int) clock.Clock { return n.clocks[i] }
+	hc.Events = host.Events{
+		MetadataOpened:            func(meta *metadata.Store) { n.meta = meta },
+		MetadataApplied:           n.metaApplied,
+		MetadataSnapshotInstalled: n.metaSnapshotInstalled,
+		MetadataLeaderChanged:     n.metaLeaderChanged,
+		MetadataCompacted: func(index uint64, err error) {
+			c.event("n%d meta compact at %d err=%v", n.id, index, errString(err))
+		},
+		MetadataReopened: func(index uint64) {
+			c.faults.MetaReopens++
+			c.event("n%d meta reopened applied=%d", n.id, index)
+		},
+	}
+	eng, err := host.New(hc)
 	if err != nil && c.wrongDisk && errors.Is(err, host.ErrWrongDataDir) {
 		c.event("n%d refused the wrong data directory: %v", id, err)
 		return n
@@ -424,12 +321,7 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *cnode
 		c.fail(0, "n%d open: %v", id, err)
 		return n
 	}
-	n.eng, n.meta, n.rt = eng, eng.Meta(), eng.Router()
-	n.shards, n.recs = eng.Shards(), eng.Reconcilers()
-	for i := range n.shards {
-		n.wakes = append(n.wakes, eng.Wake(i))
-		n.nextPass = append(n.nextPass, n.clk.monoNow())
-	}
+	n.opened(eng)
 	n.metaTickAt = n.clk.monoNow().Add(c.cfg.TickInterval)
 	n.metaRev = n.meta.Revision()
 	st := eng.MetadataStatus()
@@ -440,7 +332,7 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *cnode
 
 // nodeFS is n's filesystem: its disk behind its fault injector (and,
 // under BreakIdentityCheck on a wrong disk, without its IDENTITY file).
-func (c *csim) nodeFS(n *cnode) vfs.FS {
+func (c *csim) nodeFS(n *node) vfs.FS {
 	var inj errorfs.Injector = n.inj
 	if c.wrongDisk && BreakIdentityCheck.Load() {
 		identity := path.Join(dataDir, "IDENTITY")
@@ -463,7 +355,7 @@ func (c *csim) newNodeClock() *nodeClock {
 }
 
 // node is member id (nil: no such member, or removed).
-func (c *csim) node(id uint64) *cnode {
+func (c *csim) node(id uint64) *node {
 	id = metadata.NodeOf(id) // a replica's raft id names its node
 	for _, n := range c.nodes {
 		if n.id == id {
@@ -482,18 +374,6 @@ func (c *csim) memberIDs() []uint64 {
 	return out
 }
 
-// diskFault implements faultSink.
-func (n *cnode) diskFault(enospc bool, what string, op errorfs.Op) {
-	c := n.c
-	if enospc {
-		c.faults.DiskFull++
-		c.event("n%d fault ENOSPC %v %s", n.id, op.Kind, op.Path)
-		return
-	}
-	c.faults.DiskError++
-	c.event("n%d fault EIO (%s) %v %s", n.id, what, op.Kind, op.Path)
-}
-
 // outboxBus is the engine's transport: it holds what the engine sends
 // until the action that sent it returns. A shard ticks its groups in map
 // order, so the order in which one step's messages of different groups
@@ -501,7 +381,7 @@ func (n *cnode) diskFault(enospc bool, what string, op errorfs.Op) {
 // order, keeping each group's own order, before the network (whose fault
 // PCG draws per message) sees them. The endpoint itself belongs to the
 // simulator, which closes it when the node crashes.
-type outboxBus struct{ n *cnode }
+type outboxBus struct{ n *node }
 
 func (b *outboxBus) Send(m transport.Message) error {
 	m.From = transport.NodeID(b.n.id)
@@ -526,7 +406,7 @@ func (b *outboxBus) Recv() <-chan transport.Message { return b.n.ep.Recv() }
 func (b *outboxBus) ID() transport.NodeID           { return transport.NodeID(b.n.id) }
 func (b *outboxBus) Close() error                   { return nil }
 
-func (n *cnode) flushOutbox() {
+func (n *node) flushOutbox() {
 	if len(n.outbox) == 0 {
 		return
 	}
@@ -576,64 +456,6 @@ func describeMsg(m transport.Message) string {
 	return fmt.Sprintf("kind=%d group=%d", m.Kind, m.Group)
 }
 
-// cmirror is the router's view of shard i of node n: it forwards to the
-// shard and records every frame the inbox takes.
-type cmirror struct {
-	n  *cnode
-	i  int
-	sh *shard.Shard
-}
-
-// TrySend implements router.Sender.
-func (m *cmirror) TrySend(f shard.Frame) error {
-	c := m.n.c
-	err := m.sh.TrySend(f)
-	var a *attempt
-	if isFlood(f.Req) {
-		// A misbehaving member's forwarded request (cpeer.go).
-		if err == nil {
-			m.n.shadow[m.i] = append(m.n.shadow[m.i], floodFrame)
-		}
-		c.event("n%d enqueue shard=%d flood %d err=%v", m.n.id, m.i, f.Req.Seq, errString(err))
-		return err
-	}
-	if op := f.Req.Op; op != shard.OpRaft && op != shard.OpCatchUp {
-		if a = c.attempts[f.Req]; a == nil {
-			switch {
-			case c.delivering != nil && sameRequest(c.delivering.req, f.Req):
-				// A forwarded attempt, decoded from the bus.
-				a = c.delivering
-				c.attempts[f.Req] = a
-			case !c.fromBus:
-				c.fail(0, "n%d shard %d was sent a frame the simulator did not issue", m.n.id, m.i)
-				return err
-			default:
-				// A forwarded request whose forward is gone (its sender
-				// restarted, the request delayed on the bus): nobody
-				// waits for its answer.
-				if err == nil {
-					m.n.shadow[m.i] = append(m.n.shadow[m.i], floodFrame)
-				}
-				c.event("n%d enqueue shard=%d stray forwarded %v err=%v", m.n.id, m.i, f.Req.Op, errString(err))
-				return err
-			}
-		}
-	}
-	if err == nil {
-		q := a
-		if f.Req.Op == shard.OpCatchUp {
-			q = catchUpFrame
-		}
-		m.n.shadow[m.i] = append(m.n.shadow[m.i], q)
-	}
-	if a != nil {
-		c.event("n%d enqueue shard=%d a=%d err=%v", m.n.id, m.i, a.id, errString(err))
-	} else if err != nil {
-		c.event("n%d enqueue shard=%d %v %v err=%v", m.n.id, m.i, f.Req.Op, f.Req.NS, errString(err))
-	}
-	return err
-}
-
 // catchUpFrame marks a catch-up frame in an inbox mirror, floodFrame a
 // request of a misbehaving member's flood.
 var (
@@ -677,7 +499,7 @@ func (c *csim) afterAction() {
 // unit is one piece of engine work the scheduler may pick.
 type unit struct {
 	kind uint8
-	n    *cnode
+	n    *node
 	i    int
 }
 
@@ -766,7 +588,7 @@ func (c *csim) runUnit(u unit) {
 	case unitDeliver:
 		c.deliver(u.n, 1+c.rng.IntN(8))
 	case unitStep:
-		c.stepShard(u.n, u.i)
+		u.n.step(u.i)
 	case unitMetaTick:
 		c.metaTick(u.n)
 	case unitPass:
@@ -830,7 +652,7 @@ func (c *csim) nextDue() (time.Duration, bool) {
 // deliver receives up to k messages from n's endpoint and hands each to
 // the engine's Deliver: partition traffic goes into the router (a full
 // inbox drops it: raft re-sends), metadata traffic into the metadata group.
-func (c *csim) deliver(n *cnode, k int) {
+func (c *csim) deliver(n *node, k int) {
 	for range k {
 		var m transport.Message
 		var ok bool
@@ -850,7 +672,7 @@ func (c *csim) deliver(n *cnode, k int) {
 }
 
 // receive hands m to n's engine; it reports false on a violation.
-func (c *csim) receive(n *cnode, m transport.Message) bool {
+func (c *csim) receive(n *node, m transport.Message) bool {
 	if m.Kind == host.KindRequest {
 		if a := c.fwds[fwdKey{uint64(m.From), m.Group}]; a != nil && a.node.id == n.id {
 			c.delivering = a
@@ -869,69 +691,19 @@ func (c *csim) receive(n *cnode, m transport.Message) bool {
 	return true
 }
 
-// stepShard steps shard i of n once: the head of its inbox mirror, or
-// (inbox empty) a due raft tick.
-func (c *csim) stepShard(n *cnode, i int) {
-	var a *attempt
-	queued, fetch := false, false
-	if q := n.shadow[i]; len(q) > 0 {
-		a, n.shadow[i] = q[0], q[1:]
-		queued = true
-		if a == catchUpFrame {
-			a, fetch = nil, true
-		}
-		if a == floodFrame {
-			a = nil
-		}
-		if a != nil {
-			rev, _ := n.meta.CreatedRevision(a.op.ns)
-			a.stamp = rev
-			a.handles++
-		}
-	}
-	n.fetching = fetch
-	did := n.shards[i].Step()
-	n.fetching = false
-	switch {
-	case queued && !did:
-		c.fail(0, "n%d shard %d did not step with a frame queued", n.id, i)
-	case !queued && !did:
-		n.clocks[i].handled()
-		c.event("n%d step shard=%d idle", n.id, i)
-	case !queued:
-		c.event("n%d step shard=%d tick", n.id, i)
-	case a == nil:
-		c.event("n%d step shard=%d raft", n.id, i)
-	default:
-		c.event("n%d step shard=%d a=%d stamp=%d", n.id, i, a.id, a.stamp)
-	}
-	n.flushOutbox()
-}
-
-// reconcile runs one pass of shard i's reconciler on n.
-func (c *csim) reconcile(n *cnode, i int) {
-	n.busy[i] = true
-	rep, err := n.recs[i].Reconcile(c.ctx)
-	n.busy[i] = false
-	n.flushOutbox()
-	if err != nil {
-		// reconciler.Run logs a failed pass and goes on; so does the
-		// simulator (a replicated partition's raft log may fail to open
-		// on a faulty disk, and InsertOwned reports it).
+// reconcile runs one pass of shard i's reconciler on n. A failed pass is
+// logged and counted, as reconciler.Run logs it and goes on (a replicated
+// partition's raft log may fail to open on a faulty disk, and
+// InsertOwned reports it).
+func (c *csim) reconcile(n *node, i int) {
+	if err := n.pass(c.ctx, i); err != nil {
 		c.event("n%d pass shard=%d failed: %v", n.id, i, err)
 		c.faults.FailedPasses++
-		return
 	}
-	if rep.Skipped {
-		c.event("n%d pass shard=%d rev=%d skipped", n.id, i, rep.Revision)
-		return
-	}
-	c.event("n%d pass shard=%d rev=%d built=%d removed=%d rows=%d failed=%d answered=%d expired=%d parked=%d pending=%d",
-		n.id, i, rep.Revision, rep.Built, rep.Removed, rep.RowsWritten, rep.Failed, rep.Answered, rep.Expired, rep.Parked, rep.Pending)
 }
 
 // metaTick ticks n's metadata group (the engine's timer).
-func (c *csim) metaTick(n *cnode) {
+func (c *csim) metaTick(n *node) {
 	if BreakZombieLiveness.Load() {
 		c.zombieHeartbeats(n)
 	}
@@ -946,7 +718,7 @@ func (c *csim) metaTick(n *cnode) {
 // processMeta handles everything n's metadata group has ready and
 // compacts its log when due (the engine takes its member down when a
 // Ready fails, and its metadata tick reopens it from its raft log).
-func (c *csim) processMeta(n *cnode) {
+func (c *csim) processMeta(n *node) {
 	if err := n.eng.HandleMetadata(); err != nil {
 		c.event("n%d metadata: %v", n.id, err)
 	}
@@ -965,7 +737,7 @@ type metaAnswer struct {
 }
 
 // collectMeta moves the outcomes of n's answered proposals to metaDone.
-func (n *cnode) collectMeta() {
+func (n *node) collectMeta() {
 	kept := n.waits[:0]
 	for _, w := range n.waits {
 		select {
@@ -985,7 +757,7 @@ func (n *cnode) collectMeta() {
 // (invariant 3, for the metadata): a fingerprint of the whole store, so a
 // command applied on one node and deduplicated on another agrees only if
 // neither changed anything.
-func (n *cnode) metaApplied(index uint64, cmd metadata.Command, res metadata.Result, err error, dup bool) {
+func (n *node) metaApplied(index uint64, cmd metadata.Command, res metadata.Result, err error, dup bool) {
 	c := n.c
 	if dup {
 		c.event("n%d meta apply index=%d duplicate", n.id, index)
@@ -1016,7 +788,7 @@ func (n *cnode) metaApplied(index uint64, cmd metadata.Command, res metadata.Res
 // checkMetaState records, or compares with what another node recorded,
 // the fingerprint of n's metadata after applying index; dup is whether n
 // found the command there a duplicate.
-func (c *csim) checkMetaState(n *cnode, index uint64, dup bool) {
+func (c *csim) checkMetaState(n *node, index uint64, dup bool) {
 	b, err := metadata.EncodeSnapshot(n.meta.Export())
 	if err != nil {
 		c.fail(0, "n%d encode metadata: %v", n.id, err)
@@ -1037,7 +809,7 @@ func (c *csim) checkMetaState(n *cnode, index uint64, dup bool) {
 // (after taking the outcomes already delivered). Each proposes again
 // after its bounded wait, and deduplication absorbs a copy that commits
 // after all.
-func (n *cnode) metaLeaderChanged(lead uint64, forgot int) {
+func (n *node) metaLeaderChanged(lead uint64, forgot int) {
 	n.c.ops.MetaElections++
 	n.collectMeta()
 	n.c.event("n%d meta leader=n%d forgot=%d", n.id, lead, forgot)
@@ -1050,7 +822,7 @@ func (n *cnode) metaLeaderChanged(lead uint64, forgot int) {
 // the leader's store whole. The simulator records the incarnations it
 // creates and ends on this node, and checks the store against what other
 // nodes held at that index.
-func (n *cnode) metaSnapshotInstalled(index uint64, before, after []metadata.PartitionInfo, err error) {
+func (n *node) metaSnapshotInstalled(index uint64, before, after []metadata.PartitionInfo, err error) {
 	c := n.c
 	if err != nil {
 		c.event("n%d meta snapshot at %d refused: %v", n.id, index, err)

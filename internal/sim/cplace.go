@@ -37,11 +37,11 @@ import (
 
 // replicasOf lists the nodes holding p: its placement, or every node for
 // a partition placed before placement existed.
-func (c *csim) replicasOf(p metadata.PartitionInfo) []*cnode {
+func (c *csim) replicasOf(p metadata.PartitionInfo) []*node {
 	if len(p.Replicas) == 0 {
 		return c.nodes
 	}
-	out := make([]*cnode, 0, len(p.Replicas))
+	out := make([]*node, 0, len(p.Replicas))
 	for _, id := range p.Replicas {
 		if n := c.node(id); n != nil {
 			out = append(out, n)
@@ -54,7 +54,7 @@ func (c *csim) replicasOf(p metadata.PartitionInfo) []*cnode {
 // that incarnation on other nodes. A build of an incarnation n's
 // metadata no longer (or not yet) commits is the reconciler racing a
 // delete and is not judged here.
-func (c *csim) checkPlacedBuild(n *cnode, key incKey) {
+func (c *csim) checkPlacedBuild(n *node, key incKey) {
 	info, ok := n.meta.Partition(key.ns)
 	if !ok || info.CreatedRevision != key.epoch || info.Holds(n.id) {
 		return
@@ -177,7 +177,7 @@ func (c *csim) leaderTransfers() int {
 	return total
 }
 
-func nodeMetrics(nodes []*cnode) []*metrics.Metrics {
+func nodeMetrics(nodes []*node) []*metrics.Metrics {
 	out := make([]*metrics.Metrics, 0, len(nodes))
 	for _, n := range nodes {
 		out = append(out, n.m)
@@ -316,7 +316,7 @@ func (c *csim) notePlacement(p metadata.PartitionInfo) {
 
 // notePlacements notes the placement of every partition in n's metadata
 // that some node has built (after a command that may move replicas).
-func (c *csim) notePlacements(n *cnode) {
+func (c *csim) notePlacements(n *node) {
 	for _, p := range n.meta.Snapshot().Partitions {
 		if _, built := c.placed[incKey{p.NS, p.CreatedRevision}]; built {
 			c.notePlacement(p)

@@ -82,8 +82,8 @@ func (c *csim) startRemove() {
 
 // removers are the members a removal of id can go through: running,
 // added, not id itself.
-func (c *csim) removers(id uint64) []*cnode {
-	var out []*cnode
+func (c *csim) removers(id uint64) []*node {
+	var out []*node
 	for _, n := range c.nodes {
 		if n.id != id && n.joined && n.reachable() {
 			out = append(out, n)
@@ -105,7 +105,7 @@ func (c *csim) removeAct() {
 		return
 	}
 	started := r.call == nil
-	v, err, done := c.stepCall(&r.call, r.id, "removal", c.removers(r.id), func(v *cnode) (*host.MemberChange, error) {
+	v, err, done := c.stepCall(&r.call, r.id, "removal", c.removers(r.id), func(v *node) (*host.MemberChange, error) {
 		return v.eng.StartRemoveNode(r.drainKey, r.leaveKey, r.id, v.clk.Now().Add(requestTimeout))
 	}, &c.ops.RemoveRetries)
 	if started && r.call != nil {
@@ -129,7 +129,7 @@ func (c *csim) removeAct() {
 
 // removed ends the removal: RemoveNode returned on member v. The removed node is
 // closed, as a host closes it once RemoveNode returns.
-func (c *csim) removed(r *removing, v *cnode) {
+func (c *csim) removed(r *removing, v *node) {
 	c.remove = nil
 	c.faults.Removed++
 	c.event("n%d REMOVED (applied on n%d, nodes %v)", r.id, v.id, v.meta.Nodes())
@@ -151,7 +151,7 @@ func (c *csim) removed(r *removing, v *cnode) {
 		c.event("n%d close: %v", n.id, err)
 	}
 	n.down, n.stopped, n.restartAt = true, false, time.Time{}
-	c.nodes = slices.DeleteFunc(c.nodes, func(m *cnode) bool { return m == n })
+	c.nodes = slices.DeleteFunc(c.nodes, func(m *node) bool { return m == n })
 	c.gone = append(c.gone, n)
 	c.applyCuts()
 }

@@ -14,7 +14,7 @@ import (
 // what a build opens against the oracle, and wraps every partition in a
 // tap.
 type cstore struct {
-	n     *cnode
+	n     *node
 	inner partition.Store
 }
 
@@ -68,7 +68,7 @@ func (st *cstore) build(ns metadata.Namespace, epoch uint64, build func(metadata
 // verifyReplicaReopen checks a copy rebuilt on a node that held it before
 // (a partition evicted after a failed fsync): what it holds is a prefix
 // of the log, at most what the replica had appended.
-func (c *csim) verifyReplicaReopen(n *cnode, key incKey, rl *incLog, have uint64, p partition.Partition) {
+func (c *csim) verifyReplicaReopen(n *node, key incKey, rl *incLog, have uint64, p partition.Partition) {
 	next := p.NextOffset()
 	// A file the liar's disk rolled back to an earlier copy may hold
 	// more than the replica had appended since (a tail recovery cut off,
@@ -182,7 +182,7 @@ func (st *cstore) Location(ns metadata.Namespace) (vfs.FS, string) {
 // ctap observes one replica of one partition incarnation.
 type ctap struct {
 	partition.Partition
-	n   *cnode
+	n   *node
 	key incKey
 }
 
@@ -365,7 +365,7 @@ func (t *ctap) ConsumerOffset(consumer string) (uint64, bool, error) {
 // 2, 3 and 5): dense on the replica, the same message at each offset on
 // every replica, each message in the log once, and into the incarnation
 // its frame was stamped with.
-func (c *csim) onReplicaAppend(n *cnode, key incKey, first uint64, msgs []partition.Message) {
+func (c *csim) onReplicaAppend(n *node, key incKey, first uint64, msgs []partition.Message) {
 	rl := c.oracle[key]
 	if rl == nil {
 		c.fail(0, "append to %v on n%d, which the simulator never saw built", key, n.id)
@@ -408,7 +408,7 @@ func (c *csim) onReplicaAppend(n *cnode, key incKey, first uint64, msgs []partit
 // onReplicaRead checks that a replica's read returns what its copy holds
 // at each offset (invariants 2 and 3) and counts reads that miss an
 // acknowledged message (a follower's stale copy).
-func (c *csim) onReplicaRead(n *cnode, key incKey, from uint64, msgs []partition.Message, client bool) {
+func (c *csim) onReplicaRead(n *node, key incKey, from uint64, msgs []partition.Message, client bool) {
 	rl := c.oracle[key]
 	if rl == nil {
 		c.fail(0, "read of %v on n%d, which the simulator never saw built", key, n.id)

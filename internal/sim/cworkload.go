@@ -10,7 +10,6 @@ import (
 	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
-	"github.com/parkway-io/parkway/router"
 	"github.com/parkway-io/parkway/shard"
 )
 
@@ -73,8 +72,8 @@ type metaOp struct {
 // running lists the nodes clients can reach: those running, once they
 // are members (a node joining serves clients once its addition applied,
 // when AddNode returns).
-func (c *csim) running() []*cnode {
-	var out []*cnode
+func (c *csim) running() []*node {
+	var out []*node
 	for _, n := range c.nodes {
 		if n.reachable() && n.joined {
 			out = append(out, n)
@@ -84,7 +83,7 @@ func (c *csim) running() []*cnode {
 }
 
 // pickNode picks a running node (nil if none).
-func (c *csim) pickNode() *cnode {
+func (c *csim) pickNode() *node {
 	r := c.running()
 	if len(r) == 0 {
 		return nil
@@ -110,57 +109,28 @@ func (c *csim) clientAct(cl *client) {
 	if n == nil {
 		return
 	}
-	snap := n.meta.Snapshot()
-	if len(snap.Partitions) == 0 || c.rng.IntN(100) < 16 {
-		c.metaOpStart(cl, n, false)
-		return
-	}
-	if c.rng.IntN(100) < 20 {
-		c.metaOpStart(cl, n, true)
-		return
-	}
-	if c.rng.IntN(100) < 5 && len(c.barriers) < maxBarriers {
-		// A lookup by name through n: its read barrier.
-		c.startBarrier(n)
-		return
-	}
-	if c.rng.IntN(100) < 5 {
-		// A client whose view lags: it still addresses a partition this
-		// node has seen deleted.
-		if gone := n.incs.gone(n.meta); len(gone) > 0 {
-			c.dataOp(cl, n, gone[c.rng.IntN(len(gone))], c.pickKind())
-			return
+	c.act(cl, n, func(group bool) { c.metaOpStart(cl, n, group) }, func() bool {
+		if c.rng.IntN(100) < 5 && len(c.barriers) < maxBarriers {
+			// A lookup by name through n: its read barrier.
+			c.startBarrier(n)
+			return true
 		}
-	}
-	p := snap.Partitions[c.rng.IntN(len(snap.Partitions))]
-	c.dataOp(cl, n, p.NS, c.pickKind())
+		return false
+	}, func(ns metadata.Namespace, kind opKind) { c.dataOp(cl, n, ns, kind) })
 }
 
 // dataOp starts a partition operation of kind on ns for cl through n.
-func (c *csim) dataOp(cl *client, n *cnode, ns metadata.Namespace, kind opKind) *op {
-	o := c.newDataOp(cl, n, ns, kind, func() uint64 { return c.knownLen(n.meta, ns) })
-	if kind == kindProduce || kind == kindBatch {
-		o.reach = c.links()
-	}
-	o.callEv = c.event("call op=%d client=%d n%d %v ns=%v%s", o.id, clientID(cl), n.id, kind, ns, o.args())
-	c.startCall(o, c.newAttempt(o), n)
-	return o
+func (c *csim) dataOp(cl *client, n *node, ns metadata.Namespace, kind opKind) *op {
+	return c.callData(cl, n, ns, kind, func(o *op, a *attempt) {
+		if kind == kindProduce || kind == kindBatch {
+			o.reach = c.links()
+		}
+		c.startCall(o, a, n)
+	})
 }
 
 // send hands a's frame to n's router. A refusal is the attempt's answer.
-func (c *csim) send(a *attempt, n *cnode) {
-	a.node = n
-	a.sendEv = c.event("send a=%d op=%d n%d", a.id, a.op.id, n.id)
-	if _, err := n.rt.Send(a.op.ns, shard.Frame{Req: a.req, Reply: a.reply}); err != nil {
-		if !errors.Is(err, router.ErrFull) {
-			c.fail(0, "n%d router refused attempt %d with %v", n.id, a.id, err)
-			return
-		}
-		c.onAnswer(a, shard.Response{Err: err})
-		return
-	}
-	c.inflight = append(c.inflight, a)
-}
+func (c *csim) send(a *attempt, n *node) { c.sendTo(a, n, c.onAnswer) }
 
 // onAnswer handles an attempt's answer the way the Node's client side does
 // in a cluster.
@@ -351,7 +321,7 @@ func (c *csim) callOf(o *op) *host.CallDriver { return &o.call }
 // client call does: the engine's call driver (host.Engine.NewCall)
 // decides it — to n's owner shard, or for a partition n holds no replica
 // of straight to a live replica, forwarded over the bus.
-func (c *csim) startCall(o *op, a *attempt, n *cnode) {
+func (c *csim) startCall(o *op, a *attempt, n *node) {
 	var st host.CallStep
 	o.call, st = n.eng.NewCall(o.ns, time.Time{})
 	if st.Op == host.CallForward {
@@ -386,18 +356,7 @@ func (c *csim) follow(o *op, a *attempt, st host.CallStep, cause error) {
 		o.hops = 0
 		st = c.callOf(o).Answer(c.clk.Now(), shard.Response{}, forwardFailed(st.To, cause))
 	}
-	switch st.Op {
-	case host.CallWait:
-		o.waiting, o.retryAt = true, st.At
-	case host.CallDone:
-		if st.Err == nil {
-			c.fail(0, "op %d: the client call ended without an answer after %v", o.id, cause)
-			return
-		}
-		c.finish(o, outcomeNotApplied, shard.Response{}, st.Err)
-	default:
-		c.fail(0, "op %d: the client call asked for %v after %v", o.id, st.Op, cause)
-	}
+	c.callStep(o, st, cause)
 }
 
 // scheduleRetry retries o in place after a pause (doubling, clamped),
@@ -460,23 +419,13 @@ func (c *csim) retry(o *op) {
 		c.propose(o)
 		return
 	}
-	if _, ok := home.meta.Partition(o.ns); !ok {
-		c.event("retry op=%d: ns=%v no longer committed on n%d", o.id, o.ns, home.id)
-		c.finish(o, outcomeNotApplied, shard.Response{}, errGone)
-		return
-	}
-	if st := c.callOf(o).Fired(); st.Op != host.CallSend {
-		c.fail(0, "op %d: the client call asked for %v at its retry", o.id, st.Op)
-		return
-	}
-	c.ops.Retries++
-	c.send(c.newAttempt(o), home)
+	c.retryCall(o, home, func(a *attempt) { c.send(a, home) })
 }
 
 // metaOpStart starts a metadata operation for cl through n, computed from
 // n's view of the metadata. Names are few, so deletes and recreates reuse
 // slab ids and namespaces.
-func (c *csim) metaOpStart(cl *client, n *cnode, group bool) {
+func (c *csim) metaOpStart(cl *client, n *node, group bool) {
 	meta := n.meta
 	streams := meta.Streams()
 	if c.cfg.MemberPartitions > 0 {
@@ -605,7 +554,7 @@ func (c *csim) metaOpStart(cl *client, n *cnode, group bool) {
 // metadata knows (nodes that joined included), so that on
 // every cluster size some nodes hold no replica of some partitions and
 // requests through them are sent on to one that does.
-func (c *csim) topicConfig(n *cnode) metadata.TopicConfig {
+func (c *csim) topicConfig(n *node) metadata.TopicConfig {
 	cfg := metadata.TopicConfig{Fsync: metadata.FsyncAlways}
 	if c.rng.IntN(2) == 0 {
 		cfg.Replicas = 1 + c.rng.IntN(max(len(n.meta.Nodes()), 1))

@@ -8,6 +8,41 @@
 // delivery, reconcile pass, answer, commit, clock move and fault is an
 // event of a trace whose FNV-64a hash Run returns.
 //
+// # Nodes
+//
+// A run has one or more nodes (Config.Nodes), each a value of one node
+// type (node.go) built by host.New from the configuration parkway.Open
+// fills in (node.hostConfig), of one of two engine kinds: the
+// single-node engine (one node: metadata.Durable on its own disk, no
+// raft, no bus) or a cluster member (the metadata raft group's member,
+// replicated shards, an endpoint on the in-memory bus). Only where the
+// engines differ does the node's kind matter: metadata through raft or
+// the durable store, raft traffic and the bus. The mechanisms a node has
+// in either kind are the node's: opening the engine and taking what it
+// built (node.opened), the router's view of each shard's inbox (mirror),
+// one shard step (node.step) and one reconcile pass (node.pass), the
+// disk's faults — a full disk, a one-shot EIO or torn write, the lies of
+// lie.go — and what a crash leaves of the disk (node.crashDisk), a
+// restart carrying over the node's disk, clock and the simulator's
+// record of it. The run's shared state (base.go: the RNG, the virtual
+// clock, the trace, the workload's history, the oracle) and the
+// invariants (invariant*.go, one registry, reading the run's nodes) are
+// the same for one node and many, and so are the run's course once its
+// nodes are open (base.drive: the steps, quiescence's loop
+// base.settleLoop, the final checks) and the clients' mechanisms: a
+// client's next action (base.act), a data operation's start through its
+// home node (base.callData), a try's send (base.sendTo), and the Node's
+// client call's wait, end and retry in place (base.callStep,
+// base.retryCall).
+//
+// What is not one yet: a single-node run (sim.go, workload.go, check.go,
+// engine.go, store.go) and a cluster run (cluster.go and the c*.go files)
+// are still two harness types, each with its own scheduler step (which
+// work it picks and how often), its handling of an answer, its
+// quiescence rounds and final reads, and its partition store tap (one
+// log per incarnation on one node, one copy per replica in a cluster);
+// the sections below describe each.
+//
 // # Single-node mode
 //
 // Run (Config.Nodes 0 or 1) builds one node the way parkway.Open does

@@ -8,11 +8,9 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway/host"
-	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/reconciler"
-	"github.com/parkway-io/parkway/router"
 	"github.com/parkway-io/parkway/shard"
 	"github.com/parkway-io/parkway/vfs/errorfs"
 )
@@ -48,62 +46,17 @@ func parkMaxAge(seed uint64) time.Duration {
 	return 0
 }
 
-// node is one incarnation of the simulated process: a manual host.Engine
-// — the engine a parkway.Node runs — plus the simulator's view of it.
-type node struct {
-	gen   int
-	eng   *host.Engine
-	meta  *metadata.Store
-	inj   *injector
-	store *simStore
-	rt    *router.Router[shard.Frame]
-	// shards and recs are the engine's.
-	shards []*shard.Shard
-	recs   []reconciler.Reconciler
-	passes
-	// busy marks a reconciler whose pass is blocked in a slow build.
-	busy []bool
-	// shadow mirrors each shard's inbox, in order: the attempts whose
-	// frames are queued there.
-	shadow [][]*attempt
-	m      *metrics.Metrics
-}
-
-// passes are a node's reconciler triggers, one per shard: the engine's
-// commit wake and when the periodic pass is next due (the node's
-// monotonic time).
-type passes struct {
-	wakes    []<-chan struct{}
-	nextPass []time.Time
-}
-
-// passDue reports whether shard i's reconciler would run now (the
-// node's monotonic time): a commit
-// woke it or its period elapsed (reconciler.Run's two triggers). It
-// consumes the wake and re-arms the period as Run does.
-func (p *passes) passDue(i int, now time.Time) bool {
-	due := false
-	select {
-	case <-p.wakes[i]:
-		due = true
-	default:
-	}
-	if !now.Before(p.nextPass[i]) {
-		due = true
-		p.nextPass[i] = now.Add(passPeriod)
-	}
-	return due
-}
-
-// openNode opens the node from the current disk with host.New, as
-// parkway.Open does, in manual mode. Faults are held off while it opens,
-// and never touch the metadata log (single-node metadata faults are not
-// part of the simulated fault model).
-func (s *sim) openNode() *node {
-	s.gen++
-	n := &node{gen: s.gen, m: metrics.New()}
+// openNode opens the node from its disk with host.New, as parkway.Open
+// does, in manual mode: the next incarnation of prev, whose disk, clock
+// and record it carries over (prev is the node not yet opened at the
+// start). Faults are held off while it opens, and never touch the
+// metadata log (single-node metadata faults are not part of the
+// simulated fault model).
+func (s *sim) openNode(prev *node) *node {
+	n := &node{b: &s.base, id: 1, mem: prev.mem, clk: prev.clk, incs: prev.incs, lastServe: prev.lastServe,
+		gen: prev.gen + 1, m: metrics.New()}
 	s.allMetrics = append(s.allMetrics, n.m)
-	n.inj = s.newInjector()
+	n.inj = newInjector(n)
 	n.inj.spare = metaDir + "/"
 	n.inj.lies, n.inj.lied = s.lies, s.lies.lieFired
 	n.inj.quiet++
@@ -111,105 +64,24 @@ func (s *sim) openNode() *node {
 
 	n.shadow = make([][]*attempt, s.cfg.Shards)
 	n.busy = make([]bool, s.cfg.Shards)
-	eng, err := host.New(host.Config{
-		Shards: s.cfg.Shards, InboxSize: s.cfg.InboxSize, Manual: true,
-		DataDir: dataDir, FS: errorfs.New(s.mem, n.inj), SegmentSize: partition.MinSegmentSize,
-		MetadataSnapshotEvery: snapshotEvery,
-		WrapStore: func(st partition.Store, meta *metadata.Store) partition.Store {
-			n.meta = meta
-			n.store = &simStore{s: s, n: n, inner: st}
-			return n.store
-		},
-		WrapSender: func(i int, sh *shard.Shard) router.Sender[shard.Frame] {
-			return &mirror{s: s, n: n, i: i, sh: sh}
-		},
-		Park:            shard.ParkLimits{MaxAge: parkMaxAge(s.cfg.Seed)},
-		Defaults:        metadata.TopicConfig{Fsync: metadata.FsyncAlways},
-		BuildBackoffMin: backoffMin, BuildBackoffMax: backoffMax,
-		NewReconciler: newReconciler,
-		Clock:         s.nclk, Metrics: n.m,
-	})
+	eng, err := host.New(n.hostConfig(errorfs.New(n.mem, n.inj), snapshotEvery, func(st partition.Store) partition.Store {
+		return &simStore{s: s, n: n, inner: st}
+	}))
 	if err != nil {
 		s.fail(0, "open node (gen %d): %v", n.gen, err)
 		return n
 	}
-	n.eng, n.meta, n.rt = eng, eng.Meta(), eng.Router()
-	n.shards, n.recs = eng.Shards(), eng.Reconcilers()
-	for i := range n.shards {
-		n.wakes = append(n.wakes, eng.Wake(i))
-		n.nextPass = append(n.nextPass, s.nclk.monoNow()) // one pass at start
-	}
+	n.opened(eng)
 	s.event("node open gen=%d revision=%d", n.gen, n.meta.Revision())
 	return n
 }
 
-// close releases the node's resources after a crash. Its injector is dead
-// already, and every request in flight was answered by the crash, so what
-// the shutdown answers and syncs reaches nobody and nothing durable.
-func (n *node) close() {
-	if n.eng != nil {
-		_ = n.eng.Close()
-	}
-}
-
-// mirror is the router's view of shard i: it forwards to the shard and
-// records every frame the inbox takes, so the simulator knows which frame
-// each Step handles.
-type mirror struct {
-	s  *sim
-	n  *node
-	i  int
-	sh *shard.Shard
-}
-
-// TrySend implements router.Sender.
-func (m *mirror) TrySend(f shard.Frame) error {
-	err := m.sh.TrySend(f)
-	a := m.s.attempts[f.Req]
-	if a == nil {
-		m.s.fail(0, "shard %d was sent a frame the simulator did not issue", m.i)
-		return err
-	}
-	switch {
-	case err == nil:
-		m.n.shadow[m.i] = append(m.n.shadow[m.i], a)
-	case errors.Is(err, router.ErrFull):
-		m.s.faults.InboxFull++
-	}
-	m.s.event("enqueue shard=%d a=%d err=%v", m.i, a.id, errString(err))
-	return err
-}
-
-// stepShard steps shard i once. The frame it handles, if any, is the head
-// of the inbox mirror; its stamp is the committed created_revision at this
-// instant, which is what the shard parks it with (or, if the shard owns
-// the namespace, the incarnation it is served against).
+// stepShard steps shard i once (node.step) and collects what it
+// answered.
 func (s *sim) stepShard(i int) {
-	n := s.n
-	var a *attempt
-	if q := n.shadow[i]; len(q) > 0 {
-		a, n.shadow[i] = q[0], q[1:]
-		rev, _ := n.meta.CreatedRevision(a.op.ns)
-		a.stamp = rev
-		a.handles++
-	}
-	did := n.shards[i].Step()
-	switch {
-	case a == nil && !did:
-		s.event("step shard=%d idle", i)
-		return
-	case a == nil:
-		// No frame queued: a due timer of the shard's own (parked frames
-		// past their age bound or deadline).
-		s.event("step shard=%d timer", i)
+	if s.n.step(i) {
 		s.collect(s.onAnswer)
-		return
-	case !did:
-		s.fail(0, "shard %d did not step with attempt %d queued", i, a.id)
-		return
 	}
-	s.event("step shard=%d a=%d stamp=%d", i, a.id, a.stamp)
-	s.collect(s.onAnswer)
 }
 
 // stepAll steps every shard until all are idle: queued frames, and due
@@ -222,7 +94,7 @@ func (s *sim) stepAll() {
 				s.stepShard(i)
 				did = true
 			} else if s.n.shards[i].Step() {
-				s.event("step shard=%d timer", i)
+				s.event("step shard=%d tick", i)
 				s.collect(s.onAnswer)
 				did = true
 			}
@@ -233,24 +105,12 @@ func (s *sim) stepAll() {
 	}
 }
 
-// reconcile runs one pass of shard i's reconciler. A slow build inside it
-// runs further scheduler steps; the reconciler is marked busy meanwhile.
+// reconcile runs one pass of shard i's reconciler (node.pass), which
+// must not fail on a single node, and collects what it answered.
 func (s *sim) reconcile(i int) {
-	n := s.n
-	n.busy[i] = true
-	s.building = append(s.building, i)
-	rep, err := n.recs[i].Reconcile(s.ctx)
-	s.building = s.building[:len(s.building)-1]
-	n.busy[i] = false
-	if err != nil {
+	if err := s.n.pass(s.ctx, i); err != nil {
 		s.fail(0, "reconcile shard %d: %v", i, err)
 		return
-	}
-	if rep.Skipped {
-		s.event("pass shard=%d rev=%d skipped", i, rep.Revision)
-	} else {
-		s.event("pass shard=%d rev=%d built=%d removed=%d rows=%d failed=%d answered=%d expired=%d parked=%d pending=%d",
-			i, rep.Revision, rep.Built, rep.Removed, rep.RowsWritten, rep.Failed, rep.Answered, rep.Expired, rep.Parked, rep.Pending)
 	}
 	s.collect(s.onAnswer)
 }
@@ -269,49 +129,50 @@ func (s *sim) crash() { s.crashWith(s.rng.IntN(3) != 0, nil) }
 func (s *sim) crashWith(power bool, down func()) {
 	old := s.n
 	old.inj.dead = true
-	kind := "power loss"
-	if power {
-		s.faults.Crash++
-	} else {
-		s.faults.ProcessCrash++
-		kind = "process crash"
-	}
-	s.event("CRASH (%s) gen=%d inflight=%d", kind, old.gen, len(s.inflight))
+	s.event("CRASH (%s) gen=%d inflight=%d", s.countCrash(power), old.gen, len(s.inflight))
 	s.abandonInflight()
-	if power {
-		s.mem = s.mem.Crash()
-		old.close() // writes to the lost disk: irrelevant
-		if s.cfg.Faults.Lie > 0 {
-			s.lies.saveCopies()
-		}
-	} else {
-		// The dead process's lock on the data directory dies with it.
-		s.mem.ReleaseLocks()
-	}
+	var l *lies
 	if s.cfg.Faults.Lie > 0 {
-		s.lies.settleJournal()
+		l = s.lies
 	}
+	old.crashDisk(power, l)
 	if down != nil {
 		down()
 	}
-	// A crashed process is not closed: it neither flushes nor syncs
-	// anything; its open files and its shards are simply abandoned.
-	s.n = s.openNode()
+	s.n = s.openNode(old)
 }
 
 // abandonInflight answers every request in flight on a node that is going
-// away: its client sees the connection drop.
+// away.
 func (s *sim) abandonInflight() {
 	for _, a := range s.inflight {
-		a.crashed = true
-		a.ansEv = s.event("answer a=%d crashed", a.id)
-		oc := outcomeError // a read that never returned did nothing
-		if k := a.op.kind; k == kindProduce || k == kindBatch || k == kindStore {
-			oc = outcomeUnknown
-		}
-		s.finish(a.op, oc, shard.Response{}, errCrashed)
+		s.answerCrashed(a)
 	}
 	s.inflight = s.inflight[:0]
+}
+
+// countCrash counts a node's crash, a power loss if power is set, else a
+// process crash, and names it.
+func (b *base) countCrash(power bool) string {
+	if power {
+		b.faults.Crash++
+		return "power loss"
+	}
+	b.faults.ProcessCrash++
+	return "process crash"
+}
+
+// answerCrashed answers a, in flight on a node whose process ended: its
+// client sees the connection drop. A write may or may not have been
+// applied; a read did nothing.
+func (b *base) answerCrashed(a *attempt) {
+	a.crashed = true
+	a.ansEv = b.event("answer a=%d crashed", a.id)
+	oc := outcomeError
+	if k := a.op.kind; k == kindProduce || k == kindBatch || k == kindStore {
+		oc = outcomeUnknown
+	}
+	b.finish(a.op, oc, shard.Response{}, errCrashed)
 }
 
 var errCrashed = errors.New("sim: node crashed with the request in flight")
@@ -319,7 +180,9 @@ var errCrashed = errors.New("sim: node crashed with the request in flight")
 // injector decides a data disk's faults. Only the simulator's goroutine
 // touches it, so its decisions follow the seed.
 type injector struct {
-	sink faultSink
+	// n is the node whose disk it is, which counts and records the
+	// faults it fires.
+	n *node
 	// dead: the node crashed; its disk is gone and fails nothing.
 	dead bool
 	// quiet > 0 while the simulator does its own I/O (opening a node,
@@ -340,26 +203,8 @@ type injector struct {
 	lied func(kind int, op errorfs.Op)
 }
 
-// faultSink counts and records the faults an injector fires.
-type faultSink interface {
-	diskFault(enospc bool, what string, op errorfs.Op)
-}
-
-func newInjector(sink faultSink) *injector {
-	return &injector{sink: sink, enospc: errorfs.NewSwitchFunc(syscall.ENOSPC, needsSpace)}
-}
-
-func (s *sim) newInjector() *injector { return newInjector(s) }
-
-// diskFault implements faultSink.
-func (s *sim) diskFault(enospc bool, what string, op errorfs.Op) {
-	if enospc {
-		s.faults.DiskFull++
-		s.event("fault ENOSPC %v %s", op.Kind, op.Path)
-		return
-	}
-	s.faults.DiskError++
-	s.event("fault EIO (%s) %v %s", what, op.Kind, op.Path)
+func newInjector(n *node) *injector {
+	return &injector{n: n, enospc: errorfs.NewSwitchFunc(syscall.ENOSPC, needsSpace)}
 }
 
 // needsSpace selects the operations a full disk fails: writes, file and
@@ -380,13 +225,13 @@ func (j *injector) MaybeError(op errorfs.Op) error {
 		return nil
 	}
 	if err := j.enospc.MaybeError(op); err != nil {
-		j.sink.diskFault(true, "", op)
+		j.n.diskFault(true, "", op)
 		return err
 	}
 	if j.eio != nil && strings.HasPrefix(op.Path, j.eioPrefix) {
 		if err := j.eio.MaybeError(op); err != nil {
 			j.eio = nil
-			j.sink.diskFault(false, j.eioKind, op)
+			j.n.diskFault(false, j.eioKind, op)
 			return err
 		}
 	}
@@ -397,38 +242,20 @@ func (j *injector) MaybeError(op errorfs.Op) error {
 }
 
 func (s *sim) startDiskFull() {
-	d := time.Duration(50+s.rng.IntN(1950)) * time.Millisecond
-	s.diskFullUntil = s.clk.Now().Add(d)
-	s.n.inj.enospc.Set(true)
-	s.event("disk full for %v", d)
-}
-
-func (s *sim) expireDiskFull() {
-	if s.n.inj.enospc.On() && !s.clk.Now().Before(s.diskFullUntil) {
-		s.n.inj.enospc.Set(false)
-		s.event("disk space back")
-	}
+	s.n.fillDisk(time.Duration(50+s.rng.IntN(1950)) * time.Millisecond)
 }
 
 // armDiskError arms a one-shot EIO on one of the next few fsyncs, or a
 // torn write on one of the next few writes.
 func (s *sim) armDiskError() {
-	k := int64(s.rng.IntN(4))
-	if s.rng.IntN(10) < 6 {
-		s.n.inj.eio, s.n.inj.eioKind = errorfs.OnIndex(k, syscall.EIO, errorfs.OpSync), "fsync"
-	} else {
-		torn := &errorfs.TornWrite{N: s.rng.IntN(64)}
-		s.n.inj.eio, s.n.inj.eioKind = errorfs.OnIndex(k, torn, errorfs.OpWriteAt), "torn write"
-	}
+	k := s.n.armDiskError()
 	s.event("disk error armed: %s #%d", s.n.inj.eioKind, k)
 }
 
 // faultsOff ends every fault for quiescence.
 func (s *sim) faultsOff() {
-	s.n.inj.enospc.Set(false)
-	s.n.inj.eio = nil
+	s.n.faultsOff()
 	s.lies.stopRunning()
-	s.nclk.settle()
 }
 
 // readAll reads p from offset 0 to its end without faults (the

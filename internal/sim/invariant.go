@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"fmt"
+
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/shard"
@@ -59,15 +61,14 @@ var invariants = [...]*invariant{
 // the clients saw it. *sim (one node) and *csim (a cluster) implement it.
 type harness interface {
 	core() *base
-	// shardsNow lists every running shard, named for a violation's text.
-	shardsNow() []namedShard
+	// nodesNow lists the current incarnation of every node of the run,
+	// down or not.
+	nodesNow() []*node
 	// dropCounters lists the metrics of every node incarnation that ran.
 	dropCounters() []dropCounter
 	// dropOK says whether an injected fault or convergence explains a
 	// frame drop (invariant 4).
 	dropOK(variant, reason string) bool
-	// metas lists the metadata of every running node (invariant 6).
-	metas() []namedMeta
 	// history places every operation in its partition incarnation's
 	// history (invariant 5), recording a violation when one cannot be.
 	history() histories
@@ -75,6 +76,29 @@ type harness interface {
 	// the linearizability check (damage a lie left: invariant 3 checks it
 	// offset by offset).
 	unlinearized(k incKey) bool
+}
+
+// shardsNow lists the shards of every node of the run, named for a
+// violation's text.
+func shardsNow(h harness) []namedShard {
+	var out []namedShard
+	for _, n := range h.nodesNow() {
+		for i, sh := range n.shards {
+			out = append(out, namedShard{fmt.Sprintf("%sshard %d", n.tag(), i), sh})
+		}
+	}
+	return out
+}
+
+// metas lists the metadata of every running node (invariant 6).
+func metas(h harness) []namedMeta {
+	var out []namedMeta
+	for _, n := range h.nodesNow() {
+		if n.eng != nil && !n.down {
+			out = append(out, namedMeta{fmt.Sprintf("%s (open %d)", n.name(), n.gen), n.meta})
+		}
+	}
+	return out
 }
 
 type namedShard struct {

@@ -1,7 +1,5 @@
 package sim
 
-import "fmt"
-
 // Invariant 1: every client request is answered exactly once (a router
 // refusal is an answer; a request in flight at a crash is answered by
 // the crash; in a cluster, NotLeaderError and ErrOutcomeUnknown are
@@ -51,5 +49,5 @@ func (a *attempt) where() string {
 	if a.node == nil {
 		return ""
 	}
-	return fmt.Sprintf(" on n%d", a.node.id)
+	return a.node.on()
 }

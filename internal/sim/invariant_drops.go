@@ -25,7 +25,7 @@ func checkParkAndDrops(h harness) {
 	if b.viol != nil {
 		return
 	}
-	for _, s := range h.shardsNow() {
+	for _, s := range shardsNow(h) {
 		st, err := s.sh.Inspect(context.Background())
 		if err != nil {
 			b.fail(0, "inspect %s: %v", s.name, err)

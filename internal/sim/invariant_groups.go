@@ -20,7 +20,7 @@ var invGroups = invariant{
 // checkGroupsNow checks the committed groups of every running node.
 func checkGroupsNow(h harness) {
 	b := h.core()
-	for _, m := range h.metas() {
+	for _, m := range metas(h) {
 		b.checkGroups(m.name, m.meta)
 	}
 }

@@ -85,7 +85,7 @@ func checkLinearizable(h harness) {
 // leader; a store's unknown outcome is left to the mode to place.
 func linearizeRead(o *op) (linIn, linOut, bool) {
 	in := linIn{kind: o.kind, from: o.from, count: o.count, consumer: o.consumer, useConsumer: o.useConsumer, offset: o.offset,
-		stale: o.kind == kindPoll && o.local, wait: o.kind == kindPoll && o.home != nil && !o.local && o.wait > 0}
+		stale: o.kind == kindPoll && o.local, wait: o.kind == kindPoll && o.home.replicated() && !o.local && o.wait > 0}
 	var out linOut
 	switch o.kind {
 	case kindPoll:

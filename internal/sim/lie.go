@@ -730,7 +730,7 @@ func (s *sim) lieAnswer(a *attempt, err error) {
 	}
 	// The damage may be an incarnation's that was replaced while the
 	// request waited (a parked frame answered with its build's failure).
-	for _, epoch := range s.incs.during(a.op.ns, a.op.callEv, s.tr.n) {
+	for _, epoch := range s.n.incs.during(a.op.ns, a.op.callEv, s.tr.n) {
 		if s.lies.damageOK(incKey{a.op.ns, epoch}) {
 			return
 		}

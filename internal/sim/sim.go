@@ -663,14 +663,13 @@ func newSim(cfg Config) *sim {
 		cfg.Shards = 1 + rng.IntN(3)
 	}
 	s := &sim{
-		base:      newBase(cfg, rng, clock.NewManual(epoch0)),
-		mem:       vfs.NewMem(),
-		ctx:       context.Background(),
-		lastServe: make(map[metadata.Namespace]uint64),
-		incs:      newTimeline(),
+		base: newBase(cfg, rng, clock.NewManual(epoch0)),
+		ctx:  context.Background(),
 	}
-	s.lies = newLies(&s.base, func() *vfs.MemFS { return s.mem }, func() *metadata.Store { return s.n.meta }, metaDir, &s.faults, "")
-	s.nclk = newNodeClock(s.initialSkew())
+	s.lies = newLies(&s.base, func() *vfs.MemFS { return s.n.mem }, func() *metadata.Store { return s.n.meta }, metaDir, &s.faults, "")
+	// The node before it first opens: its empty disk and its own clock.
+	s.n = &node{b: &s.base, mem: vfs.NewMem(), clk: newNodeClock(s.initialSkew()),
+		lastServe: make(map[metadata.Namespace]uint64), incs: newTimeline()}
 	return s
 }
 
@@ -678,25 +677,35 @@ func newSim(cfg Config) *sim {
 func (s *sim) run() {
 	s.event("start seed=%d shards=%d clients=%d inbox=%d steps=%d",
 		s.cfg.Seed, s.cfg.Shards, s.cfg.Clients, s.cfg.InboxSize, s.cfg.Steps)
-	s.n = s.openNode()
+	s.n = s.openNode(s.n)
 	if s.viol != nil {
 		return
 	}
-	for range s.cfg.Steps {
-		if s.viol != nil {
+	s.drive(s, s.tick, nil, s.quiesce)
+}
+
+// drive runs a run whose nodes are open: Config.Steps scheduler steps
+// (tick), then more while more says the run must go on, quiescence and
+// the final checks, stopping at the first violation.
+func (b *base) drive(h harness, tick func(), more func() bool, quiesce func()) {
+	for range b.cfg.Steps {
+		if b.viol != nil {
 			return
 		}
-		s.tick()
+		tick()
 	}
-	if s.viol != nil {
+	for more != nil && more() {
+		tick()
+	}
+	if b.viol != nil {
 		return
 	}
-	s.quiesce()
-	if s.viol != nil {
+	quiesce()
+	if b.viol != nil {
 		return
 	}
-	finalChecks(s)
-	s.event("end")
+	finalChecks(h)
+	b.event("end")
 }
 
 func (s *sim) result() Result {
@@ -719,9 +728,9 @@ func (s *sim) tick() {
 		return
 	}
 	s.ticks++
-	s.expireDiskFull()
-	s.expireClockFaults(s.nclk, "node")
-	s.startClockFaults(&s.faults, func() (*nodeClock, string) { return s.nclk, "node" })
+	s.n.expireDiskFull()
+	s.expireClockFaults(s.n.clk, "node")
+	s.startClockFaults(&s.faults, func() (*nodeClock, string) { return s.n.clk, "node" })
 	f := s.cfg.Faults
 	if s.depth == 0 && s.roll(f.Crash) {
 		s.crash()
@@ -752,7 +761,7 @@ func (s *sim) tick() {
 		if s.n.busy[i] {
 			return // its pass is blocked in a slow build
 		}
-		if s.n.passDue(i, s.nclk.monoNow()) || s.rng.IntN(10) == 0 {
+		if s.n.passDue(i, s.n.clk.monoNow()) || s.rng.IntN(10) == 0 {
 			s.reconcile(i)
 		}
 	default:
@@ -763,7 +772,7 @@ func (s *sim) tick() {
 // advance moves the virtual clock, and the node's with it.
 func (s *sim) advance(d time.Duration) {
 	s.clk.Advance(d)
-	s.nclk.advance(d)
+	s.n.clk.advance(d)
 	s.event("clock +%v", d)
 }
 
@@ -772,24 +781,12 @@ type sim struct {
 	base
 	ctx context.Context
 
-	mem  *vfs.MemFS
-	n    *node
-	lies *lies
-	// nclk is the node's own clock (clock.go), which outlives restarts.
-	nclk       *nodeClock
-	gen        int
+	// n is the node, the single-node kind (its current incarnation).
+	n          *node
+	lies       *lies
 	allMetrics []*metrics.Metrics
 
-	// lastServe is, per namespace, the incarnation whose partition last
-	// served a client request (the storage tap sets it): an answer that
-	// reports a served request was served there.
-	lastServe map[metadata.Namespace]uint64
-	incs      *timeline
-
-	bursts        int
-	restarts      int // node restarts at quiescence (fenced partitions)
-	diskFullUntil time.Time
-	ticks         int
-	// building is the stack of shards whose pass is running.
-	building []int
+	bursts   int
+	restarts int // node restarts at quiescence (fenced partitions)
+	ticks    int
 }

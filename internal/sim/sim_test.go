@@ -27,6 +27,7 @@ var (
 	flagSeed   = flag.String("sim.seed", "", "run only this seed (replay)")
 	flagTrace  = flag.Bool("sim.trace", false, "with -sim.seed and -v: print the seed's event trace")
 	flagClockX = flag.Float64("sim.clockx", 1, "multiply the clock fault rates (jumps, strobes, drifts) of both modes")
+	flagHashes = flag.Bool("sim.hashes", false, "with -v: log every seed's trace hash and event count (to compare two builds' runs seed by seed)")
 )
 
 // replaySeed is -sim.seed, if set.
@@ -195,6 +196,9 @@ func judge(t *testing.T, list []uint64, runs []outcome, shown int) {
 	t.Helper()
 	failures, known := 0, map[string]int{}
 	for i, r := range runs {
+		if *flagHashes {
+			t.Logf("seed %d: trace %016x events %d", list[i], r.res.TraceHash, r.res.Events)
+		}
 		var v *sim.Violation
 		if errors.As(r.err, &v) && v.Known != "" && !*flagKnown {
 			known[v.Known]++

@@ -161,7 +161,7 @@ func (st *simStore) Build(ns metadata.Namespace, epoch uint64) (partition.Partit
 	// Crashes wait until depth is 0 again, so st.n is still the node
 	// when the nested steps are done.
 	if k := s.slowBuild(); k > 0 {
-		s.event("slow build ns=%v epoch=%d by shard %d: %d steps", ns, epoch, s.building[len(s.building)-1], k)
+		s.event("slow build ns=%v epoch=%d by shard %d: %d steps", ns, epoch, st.n.building[len(st.n.building)-1], k)
 		s.nested(k, s.tick)
 		s.event("slow build ns=%v epoch=%d resumes", ns, epoch)
 	}
@@ -311,7 +311,7 @@ func (t *tap) Unwrap() partition.Partition { return t.Partition }
 // serves only the committed incarnation.
 func (t *tap) serving(what string) {
 	s := t.s
-	s.lastServe[t.key.ns] = t.key.epoch
+	s.n.lastServe[t.key.ns] = t.key.epoch
 	if rev, ok := s.n.meta.CreatedRevision(t.key.ns); !ok || rev != t.key.epoch {
 		s.fail(2, "%s served on %v while the committed incarnation is %d (committed: %v)", what, t.key, rev, ok)
 	}
@@ -333,7 +333,7 @@ func (t *tap) Append(msgs []partition.Message) (uint64, error) {
 		// that is gone: nothing anyone will see.
 		return t.Partition.Append(msgs)
 	}
-	t.s.lastServe[t.key.ns] = t.key.epoch
+	t.s.n.lastServe[t.key.ns] = t.key.epoch
 	first, err := t.Partition.Append(msgs)
 	if err == nil {
 		t.s.onAppend(t.key, first, msgs)

@@ -92,7 +92,7 @@ type op struct {
 	err           error
 
 	// Cluster mode.
-	home *cnode // the node the client talks to
+	home *node // the node the client talks to
 	// hops counts "not leader" hints followed since the last other answer.
 	hops int
 	// call decides a data operation's retries and forwards: the driver
@@ -137,13 +137,13 @@ type attempt struct {
 	// says it was served (a result, or an error from the partition).
 	served uint64
 	// node is the node it was sent to (cluster mode).
-	node *cnode
+	node *node
 	// A forwarded attempt (cluster mode): its home node's engine sent it
 	// to node over the bus (host.Forwarding, via the node forwarding).
 	// What node's shard answered is captured when node sends the reply
 	// (fwdServed, the consumer offset it stored in fwdStored), as the
 	// forward may end before the reply arrives, or without it.
-	via       *cnode
+	via       *node
 	fwd       *host.Forwarding
 	fwdServed uint64
 	fwdStored *storeRecord
@@ -175,34 +175,59 @@ func (s *sim) clientAct(c *client) {
 	if c.extra || s.quiescing {
 		return
 	}
-	snap := s.n.meta.Snapshot()
-	if len(snap.Partitions) == 0 || s.rng.IntN(100) < 16 {
-		s.metaOp(c)
+	s.act(c, s.n, func(group bool) {
+		if group {
+			s.groupOp()
+		} else {
+			s.metaOp(c)
+		}
+	}, nil, func(ns metadata.Namespace, kind opKind) { s.dataOp(c, ns, kind) })
+}
+
+// act is the next action of client cl, through node n, when it has no
+// operation under way: a metadata command (one in six, and always while
+// nothing is committed) or a consumer group command (one in five of the
+// rest), which meta issues; the harness's lookup, if it takes its turn
+// (the cluster's lookups by name, with their read barrier); a data
+// operation, issued by data, on a partition n has seen deleted (one in
+// twenty, a client whose view lags: its request parks unstamped, ages
+// out, and the retry finds it gone) or else on a committed one.
+func (b *base) act(cl *client, n *node, meta func(group bool), lookup func() bool, data func(metadata.Namespace, opKind)) {
+	snap := n.meta.Snapshot()
+	if len(snap.Partitions) == 0 || b.rng.IntN(100) < 16 {
+		meta(false)
 		return
 	}
-	if s.rng.IntN(100) < 20 {
-		s.groupOp()
+	if b.rng.IntN(100) < 20 {
+		meta(true)
 		return
 	}
-	if s.rng.IntN(100) < 5 {
-		// A client whose view lags: it still resolves a partition that
-		// has been deleted (its request parks unstamped, ages out, and the
-		// retry finds it gone).
-		if gone := s.incs.gone(s.n.meta); len(gone) > 0 {
-			s.dataOp(c, gone[s.rng.IntN(len(gone))], s.pickKind())
+	if lookup != nil && lookup() {
+		return
+	}
+	if b.rng.IntN(100) < 5 {
+		if gone := n.incs.gone(n.meta); len(gone) > 0 {
+			data(gone[b.rng.IntN(len(gone))], b.pickKind())
 			return
 		}
 	}
-	p := snap.Partitions[s.rng.IntN(len(snap.Partitions))]
-	s.dataOp(c, p.NS, s.pickKind())
+	p := snap.Partitions[b.rng.IntN(len(snap.Partitions))]
+	data(p.NS, b.pickKind())
 }
 
 // dataOp starts a partition operation of kind on ns for c.
 func (s *sim) dataOp(c *client, ns metadata.Namespace, kind opKind) *op {
-	o := s.newDataOp(c, nil, ns, kind, func() uint64 { return s.knownLen(s.n.meta, ns) })
-	a := s.newAttempt(o)
-	o.callEv = s.event("call op=%d client=%d %v ns=%v%s", o.id, clientID(c), kind, ns, o.args())
-	s.startCall(o, a)
+	return s.callData(c, s.n, ns, kind, s.startCall)
+}
+
+// callData starts a data operation of kind on ns by client cl through its
+// home node n: the operation and its first try, recorded, are handed to
+// start, the harness's start of the Node's client call.
+func (b *base) callData(cl *client, n *node, ns metadata.Namespace, kind opKind, start func(*op, *attempt)) *op {
+	o := b.newDataOp(cl, n, ns, kind, func() uint64 { return b.knownLen(n.meta, ns) })
+	a := b.newAttempt(o)
+	o.callEv = b.event("call op=%d client=%d %s%v ns=%v%s", o.id, clientID(cl), n.tag(), kind, ns, o.args())
+	start(o, a)
 	return o
 }
 
@@ -226,7 +251,7 @@ func (b *base) knownLen(meta *metadata.Store, ns metadata.Namespace) uint64 {
 // replica (Local), and a produce carries a (producer, sequence) pair over
 // all its tries, so the partition deduplicates a retry of a batch that
 // was applied after all.
-func (b *base) newDataOp(cl *client, home *cnode, ns metadata.Namespace, kind opKind, known func() uint64) *op {
+func (b *base) newDataOp(cl *client, home *node, ns metadata.Namespace, kind opKind, known func() uint64) *op {
 	b.nextOp++
 	o := &op{id: b.nextOp, client: cl, kind: kind, ns: ns, home: home}
 	consumers := [...]string{"c0", "c1"}
@@ -247,7 +272,7 @@ func (b *base) newDataOp(cl *client, home *cnode, ns metadata.Namespace, kind op
 		if b.rng.IntN(4) == 0 {
 			o.useConsumer, o.consumer = true, consumers[b.rng.IntN(2)]
 		}
-		if home != nil {
+		if home.replicated() {
 			o.local = b.rng.IntN(5) == 0
 		}
 		// A waiting poll from a consumer's stored offset resolves its start
@@ -271,7 +296,7 @@ func (b *base) newDataOp(cl *client, home *cnode, ns metadata.Namespace, kind op
 		o.consumer = consumers[b.rng.IntN(2)]
 		b.ops.GetOffset++
 	}
-	if home != nil && (kind == kindProduce || kind == kindBatch) && !BreakNoProducerIDs.Load() {
+	if home.replicated() && (kind == kindProduce || kind == kindBatch) && !BreakNoProducerIDs.Load() {
 		o.producer = 1 + uint64(clientID(cl)+1)
 		o.seq = o.id
 	}
@@ -311,17 +336,23 @@ func (o *op) args() string {
 }
 
 // send hands a's frame to the router. A refusal is the attempt's answer.
-func (s *sim) send(a *attempt) {
-	a.sendEv = s.event("send a=%d op=%d", a.id, a.op.id)
-	if _, err := s.n.rt.Send(a.op.ns, shard.Frame{Req: a.req, Reply: a.reply}); err != nil {
+func (s *sim) send(a *attempt) { s.sendTo(a, s.n, s.onAnswer) }
+
+// sendTo sends a through node n's router, as the Node's client call
+// sends a try: a full inbox (router.ErrFull) is an answer, which answer
+// takes; any other refusal is a violation.
+func (b *base) sendTo(a *attempt, n *node, answer func(*attempt, shard.Response)) {
+	a.node = n
+	a.sendEv = b.event("send a=%d op=%d%s", a.id, a.op.id, n.suffix())
+	if _, err := n.rt.Send(a.op.ns, shard.Frame{Req: a.req, Reply: a.reply}); err != nil {
 		if !errors.Is(err, router.ErrFull) {
-			s.fail(0, "router refused attempt %d with %v", a.id, err)
+			b.fail(0, "%srouter refused attempt %d with %v", n.tag(), a.id, err)
 			return
 		}
-		s.onAnswer(a, shard.Response{Err: err})
+		answer(a, shard.Response{Err: err})
 		return
 	}
-	s.inflight = append(s.inflight, a)
+	b.inflight = append(b.inflight, a)
 }
 
 // retryable is the Node's retry-in-place rule: "retry here" answers and
@@ -346,7 +377,7 @@ func (s *sim) onAnswer(a *attempt, r shard.Response) {
 	}
 	a.answered, a.resp = true, r
 	if servedAnswer(r.Err) {
-		a.served = s.lastServe[o.ns]
+		a.served = s.n.lastServe[o.ns]
 	}
 	a.ansEv = s.event("answer a=%d op=%d %s", a.id, o.id, describe(r))
 	s.lieAnswer(a, r.Err)
@@ -461,17 +492,29 @@ func (s *sim) onSuccess(a *attempt, r shard.Response) {
 	s.finish(o, outcomeOK, r, nil)
 }
 
-// scheduleRetry retries o in place after a pause, until its deadline:
-// the Node's client call (host.CallDriver) decides both.
+// scheduleRetry takes a "retry here" answer err to o's try as the
+// client call does (callStep).
 func (s *sim) scheduleRetry(o *op, err error) {
-	st := o.call.Answer(s.clk.Now(), shard.Response{Err: err}, nil)
+	s.callStep(o, o.call.Answer(s.clk.Now(), shard.Response{Err: err}, nil), err)
+}
+
+// callStep carries out the client call's step st after o's try was
+// answered cause (host.CallDriver, the Node's client call): a wait is a
+// retry in place at its time, and the end of the call (its deadline
+// passed while retrying) an operation not applied. A forward is the
+// harness's to make first (a cluster's follow).
+func (b *base) callStep(o *op, st host.CallStep, cause error) {
 	switch st.Op {
 	case host.CallWait:
 		o.waiting, o.retryAt = true, st.At
 	case host.CallDone:
-		s.finish(o, outcomeNotApplied, shard.Response{}, st.Err)
+		if st.Err == nil {
+			b.fail(0, "op %d: the client call ended without an answer after %v", o.id, cause)
+			return
+		}
+		b.finish(o, outcomeNotApplied, shard.Response{}, st.Err)
 	default:
-		s.fail(0, "op %d: the client call asked for %v after %v", o.id, st.Op, err)
+		b.fail(0, "op %d: the client call asked for %v after %v", o.id, st.Op, cause)
 	}
 }
 
@@ -493,17 +536,25 @@ var errGone = errors.New("sim: partition no longer committed")
 // retry re-resolves o's partition and sends a new attempt.
 func (s *sim) retry(o *op) {
 	o.waiting = false
-	if _, ok := s.n.meta.Partition(o.ns); !ok {
-		s.event("retry op=%d: ns=%v no longer committed", o.id, o.ns)
-		s.finish(o, outcomeNotApplied, shard.Response{}, errGone)
+	s.retryCall(o, s.n, s.send)
+}
+
+// retryCall makes the client call's retry in place of o through node n:
+// the Node re-resolves the name there first (a partition no longer
+// committed ends the operation), and the call's wake must ask for a
+// send, which send makes.
+func (b *base) retryCall(o *op, n *node, send func(*attempt)) {
+	if _, ok := n.meta.Partition(o.ns); !ok {
+		b.event("retry op=%d: ns=%v no longer committed%s", o.id, o.ns, n.on())
+		b.finish(o, outcomeNotApplied, shard.Response{}, errGone)
 		return
 	}
 	if st := o.call.Fired(); st.Op != host.CallSend {
-		s.fail(0, "op %d: the client call asked for %v at its retry", o.id, st.Op)
+		b.fail(0, "op %d: the client call asked for %v at its retry", o.id, st.Op)
 		return
 	}
-	s.ops.Retries++
-	s.send(s.newAttempt(o))
+	b.ops.Retries++
+	send(b.newAttempt(o))
 }
 
 // newAttempt builds the next try of o: a fresh request, and for a produce
@@ -527,12 +578,12 @@ func (b *base) newAttempt(o *op) *attempt {
 		}
 	case kindPoll:
 		req.Op, req.Offset, req.Count = shard.OpPoll, o.from, o.count
-		req.Consumer, req.UseConsumer, req.FromLeader = o.consumer, o.useConsumer, o.home != nil && !o.local
+		req.Consumer, req.UseConsumer, req.FromLeader = o.consumer, o.useConsumer, o.home.replicated() && !o.local
 		req.MaxWait, req.MinCount = o.wait, o.minCount
 	case kindStore:
 		req.Op, req.Consumer, req.Offset = shard.OpStoreOffset, o.consumer, o.offset
 	case kindGet:
-		req.Op, req.Consumer, req.FromLeader = shard.OpGetOffset, o.consumer, o.home != nil && !o.local
+		req.Op, req.Consumer, req.FromLeader = shard.OpGetOffset, o.consumer, o.home.replicated() && !o.local
 	}
 	a.req = req
 	b.attempts[req] = a
@@ -747,7 +798,7 @@ func (s *sim) groupOp() {
 	for _, st := range s.n.meta.Streams() {
 		topics = append(topics, s.n.meta.Topics(st.ID)...)
 	}
-	if _, cmd := groupCommand(s.rng, s.n.meta, topics, s.nclk.Now()); cmd != nil {
+	if _, cmd := groupCommand(s.rng, s.n.meta, topics, s.n.clk.Now()); cmd != nil {
 		s.commit(cmd) //nolint:errcheck // refusals are part of the workload
 	}
 }
@@ -791,6 +842,6 @@ func (s *sim) commit(cmd metadata.Command) (metadata.Result, error) {
 	}
 	s.ops.Metadata++
 	ev := s.event("commit %T%+v rev=%d created=%d removed=%d", cmd, cmd, res.Revision, len(res.Created), len(res.Removed))
-	s.incs.apply(res, ev)
+	s.n.incs.apply(res, ev)
 	return res, nil
 }
