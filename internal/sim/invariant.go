@@ -51,6 +51,7 @@ var invariants = [...]*invariant{
 	&invForwardBudget,
 	&invReadBarrier,
 	&invDelivered,
+	&invInbound,
 }
 
 // harness is what the invariants read of a run, in either mode: the
