@@ -24,7 +24,7 @@ import (
 // false, or too much. The engine is driven as always: the misbehaving
 // node runs the real engine, and the simulator adds to what that engine
 // sends, in the transport wrapper (flushOutbox) or from the node's
-// endpoint, so no production code has a path for it. Two kinds:
+// endpoint, so no production code has a path for it. Three kinds:
 //
 //   - Forged terms (PeerFaultRates.Terms): besides some of its raft
 //     messages — heartbeats, heartbeat and append answers, votes and
@@ -59,13 +59,22 @@ import (
 //     all given back at quiescence; the others — no acknowledged loss,
 //     every group led again, every replica whole — that the flood starves
 //     nothing for good.
-//
-// Not modelled: frames. The in-memory network delivers whole messages,
-// and the transport's inbound budgets per connection, per peer and in
-// total, with its frame and stall timeouts (a member holding near-complete
-// frames), exist only on real sockets (transport.TCPBus; tested over TLS
-// by TestBehaviour26PeerShareKeepsOtherPeersServed). The simulator's
-// stalled direction is the clog (NetFaultRates.Clog).
+//   - Stalled frames (PeerFaultRates.Stall): every node takes each
+//     message off the network as a frame through the transport's own
+//     inbound budget (internal/inbound: the core transport.TCPBus runs,
+//     with the deadlines it returns enforced here on the receiver's
+//     monotonic clock rather than as socket deadlines): charged at its
+//     length field and header, given back once the engine took it. The
+//     member opens frames on connections of their own that claim a
+//     large size and never end (stopped after the header, or dribbled
+//     short of the last byte); the receiver's read deadlines close them
+//     (sweepStalls). Invariant 13 checks the bounds, the deadlines
+//     against the simulator's own account of each frame, and that no
+//     other member's frame is refused. Not modelled: a connection's
+//     later frames waiting behind a stalled one (the honest frames
+//     arrive whole, each sender's on its own connection), MaxConns, TLS
+//     handshakes (TestBehaviour26PeerShareKeepsOtherPeersServed covers
+//     the sockets).
 
 // The forwarded-request budgets of the simulated nodes: small, so that a
 // flood meets them (a request is charged its bytes and 8 KiB).
