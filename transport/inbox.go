@@ -14,8 +14,11 @@ import (
 // full ring needs room, or Stats is read) only ever over-counts, so the
 // budgets still bound what is held.
 type inbox struct {
-	// release gives a charge back to the bus's inbound budget.
-	release func(inbound.Charge)
+	// release gives charges back to the bus's inbound budget (in
+	// batches: it takes the budget's lock).
+	release func(...inbound.Charge)
+	// taken collects the charges a reclaim releases, reused.
+	taken []inbound.Charge
 
 	mu     sync.Mutex
 	ch     chan Message
@@ -25,7 +28,7 @@ type inbox struct {
 	closed bool
 }
 
-func newInbox(size int, release func(inbound.Charge)) *inbox {
+func newInbox(size int, release func(...inbound.Charge)) *inbox {
 	return &inbox{release: release, ch: make(chan Message, size), ring: make([]inbound.Charge, size+1)}
 }
 
@@ -61,17 +64,23 @@ func (q *inbox) reclaim() {
 func (q *inbox) reclaimLocked() {
 	// Only push (under mu) adds to ch, so len(ch) can only shrink
 	// meanwhile: at least this many of the oldest charges are gone.
-	for taken := q.n - len(q.ch); taken > 0; taken-- {
-		q.releaseHead()
-	}
+	q.releaseOldest(q.n - len(q.ch))
 }
 
-func (q *inbox) releaseHead() {
-	c := q.ring[q.head]
-	q.ring[q.head] = inbound.Charge{}
-	q.head = (q.head + 1) % len(q.ring)
-	q.n--
-	q.release(c)
+// releaseOldest releases the k oldest charges, under one lock of the
+// budget.
+func (q *inbox) releaseOldest(k int) {
+	q.taken = q.taken[:0]
+	for ; k > 0; k-- {
+		q.taken = append(q.taken, q.ring[q.head])
+		q.ring[q.head] = inbound.Charge{}
+		q.head = (q.head + 1) % len(q.ring)
+		q.n--
+	}
+	if len(q.taken) > 0 {
+		q.release(q.taken...)
+		clear(q.taken)
+	}
 }
 
 // close refuses further pushes, releases every charge (what is still
@@ -81,8 +90,6 @@ func (q *inbox) close() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.closed = true
-	for q.n > 0 {
-		q.releaseHead()
-	}
+	q.releaseOldest(q.n)
 	close(q.ch)
 }

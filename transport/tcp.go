@@ -674,11 +674,13 @@ func (b *TCPBus) deliver(m Message, c inbound.Charge) bool {
 	return false
 }
 
-// release returns c's bytes to its connection's, its peer's and the
-// bus's budgets.
-func (b *TCPBus) release(c inbound.Charge) {
+// release returns the charges' bytes to their connections', their peers'
+// and the bus's budgets.
+func (b *TCPBus) release(cs ...inbound.Charge) {
 	b.bmu.Lock()
-	b.budget.Release(c)
+	for _, c := range cs {
+		b.budget.Release(c)
+	}
 	b.bmu.Unlock()
 }
 
@@ -836,8 +838,8 @@ func (b *TCPBus) readLoop(raw, c net.Conn, peer NodeID) {
 			b.countReadError(err)
 			return
 		}
-		var deadline time.Time
-		b.locked(func() { deadline = ic.Begin(time.Now()) })
+		// Begin, Next and Complete touch ic alone: no lock.
+		deadline := ic.Begin(time.Now())
 		if r.Buffered() < int(n) {
 			err = c.SetReadDeadline(deadline)
 		}
@@ -875,9 +877,7 @@ func (b *TCPBus) readLoop(raw, c net.Conn, peer NodeID) {
 		}
 		b.stats.framesRead.Add(1)
 		b.stats.bytesRead.Add(prefixLen + uint64(n))
-		var ch inbound.Charge
-		b.locked(func() { ch = ic.Complete() })
-		b.deliver(m, ch)
+		b.deliver(m, ic.Complete())
 	}
 }
 
@@ -889,9 +889,7 @@ func (b *TCPBus) readPayload(c net.Conn, r *bufio.Reader, p []byte, ic *inbound.
 	for len(p) > 0 {
 		k := min(len(p), inbound.StallChunk)
 		if r.Buffered() < k {
-			var deadline time.Time
-			b.locked(func() { deadline = ic.Next(time.Now()) })
-			if err := c.SetReadDeadline(deadline); err != nil {
+			if err := c.SetReadDeadline(ic.Next(time.Now())); err != nil {
 				return err
 			}
 		}

@@ -19,7 +19,10 @@
 // (internal/sim) drives the same code on its virtual clock, for every
 // message its in-memory network delivers and for a member that stalls
 // frames. A Budget is not safe for concurrent use: its owner serialises
-// the calls (TCPBus under a mutex, the simulator on its one goroutine).
+// the calls (TCPBus under a mutex, the simulator on its one goroutine),
+// except a Conn's Begin, Next, Complete, Due and Deadline, which touch
+// that connection's own state alone: the goroutine that reads the
+// connection may call them without the others' lock.
 package inbound
 
 import (
