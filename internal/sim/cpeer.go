@@ -590,7 +590,7 @@ func (c *csim) stallOpen() {
 }
 
 // sweepStalls moves the stalled frames on: one in four dribbling frames
-// sends up to a StallChunk more (each whole chunk restarts its stall
+// whose link is not cut sends up to a StallChunk more (each whole chunk restarts its stall
 // deadline), and every node's due read deadlines close their
 // connections, releasing their frames, as TCPBus's read deadlines do. A
 // frame whose receiver went down went with its bus; one whose sender
@@ -612,7 +612,8 @@ func (c *csim) sweepStalls() {
 			continue
 		}
 		now := to.clk.monoNow()
-		if f.dribble && !f.from.stopped && f.got < f.claimed-frameHeader-1 && c.rng.IntN(4) == 0 {
+		if f.dribble && !f.from.stopped && f.got < f.claimed-frameHeader-1 &&
+			c.net.Linked(transport.NodeID(f.from.id), transport.NodeID(to.id)) && c.rng.IntN(4) == 0 {
 			before := f.got / inbound.StallChunk
 			f.got = min(f.got+1+c.rng.Int64N(inbound.StallChunk), f.claimed-frameHeader-1)
 			if f.got/inbound.StallChunk > before {
