@@ -321,9 +321,11 @@ type TCPBus struct {
 	conns map[net.Conn]NodeID // every open connection, both directions, with its peer (0: not known yet)
 
 	// budget decides what the inbound connections may hold and until
-	// when (internal/inbound: the same core the simulator drives); its
-	// calls are serialised by bmu, which is never held while taking
-	// another lock.
+	// when (internal/inbound: the same core the simulator drives). bmu
+	// serialises the calls that touch its shared counts (Open, Admit,
+	// Close, Release, Used); a connection's own timing calls (Begin,
+	// Next, Complete) are its reader's alone. bmu is never held while
+	// taking another lock.
 	bmu    sync.Mutex
 	budget *inbound.Budget
 }
