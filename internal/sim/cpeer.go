@@ -126,39 +126,38 @@ type peerState struct {
 	inb       map[uint64]*nodeInbound
 }
 
-// startPeerFaults starts a spell of forged terms or of a flood (each
-// from a running member, for 100 ms – 2 s), and sends the flood's next
-// burst.
+// startPeerFaults starts a spell of forged terms, of a flood or of
+// stalled frames (each from a member, for 100 ms – 2 s), sends the
+// flood's next burst and opens the next stalled frame.
 func (c *csim) startPeerFaults() {
 	p, rates := &c.peerf, c.cfg.Faults.Peer
-	now := c.clk.Now()
-	if p.termNode == 0 && c.roll(rates.Terms) {
-		n := c.nodes[c.rng.IntN(len(c.nodes))]
-		p.termNode, p.termEnd = n.id, now.Add(c.randDuration(100*time.Millisecond, 2*time.Second))
-		c.faults.TermSpells++
-		c.event("n%d forges terms until %v", n.id, p.termEnd.Sub(epoch0))
-	}
-	if p.floodNode == 0 && c.roll(rates.Flood) {
-		n := c.nodes[c.rng.IntN(len(c.nodes))]
-		p.floodNode, p.floodEnd = n.id, now.Add(c.randDuration(100*time.Millisecond, 2*time.Second))
-		c.faults.FloodSpells++
-		c.event("n%d floods forwarded requests until %v", n.id, p.floodEnd.Sub(epoch0))
-	}
+	c.startSpell(rates.Terms, &p.termNode, &p.termEnd, &c.faults.TermSpells, "forges terms")
+	c.startSpell(rates.Flood, &p.floodNode, &p.floodEnd, &c.faults.FloodSpells, "floods forwarded requests")
 	if p.floodNode != 0 && c.rng.IntN(32) == 0 {
 		c.floodBurst()
 	}
 	// One staller at a time, and not before the last one's frames are
 	// released: two members stalling together can fill the total budget,
 	// which the transport does not promise to prevent.
-	if p.stallNode == 0 && len(p.stalled) == 0 && c.roll(rates.Stall) {
-		n := c.nodes[c.rng.IntN(len(c.nodes))]
-		p.stallNode, p.stallEnd = n.id, now.Add(c.randDuration(100*time.Millisecond, 2*time.Second))
-		c.faults.StallSpells++
-		c.event("n%d stalls frames until %v", n.id, p.stallEnd.Sub(epoch0))
+	if len(p.stalled) == 0 {
+		c.startSpell(rates.Stall, &p.stallNode, &p.stallEnd, &c.faults.StallSpells, "stalls frames")
 	}
 	if p.stallNode != 0 && c.rng.IntN(16) == 0 {
 		c.stallOpen()
 	}
+}
+
+// startSpell starts, with chance rate, a spell of one kind when none is
+// on (*node 0): a member picked at random misbehaves until *end, 100 ms –
+// 2 s from now; count counts the spells.
+func (c *csim) startSpell(rate float64, node *uint64, end *time.Time, count *int, what string) {
+	if *node != 0 || !c.roll(rate) {
+		return
+	}
+	n := c.nodes[c.rng.IntN(len(c.nodes))]
+	*node, *end = n.id, c.clk.Now().Add(c.randDuration(100*time.Millisecond, 2*time.Second))
+	*count++
+	c.event("n%d %s until %v", n.id, what, end.Sub(epoch0))
 }
 
 // expirePeerFaults ends the spells whose time is up.
