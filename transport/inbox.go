@@ -2,53 +2,9 @@ package transport
 
 import (
 	"sync"
-	"sync/atomic"
+
+	"github.com/parkway-io/parkway/internal/inbound"
 )
-
-// budget is a count of bytes in flight with a ceiling: reserve refuses
-// rather than exceed it, so the bytes held never pass max.
-type budget struct {
-	max  int64
-	used atomic.Int64
-	peak atomic.Int64
-}
-
-// reserve charges n bytes; false (and nothing charged) if that would pass
-// max. Concurrent reservations may refuse spuriously while another one is
-// being undone; they never jointly exceed max.
-func (b *budget) reserve(n int64) bool {
-	v := b.used.Add(n)
-	if v > b.max {
-		b.used.Add(-n)
-		return false
-	}
-	for p := b.peak.Load(); v > p && !b.peak.CompareAndSwap(p, v); p = b.peak.Load() {
-	}
-	return true
-}
-
-func (b *budget) release(n int64) { b.used.Add(-n) }
-
-// charge is what one received message holds: n bytes on its connection's
-// budget, its authenticated peer's (peer nil without TLS) and the bus's
-// total (conn nil for a self-send, which is not network input and holds
-// nothing).
-type charge struct {
-	conn, peer *budget
-	n          int64
-}
-
-// release returns c's bytes to its budgets, total the bus's.
-func (c charge) release(total *budget) {
-	if c.conn == nil {
-		return
-	}
-	c.conn.release(c.n)
-	if c.peer != nil {
-		c.peer.release(c.n)
-	}
-	total.release(c.n)
-}
 
 // inbox is the buffered channel behind Recv together with, in the same
 // order, the charge of every message sent into it. A channel does not say
@@ -58,23 +14,27 @@ func (c charge) release(total *budget) {
 // full ring needs room, or Stats is read) only ever over-counts, so the
 // budgets still bound what is held.
 type inbox struct {
-	total *budget
+	// release gives charges back to the bus's inbound budget (in
+	// batches: it takes the budget's lock).
+	release func(...inbound.Charge)
+	// taken collects the charges a reclaim releases, reused.
+	taken []inbound.Charge
 
 	mu     sync.Mutex
 	ch     chan Message
-	ring   []charge // len(ch)+1: one more than the channel can hold
+	ring   []inbound.Charge // len(ch)+1: one more than the channel can hold
 	head   int
 	n      int
 	closed bool
 }
 
-func newInbox(size int, total *budget) *inbox {
-	return &inbox{total: total, ch: make(chan Message, size), ring: make([]charge, size+1)}
+func newInbox(size int, release func(...inbound.Charge)) *inbox {
+	return &inbox{release: release, ch: make(chan Message, size), ring: make([]inbound.Charge, size+1)}
 }
 
 // push sends m into the channel without blocking and records its charge;
 // false (nothing recorded) when the channel is full or the inbox closed.
-func (q *inbox) push(m Message, c charge) bool {
+func (q *inbox) push(m Message, c inbound.Charge) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
@@ -104,17 +64,23 @@ func (q *inbox) reclaim() {
 func (q *inbox) reclaimLocked() {
 	// Only push (under mu) adds to ch, so len(ch) can only shrink
 	// meanwhile: at least this many of the oldest charges are gone.
-	for taken := q.n - len(q.ch); taken > 0; taken-- {
-		q.releaseHead()
-	}
+	q.releaseOldest(q.n - len(q.ch))
 }
 
-func (q *inbox) releaseHead() {
-	c := q.ring[q.head]
-	q.ring[q.head] = charge{}
-	q.head = (q.head + 1) % len(q.ring)
-	q.n--
-	c.release(q.total)
+// releaseOldest releases the k oldest charges, under one lock of the
+// budget.
+func (q *inbox) releaseOldest(k int) {
+	q.taken = q.taken[:0]
+	for ; k > 0; k-- {
+		q.taken = append(q.taken, q.ring[q.head])
+		q.ring[q.head] = inbound.Charge{}
+		q.head = (q.head + 1) % len(q.ring)
+		q.n--
+	}
+	if len(q.taken) > 0 {
+		q.release(q.taken...)
+		clear(q.taken)
+	}
 }
 
 // close refuses further pushes, releases every charge (what is still
@@ -124,8 +90,6 @@ func (q *inbox) close() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.closed = true
-	for q.n > 0 {
-		q.releaseHead()
-	}
+	q.releaseOldest(q.n)
 	close(q.ch)
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/internal/backoff"
+	"github.com/parkway-io/parkway/internal/inbound"
 	"github.com/parkway-io/parkway/internal/run"
 )
 
@@ -300,7 +301,6 @@ type TCPBus struct {
 	serverTLS *tls.Config // nil in plaintext
 	clientTLS *tls.Config // template, cloned per dial
 	in        *inbox
-	total     budget
 	inbound   atomic.Int64
 	group     *run.Group
 	stats     tcpStats
@@ -319,10 +319,15 @@ type TCPBus struct {
 
 	mu    sync.Mutex
 	conns map[net.Conn]NodeID // every open connection, both directions, with its peer (0: not known yet)
-	// shares are the authenticated peers' MaxPeerBytes budgets, made at
-	// a peer's first inbound connection and kept (a peer is a node id a
-	// certificate of the cluster names, so they are few).
-	shares map[NodeID]*budget
+
+	// budget decides what the inbound connections may hold and until
+	// when (internal/inbound: the same core the simulator drives). bmu
+	// serialises the calls that touch its shared counts (Open, Admit,
+	// Close, Release, Used); a connection's own timing calls (Begin,
+	// Next, Complete) are its reader's alone. bmu is never held while
+	// taking another lock.
+	bmu    sync.Mutex
+	budget *inbound.Budget
 }
 
 type tcpPeer struct {
@@ -368,11 +373,13 @@ func ListenTCP(id NodeID, addr string, peers map[NodeID]string, opts TCPOptions)
 		maxFrame: uint32(opts.MaxFrame),
 		group:    run.NewGroup(),
 		conns:    make(map[net.Conn]NodeID),
-		shares:   make(map[NodeID]*budget),
 		bufs:     newBufPool(),
+		budget: inbound.New(inbound.Limits{
+			MaxConn: opts.MaxConnBytes, MaxPeer: opts.MaxPeerBytes, MaxTotal: opts.MaxTotalBytes,
+			FrameTimeout: opts.FrameTimeout, StallTimeout: opts.StallTimeout,
+		}),
 	}
-	b.total.max = opts.MaxTotalBytes
-	b.in = newInbox(opts.QueueSize, &b.total)
+	b.in = newInbox(opts.QueueSize, b.release)
 	if opts.TLS != nil {
 		b.serverTLS, b.clientTLS = tlsConfigs(opts.TLS)
 	}
@@ -550,6 +557,9 @@ func (b *TCPBus) Recv() <-chan Message { return b.in.ch }
 // Stats returns a snapshot of the counters.
 func (b *TCPBus) Stats() TCPStats {
 	b.in.reclaim()
+	b.bmu.Lock()
+	used, peak := b.budget.Used(), b.budget.Peak()
+	b.bmu.Unlock()
 	s := &b.stats
 	return TCPStats{
 		Sent: s.sent.Load(), Received: s.received.Load(),
@@ -563,8 +573,8 @@ func (b *TCPBus) Stats() TCPStats {
 		FramesWritten: s.framesWritten.Load(), BytesWritten: s.bytesWritten.Load(),
 		FramesRead: s.framesRead.Load(), BytesRead: s.bytesRead.Load(),
 		InboundConns:      uint64(max(b.inbound.Load(), 0)),
-		InFlightBytes:     uint64(max(b.total.used.Load(), 0)),
-		PeakInFlightBytes: uint64(b.total.peak.Load()),
+		InFlightBytes:     uint64(max(used, 0)),
+		PeakInFlightBytes: uint64(max(peak, 0)),
 	}
 }
 
@@ -586,7 +596,7 @@ func (b *TCPBus) Send(m Message) error {
 	m.Payload = b.bufs.clone(m.Payload)
 	if m.To == b.id {
 		b.stats.sent.Add(1)
-		if !b.deliver(m, charge{}) && b.closed.Load() {
+		if !b.deliver(m, inbound.Charge{}) && b.closed.Load() {
 			return ErrClosed
 		}
 		return nil
@@ -656,7 +666,7 @@ func (b *TCPBus) untrack(c net.Conn) {
 
 // deliver puts m into the inbox; false (its charge released, counted as
 // InboxFull) when the inbox is full or closed.
-func (b *TCPBus) deliver(m Message, c charge) bool {
+func (b *TCPBus) deliver(m Message, c inbound.Charge) bool {
 	if b.in.push(m, c) {
 		b.stats.received.Add(1)
 		return true
@@ -666,43 +676,38 @@ func (b *TCPBus) deliver(m Message, c charge) bool {
 	return false
 }
 
-// release returns c's bytes to its connection's, its peer's and the
-// bus's budgets.
-func (b *TCPBus) release(c charge) { c.release(&b.total) }
+// release returns the charges' bytes to their connections', their peers'
+// and the bus's budgets.
+func (b *TCPBus) release(cs ...inbound.Charge) {
+	b.bmu.Lock()
+	for _, c := range cs {
+		b.budget.Release(c)
+	}
+	b.bmu.Unlock()
+}
 
-// reserve charges c to its connection, its peer (if any) and the total,
-// all or nothing. When a budget is short it first reclaims what the
-// consumer has taken.
-func (b *TCPBus) reserve(c charge) bool {
+// locked runs f on the inbound budget under bmu.
+func (b *TCPBus) locked(f func()) {
+	b.bmu.Lock()
+	defer b.bmu.Unlock()
+	f()
+}
+
+// admit charges a frame of n bytes to ic, its peer and the total, all or
+// nothing. When a budget is short it first reclaims what the consumer
+// has taken.
+func (b *TCPBus) admit(ic *inbound.Conn, n int64) bool {
 	for try := 0; try < 2; try++ {
-		if c.conn.reserve(c.n) {
-			if c.peer == nil || c.peer.reserve(c.n) {
-				if b.total.reserve(c.n) {
-					return true
-				}
-				if c.peer != nil {
-					c.peer.release(c.n)
-				}
-			}
-			c.conn.release(c.n)
+		ok := false
+		b.locked(func() { ok = ic.Admit(n) })
+		if ok {
+			return true
 		}
 		if try == 0 {
 			b.in.reclaim()
 		}
 	}
 	return false
-}
-
-// share returns peer's MaxPeerBytes budget.
-func (b *TCPBus) share(peer NodeID) *budget {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := b.shares[peer]
-	if s == nil {
-		s = &budget{max: b.opts.MaxPeerBytes}
-		b.shares[peer] = s
-	}
-	return s
 }
 
 // sleep waits d on the injected clock; false when ctx ended first.
@@ -810,11 +815,12 @@ var errRemoved = errors.New("bus: frame from a removed peer")
 // over it); peer is the authenticated sender, 0 in plaintext.
 func (b *TCPBus) readLoop(raw, c net.Conn, peer NodeID) {
 	bound := peer // the sender raw is bound to for RemovePeer
-	cb := &budget{max: b.opts.MaxConnBytes}
-	var share *budget // the authenticated peer's, across its connections
-	if peer != 0 {
-		share = b.share(peer)
-	}
+	// ic is the connection's part of the inbound budget, charged to the
+	// authenticated peer's share across its connections (none in
+	// plaintext). Closing it gives back the frame being read, if any.
+	var ic *inbound.Conn
+	b.locked(func() { ic = b.budget.Open(uint64(peer)) })
+	defer b.locked(ic.Close)
 	r := bufio.NewReaderSize(c, 64<<10)
 	var h [frameOverhead]byte
 	// A deadline is set only before a read that may block: what is
@@ -834,9 +840,10 @@ func (b *TCPBus) readLoop(raw, c net.Conn, peer NodeID) {
 			b.countReadError(err)
 			return
 		}
-		end := time.Now().Add(b.opts.FrameTimeout)
+		// Begin, Next and Complete touch ic alone: no lock.
+		deadline := ic.Begin(time.Now())
 		if r.Buffered() < int(n) {
-			err = c.SetReadDeadline(b.stallDeadline(end))
+			err = c.SetReadDeadline(deadline)
 		}
 		// The header names the sender, which is checked before anything
 		// is charged or allocated for the payload.
@@ -858,47 +865,33 @@ func (b *TCPBus) readLoop(raw, c net.Conn, peer NodeID) {
 		}
 		bound = m.From
 		// Charge the frame before its payload is allocated.
-		ch := charge{conn: cb, peer: share, n: int64(n)}
-		if !b.reserve(ch) {
+		if !b.admit(ic, int64(n)) {
 			b.stats.overBudget.Add(1)
 			return
 		}
 		if p := int(n) - headerLen; p > 0 {
 			m.Payload = b.bufs.get(p)
-			err = b.readPayload(c, r, m.Payload, end)
+			err = b.readPayload(c, r, m.Payload, ic)
 		}
 		if err != nil {
-			b.release(ch)
-			b.countReadError(err)
+			b.countReadError(err) // the deferred Close releases the frame
 			return
 		}
 		b.stats.framesRead.Add(1)
 		b.stats.bytesRead.Add(prefixLen + uint64(n))
-		b.deliver(m, ch)
+		b.deliver(m, ic.Complete())
 	}
 }
 
-// stallChunk is how much of a frame must arrive within StallTimeout.
-const stallChunk = 64 << 10
-
-// stallDeadline is the read deadline of a frame's next stallChunk: the
-// stall bound, but never past the frame's end.
-func (b *TCPBus) stallDeadline(end time.Time) time.Time {
-	if d := time.Now().Add(b.opts.StallTimeout); d.Before(end) {
-		return d
-	}
-	return end
-}
-
-// readPayload reads p from r, each stallChunk within StallTimeout and the
-// whole by end (the frame's FrameTimeout): a peer that stops inside a
-// frame releases its budget after StallTimeout, one that trickles it
-// after FrameTimeout.
-func (b *TCPBus) readPayload(c net.Conn, r *bufio.Reader, p []byte, end time.Time) error {
+// readPayload reads p from r, each inbound.StallChunk within
+// StallTimeout and the whole by the frame's FrameTimeout (the deadlines
+// ic gives): a peer that stops inside a frame releases its budget after
+// StallTimeout, one that trickles it after FrameTimeout.
+func (b *TCPBus) readPayload(c net.Conn, r *bufio.Reader, p []byte, ic *inbound.Conn) error {
 	for len(p) > 0 {
-		k := min(len(p), stallChunk)
+		k := min(len(p), inbound.StallChunk)
 		if r.Buffered() < k {
-			if err := c.SetReadDeadline(b.stallDeadline(end)); err != nil {
+			if err := c.SetReadDeadline(ic.Next(time.Now())); err != nil {
 				return err
 			}
 		}

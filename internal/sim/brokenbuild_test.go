@@ -18,6 +18,7 @@ func init() {
 	brokenBuilds["testhooks.CommitSkipsOffset"] = &testhooks.CommitSkipsOffset
 	brokenBuilds["testhooks.CommitBeforeHandled"] = &testhooks.CommitBeforeHandled
 	brokenBuilds["testhooks.IntervalCommitsFetched"] = &testhooks.IntervalCommitsFetched
+	brokenBuilds["testhooks.NoStallTimeout"] = &testhooks.NoStallTimeout
 }
 
 // Serving parked frames stamped with another incarnation (instead of
@@ -93,4 +94,17 @@ func TestClusterCatchesNoHandlingBeforeCommit(t *testing.T) {
 // 12).
 func TestClusterCatchesIntervalCommitsFetched(t *testing.T) {
 	expectCaughtIn(t, defaultMemberSeeds, consumerConfig, "testhooks.IntervalCommitsFetched", 12)
+}
+
+// Without the stall deadline a member that stops inside a frame keeps
+// its charge of the receiver's inbound budget until the frame's
+// FrameTimeout: caught when the receiver's read deadlines pass the
+// frame's stall deadline with its bytes still held (invariant 13).
+// Stalled frames run at ten times their default rate.
+func TestClusterCatchesNoStallTimeout(t *testing.T) {
+	expectClusterCaught(t, func(seed uint64) sim.Config {
+		cfg := sim.DefaultClusterConfig(seed)
+		cfg.Faults.Peer.Stall *= 10
+		return cfg
+	}, "testhooks.NoStallTimeout", 13)
 }

@@ -665,7 +665,16 @@ func (c *csim) deliver(n *node, k int) {
 			return
 		}
 		c.event("n%d recv %s from=n%d", n.id, describeMsg(m), m.From)
-		if !c.receive(n, m) {
+		ch, ok := c.frameIn(n, m)
+		if !ok {
+			if c.viol != nil {
+				return
+			}
+			continue
+		}
+		ok = c.receive(n, m)
+		c.frameOut(n, ch)
+		if !ok {
 			return
 		}
 	}

@@ -23,6 +23,7 @@ var (
 	flagClogX      = flag.Float64("sim.clogx", 1, "multiply the cluster seeds' link clog rate")
 	flagTermsX     = flag.Float64("sim.termsx", 1, "multiply the cluster seeds' forged-term rate (a misbehaving member)")
 	flagFloodX     = flag.Float64("sim.floodx", 1, "multiply the cluster seeds' forwarded-request flood rate (a misbehaving member)")
+	flagStallX     = flag.Float64("sim.stallx", 1, "multiply the cluster seeds' stalled-frame rate (a misbehaving member)")
 )
 
 // clusterConfig is the cluster configuration the flags select.
@@ -36,6 +37,7 @@ func clusterConfig(seed uint64) sim.Config {
 	cfg.Faults.Net.Clog *= *flagClogX
 	cfg.Faults.Peer.Terms *= *flagTermsX
 	cfg.Faults.Peer.Flood *= *flagFloodX
+	cfg.Faults.Peer.Stall *= *flagStallX
 	scaleClockFaults(&cfg)
 	return cfg
 }
@@ -56,7 +58,7 @@ func TestClusterSimulation(t *testing.T) {
 	list := seeds(t, defaultClusterSeeds)
 	_, replay := replaySeed(t)
 	defaultRange := isDefaultRange() && *flagMetaFaults && *flagRemoveX == 1 && *flagJoinX == 1 &&
-		*flagOneWayX == 1 && *flagClogX == 1 && *flagTermsX == 1 && *flagFloodX == 1 && !*flagDisarmed
+		*flagOneWayX == 1 && *flagClogX == 1 && *flagTermsX == 1 && *flagFloodX == 1 && *flagStallX == 1 && !*flagDisarmed
 	if defaultRange {
 		runs = defaultClusterOutcomes()
 	} else {
@@ -170,6 +172,8 @@ func TestClusterFaultsFire(t *testing.T) {
 		{"flooded forwarded request", total.FloodRequests},
 		{"probe for a flooded request", total.FloodProbes},
 		{"flooded request refused over a forward budget", total.FloodRefused},
+		{"spell of stalled frames (a misbehaving member)", total.StallSpells},
+		{"stalled frame closed at its read deadline", total.StallTimeouts},
 		{"group led by a survivor after its quiesced leader crashed", total.Failovers},
 	} {
 		if c.n == 0 {

@@ -83,6 +83,10 @@ func unfencedConfig(seed uint64) sim.Config {
 	cfg := memberConfig(seed)
 	cfg.Faults.Net.OneWay, cfg.Faults.Net.Clog = 0, 0
 	cfg.Faults.Clock = sim.ClockFaultRates{}
+	// Stalled frames are judged by invariant 13 on the default seeds; off
+	// here so the seeds that prove invariant 9 keep the schedules they
+	// were chosen on.
+	cfg.Faults.Peer.Stall = 0
 	cfg.Clients = 2
 	return cfg
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/parkway-io/parkway/host"
+	"github.com/parkway-io/parkway/internal/inbound"
 	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/shard"
@@ -23,7 +24,7 @@ import (
 // false, or too much. The engine is driven as always: the misbehaving
 // node runs the real engine, and the simulator adds to what that engine
 // sends, in the transport wrapper (flushOutbox) or from the node's
-// endpoint, so no production code has a path for it. Two kinds:
+// endpoint, so no production code has a path for it. Three kinds:
 //
 //   - Forged terms (PeerFaultRates.Terms): besides some of its raft
 //     messages — heartbeats, heartbeat and append answers, votes and
@@ -58,13 +59,22 @@ import (
 //     all given back at quiescence; the others — no acknowledged loss,
 //     every group led again, every replica whole — that the flood starves
 //     nothing for good.
-//
-// Not modelled: frames. The in-memory network delivers whole messages,
-// and the transport's inbound budgets per connection, per peer and in
-// total, with its frame and stall timeouts (a member holding near-complete
-// frames), exist only on real sockets (transport.TCPBus; tested over TLS
-// by TestBehaviour26PeerShareKeepsOtherPeersServed). The simulator's
-// stalled direction is the clog (NetFaultRates.Clog).
+//   - Stalled frames (PeerFaultRates.Stall): every node takes each
+//     message off the network as a frame through the transport's own
+//     inbound budget (internal/inbound: the core transport.TCPBus runs,
+//     with the deadlines it returns enforced here on the receiver's
+//     monotonic clock rather than as socket deadlines): charged at its
+//     length field and header, given back once the engine took it. The
+//     member opens frames on connections of their own that claim a
+//     large size and never end (stopped after the header, or dribbled
+//     short of the last byte); the receiver's read deadlines close them
+//     (sweepStalls). Invariant 13 checks the bounds, the deadlines
+//     against the simulator's own account of each frame, and that no
+//     other member's frame is refused. Not modelled: a connection's
+//     later frames waiting behind a stalled one (the honest frames
+//     arrive whole, each sender's on its own connection), MaxConns, TLS
+//     handshakes (TestBehaviour26PeerShareKeepsOtherPeersServed covers
+//     the sockets).
 
 // The forwarded-request budgets of the simulated nodes: small, so that a
 // flood meets them (a request is charged its bytes and 8 KiB).
@@ -107,29 +117,47 @@ type peerState struct {
 	// refusedGone are the forwarded requests refused by engines that
 	// have since crashed.
 	refusedGone uint64
+	// stallNode opens stalled frames until stallEnd (0: no spell);
+	// stalled are the frames it holds open, which outlive the spell
+	// until their read deadlines; inb are the nodes' inbound budgets.
+	stallNode uint64
+	stallEnd  time.Time
+	stalled   []*stalledFrame
+	inb       map[uint64]*nodeInbound
 }
 
-// startPeerFaults starts a spell of forged terms or of a flood (each
-// from a running member, for 100 ms – 2 s), and sends the flood's next
-// burst.
+// startPeerFaults starts a spell of forged terms, of a flood or of
+// stalled frames (each from a member, for 100 ms – 2 s), sends the
+// flood's next burst and opens the next stalled frame.
 func (c *csim) startPeerFaults() {
 	p, rates := &c.peerf, c.cfg.Faults.Peer
-	now := c.clk.Now()
-	if p.termNode == 0 && c.roll(rates.Terms) {
-		n := c.nodes[c.rng.IntN(len(c.nodes))]
-		p.termNode, p.termEnd = n.id, now.Add(c.randDuration(100*time.Millisecond, 2*time.Second))
-		c.faults.TermSpells++
-		c.event("n%d forges terms until %v", n.id, p.termEnd.Sub(epoch0))
-	}
-	if p.floodNode == 0 && c.roll(rates.Flood) {
-		n := c.nodes[c.rng.IntN(len(c.nodes))]
-		p.floodNode, p.floodEnd = n.id, now.Add(c.randDuration(100*time.Millisecond, 2*time.Second))
-		c.faults.FloodSpells++
-		c.event("n%d floods forwarded requests until %v", n.id, p.floodEnd.Sub(epoch0))
-	}
+	c.startSpell(rates.Terms, &p.termNode, &p.termEnd, &c.faults.TermSpells, "forges terms")
+	c.startSpell(rates.Flood, &p.floodNode, &p.floodEnd, &c.faults.FloodSpells, "floods forwarded requests")
 	if p.floodNode != 0 && c.rng.IntN(32) == 0 {
 		c.floodBurst()
 	}
+	// One staller at a time, and not before the last one's frames are
+	// released: two members stalling together can fill the total budget,
+	// which the transport does not promise to prevent.
+	if len(p.stalled) == 0 {
+		c.startSpell(rates.Stall, &p.stallNode, &p.stallEnd, &c.faults.StallSpells, "stalls frames")
+	}
+	if p.stallNode != 0 && c.rng.IntN(16) == 0 {
+		c.stallOpen()
+	}
+}
+
+// startSpell starts, with chance rate, a spell of one kind when none is
+// on (*node 0): a member picked at random misbehaves until *end, 100 ms –
+// 2 s from now; count counts the spells.
+func (c *csim) startSpell(rate float64, node *uint64, end *time.Time, count *int, what string) {
+	if *node != 0 || !c.roll(rate) {
+		return
+	}
+	n := c.nodes[c.rng.IntN(len(c.nodes))]
+	*node, *end = n.id, c.clk.Now().Add(c.randDuration(100*time.Millisecond, 2*time.Second))
+	*count++
+	c.event("n%d %s until %v", n.id, what, end.Sub(epoch0))
 }
 
 // expirePeerFaults ends the spells whose time is up.
@@ -144,11 +172,20 @@ func (c *csim) expirePeerFaults() {
 		c.event("n%d floods no more", p.floodNode)
 		p.floodNode = 0
 	}
+	if p.stallNode != 0 && !now.Before(p.stallEnd) {
+		c.event("n%d opens no more stalled frames", p.stallNode)
+		p.stallNode = 0
+	}
+	if len(p.stalled) > 0 {
+		c.sweepStalls()
+	}
 }
 
-// peerFaultsOff ends both spells (quiescence, calms).
+// peerFaultsOff ends every spell (quiescence, calms); the stalling
+// member closes its stalled frames' connections.
 func (c *csim) peerFaultsOff() {
-	c.peerf.termNode, c.peerf.floodNode = 0, 0
+	c.peerf.termNode, c.peerf.floodNode, c.peerf.stallNode = 0, 0, 0
+	c.stallsOff()
 }
 
 // forging reports whether n forges terms now.
@@ -398,4 +435,268 @@ func sumDrops(m *metrics.Metrics, reasons ...string) float64 {
 		}
 	}
 	return sum
+}
+
+// The inbound frame budget of the simulated nodes (internal/inbound, the
+// core transport.TCPBus runs): the TCP defaults' proportions for the
+// largest frame (a connection 2×, a peer 2×, the total 4×), and
+// timeouts short next to a run (the TCP defaults are 5 s and 30 s).
+const (
+	simMaxFrame     = transport.DefaultMaxFrame
+	simStallTimeout = 250 * time.Millisecond
+	simFrameTimeout = 2 * time.Second
+	// frameHeader is a frame's header after its length field (from, to,
+	// kind, group), charged with the payload.
+	frameHeader = 8 + 8 + 1 + 8
+)
+
+var simInboundLimits = inbound.Limits{
+	MaxConn: 2 * simMaxFrame, MaxPeer: 2 * simMaxFrame, MaxTotal: 4 * simMaxFrame,
+	FrameTimeout: simFrameTimeout, StallTimeout: simStallTimeout,
+}
+
+// nodeInbound is one running node's inbound budget: what its bus would
+// hold. A node that restarts gets a new one, as a new bus would.
+type nodeInbound struct {
+	n *cnode
+	b *inbound.Budget
+	// conns are the connections the other members' own traffic arrives
+	// on, one per sender.
+	conns map[uint64]*inbound.Conn
+	// sweptAt is the node's monotonic time when its read deadlines were
+	// last checked (sweepStalls): a frame due by then must be released.
+	sweptAt time.Time
+}
+
+// stalledFrame is a frame the stalling member opened and never finishes.
+type stalledFrame struct {
+	from, to *cnode
+	conn     *inbound.Conn
+	claimed  int64
+	// got is the bytes of the payload sent; dribble says whether more
+	// come now and then (never the last byte).
+	got     int64
+	dribble bool
+	// begun is when its length field arrived, last when its last whole
+	// StallChunk did (the receiver's monotonic clock).
+	begun, last time.Time
+}
+
+// inboundOf is n's inbound budget, made for n's current incarnation.
+func (c *csim) inboundOf(n *cnode) *nodeInbound {
+	p := &c.peerf
+	if p.inb == nil {
+		p.inb = make(map[uint64]*nodeInbound)
+	}
+	in := p.inb[n.id]
+	if in == nil || in.n != n {
+		in = &nodeInbound{n: n, b: inbound.New(simInboundLimits), conns: make(map[uint64]*inbound.Conn), sweptAt: n.clk.monoNow()}
+		p.inb[n.id] = in
+	}
+	return in
+}
+
+// frameIn runs m, taken off n's endpoint, through n's inbound budget as
+// one frame arriving whole: its length field, its charge, each chunk, its
+// end. It returns the message's charge (frameOut gives it back once the
+// engine took the message), or false when the budget refused the frame:
+// its connection closes and the message is lost, which only the
+// stalling member's own traffic may suffer (invariant 13).
+func (c *csim) frameIn(n *cnode, m transport.Message) (inbound.Charge, bool) {
+	in := c.inboundOf(n)
+	from := uint64(m.From)
+	if from == n.id {
+		// TCPBus puts a message to itself straight into its inbox: no
+		// frame, no charge.
+		return inbound.Charge{}, true
+	}
+	conn := in.conns[from]
+	if conn == nil {
+		conn = in.b.Open(from)
+		in.conns[from] = conn
+	}
+	now := n.clk.monoNow()
+	conn.Begin(now)
+	size := int64(frameHeader + len(m.Payload))
+	if !conn.Admit(size) {
+		conn.Close()
+		delete(in.conns, from)
+		if c.stalling(from) {
+			c.faults.StallerRefused++
+			c.event("n%d refuses n%d's frame of %d bytes over budget (it stalls frames): connection closed", n.id, from, size)
+			return inbound.Charge{}, false
+		}
+		c.fail(13, "n%d refused n%d's frame of %d bytes over its inbound budget (holding %d, n%d's share %d): another member's stalls starve it",
+			n.id, from, size, in.b.Used(), from, in.b.PeerUsed(from))
+		return inbound.Charge{}, false
+	}
+	for k := int64(inbound.StallChunk); k < int64(len(m.Payload)); k += inbound.StallChunk {
+		conn.Next(now)
+	}
+	return conn.Complete(), true
+}
+
+// frameOut gives back the charge of a message n's engine took.
+func (c *csim) frameOut(n *cnode, ch inbound.Charge) {
+	c.inboundOf(n).b.Release(ch)
+}
+
+// stalling reports whether node id stalls frames now or holds stalled
+// frames still.
+func (c *csim) stalling(id uint64) bool {
+	p := &c.peerf
+	if p.stallNode == id {
+		return true
+	}
+	for _, f := range p.stalled {
+		if f.from.id == id {
+			return true
+		}
+	}
+	return false
+}
+
+// stallOpen makes the stalling member open a connection to another
+// running member and send it the length field and header of a frame
+// claiming MaxFrame/4 to MaxFrame bytes, and then, for one frame in two,
+// some of its payload now and then (dribbleStalls), never its end.
+func (c *csim) stallOpen() {
+	p := &c.peerf
+	n := c.node(p.stallNode)
+	if n == nil || !n.reachable() || c.quiescing || c.calming() || len(c.nodes) < 2 {
+		return
+	}
+	to := c.nodes[c.rng.IntN(len(c.nodes))]
+	if to == n || to.down || to.stopped || !c.net.Linked(transport.NodeID(n.id), transport.NodeID(to.id)) {
+		return
+	}
+	in := c.inboundOf(to)
+	claimed := simMaxFrame/4 + c.rng.Int64N(simMaxFrame*3/4+1)
+	dribble := c.rng.IntN(2) == 0
+	now := to.clk.monoNow()
+	conn := in.b.Open(n.id)
+	conn.Begin(now)
+	c.faults.StalledFrames++
+	if !conn.Admit(claimed) {
+		conn.Close()
+		c.faults.StallRefused++
+		c.event("n%d stalls a frame of %d bytes to n%d: refused over budget (n%d's share %d, total %d)", n.id, claimed, to.id, n.id, in.b.PeerUsed(n.id), in.b.Used())
+		return
+	}
+	p.stalled = append(p.stalled, &stalledFrame{from: n, to: to, conn: conn, claimed: claimed, dribble: dribble, begun: now, last: now})
+	c.faults.StallPeakBytes = max(c.faults.StallPeakBytes, int(in.b.Peak()))
+	c.event("n%d stalls a frame of %d bytes to n%d (dribble=%v): charged, n%d's share %d", n.id, claimed, to.id, dribble, n.id, in.b.PeerUsed(n.id))
+}
+
+// sweepStalls moves the stalled frames on: one in four dribbling frames
+// whose link is not cut sends up to a StallChunk more (each whole chunk restarts its stall
+// deadline), and every node's due read deadlines close their
+// connections, releasing their frames, as TCPBus's read deadlines do. A
+// frame whose receiver went down went with its bus; one whose sender
+// went down is closed.
+func (c *csim) sweepStalls() {
+	p := &c.peerf
+	kept := p.stalled[:0]
+	for _, f := range p.stalled {
+		to := f.to
+		switch {
+		case c.node(to.id) != to || to.down:
+			continue // the receiver's bus is gone, and its budget with it
+		case c.node(f.from.id) != f.from || f.from.down:
+			f.conn.Close()
+			c.event("n%d's stalled frame to n%d closed: its sender went down", f.from.id, to.id)
+			continue
+		case to.stopped:
+			kept = append(kept, f) // a stopped node's deadlines fire when it resumes
+			continue
+		}
+		now := to.clk.monoNow()
+		if f.dribble && !f.from.stopped && f.got < f.claimed-frameHeader-1 &&
+			c.net.Linked(transport.NodeID(f.from.id), transport.NodeID(to.id)) && c.rng.IntN(4) == 0 {
+			before := f.got / inbound.StallChunk
+			f.got = min(f.got+1+c.rng.Int64N(inbound.StallChunk), f.claimed-frameHeader-1)
+			if f.got/inbound.StallChunk > before {
+				f.conn.Next(now)
+				f.last = now
+			}
+		}
+		if f.conn.Due(now) {
+			f.conn.Close()
+			c.faults.StallTimeouts++
+			c.event("n%d closes n%d's stalled frame of %d bytes (%d sent) at its read deadline", to.id, f.from.id, f.claimed, f.got)
+			continue
+		}
+		kept = append(kept, f)
+	}
+	clear(p.stalled[len(kept):])
+	p.stalled = kept
+	for _, n := range c.nodes {
+		if !n.down && !n.stopped {
+			c.inboundOf(n).sweptAt = n.clk.monoNow()
+		}
+	}
+}
+
+// stallsOff closes the stalling member's connections (quiescence, calms).
+func (c *csim) stallsOff() {
+	p := &c.peerf
+	if len(p.stalled) > 0 {
+		c.event("n%d closes its %d stalled frames", p.stalled[0].from.id, len(p.stalled))
+	}
+	for _, f := range p.stalled {
+		f.conn.Close()
+	}
+	p.stalled = nil
+}
+
+// checkInbound checks invariant 13 after every action: no running node's
+// inbound budget holds more than its bounds (per connection, per peer, in
+// total), and no stalled frame is still charged once the receiver's
+// last sweep passed its deadline — the simulator's own account of it:
+// simStallTimeout after its last whole chunk, simFrameTimeout after its
+// length field. At quiescence (final) no node holds any inbound bytes.
+// (frameIn checks the third part: the other members' frames are never
+// refused.)
+func (c *csim) checkInbound(final bool) {
+	lim := simInboundLimits
+	for _, n := range c.nodes {
+		if n.down || c.peerf.inb[n.id] == nil || c.peerf.inb[n.id].n != n {
+			continue
+		}
+		in := c.peerf.inb[n.id]
+		b := in.b
+		if b.Peak() > lim.MaxTotal {
+			c.fail(13, "n%d's inbound budget held %d bytes, its total is %d", n.id, b.Peak(), lim.MaxTotal)
+			return
+		}
+		for _, id := range c.memberIDs() {
+			if u := b.PeerUsed(id); u > lim.MaxPeer {
+				c.fail(13, "n%d holds %d inbound bytes of n%d, a peer's share is %d", n.id, u, id, lim.MaxPeer)
+				return
+			}
+		}
+		if final && b.Used() != 0 {
+			c.fail(13, "n%d still holds %d inbound bytes at quiescence", n.id, b.Used())
+			return
+		}
+	}
+	for _, f := range c.peerf.stalled {
+		if f.conn.Used() > lim.MaxConn {
+			c.fail(13, "n%d holds %d bytes on a connection of n%d, a connection's budget is %d", f.to.id, f.conn.Used(), f.from.id, lim.MaxConn)
+			return
+		}
+		in := c.peerf.inb[f.to.id]
+		if in == nil || in.n != f.to || f.to.down || f.conn.Used() == 0 {
+			continue
+		}
+		due := f.last.Add(simStallTimeout)
+		if end := f.begun.Add(simFrameTimeout); end.Before(due) {
+			due = end
+		}
+		if !in.sweptAt.Before(due) {
+			c.fail(13, "n%d still holds n%d's stalled frame of %d bytes %v past its read deadline (%d bytes sent, the last whole chunk %v ago)",
+				f.to.id, f.from.id, f.claimed, in.sweptAt.Sub(due), f.got, in.sweptAt.Sub(f.last))
+			return
+		}
+	}
 }

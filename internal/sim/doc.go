@@ -279,8 +279,8 @@
 // (transport.Network.Clog): one direction of a link, or every link into
 // or out of one node, holding its messages for up to a second and then
 // delivering them in order; a member that misbehaves within the
-// protocol, forging raft terms or flooding forwarded requests (see A
-// misbehaving member); each node's clock skewed, stepped, strobing
+// protocol, forging raft terms, flooding forwarded requests or stalling
+// frames (see A misbehaving member); each node's clock skewed, stepped, strobing
 // or drifting (see Clocks); a
 // node stopped (a paused process: cut off, doing nothing) and resumed; a
 // node crash — power loss or process crash — after which it is down for
@@ -359,14 +359,31 @@
 //     (Result.Faults.FloodRefused). Invariant 10 holds the budget; the
 //     others, that the flood takes nothing for good from the other
 //     members' traffic.
+//   - Stalled frames (PeerFaultRates.Stall): every node takes each
+//     message off the in-memory network as one frame through the
+//     transport's inbound budget (internal/inbound, the core
+//     transport.TCPBus runs on its sockets): its length field, its
+//     charge to the connection (one per sender), the sender's share and
+//     the node's total before its payload, each 64 KiB chunk, its end,
+//     and the charge given back once the engine took the message. The
+//     stalling member opens frames to the other members, on connections
+//     of their own, claiming 16–64 MiB (the largest frame is the TCP
+//     default, 64 MiB, and the budgets its defaults: 128 MiB a
+//     connection or a peer, 256 MiB in total); half stop after their
+//     header, half dribble their payload and stop short of its last
+//     byte. A claim over a budget is refused (its connection closed);
+//     the receiver's read deadlines (250 ms a chunk, 2 s a frame in the
+//     simulator, on its monotonic clock) close the others. Its frames
+//     outlive its spell until their deadlines; calms and quiescence
+//     close them, and no new staller starts while any is held.
+//     Invariant 13 holds the bounds and the deadlines, and no other
+//     member's frame may be refused meanwhile; the liveness invariants,
+//     that the stalls take nothing for good. What is not modelled: the
+//     bytes on a connection behind a stalled frame (the other members'
+//     frames arrive whole within one delivery, each sender's on its own
+//     connection), MaxConns and the TLS handshake's timeout.
 //
-// Not modelled: frames. The in-memory network delivers whole messages;
-// the transport's inbound budgets (per connection, per authenticated peer
-// and in total) and its frame and stall deadlines, which bound a member
-// holding near-complete frames, exist only on real sockets
-// (transport.TCPBus, tested over TLS by
-// TestBehaviour26PeerShareKeepsOtherPeersServed). A stalled direction in
-// the simulator is a clog. Nor does the forger flood the shards' inboxes
+// Nor does the forger flood the shards' inboxes
 // with raft bytes (Config.InboxBytes; TestInboxBytesBoundsPeerFlood and
 // TestInboxBytesPeerFloodingManyPartitions in package shard): the
 // workload's messages are under 50 bytes, so its raft traffic stays far
@@ -589,6 +606,15 @@
 //     member's commit ends.
 //     The consumer seeds (TestClusterGroupConsumers) put the members on
 //     a topic of eight partitions of their own, so each holds several.
+//  13. Inbound frames within their budget and deadlines (cluster mode,
+//     with stalled frames): after every action no node's inbound budget
+//     (internal/inbound) has held more than its bounds per connection,
+//     per peer and in total; no stalled frame is still charged once its
+//     receiver's read deadlines were checked past the deadline the
+//     simulator computes for it (250 ms after its last whole 64 KiB
+//     chunk, 2 s after its length field); no frame of a member that does
+//     not stall is refused for the budget (checked as each arrives); and
+//     at quiescence no node holds any inbound bytes.
 //
 // Panics in the engine (etcd raft's included) are reported as violations
 // of invariant 0, with the seed, rather than crashing the test binary.
@@ -627,8 +653,9 @@
 // Cluster disk faults reach the metadata raft log unless
 // `-sim.metafaults=false`. Rates scale with `-sim.clockx F` (the clock
 // faults, both modes), `-sim.onewayx F` and `-sim.clogx F` (one-way
-// partitions and clogs), `-sim.termsx F` and `-sim.floodx F` (a
-// misbehaving member's forged terms and floods), `-sim.removex F` and
+// partitions and clogs), `-sim.termsx F`, `-sim.floodx F` and
+// `-sim.stallx F` (a misbehaving member's forged terms, floods and
+// stalled frames), `-sim.removex F` and
 // `-sim.joinx F`; 0 turns a fault off.
 //
 // # Broken builds
@@ -655,7 +682,9 @@
 // forwarded request, caught by a flood (invariant 10);
 // testhooks.NoReadIndexWait, a metadata read barrier answered at once,
 // caught when a barrier on a node behind the others returns (invariant
-// 11). Each invariant's
+// 11); testhooks.NoStallTimeout, an inbound frame without its stall
+// deadline, caught by stalled frames held past it (invariant 13). Each
+// invariant's
 // file names the broken builds that catch it (see Invariants), and the
 // catch tests look their broken build up by that name.
 //

@@ -53,6 +53,7 @@ var invariants = [...]*invariant{
 	&invForwardBudget,
 	&invReadBarrier,
 	&invDelivered,
+	&invInbound,
 }
 
 // harness is what the invariants read of a run, in either mode: the

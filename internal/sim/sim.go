@@ -163,6 +163,15 @@ type PeerFaultRates struct {
 	// MaxForwardedBytes, small in the simulator), and answers the rest
 	// at once.
 	Flood float64
+	// Stall makes the member open frames to its peers that claim a large
+	// size (a quarter of the largest frame to all of it) and never end:
+	// half stop after their header, half dribble their payload and stop
+	// short of the last byte. Every node runs its inbound traffic
+	// through the transport's inbound budget (internal/inbound), which
+	// charges each claim to the connection, the member's share and the
+	// total before any byte of payload, and closes a connection whose
+	// frame misses its stall or frame deadline (short in the simulator).
+	Stall float64
 }
 
 // ClockFaultRates are the faults of the nodes' own clocks. Each node
@@ -282,7 +291,7 @@ func DefaultClusterFaults() FaultRates {
 			Clog:      0.0008,
 			Stop:      0.0004,
 		},
-		Peer: PeerFaultRates{Terms: 0.0004, Flood: 0.0004},
+		Peer: PeerFaultRates{Terms: 0.0004, Flood: 0.0004, Stall: 0.0002},
 		Lie:  ClusterLie,
 	}
 }
@@ -372,7 +381,7 @@ func (c Config) validate() error {
 	}
 	for _, p := range []float64{f.InboxBurst, f.DiskFull, f.DiskError, f.SlowBuild, f.Crash, f.QuiescedCrash, f.Join, f.Remove, f.Lie, f.WrongDisk,
 		n.Drop, n.Duplicate, n.Reorder, n.Delay, n.Partition, n.OneWay, n.Clog, n.Stop,
-		f.Peer.Terms, f.Peer.Flood, f.Clock.Jump, f.Clock.Strobe, f.Clock.Drift} {
+		f.Peer.Terms, f.Peer.Flood, f.Peer.Stall, f.Clock.Jump, f.Clock.Strobe, f.Clock.Drift} {
 		if p < 0 || p > 1 {
 			errs = append(errs, fmt.Errorf("sim: fault probability %v outside [0, 1]", p))
 		}
@@ -468,7 +477,12 @@ type FaultCounts struct {
 	// spells of forwarded-request floods, FloodRequests the requests and
 	// FloodProbes the probes sent, FloodRefused the requests answered at
 	// once over a budget (host.ForwardStats.Refused), FloodPeakBytes the
-	// most bytes of forwarded requests one node held.
+	// most bytes of forwarded requests one node held. StallSpells counts
+	// the spells of stalled frames, StalledFrames the frames opened
+	// (StallRefused of them refused over a budget at their header),
+	// StallTimeouts those closed at a read deadline, StallerRefused the
+	// stalling member's own frames refused while its share was full,
+	// StallPeakBytes the most inbound bytes one node's budget held.
 	TermSpells     int
 	ForgedTerms    int
 	ForgedExtreme  int
@@ -478,6 +492,12 @@ type FaultCounts struct {
 	FloodProbes    int
 	FloodRefused   int
 	FloodPeakBytes int
+	StallSpells    int
+	StalledFrames  int
+	StallRefused   int
+	StallTimeouts  int
+	StallerRefused int
+	StallPeakBytes int
 }
 
 // OpCounts counts client operations by kind and by outcome.

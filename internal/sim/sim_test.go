@@ -265,6 +265,12 @@ func addFaults(t *sim.FaultCounts, f sim.FaultCounts) {
 	t.FloodProbes += f.FloodProbes
 	t.FloodRefused += f.FloodRefused
 	t.FloodPeakBytes = max(t.FloodPeakBytes, f.FloodPeakBytes)
+	t.StallSpells += f.StallSpells
+	t.StalledFrames += f.StalledFrames
+	t.StallRefused += f.StallRefused
+	t.StallTimeouts += f.StallTimeouts
+	t.StallerRefused += f.StallerRefused
+	t.StallPeakBytes = max(t.StallPeakBytes, f.StallPeakBytes)
 }
 
 func addOps(t *sim.OpCounts, o sim.OpCounts) {

@@ -20,6 +20,7 @@ var (
 	CommitSkipsOffset      off
 	CommitBeforeHandled    off
 	IntervalCommitsFetched off
+	NoStallTimeout         off
 )
 
 // off is a switch that cannot be set: Load is the constant false, so a

@@ -61,4 +61,11 @@ var (
 	// group. Read in host's ConsumerDriver.IntervalCommit, once per
 	// interval commit.
 	IntervalCommitsFetched atomic.Bool
+	// NoStallTimeout, when set, gives a frame being read no stall
+	// deadline, only its FrameTimeout: a peer that stops inside a frame
+	// holds its charge of the inbound budget until the frame's end is
+	// due rather than for StallTimeout, as if the per-chunk deadline had
+	// been forgotten. Read in internal/inbound's Conn.Next, once per
+	// chunk awaited.
+	NoStallTimeout atomic.Bool
 )

@@ -14,7 +14,7 @@
 //
 // The package imports nothing of parkway, so any package may read it.
 //
-// Eight switches are left. The other broken builds the simulator proves
+// Nine switches are left. The other broken builds the simulator proves
 // it catches (a fast-skip that ignores parked frames, raft messages
 // without their incarnation) are built from outside, through the engine's
 // public seams (internal/sim's Break* variables); these break checks no
@@ -29,7 +29,10 @@
 // a consumer group's committed offset (CommitSkipsOffset, caught by
 // the cluster simulator's group members), and a consumer's count of
 // handled positions (CommitBeforeHandled, caught by the same members,
-// which step the consumer's own driver) and its interval commit
+// which step the consumer's own driver), its interval commit
 // (IntervalCommitsFetched, caught by the same members under
-// CommitOnInterval).
+// CommitOnInterval), and the stall deadline of an inbound frame
+// (NoStallTimeout, caught by the cluster simulator's member that stalls
+// frames, which runs the transport's own inbound budget,
+// internal/inbound).
 package testhooks

@@ -1,0 +1,19 @@
+package sim
+
+// Invariant 13: the inbound frame budget against a member that stalls
+// frames (cluster mode). After every action no node's inbound budget
+// (internal/inbound, the transport's) has held more than its bounds per
+// connection, per peer and in total; no stalled frame is still charged
+// once its receiver's read deadlines were checked past the frame's stall
+// or frame deadline; and no frame of a member that does not stall is
+// refused for the budget (checked as each frame arrives, cpeer.go's
+// frameIn). At quiescence no node holds any inbound bytes.
+var invInbound = invariant{
+	id:        13,
+	name:      "inbound frames within their budget and deadlines",
+	behaviour: "26",
+	step:      inCluster(func(c *csim) { c.checkInbound(false) }),
+	settled:   inCluster(func(c *csim) { c.checkInbound(true) }),
+	online:    "cpeer.go's frameIn refuses no frame of a member that does not stall",
+	caughtBy:  []string{"testhooks.NoStallTimeout"},
+}
