@@ -15,20 +15,8 @@ import (
 // pass each and re-arms exactly those.
 func TestIdleNodeArmsOnlyOnePeriodTimerPerShard(t *testing.T) {
 	clk := clock.NewManual(time.Unix(0, 0))
-	n, err := parkway.Open(parkway.Config{Shards: 3, Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
+	n, tp := openTopic(t, parkway.Config{Shards: 3, Clock: clk}, 3)
 	ctx := context.Background()
-	s, err := n.Admin().CreateStream(ctx, "s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tp, err := n.Admin().CreateTopic(ctx, s, "t", 3)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for p := range uint32(3) {
 		if _, err := n.Produce(ctx, tp, parkway.PartitionID(p), parkway.Message{Payload: []byte("x")}); err != nil {
 			t.Fatal(err)

@@ -18,20 +18,8 @@ func TestProduceAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates on its own")
 	}
-	n, err := parkway.Open(parkway.Config{Shards: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
+	n, tp := openTopic(t, parkway.Config{Shards: 1}, 1)
 	ctx := context.Background()
-	s, err := n.Admin().CreateStream(ctx, "s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tp, err := n.Admin().CreateTopic(ctx, s, "t", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
 	payload := make([]byte, 100)
 	p0 := parkway.PartitionID(0)
 	if _, err := n.Produce(ctx, tp, p0, parkway.Message{Payload: payload}); err != nil {
@@ -64,4 +52,25 @@ func TestProduceAllocations(t *testing.T) {
 			t.Errorf("%s allocates %.1f times per one-message produce and wait, want at most %.0f", c.name, got, c.max)
 		}
 	}
+}
+
+// openTopic opens a node of cfg, closed when the test ends, with a
+// stream "s" holding a topic "t" of the given partitions.
+func openTopic(t *testing.T, cfg parkway.Config, partitions int) (*parkway.Node, parkway.Topic) {
+	t.Helper()
+	n, err := parkway.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	ctx := context.Background()
+	s, err := n.Admin().CreateStream(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp, err := n.Admin().CreateTopic(ctx, s, "t", partitions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, tp
 }
