@@ -321,11 +321,23 @@ func (f *Forwarding) Step() (r shard.Response, err error, done bool) {
 			continue
 		default:
 		}
+		// The others in a fixed order, one at a time: a select over
+		// several ready ones would pick at random, and a driver stepping
+		// a manual engine (the simulator) must make the same run from
+		// the same inputs.
 		select {
 		case held := <-f.a.probe:
 			f.probed(held)
+			continue
+		default:
+		}
+		select {
 		case ev := <-f.w.c:
 			f.st = f.d.News(ev.lead, ev.dead)
+			continue
+		default:
+		}
+		select {
 		case <-f.t.C():
 			f.st = f.d.Timer(f.clk.Now())
 		default:

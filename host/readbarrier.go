@@ -146,13 +146,21 @@ func (b *Barrier) Step() (err error, done bool) {
 				_ = m.process() // a failed group answers the next try
 				b.t.until(minTime(b.st.At, b.deadline))
 			}
+			// The answer is taken before the timer: a select over both,
+			// when both are ready (the answer arrived in the step in
+			// which the try's time ran out), would pick one at random,
+			// and the same run would diverge — and an answer that
+			// arrived is worth more than its timeout.
 			var err error
 			select {
 			case err = <-b.reply:
-			case <-b.t.t.C():
-				err = errNoReadIndex
 			default:
-				return nil, false
+				select {
+				case <-b.t.t.C():
+					err = errNoReadIndex
+				default:
+					return nil, false
+				}
 			}
 			b.reply = nil
 			b.st = b.d.Answer(clk.Now(), err)
