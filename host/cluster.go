@@ -60,7 +60,7 @@ type clusterNode struct {
 	// metaStoreConfig configures the node's metadata store.
 	metaStoreConfig metadata.Config
 
-	reqID   atomic.Uint64
+	reqID   atomic.Uint64 // the last request id issued (newClusterNode)
 	mu      sync.Mutex
 	waiting map[uint64]awaited // forwarded requests awaiting replies
 	// leaseWaits are the lease renewal messages awaiting answers, out
@@ -101,7 +101,7 @@ type clusterNode struct {
 	refused atomic.Pointer[map[uint64]uint64]
 }
 
-func newClusterNode(e *Engine) *clusterNode {
+func newClusterNode(e *Engine) (*clusterNode, error) {
 	cfg := *e.cfg.Cluster
 	peers := make([]uint64, len(cfg.Peers))
 	for i, p := range cfg.Peers {
@@ -117,7 +117,17 @@ func newClusterNode(e *Engine) *clusterNode {
 		c.beat = binary.LittleEndian.AppendUint64(nil, c.dirs.incarnation())
 	}
 	c.live = newLiveness(c)
-	return c
+	// Request ids (forwarded requests, lease renewals) count up from a
+	// random base on every start: a peer may still answer a request of
+	// this node's earlier life, and its reply must find no request of
+	// this life waiting under the same id (taken for a produce's answer,
+	// it acknowledged an offset that holds another message).
+	base, err := replica.IDBase()
+	if err != nil {
+		return nil, fmt.Errorf("parkway: request id base: %w", err)
+	}
+	c.reqID.Store(base)
+	return c, nil
 }
 
 // openMetadata opens the metadata group (its raft log under dir, or in

@@ -249,7 +249,9 @@ func (e *Engine) openMetadata() error {
 	var err error
 	switch {
 	case cfg.Cluster != nil:
-		e.cl = newClusterNode(e)
+		if e.cl, err = newClusterNode(e); err != nil {
+			return err
+		}
 		e.callCfg = e.callConfig()
 		dir := ""
 		if cfg.DataDir != "" {

@@ -16,7 +16,8 @@ import (
 // slow build, it met no leader yet), and the sender, which takes the
 // first answer, told its caller the write was not applied (cluster
 // simulator seed 104). Another request under the same id (other bytes: a
-// sender that restarted numbers from 1 again) is served.
+// sender reusing an id, which parkway's do not across restarts since
+// they start from a random base) is served.
 func TestForwardDuplicateServedOnce(t *testing.T) {
 	r := newForwardRig(t)
 	clk, e, peer := r.clk, r.e, r.peer

@@ -49,8 +49,8 @@ type forwardBudget struct {
 	duplicates uint64
 	byPeer     map[uint64]int64 // peers holding bytes only
 	// reqs are the held requests by (peer, request id), each as the
-	// digests of its payloads: usually one, more when a peer that
-	// restarted numbers its requests from 1 again. With answered (the
+	// digests of its payloads: one, unless a peer reuses an id
+	// (parkway's own start each life from a random base, newClusterNode). With answered (the
 	// digest of the ones answered last by (peer, id), in the one
 	// deduplication window) they tell a copy of a request the network
 	// delivered twice from a request of its own (see admit), and whether

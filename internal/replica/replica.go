@@ -26,11 +26,9 @@
 package replica
 
 import (
-	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"runtime/debug"
 	"slices"
@@ -237,13 +235,12 @@ func New(cfg Config) (g *Group, err error) {
 	// Proposal ids start from a random base on every start: a member
 	// that restarts must not reissue the ids its earlier life gave entries
 	// still in the log, or re-applying one would answer the new proposal
-	// waiting under the same id. (crypto/rand.Reader, read explicitly, so
-	// a simulator that seeds it gets reproducible ids.)
-	var base [8]byte
-	if _, err := io.ReadFull(rand.Reader, base[:]); err != nil {
+	// waiting under the same id.
+	base, err := IDBase()
+	if err != nil {
 		return nil, fmt.Errorf("parkway: raft group %d: proposal id base: %w", cfg.Group, err)
 	}
-	g = &Group{cfg: cfg, storage: storage, nextID: binary.LittleEndian.Uint64(base[:])>>1 | 1}
+	g = &Group{cfg: cfg, storage: storage, nextID: base}
 	if cfg.Disk != nil && cfg.Fsync != nil {
 		cfg.Disk.ObserveSyncs(cfg.Fsync)
 	}

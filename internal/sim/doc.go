@@ -148,7 +148,9 @@
 // With Config.Faults.Lie in cluster mode (the default cluster faults,
 // ClusterLie; TestClusterSimulation, TestBehaviour28ClusterLyingDisk) one founder per seed, picked by the
 // seed, is the liar — a minority of every group, whose other replicas
-// stay honest — and its disk lies with the single-node kinds and code
+// stay honest: a partition placed on fewer than three nodes is not lied
+// to, judged when a lie picks its file and again when an armed one would
+// fire (a later incarnation may have two replicas) — and its disk lies with the single-node kinds and code
 // (clie.go over lie.go): stored flips, truncations and rollbacks while
 // it is down after a power loss (the lie brings it down), misdirected
 // writes, bad sectors and flips on read while it runs, on any file of its

@@ -202,6 +202,20 @@ const maxSaved = 8
 // then the armed misdirected write. fired is told of each lie that took
 // effect, with the operation it changed.
 func (l *lies) maybeLie(op errorfs.Op, fired func(kind int, op errorfs.Op)) error {
+	if !l.mayHit(op.Path) {
+		// Armed while its partition was lied to, the lie meets a file
+		// of one that is not (a later incarnation placed on fewer than
+		// three nodes now writes the directory): withheld, as pick
+		// would not have chosen the file now. A misdirected write armed
+		// for it is dropped. Cluster seed 849 fired one, armed under a
+		// three-replica incarnation, into the next one's raft log of a
+		// group of two, which no honest majority can repair.
+		if l.mis != nil && op.Path == l.misPath {
+			l.mis = nil
+			l.event("lie misdirected write withheld: %s is no longer lied to", op.Path)
+		}
+		return nil
+	}
 	if l.readFaults {
 		if err := l.sectors.MaybeError(op); err != nil {
 			return l.fire(lieReadError, op, err, fired)
@@ -233,6 +247,18 @@ func (l *lies) fire(kind int, op errorfs.Op, err error, fired func(kind int, op 
 	}
 	fired(kind, op)
 	return err
+}
+
+// mayHit reports whether a lie may hit the file name now: a partition's
+// file only while only admits its partition, another file only without
+// LiePartitionsOnly. Asked when a lie is picked and again when an armed
+// one would fire, since the partition may have changed in between.
+func (l *lies) mayHit(name string) bool {
+	ns, ok := nsOfPath(name)
+	if !ok {
+		return !l.b.cfg.Faults.LiePartitionsOnly
+	}
+	return l.only == nil || l.only(ns)
 }
 
 // nsOfPath returns the partition whose directory holds name, if any.
@@ -476,8 +502,7 @@ func (l *lies) dataFiles() []string {
 			if dir == dataDir && (n == "LOCK" || n == "IDENTITY") || strings.HasPrefix(n, ".") {
 				continue
 			}
-			ns, ok := nsOfPath(p)
-			if ok && l.only != nil && !l.only(ns) || !ok && l.b.cfg.Faults.LiePartitionsOnly {
+			if !l.mayHit(p) {
 				continue
 			}
 			if fi.Size() > 0 {

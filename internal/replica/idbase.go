@@ -1,0 +1,23 @@
+package replica
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"io"
+)
+
+// IDBase returns a random start for ids a process numbers its requests
+// with, for ids that must not repeat across the process's lives: a reply
+// or an entry addressed to an id an earlier life issued must not be taken
+// for one addressed to the same id in this life (raft proposal ids here,
+// a node's forwarded-request ids in host). It is odd and below 2^63, so a
+// counter counting up from it neither wraps nor reaches 0.
+// crypto/rand.Reader is read explicitly so that a simulator that seeds it
+// gets reproducible ids.
+func IDBase() (uint64, error) {
+	var b [8]byte
+	if _, err := io.ReadFull(rand.Reader, b[:]); err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint64(b[:])>>1 | 1, nil
+}
