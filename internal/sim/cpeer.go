@@ -86,12 +86,14 @@ const (
 // The flood's requests: floodProducer marks them (shard.Request.Producer;
 // the inbox mirror knows them by it), floodEpoch is an incarnation no
 // partition ever has (a metadata revision, which a run never comes near),
-// and their request ids start at floodIDBase, far above those an engine
-// draws (it counts from 1), so no answer is taken for another's.
+// and their request ids start at floodIDBase, above every id an engine
+// draws (it counts up from a random base below 2^63, replica.IDBase, and
+// would need 2^62 requests to reach it), so no answer is taken for
+// another's.
 const (
 	floodProducer = 0xf100df100df100d1
 	floodEpoch    = 1 << 62
-	floodIDBase   = 1 << 62
+	floodIDBase   = 1<<63 | 1<<62
 )
 
 // Forged jumps: each at most maxTermJump, termJumpBudget in all per run
