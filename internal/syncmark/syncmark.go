@@ -158,7 +158,7 @@ var ErrSize = errors.New("not a mark file's size")
 
 // CheckSize reports ErrSize if n, a mark file's size, is no version's.
 func (f *Format[T]) CheckSize(n int64) error {
-	if n > int64(f.Size) || !f.sizeOK(int(n)) {
+	if n < 0 || n > 1<<30 || !f.sizeOK(int(n)) {
 		return fmt.Errorf("%d bytes: %w", n, ErrSize)
 	}
 	return nil
