@@ -59,15 +59,7 @@ func compact(t *testing.T, g *replica.Group) {
 // whatever the policy (a joining member takes only a snapshot that names
 // it), and no longer once it compacted behind the change.
 func TestCompactionDueForAStaleSnapshot(t *testing.T) {
-	g, err := replica.New(replica.Config{Group: 1, Node: 1, Peers: []uint64{1}, Dynamic: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = g.Close() })
-	if err := g.Campaign(); err != nil {
-		t.Fatal(err)
-	}
-	handle(t, g)
+	g := dynamicLeader(t)
 	var c groups.Compaction
 	var never replica.CompactionPolicy
 	if c.Due(g, never) {

@@ -4,9 +4,6 @@ import (
 	"testing"
 
 	"go.etcd.io/raft/v3/raftpb"
-
-	"github.com/parkway-io/parkway/internal/replica"
-	"github.com/parkway-io/parkway/vfs"
 )
 
 // snapsTo counts the snapshots sent to member to so far.
@@ -31,38 +28,13 @@ func (c *cluster) snapsTo(to uint64) int {
 // member, a restarted one included — and the first snapshot taken after
 // the change reaches the learner, which installs it.
 func TestSnapshotNotNamingItsRecipientIsWithheld(t *testing.T) {
-	fs := vfs.NewMem()
-	c := &cluster{t: t, members: map[uint64]*replica.Group{}, applied: map[uint64][]string{},
-		leaders: map[uint64]uint64{}, cut: map[uint64]bool{}, snaps: map[uint64]int{},
-		disks: map[uint64]*replica.Disk{}, fs: fs, boom: map[uint64]string{}, failed: map[uint64]error{},
-		dynamic: true}
-	for id := uint64(1); id <= 3; id++ {
-		c.start(id, 3)
-	}
-	c.settle()
-	if err := c.members[1].Campaign(); err != nil {
-		t.Fatal(err)
-	}
-	c.settle()
+	c, j := joinCluster(t)
 	lead := c.members[1]
-	if _, err := lead.Propose([]byte("one")); err != nil {
-		t.Fatal(err)
-	}
-	c.settle()
 	for id := uint64(1); id <= 3; id++ {
 		if c.members[id].SnapshotStale() {
 			t.Fatalf("member %d reports its snapshot stale before any member was added", id)
 		}
 	}
-	d, err := replica.OpenDisk(fs, "/raft/4/log", true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	j, err := replica.New(replica.Config{Group: 7, Node: 4, Peers: []uint64{1, 2, 3, 4}, Dynamic: true, Join: true, Disk: d})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.members[4], c.disks[4] = j, d
 	if err := lead.ProposeLearner(4, nil); err != nil {
 		t.Fatal(err)
 	}
