@@ -777,9 +777,7 @@ func (m *metaGroup) ConfChanged(index uint64, add bool, node uint64, ctx []byte)
 	// What node's directory was is no longer evidence: it left, or joins
 	// (again) with whatever directory it has now.
 	m.c.dirs.forgetPeer(node, index, false)
-	if add {
-		m.compaction.Force()
-	} else if node == uint64(m.c.cfg.ID) {
+	if !add && node == uint64(m.c.cfg.ID) {
 		m.c.e.cfg.Logger.Info("this node was removed from the cluster; it serves nothing more and can be closed")
 	}
 	return m.Apply(index, 0, ctx)

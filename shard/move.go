@@ -311,15 +311,13 @@ func (rg *raftGroups) markMove(o *owned, info metadata.PartitionInfo, voters []u
 }
 
 // confChanged follows an applied change of o's members: the peers are
-// recomputed; when a learner joined the log is compacted at once,
-// because a joining member takes only a snapshot whose configuration
-// names it; and the leader's driver goes on at once with the next step.
-func (rg *raftGroups) confChanged(o *owned, joined bool) {
+// recomputed, and the leader's driver goes on at once with the next
+// step. When a learner joined, the log is compacted as soon as it can be
+// (groups.Compaction: the latest snapshot leaves the learner out, and a
+// joining member takes only a snapshot whose configuration names it).
+func (rg *raftGroups) confChanged(o *owned) {
 	rg.refreshPeers(o)
 	o.rep.reads.VotersChanged()
-	if joined {
-		o.rep.compact.Force()
-	}
 	if mv := o.rep.mv; mv != nil {
 		mv.pace.Reset() // progress: the next step may start
 		mv.idle = 0

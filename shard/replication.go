@@ -986,7 +986,7 @@ func (h groupHandler) ApplySnapshot(index uint64, data []byte) error {
 // ConfChanged implements replica.ConfChanger: the move driver follows
 // every applied change of the group's voters.
 func (h groupHandler) ConfChanged(index uint64, add bool, node uint64, ctx []byte) error {
-	h.rg.confChanged(h.o, add && h.o.rep.grp.IsLearner(node))
+	h.rg.confChanged(h.o)
 	return nil
 }
 

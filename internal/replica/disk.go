@@ -191,10 +191,10 @@ func (d *Disk) openMark() error {
 }
 
 // markDamage is the error of a mark that cannot be read: a mark with no
-// valid slot is damage (the log it vouches for is not trusted), reported
-// as the log's.
+// valid slot, or cut short, is damage (the log it vouches for is not
+// trusted), reported as the log's.
 func (d *Disk) markDamage(err error) error {
-	if errors.Is(err, syncmark.ErrNoSlot) {
+	if errors.Is(err, syncmark.ErrNoSlot) || errors.Is(err, syncmark.ErrSize) {
 		return d.corrupt(0, err)
 	}
 	return fmt.Errorf("raft log %s: %w", d.path, err)

@@ -175,7 +175,9 @@ func SyncedSize(fsys vfs.FS, path string) (gen, size uint64, found bool, err err
 // copy holds that other's tag). Like PrefixTag, it says whose the log
 // was, not what it held.
 func OwnerTag(fsys vfs.FS, path string) ([]byte, error) {
-	if m, found, _, err := readMark(fsys, path); err == nil && found && m.V.tag != "" {
+	// The mark's own reading, its size unchecked: a slot of a mark cut
+	// short still names whose log it measured.
+	if m, found, _, err := markFormat.Read(fsys, markPath(path)); err == nil && found && m.V.tag != "" {
 		return []byte(m.V.tag), nil
 	}
 	return PrefixTag(fsys, path)
@@ -240,10 +242,27 @@ func (markCodecV1) DecodePayload(b []byte) (mark, bool) {
 const maxLogSize = 1 << 50
 
 // readMark reads the mark of the log at path; found is false if there is
-// none. A mark with no valid slot is an error (syncmark.ErrNoSlot).
+// none. A mark with no valid slot is an error (syncmark.ErrNoSlot), and
+// so is a mark file of no mark's size (syncmark.ErrSize).
 // slack is syncmark's (Disk.MarkSlack).
+// A mark file cut short is damage too (syncmark.ErrSize), though the
+// slot it keeps is valid: that slot is the older one, whose smaller size
+// would pass a log cut back to it (cluster simulator seed 555: a lie cut
+// a replica's raft log, another its mark, and the member came back
+// having forgotten entries it acknowledged).
 func readMark(fsys vfs.FS, path string) (m syncmark.Mark[mark], found bool, slack string, err error) {
-	return markFormat.Read(fsys, markPath(path))
+	m, found, slack, err = markFormat.Read(fsys, markPath(path))
+	if err != nil || !found {
+		return m, found, slack, err
+	}
+	fi, err := fsys.Stat(markPath(path))
+	if err == nil {
+		err = markFormat.CheckSize(fi.Size())
+	}
+	if err != nil {
+		return syncmark.Mark[mark]{}, false, "", fmt.Errorf("sync mark %s: %w", markPath(path), err)
+	}
+	return m, found, slack, nil
 }
 
 // checkMark compares the log d recovered with its mark m: a log of an

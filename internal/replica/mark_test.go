@@ -449,3 +449,46 @@ func TestOwnerTagOfALogCutBelowItsTag(t *testing.T) {
 		t.Fatalf("OwnerTag without a mark: %q, %v; want the prefix's %q", tag, err, tagB)
 	}
 }
+
+// TestDiskMarkCutShortIsDamage, on the real filesystem: a synced raft log
+// cut back to the size its mark's older slot records, and the mark file
+// cut short below its newer slot. The older slot is valid, and the log
+// is as long as it says: read alone, it vouched for the cut log, which
+// opened having forgotten entries it acknowledged (cluster simulator seed
+// 555: the member came back behind what its leader knew it held, and the
+// two exchanged appends and rejections forever). A mark file is never
+// shortened by a write, torn or not, so a short one is damage: refused
+// as ErrCorruptLog.
+func TestDiskMarkCutShortIsDamage(t *testing.T) {
+	path, _, ends := syncedLog(t)
+	last := ends[len(ends)-1]
+	mp := path + ".mark"
+	b, err := os.ReadFile(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const stride = 512 // the second slot's byte
+	// The size the first slot records, read from a copy whose second
+	// slot is blank.
+	probe := filepath.Join(t.TempDir(), "raft.log")
+	if err := os.WriteFile(probe+".mark", append(b[:stride:stride], make([]byte, len(b)-stride)...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, size, found, err := replica.SyncedSize(vfs.Default, probe)
+	if err != nil || !found {
+		t.Fatalf("the first slot: found %v, err %v", found, err)
+	}
+	if int64(size) >= last {
+		t.Fatalf("the first slot records %d bytes, the log's end %d: not the older slot", size, last)
+	}
+	if err := os.Truncate(path, int64(size)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(mp, 152); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := openBoth(t, path)
+	if !errors.Is(err, replica.ErrCorruptLog) {
+		t.Fatalf("opened with %s: err %v, want ErrCorruptLog", describe(rec), err)
+	}
+}

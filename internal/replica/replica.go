@@ -577,6 +577,30 @@ func (g *Group) Applied() uint64 { return g.applied }
 // SnapshotIndex is the index of the latest snapshot.
 func (g *Group) SnapshotIndex() uint64 { return g.snap }
 
+// SnapshotStale reports whether the latest snapshot leaves out a voter or
+// learner of the configuration as of the last applied entry: a member
+// added since. raft can send such a member only the latest snapshot, and
+// the member refuses one that does not name it (sendSnapshot withholds
+// it), so the owner compacts as soon as it can: a joining member takes
+// only a snapshot taken after it was added. False for a failed group.
+func (g *Group) SnapshotStale() bool {
+	if g.failed != nil {
+		return false
+	}
+	snap := g.storage.snapConf
+	for _, id := range g.cs.GetVoters() {
+		if !names(snap, id) {
+			return true
+		}
+	}
+	for _, id := range g.cs.GetLearners() {
+		if !names(snap, id) {
+			return true
+		}
+	}
+	return false
+}
+
 // Compact records data as the state machine's state at index (at most
 // Applied) and drops the log before it, keeping CatchUpEntries entries in
 // memory for lagging followers. With a Disk the log file is rewritten to
@@ -1049,14 +1073,45 @@ func (g *Group) observeCommits(ents []*raftpb.Entry) {
 
 func (g *Group) send(h Handler, msgs []*raftpb.Message) {
 	for _, m := range msgs {
-		h.Send(m)
 		if m.GetType() == raftpb.MsgSnap {
-			// The transport cannot tell whether the snapshot arrived;
-			// reporting it finished puts the follower back in probing, and
-			// a lost snapshot is simply sent again.
-			g.rn.ReportSnapshot(m.GetTo(), raft.SnapshotFinish)
+			g.sendSnapshot(h, m)
+			continue
 		}
+		h.Send(m)
 	}
+}
+
+// sendSnapshot sends a snapshot raft wants a peer to have, unless its
+// configuration does not name the peer: raft there refuses such a
+// snapshot (it restores only one that names it) and answers with the
+// index it holds. Reported finished, that answer puts the peer back in
+// probing, the probe finds the entries compacted, and raft sends the same
+// snapshot at once: the two members trade it for ever, at one instant
+// (cluster seed 616: a leader whose partition log was still being fetched
+// could not compact after a learner joined, and sent the learner its
+// older snapshot without end). Withheld and reported failed, raft tries
+// again only after the peer's next heartbeat answer, and the owner
+// compacts as soon as it can (SnapshotStale) behind a snapshot that names
+// the peer, which the next try sends.
+//
+// A snapshot sent is reported finished: the transport cannot tell whether
+// it arrived, reporting it puts the follower back in probing, and a lost
+// snapshot is simply sent again.
+func (g *Group) sendSnapshot(h Handler, m *raftpb.Message) {
+	if !names(m.GetSnapshot().GetMetadata().GetConfState(), m.GetTo()) {
+		g.rn.ReportSnapshot(m.GetTo(), raft.SnapshotFailure)
+		return
+	}
+	h.Send(m)
+	g.rn.ReportSnapshot(m.GetTo(), raft.SnapshotFinish)
+}
+
+// names reports whether a snapshot of configuration cs names member id as
+// raft's restore judges it: among the voters, the learners or the
+// outgoing voters (a member in LearnersNext is an outgoing voter).
+func names(cs *raftpb.ConfState, id uint64) bool {
+	return slices.Contains(cs.GetVoters(), id) || slices.Contains(cs.GetLearners(), id) ||
+		slices.Contains(cs.GetVotersOutgoing(), id)
 }
 
 // raftLogger adapts hclog to raft's logger. Raft's Panic and Fatal are

@@ -630,9 +630,13 @@ func TestRestartPastAnUncommittedConfChangeKeepsTheAppliedVoters(t *testing.T) {
 // learner's progress is reported like a voter's (Caught, Match), it is
 // kept across a restart that replays the change (before any snapshot
 // names it), and adding it again as a voter promotes it.
-func TestLearnerJoinsThenIsPromoted(t *testing.T) {
+// joinCluster is a group of three members that may change, on disks,
+// led by member 1, which committed one entry, and member 4 started as a
+// joiner (an empty member waiting to be added and sent a snapshot).
+func joinCluster(t *testing.T) (c *cluster, joiner *replica.Group) {
+	t.Helper()
 	fs := vfs.NewMem()
-	c := &cluster{t: t, members: map[uint64]*replica.Group{}, applied: map[uint64][]string{},
+	c = &cluster{t: t, members: map[uint64]*replica.Group{}, applied: map[uint64][]string{},
 		leaders: map[uint64]uint64{}, cut: map[uint64]bool{}, snaps: map[uint64]int{},
 		disks: map[uint64]*replica.Disk{}, fs: fs, boom: map[uint64]string{}, failed: map[uint64]error{},
 		dynamic: true}
@@ -657,6 +661,11 @@ func TestLearnerJoinsThenIsPromoted(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.members[4], c.disks[4] = j, d
+	return c, j
+}
+
+func TestLearnerJoinsThenIsPromoted(t *testing.T) {
+	c, j := joinCluster(t)
 	lead := c.members[1]
 	// Until the leader's snapshot names it, the joiner can take nothing
 	// (as a partition's leader compacts once a member joined).

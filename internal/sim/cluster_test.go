@@ -86,10 +86,14 @@ func TestClusterSimulation(t *testing.T) {
 
 // Two cluster runs of one seed produce the same event trace (its hash) and
 // the same counts — elections included, whose timeouts raft draws from
-// crypto/rand — and different seeds produce different traces.
+// crypto/rand — and different seeds produce different traces. The seeds
+// are ones whose runs acknowledge writes: seed 0 acknowledges none since
+// a raft log whose sync mark a lie cut short is refused (its clients
+// spend the run retrying metadata commands against a metadata member down
+// for lack of space, and requests to partitions with no leader).
 func TestClusterSameSeedSameTrace(t *testing.T) {
 	hashes := map[uint64]uint64{}
-	for _, seed := range []uint64{0, 1, 7} {
+	for _, seed := range []uint64{1, 2, 7} {
 		a, errA := sim.Run(sim.DefaultClusterConfig(seed))
 		b, errB := sim.Run(sim.DefaultClusterConfig(seed))
 		if (errA == nil) != (errB == nil) || (errA != nil && errA.Error() != errB.Error()) {

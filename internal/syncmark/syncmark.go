@@ -149,6 +149,21 @@ type Mark[T any] struct {
 // valid slot (each torn or damaged).
 var ErrNoSlot = errors.New("no valid slot")
 
+// ErrSize is CheckSize's answer for a mark file of no version's size. A
+// mark file is created whole under a temporary name, synced, and renamed
+// into place, and its slots are written in place, so no write, torn or
+// not, changes its size: one cut short (its newer slot gone with the
+// cut, the older one still valid) or grown is damage, not a torn write.
+var ErrSize = errors.New("not a mark file's size")
+
+// CheckSize reports ErrSize if n, a mark file's size, is no version's.
+func (f *Format[T]) CheckSize(n int64) error {
+	if n < 0 || n > 1<<30 || !f.sizeOK(int(n)) {
+		return fmt.Errorf("%d bytes: %w", n, ErrSize)
+	}
+	return nil
+}
+
 // AppendSlot appends the record of m to dst (without the zeros after
 // it), in the current version.
 func (f *Format[T]) AppendSlot(dst []byte, m Mark[T]) []byte {
