@@ -293,7 +293,7 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *node)
 		n.clocks = append(n.clocks, &watchedClock{nodeClock: n.clk})
 	}
 	hc := n.hostConfig(c.nodeFS(n), metaSnapshotEvery, func(st partition.Store) partition.Store {
-		return &cstore{n: n, inner: st}
+		return &store{n: n, o: c, inner: st}
 	})
 	hc.Cluster = &host.Cluster{ID: transport.NodeID(id), Peers: peers, Join: n.join, Bus: &outboxBus{n: n},
 		TickInterval: c.cfg.TickInterval, CompactEntries: c.compactEntries,
