@@ -192,6 +192,7 @@ func newCluster(cfg Config) *csim {
 		c.peers = append(c.peers, uint64(i+1))
 	}
 	c.founders = slices.Clone(c.peers)
+	c.h = c
 	c.memberDone = c.memberDoneOf
 	c.startMembers()
 	c.startLies()

@@ -368,49 +368,113 @@ func servedAnswer(err error) bool {
 	return err == nil || !retryable(err) && !errors.Is(err, shard.ErrPartitionFailed) && !errors.Is(err, shard.ErrClosed)
 }
 
-// onAnswer handles an attempt's answer.
-func (s *sim) onAnswer(a *attempt, r shard.Response) {
-	o := a.op
+// answerer is what answer handling leaves to the harness: what an
+// acknowledgement must match in its oracle (a single node's log, or the
+// log a group's replicas agree on, where a retried produce may have been
+// deduplicated), which damage a lie explains, and how the client's call
+// carries on after an answer that is not the last (a retry in place on a
+// single node; in a cluster also a forward to the leader named).
+type answerer interface {
+	onSuccess(a *attempt, r shard.Response)
+	damageAnswered(a *attempt, err error) bool
+	follow(o *op, a *attempt, st host.CallStep, cause error)
+}
+
+// onAnswer handles an attempt's answer, from a node of either kind. The
+// checks on the answer are the simulator's; what the client does next is
+// the Node's client call (host.CallDriver) deciding.
+func (b *base) onAnswer(a *attempt, r shard.Response) {
+	o, n := a.op, a.node
 	if a.answered {
-		s.fail(1, "attempt %d answered twice", a.id)
+		b.fail(1, "attempt %d answered twice", a.id)
 		return
 	}
 	a.answered, a.resp = true, r
-	if servedAnswer(r.Err) {
-		a.served = s.n.lastServe[o.ns]
+	// An unknown outcome in a cluster is the leader's, which the client
+	// call retries: not the incarnation's answer.
+	unknownRetried := n.replicated() && errors.Is(r.Err, shard.ErrOutcomeUnknown)
+	switch {
+	case a.fwd != nil:
+		a.served = a.fwdServed // captured when the node sent its answer
+	case servedAnswer(r.Err) && !errors.Is(r.Err, shard.ErrNotLeader) && !unknownRetried:
+		a.served = n.lastServe[o.ns]
 	}
-	a.ansEv = s.event("answer a=%d op=%d %s", a.id, o.id, describe(r))
-	s.lieAnswer(a, r.Err)
+	a.ansEv = b.event("answer a=%d op=%d %s%s", a.id, o.id, n.tag(), describe(r))
+	var nl *shard.NotLeaderError
 	switch {
 	case r.Err == nil:
-		s.onSuccess(a, r)
+		o.hops = 0
+		b.h.onSuccess(a, r)
+		return
+	case errors.As(r.Err, &nl):
+		b.ops.NotLeader++
+		if info, ok := n.meta.Partition(o.ns); ok && !info.Holds(n.id) {
+			b.ops.NotHeld++
+		}
+		if !b.checkNotApplied(a, r.Err) {
+			return
+		}
+		b.h.follow(o, a, o.call.Answer(b.clk.Now(), r, nil), r.Err)
+		return
+	case unknownRetried:
+		// The Node retries an unknown outcome in a cluster: a produce's
+		// retry carries the same (producer, sequence) pair, and storing a
+		// consumer offset again is idempotent.
+		b.ops.UnknownAnswers++
+		o.maybeApplied, o.hops = true, 0
+		b.h.follow(o, a, o.call.Answer(b.clk.Now(), r, nil), r.Err)
+		return
 	case retryable(r.Err):
-		for _, id := range a.ids {
-			if info := s.msgs[id]; info.appended {
-				s.fail(5, "attempt %d was answered %q (not applied, retry) but its message %d was appended to %v at %d",
-					a.id, r.Err, id, info.key, info.off)
-				return
-			}
+		o.hops = 0
+		if !b.checkNotApplied(a, r.Err) {
+			return
 		}
-		s.scheduleRetry(o, r.Err)
-	default:
-		oc := outcomeError
-		switch {
-		case (o.kind == kindProduce || o.kind == kindBatch) && errors.Is(r.Err, partition.ErrRolledBack):
-			// Not appended, definitely: the failed group commit took
-			// its messages back out of the log (checked below and by
-			// the rebuild's reopen check).
-			s.rolledBack(a)
-		case o.kind == kindProduce || o.kind == kindBatch:
-			oc = outcomeUnknown
-		case o.kind == kindStore && !errors.Is(r.Err, partition.ErrOffsetOutOfRange):
-			oc = outcomeUnknown
-		}
-		if !servedAnswer(r.Err) && oc == outcomeUnknown {
-			oc = outcomeError // refused before reaching the partition: no effect
-		}
-		s.finish(o, oc, r, r.Err)
+		b.h.follow(o, a, o.call.Answer(b.clk.Now(), r, nil), r.Err)
+		return
 	}
+	if !b.h.damageAnswered(a, r.Err) {
+		return
+	}
+	if o.kind == kindStore && a.fwd == nil && errors.Is(r.Err, partition.ErrOffsetOutOfRange) && r.Offset != o.offset {
+		// (A forwarded answer's error carries no offset on the wire.)
+		// A refused consumer offset is answered with the offset refused.
+		b.fail(5, "attempt %d (op %d) storing %s=%d was answered for offset %d: the answer of another write (%v)",
+			a.id, o.id, o.consumer, o.offset, r.Offset, r.Err)
+		return
+	}
+	oc := outcomeError
+	switch {
+	case (o.kind == kindProduce || o.kind == kindBatch) && errors.Is(r.Err, partition.ErrRolledBack):
+		// Not appended, definitely: the failed group commit took
+		// its messages back out of the log (checked below and by
+		// the rebuild's reopen check).
+		b.rolledBack(a)
+	case o.kind == kindProduce || o.kind == kindBatch:
+		oc = outcomeUnknown
+	case o.kind == kindStore && !errors.Is(r.Err, partition.ErrOffsetOutOfRange):
+		oc = outcomeUnknown
+	}
+	if !n.replicated() && !servedAnswer(r.Err) && oc == outcomeUnknown {
+		// Refused before reaching the partition: no effect. (A
+		// replicated proposal may commit after its proposer answered an
+		// error: a partition fenced, evicted or closed with it pending.)
+		oc = outcomeError
+	}
+	b.finish(o, oc, r, r.Err)
+}
+
+// checkNotApplied: an answer that means "not applied, try again" (here or
+// elsewhere) must not come for a produce whose messages were appended
+// (invariant 5).
+func (b *base) checkNotApplied(a *attempt, err error) bool {
+	for _, id := range a.ids {
+		if info := b.msgs[id]; info.appended {
+			b.fail(5, "attempt %d (op %d) was answered %q (not applied) but its message %d was appended to %v at %d",
+				a.id, a.op.id, err, id, info.key, info.off)
+			return false
+		}
+	}
+	return true
 }
 
 // rolledBack records that a's messages were taken back out of their log
@@ -419,25 +483,25 @@ func (s *sim) onAnswer(a *attempt, r shard.Response) {
 // the failed group), none of which may have been acknowledged, so the
 // reopen after the partition's rebuild, and any later append, must find
 // the log ending where theirs began.
-func (s *sim) rolledBack(a *attempt) {
+func (b *base) rolledBack(a *attempt) {
 	for _, id := range a.ids {
-		info := s.msgs[id]
+		info := b.msgs[id]
 		if info == nil || !info.appended {
 			continue
 		}
-		log := s.oracle[info.key]
+		log := b.oracle[info.key]
 		if log == nil || info.off >= uint64(len(log.ids)) || log.ids[info.off] != id {
 			continue
 		}
 		for off := info.off; off < uint64(len(log.ids)); off++ {
 			if log.acked[off] {
-				s.fail(3, "attempt %d was answered %q, but acknowledged message %d at %v/%d follows it",
+				b.fail(3, "attempt %d was answered %q, but acknowledged message %d at %v/%d follows it",
 					a.id, a.resp.Err, log.ids[off], info.key, off)
 				return
 			}
-			s.msgs[log.ids[off]].appended = false
+			b.msgs[log.ids[off]].appended = false
 		}
-		s.event("rolled back %v to %d (a=%d)", info.key, info.off, a.id)
+		b.event("rolled back %v to %d (a=%d)", info.key, info.off, a.id)
 		log.ids, log.acked = log.ids[:info.off], log.acked[:info.off]
 		return
 	}
@@ -492,10 +556,10 @@ func (s *sim) onSuccess(a *attempt, r shard.Response) {
 	s.finish(o, outcomeOK, r, nil)
 }
 
-// scheduleRetry takes a "retry here" answer err to o's try as the
-// client call does (callStep).
-func (s *sim) scheduleRetry(o *op, err error) {
-	s.callStep(o, o.call.Answer(s.clk.Now(), shard.Response{Err: err}, nil), err)
+// follow carries on o's client call after an answer (callStep): a single
+// node's call never forwards.
+func (s *sim) follow(o *op, _ *attempt, st host.CallStep, cause error) {
+	s.callStep(o, st, cause)
 }
 
 // callStep carries out the client call's step st after o's try was
