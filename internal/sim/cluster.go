@@ -480,7 +480,7 @@ func (c *csim) afterAction() {
 		n.collectMeta()
 	}
 	stepChecks(c)
-	c.collect(c.onAnswer)
+	c.collect()
 	c.stepForwards()
 	c.stepBarriers()
 	for _, n := range c.nodes {
@@ -493,7 +493,7 @@ func (c *csim) afterAction() {
 		for _, n := range c.nodes {
 			n.flushOutbox()
 		}
-		c.collect(c.onAnswer)
+		c.collect()
 	}
 }
 

@@ -128,9 +128,6 @@ func (c *csim) dataOp(cl *client, n *node, ns metadata.Namespace, kind opKind) *
 	})
 }
 
-// send hands a's frame to n's router. A refusal is the attempt's answer.
-func (c *csim) send(a *attempt, n *node) { c.sendTo(a, n, c.onAnswer) }
-
 // appliedTries maps each incarnation to the try of o whose messages were
 // appended to it. A produce retried after an unknown outcome carries the
 // same (producer, sequence) pair, so the partition applies it at most
@@ -228,25 +225,6 @@ func (c *csim) onSuccess(a *attempt, r shard.Response) {
 // (startCall).
 func (c *csim) callOf(o *op) *host.CallDriver { return &o.call }
 
-// startCall makes a, o's first try, through its home n as the Node's
-// client call does: the engine's call driver (host.Engine.NewCall)
-// decides it — to n's owner shard, or for a partition n holds no replica
-// of straight to a live replica, forwarded over the bus.
-func (c *csim) startCall(o *op, a *attempt, n *node) {
-	var st host.CallStep
-	o.call, st = n.eng.NewCall(o.ns, time.Time{})
-	if st.Op == host.CallForward {
-		if to := c.node(st.To); to != nil && to.id != n.id {
-			o.hops++
-			c.forward(a, n, to)
-			return
-		}
-		// A replica the simulator does not know (removed): the request
-		// goes to the owner shard, which names a live one.
-	}
-	c.send(a, n)
-}
-
 // follow carries out the client call's step st after attempt a of o was
 // answered cause: a forward is a new attempt at the leader named (the
 // simulated bus delivers a forwarded request as the node's router
@@ -330,7 +308,7 @@ func (c *csim) retry(o *op) {
 		c.propose(o)
 		return
 	}
-	c.retryCall(o, home, func(a *attempt) { c.send(a, home) })
+	c.retryCall(o, home)
 }
 
 // metaOpStart starts a metadata operation for cl through n, computed from

@@ -80,7 +80,7 @@ func (s *sim) openNode(prev *node) *node {
 // answered.
 func (s *sim) stepShard(i int) {
 	if s.n.step(i) {
-		s.collect(s.onAnswer)
+		s.collect()
 	}
 }
 
@@ -95,7 +95,7 @@ func (s *sim) stepAll() {
 				did = true
 			} else if s.n.shards[i].Step() {
 				s.event("step shard=%d tick", i)
-				s.collect(s.onAnswer)
+				s.collect()
 				did = true
 			}
 		}
@@ -112,7 +112,7 @@ func (s *sim) reconcile(i int) {
 		s.fail(0, "reconcile shard %d: %v", i, err)
 		return
 	}
-	s.collect(s.onAnswer)
+	s.collect()
 }
 
 // crash is a power loss: every request in flight is answered by the

@@ -217,7 +217,7 @@ func (b *base) act(cl *client, n *node, meta func(group bool), lookup func() boo
 
 // dataOp starts a partition operation of kind on ns for c.
 func (s *sim) dataOp(c *client, ns metadata.Namespace, kind opKind) *op {
-	return s.callData(c, s.n, ns, kind, s.startCall)
+	return s.callData(c, s.n, ns, kind, func(o *op, a *attempt) { s.startCall(o, a, s.n) })
 }
 
 // callData starts a data operation of kind on ns by client cl through its
@@ -335,13 +335,10 @@ func (o *op) args() string {
 	return ""
 }
 
-// send hands a's frame to the router. A refusal is the attempt's answer.
-func (s *sim) send(a *attempt) { s.sendTo(a, s.n, s.onAnswer) }
-
 // sendTo sends a through node n's router, as the Node's client call
-// sends a try: a full inbox (router.ErrFull) is an answer, which answer
-// takes; any other refusal is a violation.
-func (b *base) sendTo(a *attempt, n *node, answer func(*attempt, shard.Response)) {
+// sends a try: a full inbox (router.ErrFull) is an answer (onAnswer);
+// any other refusal is a violation.
+func (b *base) sendTo(a *attempt, n *node) {
 	a.node = n
 	a.sendEv = b.event("send a=%d op=%d%s", a.id, a.op.id, n.suffix())
 	if _, err := n.rt.Send(a.op.ns, shard.Frame{Req: a.req, Reply: a.reply}); err != nil {
@@ -349,7 +346,7 @@ func (b *base) sendTo(a *attempt, n *node, answer func(*attempt, shard.Response)
 			b.fail(0, "%srouter refused attempt %d with %v", n.tag(), a.id, err)
 			return
 		}
-		answer(a, shard.Response{Err: err})
+		b.onAnswer(a, shard.Response{Err: err})
 		return
 	}
 	b.inflight = append(b.inflight, a)
@@ -582,17 +579,28 @@ func (b *base) callStep(o *op, st host.CallStep, cause error) {
 	}
 }
 
-// startCall makes a, o's first try, as the Node's client call on the
-// node does: the engine's call driver (host.Engine.NewCall) decides it —
-// to the owner shard on one node; its deadline is fixed at its first
-// retry.
-func (s *sim) startCall(o *op, a *attempt) {
+// startCall makes a, o's first try, through its home n as the Node's
+// client call does: the engine's call driver (host.Engine.NewCall)
+// decides it — to n's owner shard, or in a cluster, for a partition n
+// holds no replica of, straight to a live replica, forwarded over the
+// bus; its deadline is fixed at its first retry.
+func (b *base) startCall(o *op, a *attempt, n *node) {
 	var st host.CallStep
-	if o.call, st = s.n.eng.NewCall(o.ns, time.Time{}); st.Op != host.CallSend {
-		s.fail(0, "op %d: the client call asked for %v first", o.id, st.Op)
+	o.call, st = n.eng.NewCall(o.ns, time.Time{})
+	switch {
+	case st.Op == host.CallForward && n.replicated():
+		if to := n.c.node(st.To); to != nil && to.id != n.id {
+			o.hops++
+			n.c.forward(a, n, to)
+			return
+		}
+		// A replica the simulator does not know (removed): the request
+		// goes to the owner shard, which names a live one.
+	case st.Op != host.CallSend && !n.replicated():
+		b.fail(0, "op %d: the client call asked for %v first", o.id, st.Op)
 		return
 	}
-	s.send(a)
+	b.sendTo(a, n)
 }
 
 var errGone = errors.New("sim: partition no longer committed")
@@ -600,14 +608,14 @@ var errGone = errors.New("sim: partition no longer committed")
 // retry re-resolves o's partition and sends a new attempt.
 func (s *sim) retry(o *op) {
 	o.waiting = false
-	s.retryCall(o, s.n, s.send)
+	s.retryCall(o, s.n)
 }
 
 // retryCall makes the client call's retry in place of o through node n:
 // the Node re-resolves the name there first (a partition no longer
 // committed ends the operation), and the call's wake must ask for a
-// send, which send makes.
-func (b *base) retryCall(o *op, n *node, send func(*attempt)) {
+// send, made through n.
+func (b *base) retryCall(o *op, n *node) {
 	if _, ok := n.meta.Partition(o.ns); !ok {
 		b.event("retry op=%d: ns=%v no longer committed%s", o.id, o.ns, n.on())
 		b.finish(o, outcomeNotApplied, shard.Response{}, errGone)
@@ -618,7 +626,7 @@ func (b *base) retryCall(o *op, n *node, send func(*attempt)) {
 		return
 	}
 	b.ops.Retries++
-	send(b.newAttempt(o))
+	b.sendTo(b.newAttempt(o), n)
 }
 
 // newAttempt builds the next try of o: a fresh request, and for a produce
@@ -658,9 +666,9 @@ func (b *base) newAttempt(o *op) *attempt {
 }
 
 // collect takes every answer waiting on an in-flight attempt's reply
-// channel, in send order, and hands it to the mode's answer (onAnswer).
-// After a violation nothing more is taken.
-func (b *base) collect(answer func(*attempt, shard.Response)) {
+// channel, in send order, and hands it to onAnswer. After a violation
+// nothing more is taken.
+func (b *base) collect() {
 	pending := append([]*attempt(nil), b.inflight...)
 	b.inflight = b.inflight[:0]
 	for _, a := range pending {
@@ -670,7 +678,7 @@ func (b *base) collect(answer func(*attempt, shard.Response)) {
 		}
 		select {
 		case r := <-a.reply:
-			answer(a, r)
+			b.onAnswer(a, r)
 		default:
 			b.inflight = append(b.inflight, a)
 		}
