@@ -47,6 +47,8 @@ type base struct {
 	// quiescing once work and faults stop.
 	depth     int
 	quiescing bool
+	// h is the harness's part of answer handling (onAnswer).
+	h answerer
 	// memberDone takes the end of a consumer group member's operation
 	// (cluster mode, cmembers.go).
 	memberDone func(*client, *op)

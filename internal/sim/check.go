@@ -287,7 +287,7 @@ func (s *sim) dataOpFinal(ns metadata.Namespace, from uint64) *op {
 	s.finalOps = append(s.finalOps, o)
 	a := s.newAttempt(o)
 	o.callEv = s.event("call op=%d final read ns=%v from=%d", o.id, ns, from)
-	s.startCall(o, a)
+	s.startCall(o, a, s.n)
 	return o
 }
 

@@ -115,6 +115,18 @@ func (c *csim) damageReported(n *node, o *op, key incKey) bool {
 	return true
 }
 
+// damageAnswered checks an answer against the lies: a log answered
+// damaged where no lie explains it is a false alarm (invariant 3). It
+// reports false after recording the violation.
+func (c *csim) damageAnswered(a *attempt, err error) bool {
+	if isCorruptLog(err) && !c.damageExplained(a) {
+		o := a.op
+		c.fail(3, "attempt %d (op %d %v %v) answered by n%d with damage no lie explains: %v", a.id, o.id, o.kind, o.ns, a.node.id, err)
+		return false
+	}
+	return true
+}
+
 // damageExplained reports whether a's answer may report damage: it was
 // answered by the liar, for a partition a lie touched. Any other node's
 // disk tells the truth, and a node never serves a peer's damage (a

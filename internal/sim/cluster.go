@@ -192,6 +192,7 @@ func newCluster(cfg Config) *csim {
 		c.peers = append(c.peers, uint64(i+1))
 	}
 	c.founders = slices.Clone(c.peers)
+	c.h = c
 	c.memberDone = c.memberDoneOf
 	c.startMembers()
 	c.startLies()
@@ -293,7 +294,7 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *node)
 		n.clocks = append(n.clocks, &watchedClock{nodeClock: n.clk})
 	}
 	hc := n.hostConfig(c.nodeFS(n), metaSnapshotEvery, func(st partition.Store) partition.Store {
-		return &cstore{n: n, inner: st}
+		return &store{n: n, o: c, inner: st}
 	})
 	hc.Cluster = &host.Cluster{ID: transport.NodeID(id), Peers: peers, Join: n.join, Bus: &outboxBus{n: n},
 		TickInterval: c.cfg.TickInterval, CompactEntries: c.compactEntries,
@@ -479,7 +480,7 @@ func (c *csim) afterAction() {
 		n.collectMeta()
 	}
 	stepChecks(c)
-	c.collect(c.onAnswer)
+	c.collect()
 	c.stepForwards()
 	c.stepBarriers()
 	for _, n := range c.nodes {
@@ -492,7 +493,7 @@ func (c *csim) afterAction() {
 		for _, n := range c.nodes {
 			n.flushOutbox()
 		}
-		c.collect(c.onAnswer)
+		c.collect()
 	}
 }
 

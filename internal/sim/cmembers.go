@@ -377,7 +377,7 @@ func (c *csim) memberFollow(cl *client, meta *metadata.Store) {
 // acknowledging the revocation's generation, whose answer ends it
 // (RevokeDone). A release of partitions OnRevoked did not name breaks
 // behaviour 33's promise (invariant 9).
-func (c *csim) memberRevoke(cl *client, home *cnode) {
+func (c *csim) memberRevoke(cl *client, home *node) {
 	m := cl.member
 	for {
 		st := m.drv.RevokeNext(false)
@@ -422,7 +422,7 @@ func (c *csim) memberRevoke(cl *client, home *cnode) {
 // memberIntervalCommit starts member cl's interval commit, if the
 // driver says it is due (host.ConsumerDriver.IntervalCommit), and
 // reports whether it did.
-func (c *csim) memberIntervalCommit(cl *client, home *cnode, now time.Time) bool {
+func (c *csim) memberIntervalCommit(cl *client, home *node, now time.Time) bool {
 	m := cl.member
 	if m.mode != host.CommitOnInterval {
 		return false
@@ -437,7 +437,7 @@ func (c *csim) memberIntervalCommit(cl *client, home *cnode, now time.Time) bool
 
 // memberCommit starts a Consumer's commit of offsets (what a commit
 // names: ToCommit's, or an interval commit's).
-func (c *csim) memberCommit(cl *client, home *cnode, what string, offsets map[uint32]uint64) {
+func (c *csim) memberCommit(cl *client, home *node, what string, offsets map[uint32]uint64) {
 	m := cl.member
 	m.commit = offsets
 	c.memberMeta(cl, home, what, m.Commit(m.Gen, groupOffsets(offsets), m.now))
@@ -464,7 +464,7 @@ func (c *csim) memberGone(m *gmember) {
 // taken, from where the fetch stands (its last batch's end, or the
 // group's committed offset), through the fence a Member.Poll checks
 // first.
-func (c *csim) memberPoll(cl *client, home *cnode) {
+func (c *csim) memberPoll(cl *client, home *node) {
 	m := cl.member
 	var parts []uint32
 	now := c.clk.Now()
@@ -514,7 +514,7 @@ func (c *csim) memberPoll(cl *client, home *cnode) {
 // member's fence must hold (a refusal replaces the fetch: Refused);
 // each message handled counts (Handled), and a handled batch is
 // committed (BatchDone, ToCommit).
-func (c *csim) memberDeliver(cl *client, home *cnode) {
+func (c *csim) memberDeliver(cl *client, home *node) {
 	m := cl.member
 	b := m.queue[0]
 	m.queue = m.queue[1:]
@@ -577,7 +577,7 @@ const (
 
 // createStormTopic creates the members' own topic through home: its
 // stream if missing, then the topic.
-func (c *csim) createStormTopic(cl *client, home *cnode) {
+func (c *csim) createStormTopic(cl *client, home *node) {
 	parts := c.cfg.MemberPartitions
 	mo := &metaOp{desc: fmt.Sprintf("member %d create the members' topic", cl.id)}
 	if st, ok := home.meta.StreamByName(stormStream); ok {
@@ -603,7 +603,7 @@ func (c *csim) createStormTopic(cl *client, home *cnode) {
 // memberLease sends member cl's lease renewal through home: a
 // heartbeat that releases nothing, for a heartbeat or for a
 // revocation's release (what).
-func (c *csim) memberLease(cl *client, home *cnode, what string) {
+func (c *csim) memberLease(cl *client, home *node, what string) {
 	m := cl.member
 	ch, cancel, err := home.eng.SendLease(m.Lease())
 	if err != nil {
@@ -685,12 +685,12 @@ func (c *csim) memberTopic(m *gmember, meta *metadata.Store) (metadata.TopicInfo
 }
 
 // memberFence is the Consumer's fence (Member.check) for m on home.
-func (c *csim) memberFence(m *gmember, home *cnode, part uint32) error {
+func (c *csim) memberFence(m *gmember, home *node, part uint32) error {
 	return m.Fence(home.meta, part, c.clk.Now().UnixNano())
 }
 
 // memberMeta proposes a member's group command through home.
-func (c *csim) memberMeta(cl *client, home *cnode, what string, cmd metadata.Command) {
+func (c *csim) memberMeta(cl *client, home *node, what string, cmd metadata.Command) {
 	m := cl.member
 	m.doing = what
 	mo := &metaOp{desc: fmt.Sprintf("member %d %s", cl.id, what),
@@ -781,7 +781,7 @@ func (c *csim) memberFetchFailed(cl *client, f host.Fetcher, err error) {
 }
 
 // memberMetaDone takes the end of member cl's group command.
-func (c *csim) memberMetaDone(cl *client, home *cnode, o *op) {
+func (c *csim) memberMetaDone(cl *client, home *node, o *op) {
 	m := cl.member
 	ok := o.outcome == outcomeOK
 	if m.ID != 0 {

@@ -191,7 +191,7 @@ func (c *csim) peerFaultsOff() {
 }
 
 // forging reports whether n forges terms now.
-func (c *csim) forging(n *cnode) bool {
+func (c *csim) forging(n *node) bool {
 	return c.peerf.termNode == n.id && !c.quiescing && !c.calming()
 }
 
@@ -207,7 +207,7 @@ func forgeable(m *raftpb.Message) bool {
 
 // forgeTerms sends, one time in four, a copy of o — a raft message n's
 // engine sent — under a forged term, if o carries a forgeable message.
-func (c *csim) forgeTerms(n *cnode, o transport.Message) {
+func (c *csim) forgeTerms(n *node, o transport.Message) {
 	if c.rng.IntN(4) != 0 {
 		return
 	}
@@ -386,7 +386,7 @@ func (c *csim) checkForwardBudget(final bool) {
 
 // noteForwardRefusals keeps the forwarded requests n's engine refused
 // before it goes down or is removed (its counters go with it).
-func (c *csim) noteForwardRefusals(n *cnode) {
+func (c *csim) noteForwardRefusals(n *node) {
 	if n.eng != nil {
 		c.peerf.refusedGone += n.eng.ForwardStats().Refused
 	}
@@ -460,7 +460,7 @@ var simInboundLimits = inbound.Limits{
 // nodeInbound is one running node's inbound budget: what its bus would
 // hold. A node that restarts gets a new one, as a new bus would.
 type nodeInbound struct {
-	n *cnode
+	n *node
 	b *inbound.Budget
 	// conns are the connections the other members' own traffic arrives
 	// on, one per sender.
@@ -472,7 +472,7 @@ type nodeInbound struct {
 
 // stalledFrame is a frame the stalling member opened and never finishes.
 type stalledFrame struct {
-	from, to *cnode
+	from, to *node
 	conn     *inbound.Conn
 	claimed  int64
 	// got is the bytes of the payload sent; dribble says whether more
@@ -485,7 +485,7 @@ type stalledFrame struct {
 }
 
 // inboundOf is n's inbound budget, made for n's current incarnation.
-func (c *csim) inboundOf(n *cnode) *nodeInbound {
+func (c *csim) inboundOf(n *node) *nodeInbound {
 	p := &c.peerf
 	if p.inb == nil {
 		p.inb = make(map[uint64]*nodeInbound)
@@ -504,7 +504,7 @@ func (c *csim) inboundOf(n *cnode) *nodeInbound {
 // engine took the message), or false when the budget refused the frame:
 // its connection closes and the message is lost, which only the
 // stalling member's own traffic may suffer (invariant 13).
-func (c *csim) frameIn(n *cnode, m transport.Message) (inbound.Charge, bool) {
+func (c *csim) frameIn(n *node, m transport.Message) (inbound.Charge, bool) {
 	in := c.inboundOf(n)
 	from := uint64(m.From)
 	if from == n.id {
@@ -539,7 +539,7 @@ func (c *csim) frameIn(n *cnode, m transport.Message) (inbound.Charge, bool) {
 }
 
 // frameOut gives back the charge of a message n's engine took.
-func (c *csim) frameOut(n *cnode, ch inbound.Charge) {
+func (c *csim) frameOut(n *node, ch inbound.Charge) {
 	c.inboundOf(n).b.Release(ch)
 }
 

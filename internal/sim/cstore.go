@@ -7,45 +7,14 @@ import (
 
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
-	"github.com/parkway-io/parkway/vfs"
 )
 
-// cstore wraps a cluster node's FileStore: it slows builds down, checks
-// what a build opens against the oracle, and wraps every partition in a
-// tap.
-type cstore struct {
-	n     *node
-	inner partition.Store
-}
-
-// Build implements partition.Store.
-func (st *cstore) Build(ns metadata.Namespace, epoch uint64) (partition.Partition, error) {
-	return st.build(ns, epoch, st.inner.Build)
-}
-
-// BuildDeferred passes on partition.FileStore.BuildDeferred, which the
-// reconciler uses for every replicated partition (DESIGN behaviour 32),
-// with Build's checks.
-func (st *cstore) BuildDeferred(ns metadata.Namespace, epoch uint64) (partition.Partition, error) {
-	return st.build(ns, epoch, st.files().BuildDeferred)
-}
-
-func (st *cstore) build(ns metadata.Namespace, epoch uint64, build func(metadata.Namespace, uint64) (partition.Partition, error)) (partition.Partition, error) {
-	n := st.n
-	c := n.c
-	if k := c.slowBuild(); k > 0 {
-		c.event("n%d slow build ns=%v epoch=%d: %d steps", n.id, ns, epoch, k)
-		c.nested(k, c.tick)
-		c.event("n%d slow build ns=%v epoch=%d resumes", n.id, ns, epoch)
-	}
-	p, err := build(ns, epoch)
-	if err != nil {
-		c.event("n%d build ns=%v epoch=%d err=%v", n.id, ns, epoch, err)
-		return nil, err
-	}
-	key := incKey{ns, epoch}
+// tapBuilt checks and records a replica built on n: its placement
+// (invariant 4), and a reopen of a copy n held before (verifyReplicaReopen)
+// or a fresh one, which must be empty.
+func (c *csim) tapBuilt(n *node, key incKey, p partition.Partition) {
 	c.checkPlacedBuild(n, key)
-	if info, ok := n.meta.Partition(ns); ok && info.CreatedRevision == epoch {
+	if info, ok := n.meta.Partition(key.ns); ok && info.CreatedRevision == key.epoch {
 		c.notePlacement(info)
 	}
 	c.builds[buildKey{n.id, key}]++
@@ -61,9 +30,11 @@ func (st *cstore) build(ns metadata.Namespace, epoch uint64, build func(metadata
 			key, n.id, p.StartOffset(), p.NextOffset())
 	}
 	rl.lens[n.id] = p.NextOffset()
-	c.event("n%d build ns=%v epoch=%d next=%d", n.id, ns, epoch, p.NextOffset())
-	return &ctap{Partition: p, n: n, key: key}, nil
 }
+
+// tapBuildFailed: a replica's failed build is the reconciler's to
+// report (a failed pass).
+func (c *csim) tapBuildFailed(*node, incKey, error) {}
 
 // verifyReplicaReopen checks a copy rebuilt on a node that held it before
 // (a partition evicted after a failed fsync): what it holds is a prefix
@@ -111,17 +82,10 @@ func (c *csim) verifyReplicaReopen(n *node, key incKey, rl *incLog, have uint64,
 	}
 }
 
-// Remove implements partition.Store: only a dead incarnation, or one
-// whose group no longer counts this node (a replica that moved away:
-// SettleReplicas applied), as this node's metadata sees it, may lose its
-// data here.
-func (st *cstore) Remove(ns metadata.Namespace) error {
-	n := st.n
-	c := n.c
-	if err := st.inner.Remove(ns); err != nil {
-		c.event("n%d remove ns=%v err=%v", n.id, ns, err)
-		return err
-	}
+// tapRemoved: only a dead incarnation, or one whose group no longer
+// counts n (a replica that moved away: SettleReplicas applied), as n's
+// metadata sees it, may lose its data there.
+func (c *csim) tapRemoved(n *node, ns metadata.Namespace) {
 	// member: this node's metadata commits the incarnation rev and names
 	// the node one of its group's members.
 	info, committed := n.meta.Partition(ns)
@@ -146,177 +110,39 @@ func (st *cstore) Remove(ns metadata.Namespace) error {
 		}
 		delete(rl.lens, n.id)
 	}
-	c.event("n%d remove ns=%v", n.id, ns)
-	return nil
 }
 
-// List implements partition.Store.
-func (st *cstore) List() ([]partition.Stored, error) { return st.inner.List() }
-
-// SetAside passes the reconciler's repair of a damaged replica on to the
-// file store (partition.FileStore.SetAside): the simulated node repairs
-// as the engine does. The copy's next build is checked as a reopen: an
-// empty log is a prefix of what it held.
-func (st *cstore) SetAside(ns metadata.Namespace, keep ...string) (string, error) {
-	aside, err := st.files().SetAside(ns, keep...)
-	st.n.c.event("n%d set aside ns=%v to %q err=%v", st.n.id, ns, aside, err)
-	return aside, err
-}
-
-// Reincarnate passes on partition.FileStore.Reincarnate, as SetAside.
-func (st *cstore) Reincarnate(ns metadata.Namespace, epoch uint64, keep ...string) (string, error) {
-	aside, err := st.files().Reincarnate(ns, epoch, keep...)
-	st.n.c.event("n%d reincarnate ns=%v epoch=%d to %q err=%v", st.n.id, ns, epoch, aside, err)
-	return aside, err
-}
-
-// files is the file store under st: every cluster node keeps its data
-// in a directory of its simulated disk.
-func (st *cstore) files() *partition.FileStore { return st.inner.(*partition.FileStore) }
-
-// Location passes on partition.FileStore.Location.
-func (st *cstore) Location(ns metadata.Namespace) (vfs.FS, string) {
-	return st.files().Location(ns)
-}
-
-// ctap observes one replica of one partition incarnation.
-type ctap struct {
-	partition.Partition
-	n   *node
-	key incKey
-}
-
-// serving records that the replica serves a client request, and checks
-// the incarnation fence against the node's own metadata (behaviour 10).
-func (t *ctap) serving(what string) {
-	n := t.n
-	if n.inj.dead {
+// tapAppended records a replica's append: a failed one marks the replica
+// (an apply error), a successful one is checked (onReplicaAppend).
+func (c *csim) tapAppended(n *node, key incKey, first uint64, msgs []partition.Message, err error) {
+	if err != nil {
+		c.applyFailed[buildKey{n.id, key}] = true
 		return
 	}
-	n.lastServe[t.key.ns] = t.key.epoch
-	if rev, ok := n.meta.CreatedRevision(t.key.ns); !ok || rev != t.key.epoch {
-		n.c.fail(2, "%s served on n%d's %v while its committed incarnation is %d (committed: %v)", what, n.id, t.key, rev, ok)
-	}
+	c.onReplicaAppend(n, key, first, msgs)
 }
 
-// Location implements partition.Located when the partition does: a
-// replicated partition keeps its raft log in its directory.
-func (t *ctap) Location() (vfs.FS, string) {
-	if loc, ok := t.Partition.(partition.Located); ok {
-		return loc.Location()
-	}
-	return nil, ""
+// tapRead checks a replica's read (onReplicaRead).
+func (c *csim) tapRead(n *node, key incKey, from uint64, msgs []partition.Message, client bool) {
+	c.onReplicaRead(n, key, from, msgs, client)
 }
 
-// Lodge implements partition.Lodger when the partition does (a
-// replicated partition's raft log goes in its directory), and Location
-// otherwise, made durable with durable as shard's replicate would.
-func (t *ctap) Lodge(durable bool) (vfs.FS, string, error) {
-	if l, ok := t.Partition.(partition.Lodger); ok {
-		return l.Lodge(durable)
-	}
-	fsys, dir := t.Location()
-	if durable {
-		if err := t.Sync(); err != nil {
-			return nil, "", err
-		}
-	}
-	return fsys, dir, nil
-}
-
-// Deferred implements partition.Deferred when the partition does: the
-// shard leaves a deferred replica's files uncreated when its group
-// quiesces, as it does outside the simulator.
-func (t *ctap) Deferred() bool {
-	d, ok := t.Partition.(partition.Deferred)
-	return ok && d.Deferred()
-}
-
-// Damage implements partition.Damaged when the partition does: the
-// reconciler repairs a replica whose build found damage (a damaged last
-// segment, a sealed one cut short). Hidden behind the tap, it never did
-// in the simulator: the liar's copy with a byte flipped in its last
-// segment stayed short of the log until a write reached it, or for good
-// (cluster lying seed 150).
-func (t *ctap) Damage() error {
-	if d, ok := t.Partition.(partition.Damaged); ok {
-		return d.Damage()
-	}
-	return nil
-}
-
-// WritesRefused implements partition.WriteFenced when the partition
-// does: a leader asks before it proposes a write its own copy would
-// refuse (package shard, damage.go).
-func (t *ctap) WritesRefused() error {
-	if w, ok := t.Partition.(partition.WriteFenced); ok {
-		return w.WritesRefused()
-	}
-	return nil
-}
-
-// SkipTo implements partition.Partition. A replica skips offsets only
-// when its peers removed them (truncation, purge, retention), none of
-// which the workload does: skipping would lose messages.
-func (t *ctap) SkipTo(offset uint64) error {
-	if !t.n.inj.dead {
-		t.n.c.fail(3, "n%d skipped %v to offset %d, though nothing was ever removed", t.n.id, t.key, offset)
-	}
-	return t.Partition.SkipTo(offset)
-}
-
-// Append implements partition.Partition. Appends come from raft applying
-// committed entries, on every replica, and from a replica catching up
-// from a peer's log.
-func (t *ctap) Append(msgs []partition.Message) (uint64, error) {
-	if t.n.inj.dead {
-		return t.Partition.Append(msgs) // a crashed node's shutdown: no one sees it
-	}
-	first, err := t.Partition.Append(msgs)
-	if err == nil {
-		t.n.c.onReplicaAppend(t.n, t.key, first, msgs)
-	} else {
-		t.n.c.applyFailed[buildKey{t.n.id, t.key}] = true
-		t.n.c.event("n%d append %v err=%v", t.n.id, t.key, err)
-	}
-	return first, err
-}
-
-// Read implements partition.Partition: a client's poll, or a peer's
-// catch-up fetch (n.fetching), whose data must be the log's all the same.
-func (t *ctap) Read(from uint64, max int) ([]partition.Message, error) {
-	if !t.n.fetching {
-		t.serving("read")
-	}
-	msgs, err := t.Partition.Read(from, max)
-	if err != nil && BreakSwallowDamage.Load() && isDamageError(err) && !t.n.fetching {
-		t.n.c.event("n%d read of %v from %d: damage swallowed (broken): %v", t.n.id, t.key, from, err)
-		msgs, err = nil, nil
-	}
-	if err == nil && !t.n.inj.dead {
-		if rl := t.n.c.oracle[t.key]; BreakAppendTimeOrder.Load() && rl != nil {
-			msgs = rawAppendTimes(msgs, rl.raw)
-		}
-		t.n.c.onReplicaRead(t.n, t.key, from, msgs, !t.n.fetching)
-	}
-	return msgs, err
-}
-
-// StoreConsumerOffset implements partition.Partition. A consumer offset
+// tapStoreOffset stores a consumer offset in a replica. A consumer offset
 // is a replicated write: it is stored when its raft entry is applied (or
 // a snapshot installed), on every replica, whatever the node's metadata
 // says meanwhile; on the leader that answers it, it is served here.
-func (t *ctap) StoreConsumerOffset(consumer string, offset uint64) error {
+func (c *csim) tapStoreOffset(t *tap, consumer string, offset uint64) error {
+	n := t.n
 	err := t.Partition.StoreConsumerOffset(consumer, offset)
-	if !t.n.inj.dead {
+	if !n.inj.dead {
 		if err != nil && !errors.Is(err, partition.ErrOffsetOutOfRange) {
-			t.n.c.storeFailed[buildKey{t.n.id, t.key}] = true
-			t.n.c.event("n%d store offset %v %s=%d err=%v", t.n.id, t.key, consumer, offset, err)
+			c.storeFailed[buildKey{n.id, t.key}] = true
+			c.event("n%d store offset %v %s=%d err=%v", n.id, t.key, consumer, offset, err)
 		}
 		sk := storeKey{t.key, consumer, offset}
-		t.n.c.storeOutcomes[sk] |= storeOutcome(err)
-		t.n.lastServe[t.key.ns] = t.key.epoch
-		t.n.stored = append(t.n.stored, storeRecord{ns: t.key.ns, consumer: consumer, offset: offset, epoch: t.key.epoch, err: err})
+		c.storeOutcomes[sk] |= storeOutcome(err)
+		n.lastServe[t.key.ns] = t.key.epoch
+		n.stored = append(n.stored, storeRecord{ns: t.key.ns, consumer: consumer, offset: offset, epoch: t.key.epoch, err: err})
 	}
 	return err
 }
@@ -353,12 +179,6 @@ type storeRecord struct {
 	offset   uint64
 	epoch    uint64
 	err      error
-}
-
-// ConsumerOffset implements partition.Partition.
-func (t *ctap) ConsumerOffset(consumer string) (uint64, bool, error) {
-	t.serving("get offset")
-	return t.Partition.ConsumerOffset(consumer)
 }
 
 // onReplicaAppend checks one replica's append against the log (invariants

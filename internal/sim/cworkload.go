@@ -9,7 +9,6 @@ import (
 
 	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
-	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/shard"
 )
 
@@ -129,97 +128,6 @@ func (c *csim) dataOp(cl *client, n *node, ns metadata.Namespace, kind opKind) *
 	})
 }
 
-// send hands a's frame to n's router. A refusal is the attempt's answer.
-func (c *csim) send(a *attempt, n *node) { c.sendTo(a, n, c.onAnswer) }
-
-// onAnswer handles an attempt's answer the way the Node's client side does
-// in a cluster.
-func (c *csim) onAnswer(a *attempt, r shard.Response) {
-	o := a.op
-	if a.answered {
-		c.fail(1, "attempt %d answered twice", a.id)
-		return
-	}
-	a.answered, a.resp = true, r
-	switch {
-	case a.fwd != nil:
-		a.served = a.fwdServed // captured when the node sent its answer
-	case servedAnswer(r.Err) && !errors.Is(r.Err, shard.ErrNotLeader) && !errors.Is(r.Err, shard.ErrOutcomeUnknown):
-		a.served = a.node.lastServe[o.ns]
-	}
-	a.ansEv = c.event("answer a=%d op=%d n%d %s", a.id, o.id, a.node.id, describe(r))
-	// The checks on the answer are the simulator's; what the client does
-	// next is the Node's client call (host.CallDriver) deciding.
-	var nl *shard.NotLeaderError
-	switch {
-	case r.Err == nil:
-		o.hops = 0
-		c.onSuccess(a, r)
-		return
-	case errors.As(r.Err, &nl):
-		c.ops.NotLeader++
-		if info, ok := a.node.meta.Partition(o.ns); ok && !info.Holds(a.node.id) {
-			c.ops.NotHeld++
-		}
-		if !c.checkNotApplied(a, r.Err) {
-			return
-		}
-		c.follow(o, a, c.callOf(o).Answer(c.clk.Now(), r, nil), r.Err)
-		return
-	case errors.Is(r.Err, shard.ErrOutcomeUnknown):
-		// The Node retries an unknown outcome in a cluster: a produce's
-		// retry carries the same (producer, sequence) pair, and storing a
-		// consumer offset again is idempotent.
-		c.ops.UnknownAnswers++
-		o.maybeApplied, o.hops = true, 0
-		c.follow(o, a, c.callOf(o).Answer(c.clk.Now(), r, nil), r.Err)
-		return
-	case retryable(r.Err):
-		o.hops = 0
-		if !c.checkNotApplied(a, r.Err) {
-			return
-		}
-		c.follow(o, a, c.callOf(o).Answer(c.clk.Now(), r, nil), r.Err)
-		return
-	default:
-		if isCorruptLog(r.Err) && !c.damageExplained(a) {
-			c.fail(3, "attempt %d (op %d %v %v) answered by n%d with damage no lie explains: %v", a.id, o.id, o.kind, o.ns, a.node.id, r.Err)
-			return
-		}
-		if o.kind == kindStore && a.fwd == nil && errors.Is(r.Err, partition.ErrOffsetOutOfRange) && r.Offset != o.offset {
-			// (A forwarded answer's error carries no offset on the wire.)
-			// A refused consumer offset is answered with the offset refused.
-			c.fail(5, "attempt %d (op %d) storing %s=%d was answered for offset %d: the answer of another write (%v)",
-				a.id, o.id, o.consumer, o.offset, r.Offset, r.Err)
-			return
-		}
-		oc := outcomeError
-		switch {
-		case o.kind == kindProduce || o.kind == kindBatch:
-			// A proposal may commit after its proposer answered an error
-			// (a partition fenced, evicted or closed with it pending).
-			oc = outcomeUnknown
-		case o.kind == kindStore && !errors.Is(r.Err, partition.ErrOffsetOutOfRange):
-			oc = outcomeUnknown
-		}
-		c.finish(o, oc, r, r.Err)
-	}
-}
-
-// checkNotApplied: an answer that means "not applied, try again" (here or
-// elsewhere) must not come for a produce whose messages were appended
-// (invariant 5).
-func (c *csim) checkNotApplied(a *attempt, err error) bool {
-	for _, id := range a.ids {
-		if info := c.msgs[id]; info.appended {
-			c.fail(5, "attempt %d (op %d) was answered %q (not applied) but its message %d was appended to %v at %d",
-				a.id, a.op.id, err, id, info.key, info.off)
-			return false
-		}
-	}
-	return true
-}
-
 // appliedTries maps each incarnation to the try of o whose messages were
 // appended to it. A produce retried after an unknown outcome carries the
 // same (producer, sequence) pair, so the partition applies it at most
@@ -317,25 +225,6 @@ func (c *csim) onSuccess(a *attempt, r shard.Response) {
 // (startCall).
 func (c *csim) callOf(o *op) *host.CallDriver { return &o.call }
 
-// startCall makes a, o's first try, through its home n as the Node's
-// client call does: the engine's call driver (host.Engine.NewCall)
-// decides it — to n's owner shard, or for a partition n holds no replica
-// of straight to a live replica, forwarded over the bus.
-func (c *csim) startCall(o *op, a *attempt, n *node) {
-	var st host.CallStep
-	o.call, st = n.eng.NewCall(o.ns, time.Time{})
-	if st.Op == host.CallForward {
-		if to := c.node(st.To); to != nil && to.id != n.id {
-			o.hops++
-			c.forward(a, n, to)
-			return
-		}
-		// A replica the simulator does not know (removed): the request
-		// goes to the owner shard, which names a live one.
-	}
-	c.send(a, n)
-}
-
 // follow carries out the client call's step st after attempt a of o was
 // answered cause: a forward is a new attempt at the leader named (the
 // simulated bus delivers a forwarded request as the node's router
@@ -419,7 +308,7 @@ func (c *csim) retry(o *op) {
 		c.propose(o)
 		return
 	}
-	c.retryCall(o, home, func(a *attempt) { c.send(a, home) })
+	c.retryCall(o, home)
 }
 
 // metaOpStart starts a metadata operation for cl through n, computed from

@@ -33,15 +33,27 @@
 // client's next action (base.act), a data operation's start through its
 // home node (base.callData), a try's send (base.sendTo), and the Node's
 // client call's wait, end and retry in place (base.callStep,
-// base.retryCall).
+// base.retryCall). So are the handling of an answer (base.onAnswer: the
+// checks on it, then the Node's client call deciding what follows) and
+// the store tap (tap.go: the store every node opens its partitions
+// through, slowing builds and checking what they open, and the tap on
+// every partition, checking each append and read and the incarnation
+// fence where a client is served). Where a single node and a cluster
+// member really differ, each leaves a narrow part to its harness: what
+// an acknowledgement, a build, an append or a read must match in the
+// oracle (one log per incarnation on a single node, whose unsynced tail
+// a power loss may take; one copy per replica of the log its group
+// agrees on in a cluster), which damage a lie explains, and how a call
+// goes on after an answer (a retry in place; in a cluster also a forward
+// to the leader named): the answerer and tapOracle interfaces.
 //
 // What is not one yet: a single-node run (sim.go, workload.go, check.go,
 // engine.go, store.go) and a cluster run (cluster.go and the c*.go files)
 // are still two harness types, each with its own scheduler step (which
-// work it picks and how often), its handling of an answer, its
-// quiescence rounds and final reads, and its partition store tap (one
-// log per incarnation on one node, one copy per replica in a cluster);
-// the sections below describe each.
+// work it picks and how often, and so how it draws from the RNG), its
+// quiescence rounds and final reads, and its crash scheduling (a single
+// node restarts at once, a cluster member stays down a while); the
+// sections below describe each.
 //
 // # Single-node mode
 //

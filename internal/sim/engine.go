@@ -65,7 +65,7 @@ func (s *sim) openNode(prev *node) *node {
 	n.shadow = make([][]*attempt, s.cfg.Shards)
 	n.busy = make([]bool, s.cfg.Shards)
 	eng, err := host.New(n.hostConfig(errorfs.New(n.mem, n.inj), snapshotEvery, func(st partition.Store) partition.Store {
-		return &simStore{s: s, n: n, inner: st}
+		return nodeStore{&store{n: n, o: s, inner: st}}
 	}))
 	if err != nil {
 		s.fail(0, "open node (gen %d): %v", n.gen, err)
@@ -80,7 +80,7 @@ func (s *sim) openNode(prev *node) *node {
 // answered.
 func (s *sim) stepShard(i int) {
 	if s.n.step(i) {
-		s.collect(s.onAnswer)
+		s.collect()
 	}
 }
 
@@ -95,7 +95,7 @@ func (s *sim) stepAll() {
 				did = true
 			} else if s.n.shards[i].Step() {
 				s.event("step shard=%d tick", i)
-				s.collect(s.onAnswer)
+				s.collect()
 				did = true
 			}
 		}
@@ -112,7 +112,7 @@ func (s *sim) reconcile(i int) {
 		s.fail(0, "reconcile shard %d: %v", i, err)
 		return
 	}
-	s.collect(s.onAnswer)
+	s.collect()
 }
 
 // crash is a power loss: every request in flight is answered by the

@@ -11,7 +11,7 @@ var invIncarnations = invariant{
 	id:        2,
 	name:      "no message crosses incarnations",
 	behaviour: "4, 10, 20, 25",
-	online:    "the storage tap (store.go, cstore.go) at every append and read; the incarnation that served each operation while the history is placed (invariant 5)",
+	online:    "the storage tap (tap.go, with store.go and cstore.go) at every append and read; the incarnation that served each operation while the history is placed (invariant 5)",
 	caughtBy:  []string{"BreakRaftEpoch", "testhooks.ServeStaleParked", "BreakFastSkip"},
 }
 

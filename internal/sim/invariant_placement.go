@@ -10,6 +10,6 @@ var invPlacement = invariant{
 	name:      "replicas exactly where the placement says, moves settle",
 	behaviour: "31",
 	settled:   inCluster((*csim).checkOwnership),
-	online:    "every replica build and removal against the node's metadata (cstore.go, cplace.go); moves and leadership that never settle (notQuiescent)",
+	online:    "every replica build and removal against the node's metadata (tap.go, cstore.go, cplace.go); moves and leadership that never settle (notQuiescent)",
 	caughtBy:  []string{"BreakPlacement", "BreakLeaderTransfer", "BreakEarlySettle", "testhooks.NoTermStep"},
 }

@@ -747,20 +747,22 @@ func (l *lies) saveCopies() {
 	l.event("saved a copy of %s (%d bytes)", name, len(c.Data))
 }
 
-// lieAnswer checks an answer against the lies: damage reported for an
-// incarnation no lie touched is a false alarm (invariant 3).
-func (s *sim) lieAnswer(a *attempt, err error) {
+// damageAnswered checks an answer against the lies: damage reported for
+// an incarnation no lie touched is a false alarm (invariant 3). It
+// reports false after recording the violation.
+func (s *sim) damageAnswered(a *attempt, err error) bool {
 	if err == nil || !isCorrupt(err) {
-		return
+		return true
 	}
 	// The damage may be an incarnation's that was replaced while the
 	// request waited (a parked frame answered with its build's failure).
 	for _, epoch := range s.n.incs.during(a.op.ns, a.op.callEv, s.tr.n) {
 		if s.lies.damageOK(incKey{a.op.ns, epoch}) {
-			return
+			return true
 		}
 	}
 	s.fail(3, "attempt %d (op %d %v %v) answered with damage no lie explains: %v", a.id, a.op.id, a.op.kind, a.op.ns, err)
+	return false
 }
 
 // LieCounts counts the lying faults that took effect, by kind.

@@ -99,10 +99,6 @@ type node struct {
 	gen       int
 }
 
-// cnode is node under the name the cluster harness's consumer group
-// members (cmembers.go) and misbehaving member (cpeer.go) still use.
-type cnode = node
-
 // replicated reports whether n is a cluster member (metadata through
 // the metadata raft group, partitions replicated, clients' polls asking
 // for the leader and produces carrying a producer id), not the

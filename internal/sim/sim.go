@@ -686,6 +686,7 @@ func newSim(cfg Config) *sim {
 		base: newBase(cfg, rng, clock.NewManual(epoch0)),
 		ctx:  context.Background(),
 	}
+	s.h = s
 	s.lies = newLies(&s.base, func() *vfs.MemFS { return s.n.mem }, func() *metadata.Store { return s.n.meta }, metaDir, &s.faults, "")
 	// The node before it first opens: its empty disk and its own clock.
 	s.n = &node{b: &s.base, mem: vfs.NewMem(), clk: newNodeClock(s.initialSkew()),

@@ -146,53 +146,30 @@ func decodePayload(b []byte) (uint64, bool) {
 	return id, true
 }
 
-// simStore wraps the node's FileStore: it slows builds down (the SlowBuild
-// fault), checks what a build opens against the oracle, and wraps every
-// partition in a tap.
-type simStore struct {
-	s     *sim
-	n     *node
-	inner partition.Store
+// tapBuilt checks a partition the single node built: a reopen of an
+// incarnation the oracle knows (verifyReopen), or a fresh one, which
+// must be empty.
+func (s *sim) tapBuilt(n *node, key incKey, p partition.Partition) {
+	if log := s.oracle[key]; log != nil {
+		s.verifyReopen(n, key, log, p)
+		return
+	}
+	if p.NextOffset() != 0 || p.StartOffset() != 0 {
+		s.fail(2, "a fresh build of %v holds offsets [%d, %d): data of another incarnation", key, p.StartOffset(), p.NextOffset())
+	}
+	s.oracle[key] = &incLog{}
 }
 
-// Build implements partition.Store.
-func (st *simStore) Build(ns metadata.Namespace, epoch uint64) (partition.Partition, error) {
-	s := st.s
-	// Crashes wait until depth is 0 again, so st.n is still the node
-	// when the nested steps are done.
-	if k := s.slowBuild(); k > 0 {
-		s.event("slow build ns=%v epoch=%d by shard %d: %d steps", ns, epoch, st.n.building[len(st.n.building)-1], k)
-		s.nested(k, s.tick)
-		s.event("slow build ns=%v epoch=%d resumes", ns, epoch)
+// tapBuildFailed: a build may fail with damage only where a lie left it
+// (invariant 3); it counts as detected.
+func (s *sim) tapBuildFailed(_ *node, key incKey, err error) {
+	if !isDamageError(err) {
+		return
 	}
-	p, err := st.inner.Build(ns, epoch)
-	if err != nil && BreakRebuildOnDamage.Load() && isDamageError(err) {
-		s.event("build ns=%v epoch=%d: damage, started over (broken): %v", ns, epoch, err)
-		if err = st.inner.Remove(ns); err == nil {
-			p, err = st.inner.Build(ns, epoch)
-		}
+	if isCorrupt(err) && !s.lies.damageOK(key) {
+		s.fail(3, "build of %v failed with damage no lie explains: %v", key, err)
 	}
-	if err != nil {
-		s.event("build ns=%v epoch=%d err=%v", ns, epoch, err)
-		if isDamageError(err) {
-			if key := (incKey{ns, epoch}); isCorrupt(err) && !s.lies.damageOK(key) {
-				s.fail(3, "build of %v failed with damage no lie explains: %v", key, err)
-			}
-			s.faults.Detected++
-		}
-		return nil, err
-	}
-	key := incKey{ns, epoch}
-	if log := s.oracle[key]; log != nil {
-		s.verifyReopen(st.n, key, log, p)
-	} else {
-		if p.NextOffset() != 0 || p.StartOffset() != 0 {
-			s.fail(2, "a fresh build of %v holds offsets [%d, %d): data of another incarnation", key, p.StartOffset(), p.NextOffset())
-		}
-		s.oracle[key] = &incLog{}
-	}
-	s.event("build ns=%v epoch=%d next=%d", ns, epoch, p.NextOffset())
-	return &tap{Partition: p, s: s, n: st.n, key: key}, nil
+	s.faults.Detected++
 }
 
 // verifyReopen checks a partition reopened at an incarnation the oracle
@@ -257,16 +234,11 @@ func (s *sim) verifyReopen(n *node, key incKey, log *incLog, p partition.Partiti
 	log.raw = log.raw[:min(uint64(len(log.raw)), next)]
 }
 
-// Remove implements partition.Store. Removing the data of the committed
-// incarnation would lose acknowledged messages: the oracle checks that
-// only dead incarnations (or orphans) are removed.
-func (st *simStore) Remove(ns metadata.Namespace) error {
-	s := st.s
-	if err := st.inner.Remove(ns); err != nil {
-		s.event("remove ns=%v err=%v", ns, err)
-		return err
-	}
-	rev, committed := st.n.meta.CreatedRevision(ns)
+// tapRemoved: removing the data of the committed incarnation would lose
+// acknowledged messages: the oracle checks that only dead incarnations
+// (or orphans) are removed.
+func (s *sim) tapRemoved(n *node, ns metadata.Namespace) {
+	rev, committed := n.meta.CreatedRevision(ns)
 	keys := slices.SortedFunc(maps.Keys(s.oracle), incKey.compare)
 	for _, k := range keys {
 		if k.ns != ns {
@@ -284,83 +256,28 @@ func (st *simStore) Remove(ns metadata.Namespace) error {
 		}
 		delete(s.oracle, k)
 	}
-	s.event("remove ns=%v", ns)
-	return nil
 }
 
-// List implements partition.Store.
-func (st *simStore) List() ([]partition.Stored, error) { return st.inner.List() }
-
-// tap observes one partition incarnation: every successful append and
-// read is checked against the oracle.
-type tap struct {
-	partition.Partition
-	s   *sim
-	n   *node
-	key incKey
-}
-
-// Unwrap returns the tapped partition: the node's journal
-// (partition.Journal) commits it as the store's own, so the simulated
-// node runs the journal as a real one does. Appends still go through the
-// tap.
-func (t *tap) Unwrap() partition.Partition { return t.Partition }
-
-// serving records that the shard is serving a client request of this
-// incarnation and checks the incarnation fence (behaviour 10): a shard
-// serves only the committed incarnation.
-func (t *tap) serving(what string) {
-	s := t.s
-	s.n.lastServe[t.key.ns] = t.key.epoch
-	if rev, ok := s.n.meta.CreatedRevision(t.key.ns); !ok || rev != t.key.epoch {
-		s.fail(2, "%s served on %v while the committed incarnation is %d (committed: %v)", what, t.key, rev, ok)
-	}
-}
-
-// Append implements partition.Partition. The incarnation fence is not
-// asserted here but where the shard admitted each produce: a shard queues
-// the produces it takes in one pump step and appends them together when
-// its inbox runs dry or before anything else touches the partition
-// (shard/coalesce.go), so a metadata commit may fall between the admission
-// and the append. That is harmless — the produce was concurrent with the
-// delete and linearizes before it, no read is served from the incarnation
-// after the commit, and the teardown appends whatever is queued before it
-// closes the partition — so onAppend checks every message against the
-// incarnation its frame was stamped with when the shard took it instead.
-func (t *tap) Append(msgs []partition.Message) (uint64, error) {
-	if t.n.inj.dead {
-		// A crashed node's shutdown appends what it had queued to a disk
-		// that is gone: nothing anyone will see.
-		return t.Partition.Append(msgs)
-	}
-	t.s.n.lastServe[t.key.ns] = t.key.epoch
-	first, err := t.Partition.Append(msgs)
+// tapAppended: an append on a single node serves a client's produce (the
+// incarnation it served is recorded), and a successful one is checked
+// (onAppend).
+func (s *sim) tapAppended(n *node, key incKey, first uint64, msgs []partition.Message, err error) {
+	n.lastServe[key.ns] = key.epoch
 	if err == nil {
-		t.s.onAppend(t.key, first, msgs)
-	} else {
-		t.s.event("append %v err=%v", t.key, err)
+		s.onAppend(key, first, msgs)
 	}
-	return first, err
 }
 
-// Read implements partition.Partition.
-func (t *tap) Read(from uint64, max int) ([]partition.Message, error) {
-	t.serving("read")
-	msgs, err := t.Partition.Read(from, max)
-	if err != nil && BreakSwallowDamage.Load() && isDamageError(err) {
-		// What the broken build serves is checked as any answer is.
-		t.s.event("read of %v from %d: damage swallowed (broken): %v", t.key, from, err)
-		msgs, err = nil, nil
-	}
-	if err == nil {
-		if BreakAppendTimeOrder.Load() {
-			if log := t.s.oracle[t.key]; log != nil {
-				msgs = rawAppendTimes(msgs, log.raw)
-			}
-		}
-		t.s.onRead(t.key, from, msgs)
-	}
-	return msgs, err
+// tapRead checks a read (onRead): on a single node every read is a
+// client's.
+func (s *sim) tapRead(_ *node, key incKey, from uint64, msgs []partition.Message, _ bool) {
+	s.onRead(key, from, msgs)
+}
+
+// tapStoreOffset serves a client's consumer offset write.
+func (s *sim) tapStoreOffset(t *tap, consumer string, offset uint64) error {
+	t.serving("store offset")
+	return t.Partition.StoreConsumerOffset(consumer, offset)
 }
 
 // onAppend checks an append (invariants 2, 3 and 5) and records it.
@@ -434,16 +351,4 @@ func (s *sim) onRead(key incKey, from uint64, msgs []partition.Message) {
 			return
 		}
 	}
-}
-
-// StoreConsumerOffset implements partition.Partition.
-func (t *tap) StoreConsumerOffset(consumer string, offset uint64) error {
-	t.serving("store offset")
-	return t.Partition.StoreConsumerOffset(consumer, offset)
-}
-
-// ConsumerOffset implements partition.Partition.
-func (t *tap) ConsumerOffset(consumer string) (uint64, bool, error) {
-	t.serving("get offset")
-	return t.Partition.ConsumerOffset(consumer)
 }

@@ -217,7 +217,7 @@ func (b *base) act(cl *client, n *node, meta func(group bool), lookup func() boo
 
 // dataOp starts a partition operation of kind on ns for c.
 func (s *sim) dataOp(c *client, ns metadata.Namespace, kind opKind) *op {
-	return s.callData(c, s.n, ns, kind, s.startCall)
+	return s.callData(c, s.n, ns, kind, func(o *op, a *attempt) { s.startCall(o, a, s.n) })
 }
 
 // callData starts a data operation of kind on ns by client cl through its
@@ -335,13 +335,10 @@ func (o *op) args() string {
 	return ""
 }
 
-// send hands a's frame to the router. A refusal is the attempt's answer.
-func (s *sim) send(a *attempt) { s.sendTo(a, s.n, s.onAnswer) }
-
 // sendTo sends a through node n's router, as the Node's client call
-// sends a try: a full inbox (router.ErrFull) is an answer, which answer
-// takes; any other refusal is a violation.
-func (b *base) sendTo(a *attempt, n *node, answer func(*attempt, shard.Response)) {
+// sends a try: a full inbox (router.ErrFull) is an answer (onAnswer);
+// any other refusal is a violation.
+func (b *base) sendTo(a *attempt, n *node) {
 	a.node = n
 	a.sendEv = b.event("send a=%d op=%d%s", a.id, a.op.id, n.suffix())
 	if _, err := n.rt.Send(a.op.ns, shard.Frame{Req: a.req, Reply: a.reply}); err != nil {
@@ -349,7 +346,7 @@ func (b *base) sendTo(a *attempt, n *node, answer func(*attempt, shard.Response)
 			b.fail(0, "%srouter refused attempt %d with %v", n.tag(), a.id, err)
 			return
 		}
-		answer(a, shard.Response{Err: err})
+		b.onAnswer(a, shard.Response{Err: err})
 		return
 	}
 	b.inflight = append(b.inflight, a)
@@ -368,49 +365,113 @@ func servedAnswer(err error) bool {
 	return err == nil || !retryable(err) && !errors.Is(err, shard.ErrPartitionFailed) && !errors.Is(err, shard.ErrClosed)
 }
 
-// onAnswer handles an attempt's answer.
-func (s *sim) onAnswer(a *attempt, r shard.Response) {
-	o := a.op
+// answerer is what answer handling leaves to the harness: what an
+// acknowledgement must match in its oracle (a single node's log, or the
+// log a group's replicas agree on, where a retried produce may have been
+// deduplicated), which damage a lie explains, and how the client's call
+// carries on after an answer that is not the last (a retry in place on a
+// single node; in a cluster also a forward to the leader named).
+type answerer interface {
+	onSuccess(a *attempt, r shard.Response)
+	damageAnswered(a *attempt, err error) bool
+	follow(o *op, a *attempt, st host.CallStep, cause error)
+}
+
+// onAnswer handles an attempt's answer, from a node of either kind. The
+// checks on the answer are the simulator's; what the client does next is
+// the Node's client call (host.CallDriver) deciding.
+func (b *base) onAnswer(a *attempt, r shard.Response) {
+	o, n := a.op, a.node
 	if a.answered {
-		s.fail(1, "attempt %d answered twice", a.id)
+		b.fail(1, "attempt %d answered twice", a.id)
 		return
 	}
 	a.answered, a.resp = true, r
-	if servedAnswer(r.Err) {
-		a.served = s.n.lastServe[o.ns]
+	// An unknown outcome in a cluster is the leader's, which the client
+	// call retries: not the incarnation's answer.
+	unknownRetried := n.replicated() && errors.Is(r.Err, shard.ErrOutcomeUnknown)
+	switch {
+	case a.fwd != nil:
+		a.served = a.fwdServed // captured when the node sent its answer
+	case servedAnswer(r.Err) && !errors.Is(r.Err, shard.ErrNotLeader) && !unknownRetried:
+		a.served = n.lastServe[o.ns]
 	}
-	a.ansEv = s.event("answer a=%d op=%d %s", a.id, o.id, describe(r))
-	s.lieAnswer(a, r.Err)
+	a.ansEv = b.event("answer a=%d op=%d %s%s", a.id, o.id, n.tag(), describe(r))
+	var nl *shard.NotLeaderError
 	switch {
 	case r.Err == nil:
-		s.onSuccess(a, r)
+		o.hops = 0
+		b.h.onSuccess(a, r)
+		return
+	case errors.As(r.Err, &nl):
+		b.ops.NotLeader++
+		if info, ok := n.meta.Partition(o.ns); ok && !info.Holds(n.id) {
+			b.ops.NotHeld++
+		}
+		if !b.checkNotApplied(a, r.Err) {
+			return
+		}
+		b.h.follow(o, a, o.call.Answer(b.clk.Now(), r, nil), r.Err)
+		return
+	case unknownRetried:
+		// The Node retries an unknown outcome in a cluster: a produce's
+		// retry carries the same (producer, sequence) pair, and storing a
+		// consumer offset again is idempotent.
+		b.ops.UnknownAnswers++
+		o.maybeApplied, o.hops = true, 0
+		b.h.follow(o, a, o.call.Answer(b.clk.Now(), r, nil), r.Err)
+		return
 	case retryable(r.Err):
-		for _, id := range a.ids {
-			if info := s.msgs[id]; info.appended {
-				s.fail(5, "attempt %d was answered %q (not applied, retry) but its message %d was appended to %v at %d",
-					a.id, r.Err, id, info.key, info.off)
-				return
-			}
+		o.hops = 0
+		if !b.checkNotApplied(a, r.Err) {
+			return
 		}
-		s.scheduleRetry(o, r.Err)
-	default:
-		oc := outcomeError
-		switch {
-		case (o.kind == kindProduce || o.kind == kindBatch) && errors.Is(r.Err, partition.ErrRolledBack):
-			// Not appended, definitely: the failed group commit took
-			// its messages back out of the log (checked below and by
-			// the rebuild's reopen check).
-			s.rolledBack(a)
-		case o.kind == kindProduce || o.kind == kindBatch:
-			oc = outcomeUnknown
-		case o.kind == kindStore && !errors.Is(r.Err, partition.ErrOffsetOutOfRange):
-			oc = outcomeUnknown
-		}
-		if !servedAnswer(r.Err) && oc == outcomeUnknown {
-			oc = outcomeError // refused before reaching the partition: no effect
-		}
-		s.finish(o, oc, r, r.Err)
+		b.h.follow(o, a, o.call.Answer(b.clk.Now(), r, nil), r.Err)
+		return
 	}
+	if !b.h.damageAnswered(a, r.Err) {
+		return
+	}
+	if o.kind == kindStore && a.fwd == nil && errors.Is(r.Err, partition.ErrOffsetOutOfRange) && r.Offset != o.offset {
+		// (A forwarded answer's error carries no offset on the wire.)
+		// A refused consumer offset is answered with the offset refused.
+		b.fail(5, "attempt %d (op %d) storing %s=%d was answered for offset %d: the answer of another write (%v)",
+			a.id, o.id, o.consumer, o.offset, r.Offset, r.Err)
+		return
+	}
+	oc := outcomeError
+	switch {
+	case (o.kind == kindProduce || o.kind == kindBatch) && errors.Is(r.Err, partition.ErrRolledBack):
+		// Not appended, definitely: the failed group commit took
+		// its messages back out of the log (checked below and by
+		// the rebuild's reopen check).
+		b.rolledBack(a)
+	case o.kind == kindProduce || o.kind == kindBatch:
+		oc = outcomeUnknown
+	case o.kind == kindStore && !errors.Is(r.Err, partition.ErrOffsetOutOfRange):
+		oc = outcomeUnknown
+	}
+	if !n.replicated() && !servedAnswer(r.Err) && oc == outcomeUnknown {
+		// Refused before reaching the partition: no effect. (A
+		// replicated proposal may commit after its proposer answered an
+		// error: a partition fenced, evicted or closed with it pending.)
+		oc = outcomeError
+	}
+	b.finish(o, oc, r, r.Err)
+}
+
+// checkNotApplied: an answer that means "not applied, try again" (here or
+// elsewhere) must not come for a produce whose messages were appended
+// (invariant 5).
+func (b *base) checkNotApplied(a *attempt, err error) bool {
+	for _, id := range a.ids {
+		if info := b.msgs[id]; info.appended {
+			b.fail(5, "attempt %d (op %d) was answered %q (not applied) but its message %d was appended to %v at %d",
+				a.id, a.op.id, err, id, info.key, info.off)
+			return false
+		}
+	}
+	return true
 }
 
 // rolledBack records that a's messages were taken back out of their log
@@ -419,25 +480,25 @@ func (s *sim) onAnswer(a *attempt, r shard.Response) {
 // the failed group), none of which may have been acknowledged, so the
 // reopen after the partition's rebuild, and any later append, must find
 // the log ending where theirs began.
-func (s *sim) rolledBack(a *attempt) {
+func (b *base) rolledBack(a *attempt) {
 	for _, id := range a.ids {
-		info := s.msgs[id]
+		info := b.msgs[id]
 		if info == nil || !info.appended {
 			continue
 		}
-		log := s.oracle[info.key]
+		log := b.oracle[info.key]
 		if log == nil || info.off >= uint64(len(log.ids)) || log.ids[info.off] != id {
 			continue
 		}
 		for off := info.off; off < uint64(len(log.ids)); off++ {
 			if log.acked[off] {
-				s.fail(3, "attempt %d was answered %q, but acknowledged message %d at %v/%d follows it",
+				b.fail(3, "attempt %d was answered %q, but acknowledged message %d at %v/%d follows it",
 					a.id, a.resp.Err, log.ids[off], info.key, off)
 				return
 			}
-			s.msgs[log.ids[off]].appended = false
+			b.msgs[log.ids[off]].appended = false
 		}
-		s.event("rolled back %v to %d (a=%d)", info.key, info.off, a.id)
+		b.event("rolled back %v to %d (a=%d)", info.key, info.off, a.id)
 		log.ids, log.acked = log.ids[:info.off], log.acked[:info.off]
 		return
 	}
@@ -492,10 +553,10 @@ func (s *sim) onSuccess(a *attempt, r shard.Response) {
 	s.finish(o, outcomeOK, r, nil)
 }
 
-// scheduleRetry takes a "retry here" answer err to o's try as the
-// client call does (callStep).
-func (s *sim) scheduleRetry(o *op, err error) {
-	s.callStep(o, o.call.Answer(s.clk.Now(), shard.Response{Err: err}, nil), err)
+// follow carries on o's client call after an answer (callStep): a single
+// node's call never forwards.
+func (s *sim) follow(o *op, _ *attempt, st host.CallStep, cause error) {
+	s.callStep(o, st, cause)
 }
 
 // callStep carries out the client call's step st after o's try was
@@ -518,17 +579,28 @@ func (b *base) callStep(o *op, st host.CallStep, cause error) {
 	}
 }
 
-// startCall makes a, o's first try, as the Node's client call on the
-// node does: the engine's call driver (host.Engine.NewCall) decides it —
-// to the owner shard on one node; its deadline is fixed at its first
-// retry.
-func (s *sim) startCall(o *op, a *attempt) {
+// startCall makes a, o's first try, through its home n as the Node's
+// client call does: the engine's call driver (host.Engine.NewCall)
+// decides it — to n's owner shard, or in a cluster, for a partition n
+// holds no replica of, straight to a live replica, forwarded over the
+// bus; its deadline is fixed at its first retry.
+func (b *base) startCall(o *op, a *attempt, n *node) {
 	var st host.CallStep
-	if o.call, st = s.n.eng.NewCall(o.ns, time.Time{}); st.Op != host.CallSend {
-		s.fail(0, "op %d: the client call asked for %v first", o.id, st.Op)
+	o.call, st = n.eng.NewCall(o.ns, time.Time{})
+	switch {
+	case st.Op == host.CallForward && n.replicated():
+		if to := n.c.node(st.To); to != nil && to.id != n.id {
+			o.hops++
+			n.c.forward(a, n, to)
+			return
+		}
+		// A replica the simulator does not know (removed): the request
+		// goes to the owner shard, which names a live one.
+	case st.Op != host.CallSend && !n.replicated():
+		b.fail(0, "op %d: the client call asked for %v first", o.id, st.Op)
 		return
 	}
-	s.send(a)
+	b.sendTo(a, n)
 }
 
 var errGone = errors.New("sim: partition no longer committed")
@@ -536,14 +608,14 @@ var errGone = errors.New("sim: partition no longer committed")
 // retry re-resolves o's partition and sends a new attempt.
 func (s *sim) retry(o *op) {
 	o.waiting = false
-	s.retryCall(o, s.n, s.send)
+	s.retryCall(o, s.n)
 }
 
 // retryCall makes the client call's retry in place of o through node n:
 // the Node re-resolves the name there first (a partition no longer
 // committed ends the operation), and the call's wake must ask for a
-// send, which send makes.
-func (b *base) retryCall(o *op, n *node, send func(*attempt)) {
+// send, made through n.
+func (b *base) retryCall(o *op, n *node) {
 	if _, ok := n.meta.Partition(o.ns); !ok {
 		b.event("retry op=%d: ns=%v no longer committed%s", o.id, o.ns, n.on())
 		b.finish(o, outcomeNotApplied, shard.Response{}, errGone)
@@ -554,7 +626,7 @@ func (b *base) retryCall(o *op, n *node, send func(*attempt)) {
 		return
 	}
 	b.ops.Retries++
-	send(b.newAttempt(o))
+	b.sendTo(b.newAttempt(o), n)
 }
 
 // newAttempt builds the next try of o: a fresh request, and for a produce
@@ -594,9 +666,9 @@ func (b *base) newAttempt(o *op) *attempt {
 }
 
 // collect takes every answer waiting on an in-flight attempt's reply
-// channel, in send order, and hands it to the mode's answer (onAnswer).
-// After a violation nothing more is taken.
-func (b *base) collect(answer func(*attempt, shard.Response)) {
+// channel, in send order, and hands it to onAnswer. After a violation
+// nothing more is taken.
+func (b *base) collect() {
 	pending := append([]*attempt(nil), b.inflight...)
 	b.inflight = b.inflight[:0]
 	for _, a := range pending {
@@ -606,7 +678,7 @@ func (b *base) collect(answer func(*attempt, shard.Response)) {
 		}
 		select {
 		case r := <-a.reply:
-			answer(a, r)
+			b.onAnswer(a, r)
 		default:
 			b.inflight = append(b.inflight, a)
 		}
