@@ -43,7 +43,11 @@ import (
 //     state says how far the partition log reached, so the replica
 //     fetches the messages from its peers (catchup.go) and re-applies the
 //     raft log's entries after it, as a replica that installed a leader's
-//     snapshot does. It does not campaign until its log is whole.
+//     snapshot does. It does not campaign at once as the preferred
+//     leader while it fetches (replicate's elect), but it may still
+//     campaign later and be elected: its raft log is whole. A leader
+//     still fetching applies nothing (the entries wait behind the
+//     fetch) and serves no leader read until its log is whole.
 //
 // No offset is given out again: offsets are the group's (the replicated
 // cursor), not the local log's. A damaged raft log is not repaired this
