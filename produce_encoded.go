@@ -104,17 +104,11 @@ func (n *Node) KeepsEncoded() bool {
 
 // decodeEncoded is b's messages, checked against its count.
 func decodeEncoded(b Encoded) ([]Message, error) {
-	msgs, err := b.Decode()
-	if err == nil && len(msgs) != b.Len() {
-		err = fmt.Errorf("decoded %d messages of %d", len(msgs), b.Len())
-	}
+	msgs, err := partition.DecodeEncoded(engineEncoded{b})
 	if err != nil {
-		return nil, fmt.Errorf("%w: encoded batch: %v", ErrInvalidArgument, err)
+		return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
-	if len(msgs) == 0 {
-		return nil, ErrEmptyBatch
-	}
-	return msgs, nil
+	return clientMessages(msgs), nil
 }
 
 // engineEncoded is an Encoded as the partition package's (the same

@@ -462,12 +462,9 @@ func (p *memPartition) Read(from uint64, max int) ([]Message, error) {
 // messages with their offsets and append time set, and every slice
 // capped (as Append's copies are).
 func decodeEncoded(b Encoded, base uint64, at int64) ([]Message, error) {
-	msgs, err := b.Decode()
-	if err == nil && len(msgs) != b.Len() {
-		err = fmt.Errorf("decoded %d messages of %d", len(msgs), b.Len())
-	}
+	msgs, err := DecodeEncoded(b)
 	if err != nil {
-		return nil, fmt.Errorf("%w: encoded batch at offset %d: %w", ErrCorrupt, base, err)
+		return nil, fmt.Errorf("at offset %d: %w", base, err)
 	}
 	for i := range msgs {
 		m := &msgs[i]

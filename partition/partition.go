@@ -59,6 +59,7 @@ package partition
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/vfs"
@@ -320,6 +321,19 @@ type Encoded interface {
 	// writes (the partition keeps them and sets Offset and AppendTime).
 	// Called from the partition owner's goroutine.
 	Decode() ([]Message, error)
+}
+
+// DecodeEncoded is b's messages (Decode), checked against its count: a
+// batch that does not decode, or decodes to another count, is ErrCorrupt.
+func DecodeEncoded(b Encoded) ([]Message, error) {
+	msgs, err := b.Decode()
+	if err == nil && (len(msgs) != b.Len() || len(msgs) == 0) {
+		err = fmt.Errorf("decoded %d messages of %d", len(msgs), b.Len())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: encoded batch: %w", ErrCorrupt, err)
+	}
+	return msgs, nil
 }
 
 // EncodedKeeper is implemented by partitions that keep an Encoded batch

@@ -110,12 +110,9 @@ func decodeEncoded(r *Request) error {
 	if r.Encoded == nil {
 		return nil
 	}
-	msgs, err := r.Encoded.Decode()
-	if err == nil && len(msgs) != r.Encoded.Len() {
-		err = fmt.Errorf("decoded %d messages of %d", len(msgs), r.Encoded.Len())
-	}
+	msgs, err := partition.DecodeEncoded(r.Encoded)
 	if err != nil {
-		return fmt.Errorf("%w: encoded batch: %w", partition.ErrCorrupt, err)
+		return err
 	}
 	r.Messages, r.Encoded, r.Give = msgs, nil, true
 	return nil
