@@ -13,17 +13,17 @@ import (
 // encodedBatch is a parkway.Encoded of n messages whose payloads name
 // their index ("<tag>/<i>", padded with dots), each of size bytes, timestamped from ts.
 type encodedBatch struct {
-	tag      string
-	n        int
-	ts       int64
-	size     int
-	decodes  int
+	tag     string
+	n       int
+	ts      int64
+	size    int
+	decodes int
 }
 
-func (b *encodedBatch) Len() int                            { return b.n }
-func (b *encodedBatch) Size() int64                         { return int64(b.n * b.size) }
+func (b *encodedBatch) Len() int                           { return b.n }
+func (b *encodedBatch) Size() int64                        { return int64(b.n * b.size) }
 func (b *encodedBatch) MessageSizes() (largest, total int) { return b.size, b.n * b.size }
-func (b *encodedBatch) MaxTimestamp() int64                 { return b.ts + int64(b.n) - 1 }
+func (b *encodedBatch) MaxTimestamp() int64                { return b.ts + int64(b.n) - 1 }
 
 func (b *encodedBatch) Decode() ([]parkway.Message, error) {
 	b.decodes++
