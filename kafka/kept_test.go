@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"strings"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -130,6 +131,38 @@ func TestFetchHandsOutKeptBatches(t *testing.T) {
 	for i, m := range msgs {
 		if m.Offset != uint64(i) || string(m.Payload) != want[i] || string(m.Key) != "k" || len(m.Headers) != 1 || string(m.Headers[0].Value) != want[i] {
 			t.Fatalf("polled message %d: offset %d %q %q %v; want %q", i, m.Offset, m.Key, m.Payload, m.Headers, want[i])
+		}
+	}
+}
+
+// TestKeptBatchesOutliveTheListener: a node keeps the batches a listener
+// took after the listener closes (its zstd decoder with it), and a
+// parkway Poll then still decodes them, whatever their codec (the records
+// compress well, so the client does compress them).
+func TestKeptBatchesOutliveTheListener(t *testing.T) {
+	f := serve(t, Config{DefaultPartitions: 1})
+	ctx := ctxFor(t)
+	codecs := []kgo.CompressionCodec{kgo.NoCompression(), kgo.GzipCompression(), kgo.SnappyCompression(), kgo.Lz4Compression(), kgo.ZstdCompression()}
+	for i, c := range codecs {
+		prod := f.client(t, kgo.DefaultProduceTopic("outlive"), kgo.AllowAutoTopicCreation(), kgo.ProducerBatchCompression(c))
+		if err := prod.ProduceSync(ctx, kgo.StringRecord(fmt.Sprintf("codec-%d-%s", i, strings.Repeat("value", 200)))).FirstErr(); err != nil {
+			t.Fatalf("produce with codec %d: %v", i, err)
+		}
+	}
+	h, err := f.srv.topics.lookup(ctx, "outlive")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	msgs := pollAll(t, f.node, h, 0)
+	if len(msgs) != len(codecs) {
+		t.Fatalf("polled %d messages after the listener closed, want %d", len(msgs), len(codecs))
+	}
+	for i, m := range msgs {
+		if want := fmt.Sprintf("codec-%d-%s", i, strings.Repeat("value", 200)); string(m.Payload) != want {
+			t.Fatalf("message %d: %.20q..., want %.20q...", i, m.Payload, want)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"sync"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/snappy"
@@ -73,8 +74,16 @@ type keptBatch struct {
 	maxTS          int64
 	largest, total int
 	inflated       int
-	zstd           *zstd.Decoder
 }
+
+// keptZstd is the zstd decoder of kept batches' Decode: one of the
+// package's, never closed, since a node keeps its batches past the
+// listener that took them (the Server's decoder closes with it). A
+// batch reaches it validated, inflating to k.inflated, which Decode
+// holds it to.
+var keptZstd = sync.OnceValues(func() (*zstd.Decoder, error) {
+	return zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(MaxMaxRequestSize))
+})
 
 var _ parkway.Encoded = (*keptBatch)(nil)
 
@@ -84,10 +93,17 @@ func (k *keptBatch) MessageSizes() (largest, total int) { return k.largest, k.to
 func (k *keptBatch) MaxTimestamp() int64                { return k.maxTS }
 
 // Decode decodes the batch's records into messages of their own (a
-// parkway reader's Poll reached them), with the decoder that validated
-// them when they were produced.
+// parkway reader's Poll reached them), as they were validated when they
+// were produced, into at most the bytes they inflated to then.
 func (k *keptBatch) Decode() ([]parkway.Message, error) {
-	d := decoder{zstd: k.zstd, left: k.inflated}
+	d := decoder{left: k.inflated}
+	if int16(binary.BigEndian.Uint16(k.raw[batchCRCStart:]))&attrCompression == 4 {
+		dec, err := keptZstd()
+		if err != nil {
+			return nil, err
+		}
+		d.zstd = dec
+	}
 	b, err := d.decodeBatch(k.raw)
 	return b.msgs, err
 }
@@ -213,7 +229,7 @@ func (d *decoder) decodeBatch(raw []byte) (decodedBatch, error) {
 		kept    *keptBatch
 	)
 	if d.encoded {
-		kept = &keptBatch{n: int(n), inflated: len(data), zstd: d.zstd}
+		kept = &keptBatch{n: int(n), inflated: len(data)}
 	} else {
 		b.msgs = make([]parkway.Message, n)
 	}
