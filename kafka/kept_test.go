@@ -14,16 +14,16 @@ import (
 )
 
 // fetchBatches fetches partition 0 of topic from offset in one request
-// (no wait) and returns the batches of the answer, each checked against
-// its CRC, with the leader epoch the response's fields carry.
-func fetchBatches(r *raw, topic string, offset int64) []kmsg.RecordBatch {
+// (no wait) with the given partition budget, and returns the batches of
+// the answer, each checked against its CRC.
+func fetchBatches(r *raw, topic string, offset int64, budget int32) []kmsg.RecordBatch {
 	r.t.Helper()
 	req := kmsg.NewPtrFetchRequest()
 	req.Version, req.MaxWaitMillis, req.MinBytes, req.MaxBytes = 12, 0, 1, 64<<20
 	ft := kmsg.NewFetchRequestTopic()
 	ft.Topic = topic
 	fp := kmsg.NewFetchRequestTopicPartition()
-	fp.FetchOffset, fp.PartitionMaxBytes = offset, 1<<20
+	fp.FetchOffset, fp.PartitionMaxBytes = offset, budget
 	ft.Partitions = append(ft.Partitions, fp)
 	req.Topics = append(req.Topics, ft)
 	p := r.request(req).(*kmsg.FetchResponse).Topics[0].Partitions[0]
@@ -86,7 +86,7 @@ func TestFetchHandsOutKeptBatches(t *testing.T) {
 	produce(2)
 
 	r := dialRaw(t, f.addr)
-	batches := fetchBatches(r, "kept", 0)
+	batches := fetchBatches(r, "kept", 0, 1<<20)
 	type shape struct {
 		first      int64
 		n          int32
@@ -104,7 +104,7 @@ func TestFetchHandsOutKeptBatches(t *testing.T) {
 			t.Fatalf("batch %d: %+v, leader epoch %d; want %+v, epoch %d", i, got, b.PartitionLeaderEpoch, wantShapes[i], epoch)
 		}
 	}
-	if mid := fetchBatches(r, "kept", 6); len(mid) != 3 || mid[0].FirstOffset != 5 {
+	if mid := fetchBatches(r, "kept", 6, 1<<20); len(mid) != 3 || mid[0].FirstOffset != 5 {
 		t.Fatalf("a fetch from offset 6 began with the batch at %d (%d batches), want the whole batch from 5", mid[0].FirstOffset, len(mid))
 	}
 

@@ -1,12 +1,10 @@
 package kafka
 
 import (
-	"encoding/binary"
 	"fmt"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/parkway-io/parkway"
 )
@@ -16,26 +14,8 @@ import (
 // every batch in the answer.
 func fetchRecords(r *raw, topic string, budget int32) (records int) {
 	r.t.Helper()
-	req := kmsg.NewPtrFetchRequest()
-	req.Version, req.MaxWaitMillis, req.MinBytes, req.MaxBytes = 12, 0, 1, 64<<20
-	ft := kmsg.NewFetchRequestTopic()
-	ft.Topic = topic
-	fp := kmsg.NewFetchRequestTopicPartition()
-	fp.PartitionMaxBytes = budget
-	ft.Partitions = append(ft.Partitions, fp)
-	req.Topics = append(req.Topics, ft)
-	p := r.request(req).(*kmsg.FetchResponse).Topics[0].Partitions[0]
-	if p.ErrorCode != 0 {
-		r.t.Fatalf("fetch: error %d", p.ErrorCode)
-	}
-	b := p.RecordBatches
-	for len(b) > 0 {
-		var batch kmsg.RecordBatch
-		if err := batch.ReadFrom(b); err != nil {
-			r.t.Fatalf("fetched batch: %v", err)
-		}
-		records += int(batch.NumRecords)
-		b = b[12+binary.BigEndian.Uint32(b[8:]):]
+	for _, b := range fetchBatches(r, topic, 0, budget) {
+		records += int(b.NumRecords)
 	}
 	return records
 }
