@@ -317,8 +317,8 @@ func (p *PendingAck) Wait(ctx context.Context) (Ack, error) {
 	err = publicError(err)
 	p.done, p.err = true, err
 	if err == nil {
-		p.ack = Ack{Partition: p.part, FirstOffset: r.Offset, Count: len(p.req.Messages), Kept: r.Kept}
-		p.n.countProduced(p.topic, len(p.req.Messages), p.size, p.start)
+		p.ack = Ack{Partition: p.part, FirstOffset: r.Offset, Count: produced(p.req), Kept: r.Kept}
+		p.n.countProduced(p.topic, produced(p.req), p.size, p.start)
 	}
 	return p.ack, p.err
 }
@@ -435,6 +435,11 @@ type Batch struct {
 	// Messages are in offset order. Treat them as read-only: they may share
 	// memory with the partition.
 	Messages []Message
+	// Encoded, set only by PollEncoded, is the batch kept in its
+	// producer's encoding that holds the poll's start, handed out whole
+	// instead of Messages; EncodedBase is its first message's offset.
+	Encoded     Encoded
+	EncodedBase uint64
 	// Next is the offset to poll from next: after the last message, or the
 	// poll's resolved start when it returned none. It is always in the
 	// partition's [start, end], so it can be stored with StoreOffset.
@@ -512,6 +517,12 @@ func MaxBytes(n int) PollOption {
 // WaitFor it waits for messages (a long poll) instead of returning an
 // empty batch at once.
 func (n *Node) Poll(ctx context.Context, t Topic, part uint32, from Start, max int, opts ...PollOption) (Batch, error) {
+	return n.poll(ctx, t, part, from, max, false, opts)
+}
+
+// poll is Poll, answered with an encoded batch where its start is in one
+// with encoded (PollEncoded).
+func (n *Node) poll(ctx context.Context, t Topic, part uint32, from Start, max int, encoded bool, opts []PollOption) (Batch, error) {
 	if err := n.begin(ctx); err != nil {
 		return Batch{}, err
 	}
@@ -534,6 +545,9 @@ func (n *Node) Poll(ctx context.Context, t Topic, part uint32, from Start, max i
 		Op: shard.OpPoll, Offset: from.offset, Count: max, FromLeader: !from.local,
 		Start: from.kind, Reset: shard.Reset(from.reset), Timestamp: from.timestamp,
 		MaxWait: o.wait, MinCount: o.minCount, MaxBytes: o.maxBytes,
+		// Only a node that is not clustered keeps encoded batches
+		// (ProduceAsyncEncoded), and its polls never cross the wire.
+		ReadEncoded: encoded && !n.eng.Clustered(),
 	}
 	if d, ok := ctx.Deadline(); ok && o.wait > 0 {
 		// Answer before the caller gives up: the shard answers a tenth of
@@ -566,18 +580,42 @@ func (n *Node) Poll(ctx context.Context, t Topic, part uint32, from Start, max i
 		return Batch{}, err
 	}
 	m := n.topicMetrics(t)
-	if len(r.Messages) > 0 {
-		m.Polled.Add(float64(len(r.Messages)))
-		m.PolledBytes.Add(float64(batchBytes(clientMessages(r.Messages))))
-	}
-	if o.wait > 0 {
-		m.PollWait.Observe(n.cfg.Clock.Now().Sub(began).Seconds())
-	}
 	end := r.End
 	if end < r.Offset {
 		end = r.Offset // a node that sent no end
 	}
-	return Batch{Messages: clientMessages(r.Messages), Next: r.Offset, End: end}, nil
+	b := Batch{Messages: clientMessages(r.Messages), Next: r.Offset, End: end}
+	if len(r.Messages) > 0 {
+		m.Polled.Add(float64(len(r.Messages)))
+		m.PolledBytes.Add(float64(batchBytes(b.Messages)))
+	}
+	if r.Encoded != nil {
+		// Every encoded batch a partition keeps came from
+		// ProduceAsyncEncoded, wrapped.
+		e, ok := r.Encoded.(engineEncoded)
+		if !ok {
+			return Batch{}, fmt.Errorf("parkway: a partition answered an encoded batch of type %T", r.Encoded)
+		}
+		b.Encoded, b.EncodedBase = e.Encoded, r.EncodedBase
+		_, total := b.Encoded.MessageSizes()
+		m.Polled.Add(float64(b.Encoded.Len()))
+		m.PolledBytes.Add(float64(total))
+	}
+	if o.wait > 0 {
+		m.PollWait.Observe(n.cfg.Clock.Now().Sub(began).Seconds())
+	}
+	return b, nil
+}
+
+// PollEncoded is Poll for a reader of the encoding batches were produced
+// in (ProduceAsyncEncoded: the Kafka listener's fetch): where the poll's
+// start is in a batch the node keeps encoded, it answers that batch whole
+// (Batch.Encoded, its first offset Batch.EncodedBase, at or below the
+// start: the reader skips what it did not ask for) with no Messages, and
+// Next after the batch's last message; elsewhere it answers messages as
+// Poll does. The batch is read-only, as Poll's messages are.
+func (n *Node) PollEncoded(ctx context.Context, t Topic, part uint32, from Start, max int, opts ...PollOption) (Batch, error) {
+	return n.poll(ctx, t, part, from, max, true, opts)
 }
 
 // PartitionOffsets describes a partition's log and, optionally, one

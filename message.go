@@ -54,6 +54,10 @@ func clientMessages(msgs []partition.Message) []Message {
 	return unsafe.Slice((*Message)(unsafe.Pointer(unsafe.SliceData(msgs))), len(msgs))
 }
 
+// MessageSize is the bytes m counts against MaxMessageSize and
+// MaxBatchBytes: its key, payload and headers, header framing included.
+func MessageSize(m *Message) int { return messageSize(m) }
+
 // messageSize is partition.MessageSize of m.
 func messageSize(m *Message) int {
 	return partition.MessageSize((*partition.Message)(unsafe.Pointer(m)))

@@ -20,8 +20,8 @@ func TestAPIByRole(t *testing.T) {
 		want []string
 	}{
 		{reflect.TypeFor[*parkway.Node](), []string{
-			"Admin", "Close", "Cluster", "JoinGroup", "Logger", "Metrics", "NewConsumer", "Poll",
-			"Produce", "ProduceAsync", "ProduceAsyncGive", "ProduceAsyncIdempotent", "Ready", "Stream", "Topic",
+			"Admin", "Close", "Cluster", "JoinGroup", "KeepsEncoded", "Logger", "Metrics", "NewConsumer", "Poll", "PollEncoded",
+			"Produce", "ProduceAsync", "ProduceAsyncEncoded", "ProduceAsyncGive", "ProduceAsyncIdempotent", "Ready", "Stream", "Topic",
 		}},
 		{reflect.TypeFor[*parkway.Admin](), []string{
 			"ConsumerOffset", "CreateGroup", "CreatePartitions", "CreateStream", "CreateTopic",

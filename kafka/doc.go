@@ -23,6 +23,21 @@
 // gets a new ID, and a request that names the old ID is refused with
 // UNKNOWN_TOPIC_ID instead of reaching the new topic.
 //
+// A node that keeps its partitions in memory and is not clustered
+// (Node.KeepsEncoded) keeps each produced record batch as the client
+// sent it, compressed or not, as one stored unit: validated whole first
+// (CRC, record count and offset deltas, every record's framing and
+// timestamp, the node's size limits; a compressed batch inflated, within
+// the request limit, into a recycled buffer), then given to the node
+// (Node.ProduceAsyncEncoded), which assigns its base offset. A fetch
+// hands it back as it is (Node.PollEncoded), writing only its base offset
+// and leader epoch, the two header fields the CRC does not cover; a fetch
+// from inside a batch gets the whole batch, as from a Kafka broker. A
+// parkway Poll or Consumer decodes it when it first reads it. Retention
+// ages such a batch by its newest record and sizes it by its kept bytes.
+// Any other node (on disk, in a cluster) stores each record as a parkway
+// message, and a fetch encodes them again.
+//
 // A consumer group's state — generation, protocol, leader, members and
 // their assignments — and its committed offsets (each with the commit's
 // metadata string, at most 4,096 bytes) are records of the

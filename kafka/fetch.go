@@ -213,7 +213,7 @@ func (s *Server) fetchPartition(ctx context.Context, fp *fetchPart, maxBytes int
 	if wait > 0 {
 		opts = append(opts, parkway.WaitFor(wait))
 	}
-	b, err := s.node.Poll(ctx, fp.handle, uint32(fp.part), parkway.AtOffset(uint64(fp.offset)), maxFetchMessages, opts...)
+	b, err := s.node.PollEncoded(ctx, fp.handle, uint32(fp.part), parkway.AtOffset(uint64(fp.offset)), maxFetchMessages, opts...)
 	if err != nil {
 		if wait > 0 && ctx.Err() != nil {
 			return 0, nil // another partition answered the fetch
@@ -229,7 +229,7 @@ func (s *Server) fetchPartition(ctx context.Context, fp *fetchPart, maxBytes int
 		fp.resp.ErrorCode = s.code(kmsg.Fetch, kerr.OffsetOutOfRange.Code)
 		return 0, nil
 	}
-	if len(b.Messages) == 0 {
+	if len(b.Messages) == 0 && b.Encoded == nil {
 		return 0, nil
 	}
 	before := len(fp.resp.RecordBatches)
@@ -237,10 +237,16 @@ func (s *Server) fetchPartition(ctx context.Context, fp *fetchPart, maxBytes int
 	if before == 0 {
 		dst = s.bufs.get()
 	}
-	fp.resp.RecordBatches = appendBatch(dst, b.Messages, fp.epoch)
+	var used, last, polled int
+	if fp.resp.RecordBatches, used, last, polled, err = appendPolled(dst, &b, fp.epoch); err != nil {
+		fp.resp.RecordBatches = dst
+		fp.resp.ErrorCode = s.code(kmsg.Fetch, kerr.CorruptMessage.Code)
+		return 0, err
+	}
 	// A poll may stop below the partition's end with room left in the
-	// budget (an in-memory partition serves one up to the end of a
-	// 1,024-message chunk, its stored messages without a copy): poll on,
+	// budget (an in-memory partition serves one up to the end of a run
+	// of at most 1,024 messages or of one batch kept as its client sent
+	// it, its stored messages without a copy): poll on,
 	// without waiting, while the partition has more and the budget room,
 	// up to maxFetchMessages in all. The budget counts as the poll's does
 	// (keys, payloads, headers). Only the fetch's first record may pass
@@ -249,27 +255,68 @@ func (s *Server) fetchPartition(ctx context.Context, fp *fetchPart, maxBytes int
 	// last message took (the cut stops before the message that would not
 	// fit): taking that as the size of the next, the fetch does not ask
 	// again for what will not fit. On disk a poll reads up to its count
-	// from the files, so a fetch asks no more than it did in one poll.
-	used, polled := 0, len(b.Messages)
-	for i := range b.Messages {
-		used += bytesOf(&b.Messages[i])
-	}
-	for len(b.Messages) > 0 && b.Next < b.End && polled < maxFetchMessages {
+	// from the files, so a fetch asks no more than it did in one poll. A
+	// kept batch counts its bytes as kept, and is handed out whole or
+	// left for the next fetch.
+	for b.Next < b.End && polled < maxFetchMessages {
 		left := maxBytes - used
-		if left <= 0 || left < bytesOf(&b.Messages[len(b.Messages)-1]) {
+		if left <= 0 || left < last {
 			break
 		}
-		if b, err = s.node.Poll(ctx, fp.handle, uint32(fp.part), parkway.AtOffset(b.Next), maxFetchMessages-polled, parkway.MaxBytes(left)); err != nil || len(b.Messages) == 0 || bytesOf(&b.Messages[0]) > left {
+		if b, err = s.node.PollEncoded(ctx, fp.handle, uint32(fp.part), parkway.AtOffset(b.Next), maxFetchMessages-polled, parkway.MaxBytes(left)); err != nil || firstBytes(&b) == 0 || firstBytes(&b) > left {
 			break // what this poll met, the next fetch meets
 		}
-		polled += len(b.Messages)
-		fp.resp.HighWatermark, fp.resp.LastStableOffset = int64(b.End), int64(b.End)
-		fp.resp.RecordBatches = appendBatch(fp.resp.RecordBatches, b.Messages, fp.epoch)
-		for i := range b.Messages {
-			used += bytesOf(&b.Messages[i])
+		more, n, l, p, err := appendPolled(fp.resp.RecordBatches, &b, fp.epoch)
+		if err != nil {
+			break // the next fetch meets it first, and answers it
 		}
+		fp.resp.RecordBatches, used, last, polled = more, used+n, l, polled+p
+		fp.resp.HighWatermark, fp.resp.LastStableOffset = int64(b.End), int64(b.End)
 	}
 	return len(fp.resp.RecordBatches) - before, nil
+}
+
+// appendPolled appends a poll's records to dst: a batch kept as its
+// client sent it as it is (appendKept), messages as one batch. It
+// returns the bytes they count against the fetch's budget (bytesOf each
+// message; a kept batch's size), what its last unit counted (a message,
+// or the kept batch) and how many records it holds.
+func appendPolled(dst []byte, b *parkway.Batch, epoch int32) (out []byte, used, last, records int, err error) {
+	if b.Encoded != nil {
+		if k, ok := b.Encoded.(*keptBatch); ok {
+			return appendKept(dst, k, b.EncodedBase, epoch), len(k.raw), len(k.raw), k.n, nil
+		}
+		// Another producer's encoding: its messages, encoded afresh.
+		msgs, err := b.Encoded.Decode()
+		if err != nil {
+			return dst, 0, 0, 0, err
+		}
+		for i := range msgs {
+			msgs[i].Offset = b.EncodedBase + uint64(i)
+		}
+		b.Messages, b.Encoded = msgs, nil
+	}
+	for i := range b.Messages {
+		last = bytesOf(&b.Messages[i])
+		used += last
+	}
+	return appendBatch(dst, b.Messages, epoch), used, last, len(b.Messages), nil
+}
+
+// firstBytes is what the first unit of a poll's answer counts against a
+// fetch's budget (0: none).
+func firstBytes(b *parkway.Batch) int {
+	switch {
+	case b.Encoded != nil:
+		if k, ok := b.Encoded.(*keptBatch); ok {
+			return len(k.raw)
+		}
+		_, total := b.Encoded.MessageSizes()
+		return max(total, 1)
+	case len(b.Messages) > 0:
+		return max(bytesOf(&b.Messages[0]), 1)
+	}
+	return 0
 }
 
 // bytesOf is what a message's key, payload and headers hold: at most

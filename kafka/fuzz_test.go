@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math"
 	"testing"
 	"time"
@@ -18,7 +19,10 @@ import (
 
 // FuzzDecodeBatches feeds arbitrary record sets to the record-batch
 // decoder: it must refuse or decode, never panic, and never inflate past
-// its limit.
+// its limit. Decoding to keep the batches as they came (a node in
+// memory) must agree: the same verdict, and kept batches that decode
+// (keptBatch.Decode, a native reader's) to the same messages, whose
+// sizes they counted, and that a fetch hands out with a valid CRC.
 func FuzzDecodeBatches(f *testing.F) {
 	rec := kmsg.Record{Key: []byte("k"), Value: []byte("v"), Headers: []kmsg.Header{{Key: "h", Value: []byte("x")}}}
 	one := rec.AppendTo(nil)[1:]
@@ -37,18 +41,46 @@ func FuzzDecodeBatches(f *testing.F) {
 	f.Fuzz(func(t *testing.T, records []byte) {
 		d := decoder{zstd: dec, left: limit}
 		batches, err := d.decodeBatches(records)
+		var pool bufPool
+		kd := decoder{zstd: dec, left: limit, encoded: true, bufs: &pool}
+		kept, kerr := kd.decodeBatches(bytes.Clone(records))
+		if (err == nil) != (kerr == nil) {
+			t.Fatalf("decoding messages: %v; decoding to keep: %v", err, kerr)
+		}
 		if err != nil {
-			if recordsErrorCode(err) == 0 {
-				t.Fatalf("error %v maps to no error code", err)
+			if recordsErrorCode(err) == 0 || recordsErrorCode(kerr) == 0 {
+				t.Fatalf("error %v (%v) maps to no error code", err, kerr)
 			}
 			return
 		}
-		if d.left < 0 {
-			t.Fatalf("inflated past the limit: %d left", d.left)
+		if d.left < 0 || kd.left < 0 {
+			t.Fatalf("inflated past the limit: %d, %d left", d.left, kd.left)
 		}
-		for _, b := range batches {
+		for i, b := range batches {
 			if int32(len(b.msgs)) != b.hdr.NumRecords {
 				t.Fatalf("%d messages decoded of %d", len(b.msgs), b.hdr.NumRecords)
+			}
+			k := kept[i].kept
+			msgs, err := k.Decode()
+			if err != nil || len(msgs) != len(b.msgs) || k.Len() != len(msgs) {
+				t.Fatalf("kept batch %d decodes to %d messages (%v), want %d", i, len(msgs), err, len(b.msgs))
+			}
+			largest, total := 0, 0
+			for j := range msgs {
+				m, w := &msgs[j], &b.msgs[j]
+				if m.Timestamp != w.Timestamp || !bytes.Equal(m.Key, w.Key) || !bytes.Equal(m.Payload, w.Payload) || len(m.Headers) != len(w.Headers) {
+					t.Fatalf("kept batch %d, message %d: %+v, want %+v", i, j, m, w)
+				}
+				size := parkway.MessageSize(m)
+				largest, total = max(largest, size), total+size
+			}
+			if gl, gt := k.MessageSizes(); gl != largest || gt != total {
+				t.Fatalf("kept batch %d counted sizes %d, %d; its messages' are %d, %d", i, gl, gt, largest, total)
+			}
+			out := appendKept(nil, k, 1<<40, 7)
+			var hdr kmsg.RecordBatch
+			if err := hdr.ReadFrom(out); err != nil || hdr.FirstOffset != 1<<40 || hdr.PartitionLeaderEpoch != 7 || uint32(hdr.CRC) != crc32.Checksum(out[batchCRCStart:], castagnoli) {
+				t.Fatalf("kept batch %d as fetched: %+v, %v", i, hdr, err)
 			}
 		}
 	})

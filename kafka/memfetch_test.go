@@ -1,13 +1,12 @@
 package kafka
 
 import (
-	"encoding/binary"
 	"fmt"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/parkway-io/parkway"
 )
 
 // fetchRecords fetches partition 0 of topic from offset 0 in one request
@@ -15,26 +14,8 @@ import (
 // every batch in the answer.
 func fetchRecords(r *raw, topic string, budget int32) (records int) {
 	r.t.Helper()
-	req := kmsg.NewPtrFetchRequest()
-	req.Version, req.MaxWaitMillis, req.MinBytes, req.MaxBytes = 12, 0, 1, 64<<20
-	ft := kmsg.NewFetchRequestTopic()
-	ft.Topic = topic
-	fp := kmsg.NewFetchRequestTopicPartition()
-	fp.PartitionMaxBytes = budget
-	ft.Partitions = append(ft.Partitions, fp)
-	req.Topics = append(req.Topics, ft)
-	p := r.request(req).(*kmsg.FetchResponse).Topics[0].Partitions[0]
-	if p.ErrorCode != 0 {
-		r.t.Fatalf("fetch: error %d", p.ErrorCode)
-	}
-	b := p.RecordBatches
-	for len(b) > 0 {
-		var batch kmsg.RecordBatch
-		if err := batch.ReadFrom(b); err != nil {
-			r.t.Fatalf("fetched batch: %v", err)
-		}
-		records += int(batch.NumRecords)
-		b = b[12+binary.BigEndian.Uint32(b[8:]):]
+	for _, b := range fetchBatches(r, topic, 0, budget) {
+		records += int(b.NumRecords)
 	}
 	return records
 }
@@ -58,21 +39,25 @@ func polled(t *testing.T, reg *prometheus.Registry) float64 {
 }
 
 // TestFetchFillsBudgetAcrossMemoryChunks: an in-memory partition serves
-// a poll up to the end of a 1,024-message chunk, and a fetch polls on
-// until its budget is used, up to the count one poll asks for: one fetch
-// with room for all 12,000 records returns 10,000 (maxFetchMessages), one
-// with a smaller budget more than a chunk, within the budget, without
-// polling a record it then drops.
+// a poll up to the end of a run of 1,024 natively produced messages, and
+// a fetch polls on until its budget is used, up to the count one poll
+// asks for: one fetch with room for all 12,000 records returns 10,000
+// (maxFetchMessages), one with a smaller budget more than a run, within
+// the budget, without polling a record it then drops. (Records produced
+// through the listener are kept as their batches: TestFetchHandsOutKeptBatches.)
 func TestFetchFillsBudgetAcrossMemoryChunks(t *testing.T) {
 	f := serve(t, Config{DefaultPartitions: 1})
 	ctx := ctxFor(t)
-	prod := f.client(t, kgo.DefaultProduceTopic("chunks"), kgo.AllowAutoTopicCreation())
-	recs := make([]*kgo.Record, 12_000)
-	for i := range recs {
-		recs[i] = kgo.StringRecord(fmt.Sprintf("r%04d", i%10_000))
+	h, err := f.srv.ensure(ctx, "chunks", true)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for i := 0; i < len(recs); i += 3000 {
-		if err := prod.ProduceSync(ctx, recs[i:i+3000]...).FirstErr(); err != nil {
+	msgs := make([]parkway.Message, 12_000)
+	for i := range msgs {
+		msgs[i].Payload = fmt.Appendf(nil, "r%04d", i%10_000)
+	}
+	for i := 0; i < len(msgs); i += 3000 {
+		if _, err := f.node.Produce(ctx, h, parkway.PartitionID(0), msgs[i:i+3000]...); err != nil {
 			t.Fatalf("produce: %v", err)
 		}
 	}

@@ -36,7 +36,10 @@ func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest, p *pending
 	p.noResponse = r.Acks == 0
 	wctx, cancel := s.requestContext(ctx, r.TimeoutMillis)
 	dec := decoder{zstd: s.zstd, left: s.cfg.MaxRequestSize}
-	if !s.kept.Load() {
+	// A node that keeps batches as they came gets them so, validated
+	// (nothing inflated is kept); any other gets their messages.
+	dec.encoded = s.node.KeepsEncoded()
+	if dec.encoded || !s.kept.Load() {
 		dec.bufs = &s.inflateBufs
 	}
 	var work []*partProduce
@@ -148,10 +151,16 @@ func (s *Server) startAppends(ctx context.Context, w *partProduce, batches []dec
 			// listener, after a leader change too, applies once.
 			key = dedupeKey(b.hdr.ProducerID, b.hdr.ProducerEpoch, b.hdr.FirstSequence)
 		}
-		// The records' bytes are the request's own (its frame, or the
-		// buffer the batch inflated into): given, so a node that stores
-		// in memory keeps them instead of copying every record.
-		w.acks = append(w.acks, s.node.ProduceAsyncGive(ctx, w.handle, to, key, b.msgs...))
+		if b.kept != nil {
+			// The batch as the client sent it: kept so, one stored unit,
+			// and handed back so by a fetch.
+			w.acks = append(w.acks, s.node.ProduceAsyncEncoded(ctx, w.handle, to, key, b.kept))
+		} else {
+			// The records' bytes are the request's own (its frame, or the
+			// buffer the batch inflated into): given, so a node that
+			// stores in memory keeps them instead of copying every record.
+			w.acks = append(w.acks, s.node.ProduceAsyncGive(ctx, w.handle, to, key, b.msgs...))
+		}
 		w.seqs = append(w.seqs, seq)
 	}
 }

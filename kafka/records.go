@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"sync"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/snappy"
@@ -51,10 +52,72 @@ const (
 
 // decodedBatch is one producer batch: its header and its records as
 // parkway messages, whose keys, values and headers point into the request
-// (or the inflated records).
+// (or the inflated records), or, decoded to be kept encoded
+// (decoder.encoded), the batch as the client sent it.
 type decodedBatch struct {
 	hdr  kmsg.RecordBatch // Records cleared
 	msgs []parkway.Message
+	kept *keptBatch
+}
+
+// keptBatch is a record batch as its client sent it (compressed or not),
+// validated whole: what a node that stores in memory keeps
+// (parkway.Encoded, ProduceAsyncEncoded), and what a fetch hands back
+// with only the fields the CRC does not cover rewritten (appendKept).
+type keptBatch struct {
+	raw []byte // the whole batch, copied out of the request
+	n   int
+	// maxTS is the newest record timestamp (µs, as the messages get it);
+	// largest and total the records' sizes as parkway counts them;
+	// inflated the records' size decompressed, the limit Decode inflates
+	// them to.
+	maxTS          int64
+	largest, total int
+	inflated       int
+}
+
+// keptZstd is the zstd decoder of kept batches' Decode: one of the
+// package's, never closed, since a node keeps its batches past the
+// listener that took them (the Server's decoder closes with it). A
+// batch reaches it validated, inflating to k.inflated, which Decode
+// holds it to.
+var keptZstd = sync.OnceValues(func() (*zstd.Decoder, error) {
+	return zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(MaxMaxRequestSize))
+})
+
+var _ parkway.Encoded = (*keptBatch)(nil)
+
+func (k *keptBatch) Len() int                           { return k.n }
+func (k *keptBatch) Size() int64                        { return int64(len(k.raw)) }
+func (k *keptBatch) MessageSizes() (largest, total int) { return k.largest, k.total }
+func (k *keptBatch) MaxTimestamp() int64                { return k.maxTS }
+
+// Decode decodes the batch's records into messages of their own (a
+// parkway reader's Poll reached them), as they were validated when they
+// were produced, into at most the bytes they inflated to then.
+func (k *keptBatch) Decode() ([]parkway.Message, error) {
+	d := decoder{left: k.inflated}
+	if int16(binary.BigEndian.Uint16(k.raw[batchCRCStart:]))&attrCompression == 4 {
+		dec, err := keptZstd()
+		if err != nil {
+			return nil, err
+		}
+		d.zstd = dec
+	}
+	b, err := d.decodeBatch(k.raw)
+	return b.msgs, err
+}
+
+// appendKept appends k to dst as a fetch hands it out: the client's
+// bytes, with the base offset the partition gave it and the leader epoch
+// of the fetch written into the two header fields the CRC does not cover
+// (it covers from the attributes to the end).
+func appendKept(dst []byte, k *keptBatch, base uint64, leaderEpoch int32) []byte {
+	start := len(dst)
+	dst = append(dst, k.raw...)
+	binary.BigEndian.PutUint64(dst[start:], base)
+	binary.BigEndian.PutUint32(dst[start+batchLengthEnd:], uint32(leaderEpoch))
+	return dst
 }
 
 // decoder inflates and decodes record batches within a byte limit.
@@ -69,6 +132,10 @@ type decoder struct {
 	// those made afresh), for recycle.
 	bufs     *bufPool
 	inflated [][]byte
+	// encoded decodes each batch to be kept as it came (decodedBatch.kept):
+	// its records are validated, their sizes counted, and no message is
+	// made; what they inflated into goes back to bufs at once.
+	encoded bool
 }
 
 // recycle gives the buffers the decoded records point into back to
@@ -137,9 +204,18 @@ func (d *decoder) decodeBatch(raw []byte) (decodedBatch, error) {
 	if n <= 0 || b.hdr.LastOffsetDelta != n-1 {
 		return b, fmt.Errorf("%w: %d records, last offset delta %d", errInvalidRecords, n, b.hdr.LastOffsetDelta)
 	}
-	data, err := d.inflate(attrs&attrCompression, b.hdr.Records)
+	codec := attrs & attrCompression
+	data, err := d.inflate(codec, b.hdr.Records)
 	if err != nil {
 		return b, err
+	}
+	if d.bufs != nil && (codec == 0 && !d.encoded || codec == 2 || codec == 4) {
+		if d.encoded {
+			// Only read here: the buffer serves the next batch.
+			defer d.bufs.put(data)
+		} else {
+			d.inflated = append(d.inflated, data)
+		}
 	}
 	b.hdr.Records = nil
 	// Each record takes at least 7 bytes (length, attributes, timestamp
@@ -148,8 +224,16 @@ func (d *decoder) decodeBatch(raw []byte) (decodedBatch, error) {
 	if int64(n) > int64(len(data))/7 {
 		return b, fmt.Errorf("%w: %d records in %d bytes", errCorruptRecords, n, len(data))
 	}
-	b.msgs = make([]parkway.Message, n)
-	for i := range b.msgs {
+	var (
+		scratch parkway.Message // each record, when no message is kept
+		kept    *keptBatch
+	)
+	if d.encoded {
+		kept = &keptBatch{n: int(n), inflated: len(data)}
+	} else {
+		b.msgs = make([]parkway.Message, n)
+	}
+	for i := range int(n) {
 		length, k := binary.Varint(data)
 		if k <= 0 || length < 0 || length > int64(len(data)-k) {
 			return b, fmt.Errorf("%w: record %d: length %d, %d bytes left", errCorruptRecords, i, length, len(data))
@@ -170,7 +254,10 @@ func (d *decoder) decodeBatch(raw []byte) (decodedBatch, error) {
 		if ms < 0 || ms > math.MaxInt64/1000 {
 			return b, fmt.Errorf("%w: record %d: timestamp %d ms", errInvalidRecords, i, ms)
 		}
-		m := &b.msgs[i]
+		m := &scratch
+		if kept == nil {
+			m = &b.msgs[i]
+		}
 		// A zero timestamp would be replaced by the node's clock; the
 		// epoch itself is stamped 1 µs in.
 		m.Timestamp = max(ms*1000, 1)
@@ -181,9 +268,21 @@ func (d *decoder) decodeBatch(raw []byte) (decodedBatch, error) {
 				m.Headers[j] = parkway.Header{Key: h.Key, Value: h.Value}
 			}
 		}
+		if kept != nil {
+			size := parkway.MessageSize(m)
+			kept.largest, kept.total = max(kept.largest, size), kept.total+size
+			kept.maxTS = max(kept.maxTS, m.Timestamp)
+			*m = parkway.Message{}
+		}
 	}
 	if len(data) != 0 {
 		return b, fmt.Errorf("%w: %d bytes after the last record", errCorruptRecords, len(data))
+	}
+	if kept != nil {
+		// The batch's own bytes, out of the request frame (which holds
+		// every partition's batches): kept, they keep nothing else alive.
+		kept.raw = bytes.Clone(raw)
+		b.kept = kept
 	}
 	return b, nil
 }
@@ -203,9 +302,10 @@ func (d *decoder) inflate(codec int16, src []byte) ([]byte, error) {
 		// batch the node keeps (ProduceAsyncGive) keeps only its own bytes
 		// alive, never the frame and the other partitions' records with
 		// it: a partition's retention would otherwise not free them.
-		out = append(d.borrow(), src...)
-		if d.bufs != nil {
-			d.inflated = append(d.inflated, out)
+		// Decoded to be kept encoded, the records are only read.
+		out = src
+		if !d.encoded {
+			out = append(d.borrow(), src...)
 		}
 	case 1:
 		var zr *gzip.Reader
@@ -213,18 +313,14 @@ func (d *decoder) inflate(codec int16, src []byte) ([]byte, error) {
 			out, err = readLimited(zr, d.left)
 		}
 	case 2:
-		if out, err = d.unsnappy(src); err == nil && d.bufs != nil {
-			d.inflated = append(d.inflated, out)
-		}
+		out, err = d.unsnappy(src)
 	case 3:
 		out, err = readLimited(lz4.NewReader(bytes.NewReader(src)), d.left)
 	case 4:
 		// The decoder refuses a frame whose content or window would pass
 		// its memory limit (the request limit); the check below then
 		// applies the request's own remaining allowance.
-		if out, err = d.zstd.DecodeAll(src, d.borrow()); err == nil && d.bufs != nil {
-			d.inflated = append(d.inflated, out)
-		}
+		out, err = d.zstd.DecodeAll(src, d.borrow())
 		if errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrWindowSizeExceeded) || errors.Is(err, zstd.ErrFrameSizeExceeded) {
 			return nil, fmt.Errorf("%w: zstd", errRecordsTooLarge)
 		}

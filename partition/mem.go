@@ -22,35 +22,80 @@ import (
 // messages a reader holds may be read from any goroutine while the owner
 // appends and truncates: a stored message is never written again (see
 // memPartition.Read). Their partitions implement Keeper, which stores a
-// caller's bytes without copying them.
+// caller's bytes without copying them, and EncodedKeeper, which keeps a
+// batch in its producer's encoding (a Kafka record batch) and decodes it
+// only for a reader of messages.
 type MemStore struct {
 	mu   sync.Mutex
 	logs map[metadata.Namespace]*memLog
 }
 
-// memLog is one partition's data. Only the open partition touches chunks, next and
-// consumers; the store's mutex guards open, and handing the log from one
-// handle to the next goes through that mutex, which orders the accesses.
+// memLog is one partition's data. Only the open partition touches segs,
+// next and consumers; the store's mutex guards open, and handing the log
+// from one handle to the next goes through that mutex, which orders the
+// accesses.
 type memLog struct {
 	epoch uint64
-	// chunks hold the messages, memChunk per chunk (the last one may be
-	// partial): message i is chunks[(i-first)/memChunk][i%memChunk].
-	// Fixed-size chunks instead of one growing slice mean appends never
+	// segs hold the messages in offset order, each a run of consecutive
+	// offsets: native runs of Message structs (at most memChunk each) and
+	// encoded batches kept as their producer sent them (AppendEncoded).
+	// Runs of bounded size instead of one growing slice mean appends never
 	// copy the whole log, which for millions of pointer-holding Message
 	// structs costs more than the append itself, and truncation frees
-	// whole chunks.
-	chunks [][]Message
-	// first is the offset of chunks[0][0], a multiple of memChunk.
-	first uint64
-	// start is the first readable offset, in [first, next].
+	// whole runs. The first may begin below start (a prefix truncated
+	// inside it); the last ends at next.
+	segs []memSeg
+	// start is the first readable offset, in [segs[0].base, next].
 	start uint64
 	next  uint64
-	// bytes is the encoded size of the messages in [start, next).
+	// bytes is the size of the segments holding [start, next): a native
+	// message's encoded size (as a FileStore segment would hold it), an
+	// encoded batch's own size (Encoded.Size) until its last message is
+	// truncated.
 	bytes int64
 	// lastAT is the newest message's append time (math.MinInt64: none).
 	lastAT    int64
 	consumers map[string]uint64
 	open      bool
+}
+
+// memSeg is one run of consecutive messages of a memLog.
+type memSeg struct {
+	base uint64
+	// msgs are a native run's messages (the last run's grow in place, up
+	// to memChunk), or an encoded batch's once a read decoded them (nil
+	// until then).
+	msgs []Message
+	// enc is an encoded batch (nil: a native run), n its message count
+	// and at the append time all of its messages share.
+	enc Encoded
+	n   int
+	at  int64
+}
+
+// len is the number of messages the segment holds.
+func (g *memSeg) len() int {
+	if g.enc != nil {
+		return g.n
+	}
+	return len(g.msgs)
+}
+
+// end is the offset after the segment's last message.
+func (g *memSeg) end() uint64 { return g.base + uint64(g.len()) }
+
+// lastAppendTime is the append time of the segment's newest message.
+func (g *memSeg) lastAppendTime() int64 {
+	if g.enc != nil {
+		return g.at
+	}
+	return g.msgs[len(g.msgs)-1].AppendTime
+}
+
+// seg returns the index of the segment holding off, which must be in
+// [start, next).
+func (l *memLog) seg(off uint64) int {
+	return sort.Search(len(l.segs), func(i int) bool { return l.segs[i].end() > off })
 }
 
 // memSize is the size m would occupy in a FileStore segment.
@@ -59,21 +104,23 @@ func memSize(m *Message) int64 {
 }
 
 var (
-	_ Store  = (*MemStore)(nil)
-	_ Store  = (*FileStore)(nil)
-	_ Keeper = (*memPartition)(nil)
+	_ Store         = (*MemStore)(nil)
+	_ Store         = (*FileStore)(nil)
+	_ Keeper        = (*memPartition)(nil)
+	_ EncodedKeeper = (*memPartition)(nil)
 )
 
-// memChunk is the number of messages per chunk (80 KiB of Message structs).
+// memChunk is the most messages of a native run (112 KiB of Message
+// structs).
 const memChunk = 1024
 
-// memFirstChunk is the capacity a log's first chunk starts with; it grows
-// by append up to memChunk. A node may hold tens of thousands of
-// partitions that see a handful of messages each, and a full first chunk
-// per partition cost 104 KiB each before a single message mattered
-// (3.2 GB for 10,000 partitions on three replicas with one message each);
-// chunks after the first are allocated full, so a busy partition pays
-// the doublings once. It starts at one message (112 B), not four: an idle
+// memFirstChunk is the capacity a log's first native run starts with (and
+// one after an encoded batch); it grows by append up to memChunk. A node
+// may hold tens of thousands of partitions that see a handful of
+// messages each, and a full first run per partition cost 104 KiB each
+// before a single message mattered (3.2 GB for 10,000 partitions on three
+// replicas with one message each); a run after a full one is allocated
+// full, so a busy partition pays the doublings once. It starts at one message (112 B), not four: an idle
 // replica with one message held three empty slots it never used.
 const memFirstChunk = 1
 
@@ -139,11 +186,6 @@ func (p *memPartition) StartOffset() uint64 { return p.log.start }
 
 func (p *memPartition) Size() int64 { return p.log.bytes }
 
-// at returns the message at offset off, which must be in [first, next).
-func (l *memLog) at(off uint64) *Message {
-	return &l.chunks[(off-l.first)/memChunk][off%memChunk]
-}
-
 // Sync does nothing: a MemStore is not durable.
 func (p *memPartition) Sync() error {
 	if p.closed {
@@ -152,7 +194,7 @@ func (p *memPartition) Sync() error {
 	return nil
 }
 
-// TruncateBefore implements Partition, freeing whole chunks of messages.
+// TruncateBefore implements Partition, freeing whole segments.
 func (p *memPartition) TruncateBefore(offset uint64) error {
 	if p.closed {
 		return ErrClosed
@@ -164,17 +206,31 @@ func (p *memPartition) TruncateBefore(offset uint64) error {
 	if offset <= l.start {
 		return nil
 	}
-	for off := l.start; off < offset; off++ {
-		l.bytes -= memSize(l.at(off))
+	drop := 0
+	for i := range l.segs {
+		g := &l.segs[i]
+		if g.base >= offset {
+			break
+		}
+		end := g.end()
+		if g.enc != nil {
+			// Counted whole until its last message goes: exactly once,
+			// since start only grows.
+			if end <= offset {
+				l.bytes -= g.enc.Size()
+			}
+		} else {
+			for off := max(g.base, l.start); off < min(end, offset); off++ {
+				l.bytes -= memSize(&g.msgs[off-g.base])
+			}
+		}
+		if end <= offset {
+			drop++
+		}
 	}
 	l.start = offset
-	drop := 0
-	for drop < len(l.chunks) && l.first+memChunk <= offset {
-		l.chunks[drop] = nil
-		l.first += memChunk
-		drop++
-	}
-	l.chunks = l.chunks[drop:]
+	clear(l.segs[:drop])
+	l.segs = l.segs[drop:]
 	return nil
 }
 
@@ -187,37 +243,44 @@ func (p *memPartition) SkipTo(offset uint64) error {
 	if offset <= l.next {
 		return p.TruncateBefore(offset)
 	}
-	// Keep the chunk arithmetic: the chunk holding offset starts at a
-	// multiple of memChunk, padded up to offset.
-	l.first = offset - offset%memChunk
-	l.chunks = nil
-	if pad := offset % memChunk; pad != 0 {
-		l.chunks = [][]Message{make([]Message, pad, memChunk)}
-	}
+	l.segs = nil
 	l.start, l.next, l.bytes = offset, offset, 0
 	return nil
 }
 
-// EnforceRetention implements Partition with single messages as the
-// unit: it may remove every message.
+// EnforceRetention implements Partition with single native messages and
+// whole encoded batches as the units: it may remove every message. An
+// encoded batch's age is its newest message's timestamp, as a Kafka
+// broker ages its batches.
 func (p *memPartition) EnforceRetention(olderThanMicros, maxBytes int64) (uint64, error) {
 	if p.closed {
 		return 0, ErrClosed
 	}
 	l := p.log
 	cut, size := l.start, l.bytes
+	// next returns the end of the unit starting at cut, its newest
+	// timestamp and its size.
+	next := func() (uint64, int64, int64) {
+		g := &l.segs[l.seg(cut)]
+		if g.enc != nil {
+			return g.end(), g.enc.MaxTimestamp(), g.enc.Size()
+		}
+		m := &g.msgs[cut-g.base]
+		return cut + 1, m.Timestamp, memSize(m)
+	}
 	if olderThanMicros != 0 {
-		for ; cut < l.next; cut++ {
-			m := l.at(cut)
-			if m.Timestamp >= olderThanMicros {
+		for cut < l.next {
+			end, ts, n := next()
+			if ts >= olderThanMicros {
 				break
 			}
-			size -= memSize(m)
+			cut, size = end, size-n
 		}
 	}
 	if maxBytes > 0 {
-		for ; cut < l.next && size > maxBytes; cut++ {
-			size -= memSize(l.at(cut))
+		for cut < l.next && size > maxBytes {
+			end, _, n := next()
+			cut, size = end, size-n
 		}
 	}
 	removed := cut - l.start
@@ -286,20 +349,34 @@ func (p *memPartition) append(msgs []Message, keep bool) (uint64, error) {
 		} else {
 			copyInto(&out, in, &payloads, &values, &headers)
 		}
-		if l.next%memChunk == 0 {
-			size := memChunk
-			if len(l.chunks) == 0 {
-				l.first = l.next
-				size = memFirstChunk
-			}
-			l.chunks = append(l.chunks, make([]Message, 0, size))
-		}
-		last := &l.chunks[len(l.chunks)-1]
-		*last = append(*last, out)
+		g := l.run()
+		g.msgs = append(g.msgs, out)
 		l.bytes += memSize(in)
 		l.next++
 	}
 	return first, nil
+}
+
+// run returns the native run the next appended message goes to: the
+// last segment while it is a native run with room, else a new one. A new
+// run after a full one is allocated full (a busy partition pays no
+// doublings); the log's first run, and one after an encoded batch, start
+// at memFirstChunk and grow by append, so a partition holding a handful
+// of messages holds a handful of slots.
+func (l *memLog) run() *memSeg {
+	n := len(l.segs)
+	size := memFirstChunk
+	if n > 0 {
+		g := &l.segs[n-1]
+		if g.enc == nil {
+			if len(g.msgs) < memChunk {
+				return g
+			}
+			size = memChunk
+		}
+	}
+	l.segs = append(l.segs, memSeg{base: l.next, msgs: make([]Message, 0, size)})
+	return &l.segs[n]
 }
 
 // copyInto sets out's key, payload and headers to copies of in's, taken
@@ -342,14 +419,21 @@ func capped[T any](s []T) []T {
 }
 
 // Read hands out the stored messages themselves, not a copy: the
-// returned slice is a window on the chunk holding from, capped at its
-// length so an append to it cannot reach the chunk, and it ends at that
-// chunk's end (at most memChunk messages per read). A stored message is
-// written once, by the Append that stores it, and never again: later
-// appends fill slots past it or new chunks, and truncation only drops
-// whole chunks from the log, so a reader's window stays intact (and its
-// chunk alive) for as long as the reader holds it. The messages must be
+// returned slice is a window on the segment holding from, capped at its
+// length so an append to it cannot reach the segment, and it ends at that
+// segment's end (at most memChunk messages of a native run, or the rest
+// of an encoded batch, per read). A stored message is written once, by
+// the Append that stores it or the read that first decodes its encoded
+// batch, before any reader can see it, and never again: later appends
+// fill slots past it or new segments, and truncation only drops whole
+// segments from the log, so a reader's window stays intact (and its
+// segment alive) for as long as the reader holds it. The messages must be
 // treated as read-only (Partition.Read).
+//
+// An encoded batch is decoded by the first read that reaches it, and the
+// decoded messages are kept with it for later reads: a reader of
+// messages pays for the decoding once, a reader of encoded batches
+// (ReadEncoded) never. A batch that fails to decode is ErrCorrupt.
 func (p *memPartition) Read(from uint64, max int) ([]Message, error) {
 	if p.closed {
 		return nil, ErrClosed
@@ -361,21 +445,98 @@ func (p *memPartition) Read(from uint64, max int) ([]Message, error) {
 	if max <= 0 || from >= l.next {
 		return nil, nil
 	}
-	chunk := l.chunks[(from-l.first)/memChunk]
-	i := int(from % memChunk)
-	end := i + int(min(uint64(max), uint64(len(chunk)-i)))
-	return chunk[i:end:end], nil
+	g := &l.segs[l.seg(from)]
+	if g.enc != nil && g.msgs == nil {
+		msgs, err := decodeEncoded(g.enc, g.base, g.at)
+		if err != nil {
+			return nil, err
+		}
+		g.msgs = msgs
+	}
+	i := int(from - g.base)
+	end := i + int(min(uint64(max), uint64(len(g.msgs)-i)))
+	return g.msgs[i:end:end], nil
 }
 
-// OffsetForTime implements Partition by binary search: Append keeps
-// append times non-decreasing.
+// decodeEncoded decodes b, stored from base with append time at: its
+// messages with their offsets and append time set, and every slice
+// capped (as Append's copies are).
+func decodeEncoded(b Encoded, base uint64, at int64) ([]Message, error) {
+	msgs, err := DecodeEncoded(b)
+	if err != nil {
+		return nil, fmt.Errorf("at offset %d: %w", base, err)
+	}
+	for i := range msgs {
+		m := &msgs[i]
+		m.Offset, m.AppendTime = base+uint64(i), at
+		m.Key, m.Payload, m.Headers = capped(m.Key), capped(m.Payload), capped(m.Headers)
+		for j := range m.Headers {
+			m.Headers[j].Value = capped(m.Headers[j].Value)
+		}
+	}
+	return msgs[:len(msgs):len(msgs)], nil
+}
+
+// AppendEncoded implements EncodedKeeper: b is kept as it is, one
+// segment however many messages it holds, with one append time for all
+// of them (at, kept non-decreasing along the log as Append keeps its
+// messages'; 0 is b's newest timestamp).
+func (p *memPartition) AppendEncoded(b Encoded, at int64) (uint64, error) {
+	if p.closed {
+		return 0, ErrClosed
+	}
+	n := b.Len()
+	if n <= 0 {
+		return 0, ErrEmptyBatch
+	}
+	l := p.log
+	if at == 0 {
+		at = b.MaxTimestamp()
+	}
+	l.lastAT = max(at, l.lastAT)
+	first := l.next
+	l.segs = append(l.segs, memSeg{base: first, enc: b, n: n, at: l.lastAT})
+	l.bytes += b.Size()
+	l.next += uint64(n)
+	return first, nil
+}
+
+// ReadEncoded implements EncodedKeeper.
+func (p *memPartition) ReadEncoded(from uint64) (Encoded, uint64, error) {
+	if p.closed {
+		return nil, 0, ErrClosed
+	}
+	l := p.log
+	if from < l.start {
+		return nil, 0, fmt.Errorf("%w: offset %d below log start %d", ErrOffsetOutOfRange, from, l.start)
+	}
+	if from >= l.next {
+		return nil, 0, nil
+	}
+	g := &l.segs[l.seg(from)]
+	if g.enc == nil {
+		return nil, 0, nil
+	}
+	return g.enc, g.base, nil
+}
+
+// OffsetForTime implements Partition by binary search, over the segments
+// and then within one: appends keep append times non-decreasing.
 func (p *memPartition) OffsetForTime(t int64) (uint64, error) {
 	if p.closed {
 		return 0, ErrClosed
 	}
 	l := p.log
-	n := sort.Search(int(l.next-l.start), func(i int) bool { return l.at(l.start+uint64(i)).AppendTime >= t })
-	return l.start + uint64(n), nil
+	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].lastAppendTime() >= t })
+	if i == len(l.segs) {
+		return l.next, nil
+	}
+	g := &l.segs[i]
+	off := g.base
+	if g.enc == nil {
+		off += uint64(sort.Search(len(g.msgs), func(j int) bool { return g.msgs[j].AppendTime >= t }))
+	}
+	return max(off, l.start), nil
 }
 
 func (p *memPartition) StoreConsumerOffset(consumer string, offset uint64) error {

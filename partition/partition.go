@@ -59,6 +59,7 @@ package partition
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/vfs"
@@ -121,9 +122,10 @@ type Partition interface {
 	// below damaged or missing messages, returning those before them; the
 	// read that starts at one returns a *CorruptError (see FileStore.Build).
 	// MemStore: a read returns the stored messages themselves, not a copy,
-	// and stops at the end of the 1,024-message chunk holding from, so it
-	// may return fewer than max below NextOffset; read on from the next
-	// offset. The returned messages (the structs and the bytes they point
+	// and stops at the end of the run holding from (at most 1,024
+	// messages appended one produce after another, or one encoded batch,
+	// EncodedKeeper), so it may return fewer than max below NextOffset;
+	// read on from the next offset. The returned messages (the structs and the bytes they point
 	// to) are read-only for every store: nothing may write them, and an
 	// append to the returned slice does not reach the log.
 	Read(from uint64, max int) ([]Message, error)
@@ -294,6 +296,62 @@ type WriteFenced interface {
 // use for it.
 type Keeper interface {
 	AppendKept(msgs []Message) (first uint64, err error)
+}
+
+// Encoded is a batch of messages kept in its producer's encoding rather
+// than as Messages: the Kafka listener's record batch, as its client sent
+// it (compressed or not). A partition that keeps it as it is
+// (EncodedKeeper) hands it back to a reader that serves the same
+// encoding (a Kafka fetch) without decoding it, and decodes it only for a
+// reader of messages. Its producer validated it whole before handing it
+// over (Decode must succeed), and nothing may write its bytes afterwards.
+type Encoded interface {
+	// Len is the number of messages, at least 1.
+	Len() int
+	// Size is the bytes the batch occupies as kept: what the
+	// partition's Size, and retention by bytes, count for it (as a Kafka
+	// broker counts a compressed batch's stored bytes).
+	Size() int64
+	// MaxTimestamp is the newest Timestamp of its messages (µs since
+	// the Unix epoch): retention by age removes the batch whole once it
+	// is older than the limit.
+	MaxTimestamp() int64
+	// Decode returns its Len messages in order, with ID, Timestamp, Key,
+	// Headers and Payload set, in memory of their own that nothing else
+	// writes (the partition keeps them and sets Offset and AppendTime).
+	// Called from the partition owner's goroutine.
+	Decode() ([]Message, error)
+}
+
+// DecodeEncoded is b's messages (Decode), checked against its count: a
+// batch that does not decode, or decodes to another count, is ErrCorrupt.
+func DecodeEncoded(b Encoded) ([]Message, error) {
+	msgs, err := b.Decode()
+	if err == nil && (len(msgs) != b.Len() || len(msgs) == 0) {
+		err = fmt.Errorf("decoded %d messages of %d", len(msgs), b.Len())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: encoded batch: %w", ErrCorrupt, err)
+	}
+	return msgs, nil
+}
+
+// EncodedKeeper is implemented by partitions that keep an Encoded batch
+// as it is (MemStore's): one stored unit, whatever its count, holding
+// consecutive offsets.
+type EncodedKeeper interface {
+	// AppendEncoded appends b's messages at NextOffset, all stamped with
+	// the append time at (kept non-decreasing along the log, as Append
+	// keeps its messages'), and returns the first offset. Read decodes
+	// the batch when a reader first reaches it.
+	AppendEncoded(b Encoded, at int64) (first uint64, err error)
+	// ReadEncoded returns the encoded batch holding offset from and its
+	// first message's offset (at or below from), or a nil batch when
+	// the message at from is not kept encoded, or from is at or past
+	// NextOffset. An offset below StartOffset is ErrOffsetOutOfRange; the
+	// batch may begin below StartOffset (a prefix truncated inside it),
+	// as a Kafka broker's fetch hands out whole batches.
+	ReadEncoded(from uint64) (b Encoded, base uint64, err error)
 }
 
 // Located is implemented by partitions kept in a directory of a

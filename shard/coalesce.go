@@ -3,6 +3,7 @@ package shard
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
@@ -59,8 +60,12 @@ func (s *Shard) flushAppendsOf(o *owned) {
 		}
 		return
 	}
-	if len(frames) == 1 {
-		s.appendOne(o, frames[0]) // it stamps the append time itself
+	if len(frames) == 1 || slices.ContainsFunc(frames, func(f Frame) bool { return f.Req.Encoded != nil }) {
+		// An encoded batch is kept as one unit of its own: appended
+		// alone, as are its neighbours, in arrival order.
+		for _, f := range frames {
+			s.appendOne(o, f) // it stamps the append time itself
+		}
 		return
 	}
 	now := s.clock.Now().UnixMicro()
@@ -98,6 +103,21 @@ func appendTo(p partition.Partition, msgs []partition.Message, give bool) (first
 	return first, false, err
 }
 
+// decodeEncoded replaces r's encoded batch, if it has one, by its decoded
+// messages, given (they are memory of their own): for a partition that
+// does not keep encoded batches.
+func decodeEncoded(r *Request) error {
+	if r.Encoded == nil {
+		return nil
+	}
+	msgs, err := partition.DecodeEncoded(r.Encoded)
+	if err != nil {
+		return err
+	}
+	r.Messages, r.Encoded, r.Give = msgs, nil, true
+	return nil
+}
+
 // stampAppendTime sets the append time of a produce's messages: the
 // shard's clock, read once per batch. The partition keeps append times
 // non-decreasing.
@@ -109,8 +129,19 @@ func stampAppendTime(msgs []partition.Message, now int64) {
 
 // appendOne appends a single produce and answers it.
 func (s *Shard) appendOne(o *owned, f Frame) {
-	stampAppendTime(f.Req.Messages, s.clock.Now().UnixMicro())
-	first, kept, err := appendTo(o.p, f.Req.Messages, f.Req.Give)
+	now := s.clock.Now().UnixMicro()
+	var (
+		first uint64
+		kept  bool
+		err   error
+	)
+	if k, ok := o.p.(partition.EncodedKeeper); ok && f.Req.Encoded != nil {
+		first, err = k.AppendEncoded(f.Req.Encoded, now)
+		kept = true
+	} else if err = decodeEncoded(f.Req); err == nil {
+		stampAppendTime(f.Req.Messages, now)
+		first, kept, err = appendTo(o.p, f.Req.Messages, f.Req.Give)
+	}
 	if err != nil {
 		if errors.Is(err, partition.ErrUnusable) {
 			// The partition refuses every later write until it is built

@@ -93,6 +93,14 @@ type Request struct {
 	Epoch uint64
 	// Messages is the batch of a produce.
 	Messages []partition.Message
+	// Encoded, when set instead of Messages, is a produce's batch in its
+	// producer's encoding (a Kafka record batch), given as Give gives
+	// bytes: a partition that keeps encoded batches
+	// (partition.EncodedKeeper) stores it as it is, any other gets its
+	// decoded messages (kept). Only a node that is not clustered sends
+	// it: a frame forwarded to another node or proposed to a raft group
+	// carries Messages only.
+	Encoded partition.Encoded
 	// Give offers the produce's bytes (its messages' keys, headers and
 	// payloads) to the partition: one that stores bytes as given
 	// (partition.Keeper) keeps them instead of copying them, and the
@@ -101,6 +109,11 @@ type Request struct {
 	// a local, unreplicated append keeps them; a frame sent to another
 	// node goes without it.
 	Give bool
+	// ReadEncoded asks a poll whose start is in a batch its partition
+	// keeps encoded (partition.EncodedKeeper) for that batch whole
+	// (Response.Encoded) instead of its messages. Never sent to another
+	// node.
+	ReadEncoded bool
 	// Offset is where a poll starts, or the offset a consumer stores.
 	Offset uint64
 	// Count is the most messages a poll returns.
@@ -191,6 +204,11 @@ type Response struct {
 	// Messages are a poll's messages (read-only: they may be the
 	// partition's own, partition.Read).
 	Messages []partition.Message
+	// Encoded is a poll's encoded batch (Request.ReadEncoded), read-only,
+	// in place of Messages, and EncodedBase its first offset (at or below
+	// the poll's start); Offset is then the offset after its last message.
+	Encoded     partition.Encoded
+	EncodedBase uint64
 	// Kept reports that a produce's partition kept the bytes its Give
 	// offered instead of copying them.
 	Kept bool
@@ -214,6 +232,9 @@ type Frame struct {
 func (f Frame) payloadBytes() int64 {
 	r := f.Req
 	n := int64(len(r.Payload))
+	if r.Encoded != nil {
+		n += r.Encoded.Size()
+	}
 	if r.Raft != nil {
 		n += int64(proto.Size(r.Raft))
 	}

@@ -446,10 +446,17 @@ func (rg *raftGroups) flushProposals() {
 		// carries them, so every replica stores the same ones.
 		now := rg.clock.Now().UnixMicro()
 		for _, f := range frames {
+			var err error
 			if f.Req.Op == OpProduce {
+				// An entry carries messages: an encoded batch (which a
+				// clustered node does not send) is decoded first.
+				err = decodeEncoded(f.Req)
 				stampAppendTime(f.Req.Messages, now)
 			}
-			next, err := appendOp(data, f)
+			next := data
+			if err == nil {
+				next, err = appendOp(data, f)
+			}
 			if err != nil {
 				rg.owner.answer(f, Response{Err: err}) // bad input: never proposed
 				continue

@@ -736,7 +736,7 @@ func (s *Shard) serveOwned(o *owned, f Frame) {
 	if f.Req.Op == OpProduce {
 		// An empty batch would vanish inside a coalesced one: it is
 		// appended alone, which answers its error.
-		if len(f.Req.Messages) > 0 {
+		if len(f.Req.Messages) > 0 || f.Req.Encoded != nil {
 			s.queueAppend(o, f)
 			if len(s.inbox) == 0 || s.appendQueued >= maxGroup {
 				s.flushAppends() // nothing more to wait for

@@ -191,6 +191,17 @@ func resolveStart(p partition.Partition, r *Request) (uint64, error) {
 // (see damage.go, stoppedAt).
 func readPoll(p partition.Partition, from uint64, r *Request, whole bool) (Response, bool) {
 	from = min(from, p.NextOffset())
+	if k, ok := p.(partition.EncodedKeeper); ok && r.ReadEncoded {
+		// A batch kept encoded is answered whole, whatever the budget
+		// (as the first message always is): one batch satisfies a poll.
+		b, base, err := k.ReadEncoded(from)
+		if err != nil {
+			return Response{Err: err}, true
+		}
+		if b != nil {
+			return Response{Encoded: b, EncodedBase: base, Offset: base + uint64(b.Len()), Start: p.StartOffset(), End: p.NextOffset()}, true
+		}
+	}
 	msgs, err := p.Read(from, r.Count)
 	if err == nil && whole {
 		err = stoppedAt(p, from, len(msgs), r.Count)
