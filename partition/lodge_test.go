@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -215,9 +216,20 @@ func TestLodgeFailedDirectorySync(t *testing.T) {
 func TestLodgedPartitionCloseLeavesRecordsToOwner(t *testing.T) {
 	partition.AllowSmallSegments(t, smallSegment)
 	mem := vfs.NewMem()
+	// The close syncs directories from more than one goroutine, and the
+	// store's background work may touch the file system while closing
+	// changes: all three are read and written under mu.
+	var mu sync.Mutex
 	var closing bool
 	var synced, created []string
+	setClosing := func(v bool) {
+		mu.Lock()
+		closing = v
+		mu.Unlock()
+	}
 	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		mu.Lock()
+		defer mu.Unlock()
 		switch {
 		case !closing:
 		case op.Kind == errorfs.OpSyncDir:
@@ -245,11 +257,14 @@ func TestLodgedPartitionCloseLeavesRecordsToOwner(t *testing.T) {
 	if _, err := p.Append(batch(0, 2, 100)); err != nil {
 		t.Fatal(err)
 	}
-	closing = true
+	setClosing(true)
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	closing = false
+	setClosing(false)
+	mu.Lock()
+	synced, created = slices.Clone(synced), slices.Clone(created)
+	mu.Unlock()
 	if len(created) > 0 {
 		t.Fatalf("the close created %q", created)
 	}
