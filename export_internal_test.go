@@ -96,6 +96,18 @@ func RaftApplied(n *Node, ns metadata.Namespace) uint64 {
 	return 0
 }
 
+// HibernatedReplicas is how many of n's replicated partitions have their
+// follower hibernated (no raft node held).
+func HibernatedReplicas(n *Node) int {
+	h := 0
+	for _, s := range n.eng.Shards() {
+		if st, err := s.Inspect(context.Background()); err == nil {
+			h += len(st.Hibernated)
+		}
+	}
+	return h
+}
+
 // QuiescedReplicas is how many of n's replicated partitions have their
 // raft group quiesced (not ticked).
 func QuiescedReplicas(n *Node) int {
