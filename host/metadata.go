@@ -613,6 +613,14 @@ func (e *Engine) MetadataQuiesced() bool {
 	return e.cl != nil && e.cl.meta.quiesced()
 }
 
+// MetadataHibernating reports whether this node's metadata member is a
+// follower that hibernates: quiesced long enough to hold no raft node
+// until something needs one. Call it from the goroutine that drives a
+// manual engine.
+func (e *Engine) MetadataHibernating() bool {
+	return e.cl != nil && e.cl.meta.g.Hibernating()
+}
+
 // MetadataKey is the deduplication key of one metadata command: a command
 // proposed again under the same key applies at most once. It is a type of
 // its own, not an alias of the internal table's key, so that a host can
