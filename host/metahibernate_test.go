@@ -50,20 +50,7 @@ func TestMetadataFollowersHibernateAndWake(t *testing.T) {
 	}
 
 	c.paused[0] = true // the leader stops
-	const within = 50 + 5
-	elected := 0
-	for tick := 1; tick <= within; tick++ {
-		c.tick(1)
-		l2, l3 := c.engines[1].MetadataStatus().Leader, c.engines[2].MetadataStatus().Leader
-		if l2 == l3 && (l2 == 2 || l2 == 3) {
-			elected = tick
-			break
-		}
-	}
-	if elected == 0 {
-		t.Fatalf("no new leader %d ticks after the leader stopped: node 2 sees %d, node 3 sees %d", within,
-			c.engines[1].MetadataStatus().Leader, c.engines[2].MetadataStatus().Leader)
-	}
+	c.electAfterLeaderStops(50 + 5)
 	c.propose(1, metadata.CreateStream{Name: "b"})
 	for i, e := range c.engines[1:] {
 		if got := streamNames(e); got != "[a b]" {
