@@ -16,6 +16,11 @@
 // Compact cuts the log behind a snapshot the owner provides, and
 // ReadIndex confirms leadership for linearizable reads.
 //
+// A follower with nothing to do may hibernate (Hibernate): it drops its
+// raft node, most of what an idle member costs, and every call that
+// needs raft rebuilds it, knowing its leader and with its lease as it
+// was (hibernate.go).
+//
 // Messages from peers and the recovered log are hostile input: Step
 // refuses a message no correct member sends (ErrInvalidMessage), and New
 // refuses a log whose records contradict each other (ErrCorruptLog), both
