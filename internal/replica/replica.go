@@ -769,8 +769,8 @@ func (g *Group) TransferLeader(to uint64) (err error) {
 		return g.failed
 	}
 	defer g.guard(&err)
-	if g.rn == nil {
-		return nil // a hibernating member leads nothing to transfer
+	if err := g.awaken(); err != nil {
+		return err
 	}
 	g.rn.TransferLeader(to)
 	return nil
