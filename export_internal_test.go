@@ -6,6 +6,7 @@ import (
 
 	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/shard"
 )
 
 // Test-only access to a Node's committed metadata, for the external tests
@@ -96,14 +97,25 @@ func RaftApplied(n *Node, ns metadata.Namespace) uint64 {
 	return 0
 }
 
+// HibernatedReplicas is how many of n's replicated partitions have their
+// follower hibernated (no raft node held).
+func HibernatedReplicas(n *Node) int {
+	return countShards(n, func(st shard.State) int { return len(st.Hibernated) })
+}
+
 // QuiescedReplicas is how many of n's replicated partitions have their
 // raft group quiesced (not ticked).
 func QuiescedReplicas(n *Node) int {
-	q := 0
+	return countShards(n, func(st shard.State) int { return len(st.Quiesced) })
+}
+
+// countShards sums count over the states of n's shards.
+func countShards(n *Node, count func(shard.State) int) int {
+	sum := 0
 	for _, s := range n.eng.Shards() {
 		if st, err := s.Inspect(context.Background()); err == nil {
-			q += len(st.Quiesced)
+			sum += count(st)
 		}
 	}
-	return q
+	return sum
 }

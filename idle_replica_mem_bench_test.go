@@ -17,7 +17,9 @@ import (
 // BenchmarkIdleReplicaMemory is what an idle replica holds: three nodes
 // in one process over the in-memory network, one topic of N partitions
 // (every node a replica of each), each with a leader, produced to once
-// and quiesced; then the live heap (runtime.MemStats.HeapAlloc after two
+// and quiesced, its followers hibernated (hibernation is what an idle
+// follower holds: it starts groups.HibernateAfterTicks after the quiesce);
+// then the live heap (runtime.MemStats.HeapAlloc after two
 // collections) over the one before the topic was created, per replica
 // (3N). It is a byte count, not a rate: the machine's load does not move
 // it. The iterations are not timed work; b.N only repeats the reading.
@@ -75,15 +77,16 @@ func benchIdleReplicaMemory(b *testing.B, parts int) {
 		}
 	}
 	for {
-		q := 0
+		q, h := 0, 0
 		for _, n := range nodes {
 			q += parkway.QuiescedReplicas(n)
+			h += parkway.HibernatedReplicas(n)
 		}
-		if q == 3*parts {
+		if q == 3*parts && h == 2*parts {
 			break
 		}
 		if ctx.Err() != nil {
-			b.Fatalf("%d of %d replicas quiesced", q, 3*parts)
+			b.Fatalf("%d of %d replicas quiesced, %d of %d followers hibernated", q, 3*parts, h, 2*parts)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

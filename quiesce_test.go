@@ -136,7 +136,15 @@ func TestClusterIdlePartitionsQuiesce(t *testing.T) {
 // which elect new leaders for all of its groups within a few liveness
 // intervals, not an unbounded wait (quiesced followers run no election
 // timer). No acknowledged write is lost and the new leaders take writes.
+// The same holds once the followers hibernated (a second after the groups
+// quiesced): liveness's verdict rebuilds their raft nodes.
 func TestClusterQuiescedLeaderDeathElectsPromptly(t *testing.T) {
+	for _, hibernated := range []bool{false, true} {
+		t.Run(fmt.Sprintf("hibernated=%v", hibernated), func(t *testing.T) { quiescedLeaderDeath(t, hibernated) })
+	}
+}
+
+func quiescedLeaderDeath(t *testing.T, hibernated bool) {
 	synctest.Test(t, func(t *testing.T) {
 		c := openQuietCluster(t)
 		ctx := context.Background()
@@ -146,6 +154,16 @@ func TestClusterQuiescedLeaderDeathElectsPromptly(t *testing.T) {
 			mustProduce(t, c.nodes[1], tp, parkway.PartitionID(p), fmt.Sprintf("a%d", p))
 		}
 		c.settleQuiet(t)
+		if hibernated {
+			time.Sleep(time.Second)
+			h := 0
+			for _, n := range c.nodes {
+				h += parkway.HibernatedReplicas(n)
+			}
+			if h != 2*quietPartitions {
+				t.Fatalf("%d followers hibernate a second after the groups quiesced, want %d", h, 2*quietPartitions)
+			}
+		}
 
 		// The victim leads the most partitions (the preferred leaders
 		// spread them over the three nodes).

@@ -323,11 +323,14 @@ func (m *metaGroup) stop(cause error) error {
 	return m.err
 }
 
-// tick ticks the member once and handles what that made ready. While the
+// tick ticks the member once and handles what that made ready; ticks is
+// how many ticks passed since the last call (more than one when a
+// started engine's driver slept through them: sleepTicks), which a
+// follower waiting to hibernate counts (groups.Awake.Hibernate). While the
 // member is down it reopens it instead, once its backoff has passed: the
 // metadata tick drives the recovery of a started engine and of a manual
 // one alike.
-func (m *metaGroup) tick() error {
+func (m *metaGroup) tick(ticks int64) error {
 	if m.err != nil {
 		return m.err
 	}
@@ -342,6 +345,7 @@ func (m *metaGroup) tick() error {
 		m.wake() // a reopened member starts awake, its clock from zero
 		m.cand.Reset()
 	}
+	m.awake.Hibernate(ticks, m.hibernate)
 	m.leaseTick()
 	m.elect.Tick()
 	if m.quiesced() {
@@ -487,7 +491,7 @@ func (c *clusterNode) runMetadata(ctx context.Context) {
 		case <-tick.C():
 			k := max(int64(clk.Now().Sub(last)/every), 1)
 			last = last.Add(time.Duration(k) * every)
-			_ = m.tick() // process, at the top, reports a failure
+			_ = m.tick(k) // process, at the top, reports a failure
 			c.live.advance(ctx, k)
 			n := m.sleepTicks()
 			long = n > 1
@@ -558,7 +562,7 @@ func (e *Engine) TickMetadata() error {
 		return errNotClustered
 	}
 	e.cl.live.tick(e.group.Context())
-	return e.cl.meta.tick()
+	return e.cl.meta.tick(1)
 }
 
 // HandleMetadata handles what a manual engine's metadata group member has
@@ -607,6 +611,14 @@ func (e *Engine) MetadataStatus() MetadataGroupStatus {
 // engine.
 func (e *Engine) MetadataQuiesced() bool {
 	return e.cl != nil && e.cl.meta.quiesced()
+}
+
+// MetadataHibernating reports whether this node's metadata member is a
+// follower that hibernates: quiesced long enough to hold no raft node
+// until something needs one. Call it from the goroutine that drives a
+// manual engine.
+func (e *Engine) MetadataHibernating() bool {
+	return e.cl != nil && e.cl.meta.g.Hibernating()
 }
 
 // MetadataKey is the deduplication key of one metadata command: a command

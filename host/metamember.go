@@ -13,7 +13,8 @@ import (
 // groups are: its peers' messages are stepped by groups.Step (the member
 // is a groups.Member), its quiescence is a groups.Awake of its one group
 // (added when it wakes, counted and quiesced by Awake.Quiesce on a tick,
-// removed when it takes a quiesce heartbeat), its elections scheduled by
+// put to sleep when it takes a quiesce heartbeat, and hibernated by
+// Awake.Hibernate if it sleeps on), its elections scheduled by
 // groups.Elections (a groups.ElectionHost of its one group), node
 // liveness's reports read by groups.PeerLive, and who campaigns after a
 // death chosen by groups.CampaignerOf. What is the member's own:
@@ -60,8 +61,25 @@ func (m *metaGroup) step(msg *raftpb.Message) {
 // waiting for them would keep an idle metadata group awake for good.
 func (m *metaGroup) AcceptsQuiesce() bool { return true }
 
-// Quiesced implements groups.Member: the member is no longer ticked.
-func (m *metaGroup) Quiesced() { m.awake.Remove(metaKey) }
+// Quiesced implements groups.Member: the member is no longer ticked; it
+// sleeps, and hibernates if it stays asleep (groups.Awake.Sleep).
+func (m *metaGroup) Quiesced() {
+	if !m.quiesced() {
+		m.awake.Sleep(metaKey, m)
+	}
+}
+
+// hibernate hibernates the member's follower, which stayed quiesced
+// groups.HibernateAfterTicks (groups.Awake.Hibernate), while it runs;
+// replica.Group.Hibernate refuses a leader and a member with work. Its
+// forwarded proposals and read barriers need no raft node to wait: the
+// answers that end them wake it (AcceptsQuiesce says why they may be
+// lost).
+func (m *metaGroup) hibernate(uint64, *metaGroup) {
+	if m.unavailable() == nil {
+		m.g.Hibernate()
+	}
+}
 
 // Stepped implements groups.Member: a peer's message wakes the member.
 func (m *metaGroup) Stepped() { m.wake() }

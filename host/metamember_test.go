@@ -202,20 +202,7 @@ func TestMetadataLeaderDeathElectsAfterQuiescence(t *testing.T) {
 	// message; the chosen survivor campaigns at once, so the election is
 	// over within a few ticks of that (the woken members' election timers,
 	// the fallback, would take at least 10 more).
-	const within = 50 + 5
-	elected := 0
-	for tick := 1; tick <= within; tick++ {
-		c.tick(1)
-		l2, l3 := c.engines[1].MetadataStatus().Leader, c.engines[2].MetadataStatus().Leader
-		if l2 == l3 && (l2 == 2 || l2 == 3) {
-			elected = tick
-			break
-		}
-	}
-	if elected == 0 {
-		t.Fatalf("no new leader %d ticks after the leader stopped: node 2 sees %d, node 3 sees %d", within,
-			c.engines[1].MetadataStatus().Leader, c.engines[2].MetadataStatus().Leader)
-	}
+	elected := c.electAfterLeaderStops(50 + 5)
 	t.Logf("new leader %d ticks after the leader stopped", elected)
 	c.propose(2, metadata.CreateStream{Name: "a"})
 	c.settle(20)
@@ -224,6 +211,23 @@ func TestMetadataLeaderDeathElectsAfterQuiescence(t *testing.T) {
 			t.Errorf("node %d holds streams %s, want [a]", i+2, got)
 		}
 	}
+}
+
+// electAfterLeaderStops ticks until nodes 2 and 3 agree on a leader among
+// them (node 1, the leader, stopped), at most within ticks, and returns
+// how many it took.
+func (c *quietCluster) electAfterLeaderStops(within int) int {
+	c.t.Helper()
+	for tick := 1; tick <= within; tick++ {
+		c.tick(1)
+		l2, l3 := c.engines[1].MetadataStatus().Leader, c.engines[2].MetadataStatus().Leader
+		if l2 == l3 && (l2 == 2 || l2 == 3) {
+			return tick
+		}
+	}
+	c.t.Fatalf("no new leader %d ticks after the leader stopped: node 2 sees %d, node 3 sees %d", within,
+		c.engines[1].MetadataStatus().Leader, c.engines[2].MetadataStatus().Leader)
+	return 0
 }
 
 // A follower that was away while the group committed catches up when it

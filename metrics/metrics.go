@@ -73,6 +73,7 @@ type Metrics struct {
 	ReplicaRepairs  *prometheus.CounterVec // shard
 	RaftQuiesces    *prometheus.CounterVec // shard
 	RaftWakes       *prometheus.CounterVec // shard
+	RaftHibernates  *prometheus.CounterVec // shard
 	LeaderTransfers *prometheus.CounterVec // shard
 
 	// The client side, counted by the node a call was made on.
@@ -210,6 +211,11 @@ func NewLabeled(labels prometheus.Labels) *Metrics {
 			Name:        "parkway_raft_wakes_total",
 			Help:        "Partition raft groups that started ticking: created, or woken from quiescence by a proposal, a read, a peer's message or node liveness.",
 		}, shard),
+		RaftHibernates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			ConstLabels: labels,
+			Name:        "parkway_raft_hibernations_total",
+			Help:        "Partition raft groups whose follower dropped its raft node after staying quiesced (hibernated); it is rebuilt when the group wakes.",
+		}, shard),
 		LeaderTransfers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			ConstLabels: labels,
 			Name:        "parkway_leader_transfers_total",
@@ -224,7 +230,7 @@ func NewLabeled(labels prometheus.Labels) *Metrics {
 func (m *Metrics) all() []prometheus.Collector {
 	return []prometheus.Collector{m.FrameDrops, m.Materialised, m.Removed, m.BuildFailures,
 		m.ParkedFrames, m.ParkedBytes, m.StaleRejects, m.TransientDenies, m.Forwarded,
-		m.RaftCompactions, m.RaftSnapshots, m.CaughtUp, m.ReplicaRepairs, m.RaftQuiesces, m.RaftWakes, m.LeaderTransfers,
+		m.RaftCompactions, m.RaftSnapshots, m.CaughtUp, m.ReplicaRepairs, m.RaftQuiesces, m.RaftWakes, m.RaftHibernates, m.LeaderTransfers,
 		m.Produced, m.ProducedBytes, m.Polled, m.PolledBytes, m.PollWait, m.ConsumerLag}
 }
 
@@ -314,6 +320,7 @@ func (m *Metrics) Shard(id int) *Shard {
 		ReplicaRepairs:  m.ReplicaRepairs.WithLabelValues(s),
 		RaftQuiesces:    m.RaftQuiesces.WithLabelValues(s),
 		RaftWakes:       m.RaftWakes.WithLabelValues(s),
+		RaftHibernates:  m.RaftHibernates.WithLabelValues(s),
 		LeaderTransfers: m.LeaderTransfers.WithLabelValues(s),
 		CommitLatency:   m.CommitLatency.WithLabelValues(s),
 		SegmentSyncs:    m.Fsync(LogSegment),
@@ -342,6 +349,7 @@ type Shard struct {
 	ReplicaRepairs  prometheus.Counter
 	RaftQuiesces    prometheus.Counter
 	RaftWakes       prometheus.Counter
+	RaftHibernates  prometheus.Counter
 	LeaderTransfers prometheus.Counter
 	// CommitLatency observes commit groups (parkway_commit_group_seconds).
 	CommitLatency prometheus.Observer

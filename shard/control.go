@@ -442,6 +442,10 @@ type State struct {
 	// Quiesced lists the namespaces whose raft group is quiesced (not
 	// ticked: see Replication.Quiesce), in namespace order.
 	Quiesced []metadata.Namespace
+	// Hibernated lists the namespaces whose follower hibernates (it
+	// stayed quiesced, and holds no raft node until something needs
+	// it), in namespace order.
+	Hibernated []metadata.Namespace
 	// Applied maps each replicated namespace to the raft index its group
 	// applied last: the entries it applied, empty ones included.
 	Applied map[metadata.Namespace]uint64
@@ -479,9 +483,13 @@ func opInspect(st *State) control {
 			if !s.rg.q.awake.Has(o.p.Namespace(), o) {
 				st.Quiesced = append(st.Quiesced, ns)
 			}
+			if o.rep.grp.Hibernating() {
+				st.Hibernated = append(st.Hibernated, ns)
+			}
 			st.Applied[ns] = o.rep.grp.Applied()
 		}
 		slices.Sort(st.Quiesced)
+		slices.Sort(st.Hibernated)
 		st.Tombstoned = maps.Clone(s.tombstoned)
 		s.park.order.Ascend(func(q *parkQueue) bool {
 			st.Parked = append(st.Parked, ParkedNamespace{

@@ -26,14 +26,16 @@ func (h groupHandler) AcceptsQuiesce() bool {
 }
 
 // Quiesced implements groups.Member: the follower took a quiesce
-// heartbeat, and its group is no longer ticked.
+// heartbeat, and its group is no longer ticked; it sleeps, and hibernates
+// if it stays asleep (groups.Awake.Sleep, hibernate in quiesce.go).
 func (h groupHandler) Quiesced() {
 	rg, o := h.rg, h.o
 	if rg.q.awake.Has(o.p.Namespace(), o) {
-		rg.q.awake.Remove(o.p.Namespace())
+		rg.q.awake.Sleep(o.p.Namespace(), o)
 		rg.m.RaftQuiesces.Inc()
 		rg.shedIdle(o)
 		rg.syncQuiesced(o)
+		rg.armTick() // counts its sleep
 	}
 }
 

@@ -25,6 +25,11 @@ import (
 //     eventually wakes the leader with an ordinary raft message.
 //   - Any raft message for a quiesced group wakes it, and so does local
 //     work: a proposal, a leader read, a catch-up (markReady wakes).
+//   - A follower that stays quiesced groups.HibernateAfterTicks
+//     hibernates: it drops its raft node, most of what an idle replica
+//     costs, and rebuilds it on whatever wakes it (hibernate,
+//     internal/groups' hibernate.go). The raft tick runs while a
+//     follower waits for it, then stops.
 //   - Failure detection comes from node liveness (SetPeerLive), one
 //     heartbeat per node pair, not per group: when a peer is declared
 //     dead, the groups it led forget it, and one live member of each,
@@ -92,6 +97,20 @@ func (rg *raftGroups) maybeQuiesce(o *owned) bool {
 	rg.shedIdle(o)
 	rg.syncQuiesced(o)
 	return true
+}
+
+// hibernate hibernates o's follower, which stayed quiesced
+// groups.HibernateAfterTicks (groups.Awake.Hibernate), unless o is no
+// longer the shard's group of its namespace, has work pending here, or
+// waits on an election; replica.Group.Hibernate refuses a leader and a
+// group with work of its own.
+func (rg *raftGroups) hibernate(_ metadata.Namespace, o *owned) {
+	if !rg.live(o) || o.failed != nil || !o.rep.idle() || o.rep.elect.Held() || o.rep.elect.Queued() {
+		return
+	}
+	if !o.rep.grp.Hibernating() && o.rep.grp.Hibernate() {
+		rg.m.RaftHibernates.Inc()
+	}
 }
 
 // shedIdle lets go of what o's replica keeps only for proposals in

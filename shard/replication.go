@@ -606,6 +606,7 @@ func (rg *raftGroups) maybeCompact(o *owned) {
 // simulator's run is reproducible); a leader with nothing to do quiesces
 // its group instead (quiesce.go).
 func (rg *raftGroups) tickRaft() {
+	rg.q.awake.Hibernate(1, rg.hibernate)
 	rg.elect.Tick()
 	rg.balanceStep()
 	rg.moveStep()
@@ -635,7 +636,7 @@ func (rg *raftGroups) tickRaft() {
 }
 
 func (rg *raftGroups) armTick() {
-	if (rg.q.awake.Len() == 0 && !rg.elect.Pending()) || rg.tickArmed {
+	if (rg.q.awake.Len() == 0 && !rg.elect.Pending() && !rg.q.awake.Sleeping()) || rg.tickArmed {
 		return
 	}
 	d := rg.cfg.TickInterval
@@ -648,8 +649,8 @@ func (rg *raftGroups) armTick() {
 }
 
 // tickC is the raft tick channel, nil (never ready) while no group is
-// awake, so a shard with nothing replicated, or all of it quiesced, has
-// no timer.
+// awake or waiting to hibernate, so a shard with nothing replicated, or
+// all of it quiesced and its followers hibernated, has no timer.
 func (rg *raftGroups) tickC() <-chan time.Time {
 	if !rg.tickArmed {
 		return nil

@@ -19,6 +19,14 @@ type Awake[K comparable, G comparable] struct {
 	// groups are awake than a turn takes.
 	buf  []G
 	next int
+	// The followers waiting to hibernate (hibernate.go): now counts the
+	// host's ticks, sleepers holds the followers that quiesced in the
+	// order they did with the tick they did at, from head on, and slept
+	// the tick of each one's latest entry (an older entry is stale).
+	now      int64
+	sleepers []sleeper[K, G]
+	head     int
+	slept    map[K]int64
 }
 
 // Len is the number of awake groups.
@@ -37,7 +45,7 @@ func (a *Awake[K, G]) Add(k K, g G) bool {
 	if a.Has(k, g) {
 		return false
 	}
-	a.Remove(k)
+	a.Remove(k) // and a wait to hibernate ends
 	if a.at == nil {
 		a.at = make(map[K]int)
 	}
@@ -52,6 +60,7 @@ func (a *Awake[K, G]) Add(k K, g G) bool {
 // The last awake group takes its place (the order stays a function of
 // what happened).
 func (a *Awake[K, G]) Remove(k K) {
+	delete(a.slept, k)
 	i, ok := a.at[k]
 	if !ok {
 		return

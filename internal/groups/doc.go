@@ -19,7 +19,10 @@
 // each host its Member. Both keep their quiescence in an Awake, the set
 // of groups a host ticks with each one's quiescence clock (a shard's
 // holds its partition groups, ticked in turns; the metadata member's its
-// one group), quiesced by Awake.Quiesce and StepQuiesce. Both use its
+// one group), quiesced by Awake.Quiesce and StepQuiesce, and a follower
+// that stays quiesced hibernates through it (Awake.Sleep and
+// Awake.Hibernate: replica.Group.Hibernate drops its raft node until
+// something needs it). Both use its
 // leader reads (Reads), node liveness's verdicts and the campaign after a
 // leader's death (Down, PeerLive, CampaignerOf, and Elections, which
 // starts it), the compaction trigger (Compaction) and the configuration

@@ -27,6 +27,9 @@ func (g *Group) KeepActive(live func(node uint64) bool) (err error) {
 	if g.failed != nil {
 		return g.failed
 	}
+	if g.rn == nil {
+		return nil // a hibernating member does not lead
+	}
 	st := g.rn.BasicStatus()
 	if st.RaftState != raft.StateLeader {
 		return nil

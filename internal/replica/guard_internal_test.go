@@ -22,7 +22,7 @@ func TestGuardContainsRaftPanic(t *testing.T) {
 	m := &raftpb.Message{Type: raftpb.MsgSnap.Enum(), From: new(uint64(1)), To: new(uint64(2)), Term: new(uint64(5)),
 		Snapshot: &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{Index: new(uint64(100)), Term: new(uint64(5)),
 			ConfState: &raftpb.ConfState{Voters: []uint64{1, 1, 2}}}}}
-	if err := g.checkMessage(m); !errors.Is(err, ErrInvalidMessage) {
+	if err := g.checkMessage(m, g.Term()); !errors.Is(err, ErrInvalidMessage) {
 		t.Fatalf("checkMessage = %v, want ErrInvalidMessage", err)
 	}
 	step := func() (err error) {

@@ -38,8 +38,8 @@ func IsQuiesce(m *raftpb.Message) bool {
 // that is not live is not waited for: when it returns, the owner wakes
 // the group so the leader brings it up to date.
 func (g *Group) CanQuiesce(live func(node uint64) bool) bool {
-	if g.failed != nil || g.rn.HasReady() {
-		return false
+	if g.failed != nil || g.rn == nil || g.rn.HasReady() {
+		return false // a hibernating member leads nothing
 	}
 	st := g.rn.BasicStatus()
 	if st.RaftState != raft.StateLeader || st.LeadTransferee != 0 {
@@ -103,15 +103,24 @@ func StripQuiesce(m *raftpb.Message) {
 // member holds exactly the leader's log, committed and applied. It
 // changes nothing either way; a refused quiesce heartbeat is dropped.
 func (g *Group) AcceptQuiesce(m *raftpb.Message) bool {
-	if g.failed != nil || !IsQuiesce(m) || g.checkMessage(m) != nil || g.rn.HasReady() {
+	if g.failed != nil || !IsQuiesce(m) || g.checkMessage(m, g.Term()) != nil || g.HasReady() {
 		return false
 	}
-	st := g.rn.BasicStatus()
-	if st.RaftState != raft.StateFollower || st.Lead != m.GetFrom() || st.HardState.GetTerm() != m.GetTerm() {
+	// A hibernating member is a follower whose raft state is its storage
+	// (Hibernate): it takes the heartbeat without waking.
+	lead, term, commit := g.lead, g.storage.hardState.GetTerm(), g.storage.hardState.GetCommit()
+	if g.rn != nil {
+		st := g.rn.BasicStatus()
+		if st.RaftState != raft.StateFollower {
+			return false
+		}
+		lead, term, commit = st.Lead, st.HardState.GetTerm(), st.HardState.GetCommit()
+	}
+	if lead != m.GetFrom() || term != m.GetTerm() {
 		return false
 	}
 	last, err := g.storage.LastIndex()
-	return err == nil && st.HardState.GetCommit() == m.GetCommit() && last == m.GetCommit() && g.applied == last
+	return err == nil && commit == m.GetCommit() && last == m.GetCommit() && g.applied == last
 }
 
 // ForgetLeader makes a follower forget its leader without campaigning:
@@ -125,6 +134,9 @@ func (g *Group) ForgetLeader() (err error) {
 		return g.failed
 	}
 	defer g.guard(&err)
+	if err := g.awaken(); err != nil {
+		return err
+	}
 	return g.rn.ForgetLeader()
 }
 
@@ -132,6 +144,9 @@ func (g *Group) ForgetLeader() (err error) {
 func (g *Group) Term() uint64 {
 	if g.failed != nil {
 		return 0
+	}
+	if g.rn == nil {
+		return g.storage.hardState.GetTerm() // hibernating: all of it persisted
 	}
 	return g.rn.BasicStatus().HardState.GetTerm()
 }

@@ -16,6 +16,11 @@
 // Compact cuts the log behind a snapshot the owner provides, and
 // ReadIndex confirms leadership for linearizable reads.
 //
+// A follower with nothing to do may hibernate (Hibernate): it drops its
+// raft node, most of what an idle member costs, and every call that
+// needs raft rebuilds it, knowing its leader and with its lease as it
+// was (hibernate.go).
+//
 // Messages from peers and the recovered log are hostile input: Step
 // refuses a message no correct member sends (ErrInvalidMessage), and New
 // refuses a log whose records contradict each other (ErrCorruptLog), both
@@ -129,15 +134,23 @@ type commitMark struct {
 
 // Group is one raft group member. Not safe for concurrent use.
 type Group struct {
-	cfg        Config
-	rn         *raft.RawNode
-	storage    *logStorage
-	cs         *raftpb.ConfState // the voters as of the last applied entry
-	applied    uint64
-	snap       uint64 // index of the latest snapshot
-	readStates []raft.ReadState
+	cfg Config
+	// rn is the raft node; nil while the member hibernates (hibernate.go),
+	// rebuilt from storage, cs and lead when anything needs it.
+	rn      *raft.RawNode
+	storage *logStorage
+	cs      *raftpb.ConfState // the voters as of the last applied entry
+	applied uint64
+	snap    uint64 // index of the latest snapshot
+	// readStates are the read states Handle collected since the last
+	// TakeReadStates, behind a pointer that only a member that reads
+	// allocates (the room it leaves holds quiet: TestGroupSize).
+	readStates *[]raft.ReadState
 	nextID     uint64
 	lead       uint64
+	// quiet is how many ticks raft counted since the leader last spoke
+	// (hibernate.go): the election clock a rebuilt node starts from.
+	quiet int
 	// envelope is where a leader's Propose builds the entry (see there),
 	// behind a pointer that only a proposing leader allocates: with it
 	// and the fields' order, a Group fits the allocator's 320-byte class
@@ -458,6 +471,9 @@ func (g *Group) ProposeConfChange(add bool, node uint64, ctx []byte) (err error)
 	if g.Leader() == 0 {
 		return ErrNoLeader
 	}
+	if err := g.awaken(); err != nil {
+		return err
+	}
 	typ := raftpb.ConfChangeRemoveNode
 	if add {
 		typ = raftpb.ConfChangeAddNode
@@ -488,6 +504,9 @@ func (g *Group) ProposeLearner(node uint64, ctx []byte) (err error) {
 	if g.Leader() == 0 {
 		return ErrNoLeader
 	}
+	if err := g.awaken(); err != nil {
+		return err
+	}
 	return g.rn.ProposeConfChange(&raftpb.ConfChange{Type: raftpb.ConfChangeAddLearnerNode.Enum(), NodeId: new(node), Context: ctx})
 }
 
@@ -517,6 +536,11 @@ func (g *Group) AppliedLearners() []uint64 {
 	if g.failed != nil {
 		return nil
 	}
+	if g.rn == nil {
+		// A hibernating member applied everything: raft's configuration
+		// is the one as of the applied index.
+		return slices.Sorted(slices.Values(g.cs.GetLearners()))
+	}
 	ids := g.rn.Status().Config.Learners
 	out := make([]uint64, 0, len(ids))
 	for id := range ids {
@@ -534,6 +558,9 @@ func (g *Group) AppliedLearners() []uint64 {
 func (g *Group) AppliedVoters() []uint64 {
 	if g.failed != nil {
 		return nil
+	}
+	if g.rn == nil {
+		return slices.Sorted(slices.Values(g.cs.GetVoters())) // as AppliedLearners
 	}
 	ids := g.rn.Status().Config.Voters.IDs()
 	out := make([]uint64, 0, len(ids))
@@ -566,6 +593,9 @@ func (g *Group) Snapshot() (index uint64, data []byte) {
 func (g *Group) Committed() uint64 {
 	if g.failed != nil {
 		return 0
+	}
+	if g.rn == nil {
+		return g.storage.hardState.GetCommit() // hibernating: all of it persisted
 	}
 	return g.rn.BasicStatus().HardState.GetCommit()
 }
@@ -659,7 +689,13 @@ func (g *Group) Tick() (err error) {
 		return g.failed
 	}
 	defer g.guard(&err)
+	if err := g.awaken(); err != nil {
+		return err
+	}
 	g.rn.Tick()
+	if g.quiet < math.MaxInt32 {
+		g.quiet++
+	}
 	return nil
 }
 
@@ -670,11 +706,26 @@ func (g *Group) Step(m *raftpb.Message) (err error) {
 	if g.failed != nil {
 		return g.failed
 	}
-	if err := g.checkMessage(m); err != nil {
+	term := g.Term()
+	if err := g.checkMessage(m, term); err != nil {
 		return err
 	}
 	defer g.guard(&err)
-	return g.rn.Step(m)
+	if err := g.awaken(); err != nil {
+		return err
+	}
+	if err := g.rn.Step(m); err != nil {
+		return err
+	}
+	switch m.GetType() {
+	case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap:
+		// raft restarts its election clock on a leader's message at its
+		// term or above (it follows the sender then): so does quiet.
+		if m.GetTerm() >= term {
+			g.quiet = 0
+		}
+	}
+	return nil
 }
 
 // Campaign makes this member stand for election now (tests, and a host
@@ -696,6 +747,9 @@ func (g *Group) Campaign() (err error) {
 		return g.failed
 	}
 	defer g.guard(&err)
+	if err := g.awaken(); err != nil {
+		return err
+	}
 	if st := g.rn.BasicStatus(); st.HardState.GetTerm() <= 1 && st.RaftState == raft.StateFollower {
 		// raft's own way to campaign without pre-vote is a leadership
 		// transfer's: a local MsgTimeoutNow (term 0) makes a follower
@@ -715,6 +769,9 @@ func (g *Group) TransferLeader(to uint64) (err error) {
 		return g.failed
 	}
 	defer g.guard(&err)
+	if err := g.awaken(); err != nil {
+		return err
+	}
 	g.rn.TransferLeader(to)
 	return nil
 }
@@ -758,6 +815,9 @@ func (g *Group) Leader() uint64 {
 	if g.failed != nil {
 		return 0
 	}
+	if g.rn == nil {
+		return g.lead // hibernating: the leader it followed
+	}
 	return g.rn.BasicStatus().Lead
 }
 
@@ -773,6 +833,9 @@ func (g *Group) ReadIndex(ctx []byte) (err error) {
 		return g.failed
 	}
 	defer g.guard(&err)
+	if err := g.awaken(); err != nil {
+		return err
+	}
 	g.rn.ReadIndex(ctx)
 	return nil
 }
@@ -780,8 +843,11 @@ func (g *Group) ReadIndex(ctx []byte) (err error) {
 // TakeReadStates returns the read states Handle collected since the last
 // call.
 func (g *Group) TakeReadStates() []raft.ReadState {
-	rs := g.readStates
-	g.readStates = nil
+	if g.readStates == nil {
+		return nil
+	}
+	rs := *g.readStates
+	*g.readStates = nil
 	return rs
 }
 
@@ -802,6 +868,9 @@ func (g *Group) Propose(payload []byte) (_ uint64, err error) {
 	}
 	if g.Leader() == 0 {
 		return 0, ErrNoLeader
+	}
+	if err := g.awaken(); err != nil {
+		return 0, err
 	}
 	g.nextID++
 	id := g.nextID
@@ -838,8 +907,8 @@ const maxEnvelope = 64 << 10
 // HasReady reports whether Handle has work (never once the group
 // failed).
 func (g *Group) HasReady() bool {
-	if g.failed != nil {
-		return false
+	if g.failed != nil || g.rn == nil {
+		return false // a hibernating member has nothing ready
 	}
 	return g.rn.HasReady()
 }
@@ -879,7 +948,7 @@ func (g *Group) Handle(h Handler) (err error) {
 		return g.failed
 	}
 	defer g.guard(&err)
-	if !g.rn.HasReady() {
+	if g.rn == nil || !g.rn.HasReady() {
 		return nil
 	}
 	rd := g.rn.Ready()
@@ -896,7 +965,12 @@ func (g *Group) handle(h Handler, rd raft.Ready) error {
 		g.leaderObserved()
 		h.LeaderChanged(g.lead)
 	}
-	g.readStates = append(g.readStates, rd.ReadStates...)
+	if len(rd.ReadStates) > 0 {
+		if g.readStates == nil {
+			g.readStates = new([]raft.ReadState)
+		}
+		*g.readStates = append(*g.readStates, rd.ReadStates...)
+	}
 	hasSnap := !raft.IsEmptySnap(rd.Snapshot)
 	// A leader sends before it persists: its appends reach the followers
 	// while it writes its own copy, so a commit waits for the slowest of

@@ -243,8 +243,9 @@ func (g *Group) member(from uint64) bool {
 }
 
 // checkMessage refuses a message no correct member of the group sends to
-// this one in its current state.
-func (g *Group) checkMessage(m *raftpb.Message) error {
+// this one in its current state, cur its current term (g.Term(): the
+// caller reads it once for this and for what it does after).
+func (g *Group) checkMessage(m *raftpb.Message, cur uint64) error {
 	if m == nil {
 		return invalidf("nil message")
 	}
@@ -262,8 +263,8 @@ func (g *Group) checkMessage(m *raftpb.Message) error {
 		// The last step of a leadership transfer (TransferLeader): it
 		// makes this member campaign past the leader's lease, so only the
 		// leader this member knows, in its term, may send it.
-		if lead := g.Leader(); lead == 0 || m.GetFrom() != lead || m.GetTerm() != g.Term() {
-			return invalidf("%v from %d at term %d, the leader is %d at term %d", typ, m.GetFrom(), m.GetTerm(), lead, g.Term())
+		if lead := g.Leader(); lead == 0 || m.GetFrom() != lead || m.GetTerm() != cur {
+			return invalidf("%v from %d at term %d, the leader is %d at term %d", typ, m.GetFrom(), m.GetTerm(), lead, cur)
 		}
 	default:
 		// Local messages (raft's own): a peer never sends them.
@@ -289,8 +290,8 @@ func (g *Group) checkMessage(m *raftpb.Message) error {
 		return invalidf("%v without a term", typ)
 	case term > maxTerm:
 		return invalidf("%v term %d out of range", typ, term)
-	case term > g.Term()+MaxTermStep && !testhooks.NoTermStep.Load():
-		return fmt.Errorf("%w: %v from %d at term %d, this member at term %d", ErrOutOfReach, typ, m.GetFrom(), term, g.Term())
+	case term > cur+MaxTermStep && !testhooks.NoTermStep.Load():
+		return fmt.Errorf("%w: %v from %d at term %d, this member at term %d", ErrOutOfReach, typ, m.GetFrom(), term, cur)
 	}
 	if m.GetLogTerm() > term {
 		// A candidate's last entry, a leader's previous entry, a

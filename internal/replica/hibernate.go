@@ -1,0 +1,116 @@
+package replica
+
+import (
+	"errors"
+	"fmt"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// Hibernation (TiKV's hibernated regions): a quiesced follower keeps no
+// raft node. etcd raft's RawNode — its progress tracker, read-only
+// queue, inflight windows and log cursor — is most of what an idle
+// replica costs (issue 33: about 1.6 KB of the 4.5 KB), and a follower
+// that is not ticked and hears nothing uses none of it. Hibernate drops
+// it, keeping what a restarted member starts from: the log and hard
+// state (storage), the configuration as of the applied index (cs), and
+// the leader it followed (lead). Anything that needs raft rebuilds it
+// first (awaken): a peer's message, a tick, a campaign, a read, a
+// proposal, forgetting the leader (node liveness reporting it dead). A
+// configuration change and a snapshot arrive as messages. What only
+// answers from that state — the leader, the term, the commit index, the
+// configuration, a quiesce heartbeat that matches it — does not wake it.
+//
+// A rebuilt raft node starts as a follower that knows no leader: it
+// would grant votes at once, where the node it replaces refused them
+// inside its leader's lease (CheckQuorum). So a heartbeat of the leader
+// in the stored term is stepped into it, its answer dropped (the leader
+// is quiesced and needs none). That heartbeat restarts raft's election
+// clock, but the dropped node's clock had counted the ticks since its
+// leader last spoke (quiet), and the lease ends an election timeout after
+// that: the rebuilt node is ticked as many times, capped below the
+// election timeout so it neither campaigns nor leaves the lease on
+// waking. Without that a woken follower would keep a dead leader's lease
+// up to an election timeout longer than one that only quiesced, and
+// ignore the pre-vote of a restarted leader all that while.
+//
+// Which followers hibernate, and when (after some ticks quiesced: a
+// leader's ordinary heartbeats can still arrive after its quiesce
+// heartbeat, and each would rebuild the node), is the host's, through
+// internal/groups.
+
+// errWakeReady reports a rebuilt raft node with work the wake-up
+// heartbeat should not have made: the state it was rebuilt from was not
+// the settled state Hibernate requires.
+var errWakeReady = errors.New("parkway: a rebuilt raft node has work to persist or apply")
+
+// Hibernate drops the raft node of a follower that has nothing to do —
+// a leader known in its term, nothing to persist, send or apply,
+// everything it holds committed and applied, no read state waiting —
+// and reports whether the member hibernates (it did already, or does
+// now). A leader, a candidate, a member with work or without a snapshot
+// yet (a joiner) keeps its node. The owner calls it only on a group it
+// does not tick.
+func (g *Group) Hibernate() bool {
+	if g.failed != nil {
+		return false
+	}
+	if g.rn == nil {
+		return true
+	}
+	if g.rn.HasReady() || (g.readStates != nil && len(*g.readStates) > 0) || g.snap == 0 {
+		return false
+	}
+	st := g.rn.BasicStatus()
+	if st.RaftState != raft.StateFollower || st.Lead == 0 || st.Lead != g.lead {
+		return false
+	}
+	last := g.storage.lastIndex()
+	if st.HardState.GetCommit() != last || g.applied != last || !sameHardState(st.HardState, g.storage.hardState) {
+		return false
+	}
+	g.rn, g.readStates = nil, nil
+	return true
+}
+
+// Hibernating reports whether the member holds no raft node now.
+func (g *Group) Hibernating() bool { return g.failed == nil && g.rn == nil }
+
+// sameHardState reports whether raft's hard state is the one stored: a
+// hibernating member answers its term and commit index from storage.
+func sameHardState(a, b *raftpb.HardState) bool {
+	return a.GetTerm() == b.GetTerm() && a.GetVote() == b.GetVote() && a.GetCommit() == b.GetCommit()
+}
+
+// awaken rebuilds the raft node of a hibernating member (see above); a
+// member that has one is left as it is. It runs under the caller's
+// guard; a node that cannot be rebuilt fails the group.
+func (g *Group) awaken() error {
+	if g.rn != nil {
+		return nil
+	}
+	hs := g.storage.hardState
+	// raft restarts from the configuration as of the applied index, which
+	// is the Group's (New does the same after a restart).
+	if err := g.start(confStorage{g.storage, g.cs}); err != nil {
+		return g.fail(fmt.Errorf("rebuilding the hibernated raft node: %w", err))
+	}
+	hb := &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: new(g.lead), To: new(g.cfg.Node),
+		Term: new(hs.GetTerm()), Commit: new(hs.GetCommit())}
+	if err := g.rn.Step(hb); err != nil {
+		return g.fail(fmt.Errorf("rebuilding the hibernated raft node: %w", err))
+	}
+	// The heartbeat's answer is dropped; nothing else may be ready.
+	if g.rn.HasReady() {
+		rd := g.rn.Ready()
+		if len(rd.Entries) > 0 || len(rd.CommittedEntries) > 0 || !raft.IsEmptySnap(rd.Snapshot) || len(rd.ReadStates) > 0 || rd.MustSync {
+			return g.fail(errWakeReady)
+		}
+		g.rn.Advance(rd)
+	}
+	for range min(g.quiet, g.cfg.ElectionTicks-1) {
+		g.rn.Tick()
+	}
+	return nil
+}

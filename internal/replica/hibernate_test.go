@@ -1,0 +1,160 @@
+package replica_test
+
+import (
+	"testing"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/parkway-io/parkway/internal/replica"
+)
+
+// quiesceAll quiesces c's leader 1 and has every follower take its
+// quiesce heartbeat.
+func quiesceAll(t *testing.T, c *cluster) {
+	t.Helper()
+	if !c.members[1].CanQuiesce(allLive) {
+		t.Fatal("the leader cannot quiesce")
+	}
+	for _, m := range c.members[1].QuiesceMessages() {
+		if !c.members[m.GetTo()].AcceptQuiesce(m) {
+			t.Fatalf("member %d refused the quiesce heartbeat", m.GetTo())
+		}
+	}
+}
+
+// hibernate hibernates member id of c, which must take it.
+func hibernate(t *testing.T, c *cluster, id uint64) {
+	t.Helper()
+	if !c.members[id].Hibernate() || !c.members[id].Hibernating() {
+		t.Fatalf("member %d did not hibernate", id)
+	}
+}
+
+// A quiesced follower drops its raft node and answers from what it kept
+// (leader, term, commit, voters, a matching quiesce heartbeat) without
+// rebuilding it; the leader keeps its node. An append rebuilds it, and
+// the member applies and acknowledges as before.
+func TestHibernatedFollowerWakesOnAppend(t *testing.T) {
+	c := elected(t, 2)
+	quiesceAll(t, c)
+	if c.members[1].Hibernate() {
+		t.Fatal("the leader hibernated")
+	}
+	f := c.members[2]
+	term, commit := f.Term(), f.Committed()
+	hibernate(t, c, 2)
+	if f.Leader() != 1 || f.Term() != term || f.Committed() != commit || f.HasReady() || f.IsLeader() {
+		t.Fatalf("hibernating: leader %d term %d commit %d ready %v, want 1, %d, %d, false", f.Leader(), f.Term(), f.Committed(), f.HasReady(), term, commit)
+	}
+	if v := f.AppliedVoters(); len(v) != 3 {
+		t.Fatalf("hibernating: applied voters %v", v)
+	}
+	for _, m := range c.members[1].QuiesceMessages() {
+		if m.GetTo() == 2 && !f.AcceptQuiesce(m) {
+			t.Fatal("the hibernating follower refused a matching quiesce heartbeat")
+		}
+	}
+	if !f.Hibernating() {
+		t.Fatal("answering from its kept state woke the follower")
+	}
+
+	if _, err := c.members[1].Propose([]byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	if f.Hibernating() {
+		t.Fatal("an append left the follower hibernating")
+	}
+	if got := c.applied[2]; len(got) != 3 || got[2] != "after" {
+		t.Fatalf("member 2 applied %v", got)
+	}
+	if !c.members[1].CanQuiesce(allLive) {
+		t.Fatal("the woken follower did not acknowledge the append")
+	}
+}
+
+// The lease a woken follower keeps is its leader's: a hibernated
+// follower, woken by a member's campaign after the leader died, refuses
+// it as a follower that only quiesced does, inside the lease. (A rebuilt
+// raft node knows no leader until it is told one.)
+func TestWokenFollowerKeepsTheLeadersLease(t *testing.T) {
+	c := elected(t, 2)
+	quiesceAll(t, c)
+	hibernate(t, c, 2)
+	c.cut[1] = true
+	if err := c.members[3].Campaign(); err != nil {
+		t.Fatal(err)
+	}
+	c.settle() // no tick: no lease runs out
+	if c.members[2].Hibernating() {
+		t.Fatal("a pre-vote left the follower hibernating")
+	}
+	if c.members[3].IsLeader() || c.members[2].Leader() != 1 {
+		t.Fatalf("member 3 leads: %v; member 2 follows %d, want 1 (inside its lease)", c.members[3].IsLeader(), c.members[2].Leader())
+	}
+}
+
+// A woken follower's lease of its dead leader ends when the dropped
+// node's would have: its election clock counts the ticks since the
+// leader last spoke. Followers 2 and 3 quiesce 4 ticks after the leader's
+// last heartbeat (ticked before it too) (a quiesce heartbeat is not stepped: it restarts no
+// clock); 2 hibernates, 3 only quiesces. The restarted leader asks each
+// for a pre-vote every tick: both grant it first at the same tick, the
+// one the lease ends at (the election timeout, 10, less the 4).
+func TestWokenFollowerLeaseEndsAsTheDroppedNodes(t *testing.T) {
+	const quiet, timeout = 4, replica.DefaultElectionTicks
+	c := elected(t, 2)
+	c.tick(3) // the followers count ticks, and the leader's heartbeats restart their clocks
+	for range quiet {
+		for _, id := range []uint64{2, 3} {
+			if err := c.members[id].Tick(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if c.members[2].HasReady() || c.members[3].HasReady() {
+		t.Fatal("a follower's ticks made work")
+	}
+	quiesceAll(t, c)
+	hibernate(t, c, 2)
+
+	// The leader restarted: it knows no leader and stands through
+	// pre-vote, with the log every member holds.
+	lead := c.members[1]
+	last := lead.Committed()
+	preVote := func(to uint64) *raftpb.Message {
+		return &raftpb.Message{Type: raftpb.MsgPreVote.Enum(), From: new(uint64(1)), To: new(to),
+			Term: new(lead.Term() + 1), Index: new(last), LogTerm: new(lead.Term())}
+	}
+	granted := map[uint64]int{}
+	for tick := 0; tick <= timeout && len(granted) < 2; tick++ {
+		for _, id := range []uint64{2, 3} {
+			g := c.members[id]
+			if tick > 0 {
+				if err := g.Tick(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := g.Step(preVote(id)); err != nil {
+				t.Fatal(err)
+			}
+			if err := g.Handle(member{c, id}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, m := range c.queue {
+			if m.GetType() == raftpb.MsgPreVoteResp && !m.GetReject() && m.GetTo() == 1 {
+				if _, ok := granted[m.GetFrom()]; !ok {
+					granted[m.GetFrom()] = tick
+				}
+			}
+		}
+		c.queue = nil
+	}
+	if granted[3] != timeout-quiet {
+		t.Fatalf("the quiesced follower granted the pre-vote at tick %d, want %d (%v)", granted[3], timeout-quiet, granted)
+	}
+	if g, ok := granted[2]; !ok || g != granted[3] {
+		t.Fatalf("the woken follower granted the pre-vote at tick %d (ok %v), the quiesced one at %d", g, ok, granted[3])
+	}
+}
