@@ -128,8 +128,20 @@ func (st *store) Remove(ns metadata.Namespace) error {
 	return nil
 }
 
-// List implements partition.Store.
-func (st *store) List() ([]partition.Stored, error) { return st.inner.List() }
+// List implements partition.Store, and records what it listed: a node's
+// start removes the directories of incarnations not committed (the
+// orphan sweep), which may leave the committed one's data where it is
+// (tapRemoved).
+func (st *store) List() ([]partition.Stored, error) {
+	stored, err := st.inner.List()
+	for _, d := range stored {
+		if st.n.listed == nil {
+			st.n.listed = make(map[metadata.Namespace]uint64)
+		}
+		st.n.listed[d.NS] = d.Epoch
+	}
+	return stored, err
+}
 
 // SetAside passes the reconciler's repair of a damaged replica on to the
 // file store (partition.FileStore.SetAside): the simulated node repairs
