@@ -466,19 +466,15 @@ func (s *FileStore) build(ns metadata.Namespace, epoch uint64, deferred bool) (*
 	if err != nil || s.readOnly {
 		return p, err
 	}
-	// An incarnation that existed when a damaged journal was written,
-	// which the replay did not fence (it had no directory to list: built
-	// deferred, its records in the journal only; or the orphan sweep
-	// removed another incarnation's directory, and its hold with it),
-	// may have lost acknowledged records with the damaged file: fenced
-	// at its end, never handing their offsets out again.
+	// An incarnation that existed when a damaged journal was written may
+	// have lost acknowledged records with the damaged file: fenced at its
+	// end, never handing their offsets out again. The replay fenced those
+	// it listed (applyHeld); this fences the others: one built deferred,
+	// with no directory to list, its records in the journal only, and
+	// one whose hold went with another incarnation's directory (the
+	// orphan sweep's Remove).
 	if ce := s.journalDamage; ce != nil && p.fenced == nil && (s.cfg.CommittedRevision == 0 || epoch <= s.cfg.CommittedRevision) {
-		s.mu.Lock()
-		_, held := s.held[ns]
-		s.mu.Unlock()
-		if !held {
-			p.fenceJournalDamage(ce)
-		}
+		p.fenceJournalDamage(ce)
 	}
 	return p, nil
 }
