@@ -18,6 +18,8 @@ import (
 // the deferred one is not listed, having no directory. Its next build
 // must not come back empty and hand out its acknowledged offsets again:
 // it is fenced as the others are (or its build fails with the damage).
+// A partition whose incarnation was committed after the open
+// (FileConfig.CommittedRevision) is not.
 // Found by the simulator offering a single node deferred builds
 // (single-node seeds 66, 70, 97, 155 and 173 of 0-299: a journal lie
 // before a power loss, then a committed incarnation reopened without its
@@ -64,9 +66,24 @@ func TestBehaviour28ReplayDamageFencesDeferredPartition(t *testing.T) {
 	}
 
 	for open := range 2 { // the second open finds the damage again
-		s2, err := NewFileStore(FileConfig{Dir: "/data", FS: crashed, MaxOpenFiles: 16, SerialSyncs: true})
+		s2, err := NewFileStore(FileConfig{Dir: "/data", FS: crashed, MaxOpenFiles: 16, SerialSyncs: true, CommittedRevision: 1})
 		if err != nil {
 			t.Fatalf("open %d: the store refused to open: %v", open, err)
+		}
+		// An incarnation committed after the open cannot be in the
+		// damaged file: it starts clean.
+		fresh, err := s2.BuildDeferred(journalNS(t, 2), 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fresh.Append([]Message{{Payload: []byte("y")}}); err != nil {
+			t.Fatalf("open %d: append to a partition created after the open: %v", open, err)
+		}
+		if err := fresh.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s2.Remove(journalNS(t, 2)); err != nil {
+			t.Fatal(err)
 		}
 		p, err := s2.BuildDeferred(journalNS(t, 1), 1)
 		if err != nil {
