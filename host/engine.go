@@ -296,6 +296,9 @@ func (e *Engine) openStore() error {
 		SerialSyncs:  cfg.Manual,
 		SegmentSyncs: e.metrics.Fsync(metrics.LogSegment),
 		JournalSyncs: e.metrics.Fsync(metrics.LogJournal),
+		// Every incarnation the store may hold records of is committed
+		// by now: one created later cannot be in a damaged journal.
+		CommittedRevision: e.meta.Revision(),
 	}
 	if cfg.Cluster != nil {
 		fcfg.OwnerIncarnation = raftLogIncarnation

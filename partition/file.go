@@ -125,6 +125,16 @@ type FileConfig struct {
 	// one. Nil: such a directory is a half-built one, discarded by the
 	// next build.
 	OwnerIncarnation func(fsys vfs.FS, dir string) (uint64, error)
+	// CommittedRevision is the newest incarnation (metadata revision) the
+	// owner's metadata had committed when the store opens; 0 if unknown.
+	// A journal file found damaged at open may have held the only
+	// records of a partition built deferred (BuildDeferred), which has
+	// no directory for the replay to find and fence: a build of an
+	// incarnation at or below it that the replay did not fence is fenced
+	// at its log's end as the replay fences the partitions it lists
+	// (journal_replay.go). Unknown, every such build is; incarnations
+	// created after the open start clean.
+	CommittedRevision uint64
 }
 
 // Validate reports every problem with c, joined, each wrapping
@@ -237,6 +247,10 @@ type FileStore struct {
 	// held are partitions whose replay at open met damage: their Build
 	// applies the records and fences what it cannot (journal_replay.go).
 	held map[metadata.Namespace]heldReplay
+	// journalDamage is the *CorruptError of the first journal file the
+	// replay at open found damaged (nil if none): see
+	// FileConfig.CommittedRevision.
+	journalDamage *CorruptError
 }
 
 // timeSync runs sync, an fsync of a partition's tail segment, and
@@ -448,6 +462,24 @@ func (s *FileStore) BuildDeferred(ns metadata.Namespace, epoch uint64) (Partitio
 }
 
 func (s *FileStore) build(ns metadata.Namespace, epoch uint64, deferred bool) (*filePartition, error) {
+	p, err := s.buildOf(ns, epoch, deferred)
+	if err != nil || s.readOnly {
+		return p, err
+	}
+	// An incarnation that existed when a damaged journal was written may
+	// have lost acknowledged records with the damaged file: fenced at its
+	// end, never handing their offsets out again. The replay fenced those
+	// it listed (applyHeld); this fences the others: one built deferred,
+	// with no directory to list, its records in the journal only, and
+	// one whose hold went with another incarnation's directory (the
+	// orphan sweep's Remove).
+	if ce := s.journalDamage; ce != nil && p.fenced == nil && (s.cfg.CommittedRevision == 0 || epoch <= s.cfg.CommittedRevision) {
+		p.fenceJournalDamage(ce)
+	}
+	return p, nil
+}
+
+func (s *FileStore) buildOf(ns metadata.Namespace, epoch uint64, deferred bool) (*filePartition, error) {
 	dir := s.partitionDir(ns)
 	inc, err := readIncarnation(s.fs, dir)
 	switch {

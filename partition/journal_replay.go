@@ -121,6 +121,7 @@ func (s *FileStore) replayJournals() error {
 		}
 	}
 	if damaged != nil {
+		errors.As(damaged, &s.journalDamage)
 		stored, err := s.List()
 		if err != nil {
 			return fmt.Errorf("parkway: journal: %w", err)
@@ -366,13 +367,19 @@ func (s *FileStore) applyHeld(p *filePartition) (*filePartition, error) {
 		return p, err
 	}
 	if errors.As(h.journal, &ce) && p.fenced == nil {
-		// Where the lost records would end is unknown: the hole starts
-		// at the log's end (Damage reports it), which stays where it is
-		// (every offset below it is served; none past it was seen).
-		p.holes = append(p.holes, hole{from: p.next, to: p.next + 1, err: ce})
-		p.fenced = fmt.Errorf("partition %v: writes refused: a journal file is damaged, and records of the partition past its log's end may be lost with it: %w", p.ns, ce)
+		p.fenceJournalDamage(ce)
 	}
 	return p, nil
+}
+
+// fenceJournalDamage fences p for ce, a damaged journal file that may
+// have held records of p past its log's end. Where the lost records would
+// end is unknown: the hole starts at the log's end (Damage reports it),
+// which stays where it is (every offset below it is served; none past it
+// was seen), and appends are refused.
+func (p *filePartition) fenceJournalDamage(ce *CorruptError) {
+	p.holes = append(p.holes, hole{from: p.next, to: p.next + 1, err: ce})
+	p.fenced = fmt.Errorf("partition %v: writes refused: a journal file is damaged, and records of the partition past its log's end may be lost with it: %w", p.ns, ce)
 }
 
 // applyJournal appends to p what entries hold of its incarnation beyond

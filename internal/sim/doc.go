@@ -60,7 +60,14 @@
 // Run (Config.Nodes 0 or 1) builds one node the way parkway.Open does
 // (metadata.Durable and a partition.FileStore on a vfs.MemFS, orphans
 // removed, a router over a Table, Config.Manual shards, one
-// reconciler.Partitions per shard) and then, for Config.Steps scheduler
+// reconciler.Partitions per shard). Its store offers what the file store
+// of a node parkway.Open starts offers, deferred builds and repairs
+// included: a new journaled partition is built deferred (DESIGN
+// behaviour 32), with no directory, its acknowledged records in the
+// journal only until its files are created, and the oracle checks it
+// there (a removal by the orphan sweep of a directory listed at another
+// incarnation leaves the committed one's data, judged at its next
+// build). It then, for Config.Steps scheduler
 // steps, picks one action at random:
 //
 //   - a client acts: several concurrent clients create, delete and

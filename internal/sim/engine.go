@@ -65,7 +65,7 @@ func (s *sim) openNode(prev *node) *node {
 	n.shadow = make([][]*attempt, s.cfg.Shards)
 	n.busy = make([]bool, s.cfg.Shards)
 	eng, err := host.New(n.hostConfig(errorfs.New(n.mem, n.inj), snapshotEvery, func(st partition.Store) partition.Store {
-		return nodeStore{&store{n: n, o: s, inner: st}}
+		return &store{n: n, o: s, inner: st}
 	}))
 	if err != nil {
 		s.fail(0, "open node (gen %d): %v", n.gen, err)

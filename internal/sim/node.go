@@ -86,6 +86,10 @@ type node struct {
 	// lastServe: per namespace, the incarnation that last served a client
 	// request here.
 	lastServe map[metadata.Namespace]uint64
+	// listed: per namespace, the incarnation the store's List reported
+	// its directory at (the orphan sweep of the node's start), until the
+	// namespace is removed.
+	listed map[metadata.Namespace]uint64
 	// stored lists the consumer offsets stored during the current action.
 	stored []storeRecord
 

@@ -239,9 +239,17 @@ func (s *sim) verifyReopen(n *node, key incKey, log *incLog, p partition.Partiti
 // (or orphans) are removed.
 func (s *sim) tapRemoved(n *node, ns metadata.Namespace) {
 	rev, committed := n.meta.CreatedRevision(ns)
+	listed, ok := n.listed[ns]
+	delete(n.listed, ns)
+	// The orphan sweep removing a directory listed at another
+	// incarnation leaves the committed one's data where it is: a
+	// partition built deferred has no directory, its records are in the
+	// journal (DESIGN behaviour 32). Its next build is checked as a
+	// reopen: every acknowledged message there, or its loss reported.
+	keep := committed && ok && listed != rev
 	keys := slices.SortedFunc(maps.Keys(s.oracle), incKey.compare)
 	for _, k := range keys {
-		if k.ns != ns {
+		if k.ns != ns || keep && k.epoch == rev {
 			continue
 		}
 		// After a power loss the committed incarnation's directory may be

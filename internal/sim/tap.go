@@ -52,23 +52,6 @@ type store struct {
 	inner partition.Store
 }
 
-// nodeStore is the single-node kind's view of store: Build, Remove and
-// List only. The FileStore of a single node parkway.Open starts offers
-// deferred builds and repairs as well, and its reconciler builds a
-// journaled partition deferred (DESIGN behaviour 32). Offered them here,
-// the simulated single node changes every trace and fails invariant 3 on
-// some seeds (66, 70, 97, 155 and 173 among 0-299: a committed
-// incarnation removed, or reopened, without acknowledged messages),
-// which nobody has explained yet; until someone does, the simulator does
-// not drive that path on a single node.
-type nodeStore struct{ st *store }
-
-func (s nodeStore) Build(ns metadata.Namespace, epoch uint64) (partition.Partition, error) {
-	return s.st.Build(ns, epoch)
-}
-func (s nodeStore) Remove(ns metadata.Namespace) error { return s.st.Remove(ns) }
-func (s nodeStore) List() ([]partition.Stored, error)  { return s.st.List() }
-
 // Build implements partition.Store.
 func (st *store) Build(ns metadata.Namespace, epoch uint64) (partition.Partition, error) {
 	return st.build(ns, epoch, st.inner.Build)
@@ -128,8 +111,20 @@ func (st *store) Remove(ns metadata.Namespace) error {
 	return nil
 }
 
-// List implements partition.Store.
-func (st *store) List() ([]partition.Stored, error) { return st.inner.List() }
+// List implements partition.Store, and records what it listed: a node's
+// start removes the directories of incarnations not committed (the
+// orphan sweep), which may leave the committed one's data where it is
+// (tapRemoved).
+func (st *store) List() ([]partition.Stored, error) {
+	stored, err := st.inner.List()
+	for _, d := range stored {
+		if st.n.listed == nil {
+			st.n.listed = make(map[metadata.Namespace]uint64)
+		}
+		st.n.listed[d.NS] = d.Epoch
+	}
+	return stored, err
+}
 
 // SetAside passes the reconciler's repair of a damaged replica on to the
 // file store (partition.FileStore.SetAside): the simulated node repairs
