@@ -2,6 +2,7 @@ package dedupe
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -158,5 +159,85 @@ func TestZeroWindowPassesInlineForm(t *testing.T) {
 	}
 	if v, ok := w.Get(Key{1, 0}); !ok || v != 0 {
 		t.Fatalf("the first key: %d, %v", v, ok)
+	}
+}
+
+// The index form answers, evicts and iterates as the model does over many
+// evictions: keys of a few producers in sequence (neighbouring homes),
+// random keys, and keys put again while kept and after their eviction, so
+// removal's moving back of later keys runs across long probe runs and
+// around the table's end; the index holds exactly the ring's keys.
+func TestWindowIndexAgreesWithModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 33))
+	for _, size := range []int{inlineKeys + 1, 100, 1000, 4096} {
+		w := New[int](size)
+		m := &model{size: size, seen: map[Key]int{}}
+		var put []Key
+		seqs := [3]uint64{}
+		for i := range 12 * size {
+			var k Key
+			switch r := rng.IntN(10); {
+			case r < 6: // a producer's next sequence number, gaps now and then
+				p := rng.IntN(len(seqs))
+				seqs[p] += 1 + uint64(rng.IntN(2))*uint64(rng.IntN(20))
+				k = Key{Producer: uint64(p + 1), Seq: seqs[p]}
+			case r < 8:
+				k = Key{Producer: rng.Uint64(), Seq: rng.Uint64()}
+			default: // an earlier key: kept or evicted
+				if len(put) == 0 {
+					continue
+				}
+				k = put[len(put)-1-rng.IntN(min(len(put), 2*size))]
+			}
+			put = append(put, k)
+			w.Put(k, i)
+			m.put(k, i)
+			if v, ok := w.Get(k); !ok || v != i {
+				t.Fatalf("size %d, put %d: Get(%v) = %d, %v right after Put", size, i, k, v, ok)
+			}
+			if i%(size/2+1) == 0 || i == 12*size-1 {
+				step := fmt.Sprintf("size %d, put %d", size, i)
+				checkLike(t, w, m, step)
+				checkIndex(t, w, step)
+				for range 50 { // keys that were never put
+					k := Key{Producer: rng.Uint64(), Seq: rng.Uint64()}
+					if _, ok := w.Get(k); ok {
+						t.Fatalf("%s: %v found, never put", step, k)
+					}
+				}
+			}
+		}
+	}
+}
+
+// checkIndex fails unless w's index holds each ring position once, at or
+// after its key's home with no empty slot between.
+func checkIndex(t *testing.T, w *Window[int], step string) {
+	t.Helper()
+	x := w.idx
+	if x == nil {
+		return
+	}
+	if x.count != len(w.order) {
+		t.Fatalf("%s: index counts %d keys, the ring holds %d", step, x.count, len(w.order))
+	}
+	seen := make([]bool, len(w.order))
+	for i, s := range x.slots {
+		if s == 0 {
+			continue
+		}
+		p := int(uint32(s)) - 1
+		if p < 0 || p >= len(w.order) || seen[p] {
+			t.Fatalf("%s: slot %d holds position %d (ring of %d, seen %v)", step, i, p, len(w.order), p >= 0 && p < len(seen) && seen[p])
+		}
+		seen[p] = true
+		if h := x.hash(w.order[p]); h != s>>32 {
+			t.Fatalf("%s: slot %d holds hash %#x for a key hashing to %#x", step, i, s>>32, h)
+		}
+		for j := s >> 32 & x.mask; j != uint64(i); j = (j + 1) & x.mask {
+			if x.slots[j] == 0 {
+				t.Fatalf("%s: an empty slot %d between key %v's home and its slot %d", step, j, w.order[p], i)
+			}
+		}
 	}
 }
