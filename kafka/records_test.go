@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"strconv"
 	"sync"
 	"testing"
@@ -296,5 +297,94 @@ func TestDecoderCopiesUncompressedBatch(t *testing.T) {
 	}
 	if len(d.inflated) != 1 {
 		t.Fatalf("%d buffers listed for recycling, want the batch's copy", len(d.inflated))
+	}
+}
+
+// TestBadBatchesRefused: each malformed batch is refused with its Kafka
+// error code by the record walk, both decoding into messages (a node on
+// disk) and decoding to keep the batch as it came (a node in memory, the
+// walk in place), and by an in-memory node's listener on the wire; a
+// well-formed batch with null keys and values and headers is taken.
+func TestBadBatchesRefused(t *testing.T) {
+	rec := func(r kmsg.Record) []byte {
+		one := r.AppendTo(nil)[1:]
+		return append(binary.AppendVarint(nil, int64(len(one))), one...)
+	}
+	mk := func(firstTS int64, n int32, recs ...[]byte) []byte {
+		b := kmsg.RecordBatch{
+			Length: int32(batchHeaderSize - batchLengthEnd + len(bytes.Join(recs, nil))), Magic: 2,
+			LastOffsetDelta: n - 1, FirstTimestamp: firstTS, MaxTimestamp: firstTS,
+			ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1, NumRecords: n, Records: bytes.Join(recs, nil),
+		}
+		out := b.AppendTo(nil)
+		binary.BigEndian.PutUint32(out[17:], crc32.Checksum(out[batchCRCStart:], castagnoli))
+		return out
+	}
+	v := []byte("a value of some bytes")
+	r0 := rec(kmsg.Record{OffsetDelta: 0, Value: v})
+	r1 := rec(kmsg.Record{OffsetDelta: 1, Value: v})
+	badCRC := mk(0, 1, r0)
+	badCRC[len(badCRC)-1] ^= 1
+	// A record whose length prefix claims one byte more than it has.
+	long := append(binary.AppendVarint(nil, int64(len(r0))), r0[1:]...)
+	// A key length that is continuation bytes up to the record's end.
+	endless := append([]byte{0, 0, 0}, bytes.Repeat([]byte{0xff}, 8)...) // attributes, deltas, the key's "length"
+	endless = append(binary.AppendVarint(nil, int64(len(endless))), endless...)
+	headersPast := rec(kmsg.Record{Value: v})
+	headersPast[len(headersPast)-1] = 0x7e // header count 63, no byte left
+	for _, c := range []struct {
+		name  string
+		batch []byte
+		code  int16
+	}{
+		{"bad CRC", badCRC, 2},
+		{"count larger than the records", mk(0, 2, r0), 2},
+		{"count larger than the bytes", mk(0, 100, r0), 2},
+		{"record length past the end", mk(0, 1, long), 2},
+		{"length varint that never ends", mk(0, 1, bytes.Repeat([]byte{0xff}, 20)), 2},
+		{"key length varint that never ends", mk(0, 1, endless), 2},
+		{"header count past the record", mk(0, 1, headersPast), 2},
+		{"bytes after the last record", mk(0, 1, r0, []byte{0, 0}), 2},
+		{"offset deltas out of order", mk(0, 2, r1, r0), 87},
+		{"timestamp delta overflow", mk(1<<62, 1, rec(kmsg.Record{TimestampDelta64: math.MaxInt64, Value: v})), 87},
+		{"timestamp past microseconds", mk(math.MaxInt64/1000, 1, rec(kmsg.Record{TimestampDelta64: 1, Value: v})), 87},
+		{"null key and value, headers", mk(5, 2, rec(kmsg.Record{Key: nil, Value: nil, Headers: []kmsg.Header{{Key: "h", Value: nil}}}),
+			rec(kmsg.Record{OffsetDelta: 1, Key: []byte("k"), Value: v, Headers: []kmsg.Header{{Key: "", Value: []byte("x")}, {Key: "h2", Value: v}}})), 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, encoded := range []bool{false, true} {
+				d := decoder{left: 1 << 20, encoded: encoded}
+				_, err := d.decodeBatches(bytes.Clone(c.batch))
+				code := int16(0)
+				if err != nil {
+					code = recordsErrorCode(err)
+				}
+				if code != c.code {
+					t.Fatalf("kept as sent %v: code %d (%v), want %d", encoded, code, err, c.code)
+				}
+			}
+		})
+	}
+	f := serve(t, Config{})
+	r := dialRaw(t, f.addr)
+	if code := produceRecords(r, "walk", mk(0, 1, r0)); code != 0 {
+		t.Fatalf("a good batch: code %d", code)
+	}
+	if !f.node.KeepsEncoded() {
+		t.Fatal("the node does not keep batches as sent: the wire cases would not reach the walk")
+	}
+	for _, c := range []struct {
+		name  string
+		batch []byte
+		code  int16
+	}{
+		{"record length past the end", mk(0, 1, long), 2},
+		{"length varint that never ends", mk(0, 1, bytes.Repeat([]byte{0xff}, 20)), 2},
+		{"offset deltas out of order", mk(0, 2, r1, r0), 87},
+		{"timestamp delta overflow", mk(1<<62, 1, rec(kmsg.Record{TimestampDelta64: math.MaxInt64, Value: v})), 87},
+	} {
+		if code := produceRecords(r, "walk", c.batch); code != c.code {
+			t.Errorf("%s on the wire: code %d, want %d", c.name, code, c.code)
+		}
 	}
 }
