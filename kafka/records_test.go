@@ -1,12 +1,14 @@
 package kafka
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -386,5 +388,155 @@ func TestBadBatchesRefused(t *testing.T) {
 		if code := produceRecords(r, "walk", c.batch); code != c.code {
 			t.Errorf("%s on the wire: code %d, want %d", c.name, code, c.code)
 		}
+	}
+}
+
+// TestProduceFrameReusable: once a produce is processed nothing points
+// into its request frame, which the connection lends to the next
+// produce (readFrame): the frame is overwritten after each produce, and
+// a fetch still hands back every record as sent — on a node in memory
+// (batches kept as sent) and on disk (decoded into messages), each
+// uncompressed and snappy-compressed.
+func TestProduceFrameReusable(t *testing.T) {
+	for _, disk := range []bool{false, true} {
+		cfg := parkway.Config{Shards: 1}
+		if disk {
+			cfg.DataDir = t.TempDir()
+		}
+		node, err := parkway.Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := NewServer(node, Config{DefaultPartitions: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := ctxFor(t)
+		formatter := kmsg.NewRequestFormatter(kmsg.FormatterClientID("t"))
+		process := func(req kmsg.Request) kmsg.Response {
+			t.Helper()
+			frame := formatter.AppendRequest(nil, req, 1)[4:]
+			p, err := srv.process(ctx, frame, "/t", srv.newSession())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range frame {
+				frame[i] = 0xa5 // the next produce's bytes
+			}
+			return p.finish(ctx)
+		}
+		var want []string
+		for i, attrs := range []int16{0, 2, 0, 2} {
+			var recs []byte
+			for j := range int32(3) {
+				v := fmt.Sprintf("disk %v, batch %d, record %d", disk, i, j)
+				want = append(want, v)
+				one := (&kmsg.Record{OffsetDelta: j, Key: []byte("k"), Value: []byte(v),
+					Headers: []kmsg.Header{{Key: "h", Value: []byte(v)}}}).AppendTo(nil)[1:]
+				recs = append(binary.AppendVarint(recs, int64(len(one))), one...)
+			}
+			if attrs == 2 {
+				recs = snappy.Encode(nil, recs)
+			}
+			req := kmsg.NewPtrProduceRequest()
+			req.Version, req.Acks, req.TimeoutMillis = 9, -1, 5000
+			rt := kmsg.NewProduceRequestTopic()
+			rt.Topic = "reuse"
+			rp := kmsg.NewProduceRequestTopicPartition()
+			rp.Records = batch(attrs, recs, 3, false)
+			rt.Partitions = append(rt.Partitions, rp)
+			req.Topics = append(req.Topics, rt)
+			if code := process(req).(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode; code != 0 {
+				t.Fatalf("disk %v, produce %d: code %d", disk, i, code)
+			}
+		}
+		if got := node.KeepsEncoded(); got == disk {
+			t.Fatalf("disk %v: the node keeps batches as sent: %v", disk, got)
+		}
+		fr := kmsg.NewPtrFetchRequest()
+		fr.Version, fr.MaxBytes, fr.SessionEpoch = 12, 1<<20, -1
+		ft := kmsg.NewFetchRequestTopic()
+		ft.Topic = "reuse"
+		fp := kmsg.NewFetchRequestTopicPartition()
+		fp.PartitionMaxBytes = 1 << 20
+		ft.Partitions = append(ft.Partitions, fp)
+		fr.Topics = append(fr.Topics, ft)
+		fetched := process(fr).(*kmsg.FetchResponse).Topics[0].Partitions[0]
+		d := decoder{left: 1 << 20}
+		batches, err := d.decodeBatches(fetched.RecordBatches)
+		if err != nil {
+			t.Fatalf("disk %v: fetched batches: %v (code %d)", disk, err, fetched.ErrorCode)
+		}
+		var got []string
+		for _, b := range batches {
+			for _, m := range b.msgs {
+				if string(m.Key) != "k" || len(m.Headers) != 1 || string(m.Headers[0].Value) != string(m.Payload) {
+					t.Fatalf("disk %v: fetched %+v", disk, m)
+				}
+				got = append(got, string(m.Payload))
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("disk %v: fetched %q, want %q", disk, got, want)
+		}
+		if err := srv.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := node.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestSmallBatchInflatesIntoPooledBuffer: a snappy batch smaller than
+// what bufPool keeps, decoded to be kept as sent, inflates into a buffer
+// the pool takes back (one of at least minPooled bytes), so the next
+// batch's inflate allocates nothing.
+func TestSmallBatchInflatesIntoPooledBuffer(t *testing.T) {
+	msgs := []parkway.Message{{Timestamp: 1000, Payload: bytes.Repeat([]byte("v"), 100)}}
+	records := appendBatch(nil, msgs, 0)[batchHeaderSize:]
+	raw := batch(2, snappy.Encode(nil, records), 1, false)
+	if raceAllocs == 0 { // under the race detector sync.Pool drops a random part of what it is given
+		var pool bufPool
+		d := decoder{left: 1 << 20, encoded: true, bufs: &pool}
+		if _, err := d.decodeBatches(raw); err != nil {
+			t.Fatal(err)
+		}
+		if got := pool.get(); cap(got) < minPooled {
+			t.Fatalf("the pool lends %d bytes after a %d-byte inflate, want its buffer of at least %d", cap(got), len(records), minPooled)
+		}
+	}
+}
+
+// TestReadFramePoolsProduceFramesOnly: a produce's frame is read into a
+// buffer of the server's pool (at least minPooled bytes, so the pool
+// keeps it), and a buffer given back is lent to the next produce; any
+// other request's frame is its own, of its size, never lent by the pool.
+func TestReadFramePoolsProduceFramesOnly(t *testing.T) {
+	formatter := kmsg.NewRequestFormatter(kmsg.FormatterClientID("t"))
+	pr := kmsg.NewPtrProduceRequest()
+	pr.Version = 9
+	md := kmsg.NewPtrMetadataRequest()
+	md.Version = 12
+	produce, metadata := formatter.AppendRequest(nil, pr, 1)[4:], formatter.AppendRequest(nil, md, 2)[4:]
+	c := &conn{s: &Server{}}
+	r := bufio.NewReader(bytes.NewReader(slices.Concat(produce, metadata, produce)))
+	frame, pooled, err := c.readFrame(r, len(produce))
+	if err != nil || !pooled || !bytes.Equal(frame, produce) || cap(frame) < minPooled {
+		t.Fatalf("produce: pooled %v, %d bytes of %d (%v)", pooled, len(frame), cap(frame), err)
+	}
+	c.s.frames.put(frame)
+	other, pooled, err := c.readFrame(r, len(metadata))
+	if err != nil || pooled || !bytes.Equal(other, metadata) || cap(other) != len(metadata) {
+		t.Fatalf("metadata: pooled %v, %d bytes of %d (%v)", pooled, len(other), cap(other), err)
+	}
+	again, pooled, err := c.readFrame(r, len(produce))
+	if err != nil || !pooled || !bytes.Equal(again, produce) {
+		t.Fatalf("second produce: pooled %v (%v)", pooled, err)
+	}
+	// Under the race detector sync.Pool drops a random part of what it
+	// is given.
+	if raceAllocs == 0 && unsafe.SliceData(again) != unsafe.SliceData(frame) {
+		t.Fatal("the second produce's frame is not the buffer given back")
 	}
 }
