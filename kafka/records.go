@@ -383,6 +383,9 @@ func varintBytes(b []byte) (field, rest []byte, ok bool) {
 // 32 bits, as Kafka's (and kmsg's) Varint: n is the bytes read, or 0 when
 // b ends first or the encoding is longer or larger.
 func varint32(b []byte) (v int32, n int) {
+	if len(b) > 0 && b[0] < 0x80 { // most of a record's varints: one byte
+		return int32(b[0]>>1) ^ -int32(b[0]&1), 1
+	}
 	var x uint32
 	for i := range min(len(b), 5) {
 		c := b[i]
