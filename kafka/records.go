@@ -386,41 +386,34 @@ func varint32(b []byte) (v int32, n int) {
 	if len(b) > 0 && b[0] < 0x80 { // most of a record's varints: one byte
 		return int32(b[0]>>1) ^ -int32(b[0]&1), 1
 	}
-	var x uint32
-	for i := range min(len(b), 5) {
-		c := b[i]
-		if i == 4 {
-			if c > 0x0f {
-				return 0, 0
-			}
-			x |= uint32(c) << 28
-			return int32(x>>1) ^ -int32(x&1), 5
-		}
-		x |= uint32(c&0x7f) << (7 * i)
-		if c < 0x80 {
-			return int32(x>>1) ^ -int32(x&1), i + 1
-		}
-	}
-	return 0, 0
+	x, n := uvarint(b, 5, 0x0f)
+	return int32(uint32(x)>>1) ^ -int32(x&1), n
 }
 
 // varint64 decodes a zigzag varint of at most 10 bytes whose value fits
 // 64 bits, as Kafka's Varlong: n is 0 when b ends first or the encoding is
 // longer or larger.
 func varint64(b []byte) (v int64, n int) {
-	var x uint64
-	for i := range min(len(b), 10) {
+	x, n := uvarint(b, 10, 0x01)
+	return int64(x>>1) ^ -int64(x&1), n
+}
+
+// uvarint decodes an unsigned varint of at most size bytes, whose last
+// byte, if it comes to that, holds at most last (the bits that still fit
+// the value's width): n is 0 when b ends first or the encoding does not
+// fit.
+func uvarint(b []byte, size int, last byte) (x uint64, n int) {
+	for i := range min(len(b), size) {
 		c := b[i]
-		if i == 9 {
-			if c > 0x01 {
+		if i == size-1 {
+			if c > last {
 				return 0, 0
 			}
-			x |= uint64(c) << 63
-			return int64(x>>1) ^ -int64(x&1), 10
+			return x | uint64(c)<<(7*i), size
 		}
 		x |= uint64(c&0x7f) << (7 * i)
 		if c < 0x80 {
-			return int64(x>>1) ^ -int64(x&1), i + 1
+			return x, i + 1
 		}
 	}
 	return 0, 0
