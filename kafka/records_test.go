@@ -453,15 +453,7 @@ func TestProduceFrameReusable(t *testing.T) {
 		if got := node.KeepsEncoded(); got == disk {
 			t.Fatalf("disk %v: the node keeps batches as sent: %v", disk, got)
 		}
-		fr := kmsg.NewPtrFetchRequest()
-		fr.Version, fr.MaxBytes, fr.SessionEpoch = 12, 1<<20, -1
-		ft := kmsg.NewFetchRequestTopic()
-		ft.Topic = "reuse"
-		fp := kmsg.NewFetchRequestTopicPartition()
-		fp.PartitionMaxBytes = 1 << 20
-		ft.Partitions = append(ft.Partitions, fp)
-		fr.Topics = append(fr.Topics, ft)
-		fetched := process(fr).(*kmsg.FetchResponse).Topics[0].Partitions[0]
+		fetched := process(fetchRequest("reuse", 0, 1<<20)).(*kmsg.FetchResponse).Topics[0].Partitions[0]
 		d := decoder{left: 1 << 20}
 		batches, err := d.decodeBatches(fetched.RecordBatches)
 		if err != nil {
