@@ -2,12 +2,16 @@ package kafka
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/snappy"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/parkway-io/parkway"
 )
@@ -134,6 +138,44 @@ func BenchmarkNodeCreateFirstProduce(b *testing.B) {
 		}
 		if _, err := node.Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: []byte("first")}); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecodeKeptBatch is the listener's check of a produced batch a
+// node in memory keeps as sent (decodeBatches with encoded set): a
+// batch of 100-byte or 1 KiB random values, as a busy franz-go producer
+// sends them (about 16 KiB of records), uncompressed and snappy (kgo's
+// default codec). ns/record is the figure to compare.
+func BenchmarkDecodeKeptBatch(b *testing.B) {
+	for _, size := range []int{100, 1024} {
+		for _, codec := range []string{"none", "snappy"} {
+			b.Run(fmt.Sprintf("%dB/%s", size, codec), func(b *testing.B) {
+				n := max(16<<10/size, 1)
+				var recs []byte
+				for i := range n {
+					v := make([]byte, size)
+					_, _ = rand.Read(v)
+					one := (&kmsg.Record{OffsetDelta: int32(i), TimestampDelta64: int64(i), Value: v}).AppendTo(nil)[1:]
+					recs = append(binary.AppendVarint(recs, int64(len(one))), one...)
+				}
+				attrs := int16(0)
+				if codec == "snappy" {
+					attrs, recs = 2, snappy.Encode(nil, recs)
+				}
+				raw := batch(attrs, recs, int32(n), false)
+				var pool bufPool
+				b.SetBytes(int64(len(raw)))
+				b.ReportAllocs()
+				b.ResetTimer()
+				for range b.N {
+					d := decoder{left: 1 << 20, encoded: true, bufs: &pool}
+					if _, err := d.decodeBatches(raw); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/record")
+			})
 		}
 	}
 }

@@ -406,14 +406,8 @@ func TestClusterNotLeaderNamesTheLeader(t *testing.T) {
 
 	// A fetch at the follower is sent to the leader the same way, and a
 	// consumer that knows only the follower reads everything there.
-	freq := kmsg.NewPtrFetchRequest()
-	freq.Version, freq.MaxWaitMillis, freq.MinBytes, freq.MaxBytes = 12, 0, 1, 1<<20
-	ft := kmsg.NewFetchRequestTopic()
-	ft.Topic = "moved"
-	fpart := kmsg.NewFetchRequestTopicPartition()
-	fpart.PartitionMaxBytes = 1 << 20
-	ft.Partitions = append(ft.Partitions, fpart)
-	freq.Topics = append(freq.Topics, ft)
+	freq := fetchRequest("moved", 0, 1<<20)
+	freq.MinBytes = 1
 	fresp := r.request(freq).(*kmsg.FetchResponse)
 	if fp := fresp.Topics[0].Partitions[0]; fp.ErrorCode != kerr.NotLeaderForPartition.Code || fp.CurrentLeader.LeaderID != lead {
 		t.Fatalf("fetch at follower %d: error code %d, current leader %d; want NOT_LEADER_OR_FOLLOWER and %d", follower, fp.ErrorCode, fp.CurrentLeader.LeaderID, lead)

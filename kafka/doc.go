@@ -27,8 +27,9 @@
 // (Node.KeepsEncoded) keeps each produced record batch as the client
 // sent it, compressed or not, as one stored unit: validated whole first
 // (CRC, record count and offset deltas, every record's framing and
-// timestamp, the node's size limits; a compressed batch inflated, within
-// the request limit, into a recycled buffer), then given to the node
+// timestamp, the node's size limits; each record walked in place, none
+// decoded; a compressed batch inflated, within the request limit, into
+// a recycled buffer), then given to the node
 // (Node.ProduceAsyncEncoded), which assigns its base offset. A fetch
 // hands it back as it is (Node.PollEncoded), writing only its base offset
 // and leader epoch, the two header fields the CRC does not cover; a fetch

@@ -86,6 +86,71 @@ func FuzzDecodeBatches(f *testing.F) {
 	})
 }
 
+// FuzzReadRecord holds the in-place record walk the produce path trusts
+// (record.read: no kmsg.Record, no copy) to kmsg's full parse of a
+// record, the length prefix bounding it as decodeBatch bounds it: the
+// same verdict on every input, and on an accepted record the same
+// fields, the same headers (nextHeader) and the same bytes after it.
+func FuzzReadRecord(f *testing.F) {
+	full := kmsg.Record{TimestampDelta64: -3, OffsetDelta: 2, Key: []byte("key"), Value: []byte("value"),
+		Headers: []kmsg.Header{{Key: "h1", Value: []byte("x")}, {Key: "", Value: nil}}}
+	null := kmsg.Record{TimestampDelta64: math.MaxInt64}
+	for _, r := range []kmsg.Record{full, null} {
+		one := r.AppendTo(nil)[1:]
+		enc := append(binary.AppendVarint(nil, int64(len(one))), one...)
+		f.Add(enc)
+		f.Add(append(enc, enc...))
+		f.Add(enc[:len(enc)-1])
+	}
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0x0f, 0})                   // a length of 5 bytes past the end
+	f.Add([]byte{0x80, 0x80, 0x80, 0x80, 0x80, 0x00})                // a 6-byte varint
+	f.Add([]byte{0x14, 0, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x10, 0, 0}) // a key length past 32 bits
+	f.Add([]byte{0x0c, 0, 0, 0, 0x01, 0, 0x03, 0, 0, 0, 0, 0})       // a null key, a header count past the end
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var r record
+		rest, ok := r.read(data)
+		var want kmsg.Record
+		length, k := binary.Varint(data)
+		wantOK := k > 0 && length >= 0 && length <= int64(len(data)-k) && want.ReadFrom(data[:k+int(length)]) == nil
+		if ok != wantOK {
+			t.Fatalf("walk accepts: %v; kmsg accepts: %v (%+v)", ok, wantOK, want)
+		}
+		if !ok {
+			return
+		}
+		if len(rest) != len(data)-k-int(length) {
+			t.Fatalf("walk leaves %d bytes, kmsg's record leaves %d", len(rest), len(data)-k-int(length))
+		}
+		sameField := func(what string, got, want []byte) {
+			t.Helper()
+			if (got == nil) != (want == nil) || !bytes.Equal(got, want) {
+				t.Fatalf("%s %q (nil %v), kmsg %q (nil %v)", what, got, got == nil, want, want == nil)
+			}
+		}
+		if r.tsDelta != want.TimestampDelta64 || r.offsetDelta != want.OffsetDelta {
+			t.Fatalf("deltas %d, %d; kmsg %d, %d", r.tsDelta, r.offsetDelta, want.TimestampDelta64, want.OffsetDelta)
+		}
+		sameField("key", r.key, want.Key)
+		sameField("value", r.value, want.Value)
+		if r.nHeaders != len(want.Headers) {
+			t.Fatalf("%d headers, kmsg %d", r.nHeaders, len(want.Headers))
+		}
+		size, hs := 0, r.headers
+		for _, h := range want.Headers {
+			var key, value []byte
+			key, value, hs = nextHeader(hs)
+			if string(key) != h.Key {
+				t.Fatalf("header key %q, kmsg %q", key, h.Key)
+			}
+			sameField("header value", value, h.Value)
+			size += len(key) + len(value)
+		}
+		if len(hs) != 0 || size != r.headerBytes {
+			t.Fatalf("headers: %d bytes left, %d counted, %d read", len(hs), r.headerBytes, size)
+		}
+	})
+}
+
 // FuzzProcess feeds arbitrary request frames to the request dispatcher
 // over an in-memory node: each is refused (the connection would close) or
 // answered with a response that encodes, never a panic.

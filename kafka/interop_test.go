@@ -307,14 +307,8 @@ func TestFetchMinBytesSendsRecordsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := dialRaw(t, f.addr)
-	req := kmsg.NewPtrFetchRequest()
-	req.Version, req.MaxWaitMillis, req.MinBytes, req.MaxBytes, req.SessionEpoch = 12, 300, 1<<20, 1<<20, -1
-	ft := kmsg.NewFetchRequestTopic()
-	ft.Topic = "minbytes"
-	fp := kmsg.NewFetchRequestTopicPartition()
-	fp.PartitionMaxBytes = 1 << 20
-	ft.Partitions = append(ft.Partitions, fp)
-	req.Topics = append(req.Topics, ft)
+	req := fetchRequest("minbytes", 0, 1<<20)
+	req.MaxWaitMillis, req.MinBytes = 300, 1<<20
 	p := r.request(req).(*kmsg.FetchResponse).Topics[0].Partitions[0]
 	var b kmsg.RecordBatch
 	if err := b.ReadFrom(p.RecordBatches); err != nil || b.NumRecords != 1 || len(p.RecordBatches) != batchLengthEnd+int(b.Length) {

@@ -18,14 +18,8 @@ import (
 // the answer, each checked against its CRC.
 func fetchBatches(r *raw, topic string, offset int64, budget int32) []kmsg.RecordBatch {
 	r.t.Helper()
-	req := kmsg.NewPtrFetchRequest()
-	req.Version, req.MaxWaitMillis, req.MinBytes, req.MaxBytes = 12, 0, 1, 64<<20
-	ft := kmsg.NewFetchRequestTopic()
-	ft.Topic = topic
-	fp := kmsg.NewFetchRequestTopicPartition()
-	fp.FetchOffset, fp.PartitionMaxBytes = offset, budget
-	ft.Partitions = append(ft.Partitions, fp)
-	req.Topics = append(req.Topics, ft)
+	req := fetchRequest(topic, offset, budget)
+	req.MinBytes, req.MaxBytes = 1, 64<<20
 	p := r.request(req).(*kmsg.FetchResponse).Topics[0].Partitions[0]
 	if p.ErrorCode != 0 {
 		r.t.Fatalf("fetch: error %d", p.ErrorCode)

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
 
 	"github.com/parkway-io/parkway"
@@ -141,4 +142,19 @@ func consume(t testing.TB, cl *kgo.Client, n int) []*kgo.Record {
 		out = append(out, fs.Records()...)
 	}
 	return out
+}
+
+// fetchRequest is a Fetch v12, outside any fetch session, of partition 0
+// of topic from offset, the partition's budget and the response's
+// budget bytes, not waiting; a caller sets any other field it needs.
+func fetchRequest(topic string, offset int64, budget int32) *kmsg.FetchRequest {
+	req := kmsg.NewPtrFetchRequest()
+	req.Version, req.MaxBytes = 12, budget
+	ft := kmsg.NewFetchRequestTopic()
+	ft.Topic = topic
+	fp := kmsg.NewFetchRequestTopicPartition()
+	fp.FetchOffset, fp.PartitionMaxBytes = offset, budget
+	ft.Partitions = append(ft.Partitions, fp)
+	req.Topics = append(req.Topics, ft)
+	return req
 }

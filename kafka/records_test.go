@@ -1,11 +1,14 @@
 package kafka
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -296,5 +299,236 @@ func TestDecoderCopiesUncompressedBatch(t *testing.T) {
 	}
 	if len(d.inflated) != 1 {
 		t.Fatalf("%d buffers listed for recycling, want the batch's copy", len(d.inflated))
+	}
+}
+
+// TestBadBatchesRefused: each malformed batch is refused with its Kafka
+// error code by the record walk, both decoding into messages (a node on
+// disk) and decoding to keep the batch as it came (a node in memory, the
+// walk in place), and by an in-memory node's listener on the wire; a
+// well-formed batch with null keys and values and headers is taken.
+func TestBadBatchesRefused(t *testing.T) {
+	rec := func(r kmsg.Record) []byte {
+		one := r.AppendTo(nil)[1:]
+		return append(binary.AppendVarint(nil, int64(len(one))), one...)
+	}
+	mk := func(firstTS int64, n int32, recs ...[]byte) []byte {
+		b := kmsg.RecordBatch{
+			Length: int32(batchHeaderSize - batchLengthEnd + len(bytes.Join(recs, nil))), Magic: 2,
+			LastOffsetDelta: n - 1, FirstTimestamp: firstTS, MaxTimestamp: firstTS,
+			ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1, NumRecords: n, Records: bytes.Join(recs, nil),
+		}
+		out := b.AppendTo(nil)
+		binary.BigEndian.PutUint32(out[17:], crc32.Checksum(out[batchCRCStart:], castagnoli))
+		return out
+	}
+	v := []byte("a value of some bytes")
+	r0 := rec(kmsg.Record{OffsetDelta: 0, Value: v})
+	r1 := rec(kmsg.Record{OffsetDelta: 1, Value: v})
+	badCRC := mk(0, 1, r0)
+	badCRC[len(badCRC)-1] ^= 1
+	// A record whose length prefix claims one byte more than it has.
+	long := append(binary.AppendVarint(nil, int64(len(r0))), r0[1:]...)
+	// A key length that is continuation bytes up to the record's end.
+	endless := append([]byte{0, 0, 0}, bytes.Repeat([]byte{0xff}, 8)...) // attributes, deltas, the key's "length"
+	endless = append(binary.AppendVarint(nil, int64(len(endless))), endless...)
+	headersPast := rec(kmsg.Record{Value: v})
+	headersPast[len(headersPast)-1] = 0x7e // header count 63, no byte left
+	for _, c := range []struct {
+		name  string
+		batch []byte
+		code  int16
+	}{
+		{"bad CRC", badCRC, 2},
+		{"count larger than the records", mk(0, 2, r0), 2},
+		{"count larger than the bytes", mk(0, 100, r0), 2},
+		{"record length past the end", mk(0, 1, long), 2},
+		{"length varint that never ends", mk(0, 1, bytes.Repeat([]byte{0xff}, 20)), 2},
+		{"key length varint that never ends", mk(0, 1, endless), 2},
+		{"header count past the record", mk(0, 1, headersPast), 2},
+		{"bytes after the last record", mk(0, 1, r0, []byte{0, 0}), 2},
+		{"offset deltas out of order", mk(0, 2, r1, r0), 87},
+		{"timestamp delta overflow", mk(1<<62, 1, rec(kmsg.Record{TimestampDelta64: math.MaxInt64, Value: v})), 87},
+		{"timestamp past microseconds", mk(math.MaxInt64/1000, 1, rec(kmsg.Record{TimestampDelta64: 1, Value: v})), 87},
+		{"null key and value, headers", mk(5, 2, rec(kmsg.Record{Key: nil, Value: nil, Headers: []kmsg.Header{{Key: "h", Value: nil}}}),
+			rec(kmsg.Record{OffsetDelta: 1, Key: []byte("k"), Value: v, Headers: []kmsg.Header{{Key: "", Value: []byte("x")}, {Key: "h2", Value: v}}})), 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, encoded := range []bool{false, true} {
+				d := decoder{left: 1 << 20, encoded: encoded}
+				_, err := d.decodeBatches(bytes.Clone(c.batch))
+				code := int16(0)
+				if err != nil {
+					code = recordsErrorCode(err)
+				}
+				if code != c.code {
+					t.Fatalf("kept as sent %v: code %d (%v), want %d", encoded, code, err, c.code)
+				}
+			}
+		})
+	}
+	f := serve(t, Config{})
+	r := dialRaw(t, f.addr)
+	if code := produceRecords(r, "walk", mk(0, 1, r0)); code != 0 {
+		t.Fatalf("a good batch: code %d", code)
+	}
+	if !f.node.KeepsEncoded() {
+		t.Fatal("the node does not keep batches as sent: the wire cases would not reach the walk")
+	}
+	for _, c := range []struct {
+		name  string
+		batch []byte
+		code  int16
+	}{
+		{"record length past the end", mk(0, 1, long), 2},
+		{"length varint that never ends", mk(0, 1, bytes.Repeat([]byte{0xff}, 20)), 2},
+		{"offset deltas out of order", mk(0, 2, r1, r0), 87},
+		{"timestamp delta overflow", mk(1<<62, 1, rec(kmsg.Record{TimestampDelta64: math.MaxInt64, Value: v})), 87},
+	} {
+		if code := produceRecords(r, "walk", c.batch); code != c.code {
+			t.Errorf("%s on the wire: code %d, want %d", c.name, code, c.code)
+		}
+	}
+}
+
+// TestProduceFrameReusable: once a produce is processed nothing points
+// into its request frame, which the connection lends to the next
+// produce (readFrame): the frame is overwritten after each produce, and
+// a fetch still hands back every record as sent — on a node in memory
+// (batches kept as sent) and on disk (decoded into messages), each
+// uncompressed and snappy-compressed.
+func TestProduceFrameReusable(t *testing.T) {
+	for _, disk := range []bool{false, true} {
+		cfg := parkway.Config{Shards: 1}
+		if disk {
+			cfg.DataDir = t.TempDir()
+		}
+		node, err := parkway.Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := NewServer(node, Config{DefaultPartitions: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := ctxFor(t)
+		formatter := kmsg.NewRequestFormatter(kmsg.FormatterClientID("t"))
+		process := func(req kmsg.Request) kmsg.Response {
+			t.Helper()
+			frame := formatter.AppendRequest(nil, req, 1)[4:]
+			p, err := srv.process(ctx, frame, "/t", srv.newSession())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range frame {
+				frame[i] = 0xa5 // the next produce's bytes
+			}
+			return p.finish(ctx)
+		}
+		var want []string
+		for i, attrs := range []int16{0, 2, 0, 2} {
+			var recs []byte
+			for j := range int32(3) {
+				v := fmt.Sprintf("disk %v, batch %d, record %d", disk, i, j)
+				want = append(want, v)
+				one := (&kmsg.Record{OffsetDelta: j, Key: []byte("k"), Value: []byte(v),
+					Headers: []kmsg.Header{{Key: "h", Value: []byte(v)}}}).AppendTo(nil)[1:]
+				recs = append(binary.AppendVarint(recs, int64(len(one))), one...)
+			}
+			if attrs == 2 {
+				recs = snappy.Encode(nil, recs)
+			}
+			req := kmsg.NewPtrProduceRequest()
+			req.Version, req.Acks, req.TimeoutMillis = 9, -1, 5000
+			rt := kmsg.NewProduceRequestTopic()
+			rt.Topic = "reuse"
+			rp := kmsg.NewProduceRequestTopicPartition()
+			rp.Records = batch(attrs, recs, 3, false)
+			rt.Partitions = append(rt.Partitions, rp)
+			req.Topics = append(req.Topics, rt)
+			if code := process(req).(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode; code != 0 {
+				t.Fatalf("disk %v, produce %d: code %d", disk, i, code)
+			}
+		}
+		if got := node.KeepsEncoded(); got == disk {
+			t.Fatalf("disk %v: the node keeps batches as sent: %v", disk, got)
+		}
+		fetched := process(fetchRequest("reuse", 0, 1<<20)).(*kmsg.FetchResponse).Topics[0].Partitions[0]
+		d := decoder{left: 1 << 20}
+		batches, err := d.decodeBatches(fetched.RecordBatches)
+		if err != nil {
+			t.Fatalf("disk %v: fetched batches: %v (code %d)", disk, err, fetched.ErrorCode)
+		}
+		var got []string
+		for _, b := range batches {
+			for _, m := range b.msgs {
+				if string(m.Key) != "k" || len(m.Headers) != 1 || string(m.Headers[0].Value) != string(m.Payload) {
+					t.Fatalf("disk %v: fetched %+v", disk, m)
+				}
+				got = append(got, string(m.Payload))
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("disk %v: fetched %q, want %q", disk, got, want)
+		}
+		if err := srv.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := node.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestSmallBatchInflatesIntoPooledBuffer: a snappy batch smaller than
+// what bufPool keeps, decoded to be kept as sent, inflates into a buffer
+// the pool takes back (one of at least minPooled bytes), so the next
+// batch's inflate allocates nothing.
+func TestSmallBatchInflatesIntoPooledBuffer(t *testing.T) {
+	msgs := []parkway.Message{{Timestamp: 1000, Payload: bytes.Repeat([]byte("v"), 100)}}
+	records := appendBatch(nil, msgs, 0)[batchHeaderSize:]
+	raw := batch(2, snappy.Encode(nil, records), 1, false)
+	if raceAllocs == 0 { // under the race detector sync.Pool drops a random part of what it is given
+		var pool bufPool
+		d := decoder{left: 1 << 20, encoded: true, bufs: &pool}
+		if _, err := d.decodeBatches(raw); err != nil {
+			t.Fatal(err)
+		}
+		if got := pool.get(); cap(got) < minPooled {
+			t.Fatalf("the pool lends %d bytes after a %d-byte inflate, want its buffer of at least %d", cap(got), len(records), minPooled)
+		}
+	}
+}
+
+// TestReadFramePoolsProduceFramesOnly: a produce's frame is read into a
+// buffer of the server's pool (at least minPooled bytes, so the pool
+// keeps it), and a buffer given back is lent to the next produce; any
+// other request's frame is its own, of its size, never lent by the pool.
+func TestReadFramePoolsProduceFramesOnly(t *testing.T) {
+	formatter := kmsg.NewRequestFormatter(kmsg.FormatterClientID("t"))
+	pr := kmsg.NewPtrProduceRequest()
+	pr.Version = 9
+	md := kmsg.NewPtrMetadataRequest()
+	md.Version = 12
+	produce, metadata := formatter.AppendRequest(nil, pr, 1)[4:], formatter.AppendRequest(nil, md, 2)[4:]
+	c := &conn{s: &Server{}}
+	r := bufio.NewReader(bytes.NewReader(slices.Concat(produce, metadata, produce)))
+	frame, pooled, err := c.readFrame(r, len(produce))
+	if err != nil || !pooled || !bytes.Equal(frame, produce) || cap(frame) < minPooled {
+		t.Fatalf("produce: pooled %v, %d bytes of %d (%v)", pooled, len(frame), cap(frame), err)
+	}
+	c.s.frames.put(frame)
+	other, pooled, err := c.readFrame(r, len(metadata))
+	if err != nil || pooled || !bytes.Equal(other, metadata) || cap(other) != len(metadata) {
+		t.Fatalf("metadata: pooled %v, %d bytes of %d (%v)", pooled, len(other), cap(other), err)
+	}
+	again, pooled, err := c.readFrame(r, len(produce))
+	if err != nil || !pooled || !bytes.Equal(again, produce) {
+		t.Fatalf("second produce: pooled %v (%v)", pooled, err)
+	}
+	// Under the race detector sync.Pool drops a random part of what it
+	// is given.
+	if raceAllocs == 0 && unsafe.SliceData(again) != unsafe.SliceData(frame) {
+		t.Fatal("the second produce's frame is not the buffer given back")
 	}
 }

@@ -55,6 +55,9 @@ type Server struct {
 	// neither kind's sizes are lent to the other).
 	bufs        bufPool
 	inflateBufs bufPool
+	// frames recycles the frames of produce requests, which nothing
+	// references once the produce has decoded them (readFrame).
+	frames bufPool
 	// kept is set once the node kept a batch's bytes instead of copying
 	// them (ProduceAsyncGive: it stores in memory). From then on batches
 	// inflate into buffers of their own size, never a pooled one whose

@@ -125,14 +125,8 @@ func TestCloseEndsWaitingFetch(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := dialRaw(t, f.addr)
-	req := kmsg.NewPtrFetchRequest()
-	req.Version, req.MaxWaitMillis, req.MinBytes, req.MaxBytes, req.SessionEpoch = 12, 25_000, 1, 1<<20, -1
-	ft := kmsg.NewFetchRequestTopic()
-	ft.Topic = "idle"
-	fp := kmsg.NewFetchRequestTopicPartition()
-	fp.FetchOffset, fp.PartitionMaxBytes = 1, 1<<20 // the end: nothing to read yet
-	ft.Partitions = append(ft.Partitions, fp)
-	req.Topics = append(req.Topics, ft)
+	req := fetchRequest("idle", 1, 1<<20) // from the end: nothing to read yet
+	req.MaxWaitMillis, req.MinBytes = 25_000, 1
 	r.write(kmsg.NewRequestFormatter().AppendRequest(nil, req, 1))
 	start := time.Now()
 	if err := f.srv.Close(); err != nil {

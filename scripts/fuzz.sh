@@ -40,6 +40,7 @@ targets='
 ./host FuzzDecodeRaft
 ./host FuzzDecodeIdentity
 ./kafka FuzzDecodeBatches
+./kafka FuzzReadRecord
 ./kafka FuzzProcess
 ./kafka FuzzSCRAM
 ./kafka FuzzDecodeGroupLog
