@@ -123,9 +123,9 @@ type stepper interface {
 
 // wakeup is what a stepped operation waits for between its steps.
 type wakeup struct {
-	at      time.Time             // its next due time (zero: none)
-	answer  chan MetadataResult   // a request's answer (nil: none awaited)
-	applied <-chan struct{}       // the next metadata application here (nil: not watched)
+	at      time.Time           // its next due time (zero: none)
+	answer  chan MetadataResult // a request's answer (nil: none awaited)
+	applied <-chan struct{}     // the next metadata application here (nil: not watched)
 }
 
 // earliest is the earlier of a and b, either zero for none.
