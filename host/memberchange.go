@@ -23,9 +23,11 @@ import (
 // memberDriver holds those decisions without a clock or a goroutine: it
 // is told the time and what this node's metadata says of the node
 // (memberView), says what to do next, and is told each step's outcome.
-// Engine.AddNode and Engine.RemoveNode carry its steps out blocking
-// (changeMembership); MemberChange step by step for a manual engine's
-// driver (the simulator), so both run the same decisions.
+// MemberChange carries its steps out, one Step at a time, through the
+// port to the metadata member chosen when it starts (steps.go): a manual
+// engine's driver (the simulator) steps it (StartAddNode,
+// StartRemoveNode), and Engine.AddNode and Engine.RemoveNode start one
+// and wait on it (runSteps), so both run the same code.
 
 // memberOp is what a membership change's driver asks for next.
 type memberOp uint8
@@ -215,12 +217,6 @@ func (c *clusterNode) memberView(node uint64) memberView {
 		draining: slices.Contains(meta.Draining(), node),
 		held:     held,
 	}
-}
-
-// memberDriver is the driver of an AddNode (add) or RemoveNode of node
-// on this engine.
-func (e *Engine) memberDriver(add bool, node uint64) memberDriver {
-	return newMemberDriver(add, node, e.ForwardTimeout(), e.cfg.RetryBackoffMin, e.cfg.RetryBackoffMax)
 }
 
 // changeMembership is AddNode (add) or RemoveNode of node: the member
