@@ -674,16 +674,16 @@ func (c *clusterNode) applyReplicated(ctx context.Context, cmd metadata.Command)
 	e := c.e
 	ctx, cancel := e.deadline(ctx)
 	defer cancel()
+	a, err := e.startCommand(c.meta.port(ctx), e.NewMetadataKey(), cmd, time.Time{})
+	if err != nil {
+		return metadata.Result{}, err
+	}
 	// This node's reconcilers build what the command creates while it is
 	// replicated (see metadata.Store.Announce): the forecast is from this
 	// node's state, and what the commit does not confirm is removed.
 	if e.cfg.PrebuildPartitions {
 		withdraw := c.meta.store.Announce(cmd)
 		defer withdraw()
-	}
-	a, err := e.startCommand(c.meta.port(ctx), e.NewMetadataKey(), cmd, time.Time{})
-	if err != nil {
-		return metadata.Result{}, err
 	}
 	err = runSteps(ctx, e.cfg.Clock, a)
 	return a.r.Result, err // the result of the answer that ended it
