@@ -27,6 +27,7 @@ func TestBarrierStepTakesAnswerBeforeTimer(t *testing.T) {
 		// The try is in flight: its answer arrives in the step in which
 		// its time runs out.
 		b.ask.reply = make(chan MetadataResult, 1)
+		b.ask.alarm.set(b.ask.due())
 		b.ask.reply <- MetadataResult{}
 		clk.Advance(time.Second)
 		err, done := b.Step()

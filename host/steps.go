@@ -124,8 +124,60 @@ type stepper interface {
 // wakeup is what a stepped operation waits for between its steps.
 type wakeup struct {
 	at      time.Time           // its next due time (zero: none)
+	alarm   *alarm              // its alarm, when one is armed (nil: none)
 	answer  chan MetadataResult // a request's answer (nil: none awaited)
 	applied <-chan struct{}     // the next metadata application here (nil: not watched)
+}
+
+// alarm is a stepped operation's own timer, on the engine's clock. A step
+// sees whether it rang without blocking; the blocking wait may take its
+// fire first, and the ring is kept for the step to see. Timers run on
+// the clock's monotonic time, so a step of the wall clock moves no try's
+// timeout (a simulated node's clock jumps and strobes).
+type alarm struct {
+	clk   clock.Clock
+	t     clock.Timer
+	at    time.Time // when it rings (zero: not armed)
+	fired bool
+}
+
+// set arms the alarm to ring at at, forgetting an earlier ring.
+func (a *alarm) set(at time.Time) {
+	d := at.Sub(a.clk.Now())
+	if a.t == nil {
+		a.t = a.clk.NewTimer(d)
+	} else {
+		a.t.Reset(d)
+	}
+	a.at, a.fired = at, false
+}
+
+// rang reports whether the alarm rang since it was set.
+func (a *alarm) rang() bool {
+	if !a.fired && a.t != nil {
+		select {
+		case <-a.t.C():
+			a.fired = true
+		default:
+		}
+	}
+	return a.fired
+}
+
+// c is the channel the alarm rings on (nil: not armed).
+func (a *alarm) c() <-chan time.Time {
+	if a.t == nil || a.fired {
+		return nil
+	}
+	return a.t.C()
+}
+
+// stop disarms the alarm.
+func (a *alarm) stop() {
+	if a.t != nil {
+		a.t.Stop()
+	}
+	a.at = time.Time{}
 }
 
 // earliest is the earlier of a and b, either zero for none.
@@ -155,6 +207,10 @@ func runSteps(ctx context.Context, clk clock.Clock, s stepper) error {
 			return s.giveUp(err)
 		}
 		w := s.wakes()
+		var rang <-chan time.Time
+		if w.alarm != nil {
+			rang = w.alarm.c()
+		}
 		var fired <-chan time.Time
 		if !w.at.IsZero() {
 			if d := w.at.Sub(clk.Now()); t == nil {
@@ -170,6 +226,8 @@ func runSteps(ctx context.Context, clk clock.Clock, s stepper) error {
 			// and its sender sends no other.
 			w.answer <- r
 		case <-w.applied:
+		case <-rang:
+			w.alarm.fired = true
 		case <-fired:
 		case <-ctx.Done():
 		}
@@ -195,10 +253,15 @@ type askSteps struct {
 	gaveUp func(err error, inFlight bool) error
 	reply  chan MetadataResult // the try in flight's answer (nil: none)
 	r      MetadataResult      // the last answer
+	// alarm rings at due(): the try's time is up, or the pause is over.
+	alarm alarm
 }
 
 // start begins the operation at now.
-func (a *askSteps) start() { a.st = a.d.Start(a.clk.Now()) }
+func (a *askSteps) start() {
+	a.alarm.clk = a.clk
+	a.st = a.d.Start(a.clk.Now())
+}
 
 // due is when the current try is given up, or the pause ends.
 func (a *askSteps) due() time.Time { return earliest(a.st.At, a.deadline) }
@@ -209,9 +272,10 @@ func (a *askSteps) Step() (err error, done bool) {
 		now := a.clk.Now()
 		switch a.st.Op {
 		case AskDone:
+			a.alarm.stop()
 			return a.st.Err, true
 		case AskWait:
-			if now.Before(a.due()) {
+			if !a.alarm.rang() {
 				return nil, false
 			}
 			a.st = a.d.Fired(now)
@@ -220,10 +284,11 @@ func (a *askSteps) Step() (err error, done bool) {
 				reply := make(chan MetadataResult, 1)
 				if err := a.try(reply); err != nil {
 					a.r = MetadataResult{Err: err}
-					a.st = a.d.Answer(now, err)
+					a.answered(now)
 					break
 				}
 				a.reply = reply
+				a.alarm.set(a.due())
 			}
 			// The answer is taken before the time: an answer that
 			// arrived in the step in which the try's time ran out is
@@ -232,13 +297,13 @@ func (a *askSteps) Step() (err error, done bool) {
 			select {
 			case a.r = <-a.reply:
 			default:
-				if now.Before(a.due()) {
+				if !a.alarm.rang() {
 					return nil, false
 				}
 				a.r = MetadataResult{Err: a.noAnswer}
 			}
 			a.reply = nil
-			a.st = a.d.Answer(now, a.r.Err)
+			a.answered(now)
 		}
 		if a.st.Op != AskDone && !a.deadline.IsZero() && !now.Before(a.deadline) {
 			a.st = AskStep{Op: AskDone, Err: a.gaveUp(errDeadlinePassed, false)}
@@ -246,9 +311,17 @@ func (a *askSteps) Step() (err error, done bool) {
 	}
 }
 
+// answered takes the try's outcome, a.r, at now; a pause is timed by the
+// alarm.
+func (a *askSteps) answered(now time.Time) {
+	if a.st = a.d.Answer(now, a.r.Err); a.st.Op == AskWait {
+		a.alarm.set(a.due())
+	}
+}
+
 // wakes implements stepper.
 func (a *askSteps) wakes() wakeup {
-	w := wakeup{at: a.due()}
+	w := wakeup{alarm: &a.alarm}
 	if a.st.Op == AskSend {
 		w.answer = a.reply
 	}
@@ -259,6 +332,7 @@ func (a *askSteps) wakes() wakeup {
 func (a *askSteps) giveUp(err error) error {
 	err = a.gaveUp(err, a.reply != nil)
 	a.st, a.reply = AskStep{Op: AskDone, Err: err}, nil
+	a.alarm.stop()
 	return err
 }
 

@@ -95,8 +95,8 @@ type opRun struct {
 
 // bothWays runs the operation start makes against the script answer
 // twice: stepped, as a manual engine's driver steps it (a manual clock,
-// advanced to the operation's next due time whenever a step leaves it
-// waiting), and blocking, by runSteps on a real clock in a synctest
+// advanced to the operation's next due time or alarm whenever a step
+// leaves it waiting), and blocking, by runSteps on a real clock in a synctest
 // bubble. It returns the two runs.
 func bothWays(t *testing.T, start func(e *Engine, port metaPort) stepper, answer func(e *Engine, p *scriptPort, n int, op metaOp, reply chan MetadataResult) error) (stepped, blocking opRun) {
 	t.Helper()
@@ -118,7 +118,11 @@ func bothWays(t *testing.T, start func(e *Engine, port metaPort) stepper, answer
 			stepped = opRun{log: port.log, err: err, retries: retries(s)}
 			break
 		}
-		at := earliest(s.wakes().at, port.deliver())
+		w := s.wakes()
+		at := earliest(w.at, port.deliver())
+		if w.alarm != nil && !w.alarm.fired {
+			at = earliest(at, w.alarm.at)
+		}
 		if at.IsZero() || i > 1000 {
 			t.Fatalf("stepped: a step waits with nothing due (log %q)", port.log)
 		}
@@ -272,4 +276,61 @@ func TestRunStepsGivesUpWhereItStands(t *testing.T) {
 			}
 		}
 	})
+}
+
+// jumpClock is a clock whose wall time is set apart from its timers,
+// which run on the manual clock's time (as a machine's monotonic clock
+// runs on when its wall clock is set).
+type jumpClock struct {
+	*clock.Manual
+	offset time.Duration
+}
+
+func (k *jumpClock) Now() time.Time { return k.Manual.Now().Add(k.offset) }
+
+// A try's time and a pause are kept by timers: a step of the wall clock
+// past them neither gives a try up nor cuts a pause short, for a read
+// barrier and an apply-and-retry alike (the simulator's nodes have their
+// wall clocks set and strobed; a comparison of wall times made a try
+// that the timer keeps waiting on time out at once).
+func TestStepsTimeTriesOnTimers(t *testing.T) {
+	for _, name := range []string{"read barrier", "apply-and-retry"} {
+		k := &jumpClock{Manual: clock.NewManual(time.Unix(1_000_000, 0))}
+		e := stepEngine(t, k)
+		port := &scriptPort{clk: k, t0: k.Now()}
+		refuse := false // the second try is refused: a pause follows
+		port.answer = func(n int, _ metaOp, reply chan MetadataResult) error {
+			if n == 2 && refuse {
+				reply <- MetadataResult{Err: shard.ErrRetry}
+			}
+			return nil // otherwise lost
+		}
+		var s stepper = e.startBarrier(port, time.Time{})
+		if name == "apply-and-retry" {
+			a, err := e.startCommand(port, MetadataKey{Producer: 1, Seq: 1}, metadata.DrainNode{Node: 4}, time.Time{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s = a
+		}
+		step := func(wantTries int) {
+			t.Helper()
+			if _, done := s.Step(); done || port.n != wantTries {
+				t.Fatalf("%s: done %v after %d tries (%q), want %d under way", name, done, port.n, port.log, wantTries)
+			}
+		}
+		step(1)
+		k.offset += time.Hour // the wall clock is set an hour on
+		step(1)
+		k.Advance(e.ForwardTimeout()) // the try's time is up
+		refuse = true
+		step(1) // a pause of the backoff's minimum
+		k.Advance(e.cfg.RetryBackoffMin)
+		step(2) // refused: a pause of twice as long
+		k.offset -= 2 * time.Hour
+		k.Advance(e.cfg.RetryBackoffMin)
+		step(2)
+		k.Advance(e.cfg.RetryBackoffMin)
+		step(3)
+	}
 }
