@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway/clock"
+	"github.com/parkway-io/parkway/shard"
 )
 
 // A manual engine's Barrier stepped when its try's answer and the try's
@@ -19,7 +20,7 @@ func TestBarrierStepTakesAnswerBeforeTimer(t *testing.T) {
 		clk := clock.NewManual(time.Unix(1_000_000, 0))
 		b := &Barrier{ask: askSteps{clk: clk, deadline: clk.Now().Add(time.Hour),
 			d:   NewAskDriver(time.Second, time.Millisecond, time.Second, func(error) bool { return true }),
-			try: func(chan MetadataResult) error { return nil }}}
+			try: func(chan MetadataResult) error { return nil }, noAnswer: shard.ErrRetry}}
 		b.ask.start()
 		if b.ask.st.Op != AskSend {
 			t.Fatalf("first step %v, want a try", b.ask.st.Op)
