@@ -1,10 +1,8 @@
 package host
 
 import (
-	"context"
 	"time"
 
-	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/internal/backoff"
 )
 
@@ -17,8 +15,8 @@ import (
 // AskDriver holds those decisions without a clock or a goroutine: its
 // owner asks when told to (AskSend) and feeds the answer, or the error
 // that stands for none by AskStep.At, to Answer; it waits when told to
-// (AskWait) and then calls Fired. applyReplicated and ReadBarrier are
-// its blocking owners.
+// (AskWait) and then calls Fired. askSteps (steps.go) carries its tries
+// out, for the read barrier and the apply-and-retry alike.
 
 // AskOp is what an ask's driver asks for next.
 type AskOp uint8
@@ -69,38 +67,4 @@ func (d *AskDriver) Answer(now time.Time, err error) AskStep {
 // Fired is a pause over at now: the next try.
 func (d *AskDriver) Fired(now time.Time) AskStep {
 	return AskStep{Op: AskSend, At: now.Add(d.timeout)}
-}
-
-// askTimer is the one timer of a blocking ask, on the engine's clock.
-type askTimer struct {
-	clk clock.Clock
-	t   clock.Timer
-}
-
-// until arms the timer to fire at at and returns its channel.
-func (a *askTimer) until(at time.Time) <-chan time.Time {
-	d := at.Sub(a.clk.Now())
-	if a.t == nil {
-		a.t = a.clk.NewTimer(d)
-	} else {
-		a.t.Reset(d)
-	}
-	return a.t.C()
-}
-
-// sleep waits until at, or until ctx ends (its error).
-func (a *askTimer) sleep(ctx context.Context, at time.Time) error {
-	select {
-	case <-a.until(at):
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// stop releases the timer.
-func (a *askTimer) stop() {
-	if a.t != nil {
-		a.t.Stop()
-	}
 }

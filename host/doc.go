@@ -15,6 +15,15 @@
 // deterministic simulator (internal/sim) drives the engine that way, so
 // what it checks is the code a parkway.Node runs.
 //
+// The calls that wait on the metadata group — ApplyMetadata in a cluster,
+// ReadBarrier, AddNode, RemoveNode — are each a stepped operation started
+// and then waited on, as dragonboat's SyncPropose is Propose plus a wait
+// (steps.go): the operation's Step makes its requests and takes their
+// answers without blocking, and the wait blocks between steps on what can
+// make the next one progress. A manual engine's driver steps the same
+// operations (StartReadBarrier, StartAddNode, StartRemoveNode); only the
+// way to the metadata member differs, chosen when the operation starts.
+//
 // In a cluster, idle partition raft groups quiesce (see the shard
 // package) and failure detection for them is node liveness (liveness.go):
 // one heartbeat per node pair per interval, counted in metadata ticks, so

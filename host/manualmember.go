@@ -53,11 +53,7 @@ func (e *Engine) proposeVoters(key MetadataKey, add bool, node uint64, cmd metad
 	if err != nil {
 		return err
 	}
-	m := e.cl.meta
-	if err := m.proposeConfChange(add, node, data); err != nil {
-		return err
-	}
-	return m.process()
+	return memberPort{e.cl.meta}.propose(metaOp{change: node, remove: !add, data: data, reply: make(chan MetadataResult, 1)})
 }
 
 // ProposeRemoveNode is the last step of RemoveNode for a manual engine,
@@ -82,13 +78,22 @@ func (e *Engine) ProposeRemoveNode(key MetadataKey, node uint64) error {
 	if err := e.cl.notSelf(node); err != nil {
 		return err
 	}
+	if err := e.removable(node); err != nil {
+		return err
+	}
+	return e.proposeVoters(key, false, node, metadata.RemoveNode{Node: node})
+}
+
+// removable refuses the removal of a node not drained yet: DrainNode
+// applied here, and no replica left on it.
+func (e *Engine) removable(node uint64) error {
 	if !slices.Contains(e.meta.Draining(), node) {
 		return fmt.Errorf("%w: node %d is not drained (DrainNode first)", metadata.ErrNodeBusy, node)
 	}
 	if _, held := e.meta.Moving(node); held > 0 {
 		return fmt.Errorf("%w: node %d still holds replicas of %d partitions", metadata.ErrNodeBusy, node, held)
 	}
-	return e.proposeVoters(key, false, node, metadata.RemoveNode{Node: node})
+	return nil
 }
 
 // errNotManual refuses a manual engine's step method on a started engine,

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/shard"
 )
@@ -24,9 +23,11 @@ import (
 // memberDriver holds those decisions without a clock or a goroutine: it
 // is told the time and what this node's metadata says of the node
 // (memberView), says what to do next, and is told each step's outcome.
-// Engine.AddNode and Engine.RemoveNode carry its steps out blocking
-// (changeMembership); MemberChange step by step for a manual engine's
-// driver (the simulator), so both run the same decisions.
+// MemberChange carries its steps out, one Step at a time, through the
+// port to the metadata member chosen when it starts (steps.go): a manual
+// engine's driver (the simulator) steps it (StartAddNode,
+// StartRemoveNode), and Engine.AddNode and Engine.RemoveNode start one
+// and wait on it (runSteps), so both run the same code.
 
 // memberOp is what a membership change's driver asks for next.
 type memberOp uint8
@@ -218,122 +219,45 @@ func (c *clusterNode) memberView(node uint64) memberView {
 	}
 }
 
-// memberDriver is the driver of an AddNode (add) or RemoveNode of node
-// on this engine.
-func (e *Engine) memberDriver(add bool, node uint64) memberDriver {
-	return newMemberDriver(add, node, e.ForwardTimeout(), e.cfg.RetryBackoffMin, e.cfg.RetryBackoffMax)
-}
-
-// changeMembership carries out the steps of AddNode (add) or RemoveNode
-// of node blocking, until ctx ends. The configuration change is given
-// RequestTimeout from its first proposal when ctx has no deadline; the
-// wait for the replicas to move is bounded by ctx alone (it takes as
-// long as the data takes to copy).
+// changeMembership is AddNode (add) or RemoveNode of node: the member
+// change started, then waited on until ctx ends. Each part is bounded as
+// a call of its own: the read barrier and the drain by RequestTimeout
+// from their start, the configuration change from its first proposal;
+// the wait for the replicas to move by ctx alone (it takes as long as the
+// data takes to copy).
 func (c *clusterNode) changeMembership(ctx context.Context, add bool, node uint64) error {
-	e, m := c.e, c.meta
-	clk := e.cfg.Clock
-	var cmd metadata.Command = metadata.AddNode{Node: node}
-	if !add {
-		cmd = metadata.RemoveNode{Node: node}
-	}
-	// The command keeps its deduplication key through every proposal, so
-	// a second commit is a no-op.
-	data, err := encodeMetaCommand(e.NewMetadataKey(), cmd)
+	e := c.e
+	mc, err := e.startMemberChange(c.meta.port(ctx), add, node, e.NewMetadataKey(), e.NewMetadataKey(), time.Time{})
 	if err != nil {
 		return err
 	}
-	d := e.memberDriver(add, node)
-	// applied is taken before each view is read, so an application after
-	// the look wakes the wait.
-	var applied <-chan struct{}
-	look := func() memberView {
-		applied = c.applied.next()
-		return c.memberView(node)
-	}
-	changeCtx := ctx // the configuration change's, bounded from its first proposal
-	var timer clock.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	for st := d.start(clk.Now(), look()); ; {
-		switch st.op {
-		case memberDone:
-			return st.err
-		case memberBarrier:
-			err := e.ReadBarrier(ctx)
-			st = d.barriered(clk.Now(), look(), err)
-		case memberDrain:
-			_, err := e.ApplyMetadata(ctx, metadata.DrainNode{Node: node})
-			st = d.drained(clk.Now(), look(), err)
-		case memberWait:
-			var fired <-chan time.Time
-			if !st.at.IsZero() {
-				if timer == nil {
-					timer = clk.NewTimer(st.at.Sub(clk.Now()))
-				} else {
-					timer.Reset(st.at.Sub(clk.Now()))
-				}
-				fired = timer.C()
-			}
-			wctx := ctx
-			if d.phase == phaseChange {
-				wctx = changeCtx
-			}
-			select {
-			case <-applied:
-			case <-fired:
-			case <-wctx.Done():
-				st = d.cancelled(wctx.Err())
-				continue
-			}
-			st = d.step(clk.Now(), look())
-		case memberPropose:
-			if changeCtx == ctx {
-				var cancel context.CancelFunc
-				changeCtx, cancel = e.deadline(ctx)
-				defer cancel()
-			}
-			reply := make(chan MetadataResult, 1)
-			select {
-			case m.props <- metaOp{change: node, remove: !add, data: data, reply: reply}:
-			case <-m.failed:
-				return m.err
-			case <-changeCtx.Done():
-				st = d.cancelled(changeCtx.Err())
-				continue
-			}
-			var r MetadataResult
-			select {
-			case r = <-reply:
-			case <-changeCtx.Done():
-				st = d.cancelled(changeCtx.Err())
-				continue
-			}
-			st = d.proposed(clk.Now(), look(), r.Err)
-		}
-	}
+	return runSteps(ctx, e.cfg.Clock, mc)
 }
 
-// MemberChange is an AddNode or RemoveNode on a manual engine
-// (StartAddNode, StartRemoveNode), carried on by its driver's calls to
-// Step: the same decisions as the started engine's call, the waits left
-// to the caller. It is not safe for concurrent use.
+// MemberChange is an AddNode or RemoveNode in progress (StartAddNode,
+// StartRemoveNode; AddNode and RemoveNode wait on one), carried on by
+// calls to Step. It is not safe for concurrent use.
 type MemberChange struct {
 	e        *Engine
+	port     metaPort
 	node     uint64
-	key      MetadataKey // the configuration change's
+	data     []byte      // the configuration change's command, under its key
 	drainKey MetadataKey // RemoveNode's DrainNode's
-	deadline time.Time
+	deadline time.Time   // zero: none (the blocking owner's ctx bounds it)
 	d        memberDriver
 	st       memberStep
-	barrier  *Barrier
-	// The drain in flight: its ask, and the answer of the try made.
-	drain    AskDriver
-	drainSt  AskStep
-	asked    bool
-	drainAns <-chan MetadataResult
+	// applied is the metadata application after the last look at the
+	// view (taken before it, so one between the look and a wait wakes
+	// the wait).
+	applied <-chan struct{}
+	// The part in progress: the read barrier, the drain, the answer of
+	// the configuration change's proposal.
+	barrier *Barrier
+	drain   *askSteps
+	prop    chan MetadataResult
+	// changeBy bounds the configuration change: RequestTimeout from its
+	// first proposal (zero: none made yet).
+	changeBy time.Time
 	retries  int
 }
 
@@ -347,7 +271,10 @@ func (mc *MemberChange) Retries() int { return mc.retries }
 // member (again under the same key while it does not apply), then the
 // wait for the leader to promote the learner. Step takes its steps.
 func (e *Engine) StartAddNode(key MetadataKey, node uint64, deadline time.Time) (*MemberChange, error) {
-	return e.startMemberChange(true, node, key, MetadataKey{}, deadline)
+	if err := e.manualMembership(node); err != nil {
+		return nil, err
+	}
+	return e.startMemberChange(memberPort{e.cl.meta}, true, node, key, MetadataKey{}, deadline)
 }
 
 // StartRemoveNode starts RemoveNode of node on a manual engine, given up
@@ -356,34 +283,65 @@ func (e *Engine) StartAddNode(key MetadataKey, node uint64, deadline time.Time) 
 // then the membership change carrying RemoveNode under key. Step takes
 // its steps.
 func (e *Engine) StartRemoveNode(drainKey, key MetadataKey, node uint64, deadline time.Time) (*MemberChange, error) {
-	return e.startMemberChange(false, node, key, drainKey, deadline)
-}
-
-func (e *Engine) startMemberChange(add bool, node uint64, key, drainKey MetadataKey, deadline time.Time) (*MemberChange, error) {
 	if err := e.manualMembership(node); err != nil {
 		return nil, err
 	}
+	return e.startMemberChange(memberPort{e.cl.meta}, false, node, key, drainKey, deadline)
+}
+
+// startMemberChange starts the change of node through port, given up at
+// deadline (zero: none).
+func (e *Engine) startMemberChange(port metaPort, add bool, node uint64, key, drainKey MetadataKey, deadline time.Time) (*MemberChange, error) {
+	var cmd metadata.Command = metadata.AddNode{Node: node}
 	if !add {
 		if err := e.cl.notSelf(node); err != nil {
 			return nil, err
 		}
+		cmd = metadata.RemoveNode{Node: node}
 	}
-	mc := &MemberChange{e: e, node: node, key: key, drainKey: drainKey, deadline: deadline, d: e.memberDriver(add, node)}
-	mc.st = mc.d.start(e.cfg.Clock.Now(), e.cl.memberView(node))
+	// The command keeps its deduplication key through every proposal, so
+	// a second commit is a no-op.
+	data, err := encodeMetaCommand(key, cmd)
+	if err != nil {
+		return nil, err
+	}
+	mc := &MemberChange{e: e, port: port, node: node, data: data, drainKey: drainKey, deadline: deadline,
+		d: newMemberDriver(add, node, e.ForwardTimeout(), e.cfg.RetryBackoffMin, e.cfg.RetryBackoffMax)}
+	mc.st = mc.d.start(e.cfg.Clock.Now(), mc.view())
 	return mc, nil
+}
+
+// view looks at what this node's metadata says of the node.
+func (mc *MemberChange) view() memberView {
+	mc.applied = mc.e.cl.applied.next()
+	return mc.e.cl.memberView(mc.node)
+}
+
+// by is when the change is given up: its deadline, or the configuration
+// change's own (zero: never).
+func (mc *MemberChange) by() time.Time {
+	if mc.d.phase == phaseChange {
+		return earliest(mc.deadline, mc.changeBy)
+	}
+	return mc.deadline
+}
+
+// part is the deadline of a part started at now: RequestTimeout on, or
+// the change's own if that is sooner.
+func (mc *MemberChange) part(now time.Time) time.Time {
+	return earliest(mc.deadline, now.Add(mc.e.cfg.RequestTimeout))
 }
 
 // Step takes the change's next steps — proposes when one is due, takes
 // the answers that arrived, looks at the metadata again after a wait —
-// and reports its outcome once it is over (done). It never blocks: call
-// it again after the engine has been stepped.
+// and reports its outcome once it is over (done). It never blocks on a
+// manual engine: call it again after the engine has been stepped.
 func (mc *MemberChange) Step() (err error, done bool) {
-	e, c, clk := mc.e, mc.e.cl, mc.e.cfg.Clock
+	e, clk := mc.e, mc.e.cfg.Clock
 	for {
 		now := clk.Now()
-		if mc.st.op != memberDone && !now.Before(mc.deadline) {
-			mc.abandon()
-			mc.st = mc.d.cancelled(fmt.Errorf("%w: deadline passed", shard.ErrRetry))
+		if by := mc.by(); mc.st.op != memberDone && !by.IsZero() && !now.Before(by) {
+			mc.giveUp(fmt.Errorf("%w: %w", shard.ErrRetry, errDeadlinePassed))
 		}
 		if mc.st.again {
 			mc.retries++
@@ -394,95 +352,101 @@ func (mc *MemberChange) Step() (err error, done bool) {
 			return mc.st.err, true
 		case memberBarrier:
 			if mc.barrier == nil {
-				b, err := e.StartReadBarrier(mc.deadline)
-				if err != nil {
-					mc.st = mc.d.barriered(now, c.memberView(mc.node), err)
-					continue
-				}
-				mc.barrier = b
+				mc.barrier = e.startBarrier(mc.port, mc.part(now))
 			}
 			err, done := mc.barrier.Step()
 			if !done {
 				return nil, false
 			}
 			mc.barrier = nil
-			mc.st = mc.d.barriered(clk.Now(), c.memberView(mc.node), err)
+			mc.st = mc.d.barriered(clk.Now(), mc.view(), err)
 		case memberDrain:
-			err, done := mc.stepDrain(now)
+			if mc.drain == nil {
+				a, err := e.startCommand(mc.port, mc.drainKey, metadata.DrainNode{Node: mc.node}, mc.part(now))
+				if err != nil {
+					mc.st = mc.d.drained(now, mc.view(), err)
+					continue
+				}
+				mc.drain = a
+			}
+			err, done := mc.drain.Step()
 			if !done {
 				return nil, false
 			}
-			mc.st = mc.d.drained(clk.Now(), c.memberView(mc.node), err)
+			mc.drain = nil
+			mc.st = mc.d.drained(clk.Now(), mc.view(), err)
 		case memberWait:
-			st := mc.d.step(now, c.memberView(mc.node))
-			if st.op == memberWait && !st.again {
-				mc.st = st
-				return nil, false
-			}
+			st := mc.d.step(now, mc.view())
 			mc.st = st
+			if st.op == memberWait && !st.again {
+				return nil, false
+			}
 		case memberPropose:
-			var err error
-			if mc.d.add {
-				err = e.ProposeAddNode(mc.key, mc.node)
-			} else {
-				err = e.ProposeRemoveNode(mc.key, mc.node)
+			if mc.prop == nil {
+				if mc.changeBy.IsZero() {
+					mc.changeBy = now.Add(e.cfg.RequestTimeout)
+				}
+				reply := make(chan MetadataResult, 1)
+				if err := mc.propose(reply); err != nil {
+					mc.st = mc.d.proposed(clk.Now(), mc.view(), err)
+					continue
+				}
+				mc.prop = reply
 			}
-			mc.st = mc.d.proposed(clk.Now(), c.memberView(mc.node), err)
+			var r MetadataResult
+			select {
+			case r = <-mc.prop:
+			default:
+				return nil, false
+			}
+			mc.prop = nil
+			mc.st = mc.d.proposed(clk.Now(), mc.view(), r.Err)
 		}
 	}
 }
 
-// stepDrain carries the DrainNode command's apply-and-retry on: each try
-// proposes it under the drain's key and is given the forward timeout,
-// and one refused for a reason worth another is made again after a
-// pause, as ApplyMetadata does.
-func (mc *MemberChange) stepDrain(now time.Time) (err error, done bool) {
-	e := mc.e
-	if !mc.asked {
-		mc.asked = true
-		mc.drain = NewAskDriver(e.ForwardTimeout(), e.cfg.RetryBackoffMin, e.cfg.RetryBackoffMax, func(err error) bool {
-			return errors.Is(err, shard.ErrRetry)
-		})
-		mc.drainSt = mc.drain.Start(now)
+// propose proposes the configuration change through the port; a removal
+// only of a node drained of its replicas (removable).
+func (mc *MemberChange) propose(reply chan MetadataResult) error {
+	if !mc.d.add {
+		if err := mc.e.removable(mc.node); err != nil {
+			return err
+		}
 	}
-	for {
-		switch mc.drainSt.Op {
-		case AskDone:
-			mc.asked = false
-			return mc.drainSt.Err, true
-		case AskWait:
-			if now.Before(mc.drainSt.At) {
-				return nil, false
-			}
-			mc.drainSt = mc.drain.Fired(now)
-			continue
-		}
-		if mc.drainAns == nil {
-			ch, err := e.ProposeMetadata(mc.drainKey, metadata.DrainNode{Node: mc.node})
-			if err != nil {
-				mc.drainSt = mc.drain.Answer(now, err)
-				continue
-			}
-			mc.drainAns = ch
-		}
-		var r MetadataResult
-		select {
-		case r = <-mc.drainAns:
-		default:
-			if now.Before(mc.drainSt.At) {
-				return nil, false
-			}
-			r = MetadataResult{Err: fmt.Errorf("%w: not committed yet", shard.ErrRetry)}
-		}
-		mc.drainAns = nil
-		mc.drainSt = mc.drain.Answer(now, r.Err)
-	}
+	return mc.port.propose(metaOp{change: mc.node, remove: !mc.d.add, data: mc.data, reply: reply})
 }
 
-// abandon lets go of a read barrier in flight (its timer).
-func (mc *MemberChange) abandon() {
-	if mc.barrier != nil {
-		mc.barrier.t.stop()
+// wakes implements stepper.
+func (mc *MemberChange) wakes() wakeup {
+	var w wakeup
+	switch {
+	case mc.barrier != nil:
+		w = mc.barrier.wakes()
+	case mc.drain != nil:
+		w = mc.drain.wakes()
+	case mc.prop != nil:
+		w.answer = mc.prop
+	case mc.st.op == memberWait:
+		w = wakeup{at: mc.st.at, applied: mc.applied}
+	}
+	w.at = earliest(w.at, mc.by())
+	return w
+}
+
+// giveUp implements stepper: the change ends where it stands, with the
+// outcome of the part in progress given up with err.
+func (mc *MemberChange) giveUp(err error) error {
+	now := mc.e.cfg.Clock.Now()
+	switch {
+	case mc.barrier != nil:
+		mc.st = mc.d.barriered(now, mc.view(), mc.barrier.giveUp(err))
 		mc.barrier = nil
+	case mc.drain != nil:
+		mc.st = mc.d.drained(now, mc.view(), mc.drain.giveUp(err))
+		mc.drain = nil
+	default:
+		mc.prop = nil
+		mc.st = mc.d.cancelled(err)
 	}
+	return mc.st.err // a barrier or a drain given up ends the change
 }

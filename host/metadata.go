@@ -56,7 +56,7 @@ type metaGroup struct {
 	// confirmation, then the applied index), by request id. The members'
 	// lease renewals ask the same way (metaRead.lease), one read index per
 	// batch.
-	reads    chan chan error
+	reads    chan chan MetadataResult
 	barriers groups.Reads[metaRead]
 	// leaseIn takes members' lease renewals (started engines), lease is
 	// the leader's state of them (grouplease.go).
@@ -137,7 +137,7 @@ func openMetaGroup(c *clusterNode, disk *replica.Disk, mcfg metadata.Config) (*m
 	m := &metaGroup{c: c, g: g, pending: make(map[uint64]chan<- MetadataResult),
 		seen: dedupe.New[MetadataResult](metaDedupeWindow), policy: replica.CompactionPolicy{Entries: every},
 		props: make(chan metaOp), in: make(chan *raftpb.Message, 1024), failed: make(chan struct{}),
-		reads: make(chan chan error), leaseIn: make(chan leaseOp, 4096), producer: newProducerID()}
+		reads: make(chan chan MetadataResult), leaseIn: make(chan leaseOp, 4096), producer: newProducerID()}
 	m.elect = groups.NewElections(m, false, replica.DefaultElectionTicks)
 	m.wake() // a member starts awake
 	fail := func(err error) (*metaGroup, error) {
@@ -481,11 +481,7 @@ func (c *clusterNode) runMetadata(ctx context.Context) {
 		case op := <-m.leaseIn:
 			m.serveLease(op)
 		case op := <-m.props:
-			if op.change != 0 {
-				op.reply <- MetadataResult{Err: m.proposeConfChange(!op.remove, op.change, op.data)}
-			} else if err := m.propose(op.data, op.reply); err != nil {
-				op.reply <- MetadataResult{Err: err}
-			}
+			m.take(op)
 		case msg := <-m.in:
 			m.step(msg)
 		case <-tick.C():
@@ -522,7 +518,7 @@ func (m *metaGroup) serveReads() {
 	m.barriers.Serve(m.g.Applied(), func(r metaRead) {
 		switch {
 		case r.reply != nil:
-			r.reply <- nil
+			r.reply <- MetadataResult{}
 		case r.lease == m.lease.seq:
 			// The batch in flight is confirmed and its index applied.
 			m.leaseConfirmed(m.g.Applied())
@@ -537,7 +533,7 @@ func (m *metaGroup) serveReads() {
 // barrier's reply, or (lease != 0) the batch of lease renewals asked under
 // that id (grouplease.go).
 type metaRead struct {
-	reply chan error
+	reply chan MetadataResult
 	lease uint64
 }
 
@@ -545,7 +541,7 @@ type metaRead struct {
 func (m *metaGroup) answerReads(err error) {
 	m.barriers.Drop(func(r metaRead) {
 		if r.reply != nil {
-			r.reply <- err
+			r.reply <- MetadataResult{Err: err}
 		}
 	})
 }
@@ -652,10 +648,7 @@ func (e *Engine) ProposeMetadata(key MetadataKey, cmd metadata.Command) (<-chan 
 		return nil, err
 	}
 	reply := make(chan MetadataResult, 1)
-	if err := e.cl.meta.propose(data, reply); err != nil {
-		return nil, err
-	}
-	if err := e.cl.meta.process(); err != nil {
+	if err := (memberPort{e.cl.meta}).propose(metaOp{data: data, reply: reply}); err != nil {
 		return nil, err
 	}
 	return reply, nil
@@ -672,60 +665,28 @@ func encodeMetaCommand(key MetadataKey, cmd metadata.Command) ([]byte, error) {
 }
 
 // applyReplicated commits cmd through the metadata group of a started
-// engine. The (proposer, sequence) header makes re-proposing safe: a
-// proposal lost with a leader is proposed again after a bounded wait, and
-// if both copies commit, the second applies as a no-op returning the
-// first's result.
+// engine: the command's apply-and-retry (startCommand), waited on. The
+// (proposer, sequence) header makes re-proposing safe: a proposal lost
+// with a leader is proposed again after a bounded wait, and if both
+// copies commit, the second applies as a no-op returning the first's
+// result.
 func (c *clusterNode) applyReplicated(ctx context.Context, cmd metadata.Command) (metadata.Result, error) {
-	e, m := c.e, c.meta
-	data, err := encodeMetaCommand(e.NewMetadataKey(), cmd)
+	e := c.e
+	ctx, cancel := e.deadline(ctx)
+	defer cancel()
+	a, err := e.startCommand(c.meta.port(ctx), e.NewMetadataKey(), cmd, time.Time{})
 	if err != nil {
 		return metadata.Result{}, err
 	}
-	ctx, cancel := e.deadline(ctx)
-	defer cancel()
 	// This node's reconcilers build what the command creates while it is
 	// replicated (see metadata.Store.Announce): the forecast is from this
 	// node's state, and what the commit does not confirm is removed.
 	if e.cfg.PrebuildPartitions {
-		withdraw := m.store.Announce(cmd)
+		withdraw := c.meta.store.Announce(cmd)
 		defer withdraw()
 	}
-	d := NewAskDriver(e.ForwardTimeout(), e.cfg.RetryBackoffMin, e.cfg.RetryBackoffMax, func(err error) bool {
-		return errors.Is(err, shard.ErrRetry)
-	})
-	t := askTimer{clk: e.cfg.Clock}
-	defer t.stop()
-	var r MetadataResult
-	for st := d.Start(e.cfg.Clock.Now()); ; {
-		switch st.Op {
-		case AskDone:
-			return r.Result, st.Err
-		case AskWait:
-			if err := t.sleep(ctx, st.At); err != nil {
-				return metadata.Result{}, err
-			}
-			st = d.Fired(e.cfg.Clock.Now())
-			continue
-		}
-		reply := make(chan MetadataResult, 1)
-		select {
-		case m.props <- metaOp{data: data, reply: reply}:
-		case <-m.failed:
-			return metadata.Result{}, m.err
-		case <-ctx.Done():
-			return metadata.Result{}, ctx.Err()
-		}
-		select {
-		case r = <-reply:
-		case <-t.until(st.At):
-			r = MetadataResult{Err: fmt.Errorf("%w: not committed yet", shard.ErrRetry)}
-		case <-ctx.Done():
-			// Proposed but not seen committed: it may still commit.
-			return metadata.Result{}, fmt.Errorf("%w: %w", shard.ErrOutcomeUnknown, ctx.Err())
-		}
-		st = d.Answer(e.cfg.Clock.Now(), r.Err)
-	}
+	err = runSteps(ctx, e.cfg.Clock, a)
+	return a.r.Result, err // the result of the answer that ended it
 }
 
 // Send implements replica.Handler.
@@ -832,7 +793,7 @@ func (m *metaGroup) LeaderChanged(lead uint64) {
 	// their callers ask again. Those already confirmed stay valid.
 	m.barriers.DropAsked(func(r metaRead) {
 		if r.reply != nil {
-			r.reply <- fmt.Errorf("%w: metadata leader changed", shard.ErrRetry)
+			r.reply <- MetadataResult{Err: fmt.Errorf("%w: metadata leader changed", shard.ErrRetry)}
 		}
 		// A lease batch's renewals are answered by leaderLeases.
 	})

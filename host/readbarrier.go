@@ -15,31 +15,22 @@ import (
 // node's metadata has applied it. AskDriver decides the tries: each is
 // given the forward timeout, and one that fails for a reason worth
 // another (no leader answers, the member is down) is made again after a
-// pause of the one backoff. ReadBarrier carries the tries out blocking,
-// through the metadata goroutine; Barrier step by step, for a manual
-// engine's driver (the simulator).
-
-// errNoReadIndex is a try given up at its timeout.
-var errNoReadIndex = fmt.Errorf("%w: no read index yet", shard.ErrRetry)
-
-// barrierDriver is the driver of one read barrier of e.
-func (e *Engine) barrierDriver() AskDriver {
-	return NewAskDriver(e.ForwardTimeout(), e.cfg.RetryBackoffMin, e.cfg.RetryBackoffMax, func(err error) bool {
-		return !errors.Is(err, ErrClosed) && !errors.Is(err, ErrMetadataFailed)
-	})
-}
+// pause of the one backoff. Barrier carries the tries out step by step
+// (steps.go); ReadBarrier is a Barrier started, then waited on, and a
+// manual engine's driver (the simulator) steps one itself
+// (StartReadBarrier).
 
 // askRead asks the group for a read index, answered into reply once it
 // is applied here (serveReads), or at once with why the member takes no
 // work. The caller owns the member (its goroutine, or a manual engine's
 // driver).
-func (m *metaGroup) askRead(reply chan error) {
+func (m *metaGroup) askRead(reply chan MetadataResult) {
 	if err := m.unavailable(); err != nil {
-		reply <- err
+		reply <- MetadataResult{Err: err}
 		return
 	}
 	if testhooks.NoReadIndexWait.Load() {
-		reply <- nil // broken: answered before anything was confirmed or applied
+		reply <- MetadataResult{} // broken: answered before anything was confirmed or applied
 		return
 	}
 	m.wake()
@@ -62,129 +53,50 @@ func (e *Engine) ReadBarrier(ctx context.Context) error {
 	if e.cl == nil || e.cfg.Manual {
 		return nil
 	}
-	m := e.cl.meta
 	ctx, cancel := e.deadline(ctx)
 	defer cancel()
-	d := e.barrierDriver()
-	t := askTimer{clk: e.cfg.Clock}
-	defer t.stop()
-	for st := d.Start(e.cfg.Clock.Now()); ; {
-		switch st.Op {
-		case AskDone:
-			return st.Err
-		case AskWait:
-			if err := t.sleep(ctx, st.At); err != nil {
-				return fmt.Errorf("%w: metadata read barrier: %w", shard.ErrRetry, err)
-			}
-			st = d.Fired(e.cfg.Clock.Now())
-			continue
-		}
-		reply := make(chan error, 1)
-		select {
-		case m.reads <- reply:
-		case <-m.failed:
-			return m.err
-		case <-ctx.Done():
-			return fmt.Errorf("%w: metadata read barrier: %w", shard.ErrRetry, ctx.Err())
-		}
-		var err error
-		select {
-		case err = <-reply:
-		case <-t.until(st.At):
-			err = errNoReadIndex
-		case <-ctx.Done():
-			return fmt.Errorf("%w: metadata read barrier: %w", shard.ErrRetry, ctx.Err())
-		}
-		if err != nil && ctx.Err() != nil && d.again(err) {
-			return fmt.Errorf("%w: metadata read barrier: %w", shard.ErrRetry, ctx.Err())
-		}
-		st = d.Answer(e.cfg.Clock.Now(), err)
-	}
+	return runSteps(ctx, e.cfg.Clock, e.startBarrier(e.cl.meta.port(ctx), time.Time{}))
 }
 
-// Barrier is a read barrier of a manual engine (StartReadBarrier),
-// carried on by its driver's calls to Step. It is not safe for
+// Barrier is a read barrier in progress, carried on by calls to Step
+// (StartReadBarrier; ReadBarrier waits on one). It is not safe for
 // concurrent use.
-type Barrier struct {
-	e        *Engine
-	d        AskDriver
-	st       AskStep
-	deadline time.Time
-	reply    chan error // the try in flight's answer (nil: none made yet)
-	t        askTimer
-}
+type Barrier struct{ ask askSteps }
 
-// StartReadBarrier starts a read barrier on a manual engine, given up
-// at deadline (on the engine's clock) with an error wrapping
-// shard.ErrRetry: ReadBarrier's steps, each taken by a call to Step from
-// the goroutine that drives the engine.
+// StartReadBarrier starts a read barrier, given up at deadline (on the
+// engine's clock) with an error wrapping shard.ErrRetry: ReadBarrier's
+// steps, each taken by a call to Step — on a manual engine from the
+// goroutine that drives it.
 func (e *Engine) StartReadBarrier(deadline time.Time) (*Barrier, error) {
 	if e.cl == nil {
 		return nil, errNotClustered
 	}
-	b := &Barrier{e: e, d: e.barrierDriver(), deadline: deadline, t: askTimer{clk: e.cfg.Clock}}
-	b.st = b.d.Start(e.cfg.Clock.Now())
-	return b, nil
+	return e.startBarrier(e.cl.meta.port(context.Background()), deadline), nil
+}
+
+// startBarrier starts a read barrier through port, given up at deadline
+// (zero: none; the blocking owner's ctx bounds it).
+func (e *Engine) startBarrier(port metaPort, deadline time.Time) *Barrier {
+	b := &Barrier{ask: askSteps{clk: e.cfg.Clock, deadline: deadline,
+		d: NewAskDriver(e.ForwardTimeout(), e.cfg.RetryBackoffMin, e.cfg.RetryBackoffMax, func(err error) bool {
+			return !errors.Is(err, ErrClosed) && !errors.Is(err, ErrMetadataFailed)
+		}),
+		try:      port.read,
+		noAnswer: fmt.Errorf("%w: no read index yet", shard.ErrRetry),
+		gaveUp: func(err error, _ bool) error {
+			return fmt.Errorf("%w: metadata read barrier: %w", shard.ErrRetry, err)
+		}}}
+	b.ask.start()
+	return b
 }
 
 // Step makes the barrier's next try when one is due and takes what
-// arrived — the try's answer, its timer, the end of a pause — and
+// arrived — the try's answer, the end of its time or of a pause — and
 // reports the barrier's outcome once it is over (done): nil when this
 // node has applied everything the group had committed when the barrier
-// started. It never blocks.
-func (b *Barrier) Step() (err error, done bool) {
-	m, clk := b.e.cl.meta, b.e.cfg.Clock
-	for {
-		switch b.st.Op {
-		case AskDone:
-			b.t.stop()
-			return b.st.Err, true
-		case AskSend:
-			if b.reply == nil {
-				b.reply = make(chan error, 1)
-				m.askRead(b.reply)
-				_ = m.process() // a failed group answers the next try
-				b.t.until(minTime(b.st.At, b.deadline))
-			}
-			// The answer is taken before the timer: a select over both,
-			// when both are ready (the answer arrived in the step in
-			// which the try's time ran out), would pick one at random,
-			// and the same run would diverge — and an answer that
-			// arrived is worth more than its timeout.
-			var err error
-			select {
-			case err = <-b.reply:
-			default:
-				select {
-				case <-b.t.t.C():
-					err = errNoReadIndex
-				default:
-					return nil, false
-				}
-			}
-			b.reply = nil
-			b.st = b.d.Answer(clk.Now(), err)
-			if b.st.Op == AskWait {
-				b.t.until(minTime(b.st.At, b.deadline))
-			}
-		case AskWait:
-			select {
-			case <-b.t.t.C():
-			default:
-				return nil, false
-			}
-			b.st = b.d.Fired(clk.Now())
-		}
-		if b.st.Op != AskDone && !clk.Now().Before(b.deadline) {
-			b.st = AskStep{Op: AskDone, Err: fmt.Errorf("%w: metadata read barrier: deadline passed", shard.ErrRetry)}
-		}
-	}
-}
+// started. It never blocks on a manual engine.
+func (b *Barrier) Step() (err error, done bool) { return b.ask.Step() }
 
-// minTime is the earlier of a and b.
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
-}
+func (b *Barrier) wakes() wakeup { return b.ask.wakes() }
+
+func (b *Barrier) giveUp(err error) error { return b.ask.giveUp(err) }

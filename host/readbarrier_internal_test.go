@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/parkway-io/parkway/clock"
+	"github.com/parkway-io/parkway/shard"
 )
 
 // A manual engine's Barrier stepped when its try's answer and the try's
@@ -17,22 +18,20 @@ func TestBarrierStepTakesAnswerBeforeTimer(t *testing.T) {
 	// choice were random.
 	for round := range 64 {
 		clk := clock.NewManual(time.Unix(1_000_000, 0))
-		e := &Engine{cl: &clusterNode{}}
-		e.cfg.Clock = clk
-		b := &Barrier{e: e, deadline: clk.Now().Add(time.Hour), t: askTimer{clk: clk},
-			d: NewAskDriver(time.Second, time.Millisecond, time.Second, func(error) bool { return true })}
-		b.st = b.d.Start(clk.Now())
-		if b.st.Op != AskSend {
-			t.Fatalf("first step %v, want a try", b.st.Op)
+		b := &Barrier{ask: askSteps{clk: clk, deadline: clk.Now().Add(time.Hour),
+			d:   NewAskDriver(time.Second, time.Millisecond, time.Second, func(error) bool { return true }),
+			try: func(chan MetadataResult) error { return nil }, noAnswer: shard.ErrRetry}}
+		b.ask.start()
+		if b.ask.st.Op != AskSend {
+			t.Fatalf("first step %v, want a try", b.ask.st.Op)
 		}
 		// The try is in flight: its answer arrives in the step in which
 		// its time runs out.
-		b.reply = make(chan error, 1)
-		b.t.until(b.st.At)
-		b.reply <- nil
+		b.ask.reply = make(chan MetadataResult, 1)
+		b.ask.alarm.set(b.ask.due())
+		b.ask.reply <- MetadataResult{}
 		clk.Advance(time.Second)
 		err, done := b.Step()
-		b.t.stop()
 		if !done || err != nil {
 			t.Fatalf("round %d: Step = %v, done %v; want the answer taken (nil, done)", round, err, done)
 		}
