@@ -52,8 +52,10 @@ type base struct {
 	// quiescing once work and faults stop.
 	depth     int
 	quiescing bool
-	// h is the harness's part of answer handling (onAnswer).
-	h answerer
+	// h is the harness's part of answer handling (onAnswer), kind its
+	// part of the run's course (drive, quiesce).
+	h    answerer
+	kind kind
 	// memberDone takes the end of a consumer group member's operation
 	// (cluster mode, cmembers.go).
 	memberDone func(*client, *op)

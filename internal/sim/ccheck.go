@@ -14,29 +14,6 @@ import (
 	"github.com/parkway-io/parkway/shard"
 )
 
-// quiesce stops new work and every fault (the partition heals, stopped
-// nodes resume), then runs the cluster until it settles — nothing in
-// flight, nothing parked, every node's metadata equal, every replica of
-// every committed partition as long as the log and every group led by
-// its preferred leader — checks who owns what, and reads every partition
-// back through every node.
-func (c *csim) quiesce() {
-	c.quiescing = true
-	if f := c.failover; f != nil {
-		// The crashed node restarts now: its failover goes unchecked.
-		c.event("failover of n%d not checked: quiescence", f.node)
-		c.failover = nil
-	}
-	c.deafWait = nil
-	c.faultsOff()
-	c.event("quiesce")
-	if !c.settle() {
-		return
-	}
-	settledChecks(c)
-	c.finalReads()
-}
-
 // settle runs rounds until the cluster is idle and converged for
 // calmRounds rounds in a row, or reports what kept it busy past
 // quiesceLimit.
@@ -373,8 +350,19 @@ func (c *csim) silencedByApplyError(as []*attempt) bool {
 // node, through its router like a client, and checks each copy is the
 // whole log: every acknowledged message at its offset, offsets dense, and
 // the same on every replica (invariant 3). A replica answers from its own
-// copy; a node holding none sends the read on to a replica.
-func (c *csim) finalReads() {
+// copy; a node holding none sends the read on to a replica. A replica
+// fenced after a failed fsync rebuilds from its group: there is no fence
+// to restart a node for (false).
+func (c *csim) finalReads() bool {
+	c.readBack()
+	return false
+}
+
+// restartFenced is never called: a cluster's final reads report no fence.
+func (c *csim) restartFenced() {}
+
+// readBack reads every partition back through every node (finalReads).
+func (c *csim) readBack() {
 	for _, p := range c.nodes[0].meta.Snapshot().Partitions {
 		key := incKey{p.NS, p.CreatedRevision}
 		rl := c.oracle[key]

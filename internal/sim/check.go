@@ -98,33 +98,35 @@ func (b *base) settleLoop(round func() (calm bool, need int), notQuiescent func(
 	return false
 }
 
-// quiesce stops new work and faults, then steps shards, retries due
-// client operations and runs passes while the clock advances, until
-// nothing is in flight, nothing is parked and no client waits — or the
-// limit passes, which violates invariant 1 or 4.
+// quiesce stops new work and every fault, then settles the run (the
+// harness's rounds, until nothing is in flight, nothing is parked and no
+// client waits — or quiesceLimit passes, which violates invariant 1 or
+// 4), checks the settled run and reads every partition back.
 //
 // A partition fenced after a failed fsync (shard.ErrPartitionFailed) is
-// unreadable until the node restarts, by design; when a final read meets
-// one, the simulator does what an operator would — restarts the node
-// process (the page cache survives, unlike in a crash) — and settles and
-// reads again.
-func (s *sim) quiesce() {
-	s.quiescing = true
-	s.faultsOff()
-	s.event("quiesce")
-	for restarts := 0; s.viol == nil; restarts++ {
-		if !s.settle() {
+// unreadable until its node restarts, by design; when a single node's
+// final read meets one, the simulator does what an operator would —
+// restarts the node process (the page cache survives, unlike in a
+// crash) — and settles and reads again.
+func (b *base) quiesce(h harness) {
+	k := b.kind
+	b.quiescing = true
+	k.faultsOff()
+	b.event("quiesce")
+	for restarts := 0; b.viol == nil; restarts++ {
+		if !k.settle() {
 			return
 		}
-		fenced := s.finalReads()
-		if !fenced || s.viol != nil {
+		settledChecks(h)
+		fenced := k.finalReads()
+		if !fenced || b.viol != nil {
 			return
 		}
 		if restarts == 3 {
-			s.fail(4, "partitions still fenced after %d restarts", restarts)
+			b.fail(4, "partitions still fenced after %d restarts", restarts)
 			return
 		}
-		s.restart()
+		k.restartFenced()
 	}
 }
 
@@ -137,9 +139,9 @@ func (s *sim) settle() bool {
 	}, s.notQuiescent, func(int) { s.advanceQuiet() })
 }
 
-// restart stops the node process and starts it again on the same disk:
-// unlike a crash, nothing written is lost.
-func (s *sim) restart() {
+// restartFenced stops the node process and starts it again on the same
+// disk: unlike a crash, nothing written is lost.
+func (s *sim) restartFenced() {
 	s.restarts++
 	old := s.nodes[0]
 	old.inj.dead = true

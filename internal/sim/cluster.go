@@ -192,7 +192,7 @@ func newCluster(cfg Config) *csim {
 		c.peers = append(c.peers, uint64(i+1))
 	}
 	c.founders = slices.Clone(c.peers)
-	c.h = c
+	c.h, c.kind = c, c
 	c.memberDone = c.memberDoneOf
 	c.startMembers()
 	c.startLies()
@@ -219,7 +219,7 @@ func (c *csim) run() {
 	}
 	c.afterAction()
 	// A join storm's run goes on past its steps until it settles.
-	c.drive(c, c.tick, c.stormRunning, c.quiesce)
+	c.drive(c, c.stormRunning)
 }
 
 func (c *csim) close() {

@@ -29,10 +29,13 @@
 // nodes, base.nodes: the one node, or the cluster's members) and the
 // invariants (invariant*.go, one registry, reading base.nodes) are the
 // same for one node and many, and so are the run's course once its
-// nodes are open (base.drive: the steps, quiescence's loop
-// base.settleLoop with each node's idle check, node.idle, and the
-// listing of parked frames, base.parked; the wait for a final read's
-// answer, base.awaitFinal; the final checks), a crash's draw and its
+// nodes are open (base.drive: the steps, quiescence's course
+// base.quiesce — faults off, settle, the checks of the settled run, the
+// final reads, a restart when a single node's read met a fenced
+// partition — and its loop base.settleLoop with each node's idle check,
+// node.idle, and the listing of parked frames, base.parked; the wait for
+// a final read's answer, base.awaitFinal; the final checks), a crash's
+// draw and its
 // answer to the requests in flight on the node (base.powerLoss,
 // base.abandon), the clock's moves (base.advanceClocks), the Result
 // (base.result), and the clients' mechanisms: a
@@ -57,9 +60,10 @@
 // engine.go, store.go) and a cluster run (cluster.go and the c*.go files)
 // are still two harness types, each with its own scheduler step (which
 // work it picks and how often, and so how it draws from the RNG), its
-// quiescence rounds and final reads, and its crash scheduling (a single
-// node restarts at once, a cluster member stays down a while); the
-// sections below describe each.
+// quiescence rounds (settle) and final reads, and its crash scheduling
+// (a single node restarts at once, a cluster member stays down a while):
+// the kind interface (sched.go) names what each leaves to its harness;
+// the sections below describe each.
 //
 // # Single-node mode
 //

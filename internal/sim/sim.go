@@ -686,7 +686,7 @@ func newSim(cfg Config) *sim {
 		base: newBase(cfg, rng, clock.NewManual(epoch0)),
 		ctx:  context.Background(),
 	}
-	s.h = s
+	s.h, s.kind = s, s
 	s.lies = newLies(&s.base, func() *vfs.MemFS { return s.nodes[0].mem }, func() *metadata.Store { return s.nodes[0].meta }, metaDir, &s.faults, "")
 	// The node before it first opens: its empty disk and its own clock.
 	s.nodes = []*node{{b: &s.base, mem: vfs.NewMem(), clk: newNodeClock(s.initialSkew()),
@@ -702,26 +702,27 @@ func (s *sim) run() {
 	if s.viol != nil {
 		return
 	}
-	s.drive(s, s.tick, nil, s.quiesce)
+	s.drive(s, nil)
 }
 
 // drive runs a run whose nodes are open: Config.Steps scheduler steps
-// (tick), then more while more says the run must go on, quiescence and
-// the final checks, stopping at the first violation.
-func (b *base) drive(h harness, tick func(), more func() bool, quiesce func()) {
+// (the harness's tick), then more while more says the run must go on,
+// quiescence (base.quiesce) and the final checks, stopping at the first
+// violation.
+func (b *base) drive(h harness, more func() bool) {
 	for range b.cfg.Steps {
 		if b.viol != nil {
 			return
 		}
-		tick()
+		b.kind.tick()
 	}
 	for more != nil && more() {
-		tick()
+		b.kind.tick()
 	}
 	if b.viol != nil {
 		return
 	}
-	quiesce()
+	b.quiesce(h)
 	if b.viol != nil {
 		return
 	}
