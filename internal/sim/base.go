@@ -24,6 +24,11 @@ type base struct {
 	viol *Violation
 	grp  *groupCheck // invariant 6, created on first use
 
+	// nodes are the run's nodes, each its current incarnation, down or
+	// not: the one node of the single-node kind, or the cluster's
+	// members in id order.
+	nodes []*node
+
 	// The workload's history, the same in both modes: the clients, every
 	// operation and try, the tries in flight (in send order), and every
 	// message id a produce carried.
@@ -47,8 +52,10 @@ type base struct {
 	// quiescing once work and faults stop.
 	depth     int
 	quiescing bool
-	// h is the harness's part of answer handling (onAnswer).
-	h answerer
+	// h is the harness's part of answer handling (onAnswer), kind its
+	// part of the run's course (drive, quiesce).
+	h    answerer
+	kind kind
 	// memberDone takes the end of a consumer group member's operation
 	// (cluster mode, cmembers.go).
 	memberDone func(*client, *op)
@@ -63,6 +70,21 @@ func newBase(cfg Config, rng *rand.Rand, clk *clock.Manual) base {
 		b.clients = append(b.clients, &client{id: i})
 	}
 	return b
+}
+
+// result describes the run so far (a cluster adds its network's and
+// members' counts: csim.clusterCounts).
+func (b *base) result() Result {
+	return Result{
+		Seed:        b.cfg.Seed,
+		Nodes:       max(1, b.cfg.Nodes),
+		Shards:      b.cfg.Shards,
+		TraceHash:   b.tr.sum(),
+		Events:      b.tr.n,
+		VirtualTime: b.clk.Now().Sub(epoch0),
+		Faults:      b.faults,
+		Ops:         b.ops,
+	}
 }
 
 // checkGroups checks one node's committed consumer groups (invariant 6).
@@ -113,6 +135,15 @@ func (b *base) guard(f func()) {
 // roll reports true with probability p.
 func (b *base) roll(p float64) bool {
 	return p > 0 && b.rng.Float64() < p
+}
+
+// advanceClocks moves the virtual clock by d, and every node's clock
+// with it.
+func (b *base) advanceClocks(d time.Duration) {
+	b.clk.Advance(d)
+	for _, n := range b.nodes {
+		n.clk.advance(d)
+	}
 }
 
 // now is the virtual time since the start, for trace lines.

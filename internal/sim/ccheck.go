@@ -14,29 +14,6 @@ import (
 	"github.com/parkway-io/parkway/shard"
 )
 
-// quiesce stops new work and every fault (the partition heals, stopped
-// nodes resume), then runs the cluster until it settles — nothing in
-// flight, nothing parked, every node's metadata equal, every replica of
-// every committed partition as long as the log and every group led by
-// its preferred leader — checks who owns what, and reads every partition
-// back through every node.
-func (c *csim) quiesce() {
-	c.quiescing = true
-	if f := c.failover; f != nil {
-		// The crashed node restarts now: its failover goes unchecked.
-		c.event("failover of n%d not checked: quiescence", f.node)
-		c.failover = nil
-	}
-	c.deafWait = nil
-	c.faultsOff()
-	c.event("quiesce")
-	if !c.settle() {
-		return
-	}
-	settledChecks(c)
-	c.finalReads()
-}
-
 // settle runs rounds until the cluster is idle and converged for
 // calmRounds rounds in a row, or reports what kept it busy past
 // quiesceLimit.
@@ -155,6 +132,10 @@ func (c *csim) advanceQuiet(converged bool) {
 	c.advance(max(next.Sub(now), time.Microsecond))
 }
 
+// advanceMoving is advanceQuiet while replicas may still converge: by
+// one raft tick.
+func (c *csim) advanceMoving() { c.advanceQuiet(false) }
+
 // idle: no request in flight, no operation unfinished, no membership
 // change or replica move under way, no frame queued or parked anywhere,
 // no message on the bus.
@@ -172,17 +153,7 @@ func (c *csim) idle() bool {
 			return false
 		}
 	}
-	for _, n := range c.nodes {
-		if len(n.ep.Recv()) > 0 {
-			return false
-		}
-		for i, sh := range n.shards {
-			if len(n.shadow[i]) > 0 || sh.Parked() > 0 {
-				return false
-			}
-		}
-	}
-	return true
+	return c.nodesIdle()
 }
 
 // converged reports, empty when there is none, what still differs between
@@ -285,26 +256,15 @@ func (c *csim) convergedExcept(skip func(id uint64, ns metadata.Namespace) bool)
 // notQuiescent reports what kept the cluster from settling.
 func (c *csim) notQuiescent() {
 	limit := fmt.Sprintf("%v after work and faults stopped", quiesceLimit)
-	var parked []string
 	// deadDamage: every parked frame waits on the liar for a partition
 	// whose directory a lie left with a dead incarnation's damaged
 	// incarnation file (knownDeadIncarnationDamage).
 	deadDamage := true
-	for _, n := range c.nodes {
-		for i, sh := range n.shards {
-			if sh.Parked() == 0 {
-				continue
-			}
-			st, err := sh.Inspect(c.ctx)
-			if err != nil {
-				c.fail(0, "inspect n%d shard %d: %v", n.id, i, err)
-				return
-			}
-			for _, pn := range st.Parked {
-				parked = append(parked, fmt.Sprintf("n%d shard %d: %d frames for %v (survived %d passes)", n.id, i, pn.Frames, pn.NS, pn.OldestPasses))
-				deadDamage = deadDamage && c.deadIncarnationDamaged(n, pn.NS)
-			}
-		}
+	parked, ok := c.parked(c.ctx, func(n *node, pn shard.ParkedNamespace) {
+		deadDamage = deadDamage && c.deadIncarnationDamaged(n, pn.NS)
+	})
+	if !ok {
+		return
 	}
 	var unanswered []string
 	for _, a := range c.inflight {
@@ -390,8 +350,19 @@ func (c *csim) silencedByApplyError(as []*attempt) bool {
 // node, through its router like a client, and checks each copy is the
 // whole log: every acknowledged message at its offset, offsets dense, and
 // the same on every replica (invariant 3). A replica answers from its own
-// copy; a node holding none sends the read on to a replica.
-func (c *csim) finalReads() {
+// copy; a node holding none sends the read on to a replica. A replica
+// fenced after a failed fsync rebuilds from its group: there is no fence
+// to restart a node for (false).
+func (c *csim) finalReads() bool {
+	c.readBack()
+	return false
+}
+
+// restartFenced is never called: a cluster's final reads report no fence.
+func (c *csim) restartFenced() {}
+
+// readBack reads every partition back through every node (finalReads).
+func (c *csim) readBack() {
 	for _, p := range c.nodes[0].meta.Snapshot().Partitions {
 		key := incKey{p.NS, p.CreatedRevision}
 		rl := c.oracle[key]
@@ -400,19 +371,7 @@ func (c *csim) finalReads() {
 				return
 			}
 			o := c.finalRead(n, p.NS)
-			deadline := c.clk.Now().Add(quiesceLimit)
-			for !o.done && c.viol == nil {
-				c.settleRound()
-				if o.done {
-					break
-				}
-				if !c.clk.Now().Before(deadline) {
-					c.fail(4, "final read of %v on n%d never answered", key, n.id)
-					return
-				}
-				c.advanceQuiet(false)
-			}
-			if c.viol != nil {
+			if !c.awaitFinal(o, c.settleRound, c.advanceMoving, fmt.Sprintf("final read of %v on n%d", key, n.id)) {
 				return
 			}
 			if o.outcome != outcomeOK && c.damageReported(n, o, key) {
@@ -461,19 +420,7 @@ func (c *csim) finalOffsets(key incKey) {
 			o.callEv = c.event("call op=%d final offset n%d ns=%v consumer=%s", o.id, n.id, key.ns, consumer)
 			c.startCall(o, c.newAttempt(o), n)
 			c.afterAction()
-			deadline := c.clk.Now().Add(quiesceLimit)
-			for !o.done && c.viol == nil {
-				c.settleRound()
-				if o.done {
-					break
-				}
-				if !c.clk.Now().Before(deadline) {
-					c.fail(4, "final offset read of %v on n%d never answered", key, n.id)
-					return
-				}
-				c.advanceQuiet(false)
-			}
-			if c.viol != nil {
+			if !c.awaitFinal(o, c.settleRound, c.advanceMoving, fmt.Sprintf("final offset read of %v on n%d", key, n.id)) {
 				return
 			}
 			if o.outcome != outcomeOK && c.damageReported(n, o, key) {
@@ -592,9 +539,6 @@ func (c *csim) dropOK(variant, reason string) bool { return c.clusterDropOK(vari
 
 // dropCounters lists the metrics of every node incarnation, the crashed
 // ones first.
-// nodesNow lists every member, down or not: the harness's nodesNow.
-func (c *csim) nodesNow() []*node { return c.nodes }
-
 func (c *csim) dropCounters() []dropCounter {
 	var out []dropCounter
 	for _, m := range c.oldMetrics {

@@ -68,7 +68,7 @@ func (c *csim) quiescedLeaders() []*node {
 // crashFor takes n down for a time in [lo, hi]: a power loss two times
 // in three, else a process crash.
 func (c *csim) crashFor(n *node, lo, hi time.Duration) {
-	c.crashHow(n, c.rng.IntN(3) != 0, lo, hi)
+	c.crashHow(n, c.powerLoss(), lo, hi)
 }
 
 // crashHow takes n down for a time in [lo, hi], by a power loss if power
@@ -92,24 +92,6 @@ func (c *csim) crashHow(n *node, power bool, lo, hi time.Duration) {
 		l = c.lies
 	}
 	n.crashDisk(power, l)
-}
-
-// abandon answers every request in flight on n (answerCrashed).
-func (c *csim) abandon(n *node) {
-	kept := c.inflight[:0]
-	for _, a := range c.inflight {
-		switch {
-		case a.fwd != nil && a.via.id == n.id:
-			a.fwd.Abandon() // the forwarding node is gone, and the call with it
-		case a.fwd != nil || a.node != n:
-			// A forward to n finds out by itself: no answer, probes
-			// unanswered or answered "not held", news of n's death.
-			kept = append(kept, a)
-			continue
-		}
-		c.answerCrashed(a)
-	}
-	c.inflight = kept
 }
 
 // restart brings n back on its disk, with a fresh endpoint.

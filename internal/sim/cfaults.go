@@ -409,6 +409,12 @@ func (c *csim) applyCuts() {
 // messages are released, the partition heals, stopped nodes resume and
 // disks work again.
 func (c *csim) faultsOff() {
+	if f := c.failover; f != nil {
+		// The crashed node restarts now: its failover goes unchecked.
+		c.event("failover of n%d not checked: quiescence", f.node)
+		c.failover = nil
+	}
+	c.deafWait = nil
 	c.netf = netState{}
 	c.peerFaultsOff()
 	c.setWeather()

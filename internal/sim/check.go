@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -97,33 +98,35 @@ func (b *base) settleLoop(round func() (calm bool, need int), notQuiescent func(
 	return false
 }
 
-// quiesce stops new work and faults, then steps shards, retries due
-// client operations and runs passes while the clock advances, until
-// nothing is in flight, nothing is parked and no client waits — or the
-// limit passes, which violates invariant 1 or 4.
+// quiesce stops new work and every fault, then settles the run (the
+// harness's rounds, until nothing is in flight, nothing is parked and no
+// client waits — or quiesceLimit passes, which violates invariant 1 or
+// 4), checks the settled run and reads every partition back.
 //
 // A partition fenced after a failed fsync (shard.ErrPartitionFailed) is
-// unreadable until the node restarts, by design; when a final read meets
-// one, the simulator does what an operator would — restarts the node
-// process (the page cache survives, unlike in a crash) — and settles and
-// reads again.
-func (s *sim) quiesce() {
-	s.quiescing = true
-	s.faultsOff()
-	s.event("quiesce")
-	for restarts := 0; s.viol == nil; restarts++ {
-		if !s.settle() {
+// unreadable until its node restarts, by design; when a single node's
+// final read meets one, the simulator does what an operator would —
+// restarts the node process (the page cache survives, unlike in a
+// crash) — and settles and reads again.
+func (b *base) quiesce(h harness) {
+	k := b.kind
+	b.quiescing = true
+	k.faultsOff()
+	b.event("quiesce")
+	for restarts := 0; b.viol == nil; restarts++ {
+		if !k.settle() {
 			return
 		}
-		fenced := s.finalReads()
-		if !fenced || s.viol != nil {
+		settledChecks(h)
+		fenced := k.finalReads()
+		if !fenced || b.viol != nil {
 			return
 		}
 		if restarts == 3 {
-			s.fail(4, "partitions still fenced after %d restarts", restarts)
+			b.fail(4, "partitions still fenced after %d restarts", restarts)
 			return
 		}
-		s.restart()
+		k.restartFenced()
 	}
 }
 
@@ -136,16 +139,16 @@ func (s *sim) settle() bool {
 	}, s.notQuiescent, func(int) { s.advanceQuiet() })
 }
 
-// restart stops the node process and starts it again on the same disk:
-// unlike a crash, nothing written is lost.
-func (s *sim) restart() {
+// restartFenced stops the node process and starts it again on the same
+// disk: unlike a crash, nothing written is lost.
+func (s *sim) restartFenced() {
 	s.restarts++
-	old := s.n
+	old := s.nodes[0]
 	old.inj.dead = true
 	s.event("RESTART gen=%d inflight=%d", old.gen, len(s.inflight))
-	s.abandonInflight()
+	s.abandon(old)
 	old.close()
-	s.n = s.openNode(old)
+	s.nodes[0] = s.openNode(old)
 }
 
 // settleRound steps every shard until idle, retries what is due, and runs
@@ -154,7 +157,7 @@ func (s *sim) settleRound() {
 	s.stepAll()
 	s.retryDue(s.retry, nil)
 	s.stepAll()
-	for i := range s.n.shards {
+	for i := range s.nodes[0].shards {
 		s.reconcile(i)
 	}
 	s.stepAll()
@@ -176,31 +179,63 @@ func (s *sim) advanceQuiet() {
 // idle: no request in flight or waiting to be retried, no frame queued or
 // parked anywhere.
 func (s *sim) idle() bool {
-	if len(s.inflight) > 0 || len(s.waitingOps()) > 0 {
-		return false
-	}
-	for i, sh := range s.n.shards {
-		if len(s.n.shadow[i]) > 0 || sh.Parked() > 0 {
+	return len(s.inflight) == 0 && len(s.waitingOps()) == 0 && s.nodesIdle()
+}
+
+// nodesIdle reports whether every node is idle (node.idle).
+func (b *base) nodesIdle() bool {
+	for _, n := range b.nodes {
+		if !n.idle() {
 			return false
 		}
 	}
 	return true
 }
 
-// notQuiescent reports what kept the run from settling.
-func (s *sim) notQuiescent() {
-	var parked []string
-	for i, sh := range s.n.shards {
-		if sh.Parked() > 0 {
-			st, err := sh.Inspect(s.ctx)
+// idle reports whether nothing waits in n: no message on its bus, no
+// frame queued or parked in any of its shards.
+func (n *node) idle() bool {
+	if n.ep != nil && len(n.ep.Recv()) > 0 {
+		return false
+	}
+	for i, sh := range n.shards {
+		if len(n.shadow[i]) > 0 || sh.Parked() > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// parked lists the frames parked in every node's shards, one line per
+// namespace, telling each to also (when set); ok is false when a shard
+// could not be inspected (a violation).
+func (b *base) parked(ctx context.Context, also func(n *node, pn shard.ParkedNamespace)) (lines []string, ok bool) {
+	for _, n := range b.nodes {
+		for i, sh := range n.shards {
+			if sh.Parked() == 0 {
+				continue
+			}
+			st, err := sh.Inspect(ctx)
 			if err != nil {
-				s.fail(0, "inspect shard %d: %v", i, err)
-				return
+				b.fail(0, "inspect %sshard %d: %v", n.tag(), i, err)
+				return nil, false
 			}
 			for _, pn := range st.Parked {
-				parked = append(parked, fmt.Sprintf("shard %d: %d frames for %v (survived %d passes)", i, pn.Frames, pn.NS, pn.OldestPasses))
+				lines = append(lines, fmt.Sprintf("%sshard %d: %d frames for %v (survived %d passes)", n.tag(), i, pn.Frames, pn.NS, pn.OldestPasses))
+				if also != nil {
+					also(n, pn)
+				}
 			}
 		}
+	}
+	return lines, true
+}
+
+// notQuiescent reports what kept the run from settling.
+func (s *sim) notQuiescent() {
+	parked, ok := s.parked(s.ctx, nil)
+	if !ok {
+		return
 	}
 	var unanswered []string
 	for _, a := range s.inflight {
@@ -225,7 +260,7 @@ func (s *sim) notQuiescent() {
 // It reports true, having read nothing to the end, when a read meets a
 // partition fenced after a failed fsync.
 func (s *sim) finalReads() bool {
-	snap := s.n.meta.Snapshot()
+	snap := s.nodes[0].meta.Snapshot()
 	for _, p := range snap.Partitions {
 		if s.viol != nil {
 			return false
@@ -237,7 +272,7 @@ func (s *sim) finalReads() bool {
 			continue
 		}
 		o := s.dataOpFinal(p.NS, 0)
-		if !s.awaitFinal(o) {
+		if !s.awaitFinal(o, s.settleRound, s.advanceQuiet, fmt.Sprintf("final read of %v", o.ns)) {
 			return false
 		}
 		key := incKey{p.NS, p.CreatedRevision}
@@ -287,26 +322,28 @@ func (s *sim) dataOpFinal(ns metadata.Namespace, from uint64) *op {
 	s.finalOps = append(s.finalOps, o)
 	a := s.newAttempt(o)
 	o.callEv = s.event("call op=%d final read ns=%v from=%d", o.id, ns, from)
-	s.startCall(o, a, s.n)
+	s.startCall(o, a, s.nodes[0])
 	return o
 }
 
-// awaitFinal settles the node until the final read o is answered, and
-// reports false (a violation) if it never is.
-func (s *sim) awaitFinal(o *op) bool {
-	deadline := s.clk.Now().Add(quiesceLimit)
-	for !o.done && s.viol == nil {
-		s.settleRound()
+// awaitFinal runs quiescence rounds (round, then wait to move the clock
+// on) until the final operation o is answered. It reports false on a
+// violation: one found meanwhile, or o still unanswered after
+// quiesceLimit (invariant 4, naming o by what).
+func (b *base) awaitFinal(o *op, round, wait func(), what string) bool {
+	deadline := b.clk.Now().Add(quiesceLimit)
+	for !o.done && b.viol == nil {
+		round()
 		if o.done {
 			break
 		}
-		if !s.clk.Now().Before(deadline) {
-			s.fail(4, "final read of %v never answered", o.ns)
+		if !b.clk.Now().Before(deadline) {
+			b.fail(4, "%s never answered", what)
 			return false
 		}
-		s.advanceQuiet()
+		wait()
 	}
-	return s.viol == nil
+	return b.viol == nil
 }
 
 // dropGates says which injected fault explains a drop reason; a reason
@@ -360,9 +397,6 @@ func (s *sim) dropOK(_, reason string) bool {
 }
 
 // dropCounters lists the metrics of every incarnation of the node.
-// nodesNow lists the node: the harness's nodesNow.
-func (s *sim) nodesNow() []*node { return []*node{s.n} }
-
 func (s *sim) dropCounters() []dropCounter {
 	out := make([]dropCounter, 0, len(s.allMetrics))
 	for gen, m := range s.allMetrics {
@@ -386,7 +420,7 @@ func (s *sim) linearizeOp(o *op) (incKey, linIn, linOut, bool) {
 		// fence), so at some point while the operation ran. In flight at
 		// a crash, no shard served it (answers are collected after every
 		// engine action, crashes fall between them): it had no effect.
-		key, ok := s.placeServed(o, s.n.incs, "", out)
+		key, ok := s.placeServed(o, s.nodes[0].incs, "", out)
 		return key, in, out, ok
 	}
 	in := linIn{kind: o.kind}

@@ -81,11 +81,10 @@ type csim struct {
 	wrongDisk bool
 	// peers are every node that ever ran, founders first, then the nodes
 	// that joined (cjoin.go), in the order they started: node i+1 was the
-	// i-th to start. nodes are the members, in id order: every node that
-	// ran but those removed (cremove.go), which are in gone.
+	// i-th to start. The members (base.nodes) are in id order: every node
+	// that ran but those removed (cremove.go), which are in gone.
 	peers    []uint64
 	founders []uint64
-	nodes    []*node
 	gone     []*node
 
 	nextSeq  uint64
@@ -161,6 +160,7 @@ func runCluster(cfg Config) (Result, error) {
 	c.guard(c.run)
 	c.guard(c.close)
 	res := c.result()
+	c.clusterCounts(&res)
 	if c.viol != nil {
 		return res, c.viol
 	}
@@ -192,7 +192,7 @@ func newCluster(cfg Config) *csim {
 		c.peers = append(c.peers, uint64(i+1))
 	}
 	c.founders = slices.Clone(c.peers)
-	c.h = c
+	c.h, c.kind = c, c
 	c.memberDone = c.memberDoneOf
 	c.startMembers()
 	c.startLies()
@@ -219,7 +219,7 @@ func (c *csim) run() {
 	}
 	c.afterAction()
 	// A join storm's run goes on past its steps until it settles.
-	c.drive(c, c.tick, c.stormRunning, c.quiesce)
+	c.drive(c, c.stormRunning)
 }
 
 func (c *csim) close() {
@@ -230,27 +230,19 @@ func (c *csim) close() {
 	_ = c.net.Close()
 }
 
-func (c *csim) result() Result {
+// clusterCounts adds to res what only a cluster counts: the network's
+// faults, the misbehaving member's, leadership transfers and a join
+// storm's figures.
+func (c *csim) clusterCounts(res *Result) {
 	st := c.net.Stats()
-	f := c.faults
-	c.ops.LeaderTransfers = c.leaderTransfers()
+	f := &res.Faults
+	res.Ops.LeaderTransfers = c.leaderTransfers()
 	f.MsgDropped, f.MsgDuplicated, f.MsgReordered = int(st.Dropped), int(st.Duplicated), int(st.Reordered)
 	f.MsgDelayed, f.MsgCut, f.MsgClogged = int(st.Delayed), int(st.Cut), int(st.Clogged)
-	c.peerCounts(&f)
-	return Result{
-		Seed:        c.cfg.Seed,
-		Nodes:       c.cfg.Nodes,
-		Shards:      c.cfg.Shards,
-		TraceHash:   c.tr.sum(),
-		Events:      c.tr.n,
-		VirtualTime: c.clk.Now().Sub(epoch0),
-		Faults:      f,
-		Ops:         c.ops,
-
-		StormSettled:          c.storm.settled,
-		StormSettledDelivered: c.storm.deliveredThen,
-		StormDelivered:        c.ops.MemberDelivered - c.storm.deliveredThen,
-	}
+	c.peerCounts(f)
+	res.StormSettled = c.storm.settled
+	res.StormSettledDelivered = c.storm.deliveredThen
+	res.StormDelivered = res.Ops.MemberDelivered - c.storm.deliveredThen
 }
 
 // openNode builds node id on disk mem with host.New, as parkway.Open
@@ -602,10 +594,7 @@ func (c *csim) runUnit(u unit) {
 // advance moves the virtual clock, and every member's clock with it, and
 // releases delayed messages now due.
 func (c *csim) advance(d time.Duration) {
-	c.clk.Advance(d)
-	for _, n := range c.nodes {
-		n.clk.advance(d)
-	}
+	c.advanceClocks(d)
 	released := c.net.Pump()
 	c.event("clock +%v released=%d", d, released)
 }

@@ -25,11 +25,20 @@
 // lie.go — and what a crash leaves of the disk (node.crashDisk), a
 // restart carrying over the node's disk, clock and the simulator's
 // record of it. The run's shared state (base.go: the RNG, the virtual
-// clock, the trace, the workload's history, the oracle) and the
-// invariants (invariant*.go, one registry, reading the run's nodes) are
-// the same for one node and many, and so are the run's course once its
-// nodes are open (base.drive: the steps, quiescence's loop
-// base.settleLoop, the final checks) and the clients' mechanisms: a
+// clock, the trace, the workload's history, the oracle, and the run's
+// nodes, base.nodes: the one node, or the cluster's members) and the
+// invariants (invariant*.go, one registry, reading base.nodes) are the
+// same for one node and many, and so are the run's course once its
+// nodes are open (base.drive: the steps, quiescence's course
+// base.quiesce — faults off, settle, the checks of the settled run, the
+// final reads, a restart when a single node's read met a fenced
+// partition — and its loop base.settleLoop with each node's idle check,
+// node.idle, and the listing of parked frames, base.parked; the wait for
+// a final read's answer, base.awaitFinal; the final checks), a crash's
+// draw and its
+// answer to the requests in flight on the node (base.powerLoss,
+// base.abandon), the clock's moves (base.advanceClocks), the Result
+// (base.result), and the clients' mechanisms: a
 // client's next action (base.act), a data operation's start through its
 // home node (base.callData), a try's send (base.sendTo), and the Node's
 // client call's wait, end and retry in place (base.callStep,
@@ -51,9 +60,10 @@
 // engine.go, store.go) and a cluster run (cluster.go and the c*.go files)
 // are still two harness types, each with its own scheduler step (which
 // work it picks and how often, and so how it draws from the RNG), its
-// quiescence rounds and final reads, and its crash scheduling (a single
-// node restarts at once, a cluster member stays down a while); the
-// sections below describe each.
+// quiescence rounds (settle) and final reads, and its crash scheduling
+// (a single node restarts at once, a cluster member stays down a while):
+// the kind interface (sched.go) names what each leaves to its harness;
+// the sections below describe each.
 //
 // # Single-node mode
 //

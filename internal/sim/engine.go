@@ -79,7 +79,7 @@ func (s *sim) openNode(prev *node) *node {
 // stepShard steps shard i once (node.step) and collects what it
 // answered.
 func (s *sim) stepShard(i int) {
-	if s.n.step(i) {
+	if s.nodes[0].step(i) {
 		s.collect()
 	}
 }
@@ -89,11 +89,11 @@ func (s *sim) stepShard(i int) {
 func (s *sim) stepAll() {
 	for s.viol == nil {
 		did := false
-		for i := range s.n.shards {
-			if len(s.n.shadow[i]) > 0 {
+		for i := range s.nodes[0].shards {
+			if len(s.nodes[0].shadow[i]) > 0 {
 				s.stepShard(i)
 				did = true
-			} else if s.n.shards[i].Step() {
+			} else if s.nodes[0].shards[i].Step() {
 				s.event("step shard=%d tick", i)
 				s.collect()
 				did = true
@@ -108,7 +108,7 @@ func (s *sim) stepAll() {
 // reconcile runs one pass of shard i's reconciler (node.pass), which
 // must not fail on a single node, and collects what it answered.
 func (s *sim) reconcile(i int) {
-	if err := s.n.pass(s.ctx, i); err != nil {
+	if err := s.nodes[0].pass(s.ctx, i); err != nil {
 		s.fail(0, "reconcile shard %d: %v", i, err)
 		return
 	}
@@ -122,15 +122,15 @@ func (s *sim) reconcile(i int) {
 // One crash in three is a process crash instead: the node's process dies
 // but the machine does not, so everything written — synced or not — is
 // still there (the page cache survives) when the node is rebuilt.
-func (s *sim) crash() { s.crashWith(s.rng.IntN(3) != 0, nil) }
+func (s *sim) crash() { s.crashWith(s.powerLoss(), nil) }
 
 // crashWith crashes the node — a power loss if power is set, else a
 // process crash — and runs down, if set, while it is down.
 func (s *sim) crashWith(power bool, down func()) {
-	old := s.n
+	old := s.nodes[0]
 	old.inj.dead = true
 	s.event("CRASH (%s) gen=%d inflight=%d", s.countCrash(power), old.gen, len(s.inflight))
-	s.abandonInflight()
+	s.abandon(old)
 	var l *lies
 	if s.cfg.Faults.Lie > 0 {
 		l = s.lies
@@ -139,16 +139,31 @@ func (s *sim) crashWith(power bool, down func()) {
 	if down != nil {
 		down()
 	}
-	s.n = s.openNode(old)
+	s.nodes[0] = s.openNode(old)
 }
 
-// abandonInflight answers every request in flight on a node that is going
-// away.
-func (s *sim) abandonInflight() {
-	for _, a := range s.inflight {
-		s.answerCrashed(a)
+// powerLoss draws how a node crashes: by a power loss two times in
+// three, else by a process crash.
+func (b *base) powerLoss() bool { return b.rng.IntN(3) != 0 }
+
+// abandon answers every request in flight on n, whose process is going
+// away (answerCrashed). A forwarded request's answer is another node's
+// to give: one forwarded by n ends with n's call; one forwarded to n
+// stays in flight, and its forwarding node finds out by itself (no
+// answer, probes unanswered or answered "not held", news of n's death).
+func (b *base) abandon(n *node) {
+	kept := b.inflight[:0]
+	for _, a := range b.inflight {
+		switch {
+		case a.fwd != nil && a.via.id == n.id:
+			a.fwd.Abandon() // the forwarding node is gone, and the call with it
+		case a.fwd != nil || a.node != n:
+			kept = append(kept, a)
+			continue
+		}
+		b.answerCrashed(a)
 	}
-	s.inflight = s.inflight[:0]
+	b.inflight = kept
 }
 
 // countCrash counts a node's crash, a power loss if power is set, else a
@@ -242,19 +257,19 @@ func (j *injector) MaybeError(op errorfs.Op) error {
 }
 
 func (s *sim) startDiskFull() {
-	s.n.fillDisk(time.Duration(50+s.rng.IntN(1950)) * time.Millisecond)
+	s.nodes[0].fillDisk(time.Duration(50+s.rng.IntN(1950)) * time.Millisecond)
 }
 
 // armDiskError arms a one-shot EIO on one of the next few fsyncs, or a
 // torn write on one of the next few writes.
 func (s *sim) armDiskError() {
-	k := s.n.armDiskError()
-	s.event("disk error armed: %s #%d", s.n.inj.eioKind, k)
+	k := s.nodes[0].armDiskError()
+	s.event("disk error armed: %s #%d", s.nodes[0].inj.eioKind, k)
 }
 
 // faultsOff ends every fault for quiescence.
 func (s *sim) faultsOff() {
-	s.n.faultsOff()
+	s.nodes[0].faultsOff()
 	s.lies.stopRunning()
 }
 

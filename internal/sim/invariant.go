@@ -160,3 +160,7 @@ func inCluster(f func(c *csim)) func(harness) {
 }
 
 func (b *base) core() *base { return b }
+
+// nodesNow lists the current incarnation of every node of the run, down
+// or not: the harness's nodesNow.
+func (b *base) nodesNow() []*node { return b.nodes }

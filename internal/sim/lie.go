@@ -756,7 +756,7 @@ func (s *sim) damageAnswered(a *attempt, err error) bool {
 	}
 	// The damage may be an incarnation's that was replaced while the
 	// request waited (a parked frame answered with its build's failure).
-	for _, epoch := range s.n.incs.during(a.op.ns, a.op.callEv, s.tr.n) {
+	for _, epoch := range s.nodes[0].incs.during(a.op.ns, a.op.callEv, s.tr.n) {
 		if s.lies.damageOK(incKey{a.op.ns, epoch}) {
 			return true
 		}
@@ -856,7 +856,7 @@ func (s *sim) finalReadDamaged(key incKey) bool {
 	damaged := 0
 	for from := uint64(0); s.viol == nil; {
 		o := s.dataOpFinal(key.ns, from)
-		if !s.awaitFinal(o) {
+		if !s.awaitFinal(o, s.settleRound, s.advanceQuiet, fmt.Sprintf("final read of %v", o.ns)) {
 			return false
 		}
 		// Read after the answer: the read may be what built the

@@ -686,11 +686,11 @@ func newSim(cfg Config) *sim {
 		base: newBase(cfg, rng, clock.NewManual(epoch0)),
 		ctx:  context.Background(),
 	}
-	s.h = s
-	s.lies = newLies(&s.base, func() *vfs.MemFS { return s.n.mem }, func() *metadata.Store { return s.n.meta }, metaDir, &s.faults, "")
+	s.h, s.kind = s, s
+	s.lies = newLies(&s.base, func() *vfs.MemFS { return s.nodes[0].mem }, func() *metadata.Store { return s.nodes[0].meta }, metaDir, &s.faults, "")
 	// The node before it first opens: its empty disk and its own clock.
-	s.n = &node{b: &s.base, mem: vfs.NewMem(), clk: newNodeClock(s.initialSkew()),
-		lastServe: make(map[metadata.Namespace]uint64), incs: newTimeline()}
+	s.nodes = []*node{{b: &s.base, mem: vfs.NewMem(), clk: newNodeClock(s.initialSkew()),
+		lastServe: make(map[metadata.Namespace]uint64), incs: newTimeline()}}
 	return s
 }
 
@@ -698,48 +698,36 @@ func newSim(cfg Config) *sim {
 func (s *sim) run() {
 	s.event("start seed=%d shards=%d clients=%d inbox=%d steps=%d",
 		s.cfg.Seed, s.cfg.Shards, s.cfg.Clients, s.cfg.InboxSize, s.cfg.Steps)
-	s.n = s.openNode(s.n)
+	s.nodes[0] = s.openNode(s.nodes[0])
 	if s.viol != nil {
 		return
 	}
-	s.drive(s, s.tick, nil, s.quiesce)
+	s.drive(s, nil)
 }
 
 // drive runs a run whose nodes are open: Config.Steps scheduler steps
-// (tick), then more while more says the run must go on, quiescence and
-// the final checks, stopping at the first violation.
-func (b *base) drive(h harness, tick func(), more func() bool, quiesce func()) {
+// (the harness's tick), then more while more says the run must go on,
+// quiescence (base.quiesce) and the final checks, stopping at the first
+// violation.
+func (b *base) drive(h harness, more func() bool) {
 	for range b.cfg.Steps {
 		if b.viol != nil {
 			return
 		}
-		tick()
+		b.kind.tick()
 	}
 	for more != nil && more() {
-		tick()
+		b.kind.tick()
 	}
 	if b.viol != nil {
 		return
 	}
-	quiesce()
+	b.quiesce(h)
 	if b.viol != nil {
 		return
 	}
 	finalChecks(h)
 	b.event("end")
-}
-
-func (s *sim) result() Result {
-	return Result{
-		Seed:        s.cfg.Seed,
-		Nodes:       1,
-		Shards:      s.cfg.Shards,
-		TraceHash:   s.tr.sum(),
-		Events:      s.tr.n,
-		VirtualTime: s.clk.Now().Sub(epoch0),
-		Faults:      s.faults,
-		Ops:         s.ops,
-	}
 }
 
 // tick is one scheduler step: time-driven state, fault rolls, then one
@@ -749,9 +737,9 @@ func (s *sim) tick() {
 		return
 	}
 	s.ticks++
-	s.n.expireDiskFull()
-	s.expireClockFaults(s.n.clk, "node")
-	s.startClockFaults(&s.faults, func() (*nodeClock, string) { return s.n.clk, "node" })
+	s.nodes[0].expireDiskFull()
+	s.expireClockFaults(s.nodes[0].clk, "node")
+	s.startClockFaults(&s.faults, func() (*nodeClock, string) { return s.nodes[0].clk, "node" })
 	f := s.cfg.Faults
 	if s.depth == 0 && s.roll(f.Crash) {
 		s.crash()
@@ -762,10 +750,10 @@ func (s *sim) tick() {
 			return // it crashed the node
 		}
 	}
-	if !s.n.inj.enospc.On() && s.roll(f.DiskFull) {
+	if !s.nodes[0].inj.enospc.On() && s.roll(f.DiskFull) {
 		s.startDiskFull()
 	}
-	if s.n.inj.eio == nil && s.roll(f.DiskError) {
+	if s.nodes[0].inj.eio == nil && s.roll(f.DiskError) {
 		s.armDiskError()
 	}
 	if s.roll(f.InboxBurst) {
@@ -776,13 +764,13 @@ func (s *sim) tick() {
 	case w < 34:
 		s.clientAct(s.clients[s.rng.IntN(len(s.clients))])
 	case w < 74:
-		s.stepShard(s.rng.IntN(len(s.n.shards)))
+		s.stepShard(s.rng.IntN(len(s.nodes[0].shards)))
 	case w < 88:
-		i := s.rng.IntN(len(s.n.shards))
-		if s.n.busy[i] {
+		i := s.rng.IntN(len(s.nodes[0].shards))
+		if s.nodes[0].busy[i] {
 			return // its pass is blocked in a slow build
 		}
-		if s.n.passDue(i, s.n.clk.monoNow()) || s.rng.IntN(10) == 0 {
+		if s.nodes[0].passDue(i, s.nodes[0].clk.monoNow()) || s.rng.IntN(10) == 0 {
 			s.reconcile(i)
 		}
 	default:
@@ -792,8 +780,7 @@ func (s *sim) tick() {
 
 // advance moves the virtual clock, and the node's with it.
 func (s *sim) advance(d time.Duration) {
-	s.clk.Advance(d)
-	s.n.clk.advance(d)
+	s.advanceClocks(d)
 	s.event("clock +%v", d)
 }
 
@@ -802,8 +789,7 @@ type sim struct {
 	base
 	ctx context.Context
 
-	// n is the node, the single-node kind (its current incarnation).
-	n          *node
+	// The run's one node, of the single-node kind, is base.nodes[0].
 	lies       *lies
 	allMetrics []*metrics.Metrics
 

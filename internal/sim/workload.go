@@ -175,7 +175,7 @@ func (s *sim) clientAct(c *client) {
 	if c.extra || s.quiescing {
 		return
 	}
-	s.act(c, s.n, func(group bool) {
+	s.act(c, s.nodes[0], func(group bool) {
 		if group {
 			s.groupOp()
 		} else {
@@ -217,7 +217,7 @@ func (b *base) act(cl *client, n *node, meta func(group bool), lookup func() boo
 
 // dataOp starts a partition operation of kind on ns for c.
 func (s *sim) dataOp(c *client, ns metadata.Namespace, kind opKind) *op {
-	return s.callData(c, s.n, ns, kind, func(o *op, a *attempt) { s.startCall(o, a, s.n) })
+	return s.callData(c, s.nodes[0], ns, kind, func(o *op, a *attempt) { s.startCall(o, a, s.nodes[0]) })
 }
 
 // callData starts a data operation of kind on ns by client cl through its
@@ -608,7 +608,7 @@ var errGone = errors.New("sim: partition no longer committed")
 // retry re-resolves o's partition and sends a new attempt.
 func (s *sim) retry(o *op) {
 	o.waiting = false
-	s.retryCall(o, s.n)
+	s.retryCall(o, s.nodes[0])
 }
 
 // retryCall makes the client call's retry in place of o through node n:
@@ -758,7 +758,7 @@ const maxBurstClients = 8
 // burst makes several idle clients send to one partition at once, so
 // its shard's small inbox overflows.
 func (s *sim) burst() {
-	snap := s.n.meta.Snapshot()
+	snap := s.nodes[0].meta.Snapshot()
 	if len(snap.Partitions) == 0 {
 		return
 	}
@@ -801,7 +801,7 @@ const (
 // then issues data operations against the partitions it created at once,
 // before any reconciler has seen the commit.
 func (s *sim) metaOp(c *client) {
-	meta := s.n.meta
+	meta := s.nodes[0].meta
 	streams := meta.Streams()
 	var topics []metadata.TopicInfo
 	for _, st := range streams {
@@ -847,7 +847,7 @@ func (s *sim) metaOp(c *client) {
 	default:
 		st := streams[s.rng.IntN(len(streams))]
 		if st.Topics < maxTopics {
-			created = s.createTopic(st.ID, freeTopicName(s.n.meta, st.ID), 1+s.rng.IntN(3))
+			created = s.createTopic(st.ID, freeTopicName(s.nodes[0].meta, st.ID), 1+s.rng.IntN(3))
 		}
 	}
 	if len(created) == 0 {
@@ -867,10 +867,10 @@ func (s *sim) metaOp(c *client) {
 // groupOp commits one consumer group command (see groupCommand).
 func (s *sim) groupOp() {
 	var topics []metadata.TopicInfo
-	for _, st := range s.n.meta.Streams() {
-		topics = append(topics, s.n.meta.Topics(st.ID)...)
+	for _, st := range s.nodes[0].meta.Streams() {
+		topics = append(topics, s.nodes[0].meta.Topics(st.ID)...)
 	}
-	if _, cmd := groupCommand(s.rng, s.n.meta, topics, s.n.clk.Now()); cmd != nil {
+	if _, cmd := groupCommand(s.rng, s.nodes[0].meta, topics, s.nodes[0].clk.Now()); cmd != nil {
 		s.commit(cmd) //nolint:errcheck // refusals are part of the workload
 	}
 }
@@ -878,7 +878,7 @@ func (s *sim) groupOp() {
 func (s *sim) createStream() []metadata.PartitionInfo {
 	for i := range maxStreams {
 		name := fmt.Sprintf("s%d", i)
-		if _, ok := s.n.meta.StreamByName(name); !ok {
+		if _, ok := s.nodes[0].meta.StreamByName(name); !ok {
 			return s.createStreamNamed(name)
 		}
 	}
@@ -907,13 +907,13 @@ func (s *sim) createTopic(stream uint32, name string, partitions int) []metadata
 // single node's Node.apply does, and records the incarnations it creates
 // and ends.
 func (s *sim) commit(cmd metadata.Command) (metadata.Result, error) {
-	res, err := s.n.eng.ApplyMetadata(s.ctx, cmd)
+	res, err := s.nodes[0].eng.ApplyMetadata(s.ctx, cmd)
 	if err != nil {
 		s.event("commit %T%+v err=%v", cmd, cmd, err)
 		return res, err
 	}
 	s.ops.Metadata++
 	ev := s.event("commit %T%+v rev=%d created=%d removed=%d", cmd, cmd, res.Revision, len(res.Created), len(res.Removed))
-	s.n.incs.apply(res, ev)
+	s.nodes[0].incs.apply(res, ev)
 	return res, nil
 }
