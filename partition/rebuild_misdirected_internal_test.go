@@ -46,10 +46,7 @@ func TestBehaviour28RebuildAfterFailedFsyncReportsJournalCutBelowSynced(t *testi
 		}
 		return nil
 	})
-	s, err := NewFileStore(FileConfig{Dir: "/data", FS: errorfs.New(mem, inj), MaxOpenFiles: 16, SerialSyncs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := faultyStore(t, mem, inj)
 	j := s.NewJournal()
 	ns := journalNS(t, 0)
 	p, err := s.BuildDeferred(ns, 1)
