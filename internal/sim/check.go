@@ -282,18 +282,14 @@ func (b *base) finalReads() bool {
 				return false
 			}
 			o := b.finalRead(n, p.NS, 0)
-			if !b.awaitFinal(o, k.settleRound, k.advanceSettling, fmt.Sprintf("final read of %v on %s", key, n.name())) {
+			read, fenced, stop := b.finalAnswer(n, o, key, "final read", "committed partition")
+			switch {
+			case stop:
 				return false
-			}
-			if b.fencedAt(n, o, key) {
+			case fenced:
 				return true
-			}
-			if o.outcome != outcomeOK && k.damageReported(n, o, key) {
+			case !read:
 				continue
-			}
-			if o.outcome != outcomeOK {
-				b.fail(4, "committed partition %v not readable on %s at quiescence: %v", key, n.name(), o.err)
-				return false
 			}
 			rl := b.oracle[key]
 			if rl == nil {
@@ -337,6 +333,30 @@ func (b *base) fencedAt(n *node, o *op, key incKey) bool {
 	return true
 }
 
+// finalAnswer waits for o, a final read (named what) of key through n, and
+// sorts its answer: read, for the caller to check what it holds; fenced,
+// a single node's partition fenced after a failed fsync (quiesce restarts
+// the node); neither, damage a lie explains (counted as detected); or
+// stop, the run ended or o failed otherwise (a violation of invariant 4,
+// naming the thing read as subject).
+func (b *base) finalAnswer(n *node, o *op, key incKey, what, subject string) (read, fenced, stop bool) {
+	k := b.kind
+	if !b.awaitFinal(o, k.settleRound, k.advanceSettling, fmt.Sprintf("%s of %v on %s", what, key, n.name())) {
+		return false, false, true
+	}
+	if b.fencedAt(n, o, key) {
+		return false, true, false
+	}
+	if o.outcome == outcomeOK {
+		return true, false, false
+	}
+	if k.damageReported(n, o, key) {
+		return false, false, false
+	}
+	b.fail(4, "%s %v not readable on %s at quiescence: %v", subject, key, n.name(), o.err)
+	return false, false, true
+}
+
 // finalOffsets reads each consumer's offset of key through every node,
 // from its own copy where it holds one: consumer offsets are replicated
 // writes, so every replica must hold the same (invariant 3), and a
@@ -357,18 +377,14 @@ func (b *base) finalOffsets(key incKey) bool {
 			o.callEv = b.event("call op=%d final offset %s ns=%v consumer=%s", o.id, n.name(), key.ns, consumer)
 			b.startCall(o, b.newAttempt(o), n)
 			k.afterAction()
-			if !b.awaitFinal(o, k.settleRound, k.advanceSettling, fmt.Sprintf("final offset read of %v on %s", key, n.name())) {
+			read, fenced, stop := b.finalAnswer(n, o, key, "final offset read", "consumer offset of")
+			switch {
+			case stop:
 				return false
-			}
-			if b.fencedAt(n, o, key) {
+			case fenced:
 				return true
-			}
-			if o.outcome != outcomeOK && k.damageReported(n, o, key) {
+			case !read:
 				continue
-			}
-			if o.outcome != outcomeOK {
-				b.fail(4, "consumer offset of %v not readable on %s at quiescence: %v", key, n.name(), o.err)
-				return false
 			}
 			if first == nil {
 				first = o
