@@ -356,10 +356,7 @@ func TestJournalReappliesAfterAFailedCheckpointSync(t *testing.T) {
 		}
 		return nil
 	})
-	s, err := NewFileStore(FileConfig{Dir: "/data", FS: errorfs.New(mem, inj), MaxOpenFiles: 16, SerialSyncs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := faultyStore(t, mem, inj)
 	j := s.NewJournal()
 	ps := journalPartitions(t, s, 3)
 	commitRound(t, j, ps, 0) // direct: the partitions join
@@ -492,10 +489,7 @@ func TestJournalRebuildKeepsConsumerOffsetsOverJournaledMessages(t *testing.T) {
 		}
 		return nil
 	})
-	s, err := NewFileStore(FileConfig{Dir: "/data", FS: errorfs.New(mem, inj), MaxOpenFiles: 16, SerialSyncs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := faultyStore(t, mem, inj)
 	j := s.NewJournal()
 	ps := journalPartitions(t, s, 1)
 	commitRound(t, j, ps, 0) // direct: the partition joins

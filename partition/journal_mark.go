@@ -243,6 +243,16 @@ func (l *journalLog) noteJournalSynced(seq uint64, end int64) {
 	}
 }
 
+// syncedEnds returns how far each journal file the mark lists was synced,
+// as this process knows it: the ends its fdatasyncs made durable (and, for
+// files an earlier process left, what the mark said at open), not the
+// lagging on-disk mark.
+func (l *journalLog) syncedEnds() map[uint64]int64 {
+	l.markMu.Lock()
+	defer l.markMu.Unlock()
+	return maps.Clone(l.ends)
+}
+
 // forgetJournalFiles drops removed journal files from the mark.
 func (l *journalLog) forgetJournalFiles(seqs []uint64) {
 	l.markMu.Lock()

@@ -462,6 +462,19 @@ func (s *FileStore) forgetLost(ns metadata.Namespace) {
 // (a frame another shard is writing at the end of a file reads as torn
 // and holds none of p's, which is closed), appended, and synced.
 //
+// A file whose frames end before this process synced it lost
+// acknowledged records (a disk that lies: a frame written elsewhere, or
+// not at all, reads as zeros, which alone look like a torn tail; a failed
+// write is truncated only to where it began, never below a synced end).
+// As the replay does for a file cut below its mark, the whole frames
+// before the cut are applied and p is fenced at its log's end with the
+// *CorruptError (reads below it served, appends refused: none of the lost
+// records' offsets is given out again). The process knows its synced ends
+// exactly, so here there is no window as the mark's after a power loss.
+// What was lost stays recorded, so every later rebuild of p in the
+// process fences it again; the next open's replay judges the files kept
+// by the mark.
+//
 // It returns p, or the partition reopened by repairFromJournal.
 func (s *FileStore) reapplyLost(p *filePartition) (*filePartition, error) {
 	s.mu.Lock()
@@ -470,7 +483,11 @@ func (s *FileStore) reapplyLost(p *filePartition) (*filePartition, error) {
 	if !ok || l.epoch != p.epoch {
 		return p, nil
 	}
+	// Taken before the files are read: whatever a sync made durable by
+	// then is in the bytes read.
+	synced := journalMark{ends: s.journal().syncedEnds()}
 	var all []journalEntry
+	var damaged *CorruptError
 	for seq := l.lo; seq <= l.hi; seq++ {
 		path := s.journalFile(seq)
 		b, err := vfs.ReadFile(s.fs, path)
@@ -480,9 +497,12 @@ func (s *FileStore) reapplyLost(p *filePartition) (*filePartition, error) {
 		if err != nil {
 			return p, fmt.Errorf("parkway: journal: %w", err)
 		}
-		entries, err := decodeJournal(b, path)
+		entries, end, err := decodeJournalTo(b, path)
 		if err != nil {
 			return p, err
+		}
+		if err := checkJournalEnd(synced, seq, path, int64(end)); err != nil && damaged == nil {
+			errors.As(err, &damaged)
 		}
 		all = append(all, entries...)
 	}
@@ -495,6 +515,10 @@ func (s *FileStore) reapplyLost(p *filePartition) (*filePartition, error) {
 	}
 	if err := p.Sync(); err != nil {
 		return p, err
+	}
+	if damaged != nil {
+		p.fenceJournalDamage(damaged)
+		return p, nil
 	}
 	s.forgetLost(p.ns)
 	return p, nil

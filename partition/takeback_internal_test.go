@@ -143,10 +143,7 @@ func TestJournalFailedSyncTakesFramesBack(t *testing.T) {
 			}
 			return nil
 		})
-		s, err := NewFileStore(FileConfig{Dir: "/data", FS: errorfs.New(mem, inj), MaxOpenFiles: 16, SerialSyncs: true})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := faultyStore(t, mem, inj)
 		j := s.NewJournal()
 		ps := journalPartitions(t, s, 1)
 		commitRound(t, j, ps, 0)
@@ -156,7 +153,7 @@ func TestJournalFailedSyncTakesFramesBack(t *testing.T) {
 		}
 		failSyncs.Store(true)
 		failTruncate.Store(truncateFails)
-		err = j.Commit(ps)[0]
+		err := j.Commit(ps)[0]
 		failSyncs.Store(false)
 		failTruncate.Store(false)
 		if rolled := errors.Is(err, ErrRolledBack); rolled == truncateFails || !errors.Is(err, syscall.EIO) {
@@ -198,10 +195,7 @@ func TestCommitFailedOwnFsyncTakesAppendsBack(t *testing.T) {
 		}
 		return nil
 	})
-	s, err := NewFileStore(FileConfig{Dir: "/data", FS: errorfs.New(mem, inj), MaxOpenFiles: 16, SerialSyncs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := faultyStore(t, mem, inj)
 	j := s.NewJournal()
 	ps := journalPartitions(t, s, 1)
 	p := ps[0]
@@ -213,7 +207,7 @@ func TestCommitFailedOwnFsyncTakesAppendsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	failOnce.Store(true)
-	err = j.Commit(ps)[0]
+	err := j.Commit(ps)[0]
 	if !errors.Is(err, ErrRolledBack) || !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("commit whose fsync failed: %v, want ErrRolledBack and ENOSPC", err)
 	}
@@ -264,4 +258,14 @@ func TestTakeBackAcrossARollIsNotClaimed(t *testing.T) {
 	}
 	_ = ps[0].Close()
 	_ = j.Close()
+}
+
+// faultyStore opens a store in /data on mem through inj's faults.
+func faultyStore(t *testing.T, mem vfs.FS, inj errorfs.Injector) *FileStore {
+	t.Helper()
+	s, err := NewFileStore(FileConfig{Dir: "/data", FS: errorfs.New(mem, inj), MaxOpenFiles: 16, SerialSyncs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

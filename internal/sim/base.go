@@ -52,8 +52,9 @@ type base struct {
 	// quiescing once work and faults stop.
 	depth     int
 	quiescing bool
-	// h is the harness's part of answer handling (onAnswer), kind its
-	// part of the run's course (drive, quiesce).
+	// h is the harness's part of answer handling (onAnswer), kind what
+	// the scheduler step and quiescence leave to the nodes' engine kind
+	// (sched.go).
 	h    answerer
 	kind kind
 	// memberDone takes the end of a consumer group member's operation

@@ -132,10 +132,6 @@ func (c *csim) advanceQuiet(converged bool) {
 	c.advance(max(next.Sub(now), time.Microsecond))
 }
 
-// advanceMoving is advanceQuiet while replicas may still converge: by
-// one raft tick.
-func (c *csim) advanceMoving() { c.advanceQuiet(false) }
-
 // idle: no request in flight, no operation unfinished, no membership
 // change or replica move under way, no frame queued or parked anywhere,
 // no message on the bus.
@@ -346,114 +342,18 @@ func (c *csim) silencedByApplyError(as []*attempt) bool {
 	return len(as) > 0
 }
 
-// finalReads reads every committed partition from offset 0 through every
-// node, through its router like a client, and checks each copy is the
-// whole log: every acknowledged message at its offset, offsets dense, and
-// the same on every replica (invariant 3). A replica answers from its own
-// copy; a node holding none sends the read on to a replica. A replica
-// fenced after a failed fsync rebuilds from its group: there is no fence
-// to restart a node for (false).
-func (c *csim) finalReads() bool {
-	c.readBack()
-	return false
-}
-
-// restartFenced is never called: a cluster's final reads report no fence.
+// restartFenced is never called: a cluster's final reads report no
+// fence (a replica fenced after a failed fsync rebuilds from its group).
 func (c *csim) restartFenced() {}
 
-// readBack reads every partition back through every node (finalReads).
-func (c *csim) readBack() {
-	for _, p := range c.nodes[0].meta.Snapshot().Partitions {
-		key := incKey{p.NS, p.CreatedRevision}
-		rl := c.oracle[key]
-		for _, n := range c.nodes {
-			if c.viol != nil {
-				return
-			}
-			o := c.finalRead(n, p.NS)
-			if !c.awaitFinal(o, c.settleRound, c.advanceMoving, fmt.Sprintf("final read of %v on n%d", key, n.id)) {
-				return
-			}
-			if o.outcome != outcomeOK && c.damageReported(n, o, key) {
-				continue
-			}
-			if o.outcome != outcomeOK {
-				c.fail(4, "committed partition %v not readable on n%d at quiescence: %v", key, n.id, o.err)
-				return
-			}
-			got := make([]uint64, 0, len(o.resp.Messages))
-			for _, m := range o.resp.Messages {
-				id, _ := decodePayload(m.Payload)
-				got = append(got, id)
-			}
-			if !slices.Equal(got, rl.ids) || o.resp.Offset != uint64(len(rl.ids)) {
-				c.fail(3, "final read of %v on n%d returned %d messages (next %d), the log holds %d",
-					key, n.id, len(got), o.resp.Offset, len(rl.ids))
-				return
-			}
-		}
-		acked := 0
-		for _, a := range rl.acked {
-			if a {
-				acked++
-			}
-		}
-		c.event("final %v messages=%d acked=%d replicas=%v", key, len(rl.ids), acked, p.Replicas)
-		c.finalOffsets(key)
-	}
-}
+// finalReadDamaged leaves no partition to a read of its own: a copy the
+// liar damaged is read as every other is, and damageReported excuses
+// its answer.
+func (c *csim) finalReadDamaged(incKey) (fenced, done bool) { return false, false }
 
-// finalOffsets reads each consumer's offset of key through every node,
-// from its own replica where it holds one: consumer offsets are
-// replicated writes, so every replica must hold the same (invariant 3).
-func (c *csim) finalOffsets(key incKey) {
-	for _, consumer := range [...]string{"c0", "c1"} {
-		var first *op
-		for _, n := range c.nodes {
-			if c.viol != nil {
-				return
-			}
-			c.nextOp++
-			o := &op{id: c.nextOp, kind: kindGet, ns: key.ns, consumer: consumer, home: n, local: true}
-			c.allOps = append(c.allOps, o)
-			c.finalOps = append(c.finalOps, o)
-			o.callEv = c.event("call op=%d final offset n%d ns=%v consumer=%s", o.id, n.id, key.ns, consumer)
-			c.startCall(o, c.newAttempt(o), n)
-			c.afterAction()
-			if !c.awaitFinal(o, c.settleRound, c.advanceMoving, fmt.Sprintf("final offset read of %v on n%d", key, n.id)) {
-				return
-			}
-			if o.outcome != outcomeOK && c.damageReported(n, o, key) {
-				continue
-			}
-			if o.outcome != outcomeOK {
-				c.fail(4, "consumer offset of %v not readable on n%d at quiescence: %v", key, n.id, o.err)
-				return
-			}
-			if first == nil {
-				first = o
-				continue
-			}
-			if o.resp.Found != first.resp.Found || o.resp.Offset != first.resp.Offset {
-				c.fail(3, "replicas disagree on consumer %s of %v: n%d holds %d (found %v), n%d holds %d (found %v)",
-					consumer, key, first.home.id, first.resp.Offset, first.resp.Found, n.id, o.resp.Offset, o.resp.Found)
-				return
-			}
-		}
-	}
-}
-
-// finalRead issues a read of ns from 0 on n (no client).
-func (c *csim) finalRead(n *node, ns metadata.Namespace) *op {
-	c.nextOp++
-	o := &op{id: c.nextOp, kind: kindPoll, ns: ns, count: 1 << 20, home: n, local: true}
-	c.allOps = append(c.allOps, o)
-	c.finalOps = append(c.finalOps, o)
-	o.callEv = c.event("call op=%d final read n%d ns=%v", o.id, n.id, ns)
-	c.startCall(o, c.newAttempt(o), n)
-	c.afterAction()
-	return o
-}
+// advanceSettling is advanceQuiet while replicas may still converge: by
+// one raft tick.
+func (c *csim) advanceSettling() { c.advanceQuiet(false) }
 
 // clusterDropOK says which drop reasons cluster mode explains, by
 // variant. Raft traffic has no client and raft re-sends it, so dropping

@@ -108,8 +108,7 @@ func (b *base) settleLoop(round func() (calm bool, need int), notQuiescent func(
 // final read meets one, the simulator does what an operator would —
 // restarts the node process (the page cache survives, unlike in a
 // crash) — and settles and reads again.
-func (b *base) quiesce(h harness) {
-	k := b.kind
+func (b *base) quiesce(h harness, k kind) {
 	b.quiescing = true
 	k.faultsOff()
 	b.event("quiesce")
@@ -118,7 +117,7 @@ func (b *base) quiesce(h harness) {
 			return
 		}
 		settledChecks(h)
-		fenced := k.finalReads()
+		fenced := b.finalReads()
 		if !fenced || b.viol != nil {
 			return
 		}
@@ -158,7 +157,7 @@ func (s *sim) settleRound() {
 	s.retryDue(s.retry, nil)
 	s.stepAll()
 	for i := range s.nodes[0].shards {
-		s.reconcile(i)
+		s.reconcile(s.nodes[0], i)
 	}
 	s.stepAll()
 }
@@ -252,79 +251,179 @@ func (s *sim) notQuiescent() {
 	}
 }
 
-// finalReads reads every committed partition from offset 0 through the
-// router, like a client, and checks it against the oracle: it holds
-// exactly what was appended to its incarnation and survived, so every
-// acknowledged message at its offset, with dense offsets (invariant 3).
+// finalReads reads every committed partition from offset 0 through
+// every node, through its router like a client, and checks each copy is
+// the whole log the oracle holds: exactly what was appended to its
+// incarnation and survived, every acknowledged message at its offset,
+// offsets dense, the same on every replica (invariant 3); then each
+// consumer's offset (finalOffsets). A replica answers from its own copy;
+// a cluster node holding none sends the read on to a replica. A single
+// node's partition a lie touched is read offset by offset instead
+// (finalReadDamaged).
 //
-// It reports true, having read nothing to the end, when a read meets a
-// partition fenced after a failed fsync.
-func (s *sim) finalReads() bool {
-	snap := s.nodes[0].meta.Snapshot()
-	for _, p := range snap.Partitions {
-		if s.viol != nil {
+// It reports true, having read nothing to the end, when a single node's
+// read meets a partition fenced after a failed fsync (quiesce restarts
+// the node then).
+func (b *base) finalReads() bool {
+	k := b.kind
+	for _, p := range b.nodes[0].meta.Snapshot().Partitions {
+		if b.viol != nil {
 			return false
 		}
-		if key := (incKey{p.NS, p.CreatedRevision}); s.lies.damageOK(key) {
-			if s.finalReadDamaged(key) {
+		key := incKey{p.NS, p.CreatedRevision}
+		if fenced, done := k.finalReadDamaged(key); done {
+			if fenced {
 				return true
 			}
 			continue
 		}
-		o := s.dataOpFinal(p.NS, 0)
-		if !s.awaitFinal(o, s.settleRound, s.advanceQuiet, fmt.Sprintf("final read of %v", o.ns)) {
-			return false
+		for _, n := range b.nodes {
+			if b.viol != nil {
+				return false
+			}
+			o := b.finalRead(n, p.NS, 0)
+			read, fenced, stop := b.finalAnswer(n, o, key, "final read", "committed partition")
+			switch {
+			case stop:
+				return false
+			case fenced:
+				return true
+			case !read:
+				continue
+			}
+			rl := b.oracle[key]
+			if rl == nil {
+				b.fail(4, "committed partition %v was never built", key)
+				return false
+			}
+			got := make([]uint64, 0, len(o.resp.Messages))
+			for _, m := range o.resp.Messages {
+				id, _ := decodePayload(m.Payload)
+				got = append(got, id)
+			}
+			if !slices.Equal(got, rl.ids) || o.resp.Offset != uint64(len(rl.ids)) {
+				b.fail(3, "final read of %v on %s returned %d messages (next %d), the log holds %d",
+					key, n.name(), len(got), o.resp.Offset, len(rl.ids))
+				return false
+			}
 		}
-		key := incKey{p.NS, p.CreatedRevision}
-		if errors.Is(o.err, shard.ErrPartitionFailed) {
-			s.event("final read of %v: fenced after a failed fsync", key)
-			return true
-		}
-		if o.outcome != outcomeOK {
-			s.fail(4, "committed partition %v not readable at quiescence: %v", key, o.err)
-			return false
-		}
-		log := s.oracle[key]
-		if log == nil {
-			s.fail(4, "committed partition %v was never built", key)
-			return false
-		}
-		got := make([]uint64, 0, len(o.resp.Messages))
-		for _, m := range o.resp.Messages {
-			id, _ := decodePayload(m.Payload)
-			got = append(got, id)
-		}
-		if !slices.Equal(got, log.ids) {
-			s.fail(3, "final read of %v returned %d messages, the incarnation holds %d", key, len(got), len(log.ids))
-			return false
-		}
-		if o.resp.Offset != uint64(len(log.ids)) {
-			s.fail(3, "final read of %v: next offset %d, want %d", key, o.resp.Offset, len(log.ids))
-			return false
-		}
+		rl := b.oracle[key]
 		acked := 0
-		for _, a := range log.acked {
+		for _, a := range rl.acked {
 			if a {
 				acked++
 			}
 		}
-		s.event("final %v messages=%d acked=%d", key, len(got), acked)
+		b.event("final %v messages=%d acked=%d replicas=%v", key, len(rl.ids), acked, p.Replicas)
+		if b.finalOffsets(key) {
+			return true
+		}
 	}
 	return false
 }
 
-// dataOpFinal issues a final read of ns (no client: it is not part of the
-// workload).
-func (s *sim) dataOpFinal(ns metadata.Namespace, from uint64) *op {
-	s.nextOp++
-	o := &op{id: s.nextOp, kind: kindPoll, ns: ns, count: 1 << 20, from: from}
-	s.allOps = append(s.allOps, o)
-	s.finalOps = append(s.finalOps, o)
-	a := s.newAttempt(o)
-	o.callEv = s.event("call op=%d final read ns=%v from=%d", o.id, ns, from)
-	s.startCall(o, a, s.nodes[0])
+// fencedAt reports whether o, a final operation on n, met key fenced
+// after a failed fsync on a single node, which only a restart of the
+// node clears (a cluster's replica rebuilds from its group).
+func (b *base) fencedAt(n *node, o *op, key incKey) bool {
+	if n.replicated() || !errors.Is(o.err, shard.ErrPartitionFailed) {
+		return false
+	}
+	b.event("final read of %v: fenced after a failed fsync", key)
+	return true
+}
+
+// finalAnswer waits for o, a final read (named what) of key through n, and
+// sorts its answer: read, for the caller to check what it holds; fenced,
+// a single node's partition fenced after a failed fsync (quiesce restarts
+// the node); neither, damage a lie explains (counted as detected); or
+// stop, the run ended or o failed otherwise (a violation of invariant 4,
+// naming the thing read as subject).
+func (b *base) finalAnswer(n *node, o *op, key incKey, what, subject string) (read, fenced, stop bool) {
+	k := b.kind
+	if !b.awaitFinal(o, k.settleRound, k.advanceSettling, fmt.Sprintf("%s of %v on %s", what, key, n.name())) {
+		return false, false, true
+	}
+	if b.fencedAt(n, o, key) {
+		return false, true, false
+	}
+	if o.outcome == outcomeOK {
+		return true, false, false
+	}
+	if k.damageReported(n, o, key) {
+		return false, false, false
+	}
+	b.fail(4, "%s %v not readable on %s at quiescence: %v", subject, key, n.name(), o.err)
+	return false, false, true
+}
+
+// finalOffsets reads each consumer's offset of key through every node,
+// from its own copy where it holds one: consumer offsets are replicated
+// writes, so every replica must hold the same (invariant 3), and a
+// single node's must be readable. It reports true when a single node's
+// read met key fenced (finalReads).
+func (b *base) finalOffsets(key incKey) bool {
+	k := b.kind
+	for _, consumer := range [...]string{"c0", "c1"} {
+		var first *op
+		for _, n := range b.nodes {
+			if b.viol != nil {
+				return false
+			}
+			b.nextOp++
+			o := &op{id: b.nextOp, kind: kindGet, ns: key.ns, consumer: consumer, home: n, local: n.replicated()}
+			b.allOps = append(b.allOps, o)
+			b.finalOps = append(b.finalOps, o)
+			o.callEv = b.event("call op=%d final offset %s ns=%v consumer=%s", o.id, n.name(), key.ns, consumer)
+			b.startCall(o, b.newAttempt(o), n)
+			k.afterAction()
+			read, fenced, stop := b.finalAnswer(n, o, key, "final offset read", "consumer offset of")
+			switch {
+			case stop:
+				return false
+			case fenced:
+				return true
+			case !read:
+				continue
+			}
+			if first == nil {
+				first = o
+				continue
+			}
+			if o.resp.Found != first.resp.Found || o.resp.Offset != first.resp.Offset {
+				b.fail(3, "replicas disagree on consumer %s of %v: %s holds %d (found %v), %s holds %d (found %v)",
+					consumer, key, first.home.name(), first.resp.Offset, first.resp.Found, n.name(), o.resp.Offset, o.resp.Found)
+				return false
+			}
+		}
+	}
+	return false
+}
+
+// finalRead issues a read of ns from from through n (no client: it is
+// not part of the workload).
+func (b *base) finalRead(n *node, ns metadata.Namespace, from uint64) *op {
+	b.nextOp++
+	o := &op{id: b.nextOp, kind: kindPoll, ns: ns, count: 1 << 20, from: from, home: n, local: n.replicated()}
+	b.allOps = append(b.allOps, o)
+	b.finalOps = append(b.finalOps, o)
+	if from > 0 {
+		o.callEv = b.event("call op=%d final read %s ns=%v from=%d", o.id, n.name(), ns, from)
+	} else {
+		o.callEv = b.event("call op=%d final read %s ns=%v", o.id, n.name(), ns)
+	}
+	b.startCall(o, b.newAttempt(o), n)
+	b.kind.afterAction()
 	return o
 }
+
+// damageReported: a single node's partitions a lie touched are read by
+// finalReadDamaged, and no other answer is excused.
+func (*sim) damageReported(*node, *op, incKey) bool { return false }
+
+// advanceSettling moves the clock on while a final read waits
+// (advanceQuiet).
+func (s *sim) advanceSettling() { s.advanceQuiet() }
 
 // awaitFinal runs quiescence rounds (round, then wait to move the clock
 // on) until the final operation o is answered. It reports false on a

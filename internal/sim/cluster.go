@@ -282,16 +282,12 @@ func (c *csim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *node)
 	}
 	n.shadow = make([][]*attempt, c.cfg.Shards)
 	n.busy = make([]bool, c.cfg.Shards)
-	for range c.cfg.Shards {
-		n.clocks = append(n.clocks, &watchedClock{nodeClock: n.clk})
-	}
 	hc := n.hostConfig(c.nodeFS(n), metaSnapshotEvery, func(st partition.Store) partition.Store {
 		return &store{n: n, o: c, inner: st}
 	})
 	hc.Cluster = &host.Cluster{ID: transport.NodeID(id), Peers: peers, Join: n.join, Bus: &outboxBus{n: n},
 		TickInterval: c.cfg.TickInterval, CompactEntries: c.compactEntries,
 		MaxForwardedBytes: simForwardedBytes, MaxForwardedPeerBytes: simForwardedPeerBytes}
-	hc.ShardClock = func(i int) clock.Clock { return n.clocks[i] }
 	hc.Events = host.Events{
 		MetadataOpened:            func(meta *metadata.Store) { n.meta = meta },
 		MetadataApplied:           n.metaApplied,
@@ -489,105 +485,27 @@ func (c *csim) afterAction() {
 	}
 }
 
-// unit is one piece of engine work the scheduler may pick.
-type unit struct {
-	kind uint8
-	n    *node
-	i    int
-}
-
-const (
-	unitDeliver uint8 = iota
-	unitStep
-	unitMetaTick
-	unitPass
-)
-
-// units lists the work that is ready: bus messages to receive, shards
-// with queued frames or a possibly due raft tick, due metadata ticks, due
-// reconciler passes (each by its node's clock). Stopped nodes do nothing.
-func (c *csim) units() []unit {
-	var out []unit
-	for _, n := range c.nodes {
-		if n.stopped || n.down {
-			continue
-		}
-		now := n.clk.monoNow()
-		if len(n.ep.Recv()) > 0 {
-			out = append(out, unit{kind: unitDeliver, n: n})
-		}
-		for i := range n.shards {
-			if len(n.shadow[i]) > 0 || n.clocks[i].due() {
-				out = append(out, unit{kind: unitStep, n: n, i: i})
-			}
-		}
-		if !now.Before(n.metaTickAt) {
-			out = append(out, unit{kind: unitMetaTick, n: n})
-		}
-		for i := range n.shards {
-			if !n.busy[i] && (len(n.wakes[i]) > 0 || !now.Before(n.nextPass[i])) {
-				out = append(out, unit{kind: unitPass, n: n, i: i})
-			}
-		}
-	}
-	return out
-}
-
-// tick is one scheduler step: faults start and end, then one action: a
-// client acts, the clock moves, or one piece of ready engine work runs.
-// The clock moves mostly when nothing is ready (a node's CPU is fast
-// next to a raft tick), and now and then regardless (a slow moment).
-func (c *csim) tick() {
-	if c.viol != nil {
-		return
-	}
+// stepFaults ends and starts the cluster's faults, and takes the step's
+// turn of a join storm's check and of the membership changes under way
+// (kind).
+func (c *csim) stepFaults() bool {
 	c.expireFaults()
 	c.startFaults()
 	c.stormCheck()
 	c.joinAct()
 	c.removeAct()
-	units := c.units()
-	switch w := c.rng.IntN(100); {
-	case w < 20:
-		c.clientAct(c.clients[c.rng.IntN(len(c.clients))])
-	case c.cfg.GroupMembers > 0 && w >= 90:
-		// Group members act more often than the other clients: they
-		// heartbeat on the clock (no case when there are none, so the
-		// default seeds' traces stay as they are).
-		// Many members (a join storm) act as many times more: one in
-		// eight of them, so each still heartbeats within its session.
-		ms := c.members()
-		for range max(1, len(ms)/8) {
-			cl := ms[c.rng.IntN(len(ms))]
-			c.cutMember(cl)
-			c.clientAct(cl)
-		}
-	case len(units) == 0 || w < 22:
-		// Up to the next due timer, at most a few milliseconds (network
-		// delays are due at times the bus keeps to itself).
-		d := time.Duration(1+c.rng.IntN(5000)) * time.Microsecond
-		if next, ok := c.nextDue(); ok && next < d {
-			d = max(next, time.Microsecond)
-		}
-		c.advance(d)
-	default:
-		c.runUnit(units[c.rng.IntN(len(units))])
-	}
-	c.afterAction()
+	return false
 }
 
-func (c *csim) runUnit(u unit) {
-	switch u.kind {
-	case unitDeliver:
-		c.deliver(u.n, 1+c.rng.IntN(8))
-	case unitStep:
-		u.n.step(u.i)
-	case unitMetaTick:
-		c.metaTick(u.n)
-	case unitPass:
-		if u.n.passDue(u.i, u.n.clk.monoNow()) {
-			c.reconcile(u.n, u.i)
-		}
+// membersAct lets the group members act: one in eight of them, at least
+// one, so that each of many members (a join storm) still heartbeats
+// within its session.
+func (c *csim) membersAct() {
+	ms := c.members()
+	for range max(1, len(ms)/8) {
+		cl := ms[c.rng.IntN(len(ms))]
+		c.cutMember(cl)
+		c.clientAct(cl)
 	}
 }
 
@@ -597,46 +515,6 @@ func (c *csim) advance(d time.Duration) {
 	c.advanceClocks(d)
 	released := c.net.Pump()
 	c.event("clock +%v released=%d", d, released)
-}
-
-// nextDue is how long until the earliest timer the scheduler knows of is
-// due: a shard's, a metadata tick, a reconciler period (each on its
-// node's clock), a restart, a resume, a client's retry.
-func (c *csim) nextDue() (time.Duration, bool) {
-	now := c.clk.Now()
-	var next time.Duration
-	found := false
-	consider := func(d time.Duration) {
-		if d > 0 && (!found || d < next) {
-			next, found = d, true
-		}
-	}
-	for _, n := range c.nodes {
-		if n.down {
-			consider(n.restartAt.Sub(now))
-			continue
-		}
-		if n.stopped {
-			consider(n.stopUntil.Sub(now))
-			continue
-		}
-		node := func(t time.Time) {
-			if !t.IsZero() {
-				consider(n.clk.virtualUntil(t))
-			}
-		}
-		node(n.metaTickAt)
-		for i := range n.shards {
-			node(n.clocks[i].next())
-			node(n.nextPass[i])
-		}
-	}
-	for _, cl := range c.clients {
-		if o := cl.op; o != nil && o.waiting {
-			consider(o.retryAt.Sub(now))
-		}
-	}
-	return next, found
 }
 
 // deliver receives up to k messages from n's endpoint and hands each to

@@ -29,10 +29,14 @@
 // nodes, base.nodes: the one node, or the cluster's members) and the
 // invariants (invariant*.go, one registry, reading base.nodes) are the
 // same for one node and many, and so are the run's course once its
-// nodes are open (base.drive: the steps, quiescence's course
-// base.quiesce — faults off, settle, the checks of the settled run, the
-// final reads, a restart when a single node's read met a fenced
-// partition — and its loop base.settleLoop with each node's idle check,
+// nodes are open (base.drive: the steps, one scheduler step for both,
+// base.tick in sched.go — faults, then one action: a client acts, the
+// clock moves, or one unit of ready engine work runs on one node, a
+// single node's shards scheduled per unit on their watched clocks as a
+// member's are — quiescence's course base.quiesce — faults off, settle,
+// the checks of the settled run, the final reads with the final
+// consumer-offset reads (base.finalReads), a restart when a single
+// node's read met a fenced partition — and its loop base.settleLoop with each node's idle check,
 // node.idle, and the listing of parked frames, base.parked; the wait for
 // a final read's answer, base.awaitFinal; the final checks), a crash's
 // draw and its
@@ -58,12 +62,12 @@
 //
 // What is not one yet: a single-node run (sim.go, workload.go, check.go,
 // engine.go, store.go) and a cluster run (cluster.go and the c*.go files)
-// are still two harness types, each with its own scheduler step (which
-// work it picks and how often, and so how it draws from the RNG), its
-// quiescence rounds (settle) and final reads, and its crash scheduling
-// (a single node restarts at once, a cluster member stays down a while):
-// the kind interface (sched.go) names what each leaves to its harness;
-// the sections below describe each.
+// are still two harness types, each with its own faults in the step
+// (a single node reopens at once after a crash, a cluster member stays
+// down a while), its client and group-member actions, its quiescence
+// rounds (settle) and how it reads a partition a lie damaged: the kind
+// interface (sched.go) names what each leaves to its harness; the
+// sections below describe each.
 //
 // # Single-node mode
 //

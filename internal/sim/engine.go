@@ -76,14 +76,6 @@ func (s *sim) openNode(prev *node) *node {
 	return n
 }
 
-// stepShard steps shard i once (node.step) and collects what it
-// answered.
-func (s *sim) stepShard(i int) {
-	if s.nodes[0].step(i) {
-		s.collect()
-	}
-}
-
 // stepAll steps every shard until all are idle: queued frames, and due
 // timers of the shards' own (waiting-poll deadlines, park expiry).
 func (s *sim) stepAll() {
@@ -91,7 +83,9 @@ func (s *sim) stepAll() {
 		did := false
 		for i := range s.nodes[0].shards {
 			if len(s.nodes[0].shadow[i]) > 0 {
-				s.stepShard(i)
+				if s.nodes[0].step(i) {
+					s.collect()
+				}
 				did = true
 			} else if s.nodes[0].shards[i].Step() {
 				s.event("step shard=%d tick", i)
@@ -105,10 +99,10 @@ func (s *sim) stepAll() {
 	}
 }
 
-// reconcile runs one pass of shard i's reconciler (node.pass), which
-// must not fail on a single node, and collects what it answered.
-func (s *sim) reconcile(i int) {
-	if err := s.nodes[0].pass(s.ctx, i); err != nil {
+// reconcile runs one pass of shard i's reconciler on n (node.pass),
+// which must not fail on a single node, and collects what it answered.
+func (s *sim) reconcile(n *node, i int) {
+	if err := n.pass(s.ctx, i); err != nil {
 		s.fail(0, "reconcile shard %d: %v", i, err)
 		return
 	}

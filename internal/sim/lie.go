@@ -852,11 +852,20 @@ func (s *sim) verifyDamaged(n *node, key incKey, log *incLog, p partition.Partit
 // (shard.ErrPartitionFailed wrapping the damage). It reports true when
 // the partition is fenced after a failed fsync (finalReads restarts the
 // node then).
-func (s *sim) finalReadDamaged(key incKey) bool {
+func (s *sim) finalReadDamaged(key incKey) (fenced, done bool) {
+	if !s.lies.damageOK(key) {
+		return false, false
+	}
+	return s.readDamaged(key), true
+}
+
+// readDamaged is finalReadDamaged's reading.
+func (s *sim) readDamaged(key incKey) bool {
 	damaged := 0
+	n := s.nodes[0]
 	for from := uint64(0); s.viol == nil; {
-		o := s.dataOpFinal(key.ns, from)
-		if !s.awaitFinal(o, s.settleRound, s.advanceQuiet, fmt.Sprintf("final read of %v", o.ns)) {
+		o := s.finalRead(n, key.ns, from)
+		if !s.awaitFinal(o, s.settleRound, s.advanceSettling, fmt.Sprintf("final read of %v on %s", key, n.name())) {
 			return false
 		}
 		// Read after the answer: the read may be what built the

@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
@@ -161,6 +162,10 @@ func (n *node) close() {
 // mirrors), and the engine parameters that keep quiescence short.
 func (n *node) hostConfig(fs vfs.FS, snapshotEvery int, wrap func(partition.Store) partition.Store) host.Config {
 	cfg := n.b.cfg
+	n.clocks = n.clocks[:0]
+	for range cfg.Shards {
+		n.clocks = append(n.clocks, &watchedClock{nodeClock: n.clk})
+	}
 	return host.Config{
 		Shards: cfg.Shards, InboxSize: cfg.InboxSize, Manual: true,
 		DataDir: dataDir, FS: fs, SegmentSize: partition.MinSegmentSize,
@@ -177,6 +182,7 @@ func (n *node) hostConfig(fs vfs.FS, snapshotEvery int, wrap func(partition.Stor
 		BuildBackoffMin: backoffMin, BuildBackoffMax: backoffMax,
 		NewReconciler: newReconciler,
 		Clock:         n.clk, Metrics: n.m,
+		ShardClock: func(i int) clock.Clock { return n.clocks[i] },
 	}
 }
 

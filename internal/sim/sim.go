@@ -706,23 +706,22 @@ func (s *sim) run() {
 }
 
 // drive runs a run whose nodes are open: Config.Steps scheduler steps
-// (the harness's tick), then more while more says the run must go on,
-// quiescence (base.quiesce) and the final checks, stopping at the first
-// violation.
+// (base.tick), then more while more says the run must go on, quiescence
+// (base.quiesce) and the final checks, stopping at the first violation.
 func (b *base) drive(h harness, more func() bool) {
 	for range b.cfg.Steps {
 		if b.viol != nil {
 			return
 		}
-		b.kind.tick()
+		b.tick()
 	}
 	for more != nil && more() {
-		b.kind.tick()
+		b.tick()
 	}
 	if b.viol != nil {
 		return
 	}
-	b.quiesce(h)
+	b.quiesce(h, b.kind)
 	if b.viol != nil {
 		return
 	}
@@ -730,52 +729,45 @@ func (b *base) drive(h harness, more func() bool) {
 	b.event("end")
 }
 
-// tick is one scheduler step: time-driven state, fault rolls, then one
-// action chosen at random.
-func (s *sim) tick() {
-	if s.viol != nil {
-		return
-	}
-	s.ticks++
-	s.nodes[0].expireDiskFull()
-	s.expireClockFaults(s.nodes[0].clk, "node")
-	s.startClockFaults(&s.faults, func() (*nodeClock, string) { return s.nodes[0].clk, "node" })
+// stepFaults ends the node's faults whose time is up and rolls new ones
+// (kind). A crash, or a lie made while the node is down, ends the
+// step: the node reopened.
+func (s *sim) stepFaults() bool {
+	n := s.nodes[0]
+	n.expireDiskFull()
+	s.expireClockFaults(n.clk, "node")
+	s.startClockFaults(&s.faults, func() (*nodeClock, string) { return n.clk, "node" })
 	f := s.cfg.Faults
 	if s.depth == 0 && s.roll(f.Crash) {
 		s.crash()
-		return
+		return true
 	}
 	if s.depth == 0 && s.roll(f.Lie) {
 		if s.lie() {
-			return // it crashed the node
+			return true // it crashed the node
 		}
 	}
-	if !s.nodes[0].inj.enospc.On() && s.roll(f.DiskFull) {
+	if !n.inj.enospc.On() && s.roll(f.DiskFull) {
 		s.startDiskFull()
 	}
-	if s.nodes[0].inj.eio == nil && s.roll(f.DiskError) {
+	if n.inj.eio == nil && s.roll(f.DiskError) {
 		s.armDiskError()
 	}
 	if s.roll(f.InboxBurst) {
 		s.burst()
 	}
-	defer stepChecks(s)
-	switch w := s.rng.IntN(100); {
-	case w < 34:
-		s.clientAct(s.clients[s.rng.IntN(len(s.clients))])
-	case w < 74:
-		s.stepShard(s.rng.IntN(len(s.nodes[0].shards)))
-	case w < 88:
-		i := s.rng.IntN(len(s.nodes[0].shards))
-		if s.nodes[0].busy[i] {
-			return // its pass is blocked in a slow build
-		}
-		if s.nodes[0].passDue(i, s.nodes[0].clk.monoNow()) || s.rng.IntN(10) == 0 {
-			s.reconcile(i)
-		}
-	default:
-		s.advance(time.Duration(1+s.rng.IntN(100)) * time.Millisecond)
-	}
+	return false
+}
+
+// membersAct: a single node runs no consumer group members
+// (Config.GroupMembers is a cluster's).
+func (*sim) membersAct() {}
+
+// afterAction collects what the node answered and checks the per-action
+// invariants (kind).
+func (s *sim) afterAction() {
+	s.collect()
+	stepChecks(s)
 }
 
 // advance moves the virtual clock, and the node's with it.
@@ -795,5 +787,4 @@ type sim struct {
 
 	bursts   int
 	restarts int // node restarts at quiescence (fenced partitions)
-	ticks    int
 }

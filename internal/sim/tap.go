@@ -23,9 +23,6 @@ import (
 // entries on every replica, and read by peers catching up as well as by
 // clients.
 type tapOracle interface {
-	// tick is one scheduler step, run nested while a slow build blocks
-	// its reconciler pass.
-	tick()
 	// tapBuilt checks a build of key on n that succeeded, and records
 	// it in the oracle.
 	tapBuilt(n *node, key incKey, p partition.Partition)
@@ -77,7 +74,7 @@ func (st *store) build(ns metadata.Namespace, epoch uint64, build func(metadata.
 			by = fmt.Sprintf(" by shard %d", n.building[len(n.building)-1])
 		}
 		b.event("%sslow build ns=%v epoch=%d%s: %d steps", n.tag(), ns, epoch, by, k)
-		b.nested(k, st.o.tick)
+		b.nested(k, b.tick)
 		b.event("%sslow build ns=%v epoch=%d resumes", n.tag(), ns, epoch)
 	}
 	p, err := build(ns, epoch)
