@@ -459,7 +459,8 @@ var dropGates = map[string]func(s *sim) bool{
 	// Disk faults back builds off, and so does damage a lie left (a
 	// build that fails with it is counted as detected), and a
 	// misdirected write answered as a failed one (a commit it failed
-	// fences its partition, whose rebuild may back off: seed 8597).
+	// fences its partition, whose rebuild may back off: found by seed
+	// 8597, pinned by TestSeed8597FailedMisdirectExplainsBuildFailedDrops).
 	metrics.ReasonBuildFailed: func(s *sim) bool {
 		return s.faults.DiskFull+s.faults.DiskError+s.faults.Detected+s.faults.LieWriteErrors > 0
 	},

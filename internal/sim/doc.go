@@ -174,7 +174,9 @@
 // the journal that proved it synced (knownIncarnationDamage). A
 // misdirected write aimed before the start of its file is answered as a
 // failed write (FaultCounts.LieWriteErrors), and explains the
-// build_failed drops of the rebuild it causes (seed 8597).
+// build_failed drops of the rebuild it causes (found by seed 8597;
+// TestSeed8597FailedMisdirectExplainsBuildFailedDrops pins a seed that
+// reaches it).
 //
 // # Disks that lie (cluster)
 //
@@ -744,8 +746,11 @@
 // steps the simulator carries out itself, and Engine.forward): the
 // first try straight to a live replica (the engine's replicaFor: a
 // simulated client reaches a replica through the shard's "not leader"
-// answer) is not exercised, nor ReadBarrier's blocking owner (its steps
-// are, through Engine.StartReadBarrier), Consumer or Member. A forwarded request's error
+// answer) is not exercised, nor the blocking wait of ReadBarrier, AddNode
+// and RemoveNode (host's runSteps and the metadata goroutine's port: the
+// steps they wait on are the ones the simulator takes, through
+// Engine.StartReadBarrier, StartAddNode and StartRemoveNode), Consumer or
+// Member. A forwarded request's error
 // answer crosses the wire as the engine encodes it: a damaged raft log's
 // error (wal.ErrCorrupt, replica.ErrCorruptLog) arrives as text, so the
 // lying-disk check that damage is reported only where a lie explains it
