@@ -460,7 +460,7 @@ var dropGates = map[string]func(s *sim) bool{
 	// build that fails with it is counted as detected), and a
 	// misdirected write answered as a failed one (a commit it failed
 	// fences its partition, whose rebuild may back off: found by seed
-	// 8597, pinned by TestSeed8597FailedMisdirectExplainsBuildFailedDrops).
+	// 8597, pinned by TestFailedMisdirectWriteExplainsBuildFailedDrops).
 	metrics.ReasonBuildFailed: func(s *sim) bool {
 		return s.faults.DiskFull+s.faults.DiskError+s.faults.Detected+s.faults.LieWriteErrors > 0
 	},

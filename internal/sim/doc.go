@@ -175,7 +175,7 @@
 // misdirected write aimed before the start of its file is answered as a
 // failed write (FaultCounts.LieWriteErrors), and explains the
 // build_failed drops of the rebuild it causes (found by seed 8597;
-// TestSeed8597FailedMisdirectExplainsBuildFailedDrops pins a seed that
+// TestFailedMisdirectWriteExplainsBuildFailedDrops pins a seed that
 // reaches it).
 //
 // # Disks that lie (cluster)

@@ -471,7 +471,7 @@ func TestCatchesAppendTimeOrder(t *testing.T) {
 // before journal file 4's start fails a commit's sync mark, and the
 // shard's parked polls, produces and offset stores are dropped as
 // build_failed.
-func TestSeed8597FailedMisdirectExplainsBuildFailedDrops(t *testing.T) {
+func TestFailedMisdirectWriteExplainsBuildFailedDrops(t *testing.T) {
 	const seed = 9
 	res, err := sim.Run(sim.DefaultConfig(seed))
 	if err != nil {
