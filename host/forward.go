@@ -420,27 +420,24 @@ func (f *Forwarding) unregister() {
 	f.alarm.stop()
 }
 
-// forwardSteps is a Forwarding as runSteps carries it out: a stepper,
-// keeping the answer its last step took.
-type forwardSteps struct {
-	f *Forwarding
-	r shard.Response
-}
+// forwardSteps is a Forwarding as runSteps carries it out: a stepper
+// (the answer, once it is over, is the driver's last step's).
+type forwardSteps Forwarding
 
 // Step implements stepper.
 func (s *forwardSteps) Step() (err error, done bool) {
-	s.r, err, done = s.f.Step()
+	_, err, done = (*Forwarding)(s).Step()
 	return err, done
 }
 
 // wakes implements stepper: the alarm, and the signal left after each
 // answer, probe answer and news.
-func (s *forwardSteps) wakes() wakeup { return wakeup{alarm: &s.f.alarm, ready: s.f.a.arrived} }
+func (s *forwardSteps) wakes() wakeup { return wakeup{alarm: &s.alarm, ready: s.a.arrived} }
 
 // giveUp implements stepper: the outcome is unknown.
 func (s *forwardSteps) giveUp(err error) error {
-	s.f.st = s.f.d.Cancelled(err)
-	_, err = s.f.end()
+	s.st = s.d.Cancelled(err)
+	_, err = (*Forwarding)(s).end()
 	return err
 }
 
@@ -460,7 +457,8 @@ func (e *Engine) forward(ctx context.Context, to uint64, req *shard.Request) (sh
 	if err != nil {
 		return shard.Response{}, err
 	}
-	s := &forwardSteps{f: f}
-	err = runSteps(ctx, e.cfg.Clock, s)
-	return s.r, err
+	if err := runSteps(ctx, e.cfg.Clock, (*forwardSteps)(f)); err != nil {
+		return shard.Response{}, err
+	}
+	return f.st.Resp, nil
 }
