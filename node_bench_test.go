@@ -244,13 +244,27 @@ func BenchmarkCluster(b *testing.B) {
 		{"disk-fsync=always", true, parkway.FsyncAlways}} {
 		for _, producers := range []int{1, 64} {
 			b.Run(fmt.Sprintf("storage=%s/producers=%d", st.name, producers), func(b *testing.B) {
-				benchCluster(b, st.disk, st.policy, producers)
+				benchCluster(b, st.disk, st.policy, producers, false)
 			})
 		}
 	}
 }
 
-func benchCluster(b *testing.B, disk bool, policy parkway.FsyncPolicy, producers int) {
+// BenchmarkClusterForwarded is BenchmarkCluster's storage=mem case
+// produced through a follower: each produce is forwarded to the
+// partition's leader and waits there for the answer (the client call's
+// forward), one producer (latency) and 64 concurrent ones.
+func BenchmarkClusterForwarded(b *testing.B) {
+	for _, producers := range []int{1, 64} {
+		b.Run(fmt.Sprintf("producers=%d", producers), func(b *testing.B) {
+			benchCluster(b, false, parkway.FsyncNever, producers, true)
+		})
+	}
+}
+
+// benchCluster produces through the partition's leader, or with
+// forwarded through a follower.
+func benchCluster(b *testing.B, disk bool, policy parkway.FsyncPolicy, producers int, forwarded bool) {
 	net := transport.NewNetwork(transport.NetworkOptions{})
 	defer net.Close()
 	peers := []transport.NodeID{1, 2, 3}
@@ -286,6 +300,9 @@ func benchCluster(b *testing.B, disk bool, policy parkway.FsyncPolicy, producers
 		b.Fatalf("leader %d: %v", lead, err)
 	}
 	n := nodes[lead]
+	if forwarded {
+		n = nodes[lead%3+1]
+	}
 	lat := make([]time.Duration, b.N)
 	var next atomic.Int64
 	cpu0 := processCPU(b)

@@ -352,6 +352,7 @@ func (e *Engine) deliver(ctx context.Context, m transport.Message) error {
 			default:
 			}
 			w.probe <- m.Payload[0] == 1
+			signal(w.arrived)
 		}
 		c.mu.Unlock()
 		return nil
@@ -366,6 +367,7 @@ func (e *Engine) deliver(ctx context.Context, m transport.Message) error {
 		c.mu.Unlock()
 		if ok && w.to == uint64(m.From) {
 			w.ch <- m.Payload
+			signal(w.arrived)
 		}
 		return nil
 	default:

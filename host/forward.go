@@ -42,9 +42,12 @@ import (
 
 // forwardWatch is one watched forwarded poll: the node it went to, and
 // where the news arrives (buffered: the newest unread news is enough).
+// arrived is signalled after each news, for the blocking wait of the
+// forward (awaited.arrived, shared by its answers).
 type forwardWatch struct {
-	to uint64
-	c  chan forwardEvent
+	to      uint64
+	c       chan forwardEvent
+	arrived chan struct{}
 }
 
 // forwardEvent is news for a watched poll: the partition's new leader
@@ -56,7 +59,7 @@ type forwardEvent struct {
 
 // watch registers forwarded poll id of ns, sent to node to.
 func (c *clusterNode) watch(id uint64, ns metadata.Namespace, to uint64) *forwardWatch {
-	w := &forwardWatch{to: to, c: make(chan forwardEvent, 1)}
+	w := &forwardWatch{to: to, c: make(chan forwardEvent, 1), arrived: make(chan struct{}, 1)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ws := c.watching[ns]
@@ -93,6 +96,15 @@ func (w *forwardWatch) tell(ev forwardEvent) {
 	default:
 	}
 	w.c <- ev
+	signal(w.arrived)
+}
+
+// signal leaves a signal on c (buffered, of one) unless one is there.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
 }
 
 // leaderChanged is shard Replication.LeaderChanged: ns's group on this
@@ -243,29 +255,33 @@ func (d *ForwardDriver) Cancelled(err error) ForwardStep {
 }
 
 // awaited is a forwarded request awaiting its reply from node to, and
-// the answers to the probes asking it whether it still holds it.
+// the answers to the probes asking it whether it still holds it; arrived
+// is signalled after each is left (and after each news of the forward's
+// watch), for the blocking wait (runSteps) to take the next step.
 type awaited struct {
-	ch    chan []byte
-	probe chan bool
-	to    uint64
+	ch      chan []byte
+	probe   chan bool
+	arrived chan struct{}
+	to      uint64
 }
 
 // Forwarding is a partition request forwarded to another node, awaiting
 // its answer: the owner of its ForwardDriver's steps, which it carries
-// out with the engine's bus and clock (its timer runs on the clock's
-// timers). Engine.forward waits on one; a manual engine's driver steps
-// one with Step. It is not safe for concurrent use.
+// out with the engine's bus and clock (its timer is an alarm on the
+// clock's timers). Engine.forward carries its steps out blocking
+// (runSteps); a manual engine's driver steps one with Step. It is not
+// safe for concurrent use.
 type Forwarding struct {
-	c   *clusterNode
-	clk clock.Clock
-	id  uint64
-	to  uint64
-	req *shard.Request
-	a   awaited
-	w   *forwardWatch
-	t   clock.Timer
-	d   ForwardDriver
-	st  ForwardStep
+	c     *clusterNode
+	clk   clock.Clock
+	id    uint64
+	to    uint64
+	req   *shard.Request
+	a     awaited
+	w     *forwardWatch
+	alarm alarm // rings at the driver's ForwardStep.At
+	d     ForwardDriver
+	st    ForwardStep
 }
 
 // StartForward sends req to node to, its partition's leader or a
@@ -277,14 +293,20 @@ func (e *Engine) StartForward(to uint64, req *shard.Request) (*Forwarding, error
 	if c == nil {
 		return nil, errNotClustered
 	}
-	f := &Forwarding{c: c, clk: e.cfg.Clock, id: c.reqID.Add(1), to: to, req: req,
-		a: awaited{ch: make(chan []byte, 1), probe: make(chan bool, 1), to: to}}
+	f := &Forwarding{c: c, clk: e.cfg.Clock, id: c.reqID.Add(1), to: to, req: req, alarm: alarm{clk: e.cfg.Clock}}
 	f.d = NewForwardDriver(to, req, e.ForwardTimeout())
 	now := f.clk.Now()
 	payload, err := EncodeRequest(req, now)
 	if err != nil {
 		return nil, err
 	}
+	// The leader may never answer: it died, or it was cut off and stepped
+	// down. The forward follows the news instead of waiting out its
+	// timer (a waiting poll's MaxWait, or the forward timeout). The
+	// watch's arrival signal is the answers' too: one channel wakes the
+	// blocking wait.
+	f.w = c.watch(f.id, req.NS, to)
+	f.a = awaited{ch: make(chan []byte, 1), probe: make(chan bool, 1), arrived: f.w.arrived, to: to}
 	c.mu.Lock()
 	c.waiting[f.id] = f.a
 	c.mu.Unlock()
@@ -292,12 +314,8 @@ func (e *Engine) StartForward(to uint64, req *shard.Request) (*Forwarding, error
 		f.unregister()
 		return nil, fmt.Errorf("%w: forward to node %d: %w", shard.ErrRetry, to, err)
 	}
-	// The leader may never answer: it died, or it was cut off and stepped
-	// down. The forward follows the news instead of waiting out its
-	// timer (a waiting poll's MaxWait, or the forward timeout).
-	f.w = c.watch(f.id, req.NS, to)
 	f.st = f.d.Start(now, len(payload))
-	f.t = f.clk.NewTimer(f.st.At.Sub(now))
+	f.alarm.set(f.st.At)
 	return f, nil
 }
 
@@ -337,12 +355,10 @@ func (f *Forwarding) Step() (r shard.Response, err error, done bool) {
 			continue
 		default:
 		}
-		select {
-		case <-f.t.C():
-			f.st = f.d.Timer(f.clk.Now())
-		default:
+		if !f.alarm.rang() {
 			return shard.Response{}, nil, false
 		}
+		f.st = f.d.Timer(f.clk.Now())
 	}
 	r, err = f.end()
 	return r, err, true
@@ -361,7 +377,7 @@ func (f *Forwarding) Abandon() {
 // timer for the next question.
 func (f *Forwarding) probe() {
 	_ = f.c.send(f.to, KindProbe, f.id, nil)
-	f.t.Reset(f.st.At.Sub(f.clk.Now()))
+	f.alarm.set(f.st.At)
 	f.st.Op = ForwardWait
 }
 
@@ -392,7 +408,7 @@ func (f *Forwarding) end() (shard.Response, error) {
 }
 
 // unregister forgets the forward's reply and news registrations and
-// stops its timer.
+// stops its alarm.
 func (f *Forwarding) unregister() {
 	f.c.mu.Lock()
 	delete(f.c.waiting, f.id)
@@ -401,9 +417,28 @@ func (f *Forwarding) unregister() {
 		f.c.unwatch(f.id, f.req.NS)
 		f.w = nil
 	}
-	if f.t != nil {
-		f.t.Stop()
-	}
+	f.alarm.stop()
+}
+
+// forwardSteps is a Forwarding as runSteps carries it out: a stepper
+// (the answer, once it is over, is the driver's last step's).
+type forwardSteps Forwarding
+
+// Step implements stepper.
+func (s *forwardSteps) Step() (err error, done bool) {
+	_, err, done = (*Forwarding)(s).Step()
+	return err, done
+}
+
+// wakes implements stepper: the alarm, and the signal left after each
+// answer, probe answer and news.
+func (s *forwardSteps) wakes() wakeup { return wakeup{alarm: &s.alarm, ready: s.a.arrived} }
+
+// giveUp implements stepper: the outcome is unknown.
+func (s *forwardSteps) giveUp(err error) error {
+	s.st = s.d.Cancelled(err)
+	_, err = (*Forwarding)(s).end()
+	return err
 }
 
 // forward sends a partition request to node to (its leader) and waits
@@ -415,28 +450,15 @@ func (f *Forwarding) unregister() {
 // does not hold it (the request, or its answer, was lost on the way), or
 // when the partition's leader moves. The outcome is then unknown; the
 // caller sends the request again (produces carry a (producer, sequence)
-// pair, so a batch is never applied twice). ForwardDriver decides.
+// pair, so a batch is never applied twice). ForwardDriver decides; it is
+// the stepped forward (StartForward) carried out by runSteps.
 func (e *Engine) forward(ctx context.Context, to uint64, req *shard.Request) (shard.Response, error) {
 	f, err := e.StartForward(to, req)
 	if err != nil {
 		return shard.Response{}, err
 	}
-	for f.st.Op != ForwardDone {
-		if f.st.Op == ForwardProbe {
-			f.probe()
-		}
-		select {
-		case b := <-f.a.ch:
-			f.st = f.d.Reply(b)
-		case <-f.t.C():
-			f.st = f.d.Timer(f.clk.Now())
-		case held := <-f.a.probe:
-			f.probed(held)
-		case <-ctx.Done():
-			f.st = f.d.Cancelled(ctx.Err())
-		case ev := <-f.w.c:
-			f.st = f.d.News(ev.lead, ev.dead)
-		}
+	if err := runSteps(ctx, e.cfg.Clock, (*forwardSteps)(f)); err != nil {
+		return shard.Response{}, err
 	}
-	return f.end()
+	return f.st.Resp, nil
 }

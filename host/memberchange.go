@@ -427,7 +427,7 @@ func (mc *MemberChange) wakes() wakeup {
 	case mc.prop != nil:
 		w.answer = mc.prop
 	case mc.st.op == memberWait:
-		w = wakeup{at: mc.st.at, applied: mc.applied}
+		w = wakeup{at: mc.st.at, ready: mc.applied}
 	}
 	w.at = earliest(w.at, mc.by())
 	return w

@@ -11,16 +11,17 @@ import (
 	"github.com/parkway-io/parkway/shard"
 )
 
-// The metadata operations a caller waits for — a read barrier, a
-// command's apply-and-retry, a membership change — are each one stepped
-// operation, as dragonboat's SyncPropose is Propose plus a wait: its Step
-// makes the next request when one is due, takes the answers that arrived
-// and reports the outcome once it is over; the blocking call (ReadBarrier,
-// ApplyMetadata in a cluster, AddNode, RemoveNode) is the operation
-// started, then runSteps. A manual engine's driver (the simulator) steps
-// the same operations itself (StartReadBarrier, StartAddNode,
-// StartRemoveNode), so the code it checks is the code the blocking calls
-// run.
+// The operations a caller waits for — a read barrier, a command's
+// apply-and-retry, a membership change, a request forwarded to another
+// node — are each one stepped operation, as dragonboat's SyncPropose is
+// Propose plus a wait: its Step makes the next request when one is due,
+// takes the answers that arrived and reports the outcome once it is over;
+// the blocking call (ReadBarrier, ApplyMetadata in a cluster, AddNode,
+// RemoveNode, the client call's forward) is the operation started, then
+// runSteps, the one blocking wait between steps. A manual engine's driver
+// (the simulator) steps the same operations itself (StartReadBarrier,
+// StartAddNode, StartRemoveNode, StartForward), so the code it checks is
+// the code the blocking calls run.
 //
 // What differs between the two is only who owns the metadata member: a
 // manual engine's driver, from whose goroutine the steps are taken, or a
@@ -123,10 +124,15 @@ type stepper interface {
 
 // wakeup is what a stepped operation waits for between its steps.
 type wakeup struct {
-	at      time.Time           // its next due time (zero: none)
-	alarm   *alarm              // its alarm, when one is armed (nil: none)
-	answer  chan MetadataResult // a request's answer (nil: none awaited)
-	applied <-chan struct{}     // the next metadata application here (nil: not watched)
+	at     time.Time           // its next due time (zero: none)
+	alarm  *alarm              // its alarm, when one is armed (nil: none)
+	answer chan MetadataResult // a request's answer (nil: none awaited)
+	// ready is a channel that can be received from once something the
+	// next step takes arrived (nil: none watched): closed by the next
+	// metadata application here, or signalled by each answer, probe
+	// answer or news left for a forward (buffered, of one: a signal not
+	// yet taken covers the next, and a stale one costs one step).
+	ready <-chan struct{}
 }
 
 // alarm is a stepped operation's own timer, on the engine's clock. A step
@@ -225,7 +231,7 @@ func runSteps(ctx context.Context, clk clock.Clock, s stepper) error {
 			// Left for the step to take: the channel holds one answer,
 			// and its sender sends no other.
 			w.answer <- r
-		case <-w.applied:
+		case <-w.ready:
 		case <-rang:
 			w.alarm.fired = true
 		case <-fired:

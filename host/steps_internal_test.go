@@ -19,13 +19,17 @@ import (
 // into reply, leaves it unanswered (it was lost), or refuses it. Every
 // request is logged with the time it was made, from t0.
 type scriptPort struct {
-	clk    clock.Clock
+	lateQueue
 	t0     time.Time
 	log    []string
 	n      int
 	answer func(n int, op metaOp, reply chan MetadataResult) error
-	// late is what the script does later (later): a manual clock's run
-	// does it when its clock reaches it, a real clock's on a timer.
+}
+
+// lateQueue is what a script does later (later): a manual clock's run
+// does it when its clock reaches it (deliver), a real clock's on a timer.
+type lateQueue struct {
+	clk  clock.Clock
 	late []lateAnswer
 }
 
@@ -41,7 +45,7 @@ func (p *scriptPort) ask(what string, op metaOp, reply chan MetadataResult) erro
 }
 
 // later does do after d.
-func (p *scriptPort) later(d time.Duration, do func()) {
+func (p *lateQueue) later(d time.Duration, do func()) {
 	if _, ok := p.clk.(*clock.Manual); ok {
 		p.late = append(p.late, lateAnswer{at: p.clk.Now().Add(d), do: do})
 		return
@@ -51,7 +55,7 @@ func (p *scriptPort) later(d time.Duration, do func()) {
 
 // deliver does what the script does later, due at the manual clock's time, and
 // returns when the next is due (zero: none).
-func (p *scriptPort) deliver() time.Time {
+func (p *lateQueue) deliver() time.Time {
 	var next time.Time
 	p.late = slices.DeleteFunc(p.late, func(l lateAnswer) bool {
 		if !p.clk.Now().Before(l.at) {
@@ -108,7 +112,7 @@ func bothWays(t *testing.T, start func(e *Engine, port metaPort) stepper, answer
 	}
 	clk := clock.NewManual(time.Unix(1_000_000, 0))
 	e := stepEngine(t, clk)
-	port := &scriptPort{clk: clk, t0: clk.Now()}
+	port := &scriptPort{lateQueue: lateQueue{clk: clk}, t0: clk.Now()}
 	port.answer = func(n int, op metaOp, reply chan MetadataResult) error { return answer(e, port, n, op, reply) }
 	s := start(e, port)
 	for i := 0; ; i++ {
@@ -131,7 +135,7 @@ func bothWays(t *testing.T, start func(e *Engine, port metaPort) stepper, answer
 	}
 	synctest.Test(t, func(t *testing.T) {
 		e := stepEngine(t, clock.Real{})
-		port := &scriptPort{clk: clock.Real{}, t0: time.Now()}
+		port := &scriptPort{lateQueue: lateQueue{clk: clock.Real{}}, t0: time.Now()}
 		port.answer = func(n int, op metaOp, reply chan MetadataResult) error { return answer(e, port, n, op, reply) }
 		s := start(e, port)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
@@ -267,7 +271,7 @@ func TestRunStepsGivesUpWhereItStands(t *testing.T) {
 				return e.startBarrier(port, time.Time{})
 			}, false, true},
 		} {
-			port := &scriptPort{clk: clock.Real{}, t0: time.Now(), answer: tc.answer}
+			port := &scriptPort{lateQueue: lateQueue{clk: clock.Real{}}, t0: time.Now(), answer: tc.answer}
 			ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
 			err := runSteps(ctx, clock.Real{}, tc.start(port))
 			cancel()
@@ -297,7 +301,7 @@ func TestStepsTimeTriesOnTimers(t *testing.T) {
 	for _, name := range []string{"read barrier", "apply-and-retry"} {
 		k := &jumpClock{Manual: clock.NewManual(time.Unix(1_000_000, 0))}
 		e := stepEngine(t, k)
-		port := &scriptPort{clk: k, t0: k.Now()}
+		port := &scriptPort{lateQueue: lateQueue{clk: k}, t0: k.Now()}
 		refuse := false // the second try is refused: a pause follows
 		port.answer = func(n int, _ metaOp, reply chan MetadataResult) error {
 			if n == 2 && refuse {
