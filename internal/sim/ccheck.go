@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"path"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/parkway-io/parkway/internal/replica"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/shard"
@@ -187,9 +190,10 @@ func (c *csim) unownedSoleLog(id uint64, ns metadata.Namespace) bool {
 }
 
 // twoVoterReseeds reports whether every unsettled move is the liar's
-// re-seed of its replica in a group of two whose directory's raft log
-// and its sync mark lies touched (knownTwoVoterReseed): the group has no
-// majority without the replica the move replaces.
+// re-seed of its replica in a group of two whose directory's sync mark a
+// lie touched, and either its raft log too or the mark left unreadable
+// on the liar's disk (markUnreadable) (knownTwoVoterReseed): the group
+// has no majority without the replica the move replaces.
 func (c *csim) twoVoterReseeds() bool {
 	if c.lies == nil {
 		return false
@@ -201,12 +205,44 @@ func (c *csim) twoVoterReseeds() bool {
 		}
 		if len(p.Leaving) != 1 || len(p.Replicas) != 2 || metadata.NodeOf(p.Leaving[0]) != c.liar ||
 			!slices.ContainsFunc(p.Replicas, func(r uint64) bool { return r != p.Leaving[0] && metadata.NodeOf(r) == c.liar }) ||
-			!c.lies.bases[p.NS][shard.RaftLogName] || !c.lies.bases[p.NS][shard.RaftMarkName] {
+			!c.lies.bases[p.NS][shard.RaftMarkName] || !c.lies.bases[p.NS][shard.RaftLogName] && !c.markUnreadable(p.NS) {
 			return false
 		}
 		found = true
 	}
 	return found
+}
+
+// markUnreadable reports whether the liar's disk holds, now, a sync
+// mark of a raft log in ns's directory — the log's own, or one set aside
+// with its copy (damaged-N, package partition) — that the replica
+// refuses as damage (replica.SyncedSize: cut to no mark's size, or no
+// valid slot). It reads the disk itself, below the lies that make a read
+// return bytes the disk does not hold (a flip on read): a mark that only
+// read as damaged is not this limit, and a re-seed it caused stays a
+// failure.
+func (c *csim) markUnreadable(ns metadata.Namespace) bool {
+	fsys := c.lies.mem()
+	dir := partitionDir(ns)
+	dirs := []string{dir}
+	names, _ := fsys.ReadDir(dir) // none: no mark
+	for _, name := range names {
+		dirs = append(dirs, path.Join(dir, name)) // a set-aside copy, or no directory
+	}
+	return slices.ContainsFunc(dirs, func(d string) bool {
+		if _, err := fsys.Stat(path.Join(d, shard.RaftMarkName)); err != nil {
+			return false
+		}
+		_, _, _, err := replica.SyncedSize(fsys, path.Join(d, shard.RaftLogName))
+		return err != nil
+	})
+}
+
+// partitionDir is partition ns's directory in a node's data directory.
+func partitionDir(ns metadata.Namespace) string {
+	return path.Join(dataDir, "streams", strconv.FormatUint(uint64(ns.Stream()), 10),
+		"topics", strconv.FormatUint(uint64(ns.Topic()), 10),
+		"partitions", strconv.FormatUint(uint64(ns.Partition()), 10))
 }
 
 // convergedExcept is converged, but for the copies skip names (a node and

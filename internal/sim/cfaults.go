@@ -2,9 +2,7 @@ package sim
 
 import (
 	"fmt"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/parkway-io/parkway/transport"
@@ -289,9 +287,7 @@ func (c *csim) armDiskError(n *node) {
 		return
 	}
 	ns := parts[c.rng.IntN(len(parts))].NS
-	n.inj.eioPrefix = filepath.Join(dataDir, "streams", strconv.FormatUint(uint64(ns.Stream()), 10),
-		"topics", strconv.FormatUint(uint64(ns.Topic()), 10),
-		"partitions", strconv.FormatUint(uint64(ns.Partition()), 10)) + "/"
+	n.inj.eioPrefix = partitionDir(ns) + "/"
 	k := n.armDiskError()
 	c.event("n%d disk error armed: %s #%d under %v", n.id, n.inj.eioKind, k, ns)
 }

@@ -673,9 +673,10 @@
 // incarnation tag and its sync mark (which names the tag) left
 // unreadable, where the next incarnation's only replica is the liar's,
 // which no build may take and no peer can re-seed
-// (knownUnownedSoleLog), and the same cut where it has two replicas,
-// whose group cannot commit the liar's re-seed without the replica it
-// replaces (knownTwoVoterReseed); and one that is not a lie: a
+// (knownUnownedSoleLog), and the same cut, or a sync mark cut short
+// beside a log that holds no tag, where it has two replicas, whose group
+// cannot commit the liar's re-seed without the replica it replaces
+// (knownTwoVoterReseed); and one that is not a lie: a
 // partition left unusable by a failed write-behind is never rebuilt);
 // the cluster and lying-disk tests skip such seeds unless -sim.known is
 // set, and log them with their replay commands.

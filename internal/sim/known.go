@@ -144,5 +144,31 @@ const (
 	// created at revision 16, replicas on n1 and n2, was refused on n1 at
 	// 8.03 s ("raft log ends at byte 0, but 97 bytes of it were synced"),
 	// and n2 asked n1's old replica for its vote until the end.
-	knownTwoVoterReseed = "a lie cut a raft log below its incarnation tag where the next incarnation has two replicas, one the liar's: the liar re-seeds its replica, and the group of two voters cannot commit the move without it"
+	//
+	// The same route with no lie on the log: a mark a lie cut short, in a
+	// directory whose log holds no tag, is refused as the cut log is (a
+	// mark cut short keeps one slot, which may be the older: the newer
+	// may have named this incarnation's tag and a synced size the log no
+	// longer reaches — cluster seed 555's lost acknowledgements, package
+	// replica, readMark), so whose the log was cannot be told either.
+	// Classified when the mark is, on the liar's disk, unreadable
+	// (ccheck.go, markUnreadable), with or without a lie on the log; a
+	// mark that only read as damaged (a flip on read) is not. Cluster
+	// seed 2461: on n3, a torn write at 2.14 s and the power loss at
+	// 2.18 s left incarnation 11's raft log of 0/0/1 empty (none of it,
+	// its tag included, had been synced), and a lie while n3 was down cut
+	// its mark from 609 to 291 bytes (slot 0 left: seq 1, size 0, no
+	// tag). Nothing was lost, but nothing on the disk says so: every
+	// build there was refused ("291 bytes: not a mark file's size"), the
+	// incarnation created at revision 21 with replicas on n2 and n3 was
+	// refused on n3 too and re-seeded at 7.56 s, and n2 asked n3's old
+	// replica for its pre-vote until the end. The run's flips on read
+	// hit the zero padding after slot 0's record in 0/0/0's mark, which
+	// a read ignores: they refused nothing. (The slot left was the
+	// mark's creation record, which the mark's next write, seq 2, would
+	// have overwritten in place: a reader could take it for proof that
+	// the cut slot held nothing newer, but only if every write of the
+	// mark landed where it was aimed, and a misdirected write is a lie
+	// the disk tells; so the replica does not.)
+	knownTwoVoterReseed = "a lie left a raft log's owner unknown (the log cut below its incarnation tag, or its sync mark cut short) where the next incarnation has two replicas, one the liar's: the liar re-seeds its replica, and the group of two voters cannot commit the move without it"
 )
