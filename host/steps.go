@@ -133,6 +133,9 @@ type wakeup struct {
 	// answer or news left for a forward (buffered, of one: a signal not
 	// yet taken covers the next, and a stale one costs one step).
 	ready <-chan struct{}
+	// reply is the owner shard's answer to a client call's send (nil:
+	// none awaited).
+	reply chan shard.Response
 }
 
 // alarm is a stepped operation's own timer, on the engine's clock. A step
@@ -231,6 +234,9 @@ func runSteps(ctx context.Context, clk clock.Clock, s stepper) error {
 			// Left for the step to take: the channel holds one answer,
 			// and its sender sends no other.
 			w.answer <- r
+		case r := <-w.reply:
+			// Left so too: the shard answers a frame once.
+			w.reply <- r
 		case <-w.ready:
 		case <-rang:
 			w.alarm.fired = true
