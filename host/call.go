@@ -20,10 +20,13 @@ import (
 // error instead of waiting out its deadline.
 //
 // CallDriver holds the decisions, as a state machine without a clock or
-// a goroutine: it is told the time and each answer, and says what to do
-// next (send here, forward there, wake at a time, done). Engine.StartCall
-// and PendingCall.Wait carry its steps out with the engine's router, bus
-// and clock; Engine.Call is the two of them. Engine.NewCall gives a
+// a goroutine: it is told the time and each event (an answer or a
+// refused send, the namespace re-resolved or not, the caller giving up),
+// and says what to do next (send here, forward there, wake at a time,
+// done). Engine.StartCall makes the first attempt; PendingCall.Wait takes
+// its answer and otherwise carries the driver's steps out as one stepped
+// operation (callSteps) waited on by runSteps, with the engine's router,
+// bus and clock; Engine.Call is the two of them. Engine.NewCall gives a
 // manual engine's driver (the simulator) the same CallDriver and first
 // step, whose steps it carries out against its own delivery and clock
 // (a forward through StartForward, forward.go).
@@ -41,7 +44,8 @@ const (
 	// partition's leader or a replica, and feed its answer to Answer.
 	CallForward
 	// CallWait: retry in place at CallStep.At (CallStep.Err is why):
-	// re-resolve the namespace, then call Fired.
+	// re-resolve the namespace, then call Resolved (Fired when it was
+	// re-resolved).
 	CallWait
 )
 
@@ -343,8 +347,9 @@ type callPort interface {
 // again, a forward (Forwarding) made and awaited, a retry's pause on an
 // alarm — each told back to the driver. It makes no new attempt once ctx
 // ended (runSteps then gives up, and the driver says what that means).
-// Before each retry it stops for its owner to re-resolve the namespace
-// (resolving), when the owner has a resolver (resolves).
+// Before each retry it stops for its owner to re-resolve the namespace,
+// when the owner has a resolver (resolves): Step reports done with the
+// call not over (resolving set), and resolved carries it on.
 type callSteps struct {
 	e     *Engine
 	ctx   context.Context

@@ -17,8 +17,9 @@ import (
 // Propose plus a wait: its Step makes the next request when one is due,
 // takes the answers that arrived and reports the outcome once it is over;
 // the blocking call (ReadBarrier, ApplyMetadata in a cluster, AddNode,
-// RemoveNode, the client call's forward) is the operation started, then
-// runSteps, the one blocking wait between steps. A manual engine's driver
+// RemoveNode, the client call past its first answer and the client
+// call's forward) is the operation started, then runSteps, the one
+// blocking wait between steps. A manual engine's driver
 // (the simulator) steps the same operations itself (StartReadBarrier,
 // StartAddNode, StartRemoveNode, StartForward), so the code it checks is
 // the code the blocking calls run.
