@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/parkway-io/parkway/clock"
@@ -75,13 +72,12 @@ func callEngine(t *testing.T, clk clock.Clock) (*Engine, *transport.Network) {
 	return e, net
 }
 
-// callBothWays runs tc twice: stepped, the call's stepped operation
-// (callSteps) stepped on a manual clock advanced to its alarm (the
-// retry's, or its forward's) or the script's next action whenever a step
-// leaves it waiting, given up as runSteps gives up once the context
+// callBothWays runs tc both ways (nodeTwoBothWays): stepped, the call's stepped
+// operation (callSteps) stepped on a manual clock advanced to its alarm
+// (the retry's, or its forward's) or the script's next action whenever a
+// step leaves it waiting, given up as runSteps gives up once the context
 // ended, re-resolved as Wait re-resolves; and blocking, by
-// PendingCall.Wait on a real clock in a synctest bubble. It returns the
-// two logs.
+// PendingCall.Wait.
 func callBothWays(t *testing.T, tc callCase) (stepped, blocking []string) {
 	t.Helper()
 	ns := metadata.Namespace(1 << 20)
@@ -108,73 +104,33 @@ func callBothWays(t *testing.T, tc callCase) (stepped, blocking []string) {
 		}
 	}
 
-	clk := clock.NewManual(time.Unix(1_000_000, 0))
-	e, net := callEngine(t, clk)
-	p := &fwdPeer{lateQueue: lateQueue{clk: clk}, t0: clk.Now(), e: e, self: net.Endpoint(1), peer: net.Endpoint(2)}
-	react := tc.react()
-	p.react = func(p *fwdPeer, m transport.Message) { react(t, p, m) }
-	receive := func() {
-		for len(p.peer.Recv()) > 0 {
-			p.got(<-p.peer.Recv())
+	return nodeTwoBothWays(t, callEngine, tc.react, func(t *testing.T, e *Engine, p *fwdPeer) string {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		if tc.cancel > 0 {
+			p.later(tc.cancel, cancel)
 		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if tc.cancel > 0 {
-		p.later(tc.cancel, cancel)
-	}
-	res := resolve(p)
-	pc := e.startCall(ctx, req(), &scriptShard{p: p, answer: tc.shard})
-	s := pc.steps(ctx, true)
-	for i := 0; ; i++ {
-		receive()
-		err, done := s.Step()
-		receive()
-		if done && s.resolving {
-			s.resolved(res(ctx))
-			continue
-		}
-		if !done && ctx.Err() != nil {
-			err, done = s.giveUp(ctx.Err()), true
-		}
-		if done {
-			p.logf("done: %s", callOutcome(s.st.Resp, err))
-			break
-		}
-		at := p.deliver()
-		if w := s.wakes(); w.alarm != nil && !w.alarm.fired {
-			at = earliest(at, w.alarm.at)
-		}
-		if at.IsZero() || i > 1000 {
-			t.Fatalf("stepped: a step waits with nothing due (log %q)", p.log)
-		}
-		clk.Advance(at.Sub(clk.Now()))
-		p.deliver()
-	}
-	stepped = p.log
-	noneLeft(t, e)
-	cancel()
-	e.Close()
-	net.Close()
-
-	synctest.Test(t, func(t *testing.T) {
-		e, net := callEngine(t, clock.Real{})
-		defer net.Close()
-		defer e.Close()
-		p := &fwdPeer{lateQueue: lateQueue{clk: clock.Real{}}, t0: time.Now(), e: e, self: net.Endpoint(1), peer: net.Endpoint(2)}
-		react := tc.react()
-		p.react = func(p *fwdPeer, m transport.Message) { react(t, p, m) }
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			for {
-				select {
-				case m := <-p.peer.Recv():
-					p.got(m)
-				case <-stop:
-					return
-				}
+		res := resolve(p)
+		pc := e.startCall(ctx, req(), &scriptShard{p: p, answer: tc.shard})
+		s := pc.steps(ctx, true)
+		for i := 0; ; i++ {
+			p.receive()
+			err, done := s.Step()
+			p.receive()
+			if done && s.resolving {
+				s.resolved(res(ctx))
+				continue
 			}
-		})
+			if !done && ctx.Err() != nil {
+				err, done = s.giveUp(ctx.Err()), true
+			}
+			if done {
+				noneLeft(t, e)
+				return callOutcome(s.st.Resp, err)
+			}
+			p.advance(t, i, s.wakes().alarm)
+		}
+	}, func(t *testing.T, e *Engine, p *fwdPeer) string {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		if tc.cancel > 0 {
@@ -182,16 +138,9 @@ func callBothWays(t *testing.T, tc callCase) (stepped, blocking []string) {
 		}
 		pc := e.startCall(ctx, req(), &scriptShard{p: p, answer: tc.shard})
 		r, err := pc.Wait(ctx, resolve(p))
-		synctest.Wait() // what node 2 got before the end is logged
-		p.logf("done: %s", callOutcome(r, err))
-		close(stop)
-		wg.Wait()
 		noneLeft(t, e)
-		p.mu.Lock()
-		blocking = p.log
-		p.mu.Unlock()
+		return callOutcome(r, err)
 	})
-	return stepped, blocking
 }
 
 // The blocking client call (PendingCall.Wait: its first answer taken,
@@ -298,12 +247,7 @@ func TestSteppedAndBlockingCallAlike(t *testing.T) {
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			stepped, blocking := callBothWays(t, tc)
-			if !slices.Equal(stepped, tc.want) {
-				t.Errorf("stepped: %q\nwant      %q", stepped, tc.want)
-			}
-			if !slices.Equal(blocking, stepped) {
-				t.Errorf("blocking: %q\nstepped:  %q", blocking, stepped)
-			}
+			sameLogs(t, stepped, blocking, tc.want)
 		})
 	}
 }
