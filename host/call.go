@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/internal/backoff"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/router"
@@ -21,10 +20,13 @@ import (
 // error instead of waiting out its deadline.
 //
 // CallDriver holds the decisions, as a state machine without a clock or
-// a goroutine: it is told the time and each answer, and says what to do
-// next (send here, forward there, wake at a time, done). Engine.StartCall
-// and PendingCall.Wait carry its steps out with the engine's router, bus
-// and clock; Engine.Call is the two of them. Engine.NewCall gives a
+// a goroutine: it is told the time and each event (an answer or a
+// refused send, the namespace re-resolved or not, the caller giving up),
+// and says what to do next (send here, forward there, wake at a time,
+// done). Engine.StartCall makes the first attempt; PendingCall.Wait takes
+// its answer and otherwise carries the driver's steps out as one stepped
+// operation (callSteps) waited on by runSteps, with the engine's router,
+// bus and clock; Engine.Call is the two of them. Engine.NewCall gives a
 // manual engine's driver (the simulator) the same CallDriver and first
 // step, whose steps it carries out against its own delivery and clock
 // (a forward through StartForward, forward.go).
@@ -42,7 +44,8 @@ const (
 	// partition's leader or a replica, and feed its answer to Answer.
 	CallForward
 	// CallWait: retry in place at CallStep.At (CallStep.Err is why):
-	// re-resolve the namespace, then call Fired.
+	// re-resolve the namespace, then call Resolved (Fired when it was
+	// re-resolved).
 	CallWait
 )
 
@@ -158,8 +161,35 @@ func (d *CallDriver) Answer(now time.Time, r shard.Response, err error) CallStep
 }
 
 // Fired is the retry's time come, the namespace re-resolved into the
-// request: send it again to the owner shard.
-func (d *CallDriver) Fired() CallStep { return CallStep{Op: CallSend} }
+// request: send it again to the owner shard (Resolved(nil)).
+func (d *CallDriver) Fired() CallStep { return d.Resolved(nil) }
+
+// Resolved is the retry's time come and the namespace re-resolved: err
+// nil, the request, carrying the partition's current namespace and
+// incarnation, is sent again to the owner shard; otherwise err (its
+// topic or partition is gone) ends the call, rather than its retries
+// waiting out the deadline.
+func (d *CallDriver) Resolved(err error) CallStep {
+	if err != nil {
+		return CallStep{Op: CallDone, Err: err}
+	}
+	return CallStep{Op: CallSend}
+}
+
+// Cancelled is the caller giving up with err (its context's): the call
+// ends, never retried. A forward the driver asked for and that is not
+// answered may still be applied by the node it went to (or be sent
+// there yet): the call's outcome is unknown, ErrOutcomeUnknown wrapping
+// err. Given up awaiting the owner shard's answer or in a retry's pause,
+// the call ends with err itself, which the caller takes to mean the same
+// (PendingCall.Wait).
+func (d *CallDriver) Cancelled(err error) CallStep {
+	if d.forwarding {
+		d.forwarding = false
+		return CallStep{Op: CallDone, Err: fmt.Errorf("%w: %w", shard.ErrOutcomeUnknown, err)}
+	}
+	return CallStep{Op: CallDone, Err: err}
+}
 
 // RetryInPlace reports whether err means "the same request to this node
 // will likely succeed shortly". "Not leader" is deliberately not one of
@@ -181,6 +211,7 @@ type Resolve func(ctx context.Context) (metadata.Namespace, uint64, error)
 // its answer awaited by Wait. It is not safe for concurrent use.
 type PendingCall struct {
 	e     *Engine
+	port  callPort
 	d     CallDriver
 	f     shard.Frame
 	reply chan shard.Response
@@ -201,7 +232,12 @@ func (e *Engine) Call(ctx context.Context, req *shard.Request, resolve Resolve) 
 // shard (a full inbox makes it wait, bounded by the call's deadline:
 // backpressure).
 func (e *Engine) StartCall(ctx context.Context, req *shard.Request) PendingCall {
-	p := PendingCall{e: e, reply: make(chan shard.Response, 1)}
+	return e.startCall(ctx, req, e)
+}
+
+// startCall is StartCall with the call's attempts made through port.
+func (e *Engine) startCall(ctx context.Context, req *shard.Request, port callPort) PendingCall {
+	p := PendingCall{e: e, port: port, reply: make(chan shard.Response, 1)}
 	p.f = shard.Frame{Req: req, Reply: p.reply}
 	// The clock is read only for a request without a deadline: a
 	// producer stamps its own from the clock read that stamped its batch.
@@ -213,7 +249,7 @@ func (e *Engine) StartCall(ctx context.Context, req *shard.Request) PendingCall 
 	if p.d, st = e.NewCall(req.NS, req.Deadline); st.Op == CallForward {
 		p.to = st.To
 	} else {
-		p.sent = e.send(ctx, p.f)
+		p.sent = port.send(ctx, p.f)
 	}
 	return p
 }
@@ -266,85 +302,183 @@ func (e *Engine) callConfig() CallConfig {
 
 // Wait returns the call's answer, retrying and forwarding as the driver
 // decides, within ctx and the call's deadline. A Wait ended by ctx
-// returns ctx's error: the request may or may not have been applied.
-// Call it once.
+// returns ctx's error (an unknown outcome wrapping it when a forward was
+// awaited): the request may or may not have been applied. Call it once.
+//
+// The first local attempt's answer, which almost every call gets, is
+// taken here with one receive: no clock read, no allocation. Anything
+// else is the call's stepped operation (callSteps) carried out by
+// runSteps, stopping for resolve before each retry: the resolver is the
+// caller's and stays off the heap (a closure kept by the operation would
+// escape and cost every call an allocation, the fast ones too).
 func (p *PendingCall) Wait(ctx context.Context, resolve Resolve) (shard.Response, error) {
-	e, d, req := p.e, &p.d, p.f.Req
-	var timer clock.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	step := CallStep{Op: CallSend}
-	if p.to != 0 {
-		step = CallStep{Op: CallForward, To: p.to}
-	}
-	for {
-		switch step.Op {
-		case CallDone:
-			return step.Resp, step.Err
-		case CallSend:
-			err := p.sent
-			p.sent = nil
-			if errors.Is(err, ErrClosed) {
-				return shard.Response{}, ErrClosed
+	if p.to == 0 && p.sent == nil {
+		select {
+		case r := <-p.reply:
+			if r.Err == nil {
+				return r, nil
 			}
+			p.reply <- r // left for the steps to take: the shard sends one
+		case <-ctx.Done():
+			// The shard will still answer into the buffered reply
+			// channel.
+			return shard.Response{}, p.d.Cancelled(ctx.Err()).Err
+		}
+	}
+	s := p.steps(ctx, resolve != nil)
+	for {
+		err := runSteps(ctx, p.e.cfg.Clock, s)
+		if !s.resolving {
+			return s.st.Resp, err
+		}
+		ns, epoch, err := resolve(ctx)
+		s.resolved(ns, epoch, err)
+	}
+}
+
+// callPort is where a call's attempts go on this node: its owner shards
+// (Engine.send).
+type callPort interface {
+	send(ctx context.Context, f shard.Frame) error
+}
+
+// callSteps is a client call as runSteps carries it out: the steps its
+// CallDriver decides — the owner shard's answer awaited, a send made
+// again, a forward (Forwarding) made and awaited, a retry's pause on an
+// alarm — each told back to the driver. It makes no new attempt once ctx
+// ended (runSteps then gives up, and the driver says what that means).
+// Before each retry it stops for its owner to re-resolve the namespace,
+// when the owner has a resolver (resolves): Step reports done with the
+// call not over (resolving set), and resolved carries it on.
+type callSteps struct {
+	e     *Engine
+	ctx   context.Context
+	port  callPort
+	d     CallDriver
+	st    CallStep
+	f     shard.Frame
+	reply chan shard.Response
+	sent  error       // the last send's refusal, not yet told to the driver
+	due   bool        // CallSend: the send is still to be made
+	fwd   *Forwarding // CallForward: the forward made (nil: not yet)
+	alarm alarm       // CallWait: rings at the retry's time
+	// resolves: the owner re-resolves the namespace before each retry;
+	// resolving: a retry's time came, and Step stopped for it.
+	resolves, resolving bool
+}
+
+// steps is the call's stepped operation from its first attempt on.
+func (p *PendingCall) steps(ctx context.Context, resolves bool) *callSteps {
+	s := &callSteps{e: p.e, ctx: ctx, port: p.port, d: p.d, f: p.f, reply: p.reply, sent: p.sent,
+		alarm: alarm{clk: p.e.cfg.Clock}, resolves: resolves, st: CallStep{Op: CallSend}}
+	if p.to != 0 {
+		s.st = CallStep{Op: CallForward, To: p.to}
+	}
+	return s
+}
+
+// next takes the driver's next step st: a send is due, a retry's pause
+// is timed by the alarm.
+func (s *callSteps) next(st CallStep) {
+	s.st, s.due = st, st.Op == CallSend
+	if st.Op == CallWait {
+		s.alarm.set(st.At)
+	}
+}
+
+// Step implements stepper.
+func (s *callSteps) Step() (err error, done bool) {
+	for {
+		switch s.st.Op {
+		case CallDone:
+			s.alarm.stop()
+			return s.st.Err, true
+		case CallSend:
+			if s.due {
+				if s.ctx.Err() != nil {
+					return nil, false
+				}
+				s.due = false
+				s.sent = s.port.send(s.ctx, s.f)
+			}
+			err := s.sent
+			s.sent = nil
 			var r shard.Response
 			if err == nil {
 				select {
-				case r = <-p.reply:
-				case <-ctx.Done():
-					// The shard will still answer into the buffered
-					// reply channel; the request may or may not have
-					// been applied.
-					return shard.Response{}, ctx.Err()
-				}
-				if r.Err == nil {
-					return r, nil
+				case r = <-s.reply:
+				default:
+					return nil, false
 				}
 			}
-			if ctx.Err() != nil {
-				return shard.Response{}, ctx.Err()
-			}
-			// The clock is read only once an attempt failed: the first
-			// attempt of almost every call succeeds.
-			step = d.Answer(e.cfg.Clock.Now(), r, err)
+			s.next(s.d.Answer(s.e.cfg.Clock.Now(), r, err))
 		case CallForward:
-			r, err := e.forward(ctx, step.To, req)
-			step = d.Answer(e.cfg.Clock.Now(), r, err)
-			if step.Op == CallWait && ctx.Err() != nil && errors.Is(step.Err, shard.ErrOutcomeUnknown) {
-				// A forward cut short by ctx: its outcome is unknown.
-				return shard.Response{}, step.Err
-			}
-		case CallWait:
-			wait := step.At.Sub(e.cfg.Clock.Now())
-			if timer == nil {
-				timer = e.cfg.Clock.NewTimer(wait)
-			} else {
-				timer.Reset(wait)
-			}
-			select {
-			case <-timer.C():
-			case <-ctx.Done():
-				return shard.Response{}, ctx.Err()
-			}
-			// Re-resolve before every attempt: a handle whose
-			// incarnation is gone ends the call with a not-found error,
-			// and the request carries the partition's current
-			// incarnation of the same topic (partitions deleted and
-			// re-added within the topic get new ones).
-			if resolve != nil {
-				ns, epoch, err := resolve(ctx)
-				if err != nil {
-					return shard.Response{}, err
+			if s.fwd == nil {
+				if s.ctx.Err() != nil {
+					return nil, false
 				}
-				req.NS, req.Epoch = ns, epoch
+				f, err := s.e.StartForward(s.st.To, s.f.Req)
+				if err != nil {
+					s.next(s.d.Answer(s.e.cfg.Clock.Now(), shard.Response{}, err))
+					break
+				}
+				s.fwd = f
 			}
-			step = d.Fired()
-			p.sent = e.send(ctx, p.f)
+			r, err, done := s.fwd.Step()
+			if !done {
+				return nil, false
+			}
+			s.fwd = nil
+			s.next(s.d.Answer(s.e.cfg.Clock.Now(), r, err))
+		case CallWait:
+			if !s.alarm.rang() || s.ctx.Err() != nil {
+				return nil, false
+			}
+			if s.resolves {
+				s.resolving = true
+				return nil, true
+			}
+			s.next(s.d.Resolved(nil))
 		}
 	}
+}
+
+// resolved takes the owner's re-resolution of the namespace before a
+// retry: the partition's current namespace and incarnation go into the
+// request (partitions deleted and re-added within the topic get new
+// ones), or err (its topic or partition is gone) is told to the driver.
+func (s *callSteps) resolved(ns metadata.Namespace, epoch uint64, err error) {
+	s.resolving = false
+	if err == nil {
+		s.f.Req.NS, s.f.Req.Epoch = ns, epoch
+	}
+	s.next(s.d.Resolved(err))
+}
+
+// wakes implements stepper: the owner shard's answer, the forward's
+// wakes, or the retry's alarm.
+func (s *callSteps) wakes() wakeup {
+	switch {
+	case s.st.Op == CallSend:
+		return wakeup{reply: s.reply}
+	case s.st.Op == CallForward && s.fwd != nil:
+		return (*forwardSteps)(s.fwd).wakes()
+	case s.st.Op == CallWait:
+		return wakeup{alarm: &s.alarm}
+	}
+	return wakeup{}
+}
+
+// giveUp implements stepper: the driver says what the caller giving up
+// means (Cancelled); a forward in flight is let go of.
+func (s *callSteps) giveUp(err error) error {
+	if s.fwd != nil {
+		s.fwd.Abandon()
+		s.fwd = nil
+	}
+	s.next(s.d.Cancelled(err))
+	s.alarm.stop()
+	return s.st.Err
 }
 
 // send hands f to the owner shard of its namespace. A full inbox is

@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -79,6 +80,28 @@ func TestCallDriver(t *testing.T) {
 	}
 	if st := one.Answer(t0.Add(time.Second), shard.Response{Err: retry}, nil); st.Op != host.CallDone {
 		t.Fatalf("a timeout after the first retry: %+v, want done", st)
+	}
+
+	// Re-resolved: sent again, or ended by the resolve's error.
+	if st := one.Resolved(nil); st.Op != host.CallSend {
+		t.Fatalf("resolved: %+v, want a send", st)
+	}
+	gone := errors.New("gone")
+	if st := one.Resolved(gone); st.Op != host.CallDone || !errors.Is(st.Err, gone) {
+		t.Fatalf("resolve failed: %+v, want done with its error", st)
+	}
+
+	// Given up: with the caller's error, an unknown outcome while a
+	// forward asked for is unanswered (never retried).
+	if st := one.Cancelled(context.Canceled); st.Op != host.CallDone || !errors.Is(st.Err, context.Canceled) || errors.Is(st.Err, shard.ErrOutcomeUnknown) {
+		t.Fatalf("given up sending here: %+v, want done with the context's error", st)
+	}
+	d = host.NewCallDriver(&cfg)
+	d.Start(time.Time{}, 0)
+	d.Answer(t0, shard.Response{Err: nl}, nil) // forward to 2
+	st = d.Cancelled(context.Canceled)
+	if st.Op != host.CallDone || !errors.Is(st.Err, shard.ErrOutcomeUnknown) || !errors.Is(st.Err, context.Canceled) {
+		t.Fatalf("given up forwarding: %+v, want done with an unknown outcome", st)
 	}
 }
 

@@ -41,6 +41,61 @@ func (p *fwdPeer) logf(format string, args ...any) {
 	p.log = append(p.log, fmt.Sprintf(format, args...)+fmt.Sprintf(" at +%v", p.clk.Now().Sub(p.t0).Round(time.Millisecond)))
 }
 
+// newFwdPeer is node 2 of e's network as react (a fresh script) plays
+// it, its log's times from now on clk.
+func newFwdPeer(t *testing.T, clk clock.Clock, e *Engine, net *transport.Network, react func() func(t *testing.T, p *fwdPeer, m transport.Message)) *fwdPeer {
+	p := &fwdPeer{lateQueue: lateQueue{clk: clk}, t0: clk.Now(), e: e, self: net.Endpoint(1), peer: net.Endpoint(2)}
+	r := react()
+	p.react = func(p *fwdPeer, m transport.Message) { r(t, p, m) }
+	return p
+}
+
+// receive has node 2 take what it was sent (a manual clock's run).
+func (p *fwdPeer) receive() {
+	for len(p.peer.Recv()) > 0 {
+		p.got(<-p.peer.Recv())
+	}
+}
+
+// serve has node 2 take what it is sent as it comes (a real clock's
+// run), until the returned stop, which returns its log.
+func (p *fwdPeer) serve() (stop func() []string) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case m := <-p.peer.Recv():
+				p.got(m)
+			case <-done:
+				return
+			}
+		}
+	})
+	return func() []string {
+		close(done)
+		wg.Wait()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.log
+	}
+}
+
+// advance moves a manual clock's run on, its i-th step having left it
+// waiting: to the script's next action or alarm a (nil: none), whichever
+// comes first, doing what is due then.
+func (p *fwdPeer) advance(t *testing.T, i int, a *alarm) {
+	at := p.deliver()
+	if a != nil && !a.fired {
+		at = earliest(at, a.at)
+	}
+	if at.IsZero() || i > 1000 {
+		t.Fatalf("stepped: a step waits with nothing due (log %q)", p.log)
+	}
+	p.clk.(*clock.Manual).Advance(at.Sub(p.clk.Now()))
+	p.deliver()
+}
+
 // got logs and reacts to a message node 2 received.
 func (p *fwdPeer) got(m transport.Message) {
 	p.logf("n2 got %s", map[uint8]string{KindRequest: "request", KindProbe: "probe"}[m.Kind])
@@ -99,82 +154,77 @@ func fwdEngine(t *testing.T, clk clock.Clock) (*Engine, *transport.Network) {
 	return e, net
 }
 
-// forwardBothWays runs tc twice: stepped, as a manual engine's driver
-// (the simulator) steps a Forwarding, its manual clock advanced to the
-// forward's alarm or the script's next action whenever a step leaves it
-// waiting; and blocking, by Engine.forward on a real clock in a synctest
-// bubble. It returns the two logs.
-func forwardBothWays(t *testing.T, tc fwdCase) (stepped, blocking []string) {
+// nodeTwoBothWays runs a script twice on node 1 of two (made by engine on the
+// run's clock), node 2 playing react: stepped, on a manual clock, by
+// stepped (which calls p.advance whenever a step leaves it waiting), and
+// blocking, on a real clock in a synctest bubble, by blocking while node
+// 2 takes what it is sent as it comes. Each returns the outcome, logged
+// as done; nodeTwoBothWays returns the two logs.
+func nodeTwoBothWays(t *testing.T, engine func(*testing.T, clock.Clock) (*Engine, *transport.Network),
+	react func() func(t *testing.T, p *fwdPeer, m transport.Message),
+	stepped, blocking func(t *testing.T, e *Engine, p *fwdPeer) string) (steppedLog, blockingLog []string) {
 	t.Helper()
 	clk := clock.NewManual(time.Unix(1_000_000, 0))
-	e, net := fwdEngine(t, clk)
-	p := &fwdPeer{lateQueue: lateQueue{clk: clk}, t0: clk.Now(), e: e, self: net.Endpoint(1), peer: net.Endpoint(2)}
-	react := tc.react()
-	p.react = func(p *fwdPeer, m transport.Message) { react(t, p, m) }
-	receive := func() {
-		for len(p.peer.Recv()) > 0 {
-			p.got(<-p.peer.Recv())
-		}
-	}
-	f, err := e.StartForward(2, tc.req(p.t0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc.start(p)
-	for i := 0; ; i++ {
-		receive()
-		r, err, done := f.Step()
-		receive()
-		if done {
-			p.logf("done: %s", fwdOutcome(r, err))
-			break
-		}
-		at := p.deliver()
-		if !f.alarm.fired {
-			at = earliest(at, f.alarm.at)
-		}
-		if at.IsZero() || i > 1000 {
-			t.Fatalf("stepped: a step waits with nothing due (log %q)", p.log)
-		}
-		clk.Advance(at.Sub(clk.Now()))
-		p.deliver()
-	}
-	stepped = p.log
+	e, net := engine(t, clk)
+	p := newFwdPeer(t, clk, e, net, react)
+	p.logf("done: %s", stepped(t, e, p))
+	steppedLog = p.log
 	e.Close()
 	net.Close()
 
 	synctest.Test(t, func(t *testing.T) {
-		e, net := fwdEngine(t, clock.Real{})
+		e, net := engine(t, clock.Real{})
 		defer net.Close()
 		defer e.Close()
-		p := &fwdPeer{lateQueue: lateQueue{clk: clock.Real{}}, t0: time.Now(), e: e, self: net.Endpoint(1), peer: net.Endpoint(2)}
-		react := tc.react()
-		p.react = func(p *fwdPeer, m transport.Message) { react(t, p, m) }
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			for {
-				select {
-				case m := <-p.peer.Recv():
-					p.got(m)
-				case <-stop:
-					return
-				}
+		p := newFwdPeer(t, clock.Real{}, e, net, react)
+		stop := p.serve()
+		outcome := blocking(t, e, p)
+		synctest.Wait() // what node 2 got before the end is logged
+		p.logf("done: %s", outcome)
+		blockingLog = stop()
+	})
+	return steppedLog, blockingLog
+}
+
+// sameLogs checks a stepped run's log against want, and the blocking
+// run's against the stepped one's.
+func sameLogs(t *testing.T, stepped, blocking, want []string) {
+	t.Helper()
+	if !slices.Equal(stepped, want) {
+		t.Errorf("stepped: %q\nwant      %q", stepped, want)
+	}
+	if !slices.Equal(blocking, stepped) {
+		t.Errorf("blocking: %q\nstepped:  %q", blocking, stepped)
+	}
+}
+
+// forwardBothWays runs tc both ways (nodeTwoBothWays): stepped, as a manual
+// engine's driver (the simulator) steps a Forwarding, its clock advanced
+// to the forward's alarm or the script's next action whenever a step
+// leaves it waiting; and blocking, by Engine.forward.
+func forwardBothWays(t *testing.T, tc fwdCase) (stepped, blocking []string) {
+	t.Helper()
+	return nodeTwoBothWays(t, fwdEngine, tc.react, func(t *testing.T, e *Engine, p *fwdPeer) string {
+		f, err := e.StartForward(2, tc.req(p.t0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc.start(p)
+		for i := 0; ; i++ {
+			p.receive()
+			r, err, done := f.Step()
+			p.receive()
+			if done {
+				return fwdOutcome(r, err)
 			}
-		})
+			p.advance(t, i, &f.alarm)
+		}
+	}, func(t *testing.T, e *Engine, p *fwdPeer) string {
 		tc.start(p)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
-		r, err := e.forward(ctx, 2, tc.req(p.t0))
-		synctest.Wait() // what node 2 got before the end is logged
-		p.logf("done: %s", fwdOutcome(r, err))
-		close(stop)
-		wg.Wait()
-		p.mu.Lock()
-		blocking = p.log
-		p.mu.Unlock()
+		return fwdOutcome(e.forward(ctx, 2, tc.req(p.t0)))
 	})
-	return stepped, blocking
 }
 
 // The blocking forward (Engine.forward) takes the decisions the stepped
@@ -266,12 +316,7 @@ func TestSteppedAndBlockingForwardAlike(t *testing.T) {
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			stepped, blocking := forwardBothWays(t, tc)
-			if !slices.Equal(stepped, tc.want) {
-				t.Errorf("stepped: %q\nwant      %q", stepped, tc.want)
-			}
-			if !slices.Equal(blocking, stepped) {
-				t.Errorf("blocking: %q\nstepped:  %q", blocking, stepped)
-			}
+			sameLogs(t, stepped, blocking, tc.want)
 		})
 	}
 }

@@ -17,8 +17,9 @@ import (
 // Propose plus a wait: its Step makes the next request when one is due,
 // takes the answers that arrived and reports the outcome once it is over;
 // the blocking call (ReadBarrier, ApplyMetadata in a cluster, AddNode,
-// RemoveNode, the client call's forward) is the operation started, then
-// runSteps, the one blocking wait between steps. A manual engine's driver
+// RemoveNode, the client call past its first answer and the client
+// call's forward) is the operation started, then runSteps, the one
+// blocking wait between steps. A manual engine's driver
 // (the simulator) steps the same operations itself (StartReadBarrier,
 // StartAddNode, StartRemoveNode, StartForward), so the code it checks is
 // the code the blocking calls run.
@@ -133,6 +134,9 @@ type wakeup struct {
 	// answer or news left for a forward (buffered, of one: a signal not
 	// yet taken covers the next, and a stale one costs one step).
 	ready <-chan struct{}
+	// reply is the owner shard's answer to a client call's send (nil:
+	// none awaited).
+	reply chan shard.Response
 }
 
 // alarm is a stepped operation's own timer, on the engine's clock. A step
@@ -231,6 +235,9 @@ func runSteps(ctx context.Context, clk clock.Clock, s stepper) error {
 			// Left for the step to take: the channel holds one answer,
 			// and its sender sends no other.
 			w.answer <- r
+		case r := <-w.reply:
+			// Left so too: the shard answers a frame once.
+			w.reply <- r
 		case <-w.ready:
 		case <-rang:
 			w.alarm.fired = true
