@@ -52,11 +52,8 @@ type base struct {
 	// quiescing once work and faults stop.
 	depth     int
 	quiescing bool
-	// h is the harness's part of answer handling (onAnswer), kind what
-	// the scheduler step and quiescence leave to the nodes' engine kind
-	// (sched.go).
-	h    answerer
-	kind kind
+	// h is the harness's part of answer handling (onAnswer).
+	h answerer
 	// memberDone takes the end of a consumer group member's operation
 	// (cluster mode, cmembers.go).
 	memberDone func(*client, *op)

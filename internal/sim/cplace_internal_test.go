@@ -72,7 +72,7 @@ func TestQuorumReached(t *testing.T) {
 // the produces in flight (noteClogged), when the receiver runs; a clog
 // into a node that is down delivers nothing and counts nothing.
 func TestCheckerSeed1376ClogReleasedAfterItsSenderWentDown(t *testing.T) {
-	c := &csim{}
+	c := &sim{}
 	for id := uint64(1); id <= 3; id++ {
 		c.nodes = append(c.nodes, &node{c: c, id: id})
 	}

@@ -59,7 +59,7 @@ var invariants = [...]*invariant{
 // harness is what the invariants read of a run, in either mode: the
 // shared history (base), the running shards and their drop counters,
 // each node's metadata, and each partition incarnation's history as
-// the clients saw it. *sim (one node) and *csim (a cluster) implement it.
+// the clients saw it. *sim (one node) and *sim (a cluster) implement it.
 type harness interface {
 	core() *base
 	// nodesNow lists the current incarnation of every node of the run,
@@ -150,10 +150,12 @@ func finalChecks(h harness) {
 	}
 }
 
-// inCluster adapts a check that exists only in cluster mode.
-func inCluster(f func(c *csim)) func(harness) {
+// inCluster adapts a check of what only a cluster has (a network, a
+// metadata group, forwarded requests, group members): it runs on a run
+// with a network.
+func inCluster(f func(c *sim)) func(harness) {
 	return func(h harness) {
-		if c, ok := h.(*csim); ok {
+		if c, ok := h.(*sim); ok && c.net != nil {
 			f(c)
 		}
 	}

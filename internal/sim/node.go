@@ -31,8 +31,8 @@ import (
 type node struct {
 	// b is the run's shared state (the RNG, the trace, the fault counts);
 	// c is the cluster harness, nil for the single-node kind.
-	b   *base
-	c   *csim
+	b   *sim
+	c   *sim
 	id  uint64
 	mem *vfs.MemFS
 	inj *injector

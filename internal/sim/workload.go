@@ -165,25 +165,6 @@ func (b *base) pickKind() opKind {
 	}
 }
 
-// clientAct lets c act: retry its operation if that is due, or start a
-// new one.
-func (s *sim) clientAct(c *client) {
-	if c.op != nil {
-		retryIfDue(c.op, s.clk.Now(), s.retry, nil)
-		return
-	}
-	if c.extra || s.quiescing {
-		return
-	}
-	s.act(c, s.nodes[0], func(group bool) {
-		if group {
-			s.groupOp()
-		} else {
-			s.metaOp(c)
-		}
-	}, nil, func(ns metadata.Namespace, kind opKind) { s.dataOp(c, ns, kind) })
-}
-
 // act is the next action of client cl, through node n, when it has no
 // operation under way: a metadata command (one in six, and always while
 // nothing is committed) or a consumer group command (one in five of the
@@ -213,11 +194,6 @@ func (b *base) act(cl *client, n *node, meta func(group bool), lookup func() boo
 	}
 	p := snap.Partitions[b.rng.IntN(len(snap.Partitions))]
 	data(p.NS, b.pickKind())
-}
-
-// dataOp starts a partition operation of kind on ns for c.
-func (s *sim) dataOp(c *client, ns metadata.Namespace, kind opKind) *op {
-	return s.callData(c, s.nodes[0], ns, kind, func(o *op, a *attempt) { s.startCall(o, a, s.nodes[0]) })
 }
 
 // callData starts a data operation of kind on ns by client cl through its
@@ -517,48 +493,6 @@ func describe(r shard.Response) string {
 	return fmt.Sprintf("ok offset=%d msgs=%d [%d:%d .. %d:%d]", r.Offset, len(r.Messages), first.Offset, idf, last.Offset, idl)
 }
 
-// onSuccess checks an acknowledged produce against the storage tap
-// (invariant 3) and marks its messages acknowledged.
-func (s *sim) onSuccess(a *attempt, r shard.Response) {
-	o := a.op
-	if o.kind == kindProduce || o.kind == kindBatch {
-		var key incKey
-		for i, id := range a.ids {
-			info := s.msgs[id]
-			if !info.appended {
-				s.fail(3, "attempt %d acknowledged at offset %d, but its message %d was never appended", a.id, r.Offset, id)
-				return
-			}
-			if i == 0 {
-				key = info.key
-			}
-			if info.key != key || info.off != r.Offset+uint64(i) {
-				s.fail(3, "attempt %d acknowledged at offset %d, but its message %d landed at %v/%d",
-					a.id, r.Offset, id, info.key, info.off)
-				return
-			}
-		}
-		if log := s.oracle[key]; log != nil {
-			for i, id := range a.ids {
-				off := r.Offset + uint64(i)
-				if off >= uint64(len(log.ids)) || log.ids[off] != id {
-					s.fail(3, "attempt %d acknowledged message %d at %v/%d, which no longer holds it", a.id, id, key, off)
-					return
-				}
-				log.acked[off] = true
-			}
-		}
-		s.ops.Acked++
-	}
-	s.finish(o, outcomeOK, r, nil)
-}
-
-// follow carries on o's client call after an answer (callStep): a single
-// node's call never forwards.
-func (s *sim) follow(o *op, _ *attempt, st host.CallStep, cause error) {
-	s.callStep(o, st, cause)
-}
-
 // callStep carries out the client call's step st after o's try was
 // answered cause (host.CallDriver, the Node's client call): a wait is a
 // retry in place at its time, and the end of the call (its deadline
@@ -604,12 +538,6 @@ func (b *base) startCall(o *op, a *attempt, n *node) {
 }
 
 var errGone = errors.New("sim: partition no longer committed")
-
-// retry re-resolves o's partition and sends a new attempt.
-func (s *sim) retry(o *op) {
-	o.waiting = false
-	s.retryCall(o, s.nodes[0])
-}
 
 // retryCall makes the client call's retry in place of o through node n:
 // the Node re-resolves the name there first (a partition no longer
@@ -785,7 +713,7 @@ func (s *sim) burst() {
 		if s.rng.IntN(3) == 0 {
 			kind = kindPoll
 		}
-		s.dataOp(c, ns, kind)
+		s.dataOp(c, s.nodes[0], ns, kind)
 	}
 }
 
@@ -855,10 +783,10 @@ func (s *sim) metaOp(c *client) {
 	}
 	// Data operations right after the commit: this client and up to two
 	// idle others.
-	s.dataOp(c, created[s.rng.IntN(len(created))].NS, s.pickKind())
+	s.dataOp(c, s.nodes[0], created[s.rng.IntN(len(created))].NS, s.pickKind())
 	for i, n := 0, s.rng.IntN(3); i < len(s.clients) && n > 0; i++ {
 		if x := s.clients[i]; x.op == nil && !x.extra {
-			s.dataOp(x, created[s.rng.IntN(len(created))].NS, s.pickKind())
+			s.dataOp(x, s.nodes[0], created[s.rng.IntN(len(created))].NS, s.pickKind())
 			n--
 		}
 	}
