@@ -77,7 +77,7 @@ const (
 // must be; past quiesceLimit of virtual time notQuiescent reports what
 // kept it busy; otherwise wait moves the clock on, told the calm rounds
 // so far. It reports whether the run settled.
-func (b *base) settleLoop(round func() (calm bool, need int), notQuiescent func(), wait func(calm int)) bool {
+func (b *sim) settleLoop(round func() (calm bool, need int), notQuiescent func(), wait func(calm int)) bool {
 	deadline := b.clk.Now().Add(quiesceLimit)
 	calm := 0
 	for b.viol == nil {
@@ -129,7 +129,7 @@ func (s *sim) quiesce() {
 }
 
 // nodesIdle reports whether every node is idle (node.idle).
-func (b *base) nodesIdle() bool {
+func (b *sim) nodesIdle() bool {
 	for _, n := range b.nodes {
 		if !n.idle() {
 			return false
@@ -155,7 +155,7 @@ func (n *node) idle() bool {
 // parked lists the frames parked in every node's shards, one line per
 // namespace, telling each to also (when set); ok is false when a shard
 // could not be inspected (a violation).
-func (b *base) parked(ctx context.Context, also func(n *node, pn shard.ParkedNamespace)) (lines []string, ok bool) {
+func (b *sim) parked(ctx context.Context, also func(n *node, pn shard.ParkedNamespace)) (lines []string, ok bool) {
 	for _, n := range b.nodes {
 		for i, sh := range n.shards {
 			if sh.Parked() == 0 {
@@ -250,7 +250,7 @@ func (s *sim) finalReads() bool {
 // fencedAt reports whether o, a final operation on n, met key fenced
 // after a failed fsync on a single node, which only a restart of the
 // node clears (a cluster's replica rebuilds from its group).
-func (b *base) fencedAt(n *node, o *op, key incKey) bool {
+func (b *sim) fencedAt(n *node, o *op, key incKey) bool {
 	if n.replicated() || !errors.Is(o.err, shard.ErrPartitionFailed) {
 		return false
 	}
@@ -344,7 +344,7 @@ func (s *sim) finalRead(n *node, ns metadata.Namespace, from uint64) *op {
 // on) until the final operation o is answered. It reports false on a
 // violation: one found meanwhile, or o still unanswered after
 // quiesceLimit (invariant 4, naming o by what).
-func (b *base) awaitFinal(o *op, round, wait func(), what string) bool {
+func (b *sim) awaitFinal(o *op, round, wait func(), what string) bool {
 	deadline := b.clk.Now().Add(quiesceLimit)
 	for !o.done && b.viol == nil {
 		round()

@@ -54,7 +54,7 @@ func (c *sim) startLies() {
 		}
 		return nil
 	}
-	c.lies = newLies(&c.base,
+	c.lies = newLies(c,
 		func() *vfs.MemFS { return liarNode().mem },
 		func() *metadata.Store { return liarNode().meta },
 		path.Dir(metaRaftLog), &c.faults, "n"+strconv.FormatUint(c.liar, 10)+" ")

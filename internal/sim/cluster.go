@@ -143,11 +143,11 @@ func (b *outboxBus) Send(m transport.Message) error {
 		m.Payload = m.Payload[:min(len(m.Payload), 8)] // the directory's incarnation stays
 	}
 	if BreakLeaderTransfer.Load() && carriesTimeoutNow(m) {
-		b.n.c.event("n%d drop %s (broken leader transfer)", b.n.id, describeMsg(m))
+		b.n.b.event("n%d drop %s (broken leader transfer)", b.n.id, describeMsg(m))
 		return nil
 	}
 	if m.Kind == host.KindReply {
-		b.n.c.forwardReplied(b.n, m)
+		b.n.b.forwardReplied(b.n, m)
 	}
 	b.n.outbox = append(b.n.outbox, m)
 	return nil
@@ -162,14 +162,14 @@ func (n *node) flushOutbox() {
 	}
 	slices.SortStableFunc(n.outbox, func(a, b transport.Message) int { return cmp.Compare(a.Group, b.Group) })
 	for i, o := range n.outbox {
-		if BreakReplyPath.Load() && n.c.replyPath(n, o) {
+		if BreakReplyPath.Load() && n.b.replyPath(n, o) {
 			n.outbox[i] = transport.Message{}
 			continue
 		}
 		err := n.ep.Send(o)
-		n.c.event("n%d send %s to=n%d err=%v", n.id, describeMsg(o), o.To, errString(err))
-		if n.c.forging(n) {
-			n.c.forgeTerms(n, o)
+		n.b.event("n%d send %s to=n%d err=%v", n.id, describeMsg(o), o.To, errString(err))
+		if n.b.forging(n) {
+			n.b.forgeTerms(n, o)
 		}
 		n.outbox[i] = transport.Message{}
 	}
@@ -304,7 +304,7 @@ func (n *node) collectMeta() {
 	for _, w := range n.waits {
 		select {
 		case r := <-w.ch:
-			n.c.metaDone = append(n.c.metaDone, metaAnswer{w: w, r: r})
+			n.b.metaDone = append(n.b.metaDone, metaAnswer{w: w, r: r})
 		default:
 			kept = append(kept, w)
 		}
@@ -320,7 +320,7 @@ func (n *node) collectMeta() {
 // command applied on one node and deduplicated on another agrees only if
 // neither changed anything.
 func (n *node) metaApplied(index uint64, cmd metadata.Command, res metadata.Result, err error, dup bool) {
-	c := n.c
+	c := n.b
 	if dup {
 		c.event("n%d meta apply index=%d duplicate", n.id, index)
 	} else {
@@ -372,9 +372,9 @@ func (c *sim) checkMetaState(n *node, index uint64, dup bool) {
 // after its bounded wait, and deduplication absorbs a copy that commits
 // after all.
 func (n *node) metaLeaderChanged(lead uint64, forgot int) {
-	n.c.ops.MetaElections++
+	n.b.ops.MetaElections++
 	n.collectMeta()
-	n.c.event("n%d meta leader=n%d forgot=%d", n.id, lead, forgot)
+	n.b.event("n%d meta leader=n%d forgot=%d", n.id, lead, forgot)
 	clear(n.waits)
 	n.waits = n.waits[:0]
 }
@@ -385,7 +385,7 @@ func (n *node) metaLeaderChanged(lead uint64, forgot int) {
 // creates and ends on this node, and checks the store against what other
 // nodes held at that index.
 func (n *node) metaSnapshotInstalled(index uint64, before, after []metadata.PartitionInfo, err error) {
-	c := n.c
+	c := n.b
 	if err != nil {
 		c.event("n%d meta snapshot at %d refused: %v", n.id, index, err)
 		return

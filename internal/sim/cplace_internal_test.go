@@ -74,7 +74,7 @@ func TestQuorumReached(t *testing.T) {
 func TestCheckerSeed1376ClogReleasedAfterItsSenderWentDown(t *testing.T) {
 	c := &sim{}
 	for id := uint64(1); id <= 3; id++ {
-		c.nodes = append(c.nodes, &node{c: c, id: id})
+		c.nodes = append(c.nodes, &node{b: c, member: true, id: id})
 	}
 	c.node(3).down = true // n3 acknowledged, then went down
 	o := &op{kind: kindProduce}

@@ -88,14 +88,14 @@ func (s *sim) crashWith(power bool, down func()) {
 
 // powerLoss draws how a node crashes: by a power loss two times in
 // three, else by a process crash.
-func (b *base) powerLoss() bool { return b.rng.IntN(3) != 0 }
+func (b *sim) powerLoss() bool { return b.rng.IntN(3) != 0 }
 
 // abandon answers every request in flight on n, whose process is going
 // away (answerCrashed). A forwarded request's answer is another node's
 // to give: one forwarded by n ends with n's call; one forwarded to n
 // stays in flight, and its forwarding node finds out by itself (no
 // answer, probes unanswered or answered "not held", news of n's death).
-func (b *base) abandon(n *node) {
+func (b *sim) abandon(n *node) {
 	kept := b.inflight[:0]
 	for _, a := range b.inflight {
 		switch {
@@ -112,7 +112,7 @@ func (b *base) abandon(n *node) {
 
 // countCrash counts a node's crash, a power loss if power is set, else a
 // process crash, and names it.
-func (b *base) countCrash(power bool) string {
+func (b *sim) countCrash(power bool) string {
 	if power {
 		b.faults.Crash++
 		return "power loss"
@@ -124,7 +124,7 @@ func (b *base) countCrash(power bool) string {
 // answerCrashed answers a, in flight on a node whose process ended: its
 // client sees the connection drop. A write may or may not have been
 // applied; a read did nothing.
-func (b *base) answerCrashed(a *attempt) {
+func (b *sim) answerCrashed(a *attempt) {
 	a.crashed = true
 	a.ansEv = b.event("answer a=%d crashed", a.id)
 	oc := outcomeError

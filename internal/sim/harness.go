@@ -49,7 +49,7 @@ type sim struct {
 	wrongDisk bool
 	// peers are every node that ever ran, founders first, then the nodes
 	// that joined (cjoin.go), in the order they started: node i+1 was the
-	// i-th to start. The members (base.nodes) are in id order: every node
+	// i-th to start. The members (sim.nodes) are in id order: every node
 	// that ran but those removed (cremove.go), which are in gone.
 	peers    []uint64
 	founders []uint64
@@ -179,9 +179,7 @@ func (s *sim) openFounders() bool {
 func (s *sim) openNode(id uint64, ep transport.Bus, mem *vfs.MemFS, prev *node) *node {
 	n := &node{b: s, id: id, mem: mem, ep: ep, m: metrics.New(), incs: newTimeline(),
 		lastServe: make(map[metadata.Namespace]uint64)}
-	if ep != nil {
-		n.c = s
-	}
+	n.member = ep != nil
 	if prev != nil {
 		// The node's view of incarnations and what served it carry over:
 		// they are the simulator's record of it, not the node's memory;

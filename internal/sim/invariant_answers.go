@@ -16,8 +16,8 @@ var invAnswers = invariant{
 // checkAnswers: every attempt was answered once (or by the crash), no
 // second answer waits in any reply channel, and every operation
 // finished.
-func checkAnswers(h harness) {
-	b := h.core()
+func checkAnswers(h *sim) {
+	b := h
 	if b.viol != nil {
 		return
 	}

@@ -20,8 +20,8 @@ var invDrops = invariant{
 
 // checkParkAndDrops: at quiescence every park buffer is empty, and every
 // frame drop is explained by an injected fault or by convergence.
-func checkParkAndDrops(h harness) {
-	b := h.core()
+func checkParkAndDrops(h *sim) {
+	b := h
 	if b.viol != nil {
 		return
 	}

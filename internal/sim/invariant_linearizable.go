@@ -44,8 +44,8 @@ func (hs histories) add(o *op, key incKey, in linIn, out linOut) {
 
 // checkLinearizable checks each partition incarnation's history, in
 // incarnation order.
-func checkLinearizable(h harness) {
-	b := h.core()
+func checkLinearizable(h *sim) {
+	b := h
 	if b.viol != nil {
 		return
 	}
@@ -127,7 +127,7 @@ func linearizeRead(o *op) (linIn, linOut, bool) {
 // checks that what it read was appended to that incarnation (invariant
 // 2). It reports false to leave o out: its final try was answered by a
 // crash, or by a refusal rather than by the partition.
-func (b *base) placeServed(o *op, incs *timeline, who string, out linOut) (incKey, bool) {
+func (b *sim) placeServed(o *op, incs *timeline, who string, out linOut) (incKey, bool) {
 	last := o.attempts[len(o.attempts)-1]
 	if last.crashed || !servedAnswer(last.resp.Err) {
 		return incKey{}, false

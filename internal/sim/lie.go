@@ -132,7 +132,7 @@ type lies struct {
 	// partition directory holds, the directory no lie reaches (the
 	// metadata log's), where lies are counted, and the node's name in the
 	// trace ("" on a single node).
-	b      *base
+	b      *sim
 	mem    func() *vfs.MemFS
 	meta   func() *metadata.Store
 	skip   string
@@ -140,7 +140,7 @@ type lies struct {
 	who    string
 }
 
-func newLies(b *base, mem func() *vfs.MemFS, meta func() *metadata.Store, skip string, counts *FaultCounts, who string) *lies {
+func newLies(b *sim, mem func() *vfs.MemFS, meta func() *metadata.Store, skip string, counts *FaultCounts, who string) *lies {
 	return &lies{sectors: errorfs.NewSectors(), flips: errorfs.NewFlips(), keys: map[incKey]map[string]bool{}, dirs: map[metadata.Namespace]bool{}, points: map[incKey][]liePoint{},
 		b: b, mem: mem, meta: meta, skip: skip, counts: counts, who: who}
 }
@@ -458,7 +458,7 @@ func (s *sim) lossKnown(key incKey) string {
 
 // failKnown records a violation classified as the known limit known (a
 // plain violation when known is "").
-func (b *base) failKnown(known string, inv int, format string, args ...any) {
+func (b *sim) failKnown(known string, inv int, format string, args ...any) {
 	b.fail(inv, format, args...)
 	if b.viol != nil && b.viol.Known == "" && known != "" && b.viol.Detail == fmt.Sprintf(format, args...) {
 		b.viol.Known = known

@@ -61,7 +61,7 @@ func (s *sim) tick() {
 // tick, due reconciler passes (each by its node's clock). A stopped or
 // crashed node does nothing; a single node has no bus and no metadata
 // group.
-func (b *base) units() []unit {
+func (b *sim) units() []unit {
 	var out []unit
 	for _, n := range b.nodes {
 		if n.stopped || n.down {
@@ -92,11 +92,11 @@ func (b *base) units() []unit {
 func (s *sim) runUnit(u unit) {
 	switch u.kind {
 	case unitDeliver:
-		u.n.c.deliver(u.n, 1+s.rng.IntN(8))
+		u.n.b.deliver(u.n, 1+s.rng.IntN(8))
 	case unitStep:
 		u.n.step(u.i)
 	case unitMetaTick:
-		u.n.c.metaTick(u.n)
+		u.n.b.metaTick(u.n)
 	case unitPass:
 		if u.n.passDue(u.i, u.n.clk.monoNow()) {
 			s.reconcile(u.n, u.i)
@@ -107,7 +107,7 @@ func (s *sim) runUnit(u unit) {
 // nextDue is how long until the earliest timer the scheduler knows of is
 // due: a shard's, a metadata tick, a reconciler period (each on its
 // node's clock), a restart, a resume, a client's retry.
-func (b *base) nextDue() (time.Duration, bool) {
+func (b *sim) nextDue() (time.Duration, bool) {
 	now := b.clk.Now()
 	var next time.Duration
 	found := false

@@ -704,13 +704,11 @@ func newSim(cfg Config) *sim {
 		storeOutcomes: make(map[storeKey]uint8),
 		fwds:          make(map[fwdKey]*attempt),
 	}
-	s.h = s
-	s.memberDone = s.memberDoneOf
 	if !cfg.cluster() {
 		// The single node is the liar, and the node before it first
 		// opens is its empty disk and its own clock.
 		s.liar = 1
-		s.lies = newLies(&s.base, func() *vfs.MemFS { return s.nodes[0].mem }, func() *metadata.Store { return s.nodes[0].meta }, metaDir, &s.faults, "")
+		s.lies = newLies(s, func() *vfs.MemFS { return s.nodes[0].mem }, func() *metadata.Store { return s.nodes[0].meta }, metaDir, &s.faults, "")
 		s.nodes = []*node{{b: s, mem: vfs.NewMem(), clk: newNodeClock(s.initialSkew()),
 			lastServe: make(map[metadata.Namespace]uint64), incs: newTimeline()}}
 		return s
@@ -727,8 +725,8 @@ func newSim(cfg Config) *sim {
 }
 
 // drive runs a run whose nodes are open: Config.Steps scheduler steps
-// (base.tick), then more while more says the run must go on, quiescence
-// (base.quiesce) and the final checks, stopping at the first violation.
+// (sim.tick), then more while more says the run must go on, quiescence
+// (sim.quiesce) and the final checks, stopping at the first violation.
 func (s *sim) drive(more func() bool) {
 	for range s.cfg.Steps {
 		if s.viol != nil {

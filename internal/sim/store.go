@@ -122,7 +122,7 @@ type msgInfo struct {
 
 // Payloads carry the message id and a filler derived from it, so a read
 // can tell which message it got and whether its bytes are intact.
-func (b *base) payload(id uint64) []byte {
+func (b *sim) payload(id uint64) []byte {
 	n := b.rng.IntN(41)
 	p := make([]byte, 8+n)
 	binary.LittleEndian.PutUint64(p, id)

@@ -150,7 +150,7 @@ type attempt struct {
 }
 
 // Data operations weigh: produce 34, batch 16, poll 28, store 12, get 10.
-func (b *base) pickKind() opKind {
+func (b *sim) pickKind() opKind {
 	switch w := b.rng.IntN(100); {
 	case w < 34:
 		return kindProduce
@@ -173,7 +173,7 @@ func (b *base) pickKind() opKind {
 // operation, issued by data, on a partition n has seen deleted (one in
 // twenty, a client whose view lags: its request parks unstamped, ages
 // out, and the retry finds it gone) or else on a committed one.
-func (b *base) act(cl *client, n *node, meta func(group bool), lookup func() bool, data func(metadata.Namespace, opKind)) {
+func (b *sim) act(cl *client, n *node, meta func(group bool), lookup func() bool, data func(metadata.Namespace, opKind)) {
 	snap := n.meta.Snapshot()
 	if len(snap.Partitions) == 0 || b.rng.IntN(100) < 16 {
 		meta(false)
@@ -199,7 +199,7 @@ func (b *base) act(cl *client, n *node, meta func(group bool), lookup func() boo
 // callData starts a data operation of kind on ns by client cl through its
 // home node n: the operation and its first try, recorded, are handed to
 // start, the harness's start of the Node's client call.
-func (b *base) callData(cl *client, n *node, ns metadata.Namespace, kind opKind, start func(*op, *attempt)) *op {
+func (b *sim) callData(cl *client, n *node, ns metadata.Namespace, kind opKind, start func(*op, *attempt)) *op {
 	o := b.newDataOp(cl, n, ns, kind, func() uint64 { return b.knownLen(n.meta, ns) })
 	a := b.newAttempt(o)
 	o.callEv = b.event("call op=%d client=%d %s%v ns=%v%s", o.id, clientID(cl), n.tag(), kind, ns, o.args())
@@ -209,7 +209,7 @@ func (b *base) callData(cl *client, n *node, ns metadata.Namespace, kind opKind,
 
 // knownLen is the length of the log of ns's incarnation committed in
 // meta (a node's view) as the oracle knows it, to pick plausible offsets.
-func (b *base) knownLen(meta *metadata.Store, ns metadata.Namespace) uint64 {
+func (b *sim) knownLen(meta *metadata.Store, ns metadata.Namespace) uint64 {
 	rev, ok := meta.CreatedRevision(ns)
 	if !ok {
 		return 0
@@ -227,7 +227,7 @@ func (b *base) knownLen(meta *metadata.Store, ns metadata.Namespace) uint64 {
 // replica (Local), and a produce carries a (producer, sequence) pair over
 // all its tries, so the partition deduplicates a retry of a batch that
 // was applied after all.
-func (b *base) newDataOp(cl *client, home *node, ns metadata.Namespace, kind opKind, known func() uint64) *op {
+func (b *sim) newDataOp(cl *client, home *node, ns metadata.Namespace, kind opKind, known func() uint64) *op {
 	b.nextOp++
 	o := &op{id: b.nextOp, client: cl, kind: kind, ns: ns, home: home}
 	consumers := [...]string{"c0", "c1"}
@@ -314,7 +314,7 @@ func (o *op) args() string {
 // sendTo sends a through node n's router, as the Node's client call
 // sends a try: a full inbox (router.ErrFull) is an answer (onAnswer);
 // any other refusal is a violation.
-func (b *base) sendTo(a *attempt, n *node) {
+func (b *sim) sendTo(a *attempt, n *node) {
 	a.node = n
 	a.sendEv = b.event("send a=%d op=%d%s", a.id, a.op.id, n.suffix())
 	if _, err := n.rt.Send(a.op.ns, shard.Frame{Req: a.req, Reply: a.reply}); err != nil {
@@ -341,22 +341,10 @@ func servedAnswer(err error) bool {
 	return err == nil || !retryable(err) && !errors.Is(err, shard.ErrPartitionFailed) && !errors.Is(err, shard.ErrClosed)
 }
 
-// answerer is what answer handling leaves to the harness: what an
-// acknowledgement must match in its oracle (a single node's log, or the
-// log a group's replicas agree on, where a retried produce may have been
-// deduplicated), which damage a lie explains, and how the client's call
-// carries on after an answer that is not the last (a retry in place on a
-// single node; in a cluster also a forward to the leader named).
-type answerer interface {
-	onSuccess(a *attempt, r shard.Response)
-	damageAnswered(a *attempt, err error) bool
-	follow(o *op, a *attempt, st host.CallStep, cause error)
-}
-
 // onAnswer handles an attempt's answer, from a node of either kind. The
 // checks on the answer are the simulator's; what the client does next is
 // the Node's client call (host.CallDriver) deciding.
-func (b *base) onAnswer(a *attempt, r shard.Response) {
+func (b *sim) onAnswer(a *attempt, r shard.Response) {
 	o, n := a.op, a.node
 	if a.answered {
 		b.fail(1, "attempt %d answered twice", a.id)
@@ -377,7 +365,7 @@ func (b *base) onAnswer(a *attempt, r shard.Response) {
 	switch {
 	case r.Err == nil:
 		o.hops = 0
-		b.h.onSuccess(a, r)
+		b.onSuccess(a, r)
 		return
 	case errors.As(r.Err, &nl):
 		b.ops.NotLeader++
@@ -387,7 +375,7 @@ func (b *base) onAnswer(a *attempt, r shard.Response) {
 		if !b.checkNotApplied(a, r.Err) {
 			return
 		}
-		b.h.follow(o, a, o.call.Answer(b.clk.Now(), r, nil), r.Err)
+		b.follow(o, a, o.call.Answer(b.clk.Now(), r, nil), r.Err)
 		return
 	case unknownRetried:
 		// The Node retries an unknown outcome in a cluster: a produce's
@@ -395,17 +383,17 @@ func (b *base) onAnswer(a *attempt, r shard.Response) {
 		// consumer offset again is idempotent.
 		b.ops.UnknownAnswers++
 		o.maybeApplied, o.hops = true, 0
-		b.h.follow(o, a, o.call.Answer(b.clk.Now(), r, nil), r.Err)
+		b.follow(o, a, o.call.Answer(b.clk.Now(), r, nil), r.Err)
 		return
 	case retryable(r.Err):
 		o.hops = 0
 		if !b.checkNotApplied(a, r.Err) {
 			return
 		}
-		b.h.follow(o, a, o.call.Answer(b.clk.Now(), r, nil), r.Err)
+		b.follow(o, a, o.call.Answer(b.clk.Now(), r, nil), r.Err)
 		return
 	}
-	if !b.h.damageAnswered(a, r.Err) {
+	if !b.damageAnswered(a, r.Err) {
 		return
 	}
 	if o.kind == kindStore && a.fwd == nil && errors.Is(r.Err, partition.ErrOffsetOutOfRange) && r.Offset != o.offset {
@@ -439,7 +427,7 @@ func (b *base) onAnswer(a *attempt, r shard.Response) {
 // checkNotApplied: an answer that means "not applied, try again" (here or
 // elsewhere) must not come for a produce whose messages were appended
 // (invariant 5).
-func (b *base) checkNotApplied(a *attempt, err error) bool {
+func (b *sim) checkNotApplied(a *attempt, err error) bool {
 	for _, id := range a.ids {
 		if info := b.msgs[id]; info.appended {
 			b.fail(5, "attempt %d (op %d) was answered %q (not applied) but its message %d was appended to %v at %d",
@@ -456,7 +444,7 @@ func (b *base) checkNotApplied(a *attempt, err error) bool {
 // the failed group), none of which may have been acknowledged, so the
 // reopen after the partition's rebuild, and any later append, must find
 // the log ending where theirs began.
-func (b *base) rolledBack(a *attempt) {
+func (b *sim) rolledBack(a *attempt) {
 	for _, id := range a.ids {
 		info := b.msgs[id]
 		if info == nil || !info.appended {
@@ -498,7 +486,7 @@ func describe(r shard.Response) string {
 // retry in place at its time, and the end of the call (its deadline
 // passed while retrying) an operation not applied. A forward is the
 // harness's to make first (a cluster's follow).
-func (b *base) callStep(o *op, st host.CallStep, cause error) {
+func (b *sim) callStep(o *op, st host.CallStep, cause error) {
 	switch st.Op {
 	case host.CallWait:
 		o.waiting, o.retryAt = true, st.At
@@ -518,14 +506,14 @@ func (b *base) callStep(o *op, st host.CallStep, cause error) {
 // decides it — to n's owner shard, or in a cluster, for a partition n
 // holds no replica of, straight to a live replica, forwarded over the
 // bus; its deadline is fixed at its first retry.
-func (b *base) startCall(o *op, a *attempt, n *node) {
+func (b *sim) startCall(o *op, a *attempt, n *node) {
 	var st host.CallStep
 	o.call, st = n.eng.NewCall(o.ns, time.Time{})
 	switch {
 	case st.Op == host.CallForward && n.replicated():
-		if to := n.c.node(st.To); to != nil && to.id != n.id {
+		if to := n.b.node(st.To); to != nil && to.id != n.id {
 			o.hops++
-			n.c.forward(a, n, to)
+			n.b.forward(a, n, to)
 			return
 		}
 		// A replica the simulator does not know (removed): the request
@@ -543,7 +531,7 @@ var errGone = errors.New("sim: partition no longer committed")
 // the Node re-resolves the name there first (a partition no longer
 // committed ends the operation), and the call's wake must ask for a
 // send, made through n.
-func (b *base) retryCall(o *op, n *node) {
+func (b *sim) retryCall(o *op, n *node) {
 	if _, ok := n.meta.Partition(o.ns); !ok {
 		b.event("retry op=%d: ns=%v no longer committed%s", o.id, o.ns, n.on())
 		b.finish(o, outcomeNotApplied, shard.Response{}, errGone)
@@ -561,7 +549,7 @@ func (b *base) retryCall(o *op, n *node) {
 // fresh message ids (so the storage tap and the oracle can tell tries
 // apart) under the op's one (producer, sequence) pair (none on a single
 // node). A cluster read asks the leader unless it is Local.
-func (b *base) newAttempt(o *op) *attempt {
+func (b *sim) newAttempt(o *op) *attempt {
 	b.nextAttempt++
 	a := &attempt{id: b.nextAttempt, op: o, reply: make(chan shard.Response, 1)}
 	req := &shard.Request{NS: o.ns}
@@ -596,7 +584,7 @@ func (b *base) newAttempt(o *op) *attempt {
 // collect takes every answer waiting on an in-flight attempt's reply
 // channel, in send order, and hands it to onAnswer. After a violation
 // nothing more is taken.
-func (b *base) collect() {
+func (b *sim) collect() {
 	pending := append([]*attempt(nil), b.inflight...)
 	b.inflight = b.inflight[:0]
 	for _, a := range pending {
@@ -614,8 +602,8 @@ func (b *base) collect() {
 }
 
 // finish ends o. "Not applied" becomes "unknown" once a try's outcome was
-// unknown (cluster mode); a member's operation ends in memberDone.
-func (b *base) finish(o *op, oc outcome, r shard.Response, err error) {
+// unknown (cluster mode); a member's operation ends in memberDoneOf.
+func (b *sim) finish(o *op, oc outcome, r shard.Response, err error) {
 	if oc == outcomeNotApplied && o.maybeApplied {
 		oc = outcomeUnknown
 	}
@@ -627,14 +615,14 @@ func (b *base) finish(o *op, oc outcome, r shard.Response, err error) {
 	if o.client != nil {
 		o.client.op = nil
 		if o.client.member != nil {
-			b.memberDone(o.client, o)
+			b.memberDoneOf(o.client, o)
 		}
 	}
 }
 
 // waitingOps lists the operations waiting for their retry, in client
 // order, then the final reads.
-func (b *base) waitingOps() []*op {
+func (b *sim) waitingOps() []*op {
 	var out []*op
 	for _, c := range b.clients {
 		if c.op != nil && c.op.waiting {
@@ -653,7 +641,7 @@ func (b *base) waitingOps() []*op {
 // then the final reads, through the mode's retry (and, a cluster's
 // metadata operation whose proposal was not committed in time, its
 // metaTimeout).
-func (b *base) retryDue(retry, metaTimeout func(*op)) {
+func (b *sim) retryDue(retry, metaTimeout func(*op)) {
 	now := b.clk.Now()
 	for _, cl := range b.clients {
 		if o := cl.op; o != nil {
