@@ -19,8 +19,7 @@ var invGroups = invariant{
 
 // checkGroupsNow checks the committed groups of every running node.
 func checkGroupsNow(h *sim) {
-	b := h
 	for _, m := range metas(h) {
-		b.checkGroups(m.name, m.meta)
+		h.checkGroups(m.name, m.meta)
 	}
 }

@@ -45,12 +45,11 @@ func (hs histories) add(o *op, key incKey, in linIn, out linOut) {
 // checkLinearizable checks each partition incarnation's history, in
 // incarnation order.
 func checkLinearizable(h *sim) {
-	b := h
-	if b.viol != nil {
+	if h.viol != nil {
 		return
 	}
 	hist := h.history()
-	if b.viol != nil {
+	if h.viol != nil {
 		return
 	}
 	keys := make([]incKey, 0, len(hist))
@@ -62,17 +61,17 @@ func checkLinearizable(h *sim) {
 		if h.unlinearized(k) {
 			// Reads stop below damage by design, which an intact log
 			// cannot explain; invariant 3 checks these per offset.
-			b.ops.Unchecked++
+			h.ops.Unchecked++
 			continue
 		}
 		switch check(hist[k]) {
 		case checkIllegal:
-			b.fail(5, "history of %v is not linearizable:\n%s", k, describeHistory(hist[k]))
+			h.fail(5, "history of %v is not linearizable:\n%s", k, describeHistory(hist[k]))
 			return
 		case checkUnknown:
-			b.ops.Unchecked++
+			h.ops.Unchecked++
 		default:
-			b.ops.Linearized++
+			h.ops.Linearized++
 		}
 	}
 }
