@@ -304,7 +304,7 @@ func (s *sim) stepFaults() bool {
 
 // membersAct lets the group members act: one in eight of them, at least
 // one, so that each of many members (a join storm) still heartbeats
-// within its session. Only a cluster has members (Config.GroupMembers).
+// within its session. Only a cluster has members (Config.validate).
 func (s *sim) membersAct() {
 	ms := s.members()
 	for range max(1, len(ms)/8) {

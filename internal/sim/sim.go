@@ -380,6 +380,9 @@ func (c Config) validate() error {
 	if !c.cluster() && (f.QuiescedCrash > 0 || f.Join > 0 || f.Remove > 0 || f.WrongDisk > 0 || f.Peer != (PeerFaultRates{})) {
 		errs = append(errs, errors.New("sim: QuiescedCrash, Join, Remove, WrongDisk and Peer need Nodes > 1"))
 	}
+	if !c.cluster() && (c.GroupMembers > 0 || c.MemberPartitions > 0) {
+		errs = append(errs, errors.New("sim: GroupMembers and MemberPartitions need Nodes > 1"))
+	}
 	for _, p := range []float64{f.InboxBurst, f.DiskFull, f.DiskError, f.SlowBuild, f.Crash, f.QuiescedCrash, f.Join, f.Remove, f.Lie, f.WrongDisk,
 		n.Drop, n.Duplicate, n.Reorder, n.Delay, n.Partition, n.OneWay, n.Clog, n.Stop,
 		f.Peer.Terms, f.Peer.Flood, f.Peer.Stall, f.Clock.Jump, f.Clock.Strobe, f.Clock.Drift} {
