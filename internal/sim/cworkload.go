@@ -80,8 +80,12 @@ func (c *sim) running() []*node {
 	return out
 }
 
-// pickNode picks a running node (nil if none).
+// pickNode picks a running node (nil if none): a single node's clients
+// reach the one node there is, without a draw.
 func (c *sim) pickNode() *node {
+	if c.net == nil {
+		return c.nodes[0]
+	}
 	r := c.running()
 	if len(r) == 0 {
 		return nil
@@ -374,15 +378,5 @@ func (c *sim) onMetaResult(d metaAnswer) {
 	if len(created) == 0 || c.quiescing || c.calming() {
 		return
 	}
-	if n := c.pickNode(); n != nil {
-		c.dataOp(cl, n, created[c.rng.IntN(len(created))].NS, c.pickKind())
-	}
-	for i, k := 0, c.rng.IntN(3); i < len(c.clients) && k > 0; i++ {
-		if x := c.clients[i]; x.op == nil && x.member == nil {
-			if n := c.pickNode(); n != nil {
-				c.dataOp(x, n, created[c.rng.IntN(len(created))].NS, c.pickKind())
-			}
-			k--
-		}
-	}
+	c.dataAfterCommit(cl, created)
 }

@@ -488,11 +488,9 @@ func (s *sim) clientAct(cl *client) {
 	if cl.extra || s.quiescing || s.calming() {
 		return
 	}
-	n := s.nodes[0]
-	if s.net != nil {
-		if n = s.pickNode(); n == nil {
-			return
-		}
+	n := s.pickNode()
+	if n == nil {
+		return
 	}
 	var lookup func() bool
 	if n.replicated() {

@@ -769,13 +769,23 @@ func (s *sim) metaOp(c *client) {
 	if len(created) == 0 {
 		return
 	}
-	// Data operations right after the commit: this client and up to two
-	// idle others.
-	s.dataOp(c, s.nodes[0], created[s.rng.IntN(len(created))].NS, s.pickKind())
-	for i, n := 0, s.rng.IntN(3); i < len(s.clients) && n > 0; i++ {
-		if x := s.clients[i]; x.op == nil && !x.extra {
-			s.dataOp(x, s.nodes[0], created[s.rng.IntN(len(created))].NS, s.pickKind())
-			n--
+	s.dataAfterCommit(c, created)
+}
+
+// dataAfterCommit starts data operations right after a metadata command
+// created partitions: cl's and up to two idle other clients' (not a
+// burst's extra clients nor group members), each through a node it can
+// reach (pickNode).
+func (s *sim) dataAfterCommit(cl *client, created []metadata.PartitionInfo) {
+	if n := s.pickNode(); n != nil {
+		s.dataOp(cl, n, created[s.rng.IntN(len(created))].NS, s.pickKind())
+	}
+	for i, k := 0, s.rng.IntN(3); i < len(s.clients) && k > 0; i++ {
+		if x := s.clients[i]; x.op == nil && !x.extra && x.member == nil {
+			if n := s.pickNode(); n != nil {
+				s.dataOp(x, n, created[s.rng.IntN(len(created))].NS, s.pickKind())
+			}
+			k--
 		}
 	}
 }
