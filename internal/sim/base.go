@@ -13,9 +13,11 @@ import (
 	"github.com/parkway-io/parkway/shard"
 )
 
-// base is what both modes share: the configuration, the one seeded RNG
-// every scheduling choice comes from, the virtual clock, the trace and the
-// first violation found.
+// base is the harness's state that every run has, of one node or many
+// (what only a cluster uses is in sim, harness.go): the configuration,
+// the one seeded RNG every scheduling choice comes from, the virtual
+// clock, the trace, the first violation found, the run's nodes and the
+// workload's history.
 type base struct {
 	cfg  Config
 	rng  *rand.Rand
@@ -52,14 +54,6 @@ type base struct {
 	// quiescing once work and faults stop.
 	depth     int
 	quiescing bool
-	// h is the harness's part of answer handling (onAnswer), kind what
-	// the scheduler step and quiescence leave to the nodes' engine kind
-	// (sched.go).
-	h    answerer
-	kind kind
-	// memberDone takes the end of a consumer group member's operation
-	// (cluster mode, cmembers.go).
-	memberDone func(*client, *op)
 }
 
 // newBase is the state both modes start from.
@@ -74,8 +68,8 @@ func newBase(cfg Config, rng *rand.Rand, clk *clock.Manual) base {
 }
 
 // result describes the run so far (a cluster adds its network's and
-// members' counts: csim.clusterCounts).
-func (b *base) result() Result {
+// members' counts: sim.clusterCounts).
+func (b *sim) result() Result {
 	return Result{
 		Seed:        b.cfg.Seed,
 		Nodes:       max(1, b.cfg.Nodes),
@@ -89,7 +83,7 @@ func (b *base) result() Result {
 }
 
 // checkGroups checks one node's committed consumer groups (invariant 6).
-func (b *base) checkGroups(node string, meta *metadata.Store) {
+func (b *sim) checkGroups(node string, meta *metadata.Store) {
 	if b.viol != nil || meta == nil {
 		return
 	}
@@ -102,7 +96,7 @@ func (b *base) checkGroups(node string, meta *metadata.Store) {
 }
 
 // fail records the first violation; later ones are ignored.
-func (b *base) fail(inv int, format string, args ...any) {
+func (b *sim) fail(inv int, format string, args ...any) {
 	if b.viol != nil {
 		return
 	}
@@ -115,7 +109,7 @@ func (b *base) fail(inv int, format string, args ...any) {
 // guard runs f, turning a panic — the engine's or raft's, all on this
 // goroutine — into a violation that carries the seed and the replay
 // command, rather than a crashed test binary.
-func (b *base) guard(f func()) {
+func (b *sim) guard(f func()) {
 	defer func() {
 		if r := recover(); r != nil {
 			if b.viol != nil {
@@ -134,13 +128,13 @@ func (b *base) guard(f func()) {
 }
 
 // roll reports true with probability p.
-func (b *base) roll(p float64) bool {
+func (b *sim) roll(p float64) bool {
 	return p > 0 && b.rng.Float64() < p
 }
 
 // advanceClocks moves the virtual clock by d, and every node's clock
 // with it.
-func (b *base) advanceClocks(d time.Duration) {
+func (b *sim) advanceClocks(d time.Duration) {
 	b.clk.Advance(d)
 	for _, n := range b.nodes {
 		n.clk.advance(d)
@@ -148,7 +142,7 @@ func (b *base) advanceClocks(d time.Duration) {
 }
 
 // now is the virtual time since the start, for trace lines.
-func (b *base) now() time.Duration { return b.clk.Now().Sub(epoch0) }
+func (b *sim) now() time.Duration { return b.clk.Now().Sub(epoch0) }
 
 // slowBuild rolls the slow-build fault for a partition build about to
 // start, and returns how many scheduler steps the build takes (0: none).
@@ -156,7 +150,7 @@ func (b *base) now() time.Duration { return b.clk.Now().Sub(epoch0) }
 // goes on: the steps run nested inside Build, with that reconciler
 // marked busy (reconcile does it). Not while nested already, nor at
 // quiescence.
-func (b *base) slowBuild() int {
+func (b *sim) slowBuild() int {
 	if b.depth > 0 || b.quiescing || !b.roll(b.cfg.Faults.SlowBuild) {
 		return 0
 	}
@@ -166,7 +160,7 @@ func (b *base) slowBuild() int {
 
 // nested runs k scheduler steps inside the current one, stopping at a
 // violation.
-func (b *base) nested(k int, tick func()) {
+func (b *sim) nested(k int, tick func()) {
 	b.depth++
 	for range k {
 		if b.viol != nil {

@@ -103,7 +103,7 @@ var (
 // replyPath is BreakReplyPath: it delivers m from n to its receiver over
 // the reverse direction when m's own is cut or clogged and the reverse
 // one is up, and reports whether it did.
-func (c *csim) replyPath(n *node, m transport.Message) bool {
+func (c *sim) replyPath(n *node, m transport.Message) bool {
 	to := c.node(uint64(m.To))
 	if to == nil || to.id > maxNodes || n.id > maxNodes {
 		return false
@@ -121,7 +121,7 @@ func (c *csim) replyPath(n *node, m transport.Message) bool {
 // apply index (a move command), a settle for every replica leaving a
 // partition. They are proposed after the action (proposing from inside
 // the engine's apply event would re-enter it).
-func (c *csim) breakEarlySettle(n *node, index uint64) {
+func (c *sim) breakEarlySettle(n *node, index uint64) {
 	if !BreakEarlySettle.Load() {
 		return
 	}
@@ -143,7 +143,7 @@ type earlySettle struct {
 
 // proposeEarlySettles proposes the settles BreakEarlySettle queued,
 // through the node that queued them if it still runs.
-func (c *csim) proposeEarlySettles() {
+func (c *sim) proposeEarlySettles() {
 	for _, s := range c.earlySettles {
 		n := c.cur(s.n)
 		if !n.reachable() {

@@ -44,7 +44,7 @@ type barrier struct {
 func metaIndex(e *host.Engine) uint64 { return e.MetadataStatus().Applied }
 
 // startBarrier starts a read barrier on n.
-func (c *csim) startBarrier(n *node) {
+func (c *sim) startBarrier(n *node) {
 	var want uint64
 	for _, m := range c.nodes {
 		if m.eng != nil && !m.down {
@@ -64,7 +64,7 @@ func (c *csim) startBarrier(n *node) {
 
 // stepBarriers steps the read barriers in flight on the running nodes;
 // those whose node crashed are gone with it.
-func (c *csim) stepBarriers() {
+func (c *sim) stepBarriers() {
 	stepped := false
 	for i := 0; i < len(c.barriers) && c.viol == nil; {
 		b := c.barriers[i]

@@ -8,8 +8,6 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
-	"time"
 
 	"github.com/parkway-io/parkway/internal/replica"
 	"github.com/parkway-io/parkway/metadata"
@@ -17,48 +15,10 @@ import (
 	"github.com/parkway-io/parkway/shard"
 )
 
-// settle runs rounds until the cluster is idle and converged for
-// calmRounds rounds in a row, or reports what kept it busy past
-// quiesceLimit.
-func (c *csim) settle() bool {
-	converged := false
-	return c.settleLoop(func() (bool, int) {
-		c.settleRound()
-		converged = c.converged() == ""
-		return converged && c.idle() && c.unbalanced() == "", raftCalmRounds + calmRounds
-	}, c.notQuiescent, func(calm int) {
-		// The first calm rounds still move the clock one raft tick at a
-		// time: the message logs agree, but a write that adds no message
-		// (a consumer offset) may not have reached every replica yet, and
-		// a group may still be electing.
-		c.advanceQuiet(converged && (calm == 0 || calm > raftCalmRounds))
-	})
-}
-
 // raftCalmRounds is how many rounds of one raft tick each the cluster
 // must stay idle and converged before the clock may move in bigger
 // steps: several election timeouts.
 const raftCalmRounds = 60
-
-// settleRound runs all ready work, retries what is due, runs the due
-// reconciler passes, and runs all ready work again.
-func (c *csim) settleRound() {
-	c.drain()
-	c.retryDue(c.retry, c.metaTimeout)
-	c.joinAct()
-	c.removeAct()
-	c.afterAction()
-	c.drain()
-	for _, n := range c.nodes {
-		for i := range n.shards {
-			if n.passDue(i, n.clk.monoNow()) {
-				c.reconcile(n, i)
-				c.afterAction()
-			}
-		}
-	}
-	c.drain()
-}
 
 // drainLimit bounds one drain: raft answers messages only with messages
 // that end, so a drain that does not end is a simulator bug.
@@ -66,7 +26,7 @@ const drainLimit = 1_000_000
 
 // drain runs every ready piece of engine work, without moving the clock,
 // until none is left.
-func (c *csim) drain() {
+func (c *sim) drain() {
 	for k := 0; c.viol == nil; k++ {
 		if k == drainLimit {
 			// A replica whose raft state the liar's damaged incarnation
@@ -113,52 +73,10 @@ func (c *csim) drain() {
 	}
 }
 
-// advanceQuiet advances the clock by one raft tick while the replicas
-// converge. Once they have, it advances by a tenth of a pass period while
-// requests are still out (raft sees one tick per round, enough to elect
-// a leader in a second or two) and by a whole one otherwise, so parked
-// frames age and backoffs run out in few rounds; never past a due retry.
-func (c *csim) advanceQuiet(converged bool) {
-	now := c.clk.Now()
-	next := now.Add(c.cfg.TickInterval)
-	if converged {
-		next = now.Add(passPeriod)
-		if len(c.inflight) > 0 || slices.ContainsFunc(c.clients, func(cl *client) bool { return cl.op != nil }) {
-			next = now.Add(passPeriod / 10)
-		}
-	}
-	for _, o := range c.waitingOps() {
-		if o.retryAt.Before(next) {
-			next = o.retryAt
-		}
-	}
-	c.advance(max(next.Sub(now), time.Microsecond))
-}
-
-// idle: no request in flight, no operation unfinished, no membership
-// change or replica move under way, no frame queued or parked anywhere,
-// no message on the bus.
-func (c *csim) idle() bool {
-	if len(c.inflight) > 0 || len(c.barriers) > 0 || c.join != nil || c.remove != nil || c.moving() != "" {
-		return false
-	}
-	for _, cl := range c.clients {
-		if cl.op != nil {
-			return false
-		}
-	}
-	for _, o := range c.finalOps {
-		if !o.done {
-			return false
-		}
-	}
-	return c.nodesIdle()
-}
-
 // converged reports, empty when there is none, what still differs between
 // the nodes: their metadata, or the length of a replica of a committed
 // partition (on the nodes its placement names: the others hold none).
-func (c *csim) converged() string { return c.convergedExcept(nil) }
+func (c *sim) converged() string { return c.convergedExcept(nil) }
 
 // raftWindowCopy reports whether a copy of ns (on any node) is of the
 // committed incarnation whose raft log on the liar a lie cut inside its
@@ -167,7 +85,7 @@ func (c *csim) converged() string { return c.convergedExcept(nil) }
 // copy may then be the one left behind (cluster seed 20750: an honest
 // node elected with the liar's vote led without the entries it had
 // acknowledged, and held 0 of 3 for good).
-func (c *csim) raftWindowCopy(_ uint64, ns metadata.Namespace) bool {
+func (c *sim) raftWindowCopy(_ uint64, ns metadata.Namespace) bool {
 	if c.lies == nil {
 		return false
 	}
@@ -180,7 +98,7 @@ func (c *csim) raftWindowCopy(_ uint64, ns metadata.Namespace) bool {
 // its sync mark (knownUnownedSoleLog): a build refusing that directory
 // leaves the partition built nowhere. A lie on the log alone is not
 // excused: the mark names whose the log was.
-func (c *csim) unownedSoleLog(id uint64, ns metadata.Namespace) bool {
+func (c *sim) unownedSoleLog(id uint64, ns metadata.Namespace) bool {
 	n := c.node(id)
 	if n == nil || !c.isLiar(n) || !c.lies.bases[ns][shard.RaftLogName] || !c.lies.bases[ns][shard.RaftMarkName] {
 		return false
@@ -194,7 +112,7 @@ func (c *csim) unownedSoleLog(id uint64, ns metadata.Namespace) bool {
 // lie touched, and either its raft log too or the mark left unreadable
 // on the liar's disk (markUnreadable) (knownTwoVoterReseed): the group
 // has no majority without the replica the move replaces.
-func (c *csim) twoVoterReseeds() bool {
+func (c *sim) twoVoterReseeds() bool {
 	if c.lies == nil {
 		return false
 	}
@@ -221,7 +139,7 @@ func (c *csim) twoVoterReseeds() bool {
 // return bytes the disk does not hold (a flip on read): a mark that only
 // read as damaged is not this limit, and a re-seed it caused stays a
 // failure.
-func (c *csim) markUnreadable(ns metadata.Namespace) bool {
+func (c *sim) markUnreadable(ns metadata.Namespace) bool {
 	fsys := c.lies.mem()
 	dir := partitionDir(ns)
 	dirs := []string{dir}
@@ -247,7 +165,7 @@ func partitionDir(ns metadata.Namespace) string {
 
 // convergedExcept is converged, but for the copies skip names (a node and
 // a partition).
-func (c *csim) convergedExcept(skip func(id uint64, ns metadata.Namespace) bool) string {
+func (c *sim) convergedExcept(skip func(id uint64, ns metadata.Namespace) bool) string {
 	ref, err := metadata.EncodeSnapshot(c.nodes[0].meta.Export())
 	if err != nil {
 		c.fail(0, "encode metadata: %v", err)
@@ -285,76 +203,11 @@ func (c *csim) convergedExcept(skip func(id uint64, ns metadata.Namespace) bool)
 	return ""
 }
 
-// notQuiescent reports what kept the cluster from settling.
-func (c *csim) notQuiescent() {
-	limit := fmt.Sprintf("%v after work and faults stopped", quiesceLimit)
-	// deadDamage: every parked frame waits on the liar for a partition
-	// whose directory a lie left with a dead incarnation's damaged
-	// incarnation file (knownDeadIncarnationDamage).
-	deadDamage := true
-	parked, ok := c.parked(c.ctx, func(n *node, pn shard.ParkedNamespace) {
-		deadDamage = deadDamage && c.deadIncarnationDamaged(n, pn.NS)
-	})
-	if !ok {
-		return
-	}
-	var unanswered []string
-	for _, a := range c.inflight {
-		unanswered = append(unanswered, fmt.Sprintf("attempt %d (op %d %v %v on n%d, sent at event %d)", a.id, a.op.id, a.op.kind, a.op.ns, a.node.id, a.sendEv))
-	}
-	switch diff := c.converged(); {
-	case len(unanswered) > 0:
-		c.fail(1, "requests never answered (%s): %s", limit, strings.Join(unanswered, "; "))
-		switch {
-		case c.silencedByOldProposal(c.inflight):
-		case c.silencedByApplyError(c.inflight):
-		}
-	case len(parked) > 0:
-		known := ""
-		if deadDamage {
-			known = knownDeadIncarnationDamage
-		}
-		c.failKnown(known, 4, "park buffers not empty %s: %s", limit, strings.Join(parked, "; "))
-	case diff != "":
-		// Only copies of incarnations whose raft log on the liar a lie
-		// cut inside its sync mark's window differ: that replica lost
-		// entries it acknowledged without knowing (knownRaftLogWindow).
-		known := ""
-		switch {
-		case c.lies != nil && len(c.lies.raftWindow) > 0 && c.convergedExcept(c.raftWindowCopy) == "":
-			known = knownRaftLogWindow
-		case c.lies != nil && c.convergedExcept(c.unownedSoleLog) == "":
-			known = knownUnownedSoleLog
-		}
-		c.failKnown(known, 3, "replicas never converged (%s): %s", limit, diff)
-	case c.join != nil:
-		c.fail(8, "the addition of n%d never completed (%s)", c.join.id, limit)
-	case c.remove != nil:
-		c.fail(8, "the removal of n%d never completed (%s, %d calls): %s", c.remove.id, limit, c.remove.calls, c.heldBy(c.remove.id))
-	case c.moving() != "":
-		known := ""
-		if c.twoVoterReseeds() {
-			known = knownTwoVoterReseed
-		}
-		c.failKnown(known, 7, "replica moves never settled (%s): %s", limit, c.moving())
-	case c.unbalanced() != "":
-		c.fail(7, "leadership never went back to the preferred leaders (%s): %s", limit, c.unbalanced())
-	default:
-		var busy []string
-		for _, cl := range c.clients {
-			if cl.op != nil {
-				busy = append(busy, fmt.Sprintf("op %d (%v)", cl.op.id, cl.op.kind))
-			}
-		}
-		c.fail(1, "operations never finished (%s): %s", limit, strings.Join(busy, ", "))
-	}
-}
-
 // silencedByOldProposal reports whether every unanswered attempt is a
 // write that a restarted node proposed and applied: the entry it waited
 // for was matched to an older entry with the same proposal id
 // (knownProposalIDs).
-func (c *csim) silencedByOldProposal(as []*attempt) bool {
+func (c *sim) silencedByOldProposal(as []*attempt) bool {
 	for _, a := range as {
 		applied := len(a.ids) > 0 && c.msgs[a.ids[0]].appended
 		if !c.regrouped(a) || a.handles == 0 || (a.op.kind != kindStore && !applied) {
@@ -367,7 +220,7 @@ func (c *csim) silencedByOldProposal(as []*attempt) bool {
 // silencedByApplyError reports whether every unanswered attempt is a
 // write proposed by a replica whose append failed while applying
 // (knownApplyErrorSilence).
-func (c *csim) silencedByApplyError(as []*attempt) bool {
+func (c *sim) silencedByApplyError(as []*attempt) bool {
 	for _, a := range as {
 		k := a.op.kind
 		if (k != kindProduce && k != kindBatch && k != kindStore) || a.handles == 0 ||
@@ -378,19 +231,6 @@ func (c *csim) silencedByApplyError(as []*attempt) bool {
 	return len(as) > 0
 }
 
-// restartFenced is never called: a cluster's final reads report no
-// fence (a replica fenced after a failed fsync rebuilds from its group).
-func (c *csim) restartFenced() {}
-
-// finalReadDamaged leaves no partition to a read of its own: a copy the
-// liar damaged is read as every other is, and damageReported excuses
-// its answer.
-func (c *csim) finalReadDamaged(incKey) (fenced, done bool) { return false, false }
-
-// advanceSettling is advanceQuiet while replicas may still converge: by
-// one raft tick.
-func (c *csim) advanceSettling() { c.advanceQuiet(false) }
-
 // clusterDropOK says which drop reasons cluster mode explains, by
 // variant. Raft traffic has no client and raft re-sends it, so dropping
 // it is fine wherever a frame can be dropped (behaviour 17) — except for
@@ -398,7 +238,7 @@ func (c *csim) advanceSettling() { c.advanceQuiet(false) }
 // dropped by convergence (a delete racing a request, a park outliving its
 // passes, a namespace another shard owns), by inboxes that raft traffic
 // fills, and by park buffers it crowds; build failures need a disk fault.
-func (c *csim) clusterDropOK(variant, reason string) bool {
+func (c *sim) clusterDropOK(variant, reason string) bool {
 	switch reason {
 	case metrics.ReasonUnroutable, metrics.ReasonMisrouted, metrics.ReasonDeliveryFailed:
 		return false
@@ -432,66 +272,12 @@ func (c *csim) clusterDropOK(variant, reason string) bool {
 // parkway_frame_drops_total (the engine's label).
 const metaRaftVariant = "metadata_raft"
 
-// history places every operation in its incarnation's history
-// (invariant 5). Produces and consumer offsets are replicated writes, and
-// polls and offset reads asked of the leader must see every acknowledged
-// write: all are checked against one log with consumer offsets. A Local
-// poll reads whichever replica the client reached, from its own copy, and
-// is checked as a stale read (linIn.stale).
-func (c *csim) history() histories {
-	hist := make(histories)
-	for _, o := range c.allOps {
-		if o.kind == kindProduce || o.kind == kindBatch {
-			c.linearizeProduce(o, hist.add)
-			if c.viol != nil {
-				return nil
-			}
-			continue
-		}
-		key, in, out, ok := c.linearizeOp(o)
-		if c.viol != nil {
-			return nil
-		}
-		if ok {
-			hist.add(o, key, in, out)
-		}
-		if o.kind == kindStore {
-			except := uint64(0)
-			if ok {
-				except = key.epoch
-			}
-			c.storeElsewhere(o, except, hist.add)
-		}
-	}
-	return hist
-}
-
-// unlinearized is false: every incarnation's history is checked (a
-// liar's damaged copy is repaired from its peers).
-func (c *csim) unlinearized(incKey) bool { return false }
-
-// dropOK is clusterDropOK.
-func (c *csim) dropOK(variant, reason string) bool { return c.clusterDropOK(variant, reason) }
-
-// dropCounters lists the metrics of every node incarnation, the crashed
-// ones first.
-func (c *csim) dropCounters() []dropCounter {
-	var out []dropCounter
-	for _, m := range c.oldMetrics {
-		out = append(out, dropCounter{m: m})
-	}
-	for _, n := range c.nodes {
-		out = append(out, dropCounter{m: n.m})
-	}
-	return out
-}
-
 // linearizeProduce places a produce in the history of each incarnation a
 // try of it was applied to: as acknowledged (at its offset) in the one
 // the acknowledgement reported, as of unknown outcome elsewhere. A
 // produce that ended "not applied" or with an error must not have been
 // applied anywhere.
-func (c *csim) linearizeProduce(o *op, add func(*op, incKey, linIn, linOut)) {
+func (c *sim) linearizeProduce(o *op, add func(*op, incKey, linIn, linOut)) {
 	tries, ok := c.appliedTries(o)
 	if !ok {
 		return
@@ -527,7 +313,7 @@ func (c *csim) linearizeProduce(o *op, add func(*op, incKey, linIn, linOut)) {
 // earlier incarnation's history without a store that may have applied
 // there, and correct answers looked non-linearizable (the simulator's
 // seeds 5504 and 8371: a false alarm of the checker, not an engine bug).
-func (c *csim) storeElsewhere(o *op, except uint64, add func(*op, incKey, linIn, linOut)) {
+func (c *sim) storeElsewhere(o *op, except uint64, add func(*op, incKey, linIn, linOut)) {
 	in := linIn{kind: o.kind, consumer: o.consumer, offset: o.offset}
 	seen := map[uint64]bool{except: true}
 	for _, a := range o.attempts {
@@ -539,27 +325,4 @@ func (c *csim) storeElsewhere(o *op, except uint64, add func(*op, incKey, linIn,
 			add(o, incKey{o.ns, a.stamp}, in, linOut{unknown: true})
 		}
 	}
-}
-
-// linearizeOp places a read or a consumer offset operation in a partition
-// history, or reports false to leave it out.
-func (c *csim) linearizeOp(o *op) (incKey, linIn, linOut, bool) {
-	in, out, ok := linearizeRead(o)
-	if !ok {
-		return incKey{}, in, out, false
-	}
-	if out.unknown {
-		// A store whose outcome is unknown was proposed by a leader that
-		// took one of its tries against the incarnation it was stamped
-		// with; a try no leader took did nothing.
-		for _, a := range slices.Backward(o.attempts) {
-			if a.handles > 0 && a.stamp != 0 {
-				return incKey{o.ns, a.stamp}, in, out, true
-			}
-		}
-		return incKey{}, in, out, false
-	}
-	last := o.attempts[len(o.attempts)-1]
-	key, ok := c.placeServed(o, last.node.incs, fmt.Sprintf("n%d's ", last.node.id), out)
-	return key, in, out, ok
 }

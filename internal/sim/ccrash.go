@@ -17,12 +17,9 @@ import (
 // log, each partition's raft group from the raft log beside its segments,
 // re-applying what its partition log lost.
 
-// crash takes n down for up to a second.
-func (c *csim) crash(n *node) { c.crashFor(n, 0, time.Second) }
-
 // crashQuiescedLeader crashes a node that leads quiesced partition groups,
 // if one does, for longer than the liveness timeout.
-func (c *csim) crashQuiescedLeader() {
+func (c *sim) crashQuiescedLeader() {
 	leaders := c.quiescedLeaders()
 	if len(leaders) == 0 {
 		return
@@ -49,7 +46,7 @@ func (c *csim) crashQuiescedLeader() {
 
 // quiescedLeaders are the running nodes that lead quiesced partition
 // groups.
-func (c *csim) quiescedLeaders() []*node {
+func (c *sim) quiescedLeaders() []*node {
 	var leaders []*node
 	for _, n := range c.nodes {
 		if !n.reachable() {
@@ -67,13 +64,13 @@ func (c *csim) quiescedLeaders() []*node {
 
 // crashFor takes n down for a time in [lo, hi]: a power loss two times
 // in three, else a process crash.
-func (c *csim) crashFor(n *node, lo, hi time.Duration) {
+func (c *sim) crashFor(n *node, lo, hi time.Duration) {
 	c.crashHow(n, c.powerLoss(), lo, hi)
 }
 
 // crashHow takes n down for a time in [lo, hi], by a power loss if power
 // is set, else by a process crash.
-func (c *csim) crashHow(n *node, power bool, lo, hi time.Duration) {
+func (c *sim) crashHow(n *node, power bool, lo, hi time.Duration) {
 	kind := c.countCrash(power)
 	down := c.randDuration(lo, hi)
 	c.event("n%d CRASH (%s) gen=%d down for %v", n.id, kind, n.gen, down)
@@ -95,7 +92,7 @@ func (c *csim) crashHow(n *node, power bool, lo, hi time.Duration) {
 }
 
 // restart brings n back on its disk, with a fresh endpoint.
-func (c *csim) restart(n *node) {
+func (c *sim) restart(n *node) {
 	if c.roll(c.cfg.Faults.WrongDisk) {
 		c.startOnWrongDisk(n)
 		if c.viol != nil {
@@ -112,7 +109,7 @@ func (c *csim) restart(n *node) {
 // directory (its durable state), which must be refused with
 // host.ErrWrongDataDir: a node that took it would vote and acknowledge
 // with another member's log.
-func (c *csim) startOnWrongDisk(n *node) {
+func (c *sim) startOnWrongDisk(n *node) {
 	var others []*node
 	for _, m := range c.nodes {
 		if m.id != n.id && m.mem != nil {
@@ -138,7 +135,7 @@ func (c *csim) startOnWrongDisk(n *node) {
 
 // cur is the running incarnation of the node n was: n itself unless it
 // crashed and restarted since, or was removed (then it stays down).
-func (c *csim) cur(n *node) *node {
+func (c *sim) cur(n *node) *node {
 	if m := c.node(n.id); m != nil {
 		return m
 	}

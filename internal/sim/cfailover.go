@@ -68,7 +68,7 @@ type ledGroup struct {
 // ledGroups lists the committed partition groups n leads that are
 // quiesced on n and on every other node holding a replica of them: only
 // node liveness can wake those once n dies.
-func (c *csim) ledGroups(n *node) []ledGroup {
+func (c *sim) ledGroups(n *node) []ledGroup {
 	var out []ledGroup
 	for _, p := range n.meta.Snapshot().Partitions {
 		if !c.quiescedOn(n, p) {
@@ -107,7 +107,7 @@ func (c *csim) ledGroups(n *node) []ledGroup {
 
 // quiescedOn reports whether n holds p's incarnation with its group
 // quiesced.
-func (c *csim) quiescedOn(n *node, p metadata.PartitionInfo) bool {
+func (c *sim) quiescedOn(n *node, p metadata.PartitionInfo) bool {
 	if int(p.Owner) >= len(n.shards) {
 		return false
 	}
@@ -121,11 +121,11 @@ func (c *csim) quiescedOn(n *node, p metadata.PartitionInfo) bool {
 
 // calming reports whether a calm is on: no fault starts, and clients
 // start no new operation.
-func (c *csim) calming() bool { return c.clk.Now().Before(c.calmUntil) }
+func (c *sim) calming() bool { return c.clk.Now().Before(c.calmUntil) }
 
 // calm ends every fault but n's crash and holds new ones, and new client
 // operations, off until the failover is checked.
-func (c *csim) calm(n *node, groups []ledGroup, voters []uint64, metaLeader bool) {
+func (c *sim) calm(n *node, groups []ledGroup, voters []uint64, metaLeader bool) {
 	now := c.clk.Now()
 	c.faults.CalmCrashes++
 	c.netf = netState{}
@@ -166,7 +166,7 @@ type deafWait struct{ until time.Time }
 // quietForDeaf starts the quiet before a judged deaf spell, unless
 // another calm, a failover check, a stopped or a down node is in the
 // way; it reports whether it did.
-func (c *csim) quietForDeaf() bool {
+func (c *sim) quietForDeaf() bool {
 	if c.depth > 0 || c.failover != nil || c.deafWait != nil || c.calming() ||
 		slices.ContainsFunc(c.nodes, func(m *node) bool { return m.stopped || m.down }) {
 		return false
@@ -190,7 +190,7 @@ func (c *csim) quietForDeaf() bool {
 
 // deafen makes deaf the first node found leading quiesced groups, while
 // the quiet before a deaf spell lasts, and sets up the failover check.
-func (c *csim) deafen() {
+func (c *sim) deafen() {
 	d := c.deafWait
 	if d == nil || c.depth > 0 || c.viol != nil {
 		return
@@ -232,7 +232,7 @@ func (c *csim) deafen() {
 // pollFailover notes the groups of the failover in progress that a
 // survivor leads now, once per clock value; at the failover's deadline
 // it checks them (checkFailover).
-func (c *csim) pollFailover() {
+func (c *sim) pollFailover() {
 	f := c.failover
 	if f == nil || c.depth > 0 {
 		return
@@ -254,7 +254,7 @@ func (c *csim) pollFailover() {
 // deadline (final), one that none does is a violation wherever a majority
 // of its replicas survived holding the same incarnation. The metadata
 // group too, when the dead node led it.
-func (c *csim) checkFailover(final bool) {
+func (c *sim) checkFailover(final bool) {
 	f := c.failover
 	if final {
 		c.failover = nil
@@ -361,7 +361,7 @@ func (c *csim) checkFailover(final bool) {
 
 // zombieHeartbeats is BreakZombieLiveness: before n's metadata tick, a
 // liveness heartbeat from every node that is down arrives at n.
-func (c *csim) zombieHeartbeats(n *node) {
+func (c *sim) zombieHeartbeats(n *node) {
 	for _, d := range c.nodes {
 		if d.down && d != n {
 			_ = n.eng.Deliver(transport.Message{From: transport.NodeID(d.id), To: transport.NodeID(n.id), Kind: host.KindLiveness})
@@ -370,7 +370,7 @@ func (c *csim) zombieHeartbeats(n *node) {
 }
 
 // leavingOf are the nodes of p's leaving replicas.
-func (c *csim) leavingOf(p metadata.PartitionInfo) []*node {
+func (c *sim) leavingOf(p metadata.PartitionInfo) []*node {
 	out := make([]*node, 0, len(p.Leaving))
 	for _, id := range p.Leaving {
 		if n := c.node(id); n != nil {

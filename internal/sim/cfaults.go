@@ -40,13 +40,13 @@ func (w *netState) clogged(a, b uint64) bool {
 	return slices.Contains(w.clogs, [2]uint64{a, b})
 }
 
-func (c *csim) randDuration(lo, hi time.Duration) time.Duration {
+func (c *sim) randDuration(lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(c.rng.Int64N(int64(hi-lo)+1))
 }
 
 // startFaults rolls every fault that is not on, in a fixed order (each
 // roll draws from the RNG only when its rate is set).
-func (c *csim) startFaults() {
+func (c *sim) startFaults() {
 	if c.quiescing || c.calming() {
 		return
 	}
@@ -166,7 +166,7 @@ func (c *csim) startFaults() {
 // can send but not hear (one time in three), a node that is heard but
 // cannot send (one in six), or two sides of which one reaches the other
 // and not the reverse.
-func (c *csim) startOneWay() {
+func (c *sim) startOneWay() {
 	w := &c.netf
 	ids := c.memberIDs()
 	var from, to []uint64
@@ -207,7 +207,7 @@ func (c *csim) startOneWay() {
 // startClog clogs, for 20 ms – 1 s, one direction of one link, or every
 // link into or out of one node: their messages are held, in order, and
 // delivered when the clog ends.
-func (c *csim) startClog() {
+func (c *sim) startClog() {
 	w := &c.netf
 	ids := c.memberIDs()
 	x := ids[c.rng.IntN(len(ids))]
@@ -254,7 +254,7 @@ func (c *csim) startClog() {
 // end: an acknowledgement that came back while the link was clogged (a
 // transport that sends it over the reverse path, BreakReplyPath) is
 // still caught.
-func (c *csim) noteClogged() {
+func (c *sim) noteClogged() {
 	for _, l := range c.netf.clogs {
 		if to := c.node(l[1]); to == nil || !to.reachable() {
 			continue
@@ -268,7 +268,7 @@ func (c *csim) noteClogged() {
 }
 
 // unclog ends the clogs, delivering what they held.
-func (c *csim) unclog() {
+func (c *sim) unclog() {
 	c.noteClogged()
 	released := c.net.UnclogAll()
 	c.netf.clogs = nil
@@ -276,24 +276,8 @@ func (c *csim) unclog() {
 	c.noteLinks()
 }
 
-// armDiskError arms a one-shot EIO on one of the next few fsyncs of one
-// partition of n, or a torn write on one of its next few writes. It aims
-// at one partition's directory, not at "the k-th operation" as the
-// single-node mode does: a shard ticks its raft groups in map order, so
-// the order of operations across partitions is not the seed's to decide.
-func (c *csim) armDiskError(n *node) {
-	parts := n.meta.Snapshot().Partitions
-	if n.inj.eio != nil || len(parts) == 0 || n.down {
-		return
-	}
-	ns := parts[c.rng.IntN(len(parts))].NS
-	n.inj.eioPrefix = partitionDir(ns) + "/"
-	k := n.armDiskError()
-	c.event("n%d disk error armed: %s #%d under %v", n.id, n.inj.eioKind, k, ns)
-}
-
 // expireFaults ends the faults whose time is up.
-func (c *csim) expireFaults() {
+func (c *sim) expireFaults() {
 	w := &c.netf
 	now := c.clk.Now()
 	weather, flush := false, false
@@ -353,7 +337,7 @@ func (c *csim) expireFaults() {
 
 // setWeather hands the spells in force to the network, with a fresh seed
 // for its fault PCG from the run's RNG.
-func (c *csim) setWeather() {
+func (c *sim) setWeather() {
 	w := &c.netf
 	c.net.SetFaults(transport.Faults{DropRate: w.drop, DuplicateRate: w.dup, ReorderRate: w.reorder,
 		Delay: w.delay, Seed: c.rng.Uint64()})
@@ -363,7 +347,7 @@ func (c *csim) setWeather() {
 // nodes: a stopped node is cut off from every other. Links only appear
 // here (a heal, a resume, a restart), so this is where the produces in
 // flight learn of them (op.reach).
-func (c *csim) applyCuts() {
+func (c *sim) applyCuts() {
 	defer c.noteLinks()
 	c.net.Heal()
 	w := &c.netf
@@ -399,34 +383,4 @@ func (c *csim) applyCuts() {
 			}
 		}
 	}
-}
-
-// faultsOff ends every fault for quiescence: the weather clears, held
-// messages are released, the partition heals, stopped nodes resume and
-// disks work again.
-func (c *csim) faultsOff() {
-	if f := c.failover; f != nil {
-		// The crashed node restarts now: its failover goes unchecked.
-		c.event("failover of n%d not checked: quiescence", f.node)
-		c.failover = nil
-	}
-	c.deafWait = nil
-	c.netf = netState{}
-	c.peerFaultsOff()
-	c.setWeather()
-	released := c.net.Flush() + c.net.UnclogAll()
-	for _, n := range c.nodes {
-		if n.down {
-			c.restart(n)
-		}
-	}
-	for _, n := range c.nodes {
-		n.stopped = false
-		n.faultsOff()
-	}
-	if c.lies != nil {
-		c.lies.stopRunning()
-	}
-	c.applyCuts()
-	c.event("faults off: released=%d", released)
 }

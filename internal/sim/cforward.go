@@ -27,7 +27,7 @@ type fwdKey struct{ from, id uint64 }
 // forward sends attempt a of o from its home node to node to, as the
 // home's client call does on a "not leader" answer. The request carries
 // the call's deadline, as a started engine's call stamps it.
-func (c *csim) forward(a *attempt, home, to *node) {
+func (c *sim) forward(a *attempt, home, to *node) {
 	o := a.op
 	a.node, a.via = to, home
 	if o.fwdDeadline.IsZero() {
@@ -59,7 +59,7 @@ func sameRequest(want, got *shard.Request) bool {
 // request, what its shard answered: the incarnation that served it and
 // the consumer offset it stored (the forward may end without the answer,
 // or receive it later).
-func (c *csim) forwardReplied(n *node, m transport.Message) {
+func (c *sim) forwardReplied(n *node, m transport.Message) {
 	a := c.fwds[fwdKey{uint64(m.To), m.Group}]
 	if a == nil || a.node.id != n.id || a.op.done {
 		return
@@ -88,7 +88,7 @@ func (c *csim) forwardReplied(n *node, m transport.Message) {
 
 // stepForwards steps the forwards in flight of the running nodes and
 // hands each one over to the client's call as its attempt's answer.
-func (c *csim) stepForwards() {
+func (c *sim) stepForwards() {
 	stepped := false
 	for i := 0; i < len(c.inflight) && c.viol == nil; {
 		a := c.inflight[i]

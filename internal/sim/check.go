@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/parkway-io/parkway/metadata"
@@ -78,7 +77,7 @@ const (
 // must be; past quiesceLimit of virtual time notQuiescent reports what
 // kept it busy; otherwise wait moves the clock on, told the calm rounds
 // so far. It reports whether the run settled.
-func (b *base) settleLoop(round func() (calm bool, need int), notQuiescent func(), wait func(calm int)) bool {
+func (b *sim) settleLoop(round func() (calm bool, need int), notQuiescent func(), wait func(calm int)) bool {
 	deadline := b.clk.Now().Add(quiesceLimit)
 	calm := 0
 	for b.viol == nil {
@@ -108,81 +107,29 @@ func (b *base) settleLoop(round func() (calm bool, need int), notQuiescent func(
 // final read meets one, the simulator does what an operator would —
 // restarts the node process (the page cache survives, unlike in a
 // crash) — and settles and reads again.
-func (b *base) quiesce(h harness, k kind) {
-	b.quiescing = true
-	k.faultsOff()
-	b.event("quiesce")
-	for restarts := 0; b.viol == nil; restarts++ {
-		if !k.settle() {
+func (s *sim) quiesce() {
+	s.quiescing = true
+	s.faultsOff()
+	s.event("quiesce")
+	for restarts := 0; s.viol == nil; restarts++ {
+		if !s.settle() {
 			return
 		}
-		settledChecks(h)
-		fenced := b.finalReads()
-		if !fenced || b.viol != nil {
+		settledChecks(s)
+		fenced := s.finalReads()
+		if !fenced || s.viol != nil {
 			return
 		}
 		if restarts == 3 {
-			b.fail(4, "partitions still fenced after %d restarts", restarts)
+			s.fail(4, "partitions still fenced after %d restarts", restarts)
 			return
 		}
-		k.restartFenced()
+		s.restartFenced()
 	}
-}
-
-// settle runs rounds until the node is idle for calmRounds rounds in a
-// row, or reports what kept it busy past quiesceLimit.
-func (s *sim) settle() bool {
-	return s.settleLoop(func() (bool, int) {
-		s.settleRound()
-		return s.idle(), calmRounds
-	}, s.notQuiescent, func(int) { s.advanceQuiet() })
-}
-
-// restartFenced stops the node process and starts it again on the same
-// disk: unlike a crash, nothing written is lost.
-func (s *sim) restartFenced() {
-	s.restarts++
-	old := s.nodes[0]
-	old.inj.dead = true
-	s.event("RESTART gen=%d inflight=%d", old.gen, len(s.inflight))
-	s.abandon(old)
-	old.close()
-	s.nodes[0] = s.openNode(old)
-}
-
-// settleRound steps every shard until idle, retries what is due, and runs
-// one pass of every reconciler.
-func (s *sim) settleRound() {
-	s.stepAll()
-	s.retryDue(s.retry, nil)
-	s.stepAll()
-	for i := range s.nodes[0].shards {
-		s.reconcile(s.nodes[0], i)
-	}
-	s.stepAll()
-}
-
-// advanceQuiet advances the clock to the next due retry, or by one pass
-// period.
-func (s *sim) advanceQuiet() {
-	now := s.clk.Now()
-	next := now.Add(passPeriod)
-	for _, o := range s.waitingOps() {
-		if o.retryAt.Before(next) {
-			next = o.retryAt
-		}
-	}
-	s.advance(max(next.Sub(now), time.Microsecond))
-}
-
-// idle: no request in flight or waiting to be retried, no frame queued or
-// parked anywhere.
-func (s *sim) idle() bool {
-	return len(s.inflight) == 0 && len(s.waitingOps()) == 0 && s.nodesIdle()
 }
 
 // nodesIdle reports whether every node is idle (node.idle).
-func (b *base) nodesIdle() bool {
+func (b *sim) nodesIdle() bool {
 	for _, n := range b.nodes {
 		if !n.idle() {
 			return false
@@ -208,7 +155,7 @@ func (n *node) idle() bool {
 // parked lists the frames parked in every node's shards, one line per
 // namespace, telling each to also (when set); ok is false when a shard
 // could not be inspected (a violation).
-func (b *base) parked(ctx context.Context, also func(n *node, pn shard.ParkedNamespace)) (lines []string, ok bool) {
+func (b *sim) parked(ctx context.Context, also func(n *node, pn shard.ParkedNamespace)) (lines []string, ok bool) {
 	for _, n := range b.nodes {
 		for i, sh := range n.shards {
 			if sh.Parked() == 0 {
@@ -230,27 +177,6 @@ func (b *base) parked(ctx context.Context, also func(n *node, pn shard.ParkedNam
 	return lines, true
 }
 
-// notQuiescent reports what kept the run from settling.
-func (s *sim) notQuiescent() {
-	parked, ok := s.parked(s.ctx, nil)
-	if !ok {
-		return
-	}
-	var unanswered []string
-	for _, a := range s.inflight {
-		unanswered = append(unanswered, fmt.Sprintf("attempt %d (op %d %v %v, sent at event %d)", a.id, a.op.id, a.op.kind, a.op.ns, a.sendEv))
-	}
-	limit := fmt.Sprintf("%v after work stopped", quiesceLimit)
-	switch {
-	case len(parked) > 0:
-		s.fail(4, "park buffers not empty %s: %s; %d requests unanswered", limit, strings.Join(parked, "; "), len(unanswered))
-	case len(unanswered) > 0:
-		s.fail(1, "requests never answered (%s): %s", limit, strings.Join(unanswered, "; "))
-	default:
-		s.fail(4, "the node did not quiesce %s: %d operations still retrying", limit, len(s.waitingOps()))
-	}
-}
-
 // finalReads reads every committed partition from offset 0 through
 // every node, through its router like a client, and checks each copy is
 // the whole log the oracle holds: exactly what was appended to its
@@ -264,25 +190,24 @@ func (s *sim) notQuiescent() {
 // It reports true, having read nothing to the end, when a single node's
 // read meets a partition fenced after a failed fsync (quiesce restarts
 // the node then).
-func (b *base) finalReads() bool {
-	k := b.kind
-	for _, p := range b.nodes[0].meta.Snapshot().Partitions {
-		if b.viol != nil {
+func (s *sim) finalReads() bool {
+	for _, p := range s.nodes[0].meta.Snapshot().Partitions {
+		if s.viol != nil {
 			return false
 		}
 		key := incKey{p.NS, p.CreatedRevision}
-		if fenced, done := k.finalReadDamaged(key); done {
+		if fenced, done := s.finalReadDamaged(key); done {
 			if fenced {
 				return true
 			}
 			continue
 		}
-		for _, n := range b.nodes {
-			if b.viol != nil {
+		for _, n := range s.nodes {
+			if s.viol != nil {
 				return false
 			}
-			o := b.finalRead(n, p.NS, 0)
-			read, fenced, stop := b.finalAnswer(n, o, key, "final read", "committed partition")
+			o := s.finalRead(n, p.NS, 0)
+			read, fenced, stop := s.finalAnswer(n, o, key, "final read", "committed partition")
 			switch {
 			case stop:
 				return false
@@ -291,9 +216,9 @@ func (b *base) finalReads() bool {
 			case !read:
 				continue
 			}
-			rl := b.oracle[key]
+			rl := s.oracle[key]
 			if rl == nil {
-				b.fail(4, "committed partition %v was never built", key)
+				s.fail(4, "committed partition %v was never built", key)
 				return false
 			}
 			got := make([]uint64, 0, len(o.resp.Messages))
@@ -302,20 +227,20 @@ func (b *base) finalReads() bool {
 				got = append(got, id)
 			}
 			if !slices.Equal(got, rl.ids) || o.resp.Offset != uint64(len(rl.ids)) {
-				b.fail(3, "final read of %v on %s returned %d messages (next %d), the log holds %d",
+				s.fail(3, "final read of %v on %s returned %d messages (next %d), the log holds %d",
 					key, n.name(), len(got), o.resp.Offset, len(rl.ids))
 				return false
 			}
 		}
-		rl := b.oracle[key]
+		rl := s.oracle[key]
 		acked := 0
 		for _, a := range rl.acked {
 			if a {
 				acked++
 			}
 		}
-		b.event("final %v messages=%d acked=%d replicas=%v", key, len(rl.ids), acked, p.Replicas)
-		if b.finalOffsets(key) {
+		s.event("final %v messages=%d acked=%d replicas=%v", key, len(rl.ids), acked, p.Replicas)
+		if s.finalOffsets(key) {
 			return true
 		}
 	}
@@ -325,7 +250,7 @@ func (b *base) finalReads() bool {
 // fencedAt reports whether o, a final operation on n, met key fenced
 // after a failed fsync on a single node, which only a restart of the
 // node clears (a cluster's replica rebuilds from its group).
-func (b *base) fencedAt(n *node, o *op, key incKey) bool {
+func (b *sim) fencedAt(n *node, o *op, key incKey) bool {
 	if n.replicated() || !errors.Is(o.err, shard.ErrPartitionFailed) {
 		return false
 	}
@@ -339,21 +264,20 @@ func (b *base) fencedAt(n *node, o *op, key incKey) bool {
 // the node); neither, damage a lie explains (counted as detected); or
 // stop, the run ended or o failed otherwise (a violation of invariant 4,
 // naming the thing read as subject).
-func (b *base) finalAnswer(n *node, o *op, key incKey, what, subject string) (read, fenced, stop bool) {
-	k := b.kind
-	if !b.awaitFinal(o, k.settleRound, k.advanceSettling, fmt.Sprintf("%s of %v on %s", what, key, n.name())) {
+func (s *sim) finalAnswer(n *node, o *op, key incKey, what, subject string) (read, fenced, stop bool) {
+	if !s.awaitFinal(o, s.settleRound, s.advanceSettling, fmt.Sprintf("%s of %v on %s", what, key, n.name())) {
 		return false, false, true
 	}
-	if b.fencedAt(n, o, key) {
+	if s.fencedAt(n, o, key) {
 		return false, true, false
 	}
 	if o.outcome == outcomeOK {
 		return true, false, false
 	}
-	if k.damageReported(n, o, key) {
+	if s.damageReported(n, o, key) {
 		return false, false, false
 	}
-	b.fail(4, "%s %v not readable on %s at quiescence: %v", subject, key, n.name(), o.err)
+	s.fail(4, "%s %v not readable on %s at quiescence: %v", subject, key, n.name(), o.err)
 	return false, false, true
 }
 
@@ -362,22 +286,21 @@ func (b *base) finalAnswer(n *node, o *op, key incKey, what, subject string) (re
 // writes, so every replica must hold the same (invariant 3), and a
 // single node's must be readable. It reports true when a single node's
 // read met key fenced (finalReads).
-func (b *base) finalOffsets(key incKey) bool {
-	k := b.kind
+func (s *sim) finalOffsets(key incKey) bool {
 	for _, consumer := range [...]string{"c0", "c1"} {
 		var first *op
-		for _, n := range b.nodes {
-			if b.viol != nil {
+		for _, n := range s.nodes {
+			if s.viol != nil {
 				return false
 			}
-			b.nextOp++
-			o := &op{id: b.nextOp, kind: kindGet, ns: key.ns, consumer: consumer, home: n, local: n.replicated()}
-			b.allOps = append(b.allOps, o)
-			b.finalOps = append(b.finalOps, o)
-			o.callEv = b.event("call op=%d final offset %s ns=%v consumer=%s", o.id, n.name(), key.ns, consumer)
-			b.startCall(o, b.newAttempt(o), n)
-			k.afterAction()
-			read, fenced, stop := b.finalAnswer(n, o, key, "final offset read", "consumer offset of")
+			s.nextOp++
+			o := &op{id: s.nextOp, kind: kindGet, ns: key.ns, consumer: consumer, home: n, local: n.replicated()}
+			s.allOps = append(s.allOps, o)
+			s.finalOps = append(s.finalOps, o)
+			o.callEv = s.event("call op=%d final offset %s ns=%v consumer=%s", o.id, n.name(), key.ns, consumer)
+			s.startCall(o, s.newAttempt(o), n)
+			s.afterAction()
+			read, fenced, stop := s.finalAnswer(n, o, key, "final offset read", "consumer offset of")
 			switch {
 			case stop:
 				return false
@@ -391,7 +314,7 @@ func (b *base) finalOffsets(key incKey) bool {
 				continue
 			}
 			if o.resp.Found != first.resp.Found || o.resp.Offset != first.resp.Offset {
-				b.fail(3, "replicas disagree on consumer %s of %v: %s holds %d (found %v), %s holds %d (found %v)",
+				s.fail(3, "replicas disagree on consumer %s of %v: %s holds %d (found %v), %s holds %d (found %v)",
 					consumer, key, first.home.name(), first.resp.Offset, first.resp.Found, n.name(), o.resp.Offset, o.resp.Found)
 				return false
 			}
@@ -402,34 +325,26 @@ func (b *base) finalOffsets(key incKey) bool {
 
 // finalRead issues a read of ns from from through n (no client: it is
 // not part of the workload).
-func (b *base) finalRead(n *node, ns metadata.Namespace, from uint64) *op {
-	b.nextOp++
-	o := &op{id: b.nextOp, kind: kindPoll, ns: ns, count: 1 << 20, from: from, home: n, local: n.replicated()}
-	b.allOps = append(b.allOps, o)
-	b.finalOps = append(b.finalOps, o)
+func (s *sim) finalRead(n *node, ns metadata.Namespace, from uint64) *op {
+	s.nextOp++
+	o := &op{id: s.nextOp, kind: kindPoll, ns: ns, count: 1 << 20, from: from, home: n, local: n.replicated()}
+	s.allOps = append(s.allOps, o)
+	s.finalOps = append(s.finalOps, o)
 	if from > 0 {
-		o.callEv = b.event("call op=%d final read %s ns=%v from=%d", o.id, n.name(), ns, from)
+		o.callEv = s.event("call op=%d final read %s ns=%v from=%d", o.id, n.name(), ns, from)
 	} else {
-		o.callEv = b.event("call op=%d final read %s ns=%v", o.id, n.name(), ns)
+		o.callEv = s.event("call op=%d final read %s ns=%v", o.id, n.name(), ns)
 	}
-	b.startCall(o, b.newAttempt(o), n)
-	b.kind.afterAction()
+	s.startCall(o, s.newAttempt(o), n)
+	s.afterAction()
 	return o
 }
-
-// damageReported: a single node's partitions a lie touched are read by
-// finalReadDamaged, and no other answer is excused.
-func (*sim) damageReported(*node, *op, incKey) bool { return false }
-
-// advanceSettling moves the clock on while a final read waits
-// (advanceQuiet).
-func (s *sim) advanceSettling() { s.advanceQuiet() }
 
 // awaitFinal runs quiescence rounds (round, then wait to move the clock
 // on) until the final operation o is answered. It reports false on a
 // violation: one found meanwhile, or o still unanswered after
 // quiesceLimit (invariant 4, naming o by what).
-func (b *base) awaitFinal(o *op, round, wait func(), what string) bool {
+func (b *sim) awaitFinal(o *op, round, wait func(), what string) bool {
 	deadline := b.clk.Now().Add(quiesceLimit)
 	for !o.done && b.viol == nil {
 		round()
@@ -468,87 +383,4 @@ var dropGates = map[string]func(s *sim) bool{
 	metrics.ReasonShutdown:     func(s *sim) bool { return s.faults.Crash+s.restarts > 0 },
 	metrics.ReasonDisconnected: func(s *sim) bool { return s.faults.Crash+s.restarts > 0 },
 	// (A process crash closes nothing: its shards are abandoned.)
-}
-
-// history places every operation in its incarnation's history
-// (invariant 5): a produce where the storage tap saw it land, the rest
-// in the incarnation that served it.
-func (s *sim) history() histories {
-	hist := make(histories)
-	for _, o := range s.allOps {
-		key, in, out, ok := s.linearizeOp(o)
-		if s.viol != nil {
-			return nil
-		}
-		if ok {
-			hist.add(o, key, in, out)
-		}
-	}
-	return hist
-}
-
-// unlinearized leaves out the incarnations a lie damaged.
-func (s *sim) unlinearized(k incKey) bool { return s.lies.damageOK(k) }
-
-// dropOK is dropGates' verdict on a drop reason.
-func (s *sim) dropOK(_, reason string) bool {
-	gate, ok := dropGates[reason]
-	return ok && gate(s)
-}
-
-// dropCounters lists the metrics of every incarnation of the node.
-func (s *sim) dropCounters() []dropCounter {
-	out := make([]dropCounter, 0, len(s.allMetrics))
-	for gen, m := range s.allMetrics {
-		out = append(out, dropCounter{m: m, who: fmt.Sprintf("node gen %d ", gen+1), label: fmt.Sprintf("gen=%d ", gen+1)})
-	}
-	return out
-}
-
-// linearizeOp places o in a partition history, or reports false to leave
-// it out: a produce where the storage tap saw a try of it land (one try
-// at most: a single node takes no (producer, sequence) pair), the rest in
-// the incarnation that served the final try.
-func (s *sim) linearizeOp(o *op) (incKey, linIn, linOut, bool) {
-	if o.kind != kindProduce && o.kind != kindBatch {
-		in, out, ok := linearizeRead(o)
-		if !ok {
-			return incKey{}, in, out, false
-		}
-		// The incarnation that served the final attempt (the tap saw
-		// it), which was committed at that moment (the tap checked the
-		// fence), so at some point while the operation ran. In flight at
-		// a crash, no shard served it (answers are collected after every
-		// engine action, crashes fall between them): it had no effect.
-		key, ok := s.placeServed(o, s.nodes[0].incs, "", out)
-		return key, in, out, ok
-	}
-	in := linIn{kind: o.kind}
-	var out linOut
-	var applied *attempt
-	for _, a := range o.attempts {
-		if len(a.ids) > 0 && s.msgs[a.ids[0]].appended {
-			if applied != nil {
-				s.fail(5, "op %d applied twice: attempts %d and %d", o.id, applied.id, a.id)
-				return incKey{}, in, out, false
-			}
-			applied = a
-		}
-	}
-	switch o.outcome {
-	case outcomeOK:
-		out.offset = o.resp.Offset
-	case outcomeUnknown:
-		out.unknown = true
-	default:
-		if applied != nil {
-			s.fail(5, "op %d ended %v (%v), yet attempt %d was appended", o.id, o.outcome, o.err, applied.id)
-		}
-		return incKey{}, in, out, false
-	}
-	if applied == nil {
-		return incKey{}, in, out, false // unknown and never appended
-	}
-	in.ids = applied.ids
-	return s.msgs[applied.ids[0]].key, in, out, true
 }

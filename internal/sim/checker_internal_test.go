@@ -13,7 +13,7 @@ import (
 // served. (Dropping those entries made a correct read of the stored
 // offset in the earlier incarnation look non-linearizable.)
 func TestCheckerSeeds5504And8371StoreAcrossIncarnations(t *testing.T) {
-	c := &csim{}
+	c := &sim{}
 	o := &op{id: 41, kind: kindStore, ns: 7, consumer: "c0", offset: 0, outcome: outcomeOK}
 	o.attempts = []*attempt{
 		{handles: 1, stamp: 11, resp: shard.Response{Err: shard.ErrOutcomeUnknown}}, // may have applied @11

@@ -49,7 +49,7 @@ type joining struct {
 }
 
 // startJoin starts a new node with Cluster.Join and begins adding it.
-func (c *csim) startJoin() {
+func (c *sim) startJoin() {
 	if c.join != nil || c.remove != nil || c.joins >= maxJoins || len(c.peers) >= maxNodes || c.depth > 0 {
 		return
 	}
@@ -75,7 +75,7 @@ func (c *csim) startJoin() {
 // node's promotion to voter. A call given up at its deadline (the
 // member cut off, the learner not caught up yet) is made again, under
 // the same key, through whichever member runs then.
-func (c *csim) joinAct() {
+func (c *sim) joinAct() {
 	j := c.join
 	if j == nil || c.viol != nil {
 		return
@@ -102,7 +102,7 @@ func (c *csim) joinAct() {
 }
 
 // joined ends the addition: AddNode returned on member v.
-func (c *csim) joined(v *node) {
+func (c *sim) joined(v *node) {
 	j := c.join
 	c.join = nil
 	c.faults.Joined++
@@ -114,7 +114,7 @@ func (c *csim) joined(v *node) {
 // learners, of the metadata group configuration n has applied, and none
 // is both (invariant 8). A member that has applied no configuration yet
 // (a joiner before its first snapshot) is not judged.
-func (c *csim) checkVoters(n *node) {
+func (c *sim) checkVoters(n *node) {
 	st := n.eng.MetadataStatus()
 	if len(st.Voters) == 0 {
 		return
@@ -134,7 +134,7 @@ func (c *csim) checkVoters(n *node) {
 // checkMembership: at quiescence every addition and removal has
 // completed, and every member's metadata group has the same voters: the
 // members — every node that ever ran but those removed (invariant 8).
-func (c *csim) checkMembership() {
+func (c *sim) checkMembership() {
 	if c.viol != nil {
 		return
 	}

@@ -5,7 +5,6 @@ import (
 	"path"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/parkway-io/parkway/internal/replica"
 	"github.com/parkway-io/parkway/internal/wal"
@@ -42,7 +41,7 @@ import (
 const ClusterLie = 0.0004
 
 // startLies picks the liar, a founder, when lies are on.
-func (c *csim) startLies() {
+func (c *sim) startLies() {
 	if c.cfg.Faults.Lie == 0 {
 		return
 	}
@@ -55,7 +54,7 @@ func (c *csim) startLies() {
 		}
 		return nil
 	}
-	c.lies = newLies(&c.base,
+	c.lies = newLies(c,
 		func() *vfs.MemFS { return liarNode().mem },
 		func() *metadata.Store { return liarNode().meta },
 		path.Dir(metaRaftLog), &c.faults, "n"+strconv.FormatUint(c.liar, 10)+" ")
@@ -69,69 +68,21 @@ func (c *csim) startLies() {
 	c.event("n%d is the liar", c.liar)
 }
 
-// lie injects one lie on the liar, if it is a running member: a lie of
-// the stored bytes crashes it (a power loss) and damages its disk while
-// it is down (one node down at a time, as for crashes).
-func (c *csim) lie() {
-	n := c.node(c.liar)
-	if n == nil || n.down || n.eng == nil {
-		return
-	}
-	kind, name, ok := c.lies.pick(c.cfg.Faults.LieKinds)
-	if !ok {
-		return
-	}
-	if !lieWhileDown(kind) {
-		c.lies.arm(kind, name)
-		return
-	}
-	if slices.ContainsFunc(c.nodes, func(m *node) bool { return m.down }) {
-		return
-	}
-	c.crashHow(n, true, 0, time.Second)
-	c.lies.lieDown(kind, name)
-}
-
 // isLiar reports whether n is the node whose disk lies.
-func (c *csim) isLiar(n *node) bool { return c.lies != nil && n.id == c.liar }
+func (c *sim) isLiar(n *node) bool { return c.lies != nil && n.id == c.liar }
 
 // liedTo reports whether n's copy of key may be damaged: n is the liar
 // and a lie touched key's files (or a file outside every partition
 // directory, the journal).
-func (c *csim) liedTo(n *node, key incKey) bool {
+func (c *sim) liedTo(n *node, key incKey) bool {
 	return c.isLiar(n) && c.lies.damageOK(key)
-}
-
-// damageReported reports whether o's failure, the answer of a final read
-// of key through n, is damage the liar reports for its copy (counted as
-// detected): the liar answered it (n itself, or the replica n's "not
-// leader" hint sent the read to).
-func (c *csim) damageReported(n *node, o *op, key incKey) bool {
-	if len(o.attempts) == 0 || !isLogDamage(o.err) || !c.liedTo(o.attempts[len(o.attempts)-1].node, key) {
-		return false
-	}
-	c.faults.Detected++
-	c.event("final read of %v through n%d: damage reported by the liar: %v", key, n.id, o.err)
-	return true
-}
-
-// damageAnswered checks an answer against the lies: a log answered
-// damaged where no lie explains it is a false alarm (invariant 3). It
-// reports false after recording the violation.
-func (c *csim) damageAnswered(a *attempt, err error) bool {
-	if isCorruptLog(err) && !c.damageExplained(a) {
-		o := a.op
-		c.fail(3, "attempt %d (op %d %v %v) answered by n%d with damage no lie explains: %v", a.id, o.id, o.kind, o.ns, a.node.id, err)
-		return false
-	}
-	return true
 }
 
 // damageExplained reports whether a's answer may report damage: it was
 // answered by the liar, for a partition a lie touched. Any other node's
 // disk tells the truth, and a node never serves a peer's damage (a
 // forwarded read reaches the liar only through a client here).
-func (c *csim) damageExplained(a *attempt) bool {
+func (c *sim) damageExplained(a *attempt) bool {
 	return c.isLiar(a.node) && (c.lies.all || c.lies.dirs[a.op.ns])
 }
 
@@ -151,7 +102,7 @@ func isCorruptLog(err error) bool {
 // deadIncarnationDamaged reports whether n is the liar and a lie damaged
 // the incarnation file of ns's directory while it held an incarnation
 // that n's metadata no longer commits (knownDeadIncarnationDamage).
-func (c *csim) deadIncarnationDamaged(n *node, ns metadata.Namespace) bool {
+func (c *sim) deadIncarnationDamaged(n *node, ns metadata.Namespace) bool {
 	if !c.isLiar(n) {
 		return false
 	}

@@ -164,7 +164,7 @@ func (w *watchedClock) handled() {
 
 // initialSkew is where a node's wall clock starts relative to the
 // virtual clock: within ±1 s when clock faults are on, exact otherwise.
-func (b *base) initialSkew() time.Duration {
+func (b *sim) initialSkew() time.Duration {
 	f := b.cfg.Faults.Clock
 	if f == (ClockFaultRates{}) {
 		return 0
@@ -174,7 +174,7 @@ func (b *base) initialSkew() time.Duration {
 
 // clockJump is a jump's size: 1 ms – 10 s, about as often in each
 // decade, forward or back.
-func (b *base) clockJump() time.Duration {
+func (b *sim) clockJump() time.Duration {
 	d := time.Duration(float64(time.Millisecond) * math.Pow(10, 4*b.rng.Float64()))
 	if b.rng.IntN(2) == 0 {
 		return -d
@@ -184,7 +184,7 @@ func (b *base) clockJump() time.Duration {
 
 // startClockFaults rolls each clock fault once; pick names a node's
 // clock at random (nil: none to pick).
-func (b *base) startClockFaults(fc *FaultCounts, pick func() (*nodeClock, string)) {
+func (b *sim) startClockFaults(fc *FaultCounts, pick func() (*nodeClock, string)) {
 	f := b.cfg.Faults.Clock
 	now := b.clk.Now()
 	if b.roll(f.Jump) {
@@ -220,7 +220,7 @@ func (b *base) startClockFaults(fc *FaultCounts, pick func() (*nodeClock, string
 }
 
 // expireClockFaults ends k's strobe and drift when their time is up.
-func (b *base) expireClockFaults(k *nodeClock, name string) {
+func (b *sim) expireClockFaults(k *nodeClock, name string) {
 	now := b.clk.Now()
 	if k.strobe && !now.Before(k.strobeEnd) {
 		k.strobe = false

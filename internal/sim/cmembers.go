@@ -110,7 +110,7 @@ type memberBatch struct {
 }
 
 // startMembers creates the member clients (after the ordinary ones).
-func (c *csim) startMembers() {
+func (c *sim) startMembers() {
 	for i := range c.cfg.GroupMembers {
 		session := time.Duration(1500+c.rng.IntN(1500)) * time.Millisecond
 		// A Consumer under one of the three commit policies (interval:
@@ -128,7 +128,7 @@ func (c *csim) startMembers() {
 }
 
 // members are the member clients.
-func (c *csim) members() []*client {
+func (c *sim) members() []*client {
 	return c.clients[len(c.clients)-c.cfg.GroupMembers:]
 }
 
@@ -146,7 +146,7 @@ func (c *csim) members() []*client {
 // network healed, from before the group had even formed: the metadata
 // leader's node was cut off about once a second, and the group never
 // settled.
-func (c *csim) cutMember(cl *client) {
+func (c *sim) cutMember(cl *client) {
 	m, o, w := cl.member, cl.op, &c.netf
 	if o == nil || o.kind != kindPoll || w.partitioned || c.quiescing || c.calming() || c.rng.IntN(20) != 0 {
 		return
@@ -193,7 +193,7 @@ type stormState struct {
 // member in the group on the metadata leader's store, every partition
 // held by one and none moving. It looks every 64th step (reading the
 // group copies it).
-func (c *csim) stormCheck() {
+func (c *sim) stormCheck() {
 	st := &c.storm
 	if c.cfg.MemberPartitions == 0 || st.settled != 0 || c.quiescing {
 		return
@@ -244,7 +244,7 @@ func (c *csim) stormCheck() {
 // stormRunning reports whether a join storm's run goes on past its
 // steps (Config.StormFor): it has not settled and delivered after it yet,
 // and StormFor has not passed since the first join.
-func (c *csim) stormRunning() bool {
+func (c *sim) stormRunning() bool {
 	st := &c.storm
 	if c.viol != nil || c.cfg.MemberPartitions == 0 || c.cfg.StormFor == 0 {
 		return false
@@ -256,7 +256,7 @@ func (c *csim) stormRunning() bool {
 }
 
 // memberAct lets member client cl start its next operation.
-func (c *csim) memberAct(cl *client) {
+func (c *sim) memberAct(cl *client) {
 	m := cl.member
 	if m.lease != nil && !c.leaseDone(cl) {
 		return // a renewal in flight
@@ -346,7 +346,7 @@ func (c *csim) memberAct(cl *client) {
 // the member's (host.GroupMember.Adopt), the fetches follow the
 // assignment and a revocation starts for partitions moving away
 // (host.ConsumerDriver.Assign, Start, Follow).
-func (c *csim) memberFollow(cl *client, meta *metadata.Store) {
+func (c *sim) memberFollow(cl *client, meta *metadata.Store) {
 	m := cl.member
 	v, err := meta.MemberOf(m.Stream, m.Topic, memberGroup, m.ID, m.Gen)
 	if err != nil || !m.Adopt(v) {
@@ -377,7 +377,7 @@ func (c *csim) memberFollow(cl *client, meta *metadata.Store) {
 // acknowledging the revocation's generation, whose answer ends it
 // (RevokeDone). A release of partitions OnRevoked did not name breaks
 // behaviour 33's promise (invariant 9).
-func (c *csim) memberRevoke(cl *client, home *node) {
+func (c *sim) memberRevoke(cl *client, home *node) {
 	m := cl.member
 	for {
 		st := m.drv.RevokeNext(false)
@@ -422,7 +422,7 @@ func (c *csim) memberRevoke(cl *client, home *node) {
 // memberIntervalCommit starts member cl's interval commit, if the
 // driver says it is due (host.ConsumerDriver.IntervalCommit), and
 // reports whether it did.
-func (c *csim) memberIntervalCommit(cl *client, home *node, now time.Time) bool {
+func (c *sim) memberIntervalCommit(cl *client, home *node, now time.Time) bool {
 	m := cl.member
 	if m.mode != host.CommitOnInterval {
 		return false
@@ -437,7 +437,7 @@ func (c *csim) memberIntervalCommit(cl *client, home *node, now time.Time) bool 
 
 // memberCommit starts a Consumer's commit of offsets (what a commit
 // names: ToCommit's, or an interval commit's).
-func (c *csim) memberCommit(cl *client, home *node, what string, offsets map[uint32]uint64) {
+func (c *sim) memberCommit(cl *client, home *node, what string, offsets map[uint32]uint64) {
 	m := cl.member
 	m.commit = offsets
 	c.memberMeta(cl, home, what, m.Commit(m.Gen, groupOffsets(offsets), m.now))
@@ -445,7 +445,7 @@ func (c *csim) memberCommit(cl *client, home *node, what string, offsets map[uin
 
 // revoked ends member m's revocation, if one runs: released reports
 // whether its generation's acknowledgement was answered.
-func (c *csim) revoked(m *gmember, released bool) {
+func (c *sim) revoked(m *gmember, released bool) {
 	if m.drv.Revoking() {
 		m.drv.RevokeDone(released)
 	}
@@ -454,7 +454,7 @@ func (c *csim) revoked(m *gmember, released bool) {
 // memberGone records that member m's membership ended (expired, left,
 // or its group's incarnation changed): it joins again, and a revocation
 // it ran is over.
-func (c *csim) memberGone(m *gmember) {
+func (c *sim) memberGone(m *gmember) {
 	m.ID = 0
 	c.revoked(m, false)
 }
@@ -464,7 +464,7 @@ func (c *csim) memberGone(m *gmember) {
 // taken, from where the fetch stands (its last batch's end, or the
 // group's committed offset), through the fence a Member.Poll checks
 // first.
-func (c *csim) memberPoll(cl *client, home *node) {
+func (c *sim) memberPoll(cl *client, home *node) {
 	m := cl.member
 	var parts []uint32
 	now := c.clk.Now()
@@ -514,7 +514,7 @@ func (c *csim) memberPoll(cl *client, home *node) {
 // member's fence must hold (a refusal replaces the fetch: Refused);
 // each message handled counts (Handled), and a handled batch is
 // committed (BatchDone, ToCommit).
-func (c *csim) memberDeliver(cl *client, home *node) {
+func (c *sim) memberDeliver(cl *client, home *node) {
 	m := cl.member
 	b := m.queue[0]
 	m.queue = m.queue[1:]
@@ -577,7 +577,7 @@ const (
 
 // createStormTopic creates the members' own topic through home: its
 // stream if missing, then the topic.
-func (c *csim) createStormTopic(cl *client, home *node) {
+func (c *sim) createStormTopic(cl *client, home *node) {
 	parts := c.cfg.MemberPartitions
 	mo := &metaOp{desc: fmt.Sprintf("member %d create the members' topic", cl.id)}
 	if st, ok := home.meta.StreamByName(stormStream); ok {
@@ -603,7 +603,7 @@ func (c *csim) createStormTopic(cl *client, home *node) {
 // memberLease sends member cl's lease renewal through home: a
 // heartbeat that releases nothing, for a heartbeat or for a
 // revocation's release (what).
-func (c *csim) memberLease(cl *client, home *node, what string) {
+func (c *sim) memberLease(cl *client, home *node, what string) {
 	m := cl.member
 	ch, cancel, err := home.eng.SendLease(m.Lease())
 	if err != nil {
@@ -623,7 +623,7 @@ func (c *csim) memberLease(cl *client, home *node, what string) {
 // (reported true): an acknowledged renewal renews the member's own lease
 // from the renewal's Now, as a Member's does, and ends a revocation's
 // release.
-func (c *csim) leaseDone(cl *client) bool {
+func (c *sim) leaseDone(cl *client) bool {
 	m := cl.member
 	var r host.LeaseResult
 	select {
@@ -655,7 +655,7 @@ func (c *csim) leaseDone(cl *client) bool {
 // memberTopic is the topic m's group lives on: the one it used while it
 // is committed on its home, else the first topic home knows (with
 // Config.MemberPartitions, the members' own topic).
-func (c *csim) memberTopic(m *gmember, meta *metadata.Store) (metadata.TopicInfo, bool) {
+func (c *sim) memberTopic(m *gmember, meta *metadata.Store) (metadata.TopicInfo, bool) {
 	if m.TopicRevision != 0 {
 		if t, ok := meta.Topic(m.Stream, m.Topic); ok && t.CreatedRevision == m.TopicRevision {
 			return t, true
@@ -685,12 +685,12 @@ func (c *csim) memberTopic(m *gmember, meta *metadata.Store) (metadata.TopicInfo
 }
 
 // memberFence is the Consumer's fence (Member.check) for m on home.
-func (c *csim) memberFence(m *gmember, home *node, part uint32) error {
+func (c *sim) memberFence(m *gmember, home *node, part uint32) error {
 	return m.Fence(home.meta, part, c.clk.Now().UnixNano())
 }
 
 // memberMeta proposes a member's group command through home.
-func (c *csim) memberMeta(cl *client, home *node, what string, cmd metadata.Command) {
+func (c *sim) memberMeta(cl *client, home *node, what string, cmd metadata.Command) {
 	m := cl.member
 	m.doing = what
 	mo := &metaOp{desc: fmt.Sprintf("member %d %s", cl.id, what),
@@ -708,7 +708,7 @@ func (c *csim) memberMeta(cl *client, home *node, what string, cmd metadata.Comm
 // result renews its lease (or drops its membership) and moves its
 // commit or revocation on; a poll's batch passes the fence of a
 // Member.Poll's answer and is queued for the application.
-func (c *csim) memberDoneOf(cl *client, o *op) {
+func (c *sim) memberDoneOf(cl *client, o *op) {
 	m := cl.member
 	home := c.node(m.home)
 	if home == nil {
@@ -765,7 +765,7 @@ func (c *csim) memberDoneOf(cl *client, o *op) {
 // f's poll failed with err (host.ConsumerDriver.FetchFailed): poll again
 // after its backoff, end the fetch and refresh, or end the consumer —
 // the application starts a new one, which joins as a new member.
-func (c *csim) memberFetchFailed(cl *client, f host.Fetcher, err error) {
+func (c *sim) memberFetchFailed(cl *client, f host.Fetcher, err error) {
 	m := cl.member
 	st := m.drv.FetchFailed(f, err)
 	c.event("member %d (id %d gen %d) fetch of %d failed (%v): %v after %v", cl.id, m.ID, m.Gen, f.Part, err, st.Op, st.Wait)
@@ -781,7 +781,7 @@ func (c *csim) memberFetchFailed(cl *client, f host.Fetcher, err error) {
 }
 
 // memberMetaDone takes the end of member cl's group command.
-func (c *csim) memberMetaDone(cl *client, home *node, o *op) {
+func (c *sim) memberMetaDone(cl *client, home *node, o *op) {
 	m := cl.member
 	ok := o.outcome == outcomeOK
 	if m.ID != 0 {
@@ -850,6 +850,6 @@ func (c *csim) memberMetaDone(cl *client, home *node, o *op) {
 // groupCommitted is the group's committed offset of part as far as any
 // node knows (each applies the log at its own pace; what one applied is
 // committed), for m's group incarnation, and a node that applied it.
-func (c *csim) groupCommitted(m *gmember, part uint32) (uint64, uint64) {
+func (c *sim) groupCommitted(m *gmember, part uint32) (uint64, uint64) {
 	return c.committedOf(deliveryKeyOf(m, part))
 }

@@ -131,7 +131,7 @@ type peerState struct {
 // startPeerFaults starts a spell of forged terms, of a flood or of
 // stalled frames (each from a member, for 100 ms – 2 s), sends the
 // flood's next burst and opens the next stalled frame.
-func (c *csim) startPeerFaults() {
+func (c *sim) startPeerFaults() {
 	p, rates := &c.peerf, c.cfg.Faults.Peer
 	c.startSpell(rates.Terms, &p.termNode, &p.termEnd, &c.faults.TermSpells, "forges terms")
 	c.startSpell(rates.Flood, &p.floodNode, &p.floodEnd, &c.faults.FloodSpells, "floods forwarded requests")
@@ -152,7 +152,7 @@ func (c *csim) startPeerFaults() {
 // startSpell starts, with chance rate, a spell of one kind when none is
 // on (*node 0): a member picked at random misbehaves until *end, 100 ms –
 // 2 s from now; count counts the spells.
-func (c *csim) startSpell(rate float64, node *uint64, end *time.Time, count *int, what string) {
+func (c *sim) startSpell(rate float64, node *uint64, end *time.Time, count *int, what string) {
 	if *node != 0 || !c.roll(rate) {
 		return
 	}
@@ -163,7 +163,7 @@ func (c *csim) startSpell(rate float64, node *uint64, end *time.Time, count *int
 }
 
 // expirePeerFaults ends the spells whose time is up.
-func (c *csim) expirePeerFaults() {
+func (c *sim) expirePeerFaults() {
 	p := &c.peerf
 	now := c.clk.Now()
 	if p.termNode != 0 && !now.Before(p.termEnd) {
@@ -185,13 +185,13 @@ func (c *csim) expirePeerFaults() {
 
 // peerFaultsOff ends every spell (quiescence, calms); the stalling
 // member closes its stalled frames' connections.
-func (c *csim) peerFaultsOff() {
+func (c *sim) peerFaultsOff() {
 	c.peerf.termNode, c.peerf.floodNode, c.peerf.stallNode = 0, 0, 0
 	c.stallsOff()
 }
 
 // forging reports whether n forges terms now.
-func (c *csim) forging(n *node) bool {
+func (c *sim) forging(n *node) bool {
 	return c.peerf.termNode == n.id && !c.quiescing && !c.calming()
 }
 
@@ -207,7 +207,7 @@ func forgeable(m *raftpb.Message) bool {
 
 // forgeTerms sends, one time in four, a copy of o — a raft message n's
 // engine sent — under a forged term, if o carries a forgeable message.
-func (c *csim) forgeTerms(n *node, o transport.Message) {
+func (c *sim) forgeTerms(n *node, o transport.Message) {
 	if c.rng.IntN(4) != 0 {
 		return
 	}
@@ -308,7 +308,7 @@ func forgedCopy(o transport.Message, forge func(term uint64) uint64) (transport.
 // flooding member to one other member, for one partition its metadata
 // knows, and one time in two probes the member its last burst went to
 // for the last requests of that burst.
-func (c *csim) floodBurst() {
+func (c *sim) floodBurst() {
 	p := &c.peerf
 	n := c.node(p.floodNode)
 	if n == nil || !n.reachable() || c.quiescing || c.calming() || n.meta == nil {
@@ -366,7 +366,7 @@ func isFlood(r *shard.Request) bool {
 // node ever held more bytes of forwarded requests than its budget
 // (host.ForwardStats.PeakHeldBytes); at quiescence (final), none holds
 // any.
-func (c *csim) checkForwardBudget(final bool) {
+func (c *sim) checkForwardBudget(final bool) {
 	for _, n := range c.nodes {
 		if n.eng == nil || n.down {
 			continue
@@ -386,7 +386,7 @@ func (c *csim) checkForwardBudget(final bool) {
 
 // noteForwardRefusals keeps the forwarded requests n's engine refused
 // before it goes down or is removed (its counters go with it).
-func (c *csim) noteForwardRefusals(n *node) {
+func (c *sim) noteForwardRefusals(n *node) {
 	if n.eng != nil {
 		c.peerf.refusedGone += n.eng.ForwardStats().Refused
 	}
@@ -394,7 +394,7 @@ func (c *csim) noteForwardRefusals(n *node) {
 
 // peerCounts fills in the counts read from the engines: forwarded
 // requests refused over a budget, raft messages refused for their term.
-func (c *csim) peerCounts(f *FaultCounts) {
+func (c *sim) peerCounts(f *FaultCounts) {
 	refused := c.peerf.refusedGone
 	ms := append([]*metrics.Metrics(nil), c.oldMetrics...)
 	for _, n := range c.nodes {
@@ -485,7 +485,7 @@ type stalledFrame struct {
 }
 
 // inboundOf is n's inbound budget, made for n's current incarnation.
-func (c *csim) inboundOf(n *node) *nodeInbound {
+func (c *sim) inboundOf(n *node) *nodeInbound {
 	p := &c.peerf
 	if p.inb == nil {
 		p.inb = make(map[uint64]*nodeInbound)
@@ -504,7 +504,7 @@ func (c *csim) inboundOf(n *node) *nodeInbound {
 // engine took the message), or false when the budget refused the frame:
 // its connection closes and the message is lost, which only the
 // stalling member's own traffic may suffer (invariant 13).
-func (c *csim) frameIn(n *node, m transport.Message) (inbound.Charge, bool) {
+func (c *sim) frameIn(n *node, m transport.Message) (inbound.Charge, bool) {
 	in := c.inboundOf(n)
 	from := uint64(m.From)
 	if from == n.id {
@@ -539,13 +539,13 @@ func (c *csim) frameIn(n *node, m transport.Message) (inbound.Charge, bool) {
 }
 
 // frameOut gives back the charge of a message n's engine took.
-func (c *csim) frameOut(n *node, ch inbound.Charge) {
+func (c *sim) frameOut(n *node, ch inbound.Charge) {
 	c.inboundOf(n).b.Release(ch)
 }
 
 // stalling reports whether node id stalls frames now or holds stalled
 // frames still.
-func (c *csim) stalling(id uint64) bool {
+func (c *sim) stalling(id uint64) bool {
 	p := &c.peerf
 	if p.stallNode == id {
 		return true
@@ -562,7 +562,7 @@ func (c *csim) stalling(id uint64) bool {
 // running member and send it the length field and header of a frame
 // claiming MaxFrame/4 to MaxFrame bytes, and then, for one frame in two,
 // some of its payload now and then (dribbleStalls), never its end.
-func (c *csim) stallOpen() {
+func (c *sim) stallOpen() {
 	p := &c.peerf
 	n := c.node(p.stallNode)
 	if n == nil || !n.reachable() || c.quiescing || c.calming() || len(c.nodes) < 2 {
@@ -596,7 +596,7 @@ func (c *csim) stallOpen() {
 // connections, releasing their frames, as TCPBus's read deadlines do. A
 // frame whose receiver went down went with its bus; one whose sender
 // went down is closed.
-func (c *csim) sweepStalls() {
+func (c *sim) sweepStalls() {
 	p := &c.peerf
 	kept := p.stalled[:0]
 	for _, f := range p.stalled {
@@ -640,7 +640,7 @@ func (c *csim) sweepStalls() {
 }
 
 // stallsOff closes the stalling member's connections (quiescence, calms).
-func (c *csim) stallsOff() {
+func (c *sim) stallsOff() {
 	p := &c.peerf
 	if len(p.stalled) > 0 {
 		c.event("n%d closes its %d stalled frames", p.stalled[0].from.id, len(p.stalled))
@@ -659,7 +659,7 @@ func (c *csim) stallsOff() {
 // length field. At quiescence (final) no node holds any inbound bytes.
 // (frameIn checks the third part: the other members' frames are never
 // refused.)
-func (c *csim) checkInbound(final bool) {
+func (c *sim) checkInbound(final bool) {
 	lim := simInboundLimits
 	for _, n := range c.nodes {
 		if n.down || c.peerf.inb[n.id] == nil || c.peerf.inb[n.id].n != n {

@@ -37,7 +37,7 @@ import (
 
 // replicasOf lists the nodes holding p: its placement, or every node for
 // a partition placed before placement existed.
-func (c *csim) replicasOf(p metadata.PartitionInfo) []*node {
+func (c *sim) replicasOf(p metadata.PartitionInfo) []*node {
 	if len(p.Replicas) == 0 {
 		return c.nodes
 	}
@@ -54,7 +54,7 @@ func (c *csim) replicasOf(p metadata.PartitionInfo) []*node {
 // that incarnation on other nodes. A build of an incarnation n's
 // metadata no longer (or not yet) commits is the reconciler racing a
 // delete and is not judged here.
-func (c *csim) checkPlacedBuild(n *node, key incKey) {
+func (c *sim) checkPlacedBuild(n *node, key incKey) {
 	info, ok := n.meta.Partition(key.ns)
 	if !ok || info.CreatedRevision != key.epoch || info.Holds(n.id) {
 		return
@@ -65,7 +65,7 @@ func (c *csim) checkPlacedBuild(n *node, key incKey) {
 // checkOwnership: at quiescence every committed partition is owned —
 // materialised in a shard — by exactly the nodes of its placement, at its
 // committed incarnation, and by no other.
-func (c *csim) checkOwnership() {
+func (c *sim) checkOwnership() {
 	if c.viol != nil {
 		return
 	}
@@ -109,7 +109,7 @@ func (c *csim) checkOwnership() {
 
 // moving reports, empty when there is none, a partition some member's
 // metadata still has replicas leaving.
-func (c *csim) moving() string {
+func (c *sim) moving() string {
 	for _, n := range c.nodes {
 		if moving, _ := n.meta.Moving(0); moving == 0 {
 			continue
@@ -126,11 +126,11 @@ func (c *csim) moving() string {
 // unbalanced reports, empty when there is none, a committed partition
 // whose group is not led by its preferred leader (its first replica) as
 // that node sees it. It is asked only while every node is up.
-func (c *csim) unbalanced() string { return c.unbalancedExcept(nil) }
+func (c *sim) unbalanced() string { return c.unbalancedExcept(nil) }
 
 // unbalancedExcept is unbalanced, but for the partitions whose preferred
 // leader's copy skip names.
-func (c *csim) unbalancedExcept(skip func(id uint64, ns metadata.Namespace) bool) string {
+func (c *sim) unbalancedExcept(skip func(id uint64, ns metadata.Namespace) bool) string {
 	for _, p := range c.nodes[0].meta.Snapshot().Partitions {
 		if len(p.Replicas) == 0 || (skip != nil && skip(p.Replicas[0], p.NS)) {
 			continue
@@ -154,7 +154,7 @@ func (c *csim) unbalancedExcept(skip func(id uint64, ns metadata.Namespace) bool
 
 // leaderTransfers sums parkway_leader_transfers_total over every node
 // incarnation of the run.
-func (c *csim) leaderTransfers() int {
+func (c *sim) leaderTransfers() int {
 	total := 0
 	for _, m := range slices.Concat(c.oldMetrics, nodeMetrics(c.nodes)) {
 		reg := prometheus.NewRegistry()
@@ -193,7 +193,7 @@ func nodeMetrics(nodes []*node) []*metrics.Metrics {
 type links [maxNodes + 1]uint8
 
 // links is the connectivity now.
-func (c *csim) links() links {
+func (c *sim) links() links {
 	var l links
 	w := &c.netf
 	side := func(id uint64) int {
@@ -216,7 +216,7 @@ func (c *csim) links() links {
 }
 
 // noteLinks adds the links now up to every produce in flight.
-func (c *csim) noteLinks() {
+func (c *sim) noteLinks() {
 	now := c.links()
 	for _, cl := range c.clients {
 		if o := cl.op; o != nil && (o.kind == kindProduce || o.kind == kindBatch) {
@@ -262,7 +262,7 @@ func quorumReached(reach links, reps []uint64) bool {
 // them (invariant 3). A group whose quorum counted other nodes, or a
 // leader answering before the commit, acknowledges writes a partition
 // can lose.
-func (c *csim) checkAckQuorum(a *attempt, key incKey) {
+func (c *sim) checkAckQuorum(a *attempt, key incKey) {
 	configs := c.placed[key]
 	if len(configs) == 0 || slices.ContainsFunc(configs, func(reps []uint64) bool { return quorumReached(a.op.reach, reps) }) {
 		return
@@ -279,7 +279,7 @@ func (c *csim) checkAckQuorum(a *attempt, key incKey) {
 // plus some still leaving (moves may overlap: any combination). The
 // configurations of earlier states were noted when those were seen, so
 // the list only grows.
-func (c *csim) notePlacement(p metadata.PartitionInfo) {
+func (c *sim) notePlacement(p metadata.PartitionInfo) {
 	if len(p.Replicas) == 0 {
 		return
 	}
@@ -316,7 +316,7 @@ func (c *csim) notePlacement(p metadata.PartitionInfo) {
 
 // notePlacements notes the placement of every partition in n's metadata
 // that some node has built (after a command that may move replicas).
-func (c *csim) notePlacements(n *node) {
+func (c *sim) notePlacements(n *node) {
 	for _, p := range n.meta.Snapshot().Partitions {
 		if _, built := c.placed[incKey{p.NS, p.CreatedRevision}]; built {
 			c.notePlacement(p)

@@ -72,9 +72,9 @@ func TestQuorumReached(t *testing.T) {
 // the produces in flight (noteClogged), when the receiver runs; a clog
 // into a node that is down delivers nothing and counts nothing.
 func TestCheckerSeed1376ClogReleasedAfterItsSenderWentDown(t *testing.T) {
-	c := &csim{}
+	c := &sim{}
 	for id := uint64(1); id <= 3; id++ {
-		c.nodes = append(c.nodes, &node{c: c, id: id})
+		c.nodes = append(c.nodes, &node{b: c, member: true, id: id})
 	}
 	c.node(3).down = true // n3 acknowledged, then went down
 	o := &op{kind: kindProduce}

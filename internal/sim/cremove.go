@@ -65,7 +65,7 @@ type removing struct {
 }
 
 // startRemove picks a member and begins removing it.
-func (c *csim) startRemove() {
+func (c *sim) startRemove() {
 	if c.remove != nil || c.join != nil || c.depth > 0 || len(c.nodes) <= minMembers {
 		return
 	}
@@ -82,7 +82,7 @@ func (c *csim) startRemove() {
 
 // removers are the members a removal of id can go through: running,
 // added, not id itself.
-func (c *csim) removers(id uint64) []*node {
+func (c *sim) removers(id uint64) []*node {
 	var out []*node
 	for _, n := range c.nodes {
 		if n.id != id && n.joined && n.reachable() {
@@ -99,7 +99,7 @@ func (c *csim) removers(id uint64) []*node {
 // could be the one that crashed). A call given up at its deadline (the
 // member cut off, the moves not done yet) is made again through
 // whichever member runs then: it carries on where the cluster stands.
-func (c *csim) removeAct() {
+func (c *sim) removeAct() {
 	r := c.remove
 	if r == nil || c.viol != nil || c.depth > 0 || c.calming() || c.failover != nil {
 		return
@@ -129,7 +129,7 @@ func (c *csim) removeAct() {
 
 // removed ends the removal: RemoveNode returned on member v. The removed node is
 // closed, as a host closes it once RemoveNode returns.
-func (c *csim) removed(r *removing, v *node) {
+func (c *sim) removed(r *removing, v *node) {
 	c.remove = nil
 	c.faults.Removed++
 	c.event("n%d REMOVED (applied on n%d, nodes %v)", r.id, v.id, v.meta.Nodes())
@@ -158,7 +158,7 @@ func (c *csim) removed(r *removing, v *node) {
 
 // heldBy describes, as the first member's metadata has them, the
 // partitions holding a replica on node id.
-func (c *csim) heldBy(id uint64) string {
+func (c *sim) heldBy(id uint64) string {
 	var out []string
 	for _, p := range c.nodes[0].meta.Snapshot().Partitions {
 		if len(p.Replicas) == 0 || !p.Holds(id) {

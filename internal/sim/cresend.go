@@ -26,7 +26,7 @@ type memberCall struct {
 // in flight. It reports the call's outcome once it returned (done), and
 // the member it went through; a call whose member crashed is gone with
 // it, and one whose member is stopped waits.
-func (c *csim) stepCall(p **memberCall, node uint64, what string, from []*node, start func(v *node) (*host.MemberChange, error), retries *int) (via *node, err error, done bool) {
+func (c *sim) stepCall(p **memberCall, node uint64, what string, from []*node, start func(v *node) (*host.MemberChange, error), retries *int) (via *node, err error, done bool) {
 	cl := *p
 	if cl != nil && (cl.via.gen != cl.gen || cl.via.down || c.node(cl.via.id) != cl.via) {
 		c.event("n%d %s call through n%d gone with it", node, what, cl.via.id)

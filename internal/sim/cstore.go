@@ -2,44 +2,15 @@ package sim
 
 import (
 	"errors"
-	"maps"
-	"slices"
 
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
 )
 
-// tapBuilt checks and records a replica built on n: its placement
-// (invariant 4), and a reopen of a copy n held before (verifyReplicaReopen)
-// or a fresh one, which must be empty.
-func (c *csim) tapBuilt(n *node, key incKey, p partition.Partition) {
-	c.checkPlacedBuild(n, key)
-	if info, ok := n.meta.Partition(key.ns); ok && info.CreatedRevision == key.epoch {
-		c.notePlacement(info)
-	}
-	c.builds[buildKey{n.id, key}]++
-	rl := c.oracle[key]
-	if rl == nil {
-		rl = &incLog{lens: make(map[uint64]uint64)}
-		c.oracle[key] = rl
-	}
-	if have, ok := rl.lens[n.id]; ok {
-		c.verifyReplicaReopen(n, key, rl, have, p)
-	} else if p.NextOffset() != 0 || p.StartOffset() != 0 {
-		c.fail(2, "a fresh build of %v on n%d holds offsets [%d, %d): data of another incarnation",
-			key, n.id, p.StartOffset(), p.NextOffset())
-	}
-	rl.lens[n.id] = p.NextOffset()
-}
-
-// tapBuildFailed: a replica's failed build is the reconciler's to
-// report (a failed pass).
-func (c *csim) tapBuildFailed(*node, incKey, error) {}
-
 // verifyReplicaReopen checks a copy rebuilt on a node that held it before
 // (a partition evicted after a failed fsync): what it holds is a prefix
 // of the log, at most what the replica had appended.
-func (c *csim) verifyReplicaReopen(n *node, key incKey, rl *incLog, have uint64, p partition.Partition) {
+func (c *sim) verifyReplicaReopen(n *node, key incKey, rl *incLog, have uint64, p partition.Partition) {
 	next := p.NextOffset()
 	// A file the liar's disk rolled back to an earlier copy may hold
 	// more than the replica had appended since (a tail recovery cut off,
@@ -82,71 +53,6 @@ func (c *csim) verifyReplicaReopen(n *node, key incKey, rl *incLog, have uint64,
 	}
 }
 
-// tapRemoved: only a dead incarnation, or one whose group no longer
-// counts n (a replica that moved away: SettleReplicas applied), as n's
-// metadata sees it, may lose its data there.
-func (c *csim) tapRemoved(n *node, ns metadata.Namespace) {
-	// member: this node's metadata commits the incarnation rev and names
-	// the node one of its group's members.
-	info, committed := n.meta.Partition(ns)
-	rev, member := info.CreatedRevision, committed && info.Holds(n.id)
-	for _, k := range slices.SortedFunc(maps.Keys(c.oracle), incKey.compare) {
-		if k.ns != ns {
-			continue
-		}
-		rl := c.oracle[k]
-		incDamage := c.liedTo(n, k) && c.lies.touched(k, "incarnation")
-		if member && k.epoch == rev && incDamage {
-			c.raftStateLost = true
-			c.event("n%d removes its copy of %v, raft state included (known limit: its incarnation file was damaged)", n.id, k)
-		}
-		if member && k.epoch == rev && rl.lens[n.id] > 0 {
-			known := ""
-			if incDamage {
-				known = knownReplicaIncarnationDamage
-			}
-			c.failKnown(known, 3, "n%d removed the committed incarnation %v with %d messages, whose replicas %v (leaving %v) it is one of",
-				n.id, k, rl.lens[n.id], info.Replicas, info.Leaving)
-		}
-		delete(rl.lens, n.id)
-	}
-}
-
-// tapAppended records a replica's append: a failed one marks the replica
-// (an apply error), a successful one is checked (onReplicaAppend).
-func (c *csim) tapAppended(n *node, key incKey, first uint64, msgs []partition.Message, err error) {
-	if err != nil {
-		c.applyFailed[buildKey{n.id, key}] = true
-		return
-	}
-	c.onReplicaAppend(n, key, first, msgs)
-}
-
-// tapRead checks a replica's read (onReplicaRead).
-func (c *csim) tapRead(n *node, key incKey, from uint64, msgs []partition.Message, client bool) {
-	c.onReplicaRead(n, key, from, msgs, client)
-}
-
-// tapStoreOffset stores a consumer offset in a replica. A consumer offset
-// is a replicated write: it is stored when its raft entry is applied (or
-// a snapshot installed), on every replica, whatever the node's metadata
-// says meanwhile; on the leader that answers it, it is served here.
-func (c *csim) tapStoreOffset(t *tap, consumer string, offset uint64) error {
-	n := t.n
-	err := t.Partition.StoreConsumerOffset(consumer, offset)
-	if !n.inj.dead {
-		if err != nil && !errors.Is(err, partition.ErrOffsetOutOfRange) {
-			c.storeFailed[buildKey{n.id, t.key}] = true
-			c.event("n%d store offset %v %s=%d err=%v", n.id, t.key, consumer, offset, err)
-		}
-		sk := storeKey{t.key, consumer, offset}
-		c.storeOutcomes[sk] |= storeOutcome(err)
-		n.lastServe[t.key.ns] = t.key.epoch
-		n.stored = append(n.stored, storeRecord{ns: t.key.ns, consumer: consumer, offset: offset, epoch: t.key.epoch, err: err})
-	}
-	return err
-}
-
 // storeKey is one consumer offset write to one incarnation.
 type storeKey struct {
 	key      incKey
@@ -185,7 +91,7 @@ type storeRecord struct {
 // 2, 3 and 5): dense on the replica, the same message at each offset on
 // every replica, each message in the log once, and into the incarnation
 // its frame was stamped with.
-func (c *csim) onReplicaAppend(n *node, key incKey, first uint64, msgs []partition.Message) {
+func (c *sim) onReplicaAppend(n *node, key incKey, first uint64, msgs []partition.Message) {
 	rl := c.oracle[key]
 	if rl == nil {
 		c.fail(0, "append to %v on n%d, which the simulator never saw built", key, n.id)
@@ -228,7 +134,7 @@ func (c *csim) onReplicaAppend(n *node, key incKey, first uint64, msgs []partiti
 // onReplicaRead checks that a replica's read returns what its copy holds
 // at each offset (invariants 2 and 3) and counts reads that miss an
 // acknowledged message (a follower's stale copy).
-func (c *csim) onReplicaRead(n *node, key incKey, from uint64, msgs []partition.Message, client bool) {
+func (c *sim) onReplicaRead(n *node, key incKey, from uint64, msgs []partition.Message, client bool) {
 	rl := c.oracle[key]
 	if rl == nil {
 		c.fail(0, "read of %v on n%d, which the simulator never saw built", key, n.id)

@@ -3,7 +3,6 @@ package sim
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -29,7 +28,7 @@ import (
 // was started more than once (the node restarted, or the partition was
 // rebuilt after a failed fsync), so that it reissued proposal ids
 // (knownProposalIDs).
-func (c *csim) regrouped(a *attempt) bool {
+func (c *sim) regrouped(a *attempt) bool {
 	return c.builds[buildKey{a.node.id, incKey{a.op.ns, a.stamp}}] > 1
 }
 
@@ -71,7 +70,7 @@ type metaOp struct {
 // running lists the nodes clients can reach: those running, once they
 // are members (a node joining serves clients once its addition applied,
 // when AddNode returns).
-func (c *csim) running() []*node {
+func (c *sim) running() []*node {
 	var out []*node
 	for _, n := range c.nodes {
 		if n.reachable() && n.joined {
@@ -81,51 +80,17 @@ func (c *csim) running() []*node {
 	return out
 }
 
-// pickNode picks a running node (nil if none).
-func (c *csim) pickNode() *node {
+// pickNode picks a running node (nil if none): a single node's clients
+// reach the one node there is, without a draw.
+func (c *sim) pickNode() *node {
+	if c.net == nil {
+		return c.nodes[0]
+	}
 	r := c.running()
 	if len(r) == 0 {
 		return nil
 	}
 	return r[c.rng.IntN(len(r))]
-}
-
-// clientAct lets cl act: retry or re-propose its operation if that is
-// due, or start a new one.
-func (c *csim) clientAct(cl *client) {
-	if o := cl.op; o != nil {
-		retryIfDue(o, c.clk.Now(), c.retry, c.metaTimeout)
-		return
-	}
-	if cl.member != nil {
-		c.memberAct(cl)
-		return
-	}
-	if c.quiescing || c.calming() {
-		return
-	}
-	n := c.pickNode()
-	if n == nil {
-		return
-	}
-	c.act(cl, n, func(group bool) { c.metaOpStart(cl, n, group) }, func() bool {
-		if c.rng.IntN(100) < 5 && len(c.barriers) < maxBarriers {
-			// A lookup by name through n: its read barrier.
-			c.startBarrier(n)
-			return true
-		}
-		return false
-	}, func(ns metadata.Namespace, kind opKind) { c.dataOp(cl, n, ns, kind) })
-}
-
-// dataOp starts a partition operation of kind on ns for cl through n.
-func (c *csim) dataOp(cl *client, n *node, ns metadata.Namespace, kind opKind) *op {
-	return c.callData(cl, n, ns, kind, func(o *op, a *attempt) {
-		if kind == kindProduce || kind == kindBatch {
-			o.reach = c.links()
-		}
-		c.startCall(o, a, n)
-	})
 }
 
 // appliedTries maps each incarnation to the try of o whose messages were
@@ -135,7 +100,7 @@ func (c *csim) dataOp(cl *client, n *node, ns metadata.Namespace, kind opKind) *
 // the namespace is applied there as well (deduplication is per
 // incarnation, and the old one is on its way out). It reports false after
 // recording a violation: two tries applied to one incarnation.
-func (c *csim) appliedTries(o *op) (map[incKey]*attempt, bool) {
+func (c *sim) appliedTries(o *op) (map[incKey]*attempt, bool) {
 	out := make(map[incKey]*attempt)
 	for _, x := range o.attempts {
 		if len(x.ids) == 0 || !c.msgs[x.ids[0]].appended {
@@ -151,107 +116,14 @@ func (c *csim) appliedTries(o *op) (map[incKey]*attempt, bool) {
 	return out, true
 }
 
-// onSuccess checks an acknowledged produce against the log (invariant 3):
-// its messages — or, when the partition deduplicated the try, those of the
-// earlier try applied to the same incarnation — sit at the acknowledged
-// offsets.
-func (c *csim) onSuccess(a *attempt, r shard.Response) {
-	o := a.op
-	if o.kind == kindProduce || o.kind == kindBatch {
-		tries, ok := c.appliedTries(o)
-		if !ok {
-			return
-		}
-		// The incarnation that acknowledged: where this try's messages
-		// went, or else the one its frame was stamped with.
-		var applied *attempt
-		if len(a.ids) > 0 && c.msgs[a.ids[0]].appended {
-			applied = a
-		} else {
-			for key, x := range tries {
-				if (a.stamp == 0 || key.epoch == a.stamp) && c.oracle[key] != nil &&
-					r.Offset < uint64(len(c.oracle[key].ids)) && c.oracle[key].ids[r.Offset] == x.ids[0] {
-					applied = x
-				}
-			}
-		}
-		if applied == nil {
-			c.fail(3, "attempt %d (op %d) acknowledged at offset %d, but no try of the op is there", a.id, o.id, r.Offset)
-			return
-		}
-		key := c.msgs[applied.ids[0]].key
-		rl := c.oracle[key]
-		for i, id := range applied.ids {
-			info := c.msgs[id]
-			off := r.Offset + uint64(i)
-			if !info.appended || info.key != key || info.off != off || rl == nil || rl.ids[off] != id {
-				c.fail(3, "attempt %d (op %d) acknowledged at offset %d, but message %d of attempt %d landed at %v/%d",
-					a.id, o.id, r.Offset, id, applied.id, info.key, info.off)
-				return
-			}
-			rl.acked[off] = true
-			rl.ackedEnd = max(rl.ackedEnd, off+1)
-		}
-		o.acked = applied
-		c.ops.Acked++
-		c.checkAckQuorum(a, key)
-	}
-	if o.kind == kindStore {
-		// The leader answers a consumer offset when it applies it: in the
-		// action that produced this answer.
-		// A forwarded store's record was taken when its node answered.
-		rec := a.fwdStored
-		if a.fwd == nil {
-			i := slices.IndexFunc(a.node.stored, func(st storeRecord) bool {
-				return st.ns == o.ns && st.consumer == o.consumer && st.offset == o.offset && st.err == nil
-			})
-			if i >= 0 {
-				st := a.node.stored[i]
-				rec = &st
-				a.node.stored = slices.Delete(a.node.stored, i, i+1) // one answer per application
-			}
-		}
-		if r.Offset != o.offset || rec == nil {
-			c.fail(5, "attempt %d (op %d) storing %s=%d was answered ok (offset %d), but n%d stored no such offset then",
-				a.id, o.id, o.consumer, o.offset, r.Offset, a.node.id)
-			return
-		}
-		a.served = rec.epoch
-	}
-	c.finish(o, outcomeOK, r, nil)
-}
-
 // callOf is o's client call driver, a call of its home node's engine
 // (startCall).
-func (c *csim) callOf(o *op) *host.CallDriver { return &o.call }
-
-// follow carries out the client call's step st after attempt a of o was
-// answered cause: a forward is a new attempt at the leader named (the
-// simulated bus delivers a forwarded request as the node's router
-// would), a wait a retry in place at its time, and the end of the call
-// (its deadline passed while retrying) an operation not applied. A
-// leader that is not running, or the node that answered, or hints that
-// go round (maxHops) are a forward that cannot be made: the call is told
-// so, as the engine's forward tells it a send that failed.
-func (c *csim) follow(o *op, a *attempt, st host.CallStep, cause error) {
-	if st.Op == host.CallForward {
-		home, lead := c.cur(o.home), c.node(st.To)
-		if lead != nil && lead.id != home.id && home.reachable() && o.hops < maxHops {
-			o.hops++
-			c.ops.Redirects++
-			c.forward(c.newAttempt(o), home, lead)
-			return
-		}
-		o.hops = 0
-		st = c.callOf(o).Answer(c.clk.Now(), shard.Response{}, forwardFailed(st.To, cause))
-	}
-	c.callStep(o, st, cause)
-}
+func (c *sim) callOf(o *op) *host.CallDriver { return &o.call }
 
 // scheduleRetry retries o in place after a pause (doubling, clamped),
 // until its deadline: a metadata operation here, a data operation
 // through its client call (the home node cannot be reached: a retry).
-func (c *csim) scheduleRetry(o *op, err error) {
+func (c *sim) scheduleRetry(o *op, err error) {
 	now := c.clk.Now()
 	if o.kind != kindMeta {
 		c.follow(o, nil, c.callOf(o).Answer(now, shard.Response{}, fmt.Errorf("%w: %v", shard.ErrRetry, err)), err)
@@ -262,7 +134,7 @@ func (c *csim) scheduleRetry(o *op, err error) {
 
 // metaTimeout gives up on o's proposal, not committed in time: the
 // engine's apply-and-retry proposes it again after a pause.
-func (c *csim) metaTimeout(o *op) {
+func (c *sim) metaTimeout(o *op) {
 	c.ops.MetaRetries++
 	c.event("op=%d meta not committed after %d ticks: propose again", o.id, forwardTicks)
 	c.metaAnswer(o, fmt.Errorf("%w: not committed yet", shard.ErrRetry))
@@ -272,7 +144,7 @@ func (c *csim) metaTimeout(o *op) {
 // metadata apply-and-retry does (host.AskDriver): a "retry" pauses and
 // proposes again, within the operation's deadline (the caller's context,
 // for the engine), anything else ends the operation.
-func (c *csim) metaAnswer(o *op, err error) {
+func (c *sim) metaAnswer(o *op, err error) {
 	o.meta.proposed = false
 	now := c.clk.Now()
 	st := o.meta.ask.Answer(now, err)
@@ -293,28 +165,10 @@ func (c *csim) metaAnswer(o *op, err error) {
 	}
 }
 
-// retry tries o again through its home node, which must still know the
-// partition (the Node re-resolves the name there), or re-proposes a
-// metadata command.
-func (c *csim) retry(o *op) {
-	o.waiting = false
-	home := c.cur(o.home)
-	if !home.reachable() {
-		// The client cannot reach its node: it waits, within its deadline.
-		c.scheduleRetry(o, errUnreachable)
-		return
-	}
-	if o.kind == kindMeta {
-		c.propose(o)
-		return
-	}
-	c.retryCall(o, home)
-}
-
 // metaOpStart starts a metadata operation for cl through n, computed from
 // n's view of the metadata. Names are few, so deletes and recreates reuse
 // slab ids and namespaces.
-func (c *csim) metaOpStart(cl *client, n *node, group bool) {
+func (c *sim) metaOpStart(cl *client, n *node, group bool) {
 	meta := n.meta
 	streams := meta.Streams()
 	if c.cfg.MemberPartitions > 0 {
@@ -443,7 +297,7 @@ func (c *csim) metaOpStart(cl *client, n *node, group bool) {
 // metadata knows (nodes that joined included), so that on
 // every cluster size some nodes hold no replica of some partitions and
 // requests through them are sent on to one that does.
-func (c *csim) topicConfig(n *node) metadata.TopicConfig {
+func (c *sim) topicConfig(n *node) metadata.TopicConfig {
 	cfg := metadata.TopicConfig{Fsync: metadata.FsyncAlways}
 	if c.rng.IntN(2) == 0 {
 		cfg.Replicas = 1 + c.rng.IntN(max(len(n.meta.Nodes()), 1))
@@ -462,7 +316,7 @@ func freeTopicName(meta *metadata.Store, stream uint32) string {
 
 // nextCommand encodes o's next command (from the previous result) and
 // proposes it.
-func (c *csim) nextCommand(o *op, prev metadata.Result) {
+func (c *sim) nextCommand(o *op, prev metadata.Result) {
 	m := o.meta
 	cmd := m.steps[m.step](prev)
 	m.step++
@@ -475,7 +329,7 @@ func (c *csim) nextCommand(o *op, prev metadata.Result) {
 }
 
 // propose proposes o's command through its home node.
-func (c *csim) propose(o *op) {
+func (c *sim) propose(o *op) {
 	m := o.meta
 	n := c.cur(o.home)
 	o.waiting, m.proposed = false, false
@@ -499,7 +353,7 @@ func (c *csim) propose(o *op) {
 // next command goes out, or the operation ends — and data operations on
 // the partitions it created are issued at once, through random nodes
 // whose metadata may not have applied the commit yet.
-func (c *csim) onMetaResult(d metaAnswer) {
+func (c *sim) onMetaResult(d metaAnswer) {
 	o := d.w.o
 	m := o.meta
 	if o.done || d.w.key != m.key {
@@ -524,15 +378,5 @@ func (c *csim) onMetaResult(d metaAnswer) {
 	if len(created) == 0 || c.quiescing || c.calming() {
 		return
 	}
-	if n := c.pickNode(); n != nil {
-		c.dataOp(cl, n, created[c.rng.IntN(len(created))].NS, c.pickKind())
-	}
-	for i, k := 0, c.rng.IntN(3); i < len(c.clients) && k > 0; i++ {
-		if x := c.clients[i]; x.op == nil && x.member == nil {
-			if n := c.pickNode(); n != nil {
-				c.dataOp(x, n, created[c.rng.IntN(len(created))].NS, c.pickKind())
-			}
-			k--
-		}
-	}
+	c.dataAfterCommit(cl, created)
 }

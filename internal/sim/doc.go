@@ -24,50 +24,65 @@
 // disk's faults — a full disk, a one-shot EIO or torn write, the lies of
 // lie.go — and what a crash leaves of the disk (node.crashDisk), a
 // restart carrying over the node's disk, clock and the simulator's
-// record of it. The run's shared state (base.go: the RNG, the virtual
-// clock, the trace, the workload's history, the oracle, and the run's
-// nodes, base.nodes: the one node, or the cluster's members) and the
-// invariants (invariant*.go, one registry, reading base.nodes) are the
-// same for one node and many, and so are the run's course once its
-// nodes are open (base.drive: the steps, one scheduler step for both,
-// base.tick in sched.go — faults, then one action: a client acts, the
-// clock moves, or one unit of ready engine work runs on one node, a
-// single node's shards scheduled per unit on their watched clocks as a
-// member's are — quiescence's course base.quiesce — faults off, settle,
-// the checks of the settled run, the final reads with the final
-// consumer-offset reads (base.finalReads), a restart when a single
-// node's read met a fenced partition — and its loop base.settleLoop with each node's idle check,
-// node.idle, and the listing of parked frames, base.parked; the wait for
-// a final read's answer, base.awaitFinal; the final checks), a crash's
-// draw and its
-// answer to the requests in flight on the node (base.powerLoss,
-// base.abandon), the clock's moves (base.advanceClocks), the Result
-// (base.result), and the clients' mechanisms: a
-// client's next action (base.act), a data operation's start through its
-// home node (base.callData), a try's send (base.sendTo), and the Node's
-// client call's wait, end and retry in place (base.callStep,
-// base.retryCall). So are the handling of an answer (base.onAnswer: the
-// checks on it, then the Node's client call deciding what follows) and
-// the store tap (tap.go: the store every node opens its partitions
-// through, slowing builds and checking what they open, and the tap on
-// every partition, checking each append and read and the incarnation
-// fence where a client is served). Where a single node and a cluster
-// member really differ, each leaves a narrow part to its harness: what
-// an acknowledgement, a build, an append or a read must match in the
-// oracle (one log per incarnation on a single node, whose unsynced tail
-// a power loss may take; one copy per replica of the log its group
-// agrees on in a cluster), which damage a lie explains, and how a call
-// goes on after an answer (a retry in place; in a cluster also a forward
-// to the leader named): the answerer and tapOracle interfaces.
+// record of it.
 //
-// What is not one yet: a single-node run (sim.go, workload.go, check.go,
-// engine.go, store.go) and a cluster run (cluster.go and the c*.go files)
-// are still two harness types, each with its own faults in the step
-// (a single node reopens at once after a crash, a cluster member stays
-// down a while), its client and group-member actions, its quiescence
-// rounds (settle) and how it reads a partition a lie damaged: the kind
-// interface (sched.go) names what each leaves to its harness; the
-// sections below describe each.
+// # One harness
+//
+// A run is one value of one harness type, sim, whatever its nodes: a
+// single-node run is a run of one node of the single-node engine kind,
+// without a network (sim.net nil); a cluster run has a network and two
+// or more members. The run's state (base.go: the configuration, the RNG,
+// the virtual clock, the trace, the workload's history, the oracle and
+// the run's nodes, sim.nodes: the one node, or the cluster's members in
+// id order; harness.go: what a cluster adds — its network, its faults'
+// spells, membership changes, forwards and read barriers in flight) and
+// the invariants (invariant*.go, one registry, reading sim.nodes) are one
+// for one node and many, and so is the run's course (sim.run, then
+// sim.drive: the steps, one scheduler step, sim.tick in sched.go —
+// faults, then one action: a client acts, the clock moves, or one unit
+// of ready engine work runs on one node, a single node's shards
+// scheduled per unit on their watched clocks as a member's are — then
+// quiescence's course sim.quiesce — faults off, settle, the checks of
+// the settled run, the final reads with the final consumer-offset reads
+// (sim.finalReads), a restart when a single node's read met a fenced
+// partition — and its loop sim.settleLoop with each node's idle check,
+// node.idle, and the listing of parked frames, sim.parked; the wait for
+// a final read's answer, sim.awaitFinal; the final checks), a crash's
+// draw and its answer to the requests in flight on the node
+// (sim.powerLoss, sim.abandon), the clock's moves (sim.advance), the
+// Result (sim.result), and the clients' mechanisms: a client's next
+// action (sim.clientAct, sim.act), a data operation's start through its
+// home node (sim.dataOp, sim.callData), a try's send (sim.sendTo), and
+// the Node's client call's wait, end and retry in place (sim.callStep,
+// sim.retry, sim.retryCall). So are the handling of an answer
+// (sim.onAnswer: the checks on it, then the Node's client call deciding
+// what follows, sim.follow) and the store tap (tap.go: the store every
+// node opens its partitions through, slowing builds and checking what
+// they open, and the tap on every partition, checking each append and
+// read and the incarnation fence where a client is served).
+//
+// Each mechanism is one method (harness.go holds those both engine
+// kinds run through), and where a single node and a cluster member
+// really differ the method decides it where it lives: by the node's
+// engine kind (node.replicated) or by what the run has (a network or
+// not). What differs is what the engines do: a single node reopens at
+// once after a crash, a cluster member stays down a while and its faults
+// (network spells, a misbehaving peer, joins and removals) are rolled in
+// the cluster's own order (sim.stepFaults); a single node commits
+// metadata to its durable store, a member proposes it to its group; a
+// cluster's quiescence drains the bus and waits for its replicas to
+// converge (sim.settleRound, sim.settle). Where the two are different
+// mechanisms they have names of their own: what an acknowledgement, a
+// build, an append or a read must match in the oracle — one log per
+// incarnation on a single node, whose unsynced tail a power loss may
+// take (checkSoleAck, onAppend, onRead, verifyReopen, removedSole), one
+// copy per replica of the log its group agrees on in a cluster
+// (checkReplicaAck, onReplicaAppend, onReplicaRead, verifyReplicaReopen)
+// — and how a partition a lie damaged is read at the end (a single
+// node's offset by offset, readDamaged; a cluster's liar's copy is read
+// as any other and its damage excused, damageReported). The storage tap
+// reports to the harness through the tapOracle interface (tap.go), the
+// narrow view the store and partition wrappers have of it.
 //
 // # Single-node mode
 //
@@ -454,14 +469,13 @@
 // (invariant.go), one file each (invariant_answers.go,
 // invariant_drops.go, ...): its number, its name, the DESIGN behaviours
 // it checks, its checks — after every scheduler action, once the run has
-// settled, on the settled run — over the harness interface both modes
-// implement (the workload's history they share in base, each node's
-// shards, drop counters and metadata, each incarnation's history as the
-// clients saw it), where it is checked online as the history is
+// settled, on the settled run — over the harness (the workload's
+// history, each node's shards, drop counters and metadata, each
+// incarnation's history as the clients saw it), where it is checked online as the history is
 // recorded, and the broken builds whose seeds fail on it. A single-node
 // run and a cluster run check through the one registry, in its order;
-// a check that exists only in a cluster (7, 8, 10, 11) is a no-op on one
-// node. TestInvariantsHaveBrokenBuilds lists the registry and fails when
+// a check that exists only in a cluster (7, 8, 10, 11) is a no-op on a
+// run without a network (inCluster). TestInvariantsHaveBrokenBuilds lists the registry and fails when
 // an invariant names no broken build that it catches nor why none does
 // (invariant 6: the group state machine is package metadata's, no seam
 // reaches it), or names one no catch test sets; each catch test checks

@@ -7,8 +7,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/parkway-io/parkway/host"
-	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/reconciler"
 	"github.com/parkway-io/parkway/shard"
@@ -46,36 +44,6 @@ func parkMaxAge(seed uint64) time.Duration {
 	return 0
 }
 
-// openNode opens the node from its disk with host.New, as parkway.Open
-// does, in manual mode: the next incarnation of prev, whose disk, clock
-// and record it carries over (prev is the node not yet opened at the
-// start). Faults are held off while it opens, and never touch the
-// metadata log (single-node metadata faults are not part of the
-// simulated fault model).
-func (s *sim) openNode(prev *node) *node {
-	n := &node{b: &s.base, id: 1, mem: prev.mem, clk: prev.clk, incs: prev.incs, lastServe: prev.lastServe,
-		gen: prev.gen + 1, m: metrics.New()}
-	s.allMetrics = append(s.allMetrics, n.m)
-	n.inj = newInjector(n)
-	n.inj.spare = metaDir + "/"
-	n.inj.lies, n.inj.lied = s.lies, s.lies.lieFired
-	n.inj.quiet++
-	defer func() { n.inj.quiet-- }()
-
-	n.shadow = make([][]*attempt, s.cfg.Shards)
-	n.busy = make([]bool, s.cfg.Shards)
-	eng, err := host.New(n.hostConfig(errorfs.New(n.mem, n.inj), snapshotEvery, func(st partition.Store) partition.Store {
-		return &store{n: n, o: s, inner: st}
-	}))
-	if err != nil {
-		s.fail(0, "open node (gen %d): %v", n.gen, err)
-		return n
-	}
-	n.opened(eng)
-	s.event("node open gen=%d revision=%d", n.gen, n.meta.Revision())
-	return n
-}
-
 // stepAll steps every shard until all are idle: queued frames, and due
 // timers of the shards' own (waiting-poll deadlines, park expiry).
 func (s *sim) stepAll() {
@@ -99,25 +67,6 @@ func (s *sim) stepAll() {
 	}
 }
 
-// reconcile runs one pass of shard i's reconciler on n (node.pass),
-// which must not fail on a single node, and collects what it answered.
-func (s *sim) reconcile(n *node, i int) {
-	if err := n.pass(s.ctx, i); err != nil {
-		s.fail(0, "reconcile shard %d: %v", i, err)
-		return
-	}
-	s.collect()
-}
-
-// crash is a power loss: every request in flight is answered by the
-// crash, the disk keeps only what was synced, and the node is rebuilt
-// from it.
-//
-// One crash in three is a process crash instead: the node's process dies
-// but the machine does not, so everything written — synced or not — is
-// still there (the page cache survives) when the node is rebuilt.
-func (s *sim) crash() { s.crashWith(s.powerLoss(), nil) }
-
 // crashWith crashes the node — a power loss if power is set, else a
 // process crash — and runs down, if set, while it is down.
 func (s *sim) crashWith(power bool, down func()) {
@@ -133,19 +82,20 @@ func (s *sim) crashWith(power bool, down func()) {
 	if down != nil {
 		down()
 	}
-	s.nodes[0] = s.openNode(old)
+	s.oldMetrics = append(s.oldMetrics, old.m)
+	s.nodes[0] = s.openNode(old.id, nil, old.mem, old)
 }
 
 // powerLoss draws how a node crashes: by a power loss two times in
 // three, else by a process crash.
-func (b *base) powerLoss() bool { return b.rng.IntN(3) != 0 }
+func (b *sim) powerLoss() bool { return b.rng.IntN(3) != 0 }
 
 // abandon answers every request in flight on n, whose process is going
 // away (answerCrashed). A forwarded request's answer is another node's
 // to give: one forwarded by n ends with n's call; one forwarded to n
 // stays in flight, and its forwarding node finds out by itself (no
 // answer, probes unanswered or answered "not held", news of n's death).
-func (b *base) abandon(n *node) {
+func (b *sim) abandon(n *node) {
 	kept := b.inflight[:0]
 	for _, a := range b.inflight {
 		switch {
@@ -162,7 +112,7 @@ func (b *base) abandon(n *node) {
 
 // countCrash counts a node's crash, a power loss if power is set, else a
 // process crash, and names it.
-func (b *base) countCrash(power bool) string {
+func (b *sim) countCrash(power bool) string {
 	if power {
 		b.faults.Crash++
 		return "power loss"
@@ -174,7 +124,7 @@ func (b *base) countCrash(power bool) string {
 // answerCrashed answers a, in flight on a node whose process ended: its
 // client sees the connection drop. A write may or may not have been
 // applied; a read did nothing.
-func (b *base) answerCrashed(a *attempt) {
+func (b *sim) answerCrashed(a *attempt) {
 	a.crashed = true
 	a.ansEv = b.event("answer a=%d crashed", a.id)
 	oc := outcomeError
@@ -252,19 +202,6 @@ func (j *injector) MaybeError(op errorfs.Op) error {
 
 func (s *sim) startDiskFull() {
 	s.nodes[0].fillDisk(time.Duration(50+s.rng.IntN(1950)) * time.Millisecond)
-}
-
-// armDiskError arms a one-shot EIO on one of the next few fsyncs, or a
-// torn write on one of the next few writes.
-func (s *sim) armDiskError() {
-	k := s.nodes[0].armDiskError()
-	s.event("disk error armed: %s #%d", s.nodes[0].inj.eioKind, k)
-}
-
-// faultsOff ends every fault for quiescence.
-func (s *sim) faultsOff() {
-	s.nodes[0].faultsOff()
-	s.lies.stopRunning()
 }
 
 // readAll reads p from offset 0 to its end without faults (the

@@ -25,7 +25,7 @@ type invariant struct {
 	// action, settled once the run has settled (before the final reads),
 	// final on the settled run after the final reads. A check reports
 	// through the harness's fail, and returns at once after a violation.
-	step, settled, final func(h harness)
+	step, settled, final func(h *sim)
 	// online says where the invariant is checked as the history is
 	// recorded (the storage tap, the answers, the final reads), when it
 	// is: those checks belong to the code that records what they check.
@@ -56,32 +56,9 @@ var invariants = [...]*invariant{
 	&invInbound,
 }
 
-// harness is what the invariants read of a run, in either mode: the
-// shared history (base), the running shards and their drop counters,
-// each node's metadata, and each partition incarnation's history as
-// the clients saw it. *sim (one node) and *csim (a cluster) implement it.
-type harness interface {
-	core() *base
-	// nodesNow lists the current incarnation of every node of the run,
-	// down or not.
-	nodesNow() []*node
-	// dropCounters lists the metrics of every node incarnation that ran.
-	dropCounters() []dropCounter
-	// dropOK says whether an injected fault or convergence explains a
-	// frame drop (invariant 4).
-	dropOK(variant, reason string) bool
-	// history places every operation in its partition incarnation's
-	// history (invariant 5), recording a violation when one cannot be.
-	history() histories
-	// unlinearized says whether an incarnation's history is left out of
-	// the linearizability check (damage a lie left: invariant 3 checks it
-	// offset by offset).
-	unlinearized(k incKey) bool
-}
-
 // shardsNow lists the shards of every node of the run, named for a
 // violation's text.
-func shardsNow(h harness) []namedShard {
+func shardsNow(h *sim) []namedShard {
 	var out []namedShard
 	for _, n := range h.nodesNow() {
 		for i, sh := range n.shards {
@@ -92,7 +69,7 @@ func shardsNow(h harness) []namedShard {
 }
 
 // metas lists the metadata of every running node (invariant 6).
-func metas(h harness) []namedMeta {
+func metas(h *sim) []namedMeta {
 	var out []namedMeta
 	for _, n := range h.nodesNow() {
 		if n.eng != nil && !n.down {
@@ -120,7 +97,7 @@ type namedMeta struct {
 }
 
 // stepChecks runs every registered check due after a scheduler action.
-func stepChecks(h harness) {
+func stepChecks(h *sim) {
 	for _, inv := range invariants {
 		if inv.step != nil {
 			inv.step(h)
@@ -130,9 +107,9 @@ func stepChecks(h harness) {
 
 // settledChecks runs every registered check due once the run settled,
 // stopping at the first violation.
-func settledChecks(h harness) {
+func settledChecks(h *sim) {
 	for _, inv := range invariants {
-		if h.core().viol != nil {
+		if h.viol != nil {
 			return
 		}
 		if inv.settled != nil {
@@ -142,7 +119,7 @@ func settledChecks(h harness) {
 }
 
 // finalChecks runs every registered check of the settled run.
-func finalChecks(h harness) {
+func finalChecks(h *sim) {
 	for _, inv := range invariants {
 		if inv.final != nil {
 			inv.final(h)
@@ -150,17 +127,17 @@ func finalChecks(h harness) {
 	}
 }
 
-// inCluster adapts a check that exists only in cluster mode.
-func inCluster(f func(c *csim)) func(harness) {
-	return func(h harness) {
-		if c, ok := h.(*csim); ok {
-			f(c)
+// inCluster adapts a check of what only a cluster has (a network, a
+// metadata group, forwarded requests, group members): it runs on a run
+// with a network.
+func inCluster(f func(c *sim)) func(*sim) {
+	return func(s *sim) {
+		if s.net != nil {
+			f(s)
 		}
 	}
 }
 
-func (b *base) core() *base { return b }
-
 // nodesNow lists the current incarnation of every node of the run, down
-// or not: the harness's nodesNow.
-func (b *base) nodesNow() []*node { return b.nodes }
+// or not.
+func (b *sim) nodesNow() []*node { return b.nodes }

@@ -16,28 +16,27 @@ var invAnswers = invariant{
 // checkAnswers: every attempt was answered once (or by the crash), no
 // second answer waits in any reply channel, and every operation
 // finished.
-func checkAnswers(h harness) {
-	b := h.core()
-	if b.viol != nil {
+func checkAnswers(h *sim) {
+	if h.viol != nil {
 		return
 	}
-	for _, a := range b.allAttempts {
+	for _, a := range h.allAttempts {
 		if a.crashed {
 			continue // answered by the crash; the dead shards may answer too
 		}
 		if !a.answered {
-			b.fail(1, "attempt %d (op %d %v %v%s) never answered", a.id, a.op.id, a.op.kind, a.op.ns, a.where())
+			h.fail(1, "attempt %d (op %d %v %v%s) never answered", a.id, a.op.id, a.op.kind, a.op.ns, a.where())
 			return
 		}
 		if len(a.reply) > 0 {
-			b.fail(1, "attempt %d (op %d %v %v%s) answered twice", a.id, a.op.id, a.op.kind, a.op.ns, a.where())
+			h.fail(1, "attempt %d (op %d %v %v%s) answered twice", a.id, a.op.id, a.op.kind, a.op.ns, a.where())
 			return
 		}
 	}
-	for _, ops := range [][]*op{b.allOps, b.metaOps} {
+	for _, ops := range [][]*op{h.allOps, h.metaOps} {
 		for _, o := range ops {
 			if !o.done {
-				b.fail(1, "op %d (%v %v) never finished", o.id, o.kind, o.ns)
+				h.fail(1, "op %d (%v %v) never finished", o.id, o.kind, o.ns)
 				return
 			}
 		}

@@ -23,7 +23,7 @@ var invDelivered = invariant{
 	id:        12,
 	name:      "every offset below a group's committed offset delivered to a member",
 	behaviour: "23, 33",
-	settled:   inCluster((*csim).checkAllDelivered),
+	settled:   inCluster((*sim).checkAllDelivered),
 	online:    "every poll and commit a member ends (cmembers.go)",
 	caughtBy:  []string{"testhooks.CommitSkipsOffset", "testhooks.CommitBeforeHandled", "testhooks.IntervalCommitsFetched"},
 }
@@ -69,7 +69,7 @@ func deliveryKeyOf(m *gmember, part uint32) deliveryKey {
 
 // noteDelivered records that a member handed the messages at offsets
 // offs of k to its application.
-func (c *csim) noteDelivered(k deliveryKey, offs []uint64) {
+func (c *sim) noteDelivered(k deliveryKey, offs []uint64) {
 	if c.delivered == nil {
 		c.delivered = make(map[deliveryKey]*deliveredSet)
 	}
@@ -85,7 +85,7 @@ func (c *csim) noteDelivered(k deliveryKey, offs []uint64) {
 
 // checkDelivered: every offset below k's committed offset (the largest
 // a running node applied) was delivered to some member (invariant 12).
-func (c *csim) checkDelivered(k deliveryKey) {
+func (c *sim) checkDelivered(k deliveryKey) {
 	off, at := c.committedOf(k)
 	var below uint64
 	if d := c.delivered[k]; d != nil {
@@ -98,7 +98,7 @@ func (c *csim) checkDelivered(k deliveryKey) {
 }
 
 // checkAllDelivered checks every partition a member polled.
-func (c *csim) checkAllDelivered() {
+func (c *sim) checkAllDelivered() {
 	for _, k := range slices.SortedFunc(maps.Keys(c.delivered), cmpKeys) {
 		if c.viol != nil {
 			return
@@ -116,7 +116,7 @@ func cmpKeys(a, b deliveryKey) int {
 // committedOf is the members' group's committed offset of k's partition
 // as far as any running node knows, for k's incarnations, and a node
 // that applied it.
-func (c *csim) committedOf(k deliveryKey) (uint64, uint64) {
+func (c *sim) committedOf(k deliveryKey) (uint64, uint64) {
 	var off, at uint64
 	for _, n := range c.nodes {
 		if n.down || n.meta == nil {

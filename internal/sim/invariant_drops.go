@@ -20,19 +20,18 @@ var invDrops = invariant{
 
 // checkParkAndDrops: at quiescence every park buffer is empty, and every
 // frame drop is explained by an injected fault or by convergence.
-func checkParkAndDrops(h harness) {
-	b := h.core()
-	if b.viol != nil {
+func checkParkAndDrops(h *sim) {
+	if h.viol != nil {
 		return
 	}
 	for _, s := range shardsNow(h) {
 		st, err := s.sh.Inspect(context.Background())
 		if err != nil {
-			b.fail(0, "inspect %s: %v", s.name, err)
+			h.fail(0, "inspect %s: %v", s.name, err)
 			return
 		}
 		if st.ParkedFrames != 0 || st.ParkedBytes != 0 || len(st.Parked) != 0 || s.sh.Parked() != 0 {
-			b.fail(4, "%s park buffer not empty at quiescence: %d frames, %d bytes, %d namespaces",
+			h.fail(4, "%s park buffer not empty at quiescence: %d frames, %d bytes, %d namespaces",
 				s.name, st.ParkedFrames, st.ParkedBytes, len(st.Parked))
 			return
 		}
@@ -40,12 +39,12 @@ func checkParkAndDrops(h harness) {
 	for _, d := range h.dropCounters() {
 		reg := prometheus.NewRegistry()
 		if err := reg.Register(d.m); err != nil {
-			b.fail(0, "metrics: %v", err)
+			h.fail(0, "metrics: %v", err)
 			return
 		}
 		fams, err := reg.Gather()
 		if err != nil {
-			b.fail(0, "metrics: %v", err)
+			h.fail(0, "metrics: %v", err)
 			return
 		}
 		for _, f := range fams {
@@ -61,11 +60,11 @@ func checkParkAndDrops(h harness) {
 					labels[l.GetName()] = l.GetValue()
 				}
 				if !h.dropOK(labels["variant"], labels["reason"]) {
-					b.fail(4, "%sshard %s dropped %v %s frames for reason %q, which no injected fault explains",
+					h.fail(4, "%sshard %s dropped %v %s frames for reason %q, which no injected fault explains",
 						d.who, labels["shard"], mt.GetCounter().GetValue(), labels["variant"], labels["reason"])
 					return
 				}
-				b.event("drops %sshard=%s %s %s=%v", d.label, labels["shard"], labels["variant"], labels["reason"], mt.GetCounter().GetValue())
+				h.event("drops %sshard=%s %s %s=%v", d.label, labels["shard"], labels["variant"], labels["reason"], mt.GetCounter().GetValue())
 			}
 		}
 	}

@@ -8,6 +8,6 @@ var invEngine = invariant{
 	id:        0,
 	name:      "no panic, no unexplained engine error",
 	behaviour: "26 (no bytes from a peer or a disk stop the process)",
-	online:    "base.guard turns a panic into a violation with the seed; every engine call checks its error where it is made",
+	online:    "sim.guard turns a panic into a violation with the seed; every engine call checks its error where it is made",
 	caughtBy:  []string{"BreakRaftEpoch", "BreakIdentityCheck", "testhooks.NoTermStep"},
 }

@@ -7,7 +7,7 @@ var invForwardBudget = invariant{
 	id:        10,
 	name:      "forwarded requests within their budget",
 	behaviour: "26",
-	step:      inCluster(func(c *csim) { c.checkForwardBudget(false) }),
-	settled:   inCluster(func(c *csim) { c.checkForwardBudget(true) }),
+	step:      inCluster(func(c *sim) { c.checkForwardBudget(false) }),
+	settled:   inCluster(func(c *sim) { c.checkForwardBudget(true) }),
 	caughtBy:  []string{"testhooks.NoForwardBudget"},
 }

@@ -18,9 +18,8 @@ var invGroups = invariant{
 }
 
 // checkGroupsNow checks the committed groups of every running node.
-func checkGroupsNow(h harness) {
-	b := h.core()
+func checkGroupsNow(h *sim) {
 	for _, m := range metas(h) {
-		b.checkGroups(m.name, m.meta)
+		h.checkGroups(m.name, m.meta)
 	}
 }

@@ -12,8 +12,8 @@ var invInbound = invariant{
 	id:        13,
 	name:      "inbound frames within their budget and deadlines",
 	behaviour: "26",
-	step:      inCluster(func(c *csim) { c.checkInbound(false) }),
-	settled:   inCluster(func(c *csim) { c.checkInbound(true) }),
+	step:      inCluster(func(c *sim) { c.checkInbound(false) }),
+	settled:   inCluster(func(c *sim) { c.checkInbound(true) }),
 	online:    "cpeer.go's frameIn refuses no frame of a member that does not stall",
 	caughtBy:  []string{"testhooks.NoStallTimeout"},
 }

@@ -21,7 +21,7 @@ var invIncarnations = invariant{
 // the incarnation its frame was stamped with when the shard took it is
 // the one it lands in; then it records where it landed. It reports false
 // after recording a violation.
-func (b *base) tapAppend(info *msgInfo, id uint64, key incKey, off uint64) bool {
+func (b *sim) tapAppend(info *msgInfo, id uint64, key incKey, off uint64) bool {
 	a := info.a
 	switch {
 	case info.appended:

@@ -44,13 +44,12 @@ func (hs histories) add(o *op, key incKey, in linIn, out linOut) {
 
 // checkLinearizable checks each partition incarnation's history, in
 // incarnation order.
-func checkLinearizable(h harness) {
-	b := h.core()
-	if b.viol != nil {
+func checkLinearizable(h *sim) {
+	if h.viol != nil {
 		return
 	}
 	hist := h.history()
-	if b.viol != nil {
+	if h.viol != nil {
 		return
 	}
 	keys := make([]incKey, 0, len(hist))
@@ -62,17 +61,17 @@ func checkLinearizable(h harness) {
 		if h.unlinearized(k) {
 			// Reads stop below damage by design, which an intact log
 			// cannot explain; invariant 3 checks these per offset.
-			b.ops.Unchecked++
+			h.ops.Unchecked++
 			continue
 		}
 		switch check(hist[k]) {
 		case checkIllegal:
-			b.fail(5, "history of %v is not linearizable:\n%s", k, describeHistory(hist[k]))
+			h.fail(5, "history of %v is not linearizable:\n%s", k, describeHistory(hist[k]))
 			return
 		case checkUnknown:
-			b.ops.Unchecked++
+			h.ops.Unchecked++
 		default:
-			b.ops.Linearized++
+			h.ops.Linearized++
 		}
 	}
 }
@@ -127,7 +126,7 @@ func linearizeRead(o *op) (linIn, linOut, bool) {
 // checks that what it read was appended to that incarnation (invariant
 // 2). It reports false to leave o out: its final try was answered by a
 // crash, or by a refusal rather than by the partition.
-func (b *base) placeServed(o *op, incs *timeline, who string, out linOut) (incKey, bool) {
+func (b *sim) placeServed(o *op, incs *timeline, who string, out linOut) (incKey, bool) {
 	last := o.attempts[len(o.attempts)-1]
 	if last.crashed || !servedAnswer(last.resp.Err) {
 		return incKey{}, false

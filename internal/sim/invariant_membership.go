@@ -11,14 +11,14 @@ var invMembership = invariant{
 	id:        8,
 	name:      "membership whole, failover within a second, wrong disks refused",
 	behaviour: "21, 27, 31",
-	step: inCluster(func(c *csim) {
+	step: inCluster(func(c *sim) {
 		for _, n := range c.nodes {
 			if n.eng != nil && !n.down {
 				c.checkVoters(n)
 			}
 		}
 	}),
-	settled:  inCluster((*csim).checkMembership),
+	settled:  inCluster((*sim).checkMembership),
 	online:   "the failover checks after a calm (cfailover.go), the wrong-disk start (startOnWrongDisk)",
 	caughtBy: []string{"BreakLeaderTransfer", "testhooks.NoJoinConfChange", "BreakZombieLiveness", "BreakEarlySettle", "BreakIdentityCheck", "BreakReplyPath", "BreakLivenessReport", "testhooks.NoTermStep"},
 }

@@ -9,7 +9,7 @@ var invPlacement = invariant{
 	id:        7,
 	name:      "replicas exactly where the placement says, moves settle",
 	behaviour: "31",
-	settled:   inCluster((*csim).checkOwnership),
+	settled:   inCluster((*sim).checkOwnership),
 	online:    "every replica build and removal against the node's metadata (tap.go, cstore.go, cplace.go); moves and leadership that never settle (notQuiescent)",
 	caughtBy:  []string{"BreakPlacement", "BreakLeaderTransfer", "BreakEarlySettle", "testhooks.NoTermStep"},
 }

@@ -132,7 +132,7 @@ type lies struct {
 	// partition directory holds, the directory no lie reaches (the
 	// metadata log's), where lies are counted, and the node's name in the
 	// trace ("" on a single node).
-	b      *base
+	b      *sim
 	mem    func() *vfs.MemFS
 	meta   func() *metadata.Store
 	skip   string
@@ -140,7 +140,7 @@ type lies struct {
 	who    string
 }
 
-func newLies(b *base, mem func() *vfs.MemFS, meta func() *metadata.Store, skip string, counts *FaultCounts, who string) *lies {
+func newLies(b *sim, mem func() *vfs.MemFS, meta func() *metadata.Store, skip string, counts *FaultCounts, who string) *lies {
 	return &lies{sectors: errorfs.NewSectors(), flips: errorfs.NewFlips(), keys: map[incKey]map[string]bool{}, dirs: map[metadata.Namespace]bool{}, points: map[incKey][]liePoint{},
 		b: b, mem: mem, meta: meta, skip: skip, counts: counts, who: who}
 }
@@ -458,7 +458,7 @@ func (s *sim) lossKnown(key incKey) string {
 
 // failKnown records a violation classified as the known limit known (a
 // plain violation when known is "").
-func (b *base) failKnown(known string, inv int, format string, args ...any) {
+func (b *sim) failKnown(known string, inv int, format string, args ...any) {
 	b.fail(inv, format, args...)
 	if b.viol != nil && b.viol.Known == "" && known != "" && b.viol.Detail == fmt.Sprintf(format, args...) {
 		b.viol.Known = known
@@ -540,21 +540,6 @@ func (l *lies) pickFile(files []string) string {
 
 // lieMinWeight is the weight of a small file in pickFile.
 const lieMinWeight = 64
-
-// lie injects one lying fault of a kind chosen at random, and reports
-// whether it crashed the node (to damage it while down).
-func (s *sim) lie() bool {
-	kind, name, ok := s.lies.pick(s.cfg.Faults.LieKinds)
-	if !ok {
-		return false
-	}
-	if lieWhileDown(kind) {
-		s.crashWith(true, func() { s.lies.lieDown(kind, name) })
-		return true
-	}
-	s.lies.arm(kind, name)
-	return false
-}
 
 // lieWhileDown reports whether kind damages the stored bytes while the
 // node is down (after a power loss).
@@ -747,24 +732,6 @@ func (l *lies) saveCopies() {
 	l.event("saved a copy of %s (%d bytes)", name, len(c.Data))
 }
 
-// damageAnswered checks an answer against the lies: damage reported for
-// an incarnation no lie touched is a false alarm (invariant 3). It
-// reports false after recording the violation.
-func (s *sim) damageAnswered(a *attempt, err error) bool {
-	if err == nil || !isCorrupt(err) {
-		return true
-	}
-	// The damage may be an incarnation's that was replaced while the
-	// request waited (a parked frame answered with its build's failure).
-	for _, epoch := range s.nodes[0].incs.during(a.op.ns, a.op.callEv, s.tr.n) {
-		if s.lies.damageOK(incKey{a.op.ns, epoch}) {
-			return true
-		}
-	}
-	s.fail(3, "attempt %d (op %d %v %v) answered with damage no lie explains: %v", a.id, a.op.id, a.op.kind, a.op.ns, err)
-	return false
-}
-
 // LieCounts counts the lying faults that took effect, by kind.
 type LieCounts [lieKinds]int
 
@@ -841,22 +808,6 @@ func (s *sim) verifyDamaged(n *node, key incKey, log *incLog, p partition.Partit
 		s.event("reopen %v: %d unacknowledged messages lost", key, lost)
 	}
 	log.ids, log.acked = log.ids[:next], log.acked[:next]
-}
-
-// finalReadDamaged is the final read of an incarnation a lie touched:
-// from offset 0 to its end, every message is read intact at its offset
-// (the storage tap checks each read) or its read is answered with a
-// typed damage error, after which the read goes on at the next offset;
-// a read that succeeds with nothing below the end is a silent loss. A
-// partition whose build fails for damage is refused whole
-// (shard.ErrPartitionFailed wrapping the damage). It reports true when
-// the partition is fenced after a failed fsync (finalReads restarts the
-// node then).
-func (s *sim) finalReadDamaged(key incKey) (fenced, done bool) {
-	if !s.lies.damageOK(key) {
-		return false, false
-	}
-	return s.readDamaged(key), true
 }
 
 // readDamaged is finalReadDamaged's reading.

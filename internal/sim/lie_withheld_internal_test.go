@@ -18,8 +18,8 @@ import (
 // majority in every group a lie touches) keeps clear of (cluster seed
 // 849: invariant 3, replicas never converged).
 func TestArmedLieWithheldFromAPartitionNoLongerLiedTo(t *testing.T) {
-	b := newBase(Config{}, rand.New(rand.NewPCG(1, 2)), clock.NewManual(epoch0))
-	l := newLies(&b, nil, nil, "", &FaultCounts{}, "")
+	s := &sim{base: newBase(Config{}, rand.New(rand.NewPCG(1, 2)), clock.NewManual(epoch0))}
+	l := newLies(s, nil, nil, "", &FaultCounts{}, "")
 	liedTo := true
 	l.only = func(metadata.Namespace) bool { return liedTo }
 	name := dataDir + "/streams/0/topics/0/partitions/0/raft.log"

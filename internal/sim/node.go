@@ -21,21 +21,21 @@ import (
 )
 
 // node is one simulated node, of either engine kind, built as
-// parkway.Open builds one: a cluster member (c set: the metadata group
+// parkway.Open builds one: a cluster member (member set: the metadata group
 // member, replicated shards, a network endpoint) or the single-node
-// engine (c nil: metadata.Durable on its disk, no raft, no bus), which
+// engine (member unset: metadata.Durable on its disk, no raft, no bus), which
 // uses the fields a node without raft or bus has. One incarnation
 // of the node's process is one node value; a restart builds a new one
 // that carries over what outlives the process (its disk, its clock, the
 // simulator's record of it: openNode's prev).
 type node struct {
-	// b is the run's shared state (the RNG, the trace, the fault counts);
-	// c is the cluster harness, nil for the single-node kind.
-	b   *base
-	c   *csim
-	id  uint64
-	mem *vfs.MemFS
-	inj *injector
+	// b is the run's harness; member is the node's engine kind: a
+	// cluster member, or the single-node engine.
+	b      *sim
+	member bool
+	id     uint64
+	mem    *vfs.MemFS
+	inj    *injector
 	// ep is the node's network endpoint (the simulator's to close on a
 	// crash); the engine sends through the outbox wrapper around it.
 	ep  transport.Bus
@@ -108,7 +108,7 @@ type node struct {
 // the metadata raft group, partitions replicated, clients' polls asking
 // for the leader and produces carrying a producer id), not the
 // single-node kind; false for no node.
-func (n *node) replicated() bool { return n != nil && n.c != nil }
+func (n *node) replicated() bool { return n != nil && n.member }
 
 // name names the node in a violation's text: "n2" in a cluster, "node"
 // for the single-node kind.
@@ -199,7 +199,7 @@ func (n *node) opened(eng *host.Engine) {
 }
 
 // crashDisk leaves the node's disk as the end of its process does, by a
-// power loss (power) or a process crash (base.countCrash counts it). A
+// power loss (power) or a process crash (sim.countCrash counts it). A
 // power loss keeps only what was synced, and what the dead engine's
 // shutdown then writes and syncs goes to the disk the power loss
 // discarded; a process crash keeps everything written (the page cache
@@ -382,7 +382,7 @@ type mirror struct {
 
 // TrySend implements router.Sender.
 func (m *mirror) TrySend(f shard.Frame) error {
-	n, b, c := m.n, m.n.b, m.n.c
+	n, b, c := m.n, m.n.b, m.n.b
 	err := m.sh.TrySend(f)
 	var a *attempt
 	if isFlood(f.Req) {

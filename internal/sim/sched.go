@@ -2,49 +2,12 @@ package sim
 
 import "time"
 
-// The scheduler step, one for both kinds of run: faults start and end,
-// then one action — a client acts, the clock moves, or one piece of
-// engine work that is ready runs on one node — and the action's end
-// (answers collected, messages sent, the per-action checks). What a
-// node's engine kind changes about it is the harness's (kind).
-
-// kind is what the scheduler step leaves to its harness.
-type kind interface {
-	// stepFaults ends the faults whose time is up and rolls new ones; true
-	// ends the step there (a single node crashed and reopened).
-	stepFaults() bool
-	// clientAct lets a client act: retry its operation when that is
-	// due, or start a new one.
-	clientAct(cl *client)
-	// membersAct lets consumer group members act (a cluster's
-	// Config.GroupMembers; a single node has none).
-	membersAct()
-	// advance moves the virtual clock and every node's with it.
-	advance(d time.Duration)
-	// reconcile runs one pass of shard i's reconciler on n.
-	reconcile(n *node, i int)
-	// afterAction ends every action: what the engines sent goes out,
-	// answers are collected, the per-action invariants are checked.
-	afterAction()
-
-	// Quiescence (base.quiesce) and the final reads (base.finalReads).
-	// faultsOff ends every fault; settle runs rounds (settleRound, then
-	// advanceSettling while waiting) until the run is calm
-	// (base.settleLoop), reporting false on a violation; restartFenced
-	// restarts a single node whose final read met a partition fenced
-	// after a failed fsync.
-	faultsOff()
-	settle() bool
-	settleRound()
-	advanceSettling()
-	restartFenced()
-	// finalReadDamaged reads key its own way if a lie damaged it (done),
-	// reporting fenced as finalReads does; damageReported reports
-	// whether o's failure, the answer of a final read of key through n,
-	// is damage a lie explains (counted as detected).
-	finalReadDamaged(key incKey) (fenced, done bool)
-	damageReported(n *node, o *op, key incKey) bool
-}
+// The scheduler step, one for every run: faults start and end, then one
+// action — a client acts, the clock moves, or one piece of engine work
+// that is ready runs on one node — and the action's end (answers
+// collected, messages sent, the per-action checks). What a node's engine
+// kind changes about each is decided in the harness's method for it
+// (harness.go).
 
 // unit is one piece of engine work the scheduler may pick.
 type unit struct {
@@ -63,35 +26,34 @@ const (
 // tick is one scheduler step. The clock moves mostly when nothing is
 // ready (a node's CPU is fast next to a raft tick or a reconcile period),
 // and now and then regardless (a slow moment).
-func (b *base) tick() {
-	if b.viol != nil {
+func (s *sim) tick() {
+	if s.viol != nil {
 		return
 	}
-	k := b.kind
-	if k.stepFaults() {
+	if s.stepFaults() {
 		return
 	}
-	units := b.units()
-	switch w := b.rng.IntN(100); {
+	units := s.units()
+	switch w := s.rng.IntN(100); {
 	case w < 20:
-		k.clientAct(b.clients[b.rng.IntN(len(b.clients))])
-	case b.cfg.GroupMembers > 0 && w >= 90:
+		s.clientAct(s.clients[s.rng.IntN(len(s.clients))])
+	case s.cfg.GroupMembers > 0 && w >= 90:
 		// Group members act more often than the other clients: they
 		// heartbeat on the clock (no case when there are none, so runs
 		// without members draw as they did).
-		k.membersAct()
+		s.membersAct()
 	case len(units) == 0 || w < 22:
 		// Up to the next due timer, at most a few milliseconds (network
 		// delays are due at times the bus keeps to itself).
-		d := time.Duration(1+b.rng.IntN(5000)) * time.Microsecond
-		if next, ok := b.nextDue(); ok && next < d {
+		d := time.Duration(1+s.rng.IntN(5000)) * time.Microsecond
+		if next, ok := s.nextDue(); ok && next < d {
 			d = max(next, time.Microsecond)
 		}
-		k.advance(d)
+		s.advance(d)
 	default:
-		b.runUnit(units[b.rng.IntN(len(units))])
+		s.runUnit(units[s.rng.IntN(len(units))])
 	}
-	k.afterAction()
+	s.afterAction()
 }
 
 // units lists the work that is ready, node by node: bus messages to
@@ -99,7 +61,7 @@ func (b *base) tick() {
 // tick, due reconciler passes (each by its node's clock). A stopped or
 // crashed node does nothing; a single node has no bus and no metadata
 // group.
-func (b *base) units() []unit {
+func (b *sim) units() []unit {
 	var out []unit
 	for _, n := range b.nodes {
 		if n.stopped || n.down {
@@ -127,17 +89,17 @@ func (b *base) units() []unit {
 }
 
 // runUnit runs u.
-func (b *base) runUnit(u unit) {
+func (s *sim) runUnit(u unit) {
 	switch u.kind {
 	case unitDeliver:
-		u.n.c.deliver(u.n, 1+b.rng.IntN(8))
+		u.n.b.deliver(u.n, 1+s.rng.IntN(8))
 	case unitStep:
 		u.n.step(u.i)
 	case unitMetaTick:
-		u.n.c.metaTick(u.n)
+		u.n.b.metaTick(u.n)
 	case unitPass:
 		if u.n.passDue(u.i, u.n.clk.monoNow()) {
-			b.kind.reconcile(u.n, u.i)
+			s.reconcile(u.n, u.i)
 		}
 	}
 }
@@ -145,7 +107,7 @@ func (b *base) runUnit(u unit) {
 // nextDue is how long until the earliest timer the scheduler knows of is
 // due: a shard's, a metadata tick, a reconciler period (each on its
 // node's clock), a restart, a resume, a client's retry.
-func (b *base) nextDue() (time.Duration, bool) {
+func (b *sim) nextDue() (time.Duration, bool) {
 	now := b.clk.Now()
 	var next time.Duration
 	found := false

@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/metadata"
-	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/shard"
+	"github.com/parkway-io/parkway/transport"
 	"github.com/parkway-io/parkway/vfs"
 )
 
@@ -379,6 +380,9 @@ func (c Config) validate() error {
 	if !c.cluster() && (f.QuiescedCrash > 0 || f.Join > 0 || f.Remove > 0 || f.WrongDisk > 0 || f.Peer != (PeerFaultRates{})) {
 		errs = append(errs, errors.New("sim: QuiescedCrash, Join, Remove, WrongDisk and Peer need Nodes > 1"))
 	}
+	if !c.cluster() && (c.GroupMembers > 0 || c.MemberPartitions > 0) {
+		errs = append(errs, errors.New("sim: GroupMembers and MemberPartitions need Nodes > 1"))
+	}
 	for _, p := range []float64{f.InboxBurst, f.DiskFull, f.DiskError, f.SlowBuild, f.Crash, f.QuiescedCrash, f.Join, f.Remove, f.Lie, f.WrongDisk,
 		n.Drop, n.Duplicate, n.Reorder, n.Delay, n.Partition, n.OneWay, n.Clog, n.Stop,
 		f.Peer.Terms, f.Peer.Flood, f.Peer.Stall, f.Clock.Jump, f.Clock.Strobe, f.Clock.Drift} {
@@ -661,13 +665,15 @@ func Run(cfg Config) (Result, error) {
 	if err := cfg.validate(); err != nil {
 		return Result{Seed: cfg.Seed}, err
 	}
-	cfg = cfg.withDefaults()
-	if cfg.cluster() {
-		return runCluster(cfg)
-	}
-	s := newSim(cfg)
+	s := newSim(cfg.withDefaults())
+	release := seedRaftRand(cfg.Seed, &s.actions)
+	defer release()
 	s.guard(s.run)
+	s.guard(s.close)
 	res := s.result()
+	if s.net != nil {
+		s.clusterCounts(&res)
+	}
 	if s.viol != nil {
 		return res, s.viol
 	}
@@ -678,113 +684,69 @@ func Run(cfg Config) (Result, error) {
 var epoch0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func newSim(cfg Config) *sim {
-	rng := rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15))
+	// A single node and a cluster draw from different streams of the
+	// seed's RNG.
+	stream, shards := uint64(0x9e3779b97f4a7c15), 3
+	if cfg.cluster() {
+		stream, shards = 0x6a09e667f3bcc909, 2
+	}
+	rng := rand.New(rand.NewPCG(cfg.Seed, stream))
 	if cfg.Shards == 0 {
-		cfg.Shards = 1 + rng.IntN(3)
+		cfg.Shards = 1 + rng.IntN(shards)
 	}
+	clk := clock.NewManual(epoch0)
 	s := &sim{
-		base: newBase(cfg, rng, clock.NewManual(epoch0)),
-		ctx:  context.Background(),
+		base:          newBase(cfg, rng, clk),
+		ctx:           context.Background(),
+		metaLog:       make(map[uint64]string),
+		metaDup:       make(map[uint64]bool),
+		placed:        make(map[incKey][][]uint64),
+		builds:        make(map[buildKey]int),
+		applyFailed:   make(map[buildKey]bool),
+		storeFailed:   make(map[buildKey]bool),
+		storeOutcomes: make(map[storeKey]uint8),
+		fwds:          make(map[fwdKey]*attempt),
 	}
-	s.h, s.kind = s, s
-	s.lies = newLies(&s.base, func() *vfs.MemFS { return s.nodes[0].mem }, func() *metadata.Store { return s.nodes[0].meta }, metaDir, &s.faults, "")
-	// The node before it first opens: its empty disk and its own clock.
-	s.nodes = []*node{{b: &s.base, mem: vfs.NewMem(), clk: newNodeClock(s.initialSkew()),
-		lastServe: make(map[metadata.Namespace]uint64), incs: newTimeline()}}
+	if !cfg.cluster() {
+		// The single node is the liar, and the node before it first
+		// opens is its empty disk and its own clock.
+		s.liar = 1
+		s.lies = newLies(s, func() *vfs.MemFS { return s.nodes[0].mem }, func() *metadata.Store { return s.nodes[0].meta }, metaDir, &s.faults, "")
+		s.nodes = []*node{{b: s, mem: vfs.NewMem(), clk: newNodeClock(s.initialSkew()),
+			lastServe: make(map[metadata.Namespace]uint64), incs: newTimeline()}}
+		return s
+	}
+	s.compactEntries = [...]uint64{4, 16, 64, shard.DefaultCompactEntries}[rng.IntN(4)]
+	s.net = transport.NewNetwork(transport.NetworkOptions{Clock: clk, ManualDelivery: true})
+	for i := range cfg.Nodes {
+		s.peers = append(s.peers, uint64(i+1))
+	}
+	s.founders = slices.Clone(s.peers)
+	s.startMembers()
+	s.startLies()
 	return s
 }
 
-// run is the whole simulation: open, active phase, quiescence, checks.
-func (s *sim) run() {
-	s.event("start seed=%d shards=%d clients=%d inbox=%d steps=%d",
-		s.cfg.Seed, s.cfg.Shards, s.cfg.Clients, s.cfg.InboxSize, s.cfg.Steps)
-	s.nodes[0] = s.openNode(s.nodes[0])
+// drive runs a run whose nodes are open: Config.Steps scheduler steps
+// (sim.tick), then more while more says the run must go on, quiescence
+// (sim.quiesce) and the final checks, stopping at the first violation.
+func (s *sim) drive(more func() bool) {
+	for range s.cfg.Steps {
+		if s.viol != nil {
+			return
+		}
+		s.tick()
+	}
+	for more != nil && more() {
+		s.tick()
+	}
 	if s.viol != nil {
 		return
 	}
-	s.drive(s, nil)
-}
-
-// drive runs a run whose nodes are open: Config.Steps scheduler steps
-// (base.tick), then more while more says the run must go on, quiescence
-// (base.quiesce) and the final checks, stopping at the first violation.
-func (b *base) drive(h harness, more func() bool) {
-	for range b.cfg.Steps {
-		if b.viol != nil {
-			return
-		}
-		b.tick()
-	}
-	for more != nil && more() {
-		b.tick()
-	}
-	if b.viol != nil {
+	s.quiesce()
+	if s.viol != nil {
 		return
 	}
-	b.quiesce(h, b.kind)
-	if b.viol != nil {
-		return
-	}
-	finalChecks(h)
-	b.event("end")
-}
-
-// stepFaults ends the node's faults whose time is up and rolls new ones
-// (kind). A crash, or a lie made while the node is down, ends the
-// step: the node reopened.
-func (s *sim) stepFaults() bool {
-	n := s.nodes[0]
-	n.expireDiskFull()
-	s.expireClockFaults(n.clk, "node")
-	s.startClockFaults(&s.faults, func() (*nodeClock, string) { return n.clk, "node" })
-	f := s.cfg.Faults
-	if s.depth == 0 && s.roll(f.Crash) {
-		s.crash()
-		return true
-	}
-	if s.depth == 0 && s.roll(f.Lie) {
-		if s.lie() {
-			return true // it crashed the node
-		}
-	}
-	if !n.inj.enospc.On() && s.roll(f.DiskFull) {
-		s.startDiskFull()
-	}
-	if n.inj.eio == nil && s.roll(f.DiskError) {
-		s.armDiskError()
-	}
-	if s.roll(f.InboxBurst) {
-		s.burst()
-	}
-	return false
-}
-
-// membersAct: a single node runs no consumer group members
-// (Config.GroupMembers is a cluster's).
-func (*sim) membersAct() {}
-
-// afterAction collects what the node answered and checks the per-action
-// invariants (kind).
-func (s *sim) afterAction() {
-	s.collect()
-	stepChecks(s)
-}
-
-// advance moves the virtual clock, and the node's with it.
-func (s *sim) advance(d time.Duration) {
-	s.advanceClocks(d)
-	s.event("clock +%v", d)
-}
-
-// sim is one run's state. Everything runs on the caller's goroutine.
-type sim struct {
-	base
-	ctx context.Context
-
-	// The run's one node, of the single-node kind, is base.nodes[0].
-	lies       *lies
-	allMetrics []*metrics.Metrics
-
-	bursts   int
-	restarts int // node restarts at quiescence (fenced partitions)
+	finalChecks(s)
+	s.event("end")
 }

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
-	"maps"
 	"slices"
 
 	"github.com/parkway-io/parkway/metadata"
@@ -123,7 +122,7 @@ type msgInfo struct {
 
 // Payloads carry the message id and a filler derived from it, so a read
 // can tell which message it got and whether its bytes are intact.
-func (b *base) payload(id uint64) []byte {
+func (b *sim) payload(id uint64) []byte {
 	n := b.rng.IntN(41)
 	p := make([]byte, 8+n)
 	binary.LittleEndian.PutUint64(p, id)
@@ -144,32 +143,6 @@ func decodePayload(b []byte) (uint64, bool) {
 		}
 	}
 	return id, true
-}
-
-// tapBuilt checks a partition the single node built: a reopen of an
-// incarnation the oracle knows (verifyReopen), or a fresh one, which
-// must be empty.
-func (s *sim) tapBuilt(n *node, key incKey, p partition.Partition) {
-	if log := s.oracle[key]; log != nil {
-		s.verifyReopen(n, key, log, p)
-		return
-	}
-	if p.NextOffset() != 0 || p.StartOffset() != 0 {
-		s.fail(2, "a fresh build of %v holds offsets [%d, %d): data of another incarnation", key, p.StartOffset(), p.NextOffset())
-	}
-	s.oracle[key] = &incLog{}
-}
-
-// tapBuildFailed: a build may fail with damage only where a lie left it
-// (invariant 3); it counts as detected.
-func (s *sim) tapBuildFailed(_ *node, key incKey, err error) {
-	if !isDamageError(err) {
-		return
-	}
-	if isCorrupt(err) && !s.lies.damageOK(key) {
-		s.fail(3, "build of %v failed with damage no lie explains: %v", key, err)
-	}
-	s.faults.Detected++
 }
 
 // verifyReopen checks a partition reopened at an incarnation the oracle
@@ -232,60 +205,6 @@ func (s *sim) verifyReopen(n *node, key incKey, log *incLog, p partition.Partiti
 	log.ids, log.acked = log.ids[:next], log.acked[:next]
 	log.ats.truncate(next)
 	log.raw = log.raw[:min(uint64(len(log.raw)), next)]
-}
-
-// tapRemoved: removing the data of the committed incarnation would lose
-// acknowledged messages: the oracle checks that only dead incarnations
-// (or orphans) are removed.
-func (s *sim) tapRemoved(n *node, ns metadata.Namespace) {
-	rev, committed := n.meta.CreatedRevision(ns)
-	listed, ok := n.listed[ns]
-	delete(n.listed, ns)
-	// The orphan sweep removing a directory listed at another
-	// incarnation leaves the committed one's data where it is: a
-	// partition built deferred has no directory, its records are in the
-	// journal (DESIGN behaviour 32). Its next build is checked as a
-	// reopen: every acknowledged message there, or its loss reported.
-	keep := committed && ok && listed != rev
-	keys := slices.SortedFunc(maps.Keys(s.oracle), incKey.compare)
-	for _, k := range keys {
-		if k.ns != ns || keep && k.epoch == rev {
-			continue
-		}
-		// After a power loss the committed incarnation's directory may be
-		// removed as half-built (its layout is made durable by its first
-		// sync, before any ack): only unacknowledged messages may go with it.
-		if committed && k.epoch == rev && slices.Contains(s.oracle[k].acked, true) {
-			known := ""
-			if s.lies.touched(k, "incarnation") && s.lies.all {
-				known = knownIncarnationDamage
-			}
-			s.failKnown(known, 3, "the committed incarnation %v was removed with %d messages, some acknowledged", k, len(s.oracle[k].ids))
-		}
-		delete(s.oracle, k)
-	}
-}
-
-// tapAppended: an append on a single node serves a client's produce (the
-// incarnation it served is recorded), and a successful one is checked
-// (onAppend).
-func (s *sim) tapAppended(n *node, key incKey, first uint64, msgs []partition.Message, err error) {
-	n.lastServe[key.ns] = key.epoch
-	if err == nil {
-		s.onAppend(key, first, msgs)
-	}
-}
-
-// tapRead checks a read (onRead): on a single node every read is a
-// client's.
-func (s *sim) tapRead(_ *node, key incKey, from uint64, msgs []partition.Message, _ bool) {
-	s.onRead(key, from, msgs)
-}
-
-// tapStoreOffset serves a client's consumer offset write.
-func (s *sim) tapStoreOffset(t *tap, consumer string, offset uint64) error {
-	t.serving("store offset")
-	return t.Partition.StoreConsumerOffset(consumer, offset)
 }
 
 // onAppend checks an append (invariants 2, 3 and 5) and records it.

@@ -45,7 +45,7 @@ func (t *trace) tail() []string {
 // event records one trace event: its index, the virtual time, and what
 // happened. Every value formatted here is deterministic (no pointers, no
 // map iteration), so the trace hash is a function of the seed.
-func (b *base) event(format string, args ...any) int64 {
+func (b *sim) event(format string, args ...any) int64 {
 	line := fmt.Sprintf("%d %v ", b.tr.n+1, b.now()) + fmt.Sprintf(format, args...)
 	b.tr.add(line)
 	return b.tr.n

@@ -150,7 +150,7 @@ type attempt struct {
 }
 
 // Data operations weigh: produce 34, batch 16, poll 28, store 12, get 10.
-func (b *base) pickKind() opKind {
+func (b *sim) pickKind() opKind {
 	switch w := b.rng.IntN(100); {
 	case w < 34:
 		return kindProduce
@@ -165,25 +165,6 @@ func (b *base) pickKind() opKind {
 	}
 }
 
-// clientAct lets c act: retry its operation if that is due, or start a
-// new one.
-func (s *sim) clientAct(c *client) {
-	if c.op != nil {
-		retryIfDue(c.op, s.clk.Now(), s.retry, nil)
-		return
-	}
-	if c.extra || s.quiescing {
-		return
-	}
-	s.act(c, s.nodes[0], func(group bool) {
-		if group {
-			s.groupOp()
-		} else {
-			s.metaOp(c)
-		}
-	}, nil, func(ns metadata.Namespace, kind opKind) { s.dataOp(c, ns, kind) })
-}
-
 // act is the next action of client cl, through node n, when it has no
 // operation under way: a metadata command (one in six, and always while
 // nothing is committed) or a consumer group command (one in five of the
@@ -192,7 +173,7 @@ func (s *sim) clientAct(c *client) {
 // operation, issued by data, on a partition n has seen deleted (one in
 // twenty, a client whose view lags: its request parks unstamped, ages
 // out, and the retry finds it gone) or else on a committed one.
-func (b *base) act(cl *client, n *node, meta func(group bool), lookup func() bool, data func(metadata.Namespace, opKind)) {
+func (b *sim) act(cl *client, n *node, meta func(group bool), lookup func() bool, data func(metadata.Namespace, opKind)) {
 	snap := n.meta.Snapshot()
 	if len(snap.Partitions) == 0 || b.rng.IntN(100) < 16 {
 		meta(false)
@@ -215,15 +196,10 @@ func (b *base) act(cl *client, n *node, meta func(group bool), lookup func() boo
 	data(p.NS, b.pickKind())
 }
 
-// dataOp starts a partition operation of kind on ns for c.
-func (s *sim) dataOp(c *client, ns metadata.Namespace, kind opKind) *op {
-	return s.callData(c, s.nodes[0], ns, kind, func(o *op, a *attempt) { s.startCall(o, a, s.nodes[0]) })
-}
-
 // callData starts a data operation of kind on ns by client cl through its
 // home node n: the operation and its first try, recorded, are handed to
 // start, the harness's start of the Node's client call.
-func (b *base) callData(cl *client, n *node, ns metadata.Namespace, kind opKind, start func(*op, *attempt)) *op {
+func (b *sim) callData(cl *client, n *node, ns metadata.Namespace, kind opKind, start func(*op, *attempt)) *op {
 	o := b.newDataOp(cl, n, ns, kind, func() uint64 { return b.knownLen(n.meta, ns) })
 	a := b.newAttempt(o)
 	o.callEv = b.event("call op=%d client=%d %s%v ns=%v%s", o.id, clientID(cl), n.tag(), kind, ns, o.args())
@@ -233,7 +209,7 @@ func (b *base) callData(cl *client, n *node, ns metadata.Namespace, kind opKind,
 
 // knownLen is the length of the log of ns's incarnation committed in
 // meta (a node's view) as the oracle knows it, to pick plausible offsets.
-func (b *base) knownLen(meta *metadata.Store, ns metadata.Namespace) uint64 {
+func (b *sim) knownLen(meta *metadata.Store, ns metadata.Namespace) uint64 {
 	rev, ok := meta.CreatedRevision(ns)
 	if !ok {
 		return 0
@@ -251,7 +227,7 @@ func (b *base) knownLen(meta *metadata.Store, ns metadata.Namespace) uint64 {
 // replica (Local), and a produce carries a (producer, sequence) pair over
 // all its tries, so the partition deduplicates a retry of a batch that
 // was applied after all.
-func (b *base) newDataOp(cl *client, home *node, ns metadata.Namespace, kind opKind, known func() uint64) *op {
+func (b *sim) newDataOp(cl *client, home *node, ns metadata.Namespace, kind opKind, known func() uint64) *op {
 	b.nextOp++
 	o := &op{id: b.nextOp, client: cl, kind: kind, ns: ns, home: home}
 	consumers := [...]string{"c0", "c1"}
@@ -338,7 +314,7 @@ func (o *op) args() string {
 // sendTo sends a through node n's router, as the Node's client call
 // sends a try: a full inbox (router.ErrFull) is an answer (onAnswer);
 // any other refusal is a violation.
-func (b *base) sendTo(a *attempt, n *node) {
+func (b *sim) sendTo(a *attempt, n *node) {
 	a.node = n
 	a.sendEv = b.event("send a=%d op=%d%s", a.id, a.op.id, n.suffix())
 	if _, err := n.rt.Send(a.op.ns, shard.Frame{Req: a.req, Reply: a.reply}); err != nil {
@@ -365,22 +341,10 @@ func servedAnswer(err error) bool {
 	return err == nil || !retryable(err) && !errors.Is(err, shard.ErrPartitionFailed) && !errors.Is(err, shard.ErrClosed)
 }
 
-// answerer is what answer handling leaves to the harness: what an
-// acknowledgement must match in its oracle (a single node's log, or the
-// log a group's replicas agree on, where a retried produce may have been
-// deduplicated), which damage a lie explains, and how the client's call
-// carries on after an answer that is not the last (a retry in place on a
-// single node; in a cluster also a forward to the leader named).
-type answerer interface {
-	onSuccess(a *attempt, r shard.Response)
-	damageAnswered(a *attempt, err error) bool
-	follow(o *op, a *attempt, st host.CallStep, cause error)
-}
-
 // onAnswer handles an attempt's answer, from a node of either kind. The
 // checks on the answer are the simulator's; what the client does next is
 // the Node's client call (host.CallDriver) deciding.
-func (b *base) onAnswer(a *attempt, r shard.Response) {
+func (b *sim) onAnswer(a *attempt, r shard.Response) {
 	o, n := a.op, a.node
 	if a.answered {
 		b.fail(1, "attempt %d answered twice", a.id)
@@ -401,7 +365,7 @@ func (b *base) onAnswer(a *attempt, r shard.Response) {
 	switch {
 	case r.Err == nil:
 		o.hops = 0
-		b.h.onSuccess(a, r)
+		b.onSuccess(a, r)
 		return
 	case errors.As(r.Err, &nl):
 		b.ops.NotLeader++
@@ -411,7 +375,7 @@ func (b *base) onAnswer(a *attempt, r shard.Response) {
 		if !b.checkNotApplied(a, r.Err) {
 			return
 		}
-		b.h.follow(o, a, o.call.Answer(b.clk.Now(), r, nil), r.Err)
+		b.follow(o, a, o.call.Answer(b.clk.Now(), r, nil), r.Err)
 		return
 	case unknownRetried:
 		// The Node retries an unknown outcome in a cluster: a produce's
@@ -419,17 +383,17 @@ func (b *base) onAnswer(a *attempt, r shard.Response) {
 		// consumer offset again is idempotent.
 		b.ops.UnknownAnswers++
 		o.maybeApplied, o.hops = true, 0
-		b.h.follow(o, a, o.call.Answer(b.clk.Now(), r, nil), r.Err)
+		b.follow(o, a, o.call.Answer(b.clk.Now(), r, nil), r.Err)
 		return
 	case retryable(r.Err):
 		o.hops = 0
 		if !b.checkNotApplied(a, r.Err) {
 			return
 		}
-		b.h.follow(o, a, o.call.Answer(b.clk.Now(), r, nil), r.Err)
+		b.follow(o, a, o.call.Answer(b.clk.Now(), r, nil), r.Err)
 		return
 	}
-	if !b.h.damageAnswered(a, r.Err) {
+	if !b.damageAnswered(a, r.Err) {
 		return
 	}
 	if o.kind == kindStore && a.fwd == nil && errors.Is(r.Err, partition.ErrOffsetOutOfRange) && r.Offset != o.offset {
@@ -463,7 +427,7 @@ func (b *base) onAnswer(a *attempt, r shard.Response) {
 // checkNotApplied: an answer that means "not applied, try again" (here or
 // elsewhere) must not come for a produce whose messages were appended
 // (invariant 5).
-func (b *base) checkNotApplied(a *attempt, err error) bool {
+func (b *sim) checkNotApplied(a *attempt, err error) bool {
 	for _, id := range a.ids {
 		if info := b.msgs[id]; info.appended {
 			b.fail(5, "attempt %d (op %d) was answered %q (not applied) but its message %d was appended to %v at %d",
@@ -480,7 +444,7 @@ func (b *base) checkNotApplied(a *attempt, err error) bool {
 // the failed group), none of which may have been acknowledged, so the
 // reopen after the partition's rebuild, and any later append, must find
 // the log ending where theirs began.
-func (b *base) rolledBack(a *attempt) {
+func (b *sim) rolledBack(a *attempt) {
 	for _, id := range a.ids {
 		info := b.msgs[id]
 		if info == nil || !info.appended {
@@ -517,54 +481,12 @@ func describe(r shard.Response) string {
 	return fmt.Sprintf("ok offset=%d msgs=%d [%d:%d .. %d:%d]", r.Offset, len(r.Messages), first.Offset, idf, last.Offset, idl)
 }
 
-// onSuccess checks an acknowledged produce against the storage tap
-// (invariant 3) and marks its messages acknowledged.
-func (s *sim) onSuccess(a *attempt, r shard.Response) {
-	o := a.op
-	if o.kind == kindProduce || o.kind == kindBatch {
-		var key incKey
-		for i, id := range a.ids {
-			info := s.msgs[id]
-			if !info.appended {
-				s.fail(3, "attempt %d acknowledged at offset %d, but its message %d was never appended", a.id, r.Offset, id)
-				return
-			}
-			if i == 0 {
-				key = info.key
-			}
-			if info.key != key || info.off != r.Offset+uint64(i) {
-				s.fail(3, "attempt %d acknowledged at offset %d, but its message %d landed at %v/%d",
-					a.id, r.Offset, id, info.key, info.off)
-				return
-			}
-		}
-		if log := s.oracle[key]; log != nil {
-			for i, id := range a.ids {
-				off := r.Offset + uint64(i)
-				if off >= uint64(len(log.ids)) || log.ids[off] != id {
-					s.fail(3, "attempt %d acknowledged message %d at %v/%d, which no longer holds it", a.id, id, key, off)
-					return
-				}
-				log.acked[off] = true
-			}
-		}
-		s.ops.Acked++
-	}
-	s.finish(o, outcomeOK, r, nil)
-}
-
-// follow carries on o's client call after an answer (callStep): a single
-// node's call never forwards.
-func (s *sim) follow(o *op, _ *attempt, st host.CallStep, cause error) {
-	s.callStep(o, st, cause)
-}
-
 // callStep carries out the client call's step st after o's try was
 // answered cause (host.CallDriver, the Node's client call): a wait is a
 // retry in place at its time, and the end of the call (its deadline
 // passed while retrying) an operation not applied. A forward is the
 // harness's to make first (a cluster's follow).
-func (b *base) callStep(o *op, st host.CallStep, cause error) {
+func (b *sim) callStep(o *op, st host.CallStep, cause error) {
 	switch st.Op {
 	case host.CallWait:
 		o.waiting, o.retryAt = true, st.At
@@ -584,14 +506,14 @@ func (b *base) callStep(o *op, st host.CallStep, cause error) {
 // decides it — to n's owner shard, or in a cluster, for a partition n
 // holds no replica of, straight to a live replica, forwarded over the
 // bus; its deadline is fixed at its first retry.
-func (b *base) startCall(o *op, a *attempt, n *node) {
+func (b *sim) startCall(o *op, a *attempt, n *node) {
 	var st host.CallStep
 	o.call, st = n.eng.NewCall(o.ns, time.Time{})
 	switch {
 	case st.Op == host.CallForward && n.replicated():
-		if to := n.c.node(st.To); to != nil && to.id != n.id {
+		if to := n.b.node(st.To); to != nil && to.id != n.id {
 			o.hops++
-			n.c.forward(a, n, to)
+			n.b.forward(a, n, to)
 			return
 		}
 		// A replica the simulator does not know (removed): the request
@@ -605,17 +527,11 @@ func (b *base) startCall(o *op, a *attempt, n *node) {
 
 var errGone = errors.New("sim: partition no longer committed")
 
-// retry re-resolves o's partition and sends a new attempt.
-func (s *sim) retry(o *op) {
-	o.waiting = false
-	s.retryCall(o, s.nodes[0])
-}
-
 // retryCall makes the client call's retry in place of o through node n:
 // the Node re-resolves the name there first (a partition no longer
 // committed ends the operation), and the call's wake must ask for a
 // send, made through n.
-func (b *base) retryCall(o *op, n *node) {
+func (b *sim) retryCall(o *op, n *node) {
 	if _, ok := n.meta.Partition(o.ns); !ok {
 		b.event("retry op=%d: ns=%v no longer committed%s", o.id, o.ns, n.on())
 		b.finish(o, outcomeNotApplied, shard.Response{}, errGone)
@@ -633,7 +549,7 @@ func (b *base) retryCall(o *op, n *node) {
 // fresh message ids (so the storage tap and the oracle can tell tries
 // apart) under the op's one (producer, sequence) pair (none on a single
 // node). A cluster read asks the leader unless it is Local.
-func (b *base) newAttempt(o *op) *attempt {
+func (b *sim) newAttempt(o *op) *attempt {
 	b.nextAttempt++
 	a := &attempt{id: b.nextAttempt, op: o, reply: make(chan shard.Response, 1)}
 	req := &shard.Request{NS: o.ns}
@@ -668,7 +584,7 @@ func (b *base) newAttempt(o *op) *attempt {
 // collect takes every answer waiting on an in-flight attempt's reply
 // channel, in send order, and hands it to onAnswer. After a violation
 // nothing more is taken.
-func (b *base) collect() {
+func (b *sim) collect() {
 	pending := append([]*attempt(nil), b.inflight...)
 	b.inflight = b.inflight[:0]
 	for _, a := range pending {
@@ -686,8 +602,8 @@ func (b *base) collect() {
 }
 
 // finish ends o. "Not applied" becomes "unknown" once a try's outcome was
-// unknown (cluster mode); a member's operation ends in memberDone.
-func (b *base) finish(o *op, oc outcome, r shard.Response, err error) {
+// unknown (cluster mode); a member's operation ends in memberDoneOf.
+func (b *sim) finish(o *op, oc outcome, r shard.Response, err error) {
 	if oc == outcomeNotApplied && o.maybeApplied {
 		oc = outcomeUnknown
 	}
@@ -699,14 +615,14 @@ func (b *base) finish(o *op, oc outcome, r shard.Response, err error) {
 	if o.client != nil {
 		o.client.op = nil
 		if o.client.member != nil {
-			b.memberDone(o.client, o)
+			b.memberDoneOf(o.client, o)
 		}
 	}
 }
 
 // waitingOps lists the operations waiting for their retry, in client
 // order, then the final reads.
-func (b *base) waitingOps() []*op {
+func (b *sim) waitingOps() []*op {
 	var out []*op
 	for _, c := range b.clients {
 		if c.op != nil && c.op.waiting {
@@ -725,7 +641,7 @@ func (b *base) waitingOps() []*op {
 // then the final reads, through the mode's retry (and, a cluster's
 // metadata operation whose proposal was not committed in time, its
 // metaTimeout).
-func (b *base) retryDue(retry, metaTimeout func(*op)) {
+func (b *sim) retryDue(retry, metaTimeout func(*op)) {
 	now := b.clk.Now()
 	for _, cl := range b.clients {
 		if o := cl.op; o != nil {
@@ -785,7 +701,7 @@ func (s *sim) burst() {
 		if s.rng.IntN(3) == 0 {
 			kind = kindPoll
 		}
-		s.dataOp(c, ns, kind)
+		s.dataOp(c, s.nodes[0], ns, kind)
 	}
 }
 
@@ -853,13 +769,23 @@ func (s *sim) metaOp(c *client) {
 	if len(created) == 0 {
 		return
 	}
-	// Data operations right after the commit: this client and up to two
-	// idle others.
-	s.dataOp(c, created[s.rng.IntN(len(created))].NS, s.pickKind())
-	for i, n := 0, s.rng.IntN(3); i < len(s.clients) && n > 0; i++ {
-		if x := s.clients[i]; x.op == nil && !x.extra {
-			s.dataOp(x, created[s.rng.IntN(len(created))].NS, s.pickKind())
-			n--
+	s.dataAfterCommit(c, created)
+}
+
+// dataAfterCommit starts data operations right after a metadata command
+// created partitions: cl's and up to two idle other clients' (not a
+// burst's extra clients nor group members), each through a node it can
+// reach (pickNode).
+func (s *sim) dataAfterCommit(cl *client, created []metadata.PartitionInfo) {
+	if n := s.pickNode(); n != nil {
+		s.dataOp(cl, n, created[s.rng.IntN(len(created))].NS, s.pickKind())
+	}
+	for i, k := 0, s.rng.IntN(3); i < len(s.clients) && k > 0; i++ {
+		if x := s.clients[i]; x.op == nil && !x.extra && x.member == nil {
+			if n := s.pickNode(); n != nil {
+				s.dataOp(x, n, created[s.rng.IntN(len(created))].NS, s.pickKind())
+			}
+			k--
 		}
 	}
 }
