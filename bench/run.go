@@ -178,16 +178,10 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	rep = &Report{machine: describeMachine(base), rounds: cfg.Rounds, minRound: cfg.MinRound}
 	start := time.Now()
 
-	// The limits run first, each round in turn, with as many records as
-	// case 3 of the set they are compared with.
-	for _, l := range limits() {
-		count := sizes.Interval.Batch
-		if l.always {
-			count = sizes.Always.Batch
-		}
-		if count == 0 || !r.selected("limits/"+l.key) {
-			continue
-		}
+	// The limits run first, each round in turn, with the floor of the
+	// case they are compared with.
+	for _, l := range r.selectedLimits(sizes) {
+		count := l.floor(sizes)
 		lr := limitResult{limit: l, count: count}
 		for round := 1; round <= cfg.Rounds; round++ {
 			s, err := r.runLimit(ctx, l, count, round)
@@ -255,6 +249,20 @@ type runner struct {
 
 func (r *runner) selected(name string) bool {
 	return r.cfg.Filter == nil || r.cfg.Filter.MatchString(name)
+}
+
+// selectedLimits are the limits the run measures: those the filter
+// selects as "limits/<key>", and those beside a case it selects, so that
+// a run of that case alone has its limit from the same run. A limit whose
+// floor is 0 is left out, as its case is.
+func (r *runner) selectedLimits(sizes Sizes) []limit {
+	var out []limit
+	for _, l := range limits() {
+		if l.floor(sizes) > 0 && (r.selected("limits/"+l.key) || (l.beside != "" && r.selected(l.beside))) {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // roundDir creates the fresh data directory of one round of one case on
