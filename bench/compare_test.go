@@ -414,7 +414,6 @@ func TestPipelinedAsync(t *testing.T) {
 	}
 }
 
-
 // TestKeepPrevious checks that writing a report keeps the previous one
 // beside it: the file moves to <name>-previous.md (replacing an older
 // one), and there is nothing to link when there was no report.

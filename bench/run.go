@@ -32,9 +32,9 @@ type SetSizes struct {
 }
 
 // Sizes are the floors of both durability sets. The raw limits take as
-// floor the case-3 floor of the set they are compared with: the file
-// append and the channel hand-off Interval.Batch, the file append with
-// fsync Always.Batch.
+// floor the floor of the case they are compared with: the file append and
+// the channel hand-off Interval.Batch, the file append with fsync
+// Always.Batch, the raw fsync Always.Topics (case 6's count).
 type Sizes struct {
 	Interval, Always SetSizes
 	// Replicated are the floors of the three-replica section.
@@ -120,7 +120,8 @@ type Config struct {
 	MinRound time.Duration
 	// Filter, when set, runs only the cases whose "<set>/<key>" it matches
 	// (sets: interval, always, limits, replicated, waiting; keys as in
-	// the report).
+	// the report), and the limits beside a case it matches (the raw fsync
+	// beside always/convergence).
 	Filter *regexp.Regexp
 	// TempDir is where data directories are created (default
 	// os.TempDir()): every round of every case gets a fresh one for each
