@@ -259,20 +259,41 @@ func asCase(run func(context.Context, producer, caseSpec, *meter) error) func(co
 // its ack; every call's latency is recorded.
 func runProduceWait(ctx context.Context, in producer, c caseSpec, m *meter) error {
 	payload := make([]byte, c.payload)
-	lat := make([]time.Duration, 0, c.count)
+	m.s.lat = make([]time.Duration, 0, c.count)
 	if err := m.start(); err != nil {
 		return err
 	}
-	for more := m.budget(c.count); more(len(lat)); {
-		t := time.Now()
+	n, err := timeEach(m, m.budget(c.count), func(i int) error {
 		if err := in.produceOne(ctx, 0, payload); err != nil {
-			return fmt.Errorf("message %d: %w", len(lat), err)
+			return fmt.Errorf("message %d: %w", i, err)
 		}
-		lat = append(lat, time.Since(t))
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	m.s.lat = lat
-	return m.stop(len(lat), c.payload)
+	return m.stop(n, c.payload)
 }
+
+// timeEach is how a latency case (and the raw fsync limit) times its
+// operations: it calls op(i) for i = 0, 1, ... while more(i) says so,
+// times each call, and appends the latencies to the meter's sample, from
+// which the report takes p50, p99 and p99.9. It returns how many calls
+// succeeded; the first error stops it.
+func timeEach(m *meter, more func(done int) bool, op func(i int) error) (int, error) {
+	n := 0
+	for ; more(n); n++ {
+		t := time.Now()
+		if err := op(n); err != nil {
+			return n, err
+		}
+		m.s.lat = append(m.s.lat, time.Since(t))
+	}
+	return n, nil
+}
+
+// exactly is a budget of n units and no time.
+func exactly(n int) func(int) bool { return func(done int) bool { return done < n } }
 
 // runPipelined is case 2 (and case 7's variants): maxPending messages
 // outstanding at a time.
@@ -472,7 +493,7 @@ func converge(ctx context.Context, in creator, c caseSpec, m *meter) error {
 	for i := range names {
 		names[i] = convergenceTopic(i)
 	}
-	lat := make([]time.Duration, c.count)
+	m.s.lat = make([]time.Duration, 0, c.count)
 	if p, ok := in.(topicPreparer); ok {
 		if err := p.prepareTopics(ctx, c.count); err != nil {
 			return err
@@ -481,13 +502,10 @@ func converge(ctx context.Context, in creator, c caseSpec, m *meter) error {
 	if err := m.start(); err != nil {
 		return err
 	}
-	for i, name := range names {
-		t := time.Now()
-		if err := in.createAndProduce(ctx, name, payload); err != nil {
-			return err
-		}
-		lat[i] = time.Since(t)
+	if _, err := timeEach(m, exactly(c.count), func(i int) error {
+		return in.createAndProduce(ctx, names[i], payload)
+	}); err != nil {
+		return err
 	}
-	m.s.lat = lat
 	return m.stop(c.count, c.payload)
 }

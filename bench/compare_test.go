@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -58,7 +59,8 @@ func TestCompareQuickPath(t *testing.T) {
 		"produce-wait", "pipelined", "batch", "partitions", "consume", "convergence",
 		"2a pipelined produce, async API, 4,096 outstanding (pipelined-async, 100 B)", "case 2a (pipelined-async) msgs/s",
 		"pipelined-1KiB", "pipelined-64KiB", "consume-1KiB", "consume-64KiB",
-		"file-append", "file-append-fsync100", "chan-handoff", "case 3 allocations per message",
+		"file-append", "file-append-fsync100", "chan-handoff", "raw-fsync", "case 3 allocations per message",
+		"case 6 p50 within 1.5× of one raw fsync", "parkway case 6 (always set) / raw-fsync, p50:",
 		"SyncAlways=true", "FsyncInterval topic policy with interval 2m0s",
 		"## Three replicas, quorum acknowledged", "R1 produce and wait", "R2 pipelined", "R2a pipelined produce, async API",
 		"R3 batched",
@@ -412,9 +414,6 @@ func TestPipelinedAsync(t *testing.T) {
 	}
 }
 
-// exactly is a budget of n units and no time.
-func exactly(n int) func(int) bool { return func(done int) bool { return done < n } }
-
 // TestKeepPrevious checks that writing a report keeps the previous one
 // beside it: the file moves to <name>-previous.md (replacing an older
 // one), and there is nothing to link when there was no report.
@@ -496,6 +495,107 @@ func TestReplicatedConvergence(t *testing.T) {
 		}
 		if err := in.close(); err != nil {
 			t.Errorf("%s: close: %v", sys.name(), err)
+		}
+	}
+}
+
+// TestRawFsyncBesideConvergence checks which limits a filter runs: the
+// raw fsync limit whenever the fsync-always set's case 6 is selected (so
+// that case alone is measured against it in the same run) or the limit
+// itself is, and not when case 6 of that set creates no topics.
+func TestRawFsyncBesideConvergence(t *testing.T) {
+	sizes := tinySizes()
+	noTopics := sizes
+	noTopics.Always.Topics = 0
+	for _, tc := range []struct {
+		filter string
+		sizes  Sizes
+		want   []string
+	}{
+		{`^always/convergence$`, sizes, []string{rawFsyncKey}},
+		{`^limits/raw-fsync$`, sizes, []string{rawFsyncKey}},
+		{`^interval/convergence$`, sizes, nil},
+		{`^interval/batch$|^limits/file-append$`, sizes, []string{"file-append"}},
+		{`^always/convergence$`, noTopics, nil},
+		{``, sizes, []string{"file-append", "file-append-fsync100", "chan-handoff", rawFsyncKey}},
+	} {
+		r := &runner{}
+		if tc.filter != "" {
+			r.cfg.Filter = mustCompile(t, tc.filter)
+		}
+		var got []string
+		for _, l := range r.selectedLimits(tc.sizes) {
+			got = append(got, l.key)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("filter %q (always topics %d): limits %q, want %q", tc.filter, tc.sizes.Always.Topics, got, tc.want)
+		}
+	}
+}
+
+// TestFsyncTarget checks issue 33's target computed from one run's
+// samples: parkway's median case-6 p50 in the fsync-always set over the
+// raw fsync limit's median p50, met at 1.5× or below, and stated beside
+// the limits table.
+func TestFsyncTarget(t *testing.T) {
+	// Each sample's p50 is its middle latency; three rounds, median of
+	// the three.
+	lat := func(ms ...float64) []sample {
+		var out []sample
+		for _, v := range ms {
+			d := time.Duration(v * float64(time.Millisecond))
+			out = append(out, sample{msgs: 3, elapsed: time.Second, lat: []time.Duration{d / 2, d, 4 * d}})
+		}
+		return out
+	}
+	var fsync limit
+	for _, l := range limits() {
+		if l.key == rawFsyncKey {
+			fsync = l
+		}
+	}
+	conv := cases(SetSizes{Topics: 3})[0]
+	for _, tc := range []struct {
+		pw      []sample
+		met     bool
+		measure string
+		short   string
+	}{
+		{lat(3, 6, 2), true, "1.50× (3.00 ms / 2.00 ms)", ""},
+		{lat(4, 9, 5), false, "2.50× (5.00 ms / 2.00 ms)", "by a factor of 1.67 (target ≤ 1.5×)"},
+	} {
+		rep := &Report{
+			limits: []limitResult{{limit: fsync, count: 3, samples: lat(2, 1, 7)}},
+			sets: []setResult{{name: "always", d: durability{always: true},
+				cases: []caseResult{{spec: conv, samples: [2][]sample{tc.pw, lat(9, 9, 9)}}}}},
+		}
+		var found bool
+		for _, tg := range rep.Targets() {
+			if tg.Name != "case 6 p50 within 1.5× of one raw fsync" {
+				continue
+			}
+			found = true
+			if tg.Set != "always" || tg.Met != tc.met || tg.Measured != tc.measure || tg.Shortfall != tc.short {
+				t.Errorf("target %+v, want met %t, measured %q, shortfall %q", tg, tc.met, tc.measure, tc.short)
+			}
+		}
+		if !found {
+			t.Errorf("no raw fsync target among %+v", rep.Targets())
+		}
+		md := rep.Markdown("x")
+		if want := "parkway case 6 (always set) / raw-fsync, p50: " + strings.Split(tc.measure, " (")[1]; !strings.Contains(md, strings.TrimSuffix(want, ")")) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+		if !strings.Contains(md, "| 2.00 ms (1.00 ms–7.00 ms) | 8.00 ms (4.00 ms–28.0 ms) |") {
+			t.Errorf("limits table lacks the raw fsync's p50 and p99:\n%s", md)
+		}
+	}
+	// Without the limit in the run, or without case 6 of the always set,
+	// there is no target.
+	rep := &Report{sets: []setResult{{name: "always", cases: []caseResult{{spec: conv, samples: [2][]sample{lat(1), lat(1)}}}}}}
+	for _, tg := range rep.Targets() {
+		if strings.Contains(tg.Name, "raw fsync") {
+			t.Errorf("raw fsync target without the limit: %+v", tg)
 		}
 	}
 }

@@ -1,6 +1,10 @@
 // Package bench compares parkway with an embedded NATS JetStream server in
 // one process, case by case, and measures raw limits of the machine (a
-// buffered file append and a channel hand-off) in the same run.
+// buffered file append, with and without an fsync every 100 records, a
+// channel hand-off, and one raw fsync: an append to an existing file and
+// its fsync, timed one by one, which case 6 under fsync on every write
+// is held to) in the same run. A limit that is a case's counterpart runs
+// whenever that case is selected.
 //
 // It is a separate module so that the library never depends on
 // nats-server; the command is

@@ -32,9 +32,9 @@ type SetSizes struct {
 }
 
 // Sizes are the floors of both durability sets. The raw limits take as
-// floor the case-3 floor of the set they are compared with: the file
-// append and the channel hand-off Interval.Batch, the file append with
-// fsync Always.Batch.
+// floor the floor of the case they are compared with: the file append and
+// the channel hand-off Interval.Batch, the file append with fsync
+// Always.Batch, the raw fsync Always.Topics (case 6's count).
 type Sizes struct {
 	Interval, Always SetSizes
 	// Replicated are the floors of the three-replica section.
@@ -120,7 +120,8 @@ type Config struct {
 	MinRound time.Duration
 	// Filter, when set, runs only the cases whose "<set>/<key>" it matches
 	// (sets: interval, always, limits, replicated, waiting; keys as in
-	// the report).
+	// the report), and the limits beside a case it matches (the raw fsync
+	// beside always/convergence).
 	Filter *regexp.Regexp
 	// TempDir is where data directories are created (default
 	// os.TempDir()): every round of every case gets a fresh one for each
@@ -178,16 +179,10 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	rep = &Report{machine: describeMachine(base), rounds: cfg.Rounds, minRound: cfg.MinRound}
 	start := time.Now()
 
-	// The limits run first, each round in turn, with as many records as
-	// case 3 of the set they are compared with.
-	for _, l := range limits() {
-		count := sizes.Interval.Batch
-		if l.always {
-			count = sizes.Always.Batch
-		}
-		if count == 0 || !r.selected("limits/"+l.key) {
-			continue
-		}
+	// The limits run first, each round in turn, with the floor of the
+	// case they are compared with.
+	for _, l := range r.selectedLimits(sizes) {
+		count := l.floor(sizes)
 		lr := limitResult{limit: l, count: count}
 		for round := 1; round <= cfg.Rounds; round++ {
 			s, err := r.runLimit(ctx, l, count, round)
@@ -255,6 +250,20 @@ type runner struct {
 
 func (r *runner) selected(name string) bool {
 	return r.cfg.Filter == nil || r.cfg.Filter.MatchString(name)
+}
+
+// selectedLimits are the limits the run measures: those the filter
+// selects as "limits/<key>", and those beside a case it selects, so that
+// a run of that case alone has its limit from the same run. A limit whose
+// floor is 0 is left out, as its case is.
+func (r *runner) selectedLimits(sizes Sizes) []limit {
+	var out []limit
+	for _, l := range limits() {
+		if l.floor(sizes) > 0 && (r.selected("limits/"+l.key) || (l.beside != "" && r.selected(l.beside))) {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // roundDir creates the fresh data directory of one round of one case on

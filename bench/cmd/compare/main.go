@@ -23,6 +23,7 @@
 //	go -C bench run ./cmd/compare -only waiting           # about 7 min on 2 cores
 //	go -C bench run ./cmd/compare -run 'interval/batch$' -cpuprofile /tmp/prof
 //	go -C bench run ./cmd/compare -run '^interval/convergence$' -topics 10000 # case 6 over 10,000 topics
+//	go -C bench run ./cmd/compare -run '^always/convergence$'               # case 6 under fsync always, beside one raw fsync
 //	go -C bench run ./cmd/compare -run '^replicated/convergence$'           # case R6: topics of three replicas
 //	go tool pprof -top /tmp/prof/interval-batch-r*.pprof
 package main
