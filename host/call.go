@@ -160,10 +160,6 @@ func (d *CallDriver) Answer(now time.Time, r shard.Response, err error) CallStep
 	return CallStep{Op: CallWait, At: now.Add(wait), Err: err}
 }
 
-// Fired is the retry's time come, the namespace re-resolved into the
-// request: send it again to the owner shard (Resolved(nil)).
-func (d *CallDriver) Fired() CallStep { return d.Resolved(nil) }
-
 // Resolved is the retry's time come and the namespace re-resolved: err
 // nil, the request, carrying the partition's current namespace and
 // incarnation, is sent again to the owner shard; otherwise err (its

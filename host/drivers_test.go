@@ -33,7 +33,7 @@ func TestCallDriver(t *testing.T) {
 			t.Fatalf("retry %d: %+v, want a wait of %v ms", i, st, want)
 		}
 		now = st.At
-		if st := d.Fired(); st.Op != host.CallSend {
+		if st := d.Resolved(nil); st.Op != host.CallSend {
 			t.Fatalf("fired: %+v, want a send", st)
 		}
 	}

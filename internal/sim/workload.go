@@ -532,12 +532,19 @@ var errGone = errors.New("sim: partition no longer committed")
 // committed ends the operation), and the call's wake must ask for a
 // send, made through n.
 func (b *sim) retryCall(o *op, n *node) {
+	var gone error
 	if _, ok := n.meta.Partition(o.ns); !ok {
+		gone = errGone
+	}
+	st := o.call.Resolved(gone)
+	if st.Op == host.CallDone {
+		// The driver's decision, as the Node's call takes it: a name
+		// that no longer resolves ends the call.
 		b.event("retry op=%d: ns=%v no longer committed%s", o.id, o.ns, n.on())
-		b.finish(o, outcomeNotApplied, shard.Response{}, errGone)
+		b.finish(o, outcomeNotApplied, shard.Response{}, st.Err)
 		return
 	}
-	if st := o.call.Fired(); st.Op != host.CallSend {
+	if st.Op != host.CallSend {
 		b.fail(0, "op %d: the client call asked for %v at its retry", o.id, st.Op)
 		return
 	}
