@@ -73,10 +73,7 @@ func TestBehaviour28ClusterDamagedRaftLogReseeded(t *testing.T) {
 				wantOther := c.produce(1, other, "o", 3)
 				c.converged(tp, want)
 				ctx := context.Background()
-				leader, err := c.nodes[1].Cluster().Leader(ctx, tp, 0)
-				if err != nil || leader == 0 {
-					t.Fatalf("leader: %d, %v", leader, err)
-				}
+				leader := c.leader(tp)
 				bad := others(leader)[0]
 				dir := partitionDir(dirs[bad], s, tp)
 				raftLog := filepath.Join(dir, "raft.log")
@@ -242,10 +239,7 @@ func TestBehaviour28ClusterReseedOfARunningReplica(t *testing.T) {
 				want := c.produceBatches(1, tp, "a", 300)
 				c.converged(tp, want)
 				ctx := context.Background()
-				leader, err := c.nodes[1].Cluster().Leader(ctx, tp, 0)
-				if err != nil || leader == 0 {
-					t.Fatalf("leader: %d, %v", leader, err)
-				}
+				leader := c.leader(tp)
 				bad := others(leader)[0]
 				if who == "leader" {
 					bad = leader
