@@ -115,6 +115,16 @@ func (c *diskCluster) converged(tp parkway.Topic, want []string) {
 	}
 }
 
+// leader is the node that leads partition 0 of tp, as node 1 knows it.
+func (c *diskCluster) leader(tp parkway.Topic) transport.NodeID {
+	c.t.Helper()
+	leader, err := c.nodes[1].Cluster().Leader(context.Background(), tp, 0)
+	if err != nil || leader == 0 {
+		c.t.Fatalf("leader: %d, %v", leader, err)
+	}
+	return leader
+}
+
 // localLog reads node n's own copy of partition 0, checking offsets are
 // dense from 0.
 func localLog(n *parkway.Node, tp parkway.Topic) ([]string, error) { return localLogFrom(n, tp, 0) }

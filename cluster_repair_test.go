@@ -297,10 +297,7 @@ func TestBehaviour28ClusterRepairsDamagedIncarnationFile(t *testing.T) {
 				c.produce(1, other, "o", 3)
 				c.converged(tp, want)
 				ctx := context.Background()
-				leader, err := c.nodes[1].Cluster().Leader(ctx, tp, 0)
-				if err != nil || leader == 0 {
-					t.Fatalf("leader: %d, %v", leader, err)
-				}
+				leader := c.leader(tp)
 				bad := others(leader)[0]
 				c.stop(bad)
 				pdir := partitionDir(dirs[bad], s, tp)

@@ -73,10 +73,7 @@ func TestBehaviour28ClusterDamagedRaftLogReseeded(t *testing.T) {
 				wantOther := c.produce(1, other, "o", 3)
 				c.converged(tp, want)
 				ctx := context.Background()
-				leader, err := c.nodes[1].Cluster().Leader(ctx, tp, 0)
-				if err != nil || leader == 0 {
-					t.Fatalf("leader: %d, %v", leader, err)
-				}
+				leader := c.leader(tp)
 				bad := others(leader)[0]
 				dir := partitionDir(dirs[bad], s, tp)
 				raftLog := filepath.Join(dir, "raft.log")
@@ -218,4 +215,76 @@ func TestBehaviour28ClusterDeferredReplicaDamagedRaftLogReseeded(t *testing.T) {
 		want = append(want, c.produce(bad, tp, "b", 3)...)
 		c.converged(tp, want)
 	})
+}
+
+// TestBehaviour28ClusterReseedOfARunningReplica: a node reports its
+// replica for a new raft id when a read of its raft log finds damage, and
+// the report commits when it commits — after the replica's copy may have
+// been built again under its id and run, the log read whole this time (a
+// read that lied, or a transient error). Once the re-seed commits, that
+// replica is one the metadata replaced: its node must set the copy aside
+// whole and start the new replica, which the group adds as a learner,
+// promotes once whole, and the old id leaves. Left running, the old
+// replica held the new one off for good, and the move never settled
+// (simulator cluster seed 3625: a flip on read of a follower's raft log,
+// then a build that read it whole). Follower and leader: a leader hands
+// the group to another voter first.
+func TestBehaviour28ClusterReseedOfARunningReplica(t *testing.T) {
+	for _, who := range []string{"follower", "leader"} {
+		t.Run(who, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c, dirs := newRealCluster(t, nil)
+				s := mustStream(t, c.nodes[1], "s")
+				tp := mustTopic(t, c.nodes[1], s, "t", 1)
+				want := c.produceBatches(1, tp, "a", 300)
+				c.converged(tp, want)
+				ctx := context.Background()
+				leader := c.leader(tp)
+				bad := others(leader)[0]
+				if who == "leader" {
+					bad = leader
+				}
+				ps, err := parkway.EnginePartitions(ctx, c.nodes[1], tp)
+				if err != nil || len(ps) != 1 {
+					t.Fatalf("partitions: %v, %v", ps, err)
+				}
+				// The re-seed its node would have reported, committed while
+				// its replica runs whole under its id.
+				if _, err := parkway.ApplyMetadata(ctx, c.nodes[others(bad)[0]], metadata.ReseedReplica{
+					NS: ps[0].NS, CreatedRevision: ps[0].CreatedRevision, Replica: uint64(bad),
+				}); err != nil {
+					t.Fatalf("re-seed: %v", err)
+				}
+
+				info := waitReseeded(t, ctx, c.nodes[others(bad)[0]], tp, bad)
+				if id, _ := info.ReplicaOf(uint64(bad)); id != 1<<32|uint64(bad) || len(info.Replicas) != 3 || info.Generation != 1 {
+					t.Fatalf("after the re-seed: replicas %#x, generation %d; want node %d's replica of generation 1 among 3", info.Replicas, info.Generation, bad)
+				}
+				c.converged(tp, want)
+				// Replaced at once, as the node's build would have for a
+				// log of the old id: no failure, no backoff.
+				if v := metricValue(t, registry(t, c.nodes[bad]), "parkway_partition_builds_failed_total"); v != 0 {
+					t.Fatalf("node %d counted %v failed builds replacing its replica; want none", bad, v)
+				}
+				aside, err := filepath.Glob(filepath.Join(partitionDir(dirs[bad], s, tp), "damaged-*", "raft.log"))
+				if err != nil || len(aside) != 1 {
+					t.Fatalf("the old copy's raft log set aside: %v, %v", aside, err)
+				}
+
+				// The new replica votes: with another node down, a write
+				// needs its acknowledgement.
+				up := others(bad)
+				c.stop(up[1])
+				want = append(want, c.produceBatches(up[0], tp, "b", 100)...)
+				c.start(up[1])
+				c.converged(tp, want)
+				for _, id := range c.peers {
+					got, err := leaderLog(c.nodes[id], tp)
+					if err != nil || !slices.Equal(got, want) {
+						t.Fatalf("reading through node %d: %d messages, %v; want the %d acknowledged", id, len(got), err, len(want))
+					}
+				}
+			})
+		})
+	}
 }

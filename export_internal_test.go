@@ -54,6 +54,12 @@ func PartitionLeader(n *Node, ns metadata.Namespace) uint64 {
 	return lead
 }
 
+// ApplyMetadata commits cmd through n's metadata (Engine.ApplyMetadata),
+// for tests that commit a command only the engine proposes (a re-seed).
+func ApplyMetadata(ctx context.Context, n *Node, cmd metadata.Command) (metadata.Result, error) {
+	return n.eng.ApplyMetadata(ctx, cmd)
+}
+
 // ClusterNodes are the nodes n's committed metadata names.
 func ClusterNodes(n *Node) []uint64 { return n.meta.Nodes() }
 

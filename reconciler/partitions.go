@@ -121,8 +121,10 @@ type Partitions struct {
 	damaged map[metadata.Namespace]error
 	// reseeding are the replicated partitions whose raft log on this node
 	// was found damaged, with the raft id of the replica that lost it,
-	// reported to the metadata (Config.Reseed): once the metadata names
-	// a newer replica here, the copy is set aside whole (see reseed).
+	// reported to the metadata (Config.Reseed), and those whose replica
+	// the metadata replaced while it ran (shard.State.Replaced), with the
+	// id it ran under: once the metadata names a newer replica here, the
+	// copy is set aside whole (see reseed).
 	reseeding map[metadata.Namespace]uint64
 	// held is what the shard owns, as this reconciler left it (it is the
 	// only one that builds, evicts or removes): namespace, epoch and
@@ -308,6 +310,13 @@ func (r *Partitions) reconcile(ctx context.Context, retained uint64) (Report, er
 				// Rebuilt at once: the build sets the damaged copy aside
 				// and the group brings the replica back (repair).
 				r.damaged[ns] = damage
+				continue
+			}
+			if old, ok := st.Replaced[ns]; ok {
+				// Rebuilt at once, as the replica the metadata names
+				// now: the copy on disk is old's, set aside whole by
+				// the build (reseed), and the new replica starts empty.
+				r.reseeding[ns] = old
 				continue
 			}
 			r.fail(backoffKey{ns, causeAdd}, now, &rep, "fsync", errPartitionFenced)

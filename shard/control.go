@@ -431,6 +431,11 @@ type State struct {
 	// the local copy of a replicated partition to the *CorruptError: the
 	// reconciler sets the copy aside and rebuilds it from the group.
 	Damaged map[metadata.Namespace]error
+	// Replaced maps the failed namespaces whose replica the metadata
+	// replaced by a newer one on this node while it ran (a re-seed,
+	// metadata.ReseedReplica) to the raft id it ran under: the reconciler
+	// sets the copy aside whole and builds the new replica.
+	Replaced map[metadata.Namespace]uint64
 	// Parked lists the parked namespaces in namespace order.
 	Parked       []ParkedNamespace
 	ParkedFrames int
@@ -474,6 +479,12 @@ func opInspect(st *State) control {
 						st.Damaged = make(map[metadata.Namespace]error)
 					}
 					st.Damaged[ns] = o.damaged
+				}
+				if errors.Is(o.failed, errReplaced) {
+					if st.Replaced == nil {
+						st.Replaced = make(map[metadata.Namespace]uint64)
+					}
+					st.Replaced[ns] = o.rep.id
 				}
 			}
 		}

@@ -225,6 +225,47 @@ func (rg *raftGroups) replicaDamaged(o *owned, err error) {
 	}
 }
 
+// errReplaced fences a replica whose node's metadata names a newer
+// replica of the partition here (replaced): the reconciler evicts it and
+// builds the new one (State.Replaced).
+var errReplaced = errors.New("parkway: replica replaced by a newer one on this node")
+
+// replaced takes a replica the metadata replaced while it ran: o runs
+// under a raft id that info, o's committed partition, no longer names for
+// this node, which it names a replica of a later generation instead
+// (metadata.ReseedReplica). o is fenced (errReplaced) so the reconciler
+// evicts it, sets its copy aside whole and builds the new replica (the
+// reconciler's reseed); a leader hands leadership to another voter
+// first. It reports whether o is fenced as replaced.
+//
+// Why. The node reports a raft log it read as damaged for a new raft id,
+// and the report commits later, when it commits: meanwhile a build may
+// have read the log whole (the read lied, or met a transient error) and
+// the replica runs again under its id. Its copy is then one the metadata
+// has replaced: the group's leader adds the new id as a learner and
+// waits for it to catch up, and the old replica leaves only once the new
+// one is a whole voter — but a shard holds one replica of a partition,
+// and this one, left running, held the new one off for good: the move
+// never settled, and the group stayed one whole voter short (cluster
+// seed 3625). A restarted node finds the same on its build (the raft
+// log's tag names the old id, tagRaftLog), and the reconciler replaces
+// the copy the same way.
+func (rg *raftGroups) replaced(o *owned, info metadata.PartitionInfo) bool {
+	if o.failed != nil {
+		return errors.Is(o.failed, errReplaced)
+	}
+	id, ok := info.ReplicaOf(rg.cfg.Node)
+	if !ok || o.rep.grp == nil || info.CreatedRevision != o.p.Epoch() || raftid.Gen(id) <= raftid.Gen(o.rep.id) {
+		return false
+	}
+	rg.log.Warn("replica replaced by a newer one on this node; it is fenced and the new replica built", "ns", o.p.Namespace(), "replica", o.rep.id, "new", id)
+	if o.rep.grp.IsLeader() {
+		rg.stepDown(o)
+	}
+	rg.owner.fence(o, fmt.Errorf("%w: %#x by %#x", errReplaced, o.rep.id, id))
+	return true
+}
+
 // repairable reports whether o is a replica its group can repair: a
 // group with other members. A partition replicated once (a group of one)
 // is served around its damage, as on a single node.
@@ -286,12 +327,13 @@ func stoppedAt(p partition.Partition, from uint64, n, count int) error {
 }
 
 // toGroup answers f, a request to damaged replica o that waits for its
-// repair, if it is one the group serves: a write or a leader read goes to
-// the group's leader ("not leader", or "retry here" until another one is
-// known), as on any follower. A local read is not answered here: it gets
-// the damage. It reports whether f was answered.
+// repair (or to one replaced, waiting for the new replica), if it is one
+// the group serves: a write or a leader read goes to the group's leader
+// ("not leader", or "retry here" until another one is known), as on any
+// follower. A local read is not answered here: it gets the damage. It
+// reports whether f was answered.
 func (s *Shard) toGroup(o *owned, f Frame) bool {
-	if o.damaged == nil || o.rep.grp == nil {
+	if (o.damaged == nil && !errors.Is(o.failed, errReplaced)) || o.rep.grp == nil {
 		return false
 	}
 	if !f.Req.Op.IsWrite() && !f.Req.FromLeader {

@@ -355,6 +355,9 @@ func (rg *raftGroups) campaignIfPreferred(o *owned) {
 
 func (rg *raftGroups) updatePlacement(ns metadata.Namespace) {
 	if o := rg.replicated[ns]; o != nil {
+		if info, ok := rg.meta.Partition(ns); ok && rg.replaced(o, info) {
+			return // the new replica takes part instead (damage.go)
+		}
 		rg.refreshPeers(o)
 		rg.campaignIfPreferred(o)
 		rg.considerMove(o)
