@@ -119,20 +119,20 @@ func TestClusterCatchesNoStallTimeout(t *testing.T) {
 // frame missed its read deadline, with the stalling member off so that
 // only the slow links close connections mid-frame.
 func TestClusterCatchesNoChargeBackOnClose(t *testing.T) {
-	expectClusterCaught(t, func(seed uint64) sim.Config {
-		cfg := slowLinkConfig(seed)
-		cfg.Faults.Peer.Stall = 0
-		return cfg
-	}, "testhooks.CloseKeepsFrame", 13)
+	expectClusterCaught(t, slowLinksAloneConfig, "testhooks.CloseKeepsFrame", 13)
+}
+
+// slowLinksAloneConfig has slow links on and the stalling member off:
+// only slow links close connections mid-frame.
+func slowLinksAloneConfig(seed uint64) sim.Config {
+	cfg := slowLinkConfig(seed)
+	cfg.Faults.Peer.Stall = 0
+	return cfg
 }
 
 // The stall deadline forgotten is caught on slow links too, the stalling
 // member off: a slow frame whose next chunk is late keeps its charge
 // past the deadline the simulator computes for it (invariant 13).
 func TestClusterCatchesNoStallTimeoutOnSlowLinks(t *testing.T) {
-	expectClusterCaught(t, func(seed uint64) sim.Config {
-		cfg := slowLinkConfig(seed)
-		cfg.Faults.Peer.Stall = 0
-		return cfg
-	}, "testhooks.NoStallTimeout", 13)
+	expectClusterCaught(t, slowLinksAloneConfig, "testhooks.NoStallTimeout", 13)
 }

@@ -187,16 +187,7 @@ func (c *sim) wholeSlow(h *slowHead) {
 		return
 	}
 	for _, m := range h.behind {
-		ch, ok := c.frameIn(n, m)
-		if !ok {
-			if c.viol != nil {
-				return
-			}
-			continue
-		}
-		ok = c.receive(n, m)
-		c.frameOut(n, ch)
-		if !ok {
+		if !c.readIn(n, m) {
 			return
 		}
 	}
