@@ -80,10 +80,11 @@ func (c *sim) startSlowLink(rate float64) {
 }
 
 // slowLink reports whether frames from node from to node to are read
-// slowly now.
+// slowly now (a sender removed since the spell began has no connection
+// left to be slow on).
 func (c *sim) slowLink(from, to uint64) bool {
 	p := &c.peerf
-	return p.slowFrom == from && p.slowTo == to && !c.quiescing && !c.calming()
+	return p.slowFrom == from && p.slowTo == to && !c.quiescing && !c.calming() && c.node(from) != nil
 }
 
 // headOn is the slow frame being read on n's connection from sender
