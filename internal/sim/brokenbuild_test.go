@@ -19,6 +19,7 @@ func init() {
 	brokenBuilds["testhooks.CommitBeforeHandled"] = &testhooks.CommitBeforeHandled
 	brokenBuilds["testhooks.IntervalCommitsFetched"] = &testhooks.IntervalCommitsFetched
 	brokenBuilds["testhooks.NoStallTimeout"] = &testhooks.NoStallTimeout
+	brokenBuilds["testhooks.CloseKeepsFrame"] = &testhooks.CloseKeepsFrame
 }
 
 // Serving parked frames stamped with another incarnation (instead of
@@ -110,4 +111,28 @@ func TestClusterCatchesNoStallTimeout(t *testing.T) {
 		cfg.Faults.Peer.Stall *= 10
 		return cfg
 	}, "testhooks.NoStallTimeout", 13)
+}
+
+// A connection closed mid-frame that keeps the frame's charge leaks it
+// from the receiver's budget: caught as the connection closes (a closed
+// connection must hold nothing: invariant 13), here on a slow link whose
+// frame missed its read deadline, with the stalling member off so that
+// only the slow links close connections mid-frame.
+func TestClusterCatchesNoChargeBackOnClose(t *testing.T) {
+	expectClusterCaught(t, slowLinksAloneConfig, "testhooks.CloseKeepsFrame", 13)
+}
+
+// slowLinksAloneConfig has slow links on and the stalling member off:
+// only slow links close connections mid-frame.
+func slowLinksAloneConfig(seed uint64) sim.Config {
+	cfg := slowLinkConfig(seed)
+	cfg.Faults.Peer.Stall = 0
+	return cfg
+}
+
+// The stall deadline forgotten is caught on slow links too, the stalling
+// member off: a slow frame whose next chunk is late keeps its charge
+// past the deadline the simulator computes for it (invariant 13).
+func TestClusterCatchesNoStallTimeoutOnSlowLinks(t *testing.T) {
+	expectClusterCaught(t, slowLinksAloneConfig, "testhooks.NoStallTimeout", 13)
 }

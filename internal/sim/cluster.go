@@ -229,19 +229,24 @@ func (c *sim) deliver(n *node, k int) {
 			return
 		}
 		c.event("n%d recv %s from=n%d", n.id, describeMsg(m), m.From)
-		ch, ok := c.frameIn(n, m)
-		if !ok {
-			if c.viol != nil {
-				return
-			}
-			continue
-		}
-		ok = c.receive(n, m)
-		c.frameOut(n, ch)
-		if !ok {
+		if !c.readIn(n, m) {
 			return
 		}
 	}
+}
+
+// readIn reads m off n's connection from its sender, through n's
+// inbound budget (frameIn), and hands it to n's engine unless it is not
+// to be handed over now (refused, or waiting behind a slow frame or slow
+// itself); it reports false on a violation.
+func (c *sim) readIn(n *node, m transport.Message) bool {
+	ch, ok := c.frameIn(n, m)
+	if !ok {
+		return c.viol == nil
+	}
+	ok = c.receive(n, m)
+	c.frameOut(n, ch)
+	return ok
 }
 
 // receive hands m to n's engine; it reports false on a violation.

@@ -24,7 +24,9 @@ import (
 // false, or too much. The engine is driven as always: the misbehaving
 // node runs the real engine, and the simulator adds to what that engine
 // sends, in the transport wrapper (flushOutbox) or from the node's
-// endpoint, so no production code has a path for it. Three kinds:
+// endpoint, so no production code has a path for it. Three kinds, and a
+// fourth that an honest member's congested link shares with a
+// misbehaving one:
 //
 //   - Forged terms (PeerFaultRates.Terms): besides some of its raft
 //     messages — heartbeats, heartbeat and append answers, votes and
@@ -69,12 +71,21 @@ import (
 //     large size and never end (stopped after the header, or dribbled
 //     short of the last byte); the receiver's read deadlines close them
 //     (sweepStalls). Invariant 13 checks the bounds, the deadlines
-//     against the simulator's own account of each frame, and that no
-//     other member's frame is refused. Not modelled: a connection's
-//     later frames waiting behind a stalled one (the honest frames
-//     arrive whole, each sender's on its own connection), MaxConns, TLS
-//     handshakes (TestBehaviour26PeerShareKeepsOtherPeersServed covers
-//     the sockets).
+//     against the simulator's own account of each frame, that a closed
+//     connection holds nothing, and that no other member's frame is
+//     refused.
+//   - Slow links (PeerFaultRates.SlowLink, cslow.go; 0 in the default
+//     faults): one member's regular connection to another is a byte
+//     stream whose frames arrive in dribbles or stop; the sender's later
+//     frames to that receiver wait behind the one being read until it
+//     is whole, or until the receiver's read deadline closes the
+//     connection and loses them; the sender's next frame opens a new
+//     connection. Invariant 13 as above; the liveness invariants, that
+//     the lost frames take nothing for good.
+//
+// Not modelled: MaxConns (counted in TCPBus's accept loop, outside
+// internal/inbound) and TLS handshakes
+// (TestBehaviour26PeerShareKeepsOtherPeersServed covers the sockets).
 
 // The forwarded-request budgets of the simulated nodes: small, so that a
 // flood meets them (a request is charged its bytes and 8 KiB).
@@ -126,6 +137,12 @@ type peerState struct {
 	stallEnd  time.Time
 	stalled   []*stalledFrame
 	inb       map[uint64]*nodeInbound
+	// slowFrom's link to slowTo is slow until slowEnd (0: no spell);
+	// heads are the frames being read slowly, which outlive the spell
+	// until they are whole or their connection closes (cslow.go).
+	slowFrom, slowTo uint64
+	slowEnd          time.Time
+	heads            []*slowHead
 }
 
 // startPeerFaults starts a spell of forged terms, of a flood or of
@@ -147,6 +164,7 @@ func (c *sim) startPeerFaults() {
 	if p.stallNode != 0 && c.rng.IntN(16) == 0 {
 		c.stallOpen()
 	}
+	c.startSlowLink(rates.SlowLink)
 }
 
 // startSpell starts, with chance rate, a spell of one kind when none is
@@ -178,16 +196,26 @@ func (c *sim) expirePeerFaults() {
 		c.event("n%d opens no more stalled frames", p.stallNode)
 		p.stallNode = 0
 	}
+	if p.slowFrom != 0 && !now.Before(p.slowEnd) {
+		c.event("n%d's link to n%d is slow no more", p.slowFrom, p.slowTo)
+		p.slowFrom, p.slowTo = 0, 0
+	}
 	if len(p.stalled) > 0 {
 		c.sweepStalls()
+	}
+	if len(p.heads) > 0 && c.viol == nil {
+		c.sweepSlow()
+		c.markSwept()
 	}
 }
 
 // peerFaultsOff ends every spell (quiescence, calms); the stalling
-// member closes its stalled frames' connections.
+// member closes its stalled frames' connections, and the receivers of
+// slow frames their connections.
 func (c *sim) peerFaultsOff() {
 	c.peerf.termNode, c.peerf.floodNode, c.peerf.stallNode = 0, 0, 0
 	c.stallsOff()
+	c.slowOff()
 }
 
 // forging reports whether n forges terms now.
@@ -501,9 +529,11 @@ func (c *sim) inboundOf(n *node) *nodeInbound {
 // frameIn runs m, taken off n's endpoint, through n's inbound budget as
 // one frame arriving whole: its length field, its charge, each chunk, its
 // end. It returns the message's charge (frameOut gives it back once the
-// engine took the message), or false when the budget refused the frame:
-// its connection closes and the message is lost, which only the
-// stalling member's own traffic may suffer (invariant 13).
+// engine took the message), or false when the message is not to be
+// handed over now: the budget refused the frame (its connection closes
+// and the message is lost, which only the stalling member's own traffic
+// may suffer: invariant 13), or the frame waits behind a slow one on its
+// connection, or is read slowly itself (cslow.go).
 func (c *sim) frameIn(n *node, m transport.Message) (inbound.Charge, bool) {
 	in := c.inboundOf(n)
 	from := uint64(m.From)
@@ -511,6 +541,15 @@ func (c *sim) frameIn(n *node, m transport.Message) (inbound.Charge, bool) {
 		// TCPBus puts a message to itself straight into its inbox: no
 		// frame, no charge.
 		return inbound.Charge{}, true
+	}
+	if len(c.peerf.heads) > 0 {
+		if h := c.headOn(n, from); h != nil {
+			// Its bytes are behind the slow frame's on the connection.
+			h.behind = append(h.behind, m)
+			c.faults.SlowQueued++
+			c.event("n%d: n%d's frame waits behind its slow one (%d behind)", n.id, from, len(h.behind))
+			return inbound.Charge{}, false
+		}
 	}
 	conn := in.conns[from]
 	if conn == nil {
@@ -530,6 +569,10 @@ func (c *sim) frameIn(n *node, m transport.Message) (inbound.Charge, bool) {
 		}
 		c.fail(13, "n%d refused n%d's frame of %d bytes over its inbound budget (holding %d, n%d's share %d): another member's stalls starve it",
 			n.id, from, size, in.b.Used(), from, in.b.PeerUsed(from))
+		return inbound.Charge{}, false
+	}
+	if c.slowLink(from, n.id) {
+		c.beginSlow(n, conn, m, now)
 		return inbound.Charge{}, false
 	}
 	for k := int64(inbound.StallChunk); k < int64(len(m.Payload)); k += inbound.StallChunk {
@@ -626,12 +669,19 @@ func (c *sim) sweepStalls() {
 			f.conn.Close()
 			c.faults.StallTimeouts++
 			c.event("n%d closes n%d's stalled frame of %d bytes (%d sent) at its read deadline", to.id, f.from.id, f.claimed, f.got)
+			c.checkClosed(to, f.from.id, f.conn)
 			continue
 		}
 		kept = append(kept, f)
 	}
 	clear(p.stalled[len(kept):])
 	p.stalled = kept
+	c.markSwept()
+}
+
+// markSwept records that every running node's read deadlines were
+// checked now (invariant 13 judges the frames still charged against it).
+func (c *sim) markSwept() {
 	for _, n := range c.nodes {
 		if !n.down && !n.stopped {
 			c.inboundOf(n).sweptAt = n.clk.monoNow()
@@ -691,14 +741,28 @@ func (c *sim) checkInbound(final bool) {
 		if in == nil || in.n != f.to || f.to.down || f.conn.Used() == 0 {
 			continue
 		}
-		due := f.last.Add(simStallTimeout)
-		if end := f.begun.Add(simFrameTimeout); end.Before(due) {
-			due = end
-		}
-		if !in.sweptAt.Before(due) {
+		if c.overdue(in, f.begun, f.last) {
 			c.fail(13, "n%d still holds n%d's stalled frame of %d bytes %v past its read deadline (%d bytes sent, the last whole chunk %v ago)",
-				f.to.id, f.from.id, f.claimed, in.sweptAt.Sub(due), f.got, in.sweptAt.Sub(f.last))
+				f.to.id, f.from.id, f.claimed, in.sweptAt.Sub(readDeadline(f.begun, f.last)), f.got, in.sweptAt.Sub(f.last))
 			return
 		}
 	}
+	c.checkSlow()
+}
+
+// readDeadline is the simulator's own account of when a frame being read
+// must be closed: simStallTimeout after its last whole chunk (last),
+// simFrameTimeout after its length field (begun), whichever is first.
+func readDeadline(begun, last time.Time) time.Time {
+	due := last.Add(simStallTimeout)
+	if end := begun.Add(simFrameTimeout); end.Before(due) {
+		due = end
+	}
+	return due
+}
+
+// overdue reports whether the receiver's last sweep of its read
+// deadlines (in) passed a frame's deadline.
+func (c *sim) overdue(in *nodeInbound, begun, last time.Time) bool {
+	return !in.sweptAt.Before(readDeadline(begun, last))
 }

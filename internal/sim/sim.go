@@ -173,6 +173,17 @@ type PeerFaultRates struct {
 	// total before any byte of payload, and closes a connection whose
 	// frame misses its stall or frame deadline (short in the simulator).
 	Stall float64
+	// SlowLink makes one direction of one link between two members slow
+	// for the spell (a congested path, or a member that stops inside a
+	// frame on its one connection): each frame read off the sender's
+	// regular connection to the receiver arrives in dribbles, each
+	// 64 KiB of it up to 1.25× the receiver's stall timeout after the
+	// last, or stops for good (one in eight), and every later frame of
+	// that sender to that receiver waits behind it, as on a TCP byte
+	// stream, until it is whole or the receiver's read deadline closes
+	// the connection, losing the frames behind it; the sender's next
+	// frame opens a new connection. 0 in the default faults (cslow.go).
+	SlowLink float64
 }
 
 // ClockFaultRates are the faults of the nodes' own clocks. Each node
@@ -385,7 +396,7 @@ func (c Config) validate() error {
 	}
 	for _, p := range []float64{f.InboxBurst, f.DiskFull, f.DiskError, f.SlowBuild, f.Crash, f.QuiescedCrash, f.Join, f.Remove, f.Lie, f.WrongDisk,
 		n.Drop, n.Duplicate, n.Reorder, n.Delay, n.Partition, n.OneWay, n.Clog, n.Stop,
-		f.Peer.Terms, f.Peer.Flood, f.Peer.Stall, f.Clock.Jump, f.Clock.Strobe, f.Clock.Drift} {
+		f.Peer.Terms, f.Peer.Flood, f.Peer.Stall, f.Peer.SlowLink, f.Clock.Jump, f.Clock.Strobe, f.Clock.Drift} {
 		if p < 0 || p > 1 {
 			errs = append(errs, fmt.Errorf("sim: fault probability %v outside [0, 1]", p))
 		}
@@ -487,6 +498,12 @@ type FaultCounts struct {
 	// StallTimeouts those closed at a read deadline, StallerRefused the
 	// stalling member's own frames refused while its share was full,
 	// StallPeakBytes the most inbound bytes one node's budget held.
+	// SlowLinkSpells counts the spells of a slow link, SlowFrames the
+	// frames read slowly on one, SlowWhole those that arrived whole,
+	// SlowTimeouts those whose connection a read deadline closed,
+	// SlowQueued the frames that waited behind a slow one, SlowLost
+	// those lost behind a closed connection (the slow frame not
+	// counted).
 	TermSpells     int
 	ForgedTerms    int
 	ForgedExtreme  int
@@ -502,6 +519,12 @@ type FaultCounts struct {
 	StallTimeouts  int
 	StallerRefused int
 	StallPeakBytes int
+	SlowLinkSpells int
+	SlowFrames     int
+	SlowWhole      int
+	SlowTimeouts   int
+	SlowQueued     int
+	SlowLost       int
 }
 
 // OpCounts counts client operations by kind and by outcome.

@@ -271,6 +271,12 @@ func addFaults(t *sim.FaultCounts, f sim.FaultCounts) {
 	t.StallTimeouts += f.StallTimeouts
 	t.StallerRefused += f.StallerRefused
 	t.StallPeakBytes = max(t.StallPeakBytes, f.StallPeakBytes)
+	t.SlowLinkSpells += f.SlowLinkSpells
+	t.SlowFrames += f.SlowFrames
+	t.SlowWhole += f.SlowWhole
+	t.SlowTimeouts += f.SlowTimeouts
+	t.SlowQueued += f.SlowQueued
+	t.SlowLost += f.SlowLost
 }
 
 func addOps(t *sim.OpCounts, o sim.OpCounts) {

@@ -21,6 +21,7 @@ var (
 	CommitBeforeHandled    off
 	IntervalCommitsFetched off
 	NoStallTimeout         off
+	CloseKeepsFrame        off
 )
 
 // off is a switch that cannot be set: Load is the constant false, so a

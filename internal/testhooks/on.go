@@ -68,4 +68,11 @@ var (
 	// been forgotten. Read in internal/inbound's Conn.Next, once per
 	// chunk awaited.
 	NoStallTimeout atomic.Bool
+	// CloseKeepsFrame, when set, makes closing an inbound connection
+	// keep the charge of the frame it was reading: a connection closed
+	// at a read deadline (or for any other reason) mid-frame leaks that
+	// frame's bytes from the connection's, its peer's and the total
+	// budget for good, as a close path that forgot the frame in progress
+	// would. Read in internal/inbound's Conn.Close, once per close.
+	CloseKeepsFrame atomic.Bool
 )
