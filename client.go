@@ -75,16 +75,32 @@ type Ack struct {
 // ignored. Message.Key is stored with the message.
 func (n *Node) Produce(ctx context.Context, t Topic, to Partitioning, msgs ...Message) (Ack, error) {
 	start := n.cfg.Clock.Now()
-	req, part, size, err := n.prepareProduce(ctx, t, to, msgs, nil)
+	var one *oneProduce
+	if len(msgs) == 1 {
+		one = n.takeOneProduce()
+	}
+	req, part, size, err := n.prepareProduce(ctx, start, t, to, msgs, nil, one)
+	if err != nil {
+		n.recycle(one) // never sent
+		return Ack{}, err
+	}
+	count := len(req.Messages)
+	var r shard.Response
+	if one != nil {
+		var reusable bool
+		r, reusable, err = n.eng.CallReusing(ctx, req, one.reply, n.resolver(t, part))
+		if reusable {
+			n.recycle(one)
+		}
+		err = publicError(err)
+	} else {
+		r, err = n.call(ctx, req, t, part)
+	}
 	if err != nil {
 		return Ack{}, err
 	}
-	r, err := n.call(ctx, req, t, part)
-	if err != nil {
-		return Ack{}, err
-	}
-	n.countProduced(t, len(req.Messages), size, start)
-	return Ack{Partition: part, FirstOffset: r.Offset, Count: len(req.Messages)}, nil
+	n.countProduced(t, count, size, start)
+	return Ack{Partition: part, FirstOffset: r.Offset, Count: count}, nil
 }
 
 // topicMetrics returns t's client-side counters, labelled by its stream's
@@ -131,7 +147,12 @@ func batchBytes(msgs []Message) int {
 // namespace: everything of a produce before it is sent. It also returns
 // the batch's size (partition.MessageSize summed), which the limits
 // checked and the produced-bytes metric counts.
-func (n *Node) prepareProduce(ctx context.Context, t Topic, to Partitioning, lent, given []Message) (req *shard.Request, part uint32, size int, err error) {
+//
+// start is the caller's clock read at the call's start: it stamps the
+// batch and starts the call's deadline. one, when not nil, holds the
+// request and the copy of a one-message lent batch (Produce's, pooled);
+// nil, prepareProduce allocates what it needs.
+func (n *Node) prepareProduce(ctx context.Context, start time.Time, t Topic, to Partitioning, lent, given []Message, one *oneProduce) (req *shard.Request, part uint32, size int, err error) {
 	// Two parameters, not a slice and a flag: a lent batch is only read
 	// (copied below), so escape analysis keeps a caller's variadic slice
 	// on its stack; only a given one is kept.
@@ -152,17 +173,16 @@ func (n *Node) prepareProduce(ctx context.Context, t Topic, to Partitioning, len
 	// The batch is copied so timestamps and keys can be set without
 	// writing to the caller's slice; payload bytes are copied later by the
 	// partition.
-	start := n.cfg.Clock.Now()
 	now := start.UnixMicro()
-	var (
-		batch []Message
-		one   *oneProduce
-	)
+	var batch []Message
 	switch {
 	case give:
 		batch = given // the caller gave the slice too: set in place
+		one = nil
 	case len(msgs) == 1:
-		one = &oneProduce{}
+		if one == nil {
+			one = &oneProduce{}
+		}
 		batch = one.msg[:]
 	default:
 		batch = make([]Message, len(msgs))
@@ -290,7 +310,7 @@ func (n *Node) ProduceAsyncGive(ctx context.Context, t Topic, to Partitioning, s
 // offers the batch's bytes to the partition (ProduceAsyncGive).
 func (n *Node) produceAsync(ctx context.Context, t Topic, to Partitioning, seq ProducerSeq, lent, given []Message) *PendingAck {
 	start := n.cfg.Clock.Now()
-	req, part, size, err := n.prepareProduce(ctx, t, to, lent, given)
+	req, part, size, err := n.prepareProduce(ctx, start, t, to, lent, given, nil)
 	if err != nil {
 		return &PendingAck{done: true, err: err}
 	}

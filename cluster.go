@@ -223,7 +223,7 @@ func (c *Cluster) ProduceInTerm(ctx context.Context, t Topic, part uint32, term 
 		return Ack{}, fmt.Errorf("%w: term 0", ErrInvalidArgument)
 	}
 	start := n.cfg.Clock.Now()
-	req, part, size, err := n.prepareProduce(ctx, t, PartitionID(part), msgs, nil)
+	req, part, size, err := n.prepareProduce(ctx, start, t, PartitionID(part), msgs, nil, nil)
 	if err != nil {
 		return Ack{}, err
 	}

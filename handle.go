@@ -221,6 +221,11 @@ func (n *Node) topicAlive(t Topic) (metadata.TopicInfo, error) {
 // revision after the partition was read proves the partition read belongs
 // to it (a delete and recreate in between would show as a newer topic
 // revision).
+//
+// Every produce resolves, so the common case — this node's handle, its
+// topic live and caught up to, the partition there — is one read of the
+// store (LivePartition); anything else takes the checks one by one, which
+// wait for the metadata to catch up and name what failed.
 func (n *Node) resolve(ctx context.Context, t Topic, part uint32) (metadata.Namespace, uint64, error) {
 	if err := checkTopic(t); err != nil {
 		return 0, 0, err
@@ -228,6 +233,11 @@ func (n *Node) resolve(ctx context.Context, t Topic, part uint32) (metadata.Name
 	ns, err := metadata.NewNamespace(t.Stream.ID, t.ID, part)
 	if err != nil {
 		return 0, 0, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	if t.Stream.origin == n.origin {
+		if rev, ok := n.meta.LivePartition(ns, t.Revision, t.Name); ok {
+			return ns, rev, nil
+		}
 	}
 	if err := n.topicCaughtUp(ctx, t); err != nil {
 		return 0, 0, err

@@ -44,6 +44,11 @@ type Node struct {
 	origin uint64
 
 	roundRobin atomic.Uint64
+	// oneProduces pools Produce's requests (produce_one.go). The pool is
+	// the Node's, not the package's: its reply channels belong to the
+	// synctest bubble of the caller that made them, the one the Node
+	// and its callers share, and must not reach another bubble's Node.
+	oneProduces sync.Pool
 	// topicMetricsCache holds each topic's *metrics.Topic, by created
 	// revision (topicMetrics); topicMetricsCount counts its entries.
 	topicMetricsCache sync.Map

@@ -223,17 +223,35 @@ func (e *Engine) Call(ctx context.Context, req *shard.Request, resolve Resolve) 
 	return p.Wait(ctx, resolve)
 }
 
+// CallReusing is Call answered on reply, an empty channel of capacity 1
+// that the caller owns, instead of a channel of the call's own. reusable
+// reports that the call ended with the answer to its one send taken from
+// reply: the owner shard answers each frame it takes exactly once, so
+// nothing will be sent on reply again and the shard is done with req,
+// and the caller may use both for another call. Otherwise (an error, a
+// retry, a forward, the caller giving up) an answer may still land on
+// reply, or the shard still hold req, and neither may be used again: a
+// late answer read by a later call would be taken for its own.
+func (e *Engine) CallReusing(ctx context.Context, req *shard.Request, reply chan shard.Response, resolve Resolve) (r shard.Response, reusable bool, err error) {
+	p := e.startCall(ctx, req, e, reply)
+	return p.wait(ctx, resolve)
+}
+
 // StartCall makes a call's first attempt and returns without waiting for
 // its answer: a request for a local partition is queued at its owner
 // shard (a full inbox makes it wait, bounded by the call's deadline:
 // backpressure).
 func (e *Engine) StartCall(ctx context.Context, req *shard.Request) PendingCall {
-	return e.startCall(ctx, req, e)
+	return e.startCall(ctx, req, e, nil)
 }
 
-// startCall is StartCall with the call's attempts made through port.
-func (e *Engine) startCall(ctx context.Context, req *shard.Request, port callPort) PendingCall {
-	p := PendingCall{e: e, port: port, reply: make(chan shard.Response, 1)}
+// startCall is StartCall with the call's attempts made through port and
+// answered on reply (nil: a channel of the call's own).
+func (e *Engine) startCall(ctx context.Context, req *shard.Request, port callPort, reply chan shard.Response) PendingCall {
+	if reply == nil {
+		reply = make(chan shard.Response, 1)
+	}
+	p := PendingCall{e: e, port: port, reply: reply}
 	p.f = shard.Frame{Req: req, Reply: p.reply}
 	// The clock is read only for a request without a deadline: a
 	// producer stamps its own from the clock read that stamped its batch.
@@ -308,24 +326,31 @@ func (e *Engine) callConfig() CallConfig {
 // caller's and stays off the heap (a closure kept by the operation would
 // escape and cost every call an allocation, the fast ones too).
 func (p *PendingCall) Wait(ctx context.Context, resolve Resolve) (shard.Response, error) {
+	r, _, err := p.wait(ctx, resolve)
+	return r, err
+}
+
+// wait is Wait, reporting whether the call ended with its first local
+// attempt's answer taken (see CallReusing).
+func (p *PendingCall) wait(ctx context.Context, resolve Resolve) (shard.Response, bool, error) {
 	if p.to == 0 && p.sent == nil {
 		select {
 		case r := <-p.reply:
 			if r.Err == nil {
-				return r, nil
+				return r, true, nil
 			}
 			p.reply <- r // left for the steps to take: the shard sends one
 		case <-ctx.Done():
 			// The shard will still answer into the buffered reply
 			// channel.
-			return shard.Response{}, p.d.Cancelled(ctx.Err()).Err
+			return shard.Response{}, false, p.d.Cancelled(ctx.Err()).Err
 		}
 	}
 	s := p.steps(ctx, resolve != nil)
 	for {
 		err := runSteps(ctx, p.e.cfg.Clock, s)
 		if !s.resolving {
-			return s.st.Resp, err
+			return s.st.Resp, false, err
 		}
 		ns, epoch, err := resolve(ctx)
 		s.resolved(ns, epoch, err)

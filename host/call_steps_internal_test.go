@@ -111,7 +111,7 @@ func callBothWays(t *testing.T, tc callCase) (stepped, blocking []string) {
 			p.later(tc.cancel, cancel)
 		}
 		res := resolve(p)
-		pc := e.startCall(ctx, req(), &scriptShard{p: p, answer: tc.shard})
+		pc := e.startCall(ctx, req(), &scriptShard{p: p, answer: tc.shard}, nil)
 		s := pc.steps(ctx, true)
 		for i := 0; ; i++ {
 			p.receive()
@@ -136,7 +136,7 @@ func callBothWays(t *testing.T, tc callCase) (stepped, blocking []string) {
 		if tc.cancel > 0 {
 			time.AfterFunc(tc.cancel, cancel)
 		}
-		pc := e.startCall(ctx, req(), &scriptShard{p: p, answer: tc.shard})
+		pc := e.startCall(ctx, req(), &scriptShard{p: p, answer: tc.shard}, nil)
 		r, err := pc.Wait(ctx, resolve(p))
 		noneLeft(t, e)
 		return callOutcome(r, err)

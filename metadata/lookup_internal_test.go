@@ -71,3 +71,63 @@ func BenchmarkCreatedRevision(b *testing.B) {
 		})
 	}
 }
+
+// LivePartition answers what Revision, Partition and Topic answer one by
+// one: the partition's incarnation only while the store has applied the
+// topic's revision, the topic is that incarnation under that name, and
+// the partition exists; a recreated topic's handle of the old incarnation
+// and a partition past the topic's count are refused.
+func TestLivePartitionAgreesWithTheLookups(t *testing.T) {
+	s, nss := lookupStore(t, 3)
+	ns := nss[1]
+	topic, ok := s.Topic(ns.Stream(), ns.Topic())
+	if !ok {
+		t.Fatal("topic missing")
+	}
+	part, _ := s.Partition(ns)
+	if rev, ok := s.LivePartition(ns, topic.CreatedRevision, topic.Name); !ok || rev != part.CreatedRevision {
+		t.Fatalf("LivePartition of a live partition: %d, %v; want %d", rev, ok, part.CreatedRevision)
+	}
+	past, err := NewNamespace(ns.Stream(), ns.Topic(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		ns   Namespace
+		rev  uint64
+		tn   string
+	}{
+		{"another name", ns, topic.CreatedRevision, "other"},
+		{"an older incarnation", ns, topic.CreatedRevision - 1, topic.Name},
+		{"a revision the store has not applied", ns, s.Revision() + 1, topic.Name},
+		{"a partition past the count", past, topic.CreatedRevision, topic.Name},
+	} {
+		if rev, ok := s.LivePartition(c.ns, c.rev, c.tn); ok {
+			t.Errorf("%s: LivePartition = %d, true; want false", c.name, rev)
+		}
+	}
+	mustApplyStore(t, s, DeleteTopic{Stream: ns.Stream(), Topic: ns.Topic()})
+	if _, ok := s.LivePartition(ns, topic.CreatedRevision, topic.Name); ok {
+		t.Error("a deleted topic's partition is live")
+	}
+	res := mustApplyStore(t, s, CreateTopic{Stream: ns.Stream(), Name: topic.Name, Partitions: 1})
+	if res.Created[0].NS != ns {
+		t.Fatalf("recreated at %v, want the ids of %v", res.Created[0].NS, ns)
+	}
+	if _, ok := s.LivePartition(ns, topic.CreatedRevision, topic.Name); ok {
+		t.Error("the old incarnation's handle resolves in the recreated topic")
+	}
+	if rev, ok := s.LivePartition(ns, res.Created[0].CreatedRevision, topic.Name); !ok || rev != res.Created[0].CreatedRevision {
+		t.Errorf("the new incarnation: %d, %v", rev, ok)
+	}
+}
+
+func mustApplyStore(t *testing.T, s *Store, cmd Command) Result {
+	t.Helper()
+	res, err := s.Apply(cmd)
+	if err != nil {
+		t.Fatalf("Apply(%#v): %v", cmd, err)
+	}
+	return res
+}

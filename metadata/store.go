@@ -759,6 +759,26 @@ func (s *Store) Partition(ns Namespace) (PartitionInfo, bool) {
 	return s.partition(ns)
 }
 
+// LivePartition returns the committed incarnation of the partition with
+// namespace ns when its topic is the incarnation created at revision
+// topicRevision and named name: what a client call checks of its handle
+// on every produce, read under one lock where Revision, Partition and
+// Topic take three. ok is false otherwise, and the caller learns why
+// from those (the topic gone or renamed, the partition missing, the
+// store behind the handle).
+func (s *Store) LivePartition(ns Namespace, topicRevision uint64, name string) (rev uint64, ok bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.revision < topicRevision {
+		return 0, false
+	}
+	r, ok := s.partitionAt(ns)
+	if !ok || r.t.createdRev != topicRevision || r.t.name != name {
+		return 0, false
+	}
+	return r.t.parts[r.i].CreatedRevision, true
+}
+
 // CreatedRevision returns the committed incarnation of the partition with
 // namespace ns. It is two O(1) map lookups.
 func (s *Store) CreatedRevision(ns Namespace) (uint64, bool) {
