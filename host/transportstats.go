@@ -35,7 +35,7 @@ func (e *Engine) exposeTransport() {
 			QueueFull: s.QueueFull, InboxFull: s.InboxFull, PeerRemoved: s.PeerRemoved,
 			BadFrames: s.BadFrames, ForgedFrames: s.ForgedFrames, RejectedHandshakes: s.RejectedHandshakes,
 			RejectedConns: s.RejectedConns, OverBudget: s.OverBudget, ReadTimeouts: s.ReadTimeouts,
-			RemovedSender: s.RemovedSender,
+			RemovedSender: s.RemovedSender, PeerConnsClosed: s.PeerConnsClosed,
 			InFlightBytes: s.InFlightBytes, PeakInFlightBytes: s.PeakInFlightBytes,
 		}
 	})

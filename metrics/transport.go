@@ -29,6 +29,9 @@ type TransportStats struct {
 	// removed peer.
 	BadFrames, ForgedFrames, RejectedHandshakes            uint64
 	RejectedConns, OverBudget, ReadTimeouts, RemovedSender uint64
+	// Inbound connections closed because their peer opened more than its
+	// bound (the oldest first).
+	PeerConnsClosed uint64
 	// Inbound frame bytes held now, and the most ever held (gauges).
 	InFlightBytes, PeakInFlightBytes uint64
 }
@@ -56,7 +59,7 @@ func newTransportDescs(labels prometheus.Labels) transportDescs {
 		bytes:       d("parkway_transport_bytes_total", "Frame bytes, length prefix and header included, written to outbound and read from inbound connections.", "direction"),
 		dropped:     d("parkway_transport_dropped_total", "Messages dropped because the peer's send queue (queue_full) or the inbox (inbox_full) was full, or queued for a peer that was removed (peer_removed); raft re-sends.", "reason"),
 		refused: d("parkway_transport_refused_total", "Inbound connections closed or refused, and TLS handshakes failed (either direction), by reason: "+
-			"bad_frame, forged_frame, handshake, conn_limit, over_budget, read_timeout, removed_sender.", "reason"),
+			"bad_frame, forged_frame, handshake, conn_limit, peer_conn_limit, over_budget, read_timeout, removed_sender.", "reason"),
 		inFlight:     d("parkway_transport_inflight_bytes", "Inbound frame bytes held now (being read, or waiting in the inbox)."),
 		peakInFlight: d("parkway_transport_inflight_bytes_peak", "The most inbound frame bytes ever held at once."),
 	}
@@ -93,6 +96,7 @@ func (d *transportDescs) collect(ch chan<- prometheus.Metric, s TransportStats) 
 	counter(d.refused, s.ForgedFrames, "forged_frame")
 	counter(d.refused, s.RejectedHandshakes, "handshake")
 	counter(d.refused, s.RejectedConns, "conn_limit")
+	counter(d.refused, s.PeerConnsClosed, "peer_conn_limit")
 	counter(d.refused, s.OverBudget, "over_budget")
 	counter(d.refused, s.ReadTimeouts, "read_timeout")
 	counter(d.refused, s.RemovedSender, "removed_sender")

@@ -3,8 +3,11 @@ package transport
 import (
 	"bytes"
 	"crypto/tls"
+	"errors"
+	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -357,5 +360,57 @@ func TestTCPStallTimeout(t *testing.T) {
 	drainUntilClosed(t, raw)
 	if s := a.Stats(); s.ReadTimeouts != 1 || s.InFlightBytes != 0 || s.PeakInFlightBytes != maxFrame {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestTCPPeerConnLimit: one member opening connection after connection
+// holds at most MaxPeerConns of the MaxConns slots — each one past the
+// bound closes its oldest — so another member's connection is still
+// accepted and served. Without the bound the member's fifth connection
+// filled MaxConns and every later one, its own and other members', was
+// closed on accept.
+func TestTCPPeerConnLimit(t *testing.T) {
+	ca := newCA(t, "ca")
+	opts := ca.tlsOpts(t, cluster, 1)
+	opts.MaxConns, opts.MaxPeerConns = 4, 2
+	a := listen(t, 1, opts)
+
+	member := ca.member(t, cluster, 2)
+	var conns []*tls.Conn
+	for i := 1; i <= 6; i++ {
+		conns = append(conns, dialTLS(t, a, member))
+		closed, open := uint64(max(0, i-2)), uint64(min(i, 2))
+		waitStats(t, a, fmt.Sprintf("node 2's connection %d to be counted", i), func(s TCPStats) bool {
+			return s.PeerConnsClosed == closed && s.InboundConns == open
+		})
+	}
+	// The four oldest were closed by the bus: a read sees the end.
+	for i, c := range conns[:4] {
+		c.SetReadDeadline(time.Now().Add(guard))
+		if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("node 2's connection %d: read %v, want it closed by the bus", i+1, err)
+		}
+	}
+
+	b3 := listen(t, 3, ca.tlsOpts(t, cluster, 3))
+	if err := b3.AddPeer(1, a.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b3.Send(Message{To: 1, Kind: 1, Payload: []byte("served")}); err != nil {
+		t.Fatal(err)
+	}
+	if m := recv(t, a.Recv()); m.From != 3 || string(m.Payload) != "served" {
+		t.Fatalf("got %q from %d, want node 3's frame", m.Payload, m.From)
+	}
+	if s := a.Stats(); s.RejectedConns != 0 || s.PeerConnsClosed != 4 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestTCPPeerConnLimitValidated: a per-peer bound above the total is refused.
+func TestTCPPeerConnLimitValidated(t *testing.T) {
+	_, err := ListenTCP(1, "127.0.0.1:0", nil, TCPOptions{InsecurePlaintext: true, MaxConns: 2, MaxPeerConns: 3})
+	if !errors.Is(err, ErrInvalidOptions) {
+		t.Fatalf("err %v, want ErrInvalidOptions", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,6 +69,18 @@ type TCPOptions struct {
 	// counted as RejectedConns. A cluster of n nodes needs n-1, plus
 	// slack for reconnections that race the old connection's close.
 	MaxConns int
+	// MaxPeerConns bounds the open inbound connections of one
+	// authenticated peer (TLS only: without it a sender is whoever a frame
+	// names, so a forger could close another peer's connections). When a
+	// peer's connection past the bound completes its handshake, the
+	// peer's oldest inbound connection is closed (counted as
+	// PeerConnsClosed): a sender writes to its newest connection, and an
+	// old one a partition cut without a FIN would otherwise hold its slot
+	// until TCP keepalive notices. So no one member, however many
+	// connections it opens, holds more than MaxPeerConns of the MaxConns
+	// slots, and the others' redials are accepted. Default
+	// min(DefaultMaxPeerConns, MaxConns); it must be at most MaxConns.
+	MaxPeerConns int
 	// HandshakeTimeout bounds a TLS handshake, inbound and outbound
 	// (default 10 s), so a connection that never completes one (a
 	// slowloris) does not hold a MaxConns slot for long.
@@ -107,6 +120,11 @@ type TCPOptions struct {
 
 // DefaultMaxConns is the default bound on open inbound connections.
 const DefaultMaxConns = 256
+
+// DefaultMaxPeerConns is the default bound on one authenticated peer's
+// open inbound connections: one in use, and room for redials that race
+// the close of connections the peer gave up on.
+const DefaultMaxPeerConns = 8
 
 // Errors returned by ListenTCP for its options.
 var (
@@ -172,6 +190,12 @@ func (o *TCPOptions) setDefaults(id NodeID) error {
 	if o.MaxConns <= 0 {
 		o.MaxConns = DefaultMaxConns
 	}
+	if o.MaxPeerConns <= 0 {
+		o.MaxPeerConns = min(DefaultMaxPeerConns, o.MaxConns)
+	}
+	if o.MaxPeerConns > o.MaxConns {
+		return fmt.Errorf("%w: MaxPeerConns %d above MaxConns %d", ErrInvalidOptions, o.MaxPeerConns, o.MaxConns)
+	}
 	if o.HandshakeTimeout <= 0 {
 		o.HandshakeTimeout = 10 * time.Second
 	}
@@ -236,6 +260,9 @@ type TCPStats struct {
 	// RejectedConns counts inbound connections closed on accept because
 	// MaxConns were open.
 	RejectedConns uint64
+	// PeerConnsClosed counts inbound connections closed because their
+	// peer opened more than MaxPeerConns (its oldest go first).
+	PeerConnsClosed uint64
 	// OverBudget counts inbound connections closed because a frame would
 	// have passed MaxConnBytes, MaxPeerBytes or MaxTotalBytes.
 	OverBudget uint64
@@ -268,6 +295,7 @@ type TCPStats struct {
 type tcpStats struct {
 	sent, received, queueFull, inboxFull, badFrames atomic.Uint64
 	forged, rejectedHS, rejectedConns, overBudget   atomic.Uint64
+	peerConnsClosed                                 atomic.Uint64
 	readTimeouts, peerRemoved, removedSender        atomic.Uint64
 	dials, dialErrors, writeErrors                  atomic.Uint64
 	framesWritten, bytesWritten                     atomic.Uint64
@@ -319,6 +347,9 @@ type TCPBus struct {
 
 	mu    sync.Mutex
 	conns map[net.Conn]NodeID // every open connection, both directions, with its peer (0: not known yet)
+	// peerIn holds each authenticated peer's open inbound connections,
+	// oldest first (TLS only), for MaxPeerConns.
+	peerIn map[NodeID][]net.Conn
 
 	// budget decides what the inbound connections may hold and until
 	// when (internal/inbound: the same core the simulator drives). bmu
@@ -373,6 +404,7 @@ func ListenTCP(id NodeID, addr string, peers map[NodeID]string, opts TCPOptions)
 		maxFrame: uint32(opts.MaxFrame),
 		group:    run.NewGroup(),
 		conns:    make(map[net.Conn]NodeID),
+		peerIn:   make(map[NodeID][]net.Conn),
 		bufs:     newBufPool(),
 		budget: inbound.New(inbound.Limits{
 			MaxConn: opts.MaxConnBytes, MaxPeer: opts.MaxPeerBytes, MaxTotal: opts.MaxTotalBytes,
@@ -566,7 +598,8 @@ func (b *TCPBus) Stats() TCPStats {
 		QueueFull: s.queueFull.Load(), InboxFull: s.inboxFull.Load(),
 		BadFrames: s.badFrames.Load(), ForgedFrames: s.forged.Load(),
 		RejectedHandshakes: s.rejectedHS.Load(), RejectedConns: s.rejectedConns.Load(),
-		OverBudget: s.overBudget.Load(), ReadTimeouts: s.readTimeouts.Load(),
+		PeerConnsClosed: s.peerConnsClosed.Load(),
+		OverBudget:      s.overBudget.Load(), ReadTimeouts: s.readTimeouts.Load(),
 		PeerRemoved: s.peerRemoved.Load(), RemovedSender: s.removedSender.Load(),
 		Dials: s.dials.Load(), DialErrors: s.dialErrors.Load(),
 		WriteErrors:   s.writeErrors.Load(),
@@ -773,9 +806,41 @@ func (b *TCPBus) serve(ctx context.Context, c net.Conn) {
 			b.stats.rejectedHS.Add(1)
 			return
 		}
+		defer b.leavePeer(c, id)
+		if old := b.joinPeer(c, id); old != nil {
+			b.stats.peerConnsClosed.Add(1)
+			old.Close() // its reader returns and untracks it
+		}
 		rw, peer = tc, id
 	}
 	b.readLoop(c, rw, peer)
+}
+
+// joinPeer records c as peer's newest inbound connection and returns the
+// oldest one to close if peer now has more than MaxPeerConns (nil if not).
+func (b *TCPBus) joinPeer(c net.Conn, peer NodeID) net.Conn {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	cs := append(b.peerIn[peer], c)
+	var old net.Conn
+	if len(cs) > b.opts.MaxPeerConns {
+		old, cs = cs[0], cs[1:]
+	}
+	b.peerIn[peer] = cs
+	return old
+}
+
+// leavePeer forgets c, one of peer's inbound connections, once its reader
+// returned (it may have been forgotten already, as the one joinPeer gave up).
+func (b *TCPBus) leavePeer(c net.Conn, peer NodeID) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	cs := slices.DeleteFunc(b.peerIn[peer], func(o net.Conn) bool { return o == c })
+	if len(cs) == 0 {
+		delete(b.peerIn, peer)
+	} else {
+		b.peerIn[peer] = cs
+	}
 }
 
 // handshake completes tc's handshake within HandshakeTimeout and returns
