@@ -50,8 +50,9 @@ import (
 // the next write grows while a write is in flight. Before writing, a
 // leader waits briefly for the other shards that are forming a group
 // (they have appended records to journaled partitions since their last
-// Commit), for at most a quarter of the last fdatasync's duration: a
-// group that just misses a write waits for a whole one.
+// Commit) and, while the shards' producers overlap, for those of the
+// last write (see linger), for at most a quarter of the last fdatasync's
+// duration: a group that just misses a write waits for a whole one.
 //
 // Where it lives. Journal files are the store's, in Dir/journal/, beside
 // Dir/streams/ and never under it: List, orphan removal, Build and Remove
