@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -41,10 +42,9 @@ func lingerStore(t *testing.T) (*FileStore, func() int) {
 	return s, func() int { mu.Lock(); defer mu.Unlock(); return syncs }
 }
 
-// produceOne builds partition i deferred, attaches it to j, appends one
-// message and commits it, as a shard does with a new topic's first
-// produce under FsyncAlways; it returns how long the commit took.
-func produceOne(t *testing.T, s *FileStore, j *Journal, i uint32) time.Duration {
+// attached builds partition i deferred and attaches it to j, as a shard
+// does with a new topic's partition under FsyncAlways.
+func attached(t *testing.T, s *FileStore, j *Journal, i uint32) Partition {
 	t.Helper()
 	p, err := s.BuildDeferred(journalNS(t, i), 1)
 	if err != nil {
@@ -54,16 +54,38 @@ func produceOne(t *testing.T, s *FileStore, j *Journal, i uint32) time.Duration 
 	if !j.Attach(p) {
 		t.Fatal("the deferred partition did not attach")
 	}
+	return p
+}
+
+// produceOne appends one message to p and commits it through j.
+func produceOne(j *Journal, p Partition) error {
 	if _, err := p.Append([]Message{{Payload: []byte("m")}}); err != nil {
-		t.Fatal(err)
+		return err
 	}
-	start := time.Now()
-	for _, err := range j.Commit([]Partition{p}) {
-		if err != nil {
-			t.Fatal(err)
-		}
+	return errors.Join(j.Commit([]Partition{p})...)
+}
+
+// runProducers runs one producer per script, each on a handle and a
+// partition of its own (a shard's): before each of its produces it takes
+// the script's next duration (its turnaround: the answer, and the next
+// call).
+func runProducers(t *testing.T, s *FileStore, scripts ...[]time.Duration) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for h, script := range scripts {
+		j := s.NewJournal()
+		p := attached(t, s, j, uint32(h))
+		wg.Go(func() {
+			for _, d := range script {
+				time.Sleep(d)
+				if err := produceOne(j, p); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
 	}
-	return time.Since(start)
+	wg.Wait()
 }
 
 // A lone sequential producer whose topics land on one shard and then the
@@ -83,7 +105,13 @@ func TestJournalLoneProducerAlternatingShardsDoesNotLinger(t *testing.T) {
 		handles := [2]*Journal{s.NewJournal(), s.NewJournal()}
 		var lingered []int
 		for i := range uint32(20) {
-			took := produceOne(t, s, handles[i%2], i)
+			j := handles[i%2]
+			p := attached(t, s, j, i)
+			start := time.Now()
+			if err := produceOne(j, p); err != nil {
+				t.Fatal(err)
+			}
+			took := time.Since(start)
 			switch {
 			case took == journalSyncTime:
 			case took == journalSyncTime+journalSyncTime/lingerShare:
@@ -113,37 +141,15 @@ func TestJournalOverlappingProducersShareWrites(t *testing.T) {
 		s, syncs := lingerStore(t)
 		const rounds = 20
 		turnaround := journalSyncTime / lingerShare / 10
-		var wg sync.WaitGroup
-		for h := range uint32(2) {
-			j := s.NewJournal()
-			p, err := s.BuildDeferred(journalNS(t, h), 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = p.Close() })
-			if !j.Attach(p) {
-				t.Fatal("the deferred partition did not attach")
-			}
-			wg.Go(func() {
-				// The second shard's first produce arrives while the
-				// first shard's write is in flight.
-				time.Sleep(time.Duration(h) * turnaround)
-				for range rounds {
-					if _, err := p.Append([]Message{{Payload: []byte("m")}}); err != nil {
-						t.Error(err)
-						return
-					}
-					for _, err := range j.Commit([]Partition{p}) {
-						if err != nil {
-							t.Error(err)
-							return
-						}
-					}
-					time.Sleep(turnaround) // the answer, and the next produce
-				}
-			})
+		// The second shard's first produce arrives while the first
+		// shard's write is in flight.
+		first := make([]time.Duration, rounds)
+		second := make([]time.Duration, rounds)
+		for k := 1; k < rounds; k++ {
+			first[k], second[k] = turnaround, turnaround
 		}
-		wg.Wait()
+		second[0] = turnaround
+		runProducers(t, s, first, second)
 		// The first write carries the first shard alone; the second
 		// shard's leader queued behind it and lingers for the first, so
 		// every write after carries both.
@@ -180,34 +186,7 @@ func TestJournalSoloWriteBetweenSharedOnesKeepsLingering(t *testing.T) {
 			// after a's solo write returned and before a comes back.
 			{quick, journalSyncTime + budget + budget/2},
 		}
-		var wg sync.WaitGroup
-		for h := range uint32(2) {
-			j := s.NewJournal()
-			p, err := s.BuildDeferred(journalNS(t, h), 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = p.Close() })
-			if !j.Attach(p) {
-				t.Fatal("the deferred partition did not attach")
-			}
-			wg.Go(func() {
-				for _, d := range script[h] {
-					time.Sleep(d)
-					if _, err := p.Append([]Message{{Payload: []byte("m")}}); err != nil {
-						t.Error(err)
-						return
-					}
-					for _, err := range j.Commit([]Partition{p}) {
-						if err != nil {
-							t.Error(err)
-							return
-						}
-					}
-				}
-			})
-		}
-		wg.Wait()
+		runProducers(t, s, script[0], script[1])
 		if n := syncs(); n != 4 {
 			t.Fatalf("%d journal fdatasyncs, want 4: a, a+b, a (its linger for b timed out), b+a (b lingered for a after a's solo write)", n)
 		}
