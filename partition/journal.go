@@ -50,8 +50,9 @@ import (
 // the next write grows while a write is in flight. Before writing, a
 // leader waits briefly for the other shards that are forming a group
 // (they have appended records to journaled partitions since their last
-// Commit), for at most a quarter of the last fdatasync's duration: a
-// group that just misses a write waits for a whole one.
+// Commit) and, while the shards' producers overlap, for those of the
+// last write (see linger), for at most a quarter of the last fdatasync's
+// duration: a group that just misses a write waits for a whole one.
 //
 // Where it lives. Journal files are the store's, in Dir/journal/, beside
 // Dir/streams/ and never under it: List, orphan removal, Build and Remove
@@ -137,6 +138,10 @@ const (
 	// lingerShare is the share of the last fdatasync's duration a leader
 	// waits, at most, for other shards forming a group.
 	lingerShare = 4
+	// soloRun is how many writes in a row, each carrying one handle whose
+	// leader found no write in flight, make a leader stop lingering for
+	// the handles of the last write (see linger).
+	soloRun = 2
 )
 
 // journalLog is a store's journal: one sequence of files, written by the
@@ -166,6 +171,11 @@ type journalLog struct {
 	gen     uint64
 	arrived chan struct{}
 	timer   *time.Timer // the lingering leader's
+	// solo counts the last writes in a row, up to soloRun, that carried
+	// one handle and whose leader found no write in flight: the evidence
+	// that the handles' producers take turns rather than overlap (see
+	// linger).
+	solo int
 
 	f    vfs.File // the current file, nil between files
 	seq  uint64   // its number
@@ -816,7 +826,10 @@ func (l *journalLog) commit(w *journalWrite) {
 	l.mu.Lock()
 	l.queue = append(l.queue, w)
 	w.h.queued = true
-	if l.writing {
+	// contended: this handle queued behind a write in flight, and leads
+	// the next one if it leads at all.
+	contended := l.writing
+	if contended {
 		select {
 		case l.arrived <- struct{}{}:
 		default:
@@ -829,14 +842,23 @@ func (l *journalLog) commit(w *journalWrite) {
 		l.writing = true
 		l.mu.Unlock()
 	}
-	l.linger(w.h)
+	l.linger(w.h, contended)
 	l.mu.Lock()
 	batch := l.queue
 	l.queue = l.spare[:0]
 	l.spare = nil
 	l.gen++
+	handles := 0
 	for _, o := range batch {
+		if o.h.lastGen != l.gen {
+			handles++
+		}
 		o.h.queued, o.h.lastGen = false, l.gen
+	}
+	if handles == 1 && !contended {
+		l.solo = min(l.solo+1, soloRun)
+	} else {
+		l.solo = 0
 	}
 	l.mu.Unlock()
 
@@ -859,14 +881,31 @@ func (l *journalLog) commit(w *journalWrite) {
 }
 
 // linger holds a leader's write back while another handle is about to
-// queue entries — it was in the last write (its shard's producers were
-// just answered and are producing again) or it has appended journal
-// records since its last Commit — for at most a share of the last
-// fdatasync's duration: the shards' groups then share one write and one
-// fdatasync instead of alternating, each write carrying one shard's group.
-// A serial store (SerialSyncs) does not linger: its run must not depend on
-// timing.
-func (l *journalLog) linger(self *Journal) {
+// queue entries, for at most a share of the last fdatasync's duration:
+// the shards' groups then share one write and one fdatasync instead of
+// alternating, each write carrying one shard's group. A serial store
+// (SerialSyncs) does not linger: its run must not depend on timing.
+//
+// Which handles are about to queue (awaited) is a prediction, made from
+// what the log has seen, without a clock. A handle that has appended
+// journal records since its last Commit (forming) is about to commit.
+// A handle that was in the last write had its producers just answered,
+// and they may be producing again — when the shards' producers overlap:
+// the leader queued behind a write in flight (contended), or fewer than
+// soloRun writes in a row carried one handle each with no write in
+// flight. Where every write carries one handle and finds the log idle,
+// the producers take turns, as one sequential client does whose
+// consecutive topics land on different shards (create a topic, produce,
+// create the next): the handle of the last write has nothing more to
+// send, its one producer is the one now waiting, and a leader waiting
+// for it would wait out its whole budget on every change of shard —
+// longer still, as a process with nothing else to run sleeps a timer
+// shorter than a millisecond out to one in the runtime's netpoller
+// (issue 33: about 1 ms on every other create + produce). Many
+// synchronous producers on two shards keep lingering: their writes
+// carry both shards, or queue behind one another, and a solo write
+// between shared ones (a linger that timed out) does not end it.
+func (l *journalLog) linger(self *Journal, contended bool) {
 	budget := time.Duration(l.lastSync.Load() / lingerShare)
 	if l.serial || budget <= 0 {
 		return
@@ -876,7 +915,7 @@ func (l *journalLog) linger(self *Journal) {
 	default:
 	}
 	armed := false
-	for l.awaited(self) {
+	for l.awaited(self, contended) {
 		if !armed {
 			if l.timer == nil {
 				l.timer = time.NewTimer(budget)
@@ -897,12 +936,14 @@ func (l *journalLog) linger(self *Journal) {
 }
 
 // awaited reports whether a handle other than self is about to queue
-// entries (see linger).
-func (l *journalLog) awaited(self *Journal) bool {
+// entries, for a leader that queued behind a write in flight
+// (contended) or not (see linger).
+func (l *journalLog) awaited(self *Journal, contended bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	last := l.gen > 0 && (contended || l.solo < soloRun)
 	for _, h := range l.handles {
-		if h != self && !h.queued && (h.lastGen == l.gen && l.gen > 0 || h.forming.Load()) {
+		if h != self && !h.queued && (last && h.lastGen == l.gen || h.forming.Load()) {
 			return true
 		}
 	}
