@@ -159,12 +159,9 @@ func (rg *raftGroups) setPeerLive(peer uint64, live bool) {
 		}
 		switch v, err := groups.PeerLive(o.rep.grp, peer, false); {
 		case v == groups.LeaderLost:
-			rg.wake(o)
-			if err != nil {
-				rg.failGroup(o, err)
+			if !rg.leaderLost(o, err) {
 				continue
 			}
-			rg.markReady(o)
 		case o.rep.grp.Leader() == 0 && o.rep.elect.Held() && raftid.Node(rg.preferred(o)) == peer:
 			// A new group held for the dead node's first campaign.
 		default:
@@ -172,6 +169,65 @@ func (rg *raftGroups) setPeerLive(peer uint64, live bool) {
 		}
 		rg.electAfterDeath(o)
 	}
+}
+
+// leaderLost is the part of a leader's loss common to its causes (node
+// liveness's verdict, setPeerLive; its replica replaced, leaderReplaced):
+// o's group forgot its leader (err is what forgetting returned) and
+// wakes. It reports whether o stands, ready for its election; on err the
+// group fails instead.
+func (rg *raftGroups) leaderLost(o *owned, err error) bool {
+	rg.wake(o)
+	if err != nil {
+		rg.failGroup(o, err)
+		return false
+	}
+	rg.markReady(o)
+	return true
+}
+
+// leaderReplaced reacts to info, o's committed partition, replacing the
+// replica that o's group follows as its leader by a later generation on
+// the same node (metadata.ReseedReplica): the leader's copy was set aside
+// and will never speak again, so the group forgets it and elects another,
+// as when node liveness declares a leader's node dead.
+//
+// Why. Node liveness judges nodes, not replicas. A leader whose node
+// restarted with its raft log damaged is set aside at the build (a new
+// replica takes its place once the re-seed commits), yet its node is
+// alive: no death is reported, and a quiesced group's followers, not
+// ticked, wait for ever for a leader that is gone. The group cannot
+// change its membership without a leader either, so the new replica and
+// any move in flight wait with it (simulator cluster seed 199 with slow
+// links: the group's two intact voters never elected). The re-seed
+// committing is the one event every member sees.
+//
+// Who stands. The old leader's node is alive, so the campaigner by
+// liveness may be the replaced replica itself, which never campaigns;
+// the group is then held for it. But the placement names the new replica
+// where the old one stood, and the new one is no voter yet, so the
+// preferred leader (the first placed voter, refreshPeers) is an intact
+// voter, which campaignIfPreferred, run next, makes stand.
+func (rg *raftGroups) leaderReplaced(o *owned, info metadata.PartitionInfo) {
+	g := o.rep.grp
+	if g == nil || o.failed != nil || info.CreatedRevision != o.p.Epoch() {
+		return
+	}
+	lead := g.Leader()
+	if lead == 0 || lead == o.rep.id || !replacedIn(info, lead) {
+		return
+	}
+	rg.log.Warn("the group's leader was replaced by a newer replica; electing another", "ns", o.p.Namespace(), "leader", lead)
+	if rg.leaderLost(o, g.ForgetLeader()) {
+		rg.electAfterDeath(o)
+	}
+}
+
+// replacedIn reports whether info names a later generation of raft id
+// id's node than id: the replica of id was re-seeded, its copy set aside.
+func replacedIn(info metadata.PartitionInfo, id uint64) bool {
+	now, ok := info.ReplicaOf(raftid.Node(id))
+	return ok && raftid.Gen(now) > raftid.Gen(id)
 }
 
 // campaigner is the live member that stands for election in ns's group
