@@ -39,7 +39,10 @@ import (
 //     groups do not start their elections in the same instant, and a
 //     group nobody contacts stands for election itself after a while.
 //     When a peer returns, the groups this node leads wake so the leader
-//     brings it up to date.
+//     brings it up to date. A leader whose replica the metadata
+//     re-seeded (its node restarted with the raft log damaged, alive to
+//     liveness) counts as dead the same way once the re-seed commits
+//     (leaderReplaced).
 
 // quiescence is the shard's bookkeeping for quiescence (pump-owned).
 type quiescence struct {
