@@ -11,14 +11,12 @@ import (
 // node restarted with the raft log damaged, so the build set the replica
 // aside) elects another leader among its intact voters once they are
 // told of the placement, though node liveness never reports the leader's
-// node dead. Before, the quiesced followers, not ticked, waited for ever
-// for a leader that was gone, and without a leader the group could not
-// add the new replica or settle a move (simulator cluster seed 199 with
-// slow links). The old leader's node is alive, so liveness's campaigner
-// may be the replaced replica; the preferred leader, an intact voter once
-// the placement names the new replica, stands then. Every partition of
-// the topic is tried, so that the campaigner chosen by namespace is the
-// old leader in some (partitions 0 and 2 here).
+// node dead: the followers wake, and their election timers run out with
+// no word from the leader. Before, the quiesced followers, not ticked,
+// waited for ever for a leader that was gone, and without a leader the
+// group could not add the new replica or settle a move (simulator
+// cluster seed 199 with slow links). Every partition of the topic is
+// tried, so that each node leads one.
 func TestQuiescedGroupWhoseLeaderWasReseededElectsAnother(t *testing.T) {
 	for i := range 4 {
 		t.Run(fmt.Sprint("partition", i), func(t *testing.T) {

@@ -39,10 +39,10 @@ import (
 //     groups do not start their elections in the same instant, and a
 //     group nobody contacts stands for election itself after a while.
 //     When a peer returns, the groups this node leads wake so the leader
-//     brings it up to date. A leader whose replica the metadata
+//     brings it up to date. A group whose leader's replica the metadata
 //     re-seeded (its node restarted with the raft log damaged, alive to
-//     liveness) counts as dead the same way once the re-seed commits
-//     (leaderReplaced).
+//     liveness) wakes once the re-seed commits, and its election timer
+//     elects another leader (leaderReplaced).
 
 // quiescence is the shard's bookkeeping for quiescence (pump-owned).
 type quiescence struct {
@@ -162,9 +162,12 @@ func (rg *raftGroups) setPeerLive(peer uint64, live bool) {
 		}
 		switch v, err := groups.PeerLive(o.rep.grp, peer, false); {
 		case v == groups.LeaderLost:
-			if !rg.leaderLost(o, err) {
+			rg.wake(o)
+			if err != nil {
+				rg.failGroup(o, err)
 				continue
 			}
+			rg.markReady(o)
 		case o.rep.grp.Leader() == 0 && o.rep.elect.Held() && raftid.Node(rg.preferred(o)) == peer:
 			// A new group held for the dead node's first campaign.
 		default:
@@ -174,26 +177,11 @@ func (rg *raftGroups) setPeerLive(peer uint64, live bool) {
 	}
 }
 
-// leaderLost is the part of a leader's loss common to its causes (node
-// liveness's verdict, setPeerLive; its replica replaced, leaderReplaced):
-// o's group forgot its leader (err is what forgetting returned) and
-// wakes. It reports whether o stands, ready for its election; on err the
-// group fails instead.
-func (rg *raftGroups) leaderLost(o *owned, err error) bool {
-	rg.wake(o)
-	if err != nil {
-		rg.failGroup(o, err)
-		return false
-	}
-	rg.markReady(o)
-	return true
-}
-
 // leaderReplaced reacts to info, o's committed partition, replacing the
 // replica that o's group follows as its leader by a later generation on
-// the same node (metadata.ReseedReplica): the leader's copy was set aside
-// and will never speak again, so the group forgets it and elects another,
-// as when node liveness declares a leader's node dead.
+// the same node (metadata.ReseedReplica): o's group wakes, so its raft
+// election timer runs again and elects another leader if the old one is
+// silent. Without Replication.Quiesce every group is ticked already.
 //
 // Why. Node liveness judges nodes, not replicas. A leader whose node
 // restarted with its raft log damaged is set aside at the build (a new
@@ -205,25 +193,23 @@ func (rg *raftGroups) leaderLost(o *owned, err error) bool {
 // links: the group's two intact voters never elected). The re-seed
 // committing is the one event every member sees.
 //
-// Who stands. The old leader's node is alive, so the campaigner by
-// liveness may be the replaced replica itself, which never campaigns;
-// the group is then held for it. But the placement names the new replica
-// where the old one stood, and the new one is no voter yet, so the
-// preferred leader (the first placed voter, refreshPeers) is an intact
-// voter, which campaignIfPreferred, run next, makes stand.
+// Why wake rather than forget the leader, as a death does. The replaced
+// leader may still run (its node read the damaged log whole later, and
+// runs it until told of the re-seed, replaced): it then hands the group
+// over (stepDown), and a follower accepts that hand-over only from the
+// leader it knows (replica's checkMessage), so forgetting it would refuse
+// the hand-over while the old leader's heartbeats kept the group from
+// electing. Woken, the followers elect by raft's own rules: not before
+// an election timeout without a word from the leader.
 func (rg *raftGroups) leaderReplaced(o *owned, info metadata.PartitionInfo) {
 	g := o.rep.grp
-	if g == nil || o.failed != nil || info.CreatedRevision != o.p.Epoch() {
+	if !rg.cfg.Quiesce || g == nil || o.failed != nil || info.CreatedRevision != o.p.Epoch() {
 		return
 	}
-	lead := g.Leader()
-	if lead == 0 || lead == o.rep.id || !replacedIn(info, lead) {
+	if lead := g.Leader(); lead == 0 || lead == o.rep.id || !replacedIn(info, lead) {
 		return
 	}
-	rg.log.Warn("the group's leader was replaced by a newer replica; electing another", "ns", o.p.Namespace(), "leader", lead)
-	if rg.leaderLost(o, g.ForgetLeader()) {
-		rg.electAfterDeath(o)
-	}
+	rg.wake(o)
 }
 
 // replacedIn reports whether info names a later generation of raft id
