@@ -254,10 +254,10 @@ func (rg *raftGroups) replaced(o *owned, info metadata.PartitionInfo) bool {
 	if o.failed != nil {
 		return errors.Is(o.failed, errReplaced)
 	}
-	id, ok := info.ReplicaOf(rg.cfg.Node)
-	if !ok || o.rep.grp == nil || info.CreatedRevision != o.p.Epoch() || raftid.Gen(id) <= raftid.Gen(o.rep.id) {
+	if o.rep.grp == nil || info.CreatedRevision != o.p.Epoch() || !replacedIn(info, o.rep.id) {
 		return false
 	}
+	id, _ := info.ReplicaOf(rg.cfg.Node)
 	rg.log.Warn("replica replaced by a newer one on this node; it is fenced and the new replica built", "ns", o.p.Namespace(), "replica", o.rep.id, "new", id)
 	if o.rep.grp.IsLeader() {
 		rg.stepDown(o)

@@ -359,6 +359,9 @@ func (rg *raftGroups) updatePlacement(ns metadata.Namespace) {
 			return // the new replica takes part instead (damage.go)
 		}
 		rg.refreshPeers(o)
+		if info, ok := rg.meta.Partition(ns); ok {
+			rg.leaderReplaced(o, info)
+		}
 		rg.campaignIfPreferred(o)
 		rg.considerMove(o)
 		// A new preferred leader (Rebalance reorders replica sets) is

@@ -39,7 +39,10 @@ import (
 //     groups do not start their elections in the same instant, and a
 //     group nobody contacts stands for election itself after a while.
 //     When a peer returns, the groups this node leads wake so the leader
-//     brings it up to date.
+//     brings it up to date. A group whose leader's replica the metadata
+//     re-seeded (its node restarted with the raft log damaged, alive to
+//     liveness) wakes once the re-seed commits, and its election timer
+//     elects another leader (leaderReplaced).
 
 // quiescence is the shard's bookkeeping for quiescence (pump-owned).
 type quiescence struct {
@@ -172,6 +175,48 @@ func (rg *raftGroups) setPeerLive(peer uint64, live bool) {
 		}
 		rg.electAfterDeath(o)
 	}
+}
+
+// leaderReplaced reacts to info, o's committed partition, replacing the
+// replica that o's group follows as its leader by a later generation on
+// the same node (metadata.ReseedReplica): o's group wakes, so its raft
+// election timer runs again and elects another leader if the old one is
+// silent. Without Replication.Quiesce every group is ticked already.
+//
+// Why. Node liveness judges nodes, not replicas. A leader whose node
+// restarted with its raft log damaged is set aside at the build (a new
+// replica takes its place once the re-seed commits), yet its node is
+// alive: no death is reported, and a quiesced group's followers, not
+// ticked, wait for ever for a leader that is gone. The group cannot
+// change its membership without a leader either, so the new replica and
+// any move in flight wait with it (simulator cluster seed 199 with slow
+// links: the group's two intact voters never elected). The re-seed
+// committing is the one event every member sees.
+//
+// Why wake rather than forget the leader, as a death does. The replaced
+// leader may still run (its node read the damaged log whole later, and
+// runs it until told of the re-seed, replaced): it then hands the group
+// over (stepDown), and a follower accepts that hand-over only from the
+// leader it knows (replica's checkMessage), so forgetting it would refuse
+// the hand-over while the old leader's heartbeats kept the group from
+// electing. Woken, the followers elect by raft's own rules: not before
+// an election timeout without a word from the leader.
+func (rg *raftGroups) leaderReplaced(o *owned, info metadata.PartitionInfo) {
+	g := o.rep.grp
+	if !rg.cfg.Quiesce || g == nil || o.failed != nil || info.CreatedRevision != o.p.Epoch() {
+		return
+	}
+	if lead := g.Leader(); lead == 0 || lead == o.rep.id || !replacedIn(info, lead) {
+		return
+	}
+	rg.wake(o)
+}
+
+// replacedIn reports whether info names a later generation of raft id
+// id's node than id: the replica of id was re-seeded, its copy set aside.
+func replacedIn(info metadata.PartitionInfo, id uint64) bool {
+	now, ok := info.ReplicaOf(raftid.Node(id))
+	return ok && raftid.Gen(now) > raftid.Gen(id)
 }
 
 // campaigner is the live member that stands for election in ns's group

@@ -16,9 +16,15 @@ import (
 // running, it held the new replica off for good (simulator cluster seed
 // 3625).
 func TestReseedOfARunningReplicaFencesIt(t *testing.T) {
-	for _, who := range []string{"follower", "leader"} {
+	for _, who := range []string{"follower", "leader", "quiesced leader"} {
 		t.Run(who, func(t *testing.T) {
 			n := newMoveNet(t)
+			if who == "quiesced leader" {
+				// The followers, told of the re-seed, wake for the
+				// leader replaced (leaderReplaced) and still take its
+				// hand-over.
+				n = newMoveNetWith(t, func(r *Replication) { r.Quiesce = true })
+			}
 			info, lead := n.ledPartition(3)
 			ns := info.NS
 			n.produceAcked(lead, ns, 2)
@@ -53,7 +59,7 @@ func TestReseedOfARunningReplicaFencesIt(t *testing.T) {
 			if r := c.answered(t); !errors.As(r.Err, &nl) && !errors.Is(r.Err, ErrRetry) {
 				t.Fatalf("a write to the replaced replica: %v; want it sent to the group", r.Err)
 			}
-			if who == "leader" {
+			if who != "follower" {
 				for range 200 {
 					if l := n.leader(ns); l != 0 && l != bad {
 						break

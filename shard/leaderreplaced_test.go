@@ -1,0 +1,71 @@
+package shard
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/parkway-io/parkway/metadata"
+)
+
+// A quiesced group whose leader's replica the metadata re-seeds (its
+// node restarted with the raft log damaged, so the build set the replica
+// aside) elects another leader among its intact voters once they are
+// told of the placement, though node liveness never reports the leader's
+// node dead: the followers wake, and their election timers run out with
+// no word from the leader. Before, the quiesced followers, not ticked,
+// waited for ever for a leader that was gone, and without a leader the
+// group could not add the new replica or settle a move (simulator
+// cluster seed 199 with slow links). Every partition of the topic is
+// tried, so that each node leads one.
+func TestQuiescedGroupWhoseLeaderWasReseededElectsAnother(t *testing.T) {
+	for i := range 4 {
+		t.Run(fmt.Sprint("partition", i), func(t *testing.T) {
+			n := newMoveNetWith(t, func(r *Replication) { r.Quiesce = true })
+			n.apply(metadata.CreateStream{Name: "s"})
+			res := n.apply(metadata.CreateTopic{Stream: 0, Name: "t", Partitions: 4, Config: metadata.TopicConfig{Replicas: 3}})
+			info := res.Created[i]
+			ns := info.NS
+			n.materialise(ns)
+			for range 500 {
+				if n.leader(ns) != 0 {
+					break
+				}
+				n.tickAll()
+			}
+			lead := n.leader(ns)
+			if lead == 0 {
+				t.Fatal("no leader")
+			}
+			n.produceAcked(lead, ns, 2)
+			for range 30 {
+				n.tickAll()
+			}
+			for _, id := range info.Replicas {
+				if o := n.shard(id).rg.replicated[ns]; !n.shard(id).rg.quiesced(o) {
+					t.Fatalf("n%d's replica is not quiesced", id)
+				}
+			}
+			// The leader's node restarts and its replica is set aside: it
+			// never speaks again, though liveness holds the node alive.
+			n.cut[lead] = true
+			n.apply(metadata.ReseedReplica{NS: ns, CreatedRevision: info.CreatedRevision, Replica: lead})
+			for _, id := range info.Replicas {
+				if id != lead {
+					n.shard(id).rg.updatePlacement(ns)
+				}
+			}
+			n.settle()
+			// A few election timeouts, far inside one hold (100 of them).
+			// The old leader, cut off, still believes it leads.
+			for range 50 {
+				for _, id := range info.Replicas {
+					if id != lead && n.shard(id).rg.replicated[ns].rep.grp.IsLeader() {
+						return
+					}
+				}
+				n.tickAll()
+			}
+			t.Fatalf("no intact voter leads %v 50 ticks after its leader n%d was re-seeded", ns, lead)
+		})
+	}
+}
