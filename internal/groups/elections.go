@@ -121,9 +121,9 @@ type Elections[G comparable] struct {
 
 	// campaign holds the groups this node stands for election in, waiting
 	// for their turn, and first those of them that never had a leader,
-	// which take their turn before campaign's (First); inflight the elections started and not yet won;
-	// held the groups waiting, unticked, for a peer to give them a
-	// leader; ticks counts the ticks.
+	// which take their turn before campaign's (First); inflight the
+	// elections started and not yet won; held the groups waiting,
+	// unticked, for a peer to give them a leader; ticks counts the ticks.
 	campaign []G
 	first    []G
 	inflight []G
