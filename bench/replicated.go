@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/parkway-io/parkway"
+	"github.com/parkway-io/parkway/partition"
 	"github.com/parkway-io/parkway/transport"
 )
 
@@ -223,6 +224,11 @@ func (s parkwayClusterSystem) open(ctx context.Context, dir string, warm []byte)
 		cfg := parkway.Config{Shards: 2, Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: bus(id)}}
 		if s.disk {
 			cfg.DataDir = filepath.Join(dir, fmt.Sprintf("node-%d", id))
+			// The default descriptor budget is half the process's limit
+			// for one node; three in one process share the limit, and at
+			// 10,000 topics the three budgets together exceeded it (the
+			// builds failed with EMFILE; issue 33).
+			cfg.MaxOpenFiles = partition.DefaultMaxOpenFiles() / replicas
 		}
 		n, err := parkway.Open(cfg)
 		if err != nil {
@@ -896,7 +902,9 @@ like JetStream's routes here) with the other two nodes added as peers
 1 partition created with ` + "`parkway.WithFsync(parkway.FsyncInterval, 2*time.Minute)`" + `.
 It runs twice: **parkway ×3 memory** has no ` + "`DataDir`" + `, so the partition and
 every raft log are in memory; **parkway ×3 disk** gives each node its own
-` + "`DataDir`" + ` (a fresh temporary directory per node), so each node keeps the
+` + "`DataDir`" + ` (a fresh temporary directory per node) and a third of the default
+descriptor budget (` + "`MaxOpenFiles: partition.DefaultMaxOpenFiles() / 3`" + `: three
+nodes share the process's limit), so each node keeps the
 partition's segments with its raft log beside them, and the metadata raft
 log, on disk. Under ` + "`FsyncInterval`" + ` both logs are written as they grow and
 fsynced on the 2-minute interval; the partition log is also synced before

@@ -42,12 +42,21 @@ func (rg *raftGroups) live(o *owned) bool {
 }
 
 // admitNew settles how a new group gets its first leader: campaigned is
-// whether it stood for election already; elect whether this node should.
-func (rg *raftGroups) admitNew(o *owned, elect, campaigned bool) {
+// whether it stood for election already; elect whether this node should;
+// first whether the group never saw an election before (a new one, not
+// one restored with a history).
+func (rg *raftGroups) admitNew(o *owned, elect, campaigned, first bool) {
 	if !rg.cfg.Quiesce {
 		return
 	}
 	o.rep.elect.Reset() // a rebuilt group's earlier state
+	if elect && first {
+		// The group's first election: a client that created the
+		// partition may be waiting for its leader, so should this one
+		// find no winner (its followers not built yet) or have to wait
+		// for a place, it goes ahead of the re-elections queued.
+		rg.elect.First(o)
+	}
 	switch {
 	case campaigned:
 		rg.elect.Started(o)

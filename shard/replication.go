@@ -208,6 +208,7 @@ func (rg *raftGroups) replicate(o *owned) error {
 	// does not campaign: it would lead with nothing to serve.
 	elect := len(g.Voters()) > 0 && preferredLeader(ns, o.rep.peers, o.rep.placed) == o.rep.id && o.rep.catchup == nil
 	campaigned := elect && rg.elect.Room()
+	first := g.Term() <= 1 // a new group starts at term 1, its log only the initial snapshot
 	if campaigned {
 		if err := g.Campaign(); err != nil {
 			o.rep.grp = nil
@@ -217,7 +218,7 @@ func (rg *raftGroups) replicate(o *owned) error {
 	}
 	rg.replicated[ns] = o
 	rg.markReady(o)
-	rg.admitNew(o, elect, campaigned)
+	rg.admitNew(o, elect, campaigned, first)
 	rg.armTick()
 	return nil
 }

@@ -17,6 +17,11 @@ import "github.com/parkway-io/parkway/internal/replica"
 //     others wait in order, not ticked. An election that found no leader
 //     within CampaignPatienceTimeouts goes back to the end of the queue,
 //     unticked, so the groups that are ticked stay few however many wait;
+//   - puts the first elections of new groups (First) ahead of the
+//     others in the queue: a client that created a partition waits for
+//     its leader, while a queue of re-elections (a dead node's groups,
+//     thousands after a node liveness false alarm on an overloaded host)
+//     would keep it waiting longer than a request's deadline;
 //   - holds a group its member does not stand for election in: not ticked
 //     until a peer's message gives it a leader, since the member that
 //     should campaign will contact it. A group still leaderless after
@@ -66,6 +71,9 @@ type Candidacy struct {
 	// Elections tick its last election started at.
 	held, queued bool
 	at           int64
+	// first: the group never had a leader, and its elections queue
+	// ahead of the others (Elections.First) until it finds one.
+	first bool
 }
 
 // Held reports whether the group waits, unticked, for an election or a
@@ -76,15 +84,15 @@ func (c *Candidacy) Held() bool { return c.held }
 func (c *Candidacy) Queued() bool { return c.queued }
 
 // Reset forgets the candidacy (a rebuilt group's earlier state).
-func (c *Candidacy) Reset() { c.held, c.queued = false, false }
+func (c *Candidacy) Reset() { c.held, c.queued, c.first = false, false, false }
 
 // Unhold makes a held group ticked again once g has a leader (a peer's
 // message told it, or it won an election it started), so its election
 // timer watches the leader, or it heartbeats and quiesces as a leader
 // does. A host calls it on every held group it finds awake.
 func (c *Candidacy) Unhold(g *replica.Group) {
-	if c.held && g != nil && g.Leader() != 0 {
-		c.held = false
+	if g != nil && g.Leader() != 0 {
+		c.held, c.first = false, false
 	}
 }
 
@@ -112,10 +120,12 @@ type Elections[G comparable] struct {
 	timeout int64
 
 	// campaign holds the groups this node stands for election in, waiting
-	// for their turn; inflight the elections started and not yet won;
-	// held the groups waiting, unticked, for a peer to give them a
-	// leader; ticks counts the ticks.
+	// for their turn, and first those of them that never had a leader,
+	// which take their turn before campaign's (First); inflight the
+	// elections started and not yet won; held the groups waiting,
+	// unticked, for a peer to give them a leader; ticks counts the ticks.
 	campaign []G
+	first    []G
 	inflight []G
 	held     []heldGroup[G]
 	ticks    int64
@@ -137,7 +147,7 @@ func NewElections[G comparable](host ElectionHost[G], bounded bool, electionTick
 // Room reports whether a new group this node should lead may campaign at
 // once (nothing queued, room in flight).
 func (e *Elections[G]) Room() bool {
-	return !e.bounded || (len(e.campaign) == 0 && len(e.inflight) < CampaignsInFlight)
+	return !e.bounded || (len(e.campaign) == 0 && len(e.first) == 0 && len(e.inflight) < CampaignsInFlight)
 }
 
 // InFlight is the number of elections under way.
@@ -151,8 +161,40 @@ func (e *Elections[G]) Queue(g G) {
 		return
 	}
 	c.queued = true
-	e.campaign = append(e.campaign, g)
+	if c.first {
+		e.first = append(e.first, g)
+	} else {
+		e.campaign = append(e.campaign, g)
+	}
 	e.host.ElectionPending()
+}
+
+// First marks g a new group's, which never had a leader: its elections
+// queue ahead of every other (Queue) until it has one. The host calls it
+// before it starts or queues the group's first election.
+func (e *Elections[G]) First(g G) {
+	c, _, _ := e.host.Candidate(g)
+	c.first = true
+}
+
+// next takes the next queued election, a new group's first (First) before
+// any other; ok is false when none is queued.
+func (e *Elections[G]) next() (g G, ok bool) {
+	var none G
+	q := &e.first
+	if len(*q) == 0 {
+		q = &e.campaign
+	}
+	if len(*q) == 0 {
+		return none, false
+	}
+	g = (*q)[0]
+	(*q)[0] = none
+	*q = (*q)[1:]
+	if len(*q) == 0 {
+		*q = nil
+	}
+	return g, true
 }
 
 // Hold stops ticking g until a peer's message gives it a leader (or
@@ -220,7 +262,7 @@ func (e *Elections[G]) AfterDeath(g G, mine bool) {
 // Pending reports whether the host must keep ticking for the elections
 // queued or held, even with no group awake.
 func (e *Elections[G]) Pending() bool {
-	return len(e.campaign) > 0 || len(e.held) > 0 || len(e.inflight) > 0
+	return len(e.campaign) > 0 || len(e.first) > 0 || len(e.held) > 0 || len(e.inflight) > 0
 }
 
 // Tick runs on every tick of the host: it retires the elections that
@@ -240,6 +282,9 @@ func (e *Elections[G]) Tick() {
 			continue // gone
 		}
 		age := e.ticks - c.at
+		if grp.Leader() != 0 {
+			c.first = false
+		}
 		switch lead := grp.Leader(); {
 		case lead != 0 && !grp.IsLeader():
 			// Another member won: its leader brings the group up.
@@ -275,11 +320,11 @@ func (e *Elections[G]) Tick() {
 		e.held = nil
 	}
 
-	var none G
-	for len(e.campaign) > 0 && len(e.inflight) < CampaignsInFlight {
-		g := e.campaign[0]
-		e.campaign[0] = none
-		e.campaign = e.campaign[1:]
+	for len(e.inflight) < CampaignsInFlight {
+		g, ok := e.next()
+		if !ok {
+			break
+		}
 		c, grp, live := e.host.Candidate(g)
 		c.queued = false
 		if !live || grp.Leader() != 0 {
@@ -293,9 +338,6 @@ func (e *Elections[G]) Tick() {
 		e.Started(g)
 		e.host.Campaigned(g, nil)
 	}
-	if len(e.campaign) == 0 {
-		e.campaign = nil
-	}
 }
 
 // tickAwake starts the next few queued elections of a host whose groups
@@ -303,12 +345,11 @@ func (e *Elections[G]) Tick() {
 // CampaignsPerTick bounds the elections started per tick. A group that
 // found a leader meanwhile (another member won), or is gone, is skipped.
 func (e *Elections[G]) tickAwake() {
-	n := 0
-	var none G
-	for len(e.campaign) > 0 && n < CampaignsPerTick {
-		g := e.campaign[0]
-		e.campaign[0] = none
-		e.campaign = e.campaign[1:]
+	for n := 0; n < CampaignsPerTick; {
+		g, ok := e.next()
+		if !ok {
+			break
+		}
 		_, grp, live := e.host.Candidate(g)
 		if !live || grp.Leader() != 0 {
 			continue
@@ -319,8 +360,5 @@ func (e *Elections[G]) tickAwake() {
 			continue
 		}
 		e.host.Campaigned(g, nil)
-	}
-	if len(e.campaign) == 0 {
-		e.campaign = nil
 	}
 }

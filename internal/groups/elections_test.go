@@ -198,3 +198,46 @@ func TestElectionsStand(t *testing.T) {
 		t.Fatalf("the election past the bound: queued %v held %v pending %d, want queued and held", last.Queued(), last.Held(), h.pending)
 	}
 }
+
+// A new group's first election (First) goes ahead of every election
+// queued before it: after a node liveness false alarm an overloaded host
+// has a thousand re-elections queued, and a partition created then would
+// wait for all of them, longer than its creator's request deadline
+// (issue 33, case R6 at 10,000 topics). One that yields without a winner
+// (its followers not built yet) goes back ahead of them too.
+func TestElectionsFirstGoesAhead(t *testing.T) {
+	const queued = 3 * groups.CampaignsInFlight
+	fresh := queued
+	h := newElectionHost(t, queued+1)
+	e := groups.NewElections[int](h, true, timeout)
+	for i := range queued {
+		e.Queue(i)
+	}
+	e.Tick() // the first CampaignsInFlight under way, the rest queued
+	e.First(fresh)
+	if e.Room() {
+		t.Fatal("room for an election with the bound reached")
+	}
+	e.Queue(fresh)
+	patience := groups.CampaignPatienceTimeouts * timeout
+	for range patience {
+		e.Tick()
+	}
+	// The elections under way yielded (no votes arrive): the new group's
+	// takes the first place freed, ahead of the 2×CampaignsInFlight
+	// queued before it.
+	got := h.campaigned[groups.CampaignsInFlight:]
+	if len(got) != groups.CampaignsInFlight || got[0] != fresh {
+		t.Fatalf("after the patience elections started in %v: want the new group %d first", got, fresh)
+	}
+	for range patience {
+		e.Tick()
+	}
+	got = h.campaigned[2*groups.CampaignsInFlight:]
+	if len(got) == 0 || got[0] != fresh {
+		t.Fatalf("after the new group's election yielded, elections started in %v: want it first again", got)
+	}
+	if len(h.failed) != 0 {
+		t.Fatalf("groups failed: %v", h.failed)
+	}
+}
