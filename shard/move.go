@@ -355,11 +355,12 @@ func (rg *raftGroups) campaignIfPreferred(o *owned) {
 
 func (rg *raftGroups) updatePlacement(ns metadata.Namespace) {
 	if o := rg.replicated[ns]; o != nil {
-		if info, ok := rg.meta.Partition(ns); ok && rg.replaced(o, info) {
+		info, ok := rg.meta.Partition(ns)
+		if ok && rg.replaced(o, info) {
 			return // the new replica takes part instead (damage.go)
 		}
 		rg.refreshPeers(o)
-		if info, ok := rg.meta.Partition(ns); ok {
+		if ok {
 			rg.leaderReplaced(o, info)
 		}
 		rg.campaignIfPreferred(o)
