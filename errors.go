@@ -89,8 +89,9 @@ var (
 	// disk (behind the build backoff). It also reports a partition that
 	// cannot be opened from disk for damage: the error then wraps the
 	// *partition.CorruptError naming the file and byte offset (it matches
-	// ErrCorrupt), and the build is retried behind the same backoff. Not
-	// retried in place.
+	// ErrCorrupt), and the build is retried behind the same backoff. In a
+	// cluster it also answers a local read of a replica re-seeded while it
+	// ran, until its new replica is built. Not retried in place.
 	ErrPartitionFailed = shard.ErrPartitionFailed
 	// ErrMetadataFailed reports that this node's member of the metadata
 	// raft group stopped for good (its raft log cannot be reopened): the

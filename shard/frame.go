@@ -276,7 +276,10 @@ var (
 	// partition.ErrCorrupt), wrapping the *partition.CorruptError that
 	// names the file and byte offset; the reconciler retries the build
 	// behind its backoff, so the partition is served once the damage is
-	// repaired.
+	// repaired. And it answers a local read of a replica the metadata
+	// re-seeded while it ran (replaced by a newer replica on this node),
+	// until the reconciler has built the new one; writes and leader
+	// reads go to the group meanwhile.
 	ErrPartitionFailed = errors.New("parkway: partition fenced after a failed fsync until it is rebuilt from disk")
 
 	errTombstoned   = fmt.Errorf("%w: partition is being removed", ErrRetry)
