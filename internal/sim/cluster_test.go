@@ -25,6 +25,7 @@ var (
 	flagFloodX     = flag.Float64("sim.floodx", 1, "multiply the cluster seeds' forwarded-request flood rate (a misbehaving member)")
 	flagStallX     = flag.Float64("sim.stallx", 1, "multiply the cluster seeds' stalled-frame rate (a misbehaving member)")
 	flagSlowLink   = flag.Float64("sim.slowlink", 0, "the cluster seeds' slow-link rate (PeerFaultRates.SlowLink; 0 in the default faults)")
+	flagConnFlood  = flag.Float64("sim.connflood", 0, "the cluster seeds' connection-flood rate (PeerFaultRates.ConnFlood; 0 in the default faults)")
 )
 
 // clusterConfig is the cluster configuration the flags select.
@@ -40,6 +41,7 @@ func clusterConfig(seed uint64) sim.Config {
 	cfg.Faults.Peer.Flood *= *flagFloodX
 	cfg.Faults.Peer.Stall *= *flagStallX
 	cfg.Faults.Peer.SlowLink = *flagSlowLink
+	cfg.Faults.Peer.ConnFlood = *flagConnFlood
 	scaleClockFaults(&cfg)
 	return cfg
 }
@@ -60,7 +62,7 @@ func TestClusterSimulation(t *testing.T) {
 	list := seeds(t, defaultClusterSeeds)
 	_, replay := replaySeed(t)
 	defaultRange := isDefaultRange() && *flagMetaFaults && *flagRemoveX == 1 && *flagJoinX == 1 &&
-		*flagOneWayX == 1 && *flagClogX == 1 && *flagTermsX == 1 && *flagFloodX == 1 && *flagStallX == 1 && *flagSlowLink == 0 && !*flagDisarmed
+		*flagOneWayX == 1 && *flagClogX == 1 && *flagTermsX == 1 && *flagFloodX == 1 && *flagStallX == 1 && *flagSlowLink == 0 && *flagConnFlood == 0 && !*flagDisarmed
 	if defaultRange {
 		runs = defaultClusterOutcomes()
 	} else {

@@ -143,6 +143,9 @@ type peerState struct {
 	slowFrom, slowTo uint64
 	slowEnd          time.Time
 	heads            []*slowHead
+	// conns is the connection flood and every node's connection slots
+	// (cconns.go).
+	conns connFlood
 }
 
 // startPeerFaults starts a spell of forged terms, of a flood or of
@@ -165,6 +168,7 @@ func (c *sim) startPeerFaults() {
 		c.stallOpen()
 	}
 	c.startSlowLink(rates.SlowLink)
+	c.startConnFlood(rates.ConnFlood)
 }
 
 // startSpell starts, with chance rate, a spell of one kind when none is
@@ -207,6 +211,9 @@ func (c *sim) expirePeerFaults() {
 		c.sweepSlow()
 		c.markSwept()
 	}
+	if c.viol == nil {
+		c.expireConnFlood()
+	}
 }
 
 // peerFaultsOff ends every spell (quiescence, calms); the stalling
@@ -216,6 +223,7 @@ func (c *sim) peerFaultsOff() {
 	c.peerf.termNode, c.peerf.floodNode, c.peerf.stallNode = 0, 0, 0
 	c.stallsOff()
 	c.slowOff()
+	c.connsOff()
 }
 
 // forging reports whether n forges terms now.
