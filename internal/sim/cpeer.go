@@ -83,9 +83,11 @@ import (
 //     connection. Invariant 13 as above; the liveness invariants, that
 //     the lost frames take nothing for good.
 //
-// Not modelled: MaxConns (counted in TCPBus's accept loop, outside
-// internal/inbound) and TLS handshakes
-// (TestBehaviour26PeerShareKeepsOtherPeersServed covers the sockets).
+// A fifth, connection floods (PeerFaultRates.ConnFlood, cconns.go; 0 in
+// the default faults), drives the transport's connection slots
+// (internal/slots) rather than its frame budget. Not modelled: the TLS
+// handshake's bytes and CPU (TestBehaviour26PeerShareKeepsOtherPeersServed
+// and TestTCPHandshakeLimit cover the sockets).
 
 // The forwarded-request budgets of the simulated nodes: small, so that a
 // flood meets them (a request is charged its bytes and 8 KiB).
