@@ -392,16 +392,7 @@ func TestTCPPeerConnLimit(t *testing.T) {
 		}
 	}
 
-	b3 := listen(t, 3, ca.tlsOpts(t, cluster, 3))
-	if err := b3.AddPeer(1, a.Addr().String()); err != nil {
-		t.Fatal(err)
-	}
-	if err := b3.Send(Message{To: 1, Kind: 1, Payload: []byte("served")}); err != nil {
-		t.Fatal(err)
-	}
-	if m := recv(t, a.Recv()); m.From != 3 || string(m.Payload) != "served" {
-		t.Fatalf("got %q from %d, want node 3's frame", m.Payload, m.From)
-	}
+	expectServed(t, ca, a, 3)
 	if s := a.Stats(); s.RejectedConns != 0 || s.PeerConnsClosed != 4 {
 		t.Fatalf("stats %+v", s)
 	}
@@ -449,16 +440,7 @@ func TestTCPHandshakeLimit(t *testing.T) {
 		}
 	}
 
-	b3 := listen(t, 3, ca.tlsOpts(t, cluster, 3))
-	if err := b3.AddPeer(1, a.Addr().String()); err != nil {
-		t.Fatal(err)
-	}
-	if err := b3.Send(Message{To: 1, Kind: 1, Payload: []byte("served")}); err != nil {
-		t.Fatal(err)
-	}
-	if m := recv(t, a.Recv()); m.From != 3 || string(m.Payload) != "served" {
-		t.Fatalf("got %q from %d, want node 3's frame", m.Payload, m.From)
-	}
+	expectServed(t, ca, a, 3)
 
 	// Two handshaking and the member's: a third address takes the last
 	// handshake slot, and its next connection is refused by MaxHandshakes
@@ -489,6 +471,22 @@ func TestTCPHandshakeLimitValidated(t *testing.T) {
 		if _, err := ListenTCP(1, "127.0.0.1:0", nil, o); !errors.Is(err, ErrInvalidOptions) {
 			t.Fatalf("%+v: err %v, want ErrInvalidOptions", o, err)
 		}
+	}
+}
+
+// expectServed dials a from a new member, node id, which must be
+// accepted and its frame delivered.
+func expectServed(t *testing.T, ca *testCA, a *TCPBus, id NodeID) {
+	t.Helper()
+	b := listen(t, id, ca.tlsOpts(t, cluster, id))
+	if err := b.AddPeer(a.ID(), a.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Send(Message{To: a.ID(), Kind: 1, Payload: []byte("served")}); err != nil {
+		t.Fatal(err)
+	}
+	if m := recv(t, a.Recv()); m.From != id || string(m.Payload) != "served" {
+		t.Fatalf("got %q from %d, want node %d's frame", m.Payload, m.From, id)
 	}
 }
 

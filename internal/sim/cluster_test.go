@@ -235,35 +235,19 @@ func slowLinkConfig(seed uint64) sim.Config {
 // behind them, connections closed at a read deadline with frames lost
 // behind them.
 func TestClusterSlowLinks(t *testing.T) {
-	n := 24
-	if raceEnabled {
-		n = 3
-	}
-	list := make([]uint64, n)
-	for i := range list {
-		list[i] = uint64(i)
-	}
-	runs := runSeeds(list, slowLinkConfig, false)
-	judge(t, list, runs, 5)
+	runs := offByDefaultSeeds(t, slowLinkConfig)
+	n := len(runs)
 	var total sim.FaultCounts
 	for _, r := range runs {
 		addFaults(&total, r.res.Faults)
 	}
 	t.Logf("%d slow-link seeds: %d spells, %d slow frames (%d whole, %d closed at a read deadline), %d queued behind one, %d lost behind a closed connection",
 		n, total.SlowLinkSpells, total.SlowFrames, total.SlowWhole, total.SlowTimeouts, total.SlowQueued, total.SlowLost)
-	for _, c := range []struct {
-		name string
-		n    int
-	}{
-		{"slow frame read whole", total.SlowWhole},
-		{"slow frame's connection closed at a read deadline", total.SlowTimeouts},
-		{"frame queued behind a slow one", total.SlowQueued},
-		{"frame lost behind a closed connection", total.SlowLost},
-	} {
-		if c.n == 0 {
-			t.Errorf("%q never happened in %d slow-link seeds", c.name, n)
-		}
-	}
+	expectHappened(t, "slow-link", n,
+		happened{"slow frame read whole", total.SlowWhole},
+		happened{"slow frame's connection closed at a read deadline", total.SlowTimeouts},
+		happened{"frame queued behind a slow one", total.SlowQueued},
+		happened{"frame lost behind a closed connection", total.SlowLost})
 }
 
 // Raft messages that do not carry their incarnation (the reference
