@@ -192,8 +192,8 @@ func (c *sim) floodConns() {
 }
 
 // honestRedial makes a member picked at random, neither flooded nor
-// flooding, redial the flooded node, unless its last redial is still
-// handshaking. Its redial must be admitted (invariant 14).
+// flooding, redial the flooded node, unless its last redial, or a
+// connection of a flood it made before, is still handshaking. Its redial must be admitted (invariant 14).
 func (c *sim) honestRedial() {
 	f := &c.peerf.conns
 	to := c.node(f.to)
@@ -206,7 +206,10 @@ func (c *sim) honestRedial() {
 	}
 	ns := c.slotsOf(to)
 	for _, o := range ns.conns {
-		if o.honest && o.from == m.id && o.sc.Handshaking() {
+		// One redial in flight per member; and a member that flooded is
+		// not honest while its flood's handshakes hold its address's
+		// share.
+		if o.from == m.id && o.sc.Handshaking() {
 			return
 		}
 	}
