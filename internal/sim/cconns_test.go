@@ -34,13 +34,7 @@ func TestClusterConnFlood(t *testing.T) {
 	runs := offByDefaultSeeds(t, connFloodConfig)
 	var total sim.FaultCounts
 	for _, r := range runs {
-		f := r.res.Faults
-		total.ConnFloodSpells += f.ConnFloodSpells
-		total.FloodConns += f.FloodConns
-		total.FloodConnsRefused += f.FloodConnsRefused
-		total.HandshakeTimeouts += f.HandshakeTimeouts
-		total.ConnsEvicted += f.ConnsEvicted
-		total.HonestRedials += f.HonestRedials
+		addFaults(&total, r.res.Faults)
 	}
 	t.Logf("%d connection-flood seeds: %d floods, %d flood connections (%d refused at accept, %d closed at the handshake deadline), %d members' connections closed past MaxPeerConns, %d honest redials admitted",
 		len(runs), total.ConnFloodSpells, total.FloodConns, total.FloodConnsRefused, total.HandshakeTimeouts, total.ConnsEvicted, total.HonestRedials)
