@@ -392,18 +392,101 @@ func TestTCPPeerConnLimit(t *testing.T) {
 		}
 	}
 
-	b3 := listen(t, 3, ca.tlsOpts(t, cluster, 3))
-	if err := b3.AddPeer(1, a.Addr().String()); err != nil {
-		t.Fatal(err)
-	}
-	if err := b3.Send(Message{To: 1, Kind: 1, Payload: []byte("served")}); err != nil {
-		t.Fatal(err)
-	}
-	if m := recv(t, a.Recv()); m.From != 3 || string(m.Payload) != "served" {
-		t.Fatalf("got %q from %d, want node 3's frame", m.Payload, m.From)
-	}
+	expectServed(t, ca, a, 3)
 	if s := a.Stats(); s.RejectedConns != 0 || s.PeerConnsClosed != 4 {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestTCPHandshakeLimit: connections that never finish a handshake hold
+// at most MaxAddrHandshakes slots from one address and MaxHandshakes in
+// all, never the slots a member's connection needs: while an outsider
+// holds every handshake slot its address may, a member's connection is
+// accepted and served; past MaxHandshakes another address is refused;
+// and the outsider's connections, closed, give their slots back. Without
+// the bound (MaxConns alone, as before issue 28) the outsider's
+// connections filled MaxConns and the member's was closed on accept.
+func TestTCPHandshakeLimit(t *testing.T) {
+	ca := newCA(t, "ca")
+	opts := ca.tlsOpts(t, cluster, 1)
+	opts.MaxConns, opts.MaxHandshakes, opts.MaxAddrHandshakes, opts.MaxPeerConns = 5, 3, 2, 2
+	opts.HandshakeTimeout = time.Minute // the outsider's connections outlast the test
+	a := listen(t, 1, opts)
+
+	// The outsiders dial from their own loopback addresses; the member's
+	// bus dials from 127.0.0.1.
+	outsider := func(ip string) net.Conn {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		c, err := d.Dial("tcp", a.Addr().String())
+		if err != nil {
+			t.Skipf("cannot dial from %s: %v", ip, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	var held []net.Conn
+	for i := 1; i <= 6; i++ {
+		c := outsider("127.0.0.2")
+		if i <= 2 {
+			held = append(held, c)
+			waitStats(t, a, fmt.Sprintf("the outsider's connection %d admitted", i), func(s TCPStats) bool {
+				return s.InboundConns == uint64(i)
+			})
+			continue
+		}
+		drainUntilClosed(t, c)
+		if s := a.Stats(); s.RejectedConns != uint64(i-2) || s.InboundConns != 2 {
+			t.Fatalf("the outsider's connection %d: stats %+v", i, s)
+		}
+	}
+
+	expectServed(t, ca, a, 3)
+
+	// Two handshaking and the member's: a third address takes the last
+	// handshake slot, and its next connection is refused by MaxHandshakes
+	// though MaxConns has room.
+	held = append(held, outsider("127.0.0.3"))
+	waitStats(t, a, "the third address's connection admitted", func(s TCPStats) bool { return s.InboundConns == 4 })
+	drainUntilClosed(t, outsider("127.0.0.3"))
+	if s := a.Stats(); s.RejectedConns != 5 || s.InboundConns != 4 {
+		t.Fatalf("stats %+v", s)
+	}
+
+	for _, c := range held {
+		c.Close()
+	}
+	waitStats(t, a, "the outsiders' slots given back", func(s TCPStats) bool { return s.InboundConns == 1 })
+	c := outsider("127.0.0.2")
+	waitStats(t, a, "the outsider's address admitted again", func(s TCPStats) bool { return s.InboundConns == 2 })
+	c.Close()
+}
+
+// TestTCPHandshakeLimitValidated: handshake bounds out of order are
+// refused.
+func TestTCPHandshakeLimitValidated(t *testing.T) {
+	for _, o := range []TCPOptions{
+		{InsecurePlaintext: true, MaxConns: 4, MaxHandshakes: 5},
+		{InsecurePlaintext: true, MaxConns: 4, MaxHandshakes: 2, MaxAddrHandshakes: 3},
+	} {
+		if _, err := ListenTCP(1, "127.0.0.1:0", nil, o); !errors.Is(err, ErrInvalidOptions) {
+			t.Fatalf("%+v: err %v, want ErrInvalidOptions", o, err)
+		}
+	}
+}
+
+// expectServed dials a from a new member, node id, which must be
+// accepted and its frame delivered.
+func expectServed(t *testing.T, ca *testCA, a *TCPBus, id NodeID) {
+	t.Helper()
+	b := listen(t, id, ca.tlsOpts(t, cluster, id))
+	if err := b.AddPeer(a.ID(), a.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Send(Message{To: a.ID(), Kind: 1, Payload: []byte("served")}); err != nil {
+		t.Fatal(err)
+	}
+	if m := recv(t, a.Recv()); m.From != id || string(m.Payload) != "served" {
+		t.Fatalf("got %q from %d, want node %d's frame", m.Payload, m.From, id)
 	}
 }
 

@@ -60,7 +60,9 @@
 // each inbound frame is charged to MaxConnBytes and MaxTotalBytes — and,
 // with TLS, to its authenticated sender's MaxPeerBytes across all its
 // connections — before its payload is allocated, until the consumer of
-// Recv takes it; inbound connections are bounded by MaxConns; a
+// Recv takes it; inbound connections are bounded by MaxConns, those not
+// yet authenticated apart by MaxHandshakes (and MaxAddrHandshakes from
+// one address), and one member's by MaxPeerConns; a
 // handshake must finish within HandshakeTimeout, a frame within
 // FrameTimeout, and each 64 KiB of a frame within StallTimeout. A
 // connection over a budget or a deadline is closed and counted. So one
@@ -69,9 +71,14 @@
 // FrameTimeout if it trickles), and the other members' frames are
 // delivered meanwhile; several members acting together can still fill
 // MaxTotalBytes. What the consumer holds after taking a message (a
-// forwarded request being served, say) is the consumer's to bound. Unauthenticated clients can
-// still occupy connection slots for up to HandshakeTimeout each, a denial
-// of service the listener's network placement must prevent.
+// forwarded request being served, say) is the consumer's to bound.
+// Connections that never finish a handshake hold at most MaxHandshakes
+// slots, never those of the members' authenticated connections, and at
+// most MaxAddrHandshakes from one address, so members redialling from
+// other addresses are admitted; an outsider from many addresses can
+// still hold every handshake slot for up to HandshakeTimeout at a time,
+// delaying the members' redials, a denial of service the listener's
+// network placement must prevent.
 //
 // With TCPOptions.InsecurePlaintext nothing is authenticated: a receiver
 // takes From on trust, so anyone who can reach the listener can send

@@ -11,7 +11,6 @@ import (
 	"math"
 	"net"
 	"os"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/parkway-io/parkway/internal/backoff"
 	"github.com/parkway-io/parkway/internal/inbound"
 	"github.com/parkway-io/parkway/internal/run"
+	"github.com/parkway-io/parkway/internal/slots"
 )
 
 // TCPOptions configure a TCPBus. Zero values take the defaults, except that
@@ -68,7 +68,27 @@ type TCPOptions struct {
 	// included (default DefaultMaxConns); one more is closed at once and
 	// counted as RejectedConns. A cluster of n nodes needs n-1, plus
 	// slack for reconnections that race the old connection's close.
+	// Size it at least MaxHandshakes + (n-1)×MaxPeerConns, so that the
+	// members' authenticated connections always find a slot whatever
+	// holds the handshaking ones.
 	MaxConns int
+	// MaxHandshakes bounds the inbound connections that have not yet
+	// completed their TLS handshake (TLS only: in plaintext a connection
+	// carries frames at once), and MaxAddrHandshakes those of them from
+	// one remote IP address. A connection past either bound is closed at
+	// once and counted as RejectedConns; those already handshaking are
+	// kept. So connections that never finish a handshake — an outsider
+	// without a valid certificate, a slowloris — hold at most
+	// MaxHandshakes of the MaxConns slots, never the ones members'
+	// authenticated connections hold, and those from one address at most
+	// MaxAddrHandshakes, so a member redialling from another address is
+	// admitted while one address floods. Defaults MaxConns/4 (but at
+	// least min(MaxConns, 8), so that a small MaxConns still takes a few
+	// redials at once) and min(DefaultMaxAddrHandshakes, MaxHandshakes); it must hold
+	// that MaxAddrHandshakes ≤ MaxHandshakes ≤ MaxConns. Members sharing
+	// an address (one host, a NAT) share its MaxAddrHandshakes: a
+	// handshake refused is retried with the dialler's backoff.
+	MaxHandshakes, MaxAddrHandshakes int
 	// MaxPeerConns bounds the open inbound connections of one
 	// authenticated peer (TLS only: without it a sender is whoever a frame
 	// names, so a forger could close another peer's connections). When a
@@ -81,9 +101,10 @@ type TCPOptions struct {
 	// slots, and the others' redials are accepted. Default
 	// min(DefaultMaxPeerConns, MaxConns); it must be at most MaxConns.
 	MaxPeerConns int
-	// HandshakeTimeout bounds a TLS handshake, inbound and outbound
-	// (default 10 s), so a connection that never completes one (a
-	// slowloris) does not hold a MaxConns slot for long.
+	// HandshakeTimeout bounds a TLS handshake, inbound (from the
+	// connection's accept) and outbound (default 10 s), so a connection
+	// that never completes one (a slowloris) does not hold a
+	// MaxHandshakes slot for long.
 	HandshakeTimeout time.Duration
 	// FrameTimeout bounds the reading of one frame once its length field
 	// has arrived (default 30 s), so a peer cannot hold budget by sending
@@ -120,6 +141,10 @@ type TCPOptions struct {
 
 // DefaultMaxConns is the default bound on open inbound connections.
 const DefaultMaxConns = 256
+
+// DefaultMaxAddrHandshakes is the default bound on the inbound
+// connections handshaking from one remote address.
+const DefaultMaxAddrHandshakes = 16
 
 // DefaultMaxPeerConns is the default bound on one authenticated peer's
 // open inbound connections: one in use, and room for redials that race
@@ -196,6 +221,15 @@ func (o *TCPOptions) setDefaults(id NodeID) error {
 	if o.MaxPeerConns > o.MaxConns {
 		return fmt.Errorf("%w: MaxPeerConns %d above MaxConns %d", ErrInvalidOptions, o.MaxPeerConns, o.MaxConns)
 	}
+	if o.MaxHandshakes <= 0 {
+		o.MaxHandshakes = max(o.MaxConns/4, min(o.MaxConns, 8))
+	}
+	if o.MaxAddrHandshakes <= 0 {
+		o.MaxAddrHandshakes = min(DefaultMaxAddrHandshakes, o.MaxHandshakes)
+	}
+	if o.MaxHandshakes > o.MaxConns || o.MaxAddrHandshakes > o.MaxHandshakes {
+		return fmt.Errorf("%w: MaxAddrHandshakes %d, MaxHandshakes %d, MaxConns %d not in order", ErrInvalidOptions, o.MaxAddrHandshakes, o.MaxHandshakes, o.MaxConns)
+	}
 	if o.HandshakeTimeout <= 0 {
 		o.HandshakeTimeout = 10 * time.Second
 	}
@@ -258,7 +292,8 @@ type TCPStats struct {
 	// while RemovePeer ran); the frame is dropped.
 	RemovedSender uint64
 	// RejectedConns counts inbound connections closed on accept because
-	// MaxConns were open.
+	// MaxConns were open, or MaxHandshakes were handshaking, or
+	// MaxAddrHandshakes from the connection's address.
 	RejectedConns uint64
 	// PeerConnsClosed counts inbound connections closed because their
 	// peer opened more than MaxPeerConns (its oldest go first).
@@ -329,7 +364,6 @@ type TCPBus struct {
 	serverTLS *tls.Config // nil in plaintext
 	clientTLS *tls.Config // template, cloned per dial
 	in        *inbox
-	inbound   atomic.Int64
 	group     *run.Group
 	stats     tcpStats
 
@@ -347,9 +381,12 @@ type TCPBus struct {
 
 	mu    sync.Mutex
 	conns map[net.Conn]NodeID // every open connection, both directions, with its peer (0: not known yet)
-	// peerIn holds each authenticated peer's open inbound connections,
-	// oldest first (TLS only), for MaxPeerConns.
-	peerIn map[NodeID][]net.Conn
+	// slots decides which inbound connections are admitted, until when
+	// they may handshake, and which of a member's to close past
+	// MaxPeerConns (internal/slots: the same core the simulator drives);
+	// slotConn maps its connections back to the sockets. Both under mu.
+	slots    *slots.Table
+	slotConn map[*slots.Conn]net.Conn
 
 	// budget decides what the inbound connections may hold and until
 	// when (internal/inbound: the same core the simulator drives). bmu
@@ -404,7 +441,11 @@ func ListenTCP(id NodeID, addr string, peers map[NodeID]string, opts TCPOptions)
 		maxFrame: uint32(opts.MaxFrame),
 		group:    run.NewGroup(),
 		conns:    make(map[net.Conn]NodeID),
-		peerIn:   make(map[NodeID][]net.Conn),
+		slots: slots.New(slots.Limits{
+			MaxConns: opts.MaxConns, MaxHandshakes: opts.MaxHandshakes, MaxAddrHandshakes: opts.MaxAddrHandshakes,
+			MaxPeerConns: opts.MaxPeerConns, HandshakeTimeout: opts.HandshakeTimeout,
+		}),
+		slotConn: make(map[*slots.Conn]net.Conn),
 		bufs:     newBufPool(),
 		budget: inbound.New(inbound.Limits{
 			MaxConn: opts.MaxConnBytes, MaxPeer: opts.MaxPeerBytes, MaxTotal: opts.MaxTotalBytes,
@@ -592,6 +633,9 @@ func (b *TCPBus) Stats() TCPStats {
 	b.bmu.Lock()
 	used, peak := b.budget.Used(), b.budget.Peak()
 	b.bmu.Unlock()
+	b.mu.Lock()
+	open := b.slots.Open()
+	b.mu.Unlock()
 	s := &b.stats
 	return TCPStats{
 		Sent: s.sent.Load(), Received: s.received.Load(),
@@ -605,7 +649,7 @@ func (b *TCPBus) Stats() TCPStats {
 		WriteErrors:   s.writeErrors.Load(),
 		FramesWritten: s.framesWritten.Load(), BytesWritten: s.bytesWritten.Load(),
 		FramesRead: s.framesRead.Load(), BytesRead: s.bytesRead.Load(),
-		InboundConns:      uint64(max(b.inbound.Load(), 0)),
+		InboundConns:      uint64(max(open, 0)),
 		InFlightBytes:     uint64(max(used, 0)),
 		PeakInFlightBytes: uint64(max(peak, 0)),
 	}
@@ -770,33 +814,63 @@ func (b *TCPBus) acceptLoop(ctx context.Context) {
 			continue
 		}
 		bo.Reset()
-		if b.inbound.Load() >= int64(b.opts.MaxConns) {
+		sc, ok := b.admitConn(c)
+		if !ok {
+			return
+		}
+		if sc == nil {
 			b.stats.rejectedConns.Add(1)
 			c.Close()
 			continue
 		}
-		if !b.track(c, 0, nil) {
-			return
-		}
-		// Only the accept loop adds, so the bound holds.
-		b.inbound.Add(1)
 		// The accept loop is itself in the group, so Go cannot race Stop's
 		// Wait with a zero counter.
-		b.group.Go(func(ctx context.Context) { b.serve(ctx, c) })
+		b.group.Go(func(ctx context.Context) { b.serve(ctx, c, sc) })
 	}
 }
 
+// admitConn asks the slots whether c, just accepted, is admitted; if so
+// it tracks c and returns its slot (a plaintext connection's established
+// at once: it has no handshake). It returns nil for a connection
+// refused (for the caller to close), and false, c closed, once the bus
+// is closing.
+func (b *TCPBus) admitConn(c net.Conn) (*slots.Conn, bool) {
+	addr := c.RemoteAddr().String()
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		addr = host
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed.Load() {
+		c.Close()
+		return nil, false
+	}
+	sc, v := b.slots.Accept(addr, time.Now())
+	if v != slots.Admitted {
+		return nil, true
+	}
+	if b.serverTLS == nil {
+		sc.Establish(0)
+	}
+	b.conns[c] = 0
+	b.slotConn[sc] = c
+	return sc, true
+}
+
 // serve runs one inbound connection: the TLS handshake (if any), which
-// authenticates the peer's node id, then the frames.
-func (b *TCPBus) serve(ctx context.Context, c net.Conn) {
+// authenticates the peer's node id, then the frames. sc is its slot.
+func (b *TCPBus) serve(ctx context.Context, c net.Conn, sc *slots.Conn) {
 	defer func() {
-		b.inbound.Add(-1)
+		b.mu.Lock()
+		sc.Close()
+		delete(b.slotConn, sc)
+		b.mu.Unlock()
 		b.untrack(c)
 	}()
 	rw, peer := c, NodeID(0)
 	if b.serverTLS != nil {
 		tc := tls.Server(c, b.serverTLS)
-		id, err := b.handshake(ctx, c, tc)
+		id, err := b.handshake(ctx, c, tc, sc.Deadline())
 		if err != nil {
 			return
 		}
@@ -806,8 +880,7 @@ func (b *TCPBus) serve(ctx context.Context, c net.Conn) {
 			b.stats.rejectedHS.Add(1)
 			return
 		}
-		defer b.leavePeer(c, id)
-		if old := b.joinPeer(c, id); old != nil {
+		if old := b.joinPeer(sc, id); old != nil {
 			b.stats.peerConnsClosed.Add(1)
 			old.Close() // its reader returns and untracks it
 		}
@@ -816,40 +889,25 @@ func (b *TCPBus) serve(ctx context.Context, c net.Conn) {
 	b.readLoop(c, rw, peer)
 }
 
-// joinPeer records c as peer's newest inbound connection and returns the
-// oldest one to close if peer now has more than MaxPeerConns (nil if not).
-func (b *TCPBus) joinPeer(c net.Conn, peer NodeID) net.Conn {
+// joinPeer ends sc's handshake, authenticated as peer, and returns the
+// socket of peer's oldest inbound connection to close if peer now has
+// more than MaxPeerConns (nil if not).
+func (b *TCPBus) joinPeer(sc *slots.Conn, peer NodeID) net.Conn {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	cs := append(b.peerIn[peer], c)
-	var old net.Conn
-	if len(cs) > b.opts.MaxPeerConns {
-		old, cs = cs[0], cs[1:]
+	if old := sc.Establish(uint64(peer)); old != nil {
+		return b.slotConn[old]
 	}
-	b.peerIn[peer] = cs
-	return old
+	return nil
 }
 
-// leavePeer forgets c, one of peer's inbound connections, once its reader
-// returned (it may have been forgotten already, as the one joinPeer gave up).
-func (b *TCPBus) leavePeer(c net.Conn, peer NodeID) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	cs := slices.DeleteFunc(b.peerIn[peer], func(o net.Conn) bool { return o == c })
-	if len(cs) == 0 {
-		delete(b.peerIn, peer)
-	} else {
-		b.peerIn[peer] = cs
-	}
-}
-
-// handshake completes tc's handshake within HandshakeTimeout and returns
-// the peer's authenticated node id (already checked by VerifyConnection).
-// A failure is counted unless the bus is closing.
-func (b *TCPBus) handshake(ctx context.Context, raw net.Conn, tc *tls.Conn) (NodeID, error) {
+// handshake completes tc's handshake by deadline and returns the peer's
+// authenticated node id (already checked by VerifyConnection). A failure
+// is counted unless the bus is closing.
+func (b *TCPBus) handshake(ctx context.Context, raw net.Conn, tc *tls.Conn, deadline time.Time) (NodeID, error) {
 	// The deadline covers the reads and writes of the handshake; the
 	// context only makes Close interrupt it.
-	err := raw.SetDeadline(time.Now().Add(b.opts.HandshakeTimeout))
+	err := raw.SetDeadline(deadline)
 	if err == nil {
 		err = tc.HandshakeContext(ctx)
 	}
@@ -1094,7 +1152,7 @@ func (b *TCPBus) dial(ctx context.Context, p *tcpPeer) (net.Conn, net.Conn) {
 		return c, c
 	}
 	tc := tls.Client(c, dialConfig(b.clientTLS, b.opts.TLS, p.id))
-	if _, err := b.handshake(ctx, c, tc); err != nil {
+	if _, err := b.handshake(ctx, c, tc, time.Now().Add(b.opts.HandshakeTimeout)); err != nil {
 		b.stats.dialErrors.Add(1)
 		b.untrack(c)
 		return nil, nil

@@ -20,6 +20,8 @@ func init() {
 	brokenBuilds["testhooks.IntervalCommitsFetched"] = &testhooks.IntervalCommitsFetched
 	brokenBuilds["testhooks.NoStallTimeout"] = &testhooks.NoStallTimeout
 	brokenBuilds["testhooks.CloseKeepsFrame"] = &testhooks.CloseKeepsFrame
+	brokenBuilds["testhooks.NoHandshakeBound"] = &testhooks.NoHandshakeBound
+	brokenBuilds["testhooks.CloseKeepsSlot"] = &testhooks.CloseKeepsSlot
 }
 
 // Serving parked frames stamped with another incarnation (instead of
@@ -135,4 +137,19 @@ func slowLinksAloneConfig(seed uint64) sim.Config {
 // past the deadline the simulator computes for it (invariant 13).
 func TestClusterCatchesNoStallTimeoutOnSlowLinks(t *testing.T) {
 	expectClusterCaught(t, slowLinksAloneConfig, "testhooks.NoStallTimeout", 13)
+}
+
+// Connections that never finish their handshake bounded by MaxConns
+// alone, as before issue 28, let a flood hold more than MaxHandshakes
+// slots and, from one address, take the slots an honest member's redial
+// needs: caught on the connection-flood seeds (invariant 14).
+func TestClusterCatchesNoHandshakeBound(t *testing.T) {
+	expectClusterCaught(t, connFloodConfig, "testhooks.NoHandshakeBound", 14)
+}
+
+// A connection whose close keeps its slot leaks one of MaxConns per
+// close: caught on the connection-flood seeds when the slots held
+// outnumber the connections open (invariant 14).
+func TestClusterCatchesNoSlotBackOnClose(t *testing.T) {
+	expectClusterCaught(t, connFloodConfig, "testhooks.CloseKeepsSlot", 14)
 }

@@ -83,9 +83,11 @@ import (
 //     connection. Invariant 13 as above; the liveness invariants, that
 //     the lost frames take nothing for good.
 //
-// Not modelled: MaxConns (counted in TCPBus's accept loop, outside
-// internal/inbound) and TLS handshakes
-// (TestBehaviour26PeerShareKeepsOtherPeersServed covers the sockets).
+// A fifth, connection floods (PeerFaultRates.ConnFlood, cconns.go; 0 in
+// the default faults), drives the transport's connection slots
+// (internal/slots) rather than its frame budget. Not modelled: the TLS
+// handshake's bytes and CPU (TestBehaviour26PeerShareKeepsOtherPeersServed
+// and TestTCPHandshakeLimit cover the sockets).
 
 // The forwarded-request budgets of the simulated nodes: small, so that a
 // flood meets them (a request is charged its bytes and 8 KiB).
@@ -143,6 +145,9 @@ type peerState struct {
 	slowFrom, slowTo uint64
 	slowEnd          time.Time
 	heads            []*slowHead
+	// conns is the connection flood and every node's connection slots
+	// (cconns.go).
+	conns connFlood
 }
 
 // startPeerFaults starts a spell of forged terms, of a flood or of
@@ -165,6 +170,7 @@ func (c *sim) startPeerFaults() {
 		c.stallOpen()
 	}
 	c.startSlowLink(rates.SlowLink)
+	c.startConnFlood(rates.ConnFlood)
 }
 
 // startSpell starts, with chance rate, a spell of one kind when none is
@@ -207,6 +213,9 @@ func (c *sim) expirePeerFaults() {
 		c.sweepSlow()
 		c.markSwept()
 	}
+	if c.viol == nil {
+		c.expireConnFlood()
+	}
 }
 
 // peerFaultsOff ends every spell (quiescence, calms); the stalling
@@ -216,6 +225,7 @@ func (c *sim) peerFaultsOff() {
 	c.peerf.termNode, c.peerf.floodNode, c.peerf.stallNode = 0, 0, 0
 	c.stallsOff()
 	c.slowOff()
+	c.connsOff()
 }
 
 // forging reports whether n forges terms now.

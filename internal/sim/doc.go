@@ -462,11 +462,29 @@
 //     (TestClusterCatchesNoChargeBackOnClose); the liveness invariants,
 //     that the lost frames take nothing for good. Not modelled: the
 //     frames a sender writes into the closed connection before a write
-//     fails (lost in TCPBus too), a sender's queue filling while its
-//     connection is held, MaxConns (TCPBus counts its
-//     connections in its accept loop, not in internal/inbound, so there
-//     is no shipped core for the simulator to drive) and the TLS
-//     handshake's timeout.
+//     fails (lost in TCPBus too) and a sender's queue filling while its
+//     connection is held.
+//   - Connection floods (PeerFaultRates.ConnFlood, cconns.go): 0 in
+//     DefaultClusterFaults for the same reason as slow links;
+//     TestClusterConnFlood runs seeds with it on (0.001 a step), and
+//     -sim.connflood any range. Every node admits, times and closes
+//     inbound connections by the transport's connection slots
+//     (internal/slots, the core transport.TCPBus runs in its accept
+//     loop; here 32 connections, 12 handshaking, 3 handshaking from one
+//     address, 2 per member, a 500 ms handshake timeout on the
+//     receiver's monotonic clock, a fresh table per incarnation). For
+//     100 ms – 2 s an outsider (one address, no valid certificate) or a
+//     member floods one node with 1–3 connections now and then whose
+//     handshakes never finish — a member's also with ones that finish
+//     1–20 ms after their accept, redialling in a loop, each past
+//     MaxPeerConns closing its oldest — and the other members redial
+//     that node now and then, one handshake in flight each. Connections
+//     that never finish are closed at their handshake deadline, a
+//     member's when it goes down, and every connection by calms and
+//     quiescence. Invariant 14 holds the bounds, the deadlines and the
+//     honest redials. Not modelled: an outsider from many addresses
+//     (which can hold every handshake slot), a handshake's CPU, and the
+//     members' regular connections outside a flood.
 //
 // Nor does the forger flood the shards' inboxes
 // with raft bytes (Config.InboxBytes; TestInboxBytesBoundsPeerFlood and
@@ -701,6 +719,17 @@
 //     each arrives); a connection closed mid-frame holds nothing once
 //     closed (checked as it closes); and at quiescence no node holds any
 //     inbound bytes.
+//  14. Inbound connections within their slots (cluster mode, with
+//     connection floods): after every action no node's connection slots
+//     (internal/slots) have held more connections than MaxConns, more
+//     handshaking than MaxHandshakes, from one address than
+//     MaxAddrHandshakes or of one member than MaxPeerConns; the slots
+//     held are those of the connections the simulator holds open; no
+//     handshake is open once its receiver's sweep passed its deadline
+//     (500 ms after its accept); every honest member's redial to the
+//     flooded node is admitted and authenticated before its deadline
+//     (checked as it is accepted and swept); and closing every
+//     connection (calms, quiescence) leaves no slot held.
 //
 // Panics in the engine (etcd raft's included) are reported as violations
 // of invariant 0, with the seed, rather than crashing the test binary.
@@ -743,7 +772,9 @@
 // partitions and clogs), `-sim.termsx F`, `-sim.floodx F` and
 // `-sim.stallx F` (a misbehaving member's forged terms, floods and
 // stalled frames), `-sim.removex F` and
-// `-sim.joinx F`; 0 turns a fault off.
+// `-sim.joinx F`; 0 turns a fault off. `-sim.slowlink R` and
+// `-sim.connflood R` set the rates of slow links and connection floods,
+// off by default.
 //
 // # Broken builds
 //
@@ -770,7 +801,10 @@
 // testhooks.NoReadIndexWait, a metadata read barrier answered at once,
 // caught when a barrier on a node behind the others returns (invariant
 // 11); testhooks.NoStallTimeout, an inbound frame without its stall
-// deadline, caught by stalled frames held past it (invariant 13). Each
+// deadline, caught by stalled frames held past it (invariant 13);
+// testhooks.NoHandshakeBound, handshaking connections bounded by
+// MaxConns alone, and testhooks.CloseKeepsSlot, a close that keeps its
+// connection slot, both caught by connection floods (invariant 14). Each
 // invariant's
 // file names the broken builds that catch it (see Invariants), and the
 // catch tests look their broken build up by that name.

@@ -54,6 +54,7 @@ var invariants = [...]*invariant{
 	&invReadBarrier,
 	&invDelivered,
 	&invInbound,
+	&invConns,
 }
 
 // shardsNow lists the shards of every node of the run, named for a

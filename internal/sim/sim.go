@@ -184,6 +184,14 @@ type PeerFaultRates struct {
 	// the connection, losing the frames behind it; the sender's next
 	// frame opens a new connection. 0 in the default faults (cslow.go).
 	SlowLink float64
+	// ConnFlood floods one node's listener with connections for the
+	// spell, from an outsider (one address, handshakes that never
+	// finish) or a member (handshakes that never finish, and others
+	// that do, redialling in a loop), while the other members redial it
+	// now and then. Every node admits, times and closes its connections
+	// by the transport's connection slots (internal/slots); the honest
+	// redials must be admitted. 0 in the default faults (cconns.go).
+	ConnFlood float64
 }
 
 // ClockFaultRates are the faults of the nodes' own clocks. Each node
@@ -396,7 +404,7 @@ func (c Config) validate() error {
 	}
 	for _, p := range []float64{f.InboxBurst, f.DiskFull, f.DiskError, f.SlowBuild, f.Crash, f.QuiescedCrash, f.Join, f.Remove, f.Lie, f.WrongDisk,
 		n.Drop, n.Duplicate, n.Reorder, n.Delay, n.Partition, n.OneWay, n.Clog, n.Stop,
-		f.Peer.Terms, f.Peer.Flood, f.Peer.Stall, f.Peer.SlowLink, f.Clock.Jump, f.Clock.Strobe, f.Clock.Drift} {
+		f.Peer.Terms, f.Peer.Flood, f.Peer.Stall, f.Peer.SlowLink, f.Peer.ConnFlood, f.Clock.Jump, f.Clock.Strobe, f.Clock.Drift} {
 		if p < 0 || p > 1 {
 			errs = append(errs, fmt.Errorf("sim: fault probability %v outside [0, 1]", p))
 		}
@@ -525,6 +533,18 @@ type FaultCounts struct {
 	SlowTimeouts   int
 	SlowQueued     int
 	SlowLost       int
+	// ConnFloodSpells counts the connection floods that began (cconns.go),
+	// FloodConns the connections the flooders opened, FloodConnsRefused
+	// those refused at accept, HandshakeTimeouts those closed at their
+	// handshake deadline, ConnsEvicted the members' connections closed
+	// past MaxPeerConns, HonestRedials the other members' redials (each
+	// admitted).
+	ConnFloodSpells   int
+	FloodConns        int
+	FloodConnsRefused int
+	HandshakeTimeouts int
+	ConnsEvicted      int
+	HonestRedials     int
 }
 
 // OpCounts counts client operations by kind and by outcome.

@@ -277,6 +277,12 @@ func addFaults(t *sim.FaultCounts, f sim.FaultCounts) {
 	t.SlowTimeouts += f.SlowTimeouts
 	t.SlowQueued += f.SlowQueued
 	t.SlowLost += f.SlowLost
+	t.ConnFloodSpells += f.ConnFloodSpells
+	t.FloodConns += f.FloodConns
+	t.FloodConnsRefused += f.FloodConnsRefused
+	t.HandshakeTimeouts += f.HandshakeTimeouts
+	t.ConnsEvicted += f.ConnsEvicted
+	t.HonestRedials += f.HonestRedials
 }
 
 func addOps(t *sim.OpCounts, o sim.OpCounts) {

@@ -22,6 +22,8 @@ var (
 	IntervalCommitsFetched off
 	NoStallTimeout         off
 	CloseKeepsFrame        off
+	NoHandshakeBound       off
+	CloseKeepsSlot         off
 )
 
 // off is a switch that cannot be set: Load is the constant false, so a

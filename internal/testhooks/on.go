@@ -75,4 +75,16 @@ var (
 	// budget for good, as a close path that forgot the frame in progress
 	// would. Read in internal/inbound's Conn.Close, once per close.
 	CloseKeepsFrame atomic.Bool
+	// NoHandshakeBound, when set, bounds the inbound connections that
+	// have not authenticated by MaxConns alone, as before issue 28
+	// (MaxHandshakes and MaxAddrHandshakes are not applied): connections
+	// that never finish a handshake can take every slot, and a member's
+	// redial is refused while they are held. Read in internal/slots'
+	// Table.Accept, once per connection accepted.
+	NoHandshakeBound atomic.Bool
+	// CloseKeepsSlot, when set, makes closing an inbound connection
+	// keep its slot of MaxConns: every connection closed leaks one, until
+	// the receiver refuses every connection. Read in internal/slots'
+	// Conn.Close, once per close.
+	CloseKeepsSlot atomic.Bool
 )

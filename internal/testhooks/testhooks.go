@@ -14,7 +14,7 @@
 //
 // The package imports nothing of parkway, so any package may read it.
 //
-// Nine switches are left. The other broken builds the simulator proves
+// Eleven switches are left. The other broken builds the simulator proves
 // it catches (a fast-skip that ignores parked frames, raft messages
 // without their incarnation) are built from outside, through the engine's
 // public seams (internal/sim's Break* variables); these break checks no
@@ -34,5 +34,9 @@
 // CommitOnInterval), and the stall deadline of an inbound frame
 // (NoStallTimeout, caught by the cluster simulator's member that stalls
 // frames, which runs the transport's own inbound budget,
-// internal/inbound).
+// internal/inbound), the bound on connections still handshaking
+// (NoHandshakeBound) and the slot a closed connection gives back
+// (CloseKeepsSlot), both caught by the cluster simulator's connection
+// flood, which runs the transport's own connection slots
+// (internal/slots).
 package testhooks
