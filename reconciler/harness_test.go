@@ -64,7 +64,7 @@ func (f *faultyStore) setFail(ns metadata.Namespace, err error) {
 }
 
 type harness struct {
-	t      *testing.T
+	t      testing.TB
 	ctx    context.Context
 	meta   *metadata.Store
 	store  *faultyStore
@@ -88,7 +88,7 @@ type setBackClock struct {
 
 func (c *setBackClock) Now() time.Time { return c.Manual.Now().Add(-c.back) }
 
-func newHarness(t *testing.T, n int, assign func(metadata.Namespace, int) int) *harness {
+func newHarness(t testing.TB, n int, assign func(metadata.Namespace, int) int) *harness {
 	t.Helper()
 	if assign == nil {
 		assign = router.Assign

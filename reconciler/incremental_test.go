@@ -19,10 +19,10 @@ func TestIncrementalPassConvergesWhatCommitsTouched(t *testing.T) {
 	if rep := h.pass(0); rep.Incremental || rep.Built != 1 {
 		t.Fatalf("first pass %+v: want a full pass building a", rep)
 	}
-	// The pass after one that did work checks everything once more; the
-	// next one skips.
-	if rep := h.pass(0); rep.Incremental || rep.DidWork() {
-		t.Fatalf("second pass %+v: want a full pass with nothing to do", rep)
+	// The pass after one that did work runs (it is not skipped), and
+	// examines nothing: nothing changed; the next one skips.
+	if rep := h.pass(0); rep.Skipped || !rep.Incremental || rep.Examined != 0 || rep.DidWork() {
+		t.Fatalf("second pass %+v: want an incremental pass with nothing to do", rep)
 	}
 	if rep := h.pass(0); !rep.Skipped {
 		t.Fatalf("idle pass %+v: want skipped", rep)
@@ -77,7 +77,7 @@ func TestIncrementalPassConvergesWhatCommitsTouched(t *testing.T) {
 		t.Fatalf("pass after deleting the stream %+v: want incremental, two removed", rep)
 	}
 
-	// A failed build is retried by full passes until it succeeds.
+	// A failed build is retried, by incremental passes, until it succeeds.
 	d := h.topic("d") // topic 0 again: shard 0
 	h.store.setFail(d.NS, errDisk)
 	if rep := h.pass(0); !rep.Incremental || rep.Failed != 1 {
@@ -86,8 +86,8 @@ func TestIncrementalPassConvergesWhatCommitsTouched(t *testing.T) {
 	h.store.setFail(d.NS, nil)
 	h.topic("e")
 	h.clk.Advance(time.Minute)
-	if rep := h.pass(0); rep.Incremental || rep.Built != 1 {
-		t.Fatalf("pass with a failure pending %+v: want a full pass building d", rep)
+	if rep := h.pass(0); !rep.Incremental || rep.Built != 1 || rep.Examined != 2 {
+		t.Fatalf("pass with a failure pending %+v: want an incremental pass building d, examining d and e", rep)
 	}
 	if rep := h.pass(0); rep.DidWork() {
 		t.Fatalf("pass after convergence %+v: want nothing to do", rep)

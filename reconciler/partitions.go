@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -229,11 +230,18 @@ func New(cfg Config, table *router.Table) (*Partitions, error) {
 // parked frame must age even when nothing commits, and a backed-off build
 // must be retried even when the revision stands still.
 //
-// A pass after new commits, with no failure pending, converges only the
-// namespaces those commits touched (metadata.Store.Changes): everything
+// A pass converges only the namespaces the commits since the last pass
+// touched (metadata.Store.Changes), retries the failures whose backoff is
+// due, one namespace each, and sweeps the parked namespaces: everything
 // else was converged by an earlier pass and has not changed since, so the
-// pass that materialises a new topic costs the same with ten or ten
-// thousand topics committed. Every other pass diffs everything.
+// pass that materialises a new topic, and the passes between commits
+// while frames are parked or a build is backed off, cost the same with
+// ten or ten thousand topics committed. A full pass, which reloads what
+// the shard holds and diffs every committed partition, runs only when
+// the reconciler's view may be wrong: the first pass, after a pass that
+// failed midway or found a partition already owned, while a partition is
+// fenced (its eviction reads the shard's account), and when the commits
+// since the last pass are older than the store's change log.
 func (r *Partitions) Reconcile(ctx context.Context) (Report, error) {
 	if r.retain && !r.cfg.Clock.Now().Before(r.nextRetain) {
 		var rep Report
@@ -258,12 +266,34 @@ func (r *Partitions) reconcile(ctx context.Context, retained uint64) (Report, er
 			return Report{Revision: rev, Retained: retained, Skipped: true}, nil
 		}
 	}
-	if r.ran && !r.resync && len(r.backoffs) == 0 && r.cfg.Shard.Fenced() == 0 {
-		if ch, ok := r.cfg.Meta.Changes(r.lastRev); ok && ch.Revision != r.lastRev {
+	// Every pass that can be incremental is: the pass at an unchanged
+	// revision after one that did work, or with frames parked, or with a
+	// failure waiting for its retry, converges what changed (nothing),
+	// retries what is due, and sweeps, in O(changes + backoffs + parked)
+	// whatever the partition count. Only a view that may be wrong (no
+	// pass yet, a resync, a pass that failed midway, a partition fenced,
+	// whose eviction needs the shard's account) or commits older than the
+	// change log can answer for takes the full diff.
+	if r.ran && !r.resync && r.cfg.Shard.Fenced() == 0 {
+		if ch, ok := r.cfg.Meta.Changes(r.lastRev); ok {
 			rep := Report{Revision: ch.Revision, Retained: retained, Incremental: true}
-			return rep, r.reconcileChanges(ctx, ch, &rep)
+			err := r.reconcileChanges(ctx, ch, &rep)
+			if err != nil {
+				r.resync = true
+			}
+			return rep, err
 		}
 	}
+	rep, err := r.reconcileAll(ctx, retained)
+	if err != nil {
+		r.resync = true
+	}
+	return rep, err
+}
+
+// reconcileAll is the full pass: it reloads held from the shard's own
+// account and diffs every committed partition against it.
+func (r *Partitions) reconcileAll(ctx context.Context, retained uint64) (Report, error) {
 	snap := r.cfg.Meta.Snapshot()
 	rep := Report{Revision: snap.Revision, Retained: retained}
 	if r.idle() && snap.Revision == r.lastRev {
@@ -345,6 +375,7 @@ func (r *Partitions) reconcile(ctx context.Context, retained uint64) (Report, er
 		}
 	}
 
+	rep.Examined = len(snap.Partitions)
 	if err := r.converge(ctx, snap.Partitions, now, &rep); err != nil {
 		return rep, err
 	}
@@ -379,11 +410,13 @@ func (r *Partitions) idle() bool {
 	return r.ran && !r.resync && !r.lastDid && len(r.backoffs) == 0 && r.cfg.Shard.Fenced() == 0 && r.cfg.Shard.Parked() == 0
 }
 
-// reconcileChanges is the pass after commits when nothing failed: only the
-// namespaces in ch.Ranges can differ from what the last pass converged.
-// Removals are found among the partitions held in those ranges, additions
-// and rows among ch.Partitions, and the park buffer is swept as in every
-// pass, from the shard's list of parked namespaces.
+// reconcileChanges is the pass when the last pass's view can be trusted:
+// only the namespaces in ch.Ranges (none at an unchanged revision) can
+// differ from what the last pass converged, and those backed off after a
+// failure, which are retried when due (retry). Removals are found among
+// the partitions held in those ranges, additions and rows among
+// ch.Partitions, and the park buffer is swept as in every pass, from the
+// shard's list of parked namespaces.
 func (r *Partitions) reconcileChanges(ctx context.Context, ch metadata.Changes, rep *Report) error {
 	now := r.cfg.Clock.Now()
 	want := make(map[metadata.Namespace]metadata.PartitionInfo, len(ch.Partitions))
@@ -404,8 +437,34 @@ func (r *Partitions) reconcileChanges(ctx context.Context, ch metadata.Changes, 
 			return err
 		}
 	}
+	retries := r.retries()
+	// Removals whose delete failed first, as in the full pass, so a
+	// recreated namespace's new incarnation can be built in this pass.
+	for _, k := range retries {
+		if k.cause == causeDelete && r.backedOff(k) {
+			if err := r.remove(ctx, k.ns, now, rep); err != nil {
+				return err
+			}
+		}
+	}
+	rep.Examined = len(ch.Partitions)
 	if err := r.converge(ctx, ch.Partitions, now, rep); err != nil {
 		return err
+	}
+	for _, k := range retries {
+		if k.cause != causeAdd || !r.backedOff(k) {
+			continue
+		}
+		if slices.ContainsFunc(ch.Ranges, func(rg metadata.NamespaceRange) bool { return rg.Contains(k.ns) }) {
+			// Converged above, if it is still committed here.
+			if info, ok := want[k.ns]; !ok || !r.mine(info) {
+				delete(r.backoffs, k) // moot
+			}
+			continue
+		}
+		if err := r.retry(ctx, k.ns, now, rep); err != nil {
+			return err
+		}
 	}
 	if r.cfg.Shard.Parked() > 0 {
 		parked, err := r.cfg.Shard.ParkedNamespaces(ctx)
@@ -418,6 +477,39 @@ func (r *Partitions) reconcileChanges(ctx context.Context, ch metadata.Changes, 
 	}
 	r.finish(rep)
 	return nil
+}
+
+// retries are the keys of the failures waiting for a retry, in namespace
+// order (then adds before deletes) so that a pass is deterministic.
+func (r *Partitions) retries() []backoffKey {
+	if len(r.backoffs) == 0 {
+		return nil
+	}
+	keys := make([]backoffKey, 0, len(r.backoffs))
+	for k := range r.backoffs {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b backoffKey) int {
+		if a.ns != b.ns {
+			return cmp.Compare(a.ns, b.ns)
+		}
+		return cmp.Compare(a.cause, b.cause)
+	})
+	return keys
+}
+
+// retry is the full pass's treatment of one namespace whose build is
+// backed off, outside the ranges that changed: the backoff is dropped if
+// the namespace is no longer committed here, and the build retried when
+// due otherwise (converge of that one partition).
+func (r *Partitions) retry(ctx context.Context, ns metadata.Namespace, now time.Time, rep *Report) error {
+	info, ok := r.cfg.Meta.Partition(ns)
+	if !ok || !r.mine(info) {
+		delete(r.backoffs, backoffKey{ns, causeAdd}) // moot
+		return nil
+	}
+	rep.Examined++
+	return r.converge(ctx, []metadata.PartitionInfo{info}, now, rep)
 }
 
 // converge builds what parts (committed partitions in namespace order)

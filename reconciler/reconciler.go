@@ -1,11 +1,19 @@
 // Package reconciler decides what each shard should hold and tells it.
 //
-// A reconciler is level-triggered: every pass diffs the committed metadata
+// A reconciler is level-triggered: a pass diffs the committed metadata
 // against what its shard holds and converges the difference — build what is
 // missing, tear down what was deleted, rewrite stale routing rows, and sweep
 // the park buffer. Passes run when a partition-shaping metadata commit wakes
 // the reconciler and on a periodic tick, so a lost wake only delays
 // convergence by one period; nothing is edge-triggered.
+//
+// The diff is over what can differ: the namespaces the commits since the
+// last pass touched (the metadata store's change log says which), and the
+// failures whose retry is due. Its cost follows what changed, not how many
+// partitions are committed; the full diff over every partition runs when
+// the reconciler's own view of its shard may be wrong (see
+// Partitions.Reconcile). Park aging, backoff retries and retention ride
+// on every pass that is not skipped, as before.
 //
 // The reconciler talks to its shard only through the shard's exported
 // operations; the shard never calls back.
@@ -40,6 +48,11 @@ type Report struct {
 	// Incremental is true when the pass converged only the namespaces
 	// that commits since the last pass touched (see Partitions.Reconcile).
 	Incremental bool
+	// Examined counts the committed partitions the pass compared with
+	// what the shard holds: every one in a full pass; in an incremental
+	// pass, those in the namespaces changed since the last pass and those
+	// whose backed-off build it retried.
+	Examined int
 	// Built, Removed and RowsWritten count partitions materialised, torn
 	// down, and routing rows rewritten.
 	Built, Removed, RowsWritten int

@@ -89,9 +89,12 @@ func (c *Candidacy) Reset() { c.held, c.queued, c.first = false, false, false }
 // Unhold makes a held group ticked again once g has a leader (a peer's
 // message told it, or it won an election it started), so its election
 // timer watches the leader, or it heartbeats and quiesces as a leader
-// does. A host calls it on every held group it finds awake.
+// does. A host calls it on every group it finds awake, on every tick: a
+// candidacy neither held nor first has nothing to clear, and does not
+// read the group's leader (raft's status, about a tenth of a shard's CPU
+// while thousands of new groups tick, issue 33).
 func (c *Candidacy) Unhold(g *replica.Group) {
-	if g != nil && g.Leader() != 0 {
+	if (c.held || c.first) && g != nil && g.Leader() != 0 {
 		c.held, c.first = false, false
 	}
 }

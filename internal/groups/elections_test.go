@@ -241,3 +241,17 @@ func TestElectionsFirstGoesAhead(t *testing.T) {
 		t.Fatalf("groups failed: %v", h.failed)
 	}
 }
+
+// BenchmarkUnholdAwake is what a tick costs a host per awake group with
+// no candidacy to clear (Unhold is called on every group it ticks).
+func BenchmarkUnholdAwake(b *testing.B) {
+	g, err := replica.New(replica.Config{Group: 1, Node: 1, Peers: []uint64{1, 2, 3}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.Close()
+	var c groups.Candidacy
+	for b.Loop() {
+		c.Unhold(g)
+	}
+}

@@ -14,13 +14,21 @@
 //	go -C bench run ./cmd/idle -partitions 10000 -burst  # all topics created at once, timed
 //	go -C bench run ./cmd/idle -partitions 10000 -burst -runs 3 -converge 15m
 //	go -C bench run ./cmd/idle -partitions 1000,10000,50000 -converge 15m
+//	go -C bench run ./cmd/idle -partitions 300000 -burst -converge 30m -createprofile create
 //
 // By default the topics (1,000 partitions each, the per-topic maximum)
 // are created one at a time, each once the previous one converged. With
 // -burst they are all created back to back, and the command reports the
 // time from the first CreateTopic until one produce to each partition
 // (through node 1, 64 in flight, each retried until acknowledged) was
-// acknowledged: until all are servable.
+// acknowledged: until all are servable. The CPU the creation took
+// (getrusage, all threads) is reported beside it, and -createprofile
+// writes a CPU profile of it (where the time goes: the metadata commit,
+// the reconcilers' passes, the builds, the first elections).
+//
+// The resident set is read at the window's start, after the creation's
+// garbage was returned to the OS; the peak resident set (VmHWM) beside it
+// is the creation's high-water mark.
 //
 // The kinds are counted by number (1 partition raft, 7 batches of them,
 // 2 metadata raft, 6 node liveness), so the command also builds against
@@ -67,19 +75,20 @@ func run() error {
 	burst := fs.Bool("burst", false, "create every topic at once and time it until a produce to every partition is acknowledged")
 	logLevel := fs.String("log", "off", "log the nodes' diagnostics to stderr at this level (warn, info, debug)")
 	runs := fs.Int("runs", 1, "measure each partition count this many times, each on a fresh cluster")
+	createProfile := fs.String("createprofile", "", "with -burst, write a CPU profile of the creation (first CreateTopic to the last acknowledged produce) to <this>-<partitions>.pprof")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err
 	}
 	fmt.Printf("GOMAXPROCS %d, NumCPU %d, %s\n\n", runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.Version())
-	fmt.Println("| partitions | converged | idle CPU (% of one core) | msgs/s per ordered node pair: all | partition raft | metadata raft | liveness | other | live heap per replica (whole process / 3N) | resident set | load average (1 min) before / after |")
-	fmt.Println("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+	fmt.Println("| partitions | converged | idle CPU (% of one core) | msgs/s per ordered node pair: all | partition raft | metadata raft | liveness | other | live heap per replica (whole process / 3N) | resident set | peak resident set | load average (1 min) before / after |")
+	fmt.Println("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 	for _, f := range strings.Split(*parts, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n <= 0 {
 			return fmt.Errorf("bad partition count %q", f)
 		}
 		for range max(*runs, 1) {
-			if err := one(n, *settle, *measure, *converge, *profile, *memProfile, *traceOut, *burst, *logLevel); err != nil {
+			if err := one(n, *settle, *measure, *converge, *profile, *memProfile, *traceOut, *createProfile, *burst, *logLevel); err != nil {
 				return err
 			}
 		}
@@ -101,7 +110,7 @@ func (b countingBus) Send(m transport.Message) error {
 	return b.Bus.Send(m)
 }
 
-func one(partitions int, settle, measure, converge time.Duration, profile, memProfile, traceOut string, burst bool, logLevel string) error {
+func one(partitions int, settle, measure, converge time.Duration, profile, memProfile, traceOut, createProfile string, burst bool, logLevel string) error {
 	ctx := context.Background()
 	net := transport.NewNetwork(transport.NetworkOptions{})
 	defer net.Close()
@@ -132,7 +141,16 @@ func one(partitions int, settle, measure, converge time.Duration, profile, memPr
 	}
 	var conv string
 	if burst {
+		var stop func()
+		if stop, err = startProfile(createProfile, partitions); err != nil {
+			return err
+		}
+		load0 := loadAverage()
+		cpu0, _ := processCPU()
 		conv, err = createBurst(ctx, nodes[0], s, partitions, converge)
+		cpu1, _ := processCPU()
+		stop()
+		conv += fmt.Sprintf("; creation CPU %.1f s (load %s / %s)", time.Duration(cpu1-cpu0).Seconds(), load0, loadAverage())
 	} else {
 		conv, err = createSequential(ctx, nodes[0], s, partitions, converge)
 	}
@@ -150,7 +168,7 @@ func one(partitions int, settle, measure, converge time.Duration, profile, memPr
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	heapPer := float64(ms.HeapAlloc) / float64(3*partitions)
-	rss := residentSet()
+	rss, peak := residentSet("VmRSS:"), residentSet("VmHWM:")
 	if memProfile != "" {
 		f, err := os.Create(fmt.Sprintf("%s-%d.pprof", memProfile, partitions))
 		if err != nil {
@@ -174,15 +192,9 @@ func one(partitions int, settle, measure, converge time.Duration, profile, memPr
 	if !ok {
 		return fmt.Errorf("getrusage unavailable")
 	}
-	if profile != "" {
-		f, err := os.Create(fmt.Sprintf("%s-%d.pprof", profile, partitions))
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
+	stopProfile, err := startProfile(profile, partitions)
+	if err != nil {
+		return err
 	}
 	var stopTrace *time.Timer
 	if traceOut != "" {
@@ -205,9 +217,7 @@ func one(partitions int, settle, measure, converge time.Duration, profile, memPr
 	t0 := time.Now()
 	time.Sleep(measure)
 	cpu1, _ := processCPU()
-	if profile != "" {
-		pprof.StopCPUProfile()
-	}
+	stopProfile()
 	wall := time.Since(t0)
 	var delta [256]float64
 	var all float64
@@ -224,10 +234,31 @@ func one(partitions int, settle, measure, converge time.Duration, profile, memPr
 	rate := func(x float64) string { return fmt.Sprintf("%.1f", x/wall.Seconds()/pairs) }
 	raft := delta[1] + delta[7] // single messages and batches
 	other := all - raft - delta[2] - delta[6]
-	fmt.Printf("| %d | %s | %.1f %% | %s | %s | %s | %s | %s | %.0f B | %s | %s / %s |\n", partitions, conv,
+	fmt.Printf("| %d | %s | %.2f %% | %s | %s | %s | %s | %s | %.0f B | %s | %s | %s / %s |\n", partitions, conv,
 		100*float64(cpu1-cpu0)/float64(wall), rate(all), rate(raft), rate(delta[2]), rate(delta[6]), rate(other),
-		heapPer, rss, load0, loadAverage())
+		heapPer, rss, peak, load0, loadAverage())
 	return nil
+}
+
+// startProfile starts a CPU profile to <prefix>-<partitions>.pprof, and
+// returns what stops it and closes the file; an empty prefix profiles
+// nothing.
+func startProfile(prefix string, partitions int) (stop func(), err error) {
+	if prefix == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(fmt.Sprintf("%s-%d.pprof", prefix, partitions))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
 }
 
 // createSequential creates the partitions as topics of maxPerTopic, one
@@ -346,15 +377,16 @@ func loadAverage() string {
 	return "n/a"
 }
 
-// residentSet is the process's resident set (VmRSS of /proc/self/status),
-// or "-" where that file is missing.
-func residentSet() string {
+// residentSet is the process's resident set (field VmRSS: of
+// /proc/self/status) or its peak (VmHWM:), or "-" where that file is
+// missing.
+func residentSet(field string) string {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return "-"
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(line, field); ok {
 			return strings.TrimSpace(v)
 		}
 	}
