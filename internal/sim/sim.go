@@ -748,7 +748,7 @@ func newSim(cfg Config) *sim {
 		applyFailed:   make(map[buildKey]bool),
 		storeFailed:   make(map[buildKey]bool),
 		storeOutcomes: make(map[storeKey]uint8),
-		fwds:          make(map[fwdKey]*attempt),
+		fwds:          make(map[fwdKey][]*attempt),
 	}
 	if !cfg.cluster() {
 		// The single node is the liar, and the node before it first
