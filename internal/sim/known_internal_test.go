@@ -12,10 +12,15 @@ import (
 // liar refused it and re-seeded its replica, and the move never settled
 // (invariant 7). The classification reads the cut mark on the liar's
 // disk (markUnreadable); before it asked for a lie on the log too, and
-// the seed failed unclassified.
+// the seed failed unclassified. The seed was found before slow links were
+// on in the default cluster faults, and runs without them: their draws
+// move every schedule, and no seed of 0–1,999 with them on takes this
+// route.
 func TestKnownTwoVoterReseedFromACutMark(t *testing.T) {
 	const seed = 2461
-	_, err := Run(DefaultClusterConfig(seed))
+	cfg := DefaultClusterConfig(seed)
+	cfg.Faults.Peer.SlowLink = 0
+	_, err := Run(cfg)
 	var v *Violation
 	if !errors.As(err, &v) || v.Invariant != 7 {
 		t.Fatalf("cluster seed %d: %v; want its re-seed that never settles (invariant 7): the traces moved and it no longer tests the route", seed, err)
