@@ -14,8 +14,7 @@ import (
 // disk (markUnreadable); before it asked for a lie on the log too, and
 // the seed failed unclassified. The seed was found before slow links were
 // on in the default cluster faults, and runs without them: their draws
-// move every schedule, and no seed of 0–1,999 with them on takes this
-// route.
+// move every schedule, and with them on the seed passes.
 func TestKnownTwoVoterReseedFromACutMark(t *testing.T) {
 	const seed = 2461
 	cfg := DefaultClusterConfig(seed)
