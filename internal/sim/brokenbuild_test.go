@@ -127,7 +127,7 @@ func TestClusterCatchesNoChargeBackOnClose(t *testing.T) {
 // slowLinksAloneConfig has slow links on and the stalling member off:
 // only slow links close connections mid-frame.
 func slowLinksAloneConfig(seed uint64) sim.Config {
-	cfg := slowLinkConfig(seed)
+	cfg := sim.DefaultClusterConfig(seed)
 	cfg.Faults.Peer.Stall = 0
 	return cfg
 }

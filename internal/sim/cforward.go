@@ -21,8 +21,68 @@ import (
 // network fault reaches the request, its answer and the probes.
 
 // fwdKey names a forwarded request on the bus: the node that forwarded
-// it and its request id there.
+// it and its request id there. A key is not one attempt: the bus carries
+// no incarnation, and a node's request ids count from a new base on
+// every start, so one life's forward may share its key with an earlier
+// life's still queued at a node that was stopped (or delayed on the
+// bus). The engines count from a random base, which makes that rare, not
+// impossible; the harness's crediting must not rest on it (cluster seed
+// 805, when engines counted from 1: an earlier life's produce, queued at
+// a stopped node, was taken for the later life's forward to another node
+// and its append credited to no attempt). So c.fwds keeps every attempt
+// forwarded under a key, and each use picks the one it concerns.
 type fwdKey struct{ from, id uint64 }
+
+// keepForward records that home forwarded attempt a (to a.node) under
+// request id id, beside any attempt forwarded under the same key before.
+func (c *sim) keepForward(a *attempt, home *node, id uint64) {
+	k := fwdKey{home.id, id}
+	c.fwds[k] = append(c.fwds[k], a)
+}
+
+// forwardedTo lists the attempts forwarded under m's key (its sender and
+// request id) to node n: those a request m that n reads off the bus may
+// be (forwardedReq picks the one by its content).
+func (c *sim) forwardedTo(n *node, m transport.Message) []*attempt {
+	var to []*attempt
+	for _, a := range c.fwds[fwdKey{uint64(m.From), m.Group}] {
+		if a.node.id == n.id {
+			to = append(to, a)
+		}
+	}
+	return to
+}
+
+// forwardedReq is the attempt whose forwarded request req is, among those
+// forwardedTo found for the bus message being delivered (the newest
+// first), or nil when none is.
+func (c *sim) forwardedReq(req *shard.Request) *attempt {
+	for i := len(c.delivering) - 1; i >= 0; i-- {
+		if a := c.delivering[i]; sameRequest(a.req, req) {
+			return a
+		}
+	}
+	return nil
+}
+
+// replyTo is the attempt whose answer node n sends as m, a reply to the
+// forwarded request under m's key: one forwarded to n whose request a
+// shard of n took, and whose operation still waits (an earlier life's
+// attempts under the key ended with that life); nil when none, or when
+// more than one could be (nothing is captured then).
+func (c *sim) replyTo(n *node, m transport.Message) *attempt {
+	var got *attempt
+	for _, a := range c.fwds[fwdKey{uint64(m.To), m.Group}] {
+		if a.node.id != n.id || a.op.done || a.handles == 0 {
+			continue
+		}
+		if got != nil {
+			return nil
+		}
+		got = a
+	}
+	return got
+}
 
 // forward sends attempt a of o from its home node to node to, as the
 // home's client call does on a "not leader" answer. The request carries
@@ -41,7 +101,7 @@ func (c *sim) forward(a *attempt, home, to *node) {
 		return
 	}
 	a.fwd = f
-	c.fwds[fwdKey{home.id, f.ID()}] = a
+	c.keepForward(a, home, f.ID())
 	a.sendEv = c.event("forward a=%d op=%d n%d->n%d id=%d", a.id, o.id, home.id, to.id, f.ID())
 	c.inflight = append(c.inflight, a)
 }
@@ -60,8 +120,8 @@ func sameRequest(want, got *shard.Request) bool {
 // the consumer offset it stored (the forward may end without the answer,
 // or receive it later).
 func (c *sim) forwardReplied(n *node, m transport.Message) {
-	a := c.fwds[fwdKey{uint64(m.To), m.Group}]
-	if a == nil || a.node.id != n.id || a.op.done {
+	a := c.replyTo(n, m)
+	if a == nil {
 		return
 	}
 	r, err := host.DecodeResponse(m.Payload)

@@ -252,9 +252,7 @@ func (c *sim) readIn(n *node, m transport.Message) bool {
 // receive hands m to n's engine; it reports false on a violation.
 func (c *sim) receive(n *node, m transport.Message) bool {
 	if m.Kind == host.KindRequest {
-		if a := c.fwds[fwdKey{uint64(m.From), m.Group}]; a != nil && a.node.id == n.id {
-			c.delivering = a
-		}
+		c.delivering = c.forwardedTo(n, m)
 		c.fromBus = true
 		defer func() { c.delivering, c.fromBus = nil, false }()
 	}

@@ -24,7 +24,7 @@ var (
 	flagTermsX     = flag.Float64("sim.termsx", 1, "multiply the cluster seeds' forged-term rate (a misbehaving member)")
 	flagFloodX     = flag.Float64("sim.floodx", 1, "multiply the cluster seeds' forwarded-request flood rate (a misbehaving member)")
 	flagStallX     = flag.Float64("sim.stallx", 1, "multiply the cluster seeds' stalled-frame rate (a misbehaving member)")
-	flagSlowLink   = flag.Float64("sim.slowlink", 0, "the cluster seeds' slow-link rate (PeerFaultRates.SlowLink; 0 in the default faults)")
+	flagSlowLink   = flag.Float64("sim.slowlink", sim.DefaultSlowLink, "the cluster seeds' slow-link rate (PeerFaultRates.SlowLink; 0 turns slow links off)")
 	flagConnFlood  = flag.Float64("sim.connflood", 0, "the cluster seeds' connection-flood rate (PeerFaultRates.ConnFlood; 0 in the default faults)")
 )
 
@@ -62,7 +62,7 @@ func TestClusterSimulation(t *testing.T) {
 	list := seeds(t, defaultClusterSeeds)
 	_, replay := replaySeed(t)
 	defaultRange := isDefaultRange() && *flagMetaFaults && *flagRemoveX == 1 && *flagJoinX == 1 &&
-		*flagOneWayX == 1 && *flagClogX == 1 && *flagTermsX == 1 && *flagFloodX == 1 && *flagStallX == 1 && *flagSlowLink == 0 && *flagConnFlood == 0 && !*flagDisarmed
+		*flagOneWayX == 1 && *flagClogX == 1 && *flagTermsX == 1 && *flagFloodX == 1 && *flagStallX == 1 && *flagSlowLink == sim.DefaultSlowLink && *flagConnFlood == 0 && !*flagDisarmed
 	if defaultRange {
 		runs = defaultClusterOutcomes()
 	} else {
@@ -200,54 +200,17 @@ func TestClusterFaultsFire(t *testing.T) {
 		{"flooded request refused over a forward budget", total.FloodRefused},
 		{"spell of stalled frames (a misbehaving member)", total.StallSpells},
 		{"stalled frame closed at its read deadline", total.StallTimeouts},
+		{"spell of a slow link", total.SlowLinkSpells},
+		{"slow frame read whole", total.SlowWhole},
+		{"slow frame's connection closed at a read deadline", total.SlowTimeouts},
+		{"frame queued behind a slow one", total.SlowQueued},
+		{"frame lost behind a closed connection", total.SlowLost},
 		{"group led by a survivor after its quiesced leader crashed", total.Failovers},
 	} {
 		if c.n == 0 {
 			t.Errorf("fault %q never fired in %d default cluster seeds", c.name, defaultClusterSeeds)
 		}
 	}
-}
-
-// slowLinkRate is the slow-link rate (PeerFaultRates.SlowLink) the
-// slow-link seeds run at: three or four spells in a run of the default
-// length.
-const slowLinkRate = 0.001
-
-// slowLinkConfig is the default cluster configuration with slow links on.
-// They are off in DefaultClusterFaults because turning them on changes
-// every seed's trace (each spell draws from the seed's source), which
-// would move every schedule the default seeds and the broken builds'
-// catches were chosen on; these seeds run them instead, and
-// -sim.slowlink runs any range with them.
-func slowLinkConfig(seed uint64) sim.Config {
-	cfg := sim.DefaultClusterConfig(seed)
-	cfg.Faults.Peer.SlowLink = slowLinkRate
-	return cfg
-}
-
-// Slow links: frames on a member's regular connection that arrive in
-// dribbles or stop, with the sender's later frames to that receiver
-// queued behind them until they are whole or the receiver's read
-// deadline closes the connection and loses them (cslow.go). Every
-// invariant holds — invariant 13's bounds, deadlines and closed
-// connections holding nothing, no acknowledged loss, every group led
-// again — and each outcome happens: frames read whole, frames waiting
-// behind them, connections closed at a read deadline with frames lost
-// behind them.
-func TestClusterSlowLinks(t *testing.T) {
-	runs := offByDefaultSeeds(t, slowLinkConfig)
-	n := len(runs)
-	var total sim.FaultCounts
-	for _, r := range runs {
-		addFaults(&total, r.res.Faults)
-	}
-	t.Logf("%d slow-link seeds: %d spells, %d slow frames (%d whole, %d closed at a read deadline), %d queued behind one, %d lost behind a closed connection",
-		n, total.SlowLinkSpells, total.SlowFrames, total.SlowWhole, total.SlowTimeouts, total.SlowQueued, total.SlowLost)
-	expectHappened(t, "slow-link", n,
-		happened{"slow frame read whole", total.SlowWhole},
-		happened{"slow frame's connection closed at a read deadline", total.SlowTimeouts},
-		happened{"frame queued behind a slow one", total.SlowQueued},
-		happened{"frame lost behind a closed connection", total.SlowLost})
 }
 
 // Raft messages that do not carry their incarnation (the reference

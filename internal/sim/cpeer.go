@@ -74,8 +74,8 @@ import (
 //     against the simulator's own account of each frame, that a closed
 //     connection holds nothing, and that no other member's frame is
 //     refused.
-//   - Slow links (PeerFaultRates.SlowLink, cslow.go; 0 in the default
-//     faults): one member's regular connection to another is a byte
+//   - Slow links (PeerFaultRates.SlowLink, cslow.go; on in the default
+//     cluster faults): one member's regular connection to another is a byte
 //     stream whose frames arrive in dribbles or stop; the sender's later
 //     frames to that receiver wait behind the one being read until it
 //     is whole, or until the receiver's read deadline closes the

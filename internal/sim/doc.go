@@ -432,11 +432,11 @@
 //     Invariant 13 holds the bounds and the deadlines, and no other
 //     member's frame may be refused meanwhile; the liveness invariants,
 //     that the stalls take nothing for good.
-//   - Slow links (PeerFaultRates.SlowLink, cslow.go): 0 in
-//     DefaultClusterFaults, since turning it on changes every seed's
-//     trace and so every schedule the default seeds and the broken
-//     builds' catches were chosen on; TestClusterSlowLinks runs seeds
-//     with it on (0.001 a step), and -sim.slowlink any range. A spell
+//   - Slow links (PeerFaultRates.SlowLink, cslow.go): on in
+//     DefaultClusterFaults at DefaultSlowLink (0.001 a step, about four
+//     spells a run; -sim.slowlink sets another rate, 0 turns them off),
+//     and TestClusterFaultsFire checks that each outcome below happens
+//     within the default seeds. A spell
 //     makes one direction of one link between two members slow for
 //     100 ms – 2 s. TCPBus sends everything for one peer on one
 //     connection, a byte stream its receiver reads frame after frame:

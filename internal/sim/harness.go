@@ -36,10 +36,11 @@ type sim struct {
 	// net is a cluster's network (nil: a single node, which has none).
 	net *transport.Network
 	// fwds are the forwarded attempts by their forward's request on the
-	// bus (the forwarding node, the request id); delivering is the one
-	// whose request a node is taking from the bus.
-	fwds       map[fwdKey]*attempt
-	delivering *attempt
+	// bus (the forwarding node, the request id: every attempt forwarded
+	// under it, in order, by any life of the node); delivering, those of
+	// them a request a node is taking from the bus may be.
+	fwds       map[fwdKey][]*attempt
+	delivering []*attempt
 	fromBus    bool
 	// barriers are the read barriers in flight (cbarrier.go).
 	barriers    []*barrier

@@ -92,14 +92,19 @@ const (
 	// elects an honest node that lacks committed
 	// entries (seed 20750: the leader held 0 of 3), or it leads without
 	// an entry an honest follower holds committed, and the two trade
-	// appends and rejections without end (seed 326). The
+	// appends and rejections without end (seed 326), or it leads without
+	// it and writes the offset anew, and a replica that never had the
+	// entry appends the new one (seed 974: the liar n1 was elected with
+	// the vote of n3, which had been down when the batch committed on n1
+	// and n2; invariant 3 at the append, as replicas disagreeing). The
 	// mark's doc explains why no design with one flush per synced write
 	// closes the window (a power loss mid-flush can make any subset of
 	// the write's blocks durable, so a claim of the new end must read as
 	// a torn write); closing it costs a second flush on every
 	// acknowledgement. Classified only when every copy left behind is of
-	// such an incarnation (invariant 3), or for a drain that never ends
-	// after such a lie (invariant 0).
+	// such an incarnation (invariant 3), when replicas of such an
+	// incarnation disagree at an append (invariant 3), or for a drain
+	// that never ends after such a lie (invariant 0).
 	knownRaftLogWindow = "a lie on a raft log's last synced write, past the size its sync mark records (the mark's one-write window): the replica forgets entries it acknowledged, read as a torn tail"
 	// knownUnownedSoleLog: a lie cut a raft log below its first record
 	// (where its incarnation tag is) in a partition directory, another

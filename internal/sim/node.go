@@ -395,18 +395,21 @@ func (m *mirror) TrySend(f shard.Frame) error {
 	}
 	if op := f.Req.Op; op != shard.OpRaft && op != shard.OpCatchUp {
 		if a = b.attempts[f.Req]; a == nil {
+			if c != nil && c.fromBus {
+				a = c.forwardedReq(f.Req)
+			}
 			switch {
-			case c != nil && c.delivering != nil && sameRequest(c.delivering.req, f.Req):
+			case a != nil:
 				// A forwarded attempt, decoded from the bus.
-				a = c.delivering
 				b.attempts[f.Req] = a
 			case c == nil || !c.fromBus:
 				b.fail(0, "%sshard %d was sent a frame the simulator did not issue", n.tag(), m.i)
 				return err
 			default:
-				// A forwarded request whose forward is gone (its sender
-				// restarted, the request delayed on the bus): nobody
-				// waits for its answer.
+				// A forwarded request no attempt forwarded to this node
+				// (c.fwds keeps every one, of every life of its sender,
+				// so none is expected): nobody waits for its answer, and
+				// the storage tap reports a produce of it appended.
 				if err == nil {
 					n.shadow[m.i] = append(n.shadow[m.i], floodFrame)
 				}
