@@ -29,15 +29,7 @@ import (
 func TestClusterMaxOpenFiles(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const budget, parts = 8, 40
-		counters := map[transport.NodeID]*streamsFS{}
-		c := newDiskCluster(t, func(cfg *parkway.Config) {
-			id := cfg.Cluster.ID
-			if counters[id] == nil || counters[id].FS != cfg.FS {
-				counters[id] = &streamsFS{FS: cfg.FS, prefix: "/data/streams"}
-			}
-			cfg.FS = counters[id]
-			cfg.MaxOpenFiles = budget
-		})
+		c, counters := newBudgetCluster(t, budget)
 		s := mustStream(t, c.nodes[1], "s")
 		tp := mustTopic(t, c.nodes[1], s, "t", parts)
 		// Round 0's payloads fit in a deferred replica's 4 KiB of
@@ -120,15 +112,7 @@ func TestClusterMaxOpenFiles(t *testing.T) {
 func TestClusterMaxOpenFilesInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const budget, topics = 8, 40
-		counters := map[transport.NodeID]*streamsFS{}
-		c := newDiskCluster(t, func(cfg *parkway.Config) {
-			id := cfg.Cluster.ID
-			if counters[id] == nil || counters[id].FS != cfg.FS {
-				counters[id] = &streamsFS{FS: cfg.FS, prefix: "/data/streams"}
-			}
-			cfg.FS = counters[id]
-			cfg.MaxOpenFiles = budget
-		})
+		c, counters := newBudgetCluster(t, budget)
 		s := mustStream(t, c.nodes[1], "s")
 		start := time.Now()
 		tps := make([]parkway.Topic, topics)
@@ -160,4 +144,20 @@ func TestClusterMaxOpenFilesInterval(t *testing.T) {
 			}
 		}
 	})
+}
+
+// newBudgetCluster is newDiskCluster with each node's descriptor budget
+// set to budget and its partition store's descriptors counted (by node,
+// across restarts).
+func newBudgetCluster(t *testing.T, budget int) (*diskCluster, map[transport.NodeID]*streamsFS) {
+	counters := map[transport.NodeID]*streamsFS{}
+	c := newDiskCluster(t, func(cfg *parkway.Config) {
+		id := cfg.Cluster.ID
+		if counters[id] == nil || counters[id].FS != cfg.FS {
+			counters[id] = &streamsFS{FS: cfg.FS, prefix: "/data/streams"}
+		}
+		cfg.FS = counters[id]
+		cfg.MaxOpenFiles = budget
+	})
+	return c, counters
 }
