@@ -104,13 +104,7 @@ func TestDeadLeadersGroupsElectInBoundedBatches(t *testing.T) {
 			n.materialise(id, ns, epochs[i])
 		}
 	}
-	for range 400 {
-		if n.awake(1)+n.awake(2)+n.awake(3) == 0 && !n.shard(1).rg.elect.Pending() &&
-			!n.shard(2).rg.elect.Pending() && !n.shard(3).rg.elect.Pending() {
-			break
-		}
-		n.tick(1)
-	}
+	n.quiet()
 	if pref, none := n.led(nss); pref != count || none != 0 {
 		t.Fatalf("before the death: %d of %d groups led by their preferred leader, %d leaderless", pref, count, none)
 	}
@@ -305,18 +299,10 @@ func TestNewGroupOfADeadPreferredLeaderElectsFirst(t *testing.T) {
 			n.materialise(id, ns, epochs[i])
 		}
 	}
-	quiet := func() {
-		t.Helper()
-		for range 400 {
-			if n.awake(1)+n.awake(2)+n.awake(3) == 0 && !n.shard(1).rg.elect.Pending() &&
-				!n.shard(2).rg.elect.Pending() && !n.shard(3).rg.elect.Pending() {
-				return
-			}
-			n.tick(1)
-		}
-		t.Fatal("the groups did not quiesce in 400 ticks")
+	n.quiet()
+	if pref, none := n.led(nss); pref != count || none != 0 {
+		t.Fatalf("before the death: %d of %d groups led by their preferred leader, %d leaderless", pref, count, none)
 	}
-	quiet()
 	// A new group that node 3 should lead, built on nodes 1 and 2 only:
 	// they hold it for node 3's first campaign, which never comes.
 	var fresh metadata.Namespace
@@ -332,7 +318,7 @@ func TestNewGroupOfADeadPreferredLeaderElectsFirst(t *testing.T) {
 			break
 		}
 		n.materialise(3, ns, rev)
-		quiet()
+		n.quiet()
 	}
 	n.cut[3] = true
 	o := n.shard(1).owned[fresh]
@@ -369,5 +355,18 @@ func TestNewGroupOfADeadPreferredLeaderElectsFirst(t *testing.T) {
 	}
 	if got, want := n.leaderAmong(fresh, 3), n.shard(1).rg.campaigner(o); got != want {
 		t.Fatalf("the new group is led by %d, want its campaigner %d", got, want)
+	}
+}
+
+// quiet ticks until no group is awake and no election is pending on any
+// node, for at most 400 ticks (then the caller's check of the leaders
+// says what did not settle).
+func (n *replNet) quiet() {
+	for range 400 {
+		if n.awake(1)+n.awake(2)+n.awake(3) == 0 && !n.shard(1).rg.elect.Pending() &&
+			!n.shard(2).rg.elect.Pending() && !n.shard(3).rg.elect.Pending() {
+			return
+		}
+		n.tick(1)
 	}
 }
