@@ -47,7 +47,11 @@ type ClusterConfig struct {
 	// LivenessInterval is how often this node sends each peer a
 	// heartbeat (default 10 ticks); LivenessTimeout is how long a peer
 	// may send nothing before it is declared dead and the groups it led
-	// elect new leaders (default 5 intervals).
+	// elect new leaders (default 5 intervals). The silence is counted on
+	// this node's own clock, the ticks its driver ran when it planned
+	// to: a wake late by a pause of the process or a CPU it waited for
+	// counts as the wake it planned, so a node starved or paused itself
+	// does not declare its peers dead for the gap it missed.
 	LivenessInterval time.Duration
 	LivenessTimeout  time.Duration
 	// MaxForwardedBytes bounds the bytes of the requests other nodes

@@ -814,7 +814,12 @@ type replCaseResult struct {
 // runReplicated runs the replicated section. Each round rotates which
 // system goes first, so each goes first in one round of every six.
 func (r *runner) runReplicated(ctx context.Context, sizes ReplicatedSizes) (*replResult, error) {
-	systems := replicatedSystems()
+	var systems []replSystem
+	for _, s := range replicatedSystems() {
+		if r.cfg.Systems == nil || r.cfg.Systems.MatchString(s.name()) {
+			systems = append(systems, s)
+		}
+	}
 	res := &replResult{}
 	for _, s := range systems {
 		res.systems = append(res.systems, s.name())

@@ -123,6 +123,10 @@ type Config struct {
 	// the report), and the limits beside a case it matches (the raw fsync
 	// beside always/convergence).
 	Filter *regexp.Regexp
+	// Systems, when set, runs the replicated cases only on the systems
+	// whose name it matches ("parkway ×3 disk TCP", "JetStream R3
+	// file", ...): the report's tables and ratios leave the others out.
+	Systems *regexp.Regexp
 	// TempDir is where data directories are created (default
 	// os.TempDir()): every round of every case gets a fresh one for each
 	// system, directly under TempDir, removed after the round.

@@ -154,7 +154,10 @@ type Cluster struct {
 	// groups it led, partition groups and the metadata group, elect new
 	// leaders (default 5 intervals). Both are rounded down to whole
 	// ticks; while the metadata group is quiesced, a started engine
-	// checks them once per interval.
+	// checks them once per interval. The silence is counted in the ticks
+	// the engine's driver planned (liveness.go): a late wake, from a
+	// pause of the process or a CPU it waited for, does not count its
+	// lateness toward any peer's silence.
 	LivenessInterval time.Duration
 	LivenessTimeout  time.Duration
 	// MaxForwardedBytes bounds the bytes of the requests other nodes

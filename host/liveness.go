@@ -36,13 +36,20 @@ import (
 // otherwise hold each other dead for ever.
 //
 // Silence is measured twice, and a peer is dead only when both say so:
-// in ticks (the timeout) and in heartbeat rounds this node's driver
-// actually ran (the timeout's number of intervals). A driver starved of
-// CPU wakes late and counts the ticks it slept through at once; every
-// peer then looks silent for that long, though their messages may sit in
-// this node's inbox, unread for the same reason. Counting rounds makes
-// the timeout stretch with the local driver's lag: a peer is declared
-// dead only after this node had that many chances to hear from it.
+// in ticks this node's driver ran on time (the timeout) and in heartbeat
+// rounds it actually ran (the timeout's number of intervals). A driver
+// starved of CPU, or a process paused (a GC pause, a stopped VM), wakes
+// late and counts the ticks it slept through at once; every peer then
+// looks silent for that long, though their messages may sit in this
+// node's inbox, unread for the same reason. So silence is counted on the
+// checker's own clock (own): the ticks its driver scheduled, not the
+// ones it overslept — a late wake counts as the wake it planned, and the
+// gap it missed counts for no peer's silence. Counting rounds as well
+// makes the timeout stretch with the local driver's lag: a peer is
+// declared dead only after this node had that many chances, on time, to
+// hear from it. A checker late on every wake still advances its own
+// clock by what it planned each time, so a peer that is really gone is
+// declared dead, later by the checker's lag.
 
 // Defaults of Cluster's liveness settings, in raft ticks.
 const (
@@ -55,8 +62,11 @@ type liveness struct {
 	c       *clusterNode
 	every   int64 // ticks between heartbeats to each peer
 	timeout int64 // ticks without a message after which a peer is dead
-	now     atomic.Int64
-	// heard maps each peer to the tick it was last heard at. The map is
+	// now counts every tick (it paces the heartbeat rounds); own only
+	// those the driver planned (advance's due): the clock silence is
+	// measured on, which a late wake does not advance by its lateness.
+	now, own atomic.Int64
+	// heard maps each peer to the tick of own it was last heard at. The map is
 	// copied on write (the driver adds the nodes that join) and read
 	// without a lock; its values are written by the transport's receiver
 	// and read by the driver.
@@ -135,7 +145,7 @@ func (l *liveness) join() {
 		if grown == nil {
 			grown = &peerClocks{ids: slices.Clone(heard.ids), at: maps.Clone(heard.at)}
 		}
-		grown.add(p, l.now.Load(), l.rounds.Load())
+		grown.add(p, l.own.Load(), l.rounds.Load())
 	}
 	if len(nodes) > 0 {
 		for _, p := range heard.ids {
@@ -161,8 +171,8 @@ func (l *liveness) join() {
 // goroutine: it reads only atomics).
 func (l *liveness) heardRecently(peer uint64) bool {
 	h := l.heard.Load().at[peer]
-	now := l.now.Load()
-	return h == nil || (now-h.tick.Load() <= l.timeout && !l.deafTo(h, now))
+	own := l.own.Load()
+	return h == nil || (own-h.tick.Load() <= l.timeout && !l.deafTo(h, own))
 }
 
 // heardReport records a peer's heartbeat: the peers it does not hear,
@@ -176,21 +186,22 @@ func (l *liveness) heardReport(peer uint64, payload []byte) error {
 	}
 	if h := l.heard.Load().at[peer]; h != nil {
 		h.deaf.Store(deaf)
-		h.reported.Store(l.now.Load())
+		h.reported.Store(l.own.Load())
 	}
 	return nil
 }
 
 // deafTo reports whether peer's latest heartbeat said it does not hear
-// this node, and is recent: two heartbeat intervals old at most. A
+// this node, and is recent: two heartbeat intervals old at most, at own
+// tick own. A
 // report goes stale when its sender stops sending (it crashed): the peer
 // is then alive to this node until its silence passes the timeout, and
 // that death is a transition of its own — a peer held dead by report
 // while its groups' leadership still reached this node (it could not
 // hear this node, but was heard), then dead by silence with no
 // transition, left the groups it led unaware of its crash.
-func (l *liveness) deafTo(h *heardAt, now int64) bool {
-	return h.deaf.Load() && now-h.reported.Load() <= 2*l.every
+func (l *liveness) deafTo(h *heardAt, own int64) bool {
+	return h.deaf.Load() && own-h.reported.Load() <= 2*l.every
 }
 
 // reportsSilent reports whether a heartbeat's payload names id among the
@@ -210,7 +221,7 @@ func reportsSilent(payload []byte, id uint64) (bool, error) {
 // heardFrom records a sign of life from peer (any message it sent).
 func (l *liveness) heardFrom(peer uint64) {
 	if h := l.heard.Load().at[peer]; h != nil {
-		h.tick.Store(l.now.Load())
+		h.tick.Store(l.own.Load())
 		h.round.Store(l.rounds.Load())
 	}
 }
@@ -235,23 +246,27 @@ func (l *liveness) hello() {
 	}
 }
 
-// tick advances liveness by one raft tick.
-func (l *liveness) tick(ctx context.Context) { l.advance(ctx, 1) }
+// tick advances liveness by one raft tick, on time (a manual engine's
+// driver ticks when it means to).
+func (l *liveness) tick(ctx context.Context) { l.advance(ctx, 1, 1) }
 
 // untilBeat is how many ticks are left until the next heartbeat round.
 func (l *liveness) untilBeat() int64 { return l.every - l.now.Load()%l.every }
 
 // advance advances liveness by k raft ticks at once (a started engine's
 // driver sleeps through the ticks of a quiesced metadata member, up to
-// the next heartbeat round): heartbeats go out when the ticks cross an
-// interval, and a peer whose silence crossed the timeout, over at least
-// as many heartbeat rounds as the timeout has intervals, is declared dead
-// (one heard from again, alive) to every shard and the metadata group.
-// Signs of life that arrive while the driver sleeps are stamped with the
-// last tick counted, so silence is measured to within one interval. Nodes
-// the metadata added are tracked from the first heartbeat round after.
-func (l *liveness) advance(ctx context.Context, k int64) {
+// the next heartbeat round), of which the driver planned due (it slept
+// for due ticks and woke k-due late; due >= 1): heartbeats go out when
+// the ticks cross an interval, and a peer whose silence on the own clock
+// (the planned ticks only) crossed the timeout, over at least as many
+// heartbeat rounds as the timeout has intervals, is declared dead (one
+// heard from again, alive) to every shard and the metadata group. Signs
+// of life that arrive while the driver sleeps are stamped with the last
+// tick counted, so silence is measured to within one interval. Nodes the
+// metadata added are tracked from the first heartbeat round after.
+func (l *liveness) advance(ctx context.Context, k, due int64) {
 	now := l.now.Add(k)
+	own := l.own.Add(min(k, max(due, 1)))
 	beat := now/l.every != (now-k)/l.every
 	rounds := l.rounds.Load()
 	if beat {
@@ -262,7 +277,7 @@ func (l *liveness) advance(ctx context.Context, k int64) {
 	var report []byte
 	for _, p := range heard.ids {
 		h := heard.at[p]
-		silent := now-h.tick.Load() > l.timeout && rounds-h.round.Load() >= l.miss
+		silent := own-h.tick.Load() > l.timeout && rounds-h.round.Load() >= l.miss
 		if silent {
 			l.silent[p] = true
 			report = binary.LittleEndian.AppendUint64(report, p)
@@ -275,7 +290,7 @@ func (l *liveness) advance(ctx context.Context, k int64) {
 		if beat {
 			_ = l.c.send(p, KindLiveness, 0, l.c.heartbeat(report))
 		}
-		dead := l.silent[p] || l.deafTo(h, now)
+		dead := l.silent[p] || l.deafTo(h, own)
 		if dead == l.dead[p] {
 			continue
 		}

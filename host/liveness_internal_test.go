@@ -26,7 +26,7 @@ func TestLivenessStarvedDriverDeclaresNobodyDead(t *testing.T) {
 
 	// The driver wakes after ten timeouts' worth of ticks, with nothing
 	// read from its peers meanwhile.
-	live.advance(ctx, 10*live.timeout)
+	live.advance(ctx, 10*live.timeout, 1)
 	if !live.alive(2) || !live.alive(3) {
 		t.Fatalf("one late heartbeat round after %d ticks declared a peer dead (2 alive: %v, 3 alive: %v)",
 			10*live.timeout, live.alive(2), live.alive(3))
@@ -59,6 +59,74 @@ func TestLivenessStarvedDriverDeclaresNobodyDead(t *testing.T) {
 		if !live.alive(2) {
 			t.Fatalf("after %d rounds: node 2, which keeps sending, declared dead", round)
 		}
+	}
+}
+
+// A checker whose driver ran on time while a peer missed a few
+// heartbeats, then stalled for longer than the timeout (starved of CPU,
+// or the process paused) and resumed, must not declare the peer dead for
+// the gap it missed itself: silence is counted on the checker's own
+// clock, the ticks its driver planned. A late wake after most of the
+// timeout's rounds used to complete them (issue 33: one node's false
+// alarm re-elected the groups it led). A peer that stays silent is
+// declared dead as before, once its silence on that clock passes the
+// timeout.
+func TestLivenessStalledCheckerCountsNotItsGap(t *testing.T) {
+	tr := newManualTrio(t)
+	tr.tick(20)
+	ctx := context.Background()
+	live := tr.engines[0].cl.live
+	h := live.heard.Load().at[3]
+	heardAt, heardRound := h.tick.Load(), h.round.Load()
+	if !live.alive(3) || live.own.Load()-heardAt > live.every {
+		t.Fatalf("node 3 not heard within the last interval before the test (alive %v, own %d, heard %d)",
+			live.alive(3), live.own.Load(), heardAt)
+	}
+
+	// Node 3 falls silent; nodes 1 and 2 tick on time until node 1's own
+	// clock is half an interval short of the timeout.
+	tickOnTime := func() {
+		t.Helper()
+		for _, e := range tr.engines[:2] {
+			if err := e.TickMetadata(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tr.deliverExcept(3)
+	}
+	for live.own.Load()-heardAt < live.timeout-live.every/2 {
+		tickOnTime()
+	}
+	if !live.alive(3) {
+		t.Fatal("node 3 declared dead before the timeout")
+	}
+	if got := live.rounds.Load() - heardRound; got < live.miss-1 {
+		t.Fatalf("%d heartbeat rounds since node 3 was heard, want at least %d: the late wake below would not complete them", got, live.miss-1)
+	}
+
+	// Node 1's driver planned one tick and woke two timeouts later.
+	live.advance(ctx, 2*live.timeout, 1)
+	if !live.alive(3) {
+		t.Fatalf("a wake %d ticks late declared node 3 dead after %d ticks of silence on the checker's own clock",
+			2*live.timeout-1, live.own.Load()-heardAt)
+	}
+	if !live.alive(2) {
+		t.Fatal("node 2, heard every tick, declared dead")
+	}
+
+	// Node 3 stays silent while node 1 runs on time: dead once its
+	// silence on the own clock passes the timeout, not before.
+	for live.own.Load()-heardAt <= live.timeout {
+		if !live.alive(3) {
+			t.Fatalf("node 3 declared dead after %d ticks of silence on the own clock, timeout %d", live.own.Load()-heardAt, live.timeout)
+		}
+		tickOnTime()
+	}
+	if live.alive(3) {
+		t.Fatalf("node 3 silent for %d ticks on the own clock (timeout %d): still alive", live.own.Load()-heardAt, live.timeout)
+	}
+	if !live.alive(2) {
+		t.Fatal("node 2, heard every tick, declared dead")
 	}
 }
 

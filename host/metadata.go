@@ -456,9 +456,11 @@ func (c *clusterNode) runMetadata(ctx context.Context) {
 	clk, every := c.e.cfg.Clock, c.cfg.TickInterval
 	tick := clk.NewTimer(every)
 	defer tick.Stop()
-	// last is when the ticks counted so far end; long is set while the
+	// last is when the ticks counted so far end; due is how many ticks
+	// after last the timer is armed for (liveness counts a late fire as
+	// the ticks planned, see liveness.advance); long is set while the
 	// timer is armed past the next tick.
-	last, long := clk.Now(), false
+	last, due, long := clk.Now(), int64(1), false
 	for {
 		if m.process() != nil && m.err != nil {
 			m.answerReads(m.err)
@@ -468,8 +470,9 @@ func (c *clusterNode) runMetadata(ctx context.Context) {
 		if long && !m.quiesced() {
 			// Woken while the driver slept: back to one fire per tick,
 			// from the next tick on.
-			tick.Reset(every - clk.Now().Sub(last)%every)
-			long = false
+			since := clk.Now().Sub(last)
+			tick.Reset(every - since%every)
+			due, long = int64(since/every)+1, false
 		}
 		select {
 		case <-ctx.Done():
@@ -488,9 +491,9 @@ func (c *clusterNode) runMetadata(ctx context.Context) {
 			k := max(int64(clk.Now().Sub(last)/every), 1)
 			last = last.Add(time.Duration(k) * every)
 			_ = m.tick(k) // process, at the top, reports a failure
-			c.live.advance(ctx, k)
+			c.live.advance(ctx, k, due)
 			n := m.sleepTicks()
-			long = n > 1
+			due, long = n, n > 1
 			tick.Reset(time.Duration(n)*every - clk.Now().Sub(last))
 		}
 	}

@@ -85,7 +85,7 @@ func TestQuiescedMetadataDriverSleepsUntilLivenessBeat(t *testing.T) {
 	if n := m.sleepTicks(); n != 10 || n != live.untilBeat() {
 		t.Fatalf("quiesced member: the driver sleeps %d ticks, want 10 (until the next heartbeat round)", n)
 	}
-	live.advance(context.Background(), 3)
+	live.advance(context.Background(), 3, 3)
 	if n := m.sleepTicks(); n != 7 {
 		t.Fatalf("3 ticks later: the driver sleeps %d ticks, want 7", n)
 	}
@@ -96,7 +96,7 @@ func TestQuiescedMetadataDriverSleepsUntilLivenessBeat(t *testing.T) {
 	clear(tr.beats)
 	for left := int64(97); left > 0; {
 		k := min(6, left)
-		live.advance(context.Background(), k)
+		live.advance(context.Background(), k, k)
 		left -= k
 	}
 	tr.deliver()

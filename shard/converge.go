@@ -50,11 +50,16 @@ func (rg *raftGroups) admitNew(o *owned, elect, campaigned, first bool) {
 		return
 	}
 	o.rep.elect.Reset() // a rebuilt group's earlier state
-	if elect && first {
+	if first {
 		// The group's first election: a client that created the
-		// partition may be waiting for its leader, so should this one
-		// find no winner (its followers not built yet) or have to wait
-		// for a place, it goes ahead of the re-elections queued.
+		// partition may be waiting for its leader, so should this node
+		// stand in it and find no winner (its followers not built yet)
+		// or have to wait for a place, it goes ahead of the
+		// re-elections queued. So does the election this node stands in
+		// for a preferred leader that is dead, or dies before the group
+		// had a leader (setPeerLive, electAfterDeath): a liveness
+		// verdict queues the re-elections of every group the dead node
+		// led, and a new group's went behind them all (issue 33).
 		rg.elect.First(o)
 	}
 	switch {

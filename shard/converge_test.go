@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/parkway-io/parkway/internal/groups"
+	"github.com/parkway-io/parkway/internal/raftid"
 	"github.com/parkway-io/parkway/metadata"
 )
 
@@ -103,13 +104,7 @@ func TestDeadLeadersGroupsElectInBoundedBatches(t *testing.T) {
 			n.materialise(id, ns, epochs[i])
 		}
 	}
-	for range 400 {
-		if n.awake(1)+n.awake(2)+n.awake(3) == 0 && !n.shard(1).rg.elect.Pending() &&
-			!n.shard(2).rg.elect.Pending() && !n.shard(3).rg.elect.Pending() {
-			break
-		}
-		n.tick(1)
-	}
+	n.quiet()
 	if pref, none := n.led(nss); pref != count || none != 0 {
 		t.Fatalf("before the death: %d of %d groups led by their preferred leader, %d leaderless", pref, count, none)
 	}
@@ -288,4 +283,90 @@ func TestHeldMemberStandsAgainstCampaignerThatIsBehind(t *testing.T) {
 		n.tick(1)
 	}
 	t.Fatalf("no survivor leads after %d ticks (the hold lasts %d)", hold/2, hold)
+}
+
+// A new group whose preferred leader dies before the group elected anyone
+// is elected by the survivors' campaigner ahead of the re-elections of
+// the groups the dead node led (groups.Elections.First), as a new group's
+// first election is ahead of any queued: a client that created the
+// partition may be waiting for its leader (issue 33: case R6 on disk
+// failed with "partition has no leader yet" after a liveness verdict).
+func TestNewGroupOfADeadPreferredLeaderElectsFirst(t *testing.T) {
+	const count = 9 * inFlight
+	n, nss, epochs := newQuiescedReplNet(t, count)
+	for i, ns := range nss {
+		for id := uint64(1); id <= 3; id++ {
+			n.materialise(id, ns, epochs[i])
+		}
+	}
+	n.quiet()
+	if pref, none := n.led(nss); pref != count || none != 0 {
+		t.Fatalf("before the death: %d of %d groups led by their preferred leader, %d leaderless", pref, count, none)
+	}
+	// A new group that node 3 should lead, built on nodes 1 and 2 only:
+	// they hold it for node 3's first campaign, which never comes.
+	var fresh metadata.Namespace
+	for i := 0; fresh == 0; i++ {
+		if i == 30 {
+			t.Fatal("no new group preferring node 3 in 30 tries")
+		}
+		ns, rev := n.create(fmt.Sprintf("new%d", i), 1, 2, 3)
+		n.materialise(1, ns, rev)
+		n.materialise(2, ns, rev)
+		if n.shard(1).rg.preferred(n.shard(1).owned[ns]) == 3 {
+			fresh = ns
+			break
+		}
+		n.materialise(3, ns, rev)
+		n.quiet()
+	}
+	n.cut[3] = true
+	o := n.shard(1).owned[fresh]
+	var ledBy3 []metadata.Namespace
+	for _, ns := range nss {
+		if n.leader(ns) == 3 {
+			ledBy3 = append(ledBy3, ns)
+		}
+	}
+	for id := uint64(1); id <= 2; id++ {
+		n.shard(id).rg.setPeerLive(3, false)
+	}
+	var ahead int // node 3's groups the new one's campaigner re-elects
+	for _, ns := range ledBy3 {
+		if n.shard(1).rg.campaigner(n.shard(1).owned[ns]) == n.shard(1).rg.campaigner(o) {
+			ahead++
+		}
+	}
+	c := raftid.Node(n.shard(1).rg.campaigner(o))
+	if ahead <= inFlight {
+		t.Fatalf("node %d re-elects %d of node 3's groups, too few to fill the %d places", c, ahead, inFlight)
+	}
+	n.tickOnly()
+	s := n.shard(uint64(c))
+	if !s.rg.q.awake.Has(fresh, s.owned[fresh]) {
+		t.Fatalf("node %d, the new group's campaigner, did not start its election among the first %d (%d of node 3's groups queued with it)",
+			c, inFlight, ahead)
+	}
+	for range 100 {
+		if n.leaderAmong(fresh, 3) != 0 {
+			break
+		}
+		n.tick(1)
+	}
+	if got, want := n.leaderAmong(fresh, 3), n.shard(1).rg.campaigner(o); got != want {
+		t.Fatalf("the new group is led by %d, want its campaigner %d", got, want)
+	}
+}
+
+// quiet ticks until no group is awake and no election is pending on any
+// node, for at most 400 ticks (then the caller's check of the leaders
+// says what did not settle).
+func (n *replNet) quiet() {
+	for range 400 {
+		if n.awake(1)+n.awake(2)+n.awake(3) == 0 && !n.shard(1).rg.elect.Pending() &&
+			!n.shard(2).rg.elect.Pending() && !n.shard(3).rg.elect.Pending() {
+			return
+		}
+		n.tick(1)
+	}
 }

@@ -1,9 +1,13 @@
 package shard
 
-import "github.com/parkway-io/parkway/partition"
+import (
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
+)
 
 // syncQuiesced syncs the partition log of o, a replicated partition
-// whose group just quiesced, when its topic is FsyncAlways.
+// whose group just quiesced, when its topic is FsyncAlways, and writes
+// its raft log back when its topic is FsyncInterval.
 //
 // A replicated partition's acknowledgements rest on its raft log, which
 // Save fsyncs; its partition log is written by applying the committed
@@ -37,8 +41,31 @@ import "github.com/parkway-io/parkway/partition"
 // TestBehaviour32ClusterReplicaCostsOnlyItsRaftLog). Its files are
 // created when it needs them, as under the other policies: past its
 // write-behind buffer, for a consumer offset, before a compaction.
+//
+// An interval topic's raft log is not synced by Save either, only by the
+// interval timer, so it holds unsynced writes — and its descriptor, pinned
+// outside the budget — for up to the interval after each write: a node
+// that writes to more replicas within one interval (two minutes by
+// default, as JetStream's sync_interval) than its budget ran out of
+// descriptors (issue 33: case R6 on disk, three nodes in one process,
+// failed with EMFILE at about 6,660 new topics). So a quiescing
+// interval-policy group writes its raft log back (wal.Log.WriteBack:
+// sync_file_range, a write without the device's cache flush), which
+// releases the pin; the flush still waits for the interval. A failed
+// writeback fails the group, as a failed Save does.
 func (rg *raftGroups) syncQuiesced(o *owned) {
-	if !o.dur.always() || o.failed != nil {
+	if o.failed != nil {
+		return
+	}
+	if o.dur.Fsync == metadata.FsyncInterval {
+		if o.rep.grp != nil && o.rep.grp.Disk() != nil {
+			if err := o.rep.grp.Disk().WriteBack(); err != nil {
+				rg.failGroup(o, err)
+			}
+		}
+		return
+	}
+	if !o.dur.always() {
 		return
 	}
 	if d, ok := o.p.(partition.Deferred); ok && d.Deferred() {

@@ -552,6 +552,15 @@ func (d *Disk) Sync() error {
 	return d.syncLog()
 }
 
+// WriteBack hands everything written to the log to the device, without
+// the cache flush an fsync adds (wal.Log.WriteBack): for a Disk that is
+// not synced on every Save (an interval-policy partition's), whose file
+// would otherwise hold unsynced writes — and its descriptor, pinned under
+// the partition store's budget — until its next Sync. A held hard state
+// stays held: it is not in the file, so it pins nothing. The sync mark is
+// not written: a writeback is not a sync.
+func (d *Disk) WriteBack() error { return d.log.WriteBack() }
+
 // Size is the log file's size in bytes.
 func (d *Disk) Size() int64 { return d.log.Size() }
 

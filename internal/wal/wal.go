@@ -151,6 +151,9 @@ type Log struct {
 	buf []byte
 	// syncs observes each Sync's fsync in seconds (ObserveSyncs), or nil.
 	syncs prometheus.Observer
+	// dirty: written (an append, or its cut-off) since the last
+	// successful Sync or WriteBack, so WriteBack has something to do.
+	dirty bool
 }
 
 // ObserveSyncs makes every later Sync observe its fsync's duration in
@@ -307,6 +310,7 @@ func (l *Log) Append(data []byte) (uint64, error) {
 	if cap(rec) <= maxKeptBuf {
 		l.buf = rec[:0]
 	}
+	l.dirty = true
 	if _, err := l.f.WriteAt(rec, l.size); err != nil {
 		werr := fmt.Errorf("wal: append to %s: %w", l.path, err)
 		// Cut off whatever part of the record reached the file, so the
@@ -340,6 +344,32 @@ func (l *Log) Sync() error {
 		l.broken = fmt.Errorf("wal: sync %s: %w", l.path, err)
 		return l.broken
 	}
+	l.dirty = false
+	return nil
+}
+
+// WriteBack hands every appended record to the device and waits for the
+// write, without the device's cache flush (vfs.WriteBack): the records
+// are durable with the device's next flush, the next Sync's at the
+// latest. It does nothing for a log not written since its last Sync or
+// WriteBack. What it is for: a file under a descriptor budget stays
+// pinned open while it holds writes no fsync or writeback covered (the
+// partition store's, see partition.FileConfig.MaxOpenFiles), and this
+// releases the pin at the cost of a write, not a flush. A failure breaks
+// the log, as Sync's does: the pages that failed may be lost, and a later
+// fsync need not report it.
+func (l *Log) WriteBack() error {
+	if err := l.usable(); err != nil {
+		return err
+	}
+	if !l.dirty {
+		return nil
+	}
+	if err := vfs.WriteBack(l.f); err != nil {
+		l.broken = fmt.Errorf("wal: write back %s: %w", l.path, err)
+		return l.broken
+	}
+	l.dirty = false
 	return nil
 }
 

@@ -662,3 +662,45 @@ func TestOpenSyncsWhatItFinds(t *testing.T) {
 		t.Fatalf("after reopen and crash: %v, %d records, want 3", err, len(got))
 	}
 }
+
+// WriteBack writes back a log written since its last Sync or WriteBack,
+// and only such a log (a clean one's writeback would be a system call
+// for nothing on every quiesce); a failed writeback breaks the log, as a
+// failed Sync does: pages it could not write may be lost, and a later
+// fsync need not say so.
+func TestWriteBack(t *testing.T) {
+	mem := newFS(t)
+	writeLog(t, mem, 1, records(2))
+	fail := errorfs.NewSwitch(syscall.EIO, errorfs.OpWriteBack)
+	l, _, err := readLog(t, errorfs.New(mem, fail), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Clean: nothing to write back, so the failing writeback is not
+	// called.
+	fail.Set(true)
+	if err := l.WriteBack(); err != nil {
+		t.Fatalf("WriteBack of a log not written since it was opened: %v", err)
+	}
+	if _, err := l.Append([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	fail.Set(false)
+	if err := l.WriteBack(); err != nil {
+		t.Fatal(err)
+	}
+	fail.Set(true)
+	if err := l.WriteBack(); err != nil {
+		t.Fatalf("WriteBack of a log written back since its last append: %v", err)
+	}
+	if _, err := l.Append([]byte("y")); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.WriteBack(); err == nil {
+		t.Fatal("a failing writeback of a written log succeeded")
+	}
+	fail.Set(false)
+	if err := l.Sync(); !errors.Is(err, ErrBroken) {
+		t.Errorf("Sync after a failed WriteBack = %v, want ErrBroken", err)
+	}
+}

@@ -56,6 +56,7 @@ func run() error {
 	minRound := fs.Duration("min", bench.DefaultMinRound, "minimum length of every throughput round (negative: none, exactly the floor counts)")
 	out := fs.String("out", "", "also write the report to this file")
 	filter := fs.String("run", "", "only cases whose \"<set>/<key>\" matches this regexp (sets: interval, always, limits, replicated, waiting)")
+	systems := fs.String("systems", "", "only the replicated systems whose name matches this regexp (e.g. 'disk TCP|R3 file')")
 	only := fs.String("only", "", "only one section: \"replicated\" (three replicas), \"waiting\" (waiting consumers) or \"single\" (everything else)")
 	cpuprofile := fs.String("cpuprofile", "", "directory for CPU profiles of the parkway side, one per case and round")
 	tmp := fs.String("tmpdir", "", "where data directories are created (default: the system temp dir)")
@@ -105,6 +106,13 @@ func run() error {
 		}
 	default:
 		return fmt.Errorf("-only %q: want replicated, waiting or single", *only)
+	}
+	if *systems != "" {
+		re, err := regexp.Compile(*systems)
+		if err != nil {
+			return fmt.Errorf("-systems: %w", err)
+		}
+		cfg.Systems = re
 	}
 	if *filter != "" {
 		re, err := regexp.Compile(*filter)
