@@ -30,6 +30,23 @@ func newQuiescedReplNet(t *testing.T, count int) (*replNet, []metadata.Namespace
 	return n, nss, epochs
 }
 
+// newLedReplNet is newQuiescedReplNet with every group materialised on
+// all three nodes, quiet, and led by its preferred leader.
+func newLedReplNet(t *testing.T, count int) (*replNet, []metadata.Namespace, []uint64) {
+	t.Helper()
+	n, nss, epochs := newQuiescedReplNet(t, count)
+	for i, ns := range nss {
+		for id := uint64(1); id <= 3; id++ {
+			n.materialise(id, ns, epochs[i])
+		}
+	}
+	n.quiet()
+	if pref, none := n.led(nss); pref != count || none != 0 {
+		t.Fatalf("before the death: %d of %d groups led by their preferred leader, %d leaderless", pref, count, none)
+	}
+	return n, nss, epochs
+}
+
 // tickOnly runs one raft tick on every node without delivering anything.
 func (n *replNet) tickOnly() {
 	for id := uint64(1); id <= 3; id++ {
@@ -98,16 +115,7 @@ func TestManyNewGroupsElectInBoundedBatches(t *testing.T) {
 // votes, and every group ends up led by its campaigner.
 func TestDeadLeadersGroupsElectInBoundedBatches(t *testing.T) {
 	const count = 9 * inFlight
-	n, nss, epochs := newQuiescedReplNet(t, count)
-	for i, ns := range nss {
-		for id := uint64(1); id <= 3; id++ {
-			n.materialise(id, ns, epochs[i])
-		}
-	}
-	n.quiet()
-	if pref, none := n.led(nss); pref != count || none != 0 {
-		t.Fatalf("before the death: %d of %d groups led by their preferred leader, %d leaderless", pref, count, none)
-	}
+	n, nss, _ := newLedReplNet(t, count)
 	var ledBy3 []metadata.Namespace
 	for _, ns := range nss {
 		if n.leader(ns) == 3 {
@@ -293,16 +301,7 @@ func TestHeldMemberStandsAgainstCampaignerThatIsBehind(t *testing.T) {
 // failed with "partition has no leader yet" after a liveness verdict).
 func TestNewGroupOfADeadPreferredLeaderElectsFirst(t *testing.T) {
 	const count = 9 * inFlight
-	n, nss, epochs := newQuiescedReplNet(t, count)
-	for i, ns := range nss {
-		for id := uint64(1); id <= 3; id++ {
-			n.materialise(id, ns, epochs[i])
-		}
-	}
-	n.quiet()
-	if pref, none := n.led(nss); pref != count || none != 0 {
-		t.Fatalf("before the death: %d of %d groups led by their preferred leader, %d leaderless", pref, count, none)
-	}
+	n, nss, _ := newLedReplNet(t, count)
 	// A new group that node 3 should lead, built on nodes 1 and 2 only:
 	// they hold it for node 3's first campaign, which never comes.
 	var fresh metadata.Namespace
