@@ -24,10 +24,10 @@ type partProduce struct {
 	key         producerKey
 	acks        []*parkway.PendingAck
 	seqs        []*seqBatch // one per ack (nil for a batch without a producer id)
+	dup         *seqBatch   // the request is a retry of this batch
 	// lent are the batches handed to the node still in the request's
 	// frame (keptBatch.raw), which it copies as it keeps them.
 	lent []*keptBatch
-	dup         *seqBatch   // the request is a retry of this batch
 }
 
 // produce decodes every partition's record batches and starts their

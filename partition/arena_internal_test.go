@@ -124,7 +124,7 @@ func TestMemChunkFreedWithItsLastBatch(t *testing.T) {
 		}
 		return weak.Make(unsafe.SliceData(keptBytes(t, p, p.NextOffset()-1)))
 	}
-	first := append() // a chunk of 100 bytes
+	first := append()  // a chunk of 100 bytes
 	second := append() // the next chunk, 200 bytes
 	append()           // beside it
 	held := keptBytes(t, p, 2)
