@@ -532,14 +532,16 @@ func (p *memPartition) AppendEncoded(b Encoded, at int64) (uint64, error) {
 // A chunk's unused tail is not counted in the partition's Size, which
 // counts the batches it holds (retention by bytes counts data, as a
 // Kafka broker counts its segments' bytes): it is at most the current
-// chunk's, up to memArenaMax, untouched until carved, plus what each
-// earlier chunk had left when the next batch did not fit, less than
-// memArenaOwn each (a larger batch gets memory of its own).
+// chunk's, up to memArenaMax, untouched until carved (but for a huge
+// page, resident whole from its first write, and a chunk the runtime
+// clears because it reuses the memory), plus what each earlier chunk
+// had left when the next batch did not fit, less than memArenaOwn each
+// (a larger batch gets memory of its own).
 const (
 	// memArenaMax is the largest chunk. Chunks start at the first
-	// batch's size and double, so a partition sent a handful of small
-	// batches holds a handful of bytes more than it keeps, and only a
-	// busy one holds chunks this large.
+	// batch's size and double, so a partition sent a few small batches
+	// holds at most about as much again as it keeps, and only a busy
+	// one holds chunks this large.
 	memArenaMax = 8 << 20
 	// memArenaOwn is the smallest batch copied into memory of its own
 	// rather than a chunk.
