@@ -612,11 +612,15 @@ func (n *Node) poll(ctx context.Context, t Topic, part uint32, from Start, max i
 	if r.Encoded != nil {
 		// Every encoded batch a partition keeps came from
 		// ProduceAsyncEncoded, wrapped.
-		e, ok := r.Encoded.(engineEncoded)
-		if !ok {
+		switch e := r.Encoded.(type) {
+		case engineEncoded:
+			b.Encoded = e.Encoded
+		case engineLent:
+			b.Encoded = e.Encoded
+		default:
 			return Batch{}, fmt.Errorf("parkway: a partition answered an encoded batch of type %T", r.Encoded)
 		}
-		b.Encoded, b.EncodedBase = e.Encoded, r.EncodedBase
+		b.EncodedBase = r.EncodedBase
 		_, total := b.Encoded.MessageSizes()
 		m.Polled.Add(float64(b.Encoded.Len()))
 		m.PolledBytes.Add(float64(total))

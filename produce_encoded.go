@@ -35,6 +35,23 @@ type Encoded interface {
 	Decode() ([]Message, error)
 }
 
+// LentEncoded is an Encoded whose bytes its producer lends only until the
+// append is acknowledged, so that it can read each batch into a buffer it
+// reuses (the Kafka listener's request frames). A node that keeps the
+// batch as it is copies Bytes into memory of its own and hands the copy
+// to Own before the ack. A batch not owned when its append is
+// acknowledged (refused, timed out, or decoded instead) may still be
+// referenced: its producer must not reuse the bytes then.
+type LentEncoded interface {
+	Encoded
+	// Bytes is the batch's encoding as lent, Size bytes of it.
+	Bytes() []byte
+	// Own makes the batch hold b, a copy of Bytes the node keeps, instead
+	// of the lent bytes: called at most once, from the node's goroutines,
+	// before the append's ack.
+	Own(b []byte)
+}
+
 // ProduceAsyncEncoded is ProduceAsyncGive for a batch in its producer's
 // encoding. A node that stores partitions in memory (no DataDir) and is
 // not clustered keeps the batch as it is, one stored unit: it decodes it
@@ -89,7 +106,7 @@ func (n *Node) ProduceAsyncEncoded(ctx context.Context, t Topic, to Partitioning
 	}
 	// Not clustered: no producer pair (a single node never has an
 	// unknown outcome to deduplicate).
-	req := &shard.Request{Op: shard.OpProduce, NS: ns, Epoch: epoch, Encoded: engineEncoded{b}, Give: true, Deadline: n.callDeadline(ctx, start)}
+	req := &shard.Request{Op: shard.OpProduce, NS: ns, Epoch: epoch, Encoded: toEngine(b), Give: true, Deadline: n.callDeadline(ctx, start)}
 	return &PendingAck{n: n, req: req, call: n.eng.StartCall(ctx, req), topic: t, part: part, size: total, start: start}
 }
 
@@ -118,6 +135,24 @@ type engineEncoded struct{ Encoded }
 func (e engineEncoded) Decode() ([]partition.Message, error) {
 	msgs, err := e.Encoded.Decode()
 	return engineMessages(msgs), err
+}
+
+// engineLent is a LentEncoded as the partition package's Lent.
+type engineLent struct {
+	engineEncoded
+	l LentEncoded
+}
+
+func (e engineLent) Bytes() []byte { return e.l.Bytes() }
+func (e engineLent) Own(b []byte)  { e.l.Own(b) }
+
+// toEngine is b as the partition package's Encoded (and Lent when b is
+// LentEncoded).
+func toEngine(b Encoded) partition.Encoded {
+	if l, ok := b.(LentEncoded); ok {
+		return engineLent{engineEncoded{b}, l}
+	}
+	return engineEncoded{b}
 }
 
 // produced is the number of messages r produces.

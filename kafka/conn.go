@@ -64,7 +64,20 @@ type pending struct {
 	// response is computed (produced records are referenced until their
 	// append).
 	held int64
+	// lent: record batches of the request are kept pointing into its
+	// frame until the node copies them (a produce to a node that keeps
+	// batches as sent), so the frame is not free (frameFree); once the
+	// response is computed it is unset if the node copied every one.
+	// frame is then the frame to give back to the pool, if pooled.
+	lent  bool
+	frame []byte
 }
+
+// frameFree reports whether nothing of the request points into its
+// frame any longer: always after process but for a produce whose batches
+// are lent to the node, which frees it once its response is computed and
+// every batch lent was copied.
+func (p *pending) frameFree() bool { return !p.lent }
 
 func newConn(s *Server, nc net.Conn) *conn {
 	ctx, cancel := context.WithCancel(s.ctx)
@@ -187,7 +200,11 @@ func (c *conn) readLoop(queue chan<- *pending) {
 		}
 		c.s.metrics.bytesIn.Add(float64(n) + 4)
 		p, err := c.s.process(c.ctx, frame, c.remote, c.sess)
-		if pooled {
+		switch {
+		case !pooled:
+		case err == nil && !p.frameFree():
+			p.frame = frame // given back by the writer (frameFree)
+		default:
 			c.s.frames.put(frame)
 		}
 		if err != nil {
@@ -207,10 +224,12 @@ func (c *conn) readLoop(queue chan<- *pending) {
 
 // readFrame reads a request frame of n bytes. A produce's is read into
 // a buffer lent by the server's pool (pooled), which the caller gives
-// back once the request is processed: the produce decodes its batches
-// before process returns, and what it keeps of them it copies (a batch
-// kept as sent, records decoded into messages), so nothing references the
-// frame after (TestProduceFrameReusable). Without the pool every produce
+// back once nothing of the request references it (pending.frameFree):
+// the produce decodes its batches before process returns, and what it
+// keeps of them it copies (records decoded into messages), or the node
+// copies before the acks (a batch kept as sent, into the partition's
+// memory: keptBatch.Own), so nothing references the frame after
+// (TestProduceFrameReusable). Without the pool every produce
 // allocated and zeroed its frame, on the hot path of a busy producer.
 // Any other request is read into a frame of its own, since what it
 // decodes may point into the frame for as long as the request's effects
@@ -269,6 +288,10 @@ func (c *conn) writeLoop(queue <-chan *pending) {
 		resp := p.finish(c.ctx)
 		c.release(p.held)
 		p.held = 0
+		if p.frame != nil && p.frameFree() {
+			c.s.frames.put(p.frame)
+		}
+		p.frame = nil
 		api := apiName(p.hdr.key)
 		c.s.metrics.requests.WithLabelValues(api).Inc()
 		if p.noResponse || failed {

@@ -25,6 +25,9 @@ type partProduce struct {
 	acks        []*parkway.PendingAck
 	seqs        []*seqBatch // one per ack (nil for a batch without a producer id)
 	dup         *seqBatch   // the request is a retry of this batch
+	// lent are the batches handed to the node still in the request's
+	// frame (keptBatch.raw), which it copies as it keeps them.
+	lent []*keptBatch
 }
 
 // produce decodes every partition's record batches and starts their
@@ -97,6 +100,7 @@ func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest, p *pending
 			w := &partProduce{topic: ti, part: pi, handle: t, byID: byID, key: producerKey{topic: t, part: rp.Partition}}
 			s.startAppends(wctx, w, batches, sp)
 			work = append(work, w)
+			p.lent = p.lent || len(w.lent) > 0
 		}
 	}
 	p.wait = func(context.Context) kmsg.Response {
@@ -114,6 +118,15 @@ func (s *Server) produce(ctx context.Context, r *kmsg.ProduceRequest, p *pending
 		// are the partition's: their buffers are left to the collector.
 		if acked && !kept {
 			dec.recycle()
+		}
+		if p.lent {
+			// The frame is free once the node copied every batch lent
+			// from it; one it did not copy (its append refused, or
+			// still queued past the timeout) may yet be kept pointing
+			// into it, so the frame is then left to the collector.
+			p.lent = slices.ContainsFunc(work, func(w *partProduce) bool {
+				return slices.ContainsFunc(w.lent, func(k *keptBatch) bool { return !k.owned.Load() })
+			})
 		}
 		return resp
 	}
@@ -155,6 +168,7 @@ func (s *Server) startAppends(ctx context.Context, w *partProduce, batches []dec
 			// The batch as the client sent it: kept so, one stored unit,
 			// and handed back so by a fetch.
 			w.acks = append(w.acks, s.node.ProduceAsyncEncoded(ctx, w.handle, to, key, b.kept))
+			w.lent = append(w.lent, b.kept)
 		} else {
 			// The records' bytes are the request's own (its frame, or the
 			// buffer the batch inflated into): given, so a node that

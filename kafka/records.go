@@ -10,6 +10,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/snappy"
@@ -65,8 +66,11 @@ type decodedBatch struct {
 // (parkway.Encoded, ProduceAsyncEncoded), and what a fetch hands back
 // with only the fields the CRC does not cover rewritten (appendKept).
 type keptBatch struct {
-	raw []byte // the whole batch, copied out of the request
-	n   int
+	// raw is the whole batch: lent, in the request's frame, until the
+	// node copies it into memory of its own (Own, which sets owned).
+	raw   []byte
+	owned atomic.Bool
+	n     int
 	// maxTS is the newest record timestamp (µs, as the messages get it);
 	// largest and total the records' sizes as parkway counts them;
 	// inflated the records' size decompressed, the limit Decode inflates
@@ -85,7 +89,17 @@ var keptZstd = sync.OnceValues(func() (*zstd.Decoder, error) {
 	return zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(MaxMaxRequestSize))
 })
 
-var _ parkway.Encoded = (*keptBatch)(nil)
+var _ parkway.LentEncoded = (*keptBatch)(nil)
+
+// Bytes and Own make a kept batch a parkway.LentEncoded: the frame it
+// is read into is lent to the next produce once the node has copied
+// every kept batch of the request (pending.frameFree).
+func (k *keptBatch) Bytes() []byte { return k.raw }
+
+func (k *keptBatch) Own(b []byte) {
+	k.raw = b
+	k.owned.Store(true)
+}
 
 func (k *keptBatch) Len() int                           { return k.n }
 func (k *keptBatch) Size() int64                        { return int64(len(k.raw)) }
@@ -271,9 +285,11 @@ func (d *decoder) decodeBatch(raw []byte) (decodedBatch, error) {
 		return b, fmt.Errorf("%w: %d bytes after the last record", errCorruptRecords, len(data))
 	}
 	if kept != nil {
-		// The batch's own bytes, out of the request frame (which holds
-		// every partition's batches): kept, they keep nothing else alive.
-		kept.raw = bytes.Clone(raw)
+		// Lent: the node copies the batch out of the request frame
+		// (which holds every partition's batches) as it keeps it, into
+		// memory of the partition's (keptBatch.Own), so what it keeps
+		// keeps nothing else alive.
+		kept.raw = raw
 		b.kept = kept
 	}
 	return b, nil

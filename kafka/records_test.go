@@ -391,11 +391,13 @@ func TestBadBatchesRefused(t *testing.T) {
 	}
 }
 
-// TestProduceFrameReusable: once a produce is processed nothing points
-// into its request frame, which the connection lends to the next
-// produce (readFrame): the frame is overwritten after each produce, and
-// a fetch still hands back every record as sent — on a node in memory
-// (batches kept as sent) and on disk (decoded into messages), each
+// TestProduceFrameReusable: once a produce's frame is free
+// (pending.frameFree) nothing points into it, and the connection lends
+// it to the next produce (readFrame): the frame is overwritten as soon as
+// it is free after each produce, and a fetch still hands back every
+// record as sent — on a node in memory (batches kept as sent: the frame
+// is free once the response is computed, the node having copied them)
+// and on disk (decoded into messages: free once processed), each
 // uncompressed and snappy-compressed.
 func TestProduceFrameReusable(t *testing.T) {
 	for _, disk := range []bool{false, true} {
@@ -420,10 +422,25 @@ func TestProduceFrameReusable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for i := range frame {
-				frame[i] = 0xa5 // the next produce's bytes
+			// The next produce's bytes, as soon as the connection would
+			// lend it the frame.
+			overwrite := func() {
+				for i := range frame {
+					frame[i] = 0xa5
+				}
 			}
-			return p.finish(ctx)
+			if lent := !p.frameFree(); lent != !disk && req.Key() == int16(kmsg.Produce) {
+				t.Fatalf("disk %v: the frame lent to the node: %v", disk, lent)
+			} else if !lent {
+				overwrite()
+				return p.finish(ctx)
+			}
+			resp := p.finish(ctx)
+			if !p.frameFree() {
+				t.Fatalf("disk %v: the frame is not free once the produce is acknowledged", disk)
+			}
+			overwrite()
+			return resp
 		}
 		var want []string
 		for i, attrs := range []int16{0, 2, 0, 2} {

@@ -56,7 +56,8 @@ type Server struct {
 	bufs        bufPool
 	inflateBufs bufPool
 	// frames recycles the frames of produce requests, which nothing
-	// references once the produce has decoded them (readFrame).
+	// references once the produce has decoded them, or, a batch kept as
+	// sent, once the node has copied it (readFrame).
 	frames bufPool
 	// kept is set once the node kept a batch's bytes instead of copying
 	// them (ProduceAsyncGive: it stores in memory). From then on batches

@@ -54,7 +54,15 @@ type memLog struct {
 	// truncated.
 	bytes int64
 	// lastAT is the newest message's append time (math.MinInt64: none).
-	lastAT    int64
+	lastAT int64
+	// arena is the chunk lent encoded batches are copied into (carve):
+	// its length is what is carved, its capacity the chunk. arenaEnd is
+	// the offset after the newest batch carved from it; once truncation
+	// passes that, nothing of the log is in the chunk and the log lets go
+	// of it. arenaSize is the last chunk's size, which the next doubles.
+	arena     []byte
+	arenaEnd  uint64
+	arenaSize int
 	consumers map[string]uint64
 	open      bool
 }
@@ -231,6 +239,11 @@ func (p *memPartition) TruncateBefore(offset uint64) error {
 	l.start = offset
 	clear(l.segs[:drop])
 	l.segs = l.segs[drop:]
+	if offset >= l.arenaEnd {
+		// The chunk's last batch is gone: the log no longer keeps it
+		// alive (a reader still holding one of its batches does).
+		l.arena = nil
+	}
 	return nil
 }
 
@@ -243,7 +256,7 @@ func (p *memPartition) SkipTo(offset uint64) error {
 	if offset <= l.next {
 		return p.TruncateBefore(offset)
 	}
-	l.segs = nil
+	l.segs, l.arena = nil, nil
 	l.start, l.next, l.bytes = offset, offset, 0
 	return nil
 }
@@ -480,7 +493,8 @@ func decodeEncoded(b Encoded, base uint64, at int64) ([]Message, error) {
 // AppendEncoded implements EncodedKeeper: b is kept as it is, one
 // segment however many messages it holds, with one append time for all
 // of them (at, kept non-decreasing along the log as Append keeps its
-// messages'; 0 is b's newest timestamp).
+// messages'; 0 is b's newest timestamp). A Lent batch's bytes are copied
+// into the partition's chunks first (carve).
 func (p *memPartition) AppendEncoded(b Encoded, at int64) (uint64, error) {
 	if p.closed {
 		return 0, ErrClosed
@@ -490,6 +504,10 @@ func (p *memPartition) AppendEncoded(b Encoded, at int64) (uint64, error) {
 		return 0, ErrEmptyBatch
 	}
 	l := p.log
+	if lb, ok := b.(Lent); ok {
+		lb.Own(l.carve(lb.Bytes()))
+		l.arenaEnd = l.next + uint64(n)
+	}
 	if at == 0 {
 		at = b.MaxTimestamp()
 	}
@@ -499,6 +517,53 @@ func (p *memPartition) AppendEncoded(b Encoded, at int64) (uint64, error) {
 	l.bytes += b.Size()
 	l.next += uint64(n)
 	return first, nil
+}
+
+// Lent batches are copied into chunks of their partition's own, carved
+// in order and let go of in order: a chunk lives while any batch carved
+// from it is kept (or held by a reader), and truncation drops batches
+// oldest first, so retention frees a chunk once its newest batch goes.
+// Against an allocation per batch this saves the allocation and the
+// clearing of its rounded-up tail, and lets a busy partition's chunks be
+// backed by huge pages (adviseHuge): memory the process never touched
+// costs a page fault per page at its first write, which on a node
+// keeping everything it is sent was most of what copying a batch cost.
+//
+// A chunk's unused tail is not counted in the partition's Size, which
+// counts the batches it holds (retention by bytes counts data, as a
+// Kafka broker counts its segments' bytes): it is at most the current
+// chunk's, up to memArenaMax, untouched until carved (but for a huge
+// page, resident whole from its first write, and a chunk the runtime
+// clears because it reuses the memory), plus what each earlier chunk
+// had left when the next batch did not fit, less than memArenaOwn each
+// (a larger batch gets memory of its own).
+const (
+	// memArenaMax is the largest chunk. Chunks start at the first
+	// batch's size and double, so a partition sent a few small batches
+	// holds at most about as much again as it keeps, and only a busy
+	// one holds chunks this large.
+	memArenaMax = 8 << 20
+	// memArenaOwn is the smallest batch copied into memory of its own
+	// rather than a chunk.
+	memArenaOwn = memArenaMax / 8
+)
+
+// carve returns a copy of b in the log's current chunk, capped so an
+// append to it cannot reach the next batch, starting a chunk when b does
+// not fit.
+func (l *memLog) carve(b []byte) []byte {
+	n := len(b)
+	if n >= memArenaOwn {
+		return slices.Clip(slices.Clone(b))
+	}
+	if cap(l.arena)-len(l.arena) < n {
+		l.arenaSize = max(n, min(2*l.arenaSize, memArenaMax))
+		l.arena = make([]byte, 0, l.arenaSize)
+		adviseHuge(l.arena[:l.arenaSize])
+	}
+	start := len(l.arena)
+	l.arena = append(l.arena, b...)
+	return l.arena[start:len(l.arena):len(l.arena)]
 }
 
 // ReadEncoded implements EncodedKeeper.

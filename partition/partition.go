@@ -323,6 +323,24 @@ type Encoded interface {
 	Decode() ([]Message, error)
 }
 
+// Lent is implemented by an Encoded whose bytes its producer lends only
+// until the append is acknowledged (the Kafka listener reads each produce
+// request into a buffer it reuses for the next). A partition that keeps
+// the batch as it is copies them into memory of its own and hands the
+// copy to Own before AppendEncoded returns; one that decodes it copies
+// them by decoding it. A producer that finds its batch not owned after
+// the ack must not reuse the bytes (a partition that knows nothing of
+// Lent kept them).
+type Lent interface {
+	Encoded
+	// Bytes is the batch's encoding as lent, Size bytes of it.
+	Bytes() []byte
+	// Own makes the batch hold b, a copy of Bytes the partition keeps,
+	// instead of the lent bytes. Called once, by the partition owner's
+	// goroutine.
+	Own(b []byte)
+}
+
 // DecodeEncoded is b's messages (Decode), checked against its count: a
 // batch that does not decode, or decodes to another count, is ErrCorrupt.
 func DecodeEncoded(b Encoded) ([]Message, error) {
