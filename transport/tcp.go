@@ -151,6 +151,11 @@ const DefaultMaxAddrHandshakes = 16
 // the close of connections the peer gave up on.
 const DefaultMaxPeerConns = 8
 
+// maxFrameLen is the largest frame the 4-byte length field can name. A
+// variable, not a constant, so that the conversion to int compiles on
+// 32-bit platforms, where no int exceeds it and the clamp never runs.
+var maxFrameLen uint64 = math.MaxUint32
+
 // Errors returned by ListenTCP for its options.
 var (
 	// ErrTLSRequired: neither TLS nor InsecurePlaintext is set. A bus is
@@ -190,8 +195,8 @@ func (o *TCPOptions) setDefaults(id NodeID) error {
 	if o.MaxFrame < headerLen {
 		o.MaxFrame = headerLen
 	}
-	if uint64(o.MaxFrame) > math.MaxUint32 {
-		o.MaxFrame = math.MaxUint32
+	if uint64(o.MaxFrame) > maxFrameLen {
+		o.MaxFrame = int(maxFrameLen)
 	}
 	frame := int64(o.MaxFrame)
 	if o.MaxTotalBytes <= 0 {

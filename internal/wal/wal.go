@@ -432,7 +432,7 @@ func (l *Log) Close() error {
 
 func (o Options) check() error {
 	if o.MaxRecordSize < 0 || int64(o.MaxRecordSize) > 1<<31 {
-		return fmt.Errorf("wal: MaxRecordSize %d out of range 0..%d", o.MaxRecordSize, 1<<31)
+		return fmt.Errorf("wal: MaxRecordSize %d out of range 0..%d", o.MaxRecordSize, int64(1)<<31)
 	}
 	return nil
 }
