@@ -48,3 +48,23 @@ func TestKnownRaftLogWindowLeaderWritesAnOffsetAnew(t *testing.T) {
 		t.Fatalf("cluster seed %d: classified %q, want knownRaftLogWindow: %v", seed, v.Known, err)
 	}
 }
+
+// TestKnownRaftLogMarkRollbackLeaderWritesAnOffsetAnew pins
+// knownRaftLogMarkRollback (known.go): in cluster seed 1901 a lie cut
+// the liar n2's raft log of 0/0/1 below its sync mark, the build refused
+// it, and before the re-seed committed a power loss and a second lie
+// rolled the mark back to a copy short of the cut; the log was built,
+// n2 was elected with the vote of a node that lacked offset 0 and wrote
+// it anew while an honest replica held the batch. Before the rollback
+// was judged (lies.raftMarkHit), the seed failed unclassified.
+func TestKnownRaftLogMarkRollbackLeaderWritesAnOffsetAnew(t *testing.T) {
+	const seed = 1901
+	_, err := Run(DefaultClusterConfig(seed))
+	var v *Violation
+	if !errors.As(err, &v) || v.Invariant != 3 {
+		t.Fatalf("cluster seed %d: %v; want replicas disagreeing at an append (invariant 3): the traces moved and it no longer tests the route", seed, err)
+	}
+	if v.Known != knownRaftLogMarkRollback {
+		t.Fatalf("cluster seed %d: classified %q, want knownRaftLogMarkRollback: %v", seed, v.Known, err)
+	}
+}
