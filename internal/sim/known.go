@@ -118,8 +118,9 @@ const (
 	// replica is built under its raft id without entries it
 	// acknowledged, as in knownRaftLogWindow. The refusal before the
 	// second lie lived in memory only (the reconciler's re-seed report,
-	// a metadata proposal the power loss dropped); a durable record of
-	// it would be on the same lying disk. Cluster seed 1901 (slow links
+	// a metadata proposal the power loss dropped); recording it on disk
+	// at once (the log set aside) would make this schedule need a third
+	// lie on the same disk, and is not done. Cluster seed 1901 (slow links
 	// on): n2's raft log of 0/0/1 was cut from 475 to 236 bytes at
 	// 3.28 s and refused at 3.76 s ("ends at byte 190, but 475 bytes of
 	// it were synced"); n2 lost power 13 ms later, a lie restored a copy

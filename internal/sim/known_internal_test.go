@@ -38,14 +38,21 @@ func TestKnownTwoVoterReseedFromACutMark(t *testing.T) {
 // the batch. Before the append check classified it, the seed failed
 // unclassified.
 func TestKnownRaftLogWindowLeaderWritesAnOffsetAnew(t *testing.T) {
-	const seed = 974
+	wantKnownAtAppend(t, 974, knownRaftLogWindow)
+}
+
+// wantKnownAtAppend runs cluster seed with the default faults and wants
+// it to fail as replicas disagreeing at an append (invariant 3),
+// classified as known.
+func wantKnownAtAppend(t *testing.T, seed uint64, known string) {
+	t.Helper()
 	_, err := Run(DefaultClusterConfig(seed))
 	var v *Violation
 	if !errors.As(err, &v) || v.Invariant != 3 {
 		t.Fatalf("cluster seed %d: %v; want replicas disagreeing at an append (invariant 3): the traces moved and it no longer tests the route", seed, err)
 	}
-	if v.Known != knownRaftLogWindow {
-		t.Fatalf("cluster seed %d: classified %q, want knownRaftLogWindow: %v", seed, v.Known, err)
+	if v.Known != known {
+		t.Fatalf("cluster seed %d: classified %q, want %q: %v", seed, v.Known, known, err)
 	}
 }
 
@@ -58,13 +65,5 @@ func TestKnownRaftLogWindowLeaderWritesAnOffsetAnew(t *testing.T) {
 // it anew while an honest replica held the batch. Before the rollback
 // was judged (lies.raftMarkHit), the seed failed unclassified.
 func TestKnownRaftLogMarkRollbackLeaderWritesAnOffsetAnew(t *testing.T) {
-	const seed = 1901
-	_, err := Run(DefaultClusterConfig(seed))
-	var v *Violation
-	if !errors.As(err, &v) || v.Invariant != 3 {
-		t.Fatalf("cluster seed %d: %v; want replicas disagreeing at an append (invariant 3): the traces moved and it no longer tests the route", seed, err)
-	}
-	if v.Known != knownRaftLogMarkRollback {
-		t.Fatalf("cluster seed %d: classified %q, want knownRaftLogMarkRollback: %v", seed, v.Known, err)
-	}
+	wantKnownAtAppend(t, 1901, knownRaftLogMarkRollback)
 }
