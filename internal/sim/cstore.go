@@ -119,9 +119,16 @@ func (c *sim) onReplicaAppend(n *node, key incKey, first uint64, msgs []partitio
 				// vote, without entries it acknowledged: a leader may
 				// then write an offset anew that an honest replica holds
 				// (knownRaftLogWindow; cluster seed 974).
+				// The same when a lie cut the log below its mark and
+				// another rolled the mark back to a copy that does not
+				// reach the cut (knownRaftLogMarkRollback; seed 1901).
 				known := ""
-				if c.lies != nil && c.lies.raftWindow[key] {
+				switch {
+				case c.lies == nil:
+				case c.lies.raftWindow[key]:
 					known = knownRaftLogWindow
+				case c.lies.raftHidden[key]:
+					known = knownRaftLogMarkRollback
 				}
 				c.failKnown(known, 3, "replicas disagree on %v at offset %d: n%d appended message %d, another replica holds %d",
 					key, off, n.id, id, rl.ids[off])

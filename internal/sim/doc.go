@@ -245,7 +245,12 @@
 // lead without a committed entry an honest follower holds, the two
 // trading appends and rejections without end (knownRaftLogWindow, seeds
 // 20250, 20750 and 326; lies.raftLogHit judges each cut and rollback
-// against the mark on the liar's disk at the time). A cut or rolled-back raft log used to
+// against the mark on the liar's disk at the time). A cut the mark
+// reports, hidden by a later lie that rolls the mark itself back to an
+// older copy short of the cut before the re-seed commits, reads the same
+// way: the log and its mark rolled back together, which mark.go says no
+// mark catches (knownRaftLogMarkRollback, seed 1901; lies.raftMarkHit).
+// A cut or rolled-back raft log used to
 // look torn, the replica forgetting votes and acknowledged entries (an
 // open bug, knownRaftLogCut, until the mark). The replica's partition
 // wrapper forwards partition.Damaged and partition.WriteFenced: hiding
@@ -748,6 +753,8 @@
 // builds on the liar in a group that cannot elect without it
 // (knownDeadIncarnationDamage), a lie on a raft log's last synced write
 // read as a torn tail (knownRaftLogWindow), a raft log cut below its
+// sync mark and the mark then rolled back to a copy short of the cut
+// (knownRaftLogMarkRollback), a raft log cut below its
 // incarnation tag and its sync mark (which names the tag) left
 // unreadable, where the next incarnation's only replica is the liar's,
 // which no build may take and no peer can re-seed

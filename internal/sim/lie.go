@@ -125,6 +125,13 @@ type lies struct {
 	// mark recorded (the raft log's last synced write: the mark's
 	// window, package replica, mark.go).
 	raftWindow map[incKey]bool
+	// raftCut are the incarnations whose raft log (on the liar) a lie
+	// cut or rolled back below the size its sync mark recorded (which
+	// the mark reports), and raftHidden those of them whose mark a later
+	// lie rolled back to an older copy recording less (raftMarkHit): the
+	// log and its mark rolled back together, which no mark catches
+	// (knownRaftLogMarkRollback).
+	raftCut, raftHidden map[incKey]bool
 
 	// The liar's place in the run: the run's RNG, trace and violations
 	// (b), the disk that lies (mem: the node's current one, which a power
@@ -394,11 +401,20 @@ func (l *lies) raftLogHit(name string, off int64) {
 		return
 	}
 	_, size, found, err := replica.SyncedSize(l.mem(), name)
-	if err != nil || found && off < int64(min(size, math.MaxInt64)) {
+	if err != nil {
 		return // the mark reports it
 	}
 	rev, ok := l.dirEpoch(ns, name)
 	if !ok {
+		return
+	}
+	if found && off < int64(min(size, math.MaxInt64)) {
+		// The mark reports it, unless a later lie rolls the mark back
+		// too (raftMarkHit).
+		if l.raftCut == nil {
+			l.raftCut = map[incKey]bool{}
+		}
+		l.raftCut[incKey{ns, rev}] = true
 		return
 	}
 	if l.raftWindow == nil {
@@ -406,6 +422,44 @@ func (l *lies) raftLogHit(name string, off int64) {
 	}
 	l.raftWindow[incKey{ns, rev}] = true
 	l.event("lie on %s from byte %d: at or past its synced size %d in the mark (found: %v; its last synced write)", name, off, size, found)
+}
+
+// raftMarkSize returns the synced size the raft log's sync mark name
+// records, if name is one and it reads.
+func (l *lies) raftMarkSize(name string) (uint64, bool) {
+	if path.Base(name) != shard.RaftMarkName {
+		return 0, false
+	}
+	_, size, found, err := replica.SyncedSize(l.mem(), strings.TrimSuffix(name, replica.MarkSuffix))
+	return size, err == nil && found
+}
+
+// raftMarkHit records a lie that rolled back the sync mark name of a raft
+// log, which recorded the synced size before (ok: it read): if the copy
+// restored records less, and a lie cut that incarnation's log below its
+// mark earlier (raftCut), the log and its mark now read as an older log
+// that was never cut — the mark and the log rolled back together, which
+// package replica's mark.go says no mark catches. The replica then comes
+// back without entries it acknowledged, or a vote it cast, as in the
+// mark's window (knownRaftLogMarkRollback; cluster seed 1901).
+func (l *lies) raftMarkHit(name string, before uint64, ok bool) {
+	after, aok := l.raftMarkSize(name)
+	if !ok || !aok || after >= before {
+		return
+	}
+	ns, nok := nsOfPath(name)
+	if !nok {
+		return
+	}
+	rev, rok := l.dirEpoch(ns, name)
+	if !rok || !l.raftCut[incKey{ns, rev}] {
+		return
+	}
+	if l.raftHidden == nil {
+		l.raftHidden = map[incKey]bool{}
+	}
+	l.raftHidden[incKey{ns, rev}] = true
+	l.event("lie rolled %s back from synced size %d to %d, below a cut of its log it reported: the cut is hidden", name, before, after)
 }
 
 // settleJournal judges the journal writes misdirected before a crash
@@ -671,10 +725,12 @@ func (l *lies) lieDown(kind int, name string) {
 			l.event("lie rollback disarmed: %s left at %d bytes", name, size)
 			return
 		}
+		before, markOK := l.raftMarkSize(name)
 		err = c.Restore(l.mem())
 		l.lieAt(name, -1)
 		l.journalHit(name, int64(len(c.Data)))
 		l.raftLogHit(name, int64(len(c.Data)))
+		l.raftMarkHit(name, before, markOK)
 		l.event("LIE rollback %s from %d to %d bytes: %v", name, size, len(c.Data), errString(err))
 	}
 	if err != nil {
