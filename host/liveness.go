@@ -192,9 +192,8 @@ func (l *liveness) heardReport(peer uint64, payload []byte) error {
 }
 
 // deafTo reports whether peer's latest heartbeat said it does not hear
-// this node, and is recent: two heartbeat intervals old at most, at own
-// tick own. A
-// report goes stale when its sender stops sending (it crashed): the peer
+// this node, and is recent: two heartbeat intervals old at most at own
+// tick own (the checker's own clock). A report goes stale when its sender stops sending (it crashed): the peer
 // is then alive to this node until its silence passes the timeout, and
 // that death is a transition of its own — a peer held dead by report
 // while its groups' leadership still reached this node (it could not
