@@ -142,14 +142,15 @@ func TestClusterCatchesNoStallTimeoutOnSlowLinks(t *testing.T) {
 // Connections that never finish their handshake bounded by MaxConns
 // alone, as before issue 28, let a flood hold more than MaxHandshakes
 // slots and, from one address, take the slots an honest member's redial
-// needs: caught on the connection-flood seeds (invariant 14).
+// needs: caught on the default cluster seeds' connection floods
+// (invariant 14).
 func TestClusterCatchesNoHandshakeBound(t *testing.T) {
-	expectClusterCaught(t, connFloodConfig, "testhooks.NoHandshakeBound", 14)
+	expectClusterCaught(t, sim.DefaultClusterConfig, "testhooks.NoHandshakeBound", 14)
 }
 
 // A connection whose close keeps its slot leaks one of MaxConns per
-// close: caught on the connection-flood seeds when the slots held
-// outnumber the connections open (invariant 14).
+// close: caught on the default cluster seeds' connection floods when the
+// slots held outnumber the connections open (invariant 14).
 func TestClusterCatchesNoSlotBackOnClose(t *testing.T) {
-	expectClusterCaught(t, connFloodConfig, "testhooks.CloseKeepsSlot", 14)
+	expectClusterCaught(t, sim.DefaultClusterConfig, "testhooks.CloseKeepsSlot", 14)
 }

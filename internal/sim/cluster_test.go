@@ -25,7 +25,7 @@ var (
 	flagFloodX     = flag.Float64("sim.floodx", 1, "multiply the cluster seeds' forwarded-request flood rate (a misbehaving member)")
 	flagStallX     = flag.Float64("sim.stallx", 1, "multiply the cluster seeds' stalled-frame rate (a misbehaving member)")
 	flagSlowLink   = flag.Float64("sim.slowlink", sim.DefaultSlowLink, "the cluster seeds' slow-link rate (PeerFaultRates.SlowLink; 0 turns slow links off)")
-	flagConnFlood  = flag.Float64("sim.connflood", 0, "the cluster seeds' connection-flood rate (PeerFaultRates.ConnFlood; 0 in the default faults)")
+	flagConnFlood  = flag.Float64("sim.connflood", sim.DefaultConnFlood, "the cluster seeds' connection-flood rate (PeerFaultRates.ConnFlood; 0 turns connection floods off)")
 )
 
 // clusterConfig is the cluster configuration the flags select.
@@ -62,7 +62,7 @@ func TestClusterSimulation(t *testing.T) {
 	list := seeds(t, defaultClusterSeeds)
 	_, replay := replaySeed(t)
 	defaultRange := isDefaultRange() && *flagMetaFaults && *flagRemoveX == 1 && *flagJoinX == 1 &&
-		*flagOneWayX == 1 && *flagClogX == 1 && *flagTermsX == 1 && *flagFloodX == 1 && *flagStallX == 1 && *flagSlowLink == sim.DefaultSlowLink && *flagConnFlood == 0 && !*flagDisarmed
+		*flagOneWayX == 1 && *flagClogX == 1 && *flagTermsX == 1 && *flagFloodX == 1 && *flagStallX == 1 && *flagSlowLink == sim.DefaultSlowLink && *flagConnFlood == sim.DefaultConnFlood && !*flagDisarmed
 	if defaultRange {
 		runs = defaultClusterOutcomes()
 	} else {
@@ -205,6 +205,11 @@ func TestClusterFaultsFire(t *testing.T) {
 		{"slow frame's connection closed at a read deadline", total.SlowTimeouts},
 		{"frame queued behind a slow one", total.SlowQueued},
 		{"frame lost behind a closed connection", total.SlowLost},
+		{"spell of a connection flood", total.ConnFloodSpells},
+		{"flood connection refused at accept", total.FloodConnsRefused},
+		{"flood connection closed at its handshake deadline", total.HandshakeTimeouts},
+		{"member's connection closed past MaxPeerConns", total.ConnsEvicted},
+		{"honest redial admitted during a connection flood", total.HonestRedials},
 		{"group led by a survivor after its quiesced leader crashed", total.Failovers},
 	} {
 		if c.n == 0 {

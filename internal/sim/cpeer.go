@@ -83,8 +83,8 @@ import (
 //     connection. Invariant 13 as above; the liveness invariants, that
 //     the lost frames take nothing for good.
 //
-// A fifth, connection floods (PeerFaultRates.ConnFlood, cconns.go; 0 in
-// the default faults), drives the transport's connection slots
+// A fifth, connection floods (PeerFaultRates.ConnFlood, cconns.go; on in
+// the default cluster faults), drives the transport's connection slots
 // (internal/slots) rather than its frame budget. Not modelled: the TLS
 // handshake's bytes and CPU (TestBehaviour26PeerShareKeepsOtherPeersServed
 // and TestTCPHandshakeLimit cover the sockets).

@@ -337,8 +337,8 @@
 // or out of one node, holding its messages for up to a second and then
 // delivering them in order; a member that misbehaves within the
 // protocol, forging raft terms, flooding forwarded requests or stalling
-// frames, and slow links (off in the default faults; see A misbehaving
-// member); each node's clock skewed, stepped, strobing
+// frames, slow links and connection floods (see A misbehaving member);
+// each node's clock skewed, stepped, strobing
 // or drifting (see Clocks); a
 // node stopped (a paused process: cut off, doing nothing) and resumed; a
 // node crash — power loss or process crash — after which it is down for
@@ -469,11 +469,15 @@
 //     frames a sender writes into the closed connection before a write
 //     fails (lost in TCPBus too) and a sender's queue filling while its
 //     connection is held.
-//   - Connection floods (PeerFaultRates.ConnFlood, cconns.go): 0 in
-//     DefaultClusterFaults for the same reason as slow links;
-//     TestClusterConnFlood runs seeds with it on (0.001 a step), and
-//     -sim.connflood any range. Every node admits, times and closes
-//     inbound connections by the transport's connection slots
+//   - Connection floods (PeerFaultRates.ConnFlood, cconns.go): on in
+//     DefaultClusterFaults at DefaultConnFlood (0.001 a step, about four
+//     spells a run; -sim.connflood sets another rate, 0 turns them off),
+//     and TestClusterFaultsFire checks that each outcome below happens
+//     within the default seeds (a flood connection refused at accept,
+//     one closed at its handshake deadline, a member's oldest closed
+//     past MaxPeerConns, an honest redial admitted). Every node admits,
+//     times and closes inbound connections by the transport's connection
+//     slots
 //     (internal/slots, the core transport.TCPBus runs in its accept
 //     loop; here 32 connections, 12 handshaking, 3 handshaking from one
 //     address, 2 per member, a 500 ms handshake timeout on the
@@ -487,7 +491,10 @@
 //     that never finish are closed at their handshake deadline, a
 //     member's when it goes down, and every connection by calms and
 //     quiescence. Invariant 14 holds the bounds, the deadlines and the
-//     honest redials. Not modelled: an outsider from many addresses
+//     honest redials: a build that bounds handshaking connections by
+//     MaxConns alone (testhooks.NoHandshakeBound) and one whose close
+//     keeps its slot (testhooks.CloseKeepsSlot) are caught on the
+//     default seeds. Not modelled: an outsider from many addresses
 //     (which can hold every handshake slot), a handshake's CPU, and the
 //     members' regular connections outside a flood.
 //
@@ -780,8 +787,8 @@
 // `-sim.stallx F` (a misbehaving member's forged terms, floods and
 // stalled frames), `-sim.removex F` and
 // `-sim.joinx F`; 0 turns a fault off. `-sim.slowlink R` and
-// `-sim.connflood R` set the rates of slow links and connection floods,
-// off by default.
+// `-sim.connflood R` set the rates of slow links and connection floods
+// (DefaultSlowLink and DefaultConnFlood by default; 0 turns either off).
 //
 // # Broken builds
 //
