@@ -399,10 +399,10 @@ func varintBytes(b []byte) (field, rest []byte, ok bool) {
 // 32 bits, as Kafka's (and kmsg's) Varint: n is the bytes read, or 0 when
 // b ends first or the encoding is longer or larger.
 func varint32(b []byte) (v int32, n int) {
-	if len(b) > 0 && b[0] < 0x80 { // most of a record's varints: one byte
-		return int32(b[0]>>1) ^ -int32(b[0]&1), 1
+	x, n := shortUvarint(b)
+	if n == 0 {
+		x, n = uvarint(b, 5, 0x0f)
 	}
-	x, n := uvarint(b, 5, 0x0f)
 	return int32(uint32(x)>>1) ^ -int32(x&1), n
 }
 
@@ -410,8 +410,29 @@ func varint32(b []byte) (v int32, n int) {
 // 64 bits, as Kafka's Varlong: n is 0 when b ends first or the encoding is
 // longer or larger.
 func varint64(b []byte) (v int64, n int) {
-	x, n := uvarint(b, 10, 0x01)
+	x, n := shortUvarint(b)
+	if n == 0 {
+		x, n = uvarint(b, 10, 0x01)
+	}
 	return int64(x>>1) ^ -int64(x&1), n
+}
+
+// shortUvarint decodes an unsigned varint of one or two bytes, the
+// lengths and deltas of most records (below 8,192 once zigzagged), which
+// fit every width: n is 0 when b does not start with one, and the caller
+// reads it with uvarint's limits. Two bytes hold 14 bits, so neither
+// width's last-byte check can apply.
+func shortUvarint(b []byte) (x uint64, n int) {
+	if len(b) == 0 {
+		return 0, 0
+	}
+	if c := b[0]; c < 0x80 {
+		return uint64(c), 1
+	}
+	if len(b) > 1 && b[1] < 0x80 {
+		return uint64(b[0]&0x7f) | uint64(b[1])<<7, 2
+	}
+	return 0, 0
 }
 
 // uvarint decodes an unsigned varint of at most size bytes, whose last

@@ -549,3 +549,37 @@ func TestReadFramePoolsProduceFramesOnly(t *testing.T) {
 		t.Fatal("the second produce's frame is not the buffer given back")
 	}
 }
+
+// TestShortVarintsAsKafka holds the walk's one- and two-byte fast path
+// (shortUvarint) to the general decoder, whose limits FuzzReadRecord holds
+// to kmsg's: every input of one and two bytes, alone and followed by a
+// byte, with and without a continuation bit, decodes to the same value and
+// length through varint32 and varint64 as through uvarint with Kafka's
+// widths, and to what encoding/binary reads where both accept it.
+func TestShortVarintsAsKafka(t *testing.T) {
+	check := func(b []byte) {
+		t.Helper()
+		x, n := uvarint(b, 5, 0x0f)
+		if v, m := varint32(b); m != n || n > 0 && v != int32(uint32(x)>>1)^-int32(x&1) {
+			t.Fatalf("varint32(%x) = %d, %d; want %d bytes of %d", b, v, m, n, x)
+		}
+		x, n = uvarint(b, 10, 0x01)
+		if v, m := varint64(b); m != n || n > 0 && v != int64(x>>1)^-int64(x&1) {
+			t.Fatalf("varint64(%x) = %d, %d; want %d bytes of %d", b, v, m, n, x)
+		}
+		if v, m := binary.Varint(b); m > 0 && m <= 2 {
+			if got, k := varint64(b); k != m || got != v {
+				t.Fatalf("varint64(%x) = %d, %d; encoding/binary %d, %d", b, got, k, v, m)
+			}
+		}
+	}
+	check(nil)
+	for i := range 256 {
+		check([]byte{byte(i)})
+		for j := range 256 {
+			check([]byte{byte(i), byte(j)})
+			check([]byte{byte(i), byte(j), 0x01})
+			check([]byte{byte(i), byte(j), 0x81})
+		}
+	}
+}

@@ -27,7 +27,7 @@ func (b *lentBatch) Decode() ([]Message, error) {
 	return []Message{{Timestamp: 1, Payload: b.raw}}, nil
 }
 
-func memArenaPartition(t *testing.T) *memPartition {
+func memArenaPartition(t testing.TB) *memPartition {
 	t.Helper()
 	ns, err := metadata.NewNamespace(1, 1, 0)
 	if err != nil {

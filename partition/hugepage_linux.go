@@ -10,22 +10,29 @@ import (
 // larger the advice covers less of a chunk, or nothing.
 const hugePage = 2 << 20
 
-// adviseHuge asks the kernel to back the huge-page-aligned part of b,
-// memory not yet written, with transparent huge pages, so that its first
-// writes fault once per 2 MiB rather than once per 4 KiB page. Only
-// chunks of at least two huge pages are advised (smaller ones have
-// little or no aligned part). Advice: a kernel with transparent huge
-// pages off, or a refusal, leaves the memory as it was.
-func adviseHuge(b []byte) {
-	if len(b) < 2*hugePage {
-		return
+// newChunk returns an empty slice of capacity size for a partition's
+// chunk. A chunk of at least two huge pages is asked to be backed by
+// transparent huge pages, so that its first writes fault once per 2 MiB
+// rather than once per 4 KiB page; the kernel backs only the
+// huge-page-aligned parts of advised memory, and the runtime aligns a
+// large allocation to its own 8 KiB pages, so such a chunk is cut from an
+// allocation a huge page larger, starting at its first huge-page
+// boundary: the whole chunk is huge pages rather than, for an 8 MiB
+// chunk at a random offset, three of its four. The allocation's bytes
+// before the boundary and after the chunk are never written by the
+// partition, so they cost address space, not memory (unless the runtime
+// clears a reused span). Advice: a kernel with transparent huge pages
+// off, or a refusal, leaves the memory as it was.
+func newChunk(size int) []byte {
+	if size < 2*hugePage {
+		return make([]byte, 0, size)
 	}
-	from := 0
-	if r := uintptr(unsafe.Pointer(unsafe.SliceData(b))) % hugePage; r != 0 {
-		from = int(hugePage - r)
+	buf := make([]byte, 0, size+hugePage)
+	off := 0
+	if r := uintptr(unsafe.Pointer(unsafe.SliceData(buf))) % hugePage; r != 0 {
+		off = int(hugePage - r)
 	}
-	n := (len(b) - from) &^ (hugePage - 1)
-	if n > 0 {
-		_ = syscall.Madvise(b[from:from+n], syscall.MADV_HUGEPAGE)
-	}
+	c := buf[off : off : off+size]
+	_ = syscall.Madvise(c[:size], syscall.MADV_HUGEPAGE)
+	return c
 }

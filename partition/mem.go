@@ -525,7 +525,7 @@ func (p *memPartition) AppendEncoded(b Encoded, at int64) (uint64, error) {
 // oldest first, so retention frees a chunk once its newest batch goes.
 // Against an allocation per batch this saves the allocation and the
 // clearing of its rounded-up tail, and lets a busy partition's chunks be
-// backed by huge pages (adviseHuge): memory the process never touched
+// backed by huge pages (newChunk): memory the process never touched
 // costs a page fault per page at its first write, which on a node
 // keeping everything it is sent was most of what copying a batch cost.
 //
@@ -536,7 +536,10 @@ func (p *memPartition) AppendEncoded(b Encoded, at int64) (uint64, error) {
 // page, resident whole from its first write, and a chunk the runtime
 // clears because it reuses the memory), plus what each earlier chunk
 // had left when the next batch did not fit, less than memArenaOwn each
-// (a larger batch gets memory of its own).
+// (a larger batch gets memory of its own). A chunk of 4 MiB or more is
+// cut from an allocation 2 MiB larger, at a huge-page boundary
+// (newChunk): the 2 MiB it leaves around the chunk are never written, so
+// they are address space the runtime counts in its heap, not memory.
 const (
 	// memArenaMax is the largest chunk. Chunks start at the first
 	// batch's size and double, so a partition sent a few small batches
@@ -558,8 +561,7 @@ func (l *memLog) carve(b []byte) []byte {
 	}
 	if cap(l.arena)-len(l.arena) < n {
 		l.arenaSize = max(n, min(2*l.arenaSize, memArenaMax))
-		l.arena = make([]byte, 0, l.arenaSize)
-		adviseHuge(l.arena[:l.arenaSize])
+		l.arena = newChunk(l.arenaSize)
 	}
 	start := len(l.arena)
 	l.arena = append(l.arena, b...)
