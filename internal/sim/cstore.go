@@ -121,7 +121,8 @@ func (c *sim) onReplicaAppend(n *node, key incKey, first uint64, msgs []partitio
 				// (knownRaftLogWindow; cluster seed 974).
 				// The same when a lie cut the log below its mark and
 				// another rolled the mark back to a copy that does not
-				// reach the cut (knownRaftLogMarkRollback; seed 1901).
+				// reach the cut before any build refused the log on
+				// disk (knownRaftLogMarkRollback).
 				known := ""
 				switch {
 				case c.lies == nil:

@@ -57,16 +57,21 @@ func wantKnownAtAppend(t *testing.T, seed uint64, known string) {
 	}
 }
 
-// TestKnownRaftLogMarkRollbackLeaderWritesAnOffsetAnew pins
-// knownRaftLogMarkRollback (known.go): in cluster seed 1901 a lie cut
-// the liar n2's raft log of 0/0/1 below its sync mark, the build refused
-// it, and before the re-seed committed a power loss and a second lie
-// rolled the mark back to a copy short of the cut; the log was built,
-// n2 was elected with the vote of a node that lacked offset 0 and wrote
-// it anew while an honest replica held the batch. Before the rollback
-// was judged (lies.raftMarkHit), the seed failed unclassified.
-func TestKnownRaftLogMarkRollbackLeaderWritesAnOffsetAnew(t *testing.T) {
-	wantKnownAtAppend(t, 1901, knownRaftLogMarkRollback)
+// TestRefusedRaftLogRollbackSeed1901 pins cluster seed 1901, once
+// classified as knownRaftLogMarkRollback (known.go): a lie cut the liar
+// n2's raft log of 0/0/1 below its sync mark, the build refused it, and
+// before the re-seed committed a power loss and a second lie aimed at
+// the mark; with the refusal in memory only, the rolled-back mark made
+// the cut log read whole, n2 was built under its raft id, elected, and
+// wrote offset 0 anew (invariant 3 at the append). The refusal is now
+// recorded on disk before the re-seed is reported (shard.RefuseRaftLog),
+// and the seed passes. It fails, classified, with the record's write
+// left out.
+func TestRefusedRaftLogRollbackSeed1901(t *testing.T) {
+	const seed = 1901
+	if _, err := Run(DefaultClusterConfig(seed)); err != nil {
+		t.Fatalf("cluster seed %d: %v", seed, err)
+	}
 }
 
 // preFloodConfig is the default cluster configuration with connection
