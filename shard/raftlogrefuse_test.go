@@ -107,10 +107,14 @@ func (x *refusedRun) rollBack(t *testing.T) {
 		if err != nil {
 			continue
 		}
-		writeSynced(t, x.disk, log, b)
+		if err := vfs.WriteFileAtomic(x.disk, log, b); err != nil {
+			t.Fatal(err)
+		}
 		break
 	}
-	writeSynced(t, x.disk, filepath.Join(x.dir, RaftMarkName), x.mark)
+	if err := vfs.WriteFileAtomic(x.disk, filepath.Join(x.dir, RaftMarkName), x.mark); err != nil {
+		t.Fatal(err)
+	}
 	if err := x.disk.SyncDir(x.dir); err != nil {
 		t.Fatal(err)
 	}
@@ -242,21 +246,6 @@ func cut(t *testing.T, fsys vfs.FS, name string, size int64) {
 		t.Fatal(err)
 	}
 	if err := errors.Join(f.Truncate(size), f.Sync(), f.Close()); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// writeSynced replaces the content of the file at name with b, synced.
-func writeSynced(t *testing.T, fsys vfs.FS, name string, b []byte) {
-	t.Helper()
-	f, err := fsys.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.Write(b); err != nil {
-		t.Fatal(err)
-	}
-	if err := errors.Join(f.Sync(), f.Close()); err != nil {
 		t.Fatal(err)
 	}
 }
