@@ -331,8 +331,12 @@ func TestBehaviour28ClusterRepairsDamagedIncarnationFile(t *testing.T) {
 					if b, err := os.ReadFile(filepath.Join(pdir, "damaged-1", "incarnation")); err != nil || !slices.Equal(b, damagedInc) {
 						t.Fatalf("damaged incarnation file set aside as %q, %v; want %q", b, err, damagedInc)
 					}
-					if _, err := os.Stat(filepath.Join(pdir, "damaged-1", "raft.log")); err != nil {
-						t.Fatalf("the old copy's raft log not set aside: %v", err)
+					// Refused as damaged by its sync mark (another
+					// incarnation's log under this one's mark, or a flip),
+					// the log was recorded refused at once, in
+					// raft-refused, which went aside with the copy.
+					if _, err := os.Stat(filepath.Join(pdir, "damaged-1", "raft-refused", "raft.log")); err != nil {
+						t.Fatalf("the old copy's refused raft log not set aside: %v", err)
 					}
 				}
 				want = append(want, c.produceBatches(bad, tp, "b", 100)...)

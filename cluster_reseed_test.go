@@ -110,7 +110,9 @@ func TestBehaviour28ClusterDamagedRaftLogReseeded(t *testing.T) {
 					t.Fatalf("the re-seeded replica is the preferred leader: %#x", info.Replicas)
 				}
 				c.converged(tp, want)
-				aside, err := filepath.Glob(filepath.Join(dir, "damaged-*", "raft.log"))
+				// Refused, the log was recorded so at once (raft-refused,
+				// shard.RefuseRaftLog), and went aside with the copy.
+				aside, err := filepath.Glob(filepath.Join(dir, "damaged-*", "raft-refused", "raft.log"))
 				if err != nil || len(aside) != 1 {
 					t.Fatalf("the old copy's raft log set aside: %v, %v", aside, err)
 				}
@@ -208,9 +210,9 @@ func TestBehaviour28ClusterDeferredReplicaDamagedRaftLogReseeded(t *testing.T) {
 			t.Fatalf("after the re-seed: replicas %#x; want node %d's replica of generation 1 among 3", info.Replicas, bad)
 		}
 		c.converged(tp, want)
-		names, err = fsys.ReadDir(dir + "/damaged-1")
+		names, err = fsys.ReadDir(dir + "/damaged-1/raft-refused")
 		if err != nil || !slices.Contains(names, "raft.log") {
-			t.Fatalf("the old copy set aside: %q, %v", names, err)
+			t.Fatalf("the old copy's refused raft log set aside: %q, %v", names, err)
 		}
 		want = append(want, c.produce(bad, tp, "b", 3)...)
 		c.converged(tp, want)

@@ -837,7 +837,11 @@ func (r *Partitions) repair(info metadata.PartitionInfo, p partition.Partition, 
 			r.log.Warn("closing a damaged replica", "ns", info.NS, "error", err)
 		}
 	}
-	aside, err := a.SetAside(info.NS, shard.RaftLogName, shard.RaftMarkName)
+	// The raft log stays, and so does the record of a log refused
+	// before (shard.RefuseRaftLog): moved aside with the partition's
+	// files, it would let the next build take the directory for one
+	// with no raft log.
+	aside, err := a.SetAside(info.NS, shard.RaftLogName, shard.RaftMarkName, shard.RaftRefusedName)
 	if errors.Is(err, partition.ErrIncarnationDamaged) {
 		aside, err = reincarnate(a, info)
 	}
@@ -897,9 +901,9 @@ func (r *Partitions) reseed(info metadata.PartitionInfo, cause error) bool {
 	// file is damaged and the raft log does not prove the directory is
 	// this incarnation's (reincarnate refused it).
 	var older, unread, unproven bool
-	l, err := shard.RaftLogOf(fsys, dir)
+	l, lerr := shard.RaftLogOf(fsys, dir)
 	switch {
-	case err != nil:
+	case lerr != nil:
 		unread = true
 	case l.Held || l.Tagged:
 		of := l.Replica
@@ -938,6 +942,17 @@ func (r *Partitions) reseed(info metadata.PartitionInfo, cause error) bool {
 			// (or of an earlier incarnation, which the new replica
 			// replaces all the same).
 			r.reseeding[info.NS] = id
+		}
+		// The refusal is recorded on disk first (the damaged log set
+		// aside beside the replica's copy): the re-seed report is a
+		// proposal a power loss may drop, and a later lie may hide the
+		// damage, so without the record a restart could build the
+		// replica under its raft id from the log it refused
+		// (shard.RefuseRaftLog).
+		if q, err := shard.RefuseRaftLog(fsys, dir, cause, lerr); err != nil {
+			r.log.Error("recording a refused raft log on disk failed; the next build refuses it again", "ns", info.NS, "error", err)
+		} else if q != "" {
+			r.log.Warn("refused raft log set aside", "ns", info.NS, "aside", q)
 		}
 		r.log.Error("raft log damaged or of unproven incarnation: the replica is re-seeded from its peers under a new raft id", "ns", info.NS, "replica", id, "error", cause)
 		r.cfg.Reseed(info.NS, info.CreatedRevision, id)

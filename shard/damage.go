@@ -125,9 +125,122 @@ func tagRaftLog(disk *replica.Disk, epoch, id uint64) error {
 	return nil
 }
 
+// RaftRefusedName is the directory, inside a replicated partition's
+// directory, that a raft log refused as damaged is moved into with its
+// sync mark, under their own names (RefuseRaftLog): the durable record
+// that the replica lost its raft log.
+const RaftRefusedName = "raft-refused"
+
+// ErrRaftLogRefused is the damage of a replica whose raft log was
+// refused before and set aside (RaftRefusedName): whatever the
+// directory holds now, the replica waits to be re-seeded under a new
+// raft id. The error wraps it and a *partition.CorruptError naming
+// RaftRefusedName (so RaftLogLost holds).
+var ErrRaftLogRefused = errors.New("parkway: raft log refused before and set aside; the replica waits to be re-seeded")
+
+// RefuseRaftLog records on disk, at once, that the raft log in dir (a
+// replicated partition's directory) was refused: if one of causes (the
+// build's failure, what reading the log found) is damage read from the
+// log or its sync mark (replica.ErrCorruptLog), or the record itself,
+// the directory RaftRefusedName is created and synced — from then on
+// every build of the replica in dir is refused (ErrRaftLogRefused)
+// whatever the log reads — and the log and its mark are moved into it.
+// It returns that directory ("" if no cause is such damage); nil error
+// means the refusal is durable. An error means it may not be: the next
+// build, which finds the damage again, is refused again, and the call
+// made for it completes what a crash or an error interrupted.
+//
+// Why. Refused in memory only (the re-seed report to the metadata, a
+// proposal a power loss drops), the refusal rested on the damage staying
+// visible: a later lie that rolled the sync mark back to an older copy
+// short of the cut made the cut log read as an older whole log, and the
+// replica was built under its raft id without entries it had
+// acknowledged, elected, and wrote an acknowledged offset anew
+// (simulator cluster seed 1901). The mark cannot catch a log and mark
+// rolled back together (package replica, mark.go); a record that the log
+// was refused, made durable before anything else happens, can: no
+// restart builds a replica from a log it once refused.
+//
+// What is kept. The damaged log and its mark, whole, for an operator:
+// never deleted here. At most one refused log per directory: the first
+// refusal's (a file already in RaftRefusedName is never replaced, and no
+// build writes a new log beside the record). The re-seed sets the
+// directory aside whole, RaftRefusedName with it (partition.FileStore's
+// damaged-N, deleted with the partition), so the bytes kept per refusal
+// are one raft log's, as for any replica set aside.
+func RefuseRaftLog(fsys vfs.FS, dir string, causes ...error) (string, error) {
+	if !slices.ContainsFunc(causes, refusable) {
+		return "", nil
+	}
+	q := filepath.Join(dir, RaftRefusedName)
+	if err := fsys.MkdirAll(q, 0o755); err != nil {
+		return "", fmt.Errorf("refusing raft log %s: %w", dir, err)
+	}
+	// The record: durable before the files move (a crash between leaves
+	// the record with the damaged files in place, refused all the same).
+	if err := fsys.SyncDir(dir); err != nil {
+		return "", fmt.Errorf("refusing raft log %s: %w", dir, err)
+	}
+	for _, name := range []string{RaftLogName, RaftMarkName} {
+		from, to := filepath.Join(dir, name), filepath.Join(q, name)
+		if _, err := fsys.Stat(from); errors.Is(err, fs.ErrNotExist) {
+			continue
+		} else if err != nil {
+			return "", fmt.Errorf("refusing raft log %s: %w", dir, err)
+		}
+		if _, err := fsys.Stat(to); err == nil {
+			continue // the first refusal's copy is kept; this one goes aside with the re-seed
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("refusing raft log %s: %w", dir, err)
+		}
+		if err := fsys.Rename(from, to); err != nil {
+			return "", fmt.Errorf("refusing raft log %s: %w", dir, err)
+		}
+	}
+	if err := fsys.SyncDir(q); err != nil {
+		return "", fmt.Errorf("refusing raft log %s: %w", dir, err)
+	}
+	if err := fsys.SyncDir(dir); err != nil {
+		return "", fmt.Errorf("refusing raft log %s: %w", dir, err)
+	}
+	return q, nil
+}
+
+// refusable reports whether err is damage read from a raft log or its
+// sync mark (a *partition.CorruptError whose detail is
+// replica.ErrCorruptLog), or the record of a log refused before. Not a
+// log refused for its tag (tagRaftLog): that one is whole, and may be a
+// newer replica's than the metadata names yet.
+func refusable(err error) bool {
+	if errors.Is(err, ErrRaftLogRefused) {
+		return true
+	}
+	var ce *partition.CorruptError
+	return errors.As(err, &ce) && errors.Is(ce.Err, replica.ErrCorruptLog)
+}
+
+// raftLogRefused returns the damage of a replica whose raft log in dir
+// was refused before (RefuseRaftLog): ErrRaftLogRefused and a
+// *partition.CorruptError naming RaftRefusedName; nil if there is no
+// such record. A failed look is returned as it is: the build fails, and
+// is retried, rather than taking a log that may have been refused.
+func raftLogRefused(fsys vfs.FS, dir string) error {
+	q := filepath.Join(dir, RaftRefusedName)
+	_, err := fsys.Stat(q)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("raft log %s: %w", dir, err)
+	}
+	return fmt.Errorf("%w: %w", ErrRaftLogRefused,
+		&partition.CorruptError{Path: q, Err: errors.New("the raft log was refused as damaged and set aside here")})
+}
+
 // RaftLogLost reports whether err, a replicated partition's build
 // failure, is damage to its raft log (or its sync mark): a
-// *partition.CorruptError naming one. The replica has then lost what it
+// *partition.CorruptError naming one, or the record that one was
+// refused before (RaftRefusedName). The replica has then lost what it
 // promised its group, and only a replica under a new raft id may take
 // its place (metadata.ReseedReplica).
 func RaftLogLost(err error) bool {
@@ -136,7 +249,7 @@ func RaftLogLost(err error) bool {
 		return false
 	}
 	switch filepath.Base(ce.Path) {
-	case RaftLogName, RaftMarkName:
+	case RaftLogName, RaftMarkName, RaftRefusedName:
 		return true
 	}
 	return false
@@ -176,6 +289,21 @@ type RaftLog struct {
 // a directory left by an earlier incarnation of the same namespace holds
 // another group's raft state.
 func RaftLogOf(fsys vfs.FS, dir string) (RaftLog, error) {
+	if err := raftLogRefused(fsys, dir); err != nil {
+		// Refused before: whose it was is the refused log's (its mark's
+		// tag, or its prefix's), or, if a crash left it in place beside
+		// the record, the log's still in dir.
+		var l RaftLog
+		if errors.Is(err, partition.ErrCorrupt) {
+			for _, d := range []string{filepath.Join(dir, RaftRefusedName), dir} {
+				if tag, terr := replica.OwnerTag(fsys, filepath.Join(d, raftLogName)); terr == nil && tag != nil {
+					l.tag(tag)
+					break
+				}
+			}
+		}
+		return l, err
+	}
 	d, err := replica.ReadDisk(fsys, filepath.Join(dir, raftLogName))
 	if errors.Is(err, fs.ErrNotExist) {
 		return RaftLog{}, nil

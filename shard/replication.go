@@ -139,6 +139,11 @@ func (rg *raftGroups) replicate(o *owned) error {
 		return err
 	}
 	if onDisk {
+		// A log refused before is never opened again, whatever it reads
+		// now (RefuseRaftLog).
+		if err := raftLogRefused(fsys, dir); err != nil {
+			return err
+		}
 		if disk, err = replica.OpenDisk(fsys, filepath.Join(dir, raftLogName), o.dur.always()); err != nil {
 			return raftLogDamage(err)
 		}

@@ -361,6 +361,15 @@ func (v *verifier) lodged(dir string, meta *metadata.Store, ns metadata.Namespac
 }
 
 func (v *verifier) verifyPartitionRaft(dir string) {
+	if q := filepath.Join(dir, shard.RaftRefusedName); v.d.cluster {
+		if _, err := v.d.fsys.Stat(q); err == nil {
+			// Refused before (shard.RefuseRaftLog): no build takes this
+			// copy again, whatever its raft log reads now.
+			v.report(q, 0, errors.New("raft log refused as damaged and set aside"),
+				"the node builds no replica from this copy: it waits for the replica's re-seed from its peers, which sets the copy aside")
+			return
+		}
+	}
 	path := filepath.Join(dir, partRaftName)
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		if v.d.cluster {

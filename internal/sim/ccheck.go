@@ -132,9 +132,10 @@ func (c *sim) twoVoterReseeds() bool {
 }
 
 // markUnreadable reports whether the liar's disk holds, now, a sync
-// mark of a raft log in ns's directory — the log's own, or one set aside
-// with its copy (damaged-N, package partition) — that the replica
-// refuses as damage (replica.SyncedSize: cut to no mark's size, or no
+// mark of a raft log in ns's directory — the log's own, one set aside
+// with its copy (damaged-N, package partition), or one a refusal moved
+// (shard.RaftRefusedName, in the directory or in a copy set aside) —
+// that the replica refuses as damage (replica.SyncedSize: cut to no mark's size, or no
 // valid slot). It reads the disk itself, below the lies that make a read
 // return bytes the disk does not hold (a flip on read): a mark that only
 // read as damaged is not this limit, and a re-seed it caused stays a
@@ -145,7 +146,9 @@ func (c *sim) markUnreadable(ns metadata.Namespace) bool {
 	dirs := []string{dir}
 	names, _ := fsys.ReadDir(dir) // none: no mark
 	for _, name := range names {
-		dirs = append(dirs, path.Join(dir, name)) // a set-aside copy, or no directory
+		// A set-aside copy or a refused log, or no directory; a copy
+		// set aside may hold a refused log.
+		dirs = append(dirs, path.Join(dir, name), path.Join(dir, name, shard.RaftRefusedName))
 	}
 	return slices.ContainsFunc(dirs, func(d string) bool {
 		if _, err := fsys.Stat(path.Join(d, shard.RaftMarkName)); err != nil {

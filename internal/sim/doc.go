@@ -246,10 +246,17 @@
 // trading appends and rejections without end (knownRaftLogWindow, seeds
 // 20250, 20750 and 326; lies.raftLogHit judges each cut and rollback
 // against the mark on the liar's disk at the time). A cut the mark
-// reports, hidden by a later lie that rolls the mark itself back to an
-// older copy short of the cut before the re-seed commits, reads the same
-// way: the log and its mark rolled back together, which mark.go says no
-// mark catches (knownRaftLogMarkRollback, seed 1901; lies.raftMarkHit).
+// reports is refused by the next build, which records the refusal on
+// disk at once (shard.RefuseRaftLog: the log and its mark set aside in
+// raft-refused, synced before the re-seed is reported), and every later
+// build refuses the replica whatever the mark says: cluster seed 1901,
+// a power loss right after the refusal and a lie rolling the mark back
+// short of the cut, once built the replica under its raft id without
+// entries it acknowledged, when the refusal lived in memory only. Only
+// a mark rolled back short of the cut before any build refused the cut
+// log still reads that way: the log and its mark rolled back together,
+// which mark.go says no mark catches (knownRaftLogMarkRollback;
+// lies.raftMarkHit; no seed is known to reach it).
 // A cut or rolled-back raft log used to
 // look torn, the replica forgetting votes and acknowledged entries (an
 // open bug, knownRaftLogCut, until the mark). The replica's partition
@@ -761,7 +768,8 @@
 // (knownDeadIncarnationDamage), a lie on a raft log's last synced write
 // read as a torn tail (knownRaftLogWindow), a raft log cut below its
 // sync mark and the mark then rolled back to a copy short of the cut
-// (knownRaftLogMarkRollback), a raft log cut below its
+// before a build refused the log on disk (knownRaftLogMarkRollback), a
+// raft log cut below its
 // incarnation tag and its sync mark (which names the tag) left
 // unreadable, where the next incarnation's only replica is the liar's,
 // which no build may take and no peer can re-seed

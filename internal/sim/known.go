@@ -96,7 +96,9 @@ const (
 	// it and writes the offset anew, and a replica that never had the
 	// entry appends the new one (seed 974: the liar n1 was elected with
 	// the vote of n3, which had been down when the batch committed on n1
-	// and n2; invariant 3 at the append, as replicas disagreeing). The
+	// and n2; invariant 3 at the append, as replicas disagreeing — until
+	// a refusal's record, synced on n1 before the lie, flushed the mark
+	// past the cut: no seed is known to reach this route now). The
 	// mark's doc explains why no design with one flush per synced write
 	// closes the window (a power loss mid-flush can make any subset of
 	// the write's blocks durable, so a claim of the new end must read as
@@ -108,30 +110,32 @@ const (
 	knownRaftLogWindow = "a lie on a raft log's last synced write, past the size its sync mark records (the mark's one-write window): the replica forgets entries it acknowledged, read as a torn tail"
 	// knownRaftLogMarkRollback: a lie cut or rolled back a replica's
 	// raft log below the size its sync mark records — which the mark
-	// reports: the build refuses the log and the node asks for a re-seed
-	// — and, at a later power loss, before the re-seed committed, a
-	// second lie rolled the mark itself back to an older copy that does
-	// not reach the cut (lies.raftMarkHit). The log and its mark then
-	// read as an older log that was never cut: the mark and the log
-	// rolled back together, which package replica's mark.go says no mark
-	// catches (a disk restored from a backup reads the same). The
-	// replica is built under its raft id without entries it
-	// acknowledged, as in knownRaftLogWindow. The refusal before the
-	// second lie lived in memory only (the reconciler's re-seed report,
-	// a metadata proposal the power loss dropped); recording it on disk
-	// at once (the log set aside) would make this schedule need a third
-	// lie on the same disk, and is not done. Cluster seed 1901 (slow links
-	// on): n2's raft log of 0/0/1 was cut from 475 to 236 bytes at
-	// 3.28 s and refused at 3.76 s ("ends at byte 190, but 475 bytes of
-	// it were synced"); n2 lost power 13 ms later, a lie restored a copy
-	// of the mark saved at 2.17 s (synced size 130, which the cut log,
-	// whole to byte 190, reaches), and at 3.80 s the log was built under
-	// the same raft id; n2 was elected with n3's vote at 3.98 s and
-	// wrote offset 0 anew (message 313) where another replica held
-	// message 209 (invariant 3 at the append).
-	// Classified only for replicas of such an incarnation disagreeing at
-	// an append (invariant 3).
-	knownRaftLogMarkRollback = "a lie cut a raft log below its sync mark and another rolled the mark back to an older copy short of the cut: the log and its mark read as an older whole log, and the replica forgets entries it acknowledged"
+	// reports — and, at a later power loss, before any build had read
+	// the cut log and refused it on disk, a second lie rolled the mark
+	// itself back to an older copy that does not reach the cut
+	// (lies.raftMarkHit): the node lost power again before its
+	// reconciler built the partition, or before the refusal's record was
+	// synced. The log and its mark then read as an older log that was
+	// never cut: the mark and the log rolled back together, which package
+	// replica's mark.go says no mark catches (a disk restored from a
+	// backup reads the same). The replica is built under its raft id
+	// without entries it acknowledged, as in knownRaftLogWindow. A log
+	// the build refused is recorded on disk at once
+	// (shard.RefuseRaftLog: the log and its mark set aside in
+	// raft-refused, synced before the re-seed is reported), and every
+	// later build refuses the replica whatever the mark says: cluster
+	// seed 1901, where n2's raft log of 0/0/1 was cut from 475 to 236
+	// bytes and refused at 3.76 s ("ends at byte 190, but 475 bytes of
+	// it were synced"), n2 lost power 13 ms later and a lie restored an
+	// older copy of the mark, used to build the log under the same raft
+	// id, be elected and write offset 0 anew where another replica held
+	// the batch (invariant 3 at the append), when the refusal lived in
+	// memory only (the re-seed proposal the power loss dropped); it now
+	// passes (the record refuses every later build, and the rollback
+	// finds no mark at the log's name). Classified only for replicas of
+	// such an incarnation disagreeing at an append (invariant 3); no
+	// seed is known to reach it since the record.
+	knownRaftLogMarkRollback = "a lie cut a raft log below its sync mark and, before a build refused the cut log on disk, another rolled the mark back to an older copy short of the cut: the log and its mark read as an older whole log, and the replica forgets entries it acknowledged"
 	// knownUnownedSoleLog: a lie cut a raft log below its first record
 	// (where its incarnation tag is) in a partition directory, another
 	// left its sync mark with no valid slot (cut short, or both slots

@@ -30,43 +30,40 @@ func TestKnownTwoVoterReseedFromACutMark(t *testing.T) {
 	}
 }
 
-// TestKnownRaftLogWindowLeaderWritesAnOffsetAnew pins knownRaftLogWindow's
-// route through the append check (known.go): in cluster seed 974 a lie
-// cut the liar's raft log of 1/0/1 past the size its sync mark records,
-// the liar came back without the batch it had acknowledged as leader,
-// was elected with the vote of a node that never had it, and wrote
-// offset 0 anew, which that node appended while an honest replica held
-// the batch. Before the append check classified it, the seed failed
-// unclassified.
-func TestKnownRaftLogWindowLeaderWritesAnOffsetAnew(t *testing.T) {
-	wantKnownAtAppend(t, 974, knownRaftLogWindow)
-}
-
-// wantKnownAtAppend runs cluster seed with the default faults as they
-// were when it was found (preFloodConfig) and wants it to fail as
-// replicas disagreeing at an append (invariant 3), classified as known.
-func wantKnownAtAppend(t *testing.T, seed uint64, known string) {
-	t.Helper()
-	_, err := Run(preFloodConfig(seed))
-	var v *Violation
-	if !errors.As(err, &v) || v.Invariant != 3 {
-		t.Fatalf("cluster seed %d: %v; want replicas disagreeing at an append (invariant 3): the traces moved and it no longer tests the route", seed, err)
-	}
-	if v.Known != known {
-		t.Fatalf("cluster seed %d: classified %q, want %q: %v", seed, v.Known, known, err)
+// TestRaftLogWindowSeed974 runs cluster seed 974, which pinned
+// knownRaftLogWindow's route through the append check (known.go): a lie
+// cut the liar n1's raft log of 1/0/1 past the size its sync mark
+// recorded, n1 came back without the batch it had acknowledged as
+// leader, was elected with the vote of a node that never had it, and
+// wrote offset 0 anew. Since a refused raft log is recorded on disk
+// (shard.RefuseRaftLog), n1's refusal of its log of 1/0/0 at 3.79 s (a
+// mark cut short) syncs directories, which flushes the device's cache:
+// 1/0/1's written-back mark (731 bytes) is durable before the power loss
+// at 4.22 s, the cut to 379 bytes falls below it, and the build refuses
+// the log instead of taking it as torn. The seed passes; no seed is
+// known to reach the append route of knownRaftLogWindow now.
+func TestRaftLogWindowSeed974(t *testing.T) {
+	const seed = 974
+	if _, err := Run(preFloodConfig(seed)); err != nil {
+		t.Fatalf("cluster seed %d: %v", seed, err)
 	}
 }
 
-// TestKnownRaftLogMarkRollbackLeaderWritesAnOffsetAnew pins
-// knownRaftLogMarkRollback (known.go): in cluster seed 1901 a lie cut
-// the liar n2's raft log of 0/0/1 below its sync mark, the build refused
-// it, and before the re-seed committed a power loss and a second lie
-// rolled the mark back to a copy short of the cut; the log was built,
-// n2 was elected with the vote of a node that lacked offset 0 and wrote
-// it anew while an honest replica held the batch. Before the rollback
-// was judged (lies.raftMarkHit), the seed failed unclassified.
-func TestKnownRaftLogMarkRollbackLeaderWritesAnOffsetAnew(t *testing.T) {
-	wantKnownAtAppend(t, 1901, knownRaftLogMarkRollback)
+// TestRefusedRaftLogRollbackSeed1901 pins cluster seed 1901, once
+// classified as knownRaftLogMarkRollback (known.go): a lie cut the liar
+// n2's raft log of 0/0/1 below its sync mark, the build refused it, and
+// before the re-seed committed a power loss and a second lie aimed at
+// the mark; with the refusal in memory only, the rolled-back mark made
+// the cut log read whole, n2 was built under its raft id, elected, and
+// wrote offset 0 anew (invariant 3 at the append). The refusal is now
+// recorded on disk before the re-seed is reported (shard.RefuseRaftLog),
+// and the seed passes. It fails, classified, with the record's write
+// left out.
+func TestRefusedRaftLogRollbackSeed1901(t *testing.T) {
+	const seed = 1901
+	if _, err := Run(preFloodConfig(seed)); err != nil {
+		t.Fatalf("cluster seed %d: %v", seed, err)
+	}
 }
 
 // preFloodConfig is the default cluster configuration with connection

@@ -128,8 +128,9 @@ type lies struct {
 	// raftCut are the incarnations whose raft log (on the liar) a lie
 	// cut or rolled back below the size its sync mark recorded (which
 	// the mark reports), and raftHidden those of them whose mark a later
-	// lie rolled back to an older copy recording less (raftMarkHit): the
-	// log and its mark rolled back together, which no mark catches
+	// lie rolled back to an older copy recording less before any build
+	// refused the cut log on disk (raftMarkHit): the log and its mark
+	// rolled back together, which no mark catches
 	// (knownRaftLogMarkRollback).
 	raftCut, raftHidden map[incKey]bool
 
@@ -441,7 +442,10 @@ func (l *lies) raftMarkSize(name string) (uint64, bool) {
 // that was never cut — the mark and the log rolled back together, which
 // package replica's mark.go says no mark catches. The replica then comes
 // back without entries it acknowledged, or a vote it cast, as in the
-// mark's window (knownRaftLogMarkRollback; cluster seed 1901).
+// mark's window (knownRaftLogMarkRollback) — unless a build refused the
+// cut log first and recorded it (shard.RefuseRaftLog: the directory
+// holds shard.RaftRefusedName), which every later build refuses whatever
+// the mark says (cluster seed 1901 before the record).
 func (l *lies) raftMarkHit(name string, before uint64, ok bool) {
 	after, aok := l.raftMarkSize(name)
 	if !ok || !aok || after >= before {
@@ -453,6 +457,10 @@ func (l *lies) raftMarkHit(name string, before uint64, ok bool) {
 	}
 	rev, rok := l.dirEpoch(ns, name)
 	if !rok || !l.raftCut[incKey{ns, rev}] {
+		return
+	}
+	if _, err := l.mem().Stat(path.Join(path.Dir(name), shard.RaftRefusedName)); err == nil {
+		l.event("lie rolled %s back from synced size %d to %d, below a cut of its log already refused on disk: the cut stays refused", name, before, after)
 		return
 	}
 	if l.raftHidden == nil {
