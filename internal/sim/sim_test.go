@@ -63,11 +63,15 @@ func seeds(t *testing.T, def int) []uint64 {
 // -sim.seeds is given. Under the race detector a seed costs about ten times
 // as much and the simulator's engine is driven from one goroutine, so the
 // race run (the README's test command) runs a tenth of the large default
-// ranges; CI also runs this package without -race at the full counts
-// (.ci/run), which is where the seed coverage comes from.
+// ranges and a quarter (at least three) of the member seeds' ten, whose
+// runs cost the most; CI also runs this package without -race at the full
+// counts (.ci/run), which is where the seed coverage comes from.
 func defaultCount(def int) int {
-	if raceEnabled && def >= 40 {
+	switch {
+	case raceEnabled && def >= 40:
 		return max(4, def/10)
+	case raceEnabled && def >= 10:
+		return max(3, def/4)
 	}
 	return def
 }
