@@ -18,7 +18,11 @@ import (
 // the shards are told (shard.SetPeerLive), and so is the metadata group
 // (metaGroup.peerLive), which quiesces too: the groups it led elect new
 // leaders among the survivors. Any message from a peer counts as a sign
-// of life, so a busy pair of nodes needs no heartbeat to stay alive.
+// of life, so a busy pair of nodes needs no heartbeat to stay alive. A
+// started engine sends the heartbeats from a goroutine of their own
+// (runBeater), so a node is not silenced by its metadata driver running
+// late; a manual engine's TickMetadata sends them, as a simulator steps
+// everything else.
 //
 // Liveness counts the metadata group's ticks, which the engine's clock
 // paces (a manual engine's driver calls TickMetadata): no wall clock is
