@@ -138,6 +138,10 @@ type Config struct {
 	CPUProfileDir string
 	// Progress receives one line per run (default: discarded).
 	Progress io.Writer
+	// NodeLog, when set, receives the warnings of the replicated
+	// section's parkway nodes (liveness verdicts, failed builds): what a
+	// failed round needs to be explained.
+	NodeLog io.Writer
 }
 
 // runTimeout bounds one system's run of one case, so that a stuck run
