@@ -874,7 +874,7 @@ func (r *runner) runReplCase(ctx context.Context, sys replSystem, c replCase, ro
 		return sample{}, "", 0, err
 	}
 	defer func() { err = errors.Join(err, remove()) }()
-	ctx, cancel := context.WithTimeout(ctx, runTimeout)
+	ctx, cancel := context.WithTimeout(ctx, r.runTimeout())
 	defer cancel()
 
 	in, err := sys.open(ctx, dir, make([]byte, c.spec.payload))
