@@ -51,7 +51,12 @@ type ClusterConfig struct {
 	// this node's own clock, the ticks its driver ran when it planned
 	// to: a wake late by a pause of the process or a CPU it waited for
 	// counts as the wake it planned, so a node starved or paused itself
-	// does not declare its peers dead for the gap it missed.
+	// does not declare its peers dead for the gap it missed. Any message
+	// from a peer counts as hearing it, not only its heartbeats; and a
+	// node's heartbeats go out from a goroutine that does nothing else,
+	// so a node whose metadata work runs late (a slow fsync, a CPU it
+	// waits for) is still heard, up to 4 timeouts with that work stuck
+	// in one step, after which it falls silent as a crashed node does.
 	LivenessInterval time.Duration
 	LivenessTimeout  time.Duration
 	// MaxForwardedBytes bounds the bytes of the requests other nodes

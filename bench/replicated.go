@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
@@ -162,7 +164,12 @@ const verifyTimeout = 30 * time.Second
 // parkway's TCP transport on 127.0.0.1 (one listener per node), as
 // JetStream's servers do over their routes; without, over the in-memory
 // network.
-type parkwayClusterSystem struct{ disk, tcp bool }
+// parkwayClusterSystem is a parkway cluster of three nodes in one
+// process; log, when set, receives the nodes' warnings (Config.NodeLog).
+type parkwayClusterSystem struct {
+	disk, tcp bool
+	log       io.Writer
+}
 
 func (s parkwayClusterSystem) name() string {
 	n := "parkway ×3 memory"
@@ -222,6 +229,9 @@ func (s parkwayClusterSystem) open(ctx context.Context, dir string, warm []byte)
 		// its own data directory (partitions, their raft logs, the
 		// metadata raft log); without, all of it is in memory.
 		cfg := parkway.Config{Shards: 2, Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: bus(id)}}
+		if s.log != nil {
+			cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: fmt.Sprintf("node%d", id), Level: hclog.Warn, Output: s.log})
+		}
 		if s.disk {
 			cfg.DataDir = filepath.Join(dir, fmt.Sprintf("node-%d", id))
 			// The default descriptor budget is half the process's limit
@@ -817,6 +827,10 @@ func (r *runner) runReplicated(ctx context.Context, sizes ReplicatedSizes) (*rep
 	var systems []replSystem
 	for _, s := range replicatedSystems() {
 		if r.cfg.Systems == nil || r.cfg.Systems.MatchString(s.name()) {
+			if p, ok := s.(parkwayClusterSystem); ok && r.cfg.NodeLog != nil {
+				p.log = r.cfg.NodeLog
+				s = p
+			}
 			systems = append(systems, s)
 		}
 	}
@@ -860,7 +874,7 @@ func (r *runner) runReplCase(ctx context.Context, sys replSystem, c replCase, ro
 		return sample{}, "", 0, err
 	}
 	defer func() { err = errors.Join(err, remove()) }()
-	ctx, cancel := context.WithTimeout(ctx, runTimeout)
+	ctx, cancel := context.WithTimeout(ctx, r.runTimeout())
 	defer cancel()
 
 	in, err := sys.open(ctx, dir, make([]byte, c.spec.payload))

@@ -138,11 +138,27 @@ type Config struct {
 	CPUProfileDir string
 	// Progress receives one line per run (default: discarded).
 	Progress io.Writer
+	// NodeLog, when set, receives the warnings of the replicated
+	// section's parkway nodes (liveness verdicts, failed builds): what a
+	// failed round needs to be explained.
+	NodeLog io.Writer
+	// RunTimeout bounds one system's run of one case (0: 10 minutes). A
+	// loaded machine needs more for case R6 over 10,000 topics on disk
+	// (about 10 creates a second at load 30).
+	RunTimeout time.Duration
 }
 
 // runTimeout bounds one system's run of one case, so that a stuck run
-// fails the comparison instead of hanging it.
+// fails the comparison instead of hanging it (Config.RunTimeout).
 const runTimeout = 10 * time.Minute
+
+// runTimeout is Config.RunTimeout or its default.
+func (r *runner) runTimeout() time.Duration {
+	if r.cfg.RunTimeout > 0 {
+		return r.cfg.RunTimeout
+	}
+	return runTimeout
+}
 
 // Run runs the comparison and returns its report.
 func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
@@ -296,7 +312,7 @@ func (r *runner) runCase(ctx context.Context, sys system, set string, d durabili
 		return sample{}, err
 	}
 	defer func() { err = errors.Join(err, remove()) }()
-	ctx, cancel := context.WithTimeout(ctx, runTimeout)
+	ctx, cancel := context.WithTimeout(ctx, r.runTimeout())
 	defer cancel()
 
 	in, err := sys.open(ctx, dir, d, c.parts, make([]byte, c.payload))
@@ -325,7 +341,7 @@ func (r *runner) runLimit(ctx context.Context, l limit, count, round int) (s sam
 		return sample{}, err
 	}
 	defer func() { err = errors.Join(err, remove()) }()
-	ctx, cancel := context.WithTimeout(ctx, runTimeout)
+	ctx, cancel := context.WithTimeout(ctx, r.runTimeout())
 	defer cancel()
 	m := &meter{minRound: r.cfg.MinRound}
 	err = l.run(ctx, dir, count, m)

@@ -300,12 +300,13 @@ func (p *parkwayInstance) createAndProduce(ctx context.Context, name string, pay
 		s = p.streams[i]
 	}
 	p.created++
+	start := time.Now()
 	topic, err := p.node.Admin().CreateTopic(ctx, s, name, 1, p.opt)
 	if err != nil {
-		return fmt.Errorf("create topic %s: %w", name, err)
+		return fmt.Errorf("create topic %s (after %v): %w", name, time.Since(start).Round(time.Millisecond), err)
 	}
 	if _, err := p.node.Produce(ctx, topic, parkway.PartitionID(0), parkway.Message{Payload: payload}); err != nil {
-		return fmt.Errorf("produce to new topic %s: %w", name, err)
+		return fmt.Errorf("produce to new topic %s (%v after the create began): %w", name, time.Since(start).Round(time.Millisecond), err)
 	}
 	return nil
 }

@@ -529,7 +529,7 @@ func (r *runner) runWaitCase(ctx context.Context, c waitCase, side waitSide, siz
 		return waitSample{}, err
 	}
 	defer func() { err = errors.Join(err, remove()) }()
-	ctx, cancel := context.WithTimeout(ctx, runTimeout)
+	ctx, cancel := context.WithTimeout(ctx, r.runTimeout())
 	defer cancel()
 
 	in, err := side.system.open(ctx, dir, durability{interval: jetStreamDefaultSyncInterval}, 1, make([]byte, waitPayload))

@@ -157,7 +157,10 @@ type Cluster struct {
 	// checks them once per interval. The silence is counted in the ticks
 	// the engine's driver planned (liveness.go): a late wake, from a
 	// pause of the process or a CPU it waited for, does not count its
-	// lateness toward any peer's silence.
+	// lateness toward any peer's silence. A started engine sends its
+	// heartbeats from a goroutine of their own (runBeater), not from the
+	// metadata driver, for up to driverStallTimeouts timeouts of the
+	// driver stuck in one step.
 	LivenessInterval time.Duration
 	LivenessTimeout  time.Duration
 	// MaxForwardedBytes bounds the bytes of the requests other nodes

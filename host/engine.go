@@ -393,6 +393,8 @@ func (e *Engine) Start() error {
 	}
 	if e.cl != nil {
 		e.group.Go(e.cl.receive)
+		e.cl.live.beater = true // before the driver starts: it reads it
+		e.group.Go(e.cl.live.runBeater)
 		e.group.Go(e.cl.runMetadata)
 		e.group.Go(e.cl.runLeaseSender)
 	} else {

@@ -18,7 +18,11 @@ import (
 // the shards are told (shard.SetPeerLive), and so is the metadata group
 // (metaGroup.peerLive), which quiesces too: the groups it led elect new
 // leaders among the survivors. Any message from a peer counts as a sign
-// of life, so a busy pair of nodes needs no heartbeat to stay alive.
+// of life, so a busy pair of nodes needs no heartbeat to stay alive. A
+// started engine sends the heartbeats from a goroutine of their own
+// (runBeater), so a node is not silenced by its metadata driver running
+// late; a manual engine's TickMetadata sends them, as a simulator steps
+// everything else.
 //
 // Liveness counts the metadata group's ticks, which the engine's clock
 // paces (a manual engine's driver calls TickMetadata): no wall clock is
@@ -83,7 +87,27 @@ type liveness struct {
 	silent map[uint64]bool
 	// me is this node's id, as peers' reports name it.
 	me uint64
+
+	// A started engine's heartbeats go out from their own goroutine
+	// (runBeater), not from the metadata driver: beater is set once it
+	// runs. beat is the heartbeat payload the driver last built, with
+	// its report of silent peers. driver counts the driver's passes
+	// through its wait (odd while it waits), so the beater can tell a
+	// driver that is working from one stuck in one step (see runBeater).
+	beater bool
+	beat   atomic.Pointer[[]byte]
+	driver atomic.Int64
 }
+
+// driverStallTimeouts is how long, in liveness timeouts, a started
+// engine's beater keeps sending while the metadata driver is stuck in
+// one step (it neither waits nor loops): 2 s at the defaults. Shorter and a driver slowed by its own work — a metadata
+// snapshot of 10,000 topics, a slow fsync, a CPU shared by many
+// goroutines — silenced the node (issue 33); without a bound a node
+// whose driver is wedged for good (a write that never returns) would be
+// alive for ever, and the groups it leads, quiesced, never elect
+// another leader.
+const driverStallTimeouts = 4
 
 func newLiveness(c *clusterNode) *liveness {
 	tick := c.cfg.TickInterval
@@ -236,6 +260,59 @@ func (l *liveness) judgedLive(peer uint64) bool {
 // alive). Driver-owned, like dead.
 func (l *liveness) alive(peer uint64) bool { return !l.dead[peer] }
 
+// driverWaits and driverWorks bracket the metadata driver's wait for its
+// next event (runMetadata), for the beater.
+func (l *liveness) driverWaits() { l.driver.Add(1) }
+func (l *liveness) driverWorks() { l.driver.Add(1) }
+
+// runBeater sends a started engine's heartbeats, one to each peer every
+// LivenessInterval on the engine's clock, with the report the driver
+// last built. Why a goroutine of its own: a node is judged by what its
+// peers hear from it, and when it has no raft traffic for them (its
+// groups quiesced, or waiting on a metadata command) that is its
+// heartbeats alone. Sent by the metadata driver, they waited for
+// whatever the driver did — applying commands, compacting the metadata
+// log, an fsync — and for the CPU that work needed: a node alive and
+// serving was declared dead because one goroutine ran late, and a third
+// of all groups re-elected (issue 33, case R6 at 10,000 topics). This
+// goroutine does nothing else, so it runs as soon as its timer fires.
+// It still vouches for the driver only within bounds: while the driver
+// is stuck in one step for more than driverStallTimeouts liveness
+// timeouts the beats stop, and the peers declare the node dead as they
+// would a silent one. Silence is still judged by the driver (advance),
+// as is what the heartbeats report.
+func (l *liveness) runBeater(ctx context.Context) {
+	clk, every := l.c.e.cfg.Clock, time.Duration(l.every)*l.c.cfg.TickInterval
+	bound := driverStallTimeouts * l.timeout / l.every
+	t := clk.NewTimer(every)
+	defer t.Stop()
+	last, stuck := l.driver.Load(), int64(0)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		t.Reset(every)
+		switch d := l.driver.Load(); {
+		case d%2 == 1 || d != last: // waiting, or it moved since
+			stuck, last = 0, d
+		default:
+			stuck++
+		}
+		if stuck > bound {
+			continue
+		}
+		beat := l.c.beat
+		if b := l.beat.Load(); b != nil {
+			beat = *b
+		}
+		for _, p := range l.heard.Load().ids {
+			_ = l.c.send(p, KindLiveness, 0, beat)
+		}
+	}
+}
+
 // hello sends every peer a heartbeat at once: an engine's first message
 // to each, ahead of its raft traffic, so a peer learns the incarnation of
 // its data directory (identity.go) before it can count a vote from it.
@@ -284,10 +361,17 @@ func (l *liveness) advance(ctx context.Context, k, due int64) {
 			delete(l.silent, p)
 		}
 	}
+	var payload []byte
+	if beat {
+		payload = l.c.heartbeat(report)
+		if l.beater {
+			l.beat.Store(&payload)
+		}
+	}
 	for _, p := range heard.ids {
 		h := heard.at[p]
-		if beat {
-			_ = l.c.send(p, KindLiveness, 0, l.c.heartbeat(report))
+		if beat && !l.beater {
+			_ = l.c.send(p, KindLiveness, 0, payload)
 		}
 		dead := l.silent[p] || l.deafTo(h, own)
 		if dead == l.dead[p] {

@@ -474,20 +474,26 @@ func (c *clusterNode) runMetadata(ctx context.Context) {
 			tick.Reset(every - since%every)
 			due, long = int64(since/every)+1, false
 		}
+		c.live.driverWaits()
 		select {
 		case <-ctx.Done():
 			m.answerAll(ErrClosed)
 			m.answerReads(ErrClosed)
 			return
 		case reply := <-m.reads:
+			c.live.driverWorks()
 			m.askRead(reply)
 		case op := <-m.leaseIn:
+			c.live.driverWorks()
 			m.serveLease(op)
 		case op := <-m.props:
+			c.live.driverWorks()
 			m.take(op)
 		case msg := <-m.in:
+			c.live.driverWorks()
 			m.step(msg)
 		case <-tick.C():
+			c.live.driverWorks()
 			k := max(int64(clk.Now().Sub(last)/every), 1)
 			last = last.Add(time.Duration(k) * every)
 			_ = m.tick(k) // process, at the top, reports a failure

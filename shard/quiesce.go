@@ -1,7 +1,9 @@
 package shard
 
 import (
+	"cmp"
 	"context"
+	"slices"
 
 	"go.etcd.io/raft/v3/raftpb"
 
@@ -143,11 +145,8 @@ func (rg *raftGroups) setPeerLive(peer uint64, live bool) {
 	if r == nil || peer == r.Node || !rg.q.down.Set(peer, live) {
 		return
 	}
-	// In namespace order, so the groups wake (and campaign) in an order
-	// a simulator's seed decides.
 	if live {
-		for _, ns := range sortedOwned(rg.replicated) {
-			o := rg.replicated[ns]
+		for _, o := range rg.verdictGroups(r.Node, r.Node) {
 			if v, _ := groups.PeerLive(o.rep.grp, peer, true); v == groups.PeerBack {
 				rg.wake(o)
 				rg.considerBalance(o)
@@ -155,9 +154,8 @@ func (rg *raftGroups) setPeerLive(peer uint64, live bool) {
 		}
 		return
 	}
-	for _, ns := range sortedOwned(rg.replicated) {
-		o := rg.replicated[ns]
-		if o == nil || o.rep.grp == nil {
+	for _, o := range rg.verdictGroups(peer, 0) {
+		if o.rep.grp == nil {
 			continue // failed by an earlier step of this loop
 		}
 		switch v, err := groups.PeerLive(o.rep.grp, peer, false); {
@@ -175,6 +173,37 @@ func (rg *raftGroups) setPeerLive(peer uint64, live bool) {
 		}
 		rg.electAfterDeath(o)
 	}
+}
+
+// verdictGroups is the groups a liveness verdict may concern: those led
+// by node a or node b as the pump last saw it (byLeader; 0: none
+// known), and those with work not yet processed, whose leader may have
+// changed since (the ready list, empty between pump steps), in
+// namespace order, so the groups wake (and campaign) in an order a
+// simulator's seed decides. A dead peer concerns the groups it led and
+// the new groups, leaderless, held for its first campaign; a returning
+// one the groups this node leads. Visiting only those makes a verdict
+// cost what it changes, not the shard's every group.
+func (rg *raftGroups) verdictGroups(a, b uint64) []*owned {
+	var out []*owned
+	add := func(o *owned) {
+		if o.rep.grp != nil && rg.replicated[o.p.Namespace()] == o {
+			out = append(out, o)
+		}
+	}
+	for o := range rg.byLeader[a] {
+		add(o)
+	}
+	if b != a {
+		for o := range rg.byLeader[b] {
+			add(o)
+		}
+	}
+	for _, o := range rg.readyList {
+		add(o)
+	}
+	slices.SortFunc(out, func(x, y *owned) int { return cmp.Compare(x.p.Namespace(), y.p.Namespace()) })
+	return slices.CompactFunc(out, func(x, y *owned) bool { return x == y })
 }
 
 // leaderReplaced reacts to info, o's committed partition, replacing the

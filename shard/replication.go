@@ -222,6 +222,7 @@ func (rg *raftGroups) replicate(o *owned) error {
 		}
 	}
 	rg.replicated[ns] = o
+	rg.setLeader(o, g.Leader())
 	rg.markReady(o)
 	rg.admitNew(o, elect, campaigned, first)
 	rg.armTick()
@@ -305,6 +306,7 @@ func (rg *raftGroups) setLeader(o *owned, lead uint64) {
 		}
 	}
 	ns := o.p.Namespace()
+	rg.reindex(o, rg.leaders[ns], raftid.Node(lead)) // the pump writes leaders: its own read needs no lock
 	rg.leadersMu.Lock()
 	if lead == 0 {
 		delete(rg.leaders, ns)
@@ -315,6 +317,29 @@ func (rg *raftGroups) setLeader(o *owned, lead uint64) {
 		rg.leaders[ns] = raftid.Node(lead)
 	}
 	rg.leadersMu.Unlock()
+}
+
+// reindex moves o in byLeader from its leader's node was to is; a
+// group no longer replicated (unreplicate) leaves the index.
+func (rg *raftGroups) reindex(o *owned, was, is uint64) {
+	if set := rg.byLeader[was]; set != nil {
+		delete(set, o)
+		if len(set) == 0 {
+			delete(rg.byLeader, was)
+		}
+	}
+	if o.rep.grp == nil {
+		return
+	}
+	if rg.byLeader == nil {
+		rg.byLeader = make(map[uint64]map[*owned]struct{})
+	}
+	set := rg.byLeader[is]
+	if set == nil {
+		set = make(map[*owned]struct{})
+		rg.byLeader[is] = set
+	}
+	set[o] = struct{}{}
 }
 
 // Leaders adds to into every replicated partition of this shard whose

@@ -60,6 +60,8 @@ func run() error {
 	only := fs.String("only", "", "only one section: \"replicated\" (three replicas), \"waiting\" (waiting consumers) or \"single\" (everything else)")
 	cpuprofile := fs.String("cpuprofile", "", "directory for CPU profiles of the parkway side, one per case and round")
 	tmp := fs.String("tmpdir", "", "where data directories are created (default: the system temp dir)")
+	runTimeout := fs.Duration("runtimeout", 0, "bound on one system's run of one case (0: 10m)")
+	nodeLog := fs.Bool("nodelog", false, "write the replicated section's parkway node warnings to stderr")
 	topics := fs.Int("topics", 0, "case 6 (convergence): topics each round creates, in both sets and in case R6 (0: the default sizes; e.g. 10000 for the flatness check)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err
@@ -73,6 +75,10 @@ func run() error {
 		*minRound = -1 // Config reads 0 as the default; -min 0 means none
 	}
 	cfg := bench.Config{Rounds: *rounds, MinRound: *minRound, TempDir: *tmp, CPUProfileDir: *cpuprofile, Progress: os.Stderr}
+	if *nodeLog {
+		cfg.NodeLog = os.Stderr
+	}
+	cfg.RunTimeout = *runTimeout
 	if *quick {
 		sizes := bench.QuickSizes()
 		cfg.Sizes = &sizes
