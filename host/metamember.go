@@ -142,11 +142,6 @@ func (m *metaGroup) Campaigned(*metaGroup, error) { m.wake() }
 // (groups.ElectionHost).
 func (m *metaGroup) ElectionPending() { m.wake() }
 
-// Settle implements groups.ElectionHost; it is asked only by bounded
-// elections, and the metadata member's are not (NewElections with
-// bounded false).
-func (m *metaGroup) Settle(*metaGroup) bool { return false }
-
 // campaigner is the member that stands for election when the leader's
 // node died (groups.CampaignerOf): the first voter in ascending order
 // that liveness holds alive, so every survivor with the same view agrees

@@ -161,51 +161,6 @@ func TestHeldGroupsTakeNoTickTurn(t *testing.T) {
 	}
 }
 
-// An election this node won leaves its place among the elections under
-// way at the next tick, its group quiesced at once, once every follower
-// acknowledged the new leader's first append: the next queued election
-// starts in that tick, not after the ticks a woken group waits before it
-// quiesces (groups.QuiesceAfterTicks). A creation of many partitions
-// elects CampaignsInFlight at a time per shard, so that wait was its
-// pace.
-func TestWonElectionLeavesItsPlaceAtOnce(t *testing.T) {
-	const count = 9 * inFlight
-	n, nss, epochs := newQuiescedReplNet(t, count)
-	for i, ns := range nss {
-		for id := uint64(1); id <= 3; id++ {
-			n.materialise(id, ns, epochs[i])
-		}
-	}
-	prefers := map[uint64]int{}
-	for _, ns := range nss {
-		prefers[n.shard(1).rg.preferred(n.shard(1).owned[ns])]++
-	}
-	n.settle() // the first elections, started at the builds, are won and acknowledged
-	ledBy := func() map[uint64]int {
-		led := map[uint64]int{}
-		for _, ns := range nss {
-			led[n.leader(ns)]++
-		}
-		return led
-	}
-	if led := ledBy(); led[0] != count-3*inFlight {
-		t.Fatalf("before a tick: %d of %d groups leaderless, want all but the first elections (%d)", led[0], count, count-3*inFlight)
-	}
-	n.tickOnly()
-	n.settle()
-	led := ledBy()
-	for id := uint64(1); id <= 3; id++ {
-		if want := min(prefers[id], 2*inFlight); led[id] < want {
-			t.Fatalf("node %d leads %d groups after one tick, want %d: its won elections kept their places (%d elections under way, %d groups awake)",
-				id, led[id], want, n.shard(id).rg.elect.InFlight(), n.awake(id))
-		}
-	}
-	n.quiet()
-	if pref, none := n.led(nss); pref != count || none != 0 {
-		t.Fatalf("%d of %d groups led by their preferred leader, %d leaderless", pref, count, none)
-	}
-}
-
 // The quiesced groups a dead node led elect new leaders a bounded number
 // at a time: on each survivor only the elections it stands in are
 // ticked, the groups it merely follows wait unticked for the campaigner's

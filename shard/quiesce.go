@@ -9,7 +9,6 @@ import (
 
 	"github.com/parkway-io/parkway/internal/groups"
 	"github.com/parkway-io/parkway/internal/raftid"
-	"github.com/parkway-io/parkway/internal/replica"
 	"github.com/parkway-io/parkway/metadata"
 )
 
@@ -108,20 +107,8 @@ func (r *replicated) idle() bool {
 // sending its followers the quiesce heartbeat (groups.Awake.Quiesce); it
 // reports whether it did.
 func (rg *raftGroups) maybeQuiesce(o *owned) bool {
-	return rg.quiesce(o, rg.q.awake.Quiesce)
-}
-
-// Settle quiesces o's group, whose election this node started and won,
-// at once if every live follower holds its whole log
-// (groups.ElectionHost; groups.Awake.QuiesceNow).
-func (rg *raftGroups) Settle(o *owned) bool {
-	return rg.live(o) && rg.quiesce(o, rg.q.awake.QuiesceNow)
-}
-
-// quiesce is maybeQuiesce and Settle, with their way of quiescing.
-func (rg *raftGroups) quiesce(o *owned, how func(metadata.Namespace, *replica.Group, bool, func(uint64) bool, func(*raftpb.Message)) bool) bool {
 	r := rg.cfg
-	if !how(o.p.Namespace(), o.rep.grp, r.Quiesce && o.rep.idle(), rg.q.down.Live, func(m *raftpb.Message) {
+	if !rg.q.awake.Quiesce(o.p.Namespace(), o.rep.grp, r.Quiesce && o.rep.idle(), rg.q.down.Live, func(m *raftpb.Message) {
 		r.Send(raftid.Node(m.GetTo()), o.p.Namespace(), o.p.Epoch(), m)
 	}) {
 		return false

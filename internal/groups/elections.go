@@ -112,10 +112,6 @@ type ElectionHost[G comparable] interface {
 	// ElectionPending is called when an election was queued or a group
 	// held: the host must keep ticking (Pending) though no group is awake.
 	ElectionPending()
-	// Settle quiesces g, whose election this node started and won, if
-	// every live follower already holds its whole log, and reports
-	// whether it did (Awake.QuiesceNow).
-	Settle(g G) bool
 }
 
 // Elections schedules the elections of a host's groups (see above). It
@@ -295,15 +291,6 @@ func (e *Elections[G]) Tick() {
 		switch lead := grp.Leader(); {
 		case lead != 0 && !grp.IsLeader():
 			// Another member won: its leader brings the group up.
-		case lead != 0 && e.host.Settle(g):
-			// Won, its followers hold its log: quiesced at once, it
-			// leaves its place to the next election now, not after the
-			// ticks a woken group waits before it may quiesce
-			// (QuiesceAfterTicks, a heartbeat round: the election and
-			// the new leader's first append were that round). A
-			// creation of thousands of partitions elects their leaders
-			// through these places, CampaignsInFlight at a time, so how
-			// long each is held is the creation's pace (issue 33).
 		case lead == 0 && age >= patience:
 			e.Queue(g) // its followers may not be there yet
 		case lead != 0 && (!e.host.Awake(g) || age >= SettleTimeouts*e.timeout):

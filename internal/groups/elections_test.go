@@ -255,7 +255,3 @@ func BenchmarkUnholdAwake(b *testing.B) {
 		c.Unhold(g)
 	}
 }
-
-// Settle implements groups.ElectionHost: these groups' elections find no
-// winner here, so none settles.
-func (h *electionHost) Settle(int) bool { return false }

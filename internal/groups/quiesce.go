@@ -47,17 +47,6 @@ func (a *Awake[K, G]) Quiesce(k K, g *replica.Group, idle bool, live func(peer u
 	if a.ticks[i]++; a.ticks[i] < QuiesceAfterTicks {
 		return false
 	}
-	return a.QuiesceNow(k, g, idle, live, send)
-}
-
-// QuiesceNow is Quiesce without the wait of QuiesceAfterTicks, and
-// without counting a tick: for a group whose state its leader knows
-// already (an election it just won, whose first append every follower
-// acknowledged; Elections.Tick through ElectionHost.Settle).
-func (a *Awake[K, G]) QuiesceNow(k K, g *replica.Group, idle bool, live func(peer uint64) bool, send func(*raftpb.Message)) bool {
-	if _, ok := a.at[k]; !ok {
-		return false
-	}
 	if !idle || !g.CanQuiesce(live) {
 		return false
 	}
