@@ -2,6 +2,7 @@ package router_test
 
 import (
 	"errors"
+	"runtime"
 	"testing"
 
 	"github.com/parkway-io/parkway/metadata"
@@ -152,4 +153,38 @@ func BenchmarkRoute(b *testing.B) {
 	for b.Loop() {
 		_ = r.Owner(n)
 	}
+}
+
+// BenchmarkTableGet reads rows of a table holding 100,000 namespaces
+// (a node's routing rows at 100,000 partitions), from every P at once,
+// as received messages are routed; B/row is the heap the rows hold.
+func BenchmarkTableGet(b *testing.B) {
+	const rows = 100_000
+	nss := make([]metadata.Namespace, rows)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	tb := new(router.Table)
+	for i := range nss {
+		ns, err := metadata.NewNamespace(1, uint32(1+i/1000), uint32(i%1000))
+		if err != nil {
+			b.Fatal(err)
+		}
+		nss[i] = ns
+		tb.Set(ns, router.Row{Owner: i % 2, Epoch: uint64(i)})
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			if _, ok := tb.Get(nss[(i*7919)%rows]); !ok {
+				b.Fatal("row missing")
+			}
+			i++
+		}
+	})
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/rows, "B/row")
 }

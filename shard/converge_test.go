@@ -109,6 +109,58 @@ func TestManyNewGroupsElectInBoundedBatches(t *testing.T) {
 	}
 }
 
+// Many partitions built at once: the groups a node does not campaign in
+// yet (held for their preferred leader, or queued behind the elections
+// under way) take no place in the awake set before any tick, so the
+// groups that need ticks (the elections under way) are not diluted in
+// the ticks' turns by them; a held group that a message gives its leader
+// is ticked from then on.
+func TestHeldGroupsTakeNoTickTurn(t *testing.T) {
+	const count = 4 * ticksPerRound
+	n, nss, epochs := newQuiescedReplNet(t, count)
+	for i, ns := range nss {
+		for id := uint64(1); id <= 3; id++ {
+			n.materialise(id, ns, epochs[i])
+		}
+	}
+	for id := uint64(1); id <= 3; id++ {
+		s := n.shard(id)
+		if got, started := n.awake(id), s.rg.elect.InFlight(); got != started {
+			t.Fatalf("node %d: %d of its %d new groups awake before a tick, want %d (the elections it started)", id, got, count, started)
+		}
+	}
+	// Deliver the first elections' votes and answers: their followers
+	// learn a leader and wake; the groups still waiting stay out.
+	n.settle()
+	for id := uint64(1); id <= 3; id++ {
+		awake, held := 0, 0
+		for _, o := range n.shard(id).rg.replicated {
+			if n.shard(id).rg.q.awake.Has(o.p.Namespace(), o) {
+				awake++
+				if o.rep.grp.Leader() == 0 {
+					t.Fatalf("node %d: group %v awake without a leader or an election", id, o.p.Namespace())
+				}
+			}
+			if o.rep.elect.Held() {
+				held++
+			}
+		}
+		if awake > 3*inFlight || held < count-3*inFlight {
+			t.Fatalf("node %d: %d groups awake, %d held after the first elections, want at most %d awake and at least %d held",
+				id, awake, held, 3*inFlight, count-3*inFlight)
+		}
+	}
+	for range 400 {
+		if _, none := n.led(nss); none == 0 {
+			break
+		}
+		n.tick(1)
+	}
+	if pref, none := n.led(nss); pref != count || none != 0 {
+		t.Fatalf("%d of %d groups led by their preferred leader, %d leaderless", pref, count, none)
+	}
+}
+
 // The quiesced groups a dead node led elect new leaders a bounded number
 // at a time: on each survivor only the elections it stands in are
 // ticked, the groups it merely follows wait unticked for the campaigner's

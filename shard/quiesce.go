@@ -65,10 +65,25 @@ type quiescence struct {
 	moves []*owned
 }
 
-// wake makes o's group ticked again.
+// wake makes o's group ticked again, unless it is held
+// (groups.Candidacy): a group waiting for its campaign's turn, or for a
+// peer to give it a leader, needs no tick until one of those happens,
+// and in the awake set it would take a place in the ticks' turns (past
+// ticksPerRound awake groups a tick takes a turn of them): a creation of
+// thousands of partitions builds thousands of held followers, and the
+// leaders waiting to quiesce had their turns diluted by them (issue 33).
+// A message that gave a held group its leader unholds it here, so it is
+// ticked from then on; its campaign starting (groups.Elections) unholds
+// it before it wakes.
 func (rg *raftGroups) wake(o *owned) {
 	if o.rep.grp == nil {
 		return
+	}
+	if o.rep.elect.Held() {
+		if o.rep.elect.Unhold(o.rep.grp); o.rep.elect.Held() {
+			rg.armTick() // the elections' clock (Elections.Tick) keeps running
+			return
+		}
 	}
 	if rg.q.awake.Add(o.p.Namespace(), o) { // an earlier incarnation's entry goes
 		rg.m.RaftWakes.Inc()

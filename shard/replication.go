@@ -223,8 +223,10 @@ func (rg *raftGroups) replicate(o *owned) error {
 	}
 	rg.replicated[ns] = o
 	rg.setLeader(o, g.Leader())
-	rg.markReady(o)
+	// Held or queued first (admitNew), so that markReady does not add a
+	// group that waits for its leader or its turn to the awake set.
 	rg.admitNew(o, elect, campaigned, first)
+	rg.markReady(o)
 	rg.armTick()
 	return nil
 }

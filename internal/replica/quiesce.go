@@ -38,11 +38,14 @@ func IsQuiesce(m *raftpb.Message) bool {
 // that is not live is not waited for: when it returns, the owner wakes
 // the group so the leader brings it up to date.
 func (g *Group) CanQuiesce(live func(node uint64) bool) bool {
-	if g.failed != nil || g.rn == nil || g.rn.HasReady() {
+	if g.failed != nil || g.rn == nil {
 		return false // a hibernating member leads nothing
 	}
+	// The leader's state first: an owner asks every awake group on each
+	// of its ticks, and most are followers, for which raft's HasReady
+	// (comparing its whole hard and soft state) is work for nothing.
 	st := g.rn.BasicStatus()
-	if st.RaftState != raft.StateLeader || st.LeadTransferee != 0 {
+	if st.RaftState != raft.StateLeader || st.LeadTransferee != 0 || g.rn.HasReady() {
 		return false
 	}
 	last, err := g.storage.LastIndex()

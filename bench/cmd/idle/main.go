@@ -42,6 +42,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"runtime/pprof"
 	"runtime/trace"
 	"strconv"
@@ -214,11 +215,17 @@ func one(partitions int, settle, measure, converge time.Duration, profile, memPr
 		}()
 	}
 	load0 := loadAverage()
+	rt0 := runtimeCounts()
 	t0 := time.Now()
 	time.Sleep(measure)
 	cpu1, _ := processCPU()
 	stopProfile()
 	wall := time.Since(t0)
+	rt1 := runtimeCounts()
+	// What the runtime did in the window beside parkway's own work: its
+	// collections (a forced one every two minutes, or one an allocation
+	// triggered) mark the whole live heap, which grows with the count.
+	conv += fmt.Sprintf("; window: %d GC cycles, %d goroutines", rt1.gcs-rt0.gcs, rt1.goroutines)
 	var delta [256]float64
 	var all float64
 	for _, c := range sent {
@@ -365,6 +372,24 @@ func waitLeaders(ctx context.Context, n *parkway.Node, topics []parkway.Topic, f
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// runtimeSample is what runtimeCounts reads of the runtime.
+type runtimeSample struct{ gcs, goroutines uint64 }
+
+// runtimeCounts reads the completed GC cycles and the live goroutines
+// (runtime/metrics).
+func runtimeCounts() runtimeSample {
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/sched/goroutines:goroutines"}}
+	metrics.Read(s)
+	var r runtimeSample
+	if s[0].Value.Kind() == metrics.KindUint64 {
+		r.gcs = s[0].Value.Uint64()
+	}
+	if s[1].Value.Kind() == metrics.KindUint64 {
+		r.goroutines = s[1].Value.Uint64()
+	}
+	return r
 }
 
 // loadAverage is the machine's one-minute load average ("n/a" where
