@@ -61,6 +61,12 @@ type owned struct {
 	// partition (reads included) until the reconciler has rebuilt it from
 	// what is durable (its files and the journal).
 	failed error
+	// provisional is set while the partition's incarnation is not
+	// committed (provisional.go); held are its produces made durable
+	// whose answers wait for the commit.
+	provisional bool
+	held        []pendingAck
+
 	// damaged is set with failed when the failure is damage found in the
 	// local copy of a replicated partition (damage.go): the reconciler
 	// sets the copy aside before building the partition again.
@@ -116,7 +122,20 @@ func (cg *commitGroup) appended(o *owned, f Frame, r Response) {
 			return
 		}
 	}
-	cg.owner.answer(f, r)
+	cg.ack(pendingAck{f: f, r: r, o: o})
+}
+
+// ack answers a produce made durable (or, under FsyncNever and
+// FsyncInterval, appended), unless its partition is provisional and the
+// answer succeeded: then it is held until the partition's incarnation
+// commits (provisional.go).
+func (cg *commitGroup) ack(pa pendingAck) {
+	if pa.o.provisional && pa.r.Err == nil {
+		pa.o.held = append(pa.o.held, pa)
+		return
+	}
+	cg.polls.touch(pa.o) // acknowledged: readable by waiting polls
+	cg.owner.answer(pa.f, pa.r)
 }
 
 // unacked reports whether o holds appends whose answers wait for the
@@ -179,8 +198,7 @@ func (cg *commitGroup) flushGroup() {
 		if err, ok := failed[pa.o]; ok {
 			pa.r = Response{Err: commitError(err)}
 		}
-		cg.polls.touch(pa.o) // acknowledged: readable by waiting polls
-		cg.owner.answer(pa.f, pa.r)
+		cg.ack(pa)
 		cg.pending[i] = pendingAck{}
 	}
 	cg.pending = cg.pending[:0]
