@@ -212,6 +212,113 @@ func TestBehaviour32CreateAndProduceAtOnceCost(t *testing.T) {
 	}
 }
 
-var _ = errorfs.OnIndex
-var _ = syscall.EIO
-var _ = synctest.Test
+
+// createProduceAtOnce is the crash workload of the barrier's own case: a
+// stream, then a topic created and produced to at once.
+func createProduceAtOnce(ctx context.Context, n *parkway.Node) (acked bool) {
+	s, err := n.Admin().CreateStream(ctx, "s")
+	if err != nil {
+		return false
+	}
+	_, _, err = n.CreateTopicAndProduce(ctx, s, "t", 1, 0, []parkway.Message{{Payload: []byte("m")}}, parkway.WithFsync(parkway.FsyncAlways, 0))
+	return err == nil
+}
+
+// Crash at every write point of a create and produce issued at once
+// (PrebuildPartitions: the produce's record is written while the command
+// is made durable): the i-th mutating filesystem operation fails (EIO,
+// or a torn write), the machine loses power, and the node is reopened.
+// An acknowledged produce is in its topic; a topic that exists holds the
+// message or nothing; a topic that does not exist is created again (with
+// the same ids and, the command never having committed, the same
+// revision) and is empty — a record of an incarnation that never
+// committed is never served — and stays empty across a second power loss.
+func TestCrashAtEveryWritePointCreateAndProduceAtOnce(t *testing.T) {
+	count := errorfs.OnIndex(-1, nil)
+	synctest.Test(t, func(t *testing.T) {
+		n := open(t, parkway.Config{DataDir: "/data", FS: errorfs.New(vfs.NewMem(), count), Shards: 2, PrebuildPartitions: true})
+		if !createProduceAtOnce(ctxFor(t), n) {
+			t.Fatal("clean run failed")
+		}
+	})
+	points := count.Count()
+	if points < 5 {
+		t.Fatalf("only %d write points: the workload is not exercising storage", points)
+	}
+	t.Logf("%d write points", points)
+	for i := range points {
+		for _, fault := range []error{syscall.EIO, &errorfs.TornWrite{N: 5}} {
+			synctest.Test(t, func(t *testing.T) {
+				checkCreateProduceCrashAt(t, i, fault)
+			})
+		}
+	}
+}
+
+func checkCreateProduceCrashAt(t *testing.T, i int64, fault error) {
+	mem := vfs.NewMem()
+	cfg := parkway.Config{DataDir: "/data", FS: errorfs.New(mem, errorfs.OnIndex(i, fault)), Shards: 2, PrebuildPartitions: true,
+		BuildBackoffMin: time.Millisecond, BuildBackoffMax: 10 * time.Millisecond, RequestTimeout: time.Second, ReconcileInterval: 250 * time.Millisecond}
+	n, err := parkway.Open(cfg)
+	acked := false
+	if err == nil {
+		acked = createProduceAtOnce(ctxFor(t), n)
+	}
+	crashed := mem.Crash()
+	if n != nil {
+		synctest.Wait()
+		_ = n.Close()
+	}
+	ctx := ctxFor(t)
+	n2, err := parkway.Open(parkway.Config{DataDir: "/data", FS: crashed, Shards: 2})
+	if err != nil {
+		t.Fatalf("op %d (%v): reopen after crash: %v", i, fault, err)
+	}
+	s, err := n2.Stream(ctx, "s")
+	if err != nil {
+		if acked {
+			t.Fatalf("op %d (%v): the stream of an acknowledged produce is gone: %v", i, fault, err)
+		}
+		synctest.Wait()
+		_ = n2.Close()
+		return
+	}
+	tp, err := n2.Topic(ctx, s, "t")
+	switch {
+	case err == nil:
+		got := payloads(readAll(t, n2, tp, 0))
+		if acked && (len(got) != 1 || got[0] != "m@0") || len(got) > 1 || len(got) == 1 && got[0] != "m@0" {
+			t.Fatalf("op %d (%v): the topic holds %q (acknowledged: %v), want [m@0] or, unacknowledged, nothing", i, fault, got, acked)
+		}
+		synctest.Wait()
+		_ = n2.Close()
+		return
+	case acked:
+		t.Fatalf("op %d (%v): the topic of an acknowledged produce is gone: %v", i, fault, err)
+	}
+	// The command never committed: the same topic again is empty, and
+	// stays so across a second power loss.
+	tp, err = n2.Admin().CreateTopic(ctx, s, "t", 1)
+	if err != nil {
+		t.Fatalf("op %d (%v): creating the topic again: %v", i, fault, err)
+	}
+	if got := payloads(readAll(t, n2, tp, 0)); len(got) != 0 {
+		t.Fatalf("op %d (%v): the topic created again holds %q: a record of an incarnation that never committed", i, fault, got)
+	}
+	again := crashed.Crash()
+	synctest.Wait()
+	_ = n2.Close()
+	n3, err := parkway.Open(parkway.Config{DataDir: "/data", FS: again, Shards: 2})
+	if err != nil {
+		t.Fatalf("op %d (%v): reopen after the second crash: %v", i, fault, err)
+	}
+	defer func() {
+		synctest.Wait()
+		_ = n3.Close()
+	}()
+	if tp, err := n3.Topic(ctx, s, "t"); err == nil {
+		if got := payloads(readAll(t, n3, tp, 0)); len(got) != 0 {
+			t.Fatalf("op %d (%v): after a second crash the topic created again holds %q: a record of an incarnation that never committed", i, fault, got)
+		}
+	}
+}
