@@ -212,7 +212,6 @@ func TestBehaviour32CreateAndProduceAtOnceCost(t *testing.T) {
 	}
 }
 
-
 // createProduceAtOnce is the crash workload of the barrier's own case: a
 // stream, then a topic created and produced to at once.
 func createProduceAtOnce(ctx context.Context, n *parkway.Node) (acked bool) {
