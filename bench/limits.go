@@ -62,7 +62,6 @@ func limits() []limit {
 // measured against.
 const rawFsync2Key = "raw-fsync-2"
 
-
 // rawFsyncKey is the key of the raw fsync limit, which case 6's
 // fsync-always target is measured against.
 const rawFsyncKey = "raw-fsync"
