@@ -95,6 +95,27 @@ func (f *overlapFile) Datasync() error {
 
 func (f *overlapFile) WriteBack() error { return vfs.WriteBack(f.File) }
 
+// warmAtOnce opens a one-node data directory on fsys with
+// PrebuildPartitions and pays what a node pays once (a stream, a first
+// topic created and produced to at once), closed at the test's end.
+func warmAtOnce(t *testing.T, fsys vfs.FS, opt parkway.TopicOption) (*parkway.Node, parkway.Stream) {
+	t.Helper()
+	ctx := context.Background()
+	n, err := parkway.Open(parkway.Config{Shards: 2, DataDir: t.TempDir(), FS: fsys, PrebuildPartitions: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	s, err := n.Admin().CreateStream(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := n.CreateTopicAndProduce(ctx, s, "warm", 1, 0, []parkway.Message{{Payload: []byte("warm")}}, opt); err != nil {
+		t.Fatal(err)
+	}
+	return n, s
+}
+
 // DESIGN behaviour 32, the barrier's own case: a topic created and
 // produced to at once (CreateTopicAndProduce, PrebuildPartitions) costs
 // one fsync on the way to the produce's acknowledgement, not two in
@@ -110,21 +131,8 @@ func TestBehaviour32CreateAndProduceAtOnceOverlapTheirFsyncs(t *testing.T) {
 		t.Run(policy.String(), func(t *testing.T) {
 			ctx := context.Background()
 			fsys := newOverlapFS()
-			n, err := parkway.Open(parkway.Config{Shards: 2, DataDir: t.TempDir(), FS: fsys, PrebuildPartitions: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = n.Close() }()
-			s, err := n.Admin().CreateStream(ctx, "s")
-			if err != nil {
-				t.Fatal(err)
-			}
 			opt := parkway.WithFsync(policy, time.Hour)
-			warm, _, err := n.CreateTopicAndProduce(ctx, s, "warm", 1, 0, []parkway.Message{{Payload: []byte("warm")}}, opt)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_ = warm
+			n, s := warmAtOnce(t, fsys, opt)
 			fsys.mu.Lock()
 			fsys.armed = true
 			fsys.mu.Unlock()
@@ -185,19 +193,8 @@ func TestBehaviour32CreateAndProduceAtOnceCost(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	fsys := &countingFS{FS: vfs.Default}
-	n, err := parkway.Open(parkway.Config{Shards: 2, DataDir: t.TempDir(), FS: fsys, PrebuildPartitions: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = n.Close() }()
-	s, err := n.Admin().CreateStream(ctx, "s")
-	if err != nil {
-		t.Fatal(err)
-	}
 	opt := parkway.WithFsync(parkway.FsyncAlways, time.Hour)
-	if _, _, err := n.CreateTopicAndProduce(ctx, s, "warm", 1, 0, []parkway.Message{{Payload: []byte("warm")}}, opt); err != nil {
-		t.Fatal(err)
-	}
+	n, s := warmAtOnce(t, fsys, opt)
 	fsys.reset()
 	fsys.on.Store(true)
 	if _, _, err := n.CreateTopicAndProduce(ctx, s, "new", 1, 0, []parkway.Message{{Payload: []byte("first")}}, opt); err != nil {
