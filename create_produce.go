@@ -51,6 +51,10 @@ func (n *Node) CreateTopicAndProduce(ctx context.Context, s Stream, name string,
 	cmd := metadata.CreateTopic{Stream: s.ID, StreamRevision: s.Revision, Name: name, Partitions: partitions, Config: cfg.engine()}
 	reply := make(chan shard.Response, 1)
 	sent := false
+	var (
+		ns    metadata.Namespace
+		owner int
+	)
 	res, err := n.eng.ApplyMetadataLogged(ctx, cmd, func(ann []metadata.AnnouncedPartition) {
 		for _, a := range ann {
 			if a.Partition != part {
@@ -60,7 +64,7 @@ func (n *Node) CreateTopicAndProduce(ctx context.Context, s Stream, name string,
 			// commits another (or none), the shard never serves it there.
 			req := &shard.Request{Op: shard.OpProduce, NS: a.NS, Epoch: a.CreatedRevision, Messages: engineMessages(batch), Deadline: n.callDeadline(ctx, start)}
 			_, serr := n.eng.Router().Send(a.NS, shard.Frame{Req: req, Reply: reply})
-			sent = serr == nil
+			sent, ns, owner = serr == nil, a.NS, a.Owner
 			return
 		}
 	})
@@ -69,6 +73,11 @@ func (n *Node) CreateTopicAndProduce(ctx context.Context, s Stream, name string,
 	}
 	t := Topic{Stream: s, ID: res.Topic, Revision: res.Revision, Name: name}
 	if sent {
+		// Committed: the partition's shard releases the held answer now,
+		// not at the reconciler's next pass.
+		if err := n.eng.ConfirmProvisional(ctx, ns, owner); err != nil {
+			return t, Ack{}, publicError(err)
+		}
 		var r shard.Response
 		select {
 		case r = <-reply:

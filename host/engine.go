@@ -548,6 +548,16 @@ func (e *Engine) ApplyMetadataLogged(ctx context.Context, cmd metadata.Command, 
 	return e.ApplyMetadata(ctx, cmd)
 }
 
+// ConfirmProvisional tells ns's owner shard that ns's incarnation may
+// have committed (shard.Shard.Confirm): a provisional partition's held
+// answers go out without waiting for the reconciler's pass.
+func (e *Engine) ConfirmProvisional(ctx context.Context, ns metadata.Namespace, owner int) error {
+	if owner < 0 || owner >= len(e.shards) {
+		return nil
+	}
+	return e.shards[owner].Confirm(ctx, ns)
+}
+
 // deadline bounds ctx by RequestTimeout, on the engine's clock, when it
 // has no earlier deadline.
 func (e *Engine) deadline(ctx context.Context) (context.Context, context.CancelFunc) {

@@ -116,3 +116,18 @@ func (s *Shard) answerHeld(o *owned, err error) {
 func (s *Shard) parkProvisional(o *owned, f Frame) {
 	s.parkFrame(f, o.p.Epoch(), s.pass)
 }
+
+// Confirm confirms ns's provisional partition if its incarnation is
+// committed, at once, without waiting for the reconciler's pass (which
+// hands the same partition over with InsertOwned later, a no-op then):
+// the caller that made the command durable calls it so that the held
+// answers go out one hand-off after the commit, not two. It does nothing
+// when ns is not provisional here or not committed at its epoch.
+func (s *Shard) Confirm(ctx context.Context, ns metadata.Namespace) error {
+	return s.do(ctx, newControl(func(s *Shard) error {
+		if o, ok := s.owned[ns]; ok && o.provisional {
+			_, _ = s.confirmed(o)
+		}
+		return nil
+	}, nil))
+}
