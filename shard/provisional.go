@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/parkway-io/parkway/metadata"
@@ -37,8 +38,8 @@ import (
 // to it are appended and their answers held, other requests park. The
 // reconciler confirms it with InsertOwned of the same partition once the
 // commit lands, or tears it down with Tombstone. A shard that replicates
-// its partitions refuses (ErrAlreadyOwned is not it: ErrProvisional), as
-// does one that owns the namespace already; p is closed then.
+// its partitions refuses it with ErrProvisional, as does one that holds
+// the namespace already; p is closed then.
 func (s *Shard) InsertProvisional(ctx context.Context, p partition.Partition, d Durability) error {
 	return s.do(ctx, opInsertProvisional(p, d))
 }
@@ -46,7 +47,7 @@ func (s *Shard) InsertProvisional(ctx context.Context, p partition.Partition, d 
 // ErrProvisional reports a provisional insert the shard refused: it
 // replicates its partitions (a cluster's partition must not serve before
 // its group exists), or it already holds the namespace.
-var ErrProvisional = fmt.Errorf("parkway: provisional partition refused")
+var ErrProvisional = errors.New("parkway: provisional partition refused")
 
 func opInsertProvisional(p partition.Partition, d Durability) control {
 	return newControl(func(s *Shard) error {
