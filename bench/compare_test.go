@@ -159,7 +159,7 @@ func checkSamples(t *testing.T, rep *Report, base string, minRound time.Duration
 			for sys, ss := range c.samples {
 				for i, s := range ss {
 					check(fmt.Sprintf("%s/%s system %d round %d", set.name, c.spec.key, sys, i+1), c.spec.count,
-						c.spec.key != "convergence", s)
+						!isConvergence(c.spec.key), s)
 				}
 			}
 		}

@@ -407,7 +407,7 @@ func (r *Report) writeRoundLengths(b *strings.Builder) {
 	}
 	for _, s := range r.sets {
 		for _, c := range s.cases {
-			if c.spec.key == "convergence" {
+			if isConvergence(c.spec.key) {
 				continue // a fixed number of topics, not a timed round
 			}
 			see(s.name+"/"+c.spec.key+" on parkway", c.samples[0])
@@ -453,7 +453,7 @@ func (r *Report) writeSet(b *strings.Builder, s setResult) {
 		floor := formatCount(c.spec.count)
 		done := formatRate(medianMsgs(c.samples[0])) + " / " + formatRate(medianMsgs(c.samples[1]))
 		switch c.spec.key {
-		case "convergence":
+		case "convergence", convergenceAtOnceKey:
 			floor, done = formatCount(c.spec.count)+" topics", "–"
 		case "consume", "consume-1KiB", "consume-64KiB":
 			floor += " (data set)"
@@ -494,7 +494,7 @@ func (r *Report) writeLimits(b *strings.Builder) {
 	b.WriteString("\n")
 	for _, pair := range []struct{ key, limit, what string }{
 		{"convergence", rawFsync2Key, "sequential: CreateTopic, then Produce"},
-		{"convergence-at-once", rawFsyncKey, "at once: CreateTopicAndProduce"},
+		{convergenceAtOnceKey, rawFsyncKey, "at once: CreateTopicAndProduce"},
 		{"convergence", rawFsyncKey, "sequential, against one fsync"},
 	} {
 		if pw, lim, ok := r.convergenceVsFsync(pair.key, pair.limit); ok {
@@ -553,7 +553,7 @@ func (r *Report) convergenceVsFsync(key, limitKey string) (pw, lim time.Duration
 // durable before the produce is sent, two fsyncs in series are the limit
 // whatever parkway does.
 func (r *Report) fsyncTarget() (Target, bool) {
-	pw, lim, ok := r.convergenceVsFsync("convergence-at-once", rawFsyncKey)
+	pw, lim, ok := r.convergenceVsFsync(convergenceAtOnceKey, rawFsyncKey)
 	if !ok {
 		pw, lim, ok = r.convergenceVsFsync("convergence", rawFsyncKey)
 	}
