@@ -27,6 +27,9 @@ type commitGroup struct {
 	journal *partition.Journal
 
 	pending    []pendingAck // acks waiting for the group's fsync
+	// held are the acks of provisional partitions made durable, waiting
+	// for their incarnation's commit (provisional.go).
+	held map[*owned][]pendingAck
 	groupStart time.Time    // when the commit group's first append was made
 	syncTimer  clock.Timer  // interval-policy fsync timer, armed while needed
 	syncAt     time.Time    // when syncTimer fires; zero when disarmed

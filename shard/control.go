@@ -140,7 +140,7 @@ func opInsertOwned(p partition.Partition, d Durability) control {
 			// A provisional partition whose incarnation committed (a
 			// frame served after the commit may have confirmed it
 			// already): it is the partition the reconciler hands over.
-			if o.provisional {
+			if o.sync.provisional {
 				s.confirm(o, d)
 			}
 			o.dur = d
@@ -241,7 +241,7 @@ func opTombstone(ns metadata.Namespace, epoch *uint64) control {
 		if o.failed != nil {
 			s.fenced.Add(-1)
 		}
-		if o.provisional {
+		if o.sync.provisional {
 			// Its command did not commit as announced: what it holds
 			// is never served, so its held produces were not made.
 			s.flushAppendsOf(o)
@@ -490,7 +490,7 @@ func opInspect(st *State) control {
 		st.Owned = make(map[metadata.Namespace]uint64, len(s.owned))
 		st.Durability = make(map[metadata.Namespace]Durability, len(s.owned))
 		for ns, o := range s.owned {
-			if o.provisional {
+			if o.sync.provisional {
 				// Not the reconciler's yet: it hands it over or
 				// tears it down from its own account (Provisional).
 				st.Provisional = append(st.Provisional, ns)

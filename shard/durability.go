@@ -61,12 +61,6 @@ type owned struct {
 	// partition (reads included) until the reconciler has rebuilt it from
 	// what is durable (its files and the journal).
 	failed error
-	// provisional is set while the partition's incarnation is not
-	// committed (provisional.go); held are its produces made durable
-	// whose answers wait for the commit.
-	provisional bool
-	held        []pendingAck
-
 	// damaged is set with failed when the failure is damage found in the
 	// local copy of a replicated partition (damage.go): the reconciler
 	// sets the copy aside before building the partition again.
@@ -86,6 +80,11 @@ type syncState struct {
 	// acks wait for it, as an FsyncAlways partition's wait for the group
 	// commit.
 	staged, stageDirty bool
+	// provisional is set while the partition's incarnation is not
+	// committed (provisional.go); its produces made durable wait in the
+	// commit group's held map for the commit. Here, not in owned, so an
+	// owned keeps its allocation class (TestOwnedSize).
+	provisional bool
 	// deadline is when an interval-policy partition must be synced by.
 	deadline time.Time
 }
@@ -130,8 +129,11 @@ func (cg *commitGroup) appended(o *owned, f Frame, r Response) {
 // answer succeeded: then it is held until the partition's incarnation
 // commits (provisional.go).
 func (cg *commitGroup) ack(pa pendingAck) {
-	if pa.o.provisional && pa.r.Err == nil {
-		pa.o.held = append(pa.o.held, pa)
+	if pa.o.sync.provisional && pa.r.Err == nil {
+		if cg.held == nil {
+			cg.held = make(map[*owned][]pendingAck)
+		}
+		cg.held[pa.o] = append(cg.held[pa.o], pa)
 		return
 	}
 	cg.polls.touch(pa.o) // acknowledged: readable by waiting polls

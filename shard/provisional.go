@@ -58,7 +58,8 @@ func opInsertProvisional(p partition.Partition, d Durability) control {
 			_ = p.Close()
 			return fmt.Errorf("%w: %v", ErrProvisional, ns)
 		}
-		o := &owned{p: p, dur: d, provisional: true}
+		o := &owned{p: p, dur: d}
+		o.sync.provisional = true
 		if j := s.cfg.Journal; j != nil && (d.always() || d.Fsync == metadata.FsyncInterval) {
 			o.sync.staged = j.Attach(p) && !d.always()
 		}
@@ -73,11 +74,11 @@ func opInsertProvisional(p partition.Partition, d Durability) control {
 // is committed. The held answers go first, then the frames parked behind
 // them, in arrival order.
 func (s *Shard) confirm(o *owned, d Durability) {
-	o.provisional = false
+	o.sync.provisional = false
 	o.dur = d
 	s.m.Materialised.Inc()
-	held := o.held
-	o.held = nil
+	held := s.commit.held[o]
+	delete(s.commit.held, o)
 	for _, pa := range held {
 		s.polls.touch(o)
 		s.answer(pa.f, pa.r)
@@ -92,11 +93,11 @@ func (s *Shard) confirmed(o *owned) (bool, error) {
 	rev, ok := s.meta.CreatedRevision(o.p.Namespace())
 	switch {
 	case ok && rev == o.p.Epoch():
-		if o.provisional {
+		if o.sync.provisional {
 			s.confirm(o, o.dur)
 		}
 		return true, nil
-	case !ok && o.provisional:
+	case !ok && o.sync.provisional:
 		return false, nil // not committed yet: served provisionally
 	}
 	return false, errIncarnation
@@ -105,10 +106,10 @@ func (s *Shard) confirmed(o *owned) (bool, error) {
 // answerHeld answers the held produces of a provisional partition that
 // will not be confirmed here with err.
 func (s *Shard) answerHeld(o *owned, err error) {
-	for _, pa := range o.held {
+	for _, pa := range s.commit.held[o] {
 		s.deny(pa.f, metrics.DenyIncarnation, err)
 	}
-	o.held = nil
+	delete(s.commit.held, o)
 }
 
 // parkProvisional parks a request other than a produce to a provisional
@@ -126,7 +127,7 @@ func (s *Shard) parkProvisional(o *owned, f Frame) {
 // when ns is not provisional here or not committed at its epoch.
 func (s *Shard) Confirm(ctx context.Context, ns metadata.Namespace) error {
 	return s.do(ctx, newControl(func(s *Shard) error {
-		if o, ok := s.owned[ns]; ok && o.provisional {
+		if o, ok := s.owned[ns]; ok && o.sync.provisional {
 			_, _ = s.confirmed(o)
 		}
 		return nil
