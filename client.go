@@ -142,17 +142,11 @@ func batchBytes(msgs []Message) int {
 	return total
 }
 
-// prepareProduce validates and copies a batch (a given one is used in
-// place, ProduceAsyncGive), chooses its partition and resolves its
-// namespace: everything of a produce before it is sent. It also returns
-// the batch's size (partition.MessageSize summed), which the limits
-// checked and the produced-bytes metric counts.
-//
-// start is the caller's clock read at the call's start: it stamps the
-// batch and starts the call's deadline. one, when not nil, holds the
-// request and the copy of a one-message lent batch (Produce's, pooled);
-// nil, prepareProduce allocates what it needs.
-func (n *Node) prepareProduce(ctx context.Context, start time.Time, t Topic, to Partitioning, lent, given []Message, one *oneProduce) (req *shard.Request, part uint32, size int, err error) {
+// prepareBatch is the part of prepareProduce that needs no partition:
+// the batch validated against the limits, copied (or, given, used in
+// place) and stamped, with its size. one is returned as used: nil for a
+// given batch.
+func (n *Node) prepareBatch(ctx context.Context, start time.Time, to Partitioning, lent, given []Message, one *oneProduce) (batch []Message, total int, _ *oneProduce, err error) {
 	// Two parameters, not a slice and a flag: a lent batch is only read
 	// (copied below), so escape analysis keeps a caller's variadic slice
 	// on its stack; only a given one is kept.
@@ -162,19 +156,18 @@ func (n *Node) prepareProduce(ctx context.Context, start time.Time, t Topic, to 
 		msgs = given
 	}
 	if err := n.begin(ctx); err != nil {
-		return nil, 0, 0, err
+		return nil, 0, nil, err
 	}
 	if len(msgs) == 0 {
-		return nil, 0, 0, ErrEmptyBatch
+		return nil, 0, nil, ErrEmptyBatch
 	}
 	if len(msgs) > n.cfg.MaxBatchMessages {
-		return nil, 0, 0, fmt.Errorf("%w: %d messages > %d", ErrBatchTooLarge, len(msgs), n.cfg.MaxBatchMessages)
+		return nil, 0, nil, fmt.Errorf("%w: %d messages > %d", ErrBatchTooLarge, len(msgs), n.cfg.MaxBatchMessages)
 	}
 	// The batch is copied so timestamps and keys can be set without
 	// writing to the caller's slice; payload bytes are copied later by the
 	// partition.
 	now := start.UnixMicro()
-	var batch []Message
 	switch {
 	case give:
 		batch = given // the caller gave the slice too: set in place
@@ -187,7 +180,6 @@ func (n *Node) prepareProduce(ctx context.Context, start time.Time, t Topic, to 
 	default:
 		batch = make([]Message, len(msgs))
 	}
-	total := 0
 	for i := range msgs {
 		if !give {
 			batch[i] = msgs[i]
@@ -202,11 +194,29 @@ func (n *Node) prepareProduce(ctx context.Context, start time.Time, t Topic, to 
 		}
 		size := messageSize(m)
 		if size > n.cfg.MaxMessageSize {
-			return nil, 0, 0, fmt.Errorf("%w: message %d is %d bytes > %d", ErrMessageTooLarge, i, size, n.cfg.MaxMessageSize)
+			return nil, 0, nil, fmt.Errorf("%w: message %d is %d bytes > %d", ErrMessageTooLarge, i, size, n.cfg.MaxMessageSize)
 		}
 		if total += size; total > n.cfg.MaxBatchBytes {
-			return nil, 0, 0, fmt.Errorf("%w: more than %d bytes", ErrBatchTooLarge, n.cfg.MaxBatchBytes)
+			return nil, 0, nil, fmt.Errorf("%w: more than %d bytes", ErrBatchTooLarge, n.cfg.MaxBatchBytes)
 		}
+	}
+	return batch, total, one, nil
+}
+
+// prepareProduce validates and copies a batch (a given one is used in
+// place, ProduceAsyncGive), chooses its partition and resolves its
+// namespace: everything of a produce before it is sent. It also returns
+// the batch's size (partition.MessageSize summed), which the limits
+// checked and the produced-bytes metric counts.
+//
+// start is the caller's clock read at the call's start: it stamps the
+// batch and starts the call's deadline. one, when not nil, holds the
+// request and the copy of a one-message lent batch (Produce's, pooled);
+// nil, prepareProduce allocates what it needs.
+func (n *Node) prepareProduce(ctx context.Context, start time.Time, t Topic, to Partitioning, lent, given []Message, one *oneProduce) (req *shard.Request, part uint32, size int, err error) {
+	batch, total, one, err := n.prepareBatch(ctx, start, to, lent, given, one)
+	if err != nil {
+		return nil, 0, 0, err
 	}
 	var (
 		ns    metadata.Namespace

@@ -3,8 +3,11 @@
 // by exactly one shard — one goroutine with a bounded inbox.
 //
 // A host opens a Node, the data API: Produce (ProduceAsync to pipeline),
-// NewConsumer (and its lower layers, Poll and JoinGroup), and the lookups
-// by name a producer needs (Stream, Topic). Two role types sit beside it,
+// CreateTopicAndProduce (a topic created and produced to at once, the
+// barrier's own case: the produce is written while the topic's command is
+// made durable and acknowledged once both are), NewConsumer (and its lower
+// layers, Poll and JoinGroup), and the lookups by name a producer needs
+// (Stream, Topic). Two role types sit beside it,
 // as franz-go's kadm beside its client: Admin (Node.Admin) creates,
 // changes, lists and describes streams, topics, partitions, consumer
 // groups and stored offsets; Cluster (Node.Cluster) adds, removes and

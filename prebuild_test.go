@@ -17,18 +17,21 @@ import (
 )
 
 // metaLogGate holds the metadata log's writes (kind) while armed, and
-// reports when a partition's incarnation file is about to be created.
+// reports when a partition's incarnation file is about to be created or
+// a record about to be written to (or fsynced in) the node's journal.
 type metaLogGate struct {
 	kind    errorfs.OpKind
 	mu      sync.Mutex
 	armed   bool
 	release chan error    // the held operation returns what is sent
-	built   chan struct{} // an incarnation file is being created
+	built   chan struct{} // an incarnation file is being created, or a journal written
+	synced  chan struct{} // the journal is being fsynced
 	once    sync.Once
+	sonce   sync.Once
 }
 
 func newMetaLogGate(kind errorfs.OpKind) *metaLogGate {
-	return &metaLogGate{kind: kind, release: make(chan error, 1), built: make(chan struct{})}
+	return &metaLogGate{kind: kind, release: make(chan error, 1), built: make(chan struct{}), synced: make(chan struct{})}
 }
 
 // open lets a held operation (and the one armed next) go on, so a test
@@ -50,8 +53,17 @@ func (g *metaLogGate) arm() {
 }
 
 func (g *metaLogGate) MaybeError(op errorfs.Op) error {
-	if op.Kind == errorfs.OpOpen && op.Flag&os.O_CREATE != 0 && filepath.Base(op.Path) == "incarnation" {
+	journal := strings.Contains(op.Path, string(filepath.Separator)+"journal"+string(filepath.Separator)) && strings.HasSuffix(op.Path, ".journal")
+	if op.Kind == errorfs.OpOpen && op.Flag&os.O_CREATE != 0 && filepath.Base(op.Path) == "incarnation" ||
+		journal && (op.Kind == errorfs.OpWriteAt || op.Kind == errorfs.OpSync) {
+		// A partition's files are created (a cluster's prebuild), or a
+		// record is written to the node's journal: on one node the
+		// partition is built deferred, with nothing on disk, and takes
+		// its first record into the journal (CreateTopicAndProduce).
 		g.once.Do(func() { close(g.built) })
+	}
+	if journal && op.Kind == errorfs.OpSync {
+		g.sonce.Do(func() { close(g.synced) })
 	}
 	if op.Kind != g.kind || !strings.Contains(op.Path, string(filepath.Separator)+"wal-") {
 		return nil
@@ -66,12 +78,14 @@ func (g *metaLogGate) MaybeError(op errorfs.Op) error {
 	return <-g.release
 }
 
-// With PrebuildPartitions, the barrier's own case on one node: the partition of a new topic is
-// built while the metadata log syncs the command that creates it, not
-// after the commit. The log's sync is held until the partition's
-// incarnation file is being written; without the prebuild nothing builds
-// the partition before the commit, so nothing would be written and the
-// test fails at its deadline. After the sync the first produce is served.
+// With PrebuildPartitions, the barrier's own case on one node: the
+// partition of a new topic is built while the metadata log syncs the
+// command that creates it, not after the commit, and takes the produce
+// issued with the create (CreateTopicAndProduce). The log's sync is held
+// until the produce's record is being written to the node's journal;
+// without the prebuild nothing builds the partition before the commit, so
+// nothing would be written and the test fails at its deadline. After the
+// sync the produce is acknowledged.
 func TestCreateTopicBuildsWhileTheMetadataLogSyncs(t *testing.T) {
 	for _, policy := range []parkway.FsyncPolicy{parkway.FsyncInterval, parkway.FsyncAlways} {
 		t.Run(policy.String(), func(t *testing.T) {
@@ -94,7 +108,7 @@ func TestCreateTopicBuildsWhileTheMetadataLogSyncs(t *testing.T) {
 			}
 			done := make(chan created, 1)
 			go func() {
-				tp, err := n.Admin().CreateTopic(ctx, s, "t", 1, parkway.WithFsync(policy, time.Second))
+				tp, _, err := n.CreateTopicAndProduce(ctx, s, "t", 1, 0, []parkway.Message{{Payload: []byte("first")}}, parkway.WithFsync(policy, time.Second))
 				done <- created{tp, err}
 			}()
 			select {
@@ -109,23 +123,27 @@ func TestCreateTopicBuildsWhileTheMetadataLogSyncs(t *testing.T) {
 			if c.err != nil {
 				t.Fatal(c.err)
 			}
-			if _, err := n.Produce(ctx, c.t, parkway.PartitionID(0), parkway.Message{Payload: []byte("first")}); err != nil {
-				t.Fatalf("first produce: %v", err)
+			if got := payloads(readAll(t, n, c.t, 0)); len(got) != 1 || got[0] != "first@0" {
+				t.Fatalf("partition holds %q, want [first@0]", got)
 			}
 		})
 	}
 }
 
-// A partition built for a command that a crash keeps from committing is
-// an orphan on disk: the node's start removes it. The metadata log's
-// write is held while the partition is built; the data directory is
-// copied then (what a crash would leave: the partition's directory and
-// files, no log record), and a node opened on the copy has no such topic
-// and no partition directory.
+// A partition built for a command that a crash keeps from committing,
+// with the record of a produce issued with the create, is an orphan: the
+// node's start removes it. The metadata log's sync is held while the
+// produce's record is fsynced in the node's journal; the data directory
+// is copied then (what a crash would leave: the journal's record, the
+// command written but not synced — a crash may keep either, and the
+// write fails here), and a node opened on the copy has no such topic and
+// no partition directory; a topic created again there, with the same
+// ids and revision, is empty: the record of the incarnation that never
+// committed is never served.
 func TestPrebuiltOrphanIsRemovedAtStart(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	gate := newMetaLogGate(errorfs.OpWriteAt)
+	gate := newMetaLogGate(errorfs.OpSync)
 	n, err := parkway.Open(parkway.Config{Shards: 1, DataDir: dir, FS: errorfs.New(vfs.Default, gate), PrebuildPartitions: true})
 	if err != nil {
 		t.Fatal(err)
@@ -136,28 +154,48 @@ func TestPrebuiltOrphanIsRemovedAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The metadata log as it was before the command: the crash image
+	// is cut back to it (the command's write did not survive).
+	wals, err := filepath.Glob(filepath.Join(dir, "metadata", "wal-*"))
+	if err != nil || len(wals) != 1 {
+		t.Fatalf("metadata logs %q: %v", wals, err)
+	}
+	before, err := os.Stat(wals[0])
+	if err != nil {
+		t.Fatal(err)
+	}
 	gate.arm()
 	done := make(chan error, 1)
 	go func() {
-		_, err := n.Admin().CreateTopic(ctx, s, "t", 1)
+		_, _, err := n.CreateTopicAndProduce(ctx, s, "t", 1, 0, []parkway.Message{{Payload: []byte("orphan")}}, parkway.WithFsync(parkway.FsyncAlways, 0))
 		done <- err
 	}()
 	select {
-	case <-gate.built:
+	case <-gate.synced:
 	case <-time.After(20 * time.Second):
-		t.Fatal("the partition was not built while the metadata log was written")
+		t.Fatal("the produce's record was not written while the metadata log synced")
 	}
 	crashed := t.TempDir()
 	if err := os.CopyFS(crashed, os.DirFS(dir)); err != nil {
 		t.Fatal(err)
 	}
-	partDir := filepath.Join("streams", "0", "topics", "0", "partitions", "0")
-	if _, err := os.Stat(filepath.Join(crashed, partDir)); err != nil {
-		t.Fatalf("the crash image has no prebuilt partition: %v", err)
+	journals, _ := filepath.Glob(filepath.Join(crashed, "journal", "*.journal"))
+	inJournal := false
+	for _, j := range journals {
+		b, err := os.ReadFile(j)
+		inJournal = inJournal || err == nil && strings.Contains(string(b), "orphan")
 	}
+	if !inJournal {
+		t.Fatal("the crash image's journal does not hold the produce's record")
+	}
+	walCopy := filepath.Join(crashed, "metadata", filepath.Base(wals[0]))
+	if err := os.Truncate(walCopy, before.Size()); err != nil {
+		t.Fatal(err)
+	}
+	partDir := filepath.Join("streams", "0", "topics", "0", "partitions", "0")
 	gate.release <- syscall.EIO
 	if err := <-done; err == nil {
-		t.Fatal("CreateTopic succeeded with its log write failing")
+		t.Fatal("CreateTopicAndProduce succeeded with its log sync failing")
 	}
 
 	n2, err := parkway.Open(parkway.Config{Shards: 1, DataDir: crashed})
@@ -170,6 +208,13 @@ func TestPrebuiltOrphanIsRemovedAtStart(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(crashed, partDir)); !os.IsNotExist(err) {
 		t.Fatalf("the orphan partition directory is still there after the start: %v", err)
+	}
+	again, err := n2.Admin().CreateTopic(ctx, s, "t", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := payloads(readAll(t, n2, again, 0)); len(got) != 0 {
+		t.Fatalf("the topic created again holds %q: a record of an incarnation that never committed", got)
 	}
 }
 

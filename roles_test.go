@@ -20,7 +20,7 @@ func TestAPIByRole(t *testing.T) {
 		want []string
 	}{
 		{reflect.TypeFor[*parkway.Node](), []string{
-			"Admin", "Close", "Cluster", "JoinGroup", "KeepsEncoded", "Logger", "Metrics", "NewConsumer", "Poll", "PollEncoded",
+			"Admin", "Close", "Cluster", "CreateTopicAndProduce", "JoinGroup", "KeepsEncoded", "Logger", "Metrics", "NewConsumer", "Poll", "PollEncoded",
 			"Produce", "ProduceAsync", "ProduceAsyncEncoded", "ProduceAsyncGive", "ProduceAsyncIdempotent", "Ready", "Stream", "Topic",
 		}},
 		{reflect.TypeFor[*parkway.Admin](), []string{

@@ -232,6 +232,8 @@ func cases(sz SetSizes) []caseSpec {
 			count: sz.Consume, parts: 1, metrics: []metric{msgsPerSec, cpuPerMsg, mbPerSec}, run: runConsume},
 		{id: "6", key: "convergence", title: "create a topic and produce at once: time to first ack", payload: 100,
 			count: sz.Topics, parts: 0, metrics: []metric{p50, p99, p999, cpuPerMsg}, run: runConvergence},
+		{id: "6", key: convergenceAtOnceKey, title: "create a topic and produce to it issued together: time to the produce's ack (JetStream cannot publish to a stream not yet added: AddStream, then Publish)", payload: 100,
+			count: sz.Topics, parts: 0, metrics: []metric{p50, p99, p999, cpuPerMsg}, run: runConvergenceAtOnce},
 		{id: "7", key: "pipelined-1KiB", title: "case 2 with 1 KiB payloads", payload: 1 << 10,
 			count: sz.Pipelined1K, parts: 1, metrics: []metric{msgsPerSec, cpuPerMsg, mbPerSec}, run: asCase(runPipelined)},
 		{id: "7", key: "pipelined-64KiB", title: "case 2 with 64 KiB payloads", payload: 64 << 10,
@@ -477,6 +479,44 @@ func readPass(ctx context.Context, r reader, count int, more func(read int) bool
 // topics already exist, so both systems must reach the same number.
 func runConvergence(ctx context.Context, in instance, c caseSpec, m *meter) error {
 	return converge(ctx, in, c, m)
+}
+
+// convergenceAtOnceKey is the key of case 6's at-once shape.
+const convergenceAtOnceKey = "convergence-at-once"
+
+// isConvergence reports whether key is one of case 6's shapes: a fixed
+// number of topics per round, not a timed round.
+func isConvergence(key string) bool { return key == "convergence" || key == convergenceAtOnceKey }
+
+// runConvergenceAtOnce is case 6 with the create and the produce issued
+// together, on a system that can (atOnceCreator); on one that cannot, it
+// is case 6.
+func runConvergenceAtOnce(ctx context.Context, in instance, c caseSpec, m *meter) error {
+	if a, ok := in.(atOnceCreator); ok {
+		return converge(ctx, atOnce{a}, c, m)
+	}
+	return converge(ctx, in, c, m)
+}
+
+// atOnceCreator issues a topic's creation and a produce to it together,
+// returning at the produce's ack.
+type atOnceCreator interface {
+	createProduceAtOnce(ctx context.Context, name string, payload []byte) error
+}
+
+// atOnce is an atOnceCreator seen as a creator by converge.
+type atOnce struct{ a atOnceCreator }
+
+// prepareTopics is the system's, when it has one.
+func (a atOnce) prepareTopics(ctx context.Context, n int) error {
+	if p, ok := a.a.(topicPreparer); ok {
+		return p.prepareTopics(ctx, n)
+	}
+	return nil
+}
+
+func (a atOnce) createAndProduce(ctx context.Context, name string, payload []byte) error {
+	return a.a.createProduceAtOnce(ctx, name, payload)
 }
 
 // creator creates a topic (JetStream: a stream) of one partition called

@@ -60,7 +60,8 @@ func TestCompareQuickPath(t *testing.T) {
 		"2a pipelined produce, async API, 4,096 outstanding (pipelined-async, 100 B)", "case 2a (pipelined-async) msgs/s",
 		"pipelined-1KiB", "pipelined-64KiB", "consume-1KiB", "consume-64KiB",
 		"file-append", "file-append-fsync100", "chan-handoff", "raw-fsync", "case 3 allocations per message",
-		"case 6 p50 within 1.5× of one raw fsync", "parkway case 6 (always set) / raw-fsync, p50:",
+		"case 6 p50 within 1.5× of one raw fsync", "parkway case 6 (always set, at once: CreateTopicAndProduce) / raw-fsync, p50:",
+		"parkway case 6 (always set, sequential: CreateTopic, then Produce) / raw-fsync-2, p50:", "convergence-at-once",
 		"SyncAlways=true", "FsyncInterval topic policy with interval 2m0s",
 		"## Three replicas, quorum acknowledged", "R1 produce and wait", "R2 pipelined", "R2a pipelined produce, async API",
 		"R3 batched",
@@ -158,7 +159,7 @@ func checkSamples(t *testing.T, rep *Report, base string, minRound time.Duration
 			for sys, ss := range c.samples {
 				for i, s := range ss {
 					check(fmt.Sprintf("%s/%s system %d round %d", set.name, c.spec.key, sys, i+1), c.spec.count,
-						c.spec.key != "convergence", s)
+						!isConvergence(c.spec.key), s)
 				}
 			}
 		}
@@ -512,12 +513,12 @@ func TestRawFsyncBesideConvergence(t *testing.T) {
 		sizes  Sizes
 		want   []string
 	}{
-		{`^always/convergence$`, sizes, []string{rawFsyncKey}},
+		{`^always/convergence$`, sizes, []string{rawFsyncKey, rawFsync2Key}},
 		{`^limits/raw-fsync$`, sizes, []string{rawFsyncKey}},
 		{`^interval/convergence$`, sizes, nil},
 		{`^interval/batch$|^limits/file-append$`, sizes, []string{"file-append"}},
 		{`^always/convergence$`, noTopics, nil},
-		{``, sizes, []string{"file-append", "file-append-fsync100", "chan-handoff", rawFsyncKey}},
+		{``, sizes, []string{"file-append", "file-append-fsync100", "chan-handoff", rawFsyncKey, rawFsync2Key}},
 	} {
 		r := &runner{}
 		if tc.filter != "" {

@@ -136,7 +136,7 @@ func (p *parkwayInstance) prepareTopics(ctx context.Context, n int) error {
 func (parkwaySystem) open(ctx context.Context, dir string, d durability, parts int, warm []byte) (instance, error) {
 	// Two shards, as the issue prescribes: the project's reference machine
 	// has two cores.
-	node, err := parkway.Open(parkway.Config{DataDir: dir, Shards: 2})
+	node, err := parkway.Open(parkway.Config{DataDir: dir, Shards: 2, PrebuildPartitions: true})
 	if err != nil {
 		return nil, fmt.Errorf("parkway: open: %w", err)
 	}
@@ -307,6 +307,20 @@ func (p *parkwayInstance) createAndProduce(ctx context.Context, name string, pay
 	}
 	if _, err := p.node.Produce(ctx, topic, parkway.PartitionID(0), parkway.Message{Payload: payload}); err != nil {
 		return fmt.Errorf("produce to new topic %s (%v after the create began): %w", name, time.Since(start).Round(time.Millisecond), err)
+	}
+	return nil
+}
+
+// createProduceAtOnce: CreateTopicAndProduce, one partition, the produce
+// issued with the create (written while the command is made durable).
+func (p *parkwayInstance) createProduceAtOnce(ctx context.Context, name string, payload []byte) error {
+	s := p.stream
+	if i := p.created / topicsPerStream; i < len(p.streams) {
+		s = p.streams[i]
+	}
+	p.created++
+	if _, _, err := p.node.CreateTopicAndProduce(ctx, s, name, 1, 0, []parkway.Message{{Payload: payload}}, p.opt); err != nil {
+		return fmt.Errorf("create topic %s and produce: %w", name, err)
 	}
 	return nil
 }

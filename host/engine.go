@@ -537,6 +537,29 @@ func (e *Engine) ApplyMetadata(ctx context.Context, cmd metadata.Command) (metad
 	}
 }
 
+// ApplyMetadataLogged is ApplyMetadata, and on one node with a DataDir
+// calls logged with the partitions cmd creates once cmd is written to the
+// metadata log and before the log is synced (metadata.Durable.ApplyLogged):
+// a produce sent from logged to a new partition is written while the
+// command is made durable, and answered once it commits (DESIGN behaviour
+// 32). Elsewhere logged is not called.
+func (e *Engine) ApplyMetadataLogged(ctx context.Context, cmd metadata.Command, logged func([]metadata.AnnouncedPartition)) (metadata.Result, error) {
+	if e.cl == nil && e.durable != nil && !e.closed.Load() && ctx.Err() == nil {
+		return e.durable.ApplyLogged(cmd, logged)
+	}
+	return e.ApplyMetadata(ctx, cmd)
+}
+
+// ConfirmProvisional tells ns's owner shard that ns's incarnation may
+// have committed (shard.Shard.Confirm): a provisional partition's held
+// answers go out without waiting for the reconciler's pass.
+func (e *Engine) ConfirmProvisional(ctx context.Context, ns metadata.Namespace, owner int) error {
+	if owner < 0 || owner >= len(e.shards) {
+		return nil
+	}
+	return e.shards[owner].Confirm(ctx, ns)
+}
+
 // deadline bounds ctx by RequestTimeout, on the engine's clock, when it
 // has no earlier deadline.
 func (e *Engine) deadline(ctx context.Context) (context.Context, context.CancelFunc) {

@@ -45,9 +45,15 @@ type announcements struct {
 // promptly; a command that committed as announced wakes only the commit
 // subscribers, through Apply.
 func (s *Store) Announce(cmd Command) (withdraw func()) {
+	_, withdraw = s.announce(cmd)
+	return withdraw
+}
+
+// announce is Announce, and returns what it announced too.
+func (s *Store) announce(cmd Command) ([]AnnouncedPartition, func()) {
 	cmd, ok := deref(cmd)
 	if !ok {
-		return func() {}
+		return nil, func() {}
 	}
 	var parts []PartitionInfo
 	var cfg TopicConfig
@@ -64,7 +70,7 @@ func (s *Store) Announce(cmd Command) (withdraw func()) {
 	}
 	s.mu.RUnlock()
 	if len(parts) == 0 {
-		return func() {}
+		return nil, func() {}
 	}
 	ann := make([]AnnouncedPartition, len(parts))
 	for i, p := range parts {
@@ -82,7 +88,7 @@ func (s *Store) Announce(cmd Command) (withdraw func()) {
 	a.mu.Unlock()
 	wake(subs)
 	var once sync.Once
-	return func() {
+	return ann, func() {
 		once.Do(func() {
 			a.mu.Lock()
 			delete(a.byID, id)

@@ -362,6 +362,19 @@ func (d *Durable) Store() *Store { return d.store }
 // than MaxNameLength) go straight to the store, unlogged: they change
 // nothing.
 func (d *Durable) Apply(cmd Command) (Result, error) {
+	return d.ApplyLogged(cmd, nil)
+}
+
+// ApplyLogged is Apply, and calls logged, when it is not nil, with the
+// partitions the command creates (as Store.Announce announces them) once
+// the command is written to the log and before the log is synced: work
+// that waits for the commit anyway can start while the sync runs. The
+// barrier's own case uses it (a topic created and produced to at once,
+// DESIGN behaviour 32): the produce is sent to the new partition's shard
+// from logged, so its journal write and the log's sync overlap. logged
+// runs under the Durable's lock and must not block; it is not called for
+// a command that creates no partition, or whose write failed.
+func (d *Durable) ApplyLogged(cmd Command, logged func([]AnnouncedPartition)) (Result, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch {
@@ -381,11 +394,14 @@ func (d *Durable) Apply(cmd Command) (Result, error) {
 	// What the command will create is announced before it is logged, so
 	// the partitions can be built while the log syncs (see Announce); it
 	// is withdrawn once the command is applied or has failed.
-	withdraw := d.store.Announce(c)
+	ann, withdraw := d.store.announce(c)
 	defer withdraw()
 	if _, err := d.log.Append(b); err != nil {
 		d.broken = err
 		return Result{}, fmt.Errorf("parkway: metadata log: %w", err)
+	}
+	if logged != nil && len(ann) > 0 {
+		logged(ann)
 	}
 	if err := d.log.Sync(); err != nil {
 		d.broken = err

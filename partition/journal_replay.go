@@ -31,8 +31,8 @@ import (
 // partition's files may lack), so it is reported as a *CorruptError.
 //
 // A crash during replay leaves the files in place: the next open replays
-// them again, skipping what the first attempt appended. The removals need
-// not be durable for the same reason.
+// them again, skipping what the first attempt appended. The removals are
+// made durable once done (see the end of replayJournals).
 //
 // Damage fences the partitions it may concern, not the store (DESIGN
 // behaviour 28: one damaged partition must not keep a node from serving
@@ -150,6 +150,16 @@ func (s *FileStore) replayJournals() error {
 		if err := s.fs.Remove(s.journalFile(seq)); err != nil && !isNotExist(err) {
 			return fmt.Errorf("parkway: journal: %w", err)
 		}
+	}
+	// The removals are made durable before anything else runs. A replayed
+	// record may be of an incarnation whose metadata command never became
+	// durable (a produce issued with its create, written while the
+	// command was synced): the orphan sweep removes the partition the
+	// replay rebuilt for it, and the next create of that topic may get
+	// the same ids and revision. A journal file that came back after a
+	// later crash would rebuild the dead incarnation's record into it.
+	if err := s.fs.SyncDir(s.journalPath()); err != nil && !isNotExist(err) {
+		return fmt.Errorf("parkway: journal: %w", err)
 	}
 	return nil
 }

@@ -255,7 +255,9 @@ func (r *Partitions) Reconcile(ctx context.Context) (Report, error) {
 
 func (r *Partitions) reconcile(ctx context.Context, retained uint64) (Report, error) {
 	if len(r.prebuilt) > 0 {
-		r.discard(r.cfg.Meta.Announced())
+		if err := r.discard(ctx, r.cfg.Meta.Announced()); err != nil {
+			return Report{}, err
+		}
 	}
 	// The skip is decided before anything is read from the store: an idle
 	// node's periodic pass (every shard, every period) then costs a few
@@ -653,22 +655,10 @@ func (r *Partitions) build(ctx context.Context, info metadata.PartitionInfo, wan
 	if !r.due(key, now) {
 		return nil
 	}
-	p, ok := r.adopt(info)
+	p, ok := r.adopt(ctx, info)
 	if !ok {
 		var err error
-		build := r.cfg.Store.Build
-		journaled := (want.Fsync == metadata.FsyncAlways || want.Fsync == metadata.FsyncInterval) && r.cfg.Shard.Journaled()
-		if d, ok := r.cfg.Store.(deferringStore); ok && (journaled || r.cfg.Shard.Replicated()) {
-			// Its records go to the shard's journal from the first
-			// (committed, or staged under FsyncInterval), or to its raft
-			// log, which holds every entry since its last snapshot,
-			// whatever the fsync policy: its files are created off the
-			// acknowledgement path (DESIGN behaviour 32). On one node
-			// under FsyncNever an append is acknowledged without the
-			// journal, so it needs the files at once, and they are
-			// created here, off the pump.
-			build = d.BuildDeferred
-		}
+		build, _ := r.builder(want)
 		p, err = build(info.NS, info.CreatedRevision)
 		damage := r.damaged[info.NS]
 		if err == nil && damage == nil {
@@ -731,6 +721,24 @@ func (r *Partitions) build(ctx context.Context, info metadata.PartitionInfo, wan
 	r.held.ReplaceOrInsert(heldPartition{ns: info.NS, epoch: info.CreatedRevision, dur: want, members: info.Members()})
 	rep.Built++
 	return nil
+}
+
+// builder returns how a partition of durability want is built, and
+// whether that build is deferred (nothing on disk yet).
+func (r *Partitions) builder(want shard.Durability) (func(metadata.Namespace, uint64) (partition.Partition, error), bool) {
+	journaled := (want.Fsync == metadata.FsyncAlways || want.Fsync == metadata.FsyncInterval) && r.cfg.Shard.Journaled()
+	if d, ok := r.cfg.Store.(deferringStore); ok && (journaled || r.cfg.Shard.Replicated()) {
+		// Its records go to the shard's journal from the first
+		// (committed, or staged under FsyncInterval), or to its raft
+		// log, which holds every entry since its last snapshot,
+		// whatever the fsync policy: its files are created off the
+		// acknowledgement path (DESIGN behaviour 32). On one node
+		// under FsyncNever an append is acknowledged without the
+		// journal, so it needs the files at once, and they are
+		// created here, off the pump.
+		return d.BuildDeferred, true
+	}
+	return r.cfg.Store.Build, false
 }
 
 // deferringStore is a store that can build a partition without creating

@@ -45,9 +45,10 @@ func (h *harness) prebuild(i int) {
 	}
 }
 
-// The owner builds an announced partition before its command commits, and
-// the pass after the commit hands that partition to the shard without
-// building it again: a frame parked for it is served by that pass.
+// The owner builds an announced partition before its command commits and
+// hands it to its shard provisional; the pass after the commit confirms
+// that partition without building it again, and the produce appended to
+// it before the commit is answered then, not before.
 func TestPrebuildBeforeTheCommitThenAdopt(t *testing.T) {
 	// Namespaces (0, t, 0): shard = t mod 2.
 	h := newHarness(t, 2, func(ns metadata.Namespace, n int) int { return int(ns.Topic()) % n })
@@ -75,27 +76,29 @@ func TestPrebuildBeforeTheCommitThenAdopt(t *testing.T) {
 		t.Fatalf("%d builds after two prebuilds, want 1", n)
 	}
 
+	// On one node the prebuilt partition is the shard's at once,
+	// provisional: a produce is appended, its answer held until the commit.
+	r := h.send(0, ns, "first")
+	if err := h.shards[0].Flush(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if resp, ok := r.answer(t); ok {
+		t.Fatalf("a produce was answered (%+v) before its partition's command committed", resp)
+	}
 	res := h.apply(cmd)
 	withdraw()
 	if res.Created[0].NS != ns || res.Created[0].CreatedRevision != epoch {
 		t.Fatalf("committed %+v, announced %v at %d", res.Created[0], ns, epoch)
 	}
-	r := h.send(0, ns, "first")
-	if _, ok := r.answer(t); ok {
-		t.Fatal("a produce was answered before the partition was handed to the shard")
-	}
 	rep := h.pass(0)
 	if rep.Built != 1 {
-		t.Fatalf("pass after the commit %+v: want the prebuilt partition materialised", rep)
+		t.Fatalf("pass after the commit %+v: want the prebuilt partition handed over", rep)
 	}
 	if n := h.store.builds(ns); n != 1 {
 		t.Fatalf("%d builds of %v, want 1: the pass built it again instead of adopting it", n, ns)
 	}
-	if err := h.shards[0].Flush(h.ctx); err != nil { // the ack waits for its group commit
-		t.Fatal(err)
-	}
 	if resp, ok := r.answer(t); !ok || resp.Err != nil {
-		t.Fatalf("parked produce after the adopting pass: %+v, %v; want served", resp, ok)
+		t.Fatalf("held produce after the adopting pass: %+v, %v; want answered", resp, ok)
 	}
 }
 

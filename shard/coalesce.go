@@ -53,10 +53,12 @@ func (s *Shard) flushAppendsOf(o *owned) {
 	}()
 	// Behaviour 10, again at append time: a delete may have committed
 	// since the produces were admitted (the same drain of the inbox), and
-	// no ack may land in an incarnation whose teardown is due.
-	if rev, ok := s.meta.CreatedRevision(o.p.Namespace()); !ok || rev != o.p.Epoch() {
+	// no ack may land in an incarnation whose teardown is due. A
+	// provisional partition's is not committed yet: its acks are held
+	// (provisional.go).
+	if _, err := s.confirmed(o); err != nil {
 		for _, f := range frames {
-			s.deny(f, metrics.DenyIncarnation, errIncarnation)
+			s.deny(f, metrics.DenyIncarnation, err)
 		}
 		return
 	}

@@ -26,11 +26,14 @@ type commitGroup struct {
 	manual  bool
 	journal *partition.Journal
 
-	pending    []pendingAck // acks waiting for the group's fsync
-	groupStart time.Time    // when the commit group's first append was made
-	syncTimer  clock.Timer  // interval-policy fsync timer, armed while needed
-	syncAt     time.Time    // when syncTimer fires; zero when disarmed
-	lingered   bool         // the open group yielded once (lingerGroup)
+	pending []pendingAck // acks waiting for the group's fsync
+	// held are the acks of provisional partitions made durable, waiting
+	// for their incarnation's commit (provisional.go).
+	held       map[*owned][]pendingAck
+	groupStart time.Time   // when the commit group's first append was made
+	syncTimer  clock.Timer // interval-policy fsync timer, armed while needed
+	syncAt     time.Time   // when syncTimer fires; zero when disarmed
+	lingered   bool        // the open group yielded once (lingerGroup)
 
 	// groupBuf is scratch for the partitions a commit group or an
 	// interval sync covers; intervalDirty lists the interval-policy

@@ -136,6 +136,16 @@ func (s *Shard) InsertOwned(ctx context.Context, p partition.Partition, d Durabi
 func opInsertOwned(p partition.Partition, d Durability) control {
 	return newControl(func(s *Shard) error {
 		ns := p.Namespace()
+		if o, ok := s.owned[ns]; ok && o.p == p {
+			// A provisional partition whose incarnation committed (a
+			// frame served after the commit may have confirmed it
+			// already): it is the partition the reconciler hands over.
+			if o.sync.provisional {
+				s.confirm(o, d)
+			}
+			o.dur = d
+			return nil
+		}
 		if _, ok := s.owned[ns]; ok {
 			_ = p.Close()
 			return fmt.Errorf("%w: %v", ErrAlreadyOwned, ns)
@@ -230,6 +240,13 @@ func opTombstone(ns metadata.Namespace, epoch *uint64) control {
 		*epoch = o.p.Epoch()
 		if o.failed != nil {
 			s.fenced.Add(-1)
+		}
+		if o.sync.provisional {
+			// Its command did not commit as announced: what it holds
+			// is never served, so its held produces were not made.
+			s.flushAppendsOf(o)
+			s.commit.flushGroup()
+			s.answerHeld(o, errIncarnation)
 		}
 		s.polls.dropWaiters(o, errTombstoned, false)
 		s.rg.unreplicate(o, errTombstoned)
@@ -422,6 +439,9 @@ type State struct {
 	Owned map[metadata.Namespace]uint64
 	// Durability maps each owned namespace to its durability.
 	Durability map[metadata.Namespace]Durability
+	// Provisional lists the namespaces held provisional (InsertProvisional),
+	// in namespace order; they are in none of the other fields.
+	Provisional []metadata.Namespace
 	// Tombstoned maps each namespace mid-teardown to the epoch torn down.
 	Tombstoned map[metadata.Namespace]uint64
 	// Failed lists owned namespaces fenced after a failed fsync, in
@@ -470,6 +490,12 @@ func opInspect(st *State) control {
 		st.Owned = make(map[metadata.Namespace]uint64, len(s.owned))
 		st.Durability = make(map[metadata.Namespace]Durability, len(s.owned))
 		for ns, o := range s.owned {
+			if o.sync.provisional {
+				// Not the reconciler's yet: it hands it over or
+				// tears it down from its own account (Provisional).
+				st.Provisional = append(st.Provisional, ns)
+				continue
+			}
 			st.Owned[ns] = o.p.Epoch()
 			st.Durability[ns] = o.dur
 			if o.failed != nil {
@@ -489,6 +515,7 @@ func opInspect(st *State) control {
 			}
 		}
 		slices.Sort(st.Failed)
+		slices.Sort(st.Provisional)
 		st.Applied = make(map[metadata.Namespace]uint64, len(s.rg.replicated))
 		for ns, o := range s.rg.replicated {
 			if !s.rg.q.awake.Has(o.p.Namespace(), o) {

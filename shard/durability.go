@@ -80,6 +80,11 @@ type syncState struct {
 	// acks wait for it, as an FsyncAlways partition's wait for the group
 	// commit.
 	staged, stageDirty bool
+	// provisional is set while the partition's incarnation is not
+	// committed (provisional.go); its produces made durable wait in the
+	// commit group's held map for the commit. Here, not in owned, so an
+	// owned keeps its allocation class (TestOwnedSize).
+	provisional bool
 	// deadline is when an interval-policy partition must be synced by.
 	deadline time.Time
 }
@@ -116,7 +121,23 @@ func (cg *commitGroup) appended(o *owned, f Frame, r Response) {
 			return
 		}
 	}
-	cg.owner.answer(f, r)
+	cg.ack(pendingAck{f: f, r: r, o: o})
+}
+
+// ack answers a produce made durable (or, under FsyncNever and
+// FsyncInterval, appended), unless its partition is provisional and the
+// answer succeeded: then it is held until the partition's incarnation
+// commits (provisional.go).
+func (cg *commitGroup) ack(pa pendingAck) {
+	if pa.o.sync.provisional && pa.r.Err == nil {
+		if cg.held == nil {
+			cg.held = make(map[*owned][]pendingAck)
+		}
+		cg.held[pa.o] = append(cg.held[pa.o], pa)
+		return
+	}
+	cg.polls.touch(pa.o) // acknowledged: readable by waiting polls
+	cg.owner.answer(pa.f, pa.r)
 }
 
 // unacked reports whether o holds appends whose answers wait for the
@@ -179,8 +200,7 @@ func (cg *commitGroup) flushGroup() {
 		if err, ok := failed[pa.o]; ok {
 			pa.r = Response{Err: commitError(err)}
 		}
-		cg.polls.touch(pa.o) // acknowledged: readable by waiting polls
-		cg.owner.answer(pa.f, pa.r)
+		cg.ack(pa)
 		cg.pending[i] = pendingAck{}
 	}
 	cg.pending = cg.pending[:0]

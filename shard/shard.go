@@ -636,6 +636,7 @@ func (s *Shard) shutdown() {
 		s.rg.unreplicate(o, ErrClosed)
 	}
 	for ns, o := range s.owned {
+		s.answerHeld(o, fmt.Errorf("%w: %w", ErrOutcomeUnknown, ErrClosed))
 		if err := o.p.Close(); err != nil {
 			s.log.Warn("closing partition", "ns", ns, "error", err)
 		}
@@ -709,8 +710,15 @@ func (s *Shard) serveOwned(o *owned, f Frame) {
 	// Behaviour 10: an ack must never land in an incarnation that teardown
 	// is about to erase. The committed created_revision is the truth; the
 	// partition we hold is only as fresh as the last reconcile.
-	if rev, ok := s.meta.CreatedRevision(f.Req.NS); !ok || rev != epoch {
-		s.deny(f, metrics.DenyIncarnation, errIncarnation)
+	// A provisional partition (provisional.go) is served before its
+	// commit only for produces, whose answers it holds.
+	committed, err := s.confirmed(o)
+	if err != nil {
+		s.deny(f, metrics.DenyIncarnation, err)
+		return
+	}
+	if !committed && f.Req.Op != OpProduce {
+		s.parkProvisional(o, f)
 		return
 	}
 	if o.failed != nil {

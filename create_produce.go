@@ -1,0 +1,101 @@
+package parkway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/shard"
+)
+
+// CreateTopicAndProduce creates a topic, as Admin.CreateTopic, and
+// produces msgs to its partition part, as Produce, at once: the barrier's
+// own case, a host that creates a topic because it has a message for it.
+// It returns the topic once it is committed and the produce's
+// acknowledgement once the messages are appended, whichever fails first
+// being the error (a topic that was created is returned with a produce's
+// error).
+//
+// On one node with a DataDir the produce is sent to the partition's shard
+// as soon as the command is written to the metadata log, before its
+// fsync. With Config.PrebuildPartitions the partition is then in the
+// shard during that fsync (held provisional: nothing of it is shown and
+// no produce to it is acknowledged before its topic commits), so the
+// messages are written to the node's journal while the command is made
+// durable, and the two fsyncs overlap: the acknowledgement costs about
+// one fsync, not two in series (DESIGN behaviour 32). Otherwise, and in a
+// cluster, the produce waits for the commit as a Produce after
+// CreateTopic does. The promise of each half is its own call's: the
+// topic is durable when it is returned, and an acknowledged produce is
+// durable per the topic's fsync policy in a topic that exists.
+func (n *Node) CreateTopicAndProduce(ctx context.Context, s Stream, name string, partitions int, part uint32, msgs []Message, opts ...TopicOption) (Topic, Ack, error) {
+	start := n.cfg.Clock.Now()
+	if err := n.begin(ctx); err != nil {
+		return Topic{}, Ack{}, err
+	}
+	if err := n.liveStream(ctx, s); err != nil {
+		return Topic{}, Ack{}, err
+	}
+	if partitions > 0 && int64(part) >= int64(partitions) {
+		return Topic{}, Ack{}, fmt.Errorf("%w: partition %d of %d", ErrInvalidArgument, part, partitions)
+	}
+	batch, size, _, err := n.prepareBatch(ctx, start, PartitionID(part), msgs, nil, nil)
+	if err != nil {
+		return Topic{}, Ack{}, err
+	}
+	var cfg TopicConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	cmd := metadata.CreateTopic{Stream: s.ID, StreamRevision: s.Revision, Name: name, Partitions: partitions, Config: cfg.engine()}
+	reply := make(chan shard.Response, 1)
+	sent := false
+	var (
+		ns    metadata.Namespace
+		owner int
+	)
+	res, err := n.eng.ApplyMetadataLogged(ctx, cmd, func(ann []metadata.AnnouncedPartition) {
+		for _, a := range ann {
+			if a.Partition != part {
+				continue
+			}
+			// Stamped with the incarnation the command will commit: if it
+			// commits another (or none), the shard never serves it there.
+			req := &shard.Request{Op: shard.OpProduce, NS: a.NS, Epoch: a.CreatedRevision, Messages: engineMessages(batch), Deadline: n.callDeadline(ctx, start)}
+			_, serr := n.eng.Router().Send(a.NS, shard.Frame{Req: req, Reply: reply})
+			sent, ns, owner = serr == nil, a.NS, a.Owner
+			return
+		}
+	})
+	if err != nil {
+		return Topic{}, Ack{}, n.staleCommand(err, s.String())
+	}
+	t := Topic{Stream: s, ID: res.Topic, Revision: res.Revision, Name: name}
+	if sent {
+		// Committed: the partition's shard releases the held answer now,
+		// not at the reconciler's next pass.
+		if err := n.eng.ConfirmProvisional(ctx, ns, owner); err != nil {
+			return t, Ack{}, publicError(err)
+		}
+		var r shard.Response
+		select {
+		case r = <-reply:
+		case <-ctx.Done():
+			return t, Ack{}, ctx.Err()
+		}
+		switch {
+		case r.Err == nil:
+			count := len(batch)
+			n.countProduced(t, count, size, start)
+			return t, Ack{Partition: part, FirstOffset: r.Offset, Count: count}, nil
+		case !errors.Is(r.Err, shard.ErrRetry):
+			return t, Ack{}, publicError(r.Err)
+		}
+		// "Retry here": not appended (the partition was not there yet
+		// when the frame expired, or its incarnation was refused). Sent
+		// again the ordinary way, with the ordinary retries.
+	}
+	ack, err := n.Produce(ctx, t, PartitionID(part), msgs...)
+	return t, ack, err
+}

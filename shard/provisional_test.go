@@ -1,0 +1,118 @@
+package shard
+
+import (
+	"testing"
+
+	"github.com/parkway-io/parkway/metadata"
+)
+
+// announced announces a topic of one partition without committing it,
+// and returns the command, the partition the command would create and
+// the withdrawal.
+func announced(t *testing.T, h *harness, name string) (metadata.CreateTopic, metadata.AnnouncedPartition, func()) {
+	t.Helper()
+	if _, ok := h.meta.Stream(0); !ok {
+		h.apply(metadata.CreateStream{Name: "s"})
+	}
+	cmd := metadata.CreateTopic{Stream: 0, Name: name, Partitions: 1}
+	withdraw := h.meta.Announce(cmd)
+	ann := h.meta.Announced()
+	if len(ann) != 1 {
+		t.Fatalf("announced %v", ann)
+	}
+	return cmd, ann[0], withdraw
+}
+
+// A produce to a provisional partition (its command logged, not yet
+// durable) is appended at once and answered only once the partition's
+// incarnation commits: no acknowledgement of a write to a topic that may
+// still fail to exist (DESIGN behaviour 32, the barrier's own case).
+// Reads park until the commit. The reconciler's InsertOwned of the same
+// partition confirms it.
+func TestProvisionalPartitionHoldsAcksUntilItsCommit(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	s := h.shards[0]
+	cmd, a, withdraw := announced(t, h, "t")
+	p := h.build(a.NS, a.CreatedRevision)
+	if err := h.step(s, opInsertProvisional(p, noSync)); err != nil {
+		t.Fatal(err)
+	}
+	c := produce(a.NS, "first")
+	c.f.Req.Epoch = a.CreatedRevision
+	s.handle(c.f)
+	s.settle()
+	if got := payloads(t, p); len(got) != 1 {
+		t.Fatalf("provisional partition holds %q, want the produce appended", got)
+	}
+	c.pending(t) // appended, not acknowledged: the command is not durable
+	read := request(a.NS, &Request{Op: OpOffsets})
+	s.handle(read.f)
+	s.settle()
+	read.pending(t) // nothing of it is shown before the commit
+	if st := h.inspect(s); len(st.Provisional) != 1 || len(st.Owned) != 0 {
+		t.Fatalf("state %+v: want one provisional partition, none owned", st)
+	}
+
+	h.apply(cmd)
+	withdraw()
+	if err := h.step(s, opInsertOwned(p, noSync)); err != nil {
+		t.Fatal(err)
+	}
+	if r := c.answered(t); r.Err != nil || r.Offset != 0 {
+		t.Fatalf("produce answered %+v, want offset 0", r)
+	}
+	if r := read.answered(t); r.Err != nil || r.End != 1 {
+		t.Fatalf("offsets answered %+v, want end 1", r)
+	}
+	if st := h.inspect(s); len(st.Provisional) != 0 || st.Owned[a.NS] != a.CreatedRevision {
+		t.Fatalf("state %+v: want the partition owned at %d", st, a.CreatedRevision)
+	}
+}
+
+// A provisional partition whose command does not commit is torn down:
+// its held produces are answered "retry" (not made: nothing of that
+// incarnation is ever served) and its parked reads answered.
+func TestProvisionalPartitionNotCommittedAnswersNotMade(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	s := h.shards[0]
+	_, a, withdraw := announced(t, h, "t")
+	p := h.build(a.NS, a.CreatedRevision)
+	if err := h.step(s, opInsertProvisional(p, noSync)); err != nil {
+		t.Fatal(err)
+	}
+	c := produce(a.NS, "first")
+	s.handle(c.f)
+	s.settle()
+	c.pending(t)
+	read := request(a.NS, &Request{Op: OpOffsets})
+	s.handle(read.f)
+	s.settle()
+	withdraw() // the command failed
+	var epoch uint64
+	if err := h.step(s, opTombstone(a.NS, &epoch)); err != nil {
+		t.Fatal(err)
+	}
+	mustErr(t, c.answered(t), ErrRetry)
+	if err := h.step(s, opRemoveOwned(a.NS)); err != nil {
+		t.Fatal(err)
+	}
+	mustErr(t, read.answered(t), ErrRetry)
+	if st := h.inspect(s); len(st.Provisional) != 0 || len(st.Owned) != 0 {
+		t.Fatalf("state %+v: want nothing held", st)
+	}
+}
+
+// A shard that replicates its partitions refuses a provisional one: a
+// replica serves nothing before its group exists.
+func TestProvisionalPartitionRefusedWhenReplicated(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	s := h.shards[0]
+	_, a, withdraw := announced(t, h, "t")
+	defer withdraw()
+	s.cfg.Replication = &Replication{}
+	defer func() { s.cfg.Replication = nil }()
+	p := h.build(a.NS, a.CreatedRevision)
+	if err := h.step(s, opInsertProvisional(p, noSync)); err == nil {
+		t.Fatal("a replicating shard took a provisional partition")
+	}
+}
