@@ -55,8 +55,8 @@ func (s *Shard) flushAppendsOf(o *owned) {
 	// since the produces were admitted (the same drain of the inbox), and
 	// no ack may land in an incarnation whose teardown is due. A
 	// provisional partition's is not committed yet: its acks are held
-	// (provisional.go).
-	if _, err := s.confirmed(o); err != nil {
+	// (provisional.go). Checked, not confirmed: see committedHere.
+	if _, err := s.committedHere(o); err != nil {
 		for _, f := range frames {
 			s.deny(f, metrics.DenyIncarnation, err)
 		}

@@ -90,12 +90,25 @@ func (s *Shard) confirm(o *owned, d Durability) {
 // provisional o whose is: a frame served after the commit and before the
 // reconciler's InsertOwned need not wait for it.
 func (s *Shard) confirmed(o *owned) (bool, error) {
+	committed, err := s.committedHere(o)
+	if committed && o.sync.provisional {
+		s.confirm(o, o.dur)
+	}
+	return committed, err
+}
+
+// committedHere is confirmed without the confirmation: whether o's
+// incarnation is committed, errIncarnation when it can never be. The
+// append flush uses it, because a confirmation redispatches the frames
+// parked behind the partition, and a parked read served there flushes
+// the same partition's queued appends from inside the flush (it zeroed
+// the frames the outer flush was still appending: a nil dereference in
+// the pump). The held acks of appends flushed after the commit go out at
+// the next confirmation (the frame served next, Confirm, or InsertOwned).
+func (s *Shard) committedHere(o *owned) (bool, error) {
 	rev, ok := s.meta.CreatedRevision(o.p.Namespace())
 	switch {
 	case ok && rev == o.p.Epoch():
-		if o.sync.provisional {
-			s.confirm(o, o.dur)
-		}
 		return true, nil
 	case !ok && o.sync.provisional:
 		return false, nil // not committed yet: served provisionally

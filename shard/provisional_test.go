@@ -116,3 +116,54 @@ func TestProvisionalPartitionRefusedWhenReplicated(t *testing.T) {
 		t.Fatal("a replicating shard took a provisional partition")
 	}
 }
+
+// The commit of a provisional partition lands while a read is parked
+// behind it and a produce is queued, not yet flushed: the flush appends
+// the produce without confirming the partition (a confirmation there
+// redispatched the parked read, whose serving flushed the same queue from
+// inside the flush and cleared the frames the outer flush was still
+// appending: a nil dereference that stopped the pump). The held
+// acknowledgement and the read are answered at the confirmation.
+func TestProvisionalCommitDuringAFlushWithAParkedRead(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	s := h.shards[0]
+	other, otherEpoch := h.topic("other") // a committed partition on the same shard
+	h.insert(s, h.build(other, otherEpoch))
+	cmd, a, withdraw := announced(t, h, "t")
+	p := h.build(a.NS, a.CreatedRevision)
+	if err := h.step(s, opInsertProvisional(p, noSync)); err != nil {
+		t.Fatal(err)
+	}
+	read := request(a.NS, &Request{Op: OpOffsets})
+	s.handle(read.f)
+	s.settle()
+	read.pending(t) // parked behind the provisional partition
+	c := produce(a.NS, "first")
+	c.f.Req.Epoch = a.CreatedRevision
+	next := produce(other, "next")
+	for _, f := range []Frame{c.f, next.f} {
+		if err := s.TrySend(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.handleFrame(s.taken(<-s.inbox)) // queued: another frame waits
+	h.apply(cmd)                      // the commit lands before the flush
+	withdraw()
+	s.handleFrame(s.taken(<-s.inbox)) // the inbox drained: the flush
+	s.settle()
+	if got := payloads(t, p); len(got) != 1 || got[0] != "first" {
+		t.Fatalf("partition holds %q, want the produce appended once", got)
+	}
+	if r := next.answered(t); r.Err != nil {
+		t.Fatalf("the other partition's produce answered %+v", r)
+	}
+	if err := h.step(s, opInsertOwned(p, noSync)); err != nil {
+		t.Fatal(err)
+	}
+	if r := c.answered(t); r.Err != nil || r.Offset != 0 {
+		t.Fatalf("produce answered %+v, want offset 0", r)
+	}
+	if r := read.answered(t); r.Err != nil || r.End != 1 {
+		t.Fatalf("offsets answered %+v, want end 1", r)
+	}
+}
