@@ -72,6 +72,21 @@ func (n *replNet) led(nss []metadata.Namespace) (preferred, none int) {
 	return preferred, none
 }
 
+// tickUntilLed ticks, for at most 400 ticks, until every group of nss
+// has a leader, and fails unless each is led by its preferred leader.
+func (n *replNet) tickUntilLed(t *testing.T, nss []metadata.Namespace) {
+	t.Helper()
+	for range 400 {
+		if _, none := n.led(nss); none == 0 {
+			break
+		}
+		n.tick(1)
+	}
+	if pref, none := n.led(nss); pref != len(nss) || none != 0 {
+		t.Fatalf("%d of %d groups led by their preferred leader, %d leaderless", pref, len(nss), none)
+	}
+}
+
 // Many partitions created at once: each node starts a bounded number of
 // elections, in the groups it should lead, and ticks no group it only
 // follows until a leader contacts it. Every group still gets its
@@ -98,15 +113,7 @@ func TestManyNewGroupsElectInBoundedBatches(t *testing.T) {
 	if pref, _ := n.led(nss); pref > 3*inFlight {
 		t.Fatalf("%d groups led before a tick, want at most %d (one batch per node)", pref, 3*inFlight)
 	}
-	for range 400 {
-		if _, none := n.led(nss); none == 0 {
-			break
-		}
-		n.tick(1)
-	}
-	if pref, none := n.led(nss); pref != count || none != 0 {
-		t.Fatalf("%d of %d groups led by their preferred leader, %d leaderless", pref, count, none)
-	}
+	n.tickUntilLed(t, nss)
 }
 
 // Many partitions built at once: the groups a node does not campaign in
@@ -150,15 +157,7 @@ func TestHeldGroupsTakeNoTickTurn(t *testing.T) {
 				id, awake, held, 3*inFlight, count-3*inFlight)
 		}
 	}
-	for range 400 {
-		if _, none := n.led(nss); none == 0 {
-			break
-		}
-		n.tick(1)
-	}
-	if pref, none := n.led(nss); pref != count || none != 0 {
-		t.Fatalf("%d of %d groups led by their preferred leader, %d leaderless", pref, count, none)
-	}
+	n.tickUntilLed(t, nss)
 }
 
 // The quiesced groups a dead node led elect new leaders a bounded number

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
 )
 
 // announced announces a topic of one partition without committing it,
@@ -23,6 +24,18 @@ func announced(t *testing.T, h *harness, name string) (metadata.CreateTopic, met
 	return cmd, ann[0], withdraw
 }
 
+// provisionalPartition announces name (announced) and hands its
+// partition to s as provisional, as the reconciler's prebuild does.
+func provisionalPartition(t *testing.T, h *harness, s *Shard, name string) (metadata.CreateTopic, metadata.AnnouncedPartition, func(), partition.Partition) {
+	t.Helper()
+	cmd, a, withdraw := announced(t, h, name)
+	p := h.build(a.NS, a.CreatedRevision)
+	if err := h.step(s, opInsertProvisional(p, noSync)); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, a, withdraw, p
+}
+
 // A produce to a provisional partition (its command logged, not yet
 // durable) is appended at once and answered only once the partition's
 // incarnation commits: no acknowledgement of a write to a topic that may
@@ -32,11 +45,7 @@ func announced(t *testing.T, h *harness, name string) (metadata.CreateTopic, met
 func TestProvisionalPartitionHoldsAcksUntilItsCommit(t *testing.T) {
 	h := newHarness(t, 1, nil)
 	s := h.shards[0]
-	cmd, a, withdraw := announced(t, h, "t")
-	p := h.build(a.NS, a.CreatedRevision)
-	if err := h.step(s, opInsertProvisional(p, noSync)); err != nil {
-		t.Fatal(err)
-	}
+	cmd, a, withdraw, p := provisionalPartition(t, h, s, "t")
 	c := produce(a.NS, "first")
 	c.f.Req.Epoch = a.CreatedRevision
 	s.handle(c.f)
@@ -75,11 +84,7 @@ func TestProvisionalPartitionHoldsAcksUntilItsCommit(t *testing.T) {
 func TestProvisionalPartitionNotCommittedAnswersNotMade(t *testing.T) {
 	h := newHarness(t, 1, nil)
 	s := h.shards[0]
-	_, a, withdraw := announced(t, h, "t")
-	p := h.build(a.NS, a.CreatedRevision)
-	if err := h.step(s, opInsertProvisional(p, noSync)); err != nil {
-		t.Fatal(err)
-	}
+	_, a, withdraw, _ := provisionalPartition(t, h, s, "t")
 	c := produce(a.NS, "first")
 	s.handle(c.f)
 	s.settle()
@@ -129,11 +134,7 @@ func TestProvisionalCommitDuringAFlushWithAParkedRead(t *testing.T) {
 	s := h.shards[0]
 	other, otherEpoch := h.topic("other") // a committed partition on the same shard
 	h.insert(s, h.build(other, otherEpoch))
-	cmd, a, withdraw := announced(t, h, "t")
-	p := h.build(a.NS, a.CreatedRevision)
-	if err := h.step(s, opInsertProvisional(p, noSync)); err != nil {
-		t.Fatal(err)
-	}
+	cmd, a, withdraw, p := provisionalPartition(t, h, s, "t")
 	read := request(a.NS, &Request{Op: OpOffsets})
 	s.handle(read.f)
 	s.settle()
