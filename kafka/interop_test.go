@@ -18,9 +18,45 @@ import (
 // TestProduceConsumeEveryCodec produces keyed records with headers through
 // franz-go's idempotent producer with each compression codec, to a topic
 // the produce auto-creates, and consumes them back from the earliest
-// offset: keys, values, headers, timestamps and offsets intact.
+// offset: keys, values, headers, timestamps and offsets intact. On each
+// of the listener's two produce paths: a node in memory keeps each batch
+// as the client sent it and hands it back so; a node on disk and a
+// 3-node cluster decode each batch into parkway messages and encode them
+// again for the fetch (appendBatch), so there each codec's records cross
+// parkway's own message format both ways.
 func TestProduceConsumeEveryCodec(t *testing.T) {
-	f := serve(t, Config{DefaultPartitions: 2})
+	t.Run("memory", func(t *testing.T) {
+		f := serve(t, Config{DefaultPartitions: 2})
+		produceConsumeEveryCodec(t, f.client)
+	})
+	t.Run("disk", func(t *testing.T) {
+		node, err := parkway.Open(parkway.Config{Shards: 2, DataDir: t.TempDir()})
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		t.Cleanup(func() {
+			if err := node.Close(); err != nil {
+				t.Errorf("node Close: %v", err)
+			}
+		})
+		if node.KeepsEncoded() {
+			t.Fatal("a node on disk keeps batches as sent: this case would not test the messages path")
+		}
+		l := listen(t, node, Config{DefaultPartitions: 2})
+		f := &fixture{node: node, srv: l.srv, addr: l.addr}
+		produceConsumeEveryCodec(t, f.client)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		c := startCluster(t)
+		produceConsumeEveryCodec(t, func(t testing.TB, opts ...kgo.Opt) *kgo.Client {
+			return c.client([]int32{2}, opts...)
+		})
+	})
+}
+
+// produceConsumeEveryCodec is TestProduceConsumeEveryCodec's case on one
+// listener (or cluster), whose clients client makes.
+func produceConsumeEveryCodec(t *testing.T, client func(testing.TB, ...kgo.Opt) *kgo.Client) {
 	for _, c := range []struct {
 		name  string
 		codec kgo.CompressionCodec
@@ -33,7 +69,7 @@ func TestProduceConsumeEveryCodec(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			topic := "codec-" + c.name
-			prod := f.client(t, kgo.ProducerBatchCompression(c.codec), kgo.DefaultProduceTopic(topic), kgo.AllowAutoTopicCreation())
+			prod := client(t, kgo.ProducerBatchCompression(c.codec), kgo.DefaultProduceTopic(topic), kgo.AllowAutoTopicCreation())
 			const n = 200
 			base := time.Now().Truncate(time.Millisecond)
 			var want []*kgo.Record
@@ -55,7 +91,7 @@ func TestProduceConsumeEveryCodec(t *testing.T) {
 					t.Fatalf("record %d not acknowledged", i)
 				}
 			}
-			cons := f.client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+			cons := client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 			got := consume(t, cons, n)
 			if len(got) != n {
 				t.Fatalf("consumed %d records, want %d", len(got), n)
