@@ -121,19 +121,32 @@ func produceConsumeEveryCodec(t *testing.T, client func(testing.TB, ...kgo.Opt) 
 }
 
 // TestConsumeFromLatest: a consumer starting at the end sees only what is
-// produced after it started, its fetch waiting at the partition.
+// produced after it started, its fetch waiting at the partition; on one
+// node and on a 3-node cluster (clusterOfOnePartition).
 func TestConsumeFromLatest(t *testing.T) {
-	f := serve(t, Config{})
-	prod := f.client(t, kgo.DefaultProduceTopic("latest"), kgo.AllowAutoTopicCreation())
+	t.Run("node", func(t *testing.T) { consumeFromLatest(t, serve(t, Config{}).client) })
+	t.Run("cluster", func(t *testing.T) { consumeFromLatest(t, clusterOfOnePartition(t)) })
+}
+
+// clusterOfOnePartition starts a 3-node cluster whose listeners
+// auto-create topics of one partition, and returns a maker of clients
+// that bootstrap from every listener.
+func clusterOfOnePartition(t *testing.T) func(testing.TB, ...kgo.Opt) *kgo.Client {
+	c := startClusterWith(t, 3, func(cfg *Config) { cfg.DefaultPartitions = 1 })
+	return func(_ testing.TB, opts ...kgo.Opt) *kgo.Client { return c.client([]int32{1, 2, 3}, opts...) }
+}
+
+func consumeFromLatest(t *testing.T, client func(testing.TB, ...kgo.Opt) *kgo.Client) {
+	prod := client(t, kgo.DefaultProduceTopic("latest"), kgo.AllowAutoTopicCreation())
 	for i := range 5 {
 		if err := prod.ProduceSync(ctxFor(t), kgo.StringRecord(fmt.Sprint("old-", i))).FirstErr(); err != nil {
 			t.Fatalf("produce: %v", err)
 		}
 	}
-	cons := f.client(t, kgo.ConsumeTopics("latest"), kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()), kgo.FetchMaxWait(200*time.Millisecond))
+	cons := client(t, kgo.ConsumeTopics("latest"), kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()), kgo.FetchMaxWait(200*time.Millisecond))
 	// The consumer has its start once ListOffsets answered: wait until
 	// it is fetching (its offset moved from the unset value).
-	adm := kadm.NewClient(f.client(t))
+	adm := kadm.NewClient(client(t))
 	ends, err := adm.ListEndOffsets(ctxFor(t), "latest")
 	if err != nil || ends.Error() != nil {
 		t.Fatalf("ListEndOffsets: %v %v", err, ends.Error())
@@ -354,10 +367,14 @@ func TestFetchMinBytesSendsRecordsOnce(t *testing.T) {
 
 // TestConsumeFromTimestamp: a consumer starting at a timestamp (ListOffsets
 // by time, over parkway's append-time index) gets the records appended at
-// or after it and none before.
+// or after it and none before; on one node and on a 3-node cluster.
 func TestConsumeFromTimestamp(t *testing.T) {
-	f := serve(t, Config{})
-	prod := f.client(t, kgo.DefaultProduceTopic("timed"), kgo.AllowAutoTopicCreation())
+	t.Run("node", func(t *testing.T) { consumeFromTimestamp(t, serve(t, Config{}).client) })
+	t.Run("cluster", func(t *testing.T) { consumeFromTimestamp(t, clusterOfOnePartition(t)) })
+}
+
+func consumeFromTimestamp(t *testing.T, client func(testing.TB, ...kgo.Opt) *kgo.Client) {
+	prod := client(t, kgo.DefaultProduceTopic("timed"), kgo.AllowAutoTopicCreation())
 	for i := range 5 {
 		if err := prod.ProduceSync(ctxFor(t), kgo.StringRecord(fmt.Sprint("early-", i))).FirstErr(); err != nil {
 			t.Fatal(err)
@@ -374,7 +391,7 @@ func TestConsumeFromTimestamp(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cons := f.client(t, kgo.ConsumeTopics("timed"), kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(cut.UnixMilli())))
+	cons := client(t, kgo.ConsumeTopics("timed"), kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(cut.UnixMilli())))
 	got := consume(t, cons, 3)
 	for i, r := range got {
 		if want := fmt.Sprint("late-", i); string(r.Value) != want || r.Offset != int64(5+i) {
