@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/parkway-io/parkway"
 )
@@ -185,6 +187,19 @@ func hostileInputs() []hostileInput {
 			req := kmsg.NewPtrDescribeACLsRequest()
 			req.Version = 1
 			r.write(kmsg.NewRequestFormatter().AppendRequest(nil, req, 1))
+			r.expectClosed()
+		}},
+		{"served key at a version below those served", "unsupported_version", func(t *testing.T, r *raw, _ string) {
+			// Produce v2 carries message sets, not record batches: kmsg
+			// knows its schema, the listener does not serve it.
+			req := kmsg.NewPtrProduceRequest()
+			req.Version, req.Acks, req.TimeoutMillis = 2, -1, 5000
+			r.write(kmsg.NewRequestFormatter().AppendRequest(nil, req, 1))
+			r.expectClosed()
+		}},
+		{"served key at a version past those served", "unsupported_version", func(t *testing.T, r *raw, _ string) {
+			// Metadata v99: no body schema exists for it; the header alone.
+			r.write(frame([]byte{0, 3, 0, 99, 0, 0, 0, 1, 0xff, 0xff}))
 			r.expectClosed()
 		}},
 		{"truncated request", "malformed", func(t *testing.T, r *raw, _ string) {
@@ -471,5 +486,46 @@ func TestBehaviour30HostileInputLosesNoAcknowledged(t *testing.T) {
 	}
 	if total != 3*perPhase {
 		t.Fatalf("%d records acknowledged, want %d", total, 3*perPhase)
+	}
+}
+
+// TestClientNeverSendsUnsupported pins why closing the connection on an
+// unknown key or an unsupported version (as Kafka's broker does) reaches
+// no client that negotiated: franz-go takes the versions ApiVersions
+// announced, and a request whose key the listener did not announce, or
+// whose versions the client knows do not meet the announced range, fails
+// in the client ("broker is too old") without a byte written; its
+// connection stays open and serves the next request, and the listener
+// counts no refusal.
+func TestClientNeverSendsUnsupported(t *testing.T) {
+	f := serve(t, Config{})
+	ctx := ctxFor(t)
+	cl := f.client(t)
+	if err := cl.Ping(ctx); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+	// A key not served: DescribeACLs.
+	if _, err := kmsg.NewPtrDescribeACLsRequest().RequestWith(ctx, cl); err == nil || !strings.Contains(err.Error(), "too old") {
+		t.Fatalf("DescribeACLs: %v, want the client's own broker-too-old error", err)
+	}
+	// Versions below those served: a client capped at Kafka 0.10.2 knows
+	// CreateTopics up to v1; the listener serves it from v2.
+	old := f.client(t, kgo.MaxVersions(kversion.V0_10_2()))
+	if res, err := kadm.NewClient(old).CreateTopics(ctx, 1, -1, nil, "never-sent"); err == nil && res["never-sent"].Err == nil {
+		t.Fatal("CreateTopics from a 0.10.2 client succeeded")
+	} else if e := errors.Join(err, res["never-sent"].Err); !strings.Contains(e.Error(), "too old") {
+		t.Fatalf("CreateTopics from a 0.10.2 client: %v, want the client's own broker-too-old error", e)
+	}
+	for _, reason := range []string{"unknown_key", "unsupported_version", "malformed"} {
+		if got := testutil.ToFloat64(f.srv.metrics.closed.WithLabelValues(reason)); got != 0 {
+			t.Fatalf("%v connections closed for %s", got, reason)
+		}
+	}
+	// Both clients are still served on their connections.
+	if _, err := kadm.NewClient(cl).ListTopics(ctx); err != nil {
+		t.Fatalf("ListTopics after: %v", err)
+	}
+	if _, err := kadm.NewClient(old).ListTopics(ctx); err != nil {
+		t.Fatalf("ListTopics from the 0.10.2 client after: %v", err)
 	}
 }
