@@ -294,10 +294,10 @@ func TestParkOverflowRetriedInPlace(t *testing.T) {
 }
 
 // A full inbox is backpressure, not failure: with an inbox of one frame
-// and a shard pump held in an fsync, 64 concurrent producers find the
-// inbox full; the refusals are counted and every produce still succeeds
-// once the pump moves (the client waits for room in the owner's inbox
-// within its deadline).
+// (and so a waited lane of one) and a shard pump held in an fsync, 64
+// concurrent producers find the lane full; the refusals are counted and
+// every produce still succeeds once the pump moves (the client waits for
+// room in the owner's lane within its deadline).
 func TestFullInboxIsBackpressure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		gate := make(chan struct{})

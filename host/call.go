@@ -370,8 +370,9 @@ type callPort interface {
 
 // waitedPort is the callPort of a call whose caller waits for each
 // attempt's answer (CallReusing): its frames go to the owner shard's
-// waited lane, which never blocks, or through the inbox when the
-// engine's senders are wrapped (Config.WrapSender).
+// waited lane (a full one is backpressure, as a full inbox is for
+// Engine.send), or through the inbox when the engine's senders are
+// wrapped (Config.WrapSender).
 type waitedPort Engine
 
 func (p *waitedPort) send(ctx context.Context, f shard.Frame) error {
@@ -382,12 +383,23 @@ func (p *waitedPort) send(ctx context.Context, f shard.Frame) error {
 	if e.closed.Load() {
 		return ErrClosed
 	}
-	err := e.waited[e.router.Owner(f.Req.NS)].SendWaited(f)
-	if err != nil {
-		e.countSendFailure(f.Req, err)
-		if errors.Is(err, router.ErrDisconnected) && e.closed.Load() {
-			return ErrClosed
+	s := e.waited[e.router.Owner(f.Req.NS)]
+	err := s.SendWaited(f)
+	if err == nil {
+		return nil
+	}
+	e.countSendFailure(f.Req, err)
+	switch {
+	case errors.Is(err, router.ErrFull):
+		// As Engine.send waits for room in the inbox.
+		t := e.cfg.Clock.NewTimer(f.Req.Deadline.Sub(e.cfg.Clock.Now()))
+		err = s.SendWaitedBefore(ctx, f, t.C())
+		t.Stop()
+		if errors.Is(err, router.ErrFull) {
+			err = fmt.Errorf("%w: inbox full until the deadline", shard.ErrRetry)
 		}
+	case errors.Is(err, router.ErrDisconnected) && e.closed.Load():
+		return ErrClosed
 	}
 	return err
 }

@@ -1,7 +1,9 @@
 package shard
 
 import (
+	"context"
 	"sync"
+	"time"
 
 	"github.com/parkway-io/parkway/router"
 )
@@ -20,14 +22,13 @@ import (
 // (answering, proposing, applying) share one wake and are handled as one
 // run of frames, whose produces the shard coalesces into one append or
 // one raft proposal as it does queued inbox frames. Each caller parks
-// once, on its answer.
+// once, on its answer, unless it finds the lane full.
 //
-// The lane is not bounded by the inbox's frame bound: a caller that
-// queues here waits for its answer before it can queue again, so the
-// lane holds at most one frame per waiting caller, what a full inbox's
-// blocked senders held before (the runtime's queue of them is no more
-// bounded). Its frames are the callers' own, never peers' (no byte
-// charge).
+// The lane holds at most InboxSize frames, as the inbox does: a caller
+// that finds it full waits for room (SendWaitedBefore) until its
+// deadline, and the pump makes room for a whole lane's worth each time
+// it takes a run. Its frames are the callers' own, never peers' (no
+// byte charge).
 //
 // Order: a caller's frames reach the partition in the order it sent
 // them. A frame it queued in the inbox before one it queues here (an
@@ -38,23 +39,63 @@ type lane struct {
 	mu     sync.Mutex
 	frames []Frame
 	spare  []Frame // the last run's slice, emptied, for the next
+	max    int
 	closed bool
+	// room, while callers wait for room, is closed when the pump takes
+	// the lane's frames (or the shard closes).
+	room chan struct{}
 	// wake holds one token while the lane has frames the pump has not
 	// been woken for.
 	wake chan struct{}
 }
 
-func newLane() lane { return lane{wake: make(chan struct{}, 1)} }
+func newLane(max int) lane { return lane{max: max, wake: make(chan struct{}, 1)} }
 
 // SendWaited queues f in the waited lane: for a frame whose caller waits
 // for its answer (f.Reply) and sends nothing else meanwhile. It never
-// blocks. It returns router.ErrDisconnected once the shard is closed.
+// blocks: it returns router.ErrFull when the lane holds InboxSize frames,
+// router.ErrDisconnected once the shard is closed.
 func (s *Shard) SendWaited(f Frame) error {
+	_, err := s.queueWaited(f)
+	return err
+}
+
+// SendWaitedBefore is SendWaited that waits for room in the lane until
+// ctx ends (ctx's error) or expire delivers (router.ErrFull: the lane
+// stayed full, the frame was not queued), as SendBefore waits for room
+// in the inbox.
+func (s *Shard) SendWaitedBefore(ctx context.Context, f Frame, expire <-chan time.Time) error {
+	for {
+		room, err := s.queueWaited(f)
+		if room == nil {
+			return err
+		}
+		select {
+		case <-room:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-expire:
+			return router.ErrFull
+		}
+	}
+}
+
+// queueWaited queues f in the lane, or returns ErrFull with the channel
+// that is closed once there may be room.
+func (s *Shard) queueWaited(f Frame) (room chan struct{}, _ error) {
 	l := &s.lane
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		return router.ErrDisconnected
+		return nil, router.ErrDisconnected
+	}
+	if len(l.frames) >= l.max {
+		if l.room == nil {
+			l.room = make(chan struct{})
+		}
+		room = l.room
+		l.mu.Unlock()
+		return room, router.ErrFull
 	}
 	first := len(l.frames) == 0
 	l.frames = append(l.frames, f)
@@ -65,7 +106,7 @@ func (s *Shard) SendWaited(f Frame) error {
 		default: // a token is already there
 		}
 	}
-	return nil
+	return nil, nil
 }
 
 // takeLane returns the lane's frames, leaving it empty; giveLane hands
@@ -75,6 +116,10 @@ func (s *Shard) takeLane() []Frame {
 	l.mu.Lock()
 	frames := l.frames
 	l.frames, l.spare = l.spare[:0], nil
+	if l.room != nil {
+		close(l.room)
+		l.room = nil
+	}
 	l.mu.Unlock()
 	return frames
 }
@@ -121,6 +166,10 @@ func (s *Shard) closeLane(reason string, err error) {
 	l.closed = true
 	frames := l.frames
 	l.frames = nil
+	if l.room != nil {
+		close(l.room) // its waiters find the lane closed
+		l.room = nil
+	}
 	l.mu.Unlock()
 	for _, f := range frames {
 		s.drop(f, reason, err)
