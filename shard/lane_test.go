@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/parkway-io/parkway/router"
@@ -141,50 +142,56 @@ func TestLaneClosedAnswersAndRefuses(t *testing.T) {
 // takes the lane's frames, and gives up with ErrFull when its expiry
 // delivers first, or ErrDisconnected when the shard closes.
 func TestLaneFullWaitsForRoom(t *testing.T) {
-	h := newHarness(t, 1, nil, func(c *Config) { c.InboxSize = 1 })
-	s := h.shards[0]
-	ns, epoch := h.topic("t")
-	h.insert(s, h.build(ns, epoch))
-	a, b, c := produce(ns, "a"), produce(ns, "b"), produce(ns, "c")
-	if err := s.SendWaited(a.f); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.SendWaited(b.f); !errors.Is(err, router.ErrFull) {
-		t.Fatalf("SendWaited to a full lane: %v, want ErrFull", err)
-	}
-	expired := make(chan time.Time, 1)
-	expired <- time.Time{}
-	if err := s.SendWaitedBefore(context.Background(), b.f, expired); !errors.Is(err, router.ErrFull) {
-		t.Fatalf("SendWaitedBefore expired: %v, want ErrFull", err)
-	}
-	queued := make(chan error, 1)
-	go func() { queued <- s.SendWaitedBefore(context.Background(), b.f, nil) }()
-	// The waiter is parked on the lane's room once the room channel
-	// exists; taking the run closes it whether the waiter got there yet
-	// or not, and a waiter that comes later finds room.
-	<-s.lane.wake
-	s.handleLane()
-	if err := <-queued; err != nil {
-		t.Fatalf("SendWaitedBefore after the pump took the lane: %v", err)
-	}
-	if r := a.answered(t); r.Err != nil || r.Offset != 0 {
-		t.Fatalf("a: %+v", r)
-	}
-	<-s.lane.wake
-	s.handleLane()
-	if r := b.answered(t); r.Err != nil || r.Offset != 1 {
-		t.Fatalf("b: %+v", r)
-	}
-	if err := s.SendWaited(c.f); err != nil {
-		t.Fatal(err)
-	}
-	closed := make(chan error, 1)
-	go func() { closed <- s.SendWaitedBefore(context.Background(), produce(ns, "d").f, nil) }()
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-closed; !errors.Is(err, router.ErrDisconnected) {
-		t.Fatalf("SendWaitedBefore across Close: %v, want ErrDisconnected", err)
-	}
-	mustErr(t, c.answered(t), ErrClosed)
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, 1, nil, func(c *Config) { c.InboxSize = 1 })
+		s := h.shards[0]
+		ns, epoch := h.topic("t")
+		h.insert(s, h.build(ns, epoch))
+		a, b, c := produce(ns, "a"), produce(ns, "b"), produce(ns, "c")
+		if err := s.SendWaited(a.f); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SendWaited(b.f); !errors.Is(err, router.ErrFull) {
+			t.Fatalf("SendWaited to a full lane: %v, want ErrFull", err)
+		}
+		expired := make(chan time.Time, 1)
+		expired <- time.Time{}
+		if err := s.SendWaitedBefore(context.Background(), b.f, expired); !errors.Is(err, router.ErrFull) {
+			t.Fatalf("SendWaitedBefore expired: %v, want ErrFull", err)
+		}
+		queued := make(chan error, 1)
+		go func() { queued <- s.SendWaitedBefore(context.Background(), b.f, nil) }()
+		synctest.Wait() // the waiter waits for room
+		select {
+		case err := <-queued:
+			t.Fatalf("SendWaitedBefore returned %v on a full lane", err)
+		default:
+		}
+		<-s.lane.wake
+		s.handleLane()
+		if err := <-queued; err != nil {
+			t.Fatalf("SendWaitedBefore after the pump took the lane: %v", err)
+		}
+		if r := a.answered(t); r.Err != nil || r.Offset != 0 {
+			t.Fatalf("a: %+v", r)
+		}
+		<-s.lane.wake
+		s.handleLane()
+		if r := b.answered(t); r.Err != nil || r.Offset != 1 {
+			t.Fatalf("b: %+v", r)
+		}
+		if err := s.SendWaited(c.f); err != nil {
+			t.Fatal(err)
+		}
+		closed := make(chan error, 1)
+		go func() { closed <- s.SendWaitedBefore(context.Background(), produce(ns, "d").f, nil) }()
+		synctest.Wait() // the waiter waits for room
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-closed; !errors.Is(err, router.ErrDisconnected) {
+			t.Fatalf("SendWaitedBefore across Close: %v, want ErrDisconnected", err)
+		}
+		mustErr(t, c.answered(t), ErrClosed)
+	})
 }
