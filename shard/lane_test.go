@@ -151,6 +151,14 @@ func TestLaneFullWaitsForRoom(t *testing.T) {
 		if err := s.SendWaited(a.f); err != nil {
 			t.Fatal(err)
 		}
+		var fill []call // the rest of the lane's WaitedLaneFactor × 1 frames
+		for range WaitedLaneFactor - 1 {
+			f := produce(ns, "f")
+			if err := s.SendWaited(f.f); err != nil {
+				t.Fatal(err)
+			}
+			fill = append(fill, f)
+		}
 		if err := s.SendWaited(b.f); !errors.Is(err, router.ErrFull) {
 			t.Fatalf("SendWaited to a full lane: %v, want ErrFull", err)
 		}
@@ -175,13 +183,23 @@ func TestLaneFullWaitsForRoom(t *testing.T) {
 		if r := a.answered(t); r.Err != nil || r.Offset != 0 {
 			t.Fatalf("a: %+v", r)
 		}
+		for _, f := range fill {
+			if r := f.answered(t); r.Err != nil {
+				t.Fatalf("fill: %+v", r)
+			}
+		}
 		<-s.lane.wake
 		s.handleLane()
-		if r := b.answered(t); r.Err != nil || r.Offset != 1 {
+		if r := b.answered(t); r.Err != nil || r.Offset != WaitedLaneFactor {
 			t.Fatalf("b: %+v", r)
 		}
 		if err := s.SendWaited(c.f); err != nil {
 			t.Fatal(err)
+		}
+		for range WaitedLaneFactor - 1 {
+			if err := s.SendWaited(produce(ns, "f").f); err != nil {
+				t.Fatal(err)
+			}
 		}
 		closed := make(chan error, 1)
 		go func() { closed <- s.SendWaitedBefore(context.Background(), produce(ns, "d").f, nil) }()

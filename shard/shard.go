@@ -259,7 +259,7 @@ func New(cfg Config, meta *metadata.Store, rt *router.Router[Frame]) (*Shard, er
 		table:      rt.Table(),
 		inbox:      make(chan inboxFrame, cfg.InboxSize),
 		inboxBytes: newInboxBudget(cfg.InboxBytes),
-		lane:       newLane(cfg.InboxSize),
+		lane:       newLane(WaitedLaneFactor * cfg.InboxSize),
 		ctrl:       make(chan control, cfg.ControlSize),
 		group:      run.NewGroup(),
 		clock:      cfg.Clock,
