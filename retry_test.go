@@ -360,8 +360,9 @@ func TestFullInboxWaitEndsAtTheDeadline(t *testing.T) {
 		mustProduce(t, n, tp, parkway.PartitionID(0), "warm")
 		hold.Store(true)
 		release := sync.OnceFunc(func() { hold.Store(false); close(gate) })
-		t.Cleanup(release)                  // before the node's Close, which needs the pump
-		const lane = shard.WaitedLaneFactor // InboxSize 1
+		t.Cleanup(release) // before the node's Close, which needs the pump
+
+		const lane = shard.WaitedLaneFactor // the lane's frames at InboxSize 1
 		errs := make(chan error, lane+2)
 		produce := func(i int) {
 			_, err := n.Produce(context.Background(), tp, parkway.PartitionID(0), parkway.Message{Payload: []byte(fmt.Sprint(i))})
