@@ -340,9 +340,9 @@ func TestFullInboxIsBackpressure(t *testing.T) {
 
 // A wait for room in a full inbox ends at the call's deadline: with an
 // inbox of one frame (a waited lane of shard.WaitedLaneFactor), the pump
-// held in an fsync and the lane's slots taken, one more produce waits
-// RequestTimeout and then fails as a retry that ran out of time
-// (ErrRetry), while those ahead of it succeed once the pump moves.
+// held in an fsync and the inbox's and the lane's slots taken, one more
+// produce waits RequestTimeout and then fails as a retry that ran out of
+// time (ErrRetry), while those ahead of it succeed once the pump moves.
 func TestFullInboxWaitEndsAtTheDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		gate := make(chan struct{})
@@ -363,19 +363,19 @@ func TestFullInboxWaitEndsAtTheDeadline(t *testing.T) {
 		t.Cleanup(release) // before the node's Close, which needs the pump
 
 		const lane = shard.WaitedLaneFactor // the lane's frames at InboxSize 1
-		errs := make(chan error, lane+2)
+		errs := make(chan error, lane+3)
 		produce := func(i int) {
 			_, err := n.Produce(context.Background(), tp, parkway.PartitionID(0), parkway.Message{Payload: []byte(fmt.Sprint(i))})
 			errs <- err
 		}
 		go produce(0)
 		synctest.Wait() // in the pump's fsync
-		for i := range lane {
+		for i := range 1 + lane {
 			go produce(1 + i)
 		}
-		synctest.Wait() // in the lane
+		synctest.Wait() // in the inbox and the lane
 		start := time.Now()
-		go produce(lane + 1)
+		go produce(lane + 2)
 		var err error
 		select {
 		case err = <-errs:
@@ -389,7 +389,7 @@ func TestFullInboxWaitEndsAtTheDeadline(t *testing.T) {
 			t.Fatalf("the wait for room ended after %v, want the request timeout %v", waited, timeout)
 		}
 		release()
-		for range lane + 1 {
+		for range lane + 2 {
 			if err := <-errs; err != nil {
 				t.Fatalf("produce ahead of the refused one: %v", err)
 			}

@@ -2,7 +2,9 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/parkway-io/parkway/router"
@@ -39,6 +41,11 @@ const WaitedLaneFactor = 8
 // time and woke in herds each time the pump took a run. Its frames are
 // the callers' own, never peers' (no byte charge).
 //
+// A lone caller gains nothing from the lane and would pay for it (the
+// lock and the wake token, twice the hand-off of a channel send to the
+// waiting pump): a call that finds the lane and the inbox both empty (the
+// pump is idle, or about to be) sends to the inbox instead.
+//
 // Order: a caller's frames reach the partition in the order it sent
 // them. A frame it queued in the inbox before one it queues here (an
 // async produce, then a synchronous one) is in the inbox by the time the
@@ -50,6 +57,8 @@ type lane struct {
 	spare  []Frame // the last run's slice, emptied, for the next
 	max    int
 	closed bool
+	// queued mirrors len(frames) for SendWaited's look without the lock.
+	queued atomic.Int64
 	// room, while callers wait for room, is closed when the pump takes
 	// the lane's frames (or the shard closes).
 	room chan struct{}
@@ -60,16 +69,23 @@ type lane struct {
 
 func newLane(max int) lane { return lane{max: max, wake: make(chan struct{}, 1)} }
 
-// SendWaited queues f in the waited lane: for a frame whose caller waits
-// for its answer (f.Reply) and sends nothing else meanwhile. It never
-// blocks: it returns router.ErrFull when the lane is full (WaitedLaneFactor),
-// router.ErrDisconnected once the shard is closed.
+// SendWaited queues f in the waited lane, or hands it to the inbox when
+// both are empty: for a frame whose caller waits for its answer
+// (f.Reply) and sends nothing else meanwhile. It never blocks: it
+// returns router.ErrFull when the lane is full (WaitedLaneFactor ×
+// InboxSize frames), router.ErrDisconnected once the shard is closed.
 func (s *Shard) SendWaited(f Frame) error {
+	if s.lane.queued.Load() == 0 && len(s.inbox) == 0 {
+		// Nothing to share a wake with: the inbox hands f to the pump.
+		if err := s.TrySend(f); !errors.Is(err, router.ErrFull) {
+			return err
+		}
+	}
 	_, err := s.queueWaited(f)
 	return err
 }
 
-// SendWaitedBefore is SendWaited that waits for room in the lane until
+// SendWaitedBefore is queueing in the lane that waits for room until
 // ctx ends (ctx's error) or expire delivers (router.ErrFull: the lane
 // stayed full, the frame was not queued), as SendBefore waits for room
 // in the inbox.
@@ -108,6 +124,7 @@ func (s *Shard) queueWaited(f Frame) (room chan struct{}, _ error) {
 	}
 	first := len(l.frames) == 0
 	l.frames = append(l.frames, f)
+	l.queued.Store(int64(len(l.frames)))
 	l.mu.Unlock()
 	if first {
 		select {
@@ -125,6 +142,7 @@ func (s *Shard) takeLane() []Frame {
 	l.mu.Lock()
 	frames := l.frames
 	l.frames, l.spare = l.spare[:0], nil
+	l.queued.Store(0)
 	if l.room != nil {
 		close(l.room)
 		l.room = nil
@@ -175,6 +193,7 @@ func (s *Shard) closeLane(reason string, err error) {
 	l.closed = true
 	frames := l.frames
 	l.frames = nil
+	l.queued.Store(0)
 	if l.room != nil {
 		close(l.room) // its waiters find the lane closed
 		l.room = nil

@@ -13,7 +13,8 @@ import (
 
 // Synchronous produces queued in the waited lane while the pump is busy
 // cost it one wake, and it handles them as one run: one append for all
-// of them on a partition that is not replicated, each answered with its
+// of them on a partition that is not replicated (the first, which found
+// nothing queued and took the inbox, included), each answered with its
 // own offset in the order they were queued.
 func TestLaneRunOneWakeOneAppend(t *testing.T) {
 	h := newHarness(t, 1, nil)
@@ -29,13 +30,16 @@ func TestLaneRunOneWakeOneAppend(t *testing.T) {
 		}
 		calls = append(calls, c)
 	}
-	if len(s.lane.wake) != 1 {
-		t.Fatalf("5 queued frames left %d wake tokens, want 1", len(s.lane.wake))
+	// The first found the lane and the inbox empty and took the inbox;
+	// the other four share one wake.
+	if len(s.inbox) != 1 || len(s.lane.frames) != 4 || len(s.lane.wake) != 1 {
+		t.Fatalf("5 frames: %d in the inbox, %d in the lane, %d wake tokens; want 1, 4 and 1",
+			len(s.inbox), len(s.lane.frames), len(s.lane.wake))
 	}
 	<-s.lane.wake // what the pump's select takes
 	s.handleLane()
 	if p.calls != 1 || s.laneRuns != 1 {
-		t.Fatalf("5 lane frames took %d appends in %d runs, want 1 and 1", p.calls, s.laneRuns)
+		t.Fatalf("5 frames took %d appends in %d runs, want 1 and 1", p.calls, s.laneRuns)
 	}
 	for i, c := range calls {
 		if r := c.answered(t); r.Err != nil || r.Offset != uint64(i) {
@@ -148,11 +152,11 @@ func TestLaneFullWaitsForRoom(t *testing.T) {
 		ns, epoch := h.topic("t")
 		h.insert(s, h.build(ns, epoch))
 		a, b, c := produce(ns, "a"), produce(ns, "b"), produce(ns, "c")
-		if err := s.SendWaited(a.f); err != nil {
+		if err := s.SendWaited(a.f); err != nil { // into the empty inbox
 			t.Fatal(err)
 		}
-		var fill []call // the rest of the lane's WaitedLaneFactor × 1 frames
-		for range WaitedLaneFactor - 1 {
+		var fill []call // the lane's WaitedLaneFactor × 1 frames
+		for range WaitedLaneFactor {
 			f := produce(ns, "f")
 			if err := s.SendWaited(f.f); err != nil {
 				t.Fatal(err)
@@ -190,13 +194,13 @@ func TestLaneFullWaitsForRoom(t *testing.T) {
 		}
 		<-s.lane.wake
 		s.handleLane()
-		if r := b.answered(t); r.Err != nil || r.Offset != WaitedLaneFactor {
+		if r := b.answered(t); r.Err != nil || r.Offset != 1+WaitedLaneFactor {
 			t.Fatalf("b: %+v", r)
 		}
-		if err := s.SendWaited(c.f); err != nil {
+		if err := s.SendWaited(c.f); err != nil { // into the empty inbox
 			t.Fatal(err)
 		}
-		for range WaitedLaneFactor - 1 {
+		for range WaitedLaneFactor {
 			if err := s.SendWaited(produce(ns, "f").f); err != nil {
 				t.Fatal(err)
 			}
