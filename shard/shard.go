@@ -349,7 +349,9 @@ func (s *Shard) TrySend(f Frame) error {
 // handled (served, parked, forwarded or answered). It is a barrier through
 // the inbox itself, so it orders with frames the way control operations,
 // which overtake the inbox, cannot: a test or simulator that sends a frame
-// and then flushes knows the frame has reached its fate.
+// and then flushes knows the frame has reached its fate. Frames in the
+// waited lane (lane.go) are not ordered with it: their callers wait for
+// their answers themselves.
 func (s *Shard) Flush(ctx context.Context) error {
 	if s.cfg.Manual {
 		return s.flushManual(ctx)
