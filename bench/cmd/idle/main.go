@@ -37,9 +37,11 @@
 // SIGTERM, SIGINT, SIGHUP or a closed pipe says so, with the phase it
 // was in and how far it got, and exits non-zero. The window's row counts
 // the garbage collections in it and the CPU they took (runtime/metrics'
-// estimate), beside the process CPU: over a multi-gigabyte heap the
-// runtime's forced collection every two minutes can be most of an idle
-// cluster's cost, and a window longer than two minutes holds one.
+// estimate), beside the process CPU, and what a collection marks per
+// replica (the scannable heap and the heap objects at the window's
+// start): over a multi-gigabyte heap the runtime's forced collection
+// every two minutes can be most of an idle cluster's cost, and a window
+// longer than two minutes holds one.
 //
 // The kinds are counted by number (1 partition raft, 7 batches of them,
 // 2 metadata raft, 6 node liveness), so the command also builds against
@@ -238,6 +240,15 @@ func one(partitions int, settle, measure, converge time.Duration, profile, memPr
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	heapPer := float64(ms.HeapAlloc) / float64(3*partitions)
+	// What every collection marks, per replica: the scannable heap (the
+	// bytes of objects up to their last pointer) and the objects.
+	scan := []metrics.Sample{{Name: "/gc/scan/heap:bytes"}, {Name: "/gc/heap/objects:objects"}}
+	metrics.Read(scan)
+	var scanPer, objectsPer float64
+	if scan[0].Value.Kind() == metrics.KindUint64 && scan[1].Value.Kind() == metrics.KindUint64 {
+		scanPer = float64(scan[0].Value.Uint64()) / float64(3*partitions)
+		objectsPer = float64(scan[1].Value.Uint64()) / float64(3*partitions)
+	}
 	rss, peak := residentSet("VmRSS:"), residentSet("VmHWM:")
 	if memProfile != "" {
 		f, err := os.Create(fmt.Sprintf("%s-%d.pprof", memProfile, partitions))
@@ -296,8 +307,8 @@ func one(partitions int, settle, measure, converge time.Duration, profile, memPr
 	// collections (a forced one every two minutes, or one an allocation
 	// triggered) mark the whole live heap, which grows with the count.
 	gcCPU := rt1.gcCPU - rt0.gcCPU
-	conv += fmt.Sprintf("; window: %d GC cycles, GC CPU %.2f s (%.2f %% of one core), %d goroutines", rt1.gcs-rt0.gcs,
-		gcCPU, 100*gcCPU/wall.Seconds(), rt1.goroutines)
+	conv += fmt.Sprintf("; window: %d GC cycles, GC CPU %.2f s (%.2f %% of one core), %d goroutines; per replica at its start: %.0f B scannable heap, %.1f heap objects",
+		rt1.gcs-rt0.gcs, gcCPU, 100*gcCPU/wall.Seconds(), rt1.goroutines, scanPer, objectsPer)
 	var delta [256]float64
 	var all float64
 	for _, c := range sent {
