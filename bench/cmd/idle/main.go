@@ -15,6 +15,7 @@
 //	go -C bench run ./cmd/idle -partitions 10000 -burst -runs 3 -converge 15m
 //	go -C bench run ./cmd/idle -partitions 1000,10000,50000 -converge 15m
 //	go -C bench run ./cmd/idle -partitions 300000 -burst -converge 30m -createprofile create
+//	go -C bench run ./cmd/idle -partitions 10000 -burst -measure 130s  # a window that holds the runtime's forced collection
 //
 // By default the topics (1,000 partitions each, the per-topic maximum)
 // are created one at a time, each once the previous one converged. With
@@ -73,7 +74,7 @@ import (
 )
 
 func main() {
-	go reportSignals()
+	reportSignals()
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "idle:", err)
 		os.Exit(1)
@@ -96,17 +97,19 @@ func setPhase(format string, args ...any) {
 // word) each print the phase and the memory figures to stderr and exit
 // with status 2. Only SIGKILL (the kernel's out-of-memory killer, or
 // kill -9) cannot be reported: the progress lines' memory figures are
-// then the trace.
+// then the trace. The signals are caught from its return on.
 func reportSignals() {
 	c := make(chan os.Signal, 1)
 	signal.Notify(c, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGPIPE)
-	sig := <-c
-	p := "starting"
-	if q := phase.Load(); q != nil {
-		p = *q
-	}
-	fmt.Fprintf(os.Stderr, "idle: ended by %v while %s (%s)\n", sig, p, memoryLine())
-	os.Exit(2)
+	go func() {
+		sig := <-c
+		p := "starting"
+		if q := phase.Load(); q != nil {
+			p = *q
+		}
+		fmt.Fprintf(os.Stderr, "idle: ended by %v while %s (%s)\n", sig, p, memoryLine())
+		os.Exit(2)
+	}()
 }
 
 // memoryLine is the process's resident set and peak and the machine's
