@@ -388,20 +388,7 @@ func (p *waitedPort) send(ctx context.Context, f shard.Frame) error {
 	if err == nil {
 		return nil
 	}
-	e.countSendFailure(f.Req, err)
-	switch {
-	case errors.Is(err, router.ErrFull):
-		// As Engine.send waits for room in the inbox.
-		t := e.cfg.Clock.NewTimer(f.Req.Deadline.Sub(e.cfg.Clock.Now()))
-		err = s.SendWaitedBefore(ctx, f, t.C())
-		t.Stop()
-		if errors.Is(err, router.ErrFull) {
-			err = fmt.Errorf("%w: inbox full until the deadline", shard.ErrRetry)
-		}
-	case errors.Is(err, router.ErrDisconnected) && e.closed.Load():
-		return ErrClosed
-	}
-	return err
+	return e.sendFailed(ctx, f, err, s.SendWaitedBefore)
 }
 
 // callSteps is a client call as runSteps carries it out: the steps its
@@ -554,15 +541,22 @@ func (e *Engine) send(ctx context.Context, f shard.Frame) error {
 	if err == nil {
 		return nil
 	}
+	return e.sendFailed(ctx, f, err, e.shards[owner].SendBefore)
+}
+
+// sendFailed is what follows a send to an owner shard that failed with
+// err, through its inbox (Engine.send) or its waited lane (waitedPort)
+// alike: the failure is counted; a full one is backpressure, waited on
+// for room with waitRoom until the call's deadline, with one timer (a
+// context derived for it cost a context, a timer and their cancellation
+// on every wait: with thousands of producers the inbox is full for most
+// of their sends); a disconnected shard of a closed engine is ErrClosed.
+func (e *Engine) sendFailed(ctx context.Context, f shard.Frame, err error, waitRoom func(context.Context, shard.Frame, <-chan time.Time) error) error {
 	e.countSendFailure(f.Req, err)
 	switch {
 	case errors.Is(err, router.ErrFull):
-		// Wait for room until the call's deadline, with one timer (a
-		// context derived for it cost a context, a timer and their
-		// cancellation on every wait: with thousands of producers the
-		// inbox is full for most of their sends).
 		t := e.cfg.Clock.NewTimer(f.Req.Deadline.Sub(e.cfg.Clock.Now()))
-		err = e.shards[owner].SendBefore(ctx, f, t.C())
+		err = waitRoom(ctx, f, t.C())
 		t.Stop()
 		if errors.Is(err, router.ErrFull) {
 			err = fmt.Errorf("%w: inbox full until the deadline", shard.ErrRetry)
