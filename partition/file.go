@@ -841,7 +841,7 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 			return nil, err
 		}
 	}
-	if p.consumers, err = loadConsumerOffsets(s.fs, filepath.Join(dir, consumersDir)); err != nil {
+	if p.consumers, p.consumerSeqs, err = loadConsumerOffsets(s.fs, filepath.Join(dir, consumersDir)); err != nil {
 		if !s.readOnly || !isNotExist(err) {
 			return nil, err
 		}

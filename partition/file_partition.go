@@ -53,6 +53,10 @@ type filePartition struct {
 	// deferred partition keeps them behind while they fit.
 	lodged, held bool
 	consumers    map[string]uint64
+	// consumerSeqs is the sequence number of the last slot of each
+	// consumer's offset file (storeConsumerFile), for the consumers whose
+	// file's is known; nil until one is.
+	consumerSeqs map[string]uint64
 	buf          []byte // append scratch
 	idxBuf       []byte // index scratch
 	closed       bool
@@ -1191,9 +1195,18 @@ func (p *filePartition) StoreConsumerOffset(consumer string, offset uint64) erro
 		return err
 	}
 	path := filepath.Join(p.dir, consumersDir, consumerFileName(consumer))
-	if err := vfs.WriteFileAtomic(p.fs, path, encodeConsumerOffset(consumer, offset)); err != nil {
+	seq, known := p.consumerSeqs[consumer]
+	seq, err := storeConsumerFile(p.fs, path, consumer, offset, seq, known)
+	if err != nil {
+		// The file's last slot is read again at the next store: a
+		// failed write may have left a newer one than seq.
+		delete(p.consumerSeqs, consumer)
 		return err
 	}
+	if p.consumerSeqs == nil {
+		p.consumerSeqs = make(map[string]uint64)
+	}
+	p.consumerSeqs[consumer] = seq
 	p.consumers[consumer] = offset
 	return nil
 }
@@ -1228,6 +1241,7 @@ func (p *filePartition) DeleteConsumerOffset(consumer string) error {
 		return err
 	}
 	delete(p.consumers, consumer)
+	delete(p.consumerSeqs, consumer)
 	return nil
 }
 

@@ -419,7 +419,7 @@ func (s *FileStore) verifyConsumers(dir string, next uint64) []Problem {
 			out = append(out, Problem{Path: path, Err: err})
 			continue
 		}
-		name, off, err := decodeConsumerOffset(b, path)
+		name, off, _, err := decodeConsumerFile(b, path)
 		switch {
 		case err != nil:
 			out = append(out, Problem{Path: path, Err: err, Repair: ""})
