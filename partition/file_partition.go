@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/parkway-io/parkway/internal/syncmark"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/vfs"
 )
@@ -1185,30 +1186,59 @@ func (p *filePartition) OffsetForTime(t int64) (uint64, error) {
 // StoreConsumerOffset writes the consumer's offset file atomically and
 // durably before returning.
 func (p *filePartition) StoreConsumerOffset(consumer string, offset uint64) error {
+	write, err := p.StageConsumerOffset(consumer, offset)
+	if err == nil && write != nil {
+		err = write()
+	}
+	return err
+}
+
+// StageConsumerOffset implements OffsetStager. A consumer's store whose
+// file is a sync mark is staged: its next slot's record is made here and
+// the file opened (so the write lands in this file even if it is replaced
+// or removed meanwhile); write overwrites the slot in place, fdatasyncs
+// it and closes the file. Another store is done at once
+// (storeConsumerFile): the first, which creates the file, one converting
+// a single record, and the first after a failed one, which reads the
+// file's last slot.
+func (p *filePartition) StageConsumerOffset(consumer string, offset uint64) (write func() error, err error) {
 	if p.closed {
-		return ErrClosed
+		return nil, ErrClosed
 	}
 	if offset > p.next {
-		return fmt.Errorf("%w: consumer offset %d past next offset %d", ErrOffsetOutOfRange, offset, p.next)
+		return nil, fmt.Errorf("%w: consumer offset %d past next offset %d", ErrOffsetOutOfRange, offset, p.next)
 	}
 	if err := p.syncLayout(); err != nil {
-		return err
+		return nil, err
 	}
 	path := filepath.Join(p.dir, consumersDir, consumerFileName(consumer))
 	seq, known := p.consumerSeqs[consumer]
-	seq, err := storeConsumerFile(p.fs, path, consumer, offset, seq, known)
+	if known && seq > 0 {
+		// The slots' numbers only grow: a staged write that fails
+		// leaves the next store's number above whatever it left.
+		m := syncmark.Mark[consumerMark]{Seq: seq + 1, V: consumerMark{offset: offset, name: consumer}}
+		if write, err := consumerMarkFormat.Stage(p.fs, path, m); err == nil {
+			p.consumerSeqs[consumer] = seq + 1
+			p.consumers[consumer] = offset
+			return write, nil
+		}
+		// The file is not what the slots were counted for: stored at
+		// once, below, after reading its last slot.
+		known = false
+	}
+	seq, err = storeConsumerFile(p.fs, path, consumer, offset, seq, known)
 	if err != nil {
 		// The file's last slot is read again at the next store: a
 		// failed write may have left a newer one than seq.
 		delete(p.consumerSeqs, consumer)
-		return err
+		return nil, err
 	}
 	if p.consumerSeqs == nil {
 		p.consumerSeqs = make(map[string]uint64)
 	}
 	p.consumerSeqs[consumer] = seq
 	p.consumers[consumer] = offset
-	return nil
+	return nil, nil
 }
 
 // clampConsumers brings the consumer offsets past the log's end (a crash

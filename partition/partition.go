@@ -383,6 +383,24 @@ type Located interface {
 	Location() (vfs.FS, string)
 }
 
+// OffsetStager is implemented by partitions whose consumer offset store
+// can be made durable off their owner's goroutine (FileStore's): an
+// fdatasync per store, which the owner need not wait for while it serves
+// other requests.
+type OffsetStager interface {
+	// StageConsumerOffset is StoreConsumerOffset, split: the offset is
+	// recorded at once (ConsumerOffset reports it), and write, when it
+	// is not nil, makes it durable — the store is acknowledged once write
+	// returned nil. A nil write means the store is durable already (a
+	// consumer's first store, which creates its file). The writes must
+	// run one at a time, in the order they were returned (on any one
+	// goroutine, also after the partition is closed, when they still
+	// write the file they were staged for); a write that fails leaves
+	// the offset stored but not durable, as a failed StoreConsumerOffset
+	// may (a crash keeps the previous one or this one).
+	StageConsumerOffset(consumer string, offset uint64) (write func() error, err error)
+}
+
 // Deferred is implemented by partitions a store can build with no file
 // of their own yet (FileStore.BuildDeferred).
 type Deferred interface {

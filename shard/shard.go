@@ -182,6 +182,8 @@ type Shard struct {
 	commit commitGroup
 	// polls are the waiting polls (polls.go).
 	polls waitingPolls
+	// offsets writes consumer offset stores off the pump (offsetwrite.go).
+	offsets offsetWriter
 
 	// Pump-owned state: touched only by the pump goroutine (or, in Manual
 	// mode, by the driver's goroutine, which is the pump).
@@ -632,6 +634,7 @@ func (s *Shard) shutdown() {
 	s.flushAppends()
 	s.commit.flushGroup()
 	s.polls.dropAllWaiters(ErrClosed)
+	s.drainOffsetWrites()
 	for _, o := range s.rg.replicated {
 		s.rg.unreplicate(o, ErrClosed)
 	}
@@ -775,6 +778,9 @@ func (s *Shard) serveOwned(o *owned, f Frame) {
 func (s *Shard) serveRead(o *owned, f Frame) {
 	if f.Req.Op == OpPoll {
 		s.polls.servePoll(o, f)
+		return
+	}
+	if f.Req.Op == OpStoreOffset && o.rep.grp == nil && s.stageOffset(o, f) {
 		return
 	}
 	resp := serve(o.p, f.Req)

@@ -330,20 +330,9 @@ func (w *File[T]) Open() bool { return w.f != nil }
 func (w *File[T]) Write(v T, sync Sync) error {
 	f := w.format
 	m := Mark[T]{Seq: w.seq + 1, V: v}
-	// Written to the slot's end, zeros after the record: every byte of
-	// the file is accounted for (Slack), whatever an earlier, longer
-	// record left there.
-	span := f.Stride
-	if m.Seq%2 == 1 {
-		span = f.Size - f.Stride
-	}
-	b := f.AppendSlot(w.buf[:0], m)
-	rec := len(b)
-	if rec > min(f.Stride, f.Size-f.Stride) {
-		return fmt.Errorf("sync mark %s: a record of %d bytes does not fit its slot", w.path, rec)
-	}
-	for len(b) < span {
-		b = append(b, 0)
+	b, rec, err := f.appendSpan(w.buf[:0], m)
+	if err != nil {
+		return fmt.Errorf("sync mark %s: %w", w.path, err)
 	}
 	w.buf = b
 	if w.f == nil {
@@ -362,7 +351,6 @@ func (w *File[T]) Write(v T, sync Sync) error {
 	if _, err := w.f.WriteAt(b, int64(m.Seq%2)*int64(f.Stride)); err != nil {
 		return fmt.Errorf("sync mark %s: %w", w.path, err)
 	}
-	var err error
 	switch sync {
 	case Started:
 		err = vfs.StartWriteBack(w.f)
@@ -376,6 +364,69 @@ func (w *File[T]) Write(v T, sync Sync) error {
 	}
 	w.seq, w.started = m.Seq, sync == Started
 	return nil
+}
+
+// appendSpan appends the bytes of m's slot to dst: its record, then zeros
+// to the slot's end, so that every byte of the file is accounted for
+// (Slack), whatever an earlier, longer record left there. rec is the
+// record's length.
+func (f *Format[T]) appendSpan(dst []byte, m Mark[T]) (b []byte, rec int, err error) {
+	span := f.Stride
+	if m.Seq%2 == 1 {
+		span = f.Size - f.Stride
+	}
+	b = f.AppendSlot(dst, m)
+	rec = len(b) - len(dst)
+	if rec > min(f.Stride, f.Size-f.Stride) {
+		return nil, 0, fmt.Errorf("a record of %d bytes does not fit its slot", rec)
+	}
+	for len(b)-len(dst) < span {
+		b = append(b, 0)
+	}
+	return b, rec, nil
+}
+
+// Stage prepares the write of m to its slot of the mark file at path,
+// which must exist at its size (else an error matching fs.ErrNotExist or
+// ErrSize), for a writer that makes it durable on another goroutine: the
+// file is opened now, and write overwrites the slot, fdatasyncs it and
+// closes the file, so it writes the file that was there at Stage even if
+// it was replaced since. m.Seq must be above every slot the file holds.
+// The writes of one file must run one at a time (a page rewritten while
+// its write is in flight may reach the disk with old and new bytes
+// mixed), in the order they were staged, each exactly once (it closes
+// the file).
+func (f *Format[T]) Stage(fsys vfs.FS, path string, m Mark[T]) (write func() error, err error) {
+	b, _, err := f.appendSpan(nil, m)
+	if err != nil {
+		return nil, fmt.Errorf("sync mark %s: %w", path, err)
+	}
+	file, err := fsys.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := file.Stat()
+	if err == nil && fi.Size() != int64(f.Size) {
+		err = fmt.Errorf("%d bytes: %w", fi.Size(), ErrSize)
+	}
+	if err != nil {
+		_ = file.Close()
+		return nil, fmt.Errorf("sync mark %s: %w", path, err)
+	}
+	at := int64(m.Seq%2) * int64(f.Stride)
+	return func() error {
+		_, err := file.WriteAt(b, at)
+		if err == nil {
+			err = vfs.Datasync(file)
+		}
+		if cerr := file.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("sync mark %s: %w", path, err)
+		}
+		return nil
+	}, nil
 }
 
 // wait waits for the last slot's write if it was only started: a page
