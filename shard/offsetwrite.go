@@ -24,10 +24,10 @@ import (
 // deterministic.
 //
 // The writer goroutine is started at the first staged store, so a shard
-// whose consumers never commit has none; Close stops it after it ran
-// every write it was handed (a run.Group member drains before it
-// returns) and runs what is left on the closing goroutine
-// (drainOffsetWrites), before the partitions are closed.
+// whose consumers never commit has none. It is a member of the shard's
+// run.Group: Close stops it with the pump, then runs the writes still
+// queued on the closing goroutine (drainOffsetWrites), answering their
+// stores, before the partitions are closed.
 
 // offsetWrite is a staged store: its write and the frame it answers.
 type offsetWrite struct {
