@@ -29,6 +29,13 @@ import (
 // CreateTopic does. The promise of each half is its own call's: the
 // topic is durable when it is returned, and an acknowledged produce is
 // durable per the topic's fsync policy in a topic that exists.
+//
+// If making the command durable fails after the produce was sent (the
+// metadata log's fsync fails), the error matches ErrOutcomeUnknown as
+// well as its cause: the command may be in the log all the same, and a
+// restart that reads it commits the topic with the messages the journal
+// holds, or it may not be. Neither half can be said to have failed; the
+// caller looks the topic up (after a restart) to know.
 func (n *Node) CreateTopicAndProduce(ctx context.Context, s Stream, name string, partitions int, part uint32, msgs []Message, opts ...TopicOption) (Topic, Ack, error) {
 	start := n.cfg.Clock.Now()
 	if err := n.begin(ctx); err != nil {
@@ -69,7 +76,17 @@ func (n *Node) CreateTopicAndProduce(ctx context.Context, s Stream, name string,
 		}
 	})
 	if err != nil {
-		return Topic{}, Ack{}, n.staleCommand(err, s.String())
+		err = n.staleCommand(err, s.String())
+		if sent {
+			// The command was written to the metadata log and the
+			// produce to the partition's journal; what failed came
+			// after (the log's fsync). The held answer is not waited
+			// for: the partition is torn down here, but the command
+			// may still be read from the log at the next start, with
+			// the messages' record of its incarnation.
+			return Topic{}, Ack{}, fmt.Errorf("%w: the topic's command was logged and its messages sent before it failed: %w", ErrOutcomeUnknown, err)
+		}
+		return Topic{}, Ack{}, err
 	}
 	t := Topic{Stream: s, ID: res.Topic, Revision: res.Revision, Name: name}
 	if sent {

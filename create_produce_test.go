@@ -2,6 +2,7 @@ package parkway_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"sync"
@@ -16,9 +17,11 @@ import (
 )
 
 // overlapFS holds the metadata log's fsync while armed, and records
-// whether the node's journal was fsynced while it was held.
+// whether the node's journal was fsynced while it was held; with fail
+// set, the fsync held fails with it once released, without syncing.
 type overlapFS struct {
 	vfs.FS
+	fail    error
 	mu      sync.Mutex
 	armed   bool
 	holding bool
@@ -45,11 +48,12 @@ type overlapFile struct {
 	o *overlapFS
 }
 
-// before holds the metadata log's fsync, before it runs, while armed.
-func (f *overlapFile) before() {
+// before holds the metadata log's fsync, before it runs, while armed,
+// and returns the error it fails with then (overlapFS.fail).
+func (f *overlapFile) before() error {
 	o := f.o
 	if !strings.Contains(f.Name(), string(os.PathSeparator)+"wal-") || !strings.Contains(f.Name(), "metadata") {
-		return
+		return nil
 	}
 	o.mu.Lock()
 	hold := o.armed
@@ -62,7 +66,9 @@ func (f *overlapFile) before() {
 		o.mu.Lock()
 		o.holding = false
 		o.mu.Unlock()
+		return o.fail
 	}
+	return nil
 }
 
 // after notes a journal fsync made while the metadata log's is held.
@@ -80,14 +86,18 @@ func (f *overlapFile) after() {
 }
 
 func (f *overlapFile) Sync() error {
-	f.before()
+	if err := f.before(); err != nil {
+		return err
+	}
 	err := f.File.Sync()
 	f.after()
 	return err
 }
 
 func (f *overlapFile) Datasync() error {
-	f.before()
+	if err := f.before(); err != nil {
+		return err
+	}
 	err := vfs.Datasync(f.File)
 	f.after()
 	return err
@@ -316,5 +326,73 @@ func checkCreateProduceCrashAt(t *testing.T, i int64, fault error) {
 		if got := payloads(readAll(t, n3, tp, 0)); len(got) != 0 {
 			t.Fatalf("op %d (%v): after a second crash the topic created again holds %q: a record of an incarnation that never committed", i, fault, got)
 		}
+	}
+}
+
+// The metadata log's fsync of a topic created and produced to at once
+// (PrebuildPartitions) fails after the produce was sent to the
+// provisional partition, and after the message's record was fsynced in
+// the journal: the command is in the log, unsynced (the operating
+// system keeps the write). Neither half may be reported as failed: the
+// error matches ErrOutcomeUnknown and its cause, and the node, reopened
+// on the same directory, reads the command back and serves the topic
+// with the message.
+func TestCreateTopicAndProduceMetadataSyncFailsOutcomeUnknown(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	fsys := newOverlapFS()
+	fsys.fail = syscall.EIO
+	opt := parkway.WithFsync(parkway.FsyncAlways, time.Hour)
+	n, err := parkway.Open(parkway.Config{Shards: 2, DataDir: dir, FS: fsys, PrebuildPartitions: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := n.Admin().CreateStream(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsys.mu.Lock()
+	fsys.armed = true
+	fsys.mu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := n.CreateTopicAndProduce(ctx, s, "t", 1, 0, []parkway.Message{{Payload: []byte("first")}}, opt)
+		done <- err
+	}()
+	released := false
+	defer func() {
+		if !released {
+			close(fsys.release)
+		}
+	}()
+	select {
+	case <-fsys.held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the metadata log was not fsynced")
+	}
+	select {
+	case <-fsys.journal:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the journal was not fsynced while the metadata log's fsync was held")
+	}
+	close(fsys.release)
+	released = true
+	err = <-done
+	if !errors.Is(err, parkway.ErrOutcomeUnknown) || !errors.Is(err, syscall.EIO) {
+		t.Fatalf("CreateTopicAndProduce with the metadata log's fsync failing: %v; want ErrOutcomeUnknown wrapping the cause", err)
+	}
+	_ = n.Close()
+
+	n2, err := parkway.Open(parkway.Config{Shards: 2, DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n2.Close()
+	tp, err := n2.Topic(ctx, s, "t")
+	if err != nil {
+		t.Fatalf("reopened: %v; want the logged command committed", err)
+	}
+	if got := payloads(readAll(t, n2, tp, 0)); len(got) != 1 || got[0] != "first@0" {
+		t.Fatalf("reopened, the topic holds %q, want [first@0]", got)
 	}
 }

@@ -348,11 +348,23 @@ func (e *Engine) removeOrphans() error {
 			continue
 		}
 		if ok && st.Damage != nil {
-			// Whose data this is cannot be told: removing it could delete
-			// the committed incarnation's acknowledged messages. Its
-			// Build reports the damage instead.
-			e.cfg.Logger.Error("partition directory with a damaged incarnation record kept", "ns", st.NS, "err", st.Damage)
-			continue
+			switch inc := e.damagedOwnerIncarnation(st); {
+			case inc == rev:
+				// The committed incarnation's replica, whose raft log is
+				// damaged or was refused: its build reports it (and has
+				// the replica re-seeded), not the sweep at every start.
+				continue
+			case inc != 0 && inc < rev:
+				// An earlier incarnation's, as the log's tag says:
+				// nothing of the committed one's, an orphan (its build
+				// would discard it the same way).
+			default:
+				// Whose data this is cannot be told: removing it could
+				// delete the committed incarnation's acknowledged
+				// messages. Its Build reports the damage instead.
+				e.cfg.Logger.Error("partition directory with a damaged incarnation record kept", "ns", st.NS, "err", st.Damage)
+				continue
+			}
 		}
 		if err := e.store.Remove(st.NS); err != nil {
 			return fmt.Errorf("parkway: remove orphan partition %v: %w", st.NS, err)
@@ -360,6 +372,29 @@ func (e *Engine) removeOrphans() error {
 		e.cfg.Logger.Info("removed orphan partition", "ns", st.NS, "epoch", st.Epoch)
 	}
 	return nil
+}
+
+// damagedOwnerIncarnation returns the incarnation the raft log in st's
+// directory names (its tag, which a damaged log's sync mark or valid
+// prefix still holds, and a refused log's record keeps: shard.RaftLogOf)
+// when st's damage is that log's — not the partition's incarnation
+// record's — and 0 when it names none or the damage is another.
+//
+// Why. A replica's directory with no incarnation file of its own is at
+// the incarnation its raft log names; a log refused as damaged
+// (shard.RefuseRaftLog) or damaged is listed with that damage, and was
+// taken for a damaged incarnation record: kept for good, and logged as
+// such at every start, even when the log's tag says whose it is — an
+// earlier incarnation's, or the committed one's awaiting its re-seed.
+func (e *Engine) damagedOwnerIncarnation(st partition.Stored) uint64 {
+	if e.fstore == nil || !shard.RaftLogLost(st.Damage) {
+		return 0
+	}
+	l, _ := shard.RaftLogOf(e.fstore.Location(st.NS))
+	if !l.Tagged {
+		return 0
+	}
+	return l.Incarnation
 }
 
 // Start launches the engine's drivers and returns: the shards' pumps, a

@@ -146,7 +146,7 @@ func TestClusterSCRAMOverTLS(t *testing.T) {
 		return len(md.Topics[topic].Partitions) == parts && len(leaders) > 1
 	})
 
-	writes := &produceWrites{to: map[int32]int{}}
+	writes := newRequestWrites(kmsg.Produce)
 	prod := c.client([]int32{1}, append(secure, kgo.DefaultProduceTopic(topic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.WithHooks(writes))...)
 	acked := map[int32]map[int64]string{}
@@ -179,15 +179,20 @@ func TestClusterSCRAMOverTLS(t *testing.T) {
 	t.Logf("produced through brokers %v (leaders %v)", brokers, leaders)
 }
 
-// produceWrites counts the produce requests a client wrote to each
-// broker without error.
-type produceWrites struct {
-	mu sync.Mutex
-	to map[int32]int
+// requestWrites counts the requests of one API key a client wrote to
+// each broker without error.
+type requestWrites struct {
+	key int16
+	mu  sync.Mutex
+	to  map[int32]int
 }
 
-func (w *produceWrites) OnBrokerWrite(meta kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
-	if key != int16(kmsg.Produce) || err != nil {
+func newRequestWrites(key kmsg.Key) *requestWrites {
+	return &requestWrites{key: int16(key), to: map[int32]int{}}
+}
+
+func (w *requestWrites) OnBrokerWrite(meta kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key != w.key || err != nil {
 		return
 	}
 	w.mu.Lock()
@@ -195,7 +200,7 @@ func (w *produceWrites) OnBrokerWrite(meta kgo.BrokerMetadata, key int16, _ int,
 	w.mu.Unlock()
 }
 
-func (w *produceWrites) brokers() []int32 {
+func (w *requestWrites) brokers() []int32 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var ids []int32
@@ -211,17 +216,58 @@ func (w *produceWrites) brokers() []int32 {
 // OffsetCommit in its old generation is refused (ILLEGAL_GENERATION, or
 // REBALANCE_IN_PROGRESS) and the committed offset stays where the
 // commit of the current generation left it; a commit in the current
-// generation is taken.
+// generation is taken. On one node, and on a 3-node cluster with every
+// client bootstrapped at a node that is not the group's coordinator, so
+// each commit crosses to the coordinator's listener.
 func TestClassicCommitFenceOverTheWire(t *testing.T) {
-	f := serve(t, Config{})
+	const group = "classic-fence"
+	t.Run("node", func(t *testing.T) {
+		f := serve(t, Config{})
+		classicCommitFence(t, group, f.client, nil)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		c := startCluster(t)
+		coord := c.agreedCoordinator(group)
+		seed := coord%3 + 1 // another node
+		commits := newRequestWrites(kmsg.OffsetCommit)
+		client := func(_ testing.TB, opts ...kgo.Opt) *kgo.Client {
+			return c.client([]int32{seed}, append(opts, kgo.WithHooks(commits))...)
+		}
+		classicCommitFence(t, group, client, func() {
+			// The commits went to the coordinator alone, not to the
+			// bootstrap node.
+			if got := commits.brokers(); !slices.Equal(got, []int32{coord}) {
+				t.Fatalf("OffsetCommit written to brokers %v, want the coordinator %d alone (bootstrapped at %d)", got, coord, seed)
+			}
+			// The committed offset reads back at every listener's
+			// coordinator lookup: a client bootstrapped at each node.
+			for id := range c.servers {
+				offs, err := kadm.NewClient(c.client([]int32{id})).FetchOffsets(ctxFor(t), group)
+				if err != nil {
+					t.Fatalf("FetchOffsets through %d: %v", id, err)
+				}
+				if o, ok := offs.Lookup(classicFenceTopic, 0); !ok || o.Err != nil || o.At != 7 {
+					t.Fatalf("FetchOffsets through %d: %+v %v, want 7", id, o, ok)
+				}
+			}
+			t.Logf("coordinator %d, clients bootstrapped at %d", coord, seed)
+		})
+	})
+}
+
+const classicFenceTopic = "classic-fenced"
+
+// classicCommitFence is TestClassicCommitFenceOverTheWire with clients
+// client makes; after (if not nil) runs at the end.
+func classicCommitFence(t *testing.T, group string, client func(testing.TB, ...kgo.Opt) *kgo.Client, after func()) {
 	ctx := ctxFor(t)
-	const group, topic = "classic-fence", "classic-fenced"
-	adm := kadm.NewClient(f.client(t))
+	const topic = classicFenceTopic
+	adm := kadm.NewClient(client(t))
 	if res, err := adm.CreateTopics(ctx, 4, -1, nil, topic); err != nil || res[topic].Err != nil {
 		t.Fatalf("CreateTopics: %v %v", err, res[topic].Err)
 	}
 	member := func() *kgo.Client {
-		return f.client(t, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+		return client(t, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
 			kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.DisableAutoCommit())
 	}
 	// commit sends an OffsetCommit of partition 0 through cl (to the
@@ -311,6 +357,9 @@ func TestClassicCommitFenceOverTheWire(t *testing.T) {
 		t.Fatalf("committed offset %d, want 7", got)
 	}
 	t.Logf("stale commit in generation %d (group at %d): code %d", g1, g2, code)
+	if after != nil {
+		after()
+	}
 }
 
 // TestClusterDefaultReplicationFactor: with DefaultReplicationFactor 2

@@ -198,7 +198,10 @@ func (c *conn) readLoop(queue chan<- *pending) {
 			c.closeFor("read", err)
 			return
 		}
-		c.s.metrics.bytesIn.Add(float64(n) + 4)
+		// The key is the frame's first two bytes (n is at least 10): an
+		// unknown one is counted as "unknown", so a client cannot grow
+		// the series.
+		c.s.metrics.bytesIn.WithLabelValues(apiName(int16(binary.BigEndian.Uint16(frame)))).Add(float64(n) + 4)
 		p, err := c.s.process(c.ctx, frame, c.remote, c.sess)
 		switch {
 		case !pooled:
@@ -312,7 +315,7 @@ func (c *conn) writeLoop(queue <-chan *pending) {
 			c.abort()
 			continue
 		}
-		c.s.metrics.bytesOut.Add(float64(len(buf)))
+		c.s.metrics.bytesOut.WithLabelValues(api).Add(float64(len(buf)))
 		// Flush when nothing else is ready, so pipelined responses share
 		// a write.
 		if len(queue) == 0 {

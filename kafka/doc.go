@@ -123,6 +123,12 @@
 // inflated into at most the request limit. A malformed request, an
 // unknown API key or an unsupported version of anything but ApiVersions
 // closes the connection, as a Kafka broker does; an unsupported
-// ApiVersions gets UNSUPPORTED_VERSION with the versions served. A panic
-// while serving a connection closes that connection only.
+// ApiVersions gets UNSUPPORTED_VERSION with the versions served. The
+// close is the correct answer, not a missing error code: a response's
+// error code sits in its body, laid out per key and version, so an answer
+// to a key or version the listener has no schema for could not be read
+// by the client; only ApiVersions has a reply every client can read (its
+// v0). Clients never meet it: they send only what ApiVersions announced
+// (franz-go fails any other request itself, unsent). A panic while
+// serving a connection closes that connection only.
 package kafka

@@ -37,7 +37,13 @@ func (s *seen) count() int {
 
 func startMember(t *testing.T, f *fixture, idx int, group, topic string, s *seen) *groupMember {
 	t.Helper()
-	cl := f.client(t, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+	return startMemberOf(t, f.client, idx, group, topic, s)
+}
+
+// startMemberOf is startMember with clients client makes.
+func startMemberOf(t *testing.T, client func(testing.TB, ...kgo.Opt) *kgo.Client, idx int, group, topic string, s *seen) *groupMember {
+	t.Helper()
+	cl := client(t, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(),
 		kgo.HeartbeatInterval(100*time.Millisecond), kgo.SessionTimeout(3*time.Second),
 		kgo.FetchMaxWait(200*time.Millisecond), kgo.ClientID(fmt.Sprint("member-", idx)))
@@ -78,16 +84,39 @@ func (f *fixture) waitGroup(t *testing.T, group string, n int) int32 {
 	t.Helper()
 	deadline := time.Now().Add(testTimeout)
 	for {
-		f.srv.groups.mu.Lock()
-		g := f.srv.groups.groups[group]
-		ok := g != nil && g.state == groupStable && len(g.members) == n
-		var gen int32
-		if g != nil {
-			gen = g.generation
-		}
-		f.srv.groups.mu.Unlock()
-		if ok {
+		if gen, ok := f.stableGroup(group, n); ok {
 			return gen
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("group %s never became stable with %d members", group, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// stableGroup reports whether f's listener coordinates group as stable
+// with n members, and its generation.
+func (f *fixture) stableGroup(group string, n int) (int32, bool) {
+	f.srv.groups.mu.Lock()
+	defer f.srv.groups.mu.Unlock()
+	g := f.srv.groups.groups[group]
+	if g == nil || g.state != groupStable || len(g.members) != n {
+		return 0, false
+	}
+	return g.generation, true
+}
+
+// waitGroup waits until one of the cluster's listeners coordinates group
+// as stable with n members, and returns its generation.
+func (c *cluster) waitGroup(t *testing.T, group string, n int) int32 {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for {
+		for _, srv := range c.servers {
+			f := fixture{srv: srv}
+			if gen, ok := f.stableGroup(group, n); ok {
+				return gen
+			}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("group %s never became stable with %d members", group, n)
@@ -100,15 +129,33 @@ func (f *fixture) waitGroup(t *testing.T, group string, n int) int32 {
 // franz-go's default) share six partitions through the listener's group
 // coordinator; every record is consumed; when one leaves, the others take
 // its partitions; the group's commits land in the group log and kadm
-// reads them back at the partitions' ends.
+// reads them back at the partitions' ends. On one node, and on a 3-node
+// cluster whose members each bootstrap from every listener (the
+// coordinator is the leader of the group's partition of
+// __group_coordinators, wherever that is).
 func TestConsumerGroupRebalance(t *testing.T) {
-	f := serve(t, Config{})
+	t.Run("node", func(t *testing.T) {
+		f := serve(t, Config{})
+		consumerGroupRebalance(t, f.client, f.waitGroup)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		c := startCluster(t)
+		consumerGroupRebalance(t, func(t testing.TB, opts ...kgo.Opt) *kgo.Client {
+			return c.client([]int32{1, 2, 3}, opts...)
+		}, c.waitGroup)
+	})
+}
+
+// consumerGroupRebalance is TestConsumerGroupRebalance's case on clients
+// client makes; waitGroup waits for the group to be stable with n
+// members at its coordinator and returns its generation.
+func consumerGroupRebalance(t *testing.T, client func(testing.TB, ...kgo.Opt) *kgo.Client, waitGroup func(t *testing.T, group string, n int) int32) {
 	ctx := ctxFor(t)
-	adm := kadm.NewClient(f.client(t))
+	adm := kadm.NewClient(client(t))
 	if res, err := adm.CreateTopics(ctx, 6, -1, nil, "work"); err != nil || res["work"].Err != nil {
 		t.Fatalf("CreateTopics: %v %v", err, res["work"].Err)
 	}
-	prod := f.client(t, kgo.DefaultProduceTopic("work"), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	prod := client(t, kgo.DefaultProduceTopic("work"), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
 	produce := func(from, to int) {
 		t.Helper()
 		for i := from; i < to; i++ {
@@ -121,7 +168,7 @@ func TestConsumerGroupRebalance(t *testing.T) {
 	s := &seen{by: map[string][]int{}}
 	var members []*groupMember
 	for i := range 3 {
-		members = append(members, startMember(t, f, i, "billing", "work", s))
+		members = append(members, startMemberOf(t, client, i, "billing", "work", s))
 	}
 	defer func() {
 		for _, m := range members {
@@ -130,7 +177,7 @@ func TestConsumerGroupRebalance(t *testing.T) {
 			}
 		}
 	}()
-	gen := f.waitGroup(t, "billing", 3)
+	gen := waitGroup(t, "billing", 3)
 	produce(0, 600)
 	waitCount(t, s, 600)
 	s.mu.Lock()
@@ -153,7 +200,7 @@ func TestConsumerGroupRebalance(t *testing.T) {
 
 	members[2].stop()
 	members[2] = nil
-	if gen2 := f.waitGroup(t, "billing", 2); gen2 <= gen {
+	if gen2 := waitGroup(t, "billing", 2); gen2 <= gen {
 		t.Fatalf("generation %d after a member left, was %d", gen2, gen)
 	}
 	produce(600, 900)

@@ -18,9 +18,45 @@ import (
 // TestProduceConsumeEveryCodec produces keyed records with headers through
 // franz-go's idempotent producer with each compression codec, to a topic
 // the produce auto-creates, and consumes them back from the earliest
-// offset: keys, values, headers, timestamps and offsets intact.
+// offset: keys, values, headers, timestamps and offsets intact. On each
+// of the listener's two produce paths: a node in memory keeps each batch
+// as the client sent it and hands it back so; a node on disk and a
+// 3-node cluster decode each batch into parkway messages and encode them
+// again for the fetch (appendBatch), so there each codec's records cross
+// parkway's own message format both ways.
 func TestProduceConsumeEveryCodec(t *testing.T) {
-	f := serve(t, Config{DefaultPartitions: 2})
+	t.Run("memory", func(t *testing.T) {
+		f := serve(t, Config{DefaultPartitions: 2})
+		produceConsumeEveryCodec(t, f.client)
+	})
+	t.Run("disk", func(t *testing.T) {
+		node, err := parkway.Open(parkway.Config{Shards: 2, DataDir: t.TempDir()})
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		t.Cleanup(func() {
+			if err := node.Close(); err != nil {
+				t.Errorf("node Close: %v", err)
+			}
+		})
+		if node.KeepsEncoded() {
+			t.Fatal("a node on disk keeps batches as sent: this case would not test the messages path")
+		}
+		l := listen(t, node, Config{DefaultPartitions: 2})
+		f := &fixture{node: node, srv: l.srv, addr: l.addr}
+		produceConsumeEveryCodec(t, f.client)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		c := startCluster(t)
+		produceConsumeEveryCodec(t, func(t testing.TB, opts ...kgo.Opt) *kgo.Client {
+			return c.client([]int32{2}, opts...)
+		})
+	})
+}
+
+// produceConsumeEveryCodec is TestProduceConsumeEveryCodec's case on one
+// listener (or cluster), whose clients client makes.
+func produceConsumeEveryCodec(t *testing.T, client func(testing.TB, ...kgo.Opt) *kgo.Client) {
 	for _, c := range []struct {
 		name  string
 		codec kgo.CompressionCodec
@@ -33,7 +69,7 @@ func TestProduceConsumeEveryCodec(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			topic := "codec-" + c.name
-			prod := f.client(t, kgo.ProducerBatchCompression(c.codec), kgo.DefaultProduceTopic(topic), kgo.AllowAutoTopicCreation())
+			prod := client(t, kgo.ProducerBatchCompression(c.codec), kgo.DefaultProduceTopic(topic), kgo.AllowAutoTopicCreation())
 			const n = 200
 			base := time.Now().Truncate(time.Millisecond)
 			var want []*kgo.Record
@@ -55,7 +91,7 @@ func TestProduceConsumeEveryCodec(t *testing.T) {
 					t.Fatalf("record %d not acknowledged", i)
 				}
 			}
-			cons := f.client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+			cons := client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 			got := consume(t, cons, n)
 			if len(got) != n {
 				t.Fatalf("consumed %d records, want %d", len(got), n)
@@ -85,19 +121,32 @@ func TestProduceConsumeEveryCodec(t *testing.T) {
 }
 
 // TestConsumeFromLatest: a consumer starting at the end sees only what is
-// produced after it started, its fetch waiting at the partition.
+// produced after it started, its fetch waiting at the partition; on one
+// node and on a 3-node cluster (clusterOfOnePartition).
 func TestConsumeFromLatest(t *testing.T) {
-	f := serve(t, Config{})
-	prod := f.client(t, kgo.DefaultProduceTopic("latest"), kgo.AllowAutoTopicCreation())
+	t.Run("node", func(t *testing.T) { consumeFromLatest(t, serve(t, Config{}).client) })
+	t.Run("cluster", func(t *testing.T) { consumeFromLatest(t, clusterOfOnePartition(t)) })
+}
+
+// clusterOfOnePartition starts a 3-node cluster whose listeners
+// auto-create topics of one partition, and returns a maker of clients
+// that bootstrap from every listener.
+func clusterOfOnePartition(t *testing.T) func(testing.TB, ...kgo.Opt) *kgo.Client {
+	c := startClusterWith(t, 3, func(cfg *Config) { cfg.DefaultPartitions = 1 })
+	return func(_ testing.TB, opts ...kgo.Opt) *kgo.Client { return c.client([]int32{1, 2, 3}, opts...) }
+}
+
+func consumeFromLatest(t *testing.T, client func(testing.TB, ...kgo.Opt) *kgo.Client) {
+	prod := client(t, kgo.DefaultProduceTopic("latest"), kgo.AllowAutoTopicCreation())
 	for i := range 5 {
 		if err := prod.ProduceSync(ctxFor(t), kgo.StringRecord(fmt.Sprint("old-", i))).FirstErr(); err != nil {
 			t.Fatalf("produce: %v", err)
 		}
 	}
-	cons := f.client(t, kgo.ConsumeTopics("latest"), kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()), kgo.FetchMaxWait(200*time.Millisecond))
+	cons := client(t, kgo.ConsumeTopics("latest"), kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()), kgo.FetchMaxWait(200*time.Millisecond))
 	// The consumer has its start once ListOffsets answered: wait until
 	// it is fetching (its offset moved from the unset value).
-	adm := kadm.NewClient(f.client(t))
+	adm := kadm.NewClient(client(t))
 	ends, err := adm.ListEndOffsets(ctxFor(t), "latest")
 	if err != nil || ends.Error() != nil {
 		t.Fatalf("ListEndOffsets: %v %v", err, ends.Error())
@@ -318,10 +367,14 @@ func TestFetchMinBytesSendsRecordsOnce(t *testing.T) {
 
 // TestConsumeFromTimestamp: a consumer starting at a timestamp (ListOffsets
 // by time, over parkway's append-time index) gets the records appended at
-// or after it and none before.
+// or after it and none before; on one node and on a 3-node cluster.
 func TestConsumeFromTimestamp(t *testing.T) {
-	f := serve(t, Config{})
-	prod := f.client(t, kgo.DefaultProduceTopic("timed"), kgo.AllowAutoTopicCreation())
+	t.Run("node", func(t *testing.T) { consumeFromTimestamp(t, serve(t, Config{}).client) })
+	t.Run("cluster", func(t *testing.T) { consumeFromTimestamp(t, clusterOfOnePartition(t)) })
+}
+
+func consumeFromTimestamp(t *testing.T, client func(testing.TB, ...kgo.Opt) *kgo.Client) {
+	prod := client(t, kgo.DefaultProduceTopic("timed"), kgo.AllowAutoTopicCreation())
 	for i := range 5 {
 		if err := prod.ProduceSync(ctxFor(t), kgo.StringRecord(fmt.Sprint("early-", i))).FirstErr(); err != nil {
 			t.Fatal(err)
@@ -338,7 +391,7 @@ func TestConsumeFromTimestamp(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cons := f.client(t, kgo.ConsumeTopics("timed"), kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(cut.UnixMilli())))
+	cons := client(t, kgo.ConsumeTopics("timed"), kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(cut.UnixMilli())))
 	got := consume(t, cons, 3)
 	for i, r := range got {
 		if want := fmt.Sprint("late-", i); string(r.Value) != want || r.Offset != int64(5+i) {

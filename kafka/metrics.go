@@ -8,13 +8,13 @@ import (
 )
 
 // serverMetrics are the listener's Prometheus series: requests, errors by
-// error code and latency per API, bytes in and out, connections.
+// error code, latency and bytes in and out per API, connections.
 type serverMetrics struct {
 	requests    *prometheus.CounterVec
 	errors      *prometheus.CounterVec
 	latency     *prometheus.HistogramVec
-	bytesIn     prometheus.Counter
-	bytesOut    prometheus.Counter
+	bytesIn     *prometheus.CounterVec
+	bytesOut    *prometheus.CounterVec
 	connections prometheus.Gauge
 	refused     *prometheus.CounterVec
 	closed      *prometheus.CounterVec
@@ -34,12 +34,12 @@ func newServerMetrics(labels prometheus.Labels) *serverMetrics {
 			Name: "parkway_kafka_request_seconds", Help: "Time from a request read to its response written, by API.",
 			Buckets: prometheus.ExponentialBuckets(50e-6, 4, 10), ConstLabels: labels,
 		}, []string{"api"}),
-		bytesIn: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "parkway_kafka_received_bytes_total", Help: "Request bytes read, size prefixes included.", ConstLabels: labels,
-		}),
-		bytesOut: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "parkway_kafka_sent_bytes_total", Help: "Response bytes written, size prefixes included.", ConstLabels: labels,
-		}),
+		bytesIn: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "parkway_kafka_received_bytes_total", Help: "Request bytes read, size prefixes included, by API.", ConstLabels: labels,
+		}, []string{"api"}),
+		bytesOut: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "parkway_kafka_sent_bytes_total", Help: "Response bytes written, size prefixes included, by API.", ConstLabels: labels,
+		}, []string{"api"}),
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "parkway_kafka_connections", Help: "Open client connections.", ConstLabels: labels,
 		}),

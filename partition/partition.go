@@ -252,6 +252,10 @@ type Stored struct {
 	// Damage, when set, is the *CorruptError of a damaged incarnation
 	// record: which incarnation the data belongs to is unknown, so it
 	// must be neither removed as an orphan nor served; Build reports it.
+	// A directory of a replica built deferred has its owner's damage
+	// here (a raft log damaged, or refused), though the owner's files may
+	// still name the incarnation (FileConfig.OwnerIncarnation): the
+	// caller may ask them, as a cluster node's orphan sweep does.
 	Damage error
 }
 

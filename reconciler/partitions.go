@@ -888,8 +888,13 @@ func (r *Partitions) repair(info metadata.PartitionInfo, p partition.Partition, 
 // the new replica starts empty. A log whose replica cannot be read (it
 // is damaged) is the reported one's when this reconciler reported it; a
 // log of an older generation than the metadata's, read from its tag, is
-// replaced for sure. What it never does is empty a log of the replica
-// the metadata names: that replica lost its log and is reported again.
+// replaced for sure — a damaged log's tag included (its sync mark's, its
+// valid prefix's) and a refused one's (the record keeps the log), so a
+// reconciler restarted after the re-seed committed, which remembers no
+// report, does not report it again. The report waits for the refusal's
+// record on disk (shard.RefuseRaftLog). What it never does is empty a
+// log of the replica the metadata names: that replica lost its log and
+// is reported again.
 // (A log newer than the metadata — a node whose metadata lags its raft
 // log — is refused by its tag, reported to no effect, and taken once the
 // metadata catches up: ReseedReplica of an id no longer in the replica
@@ -910,10 +915,13 @@ func (r *Partitions) reseed(info metadata.PartitionInfo, cause error) bool {
 	// this incarnation's (reincarnate refused it).
 	var older, unread, unproven bool
 	l, lerr := shard.RaftLogOf(fsys, dir)
-	switch {
-	case lerr != nil:
-		unread = true
-	case l.Held || l.Tagged:
+	unread = lerr != nil
+	if l.Held || l.Tagged {
+		// A damaged or refused log still names whose it was (its sync
+		// mark's tag, its valid prefix's, the refused record's): one of
+		// an older replica than the metadata's is set aside, though no
+		// report of it is remembered (a restart after the re-seed
+		// committed forgets r.reseeding).
 		of := l.Replica
 		if of == 0 {
 			of = r.cfg.Node // tagged before tags named the replica: generation 0
@@ -943,6 +951,23 @@ func (r *Partitions) reseed(info metadata.PartitionInfo, cause error) bool {
 			"ns", info.NS, "replica", id, "aside", aside)
 		return true
 	case (shard.RaftLogLost(cause) || unproven) && r.cfg.Reseed != nil:
+		// The refusal is recorded on disk first (the damaged log set
+		// aside beside the replica's copy), and the re-seed reported
+		// only once it is: the report is a proposal a power loss may
+		// drop, and a later lie may hide the damage, so without the
+		// record a restart could build the replica under its raft id
+		// from the log it refused (shard.RefuseRaftLog) — and once the
+		// re-seed commits, the record is what still refuses that log.
+		// A failed record is retried at the next build, which finds
+		// the damage again; the report waits for it.
+		q, err := shard.RefuseRaftLog(fsys, dir, cause, lerr)
+		if err != nil {
+			r.log.Error("recording a refused raft log on disk failed; the re-seed is reported once it is recorded", "ns", info.NS, "error", err)
+			return false
+		}
+		if q != "" {
+			r.log.Warn("refused raft log set aside", "ns", info.NS, "aside", q)
+		}
 		if unread || unproven {
 			// Whose the log is can be told only now: the node's
 			// metadata, durable with what it acted on, names id, so the
@@ -950,17 +975,6 @@ func (r *Partitions) reseed(info metadata.PartitionInfo, cause error) bool {
 			// (or of an earlier incarnation, which the new replica
 			// replaces all the same).
 			r.reseeding[info.NS] = id
-		}
-		// The refusal is recorded on disk first (the damaged log set
-		// aside beside the replica's copy): the re-seed report is a
-		// proposal a power loss may drop, and a later lie may hide the
-		// damage, so without the record a restart could build the
-		// replica under its raft id from the log it refused
-		// (shard.RefuseRaftLog).
-		if q, err := shard.RefuseRaftLog(fsys, dir, cause, lerr); err != nil {
-			r.log.Error("recording a refused raft log on disk failed; the next build refuses it again", "ns", info.NS, "error", err)
-		} else if q != "" {
-			r.log.Warn("refused raft log set aside", "ns", info.NS, "aside", q)
 		}
 		r.log.Error("raft log damaged or of unproven incarnation: the replica is re-seeded from its peers under a new raft id", "ns", info.NS, "replica", id, "error", cause)
 		r.cfg.Reseed(info.NS, info.CreatedRevision, id)

@@ -1,13 +1,16 @@
 package shard
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/metrics"
 	"github.com/parkway-io/parkway/partition"
 )
 
@@ -128,8 +131,20 @@ func (cg *commitGroup) appended(o *owned, f Frame, r Response) {
 // FsyncInterval, appended), unless its partition is provisional and the
 // answer succeeded: then it is held until the partition's incarnation
 // commits (provisional.go).
+//
+// A held answer is still bound by its request's deadline (the barrier
+// rule: no frame is left without an answer past it): one whose deadline
+// has passed is answered errHeldExpired, at once or when the park timer,
+// armed for it, fires (expireHeld).
 func (cg *commitGroup) ack(pa pendingAck) {
 	if pa.o.sync.provisional && pa.r.Err == nil {
+		if d := pa.f.Req.Deadline; !d.IsZero() {
+			if !d.After(cg.clock.Now()) {
+				cg.expired(pa)
+				return
+			}
+			cg.owner.armPark(d)
+		}
 		if cg.held == nil {
 			cg.held = make(map[*owned][]pendingAck)
 		}
@@ -138,6 +153,59 @@ func (cg *commitGroup) ack(pa pendingAck) {
 	}
 	cg.polls.touch(pa.o) // acknowledged: readable by waiting polls
 	cg.owner.answer(pa.f, pa.r)
+}
+
+// errHeldExpired answers a produce to a provisional partition whose
+// request's deadline passed while its answer was held for the commit of
+// the partition's topic: the record is durable and is served if that
+// commit lands, and never if it does not — which the shard cannot know
+// yet.
+var errHeldExpired = fmt.Errorf("%w: the request's deadline passed before its topic committed", ErrOutcomeUnknown)
+
+// expired answers a held produce whose deadline has passed.
+func (cg *commitGroup) expired(pa pendingAck) {
+	cg.m.Drop(pa.f.Req.Op.String(), metrics.ReasonParkExpired)
+	cg.owner.answer(pa.f, Response{Err: errHeldExpired})
+}
+
+// expireHeld answers the held produces whose request's deadline is at or
+// before now (errHeldExpired), partition by partition in namespace order
+// and each partition's in arrival order, and returns the earliest
+// deadline of those still held (zero if none has one).
+func (cg *commitGroup) expireHeld(now time.Time) time.Time {
+	var next time.Time
+	if len(cg.held) == 0 {
+		return next
+	}
+	parts := make([]*owned, 0, len(cg.held))
+	for o := range cg.held {
+		parts = append(parts, o)
+	}
+	slices.SortFunc(parts, func(a, b *owned) int { return cmp.Compare(a.p.Namespace(), b.p.Namespace()) })
+	for _, o := range parts {
+		held := cg.held[o]
+		kept := held[:0]
+		for _, pa := range held {
+			switch d := pa.f.Req.Deadline; {
+			case d.IsZero():
+				kept = append(kept, pa)
+			case !d.After(now):
+				cg.expired(pa)
+			default:
+				kept = append(kept, pa)
+				if next.IsZero() || d.Before(next) {
+					next = d
+				}
+			}
+		}
+		clear(held[len(kept):])
+		if len(kept) == 0 {
+			delete(cg.held, o)
+		} else {
+			cg.held[o] = kept
+		}
+	}
+	return next
 }
 
 // unacked reports whether o holds appends whose answers wait for the

@@ -1,5 +1,7 @@
 package shard
 
+import "time"
+
 // The shard's three pump-owned parts — its raft groups (raftGroups), its
 // commit group (commitGroup) and its waiting polls (waitingPolls) — do
 // not hold the shard. Each holds the narrow interface below of what it
@@ -51,6 +53,9 @@ type commitOwner interface {
 	answerer
 	inboxed() bool
 	owns(o *owned) bool
+	// armPark makes the park timer fire no later than at: a held
+	// answer's deadline (expireHeld).
+	armPark(at time.Time)
 }
 
 // inboxed reports whether frames wait in the inbox (commitOwner).

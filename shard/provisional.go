@@ -22,10 +22,12 @@ import (
 //
 // Nothing of a provisional partition is shown to anyone before its
 // incarnation commits: a produce is appended and made durable as any
-// other, but its answer is held (owned.held) until the committed metadata
-// has the partition at the partition's epoch; every other request parks
-// until then. So an acknowledged produce is never one whose topic may
-// still fail to commit. If the command does not commit as announced, the
+// other, but its answer is held (the commit group's held map) until the
+// committed metadata has the partition at the partition's epoch; every
+// other request parks until then. So an acknowledged produce is never one
+// whose topic may still fail to commit. A held answer whose request's
+// deadline passes first is answered then, ErrOutcomeUnknown (expireHeld:
+// the record is durable and served if the topic commits). If the command does not commit as announced, the
 // reconciler tears the partition down (Tombstone) and the held answers
 // say the write was not made (errIncarnation: retriable, and nothing of
 // it is ever served — its journal record names an incarnation the

@@ -2,7 +2,9 @@ package shard
 
 import (
 	"testing"
+	"time"
 
+	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
 )
@@ -166,5 +168,56 @@ func TestProvisionalCommitDuringAFlushWithAParkedRead(t *testing.T) {
 	}
 	if r := read.answered(t); r.Err != nil || r.End != 1 {
 		t.Fatalf("offsets answered %+v, want end 1", r)
+	}
+}
+
+// A produce to a provisional partition is appended and its answer held
+// for its topic's commit, which does not come by the request's deadline:
+// the shard answers it by then, on its own clock with no reconcile pass,
+// with ErrOutcomeUnknown (the record is durable and is served if the
+// topic commits) — never left unanswered, never a success. A produce
+// with no deadline stays held; the commit that lands later answers it,
+// and nothing twice. No timer stays armed once nothing is held.
+func TestProvisionalHeldAckAnsweredByItsDeadline(t *testing.T) {
+	clk := clock.NewManual(time.Unix(0, 0))
+	h := newHarness(t, 1, nil, manual, func(c *Config) { c.Clock = clk })
+	s := h.shards[0]
+	cmd, a, withdraw, p := provisionalPartition(t, h, s, "t")
+	timed, untimed := produce(a.NS, "timed"), produce(a.NS, "untimed")
+	timed.f.Req.Deadline = clk.Now().Add(time.Second)
+	for _, c := range []call{timed, untimed} {
+		c.f.Req.Epoch = a.CreatedRevision
+		if err := s.TrySend(c.f); err != nil {
+			t.Fatal(err)
+		}
+		for s.Step() {
+		}
+	}
+	if got := payloads(t, p); len(got) != 2 {
+		t.Fatalf("provisional partition holds %q, want both produces appended", got)
+	}
+	timed.pending(t)
+	untimed.pending(t)
+	clk.Advance(999 * time.Millisecond)
+	for s.Step() {
+	}
+	timed.pending(t)
+	clk.Advance(time.Millisecond)
+	for s.Step() {
+	}
+	mustErr(t, timed.answered(t), ErrOutcomeUnknown)
+	untimed.pending(t)
+
+	h.apply(cmd)
+	withdraw()
+	if err := h.step(s, opInsertOwned(p, noSync)); err != nil {
+		t.Fatal(err)
+	}
+	if r := untimed.answered(t); r.Err != nil || r.Offset != 1 {
+		t.Fatalf("the produce with no deadline answered %+v at the commit, want offset 1", r)
+	}
+	timed.pending(t) // answered once, by its deadline
+	if clk.Pending() != 0 {
+		t.Fatalf("%d timers armed with nothing held", clk.Pending())
 	}
 }

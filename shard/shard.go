@@ -897,14 +897,19 @@ func (s *Shard) parkC() <-chan time.Time {
 
 // parkFired answers the parked frames whose deadline or age bound has
 // passed — by the shard's clock, whatever the reconciler is doing — and
-// re-arms the timer for the next expiry.
+// the held answers of provisional partitions whose deadline has
+// (commitGroup.expireHeld), and re-arms the timer for the next expiry.
 func (s *Shard) parkFired() {
 	s.parkAt = time.Time{}
-	next := s.park.expire(s.clock.Now(), func(p parkedFrame) {
+	now := s.clock.Now()
+	next := s.park.expire(now, func(p parkedFrame) {
 		s.drop(p.frame, metrics.ReasonParkExpired, errParkExpired)
 	})
 	if !next.IsZero() {
 		s.armPark(next)
+	}
+	if held := s.commit.expireHeld(now); !held.IsZero() {
+		s.armPark(held)
 	}
 	s.gauges()
 	s.settle()
@@ -964,7 +969,7 @@ func (s *Shard) stale(f Frame) {
 func (s *Shard) Parked() int { return int(s.parked.Load()) }
 
 func (s *Shard) gauges() {
-	if s.park.frames == 0 && !s.parkAt.IsZero() {
+	if s.park.frames == 0 && len(s.commit.held) == 0 && !s.parkAt.IsZero() {
 		// Nothing left to expire: an idle shard keeps no timer armed.
 		s.parkTimer.Stop()
 		s.parkAt = time.Time{}

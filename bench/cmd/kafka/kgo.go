@@ -20,11 +20,27 @@ type kafkaTarget struct {
 	// linger, so a sample is the round trips and the creation, not the
 	// client waiting to fill a batch.
 	create *kgo.Client
+	// requests counts the Produce requests prod wrote: how many records
+	// a request carried, which the broker's per-request costs are
+	// spread over, depends on how fast the broker answers.
+	// requestBytes counts their bytes, what the broker reads and checks.
+	requests, requestBytes atomic.Int64
+}
+
+// produceHook counts the Produce requests a client wrote and their bytes.
+type produceHook struct{ n, bytes *atomic.Int64 }
+
+func (h produceHook) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, written int, _, _ time.Duration, err error) {
+	if key == 0 && err == nil { // Produce
+		h.n.Add(1)
+		h.bytes.Add(int64(written))
+	}
 }
 
 func newKafkaTarget(_ context.Context, addr string) (*kafkaTarget, error) {
+	k := &kafkaTarget{addr: addr}
 	prod, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(produceTopic),
-		kgo.RequiredAcks(kgo.AllISRAcks()))
+		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.WithHooks(produceHook{&k.requests, &k.requestBytes}))
 	if err != nil {
 		return nil, err
 	}
@@ -34,7 +50,12 @@ func newKafkaTarget(_ context.Context, addr string) (*kafkaTarget, error) {
 		prod.Close()
 		return nil, err
 	}
-	return &kafkaTarget{addr: addr, prod: prod, create: create}, nil
+	k.prod, k.create = prod, create
+	return k, nil
+}
+
+func (k *kafkaTarget) produceRequests() (requests, bytes int64) {
+	return k.requests.Load(), k.requestBytes.Load()
 }
 
 func (k *kafkaTarget) close() {

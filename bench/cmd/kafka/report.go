@@ -36,6 +36,16 @@ type series struct {
 	rates  []float64 // records per second
 	bcpu   []float64 // broker CPU per record, µs
 	ccpu   []float64 // client CPU per record, µs
+	// perReq is records per Produce request and bytesPer the request
+	// bytes per record, of a Kafka broker's produce rounds
+	// (requestCounter).
+	perReq, bytesPer []float64
+}
+
+// requestCounter is a target that counts the Produce requests its
+// producer wrote and their bytes (kafkaTarget).
+type requestCounter interface {
+	produceRequests() (requests, bytes int64)
 }
 
 func (s *series) add(n int, el, bc, cc time.Duration) {
@@ -69,6 +79,11 @@ func (r *report) produce(ctx context.Context, bs []*broker) error {
 		for i, b := range bs {
 			var n int
 			var el time.Duration
+			rc, counts := b.t.(requestCounter)
+			var req0, bytes0 int64
+			if counts {
+				req0, bytes0 = rc.produceRequests()
+			}
 			bc, cc, err := b.timed(r.o, "produce", round, func() error {
 				var err error
 				if b.t != nil {
@@ -82,11 +97,28 @@ func (r *report) produce(ctx context.Context, bs []*broker) error {
 				return fmt.Errorf("%s: %w", b.name, err)
 			}
 			ss[i].add(n, el, bc, cc)
+			if counts && n > 0 {
+				reqs, bytes := rc.produceRequests()
+				if reqs -= req0; reqs > 0 {
+					ss[i].perReq = append(ss[i].perReq, float64(n)/float64(reqs))
+					ss[i].bytesPer = append(ss[i].bytesPer, float64(bytes-bytes0)/float64(n))
+				}
+			}
 			progress(b.name, "produce", round, ss[i])
 		}
 	}
 	sec.loadAfter = loadAverage()
 	r.throughput(&sec, ss, "records/s")
+	for _, s := range ss {
+		if len(s.perReq) > 0 {
+			var rounds []string
+			for _, x := range s.perReq {
+				rounds = append(rounds, thousands(x))
+			}
+			sec.ratios = append(sec.ratios, fmt.Sprintf("%s: records per Produce request %s (median; rounds %s), %.1f request bytes per record",
+				s.broker, thousands(median(s.perReq)), strings.Join(rounds, ", "), median(s.bytesPer)))
+		}
+	}
 	ratio := ratioOf(&sec, ss)
 	r.kafkaRatios(ratio)
 	ratio("listener-memory", "async-memory", atLeast(0.5))
@@ -272,8 +304,12 @@ func find(ss []*series, name string) *series {
 
 func progress(name, mode string, round int, s *series) {
 	i := len(s.rates) - 1
-	fmt.Fprintf(os.Stderr, "%s %s round %d: %.0f records/s, broker CPU %.2f µs/record, client CPU %.2f µs/record\n",
-		name, mode, round+1, s.rates[i], s.bcpu[i], s.ccpu[i])
+	perReq := ""
+	if len(s.perReq) == len(s.rates) {
+		perReq = fmt.Sprintf(", %.0f records/request, %.1f request bytes/record", s.perReq[i], s.bytesPer[i])
+	}
+	fmt.Fprintf(os.Stderr, "%s %s round %d: %.0f records/s, broker CPU %.2f µs/record, client CPU %.2f µs/record%s\n",
+		name, mode, round+1, s.rates[i], s.bcpu[i], s.ccpu[i], perReq)
 }
 
 // thousands formats x rounded, with commas.
