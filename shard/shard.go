@@ -417,6 +417,8 @@ func (s *Shard) pump(ctx context.Context) {
 			s.parkFired()
 		case <-s.commit.journalDue():
 			s.commit.journalCheckpoint()
+		case <-s.offsets.writtenC():
+			s.offsetsWrittenFired()
 		}
 	}
 }
