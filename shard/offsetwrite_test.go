@@ -403,7 +403,9 @@ func TestOffsetStoreQueuedBehindRemoval(t *testing.T) {
 	o.epoch++
 	o.insert(t)
 	// The new incarnation's consumer: a file at the same path.
-	if _, err := o.p.Append([]partition.Message{{Payload: []byte("n0")}}); err != nil {
+	// Two messages, so that an offset of 2 written into its file would
+	// not be clamped away.
+	if _, err := o.p.Append([]partition.Message{{Payload: []byte("n0")}, {Payload: []byte("n1")}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := o.p.Sync(); err != nil {
