@@ -126,6 +126,19 @@ func TestConsumerOffsetTornSlot(t *testing.T) {
 	at := int(m.Seq%2) * consumerMarkStride
 	b[at+syncmark.Header] ^= 0xff
 	writeMem(t, mem, consumerPath(p, "c"), b)
+	// verify reports the slot: a torn store and a damaged newer slot
+	// read the same, and the node takes the older slot's offset.
+	ro, err := OpenReadOnlyStore("/data", mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probs, err := ro.VerifyPartition(consumerNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(probs) != 1 || probs[0].Path != consumerPath(p, "c") || !errors.Is(probs[0].Err, ErrCorrupt) {
+		t.Fatalf("verify: %+v, want the consumer offset file's bad slot", probs)
+	}
 
 	q := buildConsumerPartition(t, mem)
 	if off, ok, err := q.ConsumerOffset("c"); err != nil || !ok || off != 3 {

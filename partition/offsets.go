@@ -35,7 +35,10 @@ import (
 // nothing. An in-place slot costs one fdatasync of a block the file
 // already holds (no metadata to commit). A torn slot write leaves the
 // other slot, the previous offset, whole: the store was not acknowledged,
-// so the old offset is what a crash may leave.
+// so the old offset is what a crash may leave. A damaged newer slot reads
+// the same (the format cannot tell them apart), losing that acknowledged
+// store: the consumer resumes from the one before it. verify reports such
+// a slot (verifyConsumers); both slots damaged fail the partition's build.
 
 const (
 	incarnationFile = "incarnation"

@@ -419,10 +419,20 @@ func (s *FileStore) verifyConsumers(dir string, next uint64) []Problem {
 			out = append(out, Problem{Path: path, Err: err})
 			continue
 		}
-		name, off, _, err := decodeConsumerFile(b, path)
+		name, off, seq, err := decodeConsumerFile(b, path)
+		slack := ""
+		if err == nil && seq > 0 {
+			slack = consumerMarkFormat.Slack(b)
+		}
 		switch {
 		case err != nil:
 			out = append(out, Problem{Path: path, Err: err, Repair: ""})
+		case slack != "":
+			// One slot failing its checksum: a store torn by a crash, or
+			// damage of the newer slot (this store then lost: the
+			// consumer resumes from the one before) — not told apart.
+			out = append(out, Problem{Path: path, Repair: "the node reads the valid slot's offset, which may be the store before the last",
+				Err: corruptf(path, 0, "consumer offset file: %s", slack)})
 		case off > next:
 			out = append(out, Problem{Path: path, Repair: "the node clamps it to the end of the log",
 				Err: fmt.Errorf("consumer %q's offset %d is past the log's end %d", name, off, next)})
