@@ -80,7 +80,10 @@ type Config struct {
 	// MaxShards).
 	Shards int
 	// InboxSize bounds each shard's inbox (default 1,024 frames, at most
-	// MaxInboxSize).
+	// MaxInboxSize), and 8 times it (shard.WaitedLaneFactor) the lane
+	// beside it where synchronous Produce calls of one message queue
+	// (each waits for its answer before it can queue again). A caller
+	// finding either full waits for room until its deadline.
 	InboxSize int
 	// InboxBytes bounds the bytes of the raft and catch-up messages from
 	// peers waiting in each shard's inbox (default 64 MiB, at most

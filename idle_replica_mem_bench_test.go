@@ -1,3 +1,5 @@
+//go:build unix
+
 package parkway_test
 
 import (
@@ -6,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"testing"
 	"time"
@@ -23,6 +26,20 @@ import (
 // collections) over the one before the topic was created, per replica
 // (3N). It is a byte count, not a rate: the machine's load does not move
 // it. The iterations are not timed work; b.N only repeats the reading.
+//
+// Beside it, what the garbage collector's mark phase walks per replica
+// (runtime/metrics, after the same collections): the scannable heap
+// (scan-B/replica: the bytes of objects up to their last pointer) and
+// the heap objects (objects/replica). Every collection marks the whole
+// live heap, and an idle process still collects at least every two
+// minutes (the runtime forces one), so at hundreds of thousands of
+// replicas those two figures, not the bytes alone, are what an idle
+// node's CPU grows with. gc-cpu-ns/replica is what one full collection
+// of the idle cluster costs (process CPU, getrusage, over a few
+// runtime.GC calls; the cluster's own idle work is in it, and the CPU,
+// unlike the two counts, moves a little with the machine's load and
+// caches) per replica: at R replicas in a process, an idle node pays at
+// least R × that every two minutes.
 //
 //	go test -run '^$' -bench IdleReplicaMemory -benchtime 1x .
 //
@@ -53,12 +70,15 @@ func benchIdleReplicaMemory(b *testing.B, parts int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	heap := func() uint64 {
+	type reading struct{ heap, scan, objects uint64 }
+	heap := func() reading {
 		runtime.GC()
 		runtime.GC()
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
-		return ms.HeapAlloc
+		s := []metrics.Sample{{Name: "/gc/scan/heap:bytes"}, {Name: "/gc/heap/objects:objects"}}
+		metrics.Read(s)
+		return reading{ms.HeapAlloc, s[0].Value.Uint64(), s[1].Value.Uint64()}
 	}
 	before := heap()
 	tp, err := nodes[0].Admin().CreateTopic(ctx, s, "t", parts)
@@ -90,11 +110,23 @@ func benchIdleReplicaMemory(b *testing.B, parts int) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	var per float64
+	var per, scan, objects float64
 	for range b.N {
-		per = float64(heap()-before) / float64(3*parts)
+		r := heap()
+		per = float64(r.heap-before.heap) / float64(3*parts)
+		scan = float64(r.scan-before.scan) / float64(3*parts)
+		objects = float64(r.objects-before.objects) / float64(3*parts)
 	}
+	const collections = 10
+	cpu0 := processCPU(b)
+	for range collections {
+		runtime.GC()
+	}
+	gcCPU := processCPU(b) - cpu0
 	b.ReportMetric(per, "heap-B/replica")
+	b.ReportMetric(float64(gcCPU.Nanoseconds())/collections/float64(3*parts), "gc-cpu-ns/replica")
+	b.ReportMetric(scan, "scan-B/replica")
+	b.ReportMetric(objects, "objects/replica")
 	// The profile -test.memprofile writes at exit sees the nodes closed:
 	// the one of the idle replicas is written here, beside it (.idle).
 	if f := flag.Lookup("test.memprofile"); f != nil && f.Value.String() != "" {

@@ -294,10 +294,10 @@ func TestParkOverflowRetriedInPlace(t *testing.T) {
 }
 
 // A full inbox is backpressure, not failure: with an inbox of one frame
-// and a shard pump held in an fsync, 64 concurrent producers find the
-// inbox full; the refusals are counted and every produce still succeeds
-// once the pump moves (the client waits for room in the owner's inbox
-// within its deadline).
+// (and so a waited lane of shard.WaitedLaneFactor) and a shard pump held
+// in an fsync, 64 concurrent producers find the lane full; the refusals are counted and
+// every produce still succeeds once the pump moves (the client waits for
+// room in the owner's lane within its deadline).
 func TestFullInboxIsBackpressure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		gate := make(chan struct{})
@@ -339,10 +339,10 @@ func TestFullInboxIsBackpressure(t *testing.T) {
 }
 
 // A wait for room in a full inbox ends at the call's deadline: with an
-// inbox of one frame, the pump held in an fsync and the inbox's one slot
-// taken, a third produce waits RequestTimeout and then fails as a retry
-// that ran out of time (ErrRetry), while the two ahead of it succeed once
-// the pump moves.
+// inbox of one frame (a waited lane of shard.WaitedLaneFactor), the pump
+// held in an fsync and the inbox's and the lane's slots taken, one more
+// produce waits RequestTimeout and then fails as a retry that ran out of
+// time (ErrRetry), while those ahead of it succeed once the pump moves.
 func TestFullInboxWaitEndsAtTheDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		gate := make(chan struct{})
@@ -361,17 +361,21 @@ func TestFullInboxWaitEndsAtTheDeadline(t *testing.T) {
 		hold.Store(true)
 		release := sync.OnceFunc(func() { hold.Store(false); close(gate) })
 		t.Cleanup(release) // before the node's Close, which needs the pump
-		errs := make(chan error, 3)
+
+		const lane = shard.WaitedLaneFactor // the lane's frames at InboxSize 1
+		errs := make(chan error, lane+3)
 		produce := func(i int) {
 			_, err := n.Produce(context.Background(), tp, parkway.PartitionID(0), parkway.Message{Payload: []byte(fmt.Sprint(i))})
 			errs <- err
 		}
 		go produce(0)
 		synctest.Wait() // in the pump's fsync
-		go produce(1)
-		synctest.Wait() // in the inbox
+		for i := range 1 + lane {
+			go produce(1 + i)
+		}
+		synctest.Wait() // in the inbox and the lane
 		start := time.Now()
-		go produce(2)
+		go produce(lane + 2)
 		var err error
 		select {
 		case err = <-errs:
@@ -385,7 +389,7 @@ func TestFullInboxWaitEndsAtTheDeadline(t *testing.T) {
 			t.Fatalf("the wait for room ended after %v, want the request timeout %v", waited, timeout)
 		}
 		release()
-		for range 2 {
+		for range lane + 2 {
 			if err := <-errs; err != nil {
 				t.Fatalf("produce ahead of the refused one: %v", err)
 			}

@@ -232,8 +232,13 @@ func (e *Engine) Call(ctx context.Context, req *shard.Request, resolve Resolve) 
 // retry, a forward, the caller giving up) an answer may still land on
 // reply, or the shard still hold req, and neither may be used again: a
 // late answer read by a later call would be taken for its own.
+//
+// The caller waits for the answer, so the request is queued in its
+// owner shard's waited lane (shard.SendWaited) rather than its inbox:
+// many concurrent callers share the shard's wakes instead of each
+// waiting for room in a full inbox.
 func (e *Engine) CallReusing(ctx context.Context, req *shard.Request, reply chan shard.Response, resolve Resolve) (r shard.Response, reusable bool, err error) {
-	p := e.startCall(ctx, req, e, reply)
+	p := e.startCall(ctx, req, (*waitedPort)(e), reply)
 	return p.wait(ctx, resolve)
 }
 
@@ -358,9 +363,32 @@ func (p *PendingCall) wait(ctx context.Context, resolve Resolve) (shard.Response
 }
 
 // callPort is where a call's attempts go on this node: its owner shards
-// (Engine.send).
+// (Engine.send, or waitedPort's lane).
 type callPort interface {
 	send(ctx context.Context, f shard.Frame) error
+}
+
+// waitedPort is the callPort of a call whose caller waits for each
+// attempt's answer (CallReusing): its frames go to the owner shard's
+// waited lane (a full one is backpressure, as a full inbox is for
+// Engine.send), or through the inbox when the engine's senders are
+// wrapped (Config.WrapSender).
+type waitedPort Engine
+
+func (p *waitedPort) send(ctx context.Context, f shard.Frame) error {
+	e := (*Engine)(p)
+	if e.waited == nil {
+		return e.send(ctx, f)
+	}
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	s := e.waited[e.router.Owner(f.Req.NS)]
+	err := s.SendWaited(f)
+	if err == nil {
+		return nil
+	}
+	return e.sendFailed(ctx, f, err, s.SendWaitedBefore)
 }
 
 // callSteps is a client call as runSteps carries it out: the steps its
@@ -513,15 +541,22 @@ func (e *Engine) send(ctx context.Context, f shard.Frame) error {
 	if err == nil {
 		return nil
 	}
+	return e.sendFailed(ctx, f, err, e.shards[owner].SendBefore)
+}
+
+// sendFailed is what follows a send to an owner shard that failed with
+// err, through its inbox (Engine.send) or its waited lane (waitedPort)
+// alike: the failure is counted; a full one is backpressure, waited on
+// for room with waitRoom until the call's deadline, with one timer (a
+// context derived for it cost a context, a timer and their cancellation
+// on every wait: with thousands of producers the inbox is full for most
+// of their sends); a disconnected shard of a closed engine is ErrClosed.
+func (e *Engine) sendFailed(ctx context.Context, f shard.Frame, err error, waitRoom func(context.Context, shard.Frame, <-chan time.Time) error) error {
 	e.countSendFailure(f.Req, err)
 	switch {
 	case errors.Is(err, router.ErrFull):
-		// Wait for room until the call's deadline, with one timer (a
-		// context derived for it cost a context, a timer and their
-		// cancellation on every wait: with thousands of producers the
-		// inbox is full for most of their sends).
 		t := e.cfg.Clock.NewTimer(f.Req.Deadline.Sub(e.cfg.Clock.Now()))
-		err = e.shards[owner].SendBefore(ctx, f, t.C())
+		err = waitRoom(ctx, f, t.C())
 		t.Stop()
 		if errors.Is(err, router.ErrFull) {
 			err = fmt.Errorf("%w: inbox full until the deadline", shard.ErrRetry)

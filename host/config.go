@@ -81,7 +81,9 @@ type Config struct {
 	NewReconciler func(cfg reconciler.Config, table *router.Table) (reconciler.Reconciler, error)
 	// WrapSender, when set, wraps the router's handle on shard i (the
 	// only path by which frames enter a shard's inbox): instrumentation,
-	// or a simulator recording what each inbox holds.
+	// or a simulator recording what each inbox holds. With it set, a
+	// synchronous call's frame takes the inbox too, through the wrapper,
+	// rather than the shard's waited lane (shard.SendWaited).
 	WrapSender func(i int, s *shard.Shard) router.Sender[shard.Frame]
 
 	// RequestTimeout bounds metadata commands and forwarded requests whose

@@ -63,6 +63,10 @@ type Engine struct {
 	table   *router.Table
 	router  *router.Router[shard.Frame]
 	shards  []*shard.Shard
+	// waited is shards when the router sends to them unwrapped
+	// (Config.WrapSender unset): synchronous calls queue their frames in
+	// a shard's waited lane (waitedPort); nil, they take the inbox.
+	waited  []*shard.Shard
 	recs    []reconciler.Reconciler
 	wakes   []<-chan struct{}
 	cancels []func()
@@ -178,6 +182,8 @@ func New(cfg Config) (*Engine, error) {
 		var sender router.Sender[shard.Frame] = s
 		if cfg.WrapSender != nil {
 			sender = cfg.WrapSender(i, s)
+		} else {
+			e.waited = append(e.waited, s)
 		}
 		e.router.Register(i, sender)
 		e.shards = append(e.shards, s)

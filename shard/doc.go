@@ -1,5 +1,7 @@
 // Package shard runs one shard: a pump goroutine that owns a set of
-// partitions and a bounded inbox of frames addressed to them.
+// partitions and a bounded inbox of frames addressed to them, with a
+// waited lane beside it for the frames of callers that wait for their
+// answers (lane.go).
 //
 // The pump is the only goroutine that touches the shard's partitions, its
 // park buffer and its tombstones, so none of them needs a lock. It takes
@@ -54,8 +56,8 @@
 // With Config.Manual the shard runs no goroutine and is driven by hand,
 // like etcd raft's RawNode: control operations issued through the exported
 // methods are applied inline on the caller's goroutine, and Step does one
-// unit of pump work (a control operation, else one inbox frame, else a due
-// timer) without blocking and reports whether there was any. The pump and
+// unit of pump work (a control operation, else one inbox frame, else the
+// waited lane's frames, else a due timer) without blocking and reports whether there was any. The pump and
 // Step share every unit of work, so a manual shard behaves exactly as a
 // started one; only the choice of what runs next moves to the driver. The
 // deterministic simulator (internal/sim) drives every shard this way from

@@ -7,15 +7,17 @@ import (
 
 // handlerOf returns o's side of its group as groups.Step and
 // groups.Process drive it (the Handler its Ready goes to included).
-// Converting a groupHandler to the interface allocates, and processReady
-// hands one to every Process — a few times per replicated produce on
-// every node — so each partition boxes its handler once and keeps it.
-// The handler holds only the raft groups and o, which never change for o.
+// Converting a groupHandler value to the interface allocates, and
+// processReady hands one to every Process — a few times per replicated
+// produce on every node — so each partition keeps its handler in its
+// owned and hands out a pointer to it, which converts without allocating
+// (and costs no heap object of its own per replica). The handler holds
+// only the raft groups and o, which never change for o.
 func (rg *raftGroups) handlerOf(o *owned) groups.Member {
-	if o.rep.handler == nil {
+	if o.rep.handler.o == nil {
 		o.rep.handler = groupHandler{rg: rg, o: o}
 	}
-	return o.rep.handler
+	return &o.rep.handler
 }
 
 // AcceptsQuiesce implements groups.Member: a quiesce heartbeat stops the

@@ -58,8 +58,9 @@ type commitOwner interface {
 	armPark(at time.Time)
 }
 
-// inboxed reports whether frames wait in the inbox (commitOwner).
-func (s *Shard) inboxed() bool { return len(s.inbox) > 0 }
+// inboxed reports whether frames wait in the inbox or the rest of a
+// lane run (commitOwner).
+func (s *Shard) inboxed() bool { return s.waiting() > 0 }
 
 // owns reports whether o is the shard's partition of its namespace
 // (commitOwner).

@@ -21,8 +21,12 @@ type replicated struct {
 	grp *replica.Group
 	// id is this replica's raft id in grp (replicaID): the node id, or
 	// a later generation of the node's replica once one was re-seeded.
-	id      uint64
-	handler groups.Member      // the group's Handler, boxed once (handlerOf)
+	id uint64
+	// handler is the group's Handler (handlerOf), kept here so that
+	// handing it to the group as a groups.Member boxes a pointer into the
+	// owned, not a copy: a heap object fewer per replica for every
+	// collection to mark (issue 33).
+	handler groupHandler
 	peers   []uint64           // the group's members (see peersOf)
 	pending map[uint64][]Frame // proposal id → the produces it carries; nil until the first, and again once quiesced
 

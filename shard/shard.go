@@ -153,6 +153,12 @@ type Shard struct {
 
 	inbox chan inboxFrame
 	ctrl  chan control
+	// lane queues the frames of waiting callers beside the inbox
+	// (lane.go); laneLeft counts the frames of the run the pump is
+	// handling still to come, laneRuns the runs taken.
+	lane     lane
+	laneLeft int
+	laneRuns uint64
 	// inboxBytes is what the peer frames in the inbox are charged
 	// (inbox.go).
 	inboxBytes *inboxBudget
@@ -255,6 +261,7 @@ func New(cfg Config, meta *metadata.Store, rt *router.Router[Frame]) (*Shard, er
 		table:      rt.Table(),
 		inbox:      make(chan inboxFrame, cfg.InboxSize),
 		inboxBytes: newInboxBudget(cfg.InboxBytes),
+		lane:       newLane(WaitedLaneFactor * cfg.InboxSize),
 		ctrl:       make(chan control, cfg.ControlSize),
 		group:      run.NewGroup(),
 		clock:      cfg.Clock,
@@ -344,7 +351,9 @@ func (s *Shard) TrySend(f Frame) error {
 // handled (served, parked, forwarded or answered). It is a barrier through
 // the inbox itself, so it orders with frames the way control operations,
 // which overtake the inbox, cannot: a test or simulator that sends a frame
-// and then flushes knows the frame has reached its fate.
+// and then flushes knows the frame has reached its fate. Frames in the
+// waited lane (lane.go) are not ordered with it: their callers wait for
+// their answers themselves.
 func (s *Shard) Flush(ctx context.Context) error {
 	if s.cfg.Manual {
 		return s.flushManual(ctx)
@@ -407,6 +416,8 @@ func (s *Shard) pump(ctx context.Context) {
 			s.runControl(c)
 		case in := <-s.inbox:
 			s.handleFrame(s.taken(in))
+		case <-s.lane.wake:
+			s.handleLane()
 		case <-s.commit.syncC():
 			s.syncFired()
 		case <-s.rg.tickC():
@@ -425,9 +436,10 @@ func (s *Shard) pump(ctx context.Context) {
 
 // Step does one unit of pump work on a Manual shard without blocking and
 // reports whether there was any: a queued control operation first, else
-// one inbox frame, else a due interval-fsync timer, else a due raft tick,
-// else a due waiting-poll deadline, else a due park expiry, else a due
-// journal checkpoint — each followed, as on the pump, by
+// one inbox frame, else the waited lane's frames (lane.go), else a due
+// interval-fsync timer, else a due raft tick, else a due waiting-poll
+// deadline, else a due park expiry, else a due journal checkpoint — each
+// followed, as on the pump, by
 // raft ready processing, the commit-group flush check and the wake of
 // waiting polls. It returns false, doing nothing, when the shard
 // is idle, closed, or not Manual (a started shard's pump owns its state).
@@ -448,6 +460,12 @@ func (s *Shard) Step() bool {
 	select {
 	case in := <-s.inbox:
 		s.handleFrame(s.taken(in))
+		return true
+	default:
+	}
+	select {
+	case <-s.lane.wake:
+		s.handleLane()
 		return true
 	default:
 	}
@@ -522,7 +540,7 @@ func (s *Shard) tickFired() {
 // processed and the commit group is closed if nothing else waits.
 func (s *Shard) settle() {
 	for {
-		if len(s.rg.proposing) > 0 && (len(s.inbox) == 0 || s.rg.proposed >= maxGroup) {
+		if len(s.rg.proposing) > 0 && (s.waiting() == 0 || s.rg.proposed >= maxGroup) {
 			s.rg.flushProposals()
 		}
 		s.rg.processReady()
@@ -602,10 +620,10 @@ func (s *Shard) flushManual(ctx context.Context) error {
 // nothing else is waiting in the inbox (the pump is about to block, so
 // waiting longer only adds latency) or when the group is full.
 func (s *Shard) maybeFlush() {
-	if len(s.appending) > 0 && (len(s.inbox) == 0 || s.appendQueued >= maxGroup) {
+	if len(s.appending) > 0 && (s.waiting() == 0 || s.appendQueued >= maxGroup) {
 		s.flushAppends()
 	}
-	if len(s.commit.pending) > 0 && (len(s.inbox) == 0 || len(s.commit.pending) >= maxGroup) && !s.commit.lingerGroup() {
+	if len(s.commit.pending) > 0 && (s.waiting() == 0 || len(s.commit.pending) >= maxGroup) && !s.commit.lingerGroup() {
 		s.commit.flushGroup()
 	}
 }
@@ -625,6 +643,7 @@ func (s *Shard) shutdown() {
 		}
 		break
 	}
+	s.closeLane(metrics.ReasonShutdown, ErrClosed)
 	s.park.order.Ascend(func(q *parkQueue) bool {
 		for q.len() > 0 {
 			s.drop(q.pop().frame, metrics.ReasonShutdown, ErrClosed)
@@ -751,7 +770,7 @@ func (s *Shard) serveOwned(o *owned, f Frame) {
 		// appended alone, which answers its error.
 		if len(f.Req.Messages) > 0 || f.Req.Encoded != nil {
 			s.queueAppend(o, f)
-			if len(s.inbox) == 0 || s.appendQueued >= maxGroup {
+			if s.waiting() == 0 || s.appendQueued >= maxGroup {
 				s.flushAppends() // nothing more to wait for
 			}
 		} else {

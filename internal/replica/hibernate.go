@@ -67,7 +67,7 @@ func (g *Group) Hibernate() bool {
 		return false
 	}
 	last := g.storage.lastIndex()
-	if st.HardState.GetCommit() != last || g.applied != last || !sameHardState(st.HardState, g.storage.hardState) {
+	if st.HardState.GetCommit() != last || g.applied != last || !sameHardState(st.HardState, g.storage.hs) {
 		return false
 	}
 	g.rn, g.readStates = nil, nil
@@ -79,8 +79,8 @@ func (g *Group) Hibernating() bool { return g.failed == nil && g.rn == nil }
 
 // sameHardState reports whether raft's hard state is the one stored: a
 // hibernating member answers its term and commit index from storage.
-func sameHardState(a, b *raftpb.HardState) bool {
-	return a.GetTerm() == b.GetTerm() && a.GetVote() == b.GetVote() && a.GetCommit() == b.GetCommit()
+func sameHardState(a *raftpb.HardState, b hardState) bool {
+	return a.GetTerm() == b.term && a.GetVote() == b.vote && a.GetCommit() == b.commit
 }
 
 // awaken rebuilds the raft node of a hibernating member (see above); a
@@ -90,14 +90,14 @@ func (g *Group) awaken() error {
 	if g.rn != nil {
 		return nil
 	}
-	hs := g.storage.hardState
+	hs := g.storage.hs
 	// raft restarts from the configuration as of the applied index, which
 	// is the Group's (New does the same after a restart).
 	if err := g.start(confStorage{g.storage, g.cs}); err != nil {
 		return g.fail(fmt.Errorf("rebuilding the hibernated raft node: %w", err))
 	}
 	hb := &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: new(g.lead), To: new(g.cfg.Node),
-		Term: new(hs.GetTerm()), Commit: new(hs.GetCommit())}
+		Term: new(hs.term), Commit: new(hs.commit)}
 	if err := g.rn.Step(hb); err != nil {
 		return g.fail(fmt.Errorf("rebuilding the hibernated raft node: %w", err))
 	}

@@ -111,7 +111,7 @@ func (g *Group) AcceptQuiesce(m *raftpb.Message) bool {
 	}
 	// A hibernating member is a follower whose raft state is its storage
 	// (Hibernate): it takes the heartbeat without waking.
-	lead, term, commit := g.lead, g.storage.hardState.GetTerm(), g.storage.hardState.GetCommit()
+	lead, term, commit := g.lead, g.storage.hs.term, g.storage.hs.commit
 	if g.rn != nil {
 		st := g.rn.BasicStatus()
 		if st.RaftState != raft.StateFollower {
@@ -149,7 +149,7 @@ func (g *Group) Term() uint64 {
 		return 0
 	}
 	if g.rn == nil {
-		return g.storage.hardState.GetTerm() // hibernating: all of it persisted
+		return g.storage.hs.term // hibernating: all of it persisted
 	}
 	return g.rn.BasicStatus().HardState.GetTerm()
 }

@@ -602,7 +602,7 @@ func (g *Group) Committed() uint64 {
 		return 0
 	}
 	if g.rn == nil {
-		return g.storage.hardState.GetCommit() // hibernating: all of it persisted
+		return g.storage.hs.commit // hibernating: all of it persisted
 	}
 	return g.rn.BasicStatus().HardState.GetCommit()
 }

@@ -23,7 +23,11 @@ import (
 // Group is safe. Only the Group's owner calls it, as it does raft (no
 // lock).
 type logStorage struct {
-	hardState *raftpb.HardState
+	// hs is the hard state as its numbers (hardState): raft hands it over
+	// as a protobuf message of up to four heap objects (the message and a
+	// pointer per field), which every idle replica would keep for every
+	// garbage collection to mark (issue 33).
+	hs hardState
 	// The latest snapshot: its index, term, configuration and data (all
 	// zero until one is applied).
 	snapIndex, snapTerm uint64
@@ -37,15 +41,61 @@ type logStorage struct {
 
 var _ raft.Storage = (*logStorage)(nil)
 
-// InitialState implements raft.Storage.
-func (s *logStorage) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {
-	return s.hardState, raftpb.EnsureConfState(s.snapConf), nil
+// hardState is a raft hard state kept as numbers: its term, vote and
+// commit index, and which of them the message it came from set (has:
+// the hs* bits; 0, none stored), so that the message built again is the
+// one stored, field presence included (it is written to disk as it is).
+type hardState struct {
+	term, vote, commit uint64
+	has                uint8
 }
 
-// SetHardState saves the current hard state.
+const (
+	hsStored uint8 = 1 << iota
+	hsTerm
+	hsVote
+	hsCommit
+)
+
+// InitialState implements raft.Storage. The hard state is a new message
+// each call (nil while none was stored): raft reads it when a node
+// starts, and a snapshot written to disk carries it.
+func (s *logStorage) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {
+	return s.hs.message(), raftpb.EnsureConfState(s.snapConf), nil
+}
+
+// SetHardState saves the current hard state: its numbers, not st, which
+// the caller may keep or drop.
 func (s *logStorage) SetHardState(st *raftpb.HardState) error {
-	s.hardState = st
+	s.hs = hardState{term: st.GetTerm(), vote: st.GetVote(), commit: st.GetCommit(), has: hsStored}
+	if st.Term != nil {
+		s.hs.has |= hsTerm
+	}
+	if st.Vote != nil {
+		s.hs.has |= hsVote
+	}
+	if st.Commit != nil {
+		s.hs.has |= hsCommit
+	}
 	return nil
+}
+
+// message is h as raft's message, or nil when none was stored.
+func (h hardState) message() *raftpb.HardState {
+	if h.has&hsStored == 0 {
+		return nil
+	}
+	m := &raftpb.HardState{}
+	if h.has&hsTerm != 0 {
+		m.Term = new(h.term)
+	}
+	if h.has&hsVote != 0 {
+		m.Vote = new(h.vote)
+	}
+	if h.has&hsCommit != 0 {
+		m.Commit = new(h.commit)
+	}
+	return m
 }
 
 func (s *logStorage) lastIndex() uint64 { return s.offset + uint64(len(s.ents)) }

@@ -155,3 +155,33 @@ func TestNewGroupLogSharesItsConfiguration(t *testing.T) {
 		t.Fatalf("Snapshot() = %d, %q", index, data)
 	}
 }
+
+// The storage keeps the hard state's numbers, not the message raft hands
+// it: each Ready's hard state is a protobuf message of four heap objects
+// (the message and a pointer per field), which an idle replica would
+// hold for every garbage collection to mark (issue 33). So a change to
+// the message after it was stored does not show, and the message built
+// again is the one stored, field presence included (a snapshot written
+// to disk carries it as it is).
+func TestStorageKeepsTheHardStatesNumbers(t *testing.T) {
+	var s logStorage
+	if hs, _, _ := s.InitialState(); hs != nil {
+		t.Fatalf("hard state %v before any was stored, want none", hs)
+	}
+	m := &raftpb.HardState{Term: new(uint64(3)), Vote: new(uint64(2)), Commit: new(uint64(7))}
+	if err := s.SetHardState(m); err != nil {
+		t.Fatal(err)
+	}
+	*m.Term, *m.Commit = 9, 9 // raft's message, reused or dropped by its owner
+	want := &raftpb.HardState{Term: new(uint64(3)), Vote: new(uint64(2)), Commit: new(uint64(7))}
+	if hs, _, _ := s.InitialState(); !proto.Equal(hs, want) {
+		t.Fatalf("hard state %v after the stored message changed, want %v", hs, want)
+	}
+	part := &raftpb.HardState{Term: new(uint64(4))}
+	if err := s.SetHardState(part); err != nil {
+		t.Fatal(err)
+	}
+	if hs, _, _ := s.InitialState(); !proto.Equal(hs, part) || hs.Vote != nil || hs.Commit != nil {
+		t.Fatalf("hard state %v, want %v with vote and commit unset", hs, part)
+	}
+}

@@ -40,12 +40,35 @@ func TestKnownTwoVoterReseedFromACutMark(t *testing.T) {
 // mark cut short) syncs directories, which flushes the device's cache:
 // 1/0/1's written-back mark (731 bytes) is durable before the power loss
 // at 4.22 s, the cut to 379 bytes falls below it, and the build refuses
-// the log instead of taking it as torn. The seed passes; no seed is
-// known to reach the append route of knownRaftLogWindow now.
+// the log instead of taking it as torn. The seed passes; seeds 2930 and
+// 4899 reach the append route now (TestRaftLogWindowAppendRoute).
 func TestRaftLogWindowSeed974(t *testing.T) {
 	const seed = 974
 	if _, err := Run(preFloodConfig(seed)); err != nil {
 		t.Fatalf("cluster seed %d: %v", seed, err)
+	}
+}
+
+// TestRaftLogWindowAppendRoute pins knownRaftLogWindow's route through
+// the append check (cstore.go) with the default cluster faults: in
+// cluster seeds 2930 and 4899, found by a sweep of seeds 0-9,999, a lie
+// cut the liar's raft log inside its sync mark's one-write window, the
+// liar came back without entries it had acknowledged, and a leader wrote
+// offset 1 anew while an honest replica held it (invariant 3 at the
+// append, as replicas disagreeing). The test fails when the traces move
+// off the route (find another seed) or when the classification stops
+// recognising it (a real regression, or the window closed).
+func TestRaftLogWindowAppendRoute(t *testing.T) {
+	for _, seed := range []uint64{2930, 4899} {
+		_, err := Run(DefaultClusterConfig(seed))
+		var v *Violation
+		if !errors.As(err, &v) || v.Invariant != 3 {
+			t.Errorf("cluster seed %d: %v; want replicas disagreeing at an append (invariant 3): the traces moved and it no longer tests the route", seed, err)
+			continue
+		}
+		if v.Known != knownRaftLogWindow {
+			t.Errorf("cluster seed %d: classified %q, want knownRaftLogWindow: %v", seed, v.Known, err)
+		}
 	}
 }
 

@@ -15,6 +15,7 @@
 //	go -C bench run ./cmd/idle -partitions 10000 -burst -runs 3 -converge 15m
 //	go -C bench run ./cmd/idle -partitions 1000,10000,50000 -converge 15m
 //	go -C bench run ./cmd/idle -partitions 300000 -burst -converge 30m -createprofile create
+//	go -C bench run ./cmd/idle -partitions 10000 -burst -measure 130s  # a window that holds the runtime's forced collection
 //
 // By default the topics (1,000 partitions each, the per-topic maximum)
 // are created one at a time, each once the previous one converged. With
@@ -30,6 +31,19 @@
 // garbage was returned to the OS; the peak resident set (VmHWM) beside it
 // is the creation's high-water mark.
 //
+// The command says what it is doing as it goes (stderr): each progress
+// line carries the resident set, its peak and the memory the machine
+// still has available, so a run the kernel kills for memory (SIGKILL,
+// which no process can report) leaves its trend behind; a run ended by
+// SIGTERM, SIGINT, SIGHUP or a closed pipe says so, with the phase it
+// was in and how far it got, and exits non-zero. The window's row counts
+// the garbage collections in it and the CPU they took (runtime/metrics'
+// estimate), beside the process CPU, and what a collection marks per
+// replica (the scannable heap and the heap objects at the window's
+// start): over a multi-gigabyte heap the runtime's forced collection
+// every two minutes can be most of an idle cluster's cost, and a window
+// longer than two minutes holds one.
+//
 // The kinds are counted by number (1 partition raft, 7 batches of them,
 // 2 metadata raft, 6 node liveness), so the command also builds against
 // trees that predate a kind. A batch counts as one message.
@@ -40,6 +54,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -49,6 +64,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -58,10 +74,62 @@ import (
 )
 
 func main() {
+	reportSignals()
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "idle:", err)
 		os.Exit(1)
 	}
+}
+
+// phase is what the command is doing now, for a run ended by a signal to
+// say where it was ended.
+var phase atomic.Pointer[string]
+
+func setPhase(format string, args ...any) {
+	p := fmt.Sprintf(format, args...)
+	phase.Store(&p)
+	fmt.Fprintf(os.Stderr, "%s (%s)\n", p, memoryLine())
+}
+
+// reportSignals makes an ending by signal visible: SIGTERM, SIGINT and
+// SIGHUP (a timeout or a closed terminal) and SIGPIPE (the reader of the
+// command's output gone, which otherwise ends a Go program without a
+// word) each print the phase and the memory figures to stderr and exit
+// with status 2. Only SIGKILL (the kernel's out-of-memory killer, or
+// kill -9) cannot be reported: the progress lines' memory figures are
+// then the trace. The signals are caught from its return on.
+func reportSignals() {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGPIPE)
+	go func() {
+		sig := <-c
+		p := "starting"
+		if q := phase.Load(); q != nil {
+			p = *q
+		}
+		fmt.Fprintf(os.Stderr, "idle: ended by %v while %s (%s)\n", sig, p, memoryLine())
+		os.Exit(2)
+	}()
+}
+
+// memoryLine is the process's resident set and peak and the machine's
+// available memory, for progress lines.
+func memoryLine() string {
+	return fmt.Sprintf("resident %s, peak %s, machine available %s", residentSet("VmRSS:"), residentSet("VmHWM:"), memAvailable())
+}
+
+// memAvailable is MemAvailable: of /proc/meminfo, or "-".
+func memAvailable() string {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return "-"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "-"
 }
 
 func run() error {
@@ -119,10 +187,14 @@ func one(partitions int, settle, measure, converge time.Duration, profile, memPr
 	sent := make([]*[256]atomic.Int64, len(peers))
 	var nodes []*parkway.Node
 	defer func() {
+		t := time.Now()
+		setPhase("%d partitions: closing the nodes", partitions)
 		for _, n := range nodes {
 			_ = n.Close()
 		}
+		setPhase("%d partitions: nodes closed in %.1f s", partitions, time.Since(t).Seconds())
 	}()
+	setPhase("%d partitions: opening three nodes", partitions)
 	for i, id := range peers {
 		sent[i] = new([256]atomic.Int64)
 		var logger hclog.Logger
@@ -158,7 +230,9 @@ func one(partitions int, settle, measure, converge time.Duration, profile, memPr
 	if err != nil {
 		return err
 	}
+	setPhase("%d partitions: settling %v", partitions, settle)
 	time.Sleep(settle)
+	setPhase("%d partitions: collecting and returning the creation's garbage (debug.FreeOSMemory)", partitions)
 	// Return the creation's garbage to the OS before the window opens:
 	// debug.FreeOSMemory collects and scavenges synchronously, where a
 	// plain runtime.GC leaves the runtime's background scavenger
@@ -169,6 +243,15 @@ func one(partitions int, settle, measure, converge time.Duration, profile, memPr
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	heapPer := float64(ms.HeapAlloc) / float64(3*partitions)
+	// What every collection marks, per replica: the scannable heap (the
+	// bytes of objects up to their last pointer) and the objects.
+	scan := []metrics.Sample{{Name: "/gc/scan/heap:bytes"}, {Name: "/gc/heap/objects:objects"}}
+	metrics.Read(scan)
+	var scanPer, objectsPer float64
+	if scan[0].Value.Kind() == metrics.KindUint64 && scan[1].Value.Kind() == metrics.KindUint64 {
+		scanPer = float64(scan[0].Value.Uint64()) / float64(3*partitions)
+		objectsPer = float64(scan[1].Value.Uint64()) / float64(3*partitions)
+	}
 	rss, peak := residentSet("VmRSS:"), residentSet("VmHWM:")
 	if memProfile != "" {
 		f, err := os.Create(fmt.Sprintf("%s-%d.pprof", memProfile, partitions))
@@ -214,6 +297,7 @@ func one(partitions int, settle, measure, converge time.Duration, profile, memPr
 			}
 		}()
 	}
+	setPhase("%d partitions: measuring for %v", partitions, measure)
 	load0 := loadAverage()
 	rt0 := runtimeCounts()
 	t0 := time.Now()
@@ -225,7 +309,9 @@ func one(partitions int, settle, measure, converge time.Duration, profile, memPr
 	// What the runtime did in the window beside parkway's own work: its
 	// collections (a forced one every two minutes, or one an allocation
 	// triggered) mark the whole live heap, which grows with the count.
-	conv += fmt.Sprintf("; window: %d GC cycles, %d goroutines", rt1.gcs-rt0.gcs, rt1.goroutines)
+	gcCPU := rt1.gcCPU - rt0.gcCPU
+	conv += fmt.Sprintf("; window: %d GC cycles, GC CPU %.2f s (%.2f %% of one core), %d goroutines; per replica at its start: %.0f B scannable heap, %.1f heap objects",
+		rt1.gcs-rt0.gcs, gcCPU, 100*gcCPU/wall.Seconds(), rt1.goroutines, scanPer, objectsPer)
 	var delta [256]float64
 	var all float64
 	for _, c := range sent {
@@ -241,10 +327,10 @@ func one(partitions int, settle, measure, converge time.Duration, profile, memPr
 	rate := func(x float64) string { return fmt.Sprintf("%.1f", x/wall.Seconds()/pairs) }
 	raft := delta[1] + delta[7] // single messages and batches
 	other := all - raft - delta[2] - delta[6]
-	fmt.Printf("| %d | %s | %.2f %% | %s | %s | %s | %s | %s | %.0f B | %s | %s | %s / %s |\n", partitions, conv,
+	_, err = fmt.Printf("| %d | %s | %.2f %% | %s | %s | %s | %s | %s | %.0f B | %s | %s | %s / %s |\n", partitions, conv,
 		100*float64(cpu1-cpu0)/float64(wall), rate(all), rate(raft), rate(delta[2]), rate(delta[6]), rate(other),
 		heapPer, rss, peak, load0, loadAverage())
-	return nil
+	return err
 }
 
 // startProfile starts a CPU profile to <prefix>-<partitions>.pprof, and
@@ -297,6 +383,7 @@ func createSequential(ctx context.Context, n *parkway.Node, s parkway.Stream, pa
 // sweep of Leader calls, one shard round trip per partition, is too slow
 // to poll 10,000 partitions whose shards are busy building them.)
 func createBurst(ctx context.Context, n *parkway.Node, s parkway.Stream, partitions int, converge time.Duration) (string, error) {
+	setPhase("%d partitions: creating the topics", partitions)
 	start := time.Now()
 	var topics []parkway.Topic
 	for left := partitions; left > 0; left -= maxPerTopic {
@@ -307,6 +394,7 @@ func createBurst(ctx context.Context, n *parkway.Node, s parkway.Stream, partiti
 		topics = append(topics, tp)
 	}
 	created := time.Since(start)
+	setPhase("%d partitions: created in %.1f s, producing one message to each", partitions, created.Seconds())
 	var next, acked, retries atomic.Int64
 	var wg sync.WaitGroup
 	for range 64 {
@@ -321,7 +409,7 @@ func createBurst(ctx context.Context, n *parkway.Node, s parkway.Stream, partiti
 					_, err := n.Produce(ctx, tp, parkway.PartitionID(uint32(i%maxPerTopic)), parkway.Message{Payload: []byte("x")})
 					if err == nil {
 						if a := acked.Add(1); a%1000 == 0 {
-							fmt.Fprintf(os.Stderr, "%d partitions: %d acknowledged a produce after %.1f s\n", partitions, a, time.Since(start).Seconds())
+							setPhase("%d partitions: %d acknowledged a produce after %.1f s", partitions, a, time.Since(start).Seconds())
 						}
 						break
 					}
@@ -332,6 +420,7 @@ func createBurst(ctx context.Context, n *parkway.Node, s parkway.Stream, partiti
 	}
 	wg.Wait()
 	if a := acked.Load(); a < int64(partitions) {
+		setPhase("%d partitions: the convergence limit (%v) passed with %d acknowledged, at %.1f s", partitions, converge, a, time.Since(start).Seconds())
 		return fmt.Sprintf("no: %d of %d acknowledged a produce after %.0f s", a, partitions, time.Since(start).Seconds()), nil
 	}
 	return fmt.Sprintf("created (%d CreateTopic of ≤ %d) in %.1f s, one produce to each acknowledged at %.1f s (%d produces retried after an error)",
@@ -363,7 +452,7 @@ func waitLeaders(ctx context.Context, n *parkway.Node, topics []parkway.Topic, f
 			}
 		}
 		waiting = kept
-		fmt.Fprintf(os.Stderr, "%d partitions: %d with a leader after %.1f s\n", total, done+led, time.Since(start).Seconds())
+		setPhase("%d partitions: %d with a leader after %.1f s", total, done+led, time.Since(start).Seconds())
 		if len(waiting) == 0 {
 			return led, true
 		}
@@ -375,12 +464,16 @@ func waitLeaders(ctx context.Context, n *parkway.Node, topics []parkway.Topic, f
 }
 
 // runtimeSample is what runtimeCounts reads of the runtime.
-type runtimeSample struct{ gcs, goroutines uint64 }
+type runtimeSample struct {
+	gcs, goroutines uint64
+	gcCPU           float64 // seconds
+}
 
-// runtimeCounts reads the completed GC cycles and the live goroutines
-// (runtime/metrics).
+// runtimeCounts reads the completed GC cycles, the live goroutines and
+// the CPU the collector has used (runtime/metrics: an estimate from its
+// workers' time, mark and pauses).
 func runtimeCounts() runtimeSample {
-	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/sched/goroutines:goroutines"}}
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/sched/goroutines:goroutines"}, {Name: "/cpu/classes/gc/total:cpu-seconds"}}
 	metrics.Read(s)
 	var r runtimeSample
 	if s[0].Value.Kind() == metrics.KindUint64 {
@@ -388,6 +481,9 @@ func runtimeCounts() runtimeSample {
 	}
 	if s[1].Value.Kind() == metrics.KindUint64 {
 		r.goroutines = s[1].Value.Uint64()
+	}
+	if s[2].Value.Kind() == metrics.KindFloat64 {
+		r.gcCPU = s[2].Value.Float64()
 	}
 	return r
 }
