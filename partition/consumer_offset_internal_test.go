@@ -98,11 +98,12 @@ func TestConsumerOffsetStoreIsOneDatasync(t *testing.T) {
 	}
 }
 
-// TestConsumerOffsetTornSlot: a slot torn by a crash during its store
-// leaves the other slot, the previous offset (the torn store was never
-// acknowledged); the next store after the reopen wins over both.
-func TestConsumerOffsetTornSlot(t *testing.T) {
-	mem := vfs.NewMem()
+// storeOffsets stores offsets 1 to 4 for consumer "c" in a partition on
+// mem, closes it, and returns the offset file's bytes: seq 1 in both
+// slots at its creation, then stores 2..4 to slots 0, 1, 0 (the newer
+// slot, seq 4, is at byte 0).
+func storeOffsets(t *testing.T, mem *vfs.MemFS) (Partition, []byte) {
+	t.Helper()
 	p := buildConsumerPartition(t, mem)
 	appendSynced(t, p, 20)
 	for off := uint64(1); off <= 4; off++ {
@@ -118,16 +119,15 @@ func TestConsumerOffsetTornSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, err := consumerMarkFormat.Decode(b)
-	if err != nil || m.V.offset != 4 {
+	if err != nil || m.V.offset != 4 || m.Seq != 4 {
 		t.Fatalf("file decodes to %+v, %v", m, err)
 	}
-	// Tear the newer slot (seq 4: stores 2..4 went to slots 1, 0, 1 after
-	// the creation wrote seq 1 to both).
-	at := int(m.Seq%2) * consumerMarkStride
-	b[at+syncmark.Header] ^= 0xff
-	writeMem(t, mem, consumerPath(p, "c"), b)
-	// verify reports the slot: a torn store and a damaged newer slot
-	// read the same, and the node takes the older slot's offset.
+	return p, b
+}
+
+// verifyConsumerFile runs verify on consumerNS and returns its problems.
+func verifyConsumerFile(t *testing.T, mem *vfs.MemFS) []Problem {
+	t.Helper()
 	ro, err := OpenReadOnlyStore("/data", mem)
 	if err != nil {
 		t.Fatal(err)
@@ -136,15 +136,31 @@ func TestConsumerOffsetTornSlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(probs) != 1 || probs[0].Path != consumerPath(p, "c") || !errors.Is(probs[0].Err, ErrCorrupt) {
-		t.Fatalf("verify: %+v, want the consumer offset file's bad slot", probs)
+	return probs
+}
+
+// TestConsumerOffsetTornSlot: a store torn by a crash (its slot's first
+// bytes written, not its last: the older store's write number still ends
+// the slot) leaves the other slot, the previous offset (the torn store
+// was never acknowledged); the next store after the reopen wins over
+// both.
+func TestConsumerOffsetTornSlot(t *testing.T) {
+	mem := vfs.NewMem()
+	p, b := storeOffsets(t, mem)
+	// Store 5 goes to slot 1 (seq 3 there): torn inside its record.
+	rec := consumerMarkFormat.AppendSlot(nil, syncmark.Mark[consumerMark]{Seq: 5, V: consumerMark{offset: 5, name: "c"}})
+	copy(b[consumerMarkStride:], rec[:len(rec)-2])
+	writeMem(t, mem, consumerPath(p, "c"), b)
+	probs := verifyConsumerFile(t, mem)
+	if len(probs) != 1 || probs[0].Path != consumerPath(p, "c") || !errors.Is(probs[0].Err, ErrCorrupt) || probs[0].Repair == "" {
+		t.Fatalf("verify: %+v, want the consumer offset file's torn slot, repaired by reading the valid one", probs)
 	}
 
 	q := buildConsumerPartition(t, mem)
-	if off, ok, err := q.ConsumerOffset("c"); err != nil || !ok || off != 3 {
-		t.Fatalf("torn newer slot: offset %d, %v, %v; want the older slot's 3", off, ok, err)
+	if off, ok, err := q.ConsumerOffset("c"); err != nil || !ok || off != 4 {
+		t.Fatalf("torn slot: offset %d, %v, %v; want the valid slot's 4", off, ok, err)
 	}
-	if err := q.StoreConsumerOffset("c", 5); err != nil {
+	if err := q.StoreConsumerOffset("c", 6); err != nil {
 		t.Fatal(err)
 	}
 	if err := q.Close(); err != nil {
@@ -152,9 +168,56 @@ func TestConsumerOffsetTornSlot(t *testing.T) {
 	}
 	r := buildConsumerPartition(t, mem)
 	defer r.Close()
-	if off, _, err := r.ConsumerOffset("c"); err != nil || off != 5 {
-		t.Fatalf("after a store over the torn slot: offset %d, %v; want 5", off, err)
+	if off, _, err := r.ConsumerOffset("c"); err != nil || off != 6 {
+		t.Fatalf("after a store over the torn slot: offset %d, %v; want 6", off, err)
 	}
+}
+
+// TestConsumerOffsetDamagedNewerSlot: the newer slot damaged after its
+// store was written whole (a bit of its record flipped; the slot still
+// ends in its own write number) is damage, not a torn store: the
+// partition's build fails with a *CorruptError, as with the file of one
+// record, where taking the older slot's offset would lose an
+// acknowledged store without an error. The older slot damaged loses
+// nothing: the newer one's offset holds, and verify reports the slot.
+func TestConsumerOffsetDamagedNewerSlot(t *testing.T) {
+	t.Run("newer", func(t *testing.T) {
+		mem := vfs.NewMem()
+		p, b := storeOffsets(t, mem)
+		b[syncmark.Header] ^= 0x01 // the newer slot's offset, at byte 0
+		writeMem(t, mem, consumerPath(p, "c"), b)
+		s, err := NewFileStore(FileConfig{Dir: "/data", FS: mem})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ce *CorruptError
+		if q, err := s.Build(consumerNS, 1); !errors.As(err, &ce) || ce.Path != consumerPath(p, "c") {
+			if err == nil {
+				off, _, _ := q.ConsumerOffset("c")
+				q.Close()
+				t.Fatalf("a damaged newer slot built, offset %d; want a *CorruptError", off)
+			}
+			t.Fatalf("a damaged newer slot: %v, want a *CorruptError naming the file", err)
+		}
+		probs := verifyConsumerFile(t, mem)
+		if len(probs) != 1 || probs[0].Path != consumerPath(p, "c") || !errors.Is(probs[0].Err, ErrCorrupt) || probs[0].Repair != "" {
+			t.Fatalf("verify: %+v, want the consumer offset file's damage, unrepaired", probs)
+		}
+	})
+	t.Run("older", func(t *testing.T) {
+		mem := vfs.NewMem()
+		p, b := storeOffsets(t, mem)
+		b[consumerMarkStride+syncmark.Header] ^= 0x01 // seq 3's offset
+		writeMem(t, mem, consumerPath(p, "c"), b)
+		q := buildConsumerPartition(t, mem)
+		defer q.Close()
+		if off, ok, err := q.ConsumerOffset("c"); err != nil || !ok || off != 4 {
+			t.Fatalf("damaged older slot: offset %d, %v, %v; want the newer slot's 4", off, ok, err)
+		}
+		if probs := verifyConsumerFile(t, mem); len(probs) != 1 || !errors.Is(probs[0].Err, ErrCorrupt) {
+			t.Fatalf("verify: %+v, want the consumer offset file's bad slot", probs)
+		}
+	})
 }
 
 // TestConsumerOffsetSingleRecordFile: a consumer offset file of the

@@ -35,10 +35,12 @@ import (
 // nothing. An in-place slot costs one fdatasync of a block the file
 // already holds (no metadata to commit). A torn slot write leaves the
 // other slot, the previous offset, whole: the store was not acknowledged,
-// so the old offset is what a crash may leave. A damaged newer slot reads
-// the same (the format cannot tell them apart), losing that acknowledged
-// store: the consumer resumes from the one before it. verify reports such
-// a slot (verifyConsumers); both slots damaged fail the partition's build.
+// so the old offset is what a crash may leave. A damaged newer slot is
+// told from a torn one by the write number each slot ends with
+// (syncmark's SeqTrailer: a torn write leaves the older number there), and
+// fails the partition's build as damage, as both slots damaged do; a bad
+// slot older than the valid one loses nothing, and verify reports it
+// (verifyConsumers).
 
 const (
 	incarnationFile = "incarnation"
@@ -87,7 +89,11 @@ func consumerFileName(name string) string {
 //	sync mark slot payload: offset u64, name length u16, the name
 //
 // the slot in a record of magic consumerMarkMagic ("PWCO"), its sequence
-// number and its CRC-32C (package syncmark).
+// number and its CRC-32C (package syncmark), then zeros, then the
+// sequence number again in the slot's last 8 bytes (SeqTrailer): a slot
+// is one 512-byte sector, and a store that reached its last bytes wrote
+// it whole, so a slot of a newer store than the valid one that fails its
+// checksum is damage, not a torn write.
 const (
 	consumerMarkMagic  = 0x4f435750 // "PWCO"
 	consumerMarkStride = 512
@@ -95,7 +101,7 @@ const (
 	// length.
 	consumerMarkPayload = 8 + 2
 	// consumerMarkName is the longest name a slot holds.
-	consumerMarkName = consumerMarkStride - syncmark.Header - consumerMarkPayload - 4
+	consumerMarkName = consumerMarkStride - syncmark.Header - consumerMarkPayload - 4 - syncmark.SeqTrailerLen
 )
 
 // consumerMarkFormat is a consumer offset file's.
@@ -104,6 +110,10 @@ var consumerMarkFormat = syncmark.Format[consumerMark]{
 	Stride: consumerMarkStride,
 	Size:   2 * consumerMarkStride,
 	Codec:  consumerMarkCodec{},
+	// Without it a damaged newer slot read as a torn store, and the
+	// node silently took the older slot's offset: an acknowledged store
+	// lost without an error.
+	SeqTrailer: true,
 }
 
 // consumerMark is one slot's payload: a consumer's offset and its name
@@ -141,8 +151,12 @@ func (consumerMarkCodec) DecodePayload(b []byte) (consumerMark, bool) {
 // seq is the sync mark's sequence number, 0 for a single record.
 func decodeConsumerFile(b []byte, path string) (name string, offset, seq uint64, err error) {
 	if len(b) == consumerMarkFormat.Size {
-		if m, err := consumerMarkFormat.Decode(b); err == nil {
+		m, err := consumerMarkFormat.Decode(b)
+		switch {
+		case err == nil:
 			return m.V.name, m.V.offset, m.Seq, nil
+		case errors.Is(err, syncmark.ErrDamagedSlot):
+			return "", 0, 0, corruptf(path, 0, "consumer offset file: %v", err)
 		}
 		// No valid slot: damage, unless it is a single record of a name
 		// that made it this long.
@@ -173,6 +187,8 @@ func storeConsumerFile(fsys vfs.FS, path, name string, offset, seq uint64, known
 			seq = m.Seq // 0 if there is no file
 		case errors.Is(err, syncmark.ErrNoSlot):
 			seq = 0 // any slot written wins over none
+		case errors.Is(err, syncmark.ErrDamagedSlot):
+			return 0, corruptf(path, 0, "consumer offset file: %v", err)
 		default:
 			return 0, err
 		}

@@ -428,10 +428,11 @@ func (s *FileStore) verifyConsumers(dir string, next uint64) []Problem {
 		case err != nil:
 			out = append(out, Problem{Path: path, Err: err, Repair: ""})
 		case slack != "":
-			// One slot failing its checksum: a store torn by a crash, or
-			// damage of the newer slot (this store then lost: the
-			// consumer resumes from the one before) — not told apart.
-			out = append(out, Problem{Path: path, Repair: "the node reads the valid slot's offset, which may be the store before the last",
+			// A slot no newer than the valid one failing its checksum
+			// (a store torn by a crash, or damage of the older slot: a
+			// damaged newer one is decodeConsumerFile's error), or bytes
+			// past a record: nothing acknowledged is lost.
+			out = append(out, Problem{Path: path, Repair: "the node reads the valid slot's offset, the last durable store",
 				Err: corruptf(path, 0, "consumer offset file: %s", slack)})
 		case off > next:
 			out = append(out, Problem{Path: path, Repair: "the node clamps it to the end of the log",
