@@ -102,8 +102,9 @@ func writeDamageLog(t *testing.T) *damagedLog {
 
 // flipConsumerOffset damages a consumer offset file: a byte of the
 // record in each of its two 512-byte slots (a sync mark, see package
-// partition's offsets.go). One damaged slot alone reads as a store torn
-// by a crash, the other slot's offset holding, and is no damage.
+// partition's offsets.go), so the test need not know which slot is the
+// newer: a damaged newer slot alone is damage too, a damaged older one
+// loses nothing (the newer one's offset holds).
 func flipConsumerOffset(t *testing.T, path string) {
 	t.Helper()
 	flipAt(t, path, 6)

@@ -54,9 +54,8 @@ func copyTree(t *testing.T, from string) string {
 //     after another open (the journal files, the damage's only record,
 //     are kept);
 //   - partition 0's consumer offset file flipped (both slots of its sync
-//     mark: one slot damaged reads as a torn store, the other slot
-//     holding): its Build reports the *CorruptError, partition 1 serves
-//     its six;
+//     mark, whichever is the newer): its Build reports the *CorruptError,
+//     partition 1 serves its six;
 //   - a byte of the journal's first frame flipped, valid frames after
 //     it: no partition can be trusted to hold the damaged frame's
 //     records, so each is fenced at its log's end (every read below it

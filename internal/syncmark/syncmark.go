@@ -7,8 +7,10 @@
 // it) and its own reasons, documented where they are: package replica's
 // raft log mark (<log>.mark: the log's generation and synced size) and
 // package partition's journal mark (journal/SYNCED: each journal file's
-// synced end). This package is the part they share: the file's slots,
-// their checksums, which slot wins, and how a slot is written.
+// synced end). A third keeps its file's two slots for another end:
+// package partition's consumer offset file, a store per slot write. This
+// package is the part they share: the file's slots, their checksums,
+// which slot wins, and how a slot is written.
 //
 // # Format
 //
@@ -31,11 +33,12 @@
 //
 // A format may end every slot with its sequence number again
 // (Format.SeqTrailer), outside the record: the last bytes a slot's write
-// writes. A crash tears a write by leaving its later bytes unwritten, so
-// a slot that fails its checksum while its trailer names a write newer
+// writes. A write torn short of them (a slot of one sector, which a disk
+// writes whole or not at all, is torn only by a failed write's first
+// bytes reaching the disk) leaves the trailer the slot held before, so a
+// slot that fails its checksum while its trailer names a write newer
 // than every valid slot's was written to its end and changed since:
-// damage of the newest store, which Decode reports (ErrDamagedSlot),
-// not a torn write, which leaves the trailer the slot held before.
+// damage of the newest write, which Decode reports (ErrDamagedSlot).
 //
 // The magic names the payload's format version too: a user whose payload
 // changes gives the new version a new magic and lists the earlier ones
