@@ -368,7 +368,8 @@ func TestBehaviour28ClusterRepairsDamagedIncarnationFile(t *testing.T) {
 
 // TestBehaviour28ClusterRepairsDamagedConsumerOffset: a named consumer's
 // offset is per-partition state every replica holds. A replica whose
-// offset file is damaged (a byte flipped: it fails its checksum) is not
+// offset file is damaged (a byte flipped in each slot: they fail their
+// checksums) is not
 // served with the offset reset to 0, nor with the damage: the copy is set
 // aside and rebuilt from its peers, and its consumer offset comes back
 // from the group's replicated state. A local poll at the consumer on the
@@ -393,7 +394,7 @@ func TestBehaviour28ClusterRepairsDamagedConsumerOffset(t *testing.T) {
 		bad := others(leader)[0]
 		c.stop(bad)
 		file := filepath.Join(partitionDir(dirs[bad], s, tp), "offsets", "consumers", "reader")
-		flipAt(t, file, fileLen(t, file)-1)
+		flipConsumerOffset(t, file)
 		n := c.start(bad)
 		reg := registry(t, n)
 		waitFor(t, "the damaged replica's repair", func() bool {

@@ -100,6 +100,17 @@ func writeDamageLog(t *testing.T) *damagedLog {
 	return l
 }
 
+// flipConsumerOffset damages a consumer offset file: a byte of the
+// record in each of its two 512-byte slots (a sync mark, see package
+// partition's offsets.go), so the test need not know which slot is the
+// newer: a damaged newer slot alone is damage too, a damaged older one
+// loses nothing (the newer one's offset holds).
+func flipConsumerOffset(t *testing.T, path string) {
+	t.Helper()
+	flipAt(t, path, 6)
+	flipAt(t, path, 512+6)
+}
+
 func flipAt(t *testing.T, path string, pos int64) {
 	t.Helper()
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
@@ -434,7 +445,7 @@ func TestBehaviour28BuildFailureCauseReachesTheCaller(t *testing.T) {
 		file = filepath.Join(cfg.DataDir, "streams", strconv.Itoa(int(s.ID)), "topics", strconv.Itoa(int(topic.ID)),
 			"partitions", "0", "offsets", "consumers", "reader")
 	})
-	flipAt(t, file, 6)
+	flipConsumerOffset(t, file)
 	synctest.Test(t, func(t *testing.T) {
 		n := open(t, cfg)
 		ctx := ctxFor(t)

@@ -181,9 +181,12 @@ func (c FileConfig) Validate() error {
 // partition's files and directories (fsync of every directory created, up
 // to Dir), a new segment's directory entry (so messages synced into it
 // cannot lose their file), the sealed segment at a roll (fsynced before
-// the next segment exists, so only the tail can ever be torn), consumer
-// offsets, the incarnation and the start offset (each written to a
-// temporary file, fsynced, renamed, directory fsynced). Index files are
+// the next segment exists, so only the tail can ever be torn), the
+// incarnation and the start offset (each written to a temporary file,
+// fsynced, renamed, directory fsynced), and consumer offsets (a sync mark
+// file, created that way, then a slot overwritten in place and
+// fdatasynced per store; see offsets.go — StageConsumerOffset leaves the
+// fdatasync to its caller, off the owner's goroutine). Index files are
 // derived data: they are not fsynced, and a reopen rebuilds any that is
 // missing, short or wrong.
 //
@@ -841,7 +844,7 @@ func (s *FileStore) open(ns metadata.Namespace, epoch uint64, dir string, fresh 
 			return nil, err
 		}
 	}
-	if p.consumers, err = loadConsumerOffsets(s.fs, filepath.Join(dir, consumersDir)); err != nil {
+	if p.consumers, p.consumerSeqs, err = loadConsumerOffsets(s.fs, filepath.Join(dir, consumersDir)); err != nil {
 		if !s.readOnly || !isNotExist(err) {
 			return nil, err
 		}

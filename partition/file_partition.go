@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/parkway-io/parkway/internal/syncmark"
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/vfs"
 )
@@ -53,9 +54,16 @@ type filePartition struct {
 	// deferred partition keeps them behind while they fit.
 	lodged, held bool
 	consumers    map[string]uint64
-	buf          []byte // append scratch
-	idxBuf       []byte // index scratch
-	closed       bool
+	// consumerSeqs is the sequence number of the last slot of each
+	// consumer's offset file (storeConsumerFile), for the consumers whose
+	// file's is known; nil until one is.
+	consumerSeqs map[string]uint64
+	// consumerStaged tracks the consumers' staged stores not yet done
+	// (StageConsumerOffset); nil until one is staged.
+	consumerStaged map[string]*stagedOffsets
+	buf            []byte // append scratch
+	idxBuf         []byte // index scratch
+	closed         bool
 	// broken is set when a failed append could not be rolled back (the
 	// file may hold bytes past the logical end; appending over them could
 	// leave a stale record that a reopen would resurrect) or when an fsync
@@ -1181,21 +1189,110 @@ func (p *filePartition) OffsetForTime(t int64) (uint64, error) {
 // StoreConsumerOffset writes the consumer's offset file atomically and
 // durably before returning.
 func (p *filePartition) StoreConsumerOffset(consumer string, offset uint64) error {
+	write, done, err := p.StageConsumerOffset(consumer, offset)
+	if err == nil && write != nil {
+		err = write()
+		done(err)
+	}
+	return err
+}
+
+// StageConsumerOffset implements OffsetStager. A consumer's store whose
+// file is a sync mark is staged: its next slot's record is made here and
+// the file opened (so the write lands in this file even if it is replaced
+// or removed meanwhile); write overwrites the slot in place, fdatasyncs
+// it and closes the file, and done makes the offset the one reads see
+// (p.consumers holds durable offsets only: a read never sees an offset a
+// crash may take back). Another store is done at once
+// (storeConsumerFile): the first, which creates the file, one converting
+// a single record, and the first after a failed one, which reads the
+// file's last slot.
+func (p *filePartition) StageConsumerOffset(consumer string, offset uint64) (write func() error, done func(error), err error) {
 	if p.closed {
-		return ErrClosed
+		return nil, nil, ErrClosed
 	}
 	if offset > p.next {
-		return fmt.Errorf("%w: consumer offset %d past next offset %d", ErrOffsetOutOfRange, offset, p.next)
+		return nil, nil, fmt.Errorf("%w: consumer offset %d past next offset %d", ErrOffsetOutOfRange, offset, p.next)
 	}
 	if err := p.syncLayout(); err != nil {
-		return err
+		return nil, nil, err
 	}
 	path := filepath.Join(p.dir, consumersDir, consumerFileName(consumer))
-	if err := vfs.WriteFileAtomic(p.fs, path, encodeConsumerOffset(consumer, offset)); err != nil {
-		return err
+	seq, known := p.consumerSeqs[consumer]
+	if known && seq > 0 {
+		// The slots' numbers only grow: a staged write that fails
+		// leaves the next store's number above whatever it left.
+		m := syncmark.Mark[consumerMark]{Seq: seq + 1, V: consumerMark{offset: offset, name: consumer}}
+		if write, err := consumerMarkFormat.Stage(p.fs, path, m); err == nil {
+			p.consumerSeqs[consumer] = seq + 1
+			return write, p.stagedOffset(consumer, offset), nil
+		}
+		// The file is not what the slots were counted for: stored at
+		// once, below, after reading its last slot.
+		known = false
 	}
+	// A store done at once overtakes the staged ones still unwritten:
+	// their offsets, older, must not replace it when they are done.
+	p.fenceStagedOffsets(consumer)
+	seq, err = storeConsumerFile(p.fs, path, consumer, offset, seq, known)
+	if err != nil {
+		// The file's last slot is read again at the next store: a
+		// failed write may have left a newer one than seq.
+		delete(p.consumerSeqs, consumer)
+		return nil, nil, err
+	}
+	if p.consumerSeqs == nil {
+		p.consumerSeqs = make(map[string]uint64)
+	}
+	p.consumerSeqs[consumer] = seq
 	p.consumers[consumer] = offset
-	return nil
+	return nil, nil, nil
+}
+
+// stagedOffsets counts a consumer's staged stores not yet done, and
+// fences those staged before a store done at once or a removal of the
+// consumer's offset (fenceStagedOffsets): they are done in the order they
+// were staged, so a done store makes its offset the durable one unless it
+// was fenced.
+type stagedOffsets struct {
+	staged uint64 // stores staged, ever
+	done   uint64 // of those, done
+	fence  uint64 // the stores numbered up to fence are fenced
+}
+
+// stagedOffset records a staged store of offset and returns its done.
+func (p *filePartition) stagedOffset(consumer string, offset uint64) func(error) {
+	if p.consumerStaged == nil {
+		p.consumerStaged = make(map[string]*stagedOffsets)
+	}
+	st := p.consumerStaged[consumer]
+	if st == nil {
+		st = &stagedOffsets{}
+		p.consumerStaged[consumer] = st
+	}
+	st.staged++
+	n := st.staged
+	return func(err error) {
+		if p.closed || p.consumerStaged[consumer] != st {
+			return
+		}
+		st.done++
+		if err == nil && n > st.fence {
+			// A failed write leaves the previous durable offset
+			// readable: a crash may keep it.
+			p.consumers[consumer] = offset
+		}
+		if st.done == st.staged {
+			delete(p.consumerStaged, consumer)
+		}
+	}
+}
+
+// fenceStagedOffsets fences the consumer's staged stores not yet done.
+func (p *filePartition) fenceStagedOffsets(consumer string) {
+	if st := p.consumerStaged[consumer]; st != nil {
+		st.fence = st.staged
+	}
 }
 
 // clampConsumers brings the consumer offsets past the log's end (a crash
@@ -1228,6 +1325,8 @@ func (p *filePartition) DeleteConsumerOffset(consumer string) error {
 		return err
 	}
 	delete(p.consumers, consumer)
+	delete(p.consumerSeqs, consumer)
+	p.fenceStagedOffsets(consumer)
 	return nil
 }
 

@@ -387,6 +387,30 @@ type Located interface {
 	Location() (vfs.FS, string)
 }
 
+// OffsetStager is implemented by partitions whose consumer offset store
+// can be made durable off their owner's goroutine (FileStore's): an
+// fdatasync per store, which the owner need not wait for while it serves
+// other requests.
+type OffsetStager interface {
+	// StageConsumerOffset is StoreConsumerOffset, split: write, when it
+	// is not nil, makes the offset durable, and done(write's error) then
+	// makes it the one ConsumerOffset and ConsumerOffsets report — reads
+	// see durable offsets only, never one a crash may take back — and the
+	// store is acknowledged once write returned nil and done ran. A nil
+	// write means the store is durable, and read, already (a consumer's
+	// first store, which creates its file). The writes must run one at a
+	// time, in the order they were returned (on any one goroutine, also
+	// after the partition is closed, when they still write the file they
+	// were staged for, even if it was removed or replaced since); each
+	// done runs on the owner's goroutine after its write, in the same
+	// order (a no-op once the partition is closed, and for a store that a
+	// later store done at once or a DeleteConsumerOffset overtook). A
+	// write that fails leaves the previous offset readable, as a failed
+	// StoreConsumerOffset may (a crash keeps the previous one or this
+	// one).
+	StageConsumerOffset(consumer string, offset uint64) (write func() error, done func(error), err error)
+}
+
 // Deferred is implemented by partitions a store can build with no file
 // of their own yet (FileStore.BuildDeferred).
 type Deferred interface {

@@ -419,10 +419,21 @@ func (s *FileStore) verifyConsumers(dir string, next uint64) []Problem {
 			out = append(out, Problem{Path: path, Err: err})
 			continue
 		}
-		name, off, err := decodeConsumerOffset(b, path)
+		name, off, seq, err := decodeConsumerFile(b, path)
+		slack := ""
+		if err == nil && seq > 0 {
+			slack = consumerMarkFormat.Slack(b)
+		}
 		switch {
 		case err != nil:
 			out = append(out, Problem{Path: path, Err: err, Repair: ""})
+		case slack != "":
+			// A slot no newer than the valid one failing its checksum
+			// (a store torn by a crash, or damage of the older slot: a
+			// damaged newer one is decodeConsumerFile's error), or bytes
+			// past a record: nothing acknowledged is lost.
+			out = append(out, Problem{Path: path, Repair: "the node reads the valid slot's offset, the last durable store",
+				Err: corruptf(path, 0, "consumer offset file: %s", slack)})
 		case off > next:
 			out = append(out, Problem{Path: path, Repair: "the node clamps it to the end of the log",
 				Err: fmt.Errorf("consumer %q's offset %d is past the log's end %d", name, off, next)})

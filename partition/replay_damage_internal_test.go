@@ -53,8 +53,9 @@ func copyTree(t *testing.T, from string) string {
 //     every append, its end at 6 (no offset handed out twice), again
 //     after another open (the journal files, the damage's only record,
 //     are kept);
-//   - partition 0's consumer offset file flipped: its Build reports the
-//     *CorruptError, partition 1 serves its six;
+//   - partition 0's consumer offset file flipped (both slots of its sync
+//     mark, whichever is the newer): its Build reports the *CorruptError,
+//     partition 1 serves its six;
 //   - a byte of the journal's first frame flipped, valid frames after
 //     it: no partition can be trusted to hold the damaged frame's
 //     records, so each is fenced at its log's end (every read below it
@@ -116,6 +117,7 @@ func TestBehaviour28ReplayDamageFencesItsPartition(t *testing.T) {
 					return nil
 				})
 				flipAt(t, found, 0)
+				flipAt(t, found, consumerMarkStride)
 			case "journal frame":
 				names, err := os.ReadDir(rel(s.journalPath()))
 				if err != nil || len(names) == 0 {

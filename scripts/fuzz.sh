@@ -30,6 +30,7 @@ targets='
 ./partition FuzzIncarnation
 ./partition FuzzDecodeManifest
 ./partition FuzzDecodeJournalMark
+./partition FuzzDecodeConsumerFile
 ./shard FuzzDecodeState
 ./shard FuzzDecodeCatchUp
 ./shard FuzzDecodeEntry

@@ -188,6 +188,8 @@ type Shard struct {
 	commit commitGroup
 	// polls are the waiting polls (polls.go).
 	polls waitingPolls
+	// offsets writes consumer offset stores off the pump (offsetwrite.go).
+	offsets offsetWriter
 
 	// Pump-owned state: touched only by the pump goroutine (or, in Manual
 	// mode, by the driver's goroutine, which is the pump).
@@ -426,6 +428,8 @@ func (s *Shard) pump(ctx context.Context) {
 			s.parkFired()
 		case <-s.commit.journalDue():
 			s.commit.journalCheckpoint()
+		case <-s.offsets.writtenC():
+			s.offsetsWrittenFired()
 		}
 	}
 }
@@ -651,6 +655,7 @@ func (s *Shard) shutdown() {
 	s.flushAppends()
 	s.commit.flushGroup()
 	s.polls.dropAllWaiters(ErrClosed)
+	s.drainOffsetWrites()
 	for _, o := range s.rg.replicated {
 		s.rg.unreplicate(o, ErrClosed)
 	}
@@ -794,6 +799,9 @@ func (s *Shard) serveOwned(o *owned, f Frame) {
 func (s *Shard) serveRead(o *owned, f Frame) {
 	if f.Req.Op == OpPoll {
 		s.polls.servePoll(o, f)
+		return
+	}
+	if f.Req.Op == OpStoreOffset && o.rep.grp == nil && s.stageOffset(o, f) {
 		return
 	}
 	resp := serve(o.p, f.Req)

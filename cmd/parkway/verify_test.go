@@ -88,7 +88,10 @@ func TestVerifyFindsDamage(t *testing.T) {
 		}},
 		{"flipped consumer offset", func(t *testing.T, dir string) (string, int64) {
 			p := filepath.Join(filepath.Dir(segments(t, dir, 0)[0]), "offsets", "consumers", "billing")
+			// Both slots of the file's sync mark: a damaged older slot
+			// alone loses nothing (verify reports it, repaired).
 			flip(t, p, 6)
+			flip(t, p, 512+6)
 			return p, 0
 		}},
 		{"missing incarnation", func(t *testing.T, dir string) (string, int64) {

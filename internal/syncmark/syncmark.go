@@ -7,8 +7,10 @@
 // it) and its own reasons, documented where they are: package replica's
 // raft log mark (<log>.mark: the log's generation and synced size) and
 // package partition's journal mark (journal/SYNCED: each journal file's
-// synced end). This package is the part they share: the file's slots,
-// their checksums, which slot wins, and how a slot is written.
+// synced end). A third keeps its file's two slots for another end:
+// package partition's consumer offset file, a store per slot write. This
+// package is the part they share: the file's slots, their checksums,
+// which slot wins, and how a slot is written.
 //
 // # Format
 //
@@ -28,6 +30,15 @@
 // overwritten in place, which needs no metadata to be read back, so a
 // flush of the device covers it without an fsync of the file's own
 // (vfs.WriteBacker).
+//
+// A format may end every slot with its sequence number again
+// (Format.SeqTrailer), outside the record: the last bytes a slot's write
+// writes. A write torn short of them (a slot of one sector, which a disk
+// writes whole or not at all, is torn only by a failed write's first
+// bytes reaching the disk) leaves the trailer the slot held before, so a
+// slot that fails its checksum while its trailer names a write newer
+// than every valid slot's was written to its end and changed since:
+// damage of the newest write, which Decode reports (ErrDamagedSlot).
 //
 // The magic names the payload's format version too: a user whose payload
 // changes gives the new version a new magic and lists the earlier ones
@@ -100,7 +111,14 @@ type Format[T any] struct {
 	Size   int
 	Codec  Codec[T]
 	Older  []Version[T]
+	// SeqTrailer: each slot's last SeqTrailerLen bytes hold its record's
+	// sequence number (little endian), after the zeros that follow the
+	// record.
+	SeqTrailer bool
 }
+
+// SeqTrailerLen is the length of a slot's trailer (Format.SeqTrailer).
+const SeqTrailerLen = 8
 
 // Version is an earlier version of a Format: the magic its slots start
 // with, the codec of their payload, and the size of its files, no larger
@@ -148,6 +166,13 @@ type Mark[T any] struct {
 // ErrNoSlot is Decode's and Read's answer for a mark file holding no
 // valid slot (each torn or damaged).
 var ErrNoSlot = errors.New("no valid slot")
+
+// ErrDamagedSlot is Decode's and Read's answer, for a format with
+// SeqTrailer, for a mark file whose slot fails its checksum though its
+// trailer names a write numbered above every valid slot's: the newest
+// slot, written to its end and damaged since (a torn write leaves the
+// trailer it replaced, of an older write).
+var ErrDamagedSlot = errors.New("a slot fails its checksum but was written whole by the newest write: damage, not a torn write")
 
 // ErrSize is CheckSize's answer for a mark file of no version's size. A
 // mark file is created whole under a temporary name, synced, and renamed
@@ -219,19 +244,42 @@ func (f *Format[T]) slot(b []byte, i int) []byte {
 }
 
 // Decode decodes a mark file's content: the valid slot with the highest
-// sequence number, or ErrNoSlot.
+// sequence number, or ErrNoSlot; with SeqTrailer, an error wrapping
+// ErrDamagedSlot if a slot that fails its checksum was written whole by a
+// newer write than that.
 func (f *Format[T]) Decode(b []byte) (Mark[T], error) {
 	var best Mark[T]
 	found := false
+	var bad [2]bool
 	for i := range 2 {
-		if m, _, ok := f.DecodeSlot(f.slot(b, i)); ok && (!found || m.Seq > best.Seq) {
+		m, _, ok := f.DecodeSlot(f.slot(b, i))
+		bad[i] = !ok
+		if ok && (!found || m.Seq > best.Seq) {
 			best, found = m, true
 		}
 	}
 	if !found {
 		return Mark[T]{}, ErrNoSlot
 	}
+	for i := range 2 {
+		if seq, ok := f.trailer(b, i); ok && bad[i] && seq > best.Seq {
+			return Mark[T]{}, fmt.Errorf("the slot at byte %d (written by write %d, the valid slot's is %d): %w", i*f.Stride, seq, best.Seq, ErrDamagedSlot)
+		}
+	}
 	return best, nil
+}
+
+// trailer returns slot i's trailer (SeqTrailer), if b holds it.
+func (f *Format[T]) trailer(b []byte, i int) (uint64, bool) {
+	s := f.slot(b, i)
+	end := f.Size - i*f.Stride
+	if i == 0 {
+		end = f.Stride
+	}
+	if !f.SeqTrailer || len(s) != end || end < SeqTrailerLen {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint64(s[end-SeqTrailerLen:]), true
 }
 
 // Slack describes what in a mark file's content b no mark accounts for —
@@ -245,9 +293,15 @@ func (f *Format[T]) Slack(b []byte) string {
 	}
 	for i := range 2 {
 		s := f.slot(b, i)
-		_, n, ok := f.DecodeSlot(s)
+		m, n, ok := f.DecodeSlot(s)
 		if !ok {
 			return fmt.Sprintf("the slot at byte %d fails its checksum", i*f.Stride)
+		}
+		if seq, ok := f.trailer(b, i); ok {
+			if seq != m.Seq {
+				return fmt.Sprintf("the slot at byte %d ends in write number %d, not its record's %d", i*f.Stride, seq, m.Seq)
+			}
+			s = s[:len(s)-SeqTrailerLen]
 		}
 		for k, c := range s[n:] {
 			if c != 0 {
@@ -330,24 +384,13 @@ func (w *File[T]) Open() bool { return w.f != nil }
 func (w *File[T]) Write(v T, sync Sync) error {
 	f := w.format
 	m := Mark[T]{Seq: w.seq + 1, V: v}
-	// Written to the slot's end, zeros after the record: every byte of
-	// the file is accounted for (Slack), whatever an earlier, longer
-	// record left there.
-	span := f.Stride
-	if m.Seq%2 == 1 {
-		span = f.Size - f.Stride
-	}
-	b := f.AppendSlot(w.buf[:0], m)
-	rec := len(b)
-	if rec > min(f.Stride, f.Size-f.Stride) {
-		return fmt.Errorf("sync mark %s: a record of %d bytes does not fit its slot", w.path, rec)
-	}
-	for len(b) < span {
-		b = append(b, 0)
+	b, _, err := f.appendSpan(w.buf[:0], m)
+	if err != nil {
+		return fmt.Errorf("sync mark %s: %w", w.path, err)
 	}
 	w.buf = b
 	if w.f == nil {
-		created, err := w.open(b[:rec])
+		created, err := w.open(m)
 		if err != nil {
 			return fmt.Errorf("sync mark %s: %w", w.path, err)
 		}
@@ -362,7 +405,6 @@ func (w *File[T]) Write(v T, sync Sync) error {
 	if _, err := w.f.WriteAt(b, int64(m.Seq%2)*int64(f.Stride)); err != nil {
 		return fmt.Errorf("sync mark %s: %w", w.path, err)
 	}
-	var err error
 	switch sync {
 	case Started:
 		err = vfs.StartWriteBack(w.f)
@@ -378,6 +420,82 @@ func (w *File[T]) Write(v T, sync Sync) error {
 	return nil
 }
 
+// appendSpan appends the bytes of m's slot to dst: its record, then zeros
+// to the slot's end, so that every byte of the file is accounted for
+// (Slack), whatever an earlier, longer record left there, and the
+// trailer last (SeqTrailer). rec is the record's length.
+func (f *Format[T]) appendSpan(dst []byte, m Mark[T]) (b []byte, rec int, err error) {
+	span := f.Stride
+	if m.Seq%2 == 1 {
+		span = f.Size - f.Stride
+	}
+	return f.appendSlotSpan(dst, m, span)
+}
+
+// appendSlotSpan is appendSpan for a slot of span bytes.
+func (f *Format[T]) appendSlotSpan(dst []byte, m Mark[T], span int) (b []byte, rec int, err error) {
+	b = f.AppendSlot(dst, m)
+	rec = len(b) - len(dst)
+	room := min(f.Stride, f.Size-f.Stride)
+	if f.SeqTrailer {
+		room -= SeqTrailerLen
+		span -= SeqTrailerLen
+	}
+	if rec > room {
+		return nil, 0, fmt.Errorf("a record of %d bytes does not fit its slot", rec)
+	}
+	for len(b)-len(dst) < span {
+		b = append(b, 0)
+	}
+	if f.SeqTrailer {
+		b = binary.LittleEndian.AppendUint64(b, m.Seq)
+	}
+	return b, rec, nil
+}
+
+// Stage prepares the write of m to its slot of the mark file at path,
+// which must exist at its size (else an error matching fs.ErrNotExist or
+// ErrSize), for a writer that makes it durable on another goroutine: the
+// file is opened now, and write overwrites the slot, fdatasyncs it and
+// closes the file, so it writes the file that was there at Stage even if
+// it was replaced since. m.Seq must be above every slot the file holds.
+// The writes of one file must run one at a time (a page rewritten while
+// its write is in flight may reach the disk with old and new bytes
+// mixed), in the order they were staged, each exactly once (it closes
+// the file).
+func (f *Format[T]) Stage(fsys vfs.FS, path string, m Mark[T]) (write func() error, err error) {
+	b, _, err := f.appendSpan(nil, m)
+	if err != nil {
+		return nil, fmt.Errorf("sync mark %s: %w", path, err)
+	}
+	file, err := fsys.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := file.Stat()
+	if err == nil && fi.Size() != int64(f.Size) {
+		err = fmt.Errorf("%d bytes: %w", fi.Size(), ErrSize)
+	}
+	if err != nil {
+		_ = file.Close()
+		return nil, fmt.Errorf("sync mark %s: %w", path, err)
+	}
+	at := int64(m.Seq%2) * int64(f.Stride)
+	return func() error {
+		_, err := file.WriteAt(b, at)
+		if err == nil {
+			err = vfs.Datasync(file)
+		}
+		if cerr := file.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("sync mark %s: %w", path, err)
+		}
+		return nil
+	}, nil
+}
+
 // wait waits for the last slot's write if it was only started: a page
 // under write-back is not rewritten.
 func (w *File[T]) wait() error {
@@ -391,16 +509,21 @@ func (w *File[T]) wait() error {
 	return nil
 }
 
-// open opens the file for writing, first writing it whole with rec in
+// open opens the file for writing, first writing it whole with m in
 // both slots (created) unless it is there at its size.
-func (w *File[T]) open(rec []byte) (created bool, err error) {
+func (w *File[T]) open(m Mark[T]) (created bool, err error) {
+	f := w.format
 	fi, err := w.fs.Stat(w.path)
 	switch {
-	case err == nil && fi.Size() == int64(w.format.Size):
+	case err == nil && fi.Size() == int64(f.Size):
 	case err == nil || errors.Is(err, fs.ErrNotExist):
-		b := make([]byte, w.format.Size)
-		copy(b, rec)
-		copy(b[w.format.Stride:], rec)
+		b, _, err := f.appendSlotSpan(make([]byte, 0, f.Size), m, f.Stride)
+		if err == nil {
+			b, _, err = f.appendSlotSpan(b, m, f.Size-f.Stride)
+		}
+		if err != nil {
+			return false, err
+		}
 		if err := vfs.WriteFileAtomic(w.fs, w.path, b); err != nil {
 			return false, err
 		}

@@ -247,3 +247,68 @@ func TestOlderVersionDecodes(t *testing.T) {
 		t.Fatalf("slack %q", s)
 	}
 }
+
+// With SeqTrailer every slot ends in its write's number, the creation's
+// included: a slot failing its checksum that ends in a newer number than
+// the valid slot's is damage (ErrDamagedSlot); one that ends in an older
+// number, a write torn before its last bytes, reads as the valid slot.
+func TestSeqTrailerTellsDamageFromATornWrite(t *testing.T) {
+	trailed := format
+	trailed.SeqTrailer = true
+	mem := vfs.NewMem()
+	const path = "/m"
+	w := trailed.Writer(mem, path, 0)
+	defer w.Close()
+	for v := uint64(1); v <= 4; v++ {
+		if err := w.Write(v*10, syncmark.Durable); err != nil {
+			t.Fatal(err)
+		}
+		b, err := vfs.ReadFile(mem, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, end := range []int{trailed.Stride, trailed.Size} {
+			// Write v went to slot v%2, write v-1 to the other; the
+			// creation (write 1) to both.
+			want := v
+			if v > 1 && uint64(i) != v%2 {
+				want = v - 1
+			}
+			if got := binary.LittleEndian.Uint64(b[end-syncmark.SeqTrailerLen:]); got != want {
+				t.Fatalf("after write %d, slot %d ends in %d, want %d", v, i, got, want)
+			}
+		}
+		if s := trailed.Slack(b); s != "" {
+			t.Fatalf("after write %d: slack %q", v, s)
+		}
+	}
+	b, err := vfs.ReadFile(mem, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Seq 4 is in slot 0, seq 3 in slot 1. Slot 0 damaged: its trailer
+	// says write 4 reached its end.
+	damaged := append([]byte(nil), b...)
+	damaged[syncmark.Header] ^= 1
+	if _, err := trailed.Decode(damaged); !errors.Is(err, syncmark.ErrDamagedSlot) {
+		t.Fatalf("newer slot damaged: %v, want ErrDamagedSlot", err)
+	}
+	// Write 5 to slot 1 torn before its last bytes: seq 4 holds.
+	torn := append([]byte(nil), b...)
+	rec := trailed.AppendSlot(nil, syncmark.Mark[uint64]{Seq: 5, V: 50})
+	copy(torn[trailed.Stride:], rec[:len(rec)-1])
+	if m, err := trailed.Decode(torn); err != nil || m.Seq != 4 {
+		t.Fatalf("write 5 torn: %+v, %v; want seq 4", m, err)
+	}
+	// The older slot damaged: seq 4 holds.
+	older := append([]byte(nil), b...)
+	older[trailed.Stride+syncmark.Header] ^= 1
+	if m, err := trailed.Decode(older); err != nil || m.Seq != 4 {
+		t.Fatalf("older slot damaged: %+v, %v; want seq 4", m, err)
+	}
+	// A trailer that is not its record's number is slack.
+	b[trailed.Size-1] ^= 1
+	if s := trailed.Slack(b); s == "" {
+		t.Fatal("a trailer changed: no slack")
+	}
+}
