@@ -56,6 +56,26 @@ func (a *Awake[K, G]) Add(k K, g G) bool {
 	return true
 }
 
+// Busy restarts the quiescence clock of the group under k, if it is
+// awake: its owner just gave it work of its own (a proposal), so it
+// counts QuiesceAfterTicks more ticks before its leader may quiesce it.
+// A group that wakes restarts its clock (Add), but one that never went to
+// sleep does not wake: without this, a leader producing steadily kept
+// counting ticks from the first one, and quiesced on the first tick that
+// found it between two writes — its last entry applied, the next not yet
+// proposed — though the next write was microseconds away. Each such
+// quiesce cost the write after it the quiesce heartbeats, each
+// replica's writeback of its raft log on its pump (the interval policy's
+// syncQuiesced in the shard) and the wakes of all three (issue 33: R1,
+// one producer waiting for each ack, a few times a second on three
+// nodes over TCP). With it, a group quiesces only after a whole tick
+// interval without a proposal.
+func (a *Awake[K, G]) Busy(k K) {
+	if i, ok := a.at[k]; ok {
+		a.ticks[i] = 0
+	}
+}
+
 // Remove stops ticking the group under k: it quiesced, or it is gone.
 // The last awake group takes its place (the order stays a function of
 // what happened).
