@@ -2,7 +2,8 @@ package groups
 
 // Awake is a host's quiescence state (quiesce.go): the set of groups it
 // ticks (the others are quiesced, or held), in the order they woke, each
-// with its quiescence clock, the ticks since it woke. A host that ticks
+// with its quiescence clock, the ticks since it woke or its owner last
+// gave it work (Busy). A host that ticks
 // them in that order ticks them in an order its history decides, not map
 // iteration, so a simulator's run is reproducible. K names a group (a
 // partition's namespace); G is the host's handle of one incarnation of
@@ -13,7 +14,7 @@ package groups
 type Awake[K comparable, G comparable] struct {
 	groups []G
 	keys   []K
-	ticks  []int // ticks since each woke (Quiesce)
+	ticks  []int // ticks since each woke or was busy (Quiesce, Busy)
 	at     map[K]int
 	// buf is Turn's copy; next is where the next turn starts when more
 	// groups are awake than a turn takes.
@@ -98,7 +99,7 @@ func (a *Awake[K, G]) Remove(k K) {
 }
 
 // Ticks is how many ticks the group under k was counted (Quiesce) since
-// it woke; 0 when it is not awake.
+// it woke or was busy (Busy); 0 when it is not awake.
 func (a *Awake[K, G]) Ticks(k K) int {
 	if i, ok := a.at[k]; ok {
 		return a.ticks[i]
