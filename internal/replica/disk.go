@@ -47,7 +47,10 @@ type Disk struct {
 	log  *wal.Log
 	sync bool
 	rec  Recovered
+	// buf holds the records of the write being gathered, recs where each
+	// one is in it (add, flushRecs).
 	buf  []byte
+	recs [][2]int
 	// term and vote of the last hard state saved: see Save.
 	term, vote uint64
 	syncCommit bool
@@ -451,46 +454,65 @@ func (d *Disk) SyncCommit() { d.syncCommit = true }
 // lacks. When the Disk was opened with sync it syncs, unless all that
 // changed is the commit index.
 //
-// A synced Disk holds such a commit-only hard state back instead of
-// writing it, and writes it before whatever is saved next (or by Sync or
-// Close). Durability is the same — it would not have been synced — but
-// the file is then never left with writes that no fsync covers: a file
-// kept under a descriptor budget (the partition store's) stays pinned
-// open while it holds unsynced writes, and every idle replicated
-// partition whose last Ready moved only the commit would otherwise keep
-// its raft log's descriptor.
+// A hard state that only moved the commit index is held back instead of
+// written, and written before whatever is saved next (or by Sync or
+// Close), unless SyncCommit asked for it or it comes with a snapshot.
+// Durability is the same — it would not have been synced — and a commit
+// index that is lost is learned again from the leader. Two things are
+// saved by it:
+//   - the file is never left with writes that no fsync covers: a file
+//     kept under a descriptor budget (the partition store's) stays pinned
+//     open while it holds unsynced writes, and every idle replicated
+//     partition whose last Ready moved only the commit would otherwise
+//     keep its raft log's descriptor;
+//   - a write on the acknowledgement path: a leader's Ready that commits
+//     its last entry carries that hard state, saved before the entry is
+//     applied and answered, and a follower's carries it beside the next
+//     entries, saved before its acknowledgement is sent. Held, it goes
+//     into the file with the next entries.
+//
+// Everything one Save writes goes in one write (wal.Log.AppendBatch): a
+// held hard state and the entries after it cost one system call, not two
+// (issue 33: R1, one producer waiting for each ack on three nodes, paid
+// two writes of the raft log per replica and message).
 func (d *Disk) Save(snap *raftpb.Snapshot, ents []*raftpb.Entry, hs *raftpb.HardState) error {
 	hasSnap := snap != nil && snap.GetMetadata().GetIndex() != 0
 	hasHS := hs != nil && hs.GetTerm() != 0
 	if !hasSnap && len(ents) == 0 && !hasHS {
 		return nil // nothing to save: a held hard state stays held
 	}
-	if d.sync && !d.syncCommit && !hasSnap && len(ents) == 0 && hasHS &&
-		hs.GetTerm() == d.term && hs.GetVote() == d.vote {
-		d.held = hs
-		return nil
+	var hold *raftpb.HardState // this Save's hard state, held back
+	if hasHS && !d.syncCommit && !hasSnap && hs.GetTerm() == d.term && hs.GetVote() == d.vote {
+		if len(ents) == 0 {
+			d.held = hs
+			return nil
+		}
+		hold, hasHS = hs, false
 	}
-	// A held hard state goes first: it commits only entries already in
-	// the file, so the file reads as if it had been written when saved.
-	if err := d.writeHeld(); err != nil {
-		return err
+	// A hard state held before goes first: it commits only entries already
+	// in the file, so the file reads as if it had been written when saved.
+	// One held now may commit the entries saved with it, so it waits.
+	d.buf, d.recs = d.buf[:0], d.recs[:0]
+	if d.held != nil {
+		if err := d.add(recHardState, d.held); err != nil {
+			return err
+		}
 	}
 	wrote := false
 	if hasSnap {
-		if err := d.append(recSnapshot, snap); err != nil {
+		if err := d.add(recSnapshot, snap); err != nil {
 			return err
 		}
 		wrote = true
 	}
 	if len(ents) > 0 {
-		d.buf = encodeEntries(append(d.buf[:0], recEntries), ents)
-		if _, err := d.log.Append(d.buf); err != nil {
-			return err
-		}
+		at := len(d.buf)
+		d.buf = encodeEntries(append(d.buf, recEntries), ents)
+		d.recs = append(d.recs, [2]int{at, len(d.buf)})
 		wrote = true
 	}
 	if hasHS {
-		if err := d.append(recHardState, hs); err != nil {
+		if err := d.add(recHardState, hs); err != nil {
 			return err
 		}
 		// Only the term and the vote must be durable before raft acts on
@@ -501,6 +523,12 @@ func (d *Disk) Save(snap *raftpb.Snapshot, ents []*raftpb.Entry, hs *raftpb.Hard
 		if hs.GetTerm() != d.term || hs.GetVote() != d.vote || d.syncCommit {
 			wrote = true
 		}
+	}
+	if err := d.flushRecs(); err != nil {
+		return err
+	}
+	d.held = hold
+	if hasHS {
 		d.term, d.vote = hs.GetTerm(), hs.GetVote()
 	}
 	if wrote && d.sync {
@@ -522,13 +550,30 @@ func (d *Disk) syncLog() error {
 	return d.writeMark(false)
 }
 
-func (d *Disk) append(typ byte, m proto.Message) error {
-	b, err := proto.MarshalOptions{}.MarshalAppend(append(d.buf[:0], typ), m)
+// add marshals m as a record of type typ behind the records d.buf holds
+// for the next flushRecs.
+func (d *Disk) add(typ byte, m proto.Message) error {
+	at := len(d.buf)
+	b, err := proto.MarshalOptions{}.MarshalAppend(append(d.buf, typ), m)
 	if err != nil {
 		return err
 	}
 	d.buf = b
-	_, err = d.log.Append(b)
+	d.recs = append(d.recs, [2]int{at, len(b)})
+	return nil
+}
+
+// flushRecs appends the records add and Save gathered in d.buf, with one
+// write.
+func (d *Disk) flushRecs() error {
+	var data [4][]byte // at most a held hard state, a snapshot, entries and a hard state
+	if len(d.recs) > len(data) {
+		return fmt.Errorf("parkway: raft log: %d records in one save", len(d.recs))
+	}
+	for i, r := range d.recs {
+		data[i] = d.buf[r[0]:r[1]]
+	}
+	_, err := d.log.AppendBatch(data[:len(d.recs)]...)
 	return err
 }
 
@@ -537,7 +582,11 @@ func (d *Disk) writeHeld() error {
 	if d.held == nil {
 		return nil
 	}
-	if err := d.append(recHardState, d.held); err != nil {
+	d.buf, d.recs = d.buf[:0], d.recs[:0]
+	if err := d.add(recHardState, d.held); err != nil {
+		return err
+	}
+	if err := d.flushRecs(); err != nil {
 		return err
 	}
 	d.held = nil

@@ -400,3 +400,67 @@ func TestDiskTag(t *testing.T) {
 		t.Fatalf("ReadDisk: tag %q, empty %v", r.Tag(), r.Recovered().Empty())
 	}
 }
+
+// In a steady stream of single-entry writes, each member writes its raft
+// log once per entry, counted through the vfs seam, under both policies:
+// a follower's Ready (the new entry and a hard state moving only the
+// commit) is one write, and a leader's Ready that commits (a hard state
+// moving only the commit, nothing else) is none, its hard state held and
+// written with the next entry. Before, each was a write of its own: two
+// writes per entry on every member, and one of them on the leader between
+// the commit and the acknowledgement (issue 33: R1's tail). The log holds
+// every entry and, once closed, the last commit.
+func TestDiskSteadyStreamWritesOncePerEntry(t *testing.T) {
+	for _, sync := range []bool{false, true} {
+		mem := vfs.NewMem()
+		var writes, syncs int
+		count := errorfs.InjectorFunc(func(op errorfs.Op) error {
+			if op.Path == "/g/raft.log" {
+				switch op.Kind {
+				case errorfs.OpWriteAt, errorfs.OpWrite:
+					writes++
+				case errorfs.OpSync:
+					syncs++
+				}
+			}
+			return nil
+		})
+		d, err := replica.OpenDisk(errorfs.New(mem, count), "/g/raft.log", sync)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Save(nil, entries(1, 1, 1), hardState(1, 1, 0)); err != nil {
+			t.Fatal(err)
+		}
+		writes, syncs = 0, 0
+		const n = 50
+		for i := uint64(2); i < 2+n; i++ {
+			// The follower's side: the entry, with the commit of the one before.
+			if err := d.Save(nil, entries(i, i, 1), hardState(1, 1, i-1)); err != nil {
+				t.Fatal(err)
+			}
+			// The leader's side: the commit of the entry, alone.
+			if err := d.Save(nil, nil, hardState(1, 1, i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if writes != n {
+			t.Fatalf("sync %v: %d writes of the raft log for %d entries, want %d", sync, writes, n, n)
+		}
+		if want := map[bool]int{false: 0, true: n}[sync]; syncs != want {
+			t.Fatalf("sync %v: %d fsyncs for %d entries, want %d", sync, syncs, n, want)
+		}
+		if err := d.Close(); err != nil {
+			t.Fatal(err)
+		}
+		d2, err := replica.OpenDisk(mem, "/g/raft.log", sync)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := d2.Recovered()
+		d2.Close()
+		if len(r.Entries) != n+1 || r.HardState.GetCommit() != n+1 {
+			t.Fatalf("sync %v: reopened with %d entries and commit %d, want %d and %d", sync, len(r.Entries), r.HardState.GetCommit(), n+1, n+1)
+		}
+	}
+}

@@ -299,21 +299,39 @@ func (l *Log) Err() error { return l.broken }
 
 // Append writes one record behind the last and returns its index. The
 // record is durable only after a successful Sync.
-func (l *Log) Append(data []byte) (uint64, error) {
+func (l *Log) Append(data []byte) (uint64, error) { return l.AppendBatch(data) }
+
+// AppendBatch appends each of data as a record, in order, with one
+// WriteAt, and returns the index of the first (the next index if data is
+// empty). It is Append of each in turn, in one system call: the records
+// are framed one by one, so Open reads them as it would have read them
+// appended apart, and a torn write leaves a torn tail as a torn Append
+// does. A record over Options.MaxRecordSize fails the whole batch, before
+// anything is written.
+func (l *Log) AppendBatch(data ...[]byte) (uint64, error) {
 	if err := l.usable(); err != nil {
 		return 0, err
 	}
-	if len(data) > l.max {
-		return 0, fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, len(data), l.max)
+	for _, d := range data {
+		if len(d) > l.max {
+			return 0, fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, len(d), l.max)
+		}
 	}
-	rec := appendRecord(l.buf[:0], data)
+	idx := l.first + l.n
+	if len(data) == 0 {
+		return idx, nil
+	}
+	rec := l.buf[:0]
+	for _, d := range data {
+		rec = appendRecord(rec, d)
+	}
 	if cap(rec) <= maxKeptBuf {
 		l.buf = rec[:0]
 	}
 	l.dirty = true
 	if _, err := l.f.WriteAt(rec, l.size); err != nil {
 		werr := fmt.Errorf("wal: append to %s: %w", l.path, err)
-		// Cut off whatever part of the record reached the file, so the
+		// Cut off whatever part of the records reached the file, so the
 		// next append is not written behind an unknown tail.
 		if terr := l.f.Truncate(l.size); terr != nil {
 			l.broken = errors.Join(werr, fmt.Errorf("wal: truncate %s back to %d: %w", l.path, l.size, terr))
@@ -321,8 +339,7 @@ func (l *Log) Append(data []byte) (uint64, error) {
 		}
 		return 0, werr
 	}
-	idx := l.first + l.n
-	l.n++
+	l.n += uint64(len(data))
 	l.size += int64(len(rec))
 	return idx, nil
 }

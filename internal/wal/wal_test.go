@@ -704,3 +704,52 @@ func TestWriteBack(t *testing.T) {
 		t.Errorf("Sync after a failed WriteBack = %v, want ErrBroken", err)
 	}
 }
+
+// AppendBatch writes its records with one write and numbers them as
+// Appends one by one would; the log reads them back as separate records;
+// an empty batch writes nothing; a record over the maximum fails the
+// batch before anything is written.
+func TestAppendBatch(t *testing.T) {
+	fs := newFS(t)
+	writes := 0
+	count := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind == errorfs.OpWriteAt || op.Kind == errorfs.OpWrite {
+			writes++
+		}
+		return nil
+	})
+	l, err := Create(errorfs.New(fs, count), path, Options{FirstIndex: 3, MaxRecordSize: 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := records(9)
+	writes = 0
+	for i := 0; i < len(want); i += 3 {
+		idx, err := l.AppendBatch(want[i : i+3]...)
+		if err != nil || idx != uint64(3+i) {
+			t.Fatalf("AppendBatch of records %d–%d = %d, %v; want index %d", i, i+2, idx, err, 3+i)
+		}
+	}
+	if writes != 3 {
+		t.Fatalf("%d writes for 3 batches", writes)
+	}
+	if idx, err := l.AppendBatch(); err != nil || idx != 12 || writes != 3 {
+		t.Fatalf("empty AppendBatch = %d, %v, %d writes; want 12 and none", idx, err, writes-3)
+	}
+	if _, err := l.AppendBatch([]byte("ok"), make([]byte, 41)); !errors.Is(err, ErrTooLarge) || writes != 3 || l.NextIndex() != 12 {
+		t.Fatalf("AppendBatch with a record too large = %v, %d writes, next index %d", err, writes-3, l.NextIndex())
+	}
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, got, err := readLog(t, fs.Crash(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equalRecords(got, want) {
+		t.Fatalf("replayed %d records, want the %d appended in batches", len(got), len(want))
+	}
+}
