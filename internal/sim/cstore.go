@@ -118,8 +118,8 @@ func (c *sim) onReplicaAppend(n *node, key incKey, first uint64, msgs []partitio
 				// inside its sync mark's window lets the liar lead, or
 				// vote, without entries it acknowledged: a leader may
 				// then write an offset anew that an honest replica holds
-				// (knownRaftLogWindow; cluster seeds 2930 and 4899, and
-				// 974 before refused logs were recorded on disk).
+				// (knownRaftLogWindow; cluster seed 2930 (4899 before the
+				// offset writer), and 974 before refused logs were recorded on disk).
 				// The same when a lie cut the log below its mark and
 				// another rolled the mark back to a copy that does not
 				// reach the cut before any build refused the log on

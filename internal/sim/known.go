@@ -98,7 +98,7 @@ const (
 	// the vote of n3, which had been down when the batch committed on n1
 	// and n2; invariant 3 at the append, as replicas disagreeing — until
 	// a refusal's record, synced on n1 before the lie, flushed the mark
-	// past the cut; seeds 2930 and 4899 reach this route now). The
+	// past the cut; seed 2930 reaches this route now). The
 	// mark's doc explains why no design with one flush per synced write
 	// closes the window (a power loss mid-flush can make any subset of
 	// the write's blocks durable, so a claim of the new end must read as

@@ -51,15 +51,17 @@ func TestRaftLogWindowSeed974(t *testing.T) {
 
 // TestRaftLogWindowAppendRoute pins knownRaftLogWindow's route through
 // the append check (cstore.go) with the default cluster faults: in
-// cluster seeds 2930 and 4899, found by a sweep of seeds 0-9,999, a lie
+// cluster seed 2930, found by a sweep of seeds 0-9,999, a lie
 // cut the liar's raft log inside its sync mark's one-write window, the
 // liar came back without entries it had acknowledged, and a leader wrote
 // offset 1 anew while an honest replica held it (invariant 3 at the
-// append, as replicas disagreeing). The test fails when the traces move
+// append, as replicas disagreeing). Seed 4899, the sweep's other, moved
+// off the route with the consumer offset writer and the held commit
+// (it passes). The test fails when the traces move
 // off the route (find another seed) or when the classification stops
 // recognising it (a real regression, or the window closed).
 func TestRaftLogWindowAppendRoute(t *testing.T) {
-	for _, seed := range []uint64{2930, 4899} {
+	for _, seed := range []uint64{2930} {
 		_, err := Run(DefaultClusterConfig(seed))
 		var v *Violation
 		if !errors.As(err, &v) || v.Invariant != 3 {
