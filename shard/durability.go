@@ -118,6 +118,17 @@ func (cg *commitGroup) appended(o *owned, f Frame, r Response) {
 		return
 	case o.dur.Fsync == metadata.FsyncInterval:
 		cg.dirtyInterval(o)
+		if o.sync.staged && !o.sync.stageDirty && !cg.journal.Stages(o.p) {
+			// Its appends go to its own file now (it stopped
+			// stashing): a Stage would write nothing of it, and its
+			// acks need not wait for the group — nor pay its pass, its
+			// yield (lingerGroup) and its journal calls, which for a
+			// lone producer were a third of the round trip until the
+			// interval sync took it out of the journal. With acks of it
+			// still pending, this one waits with them, so its caller
+			// is not answered before them.
+			o.sync.staged = false
+		}
 		if o.sync.staged {
 			o.sync.stageDirty = true
 			cg.pending = append(cg.pending, pendingAck{f: f, r: r, o: o})
