@@ -340,9 +340,9 @@ func (p *PendingCall) Wait(ctx context.Context, resolve Resolve) (shard.Response
 func (p *PendingCall) wait(ctx context.Context, resolve Resolve) (shard.Response, bool, error) {
 	if p.to == 0 && p.sent == nil {
 		// A context that is never done (Background, TODO) is waited
-		// out with a plain receive: a select of two cases costs a
-		// produce and wait a tenth of its time in the runtime's select
-		// (both channels locked, a waiter queued on each).
+		// out with a plain receive: a select, even with a nil second
+		// case, goes through the runtime's select (the cases ordered,
+		// a waiter queued per case) on every produce and wait.
 		var r shard.Response
 		if done := ctx.Done(); done == nil {
 			r = <-p.reply

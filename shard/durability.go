@@ -123,8 +123,8 @@ func (cg *commitGroup) appended(o *owned, f Frame, r Response) {
 			// stashing): a Stage would write nothing of it, and its
 			// acks need not wait for the group — nor pay its pass, its
 			// yield (lingerGroup) and its journal calls, which for a
-			// lone producer were a third of the round trip until the
-			// interval sync took it out of the journal. With acks of it
+			// lone producer were about a quarter of the round trip
+			// until the interval sync took it out of the journal. With acks of it
 			// still pending, this one waits with them, so its caller
 			// is not answered before them.
 			o.sync.staged = false
