@@ -450,9 +450,14 @@ func (s *Shard) pump(ctx context.Context) {
 // the pump finds that frame without parking: one wake per produce and
 // wait instead of two. A caller that sends nothing more costs the pump
 // one yield before it parks as before. A Manual shard's driver decides
-// what runs next; Step never yields.
+// what runs next; Step never yields. Nor does a shard of a cluster
+// (Config.Replication): its pump also steps raft groups for peers, and
+// a yielded pump waits behind every runnable goroutine (transport,
+// other pumps) where a parked one woken by a frame runs next on the
+// sender's processor; the lone producer's round trip there is a
+// replication round, and the yield was not measured to pay for it.
 func (s *Shard) yieldBeforeWait() bool {
-	y := s.answered && s.waiting() == 0 && len(s.lane.wake) == 0
+	y := s.answered && s.cfg.Replication == nil && s.waiting() == 0 && len(s.lane.wake) == 0
 	s.answered = false
 	return y
 }
