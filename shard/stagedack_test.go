@@ -12,9 +12,10 @@ import (
 // journal (staged) is answered through the commit group while its
 // records are held behind its file: the group's Stage writes them to the
 // journal first. Once they outgrow that and its appends go to its own
-// file, each is answered as its append returns — not at the group's
-// close, with its journal calls and the pump's yield — and a process
-// crash (the page cache kept) still finds every acknowledged produce.
+// file, a lone produce is answered as its append returns — not at the
+// group's close, with its journal calls and the pump's yield — while
+// one with others queued still waits for the group; and a process crash
+// (the page cache kept) still finds every acknowledged produce.
 func TestStagedIntervalAnsweredOnceItsAppendsReachItsFile(t *testing.T) {
 	mem := vfs.NewMem()
 	store, err := journalStore(mem)
@@ -63,6 +64,29 @@ func TestStagedIntervalAnsweredOnceItsAppendsReachItsFile(t *testing.T) {
 	}
 	if grouped == 0 || direct < rounds/2 {
 		t.Fatalf("%d produces answered through the commit group, %d at once; want the first few through it and the rest (at least %d) at once", grouped, direct, rounds/2)
+	}
+
+	// Concurrent producers still share the group: a produce with
+	// another queued behind it waits for the group's close, so the
+	// answered producers can join the next group.
+	a, b := produce(ns, payloadOf(ns, epoch, rounds)), produce(ns, payloadOf(ns, epoch, rounds+1))
+	if _, err := s.queueWaited(b.f); err != nil { // a synchronous caller's, in the waited lane
+		t.Fatal(err)
+	}
+	s.handle(a.f)
+	select {
+	case <-a.reply:
+		t.Fatal("a produce with another queued behind it was answered before the group closed")
+	default:
+	}
+	s.settle()
+	s.handleLane()
+	for _, c := range []call{a, b} {
+		resp := c.answered(t)
+		if resp.Err != nil {
+			t.Fatal(resp.Err)
+		}
+		r.acks = append(r.acks, ack{ns: ns, offset: resp.Offset, payload: string(c.f.Req.Messages[0].Payload)})
 	}
 	checkLogs(t, mem, r.acks, r.parts, "process crash of a staged FsyncInterval partition")
 }
