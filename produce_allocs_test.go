@@ -3,6 +3,7 @@ package parkway_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/parkway-io/parkway"
 )
@@ -75,4 +76,52 @@ func openTopic(t *testing.T, cfg parkway.Config, partitions int) (*parkway.Node,
 		t.Fatal(err)
 	}
 	return n, tp
+}
+
+// TestProduceAllocationsJournaledInterval pins a one-message produce
+// and its wait on a node with a data directory, to a partition under
+// FsyncInterval in its first interval: built deferred, its first
+// records staged in the shard's journal, its later ones (once they
+// outgrow what it holds behind) written to its own file. Those are in
+// the page cache when the append returns, so their acks do not wait
+// for the shard's commit group; they did, and each produce cost the
+// group's journal calls (two allocations) and a yield of the pump.
+func TestProduceAllocationsJournaledInterval(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own")
+	}
+	n, err := parkway.Open(parkway.Config{DataDir: t.TempDir(), Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	ctx := context.Background()
+	s, err := n.Admin().CreateStream(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An interval no test outlasts: the partition stays in its first.
+	tp, err := n.Admin().CreateTopic(ctx, s, "t", 1, parkway.WithFsync(parkway.FsyncInterval, time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := make([]byte, 100)
+	p0 := parkway.PartitionID(0)
+	for range 100 { // past the 4 KiB a deferred partition holds behind
+		if _, err := n.Produce(ctx, tp, p0, parkway.Message{Payload: payload}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var failed error
+	got := testing.AllocsPerRun(200, func() {
+		if _, err := n.Produce(ctx, tp, p0, parkway.Message{Payload: payload}); err != nil {
+			failed = err
+		}
+	})
+	if failed != nil {
+		t.Fatal(failed)
+	}
+	if got > 0 {
+		t.Errorf("Produce to a journaled FsyncInterval partition allocates %.1f times per one-message produce and wait, want none", got)
+	}
 }

@@ -339,17 +339,26 @@ func (p *PendingCall) Wait(ctx context.Context, resolve Resolve) (shard.Response
 // attempt's answer taken (see CallReusing).
 func (p *PendingCall) wait(ctx context.Context, resolve Resolve) (shard.Response, bool, error) {
 	if p.to == 0 && p.sent == nil {
-		select {
-		case r := <-p.reply:
-			if r.Err == nil {
-				return r, true, nil
+		// A context that is never done (Background, TODO) is waited
+		// out with a plain receive: a select, even with a nil second
+		// case, goes through the runtime's select (the cases ordered,
+		// a waiter queued per case) on every produce and wait.
+		var r shard.Response
+		if done := ctx.Done(); done == nil {
+			r = <-p.reply
+		} else {
+			select {
+			case r = <-p.reply:
+			case <-done:
+				// The shard will still answer into the buffered reply
+				// channel.
+				return shard.Response{}, false, p.d.Cancelled(ctx.Err()).Err
 			}
-			p.reply <- r // left for the steps to take: the shard sends one
-		case <-ctx.Done():
-			// The shard will still answer into the buffered reply
-			// channel.
-			return shard.Response{}, false, p.d.Cancelled(ctx.Err()).Err
 		}
+		if r.Err == nil {
+			return r, true, nil
+		}
+		p.reply <- r // left for the steps to take: the shard sends one
 	}
 	s := p.steps(ctx, resolve != nil)
 	for {

@@ -664,6 +664,19 @@ func (j *Journal) Attach(p Partition) bool {
 	return true
 }
 
+// Stages reports whether p's appends still wait for a Stage to reach
+// the page cache: p was attached (Attach) and its records are held
+// behind or stashed for the journal. Once p stops stashing (a Stage
+// found it staging and its next records outgrew what it holds behind),
+// its appends are in its own file when Append returns, nothing attaches
+// it again (Attach takes only an empty partition, join only one outside
+// a journal), and a Stage would write nothing of it: its owner may
+// acknowledge its appends as soon as they return.
+func (j *Journal) Stages(p Partition) bool {
+	fp := j.unwrap(p)
+	return fp != nil && fp.journal == j && fp.stash
+}
+
 // join makes fp, whose log is durable in its own files, journal its
 // later appends here.
 func (j *Journal) join(fp *filePartition) {

@@ -118,6 +118,21 @@ func (cg *commitGroup) appended(o *owned, f Frame, r Response) {
 		return
 	case o.dur.Fsync == metadata.FsyncInterval:
 		cg.dirtyInterval(o)
+		if o.sync.staged && len(cg.pending) == 0 && !cg.owner.queued() && !cg.journal.Stages(o.p) {
+			// Its appends go to its own file now (it stopped
+			// stashing): a Stage would write nothing of it, so a lone
+			// produce — no other ack pending, nothing queued for the
+			// pump — is answered at once, without the group's pass,
+			// its yield (lingerGroup) and its journal calls: for one
+			// producer about a quarter of the round trip, until the
+			// interval sync took the partition out of the journal.
+			// Concurrent producers still share the group, whose
+			// yield before answering lets the answered ones join the
+			// next group (case 2's CPU per message rose by up to a
+			// third when they were answered at once).
+			cg.ack(pendingAck{f: f, r: r, o: o})
+			return
+		}
 		if o.sync.staged {
 			o.sync.stageDirty = true
 			cg.pending = append(cg.pending, pendingAck{f: f, r: r, o: o})

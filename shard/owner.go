@@ -52,6 +52,7 @@ func (s *Shard) confirmLeaderRead(o *owned, f Frame) { s.rg.readReplicated(o, f)
 type commitOwner interface {
 	answerer
 	inboxed() bool
+	queued() bool
 	owns(o *owned) bool
 	// armPark makes the park timer fire no later than at: a held
 	// answer's deadline (expireHeld).
@@ -61,6 +62,10 @@ type commitOwner interface {
 // inboxed reports whether frames wait in the inbox or the rest of a
 // lane run (commitOwner).
 func (s *Shard) inboxed() bool { return s.waiting() > 0 }
+
+// queued reports whether any frame waits for the pump: in the inbox, in
+// the rest of a lane run, or in the waited lane (commitOwner).
+func (s *Shard) queued() bool { return s.waiting() > 0 || s.lane.queued.Load() > 0 }
 
 // owns reports whether o is the shard's partition of its namespace
 // (commitOwner).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -159,6 +160,9 @@ type Shard struct {
 	lane     lane
 	laneLeft int
 	laneRuns uint64
+	// answered: the pump handed an answer over since it last waited for
+	// work (yieldBeforeWait).
+	answered bool
 	// inboxBytes is what the peer frames in the inbox are charged
 	// (inbox.go).
 	inboxBytes *inboxBudget
@@ -409,6 +413,10 @@ func (s *Shard) pump(ctx context.Context) {
 			continue
 		default:
 		}
+		if s.yieldBeforeWait() {
+			runtime.Gosched()
+			continue
+		}
 		select {
 		case <-done:
 			return
@@ -432,6 +440,30 @@ func (s *Shard) pump(ctx context.Context) {
 			s.offsetsWrittenFired()
 		}
 	}
+}
+
+// yieldBeforeWait reports whether the pump, about to wait for work,
+// yields its processor first (runtime.Gosched): it answered callers since
+// it last waited, and nothing is queued for it. A caller woken by an
+// answer is made runnable on the pump's processor and runs only once the
+// pump stops; had the pump parked in its select first (every channel of
+// it locked, a waiter queued on each), a synchronous producer's next
+// produce would wake it again (a second goroutine wake per round trip,
+// often with a futex wake of an idle thread). Yielding, the caller runs
+// at once and sends into the inbox while the pump is still runnable, and
+// the pump finds that frame without parking: one wake per produce and
+// wait instead of two. A caller that sends nothing more costs the pump
+// one yield before it parks as before. A Manual shard's driver decides
+// what runs next; Step never yields. Nor does a shard of a cluster
+// (Config.Replication): its pump also steps raft groups for peers, and
+// a yielded pump waits behind every runnable goroutine (transport,
+// other pumps) where a parked one woken by a frame runs next on the
+// sender's processor; the lone producer's round trip there is a
+// replication round, and the yield was not measured to pay for it.
+func (s *Shard) yieldBeforeWait() bool {
+	y := s.answered && s.cfg.Replication == nil && s.waiting() == 0 && len(s.lane.wake) == 0
+	s.answered = false
+	return y
 }
 
 // Step does one unit of pump work on a Manual shard without blocking and
@@ -957,6 +989,7 @@ func (s *Shard) answer(f Frame, r Response) bool {
 	}
 	select {
 	case f.Reply <- r:
+		s.answered = true
 		return true
 	default:
 		// The reply channel had no room: a caller broke the capacity-1
