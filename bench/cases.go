@@ -39,17 +39,19 @@ type sample struct {
 // time is up is finished and counted, so a round's figures are per
 // message over whatever it did.
 type meter struct {
-	profile  string        // CPU profile file for this run, or ""
-	minRound time.Duration // ≤ 0: run exactly the floor counts
-	file     *os.File
-	t0       time.Time
-	cpu0     time.Duration
-	cpuOK    bool
-	mem      runtime.MemStats
-	over     atomic.Bool // minRound of clock time has passed since start
-	timer    *time.Timer
-	s        sample
-	started  bool
+	profile string // CPU profile file for this run, or ""
+	// prewarmMiB is Config.PrewarmMiB: touched and released by start.
+	prewarmMiB int
+	minRound   time.Duration // ≤ 0: run exactly the floor counts
+	file       *os.File
+	t0         time.Time
+	cpu0       time.Duration
+	cpuOK      bool
+	mem        runtime.MemStats
+	over       atomic.Bool // minRound of clock time has passed since start
+	timer      *time.Timer
+	s          sample
+	started    bool
 	// What the clock counted before its last pause.
 	accElapsed, accCPU time.Duration
 	accMallocs         uint64
@@ -62,6 +64,9 @@ func (m *meter) start() error {
 		return errors.New("meter started twice")
 	}
 	m.started = true
+	if err := prewarm(m.prewarmMiB); err != nil {
+		return fmt.Errorf("prewarm: %w", err)
+	}
 	runtime.GC()
 	if m.profile != "" {
 		f, err := os.Create(m.profile)

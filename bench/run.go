@@ -136,6 +136,15 @@ type Config struct {
 	// in the replicated section one per parkway system:
 	// replicated-<key>-<memory|disk>-r<round>.pprof.
 	CPUProfileDir string
+	// PrewarmMiB, when positive, has every timed section start by
+	// touching and releasing that many MiB of anonymous memory (before
+	// the clock; see prewarm): on a virtual machine whose host takes back
+	// the memory the guest frees (free page reporting), a round's
+	// page-cache writes otherwise land on pages the host must back
+	// afresh, at a cost per page that can exceed the systems' own. Both
+	// systems get it alike; it is a diagnostic of the machine, off by
+	// default.
+	PrewarmMiB int
 	// Progress receives one line per run (default: discarded).
 	Progress io.Writer
 	// NodeLog, when set, receives the warnings of the replicated
@@ -319,7 +328,7 @@ func (r *runner) runCase(ctx context.Context, sys system, set string, d durabili
 	if err != nil {
 		return sample{}, err
 	}
-	m := &meter{minRound: r.cfg.MinRound}
+	m := &meter{minRound: r.cfg.MinRound, prewarmMiB: r.cfg.PrewarmMiB}
 	if r.cfg.CPUProfileDir != "" && sys.name() == (parkwaySystem{}).name() {
 		m.profile = filepath.Join(r.cfg.CPUProfileDir, fmt.Sprintf("%s-%s-r%d.pprof", set, c.key, round))
 	}
@@ -343,7 +352,7 @@ func (r *runner) runLimit(ctx context.Context, l limit, count, round int) (s sam
 	defer func() { err = errors.Join(err, remove()) }()
 	ctx, cancel := context.WithTimeout(ctx, r.runTimeout())
 	defer cancel()
-	m := &meter{minRound: r.cfg.MinRound}
+	m := &meter{minRound: r.cfg.MinRound, prewarmMiB: r.cfg.PrewarmMiB}
 	err = l.run(ctx, dir, count, m)
 	m.s.dir = dir
 	return m.s, errors.Join(err, m.finishProfile())

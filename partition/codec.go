@@ -170,10 +170,22 @@ func recordSize(m *Message) (int, bool) {
 // appendRecord appends the record of m, stamped with offset and
 // appendTime (in place of m's own), to dst. m must have passed recordSize.
 func appendRecord(dst []byte, m *Message, offset uint64, appendTime int64) []byte {
+	return appendRecordHead(dst, m, offset, appendTime, false)
+}
+
+// appendRecordHead is appendRecord, or with lent set everything of the
+// record but its payload, which must follow it in the file as m.Payload
+// itself: the checksum covers the payload either way, read from
+// m.Payload, which is not copied (Append writes it from the caller's
+// slice with a vectored write).
+func appendRecordHead(dst []byte, m *Message, offset uint64, appendTime int64, lent bool) []byte {
 	hl := headersSize(m.Headers)
 	n := recordHeaderSize + len(m.Key) + int(hl) + len(m.Payload)
-	start := len(dst)
-	dst = slices.Grow(dst, n)[:start+recordHeaderSize]
+	start, grow := len(dst), n
+	if lent {
+		grow -= len(m.Payload)
+	}
+	dst = slices.Grow(dst, grow)[:start+recordHeaderSize]
 	h := dst[start:]
 	// h[0:4], the checksum, is written last.
 	le.PutUint32(h[4:], uint32(n)|formatFlag)
@@ -191,6 +203,10 @@ func appendRecord(dst []byte, m *Message, offset uint64, appendTime int64) []byt
 		dst = append(dst, hd.Key...)
 		dst = le.AppendUint32(dst, uint32(len(hd.Value)))
 		dst = append(dst, hd.Value...)
+	}
+	if lent {
+		le.PutUint32(dst[start:], crc32.Update(crc32.Checksum(dst[start+4:], castagnoli), castagnoli, m.Payload))
+		return dst
 	}
 	dst = append(dst, m.Payload...)
 	le.PutUint32(dst[start:], crc32.Checksum(dst[start+4:], castagnoli))

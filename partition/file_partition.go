@@ -351,26 +351,65 @@ func (p *filePartition) Append(msgs []Message) (uint64, error) {
 	first := p.next
 	indexLen, lastIndexed := len(tail.index), tail.lastIndexed
 	maxTS, lastAT := tail.maxTS, p.lastAT
-	pos := tail.size // the file position of buf[0]
+	pos := tail.size // the file position of the chunk's first byte
 	stashed := len(p.jpend)
 	buf := slices.Grow(p.buf[:0], int(min(total, appendChunk)))
+	// A large payload is not copied into buf: its record's head is, and
+	// the chunk is written with one vectored write of buf's pieces and
+	// the payloads between them (lent), in file order. Not while the
+	// partition stashes: the journal's copy needs every record's bytes
+	// in buf.
+	var (
+		lent  [][]byte // the chunk's pieces, when it lends payloads
+		mark  int      // buf[mark:] is not in lent yet
+		chunk int      // the chunk's bytes: buf's and the lent payloads'
+	)
+	write := func() error {
+		if lent == nil {
+			return writeFull(f, buf, pos)
+		}
+		if mark < len(buf) {
+			lent = append(lent, buf[mark:])
+		}
+		n, err := vfs.WriteVectorAt(f, lent, pos)
+		if err == nil && n != chunk {
+			err = io.ErrShortWrite
+		}
+		clear(lent) // no reference to the caller's payloads is kept
+		lent, mark = lent[:0], 0
+		return err
+	}
 	for i := range msgs {
 		off := first + uint64(i)
-		lastAT = stampAppendTime(&msgs[i], lastAT)
-		tail.track(off, pos+int64(len(buf)), lastAT)
-		buf = appendRecord(buf, &msgs[i], off, lastAT)
-		maxTS = max(maxTS, msgs[i].Timestamp)
-		if len(buf) >= appendChunk && i < len(msgs)-1 {
-			if err = writeFull(f, buf, pos); err != nil {
+		m := &msgs[i]
+		lastAT = stampAppendTime(m, lastAT)
+		tail.track(off, pos+int64(chunk), lastAT)
+		if len(m.Payload) >= lendPayload && !p.stash {
+			at := len(buf)
+			buf = appendRecordHead(buf, m, off, lastAT, true)
+			if lent == nil {
+				lent = make([][]byte, 0, min(2*(len(msgs)-i)+1, maxLentPieces))
+			}
+			lent = append(lent, buf[mark:], m.Payload)
+			mark = len(buf)
+			chunk += len(buf) - at + len(m.Payload)
+		} else {
+			at := len(buf)
+			buf = appendRecord(buf, m, off, lastAT)
+			chunk += len(buf) - at
+		}
+		maxTS = max(maxTS, m.Timestamp)
+		if chunk >= appendChunk && i < len(msgs)-1 {
+			if err = write(); err != nil {
 				break
 			}
 			p.stashRecords(buf)
-			pos += int64(len(buf))
-			buf = buf[:0]
+			pos += int64(chunk)
+			buf, chunk = buf[:0], 0
 		}
 	}
 	if err == nil {
-		if err = writeFull(f, buf, pos); err == nil {
+		if err = write(); err == nil {
 			p.stashRecords(buf)
 		}
 	}

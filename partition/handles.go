@@ -436,6 +436,11 @@ func (b budgetFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, e
 // Datasync passes vfs.Datasync through to the wrapped file.
 func (f *budgetFile) Datasync() error { return vfs.Datasync(f.File) }
 
+// WriteVectorAt passes vfs.WriteVectorAt through to the wrapped file.
+func (f *budgetFile) WriteVectorAt(bufs [][]byte, off int64) (int, error) {
+	return vfs.WriteVectorAt(f.File, bufs, off)
+}
+
 // WriteBack passes vfs.WriteBack through to the wrapped file.
 func (f *budgetFile) WriteBack() error { return vfs.WriteBack(f.File) }
 

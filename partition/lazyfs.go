@@ -200,6 +200,16 @@ func (f *lazyFile) WriteAt(b []byte, off int64) (int, error) {
 	return file.WriteAt(b, off)
 }
 
+// WriteVectorAt passes vfs.WriteVectorAt through to the file.
+func (f *lazyFile) WriteVectorAt(bufs [][]byte, off int64) (int, error) {
+	file, err := f.use("write", true)
+	if err != nil {
+		return 0, err
+	}
+	defer f.h.release()
+	return vfs.WriteVectorAt(file, bufs, off)
+}
+
 func (f *lazyFile) Write(b []byte) (int, error) {
 	n, err := f.WriteAt(b, f.off)
 	f.off += int64(n)

@@ -51,6 +51,15 @@ const (
 	// is written, where a buffer as large as a big coalesced batch would
 	// be a fresh allocation, zeroed and faulted in, every time.
 	appendChunk = 1 << 20
+	// lendPayload is the payload size from which Append writes a payload
+	// from the caller's slice (a vectored write) rather than copying it
+	// into its scratch buffer: from there on the copy costs more than a
+	// piece of a vectored write does. A chunk then has at most
+	// maxLentPieces pieces (two per record, the last one past
+	// appendChunk included, and buf's rest), within the 1,024 one
+	// pwritev takes.
+	lendPayload   = 16 << 10
+	maxLentPieces = 2*(appendChunk/lendPayload+1) + 1
 	// indexPersistBatch is how many new index entries of the tail an
 	// Append leaves unwritten before it writes them (two small writes,
 	// to the offset and the time index). The tail's index files are
@@ -59,6 +68,10 @@ const (
 	// every Append was two extra writes per batched produce.
 	indexPersistBatch = 256
 )
+
+// A chunk's pieces fit one pwritev (IOV_MAX is 1,024 on Linux); this
+// fails to compile if appendChunk or lendPayload change so they do not.
+const _ = uint(1024 - maxLentPieces)
 
 func segmentName(base uint64, ext string) string {
 	return fmt.Sprintf("%0*d%s", baseDigits, base, ext)

@@ -3,7 +3,9 @@
 package vfs
 
 import (
+	"io"
 	"os"
+	"slices"
 
 	"golang.org/x/sys/unix"
 )
@@ -70,4 +72,53 @@ func syncFileRange(f *os.File, flags int) error {
 		return &os.PathError{Op: "sync_file_range", Path: f.Name(), Err: serr}
 	}
 	return nil
+}
+
+// maxIovecs is how many buffers one pwritev takes (IOV_MAX on Linux).
+const maxIovecs = 1024
+
+// writeVector is pwritev(2) of bufs at off, called again for what a short
+// write left (at most maxIovecs buffers per call), until all of bufs is
+// written or the call fails. It does not modify bufs.
+func writeVector(f *os.File, bufs [][]byte, off int64) (int, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	rest := slices.Clone(bufs) // trimmed as it is written; bufs stays as it was
+	done := 0
+	var werr error
+	if err := rc.Control(func(fd uintptr) {
+		for {
+			for len(rest) > 0 && len(rest[0]) == 0 {
+				rest = rest[1:]
+			}
+			if len(rest) == 0 {
+				return
+			}
+			n, e := unix.Pwritev(int(fd), rest[:min(len(rest), maxIovecs)], off+int64(done))
+			switch {
+			case e == unix.EINTR:
+				continue
+			case e != nil:
+				werr = &os.PathError{Op: "pwritev", Path: f.Name(), Err: e}
+				return
+			case n == 0:
+				werr = io.ErrShortWrite
+				return
+			}
+			done += n
+			for n > 0 {
+				k := min(n, len(rest[0]))
+				rest[0] = rest[0][k:]
+				n -= k
+				if len(rest[0]) == 0 {
+					rest = rest[1:]
+				}
+			}
+		}
+	}); err != nil {
+		return done, err
+	}
+	return done, werr
 }

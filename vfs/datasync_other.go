@@ -16,3 +16,16 @@ func startWriteBack(f *os.File) error { return writeBack(f) }
 
 // waitWriteBack has nothing to wait for.
 func waitWriteBack(*os.File) error { return nil }
+
+// writeVector writes bufs one after the other where pwritev is not used.
+func writeVector(f *os.File, bufs [][]byte, off int64) (int, error) {
+	done := 0
+	for _, b := range bufs {
+		n, err := f.WriteAt(b, off+int64(done))
+		done += n
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
+}

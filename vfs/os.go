@@ -55,6 +55,12 @@ func (osFS) SyncDir(dir string) error {
 // prealloc_linux.go) and unsupported elsewhere.
 func (f osFile) Preallocate(off, n int64) error { return preallocate(f.File, off, n) }
 
+// WriteVectorAt is pwritev on Linux (see datasync_linux.go), a WriteAt
+// per buffer elsewhere.
+func (f osFile) WriteVectorAt(bufs [][]byte, off int64) (int, error) {
+	return writeVector(f.File, bufs, off)
+}
+
 // Datasync is fdatasync on Linux (see datasync_linux.go), Sync elsewhere.
 func (f osFile) Datasync() error { return datasync(f.File) }
 

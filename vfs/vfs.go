@@ -169,6 +169,38 @@ func WaitWriteBack(f File) error {
 	return nil
 }
 
+// VectorWriter is implemented by files that can write several buffers
+// at one offset in one call, as if they were one buffer laid end to end
+// (pwritev(2) on Linux): the caller's buffers go to the file without
+// first being copied into one. It returns how many bytes it wrote; fewer
+// than all of them comes with an error, as WriteAt's.
+type VectorWriter interface {
+	WriteVectorAt(bufs [][]byte, off int64) (int, error)
+}
+
+// WriteVectorAt writes bufs, laid end to end, at off: in one call through
+// VectorWriter if f implements it, else buffer by buffer with WriteAt.
+// Either way all of them are written or an error is returned (a short
+// write is io.ErrShortWrite), with how many bytes were written before it,
+// the same as a WriteAt of the whole.
+func WriteVectorAt(f File, bufs [][]byte, off int64) (int, error) {
+	if v, ok := f.(VectorWriter); ok {
+		return v.WriteVectorAt(bufs, off)
+	}
+	done := 0
+	for _, b := range bufs {
+		n, err := f.WriteAt(b, off+int64(done))
+		done += n
+		if err == nil && n < len(b) {
+			err = io.ErrShortWrite
+		}
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
+}
+
 // ReadFile returns the whole content of the named file.
 func ReadFile(fs FS, name string) (_ []byte, err error) {
 	f, err := fs.OpenFile(name, os.O_RDONLY, 0)

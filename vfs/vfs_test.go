@@ -473,3 +473,51 @@ func TestMemConcurrent(t *testing.T) {
 		t.Fatalf("after concurrent writes: %q", got)
 	}
 }
+
+// TestWriteVectorAt: the buffers land at the offset laid end to end, on
+// the operating system's files (pwritev, more buffers than one call takes,
+// empty ones among them) and on the memory filesystem (a WriteAt per
+// buffer), and the caller's slice of buffers is left as it was.
+func TestWriteVectorAt(t *testing.T) {
+	for _, fsys := range []struct {
+		name string
+		fs   vfs.FS
+		dir  string
+	}{{"os", vfs.Default, t.TempDir()}, {"mem", vfs.NewMem(), "/d"}} {
+		t.Run(fsys.name, func(t *testing.T) {
+			if err := fsys.fs.MkdirAll(fsys.dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			f, err := fsys.fs.OpenFile(filepath.Join(fsys.dir, "f"), os.O_RDWR|os.O_CREATE, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			var bufs [][]byte
+			var want []byte
+			for i := range 2500 {
+				b := bytes.Repeat([]byte{byte(i)}, i%7) // every seventh empty
+				bufs = append(bufs, b)
+				want = append(want, b...)
+			}
+			before := slices.Clone(bufs)
+			const off = 5
+			n, err := vfs.WriteVectorAt(f, bufs, off)
+			if err != nil || n != len(want) {
+				t.Fatalf("WriteVectorAt = %d, %v; want %d, nil", n, err, len(want))
+			}
+			for i := range bufs {
+				if len(bufs[i]) != len(before[i]) || len(bufs[i]) > 0 && &bufs[i][0] != &before[i][0] {
+					t.Fatalf("buffer %d of the caller's slice was changed", i)
+				}
+			}
+			got := make([]byte, off+len(want))
+			if _, err := f.ReadAt(got, 0); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got[off:], want) || !bytes.Equal(got[:off], make([]byte, off)) {
+				t.Fatal("file content differs from the buffers laid end to end")
+			}
+		})
+	}
+}

@@ -26,6 +26,16 @@
 //	go -C bench run ./cmd/compare -run '^always/convergence$'               # case 6 under fsync always, beside one raw fsync
 //	go -C bench run ./cmd/compare -run '^replicated/convergence$'           # case R6: topics of three replicas
 //	go tool pprof -top /tmp/prof/interval-batch-r*.pprof
+//
+// -prewarm N touches and releases N MiB of anonymous memory before every
+// timed section, for both systems: on a virtual machine whose host takes
+// back the memory the guest frees (free page reporting), a round's
+// page-cache writes otherwise land on pages the host must back afresh,
+// which can cost more than either system's own work (RESULTS.md, "Issue
+// 33, case 7: what bounds 64 KiB pipelined"). Compare a run with it and
+// one without to tell the machine from the systems:
+//
+//	go -C bench run ./cmd/compare -run '^interval/pipelined-64KiB$' -prewarm 1536
 package main
 
 import (
@@ -62,6 +72,7 @@ func run() error {
 	tmp := fs.String("tmpdir", "", "where data directories are created (default: the system temp dir)")
 	runTimeout := fs.Duration("runtimeout", 0, "bound on one system's run of one case (0: 10m)")
 	nodeLog := fs.Bool("nodelog", false, "write the replicated section's parkway node warnings to stderr")
+	prewarmMiB := fs.Int("prewarm", 0, "MiB of anonymous memory touched and released before every timed section (a diagnostic: on a VM whose host takes freed memory back, page-cache writes otherwise land on pages the host backs afresh)")
 	topics := fs.Int("topics", 0, "case 6 (convergence): topics each round creates, in both sets and in case R6 (0: the default sizes; e.g. 10000 for the flatness check)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err
@@ -74,7 +85,7 @@ func run() error {
 	if *minRound == 0 {
 		*minRound = -1 // Config reads 0 as the default; -min 0 means none
 	}
-	cfg := bench.Config{Rounds: *rounds, MinRound: *minRound, TempDir: *tmp, CPUProfileDir: *cpuprofile, Progress: os.Stderr}
+	cfg := bench.Config{Rounds: *rounds, MinRound: *minRound, TempDir: *tmp, CPUProfileDir: *cpuprofile, PrewarmMiB: *prewarmMiB, Progress: os.Stderr}
 	if *nodeLog {
 		cfg.NodeLog = os.Stderr
 	}
