@@ -271,7 +271,7 @@ func writeMem(t *testing.T, fsys vfs.FS, path string, b []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.Write(b); err == nil {
+	if _, err = f.Write(b); err == nil {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
