@@ -584,7 +584,7 @@ func TestFsyncTarget(t *testing.T) {
 			t.Errorf("no raw fsync target among %+v", rep.Targets())
 		}
 		md := rep.Markdown("x")
-		if want := "parkway case 6 (always set) / raw-fsync, p50: " + strings.Split(tc.measure, " (")[1]; !strings.Contains(md, strings.TrimSuffix(want, ")")) {
+		if want := "parkway case 6 (always set, sequential, against one fsync) / raw-fsync, p50: " + strings.Split(tc.measure, " (")[1]; !strings.Contains(md, strings.TrimSuffix(want, ")")) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}
 		if !strings.Contains(md, "| 2.00 ms (1.00 ms–7.00 ms) | 8.00 ms (4.00 ms–28.0 ms) |") {
