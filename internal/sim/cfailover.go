@@ -95,7 +95,11 @@ func (c *sim) ledGroups(n *node) []ledGroup {
 			}
 		}
 		if quiet && c.viol == nil {
-			configs := [][]uint64{reps}
+			// The voter sets by raft id, as n knows them: a survivor
+			// counts for one only with the replica it names (a replica
+			// re-seeded since, under a new raft id, waits for a leader
+			// to add it, and votes in none of them).
+			configs := [][]uint64{append(slices.Clone(p.Replicas), p.Leaving...)}
 			if len(p.Leaving) > 0 && len(p.Replicas) > 0 {
 				configs = moveConfigs(p)
 			}
@@ -274,12 +278,14 @@ func (c *sim) checkFailover(final bool) {
 			continue
 		}
 		var holders []*node
+		var holderIDs []uint64 // their replicas' raft ids
 		for _, id := range g.replicas {
 			s := c.node(id)
 			if s == nil || s.down || id == f.node {
 				continue
 			}
-			if info, ok := s.meta.Partition(g.key.ns); !ok || info.CreatedRevision != g.key.epoch {
+			info, ok := s.meta.Partition(g.key.ns)
+			if !ok || info.CreatedRevision != g.key.epoch {
 				continue // deleted, or unknown there: not this incarnation's survivor
 			}
 			st, err := s.shards[g.owner].Inspect(c.ctx)
@@ -289,11 +295,13 @@ func (c *sim) checkFailover(final bool) {
 			}
 			if st.Owned[g.key.ns] == g.key.epoch {
 				holders = append(holders, s)
+				id, _ := info.ReplicaOf(s.id)
+				holderIDs = append(holderIDs, id)
 			}
 		}
-		if !g.electable(holders) {
+		if !g.electable(holderIDs) {
 			if final {
-				c.event("failover of %v not checked: %d of replicas %v hold it", g.key, len(holders), g.replicas)
+				c.event("failover of %v not checked: of replicas %v, %d hold it, as %v (voter sets %v)", g.key, g.replicas, len(holders), holderIDs, g.configs)
 			}
 			continue
 		}
@@ -423,11 +431,11 @@ func moveConfigs(p metadata.PartitionInfo) [][]uint64 {
 // electable reports whether, in every configuration g may be in, a
 // majority of the voters are among holders (alive and holding the
 // partition): then a survivor must come to lead it.
-func (g *ledGroup) electable(holders []*node) bool {
+func (g *ledGroup) electable(holders []uint64) bool {
 	for _, cfg := range g.configs {
 		n := 0
 		for _, h := range holders {
-			if slices.Contains(cfg, h.id) {
+			if slices.Contains(cfg, h) {
 				n++
 			}
 		}

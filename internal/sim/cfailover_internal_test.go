@@ -24,13 +24,7 @@ func TestMoveConfigs(t *testing.T) {
 		t.Fatalf("configs %v, want %v", got, want)
 	}
 	g := ledGroup{configs: moveConfigs(p)}
-	nodes := func(ids ...uint64) []*node {
-		var out []*node
-		for _, id := range ids {
-			out = append(out, &node{id: id})
-		}
-		return out
-	}
+	nodes := func(ids ...uint64) []uint64 { return ids } // generation 0: a replica's raft id is its node's
 	if !g.electable(nodes(1, 2, 4)) {
 		t.Fatal("the staying voters and the newcomer alive: not electable")
 	}
