@@ -33,8 +33,9 @@ import (
 // whole; each such file starts with its generation (a recGen record).
 //
 // Beside the file, a sync mark (mark.go) records which generation the
-// log is, how many of its bytes were synced (up to the previous synced
-// write at least: it rides on the log's next flush) and the owner's tag
+// log is, how many of its bytes were synced (on a Disk synced on every
+// Save, every synced write: the mark is fdatasynced after the log before
+// Save returns) and the owner's tag
 // they hold: a log cut short, or rolled back to an older copy, after it
 // was synced ends on whole records like a log whose last write was torn,
 // and is refused as ErrCorruptLog rather than recovered as one; and a
@@ -510,8 +511,13 @@ func (d *Disk) Save(snap *raftpb.Snapshot, ents []*raftpb.Entry, hs *raftpb.Hard
 }
 
 // syncLog syncs the log, then records in its sync mark what is now
-// durable (mark.go): written back, durable with the next flush (the next
-// syncLog's, at the latest), so one flush per synced write.
+// durable (mark.go). A Disk synced on every Save fdatasyncs the mark
+// before it returns: what raft acts on once Save returns (an
+// acknowledgement, a vote, a leader counting its own copy) must be
+// vouched for by a durable mark, or a power loss and a cut of exactly
+// that write would read as a torn tail — a second flush per synced
+// write. An unsynced Disk's Sync (an interval policy: nothing waited for
+// it) only writes the mark back, durable with the next flush.
 func (d *Disk) syncLog() error {
 	if err := d.log.Sync(); err != nil {
 		return err
@@ -519,7 +525,7 @@ func (d *Disk) syncLog() error {
 	if d.noMark {
 		return nil
 	}
-	return d.writeMark(false)
+	return d.writeMark(d.sync)
 }
 
 func (d *Disk) append(typ byte, m proto.Message) error {
