@@ -171,7 +171,11 @@ func OpenDisk(fsys vfs.FS, path string, sync bool) (*Disk, error) {
 }
 
 // openMark checks the recovered log against its sync mark (mark.go) and
-// records in the mark what the log now holds (Open synced it).
+// records in the mark what the log now holds (Open synced it): durably
+// on a synced Disk, as after every synced write, since raft may
+// acknowledge what the log holds as soon as it is open (a process that
+// crashed keeps its unsynced writes in the page cache, and Open synced
+// them). Nothing is written when the mark already says as much.
 func (d *Disk) openMark() error {
 	m, found, _, err := readMark(d.fs, d.path)
 	if err != nil {
@@ -184,7 +188,7 @@ func (d *Disk) openMark() error {
 		d.marked, d.hasMark = m.V, true
 	}
 	d.mark = markFormat.Writer(d.fs, markPath(d.path), m.Seq)
-	if err := d.writeMark(false); err != nil {
+	if err := d.writeMark(d.sync); err != nil {
 		d.mark.Close()
 		return err
 	}

@@ -477,3 +477,36 @@ func TestDiskMarkCutShortIsDamage(t *testing.T) {
 		t.Fatalf("opened with %s: err %v, want ErrCorruptLog", describe(rec), err)
 	}
 }
+
+// TestDiskOpenMarksDurably: a process that crashed with writes of its
+// raft log in the page cache finds them at OpenDisk, which syncs them,
+// and raft may acknowledge them as soon as the member is open; so a
+// synced Disk's OpenDisk makes its mark cover them durably, and a power
+// loss then a cut of those writes is refused, not opened as a torn tail.
+// Seen failing with the mark written back at open.
+func TestDiskOpenMarksDurably(t *testing.T) {
+	mem := vfs.NewMem()
+	const path = "/g/raft.log"
+	d, err := replica.OpenDisk(mem, path, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saves := markSaves(d)
+	if err := saves[0](); err != nil {
+		t.Fatal(err)
+	}
+	synced := d.Size()
+	d.SetSync(false) // the next Save's fsync never came: the process crashed
+	if err := saves[1](); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	d, err = replica.OpenDisk(mem, path, true) // the process restarts
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	if err := cutOpen(t, mem.Crash(), path, synced); !errors.Is(err, replica.ErrCorruptLog) {
+		t.Fatalf("reopened, power loss, the writes OpenDisk synced cut off: %v, want ErrCorruptLog", err)
+	}
+}
