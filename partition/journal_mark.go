@@ -67,11 +67,12 @@ import (
 // last two groups synced before a power loss (or of the last group before
 // the last checkpoint) may be recorded only by marks not yet durable. A
 // cut of exactly those frames after a power loss reads as a torn tail.
-// One synced write of lag is inherent (package replica's raft log mark
-// leaves it, for the same reason: with one flush per write, a power loss
+// One synced write of lag is inherent with one flush per write (package
+// replica's raft log mark closes it with a second flush, fdatasyncing
+// the mark before raft acts on the write): a power loss
 // during the flush can make any subset of that write's blocks durable, so
 // a record claiming the new end that reached the disk without the frames
-// it describes must be read as a torn write); the second is the price of
+// it describes must be read as a torn write; the second is the price of
 // not waiting. A process crash keeps the page cache, and the mark with it.
 // What it does not catch at all: the mark and the journal rolled back
 // together (a whole disk restored from a backup), and a journal file the

@@ -33,8 +33,9 @@ import (
 // whole; each such file starts with its generation (a recGen record).
 //
 // Beside the file, a sync mark (mark.go) records which generation the
-// log is, how many of its bytes were synced (up to the previous synced
-// write at least: it rides on the log's next flush) and the owner's tag
+// log is, how many of its bytes were synced (on a Disk synced on every
+// Save, every synced write: the mark is fdatasynced after the log before
+// Save returns) and the owner's tag
 // they hold: a log cut short, or rolled back to an older copy, after it
 // was synced ends on whole records like a log whose last write was torn,
 // and is refused as ErrCorruptLog rather than recovered as one; and a
@@ -173,7 +174,11 @@ func OpenDisk(fsys vfs.FS, path string, sync bool) (*Disk, error) {
 }
 
 // openMark checks the recovered log against its sync mark (mark.go) and
-// records in the mark what the log now holds (Open synced it).
+// records in the mark what the log now holds (Open synced it): durably
+// on a synced Disk, as after every synced write, since raft may
+// acknowledge what the log holds as soon as it is open (a process that
+// crashed keeps its unsynced writes in the page cache, and Open synced
+// them). Nothing is written when the mark already says as much.
 func (d *Disk) openMark() error {
 	m, found, _, err := readMark(d.fs, d.path)
 	if err != nil {
@@ -186,7 +191,7 @@ func (d *Disk) openMark() error {
 		d.marked, d.hasMark = m.V, true
 	}
 	d.mark = markFormat.Writer(d.fs, markPath(d.path), m.Seq)
-	if err := d.writeMark(false); err != nil {
+	if err := d.writeMark(d.sync); err != nil {
 		d.mark.Close()
 		return err
 	}
@@ -538,8 +543,13 @@ func (d *Disk) Save(snap *raftpb.Snapshot, ents []*raftpb.Entry, hs *raftpb.Hard
 }
 
 // syncLog syncs the log, then records in its sync mark what is now
-// durable (mark.go): written back, durable with the next flush (the next
-// syncLog's, at the latest), so one flush per synced write.
+// durable (mark.go). A Disk synced on every Save fdatasyncs the mark
+// before it returns: what raft acts on once Save returns (an
+// acknowledgement, a vote, a leader counting its own copy) must be
+// vouched for by a durable mark, or a power loss and a cut of exactly
+// that write would read as a torn tail — a second flush per synced
+// write. An unsynced Disk's Sync (an interval policy: nothing waited for
+// it) only writes the mark back, durable with the next flush.
 func (d *Disk) syncLog() error {
 	if err := d.log.Sync(); err != nil {
 		return err
@@ -547,7 +557,7 @@ func (d *Disk) syncLog() error {
 	if d.noMark {
 		return nil
 	}
-	return d.writeMark(false)
+	return d.writeMark(d.sync)
 }
 
 // add marshals m as a record of type typ behind the records d.buf holds

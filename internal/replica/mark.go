@@ -26,34 +26,51 @@ import (
 // shorter than the mark's size. A log ahead of its mark is fine: the mark
 // is only ever a lower bound.
 //
-// How it is kept durable, for one flush per synced write. After every
-// fsync of the log that made something new durable, the mark's next slot
-// is written — so it never claims more than the log holds — and handed to
-// the device without a flush of its own (vfs.WriteBack: sync_file_range
-// on Linux, the write of one block). It is durable with the device's next
-// cache flush: the log's next fsync, or any fsync on the filesystem,
-// whichever comes first. Compaction's Rewrite, which fsyncs several times
-// anyway, fdatasyncs the mark naming the new generation. (Starting the
-// write after the fsync and waiting for it only before the next one
-// would take the block write off the acknowledgement's path, but
-// measured no faster, and meanwhile the mark holds writes nothing
-// covered, which pins its descriptor under the partition store's budget:
-// every idle replica would hold one.)
+// How it is kept durable: before raft acts on the write. On a Disk
+// synced on every Save, after every fsync of the log that made something
+// new durable the mark's next slot is written — so it never claims more
+// than the log holds — and fdatasynced before Save returns: a second
+// flush per synced write. Raft acts on a Save as soon as it returns (a
+// follower's append answer and its vote go out, a leader counts its own
+// copy toward a commit in Advance, a candidate its own vote), so the
+// mark must already vouch for the write then; otherwise a power loss
+// right after the write and a cut (or rollback) of exactly that write
+// would read as a torn tail, and the replica would come back having
+// forgotten entries it acknowledged or a vote it cast — and a lie on one
+// replica could lose an acknowledged write, which raft promises only a
+// majority's loss can. OpenDisk's first mark on a synced Disk is
+// fdatasynced too: it covers what Open synced (a process that crashed
+// leaves its unsynced writes in the page cache), which raft may
+// acknowledge at once. Compaction's Rewrite fdatasyncs the mark naming
+// the new generation. An unsynced Disk (an interval policy, which
+// promises nothing of a power loss before its next Sync) only writes
+// the mark back (vfs.WriteBack: sync_file_range on Linux), durable with
+// the device's next cache flush.
 //
-// What that costs in detection, and why no design with one flush per
-// synced write does better. The mark lags: until the next flush, only the
-// previous one's is sure to be durable. A power loss right after a synced
-// write (before the device's next flush), followed by a cut of exactly
-// what that write made durable, opens as a torn tail: the most recent
-// synced batch, which raft may have acknowledged, is the one cut that
-// goes unseen, and only after a power loss (a process crash keeps the
-// page cache, and the mark with it). That window is inherent, wherever
-// the mark is kept: with one flush per write, a power loss during the
-// flush can make any subset of that write's blocks durable, so a record
-// claiming the new end that reached the disk without the batch it
-// describes must read as a torn write; and the disk after that is the
-// disk after the batch was synced and then cut off. The other options:
+// Why the second flush, and why not fewer. With one flush per synced
+// write the mark has to lag by one write: a power loss during the flush
+// can make any subset of that write's blocks durable, so a mark claiming
+// the new end that reached the disk without the batch it describes must
+// read as a torn write, and the disk after that is the disk after the
+// batch was synced and then cut off. The mark used to ride on the next
+// flush that way (written back after the log's fsync), which left the
+// window above open. The options weighed to close it:
 //
+//   - acknowledge batch N only after flush N+1 (which carries N's mark):
+//     no extra flush under load, one more flush of latency, and an
+//     explicit fdatasync of the mark when no next write comes. With
+//     etcd raft's synchronous storage writes a leader's count of its own
+//     copy and a candidate's of its own vote are stepped inside Advance,
+//     right after the Save, so holding them back means driving raft with
+//     asynchronous storage writes (every owner's Ready loop changed) —
+//     not done; the messages to others alone would leave the leader's
+//     count open, and a lie on the leader alone could still lose a
+//     committed write.
+//   - fdatasync the mark right after the log (done): two sequential
+//     flushes per acknowledgement, the same latency as the above for a
+//     lone writer and less throughput under load, by a simple rule
+//     every owner gets for free; its cost is measured in
+//     bench/RESULTS.md.
 //   - the mark inside the log (a commit record per synced batch with the
 //     generation and the cumulative length): a cut removes those records
 //     with the batch, and a rollback restores the older ones with the
@@ -64,20 +81,15 @@ import (
 //     synced write: covered by the log's own fsync, it survives a cut
 //     (which removes the end), but a rollback to an older copy brings the
 //     older header back, which a mark beside the file is not subject to.
-//   - the mark written without any flush, or fdatasynced every N writes:
-//     it would lag by the kernel's writeback delay (about 30 s) or N
-//     writes, not one.
 //   - a preallocated log of fixed size would make any truncation visible
 //     at once (a torn write never shrinks it), at the cost of space per
 //     log (a node holds a raft log per partition replica) and a different
 //     wal format; rollbacks would still need the mark.
 //
-// So the mark stays where it was, beside the log; only its fdatasync
-// after each synced write became a write-back, durable with the next
-// flush. On a filesystem that copies on write (btrfs, zfs) a written-back
+// On a filesystem that copies on write (btrfs, zfs) a written-back
 // block may need the filesystem's next commit to become reachable, so
-// the mark lags further there (vfs.WriteBacker); it is never ahead of the
-// log, so it never refuses a sound one.
+// an unsynced Disk's mark lags further there (vfs.WriteBacker); it is
+// never ahead of the log, so it never refuses a sound one.
 //
 // What it does not catch at all: the mark and the log rolled back
 // together (a whole disk restored from a backup), and a cut of bytes no
@@ -159,8 +171,8 @@ func markPath(path string) string { return MarkName(path) }
 // changing nothing: the generation of the log file and how many bytes of
 // it were synced; found is false if there is no mark. A mark with no
 // valid slot is an error. For offline tools and the simulator, which
-// tell a loss inside the mark's window (the log's last synced write,
-// read as a torn tail) from one the mark reports.
+// tell a cut at or past it (bytes nothing acknowledged, read as a torn
+// tail) from one the mark reports.
 func SyncedSize(fsys vfs.FS, path string) (gen, size uint64, found bool, err error) {
 	m, found, _, err := readMark(fsys, path)
 	return m.V.gen, m.V.size, found, err
@@ -281,9 +293,8 @@ func (d *Disk) checkMark(m mark) error {
 }
 
 // writeMark records that the log is synced as it stands, in the mark
-// file's next slot: fdatasynced if durable, else handed to the device to
-// be durable with its next flush (see above: after a synced write, the
-// log's next fsync). A Disk whose mark file is missing creates it whole,
+// file's next slot: fdatasynced if durable (a synced Disk's, see above),
+// else handed to the device to be durable with its next flush. A Disk whose mark file is missing creates it whole,
 // synced, under a temporary name and renames it into place, so that a
 // mark file that exists always holds a valid slot (syncmark.File).
 func (d *Disk) writeMark(durable bool) error {

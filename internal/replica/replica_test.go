@@ -38,6 +38,10 @@ type cluster struct {
 	// observe gives each member started these observers, timed on clock.
 	observe map[uint64]metrics.RaftGroup
 	clock   clock.Clock
+	// onSend and onApply, if set, see each message a member sends and
+	// each entry it applies, when it does.
+	onSend  func(from uint64, msg *raftpb.Message)
+	onApply func(id, index uint64)
 }
 
 type member struct {
@@ -46,12 +50,18 @@ type member struct {
 }
 
 func (m member) Send(msg *raftpb.Message) {
+	if m.c.onSend != nil {
+		m.c.onSend(m.id, msg)
+	}
 	m.c.queue = append(m.c.queue, msg)
 	m.c.sent = append(m.c.sent, msg)
 }
 func (m member) Apply(index, id uint64, payload []byte) error {
 	if b, ok := m.c.boom[m.id]; ok && b == string(payload) {
 		panic("the state machine cannot apply " + b)
+	}
+	if m.c.onApply != nil {
+		m.c.onApply(m.id, index)
 	}
 	m.c.applied[m.id] = append(m.c.applied[m.id], string(payload))
 	return nil

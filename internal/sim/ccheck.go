@@ -34,15 +34,8 @@ func (c *sim) drain() {
 			// two honest replicas then traded appends and rejections at
 			// one instant without end).
 			known := ""
-			switch {
-			case c.raftStateLost:
+			if c.raftStateLost {
 				known = knownReplicaIncarnationDamage
-			case c.lies != nil && len(c.lies.raftWindow) > 0:
-				// A replica whose raft log lost its last synced write
-				// unseen (cluster seed 326: it led its group without an
-				// entry it had acknowledged, and its appends and an
-				// honest follower's rejections went on without end).
-				known = knownRaftLogWindow
 			}
 			c.failKnown(known, 0, "the cluster is still busy after %d drain rounds", k)
 			return
@@ -77,21 +70,6 @@ func (c *sim) drain() {
 // the nodes: their metadata, or the length of a replica of a committed
 // partition (on the nodes its placement names: the others hold none).
 func (c *sim) converged() string { return c.convergedExcept(nil) }
-
-// raftWindowCopy reports whether a copy of ns (on any node) is of the
-// committed incarnation whose raft log on the liar a lie cut inside its
-// sync mark's window (knownRaftLogWindow): the liar's lost
-// acknowledgements or vote break raft's safety for that group, and any
-// copy may then be the one left behind (cluster seed 20750: an honest
-// node elected with the liar's vote led without the entries it had
-// acknowledged, and held 0 of 3 for good).
-func (c *sim) raftWindowCopy(_ uint64, ns metadata.Namespace) bool {
-	if c.lies == nil {
-		return false
-	}
-	rev, ok := c.nodes[0].meta.CreatedRevision(ns)
-	return ok && c.lies.raftWindow[incKey{ns, rev}]
-}
 
 // unownedSoleLog reports whether ns's only replica is on the liar, node
 // id, and lies touched both the raft log in ns's directory there and

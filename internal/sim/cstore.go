@@ -114,22 +114,14 @@ func (c *sim) onReplicaAppend(n *node, key incKey, first uint64, msgs []partitio
 		aid = a.id
 		if off < uint64(len(rl.ids)) {
 			if rl.ids[off] != id {
-				// A lie that cut the liar's raft log of this incarnation
-				// inside its sync mark's window lets the liar lead, or
-				// vote, without entries it acknowledged: a leader may
-				// then write an offset anew that an honest replica holds
-				// (knownRaftLogWindow; cluster seed 2930 (4899 before the
-				// offset writer), and 974 before refused logs were recorded on disk).
-				// The same when a lie cut the log below its mark and
-				// another rolled the mark back to a copy that does not
-				// reach the cut before any build refused the log on
-				// disk (knownRaftLogMarkRollback).
+				// A lie that cut the liar's raft log below its mark, and
+				// another that rolled the mark back to a copy that does
+				// not reach the cut before any build refused the log on
+				// disk, let the liar lead, or vote, without entries it
+				// acknowledged: a leader may then write an offset anew
+				// that an honest replica holds (knownRaftLogMarkRollback).
 				known := ""
-				switch {
-				case c.lies == nil:
-				case c.lies.raftWindow[key]:
-					known = knownRaftLogWindow
-				case c.lies.raftHidden[key]:
+				if c.lies != nil && c.lies.raftHidden[key] {
 					known = knownRaftLogMarkRollback
 				}
 				c.failKnown(known, 3, "replicas disagree on %v at offset %d: n%d appended message %d, another replica holds %d",

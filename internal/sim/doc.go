@@ -232,20 +232,18 @@
 // and acknowledged entries: it is re-seeded from its peers under a new
 // raft id (metadata.ReseedReplica), as the engine does, and must be whole
 // at quiescence like any other (it used to be refused by design and the
-// cluster never settled; nothing excuses that now). Two outcomes are
-// known limits (known.go): a damaged incarnation file cut short gets the
-// liar's copy, raft state included, removed while it is a replica
-// (knownReplicaIncarnationDamage); and a raft log cut or rolled back
-// only in its sync mark's window — from a byte at or past the size the
-// mark records, the log's last synced write, which the mark records only
-// with the next flush (mark.go says why one flush per synced write
-// cannot do better) — reads as a torn tail, the replica forgetting
-// entries it acknowledged (or a vote): its copy may never converge, its
-// vote may elect an honest node lacking committed entries, or it may
-// lead without a committed entry an honest follower holds, the two
-// trading appends and rejections without end (knownRaftLogWindow, seeds
-// 20250, 20750 and 326; lies.raftLogHit judges each cut and rollback
-// against the mark on the liar's disk at the time). A cut the mark
+// cluster never settled; nothing excuses that now). A damaged
+// incarnation file cut short that gets the liar's copy, raft state
+// included, removed while it is a replica is a known limit (known.go,
+// knownReplicaIncarnationDamage). A raft log cut or rolled back from a
+// byte at or past the size its sync mark records loses only bytes no
+// acknowledgement or vote rests on (the mark is durable before raft acts
+// on a synced write, mark.go) and reads as a torn tail, excused by
+// nothing; lies.raftLogHit judges each cut and rollback against the mark
+// on the liar's disk at the time, and says so in the trace. (While the
+// mark lagged by one synced write, such a cut made the replica forget
+// entries it acknowledged or a vote: knownRaftLogWindow, seeds 326, 974,
+// 2930, 4899, 20250, 20750, now gone.) A cut the mark
 // reports is refused by the next build, which records the refusal on
 // disk at once (shard.RefuseRaftLog: the log and its mark set aside in
 // raft-refused, synced before the re-seed is reported), and every later
@@ -765,8 +763,7 @@
 // incarnation file getting a replica's directory removed, a dead
 // incarnation's damaged incarnation file blocking the next incarnation's
 // builds on the liar in a group that cannot elect without it
-// (knownDeadIncarnationDamage), a lie on a raft log's last synced write
-// read as a torn tail (knownRaftLogWindow), a raft log cut below its
+// (knownDeadIncarnationDamage), a raft log cut below its
 // sync mark and the mark then rolled back to a copy short of the cut
 // before a build refused the log on disk (knownRaftLogMarkRollback), a
 // raft log cut below its

@@ -867,14 +867,8 @@ func (s *sim) notQuiescent() {
 		}
 		s.failKnown(known, 4, "park buffers not empty %s: %s", limit, strings.Join(parked, "; "))
 	case diff != "":
-		// Only copies of incarnations whose raft log on the liar a lie
-		// cut inside its sync mark's window differ: that replica lost
-		// entries it acknowledged without knowing (knownRaftLogWindow).
 		known := ""
-		switch {
-		case s.lies != nil && len(s.lies.raftWindow) > 0 && s.convergedExcept(s.raftWindowCopy) == "":
-			known = knownRaftLogWindow
-		case s.lies != nil && s.convergedExcept(s.unownedSoleLog) == "":
+		if s.lies != nil && s.convergedExcept(s.unownedSoleLog) == "" {
 			known = knownUnownedSoleLog
 		}
 		s.failKnown(known, 3, "replicas never converged (%s): %s", limit, diff)

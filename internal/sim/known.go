@@ -14,7 +14,13 @@ package sim
 // whole node (knownOpenRefused: the partitions it concerns are fenced
 // now, package partition, replayJournals), and a partition left
 // unusable by a failed write-behind never rebuilt
-// (knownUnusableNotRebuilt: a read that meets it fences it too now).
+// (knownUnusableNotRebuilt: a read that meets it fences it too now); in
+// a cluster, a lie on a raft log's last synced write read as a torn
+// tail, the replica forgetting entries it acknowledged or a vote it cast
+// (knownRaftLogWindow, cluster seeds 326, 974, 2930, 4899, 7605, 7679,
+// 8364, 20250, 20750: the log's sync mark lagged by one synced write;
+// package replica now makes it durable before raft acts on the write,
+// TestRaftLogWindowClosed).
 //
 // Known engine bugs the simulator finds are classified where they are
 // detected (Violation.Known, as narrowly as the simulator can tell), and
@@ -79,35 +85,6 @@ const (
 	// only when every parked frame is on the liar, for such a partition.
 	// Cluster seed 419 of 0-499 (before the re-seed existed).
 	knownDeadIncarnationDamage = "a dead incarnation's damaged incarnation file blocks the next incarnation's builds on the liar (its raft log names the dead one, so it is not repaired): frames for it stay parked"
-	// knownRaftLogWindow: a replica's raft log records how far it was
-	// synced in its sync mark (package replica, mark.go), which lags by
-	// one synced write: it is written after each fsync of the log and
-	// made durable by the next flush. A lie that cuts or rolls back only
-	// the log's last synced write before a power loss (from a byte at or
-	// past the size the mark records, lies.raftLogHit) reads as a torn
-	// tail: the replica comes back without entries it acknowledged, or a
-	// vote it cast, and nothing on its disk says so. Its group may then
-	// count it for a commit it lacks: its copy never converges (cluster
-	// seed 20250: the liar's replica held 0 of 5 messages for good), it
-	// elects an honest node that lacks committed
-	// entries (seed 20750: the leader held 0 of 3), or it leads without
-	// an entry an honest follower holds committed, and the two trade
-	// appends and rejections without end (seed 326), or it leads without
-	// it and writes the offset anew, and a replica that never had the
-	// entry appends the new one (seed 974: the liar n1 was elected with
-	// the vote of n3, which had been down when the batch committed on n1
-	// and n2; invariant 3 at the append, as replicas disagreeing — until
-	// a refusal's record, synced on n1 before the lie, flushed the mark
-	// past the cut; seed 2930 reaches this route now). The
-	// mark's doc explains why no design with one flush per synced write
-	// closes the window (a power loss mid-flush can make any subset of
-	// the write's blocks durable, so a claim of the new end must read as
-	// a torn write); closing it costs a second flush on every
-	// acknowledgement. Classified only when every copy left behind is of
-	// such an incarnation (invariant 3), when replicas of such an
-	// incarnation disagree at an append (invariant 3), or for a drain
-	// that never ends after such a lie (invariant 0).
-	knownRaftLogWindow = "a lie on a raft log's last synced write, past the size its sync mark records (the mark's one-write window): the replica forgets entries it acknowledged, read as a torn tail"
 	// knownRaftLogMarkRollback: a lie cut or rolled back a replica's
 	// raft log below the size its sync mark records — which the mark
 	// reports — and, at a later power loss, before any build had read
@@ -119,7 +96,7 @@ const (
 	// never cut: the mark and the log rolled back together, which package
 	// replica's mark.go says no mark catches (a disk restored from a
 	// backup reads the same). The replica is built under its raft id
-	// without entries it acknowledged, as in knownRaftLogWindow. A log
+	// without entries it acknowledged. A log
 	// the build refused is recorded on disk at once
 	// (shard.RefuseRaftLog: the log and its mark set aside in
 	// raft-refused, synced before the re-seed is reported), and every

@@ -120,11 +120,6 @@ type lies struct {
 	// crash, judged against the mark the crash leaves (settleJournal).
 	journalWindow bool
 	misdirected   []liePoint
-	// raftWindow are the incarnations whose raft log (on the liar) a
-	// lie cut or rolled back from a byte at or past the size its sync
-	// mark recorded (the raft log's last synced write: the mark's
-	// window, package replica, mark.go).
-	raftWindow map[incKey]bool
 	// raftCut are the incarnations whose raft log (on the liar) a lie
 	// cut or rolled back below the size its sync mark recorded (which
 	// the mark reports), and raftHidden those of them whose mark a later
@@ -390,12 +385,12 @@ func (l *lies) journalHit(name string, off int64) {
 }
 
 // raftLogHit records a lie that cut or rolled back the raft log name
-// from byte off on: at or past the size its sync mark records (or with
-// no mark yet), it is in the mark's window — the log's last synced
-// write, which the mark records only with the next flush — where the
-// loss reads as a torn tail (package replica, mark.go, says why no
-// design with one flush per synced write closes it); below it, the
-// replica must refuse the log and be re-seeded.
+// from byte off on: below the size its sync mark records, the replica
+// must refuse the log and be re-seeded; at or past it (or with no mark
+// yet), the lie removes only bytes no acknowledgement or vote rests on
+// (package replica makes the mark durable before raft acts on a synced
+// write, mark.go), which read as a torn tail, and nothing is excused:
+// the event says so in the trace (TestRaftLogWindowClosed finds it).
 func (l *lies) raftLogHit(name string, off int64) {
 	ns, ok := nsOfPath(name)
 	if !ok || path.Base(name) != "raft.log" {
@@ -418,11 +413,7 @@ func (l *lies) raftLogHit(name string, off int64) {
 		l.raftCut[incKey{ns, rev}] = true
 		return
 	}
-	if l.raftWindow == nil {
-		l.raftWindow = map[incKey]bool{}
-	}
-	l.raftWindow[incKey{ns, rev}] = true
-	l.event("lie on %s from byte %d: at or past its synced size %d in the mark (found: %v; its last synced write)", name, off, size, found)
+	l.event("lie on %s from byte %d: at or past its synced size %d in the mark (found: %v; nothing acknowledged there)", name, off, size, found)
 }
 
 // raftMarkSize returns the synced size the raft log's sync mark name
