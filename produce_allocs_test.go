@@ -58,8 +58,8 @@ func TestProduceAllocations(t *testing.T) {
 }
 
 // openTopic opens a node of cfg, closed when the test ends, with a
-// stream "s" holding a topic "t" of the given partitions.
-func openTopic(t *testing.T, cfg parkway.Config, partitions int) (*parkway.Node, parkway.Topic) {
+// stream "s" holding a topic "t" of the given partitions and options.
+func openTopic(t *testing.T, cfg parkway.Config, partitions int, opts ...parkway.TopicOption) (*parkway.Node, parkway.Topic) {
 	t.Helper()
 	n, err := parkway.Open(cfg)
 	if err != nil {
@@ -71,7 +71,7 @@ func openTopic(t *testing.T, cfg parkway.Config, partitions int) (*parkway.Node,
 	if err != nil {
 		t.Fatal(err)
 	}
-	tp, err := n.Admin().CreateTopic(ctx, s, "t", partitions)
+	tp, err := n.Admin().CreateTopic(ctx, s, "t", partitions, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,21 +90,9 @@ func TestProduceAllocationsJournaledInterval(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates on its own")
 	}
-	n, err := parkway.Open(parkway.Config{DataDir: t.TempDir(), Shards: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Close() })
-	ctx := context.Background()
-	s, err := n.Admin().CreateStream(ctx, "s")
-	if err != nil {
-		t.Fatal(err)
-	}
 	// An interval no test outlasts: the partition stays in its first.
-	tp, err := n.Admin().CreateTopic(ctx, s, "t", 1, parkway.WithFsync(parkway.FsyncInterval, time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, tp := openTopic(t, parkway.Config{DataDir: t.TempDir(), Shards: 1}, 1, parkway.WithFsync(parkway.FsyncInterval, time.Hour))
+	ctx := context.Background()
 	payload := make([]byte, 100)
 	p0 := parkway.PartitionID(0)
 	for range 100 { // past the 4 KiB a deferred partition holds behind
