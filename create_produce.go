@@ -84,7 +84,7 @@ func (n *Node) CreateTopicAndProduce(ctx context.Context, s Stream, name string,
 			// for: the partition is torn down here, but the command
 			// may still be read from the log at the next start, with
 			// the messages' record of its incarnation.
-			return Topic{}, Ack{}, fmt.Errorf("%w: the topic's command was logged and its messages sent before it failed: %w", ErrOutcomeUnknown, err)
+			return Topic{}, Ack{}, shard.OutcomeUnknown(fmt.Errorf("the topic's command was logged and its messages sent before it failed: %w", err))
 		}
 		return Topic{}, Ack{}, err
 	}

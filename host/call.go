@@ -182,7 +182,7 @@ func (d *CallDriver) Resolved(err error) CallStep {
 func (d *CallDriver) Cancelled(err error) CallStep {
 	if d.forwarding {
 		d.forwarding = false
-		return CallStep{Op: CallDone, Err: fmt.Errorf("%w: %w", shard.ErrOutcomeUnknown, err)}
+		return CallStep{Op: CallDone, Err: shard.OutcomeUnknown(err)}
 	}
 	return CallStep{Op: CallDone, Err: err}
 }

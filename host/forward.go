@@ -251,7 +251,7 @@ func (d *ForwardDriver) News(lead uint64, dead bool) ForwardStep {
 // Cancelled is the caller giving up with err (its context's): the
 // outcome is unknown.
 func (d *ForwardDriver) Cancelled(err error) ForwardStep {
-	return ForwardStep{Op: ForwardDone, Err: fmt.Errorf("%w: %w", shard.ErrOutcomeUnknown, err)}
+	return ForwardStep{Op: ForwardDone, Err: shard.OutcomeUnknown(err)}
 }
 
 // awaited is a forwarded request awaiting its reply from node to, and

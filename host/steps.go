@@ -372,7 +372,7 @@ func (e *Engine) startCommand(port metaPort, key MetadataKey, cmd metadata.Comma
 		gaveUp: func(err error, inFlight bool) error {
 			if inFlight {
 				// Proposed but not seen committed: it may still commit.
-				return fmt.Errorf("%w: %w", shard.ErrOutcomeUnknown, err)
+				return shard.OutcomeUnknown(err)
 			}
 			return err
 		}}

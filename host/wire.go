@@ -151,14 +151,16 @@ func EncodeResponse(r shard.Response) []byte {
 	switch {
 	case r.Err == nil:
 		b = append(b, codeOK)
+	case errors.Is(r.Err, shard.ErrOutcomeUnknown):
+		// First: an unknown outcome promises nothing, whatever else its
+		// cause says (shard.OutcomeUnknown).
+		b = append(b, codeOutcomeUnknown)
 	case errors.As(r.Err, &nl):
 		b = binary.LittleEndian.AppendUint64(append(b, codeNotLeader), nl.Leader)
 	case errors.Is(r.Err, shard.ErrStaleIncarnation):
 		b = append(b, codeStale)
 	case errors.Is(r.Err, shard.ErrRetry):
 		b = append(b, codeRetry)
-	case errors.Is(r.Err, shard.ErrOutcomeUnknown):
-		b = append(b, codeOutcomeUnknown)
 	case errors.Is(r.Err, partition.ErrOffsetOutOfRange):
 		b = append(b, codeOffsetOutOfRange)
 	case errors.Is(r.Err, shard.ErrTooManyWaiters):

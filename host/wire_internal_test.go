@@ -114,3 +114,25 @@ func TestWireKeepsSentinels(t *testing.T) {
 		t.Errorf("sentinel index past the table: %v, want errWire", err)
 	}
 }
+
+// An answer of unknown outcome crosses the wire as unknown even when it
+// also wraps "retry" (a replica torn down with a proposal in flight is
+// such an answer if built with both): read as "retry", the forwarding
+// node's client would take an entry the other replicas may commit for
+// not applied.
+func TestWireUnknownOutcomeWinsOverRetry(t *testing.T) {
+	for _, err := range []error{
+		fmt.Errorf("%w: %w", shard.ErrOutcomeUnknown, shard.ErrStaleIncarnation),
+		fmt.Errorf("%w: %w", shard.ErrOutcomeUnknown, fmt.Errorf("%w: partition is being removed", shard.ErrRetry)),
+		fmt.Errorf("%w: %w", shard.ErrOutcomeUnknown, &shard.NotLeaderError{Leader: 2}),
+		shard.OutcomeUnknown(fmt.Errorf("%w: partition removed", shard.ErrRetry)),
+	} {
+		r, derr := DecodeResponse(EncodeResponse(shard.Response{Err: err}))
+		if derr != nil {
+			t.Fatal(derr)
+		}
+		if !errors.Is(r.Err, shard.ErrOutcomeUnknown) || errors.Is(r.Err, shard.ErrRetry) || errors.Is(r.Err, shard.ErrNotLeader) {
+			t.Errorf("%v crossed the wire as %v, want ErrOutcomeUnknown alone", err, r.Err)
+		}
+	}
+}

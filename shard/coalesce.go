@@ -2,7 +2,6 @@ package shard
 
 import (
 	"errors"
-	"fmt"
 	"slices"
 
 	"github.com/parkway-io/parkway/metrics"
@@ -152,7 +151,7 @@ func (s *Shard) appendOne(o *owned, f Frame) {
 			// failed write it could not roll back may be in its log:
 			// the outcome is unknown.
 			s.fence(o, err)
-			err = fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+			err = OutcomeUnknown(err)
 		}
 		s.answer(f, Response{Err: err})
 		return

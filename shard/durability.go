@@ -300,7 +300,7 @@ func commitError(err error) error {
 	if errors.Is(err, partition.ErrRolledBack) {
 		return fmt.Errorf("parkway: fsync failed, not appended: %w", err)
 	}
-	return fmt.Errorf("%w: fsync: %w", ErrOutcomeUnknown, err)
+	return OutcomeUnknown(fmt.Errorf("fsync: %w", err))
 }
 
 // lingerGroup runs before a commit group is closed because the inbox is

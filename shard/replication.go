@@ -99,7 +99,8 @@ var (
 	// new leader, or may be gone), or one whose write or group commit
 	// failed after its records reached the log and could not be taken
 	// back (they may survive a rebuild or a restart). It is deliberately
-	// not retriable — a blind retry could apply the batch twice.
+	// not retriable — a blind retry could apply the batch twice. Such an
+	// answer never matches ErrRetry, whatever its cause (OutcomeUnknown).
 	ErrOutcomeUnknown = errors.New("parkway: outcome unknown: the write may or may not have been applied")
 
 	errNoLeader = fmt.Errorf("%w: partition has no leader yet", ErrRetry)
@@ -107,6 +108,23 @@ var (
 	// this replica does not lead in.
 	errTermFenced = fmt.Errorf("%w: not the leader in the term the write is fenced to", ErrNotLeader)
 )
+
+// OutcomeUnknown is the answer to a write whose outcome cause left
+// unknown: it matches ErrOutcomeUnknown, and whatever cause matches but
+// ErrRetry. "Retry" promises that the write was not applied, and an
+// unknown outcome promises nothing: a replica removed while a proposal of
+// its was in flight has a cause that says "retry here" (the partition is
+// being torn down), yet the proposal may already sit in the other
+// replicas' logs and commit there; a caller that took it for "not
+// applied" would retry it twice or count it lost while it is served. So
+// a cause matching ErrRetry keeps its text and loses its chain; any other
+// (ErrClosed, a context's error, a disk's) is wrapped as it is.
+func OutcomeUnknown(cause error) error {
+	if errors.Is(cause, ErrRetry) {
+		return fmt.Errorf("%w: %v", ErrOutcomeUnknown, cause)
+	}
+	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, cause)
+}
 
 // NotLeaderError is ErrNotLeader with the leader's node id (0: unknown).
 type NotLeaderError struct{ Leader uint64 }
@@ -272,7 +290,7 @@ func (rg *raftGroups) unreplicate(o *owned, err error) {
 	// replicas — already: their outcome is unknown, never "retry here".
 	for id, fs := range o.rep.pending {
 		for _, f := range fs {
-			rg.owner.answer(f, Response{Err: fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)})
+			rg.owner.answer(f, Response{Err: OutcomeUnknown(err)})
 		}
 		delete(o.rep.pending, id)
 	}
@@ -772,7 +790,7 @@ func (h groupHandler) applyFrames(index uint64, frames []Frame, payload []byte) 
 			// entry again. Its writes from here on are committed, so their
 			// outcome is unknown to their callers, not failed.
 			for j := i; j < len(frames); j++ {
-				h.rg.owner.answer(frames[j], Response{Err: fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)})
+				h.rg.owner.answer(frames[j], Response{Err: OutcomeUnknown(err)})
 			}
 			return err
 		}
@@ -863,7 +881,7 @@ func (h groupHandler) flushBatch(index uint64) error {
 // applied: committed, so their outcome is unknown.
 func (h groupHandler) failBatch(err error) {
 	for _, it := range h.rg.applyBatch.items {
-		h.answered(it.f, it.waiting, Response{Err: fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)})
+		h.answered(it.f, it.waiting, Response{Err: OutcomeUnknown(err)})
 	}
 	h.resetBatch()
 }

@@ -692,7 +692,7 @@ func (s *Shard) shutdown() {
 		s.rg.unreplicate(o, ErrClosed)
 	}
 	for ns, o := range s.owned {
-		s.answerHeld(o, fmt.Errorf("%w: %w", ErrOutcomeUnknown, ErrClosed))
+		s.answerHeld(o, OutcomeUnknown(ErrClosed))
 		if err := o.p.Close(); err != nil {
 			s.log.Warn("closing partition", "ns", ns, "error", err)
 		}

@@ -328,11 +328,9 @@ func (b *sim) sendTo(a *attempt, n *node) {
 	b.inflight = append(b.inflight, a)
 }
 
-// retryable is the Node's retry-in-place rule: "retry here" answers and
-// full inboxes.
-func retryable(err error) bool {
-	return errors.Is(err, shard.ErrRetry) || errors.Is(err, router.ErrFull)
-}
+// retryable is the Node's retry-in-place rule (host.RetryInPlace): "retry
+// here" answers and full inboxes.
+func retryable(err error) bool { return host.RetryInPlace(err) }
 
 // servedAnswer reports whether an answer comes from the request's
 // partition (a result, or an error the partition returned), as opposed to
