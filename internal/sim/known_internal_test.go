@@ -91,23 +91,21 @@ func preFloodConfig(seed uint64) Config {
 	return cfg
 }
 
-// TestInFlightProposalOfRemovedReplicaSeed1531 pins cluster seed 1531: n3
-// led 0/0/2@2 and had proposed op 45's produce (forwarded by n1, the entry
-// sent to n4) when its stream was deleted and recreated; n3's replica was
-// torn down with the proposal in flight. The answer wrapped both "outcome
-// unknown" and its cause, "being removed, retry", and crossed the forward
-// as "retry": the client counted the produce not applied while n4 and n5,
+// TestInFlightProposalOfRemovedReplicaSeed1531 runs cluster seed 1531,
+// which failed on the tree it was found on (9fc12bf): n3 led 0/0/2@2 and
+// had proposed op 45's produce (forwarded by n1, the entry sent to n4)
+// when its stream was deleted and recreated; n3's replica was torn down
+// with the proposal in flight. The answer wrapped both "outcome unknown"
+// and its cause, "being removed, retry", and crossed the forward as
+// "retry": the client counted the produce not applied while n4 and n5,
 // cut off from the delete, appended it to the dead incarnation (invariant
 // 5). The answer is unknown now (shard.OutcomeUnknown, and the wire puts
-// an unknown outcome first).
+// an unknown outcome first). Later changes moved the seed's schedule off
+// that path; the mechanism is pinned where it lives, by shard's
+// TestRemovedLeaderAnswersInFlightProposalUnknown and host's
+// TestWireUnknownOutcomeWinsOverRetry, and the seed stays a regression run.
 func TestInFlightProposalOfRemovedReplicaSeed1531(t *testing.T) {
-	var trace bytes.Buffer
-	cfg := DefaultClusterConfig(1531)
-	cfg.Trace = &trace
-	if _, err := Run(cfg); err != nil {
+	if _, err := Run(DefaultClusterConfig(1531)); err != nil {
 		t.Fatalf("cluster seed 1531: %v", err)
-	}
-	if !strings.Contains(trace.String(), "done op=45 unknown") {
-		t.Errorf("cluster seed 1531: op 45 no longer ends unknown: the traces moved, find another seed that tears down a leader with a proposal in flight")
 	}
 }
