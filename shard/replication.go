@@ -539,7 +539,6 @@ func (rg *raftGroups) flushProposals() {
 		}
 		o.rep.pending[id] = kept
 		rg.markReady(o)
-		rg.q.awake.Busy(o.p.Namespace()) // a leader taking writes is not idle (Awake.Busy)
 	}
 	rg.reuseProposing(list)
 }
