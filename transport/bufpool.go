@@ -12,13 +12,20 @@ type Recycler interface {
 }
 
 // bufClasses are the capacities of the recycled payload buffers: a raft
-// response, an append of a few small entries, and two steps above. A
-// larger payload gets a buffer of its own that is never recycled.
-var bufClasses = [...]int{64, 256, 1024, 4096}
+// response, an append of a few small entries, two steps above, and the
+// appends of a busy group (a raft entry of a few hundred coalesced
+// produces is tens of KiB) up to MaxSizePerMsg's 1 MiB. A larger payload
+// gets a buffer of its own that is never recycled. The large classes
+// matter for CPU, not only for the allocator: a fresh buffer of tens of
+// KiB is cold memory (often pages the kernel must fault in), and copying
+// a frame into it cost more than the frame's encoding on a 3-node cluster
+// under many producers; a recycled one is warm.
+var bufClasses = [...]int{64, 256, 1024, 4096, 16 << 10, 64 << 10, 256 << 10, 1 << 20}
 
-// bufsPerClass bounds each class's free list, so an idle bus holds at
-// most bufsPerClass × (64 + 256 + 1 KiB + 4 KiB), about 340 KiB.
-const bufsPerClass = 64
+// bufsPerClass bounds each class's free list: 64 buffers of each small
+// class, and about 1 MiB of each large one, so an idle bus holds at most
+// about 340 KiB + 4 MiB, and only once it has carried frames that large.
+var bufsPerClass = [len(bufClasses)]int{64, 64, 64, 64, 64, 16, 4, 1}
 
 // bufPool is a bounded free list of payload buffers per size class. Its
 // channels make it safe for any goroutine, and they move slice headers
@@ -30,7 +37,7 @@ type bufPool struct {
 func newBufPool() *bufPool {
 	p := &bufPool{}
 	for i := range p.free {
-		p.free[i] = make(chan []byte, bufsPerClass)
+		p.free[i] = make(chan []byte, bufsPerClass[i])
 	}
 	return p
 }
