@@ -72,15 +72,25 @@ func (rg *raftGroups) startCatchUp(o *owned, target uint64) {
 // answered or, at first, to the leader when one is known; a fetch sent
 // again after a timeout or an empty answer goes to the next peer in turn,
 // so one peer that cannot serve never stalls the replica.
+//
+// The peers need not include this replica: a learner's are the group's
+// voters once it applied a configuration (refreshPeers), so a replica
+// moving a one-replica partition has a single peer, the old replica.
+// Counting them as if this replica were among them left it with no one
+// to ask: a learner whose catch-up restarted after its snapshot (its
+// partition rebuilt after a failed fsync) never fetched again, never
+// said it was whole, and the move's leader asked it forever (simulator
+// cluster seed 4794). And peers change under a catch-up (a move), so the
+// index of the peer last asked may no longer be in range.
 func (rg *raftGroups) sendFetch(o *owned, rotate bool) {
 	c, r, peers := o.rep.catchup, rg.cfg, o.rep.peers
-	if r.SendCatchUp == nil || len(peers) < 2 {
+	if r.SendCatchUp == nil || !slices.ContainsFunc(peers, func(p uint64) bool { return p != o.rep.id }) {
 		return
 	}
 	c.idle = 0
 	var to uint64
 	switch lead := o.rep.grp.Leader(); {
-	case !rotate && c.peer >= 0:
+	case !rotate && c.peer >= 0 && c.peer < len(peers):
 		to = peers[c.peer]
 	case !rotate && lead != 0 && lead != o.rep.id:
 		to = lead

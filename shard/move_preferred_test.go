@@ -270,3 +270,118 @@ func TestFoundingVoters(t *testing.T) {
 		}
 	}
 }
+
+// A learner fetching its partition log asks the old replica of a
+// one-replica partition it replaces, though that replica is its only
+// peer: once the learner applied the group's configuration its peers are
+// the voters, without itself, and a catch-up under way then, or started
+// again (its partition rebuilt after a failed fsync), was counted as
+// having no one to ask. It never fetched, never said it was whole, and
+// the move's leader asked it for ever (simulator cluster seed 4794).
+func TestMoveLearnerOfAOneReplicaPartitionFetchesFromItsOnlyPeer(t *testing.T) {
+	n := newMoveNet(t)
+	info, lead := n.ledPartition(1)
+	ns := info.NS
+	want := n.produceAcked(lead, ns, 5)
+	n.apply(metadata.DrainNode{Node: lead})
+	info, _ = n.nodes[1].meta.Partition(ns)
+	joiner := info.Replicas[len(info.Replicas)-1]
+	if joiner == lead || !info.Joins(joiner) {
+		t.Fatalf("after DrainNode(%d): %+v", lead, info)
+	}
+	// The joiner takes the leader's snapshot, but its fetches go
+	// unanswered for now.
+	n.drop = func(m queued) bool { return m.catchUp != nil && m.to == joiner && m.catchUp[0] == catchUpData }
+	n.materialise(ns)
+	var j *owned
+	for range 400 {
+		n.tickAll()
+		if j = n.shard(joiner).rg.replicated[ns]; j != nil && len(j.rep.grp.Voters()) > 0 {
+			break
+		}
+	}
+	if j == nil || !slices.Equal(j.rep.grp.Voters(), []uint64{lead}) || j.rep.catchup == nil {
+		t.Fatal("the joiner never applied the one-voter configuration with its catch-up under way: the test proves nothing")
+	}
+	// Its peers are refreshed from the configuration it applied (any
+	// placement change does it, as does a rebuild): the voters, which
+	// do not include the learner.
+	n.shard(joiner).rg.updatePlacement(ns)
+	if !slices.Equal(j.rep.peers, []uint64{lead}) {
+		t.Fatalf("the joiner's peers are %v, want [%d]: the test proves nothing", j.rep.peers, lead)
+	}
+	n.drop = nil
+	for range 2000 {
+		n.tickAll()
+		if info, _ := n.nodes[1].meta.Partition(ns); len(info.Leaving) == 0 {
+			break
+		}
+	}
+	if got := n.parts[replicaKey{joiner, ns}].NextOffset(); got != 5 {
+		t.Fatalf("the joiner holds %d messages, want 5", got)
+	}
+	if info, _ := n.nodes[1].meta.Partition(ns); len(info.Leaving) != 0 {
+		t.Fatalf("the move never settled: %+v", info)
+	}
+	if got := payloads(t, n.parts[replicaKey{joiner, ns}]); !slices.Equal(got, want) {
+		t.Fatalf("joiner %d holds %q, want %q", joiner, got, want)
+	}
+}
+
+// The peer a catch-up last asked is kept as its place in the replica's
+// peers, which a configuration applied meanwhile can shorten (a learner's
+// peers become the voters): a reply that arrives after that, short of the
+// target (more than a chunk lacking), sends the next fetch to the peer
+// last asked, and its place must still be in the peers.
+func TestCatchUpFetchesOnAfterItsPeersShrank(t *testing.T) {
+	n := newMoveNet(t)
+	info, lead := n.ledPartition(1)
+	ns := info.NS
+	const k = catchUpChunk + 10
+	n.produceAcked(lead, ns, k)
+	n.apply(metadata.DrainNode{Node: lead})
+	info, _ = n.nodes[1].meta.Partition(ns)
+	joiner := info.Replicas[len(info.Replicas)-1]
+	// The joiner's fetches are answered, but the replies held back.
+	var held []queued
+	n.drop = func(m queued) bool {
+		if m.catchUp != nil && m.to == joiner && m.catchUp[0] == catchUpData {
+			held = append(held, m)
+			return true
+		}
+		return false
+	}
+	n.materialise(ns)
+	var j *owned
+	for range 400 {
+		n.tickAll()
+		if j = n.shard(joiner).rg.replicated[ns]; j != nil && len(j.rep.grp.Voters()) > 0 && len(held) > 0 {
+			break
+		}
+	}
+	if j == nil || j.rep.catchup == nil || len(held) == 0 {
+		t.Fatal("the joiner never applied the configuration with a fetch answered: the test proves nothing")
+	}
+	n.shard(joiner).rg.updatePlacement(ns) // its peers: the one voter
+	if c := j.rep.catchup; c.peer < len(j.rep.peers) {
+		t.Fatalf("the peer last asked is at %d of peers %v: the test proves nothing", c.peer, j.rep.peers)
+	}
+	n.drop = nil
+	n.queue = append(n.queue, held[len(held)-1])
+	n.settle() // the reply, then the next fetch and its reply
+	if got := n.parts[replicaKey{joiner, ns}].NextOffset(); got != k {
+		t.Fatalf("after the held reply the joiner holds %d messages, want %d", got, k)
+	}
+	for range 2000 {
+		n.tickAll()
+		if info, _ := n.nodes[1].meta.Partition(ns); len(info.Leaving) == 0 {
+			break
+		}
+	}
+	if got := n.parts[replicaKey{joiner, ns}].NextOffset(); got != k {
+		t.Fatalf("the joiner holds %d messages, want %d", got, k)
+	}
+	if info, _ := n.nodes[1].meta.Partition(ns); len(info.Leaving) != 0 {
+		t.Fatalf("the move never settled: %+v", info)
+	}
+}
