@@ -84,7 +84,7 @@ func (rg *raftGroups) startCatchUp(o *owned, target uint64) {
 // index of the peer last asked may no longer be in range.
 func (rg *raftGroups) sendFetch(o *owned, rotate bool) {
 	c, r, peers := o.rep.catchup, rg.cfg, o.rep.peers
-	if r.SendCatchUp == nil || !slices.ContainsFunc(peers, func(p uint64) bool { return p != o.rep.id }) {
+	if r.SendCatchUp == nil || !hasOtherPeer(o) {
 		return
 	}
 	c.idle = 0

@@ -396,8 +396,15 @@ func (rg *raftGroups) replaced(o *owned, info metadata.PartitionInfo) bool {
 
 // repairable reports whether o is a replica its group can repair: a
 // group with other members. A partition replicated once (a group of one)
-// is served around its damage, as on a single node.
-func repairable(o *owned) bool { return o.rep.grp != nil && len(o.rep.peers) > 1 }
+// is served around its damage, as on a single node. A learner's peers
+// are the voters and need not include it (sendFetch): one moving a
+// one-replica partition has the old replica to be repaired from.
+func repairable(o *owned) bool { return o.rep.grp != nil && hasOtherPeer(o) }
+
+// hasOtherPeer reports whether o's peers name a replica other than o.
+func hasOtherPeer(o *owned) bool {
+	return slices.ContainsFunc(o.rep.peers, func(p uint64) bool { return p != o.rep.id })
+}
 
 // stepDown asks another voter of o's group, one liveness does not report
 // down, to take leadership over (raft's leadership transfer).

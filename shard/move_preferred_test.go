@@ -310,6 +310,11 @@ func TestMoveLearnerOfAOneReplicaPartitionFetchesFromItsOnlyPeer(t *testing.T) {
 	if !slices.Equal(j.rep.peers, []uint64{lead}) {
 		t.Fatalf("the joiner's peers are %v, want [%d]: the test proves nothing", j.rep.peers, lead)
 	}
+	// It has a replica to be repaired from, too (damage found now is
+	// repaired, not served around as in a group of one).
+	if !repairable(j) {
+		t.Fatal("the joiner, whose one peer is the old replica, is judged not repairable")
+	}
 	n.drop = nil
 	for range 2000 {
 		n.tickAll()
