@@ -223,13 +223,7 @@ func TestMoveKeepsTheOldReplicaUntilTheNewOneIsWhole(t *testing.T) {
 		t.Fatal("the joiner's raft log never caught up: the test proves nothing")
 	}
 	n.drop = nil
-	for range 2000 {
-		n.tickAll()
-		if info, _ := n.nodes[1].meta.Partition(ns); len(info.Leaving) == 0 {
-			break
-		}
-	}
-	if info, _ := n.nodes[1].meta.Partition(ns); len(info.Leaving) != 0 {
+	if info, ok := n.settleMove(ns); !ok {
 		t.Fatalf("the move never settled once the joiner could fetch: %+v", info)
 	}
 	if got := n.parts[replicaKey{joiner, ns}].NextOffset(); got != 5 {
@@ -316,17 +310,12 @@ func TestMoveLearnerOfAOneReplicaPartitionFetchesFromItsOnlyPeer(t *testing.T) {
 		t.Fatal("the joiner, whose one peer is the old replica, is judged not repairable")
 	}
 	n.drop = nil
-	for range 2000 {
-		n.tickAll()
-		if info, _ := n.nodes[1].meta.Partition(ns); len(info.Leaving) == 0 {
-			break
-		}
-	}
+	settled, ok := n.settleMove(ns)
 	if got := n.parts[replicaKey{joiner, ns}].NextOffset(); got != 5 {
 		t.Fatalf("the joiner holds %d messages, want 5", got)
 	}
-	if info, _ := n.nodes[1].meta.Partition(ns); len(info.Leaving) != 0 {
-		t.Fatalf("the move never settled: %+v", info)
+	if !ok {
+		t.Fatalf("the move never settled: %+v", settled)
 	}
 	if got := payloads(t, n.parts[replicaKey{joiner, ns}]); !slices.Equal(got, want) {
 		t.Fatalf("joiner %d holds %q, want %q", joiner, got, want)
@@ -377,16 +366,11 @@ func TestCatchUpFetchesOnAfterItsPeersShrank(t *testing.T) {
 	if got := n.parts[replicaKey{joiner, ns}].NextOffset(); got != k {
 		t.Fatalf("after the held reply the joiner holds %d messages, want %d", got, k)
 	}
-	for range 2000 {
-		n.tickAll()
-		if info, _ := n.nodes[1].meta.Partition(ns); len(info.Leaving) == 0 {
-			break
-		}
-	}
+	settled, ok := n.settleMove(ns)
 	if got := n.parts[replicaKey{joiner, ns}].NextOffset(); got != k {
 		t.Fatalf("the joiner holds %d messages, want %d", got, k)
 	}
-	if info, _ := n.nodes[1].meta.Partition(ns); len(info.Leaving) != 0 {
-		t.Fatalf("the move never settled: %+v", info)
+	if !ok {
+		t.Fatalf("the move never settled: %+v", settled)
 	}
 }

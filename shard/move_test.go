@@ -151,6 +151,19 @@ func (n *moveNet) produceAcked(lead uint64, ns metadata.Namespace, k int) []stri
 	return out
 }
 
+// settleMove ticks until ns has no replica leaving (its move settled),
+// at most 2,000 times, and reports the partition as it stands then.
+func (n *moveNet) settleMove(ns metadata.Namespace) (metadata.PartitionInfo, bool) {
+	for range 2000 {
+		n.tickAll()
+		if info, _ := n.nodes[1].meta.Partition(ns); len(info.Leaving) == 0 {
+			return info, true
+		}
+	}
+	info, _ := n.nodes[1].meta.Partition(ns)
+	return info, false
+}
+
 func (n *moveNet) leader(ns metadata.Namespace) uint64 {
 	for id := uint64(1); id <= 4; id++ {
 		if o := n.shard(id).rg.replicated[ns]; o != nil && o.rep.grp.IsLeader() {

@@ -109,8 +109,8 @@ var (
 	errTermFenced = fmt.Errorf("%w: not the leader in the term the write is fenced to", ErrNotLeader)
 )
 
-// OutcomeUnknown is the answer to a write whose outcome cause left
-// unknown: it matches ErrOutcomeUnknown, and whatever cause matches but
+// OutcomeUnknown is the answer to a write that cause left of unknown
+// outcome: it matches ErrOutcomeUnknown, and whatever cause matches but
 // ErrRetry. "Retry" promises that the write was not applied, and an
 // unknown outcome promises nothing: a replica removed while a proposal of
 // its was in flight has a cause that says "retry here" (the partition is
