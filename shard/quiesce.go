@@ -43,8 +43,10 @@ import (
 //     When a peer returns, the groups this node leads wake so the leader
 //     brings it up to date. A group whose leader's replica the metadata
 //     re-seeded (its node restarted with the raft log damaged, alive to
-//     liveness) wakes once the re-seed commits, and its election timer
-//     elects another leader (leaderReplaced).
+//     liveness) wakes once the re-seed commits, and so does one whose
+//     leader a move makes leave (whose re-seed, if its log is damaged
+//     too, changes nothing): its election timer elects another leader
+//     if the old one is silent (leaderReplaced).
 
 // quiescence is the shard's bookkeeping for quiescence (pump-owned).
 type quiescence struct {
@@ -221,11 +223,13 @@ func (rg *raftGroups) verdictGroups(a, b uint64) []*owned {
 	return slices.CompactFunc(out, func(x, y *owned) bool { return x == y })
 }
 
-// leaderReplaced reacts to info, o's committed partition, replacing the
-// replica that o's group follows as its leader by a later generation on
-// the same node (metadata.ReseedReplica): o's group wakes, so its raft
-// election timer runs again and elects another leader if the old one is
-// silent. Without Replication.Quiesce every group is ticked already.
+// leaderReplaced reacts to info, o's committed partition, taking the
+// replica that o's group follows as its leader off the replica set: a
+// re-seed replaced it by a later generation on the same node
+// (metadata.ReseedReplica), or a move made it leave (a drain, a
+// rebalance). o's group wakes, so its raft election timer runs again and
+// elects another leader if the old one is silent. Without
+// Replication.Quiesce every group is ticked already.
 //
 // Why. Node liveness judges nodes, not replicas. A leader whose node
 // restarted with its raft log damaged is set aside at the build (a new
@@ -236,6 +240,17 @@ func (rg *raftGroups) verdictGroups(a, b uint64) []*owned {
 // any move in flight wait with it (simulator cluster seed 199 with slow
 // links: the group's two intact voters never elected). The re-seed
 // committing is the one event every member sees.
+//
+// Why a leaving leader too. A re-seed of a replica that is leaving
+// changes nothing (metadata.ReseedReplica: the replica goes anyway), so
+// a leader whose node was drained and then restarted with its raft log
+// damaged is never named in a later generation, and its quiesced
+// followers waited for ever, the drain with them (simulator cluster
+// seed 6825). The placement that made it leave is the event every member
+// sees then, whichever came first. Waking on it costs nothing a live
+// leader does not cost already: with a move to drive it does not
+// quiesce its group (replicated.idle), and its heartbeats wake the
+// followers anyway.
 //
 // Why wake rather than forget the leader, as a death does. The replaced
 // leader may still run (its node read the damaged log whole later, and
@@ -250,7 +265,7 @@ func (rg *raftGroups) leaderReplaced(o *owned, info metadata.PartitionInfo) {
 	if !rg.cfg.Quiesce || g == nil || o.failed != nil || info.CreatedRevision != o.p.Epoch() {
 		return
 	}
-	if lead := g.Leader(); lead == 0 || lead == o.rep.id || !replacedIn(info, lead) {
+	if lead := g.Leader(); lead == 0 || lead == o.rep.id || slices.Contains(info.Replicas, lead) {
 		return
 	}
 	rg.wake(o)
