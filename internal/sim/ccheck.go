@@ -188,7 +188,10 @@ func (c *sim) convergedExcept(skip func(id uint64, ns metadata.Namespace) bool) 
 			if l, ok := rl.lens[n.id]; !ok || l != uint64(len(rl.ids)) {
 				return fmt.Sprintf("%v: n%d holds %d of %d messages (built: %v)", key, n.id, l, len(rl.ids), ok)
 			}
-			if n.down {
+			if len(p.Leaving) > 0 {
+				continue // a move under way: moving judges it (a joining replica waits for a snapshot)
+			}
+			if n.down || p.Owner >= len(n.shards) {
 				return fmt.Sprintf("%v: n%d, which holds a replica, is down", key, n.id)
 			}
 			st, ok := states.of(c, n, p.Owner)
