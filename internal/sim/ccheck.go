@@ -67,8 +67,14 @@ func (c *sim) drain() {
 }
 
 // converged reports, empty when there is none, what still differs between
-// the nodes: their metadata, or the length of a replica of a committed
-// partition (on the nodes its placement names: the others hold none).
+// the nodes: their metadata, or a replica of a committed partition (on
+// the nodes its placement names: the others hold none) — its length, or
+// its group's applied index, or it is not running (its node down, its
+// build failed or not retried yet). A write that adds no message (a
+// consumer offset) leaves the lengths equal: a replica that has not
+// applied it — one rebuilt after a crash, whose commit index (not
+// synced) its leader has yet to teach it again — shows only in its
+// applied index (cluster seed 7179, invariant 3).
 func (c *sim) converged() string { return c.convergedExcept(nil) }
 
 // unownedSoleLog reports whether ns's only replica is on the liar, node
@@ -163,6 +169,7 @@ func (c *sim) convergedExcept(skip func(id uint64, ns metadata.Namespace) bool) 
 				n.id, n.meta.Revision(), c.nodes[0].meta.Revision())
 		}
 	}
+	states := shardStates{}
 	for _, p := range c.nodes[0].meta.Snapshot().Partitions {
 		key := incKey{p.NS, p.CreatedRevision}
 		rl := c.oracle[key]
@@ -172,6 +179,8 @@ func (c *sim) convergedExcept(skip func(id uint64, ns metadata.Namespace) bool) 
 			}
 			return fmt.Sprintf("%v built nowhere", key)
 		}
+		var applied uint64
+		var appliedOn *node
 		for _, n := range c.replicasOf(p) {
 			if skip != nil && skip(n.id, p.NS) {
 				continue
@@ -179,9 +188,47 @@ func (c *sim) convergedExcept(skip func(id uint64, ns metadata.Namespace) bool) 
 			if l, ok := rl.lens[n.id]; !ok || l != uint64(len(rl.ids)) {
 				return fmt.Sprintf("%v: n%d holds %d of %d messages (built: %v)", key, n.id, l, len(rl.ids), ok)
 			}
+			if len(p.Leaving) > 0 {
+				continue // a move under way: moving judges it (a joining replica waits for a snapshot)
+			}
+			if n.down || p.Owner >= len(n.shards) {
+				return fmt.Sprintf("%v: n%d, which holds a replica, is down", key, n.id)
+			}
+			st, ok := states.of(c, n, p.Owner)
+			if !ok {
+				return "error"
+			}
+			at, held := st.Applied[p.NS]
+			if st.Owned[p.NS] != p.CreatedRevision || !held || slices.Contains(st.Failed, p.NS) {
+				return fmt.Sprintf("%v: n%d's replica is not running (owned at %d, group %v, failed %v)",
+					key, n.id, st.Owned[p.NS], held, slices.Contains(st.Failed, p.NS))
+			}
+			if appliedOn == nil {
+				applied, appliedOn = at, n
+			} else if at != applied {
+				return fmt.Sprintf("%v: n%d applied its group's log to index %d, n%d to %d", key, appliedOn.id, applied, n.id, at)
+			}
 		}
 	}
 	return ""
+}
+
+// shardStates caches the shards' states for one convergence check.
+type shardStates map[[2]uint64]shard.State
+
+// of is shard i of n's state, inspected once per check.
+func (m shardStates) of(c *sim, n *node, i int) (shard.State, bool) {
+	k := [2]uint64{n.id, uint64(i)}
+	if st, ok := m[k]; ok {
+		return st, true
+	}
+	st, err := n.shards[i].Inspect(c.ctx)
+	if err != nil {
+		c.fail(0, "inspect %sshard %d: %v", n.tag(), i, err)
+		return shard.State{}, false
+	}
+	m[k] = st
+	return st, true
 }
 
 // silencedByOldProposal reports whether every unanswered attempt is a

@@ -379,7 +379,9 @@
 // quiescence every fault ends (partitions heal, stopped nodes resume,
 // crashed ones restart) and the cluster runs until it has converged:
 // every node's metadata equal, every replica of every committed
-// partition as long as the log, and every partition group led by its
+// partition as long as the log, running (its node up, its build not
+// failed) and with its group's log applied as far as its peers' (a
+// consumer offset adds no message), and every partition group led by its
 // preferred leader again (leader balance hands leadership back with
 // raft's leadership transfer after a failure moved it, so transfers run
 // under every fault above and at quiescence).
