@@ -272,7 +272,9 @@ func (a *Admin) PartitionOffsets(ctx context.Context, t Topic, part uint32, cons
 // ErrOffsetOutOfRange. One below its start (messages the consumer never
 // read were truncated meanwhile) is stored as given: a poll AtConsumer
 // resolves it with its reset policy — by default the start — so a
-// consumer cannot wedge itself either way.
+// consumer cannot wedge itself either way. In a cluster a store whose
+// outcome is unknown (its leader changed with it in flight) is not sent
+// again: the error matches ErrOutcomeUnknown.
 func (a *Admin) StoreOffset(ctx context.Context, t Topic, part uint32, consumer string, offset uint64) error {
 	n := a.n
 	if err := n.begin(ctx); err != nil {

@@ -36,14 +36,19 @@ var (
 	// or fsync failed after its records reached the log and could not be
 	// taken back out of it: it may or may not have been applied. A Node
 	// applies no write twice behind its caller's back: on one node it
-	// never retries it; in a cluster it retries the same request within
-	// the call's deadline only because the request carries its (producer,
-	// sequence) pair, which the partition deduplicates (every other
-	// operation is idempotent); past the deadline the call fails with an
-	// error matching ErrOutcomeUnknown (or ctx's error if ctx ended
-	// first). A caller that calls again sends a new request: a
-	// producer that needs exactly-once retries with its own message ids
-	// and deduplicates on read.
+	// never retries it; in a cluster it retries a produce within the
+	// call's deadline only because the request carries its (producer,
+	// sequence) pair, which the partition deduplicates, and a read, which
+	// changes nothing; past the deadline the call fails with an error
+	// matching ErrOutcomeUnknown (or ctx's error if ctx ended first). A
+	// consumer offset stored or deleted, a partition truncated or purged
+	// is never sent again: applied once, then again after another
+	// client's later write, it would undo that write; its call fails with
+	// the unknown outcome at once, and the caller decides (the
+	// Consumer's next commit stores its own later position). A caller
+	// that calls again sends a new request: a producer that needs
+	// exactly-once retries with its own message ids and deduplicates on
+	// read.
 	ErrOutcomeUnknown = shard.ErrOutcomeUnknown
 
 	// ErrInvalidName reports an empty, over-long or malformed name. One

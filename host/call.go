@@ -60,14 +60,9 @@ type CallStep struct {
 
 // CallConfig is what a call's driver needs to know of its node.
 type CallConfig struct {
-	// Clustered: "not leader" is followed and an unknown outcome retried
-	// (in a cluster a produce carries its (producer, sequence) pair, which
-	// the partition deduplicates; a single node never retries an unknown
-	// outcome). Every request is retried so, a consumer offset store
-	// included, which carries no such pair: a retry applied after another
-	// client's later store of the same consumer overwrites it (a known
-	// fault, simulator cluster seed 7861 under other schedules; DESIGN
-	// retries only a produce).
+	// Clustered: "not leader" is followed and an unknown outcome of a
+	// request that may be sent again (RetriesUnknown) retried; a single
+	// node never retries an unknown outcome.
 	Clustered bool
 	// Self is this node's id: a forwarded request answered "not leader"
 	// naming Self is leadership moving here, retried in place.
@@ -81,16 +76,36 @@ type CallConfig struct {
 // CallDriver decides the steps of one client call. Make it with
 // NewCallDriver; it is not safe for concurrent use.
 type CallDriver struct {
-	cfg        *CallConfig
-	deadline   time.Time // the call's; zero until Start or the first retry
-	bo         backoff.Backoff
-	forwarding bool // the answer awaited is a forwarded request's
+	cfg          *CallConfig
+	deadline     time.Time // the call's; zero until Start or the first retry
+	bo           backoff.Backoff
+	forwarding   bool // the answer awaited is a forwarded request's
+	retryUnknown bool // RetriesUnknown of the call's request
 }
 
-// NewCallDriver is the driver of one call under cfg, which it keeps and
-// does not change (an engine's calls share one).
-func NewCallDriver(cfg *CallConfig) CallDriver {
-	return CallDriver{cfg: cfg, bo: backoff.New(cfg.BackoffMin, cfg.BackoffMax)}
+// NewCallDriver is the driver of one call of req under cfg, which it
+// keeps and does not change (an engine's calls share one). Of req it
+// reads only what RetriesUnknown does.
+func NewCallDriver(cfg *CallConfig, req *shard.Request) CallDriver {
+	return CallDriver{cfg: cfg, bo: backoff.New(cfg.BackoffMin, cfg.BackoffMax), retryUnknown: RetriesUnknown(req)}
+}
+
+// RetriesUnknown reports whether a cluster's call sends req again after
+// an answer of unknown outcome: a read, which changes nothing, and a
+// produce carrying a (producer, sequence) pair, which the partition
+// applies once however often it comes. Any other write is not sent
+// again, and its call ends with the unknown outcome: a consumer offset
+// stored or deleted, or a log truncated or purged, applied once and then
+// again after another client's later write, would undo that write (a
+// store of 1 applied again over an acknowledged 5).
+func RetriesUnknown(req *shard.Request) bool {
+	switch req.Op {
+	case shard.OpPoll, shard.OpGetOffset, shard.OpOffsets:
+		return true
+	case shard.OpProduce:
+		return req.Producer != 0
+	}
+	return false
 }
 
 // Start begins the call. deadline is the call's (CallDeadline), which
@@ -151,7 +166,7 @@ func (d *CallDriver) Answer(now time.Time, r shard.Response, err error) CallStep
 	if errors.Is(err, shard.ErrClosed) {
 		return CallStep{Op: CallDone, Err: fmt.Errorf("%w: %w", ErrClosed, err)}
 	}
-	if !RetryInPlace(err) && !(d.cfg.Clustered && errors.Is(err, shard.ErrOutcomeUnknown)) {
+	if !RetryInPlace(err) && !(d.cfg.Clustered && d.retryUnknown && errors.Is(err, shard.ErrOutcomeUnknown)) {
 		return CallStep{Op: CallDone, Err: err}
 	}
 	if d.deadline.IsZero() {
@@ -269,7 +284,7 @@ func (e *Engine) startCall(ctx context.Context, req *shard.Request, port callPor
 		req.Deadline = CallDeadline(e.cfg.Clock.Now(), cd, e.cfg.RequestTimeout)
 	}
 	var st CallStep
-	if p.d, st = e.NewCall(req.NS, req.Deadline); st.Op == CallForward {
+	if p.d, st = e.NewCall(req); st.Op == CallForward {
 		p.to = st.To
 	} else {
 		p.sent = port.send(ctx, p.f)
@@ -277,19 +292,19 @@ func (e *Engine) startCall(ctx context.Context, req *shard.Request, port callPor
 	return p
 }
 
-// NewCall is the driver of a call on this engine of a request for ns
-// with deadline (zero: fixed at the first retry, see CallDriver.Start),
-// and its first step: to the local owner shard, or, for a partition this
-// node holds no replica of, straight to a live replica. StartCall takes
-// its steps so; a manual engine's driver (the simulator) carries them
-// out itself.
-func (e *Engine) NewCall(ns metadata.Namespace, deadline time.Time) (CallDriver, CallStep) {
-	d := NewCallDriver(&e.callCfg)
+// NewCall is the driver of a call of req on this engine, for its
+// namespace and with its deadline (zero: fixed at the first retry, see
+// CallDriver.Start), and its first step: to the local owner shard, or,
+// for a partition this node holds no replica of, straight to a live
+// replica. StartCall takes its steps so; a manual engine's driver (the
+// simulator) carries them out itself.
+func (e *Engine) NewCall(req *shard.Request) (CallDriver, CallStep) {
+	d := NewCallDriver(&e.callCfg, req)
 	var replica uint64
 	if e.cl != nil {
-		replica = e.replicaFor(ns)
+		replica = e.replicaFor(req.NS)
 	}
-	return d, d.Start(deadline, replica)
+	return d, d.Start(req.Deadline, replica)
 }
 
 // CallHere sends req to the owner shard of its namespace on this node,

@@ -21,7 +21,8 @@ func TestCallDriver(t *testing.T) {
 	cfg := host.CallConfig{Clustered: true, Self: 1, Timeout: time.Second, BackoffMin: time.Millisecond, BackoffMax: 4 * time.Millisecond}
 	retry := fmt.Errorf("materialising: %w", shard.ErrRetry)
 
-	d := host.NewCallDriver(&cfg)
+	produce := &shard.Request{Op: shard.OpProduce, Producer: 9, Seq: 1}
+	d := host.NewCallDriver(&cfg, produce)
 	if st := d.Start(t0.Add(10*time.Millisecond), 0); st.Op != host.CallSend {
 		t.Fatalf("start: %+v, want a send here", st)
 	}
@@ -41,7 +42,7 @@ func TestCallDriver(t *testing.T) {
 		t.Fatalf("at the deadline: %+v, want done with the retried error", st)
 	}
 
-	d = host.NewCallDriver(&cfg)
+	d = host.NewCallDriver(&cfg, produce)
 	if st := d.Start(time.Time{}, 3); st.Op != host.CallForward || st.To != 3 {
 		t.Fatalf("start on a node without a replica: %+v, want a forward to 3", st)
 	}
@@ -65,7 +66,7 @@ func TestCallDriver(t *testing.T) {
 		t.Fatalf("shard closed: %+v, want done with ErrClosed", st)
 	}
 
-	one := host.NewCallDriver(&host.CallConfig{Timeout: time.Second, BackoffMin: time.Millisecond, BackoffMax: time.Millisecond})
+	one := host.NewCallDriver(&host.CallConfig{Timeout: time.Second, BackoffMin: time.Millisecond, BackoffMax: time.Millisecond}, produce)
 	one.Start(time.Time{}, 0)
 	if st := one.Answer(t0, shard.Response{Err: shard.ErrOutcomeUnknown}, nil); st.Op != host.CallDone || !errors.Is(st.Err, shard.ErrOutcomeUnknown) {
 		t.Fatalf("unknown outcome on one node: %+v, want done (never retried)", st)
@@ -96,12 +97,61 @@ func TestCallDriver(t *testing.T) {
 	if st := one.Cancelled(context.Canceled); st.Op != host.CallDone || !errors.Is(st.Err, context.Canceled) || errors.Is(st.Err, shard.ErrOutcomeUnknown) {
 		t.Fatalf("given up sending here: %+v, want done with the context's error", st)
 	}
-	d = host.NewCallDriver(&cfg)
+	d = host.NewCallDriver(&cfg, produce)
 	d.Start(time.Time{}, 0)
 	d.Answer(t0, shard.Response{Err: nl}, nil) // forward to 2
 	st = d.Cancelled(context.Canceled)
 	if st.Op != host.CallDone || !errors.Is(st.Err, shard.ErrOutcomeUnknown) || !errors.Is(st.Err, context.Canceled) {
 		t.Fatalf("given up forwarding: %+v, want done with an unknown outcome", st)
+	}
+}
+
+// TestCallDriverRetriesUnknownOnlyWhereSafe pins which requests a
+// cluster's call sends again after an answer of unknown outcome: reads
+// and produces carrying a (producer, sequence) pair, which the partition
+// deduplicates. A consumer offset stored or deleted, a produce without a
+// producer, a truncate or a purge ends the call with the unknown outcome
+// instead: applied, then applied again after another client's later
+// write, it would undo that write (cluster simulator seed 7861: a store
+// of 1 retried over an acknowledged 5).
+func TestCallDriverRetriesUnknownOnlyWhereSafe(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	cfg := host.CallConfig{Clustered: true, Self: 1, Timeout: time.Second, BackoffMin: time.Millisecond, BackoffMax: time.Millisecond}
+	unknown := fmt.Errorf("%w: node 2 lost the lead to 3 while it held the request", shard.ErrOutcomeUnknown)
+	for _, tc := range []struct {
+		name  string
+		req   shard.Request
+		retry bool
+	}{
+		{"produce with a producer", shard.Request{Op: shard.OpProduce, Producer: 7, Seq: 3}, true},
+		{"poll", shard.Request{Op: shard.OpPoll}, true},
+		{"get offset", shard.Request{Op: shard.OpGetOffset, Consumer: "c"}, true},
+		{"offsets", shard.Request{Op: shard.OpOffsets}, true},
+		{"produce without a producer", shard.Request{Op: shard.OpProduce}, false},
+		{"store offset", shard.Request{Op: shard.OpStoreOffset, Consumer: "c", Offset: 1}, false},
+		{"delete offset", shard.Request{Op: shard.OpDeleteOffset, Consumer: "c"}, false},
+		{"truncate", shard.Request{Op: shard.OpTruncate, Offset: 4}, false},
+		{"purge", shard.Request{Op: shard.OpPurge}, false},
+	} {
+		if got := host.RetriesUnknown(&tc.req); got != tc.retry {
+			t.Errorf("%s: RetriesUnknown %v, want %v", tc.name, got, tc.retry)
+		}
+		d := host.NewCallDriver(&cfg, &tc.req)
+		d.Start(time.Time{}, 2)
+		st := d.Answer(t0, shard.Response{}, unknown)
+		switch {
+		case tc.retry && st.Op != host.CallWait:
+			t.Errorf("%s: unknown outcome answered %+v, want a retry in place", tc.name, st)
+		case !tc.retry && (st.Op != host.CallDone || !errors.Is(st.Err, shard.ErrOutcomeUnknown) || errors.Is(st.Err, shard.ErrRetry)):
+			t.Errorf("%s: unknown outcome answered %+v, want done with the unknown outcome", tc.name, st)
+		}
+		// "Retry here" stays retried for every request: it promises
+		// the request was not applied.
+		d = host.NewCallDriver(&cfg, &tc.req)
+		d.Start(time.Time{}, 0)
+		if st := d.Answer(t0, shard.Response{Err: fmt.Errorf("materialising: %w", shard.ErrRetry)}, nil); st.Op != host.CallWait {
+			t.Errorf("%s: retry here answered %+v, want a retry in place", tc.name, st)
+		}
 	}
 }
 

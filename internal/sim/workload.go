@@ -349,13 +349,14 @@ func (b *sim) onAnswer(a *attempt, r shard.Response) {
 		return
 	}
 	a.answered, a.resp = true, r
-	// An unknown outcome in a cluster is the leader's, which the client
-	// call retries: not the incarnation's answer.
-	unknownRetried := n.replicated() && errors.Is(r.Err, shard.ErrOutcomeUnknown)
+	// An unknown outcome in a cluster is the leader's, not the
+	// incarnation's answer; the client call retries it or ends with it
+	// (host.RetriesUnknown).
+	unknown := n.replicated() && errors.Is(r.Err, shard.ErrOutcomeUnknown)
 	switch {
 	case a.fwd != nil:
 		a.served = a.fwdServed // captured when the node sent its answer
-	case servedAnswer(r.Err) && !errors.Is(r.Err, shard.ErrNotLeader) && !unknownRetried:
+	case servedAnswer(r.Err) && !errors.Is(r.Err, shard.ErrNotLeader) && !unknown:
 		a.served = n.lastServe[o.ns]
 	}
 	a.ansEv = b.event("answer a=%d op=%d %s%s", a.id, o.id, n.tag(), describe(r))
@@ -375,10 +376,13 @@ func (b *sim) onAnswer(a *attempt, r shard.Response) {
 		}
 		b.follow(o, a, o.call.Answer(b.clk.Now(), r, nil), r.Err)
 		return
-	case unknownRetried:
-		// The Node retries an unknown outcome in a cluster: a produce's
-		// retry carries the same (producer, sequence) pair, and storing a
-		// consumer offset again is idempotent.
+	case unknown:
+		// The Node retries an unknown outcome in a cluster when sending
+		// the request again is safe: a produce's retry carries the same
+		// (producer, sequence) pair, a read changes nothing. A consumer
+		// offset store is not sent again (stored again after another
+		// client's later store, it would undo that one): its call ends
+		// with the unknown outcome.
 		b.ops.UnknownAnswers++
 		o.maybeApplied, o.hops = true, 0
 		b.follow(o, a, o.call.Answer(b.clk.Now(), r, nil), r.Err)
@@ -506,7 +510,7 @@ func (b *sim) callStep(o *op, st host.CallStep, cause error) {
 // bus; its deadline is fixed at its first retry.
 func (b *sim) startCall(o *op, a *attempt, n *node) {
 	var st host.CallStep
-	o.call, st = n.eng.NewCall(o.ns, time.Time{})
+	o.call, st = n.eng.NewCall(a.req)
 	switch {
 	case st.Op == host.CallForward && n.replicated():
 		if to := n.b.node(st.To); to != nil && to.id != n.id {
