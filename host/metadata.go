@@ -397,8 +397,12 @@ func (m *metaGroup) reopenGroup() error {
 		// if it is still in that term: the leader may be quiesced, every
 		// peer at its match, and only this member's answer wakes it to
 		// send what the member missed while down (replica.Group.Follow).
-		if err = g.Follow(m.g.Followed()); err != nil {
-			_ = g.Close()
+		// A leader node liveness holds dead is not followed: its death,
+		// reported while the member was down, was not heard (peerLive).
+		if lead, term := m.g.Followed(); m.c.live.alive(lead) {
+			if err = g.Follow(lead, term); err != nil {
+				_ = g.Close()
+			}
 		}
 	}
 	if errors.Is(err, replica.ErrCorruptLog) {
