@@ -33,7 +33,10 @@ import (
 // election timeout so it neither campaigns nor leaves the lease on
 // waking. Without that a woken follower would keep a dead leader's lease
 // up to an election timeout longer than one that only quiesced, and
-// ignore the pre-vote of a restarted leader all that while.
+// ignore the pre-vote of a restarted leader all that while. A member its
+// owner reopened from its raft log after a failure is told its leader the
+// same way (Follow), but its answer is sent: the leader may have quiesced
+// while it was down, and needs waking to send what it missed.
 //
 // Which followers hibernate, and when (after some ticks quiesced: a
 // leader's ordinary heartbeats can still arrive after its quiesce
