@@ -392,6 +392,19 @@ func (m *metaGroup) reopenGroup() error {
 			}
 		}
 	}
+	if err == nil {
+		// The reopened member follows the leader the failed one followed,
+		// if it is still in that term: the leader may be quiesced, every
+		// peer at its match, and only this member's answer wakes it to
+		// send what the member missed while down (replica.Group.Follow).
+		// A leader node liveness holds dead is not followed: its death,
+		// reported while the member was down, was not heard (peerLive).
+		if lead, term := m.g.Followed(); m.c.live.alive(lead) {
+			if err = g.Follow(lead, term); err != nil {
+				_ = g.Close()
+			}
+		}
+	}
 	if errors.Is(err, replica.ErrCorruptLog) {
 		return m.stop(err)
 	}

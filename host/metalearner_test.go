@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -8,27 +9,32 @@ import (
 	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/host"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/shard"
 	"github.com/parkway-io/parkway/transport"
 	"github.com/parkway-io/parkway/vfs"
+	"github.com/parkway-io/parkway/vfs/errorfs"
 )
 
 // learnerCluster is three founding manual engines (nodes 1..3) and a
 // fourth that joins (Cluster.Join), each on its own disk, over a manually
-// delivered network whose links the test cuts.
+// delivered network whose links the test cuts, and whose metadata raft
+// log writes it can fail once (inj).
 type learnerCluster struct {
 	t       *testing.T
 	clk     *clock.Manual
 	net     *transport.Network
 	disks   map[uint64]*vfs.MemFS
+	inj     map[uint64]*failOnce
 	engines map[uint64]*host.Engine
 }
 
 func newLearnerCluster(t *testing.T) *learnerCluster {
-	c := &learnerCluster{t: t, clk: clock.NewManual(t0), disks: map[uint64]*vfs.MemFS{}, engines: map[uint64]*host.Engine{}}
+	c := &learnerCluster{t: t, clk: clock.NewManual(t0), disks: map[uint64]*vfs.MemFS{},
+		inj: map[uint64]*failOnce{}, engines: map[uint64]*host.Engine{}}
 	c.net = transport.NewNetwork(transport.NetworkOptions{Clock: c.clk, ManualDelivery: true})
 	t.Cleanup(func() { _ = c.net.Close() })
 	for id := uint64(1); id <= 4; id++ {
-		c.disks[id] = vfs.NewMem()
+		c.disks[id], c.inj[id] = vfs.NewMem(), &failOnce{}
 		c.open(id)
 	}
 	return c
@@ -40,7 +46,7 @@ func (c *learnerCluster) open(id uint64) {
 	if id == 4 {
 		peers, join = []transport.NodeID{1, 2, 3, 4}, true
 	}
-	e, err := host.New(host.Config{Shards: 1, Manual: true, Clock: c.clk, DataDir: "/data", FS: c.disks[id],
+	e, err := host.New(host.Config{Shards: 1, Manual: true, Clock: c.clk, DataDir: "/data", FS: errorfs.New(c.disks[id], c.inj[id]),
 		Cluster: &host.Cluster{ID: transport.NodeID(id), Peers: peers, Join: join, Bus: c.net.Endpoint(transport.NodeID(id))}})
 	if err != nil {
 		c.t.Fatal(err)
@@ -51,23 +57,27 @@ func (c *learnerCluster) open(id uint64) {
 
 // step runs rounds: every engine handles its metadata member, takes what
 // was delivered to it and ticks once, and the clock moves one raft tick.
+// A member whose raft log write the test failed (inj) is down, retriably,
+// until its reopen: that error is expected of it.
 func (c *learnerCluster) step(rounds int) {
 	c.t.Helper()
+	check := func(id uint64, err error) {
+		c.t.Helper()
+		if err != nil && (!c.inj[id].fired.Load() || !errors.Is(err, shard.ErrRetry)) {
+			c.t.Fatalf("node %d: %v", id, err)
+		}
+	}
 	for range rounds {
 		for id := uint64(1); id <= 4; id++ {
 			e := c.engines[id]
-			if err := e.HandleMetadata(); err != nil {
-				c.t.Fatal(err)
-			}
+			check(id, e.HandleMetadata())
 			ep := c.net.Endpoint(transport.NodeID(id))
 			for len(ep.Recv()) > 0 {
 				if err := e.Deliver(<-ep.Recv()); err != nil {
 					c.t.Fatal(err)
 				}
 			}
-			if err := e.TickMetadata(); err != nil {
-				c.t.Fatal(err)
-			}
+			check(id, e.TickMetadata())
 		}
 		c.clk.Advance(10 * time.Millisecond)
 	}
@@ -269,4 +279,77 @@ func TestMetadataLearnerRemoved(t *testing.T) {
 	}
 	c.step(50)
 	c.conf("learner 4 removed", []uint64{1, 2, 3}, nil, 1, 2, 3)
+}
+
+// A learner whose raft log refuses the write after it acknowledged its
+// promotion, before it learned that the promotion committed, is promoted
+// all the same once it is reopened (cluster simulator seed 6725). The
+// leader, every member at its match, quiesces while the learner is down;
+// the learner reopens from its log a learner that knows no leader, and a
+// learner never campaigns: without the reopened member following its
+// leader again (replica.Group.Follow), whose answer wakes it, nothing
+// was ever sent to either of them again.
+func TestMetadataLearnerReopenedAfterItsPromotionWakesTheQuiescedLeader(t *testing.T) {
+	c := newLearnerCluster(t)
+	c.step(20)
+	lead := c.leader(1, 2, 3)
+	if lead == 0 {
+		t.Fatal("the founders elected no metadata leader")
+	}
+	e := c.engines[lead]
+	if err := e.ProposeAddNode(e.NewMetadataKey(), 4); err != nil {
+		t.Fatal(err)
+	}
+	for range 50 {
+		if slices.Equal(e.MetadataStatus().Learners, []uint64{4}) {
+			break
+		}
+		c.step(1)
+	}
+	c.conf("node 4 added", []uint64{1, 2, 3}, []uint64{4}, lead)
+
+	// The other founders' answers stop reaching the leader (for 10 ticks,
+	// not long enough for node liveness to hold them dead): node 4
+	// catches up, and
+	// the promotion the leader then proposes reaches every member, but
+	// only node 4's acknowledgement comes back, and a learner counts for
+	// no commit.
+	var founders []transport.NodeID
+	for _, id := range []uint64{1, 2, 3} {
+		if id != lead {
+			founders = append(founders, transport.NodeID(id))
+		}
+	}
+	c.net.DisconnectGroups(founders, []transport.NodeID{transport.NodeID(lead)})
+	c.step(10)
+	if st := e.MetadataStatus(); !slices.Equal(st.Voters, []uint64{1, 2, 3}) {
+		t.Fatalf("the promotion committed without the founders' answers: voters %v", st.Voters)
+	}
+	// Node 4's next raft log write fails: the one that records the commit
+	// of its promotion, which the leader sends once the founders answer.
+	c.inj[4].armed.Store(true)
+	for _, f := range founders {
+		c.net.Connect(f, transport.NodeID(lead))
+	}
+	for range 30 {
+		if e.MetadataQuiesced() {
+			break
+		}
+		c.step(1)
+	}
+	if !c.inj[4].fired.Load() {
+		t.Fatal("node 4's raft log write did not fail")
+	}
+	if !e.MetadataQuiesced() {
+		t.Fatal("the leader did not quiesce with node 4 down")
+	}
+	c.conf("the leader applied the promotion", []uint64{1, 2, 3, 4}, nil, lead)
+	if st := c.engines[4].MetadataStatus(); slices.Contains(st.Voters, 4) {
+		t.Fatalf("node 4 learned its promotion before its write failed: voters %v", st.Voters)
+	}
+
+	// Past the reopen's backoff (1 s, 100 ticks) and a few heartbeat
+	// rounds, node 4 is a voter, to itself as to everyone.
+	c.step(150)
+	c.conf("node 4 reopened", []uint64{1, 2, 3, 4}, nil, 1, 2, 3, 4)
 }

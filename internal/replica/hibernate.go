@@ -33,7 +33,10 @@ import (
 // election timeout so it neither campaigns nor leaves the lease on
 // waking. Without that a woken follower would keep a dead leader's lease
 // up to an election timeout longer than one that only quiesced, and
-// ignore the pre-vote of a restarted leader all that while.
+// ignore the pre-vote of a restarted leader all that while. A member its
+// owner reopened from its raft log after a failure is told its leader the
+// same way (Follow), but its answer is sent: the leader may have quiesced
+// while it was down, and needs waking to send what it missed.
 //
 // Which followers hibernate, and when (after some ticks quiesced: a
 // leader's ordinary heartbeats can still arrive after its quiesce
@@ -90,15 +93,12 @@ func (g *Group) awaken() error {
 	if g.rn != nil {
 		return nil
 	}
-	hs := g.storage.hs
 	// raft restarts from the configuration as of the applied index, which
 	// is the Group's (New does the same after a restart).
 	if err := g.start(confStorage{g.storage, g.cs}); err != nil {
 		return g.fail(fmt.Errorf("rebuilding the hibernated raft node: %w", err))
 	}
-	hb := &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: new(g.lead), To: new(g.cfg.Node),
-		Term: new(hs.term), Commit: new(hs.commit)}
-	if err := g.rn.Step(hb); err != nil {
+	if err := g.stepLeaderHeartbeat(g.lead); err != nil {
 		return g.fail(fmt.Errorf("rebuilding the hibernated raft node: %w", err))
 	}
 	// The heartbeat's answer is dropped; nothing else may be ready.
@@ -111,6 +111,68 @@ func (g *Group) awaken() error {
 	}
 	for range min(g.quiet, g.cfg.ElectionTicks-1) {
 		g.rn.Tick()
+	}
+	return nil
+}
+
+// stepLeaderHeartbeat steps into the raft node, a follower that knows no
+// leader, a heartbeat of lead in the stored term carrying the stored
+// commit index: the node follows lead as the member did before its node
+// was dropped or reopened. Only what the member persisted is claimed:
+// lead led that term (the caller knew it in that term), and the commit
+// index was committed. Raft answers it (the heartbeat's answer, in the
+// next Ready): awaken drops that answer, Follow sends it.
+func (g *Group) stepLeaderHeartbeat(lead uint64) error {
+	hs := g.storage.hs
+	return g.rn.Step(&raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: new(lead), To: new(g.cfg.Node),
+		Term: new(hs.term), Commit: new(hs.commit)})
+}
+
+// Followed is the leader this member followed and the term it followed it
+// in (0, 0: none known), as raft last held them, even once the group
+// failed: what an owner that reopens the member from its raft log passes
+// to Follow.
+func (g *Group) Followed() (lead, term uint64) {
+	if g.rn == nil {
+		return g.lead, g.storage.hs.term // hibernating: persisted
+	}
+	st := g.rn.BasicStatus()
+	if st.Lead == 0 || st.Lead == g.cfg.Node {
+		return 0, 0
+	}
+	return st.Lead, st.HardState.GetTerm()
+}
+
+// Follow tells a member just reopened from its raft log the leader it
+// followed before (Followed of the incarnation it replaces), as awaken
+// tells a rebuilt node: raft restarts every member as a follower that
+// knows no leader, and a member that waits for one may wait for ever.
+// Its leader, quiesced, sends nothing until a message wakes it, and
+// nothing else may come: a voter's election timer would wake it in the
+// end, but a learner never campaigns (one whose promotion committed while
+// it was down, the commit index not yet learned, is a voter to the leader
+// and a learner to itself). So if the member knows no leader yet, is in
+// term (its stored term: raft may have moved on in memory before a failed
+// write) and lead is another member of its configuration, lead's
+// heartbeat in that term is stepped into it, and raft's answer goes out
+// with the next Handle: it wakes the leader, whose heartbeats then bring
+// the member its commit index and anything it lacks. It also keeps the
+// member from granting votes at once inside its leader's lease, as
+// before it went down. Otherwise it does nothing. It fails only with
+// ErrGroupFailed.
+func (g *Group) Follow(lead, term uint64) (err error) {
+	if g.failed != nil {
+		return g.failed
+	}
+	if lead == 0 || lead == g.cfg.Node || g.rn == nil || term != g.storage.hs.term || !names(g.cs, lead) {
+		return nil
+	}
+	defer g.guard(&err)
+	if st := g.rn.BasicStatus(); st.RaftState != raft.StateFollower || st.Lead != 0 || st.HardState.GetTerm() != term {
+		return nil
+	}
+	if err := g.stepLeaderHeartbeat(lead); err != nil {
+		return g.fail(fmt.Errorf("following the leader after a reopen: %w", err))
 	}
 	return nil
 }

@@ -1,11 +1,13 @@
 package replica_test
 
 import (
+	"slices"
 	"testing"
 
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/parkway-io/parkway/internal/replica"
+	"github.com/parkway-io/parkway/vfs"
 )
 
 // quiesceAll quiesces c's leader 1 and has every follower take its
@@ -156,5 +158,65 @@ func TestWokenFollowerLeaseEndsAsTheDroppedNodes(t *testing.T) {
 	}
 	if g, ok := granted[2]; !ok || g != granted[3] {
 		t.Fatalf("the woken follower granted the pre-vote at tick %d (ok %v), the quiesced one at %d", g, ok, granted[3])
+	}
+}
+
+// A member reopened from its raft log follows the leader it followed
+// before (Followed, then Follow): raft restarts it knowing no leader, and
+// its leader, quiesced, would send it nothing. The leader's heartbeat in
+// the stored term is stepped into it, and its answer goes out to the
+// leader, which it wakes. A leader of another term than the stored one,
+// or the member itself, is not followed.
+func TestReopenedMemberFollowsItsLeader(t *testing.T) {
+	c := newClusterOn(t, 3, vfs.NewMem())
+	c.settle()
+	if err := c.members[1].Campaign(); err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	if _, err := c.members[1].Propose([]byte("m0")); err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	quiesceAll(t, c)
+	lead, term := c.members[2].Followed()
+	if lead != 1 || term == 0 {
+		t.Fatalf("member 2 followed %d in term %d, want 1", lead, term)
+	}
+	if err := c.members[2].Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.start(2, 3)
+	c.settle() // it applies what it committed; nothing else moves
+	f := c.members[2]
+	if f.Leader() != 0 {
+		t.Fatalf("reopened member knows leader %d", f.Leader())
+	}
+	for _, bad := range [][2]uint64{{1, term + 1}, {1, term - 1}, {2, term}, {0, term}, {9, term}} {
+		if err := f.Follow(bad[0], bad[1]); err != nil {
+			t.Fatal(err)
+		}
+		if f.Leader() != 0 || f.HasReady() {
+			t.Fatalf("Follow(%d, %d): leader %d, ready %v; want nothing done", bad[0], bad[1], f.Leader(), f.HasReady())
+		}
+	}
+	var answers []*raftpb.Message
+	c.onSend = func(from uint64, m *raftpb.Message) {
+		if from == 2 {
+			answers = append(answers, m)
+		}
+	}
+	if err := f.Follow(lead, term); err != nil {
+		t.Fatal(err)
+	}
+	if f.Leader() != 1 {
+		t.Fatalf("after Follow the member knows leader %d, want 1", f.Leader())
+	}
+	c.settle()
+	if len(answers) != 1 || answers[0].GetType() != raftpb.MsgHeartbeatResp || answers[0].GetTo() != 1 || answers[0].GetTerm() != term {
+		t.Fatalf("the reopened member sent %v, want its heartbeat answer to 1 in term %d", answers, term)
+	}
+	if got := c.applied[2]; !slices.Equal(got, []string{"m0"}) {
+		t.Fatalf("reopened member applied %q, want [m0]", got)
 	}
 }
