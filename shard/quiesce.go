@@ -19,8 +19,10 @@ import (
 //
 //   - The leader quiesces a group on a tick once every live follower has
 //     acknowledged its whole log, everything is committed and applied,
-//     and no proposal, leader read or catch-up is pending here: it sends
-//     each follower a quiesce heartbeat instead of ticking.
+//     no proposal, leader read or catch-up is pending here, and no
+//     proposal was made for groups.QuiesceAfterTicks ticks (a proposal
+//     restarts the count, groups.Awake.Busy): it sends each follower a
+//     quiesce heartbeat instead of ticking.
 //   - A follower quiesces when a quiesce heartbeat matches its state
 //     exactly (same leader and term, same log, all of it committed and
 //     applied); otherwise it keeps ticking, and its election timer

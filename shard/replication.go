@@ -539,6 +539,7 @@ func (rg *raftGroups) flushProposals() {
 		}
 		o.rep.pending[id] = kept
 		rg.markReady(o)
+		rg.q.awake.Busy(o.p.Namespace()) // a leader taking writes is not idle (Awake.Busy)
 	}
 	rg.reuseProposing(list)
 }

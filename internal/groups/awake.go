@@ -2,7 +2,8 @@ package groups
 
 // Awake is a host's quiescence state (quiesce.go): the set of groups it
 // ticks (the others are quiesced, or held), in the order they woke, each
-// with its quiescence clock, the ticks since it woke. A host that ticks
+// with its quiescence clock, the ticks since it woke or its owner last
+// gave it work (Busy). A host that ticks
 // them in that order ticks them in an order its history decides, not map
 // iteration, so a simulator's run is reproducible. K names a group (a
 // partition's namespace); G is the host's handle of one incarnation of
@@ -13,7 +14,7 @@ package groups
 type Awake[K comparable, G comparable] struct {
 	groups []G
 	keys   []K
-	ticks  []int // ticks since each woke (Quiesce)
+	ticks  []int // ticks since each woke or was busy (Quiesce, Busy)
 	at     map[K]int
 	// buf is Turn's copy; next is where the next turn starts when more
 	// groups are awake than a turn takes.
@@ -56,6 +57,26 @@ func (a *Awake[K, G]) Add(k K, g G) bool {
 	return true
 }
 
+// Busy restarts the quiescence clock of the group under k, if it is
+// awake: its owner just gave it work of its own (a proposal), so it
+// counts QuiesceAfterTicks more ticks before its leader may quiesce it.
+// A group that wakes restarts its clock (Add), but one that never went to
+// sleep does not wake: without this, a leader producing steadily kept
+// counting ticks from the first one, and quiesced on the first tick that
+// found it between two writes — its last entry applied, the next not yet
+// proposed — though the next write was microseconds away. Each such
+// quiesce cost the write after it the quiesce heartbeats, each
+// replica's writeback of its raft log on its pump (the interval policy's
+// syncQuiesced in the shard) and the wakes of all three (issue 33: R1,
+// one producer waiting for each ack, a few times a second on three
+// nodes over TCP). With it, a group quiesces only after a whole tick
+// interval without a proposal.
+func (a *Awake[K, G]) Busy(k K) {
+	if i, ok := a.at[k]; ok {
+		a.ticks[i] = 0
+	}
+}
+
 // Remove stops ticking the group under k: it quiesced, or it is gone.
 // The last awake group takes its place (the order stays a function of
 // what happened).
@@ -78,7 +99,7 @@ func (a *Awake[K, G]) Remove(k K) {
 }
 
 // Ticks is how many ticks the group under k was counted (Quiesce) since
-// it woke; 0 when it is not awake.
+// it woke or was busy (Busy); 0 when it is not awake.
 func (a *Awake[K, G]) Ticks(k K) int {
 	if i, ok := a.at[k]; ok {
 		return a.ticks[i]

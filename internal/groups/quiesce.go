@@ -30,6 +30,8 @@ import (
 // may quiesce it again: one heartbeat round, whose answers tell the
 // leader how its followers stand (a follower that woke it because it
 // lags, or missed the commit index, is then brought up to date first).
+// A proposal restarts the count (Awake.Busy), so a group that keeps
+// taking writes is not quiesced between two of them.
 const QuiesceAfterTicks = 2
 
 // Quiesce counts a tick of the awake group under k, whose raft group is

@@ -45,6 +45,36 @@ func TestAwakeQuiesce(t *testing.T) {
 	}
 }
 
+// Busy restarts an awake group's count, so it quiesces only
+// QuiesceAfterTicks after its last proposal; it leaves a group that is not
+// awake asleep.
+func TestAwakeBusyRestartsTheCount(t *testing.T) {
+	g := leader(t)
+	live := func(uint64) bool { return true }
+	send := func(*raftpb.Message) {}
+	var a groups.Awake[int, string]
+	a.Busy(1)
+	if a.Has(1, "g") || a.Len() != 0 {
+		t.Fatal("Busy woke a group")
+	}
+	a.Add(1, "g")
+	for i := range 3 * groups.QuiesceAfterTicks {
+		a.Busy(1)
+		if a.Quiesce(1, g, true, live, send) {
+			t.Fatalf("quiesced on tick %d with a proposal before each", i)
+		}
+	}
+	// The last tick above was the first since the last proposal.
+	for i := 2; i < groups.QuiesceAfterTicks; i++ {
+		if a.Quiesce(1, g, true, live, send) {
+			t.Fatalf("quiesced %d ticks after the last proposal", i)
+		}
+	}
+	if !a.Quiesce(1, g, true, live, send) {
+		t.Fatalf("did not quiesce %d ticks after the last proposal", groups.QuiesceAfterTicks)
+	}
+}
+
 // Only a quiesce heartbeat is taken by StepQuiesce; anything else is left
 // for the caller to step, untouched.
 func TestStepQuiesceLeavesOtherMessages(t *testing.T) {
