@@ -39,10 +39,16 @@ type buildKey struct {
 }
 
 // BreakNoProducerIDs, when set, makes the simulated clients produce
-// without a (producer, sequence) pair, so a partition cannot deduplicate
-// the retry of a produce whose outcome was unknown: a broken client, for
-// the proof that the simulator catches double applies. Only tests set it.
+// without a (producer, sequence) pair and send a produce whose outcome
+// was unknown again all the same (the Node's call does not: without the
+// pair it ends with the unknown outcome, host.RetriesUnknown), so a
+// partition cannot deduplicate the retry: a broken client, for the proof
+// that the simulator catches double applies. Only tests set it.
 var BreakNoProducerIDs atomic.Bool
+
+// maxBrokenRetries bounds the tries of one produce under
+// BreakNoProducerIDs, whose retries of unknown outcomes no deadline ends.
+const maxBrokenRetries = 20
 
 // metaProducer is the producer id of every metadata proposal the clients
 // make; sequences are unique within a run.

@@ -489,6 +489,12 @@ func describe(r shard.Response) string {
 // passed while retrying) an operation not applied. A forward is the
 // harness's to make first (a cluster's follow).
 func (b *sim) callStep(o *op, st host.CallStep, cause error) {
+	if BreakNoProducerIDs.Load() && st.Op == host.CallDone && errors.Is(st.Err, shard.ErrOutcomeUnknown) &&
+		(o.kind == kindProduce || o.kind == kindBatch) && len(o.attempts) < maxBrokenRetries {
+		// The broken client sends its produce again, without the pair
+		// that would let the partition apply it once.
+		st = host.CallStep{Op: host.CallWait, At: b.clk.Now().Add(time.Millisecond), Err: st.Err}
+	}
 	switch st.Op {
 	case host.CallWait:
 		o.waiting, o.retryAt = true, st.At
