@@ -75,6 +75,15 @@ type metaGroup struct {
 	// (groups.Reopen, the reconciler's pace of partition rebuilds).
 	reopen groups.Reopen
 
+	// followed is the leader a reopened member follows again
+	// (replica.Group.Follow) and its term, while its answer may have been
+	// lost: the answer is repeated every election timeout, left more
+	// times, until a message from that leader arrives (followAgain).
+	followed struct {
+		lead, term  uint64
+		ticks, left int
+	}
+
 	// Deduplication keys of this node incarnation's proposals.
 	producer uint64
 	seq      atomic.Uint64
@@ -360,8 +369,35 @@ func (m *metaGroup) tick(ticks int64) error {
 	if m.awake.Quiesce(metaKey, m.g, !promoting && m.barriers.Asked() == 0, m.c.live.alive, m.Send) {
 		return nil
 	}
+	m.followAgain()
 	_ = m.g.Tick() // a panic fails the group, which process reports
 	return m.process()
+}
+
+// followRepeats is how many times a reopened member repeats its answer
+// to the leader it follows again, one election timeout apart, before it
+// hears from it: a lost answer, the only message a quiesced leader would
+// get from it, is sent again, and a few losses in a row are survived.
+const followRepeats = 5
+
+// followAgain repeats a reopened member's answer to the leader it
+// follows again (replica.Group.Follow) every election timeout while that
+// leader has not been heard (m.step ends it), followRepeats times at
+// most. A learner never campaigns, so nothing else of its own would wake
+// a leader that quiesced while it was down; a voter's election timer
+// would, an election later. Follow does nothing once the member follows
+// another leader or another term. A failure fails the group, which
+// process reports.
+func (m *metaGroup) followAgain() {
+	f := &m.followed
+	if f.left == 0 {
+		return
+	}
+	if f.ticks++; f.ticks < replica.DefaultElectionTicks {
+		return
+	}
+	f.ticks, f.left = 0, f.left-1
+	_ = m.g.Follow(f.lead, f.term)
 }
 
 // reopen reopens the down member from its raft log, as a restart of just
@@ -403,6 +439,7 @@ func (m *metaGroup) reopenGroup() error {
 			if err = g.Follow(lead, term); err != nil {
 				_ = g.Close()
 			}
+			m.followed.lead, m.followed.term, m.followed.ticks, m.followed.left = lead, term, 0, followRepeats
 		}
 	}
 	if errors.Is(err, replica.ErrCorruptLog) {

@@ -26,11 +26,14 @@ type learnerCluster struct {
 	disks   map[uint64]*vfs.MemFS
 	inj     map[uint64]*failOnce
 	engines map[uint64]*host.Engine
+	// dropMeta[{from, to}] is how many of from's next metadata raft
+	// messages to to are lost.
+	dropMeta map[[2]uint64]int
 }
 
 func newLearnerCluster(t *testing.T) *learnerCluster {
 	c := &learnerCluster{t: t, clk: clock.NewManual(t0), disks: map[uint64]*vfs.MemFS{},
-		inj: map[uint64]*failOnce{}, engines: map[uint64]*host.Engine{}}
+		inj: map[uint64]*failOnce{}, engines: map[uint64]*host.Engine{}, dropMeta: map[[2]uint64]int{}}
 	c.net = transport.NewNetwork(transport.NetworkOptions{Clock: c.clk, ManualDelivery: true})
 	t.Cleanup(func() { _ = c.net.Close() })
 	for id := uint64(1); id <= 4; id++ {
@@ -73,7 +76,12 @@ func (c *learnerCluster) step(rounds int) {
 			check(id, e.HandleMetadata())
 			ep := c.net.Endpoint(transport.NodeID(id))
 			for len(ep.Recv()) > 0 {
-				if err := e.Deliver(<-ep.Recv()); err != nil {
+				m := <-ep.Recv()
+				if k := [2]uint64{uint64(m.From), id}; m.Kind == host.KindMetaRaft && c.dropMeta[k] > 0 {
+					c.dropMeta[k]--
+					continue
+				}
+				if err := e.Deliver(m); err != nil {
 					c.t.Fatal(err)
 				}
 			}
@@ -281,15 +289,12 @@ func TestMetadataLearnerRemoved(t *testing.T) {
 	c.conf("learner 4 removed", []uint64{1, 2, 3}, nil, 1, 2, 3)
 }
 
-// A learner whose raft log refuses the write after it acknowledged its
-// promotion, before it learned that the promotion committed, is promoted
-// all the same once it is reopened (cluster simulator seed 6725). The
-// leader, every member at its match, quiesces while the learner is down;
-// the learner reopens from its log a learner that knows no leader, and a
-// learner never campaigns: without the reopened member following its
-// leader again (replica.Group.Follow), whose answer wakes it, nothing
-// was ever sent to either of them again.
-func TestMetadataLearnerReopenedAfterItsPromotionWakesTheQuiescedLeader(t *testing.T) {
+// promotedWhileDown runs a learner (node 4) to the moment its promotion
+// committed while its raft log refused the write that would record it:
+// the leader, every member at its match, quiesced; node 4 is down, to be
+// reopened from its log a learner that knows no leader once its backoff
+// passed (1 s, 100 ticks). It returns the leader.
+func promotedWhileDown(t *testing.T) (*learnerCluster, uint64) {
 	c := newLearnerCluster(t)
 	c.step(20)
 	lead := c.leader(1, 2, 3)
@@ -347,9 +352,35 @@ func TestMetadataLearnerReopenedAfterItsPromotionWakesTheQuiescedLeader(t *testi
 	if st := c.engines[4].MetadataStatus(); slices.Contains(st.Voters, 4) {
 		t.Fatalf("node 4 learned its promotion before its write failed: voters %v", st.Voters)
 	}
+	return c, lead
+}
 
+// A learner whose raft log refuses the write after it acknowledged its
+// promotion, before it learned that the promotion committed, is promoted
+// all the same once it is reopened (cluster simulator seed 6725). The
+// leader, every member at its match, quiesces while the learner is down;
+// the learner reopens from its log a learner that knows no leader, and a
+// learner never campaigns: without the reopened member following its
+// leader again (replica.Group.Follow), whose answer wakes it, nothing
+// was ever sent to either of them again.
+func TestMetadataLearnerReopenedAfterItsPromotionWakesTheQuiescedLeader(t *testing.T) {
+	c, _ := promotedWhileDown(t)
 	// Past the reopen's backoff (1 s, 100 ticks) and a few heartbeat
 	// rounds, node 4 is a voter, to itself as to everyone.
 	c.step(150)
 	c.conf("node 4 reopened", []uint64{1, 2, 3, 4}, nil, 1, 2, 3, 4)
+}
+
+// The reopened learner's answer to its leader, the one message that
+// would wake it, is lost: the learner answers again an election timeout
+// later (followAgain), and is promoted. Answered once only, it stayed a
+// learner for good (nothing else of its own reaches a quiesced leader).
+func TestMetadataLearnerReopenedAnswersAgainWhenItsAnswerIsLost(t *testing.T) {
+	c, lead := promotedWhileDown(t)
+	c.dropMeta[[2]uint64{4, lead}] = 1
+	c.step(150)
+	if n := c.dropMeta[[2]uint64{4, lead}]; n != 0 {
+		t.Fatalf("node 4 sent its leader no metadata message after its reopen (%d left to drop)", n)
+	}
+	c.conf("node 4 reopened, its first answer lost", []uint64{1, 2, 3, 4}, nil, 1, 2, 3, 4)
 }

@@ -50,6 +50,9 @@ func (m *metaGroup) step(msg *raftpb.Message) {
 	if m.unavailable() != nil {
 		return
 	}
+	if msg.GetFrom() == m.followed.lead {
+		m.followed.left = 0 // heard: the reopened member's answer arrived
+	}
 	groups.Step(m.g, msg, m)
 }
 

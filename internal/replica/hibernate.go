@@ -151,14 +151,18 @@ func (g *Group) Followed() (lead, term uint64) {
 // nothing else may come: a voter's election timer would wake it in the
 // end, but a learner never campaigns (one whose promotion committed while
 // it was down, the commit index not yet learned, is a voter to the leader
-// and a learner to itself). So if the member knows no leader yet, is in
+// and a learner to itself). So if the member knows no leader yet (or
+// lead), is in
 // term (its stored term: raft may have moved on in memory before a failed
 // write) and lead is another member of its configuration, lead's
 // heartbeat in that term is stepped into it, and raft's answer goes out
 // with the next Handle: it wakes the leader, whose heartbeats then bring
 // the member its commit index and anything it lacks. It also keeps the
 // member from granting votes at once inside its leader's lease, as
-// before it went down. Otherwise it does nothing. It fails only with
+// before it went down. Called again while the member follows lead in
+// that term, it answers lead again: the owner repeats it until lead is
+// heard, since the one answer may be lost and a quiesced leader sends
+// nothing else. Otherwise it does nothing. It fails only with
 // ErrGroupFailed.
 func (g *Group) Follow(lead, term uint64) (err error) {
 	if g.failed != nil {
@@ -168,7 +172,7 @@ func (g *Group) Follow(lead, term uint64) (err error) {
 		return nil
 	}
 	defer g.guard(&err)
-	if st := g.rn.BasicStatus(); st.RaftState != raft.StateFollower || st.Lead != 0 || st.HardState.GetTerm() != term {
+	if st := g.rn.BasicStatus(); st.RaftState != raft.StateFollower || st.Lead != 0 && st.Lead != lead || st.HardState.GetTerm() != term {
 		return nil
 	}
 	if err := g.stepLeaderHeartbeat(lead); err != nil {

@@ -219,4 +219,21 @@ func TestReopenedMemberFollowsItsLeader(t *testing.T) {
 	if got := c.applied[2]; !slices.Equal(got, []string{"m0"}) {
 		t.Fatalf("reopened member applied %q, want [m0]", got)
 	}
+	// Called again while it follows 1 in that term, it answers again (its
+	// owner repeats it in case the answer was lost); for another leader
+	// it does nothing.
+	answers = nil
+	if err := f.Follow(3, term); err != nil {
+		t.Fatal(err)
+	}
+	if f.HasReady() {
+		t.Fatal("Follow of another leader than the one followed made the member ready")
+	}
+	if err := f.Follow(lead, term); err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	if len(answers) != 1 || answers[0].GetType() != raftpb.MsgHeartbeatResp || answers[0].GetTo() != 1 || answers[0].GetTerm() != term {
+		t.Fatalf("Follow repeated sent %v, want the heartbeat answer to 1 in term %d again", answers, term)
+	}
 }
