@@ -113,7 +113,7 @@ func (d *CallDriver) Start(deadline time.Time, replica uint64) CallStep {
 // replica: startCall takes it so, without a CallStep (192 bytes) in its
 // frame. A synchronous producer's stack is touched on every call, and
 // thousands of them cycle through the cores' caches: the deeper the
-// path, the larger every producer's stack (RESULTS.md, "Issue 33: case
+// path, the larger every producer's stack (bench/RESULTS.md, "Issue 33: case
 // 2, synchronous producers on one node").
 func (d *CallDriver) begin(deadline time.Time, replica uint64) (forward bool) {
 	d.deadline = deadline
