@@ -85,22 +85,32 @@ func (n *Node) Produce(ctx context.Context, t Topic, to Partitioning, msgs ...Me
 		return Ack{}, err
 	}
 	count := len(req.Messages)
-	var r shard.Response
+	var offset uint64
 	if one != nil {
 		var reusable bool
-		r, reusable, err = n.eng.CallReusing(ctx, req, one.reply, n.resolver(t, part))
+		reusable, err = n.eng.CallReusing(ctx, req, one.reply, n.resolver(t, part), &one.resp)
+		offset = one.resp.Offset
 		if reusable {
 			n.recycle(one)
 		}
 		err = publicError(err)
 	} else {
-		r, err = n.call(ctx, req, t, part)
+		offset, err = n.callOffset(ctx, req, t, part)
 	}
 	if err != nil {
 		return Ack{}, err
 	}
 	n.countProduced(t, count, size, start)
-	return Ack{Partition: part, FirstOffset: r.Offset, Count: count}, nil
+	return Ack{Partition: part, FirstOffset: offset, Count: count}, nil
+}
+
+// callOffset is call for Produce's batch, answering the first offset: its
+// own frame keeps the response off Produce's (see oneProduce.resp).
+//
+//go:noinline
+func (n *Node) callOffset(ctx context.Context, req *shard.Request, t Topic, part uint32) (uint64, error) {
+	r, err := n.call(ctx, req, t, part)
+	return r.Offset, err
 }
 
 // topicMetrics returns t's client-side counters, labelled by its stream's
@@ -142,6 +152,26 @@ func batchBytes(msgs []Message) int {
 	return total
 }
 
+// The errors of prepareBatch's limits, built out of its frame: every
+// synchronous producer's stack holds the deepest frames of a produce
+// (TestSyncProduceStack), and each formatted error otherwise reserves its
+// arguments there.
+
+//go:noinline
+func tooManyMessages(count, max int) error {
+	return fmt.Errorf("%w: %d messages > %d", ErrBatchTooLarge, count, max)
+}
+
+//go:noinline
+func messageTooLarge(i, size, max int) error {
+	return fmt.Errorf("%w: message %d is %d bytes > %d", ErrMessageTooLarge, i, size, max)
+}
+
+//go:noinline
+func batchTooLarge(max int) error {
+	return fmt.Errorf("%w: more than %d bytes", ErrBatchTooLarge, max)
+}
+
 // prepareBatch is the part of prepareProduce that needs no partition:
 // the batch validated against the limits, copied (or, given, used in
 // place) and stamped, with its size. one is returned as used: nil for a
@@ -162,7 +192,7 @@ func (n *Node) prepareBatch(ctx context.Context, start time.Time, to Partitionin
 		return nil, 0, nil, ErrEmptyBatch
 	}
 	if len(msgs) > n.cfg.MaxBatchMessages {
-		return nil, 0, nil, fmt.Errorf("%w: %d messages > %d", ErrBatchTooLarge, len(msgs), n.cfg.MaxBatchMessages)
+		return nil, 0, nil, tooManyMessages(len(msgs), n.cfg.MaxBatchMessages)
 	}
 	// The batch is copied so timestamps and keys can be set without
 	// writing to the caller's slice; payload bytes are copied later by the
@@ -194,10 +224,10 @@ func (n *Node) prepareBatch(ctx context.Context, start time.Time, to Partitionin
 		}
 		size := messageSize(m)
 		if size > n.cfg.MaxMessageSize {
-			return nil, 0, nil, fmt.Errorf("%w: message %d is %d bytes > %d", ErrMessageTooLarge, i, size, n.cfg.MaxMessageSize)
+			return nil, 0, nil, messageTooLarge(i, size, n.cfg.MaxMessageSize)
 		}
 		if total += size; total > n.cfg.MaxBatchBytes {
-			return nil, 0, nil, fmt.Errorf("%w: more than %d bytes", ErrBatchTooLarge, n.cfg.MaxBatchBytes)
+			return nil, 0, nil, batchTooLarge(n.cfg.MaxBatchBytes)
 		}
 	}
 	return batch, total, one, nil
@@ -233,13 +263,18 @@ func (n *Node) prepareProduce(ctx context.Context, start time.Time, t Topic, to 
 		return nil, 0, 0, err
 	}
 	if one != nil {
-		req = &one.req
+		req = &one.req // cleared when it was put back (recycle)
 	} else {
 		req = &shard.Request{}
 	}
-	// The call's deadline from the clock read that stamped the batch,
-	// so dispatch need not read it again.
-	*req = shard.Request{Op: shard.OpProduce, NS: ns, Epoch: epoch, Messages: engineMessages(batch), Deadline: n.callDeadline(ctx, start)}
+	// Set field by field on the zero request: a composite literal
+	// assigned through the pointer is built in a 240-byte temporary in
+	// this frame first, which every synchronous producer's stack holds
+	// (TestSyncProduceStack). The call's deadline comes from the clock
+	// read that stamped the batch, so dispatch need not read it again.
+	req.Op, req.NS, req.Epoch = shard.OpProduce, ns, epoch
+	req.Messages = engineMessages(batch)
+	req.Deadline = n.callDeadline(ctx, start)
 	if n.eng.Clustered() {
 		req.Producer, req.Seq = n.producer, n.seq.Add(1)
 	}
@@ -358,6 +393,15 @@ func (n *Node) choose(ctx context.Context, t Topic, to Partitioning) (uint32, er
 	if to.kind == byID {
 		return to.id, nil
 	}
+	return n.chooseOf(ctx, t, to)
+}
+
+// chooseOf is choose for a partitioning that reads the topic, in a frame
+// of its own: a produce to a partition by id does not carry it (see
+// resolveCaughtUp).
+//
+//go:noinline
+func (n *Node) chooseOf(ctx context.Context, t Topic, to Partitioning) (uint32, error) {
 	info, err := n.topicInfo(ctx, t)
 	if err != nil {
 		return 0, err

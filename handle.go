@@ -232,13 +232,22 @@ func (n *Node) resolve(ctx context.Context, t Topic, part uint32) (metadata.Name
 	}
 	ns, err := metadata.NewNamespace(t.Stream.ID, t.ID, part)
 	if err != nil {
-		return 0, 0, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		return 0, 0, invalid(err)
 	}
 	if t.Stream.origin == n.origin {
 		if rev, ok := n.meta.LivePartition(ns, t.Revision, t.Name); ok {
 			return ns, rev, nil
 		}
 	}
+	return n.resolveCaughtUp(ctx, t, part, ns)
+}
+
+// resolveCaughtUp is resolve past its fast path, in a frame of its own:
+// every produce resolves, and every synchronous producer's stack holds
+// the deepest frames of a produce (TestSyncProduceStack).
+//
+//go:noinline
+func (n *Node) resolveCaughtUp(ctx context.Context, t Topic, part uint32, ns metadata.Namespace) (metadata.Namespace, uint64, error) {
 	if err := n.topicCaughtUp(ctx, t); err != nil {
 		return 0, 0, err
 	}
@@ -251,6 +260,12 @@ func (n *Node) resolve(ctx context.Context, t Topic, part uint32) (metadata.Name
 	}
 	return ns, p.CreatedRevision, nil
 }
+
+// invalid is err as an ErrInvalidArgument, built out of its caller's
+// frame (see resolveCaughtUp).
+//
+//go:noinline
+func invalid(err error) error { return fmt.Errorf("%w: %w", ErrInvalidArgument, err) }
 
 // awaitMetadata runs f, and in a cluster retries it while it reports a
 // partition as missing: this node's metadata may lag the commit that

@@ -118,12 +118,25 @@ func RetriesUnknown(req *shard.Request) bool {
 // the local owner shard, whose answer for a partition held elsewhere
 // points at a live replica.
 func (d *CallDriver) Start(deadline time.Time, replica uint64) CallStep {
-	d.deadline = deadline
-	if replica != 0 {
-		d.forwarding = true
+	if d.begin(deadline, replica) {
 		return CallStep{Op: CallForward, To: replica}
 	}
 	return CallStep{Op: CallSend}
+}
+
+// begin is Start reporting only whether the first step forwards to
+// replica: startCall takes it so, without a CallStep (192 bytes) in its
+// frame. A synchronous producer's stack is touched on every call, and
+// thousands of them cycle through the cores' caches: the deeper the
+// path, the larger every producer's stack (bench/RESULTS.md, "Issue 33: case
+// 2, synchronous producers on one node").
+func (d *CallDriver) begin(deadline time.Time, replica uint64) (forward bool) {
+	d.deadline = deadline
+	if replica != 0 {
+		d.forwarding = true
+		return true
+	}
+	return false
 }
 
 // CallDeadline is the deadline of a call started at now: timeout later,
@@ -199,11 +212,17 @@ func (d *CallDriver) Resolved(err error) CallStep {
 // the call ends with err itself, which the caller takes to mean the same
 // (PendingCall.Wait).
 func (d *CallDriver) Cancelled(err error) CallStep {
+	return CallStep{Op: CallDone, Err: d.cancelled(err)}
+}
+
+// cancelled is Cancelled's error: PendingCall.wait takes it so, without
+// a CallStep in its frame (see begin).
+func (d *CallDriver) cancelled(err error) error {
 	if d.forwarding {
 		d.forwarding = false
-		return CallStep{Op: CallDone, Err: shard.OutcomeUnknown(err)}
+		return shard.OutcomeUnknown(err)
 	}
-	return CallStep{Op: CallDone, Err: err}
+	return err
 }
 
 // RetryInPlace reports whether err means "the same request to this node
@@ -252,13 +271,18 @@ func (e *Engine) Call(ctx context.Context, req *shard.Request, resolve Resolve) 
 // reply, or the shard still hold req, and neither may be used again: a
 // late answer read by a later call would be taken for its own.
 //
+// The answer (or, with err, the last one, if any) is written to *r,
+// which the caller keeps where it likes (a pooled request's, off the
+// stack: see CallDriver.begin).
+//
 // The caller waits for the answer, so the request is queued in its
 // owner shard's waited lane (shard.SendWaited) rather than its inbox:
 // many concurrent callers share the shard's wakes instead of each
 // waiting for room in a full inbox.
-func (e *Engine) CallReusing(ctx context.Context, req *shard.Request, reply chan shard.Response, resolve Resolve) (r shard.Response, reusable bool, err error) {
-	p := e.startCall(ctx, req, (*waitedPort)(e), reply)
-	return p.wait(ctx, resolve)
+func (e *Engine) CallReusing(ctx context.Context, req *shard.Request, reply chan shard.Response, resolve Resolve, r *shard.Response) (reusable bool, err error) {
+	var p PendingCall
+	e.start(&p, ctx, req, (*waitedPort)(e), reply)
+	return p.wait(ctx, resolve, r)
 }
 
 // StartCall makes a call's first attempt and returns without waiting for
@@ -272,10 +296,19 @@ func (e *Engine) StartCall(ctx context.Context, req *shard.Request) PendingCall 
 // startCall is StartCall with the call's attempts made through port and
 // answered on reply (nil: a channel of the call's own).
 func (e *Engine) startCall(ctx context.Context, req *shard.Request, port callPort, reply chan shard.Response) PendingCall {
+	var p PendingCall
+	e.start(&p, ctx, req, port, reply)
+	return p
+}
+
+// start is startCall making the call in *p, a zero PendingCall: the
+// synchronous call (CallReusing) keeps it in its own frame, with no copy
+// returned through a second one.
+func (e *Engine) start(p *PendingCall, ctx context.Context, req *shard.Request, port callPort, reply chan shard.Response) {
 	if reply == nil {
 		reply = make(chan shard.Response, 1)
 	}
-	p := PendingCall{e: e, port: port, reply: reply}
+	p.e, p.port, p.reply = e, port, reply
 	p.f = shard.Frame{Req: req, Reply: p.reply}
 	// The clock is read only for a request without a deadline: a
 	// producer stamps its own from the clock read that stamped its batch.
@@ -283,13 +316,12 @@ func (e *Engine) startCall(ctx context.Context, req *shard.Request, port callPor
 		cd, _ := ctx.Deadline()
 		req.Deadline = CallDeadline(e.cfg.Clock.Now(), cd, e.cfg.RequestTimeout)
 	}
-	var st CallStep
-	if p.d, st = e.NewCall(req); st.Op == CallForward {
-		p.to = st.To
+	p.d = NewCallDriver(&e.callCfg, req)
+	if to := e.firstReplica(req.NS); p.d.begin(req.Deadline, to) {
+		p.to = to
 	} else {
 		p.sent = port.send(ctx, p.f)
 	}
-	return p
 }
 
 // NewCall is the driver of a call of req on this engine, for its
@@ -300,11 +332,17 @@ func (e *Engine) startCall(ctx context.Context, req *shard.Request, port callPor
 // simulator) carries them out itself.
 func (e *Engine) NewCall(req *shard.Request) (CallDriver, CallStep) {
 	d := NewCallDriver(&e.callCfg, req)
-	var replica uint64
-	if e.cl != nil {
-		replica = e.replicaFor(req.NS)
+	return d, d.Start(req.Deadline, e.firstReplica(req.NS))
+}
+
+// firstReplica is where a call's first attempt for ns is forwarded: a
+// live replica when this node holds none (replicaFor), 0 to send it to
+// the local owner shard.
+func (e *Engine) firstReplica(ns metadata.Namespace) uint64 {
+	if e.cl == nil {
+		return 0
 	}
-	return d, d.Start(req.Deadline, replica)
+	return e.replicaFor(ns)
 }
 
 // CallHere sends req to the owner shard of its namespace on this node,
@@ -350,40 +388,44 @@ func (e *Engine) callConfig() CallConfig {
 // caller's and stays off the heap (a closure kept by the operation would
 // escape and cost every call an allocation, the fast ones too).
 func (p *PendingCall) Wait(ctx context.Context, resolve Resolve) (shard.Response, error) {
-	r, _, err := p.wait(ctx, resolve)
+	var r shard.Response
+	_, err := p.wait(ctx, resolve, &r)
 	return r, err
 }
 
-// wait is Wait, reporting whether the call ended with its first local
-// attempt's answer taken (see CallReusing).
-func (p *PendingCall) wait(ctx context.Context, resolve Resolve) (shard.Response, bool, error) {
+// wait is Wait answering into *r, reporting whether the call ended with
+// its first local attempt's answer taken (see CallReusing). The answer
+// goes where its caller keeps it, not through a result copied out of
+// each frame on the way (see begin).
+func (p *PendingCall) wait(ctx context.Context, resolve Resolve, r *shard.Response) (bool, error) {
 	if p.to == 0 && p.sent == nil {
 		// A context that is never done (Background, TODO) is waited
 		// out with a plain receive: a select, even with a nil second
 		// case, goes through the runtime's select (the cases ordered,
 		// a waiter queued per case) on every produce and wait.
-		var r shard.Response
 		if done := ctx.Done(); done == nil {
-			r = <-p.reply
+			*r = <-p.reply
 		} else {
 			select {
-			case r = <-p.reply:
+			case *r = <-p.reply:
 			case <-done:
 				// The shard will still answer into the buffered reply
 				// channel.
-				return shard.Response{}, false, p.d.Cancelled(ctx.Err()).Err
+				*r = shard.Response{}
+				return false, p.d.cancelled(ctx.Err())
 			}
 		}
 		if r.Err == nil {
-			return r, true, nil
+			return true, nil
 		}
-		p.reply <- r // left for the steps to take: the shard sends one
+		p.reply <- *r // left for the steps to take: the shard sends one
 	}
 	s := p.steps(ctx, resolve != nil)
 	for {
 		err := runSteps(ctx, p.e.cfg.Clock, s)
 		if !s.resolving {
-			return s.st.Resp, false, err
+			*r = s.st.Resp
+			return false, err
 		}
 		ns, epoch, err := resolve(ctx)
 		s.resolved(ns, epoch, err)

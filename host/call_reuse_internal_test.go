@@ -67,7 +67,7 @@ func TestCallReusableOnlyAfterItsOneAnswer(t *testing.T) {
 				req := &shard.Request{Op: shard.OpProduce, NS: metadata.Namespace(1 << 20), Messages: []partition.Message{{Payload: []byte("m")}}}
 				pc := e.startCall(ctx, req, &scriptShard{p: p, answer: tc.shard}, reply)
 				resolve := func(context.Context) (metadata.Namespace, uint64, error) { return req.NS, 1, nil }
-				_, reusable, _ := pc.wait(ctx, resolve)
+				reusable, _ := pc.wait(ctx, resolve, new(shard.Response))
 				if reusable != tc.reusable {
 					t.Fatalf("reusable %v, want %v (log %q)", reusable, tc.reusable, p.log)
 				}
