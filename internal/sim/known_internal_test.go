@@ -110,3 +110,22 @@ func TestInFlightProposalOfRemovedReplicaSeed1531(t *testing.T) {
 		t.Fatalf("cluster seed 1531: %v", err)
 	}
 }
+
+// TestMetadataLagIsNotConvergenceSeed5885 runs cluster seed 5885, which
+// failed invariant 8 at quiescence (n3's metadata group had voters
+// [1 2 3], its peers [1 2 3 4]): n3's metadata member, reopened from its
+// log after a failed write short of n4's promotion, answered the quiesced
+// leader n1's heartbeat in the higher term it had campaigned in before,
+// and n1 stepped down. Its metadata store agreed with its peers' (a
+// configuration change is raft's), so settling counted the cluster
+// converged and moved the clock a whole pass period per round, one raft
+// tick each: the election that would follow in a tenth of a second in
+// real time was still an election timeout of rounds away at the
+// judgment. Convergence compares the metadata groups too now
+// (metadataGroupsDiffer), and the rounds stay a raft tick long until the
+// group agrees.
+func TestMetadataLagIsNotConvergenceSeed5885(t *testing.T) {
+	if _, err := Run(DefaultClusterConfig(5885)); err != nil {
+		t.Fatalf("cluster seed 5885: %v", err)
+	}
+}
