@@ -378,7 +378,9 @@
 // preferred leaders. At
 // quiescence every fault ends (partitions heal, stopped nodes resume,
 // crashed ones restart) and the cluster runs until it has converged:
-// every node's metadata equal, every replica of every committed
+// every node's metadata equal, every metadata group member at the same
+// applied index with the same voters and learners (a configuration
+// change is raft's, not the store's), every replica of every committed
 // partition as long as the log, running (its node up, its build not
 // failed) and with its group's log applied as far as its peers' (a
 // consumer offset adds no message), and every partition group led by its
