@@ -419,8 +419,12 @@ func insertSorted(ids []uint64, id uint64) []uint64 {
 }
 
 // checkMoves reports leaving or joined replicas a snapshot may not hold:
-// leaving nodes that are not members, are listed twice or are replicas
-// too; joined ones that are neither replicas nor leaving.
+// leaving replicas on nodes that are not members, listed twice or in the
+// replica set too; joined ones that are neither replicas nor leaving. A
+// node may have two ids leaving, beside its newest in the replica set: a
+// re-seed of a replica that was itself joining by a re-seed leaves both
+// earlier ids members of the group until it drops them (ReseedReplica),
+// and every state Apply reaches must restore.
 func checkMoves(ps PartitionSnapshot, nodes []uint64) error {
 	if len(ps.Replicas) == 0 && len(ps.Leaving)+len(ps.Joined) > 0 {
 		return errors.New("moves of a partition without replicas")
@@ -429,8 +433,8 @@ func checkMoves(ps PartitionSnapshot, nodes []uint64) error {
 		switch n := raftid.Node(id); {
 		case !slices.Contains(nodes, n):
 			return fmt.Errorf("leaving replica %#x on unknown node %d", id, n)
-		case indexOfNode(ps.Leaving[:i], n) >= 0, slices.Contains(ps.Replicas, id):
-			return fmt.Errorf("node %d leaving twice, or replica %#x leaving and a replica", n, id)
+		case slices.Contains(ps.Leaving[:i], id), slices.Contains(ps.Replicas, id):
+			return fmt.Errorf("replica %#x leaving twice, or leaving and a replica", id)
 		}
 	}
 	for _, id := range slices.Concat(ps.Replicas, ps.Leaving) {

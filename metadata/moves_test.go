@@ -225,7 +225,6 @@ func TestRestoreRejectsBadMoves(t *testing.T) {
 		"joined twice":           func(s *StoreSnapshot) { s.Streams[0].Topics[0].Partitions[0].Joined = []uint64{2, 2} },
 		"generation beyond":      func(s *StoreSnapshot) { s.Streams[0].Topics[0].Partitions[0].Replicas = []uint64{1, 1<<32 | 2} },
 		"node twice by id":       func(s *StoreSnapshot) { s.Streams[0].Topics[0].Partitions[0].Replicas = []uint64{1, 1<<32 | 1} },
-		"leaving node twice":     func(s *StoreSnapshot) { s.Streams[0].Topics[0].Partitions[0].Leaving = []uint64{3, 1<<32 | 3} },
 	}
 	for name, mutate := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -155,9 +155,10 @@ func (p *placement) count(pi PartitionInfo, d int) {
 		}
 	}
 	// A leaving replica's node is a replica's too only when the node's
-	// replica was re-seeded (ReseedReplica): counted once.
-	for _, id := range pi.Leaving {
-		if n := raftid.Node(id); indexOfNode(pi.Replicas, n) < 0 {
+	// replica was re-seeded (ReseedReplica), and may have two ids leaving
+	// (a joiner re-seeded again): counted once.
+	for i, id := range pi.Leaving {
+		if n := raftid.Node(id); indexOfNode(pi.Replicas, n) < 0 && indexOfNode(pi.Leaving[:i], n) < 0 {
 			p.held[n] += d
 		}
 	}

@@ -138,3 +138,51 @@ func TestNodeIDsBoundedByReplicaIDs(t *testing.T) {
 		t.Fatalf("Restore of a snapshot naming node 2^33: %v, want ErrInvalidSnapshot", err)
 	}
 }
+
+// TestReseedOfAJoiningReplicaRestores: a node whose re-seeded replica's
+// raft log is damaged again before the first re-seed settled asks for a
+// second one, and its node then has two ids leaving, the first
+// generation's and the joiner's, beside the newest in the replica set:
+// both are members of the group until it drops them. A snapshot of that
+// state must restore, or a node that joins, or restarts from it, refuses
+// it for good (cluster simulator seed 7060: a joiner refused the leader's
+// snapshot, "node 1 leaving twice", and never learned the metadata).
+func TestReseedOfAJoiningReplicaRestores(t *testing.T) {
+	s := clusterStore(t, 1, 2, 3)
+	mustApply(t, s, CreateTopic{Stream: 0, Name: "t", Partitions: 1, Config: TopicConfig{Replicas: 3}})
+	p := s.Snapshot().Partitions[0]
+	old := p.Replicas[0]
+	node := old
+	mustApply(t, s, ReseedReplica{NS: p.NS, CreatedRevision: p.CreatedRevision, Replica: old})
+	joiner := raftid.ID(node, 1)
+	mustApply(t, s, ReseedReplica{NS: p.NS, CreatedRevision: p.CreatedRevision, Replica: joiner})
+	q, _ := s.Partition(p.NS)
+	newest := raftid.ID(node, 2)
+	if got, ok := q.ReplicaOf(node); !ok || got != newest || !slices.Contains(q.Leaving, old) || !slices.Contains(q.Leaving, joiner) {
+		t.Fatalf("after the second re-seed: replicas %#x, leaving %#x; want %#x placed, %#x and %#x leaving", q.Replicas, q.Leaving, newest, old, joiner)
+	}
+	checkMoveInvariants(t, s)
+	enc, err := EncodeSnapshot(s.Export())
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := DecodeSnapshot(enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Restore(Config{Shards: 3, Assign: testAssign, Nodes: []uint64{1, 2, 3}}, snap)
+	if err != nil {
+		t.Fatalf("a store's own snapshot does not restore: %v", err)
+	}
+	if !reflect.DeepEqual(r.Export(), s.Export()) {
+		t.Fatal("restored store differs")
+	}
+	if moving, held := s.Moving(node); moving != 1 || held != 1 {
+		t.Fatalf("Moving(%d) = %d, %d; want 1 partition moving, held once", node, moving, held)
+	}
+	settleAll(t, s)
+	q, _ = s.Partition(p.NS)
+	if len(q.Leaving) != 0 || !q.Holds(node) {
+		t.Fatalf("after settling: leaving %#x, holds %v", q.Leaving, q.Holds(node))
+	}
+}
