@@ -27,13 +27,16 @@ import (
 //     synced (the catch-up's ask and answer).
 //  3. once every new replica is a whole voter, each old replica is
 //     removed. A leader that is itself leaving first hands leadership to
-//     a staying replica, which carries on.
+//     a staying replica, which carries on. A member re-seeded on its
+//     node (a new raft id for the same node, its copy set aside) is the
+//     exception: it holds nothing, and is removed before step 1
+//     (replacedMember).
 //  4. once the voters are exactly the replicas, the leader settles the
 //     move (Replication.Settle proposes metadata.SettleReplicas), and the
 //     leaving nodes remove their copies.
 //
 // Adding before removing keeps the group at its replication factor or
-// above throughout. The driver is a pure function of the group's state
+// above throughout (a re-seeded member, gone already, is not counted). The driver is a pure function of the group's state
 // and the committed metadata, re-run on ticks: a lost proposal, a leader
 // change or a restart is picked up where the state says it stands.
 
