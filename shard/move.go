@@ -27,13 +27,16 @@ import (
 //     synced (the catch-up's ask and answer).
 //  3. once every new replica is a whole voter, each old replica is
 //     removed. A leader that is itself leaving first hands leadership to
-//     a staying replica, which carries on.
+//     a staying replica, which carries on. A member re-seeded on its
+//     node (a new raft id for the same node, its copy set aside) is the
+//     exception: it holds nothing, and is removed before step 1
+//     (replacedMember).
 //  4. once the voters are exactly the replicas, the leader settles the
 //     move (Replication.Settle proposes metadata.SettleReplicas), and the
 //     leaving nodes remove their copies.
 //
 // Adding before removing keeps the group at its replication factor or
-// above throughout. The driver is a pure function of the group's state
+// above throughout (a re-seeded member, gone already, is not counted). The driver is a pure function of the group's state
 // and the committed metadata, re-run on ticks: a lost proposal, a leader
 // change or a restart is picked up where the state says it stands.
 
@@ -211,6 +214,12 @@ func (rg *raftGroups) advanceMove(o *owned) bool {
 		}
 		return true
 	}
+	// A member re-seeded on its node goes first, before anything is
+	// added: see replacedMember.
+	if n, ok := replacedMember(o, info); ok {
+		rg.proposeChange(o, groups.Change{Kind: groups.ChangeRemove, Node: n})
+		return false
+	}
 	switch ch := groups.NextChange(o.rep.grp, info.Replicas, whole); ch.Kind {
 	case groups.ChangeAddLearner:
 		// 1. Add a new replica, as a learner.
@@ -286,6 +295,31 @@ func (rg *raftGroups) advanceMove(o *owned) bool {
 	}
 	mv.pace.Proposed()
 	return false
+}
+
+// replacedMember is a member of o's group, other than o, that the
+// metadata re-seeded (replacedIn: its node's replica is a later
+// generation, in the replica set). Such a member holds no copy any more —
+// its node set the copy aside and fenced it (damage.go's replaced), and
+// holds one replica of a partition, the new one — so as a voter it only
+// raises the quorum without ever voting. It is removed before the new
+// replica is added, unlike a replica moving to another node, which stays
+// until its successor is a whole voter: kept, it made the new replica's
+// promotion a second voter on the same node, and when that one's raft
+// log was found damaged too and re-seeded again before the first left,
+// the group had two voters on the node and neither alive — four voters,
+// two live, no quorum for any change, and the newest replica was never
+// added (simulator cluster seed 7060). Removing it first leaves the
+// group as it runs anyway, on its other members.
+func replacedMember(o *owned, info metadata.PartitionInfo) (uint64, bool) {
+	for _, ids := range [][]uint64{o.rep.grp.Voters(), o.rep.grp.Learners()} {
+		for _, n := range ids {
+			if n != o.rep.id && !slices.Contains(info.Replicas, n) && replacedIn(info, n) {
+				return n, true
+			}
+		}
+	}
+	return 0, false
 }
 
 // proposeChange proposes ch, the next configuration change of o's group

@@ -1,6 +1,8 @@
 package shard
 
 import (
+	"context"
+	"errors"
 	"slices"
 	"testing"
 
@@ -254,4 +256,121 @@ func (n *moveNet) tickAll() {
 		n.shard(id).rg.tickRaft()
 	}
 	n.settle()
+}
+
+// reseed re-seeds node's replica of ns as the metadata and the node's
+// reconciler would once the node found its raft log damaged: the
+// metadata names a new replica id for the node, the running copy is
+// fenced when its shard is told (replaced), evicted, set aside (here:
+// dropped from the store) and the new replica built empty.
+func (n *moveNet) reseed(node uint64, ns metadata.Namespace) {
+	n.t.Helper()
+	info, _ := n.nodes[node].meta.Partition(ns)
+	old, _ := info.ReplicaOf(node)
+	n.apply(metadata.ReseedReplica{NS: ns, CreatedRevision: info.CreatedRevision, Replica: old})
+	s := n.shard(node)
+	s.rg.updatePlacement(ns)
+	evicted := make(chan error, 1)
+	go func() {
+		ok, err := s.Evict(context.Background(), ns)
+		if err == nil && !ok {
+			err = errors.New("not evicted")
+		}
+		evicted <- err
+	}()
+	s.runControl(<-s.ctrl) // as the pump would
+	if err := <-evicted; err != nil {
+		n.t.Fatalf("evicting n%d's replaced replica: %v", node, err)
+	}
+	delete(n.parts, replicaKey{node, ns})
+	if err := n.nodes[node].store.Remove(ns); err != nil {
+		n.t.Fatal(err)
+	}
+	n.materialise(ns)
+}
+
+// A replica re-seeded on its node (its raft log found damaged) and, before
+// the old id left, re-seeded again (the new replica's raft log damaged
+// too): the newest replica joins and the move settles. The old ids hold
+// no copy, so each leaves the group before its successor is added, and
+// the group never has two voters on one node. Before, the old id stayed
+// until the new one was a whole voter: the group had four voters, two of
+// them on the re-seeded node and both gone once it was re-seeded again,
+// so no change could commit and the newest replica was never added
+// (simulator cluster seed 7060).
+func TestReseedTwiceBeforeTheFirstSettled(t *testing.T) {
+	for _, who := range []string{"follower", "leader"} {
+		t.Run(who, func(t *testing.T) {
+			n := newMoveNet(t)
+			info, lead := n.ledPartition(3)
+			ns := info.NS
+			want := n.produceAcked(lead, ns, 5)
+			bad := lead
+			if who == "follower" {
+				bad = info.Replicas[0]
+				if bad == lead {
+					bad = info.Replicas[1]
+				}
+			}
+			// voters are the group's voters as its leader sees them; it
+			// fails the test when two are on one node.
+			var twice []uint64
+			voters := func() []uint64 {
+				l := n.leader(ns)
+				if l == 0 {
+					return nil
+				}
+				v := n.shard(l).rg.replicated[ns].rep.grp.Voters()
+				nodes := metadata.NodesOf(v)
+				slices.Sort(nodes)
+				if len(slices.Compact(nodes)) != len(v) && twice == nil {
+					twice = slices.Clone(v)
+					t.Errorf("voters %#x: two on one node", v)
+				}
+				return v
+			}
+
+			n.reseed(bad, ns)
+			info, _ = n.nodes[1].meta.Partition(ns)
+			gen1, _ := info.ReplicaOf(bad)
+			promoted := false
+			for range 2000 {
+				n.tickAll()
+				if slices.Contains(voters(), gen1) {
+					promoted = true
+					break
+				}
+			}
+			if !promoted {
+				t.Fatalf("the re-seeded replica %#x never became a voter", gen1)
+			}
+			// Its raft log is found damaged too, at once.
+			n.reseed(bad, ns)
+			info, _ = n.nodes[1].meta.Partition(ns)
+			gen2, _ := info.ReplicaOf(bad)
+			settled := false
+			for range 2000 {
+				n.tickAll()
+				voters()
+				if info, _ := n.nodes[1].meta.Partition(ns); len(info.Leaving) == 0 {
+					settled = true
+					break
+				}
+			}
+			if !settled {
+				info, _ = n.nodes[1].meta.Partition(ns)
+				t.Fatalf("the move never settled: voters %#x, partition %+v", voters(), info)
+			}
+			info, _ = n.nodes[1].meta.Partition(ns)
+			if v := voters(); !slices.Contains(info.Replicas, gen2) || !slices.Equal(slices.Sorted(slices.Values(v)), slices.Sorted(slices.Values(info.Replicas))) {
+				t.Fatalf("after the move: voters %#x, replicas %#x; want %#x among them", v, info.Replicas, gen2)
+			}
+			for range 20 {
+				n.tickAll() // the new replica's catch-up fetch
+			}
+			if got := payloads(t, n.parts[replicaKey{bad, ns}]); !slices.Equal(got, want) {
+				t.Fatalf("the newest replica %#x holds %q, want %q", gen2, got, want)
+			}
+		})
+	}
 }
