@@ -162,18 +162,7 @@ func TestReseedOfAJoiningReplicaRestores(t *testing.T) {
 		t.Fatalf("after the second re-seed: replicas %#x, leaving %#x; want %#x placed, %#x and %#x leaving", q.Replicas, q.Leaving, newest, old, joiner)
 	}
 	checkMoveInvariants(t, s)
-	enc, err := EncodeSnapshot(s.Export())
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := DecodeSnapshot(enc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := Restore(Config{Shards: 3, Assign: testAssign, Nodes: []uint64{1, 2, 3}}, snap)
-	if err != nil {
-		t.Fatalf("a store's own snapshot does not restore: %v", err)
-	}
+	r := restoreOwnSnapshot(t, s)
 	if !reflect.DeepEqual(r.Export(), s.Export()) {
 		t.Fatal("restored store differs")
 	}
