@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -179,15 +178,7 @@ func TestServe(t *testing.T) {
 // TestServeCluster runs three members over loopback TCP (plaintext),
 // waits until each is ready, and stops them with SIGTERM.
 func TestServeCluster(t *testing.T) {
-	var addrs []string
-	for range 3 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs = append(addrs, ln.Addr().String())
-		ln.Close()
-	}
+	addrs := freeAddrs(t, 3)
 	peers := fmt.Sprintf("1=%s,2=%s,3=%s", addrs[0], addrs[1], addrs[2])
 	var servers []*server
 	for i := range 3 {

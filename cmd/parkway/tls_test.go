@@ -11,7 +11,6 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -72,15 +71,7 @@ func writePKI(t *testing.T, dir, cluster string, ids []int) {
 func TestServeClusterTLS(t *testing.T) {
 	pki := t.TempDir()
 	writePKI(t, pki, "prod", []int{1, 2, 3})
-	var addrs []string
-	for range 3 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs = append(addrs, ln.Addr().String())
-		ln.Close()
-	}
+	addrs := freeAddrs(t, 3)
 	peers := fmt.Sprintf("1=%s,2=%s,3=%s", addrs[0], addrs[1], addrs[2])
 	var servers []*server
 	for i := range 3 {
