@@ -218,18 +218,25 @@ func (p PartitionInfo) Holds(node uint64) bool {
 }
 
 // ReplicaOf is the raft id of node's replica of p: the one in its replica
-// set, else the one leaving it. A node holds one copy of a partition, so
-// a node whose replica was re-seeded (ReseedReplica: a new id in
-// Replicas, the old one in Leaving until the group drops it) holds the
-// new one.
+// set, else the newest generation of those leaving it. A node holds one
+// copy of a partition, so a node whose replica was re-seeded
+// (ReseedReplica: a new id in Replicas, the old one in Leaving until the
+// group drops it) holds the new one. A replica re-seeded twice before the
+// first settled leaves two ids of its node in Leaving once the node
+// leaves the replica set too (a drain): the node holds the later one —
+// the earlier copy was set aside when it was re-seeded — so that is the
+// one a node builds, and the earlier one is a replaced member its group
+// removes (shard's replacedMember).
 func (p PartitionInfo) ReplicaOf(node uint64) (id uint64, ok bool) {
 	if i := indexOfNode(p.Replicas, node); i >= 0 {
 		return p.Replicas[i], true
 	}
-	if i := indexOfNode(p.Leaving, node); i >= 0 {
-		return p.Leaving[i], true
+	for _, l := range p.Leaving {
+		if raftid.Node(l) == node && (!ok || raftid.Gen(l) > raftid.Gen(id)) {
+			id, ok = l, true
+		}
 	}
-	return 0, false
+	return id, ok
 }
 
 // NodeOf is the node holding the replica of raft id id (see

@@ -175,3 +175,23 @@ func TestReseedOfAJoiningReplicaRestores(t *testing.T) {
 		t.Fatalf("after settling: leaving %#x, holds %v", q.Leaving, q.Holds(node))
 	}
 }
+
+// TestReplicaOfALeavingNodeIsItsNewestID: a node whose replica was
+// re-seeded twice and which then left the replica set has three ids
+// leaving; its replica is the newest, whatever their order in Leaving.
+func TestReplicaOfALeavingNodeIsItsNewestID(t *testing.T) {
+	g0, g1, g2 := raftid.ID(2, 0), raftid.ID(2, 1), raftid.ID(2, 2)
+	for _, leaving := range [][]uint64{{g0, g1, g2}, {g2, g0, g1}, {g1, 7, g2, g0}} {
+		p := PartitionInfo{Replicas: []uint64{1, 3, raftid.ID(4, 3)}, Leaving: leaving}
+		if got, ok := p.ReplicaOf(2); !ok || got != g2 {
+			t.Errorf("Leaving %#x: ReplicaOf(2) = %#x, %v; want %#x", leaving, got, ok, g2)
+		}
+	}
+	p := PartitionInfo{Replicas: []uint64{g2, 3}, Leaving: []uint64{g0, g1}}
+	if got, _ := p.ReplicaOf(2); got != g2 {
+		t.Errorf("ReplicaOf(2) = %#x, want the replica set's %#x", got, g2)
+	}
+	if _, ok := p.ReplicaOf(5); ok {
+		t.Errorf("ReplicaOf(5) found a replica of a node holding none")
+	}
+}

@@ -374,3 +374,65 @@ func TestReseedTwiceBeforeTheFirstSettled(t *testing.T) {
 		})
 	}
 }
+
+// TestReseedTwiceThenDrained: a replica re-seeded twice before the first
+// re-seed settled, its node then drained. Node bad's three ids are all
+// leaving; only the newest holds a copy (the earlier two were set aside).
+// The node's replica is its newest id (metadata.PartitionInfo.ReplicaOf:
+// what the node builds on a restart, and what replacedIn compares a
+// member against), and the drain settles with every message on the
+// replicas left. Before, ReplicaOf named the first leaving id, the
+// set-aside generation 0 (seen failing at the first check); the drain
+// settled here all the same, because the earlier ids had left the group
+// before it.
+func TestReseedTwiceThenDrained(t *testing.T) {
+	for _, who := range []string{"follower", "leader"} {
+		t.Run(who, func(t *testing.T) {
+			n := newMoveNet(t)
+			info, lead := n.ledPartition(3)
+			ns := info.NS
+			want := n.produceAcked(lead, ns, 5)
+			bad := lead
+			if who == "follower" {
+				bad = info.Replicas[0]
+				if bad == lead {
+					bad = info.Replicas[1]
+				}
+			}
+			n.reseed(bad, ns)
+			info, _ = n.nodes[1].meta.Partition(ns)
+			gen1, _ := info.ReplicaOf(bad)
+			for range 2000 {
+				n.tickAll()
+				if slices.Contains(n.voters(ns), gen1) {
+					break
+				}
+			}
+			n.reseed(bad, ns)
+			info, _ = n.nodes[1].meta.Partition(ns)
+			gen2, _ := info.ReplicaOf(bad)
+			n.apply(metadata.DrainNode{Node: bad})
+			info, _ = n.nodes[1].meta.Partition(ns)
+			if id, _ := info.ReplicaOf(bad); id != gen2 || slices.Contains(metadata.NodesOf(info.Replicas), bad) {
+				t.Fatalf("after the drain node %d's replica is %#x (want %#x): %+v", bad, id, gen2, info)
+			}
+			n.materialise(ns)
+			info, ok := n.settleMove(ns)
+			if !ok {
+				t.Fatalf("the drain never settled: voters %#x, partition %+v", n.voters(ns), info)
+			}
+			if v := n.voters(ns); !slices.Equal(slices.Sorted(slices.Values(v)), slices.Sorted(slices.Values(info.Replicas))) {
+				t.Fatalf("after the drain: voters %#x, replicas %#x", v, info.Replicas)
+			}
+			for range 20 {
+				n.tickAll() // the newcomer's catch-up fetch
+			}
+			for _, id := range info.Replicas {
+				node := metadata.NodeOf(id)
+				if got := payloads(t, n.parts[replicaKey{node, ns}]); !slices.Equal(got, want) {
+					t.Fatalf("replica %#x on node %d holds %q, want %q", id, node, got, want)
+				}
+			}
+		})
+	}
+}
