@@ -343,6 +343,13 @@ func (p *filePartition) Append(msgs []Message) (uint64, error) {
 		// for it (its acknowledgements wait for nothing more).
 		p.stash, p.jpend = false, nil
 	}
+	if p.stash && uint64(len(p.jpend))+total > maxStash {
+		// The batch would overflow the stash (stashRecords): stop
+		// stashing before it is copied, so its large payloads are lent
+		// rather than copied twice, and the next Commit syncs the
+		// partition directly.
+		p.stash, p.jpend = false, nil
+	}
 	f, err := p.openTail(tail)
 	if err != nil {
 		return 0, err

@@ -30,6 +30,8 @@ type sharedRun struct {
 	// big: the rounds whose messages are larger than writeBehind, so
 	// Append writes them to the partition's file at once.
 	big map[int]bool
+	// huge: the rounds whose messages are larger than maxStash.
+	huge map[int]bool
 }
 
 // sharedPerHandle is how many partitions each handle of a sharedRun has.
@@ -126,6 +128,9 @@ func (r *sharedRun) payload(ns metadata.Namespace, k int) string {
 	m := fmt.Sprintf("%d/%d", ns.Partition(), k)
 	if r.big[k] {
 		m += " " + strings.Repeat("x", writeBehind)
+	}
+	if r.huge[k] {
+		m += hugePayload
 	}
 	return m
 }
@@ -655,4 +660,51 @@ func failEveryWritePoint(t *testing.T, n int64, workload func(vfs.FS) *sharedRun
 			r.check(mem, "process crash: "+what)
 		}
 	}
+}
+
+// hugePayload pads a huge round's message past maxStash.
+var hugePayload = " " + strings.Repeat("x", maxStash)
+
+// A journaled partition (Commit, FsyncAlways) whose append would take its
+// stash past maxStash stops stashing before the batch is copied: the
+// journal carries none of those bytes, the payload is written from the
+// caller's slice (lent, not copied into the encode buffer), the next
+// Commit syncs the partition directly, and after it the partition joins
+// the journal again. A power loss keeps every acknowledged record.
+func TestJournalLargeAppendLeavesTheJournalBeforeTheCopy(t *testing.T) {
+	mem := vfs.NewMem()
+	var journalBytes, lent atomic.Int64
+	count := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		switch {
+		case op.Kind != errorfs.OpWriteAt:
+		case strings.Contains(op.Path, journalDir):
+			journalBytes.Add(int64(op.Len))
+		case op.Len > len(hugePayload) && op.Len < len(hugePayload)+16 && strings.HasSuffix(op.Path, ".log"):
+			lent.Add(1) // a payload without its record head: the caller's slice
+		}
+		return nil
+	})
+	r := newSharedRun(t, errorfs.New(mem, count))
+	r.huge = map[int]bool{2: true, 3: true}
+	r.round(0) // new partitions: synced directly, then in the journal
+	r.round(1)
+	fp := r.ps[0][0].(*filePartition)
+	if !fp.stash {
+		t.Fatalf("%v: not in the journal after two commits", fp.ns)
+	}
+	before := journalBytes.Load()
+	r.round(2)
+	r.round(3)
+	if n := journalBytes.Load() - before; n >= maxStash {
+		t.Fatalf("two rounds of records larger than maxStash wrote %d bytes to the journal", n)
+	}
+	if n, want := lent.Load(), int64(2*2*sharedPerHandle); n != want {
+		t.Fatalf("%d payloads larger than maxStash written from the caller's slice, want %d (every one)", n, want)
+	}
+	r.round(4)
+	r.round(5)
+	if !fp.stash {
+		t.Fatalf("%v: not in the journal again after small rounds", fp.ns)
+	}
+	r.check(mem.Crash(), "power loss")
 }

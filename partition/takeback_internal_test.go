@@ -46,9 +46,11 @@ func reopenedLog(t *testing.T, fsys vfs.FS) []string {
 // appends. Small records are held behind, unwritten; a large one reached
 // the partition's file before the journal refused it (on a real full
 // tmpfs the segment's pages were there already), which is how a produce
-// answered ErrNoSpace came back after the rebuild that followed.
+// answered ErrNoSpace came back after the rebuild that followed. (The
+// largest size keeps the three appends within maxStash: a batch past it
+// leaves the journal and is synced directly.)
 func TestJournalFailedCommitTakesAppendsBack(t *testing.T) {
-	for _, size := range []int{10, 8 << 10, 2 << 20} {
+	for _, size := range []int{10, 8 << 10, maxStash/3 - 100} {
 		for _, prealloc := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%d/prealloc=%v", size, prealloc), func(t *testing.T) {
 				testFailedCommitTakesAppendsBack(t, size, prealloc)
@@ -237,7 +239,10 @@ func TestTakeBackAcrossARollIsNotClaimed(t *testing.T) {
 	full := errorfs.NewSwitchFunc(syscall.ENOSPC, func(op errorfs.Op) bool {
 		return (op.Kind == errorfs.OpWriteAt || op.Kind == errorfs.OpWrite) && strings.Contains(op.Path, "/journal/")
 	})
-	s, err := NewFileStore(FileConfig{Dir: "/data", FS: errorfs.New(mem, full), MaxOpenFiles: 16, SerialSyncs: true, SegmentSize: 1 << 20})
+	// Segments small enough for two appends within maxStash to roll one
+	// (a batch past it would leave the journal).
+	AllowSmallSegments(t, 64<<10)
+	s, err := NewFileStore(FileConfig{Dir: "/data", FS: errorfs.New(mem, full), MaxOpenFiles: 16, SerialSyncs: true, SegmentSize: maxStash / 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +251,7 @@ func TestTakeBackAcrossARollIsNotClaimed(t *testing.T) {
 	commitRound(t, j, ps, 0)
 	commitRound(t, j, ps, 1)
 	full.Set(true)
-	big := bytes.Repeat([]byte{'x'}, 600<<10)
+	big := bytes.Repeat([]byte{'x'}, maxStash/2-(16<<10))
 	for range 2 { // the second rolls the segment, sealing the first
 		if _, err := ps[0].Append([]Message{{Payload: big}}); err != nil {
 			t.Fatal(err)
