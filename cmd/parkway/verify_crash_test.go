@@ -26,8 +26,10 @@ const rollChildEnv = "PARKWAY_CLI_TEST_ROLL_CHILD"
 
 // rollChild opens a node on a fresh dir (nothing closed cleanly, ever),
 // creates shop/orders with 3 partitions and fills the journal's first
-// file (64 MiB): 63 messages of almost 1 MiB to partition 0, then as many
-// to partition 1 as it takes the journal to start a second file. The
+// file (64 MiB): 320 messages of almost 200 KiB to partition 0 (each one
+// commit, within the journal's stash bound: a batch past it goes to the
+// partition's own file, not the journal), then as many to partition 1 as
+// it takes the journal to start a second file. The
 // node then checkpoints partitions 0 and 1 into their own directories
 // and drops the first file. It produces 3 small messages to partition 2,
 // which lives in the second journal file only (deferred, DESIGN behaviour
@@ -55,8 +57,8 @@ func rollChild(dir string) {
 	}
 	journal := func(seq int) string { return filepath.Join(dir, "journal", fmt.Sprintf("%020d.journal", seq)) }
 	exists := func(path string) bool { _, err := os.Stat(path); return err == nil }
-	big := make([]byte, 1<<20-64)
-	for i := range 63 {
+	big := make([]byte, 200<<10-64)
+	for i := range 320 {
 		big[0] = byte(i)
 		if _, err := node.Produce(ctx, tp, parkway.PartitionID(0), parkway.Message{Payload: big}); err != nil {
 			fail("produce", err)
@@ -66,7 +68,7 @@ func rollChild(dir string) {
 		fail("produce", errors.New("the journal started a second file before partition 0 was done"))
 	}
 	for i := 0; !exists(journal(2)); i++ {
-		if i == 5 {
+		if i == 20 {
 			fail("produce", errors.New("the journal started no second file"))
 		}
 		if _, err := node.Produce(ctx, tp, parkway.PartitionID(1), parkway.Message{Payload: big}); err != nil {
@@ -158,7 +160,7 @@ func TestVerifyFindsFilesMissingAfterACrash(t *testing.T) {
 			ends[part] = offs.End
 		}
 		t.Logf("ends after reopening: %v", ends)
-		for part, want := range []uint64{63, ends[1], 3} {
+		for part, want := range []uint64{320, ends[1], 3} {
 			var offs parkway.PartitionOffsets
 			for err == nil && offs.End < want && ctx.Err() == nil {
 				offs, err = node.Admin().PartitionOffsets(ctx, tp, uint32(part), "")
