@@ -289,6 +289,23 @@ func (n *moveNet) reseed(node uint64, ns metadata.Namespace) {
 	n.materialise(ns)
 }
 
+// reseedTarget creates a led partition of three replicas holding five
+// acknowledged messages (want) and names the node whose replica a
+// re-seed test re-seeds: the leader's, or a follower's.
+func (n *moveNet) reseedTarget(who string) (info metadata.PartitionInfo, want []string, bad uint64) {
+	n.t.Helper()
+	info, lead := n.ledPartition(3)
+	want = n.produceAcked(lead, info.NS, 5)
+	bad = lead
+	if who == "follower" {
+		bad = info.Replicas[0]
+		if bad == lead {
+			bad = info.Replicas[1]
+		}
+	}
+	return info, want, bad
+}
+
 // A replica re-seeded on its node (its raft log found damaged) and, before
 // the old id left, re-seeded again (the new replica's raft log damaged
 // too): the newest replica joins and the move settles. The old ids hold
@@ -302,16 +319,8 @@ func TestReseedTwiceBeforeTheFirstSettled(t *testing.T) {
 	for _, who := range []string{"follower", "leader"} {
 		t.Run(who, func(t *testing.T) {
 			n := newMoveNet(t)
-			info, lead := n.ledPartition(3)
+			info, want, bad := n.reseedTarget(who)
 			ns := info.NS
-			want := n.produceAcked(lead, ns, 5)
-			bad := lead
-			if who == "follower" {
-				bad = info.Replicas[0]
-				if bad == lead {
-					bad = info.Replicas[1]
-				}
-			}
 			// voters are the group's voters as its leader sees them; it
 			// fails the test when two are on one node.
 			var twice []uint64
@@ -389,16 +398,8 @@ func TestReseedTwiceThenDrained(t *testing.T) {
 	for _, who := range []string{"follower", "leader"} {
 		t.Run(who, func(t *testing.T) {
 			n := newMoveNet(t)
-			info, lead := n.ledPartition(3)
+			info, want, bad := n.reseedTarget(who)
 			ns := info.NS
-			want := n.produceAcked(lead, ns, 5)
-			bad := lead
-			if who == "follower" {
-				bad = info.Replicas[0]
-				if bad == lead {
-					bad = info.Replicas[1]
-				}
-			}
 			n.reseed(bad, ns)
 			info, _ = n.nodes[1].meta.Partition(ns)
 			gen1, _ := info.ReplicaOf(bad)
