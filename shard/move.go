@@ -36,9 +36,10 @@ import (
 //     leaving nodes remove their copies.
 //
 // Adding before removing keeps the group at its replication factor or
-// above throughout (a re-seeded member, gone already, is not counted). The driver is a pure function of the group's state
-// and the committed metadata, re-run on ticks: a lost proposal, a leader
-// change or a restart is picked up where the state says it stands.
+// above throughout (a re-seeded member, gone already, is not counted).
+// The driver is a pure function of the group's state and the committed
+// metadata, re-run on ticks: a lost proposal, a leader change or a
+// restart is picked up where the state says it stands.
 
 const (
 	// movesPerShard bounds the groups one shard changes at once, so a
@@ -299,7 +300,7 @@ func (rg *raftGroups) advanceMove(o *owned) bool {
 
 // replacedMember is a member of o's group, other than o, that the
 // metadata re-seeded (replacedIn: its node's replica is a later
-// generation, in the replica set). Such a member holds no copy any more —
+// generation; a member in the replica set is its node's replica). Such a member holds no copy any more —
 // its node set the copy aside and fenced it (damage.go's replaced), and
 // holds one replica of a partition, the new one — so as a voter it only
 // raises the quorum without ever voting. It is removed before the new
@@ -314,7 +315,7 @@ func (rg *raftGroups) advanceMove(o *owned) bool {
 func replacedMember(o *owned, info metadata.PartitionInfo) (uint64, bool) {
 	for _, ids := range [][]uint64{o.rep.grp.Voters(), o.rep.grp.Learners()} {
 		for _, n := range ids {
-			if n != o.rep.id && !slices.Contains(info.Replicas, n) && replacedIn(info, n) {
+			if n != o.rep.id && replacedIn(info, n) {
 				return n, true
 			}
 		}
