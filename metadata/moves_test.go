@@ -18,12 +18,10 @@ func settleAll(t *testing.T, s *Store) {
 	}
 }
 
-// checkMoveInvariants checks what every move must keep: each partition has
-// its factor of distinct replicas, none of them draining, leaving nodes
-// are not replicas, joined ones are replicas or leaving.
-// restoreOwnSnapshot is s restored from its own snapshot, encoded and
-// decoded: every state Apply reaches must come back (on nodes 1–3).
-func restoreOwnSnapshot(t *testing.T, s *Store) *Store {
+// restoreOwnSnapshot is s restored under cfg from its own snapshot,
+// encoded and decoded, as a restart does: every state Apply reaches must
+// come back.
+func restoreOwnSnapshot(t *testing.T, cfg Config, s *Store) *Store {
 	t.Helper()
 	enc, err := EncodeSnapshot(s.Export())
 	if err != nil {
@@ -33,13 +31,19 @@ func restoreOwnSnapshot(t *testing.T, s *Store) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := Restore(Config{Shards: 3, Assign: testAssign, Nodes: []uint64{1, 2, 3}}, snap)
+	r, err := Restore(cfg, snap)
 	if err != nil {
 		t.Fatalf("a store's own snapshot does not restore: %v", err)
 	}
 	return r
 }
 
+// threeNodes is the configuration of the move tests' stores.
+var threeNodes = Config{Shards: 3, Assign: testAssign, Nodes: []uint64{1, 2, 3}}
+
+// checkMoveInvariants checks what every move must keep: each partition has
+// its factor of distinct replicas, none of them draining, leaving nodes
+// are not replicas, joined ones are replicas or leaving.
 func checkMoveInvariants(t *testing.T, s *Store) {
 	t.Helper()
 	draining := s.Draining()
@@ -200,7 +204,7 @@ func TestMovesRestoreAndReplay(t *testing.T) {
 	if !reflect.DeepEqual(a.Export(), b.Export()) {
 		t.Fatal("two stores applying the same moves disagree")
 	}
-	r := restoreOwnSnapshot(t, a)
+	r := restoreOwnSnapshot(t, threeNodes, a)
 	if !reflect.DeepEqual(r.Export(), a.Export()) || !reflect.DeepEqual(r.Snapshot(), a.Snapshot()) {
 		t.Fatal("restored store differs")
 	}

@@ -1,7 +1,6 @@
 package shard
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -315,16 +314,7 @@ func TestRebuildSettlesTheRaftSnapshotItFailedToInstall(t *testing.T) {
 
 	// The reconciler evicts the fenced partition and rebuilds it, on a
 	// disk that works again.
-	evicted := make(chan error, 1)
-	go func() {
-		ok, err := s.Evict(context.Background(), ns)
-		if err == nil && !ok {
-			err = errors.New("not evicted")
-		}
-		evicted <- err
-	}()
-	s.runControl(<-s.ctrl) // as the pump would
-	if err := <-evicted; err != nil {
+	if err := evictStepped(s, ns); err != nil {
 		t.Fatalf("evict: %v", err)
 	}
 	*fails[f] = nil

@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -221,4 +222,20 @@ func (h *harness) drops(shard, variant, reason string) float64 {
 
 func testutilStale(h *harness) float64 {
 	return testutil.ToFloat64(h.m.StaleRejects.WithLabelValues("0"))
+}
+
+// evictStepped evicts ns from a shard whose pump does not run (Manual, or
+// driven by the test): Evict is sent from a goroutine and its control
+// operation run here, as the pump would.
+func evictStepped(s *Shard, ns metadata.Namespace) error {
+	evicted := make(chan error, 1)
+	go func() {
+		ok, err := s.Evict(context.Background(), ns)
+		if err == nil && !ok {
+			err = errors.New("not evicted")
+		}
+		evicted <- err
+	}()
+	s.runControl(<-s.ctrl)
+	return <-evicted
 }

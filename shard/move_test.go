@@ -1,8 +1,6 @@
 package shard
 
 import (
-	"context"
-	"errors"
 	"slices"
 	"testing"
 
@@ -270,16 +268,7 @@ func (n *moveNet) reseed(node uint64, ns metadata.Namespace) {
 	n.apply(metadata.ReseedReplica{NS: ns, CreatedRevision: info.CreatedRevision, Replica: old})
 	s := n.shard(node)
 	s.rg.updatePlacement(ns)
-	evicted := make(chan error, 1)
-	go func() {
-		ok, err := s.Evict(context.Background(), ns)
-		if err == nil && !ok {
-			err = errors.New("not evicted")
-		}
-		evicted <- err
-	}()
-	s.runControl(<-s.ctrl) // as the pump would
-	if err := <-evicted; err != nil {
+	if err := evictStepped(s, ns); err != nil {
 		n.t.Fatalf("evicting n%d's replaced replica: %v", node, err)
 	}
 	delete(n.parts, replicaKey{node, ns})
