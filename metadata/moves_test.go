@@ -18,27 +18,7 @@ func settleAll(t *testing.T, s *Store) {
 	}
 }
 
-// restoreOwnSnapshot is s restored under cfg from its own snapshot,
-// encoded and decoded, as a restart does: every state Apply reaches must
-// come back.
-func restoreOwnSnapshot(t *testing.T, cfg Config, s *Store) *Store {
-	t.Helper()
-	enc, err := EncodeSnapshot(s.Export())
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := DecodeSnapshot(enc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := Restore(cfg, snap)
-	if err != nil {
-		t.Fatalf("a store's own snapshot does not restore: %v", err)
-	}
-	return r
-}
-
-// threeNodes is the configuration of the move tests' stores.
+// threeNodes is a store's configuration on nodes 1–3.
 var threeNodes = Config{Shards: 3, Assign: testAssign, Nodes: []uint64{1, 2, 3}}
 
 // checkMoveInvariants checks what every move must keep: each partition has
@@ -204,7 +184,7 @@ func TestMovesRestoreAndReplay(t *testing.T) {
 	if !reflect.DeepEqual(a.Export(), b.Export()) {
 		t.Fatal("two stores applying the same moves disagree")
 	}
-	r := restoreOwnSnapshot(t, threeNodes, a)
+	r := roundTrip(t, a, threeNodes)
 	if !reflect.DeepEqual(r.Export(), a.Export()) || !reflect.DeepEqual(r.Snapshot(), a.Snapshot()) {
 		t.Fatal("restored store differs")
 	}

@@ -234,7 +234,7 @@ func TestAddNode(t *testing.T) {
 	if on4 != 6 {
 		t.Errorf("the new node holds %d of the 6 new partitions, want all 6", on4)
 	}
-	restored := roundTrip(t, s, Config{Shards: 3, Assign: testAssign, Nodes: []uint64{1, 2, 3}})
+	restored := roundTrip(t, s, threeNodes)
 	if !reflect.DeepEqual(restored.Nodes(), []uint64{1, 2, 3, 4}) {
 		t.Errorf("restored nodes %v", restored.Nodes())
 	}

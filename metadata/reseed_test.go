@@ -162,7 +162,7 @@ func TestReseedOfAJoiningReplicaRestores(t *testing.T) {
 		t.Fatalf("after the second re-seed: replicas %#x, leaving %#x; want %#x placed, %#x and %#x leaving", q.Replicas, q.Leaving, newest, old, joiner)
 	}
 	checkMoveInvariants(t, s)
-	r := restoreOwnSnapshot(t, threeNodes, s)
+	r := roundTrip(t, s, threeNodes)
 	if !reflect.DeepEqual(r.Export(), s.Export()) {
 		t.Fatal("restored store differs")
 	}
