@@ -332,22 +332,17 @@ func (p *filePartition) Append(msgs []Message) (uint64, error) {
 	if err := p.flushWrites(false); err != nil {
 		return 0, err
 	}
-	if p.stash && p.staging {
-		// Staged (Journal.Stage): the journal only carries what is held
-		// behind to the page cache before the acknowledgement, and the
-		// file holds everything now (flushWrites wrote wpend), this batch
-		// included once written. A copy for the journal would write every
-		// byte twice and hold up to maxStash of it in memory, so the
-		// partition stops stashing, as when its stash overflows: its
-		// later appends go to its file, and the next Stage has no entry
-		// for it (its acknowledgements wait for nothing more).
-		p.stash, p.jpend = false, nil
-	}
-	if p.stash && uint64(len(p.jpend))+total > maxStash {
-		// The batch would overflow the stash (stashRecords): stop
-		// stashing before it is copied, so its large payloads are lent
-		// rather than copied twice, and the next Commit syncs the
-		// partition directly.
+	if p.stash && (p.staging || uint64(len(p.jpend))+total > maxStash) {
+		// The partition stops stashing before this batch is copied, as
+		// when its stash overflows (stashRecords), in two cases. Staged
+		// (Journal.Stage): the journal only carries what is held behind
+		// to the page cache before the acknowledgement, and the file holds
+		// everything now (flushWrites wrote wpend), this batch included
+		// once written; a copy would write every byte twice, so its later
+		// appends go to its file and the next Stage has no entry for it
+		// (its acknowledgements wait for nothing more). Committed: the
+		// batch would overflow the stash; not copied, its large payloads
+		// are lent, and the next Commit syncs the partition directly.
 		p.stash, p.jpend = false, nil
 	}
 	f, err := p.openTail(tail)
