@@ -97,7 +97,10 @@ type Config struct {
 	InboxBytes int64
 	// PinShards pins shard i's pump to CPU i mod NumCPU (Linux only). Off
 	// by default: the library lives in the host's process and should not
-	// take cores without being asked.
+	// take cores without being asked. Unpinned, a single node's
+	// synchronous call that finds its shard idle is run by the calling
+	// goroutine itself (no hand-off to the pump and back); pinned, every
+	// call goes through the pump on its CPU.
 	PinShards bool
 
 	// ReconcileInterval is the period of each shard's reconcile pass when

@@ -339,22 +339,26 @@ func TestFullInboxIsBackpressure(t *testing.T) {
 }
 
 // A wait for room in a full inbox ends at the call's deadline: with an
-// inbox of one frame (a waited lane of shard.WaitedLaneFactor), the pump
-// held in an fsync and the inbox's and the lane's slots taken, one more
-// produce waits RequestTimeout and then fails as a retry that ran out of
-// time (ErrRetry), while those ahead of it succeed once the pump moves.
+// inbox of one frame (a waited lane of shard.WaitedLaneFactor) and the
+// shard held in an fsync, producers are started one at a time until one
+// finds the inbox and the lane full (the pump may hold one more frame:
+// when the first producer runs the fsync itself, the pump takes the next
+// frame and waits with it for the shard). That produce waits
+// RequestTimeout and then fails as a retry that ran out of time
+// (ErrRetry), while those ahead of it succeed once the shard moves.
 func TestFullInboxWaitEndsAtTheDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		gate := make(chan struct{})
 		var hold atomic.Bool
 		fsys := errorfs.New(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
 			if op.Kind == errorfs.OpSync && hold.Load() {
-				<-gate // the pump is stuck in a slow fsync
+				<-gate // the shard is stuck in a slow fsync
 			}
 			return nil
 		}))
 		const timeout = 5 * time.Second
 		n := open(t, parkway.Config{DataDir: "/data", FS: fsys, Shards: 1, InboxSize: 1, RequestTimeout: timeout})
+		reg := registry(t, n)
 		s := mustStream(t, n, "s")
 		tp := mustTopic(t, n, s, "t", 1, parkway.WithFsync(parkway.FsyncAlways, 0))
 		mustProduce(t, n, tp, parkway.PartitionID(0), "warm")
@@ -362,20 +366,27 @@ func TestFullInboxWaitEndsAtTheDeadline(t *testing.T) {
 		release := sync.OnceFunc(func() { hold.Store(false); close(gate) })
 		t.Cleanup(release) // before the node's Close, which needs the pump
 
-		const lane = shard.WaitedLaneFactor // the lane's frames at InboxSize 1
-		errs := make(chan error, lane+3)
+		// At most the fsync's producer, the pump's frame, the inbox's and
+		// the lane's, and the one refused.
+		const most = 1 + 1 + 1 + shard.WaitedLaneFactor + 1
+		errs := make(chan error, most)
 		produce := func(i int) {
 			_, err := n.Produce(context.Background(), tp, parkway.PartitionID(0), parkway.Message{Payload: []byte(fmt.Sprint(i))})
 			errs <- err
 		}
-		go produce(0)
-		synctest.Wait() // in the pump's fsync
-		for i := range 1 + lane {
-			go produce(1 + i)
+		started := 0
+		for metricValue(t, reg, "parkway_frame_drops_total", "reason", "full") == 0 {
+			if started == most {
+				t.Fatalf("%d producers and none found the inbox and the lane full", started)
+			}
+			go produce(started)
+			started++
+			synctest.Wait() // in the fsync, the pump's hand, the inbox or the lane, or waiting for room
 		}
-		synctest.Wait() // in the inbox and the lane
+		if started < 3+shard.WaitedLaneFactor {
+			t.Fatalf("producer %d found no room: the fsync's, the inbox's (1) and the lane's (%d) were not all taken", started-1, shard.WaitedLaneFactor)
+		}
 		start := time.Now()
-		go produce(lane + 2)
 		var err error
 		select {
 		case err = <-errs:
@@ -389,7 +400,7 @@ func TestFullInboxWaitEndsAtTheDeadline(t *testing.T) {
 			t.Fatalf("the wait for room ended after %v, want the request timeout %v", waited, timeout)
 		}
 		release()
-		for range lane + 2 {
+		for range started - 1 {
 			if err := <-errs; err != nil {
 				t.Fatalf("produce ahead of the refused one: %v", err)
 			}

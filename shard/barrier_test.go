@@ -114,7 +114,9 @@ func TestBehaviour05RedispatchKeepsArrivalOrderAheadOfInbox(t *testing.T) {
 	}
 	p := h.build(ns, epoch)
 	op := opInsertOwned(p, noSync)
-	s.ctrl <- op
+	if err := s.enqueue(context.Background(), op); err != nil {
+		t.Fatal(err)
+	}
 	s.Start()
 	if err := <-op.done; err != nil {
 		t.Fatal(err)

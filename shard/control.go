@@ -112,10 +112,12 @@ func (s *Shard) enqueue(ctx context.Context, c control) error {
 	if s.closed {
 		return ErrClosed
 	}
+	s.handoffs.Add(1)
 	select {
 	case s.ctrl <- c:
 		return nil
 	case <-ctx.Done():
+		s.handoffs.Add(^uint64(0))
 		return ctx.Err()
 	}
 }

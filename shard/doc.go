@@ -4,7 +4,11 @@
 // answers (lane.go).
 //
 // The pump is the only goroutine that touches the shard's partitions, its
-// park buffer and its tombstones, so none of them needs a lock. It takes
+// park buffer and its tombstones, so none of them needs a lock of its own,
+// with one exception that keeps the rule: a waiting caller whose frame
+// finds the pump waiting with nothing queued runs the pump's unit of work
+// for it itself, holding the lock the pump holds whenever it works
+// (inline.go; not in a cluster, a manual or a pinned shard). It takes
 // control operations (the reconciler's InsertOwned, Tombstone, RemoveOwned,
 // SetRow, Sweep, Inspect) before inbox frames, so a materialised partition
 // starts serving before the next request is looked at.

@@ -44,7 +44,8 @@ const WaitedLaneFactor = 8
 // A lone caller gains nothing from the lane and would pay for it (the
 // lock and the wake token, twice the hand-off of a channel send to the
 // waiting pump): a call that finds the lane and the inbox both empty (the
-// pump is idle, or about to be) sends to the inbox instead.
+// pump is idle, or about to be) runs its frame itself if the pump waits
+// (inline.go), else sends it to the inbox.
 //
 // Order: a caller's frames reach the partition in the order it sent
 // them. A frame it queued in the inbox before one it queues here (an
@@ -76,7 +77,11 @@ func newLane(max int) lane { return lane{max: max, wake: make(chan struct{}, 1)}
 // InboxSize frames), router.ErrDisconnected once the shard is closed.
 func (s *Shard) SendWaited(f Frame) error {
 	if s.lane.queued.Load() == 0 && len(s.inbox) == 0 {
-		// Nothing to share a wake with: the inbox hands f to the pump.
+		// Nothing to share a wake with: the caller runs f itself if the
+		// pump is waiting (inline.go), else the inbox hands f to the pump.
+		if s.runInline(f) {
+			return nil
+		}
 		if err := s.TrySend(f); !errors.Is(err, router.ErrFull) {
 			return err
 		}
@@ -173,6 +178,7 @@ func (s *Shard) handleLane() {
 	s.laneLeft = len(frames)
 	for n := len(s.inbox); n > 0; n-- {
 		s.handleFrame(s.taken(<-s.inbox)) // only the pump takes from the inbox
+		s.handled++
 	}
 	for i, f := range frames {
 		s.laneLeft = len(frames) - 1 - i

@@ -88,7 +88,9 @@ func TestManualStepControlBeforeInbox(t *testing.T) {
 		calls = append(calls, c)
 	}
 	op := opInsertOwned(h.build(ns, epoch), noSync)
-	s.ctrl <- op
+	if err := s.enqueue(context.Background(), op); err != nil {
+		t.Fatal(err)
+	}
 	steps := 0
 	for s.Step() {
 		steps++

@@ -25,13 +25,16 @@ func (s *Shard) SendBefore(ctx context.Context, f Frame, expire <-chan time.Time
 	if err != nil {
 		return err
 	}
+	s.handoffs.Add(1)
 	select {
 	case s.inbox <- in:
 		return nil
 	case <-ctx.Done():
+		s.handoffs.Add(^uint64(0))
 		s.uncharge(in)
 		return ctx.Err()
 	case <-expire:
+		s.handoffs.Add(^uint64(0))
 		s.uncharge(in)
 		return router.ErrFull
 	}

@@ -66,6 +66,8 @@ type Config struct {
 	// DefaultMaxWaiters); one more is answered ErrTooManyWaiters.
 	MaxWaiters int
 	// PinCPU, when true, pins the pump's OS thread to CPU (Linux only).
+	// A pinned shard's frames never run on their callers' goroutines
+	// (inline.go): its work stays on its CPU.
 	PinCPU bool
 	CPU    int
 	// Logger receives diagnostics (default: silent).
@@ -166,6 +168,21 @@ type Shard struct {
 	// inboxBytes is what the peer frames in the inbox are charged
 	// (inbox.go).
 	inboxBytes *inboxBudget
+
+	// run is held by whoever does the pump's work: the pump, except
+	// while it waits, when a caller may run its own frame (inline.go).
+	// handoffs counts the frames and control operations handed to the
+	// inbox and the control channel, handled (holding run) those the
+	// pump has taken and handled: a frame may run inline only when they
+	// are equal. waits is what the pump's wait selects on; poke wakes it
+	// to look again. inlineRuns counts the frames run inline.
+	run        runToken
+	handoffs   atomic.Uint64
+	handled    uint64
+	waits      waitSet
+	poke       chan struct{}
+	inline     bool
+	inlineRuns uint64
 
 	// sendMu orders TrySend against Close: senders hold it shared while
 	// they check closed and enqueue, Close takes it exclusively to flip
@@ -272,7 +289,13 @@ func New(cfg Config, meta *metadata.Store, rt *router.Router[Frame]) (*Shard, er
 		owned:      make(map[metadata.Namespace]*owned),
 		tombstoned: make(map[metadata.Namespace]uint64),
 		park:       newParkBuffer(cfg.Park),
+		run:        make(runToken, 1),
+		poke:       make(chan struct{}, 1),
+		inline:     !cfg.Manual && !cfg.PinCPU && cfg.Replication == nil,
 	}
+	// run is the pump's from the start (see pump): a frame may run
+	// inline only once a started pump waits.
+	s.run.lock()
 	s.rg = raftGroups{
 		owner: s, polls: &s.polls, commit: &s.commit,
 		cfg: cfg.Replication, log: s.log, m: s.m, meta: meta, clock: cfg.Clock,
@@ -342,10 +365,12 @@ func (s *Shard) TrySend(f Frame) error {
 	if err != nil {
 		return err
 	}
+	s.handoffs.Add(1)
 	select {
 	case s.inbox <- in:
 		return nil
 	default:
+		s.handoffs.Add(^uint64(0))
 		s.uncharge(in)
 		return router.ErrFull
 	}
@@ -404,43 +429,106 @@ func (s *Shard) pump(ctx context.Context) {
 	}
 	done := ctx.Done()
 	defer s.stopTimers()
+	// The pump holds the run token while it works and lets it go only to
+	// wait: a caller may run its frame inline while the pump waits
+	// (inline.go). New took it for the pump, so nothing runs inline
+	// before Start, and the pump exits holding it, so nothing runs
+	// inline after.
 	for {
 		select {
 		case <-done:
 			return
 		case c := <-s.ctrl:
 			s.runControl(c)
+			s.handled++
 			continue
 		default:
 		}
 		if s.yieldBeforeWait() {
+			s.run.unlock()
 			runtime.Gosched()
+			s.run.lock()
 			continue
 		}
+		w := s.waitSet()
+		s.waits = w
+		s.run.unlock()
+		var (
+			c    control
+			in   inboxFrame
+			unit pumpUnit
+		)
 		select {
 		case <-done:
-			return
-		case c := <-s.ctrl:
-			s.runControl(c)
-		case in := <-s.inbox:
-			s.handleFrame(s.taken(in))
+			unit = unitDone
+		case c = <-s.ctrl:
+			unit = unitControl
+		case in = <-s.inbox:
+			unit = unitFrame
 		case <-s.lane.wake:
+			unit = unitLane
+		case <-w.sync:
+			unit = unitSync
+		case <-w.tick:
+			unit = unitTick
+		case <-w.wait:
+			unit = unitWait
+		case <-w.park:
+			unit = unitPark
+		case <-w.journal:
+			unit = unitJournal
+		case <-w.written:
+			unit = unitWritten
+		case <-s.poke:
+			unit = unitPoke
+		}
+		s.run.lock()
+		switch unit {
+		case unitDone:
+			return
+		case unitControl:
+			s.runControl(c)
+			s.handled++
+		case unitFrame:
+			s.handleFrame(s.taken(in))
+			s.handled++
+		case unitLane:
 			s.handleLane()
-		case <-s.commit.syncC():
+		case unitSync:
 			s.syncFired()
-		case <-s.rg.tickC():
+		case unitTick:
 			s.tickFired()
-		case <-s.polls.waitC():
+		case unitWait:
 			s.waitTimerFired()
-		case <-s.parkC():
+		case unitPark:
 			s.parkFired()
-		case <-s.commit.journalDue():
+		case unitJournal:
 			s.commit.journalCheckpoint()
-		case <-s.offsets.writtenC():
+		case unitWritten:
 			s.offsetsWrittenFired()
+		case unitPoke:
+			// A frame run inline changed what the pump waits on: look again.
 		}
 	}
 }
+
+// pumpUnit is the unit of work the pump's wait ended with, run once it
+// holds the run token again.
+type pumpUnit uint8
+
+const (
+	unitDone pumpUnit = iota
+	unitControl
+	unitFrame
+	unitLane
+	unitSync
+	unitTick
+	unitWait
+	unitPark
+	unitJournal
+	unitWritten
+	unitPoke
+)
 
 // yieldBeforeWait reports whether the pump, about to wait for work,
 // yields its processor first (runtime.Gosched): it answered callers since
@@ -486,12 +574,14 @@ func (s *Shard) Step() bool {
 	select {
 	case c := <-s.ctrl:
 		s.runControl(c)
+		s.handled++
 		return true
 	default:
 	}
 	select {
 	case in := <-s.inbox:
 		s.handleFrame(s.taken(in))
+		s.handled++
 		return true
 	default:
 	}
