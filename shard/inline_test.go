@@ -18,15 +18,22 @@ func waitForPumpToWait(s *Shard) {
 	s.run.unlock() //nolint:staticcheck // an empty critical section: the pump reached its wait
 }
 
-// A lone synchronous produce to a waiting pump runs on the caller: its
-// answer is on its reply channel when SendWaited returns, and a second
-// one appends after it.
-func TestInlineLoneProduceRunsOnTheCaller(t *testing.T) {
-	h := newHarness(t, 1, nil)
+// startedWithTopic is a started shard owning topic t's partition.
+func startedWithTopic(t *testing.T, opts ...harnessOpt) (*Shard, metadata.Namespace) {
+	t.Helper()
+	h := newHarness(t, 1, nil, opts...)
 	s := h.shards[0]
 	ns, epoch := h.topic("t")
 	h.insert(s, h.build(ns, epoch))
 	s.Start()
+	return s, ns
+}
+
+// A lone synchronous produce to a waiting pump runs on the caller: its
+// answer is on its reply channel when SendWaited returns, and a second
+// one appends after it.
+func TestInlineLoneProduceRunsOnTheCaller(t *testing.T) {
+	s, ns := startedWithTopic(t)
 	for i, payload := range []string{"a", "b"} {
 		waitForPumpToWait(s)
 		c := produce(ns, payload)
@@ -46,11 +53,7 @@ func TestInlineLoneProduceRunsOnTheCaller(t *testing.T) {
 // later one from running inline (the caller's order: an async produce,
 // then a synchronous one, reach the partition in that order).
 func TestInlineWaitsForTheFramesHandedToThePump(t *testing.T) {
-	h := newHarness(t, 1, nil)
-	s := h.shards[0]
-	ns, epoch := h.topic("t")
-	h.insert(s, h.build(ns, epoch))
-	s.Start()
+	s, ns := startedWithTopic(t)
 	// Holding the run token, the test stands where the pump stands between taking
 	// a frame and handling it: the pump takes a, then waits for the run token.
 	s.run.lock()
@@ -140,11 +143,7 @@ func TestInlineOffWherePumpWorkStaysOnThePump(t *testing.T) {
 		{"manual", func(c *Config) { c.Manual = true }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t, 1, nil, tc.opt)
-			s := h.shards[0]
-			ns, epoch := h.topic("t")
-			h.insert(s, h.build(ns, epoch))
-			s.Start()
+			s, ns := startedWithTopic(t, tc.opt)
 			if tc.name != "manual" {
 				waitForPumpToWait(s)
 			}
