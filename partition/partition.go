@@ -105,7 +105,9 @@ type Message struct {
 }
 
 // Partition is one partition's log. Implementations are not safe for
-// concurrent use: the owning shard's pump is the only caller.
+// concurrent use: the owning shard is the only caller, one goroutine at a
+// time (its pump, or a caller running its frame while the pump waits,
+// holding the shard's run token).
 type Partition interface {
 	// Namespace is the partition's namespace.
 	Namespace() metadata.Namespace

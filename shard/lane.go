@@ -177,7 +177,7 @@ func (s *Shard) handleLane() {
 	s.laneRuns++
 	s.laneLeft = len(frames)
 	for n := len(s.inbox); n > 0; n-- {
-		s.handleFrame(s.taken(<-s.inbox)) // only the pump takes from the inbox
+		s.handleFrame(s.taken(<-s.inbox)) // only the run token's holder takes from the inbox
 		s.handled++
 	}
 	for i, f := range frames {
