@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 )
@@ -12,8 +13,9 @@ import (
 // (stream), each started from the first message; once every one has seen
 // the warm message (so each is running and its next request waits on the
 // server) and recorded it (the Consumer's commit, Consume's ack, done
-// when the server has it), the process settles for idleSettle, then the clock runs for
-// window with nothing produced. The CPU the process uses over the window,
+// when the server has it), the process settles for idleSettle and returns
+// its freed memory to the OS, then the clock runs for window with nothing
+// produced. The CPU the process uses over the window,
 // divided by the window, is the cost of keeping them waiting (with the
 // idle system's own). Sides that observe it count the requests answered
 // empty in the window: with a waitMaxWait wait, about readers × window /
@@ -79,6 +81,12 @@ func runIdle(ctx context.Context, in instance, side waitSide, readers int, windo
 	if err := sleepCtx(ctx, idleSettle); err != nil {
 		return s, err
 	}
+	// The memory the earlier rounds and sides freed (a thousand readers
+	// stopped, a server shut down, gigabytes written by the cases before)
+	// is returned to the OS now, not by the runtime's background
+	// scavenger during the window: that work belongs to whatever ran
+	// before, whichever side's window it lands in.
+	debug.FreeOSMemory()
 
 	e0 := empties.Load()
 	if err := m.start(); err != nil {

@@ -44,7 +44,9 @@ consumers of the one stream, each with its own Consume or Fetch loop).
 Once every reader has seen the warm message, so each is waiting on the
 server, and has recorded it (the Consumer's commit is stored, the
 Consume ack is processed: each checked on the server), the process
-settles for 0.5 s, then the process's CPU time
+settles for 0.5 s and returns the memory it freed to the OS (earlier
+rounds' and sides' garbage, which the runtime's background scavenger would
+otherwise return during the window), then the process's CPU time
 (getrusage, user+system) is measured over the idle window with nothing
 produced; the figure is that CPU time over the window, as a percentage of
 one core. The rows without a reader open the same system and measure it
