@@ -476,6 +476,11 @@ type State struct {
 	// Applied maps each replicated namespace to the raft index its group
 	// applied last: the entries it applied, empty ones included.
 	Applied map[metadata.Namespace]uint64
+	// LaneRuns counts the runs of the waited lane the pump took (each
+	// one wake for every frame queued in it meanwhile), and InlineRuns
+	// the frames their callers ran themselves while the pump waited
+	// (inline.go): where a node's synchronous calls went.
+	LaneRuns, InlineRuns uint64
 }
 
 // Inspect returns the shard's state, read on the pump.
@@ -540,6 +545,7 @@ func opInspect(st *State) control {
 		})
 		st.ParkedFrames, st.ParkedBytes, st.Passes = s.park.frames, s.park.bytes, s.pass
 		st.Waiting = s.polls.waiters.Len()
+		st.LaneRuns, st.InlineRuns = s.laneRuns, s.inlineRuns
 		return nil
 	}, nil)
 }

@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -44,8 +45,12 @@ func TestInlineLoneProduceRunsOnTheCaller(t *testing.T) {
 			t.Fatalf("produce %d: %+v", i, r)
 		}
 	}
-	if s.inlineRuns != 2 {
-		t.Fatalf("inline runs %d, want 2", s.inlineRuns)
+	st, err := s.Inspect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.InlineRuns != 2 || st.LaneRuns != 0 {
+		t.Fatalf("inline runs %d, lane runs %d: want 2 and 0", st.InlineRuns, st.LaneRuns)
 	}
 }
 

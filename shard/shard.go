@@ -158,7 +158,7 @@ type Shard struct {
 	ctrl  chan control
 	// lane queues the frames of waiting callers beside the inbox
 	// (lane.go); laneLeft counts the frames of the run the pump is
-	// handling still to come, laneRuns the runs taken.
+	// handling still to come, laneRuns the runs taken (State).
 	lane     lane
 	laneLeft int
 	laneRuns uint64
@@ -175,7 +175,7 @@ type Shard struct {
 	// inbox and the control channel, handled (holding run) those the
 	// pump has taken and handled: a frame may run inline only when they
 	// are equal. waits is what the pump's wait selects on; poke wakes it
-	// to look again. inlineRuns counts the frames run inline.
+	// to look again. inlineRuns counts the frames run inline (State).
 	run        runToken
 	handoffs   atomic.Uint64
 	handled    uint64
