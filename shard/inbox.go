@@ -145,8 +145,11 @@ func (s *Shard) uncharge(in inboxFrame) {
 	}
 }
 
-// taken releases the bytes of a frame the pump took from the inbox.
+// taken releases the bytes of a frame the pump took from the inbox and
+// counts it handled (inline.go: its taker holds the run token until the
+// frame is handled, so no inline run sees it between).
 func (s *Shard) taken(in inboxFrame) Frame {
 	s.uncharge(in)
+	s.handled++
 	return in.f
 }

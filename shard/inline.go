@@ -105,9 +105,9 @@ func (s *Shard) runInline(f Frame) bool {
 	return true
 }
 
-// inlineReady reports, under the run token, whether nothing handed to the pump
-// waits to be handled: every inbox frame and control operation handed
-// over was handled, and the waited lane is empty.
+// inlineReady reports, under the run token, whether nothing handed to
+// the pump waits to be handled: every inbox frame and control operation
+// handed over was taken, and the waited lane is empty.
 func (s *Shard) inlineReady() bool {
 	return s.handoffs.Load() == s.handled && s.lane.queued.Load() == 0
 }

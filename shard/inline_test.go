@@ -16,7 +16,7 @@ import (
 // sends something.
 func waitForPumpToWait(s *Shard) {
 	s.run.lock()
-	s.run.unlock() //nolint:staticcheck // an empty critical section: the pump reached its wait
+	s.run.unlock()
 }
 
 // startedWithTopic is a started shard owning topic t's partition.
@@ -141,15 +141,15 @@ func TestInlineArmsTheIntervalSync(t *testing.T) {
 // A shard that may not run frames inline queues them for its pump.
 func TestInlineOffWherePumpWorkStaysOnThePump(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		opt  harnessOpt
+		name   string
+		manual bool // stepped by the test: no pump
 	}{
-		{"pinned", func(c *Config) { c.PinCPU = true }},
-		{"manual", func(c *Config) { c.Manual = true }},
+		{name: "pinned"},
+		{name: "manual", manual: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, ns := startedWithTopic(t, tc.opt)
-			if tc.name != "manual" {
+			s, ns := startedWithTopic(t, func(c *Config) { c.PinCPU, c.Manual = !tc.manual, tc.manual })
+			if !tc.manual {
 				waitForPumpToWait(s)
 			}
 			c := produce(ns, "a")
@@ -159,7 +159,7 @@ func TestInlineOffWherePumpWorkStaysOnThePump(t *testing.T) {
 			if s.inline || s.inlineRuns != 0 {
 				t.Fatalf("inline %v, runs %d", s.inline, s.inlineRuns)
 			}
-			if tc.name == "manual" {
+			if tc.manual {
 				for s.Step() {
 				}
 			}

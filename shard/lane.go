@@ -178,7 +178,6 @@ func (s *Shard) handleLane() {
 	s.laneLeft = len(frames)
 	for n := len(s.inbox); n > 0; n-- {
 		s.handleFrame(s.taken(<-s.inbox)) // only the run token's holder takes from the inbox
-		s.handled++
 	}
 	for i, f := range frames {
 		s.laneLeft = len(frames) - 1 - i

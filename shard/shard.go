@@ -173,8 +173,8 @@ type Shard struct {
 	// while it waits, when a caller may run its own frame (inline.go).
 	// handoffs counts the frames and control operations handed to the
 	// inbox and the control channel, handled (holding run) those the
-	// pump has taken and handled: a frame may run inline only when they
-	// are equal. waits is what the pump's wait selects on; poke wakes it
+	// pump has taken (inbox.go's taken, and after each control
+	// operation): a frame may run inline only when they are equal. waits is what the pump's wait selects on; poke wakes it
 	// to look again. inlineRuns counts the frames run inline (State).
 	run        runToken
 	handoffs   atomic.Uint64
@@ -491,7 +491,6 @@ func (s *Shard) pump(ctx context.Context) {
 			s.handled++
 		case unitFrame:
 			s.handleFrame(s.taken(in))
-			s.handled++
 		case unitLane:
 			s.handleLane()
 		case unitSync:
@@ -581,7 +580,6 @@ func (s *Shard) Step() bool {
 	select {
 	case in := <-s.inbox:
 		s.handleFrame(s.taken(in))
-		s.handled++
 		return true
 	default:
 	}
