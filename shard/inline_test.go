@@ -11,9 +11,11 @@ import (
 	"github.com/parkway-io/parkway/partition"
 )
 
-// waitForPumpToWait returns once the started shard's pump waits for work:
-// it lets the run token go only to wait, and nothing wakes it until the test
-// sends something.
+// waitForPumpToWait returns once the started shard's pump has let the run
+// token go. It lets it go to wait for work, and, after answering frames,
+// for one yield first (yieldBeforeWait), after which it takes the token
+// back on its way to the wait: exact where nothing was answered since the
+// pump last waited (answers to control operations do not count).
 func waitForPumpToWait(s *Shard) {
 	s.run.lock()
 	s.run.unlock()
