@@ -159,7 +159,14 @@ func (r *Partitions) durability(info metadata.PartitionInfo) shard.Durability {
 
 // durabilityOf resolves a topic configuration against the defaults.
 func (r *Partitions) durabilityOf(tc metadata.TopicConfig) shard.Durability {
-	d := r.cfg.Defaults
+	return DurabilityOf(r.cfg.Defaults, tc)
+}
+
+// DurabilityOf resolves a topic configuration against defaults (the
+// Config.Defaults of the reconcilers): what a partition of the topic is
+// served with. A policy neither sets is FsyncAlways.
+func DurabilityOf(defaults, tc metadata.TopicConfig) shard.Durability {
+	d := defaults
 	if tc.Fsync != metadata.FsyncDefault {
 		d.Fsync = tc.Fsync
 	}

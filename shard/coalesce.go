@@ -61,9 +61,11 @@ func (s *Shard) flushAppendsOf(o *owned) {
 		}
 		return
 	}
-	if len(frames) == 1 || slices.ContainsFunc(frames, func(f Frame) bool { return f.Req.Encoded != nil }) {
-		// An encoded batch is kept as one unit of its own: appended
-		// alone, as are its neighbours, in arrival order.
+	if len(frames) == 1 || slices.ContainsFunc(frames, func(f Frame) bool { return f.Req.Encoded != nil || f.Req.Carried != nil }) {
+		// An encoded batch is kept as one unit of its own, and a
+		// carried produce is appended only to an empty partition
+		// (carried.go): appended alone, as are their neighbours, in
+		// arrival order.
 		for _, f := range frames {
 			s.appendOne(o, f) // it stamps the append time itself
 		}
@@ -130,6 +132,10 @@ func stampAppendTime(msgs []partition.Message, now int64) {
 
 // appendOne appends a single produce and answers it.
 func (s *Shard) appendOne(o *owned, f Frame) {
+	if f.Req.Carried != nil && o.p.NextOffset() > 0 {
+		s.commit.carriedThere(o, f)
+		return
+	}
 	now := s.clock.Now().UnixMicro()
 	var (
 		first uint64

@@ -190,6 +190,7 @@ func opInsertOwned(p partition.Partition, d Durability) control {
 		delete(s.tombstoned, ns)
 		s.table.Set(ns, router.Row{Owner: s.id, Epoch: epoch})
 		s.m.Materialised.Inc()
+		s.giveCarriedBack(o)
 		s.redispatch(ns, o)
 		return nil
 	}, func() { _ = p.Close() })
@@ -253,6 +254,7 @@ func opTombstone(ns metadata.Namespace, epoch *uint64) control {
 		s.polls.dropWaiters(o, errTombstoned, false)
 		s.rg.unreplicate(o, errTombstoned)
 		delete(s.owned, ns)
+		delete(s.carried, ns) // its incarnation is going: nothing to give back
 		s.tombstoned[ns] = *epoch
 		s.table.Delete(ns, *epoch)
 		if err := o.p.Close(); err != nil {

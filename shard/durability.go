@@ -98,6 +98,10 @@ type pendingAck struct {
 	f Frame
 	r Response
 	o *owned
+	// carried: a carried produce already answered (carried.go), in the
+	// group for its fsync only; after it Req.Carried is called instead
+	// of an answer.
+	carried bool
 }
 
 // maxGroup bounds a commit group: after this many pending acks the pump
@@ -108,9 +112,26 @@ const maxGroup = 256
 // (never / interval) or queues the answer for the group's fsync (always).
 func (cg *commitGroup) appended(o *owned, f Frame, r Response) {
 	cg.polls.touch(o) // under FsyncAlways, wakeWaiters waits for the fsync
+	if f.Req.Carried != nil && !o.dur.always() {
+		cg.owner.forgetCarried(f.Req) // the ordinary path (carried.go)
+	}
 	switch {
 	case o.dur.always():
 		o.sync.dirty = true
+		if f.Req.Carried != nil {
+			// Durable in the metadata log once its incarnation
+			// commits: answered now (held while provisional), and
+			// synced for the log to forget it — after the commit
+			// (confirm), if not committed yet: an fsync now would hold
+			// the pump, and the commit's confirmation queued behind
+			// it, for as long as the fsync the metadata log's made
+			// unnecessary (carried.go).
+			cg.ack(pendingAck{f: f, r: r, o: o})
+			if !o.sync.provisional {
+				cg.syncCarried(o, f.Req)
+			}
+			return
+		}
 		if len(cg.pending) == 0 {
 			cg.groupStart = cg.clock.Now() // the group's first append
 		}
@@ -280,10 +301,16 @@ func (cg *commitGroup) flushGroup() {
 	clear(staged)
 	cg.groupBuf, cg.stageBuf = dirty[:0], staged[:0]
 	for i, pa := range cg.pending {
-		if err, ok := failed[pa.o]; ok {
+		err, bad := failed[pa.o]
+		switch {
+		case pa.carried:
+			cg.settleCarried(pa.f, err)
+		case bad:
 			pa.r = Response{Err: commitError(err)}
+			fallthrough
+		default:
+			cg.ack(pa)
 		}
-		cg.ack(pa)
 		cg.pending[i] = pendingAck{}
 	}
 	cg.pending = cg.pending[:0]

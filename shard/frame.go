@@ -109,6 +109,26 @@ type Request struct {
 	// a local, unreplicated append keeps them; a frame sent to another
 	// node goes without it.
 	Give bool
+	// Carried marks a produce whose messages are a new partition's first
+	// and are durable elsewhere once the partition's incarnation (Epoch)
+	// commits: they ride in the metadata log's record of the command
+	// that creates the partition (metadata.Durable.ApplyCarrying), so
+	// one fsync of that log makes the topic and its first messages
+	// durable together (DESIGN behaviour 32). The shard appends them
+	// only to an empty partition: one that holds anything holds them
+	// already, since they were its first and what survives of a log is a
+	// prefix of it (this is what makes sending them again after a
+	// restart safe), and answers such a produce with offset 0 without
+	// appending. Under FsyncAlways it answers without waiting for the
+	// partition's fsync (a provisional partition still holds the answer
+	// until its commit), keeps the request until an fsync of the
+	// partition covers the messages — a partition rebuilt meanwhile after
+	// a failed fsync gets them again before anything else — and then
+	// calls Carried on its goroutine with nil, or with the error of each
+	// failed fsync; it must not block. Under any other policy the
+	// produce takes the ordinary path and Carried is not called. Only a
+	// node that is not clustered sends it, with Messages.
+	Carried func(err error)
 	// ReadEncoded asks a poll whose start is in a batch its partition
 	// keeps encoded (partition.EncodedKeeper) for that batch whole
 	// (Response.Encoded) instead of its messages. Never sent to another

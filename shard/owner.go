@@ -57,6 +57,9 @@ type commitOwner interface {
 	// armPark makes the park timer fire no later than at: a held
 	// answer's deadline (expireHeld).
 	armPark(at time.Time)
+	// forgetCarried forgets a carried produce an fsync of its partition
+	// covered, or one that took the ordinary path (carried.go).
+	forgetCarried(r *Request)
 }
 
 // inboxed reports whether frames wait in the inbox or the rest of a

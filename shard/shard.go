@@ -221,6 +221,9 @@ type Shard struct {
 	parkTimer    clock.Timer                   // armed at the earliest parked frame's expiry
 	parkAt       time.Time                     // when parkTimer fires; zero when disarmed
 	tombstoned   map[metadata.Namespace]uint64 // ns → epoch being torn down
+	// carried are the carried produces (Request.Carried) not yet covered
+	// by an fsync of their partition (carried.go).
+	carried map[metadata.Namespace]*Request
 	park         *parkBuffer
 	pass         uint64 // sweeps applied
 }
@@ -830,6 +833,9 @@ func (s *Shard) handle(f Frame) {
 	if stamp == 0 && known {
 		stamp = info.CreatedRevision
 	}
+	if f.Req.Carried != nil {
+		s.keepCarried(f.Req)
+	}
 	s.parkFrame(f, stamp, s.pass)
 }
 
@@ -839,6 +845,9 @@ func (s *Shard) serveOwned(o *owned, f Frame) {
 	if f.Req.Epoch != 0 && f.Req.Epoch != epoch {
 		s.stale(f)
 		return
+	}
+	if f.Req.Carried != nil {
+		s.keepCarried(f.Req)
 	}
 	if f.Req.Op == OpRaft {
 		// Behaviour 20: the epoch matched, so the message is for this

@@ -1,0 +1,148 @@
+package shard
+
+import (
+	"context"
+	"errors"
+
+	"github.com/parkway-io/parkway/metadata"
+)
+
+// ErrNotCarried reports a Carry of a request that is not a carried
+// produce (an OpProduce with Request.Carried set).
+var ErrNotCarried = errors.New("parkway: Carry needs a produce with Carried set")
+
+// Carried produces (Request.Carried): a new partition's first messages
+// that ride in the metadata log's record of the command creating the
+// partition, so that one fsync — the metadata log's — makes the topic and
+// its first messages durable, and a topic created and produced to at once
+// is acknowledged after one fsync under FsyncAlways instead of two (DESIGN
+// behaviour 32).
+//
+// The shard's part:
+//
+//   - A carried produce is appended only to an empty partition. Its
+//     messages were the partition's first, and what survives of a log
+//     (the journal's replay, a rebuild from disk) is a prefix of it, so a
+//     partition that holds anything holds them: the produce is answered
+//     with offset 0 and nothing is appended (carriedThere). This is what
+//     lets the node send the metadata log's carried batches again after a
+//     restart without knowing which of them the journal kept.
+//   - Under FsyncAlways it is answered once appended, before any fsync of
+//     the partition (a provisional partition holds the answer until its
+//     incarnation commits, as any other), and joins the commit group for
+//     the fsync, after which Request.Carried is called: with nil the
+//     metadata log may forget the batch. A provisional partition's joins
+//     only once confirmed: the pump would otherwise be in that fsync when
+//     the commit's confirmation arrives, and the answer would wait for it
+//     after all. A reader still sees it only
+//     after that fsync: the partition is dirty until then, and a read
+//     closes the group first, as for every unacknowledged append.
+//   - Until that fsync the shard keeps the request (carried). A failed
+//     fsync fences the partition, and the reconciler rebuilds it from
+//     disk, where the messages may be missing: the rebuilt partition gets
+//     them again before anything parked for it is served
+//     (giveCarriedBack), so no later produce takes their offsets.
+
+// keepCarried keeps a carried produce the shard serves or parks, until an
+// fsync of its partition covers it.
+func (s *Shard) keepCarried(r *Request) {
+	if s.cfg.Replication != nil {
+		return // only a node that is not clustered carries
+	}
+	if old, ok := s.carried[r.NS]; ok && old.Epoch == r.Epoch {
+		return
+	}
+	if s.carried == nil {
+		s.carried = make(map[metadata.Namespace]*Request)
+	}
+	s.carried[r.NS] = r
+}
+
+// forgetCarried drops a kept carried produce (commitOwner).
+func (s *Shard) forgetCarried(r *Request) {
+	if kept, ok := s.carried[r.NS]; ok && kept == r {
+		delete(s.carried, r.NS)
+	}
+}
+
+// giveCarriedBack appends the carried produce kept for o's namespace to o,
+// a partition just built (InsertOwned), before anything parked for it is
+// served: one rebuilt after a failed fsync may lack what was answered. A
+// partition that holds anything holds it already (appendOne answers it
+// without appending), and one of another incarnation drops it.
+func (s *Shard) giveCarriedBack(o *owned) {
+	r, ok := s.carried[o.p.Namespace()]
+	switch {
+	case !ok:
+		return
+	case r.Epoch != o.p.Epoch():
+		delete(s.carried, r.NS)
+	case o.failed == nil:
+		s.appendOne(o, Frame{Req: r}) // answered already: no reply
+	}
+}
+
+// carriedThere answers a carried produce whose partition is not empty:
+// its messages are there (see above). Under FsyncAlways the metadata log
+// may forget them once they are durable in the partition: now if the
+// partition has nothing unsynced, else after the group's fsync.
+func (cg *commitGroup) carriedThere(o *owned, f Frame) {
+	r := Response{Offset: 0}
+	if !o.dur.always() {
+		cg.owner.forgetCarried(f.Req)
+		cg.ack(pendingAck{f: f, r: r, o: o})
+		return
+	}
+	cg.ack(pendingAck{f: f, r: r, o: o})
+	if o.sync.dirty {
+		if !o.sync.provisional {
+			cg.syncCarried(o, f.Req)
+		}
+		return
+	}
+	cg.settleCarried(f, nil)
+}
+
+// syncCarried puts a carried produce already answered into the commit
+// group, for the fsync after which its sender is told.
+func (cg *commitGroup) syncCarried(o *owned, r *Request) {
+	if len(cg.pending) == 0 {
+		cg.groupStart = cg.clock.Now()
+	}
+	cg.pending = append(cg.pending, pendingAck{f: Frame{Req: r}, o: o, carried: true})
+}
+
+// settleCarried tells a carried produce's sender how the fsync that
+// covered it went; once one succeeded the shard forgets it.
+func (cg *commitGroup) settleCarried(f Frame, err error) {
+	if err == nil {
+		cg.owner.forgetCarried(f.Req)
+	}
+	f.Req.Carried(err)
+}
+
+// Carry hands the shard a carried produce read back from the metadata log
+// after a restart (metadata.Durable.Carried), for a partition it owns or
+// will: r (a produce with Carried set, stamped with the partition's
+// epoch) is kept, and appended before anything else the partition serves
+// if the partition is empty — now if it is built already, else when it is
+// (InsertOwned) — so its messages take the offsets they were acknowledged
+// at. Nothing answers r itself (its Reply is nobody's); Carried is called
+// as for any carried produce. The host calls Carry before its reconcilers
+// run, so no partition is built before the shard has r.
+func (s *Shard) Carry(ctx context.Context, r *Request) error {
+	if r == nil || r.Carried == nil || r.Op != OpProduce {
+		return ErrNotCarried
+	}
+	return s.do(ctx, opCarry(r))
+}
+
+func opCarry(r *Request) control {
+	return newControl(func(s *Shard) error {
+		s.keepCarried(r)
+		if o, ok := s.owned[r.NS]; ok {
+			s.giveCarriedBack(o)
+		}
+		return nil
+	}, nil)
+}
