@@ -19,13 +19,19 @@ import (
 //
 // On one node with a DataDir the produce is sent to the partition's shard
 // as soon as the command is written to the metadata log, before its
-// fsync. With Config.PrebuildPartitions the partition is then in the
-// shard during that fsync (held provisional: nothing of it is shown and
-// no produce to it is acknowledged before its topic commits), so the
-// messages are written to the node's journal while the command is made
-// durable, and the two fsyncs overlap: the acknowledgement costs about
-// one fsync, not two in series (DESIGN behaviour 32). Otherwise, and in a
-// cluster, the produce waits for the commit as a Produce after
+// fsync. Under FsyncAlways, when the messages fit
+// metadata.MaxCarriedBytes encoded, they are written in the command's
+// record of the metadata log: that log's one fsync makes the topic and
+// its first messages durable together, so the acknowledgement costs one
+// fsync, and the partition's own fsync of them follows off the
+// acknowledgement's path (DESIGN behaviour 32; until it has, the log
+// keeps them, and a restart gives them back to the partition if its
+// journal lost them). Otherwise the messages are written to the node's
+// journal while the command is made durable, and with
+// Config.PrebuildPartitions (the partition is then in the shard during
+// that fsync, held provisional: nothing of it is shown and no produce to
+// it is acknowledged before its topic commits) the two fsyncs overlap.
+// In a cluster the produce waits for the commit as a Produce after
 // CreateTopic does. The promise of each half is its own call's: the
 // topic is durable when it is returned, and an acknowledged produce is
 // durable per the topic's fsync policy in a topic that exists.
@@ -33,8 +39,8 @@ import (
 // If making the command durable fails after the produce was sent (the
 // metadata log's fsync fails), the error matches ErrOutcomeUnknown as
 // well as its cause: the command may be in the log all the same, and a
-// restart that reads it commits the topic with the messages the journal
-// holds, or it may not be. Neither half can be said to have failed; the
+// restart that reads it commits the topic with its messages (those the
+// record carries, or those the journal holds), or it may not be. Neither half can be said to have failed; the
 // caller looks the topic up (after a restart) to know.
 func (n *Node) CreateTopicAndProduce(ctx context.Context, s Stream, name string, partitions int, part uint32, msgs []Message, opts ...TopicOption) (Topic, Ack, error) {
 	start := n.cfg.Clock.Now()
@@ -62,14 +68,16 @@ func (n *Node) CreateTopicAndProduce(ctx context.Context, s Stream, name string,
 		ns    metadata.Namespace
 		owner int
 	)
-	res, err := n.eng.ApplyMetadataLogged(ctx, cmd, func(ann []metadata.AnnouncedPartition) {
+	res, err := n.eng.ApplyMetadataCarrying(ctx, cmd, part, engineMessages(batch), func(ann []metadata.AnnouncedPartition, carried func(error)) {
 		for _, a := range ann {
 			if a.Partition != part {
 				continue
 			}
 			// Stamped with the incarnation the command will commit: if it
 			// commits another (or none), the shard never serves it there.
-			req := &shard.Request{Op: shard.OpProduce, NS: a.NS, Epoch: a.CreatedRevision, Messages: engineMessages(batch), Deadline: n.callDeadline(ctx, start)}
+			// Carried: the messages ride in the command's record of the
+			// metadata log, so the shard answers without a second fsync.
+			req := &shard.Request{Op: shard.OpProduce, NS: a.NS, Epoch: a.CreatedRevision, Messages: engineMessages(batch), Deadline: n.callDeadline(ctx, start), Carried: carried}
 			_, serr := n.eng.Router().Send(a.NS, shard.Frame{Req: req, Reply: reply})
 			sent, ns, owner = serr == nil, a.NS, a.Owner
 			return

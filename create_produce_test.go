@@ -120,18 +120,24 @@ func warmAtOnce(t *testing.T, fsys vfs.FS, opt parkway.TopicOption) (*parkway.No
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := n.CreateTopicAndProduce(ctx, s, "warm", 1, 0, []parkway.Message{{Payload: []byte("warm")}}, opt); err != nil {
+	warm, _, err := n.CreateTopicAndProduce(ctx, s, "warm", 1, 0, []parkway.Message{{Payload: []byte("warm")}}, opt)
+	if err != nil {
 		t.Fatal(err)
 	}
+	// A read waits for the warm message's fsync, which under FsyncAlways
+	// follows its acknowledgement: none is left to land in a test's
+	// window.
+	readAll(t, n, warm, 0)
 	return n, s
 }
 
 // DESIGN behaviour 32, the barrier's own case: a topic created and
 // produced to at once (CreateTopicAndProduce, PrebuildPartitions) costs
 // one fsync on the way to the produce's acknowledgement, not two in
-// series: the first message is written to the node's journal and
-// fsynced while the metadata log's fsync of the command is still under
-// way. The metadata log's fsync is held (before it runs) until the
+// series. A first message too large to ride in the command's record
+// (bigFirst; a small one does, TestCreateTopicAndProduceAcknowledgedOn
+// TheMetadataFsync) is written to the node's journal and fsynced while
+// the metadata log's fsync of the command is still under way. The metadata log's fsync is held (before it runs) until the
 // journal's fsync has happened; a node that writes the message only
 // after the commit never fsyncs the journal while it is held, and the
 // test fails at its deadline. Neither half is answered while the
@@ -153,7 +159,7 @@ func TestBehaviour32CreateAndProduceAtOnceOverlapTheirFsyncs(t *testing.T) {
 			}
 			done := make(chan result, 1)
 			go func() {
-				tp, ack, err := n.CreateTopicAndProduce(ctx, s, "new", 1, 0, []parkway.Message{{Payload: []byte("first")}}, opt)
+				tp, ack, err := n.CreateTopicAndProduce(ctx, s, "new", 1, 0, []parkway.Message{{Payload: []byte(bigFirst)}}, opt)
 				done <- result{tp, ack, err}
 			}()
 			released := false
@@ -188,17 +194,19 @@ func TestBehaviour32CreateAndProduceAtOnceOverlapTheirFsyncs(t *testing.T) {
 			if r.ack.FirstOffset != 0 || r.ack.Count != 1 {
 				t.Fatalf("ack %+v, want offset 0, count 1", r.ack)
 			}
-			if got := payloads(readAll(t, n, r.t, 0)); len(got) != 1 || got[0] != "first@0" {
-				t.Fatalf("partition holds %q, want [first@0]", got)
+			if got := payloads(readAll(t, n, r.t, 0)); len(got) != 1 || got[0] != bigFirst+"@0" {
+				t.Fatalf("partition holds %.40q, want [m…@0]", got)
 			}
 		})
 	}
 }
 
 // The counted cost through the vfs seam of a create and its produce
-// issued at once (DESIGN behaviour 32): under FsyncAlways two fsyncs
-// (the metadata log's and the journal's, overlapping: see the test
-// above), and no directory entry.
+// issued at once (DESIGN behaviour 32), up to the message's fsync in its
+// partition: under FsyncAlways two fsyncs — the metadata log's, whose
+// record carries the message and which is all the acknowledgement waits
+// for (TestCreateTopicAndProduceAcknowledgedOnTheMetadataFsync), and the
+// journal's after it — and no directory entry.
 func TestBehaviour32CreateAndProduceAtOnceCost(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -207,9 +215,11 @@ func TestBehaviour32CreateAndProduceAtOnceCost(t *testing.T) {
 	n, s := warmAtOnce(t, fsys, opt)
 	fsys.reset()
 	fsys.on.Store(true)
-	if _, _, err := n.CreateTopicAndProduce(ctx, s, "new", 1, 0, []parkway.Message{{Payload: []byte("first")}}, opt); err != nil {
+	tp, _, err := n.CreateTopicAndProduce(ctx, s, "new", 1, 0, []parkway.Message{{Payload: []byte("first")}}, opt)
+	if err != nil {
 		t.Fatal(err)
 	}
+	readAll(t, n, tp, 0) // waits for the journal's fsync of the message
 	fsys.on.Store(false)
 	syncs, creates := fsys.counts()
 	t.Logf("%d fsyncs, %d entries created", len(syncs), len(creates))
@@ -221,14 +231,20 @@ func TestBehaviour32CreateAndProduceAtOnceCost(t *testing.T) {
 
 // createProduceAtOnce is the crash workload of the barrier's own case: a
 // stream, then a topic created and produced to at once.
-func createProduceAtOnce(ctx context.Context, n *parkway.Node) (acked bool) {
+func createProduceAtOnce(ctx context.Context, n *parkway.Node, payload string) (acked bool) {
 	s, err := n.Admin().CreateStream(ctx, "s")
 	if err != nil {
 		return false
 	}
-	_, _, err = n.CreateTopicAndProduce(ctx, s, "t", 1, 0, []parkway.Message{{Payload: []byte("m")}}, parkway.WithFsync(parkway.FsyncAlways, 0))
+	_, _, err = n.CreateTopicAndProduce(ctx, s, "t", 1, 0, []parkway.Message{{Payload: []byte(payload)}}, parkway.WithFsync(parkway.FsyncAlways, 0))
 	return err == nil
 }
+
+// bigFirst is a first message too large to ride in the metadata log's
+// record (metadata.MaxCarriedBytes): the create and the produce then
+// overlap their fsyncs, the command's in the metadata log and the
+// message's in the journal, instead of sharing one.
+var bigFirst = "m" + strings.Repeat(".", 70<<10)
 
 // Crash at every write point of a create and produce issued at once
 // (PrebuildPartitions: the produce's record is written while the command
@@ -240,35 +256,42 @@ func createProduceAtOnce(ctx context.Context, n *parkway.Node) (acked bool) {
 // revision) and is empty — a record of an incarnation that never
 // committed is never served — and stays empty across a second power loss.
 func TestCrashAtEveryWritePointCreateAndProduceAtOnce(t *testing.T) {
-	count := errorfs.OnIndex(-1, nil)
-	synctest.Test(t, func(t *testing.T) {
-		n := open(t, parkway.Config{DataDir: "/data", FS: errorfs.New(vfs.NewMem(), count), Shards: 2, PrebuildPartitions: true})
-		if !createProduceAtOnce(ctxFor(t), n) {
-			t.Fatal("clean run failed")
-		}
-	})
-	points := count.Count()
-	if points < 5 {
-		t.Fatalf("only %d write points: the workload is not exercising storage", points)
-	}
-	t.Logf("%d write points", points)
-	for i := range points {
-		for _, fault := range []error{syscall.EIO, &errorfs.TornWrite{N: 5}} {
+	for _, tc := range []struct{ name, payload string }{
+		{"carried", "m"},      // the message rides in the command's record
+		{"overlap", bigFirst}, // too large: the journal's fsync overlaps
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			count := errorfs.OnIndex(-1, nil)
 			synctest.Test(t, func(t *testing.T) {
-				checkCreateProduceCrashAt(t, i, fault)
+				n := open(t, parkway.Config{DataDir: "/data", FS: errorfs.New(vfs.NewMem(), count), Shards: 2, PrebuildPartitions: true})
+				if !createProduceAtOnce(ctxFor(t), n, tc.payload) {
+					t.Fatal("clean run failed")
+				}
 			})
-		}
+			points := count.Count()
+			if points < 5 {
+				t.Fatalf("only %d write points: the workload is not exercising storage", points)
+			}
+			t.Logf("%d write points", points)
+			for i := range points {
+				for _, fault := range []error{syscall.EIO, &errorfs.TornWrite{N: 5}} {
+					synctest.Test(t, func(t *testing.T) {
+						checkCreateProduceCrashAt(t, i, fault, tc.payload)
+					})
+				}
+			}
+		})
 	}
 }
 
-func checkCreateProduceCrashAt(t *testing.T, i int64, fault error) {
+func checkCreateProduceCrashAt(t *testing.T, i int64, fault error, payload string) {
 	mem := vfs.NewMem()
 	cfg := parkway.Config{DataDir: "/data", FS: errorfs.New(mem, errorfs.OnIndex(i, fault)), Shards: 2, PrebuildPartitions: true,
 		BuildBackoffMin: time.Millisecond, BuildBackoffMax: 10 * time.Millisecond, RequestTimeout: time.Second, ReconcileInterval: 250 * time.Millisecond}
 	n, err := parkway.Open(cfg)
 	acked := false
 	if err == nil {
-		acked = createProduceAtOnce(ctxFor(t), n)
+		acked = createProduceAtOnce(ctxFor(t), n, payload)
 	}
 	crashed := mem.Crash()
 	if n != nil {
@@ -293,8 +316,9 @@ func checkCreateProduceCrashAt(t *testing.T, i int64, fault error) {
 	switch {
 	case err == nil:
 		got := payloads(readAll(t, n2, tp, 0))
-		if acked && (len(got) != 1 || got[0] != "m@0") || len(got) > 1 || len(got) == 1 && got[0] != "m@0" {
-			t.Fatalf("op %d (%v): the topic holds %q (acknowledged: %v), want [m@0] or, unacknowledged, nothing", i, fault, got, acked)
+		want := payload + "@0"
+		if acked && (len(got) != 1 || got[0] != want) || len(got) > 1 || len(got) == 1 && got[0] != want {
+			t.Fatalf("op %d (%v): the topic holds %.40q (acknowledged: %v), want [m…@0] or, unacknowledged, nothing", i, fault, got, acked)
 		}
 		synctest.Wait()
 		_ = n2.Close()
@@ -331,68 +355,75 @@ func checkCreateProduceCrashAt(t *testing.T, i int64, fault error) {
 
 // The metadata log's fsync of a topic created and produced to at once
 // (PrebuildPartitions) fails after the produce was sent to the
-// provisional partition, and after the message's record was fsynced in
-// the journal: the command is in the log, unsynced (the operating
-// system keeps the write). Neither half may be reported as failed: the
-// error matches ErrOutcomeUnknown and its cause, and the node, reopened
-// on the same directory, reads the command back and serves the topic
-// with the message.
+// provisional partition: the command is in the log, unsynced (the
+// operating system keeps the write), with the message in its record
+// (carried) or, for a first message too large for it (overlap), after
+// the message's record was fsynced in the journal. Neither half may be
+// reported as failed: the error matches ErrOutcomeUnknown and its cause,
+// and the node, reopened on the same directory, reads the command back
+// and serves the topic with the message.
 func TestCreateTopicAndProduceMetadataSyncFailsOutcomeUnknown(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	fsys := newOverlapFS()
-	fsys.fail = syscall.EIO
-	opt := parkway.WithFsync(parkway.FsyncAlways, time.Hour)
-	n, err := parkway.Open(parkway.Config{Shards: 2, DataDir: dir, FS: fsys, PrebuildPartitions: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := n.Admin().CreateStream(ctx, "s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fsys.mu.Lock()
-	fsys.armed = true
-	fsys.mu.Unlock()
-	done := make(chan error, 1)
-	go func() {
-		_, _, err := n.CreateTopicAndProduce(ctx, s, "t", 1, 0, []parkway.Message{{Payload: []byte("first")}}, opt)
-		done <- err
-	}()
-	released := false
-	defer func() {
-		if !released {
+	for _, tc := range []struct{ name, payload string }{{"carried", "first"}, {"overlap", bigFirst}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			dir := t.TempDir()
+			fsys := newOverlapFS()
+			fsys.fail = syscall.EIO
+			opt := parkway.WithFsync(parkway.FsyncAlways, time.Hour)
+			n, err := parkway.Open(parkway.Config{Shards: 2, DataDir: dir, FS: fsys, PrebuildPartitions: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := n.Admin().CreateStream(ctx, "s")
+			if err != nil {
+				t.Fatal(err)
+			}
+			fsys.mu.Lock()
+			fsys.armed = true
+			fsys.mu.Unlock()
+			done := make(chan error, 1)
+			go func() {
+				_, _, err := n.CreateTopicAndProduce(ctx, s, "t", 1, 0, []parkway.Message{{Payload: []byte(tc.payload)}}, opt)
+				done <- err
+			}()
+			released := false
+			defer func() {
+				if !released {
+					close(fsys.release)
+				}
+			}()
+			select {
+			case <-fsys.held:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the metadata log was not fsynced")
+			}
+			if tc.payload == bigFirst {
+				select {
+				case <-fsys.journal:
+				case <-time.After(20 * time.Second):
+					t.Fatal("the journal was not fsynced while the metadata log's fsync was held")
+				}
+			}
 			close(fsys.release)
-		}
-	}()
-	select {
-	case <-fsys.held:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the metadata log was not fsynced")
-	}
-	select {
-	case <-fsys.journal:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the journal was not fsynced while the metadata log's fsync was held")
-	}
-	close(fsys.release)
-	released = true
-	err = <-done
-	if !errors.Is(err, parkway.ErrOutcomeUnknown) || !errors.Is(err, syscall.EIO) {
-		t.Fatalf("CreateTopicAndProduce with the metadata log's fsync failing: %v; want ErrOutcomeUnknown wrapping the cause", err)
-	}
-	_ = n.Close()
+			released = true
+			err = <-done
+			if !errors.Is(err, parkway.ErrOutcomeUnknown) || !errors.Is(err, syscall.EIO) {
+				t.Fatalf("CreateTopicAndProduce with the metadata log's fsync failing: %v; want ErrOutcomeUnknown wrapping the cause", err)
+			}
+			_ = n.Close()
 
-	n2, err := parkway.Open(parkway.Config{Shards: 2, DataDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n2.Close()
-	tp, err := n2.Topic(ctx, s, "t")
-	if err != nil {
-		t.Fatalf("reopened: %v; want the logged command committed", err)
-	}
-	if got := payloads(readAll(t, n2, tp, 0)); len(got) != 1 || got[0] != "first@0" {
-		t.Fatalf("reopened, the topic holds %q, want [first@0]", got)
+			n2, err := parkway.Open(parkway.Config{Shards: 2, DataDir: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer n2.Close()
+			tp, err := n2.Topic(ctx, s, "t")
+			if err != nil {
+				t.Fatalf("reopened: %v; want the logged command committed", err)
+			}
+			if got := payloads(readAll(t, n2, tp, 0)); len(got) != 1 || got[0] != tc.payload+"@0" {
+				t.Fatalf("reopened, the topic holds %.40q, want [%.10s…@0]", got, tc.payload)
+			}
+		})
 	}
 }

@@ -85,7 +85,10 @@ func (g *metaLogGate) MaybeError(op errorfs.Op) error {
 // until the produce's record is being written to the node's journal;
 // without the prebuild nothing builds the partition before the commit, so
 // nothing would be written and the test fails at its deadline. After the
-// sync the produce is acknowledged.
+// sync the produce is acknowledged. Under FsyncAlways the first message
+// is one too large to ride in the command's record (bigFirst): a small
+// one is written to the journal only after the commit, whose record holds
+// it already (TestCreateTopicAndProduceAcknowledgedOnTheMetadataFsync).
 func TestCreateTopicBuildsWhileTheMetadataLogSyncs(t *testing.T) {
 	for _, policy := range []parkway.FsyncPolicy{parkway.FsyncInterval, parkway.FsyncAlways} {
 		t.Run(policy.String(), func(t *testing.T) {
@@ -107,8 +110,12 @@ func TestCreateTopicBuildsWhileTheMetadataLogSyncs(t *testing.T) {
 				err error
 			}
 			done := make(chan created, 1)
+			first := "first"
+			if policy == parkway.FsyncAlways {
+				first = bigFirst
+			}
 			go func() {
-				tp, _, err := n.CreateTopicAndProduce(ctx, s, "t", 1, 0, []parkway.Message{{Payload: []byte("first")}}, parkway.WithFsync(policy, time.Second))
+				tp, _, err := n.CreateTopicAndProduce(ctx, s, "t", 1, 0, []parkway.Message{{Payload: []byte(first)}}, parkway.WithFsync(policy, time.Second))
 				done <- created{tp, err}
 			}()
 			select {
@@ -123,8 +130,8 @@ func TestCreateTopicBuildsWhileTheMetadataLogSyncs(t *testing.T) {
 			if c.err != nil {
 				t.Fatal(c.err)
 			}
-			if got := payloads(readAll(t, n, c.t, 0)); len(got) != 1 || got[0] != "first@0" {
-				t.Fatalf("partition holds %q, want [first@0]", got)
+			if got := payloads(readAll(t, n, c.t, 0)); len(got) != 1 || got[0] != first+"@0" {
+				t.Fatalf("partition holds %.40q, want [%.10s…@0]", got, first)
 			}
 		})
 	}
@@ -139,7 +146,9 @@ func TestCreateTopicBuildsWhileTheMetadataLogSyncs(t *testing.T) {
 // write fails here), and a node opened on the copy has no such topic and
 // no partition directory; a topic created again there, with the same
 // ids and revision, is empty: the record of the incarnation that never
-// committed is never served.
+// committed is never served. The message is one too large to ride in the
+// command's record (bigFirst), which a small one would, leaving nothing
+// in the journal.
 func TestPrebuiltOrphanIsRemovedAtStart(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -167,7 +176,7 @@ func TestPrebuiltOrphanIsRemovedAtStart(t *testing.T) {
 	gate.arm()
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := n.CreateTopicAndProduce(ctx, s, "t", 1, 0, []parkway.Message{{Payload: []byte("orphan")}}, parkway.WithFsync(parkway.FsyncAlways, 0))
+		_, _, err := n.CreateTopicAndProduce(ctx, s, "t", 1, 0, []parkway.Message{{Payload: []byte("orphan" + bigFirst)}}, parkway.WithFsync(parkway.FsyncAlways, 0))
 		done <- err
 	}()
 	select {

@@ -409,6 +409,9 @@ func (e *Engine) damagedOwnerIncarnation(st partition.Stored) uint64 {
 // PrebuildPartitions a prebuild on every metadata announcement), and in a
 // cluster the
 // metadata group's loop and the transport receiver. Close stops them.
+// On one node with a DataDir, before the reconcilers run, it hands the
+// first messages the metadata log still carries back to their partitions'
+// shards (ApplyMetadataCarrying): a failure to is Start's error.
 func (e *Engine) Start() error {
 	if e.cfg.Manual {
 		return ErrManual
@@ -421,6 +424,11 @@ func (e *Engine) Start() error {
 	}
 	for _, s := range e.shards {
 		s.Start()
+	}
+	// Before the reconcilers build anything: a partition must have its
+	// carried messages back before it serves (carryBack).
+	if err := e.carryBack(context.Background()); err != nil {
+		return err
 	}
 	for i, rec := range e.recs {
 		var ann <-chan struct{} // nil: never ready

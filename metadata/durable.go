@@ -56,12 +56,21 @@ type DurableOptions struct {
 //	<dir>/snapshot-<revision, 20 digits>   the newest snapshot (see below)
 //	<dir>/wal-<first index, 20 digits>     the log after it (package wal)
 //
-// Commands are numbered from 1 in log order (their index); a snapshot file
-// records the index of the last command it covers. A snapshot is written
-// with vfs.WriteFileAtomic; only once it is durable is the next log created
-// (synced, directory synced), and only then are older snapshots and logs
-// removed. A crash at any point therefore leaves a snapshot whose log
-// continues it, possibly alongside files that OpenDurable skips.
+// A log record is a command (EncodeCommand's bytes) or a carried record:
+// a command together with the first messages of a partition it creates
+// (ApplyCarrying), or such messages alone, logged again after a snapshot
+// because they are still pending (see Carried). Records are numbered from
+// 1 in log order (their index); a snapshot file records the index of the
+// last record it covers.
+//
+// A snapshot is taken in this order: the next log is created (synced,
+// directory synced), every pending carried batch is appended to it and
+// synced; then the snapshot is written with vfs.WriteFileAtomic; only then
+// are older snapshots and logs removed. A crash at any point therefore
+// leaves a snapshot whose logs continue it and hold every pending carried
+// batch, possibly alongside files that OpenDurable skips: until the new
+// snapshot is durable, the older one's logs hold the batches and chain on
+// to the new log, which starts right after their last record.
 //
 // A snapshot file is: "PWMS", a version byte (1), the index (8 bytes,
 // little endian), EncodeSnapshot's bytes, and a CRC-32C (4 bytes, little
@@ -72,12 +81,15 @@ type DurableOptions struct {
 // OpenDurable restores the newest snapshot that decodes and validates
 // (falling back to older ones), then replays the log records after its
 // index, ignoring the commands' errors: a command that failed when it was
-// first applied fails identically on replay. The log's torn tail, if any,
-// is truncated (package wal). Replay uses the Config given to OpenDurable;
-// partition owners are recomputed with it, as in Restore.
+// first applied fails identically on replay. A carried record's command
+// is replayed like any other, and its batch is pending again (Carried);
+// a batch found twice (logged again by a snapshot whose file a crash
+// prevented) is pending once, at its first position. The log's torn
+// tail, if any, is truncated (package wal). Replay uses the Config given
+// to OpenDurable; partition owners are recomputed with it, as in Restore.
 //
-// Only Apply may change the store: a command applied directly to Store()
-// is not logged and is lost on restart.
+// Only Apply (ApplyLogged, ApplyCarrying) may change the store: a command
+// applied directly to Store() is not logged and is lost on restart.
 //
 // A Durable is safe for concurrent use; Applies are serialised.
 type Durable struct {
@@ -89,13 +101,22 @@ type Durable struct {
 	mu        sync.Mutex
 	log       *wal.Log
 	syncs     prometheus.Observer // DurableOptions.Syncs, set on each log
-	applied   uint64              // index of the last logged command
+	applied   uint64              // index of the last log record
 	snapIndex uint64              // index covered by the newest durable snapshot
+	// sinceSnap counts the commands logged since the newest snapshot:
+	// SnapshotEvery counts commands, not the carried batches a snapshot
+	// logs again (with many pending, those would trigger a snapshot
+	// after every command).
+	sinceSnap uint64
 	broken    error
 	closed    bool
 	// readOnly is set by ReadDurable: load changes nothing and records
 	// what it found here.
 	readOnly *DurableFiles
+
+	// carried are the pending carried batches (see Carried), under a
+	// lock of their own.
+	carried carriedSet
 }
 
 const (
@@ -157,9 +178,12 @@ type DurableFiles struct {
 	// reported here.
 	Skipped []SkippedSnapshot
 	// Logs are the log files replayed, in order, and Applied the index of
-	// the last command replayed.
+	// the last record replayed.
 	Logs    []string
 	Applied uint64
+	// Carried are the carried batches the replayed logs hold, each once,
+	// in log order: what Durable.Carried lists after OpenDurable.
+	Carried []Carried
 	// Torn are the logs with bytes after their last whole record (what
 	// OpenDurable truncates as a torn write): path, offset, size.
 	Torn []TornTail
@@ -259,7 +283,8 @@ func (d *Durable) load(cfg Config, snaps, wals []uint64) error {
 
 	// Logs wholly covered by the snapshot (the next log starts at or
 	// before base+1) are not needed; the rest must chain without gaps.
-	next := base + 1 // index of the next command to replay
+	next := base + 1    // index of the next record to replay
+	var commands uint64 // replayed: they count towards the next snapshot
 	for len(wals) > 1 && wals[1] <= next {
 		wals = wals[1:]
 	}
@@ -285,11 +310,17 @@ func (d *Durable) load(cfg Config, snaps, wals []uint64) error {
 			if index < next {
 				return nil // covered by the snapshot
 			}
-			cmd, err := DecodeCommand(data)
+			cmd, carried, err := decodeLogRecord(data)
 			if err != nil {
 				return corrupt("%w", &wal.CorruptError{Path: l.Path(), Offset: off, Err: fmt.Errorf("record %d: %w", index, err)})
 			}
-			d.store.Apply(cmd) //nolint:errcheck // it failed the first time too
+			if cmd != nil {
+				d.store.Apply(cmd) //nolint:errcheck // it failed the first time too
+				commands++
+			}
+			if carried != nil {
+				d.carried.add(*carried)
+			}
 			next = index + 1
 			return nil
 		})
@@ -315,9 +346,10 @@ func (d *Durable) load(cfg Config, snaps, wals []uint64) error {
 			l.Close()
 		}
 	}
-	d.applied, d.snapIndex = next-1, base
+	d.applied, d.snapIndex, d.sinceSnap = next-1, base, commands
 	if d.readOnly != nil {
 		d.readOnly.Applied = d.applied
+		d.readOnly.Carried = d.carried.list()
 		return nil
 	}
 	if d.log == nil {
@@ -375,46 +407,93 @@ func (d *Durable) Apply(cmd Command) (Result, error) {
 // runs under the Durable's lock and must not block; it is not called for
 // a command that creates no partition, or whose write failed.
 func (d *Durable) ApplyLogged(cmd Command, logged func([]AnnouncedPartition)) (Result, error) {
+	res, _, err := d.apply(cmd, 0, nil, logged)
+	return res, err
+}
+
+// ApplyCarrying is ApplyLogged, and logs records (a new partition's first
+// messages, see Carried) in the same record as the command when the
+// command creates partition number part: the one fsync that commits the
+// command makes them durable too. The batch is Carried{NS, Epoch} of that
+// partition as announced (its CreatedRevision is the epoch), and it is
+// pending from the moment it is written to the log — before logged is
+// called, so a Settle from the partition's owner is never lost, however
+// early it comes — until Settle; if the log's sync fails it is dropped
+// with the command. records are copied.
+//
+// The bool reports whether the records were carried. They are not (and
+// ApplyCarrying is exactly ApplyLogged) when the command creates no
+// partition part, when it goes unlogged or its write fails, and when
+// records is empty or longer than MaxCarriedBytes.
+func (d *Durable) ApplyCarrying(cmd Command, part uint32, records []byte, logged func([]AnnouncedPartition)) (Result, bool, error) {
+	return d.apply(cmd, part, records, logged)
+}
+
+// apply is ApplyCarrying; ApplyLogged passes no records.
+func (d *Durable) apply(cmd Command, part uint32, records []byte, logged func([]AnnouncedPartition)) (Result, bool, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch {
 	case d.closed:
-		return Result{}, ErrDurableClosed
+		return Result{}, false, ErrDurableClosed
 	case d.broken != nil:
-		return Result{}, fmt.Errorf("%w: %w", ErrLogBroken, d.broken)
+		return Result{}, false, fmt.Errorf("%w: %w", ErrLogBroken, d.broken)
 	}
 	c, ok := deref(cmd)
 	if !ok || hasLongName(c) {
-		return d.store.Apply(cmd)
+		res, err := d.store.Apply(cmd)
+		return res, false, err
 	}
 	b, err := EncodeCommand(c)
 	if err != nil {
-		return Result{}, err
+		return Result{}, false, err
 	}
 	// What the command will create is announced before it is logged, so
 	// the partitions can be built while the log syncs (see Announce); it
 	// is withdrawn once the command is applied or has failed.
 	ann, withdraw := d.store.announce(c)
 	defer withdraw()
+	var carried *Carried
+	if len(records) > 0 && len(records) <= MaxCarriedBytes {
+		// The announcement is what commits: the command is applied
+		// under d.mu, right behind its own forecast.
+		if i := slices.IndexFunc(ann, func(p AnnouncedPartition) bool { return p.Partition == part }); i >= 0 {
+			carried = &Carried{NS: ann[i].NS, Epoch: ann[i].CreatedRevision, Records: records}
+			b = appendCarriedRecord(make([]byte, 0, len(b)+len(records)+32), b, *carried)
+			// The record's own tail is the copy the pending set keeps:
+			// the log copies what it appends, and b is not used again.
+			carried.Records = b[len(b)-len(records) : len(b) : len(b)]
+		}
+	}
 	if _, err := d.log.Append(b); err != nil {
 		d.broken = err
-		return Result{}, fmt.Errorf("parkway: metadata log: %w", err)
+		return Result{}, false, fmt.Errorf("parkway: metadata log: %w", err)
+	}
+	if carried != nil {
+		// Pending before logged hands the records on: the partition's
+		// owner may make them durable, and settle, before the sync
+		// below returns.
+		d.carried.add(*carried)
 	}
 	if logged != nil && len(ann) > 0 {
 		logged(ann)
 	}
 	if err := d.log.Sync(); err != nil {
 		d.broken = err
-		return Result{}, fmt.Errorf("parkway: metadata log: %w", err)
+		if carried != nil {
+			d.carried.remove(carried.NS, carried.Epoch)
+		}
+		return Result{}, false, fmt.Errorf("parkway: metadata log: %w", err)
 	}
 	d.applied++
+	d.sinceSnap++
 	res, applyErr := d.store.Apply(c)
-	if d.applied-d.snapIndex >= d.every {
+	if d.sinceSnap >= d.every {
 		if err := d.snapshot(); err != nil {
 			d.broken = fmt.Errorf("parkway: metadata snapshot: %w", err)
 		}
 	}
-	return res, applyErr
+	return res, carried != nil, applyErr
 }
 
 // Err returns why the Durable is broken, or nil.
@@ -438,23 +517,57 @@ func (d *Durable) Close() error {
 
 // snapshot writes a snapshot at d.applied, starts the log after it and
 // removes the files it supersedes. d.mu must be held.
+//
+// The order keeps every pending carried batch in the log: (1) the new log
+// is created (synced, its directory entry synced) and every batch pending
+// now is appended to it, as a carried record without a command, and
+// synced; (2) the snapshot is written; (3) the Durable switches to the new
+// log and the older files are removed. A crash between (1) and (2) leaves
+// the old snapshot and logs, which hold every pending batch, and the new
+// log, which starts right after the old one's last record, so the logs
+// still chain; once the snapshot exists the new log holds them.
 func (d *Durable) snapshot() error {
 	snap := d.store.Export()
-	b, err := encodeSnapshotFile(d.applied, snap)
+	index := d.applied
+	b, err := encodeSnapshotFile(index, snap)
 	if err != nil {
 		return err
 	}
-	name := snapshotName(snap.Revision)
-	if err := vfs.WriteFileAtomic(d.fs, filepath.Join(d.dir, name), b); err != nil {
-		return err
-	}
-	next := d.applied + 1
+	next := index + 1
 	l, err := wal.Create(d.fs, filepath.Join(d.dir, walName(next)), wal.Options{FirstIndex: next})
 	if err != nil {
 		return err
 	}
+	var recs [][]byte
+	for _, c := range d.carried.list() {
+		if info, ok := d.store.Partition(c.NS); !ok || info.CreatedRevision != c.Epoch {
+			// Its incarnation is gone (its topic deleted, or its
+			// command failed): there is no partition to give the
+			// messages back to, and nothing to carry further.
+			d.carried.remove(c.NS, c.Epoch)
+			continue
+		}
+		recs = append(recs, appendCarriedRecord(nil, nil, c))
+	}
+	if len(recs) > 0 {
+		if _, err := l.AppendBatch(recs...); err != nil {
+			l.Close()
+			return err
+		}
+		if err := l.Sync(); err != nil {
+			l.Close()
+			return err
+		}
+	}
+	name := snapshotName(snap.Revision)
+	if err := vfs.WriteFileAtomic(d.fs, filepath.Join(d.dir, name), b); err != nil {
+		l.Close()
+		return err
+	}
 	old := d.log
-	d.log, d.snapIndex = l, d.applied
+	// The batches logged again took the new log's first indexes; they
+	// are not commands, so they do not count towards the next snapshot.
+	d.log, d.snapIndex, d.applied, d.sinceSnap = l, index, l.NextIndex()-1, 0
 	l.ObserveSyncs(d.syncs)
 	_ = old.Close()
 	// Clean up, best effort: leftovers are skipped on open and removed

@@ -326,6 +326,13 @@ func TestDurableSnapshotFailure(t *testing.T) {
 // cache) and reopen. The store must equal the state after some prefix of
 // the commands that includes every acknowledged one, and must go on exactly
 // as the reference does.
+//
+// The commands that create partitions carry their last partition's first
+// messages (ApplyCarrying), and every fourth batch is settled at once: a
+// write point inside a snapshot falls between its new log and its file,
+// or after both. The reopened Durable must list, in log order, the batch
+// of every command of the prefix that is not settled, and may list a
+// settled one (settling is not logged) but nothing else.
 func TestDurableCrashAtEveryWritePoint(t *testing.T) {
 	const every = 5
 	rng := rand.New(rand.NewPCG(7, 7))
@@ -339,15 +346,84 @@ func TestDurableCrashAtEveryWritePoint(t *testing.T) {
 		driver.Apply(cmd) //nolint:errcheck
 		cmds = append(cmds, cmd)
 	}
-	// Reference: outcomes and states after each prefix.
+	// Reference: outcomes and states after each prefix, and the batch
+	// each command carries.
+	type carry struct {
+		part    uint32
+		records []byte   // nil: applied with Apply
+		want    *Carried // what the log holds once the command is in it
+		settle  bool
+	}
+	carries := make([]carry, len(cmds))
 	ref := newTestStore(t)
 	states := []string{fmt.Sprintf("%+v", ref.Export())}
 	var outcomes []string
-	for _, cmd := range cmds {
-		outcomes = append(outcomes, outcome(ref.Apply(cmd)))
+	for j, cmd := range cmds {
+		res, err := ref.Apply(cmd)
+		outcomes = append(outcomes, outcome(res, err))
 		states = append(states, fmt.Sprintf("%+v", ref.Export()))
+		switch cmd.(type) {
+		case CreateTopic, CreatePartitions:
+			c := &carries[j]
+			c.records = []byte(fmt.Sprint("the first messages of command ", j))
+			if n := len(res.Created); n > 0 {
+				p := res.Created[n-1]
+				c.part, c.settle = p.Partition, j%4 == 0
+				c.want = &Carried{NS: p.NS, Epoch: p.CreatedRevision, Records: c.records}
+			}
+		}
 	}
 	final := states[len(states)-1]
+	// apply applies command j as the workload does; acked reports whether
+	// it answered as the reference did.
+	apply := func(t *testing.T, d *Durable, j int) (got string, acked bool) {
+		t.Helper()
+		c := carries[j]
+		if c.records == nil {
+			got = outcome(d.Apply(cmds[j]))
+			return got, got == outcomes[j]
+		}
+		res, carried, err := d.ApplyCarrying(cmds[j], c.part, c.records, nil)
+		got = outcome(res, err)
+		if got != outcomes[j] {
+			if carried {
+				t.Fatalf("command %d failed (%s) but reports its records carried", j, got)
+			}
+			return got, false
+		}
+		if carried != (c.want != nil) {
+			t.Fatalf("command %d: carried %v, want %v", j, carried, c.want != nil)
+		}
+		if c.settle {
+			d.Settle(c.want.NS, c.want.Epoch)
+		}
+		return got, true
+	}
+	// checkCarried checks what a Durable holding the first k commands
+	// lists.
+	checkCarried := func(t *testing.T, name string, d *Durable, k int) {
+		t.Helper()
+		got := d.Carried()
+		i := 0
+		for j := range k {
+			w := carries[j].want
+			if w == nil {
+				continue
+			}
+			// A batch whose incarnation is gone (its topic deleted
+			// later) may be dropped by a snapshot; a live one never.
+			info, live := d.Store().Partition(w.NS)
+			live = live && info.CreatedRevision == w.Epoch
+			if i < len(got) && reflect.DeepEqual(got[i], *w) {
+				i++
+			} else if !carries[j].settle && live {
+				t.Fatalf("%s: holding %d commands, lists %+v: command %d's batch missing or out of order", name, k, got, j)
+			}
+		}
+		if i != len(got) {
+			t.Fatalf("%s: holding %d commands, lists %+v: %+v is not one of them, or out of order", name, k, got, got[i])
+		}
+	}
 
 	// Count the write points of a clean run.
 	counter := errorfs.OnIndex(-1, nil)
@@ -355,9 +431,10 @@ func TestDurableCrashAtEveryWritePoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, cmd := range cmds {
-		d.Apply(cmd) //nolint:errcheck
+	for j := range cmds {
+		apply(t, d, j)
 	}
+	checkCarried(t, "a clean run", d, len(cmds))
 	points := counter.Count()
 	if points < int64(2*len(cmds)) {
 		t.Fatalf("only %d write points for %d commands", points, len(cmds))
@@ -384,10 +461,10 @@ func TestDurableCrashAtEveryWritePoint(t *testing.T) {
 					return fmt.Sprintf("point %d (%v %s) fault %v power loss %v", i, failed.Kind, failed.Path, fault, powerLoss)
 				}
 				if err == nil {
-					for j, cmd := range cmds {
+					for j := range cmds {
 						attempted = j + 1
-						got := outcome(d.Apply(cmd))
-						if got != outcomes[j] {
+						got, ok := apply(t, d, j)
+						if !ok {
 							// Not logged: the store must be unchanged.
 							if s := fmt.Sprintf("%+v", d.Store().Export()); s != states[j] {
 								t.Fatalf("%s: command %d failed (%s) but changed the store", name(), j, got)
@@ -433,8 +510,9 @@ func TestDurableCrashAtEveryWritePoint(t *testing.T) {
 					resumedInFlight++
 				}
 				checkInvariants(t, d2.Store())
+				checkCarried(t, name(), d2, k)
 				for j := k; j < len(cmds); j++ {
-					if got := outcome(d2.Apply(cmds[j])); got != outcomes[j] {
+					if got, ok := apply(t, d2, j); !ok {
 						t.Fatalf("%s: after reopen at %d, command %d: %s, want %s", name(), k, j, got, outcomes[j])
 					}
 				}
@@ -446,6 +524,7 @@ func TestDurableCrashAtEveryWritePoint(t *testing.T) {
 				if got := fmt.Sprintf("%+v", d3.Store().Export()); got != final {
 					t.Fatalf("%s: final state after the second reopen differs (acked %d, attempted %d, resumed at %d):\n%s\nwant\n%s", name(), acked, attempted, k, got, final)
 				}
+				checkCarried(t, name()+", second reopen", d3, len(cmds))
 				d3.Close()
 			}
 		}
@@ -651,9 +730,11 @@ func TestDurableFallsBackToAnOlderSnapshot(t *testing.T) {
 	closeDurable(t, d)
 }
 
-// A crash between writing a snapshot and creating the log after it leaves
-// the snapshot with the older log only; the reopened Durable appends behind
-// that log, so it then holds commands past the snapshot. When the next
+// A crash between writing a snapshot and creating the log after it (the
+// order of earlier versions, whose directories are still read: the log
+// now comes first) leaves the snapshot with the older log only; the
+// reopened Durable appends behind that log, so it then holds commands
+// past the snapshot. When the next
 // snapshot is corrupt (and its cleanup failed, so the older files remain),
 // the fall-back to the older snapshot replays that log from inside it and
 // chains on to the newer log — it must not discard the older log because

@@ -16,7 +16,7 @@ var ErrInvalidEncoding = errors.New("parkway: invalid metadata encoding")
 // DecodeError describes where and why decoding failed. It matches
 // ErrInvalidEncoding with errors.Is.
 type DecodeError struct {
-	What   string // "command" or "snapshot"
+	What   string // what was decoded: "command", "snapshot", "log record"...
 	Offset int    // byte offset of the problem in the input
 	Reason string
 }

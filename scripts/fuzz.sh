@@ -22,6 +22,7 @@ targets='
 ./metadata FuzzDecodeSnapshot
 ./metadata FuzzDecodeGroupSnapshot
 ./metadata FuzzDecodeSnapshotFile
+./metadata FuzzDecodeLogRecord
 ./partition FuzzDecode
 ./partition FuzzDecodeBatch
 ./partition FuzzDecodeJournal

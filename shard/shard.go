@@ -224,8 +224,8 @@ type Shard struct {
 	// carried are the carried produces (Request.Carried) not yet covered
 	// by an fsync of their partition (carried.go).
 	carried map[metadata.Namespace]*Request
-	park         *parkBuffer
-	pass         uint64 // sweeps applied
+	park    *parkBuffer
+	pass    uint64 // sweeps applied
 }
 
 // New returns a shard reading committed metadata from meta and routing
