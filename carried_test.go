@@ -84,7 +84,8 @@ var _ vfs.WriteBacker = (*gateFile)(nil)
 // DESIGN behaviour 32 under FsyncAlways: a topic created and produced to
 // at once is acknowledged after one fsync, the metadata log's, whose
 // record carries the first messages; the node's journal is fsynced after
-// the acknowledgement. Here every journal fsync is held at a gate: the
+// the acknowledgement (a few milliseconds after, unless a commit group of
+// the shard takes it sooner). Here every journal fsync is held at a gate: the
 // acknowledgement comes while the gate is shut, after exactly one fsync
 // of the metadata log, and a reader sees the message once the journal's
 // fsync is let through.
@@ -167,8 +168,10 @@ func testPowerLossBeforeTheJournalFsync(t *testing.T) {
 	if err := n.Admin().DeleteTopic(ctx, dead); err != nil {
 		t.Fatal(err)
 	}
-	// a's partition is fsynced only after its acknowledgement: the gate
-	// holds that fsync (and its shard's pump with it) until the crash.
+	// a's partition is fsynced only after its acknowledgement (a few
+	// milliseconds after, or with its shard's next commit group): the
+	// gate holds that fsync (and its shard's pump with it) until the
+	// crash.
 	synctest.Wait() // the delete's teardown done
 	fsys.shutGate()
 	a := createProduce("a")

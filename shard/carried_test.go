@@ -3,7 +3,9 @@ package shard
 import (
 	"errors"
 	"testing"
+	"time"
 
+	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/metadata"
 )
 
@@ -15,6 +17,27 @@ type carriedCall struct {
 	settled []error
 }
 
+// carriedHarness is a one-shard harness on a manual clock, so that the
+// carried messages' deferred fsync runs when a test says.
+func carriedHarness(t *testing.T) (*harness, *Shard, *clock.Manual) {
+	clk := clock.NewManual(time.Unix(0, 0))
+	h := newHarness(t, 1, nil, func(c *Config) { c.Clock = clk })
+	return h, h.shards[0], clk
+}
+
+// carriedSyncRuns advances clk to the carried messages' fsync and runs
+// the timer's work, as the pump would.
+func carriedSyncRuns(t *testing.T, s *Shard, clk *clock.Manual) {
+	t.Helper()
+	clk.Advance(carriedSyncDelay)
+	c := s.commit.syncC()
+	if c == nil {
+		t.Fatal("no timer armed for the carried messages' fsync")
+	}
+	<-c
+	s.commit.syncDue()
+}
+
 func carriedProduce(ns metadata.Namespace, epoch uint64, payload string) *carriedCall {
 	c := &carriedCall{call: produce(ns, payload)}
 	c.f.Req.Epoch = epoch
@@ -24,12 +47,12 @@ func carriedProduce(ns metadata.Namespace, epoch uint64, payload string) *carrie
 
 // A carried produce to an FsyncAlways partition is answered once
 // appended, without waiting for the partition's fsync (the metadata log's
-// fsync made it durable), and told once the fsync that covers it is done,
-// so the metadata log may forget it. A reader still sees it only after
-// that fsync (DESIGN behaviour 32).
+// fsync made it durable, so a reader sees it at once too), and told once
+// the fsync that covers it is done, so the metadata log may forget it:
+// that fsync runs carriedSyncDelay later, not beside the next create's
+// metadata fsync (DESIGN behaviour 32).
 func TestCarriedProduceAnsweredBeforeItsFsync(t *testing.T) {
-	h := newHarness(t, 1, nil)
-	s := h.shards[0]
+	h, s, clk := carriedHarness(t)
 	ns, epoch := h.topic("t")
 	p := &syncCounter{Partition: h.build(ns, epoch)}
 	if err := h.step(s, opInsertOwned(p, always)); err != nil {
@@ -48,13 +71,12 @@ func TestCarriedProduceAnsweredBeforeItsFsync(t *testing.T) {
 	}
 	poll := request(ns, &Request{Op: OpPoll, Count: 10})
 	s.handle(poll.f)
-	if p.syncs != 1 {
-		t.Fatalf("a poll read past the carried append before its fsync (syncs=%d)", p.syncs)
+	s.maybeFlush()
+	if r := poll.answered(t); len(r.Messages) != 1 || p.syncs != 0 {
+		t.Fatalf("poll: %+v after %d fsyncs, want the message before any", r, p.syncs)
 	}
-	if r := poll.answered(t); len(r.Messages) != 1 {
-		t.Fatalf("poll: %+v", r)
-	}
-	if len(c.settled) != 1 || c.settled[0] != nil {
+	carriedSyncRuns(t, s, clk)
+	if p.syncs != 1 || len(c.settled) != 1 || c.settled[0] != nil {
 		t.Fatalf("settled %v, want one nil after the fsync", c.settled)
 	}
 	if _, kept := s.carried[ns]; kept {
@@ -64,11 +86,10 @@ func TestCarriedProduceAnsweredBeforeItsFsync(t *testing.T) {
 
 // A carried produce to a partition that holds anything appends nothing:
 // its messages were the partition's first, so they are there (what a log
-// keeps is a prefix of it). It is answered with offset 0 and settled at
-// once when the partition has nothing unsynced.
+// keeps is a prefix of it). It is answered with offset 0 and settled
+// after the partition's next fsync.
 func TestCarriedProduceToANonEmptyPartitionAppendsNothing(t *testing.T) {
-	h := newHarness(t, 1, nil)
-	s := h.shards[0]
+	h, s, clk := carriedHarness(t)
 	ns, epoch := h.topic("t")
 	p := &syncCounter{Partition: h.build(ns, epoch)}
 	if _, err := p.Append(produce(ns, "first").f.Req.Messages); err != nil {
@@ -86,6 +107,7 @@ func TestCarriedProduceToANonEmptyPartitionAppendsNothing(t *testing.T) {
 	if got := payloads(t, p); len(got) != 1 {
 		t.Fatalf("partition holds %q, want the one first message", got)
 	}
+	carriedSyncRuns(t, s, clk)
 	if len(c.settled) != 1 || c.settled[0] != nil {
 		t.Fatalf("settled %v, want one nil", c.settled)
 	}
@@ -96,8 +118,7 @@ func TestCarriedProduceToANonEmptyPartitionAppendsNothing(t *testing.T) {
 // nothing) gets them back before anything parked for it is served, so no
 // later produce takes the offsets they were acknowledged at.
 func TestCarriedProduceGivenBackToARebuiltPartition(t *testing.T) {
-	h := newHarness(t, 1, nil)
-	s := h.shards[0]
+	h, s, clk := carriedHarness(t)
 	ns, epoch := h.topic("t")
 	eio := errors.New("EIO")
 	p := &syncCounter{Partition: h.build(ns, epoch), fail: eio}
@@ -109,7 +130,7 @@ func TestCarriedProduceGivenBackToARebuiltPartition(t *testing.T) {
 	if r := c.answered(t); r.Err != nil || r.Offset != 0 {
 		t.Fatalf("carried produce answered %+v, want offset 0", r)
 	}
-	s.maybeFlush()
+	carriedSyncRuns(t, s, clk)
 	if len(c.settled) != 1 || !errors.Is(c.settled[0], eio) {
 		t.Fatalf("settled %v, want the fsync's error", c.settled)
 	}
@@ -128,7 +149,7 @@ func TestCarriedProduceGivenBackToARebuiltPartition(t *testing.T) {
 	if err := h.step(s, opInsertOwned(rebuilt, always)); err != nil {
 		t.Fatal(err)
 	}
-	s.maybeFlush()
+	s.maybeFlush() // the later produce's group takes the given-back copy
 	if r := later.answered(t); r.Err != nil || r.Offset != 1 {
 		t.Fatalf("the produce after the rebuild answered %+v, want offset 1", r)
 	}
@@ -154,8 +175,7 @@ func TestCarryBeforeTheBuildLandsFirst(t *testing.T) {
 			name = "journal kept it"
 		}
 		t.Run(name, func(t *testing.T) {
-			h := newHarness(t, 1, nil)
-			s := h.shards[0]
+			h, s, clk := carriedHarness(t)
 			ns, epoch := h.topic("t")
 			back := carriedProduce(ns, epoch, "first")
 			back.f.Reply = nil // nobody waits for it
@@ -179,6 +199,9 @@ func TestCarryBeforeTheBuildLandsFirst(t *testing.T) {
 			if r := later.answered(t); r.Err != nil || r.Offset != 1 {
 				t.Fatalf("parked produce answered %+v, want offset 1", r)
 			}
+			if s.commit.syncC() != nil {
+				carriedSyncRuns(t, s, clk)
+			}
 			if got := payloads(t, p); len(got) != 2 || got[0] != "first" || got[1] != "later" {
 				t.Fatalf("partition holds %q, want [first later]", got)
 			}
@@ -194,8 +217,7 @@ func TestCarryBeforeTheBuildLandsFirst(t *testing.T) {
 // fsync of the partition; if the command does not commit, it is answered
 // "not made".
 func TestCarriedProduceToAProvisionalPartition(t *testing.T) {
-	h := newHarness(t, 1, nil)
-	s := h.shards[0]
+	h, s, clk := carriedHarness(t)
 	cmd, a, withdraw := announced(t, h, "t")
 	p := &syncCounter{Partition: h.build(a.NS, a.CreatedRevision)}
 	if err := h.step(s, opInsertProvisional(p, always)); err != nil {
@@ -221,7 +243,7 @@ func TestCarriedProduceToAProvisionalPartition(t *testing.T) {
 	if p.syncs != 0 || len(c.settled) != 0 {
 		t.Fatalf("the answer waited for %d fsyncs of the partition (settled %v)", p.syncs, c.settled)
 	}
-	s.maybeFlush() // the partition's fsync follows the answer
+	carriedSyncRuns(t, s, clk) // the partition's fsync follows the answer
 	if p.syncs != 1 || len(c.settled) != 1 || c.settled[0] != nil {
 		t.Fatalf("after the commit: %d fsyncs, settled %v; want 1 and nil", p.syncs, c.settled)
 	}
@@ -263,5 +285,38 @@ func TestCarriedProduceUnderIntervalIsOrdinary(t *testing.T) {
 	}
 	if _, kept := s.carried[ns]; kept {
 		t.Fatal("kept under FsyncNever")
+	}
+}
+
+// A carried partition's fsync shares the next commit group of the shard,
+// whatever partition that group is for: one fsync of the journal (here
+// the partitions' own syncs, counted) covers both, and the carried
+// produce is settled with the group, before its delay is up.
+func TestCarriedSyncJoinsTheNextGroup(t *testing.T) {
+	h, s, _ := carriedHarness(t)
+	ns, epoch := h.topic("t")
+	other, otherEpoch := h.topic("u")
+	p := &syncCounter{Partition: h.build(ns, epoch)}
+	q := &syncCounter{Partition: h.build(other, otherEpoch)}
+	for _, x := range []*syncCounter{p, q} {
+		if err := h.step(s, opInsertOwned(x, always)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := carriedProduce(ns, epoch, "first")
+	s.handle(c.f)
+	c.answered(t)
+	w := produce(other, "w")
+	s.handle(w.f)
+	s.maybeFlush()
+	if r := w.answered(t); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if p.syncs != 1 || q.syncs != 1 || len(c.settled) != 1 || c.settled[0] != nil {
+		t.Fatalf("after the other partition's group: syncs %d and %d, settled %v; want the carried one in the group", p.syncs, q.syncs, c.settled)
+	}
+	s.commit.syncDue() // its timer finds nothing left to do
+	if p.syncs != 1 {
+		t.Fatalf("synced again: %d", p.syncs)
 	}
 }

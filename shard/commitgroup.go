@@ -27,6 +27,11 @@ type commitGroup struct {
 	journal *partition.Journal
 
 	pending []pendingAck // acks waiting for the group's fsync
+	// carriedLater are carried produces answered already whose
+	// partition's fsync waits to share a group, or for carriedAt
+	// (carried.go).
+	carriedLater []pendingAck
+	carriedAt    time.Time
 	// held are the acks of provisional partitions made durable, waiting
 	// for their incarnation's commit (provisional.go).
 	held       map[*owned][]pendingAck

@@ -116,22 +116,17 @@ func (cg *commitGroup) appended(o *owned, f Frame, r Response) {
 		cg.owner.forgetCarried(f.Req) // the ordinary path (carried.go)
 	}
 	switch {
+	case o.dur.always() && f.Req.Carried != nil:
+		// Durable in the metadata log once its incarnation commits:
+		// answered now (held while provisional), and synced later, in
+		// a group it shares, for the log to forget it (carried.go).
+		cg.ack(pendingAck{f: f, r: r, o: o})
+		if !o.sync.provisional {
+			cg.syncCarried(o, f.Req)
+		}
+		return
 	case o.dur.always():
 		o.sync.dirty = true
-		if f.Req.Carried != nil {
-			// Durable in the metadata log once its incarnation
-			// commits: answered now (held while provisional), and
-			// synced for the log to forget it — after the commit
-			// (confirm), if not committed yet: an fsync now would hold
-			// the pump, and the commit's confirmation queued behind
-			// it, for as long as the fsync the metadata log's made
-			// unnecessary (carried.go).
-			cg.ack(pendingAck{f: f, r: r, o: o})
-			if !o.sync.provisional {
-				cg.syncCarried(o, f.Req)
-			}
-			return
-		}
 		if len(cg.pending) == 0 {
 			cg.groupStart = cg.clock.Now() // the group's first append
 		}
@@ -265,6 +260,7 @@ func (cg *commitGroup) flushGroup() {
 	if len(cg.pending) == 0 {
 		return
 	}
+	cg.joinCarried() // the fsync covers them at no extra cost
 	dirty, staged := cg.groupBuf[:0], cg.stageBuf[:0]
 	for _, pa := range cg.pending {
 		switch o := pa.o; {
@@ -396,6 +392,13 @@ func (cg *commitGroup) syncDue() {
 	now := cg.clock.Now()
 	cg.syncAt = time.Time{}
 	var next time.Time
+	if len(cg.carriedLater) > 0 {
+		if now.Before(cg.carriedAt) {
+			next = cg.carriedAt
+		} else {
+			cg.flushCarried()
+		}
+	}
 	due := cg.groupBuf[:0]
 	keep := cg.intervalDirty[:0] // compacted in place: keep never passes the loop
 	for _, o := range cg.intervalDirty {

@@ -121,11 +121,12 @@ type Request struct {
 	// restart safe), and answers such a produce with offset 0 without
 	// appending. Under FsyncAlways it answers without waiting for the
 	// partition's fsync (a provisional partition still holds the answer
-	// until its commit), keeps the request until an fsync of the
-	// partition covers the messages — a partition rebuilt meanwhile after
-	// a failed fsync gets them again before anything else — and then
-	// calls Carried on its goroutine with nil, or with the error of each
-	// failed fsync; it must not block. Under any other policy the
+	// until its commit), syncs the partition with its next commit group
+	// or a few milliseconds later, keeps the request until such an fsync
+	// covers the messages — a partition rebuilt meanwhile after a failed
+	// fsync gets them again before anything else — and then calls
+	// Carried on its goroutine with nil, or with the error of each failed
+	// fsync; it must not block. Under any other policy the
 	// produce takes the ordinary path and Carried is not called. Only a
 	// node that is not clustered sends it, with Messages.
 	Carried func(err error)

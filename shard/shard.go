@@ -776,6 +776,7 @@ func (s *Shard) shutdown() {
 	s.park = newParkBuffer(s.cfg.Park)
 	s.gauges()
 	s.flushAppends()
+	s.commit.flushCarried() // their metadata log may forget them
 	s.commit.flushGroup()
 	s.polls.dropAllWaiters(ErrClosed)
 	s.drainOffsetWrites()
