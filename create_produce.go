@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/shard"
@@ -63,7 +64,7 @@ func (n *Node) CreateTopicAndProduce(ctx context.Context, s Stream, name string,
 	}
 	cmd := metadata.CreateTopic{Stream: s.ID, StreamRevision: s.Revision, Name: name, Partitions: partitions, Config: cfg.engine()}
 	reply := make(chan shard.Response, 1)
-	sent := false
+	sent, carrying := false, false
 	var (
 		ns    metadata.Namespace
 		owner int
@@ -79,13 +80,13 @@ func (n *Node) CreateTopicAndProduce(ctx context.Context, s Stream, name string,
 			// metadata log, so the shard answers without a second fsync.
 			req := &shard.Request{Op: shard.OpProduce, NS: a.NS, Epoch: a.CreatedRevision, Messages: engineMessages(batch), Deadline: n.callDeadline(ctx, start), Carried: carried}
 			_, serr := n.eng.Router().Send(a.NS, shard.Frame{Req: req, Reply: reply})
-			sent, ns, owner = serr == nil, a.NS, a.Owner
+			sent, carrying, ns, owner = serr == nil, carried != nil, a.NS, a.Owner
 			return
 		}
 	})
 	if err != nil {
 		err = n.staleCommand(err, s.String())
-		if sent {
+		if sent || carrying {
 			// The command was written to the metadata log and the
 			// produce to the partition's journal; what failed came
 			// after (the log's fsync). The held answer is not waited
@@ -97,6 +98,10 @@ func (n *Node) CreateTopicAndProduce(ctx context.Context, s Stream, name string,
 		return Topic{}, Ack{}, err
 	}
 	t := Topic{Stream: s, ID: res.Topic, Revision: res.Revision, Name: name}
+	if carrying {
+		ack, err := n.carriedAck(ctx, t, part, len(batch), size, start, sent, ns, owner, reply)
+		return t, ack, err
+	}
 	if sent {
 		// Committed: the partition's shard releases the held answer now,
 		// not at the reconciler's next pass.
@@ -123,4 +128,33 @@ func (n *Node) CreateTopicAndProduce(ctx context.Context, s Stream, name string,
 	}
 	ack, err := n.Produce(ctx, t, PartitionID(part), msgs...)
 	return t, ack, err
+}
+
+// carriedAck is CreateTopicAndProduce's acknowledgement once a command
+// whose record carries the messages has committed: they are committed with
+// the topic, at offset 0 (the partition's first), whatever becomes of the
+// produce sent with it — a partition built or confirmed without them takes
+// them first (shard.Config.Carried) — so no answer of that produce is a
+// reason to produce them again, which would append them twice. The
+// confirmation releases the shard's held answer, or hands the messages to
+// a provisional partition the produce never reached (the send failed).
+func (n *Node) carriedAck(ctx context.Context, t Topic, part uint32, count, size int, start time.Time, sent bool, ns metadata.Namespace, owner int, reply <-chan shard.Response) (Ack, error) {
+	if err := n.eng.ConfirmProvisional(ctx, ns, owner); err != nil {
+		return Ack{}, shard.OutcomeUnknown(fmt.Errorf("the topic committed with its messages: %w", publicError(err)))
+	}
+	if sent {
+		var r shard.Response
+		select {
+		case r = <-reply:
+		case <-ctx.Done():
+			return Ack{}, shard.OutcomeUnknown(fmt.Errorf("the topic committed with its messages: %w", ctx.Err()))
+		}
+		if r.Err != nil && !errors.Is(r.Err, shard.ErrRetry) {
+			return Ack{}, publicError(r.Err)
+		}
+		// ErrRetry: not appended yet (the frame expired parked, say);
+		// the partition takes them at its build.
+	}
+	n.countProduced(t, count, size, start)
+	return Ack{Partition: part, FirstOffset: 0, Count: count}, nil
 }

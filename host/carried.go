@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/parkway-io/parkway/metadata"
 	"github.com/parkway-io/parkway/partition"
@@ -23,8 +22,8 @@ import (
 //
 // carried settles the metadata log's copy once the partition's own fsync
 // covers the messages; until then the log keeps them across snapshots,
-// and after a restart Start hands them back to their partition
-// (shard.Shard.Carry), appended if the journal lost them.
+// and a partition built for the incarnation takes them first if it lacks
+// them (carriedFor).
 func (e *Engine) ApplyMetadataCarrying(ctx context.Context, cmd metadata.Command, part uint32, msgs []partition.Message, logged func(ann []metadata.AnnouncedPartition, carried func(error))) (metadata.Result, error) {
 	plain := func(ann []metadata.AnnouncedPartition) { logged(ann, nil) }
 	if e.cl != nil || e.durable == nil || e.cfg.Manual || e.closed.Load() || ctx.Err() != nil || !e.carries(cmd) {
@@ -77,32 +76,22 @@ func (e *Engine) settler(ns metadata.Namespace, epoch uint64) func(error) {
 	}
 }
 
-// carryBack hands every carried batch the metadata log still holds to its
-// partition's shard (shard.Shard.Carry), before the reconcilers run: a
-// partition whose journal lost its first messages (they were acknowledged
-// on the metadata log's fsync alone) gets them back before anything else
-// is appended to it. A batch whose incarnation is gone (its topic deleted)
-// is settled. One that does not decode is damage in a record whose
-// checksum held: Start fails rather than serve a partition without what
-// was acknowledged.
-func (e *Engine) carryBack(ctx context.Context) error {
-	if e.durable == nil {
+// carriedFor is the shards' Config.Carried: the carried produce the
+// metadata log holds for an incarnation, which a partition built or
+// confirmed for it takes first (a start after a crash that lost the
+// journal's copy, a rebuild after a failed fsync, a produce that never
+// reached its shard). Records that do not decode passed the log's
+// checksum, so they are a fault of this build, not of the disk: logged
+// as an error, and the partition is built without them.
+func (e *Engine) carriedFor(ns metadata.Namespace, epoch uint64) *shard.Request {
+	c, ok := e.durable.CarriedFor(ns, epoch)
+	if !ok {
 		return nil
 	}
-	for _, c := range e.durable.Carried() {
-		info, ok := e.meta.Partition(c.NS)
-		if !ok || info.CreatedRevision != c.Epoch || info.Owner < 0 || info.Owner >= len(e.shards) {
-			e.durable.Settle(c.NS, c.Epoch)
-			continue
-		}
-		msgs, err := partition.DecodeBatch(c.Records)
-		if err != nil {
-			return fmt.Errorf("%w: the first messages of %v logged with its topic: %w", metadata.ErrCorruptLog, c.NS, err)
-		}
-		req := &shard.Request{Op: shard.OpProduce, NS: c.NS, Epoch: c.Epoch, Messages: msgs, Carried: e.settler(c.NS, c.Epoch)}
-		if err := e.shards[info.Owner].Carry(ctx, req); err != nil {
-			return fmt.Errorf("parkway: hand back the first messages of %v: %w", c.NS, err)
-		}
+	msgs, err := partition.DecodeBatch(c.Records)
+	if err != nil {
+		e.cfg.Logger.Error("the first messages logged with a topic do not decode; the partition is built without them", "ns", ns, "epoch", epoch, "error", err)
+		return nil
 	}
-	return nil
+	return &shard.Request{Op: shard.OpProduce, NS: ns, Epoch: epoch, Messages: msgs, Carried: e.settler(ns, epoch)}
 }

@@ -171,10 +171,14 @@ func New(cfg Config) (*Engine, error) {
 		if e.fstore != nil && e.cl == nil {
 			journal = e.fstore.NewJournal()
 		}
+		var carried func(metadata.Namespace, uint64) *shard.Request
+		if e.durable != nil {
+			carried = e.carriedFor
+		}
 		s, err := shard.New(shard.Config{
 			ID: i, InboxSize: cfg.InboxSize, InboxBytes: cfg.InboxBytes, Park: park, Clock: clk, Replication: rep, Journal: journal,
 			PinCPU: cfg.PinShards, CPU: i % runtime.NumCPU(), Manual: cfg.Manual,
-			Logger: cfg.Logger, Metrics: e.metrics,
+			Logger: cfg.Logger, Metrics: e.metrics, Carried: carried,
 		}, e.meta, e.router)
 		if err != nil {
 			return nil, err
@@ -409,9 +413,6 @@ func (e *Engine) damagedOwnerIncarnation(st partition.Stored) uint64 {
 // PrebuildPartitions a prebuild on every metadata announcement), and in a
 // cluster the
 // metadata group's loop and the transport receiver. Close stops them.
-// On one node with a DataDir, before the reconcilers run, it hands the
-// first messages the metadata log still carries back to their partitions'
-// shards (ApplyMetadataCarrying): a failure to is Start's error.
 func (e *Engine) Start() error {
 	if e.cfg.Manual {
 		return ErrManual
@@ -424,11 +425,6 @@ func (e *Engine) Start() error {
 	}
 	for _, s := range e.shards {
 		s.Start()
-	}
-	// Before the reconcilers build anything: a partition must have its
-	// carried messages back before it serves (carryBack).
-	if err := e.carryBack(context.Background()); err != nil {
-		return err
 	}
 	for i, rec := range e.recs {
 		var ann <-chan struct{} // nil: never ready

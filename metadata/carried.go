@@ -193,6 +193,14 @@ func (s *carriedSet) remove(ns Namespace, epoch uint64) {
 	delete(s.m, carriedKey{ns, epoch})
 }
 
+// get returns the pending batch of an incarnation.
+func (s *carriedSet) get(ns Namespace, epoch uint64) (Carried, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.m[carriedKey{ns, epoch}]
+	return e.c, ok
+}
+
 // list returns the pending batches in log order.
 func (s *carriedSet) list() []Carried {
 	s.mu.Lock()
@@ -230,3 +238,11 @@ func (d *Durable) Carried() []Carried { return d.carried.list() }
 // lock, so it is safe from any goroutine, during an Apply's log fsync
 // included.
 func (d *Durable) Settle(ns Namespace, epoch uint64) { d.carried.remove(ns, epoch) }
+
+// CarriedFor returns the pending batch of one incarnation, if there is
+// one: what a partition built for it must hold first. It takes only the
+// pending set's own lock, never one held across a log fsync, so a
+// partition's owner may call it on its hot goroutine.
+func (d *Durable) CarriedFor(ns Namespace, epoch uint64) (Carried, bool) {
+	return d.carried.get(ns, epoch)
+}

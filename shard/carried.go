@@ -1,16 +1,10 @@
 package shard
 
 import (
-	"context"
-	"errors"
 	"time"
 
 	"github.com/parkway-io/parkway/metadata"
 )
-
-// ErrNotCarried reports a Carry of a request that is not a carried
-// produce (an OpProduce with Request.Carried set).
-var ErrNotCarried = errors.New("parkway: Carry needs a produce with Carried set")
 
 // Carried produces (Request.Carried): a new partition's first messages
 // that ride in the metadata log's record of the command creating the
@@ -65,20 +59,36 @@ func (s *Shard) forgetCarried(r *Request) {
 	}
 }
 
-// giveCarriedBack appends the carried produce kept for o's namespace to o,
-// a partition just built (InsertOwned), before anything parked for it is
-// served: one rebuilt after a failed fsync may lack what was answered. A
-// partition that holds anything holds it already (appendOne answers it
-// without appending), and one of another incarnation drops it.
-func (s *Shard) giveCarriedBack(o *owned) {
-	r, ok := s.carried[o.p.Namespace()]
+// giveCarriedBack appends the carried produce of o's incarnation to o
+// before anything parked for it is served: the one the shard kept, or the
+// one the host's metadata log still holds (Config.Carried). It runs when
+// a partition is built (built: InsertOwned, a first build, a rebuild after
+// a failed fsync, or a start after a crash, any of which may lack the
+// messages) and when a provisional partition is confirmed without its
+// carried produce having reached it (its sender could not hand it over).
+// An empty partition gets the messages; one that holds anything holds
+// them (appendOne answers it so). A built one under FsyncAlways was
+// synced when it was inserted, so the log may forget them at once.
+func (s *Shard) giveCarriedBack(o *owned, built bool) {
+	ns, epoch := o.p.Namespace(), o.p.Epoch()
+	r, ok := s.carried[ns]
+	if ok && r.Epoch != epoch {
+		delete(s.carried, ns)
+		ok = false
+	}
+	if !ok && s.cfg.Carried != nil {
+		if r = s.cfg.Carried(ns, epoch); r != nil {
+			s.keepCarried(r)
+			ok = true
+		}
+	}
 	switch {
-	case !ok:
-		return
-	case r.Epoch != o.p.Epoch():
-		delete(s.carried, r.NS)
-	case o.failed == nil:
-		s.appendOne(o, Frame{Req: r}) // answered already: no reply
+	case !ok || o.failed != nil:
+	case o.p.NextOffset() == 0:
+		s.appendOne(o, Frame{Req: r}) // answered already, or never asked: no reply
+	case built && o.dur.always():
+		s.forgetCarried(r)
+		r.Carried(nil)
 	}
 }
 
@@ -164,30 +174,4 @@ func (cg *commitGroup) settleCarried(f Frame, err error) {
 		cg.owner.forgetCarried(f.Req)
 	}
 	f.Req.Carried(err)
-}
-
-// Carry hands the shard a carried produce read back from the metadata log
-// after a restart (metadata.Durable.Carried), for a partition it owns or
-// will: r (a produce with Carried set, stamped with the partition's
-// epoch) is kept, and appended before anything else the partition serves
-// if the partition is empty — now if it is built already, else when it is
-// (InsertOwned) — so its messages take the offsets they were acknowledged
-// at. Nothing answers r itself (its Reply is nobody's); Carried is called
-// as for any carried produce. The host calls Carry before its reconcilers
-// run, so no partition is built before the shard has r.
-func (s *Shard) Carry(ctx context.Context, r *Request) error {
-	if r == nil || r.Carried == nil || r.Op != OpProduce {
-		return ErrNotCarried
-	}
-	return s.do(ctx, opCarry(r))
-}
-
-func opCarry(r *Request) control {
-	return newControl(func(s *Shard) error {
-		s.keepCarried(r)
-		if o, ok := s.owned[r.NS]; ok {
-			s.giveCarriedBack(o)
-		}
-		return nil
-	}, nil)
 }

@@ -164,24 +164,32 @@ func TestCarriedProduceGivenBackToARebuiltPartition(t *testing.T) {
 	}
 }
 
-// A carried batch handed back after a restart (Carry, before the
-// partition is built) is appended first when the partition is built empty
-// (its journal lost it), and not again when the partition holds it.
-// Either way a produce parked meanwhile lands after it.
-func TestCarryBeforeTheBuildLandsFirst(t *testing.T) {
+// A carried batch the metadata log still holds after a restart
+// (Config.Carried) is appended first when the partition is built empty
+// (its journal lost it), and not again when the partition holds it:
+// then, synced at its build, the log may forget it at once. Either way a
+// produce parked meanwhile lands after it.
+func TestCarriedFromTheLogLandsFirstAtTheBuild(t *testing.T) {
 	for _, kept := range []bool{false, true} {
 		name := "journal lost it"
 		if kept {
 			name = "journal kept it"
 		}
 		t.Run(name, func(t *testing.T) {
-			h, s, clk := carriedHarness(t)
+			var back *carriedCall
+			clk := clock.NewManual(time.Unix(0, 0))
+			h := newHarness(t, 1, nil, func(c *Config) {
+				c.Clock = clk
+				c.Carried = func(ns metadata.Namespace, epoch uint64) *Request {
+					if back == nil || back.f.Req.NS != ns || back.f.Req.Epoch != epoch {
+						return nil
+					}
+					return back.f.Req
+				}
+			})
+			s := h.shards[0]
 			ns, epoch := h.topic("t")
-			back := carriedProduce(ns, epoch, "first")
-			back.f.Reply = nil // nobody waits for it
-			if err := h.step(s, opCarry(back.f.Req)); err != nil {
-				t.Fatal(err)
-			}
+			back = carriedProduce(ns, epoch, "first")
 			later := produce(ns, "later")
 			later.f.Req.Epoch = epoch
 			s.handle(later.f)
@@ -195,20 +203,60 @@ func TestCarryBeforeTheBuildLandsFirst(t *testing.T) {
 			if err := h.step(s, opInsertOwned(p, always)); err != nil {
 				t.Fatal(err)
 			}
+			if kept && (len(back.settled) != 1 || back.settled[0] != nil) {
+				t.Fatalf("settled %v at the build of a partition holding it, want nil", back.settled)
+			}
 			s.maybeFlush()
 			if r := later.answered(t); r.Err != nil || r.Offset != 1 {
 				t.Fatalf("parked produce answered %+v, want offset 1", r)
 			}
-			if s.commit.syncC() != nil {
-				carriedSyncRuns(t, s, clk)
-			}
 			if got := payloads(t, p); len(got) != 2 || got[0] != "first" || got[1] != "later" {
 				t.Fatalf("partition holds %q, want [first later]", got)
 			}
-			if len(back.settled) == 0 || back.settled[len(back.settled)-1] != nil {
-				t.Fatalf("settled %v, want nil at the end", back.settled)
+			if len(back.settled) != 1 || back.settled[0] != nil {
+				t.Fatalf("settled %v, want one nil", back.settled)
 			}
 		})
+	}
+}
+
+// A provisional partition confirmed without its carried produce having
+// reached it (its sender could not hand it over) takes the messages from
+// the metadata log (Config.Carried) at the confirmation, before a
+// produce that arrived after the commit.
+func TestCarriedFromTheLogAtTheConfirmation(t *testing.T) {
+	var back *carriedCall
+	clk := clock.NewManual(time.Unix(0, 0))
+	h := newHarness(t, 1, nil, func(c *Config) {
+		c.Clock = clk
+		c.Carried = func(ns metadata.Namespace, epoch uint64) *Request {
+			if back == nil || back.f.Req.NS != ns || back.f.Req.Epoch != epoch {
+				return nil
+			}
+			return back.f.Req
+		}
+	})
+	s := h.shards[0]
+	cmd, a, withdraw := announced(t, h, "t")
+	p := &syncCounter{Partition: h.build(a.NS, a.CreatedRevision)}
+	if err := h.step(s, opInsertProvisional(p, always)); err != nil {
+		t.Fatal(err)
+	}
+	back = carriedProduce(a.NS, a.CreatedRevision, "first")
+	h.apply(cmd)
+	withdraw()
+	later := produce(a.NS, "later") // the first frame after the commit confirms
+	later.f.Req.Epoch = a.CreatedRevision
+	s.handle(later.f)
+	s.maybeFlush()
+	if r := later.answered(t); r.Err != nil || r.Offset != 1 {
+		t.Fatalf("the produce after the commit answered %+v, want offset 1", r)
+	}
+	if got := payloads(t, p); len(got) != 2 || got[0] != "first" || got[1] != "later" {
+		t.Fatalf("partition holds %q, want [first later]", got)
+	}
+	if len(back.settled) != 1 || back.settled[0] != nil {
+		t.Fatalf("settled %v, want nil after the group's fsync", back.settled)
 	}
 }
 

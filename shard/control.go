@@ -190,7 +190,7 @@ func opInsertOwned(p partition.Partition, d Durability) control {
 		delete(s.tombstoned, ns)
 		s.table.Set(ns, router.Row{Owner: s.id, Epoch: epoch})
 		s.m.Materialised.Inc()
-		s.giveCarriedBack(o)
+		s.giveCarriedBack(o, true)
 		s.redispatch(ns, o)
 		return nil
 	}, func() { _ = p.Close() })

@@ -85,10 +85,12 @@ func (s *Shard) confirm(o *owned, d Durability) {
 		s.polls.touch(o)
 		s.answer(pa.f, pa.r)
 	}
-	if r, ok := s.carried[o.p.Namespace()]; ok && o.dur.always() && r.Epoch == o.p.Epoch() {
+	if r, ok := s.carried[o.p.Namespace()]; ok && o.dur.always() && r.Epoch == o.p.Epoch() && o.p.NextOffset() > 0 {
 		// Its carried produce, answered just now, is synced now that
 		// the commit is out (carried.go).
 		s.commit.syncCarried(o, r)
+	} else {
+		s.giveCarriedBack(o, false) // one that never reached it
 	}
 	s.redispatch(o.p.Namespace(), o)
 }

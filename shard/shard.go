@@ -87,6 +87,14 @@ type Config struct {
 	// fsync. The shard owns its handle: Close closes it after the
 	// partitions.
 	Journal *partition.Journal
+	// Carried, when set, returns the carried produce (Request.Carried
+	// set, Messages the batch) that the host's metadata log holds for a
+	// partition's incarnation and no fsync of the partition has settled
+	// yet, or nil: a partition built for it (InsertOwned), or confirmed
+	// without its carried produce having reached it, takes it before
+	// anything else (carried.go). It runs on the shard's goroutine and
+	// must not block. A node that is not clustered sets it.
+	Carried func(ns metadata.Namespace, epoch uint64) *Request
 	// Manual, when true, runs the shard without a goroutine, as a state
 	// machine driven by hand (etcd raft's RawNode style), for the
 	// deterministic simulator and for tests:
