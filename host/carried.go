@@ -22,8 +22,13 @@ import (
 //
 // carried settles the metadata log's copy once the partition's own fsync
 // covers the messages; until then the log keeps them across snapshots,
-// and a partition built for the incarnation takes them first if it lacks
-// them (carriedFor).
+// and a partition built or confirmed for the incarnation takes them first
+// if it lacks them (carriedFor). So once a command whose messages were
+// carried commits, they are committed with it, at offset 0: whatever the
+// produce's answer (it may never reach its shard, or expire parked), the
+// caller must not produce them again, which would append them twice.
+// ConfirmProvisional after the commit hands them to a provisional
+// partition the produce did not reach.
 func (e *Engine) ApplyMetadataCarrying(ctx context.Context, cmd metadata.Command, part uint32, msgs []partition.Message, logged func(ann []metadata.AnnouncedPartition, carried func(error))) (metadata.Result, error) {
 	plain := func(ann []metadata.AnnouncedPartition) { logged(ann, nil) }
 	if e.cl != nil || e.durable == nil || e.cfg.Manual || e.closed.Load() || ctx.Err() != nil || !e.carries(cmd) {

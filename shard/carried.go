@@ -20,8 +20,9 @@ import (
 //     (the journal's replay, a rebuild from disk) is a prefix of it, so a
 //     partition that holds anything holds them: the produce is answered
 //     with offset 0 and nothing is appended (carriedThere). This is what
-//     lets the node send the metadata log's carried batches again after a
-//     restart without knowing which of them the journal kept.
+//     lets a partition built after a restart take the metadata log's
+//     carried batch (Config.Carried) without knowing whether its journal
+//     kept it.
 //   - Under FsyncAlways it is answered once appended, before any fsync of
 //     the partition (a provisional partition holds the answer until its
 //     incarnation commits, as any other), and a reader sees it at once:
@@ -31,11 +32,13 @@ import (
 //     forget the batch. Not at once: the pump would be in that fsync when
 //     the commit's confirmation arrives (for a provisional partition), or
 //     beside the next create's metadata fsync.
-//   - Until that fsync the shard keeps the request (carried). A failed
-//     fsync fences the partition, and the reconciler rebuilds it from
-//     disk, where the messages may be missing: the rebuilt partition gets
-//     them again before anything parked for it is served
-//     (giveCarriedBack), so no later produce takes their offsets.
+//   - Until that fsync the shard keeps the request (carried), and the
+//     host's metadata log keeps the batch. A partition built for the
+//     incarnation — a rebuild after a failed fsync, a start after a
+//     crash, a first build when the produce never reached the shard — or
+//     a provisional one confirmed without it, takes the batch (the kept
+//     request, else Config.Carried) before anything parked for it is
+//     served (giveCarriedBack), so no later produce takes their offsets.
 
 // keepCarried keeps a carried produce the shard serves or parks, until an
 // fsync of its partition covers it.
