@@ -135,6 +135,10 @@ func decodeLogRecord(b []byte) (Command, *Carried, error) {
 			// Checked before anything is sized from it: a hostile
 			// length allocates nothing.
 			d.failAt(at, fmt.Sprintf("records of %d bytes overrun the input", n))
+		} else if n > MaxCarriedBytes {
+			// No Durable writes more (ApplyCarrying refuses it), so no
+			// log holds more: a budget, not only the input's length.
+			d.failAt(at, fmt.Sprintf("records of %d bytes exceed MaxCarriedBytes", n))
 		} else if n > 0 {
 			// A copy: b is a slice of the buffer the whole log file was
 			// read into, which a pending batch must not keep alive.

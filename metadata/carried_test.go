@@ -124,6 +124,7 @@ func TestDecodeLogRecordRejects(t *testing.T) {
 		{"records overrun", []byte{0xCA, 1, 0, 1, 1, 5, 'a'}, 5},
 		{"trailing byte", []byte{0xCA, 1, 0, 1, 1, 1, 'a', 'z'}, 7},
 		{"empty", []byte{}, 0},
+		{"records over MaxCarriedBytes", append(binary.AppendUvarint([]byte{0xCA, 1, 0, 1, 1}, MaxCarriedBytes+1), make([]byte, MaxCarriedBytes+1)...), 5},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
