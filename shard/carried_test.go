@@ -25,6 +25,24 @@ func carriedHarness(t *testing.T) (*harness, *Shard, *clock.Manual) {
 	return h, h.shards[0], clk
 }
 
+// loggedCarriedHarness is carriedHarness whose shard's Config.Carried
+// answers for the carried produce the test puts in *logged: what the
+// host's metadata log would hold.
+func loggedCarriedHarness(t *testing.T) (*harness, *Shard, **carriedCall) {
+	logged := new(*carriedCall)
+	clk := clock.NewManual(time.Unix(0, 0))
+	h := newHarness(t, 1, nil, func(c *Config) {
+		c.Clock = clk
+		c.Carried = func(ns metadata.Namespace, epoch uint64) *Request {
+			if back := *logged; back != nil && back.f.Req.NS == ns && back.f.Req.Epoch == epoch {
+				return back.f.Req
+			}
+			return nil
+		}
+	})
+	return h, h.shards[0], logged
+}
+
 // carriedSyncRuns advances clk to the carried messages' fsync and runs
 // the timer's work, as the pump would.
 func carriedSyncRuns(t *testing.T, s *Shard, clk *clock.Manual) {
@@ -176,20 +194,10 @@ func TestCarriedFromTheLogLandsFirstAtTheBuild(t *testing.T) {
 			name = "journal kept it"
 		}
 		t.Run(name, func(t *testing.T) {
-			var back *carriedCall
-			clk := clock.NewManual(time.Unix(0, 0))
-			h := newHarness(t, 1, nil, func(c *Config) {
-				c.Clock = clk
-				c.Carried = func(ns metadata.Namespace, epoch uint64) *Request {
-					if back == nil || back.f.Req.NS != ns || back.f.Req.Epoch != epoch {
-						return nil
-					}
-					return back.f.Req
-				}
-			})
-			s := h.shards[0]
+			h, s, logged := loggedCarriedHarness(t)
 			ns, epoch := h.topic("t")
-			back = carriedProduce(ns, epoch, "first")
+			back := carriedProduce(ns, epoch, "first")
+			*logged = back
 			later := produce(ns, "later")
 			later.f.Req.Epoch = epoch
 			s.handle(later.f)
@@ -225,24 +233,14 @@ func TestCarriedFromTheLogLandsFirstAtTheBuild(t *testing.T) {
 // the metadata log (Config.Carried) at the confirmation, before a
 // produce that arrived after the commit.
 func TestCarriedFromTheLogAtTheConfirmation(t *testing.T) {
-	var back *carriedCall
-	clk := clock.NewManual(time.Unix(0, 0))
-	h := newHarness(t, 1, nil, func(c *Config) {
-		c.Clock = clk
-		c.Carried = func(ns metadata.Namespace, epoch uint64) *Request {
-			if back == nil || back.f.Req.NS != ns || back.f.Req.Epoch != epoch {
-				return nil
-			}
-			return back.f.Req
-		}
-	})
-	s := h.shards[0]
+	h, s, logged := loggedCarriedHarness(t)
 	cmd, a, withdraw := announced(t, h, "t")
 	p := &syncCounter{Partition: h.build(a.NS, a.CreatedRevision)}
 	if err := h.step(s, opInsertProvisional(p, always)); err != nil {
 		t.Fatal(err)
 	}
-	back = carriedProduce(a.NS, a.CreatedRevision, "first")
+	back := carriedProduce(a.NS, a.CreatedRevision, "first")
+	*logged = back
 	h.apply(cmd)
 	withdraw()
 	later := produce(a.NS, "later") // the first frame after the commit confirms
