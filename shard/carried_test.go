@@ -7,6 +7,7 @@ import (
 
 	"github.com/parkway-io/parkway/clock"
 	"github.com/parkway-io/parkway/metadata"
+	"github.com/parkway-io/parkway/partition"
 )
 
 // carriedCall is a carried produce of payload to ns at epoch (the first
@@ -41,6 +42,18 @@ func loggedCarriedHarness(t *testing.T) (*harness, *Shard, **carriedCall) {
 		}
 	})
 	return h, h.shards[0], logged
+}
+
+// firstThenLater checks that the carried messages ("first") took offset
+// 0 and the produce after them ("later") offset 1.
+func firstThenLater(t *testing.T, later call, p partition.Partition) {
+	t.Helper()
+	if r := later.answered(t); r.Err != nil || r.Offset != 1 {
+		t.Fatalf("the produce after the carried messages answered %+v, want offset 1", r)
+	}
+	if got := payloads(t, p); len(got) != 2 || got[0] != "first" || got[1] != "later" {
+		t.Fatalf("partition holds %q, want [first later]", got)
+	}
 }
 
 // carriedSyncRuns advances clk to the carried messages' fsync and runs
@@ -168,12 +181,7 @@ func TestCarriedProduceGivenBackToARebuiltPartition(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.maybeFlush() // the later produce's group takes the given-back copy
-	if r := later.answered(t); r.Err != nil || r.Offset != 1 {
-		t.Fatalf("the produce after the rebuild answered %+v, want offset 1", r)
-	}
-	if got := payloads(t, rebuilt); len(got) != 2 || got[0] != "first" || got[1] != "later" {
-		t.Fatalf("rebuilt partition holds %q, want [first later]", got)
-	}
+	firstThenLater(t, later, rebuilt)
 	if len(c.settled) != 2 || c.settled[1] != nil {
 		t.Fatalf("settled %v, want nil once the rebuilt partition's fsync covered it", c.settled)
 	}
@@ -215,12 +223,7 @@ func TestCarriedFromTheLogLandsFirstAtTheBuild(t *testing.T) {
 				t.Fatalf("settled %v at the build of a partition holding it, want nil", back.settled)
 			}
 			s.maybeFlush()
-			if r := later.answered(t); r.Err != nil || r.Offset != 1 {
-				t.Fatalf("parked produce answered %+v, want offset 1", r)
-			}
-			if got := payloads(t, p); len(got) != 2 || got[0] != "first" || got[1] != "later" {
-				t.Fatalf("partition holds %q, want [first later]", got)
-			}
+			firstThenLater(t, later, p)
 			if len(back.settled) != 1 || back.settled[0] != nil {
 				t.Fatalf("settled %v, want one nil", back.settled)
 			}
@@ -247,12 +250,7 @@ func TestCarriedFromTheLogAtTheConfirmation(t *testing.T) {
 	later.f.Req.Epoch = a.CreatedRevision
 	s.handle(later.f)
 	s.maybeFlush()
-	if r := later.answered(t); r.Err != nil || r.Offset != 1 {
-		t.Fatalf("the produce after the commit answered %+v, want offset 1", r)
-	}
-	if got := payloads(t, p); len(got) != 2 || got[0] != "first" || got[1] != "later" {
-		t.Fatalf("partition holds %q, want [first later]", got)
-	}
+	firstThenLater(t, later, p)
 	if len(back.settled) != 1 || back.settled[0] != nil {
 		t.Fatalf("settled %v, want nil after the group's fsync", back.settled)
 	}
