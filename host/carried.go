@@ -35,19 +35,23 @@ func (e *Engine) ApplyMetadataCarrying(ctx context.Context, cmd metadata.Command
 		return e.ApplyMetadataLogged(ctx, cmd, plain)
 	}
 	records, err := partition.EncodeBatch(nil, msgs)
-	if err != nil || len(records) == 0 || len(records) > metadata.MaxCarriedBytes {
+	if err != nil {
 		return e.ApplyMetadataLogged(ctx, cmd, plain)
 	}
-	res, _, err := e.durable.ApplyCarrying(cmd, part, records, func(ann []metadata.AnnouncedPartition) {
-		for _, a := range ann {
-			if a.Partition == part {
-				// The Durable carries the records exactly when it
-				// announces part: the produce may rely on them.
-				logged(ann, e.settler(a.NS, a.CreatedRevision))
-				return
+	// The Durable decides whether the records ride (their size, the
+	// partition announced) and says so: only then may the produce rely
+	// on them.
+	res, _, err := e.durable.ApplyCarrying(cmd, part, records, func(ann []metadata.AnnouncedPartition, carried bool) {
+		var settle func(error)
+		if carried {
+			for _, a := range ann {
+				if a.Partition == part {
+					settle = e.settler(a.NS, a.CreatedRevision)
+					break
+				}
 			}
 		}
-		logged(ann, nil)
+		logged(ann, settle)
 	})
 	return res, err
 }

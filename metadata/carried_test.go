@@ -221,11 +221,14 @@ func TestDurableCarryRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	records := []byte("the first messages")
-	var ann []AnnouncedPartition
+	var (
+		ann         []AnnouncedPartition
+		toldCarried bool
+	)
 	res, carried, err := d.ApplyCarrying(CreateTopic{Stream: 0, Name: "t", Partitions: 3}, 1, records,
-		func(a []AnnouncedPartition) { ann = a })
-	if err != nil || !carried {
-		t.Fatalf("ApplyCarrying = %v, %v", carried, err)
+		func(a []AnnouncedPartition, c bool) { ann, toldCarried = a, c })
+	if err != nil || !carried || !toldCarried {
+		t.Fatalf("ApplyCarrying = %v (logged told %v), %v", carried, toldCarried, err)
 	}
 	if len(ann) != 3 || len(res.Created) != 3 {
 		t.Fatalf("announced %+v, created %+v", ann, res.Created)
@@ -278,7 +281,7 @@ func TestDurableSettleDuringTheLogSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, carried, err := d.ApplyCarrying(CreateTopic{Stream: 0, Name: "t", Partitions: 1}, 0, []byte("m"),
-		func(a []AnnouncedPartition) {
+		func(a []AnnouncedPartition, _ bool) {
 			settle = func() { d.Settle(a[0].NS, a[0].CreatedRevision) }
 		})
 	if err != nil || !carried {
@@ -306,7 +309,7 @@ func TestDurableCarryWithAFailedSync(t *testing.T) {
 			sw.Set(true)
 			var ann []AnnouncedPartition
 			_, carried, err := d.ApplyCarrying(CreateTopic{Stream: 0, Name: "t", Partitions: 1}, 0, []byte("m"),
-				func(a []AnnouncedPartition) { ann = a })
+				func(a []AnnouncedPartition, _ bool) { ann = a })
 			if !errors.Is(err, syscall.EIO) || carried {
 				t.Fatalf("ApplyCarrying with a failing sync = %v, %v", carried, err)
 			}
@@ -461,14 +464,20 @@ func TestDurableCarriesOnlyWhatItShould(t *testing.T) {
 	var want []Carried
 	for _, c := range cases {
 		before := len(logRecords(t, mem))
-		loggedCalls := 0
-		res, carried, err := d.ApplyCarrying(c.cmd, c.part, c.records, func([]AnnouncedPartition) { loggedCalls++ })
+		loggedCalls, toldCarried := 0, false
+		res, carried, err := d.ApplyCarrying(c.cmd, c.part, c.records, func(_ []AnnouncedPartition, told bool) {
+			loggedCalls++
+			toldCarried = told
+		})
 		rr, rerr := ref.Apply(c.cmd)
 		if outcome(res, err) != outcome(rr, rerr) || carried != c.carried {
 			t.Fatalf("%s: ApplyCarrying = %s, %v; want %s, %v", c.name, outcome(res, err), carried, outcome(rr, rerr), c.carried)
 		}
 		if wantCalls := min(len(res.Created), 1); loggedCalls != wantCalls {
 			t.Errorf("%s: logged called %d times, want %d", c.name, loggedCalls, wantCalls)
+		}
+		if toldCarried != c.carried {
+			t.Errorf("%s: logged told carried=%v, want %v", c.name, toldCarried, c.carried)
 		}
 		recs := logRecords(t, mem)
 		if len(recs) != before+1 {
@@ -606,7 +615,7 @@ func TestDurableSettleConcurrently(t *testing.T) {
 		defer close(announced)
 		for i := range n {
 			cmd := CreateTopic{Stream: 0, Name: fmt.Sprint("t", i), Partitions: 1}
-			_, carried, err := d.ApplyCarrying(cmd, 0, []byte("m"), func(a []AnnouncedPartition) { announced <- a[0] })
+			_, carried, err := d.ApplyCarrying(cmd, 0, []byte("m"), func(a []AnnouncedPartition, _ bool) { announced <- a[0] })
 			if err != nil || !carried {
 				t.Errorf("ApplyCarrying = %v, %v", carried, err)
 				return

@@ -407,7 +407,11 @@ func (d *Durable) Apply(cmd Command) (Result, error) {
 // runs under the Durable's lock and must not block; it is not called for
 // a command that creates no partition, or whose write failed.
 func (d *Durable) ApplyLogged(cmd Command, logged func([]AnnouncedPartition)) (Result, error) {
-	res, _, err := d.apply(cmd, 0, nil, logged)
+	var cb func([]AnnouncedPartition, bool)
+	if logged != nil {
+		cb = func(ann []AnnouncedPartition, _ bool) { logged(ann) }
+	}
+	res, _, err := d.apply(cmd, 0, nil, cb)
 	return res, err
 }
 
@@ -421,16 +425,18 @@ func (d *Durable) ApplyLogged(cmd Command, logged func([]AnnouncedPartition)) (R
 // early it comes — until Settle; if the log's sync fails it is dropped
 // with the command. records are copied.
 //
-// The bool reports whether the records were carried. They are not (and
-// ApplyCarrying is exactly ApplyLogged) when the command creates no
-// partition part, when it goes unlogged or its write fails, and when
-// records is empty or longer than MaxCarriedBytes.
-func (d *Durable) ApplyCarrying(cmd Command, part uint32, records []byte, logged func([]AnnouncedPartition)) (Result, bool, error) {
+// The bool reports whether the records were carried, and logged is told
+// the same when it is called (a produce sent from it may rely on the
+// records only then). They are not carried (and ApplyCarrying is exactly
+// ApplyLogged) when the command creates no partition part, when it goes
+// unlogged or its write fails, and when records is empty or longer than
+// MaxCarriedBytes.
+func (d *Durable) ApplyCarrying(cmd Command, part uint32, records []byte, logged func(ann []AnnouncedPartition, carried bool)) (Result, bool, error) {
 	return d.apply(cmd, part, records, logged)
 }
 
 // apply is ApplyCarrying; ApplyLogged passes no records.
-func (d *Durable) apply(cmd Command, part uint32, records []byte, logged func([]AnnouncedPartition)) (Result, bool, error) {
+func (d *Durable) apply(cmd Command, part uint32, records []byte, logged func([]AnnouncedPartition, bool)) (Result, bool, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch {
@@ -476,7 +482,7 @@ func (d *Durable) apply(cmd Command, part uint32, records []byte, logged func([]
 		d.carried.add(*carried)
 	}
 	if logged != nil && len(ann) > 0 {
-		logged(ann)
+		logged(ann, carried != nil)
 	}
 	if err := d.log.Sync(); err != nil {
 		d.broken = err
