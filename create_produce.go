@@ -26,8 +26,9 @@ import (
 // its first messages durable together, so the acknowledgement costs one
 // fsync, and the partition's own fsync of them follows off the
 // acknowledgement's path (DESIGN behaviour 32; until it has, the log
-// keeps them, and a restart gives them back to the partition if its
-// journal lost them). Otherwise the messages are written to the node's
+// keeps them, and a partition built for the topic — after a restart, a
+// failed fsync, or a produce that never reached its shard — takes them
+// from the log if it lacks them). Otherwise the messages are written to the node's
 // journal while the command is made durable, and with
 // Config.PrebuildPartitions (the partition is then in the shard during
 // that fsync, held provisional: nothing of it is shown and no produce to
@@ -87,12 +88,12 @@ func (n *Node) CreateTopicAndProduce(ctx context.Context, s Stream, name string,
 	if err != nil {
 		err = n.staleCommand(err, s.String())
 		if sent || carrying {
-			// The command was written to the metadata log and the
-			// produce to the partition's journal; what failed came
-			// after (the log's fsync). The held answer is not waited
-			// for: the partition is torn down here, but the command
-			// may still be read from the log at the next start, with
-			// the messages' record of its incarnation.
+			// The command was written to the metadata log, with the
+			// messages in its record or sent to the partition's
+			// journal; what failed came after (the log's fsync). The
+			// held answer is not waited for: the partition is torn
+			// down here, but the command may still be read from the
+			// log at the next start, with the messages.
 			return Topic{}, Ack{}, shard.OutcomeUnknown(fmt.Errorf("the topic's command was logged and its messages sent before it failed: %w", err))
 		}
 		return Topic{}, Ack{}, err
@@ -150,7 +151,9 @@ func (n *Node) carriedAck(ctx context.Context, t Topic, part uint32, count, size
 			return Ack{}, shard.OutcomeUnknown(fmt.Errorf("the topic committed with its messages: %w", ctx.Err()))
 		}
 		if r.Err != nil && !errors.Is(r.Err, shard.ErrRetry) {
-			return Ack{}, publicError(r.Err)
+			// Committed all the same: never an error that invites
+			// producing them again.
+			return Ack{}, shard.OutcomeUnknown(fmt.Errorf("the topic committed with its messages: %w", publicError(r.Err)))
 		}
 		// ErrRetry: not appended yet (the frame expired parked, say);
 		// the partition takes them at its build.

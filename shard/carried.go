@@ -100,14 +100,11 @@ func (s *Shard) giveCarriedBack(o *owned, built bool) {
 // may forget them once they are durable in the partition: now if the
 // partition has nothing unsynced, else after the group's fsync.
 func (cg *commitGroup) carriedThere(o *owned, f Frame) {
-	r := Response{Offset: 0}
-	if !o.dur.always() {
-		cg.owner.forgetCarried(f.Req)
-		cg.ack(pendingAck{f: f, r: r, o: o})
-		return
-	}
-	cg.ack(pendingAck{f: f, r: r, o: o})
-	if !o.sync.provisional {
+	cg.ack(pendingAck{f: f, r: Response{Offset: 0}, o: o})
+	switch {
+	case !o.dur.always():
+		cg.owner.forgetCarried(f.Req) // the ordinary path
+	case !o.sync.provisional:
 		// Settled after the partition's next fsync: whether what it
 		// holds of them is synced yet (a copy given back, written
 		// and not synced) is not tracked per record.

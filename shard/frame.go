@@ -117,14 +117,16 @@ type Request struct {
 	// durable together (DESIGN behaviour 32). The shard appends them
 	// only to an empty partition: one that holds anything holds them
 	// already, since they were its first and what survives of a log is a
-	// prefix of it (this is what makes sending them again after a
-	// restart safe), and answers such a produce with offset 0 without
+	// prefix of it (this is what lets a partition built after a restart
+	// take the log's copy, Config.Carried, whether or not its journal
+	// kept them), and answers such a produce with offset 0 without
 	// appending. Under FsyncAlways it answers without waiting for the
 	// partition's fsync (a provisional partition still holds the answer
 	// until its commit), syncs the partition with its next commit group
 	// or a few milliseconds later, keeps the request until such an fsync
-	// covers the messages — a partition rebuilt meanwhile after a failed
-	// fsync gets them again before anything else — and then calls
+	// covers the messages — a partition built for the incarnation
+	// meanwhile (a rebuild after a failed fsync) gets them again before
+	// anything else — and then calls
 	// Carried on its goroutine with nil, or with the error of each failed
 	// fsync; it must not block. Under any other policy the
 	// produce takes the ordinary path and Carried is not called. Only a
