@@ -35,6 +35,29 @@ func newOverlapFS() *overlapFS {
 	return &overlapFS{FS: vfs.Default, held: make(chan struct{}), journal: make(chan struct{}), release: make(chan struct{})}
 }
 
+// hold arms the gate for the next fsync of the metadata log and returns
+// what lets it go; a test that ends first (a failure) lets it go too, so
+// its node can close.
+func (o *overlapFS) hold(t *testing.T) (release func()) {
+	o.mu.Lock()
+	o.armed = true
+	o.mu.Unlock()
+	var once sync.Once
+	release = func() { once.Do(func() { close(o.release) }) }
+	t.Cleanup(release)
+	return release
+}
+
+// waitHeld waits until the metadata log's fsync is held at the gate.
+func (o *overlapFS) waitHeld(t *testing.T) {
+	t.Helper()
+	select {
+	case <-o.held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the metadata log was not fsynced")
+	}
+}
+
 func (o *overlapFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
 	f, err := o.FS.OpenFile(name, flag, perm)
 	if err != nil {
@@ -149,9 +172,7 @@ func TestBehaviour32CreateAndProduceAtOnceOverlapTheirFsyncs(t *testing.T) {
 			fsys := newOverlapFS()
 			opt := parkway.WithFsync(policy, time.Hour)
 			n, s := warmAtOnce(t, fsys, opt)
-			fsys.mu.Lock()
-			fsys.armed = true
-			fsys.mu.Unlock()
+			release := fsys.hold(t)
 			type result struct {
 				t   parkway.Topic
 				ack parkway.Ack
@@ -162,17 +183,7 @@ func TestBehaviour32CreateAndProduceAtOnceOverlapTheirFsyncs(t *testing.T) {
 				tp, ack, err := n.CreateTopicAndProduce(ctx, s, "new", 1, 0, []parkway.Message{{Payload: []byte(bigFirst)}}, opt)
 				done <- result{tp, ack, err}
 			}()
-			released := false
-			defer func() {
-				if !released {
-					close(fsys.release)
-				}
-			}()
-			select {
-			case <-fsys.held:
-			case <-time.After(20 * time.Second):
-				t.Fatal("the metadata log was not fsynced")
-			}
+			fsys.waitHeld(t)
 			select {
 			case <-fsys.journal:
 			case r := <-done:
@@ -185,8 +196,7 @@ func TestBehaviour32CreateAndProduceAtOnceOverlapTheirFsyncs(t *testing.T) {
 				t.Fatalf("returned (%v) while the metadata log's fsync was held", r.err)
 			default:
 			}
-			close(fsys.release)
-			released = true
+			release()
 			r := <-done
 			if r.err != nil {
 				t.Fatal(r.err)
@@ -378,25 +388,13 @@ func TestCreateTopicAndProduceMetadataSyncFailsOutcomeUnknown(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			fsys.mu.Lock()
-			fsys.armed = true
-			fsys.mu.Unlock()
+			release := fsys.hold(t)
 			done := make(chan error, 1)
 			go func() {
 				_, _, err := n.CreateTopicAndProduce(ctx, s, "t", 1, 0, []parkway.Message{{Payload: []byte(tc.payload)}}, opt)
 				done <- err
 			}()
-			released := false
-			defer func() {
-				if !released {
-					close(fsys.release)
-				}
-			}()
-			select {
-			case <-fsys.held:
-			case <-time.After(20 * time.Second):
-				t.Fatal("the metadata log was not fsynced")
-			}
+			fsys.waitHeld(t)
 			if tc.payload == bigFirst {
 				select {
 				case <-fsys.journal:
@@ -404,8 +402,7 @@ func TestCreateTopicAndProduceMetadataSyncFailsOutcomeUnknown(t *testing.T) {
 					t.Fatal("the journal was not fsynced while the metadata log's fsync was held")
 				}
 			}
-			close(fsys.release)
-			released = true
+			release()
 			err = <-done
 			if !errors.Is(err, parkway.ErrOutcomeUnknown) || !errors.Is(err, syscall.EIO) {
 				t.Fatalf("CreateTopicAndProduce with the metadata log's fsync failing: %v; want ErrOutcomeUnknown wrapping the cause", err)
