@@ -145,24 +145,35 @@ func run() error {
 	logLevel := fs.String("log", "off", "log the nodes' diagnostics to stderr at this level (warn, info, debug)")
 	runs := fs.Int("runs", 1, "measure each partition count this many times, each on a fresh cluster")
 	createProfile := fs.String("createprofile", "", "with -burst, write a CPU profile of the creation (first CreateTopic to the last acknowledged produce) to <this>-<partitions>.pprof")
+	machine := fs.Bool("machine", true, "after each cluster, measure the machine's own charge for its memory in a child process (see machineBaseline)")
+	holdKB := fs.Int64("machine-hold", -1, "internal: be the machine baseline's child, holding this many kB resident")
+	wakes := fs.Float64("machine-wakes", 0, "internal: the child's timer wakes per second")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err
+	}
+	if *holdKB >= 0 {
+		return machineChild(*holdKB, *wakes, *measure)
 	}
 	fmt.Printf("GOMAXPROCS %d, NumCPU %d, %s\n\n", runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.Version())
 	fmt.Println("| partitions | converged | idle CPU (% of one core) | msgs/s per ordered node pair: all | partition raft | metadata raft | liveness | other | live heap per replica (whole process / 3N) | resident set | peak resident set | load average (1 min) before / after |")
 	fmt.Println("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+	var facts []window
 	for _, f := range strings.Split(*parts, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n <= 0 {
 			return fmt.Errorf("bad partition count %q", f)
 		}
 		for range max(*runs, 1) {
-			if err := one(n, *settle, *measure, *converge, *profile, *memProfile, *traceOut, *createProfile, *burst, *logLevel); err != nil {
+			w, err := one(n, *settle, *measure, *converge, *profile, *memProfile, *traceOut, *createProfile, *burst, *logLevel)
+			if err != nil {
 				return err
+			}
+			if *machine {
+				facts = append(facts, w)
 			}
 		}
 	}
-	return nil
+	return machineBaseline(facts, *measure)
 }
 
 // maxPerTopic is the most partitions a topic may have.
@@ -179,7 +190,7 @@ func (b countingBus) Send(m transport.Message) error {
 	return b.Bus.Send(m)
 }
 
-func one(partitions int, settle, measure, converge time.Duration, profile, memProfile, traceOut, createProfile string, burst bool, logLevel string) error {
+func one(partitions int, settle, measure, converge time.Duration, profile, memProfile, traceOut, createProfile string, burst bool, logLevel string) (w window, err error) {
 	ctx := context.Background()
 	net := transport.NewNetwork(transport.NetworkOptions{})
 	defer net.Close()
@@ -204,19 +215,19 @@ func one(partitions int, settle, measure, converge time.Duration, profile, memPr
 		n, err := parkway.Open(parkway.Config{Shards: 2, RequestTimeout: 30 * time.Second, Logger: logger,
 			Cluster: &parkway.ClusterConfig{ID: id, Peers: peers, Bus: countingBus{Bus: net.Endpoint(id), sent: sent[i]}}})
 		if err != nil {
-			return err
+			return w, err
 		}
 		nodes = append(nodes, n)
 	}
 	s, err := nodes[0].Admin().CreateStream(ctx, "idle")
 	if err != nil {
-		return err
+		return w, err
 	}
 	var conv string
 	if burst {
 		var stop func()
 		if stop, err = startProfile(createProfile, partitions); err != nil {
-			return err
+			return w, err
 		}
 		load0 := loadAverage()
 		cpu0, _ := processCPU()
@@ -228,7 +239,7 @@ func one(partitions int, settle, measure, converge time.Duration, profile, memPr
 		conv, err = createSequential(ctx, nodes[0], s, partitions, converge)
 	}
 	if err != nil {
-		return err
+		return w, err
 	}
 	setPhase("%d partitions: settling %v", partitions, settle)
 	time.Sleep(settle)
@@ -253,17 +264,18 @@ func one(partitions int, settle, measure, converge time.Duration, profile, memPr
 		objectsPer = float64(scan[1].Value.Uint64()) / float64(3*partitions)
 	}
 	rss, peak := residentSet("VmRSS:"), residentSet("VmHWM:")
+	setPhase("%d partitions: memory the runtime holds at the window's start: %s", partitions, memoryClasses())
 	if memProfile != "" {
 		f, err := os.Create(fmt.Sprintf("%s-%d.pprof", memProfile, partitions))
 		if err != nil {
-			return err
+			return w, err
 		}
 		err = pprof.WriteHeapProfile(f)
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
-			return err
+			return w, err
 		}
 	}
 	var before [256]int64
@@ -272,23 +284,24 @@ func one(partitions int, settle, measure, converge time.Duration, profile, memPr
 			before[k] += c[k].Load()
 		}
 	}
+	sw0, _ := processSwitches()
 	cpu0, ok := processCPU()
 	if !ok {
-		return fmt.Errorf("getrusage unavailable")
+		return w, fmt.Errorf("getrusage unavailable")
 	}
 	stopProfile, err := startProfile(profile, partitions)
 	if err != nil {
-		return err
+		return w, err
 	}
 	var stopTrace *time.Timer
 	if traceOut != "" {
 		f, err := os.Create(fmt.Sprintf("%s-%d.trace", traceOut, partitions))
 		if err != nil {
-			return err
+			return w, err
 		}
 		defer f.Close()
 		if err := trace.Start(f); err != nil {
-			return err
+			return w, err
 		}
 		stopTrace = time.AfterFunc(2*time.Second, trace.Stop)
 		defer func() {
@@ -303,6 +316,7 @@ func one(partitions int, settle, measure, converge time.Duration, profile, memPr
 	t0 := time.Now()
 	time.Sleep(measure)
 	cpu1, _ := processCPU()
+	sw1, _ := processSwitches()
 	stopProfile()
 	wall := time.Since(t0)
 	rt1 := runtimeCounts()
@@ -330,7 +344,9 @@ func one(partitions int, settle, measure, converge time.Duration, profile, memPr
 	_, err = fmt.Printf("| %d | %s | %.2f %% | %s | %s | %s | %s | %s | %.0f B | %s | %s | %s / %s |\n", partitions, conv,
 		100*float64(cpu1-cpu0)/float64(wall), rate(all), rate(raft), rate(delta[2]), rate(delta[6]), rate(other),
 		heapPer, rss, peak, load0, loadAverage())
-	return err
+	w = window{partitions: partitions, rssKB: kB(rss), peakKB: kB(peak),
+		cpuPct: 100 * float64(cpu1-cpu0) / float64(wall), switchesPerSec: float64(sw1-sw0) / wall.Seconds()}
+	return w, err
 }
 
 // startProfile starts a CPU profile to <prefix>-<partitions>.pprof, and
@@ -512,4 +528,42 @@ func residentSet(field string) string {
 		}
 	}
 	return "-"
+}
+
+// memoryClasses is where the runtime's mapped memory is, from
+// runtime/metrics' /memory/classes: the live objects, the free room
+// inside their spans (the creation's garbage leaves spans partly filled,
+// and a span is returned to the OS only when it is empty), free spans
+// not yet returned, goroutine stacks and the runtime's own metadata. Of
+// a resident set well above the live heap, it says which part is which.
+func memoryClasses() string {
+	names := []string{
+		"/memory/classes/heap/objects:bytes",
+		"/memory/classes/heap/unused:bytes",
+		"/memory/classes/heap/free:bytes",
+		"/memory/classes/heap/released:bytes",
+		"/memory/classes/heap/stacks:bytes",
+		"/memory/classes/metadata/other:bytes",
+		"/memory/classes/metadata/mspan/inuse:bytes",
+		"/memory/classes/metadata/mcache/inuse:bytes",
+		"/memory/classes/other:bytes",
+		"/memory/classes/profiling/buckets:bytes",
+	}
+	s := make([]metrics.Sample, len(names))
+	for i, n := range names {
+		s[i].Name = n
+	}
+	metrics.Read(s)
+	var b strings.Builder
+	for i, x := range s {
+		if x.Value.Kind() != metrics.KindUint64 {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		name := strings.TrimSuffix(strings.TrimPrefix(names[i], "/memory/classes/"), ":bytes")
+		fmt.Fprintf(&b, "%s %.0f MB", name, float64(x.Value.Uint64())/1e6)
+	}
+	return b.String()
 }
