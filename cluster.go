@@ -57,6 +57,9 @@ type ClusterConfig struct {
 	// so a node whose metadata work runs late (a slow fsync, a CPU it
 	// waits for) is still heard, up to 4 timeouts with that work stuck
 	// in one step, after which it falls silent as a crashed node does.
+	// The heartbeats go out at the multiples of the interval on the
+	// node's clock, the instants an idle node's other timer fires too,
+	// so an idle node wakes once per interval.
 	LivenessInterval time.Duration
 	LivenessTimeout  time.Duration
 	// MaxForwardedBytes bounds the bytes of the requests other nodes

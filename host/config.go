@@ -162,7 +162,9 @@ type Cluster struct {
 	// lateness toward any peer's silence. A started engine sends its
 	// heartbeats from a goroutine of their own (runBeater), not from the
 	// metadata driver, for up to driverStallTimeouts timeouts of the
-	// driver stuck in one step.
+	// driver stuck in one step. Both the heartbeats and the quiesced
+	// driver's checks fall on the multiples of the interval on the
+	// engine's clock, so an idle node wakes once per interval.
 	LivenessInterval time.Duration
 	LivenessTimeout  time.Duration
 	// MaxForwardedBytes bounds the bytes of the requests other nodes
