@@ -193,6 +193,48 @@ func TestFilter(t *testing.T) {
 	}
 }
 
+// TestBigAppendBesideCase7 runs case 7 alone: its limit, the rate of new
+// page cache, runs with it and the report sets both systems' rates
+// against it, and the limit's file keeps every record of its round (it
+// is removed after it).
+func TestBigAppendBesideCase7(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	sizes := tinySizes()
+	dir := t.TempDir()
+	rep, err := Run(context.Background(), Config{Rounds: 1, Sizes: &sizes, MinRound: -1, TempDir: dir,
+		Filter: mustCompile(t, `^interval/pipelined-64KiB$`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := rep.Markdown("x")
+	for _, want := range []string{"parkway case 7 (interval set) / " + bigAppendKey, "JetStream case 7 (interval set) / " + bigAppendKey} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	var got *limitResult
+	for i := range rep.limits {
+		if rep.limits[i].limit.key == bigAppendKey {
+			got = &rep.limits[i]
+		}
+	}
+	if got == nil || len(got.samples) != 1 || got.samples[0].bytes != int64(got.samples[0].msgs)*(recordHeader+64<<10) {
+		t.Fatalf("limit %s: %+v, want one round of 60 + 64 KiB records", bigAppendKey, got)
+	}
+	// The round's file kept what it wrote until the round ended.
+	d := t.TempDir()
+	m := &meter{}
+	if err := bigAppend(context.Background(), d, 5, m); err != nil {
+		t.Fatal(err)
+	}
+	if m.s.msgs != 5 || m.s.bytes != 5*(recordHeader+64<<10) {
+		t.Errorf("wrote %d records of %d bytes in all, want 5 of %d each", m.s.msgs, m.s.bytes, recordHeader+64<<10)
+	}
+	if left, _ := os.ReadDir(d); len(left) != 0 {
+		t.Errorf("the round's file is left behind: %v", left)
+	}
+}
+
 // TestReplicatedOnly is what -only replicated runs: the section on its
 // own, whose report says the single-node figures are not in this run.
 func TestReplicatedOnly(t *testing.T) {
@@ -518,7 +560,8 @@ func TestRawFsyncBesideConvergence(t *testing.T) {
 		{`^interval/convergence$`, sizes, nil},
 		{`^interval/batch$|^limits/file-append$`, sizes, []string{"file-append"}},
 		{`^always/convergence$`, noTopics, nil},
-		{``, sizes, []string{"file-append", "file-append-fsync100", "chan-handoff", rawFsyncKey, rawFsync2Key}},
+		{`^interval/pipelined-64KiB$`, sizes, []string{bigAppendKey}},
+		{``, sizes, []string{"file-append", "file-append-fsync100", "chan-handoff", bigAppendKey, rawFsyncKey, rawFsync2Key}},
 	} {
 		r := &runner{}
 		if tc.filter != "" {
