@@ -65,6 +65,15 @@ func TestIdleWakesShareTheHeartbeatGrid(t *testing.T) {
 				t.Fatal(err)
 			}
 			time.Sleep(11 * time.Millisecond) // each node at its own phase
+			if id == 1 {
+				// Started 37 ms into a round, fired once (at 40 ms): the
+				// three ticks before the start pace the round but count
+				// toward no peer's silence.
+				synctest.Wait()
+				if now, own := e.cl.live.now.Load(), e.cl.live.own.Load(); now != 4 || own != 1 {
+					t.Fatalf("after the first tick of a start 37 ms into a round: %d ticks paced and %d counted for silence, want 4 and 1", now, own)
+				}
+			}
 		}
 		live := engines[0].cl.live
 		interval := time.Duration(live.every) * engines[0].cl.cfg.TickInterval

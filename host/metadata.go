@@ -500,23 +500,30 @@ func (m *metaGroup) propose(data []byte, reply chan MetadataResult) error {
 // runMetadata drives the metadata group of a started engine. Its timer
 // fires every tick while the member is ticked, and only once per
 // liveness interval while it is quiesced (see sleepTicks): the ticks it
-// slept through are counted when it fires. Its ticks are counted from
-// the last multiple of the liveness interval on the clock, so its
-// heartbeat rounds fall on the instants the beater's timer fires at
-// (untilGrid) and an idle node wakes once per round, not twice.
+// slept through are counted when it fires. Its ticks fall on the grid of
+// the liveness interval on the clock, so its heartbeat rounds fall on the
+// instants the beater's timer fires at (untilGrid) and an idle node wakes
+// once per round, not twice.
 func (c *clusterNode) runMetadata(ctx context.Context) {
 	m := c.meta
 	clk, every := c.e.cfg.Clock, c.cfg.TickInterval
+	// The ticks are counted on the grid of the heartbeat rounds
+	// (untilGrid): the ticks of the current round that passed before
+	// the start pace its rounds (liveness.now) but count toward no peer's
+	// silence (liveness.own), so the first fire counts one tick and the
+	// rounds fall on the instants the beater fires at.
 	now := clk.Now()
-	beat := time.Duration(c.live.every) * every
-	last := now.Add(untilGrid(now, beat) - beat)
-	tick := clk.NewTimer(every - now.Sub(last)%every)
-	defer tick.Stop()
+	round := time.Duration(c.live.every) * every
+	grid := now.Add(untilGrid(now, round) - round)
+	c.live.now.Add(int64(now.Sub(grid) / every))
 	// last is when the ticks counted so far end; due is how many ticks
 	// after last the timer is armed for (liveness counts a late fire as
 	// the ticks planned, see liveness.advance); long is set while the
 	// timer is armed past the next tick.
-	due, long := int64(now.Sub(last)/every)+1, false
+	last := grid.Add(now.Sub(grid) / every * every)
+	tick := clk.NewTimer(every - now.Sub(last))
+	defer tick.Stop()
+	due, long := int64(1), false
 	for {
 		if m.process() != nil && m.err != nil {
 			m.answerReads(m.err)
