@@ -44,6 +44,14 @@
 // every two minutes can be most of an idle cluster's cost, and a window
 // longer than two minutes holds one.
 //
+// After the clusters, unless -machine=false, a second table gives what
+// the machine charges for memory in the same run (machineBaseline): a
+// child process that holds each cluster's resident set and only wakes,
+// as often as the cluster's threads were switched in, and one that holds
+// nothing; on a virtual machine whose every context switch costs in
+// proportion to the memory a process holds, that is most of a large
+// idle cluster's CPU, and it is not parkway's.
+//
 // The kinds are counted by number (1 partition raft, 7 batches of them,
 // 2 metadata raft, 6 node liveness), so the command also builds against
 // trees that predate a kind. A batch counts as one message.
