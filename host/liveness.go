@@ -410,9 +410,9 @@ func (l *liveness) advance(ctx context.Context, k, due int64) {
 // quiesced metadata driver's (once per round, sleepTicks), two timers
 // of one period on two goroutines. Each wake of an idle process costs a
 // context switch, and on a virtual machine a switch can cost in
-// proportion to the memory the process maps (bench/RESULTS.md, "the
-// machine's charge for memory": about 230 µs a switch at 5 GB
-// resident). Timers due at the same instant are run by one wake of the
+// proportion to the memory the process maps (bench/RESULTS.md, "300,000
+// partitions against what the machine charges for memory": 230–440 µs
+// a switch at 5 GB resident on the reference VM). Timers due at the same instant are run by one wake of the
 // runtime, so both are armed for the same instants: the multiples of
 // the heartbeat interval, which are also the same instants on every
 // node whose clock agrees (in one process, three nodes' six timers).
